@@ -1,0 +1,45 @@
+#include "common/units.h"
+
+#include <cmath>
+#include <fmt/format.h>
+
+namespace planner {
+
+std::string FormatBytes(double bytes) {
+  double a = std::fabs(bytes);
+  if (a >= kGiB) return fmt::format("{:.2f} GiB", bytes / kGiB);
+  if (a >= kMiB) return fmt::format("{:.2f} MiB", bytes / kMiB);
+  if (a >= 1024.0) return fmt::format("{:.2f} KiB", bytes / 1024.0);
+  return fmt::format("{:.0f} B", bytes);
+}
+
+std::string FormatSeconds(double seconds) {
+  double a = std::fabs(seconds);
+  if (a >= 1.0) return fmt::format("{:.3f} s", seconds);
+  if (a >= 1e-3) return fmt::format("{:.3f} ms", seconds * 1e3);
+  return fmt::format("{:.1f} us", seconds * 1e6);
+}
+
+std::optional<uint64_t> ParseByteSize(std::string_view text) {
+  if (text.empty()) return std::nullopt;
+  uint64_t value = 0;
+  size_t i = 0;
+  for (; i < text.size() && text[i] >= '0' && text[i] <= '9'; ++i) {
+    if (value > (UINT64_MAX - 9) / 10) return std::nullopt;
+    value = value * 10 + static_cast<uint64_t>(text[i] - '0');
+  }
+  if (i == 0) return std::nullopt;
+  if (i == text.size()) return value;
+  if (i + 1 != text.size()) return std::nullopt;
+  int shift = 0;
+  switch (text[i]) {
+    case 'K': case 'k': shift = 10; break;
+    case 'M': case 'm': shift = 20; break;
+    case 'G': case 'g': shift = 30; break;
+    default: return std::nullopt;
+  }
+  if (value > (UINT64_MAX >> shift)) return std::nullopt;
+  return value << shift;
+}
+
+}  // namespace planner

@@ -1,0 +1,98 @@
+#include "spec/cluster_spec.h"
+
+#include <fmt/format.h>
+
+#include "common/digest.h"
+#include "common/units.h"
+#include "spec/yaml_reader.h"
+
+namespace planner {
+
+int64_t ClusterSpec::TotalGpus() const { return GpusPerUnit(levels.size() - 1); }
+
+int64_t ClusterSpec::GpusPerUnit(size_t level) const {
+  int64_t n = 1;
+  for (size_t i = 0; i <= level && i < levels.size(); ++i) n *= levels[i].size;
+  return n;
+}
+
+double ClusterSpec::PeakFlops(DType dtype) const {
+  auto it = peak_tflops.find(DTypeName(dtype));
+  if (it == peak_tflops.end() && dtype == DType::kBf16) it = peak_tflops.find("fp16");
+  if (it == peak_tflops.end() && dtype == DType::kFp16) it = peak_tflops.find("bf16");
+  if (it == peak_tflops.end()) return 0;
+  return it->second * 1e12;
+}
+
+double ClusterSpec::UsableMemoryBytes() const { return usable_memory_GiB * kGiB; }
+
+Status ParseClusterSpec(const std::string& path, const std::string& text, ClusterSpec* out) {
+  YAML::Node root;
+  PLANNER_RETURN_IF_ERROR(ParseYamlText(path, text, &root));
+  YamlReader r(path);
+  PLANNER_RETURN_IF_ERROR(r.CheckKeys(root, "", {"format_version", "name", "gpu", "efficiency", "hbm_efficiency", "topology"}));
+  ClusterSpec c;
+  c.path = path;
+  c.digest = DigestHex(text);
+  int64_t version = 1;
+  PLANNER_RETURN_IF_ERROR(r.GetInt(root, "format_version", "format_version", &version, false, 1));
+  if (version != 1) return r.FieldError(root["format_version"], "format_version", fmt::format("version {} is not supported; this planner reads version 1", version));
+  PLANNER_RETURN_IF_ERROR(r.GetString(root, "name", "name", &c.name, true));
+  PLANNER_RETURN_IF_ERROR(r.GetDouble(root, "efficiency", "efficiency", &c.efficiency, false, 0.0, true));
+  PLANNER_RETURN_IF_ERROR(r.GetDouble(root, "hbm_efficiency", "hbm_efficiency", &c.hbm_efficiency, false, 0.0, true));
+  if (c.efficiency > 1) return r.FieldError(root["efficiency"], "efficiency", "is a fraction of peak; must be at most 1");
+  if (c.hbm_efficiency > 1) return r.FieldError(root["hbm_efficiency"], "hbm_efficiency", "is a fraction of peak; must be at most 1");
+
+  if (!root["gpu"].IsDefined()) return r.FieldError(root, "gpu", "missing required field; add 'gpu:' with name, peak_tflops, memory_GiB");
+  const YAML::Node& g = root["gpu"];
+  PLANNER_RETURN_IF_ERROR(r.CheckKeys(g, "gpu", {"name", "peak_tflops", "memory_GiB", "usable_memory_GiB", "hbm_bandwidth_GBps"}));
+  PLANNER_RETURN_IF_ERROR(r.GetString(g, "name", "gpu.name", &c.gpu_name, true));
+  PLANNER_RETURN_IF_ERROR(r.GetDouble(g, "memory_GiB", "gpu.memory_GiB", &c.memory_GiB, true, 0.0, true));
+  c.usable_memory_GiB = c.memory_GiB;
+  PLANNER_RETURN_IF_ERROR(r.GetDouble(g, "usable_memory_GiB", "gpu.usable_memory_GiB", &c.usable_memory_GiB, false, 0.0, true));
+  if (c.usable_memory_GiB > c.memory_GiB) {
+    return r.FieldError(g["usable_memory_GiB"], "gpu.usable_memory_GiB", fmt::format("{} exceeds memory_GiB ({})", c.usable_memory_GiB, c.memory_GiB));
+  }
+  PLANNER_RETURN_IF_ERROR(r.GetDouble(g, "hbm_bandwidth_GBps", "gpu.hbm_bandwidth_GBps", &c.hbm_bandwidth_GBps, true, 0.0, true));
+  const YAML::Node& peaks = g["peak_tflops"];
+  if (!peaks.IsDefined()) return r.FieldError(g, "gpu.peak_tflops", "missing required field; add 'peak_tflops: {fp16: <TFLOP/s>}'");
+  PLANNER_RETURN_IF_ERROR(r.CheckKeys(peaks, "gpu.peak_tflops", {"fp32", "tf32", "fp16", "bf16", "fp8"}));
+  for (const auto& kv : peaks) {
+    double v = 0;
+    std::string key = kv.first.Scalar();
+    PLANNER_RETURN_IF_ERROR(r.AsDouble(kv.second, "gpu.peak_tflops." + key, &v, 0.0, true));
+    c.peak_tflops[key] = v;
+  }
+
+  const YAML::Node& topo = root["topology"];
+  if (!topo.IsDefined()) return r.FieldError(root, "topology", "missing required field; add 'topology:' with one entry per level, innermost first");
+  PLANNER_RETURN_IF_ERROR(r.RequireSequence(topo, "topology"));
+  if (topo.size() == 0) return r.FieldError(topo, "topology", "needs at least one level (the node)");
+  for (size_t i = 0; i < topo.size(); ++i) {
+    std::string f = fmt::format("topology[{}]", i);
+    PLANNER_RETURN_IF_ERROR(r.CheckKeys(topo[i], f, {"name", "size", "bandwidth_GBps", "p2p_bandwidth_GBps", "latency_us"}));
+    TopologyLevel level;
+    PLANNER_RETURN_IF_ERROR(r.GetString(topo[i], "name", f + ".name", &level.name, true));
+    PLANNER_RETURN_IF_ERROR(r.GetInt(topo[i], "size", f + ".size", &level.size, true, 1));
+    if (level.size > (int64_t{1} << 20)) return r.FieldError(topo[i]["size"], f + ".size", "must be at most 1048576");
+    PLANNER_RETURN_IF_ERROR(r.GetDouble(topo[i], "bandwidth_GBps", f + ".bandwidth_GBps", &level.bandwidth_GBps, true, 0.0, true));
+    PLANNER_RETURN_IF_ERROR(r.GetDouble(topo[i], "p2p_bandwidth_GBps", f + ".p2p_bandwidth_GBps", &level.p2p_bandwidth_GBps, false, 0.0, true));
+    if (level.p2p_bandwidth_GBps == 0) level.p2p_bandwidth_GBps = level.bandwidth_GBps;
+    PLANNER_RETURN_IF_ERROR(r.GetDouble(topo[i], "latency_us", f + ".latency_us", &level.latency_us, false, 0.0, false));
+    c.levels.push_back(level);
+  }
+  if (c.GpusPerUnit(c.levels.size() - 1) > (int64_t{1} << 24)) {
+    return r.FieldError(topo, "topology", "the levels multiply to more than 16M GPUs; check the sizes");
+  }
+  *out = std::move(c);
+  return Status::OK();
+}
+
+Status LoadClusterSpec(const std::string& path, ClusterSpec* out) {
+  YAML::Node unused;
+  std::string text;
+  PLANNER_RETURN_IF_ERROR(LoadYamlFile(path, &unused, &text));
+  return ParseClusterSpec(path, text, out);
+}
+
+}  // namespace planner

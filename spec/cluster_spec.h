@@ -1,0 +1,50 @@
+// ClusterSpec: the GPUs and the network a plan is made for, read from
+// cluster.yaml (docs/formats.md). Topology levels go innermost first: level 0
+// groups `size` GPUs (a node), level 1 groups `size` level-0 units, and so on.
+// Bandwidths are per-GPU bus bandwidths (nccl-tests busbw, decimal GB/s) on
+// that level. Plain value type.
+#pragma once
+
+#include <cstdint>
+#include <map>
+#include <string>
+#include <vector>
+
+#include "common/status.h"
+#include "spec/layer.h"
+
+namespace planner {
+
+struct TopologyLevel {
+  std::string name;
+  int64_t size = 1;              // units of the level below in one unit of this level
+  double bandwidth_GBps = 0;     // per-GPU bus bandwidth of a collective on this level
+  double p2p_bandwidth_GBps = 0; // per-GPU send/recv bandwidth (0: same as bandwidth_GBps)
+  double latency_us = 0;         // per-step latency (alpha) on this level
+};
+
+struct ClusterSpec {
+  std::string name;
+  std::string path;
+  std::string digest;
+  std::string gpu_name;
+  std::map<std::string, double> peak_tflops;  // by dtype name ("fp16", "bf16", "fp32", "tf32")
+  double memory_GiB = 0;
+  double usable_memory_GiB = 0;
+  double hbm_bandwidth_GBps = 0;
+  double efficiency = 0.5;       // sustained fraction of peak for matrix FLOPs (analytic costs)
+  double hbm_efficiency = 0.8;   // sustained fraction of HBM bandwidth for memory-bound work
+  std::vector<TopologyLevel> levels;
+
+  int64_t TotalGpus() const;
+  // GPUs in one unit of level `level` (level 0: a node).
+  int64_t GpusPerUnit(size_t level) const;
+  // Peak FLOP/s for `dtype` (falls back to fp16 for bf16 and the reverse).
+  double PeakFlops(DType dtype) const;
+  double UsableMemoryBytes() const;
+};
+
+Status LoadClusterSpec(const std::string& path, ClusterSpec* out);
+Status ParseClusterSpec(const std::string& path, const std::string& text, ClusterSpec* out);
+
+}  // namespace planner

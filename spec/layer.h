@@ -1,0 +1,51 @@
+// Layer: one layer of a model with its inferred shapes and its analytic costs
+// per sample (one sequence for transformers, one image for CNNs). Every cost
+// scales linearly with the microbatch size. The formulas are derived in
+// docs/cost_model.md section 1. Plain value type; thread-compatible.
+#pragma once
+
+#include <cstdint>
+#include <string>
+#include <vector>
+
+namespace planner {
+
+enum class DType { kFp32, kFp16, kBf16 };
+int DTypeBytes(DType dtype);
+const char* DTypeName(DType dtype);
+// Parses "fp32" | "fp16" | "bf16"; false on anything else.
+bool ParseDType(const std::string& text, DType* out);
+
+struct Layer {
+  std::string name;                 // unique within the model, e.g. "block7"
+  std::string type;                 // layer type, e.g. "transformer_block"
+  std::vector<int64_t> in_shape;    // per sample
+  std::vector<int64_t> out_shape;   // per sample
+  std::string signature;            // type + shapes + attributes: equal signatures cost the same
+  int source_line = 0;              // 1-based line in the model file (0: from a template)
+
+  // Per-sample analytic costs.
+  double params = 0;                // trainable parameters owned by this layer
+  bool params_tied = false;         // shares its weights with another layer (tied lm_head): not in totals
+  double fwd_flops = 0;             // matrix (tensor-core) FLOPs of the forward pass
+  double bwd_input_flops = 0;       // backward, gradient w.r.t. the input ("B")
+  double bwd_weight_flops = 0;      // backward, gradient w.r.t. the weights ("W")
+  double fwd_mem_bytes = 0;         // HBM traffic of memory-bound (elementwise) work, forward
+  double bwd_mem_bytes = 0;         // same, backward
+  double out_bytes = 0;             // output activation
+  double stash_bytes = 0;           // activations kept for backward, no recompute
+  double stash_bytes_selective = 0; // kept with selective recompute (attention core dropped)
+  double stash_bytes_full = 0;      // kept with full recompute (the layer input only)
+  double selective_recompute_flops = 0;  // FLOPs re-run in backward by selective recompute
+
+  // Tensor parallelism (Megatron-style sharding of this layer across t GPUs).
+  bool tp_shardable = false;        // FLOPs, params and the sharded stash divide by t
+  int64_t tp_divisor = 0;           // t must divide this (heads, vocab); 0: any t
+  int tp_allreduces_fwd = 0;        // all-reduces of tp_allreduce_bytes in forward (same in backward)
+  double tp_allreduce_bytes = 0;    // bytes of one such all-reduce
+  double stash_bytes_tp_replicated = 0;  // part of stash_bytes that is not divided by t
+
+  double bwd_flops() const { return bwd_input_flops + bwd_weight_flops; }
+};
+
+}  // namespace planner

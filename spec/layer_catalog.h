@@ -1,0 +1,52 @@
+// The layer types the planner knows: their attributes, shape inference and
+// analytic per-sample costs (docs/cost_model.md section 1). Adding a layer
+// type means adding one entry to LayerTypes() and one case to InferLayer()
+// (HACKING.md). Pure functions; thread-safe.
+#pragma once
+
+#include <cstdint>
+#include <map>
+#include <string>
+#include <vector>
+
+#include "common/status.h"
+#include "spec/layer.h"
+
+namespace planner {
+
+struct LayerTypeInfo {
+  std::string name;
+  std::vector<std::string> int_keys;    // integer attributes (all optional unless in `required`)
+  std::vector<std::string> bool_keys;   // boolean attributes
+  std::vector<std::string> required;    // required integer attributes
+  bool has_probability = false;         // dropout's `p`
+};
+
+struct LayerAttrs {
+  std::map<std::string, int64_t> ints;
+  std::map<std::string, bool> bools;
+  double probability = 0.1;
+  int64_t Int(const std::string& key, int64_t fallback) const {
+    auto it = ints.find(key);
+    return it == ints.end() ? fallback : it->second;
+  }
+  bool Bool(const std::string& key, bool fallback) const {
+    auto it = bools.find(key);
+    return it == bools.end() ? fallback : it->second;
+  }
+};
+
+const std::vector<LayerTypeInfo>& LayerTypes();
+// nullptr when `type` is unknown.
+const LayerTypeInfo* FindLayerType(const std::string& type);
+
+// Infers the output shape and the costs of a layer of `type` on `in_shape`.
+// On success fills every field of *out except name and source_line. On a
+// shape that does not fit, returns InvalidArgument with a message that names
+// the attribute and the fix (the caller adds file:line).
+Status InferLayer(const std::string& type, const LayerAttrs& attrs, const std::vector<int64_t>& in_shape,
+                  DType dtype, Layer* out);
+
+std::string ShapeString(const std::vector<int64_t>& shape);
+
+}  // namespace planner

@@ -1,0 +1,244 @@
+#include "spec/model_spec.h"
+
+#include <algorithm>
+
+#include <fmt/format.h>
+
+#include "common/digest.h"
+#include "common/edit_distance.h"
+#include "spec/layer_catalog.h"
+#include "spec/yaml_reader.h"
+
+namespace planner {
+
+double ModelSpec::TotalParams() const {
+  double total = 0;
+  for (const auto& l : layers) {
+    if (!l.params_tied) total += l.params;
+  }
+  return total;
+}
+
+double ModelSpec::IterationFlops(double batch, bool full_recompute) const {
+  double per_sample = 0;
+  for (const auto& l : layers) {
+    per_sample += l.fwd_flops + l.bwd_flops();
+    if (full_recompute && l.type != "lm_head" && l.type != "loss") per_sample += l.fwd_flops;
+  }
+  return per_sample * batch;
+}
+
+double MegatronParamCount(const GptConfig& g) {
+  double l = static_cast<double>(g.layers), h = static_cast<double>(g.hidden);
+  double v = static_cast<double>(g.vocab), s = static_cast<double>(g.seq);
+  return 12 * l * h * h * (1 + 13 / (12 * h) + (v + s) / (12 * l * h));
+}
+
+double MegatronFlopsPerIteration(const GptConfig& g, double batch) {
+  double l = static_cast<double>(g.layers), h = static_cast<double>(g.hidden);
+  double v = static_cast<double>(g.vocab), s = static_cast<double>(g.seq);
+  return 96 * batch * s * l * h * h * (1 + s / (6 * h) + v / (16 * l * h));
+}
+
+double ModelFlopsPerIteration(const GptConfig& g, double batch) {
+  double l = static_cast<double>(g.layers), h = static_cast<double>(g.hidden);
+  double v = static_cast<double>(g.vocab), s = static_cast<double>(g.seq);
+  return 72 * batch * s * l * h * h * (1 + s / (6 * h) + v / (12 * l * h));
+}
+
+namespace {
+
+const std::vector<std::string> kTopKeys = {"format_version", "name", "dtype", "global_batch", "input", "gpt", "layers"};
+const std::vector<std::string> kGptKeys = {"layers", "hidden", "heads", "seq", "vocab", "ffn", "tie_embeddings"};
+constexpr int64_t kMaxLayers = 100000;
+
+struct Builder {
+  const YamlReader& reader;
+  DType dtype;
+  std::vector<Layer>* layers;
+  std::vector<int64_t> shape;
+  int depth = 0;
+
+  Status AddLayer(const std::string& type, const LayerAttrs& attrs, const std::string& name, int line,
+                  const YAML::Node& node, const std::string& field) {
+    if (static_cast<int64_t>(layers->size()) >= kMaxLayers) {
+      return reader.FieldError(node, field, fmt::format("the model expands to more than {} layers; lower the repeat counts", kMaxLayers));
+    }
+    Layer layer;
+    Status st = InferLayer(type, attrs, shape, dtype, &layer);
+    if (!st.ok()) {
+      std::string where = node.IsDefined() ? reader.Where(node) : reader.path();
+      return Status::InvalidArgument(fmt::format("{}: field '{}' ({}): {}", where, field, type, st.message()));
+    }
+    layer.name = name.empty() ? fmt::format("{}{}", type, layers->size()) : name;
+    for (const auto& other : *layers) {
+      if (other.name == layer.name) {
+        return reader.FieldError(node, field + ".name", "duplicate layer name '" + layer.name + "'; names must be unique");
+      }
+    }
+    layer.source_line = line;
+    shape = layer.out_shape;
+    layers->push_back(std::move(layer));
+    return Status::OK();
+  }
+
+  Status ParseList(const YAML::Node& list, const std::string& field, const std::string& name_prefix) {
+    PLANNER_RETURN_IF_ERROR(reader.RequireSequence(list, field));
+    if (list.size() == 0) return reader.FieldError(list, field, "the list is empty; add at least one layer");
+    for (size_t i = 0; i < list.size(); ++i) {
+      const YAML::Node& item = list[i];
+      std::string f = fmt::format("{}[{}]", field, i);
+      PLANNER_RETURN_IF_ERROR(reader.RequireMap(item, f));
+      if (item["repeat"].IsDefined()) {
+        PLANNER_RETURN_IF_ERROR(reader.CheckKeys(item, f, {"repeat", "layers", "name"}));
+        int64_t count = 0;
+        PLANNER_RETURN_IF_ERROR(reader.GetInt(item, "repeat", f + ".repeat", &count, true, 1));
+        if (count > kMaxLayers) return reader.FieldError(item["repeat"], f + ".repeat", fmt::format("must be at most {}", kMaxLayers));
+        if (++depth > 8) return reader.FieldError(item, f, "repeat blocks nest more than 8 deep");
+        std::string block_name;
+        PLANNER_RETURN_IF_ERROR(reader.GetString(item, "name", f + ".name", &block_name, false));
+        if (!item["layers"].IsDefined()) return reader.FieldError(item, f, "a repeat block needs 'layers:'");
+        for (int64_t r = 0; r < count; ++r) {
+          std::string prefix = name_prefix + (block_name.empty() ? "block" : block_name) + std::to_string(r) + ".";
+          PLANNER_RETURN_IF_ERROR(ParseList(item["layers"], f + ".layers", prefix));
+        }
+        --depth;
+        continue;
+      }
+      std::string type;
+      PLANNER_RETURN_IF_ERROR(reader.GetString(item, "type", f + ".type", &type, true));
+      const LayerTypeInfo* info = FindLayerType(type);
+      if (info == nullptr) {
+        std::vector<std::string> names;
+        for (const auto& t : LayerTypes()) names.push_back(t.name);
+        std::string hint = DidYouMeanOrList(type, names);
+        return reader.FieldError(item["type"], f + ".type", "unknown layer type '" + type + "'" + hint);
+      }
+      std::vector<std::string> allowed = {"type", "name"};
+      for (const auto& k : info->int_keys) allowed.push_back(k);
+      for (const auto& k : info->bool_keys) allowed.push_back(k);
+      if (info->has_probability) allowed.push_back("p");
+      PLANNER_RETURN_IF_ERROR(reader.CheckKeys(item, f, allowed));
+      LayerAttrs attrs;
+      for (const auto& k : info->int_keys) {
+        bool required = std::find(info->required.begin(), info->required.end(), k) != info->required.end();
+        int64_t v = 0;
+        int64_t min_value = (k == "padding") ? 0 : 1;
+        if (item[k].IsDefined() || required) {
+          PLANNER_RETURN_IF_ERROR(reader.GetInt(item, k, f + "." + k, &v, required, min_value));
+          attrs.ints[k] = v;
+        }
+      }
+      for (const auto& k : info->bool_keys) {
+        if (item[k].IsDefined()) {
+          bool b = false;
+          PLANNER_RETURN_IF_ERROR(reader.GetBool(item, k, f + "." + k, &b, false));
+          attrs.bools[k] = b;
+        }
+      }
+      if (info->has_probability && item["p"].IsDefined()) {
+        PLANNER_RETURN_IF_ERROR(reader.GetDouble(item, "p", f + ".p", &attrs.probability, false, 0.0, false));
+        if (attrs.probability >= 1.0) return reader.FieldError(item["p"], f + ".p", "must be below 1");
+      }
+      std::string name;
+      PLANNER_RETURN_IF_ERROR(reader.GetString(item, "name", f + ".name", &name, false));
+      if (!name.empty()) name = name_prefix + name;
+      else if (!name_prefix.empty()) name = name_prefix + type + std::to_string(i);
+      PLANNER_RETURN_IF_ERROR(AddLayer(type, attrs, name, item.Mark().line + 1, item, f));
+    }
+    return Status::OK();
+  }
+
+  static std::string DidYouMeanOrList(const std::string& word, const std::vector<std::string>& names) {
+    std::string hint = DidYouMean(word, names);
+    if (!hint.empty()) return hint;
+    std::string list;
+    for (const auto& n : names) list += (list.empty() ? "" : ", ") + n;
+    return "; known types: " + list;
+  }
+};
+
+}  // namespace
+
+Status BuildGptModel(const GptConfig& g, DType dtype, ModelSpec* out) {
+  out->is_gpt = true;
+  out->gpt = g;
+  out->dtype = dtype;
+  out->input_shape = {g.seq};
+  out->layers.clear();
+  YamlReader reader(out->path.empty() ? "(gpt template)" : out->path);
+  Builder b{reader, dtype, &out->layers, out->input_shape};
+  YAML::Node none;
+  auto add = [&](const std::string& type, LayerAttrs attrs, const std::string& name) {
+    return b.AddLayer(type, attrs, name, 0, none, "gpt");
+  };
+  LayerAttrs emb;
+  emb.ints = {{"vocab", g.vocab}, {"hidden", g.hidden}, {"positions", g.seq}};
+  PLANNER_RETURN_IF_ERROR(add("embedding", emb, "embedding"));
+  LayerAttrs blk;
+  blk.ints = {{"heads", g.heads}, {"ffn", g.ffn > 0 ? g.ffn : 4 * g.hidden}};
+  for (int64_t i = 0; i < g.layers; ++i) PLANNER_RETURN_IF_ERROR(add("transformer_block", blk, fmt::format("block{}", i)));
+  PLANNER_RETURN_IF_ERROR(add("layernorm", LayerAttrs{}, "final_layernorm"));
+  LayerAttrs head;
+  head.ints = {{"vocab", g.vocab}};
+  head.bools = {{"tied", g.tie_embeddings}};
+  PLANNER_RETURN_IF_ERROR(add("lm_head", head, "lm_head"));
+  PLANNER_RETURN_IF_ERROR(add("loss", LayerAttrs{}, "loss"));
+  return Status::OK();
+}
+
+Status ParseModelSpec(const std::string& path, const std::string& text, ModelSpec* out) {
+  YAML::Node root;
+  PLANNER_RETURN_IF_ERROR(ParseYamlText(path, text, &root));
+  YamlReader r(path);
+  PLANNER_RETURN_IF_ERROR(r.CheckKeys(root, "", kTopKeys));
+  ModelSpec m;
+  m.path = path;
+  m.digest = DigestHex(text);
+  int64_t version = 1;
+  PLANNER_RETURN_IF_ERROR(r.GetInt(root, "format_version", "format_version", &version, false, 1));
+  if (version != 1) return r.FieldError(root["format_version"], "format_version", fmt::format("version {} is not supported; this planner reads version 1", version));
+  PLANNER_RETURN_IF_ERROR(r.GetString(root, "name", "name", &m.name, true));
+  std::string dtype = "fp16";
+  PLANNER_RETURN_IF_ERROR(r.GetEnum(root, "dtype", "dtype", {"fp32", "fp16", "bf16"}, &dtype, false));
+  ParseDType(dtype, &m.dtype);
+  PLANNER_RETURN_IF_ERROR(r.GetInt(root, "global_batch", "global_batch", &m.global_batch, true, 1));
+  bool has_gpt = root["gpt"].IsDefined(), has_layers = root["layers"].IsDefined();
+  if (has_gpt == has_layers) {
+    return r.FieldError(root, has_gpt ? "gpt" : "layers", "give exactly one of 'gpt:' (a template) or 'layers:' (an explicit list)");
+  }
+  if (has_gpt) {
+    const YAML::Node& g = root["gpt"];
+    PLANNER_RETURN_IF_ERROR(r.CheckKeys(g, "gpt", kGptKeys));
+    if (root["input"].IsDefined()) return r.FieldError(root["input"], "input", "a gpt template takes its input from gpt.seq; remove 'input:'");
+    GptConfig c;
+    PLANNER_RETURN_IF_ERROR(r.GetInt(g, "layers", "gpt.layers", &c.layers, true, 1));
+    PLANNER_RETURN_IF_ERROR(r.GetInt(g, "hidden", "gpt.hidden", &c.hidden, true, 1));
+    PLANNER_RETURN_IF_ERROR(r.GetInt(g, "heads", "gpt.heads", &c.heads, true, 1));
+    PLANNER_RETURN_IF_ERROR(r.GetInt(g, "seq", "gpt.seq", &c.seq, true, 1));
+    PLANNER_RETURN_IF_ERROR(r.GetInt(g, "vocab", "gpt.vocab", &c.vocab, true, 1));
+    PLANNER_RETURN_IF_ERROR(r.GetInt(g, "ffn", "gpt.ffn", &c.ffn, false, 1));
+    PLANNER_RETURN_IF_ERROR(r.GetBool(g, "tie_embeddings", "gpt.tie_embeddings", &c.tie_embeddings, false));
+    if (c.layers > kMaxLayers) return r.FieldError(g["layers"], "gpt.layers", fmt::format("must be at most {}", kMaxLayers));
+    if (c.hidden % c.heads != 0) {
+      return r.FieldError(g["heads"], "gpt.heads", fmt::format("heads ({}) must divide hidden ({})", c.heads, c.hidden));
+    }
+    PLANNER_RETURN_IF_ERROR(BuildGptModel(c, m.dtype, &m));
+  } else {
+    PLANNER_RETURN_IF_ERROR(r.GetIntList(root, "input", "input", &m.input_shape, true, 1));
+    if (m.input_shape.empty()) return r.FieldError(root["input"], "input", "must list at least one dimension");
+    Builder b{r, m.dtype, &m.layers, m.input_shape};
+    PLANNER_RETURN_IF_ERROR(b.ParseList(root["layers"], "layers", ""));
+  }
+  *out = std::move(m);
+  return Status::OK();
+}
+
+Status LoadModelSpec(const std::string& path, ModelSpec* out) {
+  YAML::Node unused;
+  std::string text;
+  PLANNER_RETURN_IF_ERROR(LoadYamlFile(path, &unused, &text));
+  return ParseModelSpec(path, text, out);
+}
+
+}  // namespace planner

@@ -1,0 +1,55 @@
+// ModelSpec: a model as the planner sees it: a chain of layers with inferred
+// shapes and analytic per-sample costs, read from model.yaml (format in
+// docs/formats.md). Either a `gpt:` template (Megatron-LM GPT) or an explicit
+// `layers:` list with `repeat:` blocks. Plain value type.
+#pragma once
+
+#include <cstdint>
+#include <string>
+#include <vector>
+
+#include "common/status.h"
+#include "spec/layer.h"
+
+namespace planner {
+
+struct GptConfig {
+  int64_t layers = 0, hidden = 0, heads = 0, seq = 0, vocab = 0, ffn = 0;
+  bool tie_embeddings = true;
+};
+
+struct ModelSpec {
+  std::string name;
+  std::string path;                 // file it was read from ("" when built in code)
+  std::string digest;               // DigestHex of the file contents
+  DType dtype = DType::kFp16;
+  int64_t global_batch = 0;         // samples (sequences / images) per iteration
+  std::vector<int64_t> input_shape; // per sample
+  bool is_gpt = false;
+  GptConfig gpt;                    // valid when is_gpt
+  std::vector<Layer> layers;
+
+  // Sum of params over layers, counting tied weights once.
+  double TotalParams() const;
+  // FLOPs of one training iteration of `batch` samples: forward + backward,
+  // plus one more forward of every recomputed layer when `full_recompute`
+  // (the Megatron eq. (3) convention: the lm_head is not recomputed).
+  double IterationFlops(double batch, bool full_recompute) const;
+};
+
+// Reads and validates a model file. InvalidArgument / NotFound with
+// "file:line: field '...': ..." messages on any problem.
+Status LoadModelSpec(const std::string& path, ModelSpec* out);
+// Same, from text (tests, fuzzing); `path` names it in messages.
+Status ParseModelSpec(const std::string& path, const std::string& text, ModelSpec* out);
+// Builds the layer list of a GPT (embedding, blocks, final layernorm, lm_head, loss).
+Status BuildGptModel(const GptConfig& gpt, DType dtype, ModelSpec* out);
+
+// Megatron-LM SC'21 eq. (2): P = 12 l h^2 (1 + 13/(12h) + (V+s)/(12 l h)).
+double MegatronParamCount(const GptConfig& gpt);
+// Megatron-LM SC'21 eq. (3): F = 96 B s l h^2 (1 + s/(6h) + V/(16 l h)) (full recompute).
+double MegatronFlopsPerIteration(const GptConfig& gpt, double batch);
+// Korthikanti eq. (7): model FLOPs without recompute, 72 B s l h^2 (1 + s/(6h) + V/(12 l h)).
+double ModelFlopsPerIteration(const GptConfig& gpt, double batch);
+
+}  // namespace planner

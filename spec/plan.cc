@@ -1,0 +1,331 @@
+#include "spec/plan.h"
+
+#include <cmath>
+
+#include <fmt/format.h>
+#include <yaml-cpp/yaml.h>
+
+#include "spec/yaml_reader.h"
+
+namespace planner {
+
+std::string Plan::ParallelString() const { return fmt::format("{}-{}-{}", tp, pp, dp); }
+
+namespace {
+
+// A small ordered tree that both emitters walk; numbers keep their type so
+// JSON gets numbers and YAML gets plain scalars.
+struct Tree {
+  enum Kind { kMap, kList, kString, kNumber, kInt, kBool } kind = kMap;
+  std::string s;
+  double d = 0;
+  int64_t i = 0;
+  std::vector<std::pair<std::string, Tree>> map;
+  std::vector<Tree> list;
+
+  static Tree Str(std::string v) { Tree t; t.kind = kString; t.s = std::move(v); return t; }
+  static Tree Num(double v) { Tree t; t.kind = kNumber; t.d = v; return t; }
+  static Tree Int(int64_t v) { Tree t; t.kind = kInt; t.i = v; return t; }
+  static Tree List() { Tree t; t.kind = kList; return t; }
+  Tree& Add(std::string key, Tree v) { map.emplace_back(std::move(key), std::move(v)); return map.back().second; }
+};
+
+std::string NumText(double v) {
+  if (!std::isfinite(v)) return "0";
+  return fmt::format("{:.10g}", v);
+}
+
+void EmitYaml(const Tree& t, YAML::Emitter& e) {
+  switch (t.kind) {
+    case Tree::kMap:
+      e << YAML::BeginMap;
+      for (const auto& [k, v] : t.map) {
+        e << YAML::Key << k << YAML::Value;
+        EmitYaml(v, e);
+      }
+      e << YAML::EndMap;
+      break;
+    case Tree::kList:
+      e << YAML::BeginSeq;
+      for (const auto& v : t.list) EmitYaml(v, e);
+      e << YAML::EndSeq;
+      break;
+    case Tree::kString: e << YAML::DoubleQuoted << t.s; break;
+    case Tree::kNumber: e << NumText(t.d); break;
+    case Tree::kInt: e << t.i; break;
+    case Tree::kBool: e << (t.i != 0); break;
+  }
+}
+
+std::string JsonEscape(const std::string& s) {
+  std::string o = "\"";
+  for (unsigned char c : s) {
+    if (c == '"' || c == '\\') { o += '\\'; o += static_cast<char>(c); }
+    else if (c == '\n') o += "\\n";
+    else if (c < 0x20) o += fmt::format("\\u{:04x}", c);
+    else o += static_cast<char>(c);
+  }
+  return o + "\"";
+}
+
+void EmitJson(const Tree& t, std::string& o, int indent) {
+  std::string pad(static_cast<size_t>(indent) * 2, ' ');
+  std::string pad2(static_cast<size_t>(indent + 1) * 2, ' ');
+  switch (t.kind) {
+    case Tree::kMap:
+      o += "{\n";
+      for (size_t k = 0; k < t.map.size(); ++k) {
+        o += pad2 + JsonEscape(t.map[k].first) + ": ";
+        EmitJson(t.map[k].second, o, indent + 1);
+        o += k + 1 < t.map.size() ? ",\n" : "\n";
+      }
+      o += pad + "}";
+      break;
+    case Tree::kList:
+      if (t.list.empty()) { o += "[]"; break; }
+      o += "[\n";
+      for (size_t k = 0; k < t.list.size(); ++k) {
+        o += pad2;
+        EmitJson(t.list[k], o, indent + 1);
+        o += k + 1 < t.list.size() ? ",\n" : "\n";
+      }
+      o += pad + "]";
+      break;
+    case Tree::kString: o += JsonEscape(t.s); break;
+    case Tree::kNumber: o += NumText(t.d); break;
+    case Tree::kInt: o += std::to_string(t.i); break;
+    case Tree::kBool: o += t.i ? "true" : "false"; break;
+  }
+}
+
+Tree SummaryTree(const PlanSummary& s) {
+  Tree t;
+  t.Add("config", Tree::Str(s.config));
+  t.Add("tp", Tree::Int(s.tp));
+  t.Add("pp", Tree::Int(s.pp));
+  t.Add("dp", Tree::Int(s.dp));
+  t.Add("microbatch_size", Tree::Int(s.microbatch_size));
+  t.Add("num_microbatches", Tree::Int(s.num_microbatches));
+  t.Add("schedule", Tree::Str(s.schedule));
+  t.Add("interleave", Tree::Int(s.interleave));
+  t.Add("recompute", Tree::Str(s.recompute));
+  t.Add("zero_stage", Tree::Int(s.zero_stage));
+  t.Add("iteration_seconds", Tree::Num(s.iteration_s));
+  t.Add("samples_per_second", Tree::Num(s.samples_per_second));
+  t.Add("peak_memory_GiB", Tree::Num(s.peak_memory_bytes / (1024.0 * 1024 * 1024)));
+  t.Add("why_lost", Tree::Str(s.why_lost));
+  return t;
+}
+
+Tree PlanTree(const Plan& p) {
+  constexpr double kGiB = 1024.0 * 1024 * 1024;
+  Tree t;
+  t.Add("format_version", Tree::Int(1));
+  t.Add("mode", Tree::Str(p.mode));
+  Tree& in = t.Add("inputs", Tree());
+  in.Add("model", Tree::Str(p.model_name));
+  in.Add("model_path", Tree::Str(p.model_path));
+  in.Add("model_digest", Tree::Str(p.model_digest));
+  in.Add("cluster", Tree::Str(p.cluster_name));
+  in.Add("cluster_path", Tree::Str(p.cluster_path));
+  in.Add("cluster_digest", Tree::Str(p.cluster_digest));
+  in.Add("profile_path", Tree::Str(p.profile_path));
+  in.Add("profile_digest", Tree::Str(p.profile_digest));
+  in.Add("cost_source", Tree::Str(p.cost_source));
+  in.Add("dtype", Tree::Str(p.dtype));
+  in.Add("gpus", Tree::Int(p.gpus));
+  in.Add("global_batch", Tree::Int(p.global_batch));
+  in.Add("usable_memory_GiB", Tree::Num(p.usable_memory_bytes / kGiB));
+  t.Add("config", Tree::Str(p.config));
+  t.Add("parallel", Tree::Str(p.ParallelString()));
+  t.Add("gpus_used", Tree::Int(p.gpus_used));
+  t.Add("tp", Tree::Int(p.tp));
+  t.Add("pp", Tree::Int(p.pp));
+  t.Add("dp", Tree::Int(p.dp));
+  t.Add("microbatch_size", Tree::Int(p.microbatch_size));
+  t.Add("num_microbatches", Tree::Int(p.num_microbatches));
+  t.Add("schedule", Tree::Str(p.schedule));
+  t.Add("interleave", Tree::Int(p.interleave));
+  t.Add("recompute", Tree::Str(p.recompute));
+  t.Add("zero_stage", Tree::Int(p.zero_stage));
+  Tree stages = Tree::List();
+  for (const auto& s : p.stages) {
+    Tree st;
+    st.Add("first_layer", Tree::Int(s.first_layer));
+    st.Add("last_layer", Tree::Int(s.last_layer));
+    st.Add("first_layer_name", Tree::Str(s.first_layer_name));
+    st.Add("last_layer_name", Tree::Str(s.last_layer_name));
+    st.Add("replicas", Tree::Int(s.replicas));
+    st.Add("tp", Tree::Int(s.tp));
+    st.Add("chunk", Tree::Int(s.chunk));
+    st.Add("device_offset", Tree::Int(s.device_offset));
+    Tree devs = Tree::List();
+    for (int64_t d : s.devices) devs.list.push_back(Tree::Int(d));
+    st.Add("devices", devs);
+    st.Add("forward_seconds", Tree::Num(s.forward_s));
+    st.Add("backward_input_seconds", Tree::Num(s.backward_input_s));
+    st.Add("backward_weight_seconds", Tree::Num(s.backward_weight_s));
+    st.Add("tp_comm_seconds", Tree::Num(s.tp_comm_s));
+    st.Add("p2p_seconds", Tree::Num(s.p2p_s));
+    st.Add("dp_allreduce_seconds", Tree::Num(s.dp_allreduce_s));
+    st.Add("in_flight_microbatches", Tree::Int(s.in_flight));
+    st.Add("weights_GiB", Tree::Num(s.weights_bytes / kGiB));
+    st.Add("optimizer_GiB", Tree::Num(s.optimizer_bytes / kGiB));
+    st.Add("activations_GiB", Tree::Num(s.activations_bytes / kGiB));
+    st.Add("peak_memory_GiB", Tree::Num(s.peak_memory_bytes / kGiB));
+    stages.list.push_back(std::move(st));
+  }
+  t.Add("stages", stages);
+  Tree& pr = t.Add("predicted", Tree());
+  pr.Add("iteration_seconds", Tree::Num(p.predicted.iteration_s));
+  pr.Add("samples_per_second", Tree::Num(p.predicted.samples_per_second));
+  pr.Add("tflops_per_gpu", Tree::Num(p.predicted.tflops_per_gpu));
+  pr.Add("mfu", Tree::Num(p.predicted.mfu));
+  pr.Add("bubble_fraction", Tree::Num(p.predicted.bubble_fraction));
+  pr.Add("pipeline_seconds", Tree::Num(p.predicted.pipeline_s));
+  pr.Add("dp_allreduce_seconds", Tree::Num(p.predicted.dp_allreduce_s));
+  pr.Add("optimizer_seconds", Tree::Num(p.predicted.optimizer_s));
+  pr.Add("peak_memory_GiB", Tree::Num(p.predicted.peak_memory_bytes / kGiB));
+  Tree ru = Tree::List();
+  for (const auto& s : p.runners_up) ru.list.push_back(SummaryTree(s));
+  t.Add("runners_up", ru);
+  Tree notes = Tree::List();
+  for (const auto& n : p.notes) notes.list.push_back(Tree::Str(n));
+  t.Add("notes", notes);
+  return t;
+}
+
+}  // namespace
+
+std::string PlanToYaml(const Plan& plan) {
+  YAML::Emitter e;
+  EmitYaml(PlanTree(plan), e);
+  return std::string(e.c_str()) + "\n";
+}
+
+std::string PlanToJson(const Plan& plan) {
+  std::string o;
+  EmitJson(PlanTree(plan), o, 0);
+  return o + "\n";
+}
+
+Status ParsePlan(const std::string& path, const std::string& text, Plan* out) {
+  constexpr double kGiB = 1024.0 * 1024 * 1024;
+  YAML::Node root;
+  PLANNER_RETURN_IF_ERROR(ParseYamlText(path, text, &root));
+  YamlReader r(path);
+  PLANNER_RETURN_IF_ERROR(r.RequireMap(root, "(top level)"));
+  int64_t version = 0;
+  PLANNER_RETURN_IF_ERROR(r.GetInt(root, "format_version", "format_version", &version, true, 1));
+  if (version != 1) return r.FieldError(root["format_version"], "format_version", fmt::format("version {} is not supported; this planner reads version 1", version));
+  Plan p;
+  PLANNER_RETURN_IF_ERROR(r.GetString(root, "mode", "mode", &p.mode, true));
+  const YAML::Node& in = root["inputs"];
+  if (!in.IsDefined()) return r.FieldError(root, "inputs", "missing required field; is this a plan.yaml written by planner solve?");
+  PLANNER_RETURN_IF_ERROR(r.RequireMap(in, "inputs"));
+  PLANNER_RETURN_IF_ERROR(r.GetString(in, "model", "inputs.model", &p.model_name, true));
+  PLANNER_RETURN_IF_ERROR(r.GetString(in, "model_path", "inputs.model_path", &p.model_path, false));
+  PLANNER_RETURN_IF_ERROR(r.GetString(in, "model_digest", "inputs.model_digest", &p.model_digest, false));
+  PLANNER_RETURN_IF_ERROR(r.GetString(in, "cluster", "inputs.cluster", &p.cluster_name, false));
+  PLANNER_RETURN_IF_ERROR(r.GetString(in, "cluster_path", "inputs.cluster_path", &p.cluster_path, false));
+  PLANNER_RETURN_IF_ERROR(r.GetString(in, "cluster_digest", "inputs.cluster_digest", &p.cluster_digest, false));
+  PLANNER_RETURN_IF_ERROR(r.GetString(in, "profile_path", "inputs.profile_path", &p.profile_path, false));
+  PLANNER_RETURN_IF_ERROR(r.GetString(in, "profile_digest", "inputs.profile_digest", &p.profile_digest, false));
+  PLANNER_RETURN_IF_ERROR(r.GetString(in, "cost_source", "inputs.cost_source", &p.cost_source, false));
+  PLANNER_RETURN_IF_ERROR(r.GetString(in, "dtype", "inputs.dtype", &p.dtype, false));
+  PLANNER_RETURN_IF_ERROR(r.GetInt(in, "gpus", "inputs.gpus", &p.gpus, true, 1));
+  PLANNER_RETURN_IF_ERROR(r.GetInt(in, "global_batch", "inputs.global_batch", &p.global_batch, true, 1));
+  double usable = 0;
+  PLANNER_RETURN_IF_ERROR(r.GetDouble(in, "usable_memory_GiB", "inputs.usable_memory_GiB", &usable, false, 0, false));
+  p.usable_memory_bytes = usable * kGiB;
+  PLANNER_RETURN_IF_ERROR(r.GetString(root, "config", "config", &p.config, true));
+  PLANNER_RETURN_IF_ERROR(r.GetInt(root, "gpus_used", "gpus_used", &p.gpus_used, true, 1));
+  PLANNER_RETURN_IF_ERROR(r.GetInt(root, "tp", "tp", &p.tp, true, 1));
+  PLANNER_RETURN_IF_ERROR(r.GetInt(root, "pp", "pp", &p.pp, true, 1));
+  PLANNER_RETURN_IF_ERROR(r.GetInt(root, "dp", "dp", &p.dp, true, 1));
+  PLANNER_RETURN_IF_ERROR(r.GetInt(root, "microbatch_size", "microbatch_size", &p.microbatch_size, true, 1));
+  PLANNER_RETURN_IF_ERROR(r.GetInt(root, "num_microbatches", "num_microbatches", &p.num_microbatches, true, 1));
+  PLANNER_RETURN_IF_ERROR(r.GetEnum(root, "schedule", "schedule", {"gpipe", "1f1b", "interleaved", "zb-h1", "pipedream"}, &p.schedule, true));
+  PLANNER_RETURN_IF_ERROR(r.GetInt(root, "interleave", "interleave", &p.interleave, true, 1));
+  PLANNER_RETURN_IF_ERROR(r.GetEnum(root, "recompute", "recompute", {"none", "selective", "full"}, &p.recompute, true));
+  PLANNER_RETURN_IF_ERROR(r.GetInt(root, "zero_stage", "zero_stage", &p.zero_stage, false, 0));
+  const YAML::Node& stages = root["stages"];
+  if (!stages.IsDefined()) return r.FieldError(root, "stages", "missing required field");
+  PLANNER_RETURN_IF_ERROR(r.RequireSequence(stages, "stages"));
+  if (stages.size() == 0) return r.FieldError(stages, "stages", "a plan has at least one stage");
+  for (size_t i = 0; i < stages.size(); ++i) {
+    std::string f = fmt::format("stages[{}]", i);
+    const YAML::Node& n = stages[i];
+    PLANNER_RETURN_IF_ERROR(r.RequireMap(n, f));
+    PlanStage s;
+    double gib = 0;
+    PLANNER_RETURN_IF_ERROR(r.GetInt(n, "first_layer", f + ".first_layer", &s.first_layer, true, 0));
+    PLANNER_RETURN_IF_ERROR(r.GetInt(n, "last_layer", f + ".last_layer", &s.last_layer, true, 0));
+    if (s.last_layer < s.first_layer) return r.FieldError(n, f + ".last_layer", "must not be before first_layer");
+    PLANNER_RETURN_IF_ERROR(r.GetString(n, "first_layer_name", f + ".first_layer_name", &s.first_layer_name, false));
+    PLANNER_RETURN_IF_ERROR(r.GetString(n, "last_layer_name", f + ".last_layer_name", &s.last_layer_name, false));
+    PLANNER_RETURN_IF_ERROR(r.GetInt(n, "replicas", f + ".replicas", &s.replicas, true, 1));
+    PLANNER_RETURN_IF_ERROR(r.GetInt(n, "tp", f + ".tp", &s.tp, true, 1));
+    PLANNER_RETURN_IF_ERROR(r.GetInt(n, "chunk", f + ".chunk", &s.chunk, false, 0));
+    PLANNER_RETURN_IF_ERROR(r.GetInt(n, "device_offset", f + ".device_offset", &s.device_offset, false, 0));
+    PLANNER_RETURN_IF_ERROR(r.GetIntList(n, "devices", f + ".devices", &s.devices, false, 0));
+    PLANNER_RETURN_IF_ERROR(r.GetDouble(n, "forward_seconds", f + ".forward_seconds", &s.forward_s, true, 0, false));
+    PLANNER_RETURN_IF_ERROR(r.GetDouble(n, "backward_input_seconds", f + ".backward_input_seconds", &s.backward_input_s, true, 0, false));
+    PLANNER_RETURN_IF_ERROR(r.GetDouble(n, "backward_weight_seconds", f + ".backward_weight_seconds", &s.backward_weight_s, true, 0, false));
+    PLANNER_RETURN_IF_ERROR(r.GetDouble(n, "tp_comm_seconds", f + ".tp_comm_seconds", &s.tp_comm_s, false, 0, false));
+    PLANNER_RETURN_IF_ERROR(r.GetDouble(n, "p2p_seconds", f + ".p2p_seconds", &s.p2p_s, false, 0, false));
+    PLANNER_RETURN_IF_ERROR(r.GetDouble(n, "dp_allreduce_seconds", f + ".dp_allreduce_seconds", &s.dp_allreduce_s, false, 0, false));
+    PLANNER_RETURN_IF_ERROR(r.GetInt(n, "in_flight_microbatches", f + ".in_flight_microbatches", &s.in_flight, false, 0));
+    PLANNER_RETURN_IF_ERROR(r.GetDouble(n, "weights_GiB", f + ".weights_GiB", &gib, false, 0, false)); s.weights_bytes = gib * kGiB;
+    PLANNER_RETURN_IF_ERROR(r.GetDouble(n, "optimizer_GiB", f + ".optimizer_GiB", &gib, false, 0, false)); s.optimizer_bytes = gib * kGiB;
+    PLANNER_RETURN_IF_ERROR(r.GetDouble(n, "activations_GiB", f + ".activations_GiB", &gib, false, 0, false)); s.activations_bytes = gib * kGiB;
+    gib = 0;
+    PLANNER_RETURN_IF_ERROR(r.GetDouble(n, "peak_memory_GiB", f + ".peak_memory_GiB", &gib, false, 0, false)); s.peak_memory_bytes = gib * kGiB;
+    p.stages.push_back(std::move(s));
+  }
+  const YAML::Node& pr = root["predicted"];
+  if (!pr.IsDefined()) return r.FieldError(root, "predicted", "missing required field");
+  PLANNER_RETURN_IF_ERROR(r.RequireMap(pr, "predicted"));
+  double gib = 0;
+  PLANNER_RETURN_IF_ERROR(r.GetDouble(pr, "iteration_seconds", "predicted.iteration_seconds", &p.predicted.iteration_s, true, 0, false));
+  PLANNER_RETURN_IF_ERROR(r.GetDouble(pr, "samples_per_second", "predicted.samples_per_second", &p.predicted.samples_per_second, false, 0, false));
+  PLANNER_RETURN_IF_ERROR(r.GetDouble(pr, "tflops_per_gpu", "predicted.tflops_per_gpu", &p.predicted.tflops_per_gpu, false, 0, false));
+  PLANNER_RETURN_IF_ERROR(r.GetDouble(pr, "mfu", "predicted.mfu", &p.predicted.mfu, false, 0, false));
+  PLANNER_RETURN_IF_ERROR(r.GetDouble(pr, "bubble_fraction", "predicted.bubble_fraction", &p.predicted.bubble_fraction, false, 0, false));
+  PLANNER_RETURN_IF_ERROR(r.GetDouble(pr, "pipeline_seconds", "predicted.pipeline_seconds", &p.predicted.pipeline_s, false, 0, false));
+  PLANNER_RETURN_IF_ERROR(r.GetDouble(pr, "dp_allreduce_seconds", "predicted.dp_allreduce_seconds", &p.predicted.dp_allreduce_s, false, 0, false));
+  PLANNER_RETURN_IF_ERROR(r.GetDouble(pr, "optimizer_seconds", "predicted.optimizer_seconds", &p.predicted.optimizer_s, false, 0, false));
+  PLANNER_RETURN_IF_ERROR(r.GetDouble(pr, "peak_memory_GiB", "predicted.peak_memory_GiB", &gib, false, 0, false));
+  p.predicted.peak_memory_bytes = gib * kGiB;
+  const YAML::Node& ru = root["runners_up"];
+  if (ru.IsDefined() && ru.IsSequence()) {
+    for (size_t i = 0; i < ru.size(); ++i) {
+      std::string f = fmt::format("runners_up[{}]", i);
+      PlanSummary s;
+      PLANNER_RETURN_IF_ERROR(r.RequireMap(ru[i], f));
+      PLANNER_RETURN_IF_ERROR(r.GetString(ru[i], "config", f + ".config", &s.config, false));
+      PLANNER_RETURN_IF_ERROR(r.GetInt(ru[i], "tp", f + ".tp", &s.tp, false, 1));
+      PLANNER_RETURN_IF_ERROR(r.GetInt(ru[i], "pp", f + ".pp", &s.pp, false, 1));
+      PLANNER_RETURN_IF_ERROR(r.GetInt(ru[i], "dp", f + ".dp", &s.dp, false, 1));
+      PLANNER_RETURN_IF_ERROR(r.GetInt(ru[i], "microbatch_size", f + ".microbatch_size", &s.microbatch_size, false, 1));
+      PLANNER_RETURN_IF_ERROR(r.GetInt(ru[i], "num_microbatches", f + ".num_microbatches", &s.num_microbatches, false, 1));
+      PLANNER_RETURN_IF_ERROR(r.GetString(ru[i], "schedule", f + ".schedule", &s.schedule, false));
+      PLANNER_RETURN_IF_ERROR(r.GetInt(ru[i], "interleave", f + ".interleave", &s.interleave, false, 1));
+      PLANNER_RETURN_IF_ERROR(r.GetString(ru[i], "recompute", f + ".recompute", &s.recompute, false));
+      PLANNER_RETURN_IF_ERROR(r.GetDouble(ru[i], "iteration_seconds", f + ".iteration_seconds", &s.iteration_s, false, 0, false));
+      PLANNER_RETURN_IF_ERROR(r.GetString(ru[i], "why_lost", f + ".why_lost", &s.why_lost, false));
+      p.runners_up.push_back(std::move(s));
+    }
+  }
+  *out = std::move(p);
+  return Status::OK();
+}
+
+Status LoadPlan(const std::string& path, Plan* out) {
+  YAML::Node unused;
+  std::string text;
+  PLANNER_RETURN_IF_ERROR(LoadYamlFile(path, &unused, &text));
+  return ParsePlan(path, text, out);
+}
+
+}  // namespace planner

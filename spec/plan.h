@@ -1,0 +1,89 @@
+// Plan: one parallelization of a model on a cluster, as chosen by the solver
+// and written to plan.yaml (docs/formats.md): the configuration, the stages
+// and the predictions, plus the runners-up with the reason each lost.
+// Plain value type.
+#pragma once
+
+#include <cstdint>
+#include <string>
+#include <vector>
+
+#include "common/status.h"
+
+namespace planner {
+
+struct PlanStage {
+  int64_t first_layer = 0;      // index into the model's (or profile's) layer list
+  int64_t last_layer = 0;       // inclusive
+  std::string first_layer_name;
+  std::string last_layer_name;
+  int64_t replicas = 1;         // data-parallel width of this stage
+  int64_t tp = 1;
+  int64_t device_offset = 0;    // first device (rank) of this stage's first replica
+  std::vector<int64_t> devices; // all devices of the stage
+  int64_t chunk = 0;            // interleaved: model chunk index on its device
+  // Per microbatch on one device of the stage (seconds).
+  double forward_s = 0;
+  double backward_input_s = 0;
+  double backward_weight_s = 0;
+  double tp_comm_s = 0;         // exposed tensor-parallel all-reduces (inside forward/backward above)
+  double p2p_s = 0;             // send of this stage's output activation to the next stage
+  double dp_allreduce_s = 0;    // per iteration, gradient all-reduce of the replica group
+  double peak_memory_bytes = 0;
+  double weights_bytes = 0, optimizer_bytes = 0, activations_bytes = 0;
+  int64_t in_flight = 0;        // microbatches whose activations are held at the peak
+};
+
+struct PlanPredicted {
+  double iteration_s = 0;
+  double samples_per_second = 0;
+  double tflops_per_gpu = 0;    // hardware FLOPs (Megatron eq. (3) convention when recompute)
+  double mfu = 0;               // model FLOPs (no recompute) / (GPUs x peak x time)
+  double bubble_fraction = 0;   // idle share of the pipeline part of the iteration
+  double pipeline_s = 0;        // makespan of the schedule
+  double dp_allreduce_s = 0;    // exposed data-parallel time
+  double optimizer_s = 0;
+  double peak_memory_bytes = 0; // max over stages
+};
+
+struct PlanSummary {
+  std::string config;
+  int64_t tp = 1, pp = 1, dp = 1, microbatch_size = 1, num_microbatches = 1, interleave = 1, zero_stage = 0;
+  std::string schedule, recompute;
+  double iteration_s = 0, samples_per_second = 0, peak_memory_bytes = 0;
+  std::string why_lost;
+};
+
+struct Plan {
+  std::string mode = "auto";    // "auto" | "pipedream"
+  std::string model_name, model_path, model_digest;
+  std::string cluster_name, cluster_path, cluster_digest;
+  std::string profile_path, profile_digest;
+  std::string cost_source;      // "analytic" | "profile"
+  std::string dtype;
+  int64_t gpus = 0;             // GPUs given to the solver
+  int64_t gpus_used = 0;
+  int64_t global_batch = 0;
+  std::string config;           // "2-1-1": replicas per stage; "tp8-pp8-dp16" style lives in tp/pp/dp
+  int64_t tp = 1, pp = 1, dp = 1;
+  int64_t microbatch_size = 1, num_microbatches = 1;
+  std::string schedule;         // gpipe | 1f1b | interleaved | zb-h1 | pipedream
+  int64_t interleave = 1;
+  std::string recompute = "none";  // none | selective | full
+  int64_t zero_stage = 0;
+  double usable_memory_bytes = 0;
+  std::vector<PlanStage> stages;  // in pipeline order (interleaved: virtual stages)
+  PlanPredicted predicted;
+  std::vector<PlanSummary> runners_up;
+  std::vector<std::string> notes;  // assumptions the prediction rests on
+
+  // "8-8-16" style: tp-pp-dp.
+  std::string ParallelString() const;
+};
+
+std::string PlanToYaml(const Plan& plan);
+std::string PlanToJson(const Plan& plan);
+Status LoadPlan(const std::string& path, Plan* out);
+Status ParsePlan(const std::string& path, const std::string& text, Plan* out);
+
+}  // namespace planner

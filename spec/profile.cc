@@ -1,0 +1,199 @@
+#include "spec/profile.h"
+
+#include <cmath>
+#include <cstdlib>
+#include <map>
+
+#include <fmt/format.h>
+
+#include "common/digest.h"
+#include "spec/yaml_reader.h"
+
+namespace planner {
+
+int Profile::FindLayer(const std::string& name) const {
+  for (size_t i = 0; i < layers.size(); ++i) {
+    if (layers[i].name == name) return static_cast<int>(i);
+  }
+  return -1;
+}
+
+bool Profile::TimingAt(size_t i, int64_t microbatch, int64_t tp, ProfileTiming* out) const {
+  const ProfileTiming* best = nullptr;
+  for (const auto& t : layers[i].timings) {
+    if (t.tp != tp) continue;
+    if (best == nullptr || std::llabs(t.microbatch - microbatch) < std::llabs(best->microbatch - microbatch)) best = &t;
+  }
+  if (best == nullptr) return false;
+  *out = *best;
+  if (best->microbatch != microbatch) {
+    // Linear in the microbatch size: an estimate, reported as such by the solver.
+    double f = static_cast<double>(microbatch) / static_cast<double>(best->microbatch);
+    out->microbatch = microbatch;
+    out->forward_s *= f;
+    out->backward_s *= f;
+    if (out->backward_input_s >= 0) out->backward_input_s *= f;
+    if (out->backward_weight_s >= 0) out->backward_weight_s *= f;
+    out->forward_spread_s *= f;
+    out->backward_spread_s *= f;
+  }
+  return true;
+}
+
+namespace {
+std::string Num(double v) { return fmt::format("{:.17g}", v); }
+std::string Quote(const std::string& s) {
+  YAML::Emitter e;
+  e << YAML::DoubleQuoted << s;
+  return e.c_str();
+}
+}  // namespace
+
+std::string ProfileToYaml(const Profile& p) {
+  std::string o;
+  o += "format_version: 1\n";
+  o += "model: " + Quote(p.model) + "\n";
+  o += "dtype: " + p.dtype + "\n";
+  o += "device: " + Quote(p.device) + "\n";
+  o += "backend: " + Quote(p.backend) + "\n";
+  o += "tool: " + Quote(p.tool) + "\n";
+  o += "command: " + Quote(p.command) + "\n";
+  o += "date: " + Quote(p.date) + "\n";
+  o += fmt::format("threads: {}\n", p.threads);
+  o += fmt::format("reference_microbatch: {}\n", p.reference_microbatch);
+  o += "layers:\n";
+  for (const auto& l : p.layers) {
+    o += "  - name: " + Quote(l.name) + "\n";
+    if (!l.desc.empty()) o += "    desc: " + Quote(l.desc) + "\n";
+    o += "    inputs: [";
+    for (size_t i = 0; i < l.inputs.size(); ++i) o += (i ? ", " : "") + Quote(l.inputs[i]);
+    o += "]\n";
+    o += "    params_bytes: " + Num(l.params_bytes) + "\n";
+    o += "    output_bytes: " + Num(l.output_bytes) + "\n";
+    o += "    stash_bytes: " + Num(l.stash_bytes) + "\n";
+    o += "    timings:\n";
+    for (const auto& t : l.timings) {
+      o += fmt::format("      - {{microbatch: {}, tp: {}, forward_s: {}, backward_s: {}", t.microbatch, t.tp,
+                       Num(t.forward_s), Num(t.backward_s));
+      if (t.backward_input_s >= 0) o += ", backward_input_s: " + Num(t.backward_input_s);
+      if (t.backward_weight_s >= 0) o += ", backward_weight_s: " + Num(t.backward_weight_s);
+      o += ", forward_spread_s: " + Num(t.forward_spread_s) + ", backward_spread_s: " + Num(t.backward_spread_s) + "}\n";
+    }
+  }
+  return o;
+}
+
+Status ParseProfile(const std::string& path, const std::string& text, Profile* out) {
+  YAML::Node root;
+  PLANNER_RETURN_IF_ERROR(ParseYamlText(path, text, &root));
+  YamlReader r(path);
+  PLANNER_RETURN_IF_ERROR(r.CheckKeys(root, "", {"format_version", "model", "dtype", "device", "backend", "tool", "command",
+                                                 "date", "threads", "reference_microbatch", "layers", "comm"}));
+  Profile p;
+  p.path = path;
+  p.digest = DigestHex(text);
+  int64_t version = 1;
+  PLANNER_RETURN_IF_ERROR(r.GetInt(root, "format_version", "format_version", &version, true, 1));
+  if (version != 1) return r.FieldError(root["format_version"], "format_version", fmt::format("version {} is not supported; this planner reads version 1", version));
+  PLANNER_RETURN_IF_ERROR(r.GetString(root, "model", "model", &p.model, true));
+  PLANNER_RETURN_IF_ERROR(r.GetEnum(root, "dtype", "dtype", {"fp32", "fp16", "bf16"}, &p.dtype, false));
+  PLANNER_RETURN_IF_ERROR(r.GetString(root, "device", "device", &p.device, false));
+  PLANNER_RETURN_IF_ERROR(r.GetString(root, "backend", "backend", &p.backend, false));
+  PLANNER_RETURN_IF_ERROR(r.GetString(root, "tool", "tool", &p.tool, false));
+  PLANNER_RETURN_IF_ERROR(r.GetString(root, "command", "command", &p.command, false));
+  PLANNER_RETURN_IF_ERROR(r.GetString(root, "date", "date", &p.date, false));
+  PLANNER_RETURN_IF_ERROR(r.GetInt(root, "threads", "threads", &p.threads, false, 0));
+  PLANNER_RETURN_IF_ERROR(r.GetInt(root, "reference_microbatch", "reference_microbatch", &p.reference_microbatch, true, 1));
+  const YAML::Node& layers = root["layers"];
+  if (!layers.IsDefined()) return r.FieldError(root, "layers", "missing required field; a profile lists its layers");
+  PLANNER_RETURN_IF_ERROR(r.RequireSequence(layers, "layers"));
+  if (layers.size() == 0) return r.FieldError(layers, "layers", "the list is empty");
+  std::map<std::string, size_t> seen;
+  std::vector<std::pair<YAML::Node, std::string>> input_nodes;
+  for (size_t i = 0; i < layers.size(); ++i) {
+    const YAML::Node& n = layers[i];
+    std::string f = fmt::format("layers[{}]", i);
+    PLANNER_RETURN_IF_ERROR(r.CheckKeys(n, f, {"name", "desc", "inputs", "params_bytes", "output_bytes", "stash_bytes", "timings"}));
+    ProfileLayer l;
+    PLANNER_RETURN_IF_ERROR(r.GetString(n, "name", f + ".name", &l.name, true));
+    if (seen.count(l.name)) return r.FieldError(n["name"], f + ".name", "duplicate layer name '" + l.name + "'");
+    PLANNER_RETURN_IF_ERROR(r.GetString(n, "desc", f + ".desc", &l.desc, false));
+    if (n["inputs"].IsDefined()) {
+      PLANNER_RETURN_IF_ERROR(r.RequireSequence(n["inputs"], f + ".inputs"));
+      for (size_t k = 0; k < n["inputs"].size(); ++k) {
+        const YAML::Node& in = n["inputs"][k];
+        std::string fi = fmt::format("{}.inputs[{}]", f, k);
+        if (!in.IsScalar()) return r.FieldError(in, fi, "must be a layer name");
+        l.inputs.push_back(in.Scalar());
+        input_nodes.emplace_back(in, fi);
+      }
+    } else if (i > 0) {
+      l.inputs.push_back(p.layers.back().name);
+    }
+    PLANNER_RETURN_IF_ERROR(r.GetDouble(n, "params_bytes", f + ".params_bytes", &l.params_bytes, false, 0.0, false));
+    PLANNER_RETURN_IF_ERROR(r.GetDouble(n, "output_bytes", f + ".output_bytes", &l.output_bytes, true, 0.0, false));
+    l.stash_bytes = l.output_bytes;
+    PLANNER_RETURN_IF_ERROR(r.GetDouble(n, "stash_bytes", f + ".stash_bytes", &l.stash_bytes, false, 0.0, false));
+    const YAML::Node& ts = n["timings"];
+    if (!ts.IsDefined()) return r.FieldError(n, f + ".timings", "missing required field; list at least one timing");
+    PLANNER_RETURN_IF_ERROR(r.RequireSequence(ts, f + ".timings"));
+    if (ts.size() == 0) return r.FieldError(ts, f + ".timings", "list at least one timing");
+    for (size_t k = 0; k < ts.size(); ++k) {
+      std::string ft = fmt::format("{}.timings[{}]", f, k);
+      const YAML::Node& t = ts[k];
+      PLANNER_RETURN_IF_ERROR(r.CheckKeys(t, ft, {"microbatch", "tp", "forward_s", "backward_s", "backward_input_s",
+                                                  "backward_weight_s", "forward_spread_s", "backward_spread_s"}));
+      ProfileTiming pt;
+      PLANNER_RETURN_IF_ERROR(r.GetInt(t, "microbatch", ft + ".microbatch", &pt.microbatch, true, 1));
+      PLANNER_RETURN_IF_ERROR(r.GetInt(t, "tp", ft + ".tp", &pt.tp, false, 1));
+      PLANNER_RETURN_IF_ERROR(r.GetDouble(t, "forward_s", ft + ".forward_s", &pt.forward_s, true, 0.0, false));
+      PLANNER_RETURN_IF_ERROR(r.GetDouble(t, "backward_s", ft + ".backward_s", &pt.backward_s, true, 0.0, false));
+      PLANNER_RETURN_IF_ERROR(r.GetDouble(t, "backward_input_s", ft + ".backward_input_s", &pt.backward_input_s, false, 0.0, false));
+      PLANNER_RETURN_IF_ERROR(r.GetDouble(t, "backward_weight_s", ft + ".backward_weight_s", &pt.backward_weight_s, false, 0.0, false));
+      PLANNER_RETURN_IF_ERROR(r.GetDouble(t, "forward_spread_s", ft + ".forward_spread_s", &pt.forward_spread_s, false, 0.0, false));
+      PLANNER_RETURN_IF_ERROR(r.GetDouble(t, "backward_spread_s", ft + ".backward_spread_s", &pt.backward_spread_s, false, 0.0, false));
+      l.timings.push_back(pt);
+    }
+    seen[l.name] = i;
+    p.layers.push_back(std::move(l));
+  }
+  // Every input names a layer; the graph has no cycle.
+  for (const auto& [node, field] : input_nodes) {
+    if (!seen.count(node.Scalar())) {
+      return r.FieldError(node, field, "'" + node.Scalar() + "' is not a layer of this profile; check the name");
+    }
+  }
+  std::vector<int> state(p.layers.size(), 0);  // 0 new, 1 on stack, 2 done
+  for (size_t start = 0; start < p.layers.size(); ++start) {
+    if (state[start]) continue;
+    std::vector<std::pair<size_t, size_t>> stack = {{start, 0}};
+    state[start] = 1;
+    while (!stack.empty()) {
+      auto& [v, k] = stack.back();
+      if (k < p.layers[v].inputs.size()) {
+        size_t u = seen[p.layers[v].inputs[k++]];
+        if (state[u] == 1) {
+          return r.FieldError(layers[v], fmt::format("layers[{}].inputs", v), "the layer graph has a cycle through '" + p.layers[u].name + "'; inputs must form a DAG");
+        }
+        if (state[u] == 0) {
+          state[u] = 1;
+          stack.push_back({u, 0});
+        }
+      } else {
+        state[v] = 2;
+        stack.pop_back();
+      }
+    }
+  }
+  *out = std::move(p);
+  return Status::OK();
+}
+
+Status LoadProfile(const std::string& path, Profile* out) {
+  YAML::Node unused;
+  std::string text;
+  PLANNER_RETURN_IF_ERROR(LoadYamlFile(path, &unused, &text));
+  return ParseProfile(path, text, out);
+}
+
+}  // namespace planner

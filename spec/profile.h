@@ -1,0 +1,65 @@
+// Profile: measured per-layer costs that the solver uses instead of the
+// analytic ones. Written by `planner profile` and `planner import pipedream`;
+// format in docs/formats.md. Layers form a DAG through `inputs` (a chain when
+// every layer takes the previous one). Times are seconds per microbatch of
+// the given size; bytes are per microbatch of `reference_microbatch`.
+// Plain value type.
+#pragma once
+
+#include <cstdint>
+#include <string>
+#include <vector>
+
+#include "common/status.h"
+
+namespace planner {
+
+struct ProfileTiming {
+  int64_t microbatch = 1;
+  int64_t tp = 1;
+  double forward_s = 0;
+  double backward_s = 0;           // backward-input + backward-weight
+  double backward_input_s = -1;    // -1: not measured separately
+  double backward_weight_s = -1;
+  double forward_spread_s = 0;     // max - min of the timed repetitions
+  double backward_spread_s = 0;
+};
+
+struct ProfileLayer {
+  std::string name;
+  std::string desc;                 // module description (PipeDream: the PyTorch repr)
+  std::vector<std::string> inputs;  // producer layer names; empty for a source
+  double params_bytes = 0;
+  double output_bytes = 0;          // at reference_microbatch
+  double stash_bytes = 0;           // at reference_microbatch (PipeDream: = output_bytes)
+  std::vector<ProfileTiming> timings;
+};
+
+struct Profile {
+  std::string path;
+  std::string digest;
+  std::string model;
+  std::string dtype = "fp32";
+  std::string device;               // where it was measured
+  std::string backend;              // "cuda", "cpu", "pipedream-import"
+  std::string tool;                 // tool and version that wrote it
+  std::string command;              // command line that produced it
+  std::string date;
+  int64_t threads = 0;
+  int64_t reference_microbatch = 1;
+  std::vector<ProfileLayer> layers;
+
+  // Index of layer `name`, or -1.
+  int FindLayer(const std::string& name) const;
+  // The timing of layer i at (microbatch, tp): exact match, else linear
+  // scaling from the closest measured microbatch at that tp. Returns false
+  // when the layer has no timing at that tp.
+  bool TimingAt(size_t i, int64_t microbatch, int64_t tp, ProfileTiming* out) const;
+};
+
+Status LoadProfile(const std::string& path, Profile* out);
+Status ParseProfile(const std::string& path, const std::string& text, Profile* out);
+// YAML text of a profile (round-trips through ParseProfile).
+std::string ProfileToYaml(const Profile& profile);
+
+}  // namespace planner

@@ -1,0 +1,59 @@
+// YamlReader: typed access to a YAML document with errors that name the file,
+// line, field and the fix ("configs/x.yaml:12: field 'gpu.memory_GiB': must be
+// a positive number, got '-3'"). yaml-cpp exceptions are caught here, at the
+// edge where they enter, and never leave this module. Not thread-safe; one
+// reader per file being parsed.
+#pragma once
+
+#include <cstdint>
+#include <string>
+#include <vector>
+
+#include <yaml-cpp/yaml.h>
+
+#include "common/status.h"
+
+namespace planner {
+
+// Reads and parses `path`. NotFound when the file cannot be opened,
+// InvalidArgument "path:line:col: YAML syntax error: ..." on bad syntax.
+Status LoadYamlFile(const std::string& path, YAML::Node* root, std::string* contents = nullptr);
+// Same for text already in memory; `path` only names it in messages.
+Status ParseYamlText(const std::string& path, const std::string& text, YAML::Node* root);
+
+class YamlReader {
+ public:
+  explicit YamlReader(std::string path) : path_(std::move(path)) {}
+  const std::string& path() const { return path_; }
+
+  // "path:line" of a node (1-based line), or "path" when it has no mark.
+  std::string Where(const YAML::Node& node) const;
+  // An InvalidArgument "path:line: field 'field': message".
+  Status FieldError(const YAML::Node& node, const std::string& field, const std::string& message) const;
+
+  // Fails on keys of `map` not in `allowed`, with a did-you-mean; also fails
+  // when `map` is not a mapping.
+  Status CheckKeys(const YAML::Node& map, const std::string& field, const std::vector<std::string>& allowed) const;
+  Status RequireMap(const YAML::Node& node, const std::string& field) const;
+  Status RequireSequence(const YAML::Node& node, const std::string& field) const;
+
+  // Typed getters. `field` is the full dotted name used in messages.
+  // Required variants fail with "missing required field"; optional ones leave
+  // *out unchanged when the key is absent.
+  Status GetString(const YAML::Node& map, const std::string& key, const std::string& field, std::string* out, bool required) const;
+  Status GetInt(const YAML::Node& map, const std::string& key, const std::string& field, int64_t* out, bool required, int64_t min_value) const;
+  Status GetDouble(const YAML::Node& map, const std::string& key, const std::string& field, double* out, bool required, double min_value, bool min_exclusive) const;
+  Status GetBool(const YAML::Node& map, const std::string& key, const std::string& field, bool* out, bool required) const;
+  Status GetIntList(const YAML::Node& map, const std::string& key, const std::string& field, std::vector<int64_t>* out, bool required, int64_t min_value) const;
+  // One of `choices`; fails with a did-you-mean otherwise.
+  Status GetEnum(const YAML::Node& map, const std::string& key, const std::string& field, const std::vector<std::string>& choices, std::string* out, bool required) const;
+
+  // Scalar conversions on a node already looked up.
+  Status AsInt(const YAML::Node& node, const std::string& field, int64_t* out, int64_t min_value) const;
+  Status AsDouble(const YAML::Node& node, const std::string& field, double* out, double min_value, bool min_exclusive) const;
+
+ private:
+  std::string path_;
+};
+
+}  // namespace planner
