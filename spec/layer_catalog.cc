@@ -273,6 +273,8 @@ Status InferLayer(const std::string& type, const LayerAttrs& attrs, const std::v
     if (d < 1) return ShapeError(fmt::format("the output shape {} has an empty dimension", ShapeString(l.out_shape)));
   }
   l.out_bytes = type == "loss" ? 4 : dt * Elements(l.out_shape);
+  // Megatron's TP all-reduces move the [s, h] activation of the layer.
+  if (l.tp_allreduces_fwd > 0) l.tp_allreduce_bytes = l.out_bytes;
   l.signature = type + ShapeString(in) + attr_sig;
   *out = std::move(l);
   return Status::OK();

@@ -1,0 +1,39 @@
+# Thin wrapper over Meson (HACKING.md). Installs missing Debian packages first.
+BUILD ?= build
+PLANNER := $(BUILD)/planner/planner
+DEPS := meson ninja-build pkg-config g++ libcli11-dev libyaml-cpp-dev libfmt-dev libeigen3-dev doctest-dev cmake libopenmpi-dev openmpi-bin python3
+MESON_FLAGS ?=
+
+.PHONY: all deps build demo test bench clean
+
+all: build
+
+deps:
+	@missing=""; for p in $(DEPS); do dpkg -s $$p >/dev/null 2>&1 || missing="$$missing $$p"; done; \
+	if [ -n "$$missing" ]; then \
+	  echo "installing:$$missing"; \
+	  SUDO=$$( [ "$$(id -u)" = 0 ] || echo sudo ); \
+	  $$SUDO apt-get update -qq && DEBIAN_FRONTEND=noninteractive $$SUDO apt-get install -y -qq --no-install-recommends $$missing; \
+	fi
+
+$(BUILD)/build.ninja:
+	meson setup $(BUILD) $(MESON_FLAGS)
+
+build: deps $(BUILD)/build.ninja
+	ninja -C $(BUILD)
+
+# The main job on the bundled default example: plan the tiny GPT for the
+# local CPU ranks and GPT-3 175B for 1024 A100s, then show the latter.
+demo: build
+	$(PLANNER) solve --gpus 2 --model configs/models/tiny-gpt.yaml --cluster configs/clusters/local-cpu.yaml -o tiny-gpt.plan.yaml
+	$(PLANNER) solve --gpus 1024 --model configs/models/gpt3-175b.yaml --cluster configs/clusters/dgx-a100.yaml -o gpt3-175b.plan.yaml
+	$(PLANNER) inspect gpt3-175b.plan.yaml --svg gpt3-175b.timeline.svg
+
+test: build
+	meson test -C $(BUILD) --print-errorlogs --no-suite bench
+
+bench: build
+	bash bench/run_solver_bench.sh
+
+clean:
+	rm -rf $(BUILD)

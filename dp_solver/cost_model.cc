@@ -1,0 +1,165 @@
+#include "dp_solver/cost_model.h"
+
+#include <algorithm>
+#include <cmath>
+
+#include <fmt/format.h>
+
+namespace planner {
+
+const char* RecomputeName(Recompute r) {
+  switch (r) {
+    case Recompute::kNone: return "none";
+    case Recompute::kSelective: return "selective";
+    case Recompute::kFull: return "full";
+  }
+  return "none";
+}
+
+void CostTable::BuildPrefix() {
+  size_t n = rows.size();
+  for (auto* v : {&pre_time, &pre_params, &pre_stash, &pre_f, &pre_bi, &pre_bw, &pre_tp}) v->assign(n + 1, 0.0);
+  for (size_t i = 0; i < n; ++i) {
+    const auto& r = rows[i];
+    pre_f[i + 1] = pre_f[i] + r.forward_s;
+    pre_bi[i + 1] = pre_bi[i] + r.backward_input_s;
+    pre_bw[i + 1] = pre_bw[i] + r.backward_weight_s;
+    pre_tp[i + 1] = pre_tp[i] + r.tp_comm_s;
+    pre_time[i + 1] = pre_time[i] + r.forward_s + r.backward_input_s + r.backward_weight_s;
+    pre_params[i + 1] = pre_params[i] + r.params;
+    pre_stash[i + 1] = pre_stash[i] + r.stash_bytes;
+  }
+}
+
+bool TpDegreeValid(const ModelSpec& model, int64_t t) {
+  if (t == 1) return true;
+  for (const auto& l : model.layers) {
+    if (l.tp_shardable && l.tp_divisor > 0 && l.tp_divisor % t != 0) return false;
+  }
+  return true;
+}
+
+std::vector<int64_t> GroupSpread(const ClusterSpec& c, int64_t size, int64_t stride) {
+  // Members of a group {0, stride, 2 stride, ...}: how many share one unit at each level.
+  std::vector<int64_t> spread;
+  int64_t remaining = size;
+  for (size_t l = 0; l < c.levels.size(); ++l) {
+    int64_t unit = c.GpusPerUnit(l);
+    int64_t inner = l == 0 ? 1 : c.GpusPerUnit(l - 1);
+    // Members inside one level-l unit, divided by those already inside one level-(l-1) unit.
+    int64_t in_unit = std::max<int64_t>(1, std::min(size, unit / std::max<int64_t>(1, stride)));
+    int64_t in_inner = l == 0 ? 1 : std::max<int64_t>(1, std::min(size, inner / std::max<int64_t>(1, stride)));
+    int64_t c_l = std::max<int64_t>(1, in_unit / in_inner);
+    c_l = std::min(c_l, remaining);
+    spread.push_back(c_l);
+    remaining = std::max<int64_t>(1, remaining / c_l);
+  }
+  if (remaining > 1) spread.back() *= remaining;  // more members than the cluster holds: charge the top level
+  return spread;
+}
+
+double AllReduceSeconds(const ClusterSpec& c, double bytes, const std::vector<int64_t>& members) {
+  double t = 0, shard = bytes;
+  for (size_t l = 0; l < members.size() && l < c.levels.size(); ++l) {
+    double n = static_cast<double>(members[l]);
+    if (n > 1) {
+      t += 2 * (n - 1) / n * shard / (c.levels[l].bandwidth_GBps * 1e9) + 2 * (n - 1) * c.levels[l].latency_us * 1e-6;
+    }
+    shard /= std::max(1.0, n);
+  }
+  return t;
+}
+
+double P2PSeconds(const ClusterSpec& c, double bytes, int64_t a, int64_t b) {
+  if (a == b || bytes <= 0) return 0;
+  for (size_t l = 0; l < c.levels.size(); ++l) {
+    int64_t unit = c.GpusPerUnit(l);
+    if (a / unit == b / unit) {
+      return bytes / (c.levels[l].p2p_bandwidth_GBps * 1e9) + c.levels[l].latency_us * 1e-6;
+    }
+  }
+  const auto& top = c.levels.back();
+  return bytes / (top.p2p_bandwidth_GBps * 1e9) + top.latency_us * 1e-6;
+}
+
+Status BuildCostTable(const CostSource& src, int64_t b, int64_t t, Recompute rc, const CostOptions& o, CostTable* out) {
+  (void)o;
+  const ClusterSpec& c = *src.cluster;
+  CostTable table;
+  table.microbatch = b;
+  table.tp = t;
+  table.recompute = rc;
+  const double bd = static_cast<double>(b), td = static_cast<double>(t);
+  std::vector<int64_t> tp_group = GroupSpread(c, t, 1);
+  if (src.profile == nullptr) {
+    const ModelSpec& m = *src.model;
+    double peak = c.PeakFlops(m.dtype) * c.efficiency;
+    double hbm = c.hbm_bandwidth_GBps * 1e9 * c.hbm_efficiency;
+    if (!(peak > 0)) {
+      return Status::InvalidArgument(fmt::format("{}: gpu.peak_tflops has no entry for {}; add one", c.path, DTypeName(m.dtype)));
+    }
+    for (const auto& l : m.layers) {
+      LayerCostRow r;
+      double shard = (l.tp_shardable && t > 1) ? td : 1.0;
+      auto compute = [&](double flops, double bytes) { return bd * flops / shard / peak + bd * bytes / shard / hbm; };
+      r.forward_s = compute(l.fwd_flops, l.fwd_mem_bytes);
+      r.backward_input_s = compute(l.bwd_input_flops, l.bwd_mem_bytes * 0.5);
+      r.backward_weight_s = compute(l.bwd_weight_flops, l.bwd_mem_bytes * 0.5);
+      // Megatron: the forward's all-reduces (g) and as many in backward (f);
+      // full recompute re-runs the forward and its all-reduces.
+      double ar = (t > 1 && l.tp_shardable) ? AllReduceSeconds(c, bd * l.tp_allreduce_bytes, tp_group) : 0;
+      double n_fwd = l.tp_allreduces_fwd;
+      r.forward_s += n_fwd * ar;
+      r.backward_input_s += n_fwd * ar;
+      r.tp_comm_s = 2 * n_fwd * ar;
+      if (rc == Recompute::kFull && l.type != "lm_head" && l.type != "loss") {
+        r.backward_input_s += compute(l.fwd_flops, l.fwd_mem_bytes) + n_fwd * ar;
+        r.tp_comm_s += n_fwd * ar;
+      } else if (rc == Recompute::kSelective) {
+        r.backward_input_s += compute(l.selective_recompute_flops, 0);
+      }
+      r.params = l.params / shard;
+      double stash = rc == Recompute::kFull ? l.stash_bytes_full : (rc == Recompute::kSelective ? l.stash_bytes_selective : l.stash_bytes);
+      if (rc == Recompute::kFull) {
+        r.stash_bytes = bd * stash;  // the layer input, kept whole (Korthikanti Table 2: 2sbh)
+      } else {
+        double replicated = std::min(stash, l.stash_bytes_tp_replicated);
+        r.stash_bytes = bd * (replicated + (stash - replicated) / shard);
+      }
+      r.out_bytes = bd * l.out_bytes;
+      table.rows.push_back(r);
+      table.names.push_back(l.name);
+    }
+  } else {
+    const Profile& p = *src.profile;
+    for (size_t i = 0; i < p.layers.size(); ++i) {
+      const auto& l = p.layers[i];
+      ProfileTiming pt;
+      if (!p.TimingAt(i, b, t, &pt)) {
+        return Status::NotFound(fmt::format("{}: layer '{}' has no timing at tp={}; profile it with --tp {} or plan with tp=1",
+                                            p.path, l.name, t, t));
+      }
+      LayerCostRow r;
+      r.forward_s = pt.forward_s;
+      if (pt.backward_input_s >= 0 && pt.backward_weight_s >= 0) {
+        r.backward_input_s = pt.backward_input_s;
+        r.backward_weight_s = pt.backward_weight_s;
+      } else {
+        // Not measured separately: split evenly (GEMM layers: dX and dW cost the same).
+        r.backward_input_s = r.backward_weight_s = pt.backward_s / 2;
+      }
+      if (rc == Recompute::kFull) r.backward_input_s += pt.forward_s;
+      double scale = bd / static_cast<double>(p.reference_microbatch);
+      r.params = l.params_bytes / 4.0;  // profile sizes are bytes of fp32 parameters
+      r.stash_bytes = scale * (rc == Recompute::kFull ? l.output_bytes : l.stash_bytes);
+      r.out_bytes = scale * l.output_bytes;
+      table.rows.push_back(r);
+      table.names.push_back(l.name);
+    }
+  }
+  table.BuildPrefix();
+  *out = std::move(table);
+  return Status::OK();
+}
+
+}  // namespace planner

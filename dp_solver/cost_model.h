@@ -1,0 +1,75 @@
+// The cost model of the joint search (docs/cost_model.md sections 2-5):
+// per-layer times at a (microbatch b, tensor-parallel t, recompute) point,
+// from the analytic rule FLOPs / (peak x efficiency) + bytes / (HBM x eff)
+// or from a measured profile, and the collective and point-to-point times on
+// the cluster's topology levels. Pure functions; thread-safe.
+#pragma once
+
+#include <cstdint>
+#include <string>
+#include <vector>
+
+#include "common/status.h"
+#include "spec/cluster_spec.h"
+#include "spec/model_spec.h"
+#include "spec/profile.h"
+
+namespace planner {
+
+enum class Recompute { kNone, kSelective, kFull };
+const char* RecomputeName(Recompute r);
+
+struct CostOptions {
+  bool scatter_gather = true;     // p2p of bsh/t per GPU when t > 1 (Megatron 4.1)
+  bool dp_overlap = false;        // gradient all-reduce overlapped with the last backward
+  bool p2p_overlap = false;       // p2p hidden behind compute (not added to stage time)
+  double bytes_per_param = 0;     // model-state bytes per parameter; 0: 18 (fp16/bf16) or 16 (fp32)
+  double optimizer_bytes_per_param = 30;  // HBM traffic of the optimizer step per parameter
+};
+
+// Costs of one layer for one microbatch on one GPU of its tensor-parallel group.
+struct LayerCostRow {
+  double forward_s = 0;
+  double backward_input_s = 0;    // includes recompute work and the backward TP all-reduces
+  double backward_weight_s = 0;
+  double tp_comm_s = 0;           // exposed TP all-reduce time inside forward + backward
+  double params = 0;              // parameters held on this GPU (tied weights included)
+  double stash_bytes = 0;         // activations kept for backward on this GPU
+  double out_bytes = 0;           // output activation of the whole microbatch (before TP split)
+};
+
+struct CostTable {
+  int64_t microbatch = 1, tp = 1;
+  Recompute recompute = Recompute::kNone;
+  std::vector<LayerCostRow> rows;
+  std::vector<std::string> names;
+  // Prefix sums for O(1) range queries; index i holds rows [0, i).
+  std::vector<double> pre_time, pre_params, pre_stash, pre_f, pre_bi, pre_bw, pre_tp;
+  void BuildPrefix();
+  double Time(int64_t a, int64_t b) const { return pre_time[b] - pre_time[a]; }  // layers [a, b)
+  double Params(int64_t a, int64_t b) const { return pre_params[b] - pre_params[a]; }
+  double Stash(int64_t a, int64_t b) const { return pre_stash[b] - pre_stash[a]; }
+};
+
+// Where layer costs come from.
+struct CostSource {
+  const ModelSpec* model = nullptr;     // required for analytic costs and for TP
+  const ClusterSpec* cluster = nullptr; // required
+  const Profile* profile = nullptr;     // measured times; nullptr: analytic
+};
+
+// True when every TP-shardable layer accepts degree t.
+bool TpDegreeValid(const ModelSpec& model, int64_t t);
+Status BuildCostTable(const CostSource& src, int64_t microbatch, int64_t tp, Recompute recompute,
+                      const CostOptions& options, CostTable* out);
+
+// Ring (hierarchical when spanning levels) all-reduce of `bytes` over a group
+// whose members sit `members_per_level[l]` per level-l unit (innermost first).
+// T = sum_l 2 (c_l - 1)/c_l * (bytes / prod_{j<l} c_j) / B_l + 2 (c_l - 1) alpha_l.
+double AllReduceSeconds(const ClusterSpec& cluster, double bytes, const std::vector<int64_t>& members_per_level);
+// Members per level of a group of `size` ranks spaced `stride` apart in rank order.
+std::vector<int64_t> GroupSpread(const ClusterSpec& cluster, int64_t size, int64_t stride);
+// Send/recv of `bytes` between two ranks `distance` apart: bytes / B_p2p(level) + alpha(level).
+double P2PSeconds(const ClusterSpec& cluster, double bytes, int64_t rank_a, int64_t rank_b);
+
+}  // namespace planner

@@ -1,0 +1,55 @@
+// Event simulator of pipeline schedules: given per-stage forward (F),
+// backward-input (B) and backward-weight (W) times and the p2p time of each
+// stage boundary, it plays the exact operation order of a schedule on every
+// device and returns the makespan, per-device busy time and the timeline.
+// GPipe, 1F1B (PipeDream-Flush), interleaved 1F1B (Megatron's order), ZB-H1
+// (list scheduling under the ZB-H1 memory caps) and PipeDream's asynchronous
+// 1F1B (no flush). docs/cost_model.md section 4. Pure; thread-safe.
+#pragma once
+
+#include <cstdint>
+#include <string>
+#include <vector>
+
+#include "common/status.h"
+
+namespace planner {
+
+enum class Schedule { kGpipe, k1F1B, kInterleaved, kZbH1, kPipeDream };
+const char* ScheduleName(Schedule s);
+bool ParseSchedule(const std::string& text, Schedule* out);
+
+struct SimStage {
+  double forward_s = 0;
+  double backward_input_s = 0;
+  double backward_weight_s = 0;
+  double send_s = 0;  // p2p of this (virtual) stage's output to the next; the gradient costs the same
+};
+
+struct SimEvent {
+  int32_t device = 0;
+  int32_t stage = 0;   // virtual stage
+  int32_t microbatch = 0;
+  char kind = 'F';     // 'F', 'B' (backward-input, or the whole backward), 'W'
+  double start_s = 0, end_s = 0;
+};
+
+struct SimResult {
+  double makespan_s = 0;
+  std::vector<double> busy_s;   // per device
+  double bubble_fraction = 0;   // 1 - sum(busy) / (devices x makespan)
+  std::vector<SimEvent> events; // filled when requested
+};
+
+// `stages` holds p * v virtual stages; virtual stage q runs on device q % p
+// (Megatron's interleaved placement; v = 1 otherwise). Returns InvalidArgument
+// when the schedule's preconditions fail (interleaved: m % p == 0).
+Status SimulateSchedule(Schedule schedule, const std::vector<SimStage>& stages, int64_t devices, int64_t microbatches,
+                        bool record_events, SimResult* out);
+
+// Closed forms on uniform stages (tests compare the simulator with them):
+// GPipe/1F1B: (m + p - 1)(F + B + W); interleaved: (m + (p - 1)/v)(F + B + W)
+// with per-device F, B, W; ZB-H1: m (F + B + W) + (p - 1)(F + B - W).
+double ClosedFormMakespan(Schedule schedule, double f, double b, double w, int64_t p, int64_t m, int64_t v);
+
+}  // namespace planner

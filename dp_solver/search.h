@@ -1,0 +1,46 @@
+// The joint search (--mode auto): tensor-parallel degree t (within a node),
+// pipeline depth p, data-parallel width d = n / (t p), microbatch size b,
+// schedule, interleave v, recompute and ZeRO stage. Stages are balanced by a
+// min-max partition of the layer chain; every candidate is scored by the
+// schedule simulator plus the exposed data-parallel all-reduce and the
+// optimizer step; memory is a hard constraint. Returns the best plan with the
+// k-1 runners-up and why each lost. docs/cost_model.md sections 3-5.
+// Pure function of its inputs; thread-compatible.
+#pragma once
+
+#include <cstdint>
+#include <vector>
+
+#include "common/status.h"
+#include "dp_solver/cost_model.h"
+#include "dp_solver/schedule_sim.h"
+#include "spec/plan.h"
+
+namespace planner {
+
+struct SearchOptions {
+  int64_t gpus = 0;
+  int64_t global_batch = 0;             // 0: the model's
+  int top_k = 5;
+  std::vector<int64_t> tp;              // empty: powers of two up to the node size
+  std::vector<int64_t> pp;              // empty: every depth that divides the GPUs
+  std::vector<int64_t> microbatch;      // empty: powers of two up to 64 (or the profile's size)
+  std::vector<Schedule> schedules;      // empty: gpipe, 1f1b, interleaved, zb-h1
+  std::vector<Recompute> recompute;     // empty: none, selective (transformers), full
+  std::vector<int64_t> interleave = {2, 3, 4};
+  int64_t max_zero_stage = 3;
+  CostOptions cost;
+  int64_t simulated = 0;                // out: candidates simulated (for bench/)
+  int64_t considered = 0;               // out: candidates enumerated
+};
+
+// Fills *plan (mode "auto") on success; Infeasible naming the binding
+// constraint when nothing fits; InvalidArgument on impossible requests.
+Status SolveAuto(const CostSource& src, SearchOptions& options, Plan* plan);
+
+// Balanced contiguous partition of layers [0, n) into k non-empty parts that
+// minimises the largest part's time (exact: binary search over the answer
+// with a greedy feasibility check). Returns part boundaries b_0=0 < ... < b_k=n.
+std::vector<int64_t> BalancedPartition(const CostTable& table, int64_t k);
+
+}  // namespace planner

@@ -1,0 +1,21 @@
+// The subcommands of the planner executable. Each Register* adds its
+// CLI11 subcommand and returns the function that runs it once parsed.
+// main.cc turns the returned Status into "planner: error: ..." and an exit code.
+#pragma once
+
+#include <functional>
+
+#include <CLI/CLI.hpp>
+
+#include "common/status.h"
+
+namespace planner {
+
+using Runner = std::function<Status()>;
+Runner RegisterSolve(CLI::App& app);
+Runner RegisterInspect(CLI::App& app);
+Runner RegisterImport(CLI::App& app);
+// Writes `text` to `path` atomically (temp file + rename).
+Status WriteFileAtomic(const std::string& path, const std::string& text);
+
+}  // namespace planner

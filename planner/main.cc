@@ -1,0 +1,86 @@
+// planner: decides how to train a deep network on many GPUs.
+// The only place that turns failures into text and exit codes (README: exit codes).
+#include <cstdio>
+#include <filesystem>
+#include <fstream>
+#include <map>
+
+#include <fmt/format.h>
+
+#include "common/edit_distance.h"
+#include "common/log.h"
+#include "planner/commands.h"
+#include "planner_config.h"
+
+namespace planner {
+
+Status WriteFileAtomic(const std::string& path, const std::string& text) {
+  std::string tmp = path + ".tmp";
+  {
+    std::ofstream out(tmp, std::ios::binary | std::ios::trunc);
+    if (!out) return Status::NotFound(fmt::format("{}: cannot write file; check that the directory exists", path));
+    out << text;
+    if (!out) return Status::Internal(fmt::format("{}: write failed", path));
+  }
+  std::error_code ec;
+  std::filesystem::rename(tmp, path, ec);
+  if (ec) return Status::Internal(fmt::format("{}: cannot rename the written file ({})", path, ec.message()));
+  return Status::OK();
+}
+
+int RunCli(int argc, char** argv) {
+  CLI::App app{"planner: decides how to train a deep network on many GPUs"};
+  app.set_version_flag("--version", std::string("planner ") + PLANNER_VERSION);
+  app.require_subcommand(1);
+  bool quiet = false;
+  app.add_flag("-q,--quiet", quiet, "print no notes on stderr");
+  std::map<CLI::App*, Runner> runners;
+  auto add = [&](Runner (*reg)(CLI::App&)) {
+    size_t before = app.get_subcommands({}).size();
+    Runner r = reg(app);
+    runners[app.get_subcommands({})[before]] = r;
+  };
+  add(RegisterSolve);
+  add(RegisterInspect);
+  add(RegisterImport);
+  if (argc >= 2 && argv[1][0] != '-') {
+    std::vector<std::string> names;
+    for (auto* sub : app.get_subcommands({})) names.push_back(sub->get_name());
+    if (std::find(names.begin(), names.end(), argv[1]) == names.end()) {
+      LogError(fmt::format("unknown subcommand '{}'{}; run 'planner --help'", argv[1], DidYouMean(argv[1], names)));
+      return kExitInput;
+    }
+  }
+  try {
+    app.parse(argc, argv);
+  } catch (const CLI::CallForHelp& e) {
+    return app.exit(e);
+  } catch (const CLI::CallForAllHelp& e) {
+    return app.exit(e);
+  } catch (const CLI::CallForVersion& e) {
+    return app.exit(e);
+  } catch (const CLI::ParseError& e) {
+    LogError(fmt::format("{}; run 'planner --help'", e.what()));
+    return kExitInput;
+  }
+  SetQuiet(quiet);
+  for (auto& [sub, run] : runners) {
+    if (sub->parsed()) {
+      Status s = run();
+      if (!s.ok()) LogError(s.message());
+      return ExitCodeFor(s);
+    }
+  }
+  return kExitInput;
+}
+
+}  // namespace planner
+
+int main(int argc, char** argv) {
+  try {
+    return planner::RunCli(argc, argv);
+  } catch (const std::exception& e) {  // last resort; reaching this is a bug
+    planner::LogError(fmt::format("internal error: {}", e.what()));
+    return planner::kExitFailure;
+  }
+}

@@ -1,0 +1,134 @@
+#include "planner/render.h"
+
+#include <algorithm>
+
+#include <fmt/format.h>
+
+#include "common/units.h"
+#include "dp_solver/schedule_sim.h"
+
+namespace planner {
+
+std::string RenderPlanSummary(const Plan& p) {
+  std::string o;
+  o += fmt::format("model {} on {} x {} ({}), global batch {}\n", p.model_name, p.gpus, p.cluster_name,
+                   p.cost_source, p.global_batch);
+  o += fmt::format("configuration: tp-pp-dp {} | replication {} | microbatch {} x {} | schedule {}{} | recompute {} | ZeRO {}\n",
+                   p.ParallelString(), p.config, p.microbatch_size, p.num_microbatches, p.schedule,
+                   p.interleave > 1 ? fmt::format(" (v={})", p.interleave) : "", p.recompute, p.zero_stage);
+  const auto& x = p.predicted;
+  o += fmt::format("predicted: iteration {} | {:.2f} samples/s | {:.1f} TFLOP/s per GPU | MFU {:.1f}% | bubble {:.1f}% | "
+                   "peak memory {} of {} usable\n",
+                   FormatSeconds(x.iteration_s), x.samples_per_second, x.tflops_per_gpu, 100 * x.mfu,
+                   100 * x.bubble_fraction, FormatBytes(x.peak_memory_bytes), FormatBytes(p.usable_memory_bytes));
+  o += fmt::format("           pipeline {} + exposed DP all-reduce {} + optimizer {}\n", FormatSeconds(x.pipeline_s),
+                   FormatSeconds(x.dp_allreduce_s), FormatSeconds(x.optimizer_s));
+  return o;
+}
+
+std::string RenderStageTable(const Plan& p) {
+  std::string o = fmt::format("{:>5} {:>5} {:>9} {:>24} {:>4} {:>3} {:>10} {:>10} {:>10} {:>10} {:>10} {:>7} {:>10}\n",
+                              "stage", "chunk", "layers", "first..last", "repl", "tp", "fwd (ms)", "bwd-in (ms)",
+                              "bwd-w (ms)", "p2p (ms)", "dp-ar (ms)", "inflt", "mem (GiB)");
+  for (size_t i = 0; i < p.stages.size(); ++i) {
+    const auto& s = p.stages[i];
+    std::string names = s.first_layer_name == s.last_layer_name ? s.first_layer_name : s.first_layer_name + ".." + s.last_layer_name;
+    if (names.size() > 24) names = names.substr(0, 21) + "...";
+    o += fmt::format("{:>5} {:>5} {:>9} {:>24} {:>4} {:>3} {:>10.3f} {:>10.3f} {:>10.3f} {:>10.3f} {:>10.3f} {:>7} {:>10.2f}\n",
+                     i, s.chunk, fmt::format("{}-{}", s.first_layer, s.last_layer), names, s.replicas, s.tp,
+                     s.forward_s * 1e3, s.backward_input_s * 1e3, s.backward_weight_s * 1e3, s.p2p_s * 1e3,
+                     s.dp_allreduce_s * 1e3, s.in_flight, s.peak_memory_bytes / kGiB);
+  }
+  return o;
+}
+
+std::string RenderRunnersUp(const Plan& p) {
+  if (p.runners_up.empty()) return "";
+  std::string o = fmt::format("{:>4} {:>10} {:>12} {:>6} {:>13} {:>9} {:>5} {:>14} {:>11}  {}\n", "rank", "tp-pp-dp",
+                              "microbatch", "m", "schedule", "recompute", "ZeRO", "iteration (s)", "samples/s", "why it lost");
+  for (size_t i = 0; i < p.runners_up.size(); ++i) {
+    const auto& s = p.runners_up[i];
+    std::string sched = s.schedule + (s.interleave > 1 ? fmt::format("/v{}", s.interleave) : "");
+    o += fmt::format("{:>4} {:>10} {:>12} {:>6} {:>13} {:>9} {:>5} {:>14.4f} {:>11.2f}  {}\n", i + 2,
+                     fmt::format("{}-{}-{}", s.tp, s.pp, s.dp), s.microbatch_size, s.num_microbatches, sched, s.recompute,
+                     s.zero_stage, s.iteration_s, s.samples_per_second, s.why_lost);
+  }
+  return o;
+}
+
+namespace {
+
+// Re-simulates the plan's schedule from its stage times.
+Status Replay(const Plan& p, SimResult* res, int64_t* devices) {
+  Schedule s;
+  if (!ParseSchedule(p.schedule, &s)) return Status::InvalidArgument("plan: unknown schedule '" + p.schedule + "'");
+  std::vector<SimStage> st;
+  for (const auto& x : p.stages) {
+    SimStage y;
+    y.forward_s = x.forward_s;
+    y.backward_input_s = x.backward_input_s;
+    y.backward_weight_s = x.backward_weight_s;
+    y.send_s = 0;
+    st.push_back(y);
+  }
+  int64_t dev = static_cast<int64_t>(p.stages.size()) / std::max<int64_t>(1, p.interleave);
+  if (s == Schedule::kPipeDream) s = Schedule::k1F1B;  // same per-device order, without the flush
+  *devices = dev;
+  return SimulateSchedule(s, st, dev, std::max<int64_t>(1, p.num_microbatches), true, res);
+}
+
+}  // namespace
+
+Status RenderTimelineText(const Plan& p, int width, std::string* out) {
+  SimResult res;
+  int64_t dev = 0;
+  PLANNER_RETURN_IF_ERROR(Replay(p, &res, &dev));
+  width = std::max(20, width);
+  std::vector<std::string> rows(static_cast<size_t>(dev), std::string(static_cast<size_t>(width), '.'));
+  double scale = res.makespan_s > 0 ? width / res.makespan_s : 0;
+  for (const auto& e : res.events) {
+    int a = static_cast<int>(e.start_s * scale), b = std::max(a + 1, static_cast<int>(e.end_s * scale));
+    char ch = e.kind == 'F' ? 'F' : (e.kind == 'W' ? 'W' : 'B');
+    for (int x = a; x < b && x < width; ++x) rows[static_cast<size_t>(e.device)][static_cast<size_t>(x)] = ch;
+  }
+  std::string o = fmt::format("predicted timeline ({} microbatches, {} per column; F forward, B backward, W weight-gradient, . idle)\n",
+                              p.num_microbatches, FormatSeconds(res.makespan_s / width));
+  for (int64_t d = 0; d < dev; ++d) o += fmt::format("device {:>3} |{}|\n", d, rows[static_cast<size_t>(d)]);
+  o += fmt::format("makespan {}, bubble {:.1f}%\n", FormatSeconds(res.makespan_s), 100 * res.bubble_fraction);
+  *out = std::move(o);
+  return Status::OK();
+}
+
+Status RenderTimelineSvg(const Plan& p, std::string* out) {
+  SimResult res;
+  int64_t dev = 0;
+  PLANNER_RETURN_IF_ERROR(Replay(p, &res, &dev));
+  const double width = 1200, row_h = 28, left = 90, top = 40;
+  double scale = res.makespan_s > 0 ? (width - left - 20) / res.makespan_s : 0;
+  double height = top + static_cast<double>(dev) * row_h + 60;
+  std::string o = fmt::format("<svg xmlns=\"http://www.w3.org/2000/svg\" width=\"{}\" height=\"{}\" font-family=\"monospace\" font-size=\"12\">\n", width, height);
+  o += fmt::format("<text x=\"10\" y=\"20\">{} {} | {} microbatches | makespan {} | bubble {:.1f}%</text>\n", p.model_name,
+                   p.ParallelString(), p.num_microbatches, FormatSeconds(res.makespan_s), 100 * res.bubble_fraction);
+  for (int64_t d = 0; d < dev; ++d) {
+    double y = top + static_cast<double>(d) * row_h;
+    o += fmt::format("<rect x=\"{}\" y=\"{}\" width=\"{:.1f}\" height=\"{}\" fill=\"#eeeeee\"/>\n", left, y, res.makespan_s * scale, row_h - 4);
+    o += fmt::format("<text x=\"10\" y=\"{}\">device {}</text>\n", y + 16, d);
+  }
+  for (const auto& e : res.events) {
+    const char* color = e.kind == 'F' ? "#4e79a7" : (e.kind == 'W' ? "#59a14f" : "#f28e2b");
+    double x = left + e.start_s * scale, w = std::max(0.5, (e.end_s - e.start_s) * scale);
+    double y = top + static_cast<double>(e.device) * row_h;
+    o += fmt::format("<rect x=\"{:.2f}\" y=\"{}\" width=\"{:.2f}\" height=\"{}\" fill=\"{}\" stroke=\"white\" stroke-width=\"0.5\"><title>{} stage {} microbatch {}: {:.3f}-{:.3f} ms</title></rect>\n",
+                     x, y, w, row_h - 4, color, e.kind, e.stage, e.microbatch, e.start_s * 1e3, e.end_s * 1e3);
+  }
+  double ly = top + static_cast<double>(dev) * row_h + 25;
+  o += fmt::format("<rect x=\"{}\" y=\"{}\" width=\"14\" height=\"14\" fill=\"#4e79a7\"/><text x=\"{}\" y=\"{}\">forward</text>\n", left, ly, left + 20, ly + 12);
+  o += fmt::format("<rect x=\"{}\" y=\"{}\" width=\"14\" height=\"14\" fill=\"#f28e2b\"/><text x=\"{}\" y=\"{}\">backward</text>\n", left + 110, ly, left + 130, ly + 12);
+  o += fmt::format("<rect x=\"{}\" y=\"{}\" width=\"14\" height=\"14\" fill=\"#59a14f\"/><text x=\"{}\" y=\"{}\">weight gradient</text>\n", left + 230, ly, left + 250, ly + 12);
+  o += fmt::format("<rect x=\"{}\" y=\"{}\" width=\"14\" height=\"14\" fill=\"#eeeeee\"/><text x=\"{}\" y=\"{}\">idle</text>\n", left + 380, ly, left + 400, ly + 12);
+  o += "</svg>\n";
+  *out = std::move(o);
+  return Status::OK();
+}
+
+}  // namespace planner

@@ -1,0 +1,52 @@
+#!/usr/bin/env bash
+# CLI golden tests: exit codes and the exact "planner: error:" lines for the
+# common mistakes, plus the user's path (import, solve, inspect).
+set -u
+PLANNER=$1
+SRC=$2
+REF="$SRC/../shared/reference/pipedream-profiles"
+T=$(mktemp -d)
+trap 'rm -rf "$T"' EXIT
+cd "$T"
+pass=0
+fail=0
+expect() {  # expect NAME CODE PATTERN -- command...
+  local name=$1 code=$2 pattern=$3
+  shift 4
+  "$@" >out.txt 2>err.txt
+  local rc=$?
+  if [ "$rc" != "$code" ] || ! grep -qF -- "$pattern" out.txt err.txt; then
+    echo "FAIL $name: rc=$rc (want $code), pattern '$pattern'"; cat err.txt | head -3; fail=$((fail+1))
+  else
+    pass=$((pass+1))
+  fi
+  if [ "$code" != 0 ] && [ "$(wc -l < err.txt)" != 1 ]; then echo "FAIL $name: want one error line"; cat err.txt; fail=$((fail+1)); fi
+}
+M=$SRC/configs/models
+C=$SRC/configs/clusters
+expect "solve gpt3" 0 "configuration: tp-pp-dp" -- $PLANNER solve --gpus 1024 --model $M/gpt3-175b.yaml --cluster $C/dgx-a100.yaml -o plan.yaml
+expect "inspect" 0 "predicted timeline" -- $PLANNER inspect plan.yaml --svg t.svg
+grep -q "<svg" t.svg && pass=$((pass+1)) || { echo "FAIL svg"; fail=$((fail+1)); }
+expect "json" 0 '"format_version": 1' -- $PLANNER solve --gpus 64 --model $M/gpt2-small.yaml --cluster $C/dgx-a100.yaml --json
+expect "missing file" 2 "planner: error: nope.yaml: cannot open file" -- $PLANNER solve --gpus 8 --model nope.yaml --cluster $C/dgx-a100.yaml
+printf 'name: x\nglobal_batch: 8\ngpt: {layers: 2, hiden: 64, heads: 2, seq: 8, vocab: 10}\n' > bad.yaml
+expect "unknown key" 2 "planner: error: bad.yaml:3: field 'gpt.hiden': unknown key 'hiden', did you mean 'hidden'?" -- $PLANNER solve --gpus 1 --model bad.yaml --cluster $C/dgx-a100.yaml
+printf 'name: x\nglobal_batch: [8\n' > syntax.yaml
+expect "yaml syntax" 2 "planner: error: syntax.yaml:3:1: YAML syntax error" -- $PLANNER solve --gpus 1 --model syntax.yaml --cluster $C/dgx-a100.yaml
+expect "too many gpus" 2 "holds 2 GPUs" -- $PLANNER solve --gpus 4 --model $M/tiny-gpt.yaml --cluster $C/local-cpu.yaml
+expect "batch not divisible" 3 "no configuration divides" -- $PLANNER solve --gpus 2 --model $M/tiny-gpt.yaml --cluster $C/local-cpu.yaml --global-batch 3 --microbatch 2
+expect "infeasible" 3 "GiB > 75.0 GiB usable" -- $PLANNER solve --gpus 8 --model $M/megatron-1t.yaml --cluster $C/dgx-a100.yaml
+expect "bad subcommand" 2 "unknown subcommand 'slove', did you mean 'solve'?" -- $PLANNER slove --gpus 8
+expect "bad schedule" 2 "--schedule: unknown value '1f1f', did you mean '1f1b'?" -- $PLANNER solve --gpus 8 --model $M/gpt2-small.yaml --cluster $C/dgx-a100.yaml --schedule 1f1f
+expect "no model" 2 "no model or profile given" -- $PLANNER solve --gpus 8 --cluster $C/dgx-a100.yaml
+if [ -f "$REF/vgg16/graph.txt" ]; then
+  expect "import" 0 "41 layers" -- $PLANNER import pipedream $REF/vgg16/graph.txt -o vgg16.profile.yaml
+  expect "pipedream 4" 0 "replication 3-1" -- $PLANNER solve --gpus 4 --profile vgg16.profile.yaml --cluster $C/dgx-a100.yaml --mode pipedream --pd-bandwidths 1e9 --pd-machines 4
+  expect "pipedream 8 cluster-b" 0 "replication 7-1" -- $PLANNER solve --gpus 8 --profile vgg16.profile.yaml --cluster $C/pipedream-cluster-b.yaml --mode pipedream
+  expect "pipedream 16 flat" 0 "replication 15-1" -- $PLANNER solve --gpus 16 --profile vgg16.profile.yaml --cluster $C/pipedream-cluster-b.yaml --mode pipedream --pd-machines 16 --pd-bandwidths 3.125e9
+  expect "default discovery" 0 "using profile vgg16.profile.yaml" -- $PLANNER solve --gpus 4 --cluster $C/pipedream-cluster-a.yaml
+  printf 'node1 -- Conv -- forward_compute_time=x, backward_compute_time=1, activation_size=1, parameter_size=1\n' > g.txt
+  expect "bad graph" 2 "g.txt:1: bad number 'x' in forward_compute_time" -- $PLANNER import pipedream g.txt -o g.yaml
+fi
+echo "cli: $pass passed, $fail failed"
+[ "$fail" = 0 ]

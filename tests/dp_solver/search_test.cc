@@ -1,0 +1,77 @@
+// The joint search on the bundled models: orderings, constraints and errors.
+#include <cmath>
+
+#include "dp_solver/search.h"
+#include "tests/test_util.h"
+
+namespace planner {
+namespace {
+
+struct Fixture {
+  ModelSpec model;
+  ClusterSpec cluster;
+  Fixture(const char* m, const char* c) {
+    REQUIRE_OK(LoadModelSpec(testing::SourcePath(std::string("configs/models/") + m), &model));
+    REQUIRE_OK(LoadClusterSpec(testing::SourcePath(std::string("configs/clusters/") + c), &cluster));
+  }
+  Status Solve(SearchOptions& o, Plan* p) {
+    CostSource s;
+    s.model = &model;
+    s.cluster = &cluster;
+    return SolveAuto(s, o, p);
+  }
+};
+
+TEST_CASE("GPT-3 175B on 1024 A100s: a feasible plan, ranked, within memory") {
+  Fixture f("gpt3-175b.yaml", "dgx-a100.yaml");
+  SearchOptions o;
+  o.gpus = 1024;
+  Plan p;
+  REQUIRE_OK(f.Solve(o, &p));
+  CHECK(p.tp * p.pp * p.dp == 1024);
+  CHECK(p.tp <= 8);  // TP stays inside a node
+  CHECK(p.predicted.peak_memory_bytes <= f.cluster.UsableMemoryBytes());
+  CHECK(p.runners_up.size() == 4);
+  for (const auto& r : p.runners_up) CHECK(r.iteration_s >= p.predicted.iteration_s);
+  CHECK(p.predicted.mfu > 0.3);
+  CHECK(p.predicted.mfu < 0.7);
+}
+
+TEST_CASE("more GPUs never predict a slower iteration for a data-parallel-friendly model") {
+  Fixture f("gpt2-small.yaml", "dgx-a100.yaml");
+  double prev = INFINITY;
+  for (int64_t n : {1, 2, 4, 8, 16}) {
+    SearchOptions o;
+    o.gpus = n;
+    Plan p;
+    REQUIRE_OK(f.Solve(o, &p));
+    CHECK(p.predicted.iteration_s < prev);
+    prev = p.predicted.iteration_s;
+  }
+}
+
+TEST_CASE("a model that fits no GPU count is Infeasible and names the binding constraint") {
+  Fixture f("megatron-1t.yaml", "dgx-a100.yaml");
+  SearchOptions o;
+  o.gpus = 8;
+  Plan p;
+  Status s = f.Solve(o, &p);
+  CHECK(s.code() == StatusCode::kInfeasible);
+  CHECK(s.message().find("GiB > 75.0 GiB usable") != std::string::npos);
+  CHECK(ExitCodeFor(s) == 3);
+}
+
+TEST_CASE("bad requests are InvalidArgument") {
+  Fixture f("tiny-gpt.yaml", "local-cpu.yaml");
+  SearchOptions o;
+  o.gpus = 3;  // the cluster holds 2
+  Plan p;
+  CHECK(f.Solve(o, &p).code() == StatusCode::kInvalidArgument);
+  o.gpus = 2;
+  o.global_batch = 3;
+  o.microbatch = {2};
+  CHECK(f.Solve(o, &p).code() == StatusCode::kInfeasible);
+}
+
+}  // namespace
+}  // namespace planner
