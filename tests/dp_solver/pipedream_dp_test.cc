@@ -48,6 +48,9 @@ const std::vector<RefCase> kCases = {
     {"resnet50 flat 16", "resnet50", {16}, {3.125e9}, 1, 0, false, false, 0.03288334336, ""},
     {"resnext50 flat 8 no comm", "resnext50", {8}, {2.5e10}, 0, 0, false, false, 0.07444093121279997, ""},
     {"resnet50 4x2", "resnet50", {4, 2}, {1.2e10, 1.25e9}, 1, 0, false, false, 0.07619412560000012, ""},
+    {"resnet101 4x2", "resnet101", {4, 2}, {1.2e10, 1.25e9}, 1, 0, false, false, 0.0822083584, ""},
+    {"densenet121 flat 8", "densenet121", {8}, {2.5e10}, 1, 0, false, false, 0.04101000000000021, ""},
+    {"gnmt_large flat 4", "gnmt_large", {4}, {1e10}, 1, 0, false, false, 0.137129, ""},
 };
 
 TEST_CASE("PipeDream mode reproduces PipeDream's optimizer on its shipped profiles") {

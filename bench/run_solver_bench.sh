@@ -1,0 +1,22 @@
+#!/usr/bin/env bash
+# Solver speed benchmark (docs/performance.md): median wall time of 5 runs,
+# one thread, of the full joint search and of PipeDream mode.
+set -eu
+cd "$(dirname "$0")/.."
+P=build/planner/planner
+REF=../shared/reference/pipedream-profiles
+median() { sort -n | awk '{a[NR]=$1} END {print a[int((NR+1)/2)]}'; }
+run() {  # run NAME -- command...
+  local name=$1; shift 2
+  for i in 1 2 3 4 5; do
+    s=$(date +%s.%N); "$@" >/dev/null 2>&1 || true; e=$(date +%s.%N)
+    echo "$e - $s" | bc -l
+  done | median | xargs printf "%-40s median %.3f s\n" "$name"
+}
+run "gpt3-175b 1024 x dgx-a100 (auto)" -- $P solve --gpus 1024 --model configs/models/gpt3-175b.yaml --cluster configs/clusters/dgx-a100.yaml
+run "megatron-1t 3072 x dgx-a100 (auto)" -- $P solve --gpus 3072 --model configs/models/megatron-1t.yaml --cluster configs/clusters/dgx-a100.yaml
+run "megatron-1t 8192 x dgx-h100 (auto)" -- $P solve --gpus 8192 --model configs/models/megatron-1t.yaml --cluster configs/clusters/dgx-h100.yaml
+if [ -f $REF/resnet101/graph.txt ]; then
+  $P import pipedream $REF/resnet101/graph.txt -o /tmp/resnet101.profile.yaml 2>/dev/null
+  run "resnet101 pipedream 4x2" -- $P solve --gpus 8 --profile /tmp/resnet101.profile.yaml --mode pipedream --pd-machines 4,2 --pd-bandwidths 1.2e10,1.25e9
+fi
