@@ -89,9 +89,8 @@ Status ParseClusterSpec(const std::string& path, const std::string& text, Cluste
 }
 
 Status LoadClusterSpec(const std::string& path, ClusterSpec* out) {
-  YAML::Node unused;
   std::string text;
-  PLANNER_RETURN_IF_ERROR(LoadYamlFile(path, &unused, &text));
+  PLANNER_RETURN_IF_ERROR(ReadTextFile(path, &text));
   return ParseClusterSpec(path, text, out);
 }
 

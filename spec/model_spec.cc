@@ -235,9 +235,8 @@ Status ParseModelSpec(const std::string& path, const std::string& text, ModelSpe
 }
 
 Status LoadModelSpec(const std::string& path, ModelSpec* out) {
-  YAML::Node unused;
   std::string text;
-  PLANNER_RETURN_IF_ERROR(LoadYamlFile(path, &unused, &text));
+  PLANNER_RETURN_IF_ERROR(ReadTextFile(path, &text));
   return ParseModelSpec(path, text, out);
 }
 

@@ -10,6 +10,7 @@
 #include <fmt/format.h>
 
 #include "common/digest.h"
+#include "spec/yaml_reader.h"
 
 namespace planner {
 
@@ -139,11 +140,9 @@ Status ImportPipeDreamGraph(const std::string& path, const std::string& text, in
 }
 
 Status ImportPipeDreamFile(const std::string& path, int64_t minibatch, Profile* out) {
-  std::ifstream in(path, std::ios::binary);
-  if (!in) return Status::NotFound(fmt::format("{}: cannot open file ({}); check the path", path, std::strerror(errno)));
-  std::stringstream ss;
-  ss << in.rdbuf();
-  return ImportPipeDreamGraph(path, ss.str(), minibatch, out);
+  std::string text;
+  PLANNER_RETURN_IF_ERROR(ReadTextFile(path, &text));
+  return ImportPipeDreamGraph(path, text, minibatch, out);
 }
 
 }  // namespace planner

@@ -322,9 +322,8 @@ Status ParsePlan(const std::string& path, const std::string& text, Plan* out) {
 }
 
 Status LoadPlan(const std::string& path, Plan* out) {
-  YAML::Node unused;
   std::string text;
-  PLANNER_RETURN_IF_ERROR(LoadYamlFile(path, &unused, &text));
+  PLANNER_RETURN_IF_ERROR(ReadTextFile(path, &text));
   return ParsePlan(path, text, out);
 }
 

@@ -190,9 +190,8 @@ Status ParseProfile(const std::string& path, const std::string& text, Profile* o
 }
 
 Status LoadProfile(const std::string& path, Profile* out) {
-  YAML::Node unused;
   std::string text;
-  PLANNER_RETURN_IF_ERROR(LoadYamlFile(path, &unused, &text));
+  PLANNER_RETURN_IF_ERROR(ReadTextFile(path, &text));
   return ParseProfile(path, text, out);
 }
 

@@ -60,14 +60,20 @@ Status ParseYamlText(const std::string& path, const std::string& text, YAML::Nod
   return Status::OK();
 }
 
-Status LoadYamlFile(const std::string& path, YAML::Node* root, std::string* contents) {
+Status ReadTextFile(const std::string& path, std::string* text) {
   std::ifstream in(path, std::ios::binary);
   if (!in) {
     return Status::NotFound(fmt::format("{}: cannot open file ({}); check the path", path, std::strerror(errno)));
   }
   std::stringstream ss;
   ss << in.rdbuf();
-  std::string text = ss.str();
+  *text = ss.str();
+  return Status::OK();
+}
+
+Status LoadYamlFile(const std::string& path, YAML::Node* root, std::string* contents) {
+  std::string text;
+  PLANNER_RETURN_IF_ERROR(ReadTextFile(path, &text));
   if (contents != nullptr) *contents = text;
   return ParseYamlText(path, text, root);
 }

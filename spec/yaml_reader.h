@@ -15,6 +15,9 @@
 
 namespace planner {
 
+// Reads the whole file at `path` into *text. NotFound "path: cannot open
+// file (reason); check the path" when it cannot be opened.
+Status ReadTextFile(const std::string& path, std::string* text);
 // Reads and parses `path`. NotFound when the file cannot be opened,
 // InvalidArgument "path:line:col: YAML syntax error: ..." on bad syntax.
 Status LoadYamlFile(const std::string& path, YAML::Node* root, std::string* contents = nullptr);
