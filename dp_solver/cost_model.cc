@@ -2,6 +2,8 @@
 
 #include <algorithm>
 #include <cmath>
+#include <map>
+#include <set>
 
 #include <fmt/format.h>
 
@@ -55,6 +57,29 @@ std::vector<int64_t> GroupSpread(const ClusterSpec& c, int64_t size, int64_t str
     remaining = std::max<int64_t>(1, remaining / c_l);
   }
   if (remaining > 1) spread.back() *= remaining;  // more members than the cluster holds: charge the top level
+  return spread;
+}
+
+std::vector<int64_t> GroupSpreadAt(const ClusterSpec& c, int64_t first, int64_t size, int64_t stride) {
+  std::vector<int64_t> spread;
+  std::map<int64_t, std::set<int64_t>> inner_per_unit;
+  for (size_t l = 0; l < c.levels.size(); ++l) {
+    const int64_t unit = c.GpusPerUnit(l);
+    const int64_t inner = l == 0 ? 1 : c.GpusPerUnit(l - 1);
+    inner_per_unit.clear();
+    for (int64_t k = 0; k < size; ++k) {
+      int64_t rank = first + k * stride;
+      inner_per_unit[rank / unit].insert(rank / inner);
+    }
+    int64_t most = 1;
+    for (const auto& [u, inners] : inner_per_unit) most = std::max<int64_t>(most, static_cast<int64_t>(inners.size()));
+    spread.push_back(most);
+  }
+  if (spread.empty()) spread.push_back(size);
+  // Ranks beyond the outermost level: charge the top level.
+  int64_t covered = 1;
+  for (int64_t s : spread) covered *= s;
+  if (covered < size) spread.back() *= (size + covered - 1) / covered;
   return spread;
 }
 

@@ -69,6 +69,11 @@ Status BuildCostTable(const CostSource& src, int64_t microbatch, int64_t tp, Rec
 double AllReduceSeconds(const ClusterSpec& cluster, double bytes, const std::vector<int64_t>& members_per_level);
 // Members per level of a group of `size` ranks spaced `stride` apart in rank order.
 std::vector<int64_t> GroupSpread(const ClusterSpec& cluster, int64_t size, int64_t stride);
+// Members per level of the group {first, first + stride, ..., first + (size-1) stride}
+// at any offset: at level l, the most level-(l-1) units (ranks at level 0)
+// that one level-l unit holds. Equals GroupSpread when first = 0 and the
+// group is aligned; uneven groups are charged their fullest unit.
+std::vector<int64_t> GroupSpreadAt(const ClusterSpec& cluster, int64_t first, int64_t size, int64_t stride);
 // Send/recv of `bytes` between two ranks `distance` apart: bytes / B_p2p(level) + alpha(level).
 double P2PSeconds(const ClusterSpec& cluster, double bytes, int64_t rank_a, int64_t rank_b);
 

@@ -40,6 +40,24 @@ double ClosedFormMakespan(Schedule s, double f, double b, double w, int64_t p, i
   return 0;
 }
 
+double MakespanLowerBound(Schedule s, const std::vector<SimStage>& st, int64_t p, int64_t m) {
+  if (p < 1 || st.empty()) return 0;
+  const int64_t q_count = static_cast<int64_t>(st.size());
+  double best = 0, head = 0, tail = 0;
+  for (int64_t r = 0; r < p && r < q_count; ++r) {
+    double work = 0;
+    for (int64_t q = r; q < q_count; q += p) {
+      const SimStage& x = st[static_cast<size_t>(q)];
+      work += x.forward_s + x.backward_input_s + x.backward_weight_s;
+    }
+    best = std::max(best, head + static_cast<double>(m) * work + (s == Schedule::kZbH1 ? 0.0 : tail));
+    const SimStage& x = st[static_cast<size_t>(r)];
+    head += x.forward_s + x.send_s;
+    tail += x.backward_input_s + x.backward_weight_s + x.send_s;
+  }
+  return best;
+}
+
 namespace {
 
 struct Op {

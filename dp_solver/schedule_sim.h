@@ -47,6 +47,15 @@ struct SimResult {
 Status SimulateSchedule(Schedule schedule, const std::vector<SimStage>& stages, int64_t devices, int64_t microbatches,
                         bool record_events, SimResult* out);
 
+// A lower bound on SimulateSchedule's makespan, for pruning: on device r,
+// every operation waits for the first microbatch's forward through the
+// earlier stages (head), the device then works m x its per-microbatch load,
+// and for the fixed-order schedules (GPipe, 1F1B, interleaved, PipeDream),
+// whose last operation on every device is the chunk-0 backward of the last
+// microbatch, that backward still has to flow through the earlier stages
+// (tail). ZB-H1 gets no tail (its W may come last).
+double MakespanLowerBound(Schedule schedule, const std::vector<SimStage>& stages, int64_t devices, int64_t microbatches);
+
 // Closed forms on uniform stages (tests compare the simulator with them):
 // GPipe/1F1B: (m + p - 1)(F + B + W); interleaved: (m + (p - 1)/v)(F + B + W)
 // with per-device F, B, W; ZB-H1: m (F + B + W) + (p - 1)(F + B - W).

@@ -25,11 +25,13 @@ struct SearchOptions {
   std::vector<int64_t> tp;              // empty: powers of two up to the node size
   std::vector<int64_t> pp;              // empty: every depth that divides the GPUs
   std::vector<int64_t> microbatch;      // empty: powers of two up to 64 (or the profile's size)
-  std::vector<Schedule> schedules;      // empty: gpipe, 1f1b, interleaved, zb-h1
+  std::vector<Schedule> schedules;      // empty: gpipe, 1f1b, interleaved, zb-h1, pipedream (per-stage replication)
   std::vector<Recompute> recompute;     // empty: none, selective (transformers), full
   std::vector<int64_t> interleave = {2, 3, 4};
   int64_t max_zero_stage = 3;
+  int64_t max_replicated_units = 32;   // per-stage replication DP: workers grouped to at most this many units
   CostOptions cost;
+  bool exhaustive = false;              // simulate every feasible candidate (tests of the pruning)
   int64_t simulated = 0;                // out: candidates simulated (for bench/)
   int64_t considered = 0;               // out: candidates enumerated
 };

@@ -177,7 +177,7 @@ Runner RegisterSolve(CLI::App& app) {
   cmd->add_option("--tp", a->tp, "tensor-parallel degrees to try")->delimiter(',');
   cmd->add_option("--pp", a->pp, "pipeline depths to try")->delimiter(',');
   cmd->add_option("--microbatch", a->microbatch, "microbatch sizes to try")->delimiter(',');
-  cmd->add_option("--schedule", a->schedules, "schedules to try: gpipe,1f1b,interleaved,zb-h1")->delimiter(',');
+  cmd->add_option("--schedule", a->schedules, "schedules to try: gpipe,1f1b,interleaved,zb-h1,pipedream (asynchronous, per-stage replication)")->delimiter(',');
   cmd->add_option("--recompute", a->recompute, "recompute modes to try: none,selective,full")->delimiter(',');
   cmd->add_flag("--dp-overlap", a->dp_overlap, "overlap the gradient all-reduce with backward");
   cmd->add_flag("--p2p-overlap", a->p2p_overlap, "hide pipeline sends behind compute");
@@ -245,7 +245,7 @@ Runner RegisterSolve(CLI::App& app) {
       o.tp = a->tp;
       o.pp = a->pp;
       o.microbatch = a->microbatch;
-      std::vector<std::string> snames = {"gpipe", "1f1b", "interleaved", "zb-h1"};
+      std::vector<std::string> snames = {"gpipe", "1f1b", "interleaved", "zb-h1", "pipedream"};
       PLANNER_RETURN_IF_ERROR(ParseList<Schedule>(a->schedules, ParseSchedule, snames, "--schedule", &o.schedules));
       PLANNER_RETURN_IF_ERROR(ParseList<Recompute>(a->recompute, ParseRecompute, {"none", "selective", "full"}, "--recompute", &o.recompute));
       o.cost.dp_overlap = a->dp_overlap;

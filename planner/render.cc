@@ -44,13 +44,14 @@ std::string RenderStageTable(const Plan& p) {
 
 std::string RenderRunnersUp(const Plan& p) {
   if (p.runners_up.empty()) return "";
-  std::string o = fmt::format("{:>4} {:>10} {:>12} {:>6} {:>13} {:>9} {:>5} {:>14} {:>11}  {}\n", "rank", "tp-pp-dp",
-                              "microbatch", "m", "schedule", "recompute", "ZeRO", "iteration (s)", "samples/s", "why it lost");
+  std::string o = fmt::format("{:>4} {:>10} {:>12} {:>12} {:>6} {:>13} {:>9} {:>5} {:>14} {:>11}  {}\n", "rank", "tp-pp-dp",
+                              "replication", "microbatch", "m", "schedule", "recompute", "ZeRO", "iteration (s)", "samples/s", "why it lost");
   for (size_t i = 0; i < p.runners_up.size(); ++i) {
     const auto& s = p.runners_up[i];
     std::string sched = s.schedule + (s.interleave > 1 ? fmt::format("/v{}", s.interleave) : "");
-    o += fmt::format("{:>4} {:>10} {:>12} {:>6} {:>13} {:>9} {:>5} {:>14.4f} {:>11.2f}  {}\n", i + 2,
-                     fmt::format("{}-{}-{}", s.tp, s.pp, s.dp), s.microbatch_size, s.num_microbatches, sched, s.recompute,
+    std::string repl = s.config.size() > 12 ? s.config.substr(0, 11) + "~" : s.config;
+    o += fmt::format("{:>4} {:>10} {:>12} {:>12} {:>6} {:>13} {:>9} {:>5} {:>14.4f} {:>11.2f}  {}\n", i + 2,
+                     fmt::format("{}-{}-{}", s.tp, s.pp, s.dp), repl, s.microbatch_size, s.num_microbatches, sched, s.recompute,
                      s.zero_stage, s.iteration_s, s.samples_per_second, s.why_lost);
   }
   return o;
