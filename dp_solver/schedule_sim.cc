@@ -49,11 +49,13 @@ double MakespanLowerBound(Schedule s, const std::vector<SimStage>& st, int64_t p
     for (int64_t q = r; q < q_count; q += p) {
       const SimStage& x = st[static_cast<size_t>(q)];
       work += x.forward_s + x.backward_input_s + x.backward_weight_s;
+      if (q + 1 < q_count) work += x.exposed_send_s;
+      if (q > 0) work += st[static_cast<size_t>(q - 1)].exposed_send_s;
     }
     best = std::max(best, head + static_cast<double>(m) * work + (s == Schedule::kZbH1 ? 0.0 : tail));
     const SimStage& x = st[static_cast<size_t>(r)];
-    head += x.forward_s + x.send_s;
-    tail += x.backward_input_s + x.backward_weight_s + x.send_s;
+    head += x.forward_s + x.send_s + x.exposed_send_s;
+    tail += x.backward_input_s + x.backward_weight_s + x.send_s + (r > 0 ? st[static_cast<size_t>(r - 1)].exposed_send_s : 0.0);
   }
   return best;
 }
@@ -106,6 +108,97 @@ std::vector<std::vector<Op>> BuildOrders(Schedule s, int64_t p, int64_t v, int64
 
 constexpr double kInf = std::numeric_limits<double>::infinity();
 
+// Plays operations on devices: dependency times per (stage, microbatch),
+// device availability, busy time, events. Exposed sends ('C') follow the F
+// of a stage (activation to the next) and the B of a stage (gradient to the
+// previous) on the same device.
+class Engine {
+ public:
+  Engine(const std::vector<SimStage>& st, int64_t devices, int64_t m, bool split_w, bool record)
+      : st_(st), q_count_(static_cast<int64_t>(st.size())), m_(m), split_w_(split_w), record_(record) {
+    f_end_.assign(static_cast<size_t>(q_count_ * m), -1);
+    b_end_.assign(static_cast<size_t>(q_count_ * m), -1);
+    free_at_.assign(static_cast<size_t>(devices), 0.0);
+    r_.busy_s.assign(static_cast<size_t>(devices), 0.0);
+  }
+  double FReady(int64_t q, int64_t i) const {
+    if (q == 0) return 0;
+    double e = f_end_[Idx(q - 1, i)];
+    return e < 0 ? kInf : e + st_[static_cast<size_t>(q - 1)].send_s;
+  }
+  double BReady(int64_t q, int64_t i) const {
+    double own = f_end_[Idx(q, i)];
+    if (own < 0) return kInf;
+    if (q == q_count_ - 1) return own;
+    double e = b_end_[Idx(q + 1, i)];
+    return e < 0 ? kInf : std::max(own, e + st_[static_cast<size_t>(q)].send_s);
+  }
+  double BEnd(int64_t q, int64_t i) const { return b_end_[Idx(q, i)]; }
+  double FreeAt(int64_t dev) const { return free_at_[static_cast<size_t>(dev)]; }
+  void Run(int64_t dev, char kind, int64_t q, int64_t i, double ready) {
+    const SimStage& x = st_[static_cast<size_t>(q)];
+    double dur = kind == 'F' ? x.forward_s
+                             : (kind == 'W' ? x.backward_weight_s
+                                            : (split_w_ ? x.backward_input_s : x.backward_input_s + x.backward_weight_s));
+    double end = Put(dev, kind, q, i, std::max(FreeAt(dev), ready), dur);
+    // Exposed sends: the activation after F (not from the last stage), the gradient after B (not from the first).
+    if (kind == 'F' && q + 1 < q_count_ && x.exposed_send_s > 0) end = Put(dev, 'C', q, i, end, x.exposed_send_s);
+    if (kind == 'B' && q > 0 && st_[static_cast<size_t>(q - 1)].exposed_send_s > 0) {
+      end = Put(dev, 'C', q, i, end, st_[static_cast<size_t>(q - 1)].exposed_send_s);
+    }
+    if (kind == 'F') f_end_[Idx(q, i)] = end;
+    if (kind == 'B') b_end_[Idx(q, i)] = end;
+  }
+  // Plays fixed per-device orders to completion.
+  Status RunOrders(const std::vector<std::vector<Op>>& orders) {
+    const int64_t p = static_cast<int64_t>(orders.size());
+    std::vector<size_t> next(static_cast<size_t>(p), 0);
+    size_t remaining = 0;
+    for (const auto& o : orders) remaining += o.size();
+    while (remaining > 0) {
+      bool progressed = false;
+      for (int64_t d = 0; d < p; ++d) {
+        auto& k = next[static_cast<size_t>(d)];
+        const auto& ord = orders[static_cast<size_t>(d)];
+        while (k < ord.size()) {
+          const Op& op = ord[k];
+          double ready = op.kind == 'F' ? FReady(op.stage, op.mb) : BReady(op.stage, op.mb);
+          if (ready == kInf) break;
+          Run(d, op.kind, op.stage, op.mb, ready);
+          ++k;
+          --remaining;
+          progressed = true;
+        }
+      }
+      if (!progressed) return Status::Internal("schedule deadlock in the simulator");
+    }
+    return Status::OK();
+  }
+  SimResult Finish() {
+    double busy = 0;
+    for (double b : r_.busy_s) busy += b;
+    const double devices = static_cast<double>(r_.busy_s.size());
+    r_.bubble_fraction = r_.makespan_s > 0 ? 1.0 - busy / (devices * r_.makespan_s) : 0;
+    return std::move(r_);
+  }
+
+ private:
+  size_t Idx(int64_t q, int64_t i) const { return static_cast<size_t>(q * m_ + i); }
+  double Put(int64_t dev, char kind, int64_t q, int64_t i, double start, double dur) {
+    double end = start + dur;
+    free_at_[static_cast<size_t>(dev)] = end;
+    r_.busy_s[static_cast<size_t>(dev)] += dur;
+    if (record_) r_.events.push_back({static_cast<int32_t>(dev), static_cast<int32_t>(q), static_cast<int32_t>(i), kind, start, end});
+    r_.makespan_s = std::max(r_.makespan_s, end);
+    return end;
+  }
+  const std::vector<SimStage>& st_;
+  int64_t q_count_, m_;
+  bool split_w_, record_;
+  std::vector<double> f_end_, b_end_, free_at_;
+  SimResult r_;
+};
+
 }  // namespace
 
 Status SimulateSchedule(Schedule s, const std::vector<SimStage>& st, int64_t p, int64_t m, bool record, SimResult* out) {
@@ -119,59 +212,9 @@ Status SimulateSchedule(Schedule s, const std::vector<SimStage>& st, int64_t p, 
   }
   if (s != Schedule::kInterleaved && v != 1) return Status::InvalidArgument("only the interleaved schedule takes several chunks per device");
   const bool split_w = s == Schedule::kZbH1;
-  // Completion times per (virtual stage, microbatch); NaN-free: -1 = not done.
-  std::vector<double> f_end(static_cast<size_t>(q_count * m), -1), b_end(static_cast<size_t>(q_count * m), -1);
-  auto idx = [&](int64_t q, int64_t i) { return static_cast<size_t>(q * m + i); };
-  auto f_ready = [&](int64_t q, int64_t i) -> double {
-    if (q == 0) return 0;
-    double e = f_end[idx(q - 1, i)];
-    return e < 0 ? kInf : e + st[static_cast<size_t>(q - 1)].send_s;
-  };
-  auto b_ready = [&](int64_t q, int64_t i) -> double {
-    double own = f_end[idx(q, i)];
-    if (own < 0) return kInf;
-    if (q == q_count - 1) return own;
-    double e = b_end[idx(q + 1, i)];
-    return e < 0 ? kInf : std::max(own, e + st[static_cast<size_t>(q)].send_s);
-  };
-  SimResult r;
-  r.busy_s.assign(static_cast<size_t>(p), 0.0);
-  std::vector<double> free_at(static_cast<size_t>(p), 0.0);
-  auto run = [&](int64_t dev, char kind, int64_t q, int64_t i, double ready) {
-    const SimStage& x = st[static_cast<size_t>(q)];
-    double dur = kind == 'F' ? x.forward_s : (kind == 'W' ? x.backward_weight_s : (split_w ? x.backward_input_s : x.backward_input_s + x.backward_weight_s));
-    double start = std::max(free_at[static_cast<size_t>(dev)], ready);
-    double end = start + dur;
-    free_at[static_cast<size_t>(dev)] = end;
-    r.busy_s[static_cast<size_t>(dev)] += dur;
-    if (kind == 'F') f_end[idx(q, i)] = end;
-    if (kind == 'B') b_end[idx(q, i)] = end;
-    if (record) r.events.push_back({static_cast<int32_t>(dev), static_cast<int32_t>(q), static_cast<int32_t>(i), kind, start, end});
-    r.makespan_s = std::max(r.makespan_s, end);
-  };
-
+  Engine eng(st, p, m, split_w, record);
   if (!split_w) {
-    auto orders = BuildOrders(s, p, v, m);
-    std::vector<size_t> next(static_cast<size_t>(p), 0);
-    size_t remaining = 0;
-    for (const auto& o : orders) remaining += o.size();
-    while (remaining > 0) {
-      bool progressed = false;
-      for (int64_t d = 0; d < p; ++d) {
-        auto& k = next[static_cast<size_t>(d)];
-        const auto& ord = orders[static_cast<size_t>(d)];
-        while (k < ord.size()) {
-          const Op& op = ord[k];
-          double ready = op.kind == 'F' ? f_ready(op.stage, op.mb) : b_ready(op.stage, op.mb);
-          if (ready == kInf) break;
-          run(d, op.kind, op.stage, op.mb, ready);
-          ++k;
-          --remaining;
-          progressed = true;
-        }
-      }
-      if (!progressed) return Status::Internal("schedule deadlock in the simulator");
-    }
+    PLANNER_RETURN_IF_ERROR(eng.RunOrders(BuildOrders(s, p, v, m)));
   } else {
     // ZB-H1 by list scheduling: device r keeps at most p - r microbatches
     // between F and B and at most r deferred W; priority B > F > W.
@@ -184,21 +227,22 @@ Status SimulateSchedule(Schedule s, const std::vector<SimStage>& st, int64_t p, 
       double best_start = kInf;
       for (int64_t d = 0; d < p; ++d) {
         size_t du = static_cast<size_t>(d);
-        double fa = free_at[du];
+        double fa = eng.FreeAt(d);
         struct Cand { char kind; double ready; };
-        std::vector<Cand> cands;
-        if (nb[du] < m && nb[du] - nw[du] < d + 1 && nb[du] < nf[du]) cands.push_back({'B', b_ready(d, nb[du])});
-        if (nf[du] < m && nf[du] - nb[du] < p - d) cands.push_back({'F', f_ready(d, nf[du])});
-        if (nw[du] < nb[du]) cands.push_back({'W', b_end[idx(d, nw[du])]});
+        Cand cands[3];
+        int nc = 0;
+        if (nb[du] < m && nb[du] - nw[du] < d + 1 && nb[du] < nf[du]) cands[nc++] = {'B', eng.BReady(d, nb[du])};
+        if (nf[du] < m && nf[du] - nb[du] < p - d) cands[nc++] = {'F', eng.FReady(d, nf[du])};
+        if (nw[du] < nb[du]) cands[nc++] = {'W', eng.BEnd(d, nw[du])};
         // The highest-priority candidate ready when the device is free; else the earliest ready one.
         double start = kInf;
         char kind = 0;
-        for (const auto& c : cands) {
-          if (c.ready <= fa) { start = fa; kind = c.kind; break; }
+        for (int c = 0; c < nc; ++c) {
+          if (cands[c].ready <= fa) { start = fa; kind = cands[c].kind; break; }
         }
         if (kind == 0) {
-          for (const auto& c : cands) {
-            if (c.ready < start) { start = c.ready; kind = c.kind; }
+          for (int c = 0; c < nc; ++c) {
+            if (cands[c].ready < start) { start = cands[c].ready; kind = cands[c].kind; }
           }
         }
         if (kind != 0 && start < best_start) {
@@ -209,16 +253,44 @@ Status SimulateSchedule(Schedule s, const std::vector<SimStage>& st, int64_t p, 
       }
       if (best_dev < 0) return Status::Internal("ZB-H1 simulation found no runnable operation");
       size_t du = static_cast<size_t>(best_dev);
-      if (best_kind == 'F') { run(best_dev, 'F', best_dev, nf[du], best_start); ++nf[du]; }
-      else if (best_kind == 'B') { run(best_dev, 'B', best_dev, nb[du], best_start); ++nb[du]; }
-      else { run(best_dev, 'W', best_dev, nw[du], best_start); ++nw[du]; }
+      int64_t& counter = best_kind == 'F' ? nf[du] : (best_kind == 'B' ? nb[du] : nw[du]);
+      eng.Run(best_dev, best_kind, best_dev, counter, best_start);
+      ++counter;
       ++done;
     }
   }
-  double busy = 0;
-  for (double b : r.busy_s) busy += b;
-  r.bubble_fraction = r.makespan_s > 0 ? 1.0 - busy / (static_cast<double>(p) * r.makespan_s) : 0;
-  *out = std::move(r);
+  *out = eng.Finish();
+  return Status::OK();
+}
+
+Status SimulateReplicated(const std::vector<SimStage>& st, const std::vector<int64_t>& replicas,
+                          const std::vector<int64_t>& in_flight, int64_t m, bool record, SimResult* out) {
+  const size_t stages = st.size();
+  if (stages == 0 || replicas.size() != stages || in_flight.size() != stages || m < 1) {
+    return Status::InvalidArgument("replicated simulation needs one replica count and in-flight count per stage, and m >= 1");
+  }
+  std::vector<std::vector<Op>> orders;
+  for (size_t q = 0; q < stages; ++q) {
+    const int64_t r = replicas[q];
+    if (r < 1 || in_flight[q] < 1) return Status::InvalidArgument("replicas and in-flight counts must be positive");
+    for (int64_t k = 0; k < r; ++k) {
+      std::vector<int32_t> mbs;
+      for (int64_t j = k; j < m; j += r) mbs.push_back(static_cast<int32_t>(j));
+      const int64_t n = static_cast<int64_t>(mbs.size());
+      const int64_t warm = std::min(in_flight[q] - 1, n);
+      std::vector<Op> ord;
+      for (int64_t i = 0; i < warm; ++i) ord.push_back({'F', static_cast<int32_t>(q), mbs[static_cast<size_t>(i)]});
+      for (int64_t i = 0; i < n - warm; ++i) {
+        ord.push_back({'F', static_cast<int32_t>(q), mbs[static_cast<size_t>(warm + i)]});
+        ord.push_back({'B', static_cast<int32_t>(q), mbs[static_cast<size_t>(i)]});
+      }
+      for (int64_t i = n - warm; i < n; ++i) ord.push_back({'B', static_cast<int32_t>(q), mbs[static_cast<size_t>(i)]});
+      orders.push_back(std::move(ord));
+    }
+  }
+  Engine eng(st, static_cast<int64_t>(orders.size()), m, false, record);
+  PLANNER_RETURN_IF_ERROR(eng.RunOrders(orders));
+  *out = eng.Finish();
   return Status::OK();
 }
 

@@ -23,14 +23,16 @@ struct SimStage {
   double forward_s = 0;
   double backward_input_s = 0;
   double backward_weight_s = 0;
-  double send_s = 0;  // p2p of this (virtual) stage's output to the next; the gradient costs the same
+  double send_s = 0;          // overlapped p2p of this stage's output to the next (link latency only); the gradient costs the same
+  double exposed_send_s = 0;  // exposed p2p: the sender is busy ('C' event) after F of this stage, and
+                              // the next stage's device after its B, sending the gradient back
 };
 
 struct SimEvent {
   int32_t device = 0;
   int32_t stage = 0;   // virtual stage
   int32_t microbatch = 0;
-  char kind = 'F';     // 'F', 'B' (backward-input, or the whole backward), 'W'
+  char kind = 'F';     // 'F', 'B' (backward-input, or the whole backward), 'W', 'C' (exposed send)
   double start_s = 0, end_s = 0;
 };
 
@@ -55,6 +57,15 @@ Status SimulateSchedule(Schedule schedule, const std::vector<SimStage>& stages, 
 // microbatch, that backward still has to flow through the earlier stages
 // (tail). ZB-H1 gets no tail (its W may come last).
 double MakespanLowerBound(Schedule schedule, const std::vector<SimStage>& stages, int64_t devices, int64_t microbatches);
+
+// PipeDream's asynchronous 1F1B over replicated stages: stage s has
+// replicas[s] devices (numbered stage by stage), microbatch j runs on replica
+// j mod replicas[s] of every stage (round robin), and each device keeps
+// in_flight[s] microbatches between forward and backward (warm-up of
+// in_flight[s] - 1 forwards, then one forward one backward). `stages` holds
+// one entry per stage (no interleaving).
+Status SimulateReplicated(const std::vector<SimStage>& stages, const std::vector<int64_t>& replicas,
+                          const std::vector<int64_t>& in_flight, int64_t microbatches, bool record_events, SimResult* out);
 
 // Closed forms on uniform stages (tests compare the simulator with them):
 // GPipe/1F1B: (m + p - 1)(F + B + W); interleaved: (m + (p - 1)/v)(F + B + W)

@@ -140,13 +140,9 @@ struct Ctx {
     }
     for (int64_t q = 0; q < q_count; ++q) {
       double sq = x->send[Z(q)];
-      if (o->cost.p2p_overlap) {
-        x->sim[Z(q)].send_s = sq;
-      } else {
-        // Exposed: the sender is busy for the transfer (activation forward, gradient backward).
-        x->sim[Z(q)].forward_s += sq;
-        if (q > 0) x->sim[Z(q)].backward_input_s += x->send[Z(q - 1)];
-      }
+      // Exposed: the sender is busy for the transfer (activation after F, gradient after B).
+      if (o->cost.p2p_overlap) x->sim[Z(q)].send_s = sq;
+      else x->sim[Z(q)].exposed_send_s = sq;
     }
     x->dev_params.assign(Z(p), 0);
     x->dev_stash.assign(Z(p), 0);
@@ -350,6 +346,7 @@ Status SolveAuto(const CostSource& src, SearchOptions& o, Plan* out) {
     pl.interleave = k.v;
     pl.recompute = RecomputeName(k.rc);
     pl.zero_stage = x.zero;
+    pl.p2p_overlap = o.cost.p2p_overlap;
     pl.usable_memory_bytes = ctx.usable;
     for (int64_t q = 0; q < q_count; ++q) {
       PlanStage ps;
@@ -445,6 +442,7 @@ Status SolveAuto(const CostSource& src, SearchOptions& o, Plan* out) {
       pl.interleave = 1;
       pl.recompute = RecomputeName(Recompute::kNone);
       pl.zero_stage = 0;
+      pl.p2p_overlap = true;
       pl.usable_memory_bytes = ctx.usable;
       std::string cfg;
       double peak = 0;

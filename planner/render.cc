@@ -59,8 +59,10 @@ std::string RenderRunnersUp(const Plan& p) {
 
 namespace {
 
-// Re-simulates the plan's schedule from its stage times.
-Status Replay(const Plan& p, SimResult* res, int64_t* devices) {
+// Re-simulates the plan's schedule from its stage times. Uniform plans get
+// one row per pipeline device (standing for its data-parallel replicas);
+// PipeDream plans get one row per replica of every stage (round robin).
+Status Replay(const Plan& p, SimResult* res, std::vector<std::string>* labels) {
   Schedule s;
   if (!ParseSchedule(p.schedule, &s)) return Status::InvalidArgument("plan: unknown schedule '" + p.schedule + "'");
   std::vector<SimStage> st;
@@ -69,54 +71,91 @@ Status Replay(const Plan& p, SimResult* res, int64_t* devices) {
     y.forward_s = x.forward_s;
     y.backward_input_s = x.backward_input_s;
     y.backward_weight_s = x.backward_weight_s;
-    y.send_s = 0;
+    if (p.p2p_overlap) y.send_s = x.p2p_s;
+    else y.exposed_send_s = x.p2p_s;
     st.push_back(y);
   }
+  const int64_t m = std::max<int64_t>(1, p.num_microbatches);
+  labels->clear();
+  if (s == Schedule::kPipeDream) {
+    std::vector<int64_t> replicas, in_flight;
+    for (const auto& x : p.stages) {
+      int64_t r = std::max<int64_t>(1, x.replicas);
+      replicas.push_back(r);
+      in_flight.push_back(std::max<int64_t>(1, x.in_flight));
+      for (int64_t k = 0; k < r; ++k) labels->push_back(fmt::format("s{} r{}", replicas.size() - 1, k));
+    }
+    return SimulateReplicated(st, replicas, in_flight, m, true, res);
+  }
   int64_t dev = static_cast<int64_t>(p.stages.size()) / std::max<int64_t>(1, p.interleave);
-  if (s == Schedule::kPipeDream) s = Schedule::k1F1B;  // same per-device order, without the flush
-  *devices = dev;
-  return SimulateSchedule(s, st, dev, std::max<int64_t>(1, p.num_microbatches), true, res);
+  for (int64_t d = 0; d < dev; ++d) labels->push_back(fmt::format("device {}", d));
+  return SimulateSchedule(s, st, dev, m, true, res);
 }
 
 }  // namespace
 
 Status RenderTimelineText(const Plan& p, int width, std::string* out) {
   SimResult res;
-  int64_t dev = 0;
-  PLANNER_RETURN_IF_ERROR(Replay(p, &res, &dev));
+  std::vector<std::string> labels;
+  PLANNER_RETURN_IF_ERROR(Replay(p, &res, &labels));
   width = std::max(20, width);
-  std::vector<std::string> rows(static_cast<size_t>(dev), std::string(static_cast<size_t>(width), '.'));
-  double scale = res.makespan_s > 0 ? width / res.makespan_s : 0;
+  const size_t dev = labels.size(), w = static_cast<size_t>(width);
+  // Time of each kind per (row, column); a column shows its majority kind,
+  // or idle when the device is busy less than half of it (no aliasing).
+  const std::string kinds = "FBWC";
+  std::vector<double> cover(dev * w * kinds.size(), 0.0);
+  const double col_s = res.makespan_s > 0 ? res.makespan_s / width : 1;
   for (const auto& e : res.events) {
-    int a = static_cast<int>(e.start_s * scale), b = std::max(a + 1, static_cast<int>(e.end_s * scale));
-    char ch = e.kind == 'F' ? 'F' : (e.kind == 'W' ? 'W' : 'B');
-    for (int x = a; x < b && x < width; ++x) rows[static_cast<size_t>(e.device)][static_cast<size_t>(x)] = ch;
+    size_t k = kinds.find(e.kind);
+    if (k == std::string::npos) continue;
+    size_t a = static_cast<size_t>(std::max(0.0, e.start_s / col_s));
+    for (size_t x = a; x < w && static_cast<double>(x) * col_s < e.end_s; ++x) {
+      double lo = std::max(e.start_s, static_cast<double>(x) * col_s), hi = std::min(e.end_s, static_cast<double>(x + 1) * col_s);
+      if (hi > lo) cover[(static_cast<size_t>(e.device) * w + x) * kinds.size() + k] += hi - lo;
+    }
   }
-  std::string o = fmt::format("predicted timeline ({} microbatches, {} per column; F forward, B backward, W weight-gradient, . idle)\n",
-                              p.num_microbatches, FormatSeconds(res.makespan_s / width));
-  for (int64_t d = 0; d < dev; ++d) o += fmt::format("device {:>3} |{}|\n", d, rows[static_cast<size_t>(d)]);
-  o += fmt::format("makespan {}, bubble {:.1f}%\n", FormatSeconds(res.makespan_s), 100 * res.bubble_fraction);
+  std::string o = fmt::format("predicted timeline ({} microbatches, {} per column; F forward, B backward, W weight-gradient, C send, . idle)\n",
+                              p.num_microbatches, FormatSeconds(col_s));
+  for (size_t d = 0; d < dev; ++d) {
+    std::string row(w, '.');
+    for (size_t x = 0; x < w; ++x) {
+      const double* c = &cover[(d * w + x) * kinds.size()];
+      double total = 0, most = 0;
+      for (size_t k = 0; k < kinds.size(); ++k) {
+        total += c[k];
+        if (c[k] > most) {
+          most = c[k];
+          row[x] = kinds[k];
+        }
+      }
+      if (total < 0.5 * col_s) row[x] = '.';
+    }
+    o += fmt::format("{:>10} |{}|\n", labels[d], row);
+  }
+  o += fmt::format("makespan {}, bubble {:.1f}%{}\n", FormatSeconds(res.makespan_s), 100 * res.bubble_fraction,
+                   p.schedule == "pipedream" ? " (one iteration from an empty pipeline; in steady state there is no flush)" : "");
   *out = std::move(o);
   return Status::OK();
 }
 
 Status RenderTimelineSvg(const Plan& p, std::string* out) {
   SimResult res;
-  int64_t dev = 0;
-  PLANNER_RETURN_IF_ERROR(Replay(p, &res, &dev));
+  std::vector<std::string> labels;
+  PLANNER_RETURN_IF_ERROR(Replay(p, &res, &labels));
+  const int64_t dev = static_cast<int64_t>(labels.size());
   const double width = 1200, row_h = 28, left = 90, top = 40;
   double scale = res.makespan_s > 0 ? (width - left - 20) / res.makespan_s : 0;
   double height = top + static_cast<double>(dev) * row_h + 60;
   std::string o = fmt::format("<svg xmlns=\"http://www.w3.org/2000/svg\" width=\"{}\" height=\"{}\" font-family=\"monospace\" font-size=\"12\">\n", width, height);
-  o += fmt::format("<text x=\"10\" y=\"20\">{} {} | {} microbatches | makespan {} | bubble {:.1f}%</text>\n", p.model_name,
-                   p.ParallelString(), p.num_microbatches, FormatSeconds(res.makespan_s), 100 * res.bubble_fraction);
+  o += fmt::format("<text x=\"10\" y=\"20\">{} tp-pp-dp {} | replication {} | {} | {} microbatches | makespan {} | bubble {:.1f}%</text>\n", p.model_name,
+                   p.ParallelString(), p.config, p.schedule, p.num_microbatches, FormatSeconds(res.makespan_s), 100 * res.bubble_fraction);
   for (int64_t d = 0; d < dev; ++d) {
     double y = top + static_cast<double>(d) * row_h;
     o += fmt::format("<rect x=\"{}\" y=\"{}\" width=\"{:.1f}\" height=\"{}\" fill=\"#eeeeee\"/>\n", left, y, res.makespan_s * scale, row_h - 4);
-    o += fmt::format("<text x=\"10\" y=\"{}\">device {}</text>\n", y + 16, d);
+    o += fmt::format("<text x=\"10\" y=\"{}\">{}</text>\n", y + 16, labels[static_cast<size_t>(d)]);
   }
   for (const auto& e : res.events) {
-    const char* color = e.kind == 'F' ? "#4e79a7" : (e.kind == 'W' ? "#59a14f" : "#f28e2b");
+    const char* color = e.kind == 'F' ? "#4e79a7" : (e.kind == 'W' ? "#59a14f" : (e.kind == 'C' ? "#e15759" : "#f28e2b"));
     double x = left + e.start_s * scale, w = std::max(0.5, (e.end_s - e.start_s) * scale);
     double y = top + static_cast<double>(e.device) * row_h;
     o += fmt::format("<rect x=\"{:.2f}\" y=\"{}\" width=\"{:.2f}\" height=\"{}\" fill=\"{}\" stroke=\"white\" stroke-width=\"0.5\"><title>{} stage {} microbatch {}: {:.3f}-{:.3f} ms</title></rect>\n",
@@ -126,7 +165,8 @@ Status RenderTimelineSvg(const Plan& p, std::string* out) {
   o += fmt::format("<rect x=\"{}\" y=\"{}\" width=\"14\" height=\"14\" fill=\"#4e79a7\"/><text x=\"{}\" y=\"{}\">forward</text>\n", left, ly, left + 20, ly + 12);
   o += fmt::format("<rect x=\"{}\" y=\"{}\" width=\"14\" height=\"14\" fill=\"#f28e2b\"/><text x=\"{}\" y=\"{}\">backward</text>\n", left + 110, ly, left + 130, ly + 12);
   o += fmt::format("<rect x=\"{}\" y=\"{}\" width=\"14\" height=\"14\" fill=\"#59a14f\"/><text x=\"{}\" y=\"{}\">weight gradient</text>\n", left + 230, ly, left + 250, ly + 12);
-  o += fmt::format("<rect x=\"{}\" y=\"{}\" width=\"14\" height=\"14\" fill=\"#eeeeee\"/><text x=\"{}\" y=\"{}\">idle</text>\n", left + 380, ly, left + 400, ly + 12);
+  o += fmt::format("<rect x=\"{}\" y=\"{}\" width=\"14\" height=\"14\" fill=\"#e15759\"/><text x=\"{}\" y=\"{}\">send</text>\n", left + 380, ly, left + 400, ly + 12);
+  o += fmt::format("<rect x=\"{}\" y=\"{}\" width=\"14\" height=\"14\" fill=\"#eeeeee\"/><text x=\"{}\" y=\"{}\">idle</text>\n", left + 470, ly, left + 490, ly + 12);
   o += "</svg>\n";
   *out = std::move(o);
   return Status::OK();

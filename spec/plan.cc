@@ -26,6 +26,7 @@ struct Tree {
   static Tree Str(std::string v) { Tree t; t.kind = kString; t.s = std::move(v); return t; }
   static Tree Num(double v) { Tree t; t.kind = kNumber; t.d = v; return t; }
   static Tree Int(int64_t v) { Tree t; t.kind = kInt; t.i = v; return t; }
+  static Tree Bool(bool v) { Tree t; t.kind = kBool; t.i = v ? 1 : 0; return t; }
   static Tree List() { Tree t; t.kind = kList; return t; }
   Tree& Add(std::string key, Tree v) { map.emplace_back(std::move(key), std::move(v)); return map.back().second; }
 };
@@ -148,6 +149,7 @@ Tree PlanTree(const Plan& p) {
   t.Add("interleave", Tree::Int(p.interleave));
   t.Add("recompute", Tree::Str(p.recompute));
   t.Add("zero_stage", Tree::Int(p.zero_stage));
+  t.Add("p2p_overlap", Tree::Bool(p.p2p_overlap));
   Tree stages = Tree::List();
   for (const auto& s : p.stages) {
     Tree st;
@@ -249,6 +251,7 @@ Status ParsePlan(const std::string& path, const std::string& text, Plan* out) {
   PLANNER_RETURN_IF_ERROR(r.GetInt(root, "interleave", "interleave", &p.interleave, true, 1));
   PLANNER_RETURN_IF_ERROR(r.GetEnum(root, "recompute", "recompute", {"none", "selective", "full"}, &p.recompute, true));
   PLANNER_RETURN_IF_ERROR(r.GetInt(root, "zero_stage", "zero_stage", &p.zero_stage, false, 0));
+  PLANNER_RETURN_IF_ERROR(r.GetBool(root, "p2p_overlap", "p2p_overlap", &p.p2p_overlap, false));
   const YAML::Node& stages = root["stages"];
   if (!stages.IsDefined()) return r.FieldError(root, "stages", "missing required field");
   PLANNER_RETURN_IF_ERROR(r.RequireSequence(stages, "stages"));
@@ -313,6 +316,11 @@ Status ParsePlan(const std::string& path, const std::string& text, Plan* out) {
       PLANNER_RETURN_IF_ERROR(r.GetInt(ru[i], "interleave", f + ".interleave", &s.interleave, false, 1));
       PLANNER_RETURN_IF_ERROR(r.GetString(ru[i], "recompute", f + ".recompute", &s.recompute, false));
       PLANNER_RETURN_IF_ERROR(r.GetDouble(ru[i], "iteration_seconds", f + ".iteration_seconds", &s.iteration_s, false, 0, false));
+      PLANNER_RETURN_IF_ERROR(r.GetDouble(ru[i], "samples_per_second", f + ".samples_per_second", &s.samples_per_second, false, 0, false));
+      PLANNER_RETURN_IF_ERROR(r.GetInt(ru[i], "zero_stage", f + ".zero_stage", &s.zero_stage, false, 0));
+      double ru_gib = 0;
+      PLANNER_RETURN_IF_ERROR(r.GetDouble(ru[i], "peak_memory_GiB", f + ".peak_memory_GiB", &ru_gib, false, 0, false));
+      s.peak_memory_bytes = ru_gib * kGiB;
       PLANNER_RETURN_IF_ERROR(r.GetString(ru[i], "why_lost", f + ".why_lost", &s.why_lost, false));
       p.runners_up.push_back(std::move(s));
     }

@@ -27,7 +27,7 @@ struct PlanStage {
   double backward_input_s = 0;
   double backward_weight_s = 0;
   double tp_comm_s = 0;         // exposed tensor-parallel all-reduces (inside forward/backward above)
-  double p2p_s = 0;             // send of this stage's output activation to the next stage
+  double p2p_s = 0;             // send of this stage's output activation to the next stage (not in forward_s)
   double dp_allreduce_s = 0;    // per iteration, gradient all-reduce of the replica group
   double peak_memory_bytes = 0;
   double weights_bytes = 0, optimizer_bytes = 0, activations_bytes = 0;
@@ -71,6 +71,7 @@ struct Plan {
   int64_t interleave = 1;
   std::string recompute = "none";  // none | selective | full
   int64_t zero_stage = 0;
+  bool p2p_overlap = false;     // stage sends hidden behind compute (else the sender waits for them)
   double usable_memory_bytes = 0;
   std::vector<PlanStage> stages;  // in pipeline order (interleaved: virtual stages)
   PlanPredicted predicted;

@@ -66,3 +66,48 @@ TEST_CASE("the slowest stage sets the 1F1B steady state on non-uniform stages") 
 
 }  // namespace
 }  // namespace planner
+
+namespace planner {
+namespace {
+
+TEST_CASE("exposed sends as 'C' events time like sends folded into F and B") {
+  std::vector<SimStage> exposed(4), folded(4);
+  for (int q = 0; q < 4; ++q) {
+    exposed[q].forward_s = folded[q].forward_s = 1.0 + 0.1 * q;
+    exposed[q].backward_input_s = folded[q].backward_input_s = 2.0 - 0.1 * q;
+    exposed[q].backward_weight_s = folded[q].backward_weight_s = 0.5;
+    exposed[q].exposed_send_s = q < 3 ? 0.25 : 0;
+  }
+  for (int q = 0; q < 3; ++q) folded[q].forward_s += 0.25;
+  for (int q = 1; q < 4; ++q) folded[q].backward_input_s += 0.25;
+  for (Schedule s : {Schedule::kGpipe, Schedule::k1F1B}) {
+    SimResult a, b;
+    REQUIRE_OK(SimulateSchedule(s, exposed, 4, 8, true, &a));
+    REQUIRE_OK(SimulateSchedule(s, folded, 4, 8, false, &b));
+    CHECK(a.makespan_s == doctest::Approx(b.makespan_s).epsilon(1e-12));
+    int sends = 0;
+    for (const auto& e : a.events) sends += e.kind == 'C';
+    CHECK(sends == 2 * 3 * 8);  // an activation and a gradient per boundary and microbatch
+  }
+}
+
+TEST_CASE("replicated async pipeline: steady state runs at the bottleneck stage / replicas") {
+  // Stage 0: 3 s per microbatch on 3 replicas (1 s each), stage 1: 1.5 s on one device.
+  std::vector<SimStage> st(2);
+  st[0].forward_s = 1;
+  st[0].backward_input_s = 2;
+  st[1].forward_s = 0.5;
+  st[1].backward_input_s = 1;
+  SimResult a, b;
+  REQUIRE_OK(SimulateReplicated(st, {3, 1}, {2, 1}, 60, false, &a));
+  REQUIRE_OK(SimulateReplicated(st, {3, 1}, {2, 1}, 120, false, &b));
+  CHECK((b.makespan_s - a.makespan_s) / 60 == doctest::Approx(1.5).epsilon(0.02));
+  CHECK(a.busy_s.size() == 4);
+  CHECK(a.busy_s[0] == doctest::Approx(20 * 3.0));  // round robin: 60 / 3 microbatches each
+  CHECK(a.busy_s[3] == doctest::Approx(60 * 1.5));
+  SimResult bad;
+  CHECK(SimulateReplicated(st, {3}, {2, 1}, 60, false, &bad).code() == StatusCode::kInvalidArgument);
+}
+
+}  // namespace
+}  // namespace planner
