@@ -26,3 +26,4 @@ void LogNote(std::string_view message) {
 void SetQuiet(bool quiet) { g_quiet.store(quiet); }
 
 }  // namespace planner
+namespace planner { bool IsQuiet() { return g_quiet.load(); } }

@@ -13,5 +13,6 @@ void LogWarning(std::string_view message);
 void LogNote(std::string_view message);
 // Silences LogNote (for --quiet); errors and warnings are always printed.
 void SetQuiet(bool quiet);
+bool IsQuiet();
 
 }  // namespace planner

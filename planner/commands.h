@@ -15,6 +15,7 @@ using Runner = std::function<Status()>;
 Runner RegisterSolve(CLI::App& app);
 Runner RegisterInspect(CLI::App& app);
 Runner RegisterImport(CLI::App& app);
+Runner RegisterProfile(CLI::App& app, int argc, char** argv);
 // Writes `text` to `path` atomically (temp file + rename).
 Status WriteFileAtomic(const std::string& path, const std::string& text);
 

@@ -9,6 +9,7 @@
 
 #include "common/edit_distance.h"
 #include "common/log.h"
+#include "common/progress.h"
 #include "planner/commands.h"
 #include "planner_config.h"
 
@@ -43,6 +44,11 @@ int RunCli(int argc, char** argv) {
   add(RegisterSolve);
   add(RegisterInspect);
   add(RegisterImport);
+  {
+    size_t before = app.get_subcommands({}).size();
+    Runner r = RegisterProfile(app, argc, argv);
+    runners[app.get_subcommands({})[before]] = r;
+  }
   if (argc >= 2 && argv[1][0] != '-') {
     std::vector<std::string> names;
     for (auto* sub : app.get_subcommands({})) names.push_back(sub->get_name());
@@ -68,6 +74,7 @@ int RunCli(int argc, char** argv) {
     if (sub->parsed()) {
       Status s = run();
       if (!s.ok()) LogError(s.message());
+      if (!s.ok() && Interrupted()) return kExitInterrupted;
       return ExitCodeFor(s);
     }
   }

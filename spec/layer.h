@@ -5,6 +5,7 @@
 #pragma once
 
 #include <cstdint>
+#include <map>
 #include <string>
 #include <vector>
 
@@ -16,6 +17,22 @@ const char* DTypeName(DType dtype);
 // Parses "fp32" | "fp16" | "bf16"; false on anything else.
 bool ParseDType(const std::string& text, DType* out);
 
+// Attributes of a layer as written in the model file, with defaults resolved
+// by shape inference (heads, ffn, kernel, stride, padding, vocab, ...).
+struct LayerAttrs {
+  std::map<std::string, int64_t> ints;
+  std::map<std::string, bool> bools;
+  double probability = 0.1;
+  int64_t Int(const std::string& key, int64_t fallback) const {
+    auto it = ints.find(key);
+    return it == ints.end() ? fallback : it->second;
+  }
+  bool Bool(const std::string& key, bool fallback) const {
+    auto it = bools.find(key);
+    return it == bools.end() ? fallback : it->second;
+  }
+};
+
 struct Layer {
   std::string name;                 // unique within the model, e.g. "block7"
   std::string type;                 // layer type, e.g. "transformer_block"
@@ -23,6 +40,7 @@ struct Layer {
   std::vector<int64_t> out_shape;   // per sample
   std::string signature;            // type + shapes + attributes: equal signatures cost the same
   int source_line = 0;              // 1-based line in the model file (0: from a template)
+  LayerAttrs attrs;                 // resolved attributes (the kernels are built from them)
 
   // Per-sample analytic costs.
   double params = 0;                // trainable parameters owned by this layer

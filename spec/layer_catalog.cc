@@ -132,6 +132,7 @@ Status InferLayer(const std::string& type, const LayerAttrs& attrs, const std::v
   Layer l;
   l.type = type;
   l.in_shape = in;
+  l.attrs = attrs;
   const double dt = DTypeBytes(dtype);
   const double n_in = Elements(in);
   std::string attr_sig;
@@ -148,6 +149,8 @@ Status InferLayer(const std::string& type, const LayerAttrs& attrs, const std::v
                                     want, ShapeString(in), fin, fin));
     }
     int64_t fout = attrs.Int("out_features", 0);
+    l.attrs.ints["in_features"] = fin;
+    l.attrs.bools["bias"] = attrs.Bool("bias", true);
     double tokens = n_in / static_cast<double>(fin);
     l.out_shape = in;
     l.out_shape.back() = fout;
@@ -176,8 +179,13 @@ Status InferLayer(const std::string& type, const LayerAttrs& attrs, const std::v
     }
     int64_t ho = (in[1] + 2 * p - k) / st + 1, wo = (in[2] + 2 * p - k) / st + 1;
     l.out_shape = {cout, ho, wo};
+    l.attrs.ints["in_channels"] = cin;
+    l.attrs.ints["kernel"] = k;
+    l.attrs.ints["stride"] = st;
+    l.attrs.ints["padding"] = p;
     double macs = static_cast<double>(cin) * k * k * cout * ho * wo;
     l.params = static_cast<double>(cin) * k * k * cout + (attrs.Bool("bias", true) ? cout : 0);
+    l.attrs.bools["bias"] = attrs.Bool("bias", true);
     l.fwd_flops = 2 * macs;
     l.bwd_input_flops = 2 * macs;
     l.bwd_weight_flops = 2 * macs;
@@ -192,6 +200,9 @@ Status InferLayer(const std::string& type, const LayerAttrs& attrs, const std::v
     l.stash_bytes = l.stash_bytes_selective = type == "dropout" ? n_in : dt * n_in;
   } else if (type == "maxpool" || type == "avgpool") {
     PLANNER_RETURN_IF_ERROR(PoolShape(type, attrs, in, &l.out_shape));
+    l.attrs.ints["kernel"] = attrs.Int("kernel", 2);
+    l.attrs.ints["stride"] = attrs.Int("stride", attrs.Int("kernel", 2));
+    l.attrs.ints["padding"] = attrs.Int("padding", 0);
     double n_out = Elements(l.out_shape);
     l.fwd_mem_bytes = dt * (n_in + n_out);
     l.bwd_mem_bytes = dt * (n_in + n_out);
@@ -228,6 +239,8 @@ Status InferLayer(const std::string& type, const LayerAttrs& attrs, const std::v
     }
     double s = static_cast<double>(in[0]), h = static_cast<double>(in[1]);
     int64_t heads = attrs.Int("heads", 1), ffn = attrs.Int("ffn", 4 * in[1]);
+    l.attrs.ints["heads"] = heads;
+    l.attrs.ints["ffn"] = ffn;
     if (type != "mlp" && in[1] % heads != 0) {
       return ShapeError(fmt::format("heads ({}) must divide the hidden size {}", heads, in[1]));
     }

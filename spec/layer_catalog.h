@@ -22,19 +22,6 @@ struct LayerTypeInfo {
   bool has_probability = false;         // dropout's `p`
 };
 
-struct LayerAttrs {
-  std::map<std::string, int64_t> ints;
-  std::map<std::string, bool> bools;
-  double probability = 0.1;
-  int64_t Int(const std::string& key, int64_t fallback) const {
-    auto it = ints.find(key);
-    return it == ints.end() ? fallback : it->second;
-  }
-  bool Bool(const std::string& key, bool fallback) const {
-    auto it = bools.find(key);
-    return it == bools.end() ? fallback : it->second;
-  }
-};
 
 const std::vector<LayerTypeInfo>& LayerTypes();
 // nullptr when `type` is unknown.

@@ -20,7 +20,8 @@ struct Tree {
   std::string s;
   double d = 0;
   int64_t i = 0;
-  std::vector<std::pair<std::string, Tree>> map;
+  std::vector<std::string> keys;  // map entries: keys[i] -> values[i] (a vector of pairs
+  std::vector<Tree> values;       // would need Tree complete, which clang's libstdc++ checks)
   std::vector<Tree> list;
 
   static Tree Str(std::string v) { Tree t; t.kind = kString; t.s = std::move(v); return t; }
@@ -28,7 +29,11 @@ struct Tree {
   static Tree Int(int64_t v) { Tree t; t.kind = kInt; t.i = v; return t; }
   static Tree Bool(bool v) { Tree t; t.kind = kBool; t.i = v ? 1 : 0; return t; }
   static Tree List() { Tree t; t.kind = kList; return t; }
-  Tree& Add(std::string key, Tree v) { map.emplace_back(std::move(key), std::move(v)); return map.back().second; }
+  Tree& Add(std::string key, Tree v) {
+    keys.push_back(std::move(key));
+    values.push_back(std::move(v));
+    return values.back();
+  }
 };
 
 std::string NumText(double v) {
@@ -40,9 +45,9 @@ void EmitYaml(const Tree& t, YAML::Emitter& e) {
   switch (t.kind) {
     case Tree::kMap:
       e << YAML::BeginMap;
-      for (const auto& [k, v] : t.map) {
-        e << YAML::Key << k << YAML::Value;
-        EmitYaml(v, e);
+      for (size_t k = 0; k < t.keys.size(); ++k) {
+        e << YAML::Key << t.keys[k] << YAML::Value;
+        EmitYaml(t.values[k], e);
       }
       e << YAML::EndMap;
       break;
@@ -75,10 +80,10 @@ void EmitJson(const Tree& t, std::string& o, int indent) {
   switch (t.kind) {
     case Tree::kMap:
       o += "{\n";
-      for (size_t k = 0; k < t.map.size(); ++k) {
-        o += pad2 + JsonEscape(t.map[k].first) + ": ";
-        EmitJson(t.map[k].second, o, indent + 1);
-        o += k + 1 < t.map.size() ? ",\n" : "\n";
+      for (size_t k = 0; k < t.keys.size(); ++k) {
+        o += pad2 + JsonEscape(t.keys[k]) + ": ";
+        EmitJson(t.values[k], o, indent + 1);
+        o += k + 1 < t.keys.size() ? ",\n" : "\n";
       }
       o += pad + "}";
       break;

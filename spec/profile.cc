@@ -61,6 +61,16 @@ std::string ProfileToYaml(const Profile& p) {
   o += "date: " + Quote(p.date) + "\n";
   o += fmt::format("threads: {}\n", p.threads);
   o += fmt::format("reference_microbatch: {}\n", p.reference_microbatch);
+  if (!p.comm.empty()) {
+    o += "comm:\n";
+    for (const auto& c : p.comm) {
+      o += fmt::format("  - {{collective: {}, level: {}, group_size: {}, backend: {}, alpha_s: {}, busbw_GBps: {},\n     points: [",
+                       c.collective, Quote(c.level), c.group_size, c.backend, Num(c.alpha_s), Num(c.busbw_GBps));
+      for (size_t i = 0; i < c.points.size(); ++i) o += fmt::format("{}[{}, {}]", i ? ", " : "", Num(c.points[i].first), Num(c.points[i].second));
+      o += "]}\n";
+    }
+  }
+  if (p.layers.empty()) return o;
   o += "layers:\n";
   for (const auto& l : p.layers) {
     o += "  - name: " + Quote(l.name) + "\n";
@@ -68,6 +78,8 @@ std::string ProfileToYaml(const Profile& p) {
     o += "    inputs: [";
     for (size_t i = 0; i < l.inputs.size(); ++i) o += (i ? ", " : "") + Quote(l.inputs[i]);
     o += "]\n";
+    if (!l.type.empty()) o += "    type: " + Quote(l.type) + "\n";
+    if (l.tp_allreduces > 0) o += fmt::format("    tp_allreduces: {}\n    tp_allreduce_bytes: {}\n", l.tp_allreduces, Num(l.tp_allreduce_bytes));
     o += "    params_bytes: " + Num(l.params_bytes) + "\n";
     o += "    output_bytes: " + Num(l.output_bytes) + "\n";
     o += "    stash_bytes: " + Num(l.stash_bytes) + "\n";
@@ -77,7 +89,13 @@ std::string ProfileToYaml(const Profile& p) {
                        Num(t.forward_s), Num(t.backward_s));
       if (t.backward_input_s >= 0) o += ", backward_input_s: " + Num(t.backward_input_s);
       if (t.backward_weight_s >= 0) o += ", backward_weight_s: " + Num(t.backward_weight_s);
-      o += ", forward_spread_s: " + Num(t.forward_spread_s) + ", backward_spread_s: " + Num(t.backward_spread_s) + "}\n";
+      o += ", forward_spread_s: " + Num(t.forward_spread_s) + ", backward_spread_s: " + Num(t.backward_spread_s);
+      if (t.repetitions > 0) {
+        o += ", forward_min_s: " + Num(t.forward_min_s) + ", backward_input_min_s: " + Num(t.backward_input_min_s) +
+             ", backward_weight_min_s: " + Num(t.backward_weight_min_s) + fmt::format(", repetitions: {}", t.repetitions) +
+             ", peak_memory_bytes: " + Num(t.peak_memory_bytes) + ", achieved_gflops: " + Num(t.achieved_gflops);
+      }
+      o += "}\n";
     }
   }
   return o;
@@ -104,8 +122,44 @@ Status ParseProfile(const std::string& path, const std::string& text, Profile* o
   PLANNER_RETURN_IF_ERROR(r.GetString(root, "date", "date", &p.date, false));
   PLANNER_RETURN_IF_ERROR(r.GetInt(root, "threads", "threads", &p.threads, false, 0));
   PLANNER_RETURN_IF_ERROR(r.GetInt(root, "reference_microbatch", "reference_microbatch", &p.reference_microbatch, true, 1));
+  const YAML::Node& comm = root["comm"];
+  if (comm.IsDefined()) {
+    PLANNER_RETURN_IF_ERROR(r.RequireSequence(comm, "comm"));
+    for (size_t i = 0; i < comm.size(); ++i) {
+      const YAML::Node& n = comm[i];
+      std::string f = fmt::format("comm[{}]", i);
+      PLANNER_RETURN_IF_ERROR(r.CheckKeys(n, f, {"collective", "level", "group_size", "backend", "alpha_s", "busbw_GBps", "points"}));
+      CommCurve c;
+      PLANNER_RETURN_IF_ERROR(r.GetEnum(n, "collective", f + ".collective", {"all_reduce", "all_gather", "reduce_scatter", "broadcast", "send_recv"}, &c.collective, true));
+      PLANNER_RETURN_IF_ERROR(r.GetString(n, "level", f + ".level", &c.level, true));
+      PLANNER_RETURN_IF_ERROR(r.GetInt(n, "group_size", f + ".group_size", &c.group_size, true, 2));
+      PLANNER_RETURN_IF_ERROR(r.GetString(n, "backend", f + ".backend", &c.backend, false));
+      PLANNER_RETURN_IF_ERROR(r.GetDouble(n, "alpha_s", f + ".alpha_s", &c.alpha_s, true, 0.0, false));
+      PLANNER_RETURN_IF_ERROR(r.GetDouble(n, "busbw_GBps", f + ".busbw_GBps", &c.busbw_GBps, true, 0.0, true));
+      const YAML::Node& pts = n["points"];
+      if (pts.IsDefined()) {
+        PLANNER_RETURN_IF_ERROR(r.RequireSequence(pts, f + ".points"));
+        for (size_t k = 0; k < pts.size(); ++k) {
+          const YAML::Node& pt = pts[k];
+          if (!pt.IsSequence() || pt.size() != 2 || !pt[0].IsScalar() || !pt[1].IsScalar()) {
+            return r.FieldError(pt, fmt::format("{}.points[{}]", f, k), "must be [bytes, seconds]");
+          }
+          try {
+            c.points.emplace_back(pt[0].as<double>(), pt[1].as<double>());
+          } catch (const YAML::Exception&) {
+            return r.FieldError(pt, fmt::format("{}.points[{}]", f, k), "must be two numbers [bytes, seconds]");
+          }
+        }
+      }
+      p.comm.push_back(std::move(c));
+    }
+  }
   const YAML::Node& layers = root["layers"];
-  if (!layers.IsDefined()) return r.FieldError(root, "layers", "missing required field; a profile lists its layers");
+  if (!layers.IsDefined() && !p.comm.empty()) {
+    *out = std::move(p);
+    return Status::OK();
+  }
+  if (!layers.IsDefined()) return r.FieldError(root, "layers", "missing required field; a profile lists its layers (or comm curves)");
   PLANNER_RETURN_IF_ERROR(r.RequireSequence(layers, "layers"));
   if (layers.size() == 0) return r.FieldError(layers, "layers", "the list is empty");
   std::map<std::string, size_t> seen;
@@ -113,11 +167,15 @@ Status ParseProfile(const std::string& path, const std::string& text, Profile* o
   for (size_t i = 0; i < layers.size(); ++i) {
     const YAML::Node& n = layers[i];
     std::string f = fmt::format("layers[{}]", i);
-    PLANNER_RETURN_IF_ERROR(r.CheckKeys(n, f, {"name", "desc", "inputs", "params_bytes", "output_bytes", "stash_bytes", "timings"}));
+    PLANNER_RETURN_IF_ERROR(r.CheckKeys(n, f, {"name", "desc", "type", "tp_allreduces", "tp_allreduce_bytes", "inputs", "params_bytes",
+                                               "output_bytes", "stash_bytes", "timings"}));
     ProfileLayer l;
     PLANNER_RETURN_IF_ERROR(r.GetString(n, "name", f + ".name", &l.name, true));
     if (seen.count(l.name)) return r.FieldError(n["name"], f + ".name", "duplicate layer name '" + l.name + "'");
     PLANNER_RETURN_IF_ERROR(r.GetString(n, "desc", f + ".desc", &l.desc, false));
+    PLANNER_RETURN_IF_ERROR(r.GetString(n, "type", f + ".type", &l.type, false));
+    PLANNER_RETURN_IF_ERROR(r.GetInt(n, "tp_allreduces", f + ".tp_allreduces", &l.tp_allreduces, false, 0));
+    PLANNER_RETURN_IF_ERROR(r.GetDouble(n, "tp_allreduce_bytes", f + ".tp_allreduce_bytes", &l.tp_allreduce_bytes, false, 0.0, false));
     if (n["inputs"].IsDefined()) {
       PLANNER_RETURN_IF_ERROR(r.RequireSequence(n["inputs"], f + ".inputs"));
       for (size_t k = 0; k < n["inputs"].size(); ++k) {
@@ -142,7 +200,9 @@ Status ParseProfile(const std::string& path, const std::string& text, Profile* o
       std::string ft = fmt::format("{}.timings[{}]", f, k);
       const YAML::Node& t = ts[k];
       PLANNER_RETURN_IF_ERROR(r.CheckKeys(t, ft, {"microbatch", "tp", "forward_s", "backward_s", "backward_input_s",
-                                                  "backward_weight_s", "forward_spread_s", "backward_spread_s"}));
+                                                  "backward_weight_s", "forward_spread_s", "backward_spread_s", "forward_min_s",
+                                                  "backward_input_min_s", "backward_weight_min_s", "repetitions", "peak_memory_bytes",
+                                                  "achieved_gflops"}));
       ProfileTiming pt;
       PLANNER_RETURN_IF_ERROR(r.GetInt(t, "microbatch", ft + ".microbatch", &pt.microbatch, true, 1));
       PLANNER_RETURN_IF_ERROR(r.GetInt(t, "tp", ft + ".tp", &pt.tp, false, 1));
@@ -152,6 +212,12 @@ Status ParseProfile(const std::string& path, const std::string& text, Profile* o
       PLANNER_RETURN_IF_ERROR(r.GetDouble(t, "backward_weight_s", ft + ".backward_weight_s", &pt.backward_weight_s, false, 0.0, false));
       PLANNER_RETURN_IF_ERROR(r.GetDouble(t, "forward_spread_s", ft + ".forward_spread_s", &pt.forward_spread_s, false, 0.0, false));
       PLANNER_RETURN_IF_ERROR(r.GetDouble(t, "backward_spread_s", ft + ".backward_spread_s", &pt.backward_spread_s, false, 0.0, false));
+      PLANNER_RETURN_IF_ERROR(r.GetDouble(t, "forward_min_s", ft + ".forward_min_s", &pt.forward_min_s, false, 0.0, false));
+      PLANNER_RETURN_IF_ERROR(r.GetDouble(t, "backward_input_min_s", ft + ".backward_input_min_s", &pt.backward_input_min_s, false, 0.0, false));
+      PLANNER_RETURN_IF_ERROR(r.GetDouble(t, "backward_weight_min_s", ft + ".backward_weight_min_s", &pt.backward_weight_min_s, false, 0.0, false));
+      PLANNER_RETURN_IF_ERROR(r.GetInt(t, "repetitions", ft + ".repetitions", &pt.repetitions, false, 0));
+      PLANNER_RETURN_IF_ERROR(r.GetDouble(t, "peak_memory_bytes", ft + ".peak_memory_bytes", &pt.peak_memory_bytes, false, 0.0, false));
+      PLANNER_RETURN_IF_ERROR(r.GetDouble(t, "achieved_gflops", ft + ".achieved_gflops", &pt.achieved_gflops, false, 0.0, false));
       l.timings.push_back(pt);
     }
     seen[l.name] = i;
@@ -187,6 +253,14 @@ Status ParseProfile(const std::string& path, const std::string& text, Profile* o
   }
   *out = std::move(p);
   return Status::OK();
+}
+
+const CommCurve* Profile::FindComm(const std::string& collective, const std::string& level) const {
+  const CommCurve* best = nullptr;
+  for (const auto& c : comm) {
+    if (c.collective == collective && c.level == level && (best == nullptr || c.group_size > best->group_size)) best = &c;
+  }
+  return best;
 }
 
 Status LoadProfile(const std::string& path, Profile* out) {

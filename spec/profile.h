@@ -21,13 +21,34 @@ struct ProfileTiming {
   double backward_s = 0;           // backward-input + backward-weight
   double backward_input_s = -1;    // -1: not measured separately
   double backward_weight_s = -1;
-  double forward_spread_s = 0;     // max - min of the timed repetitions
-  double backward_spread_s = 0;
+  double forward_spread_s = 0;     // p90 - p10 of the timed repetitions
+  double backward_spread_s = 0;    // same, of backward-input + backward-weight
+  // Measured by `planner profile` (0 when absent, e.g. imported profiles).
+  double forward_min_s = 0, backward_input_min_s = 0, backward_weight_min_s = 0;
+  int64_t repetitions = 0;
+  double peak_memory_bytes = 0;    // allocator peak during one step of the layer
+  double achieved_gflops = 0;      // kernel FLOPs (F + B + W) / (forward + backward) time
+};
+
+// A measured collective on one group size and topology level, with its
+// alpha-beta fit: time(bytes) = alpha + bytes / algbw_asymptotic, and the
+// bus bandwidth as nccl-tests defines it (cost-model-facts.md section 3).
+struct CommCurve {
+  std::string collective;          // all_reduce | all_gather | reduce_scatter | broadcast | send_recv
+  std::string level;               // topology level the group spans ("node", "cluster")
+  int64_t group_size = 2;
+  std::string backend;             // mpi | nccl
+  double alpha_s = 0;
+  double busbw_GBps = 0;           // asymptotic bus bandwidth of the fit (decimal GB/s)
+  std::vector<std::pair<double, double>> points;  // (bytes, seconds)
 };
 
 struct ProfileLayer {
   std::string name;
   std::string desc;                 // module description (PipeDream: the PyTorch repr)
+  std::string type;                 // layer type when profiled from a model file
+  int64_t tp_allreduces = 0;        // TP all-reduces per pass (added by the solver from comm curves)
+  double tp_allreduce_bytes = 0;    // bytes of one, at reference_microbatch
   std::vector<std::string> inputs;  // producer layer names; empty for a source
   double params_bytes = 0;
   double output_bytes = 0;          // at reference_microbatch
@@ -48,6 +69,9 @@ struct Profile {
   int64_t threads = 0;
   int64_t reference_microbatch = 1;
   std::vector<ProfileLayer> layers;
+  std::vector<CommCurve> comm;
+
+  const CommCurve* FindComm(const std::string& collective, const std::string& level) const;
 
   // Index of layer `name`, or -1.
   int FindLayer(const std::string& name) const;

@@ -1,0 +1,171 @@
+// planner profile MODEL [--device cpu|cuda|auto] [--threads N] [--microbatch-sizes 1,2] [--tp 1,2] [-o FILE]
+// planner profile --comm [--max-bytes 16MiB] [-o FILE]            (under mpirun / srun, two or more ranks)
+#include <cstdio>
+#include <algorithm>
+#include <filesystem>
+
+#include <fmt/format.h>
+
+#include "common/log.h"
+#include "common/progress.h"
+#include "common/units.h"
+#include "dp_solver/cost_model.h"
+#include "planner/commands.h"
+#include "profiler/comm_profiler.h"
+#include "profiler/layer_profiler.h"
+#include "runtime/kernels/cuda_api.h"
+#include "spec/model_spec.h"
+
+namespace planner {
+
+namespace {
+
+struct ProfileArgs {
+  std::string model, output, device = "auto";
+  int threads = 1;
+  std::vector<int64_t> microbatches, tps;
+  double budget_s = 2.0;
+  int min_reps = 5, warmup = 2;
+  bool comm = false;
+  std::string max_bytes = "16MiB", min_bytes = "8";
+  int iterations = 20;
+  std::vector<std::string> collectives;
+  double timeout_s = 120;
+};
+
+std::string CommandLine(int argc, char** argv) {
+  std::string s;
+  for (int i = 0; i < argc; ++i) s += (i ? " " : "") + std::string(argv[i]);
+  return s;
+}
+
+Status RunComm(const ProfileArgs& a, const std::string& cmdline) {
+  if (!a.model.empty()) return Status::InvalidArgument("--comm profiles collectives only; profile the model's layers in a separate run");
+  if (!LaunchedUnderMpi()) {
+    return Status::InvalidArgument(MpiBuilt() ? "--comm needs two or more ranks: mpirun -np 2 build/planner/planner profile --comm"
+                                              : "--comm needs MPI, and this build has none; install libopenmpi-dev and rebuild");
+  }
+  std::unique_ptr<Communicator> world;
+  PLANNER_RETURN_IF_ERROR(MakeMpiWorld(&world));
+  world->set_timeout_seconds(a.timeout_s);
+  CommProfileOptions o;
+  auto lo = ParseByteSize(a.min_bytes), hi = ParseByteSize(a.max_bytes);
+  if (!lo || !hi) return Status::InvalidArgument("--min-bytes / --max-bytes: sizes like 8, 64KiB, 16MiB");
+  o.min_bytes = static_cast<int64_t>(*lo);
+  o.max_bytes = static_cast<int64_t>(*hi);
+  o.iterations = a.iterations;
+  if (!a.collectives.empty()) o.collectives = a.collectives;
+  for (const auto& c : o.collectives) {
+    if (c != "all_reduce" && c != "all_gather" && c != "reduce_scatter" && c != "broadcast" && c != "send_recv") {
+      return Status::InvalidArgument("--collectives: unknown '" + c + "'; use all_reduce, all_gather, reduce_scatter, broadcast, send_recv");
+    }
+  }
+  std::vector<CommRow> rows;
+  Profile p;
+  const bool root = world->rank() == 0;
+  PLANNER_RETURN_IF_ERROR(ProfileCollectives(*world, o, &rows, &p.comm, [&](const std::string& line) {
+    if (root) std::printf("%s\n", line.c_str());
+    std::fflush(stdout);
+  }));
+  if (!root) return Status::OK();
+  int64_t wrong = 0;
+  for (const auto& r : rows) wrong += r.wrong;
+  p.model = "";
+  p.device = DescribeHost(Device::kCpu, 1) + fmt::format(", {} MPI ranks", world->size());
+  p.backend = world->backend();
+  p.tool = "planner profile --comm";
+  p.command = cmdline;
+  std::string out = a.output.empty() ? "comm.profile.yaml" : a.output;
+  PLANNER_RETURN_IF_ERROR(WriteFileAtomic(out, ProfileToYaml(p)));
+  LogNote(fmt::format("wrote {}: {} curves, {} measurements, {} wrong results", out, p.comm.size(), rows.size(), wrong));
+  if (wrong > 0) return Status::CommError(fmt::format("{} collective results were wrong; the communicator is broken", wrong));
+  return Status::OK();
+}
+
+}  // namespace
+
+Runner RegisterProfile(CLI::App& app, int argc, char** argv) {
+  auto* cmd = app.add_subcommand("profile", "time every layer's kernels, or the collectives (--comm), and write a profile");
+  auto a = std::make_shared<ProfileArgs>();
+  cmd->add_option("model", a->model, "model.yaml to profile");
+  cmd->add_option("-o,--output", a->output, "profile to write (default: <model name>.profile.yaml, comm.profile.yaml with --comm)");
+  cmd->add_option("--device", a->device, "cpu, cuda or auto (CUDA when a device is present)");
+  cmd->add_option("--threads", a->threads, "CPU threads of the kernels")->check(CLI::Range(1, 256));
+  cmd->add_option("--microbatch-sizes", a->microbatches, "microbatch sizes to time (the first is the profile's reference)")->delimiter(',');
+  cmd->add_option("--tp", a->tps, "tensor-parallel degrees to time (shards)")->delimiter(',');
+  cmd->add_option("--budget-seconds", a->budget_s, "time budget per layer and point once the minimum repetitions are done")->check(CLI::PositiveNumber);
+  cmd->add_option("--min-repetitions", a->min_reps, "timed repetitions at least")->check(CLI::Range(1, 100000));
+  cmd->add_option("--warmup", a->warmup, "untimed repetitions first")->check(CLI::Range(0, 1000));
+  cmd->add_flag("--comm", a->comm, "profile collectives (run under mpirun / srun with two or more ranks)");
+  cmd->add_option("--min-bytes", a->min_bytes, "--comm: smallest size (default 8)");
+  cmd->add_option("--max-bytes", a->max_bytes, "--comm: largest size (default 16MiB)");
+  cmd->add_option("--iterations", a->iterations, "--comm: timed iterations per size")->check(CLI::Range(1, 100000));
+  cmd->add_option("--collectives", a->collectives, "--comm: subset of all_reduce,all_gather,reduce_scatter,broadcast,send_recv")->delimiter(',');
+  cmd->add_option("--timeout", a->timeout_s, "--comm: seconds before a stuck collective is an error")->check(CLI::PositiveNumber);
+  const std::string cmdline = CommandLine(argc, argv);
+  return [a, cmdline]() -> Status {
+    InstallInterruptHandler();
+    if (a->comm) return RunComm(*a, cmdline);
+    if (a->model.empty()) return Status::InvalidArgument("profile: give a model file (planner profile configs/models/tiny-gpt.yaml) or --comm");
+    LayerProfileOptions o;
+    if (a->device == "cpu") {
+      o.device = Device::kCpu;
+    } else if (a->device == "cuda" || a->device == "auto") {
+      std::string why;
+      int n = CudaDeviceCount(&why);
+      if (n > 0) {
+        o.device = Device::kCuda;
+      } else if (a->device == "cuda") {
+        return Status::Unavailable(fmt::format("--device cuda: {}; use --device cpu", why));
+      } else {
+        o.device = Device::kCpu;
+        LogNote(fmt::format("--device auto: {}; profiling on the CPU", why));
+      }
+    } else {
+      return Status::InvalidArgument(fmt::format("--device: unknown value '{}'; use cpu, cuda or auto", a->device));
+    }
+    ModelSpec model;
+    PLANNER_RETURN_IF_ERROR(LoadModelSpec(a->model, &model));
+    o.threads = a->threads;
+    o.microbatches = a->microbatches.empty() ? std::vector<int64_t>{1} : a->microbatches;
+    o.tps = a->tps.empty() ? std::vector<int64_t>{1} : a->tps;
+    for (int64_t b : o.microbatches) if (b < 1) return Status::InvalidArgument("--microbatch-sizes: sizes must be at least 1");
+    for (int64_t t : o.tps) {
+      if (t < 1) return Status::InvalidArgument("--tp: degrees must be at least 1");
+      if (!TpDegreeValid(model, t)) {
+        return Status::InvalidArgument(fmt::format("--tp {}: it does not divide the heads / ffn / vocabulary of {}; choose a divisor", t, a->model));
+      }
+    }
+    o.budget_s = a->budget_s;
+    o.min_repetitions = a->min_reps;
+    o.warmup = a->warmup;
+    o.command = cmdline;
+    Profile p;
+    Status s = ProfileModel(model, o, &p);
+    if (!s.ok()) return Interrupted() ? Status::Unavailable("interrupted by Ctrl-C; no profile written") : s;
+    std::string out = a->output.empty() ? model.name + ".profile.yaml" : a->output;
+    PLANNER_RETURN_IF_ERROR(WriteFileAtomic(out, ProfileToYaml(p)));
+    size_t sigs = 0;
+    {
+      std::vector<std::string> seen;
+      for (const auto& l : model.layers) if (std::find(seen.begin(), seen.end(), l.signature) == seen.end()) seen.push_back(l.signature);
+      sigs = seen.size();
+    }
+    std::printf("%-22s %6s %4s %12s %12s %12s %10s %8s\n", "layer type", "b", "tp", "fwd (ms)", "bwd-in (ms)", "bwd-w (ms)", "GFLOP/s", "reps");
+    std::vector<std::string> printed;
+    for (size_t i = 0; i < p.layers.size(); ++i) {
+      const auto& l = model.layers[i];
+      if (std::find(printed.begin(), printed.end(), l.signature) != printed.end()) continue;
+      printed.push_back(l.signature);
+      for (const auto& t : p.layers[i].timings) {
+        std::printf("%-22s %6lld %4lld %12.4f %12.4f %12.4f %10.2f %8lld\n", l.type.c_str(), static_cast<long long>(t.microbatch),
+                    static_cast<long long>(t.tp), t.forward_s * 1e3, t.backward_input_s * 1e3, t.backward_weight_s * 1e3,
+                    t.achieved_gflops, static_cast<long long>(t.repetitions));
+      }
+    }
+    LogNote(fmt::format("wrote {}: {} layers, {} distinct signatures timed on {}", out, p.layers.size(), sigs, p.device));
+    return Status::OK();
+  };
+}
+
+}  // namespace planner

@@ -1,0 +1,204 @@
+#include "profiler/comm_profiler.h"
+
+#include <algorithm>
+#include <chrono>
+#include <cmath>
+
+#include <fmt/format.h>
+
+#include "common/progress.h"
+
+namespace planner {
+
+double BusBandwidthFactor(const std::string& c, int n) {
+  const double nd = static_cast<double>(n);
+  if (c == "all_reduce") return 2 * (nd - 1) / nd;
+  if (c == "all_gather" || c == "reduce_scatter") return (nd - 1) / nd;
+  return 1.0;  // broadcast, send_recv
+}
+
+void FitAlphaBeta(const std::vector<std::pair<double, double>>& pts, double* alpha, double* beta) {
+  double sw = 0, sx = 0, sy = 0, sxx = 0, sxy = 0;
+  for (const auto& [x, y] : pts) {
+    if (!(y > 0)) continue;
+    double w = 1 / (y * y);
+    sw += w;
+    sx += w * x;
+    sy += w * y;
+    sxx += w * x * x;
+    sxy += w * x * y;
+  }
+  double det = sw * sxx - sx * sx;
+  if (sw == 0 || std::fabs(det) < 1e-300) {
+    *alpha = pts.empty() ? 0 : pts.front().second;
+    *beta = 0;
+    return;
+  }
+  *beta = (sw * sxy - sx * sy) / det;
+  *alpha = (sy - *beta * sx) / sw;
+  if (*alpha < 0) {  // latency below resolution: refit through the origin
+    *alpha = 0;
+    *beta = sxy / sxx;
+  }
+  if (*beta < 0) *beta = 0;
+}
+
+namespace {
+
+// Deterministic inputs whose sums are exact in float: small integers.
+float Value(int rank, int64_t i) { return static_cast<float>((rank + 1) + (i % 7)); }
+
+// Runs `iters` of one collective on group `g` and checks the last result.
+Status RunOne(Communicator& g, const std::string& c, int64_t count, int iters, double* seconds, int64_t* wrong) {
+  const int n = g.size(), r = g.rank();
+  std::vector<float> a, b;
+  if (c == "all_reduce") a.resize(static_cast<size_t>(count));
+  else if (c == "all_gather") { a.resize(static_cast<size_t>(count)); b.resize(static_cast<size_t>(count * n)); }
+  else if (c == "reduce_scatter") { a.resize(static_cast<size_t>(count * n)); b.resize(static_cast<size_t>(count)); }
+  else if (c == "broadcast") a.resize(static_cast<size_t>(count));
+  else { a.resize(static_cast<size_t>(count)); b.resize(static_cast<size_t>(count)); }
+  auto fill = [&]() {
+    for (size_t i = 0; i < a.size(); ++i) a[i] = Value(r, static_cast<int64_t>(i));
+  };
+  auto once = [&]() -> Status {
+    if (c == "all_reduce") return g.AllReduce(a.data(), count, ReduceOp::kSum);
+    if (c == "all_gather") return g.AllGather(a.data(), b.data(), count);
+    if (c == "reduce_scatter") return g.ReduceScatter(a.data(), b.data(), count, ReduceOp::kSum);
+    if (c == "broadcast") return g.Broadcast(a.data(), count, 0);
+    return g.GroupSendRecv({{true, (r + 1) % n, a.data(), count}, {false, (r + n - 1) % n, b.data(), count}});
+  };
+  fill();
+  PLANNER_RETURN_IF_ERROR(g.Barrier());
+  auto t0 = std::chrono::steady_clock::now();
+  for (int k = 0; k < iters; ++k) {
+    if (c == "all_reduce" || c == "broadcast") fill();  // in place: restart from the inputs (a copy, as nccl-tests' out-of-place)
+    PLANNER_RETURN_IF_ERROR(once());
+  }
+  PLANNER_RETURN_IF_ERROR(g.Synchronize());
+  double local = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count() / iters;
+  // The refills of in-place buffers are timed with the op; subtract a timed refill.
+  if (c == "all_reduce" || c == "broadcast") {
+    auto f0 = std::chrono::steady_clock::now();
+    for (int k = 0; k < iters; ++k) fill();
+    local -= std::chrono::duration<double>(std::chrono::steady_clock::now() - f0).count() / iters;
+    fill();
+    PLANNER_RETURN_IF_ERROR(once());
+  }
+  // Check the result of the last operation.
+  int64_t bad = 0;
+  const double sum_ranks = n * (n + 1) / 2.0;
+  for (int64_t i = 0; i < count; ++i) {
+    double want, got;
+    if (c == "all_reduce") { want = sum_ranks + n * (i % 7); got = a[static_cast<size_t>(i)]; }
+    else if (c == "broadcast") { want = Value(0, i); got = a[static_cast<size_t>(i)]; }
+    else if (c == "reduce_scatter") { want = sum_ranks + n * ((r * count + i) % 7); got = b[static_cast<size_t>(i)]; }
+    else if (c == "send_recv") { want = Value((r + n - 1) % n, i); got = b[static_cast<size_t>(i)]; }
+    else {
+      for (int q = 0; q < n; ++q) bad += b[static_cast<size_t>(q * count + i)] != Value(q, i);
+      continue;
+    }
+    bad += got != want;
+  }
+  float t = static_cast<float>(std::max(local, 1e-9));
+  PLANNER_RETURN_IF_ERROR(g.AllReduce(&t, 1, ReduceOp::kMax));
+  float w = static_cast<float>(bad);
+  PLANNER_RETURN_IF_ERROR(g.AllReduce(&w, 1, ReduceOp::kSum));
+  *seconds = t;
+  *wrong = static_cast<int64_t>(w);
+  return Status::OK();
+}
+
+}  // namespace
+
+Status ProfileCollectives(Communicator& world, const CommProfileOptions& o, std::vector<CommRow>* rows,
+                          std::vector<CommCurve>* curves, const std::function<void(const std::string&)>& print) {
+  const int n = world.size();
+  if (n < 2) return Status::InvalidArgument("collective profiling needs two or more ranks: mpirun -np 2 planner profile --comm");
+  if (o.min_bytes < 4 || o.max_bytes < o.min_bytes) return Status::InvalidArgument("--min-bytes must be at least 4 and at most --max-bytes");
+  int local_rank = 0, local_size = n, nodes = 1;
+  PLANNER_RETURN_IF_ERROR(MpiNodeLayout(world, &local_rank, &local_size, &nodes));
+  // (group size, level): powers of two within a node, then across nodes.
+  struct GroupSpec {
+    int size;
+    std::string level;
+  };
+  std::vector<GroupSpec> specs;
+  for (int g = 2; g <= local_size; g *= 2) specs.push_back({g, "node"});
+  if (local_size > 1 && (local_size & (local_size - 1)) != 0) specs.push_back({local_size, "node"});
+  if (nodes > 1) {
+    for (int g = 2; g <= nodes; g *= 2) specs.push_back({g, "cluster"});
+  }
+  for (const auto& spec : specs) {
+    // Node level: consecutive ranks of one node; cluster level: one rank per node (same local rank).
+    int color, key;
+    if (spec.level == "node") {
+      color = world.rank() / spec.size;
+      key = world.rank();
+    } else {
+      color = local_rank * 100000 + (world.rank() / local_size) / spec.size;
+      key = world.rank();
+    }
+    std::unique_ptr<Communicator> g;
+    PLANNER_RETURN_IF_ERROR(world.Split(color, key, &g));
+    g->set_timeout_seconds(world.timeout_seconds());
+    const bool reporter = world.rank() == 0;
+    for (const auto& c : o.collectives) {
+      if (reporter) {
+        print(fmt::format("# {} on {} ranks, level {} ({})", c, spec.size, spec.level, world.backend()));
+        print(fmt::format("# {:>12} {:>12} {:>6} {:>6} {:>6} {:>10} {:>8} {:>8} {:>6}", "size", "count", "type", "redop", "root",
+                          "time", "algbw", "busbw", "#wrong"));
+        print(fmt::format("# {:>12} {:>12} {:>6} {:>6} {:>6} {:>10} {:>8} {:>8} {:>6}", "(B)", "(elements)", "", "", "", "(us)",
+                          "(GB/s)", "(GB/s)", ""));
+      }
+      CommCurve curve;
+      curve.collective = c;
+      curve.level = spec.level;
+      curve.group_size = spec.size;
+      curve.backend = world.backend();
+      for (int64_t bytes = o.min_bytes; bytes <= o.max_bytes; bytes *= o.step_factor) {
+        if (Interrupted()) return Status::Unavailable("interrupted by Ctrl-C; no profile written");
+        // nccl-tests' size is the total buffer: per-rank count = size / n for the gathers and scatters.
+        const bool split = c == "all_gather" || c == "reduce_scatter";
+        int64_t count = bytes / 4 / (split ? spec.size : 1);
+        if (count < 1) continue;
+        const int64_t real_bytes = count * 4 * (split ? spec.size : 1);
+        int iters = static_cast<int>(std::clamp<int64_t>((int64_t{64} << 20) / std::max<int64_t>(real_bytes, 1), 3, o.iterations));
+        double secs = 0;
+        int64_t wrong = 0;
+        double warm = 0;
+        int64_t w0 = 0;
+        PLANNER_RETURN_IF_ERROR(RunOne(*g, c, count, o.warmup, &warm, &w0));
+        PLANNER_RETURN_IF_ERROR(RunOne(*g, c, count, iters, &secs, &wrong));
+        // Rank 0's group reports; the time is the max over the group.
+        float shared[3] = {static_cast<float>(secs), static_cast<float>(wrong), 0};
+        PLANNER_RETURN_IF_ERROR(world.Broadcast(shared, 3, 0));
+        CommRow row;
+        row.collective = c;
+        row.level = spec.level;
+        row.group_size = spec.size;
+        row.bytes = real_bytes;
+        row.count = split ? count * spec.size : count;
+        row.time_s = shared[0];
+        row.algbw_GBps = static_cast<double>(real_bytes) / row.time_s / 1e9;
+        row.busbw_GBps = row.algbw_GBps * BusBandwidthFactor(c, spec.size);
+        row.wrong = static_cast<int64_t>(shared[1]);
+        if (reporter) {
+          bool reduces = c == "all_reduce" || c == "reduce_scatter";
+          print(fmt::format("  {:>12} {:>12} {:>6} {:>6} {:>6} {:>10.2f} {:>8.3f} {:>8.3f} {:>6}", row.bytes, row.count, "float",
+                            reduces ? "sum" : "none", c == "broadcast" ? "0" : "-1", row.time_s * 1e6, row.algbw_GBps, row.busbw_GBps,
+                            row.wrong));
+        }
+        curve.points.emplace_back(static_cast<double>(real_bytes), row.time_s);
+        rows->push_back(row);
+      }
+      double beta = 0;
+      FitAlphaBeta(curve.points, &curve.alpha_s, &beta);
+      curve.busbw_GBps = beta > 0 ? BusBandwidthFactor(c, spec.size) / beta / 1e9 : 0;
+      if (reporter) print(fmt::format("# fit: alpha {:.2f} us, asymptotic busbw {:.3f} GB/s", curve.alpha_s * 1e6, curve.busbw_GBps));
+      curves->push_back(std::move(curve));
+    }
+  }
+  return Status::OK();
+}
+
+}  // namespace planner

@@ -1,0 +1,50 @@
+// Collective profiling in the manner of nccl-tests: all-reduce, all-gather,
+// reduce-scatter, broadcast and ring send/recv over a size sweep, on every
+// power-of-two group size the ranks allow and on each topology level they
+// span (node-local groups, and groups across nodes when there are several),
+// every result checked (#wrong), bus bandwidth with nccl-tests' factors
+// (cost-model-facts.md section 3), and an alpha-beta fit per curve.
+#pragma once
+
+#include <cstdint>
+#include <functional>
+#include <string>
+#include <vector>
+
+#include "common/status.h"
+#include "runtime/comm/communicator.h"
+#include "spec/profile.h"
+
+namespace planner {
+
+struct CommProfileOptions {
+  int64_t min_bytes = 8;
+  int64_t max_bytes = 16 << 20;
+  int64_t step_factor = 2;       // sizes min, min*f, ..., max
+  int warmup = 3;
+  int iterations = 20;           // timed per size (fewer for large sizes, at least 3)
+  std::vector<std::string> collectives = {"all_reduce", "all_gather", "reduce_scatter", "broadcast", "send_recv"};
+};
+
+struct CommRow {
+  std::string collective, level;
+  int group_size = 0;
+  int64_t bytes = 0, count = 0;
+  double time_s = 0, algbw_GBps = 0, busbw_GBps = 0;
+  int64_t wrong = 0;
+};
+
+// busbw / algbw for a collective on n ranks (nccl-tests PERFORMANCE.md).
+double BusBandwidthFactor(const std::string& collective, int n);
+
+// Collective over `world`: every rank takes part; rows and curves are
+// complete on rank 0 (others get theirs too). `print` receives each table
+// line as it is measured (rank 0 prints).
+Status ProfileCollectives(Communicator& world, const CommProfileOptions& options, std::vector<CommRow>* rows,
+                          std::vector<CommCurve>* curves, const std::function<void(const std::string&)>& print);
+
+// Weighted least squares of time = alpha + bytes * beta over the points
+// (weights 1/time^2: relative error, so small and large sizes both count).
+void FitAlphaBeta(const std::vector<std::pair<double, double>>& points, double* alpha_s, double* beta_s_per_byte);
+
+}  // namespace planner

@@ -1,0 +1,259 @@
+#include "profiler/layer_profiler.h"
+
+#include <algorithm>
+#include <chrono>
+#include <cmath>
+#include <ctime>
+#include <fstream>
+#include <map>
+#include <memory>
+
+#include <fmt/format.h>
+
+#include "common/log.h"
+#include "common/progress.h"
+#include "common/units.h"
+#include "planner_config.h"
+#include "runtime/kernels/cuda_api.h"
+
+namespace planner {
+
+namespace {
+
+PassStats Stats(std::vector<double> v) {
+  std::sort(v.begin(), v.end());
+  auto q = [&](double f) { return v[static_cast<size_t>(std::lround(f * static_cast<double>(v.size() - 1)))]; };
+  PassStats s;
+  s.min_s = v.front();
+  s.p10_s = q(0.1);
+  s.p90_s = q(0.9);
+  size_t n = v.size();
+  s.median_s = n % 2 ? v[n / 2] : 0.5 * (v[n / 2 - 1] + v[n / 2]);
+  return s;
+}
+
+// Standard error of the median ~ 1.2533 sigma / sqrt(n), sigma from the IQR.
+double RelError(std::vector<double> v) {
+  if (v.size() < 4) return 1;
+  std::sort(v.begin(), v.end());
+  double iqr = v[v.size() * 3 / 4] - v[v.size() / 4];
+  double med = v[v.size() / 2];
+  return med > 0 ? 1.2533 * (iqr / 1.349) / std::sqrt(static_cast<double>(v.size())) / med : 1;
+}
+
+// Random input for the layer's first dimension of work: token ids for
+// embeddings, N(0,1)-ish values otherwise.
+Tensor MakeInput(const Layer& l, int64_t b, uint64_t seed) {
+  std::vector<int64_t> shape = {b};
+  shape.insert(shape.end(), l.in_shape.begin(), l.in_shape.end());
+  Tensor x = Tensor::Zeros(shape);
+  if (l.type == "embedding") {
+    int64_t vocab = l.attrs.Int("vocab", 1);
+    for (int64_t i = 0; i < x.numel(); ++i) x.data()[i] = static_cast<float>((seed * 2654435761u + static_cast<uint64_t>(i) * 40503u) % static_cast<uint64_t>(vocab));
+  } else {
+    FillUniform(&x, seed, 1.7f);
+  }
+  return x;
+}
+
+Tensor ToDevice(const Tensor& t, Device d) {
+  if (d == Device::kCpu || t.empty()) return t;
+  Tensor g = AllocateTensor(t.shape(), d);
+  CudaCopyToDevice(g.data(), t.data(), t.numel() * 4);
+  return g;
+}
+
+class Clock {
+ public:
+  explicit Clock(Device d) : cuda_(d == Device::kCuda) {
+    if (cuda_) timer_ = std::make_unique<CudaTimer>();
+  }
+  void Start() {
+    if (cuda_) timer_->Start();
+    else t0_ = std::chrono::steady_clock::now();
+  }
+  double Stop() {
+    if (cuda_) return timer_->StopSeconds();
+    return std::chrono::duration<double>(std::chrono::steady_clock::now() - t0_).count();
+  }
+
+ private:
+  bool cuda_;
+  std::chrono::steady_clock::time_point t0_;
+  std::unique_ptr<CudaTimer> timer_;
+};
+
+std::string Today() {
+  std::time_t t = std::time(nullptr);
+  char buf[32];
+  std::strftime(buf, sizeof buf, "%Y-%m-%dT%H:%M:%SZ", std::gmtime(&t));
+  return buf;
+}
+
+}  // namespace
+
+std::string DescribeHost(Device device, int threads) {
+  if (device == Device::kCuda) return CudaDescribeDevice(0);
+  std::ifstream in("/proc/cpuinfo");
+  std::string line, model = "unknown CPU";
+  while (std::getline(in, line)) {
+    if (line.rfind("model name", 0) == 0) {
+      model = line.substr(line.find(':') + 2);
+      break;
+    }
+  }
+  return fmt::format("{} ({} thread{}, Eigen CPU kernels)", model, threads, threads == 1 ? "" : "s");
+}
+
+Status TimeLayer(const Layer& layer, int64_t b, int64_t tp, const LayerProfileOptions& o, LayerTiming* out) {
+  KernelOptions ko;
+  ko.device = o.device;
+  ko.tp_size = tp;
+  ko.tp_rank = 0;
+  ko.seed = 1234;
+  std::unique_ptr<LayerKernel> k;
+  PLANNER_RETURN_IF_ERROR(MakeKernel(layer, ko, &k));
+  // Inputs: the TP shard of the loss sees V / t logits.
+  Layer in_layer = layer;
+  if (layer.type == "loss" && tp > 1) in_layer.in_shape.back() /= tp;
+  Tensor x = ToDevice(MakeInput(in_layer, b, 7), o.device);
+  if (layer.type == "loss") {
+    int64_t rows = 1;
+    for (size_t i = 0; i + 1 < layer.in_shape.size(); ++i) rows *= layer.in_shape[i];
+    Tensor t = Tensor::Zeros({b * rows});
+    for (int64_t i = 0; i < t.numel(); ++i) t.data()[i] = static_cast<float>(i % (layer.in_shape.back() / tp));
+    k->SetTargets(ToDevice(t, o.device));
+  }
+  Clock clock(o.device);
+  std::vector<double> f, bi, bw, bb;
+  Tensor dy;
+  auto deadline = std::chrono::steady_clock::now() + std::chrono::duration<double>(o.budget_s);
+  ResetPeakMemory(o.device);
+  const int64_t base = GetMemoryStats(o.device).current_bytes;
+  for (int rep = 0; rep < o.warmup + o.max_repetitions; ++rep) {
+    if (Interrupted()) return Status::Unavailable("interrupted");
+    Saved s;
+    Tensor y, dx;
+    clock.Start();
+    PLANNER_RETURN_IF_ERROR(k->Forward(x, &y, &s));
+    double tf = clock.Stop();
+    if (dy.empty()) {
+      Tensor host = Tensor::Zeros(y.shape());
+      FillUniform(&host, 99, 1.0f);
+      dy = ToDevice(host, o.device);
+    }
+    clock.Start();
+    PLANNER_RETURN_IF_ERROR(k->BackwardInput(dy, &dx, &s));
+    double tb = clock.Stop();
+    clock.Start();
+    PLANNER_RETURN_IF_ERROR(k->BackwardWeight(&s));
+    double tw = clock.Stop();
+    if (rep < o.warmup) continue;
+    f.push_back(tf);
+    bi.push_back(tb);
+    bw.push_back(tw);
+    bb.push_back(tb + tw);
+    int n = static_cast<int>(f.size());
+    if (n >= o.min_repetitions) {
+      std::vector<double> total(f.size());
+      for (size_t i = 0; i < f.size(); ++i) total[i] = f[i] + bb[i];
+      if (RelError(total) < o.target_rel_error || std::chrono::steady_clock::now() > deadline) break;
+    }
+  }
+  out->forward = Stats(f);
+  out->backward_input = Stats(bi);
+  out->backward_weight = Stats(bw);
+  out->backward = Stats(bb);
+  out->repetitions = static_cast<int>(f.size());
+  out->peak_memory_bytes = static_cast<double>(GetMemoryStats(o.device).peak_bytes - base);
+  out->flops = k->Flops(b);
+  return Status::OK();
+}
+
+Status ProfileModel(const ModelSpec& m, const LayerProfileOptions& o, Profile* out) {
+  SetCpuThreads(o.threads);
+  // Distinct signatures, in first-seen order.
+  std::vector<size_t> first_of;
+  std::map<std::string, size_t> sig_index;
+  std::vector<size_t> layer_sig(m.layers.size());
+  for (size_t i = 0; i < m.layers.size(); ++i) {
+    auto [it, fresh] = sig_index.emplace(m.layers[i].signature, first_of.size());
+    if (fresh) first_of.push_back(i);
+    layer_sig[i] = it->second;
+  }
+  struct Point {
+    int64_t b, tp;
+  };
+  std::vector<Point> points;
+  for (int64_t tp : o.tps) for (int64_t b : o.microbatches) points.push_back({b, tp});
+  // timings[sig][point]
+  std::vector<std::vector<ProfileTiming>> timings(first_of.size());
+  const int total = static_cast<int>(first_of.size() * points.size());
+  Progress progress("profile", total);
+  int step = 0;
+  for (size_t s = 0; s < first_of.size(); ++s) {
+    const Layer& l = m.layers[first_of[s]];
+    for (const Point& pt : points) {
+      if (o.progress) progress.Update(step, fmt::format("{} b={} tp={}", l.type, pt.b, pt.tp));
+      ++step;
+      // A layer that is not sharded runs whole on every TP rank.
+      const int64_t kernel_tp = l.tp_shardable ? pt.tp : 1;
+      LayerTiming lt;
+      Status st = TimeLayer(l, pt.b, kernel_tp, o, &lt);
+      if (!st.ok()) {
+        if (Interrupted()) return Status::Unavailable("interrupted by Ctrl-C; no profile written");
+        return st.WithContext(fmt::format("layer '{}' ({}) at microbatch {} tp {}", l.name, l.type, pt.b, pt.tp));
+      }
+      ProfileTiming t;
+      t.microbatch = pt.b;
+      t.tp = pt.tp;
+      t.forward_s = lt.forward.median_s;
+      t.backward_input_s = lt.backward_input.median_s;
+      t.backward_weight_s = lt.backward_weight.median_s;
+      t.backward_s = lt.backward.median_s;
+      t.forward_spread_s = lt.forward.p90_s - lt.forward.p10_s;
+      t.backward_spread_s = lt.backward.p90_s - lt.backward.p10_s;
+      t.forward_min_s = lt.forward.min_s;
+      t.backward_input_min_s = lt.backward_input.min_s;
+      t.backward_weight_min_s = lt.backward_weight.min_s;
+      t.repetitions = lt.repetitions;
+      t.peak_memory_bytes = lt.peak_memory_bytes;
+      double sec = t.forward_s + t.backward_s;
+      t.achieved_gflops = sec > 0 ? (lt.flops.forward + lt.flops.backward_input + lt.flops.backward_weight) / sec / 1e9 : 0;
+      timings[s].push_back(t);
+    }
+  }
+  progress.Done();
+  Profile p;
+  p.model = m.name;
+  p.dtype = "fp32";  // the kernels compute in fp32 (TF32 GEMMs on CUDA)
+  p.device = DescribeHost(o.device, o.threads);
+  p.backend = DeviceName(o.device);
+  p.tool = std::string("planner ") + PLANNER_VERSION;
+  p.command = o.command;
+  p.date = Today();
+  p.threads = o.threads;
+  p.reference_microbatch = o.microbatches.front();
+  const double bref = static_cast<double>(p.reference_microbatch);
+  for (size_t i = 0; i < m.layers.size(); ++i) {
+    const Layer& l = m.layers[i];
+    ProfileLayer pl;
+    pl.name = l.name;
+    pl.type = l.type;
+    pl.desc = l.signature;
+    if (i > 0) pl.inputs = {m.layers[i - 1].name};
+    pl.params_bytes = 4 * l.params;
+    // Sizes in the kernels' dtype (fp32) at the reference microbatch.
+    const double scale = 4.0 / DTypeBytes(m.dtype);
+    pl.output_bytes = bref * (l.type == "loss" ? 4.0 : l.out_bytes * scale);
+    pl.stash_bytes = bref * l.stash_bytes * scale;
+    pl.tp_allreduces = l.tp_allreduces_fwd;
+    pl.tp_allreduce_bytes = bref * l.tp_allreduce_bytes * scale;
+    pl.timings = timings[layer_sig[i]];
+    p.layers.push_back(std::move(pl));
+  }
+  *out = std::move(p);
+  return Status::OK();
+}
+
+}  // namespace planner

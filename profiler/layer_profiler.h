@@ -1,0 +1,55 @@
+// Layer profiling: times the runtime's own kernels (runtime/kernels) for
+// every distinct layer signature of a model at each microbatch size and TP
+// degree: warm-up, then repetitions until the median is stable or the
+// budget runs out; CUDA events on GPUs, a monotonic clock on CPUs. Writes a
+// Profile (spec/profile.h) whose layers follow the model's. docs/profiler.md.
+#pragma once
+
+#include <cstdint>
+#include <string>
+#include <vector>
+
+#include "common/status.h"
+#include "runtime/kernels/kernel.h"
+#include "spec/model_spec.h"
+#include "spec/profile.h"
+
+namespace planner {
+
+struct LayerProfileOptions {
+  Device device = Device::kCpu;
+  int threads = 1;
+  std::vector<int64_t> microbatches = {1};
+  std::vector<int64_t> tps = {1};
+  int warmup = 2;
+  int min_repetitions = 5;
+  int max_repetitions = 200;
+  double budget_s = 2.0;            // per (signature, microbatch, tp) once min_repetitions are done
+  double target_rel_error = 0.02;   // stop when the median's standard error / median is below this
+  bool progress = true;
+  std::string command;              // recorded in the profile
+};
+
+struct PassStats {
+  double median_s = 0, min_s = 0, p10_s = 0, p90_s = 0;
+};
+
+struct LayerTiming {
+  PassStats forward, backward_input, backward_weight, backward;  // backward = B + W per repetition
+  int repetitions = 0;
+  double peak_memory_bytes = 0;
+  KernelFlops flops;
+};
+
+// Times one layer at (microbatch, tp) (a TP shard for tp > 1, its
+// all-reduces left to the collective profile).
+Status TimeLayer(const Layer& layer, int64_t microbatch, int64_t tp, const LayerProfileOptions& options, LayerTiming* out);
+
+// Profiles every distinct signature of the model once per (microbatch, tp).
+// Returns Unavailable ("exit 130" path) when interrupted by Ctrl-C.
+Status ProfileModel(const ModelSpec& model, const LayerProfileOptions& options, Profile* out);
+
+// Where we run: "AMD EPYC 7B13 (2 threads)", or the CUDA device line.
+std::string DescribeHost(Device device, int threads);
+
+}  // namespace planner

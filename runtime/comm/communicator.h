@@ -1,0 +1,70 @@
+// Communicator: the collectives and point-to-point transfers the runtime
+// and the profiler use, behind one interface (after NCCL's and torch's
+// ProcessGroup: STYLE.md 8.6). Backends: MPI (CPU ranks), NCCL (GPU ranks,
+// bootstrapped over MPI), and in-process threads (unit tests). Buffers are
+// float32 on the backend's device; counts are elements. Every call returns
+// CommError instead of hanging past the timeout.
+#pragma once
+
+#include <cstdint>
+#include <functional>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "common/status.h"
+
+namespace planner {
+
+enum class ReduceOp { kSum, kMax };
+
+struct P2POp {
+  bool send = true;
+  int peer = 0;
+  float* data = nullptr;  // send: read; recv: written
+  int64_t count = 0;
+};
+
+class Communicator {
+ public:
+  virtual ~Communicator() = default;
+  virtual int rank() const = 0;
+  virtual int size() const = 0;
+  virtual std::string backend() const = 0;   // "mpi", "nccl", "threads"
+
+  // In place.
+  virtual Status AllReduce(float* data, int64_t count, ReduceOp op) = 0;
+  // recv holds size() x count, rank-major.
+  virtual Status AllGather(const float* send, float* recv, int64_t count) = 0;
+  // send holds size() x count; this rank receives its reduced block.
+  virtual Status ReduceScatter(const float* send, float* recv, int64_t count, ReduceOp op) = 0;
+  virtual Status Broadcast(float* data, int64_t count, int root) = 0;
+  // All sends and receives of the group are posted together (no ordering deadlock).
+  virtual Status GroupSendRecv(const std::vector<P2POp>& ops) = 0;
+  virtual Status Barrier() = 0;
+  // Waits for outstanding device work (NCCL); a no-op for host backends.
+  virtual Status Synchronize() { return Status::OK(); }
+  // A sub-communicator of the ranks passing the same color, ordered by key.
+  virtual Status Split(int color, int key, std::unique_ptr<Communicator>* out) = 0;
+
+  void set_timeout_seconds(double s) { timeout_s_ = s; }
+  double timeout_seconds() const { return timeout_s_; }
+
+ protected:
+  double timeout_s_ = 300;
+};
+
+// MPI_COMM_WORLD (MPI_Init_thread on first use, MPI_Finalize at exit).
+// Unavailable when built without MPI.
+Status MakeMpiWorld(std::unique_ptr<Communicator>* out);
+bool MpiBuilt();
+// Whether this process was started by mpirun / srun with several ranks.
+bool LaunchedUnderMpi();
+// The node-local rank and the number of nodes the world spans (MPI shared-memory split).
+Status MpiNodeLayout(Communicator& world, int* local_rank, int* local_size, int* nodes);
+
+// `n` in-process ranks; run(rank, comm) on n threads and join. Returns the
+// first non-OK status.
+Status RunThreadRanks(int n, const std::function<Status(Communicator&)>& run, double timeout_s = 60);
+
+}  // namespace planner

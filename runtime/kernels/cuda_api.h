@@ -1,0 +1,39 @@
+// The few CUDA runtime calls the rest of the code needs, behind plain C++
+// declarations: implemented by cuda_api.cu when Meson finds CUDA, and by
+// cuda_stub.cc otherwise (every call then reports "built without CUDA").
+// No CUDA header leaks out of this file's implementations.
+#pragma once
+
+#include <cstdint>
+#include <string>
+
+namespace planner {
+
+// Number of usable CUDA devices; 0 with *why set ("no CUDA device: ..."
+// or "built without CUDA") when there is none. Never throws.
+int CudaDeviceCount(std::string* why);
+// "NVIDIA H100 80GB HBM3, driver 13.0, CUDA runtime 13.0, cuBLAS 13.1, cuDNN 9.19.0, NCCL 2.28.9".
+std::string CudaDescribeDevice(int device);
+bool CudaBuilt();
+
+// Memory (throw std::runtime_error on failure).
+void* CudaMalloc(int64_t bytes);
+void CudaFree(void* ptr);
+void CudaMemset(void* ptr, int value, int64_t bytes);
+void CudaCopyToHost(void* dst, const void* src, int64_t bytes);
+void CudaCopyToDevice(void* dst, const void* src, int64_t bytes);
+void CudaSynchronize();
+
+// Event timing of a callable on the current stream, in seconds.
+class CudaTimer {
+ public:
+  CudaTimer();
+  ~CudaTimer();
+  void Start();
+  double StopSeconds();  // waits for the stop event
+ private:
+  void* start_ = nullptr;
+  void* stop_ = nullptr;
+};
+
+}  // namespace planner

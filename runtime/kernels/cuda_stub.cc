@@ -1,0 +1,29 @@
+// CUDA entry points when the build has no CUDA: every one says so.
+#include <stdexcept>
+
+#include "runtime/kernels/cuda_api.h"
+
+namespace planner {
+
+namespace {
+[[noreturn]] void NoCuda() { throw std::runtime_error("built without CUDA; rebuild with -Dcuda=enabled on a machine with the CUDA toolkit"); }
+}  // namespace
+
+int CudaDeviceCount(std::string* why) {
+  if (why) *why = "built without CUDA (Meson did not find the CUDA toolkit)";
+  return 0;
+}
+std::string CudaDescribeDevice(int) { return "none (built without CUDA)"; }
+bool CudaBuilt() { return false; }
+void* CudaMalloc(int64_t) { NoCuda(); }
+void CudaFree(void*) {}
+void CudaMemset(void*, int, int64_t) { NoCuda(); }
+void CudaCopyToHost(void*, const void*, int64_t) { NoCuda(); }
+void CudaCopyToDevice(void*, const void*, int64_t) { NoCuda(); }
+void CudaSynchronize() {}
+CudaTimer::CudaTimer() = default;
+CudaTimer::~CudaTimer() = default;
+void CudaTimer::Start() { NoCuda(); }
+double CudaTimer::StopSeconds() { NoCuda(); }
+
+}  // namespace planner

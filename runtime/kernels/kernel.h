@@ -1,0 +1,100 @@
+// Layer kernels: forward, backward-input ("B") and backward-weight ("W") of
+// one layer, kept separate so zero-bubble schedules can plan and run them
+// apart. Kernels hold only parameters and their gradients; everything a
+// microbatch needs between its passes lives in a Saved object that the
+// caller owns, so any number of microbatches can be in flight (1F1B, GPipe,
+// PipeDream's weight stashing).
+//
+//   Saved s;
+//   k->Forward(x, &y, &s);          // s keeps what backward needs
+//   k->BackwardInput(dy, &dx, &s);  // dx; s keeps what W needs
+//   k->BackwardWeight(&s);          // accumulates into the gradients; s may be dropped
+//
+// Tensor-parallel shards (Megatron: column-parallel QKV / fc1 / vocab,
+// row-parallel output / fc2) are built with KernelOptions::tp_size > 1 and
+// call the TpGroup for their all-reduces; with no group (profiling a shard)
+// the all-reduces are skipped and timed separately as collectives.
+// Thread-compatible: one kernel per thread.
+#pragma once
+
+#include <cstdint>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "common/status.h"
+#include "runtime/kernels/tensor.h"
+#include "spec/layer.h"
+
+namespace planner {
+
+// The all-reduces a tensor-parallel shard needs (runtime/comm adapts a
+// Communicator to it). In-place on float buffers of the kernel's device.
+class TpGroup {
+ public:
+  virtual ~TpGroup() = default;
+  virtual Status AllReduceSum(float* data, int64_t count) = 0;
+  virtual Status AllReduceMax(float* data, int64_t count) = 0;
+};
+
+struct Param {
+  std::string name;
+  Tensor value;
+  Tensor grad;
+};
+
+struct Saved {
+  std::vector<Tensor> t;
+  std::vector<Saved> children;  // composite layers: one per sub-kernel
+  void Clear() {
+    t.clear();
+    children.clear();
+  }
+};
+
+// Matrix FLOPs a kernel performed in its last pass (for achieved FLOP/s and
+// the check against spec/'s analytic counts).
+struct KernelFlops {
+  double forward = 0, backward_input = 0, backward_weight = 0;
+};
+
+struct KernelOptions {
+  Device device = Device::kCpu;
+  int64_t tp_rank = 0;
+  int64_t tp_size = 1;
+  TpGroup* tp_group = nullptr;   // nullptr: shard alone, all-reduces skipped
+  uint64_t seed = 1;             // parameter init and dropout masks
+  bool causal = true;            // attention mask (GPT)
+};
+
+class LayerKernel {
+ public:
+  virtual ~LayerKernel() = default;
+  // x: [b, in_shape...] -> y: [b, out_shape...].
+  virtual Status Forward(const Tensor& x, Tensor* y, Saved* saved) = 0;
+  // dy like y -> dx like x (empty for layers whose input is token ids).
+  virtual Status BackwardInput(const Tensor& dy, Tensor* dx, Saved* saved) = 0;
+  // Accumulates parameter gradients from what BackwardInput saved.
+  virtual Status BackwardWeight(Saved* saved) = 0;
+  virtual std::vector<Param*> Params() { return {}; }
+  // Loss layers: class ids (as floats, one per row of the logits) of the
+  // next Forward; kept in its Saved, so several microbatches may be in flight.
+  virtual void SetTargets(const Tensor& targets) { (void)targets; }
+  // Flops of one pass at microbatch b (the kernel's own count).
+  virtual KernelFlops Flops(int64_t b) const = 0;
+  void ZeroGrads();
+};
+
+// A kernel for `layer` (its resolved attributes and shapes). InvalidArgument
+// when the TP degree does not divide what it shards; Unimplemented for a
+// device the layer has no kernel on.
+Status MakeKernel(const Layer& layer, const KernelOptions& options, std::unique_ptr<LayerKernel>* out);
+
+// Threads of the CPU kernels (Eigen's GEMMs and our loops); 1 by default.
+void SetCpuThreads(int threads);
+int CpuThreads();
+
+// Deterministic uniform(-scale, scale) fill from a seed.
+void FillUniform(Tensor* t, uint64_t seed, float scale);
+
+}  // namespace planner

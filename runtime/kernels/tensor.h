@@ -1,0 +1,61 @@
+// Tensor: a dense float32 array with a shape and a device, sharing its
+// storage on copy (Reshaped views share too). CPU storage is host memory;
+// CUDA storage is device memory (runtime/kernels/cuda_*.cu). Every
+// allocation is counted per device, so a profile can report the peak memory
+// of a step. Thread-compatible; the counters are atomic.
+#pragma once
+
+#include <cstdint>
+#include <memory>
+#include <string>
+#include <vector>
+
+namespace planner {
+
+enum class Device { kCpu, kCuda };
+const char* DeviceName(Device d);
+
+struct MemoryStats {
+  int64_t current_bytes = 0;
+  int64_t peak_bytes = 0;
+};
+// Bytes live and the peak since the last ResetPeakMemory, per device.
+MemoryStats GetMemoryStats(Device d);
+void ResetPeakMemory(Device d);
+
+class Tensor {
+ public:
+  Tensor() = default;
+  // Zero-filled.
+  static Tensor Zeros(const std::vector<int64_t>& shape, Device device = Device::kCpu);
+  // Host data copied in (CPU).
+  static Tensor FromVector(const std::vector<int64_t>& shape, const std::vector<float>& values);
+
+  bool empty() const { return storage_ == nullptr; }
+  Device device() const { return device_; }
+  const std::vector<int64_t>& shape() const { return shape_; }
+  int64_t dim(int i) const { return shape_[static_cast<size_t>(i < 0 ? static_cast<int>(shape_.size()) + i : i)]; }
+  int rank() const { return static_cast<int>(shape_.size()); }
+  int64_t numel() const;
+  int64_t bytes() const { return numel() * 4; }
+  float* data() { return data_; }
+  const float* data() const { return data_; }
+  // Same storage, another shape of the same element count.
+  Tensor Reshaped(const std::vector<int64_t>& shape) const;
+  // Host copy of the values (any device).
+  std::vector<float> ToVector() const;
+  std::string ShapeString() const;
+
+ private:
+  struct Storage;
+  std::shared_ptr<Storage> storage_;
+  float* data_ = nullptr;
+  std::vector<int64_t> shape_;
+  Device device_ = Device::kCpu;
+  friend Tensor AllocateTensor(const std::vector<int64_t>& shape, Device device);
+};
+
+// Uninitialised allocation (CUDA: cudaMalloc; fails loudly without a device).
+Tensor AllocateTensor(const std::vector<int64_t>& shape, Device device);
+
+}  // namespace planner
