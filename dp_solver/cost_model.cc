@@ -95,6 +95,25 @@ double AllReduceSeconds(const ClusterSpec& c, double bytes, const std::vector<in
   return t;
 }
 
+void ApplyCommCurves(const Profile& comm, const std::string& path, ClusterSpec* c, std::vector<std::string>* notes) {
+  for (size_t l = 0; l < c->levels.size(); ++l) {
+    TopologyLevel& lv = c->levels[l];
+    const std::string measured = l == 0 ? "node" : (l == 1 ? "cluster" : "");
+    const CommCurve* ar = measured.empty() ? nullptr : comm.FindComm("all_reduce", measured);
+    const CommCurve* p2p = measured.empty() ? nullptr : comm.FindComm("send_recv", measured);
+    if (ar == nullptr || !(ar->busbw_GBps > 0)) {
+      notes->push_back(fmt::format("level '{}': {} GB/s, {} us from the cluster file (not measured)", lv.name, lv.bandwidth_GBps, lv.latency_us));
+      continue;
+    }
+    lv.bandwidth_GBps = ar->busbw_GBps;
+    lv.latency_us = ar->alpha_s / (2.0 * static_cast<double>(std::max<int64_t>(1, ar->group_size - 1))) * 1e6;
+    if (p2p != nullptr && p2p->busbw_GBps > 0) lv.p2p_bandwidth_GBps = p2p->busbw_GBps;
+    notes->push_back(fmt::format("level '{}': measured ({}, {} {} ranks): all-reduce busbw {:.3g} GB/s, latency {:.3g} us{}", lv.name,
+                                 path, ar->backend, ar->group_size, lv.bandwidth_GBps, lv.latency_us,
+                                 p2p ? fmt::format(", send/recv {:.3g} GB/s", lv.p2p_bandwidth_GBps) : std::string()));
+  }
+}
+
 double P2PSeconds(const ClusterSpec& c, double bytes, int64_t a, int64_t b) {
   if (a == b || bytes <= 0) return 0;
   for (size_t l = 0; l < c.levels.size(); ++l) {
@@ -175,6 +194,15 @@ Status BuildCostTable(const CostSource& src, int64_t b, int64_t t, Recompute rc,
       }
       if (rc == Recompute::kFull) r.backward_input_s += pt.forward_s;
       double scale = bd / static_cast<double>(p.reference_microbatch);
+      // Profiles time the TP shard's compute; its all-reduces come from the
+      // collective figures of the level that holds the TP group (as analytic).
+      if (t > 1 && l.tp_allreduces > 0) {
+        double ar = AllReduceSeconds(c, scale * l.tp_allreduce_bytes, tp_group);
+        double n_fwd = static_cast<double>(l.tp_allreduces);
+        r.forward_s += n_fwd * ar;
+        r.backward_input_s += n_fwd * ar * (rc == Recompute::kFull ? 2 : 1);
+        r.tp_comm_s = n_fwd * ar * (rc == Recompute::kFull ? 3 : 2);
+      }
       r.params = l.params_bytes / 4.0;  // profile sizes are bytes of fp32 parameters
       r.stash_bytes = scale * (rc == Recompute::kFull ? l.output_bytes : l.stash_bytes);
       r.out_bytes = scale * l.output_bytes;

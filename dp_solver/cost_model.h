@@ -74,6 +74,13 @@ std::vector<int64_t> GroupSpread(const ClusterSpec& cluster, int64_t size, int64
 // that one level-l unit holds. Equals GroupSpread when first = 0 and the
 // group is aligned; uneven groups are charged their fullest unit.
 std::vector<int64_t> GroupSpreadAt(const ClusterSpec& cluster, int64_t first, int64_t size, int64_t stride);
+// Replaces the cluster file's figures of the levels a collective profile
+// measured: level 0 from its "node" curves, level 1 from its "cluster"
+// curves. All-reduce busbw -> bandwidth_GBps, its alpha / (2 (g - 1)) ->
+// latency_us (the ring's 2 (g - 1) steps), send/recv busbw ->
+// p2p_bandwidth_GBps. Appends one note per level saying which source it used.
+void ApplyCommCurves(const Profile& comm, const std::string& comm_path, ClusterSpec* cluster, std::vector<std::string>* notes);
+
 // Send/recv of `bytes` between two ranks `distance` apart: bytes / B_p2p(level) + alpha(level).
 double P2PSeconds(const ClusterSpec& cluster, double bytes, int64_t rank_a, int64_t rank_b);
 

@@ -231,7 +231,16 @@ Status SolveAuto(const CostSource& src, SearchOptions& o, Plan* out) {
   if (tps.empty()) for (int64_t t = 1; t <= node; t *= 2) tps.push_back(t);
   std::vector<int64_t> mbs = o.microbatch;
   if (mbs.empty()) {
-    if (src.profile) mbs = {src.profile->reference_microbatch};
+    if (src.profile) {
+      // Every microbatch size the profile measured (at tp = 1).
+      for (const auto& l : src.profile->layers) {
+        for (const auto& t : l.timings) {
+          if (t.tp == 1 && std::find(mbs.begin(), mbs.end(), t.microbatch) == mbs.end()) mbs.push_back(t.microbatch);
+        }
+      }
+      if (mbs.empty()) mbs = {src.profile->reference_microbatch};
+      std::sort(mbs.begin(), mbs.end());
+    }
     else for (int64_t b = 1; b <= 64; b *= 2) mbs.push_back(b);
   }
   std::vector<Schedule> scheds = o.schedules;

@@ -27,7 +27,7 @@ struct ProfileArgs {
   double budget_s = 2.0;
   int min_reps = 5, warmup = 2;
   bool comm = false;
-  std::string max_bytes = "16MiB", min_bytes = "8";
+  std::string max_bytes = "16M", min_bytes = "8";
   int iterations = 20;
   std::vector<std::string> collectives;
   double timeout_s = 120;
@@ -50,7 +50,7 @@ Status RunComm(const ProfileArgs& a, const std::string& cmdline) {
   world->set_timeout_seconds(a.timeout_s);
   CommProfileOptions o;
   auto lo = ParseByteSize(a.min_bytes), hi = ParseByteSize(a.max_bytes);
-  if (!lo || !hi) return Status::InvalidArgument("--min-bytes / --max-bytes: sizes like 8, 64KiB, 16MiB");
+  if (!lo || !hi) return Status::InvalidArgument("--min-bytes / --max-bytes: sizes like 8, 64K, 16M (binary suffixes, as nccl-tests -b / -e)");
   o.min_bytes = static_cast<int64_t>(*lo);
   o.max_bytes = static_cast<int64_t>(*hi);
   o.iterations = a.iterations;
@@ -98,7 +98,7 @@ Runner RegisterProfile(CLI::App& app, int argc, char** argv) {
   cmd->add_option("--warmup", a->warmup, "untimed repetitions first")->check(CLI::Range(0, 1000));
   cmd->add_flag("--comm", a->comm, "profile collectives (run under mpirun / srun with two or more ranks)");
   cmd->add_option("--min-bytes", a->min_bytes, "--comm: smallest size (default 8)");
-  cmd->add_option("--max-bytes", a->max_bytes, "--comm: largest size (default 16MiB)");
+  cmd->add_option("--max-bytes", a->max_bytes, "--comm: largest size (default 16M)");
   cmd->add_option("--iterations", a->iterations, "--comm: timed iterations per size")->check(CLI::Range(1, 100000));
   cmd->add_option("--collectives", a->collectives, "--comm: subset of all_reduce,all_gather,reduce_scatter,broadcast,send_recv")->delimiter(',');
   cmd->add_option("--timeout", a->timeout_s, "--comm: seconds before a stuck collective is an error")->check(CLI::PositiveNumber);

@@ -22,7 +22,7 @@ namespace {
 
 struct SolveArgs {
   int64_t gpus = 0;
-  std::string model, profile, cluster, mode = "auto", output;
+  std::string model, profile, cluster, mode = "auto", output, comm_profile;
   bool json = false;
   int top = 5;
   int64_t global_batch = 0;
@@ -169,6 +169,7 @@ Runner RegisterSolve(CLI::App& app) {
   cmd->add_option("--model", a->model, "model.yaml (analytic costs)");
   cmd->add_option("--profile", a->profile, "measured profile (planner profile / planner import)");
   cmd->add_option("--cluster", a->cluster, "cluster.yaml (default: configs/clusters/dgx-a100.yaml)");
+  cmd->add_option("--comm-profile", a->comm_profile, "measured collectives (planner profile --comm) replacing the cluster file's figures for the levels they cover");
   cmd->add_option("--mode", a->mode, "auto (joint TP/PP/DP search) or pipedream (PipeDream's optimizer, exactly)");
   cmd->add_option("-o,--output", a->output, "write the best plan to this YAML file");
   cmd->add_flag("--json", a->json, "print the plan as JSON on stdout instead of the table");
@@ -213,6 +214,18 @@ Runner RegisterSolve(CLI::App& app) {
     Profile profile;
     if (!a->model.empty()) PLANNER_RETURN_IF_ERROR(LoadModelSpec(a->model, &model));
     if (!profile_path.empty()) PLANNER_RETURN_IF_ERROR(LoadProfile(profile_path, &profile));
+    if (!profile_path.empty() && profile.layers.empty()) {
+      return Status::InvalidArgument(fmt::format("{} holds only collective curves; pass it as --comm-profile and give --model or a layer profile", profile_path));
+    }
+    std::vector<std::string> comm_notes;
+    if (!a->comm_profile.empty()) {
+      Profile comm;
+      PLANNER_RETURN_IF_ERROR(LoadProfile(a->comm_profile, &comm));
+      if (comm.comm.empty()) return Status::InvalidArgument(a->comm_profile + " has no collective curves; make one with mpirun -np 2 planner profile --comm");
+      ApplyCommCurves(comm, a->comm_profile, &cluster, &comm_notes);
+    } else if (!profile.comm.empty()) {
+      ApplyCommCurves(profile, profile_path, &cluster, &comm_notes);
+    }
     if (a->gpus > cluster.TotalGpus()) {
       return Status::InvalidArgument(fmt::format("--gpus {}: {} holds {} GPUs; lower --gpus or enlarge the cluster's topology", a->gpus, cluster_path, cluster.TotalGpus()));
     }
@@ -230,7 +243,9 @@ Runner RegisterSolve(CLI::App& app) {
       if (!profile_path.empty() && !a->model.empty() && profile.dtype != DTypeName(model.dtype)) {
         LogWarning(fmt::format("{} was measured in {} but the model trains in {}; the times may not transfer", profile_path, profile.dtype, DTypeName(model.dtype)));
       }
-      if (!profile_path.empty() && !profile.device.empty() && profile.device.find(cluster.gpu_name) == std::string::npos) {
+      const bool cpu_profile = profile.backend == "cpu", cpu_cluster = cluster.gpu_name.rfind("cpu", 0) == 0;
+      if (!profile_path.empty() && !profile.device.empty() && profile.device.find(cluster.gpu_name) == std::string::npos &&
+          !(cpu_profile && cpu_cluster)) {
         LogWarning(fmt::format("{} was measured on '{}', not on the cluster's {}; its times are used as they are", profile_path, profile.device, cluster.gpu_name));
       }
       CostSource src;
@@ -255,6 +270,7 @@ Runner RegisterSolve(CLI::App& app) {
       if (src.model == nullptr && o.tp.empty()) o.tp = {1};
       PLANNER_RETURN_IF_ERROR(SolveAuto(src, o, &plan));
       plan.notes.push_back(fmt::format("searched {} candidates, simulated {}", o.considered, o.simulated));
+      for (auto& n : comm_notes) plan.notes.push_back(std::move(n));
     }
     plan.gpus = a->gpus;
     plan.cluster_name = cluster.name;

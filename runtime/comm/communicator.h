@@ -64,7 +64,7 @@ bool LaunchedUnderMpi();
 Status MpiNodeLayout(Communicator& world, int* local_rank, int* local_size, int* nodes);
 
 // `n` in-process ranks; run(rank, comm) on n threads and join. Returns the
-// first non-OK status.
+// first failure that is not a CommError (the root cause), else the first.
 Status RunThreadRanks(int n, const std::function<Status(Communicator&)>& run, double timeout_s = 60);
 
 }  // namespace planner

@@ -173,6 +173,10 @@ Status RunThreadRanks(int n, const std::function<Status(Communicator&)>& run, do
     });
   }
   for (auto& t : threads) t.join();
+  // The root cause first: a rank's own failure before the others' CommErrors about it.
+  for (const auto& s : results) {
+    if (!s.ok() && s.code() != StatusCode::kCommError) return s;
+  }
   for (const auto& s : results) {
     if (!s.ok()) return s;
   }
