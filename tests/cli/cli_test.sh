@@ -48,5 +48,23 @@ if [ -f "$REF/vgg16/graph.txt" ]; then
   printf 'node1 -- Conv -- forward_compute_time=x, backward_compute_time=1, activation_size=1, parameter_size=1\n' > g.txt
   expect "bad graph" 2 "g.txt:1: bad number 'x' in forward_compute_time" -- $PLANNER import pipedream g.txt -o g.yaml
 fi
+# planner profile: layers on the CPU, bad devices and degrees, --comm outside mpirun, Ctrl-C.
+expect "profile mlp" 0 "wrote mlp.profile.yaml: 10 layers, 4 distinct signatures" -- $PLANNER profile $M/mlp-small.yaml --device cpu --threads 1 --budget-seconds 0.05 -o mlp.profile.yaml
+expect "solve from profile" 0 "configuration: tp-pp-dp" -- $PLANNER solve --gpus 2 --profile mlp.profile.yaml --cluster $C/local-cpu.yaml
+expect "profile bad device" 2 "--device: unknown value 'tpu'; use cpu, cuda or auto" -- $PLANNER profile $M/mlp-small.yaml --device tpu
+expect "profile bad tp" 2 "--tp 3: it does not divide" -- $PLANNER profile $M/tiny-gpt.yaml --device cpu --tp 3
+expect "profile comm no mpi" 2 "--comm needs" -- env -u OMPI_COMM_WORLD_SIZE $PLANNER profile --comm
+expect "comm-profile missing" 2 "nope.yaml" -- $PLANNER solve --gpus 2 --profile mlp.profile.yaml --cluster $C/local-cpu.yaml --comm-profile nope.yaml
+if ! nvidia-smi >/dev/null 2>&1; then
+  expect "profile cuda without gpu" 1 "--device cuda: " -- $PLANNER profile $M/mlp-small.yaml --device cuda
+fi
+# Ctrl-C during a long profile: exit 130 and no (partial) file.
+$PLANNER profile $M/gpt2-small.yaml --device cpu -o gpt2.profile.yaml >/dev/null 2>int.txt &
+pid=$!
+sleep 1.5
+kill -INT $pid
+wait $pid
+rc=$?
+if [ "$rc" = 130 ] && [ ! -e gpt2.profile.yaml ] && grep -qF "interrupted by Ctrl-C; no profile written" int.txt; then pass=$((pass+1)); else echo "FAIL ctrl-c: rc=$rc"; cat int.txt | tail -2; fail=$((fail+1)); fi
 echo "cli: $pass passed, $fail failed"
 [ "$fail" = 0 ]

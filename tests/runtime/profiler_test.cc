@@ -1,1 +1,127 @@
+// The profiler: one timing per distinct signature shared by equal layers,
+// sane statistics, the profile file round trip, collectives on the threads
+// backend with every result right, and the alpha-beta fit on closed forms.
+#include <cmath>
+
+#include "dp_solver/cost_model.h"
+#include "profiler/comm_profiler.h"
+#include "profiler/layer_profiler.h"
 #include "tests/test_util.h"
+
+namespace planner {
+namespace {
+
+TEST_CASE("profiling tiny-gpt times each signature once and fills every layer") {
+  ModelSpec m;
+  REQUIRE_OK(LoadModelSpec(testing::SourcePath("configs/models/tiny-gpt.yaml"), &m));
+  LayerProfileOptions o;
+  o.microbatches = {1, 2};
+  o.tps = {1, 2};
+  o.min_repetitions = 3;
+  o.budget_s = 0.05;
+  o.progress = false;
+  Profile p;
+  REQUIRE_OK(ProfileModel(m, o, &p));
+  REQUIRE(p.layers.size() == m.layers.size());
+  CHECK(p.backend == "cpu");
+  CHECK(p.reference_microbatch == 1);
+  for (size_t i = 0; i < p.layers.size(); ++i) {
+    const auto& l = p.layers[i];
+    INFO(l.name);
+    CHECK(l.timings.size() == 4);
+    CHECK(l.params_bytes == doctest::Approx(4 * m.layers[i].params));
+    for (const auto& t : l.timings) {
+      CHECK(t.forward_s > 0);
+      CHECK(t.backward_s == doctest::Approx(t.backward_input_s + t.backward_weight_s).epsilon(0.5));
+      CHECK(t.forward_min_s <= t.forward_s);
+      CHECK(t.repetitions >= 3);
+    }
+  }
+  // The four blocks share one signature, hence identical timings.
+  int b0 = p.FindLayer("block0"), b3 = p.FindLayer("block3");
+  REQUIRE(b0 >= 0);
+  REQUIRE(b3 >= 0);
+  CHECK(p.layers[static_cast<size_t>(b0)].timings[0].forward_s == p.layers[static_cast<size_t>(b3)].timings[0].forward_s);
+  // GEMM-bound layers report their achieved FLOP/s; a TP shard does half the work.
+  const auto& blk = p.layers[static_cast<size_t>(b0)].timings;
+  CHECK(blk[0].achieved_gflops > 0.5);
+  // The file round-trips.
+  Profile q;
+  REQUIRE_OK(ParseProfile("tiny.profile.yaml", ProfileToYaml(p), &q));
+  REQUIRE(q.layers.size() == p.layers.size());
+  CHECK(q.layers[1].timings[3].backward_weight_s == p.layers[1].timings[3].backward_weight_s);
+  CHECK(q.layers[1].tp_allreduces == 2);
+  CHECK(q.layers[1].timings[0].repetitions == p.layers[1].timings[0].repetitions);
+}
+
+TEST_CASE("alpha-beta fit recovers a closed form") {
+  std::vector<std::pair<double, double>> pts;
+  for (double b = 8; b <= 1 << 24; b *= 4) pts.emplace_back(b, 5e-6 + b / 3e9);
+  double alpha = 0, beta = 0;
+  FitAlphaBeta(pts, &alpha, &beta);
+  CHECK(alpha == doctest::Approx(5e-6).epsilon(1e-6));
+  CHECK(1 / beta == doctest::Approx(3e9).epsilon(1e-6));
+  CHECK(BusBandwidthFactor("all_reduce", 4) == doctest::Approx(1.5));
+  CHECK(BusBandwidthFactor("all_gather", 4) == doctest::Approx(0.75));
+  CHECK(BusBandwidthFactor("send_recv", 4) == 1.0);
+}
+
+TEST_CASE("collective profile on 2 and 4 thread ranks: every result right, curves fitted") {
+  for (int n : {2, 4}) {
+    std::vector<CommRow> rows;
+    std::vector<CommCurve> curves;
+    CHECK_OK(RunThreadRanks(n, [&](Communicator& c) -> Status {
+      CommProfileOptions o;
+      o.max_bytes = 1 << 14;
+      o.iterations = 2;
+      o.warmup = 1;
+      std::vector<CommRow> r;
+      std::vector<CommCurve> cv;
+      PLANNER_RETURN_IF_ERROR(ProfileCollectives(c, o, &r, &cv, [](const std::string&) {}));
+      if (c.rank() == 0) {
+        rows = r;
+        curves = cv;
+      }
+      return Status::OK();
+    }));
+    INFO(n << " ranks");
+    // Group sizes 2 (and 4): five collectives each.
+    CHECK(curves.size() == (n == 2 ? 5u : 10u));
+    for (const auto& r : rows) CHECK(r.wrong == 0);
+    for (const auto& c : curves) {
+      CHECK(c.level == "node");
+      CHECK(c.busbw_GBps > 0);
+      CHECK(c.points.size() >= 10);
+    }
+  }
+  Status one = RunThreadRanks(1, [](Communicator& c) {
+    std::vector<CommRow> r;
+    std::vector<CommCurve> cv;
+    return ProfileCollectives(c, {}, &r, &cv, [](const std::string&) {});
+  });
+  CHECK(one.code() == StatusCode::kInvalidArgument);
+}
+
+TEST_CASE("measured curves replace the cluster file's figures for the levels they cover") {
+  ClusterSpec c;
+  REQUIRE_OK(LoadClusterSpec(testing::SourcePath("configs/clusters/dgx-a100.yaml"), &c));
+  Profile comm;
+  CommCurve ar;
+  ar.collective = "all_reduce";
+  ar.level = "node";
+  ar.group_size = 8;
+  ar.alpha_s = 14e-6;
+  ar.busbw_GBps = 180;
+  comm.comm.push_back(ar);
+  std::vector<std::string> notes;
+  ApplyCommCurves(comm, "comm.profile.yaml", &c, &notes);
+  CHECK(c.levels[0].bandwidth_GBps == 180);
+  CHECK(c.levels[0].latency_us == doctest::Approx(1.0));  // 14 us over 2 (8 - 1) ring steps
+  CHECK(c.levels[1].bandwidth_GBps == 24);               // not measured: the file's
+  REQUIRE(notes.size() == 2);
+  CHECK(notes[0].find("measured (comm.profile.yaml") != std::string::npos);
+  CHECK(notes[1].find("from the cluster file") != std::string::npos);
+}
+
+}  // namespace
+}  // namespace planner
