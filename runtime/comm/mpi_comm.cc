@@ -1,9 +1,15 @@
-// MPI backend: non-blocking collectives polled against a deadline, so a dead
-// peer turns into a CommError naming the operation instead of a hang.
+// MPI backend: the library's blocking collectives (its tuned algorithms; the
+// non-blocking ones run about 2x slower, docs/performance.md), each armed on
+// a watchdog thread: past the timeout the watchdog prints one error naming
+// the operation and rank and calls MPI_Abort, which ends every rank with a
+// non-zero exit instead of a hang.
 #include <mpi.h>
 
 #include <chrono>
+#include <condition_variable>
+#include <cstdio>
 #include <cstdlib>
+#include <mutex>
 #include <thread>
 
 #include <fmt/format.h>
@@ -15,6 +21,69 @@ namespace planner {
 namespace {
 
 MPI_Op Op(ReduceOp op) { return op == ReduceOp::kSum ? MPI_SUM : MPI_MAX; }
+
+// One per process: a thread that sleeps until the armed deadline passes.
+class Watchdog {
+ public:
+  static Watchdog& Get() {
+    static Watchdog* w = new Watchdog();  // never destroyed: the thread outlives static destruction
+    return *w;
+  }
+  void Arm(std::string what, double seconds) {
+    std::lock_guard<std::mutex> lk(mu_);
+    what_ = std::move(what);
+    deadline_ = std::chrono::steady_clock::now() + std::chrono::duration_cast<std::chrono::steady_clock::duration>(std::chrono::duration<double>(seconds));
+    armed_ = true;
+    cv_.notify_all();
+  }
+  void Disarm() {
+    std::lock_guard<std::mutex> lk(mu_);
+    armed_ = false;
+  }
+
+ private:
+  Watchdog() {
+    std::thread([this] { Loop(); }).detach();
+  }
+  void Loop() {
+    std::unique_lock<std::mutex> lk(mu_);
+    while (true) {
+      if (!armed_) {
+        cv_.wait(lk);
+        continue;
+      }
+      if (cv_.wait_until(lk, deadline_) == std::cv_status::timeout && armed_ && std::chrono::steady_clock::now() >= deadline_) {
+        std::fprintf(stderr, "planner: error: %s; aborting all ranks\n", what_.c_str());
+        std::fflush(stderr);
+        MPI_Abort(MPI_COMM_WORLD, 1);
+        std::_Exit(1);
+      }
+    }
+  }
+  std::mutex mu_;
+  std::condition_variable cv_;
+  bool armed_ = false;
+  std::string what_;
+  std::chrono::steady_clock::time_point deadline_;
+};
+
+// Arms the watchdog for the lifetime of one blocking call.
+class Guard {
+ public:
+  Guard(const char* what, int rank, int size, double timeout) {
+    Watchdog::Get().Arm(fmt::format("MPI {} on rank {} of {} timed out after {:.0f} s: a peer rank died or is stuck", what, rank, size, timeout),
+                        timeout);
+  }
+  ~Guard() { Watchdog::Get().Disarm(); }
+};
+
+Status Check(int rc, const char* what) {
+  if (rc == MPI_SUCCESS) return Status::OK();
+  char msg[MPI_MAX_ERROR_STRING];
+  int len = 0;
+  MPI_Error_string(rc, msg, &len);
+  return Status::CommError(fmt::format("MPI {} failed: {}", what, std::string(msg, static_cast<size_t>(len))));
+}
 
 class MpiComm final : public Communicator {
  public:
@@ -32,39 +101,37 @@ class MpiComm final : public Communicator {
   std::string backend() const override { return "mpi"; }
 
   Status AllReduce(float* data, int64_t count, ReduceOp op) override {
-    MPI_Request r;
-    MPI_Iallreduce(MPI_IN_PLACE, data, Int(count), MPI_FLOAT, Op(op), comm_, &r);
-    return Wait(&r, 1, "all-reduce");
+    Guard g("all-reduce", rank_, size_, timeout_s_);
+    return Check(MPI_Allreduce(MPI_IN_PLACE, data, Int(count), MPI_FLOAT, Op(op), comm_), "all-reduce");
   }
   Status AllGather(const float* send, float* recv, int64_t count) override {
-    MPI_Request r;
-    MPI_Iallgather(send, Int(count), MPI_FLOAT, recv, Int(count), MPI_FLOAT, comm_, &r);
-    return Wait(&r, 1, "all-gather");
+    Guard g("all-gather", rank_, size_, timeout_s_);
+    return Check(MPI_Allgather(send, Int(count), MPI_FLOAT, recv, Int(count), MPI_FLOAT, comm_), "all-gather");
   }
   Status ReduceScatter(const float* send, float* recv, int64_t count, ReduceOp op) override {
-    MPI_Request r;
-    MPI_Ireduce_scatter_block(send, recv, Int(count), MPI_FLOAT, Op(op), comm_, &r);
-    return Wait(&r, 1, "reduce-scatter");
+    Guard g("reduce-scatter", rank_, size_, timeout_s_);
+    return Check(MPI_Reduce_scatter_block(send, recv, Int(count), MPI_FLOAT, Op(op), comm_), "reduce-scatter");
   }
   Status Broadcast(float* data, int64_t count, int root) override {
-    MPI_Request r;
-    MPI_Ibcast(data, Int(count), MPI_FLOAT, root, comm_, &r);
-    return Wait(&r, 1, "broadcast");
+    Guard g("broadcast", rank_, size_, timeout_s_);
+    return Check(MPI_Bcast(data, Int(count), MPI_FLOAT, root, comm_), "broadcast");
   }
   Status GroupSendRecv(const std::vector<P2POp>& ops) override {
     std::vector<MPI_Request> rs(ops.size());
+    for (const P2POp& o : ops) {
+      if (o.peer < 0 || o.peer >= size_) return Status::InvalidArgument(fmt::format("send/recv peer {} outside [0, {})", o.peer, size_));
+    }
+    Guard g("send/recv", rank_, size_, timeout_s_);
     for (size_t i = 0; i < ops.size(); ++i) {
       const P2POp& o = ops[i];
-      if (o.peer < 0 || o.peer >= size_) return Status::InvalidArgument(fmt::format("send/recv peer {} outside [0, {})", o.peer, size_));
       if (o.send) MPI_Isend(o.data, Int(o.count), MPI_FLOAT, o.peer, 7, comm_, &rs[i]);
       else MPI_Irecv(o.data, Int(o.count), MPI_FLOAT, o.peer, 7, comm_, &rs[i]);
     }
-    return Wait(rs.data(), static_cast<int>(rs.size()), "send/recv");
+    return Check(MPI_Waitall(static_cast<int>(rs.size()), rs.data(), MPI_STATUSES_IGNORE), "send/recv");
   }
   Status Barrier() override {
-    MPI_Request r;
-    MPI_Ibarrier(comm_, &r);
-    return Wait(&r, 1, "barrier");
+    Guard g("barrier", rank_, size_, timeout_s_);
+    return Check(MPI_Barrier(comm_), "barrier");
   }
   Status Split(int color, int key, std::unique_ptr<Communicator>* out) override {
     MPI_Comm c;
@@ -78,22 +145,6 @@ class MpiComm final : public Communicator {
 
  private:
   static int Int(int64_t n) { return static_cast<int>(n); }
-  Status Wait(MPI_Request* r, int n, const char* what) {
-    if (n == 0) return Status::OK();
-    auto deadline = std::chrono::steady_clock::now() + std::chrono::duration<double>(timeout_s_);
-    int spins = 0;
-    while (true) {
-      int done = 0;
-      if (MPI_Testall(n, r, &done, MPI_STATUSES_IGNORE) != MPI_SUCCESS) return Status::CommError(fmt::format("MPI {} failed", what));
-      if (done) return Status::OK();
-      if (std::chrono::steady_clock::now() > deadline) {
-        return Status::CommError(fmt::format("MPI {} on rank {} of {} timed out after {:.0f} s: a peer rank died or is stuck",
-                                             what, rank_, size_, timeout_s_));
-      }
-      // Spin briefly, then yield: ranks are oversubscribed on small machines.
-      if (++spins > 64) std::this_thread::yield();
-    }
-  }
   MPI_Comm comm_;
   bool owned_;
   int rank_ = 0, size_ = 1;

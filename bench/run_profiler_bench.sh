@@ -1,0 +1,67 @@
+#!/usr/bin/env bash
+# Profiler benchmarks for docs/performance.md (one thread per rank):
+#  1. Eigen's SGEMM peak and the GEMM layers' achieved GFLOP/s at tiny-gpt shapes
+#  2. wall time of `planner profile` for tiny-gpt and gpt2-small
+#  3. repeatability: two profiles of tiny-gpt, median layer times compared
+#  4. a profile's predicted full forward+backward pass against one measured in one process
+#  5. 2-rank collectives: planner profile --comm against a plain MPI loop
+set -eu
+cd "$(dirname "$0")/.."
+P=build/planner/planner
+B=build/bench/kernels_bench
+T=$(mktemp -d)
+trap 'rm -rf "$T"' EXIT
+echo "== 1. GEMM peak and kernel GFLOP/s (one thread)"
+$B gemm 1024
+for b in 1 8; do $B kernels configs/models/tiny-gpt.yaml $b; done
+echo "== 2. profiling time"
+for m in tiny-gpt gpt2-small; do
+  s=$(date +%s.%N); $P -q profile configs/models/$m.yaml --device cpu --threads 1 -o $T/$m.profile.yaml >/dev/null; e=$(date +%s.%N)
+  printf "%-12s profile wall %.2f s\n" $m "$(echo "$e - $s" | bc -l)"
+done
+echo "== 3. repeatability (tiny-gpt, b=1,8, two profiles)"
+$P -q profile configs/models/tiny-gpt.yaml --device cpu --microbatch-sizes 1,8 -o $T/a.profile.yaml >/dev/null
+$P -q profile configs/models/tiny-gpt.yaml --device cpu --microbatch-sizes 1,8 -o $T/b.profile.yaml >/dev/null
+python3 - "$T/a.profile.yaml" "$T/b.profile.yaml" <<'PY'
+import sys, re
+def load(f):
+    out = {}
+    name = None
+    for line in open(f):
+        m = re.match(r'\s+- name: "(.*)"', line)
+        if m: name = m.group(1)
+        m = re.search(r'microbatch: (\d+), tp: (\d+), forward_s: ([0-9.e+-]+), backward_s: ([0-9.e+-]+)', line)
+        if m and name: out[(name, int(m.group(1)))] = float(m.group(3)) + float(m.group(4))
+    return out
+a, b = load(sys.argv[1]), load(sys.argv[2])
+worst = max(abs(a[k] - b[k]) / a[k] for k in a if a[k] > 2e-5)
+total = [sum(v for k, v in d.items() if k[1] == mb) for d in (a, b) for mb in (1, 8)]
+print(f"largest per-layer difference (layers over 20 us): {100*worst:.1f}%; whole-model sums b=1 {1e3*total[0]:.3f} vs {1e3*total[2]:.3f} ms, b=8 {1e3*total[1]:.3f} vs {1e3*total[3]:.3f} ms")
+PY
+echo "== 4. predicted vs measured full pass (one process)"
+$P -q profile configs/models/mlp-small.yaml --device cpu --microbatch-sizes 64 -o $T/mlp.profile.yaml >/dev/null
+$B fullpass configs/models/mlp-small.yaml $T/mlp.profile.yaml 64
+for b in 1 8; do $B fullpass configs/models/tiny-gpt.yaml $T/a.profile.yaml $b; done
+if command -v mpirun >/dev/null && [ -x build/bench/mpi_loop ]; then
+  echo "== 5. 2-rank collectives: planner profile --comm vs plain MPI"
+  export OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1
+  mpirun --oversubscribe -np 2 $P -q profile --comm --collectives all_reduce,send_recv --max-bytes 16M -o $T/comm.profile.yaml > $T/comm.txt
+  mpirun --oversubscribe -np 2 build/bench/mpi_loop $((16 << 20)) > $T/plain.txt
+  python3 - $T/comm.txt $T/plain.txt <<'PY'
+import sys
+planner = {"all_reduce": {}, "send_recv": {}}
+cur = None
+for line in open(sys.argv[1]):
+    if line.startswith("# all_reduce"): cur = "all_reduce"
+    elif line.startswith("# send_recv"): cur = "send_recv"
+    elif not line.startswith("#") and line.strip() and cur:
+        f = line.split(); planner[cur][int(f[0])] = float(f[7])
+print(f"{'size (B)':>10} {'AR planner':>11} {'AR plain':>9} {'ratio':>6} {'SR planner':>11} {'SR plain':>9} {'ratio':>6}   (busbw GB/s)")
+for line in open(sys.argv[2]):
+    if line.startswith("#"): continue
+    s, ar, sr = line.split(); s = int(s)
+    if s in planner["all_reduce"] and s >= 1024:
+        pa, ps = planner["all_reduce"][s], planner["send_recv"].get(s, 0)
+        print(f"{s:>10} {pa:>11.3f} {float(ar):>9.3f} {pa/float(ar):>6.2f} {ps:>11.3f} {float(sr):>9.3f} {ps/float(sr):>6.2f}")
+PY
+fi
