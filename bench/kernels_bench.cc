@@ -109,7 +109,7 @@ int FullPass(const ModelSpec& m, const Profile& p, int64_t b) {
   ks.back()->SetTargets(targets);
   Tensor x0 = Input(m.layers.front(), b);
   std::vector<double> times;
-  for (int it = 0; it < 13; ++it) {
+  for (int it = 0; it < 33; ++it) {
     double t0 = Now();
     std::vector<Saved> saved(ks.size());
     Tensor x = x0;
@@ -135,7 +135,7 @@ int FullPass(const ModelSpec& m, const Profile& p, int64_t b) {
     }
   }
   double measured = Median(times);
-  std::printf("%s b=%lld: measured full pass %.3f ms (median of 10), profile predicts %.3f ms, ratio %.3f\n", m.name.c_str(),
+  std::printf("%s b=%lld: measured full pass %.3f ms (median of 30), profile predicts %.3f ms, ratio %.3f\n", m.name.c_str(),
               static_cast<long long>(b), measured * 1e3, predicted * 1e3, predicted / measured);
   return 0;
 }

@@ -25,7 +25,7 @@ struct ProfileArgs {
   int threads = 1;
   std::vector<int64_t> microbatches, tps;
   double budget_s = 2.0;
-  int min_reps = 5, warmup = 2;
+  int min_reps = 20, warmup = 2;
   bool comm = false;
   std::string max_bytes = "16M", min_bytes = "8";
   int iterations = 20;

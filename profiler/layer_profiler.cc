@@ -154,11 +154,11 @@ Status TimeLayer(const Layer& layer, int64_t b, int64_t tp, const LayerProfileOp
     bw.push_back(tw);
     bb.push_back(tb + tw);
     int n = static_cast<int>(f.size());
-    if (n >= o.min_repetitions) {
-      std::vector<double> total(f.size());
-      for (size_t i = 0; i < f.size(); ++i) total[i] = f[i] + bb[i];
-      if (RelError(total) < o.target_rel_error || std::chrono::steady_clock::now() > deadline) break;
-    }
+    // Stable after the minimum, or out of budget after a floor of 5 (large layers).
+    std::vector<double> total(f.size());
+    for (size_t i = 0; i < f.size(); ++i) total[i] = f[i] + bb[i];
+    if (n >= o.min_repetitions && RelError(total) < o.target_rel_error) break;
+    if (n >= std::min(5, o.min_repetitions) && std::chrono::steady_clock::now() > deadline) break;
   }
   out->forward = Stats(f);
   out->backward_input = Stats(bi);

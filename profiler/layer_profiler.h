@@ -22,10 +22,10 @@ struct LayerProfileOptions {
   std::vector<int64_t> microbatches = {1};
   std::vector<int64_t> tps = {1};
   int warmup = 2;
-  int min_repetitions = 5;
+  int min_repetitions = 20;
   int max_repetitions = 200;
   double budget_s = 2.0;            // per (signature, microbatch, tp) once min_repetitions are done
-  double target_rel_error = 0.02;   // stop when the median's standard error / median is below this
+  double target_rel_error = 0.01;   // stop when the median's standard error / median is below this
   bool progress = true;
   std::string command;              // recorded in the profile
 };

@@ -5,11 +5,10 @@
 // non-zero exit instead of a hang.
 #include <mpi.h>
 
+#include <atomic>
 #include <chrono>
-#include <condition_variable>
 #include <cstdio>
 #include <cstdlib>
-#include <mutex>
 #include <thread>
 
 #include <fmt/format.h>
@@ -22,58 +21,54 @@ namespace {
 
 MPI_Op Op(ReduceOp op) { return op == ReduceOp::kSum ? MPI_SUM : MPI_MAX; }
 
-// One per process: a thread that sleeps until the armed deadline passes.
+// One per process: a thread that wakes every 50 ms and aborts the job when
+// the armed deadline has passed. Arming is two atomic stores (no lock, no
+// wake-up), so small collectives pay nothing measurable for it.
 class Watchdog {
  public:
   static Watchdog& Get() {
     static Watchdog* w = new Watchdog();  // never destroyed: the thread outlives static destruction
     return *w;
   }
-  void Arm(std::string what, double seconds) {
-    std::lock_guard<std::mutex> lk(mu_);
-    what_ = std::move(what);
-    deadline_ = std::chrono::steady_clock::now() + std::chrono::duration_cast<std::chrono::steady_clock::duration>(std::chrono::duration<double>(seconds));
-    armed_ = true;
-    cv_.notify_all();
+  void Arm(const char* what, int rank, int size, double seconds) {
+    what_.store(what);
+    rank_.store(rank);
+    size_.store(size);
+    timeout_.store(seconds);
+    deadline_ns_.store(NowNs() + static_cast<int64_t>(seconds * 1e9));
   }
-  void Disarm() {
-    std::lock_guard<std::mutex> lk(mu_);
-    armed_ = false;
-  }
+  void Disarm() { deadline_ns_.store(0); }
 
  private:
   Watchdog() {
     std::thread([this] { Loop(); }).detach();
   }
+  static int64_t NowNs() {
+    return std::chrono::duration_cast<std::chrono::nanoseconds>(std::chrono::steady_clock::now().time_since_epoch()).count();
+  }
   void Loop() {
-    std::unique_lock<std::mutex> lk(mu_);
     while (true) {
-      if (!armed_) {
-        cv_.wait(lk);
-        continue;
-      }
-      if (cv_.wait_until(lk, deadline_) == std::cv_status::timeout && armed_ && std::chrono::steady_clock::now() >= deadline_) {
-        std::fprintf(stderr, "planner: error: %s; aborting all ranks\n", what_.c_str());
+      std::this_thread::sleep_for(std::chrono::milliseconds(50));
+      int64_t d = deadline_ns_.load();
+      if (d != 0 && NowNs() > d) {
+        std::fprintf(stderr, "planner: error: MPI %s on rank %d of %d timed out after %.0f s: a peer rank died or is stuck; aborting all ranks\n",
+                     what_.load(), rank_.load(), size_.load(), timeout_.load());
         std::fflush(stderr);
         MPI_Abort(MPI_COMM_WORLD, 1);
         std::_Exit(1);
       }
     }
   }
-  std::mutex mu_;
-  std::condition_variable cv_;
-  bool armed_ = false;
-  std::string what_;
-  std::chrono::steady_clock::time_point deadline_;
+  std::atomic<int64_t> deadline_ns_{0};
+  std::atomic<const char*> what_{""};
+  std::atomic<int> rank_{0}, size_{0};
+  std::atomic<double> timeout_{0};
 };
 
 // Arms the watchdog for the lifetime of one blocking call.
 class Guard {
  public:
-  Guard(const char* what, int rank, int size, double timeout) {
-    Watchdog::Get().Arm(fmt::format("MPI {} on rank {} of {} timed out after {:.0f} s: a peer rank died or is stuck", what, rank, size, timeout),
-                        timeout);
-  }
+  Guard(const char* what, int rank, int size, double timeout) { Watchdog::Get().Arm(what, rank, size, timeout); }
   ~Guard() { Watchdog::Get().Disarm(); }
 };
 
