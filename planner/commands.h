@@ -16,6 +16,8 @@ Runner RegisterSolve(CLI::App& app);
 Runner RegisterInspect(CLI::App& app);
 Runner RegisterImport(CLI::App& app);
 Runner RegisterProfile(CLI::App& app, int argc, char** argv);
+// `self`: this executable's path, for the scripts codegen writes.
+Runner RegisterCodegen(CLI::App& app, const std::string& self);
 // Writes `text` to `path` atomically (temp file + rename).
 Status WriteFileAtomic(const std::string& path, const std::string& text);
 

@@ -49,6 +49,13 @@ int RunCli(int argc, char** argv) {
     Runner r = RegisterProfile(app, argc, argv);
     runners[app.get_subcommands({})[before]] = r;
   }
+  {
+    std::error_code ec;
+    std::string self = std::filesystem::canonical("/proc/self/exe", ec).string();
+    size_t before = app.get_subcommands({}).size();
+    Runner r = RegisterCodegen(app, ec ? std::string("planner") : self);
+    runners[app.get_subcommands({})[before]] = r;
+  }
   if (argc >= 2 && argv[1][0] != '-') {
     std::vector<std::string> names;
     for (auto* sub : app.get_subcommands({})) names.push_back(sub->get_name());

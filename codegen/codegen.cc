@@ -1,0 +1,280 @@
+#include "codegen/codegen.h"
+
+#include <algorithm>
+#include <map>
+
+#include <fmt/format.h>
+
+namespace planner {
+
+namespace {
+
+std::string Join(const std::vector<int64_t>& v, const char* sep) {
+  std::string s;
+  for (size_t i = 0; i < v.size(); ++i) s += (i ? sep : "") + std::to_string(v[i]);
+  return s;
+}
+
+}  // namespace
+
+Status BuildLaunchPlan(const Plan& plan, const std::string& model_digest, const CodegenOptions& o, LaunchPlan* out) {
+  if (plan.stages.empty()) return Status::InvalidArgument("the plan has no stages");
+  LaunchPlan L;
+  L.model_digest = model_digest;
+  L.device = o.device;
+  L.schedule = plan.schedule;
+  L.interleave = std::max<int64_t>(1, plan.interleave);
+  L.tp = plan.tp;
+  L.pp = plan.pp;
+  L.dp = plan.dp;
+  L.config = plan.config;
+  L.microbatch_size = plan.microbatch_size;
+  L.num_microbatches = plan.num_microbatches;
+  L.global_batch = plan.global_batch;
+  L.gpus_per_node = std::max<int64_t>(1, o.gpus_per_node);
+  L.run = o.run;
+  L.predicted_iteration_s = plan.predicted.iteration_s;
+  L.predicted_bubble_fraction = plan.predicted.bubble_fraction;
+  for (const auto& s : plan.stages) {
+    LaunchStage ls;
+    ls.first_layer = s.first_layer;
+    ls.last_layer = s.last_layer;
+    ls.replicas = s.replicas;
+    ls.chunk = s.chunk;
+    ls.predicted_compute_s = s.forward_s + s.backward_input_s + s.backward_weight_s;
+    L.stages.push_back(ls);
+  }
+  const int64_t t = std::max<int64_t>(1, plan.tp);
+  auto place = [&](LaunchRank* r) {
+    r->node = r->rank / L.gpus_per_node;
+    r->local_device = r->rank % L.gpus_per_node;
+  };
+  if (plan.schedule != "pipedream") {
+    const int64_t p = plan.pp, d = plan.dp;
+    if (p * L.interleave != static_cast<int64_t>(plan.stages.size())) {
+      return Status::InvalidArgument(fmt::format("plan: pp {} x interleave {} does not match its {} stages", p, L.interleave, plan.stages.size()));
+    }
+    auto rank_of = [&](int64_t r, int64_t k, int64_t j) { return r * t * d + k * t + j; };
+    for (int64_t r = 0; r < p; ++r) {
+      for (int64_t k = 0; k < d; ++k) {
+        for (int64_t j = 0; j < t; ++j) {
+          LaunchRank x;
+          x.rank = rank_of(r, k, j);
+          x.stage = r;
+          x.replica = k;
+          x.tp_rank = j;
+          // Interleaved chunks wrap around: the last device feeds the first's next chunk.
+          if (r > 0) x.prev = {rank_of(r - 1, k, j)};
+          else if (L.interleave > 1 && p > 1) x.prev = {rank_of(p - 1, k, j)};
+          if (r + 1 < p) x.next = {rank_of(r + 1, k, j)};
+          else if (L.interleave > 1 && p > 1) x.next = {rank_of(0, k, j)};
+          place(&x);
+          L.ranks.push_back(x);
+        }
+      }
+    }
+    std::sort(L.ranks.begin(), L.ranks.end(), [](const LaunchRank& a, const LaunchRank& b) { return a.rank < b.rank; });
+    for (int64_t r = 0; r < p; ++r)
+      for (int64_t k = 0; k < d; ++k) {
+        std::vector<int64_t> g;
+        for (int64_t j = 0; j < t; ++j) g.push_back(rank_of(r, k, j));
+        L.tp_groups.push_back(g);
+      }
+    for (int64_t r = 0; r < p; ++r)
+      for (int64_t j = 0; j < t; ++j) {
+        std::vector<int64_t> g;
+        for (int64_t k = 0; k < d; ++k) g.push_back(rank_of(r, k, j));
+        L.dp_groups.push_back(g);
+      }
+    for (int64_t k = 0; k < d; ++k)
+      for (int64_t j = 0; j < t; ++j) {
+        std::vector<int64_t> g;
+        for (int64_t r = 0; r < p; ++r) g.push_back(rank_of(r, k, j));
+        L.pp_groups.push_back(g);
+      }
+  } else {
+    // Per-stage replication: stage s holds replicas x t consecutive ranks from its offset.
+    std::vector<std::vector<std::vector<int64_t>>> ranks_of(plan.stages.size());  // [stage][tp rank] -> ranks
+    for (size_t s = 0; s < plan.stages.size(); ++s) {
+      const auto& st = plan.stages[s];
+      ranks_of[s].resize(static_cast<size_t>(t));
+      for (int64_t k = 0; k < st.replicas; ++k)
+        for (int64_t j = 0; j < t; ++j) ranks_of[s][static_cast<size_t>(j)].push_back(st.device_offset + k * t + j);
+    }
+    for (size_t s = 0; s < plan.stages.size(); ++s) {
+      const auto& st = plan.stages[s];
+      for (int64_t k = 0; k < st.replicas; ++k) {
+        std::vector<int64_t> g;
+        for (int64_t j = 0; j < t; ++j) {
+          LaunchRank x;
+          x.rank = st.device_offset + k * t + j;
+          x.stage = static_cast<int64_t>(s);
+          x.replica = k;
+          x.tp_rank = j;
+          if (s > 0) x.prev = ranks_of[s - 1][static_cast<size_t>(j)];
+          if (s + 1 < plan.stages.size()) x.next = ranks_of[s + 1][static_cast<size_t>(j)];
+          place(&x);
+          L.ranks.push_back(x);
+          g.push_back(x.rank);
+        }
+        L.tp_groups.push_back(g);
+      }
+      for (int64_t j = 0; j < t; ++j) L.dp_groups.push_back(ranks_of[s][static_cast<size_t>(j)]);
+    }
+    std::sort(L.ranks.begin(), L.ranks.end(), [](const LaunchRank& a, const LaunchRank& b) { return a.rank < b.rank; });
+  }
+  for (size_t i = 0; i < L.ranks.size(); ++i) {
+    if (L.ranks[i].rank != static_cast<int64_t>(i)) return Status::InvalidArgument("plan: its stages do not place every rank exactly once");
+  }
+  *out = std::move(L);
+  return Status::OK();
+}
+
+Status GenerateLaunchFiles(const Plan& plan, const ModelSpec& model, const LaunchPlan& L, const CodegenOptions& o,
+                           std::vector<std::pair<std::string, std::string>>* files, std::vector<std::string>* notes) {
+  const int64_t n = static_cast<int64_t>(L.ranks.size());
+  files->emplace_back("launch.yaml", LaunchPlanToYaml(L));
+  // run.sh: mpirun, local ranks or a hostfile.
+  files->emplace_back("run.sh", fmt::format(R"SH(#!/usr/bin/env bash
+# {} on {} ranks ({} {}, tp-pp-dp {}, replication {}). Written by planner codegen.
+#   bash run.sh                 local ranks on this machine
+#   bash run.sh HOSTFILE [...]  {} ranks per node from an Open MPI hostfile; extra arguments go to planner run
+set -eu
+DIR=$(cd "$(dirname "$0")" && pwd)
+PLANNER=${{PLANNER:-{}}}
+ROOT=""
+if [ "$(id -u)" = 0 ]; then ROOT="--allow-run-as-root"; fi
+if [ $# -ge 1 ] && [ -f "$1" ]; then
+  HOSTFILE=$1; shift
+  exec mpirun $ROOT --hostfile "$HOSTFILE" --map-by ppr:{}:node -np {} "$PLANNER" run "$DIR" "$@"
+fi
+exec mpirun $ROOT --oversubscribe -np {} "$PLANNER" run "$DIR" "$@"
+)SH",
+                                           model.name, n, L.schedule, L.interleave > 1 ? fmt::format("v={}", L.interleave) : "",
+                                           fmt::format("{}-{}-{}", L.tp, L.pp, L.dp), L.config, L.gpus_per_node, o.planner_path,
+                                           L.gpus_per_node, n, n));
+  const int64_t nodes = (n + L.gpus_per_node - 1) / L.gpus_per_node;
+  const int64_t per_node = std::min(n, L.gpus_per_node);
+  files->emplace_back("slurm.sbatch", fmt::format(R"SH(#!/bin/bash
+# {} on {} ranks: one task per {}. Submit with: sbatch slurm.sbatch
+#SBATCH --job-name=planner-{}
+#SBATCH --nodes={}
+#SBATCH --ntasks-per-node={}
+#SBATCH --cpus-per-task={}
+{}#SBATCH --output=planner-%j.out
+set -eu
+DIR=${{SLURM_SUBMIT_DIR:-$(pwd)}}
+srun --kill-on-bad-exit=1 {} run "$DIR"
+)SH",
+                                                  model.name, n, L.device == "cuda" ? "GPU" : "CPU core", model.name, nodes, per_node,
+                                                  L.run.threads, L.device == "cuda" ? fmt::format("#SBATCH --gpus-per-node={}\n", per_node) : "",
+                                                  o.planner_path));
+  // Megatron-LM flags.
+  std::string mg;
+  mg += fmt::format("--tensor-model-parallel-size {}\n--pipeline-model-parallel-size {}\n", L.tp, L.pp);
+  if (model.is_gpt) {
+    mg += fmt::format("--num-layers {}\n--hidden-size {}\n--num-attention-heads {}\n--seq-length {}\n--max-position-embeddings {}\n",
+                      model.gpt.layers, model.gpt.hidden, model.gpt.heads, model.gpt.seq, model.gpt.seq);
+    if (model.gpt.ffn > 0 && model.gpt.ffn != 4 * model.gpt.hidden) mg += fmt::format("--ffn-hidden-size {}\n", model.gpt.ffn);
+  }
+  mg += fmt::format("--micro-batch-size {}\n--global-batch-size {}\n", L.microbatch_size, L.global_batch);
+  if (L.interleave > 1 && model.is_gpt) {
+    int64_t per = model.gpt.layers / (L.pp * L.interleave);
+    mg += fmt::format("--num-layers-per-virtual-pipeline-stage {}\n", std::max<int64_t>(1, per));
+  }
+  if (plan.recompute == "full") mg += "--recompute-granularity full\n--recompute-method uniform\n--recompute-num-layers 1\n";
+  else if (plan.recompute == "selective") mg += "--recompute-granularity selective\n";
+  if (plan.zero_stage >= 1) mg += "--use-distributed-optimizer\n";
+  if (model.dtype == DType::kFp16) mg += "--fp16\n";
+  if (model.dtype == DType::kBf16) mg += "--bf16\n";
+  // Uneven first / last stages: count transformer blocks per pipeline stage.
+  if (model.is_gpt && L.interleave == 1 && L.pp > 1 && L.schedule != "pipedream") {
+    std::vector<int64_t> blocks;
+    for (const auto& s : L.stages) {
+      int64_t c = 0;
+      for (int64_t i = s.first_layer; i <= s.last_layer; ++i) c += model.layers[static_cast<size_t>(i)].type == "transformer_block";
+      blocks.push_back(c);
+    }
+    bool even = std::all_of(blocks.begin(), blocks.end(), [&](int64_t c) { return c == blocks.front(); });
+    if (!even) {
+      mg += fmt::format("--decoder-first-pipeline-num-layers {}\n--decoder-last-pipeline-num-layers {}\n", blocks.front(), blocks.back());
+      bool middle_even = true;
+      for (size_t i = 2; i + 1 < blocks.size(); ++i) middle_even = middle_even && blocks[i] == blocks[1];
+      if (!middle_even) notes->push_back("megatron.args: Megatron-LM splits the middle stages evenly; the plan's middle stages are uneven (" + Join(blocks, "-") + " blocks)");
+    }
+  }
+  if (L.schedule == "zb-h1") notes->push_back("megatron.args: ZB-H1 has no Megatron-LM flag; the exported settings run 1F1B");
+  if (L.schedule == "gpipe") notes->push_back("megatron.args: Megatron-LM has no GPipe schedule; the exported settings run 1F1B (same bubble, more memory in GPipe)");
+  if (L.schedule == "pipedream") notes->push_back("megatron.args: per-stage replication and PipeDream's asynchronous schedule have no Megatron-LM equivalent; exported as uniform pipeline settings only");
+  files->emplace_back("megatron.args", mg);
+  // DeepSpeed: config and the stage boundaries.
+  std::vector<int64_t> parts;
+  for (const auto& s : L.stages) if (s.chunk == 0) parts.push_back(s.first_layer);
+  parts.push_back(static_cast<int64_t>(model.layers.size()));
+  const int64_t accum = L.num_microbatches;
+  std::string precision = model.dtype == DType::kFp16 ? ",\n  \"fp16\": {\"enabled\": true}" : (model.dtype == DType::kBf16 ? ",\n  \"bf16\": {\"enabled\": true}" : "");
+  files->emplace_back("deepspeed/ds_config.json",
+                      fmt::format("{{\n  \"train_batch_size\": {},\n  \"train_micro_batch_size_per_gpu\": {},\n  \"gradient_accumulation_steps\": {},\n"
+                                  "  \"zero_optimization\": {{\"stage\": {}}},\n  \"pipeline\": {{\"activation_checkpoint_interval\": {}}}{}\n}}\n",
+                                  L.global_batch, L.microbatch_size, accum, std::min<int64_t>(plan.zero_stage, 1),
+                                  plan.recompute == "full" ? 1 : 0, precision));
+  if (plan.zero_stage > 1) notes->push_back("deepspeed: pipeline parallelism supports ZeRO-1 at most; exported stage 1");
+  std::string names;
+  for (size_t i = 0; i < model.layers.size(); ++i) names += fmt::format("{}\"{}\"", i ? ", " : "", model.layers[i].name);
+  files->emplace_back("deepspeed/partition.json",
+                      fmt::format("{{\n  \"num_stages\": {},\n  \"parts\": [{}],\n  \"layers\": [{}]\n}}\n", L.pp, Join(parts, ", "), names));
+  files->emplace_back("deepspeed/pipeline.py", R"PY(# DeepSpeed PipelineModule with the planner's stage boundaries (partition.json):
+# layer i of the model goes to stage s when parts[s] <= i < parts[s + 1].
+import json, os
+
+from deepspeed.pipe import PipelineModule
+
+_HERE = os.path.dirname(os.path.abspath(__file__))
+PARTITION = json.load(open(os.path.join(_HERE, "partition.json")))
+
+
+class PlannedPipelineModule(PipelineModule):
+    """PipelineModule(layers, num_stages=PARTITION['num_stages'], ...) with the planner's boundaries."""
+
+    def _partition_layers(self, method="uniform"):
+        super()._partition_layers(method="uniform")
+        self.parts = list(PARTITION["parts"])
+        stage = self.stage_id
+        self._set_bounds(start=self.parts[stage], stop=self.parts[stage + 1])
+)PY");
+  // torch.distributed.pipelining: split points and schedule.
+  const char* sched = L.schedule == "gpipe" ? "ScheduleGPipe"
+                      : L.schedule == "interleaved" ? "ScheduleInterleaved1F1B"
+                      : L.schedule == "zb-h1" ? "ScheduleInterleavedZeroBubble"
+                                              : "Schedule1F1B";
+  if (L.schedule == "pipedream") notes->push_back("torch_pipelining.py: no asynchronous schedule in torch.distributed.pipelining; exported as 1F1B");
+  std::string splits;
+  for (const auto& s : L.stages) {
+    if (s.first_layer == 0) continue;
+    splits += fmt::format("    \"{}\": SplitPoint.BEGINNING,\n", model.layers[static_cast<size_t>(s.first_layer)].name);
+  }
+  files->emplace_back("torch_pipelining.py", fmt::format(R"PY(# torch.distributed.pipelining settings of the plan ({} ranks, tp-pp-dp {}-{}-{}, {}).
+# The model's top-level submodules must carry the planner's layer names.
+from torch.distributed.pipelining import SplitPoint, pipeline
+from torch.distributed.pipelining import {}
+
+SPLIT_SPEC = {{
+{}}}
+SCHEDULE = {}
+N_MICROBATCHES = {}
+MICROBATCH_SIZE = {}
+STAGES_PER_RANK = {}
+
+
+def build(model, example_microbatch, stage_index, device, group=None, loss_fn=None):
+    """Splits `model` at SPLIT_SPEC and returns (stage, schedule) for this rank."""
+    pipe = pipeline(model, mb_args=(example_microbatch,), split_spec=SPLIT_SPEC)
+    stage = pipe.build_stage(stage_index, device, group)
+    return stage, SCHEDULE(stage, n_microbatches=N_MICROBATCHES, loss_fn=loss_fn)
+)PY",
+                                                         n, L.tp, L.pp, L.dp, L.schedule, sched, splits, sched, L.num_microbatches,
+                                                         L.microbatch_size, L.interleave));
+  return Status::OK();
+}
+
+}  // namespace planner

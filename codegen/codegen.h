@@ -1,0 +1,34 @@
+// Plan -> LaunchPlan (ranks and communicator groups, Megatron's rank order
+// tp fastest, then data parallel, then pipeline) and the launch artifacts:
+// run.sh (mpirun), slurm.sbatch (srun), megatron.args, deepspeed/ (config and
+// partition), torch_pipelining.py. Pure: returns file contents; the CLI
+// writes them. docs/codegen.md.
+#pragma once
+
+#include <cstdint>
+#include <string>
+#include <utility>
+#include <vector>
+
+#include "common/status.h"
+#include "spec/launch_plan.h"
+#include "spec/model_spec.h"
+#include "spec/plan.h"
+
+namespace planner {
+
+struct CodegenOptions {
+  int64_t gpus_per_node = 8;     // from the cluster's first level
+  std::string device = "cpu";    // what `planner run` executes on
+  std::string planner_path = "planner";  // executable run.sh launches
+  LaunchRun run;
+};
+
+Status BuildLaunchPlan(const Plan& plan, const std::string& model_digest, const CodegenOptions& options, LaunchPlan* out);
+
+// (relative path, contents) of every artifact, launch.yaml first. Notes
+// (e.g. what an export cannot express) are appended to *notes.
+Status GenerateLaunchFiles(const Plan& plan, const ModelSpec& model, const LaunchPlan& launch, const CodegenOptions& options,
+                           std::vector<std::pair<std::string, std::string>>* files, std::vector<std::string>* notes);
+
+}  // namespace planner

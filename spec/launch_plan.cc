@@ -1,0 +1,191 @@
+#include "spec/launch_plan.h"
+
+#include <algorithm>
+#include <set>
+
+#include <fmt/format.h>
+
+#include "spec/yaml_reader.h"
+
+namespace planner {
+
+namespace {
+
+std::string List(const std::vector<int64_t>& v) {
+  std::string s = "[";
+  for (size_t i = 0; i < v.size(); ++i) s += (i ? ", " : "") + std::to_string(v[i]);
+  return s + "]";
+}
+
+std::string Groups(const char* name, const std::vector<std::vector<int64_t>>& g) {
+  std::string s = fmt::format("  {}:\n", name);
+  if (g.empty()) return fmt::format("  {}: []\n", name);
+  for (const auto& x : g) s += "    - " + List(x) + "\n";
+  return s;
+}
+
+}  // namespace
+
+std::string LaunchPlanToYaml(const LaunchPlan& p) {
+  std::string o = "# Written by planner codegen; read by every rank of planner run (docs/formats.md).\n";
+  o += "format_version: 1\n";
+  o += fmt::format("model_file: \"{}\"\nmodel_digest: \"{}\"\nplan_digest: \"{}\"\n", p.model_file, p.model_digest, p.plan_digest);
+  o += fmt::format("device: {}\nschedule: {}\ninterleave: {}\n", p.device, p.schedule, p.interleave);
+  o += fmt::format("tp: {}\npp: {}\ndp: {}\nconfig: \"{}\"\n", p.tp, p.pp, p.dp, p.config);
+  o += fmt::format("microbatch_size: {}\nnum_microbatches: {}\nglobal_batch: {}\ngpus_per_node: {}\n", p.microbatch_size,
+                   p.num_microbatches, p.global_batch, p.gpus_per_node);
+  o += fmt::format("predicted: {{iteration_seconds: {:.9g}, bubble_fraction: {:.6g}}}\n", p.predicted_iteration_s, p.predicted_bubble_fraction);
+  o += fmt::format("run: {{iterations: {}, warmup_iterations: {}, optimizer: {}, learning_rate: {:.9g}, seed: {}, checkpoint_every: {}, "
+                   "timeout_seconds: {:.9g}, threads: {}}}\n",
+                   p.run.iterations, p.run.warmup_iterations, p.run.optimizer, p.run.learning_rate, p.run.seed, p.run.checkpoint_every,
+                   p.run.timeout_s, p.run.threads);
+  o += "stages:\n";
+  for (const auto& s : p.stages) {
+    o += fmt::format("  - {{first_layer: {}, last_layer: {}, replicas: {}, chunk: {}, predicted_compute_seconds: {:.9g}}}\n", s.first_layer,
+                     s.last_layer, s.replicas, s.chunk, s.predicted_compute_s);
+  }
+  o += "ranks:\n";
+  for (const auto& r : p.ranks) {
+    o += fmt::format("  - {{rank: {}, node: {}, local_device: {}, stage: {}, replica: {}, tp_rank: {}, prev: {}, next: {}}}\n", r.rank, r.node,
+                     r.local_device, r.stage, r.replica, r.tp_rank, List(r.prev), List(r.next));
+  }
+  o += "groups:\n" + Groups("tensor_parallel", p.tp_groups) + Groups("data_parallel", p.dp_groups) + Groups("pipeline", p.pp_groups);
+  return o;
+}
+
+Status ParseLaunchPlan(const std::string& path, const std::string& text, LaunchPlan* out) {
+  YAML::Node root;
+  PLANNER_RETURN_IF_ERROR(ParseYamlText(path, text, &root));
+  YamlReader r(path);
+  PLANNER_RETURN_IF_ERROR(r.RequireMap(root, "launch plan"));
+  PLANNER_RETURN_IF_ERROR(r.CheckKeys(root, "", {"format_version", "model_file", "model_digest", "plan_digest", "device", "schedule", "interleave",
+                                                 "tp", "pp", "dp", "config", "microbatch_size", "num_microbatches", "global_batch",
+                                                 "gpus_per_node", "predicted", "run", "stages", "ranks", "groups"}));
+  LaunchPlan p;
+  p.path = path;
+  int64_t version = 0;
+  PLANNER_RETURN_IF_ERROR(r.GetInt(root, "format_version", "format_version", &version, true, 1));
+  if (version != 1) return r.FieldError(root["format_version"], "format_version", fmt::format("version {} is not supported; regenerate with planner codegen", version));
+  PLANNER_RETURN_IF_ERROR(r.GetString(root, "model_file", "model_file", &p.model_file, true));
+  PLANNER_RETURN_IF_ERROR(r.GetString(root, "model_digest", "model_digest", &p.model_digest, false));
+  PLANNER_RETURN_IF_ERROR(r.GetString(root, "plan_digest", "plan_digest", &p.plan_digest, false));
+  PLANNER_RETURN_IF_ERROR(r.GetEnum(root, "device", "device", {"cpu", "cuda"}, &p.device, true));
+  PLANNER_RETURN_IF_ERROR(r.GetEnum(root, "schedule", "schedule", {"gpipe", "1f1b", "interleaved", "zb-h1", "pipedream"}, &p.schedule, true));
+  PLANNER_RETURN_IF_ERROR(r.GetInt(root, "interleave", "interleave", &p.interleave, false, 1));
+  PLANNER_RETURN_IF_ERROR(r.GetInt(root, "tp", "tp", &p.tp, true, 1));
+  PLANNER_RETURN_IF_ERROR(r.GetInt(root, "pp", "pp", &p.pp, true, 1));
+  PLANNER_RETURN_IF_ERROR(r.GetInt(root, "dp", "dp", &p.dp, true, 1));
+  PLANNER_RETURN_IF_ERROR(r.GetString(root, "config", "config", &p.config, false));
+  PLANNER_RETURN_IF_ERROR(r.GetInt(root, "microbatch_size", "microbatch_size", &p.microbatch_size, true, 1));
+  PLANNER_RETURN_IF_ERROR(r.GetInt(root, "num_microbatches", "num_microbatches", &p.num_microbatches, true, 1));
+  PLANNER_RETURN_IF_ERROR(r.GetInt(root, "global_batch", "global_batch", &p.global_batch, true, 1));
+  PLANNER_RETURN_IF_ERROR(r.GetInt(root, "gpus_per_node", "gpus_per_node", &p.gpus_per_node, false, 1));
+  if (root["predicted"].IsDefined()) {
+    PLANNER_RETURN_IF_ERROR(r.RequireMap(root["predicted"], "predicted"));
+    PLANNER_RETURN_IF_ERROR(r.GetDouble(root["predicted"], "iteration_seconds", "predicted.iteration_seconds", &p.predicted_iteration_s, false, 0, false));
+    PLANNER_RETURN_IF_ERROR(r.GetDouble(root["predicted"], "bubble_fraction", "predicted.bubble_fraction", &p.predicted_bubble_fraction, false, 0, false));
+  }
+  if (root["run"].IsDefined()) {
+    const YAML::Node& n = root["run"];
+    PLANNER_RETURN_IF_ERROR(r.RequireMap(n, "run"));
+    PLANNER_RETURN_IF_ERROR(r.CheckKeys(n, "run", {"iterations", "warmup_iterations", "optimizer", "learning_rate", "seed", "checkpoint_every",
+                                                   "timeout_seconds", "threads"}));
+    PLANNER_RETURN_IF_ERROR(r.GetInt(n, "iterations", "run.iterations", &p.run.iterations, false, 1));
+    PLANNER_RETURN_IF_ERROR(r.GetInt(n, "warmup_iterations", "run.warmup_iterations", &p.run.warmup_iterations, false, 0));
+    PLANNER_RETURN_IF_ERROR(r.GetEnum(n, "optimizer", "run.optimizer", {"adam", "sgd"}, &p.run.optimizer, false));
+    PLANNER_RETURN_IF_ERROR(r.GetDouble(n, "learning_rate", "run.learning_rate", &p.run.learning_rate, false, 0, true));
+    int64_t seed = 1;
+    PLANNER_RETURN_IF_ERROR(r.GetInt(n, "seed", "run.seed", &seed, false, 0));
+    p.run.seed = static_cast<uint64_t>(seed);
+    PLANNER_RETURN_IF_ERROR(r.GetInt(n, "checkpoint_every", "run.checkpoint_every", &p.run.checkpoint_every, false, 0));
+    PLANNER_RETURN_IF_ERROR(r.GetDouble(n, "timeout_seconds", "run.timeout_seconds", &p.run.timeout_s, false, 0, true));
+    PLANNER_RETURN_IF_ERROR(r.GetInt(n, "threads", "run.threads", &p.run.threads, false, 1));
+  }
+  const YAML::Node& st = root["stages"];
+  if (!st.IsDefined()) return r.FieldError(root, "stages", "missing required field");
+  PLANNER_RETURN_IF_ERROR(r.RequireSequence(st, "stages"));
+  for (size_t i = 0; i < st.size(); ++i) {
+    std::string f = fmt::format("stages[{}]", i);
+    PLANNER_RETURN_IF_ERROR(r.RequireMap(st[i], f));
+    PLANNER_RETURN_IF_ERROR(r.CheckKeys(st[i], f, {"first_layer", "last_layer", "replicas", "chunk", "predicted_compute_seconds"}));
+    LaunchStage s;
+    PLANNER_RETURN_IF_ERROR(r.GetInt(st[i], "first_layer", f + ".first_layer", &s.first_layer, true, 0));
+    PLANNER_RETURN_IF_ERROR(r.GetInt(st[i], "last_layer", f + ".last_layer", &s.last_layer, true, 0));
+    PLANNER_RETURN_IF_ERROR(r.GetInt(st[i], "replicas", f + ".replicas", &s.replicas, true, 1));
+    PLANNER_RETURN_IF_ERROR(r.GetInt(st[i], "chunk", f + ".chunk", &s.chunk, false, 0));
+    PLANNER_RETURN_IF_ERROR(r.GetDouble(st[i], "predicted_compute_seconds", f + ".predicted_compute_seconds", &s.predicted_compute_s, false, 0, false));
+    if (s.last_layer < s.first_layer) return r.FieldError(st[i], f + ".last_layer", "is before first_layer");
+    if (!p.stages.empty() && s.first_layer != p.stages.back().last_layer + 1 && s.chunk == p.stages.back().chunk) {
+      return r.FieldError(st[i], f + ".first_layer", fmt::format("stages must be contiguous: expected {}", p.stages.back().last_layer + 1));
+    }
+    p.stages.push_back(s);
+  }
+  if (p.stages.empty()) return r.FieldError(st, "stages", "a launch plan has at least one stage");
+  const YAML::Node& rk = root["ranks"];
+  if (!rk.IsDefined()) return r.FieldError(root, "ranks", "missing required field");
+  PLANNER_RETURN_IF_ERROR(r.RequireSequence(rk, "ranks"));
+  std::set<int64_t> seen;
+  for (size_t i = 0; i < rk.size(); ++i) {
+    std::string f = fmt::format("ranks[{}]", i);
+    PLANNER_RETURN_IF_ERROR(r.RequireMap(rk[i], f));
+    PLANNER_RETURN_IF_ERROR(r.CheckKeys(rk[i], f, {"rank", "node", "local_device", "stage", "replica", "tp_rank", "prev", "next"}));
+    LaunchRank x;
+    PLANNER_RETURN_IF_ERROR(r.GetInt(rk[i], "rank", f + ".rank", &x.rank, true, 0));
+    PLANNER_RETURN_IF_ERROR(r.GetInt(rk[i], "node", f + ".node", &x.node, false, 0));
+    PLANNER_RETURN_IF_ERROR(r.GetInt(rk[i], "local_device", f + ".local_device", &x.local_device, false, 0));
+    PLANNER_RETURN_IF_ERROR(r.GetInt(rk[i], "stage", f + ".stage", &x.stage, true, 0));
+    PLANNER_RETURN_IF_ERROR(r.GetInt(rk[i], "replica", f + ".replica", &x.replica, false, 0));
+    PLANNER_RETURN_IF_ERROR(r.GetInt(rk[i], "tp_rank", f + ".tp_rank", &x.tp_rank, false, 0));
+    PLANNER_RETURN_IF_ERROR(r.GetIntList(rk[i], "prev", f + ".prev", &x.prev, false, 0));
+    PLANNER_RETURN_IF_ERROR(r.GetIntList(rk[i], "next", f + ".next", &x.next, false, 0));
+    if (!seen.insert(x.rank).second) return r.FieldError(rk[i]["rank"], f + ".rank", fmt::format("rank {} appears twice", x.rank));
+    if (x.stage >= static_cast<int64_t>(p.stages.size()) && p.interleave == 1) {
+      return r.FieldError(rk[i]["stage"], f + ".stage", fmt::format("stage {} does not exist ({} stages)", x.stage, p.stages.size()));
+    }
+    if (x.tp_rank >= p.tp) return r.FieldError(rk[i]["tp_rank"], f + ".tp_rank", fmt::format("tp_rank {} >= tp {}", x.tp_rank, p.tp));
+    p.ranks.push_back(x);
+  }
+  const int64_t n = static_cast<int64_t>(p.ranks.size());
+  if (n == 0 || *seen.rbegin() != n - 1) return r.FieldError(rk, "ranks", fmt::format("ranks must be 0..{} each once", n - 1));
+  for (const auto& x : p.ranks) {
+    for (int64_t q : x.prev) if (q >= n) return r.FieldError(rk, "ranks", fmt::format("rank {} names neighbour {} that does not exist", x.rank, q));
+    for (int64_t q : x.next) if (q >= n) return r.FieldError(rk, "ranks", fmt::format("rank {} names neighbour {} that does not exist", x.rank, q));
+  }
+  std::sort(p.ranks.begin(), p.ranks.end(), [](const LaunchRank& a, const LaunchRank& b) { return a.rank < b.rank; });
+  const YAML::Node& g = root["groups"];
+  if (g.IsDefined()) {
+    PLANNER_RETURN_IF_ERROR(r.CheckKeys(g, "groups", {"tensor_parallel", "data_parallel", "pipeline"}));
+    auto read = [&](const char* key, std::vector<std::vector<int64_t>>* groups) -> Status {
+      const YAML::Node& x = g[key];
+      if (!x.IsDefined()) return Status::OK();
+      std::string f = fmt::format("groups.{}", key);
+      PLANNER_RETURN_IF_ERROR(r.RequireSequence(x, f));
+      for (size_t i = 0; i < x.size(); ++i) {
+        std::vector<int64_t> v;
+        std::string fi = fmt::format("{}[{}]", f, i);
+        if (!x[i].IsSequence()) return r.FieldError(x[i], fi, "must be a list of ranks");
+        for (size_t k = 0; k < x[i].size(); ++k) {
+          int64_t q = 0;
+          PLANNER_RETURN_IF_ERROR(r.AsInt(x[i][k], fi, &q, 0));
+          if (q >= n) return r.FieldError(x[i][k], fi, fmt::format("rank {} does not exist ({} ranks)", q, n));
+          v.push_back(q);
+        }
+        groups->push_back(std::move(v));
+      }
+      return Status::OK();
+    };
+    PLANNER_RETURN_IF_ERROR(read("tensor_parallel", &p.tp_groups));
+    PLANNER_RETURN_IF_ERROR(read("data_parallel", &p.dp_groups));
+    PLANNER_RETURN_IF_ERROR(read("pipeline", &p.pp_groups));
+  }
+  *out = std::move(p);
+  return Status::OK();
+}
+
+Status LoadLaunchPlan(const std::string& path, LaunchPlan* out) {
+  std::string text;
+  PLANNER_RETURN_IF_ERROR(ReadTextFile(path, &text));
+  return ParseLaunchPlan(path, text, out);
+}
+
+}  // namespace planner

@@ -1,0 +1,68 @@
+// LaunchPlan: a plan turned into ranks, written as launch/launch.yaml by
+// `planner codegen` and read by every rank of `planner run` (docs/formats.md).
+// One entry per rank (node slot, local device, stage, replica, tp rank, its
+// pipeline neighbours) and every communicator group. Validated on read:
+// ranks cover 0..N-1 once, stages and groups reference real ranks, the
+// model file matches its digest. Plain value type.
+#pragma once
+
+#include <cstdint>
+#include <string>
+#include <vector>
+
+#include "common/status.h"
+
+namespace planner {
+
+struct LaunchRank {
+  int64_t rank = 0;
+  int64_t node = 0;          // host slot: index of the node in the hostfile / allocation
+  int64_t local_device = 0;  // GPU index on the node (CPU runs: the core)
+  int64_t stage = 0;
+  int64_t replica = 0;       // index within the stage's replicas
+  int64_t tp_rank = 0;
+  std::vector<int64_t> prev, next;  // ranks of the previous / next stage with the same tp rank
+};
+
+struct LaunchStage {
+  int64_t first_layer = 0, last_layer = 0;  // inclusive, model layer indices
+  int64_t replicas = 1;
+  int64_t chunk = 0;                        // interleaved: model chunk on its device
+  double predicted_compute_s = 0;           // per microbatch (F + B + W) from the plan
+};
+
+struct LaunchRun {
+  int64_t iterations = 20;
+  int64_t warmup_iterations = 2;
+  std::string optimizer = "adam";   // adam | sgd
+  double learning_rate = 1e-3;
+  uint64_t seed = 1;
+  int64_t checkpoint_every = 0;     // 0: never
+  double timeout_s = 60;
+  int64_t threads = 1;
+};
+
+struct LaunchPlan {
+  std::string path;
+  std::string model_file = "model.yaml";  // relative to launch.yaml
+  std::string model_digest;
+  std::string plan_digest;
+  std::string device = "cpu";             // cpu | cuda
+  std::string schedule;                   // gpipe | 1f1b | interleaved | zb-h1 | pipedream
+  int64_t interleave = 1;
+  int64_t tp = 1, pp = 1, dp = 1;
+  std::string config;
+  int64_t microbatch_size = 1, num_microbatches = 1, global_batch = 1;
+  int64_t gpus_per_node = 1;
+  std::vector<LaunchStage> stages;
+  std::vector<LaunchRank> ranks;
+  std::vector<std::vector<int64_t>> tp_groups, dp_groups, pp_groups;
+  LaunchRun run;
+  double predicted_iteration_s = 0, predicted_bubble_fraction = 0;
+};
+
+std::string LaunchPlanToYaml(const LaunchPlan& plan);
+Status ParseLaunchPlan(const std::string& path, const std::string& text, LaunchPlan* out);
+Status LoadLaunchPlan(const std::string& path, LaunchPlan* out);
+
+}  // namespace planner
