@@ -18,6 +18,7 @@ Runner RegisterImport(CLI::App& app);
 Runner RegisterProfile(CLI::App& app, int argc, char** argv);
 // `self`: this executable's path, for the scripts codegen writes.
 Runner RegisterCodegen(CLI::App& app, const std::string& self);
+Runner RegisterRun(CLI::App& app);
 // Writes `text` to `path` atomically (temp file + rename).
 Status WriteFileAtomic(const std::string& path, const std::string& text);
 

@@ -44,6 +44,7 @@ int RunCli(int argc, char** argv) {
   add(RegisterSolve);
   add(RegisterInspect);
   add(RegisterImport);
+  add(RegisterRun);
   {
     size_t before = app.get_subcommands({}).size();
     Runner r = RegisterProfile(app, argc, argv);

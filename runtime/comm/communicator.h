@@ -42,6 +42,12 @@ class Communicator {
   // All sends and receives of the group are posted together (no ordering deadlock).
   virtual Status GroupSendRecv(const std::vector<P2POp>& ops) = 0;
   virtual Status Barrier() = 0;
+  // Pipeline transfers: Send returns once the message is posted (the buffer
+  // must stay alive and unchanged until FlushSends), so a schedule's sends
+  // never block; Recv blocks until a message with this tag arrives from peer.
+  virtual Status Send(const float* data, int64_t count, int peer, int tag) = 0;
+  virtual Status Recv(float* data, int64_t count, int peer, int tag) = 0;
+  virtual Status FlushSends() = 0;
   // Waits for outstanding device work (NCCL); a no-op for host backends.
   virtual Status Synchronize() { return Status::OK(); }
   // A sub-communicator of the ranks passing the same color, ordered by key.

@@ -128,6 +128,28 @@ class MpiComm final : public Communicator {
     Guard g("barrier", rank_, size_, timeout_s_);
     return Check(MPI_Barrier(comm_), "barrier");
   }
+  Status Send(const float* data, int64_t count, int peer, int tag) override {
+    if (peer < 0 || peer >= size_) return Status::InvalidArgument(fmt::format("send peer {} outside [0, {})", peer, size_));
+    pending_.emplace_back();
+    return Check(MPI_Isend(data, Int(count), MPI_FLOAT, peer, tag % 32000 + 100, comm_, &pending_.back()), "send");
+  }
+  Status Recv(float* data, int64_t count, int peer, int tag) override {
+    if (peer < 0 || peer >= size_) return Status::InvalidArgument(fmt::format("recv peer {} outside [0, {})", peer, size_));
+    Guard g("recv", rank_, size_, timeout_s_);
+    MPI_Status st;
+    PLANNER_RETURN_IF_ERROR(Check(MPI_Recv(data, Int(count), MPI_FLOAT, peer, tag % 32000 + 100, comm_, &st), "recv"));
+    int got = 0;
+    MPI_Get_count(&st, MPI_FLOAT, &got);
+    if (got != count) return Status::CommError(fmt::format("rank {} sent {} floats, rank {} expected {}", peer, got, rank_, count));
+    return Status::OK();
+  }
+  Status FlushSends() override {
+    if (pending_.empty()) return Status::OK();
+    Guard g("send", rank_, size_, timeout_s_);
+    Status s = Check(MPI_Waitall(static_cast<int>(pending_.size()), pending_.data(), MPI_STATUSES_IGNORE), "send");
+    pending_.clear();
+    return s;
+  }
   Status Split(int color, int key, std::unique_ptr<Communicator>* out) override {
     MPI_Comm c;
     if (MPI_Comm_split(comm_, color, key, &c) != MPI_SUCCESS) return Status::CommError("MPI_Comm_split failed");
@@ -141,6 +163,7 @@ class MpiComm final : public Communicator {
  private:
   static int Int(int64_t n) { return static_cast<int>(n); }
   MPI_Comm comm_;
+  std::vector<MPI_Request> pending_;
   bool owned_;
   int rank_ = 0, size_ = 1;
 };

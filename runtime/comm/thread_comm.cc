@@ -9,6 +9,7 @@
 #include <map>
 #include <mutex>
 #include <thread>
+#include <tuple>
 
 #include <fmt/format.h>
 
@@ -29,6 +30,7 @@ struct World {
   std::vector<const float*> in;
   std::vector<int> ints;
   std::map<std::pair<int, int>, std::deque<std::vector<float>>> box;
+  std::map<std::tuple<int, int, int>, std::deque<std::vector<float>>> tagged;
   std::map<std::pair<int64_t, int>, std::shared_ptr<World>> children;
 };
 
@@ -100,6 +102,32 @@ class ThreadComm final : public Communicator {
     return Status::OK();
   }
   Status Barrier() override { return Meet("barrier"); }
+  Status Send(const float* data, int64_t count, int peer, int tag) override {
+    if (peer < 0 || peer >= size()) return Status::InvalidArgument(fmt::format("send peer {} outside [0, {})", peer, size()));
+    std::lock_guard<std::mutex> lk(w_->mu);
+    w_->tagged[{rank_, peer, tag}].emplace_back(data, data + count);
+    w_->cv.notify_all();
+    return Status::OK();
+  }
+  Status Recv(float* data, int64_t count, int peer, int tag) override {
+    if (peer < 0 || peer >= size()) return Status::InvalidArgument(fmt::format("recv peer {} outside [0, {})", peer, size()));
+    std::unique_lock<std::mutex> lk(w_->mu);
+    auto& q = w_->tagged[{peer, rank_, tag}];
+    auto deadline = std::chrono::steady_clock::now() + std::chrono::duration<double>(timeout_s_);
+    while (q.empty()) {
+      if (!w_->failed.empty()) return Status::CommError(w_->failed);
+      if (w_->cv.wait_until(lk, deadline) == std::cv_status::timeout && q.empty()) {
+        return Status::CommError(fmt::format("recv from rank {} on rank {} timed out after {:.0f} s", peer, rank_, timeout_s_));
+      }
+    }
+    if (static_cast<int64_t>(q.front().size()) != count) {
+      return Status::CommError(fmt::format("rank {} sent {} floats but rank {} expected {}", peer, q.front().size(), rank_, count));
+    }
+    std::memcpy(data, q.front().data(), static_cast<size_t>(count) * 4);
+    q.pop_front();
+    return Status::OK();
+  }
+  Status FlushSends() override { return Status::OK(); }  // sends are copied at once
   Status Split(int color, int key, std::unique_ptr<Communicator>* out) override {
     const int64_t call = splits_++;
     w_->ints[static_cast<size_t>(2 * rank_)] = color;

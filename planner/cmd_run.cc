@@ -1,0 +1,104 @@
+// planner run LAUNCH_DIR [--iterations N] [--dump-gradients] [--reference]   (one process per rank: bash LAUNCH_DIR/run.sh)
+#include <ctime>
+#include <filesystem>
+
+#include <fmt/format.h>
+
+#include "common/digest.h"
+#include "common/log.h"
+#include "common/units.h"
+#include "planner/commands.h"
+#include "runtime/executor.h"
+#include "spec/yaml_reader.h"
+
+namespace planner {
+
+namespace {
+
+struct RunArgs {
+  std::string dir;
+  int64_t iterations = 0;
+  bool dump = false, reference = false;
+  std::string run_id;
+};
+
+std::string Stamp(int64_t secs) {
+  std::time_t t = static_cast<std::time_t>(secs);
+  char buf[32];
+  std::strftime(buf, sizeof buf, "%Y%m%d-%H%M%S", std::gmtime(&t));
+  return buf;
+}
+
+}  // namespace
+
+Runner RegisterRun(CLI::App& app) {
+  auto* cmd = app.add_subcommand("run", "execute a launch directory (one process per rank, under mpirun / srun)");
+  auto a = std::make_shared<RunArgs>();
+  cmd->add_option("launch", a->dir, "launch directory from planner codegen")->required();
+  cmd->add_option("--iterations", a->iterations, "iterations (default: launch.yaml's)")->check(CLI::Range(1, 10000000));
+  cmd->add_flag("--dump-gradients", a->dump, "write the first iteration's gradients to runs/<id>/grads/ (tests)");
+  cmd->add_flag("--reference", a->reference, "run the same training in this one process (whole model, same data), for comparison");
+  cmd->add_option("--run-id", a->run_id, "name of runs/<id> (default: the start time)");
+  return [a]() -> Status {
+    namespace fs = std::filesystem;
+    LaunchPlan L;
+    const std::string lpath = (fs::path(a->dir) / "launch.yaml").string();
+    PLANNER_RETURN_IF_ERROR(LoadLaunchPlan(lpath, &L));
+    const std::string mpath = (fs::path(a->dir) / L.model_file).string();
+    std::string text;
+    PLANNER_RETURN_IF_ERROR(ReadTextFile(mpath, &text));
+    ModelSpec model;
+    PLANNER_RETURN_IF_ERROR(ParseModelSpec(mpath, text, &model));
+    if (!L.model_digest.empty() && model.digest != L.model_digest) {
+      return Status::InvalidArgument(fmt::format("{}: model_digest {} does not match {} ({}); run planner codegen again", lpath, L.model_digest,
+                                                 mpath, model.digest));
+    }
+    for (const auto& s : L.stages) {
+      if (s.last_layer >= static_cast<int64_t>(model.layers.size())) {
+        return Status::InvalidArgument(fmt::format("{}: a stage ends at layer {} but {} has {} layers; run planner codegen again", lpath,
+                                                   s.last_layer, mpath, model.layers.size()));
+      }
+    }
+    if (a->reference) L = SingleProcessPlan(L, model);
+    const int64_t n = static_cast<int64_t>(L.ranks.size());
+    auto body = [&](Communicator& world) -> Status {
+      world.set_timeout_seconds(L.run.timeout_s);
+      // One run id for all ranks: rank 0's clock, broadcast.
+      float stamp[2] = {0, 0};
+      if (world.rank() == 0) {
+        int64_t now = static_cast<int64_t>(std::time(nullptr));
+        stamp[0] = static_cast<float>(now >> 16);
+        stamp[1] = static_cast<float>(now & 0xFFFF);
+      }
+      PLANNER_RETURN_IF_ERROR(world.Broadcast(stamp, 2, 0));
+      std::string id = a->run_id.empty() ? Stamp((static_cast<int64_t>(stamp[0]) << 16) | static_cast<int64_t>(stamp[1])) + (a->reference ? "-reference" : "")
+                                         : a->run_id;
+      RunOptions o;
+      o.run_dir = (fs::path(a->dir) / "runs" / id).string();
+      o.iterations = a->iterations;
+      o.dump_gradients = a->dump;
+      std::error_code ec;
+      fs::create_directories(o.run_dir, ec);
+      if (ec) return Status::Unavailable(fmt::format("{}: cannot create: {}", o.run_dir, ec.message()));
+      RunSummary s;
+      PLANNER_RETURN_IF_ERROR(RunLaunch(L, model, world, o, &s));
+      if (world.rank() == 0) {
+        LogNote(fmt::format("run {}: loss {:.4f} -> {:.4f}; iteration {} measured vs {} predicted; bubble {:.1f}% vs {:.1f}%; report {}/report.md",
+                            id, s.loss.front(), s.loss.back(), FormatSeconds(s.median_iteration_s), FormatSeconds(L.predicted_iteration_s),
+                            100 * s.measured_bubble_fraction, 100 * L.predicted_bubble_fraction, o.run_dir));
+      }
+      return Status::OK();
+    };
+    if (LaunchedUnderMpi()) {
+      std::unique_ptr<Communicator> world;
+      PLANNER_RETURN_IF_ERROR(MakeMpiWorld(&world));
+      return body(*world);
+    }
+    if (n != 1) {
+      return Status::InvalidArgument(fmt::format("{} has {} ranks; start them with bash {}/run.sh (mpirun -np {})", lpath, n, a->dir, n));
+    }
+    return RunThreadRanks(1, body, L.run.timeout_s);
+  };
+}
+
+}  // namespace planner

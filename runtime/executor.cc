@@ -1,0 +1,396 @@
+#include "runtime/executor.h"
+
+#include <algorithm>
+#include <chrono>
+#include <cmath>
+#include <cstdio>
+#include <filesystem>
+#include <fstream>
+#include <sstream>
+
+#include <fmt/format.h>
+
+#include "common/log.h"
+#include "common/units.h"
+#include "runtime/kernels/kernel.h"
+#include "runtime/kernels/optimizer.h"
+
+namespace planner {
+
+namespace {
+
+uint64_t Mix(uint64_t x) {
+  x += 0x9E3779B97F4A7C15ull;
+  x = (x ^ (x >> 30)) * 0xBF58476D1CE4E5B9ull;
+  x = (x ^ (x >> 27)) * 0x94D049BB133111EBull;
+  return x ^ (x >> 31);
+}
+double Unit(uint64_t h) { return static_cast<double>(h >> 11) * 0x1.0p-53; }
+
+int64_t Product(const std::vector<int64_t>& v) {
+  int64_t n = 1;
+  for (int64_t d : v) n *= d;
+  return n;
+}
+
+double Now() { return std::chrono::duration<double>(std::chrono::steady_clock::now().time_since_epoch()).count(); }
+
+double Median(std::vector<double> v) {
+  if (v.empty()) return 0;
+  std::sort(v.begin(), v.end());
+  return v[v.size() / 2];
+}
+
+// A TP group over a Communicator, for the kernels' all-reduces.
+class CommTpGroup final : public TpGroup {
+ public:
+  explicit CommTpGroup(Communicator* c) : c_(c) {}
+  Status AllReduceSum(float* d, int64_t n) override { return c_->AllReduce(d, n, ReduceOp::kSum); }
+  Status AllReduceMax(float* d, int64_t n) override { return c_->AllReduce(d, n, ReduceOp::kMax); }
+
+ private:
+  Communicator* c_;
+};
+
+struct Op {
+  char kind;  // 'F' or 'B'
+  int64_t mb;
+};
+
+// GPipe and 1F1B (PipeDream-Flush) orders of pipeline position r of p, m microbatches
+// (the simulator's orders, dp_solver/schedule_sim.cc).
+std::vector<Op> Order(const std::string& schedule, int64_t p, int64_t r, int64_t m) {
+  std::vector<Op> o;
+  if (schedule == "gpipe") {
+    for (int64_t i = 0; i < m; ++i) o.push_back({'F', i});
+    for (int64_t i = 0; i < m; ++i) o.push_back({'B', i});
+    return o;
+  }
+  int64_t warm = std::min(p - r - 1, m);
+  for (int64_t i = 0; i < warm; ++i) o.push_back({'F', i});
+  for (int64_t i = 0; i < m - warm; ++i) {
+    o.push_back({'F', warm + i});
+    o.push_back({'B', i});
+  }
+  for (int64_t i = m - warm; i < m; ++i) o.push_back({'B', i});
+  return o;
+}
+
+struct TraceEvent {
+  std::string name;
+  double start_s, dur_s;
+  int tid;
+};
+
+// Finds the group (from launch.yaml) holding `rank`; -1 if none.
+int64_t GroupOf(const std::vector<std::vector<int64_t>>& groups, int64_t rank) {
+  for (size_t g = 0; g < groups.size(); ++g) {
+    if (std::find(groups[g].begin(), groups[g].end(), rank) != groups[g].end()) return static_cast<int64_t>(g);
+  }
+  return -1;
+}
+
+}  // namespace
+
+void TeacherSample(const ModelSpec& m, uint64_t seed, int64_t index, std::vector<float>* input, std::vector<float>* targets) {
+  const Layer& first = m.layers.front();
+  const Layer& last = m.layers.back();
+  const int64_t classes = last.in_shape.back();
+  const int64_t rows = Product(last.in_shape) / classes;
+  input->clear();
+  targets->clear();
+  const uint64_t base = Mix(seed * 0x100000001B3ull + static_cast<uint64_t>(index));
+  if (first.type == "embedding") {
+    // A fixed "teacher" Markov chain: the next token is (5 t + 3) mod V with
+    // probability 0.9, else uniform. Targets are the next tokens.
+    const int64_t seq = first.in_shape[0], vocab = first.attrs.Int("vocab", 2);
+    std::vector<int64_t> tok(static_cast<size_t>(seq + 1));
+    tok[0] = static_cast<int64_t>(Mix(base) % static_cast<uint64_t>(vocab));
+    for (int64_t i = 1; i <= seq; ++i) {
+      uint64_t h = Mix(base + static_cast<uint64_t>(i));
+      tok[static_cast<size_t>(i)] = Unit(h) < 0.9 ? (5 * tok[static_cast<size_t>(i - 1)] + 3) % vocab
+                                                  : static_cast<int64_t>(Mix(h) % static_cast<uint64_t>(vocab));
+    }
+    for (int64_t i = 0; i < seq; ++i) input->push_back(static_cast<float>(tok[static_cast<size_t>(i)]));
+    for (int64_t r = 0; r < rows; ++r) targets->push_back(static_cast<float>(tok[static_cast<size_t>(std::min(r + 1, seq))] % classes));
+    return;
+  }
+  // Features in [-1, 1]; the teacher is a fixed random linear map to the
+  // classes, the label its argmax (per loss row).
+  const int64_t n = Product(first.in_shape);
+  for (int64_t i = 0; i < n; ++i) input->push_back(static_cast<float>(2 * Unit(Mix(base + static_cast<uint64_t>(i))) - 1));
+  for (int64_t r = 0; r < rows; ++r) {
+    int64_t best = 0;
+    double best_v = -1e300;
+    for (int64_t c = 0; c < classes; ++c) {
+      double v = 0;
+      for (int64_t i = 0; i < n; i += std::max<int64_t>(1, n / 64)) {
+        double w = 2 * Unit(Mix(seed ^ (0xABCDEFull + static_cast<uint64_t>((r * classes + c) * n + i)))) - 1;
+        v += w * (*input)[static_cast<size_t>(i)];
+      }
+      if (v > best_v) {
+        best_v = v;
+        best = c;
+      }
+    }
+    targets->push_back(static_cast<float>(best));
+  }
+}
+
+LaunchPlan SingleProcessPlan(const LaunchPlan& L, const ModelSpec& model) {
+  LaunchPlan s = L;
+  s.schedule = "gpipe";
+  s.interleave = 1;
+  s.tp = s.pp = s.dp = 1;
+  s.config = "1";
+  s.num_microbatches = L.global_batch / L.microbatch_size;
+  s.stages = {LaunchStage{0, static_cast<int64_t>(model.layers.size()) - 1, 1, 0, 0}};
+  s.ranks = {LaunchRank{}};
+  s.tp_groups = {{0}};
+  s.dp_groups = {{0}};
+  s.pp_groups = {{0}};
+  return s;
+}
+
+Status RunLaunch(const LaunchPlan& L, const ModelSpec& model, Communicator& world, const RunOptions& opt, RunSummary* out) {
+  namespace fs = std::filesystem;
+  const int64_t n = static_cast<int64_t>(L.ranks.size());
+  if (world.size() != n) {
+    return Status::InvalidArgument(fmt::format("{} has {} ranks but this job has {}; start it with mpirun -np {} (bash run.sh)", L.path, n,
+                                               world.size(), n));
+  }
+  if (L.schedule != "gpipe" && L.schedule != "1f1b") {
+    return Status::NotSupported(fmt::format("the runtime executes GPipe and 1F1B so far; this plan's schedule is {} "
+                                            "(solve with --schedule gpipe,1f1b to run it)", L.schedule));
+  }
+  if (L.interleave != 1) {
+    return Status::NotSupported("the runtime executes one chunk per device so far");
+  }
+  for (const auto& s : L.stages) {
+    if (s.replicas != L.dp) return Status::NotSupported("the runtime executes uniform data parallelism so far (per-stage replication is planned)");
+  }
+  if (L.device != "cpu") return Status::NotSupported("the runtime executes on CPU ranks so far (device cuda is planned)");
+  if (model.layers.back().type != "loss") return Status::InvalidArgument("the model's last layer must be a loss to train it");
+  if (L.global_batch != L.microbatch_size * L.num_microbatches * L.dp) {
+    return Status::InvalidArgument(fmt::format("{}: global_batch {} != microbatch_size {} x num_microbatches {} x dp {}", L.path, L.global_batch,
+                                               L.microbatch_size, L.num_microbatches, L.dp));
+  }
+  SetCpuThreads(static_cast<int>(L.run.threads));
+  const int64_t rank = world.rank();
+  const LaunchRank& me = L.ranks[static_cast<size_t>(rank)];
+  const LaunchStage& st = L.stages[static_cast<size_t>(me.stage)];
+  const bool first_stage = me.stage == 0, last_stage = me.stage + 1 == static_cast<int64_t>(L.stages.size());
+  if (st.last_layer >= static_cast<int64_t>(model.layers.size())) {
+    return Status::InvalidArgument(fmt::format("{}: stage {} ends at layer {} but the model has {}", L.path, me.stage, st.last_layer, model.layers.size()));
+  }
+  // Communicators: this rank's TP and DP groups (every rank splits in the same order).
+  std::unique_ptr<Communicator> tp_comm, dp_comm;
+  PLANNER_RETURN_IF_ERROR(world.Split(static_cast<int>(GroupOf(L.tp_groups, rank)), static_cast<int>(rank), &tp_comm));
+  PLANNER_RETURN_IF_ERROR(world.Split(static_cast<int>(GroupOf(L.dp_groups, rank)), static_cast<int>(rank), &dp_comm));
+  tp_comm->set_timeout_seconds(L.run.timeout_s);
+  dp_comm->set_timeout_seconds(L.run.timeout_s);
+  CommTpGroup tp_group(tp_comm.get());
+  // The stage's kernels; seeds depend on the layer index only, so every partition starts from the same weights.
+  std::vector<std::unique_ptr<LayerKernel>> ks;
+  std::vector<Param*> params;
+  for (int64_t i = st.first_layer; i <= st.last_layer; ++i) {
+    KernelOptions ko;
+    ko.tp_size = L.tp;
+    ko.tp_rank = me.tp_rank;
+    ko.tp_group = L.tp > 1 ? &tp_group : nullptr;
+    ko.seed = L.run.seed * 1000003ull + static_cast<uint64_t>(i);
+    std::unique_ptr<LayerKernel> k;
+    PLANNER_RETURN_IF_ERROR(MakeKernel(model.layers[static_cast<size_t>(i)], ko, &k));
+    for (Param* p : k->Params()) params.push_back(p);
+    ks.push_back(std::move(k));
+  }
+  OptimizerConfig oc;
+  oc.kind = L.run.optimizer == "sgd" ? OptimizerConfig::kSgd : OptimizerConfig::kAdam;
+  oc.lr = L.run.learning_rate;
+  Optimizer optimizer(oc);
+  const int64_t b = L.microbatch_size, m = L.num_microbatches, B = L.global_batch;
+  const Layer& in_layer = model.layers[static_cast<size_t>(st.first_layer)];
+  const Layer& out_layer = model.layers[static_cast<size_t>(st.last_layer)];
+  const int64_t in_count = Product(in_layer.in_shape) / (in_layer.type == "loss" ? L.tp : 1);
+  const int64_t out_count = Product(out_layer.out_shape) / (out_layer.type == "lm_head" ? L.tp : 1);
+  const int64_t iterations = opt.iterations > 0 ? opt.iterations : L.run.iterations;
+  const std::vector<Op> order = Order(L.schedule, static_cast<int64_t>(L.stages.size()), me.stage, m);
+  const int prev = me.prev.empty() ? -1 : static_cast<int>(me.prev.front());
+  const int next = me.next.empty() ? -1 : static_cast<int>(me.next.front());
+
+  std::vector<double> iter_s, compute_s, comm_s;
+  std::vector<double> losses;
+  std::vector<TraceEvent> trace;
+  const double t_origin = Now();
+  double peak_bytes = 0;
+  for (int64_t it = 0; it < iterations; ++it) {
+    for (auto& k : ks) k->ZeroGrads();
+    ResetPeakMemory(Device::kCpu);
+    std::vector<std::vector<Saved>> saved(static_cast<size_t>(m), std::vector<Saved>(ks.size()));
+    std::vector<Tensor> keep;  // sent buffers stay alive until FlushSends
+    double t_compute = 0, t_comm = 0, loss_sum = 0;
+    const double t0 = Now();
+    for (const Op& op : order) {
+      const int64_t first_sample = it * B + (me.replica * m + op.mb) * b;
+      const int tag = static_cast<int>((it % 64) * 2 * m + 2 * op.mb + (op.kind == 'B' ? 1 : 0));
+      if (op.kind == 'F') {
+        Tensor x;
+        std::vector<float> in, tg, all_in, all_tg;
+        if (first_stage || last_stage) {
+          for (int64_t s = 0; s < b; ++s) {
+            TeacherSample(model, L.run.seed, first_sample + s, &in, &tg);
+            all_in.insert(all_in.end(), in.begin(), in.end());
+            all_tg.insert(all_tg.end(), tg.begin(), tg.end());
+          }
+        }
+        std::vector<int64_t> shape = {b};
+        shape.insert(shape.end(), in_layer.in_shape.begin(), in_layer.in_shape.end());
+        if (in_layer.type == "loss") shape.back() /= L.tp;
+        if (first_stage) {
+          x = Tensor::FromVector(shape, all_in);
+        } else {
+          x = AllocateTensor(shape, Device::kCpu);
+          double c0 = Now();
+          PLANNER_RETURN_IF_ERROR(world.Recv(x.data(), b * in_count, prev, tag));
+          t_comm += Now() - c0;
+          trace.push_back({fmt::format("recv F{}", op.mb), c0 - t_origin, Now() - c0, 1});
+        }
+        if (last_stage) ks.back()->SetTargets(Tensor::FromVector({static_cast<int64_t>(all_tg.size())}, all_tg));
+        double c0 = Now();
+        for (size_t i = 0; i < ks.size(); ++i) {
+          Tensor y;
+          PLANNER_RETURN_IF_ERROR(ks[i]->Forward(x, &y, &saved[static_cast<size_t>(op.mb)][i]));
+          x = y;
+        }
+        t_compute += Now() - c0;
+        trace.push_back({fmt::format("F{}", op.mb), c0 - t_origin, Now() - c0, 0});
+        if (last_stage) {
+          for (int64_t s = 0; s < b; ++s) loss_sum += x.data()[s];
+        } else {
+          PLANNER_RETURN_IF_ERROR(world.Send(x.data(), b * out_count, next, tag));
+          keep.push_back(x);
+        }
+      } else {
+        Tensor dy;
+        if (last_stage) {
+          dy = Tensor::Zeros({b, 1});
+          for (int64_t s = 0; s < b; ++s) dy.data()[s] = 1.0f / static_cast<float>(B);  // d(mean loss) / d(sample loss)
+        } else {
+          std::vector<int64_t> shape = {b};
+          shape.insert(shape.end(), out_layer.out_shape.begin(), out_layer.out_shape.end());
+          if (out_layer.type == "lm_head") shape.back() /= L.tp;
+          dy = AllocateTensor(shape, Device::kCpu);
+          double c0 = Now();
+          PLANNER_RETURN_IF_ERROR(world.Recv(dy.data(), b * out_count, next, tag));
+          t_comm += Now() - c0;
+          trace.push_back({fmt::format("recv B{}", op.mb), c0 - t_origin, Now() - c0, 1});
+        }
+        double c0 = Now();
+        for (size_t i = ks.size(); i-- > 0;) {
+          Tensor dx;
+          Saved& sv = saved[static_cast<size_t>(op.mb)][i];
+          PLANNER_RETURN_IF_ERROR(ks[i]->BackwardInput(dy, &dx, &sv));
+          PLANNER_RETURN_IF_ERROR(ks[i]->BackwardWeight(&sv));
+          dy = dx;
+        }
+        t_compute += Now() - c0;
+        trace.push_back({fmt::format("B{}", op.mb), c0 - t_origin, Now() - c0, 0});
+        if (!first_stage) {
+          PLANNER_RETURN_IF_ERROR(world.Send(dy.data(), b * in_count, prev, tag));
+          keep.push_back(dy);
+        }
+      }
+    }
+    double c0 = Now();
+    PLANNER_RETURN_IF_ERROR(world.FlushSends());
+    // Data-parallel gradient all-reduce over this stage's replicas (after the flush; not overlapped yet).
+    if (L.dp > 1) {
+      for (Param* p : params) PLANNER_RETURN_IF_ERROR(dp_comm->AllReduce(p->grad.data(), p->grad.numel(), ReduceOp::kSum));
+    }
+    t_comm += Now() - c0;
+    trace.push_back({"dp all-reduce", c0 - t_origin, Now() - c0, 1});
+    if (it == 0 && opt.dump_gradients && me.replica == 0 && me.tp_rank == 0) {
+      fs::create_directories(fs::path(opt.run_dir) / "grads");
+      for (Param* p : params) {
+        std::ofstream f(fs::path(opt.run_dir) / "grads" / (p->name + ".bin"), std::ios::binary);
+        f.write(reinterpret_cast<const char*>(p->grad.data()), p->grad.numel() * 4);
+      }
+    }
+    c0 = Now();
+    PLANNER_RETURN_IF_ERROR(optimizer.Step(params));
+    t_compute += Now() - c0;
+    // Mean loss of the global batch: last-stage, tp-rank-0 ranks contribute their sum.
+    float lsum = (last_stage && me.tp_rank == 0) ? static_cast<float>(loss_sum) : 0.0f;
+    PLANNER_RETURN_IF_ERROR(world.AllReduce(&lsum, 1, ReduceOp::kSum));
+    float it_time = static_cast<float>(Now() - t0);
+    PLANNER_RETURN_IF_ERROR(world.AllReduce(&it_time, 1, ReduceOp::kMax));
+    losses.push_back(lsum / static_cast<double>(B));
+    iter_s.push_back(it_time);
+    compute_s.push_back(t_compute);
+    comm_s.push_back(t_comm);
+    peak_bytes = std::max(peak_bytes, static_cast<double>(GetMemoryStats(Device::kCpu).peak_bytes));
+    if (rank == 0 && !opt.quiet) LogNote(fmt::format("iteration {}: loss {:.5f}, {}", it + 1, losses.back(), FormatSeconds(it_time)));
+  }
+  // Summary over the iterations after warm-up.
+  const size_t warm = static_cast<size_t>(std::min<int64_t>(L.run.warmup_iterations, std::max<int64_t>(0, iterations - 1)));
+  auto tail = [&](const std::vector<double>& v) { return std::vector<double>(v.begin() + static_cast<long>(warm), v.end()); };
+  const double it_med = Median(tail(iter_s)), comp_med = Median(tail(compute_s)), comm_med = Median(tail(comm_s));
+  // Per-rank figures to everyone: compute, comm, peak memory.
+  std::vector<float> mine = {static_cast<float>(comp_med), static_cast<float>(comm_med), static_cast<float>(peak_bytes / kGiB)};
+  std::vector<float> all(static_cast<size_t>(3 * n));
+  PLANNER_RETURN_IF_ERROR(world.AllGather(mine.data(), all.data(), 3));
+  double busy = 0;
+  for (int64_t r = 0; r < n; ++r) busy += all[static_cast<size_t>(3 * r)];
+  RunSummary sum;
+  sum.loss = losses;
+  sum.iteration_s = iter_s;
+  sum.median_iteration_s = it_med;
+  sum.measured_bubble_fraction = it_med > 0 ? std::max(0.0, 1.0 - busy / (static_cast<double>(n) * it_med)) : 0;
+  // Files: per-rank trace; rank 0 merges and writes metrics and the report.
+  {
+    std::ofstream f(fs::path(opt.run_dir) / fmt::format("trace.rank{}.json", rank));
+    for (size_t i = 0; i < trace.size(); ++i) {
+      f << fmt::format("{}{{\"name\": \"{}\", \"ph\": \"X\", \"pid\": {}, \"tid\": {}, \"ts\": {:.1f}, \"dur\": {:.1f}}}\n", i ? "," : "",
+                       trace[i].name, rank, trace[i].tid, trace[i].start_s * 1e6, trace[i].dur_s * 1e6);
+    }
+  }
+  PLANNER_RETURN_IF_ERROR(world.Barrier());
+  if (rank == 0) {
+    std::ofstream t(fs::path(opt.run_dir) / "trace.json");
+    t << "{\"traceEvents\": [\n";
+    bool any = false;
+    for (int64_t r = 0; r < n; ++r) {
+      std::ifstream in(fs::path(opt.run_dir) / fmt::format("trace.rank{}.json", r));
+      std::stringstream ss;
+      ss << in.rdbuf();
+      if (ss.str().empty()) continue;
+      t << (any ? "," : "") << ss.str();
+      any = true;
+      t << fmt::format(",{{\"name\": \"process_name\", \"ph\": \"M\", \"pid\": {}, \"args\": {{\"name\": \"rank {} (stage {})\"}}}}\n", r, r,
+                       L.ranks[static_cast<size_t>(r)].stage);
+    }
+    t << "]}\n";
+    std::ofstream mcsv(fs::path(opt.run_dir) / "metrics.csv");
+    mcsv << "iteration,loss,iteration_seconds\n";
+    for (size_t i = 0; i < losses.size(); ++i) mcsv << fmt::format("{},{:.6f},{:.6f}\n", i + 1, losses[i], iter_s[i]);
+    std::string rep = fmt::format("# Run of {} on {} ranks (tp-pp-dp {}-{}-{}, {}, b={} x m={})\n\n", model.name, n, L.tp, L.pp, L.dp, L.schedule, b, m);
+    rep += fmt::format("| figure | measured (median of {} iterations after {} warm-up) | predicted |\n|---|---|---|\n", iter_s.size() - warm, warm);
+    rep += fmt::format("| iteration | {} | {} |\n", FormatSeconds(it_med), FormatSeconds(L.predicted_iteration_s));
+    rep += fmt::format("| bubble fraction | {:.1f}% | {:.1f}% |\n", 100 * sum.measured_bubble_fraction, 100 * L.predicted_bubble_fraction);
+    rep += fmt::format("| loss first -> last | {:.4f} -> {:.4f} | falls |\n\n", losses.front(), losses.back());
+    rep += "| rank | stage | compute per iteration | communication | idle | predicted compute (m x stage) | peak memory |\n|---|---|---|---|---|---|---|\n";
+    for (int64_t r = 0; r < n; ++r) {
+      double c = all[static_cast<size_t>(3 * r)], cm = all[static_cast<size_t>(3 * r + 1)];
+      const auto& rs = L.stages[static_cast<size_t>(L.ranks[static_cast<size_t>(r)].stage)];
+      rep += fmt::format("| {} | {} | {} | {} | {} | {} | {:.3f} GiB |\n", r, L.ranks[static_cast<size_t>(r)].stage, FormatSeconds(c),
+                         FormatSeconds(cm), FormatSeconds(std::max(0.0, it_med - c - cm)),
+                         FormatSeconds(rs.predicted_compute_s * static_cast<double>(m)), all[static_cast<size_t>(3 * r + 2)]);
+    }
+    std::ofstream rf(fs::path(opt.run_dir) / "report.md");
+    rf << rep;
+  }
+  if (out) *out = std::move(sum);
+  return Status::OK();
+}
+
+}  // namespace planner

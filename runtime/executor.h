@@ -1,0 +1,48 @@
+// The runtime: every rank builds its stage from launch.yaml with
+// runtime/kernels and runs the plan's schedule for real: forward and
+// backward microbatches in the schedule's order, activations and gradients
+// to its pipeline neighbours, the data-parallel gradient all-reduce of its
+// replica group, the optimizer step. Training data is synthetic and
+// deterministic (a fixed teacher), identical for any partition of the
+// model, so a synchronous plan's gradients equal one process's. Writes
+// runs/<id>/ (metrics, per-rank trace, report against the prediction).
+// docs/runtime.md.
+#pragma once
+
+#include <cstdint>
+#include <string>
+#include <vector>
+
+#include "common/status.h"
+#include "runtime/comm/communicator.h"
+#include "spec/launch_plan.h"
+#include "spec/model_spec.h"
+
+namespace planner {
+
+struct RunOptions {
+  std::string run_dir;            // where this run writes (created by rank 0)
+  int64_t iterations = 0;         // 0: the launch plan's
+  bool dump_gradients = false;    // after iteration 1's all-reduce: grads/<layer>.<param>.bin
+  bool quiet = false;
+};
+
+struct RunSummary {
+  std::vector<double> loss;            // per iteration (mean over the global batch)
+  std::vector<double> iteration_s;     // per iteration, max over ranks
+  double median_iteration_s = 0;       // after warm-up
+  double measured_bubble_fraction = 0; // 1 - sum(compute) / (ranks x iteration), medians
+};
+
+// Runs on `world` (its size must equal the plan's ranks).
+Status RunLaunch(const LaunchPlan& launch, const ModelSpec& model, Communicator& world, const RunOptions& options, RunSummary* out);
+
+// The same training in one process: the whole model as one stage, the global
+// batch as consecutive microbatches (the reference of the gradient tests).
+LaunchPlan SingleProcessPlan(const LaunchPlan& launch, const ModelSpec& model);
+
+// Deterministic synthetic data of sample `index` for `model`: inputs (token
+// ids or features) and the teacher's targets (one class id per loss row).
+void TeacherSample(const ModelSpec& model, uint64_t seed, int64_t index, std::vector<float>* input, std::vector<float>* targets);
+
+}  // namespace planner

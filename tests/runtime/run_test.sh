@@ -1,0 +1,92 @@
+#!/usr/bin/env bash
+# planner run under mpirun: synchronous schedules with PP, DP and PP x DP give
+# the gradients of one process running the whole model on the same data;
+# the loss falls; bad launch files and a lost rank end the job with an error.
+set -u
+PLANNER=$1
+SRC=$2
+T=$(mktemp -d)
+trap 'rm -rf "$T"' EXIT
+cd "$T"
+export OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1 OMPI_MCA_btl=self,vader
+M=$SRC/configs/models
+C=$SRC/configs/clusters
+pass=0
+fail=0
+ok() { pass=$((pass+1)); }
+bad() { echo "FAIL $1"; fail=$((fail+1)); }
+
+# compare DIR_A DIR_B: every gradient file of A equals B's (relative L2 error).
+compare() {
+  python3 - "$1" "$2" <<'PY'
+import array, math, os, sys
+a_dir, b_dir = sys.argv[1], sys.argv[2]
+names = sorted(os.listdir(a_dir))
+if not names: sys.exit("no gradients in " + a_dir)
+worst = 0.0
+for n in names:
+    a, b = array.array('f'), array.array('f')
+    a.frombytes(open(os.path.join(a_dir, n), 'rb').read())
+    b.frombytes(open(os.path.join(b_dir, n), 'rb').read())
+    if len(a) != len(b): sys.exit(f"{n}: {len(a)} vs {len(b)} values")
+    num = sum((x - y) ** 2 for x, y in zip(a, b)); den = sum(y * y for y in b)
+    worst = max(worst, math.sqrt(num / max(den, 1e-30)))
+print(f"{len(names)} gradients, worst relative L2 difference {worst:.2e}")
+sys.exit(0 if worst < 1e-5 else 1)
+PY
+}
+
+# case NAME NP MODEL CLUSTER SOLVE_FLAGS...
+case_grad() {
+  local name=$1 np=$2 model=$3 cluster=$4; shift 4
+  $PLANNER -q solve --gpus $np --model $M/$model.yaml --cluster $C/$cluster.yaml "$@" -o $name.plan.yaml >/dev/null || { bad "$name solve"; return; }
+  $PLANNER -q codegen $name.plan.yaml -o $name --iterations 1 || { bad "$name codegen"; return; }
+  timeout 120 mpirun --oversubscribe -np $np $PLANNER -q run $name --dump-gradients --run-id multi >/dev/null 2>$name.err || { bad "$name run"; cat $name.err | tail -3; return; }
+  $PLANNER -q run $name --reference --dump-gradients --run-id single >/dev/null 2>>$name.err || { bad "$name reference"; return; }
+  if compare $name/runs/single/grads $name/runs/multi/grads; then ok; else bad "$name gradients differ"; fi
+}
+case_grad pp2-1f1b 2 tiny-gpt local-cpu --pp 2 --schedule 1f1b
+case_grad pp2-gpipe 2 tiny-gpt local-cpu --pp 2 --schedule gpipe
+case_grad dp2 2 tiny-gpt local-cpu --pp 1 --tp 1
+case_grad pp2-dp2-mlp 4 mlp-small dgx-a100 --pp 2 --tp 1 --schedule 1f1b --global-batch 64
+
+# The loss falls over 15 iterations of the pipelined tiny GPT.
+$PLANNER -q codegen pp2-1f1b.plan.yaml -o train --iterations 15 --lr 3e-3
+if timeout 120 mpirun --oversubscribe -np 2 $PLANNER -q run train --run-id t >/dev/null 2>train.err; then
+  python3 -c "
+import csv,sys
+rows=list(csv.DictReader(open('train/runs/t/metrics.csv')))
+first,last=float(rows[0]['loss']),float(rows[-1]['loss'])
+print(f'loss {first:.4f} -> {last:.4f}')
+sys.exit(0 if last < first - 0.3 else 1)" && ok || bad "loss does not fall"
+  [ -s train/runs/t/trace.json ] && grep -q '"name": "F0"' train/runs/t/trace.json && ok || bad "no trace"
+  grep -q "bubble fraction" train/runs/t/report.md && ok || bad "no report"
+else
+  bad "train run"; tail -3 train.err
+fi
+
+# Bad launch files: clear errors before any communication.
+cp -r train broken
+sed -i 's/^pp: 2/pp: two/' broken/launch.yaml
+out=$($PLANNER run broken 2>&1); rc=$?
+[ $rc = 2 ] && echo "$out" | grep -qF "launch.yaml:" && ok || { bad "corrupt launch.yaml: rc=$rc $out"; }
+out=$(timeout 60 mpirun --oversubscribe -np 3 $PLANNER run train 2>&1); rc=$?
+[ $rc != 0 ] && echo "$out" | grep -qF "has 2 ranks but this job has 3" && ok || bad "wrong rank count: rc=$rc"
+out=$($PLANNER run train 2>&1); rc=$?
+[ $rc = 2 ] && echo "$out" | grep -qF "start them with bash train/run.sh" && ok || bad "no mpirun: rc=$rc"
+
+# A rank killed mid-run ends the job (non-zero) instead of hanging.
+$PLANNER -q codegen pp2-1f1b.plan.yaml -o long --iterations 100000 --timeout 10
+start=$(date +%s)
+timeout 60 mpirun --oversubscribe -np 2 $PLANNER -q run long --run-id k >/dev/null 2>long.err &
+job=$!
+sleep 3
+victim=$(pgrep -f "planner -q run long" | tail -1)
+[ -n "$victim" ] && kill -9 $victim
+wait $job
+rc=$?
+took=$(( $(date +%s) - start ))
+[ $rc != 0 ] && [ $rc != 124 ] && [ $took -lt 40 ] && ok || bad "killed rank: rc=$rc after ${took}s"
+
+echo "run: $pass passed, $fail failed"
+[ $fail = 0 ]
