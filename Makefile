@@ -25,7 +25,13 @@ build: deps $(BUILD)/build.ninja
 # The main job on the bundled default example: plan the tiny GPT for the
 # local CPU ranks and GPT-3 175B for 1024 A100s, then show the latter.
 demo: build
-	$(PLANNER) solve --gpus 2 --model configs/models/tiny-gpt.yaml --cluster configs/clusters/local-cpu.yaml -o tiny-gpt.plan.yaml
+	$(PLANNER) profile configs/models/tiny-gpt.yaml --device cpu --threads 1 --microbatch-sizes 1,2,4 -o tiny-gpt.profile.yaml
+	$(PLANNER) solve --gpus 2 --model configs/models/tiny-gpt.yaml --profile tiny-gpt.profile.yaml --cluster configs/clusters/local-cpu.yaml --schedule gpipe,1f1b -o tiny-gpt.plan.yaml
+	$(PLANNER) solve --gpus 64 --model configs/models/tiny-gpt.yaml --cluster configs/clusters/dgx-a100.yaml -o tiny-gpt-64.plan.yaml
+	$(PLANNER) codegen tiny-gpt-64.plan.yaml -o launch-64 --device cuda
+	$(PLANNER) codegen tiny-gpt.plan.yaml -o launch --iterations 20
+	OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1 bash launch/run.sh --run-id demo
+	$(PLANNER) inspect launch/runs/demo
 	$(PLANNER) solve --gpus 1024 --model configs/models/gpt3-175b.yaml --cluster configs/clusters/dgx-a100.yaml -o gpt3-175b.plan.yaml
 	$(PLANNER) inspect gpt3-175b.plan.yaml --svg gpt3-175b.timeline.svg
 

@@ -16,7 +16,7 @@ namespace planner {
 namespace {
 
 struct CodegenArgs {
-  std::string plan, output = "launch", device = "cpu", optimizer = "adam";
+  std::string plan, output = "launch", device = "cpu", optimizer = "adam", planner_path;
   int64_t iterations = 20, warmup = 2, threads = 1, gpus_per_node = 0, checkpoint_every = 0, seed = 1;
   double lr = 1e-3, timeout_s = 60;
 };
@@ -45,6 +45,7 @@ Runner RegisterCodegen(CLI::App& app, const std::string& self) {
   cmd->add_option("--seed", a->seed, "seed of parameters and data")->check(CLI::NonNegativeNumber);
   cmd->add_option("--checkpoint-every", a->checkpoint_every, "write a checkpoint every N iterations (0: never)")->check(CLI::NonNegativeNumber);
   cmd->add_option("--timeout", a->timeout_s, "seconds before a stuck collective ends the run")->check(CLI::PositiveNumber);
+  cmd->add_option("--planner-path", a->planner_path, "executable the scripts launch (default: this planner)");
   cmd->add_option("--gpus-per-node", a->gpus_per_node, "ranks per node (default: the plan's cluster, first topology level)")->check(CLI::PositiveNumber);
   return [a, self]() -> Status {
     if (a->device != "cpu" && a->device != "cuda") return Status::InvalidArgument(fmt::format("--device: unknown value '{}'; use cpu or cuda", a->device));
@@ -64,7 +65,7 @@ Runner RegisterCodegen(CLI::App& app, const std::string& self) {
     }
     CodegenOptions o;
     o.device = a->device;
-    o.planner_path = self;
+    o.planner_path = a->planner_path.empty() ? self : a->planner_path;
     o.run.iterations = a->iterations;
     o.run.warmup_iterations = a->warmup;
     o.run.threads = a->threads;

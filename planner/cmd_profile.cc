@@ -140,9 +140,21 @@ Runner RegisterProfile(CLI::App& app, int argc, char** argv) {
     o.min_repetitions = a->min_reps;
     o.warmup = a->warmup;
     o.command = cmdline;
+    // Under mpirun every rank profiles at the same time (the conditions of a
+    // multi-rank run on shared cores and memory); rank 0 writes the file.
+    std::unique_ptr<Communicator> world;
+    if (LaunchedUnderMpi()) {
+      PLANNER_RETURN_IF_ERROR(MakeMpiWorld(&world));
+      if (world->rank() != 0) o.progress = false;
+    }
     Profile p;
     Status s = ProfileModel(model, o, &p);
     if (!s.ok()) return Interrupted() ? Status::Unavailable("interrupted by Ctrl-C; no profile written") : s;
+    if (world) {
+      PLANNER_RETURN_IF_ERROR(world->Barrier());
+      if (world->rank() != 0) return Status::OK();
+      p.device += fmt::format(", {} ranks profiling at once", world->size());
+    }
     std::string out = a->output.empty() ? model.name + ".profile.yaml" : a->output;
     PLANNER_RETURN_IF_ERROR(WriteFileAtomic(out, ProfileToYaml(p)));
     size_t sigs = 0;

@@ -105,14 +105,18 @@ std::string DescribeHost(Device device, int threads) {
   return fmt::format("{} ({} thread{}, Eigen CPU kernels)", model, threads, threads == 1 ? "" : "s");
 }
 
-Status TimeLayer(const Layer& layer, int64_t b, int64_t tp, const LayerProfileOptions& o, LayerTiming* out) {
-  KernelOptions ko;
-  ko.device = o.device;
-  ko.tp_size = tp;
-  ko.tp_rank = 0;
-  ko.seed = 1234;
-  std::unique_ptr<LayerKernel> k;
-  PLANNER_RETURN_IF_ERROR(MakeKernel(layer, ko, &k));
+Status TimeLayer(const Layer& layer, int64_t b, int64_t tp, const LayerProfileOptions& o, LayerTiming* out, int copies) {
+  // `copies` instances used round robin: their weights rotate through the
+  // caches as the model's equal layers do in a real pass.
+  std::vector<std::unique_ptr<LayerKernel>> kernels(static_cast<size_t>(std::max(1, copies)));
+  for (size_t c = 0; c < kernels.size(); ++c) {
+    KernelOptions ko;
+    ko.device = o.device;
+    ko.tp_size = tp;
+    ko.tp_rank = 0;
+    ko.seed = 1234 + c;
+    PLANNER_RETURN_IF_ERROR(MakeKernel(layer, ko, &kernels[c]));
+  }
   // Inputs: the TP shard of the loss sees V / t logits.
   Layer in_layer = layer;
   if (layer.type == "loss" && tp > 1) in_layer.in_shape.back() /= tp;
@@ -122,7 +126,7 @@ Status TimeLayer(const Layer& layer, int64_t b, int64_t tp, const LayerProfileOp
     for (size_t i = 0; i + 1 < layer.in_shape.size(); ++i) rows *= layer.in_shape[i];
     Tensor t = Tensor::Zeros({b * rows});
     for (int64_t i = 0; i < t.numel(); ++i) t.data()[i] = static_cast<float>(i % (layer.in_shape.back() / tp));
-    k->SetTargets(ToDevice(t, o.device));
+    for (auto& kc : kernels) kc->SetTargets(ToDevice(t, o.device));
   }
   Clock clock(o.device);
   std::vector<double> f, bi, bw, bb;
@@ -132,6 +136,7 @@ Status TimeLayer(const Layer& layer, int64_t b, int64_t tp, const LayerProfileOp
   const int64_t base = GetMemoryStats(o.device).current_bytes;
   for (int rep = 0; rep < o.warmup + o.max_repetitions; ++rep) {
     if (Interrupted()) return Status::Unavailable("interrupted");
+    LayerKernel* k = kernels[static_cast<size_t>(rep) % kernels.size()].get();
     Saved s;
     Tensor y, dx;
     clock.Start();
@@ -166,7 +171,7 @@ Status TimeLayer(const Layer& layer, int64_t b, int64_t tp, const LayerProfileOp
   out->backward = Stats(bb);
   out->repetitions = static_cast<int>(f.size());
   out->peak_memory_bytes = static_cast<double>(GetMemoryStats(o.device).peak_bytes - base);
-  out->flops = k->Flops(b);
+  out->flops = kernels.front()->Flops(b);
   return Status::OK();
 }
 
@@ -199,7 +204,9 @@ Status ProfileModel(const ModelSpec& m, const LayerProfileOptions& o, Profile* o
       // A layer that is not sharded runs whole on every TP rank.
       const int64_t kernel_tp = l.tp_shardable ? pt.tp : 1;
       LayerTiming lt;
-      Status st = TimeLayer(l, pt.b, kernel_tp, o, &lt);
+      int copies = 0;
+      for (size_t i = 0; i < m.layers.size(); ++i) copies += layer_sig[i] == s;
+      Status st = TimeLayer(l, pt.b, kernel_tp, o, &lt, std::min(copies, o.max_copies));
       if (!st.ok()) {
         if (Interrupted()) return Status::Unavailable("interrupted by Ctrl-C; no profile written");
         return st.WithContext(fmt::format("layer '{}' ({}) at microbatch {} tp {}", l.name, l.type, pt.b, pt.tp));

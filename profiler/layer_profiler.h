@@ -27,6 +27,7 @@ struct LayerProfileOptions {
   double budget_s = 2.0;            // per (signature, microbatch, tp) once min_repetitions are done
   double target_rel_error = 0.01;   // stop when the median's standard error / median is below this
   bool progress = true;
+  int max_copies = 16;              // a signature shared by k layers is timed on min(k, this) instances in turn
   std::string command;              // recorded in the profile
 };
 
@@ -42,8 +43,10 @@ struct LayerTiming {
 };
 
 // Times one layer at (microbatch, tp) (a TP shard for tp > 1, its
-// all-reduces left to the collective profile).
-Status TimeLayer(const Layer& layer, int64_t microbatch, int64_t tp, const LayerProfileOptions& options, LayerTiming* out);
+// all-reduces left to the collective profile) on `copies` instances used in
+// turn, so the weights of a signature shared by many layers rotate through
+// the caches as in a real pass.
+Status TimeLayer(const Layer& layer, int64_t microbatch, int64_t tp, const LayerProfileOptions& options, LayerTiming* out, int copies = 1);
 
 // Profiles every distinct signature of the model once per (microbatch, tp).
 // Returns Unavailable ("exit 130" path) when interrupted by Ctrl-C.

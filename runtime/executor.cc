@@ -204,6 +204,9 @@ Status RunLaunch(const LaunchPlan& L, const ModelSpec& model, Communicator& worl
     for (Param* p : k->Params()) params.push_back(p);
     ks.push_back(std::move(k));
   }
+  size_t grad_elems = 0;
+  for (Param* p : params) grad_elems += static_cast<size_t>(p->grad.numel());
+  std::vector<float> bucket(L.dp > 1 ? grad_elems : 0);
   OptimizerConfig oc;
   oc.kind = L.run.optimizer == "sgd" ? OptimizerConfig::kSgd : OptimizerConfig::kAdam;
   oc.lr = L.run.learning_rate;
@@ -304,8 +307,19 @@ Status RunLaunch(const LaunchPlan& L, const ModelSpec& model, Communicator& worl
     double c0 = Now();
     PLANNER_RETURN_IF_ERROR(world.FlushSends());
     // Data-parallel gradient all-reduce over this stage's replicas (after the flush; not overlapped yet).
-    if (L.dp > 1) {
-      for (Param* p : params) PLANNER_RETURN_IF_ERROR(dp_comm->AllReduce(p->grad.data(), p->grad.numel(), ReduceOp::kSum));
+    // One flat bucket (as DDP's), so the gradients travel as one large message.
+    if (L.dp > 1 && !params.empty()) {
+      size_t off = 0;
+      for (Param* p : params) {
+        std::copy(p->grad.data(), p->grad.data() + p->grad.numel(), bucket.begin() + static_cast<long>(off));
+        off += static_cast<size_t>(p->grad.numel());
+      }
+      PLANNER_RETURN_IF_ERROR(dp_comm->AllReduce(bucket.data(), static_cast<int64_t>(bucket.size()), ReduceOp::kSum));
+      off = 0;
+      for (Param* p : params) {
+        std::copy(bucket.begin() + static_cast<long>(off), bucket.begin() + static_cast<long>(off + static_cast<size_t>(p->grad.numel())), p->grad.data());
+        off += static_cast<size_t>(p->grad.numel());
+      }
     }
     t_comm += Now() - c0;
     trace.push_back({"dp all-reduce", c0 - t_origin, Now() - c0, 1});

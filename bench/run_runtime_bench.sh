@@ -1,0 +1,64 @@
+#!/usr/bin/env bash
+# Runtime benchmarks for docs/performance.md (2-core machine, one thread per rank):
+#  1. 2-rank pipeline (pp=2, 1F1B) and 2-rank data-parallel runs of tiny-gpt planned from a
+#     profile taken with 2 ranks profiling at once: predicted vs measured iteration (median of
+#     20 after 2 warm-up) and bubble fraction
+#  2. runtime overhead: a 1-rank run's time per microbatch vs the sum of its profiled kernel times
+#  3. the data-parallel all-reduce inside the runtime vs the comm profile's curve
+set -eu
+cd "$(dirname "$0")/.."
+P=$PWD/build/planner/planner
+export OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1
+T=$(mktemp -d)
+trap 'rm -rf "$T"' EXIT
+cd "$T"
+M=$OLDPWD/configs/models/tiny-gpt.yaml
+C=$OLDPWD/configs/clusters/local-cpu.yaml
+mpirun --oversubscribe -np 2 $P -q profile $M --device cpu --threads 1 --microbatch-sizes 1,2,4,8 -o two.profile.yaml >/dev/null
+$P -q profile $M --device cpu --threads 1 --microbatch-sizes 1,2,4,8 -o one.profile.yaml >/dev/null
+mpirun --oversubscribe -np 2 $P -q profile --comm --collectives all_reduce,send_recv --max-bytes 4M -o comm.profile.yaml >/dev/null
+run() {  # run NAME PROFILE SOLVE-FLAGS...
+  local name=$1 prof=$2; shift 2
+  $P -q solve --model $M --profile $prof --cluster $C --comm-profile comm.profile.yaml "$@" -o $name.plan.yaml >/dev/null
+  $P -q codegen $name.plan.yaml -o $name --iterations 22 --warmup 2
+  local np; np=$(grep -c "^  - {rank:" $name/launch.yaml)
+  if [ "$np" = 1 ]; then $P -q run $name --run-id r >/dev/null; else bash $name/run.sh --run-id r >/dev/null 2>&1; fi
+  echo "== $name ($(grep '^parallel' $name.plan.yaml), $(grep '^schedule' $name.plan.yaml), b=$(grep '^microbatch_size' $name.plan.yaml | cut -d' ' -f2) m=$(grep '^num_microbatches' $name.plan.yaml | cut -d' ' -f2))"
+  sed -n '5,6p;10,20p' $name/runs/r/report.md
+}
+run pipeline two.profile.yaml --gpus 2 --pp 2 --schedule 1f1b
+run data-parallel two.profile.yaml --gpus 2 --pp 1 --schedule 1f1b
+run one-rank one.profile.yaml --gpus 1 --microbatch 1 --global-batch 32
+# Overhead: the 1-rank run's compute per microbatch against the profile's sum (b = 1).
+python3 - one.profile.yaml one-rank/runs/r/report.md <<'PY'
+import re, sys
+prof = open(sys.argv[1]).read()
+total = 0.0
+for m in re.finditer(r'microbatch: 1, tp: 1, forward_s: ([0-9.e+-]+), backward_s: ([0-9.e+-]+)', prof):
+    total += float(m.group(1)) + float(m.group(2))
+rep = open(sys.argv[2]).read()
+it = re.search(r'\| iteration \| ([0-9.]+) (ms|s|us)', rep)
+scale = {'ms': 1e-3, 's': 1.0, 'us': 1e-6}[it.group(2)]
+per_mb = float(it.group(1)) * scale / 32
+print(f"1-rank run: {per_mb*1e3:.3f} ms per microbatch (iteration / 32, optimizer included) vs profiled kernels {total*1e3:.3f} ms: {per_mb/total:.3f}x")
+PY
+# DP all-reduce inside the runtime (one flat bucket of all gradients, copies included) vs the
+# comm profile's measured all-reduce at that size (log-log interpolation of its points).
+python3 - data-parallel/runs/r/trace.json comm.profile.yaml <<'PY'
+import json, math, re, sys
+allev = [e for e in json.load(open(sys.argv[1]))["traceEvents"] if e.get("name") == "dp all-reduce"]
+# Per iteration, the rank that arrives last waits for nobody: its duration is the transfer (plus the bucket copies).
+per_rank = [[e["dur"] for e in allev if e["pid"] == r] for r in (0, 1)]
+durs = sorted(min(a, b) for a, b in list(zip(*per_rank))[2:])
+meas = durs[len(durs) // 2] * 1e-6
+comm = open(sys.argv[2]).read()
+m = re.search(r'collective: all_reduce, level: "node", group_size: 2.*?points: \[(.*?)\]\}', comm, re.S)
+pts = [tuple(map(float, p.split(","))) for p in re.findall(r'\[([^\[\]]+)\]', m.group(1))]
+nbytes = 4 * (512*128 + 64*128 + 4 * (2*128*2 + 384*128 + 384 + 128*128 + 128 + 512*128 + 512 + 128*512 + 128) + 2*128 + 512*128)
+lo = max(p for p in pts if p[0] <= nbytes); hi = min(p for p in pts if p[0] >= nbytes)
+f = 0 if hi[0] == lo[0] else (math.log(nbytes) - math.log(lo[0])) / (math.log(hi[0]) - math.log(lo[0]))
+pred = math.exp(math.log(lo[1]) + f * (math.log(hi[1]) - math.log(lo[1])))
+bw = lambda t: nbytes / t / 1e9
+print(f"DP all-reduce of all gradients ({nbytes/1e6:.2f} MB): runtime {meas*1e3:.3f} ms ({bw(meas):.2f} GB/s busbw), "
+      f"comm profile {pred*1e3:.3f} ms ({bw(pred):.2f} GB/s): {pred/meas:.0%} of the profiled rate")
+PY
