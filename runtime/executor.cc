@@ -330,6 +330,23 @@ Status RunLaunch(const LaunchPlan& L, const ModelSpec& model, Communicator& worl
         f.write(reinterpret_cast<const char*>(p->grad.data()), p->grad.numel() * 4);
       }
     }
+    if (it == 0 && opt.dump_gradients) {
+      // The model's global gradient norm: sharded parameters summed over TP ranks, replicated ones once,
+      // data-parallel replicas (equal after the all-reduce) once.
+      double sq = 0;
+      if (me.replica == 0) {
+        for (Param* p : params) {
+          if (!p->tp_sharded && me.tp_rank != 0) continue;
+          for (int64_t i = 0; i < p->grad.numel(); ++i) sq += static_cast<double>(p->grad.data()[i]) * p->grad.data()[i];
+        }
+      }
+      float sqf = static_cast<float>(sq);
+      PLANNER_RETURN_IF_ERROR(world.AllReduce(&sqf, 1, ReduceOp::kSum));
+      if (rank == 0) {
+        std::ofstream f(fs::path(opt.run_dir) / "grad_norm.txt");
+        f << fmt::format("{:.9e}\n", std::sqrt(static_cast<double>(sqf)));
+      }
+    }
     c0 = Now();
     PLANNER_RETURN_IF_ERROR(optimizer.Step(params));
     t_compute += Now() - c0;

@@ -41,6 +41,7 @@ struct Param {
   std::string name;
   Tensor value;
   Tensor grad;
+  bool tp_sharded = false;  // each TP rank holds a different part (else a replica, equal on all TP ranks)
 };
 
 struct Saved {

@@ -50,6 +50,28 @@ case_grad pp2-gpipe 2 tiny-gpt local-cpu --pp 2 --schedule gpipe
 case_grad dp2 2 tiny-gpt local-cpu --pp 1 --tp 1
 case_grad pp2-dp2-mlp 4 mlp-small dgx-a100 --pp 2 --tp 1 --schedule 1f1b --global-batch 64
 
+# Tensor parallelism (heads, ffn and vocabulary split over 2 ranks): the same global gradient
+# norm after one step and the same losses over 3 steps as one process (shards are slices of the
+# single process's weights).
+tp_case() {
+  local name=$1; shift
+  $PLANNER -q solve --gpus 2 --model $M/tiny-gpt.yaml --cluster $C/local-cpu.yaml "$@" -o $name.plan.yaml >/dev/null || { bad "$name solve"; return; }
+  $PLANNER -q codegen $name.plan.yaml -o $name --iterations 3 || { bad "$name codegen"; return; }
+  timeout 120 mpirun --oversubscribe -np 2 $PLANNER -q run $name --dump-gradients --run-id multi >/dev/null 2>$name.err || { bad "$name run"; tail -3 $name.err; return; }
+  $PLANNER -q run $name --reference --dump-gradients --run-id single >/dev/null 2>>$name.err || { bad "$name reference"; return; }
+  python3 - $name <<'PY' && ok || bad "$name differs from one process"
+import csv, sys
+d = sys.argv[1]
+g = [float(open(f"{d}/runs/{r}/grad_norm.txt").read()) for r in ("multi", "single")]
+l = [[float(x["loss"]) for x in csv.DictReader(open(f"{d}/runs/{r}/metrics.csv"))] for r in ("multi", "single")]
+rel = abs(g[0] - g[1]) / g[1]
+dl = max(abs(a - b) for a, b in zip(*l))
+print(f"{d}: gradient norm {g[0]:.6e} vs {g[1]:.6e} (rel {rel:.1e}); losses differ by {dl:.1e} at most")
+sys.exit(0 if rel < 1e-5 and dl < 1e-4 else 1)
+PY
+}
+tp_case tp2 --tp 2 --pp 1
+
 # The loss falls over 15 iterations of the pipelined tiny GPT.
 $PLANNER -q codegen pp2-1f1b.plan.yaml -o train --iterations 15 --lr 3e-3
 if timeout 120 mpirun --oversubscribe -np 2 $PLANNER -q run train --run-id t >/dev/null 2>train.err; then
