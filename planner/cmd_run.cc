@@ -19,7 +19,8 @@ struct RunArgs {
   std::string dir;
   int64_t iterations = 0;
   bool dump = false, reference = false;
-  std::string run_id;
+  std::string run_id, resume;
+  int64_t checkpoint_every = -1;
 };
 
 std::string Stamp(int64_t secs) {
@@ -39,6 +40,8 @@ Runner RegisterRun(CLI::App& app) {
   cmd->add_flag("--dump-gradients", a->dump, "write the first iteration's gradients to runs/<id>/grads/ (tests)");
   cmd->add_flag("--reference", a->reference, "run the same training in this one process (whole model, same data), for comparison");
   cmd->add_option("--run-id", a->run_id, "name of runs/<id> (default: the start time)");
+  cmd->add_option("--checkpoint-every", a->checkpoint_every, "write runs/<id>/ckpt/ every N iterations (default: launch.yaml's)")->check(CLI::NonNegativeNumber);
+  cmd->add_option("--resume", a->resume, "continue runs/<ID> from its last checkpoint (into the same directory)");
   return [a]() -> Status {
     namespace fs = std::filesystem;
     LaunchPlan L;
@@ -71,12 +74,19 @@ Runner RegisterRun(CLI::App& app) {
         stamp[1] = static_cast<float>(now & 0xFFFF);
       }
       PLANNER_RETURN_IF_ERROR(world.Broadcast(stamp, 2, 0));
-      std::string id = a->run_id.empty() ? Stamp((static_cast<int64_t>(stamp[0]) << 16) | static_cast<int64_t>(stamp[1])) + (a->reference ? "-reference" : "")
+      std::string id = !a->resume.empty() ? a->resume : a->run_id.empty() ? Stamp((static_cast<int64_t>(stamp[0]) << 16) | static_cast<int64_t>(stamp[1])) + (a->reference ? "-reference" : "")
                                          : a->run_id;
       RunOptions o;
       o.run_dir = (fs::path(a->dir) / "runs" / id).string();
       o.iterations = a->iterations;
       o.dump_gradients = a->dump;
+      o.checkpoint_every = a->checkpoint_every;
+      if (!a->resume.empty()) {
+        o.resume_from = o.run_dir;
+        if (!fs::exists(fs::path(o.run_dir) / "ckpt")) {
+          return Status::NotFound(fmt::format("{}: no checkpoint to resume; run with --checkpoint-every N first", o.run_dir));
+        }
+      }
       std::error_code ec;
       fs::create_directories(o.run_dir, ec);
       if (ec) return Status::Unavailable(fmt::format("{}: cannot create: {}", o.run_dir, ec.message()));

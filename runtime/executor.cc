@@ -223,10 +223,41 @@ Status RunLaunch(const LaunchPlan& L, const ModelSpec& model, Communicator& worl
 
   std::vector<double> iter_s, compute_s, comm_s;
   std::vector<double> losses;
+  // Resume: parameters, optimizer state and the iteration from a checkpoint of this launch.
+  int64_t start = 0;
+  if (!opt.resume_from.empty()) {
+    std::ifstream f(fs::path(opt.resume_from) / "ckpt" / fmt::format("rank{}.bin", rank), std::ios::binary);
+    if (!f) return Status::NotFound(fmt::format("{}/ckpt/rank{}.bin: no checkpoint for this rank; run with checkpoint_every first", opt.resume_from, rank));
+    int64_t header[3] = {0, 0, 0};  // iteration, parameter floats, optimizer floats
+    f.read(reinterpret_cast<char*>(header), sizeof header);
+    int64_t want = 0;
+    for (Param* p : params) want += p->value.numel();
+    if (!f || header[1] != want) {
+      return Status::InvalidArgument(fmt::format("{}/ckpt/rank{}.bin holds {} parameters, this stage has {}; it belongs to another launch",
+                                                 opt.resume_from, rank, header[1], want));
+    }
+    for (Param* p : params) f.read(reinterpret_cast<char*>(p->value.data()), p->value.numel() * 4);
+    std::vector<float> state(static_cast<size_t>(header[2]));
+    f.read(reinterpret_cast<char*>(state.data()), header[2] * 4);
+    if (!f) return Status::InvalidArgument(fmt::format("{}/ckpt/rank{}.bin is truncated", opt.resume_from, rank));
+    PLANNER_RETURN_IF_ERROR(optimizer.SetState(state, params));
+    start = header[0];
+    std::ifstream prev_metrics(fs::path(opt.resume_from) / "metrics.csv");
+    std::string line;
+    std::getline(prev_metrics, line);
+    while (std::getline(prev_metrics, line) && static_cast<int64_t>(losses.size()) < start) {
+      size_t a = line.find(','), b2 = line.find(',', a + 1);
+      losses.push_back(std::stod(line.substr(a + 1, b2 - a - 1)));
+      iter_s.push_back(std::stod(line.substr(b2 + 1)));
+      compute_s.push_back(0);
+      comm_s.push_back(0);
+    }
+  }
+  const int64_t ckpt_every = opt.checkpoint_every >= 0 ? opt.checkpoint_every : L.run.checkpoint_every;
   std::vector<TraceEvent> trace;
   const double t_origin = Now();
   double peak_bytes = 0;
-  for (int64_t it = 0; it < iterations; ++it) {
+  for (int64_t it = start; it < iterations; ++it) {
     for (auto& k : ks) k->ZeroGrads();
     ResetPeakMemory(Device::kCpu);
     std::vector<std::vector<Saved>> saved(static_cast<size_t>(m), std::vector<Saved>(ks.size()));
@@ -361,6 +392,29 @@ Status RunLaunch(const LaunchPlan& L, const ModelSpec& model, Communicator& worl
     comm_s.push_back(t_comm);
     peak_bytes = std::max(peak_bytes, static_cast<double>(GetMemoryStats(Device::kCpu).peak_bytes));
     if (rank == 0 && !opt.quiet) LogNote(fmt::format("iteration {}: loss {:.5f}, {}", it + 1, losses.back(), FormatSeconds(it_time)));
+    if (ckpt_every > 0 && (it + 1) % ckpt_every == 0) {
+      fs::create_directories(fs::path(opt.run_dir) / "ckpt");
+      std::vector<float> state = optimizer.State();
+      int64_t want = 0;
+      for (Param* p : params) want += p->value.numel();
+      int64_t header[3] = {it + 1, want, static_cast<int64_t>(state.size())};
+      const fs::path final_path = fs::path(opt.run_dir) / "ckpt" / fmt::format("rank{}.bin", rank);
+      const fs::path tmp = final_path.string() + ".tmp";
+      {
+        std::ofstream f(tmp, std::ios::binary);
+        f.write(reinterpret_cast<const char*>(header), sizeof header);
+        for (Param* p : params) f.write(reinterpret_cast<const char*>(p->value.data()), p->value.numel() * 4);
+        f.write(reinterpret_cast<const char*>(state.data()), static_cast<std::streamsize>(state.size() * 4));
+        if (!f) return Status::Unavailable(fmt::format("{}: cannot write the checkpoint", tmp.string()));
+      }
+      fs::rename(tmp, final_path);
+      // metrics so far, for a resumed run's curve
+      if (rank == 0) {
+        std::ofstream mcsv(fs::path(opt.run_dir) / "metrics.csv");
+        mcsv << "iteration,loss,iteration_seconds\n";
+        for (size_t i = 0; i < losses.size(); ++i) mcsv << fmt::format("{},{:.6f},{:.6f}\n", i + 1, losses[i], iter_s[i]);
+      }
+    }
   }
   // Summary over the iterations after warm-up.
   const size_t warm = static_cast<size_t>(std::min<int64_t>(L.run.warmup_iterations, std::max<int64_t>(0, iterations - 1)));

@@ -24,6 +24,8 @@ struct RunOptions {
   std::string run_dir;            // where this run writes (created by rank 0)
   int64_t iterations = 0;         // 0: the launch plan's
   bool dump_gradients = false;    // after iteration 1's all-reduce: grads/<layer>.<param>.bin
+  int64_t checkpoint_every = -1;  // -1: the launch plan's; 0: never
+  std::string resume_from;        // a run directory whose ckpt/ to continue from
   bool quiet = false;
 };
 

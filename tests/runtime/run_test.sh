@@ -87,6 +87,21 @@ else
   bad "train run"; tail -3 train.err
 fi
 
+# Checkpoint every 3 iterations; a run stopped after 3 and resumed to 6 follows the same loss curve.
+$PLANNER -q codegen pp2-1f1b.plan.yaml -o ck --iterations 6 --lr 3e-3
+timeout 120 mpirun --oversubscribe -np 2 $PLANNER -q run ck --run-id full >/dev/null 2>ck.err || bad "ck full run"
+timeout 120 mpirun --oversubscribe -np 2 $PLANNER -q run ck --run-id part --iterations 3 --checkpoint-every 3 >/dev/null 2>>ck.err || bad "ck part run"
+timeout 120 mpirun --oversubscribe -np 2 $PLANNER -q run ck --resume part >/dev/null 2>>ck.err || { bad "ck resume"; tail -3 ck.err; }
+python3 - <<'PY' && ok || bad "resumed loss curve differs"
+import csv, sys
+a = [x["loss"] for x in csv.DictReader(open("ck/runs/full/metrics.csv"))]
+b = [x["loss"] for x in csv.DictReader(open("ck/runs/part/metrics.csv"))]
+print("uninterrupted", a); print("resumed      ", b)
+sys.exit(0 if a == b and len(a) == 6 else 1)
+PY
+out=$(timeout 60 mpirun --oversubscribe -np 2 $PLANNER run ck --resume nope 2>&1); rc=$?
+[ $rc != 0 ] && echo "$out" | grep -qF "no checkpoint to resume" && ok || bad "resume without checkpoint: rc=$rc $out"
+
 # Bad launch files: clear errors before any communication.
 cp -r train broken
 sed -i 's/^pp: 2/pp: two/' broken/launch.yaml
