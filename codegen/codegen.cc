@@ -42,6 +42,10 @@ Status BuildLaunchPlan(const Plan& plan, const std::string& model_digest, const 
     ls.replicas = s.replicas;
     ls.chunk = s.chunk;
     ls.predicted_compute_s = s.forward_s + s.backward_input_s + s.backward_weight_s;
+    ls.predicted_forward_s = s.forward_s;
+    ls.predicted_backward_input_s = s.backward_input_s;
+    ls.predicted_backward_weight_s = s.backward_weight_s;
+    ls.predicted_p2p_s = s.p2p_s;
     L.stages.push_back(ls);
   }
   const int64_t t = std::max<int64_t>(1, plan.tp);

@@ -13,6 +13,7 @@
 #include "common/log.h"
 #include "common/units.h"
 #include "runtime/kernels/kernel.h"
+#include "dp_solver/schedule_sim.h"
 #include "runtime/kernels/optimizer.h"
 
 namespace planner {
@@ -51,30 +52,6 @@ class CommTpGroup final : public TpGroup {
  private:
   Communicator* c_;
 };
-
-struct Op {
-  char kind;  // 'F' or 'B'
-  int64_t mb;
-};
-
-// GPipe and 1F1B (PipeDream-Flush) orders of pipeline position r of p, m microbatches
-// (the simulator's orders, dp_solver/schedule_sim.cc).
-std::vector<Op> Order(const std::string& schedule, int64_t p, int64_t r, int64_t m) {
-  std::vector<Op> o;
-  if (schedule == "gpipe") {
-    for (int64_t i = 0; i < m; ++i) o.push_back({'F', i});
-    for (int64_t i = 0; i < m; ++i) o.push_back({'B', i});
-    return o;
-  }
-  int64_t warm = std::min(p - r - 1, m);
-  for (int64_t i = 0; i < warm; ++i) o.push_back({'F', i});
-  for (int64_t i = 0; i < m - warm; ++i) {
-    o.push_back({'F', warm + i});
-    o.push_back({'B', i});
-  }
-  for (int64_t i = m - warm; i < m; ++i) o.push_back({'B', i});
-  return o;
-}
 
 struct TraceEvent {
   std::string name;
@@ -152,6 +129,34 @@ LaunchPlan SingleProcessPlan(const LaunchPlan& L, const ModelSpec& model) {
   return s;
 }
 
+// Per-device operation order of the plan's schedule, from the simulator that
+// predicted it (one definition of each schedule for prediction and execution):
+// events of device `pos`, sorted by their simulated start.
+Status ScheduleOrder(const LaunchPlan& L, int64_t pos, std::vector<SimEvent>* out) {
+  Schedule sched;
+  if (!ParseSchedule(L.schedule, &sched)) return Status::InvalidArgument("unknown schedule " + L.schedule);
+  std::vector<SimStage> st;
+  for (const auto& s : L.stages) {
+    SimStage x;
+    // Plans from older codegen carry only the total: split it 1:1:1.
+    const bool split = s.predicted_forward_s + s.predicted_backward_input_s + s.predicted_backward_weight_s > 0;
+    x.forward_s = split ? s.predicted_forward_s : s.predicted_compute_s / 3;
+    x.backward_input_s = split ? s.predicted_backward_input_s : s.predicted_compute_s / 3;
+    x.backward_weight_s = split ? s.predicted_backward_weight_s : s.predicted_compute_s / 3;
+    x.send_s = s.predicted_p2p_s;
+    if (x.forward_s + x.backward_input_s + x.backward_weight_s <= 0) x.forward_s = x.backward_input_s = x.backward_weight_s = 1;
+    st.push_back(x);
+  }
+  SimResult r;
+  PLANNER_RETURN_IF_ERROR(SimulateSchedule(sched, st, L.pp, L.num_microbatches, true, &r));
+  out->clear();
+  for (const auto& e : r.events) {
+    if (e.device == pos && e.kind != 'C') out->push_back(e);
+  }
+  std::stable_sort(out->begin(), out->end(), [](const SimEvent& x, const SimEvent& y) { return x.start_s < y.start_s; });
+  return Status::OK();
+}
+
 Status RunLaunch(const LaunchPlan& L, const ModelSpec& model, Communicator& world, const RunOptions& opt, RunSummary* out) {
   namespace fs = std::filesystem;
   const int64_t n = static_cast<int64_t>(L.ranks.size());
@@ -159,12 +164,9 @@ Status RunLaunch(const LaunchPlan& L, const ModelSpec& model, Communicator& worl
     return Status::InvalidArgument(fmt::format("{} has {} ranks but this job has {}; start it with mpirun -np {} (bash run.sh)", L.path, n,
                                                world.size(), n));
   }
-  if (L.schedule != "gpipe" && L.schedule != "1f1b") {
-    return Status::NotSupported(fmt::format("the runtime executes GPipe and 1F1B so far; this plan's schedule is {} "
-                                            "(solve with --schedule gpipe,1f1b to run it)", L.schedule));
-  }
-  if (L.interleave != 1) {
-    return Status::NotSupported("the runtime executes one chunk per device so far");
+  if (L.schedule == "pipedream") {
+    return Status::NotSupported("the runtime does not execute PipeDream's asynchronous schedule yet "
+                                "(solve with --schedule gpipe,1f1b,interleaved,zb-h1 to run the plan)");
   }
   for (const auto& s : L.stages) {
     if (s.replicas != L.dp) return Status::NotSupported("the runtime executes uniform data parallelism so far (per-stage replication is planned)");
@@ -175,13 +177,15 @@ Status RunLaunch(const LaunchPlan& L, const ModelSpec& model, Communicator& worl
     return Status::InvalidArgument(fmt::format("{}: global_batch {} != microbatch_size {} x num_microbatches {} x dp {}", L.path, L.global_batch,
                                                L.microbatch_size, L.num_microbatches, L.dp));
   }
+  const int64_t p = L.pp, Q = static_cast<int64_t>(L.stages.size());
+  if (Q != p * L.interleave) return Status::InvalidArgument(fmt::format("{}: {} stages for pp {} x interleave {}", L.path, Q, p, L.interleave));
   SetCpuThreads(static_cast<int>(L.run.threads));
   const int64_t rank = world.rank();
   const LaunchRank& me = L.ranks[static_cast<size_t>(rank)];
-  const LaunchStage& st = L.stages[static_cast<size_t>(me.stage)];
-  const bool first_stage = me.stage == 0, last_stage = me.stage + 1 == static_cast<int64_t>(L.stages.size());
-  if (st.last_layer >= static_cast<int64_t>(model.layers.size())) {
-    return Status::InvalidArgument(fmt::format("{}: stage {} ends at layer {} but the model has {}", L.path, me.stage, st.last_layer, model.layers.size()));
+  for (const auto& s : L.stages) {
+    if (s.last_layer >= static_cast<int64_t>(model.layers.size())) {
+      return Status::InvalidArgument(fmt::format("{}: a stage ends at layer {} but the model has {}", L.path, s.last_layer, model.layers.size()));
+    }
   }
   // Communicators: this rank's TP and DP groups (every rank splits in the same order).
   std::unique_ptr<Communicator> tp_comm, dp_comm;
@@ -190,36 +194,60 @@ Status RunLaunch(const LaunchPlan& L, const ModelSpec& model, Communicator& worl
   tp_comm->set_timeout_seconds(L.run.timeout_s);
   dp_comm->set_timeout_seconds(L.run.timeout_s);
   CommTpGroup tp_group(tp_comm.get());
-  // The stage's kernels; seeds depend on the layer index only, so every partition starts from the same weights.
-  std::vector<std::unique_ptr<LayerKernel>> ks;
+  // Rank of pipeline position `pos` with this rank's replica and tp rank (Megatron order).
+  auto rank_at = [&](int64_t pos) { return static_cast<int>(pos * L.tp * L.dp + me.replica * L.tp + me.tp_rank); };
+  // This device's virtual stages (chunks): q = chunk x p + position. Seeds depend on the layer index only.
+  struct Chunk {
+    int64_t q;
+    std::vector<std::unique_ptr<LayerKernel>> ks;
+  };
+  std::vector<Chunk> chunks;
   std::vector<Param*> params;
-  for (int64_t i = st.first_layer; i <= st.last_layer; ++i) {
-    KernelOptions ko;
-    ko.tp_size = L.tp;
-    ko.tp_rank = me.tp_rank;
-    ko.tp_group = L.tp > 1 ? &tp_group : nullptr;
-    ko.seed = L.run.seed * 1000003ull + static_cast<uint64_t>(i);
-    std::unique_ptr<LayerKernel> k;
-    PLANNER_RETURN_IF_ERROR(MakeKernel(model.layers[static_cast<size_t>(i)], ko, &k));
-    for (Param* p : k->Params()) params.push_back(p);
-    ks.push_back(std::move(k));
+  for (int64_t q = me.stage; q < Q; q += p) {
+    Chunk c;
+    c.q = q;
+    const LaunchStage& st = L.stages[static_cast<size_t>(q)];
+    for (int64_t i = st.first_layer; i <= st.last_layer; ++i) {
+      KernelOptions ko;
+      ko.tp_size = L.tp;
+      ko.tp_rank = me.tp_rank;
+      ko.tp_group = L.tp > 1 ? &tp_group : nullptr;
+      ko.seed = L.run.seed * 1000003ull + static_cast<uint64_t>(i);
+      std::unique_ptr<LayerKernel> k;
+      PLANNER_RETURN_IF_ERROR(MakeKernel(model.layers[static_cast<size_t>(i)], ko, &k));
+      for (Param* prm : k->Params()) params.push_back(prm);
+      c.ks.push_back(std::move(k));
+    }
+    chunks.push_back(std::move(c));
   }
+  auto chunk_of = [&](int64_t q) -> Chunk& { return chunks[static_cast<size_t>(q / p)]; };
   size_t grad_elems = 0;
-  for (Param* p : params) grad_elems += static_cast<size_t>(p->grad.numel());
+  for (Param* prm : params) grad_elems += static_cast<size_t>(prm->grad.numel());
   std::vector<float> bucket(L.dp > 1 ? grad_elems : 0);
   OptimizerConfig oc;
   oc.kind = L.run.optimizer == "sgd" ? OptimizerConfig::kSgd : OptimizerConfig::kAdam;
   oc.lr = L.run.learning_rate;
   Optimizer optimizer(oc);
   const int64_t b = L.microbatch_size, m = L.num_microbatches, B = L.global_batch;
-  const Layer& in_layer = model.layers[static_cast<size_t>(st.first_layer)];
-  const Layer& out_layer = model.layers[static_cast<size_t>(st.last_layer)];
-  const int64_t in_count = Product(in_layer.in_shape) / (in_layer.type == "loss" ? L.tp : 1);
-  const int64_t out_count = Product(out_layer.out_shape) / (out_layer.type == "lm_head" ? L.tp : 1);
+  const bool split_w = L.schedule == "zb-h1";
+  // Activation shapes at a virtual stage's input and output (TP shards of the logits).
+  auto in_shape = [&](int64_t q) {
+    const Layer& l = model.layers[static_cast<size_t>(L.stages[static_cast<size_t>(q)].first_layer)];
+    std::vector<int64_t> shape = {b};
+    shape.insert(shape.end(), l.in_shape.begin(), l.in_shape.end());
+    if (l.type == "loss") shape.back() /= L.tp;
+    return shape;
+  };
+  auto out_shape = [&](int64_t q) {
+    const Layer& l = model.layers[static_cast<size_t>(L.stages[static_cast<size_t>(q)].last_layer)];
+    std::vector<int64_t> shape = {b};
+    shape.insert(shape.end(), l.out_shape.begin(), l.out_shape.end());
+    if (l.type == "lm_head") shape.back() /= L.tp;
+    return shape;
+  };
   const int64_t iterations = opt.iterations > 0 ? opt.iterations : L.run.iterations;
-  const std::vector<Op> order = Order(L.schedule, static_cast<int64_t>(L.stages.size()), me.stage, m);
-  const int prev = me.prev.empty() ? -1 : static_cast<int>(me.prev.front());
-  const int next = me.next.empty() ? -1 : static_cast<int>(me.next.front());
+  std::vector<SimEvent> order;
+  PLANNER_RETURN_IF_ERROR(ScheduleOrder(L, me.stage, &order));
 
   std::vector<double> iter_s, compute_s, comm_s;
   std::vector<double> losses;
@@ -231,12 +259,12 @@ Status RunLaunch(const LaunchPlan& L, const ModelSpec& model, Communicator& worl
     int64_t header[3] = {0, 0, 0};  // iteration, parameter floats, optimizer floats
     f.read(reinterpret_cast<char*>(header), sizeof header);
     int64_t want = 0;
-    for (Param* p : params) want += p->value.numel();
+    for (Param* prm : params) want += prm->value.numel();
     if (!f || header[1] != want) {
       return Status::InvalidArgument(fmt::format("{}/ckpt/rank{}.bin holds {} parameters, this stage has {}; it belongs to another launch",
                                                  opt.resume_from, rank, header[1], want));
     }
-    for (Param* p : params) f.read(reinterpret_cast<char*>(p->value.data()), p->value.numel() * 4);
+    for (Param* prm : params) f.read(reinterpret_cast<char*>(prm->value.data()), prm->value.numel() * 4);
     std::vector<float> state(static_cast<size_t>(header[2]));
     f.read(reinterpret_cast<char*>(state.data()), header[2] * 4);
     if (!f) return Status::InvalidArgument(fmt::format("{}/ckpt/rank{}.bin is truncated", opt.resume_from, rank));
@@ -246,8 +274,8 @@ Status RunLaunch(const LaunchPlan& L, const ModelSpec& model, Communicator& worl
     std::string line;
     std::getline(prev_metrics, line);
     while (std::getline(prev_metrics, line) && static_cast<int64_t>(losses.size()) < start) {
-      size_t a = line.find(','), b2 = line.find(',', a + 1);
-      losses.push_back(std::stod(line.substr(a + 1, b2 - a - 1)));
+      size_t a1 = line.find(','), b2 = line.find(',', a1 + 1);
+      losses.push_back(std::stod(line.substr(a1 + 1, b2 - a1 - 1)));
       iter_s.push_back(std::stod(line.substr(b2 + 1)));
       compute_s.push_back(0);
       comm_s.push_back(0);
@@ -258,107 +286,111 @@ Status RunLaunch(const LaunchPlan& L, const ModelSpec& model, Communicator& worl
   const double t_origin = Now();
   double peak_bytes = 0;
   for (int64_t it = start; it < iterations; ++it) {
-    for (auto& k : ks) k->ZeroGrads();
+    for (auto& c : chunks)
+      for (auto& k : c.ks) k->ZeroGrads();
     ResetPeakMemory(Device::kCpu);
-    std::vector<std::vector<Saved>> saved(static_cast<size_t>(m), std::vector<Saved>(ks.size()));
+    // saved[chunk][microbatch][layer]
+    std::vector<std::vector<std::vector<Saved>>> saved(chunks.size());
+    for (size_t c = 0; c < chunks.size(); ++c) saved[c].assign(static_cast<size_t>(m), std::vector<Saved>(chunks[c].ks.size()));
     std::vector<Tensor> keep;  // sent buffers stay alive until FlushSends
     double t_compute = 0, t_comm = 0, loss_sum = 0;
     const double t0 = Now();
-    for (const Op& op : order) {
-      const int64_t first_sample = it * B + (me.replica * m + op.mb) * b;
-      const int tag = static_cast<int>((it % 64) * 2 * m + 2 * op.mb + (op.kind == 'B' ? 1 : 0));
-      if (op.kind == 'F') {
+    for (const SimEvent& ev : order) {
+      const int64_t q = ev.stage, j = ev.microbatch;
+      Chunk& ch = chunk_of(q);
+      auto& sv = saved[static_cast<size_t>(q / p)][static_cast<size_t>(j)];
+      const int64_t first_sample = it * B + (me.replica * m + j) * b;
+      // Tag of the message that enters virtual stage qq (dir 0: activation) or leaves it backwards (dir 1).
+      auto tag = [&](int64_t qq, int dir) { return static_cast<int>(((qq * m + j) * 2 + dir) % 32000); };
+      if (ev.kind == 'F') {
         Tensor x;
         std::vector<float> in, tg, all_in, all_tg;
-        if (first_stage || last_stage) {
-          for (int64_t s = 0; s < b; ++s) {
-            TeacherSample(model, L.run.seed, first_sample + s, &in, &tg);
+        if (q == 0 || q == Q - 1) {
+          for (int64_t smp = 0; smp < b; ++smp) {
+            TeacherSample(model, L.run.seed, first_sample + smp, &in, &tg);
             all_in.insert(all_in.end(), in.begin(), in.end());
             all_tg.insert(all_tg.end(), tg.begin(), tg.end());
           }
         }
-        std::vector<int64_t> shape = {b};
-        shape.insert(shape.end(), in_layer.in_shape.begin(), in_layer.in_shape.end());
-        if (in_layer.type == "loss") shape.back() /= L.tp;
-        if (first_stage) {
-          x = Tensor::FromVector(shape, all_in);
+        if (q == 0) {
+          x = Tensor::FromVector(in_shape(q), all_in);
         } else {
-          x = AllocateTensor(shape, Device::kCpu);
+          x = AllocateTensor(in_shape(q), Device::kCpu);
           double c0 = Now();
-          PLANNER_RETURN_IF_ERROR(world.Recv(x.data(), b * in_count, prev, tag));
+          PLANNER_RETURN_IF_ERROR(world.Recv(x.data(), x.numel(), rank_at((q - 1) % p), tag(q, 0)));
           t_comm += Now() - c0;
-          trace.push_back({fmt::format("recv F{}", op.mb), c0 - t_origin, Now() - c0, 1});
+          trace.push_back({fmt::format("recv F{}.{}", q, j), c0 - t_origin, Now() - c0, 1});
         }
-        if (last_stage) ks.back()->SetTargets(Tensor::FromVector({static_cast<int64_t>(all_tg.size())}, all_tg));
+        if (q == Q - 1) ch.ks.back()->SetTargets(Tensor::FromVector({static_cast<int64_t>(all_tg.size())}, all_tg));
         double c0 = Now();
-        for (size_t i = 0; i < ks.size(); ++i) {
+        for (size_t i = 0; i < ch.ks.size(); ++i) {
           Tensor y;
-          PLANNER_RETURN_IF_ERROR(ks[i]->Forward(x, &y, &saved[static_cast<size_t>(op.mb)][i]));
+          PLANNER_RETURN_IF_ERROR(ch.ks[i]->Forward(x, &y, &sv[i]));
           x = y;
         }
         t_compute += Now() - c0;
-        trace.push_back({fmt::format("F{}", op.mb), c0 - t_origin, Now() - c0, 0});
-        if (last_stage) {
-          for (int64_t s = 0; s < b; ++s) loss_sum += x.data()[s];
+        trace.push_back({fmt::format("F{}", j), c0 - t_origin, Now() - c0, 0});
+        if (q == Q - 1) {
+          for (int64_t smp = 0; smp < b; ++smp) loss_sum += x.data()[smp];
         } else {
-          PLANNER_RETURN_IF_ERROR(world.Send(x.data(), b * out_count, next, tag));
+          PLANNER_RETURN_IF_ERROR(world.Send(x.data(), x.numel(), rank_at((q + 1) % p), tag(q + 1, 0)));
           keep.push_back(x);
         }
-      } else {
+      } else if (ev.kind == 'B') {
         Tensor dy;
-        if (last_stage) {
+        if (q == Q - 1) {
           dy = Tensor::Zeros({b, 1});
-          for (int64_t s = 0; s < b; ++s) dy.data()[s] = 1.0f / static_cast<float>(B);  // d(mean loss) / d(sample loss)
+          for (int64_t smp = 0; smp < b; ++smp) dy.data()[smp] = 1.0f / static_cast<float>(B);  // d(mean loss) / d(sample loss)
         } else {
-          std::vector<int64_t> shape = {b};
-          shape.insert(shape.end(), out_layer.out_shape.begin(), out_layer.out_shape.end());
-          if (out_layer.type == "lm_head") shape.back() /= L.tp;
-          dy = AllocateTensor(shape, Device::kCpu);
+          dy = AllocateTensor(out_shape(q), Device::kCpu);
           double c0 = Now();
-          PLANNER_RETURN_IF_ERROR(world.Recv(dy.data(), b * out_count, next, tag));
+          PLANNER_RETURN_IF_ERROR(world.Recv(dy.data(), dy.numel(), rank_at((q + 1) % p), tag(q + 1, 1)));
           t_comm += Now() - c0;
-          trace.push_back({fmt::format("recv B{}", op.mb), c0 - t_origin, Now() - c0, 1});
+          trace.push_back({fmt::format("recv B{}.{}", q, j), c0 - t_origin, Now() - c0, 1});
         }
         double c0 = Now();
-        for (size_t i = ks.size(); i-- > 0;) {
+        for (size_t i = ch.ks.size(); i-- > 0;) {
           Tensor dx;
-          Saved& sv = saved[static_cast<size_t>(op.mb)][i];
-          PLANNER_RETURN_IF_ERROR(ks[i]->BackwardInput(dy, &dx, &sv));
-          PLANNER_RETURN_IF_ERROR(ks[i]->BackwardWeight(&sv));
+          PLANNER_RETURN_IF_ERROR(ch.ks[i]->BackwardInput(dy, &dx, &sv[i]));
+          if (!split_w) PLANNER_RETURN_IF_ERROR(ch.ks[i]->BackwardWeight(&sv[i]));
           dy = dx;
         }
         t_compute += Now() - c0;
-        trace.push_back({fmt::format("B{}", op.mb), c0 - t_origin, Now() - c0, 0});
-        if (!first_stage) {
-          PLANNER_RETURN_IF_ERROR(world.Send(dy.data(), b * in_count, prev, tag));
+        trace.push_back({fmt::format("B{}", j), c0 - t_origin, Now() - c0, 0});
+        if (q > 0) {
+          PLANNER_RETURN_IF_ERROR(world.Send(dy.data(), dy.numel(), rank_at((q - 1) % p), tag(q, 1)));
           keep.push_back(dy);
         }
+      } else {  // 'W': the weight gradients ZB-H1 deferred
+        double c0 = Now();
+        for (size_t i = ch.ks.size(); i-- > 0;) PLANNER_RETURN_IF_ERROR(ch.ks[i]->BackwardWeight(&sv[i]));
+        t_compute += Now() - c0;
+        trace.push_back({fmt::format("W{}", j), c0 - t_origin, Now() - c0, 0});
       }
     }
     double c0 = Now();
     PLANNER_RETURN_IF_ERROR(world.FlushSends());
-    // Data-parallel gradient all-reduce over this stage's replicas (after the flush; not overlapped yet).
     // One flat bucket (as DDP's), so the gradients travel as one large message.
     if (L.dp > 1 && !params.empty()) {
       size_t off = 0;
-      for (Param* p : params) {
-        std::copy(p->grad.data(), p->grad.data() + p->grad.numel(), bucket.begin() + static_cast<long>(off));
-        off += static_cast<size_t>(p->grad.numel());
+      for (Param* prm : params) {
+        std::copy(prm->grad.data(), prm->grad.data() + prm->grad.numel(), bucket.begin() + static_cast<long>(off));
+        off += static_cast<size_t>(prm->grad.numel());
       }
       PLANNER_RETURN_IF_ERROR(dp_comm->AllReduce(bucket.data(), static_cast<int64_t>(bucket.size()), ReduceOp::kSum));
       off = 0;
-      for (Param* p : params) {
-        std::copy(bucket.begin() + static_cast<long>(off), bucket.begin() + static_cast<long>(off + static_cast<size_t>(p->grad.numel())), p->grad.data());
-        off += static_cast<size_t>(p->grad.numel());
+      for (Param* prm : params) {
+        std::copy(bucket.begin() + static_cast<long>(off), bucket.begin() + static_cast<long>(off + static_cast<size_t>(prm->grad.numel())), prm->grad.data());
+        off += static_cast<size_t>(prm->grad.numel());
       }
     }
     t_comm += Now() - c0;
     trace.push_back({"dp all-reduce", c0 - t_origin, Now() - c0, 1});
     if (it == 0 && opt.dump_gradients && me.replica == 0 && me.tp_rank == 0) {
       fs::create_directories(fs::path(opt.run_dir) / "grads");
-      for (Param* p : params) {
-        std::ofstream f(fs::path(opt.run_dir) / "grads" / (p->name + ".bin"), std::ios::binary);
-        f.write(reinterpret_cast<const char*>(p->grad.data()), p->grad.numel() * 4);
+      for (Param* prm : params) {
+        std::ofstream f(fs::path(opt.run_dir) / "grads" / (prm->name + ".bin"), std::ios::binary);
+        f.write(reinterpret_cast<const char*>(prm->grad.data()), prm->grad.numel() * 4);
       }
     }
     if (it == 0 && opt.dump_gradients) {
@@ -366,9 +398,9 @@ Status RunLaunch(const LaunchPlan& L, const ModelSpec& model, Communicator& worl
       // data-parallel replicas (equal after the all-reduce) once.
       double sq = 0;
       if (me.replica == 0) {
-        for (Param* p : params) {
-          if (!p->tp_sharded && me.tp_rank != 0) continue;
-          for (int64_t i = 0; i < p->grad.numel(); ++i) sq += static_cast<double>(p->grad.data()[i]) * p->grad.data()[i];
+        for (Param* prm : params) {
+          if (!prm->tp_sharded && me.tp_rank != 0) continue;
+          for (int64_t i = 0; i < prm->grad.numel(); ++i) sq += static_cast<double>(prm->grad.data()[i]) * prm->grad.data()[i];
         }
       }
       float sqf = static_cast<float>(sq);
@@ -382,7 +414,7 @@ Status RunLaunch(const LaunchPlan& L, const ModelSpec& model, Communicator& worl
     PLANNER_RETURN_IF_ERROR(optimizer.Step(params));
     t_compute += Now() - c0;
     // Mean loss of the global batch: last-stage, tp-rank-0 ranks contribute their sum.
-    float lsum = (last_stage && me.tp_rank == 0) ? static_cast<float>(loss_sum) : 0.0f;
+    float lsum = me.tp_rank == 0 ? static_cast<float>(loss_sum) : 0.0f;
     PLANNER_RETURN_IF_ERROR(world.AllReduce(&lsum, 1, ReduceOp::kSum));
     float it_time = static_cast<float>(Now() - t0);
     PLANNER_RETURN_IF_ERROR(world.AllReduce(&it_time, 1, ReduceOp::kMax));
@@ -396,19 +428,18 @@ Status RunLaunch(const LaunchPlan& L, const ModelSpec& model, Communicator& worl
       fs::create_directories(fs::path(opt.run_dir) / "ckpt");
       std::vector<float> state = optimizer.State();
       int64_t want = 0;
-      for (Param* p : params) want += p->value.numel();
+      for (Param* prm : params) want += prm->value.numel();
       int64_t header[3] = {it + 1, want, static_cast<int64_t>(state.size())};
       const fs::path final_path = fs::path(opt.run_dir) / "ckpt" / fmt::format("rank{}.bin", rank);
       const fs::path tmp = final_path.string() + ".tmp";
       {
         std::ofstream f(tmp, std::ios::binary);
         f.write(reinterpret_cast<const char*>(header), sizeof header);
-        for (Param* p : params) f.write(reinterpret_cast<const char*>(p->value.data()), p->value.numel() * 4);
+        for (Param* prm : params) f.write(reinterpret_cast<const char*>(prm->value.data()), prm->value.numel() * 4);
         f.write(reinterpret_cast<const char*>(state.data()), static_cast<std::streamsize>(state.size() * 4));
         if (!f) return Status::Unavailable(fmt::format("{}: cannot write the checkpoint", tmp.string()));
       }
       fs::rename(tmp, final_path);
-      // metrics so far, for a resumed run's curve
       if (rank == 0) {
         std::ofstream mcsv(fs::path(opt.run_dir) / "metrics.csv");
         mcsv << "iteration,loss,iteration_seconds\n";
@@ -466,10 +497,13 @@ Status RunLaunch(const LaunchPlan& L, const ModelSpec& model, Communicator& worl
     rep += "| rank | stage | compute per iteration | communication | idle | predicted compute (m x stage) | peak memory |\n|---|---|---|---|---|---|---|\n";
     for (int64_t r = 0; r < n; ++r) {
       double c = all[static_cast<size_t>(3 * r)], cm = all[static_cast<size_t>(3 * r + 1)];
-      const auto& rs = L.stages[static_cast<size_t>(L.ranks[static_cast<size_t>(r)].stage)];
+      double rs_pred = 0;  // the rank's chunks
+      for (int64_t q = L.ranks[static_cast<size_t>(r)].stage; q < static_cast<int64_t>(L.stages.size()); q += L.pp) {
+        rs_pred += L.stages[static_cast<size_t>(q)].predicted_compute_s;
+      }
       rep += fmt::format("| {} | {} | {} | {} | {} | {} | {:.3f} GiB |\n", r, L.ranks[static_cast<size_t>(r)].stage, FormatSeconds(c),
                          FormatSeconds(cm), FormatSeconds(std::max(0.0, it_med - c - cm)),
-                         FormatSeconds(rs.predicted_compute_s * static_cast<double>(m)), all[static_cast<size_t>(3 * r + 2)]);
+                         FormatSeconds(rs_pred * static_cast<double>(m)), all[static_cast<size_t>(3 * r + 2)]);
     }
     std::ofstream rf(fs::path(opt.run_dir) / "report.md");
     rf << rep;

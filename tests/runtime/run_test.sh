@@ -47,6 +47,8 @@ case_grad() {
 }
 case_grad pp2-1f1b 2 tiny-gpt local-cpu --pp 2 --schedule 1f1b
 case_grad pp2-gpipe 2 tiny-gpt local-cpu --pp 2 --schedule gpipe
+case_grad pp2-interleaved 2 tiny-gpt local-cpu --pp 2 --schedule interleaved
+case_grad pp2-zbh1 2 tiny-gpt local-cpu --pp 2 --schedule zb-h1
 case_grad dp2 2 tiny-gpt local-cpu --pp 1 --tp 1
 case_grad pp2-dp2-mlp 4 mlp-small dgx-a100 --pp 2 --tp 1 --schedule 1f1b --global-batch 64
 
