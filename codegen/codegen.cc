@@ -53,7 +53,9 @@ Status BuildLaunchPlan(const Plan& plan, const std::string& model_digest, const 
     r->node = r->rank / L.gpus_per_node;
     r->local_device = r->rank % L.gpus_per_node;
   };
-  if (plan.schedule != "pipedream") {
+  bool uniform = plan.schedule != "pipedream";
+  for (const auto& s : plan.stages) uniform = uniform && s.replicas == plan.dp;
+  if (uniform) {
     const int64_t p = plan.pp, d = plan.dp;
     if (p * L.interleave != static_cast<int64_t>(plan.stages.size())) {
       return Status::InvalidArgument(fmt::format("plan: pp {} x interleave {} does not match its {} stages", p, L.interleave, plan.stages.size()));

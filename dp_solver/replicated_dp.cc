@@ -96,6 +96,53 @@ Status SolveReplicated(const CostTable& table, const ClusterSpec& cluster, const
   }
   const int64_t units = o.workers / unit;
   ReplicatedCoster coster(table, cluster, o);
+  if (!o.forced.empty()) {
+    // Fixed replica vector: min-max over boundaries only. best[s][j]: stages 0..s-1 hold layers [0, j).
+    const int64_t S = static_cast<int64_t>(o.forced.size());
+    int64_t sum = 0;
+    for (int64_t r : o.forced) sum += r;
+    if (sum != o.workers || S > layers) {
+      return Status::InvalidArgument(fmt::format("replication {}: the replicas sum to {} but there are {} workers (or more stages than {} layers)",
+                                                 S, sum, o.workers, layers));
+    }
+    constexpr double kInf2 = std::numeric_limits<double>::infinity();
+    std::vector<std::vector<double>> best(static_cast<size_t>(S + 1), std::vector<double>(static_cast<size_t>(layers + 1), kInf2));
+    std::vector<std::vector<int64_t>> arg(static_cast<size_t>(S + 1), std::vector<int64_t>(static_cast<size_t>(layers + 1), -1));
+    best[0][0] = 0;
+    int64_t offset = 0;
+    std::vector<int64_t> offsets;
+    for (int64_t sidx = 0; sidx < S; ++sidx) {
+      offsets.push_back(offset);
+      for (int64_t j = sidx + 1; j <= layers; ++j) {
+        for (int64_t i = sidx; i < j; ++i) {
+          if (!(best[static_cast<size_t>(sidx)][static_cast<size_t>(i)] < kInf2)) continue;
+          ReplicatedStage x;
+          if (!coster.Cost(i, j, offset, o.forced[static_cast<size_t>(sidx)], &x)) continue;
+          double v = std::max(best[static_cast<size_t>(sidx)][static_cast<size_t>(i)], x.seconds);
+          if (v < best[static_cast<size_t>(sidx + 1)][static_cast<size_t>(j)]) {
+            best[static_cast<size_t>(sidx + 1)][static_cast<size_t>(j)] = v;
+            arg[static_cast<size_t>(sidx + 1)][static_cast<size_t>(j)] = i;
+          }
+        }
+      }
+      offset += o.forced[static_cast<size_t>(sidx)];
+    }
+    if (!(best[static_cast<size_t>(S)][static_cast<size_t>(layers)] < kInf2)) {
+      return Status::Infeasible(fmt::format("replication with {} stages does not fit in {:.1f} GiB", S, o.usable_bytes / kGiB));
+    }
+    ReplicatedResult res;
+    res.bottleneck_s = best[static_cast<size_t>(S)][static_cast<size_t>(layers)];
+    for (int64_t sidx = S, j = layers; sidx > 0; --sidx) {
+      int64_t i = arg[static_cast<size_t>(sidx)][static_cast<size_t>(j)];
+      ReplicatedStage x;
+      coster.Cost(i, j, offsets[static_cast<size_t>(sidx - 1)], o.forced[static_cast<size_t>(sidx - 1)], &x);
+      res.stages.push_back(x);
+      j = i;
+    }
+    std::reverse(res.stages.begin(), res.stages.end());
+    *out = std::move(res);
+    return Status::OK();
+  }
   constexpr double kInf = std::numeric_limits<double>::infinity();
   // opt[j][k]: best bottleneck placing layers [0, j) on the first k units.
   const size_t cols = static_cast<size_t>(units + 1);

@@ -29,6 +29,7 @@ struct ReplicatedOptions {
   bool p2p_overlap = true;        // PipeDream: boundaries are their own pipeline resource
   bool scatter_gather = true;     // boundary bytes / tp when tp > 1
   double optimizer_bytes_per_param = 30;  // HBM traffic of one optimizer step (after every microbatch)
+  std::vector<int64_t> forced;    // non-empty: exactly these replicas per stage (workers); the DP picks boundaries only
 };
 
 struct ReplicatedStage {

@@ -245,7 +245,7 @@ Status SolveAuto(const CostSource& src, SearchOptions& o, Plan* out) {
   }
   std::vector<Schedule> scheds = o.schedules;
   if (scheds.empty()) scheds = {Schedule::kGpipe, Schedule::k1F1B, Schedule::kInterleaved, Schedule::kZbH1, Schedule::kPipeDream};
-  const bool want_async = std::find(scheds.begin(), scheds.end(), Schedule::kPipeDream) != scheds.end();
+  const bool want_async = !o.replication.empty() || std::find(scheds.begin(), scheds.end(), Schedule::kPipeDream) != scheds.end();
   std::vector<Recompute> rcs = o.recompute;
   bool transformer = false;
   if (model) for (const auto& l : model->layers) transformer = transformer || l.type == "transformer_block" || l.type == "attention";
@@ -330,6 +330,7 @@ Status SolveAuto(const CostSource& src, SearchOptions& o, Plan* out) {
   // Phase 2: best first. Simulate in order of the lower bound and stop once
   // the bound cannot beat the k-th best plan.
   std::stable_sort(keys.begin(), keys.end(), [](const Key& a, const Key& b) { return a.bound < b.bound; });
+  if (!o.replication.empty()) keys.clear();  // only the requested per-stage replication
   for (const Key& k : keys) {
     if (!o.exhaustive && k.bound >= worst_kept()) break;
     ctx.Evaluate(k, &x);
@@ -422,11 +423,15 @@ Status SolveAuto(const CostSource& src, SearchOptions& o, Plan* out) {
       ro.p2p_overlap = true;
       ro.scatter_gather = o.cost.scatter_gather;
       ro.optimizer_bytes_per_param = o.cost.optimizer_bytes_per_param;
+      if (!o.replication.empty()) {
+        ro.forced = o.replication;
+        ro.worker_unit = 1;
+      }
       ReplicatedResult rr;
       ++o.considered;
       if (!SolveReplicated(table, c, ro, &rr).ok()) continue;
       const int64_t p = static_cast<int64_t>(rr.stages.size());
-      if (p < 2) continue;  // one stage replicated everywhere is plain data parallelism, already ranked
+      if (p < 2 && o.replication.empty()) continue;  // one stage replicated everywhere is plain data parallelism, already ranked
       // No flush: in steady state an iteration of m microbatches takes m
       // bottleneck steps; the fill (one microbatch through every stage and
       // back) is paid once per run, not per iteration.

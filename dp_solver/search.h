@@ -29,7 +29,8 @@ struct SearchOptions {
   std::vector<Recompute> recompute;     // empty: none, selective (transformers), full
   std::vector<int64_t> interleave = {2, 3, 4};
   int64_t max_zero_stage = 3;
-  int64_t max_replicated_units = 32;   // per-stage replication DP: workers grouped to at most this many units
+  int64_t max_replicated_units = 32;
+  std::vector<int64_t> replication;     // non-empty: only this per-stage replica vector ("2-1-1", in TP groups), pipedream schedule   // per-stage replication DP: workers grouped to at most this many units
   CostOptions cost;
   bool exhaustive = false;              // simulate every feasible candidate (tests of the pruning)
   int64_t simulated = 0;                // out: candidates simulated (for bench/)

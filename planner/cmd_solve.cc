@@ -27,6 +27,7 @@ struct SolveArgs {
   int top = 5;
   int64_t global_batch = 0;
   std::vector<int64_t> tp, pp, microbatch;
+  std::string replication;
   std::vector<std::string> schedules, recompute;
   bool dp_overlap = false, p2p_overlap = false, no_scatter_gather = false;
   double bytes_per_param = 0;
@@ -178,6 +179,7 @@ Runner RegisterSolve(CLI::App& app) {
   cmd->add_option("--tp", a->tp, "tensor-parallel degrees to try")->delimiter(',');
   cmd->add_option("--pp", a->pp, "pipeline depths to try")->delimiter(',');
   cmd->add_option("--microbatch", a->microbatch, "microbatch sizes to try")->delimiter(',');
+  cmd->add_option("--replication", a->replication, "evaluate this per-stage replication only, e.g. 2-1-1 (TP groups per stage; PipeDream schedule)");
   cmd->add_option("--schedule", a->schedules, "schedules to try: gpipe,1f1b,interleaved,zb-h1,pipedream (asynchronous, per-stage replication)")->delimiter(',');
   cmd->add_option("--recompute", a->recompute, "recompute modes to try: none,selective,full")->delimiter(',');
   cmd->add_flag("--dp-overlap", a->dp_overlap, "overlap the gradient all-reduce with backward");
@@ -260,6 +262,20 @@ Runner RegisterSolve(CLI::App& app) {
       o.tp = a->tp;
       o.pp = a->pp;
       o.microbatch = a->microbatch;
+      if (!a->replication.empty()) {
+        std::string cur;
+        for (char ch : a->replication + "-") {
+          if (ch == '-') {
+            if (cur.empty() || cur.size() > 6 || cur.find_first_not_of("0123456789") != std::string::npos || std::stoll(cur) < 1) {
+              return Status::InvalidArgument(fmt::format("--replication '{}': use positive counts joined by '-', e.g. 2-1-1", a->replication));
+            }
+            o.replication.push_back(std::stoll(cur));
+            cur.clear();
+          } else {
+            cur += ch;
+          }
+        }
+      }
       std::vector<std::string> snames = {"gpipe", "1f1b", "interleaved", "zb-h1", "pipedream"};
       PLANNER_RETURN_IF_ERROR(ParseList<Schedule>(a->schedules, ParseSchedule, snames, "--schedule", &o.schedules));
       PLANNER_RETURN_IF_ERROR(ParseList<Recompute>(a->recompute, ParseRecompute, {"none", "selective", "full"}, "--recompute", &o.recompute));

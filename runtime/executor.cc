@@ -6,6 +6,7 @@
 #include <cstdio>
 #include <filesystem>
 #include <fstream>
+#include <map>
 #include <sstream>
 
 #include <fmt/format.h>
@@ -164,21 +165,30 @@ Status RunLaunch(const LaunchPlan& L, const ModelSpec& model, Communicator& worl
     return Status::InvalidArgument(fmt::format("{} has {} ranks but this job has {}; start it with mpirun -np {} (bash run.sh)", L.path, n,
                                                world.size(), n));
   }
-  if (L.schedule == "pipedream") {
-    return Status::NotSupported("the runtime does not execute PipeDream's asynchronous schedule yet "
-                                "(solve with --schedule gpipe,1f1b,interleaved,zb-h1 to run the plan)");
-  }
-  for (const auto& s : L.stages) {
-    if (s.replicas != L.dp) return Status::NotSupported("the runtime executes uniform data parallelism so far (per-stage replication is planned)");
+  // Per-stage replication ("2-1-1", or PipeDream's schedule): microbatch j runs on replica j mod r of each stage.
+  bool replicated = L.schedule == "pipedream";
+  for (const auto& st : L.stages) replicated = replicated || st.replicas != L.dp;
+  const bool async = L.schedule == "pipedream";
+  if (replicated && (L.interleave != 1 || (L.schedule != "1f1b" && L.schedule != "pipedream"))) {
+    return Status::NotSupported("per-stage replication runs with the 1F1B (flush) or PipeDream (asynchronous) schedule");
   }
   if (L.device != "cpu") return Status::NotSupported("the runtime executes on CPU ranks so far (device cuda is planned)");
   if (model.layers.back().type != "loss") return Status::InvalidArgument("the model's last layer must be a loss to train it");
-  if (L.global_batch != L.microbatch_size * L.num_microbatches * L.dp) {
+  if (!replicated && L.global_batch != L.microbatch_size * L.num_microbatches * L.dp) {
     return Status::InvalidArgument(fmt::format("{}: global_batch {} != microbatch_size {} x num_microbatches {} x dp {}", L.path, L.global_batch,
                                                L.microbatch_size, L.num_microbatches, L.dp));
   }
-  const int64_t p = L.pp, Q = static_cast<int64_t>(L.stages.size());
+  const int64_t Q = static_cast<int64_t>(L.stages.size());
+  const int64_t p = replicated ? Q : L.pp;
   if (Q != p * L.interleave) return Status::InvalidArgument(fmt::format("{}: {} stages for pp {} x interleave {}", L.path, Q, p, L.interleave));
+  if (replicated) {
+    for (const auto& st : L.stages) {
+      if ((L.global_batch / L.microbatch_size) % st.replicas != 0) {
+        return Status::InvalidArgument(fmt::format("{}: {} microbatches do not split evenly over a stage's {} replicas", L.path,
+                                                   L.global_batch / L.microbatch_size, st.replicas));
+      }
+    }
+  }
   SetCpuThreads(static_cast<int>(L.run.threads));
   const int64_t rank = world.rank();
   const LaunchRank& me = L.ranks[static_cast<size_t>(rank)];
@@ -196,6 +206,15 @@ Status RunLaunch(const LaunchPlan& L, const ModelSpec& model, Communicator& worl
   CommTpGroup tp_group(tp_comm.get());
   // Rank of pipeline position `pos` with this rank's replica and tp rank (Megatron order).
   auto rank_at = [&](int64_t pos) { return static_cast<int>(pos * L.tp * L.dp + me.replica * L.tp + me.tp_rank); };
+  // Replicated: the rank of (stage, replica, this tp rank).
+  std::map<std::pair<int64_t, int64_t>, int> where;
+  for (const auto& r : L.ranks) {
+    if (r.tp_rank == me.tp_rank) where[{r.stage, r.replica}] = static_cast<int>(r.rank);
+  }
+  auto peer = [&](int64_t q, int64_t j) -> int {
+    if (!replicated) return rank_at(q % p);
+    return where[{q, j % L.stages[static_cast<size_t>(q)].replicas}];
+  };
   // This device's virtual stages (chunks): q = chunk x p + position. Seeds depend on the layer index only.
   struct Chunk {
     int64_t q;
@@ -223,12 +242,13 @@ Status RunLaunch(const LaunchPlan& L, const ModelSpec& model, Communicator& worl
   auto chunk_of = [&](int64_t q) -> Chunk& { return chunks[static_cast<size_t>(q / p)]; };
   size_t grad_elems = 0;
   for (Param* prm : params) grad_elems += static_cast<size_t>(prm->grad.numel());
-  std::vector<float> bucket(L.dp > 1 ? grad_elems : 0);
+  std::vector<float> bucket(grad_elems);
   OptimizerConfig oc;
   oc.kind = L.run.optimizer == "sgd" ? OptimizerConfig::kSgd : OptimizerConfig::kAdam;
   oc.lr = L.run.learning_rate;
   Optimizer optimizer(oc);
-  const int64_t b = L.microbatch_size, m = L.num_microbatches, B = L.global_batch;
+  const int64_t b = L.microbatch_size, B = L.global_batch;
+  const int64_t m = replicated ? B / b : L.num_microbatches;  // microbatches this rank's order covers (replicated: all, round robin)
   const bool split_w = L.schedule == "zb-h1";
   // Activation shapes at a virtual stage's input and output (TP shards of the logits).
   auto in_shape = [&](int64_t q) {
@@ -247,7 +267,33 @@ Status RunLaunch(const LaunchPlan& L, const ModelSpec& model, Communicator& worl
   };
   const int64_t iterations = opt.iterations > 0 ? opt.iterations : L.run.iterations;
   std::vector<SimEvent> order;
-  PLANNER_RETURN_IF_ERROR(ScheduleOrder(L, me.stage, &order));
+  if (!replicated) {
+    PLANNER_RETURN_IF_ERROR(ScheduleOrder(L, me.stage, &order));
+  } else {
+    // The simulator's round-robin order; device ids go stage by stage, replica by replica.
+    std::vector<SimStage> st;
+    std::vector<int64_t> reps, in_flight;
+    int64_t after = 0;
+    for (const auto& x : L.stages) after += x.replicas;
+    int64_t device = -1, offset = 0;
+    for (int64_t q = 0; q < Q; ++q) {
+      const auto& x = L.stages[static_cast<size_t>(q)];
+      SimStage y;
+      y.forward_s = x.predicted_forward_s > 0 ? x.predicted_forward_s : 1;
+      y.backward_input_s = x.predicted_backward_input_s > 0 ? x.predicted_backward_input_s : 1;
+      y.backward_weight_s = x.predicted_backward_weight_s > 0 ? x.predicted_backward_weight_s : 1;
+      st.push_back(y);
+      reps.push_back(x.replicas);
+      in_flight.push_back((after + x.replicas - 1) / x.replicas);  // PipeDream's NOAM
+      if (q == me.stage) device = offset + me.replica;
+      offset += x.replicas;
+      after -= x.replicas;
+    }
+    SimResult r;
+    PLANNER_RETURN_IF_ERROR(SimulateReplicated(st, reps, in_flight, m, true, &r));
+    for (const auto& e : r.events) if (e.device == device) order.push_back(e);
+    std::stable_sort(order.begin(), order.end(), [](const SimEvent& x, const SimEvent& y) { return x.start_s < y.start_s; });
+  }
 
   std::vector<double> iter_s, compute_s, comm_s;
   std::vector<double> losses;
@@ -284,6 +330,29 @@ Status RunLaunch(const LaunchPlan& L, const ModelSpec& model, Communicator& worl
   const int64_t ckpt_every = opt.checkpoint_every >= 0 ? opt.checkpoint_every : L.run.checkpoint_every;
   std::vector<TraceEvent> trace;
   const double t_origin = Now();
+  // PipeDream's weight stashing (asynchronous schedule): the weights a microbatch's forward used,
+  // restored for its backward; checksums prove forward and backward saw one version.
+  std::map<int64_t, std::vector<float>> stash;
+  std::map<int64_t, double> stash_sum;
+  int64_t stash_mismatch = 0, stash_stale = 0, stash_count = 0;
+  auto snapshot = [&]() {
+    std::vector<float> v;
+    for (Param* prm : params) v.insert(v.end(), prm->value.data(), prm->value.data() + prm->value.numel());
+    return v;
+  };
+  auto restore = [&](const std::vector<float>& v) {
+    size_t off = 0;
+    for (Param* prm : params) {
+      std::copy(v.begin() + static_cast<long>(off), v.begin() + static_cast<long>(off + static_cast<size_t>(prm->value.numel())), prm->value.data());
+      off += static_cast<size_t>(prm->value.numel());
+    }
+  };
+  auto checksum = [&]() {
+    double sum = 0;
+    for (Param* prm : params)
+      for (int64_t i = 0; i < prm->value.numel(); ++i) sum += static_cast<double>(prm->value.data()[i]) * static_cast<double>(i % 7 + 1);
+    return sum;
+  };
   double peak_bytes = 0;
   for (int64_t it = start; it < iterations; ++it) {
     for (auto& c : chunks)
@@ -299,7 +368,7 @@ Status RunLaunch(const LaunchPlan& L, const ModelSpec& model, Communicator& worl
       const int64_t q = ev.stage, j = ev.microbatch;
       Chunk& ch = chunk_of(q);
       auto& sv = saved[static_cast<size_t>(q / p)][static_cast<size_t>(j)];
-      const int64_t first_sample = it * B + (me.replica * m + j) * b;
+      const int64_t first_sample = replicated ? it * B + j * b : it * B + (me.replica * m + j) * b;
       // Tag of the message that enters virtual stage qq (dir 0: activation) or leaves it backwards (dir 1).
       auto tag = [&](int64_t qq, int dir) { return static_cast<int>(((qq * m + j) * 2 + dir) % 32000); };
       if (ev.kind == 'F') {
@@ -317,11 +386,15 @@ Status RunLaunch(const LaunchPlan& L, const ModelSpec& model, Communicator& worl
         } else {
           x = AllocateTensor(in_shape(q), Device::kCpu);
           double c0 = Now();
-          PLANNER_RETURN_IF_ERROR(world.Recv(x.data(), x.numel(), rank_at((q - 1) % p), tag(q, 0)));
+          PLANNER_RETURN_IF_ERROR(world.Recv(x.data(), x.numel(), peer((q - 1 + Q) % Q, j), tag(q, 0)));
           t_comm += Now() - c0;
           trace.push_back({fmt::format("recv F{}.{}", q, j), c0 - t_origin, Now() - c0, 1});
         }
         if (q == Q - 1) ch.ks.back()->SetTargets(Tensor::FromVector({static_cast<int64_t>(all_tg.size())}, all_tg));
+        if (async) {
+          stash[j] = snapshot();
+          stash_sum[j] = checksum();
+        }
         double c0 = Now();
         for (size_t i = 0; i < ch.ks.size(); ++i) {
           Tensor y;
@@ -333,7 +406,7 @@ Status RunLaunch(const LaunchPlan& L, const ModelSpec& model, Communicator& worl
         if (q == Q - 1) {
           for (int64_t smp = 0; smp < b; ++smp) loss_sum += x.data()[smp];
         } else {
-          PLANNER_RETURN_IF_ERROR(world.Send(x.data(), x.numel(), rank_at((q + 1) % p), tag(q + 1, 0)));
+          PLANNER_RETURN_IF_ERROR(world.Send(x.data(), x.numel(), peer((q + 1) % Q, j), tag(q + 1, 0)));
           keep.push_back(x);
         }
       } else if (ev.kind == 'B') {
@@ -344,9 +417,21 @@ Status RunLaunch(const LaunchPlan& L, const ModelSpec& model, Communicator& worl
         } else {
           dy = AllocateTensor(out_shape(q), Device::kCpu);
           double c0 = Now();
-          PLANNER_RETURN_IF_ERROR(world.Recv(dy.data(), dy.numel(), rank_at((q + 1) % p), tag(q + 1, 1)));
+          PLANNER_RETURN_IF_ERROR(world.Recv(dy.data(), dy.numel(), peer((q + 1) % Q, j), tag(q + 1, 1)));
           t_comm += Now() - c0;
           trace.push_back({fmt::format("recv B{}.{}", q, j), c0 - t_origin, Now() - c0, 1});
+        }
+        std::vector<float> latest;
+        if (async) {
+          // Backward on the stashed version of this microbatch's forward, then back to the latest weights.
+          latest = snapshot();
+          const double latest_sum = checksum();
+          restore(stash[j]);
+          const double used = checksum();
+          ++stash_count;
+          stash_mismatch += used != stash_sum[j];
+          stash_stale += latest_sum != stash_sum[j];
+          for (auto& k : ch.ks) k->ZeroGrads();
         }
         double c0 = Now();
         for (size_t i = ch.ks.size(); i-- > 0;) {
@@ -356,9 +441,20 @@ Status RunLaunch(const LaunchPlan& L, const ModelSpec& model, Communicator& worl
           dy = dx;
         }
         t_compute += Now() - c0;
+        if (async) {
+          // Update now (no flush): gradients of this round summed over the stage's replicas, which run in lockstep.
+          restore(latest);
+          stash.erase(j);
+          double a0 = Now();
+          if (L.stages[static_cast<size_t>(q)].replicas > 1) {
+            for (Param* prm : params) PLANNER_RETURN_IF_ERROR(dp_comm->AllReduce(prm->grad.data(), prm->grad.numel(), ReduceOp::kSum));
+          }
+          t_comm += Now() - a0;
+          PLANNER_RETURN_IF_ERROR(optimizer.Step(params));
+        }
         trace.push_back({fmt::format("B{}", j), c0 - t_origin, Now() - c0, 0});
         if (q > 0) {
-          PLANNER_RETURN_IF_ERROR(world.Send(dy.data(), dy.numel(), rank_at((q - 1) % p), tag(q, 1)));
+          PLANNER_RETURN_IF_ERROR(world.Send(dy.data(), dy.numel(), peer((q - 1 + Q) % Q, j), tag(q, 1)));
           keep.push_back(dy);
         }
       } else {  // 'W': the weight gradients ZB-H1 deferred
@@ -371,7 +467,8 @@ Status RunLaunch(const LaunchPlan& L, const ModelSpec& model, Communicator& worl
     double c0 = Now();
     PLANNER_RETURN_IF_ERROR(world.FlushSends());
     // One flat bucket (as DDP's), so the gradients travel as one large message.
-    if (L.dp > 1 && !params.empty()) {
+    const bool sync_dp = !async && (replicated ? L.stages[static_cast<size_t>(me.stage)].replicas > 1 : L.dp > 1);
+    if (sync_dp && !params.empty()) {
       size_t off = 0;
       for (Param* prm : params) {
         std::copy(prm->grad.data(), prm->grad.data() + prm->grad.numel(), bucket.begin() + static_cast<long>(off));
@@ -411,7 +508,7 @@ Status RunLaunch(const LaunchPlan& L, const ModelSpec& model, Communicator& worl
       }
     }
     c0 = Now();
-    PLANNER_RETURN_IF_ERROR(optimizer.Step(params));
+    if (!async) PLANNER_RETURN_IF_ERROR(optimizer.Step(params));
     t_compute += Now() - c0;
     // Mean loss of the global batch: last-stage, tp-rank-0 ranks contribute their sum.
     float lsum = me.tp_rank == 0 ? static_cast<float>(loss_sum) : 0.0f;
@@ -445,6 +542,15 @@ Status RunLaunch(const LaunchPlan& L, const ModelSpec& model, Communicator& worl
         mcsv << "iteration,loss,iteration_seconds\n";
         for (size_t i = 0; i < losses.size(); ++i) mcsv << fmt::format("{},{:.6f},{:.6f}\n", i + 1, losses[i], iter_s[i]);
       }
+    }
+  }
+  if (async) {
+    float counts[3] = {static_cast<float>(stash_count), static_cast<float>(stash_mismatch), static_cast<float>(stash_stale)};
+    PLANNER_RETURN_IF_ERROR(world.AllReduce(counts, 3, ReduceOp::kSum));
+    if (rank == 0) {
+      std::ofstream f(fs::path(opt.run_dir) / "weight_stashing.txt");
+      f << fmt::format("backward passes {}\nforward/backward on different weight versions {}\nbackward passes whose latest weights were newer than their stash {}\n",
+                       counts[0], counts[1], counts[2]);
     }
   }
   // Summary over the iterations after warm-up.
