@@ -101,6 +101,20 @@ __global__ void ActBackward(int kind, const float* z, const float* g, float* dx,
     dx[i] = g[i] * (0.5f * (1.0f + t) + 0.5f * v * (1.0f - t * t) * du);
   }
 }
+// Sums two per-thread values over the block (power-of-two blockDim) into sh[0] and sh[blockDim.x].
+__device__ void BlockSum2(float* sh, float a, float b) {
+  sh[threadIdx.x] = a;
+  sh[threadIdx.x + blockDim.x] = b;
+  __syncthreads();
+  for (unsigned k = blockDim.x / 2; k > 0; k >>= 1) {
+    if (threadIdx.x < k) {
+      sh[threadIdx.x] += sh[threadIdx.x + k];
+      sh[threadIdx.x + blockDim.x] += sh[threadIdx.x + blockDim.x + k];
+    }
+    __syncthreads();
+  }
+}
+
 // One block per row: mean / variance by a shared-memory reduction.
 __global__ void LayerNormForward(const float* x, const float* gamma, const float* beta, float* y, float* xhat, float* rstd,
                                  int64_t h) {
@@ -111,16 +125,7 @@ __global__ void LayerNormForward(const float* x, const float* gamma, const float
     s += xr[i];
     s2 += xr[i] * xr[i];
   }
-  sh[threadIdx.x] = s;
-  sh[threadIdx.x + blockDim.x] = s2;
-  __syncthreads();
-  for (unsigned k = blockDim.x / 2; k > 0; k >>= 1) {
-    if (threadIdx.x < k) {
-      sh[threadIdx.x] += sh[threadIdx.x + k];
-      sh[threadIdx.x + blockDim.x] += sh[threadIdx.x + blockDim.x + k];
-    }
-    __syncthreads();
-  }
+  BlockSum2(sh, s, s2);
   float mean = sh[0] / h, var = fmaxf(sh[blockDim.x] / h - mean * mean, 0.0f), rs = rsqrtf(var + 1e-5f);
   if (threadIdx.x == 0) rstd[blockIdx.x] = rs;
   for (int64_t i = threadIdx.x; i < h; i += blockDim.x) {
@@ -139,16 +144,7 @@ __global__ void LayerNormBackward(const float* dy, const float* gamma, const flo
     s1 += gg;
     s2 += gg * xh[i];
   }
-  sh[threadIdx.x] = s1;
-  sh[threadIdx.x + blockDim.x] = s2;
-  __syncthreads();
-  for (unsigned k = blockDim.x / 2; k > 0; k >>= 1) {
-    if (threadIdx.x < k) {
-      sh[threadIdx.x] += sh[threadIdx.x + k];
-      sh[threadIdx.x + blockDim.x] += sh[threadIdx.x + blockDim.x + k];
-    }
-    __syncthreads();
-  }
+  BlockSum2(sh, s1, s2);
   float m1 = sh[0] / h, m2 = sh[blockDim.x] / h, rs = rstd[blockIdx.x];
   for (int64_t i = threadIdx.x; i < h; i += blockDim.x) dx[blockIdx.x * h + i] = rs * (g[i] * gamma[i] - m1 - xh[i] * m2);
 }

@@ -1,0 +1,20 @@
+// NCCL backend (GPU ranks): buffers are device pointers of the current CUDA
+// device. The ncclUniqueId goes from rank 0 to every rank over a bootstrap
+// communicator (MPI, as nccl-tests does; none for a single rank). Every
+// operation is enqueued on the communicator's stream and then polled until
+// it finishes, its asynchronous error is checked, and past the timeout the
+// communicator is aborted (ncclCommAbort) and CommError returned.
+#pragma once
+
+#include <memory>
+
+#include "common/status.h"
+#include "runtime/comm/communicator.h"
+
+namespace planner {
+
+bool NcclBuilt();
+// `bootstrap`: the job's host communicator (nullptr: a single rank). `device`: CUDA device index.
+Status MakeNcclComm(Communicator* bootstrap, int device, std::unique_ptr<Communicator>* out);
+
+}  // namespace planner
