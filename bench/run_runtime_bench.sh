@@ -42,7 +42,7 @@ scale = {'ms': 1e-3, 's': 1.0, 'us': 1e-6}[it.group(2)]
 per_mb = float(it.group(1)) * scale / 32
 print(f"1-rank run: {per_mb*1e3:.3f} ms per microbatch (iteration / 32, optimizer included) vs profiled kernels {total*1e3:.3f} ms: {per_mb/total:.3f}x")
 PY
-# DP all-reduce inside the runtime (one flat bucket of all gradients, copies included) vs the
+# DP all-reduce inside the runtime (the gradients live in one flat bucket: one message, no copies) vs the
 # comm profile's measured all-reduce at that size (log-log interpolation of its points).
 python3 - data-parallel/runs/r/trace.json comm.profile.yaml <<'PY'
 import json, math, re, sys

@@ -240,9 +240,18 @@ Status RunLaunch(const LaunchPlan& L, const ModelSpec& model, Communicator& worl
     chunks.push_back(std::move(c));
   }
   auto chunk_of = [&](int64_t q) -> Chunk& { return chunks[static_cast<size_t>(q / p)]; };
-  size_t grad_elems = 0;
-  for (Param* prm : params) grad_elems += static_cast<size_t>(prm->grad.numel());
-  std::vector<float> bucket(grad_elems);
+  // All gradients live in one flat bucket (views), so the data-parallel all-reduce is one
+  // message with no copies (as DDP's buckets).
+  int64_t grad_elems = 0;
+  for (Param* prm : params) grad_elems += prm->grad.numel();
+  Tensor bucket = Tensor::Zeros({std::max<int64_t>(1, grad_elems)});
+  {
+    int64_t off = 0;
+    for (Param* prm : params) {
+      prm->grad = bucket.View(off, prm->grad.shape());
+      off += prm->grad.numel();
+    }
+  }
   OptimizerConfig oc;
   oc.kind = L.run.optimizer == "sgd" ? OptimizerConfig::kSgd : OptimizerConfig::kAdam;
   oc.lr = L.run.learning_rate;
@@ -447,7 +456,7 @@ Status RunLaunch(const LaunchPlan& L, const ModelSpec& model, Communicator& worl
           stash.erase(j);
           double a0 = Now();
           if (L.stages[static_cast<size_t>(q)].replicas > 1) {
-            for (Param* prm : params) PLANNER_RETURN_IF_ERROR(dp_comm->AllReduce(prm->grad.data(), prm->grad.numel(), ReduceOp::kSum));
+            PLANNER_RETURN_IF_ERROR(dp_comm->AllReduce(bucket.data(), grad_elems, ReduceOp::kSum));
           }
           t_comm += Now() - a0;
           PLANNER_RETURN_IF_ERROR(optimizer.Step(params));
@@ -468,18 +477,8 @@ Status RunLaunch(const LaunchPlan& L, const ModelSpec& model, Communicator& worl
     PLANNER_RETURN_IF_ERROR(world.FlushSends());
     // One flat bucket (as DDP's), so the gradients travel as one large message.
     const bool sync_dp = !async && (replicated ? L.stages[static_cast<size_t>(me.stage)].replicas > 1 : L.dp > 1);
-    if (sync_dp && !params.empty()) {
-      size_t off = 0;
-      for (Param* prm : params) {
-        std::copy(prm->grad.data(), prm->grad.data() + prm->grad.numel(), bucket.begin() + static_cast<long>(off));
-        off += static_cast<size_t>(prm->grad.numel());
-      }
-      PLANNER_RETURN_IF_ERROR(dp_comm->AllReduce(bucket.data(), static_cast<int64_t>(bucket.size()), ReduceOp::kSum));
-      off = 0;
-      for (Param* prm : params) {
-        std::copy(bucket.begin() + static_cast<long>(off), bucket.begin() + static_cast<long>(off + static_cast<size_t>(prm->grad.numel())), prm->grad.data());
-        off += static_cast<size_t>(prm->grad.numel());
-      }
+    if (sync_dp && grad_elems > 0) {
+      PLANNER_RETURN_IF_ERROR(dp_comm->AllReduce(bucket.data(), grad_elems, ReduceOp::kSum));
     }
     t_comm += Now() - c0;
     trace.push_back({"dp all-reduce", c0 - t_origin, Now() - c0, 1});

@@ -111,6 +111,16 @@ Tensor Tensor::Reshaped(const std::vector<int64_t>& shape) const {
   return t;
 }
 
+Tensor Tensor::View(int64_t offset, const std::vector<int64_t>& shape) const {
+  int64_t n = 1;
+  for (int64_t d : shape) n *= d;
+  if (offset < 0 || offset + n > numel()) throw std::invalid_argument(fmt::format("view of {} elements at {} exceeds {}", n, offset, ShapeString()));
+  Tensor t = *this;
+  t.shape_ = shape;
+  t.data_ = data_ + offset;
+  return t;
+}
+
 std::vector<float> Tensor::ToVector() const {
   std::vector<float> v(static_cast<size_t>(numel()));
   if (v.empty()) return v;

@@ -42,6 +42,8 @@ class Tensor {
   const float* data() const { return data_; }
   // Same storage, another shape of the same element count.
   Tensor Reshaped(const std::vector<int64_t>& shape) const;
+  // Same storage: `shape`'s elements starting `offset` elements in (must fit).
+  Tensor View(int64_t offset, const std::vector<int64_t>& shape) const;
   // Host copy of the values (any device).
   std::vector<float> ToVector() const;
   std::string ShapeString() const;
