@@ -12,6 +12,7 @@
 #include "dp_solver/cost_model.h"
 #include "planner/commands.h"
 #include "profiler/comm_profiler.h"
+#include "runtime/comm/nccl_comm.h"
 #include "profiler/layer_profiler.h"
 #include "runtime/kernels/cuda_api.h"
 #include "spec/model_spec.h"
@@ -60,19 +61,33 @@ Status RunComm(const ProfileArgs& a, const std::string& cmdline) {
       return Status::InvalidArgument("--collectives: unknown '" + c + "'; use all_reduce, all_gather, reduce_scatter, broadcast, send_recv");
     }
   }
+  // GPU ranks: NCCL over the MPI bootstrap (one GPU per node-local rank); CPU ranks: MPI.
+  std::unique_ptr<Communicator> nccl;
+  std::string why;
+  const bool want_gpu = a.device == "cuda" || (a.device == "auto" && CudaDeviceCount(&why) > 0 && NcclBuilt());
+  if (want_gpu) {
+    int local_rank = 0, local_size = 1, nodes = 1;
+    PLANNER_RETURN_IF_ERROR(MpiNodeLayout(*world, &local_rank, &local_size, &nodes));
+    PLANNER_RETURN_IF_ERROR(MakeNcclComm(world.get(), local_rank, &nccl));
+    nccl->set_timeout_seconds(a.timeout_s);
+  } else if (a.device != "cpu" && a.device != "auto") {
+    return Status::InvalidArgument(fmt::format("--device: unknown value '{}'; use cpu, cuda or auto", a.device));
+  }
   std::vector<CommRow> rows;
   Profile p;
   const bool root = world->rank() == 0;
-  PLANNER_RETURN_IF_ERROR(ProfileCollectives(*world, o, &rows, &p.comm, [&](const std::string& line) {
+  auto print = [&](const std::string& line) {
     if (root) std::printf("%s\n", line.c_str());
     std::fflush(stdout);
-  }));
+  };
+  if (nccl) PLANNER_RETURN_IF_ERROR(ProfileCollectives(*nccl, o, &rows, &p.comm, print, world.get()));
+  else PLANNER_RETURN_IF_ERROR(ProfileCollectives(*world, o, &rows, &p.comm, print));
   if (!root) return Status::OK();
   int64_t wrong = 0;
   for (const auto& r : rows) wrong += r.wrong;
   p.model = "";
-  p.device = DescribeHost(Device::kCpu, 1) + fmt::format(", {} MPI ranks", world->size());
-  p.backend = world->backend();
+  p.device = (nccl ? DescribeHost(Device::kCuda, 1) : DescribeHost(Device::kCpu, 1)) + fmt::format(", {} ranks", world->size());
+  p.backend = nccl ? "nccl" : world->backend();
   p.tool = "planner profile --comm";
   p.command = cmdline;
   std::string out = a.output.empty() ? "comm.profile.yaml" : a.output;

@@ -7,6 +7,8 @@
 #include <fmt/format.h>
 
 #include "common/progress.h"
+#include "runtime/kernels/cuda_api.h"
+#include "runtime/kernels/tensor.h"
 
 namespace planner {
 
@@ -49,34 +51,62 @@ namespace {
 float Value(int rank, int64_t i) { return static_cast<float>((rank + 1) + (i % 7)); }
 
 // Runs `iters` of one collective on group `g` and checks the last result.
+// NCCL groups get device buffers (host copies for filling and checking).
 Status RunOne(Communicator& g, const std::string& c, int64_t count, int iters, double* seconds, int64_t* wrong) {
   const int n = g.size(), r = g.rank();
+  const bool on_device = g.backend() == "nccl";
   std::vector<float> a, b;
   if (c == "all_reduce") a.resize(static_cast<size_t>(count));
   else if (c == "all_gather") { a.resize(static_cast<size_t>(count)); b.resize(static_cast<size_t>(count * n)); }
   else if (c == "reduce_scatter") { a.resize(static_cast<size_t>(count * n)); b.resize(static_cast<size_t>(count)); }
   else if (c == "broadcast") a.resize(static_cast<size_t>(count));
   else { a.resize(static_cast<size_t>(count)); b.resize(static_cast<size_t>(count)); }
+  Tensor da, db, scalar;
+  if (on_device) {
+    da = AllocateTensor({static_cast<int64_t>(a.size())}, Device::kCuda);
+    if (!b.empty()) db = AllocateTensor({static_cast<int64_t>(b.size())}, Device::kCuda);
+    scalar = AllocateTensor({1}, Device::kCuda);
+  }
+  float* pa = on_device ? da.data() : a.data();
+  float* pb = on_device ? (b.empty() ? nullptr : db.data()) : b.data();
   auto fill = [&]() {
     for (size_t i = 0; i < a.size(); ++i) a[i] = Value(r, static_cast<int64_t>(i));
+    if (on_device) CudaCopyToDevice(da.data(), a.data(), static_cast<int64_t>(a.size()) * 4);
   };
   auto once = [&]() -> Status {
-    if (c == "all_reduce") return g.AllReduce(a.data(), count, ReduceOp::kSum);
-    if (c == "all_gather") return g.AllGather(a.data(), b.data(), count);
-    if (c == "reduce_scatter") return g.ReduceScatter(a.data(), b.data(), count, ReduceOp::kSum);
-    if (c == "broadcast") return g.Broadcast(a.data(), count, 0);
-    return g.GroupSendRecv({{true, (r + 1) % n, a.data(), count}, {false, (r + n - 1) % n, b.data(), count}});
+    if (c == "all_reduce") return g.AllReduce(pa, count, ReduceOp::kSum);
+    if (c == "all_gather") return g.AllGather(pa, pb, count);
+    if (c == "reduce_scatter") return g.ReduceScatter(pa, pb, count, ReduceOp::kSum);
+    if (c == "broadcast") return g.Broadcast(pa, count, 0);
+    return g.GroupSendRecv({{true, (r + 1) % n, pa, count}, {false, (r + n - 1) % n, pb, count}});
+  };
+  // A scalar reduction over the group on the backend's memory.
+  auto reduce = [&](float v, ReduceOp op, float* result) -> Status {
+    if (!on_device) {
+      PLANNER_RETURN_IF_ERROR(g.AllReduce(&v, 1, op));
+      *result = v;
+      return Status::OK();
+    }
+    CudaCopyToDevice(scalar.data(), &v, 4);
+    PLANNER_RETURN_IF_ERROR(g.AllReduce(scalar.data(), 1, op));
+    CudaCopyToHost(result, scalar.data(), 4);
+    return Status::OK();
   };
   fill();
   PLANNER_RETURN_IF_ERROR(g.Barrier());
-  // Timed back to back, as a plain MPI loop would (in-place values grow;
-  // the checked run below starts again from the inputs).
+  // Timed back to back, as a plain MPI loop (or nccl-tests) would; in-place values grow and
+  // the checked run below starts again from the inputs.
   auto t0 = std::chrono::steady_clock::now();
   for (int k = 0; k < iters; ++k) PLANNER_RETURN_IF_ERROR(once());
   PLANNER_RETURN_IF_ERROR(g.Synchronize());
   double local = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count() / iters;
   fill();
   PLANNER_RETURN_IF_ERROR(once());
+  PLANNER_RETURN_IF_ERROR(g.Synchronize());
+  if (on_device) {
+    CudaCopyToHost(a.data(), da.data(), static_cast<int64_t>(a.size()) * 4);
+    if (!b.empty()) CudaCopyToHost(b.data(), db.data(), static_cast<int64_t>(b.size()) * 4);
+  }
   // Check the result of the last operation.
   int64_t bad = 0;
   const double sum_ranks = n * (n + 1) / 2.0;
@@ -92,10 +122,9 @@ Status RunOne(Communicator& g, const std::string& c, int64_t count, int iters, d
     }
     bad += got != want;
   }
-  float t = static_cast<float>(std::max(local, 1e-9));
-  PLANNER_RETURN_IF_ERROR(g.AllReduce(&t, 1, ReduceOp::kMax));
-  float w = static_cast<float>(bad);
-  PLANNER_RETURN_IF_ERROR(g.AllReduce(&w, 1, ReduceOp::kSum));
+  float t = 0, w = 0;
+  PLANNER_RETURN_IF_ERROR(reduce(static_cast<float>(std::max(local, 1e-9)), ReduceOp::kMax, &t));
+  PLANNER_RETURN_IF_ERROR(reduce(static_cast<float>(bad), ReduceOp::kSum, &w));
   *seconds = t;
   *wrong = static_cast<int64_t>(w);
   return Status::OK();
@@ -104,12 +133,12 @@ Status RunOne(Communicator& g, const std::string& c, int64_t count, int iters, d
 }  // namespace
 
 Status ProfileCollectives(Communicator& world, const CommProfileOptions& o, std::vector<CommRow>* rows,
-                          std::vector<CommCurve>* curves, const std::function<void(const std::string&)>& print) {
+                          std::vector<CommCurve>* curves, const std::function<void(const std::string&)>& print, Communicator* host) {
   const int n = world.size();
   if (n < 2) return Status::InvalidArgument("collective profiling needs two or more ranks: mpirun -np 2 planner profile --comm");
   if (o.min_bytes < 4 || o.max_bytes < o.min_bytes) return Status::InvalidArgument("--min-bytes must be at least 4 and at most --max-bytes");
   int local_rank = 0, local_size = n, nodes = 1;
-  PLANNER_RETURN_IF_ERROR(MpiNodeLayout(world, &local_rank, &local_size, &nodes));
+  PLANNER_RETURN_IF_ERROR(MpiNodeLayout(host ? *host : world, &local_rank, &local_size, &nodes));
   // (group size, level): powers of two within a node, then across nodes.
   struct GroupSpec {
     int size;
@@ -164,7 +193,7 @@ Status ProfileCollectives(Communicator& world, const CommProfileOptions& o, std:
         PLANNER_RETURN_IF_ERROR(RunOne(*g, c, count, iters, &secs, &wrong));
         // Rank 0's group reports; the time is the max over the group.
         float shared[3] = {static_cast<float>(secs), static_cast<float>(wrong), 0};
-        PLANNER_RETURN_IF_ERROR(world.Broadcast(shared, 3, 0));
+        PLANNER_RETURN_IF_ERROR((host ? *host : world).Broadcast(shared, 3, 0));
         CommRow row;
         row.collective = c;
         row.level = spec.level;

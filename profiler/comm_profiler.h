@@ -3,7 +3,8 @@
 // power-of-two group size the ranks allow and on each topology level they
 // span (node-local groups, and groups across nodes when there are several),
 // every result checked (#wrong), bus bandwidth with nccl-tests' factors
-// (cost-model-facts.md section 3), and an alpha-beta fit per curve.
+// (cost-model-facts.md section 3), and an alpha-beta fit per curve. MPI on
+// CPU ranks, NCCL (device buffers) on GPU ranks.
 #pragma once
 
 #include <cstdint>
@@ -40,8 +41,11 @@ double BusBandwidthFactor(const std::string& collective, int n);
 // Collective over `world`: every rank takes part; rows and curves are
 // complete on rank 0 (others get theirs too). `print` receives each table
 // line as it is measured (rank 0 prints).
+// `host`: the host communicator of the same ranks when `world` is NCCL (node layout and
+// reporting go over it); nullptr when `world` is a host backend.
 Status ProfileCollectives(Communicator& world, const CommProfileOptions& options, std::vector<CommRow>* rows,
-                          std::vector<CommCurve>* curves, const std::function<void(const std::string&)>& print);
+                          std::vector<CommCurve>* curves, const std::function<void(const std::string&)>& print,
+                          Communicator* host = nullptr);
 
 // Weighted least squares of time = alpha + bytes * beta over the points
 // (weights 1/time^2: relative error, so small and large sizes both count).

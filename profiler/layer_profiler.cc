@@ -14,6 +14,7 @@
 #include "common/progress.h"
 #include "common/units.h"
 #include "planner_config.h"
+#include "runtime/comm/nccl_comm.h"
 #include "runtime/kernels/cuda_api.h"
 
 namespace planner {
@@ -93,7 +94,7 @@ std::string Today() {
 }  // namespace
 
 std::string DescribeHost(Device device, int threads) {
-  if (device == Device::kCuda) return CudaDescribeDevice(0);
+  if (device == Device::kCuda) return CudaDescribeDevice(0) + ", " + NcclVersion();
   std::ifstream in("/proc/cpuinfo");
   std::string line, model = "unknown CPU";
   while (std::getline(in, line)) {

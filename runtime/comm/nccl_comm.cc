@@ -127,6 +127,11 @@ class NcclComm final : public Communicator {
 }  // namespace
 
 bool NcclBuilt() { return true; }
+std::string NcclVersion() {
+  int v = 0;
+  ncclGetVersion(&v);
+  return fmt::format("NCCL {}.{}.{}", v / 10000, v / 100 % 100, v % 100);
+}
 
 Status MakeNcclComm(Communicator* bootstrap, int device, std::unique_ptr<Communicator>* out) {
   int count = 0;

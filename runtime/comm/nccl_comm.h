@@ -7,6 +7,7 @@
 #pragma once
 
 #include <memory>
+#include <string>
 
 #include "common/status.h"
 #include "runtime/comm/communicator.h"
@@ -14,6 +15,8 @@
 namespace planner {
 
 bool NcclBuilt();
+// "NCCL 2.28.9" (the library's version), or "no NCCL".
+std::string NcclVersion();
 // `bootstrap`: the job's host communicator (nullptr: a single rank). `device`: CUDA device index.
 Status MakeNcclComm(Communicator* bootstrap, int device, std::unique_ptr<Communicator>* out);
 
