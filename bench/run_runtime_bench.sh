@@ -46,8 +46,9 @@ PY
 # comm profile's measured all-reduce at that size (log-log interpolation of its points).
 python3 - data-parallel/runs/r/trace.json comm.profile.yaml <<'PY'
 import json, math, re, sys
-allev = [e for e in json.load(open(sys.argv[1]))["traceEvents"] if e.get("name") == "dp all-reduce"]
-# Per iteration, the rank that arrives last waits for nobody: its duration is the transfer (plus the bucket copies).
+allev = [e for e in json.load(open(sys.argv[1]))["traceEvents"] if e.get("name") in ("dp all-reduce", "dp all-reduce busy")]
+# Per iteration, the rank that arrives last waits for nobody: its duration is the transfer
+# (with overlap: the reducer thread's summed segment times).
 per_rank = [[e["dur"] for e in allev if e["pid"] == r] for r in (0, 1)]
 durs = sorted(min(a, b) for a, b in list(zip(*per_rank))[2:])
 meas = durs[len(durs) // 2] * 1e-6

@@ -5,8 +5,12 @@
 #include <cmath>
 #include <cstdio>
 #include <filesystem>
+#include <condition_variable>
+#include <deque>
 #include <fstream>
 #include <map>
+#include <mutex>
+#include <thread>
 #include <sstream>
 
 #include <fmt/format.h>
@@ -339,6 +343,76 @@ Status RunLaunch(const LaunchPlan& L, const ModelSpec& model, Communicator& worl
   const int64_t ckpt_every = opt.checkpoint_every >= 0 ? opt.checkpoint_every : L.run.checkpoint_every;
   std::vector<TraceEvent> trace;
   const double t_origin = Now();
+  // Data-parallel all-reduce overlapped with backward (DDP-style): during each chunk's last
+  // backward of the iteration, a layer's gradient segment of the flat bucket is all-reduced on a
+  // second thread as soon as that layer's weight gradient is final, while earlier layers compute.
+  const bool sync_dp = !async && (replicated ? L.stages[static_cast<size_t>(me.stage)].replicas > 1 : L.dp > 1);
+  const bool overlap = sync_dp && grad_elems > 0 && ConcurrentCommunicatorsSafe(*dp_comm);
+  std::map<int64_t, size_t> last_backward;  // chunk q -> index in `order` of its last B (or W)
+  for (size_t i = 0; i < order.size(); ++i) {
+    if (order[i].kind == 'W' || (order[i].kind == 'B' && !split_w)) last_backward[order[i].stage] = i;
+  }
+  // Bucket segment [offset, count) of each layer of each chunk.
+  std::map<std::pair<int64_t, size_t>, std::pair<int64_t, int64_t>> segment;
+  {
+    int64_t off = 0;
+    for (const auto& c : chunks) {
+      for (size_t i = 0; i < c.ks.size(); ++i) {
+        int64_t cnt = 0;
+        for (Param* prm : c.ks[i]->Params()) cnt += prm->grad.numel();
+        segment[{c.q, i}] = {off, cnt};
+        off += cnt;
+      }
+    }
+  }
+  struct Reducer {
+    std::mutex mu;
+    std::condition_variable cv;
+    std::deque<std::pair<int64_t, int64_t>> queue;
+    int64_t pending = 0;
+    bool stop = false;
+    Status status;
+    double busy_s = 0;
+  } red;
+  std::thread reducer;
+  if (overlap) {
+    reducer = std::thread([&]() {
+      std::unique_lock<std::mutex> lk(red.mu);
+      while (true) {
+        red.cv.wait(lk, [&] { return red.stop || !red.queue.empty(); });
+        if (red.queue.empty()) return;
+        auto [off, cnt] = red.queue.front();
+        red.queue.pop_front();
+        lk.unlock();
+        double a0 = Now();
+        Status st = cnt > 0 ? dp_comm->AllReduce(bucket.data() + off, cnt, ReduceOp::kSum) : Status::OK();
+        lk.lock();
+        red.busy_s += Now() - a0;
+        if (!st.ok() && red.status.ok()) red.status = st;
+        --red.pending;
+        red.cv.notify_all();
+      }
+    });
+  }
+  auto enqueue = [&](int64_t q, size_t layer) {
+    auto seg = segment[{q, layer}];
+    std::lock_guard<std::mutex> lk(red.mu);
+    red.queue.push_back(seg);
+    ++red.pending;
+    red.cv.notify_all();
+  };
+  struct JoinAtExit {
+    Reducer& r;
+    std::thread& t;
+    ~JoinAtExit() {
+      {
+        std::lock_guard<std::mutex> lk(r.mu);
+        r.stop = true;
+        r.cv.notify_all();
+      }
+      if (t.joinable()) t.join();
+    }
+  } join_at_exit{red, reducer};
   // PipeDream's weight stashing (asynchronous schedule): the weights a microbatch's forward used,
   // restored for its backward; checksums prove forward and backward saw one version.
   std::map<int64_t, std::vector<float>> stash;
@@ -373,8 +447,10 @@ Status RunLaunch(const LaunchPlan& L, const ModelSpec& model, Communicator& worl
     std::vector<Tensor> keep;  // sent buffers stay alive until FlushSends
     double t_compute = 0, t_comm = 0, loss_sum = 0;
     const double t0 = Now();
-    for (const SimEvent& ev : order) {
+    for (size_t ev_index = 0; ev_index < order.size(); ++ev_index) {
+      const SimEvent& ev = order[ev_index];
       const int64_t q = ev.stage, j = ev.microbatch;
+      const bool final_backward = overlap && last_backward.count(q) && last_backward[q] == ev_index;
       Chunk& ch = chunk_of(q);
       auto& sv = saved[static_cast<size_t>(q / p)][static_cast<size_t>(j)];
       const int64_t first_sample = replicated ? it * B + j * b : it * B + (me.replica * m + j) * b;
@@ -446,7 +522,10 @@ Status RunLaunch(const LaunchPlan& L, const ModelSpec& model, Communicator& worl
         for (size_t i = ch.ks.size(); i-- > 0;) {
           Tensor dx;
           PLANNER_RETURN_IF_ERROR(ch.ks[i]->BackwardInput(dy, &dx, &sv[i]));
-          if (!split_w) PLANNER_RETURN_IF_ERROR(ch.ks[i]->BackwardWeight(&sv[i]));
+          if (!split_w) {
+            PLANNER_RETURN_IF_ERROR(ch.ks[i]->BackwardWeight(&sv[i]));
+            if (final_backward) enqueue(q, i);
+          }
           dy = dx;
         }
         t_compute += Now() - c0;
@@ -468,7 +547,10 @@ Status RunLaunch(const LaunchPlan& L, const ModelSpec& model, Communicator& worl
         }
       } else {  // 'W': the weight gradients ZB-H1 deferred
         double c0 = Now();
-        for (size_t i = ch.ks.size(); i-- > 0;) PLANNER_RETURN_IF_ERROR(ch.ks[i]->BackwardWeight(&sv[i]));
+        for (size_t i = ch.ks.size(); i-- > 0;) {
+          PLANNER_RETURN_IF_ERROR(ch.ks[i]->BackwardWeight(&sv[i]));
+          if (final_backward) enqueue(q, i);
+        }
         t_compute += Now() - c0;
         trace.push_back({fmt::format("W{}", j), c0 - t_origin, Now() - c0, 0});
       }
@@ -476,12 +558,21 @@ Status RunLaunch(const LaunchPlan& L, const ModelSpec& model, Communicator& worl
     double c0 = Now();
     PLANNER_RETURN_IF_ERROR(world.FlushSends());
     // One flat bucket (as DDP's), so the gradients travel as one large message.
-    const bool sync_dp = !async && (replicated ? L.stages[static_cast<size_t>(me.stage)].replicas > 1 : L.dp > 1);
-    if (sync_dp && grad_elems > 0) {
+    if (overlap) {
+      // Wait for the segments still in flight (the exposed part of the all-reduce).
+      std::unique_lock<std::mutex> lk(red.mu);
+      red.cv.wait(lk, [&] { return red.pending == 0; });
+      PLANNER_RETURN_IF_ERROR(red.status);
+    } else if (sync_dp && grad_elems > 0) {
       PLANNER_RETURN_IF_ERROR(dp_comm->AllReduce(bucket.data(), grad_elems, ReduceOp::kSum));
     }
     t_comm += Now() - c0;
-    trace.push_back({"dp all-reduce", c0 - t_origin, Now() - c0, 1});
+    trace.push_back({overlap ? "dp all-reduce (exposed wait)" : "dp all-reduce", c0 - t_origin, Now() - c0, 1});
+    if (overlap) {
+      std::lock_guard<std::mutex> lk(red.mu);
+      trace.push_back({"dp all-reduce busy", c0 - t_origin, red.busy_s, 2});  // summed segment time on the reducer thread
+      red.busy_s = 0;
+    }
     if (it == 0 && opt.dump_gradients && me.replica == 0 && me.tp_rank == 0) {
       fs::create_directories(fs::path(opt.run_dir) / "grads");
       for (Param* prm : params) {

@@ -64,6 +64,9 @@ class Communicator {
 // Unavailable when built without MPI.
 Status MakeMpiWorld(std::unique_ptr<Communicator>* out);
 bool MpiBuilt();
+// Whether two threads may each drive a different communicator of this kind
+// at once (MPI: the library granted MPI_THREAD_MULTIPLE; others: yes).
+bool ConcurrentCommunicatorsSafe(const Communicator& c);
 // Whether this process was started by mpirun / srun with several ranks.
 bool LaunchedUnderMpi();
 // The node-local rank and the number of nodes the world spans (MPI shared-memory split).

@@ -20,6 +20,7 @@ namespace planner {
 namespace {
 
 MPI_Op Op(ReduceOp op) { return op == ReduceOp::kSum ? MPI_SUM : MPI_MAX; }
+bool g_thread_multiple = false;
 
 // One per process: a thread that wakes every 50 ms and aborts the job when
 // the armed deadline has passed. Arming is two atomic stores (no lock, no
@@ -177,6 +178,7 @@ void FinalizeAtExit() {
 }  // namespace
 
 bool MpiBuilt() { return true; }
+bool ConcurrentCommunicatorsSafe(const Communicator& c) { return c.backend() != "mpi" || g_thread_multiple; }
 
 bool LaunchedUnderMpi() {
   for (const char* v : {"OMPI_COMM_WORLD_SIZE", "PMI_SIZE", "PMIX_RANK", "SLURM_NTASKS", "MPI_LOCALNRANKS"}) {
@@ -190,9 +192,11 @@ Status MakeMpiWorld(std::unique_ptr<Communicator>* out) {
   MPI_Initialized(&inited);
   if (!inited) {
     int provided = 0;
-    if (MPI_Init_thread(nullptr, nullptr, MPI_THREAD_FUNNELED, &provided) != MPI_SUCCESS) {
+    // MULTIPLE: the runtime all-reduces gradients on a second thread while backward runs.
+    if (MPI_Init_thread(nullptr, nullptr, MPI_THREAD_MULTIPLE, &provided) != MPI_SUCCESS) {
       return Status::CommError("MPI_Init_thread failed");
     }
+    g_thread_multiple = provided >= MPI_THREAD_MULTIPLE;
     std::atexit(FinalizeAtExit);
   }
   *out = std::make_unique<MpiComm>(MPI_COMM_WORLD, false);

@@ -4,6 +4,7 @@
 namespace planner {
 
 bool MpiBuilt() { return false; }
+bool ConcurrentCommunicatorsSafe(const Communicator&) { return true; }
 bool LaunchedUnderMpi() { return false; }
 Status MakeMpiWorld(std::unique_ptr<Communicator>*) {
   return Status::Unavailable("built without MPI; install libopenmpi-dev and rebuild (make deps && make)");
