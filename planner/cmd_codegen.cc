@@ -19,6 +19,7 @@ struct CodegenArgs {
   std::string plan, output = "launch", device = "cpu", optimizer = "adam", planner_path;
   int64_t iterations = 20, warmup = 2, threads = 1, gpus_per_node = 0, checkpoint_every = 0, seed = 1;
   double lr = 1e-3, timeout_s = 60;
+  bool overlap_dp = false;
 };
 
 // The model file named by the plan: as written, else next to the plan.
@@ -45,6 +46,7 @@ Runner RegisterCodegen(CLI::App& app, const std::string& self) {
   cmd->add_option("--seed", a->seed, "seed of parameters and data")->check(CLI::NonNegativeNumber);
   cmd->add_option("--checkpoint-every", a->checkpoint_every, "write a checkpoint every N iterations (0: never)")->check(CLI::NonNegativeNumber);
   cmd->add_option("--timeout", a->timeout_s, "seconds before a stuck collective ends the run")->check(CLI::PositiveNumber);
+  cmd->add_flag("--overlap-dp", a->overlap_dp, "all-reduce gradients on a second thread while the last backward runs (needs spare cores)");
   cmd->add_option("--planner-path", a->planner_path, "executable the scripts launch (default: this planner)");
   cmd->add_option("--gpus-per-node", a->gpus_per_node, "ranks per node (default: the plan's cluster, first topology level)")->check(CLI::PositiveNumber);
   return [a, self]() -> Status {
@@ -74,6 +76,7 @@ Runner RegisterCodegen(CLI::App& app, const std::string& self) {
     o.run.seed = static_cast<uint64_t>(a->seed);
     o.run.checkpoint_every = a->checkpoint_every;
     o.run.timeout_s = a->timeout_s;
+    o.run.overlap_dp = a->overlap_dp;
     o.gpus_per_node = a->gpus_per_node;
     if (o.gpus_per_node == 0) {
       ClusterSpec c;

@@ -347,7 +347,9 @@ Status RunLaunch(const LaunchPlan& L, const ModelSpec& model, Communicator& worl
   // backward of the iteration, a layer's gradient segment of the flat bucket is all-reduced on a
   // second thread as soon as that layer's weight gradient is final, while earlier layers compute.
   const bool sync_dp = !async && (replicated ? L.stages[static_cast<size_t>(me.stage)].replicas > 1 : L.dp > 1);
-  const bool overlap = sync_dp && grad_elems > 0 && ConcurrentCommunicatorsSafe(*dp_comm);
+  // Off by default on CPU ranks: on a machine with as many cores as ranks the reducer thread's
+  // polling competes with compute (docs/performance.md measured it slower).
+  const bool overlap = L.run.overlap_dp && sync_dp && grad_elems > 0 && ConcurrentCommunicatorsSafe(*dp_comm);
   std::map<int64_t, size_t> last_backward;  // chunk q -> index in `order` of its last B (or W)
   for (size_t i = 0; i < order.size(); ++i) {
     if (order[i].kind == 'W' || (order[i].kind == 'B' && !split_w)) last_backward[order[i].stage] = i;

@@ -36,9 +36,9 @@ std::string LaunchPlanToYaml(const LaunchPlan& p) {
                    p.num_microbatches, p.global_batch, p.gpus_per_node);
   o += fmt::format("predicted: {{iteration_seconds: {:.9g}, bubble_fraction: {:.6g}}}\n", p.predicted_iteration_s, p.predicted_bubble_fraction);
   o += fmt::format("run: {{iterations: {}, warmup_iterations: {}, optimizer: {}, learning_rate: {:.9g}, seed: {}, checkpoint_every: {}, "
-                   "timeout_seconds: {:.9g}, threads: {}}}\n",
+                   "timeout_seconds: {:.9g}, threads: {}, overlap_dp: {}}}\n",
                    p.run.iterations, p.run.warmup_iterations, p.run.optimizer, p.run.learning_rate, p.run.seed, p.run.checkpoint_every,
-                   p.run.timeout_s, p.run.threads);
+                   p.run.timeout_s, p.run.threads, p.run.overlap_dp ? "true" : "false");
   o += "stages:\n";
   for (const auto& s : p.stages) {
     o += fmt::format("  - {{first_layer: {}, last_layer: {}, replicas: {}, chunk: {}, predicted_compute_seconds: {:.9g}, "
@@ -92,7 +92,7 @@ Status ParseLaunchPlan(const std::string& path, const std::string& text, LaunchP
     const YAML::Node& n = root["run"];
     PLANNER_RETURN_IF_ERROR(r.RequireMap(n, "run"));
     PLANNER_RETURN_IF_ERROR(r.CheckKeys(n, "run", {"iterations", "warmup_iterations", "optimizer", "learning_rate", "seed", "checkpoint_every",
-                                                   "timeout_seconds", "threads"}));
+                                                   "timeout_seconds", "threads", "overlap_dp"}));
     PLANNER_RETURN_IF_ERROR(r.GetInt(n, "iterations", "run.iterations", &p.run.iterations, false, 1));
     PLANNER_RETURN_IF_ERROR(r.GetInt(n, "warmup_iterations", "run.warmup_iterations", &p.run.warmup_iterations, false, 0));
     PLANNER_RETURN_IF_ERROR(r.GetEnum(n, "optimizer", "run.optimizer", {"adam", "sgd"}, &p.run.optimizer, false));
@@ -103,6 +103,7 @@ Status ParseLaunchPlan(const std::string& path, const std::string& text, LaunchP
     PLANNER_RETURN_IF_ERROR(r.GetInt(n, "checkpoint_every", "run.checkpoint_every", &p.run.checkpoint_every, false, 0));
     PLANNER_RETURN_IF_ERROR(r.GetDouble(n, "timeout_seconds", "run.timeout_seconds", &p.run.timeout_s, false, 0, true));
     PLANNER_RETURN_IF_ERROR(r.GetInt(n, "threads", "run.threads", &p.run.threads, false, 1));
+    PLANNER_RETURN_IF_ERROR(r.GetBool(n, "overlap_dp", "run.overlap_dp", &p.run.overlap_dp, false));
   }
   const YAML::Node& st = root["stages"];
   if (!st.IsDefined()) return r.FieldError(root, "stages", "missing required field");

@@ -41,6 +41,7 @@ struct LaunchRun {
   int64_t checkpoint_every = 0;     // 0: never
   double timeout_s = 60;
   int64_t threads = 1;
+  bool overlap_dp = false;          // all-reduce gradients on a second thread during the last backward
 };
 
 struct LaunchPlan {

@@ -50,6 +50,13 @@ case_grad pp2-gpipe 2 tiny-gpt local-cpu --pp 2 --schedule gpipe
 case_grad pp2-interleaved 2 tiny-gpt local-cpu --pp 2 --schedule interleaved
 case_grad pp2-zbh1 2 tiny-gpt local-cpu --pp 2 --schedule zb-h1
 case_grad dp2 2 tiny-gpt local-cpu --pp 1 --tp 1
+# The same with the all-reduce overlapped with backward (codegen --overlap-dp).
+$PLANNER -q codegen dp2.plan.yaml -o dp2o --iterations 1 --overlap-dp
+if timeout 120 mpirun --oversubscribe -np 2 $PLANNER -q run dp2o --dump-gradients --run-id multi >/dev/null 2>dp2o.err; then
+  grep -q '"dp all-reduce busy"' dp2o/runs/multi/trace.json && compare dp2/runs/single/grads dp2o/runs/multi/grads && ok || bad "overlapped DP gradients differ"
+else
+  bad "overlapped DP run"; tail -3 dp2o.err
+fi
 case_grad pp2-dp2-mlp 4 mlp-small dgx-a100 --pp 2 --tp 1 --schedule 1f1b --global-batch 64
 
 # Tensor parallelism (heads, ffn and vocabulary split over 2 ranks): the same global gradient
