@@ -19,6 +19,8 @@
 #include "common/units.h"
 #include "runtime/kernels/kernel.h"
 #include "dp_solver/schedule_sim.h"
+#include "runtime/comm/nccl_comm.h"
+#include "runtime/kernels/cuda_api.h"
 #include "runtime/kernels/optimizer.h"
 
 namespace planner {
@@ -63,6 +65,19 @@ struct TraceEvent {
   double start_s, dur_s;
   int tid;
 };
+
+// A host tensor's copy on `dev` (itself on the CPU).
+Tensor ToDevice(const Tensor& t, Device dev) {
+  if (dev == Device::kCpu) return t;
+  Tensor d = AllocateTensor(t.shape(), dev);
+  CudaCopyToDevice(d.data(), t.data(), t.numel() * 4);
+  return d;
+}
+// Host values into a tensor of either device.
+void Upload(const std::vector<float>& v, Tensor* t) {
+  if (t->device() == Device::kCpu) std::copy(v.begin(), v.end(), t->data());
+  else CudaCopyToDevice(t->data(), v.data(), static_cast<int64_t>(v.size()) * 4);
+}
 
 // Finds the group (from launch.yaml) holding `rank`; -1 if none.
 int64_t GroupOf(const std::vector<std::vector<int64_t>>& groups, int64_t rank) {
@@ -176,7 +191,7 @@ Status RunLaunch(const LaunchPlan& L, const ModelSpec& model, Communicator& worl
   if (replicated && (L.interleave != 1 || (L.schedule != "1f1b" && L.schedule != "pipedream"))) {
     return Status::NotSupported("per-stage replication runs with the 1F1B (flush) or PipeDream (asynchronous) schedule");
   }
-  if (L.device != "cpu") return Status::NotSupported("the runtime executes on CPU ranks so far (device cuda is planned)");
+  const Device dev = L.device == "cuda" ? Device::kCuda : Device::kCpu;
   if (model.layers.back().type != "loss") return Status::InvalidArgument("the model's last layer must be a loss to train it");
   if (!replicated && L.global_batch != L.microbatch_size * L.num_microbatches * L.dp) {
     return Status::InvalidArgument(fmt::format("{}: global_batch {} != microbatch_size {} x num_microbatches {} x dp {}", L.path, L.global_batch,
@@ -203,8 +218,24 @@ Status RunLaunch(const LaunchPlan& L, const ModelSpec& model, Communicator& worl
   }
   // Communicators: this rank's TP and DP groups (every rank splits in the same order).
   std::unique_ptr<Communicator> tp_comm, dp_comm;
-  PLANNER_RETURN_IF_ERROR(world.Split(static_cast<int>(GroupOf(L.tp_groups, rank)), static_cast<int>(rank), &tp_comm));
-  PLANNER_RETURN_IF_ERROR(world.Split(static_cast<int>(GroupOf(L.dp_groups, rank)), static_cast<int>(rank), &dp_comm));
+  // GPU ranks: one CUDA device each (the rank's local device); activations, gradients and the
+  // TP / DP collectives go over NCCL (bootstrapped over the host world); host scalars over the world.
+  std::unique_ptr<Communicator> nccl;
+  Communicator* pipe = &world;
+  if (dev == Device::kCuda) {
+    std::string why;
+    int count = CudaDeviceCount(&why);
+    if (count == 0) return Status::Unavailable(fmt::format("{}: device cuda: {}", L.path, why));
+    if (L.tp > 1) return Status::NotSupported("tensor parallelism runs on CPU ranks only so far (CUDA kernels take no TP group yet)");
+    CudaSetDevice(static_cast<int>(me.local_device % count));
+    if (n > 1) {
+      PLANNER_RETURN_IF_ERROR(MakeNcclComm(&world, static_cast<int>(me.local_device % count), &nccl));
+      nccl->set_timeout_seconds(L.run.timeout_s);
+      pipe = nccl.get();
+    }
+  }
+  PLANNER_RETURN_IF_ERROR(pipe->Split(static_cast<int>(GroupOf(L.tp_groups, rank)), static_cast<int>(rank), &tp_comm));
+  PLANNER_RETURN_IF_ERROR(pipe->Split(static_cast<int>(GroupOf(L.dp_groups, rank)), static_cast<int>(rank), &dp_comm));
   tp_comm->set_timeout_seconds(L.run.timeout_s);
   dp_comm->set_timeout_seconds(L.run.timeout_s);
   CommTpGroup tp_group(tp_comm.get());
@@ -232,6 +263,7 @@ Status RunLaunch(const LaunchPlan& L, const ModelSpec& model, Communicator& worl
     const LaunchStage& st = L.stages[static_cast<size_t>(q)];
     for (int64_t i = st.first_layer; i <= st.last_layer; ++i) {
       KernelOptions ko;
+      ko.device = dev;
       ko.tp_size = L.tp;
       ko.tp_rank = me.tp_rank;
       ko.tp_group = L.tp > 1 ? &tp_group : nullptr;
@@ -248,7 +280,7 @@ Status RunLaunch(const LaunchPlan& L, const ModelSpec& model, Communicator& worl
   // message with no copies (as DDP's buckets).
   int64_t grad_elems = 0;
   for (Param* prm : params) grad_elems += prm->grad.numel();
-  Tensor bucket = Tensor::Zeros({std::max<int64_t>(1, grad_elems)});
+  Tensor bucket = Tensor::Zeros({std::max<int64_t>(1, grad_elems)}, dev);
   {
     int64_t off = 0;
     for (Param* prm : params) {
@@ -323,7 +355,11 @@ Status RunLaunch(const LaunchPlan& L, const ModelSpec& model, Communicator& worl
       return Status::InvalidArgument(fmt::format("{}/ckpt/rank{}.bin holds {} parameters, this stage has {}; it belongs to another launch",
                                                  opt.resume_from, rank, header[1], want));
     }
-    for (Param* prm : params) f.read(reinterpret_cast<char*>(prm->value.data()), prm->value.numel() * 4);
+    for (Param* prm : params) {
+      std::vector<float> v(static_cast<size_t>(prm->value.numel()));
+      f.read(reinterpret_cast<char*>(v.data()), prm->value.numel() * 4);
+      Upload(v, &prm->value);
+    }
     std::vector<float> state(static_cast<size_t>(header[2]));
     f.read(reinterpret_cast<char*>(state.data()), header[2] * 4);
     if (!f) return Status::InvalidArgument(fmt::format("{}/ckpt/rank{}.bin is truncated", opt.resume_from, rank));
@@ -422,27 +458,34 @@ Status RunLaunch(const LaunchPlan& L, const ModelSpec& model, Communicator& worl
   int64_t stash_mismatch = 0, stash_stale = 0, stash_count = 0;
   auto snapshot = [&]() {
     std::vector<float> v;
-    for (Param* prm : params) v.insert(v.end(), prm->value.data(), prm->value.data() + prm->value.numel());
+    for (Param* prm : params) {
+      std::vector<float> x = prm->value.ToVector();
+      v.insert(v.end(), x.begin(), x.end());
+    }
     return v;
   };
   auto restore = [&](const std::vector<float>& v) {
     size_t off = 0;
     for (Param* prm : params) {
-      std::copy(v.begin() + static_cast<long>(off), v.begin() + static_cast<long>(off + static_cast<size_t>(prm->value.numel())), prm->value.data());
+      Upload(std::vector<float>(v.begin() + static_cast<long>(off), v.begin() + static_cast<long>(off + static_cast<size_t>(prm->value.numel()))),
+             &prm->value);
       off += static_cast<size_t>(prm->value.numel());
     }
   };
   auto checksum = [&]() {
     double sum = 0;
     for (Param* prm : params)
-      for (int64_t i = 0; i < prm->value.numel(); ++i) sum += static_cast<double>(prm->value.data()[i]) * static_cast<double>(i % 7 + 1);
+    {
+      std::vector<float> x = prm->value.ToVector();
+      for (size_t i = 0; i < x.size(); ++i) sum += static_cast<double>(x[i]) * static_cast<double>(i % 7 + 1);
+    }
     return sum;
   };
   double peak_bytes = 0;
   for (int64_t it = start; it < iterations; ++it) {
     for (auto& c : chunks)
       for (auto& k : c.ks) k->ZeroGrads();
-    ResetPeakMemory(Device::kCpu);
+    ResetPeakMemory(dev);
     // saved[chunk][microbatch][layer]
     std::vector<std::vector<std::vector<Saved>>> saved(chunks.size());
     for (size_t c = 0; c < chunks.size(); ++c) saved[c].assign(static_cast<size_t>(m), std::vector<Saved>(chunks[c].ks.size()));
@@ -469,11 +512,11 @@ Status RunLaunch(const LaunchPlan& L, const ModelSpec& model, Communicator& worl
           }
         }
         if (q == 0) {
-          x = Tensor::FromVector(in_shape(q), all_in);
+          x = ToDevice(Tensor::FromVector(in_shape(q), all_in), dev);
         } else {
-          x = AllocateTensor(in_shape(q), Device::kCpu);
+          x = AllocateTensor(in_shape(q), dev);
           double c0 = Now();
-          PLANNER_RETURN_IF_ERROR(world.Recv(x.data(), x.numel(), peer((q - 1 + Q) % Q, j), tag(q, 0)));
+          PLANNER_RETURN_IF_ERROR(pipe->Recv(x.data(), x.numel(), peer((q - 1 + Q) % Q, j), tag(q, 0)));
           t_comm += Now() - c0;
           trace.push_back({fmt::format("recv F{}.{}", q, j), c0 - t_origin, Now() - c0, 1});
         }
@@ -491,9 +534,10 @@ Status RunLaunch(const LaunchPlan& L, const ModelSpec& model, Communicator& worl
         t_compute += Now() - c0;
         trace.push_back({fmt::format("F{}", j), c0 - t_origin, Now() - c0, 0});
         if (q == Q - 1) {
-          for (int64_t smp = 0; smp < b; ++smp) loss_sum += x.data()[smp];
+          std::vector<float> per_sample = x.ToVector();
+          for (int64_t smp = 0; smp < b; ++smp) loss_sum += per_sample[static_cast<size_t>(smp)];
         } else {
-          PLANNER_RETURN_IF_ERROR(world.Send(x.data(), x.numel(), peer((q + 1) % Q, j), tag(q + 1, 0)));
+          PLANNER_RETURN_IF_ERROR(pipe->Send(x.data(), x.numel(), peer((q + 1) % Q, j), tag(q + 1, 0)));
           keep.push_back(x);
         }
       } else if (ev.kind == 'B') {
@@ -501,10 +545,11 @@ Status RunLaunch(const LaunchPlan& L, const ModelSpec& model, Communicator& worl
         if (q == Q - 1) {
           dy = Tensor::Zeros({b, 1});
           for (int64_t smp = 0; smp < b; ++smp) dy.data()[smp] = 1.0f / static_cast<float>(B);  // d(mean loss) / d(sample loss)
+          dy = ToDevice(dy, dev);
         } else {
-          dy = AllocateTensor(out_shape(q), Device::kCpu);
+          dy = AllocateTensor(out_shape(q), dev);
           double c0 = Now();
-          PLANNER_RETURN_IF_ERROR(world.Recv(dy.data(), dy.numel(), peer((q + 1) % Q, j), tag(q + 1, 1)));
+          PLANNER_RETURN_IF_ERROR(pipe->Recv(dy.data(), dy.numel(), peer((q + 1) % Q, j), tag(q + 1, 1)));
           t_comm += Now() - c0;
           trace.push_back({fmt::format("recv B{}.{}", q, j), c0 - t_origin, Now() - c0, 1});
         }
@@ -544,7 +589,7 @@ Status RunLaunch(const LaunchPlan& L, const ModelSpec& model, Communicator& worl
         }
         trace.push_back({fmt::format("B{}", j), c0 - t_origin, Now() - c0, 0});
         if (q > 0) {
-          PLANNER_RETURN_IF_ERROR(world.Send(dy.data(), dy.numel(), peer((q - 1 + Q) % Q, j), tag(q, 1)));
+          PLANNER_RETURN_IF_ERROR(pipe->Send(dy.data(), dy.numel(), peer((q - 1 + Q) % Q, j), tag(q, 1)));
           keep.push_back(dy);
         }
       } else {  // 'W': the weight gradients ZB-H1 deferred
@@ -558,7 +603,7 @@ Status RunLaunch(const LaunchPlan& L, const ModelSpec& model, Communicator& worl
       }
     }
     double c0 = Now();
-    PLANNER_RETURN_IF_ERROR(world.FlushSends());
+    PLANNER_RETURN_IF_ERROR(pipe->FlushSends());
     // One flat bucket (as DDP's), so the gradients travel as one large message.
     if (overlap) {
       // Wait for the segments still in flight (the exposed part of the all-reduce).
@@ -579,7 +624,8 @@ Status RunLaunch(const LaunchPlan& L, const ModelSpec& model, Communicator& worl
       fs::create_directories(fs::path(opt.run_dir) / "grads");
       for (Param* prm : params) {
         std::ofstream f(fs::path(opt.run_dir) / "grads" / (prm->name + ".bin"), std::ios::binary);
-        f.write(reinterpret_cast<const char*>(prm->grad.data()), prm->grad.numel() * 4);
+        std::vector<float> g = prm->grad.ToVector();
+        f.write(reinterpret_cast<const char*>(g.data()), prm->grad.numel() * 4);
       }
     }
     if (it == 0 && opt.dump_gradients) {
@@ -589,7 +635,8 @@ Status RunLaunch(const LaunchPlan& L, const ModelSpec& model, Communicator& worl
       if (me.replica == 0) {
         for (Param* prm : params) {
           if (!prm->tp_sharded && me.tp_rank != 0) continue;
-          for (int64_t i = 0; i < prm->grad.numel(); ++i) sq += static_cast<double>(prm->grad.data()[i]) * prm->grad.data()[i];
+          std::vector<float> g = prm->grad.ToVector();
+          for (float x : g) sq += static_cast<double>(x) * x;
         }
       }
       float sqf = static_cast<float>(sq);
@@ -611,7 +658,7 @@ Status RunLaunch(const LaunchPlan& L, const ModelSpec& model, Communicator& worl
     iter_s.push_back(it_time);
     compute_s.push_back(t_compute);
     comm_s.push_back(t_comm);
-    peak_bytes = std::max(peak_bytes, static_cast<double>(GetMemoryStats(Device::kCpu).peak_bytes));
+    peak_bytes = std::max(peak_bytes, static_cast<double>(GetMemoryStats(dev).peak_bytes));
     if (rank == 0 && !opt.quiet) LogNote(fmt::format("iteration {}: loss {:.5f}, {}", it + 1, losses.back(), FormatSeconds(it_time)));
     if (ckpt_every > 0 && (it + 1) % ckpt_every == 0) {
       fs::create_directories(fs::path(opt.run_dir) / "ckpt");
@@ -624,7 +671,10 @@ Status RunLaunch(const LaunchPlan& L, const ModelSpec& model, Communicator& worl
       {
         std::ofstream f(tmp, std::ios::binary);
         f.write(reinterpret_cast<const char*>(header), sizeof header);
-        for (Param* prm : params) f.write(reinterpret_cast<const char*>(prm->value.data()), prm->value.numel() * 4);
+        for (Param* prm : params) {
+          std::vector<float> v = prm->value.ToVector();
+          f.write(reinterpret_cast<const char*>(v.data()), prm->value.numel() * 4);
+        }
         f.write(reinterpret_cast<const char*>(state.data()), static_cast<std::streamsize>(state.size() * 4));
         if (!f) return Status::Unavailable(fmt::format("{}: cannot write the checkpoint", tmp.string()));
       }

@@ -9,6 +9,7 @@
 #include <Eigen/Core>
 #include <fmt/format.h>
 
+#include "runtime/kernels/cuda_api.h"
 #include "runtime/kernels/kernel.h"
 
 namespace planner {
@@ -905,6 +906,7 @@ void FillUniform(Tensor* t, uint64_t seed, float scale) {
 void LayerKernel::ZeroGrads() {
   for (Param* p : Params()) {
     if (p->grad.device() == Device::kCpu) std::memset(p->grad.data(), 0, static_cast<size_t>(p->grad.numel()) * 4);
+    else CudaMemset(p->grad.data(), 0, p->grad.numel() * 4);
   }
 }
 

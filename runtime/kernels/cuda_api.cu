@@ -64,6 +64,30 @@ void CudaCopyToDevice(void* dst, const void* src, int64_t bytes) {
   Check(cudaMemcpy(dst, src, static_cast<size_t>(bytes), cudaMemcpyHostToDevice), "cudaMemcpy H2D");
 }
 void CudaSynchronize() { Check(cudaDeviceSynchronize(), "cudaDeviceSynchronize"); }
+void CudaSetDevice(int device) { Check(cudaSetDevice(device), "cudaSetDevice"); }
+
+namespace {
+__global__ void OptimizerKernel(int kind, float* w, const float* g, float* m, float* v, int64_t n, float lr, float momentum, float b1,
+                                float b2, float eps, float wd, float bc1, float bc2) {
+  int64_t i = blockIdx.x * static_cast<int64_t>(blockDim.x) + threadIdx.x;
+  if (i >= n) return;
+  if (kind == 0) {
+    m[i] = momentum * m[i] + g[i];
+    w[i] -= lr * m[i];
+    return;
+  }
+  m[i] = b1 * m[i] + (1 - b1) * g[i];
+  v[i] = b2 * v[i] + (1 - b2) * g[i] * g[i];
+  float mh = m[i] / bc1, vh = v[i] / bc2;
+  w[i] -= lr * (mh / (sqrtf(vh) + eps) + wd * w[i]);
+}
+}  // namespace
+
+void CudaOptimizerStep(int kind, float* w, const float* g, float* m, float* v, int64_t n, float lr, float momentum, float beta1,
+                       float beta2, float eps, float weight_decay, float bc1, float bc2) {
+  OptimizerKernel<<<static_cast<unsigned>((n + 255) / 256), 256>>>(kind, w, g, m, v, n, lr, momentum, beta1, beta2, eps, weight_decay, bc1, bc2);
+  Check(cudaGetLastError(), "optimizer kernel");
+}
 
 CudaTimer::CudaTimer() {
   cudaEvent_t a, b;

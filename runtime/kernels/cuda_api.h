@@ -23,6 +23,12 @@ void CudaMemset(void* ptr, int value, int64_t bytes);
 void CudaCopyToHost(void* dst, const void* src, int64_t bytes);
 void CudaCopyToDevice(void* dst, const void* src, int64_t bytes);
 void CudaSynchronize();
+void CudaSetDevice(int device);
+
+// One optimizer update of n parameters on the device (kind 0: SGD with momentum buffer m;
+// 1: Adam with moments m, v and bias corrections bc1, bc2). Throws without CUDA.
+void CudaOptimizerStep(int kind, float* w, const float* g, float* m, float* v, int64_t n, float lr, float momentum, float beta1,
+                       float beta2, float eps, float weight_decay, float bc1, float bc2);
 
 // Event timing of a callable on the current stream, in seconds.
 class CudaTimer {

@@ -21,6 +21,8 @@ void CudaMemset(void*, int, int64_t) { NoCuda(); }
 void CudaCopyToHost(void*, const void*, int64_t) { NoCuda(); }
 void CudaCopyToDevice(void*, const void*, int64_t) { NoCuda(); }
 void CudaSynchronize() {}
+void CudaSetDevice(int) { NoCuda(); }
+void CudaOptimizerStep(int, float*, const float*, float*, float*, int64_t, float, float, float, float, float, float, float, float) { NoCuda(); }
 CudaTimer::CudaTimer() = default;
 CudaTimer::~CudaTimer() = default;
 void CudaTimer::Start() { NoCuda(); }

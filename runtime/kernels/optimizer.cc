@@ -4,6 +4,8 @@
 
 #include <fmt/format.h>
 
+#include "runtime/kernels/cuda_api.h"
+
 namespace planner {
 
 Status Optimizer::Step(const std::vector<Param*>& params) {
@@ -18,7 +20,22 @@ Status Optimizer::Step(const std::vector<Param*>& params) {
   const double bc1 = 1 - std::pow(c_.beta1, static_cast<double>(t_)), bc2 = 1 - std::pow(c_.beta2, static_cast<double>(t_));
   for (size_t k = 0; k < params.size(); ++k) {
     Param* p = params[k];
-    if (p->value.device() != Device::kCpu) return Status::NotSupported("optimizer: parameters must be on the CPU");
+    if (p->value.device() == Device::kCuda) {
+      // Moments on the device, updated by one kernel per parameter.
+      if (dev_m_.size() <= k) {
+        dev_m_.resize(params.size());
+        dev_v_.resize(params.size());
+      }
+      if (dev_m_[k].empty()) {
+        dev_m_[k] = Tensor::Zeros(p->value.shape(), Device::kCuda);
+        dev_v_[k] = Tensor::Zeros(p->value.shape(), Device::kCuda);
+      }
+      CudaOptimizerStep(c_.kind == OptimizerConfig::kSgd ? 0 : 1, p->value.data(), p->grad.data(), dev_m_[k].data(), dev_v_[k].data(),
+                        p->value.numel(), static_cast<float>(c_.lr), static_cast<float>(c_.momentum), static_cast<float>(c_.beta1),
+                        static_cast<float>(c_.beta2), static_cast<float>(c_.eps), static_cast<float>(c_.weight_decay),
+                        static_cast<float>(bc1), static_cast<float>(bc2));
+      continue;
+    }
     float* w = p->value.data();
     const float* g = p->grad.data();
     auto& m = m_[k];

@@ -32,6 +32,7 @@ class Optimizer {
   OptimizerConfig c_;
   int64_t t_ = 0;
   std::vector<std::vector<float>> m_, v_;
+  std::vector<Tensor> dev_m_, dev_v_;  // CUDA parameters' moments (State() covers host parameters only)
 };
 
 }  // namespace planner

@@ -153,6 +153,14 @@ out=$(timeout 60 mpirun --oversubscribe -np 3 $PLANNER run train 2>&1); rc=$?
 out=$($PLANNER run train 2>&1); rc=$?
 [ $rc = 2 ] && echo "$out" | grep -qF "start them with bash train/run.sh" && ok || bad "no mpirun: rc=$rc"
 
+# device: cuda without a GPU: one clear line, exit 1, before any training.
+if ! nvidia-smi >/dev/null 2>&1; then
+  $PLANNER -q solve --gpus 1 --model $M/tiny-gpt.yaml --cluster $C/local-cpu.yaml -o one.plan.yaml >/dev/null
+  $PLANNER -q codegen one.plan.yaml -o cuda1 --device cuda --iterations 1
+  out=$($PLANNER run cuda1 2>&1); rc=$?
+  [ $rc = 1 ] && echo "$out" | grep -qE "device cuda: (no CUDA device|built without CUDA)" && ok || bad "cuda without a GPU: rc=$rc $out"
+fi
+
 # A rank killed mid-run ends the job (non-zero) instead of hanging.
 $PLANNER -q codegen pp2-1f1b.plan.yaml -o long --iterations 100000 --timeout 10
 start=$(date +%s)
