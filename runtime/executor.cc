@@ -312,10 +312,8 @@ Status RunLaunch(const LaunchPlan& L, const ModelSpec& model, Communicator& worl
   };
   const int64_t iterations = opt.iterations > 0 ? opt.iterations : L.run.iterations;
   std::vector<SimEvent> order;
-  if (!replicated) {
-    PLANNER_RETURN_IF_ERROR(ScheduleOrder(L, me.stage, &order));
-  } else {
-    // The simulator's round-robin order; device ids go stage by stage, replica by replica.
+  // The simulator's round-robin order over `microbatches`; device ids go stage by stage, replica by replica.
+  auto replicated_order = [&](int64_t microbatches) -> Status {
     std::vector<SimStage> st;
     std::vector<int64_t> reps, in_flight;
     int64_t after = 0;
@@ -335,9 +333,16 @@ Status RunLaunch(const LaunchPlan& L, const ModelSpec& model, Communicator& worl
       after -= x.replicas;
     }
     SimResult r;
-    PLANNER_RETURN_IF_ERROR(SimulateReplicated(st, reps, in_flight, m, true, &r));
+    PLANNER_RETURN_IF_ERROR(SimulateReplicated(st, reps, in_flight, microbatches, true, &r));
+    order.clear();
     for (const auto& e : r.events) if (e.device == device) order.push_back(e);
     std::stable_sort(order.begin(), order.end(), [](const SimEvent& x, const SimEvent& y) { return x.start_s < y.start_s; });
+    return Status::OK();
+  };
+  if (!replicated) {
+    PLANNER_RETURN_IF_ERROR(ScheduleOrder(L, me.stage, &order));
+  } else if (!async) {
+    PLANNER_RETURN_IF_ERROR(replicated_order(m));
   }
 
   std::vector<double> iter_s, compute_s, comm_s;
@@ -377,6 +382,8 @@ Status RunLaunch(const LaunchPlan& L, const ModelSpec& model, Communicator& worl
     }
   }
   const int64_t ckpt_every = opt.checkpoint_every >= 0 ? opt.checkpoint_every : L.run.checkpoint_every;
+  // PipeDream runs without a flush: one order over every remaining iteration's microbatches.
+  if (async && start < iterations) PLANNER_RETURN_IF_ERROR(replicated_order((iterations - start) * m));
   std::vector<TraceEvent> trace;
   const double t_origin = Now();
   // Data-parallel all-reduce overlapped with backward (DDP-style): during each chunk's last
@@ -488,7 +495,10 @@ Status RunLaunch(const LaunchPlan& L, const ModelSpec& model, Communicator& worl
     ResetPeakMemory(dev);
     // saved[chunk][microbatch][layer]
     std::vector<std::vector<std::vector<Saved>>> saved(chunks.size());
-    for (size_t c = 0; c < chunks.size(); ++c) saved[c].assign(static_cast<size_t>(m), std::vector<Saved>(chunks[c].ks.size()));
+    // Asynchronous: this pass covers every remaining iteration (microbatch j belongs to iteration it + j / m).
+    const int64_t span = async ? iterations - it : 1;
+    std::vector<double> pass_loss(static_cast<size_t>(span), 0.0), pass_done(static_cast<size_t>(span), 0.0);
+    for (size_t c = 0; c < chunks.size(); ++c) saved[c].assign(static_cast<size_t>(span * m), std::vector<Saved>(chunks[c].ks.size()));
     std::vector<Tensor> keep;  // sent buffers stay alive until FlushSends
     double t_compute = 0, t_comm = 0, loss_sum = 0;
     const double t0 = Now();
@@ -498,7 +508,8 @@ Status RunLaunch(const LaunchPlan& L, const ModelSpec& model, Communicator& worl
       const bool final_backward = overlap && last_backward.count(q) && last_backward[q] == ev_index;
       Chunk& ch = chunk_of(q);
       auto& sv = saved[static_cast<size_t>(q / p)][static_cast<size_t>(j)];
-      const int64_t first_sample = replicated ? it * B + j * b : it * B + (me.replica * m + j) * b;
+      const int64_t it_j = it + j / m, jj = j % m;
+      const int64_t first_sample = replicated ? it_j * B + jj * b : it * B + (me.replica * m + j) * b;
       // Tag of the message that enters virtual stage qq (dir 0: activation) or leaves it backwards (dir 1).
       auto tag = [&](int64_t qq, int dir) { return static_cast<int>(((qq * m + j) * 2 + dir) % 32000); };
       if (ev.kind == 'F') {
@@ -536,6 +547,7 @@ Status RunLaunch(const LaunchPlan& L, const ModelSpec& model, Communicator& worl
         if (q == Q - 1) {
           std::vector<float> per_sample = x.ToVector();
           for (int64_t smp = 0; smp < b; ++smp) loss_sum += per_sample[static_cast<size_t>(smp)];
+          for (int64_t smp = 0; smp < b; ++smp) pass_loss[static_cast<size_t>(it_j - it)] += per_sample[static_cast<size_t>(smp)];
         } else {
           PLANNER_RETURN_IF_ERROR(pipe->Send(x.data(), x.numel(), peer((q + 1) % Q, j), tag(q + 1, 0)));
           keep.push_back(x);
@@ -588,6 +600,7 @@ Status RunLaunch(const LaunchPlan& L, const ModelSpec& model, Communicator& worl
           PLANNER_RETURN_IF_ERROR(optimizer.Step(params));
         }
         trace.push_back({fmt::format("B{}", j), c0 - t_origin, Now() - c0, 0});
+        if (q == 0 && jj == m - 1) pass_done[static_cast<size_t>(it_j - it)] = Now() - t0;
         if (q > 0) {
           PLANNER_RETURN_IF_ERROR(pipe->Send(dy.data(), dy.numel(), peer((q - 1 + Q) % Q, j), tag(q, 1)));
           keep.push_back(dy);
@@ -650,17 +663,35 @@ Status RunLaunch(const LaunchPlan& L, const ModelSpec& model, Communicator& worl
     if (!async) PLANNER_RETURN_IF_ERROR(optimizer.Step(params));
     t_compute += Now() - c0;
     // Mean loss of the global batch: last-stage, tp-rank-0 ranks contribute their sum.
-    float lsum = me.tp_rank == 0 ? static_cast<float>(loss_sum) : 0.0f;
-    PLANNER_RETURN_IF_ERROR(world.AllReduce(&lsum, 1, ReduceOp::kSum));
-    float it_time = static_cast<float>(Now() - t0);
-    PLANNER_RETURN_IF_ERROR(world.AllReduce(&it_time, 1, ReduceOp::kMax));
-    losses.push_back(lsum / static_cast<double>(B));
-    iter_s.push_back(it_time);
-    compute_s.push_back(t_compute);
-    comm_s.push_back(t_comm);
-    peak_bytes = std::max(peak_bytes, static_cast<double>(GetMemoryStats(dev).peak_bytes));
-    if (rank == 0 && !opt.quiet) LogNote(fmt::format("iteration {}: loss {:.5f}, {}", it + 1, losses.back(), FormatSeconds(it_time)));
-    if (ckpt_every > 0 && (it + 1) % ckpt_every == 0) {
+    if (async) {
+      // Per iteration of the pass: losses summed over ranks, the time stage 0 finished the
+      // iteration's last backward (max over ranks), and the pass's compute / communication spread evenly.
+      std::vector<float> lf(pass_loss.begin(), pass_loss.end()), df(pass_done.begin(), pass_done.end());
+      if (me.tp_rank != 0) std::fill(lf.begin(), lf.end(), 0.0f);
+      PLANNER_RETURN_IF_ERROR(world.AllReduce(lf.data(), span, ReduceOp::kSum));
+      PLANNER_RETURN_IF_ERROR(world.AllReduce(df.data(), span, ReduceOp::kMax));
+      for (int64_t k = 0; k < span; ++k) {
+        losses.push_back(lf[static_cast<size_t>(k)] / static_cast<double>(B));
+        iter_s.push_back(df[static_cast<size_t>(k)] - (k > 0 ? df[static_cast<size_t>(k - 1)] : 0.0f));
+        compute_s.push_back(t_compute / static_cast<double>(span));
+        comm_s.push_back(t_comm / static_cast<double>(span));
+        if (rank == 0 && !opt.quiet) LogNote(fmt::format("iteration {}: loss {:.5f}, {}", it + k + 1, losses.back(), FormatSeconds(iter_s.back())));
+      }
+      it += span - 1;
+      peak_bytes = std::max(peak_bytes, static_cast<double>(GetMemoryStats(dev).peak_bytes));
+    } else {
+      float lsum = me.tp_rank == 0 ? static_cast<float>(loss_sum) : 0.0f;
+      PLANNER_RETURN_IF_ERROR(world.AllReduce(&lsum, 1, ReduceOp::kSum));
+      float it_time = static_cast<float>(Now() - t0);
+      PLANNER_RETURN_IF_ERROR(world.AllReduce(&it_time, 1, ReduceOp::kMax));
+      losses.push_back(lsum / static_cast<double>(B));
+      iter_s.push_back(it_time);
+      compute_s.push_back(t_compute);
+      comm_s.push_back(t_comm);
+      peak_bytes = std::max(peak_bytes, static_cast<double>(GetMemoryStats(dev).peak_bytes));
+      if (rank == 0 && !opt.quiet) LogNote(fmt::format("iteration {}: loss {:.5f}, {}", it + 1, losses.back(), FormatSeconds(it_time)));
+    }
+    if (ckpt_every > 0 && ((it + 1) % ckpt_every == 0 || async)) {
       fs::create_directories(fs::path(opt.run_dir) / "ckpt");
       std::vector<float> state = optimizer.State();
       int64_t want = 0;
