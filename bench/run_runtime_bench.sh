@@ -4,7 +4,7 @@
 #     profile taken with 2 ranks profiling at once: predicted vs measured iteration (median of
 #     20 after 2 warm-up) and bubble fraction
 #  2. runtime overhead: a 1-rank run's time per microbatch vs the sum of its profiled kernel times
-#  3. the data-parallel all-reduce inside the runtime vs the comm profile's curve
+#  3. the data-parallel all-reduce inside the runtime vs the comm profile's (cold-cache) curve
 set -eu
 cd "$(dirname "$0")/.."
 P=$PWD/build/planner/planner
@@ -16,7 +16,8 @@ M=$OLDPWD/configs/models/tiny-gpt.yaml
 C=$OLDPWD/configs/clusters/local-cpu.yaml
 mpirun --oversubscribe -np 2 $P -q profile $M --device cpu --threads 1 --microbatch-sizes 1,2,4,8 -o two.profile.yaml >/dev/null
 $P -q profile $M --device cpu --threads 1 --microbatch-sizes 1,2,4,8 -o one.profile.yaml >/dev/null
-mpirun --oversubscribe -np 2 $P -q profile --comm --collectives all_reduce,send_recv --max-bytes 4M -o comm.profile.yaml >/dev/null
+# Collectives with cold caches (each operation after other work, as the gradient all-reduce after backward).
+mpirun --oversubscribe -np 2 $P -q profile --comm --cache cold --collectives all_reduce,send_recv --max-bytes 8M -o comm.profile.yaml >/dev/null
 run() {  # run NAME PROFILE SOLVE-FLAGS...
   local name=$1 prof=$2; shift 2
   $P -q solve --model $M --profile $prof --cluster $C --comm-profile comm.profile.yaml "$@" -o $name.plan.yaml >/dev/null
@@ -53,7 +54,7 @@ per_rank = [[e["dur"] for e in allev if e["pid"] == r] for r in (0, 1)]
 durs = sorted(min(a, b) for a, b in list(zip(*per_rank))[2:])
 meas = durs[len(durs) // 2] * 1e-6
 comm = open(sys.argv[2]).read()
-m = re.search(r'collective: all_reduce, level: "node", group_size: 2.*?points: \[(.*?)\]\}', comm, re.S)
+m = re.search(r'collective: all_reduce, level: "node", group_size: 2, backend: mpi, cache: cold.*?points: \[(.*?)\]\}', comm, re.S)
 pts = [tuple(map(float, p.split(","))) for p in re.findall(r'\[([^\[\]]+)\]', m.group(1))]
 nbytes = 4 * (512*128 + 64*128 + 4 * (2*128*2 + 384*128 + 384 + 128*128 + 128 + 512*128 + 512 + 128*512 + 128) + 2*128 + 512*128)
 lo = max(p for p in pts if p[0] <= nbytes); hi = min(p for p in pts if p[0] >= nbytes)

@@ -32,6 +32,7 @@ struct ProfileArgs {
   int iterations = 20;
   std::vector<std::string> collectives;
   double timeout_s = 120;
+  std::string cache = "warm";
 };
 
 std::string CommandLine(int argc, char** argv) {
@@ -55,6 +56,8 @@ Status RunComm(const ProfileArgs& a, const std::string& cmdline) {
   o.min_bytes = static_cast<int64_t>(*lo);
   o.max_bytes = static_cast<int64_t>(*hi);
   o.iterations = a.iterations;
+  if (a.cache != "warm" && a.cache != "cold") return Status::InvalidArgument(fmt::format("--cache: unknown value '{}'; use warm or cold", a.cache));
+  o.cold = a.cache == "cold";
   if (!a.collectives.empty()) o.collectives = a.collectives;
   for (const auto& c : o.collectives) {
     if (c != "all_reduce" && c != "all_gather" && c != "reduce_scatter" && c != "broadcast" && c != "send_recv") {
@@ -117,6 +120,7 @@ Runner RegisterProfile(CLI::App& app, int argc, char** argv) {
   cmd->add_option("--iterations", a->iterations, "--comm: timed iterations per size")->check(CLI::Range(1, 100000));
   cmd->add_option("--collectives", a->collectives, "--comm: subset of all_reduce,all_gather,reduce_scatter,broadcast,send_recv")->delimiter(',');
   cmd->add_option("--timeout", a->timeout_s, "--comm: seconds before a stuck collective is an error")->check(CLI::PositiveNumber);
+  cmd->add_option("--cache", a->cache, "--comm: warm (back to back, as nccl-tests) or cold (caches evicted before each operation, as after a training step's compute)");
   const std::string cmdline = CommandLine(argc, argv);
   return [a, cmdline]() -> Status {
     InstallInterruptHandler();

@@ -3,6 +3,7 @@
 #include <algorithm>
 #include <chrono>
 #include <cmath>
+#include <cstring>
 
 #include <fmt/format.h>
 
@@ -52,7 +53,7 @@ float Value(int rank, int64_t i) { return static_cast<float>((rank + 1) + (i % 7
 
 // Runs `iters` of one collective on group `g` and checks the last result.
 // NCCL groups get device buffers (host copies for filling and checking).
-Status RunOne(Communicator& g, const std::string& c, int64_t count, int iters, double* seconds, int64_t* wrong) {
+Status RunOne(Communicator& g, const std::string& c, int64_t count, int iters, bool cold, double* seconds, int64_t* wrong) {
   const int n = g.size(), r = g.rank();
   const bool on_device = g.backend() == "nccl";
   std::vector<float> a, b;
@@ -96,10 +97,24 @@ Status RunOne(Communicator& g, const std::string& c, int64_t count, int iters, d
   PLANNER_RETURN_IF_ERROR(g.Barrier());
   // Timed back to back, as a plain MPI loop (or nccl-tests) would; in-place values grow and
   // the checked run below starts again from the inputs.
-  auto t0 = std::chrono::steady_clock::now();
-  for (int k = 0; k < iters; ++k) PLANNER_RETURN_IF_ERROR(once());
-  PLANNER_RETURN_IF_ERROR(g.Synchronize());
-  double local = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count() / iters;
+  double local = 0;
+  if (!cold) {
+    auto t0 = std::chrono::steady_clock::now();
+    for (int k = 0; k < iters; ++k) PLANNER_RETURN_IF_ERROR(once());
+    PLANNER_RETURN_IF_ERROR(g.Synchronize());
+    local = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count() / iters;
+  } else {
+    static std::vector<char> sweep(32u << 20);
+    for (int k = 0; k < iters; ++k) {
+      if (!on_device) std::fill(a.begin(), a.end(), 1.0f);  // the buffer was produced, then pushed out by other work
+      std::memset(sweep.data(), k + 1, sweep.size());
+      PLANNER_RETURN_IF_ERROR(g.Barrier());
+      auto t0 = std::chrono::steady_clock::now();
+      PLANNER_RETURN_IF_ERROR(once());
+      PLANNER_RETURN_IF_ERROR(g.Synchronize());
+      local += std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count() / iters;
+    }
+  }
   fill();
   PLANNER_RETURN_IF_ERROR(once());
   PLANNER_RETURN_IF_ERROR(g.Synchronize());
@@ -166,7 +181,7 @@ Status ProfileCollectives(Communicator& world, const CommProfileOptions& o, std:
     const bool reporter = world.rank() == 0;
     for (const auto& c : o.collectives) {
       if (reporter) {
-        print(fmt::format("# {} on {} ranks, level {} ({})", c, spec.size, spec.level, world.backend()));
+        print(fmt::format("# {} on {} ranks, level {} ({}, {} caches)", c, spec.size, spec.level, world.backend(), o.cold ? "cold" : "warm"));
         print(fmt::format("# {:>12} {:>12} {:>6} {:>6} {:>6} {:>10} {:>8} {:>8} {:>6}", "size", "count", "type", "redop", "root",
                           "time", "algbw", "busbw", "#wrong"));
         print(fmt::format("# {:>12} {:>12} {:>6} {:>6} {:>6} {:>10} {:>8} {:>8} {:>6}", "(B)", "(elements)", "", "", "", "(us)",
@@ -177,6 +192,7 @@ Status ProfileCollectives(Communicator& world, const CommProfileOptions& o, std:
       curve.level = spec.level;
       curve.group_size = spec.size;
       curve.backend = world.backend();
+      curve.cold = o.cold;
       for (int64_t bytes = o.min_bytes; bytes <= o.max_bytes; bytes *= o.step_factor) {
         if (Interrupted()) return Status::Unavailable("interrupted by Ctrl-C; no profile written");
         // nccl-tests' size is the total buffer: per-rank count = size / n for the gathers and scatters.
@@ -189,8 +205,8 @@ Status ProfileCollectives(Communicator& world, const CommProfileOptions& o, std:
         int64_t wrong = 0;
         double warm = 0;
         int64_t w0 = 0;
-        PLANNER_RETURN_IF_ERROR(RunOne(*g, c, count, o.warmup, &warm, &w0));
-        PLANNER_RETURN_IF_ERROR(RunOne(*g, c, count, iters, &secs, &wrong));
+        PLANNER_RETURN_IF_ERROR(RunOne(*g, c, count, o.warmup, false, &warm, &w0));
+        PLANNER_RETURN_IF_ERROR(RunOne(*g, c, count, iters, o.cold, &secs, &wrong));
         // Rank 0's group reports; the time is the max over the group.
         float shared[3] = {static_cast<float>(secs), static_cast<float>(wrong), 0};
         PLANNER_RETURN_IF_ERROR((host ? *host : world).Broadcast(shared, 3, 0));

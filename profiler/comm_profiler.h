@@ -24,6 +24,10 @@ struct CommProfileOptions {
   int64_t step_factor = 2;       // sizes min, min*f, ..., max
   int warmup = 3;
   int iterations = 20;           // timed per size (fewer for large sizes, at least 3)
+  // cold: before every timed operation each rank writes a 32 MiB buffer (evicting its caches,
+  // as a training step's compute does before the gradient all-reduce) and the group meets at a
+  // barrier; each operation is timed alone. warm (default): back to back, as nccl-tests.
+  bool cold = false;
   std::vector<std::string> collectives = {"all_reduce", "all_gather", "reduce_scatter", "broadcast", "send_recv"};
 };
 

@@ -64,8 +64,8 @@ std::string ProfileToYaml(const Profile& p) {
   if (!p.comm.empty()) {
     o += "comm:\n";
     for (const auto& c : p.comm) {
-      o += fmt::format("  - {{collective: {}, level: {}, group_size: {}, backend: {}, alpha_s: {}, busbw_GBps: {},\n     points: [",
-                       c.collective, Quote(c.level), c.group_size, c.backend, Num(c.alpha_s), Num(c.busbw_GBps));
+      o += fmt::format("  - {{collective: {}, level: {}, group_size: {}, backend: {}, cache: {}, alpha_s: {}, busbw_GBps: {},\n     points: [",
+                       c.collective, Quote(c.level), c.group_size, c.backend, c.cold ? "cold" : "warm", Num(c.alpha_s), Num(c.busbw_GBps));
       for (size_t i = 0; i < c.points.size(); ++i) o += fmt::format("{}[{}, {}]", i ? ", " : "", Num(c.points[i].first), Num(c.points[i].second));
       o += "]}\n";
     }
@@ -128,12 +128,15 @@ Status ParseProfile(const std::string& path, const std::string& text, Profile* o
     for (size_t i = 0; i < comm.size(); ++i) {
       const YAML::Node& n = comm[i];
       std::string f = fmt::format("comm[{}]", i);
-      PLANNER_RETURN_IF_ERROR(r.CheckKeys(n, f, {"collective", "level", "group_size", "backend", "alpha_s", "busbw_GBps", "points"}));
+      PLANNER_RETURN_IF_ERROR(r.CheckKeys(n, f, {"collective", "level", "group_size", "backend", "cache", "alpha_s", "busbw_GBps", "points"}));
       CommCurve c;
       PLANNER_RETURN_IF_ERROR(r.GetEnum(n, "collective", f + ".collective", {"all_reduce", "all_gather", "reduce_scatter", "broadcast", "send_recv"}, &c.collective, true));
       PLANNER_RETURN_IF_ERROR(r.GetString(n, "level", f + ".level", &c.level, true));
       PLANNER_RETURN_IF_ERROR(r.GetInt(n, "group_size", f + ".group_size", &c.group_size, true, 2));
       PLANNER_RETURN_IF_ERROR(r.GetString(n, "backend", f + ".backend", &c.backend, false));
+      std::string cache = "warm";
+      PLANNER_RETURN_IF_ERROR(r.GetEnum(n, "cache", f + ".cache", {"warm", "cold"}, &cache, false));
+      c.cold = cache == "cold";
       PLANNER_RETURN_IF_ERROR(r.GetDouble(n, "alpha_s", f + ".alpha_s", &c.alpha_s, true, 0.0, false));
       PLANNER_RETURN_IF_ERROR(r.GetDouble(n, "busbw_GBps", f + ".busbw_GBps", &c.busbw_GBps, true, 0.0, true));
       const YAML::Node& pts = n["points"];
@@ -258,7 +261,8 @@ Status ParseProfile(const std::string& path, const std::string& text, Profile* o
 const CommCurve* Profile::FindComm(const std::string& collective, const std::string& level) const {
   const CommCurve* best = nullptr;
   for (const auto& c : comm) {
-    if (c.collective == collective && c.level == level && (best == nullptr || c.group_size > best->group_size)) best = &c;
+    if (c.collective != collective || c.level != level) continue;
+    if (best == nullptr || (c.cold && !best->cold) || (c.cold == best->cold && c.group_size > best->group_size)) best = &c;
   }
   return best;
 }

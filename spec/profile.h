@@ -38,6 +38,7 @@ struct CommCurve {
   std::string level;               // topology level the group spans ("node", "cluster")
   int64_t group_size = 2;
   std::string backend;             // mpi | nccl
+  bool cold = false;               // measured with caches evicted before each operation
   double alpha_s = 0;
   double busbw_GBps = 0;           // asymptotic bus bandwidth of the fit (decimal GB/s)
   std::vector<std::pair<double, double>> points;  // (bytes, seconds)
@@ -71,6 +72,7 @@ struct Profile {
   std::vector<ProfileLayer> layers;
   std::vector<CommCurve> comm;
 
+  // The curve of the largest group on that level; cold curves before warm ones.
   const CommCurve* FindComm(const std::string& collective, const std::string& level) const;
 
   // Index of layer `name`, or -1.

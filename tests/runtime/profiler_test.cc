@@ -103,6 +103,39 @@ TEST_CASE("collective profile on 2 and 4 thread ranks: every result right, curve
   CHECK(one.code() == StatusCode::kInvalidArgument);
 }
 
+TEST_CASE("cold-cache collective profile: every result right, curves marked cold and preferred") {
+  std::vector<CommCurve> curves;
+  CHECK_OK(RunThreadRanks(2, [&](Communicator& c) -> Status {
+    CommProfileOptions o;
+    o.max_bytes = 1 << 12;
+    o.iterations = 2;
+    o.warmup = 1;
+    o.cold = true;
+    o.collectives = {"all_reduce", "send_recv"};
+    std::vector<CommRow> r;
+    std::vector<CommCurve> cv;
+    PLANNER_RETURN_IF_ERROR(ProfileCollectives(c, o, &r, &cv, [](const std::string&) {}));
+    for (const auto& row : r) {
+      if (row.wrong != 0) return Status::Internal("wrong results");
+    }
+    if (c.rank() == 0) curves = cv;
+    return Status::OK();
+  }));
+  REQUIRE(curves.size() == 2);
+  Profile p;
+  CommCurve warm = curves[0];
+  warm.cold = false;
+  warm.group_size = 4;  // a warm curve of a larger group must not win over the cold one
+  p.comm = {warm, curves[0]};
+  const CommCurve* f = p.FindComm("all_reduce", "node");
+  REQUIRE(f != nullptr);
+  CHECK(f->cold);
+  Profile q;
+  REQUIRE_OK(ParseProfile("c.yaml", ProfileToYaml(p), &q));
+  CHECK(q.comm[1].cold);
+  CHECK_FALSE(q.comm[0].cold);
+}
+
 TEST_CASE("measured curves replace the cluster file's figures for the levels they cover") {
   ClusterSpec c;
   REQUIRE_OK(LoadClusterSpec(testing::SourcePath("configs/clusters/dgx-a100.yaml"), &c));
