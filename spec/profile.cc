@@ -138,7 +138,7 @@ Status ParseProfile(const std::string& path, const std::string& text, Profile* o
       PLANNER_RETURN_IF_ERROR(r.GetEnum(n, "cache", f + ".cache", {"warm", "cold"}, &cache, false));
       c.cold = cache == "cold";
       PLANNER_RETURN_IF_ERROR(r.GetDouble(n, "alpha_s", f + ".alpha_s", &c.alpha_s, true, 0.0, false));
-      PLANNER_RETURN_IF_ERROR(r.GetDouble(n, "busbw_GBps", f + ".busbw_GBps", &c.busbw_GBps, true, 0.0, true));
+      PLANNER_RETURN_IF_ERROR(r.GetDouble(n, "busbw_GBps", f + ".busbw_GBps", &c.busbw_GBps, true, 0.0, false));
       const YAML::Node& pts = n["points"];
       if (pts.IsDefined()) {
         PLANNER_RETURN_IF_ERROR(r.RequireSequence(pts, f + ".points"));

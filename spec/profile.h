@@ -40,7 +40,7 @@ struct CommCurve {
   std::string backend;             // mpi | nccl
   bool cold = false;               // measured with caches evicted before each operation
   double alpha_s = 0;
-  double busbw_GBps = 0;           // asymptotic bus bandwidth of the fit (decimal GB/s)
+  double busbw_GBps = 0;           // asymptotic bus bandwidth of the fit (decimal GB/s); 0: no usable fit (ignored by the solver)
   std::vector<std::pair<double, double>> points;  // (bytes, seconds)
 };
 
