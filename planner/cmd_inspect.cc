@@ -12,14 +12,57 @@
 #include "common/log.h"
 #include "planner/commands.h"
 #include "planner/render.h"
+#include "common/units.h"
 #include "spec/yaml_reader.h"
 
 namespace planner {
 
 namespace {
 
-// A run directory: its report, the loss curve as text, where the trace is.
-Status InspectRun(const std::string& dir) {
+// Measured events of the run's last iteration (from its first forward of microbatch 0 on rank 0),
+// one row per rank; communication (receive waits, all-reduces) as 'C'.
+Status MeasuredTimeline(const std::string& dir, std::vector<std::string>* labels, std::vector<SimEvent>* events, double* makespan) {
+  namespace fs = std::filesystem;
+  YAML::Node root;
+  std::string text;
+  PLANNER_RETURN_IF_ERROR(ReadTextFile((fs::path(dir) / "trace.json").string(), &text));
+  PLANNER_RETURN_IF_ERROR(ParseYamlText((fs::path(dir) / "trace.json").string(), text, &root));
+  const YAML::Node& ev = root["traceEvents"];
+  if (!ev.IsSequence()) return Status::InvalidArgument(dir + "/trace.json: no traceEvents list");
+  struct Raw {
+    int pid;
+    std::string name;
+    double ts, dur;
+  };
+  std::vector<Raw> raw;
+  int ranks = 0;
+  double window = 0;
+  for (const auto& e : ev) {
+    if (!e.IsMap() || !e["ph"] || e["ph"].as<std::string>() != "X") continue;
+    Raw r{e["pid"].as<int>(), e["name"].as<std::string>(), e["ts"].as<double>() * 1e-6, e["dur"].as<double>() * 1e-6};
+    ranks = std::max(ranks, r.pid + 1);
+    if (r.pid == 0 && r.name == "F0") window = std::max(window, r.ts);
+    raw.push_back(r);
+  }
+  labels->clear();
+  for (int r = 0; r < ranks; ++r) labels->push_back(fmt::format("rank {}", r));
+  events->clear();
+  *makespan = 0;
+  for (const auto& r : raw) {
+    if (r.ts + r.dur < window || r.name == "dp all-reduce busy") continue;
+    SimEvent e;
+    e.device = r.pid;
+    e.kind = r.name[0] == 'F' ? 'F' : (r.name[0] == 'B' ? 'B' : (r.name[0] == 'W' ? 'W' : 'C'));
+    e.start_s = std::max(0.0, r.ts - window);
+    e.end_s = r.ts + r.dur - window;
+    *makespan = std::max(*makespan, e.end_s);
+    events->push_back(e);
+  }
+  return Status::OK();
+}
+
+// A run directory: its report, the loss curve as text, the measured timeline, where the trace is.
+Status InspectRun(const std::string& dir, int width, const std::string& svg_path) {
   namespace fs = std::filesystem;
   std::string report, metrics;
   PLANNER_RETURN_IF_ERROR(ReadTextFile((fs::path(dir) / "report.md").string(), &report));
@@ -41,8 +84,18 @@ Status InspectRun(const std::string& dir) {
     for (double v : loss) curve += bars[hi > lo ? static_cast<int>((v - lo) / (hi - lo) * 9.0 + 0.5) : 5];
     text += fmt::format("\nloss per iteration ({} iterations, {:.4f} .. {:.4f}; higher = taller): |{}|\n", loss.size(), lo, hi, curve);
   }
+  std::vector<std::string> labels;
+  std::vector<SimEvent> events;
+  double makespan = 0;
+  PLANNER_RETURN_IF_ERROR(MeasuredTimeline(dir, &labels, &events, &makespan));
+  text += "\n" + RenderEventsText("measured timeline of the last iteration", labels, events, makespan, width);
   text += fmt::format("trace: {}/trace.json (chrome://tracing or ui.perfetto.dev)\n", dir);
   std::fwrite(text.data(), 1, text.size(), stdout);
+  if (!svg_path.empty()) {
+    PLANNER_RETURN_IF_ERROR(WriteFileAtomic(svg_path, RenderEventsSvg(fmt::format("{}: measured, last iteration, {}", dir, FormatSeconds(makespan)),
+                                                                      labels, events, makespan)));
+    LogNote("wrote " + svg_path);
+  }
   return Status::OK();
 }
 
@@ -56,7 +109,7 @@ Runner RegisterInspect(CLI::App& app) {
   cmd->add_option("--svg", args->svg, "also write the timeline as an SVG file");
   cmd->add_option("--width", args->width, "columns of the text timeline")->check(CLI::Range(20, 1000));
   return [args]() -> Status {
-    if (std::filesystem::is_directory(args->plan)) return InspectRun(args->plan);
+    if (std::filesystem::is_directory(args->plan)) return InspectRun(args->plan, args->width, args->svg);
     Plan p;
     PLANNER_RETURN_IF_ERROR(LoadPlan(args->plan, &p));
     std::string text = RenderPlanSummary(p) + "\n" + RenderStageTable(p);

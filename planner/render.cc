@@ -94,28 +94,25 @@ Status Replay(const Plan& p, SimResult* res, std::vector<std::string>* labels) {
 
 }  // namespace
 
-Status RenderTimelineText(const Plan& p, int width, std::string* out) {
-  SimResult res;
-  std::vector<std::string> labels;
-  PLANNER_RETURN_IF_ERROR(Replay(p, &res, &labels));
+std::string RenderEventsText(const std::string& title, const std::vector<std::string>& labels, const std::vector<SimEvent>& events,
+                             double makespan_s, int width) {
   width = std::max(20, width);
   const size_t dev = labels.size(), w = static_cast<size_t>(width);
   // Time of each kind per (row, column); a column shows its majority kind,
   // or idle when the device is busy less than half of it (no aliasing).
   const std::string kinds = "FBWC";
   std::vector<double> cover(dev * w * kinds.size(), 0.0);
-  const double col_s = res.makespan_s > 0 ? res.makespan_s / width : 1;
-  for (const auto& e : res.events) {
+  const double col_s = makespan_s > 0 ? makespan_s / width : 1;
+  for (const auto& e : events) {
     size_t k = kinds.find(e.kind);
-    if (k == std::string::npos) continue;
+    if (k == std::string::npos || e.device < 0 || static_cast<size_t>(e.device) >= dev) continue;
     size_t a = static_cast<size_t>(std::max(0.0, e.start_s / col_s));
     for (size_t x = a; x < w && static_cast<double>(x) * col_s < e.end_s; ++x) {
       double lo = std::max(e.start_s, static_cast<double>(x) * col_s), hi = std::min(e.end_s, static_cast<double>(x + 1) * col_s);
       if (hi > lo) cover[(static_cast<size_t>(e.device) * w + x) * kinds.size() + k] += hi - lo;
     }
   }
-  std::string o = fmt::format("predicted timeline ({} microbatches, {} per column; F forward, B backward, W weight-gradient, C send, . idle)\n",
-                              p.num_microbatches, FormatSeconds(col_s));
+  std::string o = fmt::format("{} ({} per column; F forward, B backward, W weight-gradient, C communication, . idle)\n", title, FormatSeconds(col_s));
   for (size_t d = 0; d < dev; ++d) {
     std::string row(w, '.');
     for (size_t x = 0; x < w; ++x) {
@@ -132,29 +129,24 @@ Status RenderTimelineText(const Plan& p, int width, std::string* out) {
     }
     o += fmt::format("{:>10} |{}|\n", labels[d], row);
   }
-  o += fmt::format("makespan {}, bubble {:.1f}%{}\n", FormatSeconds(res.makespan_s), 100 * res.bubble_fraction,
-                   p.schedule == "pipedream" ? " (one iteration from an empty pipeline; in steady state there is no flush)" : "");
-  *out = std::move(o);
-  return Status::OK();
+  return o;
 }
 
-Status RenderTimelineSvg(const Plan& p, std::string* out) {
-  SimResult res;
-  std::vector<std::string> labels;
-  PLANNER_RETURN_IF_ERROR(Replay(p, &res, &labels));
+std::string RenderEventsSvg(const std::string& title, const std::vector<std::string>& labels, const std::vector<SimEvent>& events,
+                            double makespan_s) {
   const int64_t dev = static_cast<int64_t>(labels.size());
   const double width = 1200, row_h = 28, left = 90, top = 40;
-  double scale = res.makespan_s > 0 ? (width - left - 20) / res.makespan_s : 0;
+  double scale = makespan_s > 0 ? (width - left - 20) / makespan_s : 0;
   double height = top + static_cast<double>(dev) * row_h + 60;
   std::string o = fmt::format("<svg xmlns=\"http://www.w3.org/2000/svg\" width=\"{}\" height=\"{}\" font-family=\"monospace\" font-size=\"12\">\n", width, height);
-  o += fmt::format("<text x=\"10\" y=\"20\">{} tp-pp-dp {} | replication {} | {} | {} microbatches | makespan {} | bubble {:.1f}%</text>\n", p.model_name,
-                   p.ParallelString(), p.config, p.schedule, p.num_microbatches, FormatSeconds(res.makespan_s), 100 * res.bubble_fraction);
+  o += fmt::format("<text x=\"10\" y=\"20\">{}</text>\n", title);
   for (int64_t d = 0; d < dev; ++d) {
     double y = top + static_cast<double>(d) * row_h;
-    o += fmt::format("<rect x=\"{}\" y=\"{}\" width=\"{:.1f}\" height=\"{}\" fill=\"#eeeeee\"/>\n", left, y, res.makespan_s * scale, row_h - 4);
+    o += fmt::format("<rect x=\"{}\" y=\"{}\" width=\"{:.1f}\" height=\"{}\" fill=\"#eeeeee\"/>\n", left, y, makespan_s * scale, row_h - 4);
     o += fmt::format("<text x=\"10\" y=\"{}\">{}</text>\n", y + 16, labels[static_cast<size_t>(d)]);
   }
-  for (const auto& e : res.events) {
+  for (const auto& e : events) {
+    if (e.device < 0 || e.device >= dev) continue;
     const char* color = e.kind == 'F' ? "#4e79a7" : (e.kind == 'W' ? "#59a14f" : (e.kind == 'C' ? "#e15759" : "#f28e2b"));
     double x = left + e.start_s * scale, w = std::max(0.5, (e.end_s - e.start_s) * scale);
     double y = top + static_cast<double>(e.device) * row_h;
@@ -165,10 +157,31 @@ Status RenderTimelineSvg(const Plan& p, std::string* out) {
   o += fmt::format("<rect x=\"{}\" y=\"{}\" width=\"14\" height=\"14\" fill=\"#4e79a7\"/><text x=\"{}\" y=\"{}\">forward</text>\n", left, ly, left + 20, ly + 12);
   o += fmt::format("<rect x=\"{}\" y=\"{}\" width=\"14\" height=\"14\" fill=\"#f28e2b\"/><text x=\"{}\" y=\"{}\">backward</text>\n", left + 110, ly, left + 130, ly + 12);
   o += fmt::format("<rect x=\"{}\" y=\"{}\" width=\"14\" height=\"14\" fill=\"#59a14f\"/><text x=\"{}\" y=\"{}\">weight gradient</text>\n", left + 230, ly, left + 250, ly + 12);
-  o += fmt::format("<rect x=\"{}\" y=\"{}\" width=\"14\" height=\"14\" fill=\"#e15759\"/><text x=\"{}\" y=\"{}\">send</text>\n", left + 380, ly, left + 400, ly + 12);
-  o += fmt::format("<rect x=\"{}\" y=\"{}\" width=\"14\" height=\"14\" fill=\"#eeeeee\"/><text x=\"{}\" y=\"{}\">idle</text>\n", left + 470, ly, left + 490, ly + 12);
+  o += fmt::format("<rect x=\"{}\" y=\"{}\" width=\"14\" height=\"14\" fill=\"#e15759\"/><text x=\"{}\" y=\"{}\">communication</text>\n", left + 380, ly, left + 400, ly + 12);
+  o += fmt::format("<rect x=\"{}\" y=\"{}\" width=\"14\" height=\"14\" fill=\"#eeeeee\"/><text x=\"{}\" y=\"{}\">idle</text>\n", left + 520, ly, left + 540, ly + 12);
   o += "</svg>\n";
+  return o;
+}
+
+Status RenderTimelineText(const Plan& p, int width, std::string* out) {
+  SimResult res;
+  std::vector<std::string> labels;
+  PLANNER_RETURN_IF_ERROR(Replay(p, &res, &labels));
+  std::string o = RenderEventsText(fmt::format("predicted timeline ({} microbatches)", p.num_microbatches), labels, res.events, res.makespan_s, width);
+  o += fmt::format("makespan {}, bubble {:.1f}%{}\n", FormatSeconds(res.makespan_s), 100 * res.bubble_fraction,
+                   p.schedule == "pipedream" ? " (one iteration from an empty pipeline; in steady state there is no flush)" : "");
   *out = std::move(o);
+  return Status::OK();
+}
+
+Status RenderTimelineSvg(const Plan& p, std::string* out) {
+  SimResult res;
+  std::vector<std::string> labels;
+  PLANNER_RETURN_IF_ERROR(Replay(p, &res, &labels));
+  *out = RenderEventsSvg(fmt::format("{} tp-pp-dp {} | replication {} | {} | {} microbatches | makespan {} | bubble {:.1f}%", p.model_name,
+                                     p.ParallelString(), p.config, p.schedule, p.num_microbatches, FormatSeconds(res.makespan_s),
+                                     100 * res.bubble_fraction),
+                         labels, res.events, res.makespan_s);
   return Status::OK();
 }
 
