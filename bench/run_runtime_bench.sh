@@ -64,3 +64,32 @@ bw = lambda t: nbytes / t / 1e9
 print(f"DP all-reduce of all gradients ({nbytes/1e6:.2f} MB): runtime {meas*1e3:.3f} ms ({bw(meas):.2f} GB/s busbw), "
       f"comm profile {pred*1e3:.3f} ms ({bw(pred):.2f} GB/s): {pred/meas:.0%} of the profiled rate")
 PY
+# Pipeline send/recv inside the runtime: each receive paired with its send (same name, in order;
+# one monotonic clock on this machine). Transfer = receive end - max(send post, receive post):
+# the part of the wait after both sides were ready. Against the comm profile's send/recv curve.
+python3 - pipeline/runs/r/trace.json comm.profile.yaml <<'PY'
+import json, math, re, sys, collections
+ev = json.load(open(sys.argv[1]))["traceEvents"]
+sends = collections.defaultdict(list); recvs = collections.defaultdict(list)
+for e in ev:
+    n = e.get("name", "")
+    if n.startswith("send "):
+        key, nbytes = n[5:].split(" "); sends[key].append((e["ts"] * 1e-6, int(nbytes[:-1])))
+    elif n.startswith("recv "):
+        recvs[n[5:]].append((e["ts"] * 1e-6, (e["ts"] + e["dur"]) * 1e-6))
+xfer = []
+for key, rs in recvs.items():
+    for (s_ts, nbytes), (r_ts, r_end) in zip(sends[key], rs):
+        d = r_end - max(s_ts, r_ts)
+        if d > 0: xfer.append((nbytes, d))
+xfer.sort(key=lambda x: x[1])
+nbytes, med = xfer[len(xfer) // 2]
+comm = open(sys.argv[2]).read()
+m = re.search(r'collective: send_recv, level: "node", group_size: 2, backend: mpi, cache: cold.*?points: \[(.*?)\]\}', comm, re.S)
+pts = [tuple(map(float, p.split(","))) for p in re.findall(r'\[([^\[\]]+)\]', m.group(1))]
+lo = max(p for p in pts if p[0] <= nbytes); hi = min(p for p in pts if p[0] >= nbytes)
+f = 0 if hi[0] == lo[0] else (math.log(nbytes) - math.log(lo[0])) / (math.log(hi[0]) - math.log(lo[0]))
+pred = math.exp(math.log(lo[1]) + f * (math.log(hi[1]) - math.log(lo[1])))
+print(f"pipeline send/recv of {nbytes} B ({len(xfer)} transfers): runtime median {med*1e6:.1f} us ({nbytes/med/1e9:.2f} GB/s), "
+      f"comm profile {pred*1e6:.1f} us ({nbytes/pred/1e9:.2f} GB/s): {pred/med:.0%} of the profiled rate")
+PY

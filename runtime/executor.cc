@@ -385,7 +385,9 @@ Status RunLaunch(const LaunchPlan& L, const ModelSpec& model, Communicator& worl
   // PipeDream runs without a flush: one order over every remaining iteration's microbatches.
   if (async && start < iterations) PLANNER_RETURN_IF_ERROR(replicated_order((iterations - start) * m));
   std::vector<TraceEvent> trace;
-  const double t_origin = Now();
+  // Trace times on the machine's monotonic clock, shared by the ranks of one node, so the merged
+  // trace lines up and a send can be paired with its receive.
+  const double t_origin = 0;
   // Data-parallel all-reduce overlapped with backward (DDP-style): during each chunk's last
   // backward of the iteration, a layer's gradient segment of the flat bucket is all-reduced on a
   // second thread as soon as that layer's weight gradient is final, while earlier layers compute.
@@ -549,6 +551,7 @@ Status RunLaunch(const LaunchPlan& L, const ModelSpec& model, Communicator& worl
           for (int64_t smp = 0; smp < b; ++smp) loss_sum += per_sample[static_cast<size_t>(smp)];
           for (int64_t smp = 0; smp < b; ++smp) pass_loss[static_cast<size_t>(it_j - it)] += per_sample[static_cast<size_t>(smp)];
         } else {
+          trace.push_back({fmt::format("send F{}.{} {}B", q + 1, j, x.numel() * 4), Now() - t_origin, 0, 1});
           PLANNER_RETURN_IF_ERROR(pipe->Send(x.data(), x.numel(), peer((q + 1) % Q, j), tag(q + 1, 0)));
           keep.push_back(x);
         }
@@ -602,6 +605,7 @@ Status RunLaunch(const LaunchPlan& L, const ModelSpec& model, Communicator& worl
         trace.push_back({fmt::format("B{}", j), c0 - t_origin, Now() - c0, 0});
         if (q == 0 && jj == m - 1) pass_done[static_cast<size_t>(it_j - it)] = Now() - t0;
         if (q > 0) {
+          trace.push_back({fmt::format("send B{}.{} {}B", q - 1, j, dy.numel() * 4), Now() - t_origin, 0, 1});
           PLANNER_RETURN_IF_ERROR(pipe->Send(dy.data(), dy.numel(), peer((q - 1 + Q) % Q, j), tag(q, 1)));
           keep.push_back(dy);
         }
