@@ -29,6 +29,7 @@ run() {  # run NAME PROFILE SOLVE-FLAGS...
 }
 run pipeline two.profile.yaml --gpus 2 --pp 2 --schedule 1f1b
 run data-parallel two.profile.yaml --gpus 2 --pp 1 --schedule 1f1b
+run pipeline-b4 two.profile.yaml --gpus 2 --pp 2 --schedule 1f1b --microbatch 4
 run one-rank one.profile.yaml --gpus 1 --microbatch 1 --global-batch 32
 # Overhead: the 1-rank run's compute per microbatch against the profile's sum (b = 1).
 python3 - one.profile.yaml one-rank/runs/r/report.md <<'PY'
@@ -64,10 +65,11 @@ bw = lambda t: nbytes / t / 1e9
 print(f"DP all-reduce of all gradients ({nbytes/1e6:.2f} MB): runtime {meas*1e3:.3f} ms ({bw(meas):.2f} GB/s busbw), "
       f"comm profile {pred*1e3:.3f} ms ({bw(pred):.2f} GB/s): {pred/meas:.0%} of the profiled rate")
 PY
+for RUN in pipeline pipeline-b4; do
 # Pipeline send/recv inside the runtime: each receive paired with its send (same name, in order;
 # one monotonic clock on this machine). Transfer = receive end - max(send post, receive post):
 # the part of the wait after both sides were ready. Against the comm profile's send/recv curve.
-python3 - pipeline/runs/r/trace.json comm.profile.yaml <<'PY'
+python3 - $RUN/runs/r/trace.json comm.profile.yaml <<'PY'
 import json, math, re, sys, collections
 ev = json.load(open(sys.argv[1]))["traceEvents"]
 sends = collections.defaultdict(list); recvs = collections.defaultdict(list)
@@ -93,3 +95,4 @@ pred = math.exp(math.log(lo[1]) + f * (math.log(hi[1]) - math.log(lo[1])))
 print(f"pipeline send/recv of {nbytes} B ({len(xfer)} transfers): runtime median {med*1e6:.1f} us ({nbytes/med/1e9:.2f} GB/s), "
       f"comm profile {pred*1e6:.1f} us ({nbytes/pred/1e9:.2f} GB/s): {pred/med:.0%} of the profiled rate")
 PY
+done
