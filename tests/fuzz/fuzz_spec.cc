@@ -1,6 +1,6 @@
 // Fuzz target for every reader of user files: the first byte picks the
-// reader (model, cluster, profile, plan, PipeDream graph), the rest is the
-// file text. A successful model parse also builds its analytic cost table
+// reader (model, cluster, profile, plan, PipeDream graph, launch plan), the
+// rest is the file text. A successful model parse also builds its analytic cost table
 // and a parsed plan is written back and re-read (round trip).
 //
 // Built two ways:
@@ -19,6 +19,7 @@
 #include "dp_solver/cost_model.h"
 #include "spec/cluster_spec.h"
 #include "spec/model_spec.h"
+#include "spec/launch_plan.h"
 #include "spec/pipedream_import.h"
 #include "spec/plan.h"
 #include "spec/profile.h"
@@ -29,7 +30,7 @@ void RunOne(const uint8_t* data, size_t size) {
   using namespace planner;
   if (size < 1) return;
   const std::string text(reinterpret_cast<const char*>(data + 1), size - 1);
-  switch (data[0] % 5) {
+  switch (data[0] % 6) {
     case 0: {
       ModelSpec m;
       if (ParseModelSpec("fuzz.yaml", text, &m).ok() && m.layers.size() < 4096) {
@@ -64,9 +65,17 @@ void RunOne(const uint8_t* data, size_t size) {
       }
       break;
     }
-    default: {
+    case 4: {
       Profile p;
       (void)ImportPipeDreamGraph("graph.txt", text, 1, &p);
+      break;
+    }
+    default: {
+      LaunchPlan l;
+      if (ParseLaunchPlan("launch.yaml", text, &l).ok()) {
+        LaunchPlan again;
+        (void)ParseLaunchPlan("launch2.yaml", LaunchPlanToYaml(l), &again);
+      }
       break;
     }
   }

@@ -20,6 +20,7 @@ for f in configs/models/*.yaml; do { printf '\x00'; cat "$f"; } > $OUT/seeds/mod
 for f in configs/clusters/*.yaml; do { printf '\x01'; cat "$f"; } > $OUT/seeds/cluster_$((i++)); done
 for f in tests/golden/*.profile.yaml; do [ -f "$f" ] && { printf '\x02'; cat "$f"; } > $OUT/seeds/profile_$((i++)); done
 for f in tests/golden/*.plan.yaml; do [ -f "$f" ] && { printf '\x03'; cat "$f"; } > $OUT/seeds/plan_$((i++)); done
+for f in tests/codegen/golden/*/launch.yaml; do [ -f "$f" ] && { printf '\x05'; cat "$f"; } > $OUT/seeds/launch_$((i++)); done
 for f in ../shared/reference/pipedream-profiles/*/graph.txt; do [ -f "$f" ] && { printf '\x04'; head -c 20000 "$f"; } > $OUT/seeds/graph_$((i++)); done
 mkdir -p $OUT/corpus
 ASAN_OPTIONS=detect_leaks=0 $OUT/fuzz_spec -max_total_time=$SECONDS_TO_RUN -timeout=10 -rss_limit_mb=2048 -max_len=8192 \
