@@ -79,6 +79,22 @@ void Upload(const std::vector<float>& v, Tensor* t) {
   else CudaCopyToDevice(t->data(), v.data(), static_cast<int64_t>(v.size()) * 4);
 }
 
+// Receive buffers reused once nothing else holds them (a freshly allocated buffer costs page
+// faults while MPI copies into it).
+class BufferPool {
+ public:
+  Tensor Get(const std::vector<int64_t>& shape, Device dev) {
+    for (auto& t : pool_) {
+      if (t.use_count() == 1 && t.shape() == shape && t.device() == dev) return t;
+    }
+    pool_.push_back(AllocateTensor(shape, dev));
+    return pool_.back();
+  }
+
+ private:
+  std::vector<Tensor> pool_;
+};
+
 // Finds the group (from launch.yaml) holding `rank`; -1 if none.
 int64_t GroupOf(const std::vector<std::vector<int64_t>>& groups, int64_t rank) {
   for (size_t g = 0; g < groups.size(); ++g) {
@@ -385,6 +401,7 @@ Status RunLaunch(const LaunchPlan& L, const ModelSpec& model, Communicator& worl
   // PipeDream runs without a flush: one order over every remaining iteration's microbatches.
   if (async && start < iterations) PLANNER_RETURN_IF_ERROR(replicated_order((iterations - start) * m));
   std::vector<TraceEvent> trace;
+  BufferPool recv_pool;
   // Trace times on the machine's monotonic clock, shared by the ranks of one node, so the merged
   // trace lines up and a send can be paired with its receive.
   const double t_origin = 0;
@@ -527,7 +544,7 @@ Status RunLaunch(const LaunchPlan& L, const ModelSpec& model, Communicator& worl
         if (q == 0) {
           x = ToDevice(Tensor::FromVector(in_shape(q), all_in), dev);
         } else {
-          x = AllocateTensor(in_shape(q), dev);
+          x = recv_pool.Get(in_shape(q), dev);
           double c0 = Now();
           PLANNER_RETURN_IF_ERROR(pipe->Recv(x.data(), x.numel(), peer((q - 1 + Q) % Q, j), tag(q, 0)));
           t_comm += Now() - c0;
@@ -562,7 +579,7 @@ Status RunLaunch(const LaunchPlan& L, const ModelSpec& model, Communicator& worl
           for (int64_t smp = 0; smp < b; ++smp) dy.data()[smp] = 1.0f / static_cast<float>(B);  // d(mean loss) / d(sample loss)
           dy = ToDevice(dy, dev);
         } else {
-          dy = AllocateTensor(out_shape(q), dev);
+          dy = recv_pool.Get(out_shape(q), dev);
           double c0 = Now();
           PLANNER_RETURN_IF_ERROR(pipe->Recv(dy.data(), dy.numel(), peer((q + 1) % Q, j), tag(q + 1, 1)));
           t_comm += Now() - c0;

@@ -47,6 +47,8 @@ class Tensor {
   // Host copy of the values (any device).
   std::vector<float> ToVector() const;
   std::string ShapeString() const;
+  // Tensors sharing this storage (views and copies included); 0 when empty.
+  long use_count() const { return storage_ ? storage_.use_count() : 0; }
 
  private:
   struct Storage;
