@@ -17,9 +17,14 @@ std::string RenderPlanSummary(const Plan& p) {
                    p.ParallelString(), p.config, p.microbatch_size, p.num_microbatches, p.schedule,
                    p.interleave > 1 ? fmt::format(" (v={})", p.interleave) : "", p.recompute, p.zero_stage);
   const auto& x = p.predicted;
-  o += fmt::format("predicted: iteration {} | {:.2f} samples/s | {:.1f} TFLOP/s per GPU | MFU {:.1f}% | bubble {:.1f}% | "
+  // Small devices (CPU ranks) read better in GFLOP/s; no figure when the model's FLOPs are unknown (profile only).
+  const std::string rate = x.tflops_per_gpu <= 0 ? std::string("FLOP/s n/a (no model file)")
+                           : x.tflops_per_gpu < 1 ? fmt::format("{:.1f} GFLOP/s per device", x.tflops_per_gpu * 1e3)
+                                                  : fmt::format("{:.1f} TFLOP/s per GPU", x.tflops_per_gpu);
+  const std::string mfu = x.tflops_per_gpu <= 0 ? std::string("n/a") : fmt::format("{:.1f}%", 100 * x.mfu);
+  o += fmt::format("predicted: iteration {} | {:.2f} samples/s | {} | MFU {} | bubble {:.1f}% | "
                    "peak memory {} of {} usable\n",
-                   FormatSeconds(x.iteration_s), x.samples_per_second, x.tflops_per_gpu, 100 * x.mfu,
+                   FormatSeconds(x.iteration_s), x.samples_per_second, rate, mfu,
                    100 * x.bubble_fraction, FormatBytes(x.peak_memory_bytes), FormatBytes(p.usable_memory_bytes));
   o += fmt::format("           pipeline {} + exposed DP all-reduce {} + optimizer {}\n", FormatSeconds(x.pipeline_s),
                    FormatSeconds(x.dp_allreduce_s), FormatSeconds(x.optimizer_s));
