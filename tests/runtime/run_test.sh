@@ -124,6 +124,8 @@ print(f'loss {first:.4f} -> {last:.4f}')
 sys.exit(0 if last < first - 0.3 else 1)" && ok || bad "loss does not fall"
   [ -s train/runs/t/trace.json ] && grep -q '"name": "F0"' train/runs/t/trace.json && ok || bad "no trace"
   grep -q "bubble fraction" train/runs/t/report.md && ok || bad "no report"
+  $PLANNER inspect train/runs/t --svg t.svg > inspect.txt 2>&1 && grep -q "measured timeline of the last iteration" inspect.txt \
+    && grep -q "loss per iteration" inspect.txt && grep -q "<svg" t.svg && ok || bad "inspect of a run"
 else
   bad "train run"; tail -3 train.err
 fi
