@@ -752,7 +752,12 @@ Status RunLaunch(const LaunchPlan& L, const ModelSpec& model, Communicator& worl
   auto tail = [&](const std::vector<double>& v) { return std::vector<double>(v.begin() + static_cast<long>(warm), v.end()); };
   const double it_med = Median(tail(iter_s)), comp_med = Median(tail(compute_s)), comm_med = Median(tail(comm_s));
   // Per-rank figures to everyone: compute, comm, peak memory.
-  std::vector<float> mine = {static_cast<float>(comp_med), static_cast<float>(comm_med), static_cast<float>(peak_bytes / kGiB)};
+  // Memory: the allocator's peak (parameters, gradients, activations, workspaces) plus the
+  // optimizer's moments, which live outside the counted tensors on CPU ranks.
+  double opt_bytes = 0;
+  for (Param* prm : params) opt_bytes += static_cast<double>(prm->value.numel()) * (oc.kind == OptimizerConfig::kAdam ? 8.0 : 4.0);
+  std::vector<float> mine = {static_cast<float>(comp_med), static_cast<float>(comm_med),
+                             static_cast<float>((peak_bytes + (dev == Device::kCpu ? opt_bytes : 0.0)) / kGiB)};
   std::vector<float> all(static_cast<size_t>(3 * n));
   PLANNER_RETURN_IF_ERROR(world.AllGather(mine.data(), all.data(), 3));
   double busy = 0;
@@ -794,16 +799,20 @@ Status RunLaunch(const LaunchPlan& L, const ModelSpec& model, Communicator& worl
     rep += fmt::format("| iteration | {} | {} |\n", FormatSeconds(it_med), FormatSeconds(L.predicted_iteration_s));
     rep += fmt::format("| bubble fraction | {:.1f}% | {:.1f}% |\n", 100 * sum.measured_bubble_fraction, 100 * L.predicted_bubble_fraction);
     rep += fmt::format("| loss first -> last | {:.4f} -> {:.4f} | falls |\n\n", losses.front(), losses.back());
-    rep += "| rank | stage | compute per iteration | communication | idle | predicted compute (m x stage) | peak memory |\n|---|---|---|---|---|---|---|\n";
+    rep += "Memory: measured = the allocator's peak (parameters, gradients, activations, workspaces) plus the optimizer "
+           "state; predicted = the plan's, in the plan's dtype and bytes per parameter (the CPU kernels compute in fp32).\n\n";
+    rep += "| rank | stage | compute per iteration | communication | idle | predicted compute (m x stage) | peak memory | predicted memory |\n"
+           "|---|---|---|---|---|---|---|---|\n";
     for (int64_t r = 0; r < n; ++r) {
       double c = all[static_cast<size_t>(3 * r)], cm = all[static_cast<size_t>(3 * r + 1)];
-      double rs_pred = 0;  // the rank's chunks
-      for (int64_t q = L.ranks[static_cast<size_t>(r)].stage; q < static_cast<int64_t>(L.stages.size()); q += L.pp) {
+      double rs_pred = 0, mem_pred = 0;  // the rank's chunks
+      for (int64_t q = L.ranks[static_cast<size_t>(r)].stage; q < static_cast<int64_t>(L.stages.size()); q += p) {
         rs_pred += L.stages[static_cast<size_t>(q)].predicted_compute_s;
+        mem_pred = std::max(mem_pred, L.stages[static_cast<size_t>(q)].predicted_peak_memory_bytes);
       }
-      rep += fmt::format("| {} | {} | {} | {} | {} | {} | {:.3f} GiB |\n", r, L.ranks[static_cast<size_t>(r)].stage, FormatSeconds(c),
+      rep += fmt::format("| {} | {} | {} | {} | {} | {} | {:.4f} GiB | {:.4f} GiB |\n", r, L.ranks[static_cast<size_t>(r)].stage, FormatSeconds(c),
                          FormatSeconds(cm), FormatSeconds(std::max(0.0, it_med - c - cm)),
-                         FormatSeconds(rs_pred * static_cast<double>(m)), all[static_cast<size_t>(3 * r + 2)]);
+                         FormatSeconds(rs_pred * static_cast<double>(m)), all[static_cast<size_t>(3 * r + 2)], mem_pred / kGiB);
     }
     std::ofstream rf(fs::path(opt.run_dir) / "report.md");
     rf << rep;
