@@ -493,15 +493,8 @@ class CudaMlp final : public LayerKernel {
     sv->Clear();
     return Status::OK();
   }
-  std::vector<Param*> Params() override {
-    auto a = fc1_.Params(), c = fc2_.Params();
-    a.insert(a.end(), c.begin(), c.end());
-    return a;
-  }
-  KernelFlops Flops(int64_t b) const override {
-    KernelFlops a = fc1_.Flops(b), c = fc2_.Flops(b);
-    return {a.forward + c.forward, a.backward_input + c.backward_input, a.backward_weight + c.backward_weight};
-  }
+  std::vector<Param*> Params() override { return JoinParams({&fc1_, &fc2_}); }
+  KernelFlops Flops(int64_t b) const override { return SumFlops({&fc1_, &fc2_}, b); }
 
  private:
   CudaLinear fc1_;
@@ -566,15 +559,11 @@ class CudaAttention final : public LayerKernel {
     sv->Clear();
     return Status::OK();
   }
-  std::vector<Param*> Params() override {
-    auto a = qkv_.Params(), c = out_.Params();
-    a.insert(a.end(), c.begin(), c.end());
-    return a;
-  }
+  std::vector<Param*> Params() override { return JoinParams({&qkv_, &out_}); }
   KernelFlops Flops(int64_t b) const override {
-    KernelFlops a = qkv_.Flops(b), c = out_.Flops(b);
+    KernelFlops a = SumFlops({&qkv_, &out_}, b);
     double core = 2.0 * static_cast<double>(b) * static_cast<double>(s_) * static_cast<double>(s_) * static_cast<double>(hl_);
-    return {a.forward + c.forward + 2 * core, a.backward_input + c.backward_input + 4 * core, a.backward_weight + c.backward_weight};
+    return {a.forward + 2 * core, a.backward_input + 4 * core, a.backward_weight};
   }
 
  private:
@@ -621,18 +610,8 @@ class CudaTransformerBlock final : public LayerKernel {
     sv->Clear();
     return Status::OK();
   }
-  std::vector<Param*> Params() override {
-    std::vector<Param*> all;
-    for (LayerKernel* k : std::initializer_list<LayerKernel*>{&ln1_, &attn_, &ln2_, &mlp_}) {
-      auto p = k->Params();
-      all.insert(all.end(), p.begin(), p.end());
-    }
-    return all;
-  }
-  KernelFlops Flops(int64_t b) const override {
-    KernelFlops a = attn_.Flops(b), m = mlp_.Flops(b);
-    return {a.forward + m.forward, a.backward_input + m.backward_input, a.backward_weight + m.backward_weight};
-  }
+  std::vector<Param*> Params() override { return JoinParams({&ln1_, &attn_, &ln2_, &mlp_}); }
+  KernelFlops Flops(int64_t b) const override { return SumFlops({&attn_, &mlp_}, b); }
 
  private:
   CudaLayerNorm ln1_;

@@ -18,6 +18,7 @@
 #pragma once
 
 #include <cstdint>
+#include <initializer_list>
 #include <memory>
 #include <string>
 #include <vector>
@@ -90,6 +91,11 @@ class LayerKernel {
 // when the TP degree does not divide what it shards; Unimplemented for a
 // device the layer has no kernel on.
 Status MakeKernel(const Layer& layer, const KernelOptions& options, std::unique_ptr<LayerKernel>* out);
+
+// Composite kernels (attention, mlp, transformer_block): the parameters of
+// their parts in order, and the sum of their parts' FLOPs.
+std::vector<Param*> JoinParams(std::initializer_list<LayerKernel*> parts);
+KernelFlops SumFlops(std::initializer_list<const LayerKernel*> parts, int64_t b);
 
 // Threads of the CPU kernels (Eigen's GEMMs and our loops); 1 by default.
 void SetCpuThreads(int threads);
