@@ -173,35 +173,51 @@ __global__ void LayerNormParamGrads(const float* dy, const float* xhat, float* d
 unsigned Blocks(int64_t n, unsigned threads = 256) { return static_cast<unsigned>((n + threads - 1) / threads); }
 
 // ---- attention core, embedding, loss, dropout, pools, residual ----
+// Block-wide reductions (power-of-two blockDim; sh holds blockDim floats); every thread gets the result.
+__device__ float BlockMax(float* sh, float v) {
+  sh[threadIdx.x] = v;
+  __syncthreads();
+  for (unsigned k = blockDim.x / 2; k > 0; k >>= 1) {
+    if (threadIdx.x < k) sh[threadIdx.x] = fmaxf(sh[threadIdx.x], sh[threadIdx.x + k]);
+    __syncthreads();
+  }
+  float r = sh[0];
+  __syncthreads();
+  return r;
+}
+__device__ float BlockSum(float* sh, float v) {
+  sh[threadIdx.x] = v;
+  __syncthreads();
+  for (unsigned k = blockDim.x / 2; k > 0; k >>= 1) {
+    if (threadIdx.x < k) sh[threadIdx.x] += sh[threadIdx.x + k];
+    __syncthreads();
+  }
+  float r = sh[0];
+  __syncthreads();
+  return r;
+}
+// out[i] = exp(in[i] scale - max) for i < valid; returns the sum, *mx the max of in x scale.
+__device__ float ExpRow(const float* in, float* out, int64_t valid, float scale, float* sh, float* mx) {
+  float m = -3.0e38f;
+  for (int64_t i = threadIdx.x; i < valid; i += blockDim.x) m = fmaxf(m, in[i] * scale);
+  m = BlockMax(sh, m);
+  float sum = 0;
+  for (int64_t i = threadIdx.x; i < valid; i += blockDim.x) {
+    float e = __expf(in[i] * scale - m);
+    out[i] = e;
+    sum += e;
+  }
+  *mx = m;
+  return BlockSum(sh, sum);
+}
 // Causal (optional) softmax of each row of S (scaled), in place; one block per row.
 __global__ void SoftmaxRows(float* p, int64_t s, float scale, int causal) {
   extern __shared__ float sh[];
   const int64_t row = blockIdx.x, r = row % s;
   float* x = p + row * s;
   const int64_t valid = causal ? r + 1 : s;
-  float mx = -3.0e38f;
-  for (int64_t i = threadIdx.x; i < valid; i += blockDim.x) mx = fmaxf(mx, x[i] * scale);
-  sh[threadIdx.x] = mx;
-  __syncthreads();
-  for (unsigned k = blockDim.x / 2; k > 0; k >>= 1) {
-    if (threadIdx.x < k) sh[threadIdx.x] = fmaxf(sh[threadIdx.x], sh[threadIdx.x + k]);
-    __syncthreads();
-  }
-  mx = sh[0];
-  __syncthreads();
-  float sum = 0;
-  for (int64_t i = threadIdx.x; i < valid; i += blockDim.x) {
-    float e = __expf(x[i] * scale - mx);
-    x[i] = e;
-    sum += e;
-  }
-  sh[threadIdx.x] = sum;
-  __syncthreads();
-  for (unsigned k = blockDim.x / 2; k > 0; k >>= 1) {
-    if (threadIdx.x < k) sh[threadIdx.x] += sh[threadIdx.x + k];
-    __syncthreads();
-  }
-  sum = sh[0];
+  float mx = 0;
+  const float sum = ExpRow(x, x, valid, scale, sh, &mx);
   for (int64_t i = threadIdx.x; i < s; i += blockDim.x) x[i] = i < valid ? x[i] / sum : 0.0f;
 }
 // dS = P o (dP - rowsum(dP o P)) x scale, in place in dp; one block per row.
@@ -211,13 +227,7 @@ __global__ void SoftmaxBackwardRows(const float* p, float* dp, int64_t s, float 
   float* g = dp + blockIdx.x * s;
   float dot = 0;
   for (int64_t i = threadIdx.x; i < s; i += blockDim.x) dot += pr[i] * g[i];
-  sh[threadIdx.x] = dot;
-  __syncthreads();
-  for (unsigned k = blockDim.x / 2; k > 0; k >>= 1) {
-    if (threadIdx.x < k) sh[threadIdx.x] += sh[threadIdx.x + k];
-    __syncthreads();
-  }
-  dot = sh[0];
+  dot = BlockSum(sh, dot);
   for (int64_t i = threadIdx.x; i < s; i += blockDim.x) g[i] = pr[i] * (g[i] - dot) * scale;
 }
 __global__ void AddInto(float* y, const float* a, const float* b, int64_t n) {
@@ -242,29 +252,8 @@ __global__ void CrossEntropyRows(const float* x, const float* tgt, float* probs,
   extern __shared__ float sh[];
   const float* xr = x + blockIdx.x * v;
   float* pr = probs + blockIdx.x * v;
-  float mx = -3.0e38f;
-  for (int64_t i = threadIdx.x; i < v; i += blockDim.x) mx = fmaxf(mx, xr[i]);
-  sh[threadIdx.x] = mx;
-  __syncthreads();
-  for (unsigned k = blockDim.x / 2; k > 0; k >>= 1) {
-    if (threadIdx.x < k) sh[threadIdx.x] = fmaxf(sh[threadIdx.x], sh[threadIdx.x + k]);
-    __syncthreads();
-  }
-  mx = sh[0];
-  __syncthreads();
-  float sum = 0;
-  for (int64_t i = threadIdx.x; i < v; i += blockDim.x) {
-    float e = __expf(xr[i] - mx);
-    pr[i] = e;
-    sum += e;
-  }
-  sh[threadIdx.x] = sum;
-  __syncthreads();
-  for (unsigned k = blockDim.x / 2; k > 0; k >>= 1) {
-    if (threadIdx.x < k) sh[threadIdx.x] += sh[threadIdx.x + k];
-    __syncthreads();
-  }
-  sum = sh[0];
+  float mx = 0;
+  const float sum = ExpRow(xr, pr, v, 1.0f, sh, &mx);
   for (int64_t i = threadIdx.x; i < v; i += blockDim.x) pr[i] /= sum;
   if (threadIdx.x == 0) row_loss[blockIdx.x] = logf(sum) + mx - xr[static_cast<int64_t>(tgt[blockIdx.x])];
 }
