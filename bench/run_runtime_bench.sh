@@ -30,6 +30,9 @@ run() {  # run NAME PROFILE SOLVE-FLAGS...
 run pipeline two.profile.yaml --gpus 2 --pp 2 --schedule 1f1b
 run data-parallel two.profile.yaml --gpus 2 --pp 1 --schedule 1f1b
 run pipeline-b4 two.profile.yaml --gpus 2 --pp 2 --schedule 1f1b --microbatch 4
+run pipeline-gpipe two.profile.yaml --gpus 2 --pp 2 --schedule gpipe --microbatch 1
+run pipeline-interleaved two.profile.yaml --gpus 2 --pp 2 --schedule interleaved --microbatch 1
+run pipeline-zbh1 two.profile.yaml --gpus 2 --pp 2 --schedule zb-h1 --microbatch 1
 run one-rank one.profile.yaml --gpus 1 --microbatch 1 --global-batch 32
 # Overhead: the 1-rank run's compute per microbatch against the profile's sum (b = 1).
 python3 - one.profile.yaml one-rank/runs/r/report.md <<'PY'
