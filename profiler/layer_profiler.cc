@@ -57,13 +57,6 @@ Tensor MakeInput(const Layer& l, int64_t b, uint64_t seed) {
   return x;
 }
 
-Tensor ToDevice(const Tensor& t, Device d) {
-  if (d == Device::kCpu || t.empty()) return t;
-  Tensor g = AllocateTensor(t.shape(), d);
-  CudaCopyToDevice(g.data(), t.data(), t.numel() * 4);
-  return g;
-}
-
 class Clock {
  public:
   explicit Clock(Device d) : cuda_(d == Device::kCuda) {
@@ -121,13 +114,13 @@ Status TimeLayer(const Layer& layer, int64_t b, int64_t tp, const LayerProfileOp
   // Inputs: the TP shard of the loss sees V / t logits.
   Layer in_layer = layer;
   if (layer.type == "loss" && tp > 1) in_layer.in_shape.back() /= tp;
-  Tensor x = ToDevice(MakeInput(in_layer, b, 7), o.device);
+  Tensor x = MakeInput(in_layer, b, 7).To(o.device);
   if (layer.type == "loss") {
     int64_t rows = 1;
     for (size_t i = 0; i + 1 < layer.in_shape.size(); ++i) rows *= layer.in_shape[i];
     Tensor t = Tensor::Zeros({b * rows});
     for (int64_t i = 0; i < t.numel(); ++i) t.data()[i] = static_cast<float>(i % (layer.in_shape.back() / tp));
-    for (auto& kc : kernels) kc->SetTargets(ToDevice(t, o.device));
+    for (auto& kc : kernels) kc->SetTargets(t.To(o.device));
   }
   Clock clock(o.device);
   std::vector<double> f, bi, bw, bb;
@@ -146,7 +139,7 @@ Status TimeLayer(const Layer& layer, int64_t b, int64_t tp, const LayerProfileOp
     if (dy.empty()) {
       Tensor host = Tensor::Zeros(y.shape());
       FillUniform(&host, 99, 1.0f);
-      dy = ToDevice(host, o.device);
+      dy = host.To(o.device);
     }
     clock.Start();
     PLANNER_RETURN_IF_ERROR(k->BackwardInput(dy, &dx, &s));

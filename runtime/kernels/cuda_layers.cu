@@ -64,11 +64,6 @@ Status GemmBatched(bool ta, bool tb, int64_t m, int64_t n, int64_t k, const floa
                       "cublasSgemmStridedBatched");
 }
 
-Tensor Upload(const Tensor& host) {
-  Tensor d = AllocateTensor(host.shape(), Device::kCuda);
-  CudaCopyToDevice(d.data(), host.data(), host.numel() * 4);
-  return d;
-}
 
 Param DeviceParam(const std::string& name, const std::vector<int64_t>& shape, uint64_t seed, float scale, float fill) {
   Tensor host = Tensor::Zeros(shape);
@@ -76,7 +71,7 @@ Param DeviceParam(const std::string& name, const std::vector<int64_t>& shape, ui
   else for (int64_t i = 0; i < host.numel(); ++i) host.data()[i] = fill;
   Param p;
   p.name = name;
-  p.value = Upload(host);
+  p.value = host.To(Device::kCuda);
   p.grad = Tensor::Zeros(shape, Device::kCuda);
   return p;
 }
@@ -650,7 +645,7 @@ class CudaEmbedding final : public LayerKernel {
 class CudaLoss final : public LayerKernel {
  public:
   explicit CudaLoss(std::vector<int64_t> shape) : shape_(shape), v_(shape.back()), rows_(Product(shape) / shape.back()) {}
-  void SetTargets(const Tensor& t) override { targets_ = t.device() == Device::kCuda ? t : Upload(t); }
+  void SetTargets(const Tensor& t) override { targets_ = t.To(Device::kCuda); }
   Status Forward(const Tensor& x, Tensor* y, Saved* sv) override {
     const int64_t b = x.dim(0), n = b * rows_;
     if (targets_.numel() != n) return Status::InvalidArgument("loss: one target per row is needed");

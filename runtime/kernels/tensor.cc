@@ -121,6 +121,14 @@ Tensor Tensor::View(int64_t offset, const std::vector<int64_t>& shape) const {
   return t;
 }
 
+Tensor Tensor::To(Device device) const {
+  if (device == device_ || empty()) return *this;
+  Tensor t = AllocateTensor(shape_, device);
+  if (device == Device::kCuda) CudaCopyToDevice(t.data_, data_, numel() * 4);
+  else CudaCopyToHost(t.data_, data_, numel() * 4);
+  return t;
+}
+
 std::vector<float> Tensor::ToVector() const {
   std::vector<float> v(static_cast<size_t>(numel()));
   if (v.empty()) return v;

@@ -44,6 +44,8 @@ class Tensor {
   Tensor Reshaped(const std::vector<int64_t>& shape) const;
   // Same storage: `shape`'s elements starting `offset` elements in (must fit).
   Tensor View(int64_t offset, const std::vector<int64_t>& shape) const;
+  // This tensor on `device`: itself when it is there already, else a copy.
+  Tensor To(Device device) const;
   // Host copy of the values (any device).
   std::vector<float> ToVector() const;
   std::string ShapeString() const;

@@ -32,11 +32,6 @@ void Compare(const std::string& what, const Tensor& cpu, const Tensor& gpu, doub
   if (rel > tol) ++failures;
 }
 
-Tensor Upload(const Tensor& t) {
-  Tensor d = AllocateTensor(t.shape(), Device::kCuda);
-  CudaCopyToDevice(d.data(), t.data(), t.numel() * 4);
-  return d;
-}
 
 void Check(const std::string& type, std::vector<int64_t> in, LayerAttrs attrs, int64_t b, bool ids = false) {
   Layer l;
@@ -70,12 +65,12 @@ void Check(const std::string& type, std::vector<int64_t> in, LayerAttrs attrs, i
   Saved s1, s2;
   Tensor yc, yg, dxc, dxg;
   (void)kc->Forward(x, &yc, &s1);
-  (void)kg->Forward(Upload(x), &yg, &s2);
+  (void)kg->Forward(x.To(Device::kCuda), &yg, &s2);
   Compare(type + " forward", yc, yg, 5e-3);
   Tensor dy = Tensor::Zeros(yc.shape());
   FillUniform(&dy, 19, 1.0f);
   (void)kc->BackwardInput(dy, &dxc, &s1);
-  (void)kg->BackwardInput(Upload(dy), &dxg, &s2);
+  (void)kg->BackwardInput(dy.To(Device::kCuda), &dxg, &s2);
   if (!dxc.empty()) Compare(type + " backward-input", dxc, dxg, 5e-3);
   (void)kc->BackwardWeight(&s1);
   (void)kg->BackwardWeight(&s2);
