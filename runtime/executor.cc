@@ -66,13 +66,6 @@ struct TraceEvent {
   int tid;
 };
 
-// A host tensor's copy on `dev` (itself on the CPU).
-Tensor ToDevice(const Tensor& t, Device dev) {
-  if (dev == Device::kCpu) return t;
-  Tensor d = AllocateTensor(t.shape(), dev);
-  CudaCopyToDevice(d.data(), t.data(), t.numel() * 4);
-  return d;
-}
 // Host values into a tensor of either device.
 void Upload(const std::vector<float>& v, Tensor* t) {
   if (t->device() == Device::kCpu) std::copy(v.begin(), v.end(), t->data());
@@ -168,9 +161,8 @@ LaunchPlan SingleProcessPlan(const LaunchPlan& L, const ModelSpec& model) {
 // Per-device operation order of the plan's schedule, from the simulator that
 // predicted it (one definition of each schedule for prediction and execution):
 // events of device `pos`, sorted by their simulated start.
-Status ScheduleOrder(const LaunchPlan& L, int64_t pos, std::vector<SimEvent>* out) {
-  Schedule sched;
-  if (!ParseSchedule(L.schedule, &sched)) return Status::InvalidArgument("unknown schedule " + L.schedule);
+// The plan's predicted stage times as simulator stages.
+std::vector<SimStage> SimStagesOf(const LaunchPlan& L) {
   std::vector<SimStage> st;
   for (const auto& s : L.stages) {
     SimStage x;
@@ -183,13 +175,24 @@ Status ScheduleOrder(const LaunchPlan& L, int64_t pos, std::vector<SimEvent>* ou
     if (x.forward_s + x.backward_input_s + x.backward_weight_s <= 0) x.forward_s = x.backward_input_s = x.backward_weight_s = 1;
     st.push_back(x);
   }
-  SimResult r;
-  PLANNER_RETURN_IF_ERROR(SimulateSchedule(sched, st, L.pp, L.num_microbatches, true, &r));
+  return st;
+}
+
+// Device `device`'s compute operations of a simulated schedule, in simulated start order.
+void DeviceOrder(const SimResult& r, int64_t device, std::vector<SimEvent>* out) {
   out->clear();
   for (const auto& e : r.events) {
-    if (e.device == pos && e.kind != 'C') out->push_back(e);
+    if (e.device == device && e.kind != 'C') out->push_back(e);
   }
   std::stable_sort(out->begin(), out->end(), [](const SimEvent& x, const SimEvent& y) { return x.start_s < y.start_s; });
+}
+
+Status ScheduleOrder(const LaunchPlan& L, int64_t pos, std::vector<SimEvent>* out) {
+  Schedule sched;
+  if (!ParseSchedule(L.schedule, &sched)) return Status::InvalidArgument("unknown schedule " + L.schedule);
+  SimResult r;
+  PLANNER_RETURN_IF_ERROR(SimulateSchedule(sched, SimStagesOf(L), L.pp, L.num_microbatches, true, &r));
+  DeviceOrder(r, pos, out);
   return Status::OK();
 }
 
@@ -330,18 +333,12 @@ Status RunLaunch(const LaunchPlan& L, const ModelSpec& model, Communicator& worl
   std::vector<SimEvent> order;
   // The simulator's round-robin order over `microbatches`; device ids go stage by stage, replica by replica.
   auto replicated_order = [&](int64_t microbatches) -> Status {
-    std::vector<SimStage> st;
     std::vector<int64_t> reps, in_flight;
     int64_t after = 0;
     for (const auto& x : L.stages) after += x.replicas;
     int64_t device = -1, offset = 0;
     for (int64_t q = 0; q < Q; ++q) {
       const auto& x = L.stages[static_cast<size_t>(q)];
-      SimStage y;
-      y.forward_s = x.predicted_forward_s > 0 ? x.predicted_forward_s : 1;
-      y.backward_input_s = x.predicted_backward_input_s > 0 ? x.predicted_backward_input_s : 1;
-      y.backward_weight_s = x.predicted_backward_weight_s > 0 ? x.predicted_backward_weight_s : 1;
-      st.push_back(y);
       reps.push_back(x.replicas);
       in_flight.push_back((after + x.replicas - 1) / x.replicas);  // PipeDream's NOAM
       if (q == me.stage) device = offset + me.replica;
@@ -349,10 +346,8 @@ Status RunLaunch(const LaunchPlan& L, const ModelSpec& model, Communicator& worl
       after -= x.replicas;
     }
     SimResult r;
-    PLANNER_RETURN_IF_ERROR(SimulateReplicated(st, reps, in_flight, microbatches, true, &r));
-    order.clear();
-    for (const auto& e : r.events) if (e.device == device) order.push_back(e);
-    std::stable_sort(order.begin(), order.end(), [](const SimEvent& x, const SimEvent& y) { return x.start_s < y.start_s; });
+    PLANNER_RETURN_IF_ERROR(SimulateReplicated(SimStagesOf(L), reps, in_flight, microbatches, true, &r));
+    DeviceOrder(r, device, &order);
     return Status::OK();
   };
   if (!replicated) {
@@ -402,9 +397,8 @@ Status RunLaunch(const LaunchPlan& L, const ModelSpec& model, Communicator& worl
   if (async && start < iterations) PLANNER_RETURN_IF_ERROR(replicated_order((iterations - start) * m));
   std::vector<TraceEvent> trace;
   BufferPool recv_pool;
-  // Trace times on the machine's monotonic clock, shared by the ranks of one node, so the merged
-  // trace lines up and a send can be paired with its receive.
-  const double t_origin = 0;
+  // Trace times are the machine's monotonic clock (Now()), shared by the ranks of one node, so the
+  // merged trace lines up and a send can be paired with its receive.
   // Data-parallel all-reduce overlapped with backward (DDP-style): during each chunk's last
   // backward of the iteration, a layer's gradient segment of the flat bucket is all-reduced on a
   // second thread as soon as that layer's weight gradient is final, while earlier layers compute.
@@ -519,7 +513,7 @@ Status RunLaunch(const LaunchPlan& L, const ModelSpec& model, Communicator& worl
     std::vector<double> pass_loss(static_cast<size_t>(span), 0.0), pass_done(static_cast<size_t>(span), 0.0);
     for (size_t c = 0; c < chunks.size(); ++c) saved[c].assign(static_cast<size_t>(span * m), std::vector<Saved>(chunks[c].ks.size()));
     std::vector<Tensor> keep;  // sent buffers stay alive until FlushSends
-    double t_compute = 0, t_comm = 0, loss_sum = 0;
+    double t_compute = 0, t_comm = 0;
     const double t0 = Now();
     for (size_t ev_index = 0; ev_index < order.size(); ++ev_index) {
       const SimEvent& ev = order[ev_index];
@@ -542,13 +536,13 @@ Status RunLaunch(const LaunchPlan& L, const ModelSpec& model, Communicator& worl
           }
         }
         if (q == 0) {
-          x = ToDevice(Tensor::FromVector(in_shape(q), all_in), dev);
+          x = Tensor::FromVector(in_shape(q), all_in).To(dev);
         } else {
           x = recv_pool.Get(in_shape(q), dev);
           double c0 = Now();
           PLANNER_RETURN_IF_ERROR(pipe->Recv(x.data(), x.numel(), peer((q - 1 + Q) % Q, j), tag(q, 0)));
           t_comm += Now() - c0;
-          trace.push_back({fmt::format("recv F{}.{}", q, j), c0 - t_origin, Now() - c0, 1});
+          trace.push_back({fmt::format("recv F{}.{}", q, j), c0, Now() - c0, 1});
         }
         if (q == Q - 1) ch.ks.back()->SetTargets(Tensor::FromVector({static_cast<int64_t>(all_tg.size())}, all_tg));
         if (async) {
@@ -562,13 +556,12 @@ Status RunLaunch(const LaunchPlan& L, const ModelSpec& model, Communicator& worl
           x = y;
         }
         t_compute += Now() - c0;
-        trace.push_back({fmt::format("F{}", j), c0 - t_origin, Now() - c0, 0});
+        trace.push_back({fmt::format("F{}", j), c0, Now() - c0, 0});
         if (q == Q - 1) {
           std::vector<float> per_sample = x.ToVector();
-          for (int64_t smp = 0; smp < b; ++smp) loss_sum += per_sample[static_cast<size_t>(smp)];
           for (int64_t smp = 0; smp < b; ++smp) pass_loss[static_cast<size_t>(it_j - it)] += per_sample[static_cast<size_t>(smp)];
         } else {
-          trace.push_back({fmt::format("send F{}.{} {}B", q + 1, j, x.numel() * 4), Now() - t_origin, 0, 1});
+          trace.push_back({fmt::format("send F{}.{} {}B", q + 1, j, x.numel() * 4), Now(), 0, 1});
           PLANNER_RETURN_IF_ERROR(pipe->Send(x.data(), x.numel(), peer((q + 1) % Q, j), tag(q + 1, 0)));
           keep.push_back(x);
         }
@@ -577,13 +570,13 @@ Status RunLaunch(const LaunchPlan& L, const ModelSpec& model, Communicator& worl
         if (q == Q - 1) {
           dy = Tensor::Zeros({b, 1});
           for (int64_t smp = 0; smp < b; ++smp) dy.data()[smp] = 1.0f / static_cast<float>(B);  // d(mean loss) / d(sample loss)
-          dy = ToDevice(dy, dev);
+          dy = dy.To(dev);
         } else {
           dy = recv_pool.Get(out_shape(q), dev);
           double c0 = Now();
           PLANNER_RETURN_IF_ERROR(pipe->Recv(dy.data(), dy.numel(), peer((q + 1) % Q, j), tag(q + 1, 1)));
           t_comm += Now() - c0;
-          trace.push_back({fmt::format("recv B{}.{}", q, j), c0 - t_origin, Now() - c0, 1});
+          trace.push_back({fmt::format("recv B{}.{}", q, j), c0, Now() - c0, 1});
         }
         std::vector<float> latest;
         if (async) {
@@ -619,10 +612,10 @@ Status RunLaunch(const LaunchPlan& L, const ModelSpec& model, Communicator& worl
           t_comm += Now() - a0;
           PLANNER_RETURN_IF_ERROR(optimizer.Step(params));
         }
-        trace.push_back({fmt::format("B{}", j), c0 - t_origin, Now() - c0, 0});
+        trace.push_back({fmt::format("B{}", j), c0, Now() - c0, 0});
         if (q == 0 && jj == m - 1) pass_done[static_cast<size_t>(it_j - it)] = Now() - t0;
         if (q > 0) {
-          trace.push_back({fmt::format("send B{}.{} {}B", q - 1, j, dy.numel() * 4), Now() - t_origin, 0, 1});
+          trace.push_back({fmt::format("send B{}.{} {}B", q - 1, j, dy.numel() * 4), Now(), 0, 1});
           PLANNER_RETURN_IF_ERROR(pipe->Send(dy.data(), dy.numel(), peer((q - 1 + Q) % Q, j), tag(q, 1)));
           keep.push_back(dy);
         }
@@ -633,7 +626,7 @@ Status RunLaunch(const LaunchPlan& L, const ModelSpec& model, Communicator& worl
           if (final_backward) enqueue(q, i);
         }
         t_compute += Now() - c0;
-        trace.push_back({fmt::format("W{}", j), c0 - t_origin, Now() - c0, 0});
+        trace.push_back({fmt::format("W{}", j), c0, Now() - c0, 0});
       }
     }
     double c0 = Now();
@@ -648,10 +641,10 @@ Status RunLaunch(const LaunchPlan& L, const ModelSpec& model, Communicator& worl
       PLANNER_RETURN_IF_ERROR(dp_comm->AllReduce(bucket.data(), grad_elems, ReduceOp::kSum));
     }
     t_comm += Now() - c0;
-    trace.push_back({overlap ? "dp all-reduce (exposed wait)" : "dp all-reduce", c0 - t_origin, Now() - c0, 1});
+    trace.push_back({overlap ? "dp all-reduce (exposed wait)" : "dp all-reduce", c0, Now() - c0, 1});
     if (overlap) {
       std::lock_guard<std::mutex> lk(red.mu);
-      trace.push_back({"dp all-reduce busy", c0 - t_origin, red.busy_s, 2});  // summed segment time on the reducer thread
+      trace.push_back({"dp all-reduce busy", c0, red.busy_s, 2});  // summed segment time on the reducer thread
       red.busy_s = 0;
     }
     if (it == 0 && opt.dump_gradients && me.replica == 0 && me.tp_rank == 0) {
@@ -701,7 +694,7 @@ Status RunLaunch(const LaunchPlan& L, const ModelSpec& model, Communicator& worl
       it += span - 1;
       peak_bytes = std::max(peak_bytes, static_cast<double>(GetMemoryStats(dev).peak_bytes));
     } else {
-      float lsum = me.tp_rank == 0 ? static_cast<float>(loss_sum) : 0.0f;
+      float lsum = me.tp_rank == 0 ? static_cast<float>(pass_loss[0]) : 0.0f;
       PLANNER_RETURN_IF_ERROR(world.AllReduce(&lsum, 1, ReduceOp::kSum));
       float it_time = static_cast<float>(Now() - t0);
       PLANNER_RETURN_IF_ERROR(world.AllReduce(&it_time, 1, ReduceOp::kMax));
