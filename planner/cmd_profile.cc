@@ -176,12 +176,6 @@ Runner RegisterProfile(CLI::App& app, int argc, char** argv) {
     }
     std::string out = a->output.empty() ? model.name + ".profile.yaml" : a->output;
     PLANNER_RETURN_IF_ERROR(WriteFileAtomic(out, ProfileToYaml(p)));
-    size_t sigs = 0;
-    {
-      std::vector<std::string> seen;
-      for (const auto& l : model.layers) if (std::find(seen.begin(), seen.end(), l.signature) == seen.end()) seen.push_back(l.signature);
-      sigs = seen.size();
-    }
     std::printf("%-22s %6s %4s %12s %12s %12s %10s %8s\n", "layer type", "b", "tp", "fwd (ms)", "bwd-in (ms)", "bwd-w (ms)", "GFLOP/s", "reps");
     std::vector<std::string> printed;
     for (size_t i = 0; i < p.layers.size(); ++i) {
@@ -194,7 +188,7 @@ Runner RegisterProfile(CLI::App& app, int argc, char** argv) {
                     t.achieved_gflops, static_cast<long long>(t.repetitions));
       }
     }
-    LogNote(fmt::format("wrote {}: {} layers, {} distinct signatures timed on {}", out, p.layers.size(), sigs, p.device));
+    LogNote(fmt::format("wrote {}: {} layers, {} distinct signatures timed on {}", out, p.layers.size(), printed.size(), p.device));
     return Status::OK();
   };
 }
