@@ -5,8 +5,11 @@
 #     20 after 2 warm-up) and bubble fraction
 #  2. runtime overhead: a 1-rank run's time per microbatch vs the sum of its profiled kernel times
 #  3. the data-parallel all-reduce inside the runtime vs the comm profile's (cold-cache) curve
+#  4. pipeline send/recv inside the runtime vs the comm profile, and a plain-MPI one-way transfer
+#     under the same memory conditions (bench/p2p_contention.cc)
 set -eu
 cd "$(dirname "$0")/.."
+R=$PWD
 P=$PWD/build/planner/planner
 export OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1
 T=$(mktemp -d)
@@ -99,3 +102,6 @@ print(f"pipeline send/recv of {nbytes} B ({len(xfer)} transfers): runtime median
       f"comm profile {pred*1e6:.1f} us ({nbytes/pred/1e9:.2f} GB/s): {pred/med:.0%} of the profiled rate")
 PY
 done
+# The same one-way transfer in a plain MPI program under the memory conditions of a pipeline
+# receive (bench/p2p_contention.cc): how much of the gap above the memory system explains.
+mpirun --oversubscribe -np 2 "$R/build/bench/p2p_contention" 200
