@@ -523,8 +523,9 @@ Status RunLaunch(const LaunchPlan& L, const ModelSpec& model, Communicator& worl
       auto& sv = saved[static_cast<size_t>(q / p)][static_cast<size_t>(j)];
       const int64_t it_j = it + j / m, jj = j % m;
       const int64_t first_sample = replicated ? it_j * B + jj * b : it * B + (me.replica * m + j) * b;
-      // Tag of the message that enters virtual stage qq (dir 0: activation) or leaves it backwards (dir 1).
-      auto tag = [&](int64_t qq, int dir) { return static_cast<int>(((qq * m + j) * 2 + dir) % 32000); };
+      // Tag of the message that enters virtual stage qq (dir 0: activation) or leaves it backwards
+      // (dir 1), unique in the run: the pass (its first iteration), the stage, the microbatch of the pass.
+      auto tag = [&](int64_t qq, int dir) { return ((it * (Q + 1) + qq) * span * m + j) * 2 + dir; };
       if (ev.kind == 'F') {
         Tensor x;
         std::vector<float> in, tg, all_in, all_tg;

@@ -45,8 +45,11 @@ class Communicator {
   // Pipeline transfers: Send returns once the message is posted (the buffer
   // must stay alive and unchanged until FlushSends), so a schedule's sends
   // never block; Recv blocks until a message with this tag arrives from peer.
-  virtual Status Send(const float* data, int64_t count, int peer, int tag) = 0;
-  virtual Status Recv(float* data, int64_t count, int peer, int tag) = 0;
+  // Tags are non-negative; MPI maps them onto its tag space modulo
+  // MPI_TAG_UB - 100 (2^31 - 101 in Open MPI), threads use them as given, and
+  // NCCL ignores them (its point-to-point calls match in posting order).
+  virtual Status Send(const float* data, int64_t count, int peer, int64_t tag) = 0;
+  virtual Status Recv(float* data, int64_t count, int peer, int64_t tag) = 0;
   virtual Status FlushSends() = 0;
   // Waits for outstanding device work (NCCL); a no-op for host backends.
   virtual Status Synchronize() { return Status::OK(); }

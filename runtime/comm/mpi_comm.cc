@@ -129,16 +129,18 @@ class MpiComm final : public Communicator {
     Guard g("barrier", rank_, size_, timeout_s_);
     return Check(MPI_Barrier(comm_), "barrier");
   }
-  Status Send(const float* data, int64_t count, int peer, int tag) override {
+  Status Send(const float* data, int64_t count, int peer, int64_t tag) override {
     if (peer < 0 || peer >= size_) return Status::InvalidArgument(fmt::format("send peer {} outside [0, {})", peer, size_));
+    if (tag < 0) return Status::InvalidArgument(fmt::format("send tag {} is negative", tag));
     pending_.emplace_back();
-    return Check(MPI_Isend(data, Int(count), MPI_FLOAT, peer, tag % 32000 + 100, comm_, &pending_.back()), "send");
+    return Check(MPI_Isend(data, Int(count), MPI_FLOAT, peer, MpiTag(tag), comm_, &pending_.back()), "send");
   }
-  Status Recv(float* data, int64_t count, int peer, int tag) override {
+  Status Recv(float* data, int64_t count, int peer, int64_t tag) override {
     if (peer < 0 || peer >= size_) return Status::InvalidArgument(fmt::format("recv peer {} outside [0, {})", peer, size_));
+    if (tag < 0) return Status::InvalidArgument(fmt::format("recv tag {} is negative", tag));
     Guard g("recv", rank_, size_, timeout_s_);
     MPI_Status st;
-    PLANNER_RETURN_IF_ERROR(Check(MPI_Recv(data, Int(count), MPI_FLOAT, peer, tag % 32000 + 100, comm_, &st), "recv"));
+    PLANNER_RETURN_IF_ERROR(Check(MPI_Recv(data, Int(count), MPI_FLOAT, peer, MpiTag(tag), comm_, &st), "recv"));
     int got = 0;
     MPI_Get_count(&st, MPI_FLOAT, &got);
     if (got != count) return Status::CommError(fmt::format("rank {} sent {} floats, rank {} expected {}", peer, got, rank_, count));
@@ -162,6 +164,19 @@ class MpiComm final : public Communicator {
   MPI_Comm raw() const { return comm_; }
 
  private:
+  // Tags 0-99 stay free for the collectives' own traffic; pipeline tags wrap
+  // over the rest of the library's tag space (at least 32767 by the standard).
+  int MpiTag(int64_t tag) const {
+    if (tag_space_ == 0) {
+      void* attr = nullptr;
+      int found = 0;
+      MPI_Comm_get_attr(MPI_COMM_WORLD, MPI_TAG_UB, &attr, &found);
+      const int64_t ub = found != 0 && attr != nullptr ? *static_cast<int*>(attr) : 32767;
+      tag_space_ = ub - 100 + 1;
+    }
+    return static_cast<int>(100 + tag % tag_space_);
+  }
+  mutable int64_t tag_space_ = 0;
   static int Int(int64_t n) { return static_cast<int>(n); }
   MPI_Comm comm_;
   std::vector<MPI_Request> pending_;

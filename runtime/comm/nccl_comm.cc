@@ -70,10 +70,10 @@ class NcclComm final : public Communicator {
   }
   Status Barrier() override { return AllReduce(static_cast<float*>(scratch_), 1, ReduceOp::kSum); }
   // NCCL has no tags: sends go in order on their own stream; receives wait on the main stream.
-  Status Send(const float* d, int64_t n, int peer, int) override {
+  Status Send(const float* d, int64_t n, int peer, int64_t) override {
     return Nccl(ncclSend(d, static_cast<size_t>(n), ncclFloat, peer, comm_, send_stream_), "send");
   }
-  Status Recv(float* d, int64_t n, int peer, int) override {
+  Status Recv(float* d, int64_t n, int peer, int64_t) override {
     PLANNER_RETURN_IF_ERROR(Nccl(ncclRecv(d, static_cast<size_t>(n), ncclFloat, peer, comm_, stream_), "recv"));
     return Wait(stream_, "recv");
   }

@@ -30,7 +30,7 @@ struct World {
   std::vector<const float*> in;
   std::vector<int> ints;
   std::map<std::pair<int, int>, std::deque<std::vector<float>>> box;
-  std::map<std::tuple<int, int, int>, std::deque<std::vector<float>>> tagged;
+  std::map<std::tuple<int, int, int64_t>, std::deque<std::vector<float>>> tagged;
   std::map<std::pair<int64_t, int>, std::shared_ptr<World>> children;
 };
 
@@ -102,14 +102,14 @@ class ThreadComm final : public Communicator {
     return Status::OK();
   }
   Status Barrier() override { return Meet("barrier"); }
-  Status Send(const float* data, int64_t count, int peer, int tag) override {
+  Status Send(const float* data, int64_t count, int peer, int64_t tag) override {
     if (peer < 0 || peer >= size()) return Status::InvalidArgument(fmt::format("send peer {} outside [0, {})", peer, size()));
     std::lock_guard<std::mutex> lk(w_->mu);
     w_->tagged[{rank_, peer, tag}].emplace_back(data, data + count);
     w_->cv.notify_all();
     return Status::OK();
   }
-  Status Recv(float* data, int64_t count, int peer, int tag) override {
+  Status Recv(float* data, int64_t count, int peer, int64_t tag) override {
     if (peer < 0 || peer >= size()) return Status::InvalidArgument(fmt::format("recv peer {} outside [0, {})", peer, size()));
     std::unique_lock<std::mutex> lk(w_->mu);
     auto& q = w_->tagged[{peer, rank_, tag}];

@@ -68,6 +68,25 @@ inline Status RunConformance(Communicator& c) {
     PLANNER_RETURN_IF_ERROR(Expect(c.GroupSendRecv({{true, n, to_next.data(), 1}}).code() == StatusCode::kInvalidArgument, c,
                                    "a peer outside the group is InvalidArgument"));
   }
+  // tagged pipeline messages received in the reverse order of sending: each receive gets the
+  // message with its own tag, also for tags that collide modulo 2^15 and tags above 2^31
+  // (MPI wraps onto MPI_TAG_UB; NCCL ignores tags and matches in order, so it is not asked).
+  if (n > 1 && c.backend() != "nccl") {
+    const int64_t tags[3] = {5, 5 + 32000, 5 + (int64_t{1} << 33)};
+    std::vector<std::vector<float>> out(3), in(3, std::vector<float>(3));
+    for (int k = 0; k < 3; ++k) {
+      out[static_cast<size_t>(k)].assign(3, static_cast<float>(10 * r + k));
+      PLANNER_RETURN_IF_ERROR(c.Send(out[static_cast<size_t>(k)].data(), 3, (r + 1) % n, tags[k]));
+    }
+    for (int k = 2; k >= 0; --k) PLANNER_RETURN_IF_ERROR(c.Recv(in[static_cast<size_t>(k)].data(), 3, (r + n - 1) % n, tags[k]));
+    PLANNER_RETURN_IF_ERROR(c.FlushSends());
+    bool ok = true;
+    for (int k = 0; k < 3; ++k) ok = ok && in[static_cast<size_t>(k)][2] == static_cast<float>(10 * ((r + n - 1) % n) + k);
+    PLANNER_RETURN_IF_ERROR(Expect(ok, c, "tagged send/recv matched by tag, out of order"));
+    float x = 0;
+    PLANNER_RETURN_IF_ERROR(Expect(c.Send(&x, 1, (r + 1) % n, -1).code() == StatusCode::kInvalidArgument || c.backend() != "mpi", c,
+                                   "a negative tag is InvalidArgument"));
+  }
   // split into even and odd ranks; collectives stay inside each half.
   {
     std::unique_ptr<Communicator> half;
