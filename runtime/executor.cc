@@ -746,12 +746,9 @@ Status RunLaunch(const LaunchPlan& L, const ModelSpec& model, Communicator& worl
   auto tail = [&](const std::vector<double>& v) { return std::vector<double>(v.begin() + static_cast<long>(warm), v.end()); };
   const double it_med = Median(tail(iter_s)), comp_med = Median(tail(compute_s)), comm_med = Median(tail(comm_s));
   // Per-rank figures to everyone: compute, comm, peak memory.
-  // Memory: the allocator's peak (parameters, gradients, activations, workspaces) plus the
-  // optimizer's moments, which live outside the counted tensors on CPU ranks.
-  double opt_bytes = 0;
-  for (Param* prm : params) opt_bytes += static_cast<double>(prm->value.numel()) * (oc.kind == OptimizerConfig::kAdam ? 8.0 : 4.0);
-  std::vector<float> mine = {static_cast<float>(comp_med), static_cast<float>(comm_med),
-                             static_cast<float>((peak_bytes + (dev == Device::kCpu ? opt_bytes : 0.0)) / kGiB)};
+  // Memory: the allocator's peak (parameters, gradients, the optimizer's moments, activations,
+  // workspaces), on the rank's device.
+  std::vector<float> mine = {static_cast<float>(comp_med), static_cast<float>(comm_med), static_cast<float>(peak_bytes / kGiB)};
   std::vector<float> all(static_cast<size_t>(3 * n));
   PLANNER_RETURN_IF_ERROR(world.AllGather(mine.data(), all.data(), 3));
   double busy = 0;

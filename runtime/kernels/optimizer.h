@@ -1,7 +1,10 @@
 // Parameter updates: SGD (with momentum) and Adam (Kingma & Ba, with
 // bias correction; decoupled weight decay as AdamW when weight_decay > 0).
 // State lives in the optimizer, keyed by the parameter's position in the
-// list it is stepped with (the same list every step). CPU tensors.
+// list it is stepped with (the same list every step), as tensors on the
+// parameter's device: host loops for CPU parameters, one CUDA kernel per
+// parameter for GPU ones. State() / SetState() move the moments through the
+// host for checkpoints on either device.
 #pragma once
 
 #include <vector>
@@ -24,15 +27,15 @@ class Optimizer {
   // One update of every parameter from its gradient; gradients are left as they are.
   Status Step(const std::vector<Param*>& params);
   int64_t steps() const { return t_; }
-  // Flat state for checkpoints (moments, then the step count).
+  // Flat state for checkpoints: per parameter its first moment, then (Adam) its
+  // second moment, then the step count. Empty moments before the first step.
   std::vector<float> State() const;
   Status SetState(const std::vector<float>& state, const std::vector<Param*>& params);
 
  private:
   OptimizerConfig c_;
   int64_t t_ = 0;
-  std::vector<std::vector<float>> m_, v_;
-  std::vector<Tensor> dev_m_, dev_v_;  // CUDA parameters' moments (State() covers host parameters only)
+  std::vector<Tensor> m_, v_;  // on each parameter's device; v_ empty for SGD
 };
 
 }  // namespace planner

@@ -274,10 +274,63 @@ TEST_CASE("SGD and Adam follow their update rules") {
   REQUIRE_OK(a.Step({&q}));  // first Adam step moves by lr * sign(g)
   CHECK(q.value.data()[0] == doctest::Approx(3.0 - 0.01).epsilon(1e-6));
   std::vector<float> st = a.State();
+  CHECK(st.size() == 3);  // m, v, step count
   Optimizer b(adam);
   REQUIRE_OK(b.SetState(st, {&q}));
   CHECK(b.steps() == 1);
   CHECK(b.SetState({1.0f}, {&q}).code() == StatusCode::kInvalidArgument);
+}
+
+TEST_CASE("an optimizer restored from State() continues exactly as the original (checkpoint and resume)") {
+  for (auto kind : {OptimizerConfig::kSgd, OptimizerConfig::kAdam}) {
+    OptimizerConfig c;
+    c.kind = kind;
+    c.lr = 0.05;
+    c.momentum = 0.9;
+    c.weight_decay = kind == OptimizerConfig::kAdam ? 0.01 : 0.0;
+    auto make = [](Param* p) {
+      p->value = Tensor::FromVector({3}, {0.5f, -1.0f, 2.0f});
+      p->grad = Tensor::FromVector({3}, {0.0f, 0.0f, 0.0f});
+    };
+    auto grad = [](Param* p, int step) {
+      for (int i = 0; i < 3; ++i) p->grad.data()[i] = static_cast<float>(0.3 * (i + 1) * (step % 2 == 0 ? 1 : -0.5));
+    };
+    Param whole, resumed;
+    make(&whole);
+    make(&resumed);
+    Optimizer o(c), first(c);
+    for (int step = 0; step < 5; ++step) {
+      grad(&whole, step);
+      REQUIRE_OK(o.Step({&whole}));
+    }
+    for (int step = 0; step < 2; ++step) {
+      grad(&resumed, step);
+      REQUIRE_OK(first.Step({&resumed}));
+    }
+    std::vector<float> saved = first.State();
+    CHECK(saved.size() == (kind == OptimizerConfig::kAdam ? 7u : 4u));
+    Optimizer second(c);
+    REQUIRE_OK(second.SetState(saved, {&resumed}));
+    for (int step = 2; step < 5; ++step) {
+      grad(&resumed, step);
+      REQUIRE_OK(second.Step({&resumed}));
+    }
+    CHECK(second.steps() == 5);
+    for (int i = 0; i < 3; ++i) CHECK(resumed.value.data()[i] == whole.value.data()[i]);
+    // A fresh optimizer (no moments) would have diverged: the state matters.
+    Param fresh;
+    make(&fresh);
+    Optimizer f1(c), f2(c);
+    for (int step = 0; step < 2; ++step) {
+      grad(&fresh, step);
+      REQUIRE_OK(f1.Step({&fresh}));
+    }
+    for (int step = 2; step < 5; ++step) {
+      grad(&fresh, step);
+      REQUIRE_OK(f2.Step({&fresh}));
+    }
+    CHECK(fresh.value.data()[0] != whole.value.data()[0]);
+  }
 }
 
 TEST_CASE("GPT template layers build kernels whose parameters match spec/ totals") {
