@@ -292,43 +292,31 @@ TEST_CASE("an optimizer restored from State() continues exactly as the original 
       p->value = Tensor::FromVector({3}, {0.5f, -1.0f, 2.0f});
       p->grad = Tensor::FromVector({3}, {0.0f, 0.0f, 0.0f});
     };
-    auto grad = [](Param* p, int step) {
-      for (int i = 0; i < 3; ++i) p->grad.data()[i] = static_cast<float>(0.3 * (i + 1) * (step % 2 == 0 ? 1 : -0.5));
+    // Steps [from, to) of one gradient sequence.
+    auto steps = [](Optimizer& o, Param* p, int from, int to) {
+      for (int step = from; step < to; ++step) {
+        for (int i = 0; i < 3; ++i) p->grad.data()[i] = static_cast<float>(0.3 * (i + 1) * (step % 2 == 0 ? 1 : -0.5));
+        REQUIRE_OK(o.Step({p}));
+      }
     };
-    Param whole, resumed;
+    Param whole, resumed, fresh;
     make(&whole);
     make(&resumed);
+    make(&fresh);
     Optimizer o(c), first(c);
-    for (int step = 0; step < 5; ++step) {
-      grad(&whole, step);
-      REQUIRE_OK(o.Step({&whole}));
-    }
-    for (int step = 0; step < 2; ++step) {
-      grad(&resumed, step);
-      REQUIRE_OK(first.Step({&resumed}));
-    }
+    steps(o, &whole, 0, 5);
+    steps(first, &resumed, 0, 2);
     std::vector<float> saved = first.State();
     CHECK(saved.size() == (kind == OptimizerConfig::kAdam ? 7u : 4u));
     Optimizer second(c);
     REQUIRE_OK(second.SetState(saved, {&resumed}));
-    for (int step = 2; step < 5; ++step) {
-      grad(&resumed, step);
-      REQUIRE_OK(second.Step({&resumed}));
-    }
+    steps(second, &resumed, 2, 5);
     CHECK(second.steps() == 5);
     for (int i = 0; i < 3; ++i) CHECK(resumed.value.data()[i] == whole.value.data()[i]);
     // A fresh optimizer (no moments) would have diverged: the state matters.
-    Param fresh;
-    make(&fresh);
     Optimizer f1(c), f2(c);
-    for (int step = 0; step < 2; ++step) {
-      grad(&fresh, step);
-      REQUIRE_OK(f1.Step({&fresh}));
-    }
-    for (int step = 2; step < 5; ++step) {
-      grad(&fresh, step);
-      REQUIRE_OK(f2.Step({&fresh}));
-    }
+    steps(f1, &fresh, 0, 2);
+    steps(f2, &fresh, 2, 5);
     CHECK(fresh.value.data()[0] != whole.value.data()[0]);
   }
 }
