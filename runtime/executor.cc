@@ -790,8 +790,8 @@ Status RunLaunch(const LaunchPlan& L, const ModelSpec& model, Communicator& worl
     rep += fmt::format("| iteration | {} | {} |\n", FormatSeconds(it_med), FormatSeconds(L.predicted_iteration_s));
     rep += fmt::format("| bubble fraction | {:.1f}% | {:.1f}% |\n", 100 * sum.measured_bubble_fraction, 100 * L.predicted_bubble_fraction);
     rep += fmt::format("| loss first -> last | {:.4f} -> {:.4f} | falls |\n\n", losses.front(), losses.back());
-    rep += "Memory: measured = the allocator's peak (parameters, gradients, activations, workspaces) plus the optimizer "
-           "state; predicted = the plan's, in the plan's dtype and bytes per parameter (the CPU kernels compute in fp32).\n\n";
+    rep += "Memory: measured = the allocator's peak on the rank's device (parameters, gradients, optimizer state, "
+           "activations, workspaces); predicted = the plan's, in the plan's dtype and bytes per parameter (the CPU kernels compute in fp32).\n\n";
     rep += "| rank | stage | compute per iteration | communication | idle | predicted compute (m x stage) | peak memory | predicted memory |\n"
            "|---|---|---|---|---|---|---|---|\n";
     for (int64_t r = 0; r < n; ++r) {
