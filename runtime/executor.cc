@@ -257,6 +257,8 @@ Status RunLaunch(const LaunchPlan& L, const ModelSpec& model, Communicator& worl
   PLANNER_RETURN_IF_ERROR(pipe->Split(static_cast<int>(GroupOf(L.dp_groups, rank)), static_cast<int>(rank), &dp_comm));
   tp_comm->set_timeout_seconds(L.run.timeout_s);
   dp_comm->set_timeout_seconds(L.run.timeout_s);
+  // Every rank got here with a valid launch: from now on a rank that exits is a lost rank.
+  PLANNER_RETURN_IF_ERROR(StartPeerWatch(world));
   CommTpGroup tp_group(tp_comm.get());
   // Rank of pipeline position `pos` with this rank's replica and tp rank (Megatron order).
   auto rank_at = [&](int64_t pos) { return static_cast<int>(pos * L.tp * L.dp + me.replica * L.tp + me.tp_rank); };
@@ -766,6 +768,9 @@ Status RunLaunch(const LaunchPlan& L, const ModelSpec& model, Communicator& worl
                        trace[i].name, rank, trace[i].tid, trace[i].start_s * 1e6, trace[i].dur_s * 1e6);
     }
   }
+  // Stop watching peers between two barriers: past the second one a rank may exit normally.
+  PLANNER_RETURN_IF_ERROR(world.Barrier());
+  EndPeerWatch();
   PLANNER_RETURN_IF_ERROR(world.Barrier());
   if (rank == 0) {
     std::ofstream t(fs::path(opt.run_dir) / "trace.json");

@@ -2,14 +2,25 @@
 // non-blocking ones run about 2x slower, docs/performance.md), each armed on
 // a watchdog thread: past the timeout the watchdog prints one error naming
 // the operation and rank and calls MPI_Abort, which ends every rank with a
-// non-zero exit instead of a hang.
+// non-zero exit instead of a hang. While `planner run` executes, the same
+// thread also watches the processes of the other ranks on this node and
+// aborts with one message naming a rank whose process is gone.
 #include <mpi.h>
 
 #include <atomic>
+#include <cerrno>
 #include <chrono>
 #include <cstdio>
 #include <cstdlib>
 #include <thread>
+#include <fstream>
+#include <mutex>
+#include <string>
+#include <utility>
+#include <vector>
+
+#include <signal.h>
+#include <unistd.h>
 
 #include <fmt/format.h>
 
@@ -39,6 +50,17 @@ class Watchdog {
     deadline_ns_.store(NowNs() + static_cast<int64_t>(seconds * 1e9));
   }
   void Disarm() { deadline_ns_.store(0); }
+  // Node-local peers (world rank, pid) to watch until Unwatch().
+  void Watch(std::vector<std::pair<int, long>> peers, int rank, int size) {
+    {
+      std::lock_guard<std::mutex> lk(mu_);
+      peers_ = std::move(peers);
+    }
+    me_.store(rank);
+    world_size_.store(size);
+    watching_.store(true);
+  }
+  void Unwatch() { watching_.store(false); }
 
  private:
   Watchdog() {
@@ -47,9 +69,30 @@ class Watchdog {
   static int64_t NowNs() {
     return std::chrono::duration_cast<std::chrono::nanoseconds>(std::chrono::steady_clock::now().time_since_epoch()).count();
   }
+  // A process that exists and is not a zombie waiting for its parent to reap it.
+  static bool Alive(long pid) {
+    if (kill(static_cast<pid_t>(pid), 0) != 0 && errno == ESRCH) return false;
+    std::ifstream f("/proc/" + std::to_string(pid) + "/stat");
+    std::string stat((std::istreambuf_iterator<char>(f)), std::istreambuf_iterator<char>());
+    const size_t close = stat.rfind(')');
+    if (close == std::string::npos || close + 2 >= stat.size()) return true;  // no /proc: trust kill()
+    return stat[close + 2] != 'Z' && stat[close + 2] != 'X';
+  }
   void Loop() {
     while (true) {
-      std::this_thread::sleep_for(std::chrono::milliseconds(50));
+      std::this_thread::sleep_for(std::chrono::milliseconds(20));
+      if (watching_.load()) {
+        std::lock_guard<std::mutex> lk(mu_);
+        for (const auto& [peer, pid] : peers_) {
+          if (!Alive(pid) && watching_.load()) {
+            std::fprintf(stderr, "planner: error: rank %d (pid %ld, on this node) exited while rank %d of %d was running; aborting all ranks\n", peer,
+                         pid, me_.load(), world_size_.load());
+            std::fflush(stderr);
+            MPI_Abort(MPI_COMM_WORLD, 1);
+            std::_Exit(1);
+          }
+        }
+      }
       int64_t d = deadline_ns_.load();
       if (d != 0 && NowNs() > d) {
         std::fprintf(stderr, "planner: error: MPI %s on rank %d of %d timed out after %.0f s: a peer rank died or is stuck; aborting all ranks\n",
@@ -64,6 +107,10 @@ class Watchdog {
   std::atomic<const char*> what_{""};
   std::atomic<int> rank_{0}, size_{0};
   std::atomic<double> timeout_{0};
+  std::atomic<bool> watching_{false};
+  std::atomic<int> me_{0}, world_size_{0};  // world rank and size while watching (rank_ / size_ follow the armed call)
+  std::mutex mu_;
+  std::vector<std::pair<int, long>> peers_;
 };
 
 // Arms the watchdog for the lifetime of one blocking call.
@@ -217,6 +264,30 @@ Status MakeMpiWorld(std::unique_ptr<Communicator>* out) {
   *out = std::make_unique<MpiComm>(MPI_COMM_WORLD, false);
   return Status::OK();
 }
+
+Status StartPeerWatch(Communicator& world) {
+  auto* m = dynamic_cast<MpiComm*>(&world);
+  if (m == nullptr) return Status::OK();
+  MPI_Comm local;
+  if (MPI_Comm_split_type(m->raw(), MPI_COMM_TYPE_SHARED, world.rank(), MPI_INFO_NULL, &local) != MPI_SUCCESS) {
+    return Status::CommError("MPI_Comm_split_type failed");
+  }
+  int local_size = 0;
+  MPI_Comm_size(local, &local_size);
+  long mine[2] = {world.rank(), static_cast<long>(getpid())};
+  std::vector<long> all(static_cast<size_t>(2 * local_size));
+  const int rc = MPI_Allgather(mine, 2, MPI_LONG, all.data(), 2, MPI_LONG, local);
+  MPI_Comm_free(&local);
+  PLANNER_RETURN_IF_ERROR(Check(rc, "all-gather of the node's pids"));
+  std::vector<std::pair<int, long>> peers;
+  for (int i = 0; i < local_size; ++i) {
+    if (all[static_cast<size_t>(2 * i)] != world.rank()) peers.emplace_back(static_cast<int>(all[static_cast<size_t>(2 * i)]), all[static_cast<size_t>(2 * i + 1)]);
+  }
+  Watchdog::Get().Watch(std::move(peers), world.rank(), world.size());
+  return Status::OK();
+}
+
+void EndPeerWatch() { Watchdog::Get().Unwatch(); }
 
 Status MpiNodeLayout(Communicator& world, int* local_rank, int* local_size, int* nodes) {
   auto* m = dynamic_cast<MpiComm*>(&world);

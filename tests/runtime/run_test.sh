@@ -163,18 +163,22 @@ if ! nvidia-smi >/dev/null 2>&1; then
   [ $rc = 1 ] && echo "$out" | grep -qE "device cuda: (no CUDA device|built without CUDA)" && ok || bad "cuda without a GPU: rc=$rc $out"
 fi
 
-# A rank killed mid-run ends the job (non-zero) instead of hanging.
+# A rank killed mid-run ends the job (non-zero) instead of hanging, and the survivor names the
+# lost rank (its peer watch: well before the 10 s timeout).
 $PLANNER -q codegen pp2-1f1b.plan.yaml -o long --iterations 100000 --timeout 10
 start=$(date +%s)
 timeout 60 mpirun --oversubscribe -np 2 $PLANNER -q run long --run-id k >/dev/null 2>long.err &
 job=$!
 sleep 3
-victim=$(pgrep -f "planner -q run long" | tail -1)
+victim=$(pgrep -f "^$PLANNER -q run long" | tail -1)
+vrank=$(tr '\0' '\n' < /proc/$victim/environ 2>/dev/null | sed -n 's/^OMPI_COMM_WORLD_RANK=//p')
 [ -n "$victim" ] && kill -9 $victim
 wait $job
 rc=$?
 took=$(( $(date +%s) - start ))
 [ $rc != 0 ] && [ $rc != 124 ] && [ $took -lt 40 ] && ok || bad "killed rank: rc=$rc after ${took}s"
+[ -n "$vrank" ] && grep -q "planner: error: rank $vrank (pid $victim, on this node) exited while rank $(( 1 - vrank )) of 2 was running" long.err && ok ||
+  bad "killed rank $vrank (pid $victim) not named: $(cat long.err)"
 
 echo "run: $pass passed, $fail failed"
 [ $fail = 0 ]
