@@ -28,12 +28,14 @@ class NcclComm final : public Communicator {
  public:
   NcclComm(ncclComm_t c, cudaStream_t s, int rank, int size) : comm_(c), stream_(s), rank_(rank), size_(size) {
     cudaStreamCreateWithFlags(&send_stream_, cudaStreamNonBlocking);
+    cudaEventCreateWithFlags(&ready_, cudaEventDisableTiming);
     cudaMalloc(&scratch_, sizeof(float));
   }
   ~NcclComm() override {
     if (!aborted_) ncclCommDestroy(comm_);
     cudaStreamDestroy(stream_);
     cudaStreamDestroy(send_stream_);
+    cudaEventDestroy(ready_);
     cudaFree(scratch_);
   }
   int rank() const override { return rank_; }
@@ -41,18 +43,22 @@ class NcclComm final : public Communicator {
   std::string backend() const override { return "nccl"; }
 
   Status AllReduce(float* d, int64_t n, ReduceOp op) override {
+    PLANNER_RETURN_IF_ERROR(After(stream_));
     PLANNER_RETURN_IF_ERROR(Nccl(ncclAllReduce(d, d, static_cast<size_t>(n), ncclFloat, Op(op), comm_, stream_), "all-reduce"));
     return Wait(stream_, "all-reduce");
   }
   Status AllGather(const float* s, float* r, int64_t n) override {
+    PLANNER_RETURN_IF_ERROR(After(stream_));
     PLANNER_RETURN_IF_ERROR(Nccl(ncclAllGather(s, r, static_cast<size_t>(n), ncclFloat, comm_, stream_), "all-gather"));
     return Wait(stream_, "all-gather");
   }
   Status ReduceScatter(const float* s, float* r, int64_t n, ReduceOp op) override {
+    PLANNER_RETURN_IF_ERROR(After(stream_));
     PLANNER_RETURN_IF_ERROR(Nccl(ncclReduceScatter(s, r, static_cast<size_t>(n), ncclFloat, Op(op), comm_, stream_), "reduce-scatter"));
     return Wait(stream_, "reduce-scatter");
   }
   Status Broadcast(float* d, int64_t n, int root) override {
+    PLANNER_RETURN_IF_ERROR(After(stream_));
     PLANNER_RETURN_IF_ERROR(Nccl(ncclBroadcast(d, d, static_cast<size_t>(n), ncclFloat, root, comm_, stream_), "broadcast"));
     return Wait(stream_, "broadcast");
   }
@@ -60,6 +66,7 @@ class NcclComm final : public Communicator {
     for (const auto& o : ops) {
       if (o.peer < 0 || o.peer >= size_) return Status::InvalidArgument(fmt::format("send/recv peer {} outside [0, {})", o.peer, size_));
     }
+    PLANNER_RETURN_IF_ERROR(After(stream_));
     PLANNER_RETURN_IF_ERROR(Nccl(ncclGroupStart(), "group start"));
     for (const auto& o : ops) {
       if (o.send) PLANNER_RETURN_IF_ERROR(Nccl(ncclSend(o.data, static_cast<size_t>(o.count), ncclFloat, o.peer, comm_, stream_), "send"));
@@ -71,9 +78,11 @@ class NcclComm final : public Communicator {
   Status Barrier() override { return AllReduce(static_cast<float*>(scratch_), 1, ReduceOp::kSum); }
   // NCCL has no tags: sends go in order on their own stream; receives wait on the main stream.
   Status Send(const float* d, int64_t n, int peer, int64_t) override {
+    PLANNER_RETURN_IF_ERROR(After(send_stream_));
     return Nccl(ncclSend(d, static_cast<size_t>(n), ncclFloat, peer, comm_, send_stream_), "send");
   }
   Status Recv(float* d, int64_t n, int peer, int64_t) override {
+    PLANNER_RETURN_IF_ERROR(After(stream_));
     PLANNER_RETURN_IF_ERROR(Nccl(ncclRecv(d, static_cast<size_t>(n), ncclFloat, peer, comm_, stream_), "recv"));
     return Wait(stream_, "recv");
   }
@@ -94,6 +103,13 @@ class NcclComm final : public Communicator {
   }
 
  private:
+  // The kernels run on the legacy default stream and NCCL on its own non-blocking streams, which
+  // do not wait for it: each operation first makes its stream wait for every kernel launched so
+  // far (the data it sends, reduces or overwrites). Its results are used after Wait() returns.
+  Status After(cudaStream_t s) {
+    PLANNER_RETURN_IF_ERROR(Cuda(cudaEventRecord(ready_, cudaStreamLegacy), "cudaEventRecord"));
+    return Cuda(cudaStreamWaitEvent(s, ready_, 0), "cudaStreamWaitEvent");
+  }
   // Polls the stream and NCCL's asynchronous error until done; aborts past the timeout.
   Status Wait(cudaStream_t s, const char* what) {
     auto deadline = std::chrono::steady_clock::now() + std::chrono::duration<double>(timeout_s_);
@@ -119,6 +135,7 @@ class NcclComm final : public Communicator {
   }
   ncclComm_t comm_;
   cudaStream_t stream_, send_stream_ = nullptr;
+  cudaEvent_t ready_ = nullptr;
   void* scratch_ = nullptr;
   int rank_, size_;
   bool aborted_ = false;
