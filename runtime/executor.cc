@@ -245,7 +245,6 @@ Status RunLaunch(const LaunchPlan& L, const ModelSpec& model, Communicator& worl
     std::string why;
     int count = CudaDeviceCount(&why);
     if (count == 0) return Status::Unavailable(fmt::format("{}: device cuda: {}", L.path, why));
-    if (L.tp > 1) return Status::NotSupported("tensor parallelism runs on CPU ranks only so far (CUDA kernels take no TP group yet)");
     CudaSetDevice(static_cast<int>(me.local_device % count));
     if (n > 1) {
       PLANNER_RETURN_IF_ERROR(MakeNcclComm(&world, static_cast<int>(me.local_device % count), &nccl));

@@ -11,6 +11,7 @@
 
 #include "runtime/kernels/cuda_api.h"
 #include "runtime/kernels/kernel.h"
+#include "runtime/kernels/shards.h"
 
 namespace planner {
 
@@ -68,39 +69,15 @@ Param MakeParam(const std::string& name, const std::vector<int64_t>& shape) {
 
 // ---------------------------------------------------------------- linear
 // y = x W^T + b over the last dimension; W is [out, in].
-// A tensor-parallel shard of a full [full_out, full_in] weight: the rows it
-// keeps (in order) and its first column. The full weight is drawn from the
-// same seed as the unsharded layer's, so shards are slices of it.
-struct Slice {
-  int64_t full_in = 0, full_out = 0;
-  std::vector<int64_t> rows;  // empty: all rows
-  int64_t col0 = 0;
-};
-
-std::vector<int64_t> Range(int64_t from, int64_t n) {
-  std::vector<int64_t> v(static_cast<size_t>(n));
-  for (int64_t i = 0; i < n; ++i) v[static_cast<size_t>(i)] = from + i;
-  return v;
-}
-
 class Linear final : public LayerKernel {
  public:
-  Linear(std::string name, int64_t in, int64_t out, bool bias, int64_t tokens_per_sample, uint64_t seed, const Slice& slice = {})
+  Linear(std::string name, int64_t in, int64_t out, bool bias, int64_t tokens_per_sample, uint64_t seed, const WeightSlice& slice = {})
       : in_(in), out_(out), tokens_(tokens_per_sample), w_(MakeParam(name + ".weight", {out, in})) {
-    if (slice.full_in == 0) {
-      FillUniform(&w_.value, seed, 1.0f / std::sqrt(static_cast<float>(in)));
-    } else {
-      Tensor full = Tensor::Zeros({slice.full_out, slice.full_in});
-      FillUniform(&full, seed, 1.0f / std::sqrt(static_cast<float>(slice.full_in)));
-      for (int64_t i = 0; i < out; ++i) {
-        int64_t src = slice.rows.empty() ? i : slice.rows[static_cast<size_t>(i)];
-        std::memcpy(w_.value.data() + i * in, full.data() + src * slice.full_in + slice.col0, static_cast<size_t>(in) * 4);
-      }
-      w_.tp_sharded = true;
-    }
+    w_.value = LinearWeight(out, in, seed, slice);
+    w_.tp_sharded = slice.cut();
     if (bias) {
       b_ = MakeParam(name + ".bias", {out});
-      b_.tp_sharded = slice.full_in != 0 && out != slice.full_out;  // column-parallel bias is sharded; row-parallel lives on rank 0
+      b_.tp_sharded = slice.cut() && out != slice.full_out;  // column-parallel bias is sharded; row-parallel lives on rank 0
     }
   }
   Status Forward(const Tensor& x, Tensor* y, Saved* s) override {
@@ -290,14 +267,8 @@ class Embedding final : public LayerKernel {
   Embedding(std::string name, int64_t seq, int64_t vocab, int64_t hidden, int64_t positions, const KernelOptions& o)
       : seq_(seq), vocab_(vocab), h_(hidden), local_(vocab / o.tp_size), start_(o.tp_rank * (vocab / o.tp_size)),
         use_pos_(positions > 0 && o.tp_rank == 0), group_(o.tp_group), w_(MakeParam(name + ".word", {local_, hidden})) {
-    if (o.tp_size == 1) {
-      FillUniform(&w_.value, o.seed, 0.02f * std::sqrt(3.0f));
-    } else {
-      Tensor full = Tensor::Zeros({vocab, hidden});
-      FillUniform(&full, o.seed, 0.02f * std::sqrt(3.0f));
-      std::memcpy(w_.value.data(), full.data() + start_ * hidden, static_cast<size_t>(local_ * hidden) * 4);
-      w_.tp_sharded = true;
-    }
+    w_.value = EmbeddingRows(vocab, hidden, o.seed, start_, local_);
+    w_.tp_sharded = o.tp_size > 1;
     if (positions > 0) {
       p_ = MakeParam(name + ".position", {positions, hidden});
       FillUniform(&p_.value, o.seed + 17, 0.02f * std::sqrt(3.0f));
@@ -358,23 +329,12 @@ class Embedding final : public LayerKernel {
 // Multi-head causal self-attention on [b, s, h], heads split over TP ranks:
 // QKV column-parallel (3 h / t outputs), output projection row-parallel.
 class Attention final : public LayerKernel {
-  // Rows of the full [3h, h] QKV weight for this rank's heads: its block of q, of k and of v.
-  static Slice QkvSlice(int64_t h, int64_t hl, const KernelOptions& o) {
-    if (o.tp_size == 1) return {};
-    Slice s{h, 3 * h, {}, 0};
-    for (int64_t blk = 0; blk < 3; ++blk) {
-      auto r = Range(blk * h + o.tp_rank * hl, hl);
-      s.rows.insert(s.rows.end(), r.begin(), r.end());
-    }
-    return s;
-  }
-
  public:
   Attention(std::string name, int64_t seq, int64_t hidden, int64_t heads, const KernelOptions& o)
       : s_(seq), h_(hidden), nl_(heads / o.tp_size), d_(hidden / heads), hl_(nl_ * d_), causal_(o.causal), group_(o.tp_group),
-        qkv_(name + ".qkv", hidden, 3 * nl_ * d_, true, seq, o.seed * 31 + 1, QkvSlice(hidden, nl_ * d_, o)),
+        qkv_(name + ".qkv", hidden, 3 * nl_ * d_, true, seq, o.seed * 31 + 1, QkvShard(hidden, heads, o)),
         out_(name + ".out", nl_ * d_, hidden, o.tp_rank == 0, seq, o.seed * 31 + 2,
-             o.tp_size > 1 ? Slice{hidden, hidden, {}, o.tp_rank * nl_ * d_} : Slice{}) {}
+             AttnOutShard(hidden, heads, o)) {}
   Status Forward(const Tensor& x, Tensor* y, Saved* sv) override {
     int64_t b = 0;
     PLANNER_RETURN_IF_ERROR(CheckInput("attention", x, {s_, h_}, &b));
@@ -473,10 +433,10 @@ class Mlp final : public LayerKernel {
   Mlp(std::string name, int64_t seq, int64_t hidden, int64_t ffn, const KernelOptions& o)
       : s_(seq), h_(hidden), group_(o.tp_group),
         fc1_(name + ".fc1", hidden, ffn / o.tp_size, true, seq, o.seed * 37 + 1,
-             o.tp_size > 1 ? Slice{hidden, ffn, Range(o.tp_rank * (ffn / o.tp_size), ffn / o.tp_size), 0} : Slice{}),
+             Fc1Shard(hidden, ffn, o)),
         act_(Elementwise::kGelu, {seq, ffn / o.tp_size}, 0, 0),
         fc2_(name + ".fc2", ffn / o.tp_size, hidden, o.tp_rank == 0, seq, o.seed * 37 + 2,
-             o.tp_size > 1 ? Slice{ffn, hidden, {}, o.tp_rank * (ffn / o.tp_size)} : Slice{}) {}
+             Fc2Shard(hidden, ffn, o)) {}
   Status Forward(const Tensor& x, Tensor* y, Saved* sv) override {
     int64_t b = 0;
     PLANNER_RETURN_IF_ERROR(CheckInput("mlp", x, {s_, h_}, &b));
@@ -577,7 +537,7 @@ class LmHead final : public LayerKernel {
   LmHead(std::string name, int64_t seq, int64_t hidden, int64_t vocab, const KernelOptions& o)
       : s_(seq), h_(hidden), group_(o.tp_group),
         proj_(name, hidden, vocab / o.tp_size, false, seq, o.seed * 41 + 1,
-              o.tp_size > 1 ? Slice{hidden, vocab, Range(o.tp_rank * (vocab / o.tp_size), vocab / o.tp_size), 0} : Slice{}) {}
+              VocabShard(hidden, vocab, o)) {}
   Status Forward(const Tensor& x, Tensor* y, Saved* sv) override {
     int64_t b = 0;
     PLANNER_RETURN_IF_ERROR(CheckInput("lm_head", x, {s_, h_}, &b));

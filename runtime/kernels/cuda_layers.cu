@@ -6,6 +6,7 @@
 #include <cuda_runtime.h>
 #include <cudnn.h>
 
+#include <algorithm>
 #include <cmath>
 #include <memory>
 #include <stdexcept>
@@ -13,6 +14,7 @@
 
 #include "runtime/kernels/cuda_api.h"
 #include "runtime/kernels/kernel.h"
+#include "runtime/kernels/shards.h"
 
 namespace planner {
 
@@ -64,6 +66,15 @@ Status GemmBatched(bool ta, bool tb, int64_t m, int64_t n, int64_t k, const floa
                       "cublasSgemmStridedBatched");
 }
 
+
+// A parameter with the given host values, and zero gradient, on the device.
+Param UploadParam(const std::string& name, const Tensor& host) {
+  Param p;
+  p.name = name;
+  p.value = host.To(Device::kCuda);
+  p.grad = Tensor::Zeros(host.shape(), Device::kCuda);
+  return p;
+}
 
 Param DeviceParam(const std::string& name, const std::vector<int64_t>& shape, uint64_t seed, float scale, float fill) {
   Tensor host = Tensor::Zeros(shape);
@@ -229,28 +240,58 @@ __global__ void AddInto(float* y, const float* a, const float* b, int64_t n) {
   int64_t i = blockIdx.x * static_cast<int64_t>(blockDim.x) + threadIdx.x;
   if (i < n) y[i] = a[i] + b[i];
 }
-__global__ void EmbeddingForward(const float* tok, const float* w, const float* pos, float* y, int64_t rows, int64_t seq, int64_t h) {
+// Vocabulary-parallel embedding: this shard holds table rows [start, start + local); tokens
+// outside contribute zero (the shards' outputs are summed).
+__global__ void EmbeddingForward(const float* tok, const float* w, const float* pos, float* y, int64_t rows, int64_t seq, int64_t h,
+                                 int64_t start, int64_t local) {
   int64_t i = blockIdx.x * static_cast<int64_t>(blockDim.x) + threadIdx.x;
   if (i >= rows * h) return;
-  int64_t r = i / h, c = i % h;
-  y[i] = w[static_cast<int64_t>(tok[r]) * h + c] + (pos ? pos[(r % seq) * h + c] : 0.0f);
+  int64_t r = i / h, c = i % h, t = static_cast<int64_t>(tok[r]) - start;
+  y[i] = (t >= 0 && t < local ? w[t * h + c] : 0.0f) + (pos ? pos[(r % seq) * h + c] : 0.0f);
 }
-__global__ void EmbeddingBackward(const float* tok, const float* dy, float* dw, float* dpos, int64_t rows, int64_t seq, int64_t h) {
+__global__ void EmbeddingBackward(const float* tok, const float* dy, float* dw, float* dpos, int64_t rows, int64_t seq, int64_t h,
+                                  int64_t start, int64_t local) {
   int64_t i = blockIdx.x * static_cast<int64_t>(blockDim.x) + threadIdx.x;
   if (i >= rows * h) return;
-  int64_t r = i / h, c = i % h;
-  atomicAdd(&dw[static_cast<int64_t>(tok[r]) * h + c], dy[i]);
+  int64_t r = i / h, c = i % h, t = static_cast<int64_t>(tok[r]) - start;
+  if (t >= 0 && t < local) atomicAdd(&dw[t * h + c], dy[i]);
   if (dpos) atomicAdd(&dpos[(r % seq) * h + c], dy[i]);
 }
-// Cross-entropy per row: probs (softmax), per-row loss; one block per row.
-__global__ void CrossEntropyRows(const float* x, const float* tgt, float* probs, float* row_loss, int64_t v) {
+// Cross-entropy over a (vocabulary-parallel) shard of v logits per row starting at class
+// `start`, in three steps around the TP all-reduces (max, then sum and target logit); one
+// block per row. 1: the shard's row max, and the target's logit where the shard holds it.
+__global__ void LossRowMax(const float* x, const float* tgt, float* mx, float* tl, int64_t v, int64_t start) {
+  extern __shared__ float sh[];
+  const float* xr = x + blockIdx.x * v;
+  float m = -3.0e38f;
+  for (int64_t i = threadIdx.x; i < v; i += blockDim.x) m = fmaxf(m, xr[i]);
+  m = BlockMax(sh, m);
+  if (threadIdx.x == 0) {
+    const int64_t t = static_cast<int64_t>(tgt[blockIdx.x]) - start;
+    mx[blockIdx.x] = m;
+    tl[blockIdx.x] = t >= 0 && t < v ? xr[t] : 0.0f;
+  }
+}
+// 2: exp(x - max) with the (global) row max, and the shard's row sums.
+__global__ void LossExpRows(const float* x, const float* mx, float* probs, float* sum, int64_t v) {
   extern __shared__ float sh[];
   const float* xr = x + blockIdx.x * v;
   float* pr = probs + blockIdx.x * v;
-  float mx = 0;
-  const float sum = ExpRow(xr, pr, v, 1.0f, sh, &mx);
-  for (int64_t i = threadIdx.x; i < v; i += blockDim.x) pr[i] /= sum;
-  if (threadIdx.x == 0) row_loss[blockIdx.x] = logf(sum) + mx - xr[static_cast<int64_t>(tgt[blockIdx.x])];
+  const float m = mx[blockIdx.x];
+  float acc = 0;
+  for (int64_t i = threadIdx.x; i < v; i += blockDim.x) {
+    pr[i] = __expf(xr[i] - m);
+    acc += pr[i];
+  }
+  acc = BlockSum(sh, acc);
+  if (threadIdx.x == 0) sum[blockIdx.x] = acc;
+}
+// 3: probabilities and the row loss log(sum) + max - target logit (global sum and target logit).
+__global__ void LossFinish(float* probs, const float* sum, const float* mx, const float* tl, float* row_loss, int64_t v) {
+  float* pr = probs + blockIdx.x * v;
+  const float total = sum[blockIdx.x];
+  for (int64_t i = threadIdx.x; i < v; i += blockDim.x) pr[i] /= total;
+  if (threadIdx.x == 0) row_loss[blockIdx.x] = logf(total) + mx[blockIdx.x] - tl[blockIdx.x];
 }
 __global__ void SampleMean(const float* row_loss, float* y, int64_t rows_per_sample, int64_t samples) {
   int64_t i = blockIdx.x * static_cast<int64_t>(blockDim.x) + threadIdx.x;
@@ -259,11 +300,12 @@ __global__ void SampleMean(const float* row_loss, float* y, int64_t rows_per_sam
   for (int64_t r = 0; r < rows_per_sample; ++r) acc += row_loss[i * rows_per_sample + r];
   y[i] = acc / rows_per_sample;
 }
-__global__ void CrossEntropyBackward(const float* probs, const float* tgt, const float* dy, float* dx, int64_t rows, int64_t v, int64_t rows_per_sample) {
+__global__ void CrossEntropyBackward(const float* probs, const float* tgt, const float* dy, float* dx, int64_t rows, int64_t v, int64_t rows_per_sample,
+                                     int64_t start) {
   int64_t i = blockIdx.x * static_cast<int64_t>(blockDim.x) + threadIdx.x;
   if (i >= rows * v) return;
   int64_t r = i / v, c = i % v;
-  float g = probs[i] - (c == static_cast<int64_t>(tgt[r]) ? 1.0f : 0.0f);
+  float g = probs[i] - (c + start == static_cast<int64_t>(tgt[r]) ? 1.0f : 0.0f);
   dx[i] = g * dy[r / rows_per_sample] / rows_per_sample;
 }
 __device__ unsigned long long Mix64(unsigned long long x) {
@@ -344,9 +386,14 @@ __global__ void BiasGradChannels(const float* dy, float* db, int64_t samples, in
 
 class CudaLinear final : public LayerKernel {
  public:
-  CudaLinear(const std::string& name, int64_t in, int64_t out, bool bias, int64_t tokens, uint64_t seed)
-      : in_(in), out_(out), tokens_(tokens), w_(DeviceParam(name + ".weight", {out, in}, seed, 1.0f / std::sqrt(static_cast<float>(in)), 0)) {
-    if (bias) b_ = DeviceParam(name + ".bias", {out}, 0, 0, 0.0f);
+  // slice: a tensor-parallel shard's cut of the full weight (shards.h), as the CPU kernel's.
+  CudaLinear(const std::string& name, int64_t in, int64_t out, bool bias, int64_t tokens, uint64_t seed, const WeightSlice& slice = {})
+      : in_(in), out_(out), tokens_(tokens), w_(UploadParam(name + ".weight", LinearWeight(out, in, seed, slice))) {
+    w_.tp_sharded = slice.cut();
+    if (bias) {
+      b_ = DeviceParam(name + ".bias", {out}, 0, 0, 0.0f);
+      b_.tp_sharded = slice.cut() && out != slice.full_out;  // column-parallel bias is sharded; row-parallel lives on rank 0
+    }
   }
   Status Forward(const Tensor& x, Tensor* y, Saved* s) override {
     if (x.empty() || x.dim(-1) != in_ || x.device() != Device::kCuda) return Status::InvalidArgument("cuda linear: bad input");
@@ -454,21 +501,25 @@ class CudaLayerNorm final : public LayerKernel {
 class CudaMlp final : public LayerKernel {
  public:
   CudaMlp(const std::string& name, int64_t seq, int64_t h, int64_t ffn, const KernelOptions& o)
-      : fc1_(name + ".fc1", h, ffn / o.tp_size, true, seq, o.seed * 37 + 1), act_(1),
-        fc2_(name + ".fc2", ffn / o.tp_size, h, o.tp_rank == 0, seq, o.seed * 37 + 2) {}
+      : group_(o.tp_group), fc1_(name + ".fc1", h, ffn / o.tp_size, true, seq, o.seed * 37 + 1, Fc1Shard(h, ffn, o)), act_(1),
+        fc2_(name + ".fc2", ffn / o.tp_size, h, o.tp_rank == 0, seq, o.seed * 37 + 2, Fc2Shard(h, ffn, o)) {}
   Status Forward(const Tensor& x, Tensor* y, Saved* sv) override {
     sv->children.assign(3, Saved{});
     Tensor a, g;
     PLANNER_RETURN_IF_ERROR(fc1_.Forward(x, &a, &sv->children[0]));
     PLANNER_RETURN_IF_ERROR(act_.Forward(a, &g, &sv->children[1]));
-    return fc2_.Forward(g, y, &sv->children[2]);
+    PLANNER_RETURN_IF_ERROR(fc2_.Forward(g, y, &sv->children[2]));
+    if (group_) PLANNER_RETURN_IF_ERROR(group_->AllReduceSum(y->data(), y->numel()));  // row-parallel fc2: partial sums
+    return Status::OK();
   }
   Status BackwardInput(const Tensor& dy, Tensor* dx, Saved* sv) override {
     if (sv->children.size() != 3) return Status::Internal("mlp: backward without forward");
     Tensor dg, da;
     PLANNER_RETURN_IF_ERROR(fc2_.BackwardInput(dy, &dg, &sv->children[2]));
     PLANNER_RETURN_IF_ERROR(act_.BackwardInput(dg, &da, &sv->children[1]));
-    return fc1_.BackwardInput(da, dx, &sv->children[0]);
+    PLANNER_RETURN_IF_ERROR(fc1_.BackwardInput(da, dx, &sv->children[0]));
+    if (group_) PLANNER_RETURN_IF_ERROR(group_->AllReduceSum(dx->data(), dx->numel()));  // column-parallel fc1: partial input gradients
+    return Status::OK();
   }
   Status BackwardWeight(Saved* sv) override {
     if (sv->children.size() != 3) return Status::Internal("mlp: backward-weight before backward-input");
@@ -481,6 +532,7 @@ class CudaMlp final : public LayerKernel {
   KernelFlops Flops(int64_t b) const override { return SumFlops({&fc1_, &fc2_}, b); }
 
  private:
+  TpGroup* group_;
   CudaLinear fc1_;
   CudaAct act_;
   CudaLinear fc2_;
@@ -492,8 +544,9 @@ class CudaMlp final : public LayerKernel {
 class CudaAttention final : public LayerKernel {
  public:
   CudaAttention(const std::string& name, int64_t seq, int64_t h, int64_t heads, const KernelOptions& o)
-      : s_(seq), nl_(heads / o.tp_size), d_(h / heads), hl_(nl_ * d_), causal_(o.causal),
-        qkv_(name + ".qkv", h, 3 * hl_, true, seq, o.seed * 31 + 1), out_(name + ".out", hl_, h, o.tp_rank == 0, seq, o.seed * 31 + 2) {}
+      : s_(seq), nl_(heads / o.tp_size), d_(h / heads), hl_(nl_ * d_), causal_(o.causal), group_(o.tp_group),
+        qkv_(name + ".qkv", h, 3 * hl_, true, seq, o.seed * 31 + 1, QkvShard(h, heads, o)),
+        out_(name + ".out", hl_, h, o.tp_rank == 0, seq, o.seed * 31 + 2, AttnOutShard(h, heads, o)) {}
   Status Forward(const Tensor& x, Tensor* y, Saved* sv) override {
     sv->children.assign(2, Saved{});
     Tensor qkv;
@@ -509,6 +562,7 @@ class CudaAttention final : public LayerKernel {
       PLANNER_RETURN_IF_ERROR(GemmBatched(false, false, s_, d_, s_, pb, s_, s_ * s_, base + 2 * hl_, ld, d_, o.data() + bi * s_ * hl_, hl_, d_, nl_));
     }
     PLANNER_RETURN_IF_ERROR(out_.Forward(o, y, &sv->children[1]));
+    if (group_) PLANNER_RETURN_IF_ERROR(group_->AllReduceSum(y->data(), y->numel()));  // row-parallel output projection
     sv->t = {qkv, probs};
     return CudaStatus("attention forward");
   }
@@ -533,6 +587,7 @@ class CudaAttention final : public LayerKernel {
       PLANNER_RETURN_IF_ERROR(GemmBatched(true, false, s_, d_, s_, dp.data(), s_, s_ * s_, base, ld, d_, dbase + hl_, ld, d_, nl_));  // dK = dS^T Q
     }
     PLANNER_RETURN_IF_ERROR(qkv_.BackwardInput(dqkv, dx, &sv->children[0]));
+    if (group_) PLANNER_RETURN_IF_ERROR(group_->AllReduceSum(dx->data(), dx->numel()));  // column-parallel QKV
     sv->t.clear();
     return CudaStatus("attention backward");
   }
@@ -553,6 +608,7 @@ class CudaAttention final : public LayerKernel {
  private:
   int64_t s_, nl_, d_, hl_;
   bool causal_;
+  TpGroup* group_;
   CudaLinear qkv_, out_;
 };
 
@@ -604,18 +660,29 @@ class CudaTransformerBlock final : public LayerKernel {
   CudaMlp mlp_;
 };
 
+// Token ids [b, s] -> [b, s, h]; vocabulary-parallel over TP ranks as the CPU kernel: rank r holds
+// rows [r V/t, (r+1) V/t), positions live on rank 0, and the sum over ranks is all-reduced.
 class CudaEmbedding final : public LayerKernel {
  public:
-  CudaEmbedding(const std::string& name, int64_t seq, int64_t vocab, int64_t h, int64_t positions, uint64_t seed)
-      : seq_(seq), h_(h), w_(DeviceParam(name + ".word", {vocab, h}, seed, 0.02f * std::sqrt(3.0f), 0)) {
-    if (positions > 0) p_ = DeviceParam(name + ".position", {positions, h}, seed + 17, 0.02f * std::sqrt(3.0f), 0);
+  CudaEmbedding(const std::string& name, int64_t seq, int64_t vocab, int64_t h, int64_t positions, const KernelOptions& o)
+      : seq_(seq), h_(h), local_(vocab / o.tp_size), start_(o.tp_rank * local_), use_pos_(positions > 0 && o.tp_rank == 0), group_(o.tp_group),
+        w_(UploadParam(name + ".word", EmbeddingRows(vocab, h, o.seed, start_, local_))) {
+    w_.tp_sharded = o.tp_size > 1;
+    if (positions > 0) {
+      p_ = DeviceParam(name + ".position", {positions, h}, o.seed + 17, 0.02f * std::sqrt(3.0f), 0);
+      p_.tp_sharded = o.tp_size > 1;  // used (and its gradient non-zero) on TP rank 0 only
+    }
   }
   Status Forward(const Tensor& x, Tensor* y, Saved* s) override {
-    const int64_t rows = x.numel();
-    *y = AllocateTensor({x.dim(0), seq_, h_}, Device::kCuda);
-    EmbeddingForward<<<Blocks(rows * h_), 256>>>(x.data(), w_.value.data(), p_.value.empty() ? nullptr : p_.value.data(), y->data(), rows, seq_, h_);
-    s->t = {x};
-    return CudaStatus("embedding forward");
+    const Tensor ids = x.To(Device::kCuda);
+    const int64_t rows = ids.numel();
+    *y = AllocateTensor({ids.dim(0), seq_, h_}, Device::kCuda);
+    EmbeddingForward<<<Blocks(rows * h_), 256>>>(ids.data(), w_.value.data(), use_pos_ ? p_.value.data() : nullptr, y->data(), rows, seq_, h_,
+                                                 start_, local_);
+    PLANNER_RETURN_IF_ERROR(CudaStatus("embedding forward"));
+    if (group_) PLANNER_RETURN_IF_ERROR(group_->AllReduceSum(y->data(), y->numel()));
+    s->t = {ids};
+    return Status::OK();
   }
   Status BackwardInput(const Tensor& dy, Tensor* dx, Saved* s) override {
     if (s->t.size() != 1) return Status::Internal("embedding: backward without forward");
@@ -626,8 +693,8 @@ class CudaEmbedding final : public LayerKernel {
   Status BackwardWeight(Saved* s) override {
     if (s->t.size() != 2) return Status::Internal("embedding: backward-weight before backward-input");
     const int64_t rows = s->t[0].numel();
-    EmbeddingBackward<<<Blocks(rows * h_), 256>>>(s->t[0].data(), s->t[1].data(), w_.grad.data(), p_.value.empty() ? nullptr : p_.grad.data(),
-                                                  rows, seq_, h_);
+    EmbeddingBackward<<<Blocks(rows * h_), 256>>>(s->t[0].data(), s->t[1].data(), w_.grad.data(), use_pos_ ? p_.grad.data() : nullptr, rows, seq_,
+                                                  h_, start_, local_);
     s->Clear();
     return CudaStatus("embedding backward-weight");
   }
@@ -638,19 +705,55 @@ class CudaEmbedding final : public LayerKernel {
   KernelFlops Flops(int64_t) const override { return {}; }
 
  private:
-  int64_t seq_, h_;
+  int64_t seq_, h_, local_, start_;
+  bool use_pos_;
+  TpGroup* group_;
   Param w_, p_;
 };
 
+// Logits [b, s, V / t] = x W^T (vocabulary-parallel, no bias); the input gradient sums over TP ranks.
+class CudaLmHead final : public LayerKernel {
+ public:
+  CudaLmHead(const std::string& name, int64_t seq, int64_t h, int64_t vocab, const KernelOptions& o)
+      : group_(o.tp_group), proj_(name, h, vocab / o.tp_size, false, seq, o.seed * 41 + 1, VocabShard(h, vocab, o)) {}
+  Status Forward(const Tensor& x, Tensor* y, Saved* sv) override { return proj_.Forward(x, y, sv); }
+  Status BackwardInput(const Tensor& dy, Tensor* dx, Saved* sv) override {
+    PLANNER_RETURN_IF_ERROR(proj_.BackwardInput(dy, dx, sv));
+    if (group_) PLANNER_RETURN_IF_ERROR(group_->AllReduceSum(dx->data(), dx->numel()));
+    return Status::OK();
+  }
+  Status BackwardWeight(Saved* sv) override { return proj_.BackwardWeight(sv); }
+  std::vector<Param*> Params() override { return proj_.Params(); }
+  KernelFlops Flops(int64_t b) const override { return proj_.Flops(b); }
+
+ private:
+  TpGroup* group_;
+  CudaLinear proj_;
+};
+
+// Softmax cross-entropy over the last dimension, vocabulary-parallel as the CPU kernel: each rank
+// holds V / t logits of every row; the row max, sum and target logit are all-reduced.
 class CudaLoss final : public LayerKernel {
  public:
-  explicit CudaLoss(std::vector<int64_t> shape) : shape_(shape), v_(shape.back()), rows_(Product(shape) / shape.back()) {}
+  CudaLoss(std::vector<int64_t> shape, const KernelOptions& o)
+      : shape_(shape), v_(shape.back()), rows_(Product(shape) / shape.back()), start_(o.tp_rank * v_), group_(o.tp_group) {}
   void SetTargets(const Tensor& t) override { targets_ = t.To(Device::kCuda); }
   Status Forward(const Tensor& x, Tensor* y, Saved* sv) override {
     const int64_t b = x.dim(0), n = b * rows_;
     if (targets_.numel() != n) return Status::InvalidArgument("loss: one target per row is needed");
     Tensor probs = AllocateTensor({n, v_}, Device::kCuda), row_loss = AllocateTensor({n}, Device::kCuda);
-    CrossEntropyRows<<<static_cast<unsigned>(n), 256, 256 * sizeof(float)>>>(x.data(), targets_.data(), probs.data(), row_loss.data(), v_);
+    Tensor mx = AllocateTensor({n}, Device::kCuda), tl = AllocateTensor({n}, Device::kCuda), sum = AllocateTensor({n}, Device::kCuda);
+    const auto rows = static_cast<unsigned>(n);
+    LossRowMax<<<rows, 256, 256 * sizeof(float)>>>(x.data(), targets_.data(), mx.data(), tl.data(), v_, start_);
+    PLANNER_RETURN_IF_ERROR(CudaStatus("loss forward"));
+    if (group_) {
+      PLANNER_RETURN_IF_ERROR(group_->AllReduceMax(mx.data(), n));
+      PLANNER_RETURN_IF_ERROR(group_->AllReduceSum(tl.data(), n));
+    }
+    LossExpRows<<<rows, 256, 256 * sizeof(float)>>>(x.data(), mx.data(), probs.data(), sum.data(), v_);
+    PLANNER_RETURN_IF_ERROR(CudaStatus("loss forward"));
+    if (group_) PLANNER_RETURN_IF_ERROR(group_->AllReduceSum(sum.data(), n));
+    LossFinish<<<rows, 256>>>(probs.data(), sum.data(), mx.data(), tl.data(), row_loss.data(), v_);
     *y = AllocateTensor({b, 1}, Device::kCuda);
     SampleMean<<<Blocks(b), 256>>>(row_loss.data(), y->data(), rows_, b);
     sv->t = {probs, targets_};
@@ -662,7 +765,7 @@ class CudaLoss final : public LayerKernel {
     std::vector<int64_t> shape = {n / rows_};
     shape.insert(shape.end(), shape_.begin(), shape_.end());
     *dx = AllocateTensor(shape, Device::kCuda);
-    CrossEntropyBackward<<<Blocks(n * v_), 256>>>(sv->t[0].data(), sv->t[1].data(), dy.data(), dx->data(), n, v_, rows_);
+    CrossEntropyBackward<<<Blocks(n * v_), 256>>>(sv->t[0].data(), sv->t[1].data(), dy.data(), dx->data(), n, v_, rows_, start_);
     sv->Clear();
     return CudaStatus("loss backward");
   }
@@ -671,7 +774,8 @@ class CudaLoss final : public LayerKernel {
 
  private:
   std::vector<int64_t> shape_;
-  int64_t v_, rows_;
+  int64_t v_, rows_, start_;
+  TpGroup* group_;
   Tensor targets_;
 };
 
@@ -859,7 +963,7 @@ class CudaConv2d final : public LayerKernel {
 Status MakeCudaKernel(const Layer& l, const KernelOptions& o, std::unique_ptr<LayerKernel>* out) {
   try {
     const auto& in = l.in_shape;
-    if (o.tp_group != nullptr) return Status::NotSupported("CUDA kernels run tensor-parallel shards without an in-kernel group yet");
+    const int64_t t = std::max<int64_t>(1, o.tp_size);
     if (l.type == "linear") {
       *out = std::make_unique<CudaLinear>(l.name, in.back(), l.out_shape.back(), l.attrs.Bool("bias", true), Product(in) / in.back(), o.seed);
     } else if (l.type == "relu" || l.type == "gelu") {
@@ -876,15 +980,18 @@ Status MakeCudaKernel(const Layer& l, const KernelOptions& o, std::unique_ptr<La
       if (l.type == "attention") *out = std::make_unique<CudaAttention>(l.name, in[0], in[1], heads, o);
       else *out = std::make_unique<CudaTransformerBlock>(l.name, in[0], in[1], heads, ffn, o);
     } else if (l.type == "embedding") {
-      if (o.tp_size != 1) return Status::NotSupported("CUDA embedding: vocabulary-parallel shards run on the CPU kernels so far");
-      *out = std::make_unique<CudaEmbedding>(l.name, in[0], l.attrs.Int("vocab", 0), l.attrs.Int("hidden", 0), l.attrs.Int("positions", 0), o.seed);
+      int64_t vocab = l.attrs.Int("vocab", 0);
+      if (vocab % t != 0) return Status::InvalidArgument("tensor-parallel degree does not divide the vocabulary");
+      *out = std::make_unique<CudaEmbedding>(l.name, in[0], vocab, l.attrs.Int("hidden", 0), l.attrs.Int("positions", 0), o);
     } else if (l.type == "lm_head") {
       int64_t vocab = l.attrs.Int("vocab", 0);
-      if (vocab % o.tp_size != 0) return Status::InvalidArgument("tensor-parallel degree does not divide the vocabulary");
-      *out = std::make_unique<CudaLinear>(l.name, in.back(), vocab / o.tp_size, false, Product(in) / in.back(), o.seed * 41 + 1);
+      if (vocab % t != 0) return Status::InvalidArgument("tensor-parallel degree does not divide the vocabulary");
+      *out = std::make_unique<CudaLmHead>(l.name, in[0], in.back(), vocab, o);
     } else if (l.type == "loss") {
-      if (o.tp_size != 1) return Status::NotSupported("CUDA loss: the vocabulary-parallel loss runs on the CPU kernels so far");
-      *out = std::make_unique<CudaLoss>(in);
+      if (in.back() % t != 0) return Status::InvalidArgument("tensor-parallel degree does not divide the classes");
+      std::vector<int64_t> shard = in;
+      shard.back() /= t;
+      *out = std::make_unique<CudaLoss>(shard, o);
     } else if (l.type == "dropout") {
       *out = std::make_unique<CudaDropout>(l.attrs.probability, o.seed);
     } else if (l.type == "flatten") {

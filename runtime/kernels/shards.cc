@@ -1,0 +1,69 @@
+#include "runtime/kernels/shards.h"
+
+#include <cmath>
+#include <cstring>
+
+namespace planner {
+
+std::vector<int64_t> IndexRange(int64_t from, int64_t n) {
+  std::vector<int64_t> v(static_cast<size_t>(n));
+  for (int64_t i = 0; i < n; ++i) v[static_cast<size_t>(i)] = from + i;
+  return v;
+}
+
+WeightSlice QkvShard(int64_t hidden, int64_t heads, const KernelOptions& o) {
+  if (o.tp_size <= 1) return {};
+  const int64_t hl = hidden / heads * (heads / o.tp_size);
+  WeightSlice s{hidden, 3 * hidden, {}, 0};
+  for (int64_t blk = 0; blk < 3; ++blk) {
+    auto r = IndexRange(blk * hidden + o.tp_rank * hl, hl);
+    s.rows.insert(s.rows.end(), r.begin(), r.end());
+  }
+  return s;
+}
+
+WeightSlice AttnOutShard(int64_t hidden, int64_t heads, const KernelOptions& o) {
+  if (o.tp_size <= 1) return {};
+  return {hidden, hidden, {}, o.tp_rank * (hidden / heads * (heads / o.tp_size))};
+}
+
+WeightSlice Fc1Shard(int64_t hidden, int64_t ffn, const KernelOptions& o) {
+  if (o.tp_size <= 1) return {};
+  return {hidden, ffn, IndexRange(o.tp_rank * (ffn / o.tp_size), ffn / o.tp_size), 0};
+}
+
+WeightSlice Fc2Shard(int64_t hidden, int64_t ffn, const KernelOptions& o) {
+  if (o.tp_size <= 1) return {};
+  return {ffn, hidden, {}, o.tp_rank * (ffn / o.tp_size)};
+}
+
+WeightSlice VocabShard(int64_t hidden, int64_t vocab, const KernelOptions& o) {
+  if (o.tp_size <= 1) return {};
+  return {hidden, vocab, IndexRange(o.tp_rank * (vocab / o.tp_size), vocab / o.tp_size), 0};
+}
+
+Tensor LinearWeight(int64_t out, int64_t in, uint64_t seed, const WeightSlice& slice) {
+  Tensor w = Tensor::Zeros({out, in});
+  if (!slice.cut()) {
+    FillUniform(&w, seed, 1.0f / std::sqrt(static_cast<float>(in)));
+    return w;
+  }
+  Tensor full = Tensor::Zeros({slice.full_out, slice.full_in});
+  FillUniform(&full, seed, 1.0f / std::sqrt(static_cast<float>(slice.full_in)));
+  for (int64_t i = 0; i < out; ++i) {
+    const int64_t src = slice.rows.empty() ? i : slice.rows[static_cast<size_t>(i)];
+    std::memcpy(w.data() + i * in, full.data() + src * slice.full_in + slice.col0, static_cast<size_t>(in) * 4);
+  }
+  return w;
+}
+
+Tensor EmbeddingRows(int64_t vocab, int64_t hidden, uint64_t seed, int64_t start, int64_t count) {
+  Tensor full = Tensor::Zeros({vocab, hidden});
+  FillUniform(&full, seed, 0.02f * std::sqrt(3.0f));
+  if (start == 0 && count == vocab) return full;
+  Tensor rows = Tensor::Zeros({count, hidden});
+  std::memcpy(rows.data(), full.data() + start * hidden, static_cast<size_t>(count * hidden) * 4);
+  return rows;
+}
+
+}  // namespace planner

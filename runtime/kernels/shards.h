@@ -1,0 +1,37 @@
+// Megatron's tensor-parallel cuts, shared by the CPU and CUDA kernels so that
+// a shard on either device holds exactly the same slice of the full weight
+// one process would hold (drawn from the same seed): column-parallel layers
+// (QKV, fc1, the vocabulary projection) keep rows of the full [out, in]
+// weight, row-parallel ones (the attention output, fc2) a block of columns.
+#pragma once
+
+#include <cstdint>
+#include <vector>
+
+#include "runtime/kernels/kernel.h"
+
+namespace planner {
+
+struct WeightSlice {
+  int64_t full_in = 0, full_out = 0;  // 0: no cut, the whole weight
+  std::vector<int64_t> rows;          // rows kept, in order (empty: all)
+  int64_t col0 = 0;                   // first column kept
+  bool cut() const { return full_in != 0; }
+};
+
+std::vector<int64_t> IndexRange(int64_t from, int64_t n);
+
+// Rank o.tp_rank's cut of each sharded weight (no cut when o.tp_size == 1).
+WeightSlice QkvShard(int64_t hidden, int64_t heads, const KernelOptions& o);      // [3h/t, h]: its heads of q, of k and of v
+WeightSlice AttnOutShard(int64_t hidden, int64_t heads, const KernelOptions& o);  // [h, h/t]
+WeightSlice Fc1Shard(int64_t hidden, int64_t ffn, const KernelOptions& o);        // [ffn/t, h]
+WeightSlice Fc2Shard(int64_t hidden, int64_t ffn, const KernelOptions& o);        // [h, ffn/t]
+WeightSlice VocabShard(int64_t hidden, int64_t vocab, const KernelOptions& o);    // [V/t, h]
+
+// A linear layer's [out, in] host weight: uniform(+-1/sqrt(fan-in of the full
+// weight)) from seed, then cut.
+Tensor LinearWeight(int64_t out, int64_t in, uint64_t seed, const WeightSlice& slice);
+// Rows [start, start + count) of the full [vocab, hidden] host embedding table.
+Tensor EmbeddingRows(int64_t vocab, int64_t hidden, uint64_t seed, int64_t start, int64_t count);
+
+}  // namespace planner
