@@ -529,35 +529,6 @@ class TransformerBlock final : public LayerKernel {
   Mlp mlp_;
 };
 
-// ---------------------------------------------------------------- lm_head
-// Logits [b, s, V / t] = x W^T (vocabulary-parallel, no bias); the input
-// gradient sums over TP ranks.
-class LmHead final : public LayerKernel {
- public:
-  LmHead(std::string name, int64_t seq, int64_t hidden, int64_t vocab, const KernelOptions& o)
-      : s_(seq), h_(hidden), group_(o.tp_group),
-        proj_(name, hidden, vocab / o.tp_size, false, seq, o.seed * 41 + 1,
-              VocabShard(hidden, vocab, o)) {}
-  Status Forward(const Tensor& x, Tensor* y, Saved* sv) override {
-    int64_t b = 0;
-    PLANNER_RETURN_IF_ERROR(CheckInput("lm_head", x, {s_, h_}, &b));
-    return proj_.Forward(x, y, sv);
-  }
-  Status BackwardInput(const Tensor& dy, Tensor* dx, Saved* sv) override {
-    PLANNER_RETURN_IF_ERROR(proj_.BackwardInput(dy, dx, sv));
-    if (group_) PLANNER_RETURN_IF_ERROR(group_->AllReduceSum(dx->data(), dx->numel()));
-    return Status::OK();
-  }
-  Status BackwardWeight(Saved* sv) override { return proj_.BackwardWeight(sv); }
-  std::vector<Param*> Params() override { return proj_.Params(); }
-  KernelFlops Flops(int64_t b) const override { return proj_.Flops(b); }
-
- private:
-  int64_t s_, h_;
-  TpGroup* group_;
-  Linear proj_;
-};
-
 // ------------------------------------------------------------------- loss
 // Softmax cross-entropy over the last dimension (vocabulary-parallel: each
 // rank holds V / t logits of every row; max, sum and the target logit are
@@ -879,7 +850,9 @@ Status MakeCpuKernel(const Layer& l, const KernelOptions& o, std::unique_ptr<Lay
   } else if (ty == "lm_head") {
     int64_t vocab = a.Int("vocab", 0);
     PLANNER_RETURN_IF_ERROR(divides(vocab, "vocab"));
-    *out = std::make_unique<LmHead>(l.name, in[0], in[1], vocab, o);
+    // Logits [b, s, V / t] = x W^T (vocabulary-parallel, no bias).
+    *out = std::make_unique<VocabParallelHead>(
+        std::make_unique<Linear>(l.name, in[1], vocab / t, false, in[0], o.seed * 41 + 1, VocabShard(in[1], vocab, o)), o.tp_group);
   } else if (ty == "loss") {
     std::vector<int64_t> shard = in;
     PLANNER_RETURN_IF_ERROR(divides(in.back(), "classes"));

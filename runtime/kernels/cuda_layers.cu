@@ -711,26 +711,6 @@ class CudaEmbedding final : public LayerKernel {
   Param w_, p_;
 };
 
-// Logits [b, s, V / t] = x W^T (vocabulary-parallel, no bias); the input gradient sums over TP ranks.
-class CudaLmHead final : public LayerKernel {
- public:
-  CudaLmHead(const std::string& name, int64_t seq, int64_t h, int64_t vocab, const KernelOptions& o)
-      : group_(o.tp_group), proj_(name, h, vocab / o.tp_size, false, seq, o.seed * 41 + 1, VocabShard(h, vocab, o)) {}
-  Status Forward(const Tensor& x, Tensor* y, Saved* sv) override { return proj_.Forward(x, y, sv); }
-  Status BackwardInput(const Tensor& dy, Tensor* dx, Saved* sv) override {
-    PLANNER_RETURN_IF_ERROR(proj_.BackwardInput(dy, dx, sv));
-    if (group_) PLANNER_RETURN_IF_ERROR(group_->AllReduceSum(dx->data(), dx->numel()));
-    return Status::OK();
-  }
-  Status BackwardWeight(Saved* sv) override { return proj_.BackwardWeight(sv); }
-  std::vector<Param*> Params() override { return proj_.Params(); }
-  KernelFlops Flops(int64_t b) const override { return proj_.Flops(b); }
-
- private:
-  TpGroup* group_;
-  CudaLinear proj_;
-};
-
 // Softmax cross-entropy over the last dimension, vocabulary-parallel as the CPU kernel: each rank
 // holds V / t logits of every row; the row max, sum and target logit are all-reduced.
 class CudaLoss final : public LayerKernel {
@@ -986,7 +966,8 @@ Status MakeCudaKernel(const Layer& l, const KernelOptions& o, std::unique_ptr<La
     } else if (l.type == "lm_head") {
       int64_t vocab = l.attrs.Int("vocab", 0);
       if (vocab % t != 0) return Status::InvalidArgument("tensor-parallel degree does not divide the vocabulary");
-      *out = std::make_unique<CudaLmHead>(l.name, in[0], in.back(), vocab, o);
+      *out = std::make_unique<VocabParallelHead>(
+          std::make_unique<CudaLinear>(l.name, in.back(), vocab / t, false, in[0], o.seed * 41 + 1, VocabShard(in.back(), vocab, o)), o.tp_group);
     } else if (l.type == "loss") {
       if (in.back() % t != 0) return Status::InvalidArgument("tensor-parallel degree does not divide the classes");
       std::vector<int64_t> shard = in;

@@ -42,6 +42,12 @@ WeightSlice VocabShard(int64_t hidden, int64_t vocab, const KernelOptions& o) {
   return {hidden, vocab, IndexRange(o.tp_rank * (vocab / o.tp_size), vocab / o.tp_size), 0};
 }
 
+Status VocabParallelHead::BackwardInput(const Tensor& dy, Tensor* dx, Saved* sv) {
+  PLANNER_RETURN_IF_ERROR(proj_->BackwardInput(dy, dx, sv));
+  if (group_) PLANNER_RETURN_IF_ERROR(group_->AllReduceSum(dx->data(), dx->numel()));
+  return Status::OK();
+}
+
 Tensor LinearWeight(int64_t out, int64_t in, uint64_t seed, const WeightSlice& slice) {
   Tensor w = Tensor::Zeros({out, in});
   if (!slice.cut()) {

@@ -6,6 +6,8 @@
 #pragma once
 
 #include <cstdint>
+#include <memory>
+#include <utility>
 #include <vector>
 
 #include "runtime/kernels/kernel.h"
@@ -27,6 +29,22 @@ WeightSlice AttnOutShard(int64_t hidden, int64_t heads, const KernelOptions& o);
 WeightSlice Fc1Shard(int64_t hidden, int64_t ffn, const KernelOptions& o);        // [ffn/t, h]
 WeightSlice Fc2Shard(int64_t hidden, int64_t ffn, const KernelOptions& o);        // [h, ffn/t]
 WeightSlice VocabShard(int64_t hidden, int64_t vocab, const KernelOptions& o);    // [V/t, h]
+
+// lm_head on either device: a (vocabulary-parallel) projection kernel whose input gradient is
+// summed over the TP group (each rank's logits depend on the whole input).
+class VocabParallelHead final : public LayerKernel {
+ public:
+  VocabParallelHead(std::unique_ptr<LayerKernel> proj, TpGroup* group) : proj_(std::move(proj)), group_(group) {}
+  Status Forward(const Tensor& x, Tensor* y, Saved* sv) override { return proj_->Forward(x, y, sv); }
+  Status BackwardInput(const Tensor& dy, Tensor* dx, Saved* sv) override;
+  Status BackwardWeight(Saved* sv) override { return proj_->BackwardWeight(sv); }
+  std::vector<Param*> Params() override { return proj_->Params(); }
+  KernelFlops Flops(int64_t b) const override { return proj_->Flops(b); }
+
+ private:
+  std::unique_ptr<LayerKernel> proj_;
+  TpGroup* group_;
+};
 
 // A linear layer's [out, in] host weight: uniform(+-1/sqrt(fan-in of the full
 // weight)) from seed, then cut.
