@@ -29,6 +29,7 @@ run() {  # run NAME PROFILE SOLVE-FLAGS...
   if [ "$np" = 1 ]; then $P -q run $name --run-id r >/dev/null; else bash $name/run.sh --run-id r >/dev/null 2>&1; fi
   echo "== $name ($(grep '^parallel' $name.plan.yaml), $(grep '^schedule' $name.plan.yaml), b=$(grep '^microbatch_size' $name.plan.yaml | cut -d' ' -f2) m=$(grep '^num_microbatches' $name.plan.yaml | cut -d' ' -f2))"
   sed -n '5,6p;10,20p' $name/runs/r/report.md
+  grep -E '^\| (activation|gradient|dp all-reduce)' $name/runs/r/report.md || true
 }
 run pipeline two.profile.yaml --gpus 2 --pp 2 --schedule 1f1b
 run data-parallel two.profile.yaml --gpus 2 --pp 1 --schedule 1f1b

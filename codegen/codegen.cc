@@ -46,6 +46,7 @@ Status BuildLaunchPlan(const Plan& plan, const std::string& model_digest, const 
     ls.predicted_backward_input_s = s.backward_input_s;
     ls.predicted_backward_weight_s = s.backward_weight_s;
     ls.predicted_p2p_s = s.p2p_s;
+    ls.predicted_dp_allreduce_s = s.dp_allreduce_s;
     ls.predicted_peak_memory_bytes = s.peak_memory_bytes;
     L.stages.push_back(ls);
   }

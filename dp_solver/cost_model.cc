@@ -83,12 +83,33 @@ std::vector<int64_t> GroupSpreadAt(const ClusterSpec& c, int64_t first, int64_t 
   return spread;
 }
 
+double MeasuredSeconds(const std::vector<std::pair<double, double>>& points, double bytes) {
+  if (points.empty() || !(bytes > 0)) return 0;
+  if (bytes <= points.front().first) return points.front().second;  // latency-bound: the smallest measured time
+  if (bytes >= points.back().first) return points.back().second * bytes / points.back().first;  // bandwidth-bound
+  size_t hi = 1;
+  while (points[hi].first < bytes) ++hi;
+  const auto& a = points[hi - 1];
+  const auto& b = points[hi];
+  if (!(a.first > 0 && a.second > 0 && b.second > 0) || b.first == a.first) return b.second;
+  const double f = std::log(bytes / a.first) / std::log(b.first / a.first);
+  return std::exp(std::log(a.second) + f * std::log(b.second / a.second));
+}
+
 double AllReduceSeconds(const ClusterSpec& c, double bytes, const std::vector<int64_t>& members) {
   double t = 0, shard = bytes;
   for (size_t l = 0; l < members.size() && l < c.levels.size(); ++l) {
     double n = static_cast<double>(members[l]);
+    const TopologyLevel& lv = c.levels[l];
     if (n > 1) {
-      t += 2 * (n - 1) / n * shard / (c.levels[l].bandwidth_GBps * 1e9) + 2 * (n - 1) * c.levels[l].latency_us * 1e-6;
+      if (!lv.measured_allreduce.empty() && lv.measured_allreduce_group > 1) {
+        // The measured time at this size, moved to n ranks at the same bus bandwidth (nccl-tests:
+        // busbw = size x 2(g-1)/g / time does not depend on the group size g of a ring).
+        const double g = static_cast<double>(lv.measured_allreduce_group);
+        t += MeasuredSeconds(lv.measured_allreduce, shard) * ((n - 1) / n) / ((g - 1) / g);
+      } else {
+        t += 2 * (n - 1) / n * shard / (lv.bandwidth_GBps * 1e9) + 2 * (n - 1) * lv.latency_us * 1e-6;
+      }
     }
     shard /= std::max(1.0, n);
   }
@@ -107,10 +128,20 @@ void ApplyCommCurves(const Profile& comm, const std::string& path, ClusterSpec* 
     }
     lv.bandwidth_GBps = ar->busbw_GBps;
     lv.latency_us = ar->alpha_s / (2.0 * static_cast<double>(std::max<int64_t>(1, ar->group_size - 1))) * 1e6;
-    if (p2p != nullptr && p2p->busbw_GBps > 0) lv.p2p_bandwidth_GBps = p2p->busbw_GBps;
-    notes->push_back(fmt::format("level '{}': measured ({}, {} {} ranks): all-reduce busbw {:.3g} GB/s, latency {:.3g} us{}", lv.name,
+    lv.measured_allreduce = ar->points;
+    std::sort(lv.measured_allreduce.begin(), lv.measured_allreduce.end());
+    lv.measured_allreduce_group = ar->group_size;
+    if (p2p != nullptr && p2p->busbw_GBps > 0) {
+      lv.p2p_bandwidth_GBps = p2p->busbw_GBps;
+      lv.measured_p2p = p2p->points;
+      std::sort(lv.measured_p2p.begin(), lv.measured_p2p.end());
+    }
+    notes->push_back(fmt::format("level '{}': measured ({}, {} {} ranks): all-reduce busbw {:.3g} GB/s, latency {:.3g} us{}{}", lv.name,
                                  path, ar->backend, ar->group_size, lv.bandwidth_GBps, lv.latency_us,
-                                 p2p ? fmt::format(", send/recv {:.3g} GB/s", lv.p2p_bandwidth_GBps) : std::string()));
+                                 p2p ? fmt::format(", send/recv {:.3g} GB/s", lv.p2p_bandwidth_GBps) : std::string(),
+                                 lv.measured_allreduce.empty() ? std::string()
+                                                               : fmt::format("; times interpolated from {} measured sizes{}", lv.measured_allreduce.size(),
+                                                                             ar->cold ? " (cold caches)" : "")));
   }
 }
 
@@ -119,10 +150,12 @@ double P2PSeconds(const ClusterSpec& c, double bytes, int64_t a, int64_t b) {
   for (size_t l = 0; l < c.levels.size(); ++l) {
     int64_t unit = c.GpusPerUnit(l);
     if (a / unit == b / unit) {
+      if (!c.levels[l].measured_p2p.empty()) return MeasuredSeconds(c.levels[l].measured_p2p, bytes);
       return bytes / (c.levels[l].p2p_bandwidth_GBps * 1e9) + c.levels[l].latency_us * 1e-6;
     }
   }
   const auto& top = c.levels.back();
+  if (!top.measured_p2p.empty()) return MeasuredSeconds(top.measured_p2p, bytes);
   return bytes / (top.p2p_bandwidth_GBps * 1e9) + top.latency_us * 1e-6;
 }
 

@@ -67,6 +67,10 @@ Status BuildCostTable(const CostSource& src, int64_t microbatch, int64_t tp, Rec
 // whose members sit `members_per_level[l]` per level-l unit (innermost first).
 // T = sum_l 2 (c_l - 1)/c_l * (bytes / prod_{j<l} c_j) / B_l + 2 (c_l - 1) alpha_l.
 double AllReduceSeconds(const ClusterSpec& cluster, double bytes, const std::vector<int64_t>& members_per_level);
+// Time at `bytes` on a measured curve of (bytes, seconds) points in increasing size: log-log
+// interpolation between neighbours, the smallest point's time below the range and the largest
+// point's bandwidth above it; 0 for an empty curve.
+double MeasuredSeconds(const std::vector<std::pair<double, double>>& points, double bytes);
 // Members per level of a group of `size` ranks spaced `stride` apart in rank order.
 std::vector<int64_t> GroupSpread(const ClusterSpec& cluster, int64_t size, int64_t stride);
 // Members per level of the group {first, first + stride, ..., first + (size-1) stride}

@@ -22,6 +22,7 @@
 #include "runtime/comm/nccl_comm.h"
 #include "runtime/kernels/cuda_api.h"
 #include "runtime/kernels/optimizer.h"
+#include "runtime/transfers.h"
 
 namespace planner {
 
@@ -258,6 +259,15 @@ Status RunLaunch(const LaunchPlan& L, const ModelSpec& model, Communicator& worl
   dp_comm->set_timeout_seconds(L.run.timeout_s);
   // Every rank got here with a valid launch: from now on a rank that exits is a lost rank.
   PLANNER_RETURN_IF_ERROR(StartPeerWatch(world));
+  // Trace and transfer times go on rank 0's clock (the ranks of one node share theirs; other nodes' differ).
+  double clock_offset = 0, clock_error = 0;
+  PLANNER_RETURN_IF_ERROR(ClockOffset(world, 8, &clock_offset, &clock_error));
+  {
+    float worst = static_cast<float>(clock_error);
+    PLANNER_RETURN_IF_ERROR(world.AllReduce(&worst, 1, ReduceOp::kMax));
+    clock_error = worst;
+  }
+  TransferLog transfers;
   CommTpGroup tp_group(tp_comm.get());
   // Rank of pipeline position `pos` with this rank's replica and tp rank (Megatron order).
   auto rank_at = [&](int64_t pos) { return static_cast<int>(pos * L.tp * L.dp + me.replica * L.tp + me.tp_rank); };
@@ -398,8 +408,8 @@ Status RunLaunch(const LaunchPlan& L, const ModelSpec& model, Communicator& worl
   if (async && start < iterations) PLANNER_RETURN_IF_ERROR(replicated_order((iterations - start) * m));
   std::vector<TraceEvent> trace;
   BufferPool recv_pool;
-  // Trace times are the machine's monotonic clock (Now()), shared by the ranks of one node, so the
-  // merged trace lines up and a send can be paired with its receive.
+  // Trace times are this rank's monotonic clock (Now()); they are written on rank 0's clock (minus
+  // clock_offset), so the merged trace lines up and a send can be paired with its receive.
   // Data-parallel all-reduce overlapped with backward (DDP-style): during each chunk's last
   // backward of the iteration, a layer's gradient segment of the flat bucket is all-reduced on a
   // second thread as soon as that layer's weight gradient is final, while earlier layers compute.
@@ -543,6 +553,7 @@ Status RunLaunch(const LaunchPlan& L, const ModelSpec& model, Communicator& worl
           x = recv_pool.Get(in_shape(q), dev);
           double c0 = Now();
           PLANNER_RETURN_IF_ERROR(pipe->Recv(x.data(), x.numel(), peer((q - 1 + Q) % Q, j), tag(q, 0)));
+          transfers.recvs.push_back({tag(q, 0), peer((q - 1 + Q) % Q, j), c0 - clock_offset, Now() - clock_offset});
           t_comm += Now() - c0;
           trace.push_back({fmt::format("recv F{}.{}", q, j), c0, Now() - c0, 1});
         }
@@ -564,6 +575,7 @@ Status RunLaunch(const LaunchPlan& L, const ModelSpec& model, Communicator& worl
           for (int64_t smp = 0; smp < b; ++smp) pass_loss[static_cast<size_t>(it_j - it)] += per_sample[static_cast<size_t>(smp)];
         } else {
           trace.push_back({fmt::format("send F{}.{} {}B", q + 1, j, x.numel() * 4), Now(), 0, 1});
+          transfers.sends.push_back({tag(q + 1, 0), it_j, q, x.numel() * 4, 0, peer((q + 1) % Q, j), Now() - clock_offset});
           PLANNER_RETURN_IF_ERROR(pipe->Send(x.data(), x.numel(), peer((q + 1) % Q, j), tag(q + 1, 0)));
           keep.push_back(x);
         }
@@ -577,6 +589,7 @@ Status RunLaunch(const LaunchPlan& L, const ModelSpec& model, Communicator& worl
           dy = recv_pool.Get(out_shape(q), dev);
           double c0 = Now();
           PLANNER_RETURN_IF_ERROR(pipe->Recv(dy.data(), dy.numel(), peer((q + 1) % Q, j), tag(q + 1, 1)));
+          transfers.recvs.push_back({tag(q + 1, 1), peer((q + 1) % Q, j), c0 - clock_offset, Now() - clock_offset});
           t_comm += Now() - c0;
           trace.push_back({fmt::format("recv B{}.{}", q, j), c0, Now() - c0, 1});
         }
@@ -618,6 +631,7 @@ Status RunLaunch(const LaunchPlan& L, const ModelSpec& model, Communicator& worl
         if (q == 0 && jj == m - 1) pass_done[static_cast<size_t>(it_j - it)] = Now() - t0;
         if (q > 0) {
           trace.push_back({fmt::format("send B{}.{} {}B", q - 1, j, dy.numel() * 4), Now(), 0, 1});
+          transfers.sends.push_back({tag(q, 1), it_j, q, dy.numel() * 4, 1, peer((q - 1 + Q) % Q, j), Now() - clock_offset});
           PLANNER_RETURN_IF_ERROR(pipe->Send(dy.data(), dy.numel(), peer((q - 1 + Q) % Q, j), tag(q, 1)));
           keep.push_back(dy);
         }
@@ -640,7 +654,9 @@ Status RunLaunch(const LaunchPlan& L, const ModelSpec& model, Communicator& worl
       red.cv.wait(lk, [&] { return red.pending == 0; });
       PLANNER_RETURN_IF_ERROR(red.status);
     } else if (sync_dp && grad_elems > 0) {
+      const double a0 = Now();
       PLANNER_RETURN_IF_ERROR(dp_comm->AllReduce(bucket.data(), grad_elems, ReduceOp::kSum));
+      transfers.allreduces.push_back({it, grad_elems * 4, a0 - clock_offset, Now() - a0});
     }
     t_comm += Now() - c0;
     trace.push_back({overlap ? "dp all-reduce (exposed wait)" : "dp all-reduce", c0, Now() - c0, 1});
@@ -764,9 +780,11 @@ Status RunLaunch(const LaunchPlan& L, const ModelSpec& model, Communicator& worl
     std::ofstream f(fs::path(opt.run_dir) / fmt::format("trace.rank{}.json", rank));
     for (size_t i = 0; i < trace.size(); ++i) {
       f << fmt::format("{}{{\"name\": \"{}\", \"ph\": \"X\", \"pid\": {}, \"tid\": {}, \"ts\": {:.1f}, \"dur\": {:.1f}}}\n", i ? "," : "",
-                       trace[i].name, rank, trace[i].tid, trace[i].start_s * 1e6, trace[i].dur_s * 1e6);
+                       trace[i].name, rank, trace[i].tid, (trace[i].start_s - clock_offset) * 1e6, trace[i].dur_s * 1e6);
     }
   }
+  std::string transfers_md;
+  PLANNER_RETURN_IF_ERROR(SummariseTransfers(world, L, transfers, static_cast<int64_t>(warm), &transfers_md));
   // Stop watching peers between two barriers: past the second one a rank may exit normally.
   PLANNER_RETURN_IF_ERROR(world.Barrier());
   EndPeerWatch();
@@ -808,6 +826,10 @@ Status RunLaunch(const LaunchPlan& L, const ModelSpec& model, Communicator& worl
       rep += fmt::format("| {} | {} | {} | {} | {} | {} | {:.4f} GiB | {:.4f} GiB |\n", r, L.ranks[static_cast<size_t>(r)].stage, FormatSeconds(c),
                          FormatSeconds(cm), FormatSeconds(std::max(0.0, it_med - c - cm)),
                          FormatSeconds(rs_pred * static_cast<double>(m)), all[static_cast<size_t>(3 * r + 2)], mem_pred / kGiB);
+    }
+    if (!transfers_md.empty()) {
+      rep += "\n" + transfers_md;
+      if (n > 1) rep += fmt::format("(Clock offsets to rank 0 estimated within {} at start.)\n", FormatSeconds(clock_error));
     }
     std::ofstream rf(fs::path(opt.run_dir) / "report.md");
     rf << rep;

@@ -21,6 +21,10 @@ struct TopologyLevel {
   double bandwidth_GBps = 0;     // per-GPU bus bandwidth of a collective on this level
   double p2p_bandwidth_GBps = 0; // per-GPU send/recv bandwidth (0: same as bandwidth_GBps)
   double latency_us = 0;         // per-step latency (alpha) on this level
+  // Measured times (bytes, seconds) from a comm profile (planner solve --comm-profile); when
+  // present the cost model interpolates them instead of the alpha-beta line (docs/cost_model.md).
+  std::vector<std::pair<double, double>> measured_allreduce, measured_p2p;
+  int64_t measured_allreduce_group = 0;  // ranks of the measured all-reduce
 };
 
 struct ClusterSpec {

@@ -43,9 +43,9 @@ std::string LaunchPlanToYaml(const LaunchPlan& p) {
   for (const auto& s : p.stages) {
     o += fmt::format("  - {{first_layer: {}, last_layer: {}, replicas: {}, chunk: {}, predicted_compute_seconds: {:.9g}, "
                      "predicted_forward_seconds: {:.9g}, predicted_backward_input_seconds: {:.9g}, predicted_backward_weight_seconds: {:.9g}, "
-                     "predicted_p2p_seconds: {:.9g}, predicted_peak_memory_bytes: {:.9g}}}\n",
+                     "predicted_p2p_seconds: {:.9g}, predicted_dp_allreduce_seconds: {:.9g}, predicted_peak_memory_bytes: {:.9g}}}\n",
                      s.first_layer, s.last_layer, s.replicas, s.chunk, s.predicted_compute_s, s.predicted_forward_s, s.predicted_backward_input_s,
-                     s.predicted_backward_weight_s, s.predicted_p2p_s, s.predicted_peak_memory_bytes);
+                     s.predicted_backward_weight_s, s.predicted_p2p_s, s.predicted_dp_allreduce_s, s.predicted_peak_memory_bytes);
   }
   o += "ranks:\n";
   for (const auto& r : p.ranks) {
@@ -114,7 +114,7 @@ Status ParseLaunchPlan(const std::string& path, const std::string& text, LaunchP
     PLANNER_RETURN_IF_ERROR(r.CheckKeys(st[i], f, {"first_layer", "last_layer", "replicas", "chunk", "predicted_compute_seconds",
                                                    "predicted_forward_seconds", "predicted_backward_input_seconds",
                                                    "predicted_backward_weight_seconds", "predicted_p2p_seconds",
-                                                   "predicted_peak_memory_bytes"}));
+                                                   "predicted_dp_allreduce_seconds", "predicted_peak_memory_bytes"}));
     LaunchStage s;
     PLANNER_RETURN_IF_ERROR(r.GetInt(st[i], "first_layer", f + ".first_layer", &s.first_layer, true, 0));
     PLANNER_RETURN_IF_ERROR(r.GetInt(st[i], "last_layer", f + ".last_layer", &s.last_layer, true, 0));
@@ -125,6 +125,8 @@ Status ParseLaunchPlan(const std::string& path, const std::string& text, LaunchP
     PLANNER_RETURN_IF_ERROR(r.GetDouble(st[i], "predicted_backward_input_seconds", f + ".predicted_backward_input_seconds", &s.predicted_backward_input_s, false, 0, false));
     PLANNER_RETURN_IF_ERROR(r.GetDouble(st[i], "predicted_backward_weight_seconds", f + ".predicted_backward_weight_seconds", &s.predicted_backward_weight_s, false, 0, false));
     PLANNER_RETURN_IF_ERROR(r.GetDouble(st[i], "predicted_p2p_seconds", f + ".predicted_p2p_seconds", &s.predicted_p2p_s, false, 0, false));
+    PLANNER_RETURN_IF_ERROR(r.GetDouble(st[i], "predicted_dp_allreduce_seconds", f + ".predicted_dp_allreduce_seconds", &s.predicted_dp_allreduce_s,
+                                        false, 0, false));
     PLANNER_RETURN_IF_ERROR(r.GetDouble(st[i], "predicted_peak_memory_bytes", f + ".predicted_peak_memory_bytes", &s.predicted_peak_memory_bytes,
                                         false, 0, false));
     if (s.last_layer < s.first_layer) return r.FieldError(st[i], f + ".last_layer", "is before first_layer");

@@ -30,6 +30,7 @@ struct LaunchStage {
   int64_t chunk = 0;                        // interleaved: model chunk on its device
   double predicted_compute_s = 0;           // per microbatch (F + B + W) from the plan
   double predicted_forward_s = 0, predicted_backward_input_s = 0, predicted_backward_weight_s = 0, predicted_p2p_s = 0;
+  double predicted_dp_allreduce_s = 0;      // per iteration, the gradient all-reduce of the stage's replica group
   double predicted_peak_memory_bytes = 0;   // per device, in the plan's dtype and optimizer state
 };
 

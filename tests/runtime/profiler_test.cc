@@ -152,9 +152,38 @@ TEST_CASE("measured curves replace the cluster file's figures for the levels the
   CHECK(c.levels[0].bandwidth_GBps == 180);
   CHECK(c.levels[0].latency_us == doctest::Approx(1.0));  // 14 us over 2 (8 - 1) ring steps
   CHECK(c.levels[1].bandwidth_GBps == 24);               // not measured: the file's
+  CHECK(c.levels[0].measured_allreduce.empty());         // a fit without points: the alpha-beta line
   REQUIRE(notes.size() == 2);
   CHECK(notes[0].find("measured (comm.profile.yaml") != std::string::npos);
   CHECK(notes[1].find("from the cluster file") != std::string::npos);
+}
+
+TEST_CASE("measured comm curves: the cost model interpolates their points") {
+  const std::vector<std::pair<double, double>> pts = {{1024, 4e-6}, {4096, 8e-6}, {16384, 32e-6}};
+  CHECK(MeasuredSeconds(pts, 4096) == doctest::Approx(8e-6));                  // at a point
+  CHECK(MeasuredSeconds(pts, 2048) == doctest::Approx(std::sqrt(4e-6 * 8e-6)));  // log-log midpoint
+  CHECK(MeasuredSeconds(pts, 100) == doctest::Approx(4e-6));                   // below: latency-bound
+  CHECK(MeasuredSeconds(pts, 65536) == doctest::Approx(128e-6));               // above: the last bandwidth
+  CHECK(MeasuredSeconds({}, 4096) == 0);
+  ClusterSpec c;
+  REQUIRE_OK(LoadClusterSpec(testing::SourcePath("configs/clusters/local-cpu.yaml"), &c));
+  Profile comm;
+  CommCurve ar, p2p;
+  ar.collective = "all_reduce";
+  ar.level = "node";
+  ar.group_size = 2;
+  ar.alpha_s = 3e-6;
+  ar.busbw_GBps = 5;
+  ar.points = {{16384, 20e-6}, {1024, 3e-6}, {4096, 6e-6}};  // unsorted on purpose
+  p2p = ar;
+  p2p.collective = "send_recv";
+  p2p.points = pts;
+  comm.comm = {ar, p2p};
+  std::vector<std::string> notes;
+  ApplyCommCurves(comm, "comm.profile.yaml", &c, &notes);
+  CHECK(P2PSeconds(c, 2048, 0, 1) == doctest::Approx(std::sqrt(4e-6 * 8e-6)));
+  CHECK(AllReduceSeconds(c, 4096, {2}) == doctest::Approx(6e-6));              // the measured group size: the point
+  CHECK(AllReduceSeconds(c, 4096, {4}) == doctest::Approx(6e-6 * 1.5));        // 4 ranks at the same busbw: (3/4) / (1/2)
 }
 
 }  // namespace

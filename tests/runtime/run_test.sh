@@ -50,6 +50,7 @@ case_grad pp2-gpipe 2 tiny-gpt local-cpu --pp 2 --schedule gpipe
 case_grad pp2-interleaved 2 tiny-gpt local-cpu --pp 2 --schedule interleaved
 case_grad pp2-zbh1 2 tiny-gpt local-cpu --pp 2 --schedule zb-h1
 case_grad dp2 2 tiny-gpt local-cpu --pp 1 --tp 1
+grep -qE "^\| dp all-reduce stage 0 \(2 ranks\) \| [0-9.]+ MiB \| 1 \|" dp2/runs/multi/report.md && ok || bad "dp all-reduce row: $(grep dp dp2/runs/multi/report.md)"
 # The same with the all-reduce overlapped with backward (codegen --overlap-dp).
 $PLANNER -q codegen dp2.plan.yaml -o dp2o --iterations 1 --overlap-dp
 if timeout 120 mpirun --oversubscribe -np 2 $PLANNER -q run dp2o --dump-gradients --run-id multi >/dev/null 2>dp2o.err; then
@@ -124,6 +125,17 @@ print(f'loss {first:.4f} -> {last:.4f}')
 sys.exit(0 if last < first - 0.3 else 1)" && ok || bad "loss does not fall"
   [ -s train/runs/t/trace.json ] && grep -q '"name": "F0"' train/runs/t/trace.json && ok || bad "no trace"
   grep -q "bubble fraction" train/runs/t/report.md && ok || bad "no report"
+  # Every pipeline message after warm-up is paired with its send (by tag) in the report's transfer table.
+  python3 - train/runs/t/report.md train/launch.yaml <<'PY' && ok || bad "transfer table"
+import re, sys
+rep, launch = open(sys.argv[1]).read(), open(sys.argv[2]).read()
+m = int(re.search(r"^num_microbatches: (\d+)", launch, re.M).group(1))
+warm = int(re.search(r"warmup_iterations: (\d+)", launch).group(1))
+rows = {k: (int(c), t) for k, c, t in re.findall(r"^\| (activation stage 0 -> 1|gradient stage 1 -> 0) \| [^|]+ \| (\d+) \| ([^|]+) \|", rep, re.M)}
+want = (15 - warm) * m
+print(f"transfer table: {rows} (want {want} of each)")
+sys.exit(0 if len(rows) == 2 and all(c == want for c, _ in rows.values()) else 1)
+PY
   $PLANNER inspect train/runs/t --svg t.svg > inspect.txt 2>&1 && grep -q "measured timeline of the last iteration" inspect.txt \
     && grep -q "loss per iteration" inspect.txt && grep -q "<svg" t.svg && ok || bad "inspect of a run"
 else

@@ -1,0 +1,209 @@
+#include "runtime/transfers.h"
+
+#include <algorithm>
+#include <chrono>
+#include <map>
+#include <tuple>
+
+#include <fmt/format.h>
+
+#include "common/units.h"
+
+namespace planner {
+
+namespace {
+
+double Now() { return std::chrono::duration<double>(std::chrono::steady_clock::now().time_since_epoch()).count(); }
+
+// Doubles travel as two floats (the communicators move floats): x = hi + lo to about 1e-14.
+void Put(std::vector<float>* v, double x) {
+  const float hi = static_cast<float>(x);
+  v->push_back(hi);
+  v->push_back(static_cast<float>(x - static_cast<double>(hi)));
+}
+double Get(const float* p) { return static_cast<double>(p[0]) + static_cast<double>(p[1]); }
+
+// Every rank's doubles, on every rank (counts first, then one padded all-gather).
+Status GatherDoubles(Communicator& world, const std::vector<double>& mine, std::vector<std::vector<double>>* all) {
+  const int n = world.size();
+  float count = static_cast<float>(mine.size());
+  std::vector<float> counts(static_cast<size_t>(n));
+  PLANNER_RETURN_IF_ERROR(world.AllGather(&count, counts.data(), 1));
+  const size_t most = static_cast<size_t>(*std::max_element(counts.begin(), counts.end()));
+  std::vector<float> packed;
+  packed.reserve(2 * most);
+  for (double x : mine) Put(&packed, x);
+  packed.resize(2 * most, 0.0f);
+  std::vector<float> every(2 * most * static_cast<size_t>(n));
+  if (most > 0) PLANNER_RETURN_IF_ERROR(world.AllGather(packed.data(), every.data(), static_cast<int64_t>(2 * most)));
+  all->assign(static_cast<size_t>(n), {});
+  for (int r = 0; r < n; ++r) {
+    for (size_t i = 0; i < static_cast<size_t>(counts[static_cast<size_t>(r)]); ++i) {
+      (*all)[static_cast<size_t>(r)].push_back(Get(&every[(static_cast<size_t>(r) * most + i) * 2]));
+    }
+  }
+  return Status::OK();
+}
+
+double Median(std::vector<double> v) {
+  if (v.empty()) return 0;
+  std::sort(v.begin(), v.end());
+  return v[v.size() / 2];
+}
+
+std::string Bytes(double b) {
+  if (b >= 1 << 20) return fmt::format("{:.2f} MiB", b / (1 << 20));
+  if (b >= 1 << 10) return fmt::format("{:.1f} KiB", b / (1 << 10));
+  return fmt::format("{:.0f} B", b);
+}
+
+std::string Share(double predicted_s, double measured_s) {
+  if (predicted_s <= 0 || measured_s <= 0) return "n/a (no prediction)";
+  return fmt::format("{:.0f}%", 100 * predicted_s / measured_s);
+}
+
+}  // namespace
+
+Status ClockOffset(Communicator& world, int rounds, double* offset_s, double* error_s) {
+  *offset_s = 0;
+  *error_s = 0;
+  const int n = world.size(), me = world.rank();
+  for (int peer = 1; peer < n; ++peer) {
+    if (me == 0) {
+      double best_rtt = 1e30, offset = 0;
+      for (int k = 0; k < rounds; ++k) {
+        float ping = static_cast<float>(k), back[2];
+        const double t0 = Now();
+        PLANNER_RETURN_IF_ERROR(world.GroupSendRecv({{true, peer, &ping, 1}}));
+        PLANNER_RETURN_IF_ERROR(world.GroupSendRecv({{false, peer, back, 2}}));
+        const double t1 = Now();
+        if (t1 - t0 < best_rtt) {
+          best_rtt = t1 - t0;
+          offset = Get(back) - (t0 + t1) / 2;
+        }
+      }
+      std::vector<float> result;
+      Put(&result, offset);
+      Put(&result, best_rtt / 2);
+      PLANNER_RETURN_IF_ERROR(world.GroupSendRecv({{true, peer, result.data(), 4}}));
+    } else if (me == peer) {
+      for (int k = 0; k < rounds; ++k) {
+        float ping = 0;
+        PLANNER_RETURN_IF_ERROR(world.GroupSendRecv({{false, 0, &ping, 1}}));
+        std::vector<float> t;
+        Put(&t, Now());
+        PLANNER_RETURN_IF_ERROR(world.GroupSendRecv({{true, 0, t.data(), 2}}));
+      }
+      float result[4];
+      PLANNER_RETURN_IF_ERROR(world.GroupSendRecv({{false, 0, result, 4}}));
+      *offset_s = Get(result);
+      *error_s = Get(result + 2);
+    }
+  }
+  return Status::OK();
+}
+
+Status SummariseTransfers(Communicator& world, const LaunchPlan& plan, const TransferLog& mine, int64_t first_iteration, std::string* markdown) {
+  markdown->clear();
+  const int me = world.rank();
+  std::vector<double> s, r, a;
+  for (const auto& x : mine.sends) {
+    for (double v : {static_cast<double>(x.tag), static_cast<double>(x.iteration), static_cast<double>(x.stage), static_cast<double>(x.bytes),
+                     static_cast<double>(x.dir), static_cast<double>(x.peer), x.post_s}) {
+      s.push_back(v);
+    }
+  }
+  for (const auto& x : mine.recvs) {
+    for (double v : {static_cast<double>(x.tag), static_cast<double>(x.peer), x.start_s, x.end_s}) r.push_back(v);
+  }
+  for (const auto& x : mine.allreduces) {
+    for (double v : {static_cast<double>(x.iteration), static_cast<double>(x.bytes), x.start_s, x.dur_s}) a.push_back(v);
+  }
+  std::vector<std::vector<double>> S, R, A;
+  PLANNER_RETURN_IF_ERROR(GatherDoubles(world, s, &S));
+  PLANNER_RETURN_IF_ERROR(GatherDoubles(world, r, &R));
+  PLANNER_RETURN_IF_ERROR(GatherDoubles(world, a, &A));
+  if (me != 0) return Status::OK();
+  const int n = world.size();
+  // Pipeline messages: paired by (tag, sender, receiver); grouped by (sender stage, direction, bytes).
+  struct SendAt {
+    int64_t iteration, stage, bytes, dir;
+    double post_s;
+  };
+  std::map<std::tuple<int64_t, int64_t, int64_t>, SendAt> sends;
+  for (int src = 0; src < n; ++src) {
+    const auto& v = S[static_cast<size_t>(src)];
+    for (size_t i = 0; i + 7 <= v.size(); i += 7) {
+      sends[{static_cast<int64_t>(v[i]), src, static_cast<int64_t>(v[i + 5])}] =
+          SendAt{static_cast<int64_t>(v[i + 1]), static_cast<int64_t>(v[i + 2]), static_cast<int64_t>(v[i + 3]), static_cast<int64_t>(v[i + 4]),
+                 v[i + 6]};
+    }
+  }
+  std::map<std::tuple<int64_t, int64_t, int64_t>, std::vector<double>> p2p;  // (stage, dir, bytes) -> transfer times
+  for (int dst = 0; dst < n; ++dst) {
+    const auto& v = R[static_cast<size_t>(dst)];
+    for (size_t i = 0; i + 4 <= v.size(); i += 4) {
+      auto it = sends.find({static_cast<int64_t>(v[i]), static_cast<int64_t>(v[i + 1]), dst});
+      if (it == sends.end() || it->second.iteration < first_iteration) continue;
+      const SendAt& x = it->second;
+      p2p[{x.stage, x.dir, x.bytes}].push_back(std::max(0.0, v[i + 3] - std::max(x.post_s, v[i + 2])));
+    }
+  }
+  // Data-parallel all-reduce: per replica group and iteration the fastest rank; grouped by stage.
+  std::map<int64_t, std::vector<double>> dp;  // stage -> per (group, iteration) transfer times
+  std::map<int64_t, int64_t> dp_bytes, dp_size;
+  for (const auto& group : plan.dp_groups) {
+    if (group.size() < 2) continue;
+    std::map<int64_t, double> fastest;  // iteration -> time
+    int64_t stage = -1;
+    for (int64_t rank : group) {
+      if (rank < 0 || rank >= n) continue;
+      stage = plan.ranks[static_cast<size_t>(rank)].stage;
+      const auto& v = A[static_cast<size_t>(rank)];
+      for (size_t i = 0; i + 4 <= v.size(); i += 4) {
+        const int64_t iteration = static_cast<int64_t>(v[i]);
+        if (iteration < first_iteration) continue;
+        auto f = fastest.find(iteration);
+        fastest[iteration] = f == fastest.end() ? v[i + 3] : std::min(f->second, v[i + 3]);
+        dp_bytes[stage] = static_cast<int64_t>(v[i + 1]);
+      }
+    }
+    for (const auto& [iteration, t] : fastest) dp[stage].push_back(t);
+    dp_size[stage] = static_cast<int64_t>(group.size());
+  }
+  if (p2p.empty() && dp.empty()) return Status::OK();
+  std::string& md = *markdown;
+  md += "Transfers after warm-up against the plan's predictions (from the comm profile when the plan was solved with "
+        "`--comm-profile`, else the cluster's datasheet). Pipeline message: the receive's end minus the later of the send's "
+        "and the receive's post, all ranks on rank 0's clock. Data-parallel all-reduce: per replica group and iteration the "
+        "fastest rank (the last to arrive waits for nobody); bandwidth as nccl-tests' busbw.\n\n";
+  md += "| transfer | size | count | measured median | achieved | predicted | share of the predicted rate |\n|---|---|---|---|---|---|---|\n";
+  for (const auto& [key, times] : p2p) {
+    const auto [stage, dir, bytes] = key;
+    const int64_t to = dir == 0 ? stage + 1 : stage - 1;
+    // The plan's p2p time of stage q is the send of q's output (an activation of q -> q + 1, or the
+    // gradient of q + 1 -> q, of the same size).
+    const int64_t predicted_from = dir == 0 ? stage : stage - 1;
+    double predicted = 0;
+    if (predicted_from >= 0 && predicted_from < static_cast<int64_t>(plan.stages.size())) {
+      predicted = plan.stages[static_cast<size_t>(predicted_from)].predicted_p2p_s;
+    }
+    const double med = Median(times);
+    md += fmt::format("| {} stage {} -> {} | {} | {} | {} | {:.2f} GB/s | {} | {} |\n", dir == 0 ? "activation" : "gradient", stage, to,
+                      Bytes(static_cast<double>(bytes)), times.size(), FormatSeconds(med),
+                      med > 0 ? static_cast<double>(bytes) / med / 1e9 : 0.0, predicted > 0 ? FormatSeconds(predicted) : "n/a",
+                      Share(predicted, med));
+  }
+  for (const auto& [stage, times] : dp) {
+    const double med = Median(times), bytes = static_cast<double>(dp_bytes[stage]);
+    const double g = static_cast<double>(dp_size[stage]);
+    const double predicted = plan.stages[static_cast<size_t>(stage)].predicted_dp_allreduce_s;
+    md += fmt::format("| dp all-reduce stage {} ({} ranks) | {} | {} | {} | {:.2f} GB/s | {} | {} |\n", stage, dp_size[stage], Bytes(bytes),
+                      times.size(), FormatSeconds(med), med > 0 ? bytes / med * 2 * (g - 1) / g / 1e9 : 0.0,
+                      predicted > 0 ? FormatSeconds(predicted) : "n/a", Share(predicted, med));
+  }
+  md += "\n";
+  return Status::OK();
+}
+
+}  // namespace planner
