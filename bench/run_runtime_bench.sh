@@ -28,7 +28,8 @@ run() {  # run NAME PROFILE SOLVE-FLAGS...
   local np; np=$(grep -c "^  - {rank:" $name/launch.yaml)
   if [ "$np" = 1 ]; then $P -q run $name --run-id r >/dev/null; else bash $name/run.sh --run-id r >/dev/null 2>&1; fi
   echo "== $name ($(grep '^parallel' $name.plan.yaml), $(grep '^schedule' $name.plan.yaml), b=$(grep '^microbatch_size' $name.plan.yaml | cut -d' ' -f2) m=$(grep '^num_microbatches' $name.plan.yaml | cut -d' ' -f2))"
-  sed -n '5,6p;10,20p' $name/runs/r/report.md
+  sed -n '5,6p' $name/runs/r/report.md
+  sed -n '/^| rank | stage/,/^$/p' $name/runs/r/report.md
   grep -E '^\| (activation|gradient|dp all-reduce)' $name/runs/r/report.md || true
 }
 run pipeline two.profile.yaml --gpus 2 --pp 2 --schedule 1f1b
@@ -38,8 +39,10 @@ run pipeline-gpipe two.profile.yaml --gpus 2 --pp 2 --schedule gpipe --microbatc
 run pipeline-interleaved two.profile.yaml --gpus 2 --pp 2 --schedule interleaved --microbatch 1
 run pipeline-zbh1 two.profile.yaml --gpus 2 --pp 2 --schedule zb-h1 --microbatch 1
 run one-rank one.profile.yaml --gpus 1 --microbatch 1 --global-batch 32
-# Overhead: the 1-rank run's compute per microbatch against the profile's sum (b = 1).
-python3 - one.profile.yaml one-rank/runs/r/report.md <<'PY'
+# Overhead: the 1-rank run's time per microbatch against the profile's sum (b = 1). The profile
+# and the run are minutes apart on a shared host, so three fresh profile + run pairs, and their median.
+overhead() {  # overhead PROFILE REPORT
+python3 - "$1" "$2" <<'PY'
 import re, sys
 prof = open(sys.argv[1]).read()
 total = 0.0
@@ -51,6 +54,19 @@ scale = {'ms': 1e-3, 's': 1.0, 'us': 1e-6}[it.group(2)]
 per_mb = float(it.group(1)) * scale / 32
 print(f"1-rank run: {per_mb*1e3:.3f} ms per microbatch (iteration / 32, optimizer included) vs profiled kernels {total*1e3:.3f} ms: {per_mb/total:.3f}x")
 PY
+}
+overhead one.profile.yaml one-rank/runs/r/report.md | tee overhead.txt
+for k in 2 3; do
+  $P -q profile $M --device cpu --threads 1 --microbatch-sizes 1 -o one$k.profile.yaml >/dev/null
+  $P -q solve --model $M --profile one$k.profile.yaml --cluster $C --gpus 1 --microbatch 1 --global-batch 32 -o one$k.plan.yaml >/dev/null
+  $P -q codegen one$k.plan.yaml -o one$k --iterations 12 --warmup 2
+  $P -q run one$k --run-id r >/dev/null
+  overhead one$k.profile.yaml one$k/runs/r/report.md | tee -a overhead.txt
+done
+python3 -c "
+import re
+r = sorted(float(re.search(r'([0-9.]+)x$', l).group(1)) for l in open('overhead.txt'))
+print(f'1-rank overhead: median {r[1]:.3f}x of {len(r)} profile + run pairs ({r[0]:.3f}x - {r[2]:.3f}x)')"
 # DP all-reduce inside the runtime (the gradients live in one flat bucket: one message, no copies) vs the
 # comm profile's measured all-reduce at that size (log-log interpolation of its points).
 python3 - data-parallel/runs/r/trace.json comm.profile.yaml <<'PY'
