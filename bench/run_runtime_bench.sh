@@ -21,6 +21,8 @@ mpirun --oversubscribe -np 2 $P -q profile $M --device cpu --threads 1 --microba
 $P -q profile $M --device cpu --threads 1 --microbatch-sizes 1,2,4,8 -o one.profile.yaml >/dev/null
 # Collectives with cold caches (each operation after other work, as the gradient all-reduce after backward).
 mpirun --oversubscribe -np 2 $P -q profile --comm --cache cold --collectives all_reduce,send_recv --max-bytes 8M -o comm.profile.yaml >/dev/null
+# The same back to back (nccl-tests style), the reference for the communication-only runs below.
+mpirun --oversubscribe -np 2 $P -q profile --comm --cache warm --collectives all_reduce,send_recv --max-bytes 8M -o comm-warm.profile.yaml >/dev/null
 run() {  # run NAME PROFILE SOLVE-FLAGS...
   local name=$1 prof=$2; shift 2
   $P -q solve --model $M --profile $prof --cluster $C --comm-profile comm.profile.yaml "$@" -o $name.plan.yaml >/dev/null
@@ -39,6 +41,24 @@ run pipeline-gpipe two.profile.yaml --gpus 2 --pp 2 --schedule gpipe --microbatc
 run pipeline-interleaved two.profile.yaml --gpus 2 --pp 2 --schedule interleaved --microbatch 1
 run pipeline-zbh1 two.profile.yaml --gpus 2 --pp 2 --schedule zb-h1 --microbatch 1
 run one-rank one.profile.yaml --gpus 1 --microbatch 1 --global-batch 32
+# The runtime's transfer path alone: the same two plans with --comm-only (zeros instead of every
+# layer, so nothing contends with the copies), against the plan (cold curve) and the warm curve.
+for name in pipeline-b4 data-parallel; do
+  bash $name/run.sh --run-id comm --comm-only >/dev/null 2>&1
+  echo "== $name --comm-only"
+  grep -E '^\| (activation|gradient|dp all-reduce)' $name/runs/comm/report.md
+done
+python3 - comm-warm.profile.yaml <<'PY'
+import math, re, sys
+comm = open(sys.argv[1]).read()
+def at(coll, nbytes):
+    m = re.search(r'collective: ' + coll + r', level: "node", group_size: 2, backend: mpi, cache: warm.*?points: \[(.*?)\]\}', comm, re.S)
+    pts = [tuple(map(float, p.split(","))) for p in re.findall(r'\[([^\[\]]+)\]', m.group(1))]
+    lo = max(p for p in pts if p[0] <= nbytes); hi = min(p for p in pts if p[0] >= nbytes)
+    f = 0 if hi[0] == lo[0] else (math.log(nbytes) - math.log(lo[0])) / (math.log(hi[0]) - math.log(lo[0]))
+    return math.exp(math.log(lo[1]) + f * (math.log(hi[1]) - math.log(lo[1])))
+print(f"warm curve: send/recv 128 KiB {at('send_recv', 131072)*1e6:.1f} us, all-reduce 3.56 MiB {at('all_reduce', 3.56*2**20)*1e3:.3f} ms")
+PY
 # Overhead: the 1-rank run's time per microbatch against the profile's sum (b = 1). The profile
 # and the run are a minute apart on a shared host, so five fresh profile + run pairs, and their median;
 # also the executor's own share: the run's iteration against its own measured kernel time.

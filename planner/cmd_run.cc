@@ -18,7 +18,7 @@ namespace {
 struct RunArgs {
   std::string dir;
   int64_t iterations = 0;
-  bool dump = false, reference = false;
+  bool dump = false, reference = false, comm_only = false;
   std::string run_id, resume;
   int64_t checkpoint_every = -1;
 };
@@ -39,6 +39,8 @@ Runner RegisterRun(CLI::App& app) {
   cmd->add_option("--iterations", a->iterations, "iterations (default: launch.yaml's)")->check(CLI::Range(1, 10000000));
   cmd->add_flag("--dump-gradients", a->dump, "write the first iteration's gradients to runs/<id>/grads/ (tests)");
   cmd->add_flag("--reference", a->reference, "run the same training in this one process (whole model, same data), for comparison");
+  cmd->add_flag("--comm-only", a->comm_only,
+                "the plan's transfers and all-reduces only, with zeros instead of every layer (no compute): the transfer path alone");
   cmd->add_option("--run-id", a->run_id, "name of runs/<id> (default: the start time)");
   cmd->add_option("--checkpoint-every", a->checkpoint_every, "write runs/<id>/ckpt/ every N iterations (default: launch.yaml's)")->check(CLI::NonNegativeNumber);
   cmd->add_option("--resume", a->resume, "continue runs/<ID> from its last checkpoint (into the same directory)");
@@ -80,6 +82,7 @@ Runner RegisterRun(CLI::App& app) {
       o.run_dir = (fs::path(a->dir) / "runs" / id).string();
       o.iterations = a->iterations;
       o.dump_gradients = a->dump;
+      o.comm_only = a->comm_only;
       o.checkpoint_every = a->checkpoint_every;
       if (!a->resume.empty()) {
         o.resume_from = o.run_dir;

@@ -208,6 +208,7 @@ Status RunLaunch(const LaunchPlan& L, const ModelSpec& model, Communicator& worl
   bool replicated = L.schedule == "pipedream";
   for (const auto& st : L.stages) replicated = replicated || st.replicas != L.dp;
   const bool async = L.schedule == "pipedream";
+  if (opt.comm_only && async) return Status::NotSupported("--comm-only runs the synchronous schedules (PipeDream's stashing is compute)");
   if (replicated && (L.interleave != 1 || (L.schedule != "1f1b" && L.schedule != "pipedream"))) {
     return Status::NotSupported("per-stage replication runs with the 1F1B (flush) or PipeDream (asynchronous) schedule");
   }
@@ -563,17 +564,21 @@ Status RunLaunch(const LaunchPlan& L, const ModelSpec& model, Communicator& worl
           stash_sum[j] = checksum();
         }
         double c0 = Now();
-        for (size_t i = 0; i < ch.ks.size(); ++i) {
-          Tensor y;
-          PLANNER_RETURN_IF_ERROR(ch.ks[i]->Forward(x, &y, &sv[i]));
-          x = y;
+        if (opt.comm_only) {
+          x = Tensor::Zeros(out_shape(q), dev);  // what the stage would send, without computing it
+        } else {
+          for (size_t i = 0; i < ch.ks.size(); ++i) {
+            Tensor y;
+            PLANNER_RETURN_IF_ERROR(ch.ks[i]->Forward(x, &y, &sv[i]));
+            x = y;
+          }
         }
         t_compute += Now() - c0;
         trace.push_back({fmt::format("F{}", j), c0, Now() - c0, 0});
-        if (q == Q - 1) {
+        if (q == Q - 1 && !opt.comm_only) {
           std::vector<float> per_sample = x.ToVector();
           for (int64_t smp = 0; smp < b; ++smp) pass_loss[static_cast<size_t>(it_j - it)] += per_sample[static_cast<size_t>(smp)];
-        } else {
+        } else if (q < Q - 1) {
           trace.push_back({fmt::format("send F{}.{} {}B", q + 1, j, x.numel() * 4), Now(), 0, 1});
           transfers.sends.push_back({tag(q + 1, 0), it_j, q, x.numel() * 4, 0, peer((q + 1) % Q, j), Now() - clock_offset});
           PLANNER_RETURN_IF_ERROR(pipe->Send(x.data(), x.numel(), peer((q + 1) % Q, j), tag(q + 1, 0)));
@@ -606,14 +611,19 @@ Status RunLaunch(const LaunchPlan& L, const ModelSpec& model, Communicator& worl
           for (auto& k : ch.ks) k->ZeroGrads();
         }
         double c0 = Now();
-        for (size_t i = ch.ks.size(); i-- > 0;) {
-          Tensor dx;
-          PLANNER_RETURN_IF_ERROR(ch.ks[i]->BackwardInput(dy, &dx, &sv[i]));
-          if (!split_w) {
-            PLANNER_RETURN_IF_ERROR(ch.ks[i]->BackwardWeight(&sv[i]));
-            if (final_backward) enqueue(q, i);
+        if (opt.comm_only) {
+          dy = q > 0 ? Tensor::Zeros(in_shape(q), dev) : Tensor();
+          if (final_backward) for (size_t i = 0; i < ch.ks.size(); ++i) enqueue(q, i);
+        } else {
+          for (size_t i = ch.ks.size(); i-- > 0;) {
+            Tensor dx;
+            PLANNER_RETURN_IF_ERROR(ch.ks[i]->BackwardInput(dy, &dx, &sv[i]));
+            if (!split_w) {
+              PLANNER_RETURN_IF_ERROR(ch.ks[i]->BackwardWeight(&sv[i]));
+              if (final_backward) enqueue(q, i);
+            }
+            dy = dx;
           }
-          dy = dx;
         }
         t_compute += Now() - c0;
         if (async) {
@@ -638,7 +648,7 @@ Status RunLaunch(const LaunchPlan& L, const ModelSpec& model, Communicator& worl
       } else {  // 'W': the weight gradients ZB-H1 deferred
         double c0 = Now();
         for (size_t i = ch.ks.size(); i-- > 0;) {
-          PLANNER_RETURN_IF_ERROR(ch.ks[i]->BackwardWeight(&sv[i]));
+          if (!opt.comm_only) PLANNER_RETURN_IF_ERROR(ch.ks[i]->BackwardWeight(&sv[i]));
           if (final_backward) enqueue(q, i);
         }
         t_compute += Now() - c0;
@@ -692,7 +702,7 @@ Status RunLaunch(const LaunchPlan& L, const ModelSpec& model, Communicator& worl
       }
     }
     c0 = Now();
-    if (!async) PLANNER_RETURN_IF_ERROR(optimizer.Step(params));
+    if (!async && !opt.comm_only) PLANNER_RETURN_IF_ERROR(optimizer.Step(params));
     t_compute += Now() - c0;
     // Mean loss of the global batch: last-stage, tp-rank-0 ranks contribute their sum.
     if (async) {
@@ -811,7 +821,11 @@ Status RunLaunch(const LaunchPlan& L, const ModelSpec& model, Communicator& worl
     rep += fmt::format("| figure | measured (median of {} iterations after {} warm-up) | predicted |\n|---|---|---|\n", iter_s.size() - warm, warm);
     rep += fmt::format("| iteration | {} | {} |\n", FormatSeconds(it_med), FormatSeconds(L.predicted_iteration_s));
     rep += fmt::format("| bubble fraction | {:.1f}% | {:.1f}% |\n", 100 * sum.measured_bubble_fraction, 100 * L.predicted_bubble_fraction);
-    rep += fmt::format("| loss first -> last | {:.4f} -> {:.4f} | falls |\n\n", losses.front(), losses.back());
+    if (opt.comm_only) {
+      rep += "| loss | n/a: communication only (`--comm-only`: zeros instead of every layer, no optimizer) | |\n\n";
+    } else {
+      rep += fmt::format("| loss first -> last | {:.4f} -> {:.4f} | falls |\n\n", losses.front(), losses.back());
+    }
     rep += "Memory: measured = the allocator's peak on the rank's device (parameters, gradients, optimizer state, "
            "activations, workspaces); predicted = the plan's, in the plan's dtype and bytes per parameter (the CPU kernels compute in fp32).\n\n";
     rep += "| rank | stage | compute per iteration | communication | idle | predicted compute (m x stage) | peak memory | predicted memory |\n"

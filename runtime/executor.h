@@ -27,6 +27,10 @@ struct RunOptions {
   int64_t checkpoint_every = -1;  // -1: the launch plan's; 0: never
   std::string resume_from;        // a run directory whose ckpt/ to continue from
   bool quiet = false;
+  // Communication only: the schedule's transfers and all-reduces with their real sizes and
+  // order, every layer replaced by an output of zeros (no compute, no optimizer, no loss), to
+  // measure the runtime's transfer path without the compute that contends with it.
+  bool comm_only = false;
 };
 
 struct RunSummary {

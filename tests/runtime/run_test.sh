@@ -142,6 +142,21 @@ else
   bad "train run"; tail -3 train.err
 fi
 
+# Communication only: the same transfers (all paired in the report), no compute, no loss.
+if timeout 120 mpirun --oversubscribe -np 2 $PLANNER -q run train --comm-only --iterations 4 --run-id c >/dev/null 2>comm.err; then
+  python3 - train/runs/c/report.md train/launch.yaml <<'PY' && ok || bad "communication-only report"
+import re, sys
+rep, launch = open(sys.argv[1]).read(), open(sys.argv[2]).read()
+m = int(re.search(r"^num_microbatches: (\d+)", launch, re.M).group(1))
+warm = int(re.search(r"warmup_iterations: (\d+)", launch).group(1))
+counts = [int(c) for c in re.findall(r"^\| (?:activation stage 0 -> 1|gradient stage 1 -> 0) \| [^|]+ \| (\d+) \|", rep, re.M)]
+print(f"communication only: {counts} transfers (want 2 x {(4 - warm) * m})")
+sys.exit(0 if counts == [(4 - warm) * m] * 2 and "n/a: communication only" in rep else 1)
+PY
+else
+  bad "communication-only run"; tail -3 comm.err
+fi
+
 # Checkpoint every 3 iterations; a run stopped after 3 and resumed to 6 follows the same loss curve.
 $PLANNER -q codegen pp2-1f1b.plan.yaml -o ck --iterations 6 --lr 3e-3
 timeout 120 mpirun --oversubscribe -np 2 $PLANNER -q run ck --run-id full >/dev/null 2>ck.err || bad "ck full run"
