@@ -34,16 +34,22 @@ Status Optimizer::Step(const std::vector<Param*>& params) {
                         static_cast<float>(c_.beta2), static_cast<float>(c_.eps), static_cast<float>(c_.weight_decay), static_cast<float>(bc1),
                         static_cast<float>(bc2));
     } else if (!adam) {
+      const float mu = static_cast<float>(c_.momentum), lr = static_cast<float>(c_.lr);
       for (int64_t i = 0; i < n; ++i) {
-        m[i] = static_cast<float>(c_.momentum * m[i] + g[i]);
-        w[i] -= static_cast<float>(c_.lr * m[i]);
+        m[i] = mu * m[i] + g[i];
+        w[i] -= lr * m[i];
       }
     } else {
+      // In float, as the CUDA kernel, so the loop vectorises (it was 3% of a 1-rank run in double).
+      const float b1 = static_cast<float>(c_.beta1), b2 = static_cast<float>(c_.beta2), lr = static_cast<float>(c_.lr);
+      const float eps = static_cast<float>(c_.eps), wd = static_cast<float>(c_.weight_decay);
+      const float ib1 = static_cast<float>(1 / bc1), ib2 = static_cast<float>(1 / bc2);
       for (int64_t i = 0; i < n; ++i) {
-        m[i] = static_cast<float>(c_.beta1 * m[i] + (1 - c_.beta1) * g[i]);
-        v[i] = static_cast<float>(c_.beta2 * v[i] + (1 - c_.beta2) * g[i] * g[i]);
-        double mh = m[i] / bc1, vh = v[i] / bc2;
-        w[i] -= static_cast<float>(c_.lr * (mh / (std::sqrt(vh) + c_.eps) + c_.weight_decay * w[i]));
+        const float mi = b1 * m[i] + (1 - b1) * g[i];
+        const float vi = b2 * v[i] + (1 - b2) * g[i] * g[i];
+        m[i] = mi;
+        v[i] = vi;
+        w[i] -= lr * (mi * ib1 / (std::sqrt(vi * ib2) + eps) + wd * w[i]);
       }
     }
   }
