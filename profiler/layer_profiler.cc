@@ -170,6 +170,7 @@ Status TimeLayer(const Layer& layer, int64_t b, int64_t tp, const LayerProfileOp
 }
 
 Status ProfileModel(const ModelSpec& m, const LayerProfileOptions& o, Profile* out) {
+  KeepFreedHostMemory();  // the runtime's host memory policy, so kernels are timed as they run
   SetCpuThreads(o.threads);
   // Distinct signatures, in first-seen order.
   std::vector<size_t> first_of;

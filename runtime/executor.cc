@@ -198,6 +198,7 @@ Status ScheduleOrder(const LaunchPlan& L, int64_t pos, std::vector<SimEvent>* ou
 }
 
 Status RunLaunch(const LaunchPlan& L, const ModelSpec& model, Communicator& world, const RunOptions& opt, RunSummary* out) {
+  KeepFreedHostMemory();
   namespace fs = std::filesystem;
   const int64_t n = static_cast<int64_t>(L.ranks.size());
   if (world.size() != n) {

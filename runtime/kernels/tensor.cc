@@ -1,5 +1,9 @@
 #include "runtime/kernels/tensor.h"
 
+#ifdef __GLIBC__
+#include <malloc.h>
+#endif
+
 #include <atomic>
 #include <cstdlib>
 #include <cstring>
@@ -37,6 +41,18 @@ const char* DeviceName(Device d) { return d == Device::kCpu ? "cpu" : "cuda"; }
 MemoryStats GetMemoryStats(Device d) {
   Counters& c = CountersFor(d);
   return MemoryStats{c.current.load(), c.peak.load()};
+}
+
+void KeepFreedHostMemory() {
+#ifdef __GLIBC__
+  static const bool done = [] {
+    mallopt(M_MMAP_THRESHOLD, 32 << 20);  // glibc's largest
+    mallopt(M_TRIM_THRESHOLD, 1 << 30);
+    mallopt(M_TOP_PAD, 64 << 20);
+    return true;
+  }();
+  (void)done;
+#endif
 }
 
 void ResetPeakMemory(Device d) {
