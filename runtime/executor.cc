@@ -1,7 +1,6 @@
 #include "runtime/executor.h"
 
 #include <algorithm>
-#include <chrono>
 #include <cmath>
 #include <cstdio>
 #include <filesystem>
@@ -16,6 +15,7 @@
 #include <fmt/format.h>
 
 #include "common/log.h"
+#include "common/timing.h"
 #include "common/units.h"
 #include "runtime/kernels/kernel.h"
 #include "dp_solver/schedule_sim.h"
@@ -42,13 +42,6 @@ int64_t Product(const std::vector<int64_t>& v) {
   return n;
 }
 
-double Now() { return std::chrono::duration<double>(std::chrono::steady_clock::now().time_since_epoch()).count(); }
-
-double Median(std::vector<double> v) {
-  if (v.empty()) return 0;
-  std::sort(v.begin(), v.end());
-  return v[v.size() / 2];
-}
 
 // A TP group over a Communicator, for the kernels' all-reduces.
 class CommTpGroup final : public TpGroup {
@@ -264,11 +257,6 @@ Status RunLaunch(const LaunchPlan& L, const ModelSpec& model, Communicator& worl
   // Trace and transfer times go on rank 0's clock (the ranks of one node share theirs; other nodes' differ).
   double clock_offset = 0, clock_error = 0;
   PLANNER_RETURN_IF_ERROR(ClockOffset(world, 8, &clock_offset, &clock_error));
-  {
-    float worst = static_cast<float>(clock_error);
-    PLANNER_RETURN_IF_ERROR(world.AllReduce(&worst, 1, ReduceOp::kMax));
-    clock_error = worst;
-  }
   TransferLog transfers;
   CommTpGroup tp_group(tp_comm.get());
   // Rank of pipeline position `pos` with this rank's replica and tp rank (Megatron order).
@@ -410,8 +398,8 @@ Status RunLaunch(const LaunchPlan& L, const ModelSpec& model, Communicator& worl
   if (async && start < iterations) PLANNER_RETURN_IF_ERROR(replicated_order((iterations - start) * m));
   std::vector<TraceEvent> trace;
   BufferPool recv_pool;
-  // Trace times are this rank's monotonic clock (Now()); they are written on rank 0's clock (minus
-  // clock_offset), so the merged trace lines up and a send can be paired with its receive.
+  // Trace times are this rank's monotonic clock (MonotonicSeconds()); they are written on rank
+  // 0's clock (minus clock_offset), so the merged trace lines up and a send can be paired with its receive.
   // Data-parallel all-reduce overlapped with backward (DDP-style): during each chunk's last
   // backward of the iteration, a layer's gradient segment of the flat bucket is all-reduced on a
   // second thread as soon as that layer's weight gradient is final, while earlier layers compute.
@@ -455,10 +443,10 @@ Status RunLaunch(const LaunchPlan& L, const ModelSpec& model, Communicator& worl
         auto [off, cnt] = red.queue.front();
         red.queue.pop_front();
         lk.unlock();
-        double a0 = Now();
+        double a0 = MonotonicSeconds();
         Status st = cnt > 0 ? dp_comm->AllReduce(bucket.data() + off, cnt, ReduceOp::kSum) : Status::OK();
         lk.lock();
-        red.busy_s += Now() - a0;
+        red.busy_s += MonotonicSeconds() - a0;
         if (!st.ok() && red.status.ok()) red.status = st;
         --red.pending;
         red.cv.notify_all();
@@ -527,7 +515,7 @@ Status RunLaunch(const LaunchPlan& L, const ModelSpec& model, Communicator& worl
     for (size_t c = 0; c < chunks.size(); ++c) saved[c].assign(static_cast<size_t>(span * m), std::vector<Saved>(chunks[c].ks.size()));
     std::vector<Tensor> keep;  // sent buffers stay alive until FlushSends
     double t_compute = 0, t_comm = 0;
-    const double t0 = Now();
+    const double t0 = MonotonicSeconds();
     for (size_t ev_index = 0; ev_index < order.size(); ++ev_index) {
       const SimEvent& ev = order[ev_index];
       const int64_t q = ev.stage, j = ev.microbatch;
@@ -553,18 +541,18 @@ Status RunLaunch(const LaunchPlan& L, const ModelSpec& model, Communicator& worl
           x = Tensor::FromVector(in_shape(q), all_in).To(dev);
         } else {
           x = recv_pool.Get(in_shape(q), dev);
-          double c0 = Now();
+          double c0 = MonotonicSeconds();
           PLANNER_RETURN_IF_ERROR(pipe->Recv(x.data(), x.numel(), peer((q - 1 + Q) % Q, j), tag(q, 0)));
-          transfers.recvs.push_back({tag(q, 0), peer((q - 1 + Q) % Q, j), c0 - clock_offset, Now() - clock_offset});
-          t_comm += Now() - c0;
-          trace.push_back({fmt::format("recv F{}.{}", q, j), c0, Now() - c0, 1});
+          transfers.recvs.push_back({tag(q, 0), peer((q - 1 + Q) % Q, j), c0 - clock_offset, MonotonicSeconds() - clock_offset});
+          t_comm += MonotonicSeconds() - c0;
+          trace.push_back({fmt::format("recv F{}.{}", q, j), c0, MonotonicSeconds() - c0, 1});
         }
         if (q == Q - 1) ch.ks.back()->SetTargets(Tensor::FromVector({static_cast<int64_t>(all_tg.size())}, all_tg));
         if (async) {
           stash[j] = snapshot();
           stash_sum[j] = checksum();
         }
-        double c0 = Now();
+        double c0 = MonotonicSeconds();
         if (opt.comm_only) {
           x = Tensor::Zeros(out_shape(q), dev);  // what the stage would send, without computing it
         } else {
@@ -574,14 +562,14 @@ Status RunLaunch(const LaunchPlan& L, const ModelSpec& model, Communicator& worl
             x = y;
           }
         }
-        t_compute += Now() - c0;
-        trace.push_back({fmt::format("F{}", j), c0, Now() - c0, 0});
+        t_compute += MonotonicSeconds() - c0;
+        trace.push_back({fmt::format("F{}", j), c0, MonotonicSeconds() - c0, 0});
         if (q == Q - 1 && !opt.comm_only) {
           std::vector<float> per_sample = x.ToVector();
           for (int64_t smp = 0; smp < b; ++smp) pass_loss[static_cast<size_t>(it_j - it)] += per_sample[static_cast<size_t>(smp)];
         } else if (q < Q - 1) {
-          trace.push_back({fmt::format("send F{}.{} {}B", q + 1, j, x.numel() * 4), Now(), 0, 1});
-          transfers.sends.push_back({tag(q + 1, 0), it_j, q, x.numel() * 4, 0, peer((q + 1) % Q, j), Now() - clock_offset});
+          trace.push_back({fmt::format("send F{}.{} {}B", q + 1, j, x.numel() * 4), MonotonicSeconds(), 0, 1});
+          transfers.sends.push_back({tag(q + 1, 0), it_j, q, x.numel() * 4, 0, peer((q + 1) % Q, j), MonotonicSeconds() - clock_offset});
           PLANNER_RETURN_IF_ERROR(pipe->Send(x.data(), x.numel(), peer((q + 1) % Q, j), tag(q + 1, 0)));
           keep.push_back(x);
         }
@@ -593,11 +581,11 @@ Status RunLaunch(const LaunchPlan& L, const ModelSpec& model, Communicator& worl
           dy = dy.To(dev);
         } else {
           dy = recv_pool.Get(out_shape(q), dev);
-          double c0 = Now();
+          double c0 = MonotonicSeconds();
           PLANNER_RETURN_IF_ERROR(pipe->Recv(dy.data(), dy.numel(), peer((q + 1) % Q, j), tag(q + 1, 1)));
-          transfers.recvs.push_back({tag(q + 1, 1), peer((q + 1) % Q, j), c0 - clock_offset, Now() - clock_offset});
-          t_comm += Now() - c0;
-          trace.push_back({fmt::format("recv B{}.{}", q, j), c0, Now() - c0, 1});
+          transfers.recvs.push_back({tag(q + 1, 1), peer((q + 1) % Q, j), c0 - clock_offset, MonotonicSeconds() - clock_offset});
+          t_comm += MonotonicSeconds() - c0;
+          trace.push_back({fmt::format("recv B{}.{}", q, j), c0, MonotonicSeconds() - c0, 1});
         }
         std::vector<float> latest;
         if (async) {
@@ -611,7 +599,7 @@ Status RunLaunch(const LaunchPlan& L, const ModelSpec& model, Communicator& worl
           stash_stale += latest_sum != stash_sum[j];
           for (auto& k : ch.ks) k->ZeroGrads();
         }
-        double c0 = Now();
+        double c0 = MonotonicSeconds();
         if (opt.comm_only) {
           dy = q > 0 ? Tensor::Zeros(in_shape(q), dev) : Tensor();
           if (final_backward) for (size_t i = 0; i < ch.ks.size(); ++i) enqueue(q, i);
@@ -626,37 +614,37 @@ Status RunLaunch(const LaunchPlan& L, const ModelSpec& model, Communicator& worl
             dy = dx;
           }
         }
-        t_compute += Now() - c0;
+        t_compute += MonotonicSeconds() - c0;
         if (async) {
           // Update now (no flush): gradients of this round summed over the stage's replicas, which run in lockstep.
           restore(latest);
           stash.erase(j);
-          double a0 = Now();
+          double a0 = MonotonicSeconds();
           if (L.stages[static_cast<size_t>(q)].replicas > 1) {
             PLANNER_RETURN_IF_ERROR(dp_comm->AllReduce(bucket.data(), grad_elems, ReduceOp::kSum));
           }
-          t_comm += Now() - a0;
+          t_comm += MonotonicSeconds() - a0;
           PLANNER_RETURN_IF_ERROR(optimizer.Step(params));
         }
-        trace.push_back({fmt::format("B{}", j), c0, Now() - c0, 0});
-        if (q == 0 && jj == m - 1) pass_done[static_cast<size_t>(it_j - it)] = Now() - t0;
+        trace.push_back({fmt::format("B{}", j), c0, MonotonicSeconds() - c0, 0});
+        if (q == 0 && jj == m - 1) pass_done[static_cast<size_t>(it_j - it)] = MonotonicSeconds() - t0;
         if (q > 0) {
-          trace.push_back({fmt::format("send B{}.{} {}B", q - 1, j, dy.numel() * 4), Now(), 0, 1});
-          transfers.sends.push_back({tag(q, 1), it_j, q, dy.numel() * 4, 1, peer((q - 1 + Q) % Q, j), Now() - clock_offset});
+          trace.push_back({fmt::format("send B{}.{} {}B", q - 1, j, dy.numel() * 4), MonotonicSeconds(), 0, 1});
+          transfers.sends.push_back({tag(q, 1), it_j, q, dy.numel() * 4, 1, peer((q - 1 + Q) % Q, j), MonotonicSeconds() - clock_offset});
           PLANNER_RETURN_IF_ERROR(pipe->Send(dy.data(), dy.numel(), peer((q - 1 + Q) % Q, j), tag(q, 1)));
           keep.push_back(dy);
         }
       } else {  // 'W': the weight gradients ZB-H1 deferred
-        double c0 = Now();
+        double c0 = MonotonicSeconds();
         for (size_t i = ch.ks.size(); i-- > 0;) {
           if (!opt.comm_only) PLANNER_RETURN_IF_ERROR(ch.ks[i]->BackwardWeight(&sv[i]));
           if (final_backward) enqueue(q, i);
         }
-        t_compute += Now() - c0;
-        trace.push_back({fmt::format("W{}", j), c0, Now() - c0, 0});
+        t_compute += MonotonicSeconds() - c0;
+        trace.push_back({fmt::format("W{}", j), c0, MonotonicSeconds() - c0, 0});
       }
     }
-    double c0 = Now();
+    double c0 = MonotonicSeconds();
     PLANNER_RETURN_IF_ERROR(pipe->FlushSends());
     // One flat bucket (as DDP's), so the gradients travel as one large message.
     if (overlap) {
@@ -665,12 +653,12 @@ Status RunLaunch(const LaunchPlan& L, const ModelSpec& model, Communicator& worl
       red.cv.wait(lk, [&] { return red.pending == 0; });
       PLANNER_RETURN_IF_ERROR(red.status);
     } else if (sync_dp && grad_elems > 0) {
-      const double a0 = Now();
+      const double a0 = MonotonicSeconds();
       PLANNER_RETURN_IF_ERROR(dp_comm->AllReduce(bucket.data(), grad_elems, ReduceOp::kSum));
-      transfers.allreduces.push_back({it, grad_elems * 4, a0 - clock_offset, Now() - a0});
+      transfers.allreduces.push_back({it, grad_elems * 4, a0 - clock_offset, MonotonicSeconds() - a0});
     }
-    t_comm += Now() - c0;
-    trace.push_back({overlap ? "dp all-reduce (exposed wait)" : "dp all-reduce", c0, Now() - c0, 1});
+    t_comm += MonotonicSeconds() - c0;
+    trace.push_back({overlap ? "dp all-reduce (exposed wait)" : "dp all-reduce", c0, MonotonicSeconds() - c0, 1});
     if (overlap) {
       std::lock_guard<std::mutex> lk(red.mu);
       trace.push_back({"dp all-reduce busy", c0, red.busy_s, 2});  // summed segment time on the reducer thread
@@ -702,9 +690,9 @@ Status RunLaunch(const LaunchPlan& L, const ModelSpec& model, Communicator& worl
         f << fmt::format("{:.9e}\n", std::sqrt(static_cast<double>(sqf)));
       }
     }
-    c0 = Now();
+    c0 = MonotonicSeconds();
     if (!async && !opt.comm_only) PLANNER_RETURN_IF_ERROR(optimizer.Step(params));
-    t_compute += Now() - c0;
+    t_compute += MonotonicSeconds() - c0;
     // Mean loss of the global batch: last-stage, tp-rank-0 ranks contribute their sum.
     if (async) {
       // Per iteration of the pass: losses summed over ranks, the time stage 0 finished the
@@ -725,7 +713,7 @@ Status RunLaunch(const LaunchPlan& L, const ModelSpec& model, Communicator& worl
     } else {
       float lsum = me.tp_rank == 0 ? static_cast<float>(pass_loss[0]) : 0.0f;
       PLANNER_RETURN_IF_ERROR(world.AllReduce(&lsum, 1, ReduceOp::kSum));
-      float it_time = static_cast<float>(Now() - t0);
+      float it_time = static_cast<float>(MonotonicSeconds() - t0);
       PLANNER_RETURN_IF_ERROR(world.AllReduce(&it_time, 1, ReduceOp::kMax));
       losses.push_back(lsum / static_cast<double>(B));
       iter_s.push_back(it_time);

@@ -1,19 +1,17 @@
 #include "runtime/transfers.h"
 
 #include <algorithm>
-#include <chrono>
 #include <map>
 #include <tuple>
 
 #include <fmt/format.h>
 
+#include "common/timing.h"
 #include "common/units.h"
 
 namespace planner {
 
 namespace {
-
-double Now() { return std::chrono::duration<double>(std::chrono::steady_clock::now().time_since_epoch()).count(); }
 
 // Doubles travel as two floats (the communicators move floats): x = hi + lo to about 1e-14.
 void Put(std::vector<float>* v, double x) {
@@ -45,18 +43,6 @@ Status GatherDoubles(Communicator& world, const std::vector<double>& mine, std::
   return Status::OK();
 }
 
-double Median(std::vector<double> v) {
-  if (v.empty()) return 0;
-  std::sort(v.begin(), v.end());
-  return v[v.size() / 2];
-}
-
-std::string Bytes(double b) {
-  if (b >= 1 << 20) return fmt::format("{:.2f} MiB", b / (1 << 20));
-  if (b >= 1 << 10) return fmt::format("{:.1f} KiB", b / (1 << 10));
-  return fmt::format("{:.0f} B", b);
-}
-
 std::string Share(double predicted_s, double measured_s) {
   if (predicted_s <= 0 || measured_s <= 0) return "n/a (no prediction)";
   return fmt::format("{:.0f}%", 100 * predicted_s / measured_s);
@@ -73,10 +59,10 @@ Status ClockOffset(Communicator& world, int rounds, double* offset_s, double* er
       double best_rtt = 1e30, offset = 0;
       for (int k = 0; k < rounds; ++k) {
         float ping = static_cast<float>(k), back[2];
-        const double t0 = Now();
+        const double t0 = MonotonicSeconds();
         PLANNER_RETURN_IF_ERROR(world.GroupSendRecv({{true, peer, &ping, 1}}));
         PLANNER_RETURN_IF_ERROR(world.GroupSendRecv({{false, peer, back, 2}}));
-        const double t1 = Now();
+        const double t1 = MonotonicSeconds();
         if (t1 - t0 < best_rtt) {
           best_rtt = t1 - t0;
           offset = Get(back) - (t0 + t1) / 2;
@@ -91,7 +77,7 @@ Status ClockOffset(Communicator& world, int rounds, double* offset_s, double* er
         float ping = 0;
         PLANNER_RETURN_IF_ERROR(world.GroupSendRecv({{false, 0, &ping, 1}}));
         std::vector<float> t;
-        Put(&t, Now());
+        Put(&t, MonotonicSeconds());
         PLANNER_RETURN_IF_ERROR(world.GroupSendRecv({{true, 0, t.data(), 2}}));
       }
       float result[4];
@@ -100,6 +86,9 @@ Status ClockOffset(Communicator& world, int rounds, double* offset_s, double* er
       *error_s = Get(result + 2);
     }
   }
+  float worst = static_cast<float>(*error_s);
+  PLANNER_RETURN_IF_ERROR(world.AllReduce(&worst, 1, ReduceOp::kMax));
+  *error_s = worst;
   return Status::OK();
 }
 
@@ -190,7 +179,7 @@ Status SummariseTransfers(Communicator& world, const LaunchPlan& plan, const Tra
     }
     const double med = Median(times);
     md += fmt::format("| {} stage {} -> {} | {} | {} | {} | {:.2f} GB/s | {} | {} |\n", dir == 0 ? "activation" : "gradient", stage, to,
-                      Bytes(static_cast<double>(bytes)), times.size(), FormatSeconds(med),
+                      FormatBytes(static_cast<double>(bytes)), times.size(), FormatSeconds(med),
                       med > 0 ? static_cast<double>(bytes) / med / 1e9 : 0.0, predicted > 0 ? FormatSeconds(predicted) : "n/a",
                       Share(predicted, med));
   }
@@ -198,7 +187,7 @@ Status SummariseTransfers(Communicator& world, const LaunchPlan& plan, const Tra
     const double med = Median(times), bytes = static_cast<double>(dp_bytes[stage]);
     const double g = static_cast<double>(dp_size[stage]);
     const double predicted = plan.stages[static_cast<size_t>(stage)].predicted_dp_allreduce_s;
-    md += fmt::format("| dp all-reduce stage {} ({} ranks) | {} | {} | {} | {:.2f} GB/s | {} | {} |\n", stage, dp_size[stage], Bytes(bytes),
+    md += fmt::format("| dp all-reduce stage {} ({} ranks) | {} | {} | {} | {:.2f} GB/s | {} | {} |\n", stage, dp_size[stage], FormatBytes(bytes),
                       times.size(), FormatSeconds(med), med > 0 ? bytes / med * 2 * (g - 1) / g / 1e9 : 0.0,
                       predicted > 0 ? FormatSeconds(predicted) : "n/a", Share(predicted, med));
   }

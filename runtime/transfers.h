@@ -16,7 +16,8 @@ namespace planner {
 
 // Offset of this rank's monotonic clock to rank 0's, in seconds (0 on rank 0):
 // Cristian's method over `rounds` ping-pongs with rank 0, keeping the one of
-// least round trip; its error is at most half that round trip.
+// least round trip; its error is at most half that round trip. *error_s is
+// the worst such bound over all ranks, on every rank. Collective.
 Status ClockOffset(Communicator& world, int rounds, double* offset_s, double* error_s);
 
 struct TransferLog {
