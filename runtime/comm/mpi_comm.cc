@@ -133,6 +133,10 @@ class MpiComm final : public Communicator {
   MpiComm(MPI_Comm c, bool owned) : comm_(c), owned_(owned) {
     MPI_Comm_rank(c, &rank_);
     MPI_Comm_size(c, &size_);
+    void* attr = nullptr;
+    int found = 0;
+    MPI_Comm_get_attr(MPI_COMM_WORLD, MPI_TAG_UB, &attr, &found);
+    tag_space_ = (found != 0 && attr != nullptr ? *static_cast<int*>(attr) : 32767) - 100 + 1;
   }
   ~MpiComm() override {
     int finalized = 0;
@@ -212,18 +216,9 @@ class MpiComm final : public Communicator {
 
  private:
   // Tags 0-99 stay free for the collectives' own traffic; pipeline tags wrap
-  // over the rest of the library's tag space (at least 32767 by the standard).
-  int MpiTag(int64_t tag) const {
-    if (tag_space_ == 0) {
-      void* attr = nullptr;
-      int found = 0;
-      MPI_Comm_get_attr(MPI_COMM_WORLD, MPI_TAG_UB, &attr, &found);
-      const int64_t ub = found != 0 && attr != nullptr ? *static_cast<int*>(attr) : 32767;
-      tag_space_ = ub - 100 + 1;
-    }
-    return static_cast<int>(100 + tag % tag_space_);
-  }
-  mutable int64_t tag_space_ = 0;
+  // over the rest of the library's tag space (MPI_TAG_UB, at least 32767 by the standard).
+  int MpiTag(int64_t tag) const { return static_cast<int>(100 + tag % tag_space_); }
+  int64_t tag_space_ = 32767 - 100 + 1;
   static int Int(int64_t n) { return static_cast<int>(n); }
   MPI_Comm comm_;
   std::vector<MPI_Request> pending_;
@@ -265,13 +260,19 @@ Status MakeMpiWorld(std::unique_ptr<Communicator>* out) {
   return Status::OK();
 }
 
+// The ranks of `m` on this node (shared memory), ordered by rank; the caller frees it.
+Status NodeComm(const MpiComm& m, MPI_Comm* local) {
+  if (MPI_Comm_split_type(m.raw(), MPI_COMM_TYPE_SHARED, m.rank(), MPI_INFO_NULL, local) != MPI_SUCCESS) {
+    return Status::CommError("MPI_Comm_split_type failed");
+  }
+  return Status::OK();
+}
+
 Status StartPeerWatch(Communicator& world) {
   auto* m = dynamic_cast<MpiComm*>(&world);
   if (m == nullptr) return Status::OK();
   MPI_Comm local;
-  if (MPI_Comm_split_type(m->raw(), MPI_COMM_TYPE_SHARED, world.rank(), MPI_INFO_NULL, &local) != MPI_SUCCESS) {
-    return Status::CommError("MPI_Comm_split_type failed");
-  }
+  PLANNER_RETURN_IF_ERROR(NodeComm(*m, &local));
   int local_size = 0;
   MPI_Comm_size(local, &local_size);
   long mine[2] = {world.rank(), static_cast<long>(getpid())};
@@ -298,7 +299,7 @@ Status MpiNodeLayout(Communicator& world, int* local_rank, int* local_size, int*
     return Status::OK();
   }
   MPI_Comm local;
-  MPI_Comm_split_type(m->raw(), MPI_COMM_TYPE_SHARED, world.rank(), MPI_INFO_NULL, &local);
+  PLANNER_RETURN_IF_ERROR(NodeComm(*m, &local));
   MPI_Comm_rank(local, local_rank);
   MPI_Comm_size(local, local_size);
   MPI_Comm_free(&local);
