@@ -80,11 +80,7 @@ Param DeviceParam(const std::string& name, const std::vector<int64_t>& shape, ui
   Tensor host = Tensor::Zeros(shape);
   if (scale > 0) FillUniform(&host, seed, scale);
   else for (int64_t i = 0; i < host.numel(); ++i) host.data()[i] = fill;
-  Param p;
-  p.name = name;
-  p.value = host.To(Device::kCuda);
-  p.grad = Tensor::Zeros(shape, Device::kCuda);
-  return p;
+  return UploadParam(name, host);
 }
 
 __global__ void AddBiasRows(float* y, const float* b, int64_t n, int64_t cols) {
