@@ -15,6 +15,19 @@ export OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1
 T=$(mktemp -d)
 trap 'rm -rf "$T"' EXIT
 cd "$T"
+# One reader of the comm profiles' curves for the checks below: the time at `nbytes` by log-log
+# interpolation of the measured points (the cost model's own rule, docs/cost_model.md section 3).
+cat > curve.py <<'PY'
+import math, re
+def at(path, coll, cache, nbytes):
+    comm = open(path).read()
+    m = re.search(r'collective: ' + coll + r', level: "node", group_size: 2, backend: mpi, cache: ' + cache + r'.*?points: \[(.*?)\]\}', comm, re.S)
+    pts = [tuple(map(float, p.split(","))) for p in re.findall(r'\[([^\[\]]+)\]', m.group(1))]
+    lo = max(p for p in pts if p[0] <= nbytes); hi = min(p for p in pts if p[0] >= nbytes)
+    f = 0 if hi[0] == lo[0] else (math.log(nbytes) - math.log(lo[0])) / (math.log(hi[0]) - math.log(lo[0]))
+    return math.exp(math.log(lo[1]) + f * (math.log(hi[1]) - math.log(lo[1])))
+PY
+export PYTHONPATH=$T
 M=$OLDPWD/configs/models/tiny-gpt.yaml
 C=$OLDPWD/configs/clusters/local-cpu.yaml
 mpirun --oversubscribe -np 2 $P -q profile $M --device cpu --threads 1 --microbatch-sizes 1,2,4,8 -o two.profile.yaml >/dev/null
@@ -49,15 +62,10 @@ for name in pipeline-b4 data-parallel; do
   grep -E '^\| (activation|gradient|dp all-reduce)' $name/runs/comm/report.md
 done
 python3 - comm-warm.profile.yaml <<'PY'
-import math, re, sys
-comm = open(sys.argv[1]).read()
-def at(coll, nbytes):
-    m = re.search(r'collective: ' + coll + r', level: "node", group_size: 2, backend: mpi, cache: warm.*?points: \[(.*?)\]\}', comm, re.S)
-    pts = [tuple(map(float, p.split(","))) for p in re.findall(r'\[([^\[\]]+)\]', m.group(1))]
-    lo = max(p for p in pts if p[0] <= nbytes); hi = min(p for p in pts if p[0] >= nbytes)
-    f = 0 if hi[0] == lo[0] else (math.log(nbytes) - math.log(lo[0])) / (math.log(hi[0]) - math.log(lo[0]))
-    return math.exp(math.log(lo[1]) + f * (math.log(hi[1]) - math.log(lo[1])))
-print(f"warm curve: send/recv 128 KiB {at('send_recv', 131072)*1e6:.1f} us, all-reduce 3.56 MiB {at('all_reduce', 3.56*2**20)*1e3:.3f} ms")
+import sys
+from curve import at
+w = sys.argv[1]
+print(f"warm curve: send/recv 128 KiB {at(w, 'send_recv', 'warm', 131072)*1e6:.1f} us, all-reduce 3.56 MiB {at(w, 'all_reduce', 'warm', 3.56*2**20)*1e3:.3f} ms")
 PY
 # Overhead: the 1-rank run's time per microbatch against the profile's sum (b = 1). The profile
 # and the run are a minute apart on a shared host, so five fresh profile + run pairs, and their median;
@@ -94,20 +102,16 @@ print(f'1-rank overhead: median {r[len(r) // 2]:.3f}x of {len(r)} profile + run 
 # DP all-reduce inside the runtime (the gradients live in one flat bucket: one message, no copies) vs the
 # comm profile's measured all-reduce at that size (log-log interpolation of its points).
 python3 - data-parallel/runs/r/trace.json comm.profile.yaml <<'PY'
-import json, math, re, sys
+import json, sys
+from curve import at
 allev = [e for e in json.load(open(sys.argv[1]))["traceEvents"] if e.get("name") in ("dp all-reduce", "dp all-reduce busy")]
 # Per iteration, the rank that arrives last waits for nobody: its duration is the transfer
 # (with overlap: the reducer thread's summed segment times).
 per_rank = [[e["dur"] for e in allev if e["pid"] == r] for r in (0, 1)]
 durs = sorted(min(a, b) for a, b in list(zip(*per_rank))[2:])
 meas = durs[len(durs) // 2] * 1e-6
-comm = open(sys.argv[2]).read()
-m = re.search(r'collective: all_reduce, level: "node", group_size: 2, backend: mpi, cache: cold.*?points: \[(.*?)\]\}', comm, re.S)
-pts = [tuple(map(float, p.split(","))) for p in re.findall(r'\[([^\[\]]+)\]', m.group(1))]
 nbytes = 4 * (512*128 + 64*128 + 4 * (2*128*2 + 384*128 + 384 + 128*128 + 128 + 512*128 + 512 + 128*512 + 128) + 2*128 + 512*128)
-lo = max(p for p in pts if p[0] <= nbytes); hi = min(p for p in pts if p[0] >= nbytes)
-f = 0 if hi[0] == lo[0] else (math.log(nbytes) - math.log(lo[0])) / (math.log(hi[0]) - math.log(lo[0]))
-pred = math.exp(math.log(lo[1]) + f * (math.log(hi[1]) - math.log(lo[1])))
+pred = at(sys.argv[2], 'all_reduce', 'cold', nbytes)
 bw = lambda t: nbytes / t / 1e9
 print(f"DP all-reduce of all gradients ({nbytes/1e6:.2f} MB): runtime {meas*1e3:.3f} ms ({bw(meas):.2f} GB/s busbw), "
       f"comm profile {pred*1e3:.3f} ms ({bw(pred):.2f} GB/s): {pred/meas:.0%} of the profiled rate")
@@ -117,7 +121,8 @@ for RUN in pipeline pipeline-b4; do
 # one monotonic clock on this machine). Transfer = receive end - max(send post, receive post):
 # the part of the wait after both sides were ready. Against the comm profile's send/recv curve.
 python3 - $RUN/runs/r/trace.json comm.profile.yaml <<'PY'
-import json, math, re, sys, collections
+import json, sys, collections
+from curve import at
 ev = json.load(open(sys.argv[1]))["traceEvents"]
 sends = collections.defaultdict(list); recvs = collections.defaultdict(list)
 for e in ev:
@@ -133,12 +138,7 @@ for key, rs in recvs.items():
         if d > 0: xfer.append((nbytes, d))
 xfer.sort(key=lambda x: x[1])
 nbytes, med = xfer[len(xfer) // 2]
-comm = open(sys.argv[2]).read()
-m = re.search(r'collective: send_recv, level: "node", group_size: 2, backend: mpi, cache: cold.*?points: \[(.*?)\]\}', comm, re.S)
-pts = [tuple(map(float, p.split(","))) for p in re.findall(r'\[([^\[\]]+)\]', m.group(1))]
-lo = max(p for p in pts if p[0] <= nbytes); hi = min(p for p in pts if p[0] >= nbytes)
-f = 0 if hi[0] == lo[0] else (math.log(nbytes) - math.log(lo[0])) / (math.log(hi[0]) - math.log(lo[0]))
-pred = math.exp(math.log(lo[1]) + f * (math.log(hi[1]) - math.log(lo[1])))
+pred = at(sys.argv[2], 'send_recv', 'cold', nbytes)
 print(f"pipeline send/recv of {nbytes} B ({len(xfer)} transfers): runtime median {med*1e6:.1f} us ({nbytes/med/1e9:.2f} GB/s), "
       f"comm profile {pred*1e6:.1f} us ({nbytes/pred/1e9:.2f} GB/s): {pred/med:.0%} of the profiled rate")
 PY
