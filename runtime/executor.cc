@@ -202,7 +202,10 @@ Status RunLaunch(const LaunchPlan& L, const ModelSpec& model, Communicator& worl
   bool replicated = L.schedule == "pipedream";
   for (const auto& st : L.stages) replicated = replicated || st.replicas != L.dp;
   const bool async = L.schedule == "pipedream";
-  if (opt.comm_only && async) return Status::NotSupported("--comm-only runs the synchronous schedules (PipeDream's stashing is compute)");
+  if (opt.comm_only && async) {
+    return Status::NotSupported(fmt::format("{}: schedule pipedream: --comm-only runs the synchronous schedules only (gpipe, 1f1b, interleaved, "
+                                            "zb-h1); drop --comm-only, or solve with one of them and codegen again", L.path));
+  }
   if (replicated && (L.interleave != 1 || (L.schedule != "1f1b" && L.schedule != "pipedream"))) {
     return Status::NotSupported("per-stage replication runs with the 1F1B (flush) or PipeDream (asynchronous) schedule");
   }

@@ -94,6 +94,11 @@ if timeout 120 mpirun --oversubscribe -np 4 $PLANNER -q run s211 --dump-gradient
 else
   bad "2-1-1 synchronous run"; tail -3 s211.err
 fi
+# --comm-only refuses the asynchronous schedule with one clear error line.
+$PLANNER -q codegen r211.plan.yaml -o c211 --iterations 1
+timeout 60 mpirun --oversubscribe -np 4 $PLANNER -q run c211 --comm-only >/dev/null 2>c211.err
+[ $? != 0 ] && grep -q "^planner: error: .*launch.yaml: schedule pipedream: --comm-only runs the synchronous schedules only" c211.err && ok \
+  || bad "--comm-only with pipedream: $(head -2 c211.err)"
 # Asynchronous (PipeDream): weight stashing keeps each microbatch's forward and backward on one
 # version although newer weights exist by its backward; the loss falls.
 $PLANNER -q codegen r211.plan.yaml -o a211 --iterations 12 --lr 3e-3
