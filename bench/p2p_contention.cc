@@ -9,9 +9,12 @@
 //   both           the two together: the runtime's case
 // Rank 0 sends, rank 1 receives; the receive is timed from its post, after a
 // barrier that both ranks leave with the send already posted or about to be.
-// Open MPI's shared-memory transport moves messages above 32 KiB with one
-// process_vm_readv (CMA) call made by the receiver, so the timed receive is
-// mostly that kernel copy. Run: mpirun -np 2 build/bench/p2p_contention [iters]
+// With Open MPI's default eager limit (4 KiB) its shared-memory transport
+// moves messages above 32 KiB with one process_vm_readv (CMA) call made by
+// the receiver, so the timed receive is mostly that kernel copy; with
+// planner's eager limit (1 MiB, runtime/comm/mpi_comm.cc) the sender copies
+// the message into the shared segment and the receiver copies it out. The
+// bench script runs both. Run: mpirun -np 2 build/bench/p2p_contention [iters]
 #include <mpi.h>
 
 #include <algorithm>

@@ -91,7 +91,7 @@ Status RunComm(const ProfileArgs& a, const std::string& cmdline) {
   p.model = "";
   p.device = (nccl ? DescribeHost(Device::kCuda, 1) : DescribeHost(Device::kCpu, 1)) + fmt::format(", {} ranks", world->size());
   p.backend = nccl ? "nccl" : world->backend();
-  p.tool = "planner profile --comm";
+  p.tool = "planner profile --comm over " + (nccl ? nccl->transport() : world->transport());
   p.command = cmdline;
   std::string out = a.output.empty() ? "comm.profile.yaml" : a.output;
   PLANNER_RETURN_IF_ERROR(WriteFileAtomic(out, ProfileToYaml(p)));

@@ -530,6 +530,18 @@ Status RunLaunch(const LaunchPlan& L, const ModelSpec& model, Communicator& worl
       // Tag of the message that enters virtual stage qq (dir 0: activation) or leaves it backwards
       // (dir 1), unique in the run: the pass (its first iteration), the stage, the microbatch of the pass.
       auto tag = [&](int64_t qq, int dir) { return ((it * (Q + 1) + qq) * span * m + j) * 2 + dir; };
+      // Posts one pipeline message. The call's own time counts as communication: an eager
+      // transport copies the message into shared memory here (runtime/comm/mpi_comm.cc).
+      auto post_send = [&](const std::string& name, const Tensor& t, int dir, int to, int64_t tg) -> Status {
+        const double s0 = MonotonicSeconds();
+        transfers.sends.push_back({tg, it_j, q, t.numel() * 4, dir, to, s0 - clock_offset});
+        PLANNER_RETURN_IF_ERROR(pipe->Send(t.data(), t.numel(), to, tg));
+        const double s1 = MonotonicSeconds();
+        trace.push_back({name, s0, s1 - s0, 1});
+        t_comm += s1 - s0;
+        keep.push_back(t);
+        return Status::OK();
+      };
       if (ev.kind == 'F') {
         Tensor x;
         std::vector<float> in, tg, all_in, all_tg;
@@ -571,10 +583,7 @@ Status RunLaunch(const LaunchPlan& L, const ModelSpec& model, Communicator& worl
           std::vector<float> per_sample = x.ToVector();
           for (int64_t smp = 0; smp < b; ++smp) pass_loss[static_cast<size_t>(it_j - it)] += per_sample[static_cast<size_t>(smp)];
         } else if (q < Q - 1) {
-          trace.push_back({fmt::format("send F{}.{} {}B", q + 1, j, x.numel() * 4), MonotonicSeconds(), 0, 1});
-          transfers.sends.push_back({tag(q + 1, 0), it_j, q, x.numel() * 4, 0, peer((q + 1) % Q, j), MonotonicSeconds() - clock_offset});
-          PLANNER_RETURN_IF_ERROR(pipe->Send(x.data(), x.numel(), peer((q + 1) % Q, j), tag(q + 1, 0)));
-          keep.push_back(x);
+          PLANNER_RETURN_IF_ERROR(post_send(fmt::format("send F{}.{} {}B", q + 1, j, x.numel() * 4), x, 0, peer((q + 1) % Q, j), tag(q + 1, 0)));
         }
       } else if (ev.kind == 'B') {
         Tensor dy;
@@ -632,10 +641,7 @@ Status RunLaunch(const LaunchPlan& L, const ModelSpec& model, Communicator& worl
         trace.push_back({fmt::format("B{}", j), c0, MonotonicSeconds() - c0, 0});
         if (q == 0 && jj == m - 1) pass_done[static_cast<size_t>(it_j - it)] = MonotonicSeconds() - t0;
         if (q > 0) {
-          trace.push_back({fmt::format("send B{}.{} {}B", q - 1, j, dy.numel() * 4), MonotonicSeconds(), 0, 1});
-          transfers.sends.push_back({tag(q, 1), it_j, q, dy.numel() * 4, 1, peer((q - 1 + Q) % Q, j), MonotonicSeconds() - clock_offset});
-          PLANNER_RETURN_IF_ERROR(pipe->Send(dy.data(), dy.numel(), peer((q - 1 + Q) % Q, j), tag(q, 1)));
-          keep.push_back(dy);
+          PLANNER_RETURN_IF_ERROR(post_send(fmt::format("send B{}.{} {}B", q - 1, j, dy.numel() * 4), dy, 1, peer((q - 1 + Q) % Q, j), tag(q, 1)));
         }
       } else {  // 'W': the weight gradients ZB-H1 deferred
         double c0 = MonotonicSeconds();
@@ -835,7 +841,7 @@ Status RunLaunch(const LaunchPlan& L, const ModelSpec& model, Communicator& worl
     }
     if (!transfers_md.empty()) {
       rep += "\n" + transfers_md;
-      if (n > 1) rep += fmt::format("(Clock offsets to rank 0 estimated within {} at start.)\n", FormatSeconds(clock_error));
+      if (n > 1) rep += fmt::format("(Clock offsets to rank 0 estimated within {} at start. Transport: {}.)\n", FormatSeconds(clock_error), pipe->transport());
     }
     std::ofstream rf(fs::path(opt.run_dir) / "report.md");
     rf << rep;

@@ -31,6 +31,9 @@ class Communicator {
   virtual int rank() const = 0;
   virtual int size() const = 0;
   virtual std::string backend() const = 0;   // "mpi", "nccl", "threads"
+  // The library and the settings that carry the traffic, for comm profiles
+  // and run reports ("Open MPI v4.1.4, shared-memory eager limit 1048576 B").
+  virtual std::string transport() const { return backend(); }
 
   // In place.
   virtual Status AllReduce(float* data, int64_t count, ReduceOp op) = 0;

@@ -12,6 +12,8 @@
 #include <chrono>
 #include <cstdio>
 #include <cstdlib>
+#include <cstring>
+#include <algorithm>
 #include <thread>
 #include <fstream>
 #include <mutex>
@@ -32,6 +34,64 @@ namespace {
 
 MPI_Op Op(ReduceOp op) { return op == ReduceOp::kSum ? MPI_SUM : MPI_MAX; }
 bool g_thread_multiple = false;
+std::string g_transport = "mpi";  // set once MPI is initialised: TransportDescription()
+
+// Open MPI's shared-memory transport (btl "vader", "sm" in Open MPI 5) copies
+// messages up to its eager limit (4 KiB by default) through a shared segment
+// and moves larger ones by rendezvous: the receiver, once matched, reads the
+// sender's buffer with one kernel copy (CMA, process_vm_readv). Inside a
+// pipeline that kernel copy runs while the peer core computes and was 3x
+// slower than idle (128 KiB: 44-48 us against 11 us; docs/performance.md).
+// An eager limit of 1 MiB sends pipeline-sized messages as one copy into the
+// shared segment at Send (no progress needed from the sender afterwards) and
+// one copy out at Recv: 15-16 us for the same 128 KiB messages in the same
+// runs. The segment holds the in-flight eager messages, so it grows to 64
+// MiB (tmpfs pages are only used as touched). Set before MPI_Init, so the
+// profiler and the runtime measure and use the same transport; a value the
+// user exported (OMPI_MCA_..., or mpirun --mca) wins.
+constexpr int64_t kEagerLimitBytes = int64_t{1} << 20;
+void SetSharedMemoryDefaults() {
+  setenv("OMPI_MCA_btl_vader_eager_limit", std::to_string(kEagerLimitBytes).c_str(), 0);
+  setenv("OMPI_MCA_btl_vader_max_send_size", std::to_string(kEagerLimitBytes).c_str(), 0);
+  setenv("OMPI_MCA_btl_vader_segment_size", std::to_string(int64_t{64} << 20).c_str(), 0);
+}
+
+// A control variable of the library through MPI_T (-1 when it has none of that name).
+int64_t ReadControlVariable(const char* name) {
+  int provided = 0;
+  if (MPI_T_init_thread(MPI_THREAD_SINGLE, &provided) != MPI_SUCCESS) return -1;
+  int64_t value = -1;
+  int index = 0;
+  if (MPI_T_cvar_get_index(name, &index) == MPI_SUCCESS) {
+    MPI_T_cvar_handle h;
+    int count = 0;
+    if (MPI_T_cvar_handle_alloc(index, nullptr, &h, &count) == MPI_SUCCESS) {
+      unsigned char buf[64] = {};  // little-endian: a 4- or 8-byte unsigned reads the same
+      if (count == 1 && MPI_T_cvar_read(h, buf) == MPI_SUCCESS) {
+        uint64_t v = 0;
+        std::memcpy(&v, buf, sizeof v);
+        value = static_cast<int64_t>(v);
+      }
+      MPI_T_cvar_handle_free(&h);
+    }
+  }
+  MPI_T_finalize();
+  return value;
+}
+
+// "Open MPI v4.1.4, shared-memory eager limit 1048576 B": the library (first
+// clause of its version string) and the setting that decides how pipeline
+// messages move; written into comm profiles and run reports.
+std::string DescribeTransport() {
+  char version[MPI_MAX_LIBRARY_VERSION_STRING] = {};
+  int len = 0;
+  MPI_Get_library_version(version, &len);
+  std::string lib(version, static_cast<size_t>(std::max(0, len)));
+  lib = lib.substr(0, lib.find_first_of(",\n"));
+  const int64_t eager = ReadControlVariable("btl_vader_eager_limit");
+  if (eager < 0) return lib;
+  return fmt::format("{}, shared-memory eager limit {} B", lib, eager);
+}
 
 // One per process: a thread that wakes every 50 ms and aborts the job when
 // the armed deadline has passed. Arming is two atomic stores (no lock, no
@@ -146,6 +206,7 @@ class MpiComm final : public Communicator {
   int rank() const override { return rank_; }
   int size() const override { return size_; }
   std::string backend() const override { return "mpi"; }
+  std::string transport() const override { return g_transport; }
 
   Status AllReduce(float* data, int64_t count, ReduceOp op) override {
     Guard g("all-reduce", rank_, size_, timeout_s_);
@@ -248,12 +309,14 @@ Status MakeMpiWorld(std::unique_ptr<Communicator>* out) {
   int inited = 0;
   MPI_Initialized(&inited);
   if (!inited) {
+    SetSharedMemoryDefaults();
     int provided = 0;
     // MULTIPLE: the runtime all-reduces gradients on a second thread while backward runs.
     if (MPI_Init_thread(nullptr, nullptr, MPI_THREAD_MULTIPLE, &provided) != MPI_SUCCESS) {
       return Status::CommError("MPI_Init_thread failed");
     }
     g_thread_multiple = provided >= MPI_THREAD_MULTIPLE;
+    g_transport = DescribeTransport();
     std::atexit(FinalizeAtExit);
   }
   *out = std::make_unique<MpiComm>(MPI_COMM_WORLD, false);

@@ -41,6 +41,7 @@ class NcclComm final : public Communicator {
   int rank() const override { return rank_; }
   int size() const override { return size_; }
   std::string backend() const override { return "nccl"; }
+  std::string transport() const override { return NcclVersion(); }
 
   Status AllReduce(float* d, int64_t n, ReduceOp op) override {
     PLANNER_RETURN_IF_ERROR(After(stream_));
