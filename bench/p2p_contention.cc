@@ -12,7 +12,7 @@
 // With Open MPI's default eager limit (4 KiB) its shared-memory transport
 // moves messages above 32 KiB with one process_vm_readv (CMA) call made by
 // the receiver, so the timed receive is mostly that kernel copy; with
-// planner's eager limit (1 MiB, runtime/comm/mpi_comm.cc) the sender copies
+// planner's eager limit (256 KiB, runtime/comm/mpi_comm.cc) the sender copies
 // the message into the shared segment and the receiver copies it out. The
 // bench script runs both. Run: mpirun -np 2 build/bench/p2p_contention [iters]
 #include <mpi.h>

@@ -7,7 +7,7 @@
 #  3. the data-parallel all-reduce inside the runtime vs the comm profile's (cold-cache) curve
 #  4. pipeline send/recv inside the runtime vs the comm profile, and a plain-MPI one-way transfer
 #     under the same memory conditions (bench/p2p_contention.cc)
-# The MPI transport is planner's (shared-memory eager limit 1 MiB, runtime/comm/mpi_comm.cc)
+# The MPI transport is planner's (shared-memory eager limit 256 KiB, runtime/comm/mpi_comm.cc)
 # unless exported: OMPI_MCA_btl_vader_eager_limit=4096 bash bench/run_runtime_bench.sh runs
 # everything over Open MPI's default (CMA rendezvous above 32 KiB) for an A/B.
 set -eu
@@ -149,11 +149,11 @@ done
 # The same one-way transfer in a plain MPI program under the memory conditions of a pipeline
 # receive (bench/p2p_contention.cc), over both shared-memory protocols: Open MPI's default eager
 # limit (4 KiB: above 32 KiB the receiver reads the sender's buffer with one kernel copy, CMA) and
-# planner's (1 MiB: one copy into the shared segment at send, one out at receive;
+# planner's (256 KiB: one copy into the shared segment at send, one out at receive;
 # runtime/comm/mpi_comm.cc sets it for the profiler and the runtime unless it is exported).
 echo "# Open MPI's default eager limit (4 KiB, CMA rendezvous above 32 KiB):"
 env -u OMPI_MCA_btl_vader_max_send_size -u OMPI_MCA_btl_vader_segment_size \
   mpirun --oversubscribe -np 2 -x OMPI_MCA_btl_vader_eager_limit=4096 "$R/build/bench/p2p_contention" 200
-echo "# planner's shared-memory settings (eager limit 1 MiB):"
-mpirun --oversubscribe -np 2 -x OMPI_MCA_btl_vader_eager_limit=1048576 -x OMPI_MCA_btl_vader_max_send_size=1048576 \
+echo "# planner's shared-memory settings (eager limit 256 KiB):"
+mpirun --oversubscribe -np 2 -x OMPI_MCA_btl_vader_eager_limit=262144 -x OMPI_MCA_btl_vader_max_send_size=262144 \
   -x OMPI_MCA_btl_vader_segment_size=67108864 "$R/build/bench/p2p_contention" 200

@@ -70,6 +70,10 @@ class Communicator {
 // Unavailable when built without MPI.
 Status MakeMpiWorld(std::unique_ptr<Communicator>* out);
 bool MpiBuilt();
+// The shared-memory eager limit (bytes) MakeMpiWorld set before MPI_Init, or 0
+// where it left the library's own: the user exported one, /dev/shm lacked
+// room, or MPI was initialised elsewhere (runtime/comm/mpi_comm.cc says why).
+int64_t MpiEagerLimitSet();
 // Whether two threads may each drive a different communicator of this kind
 // at once (MPI: the library granted MPI_THREAD_MULTIPLE; others: yes).
 bool ConcurrentCommunicatorsSafe(const Communicator& c);

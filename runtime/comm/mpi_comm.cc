@@ -22,6 +22,7 @@
 #include <vector>
 
 #include <signal.h>
+#include <sys/statvfs.h>
 #include <unistd.h>
 
 #include <fmt/format.h>
@@ -41,19 +42,33 @@ std::string g_transport = "mpi";  // set once MPI is initialised: TransportDescr
 // and moves larger ones by rendezvous: the receiver, once matched, reads the
 // sender's buffer with one kernel copy (CMA, process_vm_readv). Inside a
 // pipeline that kernel copy runs while the peer core computes and was 3x
-// slower than idle (128 KiB: 44-48 us against 11 us; docs/performance.md).
-// An eager limit of 1 MiB sends pipeline-sized messages as one copy into the
-// shared segment at Send (no progress needed from the sender afterwards) and
-// one copy out at Recv: 15-16 us for the same 128 KiB messages in the same
-// runs. The segment holds the in-flight eager messages, so it grows to 64
-// MiB (tmpfs pages are only used as touched). Set before MPI_Init, so the
-// profiler and the runtime measure and use the same transport; a value the
-// user exported (OMPI_MCA_..., or mpirun --mca) wins.
-constexpr int64_t kEagerLimitBytes = int64_t{1} << 20;
+// slower than idle (128 KiB: 44-58 us against 11-15 us; docs/performance.md).
+// With an eager limit of 256 KiB the sender copies such a message into its
+// shared segment at Send and the receiver copies it out at Recv: 15-17 us for
+// the same messages in the same runs. Each eager message holds a 256 KiB
+// fragment of the sender's segment until the sender's next progress call
+// (Send polls for that), and the fragment list grows 64 fragments at a time,
+// so the segment is 64 MiB (Open MPI's 4 MiB could not grow it: GPipe's 32
+// forward sends then queued until the sender's backward, 113 ms iterations
+// instead of 73). tmpfs pages are used only as touched, but Open MPI refuses
+// a segment the backing directory cannot hold, so the settings apply only
+// when /dev/shm has room for every rank of the node twice over. Set before
+// MPI_Init, so the profiler and the runtime measure and use the same
+// transport; a value the user exported (OMPI_MCA_..., mpirun --mca) wins.
+constexpr int64_t kEagerLimitBytes = int64_t{256} << 10;
+constexpr int64_t kSegmentBytes = int64_t{64} << 20;
+int64_t g_eager_set = 0;  // MpiEagerLimitSet()
 void SetSharedMemoryDefaults() {
+  if (std::getenv("OMPI_MCA_btl_vader_eager_limit") != nullptr) return;  // the user's choice
+  const char* local = std::getenv("OMPI_COMM_WORLD_LOCAL_SIZE");
+  const int64_t ranks = local != nullptr ? std::max(1L, std::atol(local)) : 1;
+  struct statvfs fs;
+  if (statvfs("/dev/shm", &fs) != 0) return;
+  if (static_cast<int64_t>(fs.f_bavail) * static_cast<int64_t>(fs.f_frsize) < 2 * ranks * kSegmentBytes) return;
   setenv("OMPI_MCA_btl_vader_eager_limit", std::to_string(kEagerLimitBytes).c_str(), 0);
   setenv("OMPI_MCA_btl_vader_max_send_size", std::to_string(kEagerLimitBytes).c_str(), 0);
-  setenv("OMPI_MCA_btl_vader_segment_size", std::to_string(int64_t{64} << 20).c_str(), 0);
+  setenv("OMPI_MCA_btl_vader_segment_size", std::to_string(kSegmentBytes).c_str(), 0);
+  g_eager_set = kEagerLimitBytes;
 }
 
 // A control variable of the library through MPI_T (-1 when it has none of that name).
@@ -245,7 +260,18 @@ class MpiComm final : public Communicator {
     if (peer < 0 || peer >= size_) return Status::InvalidArgument(fmt::format("send peer {} outside [0, {})", peer, size_));
     if (tag < 0) return Status::InvalidArgument(fmt::format("send tag {} is negative", tag));
     pending_.emplace_back();
-    return Check(MPI_Isend(data, Int(count), MPI_FLOAT, peer, MpiTag(tag), comm_, &pending_.back()), "send");
+    PLANNER_RETURN_IF_ERROR(Check(MPI_Isend(data, Int(count), MPI_FLOAT, peer, MpiTag(tag), comm_, &pending_.back()), "send"));
+    // One progress call: completes the sends the peers have taken (their eager fragments go back
+    // to the shared segment's free list) and pushes queued ones, so a schedule that posts many
+    // sends between receives (GPipe's forward) never waits for a fragment until its next Recv.
+    int done = 0;
+    std::vector<int>& idx = done_scratch_;
+    idx.resize(pending_.size());
+    PLANNER_RETURN_IF_ERROR(Check(MPI_Testsome(static_cast<int>(pending_.size()), pending_.data(), &done, idx.data(), MPI_STATUSES_IGNORE), "send"));
+    if (done > 0 && done != MPI_UNDEFINED) {
+      pending_.erase(std::remove(pending_.begin(), pending_.end(), MPI_REQUEST_NULL), pending_.end());
+    }
+    return Status::OK();
   }
   Status Recv(float* data, int64_t count, int peer, int64_t tag) override {
     if (peer < 0 || peer >= size_) return Status::InvalidArgument(fmt::format("recv peer {} outside [0, {})", peer, size_));
@@ -283,6 +309,7 @@ class MpiComm final : public Communicator {
   static int Int(int64_t n) { return static_cast<int>(n); }
   MPI_Comm comm_;
   std::vector<MPI_Request> pending_;
+  std::vector<int> done_scratch_;
   bool owned_;
   int rank_ = 0, size_ = 1;
 };
@@ -296,6 +323,7 @@ void FinalizeAtExit() {
 }  // namespace
 
 bool MpiBuilt() { return true; }
+int64_t MpiEagerLimitSet() { return g_eager_set; }
 bool ConcurrentCommunicatorsSafe(const Communicator& c) { return c.backend() != "mpi" || g_thread_multiple; }
 
 bool LaunchedUnderMpi() {

@@ -4,6 +4,7 @@
 namespace planner {
 
 bool MpiBuilt() { return false; }
+int64_t MpiEagerLimitSet() { return 0; }
 bool ConcurrentCommunicatorsSafe(const Communicator&) { return true; }
 bool LaunchedUnderMpi() { return false; }
 Status MakeMpiWorld(std::unique_ptr<Communicator>*) {

@@ -1,8 +1,9 @@
 // Runs under mpirun: the communicator conformance table on MPI_COMM_WORLD,
 // then the collective profiler on it (every result must be right). The
 // transport must say which shared-memory eager limit carried the messages:
-// planner's 1 MiB default, or the value exported before the start
-// (meson runs this table under both: eager copies and CMA rendezvous).
+// the value exported before the start, else the one planner set (256 KiB
+// where /dev/shm has room); meson runs this table under both eager copies
+// and CMA rendezvous.
 #include <cstdio>
 #include <cstdlib>
 #include <string>
@@ -13,13 +14,16 @@
 int main() {
   using namespace planner;
   const char* preset = std::getenv("OMPI_MCA_btl_vader_eager_limit");
-  const std::string want_eager = std::string(preset != nullptr ? preset : "1048576") + " B";
   std::unique_ptr<Communicator> world;
   Status s = MakeMpiWorld(&world);
   if (!s.ok()) {
     std::fprintf(stderr, "%s\n", s.message().c_str());
     return 77;
   }
+  if (preset == nullptr && MpiEagerLimitSet() != 262144) {
+    std::fprintf(stderr, "rank %d: planner set no 256 KiB eager limit (%ld); is /dev/shm full?\n", world->rank(), static_cast<long>(MpiEagerLimitSet()));
+  }
+  const std::string want_eager = (preset != nullptr ? std::string(preset) : std::to_string(MpiEagerLimitSet() > 0 ? MpiEagerLimitSet() : 4096)) + " B";
   const std::string transport = world->transport();
   if (transport.rfind("Open MPI", 0) == 0 && transport.find("eager limit " + want_eager) == std::string::npos) {
     std::fprintf(stderr, "rank %d: transport '%s' does not carry the eager limit %s\n", world->rank(), transport.c_str(), want_eager.c_str());

@@ -130,8 +130,8 @@ print(f'loss {first:.4f} -> {last:.4f}')
 sys.exit(0 if last < first - 0.3 else 1)" && ok || bad "loss does not fall"
   [ -s train/runs/t/trace.json ] && grep -q '"name": "F0"' train/runs/t/trace.json && ok || bad "no trace"
   grep -q "bubble fraction" train/runs/t/report.md && ok || bad "no report"
-  # The report names the transport: Open MPI with planner's 1 MiB shared-memory eager limit.
-  grep -qE "Transport: Open MPI v[0-9.]+, shared-memory eager limit 1048576 B" train/runs/t/report.md && ok \
+  # The report names the transport: Open MPI with planner's 256 KiB shared-memory eager limit.
+  grep -qE "Transport: Open MPI v[0-9.]+, shared-memory eager limit 262144 B" train/runs/t/report.md && ok \
     || bad "transport line: $(grep -o 'Transport: [^)]*' train/runs/t/report.md)"
   # Every pipeline message after warm-up is paired with its send (by tag) in the report's transfer table.
   python3 - train/runs/t/report.md train/launch.yaml <<'PY' && ok || bad "transfer table"
