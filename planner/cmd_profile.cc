@@ -26,7 +26,7 @@ struct ProfileArgs {
   int threads = 1;
   std::vector<int64_t> microbatches, tps;
   double budget_s = 2.0;
-  int min_reps = 20, warmup = 2;
+  int min_reps = 20, warmup = 2, rounds = 3;
   bool comm = false;
   std::string max_bytes = "16M", min_bytes = "8";
   int iterations = 20;
@@ -114,6 +114,8 @@ Runner RegisterProfile(CLI::App& app, int argc, char** argv) {
   cmd->add_option("--budget-seconds", a->budget_s, "time budget per layer and point once the minimum repetitions are done")->check(CLI::PositiveNumber);
   cmd->add_option("--min-repetitions", a->min_reps, "timed repetitions at least")->check(CLI::Range(1, 100000));
   cmd->add_option("--warmup", a->warmup, "untimed repetitions first")->check(CLI::Range(0, 1000));
+  cmd->add_option("--rounds", a->rounds, "passes over all points, each with 1/rounds of the repetitions; samples pooled (default 3)")
+      ->check(CLI::Range(1, 100));
   cmd->add_flag("--comm", a->comm, "profile collectives (run under mpirun / srun with two or more ranks)");
   cmd->add_option("--min-bytes", a->min_bytes, "--comm: smallest size (default 8)");
   cmd->add_option("--max-bytes", a->max_bytes, "--comm: largest size (default 16M)");
@@ -158,6 +160,7 @@ Runner RegisterProfile(CLI::App& app, int argc, char** argv) {
     o.budget_s = a->budget_s;
     o.min_repetitions = a->min_reps;
     o.warmup = a->warmup;
+    o.rounds = a->rounds;
     o.command = cmdline;
     // Under mpirun every rank profiles at the same time (the conditions of a
     // multi-rank run on shared cores and memory); rank 0 writes the file.
@@ -165,6 +168,7 @@ Runner RegisterProfile(CLI::App& app, int argc, char** argv) {
     if (LaunchedUnderMpi()) {
       PLANNER_RETURN_IF_ERROR(MakeMpiWorld(&world));
       if (world->rank() != 0) o.progress = false;
+      o.sync = [&world] { return world->Barrier(); };
     }
     Profile p;
     Status s = ProfileModel(model, o, &p);

@@ -99,7 +99,7 @@ std::string DescribeHost(Device device, int threads) {
   return fmt::format("{} ({} thread{}, Eigen CPU kernels)", model, threads, threads == 1 ? "" : "s");
 }
 
-Status TimeLayer(const Layer& layer, int64_t b, int64_t tp, const LayerProfileOptions& o, LayerTiming* out, int copies) {
+Status TimeLayer(const Layer& layer, int64_t b, int64_t tp, const LayerProfileOptions& o, LayerTiming* out, int copies, LayerSamples* samples) {
   // `copies` instances used round robin: their weights rotate through the
   // caches as the model's equal layers do in a real pass.
   std::vector<std::unique_ptr<LayerKernel>> kernels(static_cast<size_t>(std::max(1, copies)));
@@ -164,6 +164,11 @@ Status TimeLayer(const Layer& layer, int64_t b, int64_t tp, const LayerProfileOp
   out->backward_weight = Stats(bw);
   out->backward = Stats(bb);
   out->repetitions = static_cast<int>(f.size());
+  if (samples) {
+    samples->forward_s.insert(samples->forward_s.end(), f.begin(), f.end());
+    samples->backward_input_s.insert(samples->backward_input_s.end(), bi.begin(), bi.end());
+    samples->backward_weight_s.insert(samples->backward_weight_s.end(), bw.begin(), bw.end());
+  }
   out->peak_memory_bytes = static_cast<double>(GetMemoryStats(o.device).peak_bytes - base);
   out->flops = kernels.front()->Flops(b);
   return Status::OK();
@@ -186,42 +191,69 @@ Status ProfileModel(const ModelSpec& m, const LayerProfileOptions& o, Profile* o
   };
   std::vector<Point> points;
   for (int64_t tp : o.tps) for (int64_t b : o.microbatches) points.push_back({b, tp});
-  // timings[sig][point]
-  std::vector<std::vector<ProfileTiming>> timings(first_of.size());
-  const int total = static_cast<int>(first_of.size() * points.size());
+  // Every point is timed in o.rounds passes over all points (each with 1/rounds of the repetitions
+  // and budget), and its samples are pooled: samples[sig][point].
+  const int rounds = std::max(1, o.rounds);
+  LayerProfileOptions per_round = o;
+  // The stop rule's target relative error is per round; sqrt(rounds) looser, so the pooled median meets o's.
+  per_round.min_repetitions = std::max(1, (o.min_repetitions + rounds - 1) / rounds);
+  per_round.max_repetitions = std::max(per_round.min_repetitions, (o.max_repetitions + rounds - 1) / rounds);
+  per_round.budget_s = o.budget_s / rounds;
+  per_round.target_rel_error = o.target_rel_error * std::sqrt(static_cast<double>(rounds));
+  std::vector<std::vector<LayerSamples>> samples(first_of.size(), std::vector<LayerSamples>(points.size()));
+  std::vector<std::vector<double>> peak(first_of.size(), std::vector<double>(points.size(), 0.0));
+  std::vector<std::vector<KernelFlops>> flops(first_of.size(), std::vector<KernelFlops>(points.size()));
+  const int total = static_cast<int>(first_of.size() * points.size()) * rounds;
   Progress progress("profile", total);
   int step = 0;
-  for (size_t s = 0; s < first_of.size(); ++s) {
-    const Layer& l = m.layers[first_of[s]];
-    for (const Point& pt : points) {
-      if (o.progress) progress.Update(step, fmt::format("{} b={} tp={}", l.type, pt.b, pt.tp));
-      ++step;
-      // A layer that is not sharded runs whole on every TP rank.
-      const int64_t kernel_tp = l.tp_shardable ? pt.tp : 1;
-      LayerTiming lt;
+  for (int round = 0; round < rounds; ++round) {
+    for (size_t s = 0; s < first_of.size(); ++s) {
+      const Layer& l = m.layers[first_of[s]];
       int copies = 0;
       for (size_t i = 0; i < m.layers.size(); ++i) copies += layer_sig[i] == s;
-      Status st = TimeLayer(l, pt.b, kernel_tp, o, &lt, std::min(copies, o.max_copies));
-      if (!st.ok()) {
-        if (Interrupted()) return Status::Unavailable("interrupted by Ctrl-C; no profile written");
-        return st.WithContext(fmt::format("layer '{}' ({}) at microbatch {} tp {}", l.name, l.type, pt.b, pt.tp));
+      for (size_t pi = 0; pi < points.size(); ++pi) {
+        const Point& pt = points[pi];
+        if (o.progress) progress.Update(step, fmt::format("{} b={} tp={} (round {} of {})", l.type, pt.b, pt.tp, round + 1, rounds));
+        ++step;
+        if (o.sync) PLANNER_RETURN_IF_ERROR(o.sync());
+        // A layer that is not sharded runs whole on every TP rank.
+        const int64_t kernel_tp = l.tp_shardable ? pt.tp : 1;
+        LayerTiming lt;
+        Status st = TimeLayer(l, pt.b, kernel_tp, per_round, &lt, std::min(copies, o.max_copies), &samples[s][pi]);
+        if (!st.ok()) {
+          if (Interrupted()) return Status::Unavailable("interrupted by Ctrl-C; no profile written");
+          return st.WithContext(fmt::format("layer '{}' ({}) at microbatch {} tp {}", l.name, l.type, pt.b, pt.tp));
+        }
+        peak[s][pi] = std::max(peak[s][pi], lt.peak_memory_bytes);
+        flops[s][pi] = lt.flops;
       }
+    }
+  }
+  // timings[sig][point], from the pooled samples
+  std::vector<std::vector<ProfileTiming>> timings(first_of.size());
+  for (size_t s = 0; s < first_of.size(); ++s) {
+    for (size_t pi = 0; pi < points.size(); ++pi) {
+      const LayerSamples& ls = samples[s][pi];
+      std::vector<double> bb(ls.forward_s.size());
+      for (size_t i = 0; i < bb.size(); ++i) bb[i] = ls.backward_input_s[i] + ls.backward_weight_s[i];
+      const PassStats f = Stats(ls.forward_s), bi = Stats(ls.backward_input_s), bw = Stats(ls.backward_weight_s), b = Stats(bb);
       ProfileTiming t;
-      t.microbatch = pt.b;
-      t.tp = pt.tp;
-      t.forward_s = lt.forward.median_s;
-      t.backward_input_s = lt.backward_input.median_s;
-      t.backward_weight_s = lt.backward_weight.median_s;
-      t.backward_s = lt.backward.median_s;
-      t.forward_spread_s = lt.forward.p90_s - lt.forward.p10_s;
-      t.backward_spread_s = lt.backward.p90_s - lt.backward.p10_s;
-      t.forward_min_s = lt.forward.min_s;
-      t.backward_input_min_s = lt.backward_input.min_s;
-      t.backward_weight_min_s = lt.backward_weight.min_s;
-      t.repetitions = lt.repetitions;
-      t.peak_memory_bytes = lt.peak_memory_bytes;
+      t.microbatch = points[pi].b;
+      t.tp = points[pi].tp;
+      t.forward_s = f.median_s;
+      t.backward_input_s = bi.median_s;
+      t.backward_weight_s = bw.median_s;
+      t.backward_s = b.median_s;
+      t.forward_spread_s = f.p90_s - f.p10_s;
+      t.backward_spread_s = b.p90_s - b.p10_s;
+      t.forward_min_s = f.min_s;
+      t.backward_input_min_s = bi.min_s;
+      t.backward_weight_min_s = bw.min_s;
+      t.repetitions = static_cast<int>(ls.forward_s.size());
+      t.peak_memory_bytes = peak[s][pi];
+      const KernelFlops& fl = flops[s][pi];
       double sec = t.forward_s + t.backward_s;
-      t.achieved_gflops = sec > 0 ? (lt.flops.forward + lt.flops.backward_input + lt.flops.backward_weight) / sec / 1e9 : 0;
+      t.achieved_gflops = sec > 0 ? (fl.forward + fl.backward_input + fl.backward_weight) / sec / 1e9 : 0;
       timings[s].push_back(t);
     }
   }

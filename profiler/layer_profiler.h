@@ -6,6 +6,7 @@
 #pragma once
 
 #include <cstdint>
+#include <functional>
 #include <string>
 #include <vector>
 
@@ -28,11 +29,23 @@ struct LayerProfileOptions {
   double target_rel_error = 0.01;   // stop when the median's standard error / median is below this
   bool progress = true;
   int max_copies = 16;              // a signature shared by k layers is timed on min(k, this) instances in turn
+  // ProfileModel times every point in `rounds` passes over all points, each with
+  // 1/rounds of the repetitions and budget, and pools the samples: a burst of
+  // host noise (or a peer rank still starting) lands in one round of one point
+  // and the pooled median outvotes it.
+  int rounds = 3;
+  // Called before every point of every round: under mpirun the ranks meet at a
+  // barrier, so each point is timed while the other ranks time the same one.
+  std::function<Status()> sync;
   std::string command;              // recorded in the profile
 };
 
 struct PassStats {
   double median_s = 0, min_s = 0, p10_s = 0, p90_s = 0;
+};
+
+struct LayerSamples {
+  std::vector<double> forward_s, backward_input_s, backward_weight_s;  // one per timed repetition
 };
 
 struct LayerTiming {
@@ -46,9 +59,12 @@ struct LayerTiming {
 // all-reduces left to the collective profile) on `copies` instances used in
 // turn, so the weights of a signature shared by many layers rotate through
 // the caches as in a real pass.
-Status TimeLayer(const Layer& layer, int64_t microbatch, int64_t tp, const LayerProfileOptions& options, LayerTiming* out, int copies = 1);
+// `samples`, when given, receives every timed repetition (appended).
+Status TimeLayer(const Layer& layer, int64_t microbatch, int64_t tp, const LayerProfileOptions& options, LayerTiming* out, int copies = 1,
+                 LayerSamples* samples = nullptr);
 
-// Profiles every distinct signature of the model once per (microbatch, tp).
+// Profiles every distinct signature of the model per (microbatch, tp), in
+// options.rounds interleaved rounds.
 // Returns Unavailable ("exit 130" path) when interrupted by Ctrl-C.
 Status ProfileModel(const ModelSpec& model, const LayerProfileOptions& options, Profile* out);
 

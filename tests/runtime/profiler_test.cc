@@ -54,6 +54,36 @@ TEST_CASE("profiling tiny-gpt times each signature once and fills every layer") 
   CHECK(q.layers[1].timings[0].repetitions == p.layers[1].timings[0].repetitions);
 }
 
+TEST_CASE("profiling in rounds: every point once per round, samples pooled, the sync hook before each") {
+  ModelSpec m;
+  REQUIRE_OK(LoadModelSpec(testing::SourcePath("configs/models/tiny-gpt.yaml"), &m));
+  LayerProfileOptions o;
+  o.microbatches = {1, 2};
+  o.min_repetitions = 7;  // 3 per round in 3 rounds: at least 9 pooled
+  o.max_repetitions = 9;  // 3 per round: exactly 9 pooled
+  o.budget_s = 0.05;
+  o.rounds = 3;
+  o.progress = false;
+  int calls = 0;
+  o.sync = [&calls] {
+    ++calls;
+    return Status::OK();
+  };
+  Profile p;
+  REQUIRE_OK(ProfileModel(m, o, &p));
+  // tiny-gpt has 5 distinct signatures (embedding, block, final layernorm, lm_head, loss) x 2 points x 3 rounds.
+  CHECK(calls == 5 * 2 * 3);
+  for (const auto& l : p.layers) {
+    INFO(l.name);
+    for (const auto& t : l.timings) CHECK(t.repetitions == 9);
+  }
+  // A failing hook (a lost peer rank under mpirun) stops the profile with its error.
+  o.sync = [] { return Status::CommError("peer gone"); };
+  Status s = ProfileModel(m, o, &p);
+  CHECK(!s.ok());
+  CHECK(s.message().find("peer gone") != std::string::npos);
+}
+
 TEST_CASE("alpha-beta fit recovers a closed form") {
   std::vector<std::pair<double, double>> pts;
   for (double b = 8; b <= 1 << 24; b *= 4) pts.emplace_back(b, 5e-6 + b / 3e9);
