@@ -99,7 +99,10 @@ std::string DescribeHost(Device device, int threads) {
   return fmt::format("{} ({} thread{}, Eigen CPU kernels)", model, threads, threads == 1 ? "" : "s");
 }
 
-Status TimeLayer(const Layer& layer, int64_t b, int64_t tp, const LayerProfileOptions& o, LayerTiming* out, int copies, LayerSamples* samples) {
+Status TimeLayer(const Layer& layer, int64_t b, int64_t tp, const LayerProfileOptions& round_options, LayerTiming* out, int copies, LayerSamples* samples,
+                 const LayerProfileOptions* whole, bool* used_whole) {
+  const LayerProfileOptions* cur = &round_options;  // switches to `whole` for a slow layer (below)
+  const LayerProfileOptions& o = round_options;       // the settings that do not change
   // `copies` instances used round robin: their weights rotate through the
   // caches as the model's equal layers do in a real pass.
   std::vector<std::unique_ptr<LayerKernel>> kernels(static_cast<size_t>(std::max(1, copies)));
@@ -125,12 +128,17 @@ Status TimeLayer(const Layer& layer, int64_t b, int64_t tp, const LayerProfileOp
   Clock clock(o.device);
   std::vector<double> f, bi, bw, bb;
   Tensor dy;
-  auto deadline = std::chrono::steady_clock::now() + std::chrono::duration<double>(o.budget_s);
+  auto deadline = std::chrono::steady_clock::now() + std::chrono::duration<double>(cur->budget_s);
+  if (used_whole) *used_whole = false;
   ResetPeakMemory(o.device);
   const int64_t base = GetMemoryStats(o.device).current_bytes;
-  // Every instance runs once untimed at least: its first pass touches fresh weight and gradient pages.
-  const int warmup = std::max(o.warmup, static_cast<int>(kernels.size()));
-  for (int rep = 0; rep < warmup + o.max_repetitions; ++rep) {
+  // Warm-up: o.warmup passes, and every rotating instance once while warming stays cheap (its first
+  // pass touches fresh weight and gradient pages; for a layer whose passes take 10s of ms that cost
+  // is a small share of a pass and the median absorbs it).
+  constexpr double kCheapWarmupSeconds = 0.02;
+  int warm = 0;
+  double warm_s = 0;
+  for (int rep = 0; static_cast<int>(f.size()) < cur->max_repetitions; ++rep) {
     if (Interrupted()) return Status::Unavailable("interrupted");
     LayerKernel* k = kernels[static_cast<size_t>(rep) % kernels.size()].get();
     Saved s;
@@ -149,17 +157,28 @@ Status TimeLayer(const Layer& layer, int64_t b, int64_t tp, const LayerProfileOp
     clock.Start();
     PLANNER_RETURN_IF_ERROR(k->BackwardWeight(&s));
     double tw = clock.Stop();
-    if (rep < warmup) continue;
+    // A pass longer than 1/20 of a round's budget: rounds would mostly repeat warm-ups and kernel
+    // set-up, and 20 such passes already span a burst of noise, so this point is timed whole now.
+    if (rep == 0 && whole != nullptr && tf + tb + tw > cur->budget_s / 20) {
+      cur = whole;
+      deadline = std::chrono::steady_clock::now() + std::chrono::duration<double>(cur->budget_s);
+      if (used_whole) *used_whole = true;
+    }
+    if (warm < cur->warmup || (warm < static_cast<int>(kernels.size()) && warm_s < kCheapWarmupSeconds)) {
+      ++warm;
+      warm_s += tf + tb + tw;
+      continue;
+    }
     f.push_back(tf);
     bi.push_back(tb);
     bw.push_back(tw);
     bb.push_back(tb + tw);
     int n = static_cast<int>(f.size());
-    // Stable after the minimum, or out of budget after a floor of 5 (large layers).
+    // Stable after the minimum, or out of budget after the floor (large layers).
     std::vector<double> total(f.size());
     for (size_t i = 0; i < f.size(); ++i) total[i] = f[i] + bb[i];
-    if (n >= o.min_repetitions && RelError(total) < o.target_rel_error) break;
-    if (n >= std::min(5, o.min_repetitions) && std::chrono::steady_clock::now() > deadline) break;
+    if (n >= cur->min_repetitions && RelError(total) < cur->target_rel_error) break;
+    if (n >= std::min(cur->budget_floor, cur->min_repetitions) && std::chrono::steady_clock::now() > deadline) break;
   }
   out->forward = Stats(f);
   out->backward_input = Stats(bi);
@@ -201,10 +220,12 @@ Status ProfileModel(const ModelSpec& m, const LayerProfileOptions& o, Profile* o
   per_round.min_repetitions = std::max(1, (o.min_repetitions + rounds - 1) / rounds);
   per_round.max_repetitions = std::max(per_round.min_repetitions, (o.max_repetitions + rounds - 1) / rounds);
   per_round.budget_s = o.budget_s / rounds;
+  per_round.budget_floor = std::max(1, (o.budget_floor + rounds - 1) / rounds);
   per_round.target_rel_error = o.target_rel_error * std::sqrt(static_cast<double>(rounds));
   std::vector<std::vector<LayerSamples>> samples(first_of.size(), std::vector<LayerSamples>(points.size()));
   std::vector<std::vector<double>> peak(first_of.size(), std::vector<double>(points.size(), 0.0));
   std::vector<std::vector<KernelFlops>> flops(first_of.size(), std::vector<KernelFlops>(points.size()));
+  std::vector<std::vector<char>> whole(first_of.size(), std::vector<char>(points.size(), 0));  // timed whole in round 0
   const int total = static_cast<int>(first_of.size() * points.size()) * rounds;
   Progress progress("profile", total);
   int step = 0;
@@ -217,11 +238,15 @@ Status ProfileModel(const ModelSpec& m, const LayerProfileOptions& o, Profile* o
         const Point& pt = points[pi];
         if (o.progress) progress.Update(step, fmt::format("{} b={} tp={} (round {} of {})", l.type, pt.b, pt.tp, round + 1, rounds));
         ++step;
-        if (o.sync) PLANNER_RETURN_IF_ERROR(o.sync());
+        if (o.sync) PLANNER_RETURN_IF_ERROR(o.sync());  // on every rank for every point, skipped or not
+        if (whole[s][pi]) continue;
         // A layer that is not sharded runs whole on every TP rank.
         const int64_t kernel_tp = l.tp_shardable ? pt.tp : 1;
         LayerTiming lt;
-        Status st = TimeLayer(l, pt.b, kernel_tp, per_round, &lt, std::min(copies, o.max_copies), &samples[s][pi]);
+        bool used_whole = false;
+        Status st = TimeLayer(l, pt.b, kernel_tp, per_round, &lt, std::min(copies, o.max_copies), &samples[s][pi],
+                              rounds > 1 && round == 0 ? &o : nullptr, &used_whole);
+        whole[s][pi] = used_whole;
         if (!st.ok()) {
           if (Interrupted()) return Status::Unavailable("interrupted by Ctrl-C; no profile written");
           return st.WithContext(fmt::format("layer '{}' ({}) at microbatch {} tp {}", l.name, l.type, pt.b, pt.tp));

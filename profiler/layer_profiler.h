@@ -26,13 +26,15 @@ struct LayerProfileOptions {
   int min_repetitions = 20;
   int max_repetitions = 200;
   double budget_s = 2.0;            // per (signature, microbatch, tp) once min_repetitions are done
+  int budget_floor = 5;             // timed repetitions at least before the budget may end a point
   double target_rel_error = 0.01;   // stop when the median's standard error / median is below this
   bool progress = true;
   int max_copies = 16;              // a signature shared by k layers is timed on min(k, this) instances in turn
   // ProfileModel times every point in `rounds` passes over all points, each with
   // 1/rounds of the repetitions and budget, and pools the samples: a burst of
   // host noise (or a peer rank still starting) lands in one round of one point
-  // and the pooled median outvotes it.
+  // and the pooled median outvotes it. A point whose pass takes over 1/20 of a
+  // round's budget is timed whole in the first round (TimeLayer's `whole`).
   int rounds = 3;
   // Called before every point of every round: under mpirun the ranks meet at a
   // barrier, so each point is timed while the other ranks time the same one.
@@ -59,9 +61,13 @@ struct LayerTiming {
 // all-reduces left to the collective profile) on `copies` instances used in
 // turn, so the weights of a signature shared by many layers rotate through
 // the caches as in a real pass.
-// `samples`, when given, receives every timed repetition (appended).
+// `samples`, when given, receives every timed repetition (appended). With
+// `whole`, a layer whose first pass takes over 1/20 of options.budget_s is
+// timed with `whole`'s repetitions and budget instead (*used_whole = true):
+// ProfileModel's first round passes its whole-profile settings so that slow
+// layers are timed once rather than in rounds.
 Status TimeLayer(const Layer& layer, int64_t microbatch, int64_t tp, const LayerProfileOptions& options, LayerTiming* out, int copies = 1,
-                 LayerSamples* samples = nullptr);
+                 LayerSamples* samples = nullptr, const LayerProfileOptions* whole = nullptr, bool* used_whole = nullptr);
 
 // Profiles every distinct signature of the model per (microbatch, tp), in
 // options.rounds interleaved rounds.

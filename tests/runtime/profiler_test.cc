@@ -59,9 +59,10 @@ TEST_CASE("profiling in rounds: every point once per round, samples pooled, the 
   REQUIRE_OK(LoadModelSpec(testing::SourcePath("configs/models/tiny-gpt.yaml"), &m));
   LayerProfileOptions o;
   o.microbatches = {1, 2};
-  o.min_repetitions = 7;  // 3 per round in 3 rounds: at least 9 pooled
-  o.max_repetitions = 9;  // 3 per round: exactly 9 pooled
-  o.budget_s = 0.05;
+  o.min_repetitions = 7;    // 3 per round in 3 rounds
+  o.max_repetitions = 9;    // 3 per round: exactly 9 pooled
+  o.target_rel_error = 0;   // never "stable": every round runs to its maximum
+  o.budget_s = 3;           // 1 s a round: no pass here is over 1/20 of it
   o.rounds = 3;
   o.progress = false;
   int calls = 0;
@@ -69,6 +70,7 @@ TEST_CASE("profiling in rounds: every point once per round, samples pooled, the 
     ++calls;
     return Status::OK();
   };
+  o.budget_floor = 1;
   Profile p;
   REQUIRE_OK(ProfileModel(m, o, &p));
   // tiny-gpt has 5 distinct signatures (embedding, block, final layernorm, lm_head, loss) x 2 points x 3 rounds.
@@ -76,6 +78,18 @@ TEST_CASE("profiling in rounds: every point once per round, samples pooled, the 
   for (const auto& l : p.layers) {
     INFO(l.name);
     for (const auto& t : l.timings) CHECK(t.repetitions == 9);
+  }
+  // A point whose pass takes over 1/20 of a round's budget is timed whole in the first round (the
+  // whole profile's repetitions: here the budget is tiny, so every point), and the hook still runs
+  // before every point of every round, as the ranks under mpirun must meet equally often.
+  calls = 0;
+  o.budget_s = 1e-6;
+  o.budget_floor = 9;
+  REQUIRE_OK(ProfileModel(m, o, &p));
+  CHECK(calls == 5 * 2 * 3);
+  for (const auto& l : p.layers) {
+    INFO(l.name);
+    for (const auto& t : l.timings) CHECK(t.repetitions == 7);  // min(budget_floor 9, min_repetitions 7) in one go
   }
   // A failing hook (a lost peer rank under mpirun) stops the profile with its error.
   o.sync = [] { return Status::CommError("peer gone"); };
