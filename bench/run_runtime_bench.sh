@@ -7,9 +7,13 @@
 #  3. the data-parallel all-reduce inside the runtime vs the comm profile's (cold-cache) curve
 #  4. pipeline send/recv inside the runtime vs the comm profile, and a plain-MPI one-way transfer
 #     under the same memory conditions (bench/p2p_contention.cc)
-# The MPI transport is planner's (shared-memory eager limit 256 KiB, runtime/comm/mpi_comm.cc)
-# unless exported: OMPI_MCA_btl_vader_eager_limit=4096 bash bench/run_runtime_bench.sh runs
-# everything over Open MPI's default (CMA rendezvous above 32 KiB) for an A/B.
+# The MPI transport is planner's (shared-memory eager limit 256 KiB; all-reduces from 1 MiB as a
+# segmented ring of 128 KiB segments; runtime/comm/mpi_comm.cc) unless exported:
+#   OMPI_MCA_btl_vader_eager_limit=4096 bash bench/run_runtime_bench.sh  (Open MPI's default
+#     protocol: CMA rendezvous above 32 KiB)
+#   OMPI_MCA_coll_tuned_use_dynamic_rules=0 bash bench/run_runtime_bench.sh  (Open MPI's own
+#     all-reduce algorithm choice)
+# run everything the library's way for an A/B.
 set -eu
 cd "$(dirname "$0")/.."
 R=$PWD

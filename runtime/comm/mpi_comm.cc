@@ -71,6 +71,40 @@ void SetSharedMemoryDefaults() {
   g_eager_set = kEagerLimitBytes;
 }
 
+// Open MPI's all-reduce of 1 MiB and more as a segmented ring with 128 KiB
+// segments (coll tuned algorithm 5), through a dynamic rules file; smaller
+// all-reduces keep the library's own decision. The segments move as eager
+// copies (above) instead of the kernel copy of half the peer's buffer: the
+// runtime's 3.73 MB gradient all-reduce on 2 ranks took 0.51-0.52 ms against
+// 0.74-0.80 ms, and the cold comm curve at 4 MiB 0.43-0.47 ms against
+// 0.69-0.72 ms (docs/performance.md). Skipped where the user enabled dynamic
+// rules. Returns the file to remove once MPI_Init has read it, or "".
+constexpr int64_t kRingFromBytes = int64_t{1} << 20;
+constexpr int64_t kRingSegmentBytes = int64_t{128} << 10;
+bool g_ring_set = false;
+std::string SetAllReduceRule() {
+  if (std::getenv("OMPI_MCA_coll_tuned_use_dynamic_rules") != nullptr) return "";
+  const char* dir = std::getenv("TMPDIR");
+  std::string path = std::string(dir != nullptr && *dir != '\0' ? dir : "/tmp") + "/planner-coll-rules-XXXXXX";
+  std::vector<char> name(path.begin(), path.end());
+  name.push_back('\0');
+  const int fd = mkstemp(name.data());
+  if (fd < 0) return "";
+  // Format (Open MPI 4.1): collectives; collective id (2: all-reduce); comm sizes; comm size (2 and up);
+  // message sizes; then per message size: bytes, algorithm (0: the library's decision), topology, segment.
+  const std::string rules = fmt::format("1\n2\n1\n2\n2\n0 0 0 0\n{} 5 0 {}\n", kRingFromBytes, kRingSegmentBytes);
+  const bool written = write(fd, rules.data(), rules.size()) == static_cast<ssize_t>(rules.size());
+  close(fd);
+  if (!written) {
+    unlink(name.data());
+    return "";
+  }
+  setenv("OMPI_MCA_coll_tuned_use_dynamic_rules", "1", 0);
+  setenv("OMPI_MCA_coll_tuned_dynamic_rules_filename", name.data(), 0);
+  g_ring_set = true;
+  return name.data();
+}
+
 // A control variable of the library through MPI_T (-1 when it has none of that name).
 int64_t ReadControlVariable(const char* name) {
   int provided = 0;
@@ -104,8 +138,11 @@ std::string DescribeTransport() {
   std::string lib(version, static_cast<size_t>(std::max(0, len)));
   lib = lib.substr(0, lib.find_first_of(",\n"));
   const int64_t eager = ReadControlVariable("btl_vader_eager_limit");
-  if (eager < 0) return lib;
-  return fmt::format("{}, shared-memory eager limit {} B", lib, eager);
+  if (eager >= 0) lib += fmt::format(", shared-memory eager limit {} B", eager);
+  if (g_ring_set && ReadControlVariable("coll_tuned_use_dynamic_rules") == 1) {
+    lib += fmt::format(", all-reduce from {} B as a segmented ring ({} B segments)", kRingFromBytes, kRingSegmentBytes);
+  }
+  return lib;
 }
 
 // One per process: a thread that wakes every 50 ms and aborts the job when
@@ -338,6 +375,7 @@ Status MakeMpiWorld(std::unique_ptr<Communicator>* out) {
   MPI_Initialized(&inited);
   if (!inited) {
     SetSharedMemoryDefaults();
+    const std::string rules_file = SetAllReduceRule();
     int provided = 0;
     // MULTIPLE: the runtime all-reduces gradients on a second thread while backward runs.
     if (MPI_Init_thread(nullptr, nullptr, MPI_THREAD_MULTIPLE, &provided) != MPI_SUCCESS) {
@@ -345,6 +383,7 @@ Status MakeMpiWorld(std::unique_ptr<Communicator>* out) {
     }
     g_thread_multiple = provided >= MPI_THREAD_MULTIPLE;
     g_transport = DescribeTransport();
+    if (!rules_file.empty()) unlink(rules_file.c_str());  // read by MPI_Init
     std::atexit(FinalizeAtExit);
   }
   *out = std::make_unique<MpiComm>(MPI_COMM_WORLD, false);

@@ -20,7 +20,7 @@ inline Status Expect(bool ok, Communicator& c, const std::string& what) {
 inline Status RunConformance(Communicator& c) {
   const int n = c.size(), r = c.rank();
   // all-reduce sum and max, odd counts.
-  for (int64_t count : {1, 7, 1000}) {
+  for (int64_t count : {int64_t{1}, int64_t{7}, int64_t{1000}, int64_t{700001}}) {  // 700001: 2.8 MB, a segmented ring on MPI
     std::vector<float> a(static_cast<size_t>(count));
     for (int64_t i = 0; i < count; ++i) a[static_cast<size_t>(i)] = static_cast<float>(r + i);
     PLANNER_RETURN_IF_ERROR(c.AllReduce(a.data(), count, ReduceOp::kSum));

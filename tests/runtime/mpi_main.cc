@@ -14,6 +14,7 @@
 int main() {
   using namespace planner;
   const char* preset = std::getenv("OMPI_MCA_btl_vader_eager_limit");
+  const bool rules_preset = std::getenv("OMPI_MCA_coll_tuned_use_dynamic_rules") != nullptr;
   std::unique_ptr<Communicator> world;
   Status s = MakeMpiWorld(&world);
   if (!s.ok()) {
@@ -25,6 +26,13 @@ int main() {
   }
   const std::string want_eager = (preset != nullptr ? std::string(preset) : std::to_string(MpiEagerLimitSet() > 0 ? MpiEagerLimitSet() : 4096)) + " B";
   const std::string transport = world->transport();
+  // Planner's all-reduce rule (segmented ring from 1 MiB) is in force unless the user set dynamic rules.
+  if (transport.rfind("Open MPI", 0) == 0 && !rules_preset) {
+    if (transport.find("all-reduce from 1048576 B as a segmented ring") == std::string::npos) {
+      std::fprintf(stderr, "rank %d: transport '%s' lacks the segmented-ring all-reduce rule\n", world->rank(), transport.c_str());
+      return 1;
+    }
+  }
   if (transport.rfind("Open MPI", 0) == 0 && transport.find("eager limit " + want_eager) == std::string::npos) {
     std::fprintf(stderr, "rank %d: transport '%s' does not carry the eager limit %s\n", world->rank(), transport.c_str(), want_eager.c_str());
     return 1;
