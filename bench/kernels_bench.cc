@@ -109,24 +109,46 @@ int FullPass(const ModelSpec& m, const Profile& p, int64_t b) {
   ks.back()->SetTargets(targets);
   Tensor x0 = Input(m.layers.front(), b);
   std::vector<double> times;
+  std::vector<std::vector<double>> layer_f(ks.size()), layer_b(ks.size());  // per layer, in the pass
   for (int it = 0; it < 33; ++it) {
     double t0 = Now();
     std::vector<Saved> saved(ks.size());
+    std::vector<double> tf(ks.size()), tb(ks.size());
     Tensor x = x0;
     for (size_t i = 0; i < ks.size(); ++i) {
       Tensor y;
+      const double l0 = Now();
       (void)ks[i]->Forward(x, &y, &saved[i]);
+      tf[i] = Now() - l0;
       x = y;
     }
     Tensor g = Tensor::Zeros(x.shape());
     for (int64_t i = 0; i < g.numel(); ++i) g.data()[i] = 1.0f / static_cast<float>(b);
     for (size_t i = ks.size(); i-- > 0;) {
       Tensor dx;
+      const double l0 = Now();
       (void)ks[i]->BackwardInput(g, &dx, &saved[i]);
       (void)ks[i]->BackwardWeight(&saved[i]);
+      tb[i] = Now() - l0;
       g = dx;
     }
-    if (it >= 3) times.push_back(Now() - t0);
+    if (it >= 3) {
+      times.push_back(Now() - t0);
+      for (size_t i = 0; i < ks.size(); ++i) {
+        layer_f[i].push_back(tf[i]);
+        layer_b[i].push_back(tb[i]);
+      }
+    }
+  }
+  // Per layer: the pass's median F and B + W against the profile's, so a gap can be placed.
+  std::printf("%-18s %12s %12s %12s %12s   (b=%lld; ms, medians)\n", "layer", "F in pass", "F profile", "B+W in pass", "B+W profile",
+              static_cast<long long>(b));
+  for (size_t i = 0; i < ks.size() && i < p.layers.size(); ++i) {
+    for (const auto& t : p.layers[i].timings) {
+      if (t.microbatch != b || t.tp != 1) continue;
+      std::printf("%-18s %12.4f %12.4f %12.4f %12.4f\n", m.layers[i].name.c_str(), Median(layer_f[i]) * 1e3, t.forward_s * 1e3,
+                  Median(layer_b[i]) * 1e3, t.backward_s * 1e3);
+    }
   }
   double predicted = 0;
   for (size_t i = 0; i < p.layers.size(); ++i) {
@@ -149,6 +171,7 @@ int main(int argc, char** argv) {
     argc -= 2;
   }
   SetCpuThreads(threads);
+  KeepFreedHostMemory();  // the runtime's and the profiler's host memory policy (runtime/kernels/tensor.h)
   if (argc < 2) {
     std::fprintf(stderr, "usage: kernels_bench gemm [N] | kernels MODEL [b] | fullpass MODEL PROFILE [b] [--threads N]\n");
     return 2;

@@ -4,7 +4,8 @@
 #  2. wall time of `planner profile` for tiny-gpt and gpt2-small
 #  3. repeatability: two profiles of tiny-gpt, median layer times compared
 #  4. a profile's predicted full forward+backward pass against one measured in one process
-#  5. 2-rank collectives: planner profile --comm against a plain MPI loop
+#  5. 2-rank collectives: planner profile --comm against a plain MPI loop (same library settings),
+#     and planner's transport settings against Open MPI's defaults
 set -eu
 cd "$(dirname "$0")/.."
 P=build/planner/planner
@@ -43,11 +44,16 @@ $P -q profile configs/models/mlp-small.yaml --device cpu --microbatch-sizes 64 -
 $B fullpass configs/models/mlp-small.yaml $T/mlp.profile.yaml 64
 for b in 1 8; do $B fullpass configs/models/tiny-gpt.yaml $T/a.profile.yaml $b; done
 if command -v mpirun >/dev/null && [ -x build/bench/mpi_loop ]; then
-  echo "== 5. 2-rank collectives: planner profile --comm vs plain MPI"
   export OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1
+  # 5a: our communicator against a plain MPI loop under the same library settings (Open MPI's
+  # defaults: exporting them keeps MakeMpiWorld from applying planner's transport settings).
+  # 5b: planner's transport settings (runtime/comm/mpi_comm.cc) against those defaults.
+  LIB="-x OMPI_MCA_btl_vader_eager_limit=4096 -x OMPI_MCA_coll_tuned_use_dynamic_rules=0"
+  mpirun --oversubscribe -np 2 $LIB $P -q profile --comm --collectives all_reduce,send_recv --max-bytes 16M -o $T/comm-lib.profile.yaml > $T/comm-lib.txt
+  mpirun --oversubscribe -np 2 $LIB build/bench/mpi_loop $((16 << 20)) > $T/plain.txt
   mpirun --oversubscribe -np 2 $P -q profile --comm --collectives all_reduce,send_recv --max-bytes 16M -o $T/comm.profile.yaml > $T/comm.txt
-  mpirun --oversubscribe -np 2 build/bench/mpi_loop $((16 << 20)) > $T/plain.txt
-  python3 - $T/comm.txt $T/plain.txt <<'PY'
+  echo "== 5a. 2-rank collectives, Open MPI's default settings: planner profile --comm vs plain MPI"
+  python3 - $T/comm-lib.txt $T/plain.txt <<'PY'
 import sys
 planner = {"all_reduce": {}, "send_recv": {}}
 cur = None
@@ -63,5 +69,23 @@ for line in open(sys.argv[2]):
     if s in planner["all_reduce"] and s >= 1024:
         pa, ps = planner["all_reduce"][s], planner["send_recv"].get(s, 0)
         print(f"{s:>10} {pa:>11.3f} {float(ar):>9.3f} {pa/float(ar):>6.2f} {ps:>11.3f} {float(sr):>9.3f} {ps/float(sr):>6.2f}")
+PY
+  echo "== 5b. planner profile --comm: planner's transport settings vs Open MPI's defaults"
+  python3 - $T/comm.txt $T/comm-lib.txt <<'PY'
+import sys
+def read(path):
+    d = {"all_reduce": {}, "send_recv": {}}; cur = None
+    for line in open(path):
+        if line.startswith("# all_reduce"): cur = "all_reduce"
+        elif line.startswith("# send_recv"): cur = "send_recv"
+        elif not line.startswith("#") and line.strip() and cur:
+            f = line.split(); d[cur][int(f[0])] = float(f[7])
+    return d
+new, lib = read(sys.argv[1]), read(sys.argv[2])
+print(f"{'size (B)':>10} {'AR planner':>11} {'AR default':>11} {'ratio':>6} {'SR planner':>11} {'SR default':>11} {'ratio':>6}   (busbw GB/s)")
+for s in sorted(new["all_reduce"]):
+    if s < 1024 or s not in lib["all_reduce"]: continue
+    a, b, c, d = new["all_reduce"][s], lib["all_reduce"][s], new["send_recv"].get(s, 0), lib["send_recv"].get(s, 1)
+    print(f"{s:>10} {a:>11.3f} {b:>11.3f} {a/b:>6.2f} {c:>11.3f} {d:>11.3f} {c/d:>6.2f}")
 PY
 fi
