@@ -841,7 +841,7 @@ Status RunLaunch(const LaunchPlan& L, const ModelSpec& model, Communicator& worl
     }
     if (!transfers_md.empty()) {
       rep += "\n" + transfers_md;
-      if (n > 1) rep += fmt::format("(Clock offsets to rank 0 estimated within {} at start. Transport: {}.)\n", FormatSeconds(clock_error), pipe->transport());
+      if (n > 1) rep += fmt::format("(Clock offsets to rank 0 estimated within {} at start.)\n\nTransport: {}.\n", FormatSeconds(clock_error), pipe->transport());
     }
     std::ofstream rf(fs::path(opt.run_dir) / "report.md");
     rf << rep;
