@@ -83,6 +83,7 @@ Status RunComm(const ProfileArgs& a, const std::string& cmdline) {
     if (root) std::printf("%s\n", line.c_str());
     std::fflush(stdout);
   };
+  print("# transport: " + (nccl ? nccl->transport() : world->transport()));
   if (nccl) PLANNER_RETURN_IF_ERROR(ProfileCollectives(*nccl, o, &rows, &p.comm, print, world.get()));
   else PLANNER_RETURN_IF_ERROR(ProfileCollectives(*world, o, &rows, &p.comm, print));
   if (!root) return Status::OK();
