@@ -7,13 +7,13 @@
 // aborts with one message naming a rank whose process is gone.
 #include <mpi.h>
 
+#include <algorithm>
 #include <atomic>
 #include <cerrno>
 #include <chrono>
 #include <cstdio>
 #include <cstdlib>
 #include <cstring>
-#include <algorithm>
 #include <thread>
 #include <fstream>
 #include <mutex>
@@ -35,7 +35,7 @@ namespace {
 
 MPI_Op Op(ReduceOp op) { return op == ReduceOp::kSum ? MPI_SUM : MPI_MAX; }
 bool g_thread_multiple = false;
-std::string g_transport = "mpi";  // set once MPI is initialised: TransportDescription()
+std::string g_transport = "mpi";  // set once MPI is initialised: DescribeTransport()
 
 // Open MPI's shared-memory transport (btl "vader", "sm" in Open MPI 5) copies
 // messages up to its eager limit (4 KiB by default) through a shared segment
@@ -75,8 +75,8 @@ void SetSharedMemoryDefaults() {
 // segments (coll tuned algorithm 5), through a dynamic rules file; smaller
 // all-reduces keep the library's own decision. The segments move as eager
 // copies (above) instead of the kernel copy of half the peer's buffer: the
-// runtime's 3.73 MB gradient all-reduce on 2 ranks took 0.51-0.52 ms against
-// 0.74-0.80 ms, and the cold comm curve at 4 MiB 0.43-0.47 ms against
+// runtime's 3.73 MB gradient all-reduce on 2 ranks took 0.46-0.52 ms against
+// 0.66-0.80 ms, and the cold comm curve at 4 MiB 0.43-0.47 ms against
 // 0.69-0.72 ms (docs/performance.md). Skipped where the user enabled dynamic
 // rules. Returns the file to remove once MPI_Init has read it, or "".
 constexpr int64_t kRingFromBytes = int64_t{1} << 20;
@@ -128,9 +128,10 @@ int64_t ReadControlVariable(const char* name) {
   return value;
 }
 
-// "Open MPI v4.1.4, shared-memory eager limit 1048576 B": the library (first
-// clause of its version string) and the setting that decides how pipeline
-// messages move; written into comm profiles and run reports.
+// "Open MPI v4.1.4, shared-memory eager limit 262144 B, all-reduce from
+// 1048576 B as a segmented ring (131072 B segments)": the library (first
+// clause of its version string) and the settings above as the library reports
+// them through MPI_T; written into comm profiles and run reports.
 std::string DescribeTransport() {
   char version[MPI_MAX_LIBRARY_VERSION_STRING] = {};
   int len = 0;
@@ -379,6 +380,7 @@ Status MakeMpiWorld(std::unique_ptr<Communicator>* out) {
     int provided = 0;
     // MULTIPLE: the runtime all-reduces gradients on a second thread while backward runs.
     if (MPI_Init_thread(nullptr, nullptr, MPI_THREAD_MULTIPLE, &provided) != MPI_SUCCESS) {
+      if (!rules_file.empty()) unlink(rules_file.c_str());
       return Status::CommError("MPI_Init_thread failed");
     }
     g_thread_multiple = provided >= MPI_THREAD_MULTIPLE;
