@@ -52,40 +52,31 @@ if command -v mpirun >/dev/null && [ -x build/bench/mpi_loop ]; then
   mpirun --oversubscribe -np 2 $LIB $P -q profile --comm --collectives all_reduce,send_recv --max-bytes 16M -o $T/comm-lib.profile.yaml > $T/comm-lib.txt
   mpirun --oversubscribe -np 2 $LIB build/bench/mpi_loop $((16 << 20)) > $T/plain.txt
   mpirun --oversubscribe -np 2 $P -q profile --comm --collectives all_reduce,send_recv --max-bytes 16M -o $T/comm.profile.yaml > $T/comm.txt
-  echo "== 5a. 2-rank collectives, Open MPI's default settings: planner profile --comm vs plain MPI"
-  python3 - $T/comm-lib.txt $T/plain.txt <<'PY'
-import sys
-planner = {"all_reduce": {}, "send_recv": {}}
-cur = None
-for line in open(sys.argv[1]):
-    if line.startswith("# all_reduce"): cur = "all_reduce"
-    elif line.startswith("# send_recv"): cur = "send_recv"
-    elif not line.startswith("#") and line.strip() and cur:
-        f = line.split(); planner[cur][int(f[0])] = float(f[7])
-print(f"{'size (B)':>10} {'AR planner':>11} {'AR plain':>9} {'ratio':>6} {'SR planner':>11} {'SR plain':>9} {'ratio':>6}   (busbw GB/s)")
-for line in open(sys.argv[2]):
-    if line.startswith("#"): continue
-    s, ar, sr = line.split(); s = int(s)
-    if s in planner["all_reduce"] and s >= 1024:
-        pa, ps = planner["all_reduce"][s], planner["send_recv"].get(s, 0)
-        print(f"{s:>10} {pa:>11.3f} {float(ar):>9.3f} {pa/float(ar):>6.2f} {ps:>11.3f} {float(sr):>9.3f} {ps/float(sr):>6.2f}")
-PY
-  echo "== 5b. planner profile --comm: planner's transport settings vs Open MPI's defaults"
-  python3 - $T/comm.txt $T/comm-lib.txt <<'PY'
+  # One reader for both comparisons: `planner profile --comm` prints nccl-tests tables under
+  # "# all_reduce ..." / "# send_recv ..." headers (busbw in column 8); mpi_loop prints
+  # "size all-reduce-busbw send/recv-busbw" rows.
+  cat > $T/compare.py <<'PY'
 import sys
 def read(path):
     d = {"all_reduce": {}, "send_recv": {}}; cur = None
     for line in open(path):
         if line.startswith("# all_reduce"): cur = "all_reduce"
         elif line.startswith("# send_recv"): cur = "send_recv"
-        elif not line.startswith("#") and line.strip() and cur:
+        elif line.startswith("#") or not line.strip(): continue
+        elif cur:
             f = line.split(); d[cur][int(f[0])] = float(f[7])
+        else:
+            s, ar, sr = line.split(); d["all_reduce"][int(s)] = float(ar); d["send_recv"][int(s)] = float(sr)
     return d
-new, lib = read(sys.argv[1]), read(sys.argv[2])
-print(f"{'size (B)':>10} {'AR planner':>11} {'AR default':>11} {'ratio':>6} {'SR planner':>11} {'SR default':>11} {'ratio':>6}   (busbw GB/s)")
-for s in sorted(new["all_reduce"]):
-    if s < 1024 or s not in lib["all_reduce"]: continue
-    a, b, c, d = new["all_reduce"][s], lib["all_reduce"][s], new["send_recv"].get(s, 0), lib["send_recv"].get(s, 1)
-    print(f"{s:>10} {a:>11.3f} {b:>11.3f} {a/b:>6.2f} {c:>11.3f} {d:>11.3f} {c/d:>6.2f}")
+a, b, la, lb = read(sys.argv[1]), read(sys.argv[2]), sys.argv[3], sys.argv[4]
+print(f"{'size (B)':>10} {'AR ' + la:>11} {'AR ' + lb:>11} {'ratio':>6} {'SR ' + la:>11} {'SR ' + lb:>11} {'ratio':>6}   (busbw GB/s)")
+for s in sorted(a["all_reduce"]):
+    if s < 1024 or s not in b["all_reduce"]: continue
+    w, x, y, z = a["all_reduce"][s], b["all_reduce"][s], a["send_recv"].get(s, 0), b["send_recv"].get(s, 1)
+    print(f"{s:>10} {w:>11.3f} {x:>11.3f} {w/x:>6.2f} {y:>11.3f} {z:>11.3f} {y/z:>6.2f}")
 PY
+  echo "== 5a. 2-rank collectives, Open MPI's default settings: planner profile --comm vs plain MPI"
+  python3 $T/compare.py $T/comm-lib.txt $T/plain.txt planner plain
+  echo "== 5b. planner profile --comm: planner's transport settings vs Open MPI's defaults"
+  python3 $T/compare.py $T/comm.txt $T/comm-lib.txt planner default
 fi
