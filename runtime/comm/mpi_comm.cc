@@ -105,26 +105,22 @@ std::string SetAllReduceRule() {
   return name.data();
 }
 
-// A control variable of the library through MPI_T (-1 when it has none of that name).
+// A control variable of the library through MPI_T (-1 when it has none of that
+// name); the caller holds an MPI_T session (MPI_T_init_thread).
 int64_t ReadControlVariable(const char* name) {
-  int provided = 0;
-  if (MPI_T_init_thread(MPI_THREAD_SINGLE, &provided) != MPI_SUCCESS) return -1;
   int64_t value = -1;
   int index = 0;
-  if (MPI_T_cvar_get_index(name, &index) == MPI_SUCCESS) {
-    MPI_T_cvar_handle h;
-    int count = 0;
-    if (MPI_T_cvar_handle_alloc(index, nullptr, &h, &count) == MPI_SUCCESS) {
-      unsigned char buf[64] = {};  // little-endian: a 4- or 8-byte unsigned reads the same
-      if (count == 1 && MPI_T_cvar_read(h, buf) == MPI_SUCCESS) {
-        uint64_t v = 0;
-        std::memcpy(&v, buf, sizeof v);
-        value = static_cast<int64_t>(v);
-      }
-      MPI_T_cvar_handle_free(&h);
-    }
+  if (MPI_T_cvar_get_index(name, &index) != MPI_SUCCESS) return value;
+  MPI_T_cvar_handle h;
+  int count = 0;
+  if (MPI_T_cvar_handle_alloc(index, nullptr, &h, &count) != MPI_SUCCESS) return value;
+  unsigned char buf[64] = {};  // little-endian: a 4- or 8-byte unsigned reads the same
+  if (count == 1 && MPI_T_cvar_read(h, buf) == MPI_SUCCESS) {
+    uint64_t v = 0;
+    std::memcpy(&v, buf, sizeof v);
+    value = static_cast<int64_t>(v);
   }
-  MPI_T_finalize();
+  MPI_T_cvar_handle_free(&h);
   return value;
 }
 
@@ -138,11 +134,14 @@ std::string DescribeTransport() {
   MPI_Get_library_version(version, &len);
   std::string lib(version, static_cast<size_t>(std::max(0, len)));
   lib = lib.substr(0, lib.find_first_of(",\n"));
+  int provided = 0;
+  if (MPI_T_init_thread(MPI_THREAD_SINGLE, &provided) != MPI_SUCCESS) return lib;
   const int64_t eager = ReadControlVariable("btl_vader_eager_limit");
   if (eager >= 0) lib += fmt::format(", shared-memory eager limit {} B", eager);
   if (g_ring_set && ReadControlVariable("coll_tuned_use_dynamic_rules") == 1) {
     lib += fmt::format(", all-reduce from {} B as a segmented ring ({} B segments)", kRingFromBytes, kRingSegmentBytes);
   }
+  MPI_T_finalize();
   return lib;
 }
 
