@@ -213,7 +213,7 @@ Status ProfileModel(const ModelSpec& m, const LayerProfileOptions& o, Profile* o
   std::vector<Point> points;
   for (int64_t tp : o.tps) for (int64_t b : o.microbatches) points.push_back({b, tp});
   // Every point is timed in o.rounds passes over all points (each with 1/rounds of the repetitions
-  // and budget), and its samples are pooled: samples[sig][point].
+  // and budget), and its samples are pooled: measured[sig][point].
   const int rounds = std::max(1, o.rounds);
   LayerProfileOptions per_round = o;
   // The stop rule's target relative error is per round; sqrt(rounds) looser, so the pooled median meets o's.
@@ -222,37 +222,39 @@ Status ProfileModel(const ModelSpec& m, const LayerProfileOptions& o, Profile* o
   per_round.budget_s = o.budget_s / rounds;
   per_round.budget_floor = std::max(1, (o.budget_floor + rounds - 1) / rounds);
   per_round.target_rel_error = o.target_rel_error * std::sqrt(static_cast<double>(rounds));
-  std::vector<std::vector<LayerSamples>> samples(first_of.size(), std::vector<LayerSamples>(points.size()));
-  std::vector<std::vector<double>> peak(first_of.size(), std::vector<double>(points.size(), 0.0));
-  std::vector<std::vector<KernelFlops>> flops(first_of.size(), std::vector<KernelFlops>(points.size()));
-  std::vector<std::vector<char>> whole(first_of.size(), std::vector<char>(points.size(), 0));  // timed whole in round 0
+  struct Measured {  // one (signature, point) over the rounds
+    LayerSamples samples;
+    double peak_memory_bytes = 0;
+    KernelFlops flops;
+    bool whole = false;  // timed whole in round 0
+  };
+  std::vector<std::vector<Measured>> measured(first_of.size(), std::vector<Measured>(points.size()));
+  std::vector<int> copies(first_of.size(), 0);  // layers per signature
+  for (size_t i = 0; i < m.layers.size(); ++i) ++copies[layer_sig[i]];
   const int total = static_cast<int>(first_of.size() * points.size()) * rounds;
   Progress progress("profile", total);
   int step = 0;
   for (int round = 0; round < rounds; ++round) {
     for (size_t s = 0; s < first_of.size(); ++s) {
       const Layer& l = m.layers[first_of[s]];
-      int copies = 0;
-      for (size_t i = 0; i < m.layers.size(); ++i) copies += layer_sig[i] == s;
       for (size_t pi = 0; pi < points.size(); ++pi) {
         const Point& pt = points[pi];
+        Measured& me = measured[s][pi];
         if (o.progress) progress.Update(step, fmt::format("{} b={} tp={} (round {} of {})", l.type, pt.b, pt.tp, round + 1, rounds));
         ++step;
         if (o.sync) PLANNER_RETURN_IF_ERROR(o.sync());  // on every rank for every point, skipped or not
-        if (whole[s][pi]) continue;
+        if (me.whole) continue;
         // A layer that is not sharded runs whole on every TP rank.
         const int64_t kernel_tp = l.tp_shardable ? pt.tp : 1;
         LayerTiming lt;
-        bool used_whole = false;
-        Status st = TimeLayer(l, pt.b, kernel_tp, per_round, &lt, std::min(copies, o.max_copies), &samples[s][pi],
-                              rounds > 1 && round == 0 ? &o : nullptr, &used_whole);
-        whole[s][pi] = used_whole;
+        Status st = TimeLayer(l, pt.b, kernel_tp, per_round, &lt, std::min(copies[s], o.max_copies), &me.samples,
+                              rounds > 1 && round == 0 ? &o : nullptr, &me.whole);
         if (!st.ok()) {
           if (Interrupted()) return Status::Unavailable("interrupted by Ctrl-C; no profile written");
           return st.WithContext(fmt::format("layer '{}' ({}) at microbatch {} tp {}", l.name, l.type, pt.b, pt.tp));
         }
-        peak[s][pi] = std::max(peak[s][pi], lt.peak_memory_bytes);
-        flops[s][pi] = lt.flops;
+        me.peak_memory_bytes = std::max(me.peak_memory_bytes, lt.peak_memory_bytes);
+        me.flops = lt.flops;
       }
     }
   }
@@ -260,7 +262,8 @@ Status ProfileModel(const ModelSpec& m, const LayerProfileOptions& o, Profile* o
   std::vector<std::vector<ProfileTiming>> timings(first_of.size());
   for (size_t s = 0; s < first_of.size(); ++s) {
     for (size_t pi = 0; pi < points.size(); ++pi) {
-      const LayerSamples& ls = samples[s][pi];
+      const Measured& me = measured[s][pi];
+      const LayerSamples& ls = me.samples;
       std::vector<double> bb(ls.forward_s.size());
       for (size_t i = 0; i < bb.size(); ++i) bb[i] = ls.backward_input_s[i] + ls.backward_weight_s[i];
       const PassStats f = Stats(ls.forward_s), bi = Stats(ls.backward_input_s), bw = Stats(ls.backward_weight_s), b = Stats(bb);
@@ -277,8 +280,8 @@ Status ProfileModel(const ModelSpec& m, const LayerProfileOptions& o, Profile* o
       t.backward_input_min_s = bi.min_s;
       t.backward_weight_min_s = bw.min_s;
       t.repetitions = static_cast<int>(ls.forward_s.size());
-      t.peak_memory_bytes = peak[s][pi];
-      const KernelFlops& fl = flops[s][pi];
+      t.peak_memory_bytes = me.peak_memory_bytes;
+      const KernelFlops& fl = me.flops;
       double sec = t.forward_s + t.backward_s;
       t.achieved_gflops = sec > 0 ? (fl.forward + fl.backward_input + fl.backward_weight) / sec / 1e9 : 0;
       timings[s].push_back(t);
