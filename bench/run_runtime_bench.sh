@@ -112,7 +112,7 @@ w = sys.argv[1]
 print(f"warm curve: send/recv 128 KiB {at(w, 'send_recv', 'warm', 131072)*1e6:.1f} us, all-reduce 3.56 MiB {at(w, 'all_reduce', 'warm', 3.56*2**20)*1e3:.3f} ms")
 PY
 # Overhead: the 1-rank run's time per microbatch against the profile's sum (b = 1). The profile
-# and the run are a minute apart on a shared host, so five fresh profile + run pairs, and their median;
+# and the run are a minute apart on a shared host, so nine fresh profile + run pairs, and their median;
 # also the executor's own share: the run's iteration against its own measured kernel time.
 overhead() {  # overhead PROFILE REPORT
 python3 - "$1" "$2" <<'PY'
@@ -132,7 +132,7 @@ print(f"1-rank run: {per_mb*1e3:.3f} ms per microbatch (iteration / 32, optimize
 PY
 }
 overhead one.profile.yaml one-rank/runs/r/report.md | tee overhead.txt
-for k in 2 3 4 5; do
+for k in 2 3 4 5 6 7 8 9; do
   $P -q profile $M --device cpu --threads 1 --microbatch-sizes 1 -o one$k.profile.yaml >/dev/null
   $P -q solve --model $M --profile one$k.profile.yaml --cluster $C --gpus 1 --microbatch 1 --global-batch 32 -o one$k.plan.yaml >/dev/null
   $P -q codegen one$k.plan.yaml -o one$k --iterations 12 --warmup 2
@@ -152,10 +152,10 @@ python3 dp.py data-parallel/runs/r/trace.json comm.profile.yaml
 for RUN in pipeline pipeline-b4; do python3 p2p.py $RUN/runs/r/trace.json comm.profile.yaml; done
 # The comm curve and the runtime's figures move with the host from minute to minute (the cold
 # all-reduce curve measured 0.36-0.57 ms at this size in runs minutes apart), so a ratio from a
-# profile taken at the start and a run a minute later mixes the host's drift into it. Five fresh
+# profile taken at the start and a run a minute later mixes the host's drift into it. Nine fresh
 # (cold comm profile, DP run, b = 4 pipeline run) triples, seconds apart: each ratio is taken within
-# its triple, and the median of the five is quoted.
-for k in 1 2 3 4 5; do
+# its triple, and the median of the nine is quoted.
+for k in 1 2 3 4 5 6 7 8 9; do
   mpirun --oversubscribe -np 2 $P -q profile --comm --cache cold --collectives all_reduce,send_recv --max-bytes 8M -o comm$k.profile.yaml >/dev/null
   bash data-parallel/run.sh --run-id p$k >/dev/null 2>&1
   bash pipeline-b4/run.sh --run-id p$k >/dev/null 2>&1
@@ -164,6 +164,8 @@ for k in 1 2 3 4 5; do
 done
 python3 - dp_pairs.txt p2p_pairs.txt <<'PY'
 import re, sys
+for k, line in enumerate(open(sys.argv[1]), 1):  # each triple's figures: is the run or the curve moving?
+    print(f"  triple {k}: {line.strip()}")
 for path, what in ((sys.argv[1], "DP all-reduce"), (sys.argv[2], "pipeline send/recv of 128 KiB")):
     r = sorted(int(m.group(1)) for m in (re.search(r': ([0-9]+)% of the profiled rate', l) for l in open(path)) if m)
     print(f"{what}, curve and run seconds apart: median {r[len(r) // 2]}% of the profiled rate over {len(r)} triples ({', '.join(f'{x}%' for x in r)})")
