@@ -26,9 +26,11 @@ cd "$T"
 # interpolation of the measured points (the cost model's own rule, docs/cost_model.md section 3).
 cat > curve.py <<'PY'
 import math, re
-def at(path, coll, cache, nbytes):
+# gap: the compute before each operation in seconds (--gap-ms), None for a curve without one.
+def at(path, coll, cache, nbytes, gap=None):
     comm = open(path).read()
-    m = re.search(r'collective: ' + coll + r', level: "node", group_size: 2, backend: mpi, cache: ' + cache + r'.*?points: \[(.*?)\]\}', comm, re.S)
+    cond = cache + (f', gap_s: {gap}' if gap else '') + ', alpha_s'
+    m = re.search(r'collective: ' + coll + r', level: "node", group_size: 2, backend: mpi, cache: ' + re.escape(cond) + r'.*?points: \[(.*?)\]\}', comm, re.S)
     pts = [tuple(map(float, p.split(","))) for p in re.findall(r'\[([^\[\]]+)\]', m.group(1))]
     lo = max(p for p in pts if p[0] <= nbytes); hi = min(p for p in pts if p[0] >= nbytes)
     f = 0 if hi[0] == lo[0] else (math.log(nbytes) - math.log(lo[0])) / (math.log(hi[0]) - math.log(lo[0]))
@@ -46,8 +48,12 @@ meas = durs[len(durs) // 2] * 1e-6
 nbytes = 4 * (512*128 + 64*128 + 4 * (2*128*2 + 384*128 + 384 + 128*128 + 128 + 512*128 + 512 + 128*512 + 128) + 2*128 + 512*128)
 pred = at(sys.argv[2], 'all_reduce', 'cold', nbytes)
 bw = lambda t: nbytes / t / 1e9
-print(f"DP all-reduce of all gradients ({nbytes/1e6:.2f} MB): runtime {meas*1e3:.3f} ms ({bw(meas):.2f} GB/s busbw), "
-      f"comm profile {pred*1e3:.3f} ms ({bw(pred):.2f} GB/s): {pred/meas:.0%} of the profiled rate")
+line = (f"DP all-reduce of all gradients ({nbytes/1e6:.2f} MB): runtime {meas*1e3:.3f} ms ({bw(meas):.2f} GB/s busbw), "
+        f"comm profile {pred*1e3:.3f} ms ({bw(pred):.2f} GB/s): {pred/meas:.0%} of the profiled rate")
+if len(sys.argv) > 3:  # the curve taken with compute before each operation (--gap-ms)
+    gap = at(sys.argv[3], 'all_reduce', 'cold', nbytes, gap=0.02)
+    line += f"; after-compute curve {gap*1e3:.3f} ms: {gap/meas:.0%} [gap]"
+print(line)
 PY
 cat > p2p.py <<'PY'
 import json, sys, collections
@@ -76,8 +82,11 @@ M=$OLDPWD/configs/models/tiny-gpt.yaml
 C=$OLDPWD/configs/clusters/local-cpu.yaml
 mpirun --oversubscribe -np 2 $P -q profile $M --device cpu --threads 1 --microbatch-sizes 1,2,4,8 -o two.profile.yaml >/dev/null
 $P -q profile $M --device cpu --threads 1 --microbatch-sizes 1,2,4,8 -o one.profile.yaml >/dev/null
-# Collectives with cold caches (each operation after other work, as the gradient all-reduce after backward).
-mpirun --oversubscribe -np 2 $P -q profile --comm --cache cold --collectives all_reduce,send_recv --max-bytes 8M -o comm.profile.yaml >/dev/null
+# Collectives with cold caches (each operation after other work), twice: after the eviction alone
+# (tensor-parallel all-reduces and pipeline sends, a microbatch's compute apart) and after 20 ms
+# of compute in registers and the eviction, as the gradient all-reduce meets it after a backward
+# (--gap-ms; docs/profiler.md). The solver takes the second for gradient all-reduces.
+mpirun --oversubscribe -np 2 $P -q profile --comm --cache cold --gap-ms 0,20 --collectives all_reduce,send_recv --max-bytes 8M -o comm.profile.yaml >/dev/null
 # The same back to back (nccl-tests style), the reference for the communication-only runs below.
 mpirun --oversubscribe -np 2 $P -q profile --comm --cache warm --collectives all_reduce,send_recv --max-bytes 8M -o comm-warm.profile.yaml >/dev/null
 run() {  # run NAME PROFILE SOLVE-FLAGS...
@@ -145,7 +154,7 @@ r = sorted(float(re.search(r': ([0-9.]+)x;', l).group(1)) for l in open('overhea
 print(f'1-rank overhead: median {r[len(r) // 2]:.3f}x of {len(r)} profile + run pairs ({r[0]:.3f}x - {r[-1]:.3f}x)')"
 # DP all-reduce inside the runtime (the gradients live in one flat bucket: one message, no copies) vs the
 # comm profile's measured all-reduce at that size (log-log interpolation of its points).
-python3 dp.py data-parallel/runs/r/trace.json comm.profile.yaml
+python3 dp.py data-parallel/runs/r/trace.json comm.profile.yaml comm.profile.yaml
 # Pipeline send/recv inside the runtime: each receive paired with its send (same name, in order;
 # one monotonic clock on this machine). Transfer = receive end - max(send post, receive post):
 # the part of the wait after both sides were ready. Against the comm profile's send/recv curve.
@@ -154,20 +163,24 @@ for RUN in pipeline pipeline-b4; do python3 p2p.py $RUN/runs/r/trace.json comm.p
 # all-reduce curve measured 0.36-0.57 ms at this size in runs minutes apart), so a ratio from a
 # profile taken at the start and a run a minute later mixes the host's drift into it. Nine fresh
 # (cold comm profile, DP run, b = 4 pipeline run) triples, seconds apart: each ratio is taken within
-# its triple, and the median of the nine is quoted.
+# its triple, and the median of the nine is quoted. Each triple also takes the after-compute
+# all-reduce curve (--gap-ms 20) just before its runs, for the A/B of the DP share.
 for k in 1 2 3 4 5 6 7 8 9; do
   mpirun --oversubscribe -np 2 $P -q profile --comm --cache cold --collectives all_reduce,send_recv --max-bytes 8M -o comm$k.profile.yaml >/dev/null
+  mpirun --oversubscribe -np 2 $P -q profile --comm --cache cold --gap-ms 20 --collectives all_reduce --min-bytes 1M --max-bytes 8M -o comm-gap$k.profile.yaml >/dev/null
   bash data-parallel/run.sh --run-id p$k >/dev/null 2>&1
   bash pipeline-b4/run.sh --run-id p$k >/dev/null 2>&1
-  python3 dp.py data-parallel/runs/p$k/trace.json comm$k.profile.yaml >> dp_pairs.txt
+  python3 dp.py data-parallel/runs/p$k/trace.json comm$k.profile.yaml comm-gap$k.profile.yaml >> dp_pairs.txt
   python3 p2p.py pipeline-b4/runs/p$k/trace.json comm$k.profile.yaml >> p2p_pairs.txt
 done
 python3 - dp_pairs.txt p2p_pairs.txt <<'PY'
 import re, sys
 for k, line in enumerate(open(sys.argv[1]), 1):  # each triple's figures: is the run or the curve moving?
     print(f"  triple {k}: {line.strip()}")
-for path, what in ((sys.argv[1], "DP all-reduce"), (sys.argv[2], "pipeline send/recv of 128 KiB")):
-    r = sorted(int(m.group(1)) for m in (re.search(r': ([0-9]+)% of the profiled rate', l) for l in open(path)) if m)
+for path, what, pat in ((sys.argv[1], "DP all-reduce", r': ([0-9]+)% of the profiled rate'),
+                        (sys.argv[1], "DP all-reduce against the after-compute (--gap-ms 20) curve", r': ([0-9]+)% \[gap\]'),
+                        (sys.argv[2], "pipeline send/recv of 128 KiB", r': ([0-9]+)% of the profiled rate')):
+    r = sorted(int(m.group(1)) for m in (re.search(pat, l) for l in open(path)) if m)
     print(f"{what}, curve and run seconds apart: median {r[len(r) // 2]}% of the profiled rate over {len(r)} triples ({', '.join(f'{x}%' for x in r)})")
 PY
 # The same one-way transfer in a plain MPI program under the memory conditions of a pipeline

@@ -7,6 +7,8 @@
 
 #include <fmt/format.h>
 
+#include "common/units.h"
+
 namespace planner {
 
 const char* RecomputeName(Recompute r) {
@@ -96,17 +98,23 @@ double MeasuredSeconds(const std::vector<std::pair<double, double>>& points, dou
   return std::exp(std::log(a.second) + f * std::log(b.second / a.second));
 }
 
-double AllReduceSeconds(const ClusterSpec& c, double bytes, const std::vector<int64_t>& members) {
+double AllReduceSeconds(const ClusterSpec& c, double bytes, const std::vector<int64_t>& members, AllReduceUse use) {
   double t = 0, shard = bytes;
   for (size_t l = 0; l < members.size() && l < c.levels.size(); ++l) {
     double n = static_cast<double>(members[l]);
     const TopologyLevel& lv = c.levels[l];
     if (n > 1) {
-      if (!lv.measured_allreduce.empty() && lv.measured_allreduce_group > 1) {
+      // A gradient all-reduce within the after-compute curve's sizes is timed on it; below its
+      // smallest size it has no measurement there and takes the general curve.
+      const bool after_compute = use == AllReduceUse::kGradient && !lv.measured_grad_allreduce.empty() &&
+                                 lv.measured_grad_allreduce_group > 1 && shard >= lv.measured_grad_allreduce.front().first;
+      const auto& curve = after_compute ? lv.measured_grad_allreduce : lv.measured_allreduce;
+      const int64_t group = after_compute ? lv.measured_grad_allreduce_group : lv.measured_allreduce_group;
+      if (!curve.empty() && group > 1) {
         // The measured time at this size, moved to n ranks at the same bus bandwidth (nccl-tests:
         // busbw = size x 2(g-1)/g / time does not depend on the group size g of a ring).
-        const double g = static_cast<double>(lv.measured_allreduce_group);
-        t += MeasuredSeconds(lv.measured_allreduce, shard) * ((n - 1) / n) / ((g - 1) / g);
+        const double g = static_cast<double>(group);
+        t += MeasuredSeconds(curve, shard) * ((n - 1) / n) / ((g - 1) / g);
       } else {
         t += 2 * (n - 1) / n * shard / (lv.bandwidth_GBps * 1e9) + 2 * (n - 1) * lv.latency_us * 1e-6;
       }
@@ -116,11 +124,23 @@ double AllReduceSeconds(const ClusterSpec& c, double bytes, const std::vector<in
   return t;
 }
 
+namespace {
+
+// How a curve was measured, for the solver's notes.
+std::string CurveConditions(const CommCurve& c) {
+  if (!c.cold) return "";
+  if (c.gap_s > 0) return fmt::format(" (cold caches, {:.3g} ms of compute before each)", c.gap_s * 1e3);
+  return " (cold caches)";
+}
+
+}  // namespace
+
 void ApplyCommCurves(const Profile& comm, const std::string& path, ClusterSpec* c, std::vector<std::string>* notes) {
   for (size_t l = 0; l < c->levels.size(); ++l) {
     TopologyLevel& lv = c->levels[l];
     const std::string measured = l == 0 ? "node" : (l == 1 ? "cluster" : "");
     const CommCurve* ar = measured.empty() ? nullptr : comm.FindComm("all_reduce", measured);
+    const CommCurve* grad = measured.empty() ? nullptr : comm.FindComm("all_reduce", measured, /*after_compute=*/true);
     const CommCurve* p2p = measured.empty() ? nullptr : comm.FindComm("send_recv", measured);
     if (ar == nullptr || !(ar->busbw_GBps > 0)) {
       notes->push_back(fmt::format("level '{}': {} GB/s, {} us from the cluster file (not measured)", lv.name, lv.bandwidth_GBps, lv.latency_us));
@@ -131,6 +151,13 @@ void ApplyCommCurves(const Profile& comm, const std::string& path, ClusterSpec* 
     lv.measured_allreduce = ar->points;
     std::sort(lv.measured_allreduce.begin(), lv.measured_allreduce.end());
     lv.measured_allreduce_group = ar->group_size;
+    std::string grad_note;
+    if (grad != nullptr && grad != ar && !grad->points.empty()) {
+      lv.measured_grad_allreduce = grad->points;
+      std::sort(lv.measured_grad_allreduce.begin(), lv.measured_grad_allreduce.end());
+      lv.measured_grad_allreduce_group = grad->group_size;
+      grad_note = fmt::format("; gradient all-reduces from {} on the curve{}", FormatBytes(lv.measured_grad_allreduce.front().first), CurveConditions(*grad));
+    }
     if (p2p != nullptr && p2p->busbw_GBps > 0) {
       lv.p2p_bandwidth_GBps = p2p->busbw_GBps;
       lv.measured_p2p = p2p->points;
@@ -141,7 +168,7 @@ void ApplyCommCurves(const Profile& comm, const std::string& path, ClusterSpec* 
                                  p2p ? fmt::format(", send/recv {:.3g} GB/s", lv.p2p_bandwidth_GBps) : std::string(),
                                  lv.measured_allreduce.empty() ? std::string()
                                                                : fmt::format("; times interpolated from {} measured sizes{}", lv.measured_allreduce.size(),
-                                                                             ar->cold ? " (cold caches)" : "")));
+                                                                             CurveConditions(*ar)) + grad_note));
   }
 }
 

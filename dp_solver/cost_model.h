@@ -66,7 +66,11 @@ Status BuildCostTable(const CostSource& src, int64_t microbatch, int64_t tp, Rec
 // Ring (hierarchical when spanning levels) all-reduce of `bytes` over a group
 // whose members sit `members_per_level[l]` per level-l unit (innermost first).
 // T = sum_l 2 (c_l - 1)/c_l * (bytes / prod_{j<l} c_j) / B_l + 2 (c_l - 1) alpha_l.
-double AllReduceSeconds(const ClusterSpec& cluster, double bytes, const std::vector<int64_t>& members_per_level);
+// `use`: kGradient (a data-parallel gradient all-reduce, after a backward) takes a level's
+// after-compute curve where the comm profile has one (TopologyLevel::measured_grad_allreduce).
+enum class AllReduceUse { kTensorParallel, kGradient };
+double AllReduceSeconds(const ClusterSpec& cluster, double bytes, const std::vector<int64_t>& members_per_level,
+                        AllReduceUse use = AllReduceUse::kTensorParallel);
 // Time at `bytes` on a measured curve of (bytes, seconds) points in increasing size: log-log
 // interpolation between neighbours, the smallest point's time below the range and the largest
 // point's bandwidth above it; 0 for an empty curve.

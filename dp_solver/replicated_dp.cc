@@ -28,8 +28,8 @@ ReplicatedCoster::ReplicatedCoster(const CostTable& table, const ClusterSpec& cl
       const int64_t off = ou * unit_, r = ru * unit_;
       if (r > 1) {
         auto spread = GroupSpreadAt(cluster, off * o.tp, r, o.tp);
-        ar_alpha_[k] = AllReduceSeconds(cluster, 0.0, spread);
-        ar_beta_[k] = (AllReduceSeconds(cluster, 1e9, spread) - ar_alpha_[k]) / 1e9;
+        ar_alpha_[k] = AllReduceSeconds(cluster, 0.0, spread, AllReduceUse::kGradient);
+        ar_beta_[k] = (AllReduceSeconds(cluster, 1e9, spread, AllReduceUse::kGradient) - ar_alpha_[k]) / 1e9;
       }
       if (off + r < o.workers) {
         double a = P2PSeconds(cluster, 1e-300, off * o.tp, (off + r) * o.tp);

@@ -181,7 +181,7 @@ struct Ctx {
     const double grad_ar_bytes = w_bytes;  // gradients all-reduced in the training dtype
     for (int64_t r = 0; r < p; ++r) {
       size_t ru = Z(r);
-      double ar = d > 1 ? AllReduceSeconds(*c, x->dev_params[ru] * grad_ar_bytes, GroupSpread(*c, d, t)) : 0;
+      double ar = d > 1 ? AllReduceSeconds(*c, x->dev_params[ru] * grad_ar_bytes, GroupSpread(*c, d, t), AllReduceUse::kGradient) : 0;
       if (x->zero == 3) ar *= 1.5;
       x->dev_ar[ru] = ar;
       double exposed = o->cost.dp_overlap ? std::max(0.0, ar - x->dev_bwd[ru] / static_cast<double>(v)) : ar;

@@ -33,6 +33,7 @@ struct ProfileArgs {
   std::vector<std::string> collectives;
   double timeout_s = 120;
   std::string cache = "warm";
+  std::vector<int> gaps_ms;  // --gap-ms: one set of curves per gap
 };
 
 std::string CommandLine(int argc, char** argv) {
@@ -43,6 +44,9 @@ std::string CommandLine(int argc, char** argv) {
 
 Status RunComm(const ProfileArgs& a, const std::string& cmdline) {
   if (!a.model.empty()) return Status::InvalidArgument("--comm profiles collectives only; profile the model's layers in a separate run");
+  for (int g : a.gaps_ms) {
+    if (g > 0 && a.cache != "cold") return Status::InvalidArgument("--gap-ms applies to cold-cache timing only; add --cache cold");
+  }
   if (!LaunchedUnderMpi()) {
     return Status::InvalidArgument(MpiBuilt() ? "--comm needs two or more ranks: mpirun -np 2 build/planner/planner profile --comm"
                                               : "--comm needs MPI, and this build has none; install libopenmpi-dev and rebuild");
@@ -84,8 +88,11 @@ Status RunComm(const ProfileArgs& a, const std::string& cmdline) {
     std::fflush(stdout);
   };
   print("# transport: " + (nccl ? nccl->transport() : world->transport()));
-  if (nccl) PLANNER_RETURN_IF_ERROR(ProfileCollectives(*nccl, o, &rows, &p.comm, print, world.get()));
-  else PLANNER_RETURN_IF_ERROR(ProfileCollectives(*world, o, &rows, &p.comm, print));
+  for (int g : a.gaps_ms.empty() ? std::vector<int>{0} : a.gaps_ms) {
+    o.gap_s = static_cast<double>(g) * 1e-3;
+    if (nccl) PLANNER_RETURN_IF_ERROR(ProfileCollectives(*nccl, o, &rows, &p.comm, print, world.get()));
+    else PLANNER_RETURN_IF_ERROR(ProfileCollectives(*world, o, &rows, &p.comm, print));
+  }
   if (!root) return Status::OK();
   int64_t wrong = 0;
   for (const auto& r : rows) wrong += r.wrong;
@@ -124,6 +131,11 @@ Runner RegisterProfile(CLI::App& app, int argc, char** argv) {
   cmd->add_option("--collectives", a->collectives, "--comm: subset of all_reduce,all_gather,reduce_scatter,broadcast,send_recv")->delimiter(',');
   cmd->add_option("--timeout", a->timeout_s, "--comm: seconds before a stuck collective is an error")->check(CLI::PositiveNumber);
   cmd->add_option("--cache", a->cache, "--comm: warm (back to back, as nccl-tests) or cold (caches evicted before each operation, as after a training step's compute)");
+  cmd->add_option("--gap-ms", a->gaps_ms,
+                  "--comm --cache cold: milliseconds of compute (in registers) before each operation's eviction, as a backward before its "
+                  "gradient all-reduce; a list (0,20) takes the curves once per gap (default 0)")
+      ->delimiter(',')
+      ->check(CLI::Range(0, 10000));
   const std::string cmdline = CommandLine(argc, argv);
   return [a, cmdline]() -> Status {
     InstallInterruptHandler();

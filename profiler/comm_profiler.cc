@@ -51,9 +51,26 @@ namespace {
 // Deterministic inputs whose sums are exact in float: small integers.
 float Value(int rank, int64_t i) { return static_cast<float>((rank + 1) + (i % 7)); }
 
+// Keeps this core busy for `seconds` on a chain of multiply-adds held in registers: compute that
+// touches no memory, so what it changes is the time away from communication, not the caches.
+void ComputeInRegisters(double seconds) {
+  if (!(seconds > 0)) return;
+  const auto t0 = std::chrono::steady_clock::now();
+  float x[16];
+  for (int l = 0; l < 16; ++l) x[l] = 1.0f + static_cast<float>(l);
+  while (std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count() < seconds) {
+    for (int k = 0; k < 4096; ++k) {
+      for (float& v : x) v = v * 0.9999f + 0.0001f;
+    }
+  }
+  volatile float sink = x[0] + x[15];
+  (void)sink;
+}
+
 // Runs `iters` of one collective on group `g` and checks the last result.
 // NCCL groups get device buffers (host copies for filling and checking).
-Status RunOne(Communicator& g, const std::string& c, int64_t count, int iters, bool cold, double* seconds, int64_t* wrong) {
+// cold: each operation after `gap_s` of compute in registers and an eviction of the caches.
+Status RunOne(Communicator& g, const std::string& c, int64_t count, int iters, bool cold, double gap_s, double* seconds, int64_t* wrong) {
   const int n = g.size(), r = g.rank();
   const bool on_device = g.backend() == "nccl";
   std::vector<float> a, b;
@@ -107,6 +124,7 @@ Status RunOne(Communicator& g, const std::string& c, int64_t count, int iters, b
     static std::vector<char> sweep(32u << 20);
     for (int k = 0; k < iters; ++k) {
       if (!on_device) std::fill(a.begin(), a.end(), 1.0f);  // the buffer was produced, then pushed out by other work
+      ComputeInRegisters(gap_s);
       // The other work: a load and a store on every cache line of 32 MiB (this machine's L3), as
       // compute does. Not memset: for large sizes glibc's memset uses non-temporal stores that
       // bypass the caches and evict little (a 128 KiB exchange measured 19 us after a memset
@@ -156,6 +174,8 @@ Status ProfileCollectives(Communicator& world, const CommProfileOptions& o, std:
   const int n = world.size();
   if (n < 2) return Status::InvalidArgument("collective profiling needs two or more ranks: mpirun -np 2 planner profile --comm");
   if (o.min_bytes < 4 || o.max_bytes < o.min_bytes) return Status::InvalidArgument("--min-bytes must be at least 4 and at most --max-bytes");
+  if (!(o.gap_s >= 0)) return Status::InvalidArgument("--gap-ms must be 0 or more");
+  if (o.gap_s > 0 && !o.cold) return Status::InvalidArgument("--gap-ms applies to cold-cache timing only; add --cache cold");
   int local_rank = 0, local_size = n, nodes = 1;
   PLANNER_RETURN_IF_ERROR(MpiNodeLayout(host ? *host : world, &local_rank, &local_size, &nodes));
   // (group size, level): powers of two within a node, then across nodes.
@@ -185,7 +205,8 @@ Status ProfileCollectives(Communicator& world, const CommProfileOptions& o, std:
     const bool reporter = world.rank() == 0;
     for (const auto& c : o.collectives) {
       if (reporter) {
-        print(fmt::format("# {} on {} ranks, level {} ({}, {} caches)", c, spec.size, spec.level, world.backend(), o.cold ? "cold" : "warm"));
+        print(fmt::format("# {} on {} ranks, level {} ({}, {} caches{})", c, spec.size, spec.level, world.backend(), o.cold ? "cold" : "warm",
+                          o.cold && o.gap_s > 0 ? fmt::format(", {:.3g} ms of compute before each", o.gap_s * 1e3) : std::string()));
         print(fmt::format("# {:>12} {:>12} {:>6} {:>6} {:>6} {:>10} {:>8} {:>8} {:>6}", "size", "count", "type", "redop", "root",
                           "time", "algbw", "busbw", "#wrong"));
         print(fmt::format("# {:>12} {:>12} {:>6} {:>6} {:>6} {:>10} {:>8} {:>8} {:>6}", "(B)", "(elements)", "", "", "", "(us)",
@@ -197,6 +218,7 @@ Status ProfileCollectives(Communicator& world, const CommProfileOptions& o, std:
       curve.group_size = spec.size;
       curve.backend = world.backend();
       curve.cold = o.cold;
+      curve.gap_s = o.cold ? o.gap_s : 0;
       for (int64_t bytes = o.min_bytes; bytes <= o.max_bytes; bytes *= o.step_factor) {
         if (Interrupted()) return Status::Unavailable("interrupted by Ctrl-C; no profile written");
         // nccl-tests' size is the total buffer: per-rank count = size / n for the gathers and scatters.
@@ -209,8 +231,8 @@ Status ProfileCollectives(Communicator& world, const CommProfileOptions& o, std:
         int64_t wrong = 0;
         double warm = 0;
         int64_t w0 = 0;
-        PLANNER_RETURN_IF_ERROR(RunOne(*g, c, count, o.warmup, false, &warm, &w0));
-        PLANNER_RETURN_IF_ERROR(RunOne(*g, c, count, iters, o.cold, &secs, &wrong));
+        PLANNER_RETURN_IF_ERROR(RunOne(*g, c, count, o.warmup, false, 0, &warm, &w0));
+        PLANNER_RETURN_IF_ERROR(RunOne(*g, c, count, iters, o.cold, o.cold ? o.gap_s : 0, &secs, &wrong));
         // Rank 0's group reports; the time is the max over the group.
         float shared[3] = {static_cast<float>(secs), static_cast<float>(wrong), 0};
         PLANNER_RETURN_IF_ERROR((host ? *host : world).Broadcast(shared, 3, 0));

@@ -28,6 +28,11 @@ struct CommProfileOptions {
   // as a training step's compute does before the gradient all-reduce) and the group meets at a
   // barrier; each operation is timed alone. warm (default): back to back, as nccl-tests.
   bool cold = false;
+  // cold only: before each eviction every rank computes this long in registers (no memory
+  // traffic), as a rank computes a backward before its gradient all-reduce. On this 2-core VM an
+  // all-reduce after 20 ms of compute ran 1.2-1.9x slower than after the eviction alone, the
+  // ranks meeting at a barrier either way (docs/performance.md).
+  double gap_s = 0;
   std::vector<std::string> collectives = {"all_reduce", "all_gather", "reduce_scatter", "broadcast", "send_recv"};
 };
 

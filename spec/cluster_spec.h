@@ -25,6 +25,10 @@ struct TopologyLevel {
   // present the cost model interpolates them instead of the alpha-beta line (docs/cost_model.md).
   std::vector<std::pair<double, double>> measured_allreduce, measured_p2p;
   int64_t measured_allreduce_group = 0;  // ranks of the measured all-reduce
+  // The all-reduce as a gradient all-reduce meets it, after a backward's compute (a cold curve
+  // taken with --gap-ms): used for data-parallel gradients when present, else measured_allreduce.
+  std::vector<std::pair<double, double>> measured_grad_allreduce;
+  int64_t measured_grad_allreduce_group = 0;
 };
 
 struct ClusterSpec {

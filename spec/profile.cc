@@ -64,8 +64,9 @@ std::string ProfileToYaml(const Profile& p) {
   if (!p.comm.empty()) {
     o += "comm:\n";
     for (const auto& c : p.comm) {
-      o += fmt::format("  - {{collective: {}, level: {}, group_size: {}, backend: {}, cache: {}, alpha_s: {}, busbw_GBps: {},\n     points: [",
-                       c.collective, Quote(c.level), c.group_size, c.backend, c.cold ? "cold" : "warm", Num(c.alpha_s), Num(c.busbw_GBps));
+      o += fmt::format("  - {{collective: {}, level: {}, group_size: {}, backend: {}, cache: {}, {}alpha_s: {}, busbw_GBps: {},\n     points: [",
+                       c.collective, Quote(c.level), c.group_size, c.backend, c.cold ? "cold" : "warm",
+                       c.gap_s > 0 ? fmt::format("gap_s: {}, ", Num(c.gap_s)) : std::string(), Num(c.alpha_s), Num(c.busbw_GBps));
       for (size_t i = 0; i < c.points.size(); ++i) o += fmt::format("{}[{}, {}]", i ? ", " : "", Num(c.points[i].first), Num(c.points[i].second));
       o += "]}\n";
     }
@@ -128,7 +129,7 @@ Status ParseProfile(const std::string& path, const std::string& text, Profile* o
     for (size_t i = 0; i < comm.size(); ++i) {
       const YAML::Node& n = comm[i];
       std::string f = fmt::format("comm[{}]", i);
-      PLANNER_RETURN_IF_ERROR(r.CheckKeys(n, f, {"collective", "level", "group_size", "backend", "cache", "alpha_s", "busbw_GBps", "points"}));
+      PLANNER_RETURN_IF_ERROR(r.CheckKeys(n, f, {"collective", "level", "group_size", "backend", "cache", "gap_s", "alpha_s", "busbw_GBps", "points"}));
       CommCurve c;
       PLANNER_RETURN_IF_ERROR(r.GetEnum(n, "collective", f + ".collective", {"all_reduce", "all_gather", "reduce_scatter", "broadcast", "send_recv"}, &c.collective, true));
       PLANNER_RETURN_IF_ERROR(r.GetString(n, "level", f + ".level", &c.level, true));
@@ -137,6 +138,8 @@ Status ParseProfile(const std::string& path, const std::string& text, Profile* o
       std::string cache = "warm";
       PLANNER_RETURN_IF_ERROR(r.GetEnum(n, "cache", f + ".cache", {"warm", "cold"}, &cache, false));
       c.cold = cache == "cold";
+      PLANNER_RETURN_IF_ERROR(r.GetDouble(n, "gap_s", f + ".gap_s", &c.gap_s, false, 0.0, false));
+      if (c.gap_s > 0 && !c.cold) return r.FieldError(n["gap_s"], f + ".gap_s", "applies to cold curves only; set cache: cold or remove gap_s");
       PLANNER_RETURN_IF_ERROR(r.GetDouble(n, "alpha_s", f + ".alpha_s", &c.alpha_s, true, 0.0, false));
       PLANNER_RETURN_IF_ERROR(r.GetDouble(n, "busbw_GBps", f + ".busbw_GBps", &c.busbw_GBps, true, 0.0, false));
       const YAML::Node& pts = n["points"];
@@ -258,11 +261,20 @@ Status ParseProfile(const std::string& path, const std::string& text, Profile* o
   return Status::OK();
 }
 
-const CommCurve* Profile::FindComm(const std::string& collective, const std::string& level) const {
+const CommCurve* Profile::FindComm(const std::string& collective, const std::string& level, bool after_compute) const {
   const CommCurve* best = nullptr;
   for (const auto& c : comm) {
     if (c.collective != collective || c.level != level) continue;
-    if (best == nullptr || (c.cold && !best->cold) || (c.cold == best->cold && c.group_size > best->group_size)) best = &c;
+    if (best == nullptr || (c.cold && !best->cold)) {
+      best = &c;
+      continue;
+    }
+    if (c.cold != best->cold) continue;
+    if (c.gap_s != best->gap_s) {
+      if (after_compute ? c.gap_s > best->gap_s : c.gap_s < best->gap_s) best = &c;
+      continue;
+    }
+    if (c.group_size > best->group_size) best = &c;
   }
   return best;
 }

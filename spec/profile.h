@@ -39,6 +39,7 @@ struct CommCurve {
   int64_t group_size = 2;
   std::string backend;             // mpi | nccl
   bool cold = false;               // measured with caches evicted before each operation
+  double gap_s = 0;                // cold only: seconds each rank computed (registers only) before each operation's eviction
   double alpha_s = 0;
   double busbw_GBps = 0;           // asymptotic bus bandwidth of the fit (decimal GB/s); 0: no usable fit (ignored by the solver)
   std::vector<std::pair<double, double>> points;  // (bytes, seconds)
@@ -72,8 +73,10 @@ struct Profile {
   std::vector<ProfileLayer> layers;
   std::vector<CommCurve> comm;
 
-  // The curve of the largest group on that level; cold curves before warm ones.
-  const CommCurve* FindComm(const std::string& collective, const std::string& level) const;
+  // The curve of the largest group on that level; cold curves before warm ones. Among cold
+  // curves of several gaps (compute before each operation, --gap-ms): the shortest gap, or with
+  // `after_compute` the longest (the gradient all-reduce follows a whole backward).
+  const CommCurve* FindComm(const std::string& collective, const std::string& level, bool after_compute = false) const;
 
   // Index of layer `name`, or -1.
   int FindLayer(const std::string& name) const;

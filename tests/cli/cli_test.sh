@@ -54,6 +54,8 @@ expect "solve from profile" 0 "configuration: tp-pp-dp" -- $PLANNER solve --gpus
 expect "profile bad device" 2 "--device: unknown value 'tpu'; use cpu, cuda or auto" -- $PLANNER profile $M/mlp-small.yaml --device tpu
 expect "profile bad tp" 2 "--tp 3: it does not divide" -- $PLANNER profile $M/tiny-gpt.yaml --device cpu --tp 3
 expect "profile comm no mpi" 2 "--comm needs" -- env -u OMPI_COMM_WORLD_SIZE $PLANNER profile --comm
+expect "profile gap without cold" 2 "--gap-ms applies to cold-cache timing only; add --cache cold" -- $PLANNER profile --comm --gap-ms 20
+expect "profile gap negative" 2 "--gap-ms: Value -1 not in range 0 to 10000" -- $PLANNER profile --comm --cache cold --gap-ms -1
 expect "comm-profile missing" 2 "nope.yaml" -- $PLANNER solve --gpus 2 --profile mlp.profile.yaml --cluster $C/local-cpu.yaml --comm-profile nope.yaml
 if ! nvidia-smi >/dev/null 2>&1; then
   expect "profile cuda without gpu" 1 "--device cuda: " -- $PLANNER profile $M/mlp-small.yaml --device cuda

@@ -3,6 +3,7 @@
 // backend with every result right, and the alpha-beta fit on closed forms.
 #include <cmath>
 
+#include "common/timing.h"
 #include "dp_solver/cost_model.h"
 #include "profiler/comm_profiler.h"
 #include "profiler/layer_profiler.h"
@@ -228,6 +229,97 @@ TEST_CASE("measured comm curves: the cost model interpolates their points") {
   CHECK(P2PSeconds(c, 2048, 0, 1) == doctest::Approx(std::sqrt(4e-6 * 8e-6)));
   CHECK(AllReduceSeconds(c, 4096, {2}) == doctest::Approx(6e-6));              // the measured group size: the point
   CHECK(AllReduceSeconds(c, 4096, {4}) == doctest::Approx(6e-6 * 1.5));        // 4 ranks at the same busbw: (3/4) / (1/2)
+}
+
+TEST_CASE("cold profile with compute before each operation (--gap-ms): the gap is spent, recorded and read back") {
+  std::vector<CommCurve> curves;
+  double wall_s = 0;
+  CHECK_OK(RunThreadRanks(2, [&](Communicator& c) -> Status {
+    CommProfileOptions o;
+    o.min_bytes = o.max_bytes = 4096;  // one size
+    o.iterations = 4;
+    o.warmup = 1;
+    o.cold = true;
+    o.gap_s = 0.01;
+    o.collectives = {"all_reduce"};
+    std::vector<CommRow> r;
+    std::vector<CommCurve> cv;
+    const double t0 = MonotonicSeconds();
+    PLANNER_RETURN_IF_ERROR(ProfileCollectives(c, o, &r, &cv, [](const std::string&) {}));
+    if (c.rank() == 0) {
+      wall_s = MonotonicSeconds() - t0;
+      curves = cv;
+    }
+    for (const auto& row : r) {
+      if (row.wrong != 0) return Status::Internal("wrong results");
+    }
+    return Status::OK();
+  }));
+  REQUIRE(curves.size() == 1);
+  CHECK(curves[0].cold);
+  CHECK(curves[0].gap_s == 0.01);
+  CHECK(wall_s >= 4 * 0.01);  // four timed operations, each after 10 ms of compute
+  // The timed operation excludes the gap: 10 ms of compute is not in a 4 KiB all-reduce's time.
+  REQUIRE(curves[0].points.size() == 1);
+  CHECK(curves[0].points[0].second < 0.01);
+  Profile p;
+  p.comm = curves;
+  Profile q;
+  REQUIRE_OK(ParseProfile("c.yaml", ProfileToYaml(p), &q));
+  REQUIRE(q.comm.size() == 1);
+  CHECK(q.comm[0].gap_s == 0.01);
+  // A gap without cold caches is refused: by the profiler and in a profile file.
+  CHECK(RunThreadRanks(2, [&](Communicator& c) -> Status {
+          CommProfileOptions o;
+          o.gap_s = 0.01;
+          std::vector<CommRow> r;
+          std::vector<CommCurve> cv;
+          return ProfileCollectives(c, o, &r, &cv, [](const std::string&) {});
+        }).message().find("add --cache cold") != std::string::npos);
+  std::string text = ProfileToYaml(p);
+  const size_t at = text.find("cache: cold");
+  REQUIRE(at != std::string::npos);
+  text.replace(at, 11, "cache: warm");
+  Status st = ParseProfile("c.yaml", text, &q);
+  CHECK_FALSE(st.ok());
+  CHECK(st.message().find("comm[0].gap_s") != std::string::npos);
+  CHECK(st.message().find("set cache: cold or remove gap_s") != std::string::npos);
+}
+
+TEST_CASE("curves of several gaps: the gradient all-reduce takes the after-compute curve, the rest the shortest gap") {
+  CommCurve warm, cold0, cold20;
+  warm.collective = cold0.collective = cold20.collective = "all_reduce";
+  warm.level = cold0.level = cold20.level = "node";
+  warm.group_size = 4;  // larger, but warm: never chosen over a cold curve
+  cold0.group_size = cold20.group_size = 2;
+  cold0.cold = cold20.cold = true;
+  cold20.gap_s = 0.02;
+  warm.points = {{1 << 20, 100e-6}, {4 << 20, 400e-6}};
+  cold0.points = {{1 << 20, 200e-6}, {4 << 20, 500e-6}};
+  cold20.points = {{2 << 20, 500e-6}, {4 << 20, 800e-6}};  // taken from 2 MiB only
+  warm.busbw_GBps = cold0.busbw_GBps = cold20.busbw_GBps = 8;
+  Profile comm;
+  comm.comm = {warm, cold20, cold0};  // order does not matter
+  REQUIRE(comm.FindComm("all_reduce", "node") != nullptr);
+  CHECK(comm.FindComm("all_reduce", "node")->gap_s == 0);
+  CHECK(comm.FindComm("all_reduce", "node")->cold);
+  CHECK(comm.FindComm("all_reduce", "node", true)->gap_s == 0.02);
+  ClusterSpec c;
+  REQUIRE_OK(LoadClusterSpec(testing::SourcePath("configs/clusters/local-cpu.yaml"), &c));
+  std::vector<std::string> notes;
+  ApplyCommCurves(comm, "comm.profile.yaml", &c, &notes);
+  CHECK(AllReduceSeconds(c, 4 << 20, {2}) == doctest::Approx(500e-6));                                  // tensor parallel: gap 0
+  CHECK(AllReduceSeconds(c, 4 << 20, {2}, AllReduceUse::kGradient) == doctest::Approx(800e-6));         // gradient: after compute
+  CHECK(AllReduceSeconds(c, 1 << 20, {2}, AllReduceUse::kGradient) == doctest::Approx(200e-6));         // below its sizes: gap 0
+  REQUIRE_FALSE(notes.empty());
+  CHECK(notes[0].find("gradient all-reduces from 2.00 MiB on the curve (cold caches, 20 ms of compute before each)") != std::string::npos);
+  // Without an after-compute curve both uses take the one curve.
+  Profile one;
+  one.comm = {cold0};
+  ClusterSpec d;
+  REQUIRE_OK(LoadClusterSpec(testing::SourcePath("configs/clusters/local-cpu.yaml"), &d));
+  ApplyCommCurves(one, "comm.profile.yaml", &d, &notes);
+  CHECK(AllReduceSeconds(d, 4 << 20, {2}, AllReduceUse::kGradient) == doctest::Approx(500e-6));
 }
 
 }  // namespace
