@@ -89,7 +89,7 @@ Status RunComm(const ProfileArgs& a, const std::string& cmdline) {
   };
   print("# transport: " + (nccl ? nccl->transport() : world->transport()));
   for (int g : a.gaps_ms.empty() ? std::vector<int>{0} : a.gaps_ms) {
-    o.gap_s = static_cast<double>(g) * 1e-3;
+    o.gap_s = static_cast<double>(g) / 1000.0;  // written shortest: 5 ms as 0.005
     if (nccl) PLANNER_RETURN_IF_ERROR(ProfileCollectives(*nccl, o, &rows, &p.comm, print, world.get()));
     else PLANNER_RETURN_IF_ERROR(ProfileCollectives(*world, o, &rows, &p.comm, print));
   }

@@ -66,7 +66,7 @@ std::string ProfileToYaml(const Profile& p) {
     for (const auto& c : p.comm) {
       o += fmt::format("  - {{collective: {}, level: {}, group_size: {}, backend: {}, cache: {}, {}alpha_s: {}, busbw_GBps: {},\n     points: [",
                        c.collective, Quote(c.level), c.group_size, c.backend, c.cold ? "cold" : "warm",
-                       c.gap_s > 0 ? fmt::format("gap_s: {}, ", Num(c.gap_s)) : std::string(), Num(c.alpha_s), Num(c.busbw_GBps));
+                       c.gap_s > 0 ? fmt::format("gap_s: {}, ", c.gap_s) : std::string(), Num(c.alpha_s), Num(c.busbw_GBps));
       for (size_t i = 0; i < c.points.size(); ++i) o += fmt::format("{}[{}, {}]", i ? ", " : "", Num(c.points[i].first), Num(c.points[i].second));
       o += "]}\n";
     }
