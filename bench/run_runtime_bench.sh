@@ -4,7 +4,9 @@
 #     profile taken with 2 ranks profiling at once: predicted vs measured iteration (median of
 #     20 after 2 warm-up) and bubble fraction
 #  2. runtime overhead: a 1-rank run's time per microbatch vs the sum of its profiled kernel times
-#  3. the data-parallel all-reduce inside the runtime vs the comm profile's (cold-cache) curve
+#  3. the data-parallel all-reduce inside the runtime vs the comm profile's cold curves (after the
+#     eviction alone, and after 20 ms of compute), and a 2-rank tensor-parallel run's all-reduces
+#     vs the cold curve
 #  4. pipeline send/recv inside the runtime vs the comm profile, and a plain-MPI one-way transfer
 #     under the same memory conditions (bench/p2p_contention.cc)
 # The MPI transport is planner's (shared-memory eager limit 256 KiB; all-reduces from 1 MiB as a
@@ -77,11 +79,26 @@ pred = at(sys.argv[2], 'send_recv', 'cold', nbytes)
 print(f"pipeline send/recv of {nbytes} B ({len(xfer)} transfers): runtime median {med*1e6:.1f} us ({nbytes/med/1e9:.2f} GB/s), "
       f"comm profile {pred*1e6:.1f} us ({nbytes/pred/1e9:.2f} GB/s): {pred/med:.0%} of the profiled rate")
 PY
+cat > tp.py <<'PY'
+import re, sys
+from curve import at
+rep = open(sys.argv[1]).read()
+unit = {"B": 1, "KiB": 1024, "MiB": 1024 ** 2}
+scale = {"us": 1e-6, "ms": 1e-3, "s": 1.0}
+rows = [(round(float(s) * unit[u]), int(c), float(t) * scale[tu]) for s, u, c, t, tu in
+        re.findall(r"^\| tp all-reduce stage 0 \(2 ranks\) \| ([0-9.]+) (B|KiB|MiB) \| (\d+) \| ([0-9.]+) (us|ms|s) \|", rep, re.M)]
+nbytes, count, meas = max(rows)  # the activation-sized all-reduces (the largest)
+pred = at(sys.argv[2], 'all_reduce', 'cold', nbytes)
+print(f"TP all-reduce of {nbytes} B ({count} calls, fastest rank of the pair each): runtime median {meas*1e6:.1f} us "
+      f"({nbytes/meas/1e9:.2f} GB/s busbw), comm profile {pred*1e6:.1f} us: {pred/meas:.0%} of the profiled rate")
+PY
 export PYTHONPATH=$T
 M=$OLDPWD/configs/models/tiny-gpt.yaml
 C=$OLDPWD/configs/clusters/local-cpu.yaml
 mpirun --oversubscribe -np 2 $P -q profile $M --device cpu --threads 1 --microbatch-sizes 1,2,4,8 -o two.profile.yaml >/dev/null
 $P -q profile $M --device cpu --threads 1 --microbatch-sizes 1,2,4,8 -o one.profile.yaml >/dev/null
+# The tensor-parallel shards, co-profiled the same way, for the TP run.
+mpirun --oversubscribe -np 2 $P -q profile $M --device cpu --threads 1 --microbatch-sizes 1,2,4,8 --tp 1,2 -o tp.profile.yaml >/dev/null
 # Collectives with cold caches (each operation after other work), twice: after the eviction alone
 # (tensor-parallel all-reduces and pipeline sends, a microbatch's compute apart) and after 20 ms
 # of compute in registers and the eviction, as the gradient all-reduce meets it after a backward
@@ -98,7 +115,7 @@ run() {  # run NAME PROFILE SOLVE-FLAGS...
   echo "== $name ($(grep '^parallel' $name.plan.yaml), $(grep '^schedule' $name.plan.yaml), b=$(grep '^microbatch_size' $name.plan.yaml | cut -d' ' -f2) m=$(grep '^num_microbatches' $name.plan.yaml | cut -d' ' -f2))"
   sed -n '5,6p' $name/runs/r/report.md
   sed -n '/^| rank | stage/,/^$/p' $name/runs/r/report.md
-  grep -E '^\| (activation|gradient|dp all-reduce)' $name/runs/r/report.md || true
+  grep -E '^\| (activation|gradient|dp all-reduce|tp all-reduce)' $name/runs/r/report.md || true
 }
 run pipeline two.profile.yaml --gpus 2 --pp 2 --schedule 1f1b
 run data-parallel two.profile.yaml --gpus 2 --pp 1 --schedule 1f1b
@@ -106,6 +123,7 @@ run pipeline-b4 two.profile.yaml --gpus 2 --pp 2 --schedule 1f1b --microbatch 4
 run pipeline-gpipe two.profile.yaml --gpus 2 --pp 2 --schedule gpipe --microbatch 1
 run pipeline-interleaved two.profile.yaml --gpus 2 --pp 2 --schedule interleaved --microbatch 1
 run pipeline-zbh1 two.profile.yaml --gpus 2 --pp 2 --schedule zb-h1 --microbatch 1
+run tensor-parallel tp.profile.yaml --gpus 2 --pp 1 --tp 2
 run one-rank one.profile.yaml --gpus 1 --microbatch 1 --global-batch 32
 # The runtime's transfer path alone: the same two plans with --comm-only (zeros instead of every
 # layer, so nothing contends with the copies), against the plan (cold curve) and the warm curve.
@@ -159,6 +177,9 @@ python3 dp.py data-parallel/runs/r/trace.json comm.profile.yaml comm.profile.yam
 # one monotonic clock on this machine). Transfer = receive end - max(send post, receive post):
 # the part of the wait after both sides were ready. Against the comm profile's send/recv curve.
 for RUN in pipeline pipeline-b4; do python3 p2p.py $RUN/runs/r/trace.json comm.profile.yaml; done
+# Tensor-parallel all-reduces inside the runtime (the report's rows: per call the fastest rank of
+# the pair, median) against the cold curve without a gap (a layer's compute apart).
+python3 tp.py tensor-parallel/runs/r/report.md comm.profile.yaml
 # The comm curve and the runtime's figures move with the host from minute to minute (the cold
 # all-reduce curve measured 0.36-0.57 ms at this size in runs minutes apart), so a ratio from a
 # profile taken at the start and a run a minute later mixes the host's drift into it. Nine fresh

@@ -43,15 +43,28 @@ int64_t Product(const std::vector<int64_t>& v) {
 }
 
 
-// A TP group over a Communicator, for the kernels' all-reduces.
+// A TP group over a Communicator, for the kernels' all-reduces; each call timed into `log`
+// under the iteration set by BeginIteration.
 class CommTpGroup final : public TpGroup {
  public:
-  explicit CommTpGroup(Communicator* c) : c_(c) {}
-  Status AllReduceSum(float* d, int64_t n) override { return c_->AllReduce(d, n, ReduceOp::kSum); }
-  Status AllReduceMax(float* d, int64_t n) override { return c_->AllReduce(d, n, ReduceOp::kMax); }
+  CommTpGroup(Communicator* c, std::vector<TransferLog::TpAllReduce>* log) : c_(c), log_(log) {}
+  void BeginIteration(int64_t it) {
+    iteration_ = it;
+    seq_ = 0;
+  }
+  Status AllReduceSum(float* d, int64_t n) override { return Timed(d, n, ReduceOp::kSum); }
+  Status AllReduceMax(float* d, int64_t n) override { return Timed(d, n, ReduceOp::kMax); }
 
  private:
+  Status Timed(float* d, int64_t n, ReduceOp op) {
+    const double t0 = MonotonicSeconds();
+    Status s = c_->AllReduce(d, n, op);
+    log_->push_back({iteration_, seq_++, n * 4, MonotonicSeconds() - t0});
+    return s;
+  }
   Communicator* c_;
+  std::vector<TransferLog::TpAllReduce>* log_;
+  int64_t iteration_ = 0, seq_ = 0;
 };
 
 struct TraceEvent {
@@ -261,7 +274,7 @@ Status RunLaunch(const LaunchPlan& L, const ModelSpec& model, Communicator& worl
   double clock_offset = 0, clock_error = 0;
   PLANNER_RETURN_IF_ERROR(ClockOffset(world, 8, &clock_offset, &clock_error));
   TransferLog transfers;
-  CommTpGroup tp_group(tp_comm.get());
+  CommTpGroup tp_group(tp_comm.get(), &transfers.tp_allreduces);
   // Rank of pipeline position `pos` with this rank's replica and tp rank (Megatron order).
   auto rank_at = [&](int64_t pos) { return static_cast<int>(pos * L.tp * L.dp + me.replica * L.tp + me.tp_rank); };
   // Replicated: the rank of (stage, replica, this tp rank).
@@ -507,6 +520,7 @@ Status RunLaunch(const LaunchPlan& L, const ModelSpec& model, Communicator& worl
   };
   double peak_bytes = 0;
   for (int64_t it = start; it < iterations; ++it) {
+    tp_group.BeginIteration(it);
     for (auto& c : chunks)
       for (auto& k : c.ks) k->ZeroGrads();
     ResetPeakMemory(dev);

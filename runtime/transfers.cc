@@ -108,10 +108,16 @@ Status SummariseTransfers(Communicator& world, const LaunchPlan& plan, const Tra
   for (const auto& x : mine.allreduces) {
     for (double v : {static_cast<double>(x.iteration), static_cast<double>(x.bytes), x.start_s, x.dur_s}) a.push_back(v);
   }
-  std::vector<std::vector<double>> S, R, A;
+  std::vector<double> tp;
+  for (const auto& x : mine.tp_allreduces) {
+    if (x.iteration < first_iteration) continue;
+    for (double v : {static_cast<double>(x.iteration), static_cast<double>(x.seq), static_cast<double>(x.bytes), x.dur_s}) tp.push_back(v);
+  }
+  std::vector<std::vector<double>> S, R, A, TP;
   PLANNER_RETURN_IF_ERROR(GatherDoubles(world, s, &S));
   PLANNER_RETURN_IF_ERROR(GatherDoubles(world, r, &R));
   PLANNER_RETURN_IF_ERROR(GatherDoubles(world, a, &A));
+  PLANNER_RETURN_IF_ERROR(GatherDoubles(world, tp, &TP));
   if (me != 0) return Status::OK();
   const int n = world.size();
   // Pipeline messages: paired by (tag, sender, receiver); grouped by (sender stage, direction, bytes).
@@ -160,12 +166,34 @@ Status SummariseTransfers(Communicator& world, const LaunchPlan& plan, const Tra
     for (const auto& [iteration, t] : fastest) dp[stage].push_back(t);
     dp_size[stage] = static_cast<int64_t>(group.size());
   }
-  if (p2p.empty() && dp.empty()) return Status::OK();
+  // Tensor-parallel all-reduces: per TP group and call the fastest rank; grouped by (stage, bytes).
+  std::map<std::pair<int64_t, int64_t>, std::vector<double>> tpr;  // (stage, bytes) -> per (group, call) times
+  std::map<int64_t, int64_t> tp_size;
+  for (const auto& group : plan.tp_groups) {
+    if (group.size() < 2) continue;
+    std::map<std::pair<int64_t, int64_t>, std::pair<int64_t, double>> fastest;  // (iteration, seq) -> (bytes, time)
+    int64_t stage = -1;
+    for (int64_t rank : group) {
+      if (rank < 0 || rank >= n) continue;
+      stage = plan.ranks[static_cast<size_t>(rank)].stage;
+      const auto& v = TP[static_cast<size_t>(rank)];
+      for (size_t i = 0; i + 4 <= v.size(); i += 4) {
+        const std::pair<int64_t, int64_t> call{static_cast<int64_t>(v[i]), static_cast<int64_t>(v[i + 1])};
+        auto f = fastest.find(call);
+        if (f == fastest.end()) fastest[call] = {static_cast<int64_t>(v[i + 2]), v[i + 3]};
+        else f->second.second = std::min(f->second.second, v[i + 3]);
+      }
+    }
+    for (const auto& [call, bt] : fastest) tpr[{stage, bt.first}].push_back(bt.second);
+    tp_size[stage] = static_cast<int64_t>(group.size());
+  }
+  if (p2p.empty() && dp.empty() && tpr.empty()) return Status::OK();
   std::string& md = *markdown;
   md += "Transfers after warm-up against the plan's predictions (from the comm profile when the plan was solved with "
         "`--comm-profile`, else the cluster's datasheet). Pipeline message: the receive's end minus the later of the send's "
         "and the receive's post, all ranks on rank 0's clock. Data-parallel all-reduce: per replica group and iteration the "
-        "fastest rank (the last to arrive waits for nobody); bandwidth as nccl-tests' busbw.\n\n";
+        "fastest rank (the last to arrive waits for nobody); bandwidth as nccl-tests' busbw. Tensor-parallel all-reduce: per "
+        "TP group and call the fastest rank, per stage and size (the plan predicts their sum per layer, not each call).\n\n";
   md += "| transfer | size | count | measured median | achieved | predicted | share of the predicted rate |\n|---|---|---|---|---|---|---|\n";
   for (const auto& [key, times] : p2p) {
     const auto [stage, dir, bytes] = key;
@@ -190,6 +218,13 @@ Status SummariseTransfers(Communicator& world, const LaunchPlan& plan, const Tra
     md += fmt::format("| dp all-reduce stage {} ({} ranks) | {} | {} | {} | {:.2f} GB/s | {} | {} |\n", stage, dp_size[stage], FormatBytes(bytes),
                       times.size(), FormatSeconds(med), med > 0 ? bytes / med * 2 * (g - 1) / g / 1e9 : 0.0,
                       predicted > 0 ? FormatSeconds(predicted) : "n/a", Share(predicted, med));
+  }
+  for (const auto& [key, times] : tpr) {
+    const auto [stage, bytes] = key;
+    const double med = Median(times), g = static_cast<double>(tp_size[stage]);
+    md += fmt::format("| tp all-reduce stage {} ({} ranks) | {} | {} | {} | {:.2f} GB/s | n/a | n/a |\n", stage, tp_size[stage],
+                      FormatBytes(static_cast<double>(bytes)), times.size(), FormatSeconds(med),
+                      med > 0 ? static_cast<double>(bytes) / med * 2 * (g - 1) / g / 1e9 : 0.0);
   }
   md += "\n";
   return Status::OK();

@@ -37,9 +37,16 @@ struct TransferLog {
     int64_t iteration = 0, bytes = 0;
     double start_s = 0, dur_s = 0;
   };
+  // Tensor-parallel all-reduce inside a layer: the seq-th of its iteration on this rank (every
+  // rank of a TP group makes the same calls in the same order, so (iteration, seq) pairs them).
+  struct TpAllReduce {
+    int64_t iteration = 0, seq = 0, bytes = 0;
+    double dur_s = 0;
+  };
   std::vector<Send> sends;
   std::vector<Recv> recvs;
   std::vector<AllReduce> allreduces;
+  std::vector<TpAllReduce> tp_allreduces;
 };
 
 // Gathers every rank's log (times already on rank 0's clock) and, on rank 0,
@@ -48,7 +55,9 @@ struct TransferLog {
 // send's post and the receive's post) against the plan's predicted p2p time,
 // and per stage the data-parallel all-reduce (per iteration the fastest rank
 // of each replica group: the last to arrive waits for nobody) against the
-// plan's. Iterations before `first_iteration` are left out.
+// plan's, and per stage and size the tensor-parallel all-reduces (per call the
+// fastest rank of the TP group; measured only: the plan predicts their sum per
+// layer, not each call). Iterations before `first_iteration` are left out.
 Status SummariseTransfers(Communicator& world, const LaunchPlan& plan, const TransferLog& mine, int64_t first_iteration, std::string* markdown);
 
 }  // namespace planner

@@ -81,6 +81,23 @@ sys.exit(0 if rel < 1e-5 and dl < 1e-4 else 1)
 PY
 }
 tp_case tp2 --tp 2 --pp 1
+# The report times every tensor-parallel all-reduce, paired across the TP group: the activation-sized
+# ones (b x s x h floats) number a whole multiple of the measured microbatches, 16 or more each
+# (4 blocks x 2 in forward and 2 in backward).
+python3 - tp2/launch.yaml tp2/runs/multi/report.md <<'PY' && ok || bad "tp all-reduce rows: $(grep 'tp all-reduce' tp2/runs/multi/report.md)"
+import re, sys
+launch, rep = open(sys.argv[1]).read(), open(sys.argv[2]).read()
+b = int(re.search(r"^microbatch_size: (\d+)", launch, re.M).group(1))
+m = int(re.search(r"^num_microbatches: (\d+)", launch, re.M).group(1))
+run = re.search(r"iterations: (\d+), warmup_iterations: (\d+)", launch)
+its = int(run.group(1)) - int(run.group(2))
+want = b * 64 * 128 * 4
+rows = re.findall(r"^\| tp all-reduce stage 0 \(2 ranks\) \| ([0-9.]+) (B|KiB|MiB) \| (\d+) \| [0-9.]+ (?:us|ms) \| [0-9.]+ GB/s \| n/a \| n/a \|", rep, re.M)
+unit = {"B": 1, "KiB": 1024, "MiB": 1024 ** 2}
+count = sum(int(c) for size, u, c in rows if round(float(size) * unit[u]) == want)
+print(f"tp all-reduces of {want} B: {count} over {its} iterations x {m} microbatches")
+sys.exit(0 if count > 0 and count % (its * m) == 0 and count // (its * m) >= 16 else 1)
+PY
 
 # Per-stage replication "2-1-1" on 4 ranks (microbatch j on replica j mod 2 of stage 0).
 $PLANNER -q solve --gpus 4 --model $M/tiny-gpt.yaml --cluster $C/dgx-a100.yaml --replication 2-1-1 --tp 1 --global-batch 24 --microbatch 1 -o r211.plan.yaml >/dev/null \
