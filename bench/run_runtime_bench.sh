@@ -88,9 +88,10 @@ scale = {"us": 1e-6, "ms": 1e-3, "s": 1.0}
 rows = [(round(float(s) * unit[u]), int(c), float(t) * scale[tu]) for s, u, c, t, tu in
         re.findall(r"^\| tp all-reduce stage 0 \(2 ranks\) \| ([0-9.]+) (B|KiB|MiB) \| (\d+) \| ([0-9.]+) (us|ms|s) \|", rep, re.M)]
 nbytes, count, meas = max(rows)  # the activation-sized all-reduces (the largest)
-pred = at(sys.argv[2], 'all_reduce', 'cold', nbytes)
+cold, warm = at(sys.argv[2], 'all_reduce', 'cold', nbytes), at(sys.argv[2], 'all_reduce', 'warm', nbytes)
 print(f"TP all-reduce of {nbytes} B ({count} calls, fastest rank of the pair each): runtime median {meas*1e6:.1f} us "
-      f"({nbytes/meas/1e9:.2f} GB/s busbw), comm profile {pred*1e6:.1f} us: {pred/meas:.0%} of the profiled rate")
+      f"({nbytes/meas/1e9:.2f} GB/s busbw), warm curve (the solver's for TP) {warm*1e6:.1f} us: {warm/meas:.0%} of the profiled rate; "
+      f"cold curve {cold*1e6:.1f} us: {cold/meas:.0%}")
 PY
 export PYTHONPATH=$T
 M=$OLDPWD/configs/models/tiny-gpt.yaml
@@ -99,13 +100,12 @@ mpirun --oversubscribe -np 2 $P -q profile $M --device cpu --threads 1 --microba
 $P -q profile $M --device cpu --threads 1 --microbatch-sizes 1,2,4,8 -o one.profile.yaml >/dev/null
 # The tensor-parallel shards, co-profiled the same way, for the TP run.
 mpirun --oversubscribe -np 2 $P -q profile $M --device cpu --threads 1 --microbatch-sizes 1,2,4,8 --tp 1,2 -o tp.profile.yaml >/dev/null
-# Collectives with cold caches (each operation after other work), twice: after the eviction alone
-# (tensor-parallel all-reduces and pipeline sends, a microbatch's compute apart) and after 20 ms
-# of compute in registers and the eviction, as the gradient all-reduce meets it after a backward
-# (--gap-ms; docs/profiler.md). The solver takes the second for gradient all-reduces.
-mpirun --oversubscribe -np 2 $P -q profile --comm --cache cold --gap-ms 0,20 --collectives all_reduce,send_recv --max-bytes 8M -o comm.profile.yaml >/dev/null
-# The same back to back (nccl-tests style), the reference for the communication-only runs below.
-mpirun --oversubscribe -np 2 $P -q profile --comm --cache warm --collectives all_reduce,send_recv --max-bytes 8M -o comm-warm.profile.yaml >/dev/null
+# Collectives three ways in one profile: back to back (warm, nccl-tests style: the solver's curve
+# for tensor-parallel all-reduces, whose input was just computed, and the reference for the
+# communication-only runs), with cold caches after the eviction alone (pipeline sends, a
+# microbatch's compute apart), and cold after 20 ms of compute in registers and the eviction, as
+# the gradient all-reduce meets it after a backward (--gap-ms; docs/profiler.md).
+mpirun --oversubscribe -np 2 $P -q profile --comm --cache warm,cold --gap-ms 0,20 --collectives all_reduce,send_recv --max-bytes 8M -o comm.profile.yaml >/dev/null
 run() {  # run NAME PROFILE SOLVE-FLAGS...
   local name=$1 prof=$2; shift 2
   $P -q solve --model $M --profile $prof --cluster $C --comm-profile comm.profile.yaml "$@" -o $name.plan.yaml >/dev/null
@@ -132,7 +132,7 @@ for name in pipeline-b4 data-parallel; do
   echo "== $name --comm-only"
   grep -E '^\| (activation|gradient|dp all-reduce)' $name/runs/comm/report.md
 done
-python3 - comm-warm.profile.yaml <<'PY'
+python3 - comm.profile.yaml <<'PY'
 import sys
 from curve import at
 w = sys.argv[1]

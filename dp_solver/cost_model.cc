@@ -104,12 +104,14 @@ double AllReduceSeconds(const ClusterSpec& c, double bytes, const std::vector<in
     double n = static_cast<double>(members[l]);
     const TopologyLevel& lv = c.levels[l];
     if (n > 1) {
-      // A gradient all-reduce within the after-compute curve's sizes is timed on it; below its
-      // smallest size it has no measurement there and takes the general curve.
+      // A gradient all-reduce within the after-compute curve's sizes is timed on it (below its
+      // smallest size it has no measurement there and takes the general curve); a tensor-parallel
+      // one on the warm curve where the profile has one besides the cold.
       const bool after_compute = use == AllReduceUse::kGradient && !lv.measured_grad_allreduce.empty() &&
                                  lv.measured_grad_allreduce_group > 1 && shard >= lv.measured_grad_allreduce.front().first;
-      const auto& curve = after_compute ? lv.measured_grad_allreduce : lv.measured_allreduce;
-      const int64_t group = after_compute ? lv.measured_grad_allreduce_group : lv.measured_allreduce_group;
+      const bool in_cache = use == AllReduceUse::kTensorParallel && !lv.measured_tp_allreduce.empty() && lv.measured_tp_allreduce_group > 1;
+      const auto& curve = after_compute ? lv.measured_grad_allreduce : in_cache ? lv.measured_tp_allreduce : lv.measured_allreduce;
+      const int64_t group = after_compute ? lv.measured_grad_allreduce_group : in_cache ? lv.measured_tp_allreduce_group : lv.measured_allreduce_group;
       if (!curve.empty() && group > 1) {
         // The measured time at this size, moved to n ranks at the same bus bandwidth (nccl-tests:
         // busbw = size x 2(g-1)/g / time does not depend on the group size g of a ring).
@@ -140,7 +142,8 @@ void ApplyCommCurves(const Profile& comm, const std::string& path, ClusterSpec* 
     TopologyLevel& lv = c->levels[l];
     const std::string measured = l == 0 ? "node" : (l == 1 ? "cluster" : "");
     const CommCurve* ar = measured.empty() ? nullptr : comm.FindComm("all_reduce", measured);
-    const CommCurve* grad = measured.empty() ? nullptr : comm.FindComm("all_reduce", measured, /*after_compute=*/true);
+    const CommCurve* grad = measured.empty() ? nullptr : comm.FindComm("all_reduce", measured, Profile::Conditions::kAfterCompute);
+    const CommCurve* warm = measured.empty() ? nullptr : comm.FindComm("all_reduce", measured, Profile::Conditions::kWarm);
     const CommCurve* p2p = measured.empty() ? nullptr : comm.FindComm("send_recv", measured);
     if (ar == nullptr || !(ar->busbw_GBps > 0)) {
       notes->push_back(fmt::format("level '{}': {} GB/s, {} us from the cluster file (not measured)", lv.name, lv.bandwidth_GBps, lv.latency_us));
@@ -157,6 +160,12 @@ void ApplyCommCurves(const Profile& comm, const std::string& path, ClusterSpec* 
       std::sort(lv.measured_grad_allreduce.begin(), lv.measured_grad_allreduce.end());
       lv.measured_grad_allreduce_group = grad->group_size;
       grad_note = fmt::format("; gradient all-reduces from {} on the curve{}", FormatBytes(lv.measured_grad_allreduce.front().first), CurveConditions(*grad));
+    }
+    if (warm != nullptr && warm != ar && !warm->cold && !warm->points.empty()) {
+      lv.measured_tp_allreduce = warm->points;
+      std::sort(lv.measured_tp_allreduce.begin(), lv.measured_tp_allreduce.end());
+      lv.measured_tp_allreduce_group = warm->group_size;
+      grad_note += "; tensor-parallel all-reduces on the warm curve";
     }
     if (p2p != nullptr && p2p->busbw_GBps > 0) {
       lv.p2p_bandwidth_GBps = p2p->busbw_GBps;

@@ -67,7 +67,9 @@ Status BuildCostTable(const CostSource& src, int64_t microbatch, int64_t tp, Rec
 // whose members sit `members_per_level[l]` per level-l unit (innermost first).
 // T = sum_l 2 (c_l - 1)/c_l * (bytes / prod_{j<l} c_j) / B_l + 2 (c_l - 1) alpha_l.
 // `use`: kGradient (a data-parallel gradient all-reduce, after a backward) takes a level's
-// after-compute curve where the comm profile has one (TopologyLevel::measured_grad_allreduce).
+// after-compute curve where the comm profile has one (TopologyLevel::measured_grad_allreduce);
+// kTensorParallel (a layer's output, just computed) the warm curve where it has one besides the
+// cold (TopologyLevel::measured_tp_allreduce).
 enum class AllReduceUse { kTensorParallel, kGradient };
 double AllReduceSeconds(const ClusterSpec& cluster, double bytes, const std::vector<int64_t>& members_per_level,
                         AllReduceUse use = AllReduceUse::kTensorParallel);

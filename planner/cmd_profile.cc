@@ -32,7 +32,7 @@ struct ProfileArgs {
   int iterations = 20;
   std::vector<std::string> collectives;
   double timeout_s = 120;
-  std::string cache = "warm";
+  std::vector<std::string> caches;  // --cache: one set of curves per mode (default warm)
   std::vector<int> gaps_ms;  // --gap-ms: one set of curves per gap
 };
 
@@ -44,8 +44,13 @@ std::string CommandLine(int argc, char** argv) {
 
 Status RunComm(const ProfileArgs& a, const std::string& cmdline) {
   if (!a.model.empty()) return Status::InvalidArgument("--comm profiles collectives only; profile the model's layers in a separate run");
+  const std::vector<std::string> caches = a.caches.empty() ? std::vector<std::string>{"warm"} : a.caches;
+  for (const auto& c : caches) {
+    if (c != "warm" && c != "cold") return Status::InvalidArgument(fmt::format("--cache: unknown value '{}'; use warm, cold or warm,cold", c));
+  }
+  const bool any_cold = std::find(caches.begin(), caches.end(), "cold") != caches.end();
   for (int g : a.gaps_ms) {
-    if (g > 0 && a.cache != "cold") return Status::InvalidArgument("--gap-ms applies to cold-cache timing only; add --cache cold");
+    if (g > 0 && !any_cold) return Status::InvalidArgument("--gap-ms applies to cold-cache timing only; add --cache cold");
   }
   if (!LaunchedUnderMpi()) {
     return Status::InvalidArgument(MpiBuilt() ? "--comm needs two or more ranks: mpirun -np 2 build/planner/planner profile --comm"
@@ -60,8 +65,6 @@ Status RunComm(const ProfileArgs& a, const std::string& cmdline) {
   o.min_bytes = static_cast<int64_t>(*lo);
   o.max_bytes = static_cast<int64_t>(*hi);
   o.iterations = a.iterations;
-  if (a.cache != "warm" && a.cache != "cold") return Status::InvalidArgument(fmt::format("--cache: unknown value '{}'; use warm or cold", a.cache));
-  o.cold = a.cache == "cold";
   if (!a.collectives.empty()) o.collectives = a.collectives;
   for (const auto& c : o.collectives) {
     if (c != "all_reduce" && c != "all_gather" && c != "reduce_scatter" && c != "broadcast" && c != "send_recv") {
@@ -88,10 +91,14 @@ Status RunComm(const ProfileArgs& a, const std::string& cmdline) {
     std::fflush(stdout);
   };
   print("# transport: " + (nccl ? nccl->transport() : world->transport()));
-  for (int g : a.gaps_ms.empty() ? std::vector<int>{0} : a.gaps_ms) {
-    o.gap_s = static_cast<double>(g) / 1000.0;  // written shortest: 5 ms as 0.005
-    if (nccl) PLANNER_RETURN_IF_ERROR(ProfileCollectives(*nccl, o, &rows, &p.comm, print, world.get()));
-    else PLANNER_RETURN_IF_ERROR(ProfileCollectives(*world, o, &rows, &p.comm, print));
+  // One set of curves per cache mode, and per gap for cold ones.
+  for (const auto& cache : caches) {
+    o.cold = cache == "cold";
+    for (int g : !o.cold || a.gaps_ms.empty() ? std::vector<int>{0} : a.gaps_ms) {
+      o.gap_s = static_cast<double>(g) / 1000.0;  // written shortest: 5 ms as 0.005
+      if (nccl) PLANNER_RETURN_IF_ERROR(ProfileCollectives(*nccl, o, &rows, &p.comm, print, world.get()));
+      else PLANNER_RETURN_IF_ERROR(ProfileCollectives(*world, o, &rows, &p.comm, print));
+    }
   }
   if (!root) return Status::OK();
   int64_t wrong = 0;
@@ -130,7 +137,10 @@ Runner RegisterProfile(CLI::App& app, int argc, char** argv) {
   cmd->add_option("--iterations", a->iterations, "--comm: timed iterations per size")->check(CLI::Range(1, 100000));
   cmd->add_option("--collectives", a->collectives, "--comm: subset of all_reduce,all_gather,reduce_scatter,broadcast,send_recv")->delimiter(',');
   cmd->add_option("--timeout", a->timeout_s, "--comm: seconds before a stuck collective is an error")->check(CLI::PositiveNumber);
-  cmd->add_option("--cache", a->cache, "--comm: warm (back to back, as nccl-tests) or cold (caches evicted before each operation, as after a training step's compute)");
+  cmd->add_option("--cache", a->caches,
+                  "--comm: warm (back to back, as nccl-tests), cold (caches evicted before each operation, as after a training step's "
+                  "compute) or warm,cold (both: the solver times tensor-parallel all-reduces on warm curves, the rest on cold)")
+      ->delimiter(',');
   cmd->add_option("--gap-ms", a->gaps_ms,
                   "--comm --cache cold: milliseconds of compute (in registers) before each operation's eviction, as a backward before its "
                   "gradient all-reduce; a list (0,20) takes the curves once per gap (default 0)")

@@ -29,6 +29,10 @@ struct TopologyLevel {
   // taken with --gap-ms): used for data-parallel gradients when present, else measured_allreduce.
   std::vector<std::pair<double, double>> measured_grad_allreduce;
   int64_t measured_grad_allreduce_group = 0;
+  // The all-reduce of data just computed (a warm curve, when the profile also has cold ones): used
+  // for tensor-parallel all-reduces when present, else measured_allreduce.
+  std::vector<std::pair<double, double>> measured_tp_allreduce;
+  int64_t measured_tp_allreduce_group = 0;
 };
 
 struct ClusterSpec {

@@ -261,17 +261,18 @@ Status ParseProfile(const std::string& path, const std::string& text, Profile* o
   return Status::OK();
 }
 
-const CommCurve* Profile::FindComm(const std::string& collective, const std::string& level, bool after_compute) const {
+const CommCurve* Profile::FindComm(const std::string& collective, const std::string& level, Conditions want) const {
+  const bool cold_first = want != Conditions::kWarm;
   const CommCurve* best = nullptr;
   for (const auto& c : comm) {
     if (c.collective != collective || c.level != level) continue;
-    if (best == nullptr || (c.cold && !best->cold)) {
+    if (best == nullptr || (c.cold != best->cold && c.cold == cold_first)) {
       best = &c;
       continue;
     }
     if (c.cold != best->cold) continue;
     if (c.gap_s != best->gap_s) {
-      if (after_compute ? c.gap_s > best->gap_s : c.gap_s < best->gap_s) best = &c;
+      if (want == Conditions::kAfterCompute ? c.gap_s > best->gap_s : c.gap_s < best->gap_s) best = &c;
       continue;
     }
     if (c.group_size > best->group_size) best = &c;

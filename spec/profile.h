@@ -73,10 +73,14 @@ struct Profile {
   std::vector<ProfileLayer> layers;
   std::vector<CommCurve> comm;
 
-  // The curve of the largest group on that level; cold curves before warm ones. Among cold
-  // curves of several gaps (compute before each operation, --gap-ms): the shortest gap, or with
-  // `after_compute` the longest (the gradient all-reduce follows a whole backward).
-  const CommCurve* FindComm(const std::string& collective, const std::string& level, bool after_compute = false) const;
+  // Which measured conditions a use wants (docs/cost_model.md section 3).
+  enum class Conditions {
+    kCold,          // cold before warm; among cold curves the shortest gap (pipeline sends)
+    kAfterCompute,  // cold before warm; the longest gap (a gradient all-reduce after a backward)
+    kWarm,          // warm before cold (a tensor-parallel all-reduce of the output just computed)
+  };
+  // The curve of the largest group on that level under those conditions.
+  const CommCurve* FindComm(const std::string& collective, const std::string& level, Conditions want = Conditions::kCold) const;
 
   // Index of layer `name`, or -1.
   int FindLayer(const std::string& name) const;

@@ -55,6 +55,7 @@ expect "profile bad device" 2 "--device: unknown value 'tpu'; use cpu, cuda or a
 expect "profile bad tp" 2 "--tp 3: it does not divide" -- $PLANNER profile $M/tiny-gpt.yaml --device cpu --tp 3
 expect "profile comm no mpi" 2 "--comm needs" -- env -u OMPI_COMM_WORLD_SIZE $PLANNER profile --comm
 expect "profile gap without cold" 2 "--gap-ms applies to cold-cache timing only; add --cache cold" -- $PLANNER profile --comm --gap-ms 20
+expect "profile cache unknown" 2 "--cache: unknown value 'hot'; use warm, cold or warm,cold" -- $PLANNER profile --comm --cache warm,hot
 expect "profile gap negative" 2 "--gap-ms: Value -1 not in range 0 to 10000" -- $PLANNER profile --comm --cache cold --gap-ms -1
 expect "comm-profile missing" 2 "nope.yaml" -- $PLANNER solve --gpus 2 --profile mlp.profile.yaml --cluster $C/local-cpu.yaml --comm-profile nope.yaml
 if ! nvidia-smi >/dev/null 2>&1; then

@@ -286,7 +286,7 @@ TEST_CASE("cold profile with compute before each operation (--gap-ms): the gap i
   CHECK(st.message().find("set cache: cold or remove gap_s") != std::string::npos);
 }
 
-TEST_CASE("curves of several gaps: the gradient all-reduce takes the after-compute curve, the rest the shortest gap") {
+TEST_CASE("curves of several conditions: gradient all-reduces on the after-compute curve, TP all-reduces on the warm one") {
   CommCurve warm, cold0, cold20;
   warm.collective = cold0.collective = cold20.collective = "all_reduce";
   warm.level = cold0.level = cold20.level = "node";
@@ -303,23 +303,29 @@ TEST_CASE("curves of several gaps: the gradient all-reduce takes the after-compu
   REQUIRE(comm.FindComm("all_reduce", "node") != nullptr);
   CHECK(comm.FindComm("all_reduce", "node")->gap_s == 0);
   CHECK(comm.FindComm("all_reduce", "node")->cold);
-  CHECK(comm.FindComm("all_reduce", "node", true)->gap_s == 0.02);
+  CHECK(comm.FindComm("all_reduce", "node", Profile::Conditions::kAfterCompute)->gap_s == 0.02);
+  CHECK_FALSE(comm.FindComm("all_reduce", "node", Profile::Conditions::kWarm)->cold);
+  CHECK(comm.FindComm("all_reduce", "node", Profile::Conditions::kWarm)->group_size == 4);
   ClusterSpec c;
   REQUIRE_OK(LoadClusterSpec(testing::SourcePath("configs/clusters/local-cpu.yaml"), &c));
   std::vector<std::string> notes;
   ApplyCommCurves(comm, "comm.profile.yaml", &c, &notes);
-  CHECK(AllReduceSeconds(c, 4 << 20, {2}) == doctest::Approx(500e-6));                                  // tensor parallel: gap 0
-  CHECK(AllReduceSeconds(c, 4 << 20, {2}, AllReduceUse::kGradient) == doctest::Approx(800e-6));         // gradient: after compute
-  CHECK(AllReduceSeconds(c, 1 << 20, {2}, AllReduceUse::kGradient) == doctest::Approx(200e-6));         // below its sizes: gap 0
+  // Tensor parallel: the warm curve, measured on 4 ranks, moved to 2 at the same busbw.
+  CHECK(AllReduceSeconds(c, 4 << 20, {2}) == doctest::Approx(400e-6 * (1.0 / 2) / (3.0 / 4)));
+  CHECK(AllReduceSeconds(c, 4 << 20, {2}, AllReduceUse::kGradient) == doctest::Approx(800e-6));  // gradient: after compute
+  CHECK(AllReduceSeconds(c, 1 << 20, {2}, AllReduceUse::kGradient) == doctest::Approx(200e-6));  // below its sizes: cold, gap 0
   REQUIRE_FALSE(notes.empty());
+  CHECK(notes[0].find("times interpolated from 2 measured sizes (cold caches)") != std::string::npos);
   CHECK(notes[0].find("gradient all-reduces from 2.00 MiB on the curve (cold caches, 20 ms of compute before each)") != std::string::npos);
-  // Without an after-compute curve both uses take the one curve.
+  CHECK(notes[0].find("tensor-parallel all-reduces on the warm curve") != std::string::npos);
+  // With one curve every use takes it.
   Profile one;
   one.comm = {cold0};
   ClusterSpec d;
   REQUIRE_OK(LoadClusterSpec(testing::SourcePath("configs/clusters/local-cpu.yaml"), &d));
   ApplyCommCurves(one, "comm.profile.yaml", &d, &notes);
   CHECK(AllReduceSeconds(d, 4 << 20, {2}, AllReduceUse::kGradient) == doctest::Approx(500e-6));
+  CHECK(AllReduceSeconds(d, 4 << 20, {2}) == doctest::Approx(500e-6));
 }
 
 }  // namespace

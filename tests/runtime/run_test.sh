@@ -179,13 +179,15 @@ else
   echo "skip: small /dev/shm check (needs root and unshare)"
 fi
 
-# Cold curves after two compute gaps in one profile (--gap-ms 0,5): both written, each marked, and
-# the solver times the gradient all-reduce on the 5 ms one (its note says so).
-if timeout 60 mpirun --oversubscribe -np 2 $PLANNER -q profile --comm --cache cold --gap-ms 0,5 --collectives all_reduce \
+# Warm curves and cold ones after two compute gaps in one profile (--cache warm,cold --gap-ms 0,5):
+# all three written, each marked; the solver times the gradient all-reduce on the 5 ms one and
+# tensor-parallel all-reduces on the warm one (its note says so).
+if timeout 60 mpirun --oversubscribe -np 2 $PLANNER -q profile --comm --cache warm,cold --gap-ms 0,5 --collectives all_reduce \
     --min-bytes 64K --max-bytes 2M --iterations 3 -o gap.yaml >/dev/null 2>gap.err; then
-  if [ "$(grep -c 'collective: all_reduce' gap.yaml)" = 2 ] && [ "$(grep -c 'cache: cold, gap_s: 0.005,' gap.yaml)" = 1 ] \
+  if [ "$(grep -c 'collective: all_reduce' gap.yaml)" = 3 ] && [ "$(grep -c 'cache: cold, gap_s: 0.005,' gap.yaml)" = 1 ] \
+    && [ "$(grep -c 'cache: warm,' gap.yaml)" = 1 ] \
     && $PLANNER solve --gpus 2 --pp 1 --model $M/tiny-gpt.yaml --cluster $C/local-cpu.yaml --comm-profile gap.yaml -o gap.plan.yaml 2>&1 \
-      | grep -q "gradient all-reduces from 64.00 KiB on the curve (cold caches, 5 ms of compute before each)"; then ok
+      | grep -q "gradient all-reduces from 64.00 KiB on the curve (cold caches, 5 ms of compute before each); tensor-parallel all-reduces on the warm curve"; then ok
   else bad "gap curves: $(grep -c "collective: " gap.yaml) curves, $(grep -c "gap_s: 0.005," gap.yaml) with a 5 ms gap"; fi
 else
   bad "gap profile"; tail -3 gap.err
