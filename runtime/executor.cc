@@ -44,14 +44,12 @@ int64_t Product(const std::vector<int64_t>& v) {
 
 
 // A TP group over a Communicator, for the kernels' all-reduces; each call timed into `log`
-// under the iteration set by BeginIteration.
+// under the iteration of the microbatch being computed, numbered in call order (the ranks of a
+// TP group make the same calls in the same order).
 class CommTpGroup final : public TpGroup {
  public:
   CommTpGroup(Communicator* c, std::vector<TransferLog::TpAllReduce>* log) : c_(c), log_(log) {}
-  void BeginIteration(int64_t it) {
-    iteration_ = it;
-    seq_ = 0;
-  }
+  void SetIteration(int64_t it) { iteration_ = it; }
   Status AllReduceSum(float* d, int64_t n) override { return Timed(d, n, ReduceOp::kSum); }
   Status AllReduceMax(float* d, int64_t n) override { return Timed(d, n, ReduceOp::kMax); }
 
@@ -520,7 +518,6 @@ Status RunLaunch(const LaunchPlan& L, const ModelSpec& model, Communicator& worl
   };
   double peak_bytes = 0;
   for (int64_t it = start; it < iterations; ++it) {
-    tp_group.BeginIteration(it);
     for (auto& c : chunks)
       for (auto& k : c.ks) k->ZeroGrads();
     ResetPeakMemory(dev);
@@ -540,6 +537,7 @@ Status RunLaunch(const LaunchPlan& L, const ModelSpec& model, Communicator& worl
       Chunk& ch = chunk_of(q);
       auto& sv = saved[static_cast<size_t>(q / p)][static_cast<size_t>(j)];
       const int64_t it_j = it + j / m, jj = j % m;
+      tp_group.SetIteration(it_j);  // PipeDream's pass spans iterations: label each microbatch's calls with its own
       const int64_t first_sample = replicated ? it_j * B + jj * b : it * B + (me.replica * m + j) * b;
       // Tag of the message that enters virtual stage qq (dir 0: activation) or leaves it backwards
       // (dir 1), unique in the run: the pass (its first iteration), the stage, the microbatch of the pass.
