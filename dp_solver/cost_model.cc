@@ -107,16 +107,17 @@ double AllReduceSeconds(const ClusterSpec& c, double bytes, const std::vector<in
       // A gradient all-reduce within the after-compute curve's sizes is timed on it (below its
       // smallest size it has no measurement there and takes the general curve); a tensor-parallel
       // one on the warm curve where the profile has one besides the cold.
-      const bool after_compute = use == AllReduceUse::kGradient && !lv.measured_grad_allreduce.empty() &&
-                                 lv.measured_grad_allreduce_group > 1 && shard >= lv.measured_grad_allreduce.front().first;
-      const bool in_cache = use == AllReduceUse::kTensorParallel && !lv.measured_tp_allreduce.empty() && lv.measured_tp_allreduce_group > 1;
-      const auto& curve = after_compute ? lv.measured_grad_allreduce : in_cache ? lv.measured_tp_allreduce : lv.measured_allreduce;
-      const int64_t group = after_compute ? lv.measured_grad_allreduce_group : in_cache ? lv.measured_tp_allreduce_group : lv.measured_allreduce_group;
-      if (!curve.empty() && group > 1) {
+      const MeasuredCurve* curve = &lv.measured_allreduce;
+      if (use == AllReduceUse::kGradient && lv.measured_grad_allreduce.usable() && shard >= lv.measured_grad_allreduce.points.front().first) {
+        curve = &lv.measured_grad_allreduce;
+      } else if (use == AllReduceUse::kTensorParallel && lv.measured_tp_allreduce.usable()) {
+        curve = &lv.measured_tp_allreduce;
+      }
+      if (curve->usable()) {
         // The measured time at this size, moved to n ranks at the same bus bandwidth (nccl-tests:
         // busbw = size x 2(g-1)/g / time does not depend on the group size g of a ring).
-        const double g = static_cast<double>(group);
-        t += MeasuredSeconds(curve, shard) * ((n - 1) / n) / ((g - 1) / g);
+        const double g = static_cast<double>(curve->group);
+        t += MeasuredSeconds(curve->points, shard) * ((n - 1) / n) / ((g - 1) / g);
       } else {
         t += 2 * (n - 1) / n * shard / (lv.bandwidth_GBps * 1e9) + 2 * (n - 1) * lv.latency_us * 1e-6;
       }
@@ -127,6 +128,13 @@ double AllReduceSeconds(const ClusterSpec& c, double bytes, const std::vector<in
 }
 
 namespace {
+
+// A profile curve's points in increasing size, with its group.
+MeasuredCurve Measured(const CommCurve& c) {
+  MeasuredCurve m{c.points, c.group_size};
+  std::sort(m.points.begin(), m.points.end());
+  return m;
+}
 
 // How a curve was measured, for the solver's notes.
 std::string CurveConditions(const CommCurve& c) {
@@ -151,33 +159,28 @@ void ApplyCommCurves(const Profile& comm, const std::string& path, ClusterSpec* 
     }
     lv.bandwidth_GBps = ar->busbw_GBps;
     lv.latency_us = ar->alpha_s / (2.0 * static_cast<double>(std::max<int64_t>(1, ar->group_size - 1))) * 1e6;
-    lv.measured_allreduce = ar->points;
-    std::sort(lv.measured_allreduce.begin(), lv.measured_allreduce.end());
-    lv.measured_allreduce_group = ar->group_size;
-    std::string grad_note;
+    lv.measured_allreduce = Measured(*ar);
+    std::string use_notes;  // the uses timed on other curves than the general one
     if (grad != nullptr && grad != ar && !grad->points.empty()) {
-      lv.measured_grad_allreduce = grad->points;
-      std::sort(lv.measured_grad_allreduce.begin(), lv.measured_grad_allreduce.end());
-      lv.measured_grad_allreduce_group = grad->group_size;
-      grad_note = fmt::format("; gradient all-reduces from {} on the curve{}", FormatBytes(lv.measured_grad_allreduce.front().first), CurveConditions(*grad));
+      lv.measured_grad_allreduce = Measured(*grad);
+      use_notes = fmt::format("; gradient all-reduces from {} on the curve{}", FormatBytes(lv.measured_grad_allreduce.points.front().first),
+                              CurveConditions(*grad));
     }
     if (warm != nullptr && warm != ar && !warm->cold && !warm->points.empty()) {
-      lv.measured_tp_allreduce = warm->points;
-      std::sort(lv.measured_tp_allreduce.begin(), lv.measured_tp_allreduce.end());
-      lv.measured_tp_allreduce_group = warm->group_size;
-      grad_note += "; tensor-parallel all-reduces on the warm curve";
+      lv.measured_tp_allreduce = Measured(*warm);
+      use_notes += "; tensor-parallel all-reduces on the warm curve";
     }
     if (p2p != nullptr && p2p->busbw_GBps > 0) {
       lv.p2p_bandwidth_GBps = p2p->busbw_GBps;
-      lv.measured_p2p = p2p->points;
-      std::sort(lv.measured_p2p.begin(), lv.measured_p2p.end());
+      lv.measured_p2p = Measured(*p2p).points;
     }
     notes->push_back(fmt::format("level '{}': measured ({}, {} {} ranks): all-reduce busbw {:.3g} GB/s, latency {:.3g} us{}{}", lv.name,
                                  path, ar->backend, ar->group_size, lv.bandwidth_GBps, lv.latency_us,
                                  p2p ? fmt::format(", send/recv {:.3g} GB/s", lv.p2p_bandwidth_GBps) : std::string(),
-                                 lv.measured_allreduce.empty() ? std::string()
-                                                               : fmt::format("; times interpolated from {} measured sizes{}", lv.measured_allreduce.size(),
-                                                                             CurveConditions(*ar)) + grad_note));
+                                 lv.measured_allreduce.points.empty()
+                                     ? std::string()
+                                     : fmt::format("; times interpolated from {} measured sizes{}", lv.measured_allreduce.points.size(),
+                                                   CurveConditions(*ar)) + use_notes));
   }
 }
 

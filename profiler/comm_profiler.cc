@@ -206,7 +206,7 @@ Status ProfileCollectives(Communicator& world, const CommProfileOptions& o, std:
     for (const auto& c : o.collectives) {
       if (reporter) {
         print(fmt::format("# {} on {} ranks, level {} ({}, {} caches{})", c, spec.size, spec.level, world.backend(), o.cold ? "cold" : "warm",
-                          o.cold && o.gap_s > 0 ? fmt::format(", {:.3g} ms of compute before each", o.gap_s * 1e3) : std::string()));
+                          o.gap_s > 0 ? fmt::format(", {:.3g} ms of compute before each", o.gap_s * 1e3) : std::string()));
         print(fmt::format("# {:>12} {:>12} {:>6} {:>6} {:>6} {:>10} {:>8} {:>8} {:>6}", "size", "count", "type", "redop", "root",
                           "time", "algbw", "busbw", "#wrong"));
         print(fmt::format("# {:>12} {:>12} {:>6} {:>6} {:>6} {:>10} {:>8} {:>8} {:>6}", "(B)", "(elements)", "", "", "", "(us)",
@@ -218,7 +218,7 @@ Status ProfileCollectives(Communicator& world, const CommProfileOptions& o, std:
       curve.group_size = spec.size;
       curve.backend = world.backend();
       curve.cold = o.cold;
-      curve.gap_s = o.cold ? o.gap_s : 0;
+      curve.gap_s = o.gap_s;  // 0 unless cold (checked above)
       for (int64_t bytes = o.min_bytes; bytes <= o.max_bytes; bytes *= o.step_factor) {
         if (Interrupted()) return Status::Unavailable("interrupted by Ctrl-C; no profile written");
         // nccl-tests' size is the total buffer: per-rank count = size / n for the gathers and scatters.
@@ -232,7 +232,7 @@ Status ProfileCollectives(Communicator& world, const CommProfileOptions& o, std:
         double warm = 0;
         int64_t w0 = 0;
         PLANNER_RETURN_IF_ERROR(RunOne(*g, c, count, o.warmup, false, 0, &warm, &w0));
-        PLANNER_RETURN_IF_ERROR(RunOne(*g, c, count, iters, o.cold, o.cold ? o.gap_s : 0, &secs, &wrong));
+        PLANNER_RETURN_IF_ERROR(RunOne(*g, c, count, iters, o.cold, o.gap_s, &secs, &wrong));
         // Rank 0's group reports; the time is the max over the group.
         float shared[3] = {static_cast<float>(secs), static_cast<float>(wrong), 0};
         PLANNER_RETURN_IF_ERROR((host ? *host : world).Broadcast(shared, 3, 0));

@@ -15,24 +15,30 @@
 
 namespace planner {
 
+// Measured times (bytes, seconds) from a comm profile, in increasing size, and the number of
+// ranks they were measured on.
+struct MeasuredCurve {
+  std::vector<std::pair<double, double>> points;
+  int64_t group = 0;
+  bool usable() const { return !points.empty() && group > 1; }
+};
+
 struct TopologyLevel {
   std::string name;
   int64_t size = 1;              // units of the level below in one unit of this level
   double bandwidth_GBps = 0;     // per-GPU bus bandwidth of a collective on this level
   double p2p_bandwidth_GBps = 0; // per-GPU send/recv bandwidth (0: same as bandwidth_GBps)
   double latency_us = 0;         // per-step latency (alpha) on this level
-  // Measured times (bytes, seconds) from a comm profile (planner solve --comm-profile); when
-  // present the cost model interpolates them instead of the alpha-beta line (docs/cost_model.md).
-  std::vector<std::pair<double, double>> measured_allreduce, measured_p2p;
-  int64_t measured_allreduce_group = 0;  // ranks of the measured all-reduce
+  // Measured curves from a comm profile (planner solve --comm-profile); when present the cost
+  // model interpolates them instead of the alpha-beta line (docs/cost_model.md section 3).
+  MeasuredCurve measured_allreduce;
   // The all-reduce as a gradient all-reduce meets it, after a backward's compute (a cold curve
   // taken with --gap-ms): used for data-parallel gradients when present, else measured_allreduce.
-  std::vector<std::pair<double, double>> measured_grad_allreduce;
-  int64_t measured_grad_allreduce_group = 0;
+  MeasuredCurve measured_grad_allreduce;
   // The all-reduce of data just computed (a warm curve, when the profile also has cold ones): used
   // for tensor-parallel all-reduces when present, else measured_allreduce.
-  std::vector<std::pair<double, double>> measured_tp_allreduce;
-  int64_t measured_tp_allreduce_group = 0;
+  MeasuredCurve measured_tp_allreduce;
+  std::vector<std::pair<double, double>> measured_p2p;  // send/recv (bytes, seconds), increasing size
 };
 
 struct ClusterSpec {

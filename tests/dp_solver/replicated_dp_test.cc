@@ -19,8 +19,8 @@ ClusterSpec TwoLevels(std::mt19937& rng, int64_t node, int64_t nodes) {
   c.name = "random";
   c.hbm_bandwidth_GBps = 1000;
   c.hbm_efficiency = 1;
-  TopologyLevel a{"node", node, bw(rng), bw(rng), lat(rng), {}, {}, 0, {}, 0, {}, 0};
-  TopologyLevel b{"cluster", nodes, bw(rng) / 10, bw(rng) / 10, lat(rng), {}, {}, 0, {}, 0, {}, 0};
+  TopologyLevel a{"node", node, bw(rng), bw(rng), lat(rng), {}, {}, {}, {}};
+  TopologyLevel b{"cluster", nodes, bw(rng) / 10, bw(rng) / 10, lat(rng), {}, {}, {}, {}};
   c.levels = {a, b};
   return c;
 }

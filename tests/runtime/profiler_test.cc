@@ -197,7 +197,7 @@ TEST_CASE("measured curves replace the cluster file's figures for the levels the
   CHECK(c.levels[0].bandwidth_GBps == 180);
   CHECK(c.levels[0].latency_us == doctest::Approx(1.0));  // 14 us over 2 (8 - 1) ring steps
   CHECK(c.levels[1].bandwidth_GBps == 24);               // not measured: the file's
-  CHECK(c.levels[0].measured_allreduce.empty());         // a fit without points: the alpha-beta line
+  CHECK(c.levels[0].measured_allreduce.points.empty());         // a fit without points: the alpha-beta line
   REQUIRE(notes.size() == 2);
   CHECK(notes[0].find("measured (comm.profile.yaml") != std::string::npos);
   CHECK(notes[1].find("from the cluster file") != std::string::npos);
