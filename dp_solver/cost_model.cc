@@ -11,15 +11,6 @@
 
 namespace planner {
 
-const char* RecomputeName(Recompute r) {
-  switch (r) {
-    case Recompute::kNone: return "none";
-    case Recompute::kSelective: return "selective";
-    case Recompute::kFull: return "full";
-  }
-  return "none";
-}
-
 void CostTable::BuildPrefix() {
   size_t n = rows.size();
   for (auto* v : {&pre_time, &pre_params, &pre_stash, &pre_f, &pre_bi, &pre_bw, &pre_tp}) v->assign(n + 1, 0.0);

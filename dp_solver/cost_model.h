@@ -12,12 +12,11 @@
 #include "common/status.h"
 #include "spec/cluster_spec.h"
 #include "spec/model_spec.h"
+#include "spec/kinds.h"
 #include "spec/profile.h"
 
 namespace planner {
 
-enum class Recompute { kNone, kSelective, kFull };
-const char* RecomputeName(Recompute r);
 
 struct CostOptions {
   bool scatter_gather = true;     // p2p of bsh/t per GPU when t > 1 (Megatron 4.1)

@@ -7,27 +7,6 @@
 
 namespace planner {
 
-const char* ScheduleName(Schedule s) {
-  switch (s) {
-    case Schedule::kGpipe: return "gpipe";
-    case Schedule::k1F1B: return "1f1b";
-    case Schedule::kInterleaved: return "interleaved";
-    case Schedule::kZbH1: return "zb-h1";
-    case Schedule::kPipeDream: return "pipedream";
-  }
-  return "1f1b";
-}
-
-bool ParseSchedule(const std::string& t, Schedule* out) {
-  for (Schedule s : {Schedule::kGpipe, Schedule::k1F1B, Schedule::kInterleaved, Schedule::kZbH1, Schedule::kPipeDream}) {
-    if (t == ScheduleName(s)) {
-      *out = s;
-      return true;
-    }
-  }
-  return false;
-}
-
 double ClosedFormMakespan(Schedule s, double f, double b, double w, int64_t p, int64_t m, int64_t v) {
   double pd = static_cast<double>(p), md = static_cast<double>(m), vd = static_cast<double>(v);
   switch (s) {

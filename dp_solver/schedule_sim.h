@@ -12,12 +12,10 @@
 #include <vector>
 
 #include "common/status.h"
+#include "spec/kinds.h"
 
 namespace planner {
 
-enum class Schedule { kGpipe, k1F1B, kInterleaved, kZbH1, kPipeDream };
-const char* ScheduleName(Schedule s);
-bool ParseSchedule(const std::string& text, Schedule* out);
 
 struct SimStage {
   double forward_s = 0;

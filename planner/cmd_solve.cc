@@ -65,7 +65,7 @@ Status DiscoverProfile(std::string* path) {
 }
 
 template <typename T>
-Status ParseList(const std::vector<std::string>& in, bool (*parse)(const std::string&, T*), const std::vector<std::string>& names,
+Status ParseList(const std::vector<std::string>& in, bool (*parse)(std::string_view, T*), const std::vector<std::string>& names,
                  const char* flag, std::vector<T>* out) {
   for (const auto& s : in) {
     T v;
@@ -73,13 +73,6 @@ Status ParseList(const std::vector<std::string>& in, bool (*parse)(const std::st
     out->push_back(v);
   }
   return Status::OK();
-}
-
-bool ParseRecompute(const std::string& s, Recompute* r) {
-  for (Recompute x : {Recompute::kNone, Recompute::kSelective, Recompute::kFull}) {
-    if (s == RecomputeName(x)) { *r = x; return true; }
-  }
-  return false;
 }
 
 Status SolvePipeDreamMode(const SolveArgs& a, const Profile& profile, const ClusterSpec& cluster, Plan* plan) {

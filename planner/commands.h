@@ -7,6 +7,7 @@
 
 #include <CLI/CLI.hpp>
 
+#include "common/file_writer.h"
 #include "common/status.h"
 
 namespace planner {
@@ -19,7 +20,5 @@ Runner RegisterProfile(CLI::App& app, int argc, char** argv);
 // `self`: this executable's path, for the scripts codegen writes.
 Runner RegisterCodegen(CLI::App& app, const std::string& self);
 Runner RegisterRun(CLI::App& app);
-// Writes `text` to `path` atomically (temp file + rename).
-Status WriteFileAtomic(const std::string& path, const std::string& text);
 
 }  // namespace planner

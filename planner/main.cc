@@ -15,20 +15,6 @@
 
 namespace planner {
 
-Status WriteFileAtomic(const std::string& path, const std::string& text) {
-  std::string tmp = path + ".tmp";
-  {
-    std::ofstream out(tmp, std::ios::binary | std::ios::trunc);
-    if (!out) return Status::NotFound(fmt::format("{}: cannot write file; check that the directory exists", path));
-    out << text;
-    if (!out) return Status::Internal(fmt::format("{}: write failed", path));
-  }
-  std::error_code ec;
-  std::filesystem::rename(tmp, path, ec);
-  if (ec) return Status::Internal(fmt::format("{}: cannot rename the written file ({})", path, ec.message()));
-  return Status::OK();
-}
-
 int RunCli(int argc, char** argv) {
   CLI::App app{"planner: decides how to train a deep network on many GPUs"};
   app.set_version_flag("--version", std::string("planner ") + PLANNER_VERSION);

@@ -1,0 +1,134 @@
+#include "common/file_writer.h"
+
+#include <fcntl.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include <atomic>
+#include <cerrno>
+#include <cstring>
+#include <filesystem>
+
+#include <fmt/format.h>
+
+namespace planner {
+
+namespace {
+
+std::string ErrnoText(int e) { return std::strerror(e); }
+
+// A temporary name unique across processes and threads: <path>.tmp.<pid>.<n>.
+std::string TemporaryName(const std::string& path) {
+  static std::atomic<unsigned> counter{0};
+  return fmt::format("{}.tmp.{}.{}", path, static_cast<long>(::getpid()), counter.fetch_add(1));
+}
+
+std::string DirectoryOf(const std::string& path) {
+  std::filesystem::path p(path);
+  std::string d = p.parent_path().string();
+  return d.empty() ? "." : d;
+}
+
+}  // namespace
+
+AtomicFile::~AtomicFile() { Discard(); }
+
+void AtomicFile::Discard() {
+  if (fd_ >= 0) ::close(fd_);
+  fd_ = -1;
+  if (!tmp_.empty()) ::unlink(tmp_.c_str());
+  tmp_.clear();
+}
+
+Status AtomicFile::Open(const std::string& path) {
+  Discard();
+  path_ = path;
+  struct stat st {};
+  if (::stat(path.c_str(), &st) == 0 && !S_ISREG(st.st_mode)) {
+    return Status::InvalidArgument(fmt::format("{}: exists and is not a regular file; write to a file path instead", path));
+  }
+  const std::string dir = DirectoryOf(path);
+  struct stat dst {};
+  if (::stat(dir.c_str(), &dst) != 0 || !S_ISDIR(dst.st_mode)) {
+    return Status::NotFound(fmt::format("{}: cannot write the file: directory '{}' does not exist; create it first", path, dir));
+  }
+  tmp_ = TemporaryName(path);
+  fd_ = ::open(tmp_.c_str(), O_WRONLY | O_CREAT | O_EXCL | O_CLOEXEC, 0644);
+  if (fd_ < 0) {
+    const int e = errno;
+    tmp_.clear();
+    return Status::Unavailable(fmt::format("{}: cannot write the file: {}", path, ErrnoText(e)));
+  }
+  return Status::OK();
+}
+
+Status AtomicFile::Write(const void* data, size_t bytes) {
+  if (fd_ < 0) return Status::Internal(fmt::format("{}: write to a file that is not open", path_));
+  const char* p = static_cast<const char*>(data);
+  while (bytes > 0) {
+    const ssize_t n = ::write(fd_, p, bytes);
+    if (n < 0 && errno == EINTR) continue;
+    if (n <= 0) {
+      const int e = n < 0 ? errno : ENOSPC;
+      Discard();
+      return Status::Unavailable(fmt::format("{}: write failed: {}", path_, ErrnoText(e)));
+    }
+    p += n;
+    bytes -= static_cast<size_t>(n);
+  }
+  return Status::OK();
+}
+
+Status AtomicFile::Commit() {
+  if (fd_ < 0) return Status::Internal(fmt::format("{}: commit of a file that is not open", path_));
+  if (::fsync(fd_) != 0) {
+    const int e = errno;
+    Discard();
+    return Status::Unavailable(fmt::format("{}: write failed (fsync): {}", path_, ErrnoText(e)));
+  }
+  const int fd = fd_;
+  fd_ = -1;
+  if (::close(fd) != 0) {
+    const int e = errno;
+    Discard();
+    return Status::Unavailable(fmt::format("{}: write failed (close): {}", path_, ErrnoText(e)));
+  }
+  // The target may have become a non-regular file since Open.
+  struct stat st {};
+  if (::stat(path_.c_str(), &st) == 0 && !S_ISREG(st.st_mode)) {
+    Discard();
+    return Status::InvalidArgument(fmt::format("{}: exists and is not a regular file; write to a file path instead", path_));
+  }
+  if (::rename(tmp_.c_str(), path_.c_str()) != 0) {
+    const int e = errno;
+    Discard();
+    return Status::Unavailable(fmt::format("{}: cannot replace the file: {}", path_, ErrnoText(e)));
+  }
+  tmp_.clear();
+  const int dfd = ::open(DirectoryOf(path_).c_str(), O_RDONLY | O_DIRECTORY | O_CLOEXEC);
+  if (dfd >= 0) {
+    const int rc = ::fsync(dfd);
+    const int e = errno;
+    ::close(dfd);
+    // Some file systems (tmpfs on old kernels) refuse fsync on a directory; the rename stands.
+    if (rc != 0 && e != EINVAL && e != EROFS) return Status::Unavailable(fmt::format("{}: fsync of its directory failed: {}", path_, ErrnoText(e)));
+  }
+  return Status::OK();
+}
+
+Status WriteFileAtomic(const std::string& path, std::string_view text) {
+  AtomicFile f;
+  PLANNER_RETURN_IF_ERROR(f.Open(path));
+  PLANNER_RETURN_IF_ERROR(f.Write(text));
+  return f.Commit();
+}
+
+Status MakeDirectories(const std::string& dir) {
+  std::error_code ec;
+  std::filesystem::create_directories(dir, ec);
+  if (ec) return Status::Unavailable(fmt::format("{}: cannot create the directory: {}", dir, ec.message()));
+  if (!std::filesystem::is_directory(dir, ec)) return Status::InvalidArgument(fmt::format("{}: exists and is not a directory", dir));
+  return Status::OK();
+}
+
+}  // namespace planner

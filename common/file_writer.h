@@ -1,0 +1,53 @@
+// The one way planner writes a file: every output (plan, profile, launch
+// directory, run record, checkpoint) goes through AtomicFile, which checks
+// every write, flushes the data to disk and replaces the target atomically
+// (a uniquely named temporary in the target's directory, fsync, rename, fsync
+// of the directory). A reader sees the old file or the whole new one, never a
+// half-written one; a failed write leaves no temporary behind. Targets that
+// exist and are not regular files (a device, a FIFO, a directory) are refused,
+// so `-o /dev/null` never replaces a device node.
+// Errors are Status::IoError-class (StatusCode::kUnavailable, exit 1) naming
+// the path. Not thread-safe per object; distinct objects are independent.
+#pragma once
+
+#include <cstddef>
+#include <string>
+#include <string_view>
+
+#include "common/status.h"
+
+namespace planner {
+
+class AtomicFile {
+ public:
+  AtomicFile() = default;
+  AtomicFile(const AtomicFile&) = delete;
+  AtomicFile& operator=(const AtomicFile&) = delete;
+  ~AtomicFile();  // an uncommitted file is discarded (its temporary removed)
+
+  // Opens a temporary beside `path`. Fails if the directory does not exist or
+  // `path` exists and is not a regular file.
+  [[nodiscard]] Status Open(const std::string& path);
+  // Appends bytes; every short or failed write is an error naming the path.
+  [[nodiscard]] Status Write(const void* data, size_t bytes);
+  [[nodiscard]] Status Write(std::string_view text) { return Write(text.data(), text.size()); }
+  // fsync, close, rename over `path`, fsync of the directory. After an error
+  // the temporary is removed and `path` is untouched.
+  [[nodiscard]] Status Commit();
+  // Removes the temporary without touching `path` (also done by the destructor).
+  void Discard();
+
+  const std::string& path() const { return path_; }
+
+ private:
+  std::string path_, tmp_;
+  int fd_ = -1;
+};
+
+// Writes `text` to `path` through AtomicFile.
+[[nodiscard]] Status WriteFileAtomic(const std::string& path, std::string_view text);
+
+// Creates `dir` (and its parents) if missing; an error names the directory.
+[[nodiscard]] Status MakeDirectories(const std::string& dir);
+
+}  // namespace planner

@@ -1,0 +1,53 @@
+#include "spec/kinds.h"
+
+namespace planner {
+
+const char* ScheduleName(Schedule s) {
+  switch (s) {
+    case Schedule::kGpipe: return "gpipe";
+    case Schedule::k1F1B: return "1f1b";
+    case Schedule::kInterleaved: return "interleaved";
+    case Schedule::kZbH1: return "zb-h1";
+    case Schedule::kPipeDream: return "pipedream";
+  }
+  return "1f1b";
+}
+
+bool ParseSchedule(std::string_view t, Schedule* out) {
+  for (Schedule s : kAllSchedules) {
+    if (t == ScheduleName(s)) {
+      *out = s;
+      return true;
+    }
+  }
+  return false;
+}
+
+std::string ScheduleChoices() { return "gpipe, 1f1b, interleaved, zb-h1 or pipedream"; }
+
+const char* RecomputeName(Recompute r) {
+  switch (r) {
+    case Recompute::kNone: return "none";
+    case Recompute::kSelective: return "selective";
+    case Recompute::kFull: return "full";
+  }
+  return "none";
+}
+
+bool ParseRecompute(std::string_view t, Recompute* out) {
+  for (Recompute r : kAllRecomputes) {
+    if (t == RecomputeName(r)) {
+      *out = r;
+      return true;
+    }
+  }
+  return false;
+}
+
+bool ZeroStageFromNumber(long long n, ZeroStage* out) {
+  if (n < 0 || n > 3) return false;
+  *out = static_cast<ZeroStage>(n);
+  return true;
+}
+
+}  // namespace planner

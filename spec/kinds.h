@@ -1,0 +1,30 @@
+// The kinds a plan is made of, as enums: pipeline schedule, activation
+// recompute and ZeRO stage. Parsed once, where a file or flag is read
+// (plan.yaml, launch.yaml, `solve --schedule`); everything past the reader
+// compares enums, never names. Names are the spellings of docs/formats.md.
+#pragma once
+
+#include <string>
+#include <string_view>
+
+namespace planner {
+
+enum class Schedule { kGpipe, k1F1B, kInterleaved, kZbH1, kPipeDream };
+inline constexpr Schedule kAllSchedules[] = {Schedule::kGpipe, Schedule::k1F1B, Schedule::kInterleaved, Schedule::kZbH1,
+                                             Schedule::kPipeDream};
+const char* ScheduleName(Schedule s);  // gpipe | 1f1b | interleaved | zb-h1 | pipedream
+bool ParseSchedule(std::string_view text, Schedule* out);
+// "gpipe, 1f1b, interleaved, zb-h1 or pipedream": for error messages.
+std::string ScheduleChoices();
+
+enum class Recompute { kNone, kSelective, kFull };
+inline constexpr Recompute kAllRecomputes[] = {Recompute::kNone, Recompute::kSelective, Recompute::kFull};
+const char* RecomputeName(Recompute r);  // none | selective | full
+bool ParseRecompute(std::string_view text, Recompute* out);
+
+// ZeRO stage: what the data-parallel ranks shard (DeepSpeed's numbering).
+enum class ZeroStage { kNone = 0, kOptimizer = 1, kGradients = 2, kParameters = 3 };
+inline int ZeroStageNumber(ZeroStage z) { return static_cast<int>(z); }
+bool ZeroStageFromNumber(long long n, ZeroStage* out);  // 0..3
+
+}  // namespace planner
