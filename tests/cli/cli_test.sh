@@ -60,8 +60,14 @@ expect "profile gap without cold" 2 "--gap-ms applies to cold-cache timing only;
 expect "profile cache unknown" 2 "--cache: unknown value 'hot'; use warm, cold or warm,cold" -- $PLANNER profile --comm --cache warm,hot
 expect "profile gap negative" 2 "--gap-ms: Value -1 not in range 0 to 10000" -- $PLANNER profile --comm --cache cold --gap-ms -1
 expect "comm-profile missing" 2 "nope.yaml" -- $PLANNER solve --gpus 2 --profile mlp.profile.yaml --cluster $C/local-cpu.yaml --comm-profile nope.yaml
+# --device cuda asserts on both kinds of host: without a GPU one error line (exit 1); with one, a
+# profile from a CUDA build, or the "built without CUDA" line from a CPU-only build.
 if ! nvidia-smi >/dev/null 2>&1; then
   expect "profile cuda without gpu" 1 "--device cuda: " -- $PLANNER profile $M/mlp-small.yaml --device cuda
+elif $PLANNER profile $M/mlp-small.yaml --device cuda --budget-seconds 0.05 -o mlp-cuda.profile.yaml >cuda.out 2>&1; then
+  grep -qF "wrote mlp-cuda.profile.yaml: 10 layers" cuda.out && pass=$((pass+1)) || { echo "FAIL profile cuda with gpu:"; tail -2 cuda.out; fail=$((fail+1)); }
+else
+  expect "profile cuda, CPU-only build" 1 "--device cuda: built without CUDA" -- $PLANNER profile $M/mlp-small.yaml --device cuda
 fi
 # Ctrl-C during a long profile: exit 130 and no (partial) file.
 $PLANNER profile $M/gpt2-small.yaml --device cpu -o gpt2.profile.yaml >/dev/null 2>int.txt &
