@@ -4,7 +4,7 @@
 set -eu
 cd "$(dirname "$0")/.."
 P=build/planner/planner
-REF=../shared/reference/pipedream-profiles
+REF=tests/data/pipedream   # vendored PipeDream profile graphs (tests/data/pipedream/README.md)
 median() { sort -n | awk '{a[NR]=$1} END {print a[int((NR+1)/2)]}'; }
 run() {  # run NAME -- command...
   local name=$1; shift 2

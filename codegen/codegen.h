@@ -2,7 +2,7 @@
 // tp fastest, then data parallel, then pipeline) and the launch artifacts:
 // run.sh (mpirun), slurm.sbatch (srun), megatron.args, deepspeed/ (config and
 // partition), torch_pipelining.py. Pure: returns file contents; the CLI
-// writes them. docs/codegen.md.
+// writes them. docs/runtime.md (planner codegen).
 #pragma once
 
 #include <cstdint>

@@ -6,7 +6,7 @@
 // span. A worker is one tensor-parallel group of t GPUs. The objective is
 // PipeDream's: the steady-state seconds per microbatch of the slowest stage
 // (its compute plus weight all-reduce over its replicas, divided by them) or
-// of the slowest boundary. docs/cost_model.md section 7. Pure; thread-safe.
+// of the slowest boundary. docs/cost_model.md section 8. Pure; thread-safe.
 #pragma once
 
 #include <cstdint>

@@ -23,5 +23,4 @@
 namespace planner::testing {
 // Absolute paths of the source tree, set by meson.
 inline std::string SourcePath(const std::string& rel) { return std::string(PLANNER_SOURCE_DIR) + "/" + rel; }
-inline std::string ReferencePath(const std::string& rel) { return std::string(PLANNER_REFERENCE_DIR) + "/" + rel; }
 }  // namespace planner::testing

@@ -2,8 +2,16 @@
 // and the profiler use, behind one interface (after NCCL's and torch's
 // ProcessGroup: STYLE.md 8.6). Backends: MPI (CPU ranks), NCCL (GPU ranks,
 // bootstrapped over MPI), and in-process threads (unit tests). Buffers are
-// float32 on the backend's device; counts are elements. Every call returns
-// CommError instead of hanging past the timeout.
+// float32 on the backend's device; counts are elements. No call hangs past
+// the timeout, but what happens then depends on the backend:
+//  - threads and NCCL return CommError (NCCL aborts the communicator first);
+//  - MPI never returns: its watchdog thread prints one "planner: error:" line
+//    naming the operation and rank and calls MPI_Abort, which ends every rank
+//    with exit 1 (runtime/comm/mpi_comm.cc). MPI's own errors are fatal too
+//    (MPI_COMM_WORLD keeps MPI_ERRORS_ARE_FATAL).
+// A GroupSendRecv peer outside the group is InvalidArgument on every
+// backend; MPI and threads also check Send / Recv peers and refuse negative
+// tags (NCCL leaves both to the library).
 #pragma once
 
 #include <cstdint>

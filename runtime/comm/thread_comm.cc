@@ -104,6 +104,7 @@ class ThreadComm final : public Communicator {
   Status Barrier() override { return Meet("barrier"); }
   Status Send(const float* data, int64_t count, int peer, int64_t tag) override {
     if (peer < 0 || peer >= size()) return Status::InvalidArgument(fmt::format("send peer {} outside [0, {})", peer, size()));
+    if (tag < 0) return Status::InvalidArgument(fmt::format("send tag {} is negative", tag));
     std::lock_guard<std::mutex> lk(w_->mu);
     w_->tagged[{rank_, peer, tag}].emplace_back(data, data + count);
     w_->cv.notify_all();
@@ -111,6 +112,7 @@ class ThreadComm final : public Communicator {
   }
   Status Recv(float* data, int64_t count, int peer, int64_t tag) override {
     if (peer < 0 || peer >= size()) return Status::InvalidArgument(fmt::format("recv peer {} outside [0, {})", peer, size()));
+    if (tag < 0) return Status::InvalidArgument(fmt::format("recv tag {} is negative", tag));
     std::unique_lock<std::mutex> lk(w_->mu);
     auto& q = w_->tagged[{peer, rank_, tag}];
     auto deadline = std::chrono::steady_clock::now() + std::chrono::duration<double>(timeout_s_);

@@ -1,5 +1,5 @@
 // CPU layer kernels with Eigen (row-major float32). Derivations of every
-// backward are in docs/kernels.md; tests/runtime/kernels_test.cc checks each
+// backward are in docs/profiler.md (runtime/kernels); tests/runtime/kernels_test.cc checks each
 // against finite differences.
 #include <algorithm>
 #include <cmath>

@@ -4,7 +4,7 @@
 set -u
 PLANNER=$1
 SRC=$2
-REF="$SRC/../shared/reference/pipedream-profiles"
+REF="$SRC/tests/data/pipedream"   # vendored PipeDream profile graphs (tests/data/pipedream/README.md)
 T=$(mktemp -d)
 trap 'rm -rf "$T"' EXIT
 cd "$T"
@@ -39,15 +39,17 @@ expect "infeasible" 3 "GiB > 75.0 GiB usable" -- $PLANNER solve --gpus 8 --model
 expect "bad subcommand" 2 "unknown subcommand 'slove', did you mean 'solve'?" -- $PLANNER slove --gpus 8
 expect "bad schedule" 2 "--schedule: unknown value '1f1f', did you mean '1f1b'?" -- $PLANNER solve --gpus 8 --model $M/gpt2-small.yaml --cluster $C/dgx-a100.yaml --schedule 1f1f
 expect "no model" 2 "no model or profile given" -- $PLANNER solve --gpus 8 --cluster $C/dgx-a100.yaml
-if [ -f "$REF/vgg16/graph.txt" ]; then
-  expect "import" 0 "41 layers" -- $PLANNER import pipedream $REF/vgg16/graph.txt -o vgg16.profile.yaml
-  expect "pipedream 4" 0 "replication 3-1" -- $PLANNER solve --gpus 4 --profile vgg16.profile.yaml --cluster $C/dgx-a100.yaml --mode pipedream --pd-bandwidths 1e9 --pd-machines 4
-  expect "pipedream 8 cluster-b" 0 "replication 7-1" -- $PLANNER solve --gpus 8 --profile vgg16.profile.yaml --cluster $C/pipedream-cluster-b.yaml --mode pipedream
-  expect "pipedream 16 flat" 0 "replication 15-1" -- $PLANNER solve --gpus 16 --profile vgg16.profile.yaml --cluster $C/pipedream-cluster-b.yaml --mode pipedream --pd-machines 16 --pd-bandwidths 3.125e9
-  expect "default discovery" 0 "using profile vgg16.profile.yaml" -- $PLANNER solve --gpus 4 --cluster $C/pipedream-cluster-a.yaml
-  printf 'node1 -- Conv -- forward_compute_time=x, backward_compute_time=1, activation_size=1, parameter_size=1\n' > g.txt
-  expect "bad graph" 2 "g.txt:1: bad number 'x' in forward_compute_time" -- $PLANNER import pipedream g.txt -o g.yaml
+# The PipeDream path runs on the vendored graph; missing data is a failure, never a skip.
+if [ ! -f "$REF/vgg16/graph.txt" ]; then
+  echo "FAIL pipedream data: $REF/vgg16/graph.txt is missing (tests/data/pipedream/ is part of the repository)"; fail=$((fail+1))
 fi
+expect "import" 0 "41 layers" -- $PLANNER import pipedream $REF/vgg16/graph.txt -o vgg16.profile.yaml
+expect "pipedream 4" 0 "replication 3-1" -- $PLANNER solve --gpus 4 --profile vgg16.profile.yaml --cluster $C/dgx-a100.yaml --mode pipedream --pd-bandwidths 1e9 --pd-machines 4
+expect "pipedream 8 cluster-b" 0 "replication 7-1" -- $PLANNER solve --gpus 8 --profile vgg16.profile.yaml --cluster $C/pipedream-cluster-b.yaml --mode pipedream
+expect "pipedream 16 flat" 0 "replication 15-1" -- $PLANNER solve --gpus 16 --profile vgg16.profile.yaml --cluster $C/pipedream-cluster-b.yaml --mode pipedream --pd-machines 16 --pd-bandwidths 3.125e9
+expect "default discovery" 0 "using profile vgg16.profile.yaml" -- $PLANNER solve --gpus 4 --cluster $C/pipedream-cluster-a.yaml
+printf 'node1 -- Conv -- forward_compute_time=x, backward_compute_time=1, activation_size=1, parameter_size=1\n' > g.txt
+expect "bad graph" 2 "g.txt:1: bad number 'x' in forward_compute_time" -- $PLANNER import pipedream g.txt -o g.yaml
 # planner profile: layers on the CPU, bad devices and degrees, --comm outside mpirun, Ctrl-C.
 expect "profile mlp" 0 "wrote mlp.profile.yaml: 10 layers, 4 distinct signatures" -- $PLANNER profile $M/mlp-small.yaml --device cpu --threads 1 --budget-seconds 0.05 -o mlp.profile.yaml
 expect "solve from profile" 0 "configuration: tp-pp-dp" -- $PLANNER solve --gpus 2 --profile mlp.profile.yaml --cluster $C/local-cpu.yaml
@@ -58,8 +60,14 @@ expect "profile gap without cold" 2 "--gap-ms applies to cold-cache timing only;
 expect "profile cache unknown" 2 "--cache: unknown value 'hot'; use warm, cold or warm,cold" -- $PLANNER profile --comm --cache warm,hot
 expect "profile gap negative" 2 "--gap-ms: Value -1 not in range 0 to 10000" -- $PLANNER profile --comm --cache cold --gap-ms -1
 expect "comm-profile missing" 2 "nope.yaml" -- $PLANNER solve --gpus 2 --profile mlp.profile.yaml --cluster $C/local-cpu.yaml --comm-profile nope.yaml
+# --device cuda asserts on both kinds of host: without a GPU one error line (exit 1); with one, a
+# profile from a CUDA build, or the "built without CUDA" line from a CPU-only build.
 if ! nvidia-smi >/dev/null 2>&1; then
   expect "profile cuda without gpu" 1 "--device cuda: " -- $PLANNER profile $M/mlp-small.yaml --device cuda
+elif $PLANNER profile $M/mlp-small.yaml --device cuda --budget-seconds 0.05 -o mlp-cuda.profile.yaml >cuda.out 2>&1; then
+  grep -qF "wrote mlp-cuda.profile.yaml: 10 layers" cuda.out && pass=$((pass+1)) || { echo "FAIL profile cuda with gpu:"; tail -2 cuda.out; fail=$((fail+1)); }
+else
+  expect "profile cuda, CPU-only build" 1 "--device cuda: built without CUDA" -- $PLANNER profile $M/mlp-small.yaml --device cuda
 fi
 # Ctrl-C during a long profile: exit 130 and no (partial) file.
 $PLANNER profile $M/gpt2-small.yaml --device cpu -o gpt2.profile.yaml >/dev/null 2>int.txt &

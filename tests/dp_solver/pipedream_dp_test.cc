@@ -1,6 +1,7 @@
 // PipeDream mode against the objectives of PipeDream's own optimizer
 // (optimizer_graph_hierarchical.py at msr-fiddle/pipedream 7db6a1c, run on
-// the shipped profiles; the recorded values are in docs/performance.md).
+// the shipped profiles, vendored in tests/data/pipedream/; the recorded values
+// are in docs/performance.md).
 #include <filesystem>
 
 #include "dp_solver/pipedream_dp.h"
@@ -55,11 +56,10 @@ const std::vector<RefCase> kCases = {
 
 TEST_CASE("PipeDream mode reproduces PipeDream's optimizer on its shipped profiles") {
   for (const auto& c : kCases) {
-    std::string path = testing::ReferencePath(std::string("pipedream-profiles/") + c.model + "/graph.txt");
-    if (!std::filesystem::exists(path)) {
-      MESSAGE("reference profiles not found at " << path);
-      continue;
-    }
+    // Vendored in the repository (tests/data/pipedream/README.md): missing data is a failure.
+    std::string path = testing::SourcePath(std::string("tests/data/pipedream/") + c.model + "/graph.txt");
+    INFO("PipeDream profile graph missing: " << path << " (tests/data/pipedream/ is part of the repository)");
+    REQUIRE(std::filesystem::is_regular_file(path));
     Profile p;
     REQUIRE_OK(ImportPipeDreamFile(path, 0, &p));
     PipeDreamOptions o;

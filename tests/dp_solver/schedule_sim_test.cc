@@ -1,4 +1,8 @@
 // The schedule simulator against the closed forms on uniform stages.
+#include <algorithm>
+#include <map>
+#include <tuple>
+
 #include "dp_solver/schedule_sim.h"
 #include "tests/test_util.h"
 
@@ -54,14 +58,65 @@ TEST_CASE("ZB-H1 takes m (F + B + W) + (p - 1)(F + B - W)") {
 }
 
 TEST_CASE("the slowest stage sets the 1F1B steady state on non-uniform stages") {
+  // F = B: 1, 3, 1 s on stages 0, 1, 2; no W, no transfers; 20 microbatches.
   std::vector<SimStage> st = {{1, 1, 0, 0}, {3, 3, 0, 0}, {1, 1, 0, 0}};
+  const int m = 20;
   SimResult r;
-  REQUIRE_OK(SimulateSchedule(Schedule::k1F1B, st, 3, 20, true, &r));
-  // Fill (stage 0 and 1 forwards), 20 microbatches through stage 1, drain.
-  CHECK(r.makespan_s == doctest::Approx(1 + 20 * 6 + 1 + 1 + 1 - 1).epsilon(0.05));
-  CHECK(r.events.size() == 3 * 20 * 2);
-  // Forward of a microbatch never starts before its predecessor stage's forward ends.
-  for (const auto& e : r.events) CHECK(e.end_s > e.start_s);
+  REQUIRE_OK(SimulateSchedule(Schedule::k1F1B, st, 3, m, true, &r));
+  // By hand: stage 1 starts F0 at 1 (stage 0's F0) and then never waits: its
+  // B(j) needs stage 2's F(j) and B(j), 2 s after its own F(j), and it runs
+  // F(j + 1) (3 s) or B(j - 1) (3 s) in between; stage 0 feeds F(j) long
+  // before stage 1 asks. So stage 1 is busy from 1 to 1 + 20 x 6 = 121, and
+  // stage 0's B19 follows stage 1's: 121 + 1 = 122.
+  CHECK(r.makespan_s == doctest::Approx(122.0).epsilon(1e-12));
+  CHECK(r.busy_s == std::vector<double>{40, 120, 40});
+  CHECK(r.bubble_fraction == doctest::Approx(1 - 200.0 / (3 * 122.0)));
+  REQUIRE(r.events.size() == 3 * m * 2);
+  // Each (stage, microbatch, kind) once; duration as given; stage = device.
+  std::map<std::tuple<int, int, char>, SimEvent> ev;
+  for (const auto& e : r.events) {
+    CHECK(e.device == e.stage);
+    CHECK((e.kind == 'F' || e.kind == 'B'));
+    CHECK(e.end_s - e.start_s == doctest::Approx(e.kind == 'F' ? st[static_cast<size_t>(e.stage)].forward_s
+                                                                : st[static_cast<size_t>(e.stage)].backward_input_s));
+    CHECK(ev.emplace(std::make_tuple(e.stage, e.microbatch, e.kind), e).second);
+  }
+  REQUIRE(ev.size() == r.events.size());
+  // Dependencies: F(s, j) after F(s - 1, j); B(s, j) after F(s, j) and after B(s + 1, j).
+  for (int s = 0; s < 3; ++s) {
+    for (int j = 0; j < m; ++j) {
+      const SimEvent& f = ev.at({s, j, 'F'});
+      const SimEvent& b = ev.at({s, j, 'B'});
+      if (s > 0) CHECK(f.start_s >= ev.at({s - 1, j, 'F'}).end_s);
+      CHECK(b.start_s >= f.end_s);
+      if (s < 2) CHECK(b.start_s >= ev.at({s + 1, j, 'B'}).end_s);
+    }
+  }
+  // Per device: 1F1B's order (p - 1 - d warm-up forwards, then F/B pairs, then
+  // the remaining backwards), no overlap, and stage 1 never idle.
+  for (int d = 0; d < 3; ++d) {
+    std::vector<SimEvent> mine;
+    for (const auto& e : r.events) if (e.device == d) mine.push_back(e);
+    std::sort(mine.begin(), mine.end(), [](const SimEvent& a, const SimEvent& b) { return a.start_s < b.start_s; });
+    std::vector<std::pair<char, int>> want;
+    const int warm = 2 - d;
+    for (int j = 0; j < warm; ++j) want.push_back({'F', j});
+    for (int j = 0; j < m - warm; ++j) {
+      want.push_back({'F', warm + j});
+      want.push_back({'B', j});
+    }
+    for (int j = m - warm; j < m; ++j) want.push_back({'B', j});
+    std::vector<std::pair<char, int>> got;
+    for (const auto& e : mine) got.push_back({e.kind, e.microbatch});
+    CHECK(got == want);
+    for (size_t k = 1; k < mine.size(); ++k) CHECK(mine[k].start_s >= mine[k - 1].end_s);
+    if (d == 1) {
+      CHECK(mine.front().start_s == doctest::Approx(1.0));
+      CHECK(mine.back().end_s == doctest::Approx(121.0));
+      for (size_t k = 1; k < mine.size(); ++k) CHECK(mine[k].start_s == doctest::Approx(mine[k - 1].end_s));
+    }
+  }
+  CHECK(ev.at({0, m - 1, 'B'}).end_s == doctest::Approx(122.0));
 }
 
 }  // namespace

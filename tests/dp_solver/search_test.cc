@@ -63,14 +63,30 @@ TEST_CASE("a model that fits no GPU count is Infeasible and names the binding co
 
 TEST_CASE("bad requests are InvalidArgument") {
   Fixture f("tiny-gpt.yaml", "local-cpu.yaml");
+  Plan p;
   SearchOptions o;
   o.gpus = 3;  // the cluster holds 2
-  Plan p;
-  CHECK(f.Solve(o, &p).code() == StatusCode::kInvalidArgument);
+  Status s = f.Solve(o, &p);
+  CHECK(s.code() == StatusCode::kInvalidArgument);
+  CHECK(s.message().find("the cluster holds 2 GPUs but --gpus is 3") != std::string::npos);
+  CHECK(ExitCodeFor(s) == 2);
+  o.gpus = 0;
+  s = f.Solve(o, &p);
+  CHECK(s.code() == StatusCode::kInvalidArgument);
+  CHECK(s.message().find("--gpus must be at least 1") != std::string::npos);
+}
+
+TEST_CASE("a valid request no configuration divides is Infeasible") {
+  Fixture f("tiny-gpt.yaml", "local-cpu.yaml");
+  SearchOptions o;
   o.gpus = 2;
-  o.global_batch = 3;
+  o.global_batch = 3;  // microbatch 2 x any data-parallel width never divides 3
   o.microbatch = {2};
-  CHECK(f.Solve(o, &p).code() == StatusCode::kInfeasible);
+  Plan p;
+  Status s = f.Solve(o, &p);
+  CHECK(s.code() == StatusCode::kInfeasible);
+  CHECK(s.message().find("no configuration divides the problem") != std::string::npos);
+  CHECK(ExitCodeFor(s) == 3);
 }
 
 }  // namespace

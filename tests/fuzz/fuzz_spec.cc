@@ -1,7 +1,8 @@
 // Fuzz target for every reader of user files: the first byte picks the
 // reader (model, cluster, profile, plan, PipeDream graph, launch plan), the
-// rest is the file text. A successful model parse also builds its analytic cost table
-// and a parsed plan is written back and re-read (round trip).
+// rest is the file text. A successful model parse also builds its analytic cost table;
+// a parsed plan or launch plan is written back and re-read, and the second
+// serialization must equal the first (else abort: a crash to libFuzzer).
 //
 // Built two ways:
 //  - with clang and -fsanitize=fuzzer,address,undefined by tests/fuzz/run_fuzz.sh
@@ -11,6 +12,7 @@
 #include <cstddef>
 #include <cstdint>
 #include <cstdio>
+#include <cstdlib>
 #include <filesystem>
 #include <fstream>
 #include <sstream>
@@ -25,6 +27,30 @@
 #include "spec/profile.h"
 
 namespace {
+
+// A round trip that loses or changes something is a bug: print both texts and
+// abort, which libFuzzer reports as a crash (and saves the input) and which
+// fails the `fuzz_corpus` replay.
+[[noreturn]] void RoundTripFailed(const char* what, const std::string& why, const std::string& first,
+                                  const std::string& second) {
+  std::fprintf(stderr, "%s round trip: %s\n--- first serialization ---\n%s\n--- second ---\n%s\n", what, why.c_str(),
+               first.c_str(), second.c_str());
+  std::abort();
+}
+
+bool ValidUtf8(const std::string& s) {
+  size_t i = 0;
+  while (i < s.size()) {
+    const auto c = static_cast<unsigned char>(s[i]);
+    const size_t n = c < 0x80 ? 1 : (c >> 5) == 0x6 ? 2 : (c >> 4) == 0xE ? 3 : (c >> 3) == 0x1E ? 4 : 0;
+    if (n == 0 || i + n > s.size()) return false;
+    for (size_t k = 1; k < n; ++k) {
+      if ((static_cast<unsigned char>(s[i + k]) >> 6) != 0x2) return false;
+    }
+    i += n;
+  }
+  return true;
+}
 
 void RunOne(const uint8_t* data, size_t size) {
   using namespace planner;
@@ -59,9 +85,18 @@ void RunOne(const uint8_t* data, size_t size) {
     case 3: {
       Plan p;
       if (ParsePlan("fuzz.yaml", text, &p).ok()) {
+        // Round trip: what planner writes, planner reads back to the same plan.
+        const std::string first = PlanToYaml(p);
         Plan q;
-        (void)ParsePlan("fuzz2.yaml", PlanToYaml(p), &q);
-        (void)PlanToJson(p);
+        const Status again = ParsePlan("fuzz2.yaml", first, &q);
+        if (!again.ok()) RoundTripFailed("plan", "re-parse failed: " + again.ToString(), first, "");
+        const std::string second = PlanToYaml(q);
+        if (second != first) RoundTripFailed("plan", "YAML differs after parse -> serialize -> parse", first, second);
+        // The plan read back equals the plan read (all its fields, as JSON), when the input
+        // is valid UTF-8: yaml-cpp writes invalid bytes in strings as U+FFFD.
+        if (ValidUtf8(text) && PlanToJson(q) != PlanToJson(p)) {
+          RoundTripFailed("plan", "the plan read back differs from the plan read (JSON)", PlanToJson(p), PlanToJson(q));
+        }
       }
       break;
     }
@@ -73,8 +108,12 @@ void RunOne(const uint8_t* data, size_t size) {
     default: {
       LaunchPlan l;
       if (ParseLaunchPlan("launch.yaml", text, &l).ok()) {
+        const std::string first = LaunchPlanToYaml(l);
         LaunchPlan again;
-        (void)ParseLaunchPlan("launch2.yaml", LaunchPlanToYaml(l), &again);
+        const Status st = ParseLaunchPlan("launch2.yaml", first, &again);
+        if (!st.ok()) RoundTripFailed("launch plan", "re-parse failed: " + st.ToString(), first, "");
+        const std::string second = LaunchPlanToYaml(again);
+        if (second != first) RoundTripFailed("launch plan", "YAML differs after parse -> serialize -> parse", first, second);
       }
       break;
     }
@@ -89,12 +128,16 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
 }
 
 #ifndef PLANNER_LIBFUZZER
-// Replays the saved corpus; any crash, sanitizer report or hang fails the test.
+// Replays the saved corpus; any crash, failed round trip, sanitizer report or hang
+// fails the test, and so does a missing corpus directory.
 int main(int argc, char** argv) {
   namespace fs = std::filesystem;
   int files = 0;
   for (int i = 1; i < argc; ++i) {
-    if (!fs::is_directory(argv[i])) continue;
+    if (!fs::is_directory(argv[i])) {
+      std::fprintf(stderr, "fuzz_replay: corpus directory missing: %s\n", argv[i]);
+      return 1;
+    }
     for (const auto& e : fs::directory_iterator(argv[i])) {
       if (!e.is_regular_file()) continue;
       std::ifstream in(e.path(), std::ios::binary);

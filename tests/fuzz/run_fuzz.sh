@@ -18,10 +18,16 @@ fi
 i=0
 for f in configs/models/*.yaml; do { printf '\x00'; cat "$f"; } > $OUT/seeds/model_$((i++)); done
 for f in configs/clusters/*.yaml; do { printf '\x01'; cat "$f"; } > $OUT/seeds/cluster_$((i++)); done
-for f in tests/golden/*.profile.yaml; do [ -f "$f" ] && { printf '\x02'; cat "$f"; } > $OUT/seeds/profile_$((i++)); done
-for f in tests/golden/*.plan.yaml; do [ -f "$f" ] && { printf '\x03'; cat "$f"; } > $OUT/seeds/plan_$((i++)); done
-for f in tests/codegen/golden/*/launch.yaml; do [ -f "$f" ] && { printf '\x05'; cat "$f"; } > $OUT/seeds/launch_$((i++)); done
-for f in ../shared/reference/pipedream-profiles/*/graph.txt; do [ -f "$f" ] && { printf '\x04'; head -c 20000 "$f"; } > $OUT/seeds/graph_$((i++)); done
+# (Profiles: the saved corpus holds them; the tree has no bundled *.profile.yaml.)
+# A glob that matches nothing is an error, never an empty seed set.
+seed() {  # seed SELECTOR NAME FILES...
+  local sel=$1 name=$2; shift 2
+  [ -f "$1" ] || { echo "run_fuzz.sh: no seed files for $name ($1)" >&2; exit 1; }
+  for f in "$@"; do { printf "$sel"; head -c 20000 "$f"; } > $OUT/seeds/${name}_$((i++)); done
+}
+seed '\x03' plan tests/codegen/plans/*.plan.yaml
+seed '\x05' launch tests/codegen/golden/*/launch.yaml
+seed '\x04' graph tests/data/pipedream/*/graph.txt
 mkdir -p $OUT/corpus
 ASAN_OPTIONS=detect_leaks=0 $OUT/fuzz_spec -max_total_time=$SECONDS_TO_RUN -timeout=10 -rss_limit_mb=2048 -max_len=8192 \
   -artifact_prefix=tests/fuzz/regressions/ $OUT/corpus tests/fuzz/corpus $OUT/seeds || true
