@@ -60,6 +60,11 @@ Status CheckRequest(const CostSource& src, const SearchOptions& o, int64_t* batc
                                                c.path, c.TotalGpus(), n));
   }
   if (o.top_k < 1) return Status::InvalidArgument(fmt::format("--top {}: rank at least 1 plan", o.top_k));
+  for (const auto& [flag, values] : {std::pair{"--tp", &o.tp}, {"--pp", &o.pp}, {"--microbatch", &o.microbatch}, {"--replication", &o.replication}}) {
+    for (int64_t v : *values) {
+      if (v < 1) return Status::InvalidArgument(fmt::format("{} {}: every value must be at least 1", flag, v));
+    }
+  }
   *batch = o.global_batch > 0 ? o.global_batch : (src.model ? src.model->global_batch : 0);
   if (*batch < 1) return Status::InvalidArgument("the global batch is unknown; pass --global-batch");
   return CheckCostSource(src);

@@ -177,5 +177,27 @@ TEST_CASE("requests the search cannot serve are InvalidArgument, not a crash") {
   CHECK(Has(s, "--top 0"));
 }
 
+TEST_CASE("a tp, pp, microbatch or replica below 1 is InvalidArgument naming the flag") {
+  ModelSpec m = TinyGpt();
+  ClusterSpec c = Cluster("fp32: 1");
+  Plan p;
+  {
+    SearchOptions o;
+    o.gpus = 2;
+    o.microbatch = {-2};  // was planned with negative times
+    Status s = Solve(&m, nullptr, c, o, &p);
+    CHECK(s.code() == StatusCode::kInvalidArgument);
+    CHECK(Has(s, "--microbatch -2: every value must be at least 1"));
+  }
+  {
+    SearchOptions o;
+    o.gpus = 2;
+    o.tp = {1, 0};  // 0 was skipped silently
+    Status s = Solve(&m, nullptr, c, o, &p);
+    CHECK(s.code() == StatusCode::kInvalidArgument);
+    CHECK(Has(s, "--tp 0"));
+  }
+}
+
 }  // namespace
 }  // namespace planner
