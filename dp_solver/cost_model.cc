@@ -189,89 +189,116 @@ double P2PSeconds(const ClusterSpec& c, double bytes, int64_t a, int64_t b) {
   return bytes / (top.p2p_bandwidth_GBps * 1e9) + top.latency_us * 1e-6;
 }
 
+Status CheckCostSource(const CostSource& src) {
+  if (src.cluster == nullptr) return Status::InvalidArgument("costs need a cluster (--cluster)");
+  if (src.profile != nullptr) return Status::OK();
+  if (src.model == nullptr) return Status::InvalidArgument("costs need a model (--model) or a profile (--profile)");
+  const ClusterSpec& c = *src.cluster;
+  const std::string dtype = DTypeName(src.model->dtype);
+  if (!(c.PeakFlops(src.model->dtype) > 0)) {
+    return Status::InvalidArgument(fmt::format("{}: cluster '{}' has no peak for dtype {} (the dtype of model '{}'); add gpu.peak_tflops.{} to it",
+                                               c.path, c.name, dtype, src.model->name, dtype));
+  }
+  return Status::OK();
+}
+
+namespace {
+
+// Analytic rows: FLOPs / (peak x efficiency) + bytes / (HBM x efficiency), TP
+// all-reduces on the level holding the TP group, recompute added to backward.
+void AnalyticRows(const ModelSpec& m, const ClusterSpec& c, int64_t b, int64_t t, Recompute rc, CostTable* table) {
+  const double bd = static_cast<double>(b), td = static_cast<double>(t);
+  const std::vector<int64_t> tp_group = GroupSpread(c, t, 1);
+  const double peak = c.PeakFlops(m.dtype) * c.efficiency;
+  const double hbm = c.hbm_bandwidth_GBps * 1e9 * c.hbm_efficiency;
+  for (const auto& l : m.layers) {
+    LayerCostRow r;
+    double shard = (l.tp_shardable && t > 1) ? td : 1.0;
+    auto compute = [&](double flops, double bytes) { return bd * flops / shard / peak + bd * bytes / shard / hbm; };
+    r.forward_s = compute(l.fwd_flops, l.fwd_mem_bytes);
+    r.backward_input_s = compute(l.bwd_input_flops, l.bwd_mem_bytes * 0.5);
+    r.backward_weight_s = compute(l.bwd_weight_flops, l.bwd_mem_bytes * 0.5);
+    // Megatron: the forward's all-reduces (g) and as many in backward (f);
+    // full recompute re-runs the forward and its all-reduces.
+    double ar = (t > 1 && l.tp_shardable) ? AllReduceSeconds(c, bd * l.tp_allreduce_bytes, tp_group) : 0;
+    double n_fwd = l.tp_allreduces_fwd;
+    r.forward_s += n_fwd * ar;
+    r.backward_input_s += n_fwd * ar;
+    r.tp_comm_s = 2 * n_fwd * ar;
+    if (rc == Recompute::kFull && l.type != "lm_head" && l.type != "loss") {
+      r.backward_input_s += compute(l.fwd_flops, l.fwd_mem_bytes) + n_fwd * ar;
+      r.tp_comm_s += n_fwd * ar;
+    } else if (rc == Recompute::kSelective) {
+      r.backward_input_s += compute(l.selective_recompute_flops, 0);
+    }
+    r.params = l.params / shard;
+    double stash = rc == Recompute::kFull ? l.stash_bytes_full : (rc == Recompute::kSelective ? l.stash_bytes_selective : l.stash_bytes);
+    if (rc == Recompute::kFull) {
+      r.stash_bytes = bd * stash;  // the layer input, kept whole (Korthikanti Table 2: 2sbh)
+    } else {
+      double replicated = std::min(stash, l.stash_bytes_tp_replicated);
+      r.stash_bytes = bd * (replicated + (stash - replicated) / shard);
+    }
+    r.out_bytes = bd * l.out_bytes;
+    table->rows.push_back(r);
+    table->names.push_back(l.name);
+  }
+}
+
+// Measured rows: the profile's timings at (b, t) (the nearest microbatch size,
+// scaled linearly), its TP all-reduces costed as the analytic ones.
+Status ProfileRows(const Profile& p, const ClusterSpec& c, int64_t b, int64_t t, Recompute rc, CostTable* table) {
+  const double bd = static_cast<double>(b);
+  const std::vector<int64_t> tp_group = GroupSpread(c, t, 1);
+  for (size_t i = 0; i < p.layers.size(); ++i) {
+    const auto& l = p.layers[i];
+    ProfileTiming pt;
+    if (!p.TimingAt(i, b, t, &pt)) {
+      return Status::NotFound(fmt::format("{}: layer '{}' has no timing at tp={}; {}", p.path, l.name, t,
+                                          t == 1 ? "profile the model without --tp" : fmt::format("profile it with --tp {} or plan with --tp 1", t)));
+    }
+    LayerCostRow r;
+    r.forward_s = pt.forward_s;
+    if (pt.backward_input_s >= 0 && pt.backward_weight_s >= 0) {
+      r.backward_input_s = pt.backward_input_s;
+      r.backward_weight_s = pt.backward_weight_s;
+    } else {
+      // Not measured separately: split evenly (GEMM layers: dX and dW cost the same).
+      r.backward_input_s = r.backward_weight_s = pt.backward_s / 2;
+    }
+    if (rc == Recompute::kFull) r.backward_input_s += pt.forward_s;
+    double scale = bd / static_cast<double>(p.reference_microbatch);
+    // Profiles time the TP shard's compute; its all-reduces come from the
+    // collective figures of the level that holds the TP group (as analytic).
+    if (t > 1 && l.tp_allreduces > 0) {
+      double ar = AllReduceSeconds(c, scale * l.tp_allreduce_bytes, tp_group);
+      double n_fwd = static_cast<double>(l.tp_allreduces);
+      r.forward_s += n_fwd * ar;
+      r.backward_input_s += n_fwd * ar * (rc == Recompute::kFull ? 2 : 1);
+      r.tp_comm_s = n_fwd * ar * (rc == Recompute::kFull ? 3 : 2);
+    }
+    r.params = l.params_bytes / 4.0;  // profile sizes are bytes of fp32 parameters
+    r.stash_bytes = scale * (rc == Recompute::kFull ? l.output_bytes : l.stash_bytes);
+    r.out_bytes = scale * l.output_bytes;
+    table->rows.push_back(r);
+    table->names.push_back(l.name);
+  }
+  return Status::OK();
+}
+
+}  // namespace
+
 Status BuildCostTable(const CostSource& src, int64_t b, int64_t t, Recompute rc, const CostOptions& o, CostTable* out) {
   (void)o;
-  const ClusterSpec& c = *src.cluster;
+  PLANNER_RETURN_IF_ERROR(CheckCostSource(src));
   CostTable table;
   table.microbatch = b;
   table.tp = t;
   table.recompute = rc;
-  const double bd = static_cast<double>(b), td = static_cast<double>(t);
-  std::vector<int64_t> tp_group = GroupSpread(c, t, 1);
   if (src.profile == nullptr) {
-    const ModelSpec& m = *src.model;
-    double peak = c.PeakFlops(m.dtype) * c.efficiency;
-    double hbm = c.hbm_bandwidth_GBps * 1e9 * c.hbm_efficiency;
-    if (!(peak > 0)) {
-      return Status::InvalidArgument(fmt::format("{}: gpu.peak_tflops has no entry for {}; add one", c.path, DTypeName(m.dtype)));
-    }
-    for (const auto& l : m.layers) {
-      LayerCostRow r;
-      double shard = (l.tp_shardable && t > 1) ? td : 1.0;
-      auto compute = [&](double flops, double bytes) { return bd * flops / shard / peak + bd * bytes / shard / hbm; };
-      r.forward_s = compute(l.fwd_flops, l.fwd_mem_bytes);
-      r.backward_input_s = compute(l.bwd_input_flops, l.bwd_mem_bytes * 0.5);
-      r.backward_weight_s = compute(l.bwd_weight_flops, l.bwd_mem_bytes * 0.5);
-      // Megatron: the forward's all-reduces (g) and as many in backward (f);
-      // full recompute re-runs the forward and its all-reduces.
-      double ar = (t > 1 && l.tp_shardable) ? AllReduceSeconds(c, bd * l.tp_allreduce_bytes, tp_group) : 0;
-      double n_fwd = l.tp_allreduces_fwd;
-      r.forward_s += n_fwd * ar;
-      r.backward_input_s += n_fwd * ar;
-      r.tp_comm_s = 2 * n_fwd * ar;
-      if (rc == Recompute::kFull && l.type != "lm_head" && l.type != "loss") {
-        r.backward_input_s += compute(l.fwd_flops, l.fwd_mem_bytes) + n_fwd * ar;
-        r.tp_comm_s += n_fwd * ar;
-      } else if (rc == Recompute::kSelective) {
-        r.backward_input_s += compute(l.selective_recompute_flops, 0);
-      }
-      r.params = l.params / shard;
-      double stash = rc == Recompute::kFull ? l.stash_bytes_full : (rc == Recompute::kSelective ? l.stash_bytes_selective : l.stash_bytes);
-      if (rc == Recompute::kFull) {
-        r.stash_bytes = bd * stash;  // the layer input, kept whole (Korthikanti Table 2: 2sbh)
-      } else {
-        double replicated = std::min(stash, l.stash_bytes_tp_replicated);
-        r.stash_bytes = bd * (replicated + (stash - replicated) / shard);
-      }
-      r.out_bytes = bd * l.out_bytes;
-      table.rows.push_back(r);
-      table.names.push_back(l.name);
-    }
+    AnalyticRows(*src.model, *src.cluster, b, t, rc, &table);
   } else {
-    const Profile& p = *src.profile;
-    for (size_t i = 0; i < p.layers.size(); ++i) {
-      const auto& l = p.layers[i];
-      ProfileTiming pt;
-      if (!p.TimingAt(i, b, t, &pt)) {
-        return Status::NotFound(fmt::format("{}: layer '{}' has no timing at tp={}; profile it with --tp {} or plan with tp=1",
-                                            p.path, l.name, t, t));
-      }
-      LayerCostRow r;
-      r.forward_s = pt.forward_s;
-      if (pt.backward_input_s >= 0 && pt.backward_weight_s >= 0) {
-        r.backward_input_s = pt.backward_input_s;
-        r.backward_weight_s = pt.backward_weight_s;
-      } else {
-        // Not measured separately: split evenly (GEMM layers: dX and dW cost the same).
-        r.backward_input_s = r.backward_weight_s = pt.backward_s / 2;
-      }
-      if (rc == Recompute::kFull) r.backward_input_s += pt.forward_s;
-      double scale = bd / static_cast<double>(p.reference_microbatch);
-      // Profiles time the TP shard's compute; its all-reduces come from the
-      // collective figures of the level that holds the TP group (as analytic).
-      if (t > 1 && l.tp_allreduces > 0) {
-        double ar = AllReduceSeconds(c, scale * l.tp_allreduce_bytes, tp_group);
-        double n_fwd = static_cast<double>(l.tp_allreduces);
-        r.forward_s += n_fwd * ar;
-        r.backward_input_s += n_fwd * ar * (rc == Recompute::kFull ? 2 : 1);
-        r.tp_comm_s = n_fwd * ar * (rc == Recompute::kFull ? 3 : 2);
-      }
-      r.params = l.params_bytes / 4.0;  // profile sizes are bytes of fp32 parameters
-      r.stash_bytes = scale * (rc == Recompute::kFull ? l.output_bytes : l.stash_bytes);
-      r.out_bytes = scale * l.output_bytes;
-      table.rows.push_back(r);
-      table.names.push_back(l.name);
-    }
+    PLANNER_RETURN_IF_ERROR(ProfileRows(*src.profile, *src.cluster, b, t, rc, &table));
   }
   table.BuildPrefix();
   *out = std::move(table);

@@ -59,6 +59,12 @@ struct CostSource {
 
 // True when every TP-shardable layer accepts degree t.
 bool TpDegreeValid(const ModelSpec& model, int64_t t);
+// What BuildCostTable needs of its source: a cluster; a model or a profile;
+// for analytic costs the cluster's peak for the model's dtype. InvalidArgument
+// naming the file, the field and the fix.
+Status CheckCostSource(const CostSource& src);
+// Per-layer costs at (microbatch, tp, recompute) (docs/cost_model.md section 2).
+// NotFound naming the profile and layer when a profile has no timing at tp.
 Status BuildCostTable(const CostSource& src, int64_t microbatch, int64_t tp, Recompute recompute,
                       const CostOptions& options, CostTable* out);
 

@@ -5,6 +5,9 @@
 // schedule simulator plus the exposed data-parallel all-reduce and the
 // optimizer step; memory is a hard constraint. Returns the best plan with the
 // k-1 runners-up and why each lost. docs/cost_model.md sections 3-5.
+// Its parts: candidates.h (the values tried and the uniform family),
+// evaluate.h (times, memory, simulation, the plan of a candidate), rank.h
+// (lower bounds, top K, runners-up, the error when no plan is left).
 // Pure function of its inputs; thread-compatible.
 #pragma once
 
@@ -29,16 +32,20 @@ struct SearchOptions {
   std::vector<Recompute> recompute;     // empty: none, selective (transformers), full
   std::vector<int64_t> interleave = {2, 3, 4};
   int64_t max_zero_stage = 3;
-  int64_t max_replicated_units = 32;
-  std::vector<int64_t> replication;     // non-empty: only this per-stage replica vector ("2-1-1", in TP groups), pipedream schedule   // per-stage replication DP: workers grouped to at most this many units
+  int64_t max_replicated_units = 32;    // per-stage replication DP: workers grouped to at most this many units
+  std::vector<int64_t> replication;     // non-empty: only this per-stage replica vector ("2-1-1", in TP groups), pipedream schedule
   CostOptions cost;
   bool exhaustive = false;              // simulate every feasible candidate (tests of the pruning)
   int64_t simulated = 0;                // out: candidates simulated (for bench/)
   int64_t considered = 0;               // out: candidates enumerated
 };
 
-// Fills *plan (mode "auto") on success; Infeasible naming the binding
-// constraint when nothing fits; InvalidArgument on impossible requests.
+// Fills *plan (mode "auto") on success. Errors: InvalidArgument (or NotFound)
+// naming the flag or file and the fix for inputs the search cannot use (no
+// peak for the model's dtype, a profile without timings at a --tp asked for,
+// a --replication no tp matches); Infeasible naming the binding constraint
+// (memory, else what left the layouts out) when nothing fits; Internal for
+// the simulator's failures, which the candidates' checks rule out.
 Status SolveAuto(const CostSource& src, SearchOptions& options, Plan* plan);
 
 // Balanced contiguous partition of layers [0, n) into k non-empty parts that

@@ -1,0 +1,125 @@
+#include "dp_solver/candidates.h"
+
+#include <algorithm>
+
+#include <fmt/format.h>
+
+namespace planner {
+
+namespace {
+
+std::vector<int64_t> Divisors(int64_t n) {
+  std::vector<int64_t> d;
+  for (int64_t i = 1; i <= n; ++i) if (n % i == 0) d.push_back(i);
+  return d;
+}
+
+// Every microbatch size the profile measured (at tp = 1), else its reference size.
+std::vector<int64_t> ProfiledMicrobatches(const Profile& profile) {
+  std::vector<int64_t> mbs;
+  for (const auto& l : profile.layers) {
+    for (const auto& t : l.timings) {
+      if (t.tp == 1 && std::find(mbs.begin(), mbs.end(), t.microbatch) == mbs.end()) mbs.push_back(t.microbatch);
+    }
+  }
+  if (mbs.empty()) mbs = {profile.reference_microbatch};
+  std::sort(mbs.begin(), mbs.end());
+  return mbs;
+}
+
+bool HasAttention(const ModelSpec* model) {
+  if (model == nullptr) return false;
+  for (const auto& l : model->layers) {
+    if (l.type == "transformer_block" || l.type == "attention") return true;
+  }
+  return false;
+}
+
+// The interleave factors of schedule s at depth p (1 for all but interleaved).
+std::vector<int64_t> Interleaves(const SearchOptions& o, Schedule s, int64_t p, int64_t m, int64_t layers, Rejections* why) {
+  if (s != Schedule::kInterleaved) return {1};
+  std::vector<int64_t> vs;
+  if (p < 2 || m % p != 0) {
+    if (why->interleave.empty() && p >= 2) {
+      why->interleave = fmt::format("interleaved needs the microbatch count ({}) to be a multiple of pp={}", m, p);
+    }
+    return vs;
+  }
+  for (int64_t v : o.interleave) if (v >= 2 && p * v <= layers) vs.push_back(v);
+  return vs;
+}
+
+}  // namespace
+
+SearchSpace MakeSearchSpace(const CostSource& src, const SearchOptions& o, int64_t global_batch) {
+  SearchSpace sp;
+  sp.gpus = o.gpus;
+  sp.global_batch = global_batch;
+  sp.node = src.cluster->levels[0].size;
+  sp.tp = o.tp;
+  if (sp.tp.empty()) for (int64_t t = 1; t <= sp.node; t *= 2) sp.tp.push_back(t);
+  sp.microbatch = o.microbatch;
+  if (sp.microbatch.empty()) {
+    if (src.profile) sp.microbatch = ProfiledMicrobatches(*src.profile);
+    else for (int64_t b = 1; b <= 64; b *= 2) sp.microbatch.push_back(b);
+  }
+  sp.schedules = o.schedules;
+  if (sp.schedules.empty()) sp.schedules = {Schedule::kGpipe, Schedule::k1F1B, Schedule::kInterleaved, Schedule::kZbH1, Schedule::kPipeDream};
+  sp.replicated = !o.replication.empty() ||
+                  std::find(sp.schedules.begin(), sp.schedules.end(), Schedule::kPipeDream) != sp.schedules.end();
+  sp.recompute = o.recompute;
+  if (sp.recompute.empty()) {
+    sp.recompute = {Recompute::kNone, Recompute::kFull};
+    if (HasAttention(src.model)) sp.recompute.insert(sp.recompute.begin() + 1, Recompute::kSelective);
+  }
+  return sp;
+}
+
+std::string TpRejection(const SearchSpace& sp, const ModelSpec* model, int64_t t) {
+  if (t < 1 || sp.gpus % t != 0) return fmt::format("tp={} does not divide the {} GPUs", t, sp.gpus);
+  if (t > sp.node) return fmt::format("tp={} exceeds the {} GPUs of a node", t, sp.node);
+  if (model && !TpDegreeValid(*model, t)) return fmt::format("tp={} does not divide every tensor-parallel layer of {}", t, model->name);
+  return "";
+}
+
+std::string Rejections::Summary() const {
+  std::string s;
+  for (const std::string* r : {&tp, &pp, &batch, &interleave}) {
+    if (!r->empty()) s += (s.empty() ? "" : "; ") + *r;
+  }
+  return s;
+}
+
+std::vector<Candidate> UniformCandidates(const SearchSpace& sp, const SearchOptions& o, size_t table_index,
+                                         const CostTable& table, Rejections* why) {
+  std::vector<Candidate> out;
+  const int64_t n = sp.gpus, t = table.tp, b = table.microbatch, layers = static_cast<int64_t>(table.rows.size());
+  const std::vector<int64_t> pps = o.pp.empty() ? Divisors(n / t) : o.pp;
+  for (int64_t p : pps) {
+    if (p < 1 || p > layers || (n / t) % p != 0) {
+      if (why->pp.empty()) {
+        why->pp = p > layers ? fmt::format("pp={} exceeds the {} layers", p, layers)
+                             : fmt::format("pp={} does not divide the {} GPUs / tp={}", p, n, t);
+      }
+      continue;
+    }
+    const int64_t d = n / (t * p);
+    if (sp.global_batch % (b * d) != 0) {
+      if (why->batch.empty()) {
+        why->batch = fmt::format("tp={} pp={}: the global batch {} is not a multiple of microbatch {} x data-parallel {}", t, p, sp.global_batch, b, d);
+      }
+      continue;
+    }
+    const int64_t m = sp.global_batch / (b * d);
+    for (Schedule s : sp.schedules) {
+      if (s == Schedule::kPipeDream) continue;  // the replicated family
+      if ((s == Schedule::kZbH1 || s == Schedule::kGpipe) && p == 1) continue;  // same as 1f1b at p = 1
+      for (int64_t v : Interleaves(o, s, p, m, layers, why)) {
+        out.push_back(Candidate{table_index, t, b, p, d, m, v, s, table.recompute, 0});
+      }
+    }
+  }
+  return out;
+}
+
+}  // namespace planner

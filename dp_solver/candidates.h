@@ -1,0 +1,64 @@
+// The joint search's candidates (docs/cost_model.md section 4, "Search order
+// and pruning"): the values each dimension takes (tensor-parallel degree t,
+// microbatch size b, recompute, pipeline depth p, schedule, interleave v) and
+// the enumeration of the uniform (Megatron-style) family over one cost table.
+// ZeRO is not enumerated: evaluation takes the lowest stage that fits.
+// Pure; thread-compatible.
+#pragma once
+
+#include <cstdint>
+#include <string>
+#include <vector>
+
+#include "dp_solver/cost_model.h"
+#include "dp_solver/search.h"
+#include "spec/kinds.h"
+
+namespace planner {
+
+// The lists the search walks: SearchOptions' lists, empty ones filled with
+// their defaults, and the problem's fixed sizes.
+struct SearchSpace {
+  int64_t gpus = 0;
+  int64_t global_batch = 0;
+  int64_t node = 1;                   // GPUs in one node (level 0): the largest tp
+  std::vector<int64_t> tp;            // in the order tried
+  std::vector<int64_t> microbatch;
+  std::vector<Schedule> schedules;
+  std::vector<Recompute> recompute;
+  bool replicated = false;            // search the per-stage replication family too
+};
+
+// Defaults: tp powers of two up to the node; microbatch every size the profile
+// measured at tp = 1 (else powers of two up to 64); every schedule; recompute
+// none, selective (models with attention) and full. `global_batch` >= 1.
+SearchSpace MakeSearchSpace(const CostSource& src, const SearchOptions& o, int64_t global_batch);
+
+// Why a value of t cannot be used ("" when it can): it must divide the GPUs,
+// fit in a node and divide every TP-shardable layer of the model.
+std::string TpRejection(const SearchSpace& space, const ModelSpec* model, int64_t t);
+
+// One point of the uniform family: cost table `table` (its t, b, recompute),
+// p stages of v chunks each, d = gpus / (t p) replicas, m microbatches.
+struct Candidate {
+  size_t table = 0;
+  int64_t t = 1, b = 1, p = 1, d = 1, m = 1, v = 1;
+  Schedule s = Schedule::k1F1B;
+  Recompute rc = Recompute::kNone;
+  double bound = 0;  // lower bound on the iteration time (set by the ranking)
+};
+
+// Why values were left out, the first reason of each kind; named in the
+// Infeasible message when nothing divides the problem.
+struct Rejections {
+  std::string tp, pp, batch, interleave;
+  std::string Summary() const;  // "; "-joined, "" when nothing was left out
+};
+
+// The uniform family over one cost table, in the order the search ranks ties:
+// depth p (--pp or every divisor of gpus / t), schedule, interleave. Layouts
+// that do not divide the problem are left out (noted in *why).
+std::vector<Candidate> UniformCandidates(const SearchSpace& space, const SearchOptions& o, size_t table_index,
+                                         const CostTable& table, Rejections* why);
+
+}  // namespace planner

@@ -1,0 +1,352 @@
+#include "dp_solver/evaluate.h"
+
+#include <algorithm>
+
+#include <fmt/format.h>
+
+#include "common/units.h"
+#include "dp_solver/search.h"
+
+namespace planner {
+
+namespace {
+
+size_t Z(int64_t i) { return static_cast<size_t>(i); }
+
+}  // namespace
+
+StateBytes MakeStateBytes(const CostSource& src, const SearchOptions& o) {
+  const ModelSpec* model = src.model;
+  const bool mixed = model == nullptr || model->dtype != DType::kFp32;
+  StateBytes sb;
+  sb.weight = model ? DTypeBytes(model->dtype) : 4.0;
+  sb.optimizer = mixed ? 12.0 : 8.0;
+  sb.total = o.cost.bytes_per_param > 0 ? o.cost.bytes_per_param : (mixed ? 18.0 : 16.0);
+  sb.usable = src.cluster->UsableMemoryBytes();
+  return sb;
+}
+
+double StateBytesPerParam(const StateBytes& sb, int64_t z, int64_t d) {
+  const double beta = sb.total, w = sb.weight, os = sb.optimizer;
+  double g = beta - w - os;
+  double dd = static_cast<double>(d);
+  switch (z) {
+    case 0: return beta;
+    case 1: return w + g + os / dd;
+    case 2: return w + (g + os) / dd;
+    default: return beta / dd;
+  }
+}
+
+int64_t InFlight(const Candidate& k, int64_t r) {
+  switch (k.s) {
+    case Schedule::kGpipe: return k.m;
+    case Schedule::kInterleaved: return std::min(k.m * k.v, (k.p - r - 1) * 2 + (k.v - 1) * k.p + 1);
+    default: return std::min(k.p - r, k.m);
+  }
+}
+
+Evaluator::Evaluator(const CostSource& src, const SearchOptions& o, int64_t global_batch)
+    : src_(src), o_(o), batch_(global_batch), sb_(MakeStateBytes(src, o)) {}
+
+size_t Evaluator::AddTable(CostTable table) {
+  tables_.push_back(std::move(table));
+  return tables_.size() - 1;
+}
+
+const std::vector<int64_t>& Evaluator::Partition(size_t table, int64_t k) {
+  auto it = partitions_.find({table, k});
+  if (it == partitions_.end()) it = partitions_.emplace(std::make_pair(table, k), BalancedPartition(tables_[table], k)).first;
+  return it->second;
+}
+
+Status Evaluator::Evaluate(const Candidate& k, Evaluation* x) {
+  x->cuts = &Partition(k.table, k.p * k.v);
+  if (x->cuts->empty()) {
+    return Status::Internal(fmt::format("no partition of {} layers into {} stages (tp={} pp={} interleave={})",
+                                        tables_[k.table].rows.size(), k.p * k.v, k.t, k.p, k.v));
+  }
+  StageTimes(k, x);
+  DeviceLoads(k, x);
+  SettleMemory(k, x);
+  DataParallelTimes(k, x);
+  return Status::OK();
+}
+
+// Per virtual stage: F, B, W from the table's prefix sums, and the send to the next stage.
+void Evaluator::StageTimes(const Candidate& k, Evaluation* x) const {
+  const CostTable& table = tables_[k.table];
+  const ClusterSpec& c = *src_.cluster;
+  const int64_t p = k.p, t = k.t, d = k.d, q_count = p * k.v;
+  const auto& cuts = *x->cuts;
+  x->sim.assign(Z(q_count), SimStage{});
+  x->send.assign(Z(q_count), 0.0);
+  for (int64_t q = 0; q < q_count; ++q) {
+    int64_t a = cuts[Z(q)], e = cuts[Z(q + 1)];
+    SimStage& y = x->sim[Z(q)];
+    y.forward_s = table.pre_f[Z(e)] - table.pre_f[Z(a)];
+    y.backward_input_s = table.pre_bi[Z(e)] - table.pre_bi[Z(a)];
+    y.backward_weight_s = table.pre_bw[Z(e)] - table.pre_bw[Z(a)];
+    if (q + 1 < q_count) {
+      double bytes = table.rows[Z(e - 1)].out_bytes;
+      if (o_.cost.scatter_gather && t > 1) bytes /= static_cast<double>(t);
+      int64_t ra = (q % p) * t * d, rb = ((q + 1) % p) * t * d;
+      x->send[Z(q)] = P2PSeconds(c, bytes, ra, rb);
+    }
+  }
+  for (int64_t q = 0; q < q_count; ++q) {
+    double sq = x->send[Z(q)];
+    // Exposed: the sender is busy for the transfer (activation after F, gradient after B).
+    if (o_.cost.p2p_overlap) x->sim[Z(q)].send_s = sq;
+    else x->sim[Z(q)].exposed_send_s = sq;
+  }
+}
+
+// Per device: parameters, the largest stash of its chunks, working buffers, backward time.
+void Evaluator::DeviceLoads(const Candidate& k, Evaluation* x) const {
+  const CostTable& table = tables_[k.table];
+  const int64_t p = k.p, t = k.t, q_count = p * k.v;
+  const auto& cuts = *x->cuts;
+  for (auto* v : {&x->params, &x->stash, &x->work, &x->backward_s, &x->peak, &x->allreduce_s}) v->assign(Z(p), 0);
+  for (int64_t q = 0; q < q_count; ++q) {
+    size_t r = Z(q % p);
+    int64_t a = cuts[Z(q)], e = cuts[Z(q + 1)];
+    x->params[r] += table.Params(a, e);
+    x->stash[r] = std::max(x->stash[r], table.Stash(a, e));
+    x->backward_s[r] += x->sim[Z(q)].backward_input_s + x->sim[Z(q)].backward_weight_s;
+    for (int64_t i = a; i < e; ++i) {
+      double ob = table.rows[Z(i)].out_bytes / static_cast<double>(t);
+      x->work[r] = std::max(x->work[r], 2 * ob);
+    }
+  }
+}
+
+// The lowest ZeRO stage whose peak fits in usable memory (zero = -1: none).
+void Evaluator::SettleMemory(const Candidate& k, Evaluation* x) const {
+  const int64_t p = k.p, d = k.d;
+  x->zero = -1;
+  for (int64_t z = 0; z <= std::min<int64_t>(o_.max_zero_stage, d > 1 ? 3 : 0); ++z) {
+    x->peak_bytes = 0;
+    for (int64_t r = 0; r < p; ++r) {
+      double states = x->params[Z(r)] * StateBytesPerParam(sb_, z, d);
+      double acts = static_cast<double>(InFlight(k, r)) * x->stash[Z(r)];
+      x->peak[Z(r)] = states + acts + x->work[Z(r)];
+      x->peak_bytes = std::max(x->peak_bytes, x->peak[Z(r)]);
+    }
+    if (x->peak_bytes <= sb_.usable) {
+      x->zero = z;
+      return;
+    }
+  }
+}
+
+// Exposed gradient all-reduce and optimizer step: the slowest device's.
+void Evaluator::DataParallelTimes(const Candidate& k, Evaluation* x) const {
+  const ClusterSpec& c = *src_.cluster;
+  const int64_t p = k.p, d = k.d, t = k.t, v = k.v;
+  x->dp_s = 0;
+  x->optimizer_s = 0;
+  if (x->zero < 0) return;
+  const double grad_ar_bytes = sb_.weight;  // gradients all-reduced in the training dtype
+  for (int64_t r = 0; r < p; ++r) {
+    size_t ru = Z(r);
+    double ar = d > 1 ? AllReduceSeconds(c, x->params[ru] * grad_ar_bytes, GroupSpread(c, d, t), AllReduceUse::kGradient) : 0;
+    if (x->zero == 3) ar *= 1.5;
+    x->allreduce_s[ru] = ar;
+    double exposed = o_.cost.dp_overlap ? std::max(0.0, ar - x->backward_s[ru] / static_cast<double>(v)) : ar;
+    x->dp_s = std::max(x->dp_s, exposed);
+    double shard = x->zero >= 1 ? static_cast<double>(d) : 1.0;
+    x->optimizer_s = std::max(x->optimizer_s, x->params[ru] / shard * o_.cost.optimizer_bytes_per_param /
+                                                  (c.hbm_bandwidth_GBps * 1e9 * c.hbm_efficiency));
+  }
+}
+
+Status Evaluator::Simulate(const Candidate& k, const Evaluation& x, SimResult* res) const {
+  Status s = SimulateSchedule(k.s, x.sim, k.p, k.m, false, res);
+  if (s.ok()) return s;
+  // Candidates meet the schedules' preconditions: a failure here is a bug.
+  return Status::Internal(fmt::format("simulating tp={} pp={} dp={} microbatch={} {} interleave={}: {}", k.t, k.p, k.d, k.b,
+                                      ScheduleName(k.s), k.v, s.message()));
+}
+
+PlanStage Evaluator::UniformStage(const Candidate& k, const Evaluation& x, int64_t q) const {
+  const CostTable& table = tables_[k.table];
+  const int64_t t = k.t, p = k.p, d = k.d;
+  const auto& cuts = *x.cuts;
+  PlanStage ps;
+  int64_t a = cuts[Z(q)], e = cuts[Z(q + 1)];
+  size_t r = Z(q % p);
+  ps.first_layer = a;
+  ps.last_layer = e - 1;
+  ps.first_layer_name = table.names[Z(a)];
+  ps.last_layer_name = table.names[Z(e - 1)];
+  ps.replicas = d;
+  ps.tp = t;
+  ps.chunk = q / p;
+  ps.device_offset = static_cast<int64_t>(r) * t * d;
+  for (int64_t j = 0; j < t * d && j < 4096; ++j) ps.devices.push_back(ps.device_offset + j);
+  const auto& y = x.sim[Z(q)];
+  ps.forward_s = y.forward_s;
+  ps.backward_input_s = y.backward_input_s;
+  ps.backward_weight_s = y.backward_weight_s;
+  ps.tp_comm_s = table.pre_tp[Z(e)] - table.pre_tp[Z(a)];
+  ps.p2p_s = x.send[Z(q)];
+  ps.dp_allreduce_s = x.allreduce_s[r];
+  ps.in_flight = InFlight(k, static_cast<int64_t>(r));
+  ps.weights_bytes = x.params[r] * sb_.weight / (x.zero == 3 ? static_cast<double>(d) : 1.0);
+  ps.optimizer_bytes = x.params[r] * StateBytesPerParam(sb_, x.zero, d) - ps.weights_bytes;
+  ps.activations_bytes = static_cast<double>(ps.in_flight) * x.stash[r];
+  ps.peak_memory_bytes = x.peak[r];
+  return ps;
+}
+
+Plan Evaluator::UniformPlan(const Candidate& k, const Evaluation& x, const SimResult& res) const {
+  const double iter = res.makespan_s + x.dp_s + x.optimizer_s;
+  Plan pl;
+  pl.mode = "auto";
+  pl.gpus = o_.gpus;
+  pl.gpus_used = k.t * k.p * k.d;
+  pl.global_batch = batch_;
+  pl.tp = k.t;
+  pl.pp = k.p;
+  pl.dp = k.d;
+  pl.microbatch_size = k.b;
+  pl.num_microbatches = k.m;
+  pl.schedule = ScheduleName(k.s);
+  pl.interleave = k.v;
+  pl.recompute = RecomputeName(k.rc);
+  pl.zero_stage = x.zero;
+  pl.p2p_overlap = o_.cost.p2p_overlap;
+  pl.usable_memory_bytes = sb_.usable;
+  for (int64_t q = 0; q < k.p * k.v; ++q) pl.stages.push_back(UniformStage(k, x, q));
+  for (int64_t q = 0; q < k.p; ++q) {
+    if (q > 0) pl.config += '-';
+    pl.config += std::to_string(k.d);
+  }
+  pl.predicted.iteration_s = iter;
+  pl.predicted.pipeline_s = res.makespan_s;
+  pl.predicted.dp_allreduce_s = x.dp_s;
+  pl.predicted.optimizer_s = x.optimizer_s;
+  pl.predicted.bubble_fraction = res.bubble_fraction;
+  pl.predicted.samples_per_second = static_cast<double>(batch_) / iter;
+  pl.predicted.peak_memory_bytes = x.peak_bytes;
+  FillFlops(k.rc, &pl);
+  return pl;
+}
+
+ReplicatedOptions Evaluator::ReplicatedOptionsFor(const CostTable& table) const {
+  const int64_t workers = o_.gpus / table.tp;
+  ReplicatedOptions ro;
+  ro.workers = workers;
+  ro.tp = table.tp;
+  ro.worker_unit = 1;
+  while (workers / ro.worker_unit > o_.max_replicated_units || workers % ro.worker_unit != 0) ++ro.worker_unit;
+  ro.grad_bytes_per_param = sb_.weight;
+  ro.state_bytes_per_param = sb_.total;
+  ro.weight_bytes_per_param = sb_.weight;
+  ro.usable_bytes = sb_.usable;
+  ro.p2p_overlap = true;
+  ro.scatter_gather = o_.cost.scatter_gather;
+  ro.optimizer_bytes_per_param = o_.cost.optimizer_bytes_per_param;
+  if (!o_.replication.empty()) {
+    ro.forced = o_.replication;
+    ro.worker_unit = 1;
+  }
+  return ro;
+}
+
+namespace {
+
+PlanStage ReplicatedStagePlan(const CostTable& table, const StateBytes& sb, const ReplicatedStage& st, int64_t t, int64_t m) {
+  PlanStage ps;
+  ps.first_layer = st.first;
+  ps.last_layer = st.end - 1;
+  ps.first_layer_name = table.names[Z(st.first)];
+  ps.last_layer_name = table.names[Z(st.end - 1)];
+  ps.replicas = st.replicas;
+  ps.tp = t;
+  ps.device_offset = st.offset * t;
+  for (int64_t j = 0; j < st.replicas * t && j < 4096; ++j) ps.devices.push_back(ps.device_offset + j);
+  ps.forward_s = table.pre_f[Z(st.end)] - table.pre_f[Z(st.first)];
+  ps.backward_input_s = table.pre_bi[Z(st.end)] - table.pre_bi[Z(st.first)];
+  ps.backward_weight_s = table.pre_bw[Z(st.end)] - table.pre_bw[Z(st.first)];
+  ps.tp_comm_s = table.pre_tp[Z(st.end)] - table.pre_tp[Z(st.first)];
+  ps.p2p_s = st.send_s / 2;
+  ps.dp_allreduce_s = st.allreduce_s * static_cast<double>(m) / static_cast<double>(st.replicas);
+  ps.in_flight = st.in_flight;
+  double params = table.Params(st.first, st.end);
+  ps.weights_bytes = params * sb.weight * static_cast<double>(st.in_flight);
+  ps.optimizer_bytes = params * (sb.total - sb.weight);
+  ps.activations_bytes = static_cast<double>(st.in_flight) * table.Stash(st.first, st.end);
+  ps.peak_memory_bytes = st.peak_memory_bytes;
+  return ps;
+}
+
+}  // namespace
+
+// PipeDream's asynchronous 1F1B: no flush, so in steady state an iteration of
+// m microbatches takes m bottleneck steps; the fill (one microbatch through
+// every stage and back) is paid once per run, not per iteration.
+Plan Evaluator::ReplicatedPlan(const CostTable& table, const ReplicatedOptions& ro, const ReplicatedResult& rr) const {
+  const int64_t n = o_.gpus, t = table.tp, b = table.microbatch, m = batch_ / b;
+  double fill = 0, busy = 0;
+  for (const auto& st : rr.stages) {
+    fill += st.compute_s + st.send_s;
+    busy += static_cast<double>(m) * (st.compute_s + st.allreduce_s) * static_cast<double>(t);
+  }
+  const double iter = static_cast<double>(m) * rr.bottleneck_s;
+  Plan pl;
+  pl.mode = "auto";
+  pl.gpus = n;
+  pl.gpus_used = n;
+  pl.global_batch = batch_;
+  pl.tp = t;
+  pl.pp = static_cast<int64_t>(rr.stages.size());
+  pl.dp = 1;
+  pl.microbatch_size = b;
+  pl.num_microbatches = m;
+  pl.schedule = ScheduleName(Schedule::kPipeDream);
+  pl.interleave = 1;
+  pl.recompute = RecomputeName(Recompute::kNone);
+  pl.zero_stage = 0;
+  pl.p2p_overlap = true;
+  pl.usable_memory_bytes = sb_.usable;
+  double peak = 0;
+  for (const auto& st : rr.stages) {
+    pl.stages.push_back(ReplicatedStagePlan(table, sb_, st, t, m));
+    peak = std::max(peak, st.peak_memory_bytes);
+    if (!pl.config.empty()) pl.config += '-';
+    pl.config += std::to_string(st.replicas);
+  }
+  pl.predicted.iteration_s = iter;
+  pl.predicted.pipeline_s = iter;
+  pl.predicted.bubble_fraction = std::max(0.0, 1.0 - busy / (static_cast<double>(n) * iter));
+  pl.predicted.samples_per_second = static_cast<double>(batch_) / iter;
+  pl.predicted.peak_memory_bytes = peak;
+  pl.notes.push_back(fmt::format("asynchronous (PipeDream): weights up to {} microbatch(es) stale; bottleneck {} per microbatch; "
+                                 "pipeline fill {} once per run (not in the iteration time)",
+                                 rr.stages.front().in_flight - 1, FormatSeconds(rr.bottleneck_s), FormatSeconds(fill)));
+  if (ro.worker_unit > 1) pl.notes.push_back(fmt::format("replicas searched in units of {} workers", ro.worker_unit));
+  FillFlops(Recompute::kNone, &pl);
+  return pl;
+}
+
+void Evaluator::FillFlops(Recompute rc, Plan* pl) const {
+  const ModelSpec* model = src_.model;
+  if (!model) return;
+  const double iter = pl->predicted.iteration_s;
+  const double batch = static_cast<double>(pl->global_batch);
+  double hw = model->IterationFlops(batch, rc == Recompute::kFull);
+  double mf = model->IterationFlops(batch, false);
+  pl->predicted.tflops_per_gpu = hw / (static_cast<double>(pl->gpus_used) * iter) / 1e12;
+  const double peak = src_.cluster->PeakFlops(model->dtype);
+  if (!(peak > 0)) {  // times from a profile need no peak; the MFU does
+    const std::string dtype = DTypeName(model->dtype);
+    pl->notes.push_back(fmt::format("MFU unknown: {}: cluster '{}' has no peak for dtype {}; add gpu.peak_tflops.{} to it",
+                                    src_.cluster->path, src_.cluster->name, dtype, dtype));
+    return;
+  }
+  pl->predicted.mfu = mf / (static_cast<double>(pl->gpus_used) * peak * iter);
+}
+
+}  // namespace planner

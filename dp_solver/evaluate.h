@@ -1,0 +1,85 @@
+// Evaluation of the joint search's candidates (docs/cost_model.md sections
+// 4, 5 and 8): stage times from the cost tables, memory per device and the
+// lowest ZeRO stage that fits, the exposed data-parallel all-reduce and the
+// optimizer step; the simulated pipeline; and the Plan a candidate becomes.
+// Thread-compatible.
+#pragma once
+
+#include <cstdint>
+#include <map>
+#include <utility>
+#include <vector>
+
+#include "common/status.h"
+#include "dp_solver/candidates.h"
+#include "dp_solver/cost_model.h"
+#include "dp_solver/replicated_dp.h"
+#include "dp_solver/schedule_sim.h"
+#include "spec/plan.h"
+
+namespace planner {
+
+// Model-state bytes per parameter (weights w, optimizer states os, all of
+// them beta; gradients beta - w - os) and the memory budget per GPU.
+struct StateBytes {
+  double weight = 2, optimizer = 12, total = 18;
+  double usable = 0;
+};
+StateBytes MakeStateBytes(const CostSource& src, const SearchOptions& o);
+// Per parameter on one GPU at ZeRO stage z over d replicas (ZeRO section 3).
+double StateBytesPerParam(const StateBytes& sb, int64_t zero, int64_t d);
+
+// Everything the plan needs about a uniform candidate, short of its simulation.
+struct Evaluation {
+  const std::vector<int64_t>* cuts = nullptr;   // stage boundaries, p v + 1 of them
+  std::vector<SimStage> sim;                    // per virtual stage
+  std::vector<double> send;                     // per virtual stage: p2p to the next
+  // Per device (pipeline position):
+  std::vector<double> params, stash, work, backward_s, peak, allreduce_s;
+  int64_t zero = -1;                            // -1: no ZeRO stage fits
+  double peak_bytes = 0, dp_s = 0, optimizer_s = 0;
+};
+
+// The cost tables of one search (one per (t, b, recompute)), their balanced
+// partitions (cached), and the evaluation of candidates over them.
+class Evaluator {
+ public:
+  Evaluator(const CostSource& src, const SearchOptions& o, int64_t global_batch);
+  size_t AddTable(CostTable table);
+  const std::vector<CostTable>& tables() const { return tables_; }
+  const StateBytes& state_bytes() const { return sb_; }
+
+  // Stage costs, memory, ZeRO stage, exposed DP all-reduce, optimizer step.
+  // Internal when the candidate's partition does not exist.
+  Status Evaluate(const Candidate& k, Evaluation* x);
+  // The pipeline's makespan and bubble; the simulator's errors name the candidate.
+  Status Simulate(const Candidate& k, const Evaluation& x, SimResult* res) const;
+  // The plan of a simulated candidate (mode auto, without runners-up).
+  Plan UniformPlan(const Candidate& k, const Evaluation& x, const SimResult& res) const;
+
+  // The per-stage replication family over one table, m = batch / b
+  // microbatches: the options of its dynamic program and the plan it makes.
+  ReplicatedOptions ReplicatedOptionsFor(const CostTable& table) const;
+  Plan ReplicatedPlan(const CostTable& table, const ReplicatedOptions& ro, const ReplicatedResult& rr) const;
+
+ private:
+  const std::vector<int64_t>& Partition(size_t table, int64_t k);
+  void StageTimes(const Candidate& k, Evaluation* x) const;
+  void DeviceLoads(const Candidate& k, Evaluation* x) const;
+  void SettleMemory(const Candidate& k, Evaluation* x) const;
+  void DataParallelTimes(const Candidate& k, Evaluation* x) const;
+  PlanStage UniformStage(const Candidate& k, const Evaluation& x, int64_t q) const;
+  void FillFlops(Recompute rc, Plan* pl) const;
+
+  const CostSource src_;
+  const SearchOptions& o_;
+  int64_t batch_ = 0;
+  StateBytes sb_;
+  std::vector<CostTable> tables_;
+  std::map<std::pair<size_t, int64_t>, std::vector<int64_t>> partitions_;
+};
+
+// Microbatches in flight on device r (pipeline position) under k's schedule.
+int64_t InFlight(const Candidate& k, int64_t r);
+
+}  // namespace planner

@@ -1,0 +1,94 @@
+#include "dp_solver/rank.h"
+
+#include <algorithm>
+#include <cmath>
+
+#include <fmt/format.h>
+
+#include "common/units.h"
+
+namespace planner {
+
+double IterationLowerBound(const Candidate& k, const Evaluation& x) {
+  return MakespanLowerBound(k.s, x.sim, k.p, k.m) + x.dp_s + x.optimizer_s;
+}
+
+double Ranking::WorstKept() const { return best_.size() < top_k_ ? INFINITY : best_.back().iteration_s; }
+
+void Ranking::Keep(Plan&& pl) {
+  const double iter = pl.predicted.iteration_s;
+  // One runner-up per layout and time.
+  for (const auto& k : best_) {
+    const Plan& q = k.plan;
+    if (q.config == pl.config && q.tp == pl.tp && q.pp == pl.pp && q.schedule == pl.schedule && q.interleave == pl.interleave &&
+        q.recompute == pl.recompute && std::fabs(k.iteration_s - iter) <= 1e-9 * iter) {
+      return;
+    }
+  }
+  auto pos = std::upper_bound(best_.begin(), best_.end(), iter, [](double x, const Scored& y) { return x < y.iteration_s; });
+  best_.insert(pos, Scored{std::move(pl), iter});
+  if (best_.size() > top_k_) best_.pop_back();
+}
+
+void Ranking::NoFit(const Candidate& k, const Evaluation& x, double usable) {
+  const double over = x.peak_bytes - usable;
+  if (!(over < least_overflow_bytes_)) return;
+  least_overflow_bytes_ = over;
+  size_t worst = static_cast<size_t>(std::max_element(x.peak.begin(), x.peak.end()) - x.peak.begin());
+  binding_ = fmt::format("stage {} needs {:.1f} GiB > {:.1f} GiB usable (best try: tp={} pp={} dp={} microbatch={} {} recompute={}, ZeRO-3)",
+                         worst, x.peak[worst] / kGiB, usable / kGiB, k.t, k.p, k.d, k.b, ScheduleName(k.s), RecomputeName(k.rc));
+}
+
+void Ranking::Dropped(const Status& why) {
+  // A family that got as far as memory names the binding constraint better
+  // than one that did not apply (a forced replication at another tp).
+  const bool infeasible = why.code() == StatusCode::kInfeasible;
+  if (dropped_.ok() || (infeasible && dropped_.code() != StatusCode::kInfeasible)) dropped_ = why;
+}
+
+namespace {
+
+PlanSummary RunnerUp(const Plan& r, const Plan& win) {
+  PlanSummary s;
+  s.config = r.config;
+  s.tp = r.tp;
+  s.pp = r.pp;
+  s.dp = r.dp;
+  s.microbatch_size = r.microbatch_size;
+  s.num_microbatches = r.num_microbatches;
+  s.schedule = r.schedule;
+  s.interleave = r.interleave;
+  s.recompute = r.recompute;
+  s.zero_stage = r.zero_stage;
+  s.iteration_s = r.predicted.iteration_s;
+  s.samples_per_second = r.predicted.samples_per_second;
+  s.peak_memory_bytes = r.predicted.peak_memory_bytes;
+  s.why_lost = fmt::format("{:.1f}% slower: pipeline {} vs {}, bubble {:.1f}% vs {:.1f}%, exposed DP all-reduce {} vs {}",
+                           100.0 * (r.predicted.iteration_s / win.predicted.iteration_s - 1.0),
+                           FormatSeconds(r.predicted.pipeline_s), FormatSeconds(win.predicted.pipeline_s),
+                           100 * r.predicted.bubble_fraction, 100 * win.predicted.bubble_fraction,
+                           FormatSeconds(r.predicted.dp_allreduce_s), FormatSeconds(win.predicted.dp_allreduce_s));
+  return s;
+}
+
+}  // namespace
+
+Status Ranking::Finish(int64_t gpus, int64_t batch, Plan* out) {
+  if (best_.empty()) {
+    if (!binding_.empty()) return Status::Infeasible("no plan fits in memory: " + binding_);
+    std::string why = rejections_.Summary();
+    if (why.empty() && dropped_.code() == StatusCode::kInfeasible) return dropped_.WithContext("no plan fits in memory");
+    if (why.empty() && !dropped_.ok()) return dropped_;
+    if (!dropped_.ok()) why += "; " + dropped_.message();
+    return Status::Infeasible(fmt::format("no configuration divides the problem: {} GPUs, global batch {}{}; "
+                                          "choose a batch divisible by microbatch x data-parallel size, or other --tp/--pp",
+                                          gpus, batch, why.empty() ? "" : " (" + why + ")"));
+  }
+  Plan win = std::move(best_.front().plan);
+  for (size_t i = 1; i < best_.size(); ++i) win.runners_up.push_back(RunnerUp(best_[i].plan, win));
+  best_.clear();
+  *out = std::move(win);
+  return Status::OK();
+}
+
+}  // namespace planner
