@@ -1,7 +1,7 @@
 // The CPU's leaf operations (device_ops.h): Eigen maps over row-major float
 // buffers and plain loops, in the order of operations the CPU kernels have
 // always used (so results are bit-for-bit those of earlier versions).
-// Derivations of the backwards are in docs/runtime.md; tests/runtime/
+// Derivations of the backwards are in docs/profiler.md; tests/runtime/
 // kernels_test.cc checks every layer against finite differences.
 #include <algorithm>
 #include <cmath>

@@ -3,7 +3,7 @@
 // device's DeviceOps. A layer checks its inputs, allocates its outputs and
 // what its backward keeps (Saved), composes the operations, and calls the
 // TpGroup for a tensor-parallel shard's all-reduces. Derivations of every
-// backward are in docs/runtime.md; tests/runtime/kernels_test.cc checks each
+// backward are in docs/profiler.md; tests/runtime/kernels_test.cc checks each
 // against finite differences, kernels_gpu_test.cc CUDA against the CPU.
 #include <algorithm>
 #include <cmath>
