@@ -2,6 +2,7 @@
 #include <stdexcept>
 
 #include "runtime/kernels/cuda_api.h"
+#include "runtime/kernels/device_ops.h"
 
 namespace planner {
 
@@ -27,5 +28,6 @@ CudaTimer::CudaTimer() = default;
 CudaTimer::~CudaTimer() = default;
 void CudaTimer::Start() { NoCuda(); }
 double CudaTimer::StopSeconds() { NoCuda(); }
+DeviceOps* CudaOps() { return nullptr; }
 
 }  // namespace planner

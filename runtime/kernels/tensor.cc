@@ -64,11 +64,12 @@ struct Tensor::Storage {
   void* ptr = nullptr;
   int64_t bytes = 0;
   Device device = Device::kCpu;
+  bool counted = true;
   ~Storage() {
     if (ptr == nullptr) return;
     if (device == Device::kCpu) std::free(ptr);
     else CudaFree(ptr);
-    Count(device, -bytes);
+    if (counted) Count(device, -bytes);
   }
 };
 
@@ -79,7 +80,7 @@ int64_t Tensor::numel() const {
   return n;
 }
 
-Tensor AllocateTensor(const std::vector<int64_t>& shape, Device device) {
+Tensor Tensor::Allocate(const std::vector<int64_t>& shape, Device device, bool counted) {
   int64_t n = 1;
   for (int64_t d : shape) {
     if (d < 0) throw std::invalid_argument("negative tensor dimension");
@@ -97,12 +98,16 @@ Tensor AllocateTensor(const std::vector<int64_t>& shape, Device device) {
   } else {
     t.storage_->ptr = CudaMalloc(t.storage_->bytes);
   }
-  Count(device, t.storage_->bytes);
+  t.storage_->counted = counted;
+  if (counted) Count(device, t.storage_->bytes);
   t.data_ = static_cast<float*>(t.storage_->ptr);
   t.shape_ = shape;
   t.device_ = device;
   return t;
 }
+
+Tensor AllocateTensor(const std::vector<int64_t>& shape, Device device) { return Tensor::Allocate(shape, device, true); }
+Tensor AllocateScratch(const std::vector<int64_t>& shape, Device device) { return Tensor::Allocate(shape, device, false); }
 
 Tensor Tensor::Zeros(const std::vector<int64_t>& shape, Device device) {
   Tensor t = AllocateTensor(shape, device);

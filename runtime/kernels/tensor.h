@@ -64,10 +64,15 @@ class Tensor {
   float* data_ = nullptr;
   std::vector<int64_t> shape_;
   Device device_ = Device::kCpu;
+  static Tensor Allocate(const std::vector<int64_t>& shape, Device device, bool counted);
   friend Tensor AllocateTensor(const std::vector<int64_t>& shape, Device device);
+  friend Tensor AllocateScratch(const std::vector<int64_t>& shape, Device device);
 };
 
 // Uninitialised allocation (CUDA: cudaMalloc; fails loudly without a device).
 Tensor AllocateTensor(const std::vector<int64_t>& shape, Device device);
+// The same, not counted in the memory stats: a kernel's working memory within one pass (the
+// role of an Eigen temporary), freed before the pass returns.
+Tensor AllocateScratch(const std::vector<int64_t>& shape, Device device);
 
 }  // namespace planner

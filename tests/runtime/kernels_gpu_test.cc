@@ -1,8 +1,10 @@
-// CUDA kernels against the CPU kernels on the same inputs and the same
-// initial parameters (same seeds): outputs, input gradients and parameter
-// gradients, unsharded and as tensor-parallel shards (2 ranks on threads,
-// each running its CPU shard and its CUDA shard; their all-reduces go
-// through an in-process communicator, staged through the host for CUDA).
+// CUDA against the CPU on the same inputs. First every leaf operation of
+// runtime/kernels/device_ops.h (CudaOps() against CpuOps()); then every layer
+// type, built once in layers.cc over either device's operations, with the
+// same initial parameters (same seeds): outputs, input gradients and
+// parameter gradients, unsharded and as tensor-parallel shards (2 ranks on
+// threads, each running its CPU shard and its CUDA shard; their all-reduces
+// go through an in-process communicator, staged through the host for CUDA).
 // Exits 77 (Meson: skipped) without a CUDA device.
 #include <atomic>
 #include <cmath>
@@ -12,6 +14,7 @@
 
 #include "runtime/comm/communicator.h"
 #include "runtime/kernels/cuda_api.h"
+#include "runtime/kernels/device_ops.h"
 #include "runtime/kernels/kernel.h"
 #include "spec/layer_catalog.h"
 
@@ -60,7 +63,169 @@ void Compare(const std::string& what, const Tensor& cpu, const Tensor& gpu, doub
   if (rel > tol) ++failures;
 }
 
+// ---------------------------------------------------------------- leaf operations
+// A host tensor and its device copy; the CPU operation runs on the one, the CUDA one on the other.
+struct Pair {
+  Tensor cpu, gpu;
+  float* c() { return cpu.data(); }
+  float* g() { return gpu.data(); }
+};
+Pair Rand(const std::vector<int64_t>& shape, uint64_t seed, float scale = 1.0f) {
+  Tensor h = Tensor::Zeros(shape);
+  FillUniform(&h, seed, scale);
+  return {h, h.To(Device::kCuda)};
+}
+Pair Filled(const std::vector<int64_t>& shape, float value) {
+  Tensor h = Tensor::Zeros(shape);
+  for (int64_t i = 0; i < h.numel(); ++i) h.data()[i] = value;
+  return {h, h.To(Device::kCuda)};
+}
+Pair Ids(int64_t n, int64_t modulo, int64_t mul) {
+  Tensor h = Tensor::Zeros({n});
+  for (int64_t i = 0; i < n; ++i) h.data()[i] = static_cast<float>((i * mul) % modulo);
+  return {h, h.To(Device::kCuda)};
+}
+void Ran(const std::string& what, const Status& c, const Status& g) {
+  if (c.ok() && g.ok()) return;
+  std::lock_guard<std::mutex> lk(print_mu);
+  std::printf("FAIL %s: %s / %s\n", what.c_str(), c.message().c_str(), g.message().c_str());
+  ++failures;
+}
+// Runs op on both devices (op(ops, use_gpu)) and compares the pairs it writes.
+template <class Op>
+void Leaf(const std::string& what, std::initializer_list<Pair*> outputs, double tol, Op op) {
+  Ran(what, op(*CpuOps(), false), op(*CudaOps(), true));
+  int i = 0;
+  for (Pair* p : outputs) Compare("op " + what + " output " + std::to_string(i++), p->cpu, p->gpu, tol);
+}
 
+void CheckGemms() {
+  for (bool ta : {false, true})
+    for (bool tb : {false, true})
+      for (int64_t batch : {1, 3}) {
+        const int64_t m = 37, n = 29, k = 45, lda = (ta ? m : k) + 3, ldb = (tb ? k : n) + 5, ldc = n + 2;
+        GemmArgs g;
+        g.ta = ta, g.tb = tb, g.m = m, g.n = n, g.k = k, g.lda = lda, g.ldb = ldb, g.ldc = ldc, g.alpha = 0.5f, g.beta = batch == 1 ? 1.0f : 0.0f;
+        g.batch = batch, g.stride_a = (ta ? k : m) * lda, g.stride_b = (tb ? n : k) * ldb, g.stride_c = m * ldc;
+        Pair a = Rand({batch * g.stride_a}, 1), b = Rand({batch * g.stride_b}, 2), c = Rand({batch * g.stride_c}, 3);
+        Leaf(std::string("gemm") + (ta ? " A^T" : " A") + (tb ? " B^T" : " B") + " batch " + std::to_string(batch), {&c}, 1e-3,
+             [&](DeviceOps& o, bool gpu) { return gpu ? o.Gemm(g, a.g(), b.g(), c.g()) : o.Gemm(g, a.c(), b.c(), c.c()); });
+      }
+}
+
+void CheckElementwise() {
+  const int64_t rows = 50, cols = 70, n = rows * cols;
+  Pair x = Rand({rows, cols}, 4, 2.0f), bias = Rand({cols}, 5), y = Rand({rows, cols}, 6), acc = Rand({cols}, 7);
+  Leaf("bias rows", {&y}, 1e-6, [&](DeviceOps& o, bool gpu) { return o.AddBiasRows(gpu ? y.g() : y.c(), gpu ? bias.g() : bias.c(), rows, cols); });
+  Leaf("row sums", {&acc}, 1e-5, [&](DeviceOps& o, bool gpu) { return o.SumRowsInto(gpu ? x.g() : x.c(), gpu ? acc.g() : acc.c(), rows, cols); });
+  Pair cb = Rand({5}, 8), cy = Rand({2, 5, 30}, 9), cacc = Rand({5}, 10);
+  Leaf("bias channels", {&cy}, 1e-6, [&](DeviceOps& o, bool gpu) { return o.AddBiasChannels(gpu ? cy.g() : cy.c(), gpu ? cb.g() : cb.c(), 2, 5, 30); });
+  Leaf("channel sums", {&cacc}, 1e-5, [&](DeviceOps& o, bool gpu) { return o.SumChannelsInto(gpu ? cy.g() : cy.c(), gpu ? cacc.g() : cacc.c(), 2, 5, 30); });
+  Pair z = Rand({rows, cols}, 11), out = Filled({rows, cols}, 0);
+  Leaf("add", {&out}, 1e-7, [&](DeviceOps& o, bool gpu) { return gpu ? o.Add(x.g(), z.g(), out.g(), n) : o.Add(x.c(), z.c(), out.c(), n); });
+  Leaf("multiply", {&out}, 1e-7, [&](DeviceOps& o, bool gpu) { return gpu ? o.Multiply(x.g(), z.g(), out.g(), n) : o.Multiply(x.c(), z.c(), out.c(), n); });
+  for (Activation a : {Activation::kRelu, Activation::kGelu}) {
+    const std::string name = a == Activation::kRelu ? "relu" : "gelu";
+    Leaf(name + " forward", {&out}, 1e-5,
+         [&](DeviceOps& o, bool gpu) { return gpu ? o.ActivationForward(a, x.g(), out.g(), n) : o.ActivationForward(a, x.c(), out.c(), n); });
+    Leaf(name + " backward", {&out}, 1e-5, [&](DeviceOps& o, bool gpu) {
+      return gpu ? o.ActivationBackward(a, x.g(), z.g(), out.g(), n) : o.ActivationBackward(a, x.c(), z.c(), out.c(), n);
+    });
+  }
+  Pair mask = Filled({rows, cols}, 0);
+  Leaf("dropout (the same mask)", {&out, &mask}, 0, [&](DeviceOps& o, bool gpu) {
+    return gpu ? o.Dropout(x.g(), out.g(), mask.g(), n, 12345, 0.3, 1 / 0.7f) : o.Dropout(x.c(), out.c(), mask.c(), n, 12345, 0.3, 1 / 0.7f);
+  });
+}
+
+void CheckNorms() {
+  const int64_t n = 40, h = 300;
+  Pair x = Rand({n, h}, 12, 3.0f), gamma = Rand({h}, 13), beta = Rand({h}, 14), y = Filled({n, h}, 0), xhat = Filled({n, h}, 0), rstd = Filled({n}, 0);
+  Leaf("layernorm forward", {&y, &xhat, &rstd}, 1e-5, [&](DeviceOps& o, bool gpu) {
+    return gpu ? o.LayerNormForward(x.g(), gamma.g(), beta.g(), y.g(), xhat.g(), rstd.g(), n, h)
+               : o.LayerNormForward(x.c(), gamma.c(), beta.c(), y.c(), xhat.c(), rstd.c(), n, h);
+  });
+  Pair dy = Rand({n, h}, 15), dx = Filled({n, h}, 0), dg = Rand({h}, 16), db = Rand({h}, 17);
+  Leaf("layernorm backward", {&dx}, 1e-4, [&](DeviceOps& o, bool gpu) {
+    return gpu ? o.LayerNormBackward(dy.g(), gamma.g(), xhat.g(), rstd.g(), dx.g(), n, h) : o.LayerNormBackward(dy.c(), gamma.c(), xhat.c(), rstd.c(), dx.c(), n, h);
+  });
+  Leaf("layernorm parameter gradients", {&dg, &db}, 1e-5, [&](DeviceOps& o, bool gpu) {
+    return gpu ? o.LayerNormParamGrads(dy.g(), xhat.g(), dg.g(), db.g(), n, h) : o.LayerNormParamGrads(dy.c(), xhat.c(), dg.c(), db.c(), n, h);
+  });
+  for (bool causal : {false, true}) {
+    const int64_t s = 48, rows = 3 * s;
+    Pair p = Rand({rows, s}, 18, 4.0f), dp = Rand({rows, s}, 19);
+    Leaf(std::string("softmax") + (causal ? " causal" : ""), {&p}, 1e-5,
+         [&](DeviceOps& o, bool gpu) { return o.SoftmaxRows(gpu ? p.g() : p.c(), rows, s, causal); });
+    Leaf(std::string("softmax backward") + (causal ? " causal" : ""), {&dp}, 1e-4,
+         [&](DeviceOps& o, bool gpu) { return gpu ? o.SoftmaxBackwardRows(p.g(), dp.g(), rows, s, 0.25f) : o.SoftmaxBackwardRows(p.c(), dp.c(), rows, s, 0.25f); });
+  }
+}
+
+void CheckEmbeddingAndLoss() {
+  const int64_t rows = 64, seq = 16, h = 40, start = 100, local = 50;
+  Pair ids = Ids(rows, 200, 7), table = Rand({local, h}, 20), pos = Rand({seq, h}, 21), y = Filled({rows, h}, 0);
+  Leaf("embedding forward", {&y}, 1e-7, [&](DeviceOps& o, bool gpu) {
+    return gpu ? o.EmbeddingForward(ids.g(), table.g(), pos.g(), y.g(), rows, seq, h, start, local)
+               : o.EmbeddingForward(ids.c(), table.c(), pos.c(), y.c(), rows, seq, h, start, local);
+  });
+  Pair dy = Rand({rows, h}, 22), dt = Rand({local, h}, 23), dpos = Rand({seq, h}, 24);
+  Leaf("embedding backward", {&dt, &dpos}, 1e-6, [&](DeviceOps& o, bool gpu) {
+    return gpu ? o.EmbeddingBackward(ids.g(), dy.g(), dt.g(), dpos.g(), rows, seq, h, start, local)
+               : o.EmbeddingBackward(ids.c(), dy.c(), dt.c(), dpos.c(), rows, seq, h, start, local);
+  });
+  const int64_t n = 24, v = 130, rps = 6, cstart = 130;
+  Pair x = Rand({n, v}, 25, 3.0f), tgt = Ids(n, 2 * v, 29), mx = Filled({n}, 0), tl = Filled({n}, 0), probs = Filled({n, v}, 0),
+       sum = Filled({n}, 0), loss = Filled({n / rps}, 0);
+  Leaf("cross-entropy max", {&mx, &tl}, 0, [&](DeviceOps& o, bool gpu) {
+    return gpu ? o.CrossEntropyMax(x.g(), tgt.g(), mx.g(), tl.g(), n, v, cstart) : o.CrossEntropyMax(x.c(), tgt.c(), mx.c(), tl.c(), n, v, cstart);
+  });
+  Leaf("cross-entropy exp", {&probs, &sum}, 1e-5, [&](DeviceOps& o, bool gpu) {
+    return gpu ? o.CrossEntropyExp(x.g(), mx.g(), probs.g(), sum.g(), n, v) : o.CrossEntropyExp(x.c(), mx.c(), probs.c(), sum.c(), n, v);
+  });
+  Leaf("cross-entropy finish", {&probs, &loss}, 1e-5, [&](DeviceOps& o, bool gpu) {
+    return gpu ? o.CrossEntropyFinish(probs.g(), sum.g(), mx.g(), tl.g(), loss.g(), n, v, rps)
+               : o.CrossEntropyFinish(probs.c(), sum.c(), mx.c(), tl.c(), loss.c(), n, v, rps);
+  });
+  Pair g = Rand({n / rps}, 26), dx = Filled({n, v}, 0);
+  Leaf("cross-entropy backward", {&dx}, 1e-5, [&](DeviceOps& o, bool gpu) {
+    return gpu ? o.CrossEntropyBackward(probs.g(), tgt.g(), g.g(), dx.g(), n, v, rps, cstart)
+               : o.CrossEntropyBackward(probs.c(), tgt.c(), g.c(), dx.c(), n, v, rps, cstart);
+  });
+}
+
+void CheckWindows() {
+  Window w{6, 13, 11, 3, 2, 1};
+  const int64_t samples = 2, out = samples * w.channels * w.out_h() * w.out_w();
+  Pair x = Rand({samples, w.channels, w.height, w.width}, 27);
+  for (bool max : {true, false}) {
+    const std::string name = max ? "maxpool" : "avgpool";
+    Pair y = Filled({out}, 0), arg = Filled({out}, 0), dy = Rand({out}, 28), dx = Filled({x.cpu.numel()}, 0);
+    Leaf(name + " forward", {&y, &arg}, 1e-6, [&](DeviceOps& o, bool gpu) {
+      return gpu ? o.PoolForward(max, w, samples, x.g(), y.g(), max ? arg.g() : nullptr) : o.PoolForward(max, w, samples, x.c(), y.c(), max ? arg.c() : nullptr);
+    });
+    Leaf(name + " backward", {&dx}, 1e-6, [&](DeviceOps& o, bool gpu) {
+      return gpu ? o.PoolBackward(max, w, samples, dy.g(), max ? arg.g() : nullptr, dx.g())
+                 : o.PoolBackward(max, w, samples, dy.c(), max ? arg.c() : nullptr, dx.c());
+    });
+  }
+  const int64_t cout = 10, conv_out = samples * cout * w.out_h() * w.out_w();
+  Pair weight = Rand({cout, w.channels, w.kernel, w.kernel}, 29), y = Filled({conv_out}, 0), dy = Rand({conv_out}, 30);
+  Pair dw = Rand({weight.cpu.numel()}, 31), dx;
+  Tensor kept_c, kept_g;
+  Leaf("conv forward", {&y}, 1e-3, [&](DeviceOps& o, bool gpu) {
+    return gpu ? o.ConvForward(w, cout, x.gpu, weight.g(), y.g(), &kept_g) : o.ConvForward(w, cout, x.cpu, weight.c(), y.c(), &kept_c);
+  });
+  Leaf("conv backward-data", {}, 0, [&](DeviceOps& o, bool gpu) {
+    return gpu ? o.ConvBackwardData(w, cout, kept_g, weight.g(), dy.g(), &dx.gpu) : o.ConvBackwardData(w, cout, kept_c, weight.c(), dy.c(), &dx.cpu);
+  });
+  Compare("op conv backward-data output 0", dx.cpu, dx.gpu, 1e-3);
+  Leaf("conv backward-filter", {&dw}, 1e-3, [&](DeviceOps& o, bool gpu) {
+    return gpu ? o.ConvBackwardFilter(w, cout, kept_g, dy.g(), dw.g()) : o.ConvBackwardFilter(w, cout, kept_c, dy.c(), dw.c());
+  });
+}
+
+// ---------------------------------------------------------------- layers
 // One shard (tp_rank of tp_size; the whole layer when tp_size is 1) on both devices.
 void CheckShard(const std::string& type, const Layer& l, std::vector<int64_t> in, int64_t b, bool ids, int64_t tp_rank, int64_t tp_size,
                 TpGroup* cpu_group, TpGroup* gpu_group) {
@@ -150,11 +315,19 @@ int main() {
     return 77;
   }
   std::printf("device: %s\n", CudaDescribeDevice(0).c_str());
+  CheckGemms();
+  CheckElementwise();
+  CheckNorms();
+  CheckEmbeddingAndLoss();
+  CheckWindows();
   LayerAttrs lin;
   lin.ints = {{"out_features", 96}};
   Check("linear", {64, 128}, lin, 4);
   Check("relu", {64, 128}, {}, 4);
   Check("gelu", {64, 128}, {}, 4);
+  LayerAttrs drop;
+  drop.probability = 0.25;
+  Check("dropout", {64, 128}, drop, 4);  // the same mask on both devices
   Check("layernorm", {64, 128}, {}, 4);
   LayerAttrs mlp;
   mlp.ints = {{"ffn", 512}};
@@ -187,6 +360,6 @@ int main() {
   Check("embedding", {64}, emb, 2, true, 2);
   Check("lm_head", {64, 128}, head, 2, false, 2);
   Check("loss", {64, 512}, {}, 2, false, 2);
-  std::printf("%s\n", failures.load() == 0 ? "CUDA == CPU on every kernel and shard" : "CUDA and CPU differ");
+  std::printf("%s\n", failures.load() == 0 ? "CUDA == CPU on every leaf operation, layer and shard" : "CUDA and CPU differ");
   return failures.load() == 0 ? 0 : 1;
 }

@@ -1,0 +1,556 @@
+// The CUDA leaf operations (device_ops.h): GEMMs with cuBLAS (fp32, TF32
+// tensor cores allowed), convolutions with cuDNN, everything else kernels of
+// our own. tests/runtime/kernels_gpu_test.cc compares each with the CPU's.
+#include <cublas_v2.h>
+#include <cuda_runtime.h>
+#include <cudnn.h>
+
+#include <stdexcept>
+#include <string>
+
+#include "runtime/kernels/device_ops.h"
+
+namespace planner {
+
+namespace {
+
+cublasHandle_t Handle() {
+  static cublasHandle_t h = [] {
+    cublasHandle_t x;
+    if (cublasCreate(&x) != CUBLAS_STATUS_SUCCESS) throw std::runtime_error("cublasCreate failed");
+    cublasSetMathMode(x, CUBLAS_TF32_TENSOR_OP_MATH);
+    return x;
+  }();
+  return h;
+}
+
+cudnnHandle_t DnnHandle() {
+  static cudnnHandle_t h = [] {
+    cudnnHandle_t x;
+    if (cudnnCreate(&x) != CUDNN_STATUS_SUCCESS) throw std::runtime_error("cudnnCreate failed");
+    return x;
+  }();
+  return h;
+}
+
+Status CublasStatus(cublasStatus_t s, const char* what) {
+  if (s == CUBLAS_STATUS_SUCCESS) return Status::OK();
+  return Status::Internal(std::string(what) + ": cuBLAS error " + std::to_string(static_cast<int>(s)));
+}
+Status CudaStatus(const char* what) {
+  cudaError_t e = cudaGetLastError();
+  if (e == cudaSuccess) return Status::OK();
+  return Status::Internal(std::string(what) + ": " + cudaGetErrorString(e));
+}
+Status Dnn(cudnnStatus_t st, const char* what) {
+  if (st == CUDNN_STATUS_SUCCESS) return Status::OK();
+  return Status::Internal(std::string("cuDNN ") + what + ": " + cudnnGetErrorString(st));
+}
+
+__global__ void AddBiasRows_(float* y, const float* b, int64_t n, int64_t cols) {
+  int64_t i = blockIdx.x * static_cast<int64_t>(blockDim.x) + threadIdx.x;
+  if (i < n * cols) y[i] += b[i % cols];
+}
+__global__ void ColumnSumAccumulate(const float* dy, float* db, int64_t n, int64_t cols) {
+  int64_t c = blockIdx.x * static_cast<int64_t>(blockDim.x) + threadIdx.x;
+  if (c >= cols) return;
+  float acc = 0;
+  for (int64_t r = 0; r < n; ++r) acc += dy[r * cols + c];
+  db[c] += acc;
+}
+constexpr float kGeluC = 0.7978845608028654f;
+__global__ void ActForward(int kind, const float* x, float* y, int64_t n) {
+  int64_t i = blockIdx.x * static_cast<int64_t>(blockDim.x) + threadIdx.x;
+  if (i >= n) return;
+  float v = x[i];
+  y[i] = kind == 0 ? (v > 0 ? v : 0.0f) : 0.5f * v * (1.0f + tanhf(kGeluC * (v + 0.044715f * v * v * v)));
+}
+__global__ void ActBackward(int kind, const float* z, const float* g, float* dx, int64_t n) {
+  int64_t i = blockIdx.x * static_cast<int64_t>(blockDim.x) + threadIdx.x;
+  if (i >= n) return;
+  float v = z[i];
+  if (kind == 0) {
+    dx[i] = v > 0 ? g[i] : 0.0f;
+  } else {
+    float t = tanhf(kGeluC * (v + 0.044715f * v * v * v));
+    float du = kGeluC * (1.0f + 3 * 0.044715f * v * v);
+    dx[i] = g[i] * (0.5f * (1.0f + t) + 0.5f * v * (1.0f - t * t) * du);
+  }
+}
+// Sums two per-thread values over the block (power-of-two blockDim) into sh[0] and sh[blockDim.x].
+__device__ void BlockSum2(float* sh, float a, float b) {
+  sh[threadIdx.x] = a;
+  sh[threadIdx.x + blockDim.x] = b;
+  __syncthreads();
+  for (unsigned k = blockDim.x / 2; k > 0; k >>= 1) {
+    if (threadIdx.x < k) {
+      sh[threadIdx.x] += sh[threadIdx.x + k];
+      sh[threadIdx.x + blockDim.x] += sh[threadIdx.x + blockDim.x + k];
+    }
+    __syncthreads();
+  }
+}
+
+// One block per row: mean / variance by a shared-memory reduction.
+__global__ void LayerNormForward_(const float* x, const float* gamma, const float* beta, float* y, float* xhat, float* rstd,
+                                 int64_t h) {
+  extern __shared__ float sh[];
+  const float* xr = x + blockIdx.x * h;
+  float s = 0, s2 = 0;
+  for (int64_t i = threadIdx.x; i < h; i += blockDim.x) {
+    s += xr[i];
+    s2 += xr[i] * xr[i];
+  }
+  BlockSum2(sh, s, s2);
+  float mean = sh[0] / h, var = fmaxf(sh[blockDim.x] / h - mean * mean, 0.0f), rs = rsqrtf(var + 1e-5f);
+  if (threadIdx.x == 0) rstd[blockIdx.x] = rs;
+  for (int64_t i = threadIdx.x; i < h; i += blockDim.x) {
+    float xh = (xr[i] - mean) * rs;
+    xhat[blockIdx.x * h + i] = xh;
+    y[blockIdx.x * h + i] = xh * gamma[i] + beta[i];
+  }
+}
+__global__ void LayerNormBackward_(const float* dy, const float* gamma, const float* xhat, const float* rstd, float* dx, int64_t h) {
+  extern __shared__ float sh[];
+  const float* g = dy + blockIdx.x * h;
+  const float* xh = xhat + blockIdx.x * h;
+  float s1 = 0, s2 = 0;
+  for (int64_t i = threadIdx.x; i < h; i += blockDim.x) {
+    float gg = g[i] * gamma[i];
+    s1 += gg;
+    s2 += gg * xh[i];
+  }
+  BlockSum2(sh, s1, s2);
+  float m1 = sh[0] / h, m2 = sh[blockDim.x] / h, rs = rstd[blockIdx.x];
+  for (int64_t i = threadIdx.x; i < h; i += blockDim.x) dx[blockIdx.x * h + i] = rs * (g[i] * gamma[i] - m1 - xh[i] * m2);
+}
+__global__ void LayerNormParamGrads_(const float* dy, const float* xhat, float* dgamma, float* dbeta, int64_t n, int64_t h) {
+  int64_t c = blockIdx.x * static_cast<int64_t>(blockDim.x) + threadIdx.x;
+  if (c >= h) return;
+  float a = 0, b = 0;
+  for (int64_t r = 0; r < n; ++r) {
+    a += dy[r * h + c] * xhat[r * h + c];
+    b += dy[r * h + c];
+  }
+  dgamma[c] += a;
+  dbeta[c] += b;
+}
+
+unsigned Blocks(int64_t n, unsigned threads = 256) { return static_cast<unsigned>((n + threads - 1) / threads); }
+
+// ---- attention core, embedding, loss, dropout, pools, residual ----
+// Block-wide reductions (power-of-two blockDim; sh holds blockDim floats); every thread gets the result.
+__device__ float BlockMax(float* sh, float v) {
+  sh[threadIdx.x] = v;
+  __syncthreads();
+  for (unsigned k = blockDim.x / 2; k > 0; k >>= 1) {
+    if (threadIdx.x < k) sh[threadIdx.x] = fmaxf(sh[threadIdx.x], sh[threadIdx.x + k]);
+    __syncthreads();
+  }
+  float r = sh[0];
+  __syncthreads();
+  return r;
+}
+__device__ float BlockSum(float* sh, float v) {
+  sh[threadIdx.x] = v;
+  __syncthreads();
+  for (unsigned k = blockDim.x / 2; k > 0; k >>= 1) {
+    if (threadIdx.x < k) sh[threadIdx.x] += sh[threadIdx.x + k];
+    __syncthreads();
+  }
+  float r = sh[0];
+  __syncthreads();
+  return r;
+}
+// out[i] = exp(in[i] scale - max) for i < valid; returns the sum, *mx the max of in x scale.
+__device__ float ExpRow(const float* in, float* out, int64_t valid, float scale, float* sh, float* mx) {
+  float m = -3.0e38f;
+  for (int64_t i = threadIdx.x; i < valid; i += blockDim.x) m = fmaxf(m, in[i] * scale);
+  m = BlockMax(sh, m);
+  float sum = 0;
+  for (int64_t i = threadIdx.x; i < valid; i += blockDim.x) {
+    float e = __expf(in[i] * scale - m);
+    out[i] = e;
+    sum += e;
+  }
+  *mx = m;
+  return BlockSum(sh, sum);
+}
+// Causal (optional) softmax of each row of [., s] blocks, in place; one block per row.
+__global__ void SoftmaxRows_(float* p, int64_t s, int causal) {
+  extern __shared__ float sh[];
+  const int64_t row = blockIdx.x, r = row % s;
+  float* x = p + row * s;
+  const int64_t valid = causal ? r + 1 : s;
+  float mx = 0;
+  const float sum = ExpRow(x, x, valid, 1.0f, sh, &mx);
+  for (int64_t i = threadIdx.x; i < s; i += blockDim.x) x[i] = i < valid ? x[i] / sum : 0.0f;
+}
+// dS = P o (dP - rowsum(dP o P)) x scale, in place in dp; one block per row.
+__global__ void SoftmaxBackwardRows_(const float* p, float* dp, int64_t s, float scale) {
+  extern __shared__ float sh[];
+  const float* pr = p + blockIdx.x * s;
+  float* g = dp + blockIdx.x * s;
+  float dot = 0;
+  for (int64_t i = threadIdx.x; i < s; i += blockDim.x) dot += pr[i] * g[i];
+  dot = BlockSum(sh, dot);
+  for (int64_t i = threadIdx.x; i < s; i += blockDim.x) g[i] = pr[i] * (g[i] - dot) * scale;
+}
+__global__ void AddInto(float* y, const float* a, const float* b, int64_t n) {
+  int64_t i = blockIdx.x * static_cast<int64_t>(blockDim.x) + threadIdx.x;
+  if (i < n) y[i] = a[i] + b[i];
+}
+// Vocabulary-parallel embedding: this shard holds table rows [start, start + local); tokens
+// outside contribute zero (the shards' outputs are summed).
+__global__ void EmbeddingForward_(const float* tok, const float* w, const float* pos, float* y, int64_t rows, int64_t seq, int64_t h,
+                                 int64_t start, int64_t local) {
+  int64_t i = blockIdx.x * static_cast<int64_t>(blockDim.x) + threadIdx.x;
+  if (i >= rows * h) return;
+  int64_t r = i / h, c = i % h, t = static_cast<int64_t>(tok[r]) - start;
+  y[i] = (t >= 0 && t < local ? w[t * h + c] : 0.0f) + (pos ? pos[(r % seq) * h + c] : 0.0f);
+}
+__global__ void EmbeddingBackward_(const float* tok, const float* dy, float* dw, float* dpos, int64_t rows, int64_t seq, int64_t h,
+                                  int64_t start, int64_t local) {
+  int64_t i = blockIdx.x * static_cast<int64_t>(blockDim.x) + threadIdx.x;
+  if (i >= rows * h) return;
+  int64_t r = i / h, c = i % h, t = static_cast<int64_t>(tok[r]) - start;
+  if (t >= 0 && t < local) atomicAdd(&dw[t * h + c], dy[i]);
+  if (dpos) atomicAdd(&dpos[(r % seq) * h + c], dy[i]);
+}
+// Cross-entropy over a (vocabulary-parallel) shard of v logits per row starting at class
+// `start`, in three steps around the TP all-reduces (max, then sum and target logit); one
+// block per row. 1: the shard's row max, and the target's logit where the shard holds it.
+__global__ void LossRowMax(const float* x, const float* tgt, float* mx, float* tl, int64_t v, int64_t start) {
+  extern __shared__ float sh[];
+  const float* xr = x + blockIdx.x * v;
+  float m = -3.0e38f;
+  for (int64_t i = threadIdx.x; i < v; i += blockDim.x) m = fmaxf(m, xr[i]);
+  m = BlockMax(sh, m);
+  if (threadIdx.x == 0) {
+    const int64_t t = static_cast<int64_t>(tgt[blockIdx.x]) - start;
+    mx[blockIdx.x] = m;
+    tl[blockIdx.x] = t >= 0 && t < v ? xr[t] : 0.0f;
+  }
+}
+// 2: exp(x - max) with the (global) row max, and the shard's row sums.
+__global__ void LossExpRows(const float* x, const float* mx, float* probs, float* sum, int64_t v) {
+  extern __shared__ float sh[];
+  const float* xr = x + blockIdx.x * v;
+  float* pr = probs + blockIdx.x * v;
+  const float m = mx[blockIdx.x];
+  float acc = 0;
+  for (int64_t i = threadIdx.x; i < v; i += blockDim.x) {
+    pr[i] = __expf(xr[i] - m);
+    acc += pr[i];
+  }
+  acc = BlockSum(sh, acc);
+  if (threadIdx.x == 0) sum[blockIdx.x] = acc;
+}
+// 3: probabilities and the row loss log(sum) + max - target logit (global sum and target logit).
+__global__ void LossFinish(float* probs, const float* sum, const float* mx, const float* tl, float* row_loss, int64_t v) {
+  float* pr = probs + blockIdx.x * v;
+  const float total = sum[blockIdx.x];
+  for (int64_t i = threadIdx.x; i < v; i += blockDim.x) pr[i] /= total;
+  if (threadIdx.x == 0) row_loss[blockIdx.x] = logf(total) + mx[blockIdx.x] - tl[blockIdx.x];
+}
+__global__ void SampleMean(const float* row_loss, float* y, int64_t rows_per_sample, int64_t samples) {
+  int64_t i = blockIdx.x * static_cast<int64_t>(blockDim.x) + threadIdx.x;
+  if (i >= samples) return;
+  float acc = 0;
+  for (int64_t r = 0; r < rows_per_sample; ++r) acc += row_loss[i * rows_per_sample + r];
+  y[i] = acc / rows_per_sample;
+}
+__global__ void CrossEntropyBackward_(const float* probs, const float* tgt, const float* dy, float* dx, int64_t rows, int64_t v, int64_t rows_per_sample,
+                                     int64_t start) {
+  int64_t i = blockIdx.x * static_cast<int64_t>(blockDim.x) + threadIdx.x;
+  if (i >= rows * v) return;
+  int64_t r = i / v, c = i % v;
+  float g = probs[i] - (c + start == static_cast<int64_t>(tgt[r]) ? 1.0f : 0.0f);
+  dx[i] = g * dy[r / rows_per_sample] / rows_per_sample;
+}
+__device__ unsigned long long Mix64(unsigned long long x) {
+  x += 0x9E3779B97F4A7C15ull;
+  x = (x ^ (x >> 30)) * 0xBF58476D1CE4E5B9ull;
+  x = (x ^ (x >> 27)) * 0x94D049BB133111EBull;
+  return x ^ (x >> 31);
+}
+__global__ void DropoutForward(const float* x, float* y, float* mask, int64_t n, unsigned long long base, double p, float scale) {
+  int64_t i = blockIdx.x * static_cast<int64_t>(blockDim.x) + threadIdx.x;
+  if (i >= n) return;
+  double u = static_cast<double>(Mix64(base + static_cast<unsigned long long>(i)) >> 11) * 0x1.0p-53;
+  mask[i] = u >= p ? scale : 0.0f;
+  y[i] = x[i] * mask[i];
+}
+__global__ void Multiply_(const float* a, const float* b, float* y, int64_t n) {
+  int64_t i = blockIdx.x * static_cast<int64_t>(blockDim.x) + threadIdx.x;
+  if (i < n) y[i] = a[i] * b[i];
+}
+// Pools over [b*C, H, W]: one thread per output element.
+__global__ void PoolForward_(const float* x, float* y, float* arg, int64_t planes, int64_t H, int64_t W, int64_t ho, int64_t wo, int64_t k,
+                            int64_t st, int64_t pad, int is_max) {
+  int64_t o = blockIdx.x * static_cast<int64_t>(blockDim.x) + threadIdx.x;
+  if (o >= planes * ho * wo) return;
+  int64_t pl = o / (ho * wo), oi = o / wo % ho, oj = o % wo;
+  const float* xi = x + pl * H * W;
+  float best = -3.0e38f, acc = 0;
+  int64_t where = -1;
+  for (int64_t ki = 0; ki < k; ++ki)
+    for (int64_t kj = 0; kj < k; ++kj) {
+      int64_t ii = oi * st - pad + ki, jj = oj * st - pad + kj;
+      if (ii < 0 || ii >= H || jj < 0 || jj >= W) continue;
+      float v = xi[ii * W + jj];
+      acc += v;
+      if (v > best) {
+        best = v;
+        where = ii * W + jj;
+      }
+    }
+  if (is_max) {
+    y[o] = where >= 0 ? best : 0.0f;
+    arg[o] = static_cast<float>(where);
+  } else {
+    y[o] = acc / static_cast<float>(k * k);
+  }
+}
+__global__ void PoolBackward_(const float* dy, const float* arg, float* dx, int64_t planes, int64_t H, int64_t W, int64_t ho, int64_t wo,
+                             int64_t k, int64_t st, int64_t pad, int is_max) {
+  int64_t o = blockIdx.x * static_cast<int64_t>(blockDim.x) + threadIdx.x;
+  if (o >= planes * ho * wo) return;
+  int64_t pl = o / (ho * wo), oi = o / wo % ho, oj = o % wo;
+  float* d = dx + pl * H * W;
+  if (is_max) {
+    int64_t where = static_cast<int64_t>(arg[o]);
+    if (where >= 0) atomicAdd(&d[where], dy[o]);
+    return;
+  }
+  float g = dy[o] / static_cast<float>(k * k);
+  for (int64_t ki = 0; ki < k; ++ki)
+    for (int64_t kj = 0; kj < k; ++kj) {
+      int64_t ii = oi * st - pad + ki, jj = oj * st - pad + kj;
+      if (ii >= 0 && ii < H && jj >= 0 && jj < W) atomicAdd(&d[ii * W + jj], g);
+    }
+}
+__global__ void AddBiasChannels_(float* y, const float* b, int64_t planes_per_sample, int64_t hw, int64_t n) {
+  int64_t i = blockIdx.x * static_cast<int64_t>(blockDim.x) + threadIdx.x;
+  if (i < n) y[i] += b[(i / hw) % planes_per_sample];
+}
+__global__ void BiasGradChannels(const float* dy, float* db, int64_t samples, int64_t cout, int64_t hw) {
+  int64_t c = blockIdx.x * static_cast<int64_t>(blockDim.x) + threadIdx.x;
+  if (c >= cout) return;
+  float acc = 0;
+  for (int64_t s = 0; s < samples; ++s)
+    for (int64_t i = 0; i < hw; ++i) acc += dy[(s * cout + c) * hw + i];
+  db[c] += acc;
+}
+
+constexpr unsigned kRowThreads = 256;  // threads of the one-block-per-row kernels (a power of two)
+
+// Descriptors of one convolution call (cuDNN's own objects, destroyed with it).
+class ConvDescriptors {
+ public:
+  ConvDescriptors() {
+    cudnnCreateTensorDescriptor(&x);
+    cudnnCreateTensorDescriptor(&y);
+    cudnnCreateFilterDescriptor(&w);
+    cudnnCreateConvolutionDescriptor(&conv);
+  }
+  ~ConvDescriptors() {
+    cudnnDestroyConvolutionDescriptor(conv);
+    cudnnDestroyFilterDescriptor(w);
+    cudnnDestroyTensorDescriptor(y);
+    cudnnDestroyTensorDescriptor(x);
+  }
+  ConvDescriptors(const ConvDescriptors&) = delete;
+  ConvDescriptors& operator=(const ConvDescriptors&) = delete;
+  Status Set(const Window& win, int64_t cout, int64_t samples) {
+    auto I = [](int64_t v) { return static_cast<int>(v); };
+    PLANNER_RETURN_IF_ERROR(Dnn(cudnnSetTensor4dDescriptor(x, CUDNN_TENSOR_NCHW, CUDNN_DATA_FLOAT, I(samples), I(win.channels), I(win.height),
+                                                           I(win.width)), "input descriptor"));
+    PLANNER_RETURN_IF_ERROR(Dnn(cudnnSetTensor4dDescriptor(y, CUDNN_TENSOR_NCHW, CUDNN_DATA_FLOAT, I(samples), I(cout), I(win.out_h()),
+                                                           I(win.out_w())), "output descriptor"));
+    PLANNER_RETURN_IF_ERROR(Dnn(cudnnSetFilter4dDescriptor(w, CUDNN_DATA_FLOAT, CUDNN_TENSOR_NCHW, I(cout), I(win.channels), I(win.kernel),
+                                                           I(win.kernel)), "filter descriptor"));
+    PLANNER_RETURN_IF_ERROR(Dnn(cudnnSetConvolution2dDescriptor(conv, I(win.pad), I(win.pad), I(win.stride), I(win.stride), 1, 1,
+                                                                CUDNN_CROSS_CORRELATION, CUDNN_DATA_FLOAT), "convolution descriptor"));
+    return Dnn(cudnnSetConvolutionMathType(conv, CUDNN_TENSOR_OP_MATH_ALLOW_CONVERSION), "math type");
+  }
+  cudnnTensorDescriptor_t x = nullptr, y = nullptr;
+  cudnnFilterDescriptor_t w = nullptr;
+  cudnnConvolutionDescriptor_t conv = nullptr;
+};
+
+Tensor Workspace(size_t bytes) { return AllocateScratch({static_cast<int64_t>(bytes / 4 + 1)}, Device::kCuda); }
+
+class CudaDeviceOps final : public DeviceOps {
+ public:
+  Device device() const override { return Device::kCuda; }
+
+  // Row-major C = op(A) op(B) through column-major cuBLAS: C^T = op(B)^T op(A)^T.
+  Status Gemm(const GemmArgs& g, const float* a, const float* b, float* c) override {
+    const cublasOperation_t opb = g.tb ? CUBLAS_OP_T : CUBLAS_OP_N, opa = g.ta ? CUBLAS_OP_T : CUBLAS_OP_N;
+    auto I = [](int64_t v) { return static_cast<int>(v); };
+    if (g.batch == 1) {
+      return CublasStatus(cublasSgemm(Handle(), opb, opa, I(g.n), I(g.m), I(g.k), &g.alpha, b, I(g.ldb), a, I(g.lda), &g.beta, c, I(g.ldc)),
+                          "cublasSgemm");
+    }
+    return CublasStatus(cublasSgemmStridedBatched(Handle(), opb, opa, I(g.n), I(g.m), I(g.k), &g.alpha, b, I(g.ldb), g.stride_b, a, I(g.lda),
+                                                  g.stride_a, &g.beta, c, I(g.ldc), g.stride_c, I(g.batch)),
+                        "cublasSgemmStridedBatched");
+  }
+  Status AddBiasRows(float* y, const float* bias, int64_t rows, int64_t cols) override {
+    AddBiasRows_<<<Blocks(rows * cols), 256>>>(y, bias, rows, cols);
+    return CudaStatus("bias");
+  }
+  Status SumRowsInto(const float* x, float* acc, int64_t rows, int64_t cols) override {
+    ColumnSumAccumulate<<<Blocks(cols), 256>>>(x, acc, rows, cols);
+    return CudaStatus("column sums");
+  }
+  Status AddBiasChannels(float* y, const float* bias, int64_t samples, int64_t channels, int64_t hw) override {
+    AddBiasChannels_<<<Blocks(samples * channels * hw), 256>>>(y, bias, channels, hw, samples * channels * hw);
+    return CudaStatus("channel bias");
+  }
+  Status SumChannelsInto(const float* dy, float* acc, int64_t samples, int64_t channels, int64_t hw) override {
+    BiasGradChannels<<<Blocks(channels), 256>>>(dy, acc, samples, channels, hw);
+    return CudaStatus("channel sums");
+  }
+  Status Add(const float* a, const float* b, float* y, int64_t n) override {
+    AddInto<<<Blocks(n), 256>>>(y, a, b, n);
+    return CudaStatus("add");
+  }
+  Status Multiply(const float* a, const float* b, float* y, int64_t n) override {
+    Multiply_<<<Blocks(n), 256>>>(a, b, y, n);
+    return CudaStatus("multiply");
+  }
+  Status ActivationForward(Activation act, const float* x, float* y, int64_t n) override {
+    ActForward<<<Blocks(n), 256>>>(act == Activation::kRelu ? 0 : 1, x, y, n);
+    return CudaStatus("activation forward");
+  }
+  Status ActivationBackward(Activation act, const float* kept, const float* dy, float* dx, int64_t n) override {
+    ActBackward<<<Blocks(n), 256>>>(act == Activation::kRelu ? 0 : 1, kept, dy, dx, n);
+    return CudaStatus("activation backward");
+  }
+  Status Dropout(const float* x, float* y, float* mask, int64_t n, uint64_t base, double p, float scale) override {
+    DropoutForward<<<Blocks(n), 256>>>(x, y, mask, n, base, p, scale);
+    return CudaStatus("dropout");
+  }
+  Status LayerNormForward(const float* x, const float* gamma, const float* beta, float* y, float* xhat, float* rstd, int64_t n,
+                          int64_t h) override {
+    LayerNormForward_<<<static_cast<unsigned>(n), kRowThreads, 2 * kRowThreads * sizeof(float)>>>(x, gamma, beta, y, xhat, rstd, h);
+    return CudaStatus("layernorm forward");
+  }
+  Status LayerNormBackward(const float* dy, const float* gamma, const float* xhat, const float* rstd, float* dx, int64_t n, int64_t h) override {
+    LayerNormBackward_<<<static_cast<unsigned>(n), kRowThreads, 2 * kRowThreads * sizeof(float)>>>(dy, gamma, xhat, rstd, dx, h);
+    return CudaStatus("layernorm backward");
+  }
+  Status LayerNormParamGrads(const float* dy, const float* xhat, float* dgamma, float* dbeta, int64_t n, int64_t h) override {
+    LayerNormParamGrads_<<<Blocks(h), 256>>>(dy, xhat, dgamma, dbeta, n, h);
+    return CudaStatus("layernorm parameter gradients");
+  }
+  Status SoftmaxRows(float* p, int64_t rows, int64_t cols, bool causal) override {
+    SoftmaxRows_<<<static_cast<unsigned>(rows), kRowThreads, kRowThreads * sizeof(float)>>>(p, cols, causal ? 1 : 0);
+    return CudaStatus("softmax");
+  }
+  Status SoftmaxBackwardRows(const float* p, float* dp, int64_t rows, int64_t cols, float scale) override {
+    SoftmaxBackwardRows_<<<static_cast<unsigned>(rows), kRowThreads, kRowThreads * sizeof(float)>>>(p, dp, cols, scale);
+    return CudaStatus("softmax backward");
+  }
+  Status EmbeddingForward(const float* ids, const float* table, const float* positions, float* y, int64_t rows, int64_t seq, int64_t h,
+                          int64_t start, int64_t local) override {
+    EmbeddingForward_<<<Blocks(rows * h), 256>>>(ids, table, positions, y, rows, seq, h, start, local);
+    return CudaStatus("embedding forward");
+  }
+  Status EmbeddingBackward(const float* ids, const float* dy, float* dtable, float* dpositions, int64_t rows, int64_t seq, int64_t h,
+                           int64_t start, int64_t local) override {
+    EmbeddingBackward_<<<Blocks(rows * h), 256>>>(ids, dy, dtable, dpositions, rows, seq, h, start, local);
+    return CudaStatus("embedding backward");
+  }
+  Status CrossEntropyMax(const float* x, const float* targets, float* mx, float* target_logit, int64_t rows, int64_t v, int64_t start) override {
+    LossRowMax<<<static_cast<unsigned>(rows), kRowThreads, kRowThreads * sizeof(float)>>>(x, targets, mx, target_logit, v, start);
+    return CudaStatus("cross-entropy max");
+  }
+  Status CrossEntropyExp(const float* x, const float* mx, float* probs, float* sum, int64_t rows, int64_t v) override {
+    LossExpRows<<<static_cast<unsigned>(rows), kRowThreads, kRowThreads * sizeof(float)>>>(x, mx, probs, sum, v);
+    return CudaStatus("cross-entropy exp");
+  }
+  Status CrossEntropyFinish(float* probs, const float* sum, const float* mx, const float* target_logit, float* loss, int64_t rows, int64_t v,
+                            int64_t rows_per_sample) override {
+    Tensor row_loss = AllocateScratch({rows}, Device::kCuda);
+    LossFinish<<<static_cast<unsigned>(rows), kRowThreads>>>(probs, sum, mx, target_logit, row_loss.data(), v);
+    PLANNER_RETURN_IF_ERROR(CudaStatus("cross-entropy finish"));
+    const int64_t samples = rows / rows_per_sample;
+    SampleMean<<<Blocks(samples), 256>>>(row_loss.data(), loss, rows_per_sample, samples);
+    return CudaStatus("cross-entropy mean");
+  }
+  Status CrossEntropyBackward(const float* probs, const float* targets, const float* dy, float* dx, int64_t rows, int64_t v,
+                              int64_t rows_per_sample, int64_t start) override {
+    CrossEntropyBackward_<<<Blocks(rows * v), 256>>>(probs, targets, dy, dx, rows, v, rows_per_sample, start);
+    return CudaStatus("cross-entropy backward");
+  }
+  Status PoolForward(bool max, const Window& w, int64_t samples, const float* x, float* y, float* arg) override {
+    const int64_t planes = samples * w.channels;
+    PoolForward_<<<Blocks(planes * w.out_h() * w.out_w()), 256>>>(x, y, arg, planes, w.height, w.width, w.out_h(), w.out_w(), w.kernel, w.stride,
+                                                                   w.pad, max ? 1 : 0);
+    return CudaStatus("pool forward");
+  }
+  Status PoolBackward(bool max, const Window& w, int64_t samples, const float* dy, const float* arg, float* dx) override {
+    const int64_t planes = samples * w.channels;
+    PoolBackward_<<<Blocks(planes * w.out_h() * w.out_w()), 256>>>(dy, arg, dx, planes, w.height, w.width, w.out_h(), w.out_w(), w.kernel,
+                                                                    w.stride, w.pad, max ? 1 : 0);
+    return CudaStatus("pool backward");
+  }
+
+  // Convolutions: the algorithms cuDNN's heuristics rank first; the input is what the backward needs.
+  Status ConvForward(const Window& win, int64_t cout, const Tensor& x, const float* weight, float* y, Tensor* kept) override {
+    ConvDescriptors d;
+    PLANNER_RETURN_IF_ERROR(d.Set(win, cout, x.dim(0)));
+    cudnnConvolutionFwdAlgoPerf_t perf[4];
+    int got = 0;
+    PLANNER_RETURN_IF_ERROR(Dnn(cudnnGetConvolutionForwardAlgorithm_v7(DnnHandle(), d.x, d.w, d.conv, d.y, 4, &got, perf), "forward algorithm"));
+    size_t ws = 0;
+    PLANNER_RETURN_IF_ERROR(Dnn(cudnnGetConvolutionForwardWorkspaceSize(DnnHandle(), d.x, d.w, d.conv, d.y, perf[0].algo, &ws), "workspace"));
+    Tensor work = Workspace(ws);
+    const float one = 1, zero = 0;
+    PLANNER_RETURN_IF_ERROR(Dnn(cudnnConvolutionForward(DnnHandle(), &one, d.x, x.data(), d.w, weight, d.conv, perf[0].algo, work.data(), ws,
+                                                        &zero, d.y, y), "convolution forward"));
+    *kept = x;
+    return Status::OK();
+  }
+  Status ConvBackwardData(const Window& win, int64_t cout, const Tensor& kept, const float* weight, const float* dy, Tensor* dx) override {
+    ConvDescriptors d;
+    PLANNER_RETURN_IF_ERROR(d.Set(win, cout, kept.dim(0)));
+    *dx = AllocateTensor(kept.shape(), Device::kCuda);
+    cudnnConvolutionBwdDataAlgoPerf_t perf[4];
+    int got = 0;
+    PLANNER_RETURN_IF_ERROR(Dnn(cudnnGetConvolutionBackwardDataAlgorithm_v7(DnnHandle(), d.w, d.y, d.conv, d.x, 4, &got, perf),
+                                "backward-data algorithm"));
+    size_t ws = 0;
+    PLANNER_RETURN_IF_ERROR(Dnn(cudnnGetConvolutionBackwardDataWorkspaceSize(DnnHandle(), d.w, d.y, d.conv, d.x, perf[0].algo, &ws), "workspace"));
+    Tensor work = Workspace(ws);
+    const float one = 1, zero = 0;
+    return Dnn(cudnnConvolutionBackwardData(DnnHandle(), &one, d.w, weight, d.y, dy, d.conv, perf[0].algo, work.data(), ws, &zero, d.x, dx->data()),
+               "convolution backward-data");
+  }
+  Status ConvBackwardFilter(const Window& win, int64_t cout, const Tensor& kept, const float* dy, float* dw) override {
+    ConvDescriptors d;
+    PLANNER_RETURN_IF_ERROR(d.Set(win, cout, kept.dim(0)));
+    cudnnConvolutionBwdFilterAlgoPerf_t perf[4];
+    int got = 0;
+    PLANNER_RETURN_IF_ERROR(Dnn(cudnnGetConvolutionBackwardFilterAlgorithm_v7(DnnHandle(), d.x, d.y, d.conv, d.w, 4, &got, perf),
+                                "backward-filter algorithm"));
+    size_t ws = 0;
+    PLANNER_RETURN_IF_ERROR(Dnn(cudnnGetConvolutionBackwardFilterWorkspaceSize(DnnHandle(), d.x, d.y, d.conv, d.w, perf[0].algo, &ws), "workspace"));
+    Tensor work = Workspace(ws);
+    const float one = 1;
+    return Dnn(cudnnConvolutionBackwardFilter(DnnHandle(), &one, d.x, kept.data(), d.y, dy, d.conv, perf[0].algo, work.data(), ws, &one, d.w, dw),
+               "convolution backward-filter");
+  }
+};
+
+}  // namespace
+
+DeviceOps* CudaOps() {
+  static CudaDeviceOps ops;
+  return &ops;
+}
+
+}  // namespace planner
