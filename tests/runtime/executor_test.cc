@@ -292,5 +292,18 @@ TEST_CASE("a run checkpointed after 3 iterations and resumed to 6 follows the un
   for (size_t i = 0; i < 6; ++i) CHECK(fmt::format("{:.6f}", resumed[0].loss[i]) == fmt::format("{:.6f}", full[0].loss[i]));
 }
 
+TEST_CASE("a run whose directory cannot be written fails with an error naming the file") {
+  ModelSpec model;
+  LaunchPlan L;
+  REQUIRE_OK(MakeLaunch(Pipeline(Schedule::k1F1B), &model, &L));
+  RunOptions o;
+  o.run_dir = (fs::path(RunDir("gone")) / "missing").string();  // never created
+  std::vector<RunSummary> runs;
+  const Status s = RunOnThreads(L, model, o, &runs);
+  REQUIRE(!s.ok());
+  INFO(s.ToString());
+  CHECK(s.message().find(o.run_dir + "/trace.rank") != std::string::npos);
+}
+
 }  // namespace
 }  // namespace planner
