@@ -120,8 +120,13 @@ Status RankRun::StartInterpreter() {
   const bool overlap = L_.run.overlap_dp && sync_dp && stage_.grad_elems() > 0 && ConcurrentCommunicatorsSafe(*comms_.dp);
   reducer_ = std::make_unique<DataParallelReducer>(comms_.dp.get(), stage_.bucket(), overlap);
   std::vector<Action> program;
-  // TEMPORARY: from the simulator (runtime/program_from_sim.h) until launch.yaml carries the programs.
-  if (!y_.async || start_ < iterations_) PLANNER_RETURN_IF_ERROR(ProgramForRank(L_, rank_, y_.async ? iterations_ - start_ : 1, &program));
+  const int64_t covers = y_.async ? iterations_ - start_ : 1;
+  if (opt_.program) {
+    PLANNER_RETURN_IF_ERROR(opt_.program(L_, rank_, covers, &program));
+  } else if (covers > 0) {
+    // TEMPORARY: from the simulator (runtime/program_from_sim.h) until launch.yaml carries the programs.
+    PLANNER_RETURN_IF_ERROR(ProgramForRank(L_, rank_, covers, &program));
+  }
   InterpreterContext c;
   c.launch = &L_;
   c.model = &model_;

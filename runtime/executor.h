@@ -12,6 +12,7 @@
 #pragma once
 
 #include <cstdint>
+#include <functional>
 #include <string>
 #include <vector>
 
@@ -22,6 +23,7 @@
 #include "runtime/weight_stash.h"
 #include "spec/launch_plan.h"
 #include "spec/model_spec.h"
+#include "spec/program.h"
 
 namespace planner {
 
@@ -37,6 +39,9 @@ struct RunOptions {
   // order, every layer replaced by an output of zeros (no compute, no optimizer, no loss), to
   // measure the runtime's transfer path without the compute that contends with it.
   bool comm_only = false;
+  // Tests: rank `rank`'s program (spec/program.h), covering `iterations` iterations (PipeDream's;
+  // one for the synchronous schedules), instead of the one the launch's schedule gives.
+  std::function<Status(const LaunchPlan& launch, int64_t rank, int64_t iterations, std::vector<Action>* out)> program;
 };
 
 struct RunSummary {

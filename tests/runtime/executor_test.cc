@@ -292,6 +292,82 @@ TEST_CASE("a run checkpointed after 3 iterations and resumed to 6 follows the un
   for (size_t i = 0; i < 6; ++i) CHECK(fmt::format("{:.6f}", resumed[0].loss[i]) == fmt::format("{:.6f}", full[0].loss[i]));
 }
 
+Action Act(ActionKind kind, int32_t stage, int32_t microbatch) {
+  Action a;
+  a.kind = kind;
+  a.stage = stage;
+  a.microbatch = microbatch;
+  return a;
+}
+
+// GPipe on pp=2 written by hand: every forward, then every backward in reverse, then the step.
+Status HandGpipe(const LaunchPlan& L, int64_t rank, int64_t, std::vector<Action>* out) {
+  out->clear();
+  const int32_t m = static_cast<int32_t>(L.num_microbatches), q = static_cast<int32_t>(L.ranks[static_cast<size_t>(rank)].stage);
+  for (int32_t j = 0; j < m; ++j) {
+    if (q == 1) out->push_back(Act(ActionKind::kRecvActivation, 1, j));
+    out->push_back(Act(ActionKind::kForward, q, j));
+    if (q == 0) out->push_back(Act(ActionKind::kSendActivation, 0, j));
+  }
+  for (int32_t j = m; j-- > 0;) {
+    if (q == 0) out->push_back(Act(ActionKind::kRecvGrad, 0, j));
+    out->push_back(Act(ActionKind::kBackwardInput, q, j));
+    if (q == 1) out->push_back(Act(ActionKind::kSendGrad, 1, j));
+  }
+  out->push_back(Act(ActionKind::kOptimizerStep, -1, 0));
+  return Status::OK();
+}
+
+TEST_CASE("the interpreter runs a hand-written program: its gradients equal one process's") {
+  ModelSpec model;
+  LaunchPlan L;
+  REQUIRE_OK(MakeLaunch(Pipeline(Schedule::k1F1B), &model, &L));
+  RunOptions o;
+  o.program = HandGpipe;
+  CheckAgainstOneProcess(L, model, o);
+}
+
+TEST_CASE("the interpreter refuses a program that does not fit its rank, naming the action") {
+  ModelSpec model;
+  LaunchPlan L;
+  REQUIRE_OK(MakeLaunch(Pipeline(Schedule::k1F1B), &model, &L));
+  std::vector<RunSummary> runs;
+  RunOptions o;
+  SUBCASE("a stage of another rank") {
+    o.program = [](const LaunchPlan& launch, int64_t rank, int64_t it, std::vector<Action>* out) {
+      PLANNER_RETURN_IF_ERROR(HandGpipe(launch, rank, it, out));
+      if (rank == 0) out->insert(out->begin(), Act(ActionKind::kForward, 1, 0));
+      return Status::OK();
+    };
+    const Status s = RunOnThreads(L, model, o, &runs);
+    INFO(s.ToString());
+    CHECK(s.code() == StatusCode::kInvalidArgument);
+    CHECK(s.message().find("program action 0 (F1.0): stage 1 is not one of rank 0's") != std::string::npos);
+  }
+  SUBCASE("a send before the forward that computes it") {
+    o.program = [](const LaunchPlan& launch, int64_t rank, int64_t it, std::vector<Action>* out) {
+      PLANNER_RETURN_IF_ERROR(HandGpipe(launch, rank, it, out));
+      if (rank == 0) std::swap((*out)[0], (*out)[1]);
+      return Status::OK();
+    };
+    const Status s = RunOnThreads(L, model, o, &runs);
+    INFO(s.ToString());
+    CHECK(s.code() == StatusCode::kInternal);
+    CHECK(s.message().find("program action 0 (SA0.0): send before the forward that computes it") != std::string::npos);
+  }
+  SUBCASE("a microbatch beyond the iteration's") {
+    o.program = [](const LaunchPlan& launch, int64_t rank, int64_t it, std::vector<Action>* out) {
+      PLANNER_RETURN_IF_ERROR(HandGpipe(launch, rank, it, out));
+      (*out)[0].microbatch = static_cast<int32_t>(launch.num_microbatches);
+      return Status::OK();
+    };
+    const Status s = RunOnThreads(L, model, o, &runs);
+    INFO(s.ToString());
+    CHECK(s.code() == StatusCode::kInvalidArgument);
+    CHECK(s.message().find("names microbatch") != std::string::npos);
+  }
+}
+
 TEST_CASE("a run whose directory cannot be written fails with an error naming the file") {
   ModelSpec model;
   LaunchPlan L;
