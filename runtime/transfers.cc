@@ -92,10 +92,15 @@ Status ClockOffset(Communicator& world, int rounds, double* offset_s, double* er
   return Status::OK();
 }
 
-Status SummariseTransfers(Communicator& world, const LaunchPlan& plan, const TransferLog& mine, int64_t first_iteration, std::string* markdown) {
-  markdown->clear();
-  const int me = world.rank();
-  std::vector<double> s, r, a;
+namespace {
+
+// Every rank's log, flattened to doubles (tp all-reduces before `first_iteration` left out).
+struct GatheredLogs {
+  std::vector<std::vector<double>> sends, recvs, allreduces, tp;  // per rank
+};
+
+Status GatherLogs(Communicator& world, const TransferLog& mine, int64_t first_iteration, GatheredLogs* out) {
+  std::vector<double> s, r, a, tp;
   for (const auto& x : mine.sends) {
     for (double v : {static_cast<double>(x.tag), static_cast<double>(x.iteration), static_cast<double>(x.stage), static_cast<double>(x.bytes),
                      static_cast<double>(x.dir), static_cast<double>(x.peer), x.post_s}) {
@@ -108,35 +113,37 @@ Status SummariseTransfers(Communicator& world, const LaunchPlan& plan, const Tra
   for (const auto& x : mine.allreduces) {
     for (double v : {static_cast<double>(x.iteration), static_cast<double>(x.bytes), x.start_s, x.dur_s}) a.push_back(v);
   }
-  std::vector<double> tp;
   for (const auto& x : mine.tp_allreduces) {
     if (x.iteration < first_iteration) continue;
     for (double v : {static_cast<double>(x.iteration), static_cast<double>(x.seq), static_cast<double>(x.bytes), x.dur_s}) tp.push_back(v);
   }
-  std::vector<std::vector<double>> S, R, A, TP;
-  PLANNER_RETURN_IF_ERROR(GatherDoubles(world, s, &S));
-  PLANNER_RETURN_IF_ERROR(GatherDoubles(world, r, &R));
-  PLANNER_RETURN_IF_ERROR(GatherDoubles(world, a, &A));
-  PLANNER_RETURN_IF_ERROR(GatherDoubles(world, tp, &TP));
-  if (me != 0) return Status::OK();
-  const int n = world.size();
-  // Pipeline messages: paired by (tag, sender, receiver); grouped by (sender stage, direction, bytes).
+  PLANNER_RETURN_IF_ERROR(GatherDoubles(world, s, &out->sends));
+  PLANNER_RETURN_IF_ERROR(GatherDoubles(world, r, &out->recvs));
+  PLANNER_RETURN_IF_ERROR(GatherDoubles(world, a, &out->allreduces));
+  return GatherDoubles(world, tp, &out->tp);
+}
+
+// Pipeline messages: paired by (tag, sender, receiver); transfer times grouped by (sender stage, direction, bytes).
+using P2PTimes = std::map<std::tuple<int64_t, int64_t, int64_t>, std::vector<double>>;
+
+P2PTimes PairMessages(const GatheredLogs& g, int64_t first_iteration) {
   struct SendAt {
     int64_t iteration, stage, bytes, dir;
     double post_s;
   };
+  const int n = static_cast<int>(g.sends.size());
   std::map<std::tuple<int64_t, int64_t, int64_t>, SendAt> sends;
   for (int src = 0; src < n; ++src) {
-    const auto& v = S[static_cast<size_t>(src)];
+    const auto& v = g.sends[static_cast<size_t>(src)];
     for (size_t i = 0; i + 7 <= v.size(); i += 7) {
       sends[{static_cast<int64_t>(v[i]), src, static_cast<int64_t>(v[i + 5])}] =
           SendAt{static_cast<int64_t>(v[i + 1]), static_cast<int64_t>(v[i + 2]), static_cast<int64_t>(v[i + 3]), static_cast<int64_t>(v[i + 4]),
                  v[i + 6]};
     }
   }
-  std::map<std::tuple<int64_t, int64_t, int64_t>, std::vector<double>> p2p;  // (stage, dir, bytes) -> transfer times
+  P2PTimes p2p;
   for (int dst = 0; dst < n; ++dst) {
-    const auto& v = R[static_cast<size_t>(dst)];
+    const auto& v = g.recvs[static_cast<size_t>(dst)];
     for (size_t i = 0; i + 4 <= v.size(); i += 4) {
       auto it = sends.find({static_cast<int64_t>(v[i]), static_cast<int64_t>(v[i + 1]), dst});
       if (it == sends.end() || it->second.iteration < first_iteration) continue;
@@ -144,9 +151,19 @@ Status SummariseTransfers(Communicator& world, const LaunchPlan& plan, const Tra
       p2p[{x.stage, x.dir, x.bytes}].push_back(std::max(0.0, v[i + 3] - std::max(x.post_s, v[i + 2])));
     }
   }
-  // Data-parallel all-reduce: per replica group and iteration the fastest rank; grouped by stage.
-  std::map<int64_t, std::vector<double>> dp;  // stage -> per (group, iteration) transfer times
-  std::map<int64_t, int64_t> dp_bytes, dp_size;
+  return p2p;
+}
+
+// Collectives of a group kind, grouped by (stage, bytes) (bytes 0 for the data-parallel ones: one size per stage).
+struct GroupTimes {
+  std::map<std::pair<int64_t, int64_t>, std::vector<double>> times;
+  std::map<int64_t, int64_t> bytes, size;  // per stage: the data-parallel all-reduce's bytes; the group's ranks
+};
+
+// Data-parallel all-reduce: per replica group and iteration the fastest rank (the last to arrive waits for nobody).
+GroupTimes DpAllReduces(const LaunchPlan& plan, const GatheredLogs& g, int64_t first_iteration) {
+  GroupTimes out;
+  const int64_t n = static_cast<int64_t>(g.allreduces.size());
   for (const auto& group : plan.dp_groups) {
     if (group.size() < 2) continue;
     std::map<int64_t, double> fastest;  // iteration -> time
@@ -154,21 +171,25 @@ Status SummariseTransfers(Communicator& world, const LaunchPlan& plan, const Tra
     for (int64_t rank : group) {
       if (rank < 0 || rank >= n) continue;
       stage = plan.ranks[static_cast<size_t>(rank)].stage;
-      const auto& v = A[static_cast<size_t>(rank)];
+      const auto& v = g.allreduces[static_cast<size_t>(rank)];
       for (size_t i = 0; i + 4 <= v.size(); i += 4) {
         const int64_t iteration = static_cast<int64_t>(v[i]);
         if (iteration < first_iteration) continue;
         auto f = fastest.find(iteration);
         fastest[iteration] = f == fastest.end() ? v[i + 3] : std::min(f->second, v[i + 3]);
-        dp_bytes[stage] = static_cast<int64_t>(v[i + 1]);
+        out.bytes[stage] = static_cast<int64_t>(v[i + 1]);
       }
     }
-    for (const auto& [iteration, t] : fastest) dp[stage].push_back(t);
-    dp_size[stage] = static_cast<int64_t>(group.size());
+    for (const auto& [iteration, t] : fastest) out.times[{stage, 0}].push_back(t);
+    out.size[stage] = static_cast<int64_t>(group.size());
   }
-  // Tensor-parallel all-reduces: per TP group and call the fastest rank; grouped by (stage, bytes).
-  std::map<std::pair<int64_t, int64_t>, std::vector<double>> tpr;  // (stage, bytes) -> per (group, call) times
-  std::map<int64_t, int64_t> tp_size;
+  return out;
+}
+
+// Tensor-parallel all-reduces: per TP group and call (iteration, number) the fastest rank.
+GroupTimes TpAllReduces(const LaunchPlan& plan, const GatheredLogs& g) {
+  GroupTimes out;
+  const int64_t n = static_cast<int64_t>(g.tp.size());
   for (const auto& group : plan.tp_groups) {
     if (group.size() < 2) continue;
     std::map<std::pair<int64_t, int64_t>, std::pair<int64_t, double>> fastest;  // (iteration, seq) -> (bytes, time)
@@ -176,7 +197,7 @@ Status SummariseTransfers(Communicator& world, const LaunchPlan& plan, const Tra
     for (int64_t rank : group) {
       if (rank < 0 || rank >= n) continue;
       stage = plan.ranks[static_cast<size_t>(rank)].stage;
-      const auto& v = TP[static_cast<size_t>(rank)];
+      const auto& v = g.tp[static_cast<size_t>(rank)];
       for (size_t i = 0; i + 4 <= v.size(); i += 4) {
         const std::pair<int64_t, int64_t> call{static_cast<int64_t>(v[i]), static_cast<int64_t>(v[i + 1])};
         auto f = fastest.find(call);
@@ -184,17 +205,14 @@ Status SummariseTransfers(Communicator& world, const LaunchPlan& plan, const Tra
         else f->second.second = std::min(f->second.second, v[i + 3]);
       }
     }
-    for (const auto& [call, bt] : fastest) tpr[{stage, bt.first}].push_back(bt.second);
-    tp_size[stage] = static_cast<int64_t>(group.size());
+    for (const auto& [call, bt] : fastest) out.times[{stage, bt.first}].push_back(bt.second);
+    out.size[stage] = static_cast<int64_t>(group.size());
   }
-  if (p2p.empty() && dp.empty() && tpr.empty()) return Status::OK();
-  std::string& md = *markdown;
-  md += "Transfers after warm-up against the plan's predictions (from the comm profile when the plan was solved with "
-        "`--comm-profile`, else the cluster's datasheet). Pipeline message: the receive's end minus the later of the send's "
-        "and the receive's post, all ranks on rank 0's clock. Data-parallel all-reduce: per replica group and iteration the "
-        "fastest rank (the last to arrive waits for nobody); bandwidth as nccl-tests' busbw. Tensor-parallel all-reduce: per "
-        "TP group and call the fastest rank, per stage and size (the plan predicts their sum per layer, not each call).\n\n";
-  md += "| transfer | size | count | measured median | achieved | predicted | share of the predicted rate |\n|---|---|---|---|---|---|---|\n";
+  return out;
+}
+
+std::string P2PRows(const LaunchPlan& plan, const P2PTimes& p2p) {
+  std::string md;
   for (const auto& [key, times] : p2p) {
     const auto [stage, dir, bytes] = key;
     const int64_t to = dir == 0 ? stage + 1 : stage - 1;
@@ -211,22 +229,48 @@ Status SummariseTransfers(Communicator& world, const LaunchPlan& plan, const Tra
                       med > 0 ? static_cast<double>(bytes) / med / 1e9 : 0.0, predicted > 0 ? FormatSeconds(predicted) : "n/a",
                       Share(predicted, med));
   }
-  for (const auto& [stage, times] : dp) {
-    const double med = Median(times), bytes = static_cast<double>(dp_bytes[stage]);
-    const double g = static_cast<double>(dp_size[stage]);
+  return md;
+}
+
+// Collective rows, bandwidth as nccl-tests' busbw.
+std::string CollectiveRows(const LaunchPlan& plan, const GroupTimes& dp, const GroupTimes& tp) {
+  std::string md;
+  for (const auto& [key, times] : dp.times) {
+    const int64_t stage = key.first;
+    const double med = Median(times), bytes = static_cast<double>(dp.bytes.at(stage)), g = static_cast<double>(dp.size.at(stage));
     const double predicted = plan.stages[static_cast<size_t>(stage)].predicted_dp_allreduce_s;
-    md += fmt::format("| dp all-reduce stage {} ({} ranks) | {} | {} | {} | {:.2f} GB/s | {} | {} |\n", stage, dp_size[stage], FormatBytes(bytes),
+    md += fmt::format("| dp all-reduce stage {} ({} ranks) | {} | {} | {} | {:.2f} GB/s | {} | {} |\n", stage, dp.size.at(stage), FormatBytes(bytes),
                       times.size(), FormatSeconds(med), med > 0 ? bytes / med * 2 * (g - 1) / g / 1e9 : 0.0,
                       predicted > 0 ? FormatSeconds(predicted) : "n/a", Share(predicted, med));
   }
-  for (const auto& [key, times] : tpr) {
+  for (const auto& [key, times] : tp.times) {
     const auto [stage, bytes] = key;
-    const double med = Median(times), g = static_cast<double>(tp_size[stage]);
-    md += fmt::format("| tp all-reduce stage {} ({} ranks) | {} | {} | {} | {:.2f} GB/s | n/a | n/a |\n", stage, tp_size[stage],
+    const double med = Median(times), g = static_cast<double>(tp.size.at(stage));
+    md += fmt::format("| tp all-reduce stage {} ({} ranks) | {} | {} | {} | {:.2f} GB/s | n/a | n/a |\n", stage, tp.size.at(stage),
                       FormatBytes(static_cast<double>(bytes)), times.size(), FormatSeconds(med),
                       med > 0 ? static_cast<double>(bytes) / med * 2 * (g - 1) / g / 1e9 : 0.0);
   }
-  md += "\n";
+  return md;
+}
+
+}  // namespace
+
+Status SummariseTransfers(Communicator& world, const LaunchPlan& plan, const TransferLog& mine, int64_t first_iteration, std::string* markdown) {
+  markdown->clear();
+  GatheredLogs g;
+  PLANNER_RETURN_IF_ERROR(GatherLogs(world, mine, first_iteration, &g));
+  if (world.rank() != 0) return Status::OK();
+  const P2PTimes p2p = PairMessages(g, first_iteration);
+  const GroupTimes dp = DpAllReduces(plan, g, first_iteration), tp = TpAllReduces(plan, g);
+  if (p2p.empty() && dp.times.empty() && tp.times.empty()) return Status::OK();
+  std::string& md = *markdown;
+  md += "Transfers after warm-up against the plan's predictions (from the comm profile when the plan was solved with "
+        "`--comm-profile`, else the cluster's datasheet). Pipeline message: the receive's end minus the later of the send's "
+        "and the receive's post, all ranks on rank 0's clock. Data-parallel all-reduce: per replica group and iteration the "
+        "fastest rank (the last to arrive waits for nobody); bandwidth as nccl-tests' busbw. Tensor-parallel all-reduce: per "
+        "TP group and call the fastest rank, per stage and size (the plan predicts their sum per layer, not each call).\n\n";
+  md += "| transfer | size | count | measured median | achieved | predicted | share of the predicted rate |\n|---|---|---|---|---|---|---|\n";
+  md += P2PRows(plan, p2p) + CollectiveRows(plan, dp, tp) + "\n";
   return Status::OK();
 }
 

@@ -2,6 +2,8 @@
 # planner run under mpirun: synchronous schedules with PP, DP and PP x DP give
 # the gradients of one process running the whole model on the same data;
 # the loss falls; bad launch files and a lost rank end the job with an error.
+# The gradient, TP, 2-1-1, PipeDream and checkpoint cases also run case by case on thread ranks
+# in tests/runtime/executor_test.cc; here they run under mpirun, through the CLI and MPI.
 set -u
 PLANNER=$1
 SRC=$2

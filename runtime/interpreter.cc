@@ -1,0 +1,373 @@
+#include "runtime/interpreter.h"
+
+#include <algorithm>
+
+#include <fmt/format.h>
+
+#include "common/timing.h"
+#include "runtime/teacher.h"
+
+namespace planner {
+
+namespace {
+
+const char* KindName(ActionKind k) {
+  switch (k) {
+    case ActionKind::kForward: return "F";
+    case ActionKind::kBackwardInput: return "B";
+    case ActionKind::kBackwardWeight: return "W";
+    case ActionKind::kRecvActivation: return "RA";
+    case ActionKind::kSendActivation: return "SA";
+    case ActionKind::kRecvGrad: return "RG";
+    case ActionKind::kSendGrad: return "SG";
+    case ActionKind::kGradReduce: return "AR";
+    case ActionKind::kOptimizerStep: return "OPT";
+  }
+  return "?";
+}
+
+std::string Describe(size_t index, const Action& a) { return fmt::format("program action {} ({}{}.{})", index, KindName(a.kind), a.stage, a.microbatch); }
+
+// Whether the optimizer steps inside the program, before its last action (PipeDream): a
+// microbatch's forward and its backward may then meet different weight versions.
+bool StepsInside(const std::vector<Action>& program) {
+  for (size_t i = 0; i + 1 < program.size(); ++i) {
+    if (program[i].kind == ActionKind::kOptimizerStep) return true;
+  }
+  return false;
+}
+
+}  // namespace
+
+Tensor BufferPool::Get(const std::vector<int64_t>& shape, Device dev) {
+  for (auto& t : pool_) {
+    if (t.use_count() == 1 && t.shape() == shape && t.device() == dev) return t;
+  }
+  pool_.push_back(AllocateTensor(shape, dev));
+  return pool_.back();
+}
+
+Status ProgramInterpreter::Init(const InterpreterContext& context, std::vector<Action> program) {
+  ctx_ = context;
+  program_ = std::move(program);
+  const LaunchRank& me = ctx_.launch->ranks[static_cast<size_t>(ctx_.rank)];
+  sample_offset_ = ctx_.layout.replicated ? 0 : me.replica * ctx_.layout.microbatches;
+  peer_.assign(program_.size(), -1);
+  split_w_ = false;
+  microbatches_ = 0;
+  const RankTable ranks(*ctx_.launch);
+  for (size_t i = 0; i < program_.size(); ++i) {
+    PLANNER_RETURN_IF_ERROR(CheckAction(i, program_[i], ranks));
+    split_w_ = split_w_ || program_[i].kind == ActionKind::kBackwardWeight;
+    microbatches_ = std::max<int64_t>(microbatches_, program_[i].microbatch + 1);
+  }
+  if (StepsInside(program_)) stash_ = std::make_unique<WeightStash>(ctx_.stage->params());
+  PlanReduces();
+  return Status::OK();
+}
+
+// A compute or transfer names one of this rank's chunks and a neighbour that exists; a transfer's
+// peer is resolved here, once.
+Status ProgramInterpreter::CheckAction(size_t index, const Action& a, const RankTable& ranks) {
+  const int64_t Q = ctx_.layout.stages, q = a.stage;
+  if (a.kind == ActionKind::kOptimizerStep) return Status::OK();
+  if (a.kind == ActionKind::kGradReduce && q == -1) return Status::OK();
+  if (q < 0 || q >= Q || !ctx_.stage->Holds(q) || a.microbatch < 0) {
+    return Status::InvalidArgument(fmt::format("{}: stage {} is not one of rank {}'s", Describe(index, a), q, ctx_.rank));
+  }
+  int64_t peer_stage = -1;
+  switch (a.kind) {
+    case ActionKind::kRecvActivation: case ActionKind::kSendGrad: peer_stage = q - 1; break;
+    case ActionKind::kSendActivation: case ActionKind::kRecvGrad: peer_stage = q + 1; break;
+    default: return Status::OK();
+  }
+  if (peer_stage < 0 || peer_stage >= Q) return Status::InvalidArgument(fmt::format("{}: stage {} has no neighbour there", Describe(index, a), q));
+  const LaunchRank& me = ctx_.launch->ranks[static_cast<size_t>(ctx_.rank)];
+  const int64_t replica = a.peer_replica == Action::kSameReplica ? me.replica : a.peer_replica;
+  const int64_t peer = ranks.At(peer_stage % ctx_.layout.positions, replica, me.tp_rank);
+  if (peer < 0) {
+    return Status::InvalidArgument(fmt::format("{}: launch.yaml has no rank at pipeline position {}, replica {}, tp rank {}", Describe(index, a),
+                                               peer_stage % ctx_.layout.positions, replica, me.tp_rank));
+  }
+  peer_[index] = static_cast<int>(peer);
+  return Status::OK();
+}
+
+// What each reduce sums at once: without the overlapped reducer, the whole bucket (AR without a
+// stage: one message) or the stage's segment; with it, the last backward (B, or W when split) of
+// each chunk a reduce covers, after that chunk's previous reduce, queues its layers' segments as
+// their gradients become final, and a chunk without one is summed at the reduce.
+void ProgramInterpreter::PlanReduces() {
+  last_backward_.assign(program_.size(), false);
+  reduce_now_.clear();
+  std::map<int64_t, size_t> since;  // chunk -> first action index after its previous reduce
+  for (size_t a = 0; a < program_.size(); ++a) {
+    const Action& ar = program_[a];
+    if (ar.kind != ActionKind::kGradReduce) continue;
+    if (!ctx_.reducer->overlapped()) {
+      reduce_now_[a].push_back(ar.stage == -1 ? BucketSegment{0, ctx_.stage->grad_elems()} : ctx_.stage->ChunkOf(ar.stage).segment);
+      continue;
+    }
+    for (const Stage::Chunk& c : ctx_.stage->chunks()) {
+      if (ar.stage != -1 && ar.stage != c.q) continue;
+      bool found = false;
+      for (size_t i = a; i-- > since[c.q] && !found;) {
+        const Action& x = program_[i];
+        found = x.stage == c.q && (x.kind == ActionKind::kBackwardWeight || (x.kind == ActionKind::kBackwardInput && !split_w_));
+        if (found) last_backward_[i] = true;
+      }
+      if (!found) reduce_now_[a].push_back(c.segment);
+      since[c.q] = a + 1;
+    }
+  }
+}
+
+int64_t ProgramInterpreter::Tag(int64_t stage, int dir, int64_t j) const {
+  const int64_t pass_microbatches = pass_.iterations * ctx_.layout.microbatches;
+  return ((pass_.first_iteration * (ctx_.layout.stages + 1) + stage) * pass_microbatches + j) * 2 + dir;
+}
+
+std::vector<Saved>& ProgramInterpreter::SavedOf(int64_t q, int64_t j) {
+  auto it = saved_.find({q, j});
+  if (it == saved_.end()) it = saved_.emplace(Key{q, j}, std::vector<Saved>(ctx_.stage->ChunkOf(q).kernels.size())).first;
+  return it->second;
+}
+
+void ProgramInterpreter::ZeroGradsIfStepped() {
+  if (!zero_grads_) return;
+  ctx_.stage->ZeroGrads();
+  zero_grads_ = false;
+}
+
+Status ProgramInterpreter::RunPass(const PassSpec& pass, PassFigures* figures) {
+  if (microbatches_ > pass.iterations * ctx_.layout.microbatches) {
+    return Status::InvalidArgument(fmt::format("the program of rank {} names microbatch {}, but a pass of {} iteration(s) has {}", ctx_.rank,
+                                               microbatches_ - 1, pass.iterations, pass.iterations * ctx_.layout.microbatches));
+  }
+  pass_ = pass;
+  fig_ = figures;
+  *fig_ = PassFigures();
+  fig_->loss_sum.assign(static_cast<size_t>(pass.iterations), 0.0);
+  fig_->done_s.assign(static_cast<size_t>(pass.iterations), 0.0);
+  ZeroGradsIfStepped();
+  fig_->start_s = MonotonicSeconds();
+  for (size_t i = 0; i < program_.size(); ++i) {
+    Status s = Execute(i, program_[i]);
+    if (!s.ok()) return s.code() == StatusCode::kInternal ? s.WithContext(Describe(i, program_[i])) : s;
+  }
+  return FinishPass();
+}
+
+Status ProgramInterpreter::Execute(size_t index, const Action& a) {
+  switch (a.kind) {
+    case ActionKind::kForward: return Forward(a);
+    case ActionKind::kBackwardInput: return Backward(index, a);
+    case ActionKind::kBackwardWeight: return Weight(index, a);
+    case ActionKind::kRecvActivation: return Receive(index, a, true);
+    case ActionKind::kRecvGrad: return Receive(index, a, false);
+    case ActionKind::kSendActivation: return Send(index, a, true);
+    case ActionKind::kSendGrad: return Send(index, a, false);
+    case ActionKind::kGradReduce: return Reduce(index, a);
+    case ActionKind::kOptimizerStep: return Step();
+  }
+  return Status::Internal("unknown action kind");
+}
+
+// The sends' buffers are released once posted sends complete; nothing may be left half done.
+Status ProgramInterpreter::FinishPass() {
+  const double c0 = MonotonicSeconds();
+  PLANNER_RETURN_IF_ERROR(ctx_.pipe->FlushSends());
+  fig_->comm_s += MonotonicSeconds() - c0;
+  ctx_.record->Trace("flush sends", c0, MonotonicSeconds() - c0, 1);
+  sent_.clear();
+  saved_.clear();
+  for (const auto* box : {&activations_in_, &activations_out_, &grads_in_, &grads_out_}) {
+    if (!box->empty()) {
+      const Key k = box->begin()->first;
+      return Status::Internal(fmt::format("the program leaves a transfer of stage {} microbatch {} unpaired (a receive without its compute, or "
+                                          "a computed output without its send)", k.first, k.second));
+    }
+  }
+  return Status::OK();
+}
+
+void ProgramInterpreter::TeacherBatch(int64_t j, std::vector<float>* inputs, std::vector<float>* targets) const {
+  const int64_t b = ctx_.launch->microbatch_size, m = ctx_.layout.microbatches;
+  const int64_t first_sample = IterationOf(j) * ctx_.launch->global_batch + (sample_offset_ + j % m) * b;
+  std::vector<float> in, tg;
+  for (int64_t smp = 0; smp < b; ++smp) {
+    TeacherSample(*ctx_.model, ctx_.launch->run.seed, first_sample + smp, &in, &tg);
+    inputs->insert(inputs->end(), in.begin(), in.end());
+    targets->insert(targets->end(), tg.begin(), tg.end());
+  }
+}
+
+Status ProgramInterpreter::Forward(const Action& a) {
+  const int64_t q = a.stage, j = a.microbatch, Q = ctx_.layout.stages;
+  Stage::Chunk& ch = ctx_.stage->ChunkOf(q);
+  std::vector<Saved>& sv = SavedOf(q, j);
+  ctx_.tp_group->SetIteration(IterationOf(j));  // PipeDream's pass spans iterations: label each microbatch's calls with its own
+  std::vector<float> inputs, targets;
+  if (q == 0 || q == Q - 1) TeacherBatch(j, &inputs, &targets);
+  Tensor x;
+  if (q == 0) {
+    x = Tensor::FromVector(ctx_.stage->InShape(q), inputs).To(ctx_.stage->device());
+  } else {
+    auto it = activations_in_.find({q, j});
+    if (it == activations_in_.end()) return Status::Internal("forward before the receive of its activation");
+    x = std::move(it->second);
+    activations_in_.erase(it);
+  }
+  if (q == Q - 1) ch.kernels.back()->SetTargets(Tensor::FromVector({static_cast<int64_t>(targets.size())}, targets));
+  if (stash_) stash_->Save(j);
+  const double c0 = MonotonicSeconds();
+  if (ctx_.comm_only) {
+    x = Tensor::Zeros(ctx_.stage->OutShape(q), ctx_.stage->device());  // what the stage would send, without computing it
+  } else {
+    for (size_t i = 0; i < ch.kernels.size(); ++i) {
+      Tensor y;
+      PLANNER_RETURN_IF_ERROR(ch.kernels[i]->Forward(x, &y, &sv[i]));
+      x = y;
+    }
+  }
+  fig_->compute_s += MonotonicSeconds() - c0;
+  ctx_.record->Trace(fmt::format("F{}", j), c0, MonotonicSeconds() - c0, 0);
+  if (q == Q - 1 && !ctx_.comm_only) {
+    const std::vector<float> per_sample = x.ToVector();
+    for (int64_t smp = 0; smp < ctx_.launch->microbatch_size; ++smp) fig_->loss_sum[static_cast<size_t>(IterationOf(j) - pass_.first_iteration)] += per_sample[static_cast<size_t>(smp)];
+  } else if (q < Q - 1) {
+    activations_out_[{q, j}] = x;
+  }
+  return Status::OK();
+}
+
+Status ProgramInterpreter::Backward(size_t index, const Action& a) {
+  const int64_t q = a.stage, j = a.microbatch, Q = ctx_.layout.stages, b = ctx_.launch->microbatch_size;
+  Stage::Chunk& ch = ctx_.stage->ChunkOf(q);
+  std::vector<Saved>& sv = SavedOf(q, j);
+  ctx_.tp_group->SetIteration(IterationOf(j));
+  Tensor dy;
+  if (q == Q - 1) {
+    dy = Tensor::Zeros({b, 1});
+    for (int64_t smp = 0; smp < b; ++smp) dy.data()[smp] = 1.0f / static_cast<float>(ctx_.launch->global_batch);  // d(mean loss) / d(sample loss)
+    dy = dy.To(ctx_.stage->device());
+  } else {
+    auto it = grads_in_.find({q, j});
+    if (it == grads_in_.end()) return Status::Internal("backward before the receive of its output's gradient");
+    dy = std::move(it->second);
+    grads_in_.erase(it);
+  }
+  if (stash_) PLANNER_RETURN_IF_ERROR(stash_->Enter(j));  // backward on the weights its forward used
+  ZeroGradsIfStepped();
+  const double c0 = MonotonicSeconds();
+  if (ctx_.comm_only) {
+    dy = q > 0 ? Tensor::Zeros(ctx_.stage->InShape(q), ctx_.stage->device()) : Tensor();
+    if (last_backward_[index]) for (const BucketSegment& s : ch.layer_segments) ctx_.reducer->Enqueue(s);
+  } else {
+    for (size_t i = ch.kernels.size(); i-- > 0;) {
+      Tensor dx;
+      PLANNER_RETURN_IF_ERROR(ch.kernels[i]->BackwardInput(dy, &dx, &sv[i]));
+      if (!split_w_) {
+        PLANNER_RETURN_IF_ERROR(ch.kernels[i]->BackwardWeight(&sv[i]));
+        if (last_backward_[index]) ctx_.reducer->Enqueue(ch.layer_segments[i]);
+      }
+      dy = dx;
+    }
+  }
+  fig_->compute_s += MonotonicSeconds() - c0;
+  if (stash_) stash_->Leave(j);  // the latest weights back
+  ctx_.record->Trace(fmt::format("B{}", j), c0, MonotonicSeconds() - c0, 0);
+  if (!split_w_) saved_.erase({q, j});
+  const int64_t m = ctx_.layout.microbatches;
+  if (q == 0 && j % m == m - 1) fig_->done_s[static_cast<size_t>(IterationOf(j) - pass_.first_iteration)] = MonotonicSeconds() - fig_->start_s;
+  if (q > 0) grads_out_[{q, j}] = dy;
+  return Status::OK();
+}
+
+// W: the weight gradients ZB-H1 deferred.
+Status ProgramInterpreter::Weight(size_t index, const Action& a) {
+  Stage::Chunk& ch = ctx_.stage->ChunkOf(a.stage);
+  std::vector<Saved>& sv = SavedOf(a.stage, a.microbatch);
+  ctx_.tp_group->SetIteration(IterationOf(a.microbatch));
+  ZeroGradsIfStepped();
+  const double c0 = MonotonicSeconds();
+  for (size_t i = ch.kernels.size(); i-- > 0;) {
+    if (!ctx_.comm_only) PLANNER_RETURN_IF_ERROR(ch.kernels[i]->BackwardWeight(&sv[i]));
+    if (last_backward_[index]) ctx_.reducer->Enqueue(ch.layer_segments[i]);
+  }
+  fig_->compute_s += MonotonicSeconds() - c0;
+  ctx_.record->Trace(fmt::format("W{}", a.microbatch), c0, MonotonicSeconds() - c0, 0);
+  saved_.erase({a.stage, a.microbatch});
+  return Status::OK();
+}
+
+// RA q.j: the activation entering stage q (tag of (q, 0)); RG q.j: the gradient of q's output,
+// sent back by stage q + 1 (tag of (q + 1, 1)).
+Status ProgramInterpreter::Receive(size_t index, const Action& a, bool activation) {
+  const int64_t q = a.stage, j = a.microbatch;
+  const int peer = peer_[index];
+  const int64_t tag = activation ? Tag(q, 0, j) : Tag(q + 1, 1, j);
+  Tensor t = pool_.Get(activation ? ctx_.stage->InShape(q) : ctx_.stage->OutShape(q), ctx_.stage->device());
+  const double c0 = MonotonicSeconds();
+  PLANNER_RETURN_IF_ERROR(ctx_.pipe->Recv(t.data(), t.numel(), peer, tag));
+  const double c1 = MonotonicSeconds();
+  ctx_.record->transfers().recvs.push_back({tag, peer, c0 - ctx_.clock_offset_s, c1 - ctx_.clock_offset_s});
+  fig_->comm_s += c1 - c0;
+  ctx_.record->Trace(fmt::format("recv {}{}.{}", activation ? 'F' : 'B', q, j), c0, c1 - c0, 1);
+  (activation ? activations_in_ : grads_in_)[{q, j}] = t;
+  return Status::OK();
+}
+
+// SA q.j: F's output to stage q + 1 (tag of (q + 1, 0)); SG q.j: B's input gradient to stage
+// q - 1 (tag of (q, 1)). The call's own time counts as communication: an eager transport copies
+// the message into shared memory here (runtime/comm/mpi_comm.cc).
+Status ProgramInterpreter::Send(size_t index, const Action& a, bool activation) {
+  const int64_t q = a.stage, j = a.microbatch;
+  auto& box = activation ? activations_out_ : grads_out_;
+  auto it = box.find({q, j});
+  if (it == box.end()) return Status::Internal(activation ? "send before the forward that computes it" : "send before the backward that computes it");
+  Tensor t = std::move(it->second);
+  box.erase(it);
+  const int peer = peer_[index];
+  const int64_t tag = activation ? Tag(q + 1, 0, j) : Tag(q, 1, j);
+  const double s0 = MonotonicSeconds();
+  ctx_.record->transfers().sends.push_back({tag, IterationOf(j), q, t.numel() * 4, activation ? 0 : 1, peer, s0 - ctx_.clock_offset_s});
+  PLANNER_RETURN_IF_ERROR(ctx_.pipe->Send(t.data(), t.numel(), peer, tag));
+  const double s1 = MonotonicSeconds();
+  ctx_.record->Trace(fmt::format("send {}{}.{} {}B", activation ? 'F' : 'B', activation ? q + 1 : q - 1, j, t.numel() * 4), s0, s1 - s0, 1);
+  fig_->comm_s += s1 - s0;
+  sent_.push_back(std::move(t));
+  return Status::OK();
+}
+
+Status ProgramInterpreter::Reduce(size_t index, const Action& a) {
+  DataParallelReducer& red = *ctx_.reducer;
+  if (red.group_size() <= 1) return Status::OK();
+  const double c0 = MonotonicSeconds();
+  if (red.overlapped()) PLANNER_RETURN_IF_ERROR(red.Wait());  // the segments still in flight: the exposed part
+  for (const BucketSegment& s : reduce_now_[index]) PLANNER_RETURN_IF_ERROR(red.AllReduce(s));
+  const double dur = MonotonicSeconds() - c0;
+  fig_->comm_s += dur;
+  // The transfer table times the iteration's reduce of the whole bucket.
+  if (a.stage == -1 && !red.overlapped() && ctx_.stage->grad_elems() > 0) {
+    ctx_.record->transfers().allreduces.push_back({pass_.first_iteration, ctx_.stage->grad_elems() * 4, c0 - ctx_.clock_offset_s, dur});
+  }
+  ctx_.record->Trace(red.overlapped() ? "dp all-reduce (exposed wait)" : "dp all-reduce", c0, dur, 1);
+  if (red.overlapped()) ctx_.record->Trace("dp all-reduce busy", c0, red.TakeBusySeconds(), 2);  // summed segment time on the reducer thread
+  return Status::OK();
+}
+
+Status ProgramInterpreter::Step() {
+  if (capture_ != nullptr) {
+    capture_->clear();
+    for (Param* prm : ctx_.stage->params()) capture_->push_back({prm->name, prm->tp_sharded, prm->grad.ToVector()});
+    capture_ = nullptr;
+  }
+  const double c0 = MonotonicSeconds();
+  if (!ctx_.comm_only) PLANNER_RETURN_IF_ERROR(ctx_.optimizer->Step(ctx_.stage->params()));
+  fig_->compute_s += MonotonicSeconds() - c0;
+  zero_grads_ = true;
+  return Status::OK();
+}
+
+}  // namespace planner

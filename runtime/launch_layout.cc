@@ -1,0 +1,49 @@
+#include "runtime/launch_layout.h"
+
+#include <fmt/format.h>
+
+namespace planner {
+
+Status LayoutOf(const LaunchPlan& L, LaunchLayout* out) {
+  LaunchLayout y;
+  if (!ParseSchedule(L.schedule, &y.schedule)) {
+    return Status::InvalidArgument(fmt::format("{}: unknown schedule '{}'; use {}", L.path, L.schedule, ScheduleChoices()));
+  }
+  y.async = y.schedule == Schedule::kPipeDream;
+  y.replicated = y.async;
+  for (const auto& st : L.stages) y.replicated = y.replicated || st.replicas != L.dp;
+  if (y.replicated && (L.interleave != 1 || (y.schedule != Schedule::k1F1B && !y.async))) {
+    return Status::NotSupported("per-stage replication runs with the 1F1B (flush) or PipeDream (asynchronous) schedule");
+  }
+  if (!y.replicated && L.global_batch != L.microbatch_size * L.num_microbatches * L.dp) {
+    return Status::InvalidArgument(fmt::format("{}: global_batch {} != microbatch_size {} x num_microbatches {} x dp {}", L.path, L.global_batch,
+                                               L.microbatch_size, L.num_microbatches, L.dp));
+  }
+  y.stages = static_cast<int64_t>(L.stages.size());
+  y.positions = y.replicated ? y.stages : L.pp;
+  if (y.stages != y.positions * L.interleave) {
+    return Status::InvalidArgument(fmt::format("{}: {} stages for pp {} x interleave {}", L.path, y.stages, y.positions, L.interleave));
+  }
+  if (y.replicated) {
+    for (const auto& st : L.stages) {
+      if ((L.global_batch / L.microbatch_size) % st.replicas != 0) {
+        return Status::InvalidArgument(fmt::format("{}: {} microbatches do not split evenly over a stage's {} replicas", L.path,
+                                                   L.global_batch / L.microbatch_size, st.replicas));
+      }
+    }
+  }
+  y.microbatches = y.replicated ? L.global_batch / L.microbatch_size : L.num_microbatches;
+  *out = y;
+  return Status::OK();
+}
+
+RankTable::RankTable(const LaunchPlan& L) {
+  for (const auto& r : L.ranks) ranks_[{r.stage, r.replica, r.tp_rank}] = r.rank;
+}
+
+int64_t RankTable::At(int64_t position, int64_t replica, int64_t tp_rank) const {
+  auto it = ranks_.find({position, replica, tp_rank});
+  return it == ranks_.end() ? -1 : it->second;
+}
+
+}  // namespace planner

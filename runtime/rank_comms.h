@@ -1,0 +1,49 @@
+// A rank's communicators: the world (host scalars: losses, times, the
+// summary), the pipe that carries activations and gradients (the world, or
+// NCCL on GPU ranks), its tensor- and data-parallel groups from launch.yaml,
+// and its clock's offset to rank 0's. docs/runtime.md ("The executor's parts").
+#pragma once
+
+#include <cstdint>
+#include <memory>
+#include <vector>
+
+#include "common/status.h"
+#include "runtime/comm/communicator.h"
+#include "runtime/kernels/kernel.h"
+#include "runtime/transfers.h"
+#include "spec/launch_plan.h"
+
+namespace planner {
+
+struct RankComms {
+  Communicator* world = nullptr;
+  Communicator* pipe = nullptr;  // the world, or `nccl`
+  std::unique_ptr<Communicator> nccl, tp, dp;
+  // Trace and transfer times go on rank 0's clock (the ranks of one node share theirs; other nodes' differ).
+  double clock_offset_s = 0, clock_error_s = 0;
+};
+
+// GPU ranks take their local device and NCCL (bootstrapped over the world); every rank splits
+// its TP and DP groups (all in the same order), starts the peer watch (from here on a rank that
+// exits is a lost rank) and estimates its clock offset. Collective.
+Status OpenRankComms(const LaunchPlan& launch, Device device, Communicator& world, RankComms* out);
+
+// A TP group over a Communicator, for the kernels' all-reduces; each call timed into `log`
+// under the iteration of the microbatch being computed, numbered in call order (the ranks of a
+// TP group make the same calls in the same order).
+class CommTpGroup final : public TpGroup {
+ public:
+  CommTpGroup(Communicator* c, std::vector<TransferLog::TpAllReduce>* log) : c_(c), log_(log) {}
+  void SetIteration(int64_t it) { iteration_ = it; }
+  Status AllReduceSum(float* d, int64_t n) override { return Timed(d, n, ReduceOp::kSum); }
+  Status AllReduceMax(float* d, int64_t n) override { return Timed(d, n, ReduceOp::kMax); }
+
+ private:
+  Status Timed(float* d, int64_t n, ReduceOp op);
+  Communicator* c_;
+  std::vector<TransferLog::TpAllReduce>* log_;
+  int64_t iteration_ = 0, seq_ = 0;
+};
+
+}  // namespace planner

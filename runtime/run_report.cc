@@ -1,0 +1,61 @@
+#include "runtime/run_report.h"
+
+#include <algorithm>
+
+#include <fmt/format.h>
+
+#include "common/units.h"
+
+namespace planner {
+
+namespace {
+
+std::string Heading(const LaunchPlan& L, const ReportInputs& in) {
+  const size_t n = L.ranks.size(), iterations = in.loss.size(), warm = static_cast<size_t>(in.warmup);
+  std::string rep = fmt::format("# Run of {} on {} ranks (tp-pp-dp {}-{}-{}, {}, b={} x m={})\n\n", in.model_name, n, L.tp, L.pp, L.dp,
+                                ScheduleName(in.layout.schedule), L.microbatch_size, in.layout.microbatches);
+  rep += fmt::format("| figure | measured (median of {} iterations after {} warm-up) | predicted |\n|---|---|---|\n", iterations - warm, warm);
+  rep += fmt::format("| iteration | {} | {} |\n", FormatSeconds(in.median_iteration_s), FormatSeconds(L.predicted_iteration_s));
+  rep += fmt::format("| bubble fraction | {:.1f}% | {:.1f}% |\n", 100 * in.bubble_fraction, 100 * L.predicted_bubble_fraction);
+  if (in.comm_only) {
+    rep += "| loss | n/a: communication only (`--comm-only`: zeros instead of every layer, no optimizer) | |\n\n";
+  } else {
+    rep += fmt::format("| loss first -> last | {:.4f} -> {:.4f} | falls |\n\n", in.loss.front(), in.loss.back());
+  }
+  return rep;
+}
+
+std::string RankRows(const LaunchPlan& L, const ReportInputs& in) {
+  std::string rep =
+      "Memory: measured = the allocator's peak on the rank's device (parameters, gradients, optimizer state, "
+      "activations, workspaces); predicted = the plan's, in the plan's dtype and bytes per parameter (the CPU kernels compute in fp32).\n\n";
+  rep += "| rank | stage | compute per iteration | communication | idle | predicted compute (m x stage) | peak memory | predicted memory |\n"
+         "|---|---|---|---|---|---|---|---|\n";
+  for (size_t r = 0; r < in.ranks.size(); ++r) {
+    const RankFigures& f = in.ranks[r];
+    double rs_pred = 0, mem_pred = 0;  // the rank's chunks
+    for (int64_t q = L.ranks[r].stage; q < static_cast<int64_t>(L.stages.size()); q += in.layout.positions) {
+      rs_pred += L.stages[static_cast<size_t>(q)].predicted_compute_s;
+      mem_pred = std::max(mem_pred, L.stages[static_cast<size_t>(q)].predicted_peak_memory_bytes);
+    }
+    rep += fmt::format("| {} | {} | {} | {} | {} | {} | {:.4f} GiB | {:.4f} GiB |\n", r, L.ranks[r].stage, FormatSeconds(f.compute_s),
+                       FormatSeconds(f.comm_s), FormatSeconds(std::max(0.0, in.median_iteration_s - f.compute_s - f.comm_s)),
+                       FormatSeconds(rs_pred * static_cast<double>(in.layout.microbatches)), f.peak_gib, mem_pred / kGiB);
+  }
+  return rep;
+}
+
+}  // namespace
+
+std::string RunReportMarkdown(const LaunchPlan& L, const ReportInputs& in) {
+  std::string rep = Heading(L, in) + RankRows(L, in);
+  if (!in.transfers_md.empty()) {
+    rep += "\n" + in.transfers_md;
+    if (L.ranks.size() > 1) {
+      rep += fmt::format("(Clock offsets to rank 0 estimated within {} at start.)\n\nTransport: {}.\n", FormatSeconds(in.clock_error_s), in.transport);
+    }
+  }
+  return rep;
+}
+
+}  // namespace planner

@@ -1,0 +1,36 @@
+// report.md of a run: measured against predicted iteration time and bubble
+// fraction, the loss, per rank compute / communication / idle / peak memory
+// against the plan's, then the transfer table (runtime/transfers.h) and the
+// transport. Pure: returns the text. docs/runtime.md ("The executor's parts").
+#pragma once
+
+#include <cstdint>
+#include <string>
+#include <vector>
+
+#include "runtime/launch_layout.h"
+#include "spec/launch_plan.h"
+
+namespace planner {
+
+struct RankFigures {
+  double compute_s = 0, comm_s = 0;  // medians per iteration after warm-up
+  double peak_gib = 0;               // the allocator's peak on the rank's device
+};
+
+struct ReportInputs {
+  std::string model_name;
+  LaunchLayout layout;
+  std::vector<double> loss;  // per iteration
+  int64_t warmup = 0;        // iterations left out of the medians
+  double median_iteration_s = 0, bubble_fraction = 0;
+  std::vector<RankFigures> ranks;
+  std::string transfers_md;  // SummariseTransfers' section
+  bool comm_only = false;
+  double clock_error_s = 0;
+  std::string transport;
+};
+
+std::string RunReportMarkdown(const LaunchPlan& launch, const ReportInputs& in);
+
+}  // namespace planner

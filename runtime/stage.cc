@@ -1,0 +1,99 @@
+#include "runtime/stage.h"
+
+#include <algorithm>
+
+#include "runtime/kernels/cuda_api.h"
+
+namespace planner {
+
+void CopyIntoTensor(const std::vector<float>& v, Tensor* t) {
+  if (t->device() == Device::kCpu) std::copy(v.begin(), v.end(), t->data());
+  else CudaCopyToDevice(t->data(), v.data(), static_cast<int64_t>(v.size()) * 4);
+}
+
+Status Stage::Build(const LaunchPlan& L, const ModelSpec& model, const LaunchLayout& layout, int64_t rank, Device dev, TpGroup* tp_group) {
+  launch_ = &L;
+  model_ = &model;
+  device_ = dev;
+  positions_ = layout.positions;
+  const LaunchRank& me = L.ranks[static_cast<size_t>(rank)];
+  KernelOptions base;
+  base.device = dev;
+  base.tp_size = L.tp;
+  base.tp_rank = me.tp_rank;
+  base.tp_group = L.tp > 1 ? tp_group : nullptr;
+  for (int64_t q = me.stage; q < layout.stages; q += layout.positions) PLANNER_RETURN_IF_ERROR(BuildChunk(q, base));
+  MakeBucket();
+  return Status::OK();
+}
+
+Status Stage::BuildChunk(int64_t q, const KernelOptions& base) {
+  Chunk c;
+  c.q = q;
+  const LaunchStage& st = launch_->stages[static_cast<size_t>(q)];
+  for (int64_t i = st.first_layer; i <= st.last_layer; ++i) {
+    KernelOptions ko = base;
+    ko.seed = launch_->run.seed * 1000003ull + static_cast<uint64_t>(i);
+    std::unique_ptr<LayerKernel> k;
+    PLANNER_RETURN_IF_ERROR(MakeKernel(model_->layers[static_cast<size_t>(i)], ko, &k));
+    for (Param* prm : k->Params()) params_.push_back(prm);
+    c.kernels.push_back(std::move(k));
+  }
+  chunks_.push_back(std::move(c));
+  return Status::OK();
+}
+
+// Every gradient becomes a view into one bucket, in chunk, layer and parameter order.
+void Stage::MakeBucket() {
+  grad_elems_ = 0;
+  for (Param* prm : params_) grad_elems_ += prm->grad.numel();
+  bucket_ = Tensor::Zeros({std::max<int64_t>(1, grad_elems_)}, device_);
+  int64_t off = 0;
+  for (Chunk& c : chunks_) {
+    c.segment.offset = off;
+    for (auto& k : c.kernels) {
+      BucketSegment seg{off, 0};
+      for (Param* prm : k->Params()) {
+        prm->grad = bucket_.View(off, prm->grad.shape());
+        off += prm->grad.numel();
+      }
+      seg.count = off - seg.offset;
+      c.layer_segments.push_back(seg);
+    }
+    c.segment.count = off - c.segment.offset;
+  }
+}
+
+bool Stage::Holds(int64_t q) const {
+  return q >= 0 && q % positions_ == (chunks_.empty() ? -1 : chunks_.front().q) && q / positions_ < static_cast<int64_t>(chunks_.size());
+}
+
+int64_t Stage::parameter_elems() const {
+  int64_t n = 0;
+  for (Param* prm : params_) n += prm->value.numel();
+  return n;
+}
+
+std::vector<int64_t> Stage::InShape(int64_t q) const {
+  const Layer& l = model_->layers[static_cast<size_t>(launch_->stages[static_cast<size_t>(q)].first_layer)];
+  std::vector<int64_t> shape = {launch_->microbatch_size};
+  shape.insert(shape.end(), l.in_shape.begin(), l.in_shape.end());
+  if (l.type == "loss") shape.back() /= launch_->tp;
+  return shape;
+}
+
+std::vector<int64_t> Stage::OutShape(int64_t q) const {
+  const Layer& l = model_->layers[static_cast<size_t>(launch_->stages[static_cast<size_t>(q)].last_layer)];
+  std::vector<int64_t> shape = {launch_->microbatch_size};
+  shape.insert(shape.end(), l.out_shape.begin(), l.out_shape.end());
+  if (l.type == "lm_head") shape.back() /= launch_->tp;
+  return shape;
+}
+
+void Stage::ZeroGrads() {
+  for (auto& c : chunks_) {
+    for (auto& k : c.kernels) k->ZeroGrads();
+  }
+}
+
+}  // namespace planner

@@ -1,0 +1,385 @@
+// The runtime on thread ranks (RunThreadRanks), case by case: every schedule's
+// gradients after one step equal one process's (GPipe, 1F1B, interleaved,
+// ZB-H1 on pp=2; dp=2, with the overlapped reducer too; pp=2 x dp=2; the
+// synchronous 2-1-1), tensor parallelism gives one process's gradient norm
+// and losses, PipeDream's weight stashing keeps each microbatch on one weight
+// version and the loss falls; a checkpointed run resumes onto the same loss
+// curve. Plans come from the solver and codegen, as `planner solve` and
+// `planner codegen` make them. The same cases run under mpirun in
+// tests/runtime/run_test.sh (tolerance: relative L2 1e-5 per gradient).
+#include <atomic>
+#include <cmath>
+#include <filesystem>
+#include <fstream>
+#include <map>
+#include <sstream>
+
+#include <fmt/format.h>
+#include <unistd.h>
+
+#include "codegen/codegen.h"
+#include "dp_solver/search.h"
+#include "runtime/executor.h"
+#include "spec/cluster_spec.h"
+#include "tests/test_util.h"
+
+namespace planner {
+namespace {
+
+namespace fs = std::filesystem;
+
+struct Case {
+  std::string model = "tiny-gpt", cluster = "local-cpu";
+  int64_t gpus = 2, global_batch = 0;
+  std::vector<int64_t> pp, tp, microbatch, replication;
+  std::vector<Schedule> schedules;
+  int64_t iterations = 1;
+  double lr = 1e-3;
+  bool overlap_dp = false;
+};
+
+// A fresh directory for one run's files.
+std::string RunDir(const std::string& name) {
+  static std::atomic<int> n{0};
+  const fs::path d = fs::temp_directory_path() / fmt::format("planner-executor-test-{}-{}-{}", ::getpid(), n++, name);
+  fs::remove_all(d);
+  fs::create_directories(d);
+  return d.string();
+}
+
+// planner solve and planner codegen, in memory.
+Status MakeLaunch(const Case& c, ModelSpec* model, LaunchPlan* out) {
+  ClusterSpec cluster;
+  PLANNER_RETURN_IF_ERROR(LoadClusterSpec(testing::SourcePath("configs/clusters/" + c.cluster + ".yaml"), &cluster));
+  PLANNER_RETURN_IF_ERROR(LoadModelSpec(testing::SourcePath("configs/models/" + c.model + ".yaml"), model));
+  CostSource src;
+  src.cluster = &cluster;
+  src.model = model;
+  SearchOptions o;
+  o.gpus = c.gpus;
+  o.global_batch = c.global_batch;
+  o.tp = c.tp;
+  o.pp = c.pp;
+  o.microbatch = c.microbatch;
+  o.replication = c.replication;
+  o.schedules = c.schedules;
+  Plan plan;
+  PLANNER_RETURN_IF_ERROR(SolveAuto(src, o, &plan));
+  CodegenOptions g;
+  g.gpus_per_node = cluster.levels[0].size;
+  g.run.iterations = c.iterations;
+  g.run.learning_rate = c.lr;
+  g.run.overlap_dp = c.overlap_dp;
+  PLANNER_RETURN_IF_ERROR(BuildLaunchPlan(plan, model->digest, g, out));
+  out->path = c.model + "/launch.yaml";
+  return Status::OK();
+}
+
+// Runs `launch` with one thread per rank; every rank's summary.
+Status RunOnThreads(const LaunchPlan& L, const ModelSpec& model, RunOptions opt, std::vector<RunSummary>* out) {
+  opt.quiet = true;
+  opt.keep_gradients = true;
+  if (opt.run_dir.empty()) opt.run_dir = RunDir("run");
+  out->assign(L.ranks.size(), RunSummary());
+  return RunThreadRanks(static_cast<int>(L.ranks.size()), [&](Communicator& world) -> Status {
+    world.set_timeout_seconds(L.run.timeout_s);
+    return RunLaunch(L, model, world, opt, &(*out)[static_cast<size_t>(world.rank())]);
+  }, L.run.timeout_s);
+}
+
+// The model's gradients by parameter name, from replica 0 and tp rank 0 of each stage (what
+// --dump-gradients writes).
+std::map<std::string, std::vector<float>> ModelGradients(const LaunchPlan& L, const std::vector<RunSummary>& runs) {
+  std::map<std::string, std::vector<float>> g;
+  for (size_t r = 0; r < runs.size(); ++r) {
+    if (L.ranks[r].replica != 0 || L.ranks[r].tp_rank != 0) continue;
+    for (const NamedGradient& x : runs[r].gradients) g[x.name] = x.values;
+  }
+  return g;
+}
+
+// Every reference gradient has its like in `got`, within relative L2 1e-5 (run_test.sh's compare).
+void CheckSameGradients(const std::map<std::string, std::vector<float>>& want, const std::map<std::string, std::vector<float>>& got) {
+  REQUIRE(!want.empty());
+  CHECK(got.size() == want.size());
+  double worst = 0;
+  for (const auto& [name, w] : want) {
+    INFO(name);
+    auto it = got.find(name);
+    REQUIRE(it != got.end());
+    REQUIRE(it->second.size() == w.size());
+    double num = 0, den = 0;
+    for (size_t i = 0; i < w.size(); ++i) {
+      num += (static_cast<double>(it->second[i]) - w[i]) * (static_cast<double>(it->second[i]) - w[i]);
+      den += static_cast<double>(w[i]) * w[i];
+    }
+    worst = std::max(worst, std::sqrt(num / std::max(den, 1e-30)));
+  }
+  MESSAGE(fmt::format("{} gradients, worst relative L2 difference {:.2e}", want.size(), worst));
+  CHECK(worst < 1e-5);
+}
+
+// The launch's gradients after one step against one process's; returns the multi-rank runs.
+std::vector<RunSummary> CheckAgainstOneProcess(const LaunchPlan& L, const ModelSpec& model, const RunOptions& opt = {}) {
+  std::vector<RunSummary> multi, single;
+  REQUIRE_OK(RunOnThreads(L, model, opt, &multi));
+  REQUIRE_OK(RunOnThreads(SingleProcessPlan(L, model), model, {}, &single));
+  CheckSameGradients(ModelGradients(SingleProcessPlan(L, model), single), ModelGradients(L, multi));
+  return multi;
+}
+
+// planner solve --gpus 2 --pp 2 --schedule S (tiny-gpt, local-cpu)
+Case Pipeline(Schedule s) {
+  Case c;
+  c.pp = {2};
+  c.schedules = {s};
+  return c;
+}
+
+// planner solve --gpus 2 --pp 1 --tp 1: dp=2
+Case DataParallel() {
+  Case c;
+  c.pp = {1};
+  c.tp = {1};
+  return c;
+}
+
+void CheckGradients(const Case& c) {
+  ModelSpec model;
+  LaunchPlan L;
+  REQUIRE_OK(MakeLaunch(c, &model, &L));
+  CheckAgainstOneProcess(L, model);
+}
+
+TEST_CASE("pp=2 GPipe: the gradients equal one process's") {
+  CheckGradients(Pipeline(Schedule::kGpipe));
+}
+
+TEST_CASE("pp=2 1F1B: the gradients equal one process's") {
+  CheckGradients(Pipeline(Schedule::k1F1B));
+}
+
+TEST_CASE("pp=2 interleaved 1F1B: the gradients equal one process's") {
+  ModelSpec model;
+  LaunchPlan L;
+  REQUIRE_OK(MakeLaunch(Pipeline(Schedule::kInterleaved), &model, &L));
+  CHECK(L.interleave > 1);
+  CheckAgainstOneProcess(L, model);
+}
+
+TEST_CASE("pp=2 ZB-H1 (W split from B): the gradients equal one process's") {
+  CheckGradients(Pipeline(Schedule::kZbH1));
+}
+
+TEST_CASE("dp=2: the gradients equal one process's") {
+  CheckGradients(DataParallel());
+}
+
+TEST_CASE("dp=2 with the all-reduce overlapped with backward: the gradients equal one process's") {
+  ModelSpec model;
+  LaunchPlan L;
+  Case c = DataParallel();
+  c.overlap_dp = true;
+  REQUIRE_OK(MakeLaunch(c, &model, &L));
+  RunOptions o;
+  o.run_dir = RunDir("dp2o");
+  CheckAgainstOneProcess(L, model, o);
+  std::ifstream trace(fs::path(o.run_dir) / "trace.json");
+  std::stringstream text;
+  text << trace.rdbuf();
+  CHECK(text.str().find("\"dp all-reduce busy\"") != std::string::npos);
+}
+
+TEST_CASE("pp=2 x dp=2 (mlp-small, 4 ranks): the gradients equal one process's") {
+  Case c = Pipeline(Schedule::k1F1B);
+  c.model = "mlp-small";
+  c.cluster = "dgx-a100";
+  c.gpus = 4;
+  c.global_batch = 64;
+  c.tp = {1};
+  CheckGradients(c);
+}
+
+// planner solve --gpus 4 --cluster dgx-a100 --replication 2-1-1 --tp 1 --global-batch 24 --microbatch 1
+Case Replicated211() {
+  Case c;
+  c.cluster = "dgx-a100";
+  c.gpus = 4;
+  c.global_batch = 24;
+  c.tp = {1};
+  c.microbatch = {1};
+  c.replication = {2, 1, 1};
+  return c;
+}
+
+TEST_CASE("per-stage replication 2-1-1, synchronous (1F1B with a flush): the gradients equal one process's") {
+  ModelSpec model;
+  LaunchPlan async;
+  REQUIRE_OK(MakeLaunch(Replicated211(), &model, &async));
+  REQUIRE(async.config == "2-1-1");
+  // The plan's schedule is PipeDream's; its synchronous twin as run_test.sh makes it (the file, edited).
+  std::string text = LaunchPlanToYaml(async);
+  const size_t at = text.find("schedule: pipedream\n");
+  REQUIRE(at != std::string::npos);
+  text.replace(at, 19, "schedule: 1f1b\n");
+  LaunchPlan L;
+  REQUIRE_OK(ParseLaunchPlan(async.path, text, &L));
+  CheckAgainstOneProcess(L, model);
+}
+
+TEST_CASE("tp=2: the global gradient norm and 3 steps' losses equal one process's") {
+  ModelSpec model;
+  LaunchPlan L;
+  Case c;
+  c.pp = {1};
+  c.tp = {2};
+  c.iterations = 3;
+  REQUIRE_OK(MakeLaunch(c, &model, &L));
+  REQUIRE(L.tp == 2);
+  std::vector<RunSummary> multi, single;
+  REQUIRE_OK(RunOnThreads(L, model, {}, &multi));
+  REQUIRE_OK(RunOnThreads(SingleProcessPlan(L, model), model, {}, &single));
+  const double rel = std::abs(multi[0].gradient_norm - single[0].gradient_norm) / single[0].gradient_norm;
+  MESSAGE(fmt::format("gradient norm {:.6e} vs {:.6e} (rel {:.1e})", multi[0].gradient_norm, single[0].gradient_norm, rel));
+  CHECK(rel < 1e-5);
+  REQUIRE(multi[0].loss.size() == 3);
+  REQUIRE(single[0].loss.size() == 3);
+  for (size_t i = 0; i < 3; ++i) CHECK(std::abs(multi[0].loss[i] - single[0].loss[i]) < 1e-4);
+}
+
+TEST_CASE("PipeDream 2-1-1: weight stashing keeps each microbatch on one version, newer weights exist, the loss falls") {
+  Case c = Replicated211();
+  c.iterations = 12;
+  c.lr = 3e-3;
+  ModelSpec model;
+  LaunchPlan L;
+  REQUIRE_OK(MakeLaunch(c, &model, &L));
+  std::vector<RunSummary> runs;
+  RunOptions o;
+  o.run_dir = RunDir("a211");
+  REQUIRE_OK(RunOnThreads(L, model, o, &runs));
+  const StashCounts& s = runs[0].stash;
+  MESSAGE(fmt::format("{} backward passes, {} version mismatches, {} with newer weights", s.backward_passes, s.mismatches, s.stale));
+  CHECK(s.backward_passes == 12 * 24 * 3);  // every microbatch's backward on each of the 3 stages
+  CHECK(s.mismatches == 0);
+  CHECK(s.stale > 0);
+  REQUIRE(runs[0].loss.size() == 12);
+  MESSAGE(fmt::format("loss {:.6f} -> {:.6f}", runs[0].loss.front(), runs[0].loss.back()));
+  CHECK(runs[0].loss.back() < runs[0].loss.front() - 0.3);
+  CHECK(fs::exists(fs::path(o.run_dir) / "weight_stashing.txt"));
+}
+
+TEST_CASE("a run checkpointed after 3 iterations and resumed to 6 follows the uninterrupted loss curve") {
+  ModelSpec model;
+  LaunchPlan L;
+  Case c = Pipeline(Schedule::k1F1B);
+  c.iterations = 6;
+  c.lr = 3e-3;
+  REQUIRE_OK(MakeLaunch(c, &model, &L));
+  std::vector<RunSummary> full, part, resumed;
+  REQUIRE_OK(RunOnThreads(L, model, {}, &full));
+  RunOptions o;
+  o.run_dir = RunDir("ck");
+  o.iterations = 3;
+  o.checkpoint_every = 3;
+  REQUIRE_OK(RunOnThreads(L, model, o, &part));
+  o.iterations = 0;
+  o.resume_from = o.run_dir;
+  REQUIRE_OK(RunOnThreads(L, model, o, &resumed));
+  REQUIRE(full[0].loss.size() == 6);
+  REQUIRE(resumed[0].loss.size() == 6);
+  // As metrics.csv writes them (the resumed run reads its first 3 from there).
+  for (size_t i = 0; i < 6; ++i) CHECK(fmt::format("{:.6f}", resumed[0].loss[i]) == fmt::format("{:.6f}", full[0].loss[i]));
+}
+
+Action Act(ActionKind kind, int32_t stage, int32_t microbatch) {
+  Action a;
+  a.kind = kind;
+  a.stage = stage;
+  a.microbatch = microbatch;
+  return a;
+}
+
+// GPipe on pp=2 written by hand: every forward, then every backward in reverse, then the step.
+Status HandGpipe(const LaunchPlan& L, int64_t rank, int64_t, std::vector<Action>* out) {
+  out->clear();
+  const int32_t m = static_cast<int32_t>(L.num_microbatches), q = static_cast<int32_t>(L.ranks[static_cast<size_t>(rank)].stage);
+  for (int32_t j = 0; j < m; ++j) {
+    if (q == 1) out->push_back(Act(ActionKind::kRecvActivation, 1, j));
+    out->push_back(Act(ActionKind::kForward, q, j));
+    if (q == 0) out->push_back(Act(ActionKind::kSendActivation, 0, j));
+  }
+  for (int32_t j = m; j-- > 0;) {
+    if (q == 0) out->push_back(Act(ActionKind::kRecvGrad, 0, j));
+    out->push_back(Act(ActionKind::kBackwardInput, q, j));
+    if (q == 1) out->push_back(Act(ActionKind::kSendGrad, 1, j));
+  }
+  out->push_back(Act(ActionKind::kOptimizerStep, -1, 0));
+  return Status::OK();
+}
+
+TEST_CASE("the interpreter runs a hand-written program: its gradients equal one process's") {
+  ModelSpec model;
+  LaunchPlan L;
+  REQUIRE_OK(MakeLaunch(Pipeline(Schedule::k1F1B), &model, &L));
+  RunOptions o;
+  o.program = HandGpipe;
+  CheckAgainstOneProcess(L, model, o);
+}
+
+TEST_CASE("the interpreter refuses a program that does not fit its rank, naming the action") {
+  ModelSpec model;
+  LaunchPlan L;
+  REQUIRE_OK(MakeLaunch(Pipeline(Schedule::k1F1B), &model, &L));
+  std::vector<RunSummary> runs;
+  RunOptions o;
+  SUBCASE("a stage of another rank") {
+    o.program = [](const LaunchPlan& launch, int64_t rank, int64_t it, std::vector<Action>* out) {
+      PLANNER_RETURN_IF_ERROR(HandGpipe(launch, rank, it, out));
+      if (rank == 0) out->insert(out->begin(), Act(ActionKind::kForward, 1, 0));
+      return Status::OK();
+    };
+    const Status s = RunOnThreads(L, model, o, &runs);
+    INFO(s.ToString());
+    CHECK(s.code() == StatusCode::kInvalidArgument);
+    CHECK(s.message().find("program action 0 (F1.0): stage 1 is not one of rank 0's") != std::string::npos);
+  }
+  SUBCASE("a send before the forward that computes it") {
+    o.program = [](const LaunchPlan& launch, int64_t rank, int64_t it, std::vector<Action>* out) {
+      PLANNER_RETURN_IF_ERROR(HandGpipe(launch, rank, it, out));
+      if (rank == 0) std::swap((*out)[0], (*out)[1]);
+      return Status::OK();
+    };
+    const Status s = RunOnThreads(L, model, o, &runs);
+    INFO(s.ToString());
+    CHECK(s.code() == StatusCode::kInternal);
+    CHECK(s.message().find("program action 0 (SA0.0): send before the forward that computes it") != std::string::npos);
+  }
+  SUBCASE("a microbatch beyond the iteration's") {
+    o.program = [](const LaunchPlan& launch, int64_t rank, int64_t it, std::vector<Action>* out) {
+      PLANNER_RETURN_IF_ERROR(HandGpipe(launch, rank, it, out));
+      (*out)[0].microbatch = static_cast<int32_t>(launch.num_microbatches);
+      return Status::OK();
+    };
+    const Status s = RunOnThreads(L, model, o, &runs);
+    INFO(s.ToString());
+    CHECK(s.code() == StatusCode::kInvalidArgument);
+    CHECK(s.message().find("names microbatch") != std::string::npos);
+  }
+}
+
+TEST_CASE("a run whose directory cannot be written fails with an error naming the file") {
+  ModelSpec model;
+  LaunchPlan L;
+  REQUIRE_OK(MakeLaunch(Pipeline(Schedule::k1F1B), &model, &L));
+  RunOptions o;
+  o.run_dir = (fs::path(RunDir("gone")) / "missing").string();  // never created
+  std::vector<RunSummary> runs;
+  const Status s = RunOnThreads(L, model, o, &runs);
+  REQUIRE(!s.ok());
+  INFO(s.ToString());
+  CHECK(s.message().find(o.run_dir + "/trace.rank") != std::string::npos);
+}
+
+}  // namespace
+}  // namespace planner
