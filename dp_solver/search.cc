@@ -352,9 +352,9 @@ Status SolveAuto(const CostSource& src, SearchOptions& o, Plan* out) {
     pl.dp = d;
     pl.microbatch_size = k.b;
     pl.num_microbatches = k.m;
-    pl.schedule = ScheduleName(k.s);
+    pl.schedule = k.s;
     pl.interleave = k.v;
-    pl.recompute = RecomputeName(k.rc);
+    pl.recompute = k.rc;
     pl.zero_stage = x.zero;
     pl.p2p_overlap = o.cost.p2p_overlap;
     pl.usable_memory_bytes = ctx.usable;
@@ -452,9 +452,9 @@ Status SolveAuto(const CostSource& src, SearchOptions& o, Plan* out) {
       pl.dp = 1;
       pl.microbatch_size = b;
       pl.num_microbatches = m;
-      pl.schedule = ScheduleName(Schedule::kPipeDream);
+      pl.schedule = Schedule::kPipeDream;
       pl.interleave = 1;
-      pl.recompute = RecomputeName(Recompute::kNone);
+      pl.recompute = Recompute::kNone;
       pl.zero_stage = 0;
       pl.p2p_overlap = true;
       pl.usable_memory_bytes = ctx.usable;

@@ -150,7 +150,7 @@ void TeacherSample(const ModelSpec& m, uint64_t seed, int64_t index, std::vector
 
 LaunchPlan SingleProcessPlan(const LaunchPlan& L, const ModelSpec& model) {
   LaunchPlan s = L;
-  s.schedule = "gpipe";
+  s.schedule = Schedule::kGpipe;
   s.interleave = 1;
   s.tp = s.pp = s.dp = 1;
   s.config = "1";
@@ -193,10 +193,8 @@ void DeviceOrder(const SimResult& r, int64_t device, std::vector<SimEvent>* out)
 }
 
 Status ScheduleOrder(const LaunchPlan& L, int64_t pos, std::vector<SimEvent>* out) {
-  Schedule sched;
-  if (!ParseSchedule(L.schedule, &sched)) return Status::InvalidArgument("unknown schedule " + L.schedule);
   SimResult r;
-  PLANNER_RETURN_IF_ERROR(SimulateSchedule(sched, SimStagesOf(L), L.pp, L.num_microbatches, true, &r));
+  PLANNER_RETURN_IF_ERROR(SimulateSchedule(L.schedule, SimStagesOf(L), L.pp, L.num_microbatches, true, &r));
   DeviceOrder(r, pos, out);
   return Status::OK();
 }
@@ -210,14 +208,14 @@ Status RunLaunch(const LaunchPlan& L, const ModelSpec& model, Communicator& worl
                                                world.size(), n));
   }
   // Per-stage replication ("2-1-1", or PipeDream's schedule): microbatch j runs on replica j mod r of each stage.
-  bool replicated = L.schedule == "pipedream";
+  bool replicated = L.schedule == Schedule::kPipeDream;
   for (const auto& st : L.stages) replicated = replicated || st.replicas != L.dp;
-  const bool async = L.schedule == "pipedream";
+  const bool async = L.schedule == Schedule::kPipeDream;
   if (opt.comm_only && async) {
     return Status::NotSupported(fmt::format("{}: schedule pipedream: --comm-only runs the synchronous schedules only (gpipe, 1f1b, interleaved, "
                                             "zb-h1); drop --comm-only, or solve with one of them and codegen again", L.path));
   }
-  if (replicated && (L.interleave != 1 || (L.schedule != "1f1b" && L.schedule != "pipedream"))) {
+  if (replicated && (L.interleave != 1 || (L.schedule != Schedule::k1F1B && L.schedule != Schedule::kPipeDream))) {
     return Status::NotSupported("per-stage replication runs with the 1F1B (flush) or PipeDream (asynchronous) schedule");
   }
   const Device dev = L.device == "cuda" ? Device::kCuda : Device::kCpu;
@@ -328,7 +326,7 @@ Status RunLaunch(const LaunchPlan& L, const ModelSpec& model, Communicator& worl
   Optimizer optimizer(oc);
   const int64_t b = L.microbatch_size, B = L.global_batch;
   const int64_t m = replicated ? B / b : L.num_microbatches;  // microbatches this rank's order covers (replicated: all, round robin)
-  const bool split_w = L.schedule == "zb-h1";
+  const bool split_w = L.schedule == Schedule::kZbH1;
   // Activation shapes at a virtual stage's input and output (TP shards of the logits).
   auto in_shape = [&](int64_t q) {
     const Layer& l = model.layers[static_cast<size_t>(L.stages[static_cast<size_t>(q)].first_layer)];
@@ -827,7 +825,7 @@ Status RunLaunch(const LaunchPlan& L, const ModelSpec& model, Communicator& worl
     std::ofstream mcsv(fs::path(opt.run_dir) / "metrics.csv");
     mcsv << "iteration,loss,iteration_seconds\n";
     for (size_t i = 0; i < losses.size(); ++i) mcsv << fmt::format("{},{:.6f},{:.6f}\n", i + 1, losses[i], iter_s[i]);
-    std::string rep = fmt::format("# Run of {} on {} ranks (tp-pp-dp {}-{}-{}, {}, b={} x m={})\n\n", model.name, n, L.tp, L.pp, L.dp, L.schedule, b, m);
+    std::string rep = fmt::format("# Run of {} on {} ranks (tp-pp-dp {}-{}-{}, {}, b={} x m={})\n\n", model.name, n, L.tp, L.pp, L.dp, ScheduleName(L.schedule), b, m);
     rep += fmt::format("| figure | measured (median of {} iterations after {} warm-up) | predicted |\n|---|---|---|\n", iter_s.size() - warm, warm);
     rep += fmt::format("| iteration | {} | {} |\n", FormatSeconds(it_med), FormatSeconds(L.predicted_iteration_s));
     rep += fmt::format("| bubble fraction | {:.1f}% | {:.1f}% |\n", 100 * sum.measured_bubble_fraction, 100 * L.predicted_bubble_fraction);

@@ -30,7 +30,7 @@ std::string LaunchPlanToYaml(const LaunchPlan& p) {
   std::string o = "# Written by planner codegen; read by every rank of planner run (docs/formats.md).\n";
   o += "format_version: 1\n";
   o += fmt::format("model_file: \"{}\"\nmodel_digest: \"{}\"\nplan_digest: \"{}\"\n", p.model_file, p.model_digest, p.plan_digest);
-  o += fmt::format("device: {}\nschedule: {}\ninterleave: {}\n", p.device, p.schedule, p.interleave);
+  o += fmt::format("device: {}\nschedule: {}\ninterleave: {}\n", p.device, ScheduleName(p.schedule), p.interleave);
   o += fmt::format("tp: {}\npp: {}\ndp: {}\nconfig: \"{}\"\n", p.tp, p.pp, p.dp, p.config);
   o += fmt::format("microbatch_size: {}\nnum_microbatches: {}\nglobal_batch: {}\ngpus_per_node: {}\n", p.microbatch_size,
                    p.num_microbatches, p.global_batch, p.gpus_per_node);
@@ -73,7 +73,9 @@ Status ParseLaunchPlan(const std::string& path, const std::string& text, LaunchP
   PLANNER_RETURN_IF_ERROR(r.GetString(root, "model_digest", "model_digest", &p.model_digest, false));
   PLANNER_RETURN_IF_ERROR(r.GetString(root, "plan_digest", "plan_digest", &p.plan_digest, false));
   PLANNER_RETURN_IF_ERROR(r.GetEnum(root, "device", "device", {"cpu", "cuda"}, &p.device, true));
-  PLANNER_RETURN_IF_ERROR(r.GetEnum(root, "schedule", "schedule", {"gpipe", "1f1b", "interleaved", "zb-h1", "pipedream"}, &p.schedule, true));
+  std::string schedule;
+  PLANNER_RETURN_IF_ERROR(r.GetEnum(root, "schedule", "schedule", ScheduleNames(), &schedule, true));
+  if (!ParseSchedule(schedule, &p.schedule)) return r.FieldError(root["schedule"], "schedule", "unknown schedule " + schedule);
   PLANNER_RETURN_IF_ERROR(r.GetInt(root, "interleave", "interleave", &p.interleave, false, 1));
   PLANNER_RETURN_IF_ERROR(r.GetInt(root, "tp", "tp", &p.tp, true, 1));
   PLANNER_RETURN_IF_ERROR(r.GetInt(root, "pp", "pp", &p.pp, true, 1));

@@ -11,6 +11,7 @@
 #include <vector>
 
 #include "common/status.h"
+#include "spec/kinds.h"
 
 namespace planner {
 
@@ -52,7 +53,7 @@ struct LaunchPlan {
   std::string model_digest;
   std::string plan_digest;
   std::string device = "cpu";             // cpu | cuda
-  std::string schedule;                   // gpipe | 1f1b | interleaved | zb-h1 | pipedream
+  Schedule schedule = Schedule::k1F1B;
   int64_t interleave = 1;
   int64_t tp = 1, pp = 1, dp = 1;
   std::string config;
