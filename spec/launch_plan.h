@@ -3,7 +3,8 @@
 // One entry per rank (node slot, local device, stage, replica, tp rank, its
 // pipeline neighbours) and every communicator group. Validated on read:
 // ranks cover 0..N-1 once, stages and groups reference real ranks, the
-// model file matches its digest. Plain value type.
+// model file matches its digest, every rank has exactly one program (the
+// ordered actions it executes, spec/program.h). Plain value type.
 #pragma once
 
 #include <cstdint>
@@ -12,6 +13,7 @@
 
 #include "common/status.h"
 #include "spec/kinds.h"
+#include "spec/program.h"
 
 namespace planner {
 
@@ -23,6 +25,7 @@ struct LaunchRank {
   int64_t replica = 0;       // index within the stage's replicas
   int64_t tp_rank = 0;
   std::vector<int64_t> prev, next;  // ranks of the previous / next stage with the same tp rank
+  int64_t program = -1;      // index into LaunchPlan::programs (derived, not written: see AssignPrograms)
 };
 
 struct LaunchStage {
@@ -64,7 +67,17 @@ struct LaunchPlan {
   std::vector<std::vector<int64_t>> tp_groups, dp_groups, pp_groups;
   LaunchRun run;
   double predicted_iteration_s = 0, predicted_bubble_fraction = 0;
+  // One program per distinct (pipeline position, replica) (dp_solver/programs.h):
+  // rank r runs the program whose position is its stage and whose replica is
+  // its replica or -1.
+  std::vector<RankProgram> programs;
 };
+
+// Index of the program of `rank` in L.programs: -1 when none serves it, -2
+// when several do.
+int64_t FindProgram(const LaunchPlan& L, const LaunchRank& rank);
+// Sets every rank's `program`; InvalidArgument unless every rank has exactly one.
+Status AssignPrograms(LaunchPlan* L);
 
 std::string LaunchPlanToYaml(const LaunchPlan& plan);
 Status ParseLaunchPlan(const std::string& path, const std::string& text, LaunchPlan* out);

@@ -139,4 +139,14 @@ Status ParseActions(std::string_view text, std::vector<Action>* out) {
   return Status::OK();
 }
 
+std::vector<Action> ActionsOfMicrobatches(const std::vector<Action>& actions, int64_t first, int64_t end) {
+  std::vector<Action> v;
+  bool keep = false;  // whether the last microbatch action was kept
+  for (const Action& a : actions) {
+    if (a.kind != ActionKind::kGradReduce && a.kind != ActionKind::kOptimizerStep) keep = a.microbatch >= first && a.microbatch < end;
+    if (keep) v.push_back(a);
+  }
+  return v;
+}
+
 }  // namespace planner
