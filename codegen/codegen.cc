@@ -1,9 +1,12 @@
 #include "codegen/codegen.h"
 
 #include <algorithm>
+#include <cstdlib>
 #include <map>
 
 #include <fmt/format.h>
+
+#include "dp_solver/programs.h"
 
 namespace planner {
 
@@ -13,6 +16,26 @@ std::string Join(const std::vector<int64_t>& v, const char* sep) {
   std::string s;
   for (size_t i = 0; i < v.size(); ++i) s += (i ? sep : "") + std::to_string(v[i]);
   return s;
+}
+
+// A stage time as launch.yaml carries it ({:.9g}) and every rank reads it back.
+double AsWritten(double x) { return std::strtod(fmt::format("{:.9g}", x).c_str(), nullptr); }
+
+// Each rank's program, from the stage times launch.yaml carries (so the order is the one a
+// rank would derive from the file), checked deadlock-free before anything is written.
+Status AddPrograms(LaunchPlan* L) {
+  LaunchPlan carried = *L;
+  for (auto& s : carried.stages) {
+    for (double* x : {&s.predicted_compute_s, &s.predicted_forward_s, &s.predicted_backward_input_s, &s.predicted_backward_weight_s,
+                      &s.predicted_p2p_s}) {
+      *x = AsWritten(*x);
+    }
+  }
+  PLANNER_RETURN_IF_ERROR(BuildPrograms(carried, &L->programs));
+  PLANNER_RETURN_IF_ERROR(AssignPrograms(L));
+  Status s = CheckPrograms(*L);
+  if (!s.ok()) return Status::Internal("the plan's programs are not deadlock-free, so no launch directory is written: " + s.message());
+  return Status::OK();
 }
 
 }  // namespace
@@ -134,6 +157,7 @@ Status BuildLaunchPlan(const Plan& plan, const std::string& model_digest, const 
   for (size_t i = 0; i < L.ranks.size(); ++i) {
     if (L.ranks[i].rank != static_cast<int64_t>(i)) return Status::InvalidArgument("plan: its stages do not place every rank exactly once");
   }
+  PLANNER_RETURN_IF_ERROR(AddPrograms(&L));
   *out = std::move(L);
   return Status::OK();
 }

@@ -123,6 +123,11 @@ Status BuildReplicated(const LaunchPlan& L, std::vector<RankProgram>* out) {
       prog.position = static_cast<int64_t>(q);
       prog.replica = k;
       for (const SimEvent& e : DeviceOrder(r, offset[q] + k)) em.Append(e, &prog.actions);
+      // The last round's reduce for replicas without a microbatch in it (programs.h).
+      if (async && reps[q] > 1 && k >= microbatches % reps[q] && microbatches % reps[q] != 0) {
+        prog.actions.push_back(Act(ActionKind::kGradReduce, static_cast<int64_t>(q), 0));
+        prog.actions.push_back(Act(ActionKind::kOptimizerStep, -1, 0));
+      }
       if (!async) {
         if (reps[q] > 1) prog.actions.push_back(Act(ActionKind::kGradReduce, -1, 0));
         prog.actions.push_back(Act(ActionKind::kOptimizerStep, -1, 0));

@@ -22,6 +22,11 @@
 //     after each backward the stage's gradients are reduced over its replicas
 //     (AR<stage>, when it has more than one) and the optimizer steps (OPT),
 //     before the gradient goes to the previous stage, as the runtime did.
+//     When a stage's r replicas do not divide the run's microbatches, the
+//     replicas without a microbatch in the last round end with "AR<stage>
+//     OPT" (zero gradients), so every replica makes the same reduces.
+//
+// Gradients: OPT consumes them; they accumulate from zero again after it.
 //
 // A shorter or resumed run executes the sub-sequence of each program whose
 // microbatches fall in [start x m, iterations x m) (an AR and OPT belong to

@@ -222,6 +222,11 @@ TEST_CASE("replicated programs name peers' replicas; PipeDream updates after eve
   // Microbatches are numbered over the run (2 iterations x 2); replica j mod 2 of stage 0.
   CHECK(Text(progs, 0, 1) == "F0.1 SA0.1@0 F0.3 SA0.3@0 RG0.1@0 B0.1 AR0 OPT RG0.3@0 B0.3 AR0 OPT");
   CHECK(Text(progs, 1, 0).find("RA1.3@1 F1.3 B1.3 OPT SG1.3@1") != std::string::npos);
+  // 4 microbatches over 3 replicas: replicas 1 and 2 have none in the second round but join its reduce.
+  LaunchPlan U = Replicated(Schedule::kPipeDream, {3, 1}, 4, 1);
+  progs = BuildAndCheck(&U);
+  CHECK(Text(progs, 0, 0) == "F0.0 SA0.0@0 F0.3 SA0.3@0 RG0.0@0 B0.0 AR0 OPT RG0.3@0 B0.3 AR0 OPT");
+  CHECK(Text(progs, 0, 2) == "F0.2 SA0.2@0 RG0.2@0 B0.2 AR0 OPT AR0 OPT");
 }
 
 // ---------------------------------------------------------------------------
