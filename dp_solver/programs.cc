@@ -140,16 +140,10 @@ Status BuildReplicated(const LaunchPlan& L, std::vector<RankProgram>* out) {
 
 }  // namespace
 
-bool IsReplicatedLaunch(const LaunchPlan& L) {
-  bool replicated = L.schedule == Schedule::kPipeDream;
-  for (const auto& st : L.stages) replicated = replicated || st.replicas != L.dp;
-  return replicated;
-}
-
 Status BuildPrograms(const LaunchPlan& L, std::vector<RankProgram>* out) {
   if (L.stages.empty()) return Status::InvalidArgument("launch plan: no stages");
   std::vector<RankProgram> progs;
-  if (IsReplicatedLaunch(L)) {
+  if (PerStageReplication(L)) {
     PLANNER_RETURN_IF_ERROR(BuildReplicated(L, &progs));
   } else {
     PLANNER_RETURN_IF_ERROR(BuildUniform(L, &progs));
@@ -361,7 +355,7 @@ Status Expansion::Step(int64_t pos, int64_t k, const Action& a, CheckStep* out) 
 
 Status CheckPrograms(const LaunchPlan& L) {
   Expansion x(L);
-  x.replicated = IsReplicatedLaunch(L);
+  x.replicated = PerStageReplication(L);
   x.stages = static_cast<int64_t>(L.stages.size());
   x.positions = x.replicated ? x.stages : L.pp;
   if (x.positions < 1 || x.stages % x.positions != 0) return Status::InvalidArgument(fmt::format("launch plan: {} stages for pp {}", x.stages, L.pp));

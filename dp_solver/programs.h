@@ -52,11 +52,6 @@
 
 namespace planner {
 
-// Per-stage replication: any stage's replicas differ from dp, or the schedule
-// is pipedream. Then programs are per (stage, replica) and pipeline positions
-// are the stages themselves.
-bool IsReplicatedLaunch(const LaunchPlan& L);
-
 // The programs of every distinct (position, replica) of `L` (its stages,
 // schedule, microbatching and predicted times; run.iterations for the
 // asynchronous schedule), ordered by position, then replica.

@@ -49,6 +49,31 @@ Status ReadPrograms(const YamlReader& r, const YAML::Node& root, LaunchPlan* p) 
 
 }  // namespace
 
+bool PerStageReplication(const LaunchPlan& L) {
+  bool replicated = L.schedule == Schedule::kPipeDream;
+  for (const auto& st : L.stages) replicated = replicated || st.replicas != L.dp;
+  return replicated;
+}
+
+int64_t PeerRank(const LaunchPlan& L, const LaunchRank& me, const Action& a) {
+  int64_t to = 0;
+  switch (a.kind) {
+    case ActionKind::kSendActivation:
+    case ActionKind::kRecvGrad: to = a.stage + 1; break;
+    case ActionKind::kRecvActivation:
+    case ActionKind::kSendGrad: to = a.stage - 1; break;
+    default: return -1;
+  }
+  const int64_t q_count = static_cast<int64_t>(L.stages.size());
+  if (to < 0 || to >= q_count || L.pp < 1) return -1;
+  const int64_t position = PerStageReplication(L) ? to : to % L.pp;
+  const int64_t replica = a.peer_replica == Action::kSameReplica ? me.replica : a.peer_replica;
+  for (const auto& r : L.ranks) {
+    if (r.stage == position && r.replica == replica && r.tp_rank == me.tp_rank) return r.rank;
+  }
+  return -1;
+}
+
 int64_t FindProgram(const LaunchPlan& L, const LaunchRank& rank) {
   int64_t found = -1;
   for (size_t i = 0; i < L.programs.size(); ++i) {

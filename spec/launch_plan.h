@@ -73,6 +73,16 @@ struct LaunchPlan {
   std::vector<RankProgram> programs;
 };
 
+// Per-stage replication ("2-1-1": any stage's replicas differ from dp, or the
+// pipedream schedule): programs are per (stage, replica) and a pipeline
+// position is a stage; otherwise virtual stage q runs on position q % pp.
+bool PerStageReplication(const LaunchPlan& L);
+// The rank that `me`'s send or receive `a` talks to: the rank at the peer
+// stage's position with the action's peer replica (this rank's replica when
+// it names none) and this rank's tp rank; -1 for other actions or when no
+// such rank exists. Scans L.ranks.
+int64_t PeerRank(const LaunchPlan& L, const LaunchRank& me, const Action& a);
+
 // Index of the program of `rank` in L.programs: -1 when none serves it, -2
 // when several do.
 int64_t FindProgram(const LaunchPlan& L, const LaunchRank& rank);

@@ -109,7 +109,7 @@ std::vector<std::string> RuntimeDeviceOrder(const SimResult& r, int64_t device) 
 }
 std::vector<std::string> RuntimeOrder(const LaunchPlan& L, int64_t position, int64_t replica) {
   SimResult r;
-  if (!IsReplicatedLaunch(L)) {
+  if (!PerStageReplication(L)) {
     REQUIRE_OK(SimulateSchedule(L.schedule, RuntimeSimStages(L), L.pp, L.num_microbatches, true, &r));
     return RuntimeDeviceOrder(r, position);
   }
