@@ -181,6 +181,26 @@ TEST_CASE("programs reproduce the runtime's simulated order for every schedule")
   CompareWithRuntime(Replicated(Schedule::kPipeDream, {3, 2, 1, 2}, 6, 4));
 }
 
+TEST_CASE("the programs codegen wrote are the order a rank derives from the same launch.yaml") {
+  // The golden launch files: programs built from the stage times as written, so a rank that
+  // re-simulated from the file (as the runtime did) would get the same order.
+  for (const char* name : {"tiny-gpt-pp2", "gpt3-64", "vgg16-async"}) {
+    CAPTURE(name);
+    LaunchPlan L;
+    REQUIRE_OK(LoadLaunchPlan(testing::SourcePath(fmt::format("tests/codegen/golden/{}/launch.yaml", name)), &L));
+    CHECK_OK(CheckPrograms(L));
+    for (const auto& g : L.programs) {
+      CAPTURE(g.position);
+      CAPTURE(g.replica);
+      CHECK(ComputeOrder(g) == RuntimeOrder(L, g.position, std::max<int64_t>(0, g.replica)));
+    }
+    std::vector<RankProgram> again;
+    REQUIRE_OK(BuildPrograms(L, &again));
+    REQUIRE(again.size() == L.programs.size());
+    for (size_t i = 0; i < again.size(); ++i) CHECK(again[i].actions == L.programs[i].actions);
+  }
+}
+
 std::string Text(const std::vector<RankProgram>& progs, int64_t position, int64_t replica) {
   for (const auto& g : progs) {
     if (g.position == position && g.replica == replica) return ActionsToString(g.actions);
