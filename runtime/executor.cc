@@ -153,7 +153,7 @@ LaunchPlan SingleProcessPlan(const LaunchPlan& L, const ModelSpec& model) {
   s.schedule = Schedule::kGpipe;
   s.interleave = 1;
   s.tp = s.pp = s.dp = 1;
-  s.config = "1";
+  s.config.assign(1, '1');  // not = "1": GCC 12 -O3 warns -Wrestrict (false positive) on that assignment here
   s.num_microbatches = L.global_batch / L.microbatch_size;
   s.stages = {LaunchStage{0, static_cast<int64_t>(model.layers.size()) - 1, 1, 0, 0}};
   s.ranks = {LaunchRank{}};
