@@ -159,11 +159,14 @@ namespace {
 
 using MessageKey = std::tuple<int32_t, int32_t, int64_t>;  // sender, receiver, tag
 
-std::string StepText(const std::vector<CheckProcess>& procs, const CheckStep& s) {
+std::string StepText(const std::vector<CheckProcess>& procs, const std::vector<std::vector<int32_t>>& groups, const CheckStep& s) {
   switch (s.kind) {
     case CheckStep::Kind::kSend: return fmt::format("{} (to {})", s.label, procs[static_cast<size_t>(s.peer)].name);
     case CheckStep::Kind::kRecv: return fmt::format("{} (from {})", s.label, procs[static_cast<size_t>(s.peer)].name);
-    case CheckStep::Kind::kCollective: return fmt::format("{} (collective {})", s.label, s.tag);
+    case CheckStep::Kind::kCollective: {
+      const auto& g = groups[static_cast<size_t>(s.tag)];
+      return fmt::format("{} (a collective of {} rank{}, group {})", s.label, g.size(), g.size() == 1 ? "" : "s", s.tag);
+    }
     case CheckStep::Kind::kLocal: break;
   }
   return s.label;
@@ -198,7 +201,7 @@ Status CheckMatching(const std::vector<CheckProcess>& procs, const std::vector<s
   for (const auto& [k, c] : count) {
     if (c.first == 1 && c.second == 1) continue;
     const auto [p, i] = where[k];
-    const std::string at = fmt::format("{}: {}", procs[p].name, StepText(procs, procs[p].steps[i]));
+    const std::string at = fmt::format("{}: {}", procs[p].name, StepText(procs, groups, procs[p].steps[i]));
     if (c.first == 0) return Status::InvalidArgument(at + ": no rank sends it");
     if (c.second == 0) return Status::InvalidArgument(at + ": no rank receives it");
     return Status::InvalidArgument(fmt::format("{}: sent {} times and received {} times; each message goes once", at, c.first, c.second));
@@ -207,13 +210,14 @@ Status CheckMatching(const std::vector<CheckProcess>& procs, const std::vector<s
 }
 
 // The processes that cannot move, each with the step it waits at (at most 8 named).
-Status Deadlock(const std::vector<CheckProcess>& procs, const std::vector<size_t>& pc, size_t finished) {
+Status Deadlock(const std::vector<CheckProcess>& procs, const std::vector<std::vector<int32_t>>& groups, const std::vector<size_t>& pc,
+                size_t finished) {
   std::string why;
   int named = 0, stuck = 0;
   for (size_t p = 0; p < procs.size(); ++p) {
     if (pc[p] >= procs[p].steps.size()) continue;
     ++stuck;
-    if (named++ < 8) why += fmt::format("; {} waits at action {}: {}", procs[p].name, pc[p] + 1, StepText(procs, procs[p].steps[pc[p]]));
+    if (named++ < 8) why += fmt::format("; {} waits at action {}: {}", procs[p].name, pc[p] + 1, StepText(procs, groups, procs[p].steps[pc[p]]));
   }
   if (named > 8) why += fmt::format("; and {} more", named - 8);
   return Status::InvalidArgument(fmt::format("deadlock: {} of {} ranks cannot finish ({} finished){}", stuck, procs.size(), finished, why));
@@ -221,6 +225,8 @@ Status Deadlock(const std::vector<CheckProcess>& procs, const std::vector<size_t
 
 }  // namespace
 
+// Plays the processes with a work queue: a process runs until it blocks, and a send or a
+// completed collective wakes the processes it may unblock.
 Status CheckDeadlockFree(const std::vector<CheckProcess>& procs, const std::vector<std::vector<int32_t>>& groups) {
   PLANNER_RETURN_IF_ERROR(CheckMatching(procs, groups));
   const size_t n = procs.size();
@@ -272,9 +278,8 @@ Status CheckDeadlockFree(const std::vector<CheckProcess>& procs, const std::vect
   size_t finished = 0;
   for (size_t p = 0; p < n; ++p) finished += pc[p] >= procs[p].steps.size();
   if (finished == n) return Status::OK();
-  return Deadlock(procs, pc, finished);
+  return Deadlock(procs, groups, pc, finished);
 }
-
 
 // ---------------------------------------------------------------------------
 // Programs to processes.
@@ -283,8 +288,8 @@ Status CheckDeadlockFree(const std::vector<CheckProcess>& procs, const std::vect
 // lockstep (its all-reduces sit inside the compute actions and involve only
 // that group), and its ranks' peers are the same tensor-parallel rank of the
 // neighbour stages, so one tensor-parallel rank per (position, replica)
-// stands for the others. In a uniform plan whose programs name no peer
-// replica, replica k's ranks talk only to replica k's ranks, every replica
+// stands for the others. In a uniform plan whose programs all have replica
+// -1 and name no peer replica, replica k's ranks talk only to replica k's ranks, every replica
 // runs the same programs, and replicas meet only in AR, which every replica
 // reaches after the same actions: so the replicas' executions are copies of
 // one another and replica 0's chain (one process per position, AR a
@@ -359,10 +364,12 @@ Status CheckPrograms(const LaunchPlan& L) {
   x.stages = static_cast<int64_t>(L.stages.size());
   x.positions = x.replicated ? x.stages : L.pp;
   if (x.positions < 1 || x.stages % x.positions != 0) return Status::InvalidArgument(fmt::format("launch plan: {} stages for pp {}", x.stages, L.pp));
-  bool named_peers = false;
-  for (const auto& g : L.programs)
-    for (const auto& a : g.actions) named_peers = named_peers || a.peer_replica != Action::kSameReplica;
-  const bool one_chain = !x.replicated && !named_peers;
+  bool shared = true;  // every program is shared by all replicas of its position and names no peer replica
+  for (const auto& g : L.programs) {
+    shared = shared && g.replica == -1;
+    for (const auto& a : g.actions) shared = shared && a.peer_replica == Action::kSameReplica;
+  }
+  const bool one_chain = !x.replicated && shared;
   for (const auto& r : L.ranks) {
     const int64_t idx = FindProgram(L, r);
     if (idx < 0) return Status::InvalidArgument(fmt::format("rank {} (stage {}, replica {}) has {} program", r.rank, r.stage, r.replica, idx == -1 ? "no" : "more than one"));

@@ -81,9 +81,9 @@ Status CheckDeadlockFree(const std::vector<CheckProcess>& processes, const std::
 
 // Expands `L`'s programs (L.programs) to processes and checks them: every
 // rank has exactly one program, every action's stage runs on its rank, every
-// peer exists, then CheckDeadlockFree. Uniform plans without '@' peers check
-// one replica's chain (one process per position); see programs.cc for why
-// that suffices.
+// peer exists, then CheckDeadlockFree. Uniform plans whose programs are all
+// shared (replica -1) and name no '@' peer check one replica's chain (one
+// process per position); programs.cc says why that suffices.
 Status CheckPrograms(const LaunchPlan& L);
 
 }  // namespace planner

@@ -383,7 +383,29 @@ TEST_CASE("the checker catches a replica that misses a gradient reduce") {
   Status s = CheckPrograms(L);
   REQUIRE_FALSE(s.ok());
   CHECK(s.message() == fmt::format("deadlock: 1 of 3 ranks cannot finish (2 finished); rank 0 (stage 0, replica 0) waits at action {}: "
-                                   "AR (collective 0)", L.programs[0].actions.size() - 1));
+                                   "AR (a collective of 2 ranks, group 0)", L.programs[0].actions.size() - 1));
+}
+
+TEST_CASE("a uniform plan with per-replica programs is checked replica by replica") {
+  LaunchPlan L = Uniform(Schedule::k1F1B, 2, 1, 2, 2);
+  BuildAndCheck(&L);
+  std::vector<RankProgram> split;
+  for (const auto& g : L.programs) {
+    for (int64_t k = 0; k < 2; ++k) {
+      split.push_back(g);
+      split.back().replica = k;
+    }
+  }
+  L.programs = split;
+  REQUIRE_OK(AssignPrograms(&L));
+  CHECK_OK(CheckPrograms(L));
+  auto& v = L.programs[1].actions;  // position 0, replica 1
+  REQUIRE(ActionToString(v[v.size() - 2]) == "AR");
+  v.erase(v.end() - 2);
+  Status s = CheckPrograms(L);
+  REQUIRE_FALSE(s.ok());
+  CHECK(s.message().find("rank 0 (stage 0, replica 0) waits at action") != std::string::npos);
+  CHECK(s.message().find("AR (a collective of 2 ranks") != std::string::npos);
 }
 
 // Random program sets: a random global order of local steps, messages and collectives is
