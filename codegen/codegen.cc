@@ -1,9 +1,12 @@
 #include "codegen/codegen.h"
 
 #include <algorithm>
+#include <cstdlib>
 #include <map>
 
 #include <fmt/format.h>
+
+#include "dp_solver/programs.h"
 
 namespace planner {
 
@@ -13,6 +16,26 @@ std::string Join(const std::vector<int64_t>& v, const char* sep) {
   std::string s;
   for (size_t i = 0; i < v.size(); ++i) s += (i ? sep : "") + std::to_string(v[i]);
   return s;
+}
+
+// A stage time as launch.yaml carries it ({:.9g}) and every rank reads it back.
+double AsWritten(double x) { return std::strtod(fmt::format("{:.9g}", x).c_str(), nullptr); }
+
+// Each rank's program, from the stage times launch.yaml carries (so the order is the one a
+// rank would derive from the file), checked deadlock-free before anything is written.
+Status AddPrograms(LaunchPlan* L) {
+  LaunchPlan carried = *L;
+  for (auto& s : carried.stages) {
+    for (double* x : {&s.predicted_compute_s, &s.predicted_forward_s, &s.predicted_backward_input_s, &s.predicted_backward_weight_s,
+                      &s.predicted_p2p_s}) {
+      *x = AsWritten(*x);
+    }
+  }
+  PLANNER_RETURN_IF_ERROR(BuildPrograms(carried, &L->programs));
+  PLANNER_RETURN_IF_ERROR(AssignPrograms(L));
+  Status s = CheckPrograms(*L);
+  if (!s.ok()) return Status::Internal("the plan's programs are not deadlock-free, so no launch directory is written: " + s.message());
+  return Status::OK();
 }
 
 }  // namespace
@@ -55,7 +78,7 @@ Status BuildLaunchPlan(const Plan& plan, const std::string& model_digest, const 
     r->node = r->rank / L.gpus_per_node;
     r->local_device = r->rank % L.gpus_per_node;
   };
-  bool uniform = plan.schedule != "pipedream";
+  bool uniform = plan.schedule != Schedule::kPipeDream;
   for (const auto& s : plan.stages) uniform = uniform && s.replicas == plan.dp;
   if (uniform) {
     const int64_t p = plan.pp, d = plan.dp;
@@ -134,6 +157,7 @@ Status BuildLaunchPlan(const Plan& plan, const std::string& model_digest, const 
   for (size_t i = 0; i < L.ranks.size(); ++i) {
     if (L.ranks[i].rank != static_cast<int64_t>(i)) return Status::InvalidArgument("plan: its stages do not place every rank exactly once");
   }
+  PLANNER_RETURN_IF_ERROR(AddPrograms(&L));
   *out = std::move(L);
   return Status::OK();
 }
@@ -158,7 +182,7 @@ if [ $# -ge 1 ] && [ -f "$1" ]; then
 fi
 exec mpirun $ROOT --oversubscribe -np {} "$PLANNER" run "$DIR" "$@"
 )SH",
-                                           model.name, n, L.schedule, L.interleave > 1 ? fmt::format("v={}", L.interleave) : "",
+                                           model.name, n, ScheduleName(L.schedule), L.interleave > 1 ? fmt::format("v={}", L.interleave) : "",
                                            fmt::format("{}-{}-{}", L.tp, L.pp, L.dp), L.config, L.gpus_per_node, o.planner_path,
                                            L.gpus_per_node, n, n));
   const int64_t nodes = (n + L.gpus_per_node - 1) / L.gpus_per_node;
@@ -190,13 +214,13 @@ srun --kill-on-bad-exit=1 {} run "$DIR"
     int64_t per = model.gpt.layers / (L.pp * L.interleave);
     mg += fmt::format("--num-layers-per-virtual-pipeline-stage {}\n", std::max<int64_t>(1, per));
   }
-  if (plan.recompute == "full") mg += "--recompute-granularity full\n--recompute-method uniform\n--recompute-num-layers 1\n";
-  else if (plan.recompute == "selective") mg += "--recompute-granularity selective\n";
+  if (plan.recompute == Recompute::kFull) mg += "--recompute-granularity full\n--recompute-method uniform\n--recompute-num-layers 1\n";
+  else if (plan.recompute == Recompute::kSelective) mg += "--recompute-granularity selective\n";
   if (plan.zero_stage >= 1) mg += "--use-distributed-optimizer\n";
   if (model.dtype == DType::kFp16) mg += "--fp16\n";
   if (model.dtype == DType::kBf16) mg += "--bf16\n";
   // Uneven first / last stages: count transformer blocks per pipeline stage.
-  if (model.is_gpt && L.interleave == 1 && L.pp > 1 && L.schedule != "pipedream") {
+  if (model.is_gpt && L.interleave == 1 && L.pp > 1 && L.schedule != Schedule::kPipeDream) {
     std::vector<int64_t> blocks;
     for (const auto& s : L.stages) {
       int64_t c = 0;
@@ -211,9 +235,9 @@ srun --kill-on-bad-exit=1 {} run "$DIR"
       if (!middle_even) notes->push_back("megatron.args: Megatron-LM splits the middle stages evenly; the plan's middle stages are uneven (" + Join(blocks, "-") + " blocks)");
     }
   }
-  if (L.schedule == "zb-h1") notes->push_back("megatron.args: ZB-H1 has no Megatron-LM flag; the exported settings run 1F1B");
-  if (L.schedule == "gpipe") notes->push_back("megatron.args: Megatron-LM has no GPipe schedule; the exported settings run 1F1B (same bubble, more memory in GPipe)");
-  if (L.schedule == "pipedream") notes->push_back("megatron.args: per-stage replication and PipeDream's asynchronous schedule have no Megatron-LM equivalent; exported as uniform pipeline settings only");
+  if (L.schedule == Schedule::kZbH1) notes->push_back("megatron.args: ZB-H1 has no Megatron-LM flag; the exported settings run 1F1B");
+  if (L.schedule == Schedule::kGpipe) notes->push_back("megatron.args: Megatron-LM has no GPipe schedule; the exported settings run 1F1B (same bubble, more memory in GPipe)");
+  if (L.schedule == Schedule::kPipeDream) notes->push_back("megatron.args: per-stage replication and PipeDream's asynchronous schedule have no Megatron-LM equivalent; exported as uniform pipeline settings only");
   files->emplace_back("megatron.args", mg);
   // DeepSpeed: config and the stage boundaries.
   std::vector<int64_t> parts;
@@ -225,7 +249,7 @@ srun --kill-on-bad-exit=1 {} run "$DIR"
                       fmt::format("{{\n  \"train_batch_size\": {},\n  \"train_micro_batch_size_per_gpu\": {},\n  \"gradient_accumulation_steps\": {},\n"
                                   "  \"zero_optimization\": {{\"stage\": {}}},\n  \"pipeline\": {{\"activation_checkpoint_interval\": {}}}{}\n}}\n",
                                   L.global_batch, L.microbatch_size, accum, std::min<int64_t>(plan.zero_stage, 1),
-                                  plan.recompute == "full" ? 1 : 0, precision));
+                                  plan.recompute == Recompute::kFull ? 1 : 0, precision));
   if (plan.zero_stage > 1) notes->push_back("deepspeed: pipeline parallelism supports ZeRO-1 at most; exported stage 1");
   std::string names;
   for (size_t i = 0; i < model.layers.size(); ++i) names += fmt::format("{}\"{}\"", i ? ", " : "", model.layers[i].name);
@@ -251,11 +275,11 @@ class PlannedPipelineModule(PipelineModule):
         self._set_bounds(start=self.parts[stage], stop=self.parts[stage + 1])
 )PY");
   // torch.distributed.pipelining: split points and schedule.
-  const char* sched = L.schedule == "gpipe" ? "ScheduleGPipe"
-                      : L.schedule == "interleaved" ? "ScheduleInterleaved1F1B"
-                      : L.schedule == "zb-h1" ? "ScheduleInterleavedZeroBubble"
+  const char* sched = L.schedule == Schedule::kGpipe ? "ScheduleGPipe"
+                      : L.schedule == Schedule::kInterleaved ? "ScheduleInterleaved1F1B"
+                      : L.schedule == Schedule::kZbH1 ? "ScheduleInterleavedZeroBubble"
                                               : "Schedule1F1B";
-  if (L.schedule == "pipedream") notes->push_back("torch_pipelining.py: no asynchronous schedule in torch.distributed.pipelining; exported as 1F1B");
+  if (L.schedule == Schedule::kPipeDream) notes->push_back("torch_pipelining.py: no asynchronous schedule in torch.distributed.pipelining; exported as 1F1B");
   std::string splits;
   for (const auto& s : L.stages) {
     if (s.first_layer == 0) continue;
@@ -280,7 +304,7 @@ def build(model, example_microbatch, stage_index, device, group=None, loss_fn=No
     stage = pipe.build_stage(stage_index, device, group)
     return stage, SCHEDULE(stage, n_microbatches=N_MICROBATCHES, loss_fn=loss_fn)
 )PY",
-                                                         n, L.tp, L.pp, L.dp, L.schedule, sched, splits, sched, L.num_microbatches,
+                                                         n, L.tp, L.pp, L.dp, ScheduleName(L.schedule), sched, splits, sched, L.num_microbatches,
                                                          L.microbatch_size, L.interleave));
   return Status::OK();
 }

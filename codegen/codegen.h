@@ -24,6 +24,8 @@ struct CodegenOptions {
   LaunchRun run;
 };
 
+// Also each rank's program (dp_solver/programs.h), proved deadlock-free: a plan whose
+// programs fail the check is refused (Internal, naming the stuck ranks).
 Status BuildLaunchPlan(const Plan& plan, const std::string& model_digest, const CodegenOptions& options, LaunchPlan* out);
 
 // (relative path, contents) of every artifact, launch.yaml first. Notes

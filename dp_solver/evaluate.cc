@@ -212,9 +212,9 @@ Plan Evaluator::UniformPlan(const Candidate& k, const Evaluation& x, const SimRe
   pl.dp = k.d;
   pl.microbatch_size = k.b;
   pl.num_microbatches = k.m;
-  pl.schedule = ScheduleName(k.s);
+  pl.schedule = k.s;
   pl.interleave = k.v;
-  pl.recompute = RecomputeName(k.rc);
+  pl.recompute = k.rc;
   pl.zero_stage = x.zero;
   pl.p2p_overlap = o_.cost.p2p_overlap;
   pl.usable_memory_bytes = sb_.usable;
@@ -305,9 +305,9 @@ Plan Evaluator::ReplicatedPlan(const CostTable& table, const ReplicatedOptions& 
   pl.dp = 1;
   pl.microbatch_size = b;
   pl.num_microbatches = m;
-  pl.schedule = ScheduleName(Schedule::kPipeDream);
+  pl.schedule = Schedule::kPipeDream;
   pl.interleave = 1;
-  pl.recompute = RecomputeName(Recompute::kNone);
+  pl.recompute = Recompute::kNone;
   pl.zero_stage = 0;
   pl.p2p_overlap = true;
   pl.usable_memory_bytes = sb_.usable;

@@ -1,5 +1,6 @@
 // planner inspect PLAN.yaml [--svg FILE] [--width N]
 // planner inspect LAUNCH/runs/<id>/            (a run: report against the prediction, loss curve, trace)
+// planner inspect LAUNCH/launch.yaml --rank N  (rank N's program, one action a line, peers resolved)
 #include <algorithm>
 #include <cstdio>
 #include <filesystem>
@@ -13,6 +14,7 @@
 #include "planner/commands.h"
 #include "planner/render.h"
 #include "common/units.h"
+#include "spec/launch_plan.h"
 #include "spec/yaml_reader.h"
 
 namespace planner {
@@ -99,17 +101,69 @@ Status InspectRun(const std::string& dir, int width, const std::string& svg_path
   return Status::OK();
 }
 
+// What one action of rank `me` does, with its peer rank resolved.
+std::string DescribeAction(const LaunchPlan& L, const LaunchRank& me, const Action& a) {
+  const int64_t peer = PeerRank(L, me, a);
+  const std::string at = fmt::format("stage {}, microbatch {}", a.stage, a.microbatch);
+  switch (a.kind) {
+    case ActionKind::kForward: return fmt::format("forward of {}", at);
+    case ActionKind::kBackwardInput: return fmt::format("{} of {}", L.schedule == Schedule::kZbH1 ? "backward-input" : "backward", at);
+    case ActionKind::kBackwardWeight: return fmt::format("backward-weight of {}", at);
+    case ActionKind::kRecvActivation: return fmt::format("receive the activation entering {} from rank {}", at, peer);
+    case ActionKind::kSendActivation: return fmt::format("send the activation leaving {} to rank {}", at, peer);
+    case ActionKind::kRecvGrad: return fmt::format("receive the gradient of {}'s output from rank {}", at, peer);
+    case ActionKind::kSendGrad: return fmt::format("send the gradient of {}'s input to rank {}", at, peer);
+    case ActionKind::kGradReduce: break;
+    case ActionKind::kOptimizerStep: return "optimizer step";
+  }
+  std::string group;
+  for (const auto& g : L.dp_groups) {
+    if (std::find(g.begin(), g.end(), me.rank) == g.end()) continue;
+    for (size_t i = 0; i < g.size(); ++i) group += fmt::format("{}{}", i ? ", " : "", g[i]);
+  }
+  return fmt::format("all-reduce {} gradients over ranks [{}]", a.stage < 0 ? "all of this rank's" : fmt::format("stage {}'s", a.stage), group);
+}
+
+// Rank `rank`'s program from a launch.yaml (or a launch directory).
+Status InspectProgram(const std::string& path, int64_t rank) {
+  namespace fs = std::filesystem;
+  const std::string file = fs::is_directory(path) ? (fs::path(path) / "launch.yaml").string() : path;
+  LaunchPlan L;
+  PLANNER_RETURN_IF_ERROR(LoadLaunchPlan(file, &L));
+  const int64_t n = static_cast<int64_t>(L.ranks.size());
+  if (rank < 0 || rank >= n) return Status::InvalidArgument(fmt::format("--rank {}: {} has ranks 0..{}", rank, file, n - 1));
+  const LaunchRank& me = L.ranks[static_cast<size_t>(rank)];
+  const RankProgram& g = L.programs[static_cast<size_t>(me.program)];
+  int64_t sharing = 0;
+  for (const auto& r : L.ranks) sharing += r.program == me.program;
+  std::string text = fmt::format("rank {}: stage {}, replica {}, tp rank {}; program {} of {} (position {}, replica {}) run by {} rank{}; {} actions\n",
+                                 me.rank, me.stage, me.replica, me.tp_rank, me.program + 1, L.programs.size(), g.position,
+                                 g.replica < 0 ? std::string("any") : std::to_string(g.replica), sharing, sharing == 1 ? "" : "s", g.actions.size());
+  for (size_t i = 0; i < g.actions.size(); ++i) {
+    text += fmt::format("{:6}  {:<12} {}\n", i + 1, ActionToString(g.actions[i]), DescribeAction(L, me, g.actions[i]));
+  }
+  std::fwrite(text.data(), 1, text.size(), stdout);
+  return Status::OK();
+}
+
 }  // namespace
 
 Runner RegisterInspect(CLI::App& app) {
   auto* cmd = app.add_subcommand("inspect", "show a plan: configuration, per-stage table, memory, predicted timeline");
-  struct Args { std::string plan, svg; int width = 100; };
+  struct Args { std::string plan, svg; int width = 100; int64_t rank = -1; };
   auto args = std::make_shared<Args>();
-  cmd->add_option("plan", args->plan, "plan.yaml written by planner solve, or a run directory (launch/runs/<id>)")->required();
+  cmd->add_option("plan", args->plan, "plan.yaml written by planner solve, a run directory (launch/runs/<id>), or launch/launch.yaml with --rank")->required();
+  cmd->add_option("--rank", args->rank, "with a launch.yaml (or launch directory): print this rank's program, one action a line")
+      ->check(CLI::NonNegativeNumber);
   cmd->add_option("--svg", args->svg, "also write the timeline as an SVG file");
   cmd->add_option("--width", args->width, "columns of the text timeline")->check(CLI::Range(20, 1000));
   return [args]() -> Status {
-    if (std::filesystem::is_directory(args->plan)) return InspectRun(args->plan, args->width, args->svg);
+    namespace fs = std::filesystem;
+    if (args->rank >= 0 || fs::path(args->plan).filename() == "launch.yaml" || fs::exists(fs::path(args->plan) / "launch.yaml")) {
+      if (args->rank < 0) return Status::InvalidArgument(fmt::format("{} is a launch plan; add --rank N to print rank N's program", args->plan));
+      return InspectProgram(args->plan, args->rank);
+    }
+    if (fs::is_directory(args->plan)) return InspectRun(args->plan, args->width, args->svg);
     Plan p;
     PLANNER_RETURN_IF_ERROR(LoadPlan(args->plan, &p));
     std::string text = RenderPlanSummary(p) + "\n" + RenderStageTable(p);

@@ -109,7 +109,7 @@ Status SolvePipeDreamMode(const SolveArgs& a, const Profile& profile, const Clus
   plan->pp = static_cast<int64_t>(r.stages.size());
   plan->tp = 1;
   plan->dp = 1;
-  plan->schedule = "pipedream";
+  plan->schedule = Schedule::kPipeDream;
   plan->microbatch_size = profile.reference_microbatch;
   plan->num_microbatches = 1;
   plan->global_batch = profile.reference_microbatch;

@@ -14,8 +14,8 @@ std::string RenderPlanSummary(const Plan& p) {
   o += fmt::format("model {} on {} x {} ({}), global batch {}\n", p.model_name, p.gpus, p.cluster_name,
                    p.cost_source, p.global_batch);
   o += fmt::format("configuration: tp-pp-dp {} | replication {} | microbatch {} x {} | schedule {}{} | recompute {} | ZeRO {}\n",
-                   p.ParallelString(), p.config, p.microbatch_size, p.num_microbatches, p.schedule,
-                   p.interleave > 1 ? fmt::format(" (v={})", p.interleave) : "", p.recompute, p.zero_stage);
+                   p.ParallelString(), p.config, p.microbatch_size, p.num_microbatches, ScheduleName(p.schedule),
+                   p.interleave > 1 ? fmt::format(" (v={})", p.interleave) : "", RecomputeName(p.recompute), p.zero_stage);
   const auto& x = p.predicted;
   // Small devices (CPU ranks) read better in GFLOP/s; no figure when the model's FLOPs are unknown (profile only).
   const std::string rate = x.tflops_per_gpu <= 0 ? std::string("FLOP/s n/a (no model file)")
@@ -53,10 +53,10 @@ std::string RenderRunnersUp(const Plan& p) {
                               "replication", "microbatch", "m", "schedule", "recompute", "ZeRO", "iteration (s)", "samples/s", "why it lost");
   for (size_t i = 0; i < p.runners_up.size(); ++i) {
     const auto& s = p.runners_up[i];
-    std::string sched = s.schedule + (s.interleave > 1 ? fmt::format("/v{}", s.interleave) : "");
+    std::string sched = ScheduleName(s.schedule) + (s.interleave > 1 ? fmt::format("/v{}", s.interleave) : "");
     std::string repl = s.config.size() > 12 ? s.config.substr(0, 11) + "~" : s.config;
     o += fmt::format("{:>4} {:>10} {:>12} {:>12} {:>6} {:>13} {:>9} {:>5} {:>14.4f} {:>11.2f}  {}\n", i + 2,
-                     fmt::format("{}-{}-{}", s.tp, s.pp, s.dp), repl, s.microbatch_size, s.num_microbatches, sched, s.recompute,
+                     fmt::format("{}-{}-{}", s.tp, s.pp, s.dp), repl, s.microbatch_size, s.num_microbatches, sched, RecomputeName(s.recompute),
                      s.zero_stage, s.iteration_s, s.samples_per_second, s.why_lost);
   }
   return o;
@@ -68,8 +68,7 @@ namespace {
 // one row per pipeline device (standing for its data-parallel replicas);
 // PipeDream plans get one row per replica of every stage (round robin).
 Status Replay(const Plan& p, SimResult* res, std::vector<std::string>* labels) {
-  Schedule s;
-  if (!ParseSchedule(p.schedule, &s)) return Status::InvalidArgument("plan: unknown schedule '" + p.schedule + "'");
+  const Schedule s = p.schedule;
   std::vector<SimStage> st;
   for (const auto& x : p.stages) {
     SimStage y;
@@ -174,7 +173,7 @@ Status RenderTimelineText(const Plan& p, int width, std::string* out) {
   PLANNER_RETURN_IF_ERROR(Replay(p, &res, &labels));
   std::string o = RenderEventsText(fmt::format("predicted timeline ({} microbatches)", p.num_microbatches), labels, res.events, res.makespan_s, width);
   o += fmt::format("makespan {}, bubble {:.1f}%{}\n", FormatSeconds(res.makespan_s), 100 * res.bubble_fraction,
-                   p.schedule == "pipedream" ? " (one iteration from an empty pipeline; in steady state there is no flush)" : "");
+                   p.schedule == Schedule::kPipeDream ? " (one iteration from an empty pipeline; in steady state there is no flush)" : "");
   *out = std::move(o);
   return Status::OK();
 }
@@ -184,7 +183,7 @@ Status RenderTimelineSvg(const Plan& p, std::string* out) {
   std::vector<std::string> labels;
   PLANNER_RETURN_IF_ERROR(Replay(p, &res, &labels));
   *out = RenderEventsSvg(fmt::format("{} tp-pp-dp {} | replication {} | {} | {} microbatches | makespan {} | bubble {:.1f}%", p.model_name,
-                                     p.ParallelString(), p.config, p.schedule, p.num_microbatches, FormatSeconds(res.makespan_s),
+                                     p.ParallelString(), p.config, ScheduleName(p.schedule), p.num_microbatches, FormatSeconds(res.makespan_s),
                                      100 * res.bubble_fraction),
                          labels, res.events, res.makespan_s);
   return Status::OK();

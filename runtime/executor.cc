@@ -15,7 +15,7 @@
 #include "runtime/interpreter.h"
 #include "runtime/kernels/optimizer.h"
 #include "runtime/launch_layout.h"
-#include "runtime/program_from_sim.h"
+#include "runtime/rank_program.h"
 #include "runtime/rank_comms.h"
 #include "runtime/run_report.h"
 #include "runtime/stage.h"
@@ -124,8 +124,7 @@ Status RankRun::StartInterpreter() {
   if (opt_.program) {
     PLANNER_RETURN_IF_ERROR(opt_.program(L_, rank_, covers, &program));
   } else if (covers > 0) {
-    // TEMPORARY: from the simulator (runtime/program_from_sim.h) until launch.yaml carries the programs.
-    PLANNER_RETURN_IF_ERROR(ProgramForRank(L_, rank_, covers, &program));
+    PLANNER_RETURN_IF_ERROR(RankProgramOf(L_, y_, rank_, start_, y_.async ? iterations_ : start_ + 1, &program));
   }
   InterpreterContext c;
   c.launch = &L_;
@@ -273,7 +272,7 @@ Status RankRun::Finish(RunSummary* out) {
 
 LaunchPlan SingleProcessPlan(const LaunchPlan& L, const ModelSpec& model) {
   LaunchPlan s = L;
-  s.schedule = std::string("gpipe");
+  s.schedule = Schedule::kGpipe;
   s.interleave = 1;
   s.tp = s.pp = s.dp = 1;
   s.config = std::string("1");
@@ -283,6 +282,8 @@ LaunchPlan SingleProcessPlan(const LaunchPlan& L, const ModelSpec& model) {
   s.tp_groups = {{0}};
   s.dp_groups = {{0}};
   s.pp_groups = {{0}};
+  s.programs = {RankProgram{0, -1, SingleDeviceProgram(s.num_microbatches)}};
+  s.ranks[0].program = 0;
   return s;
 }
 

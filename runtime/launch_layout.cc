@@ -6,9 +6,7 @@ namespace planner {
 
 Status LayoutOf(const LaunchPlan& L, LaunchLayout* out) {
   LaunchLayout y;
-  if (!ParseSchedule(L.schedule, &y.schedule)) {
-    return Status::InvalidArgument(fmt::format("{}: unknown schedule '{}'; use {}", L.path, L.schedule, ScheduleChoices()));
-  }
+  y.schedule = L.schedule;  // parsed once, where launch.yaml is read
   y.async = y.schedule == Schedule::kPipeDream;
   y.replicated = y.async;
   for (const auto& st : L.stages) y.replicated = y.replicated || st.replicas != L.dp;

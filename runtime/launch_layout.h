@@ -1,5 +1,5 @@
-// What a launch plan means to the runtime, read once per run: the schedule
-// (parsed here, the one place the runtime reads its name), whether stages are
+// What a launch plan means to the runtime, read once per run: the schedule,
+// whether stages are
 // replicated one by one, the virtual stages and how a program numbers its
 // microbatches; and the rank table that resolves a program's peers. Plain
 // value types; docs/runtime.md ("The executor's parts").
@@ -26,8 +26,7 @@ struct LaunchLayout {
   int64_t microbatches = 1;
 };
 
-// Reads the layout of `launch`; an error names launch.yaml and what does not fit (an unknown
-// schedule, replication with a schedule other than 1F1B / PipeDream or with interleaving, a batch
+// Reads the layout of `launch`; an error names launch.yaml and what does not fit (replication with a schedule other than 1F1B / PipeDream or with interleaving, a batch
 // that does not split, a stage count other than pp x interleave).
 Status LayoutOf(const LaunchPlan& launch, LaunchLayout* out);
 

@@ -25,6 +25,12 @@ bool ParseSchedule(std::string_view t, Schedule* out) {
 
 std::string ScheduleChoices() { return "gpipe, 1f1b, interleaved, zb-h1 or pipedream"; }
 
+std::vector<std::string> ScheduleNames() {
+  std::vector<std::string> v;
+  for (Schedule s : kAllSchedules) v.emplace_back(ScheduleName(s));
+  return v;
+}
+
 const char* RecomputeName(Recompute r) {
   switch (r) {
     case Recompute::kNone: return "none";
@@ -42,6 +48,12 @@ bool ParseRecompute(std::string_view t, Recompute* out) {
     }
   }
   return false;
+}
+
+std::vector<std::string> RecomputeNames() {
+  std::vector<std::string> v;
+  for (Recompute r : kAllRecomputes) v.emplace_back(RecomputeName(r));
+  return v;
 }
 
 bool ZeroStageFromNumber(long long n, ZeroStage* out) {

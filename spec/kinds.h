@@ -6,6 +6,7 @@
 
 #include <string>
 #include <string_view>
+#include <vector>
 
 namespace planner {
 
@@ -16,11 +17,14 @@ const char* ScheduleName(Schedule s);  // gpipe | 1f1b | interleaved | zb-h1 | p
 bool ParseSchedule(std::string_view text, Schedule* out);
 // "gpipe, 1f1b, interleaved, zb-h1 or pipedream": for error messages.
 std::string ScheduleChoices();
+// Every spelling, in kAllSchedules order (for readers that take one of them).
+std::vector<std::string> ScheduleNames();
 
 enum class Recompute { kNone, kSelective, kFull };
 inline constexpr Recompute kAllRecomputes[] = {Recompute::kNone, Recompute::kSelective, Recompute::kFull};
 const char* RecomputeName(Recompute r);  // none | selective | full
 bool ParseRecompute(std::string_view text, Recompute* out);
+std::vector<std::string> RecomputeNames();  // in kAllRecomputes order
 
 // ZeRO stage: what the data-parallel ranks shard (DeepSpeed's numbering).
 enum class ZeroStage { kNone = 0, kOptimizer = 1, kGradients = 2, kParameters = 3 };

@@ -24,13 +24,83 @@ std::string Groups(const char* name, const std::vector<std::vector<int64_t>>& g)
   return s;
 }
 
+// programs: [{position, replica, actions: "F0.0 SA0.0 ..."}]; every rank gets exactly one.
+Status ReadPrograms(const YamlReader& r, const YAML::Node& root, LaunchPlan* p) {
+  const YAML::Node& pg = root["programs"];
+  if (!pg.IsDefined()) return r.FieldError(root, "programs", "missing required field; regenerate the launch directory with planner codegen");
+  PLANNER_RETURN_IF_ERROR(r.RequireSequence(pg, "programs"));
+  for (size_t i = 0; i < pg.size(); ++i) {
+    std::string f = fmt::format("programs[{}]", i);
+    PLANNER_RETURN_IF_ERROR(r.RequireMap(pg[i], f));
+    PLANNER_RETURN_IF_ERROR(r.CheckKeys(pg[i], f, {"position", "replica", "actions"}));
+    RankProgram g;
+    std::string text;
+    PLANNER_RETURN_IF_ERROR(r.GetInt(pg[i], "position", f + ".position", &g.position, true, 0));
+    PLANNER_RETURN_IF_ERROR(r.GetInt(pg[i], "replica", f + ".replica", &g.replica, true, -1));
+    PLANNER_RETURN_IF_ERROR(r.GetString(pg[i], "actions", f + ".actions", &text, true));
+    Status s = ParseActions(text, &g.actions);
+    if (!s.ok()) return r.FieldError(pg[i]["actions"], f + ".actions", s.message());
+    p->programs.push_back(std::move(g));
+  }
+  Status s = AssignPrograms(p);
+  if (!s.ok()) return r.FieldError(pg, "programs", s.message());
+  return Status::OK();
+}
+
 }  // namespace
+
+bool PerStageReplication(const LaunchPlan& L) {
+  bool replicated = L.schedule == Schedule::kPipeDream;
+  for (const auto& st : L.stages) replicated = replicated || st.replicas != L.dp;
+  return replicated;
+}
+
+int64_t PeerRank(const LaunchPlan& L, const LaunchRank& me, const Action& a) {
+  int64_t to = 0;
+  switch (a.kind) {
+    case ActionKind::kSendActivation:
+    case ActionKind::kRecvGrad: to = a.stage + 1; break;
+    case ActionKind::kRecvActivation:
+    case ActionKind::kSendGrad: to = a.stage - 1; break;
+    default: return -1;
+  }
+  const int64_t q_count = static_cast<int64_t>(L.stages.size());
+  if (to < 0 || to >= q_count || L.pp < 1) return -1;
+  const int64_t position = PerStageReplication(L) ? to : to % L.pp;
+  const int64_t replica = a.peer_replica == Action::kSameReplica ? me.replica : a.peer_replica;
+  for (const auto& r : L.ranks) {
+    if (r.stage == position && r.replica == replica && r.tp_rank == me.tp_rank) return r.rank;
+  }
+  return -1;
+}
+
+int64_t FindProgram(const LaunchPlan& L, const LaunchRank& rank) {
+  int64_t found = -1;
+  for (size_t i = 0; i < L.programs.size(); ++i) {
+    const RankProgram& g = L.programs[i];
+    if (g.position != rank.stage || (g.replica != -1 && g.replica != rank.replica)) continue;
+    if (found >= 0) return -2;
+    found = static_cast<int64_t>(i);
+  }
+  return found;
+}
+
+Status AssignPrograms(LaunchPlan* L) {
+  for (auto& r : L->ranks) {
+    r.program = FindProgram(*L, r);
+    if (r.program == -1) return Status::InvalidArgument(fmt::format("no program for rank {} (stage {}, replica {})", r.rank, r.stage, r.replica));
+    if (r.program == -2) {
+      return Status::InvalidArgument(fmt::format("several programs for rank {} (stage {}, replica {}); each rank has exactly one", r.rank, r.stage, r.replica));
+    }
+  }
+  return Status::OK();
+}
 
 std::string LaunchPlanToYaml(const LaunchPlan& p) {
   std::string o = "# Written by planner codegen; read by every rank of planner run (docs/formats.md).\n";
   o += "format_version: 1\n";
   o += fmt::format("model_file: \"{}\"\nmodel_digest: \"{}\"\nplan_digest: \"{}\"\n", p.model_file, p.model_digest, p.plan_digest);
-  o += fmt::format("device: {}\nschedule: {}\ninterleave: {}\n", p.device, p.schedule, p.interleave);
+  o += fmt::format("device: {}\nschedule: {}\ninterleave: {}\n", p.device, ScheduleName(p.schedule), p.interleave);
   o += fmt::format("tp: {}\npp: {}\ndp: {}\nconfig: \"{}\"\n", p.tp, p.pp, p.dp, p.config);
   o += fmt::format("microbatch_size: {}\nnum_microbatches: {}\nglobal_batch: {}\ngpus_per_node: {}\n", p.microbatch_size,
                    p.num_microbatches, p.global_batch, p.gpus_per_node);
@@ -53,6 +123,11 @@ std::string LaunchPlanToYaml(const LaunchPlan& p) {
                      r.local_device, r.stage, r.replica, r.tp_rank, List(r.prev), List(r.next));
   }
   o += "groups:\n" + Groups("tensor_parallel", p.tp_groups) + Groups("data_parallel", p.dp_groups) + Groups("pipeline", p.pp_groups);
+  // The actions of each distinct program (docs/formats.md has the grammar).
+  o += p.programs.empty() ? "programs: []\n" : "programs:\n";
+  for (const auto& g : p.programs) {
+    o += fmt::format("  - {{position: {}, replica: {}, actions: \"{}\"}}\n", g.position, g.replica, ActionsToString(g.actions));
+  }
   return o;
 }
 
@@ -63,7 +138,7 @@ Status ParseLaunchPlan(const std::string& path, const std::string& text, LaunchP
   PLANNER_RETURN_IF_ERROR(r.RequireMap(root, "launch plan"));
   PLANNER_RETURN_IF_ERROR(r.CheckKeys(root, "", {"format_version", "model_file", "model_digest", "plan_digest", "device", "schedule", "interleave",
                                                  "tp", "pp", "dp", "config", "microbatch_size", "num_microbatches", "global_batch",
-                                                 "gpus_per_node", "predicted", "run", "stages", "ranks", "groups"}));
+                                                 "gpus_per_node", "predicted", "run", "stages", "ranks", "groups", "programs"}));
   LaunchPlan p;
   p.path = path;
   int64_t version = 0;
@@ -73,7 +148,9 @@ Status ParseLaunchPlan(const std::string& path, const std::string& text, LaunchP
   PLANNER_RETURN_IF_ERROR(r.GetString(root, "model_digest", "model_digest", &p.model_digest, false));
   PLANNER_RETURN_IF_ERROR(r.GetString(root, "plan_digest", "plan_digest", &p.plan_digest, false));
   PLANNER_RETURN_IF_ERROR(r.GetEnum(root, "device", "device", {"cpu", "cuda"}, &p.device, true));
-  PLANNER_RETURN_IF_ERROR(r.GetEnum(root, "schedule", "schedule", {"gpipe", "1f1b", "interleaved", "zb-h1", "pipedream"}, &p.schedule, true));
+  std::string schedule;
+  PLANNER_RETURN_IF_ERROR(r.GetEnum(root, "schedule", "schedule", ScheduleNames(), &schedule, true));
+  if (!ParseSchedule(schedule, &p.schedule)) return r.FieldError(root["schedule"], "schedule", "unknown schedule " + schedule);
   PLANNER_RETURN_IF_ERROR(r.GetInt(root, "interleave", "interleave", &p.interleave, false, 1));
   PLANNER_RETURN_IF_ERROR(r.GetInt(root, "tp", "tp", &p.tp, true, 1));
   PLANNER_RETURN_IF_ERROR(r.GetInt(root, "pp", "pp", &p.pp, true, 1));
@@ -193,6 +270,7 @@ Status ParseLaunchPlan(const std::string& path, const std::string& text, LaunchP
     PLANNER_RETURN_IF_ERROR(read("data_parallel", &p.dp_groups));
     PLANNER_RETURN_IF_ERROR(read("pipeline", &p.pp_groups));
   }
+  PLANNER_RETURN_IF_ERROR(ReadPrograms(r, root, &p));
   *out = std::move(p);
   return Status::OK();
 }

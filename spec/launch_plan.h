@@ -3,7 +3,8 @@
 // One entry per rank (node slot, local device, stage, replica, tp rank, its
 // pipeline neighbours) and every communicator group. Validated on read:
 // ranks cover 0..N-1 once, stages and groups reference real ranks, the
-// model file matches its digest. Plain value type.
+// model file matches its digest, every rank has exactly one program (the
+// ordered actions it executes, spec/program.h). Plain value type.
 #pragma once
 
 #include <cstdint>
@@ -11,6 +12,8 @@
 #include <vector>
 
 #include "common/status.h"
+#include "spec/kinds.h"
+#include "spec/program.h"
 
 namespace planner {
 
@@ -22,6 +25,7 @@ struct LaunchRank {
   int64_t replica = 0;       // index within the stage's replicas
   int64_t tp_rank = 0;
   std::vector<int64_t> prev, next;  // ranks of the previous / next stage with the same tp rank
+  int64_t program = -1;      // index into LaunchPlan::programs (derived, not written: see AssignPrograms)
 };
 
 struct LaunchStage {
@@ -52,7 +56,7 @@ struct LaunchPlan {
   std::string model_digest;
   std::string plan_digest;
   std::string device = "cpu";             // cpu | cuda
-  std::string schedule;                   // gpipe | 1f1b | interleaved | zb-h1 | pipedream
+  Schedule schedule = Schedule::k1F1B;
   int64_t interleave = 1;
   int64_t tp = 1, pp = 1, dp = 1;
   std::string config;
@@ -63,7 +67,27 @@ struct LaunchPlan {
   std::vector<std::vector<int64_t>> tp_groups, dp_groups, pp_groups;
   LaunchRun run;
   double predicted_iteration_s = 0, predicted_bubble_fraction = 0;
+  // One program per distinct (pipeline position, replica) (dp_solver/programs.h):
+  // rank r runs the program whose position is its stage and whose replica is
+  // its replica or -1.
+  std::vector<RankProgram> programs;
 };
+
+// Per-stage replication ("2-1-1": any stage's replicas differ from dp, or the
+// pipedream schedule): programs are per (stage, replica) and a pipeline
+// position is a stage; otherwise virtual stage q runs on position q % pp.
+bool PerStageReplication(const LaunchPlan& L);
+// The rank that `me`'s send or receive `a` talks to: the rank at the peer
+// stage's position with the action's peer replica (this rank's replica when
+// it names none) and this rank's tp rank; -1 for other actions or when no
+// such rank exists. Scans L.ranks.
+int64_t PeerRank(const LaunchPlan& L, const LaunchRank& me, const Action& a);
+
+// Index of the program of `rank` in L.programs: -1 when none serves it, -2
+// when several do.
+int64_t FindProgram(const LaunchPlan& L, const LaunchRank& rank);
+// Sets every rank's `program`; InvalidArgument unless every rank has exactly one.
+Status AssignPrograms(LaunchPlan* L);
 
 std::string LaunchPlanToYaml(const LaunchPlan& plan);
 Status ParseLaunchPlan(const std::string& path, const std::string& text, LaunchPlan* out);

@@ -112,9 +112,9 @@ Tree SummaryTree(const PlanSummary& s) {
   t.Add("dp", Tree::Int(s.dp));
   t.Add("microbatch_size", Tree::Int(s.microbatch_size));
   t.Add("num_microbatches", Tree::Int(s.num_microbatches));
-  t.Add("schedule", Tree::Str(s.schedule));
+  t.Add("schedule", Tree::Str(ScheduleName(s.schedule)));
   t.Add("interleave", Tree::Int(s.interleave));
-  t.Add("recompute", Tree::Str(s.recompute));
+  t.Add("recompute", Tree::Str(RecomputeName(s.recompute)));
   t.Add("zero_stage", Tree::Int(s.zero_stage));
   t.Add("iteration_seconds", Tree::Num(s.iteration_s));
   t.Add("samples_per_second", Tree::Num(s.samples_per_second));
@@ -150,9 +150,9 @@ Tree PlanTree(const Plan& p) {
   t.Add("dp", Tree::Int(p.dp));
   t.Add("microbatch_size", Tree::Int(p.microbatch_size));
   t.Add("num_microbatches", Tree::Int(p.num_microbatches));
-  t.Add("schedule", Tree::Str(p.schedule));
+  t.Add("schedule", Tree::Str(ScheduleName(p.schedule)));
   t.Add("interleave", Tree::Int(p.interleave));
-  t.Add("recompute", Tree::Str(p.recompute));
+  t.Add("recompute", Tree::Str(RecomputeName(p.recompute)));
   t.Add("zero_stage", Tree::Int(p.zero_stage));
   t.Add("p2p_overlap", Tree::Bool(p.p2p_overlap));
   Tree stages = Tree::List();
@@ -200,6 +200,21 @@ Tree PlanTree(const Plan& p) {
   for (const auto& n : p.notes) notes.list.push_back(Tree::Str(n));
   t.Add("notes", notes);
   return t;
+}
+
+// One of the schedule / recompute spellings, as the enum; `field` ends in the key.
+Status GetSchedule(const YamlReader& r, const YAML::Node& map, const std::string& field, Schedule* out, bool required) {
+  std::string name;
+  PLANNER_RETURN_IF_ERROR(r.GetEnum(map, field.substr(field.rfind('.') + 1), field, ScheduleNames(), &name, required));
+  if (!name.empty() && !ParseSchedule(name, out)) return r.FieldError(map, field, "unknown schedule " + name);
+  return Status::OK();
+}
+
+Status GetRecompute(const YamlReader& r, const YAML::Node& map, const std::string& field, Recompute* out, bool required) {
+  std::string name;
+  PLANNER_RETURN_IF_ERROR(r.GetEnum(map, field.substr(field.rfind('.') + 1), field, RecomputeNames(), &name, required));
+  if (!name.empty() && !ParseRecompute(name, out)) return r.FieldError(map, field, "unknown recompute " + name);
+  return Status::OK();
 }
 
 }  // namespace
@@ -252,9 +267,9 @@ Status ParsePlan(const std::string& path, const std::string& text, Plan* out) {
   PLANNER_RETURN_IF_ERROR(r.GetInt(root, "dp", "dp", &p.dp, true, 1));
   PLANNER_RETURN_IF_ERROR(r.GetInt(root, "microbatch_size", "microbatch_size", &p.microbatch_size, true, 1));
   PLANNER_RETURN_IF_ERROR(r.GetInt(root, "num_microbatches", "num_microbatches", &p.num_microbatches, true, 1));
-  PLANNER_RETURN_IF_ERROR(r.GetEnum(root, "schedule", "schedule", {"gpipe", "1f1b", "interleaved", "zb-h1", "pipedream"}, &p.schedule, true));
+  PLANNER_RETURN_IF_ERROR(GetSchedule(r, root, "schedule", &p.schedule, true));
   PLANNER_RETURN_IF_ERROR(r.GetInt(root, "interleave", "interleave", &p.interleave, true, 1));
-  PLANNER_RETURN_IF_ERROR(r.GetEnum(root, "recompute", "recompute", {"none", "selective", "full"}, &p.recompute, true));
+  PLANNER_RETURN_IF_ERROR(GetRecompute(r, root, "recompute", &p.recompute, true));
   PLANNER_RETURN_IF_ERROR(r.GetInt(root, "zero_stage", "zero_stage", &p.zero_stage, false, 0));
   PLANNER_RETURN_IF_ERROR(r.GetBool(root, "p2p_overlap", "p2p_overlap", &p.p2p_overlap, false));
   const YAML::Node& stages = root["stages"];
@@ -317,9 +332,9 @@ Status ParsePlan(const std::string& path, const std::string& text, Plan* out) {
       PLANNER_RETURN_IF_ERROR(r.GetInt(ru[i], "dp", f + ".dp", &s.dp, false, 1));
       PLANNER_RETURN_IF_ERROR(r.GetInt(ru[i], "microbatch_size", f + ".microbatch_size", &s.microbatch_size, false, 1));
       PLANNER_RETURN_IF_ERROR(r.GetInt(ru[i], "num_microbatches", f + ".num_microbatches", &s.num_microbatches, false, 1));
-      PLANNER_RETURN_IF_ERROR(r.GetString(ru[i], "schedule", f + ".schedule", &s.schedule, false));
+      PLANNER_RETURN_IF_ERROR(GetSchedule(r, ru[i], f + ".schedule", &s.schedule, false));
       PLANNER_RETURN_IF_ERROR(r.GetInt(ru[i], "interleave", f + ".interleave", &s.interleave, false, 1));
-      PLANNER_RETURN_IF_ERROR(r.GetString(ru[i], "recompute", f + ".recompute", &s.recompute, false));
+      PLANNER_RETURN_IF_ERROR(GetRecompute(r, ru[i], f + ".recompute", &s.recompute, false));
       PLANNER_RETURN_IF_ERROR(r.GetDouble(ru[i], "iteration_seconds", f + ".iteration_seconds", &s.iteration_s, false, 0, false));
       PLANNER_RETURN_IF_ERROR(r.GetDouble(ru[i], "samples_per_second", f + ".samples_per_second", &s.samples_per_second, false, 0, false));
       PLANNER_RETURN_IF_ERROR(r.GetInt(ru[i], "zero_stage", f + ".zero_stage", &s.zero_stage, false, 0));

@@ -9,6 +9,7 @@
 #include <vector>
 
 #include "common/status.h"
+#include "spec/kinds.h"
 
 namespace planner {
 
@@ -49,7 +50,8 @@ struct PlanPredicted {
 struct PlanSummary {
   std::string config;
   int64_t tp = 1, pp = 1, dp = 1, microbatch_size = 1, num_microbatches = 1, interleave = 1, zero_stage = 0;
-  std::string schedule, recompute;
+  Schedule schedule = Schedule::k1F1B;
+  Recompute recompute = Recompute::kNone;
   double iteration_s = 0, samples_per_second = 0, peak_memory_bytes = 0;
   std::string why_lost;
 };
@@ -67,9 +69,9 @@ struct Plan {
   std::string config;           // "2-1-1": replicas per stage; "tp8-pp8-dp16" style lives in tp/pp/dp
   int64_t tp = 1, pp = 1, dp = 1;
   int64_t microbatch_size = 1, num_microbatches = 1;
-  std::string schedule;         // gpipe | 1f1b | interleaved | zb-h1 | pipedream
+  Schedule schedule = Schedule::k1F1B;
   int64_t interleave = 1;
-  std::string recompute = "none";  // none | selective | full
+  Recompute recompute = Recompute::kNone;
   int64_t zero_stage = 0;
   bool p2p_overlap = false;     // stage sends hidden behind compute (else the sender waits for them)
   double usable_memory_bytes = 0;

@@ -68,4 +68,11 @@ std::string ActionToString(const Action& a);
 std::string ActionsToString(const std::vector<Action>& actions);
 [[nodiscard]] Status ParseActions(std::string_view text, std::vector<Action>* out);
 
+// The actions of microbatches [first, end) in program order, each AR and OPT
+// kept with the backward it follows (the asynchronous schedule's per-backward
+// update; a program's leading AR / OPT, before any microbatch, is dropped).
+// A shorter or resumed PipeDream run executes this sub-sequence of the run's
+// program (dp_solver/programs.h says why it stays deadlock-free).
+std::vector<Action> ActionsOfMicrobatches(const std::vector<Action>& actions, int64_t first, int64_t end);
+
 }  // namespace planner

@@ -84,5 +84,13 @@ expect "no peak for dtype" 2 "nofp16.yaml: cluster 'no-fp16' has no peak for dty
 expect "replication mismatch" 2 "--replication 3-1: the replicas sum to 4 TP groups but tp=1 makes 2" -- $PLANNER solve --gpus 2 --model $M/tiny-gpt.yaml --cluster $C/local-cpu.yaml --replication 3-1
 expect "microbatch zero" 2 "--microbatch 0: every value must be at least 1" -- $PLANNER solve --gpus 2 --model $M/tiny-gpt.yaml --cluster $C/local-cpu.yaml --microbatch 0
 expect "divisibility cause" 3 "(tp=1 pp=1: the global batch 3 is not a multiple of microbatch 2 x data-parallel 2)" -- $PLANNER solve --gpus 2 --model $M/tiny-gpt.yaml --cluster $C/local-cpu.yaml --global-batch 3 --microbatch 2
+# planner inspect LAUNCH/launch.yaml --rank N: a rank's program with its peers resolved.
+expect "solve pp2" 0 "configuration: tp-pp-dp 1-2-1" -- $PLANNER solve --gpus 2 --model $M/tiny-gpt.yaml --cluster $C/local-cpu.yaml --pp 2 -o pp2.plan.yaml
+expect "codegen pp2" 0 "wrote L2/: 2 ranks" -- $PLANNER codegen pp2.plan.yaml -o L2 --iterations 2
+expect "inspect rank" 0 "receive the activation entering stage 1, microbatch 0 from rank 0" -- $PLANNER inspect L2/launch.yaml --rank 1
+expect "inspect rank send" 0 "SA0.0        send the activation leaving stage 0, microbatch 0 to rank 1" -- $PLANNER inspect L2 --rank 0
+expect "inspect rank opt" 0 "optimizer step" -- $PLANNER inspect L2/launch.yaml --rank 0
+expect "inspect rank range" 2 "--rank 2: L2/launch.yaml has ranks 0..1" -- $PLANNER inspect L2/launch.yaml --rank 2
+expect "inspect launch without rank" 2 "L2/launch.yaml is a launch plan; add --rank N" -- $PLANNER inspect L2/launch.yaml
 echo "cli: $pass passed, $fail failed"
 [ "$fail" = 0 ]

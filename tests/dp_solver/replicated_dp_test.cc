@@ -224,7 +224,7 @@ TEST_CASE("auto mode ranks per-stage replication: VGG-16 on PipeDream's cluster 
   o.schedules = {Schedule::kPipeDream};
   Plan p;
   REQUIRE_OK(SolveAuto(src, o, &p));
-  CHECK(p.schedule == "pipedream");
+  CHECK(p.schedule == Schedule::kPipeDream);
   CHECK(p.pp >= 2);
   int64_t sum = 0;
   bool uneven = false;

@@ -185,7 +185,7 @@ fi
 # all three written, each marked; the solver times the gradient all-reduce on the 5 ms one and
 # tensor-parallel all-reduces on the warm one (its note says so).
 if timeout 60 mpirun --oversubscribe -np 2 $PLANNER -q profile --comm --cache warm,cold --gap-ms 0,5 --collectives all_reduce \
-    --min-bytes 64K --max-bytes 2M --iterations 3 -o gap.yaml >/dev/null 2>gap.err; then
+    --min-bytes 64K --max-bytes 2M --iterations 10 -o gap.yaml >/dev/null 2>gap.err; then
   if [ "$(grep -c 'collective: all_reduce' gap.yaml)" = 3 ] && [ "$(grep -c 'cache: cold, gap_s: 0.005,' gap.yaml)" = 1 ] \
     && [ "$(grep -c 'cache: warm,' gap.yaml)" = 1 ] \
     && $PLANNER solve --gpus 2 --pp 1 --model $M/tiny-gpt.yaml --cluster $C/local-cpu.yaml --comm-profile gap.yaml -o gap.plan.yaml 2>&1 \
