@@ -14,8 +14,14 @@ ReplicatedCoster::ReplicatedCoster(const CostTable& table, const ClusterSpec& cl
     : table_(table), o_(o) {
   // Offsets and replica counts move in units of worker_unit workers.
   unit_ = std::max<int64_t>(1, o.worker_unit);
-  const int64_t w = o.workers / unit_;
-  units_ = w;
+  units_ = o.workers / unit_;
+  PrecomputeCommunication(cluster);
+  BuildMaxOutTable();
+  hbm_ = cluster.hbm_bandwidth_GBps * 1e9 * cluster.hbm_efficiency;
+}
+
+void ReplicatedCoster::PrecomputeCommunication(const ClusterSpec& cluster) {
+  const int64_t w = units_;
   const size_t cells = static_cast<size_t>(w * (w + 1));
   ar_alpha_.assign(cells, 0.0);
   ar_beta_.assign(cells, 0.0);
@@ -27,27 +33,29 @@ ReplicatedCoster::ReplicatedCoster(const CostTable& table, const ClusterSpec& cl
       const size_t k = static_cast<size_t>(ou * (w + 1) + ru);
       const int64_t off = ou * unit_, r = ru * unit_;
       if (r > 1) {
-        auto spread = GroupSpreadAt(cluster, off * o.tp, r, o.tp);
+        auto spread = GroupSpreadAt(cluster, off * o_.tp, r, o_.tp);
         ar_alpha_[k] = AllReduceSeconds(cluster, 0.0, spread, AllReduceUse::kGradient);
         ar_beta_[k] = (AllReduceSeconds(cluster, 1e9, spread, AllReduceUse::kGradient) - ar_alpha_[k]) / 1e9;
       }
-      if (off + r < o.workers) {
-        double a = P2PSeconds(cluster, 1e-300, off * o.tp, (off + r) * o.tp);
+      if (off + r < o_.workers) {
+        double a = P2PSeconds(cluster, 1e-300, off * o_.tp, (off + r) * o_.tp);
         p2p_alpha_[k] = a;
-        p2p_beta_[k] = (P2PSeconds(cluster, 1e9, off * o.tp, (off + r) * o.tp) - a) / 1e9;
+        p2p_beta_[k] = (P2PSeconds(cluster, 1e9, off * o_.tp, (off + r) * o_.tp) - a) / 1e9;
       }
     }
   }
-  // Sparse table for range maxima of the output bytes (working memory).
-  const size_t n = table.rows.size();
+}
+
+// Sparse table for range maxima of the output bytes (working memory).
+void ReplicatedCoster::BuildMaxOutTable() {
+  const size_t n = table_.rows.size();
   max_out_.emplace_back(n);
-  for (size_t i = 0; i < n; ++i) max_out_[0][i] = table.rows[i].out_bytes;
+  for (size_t i = 0; i < n; ++i) max_out_[0][i] = table_.rows[i].out_bytes;
   for (size_t lg = 1; (size_t{1} << lg) <= n; ++lg) {
     const size_t half = size_t{1} << (lg - 1);
     max_out_.emplace_back(n - (size_t{1} << lg) + 1);
     for (size_t i = 0; i + (size_t{1} << lg) <= n; ++i) max_out_[lg][i] = std::max(max_out_[lg - 1][i], max_out_[lg - 1][i + half]);
   }
-  hbm_ = cluster.hbm_bandwidth_GBps * 1e9 * cluster.hbm_efficiency;
 }
 
 double ReplicatedCoster::MaxOutBytes(int64_t a, int64_t e) const {
@@ -87,6 +95,165 @@ bool ReplicatedCoster::Cost(int64_t a, int64_t e, int64_t offset, int64_t r, Rep
   return o_.usable_bytes <= 0 || s.peak_memory_bytes <= o_.usable_bytes;
 }
 
+namespace {
+
+constexpr double kInf = std::numeric_limits<double>::infinity();
+
+// Fixed replica vector: min-max over boundaries only. best[s][j]: stages
+// 0..s-1 hold layers [0, j); stage s starts at worker offsets[s].
+class ForcedReplicationDp {
+ public:
+  ForcedReplicationDp(const ReplicatedCoster& coster, const std::vector<int64_t>& forced, int64_t layers)
+      : coster_(coster), forced_(forced), layers_(layers), S_(static_cast<int64_t>(forced.size())),
+        best_(static_cast<size_t>(S_ + 1), std::vector<double>(static_cast<size_t>(layers + 1), kInf)),
+        arg_(static_cast<size_t>(S_ + 1), std::vector<int64_t>(static_cast<size_t>(layers + 1), -1)) {}
+
+  void Fill() {
+    best_[0][0] = 0;
+    int64_t offset = 0;
+    for (int64_t sidx = 0; sidx < S_; ++sidx) {
+      offsets_.push_back(offset);
+      for (int64_t j = sidx + 1; j <= layers_; ++j) {
+        for (int64_t i = sidx; i < j; ++i) Relax(sidx, i, j, offset);
+      }
+      offset += forced_[static_cast<size_t>(sidx)];
+    }
+  }
+
+  bool Feasible() const { return best_[static_cast<size_t>(S_)][static_cast<size_t>(layers_)] < kInf; }
+
+  ReplicatedResult Backtrack() const {
+    ReplicatedResult res;
+    res.bottleneck_s = best_[static_cast<size_t>(S_)][static_cast<size_t>(layers_)];
+    for (int64_t sidx = S_, j = layers_; sidx > 0; --sidx) {
+      int64_t i = arg_[static_cast<size_t>(sidx)][static_cast<size_t>(j)];
+      ReplicatedStage x;
+      coster_.Cost(i, j, offsets_[static_cast<size_t>(sidx - 1)], forced_[static_cast<size_t>(sidx - 1)], &x);
+      res.stages.push_back(x);
+      j = i;
+    }
+    std::reverse(res.stages.begin(), res.stages.end());
+    return res;
+  }
+
+ private:
+  // Stage sidx holds layers [i, j) after the best split of [0, i).
+  void Relax(int64_t sidx, int64_t i, int64_t j, int64_t offset) {
+    const double prev = best_[static_cast<size_t>(sidx)][static_cast<size_t>(i)];
+    if (!(prev < kInf)) return;
+    ReplicatedStage x;
+    if (!coster_.Cost(i, j, offset, forced_[static_cast<size_t>(sidx)], &x)) return;
+    double v = std::max(prev, x.seconds);
+    if (v < best_[static_cast<size_t>(sidx + 1)][static_cast<size_t>(j)]) {
+      best_[static_cast<size_t>(sidx + 1)][static_cast<size_t>(j)] = v;
+      arg_[static_cast<size_t>(sidx + 1)][static_cast<size_t>(j)] = i;
+    }
+  }
+
+  const ReplicatedCoster& coster_;
+  const std::vector<int64_t>& forced_;
+  int64_t layers_, S_;
+  std::vector<std::vector<double>> best_;
+  std::vector<std::vector<int64_t>> arg_;
+  std::vector<int64_t> offsets_;
+};
+
+Status SolveForced(const CostTable& table, const ReplicatedCoster& coster, const ReplicatedOptions& o,
+                   ReplicatedResult* out) {
+  const int64_t layers = static_cast<int64_t>(table.rows.size());
+  const int64_t S = static_cast<int64_t>(o.forced.size());
+  int64_t sum = 0;
+  for (int64_t r : o.forced) sum += r;
+  if (sum != o.workers || S > layers) {
+    return Status::InvalidArgument(fmt::format("replication {}: the replicas sum to {} but there are {} workers (or more stages than {} layers)",
+                                               S, sum, o.workers, layers));
+  }
+  ForcedReplicationDp dp(coster, o.forced, layers);
+  dp.Fill();
+  if (!dp.Feasible()) {
+    return Status::Infeasible(fmt::format("replication with {} stages does not fit in {:.1f} GiB", S, o.usable_bytes / kGiB));
+  }
+  *out = dp.Backtrack();
+  return Status::OK();
+}
+
+// Free replication: opt[j][k] is the best bottleneck placing layers [0, j)
+// on the first k units; the last stage [i, j) takes r of them.
+class FreeReplicationDp {
+ public:
+  FreeReplicationDp(const CostTable& table, const ReplicatedCoster& coster, const ReplicatedOptions& o, int64_t unit,
+                    int64_t units)
+      : table_(table), coster_(coster), o_(o), layers_(static_cast<int64_t>(table.rows.size())), unit_(unit),
+        units_(units), cols_(static_cast<size_t>(units + 1)), opt_(static_cast<size_t>(layers_ + 1) * cols_, kInf),
+        arg_i_(opt_.size(), -1), arg_r_(opt_.size(), -1) {}
+
+  void Fill() {
+    opt_[At(0, 0)] = 0;
+    for (int64_t j = 1; j <= layers_; ++j) {
+      for (int64_t k = 1; k <= units_; ++k) FillCell(j, k);
+    }
+  }
+
+  bool Feasible() const { return opt_[At(layers_, units_)] < kInf; }
+
+  ReplicatedResult Backtrack() const {
+    ReplicatedStage st;
+    ReplicatedResult res;
+    res.bottleneck_s = opt_[At(layers_, units_)];
+    for (int64_t j = layers_, k = units_; j > 0;) {
+      int64_t i = arg_i_[At(j, k)], r = arg_r_[At(j, k)];
+      coster_.Cost(i, j, (k - r) * unit_, r * unit_, &st);
+      res.stages.push_back(st);
+      j = i;
+      k -= r;
+    }
+    std::reverse(res.stages.begin(), res.stages.end());
+    return res;
+  }
+
+ private:
+  size_t At(int64_t j, int64_t k) const { return static_cast<size_t>(j) * cols_ + static_cast<size_t>(k); }
+
+  void FillCell(int64_t j, int64_t k) {
+    double best = kInf;
+    int32_t bi = -1, br = -1;
+    ReplicatedStage st;
+    for (int64_t i = j - 1; i >= 0; --i) {
+      if (table_.Time(i, j) / static_cast<double>(k * unit_) >= best) break;  // grows as i falls
+      // Replication does not shard model state: once the states alone
+      // overflow, no longer stage fits either.
+      if (o_.usable_bytes > 0 && table_.Params(i, j) * o_.state_bytes_per_param > o_.usable_bytes) break;
+      // Every stage before needs at least one unit.
+      for (int64_t r = 1; r <= k - (i > 0 ? 1 : 0); ++r) {
+        const double prev = opt_[At(i, k - r)];
+        if (!(prev < best)) continue;
+        // Cheap bound first: compute alone over the replicas.
+        if (table_.Time(i, j) / static_cast<double>(r * unit_) >= best) continue;
+        if (!coster_.Cost(i, j, (k - r) * unit_, r * unit_, &st)) continue;
+        double v = std::max(prev, st.seconds);
+        if (v < best) {
+          best = v;
+          bi = static_cast<int32_t>(i);
+          br = static_cast<int32_t>(r);
+        }
+      }
+    }
+    opt_[At(j, k)] = best;
+    arg_i_[At(j, k)] = bi;
+    arg_r_[At(j, k)] = br;
+  }
+
+  const CostTable& table_;
+  const ReplicatedCoster& coster_;
+  const ReplicatedOptions& o_;
+  int64_t layers_, unit_, units_;
+  size_t cols_;
+  std::vector<double> opt_;
+  std::vector<int32_t> arg_i_, arg_r_;
+};
+
+}  // namespace
+
 Status SolveReplicated(const CostTable& table, const ClusterSpec& cluster, const ReplicatedOptions& o,
                        ReplicatedResult* out) {
   const int64_t layers = static_cast<int64_t>(table.rows.size());
@@ -94,107 +261,15 @@ Status SolveReplicated(const CostTable& table, const ClusterSpec& cluster, const
   if (o.workers < 1 || o.workers % unit != 0 || layers < 1) {
     return Status::InvalidArgument("replicated DP: workers must be a positive multiple of the worker unit");
   }
-  const int64_t units = o.workers / unit;
   ReplicatedCoster coster(table, cluster, o);
-  if (!o.forced.empty()) {
-    // Fixed replica vector: min-max over boundaries only. best[s][j]: stages 0..s-1 hold layers [0, j).
-    const int64_t S = static_cast<int64_t>(o.forced.size());
-    int64_t sum = 0;
-    for (int64_t r : o.forced) sum += r;
-    if (sum != o.workers || S > layers) {
-      return Status::InvalidArgument(fmt::format("replication {}: the replicas sum to {} but there are {} workers (or more stages than {} layers)",
-                                                 S, sum, o.workers, layers));
-    }
-    constexpr double kInf2 = std::numeric_limits<double>::infinity();
-    std::vector<std::vector<double>> best(static_cast<size_t>(S + 1), std::vector<double>(static_cast<size_t>(layers + 1), kInf2));
-    std::vector<std::vector<int64_t>> arg(static_cast<size_t>(S + 1), std::vector<int64_t>(static_cast<size_t>(layers + 1), -1));
-    best[0][0] = 0;
-    int64_t offset = 0;
-    std::vector<int64_t> offsets;
-    for (int64_t sidx = 0; sidx < S; ++sidx) {
-      offsets.push_back(offset);
-      for (int64_t j = sidx + 1; j <= layers; ++j) {
-        for (int64_t i = sidx; i < j; ++i) {
-          if (!(best[static_cast<size_t>(sidx)][static_cast<size_t>(i)] < kInf2)) continue;
-          ReplicatedStage x;
-          if (!coster.Cost(i, j, offset, o.forced[static_cast<size_t>(sidx)], &x)) continue;
-          double v = std::max(best[static_cast<size_t>(sidx)][static_cast<size_t>(i)], x.seconds);
-          if (v < best[static_cast<size_t>(sidx + 1)][static_cast<size_t>(j)]) {
-            best[static_cast<size_t>(sidx + 1)][static_cast<size_t>(j)] = v;
-            arg[static_cast<size_t>(sidx + 1)][static_cast<size_t>(j)] = i;
-          }
-        }
-      }
-      offset += o.forced[static_cast<size_t>(sidx)];
-    }
-    if (!(best[static_cast<size_t>(S)][static_cast<size_t>(layers)] < kInf2)) {
-      return Status::Infeasible(fmt::format("replication with {} stages does not fit in {:.1f} GiB", S, o.usable_bytes / kGiB));
-    }
-    ReplicatedResult res;
-    res.bottleneck_s = best[static_cast<size_t>(S)][static_cast<size_t>(layers)];
-    for (int64_t sidx = S, j = layers; sidx > 0; --sidx) {
-      int64_t i = arg[static_cast<size_t>(sidx)][static_cast<size_t>(j)];
-      ReplicatedStage x;
-      coster.Cost(i, j, offsets[static_cast<size_t>(sidx - 1)], o.forced[static_cast<size_t>(sidx - 1)], &x);
-      res.stages.push_back(x);
-      j = i;
-    }
-    std::reverse(res.stages.begin(), res.stages.end());
-    *out = std::move(res);
-    return Status::OK();
-  }
-  constexpr double kInf = std::numeric_limits<double>::infinity();
-  // opt[j][k]: best bottleneck placing layers [0, j) on the first k units.
-  const size_t cols = static_cast<size_t>(units + 1);
-  std::vector<double> opt(static_cast<size_t>(layers + 1) * cols, kInf);
-  std::vector<int32_t> arg_i(opt.size(), -1), arg_r(opt.size(), -1);
-  auto at = [&](int64_t j, int64_t k) -> size_t { return static_cast<size_t>(j) * cols + static_cast<size_t>(k); };
-  opt[at(0, 0)] = 0;
-  ReplicatedStage st;
-  for (int64_t j = 1; j <= layers; ++j) {
-    for (int64_t k = 1; k <= units; ++k) {
-      double best = kInf;
-      int32_t bi = -1, br = -1;
-      for (int64_t i = j - 1; i >= 0; --i) {
-        if (table.Time(i, j) / static_cast<double>(k * unit) >= best) break;  // grows as i falls
-        // Replication does not shard model state: once the states alone
-        // overflow, no longer stage fits either.
-        if (o.usable_bytes > 0 && table.Params(i, j) * o.state_bytes_per_param > o.usable_bytes) break;
-        // Every stage before needs at least one unit.
-        for (int64_t r = 1; r <= k - (i > 0 ? 1 : 0); ++r) {
-          const double prev = opt[at(i, k - r)];
-          if (!(prev < best)) continue;
-          // Cheap bound first: compute alone over the replicas.
-          if (table.Time(i, j) / static_cast<double>(r * unit) >= best) continue;
-          if (!coster.Cost(i, j, (k - r) * unit, r * unit, &st)) continue;
-          double v = std::max(prev, st.seconds);
-          if (v < best) {
-            best = v;
-            bi = static_cast<int32_t>(i);
-            br = static_cast<int32_t>(r);
-          }
-        }
-      }
-      opt[at(j, k)] = best;
-      arg_i[at(j, k)] = bi;
-      arg_r[at(j, k)] = br;
-    }
-  }
-  if (!(opt[at(layers, units)] < kInf)) {
+  if (!o.forced.empty()) return SolveForced(table, coster, o, out);
+  FreeReplicationDp dp(table, coster, o, unit, o.workers / unit);
+  dp.Fill();
+  if (!dp.Feasible()) {
     return Status::Infeasible(fmt::format("no per-stage replication of {} layers over {} workers fits in {:.1f} GiB",
                                           layers, o.workers, o.usable_bytes / kGiB));
   }
-  ReplicatedResult res;
-  res.bottleneck_s = opt[at(layers, units)];
-  for (int64_t j = layers, k = units; j > 0;) {
-    int64_t i = arg_i[at(j, k)], r = arg_r[at(j, k)];
-    coster.Cost(i, j, (k - r) * unit, r * unit, &st);
-    res.stages.push_back(st);
-    j = i;
-    k -= r;
-  }
-  std::reverse(res.stages.begin(), res.stages.end());
-  *out = std::move(res);
+  *out = dp.Backtrack();
   return Status::OK();
 }
 

@@ -61,6 +61,8 @@ class ReplicatedCoster {
   bool Cost(int64_t a, int64_t e, int64_t offset, int64_t replicas, ReplicatedStage* out) const;
 
  private:
+  void PrecomputeCommunication(const ClusterSpec& cluster);  // ar_* and p2p_* per (offset, replicas)
+  void BuildMaxOutTable();                                   // max_out_
   double MaxOutBytes(int64_t a, int64_t e) const;  // layers [a, e), e > a
   size_t Index(int64_t offset, int64_t r) const {
     return static_cast<size_t>((offset / unit_) * (units_ + 1) + r / unit_);

@@ -178,6 +178,84 @@ class Engine {
   SimResult r_;
 };
 
+// ZB-H1 by list scheduling: device r keeps at most p - r microbatches
+// between F and B and at most r deferred W; priority B > F > W.
+class ZbH1Scheduler {
+ public:
+  ZbH1Scheduler(int64_t p, int64_t m)
+      : p_(p), m_(m), nf_(static_cast<size_t>(p), 0), nb_(static_cast<size_t>(p), 0), nw_(static_cast<size_t>(p), 0) {}
+
+  Status Run(Engine* eng) {
+    int64_t done = 0, total = 3 * p_ * m_;
+    while (done < total) {
+      // The device that can start something earliest acts next.
+      int64_t best_dev = -1;
+      Choice best{0, kInf};
+      for (int64_t d = 0; d < p_; ++d) {
+        const Choice c = Choose(*eng, d);
+        if (c.kind != 0 && c.start < best.start) {
+          best = c;
+          best_dev = d;
+        }
+      }
+      if (best_dev < 0) return Status::Internal("ZB-H1 simulation found no runnable operation");
+      size_t du = static_cast<size_t>(best_dev);
+      int64_t& counter = best.kind == 'F' ? nf_[du] : (best.kind == 'B' ? nb_[du] : nw_[du]);
+      eng->Run(best_dev, best.kind, best_dev, counter, best.start);
+      ++counter;
+      ++done;
+    }
+    return Status::OK();
+  }
+
+ private:
+  struct Choice {
+    char kind;  // 0: nothing runnable on the device
+    double start;
+  };
+
+  // Device d's next operation: the highest-priority candidate ready when the
+  // device is free; else the earliest ready one.
+  Choice Choose(const Engine& eng, int64_t d) const {
+    size_t du = static_cast<size_t>(d);
+    double fa = eng.FreeAt(d);
+    struct Cand { char kind; double ready; };
+    Cand cands[3];
+    int nc = 0;
+    if (nb_[du] < m_ && nb_[du] - nw_[du] < d + 1 && nb_[du] < nf_[du]) cands[nc++] = {'B', eng.BReady(d, nb_[du])};
+    if (nf_[du] < m_ && nf_[du] - nb_[du] < p_ - d) cands[nc++] = {'F', eng.FReady(d, nf_[du])};
+    if (nw_[du] < nb_[du]) cands[nc++] = {'W', eng.BEnd(d, nw_[du])};
+    for (int c = 0; c < nc; ++c) {
+      if (cands[c].ready <= fa) return {cands[c].kind, fa};
+    }
+    Choice earliest{0, kInf};
+    for (int c = 0; c < nc; ++c) {
+      if (cands[c].ready < earliest.start) earliest = {cands[c].kind, cands[c].ready};
+    }
+    return earliest;
+  }
+
+  int64_t p_, m_;
+  std::vector<int64_t> nf_, nb_, nw_;  // per device: F, B and W done
+};
+
+// PipeDream's asynchronous 1F1B on one replica of a stage: its microbatches
+// (every r-th from k), in_flight - 1 forwards first, then one F one B.
+std::vector<Op> ReplicaOrder(int32_t stage, int64_t k, int64_t r, int64_t in_flight, int64_t m) {
+  std::vector<int32_t> mbs;
+  for (int64_t j = k; j < m; j += r) mbs.push_back(static_cast<int32_t>(j));
+  const int64_t n = static_cast<int64_t>(mbs.size());
+  const int64_t warm = std::min(in_flight - 1, n);
+  std::vector<Op> ord;
+  for (int64_t i = 0; i < warm; ++i) ord.push_back({'F', stage, mbs[static_cast<size_t>(i)]});
+  for (int64_t i = 0; i < n - warm; ++i) {
+    ord.push_back({'F', stage, mbs[static_cast<size_t>(warm + i)]});
+    ord.push_back({'B', stage, mbs[static_cast<size_t>(i)]});
+  }
+  for (int64_t i = n - warm; i < n; ++i) ord.push_back({'B', stage, mbs[static_cast<size_t>(i)]});
+  return ord;
+}
+
 }  // namespace
 
 Status SimulateSchedule(Schedule s, const std::vector<SimStage>& st, int64_t p, int64_t m, bool record, SimResult* out) {
@@ -195,48 +273,7 @@ Status SimulateSchedule(Schedule s, const std::vector<SimStage>& st, int64_t p, 
   if (!split_w) {
     PLANNER_RETURN_IF_ERROR(eng.RunOrders(BuildOrders(s, p, v, m)));
   } else {
-    // ZB-H1 by list scheduling: device r keeps at most p - r microbatches
-    // between F and B and at most r deferred W; priority B > F > W.
-    std::vector<int64_t> nf(static_cast<size_t>(p), 0), nb(static_cast<size_t>(p), 0), nw(static_cast<size_t>(p), 0);
-    int64_t done = 0, total = 3 * p * m;
-    while (done < total) {
-      // The device that can start something earliest acts next.
-      int64_t best_dev = -1;
-      char best_kind = 0;
-      double best_start = kInf;
-      for (int64_t d = 0; d < p; ++d) {
-        size_t du = static_cast<size_t>(d);
-        double fa = eng.FreeAt(d);
-        struct Cand { char kind; double ready; };
-        Cand cands[3];
-        int nc = 0;
-        if (nb[du] < m && nb[du] - nw[du] < d + 1 && nb[du] < nf[du]) cands[nc++] = {'B', eng.BReady(d, nb[du])};
-        if (nf[du] < m && nf[du] - nb[du] < p - d) cands[nc++] = {'F', eng.FReady(d, nf[du])};
-        if (nw[du] < nb[du]) cands[nc++] = {'W', eng.BEnd(d, nw[du])};
-        // The highest-priority candidate ready when the device is free; else the earliest ready one.
-        double start = kInf;
-        char kind = 0;
-        for (int c = 0; c < nc; ++c) {
-          if (cands[c].ready <= fa) { start = fa; kind = cands[c].kind; break; }
-        }
-        if (kind == 0) {
-          for (int c = 0; c < nc; ++c) {
-            if (cands[c].ready < start) { start = cands[c].ready; kind = cands[c].kind; }
-          }
-        }
-        if (kind != 0 && start < best_start) {
-          best_start = start;
-          best_dev = d;
-          best_kind = kind;
-        }
-      }
-      if (best_dev < 0) return Status::Internal("ZB-H1 simulation found no runnable operation");
-      size_t du = static_cast<size_t>(best_dev);
-      int64_t& counter = best_kind == 'F' ? nf[du] : (best_kind == 'B' ? nb[du] : nw[du]);
-      eng.Run(best_dev, best_kind, best_dev, counter, best_start);
-      ++counter;
-      ++done;
-    }
+    PLANNER_RETURN_IF_ERROR(ZbH1Scheduler(p, m).Run(&eng));
   }
   *out = eng.Finish();
   return Status::OK();
@@ -252,20 +289,7 @@ Status SimulateReplicated(const std::vector<SimStage>& st, const std::vector<int
   for (size_t q = 0; q < stages; ++q) {
     const int64_t r = replicas[q];
     if (r < 1 || in_flight[q] < 1) return Status::InvalidArgument("replicas and in-flight counts must be positive");
-    for (int64_t k = 0; k < r; ++k) {
-      std::vector<int32_t> mbs;
-      for (int64_t j = k; j < m; j += r) mbs.push_back(static_cast<int32_t>(j));
-      const int64_t n = static_cast<int64_t>(mbs.size());
-      const int64_t warm = std::min(in_flight[q] - 1, n);
-      std::vector<Op> ord;
-      for (int64_t i = 0; i < warm; ++i) ord.push_back({'F', static_cast<int32_t>(q), mbs[static_cast<size_t>(i)]});
-      for (int64_t i = 0; i < n - warm; ++i) {
-        ord.push_back({'F', static_cast<int32_t>(q), mbs[static_cast<size_t>(warm + i)]});
-        ord.push_back({'B', static_cast<int32_t>(q), mbs[static_cast<size_t>(i)]});
-      }
-      for (int64_t i = n - warm; i < n; ++i) ord.push_back({'B', static_cast<int32_t>(q), mbs[static_cast<size_t>(i)]});
-      orders.push_back(std::move(ord));
-    }
+    for (int64_t k = 0; k < r; ++k) orders.push_back(ReplicaOrder(static_cast<int32_t>(q), k, r, in_flight[q], m));
   }
   Engine eng(st, static_cast<int64_t>(orders.size()), m, false, record);
   PLANNER_RETURN_IF_ERROR(eng.RunOrders(orders));
