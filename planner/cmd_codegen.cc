@@ -25,9 +25,10 @@ struct CodegenArgs {
 // The model file named by the plan: as written, else next to the plan.
 std::string ResolveModel(const std::string& plan_path, const std::string& model_path) {
   namespace fs = std::filesystem;
-  if (model_path.empty() || fs::exists(model_path)) return model_path;
+  std::error_code ec;  // a path that cannot be examined counts as absent; reading it later names the error
+  if (model_path.empty() || fs::exists(model_path, ec)) return model_path;
   fs::path alt = fs::path(plan_path).parent_path() / model_path;
-  return fs::exists(alt) ? alt.string() : model_path;
+  return fs::exists(alt, ec) ? alt.string() : model_path;
 }
 
 }  // namespace

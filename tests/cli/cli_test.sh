@@ -69,5 +69,27 @@ kill -INT $pid
 wait $pid
 rc=$?
 if [ "$rc" = 130 ] && [ ! -e gpt2.profile.yaml ] && grep -qF "interrupted by Ctrl-C; no profile written" int.txt; then pass=$((pass+1)); else echo "FAIL ctrl-c: rc=$rc"; cat int.txt | tail -2; fail=$((fail+1)); fi
+
+# ---- Errors mean what they say: no exception escapes except as one "planner: error:" line ----
+mkdir -p errs && cd errs
+ln -s loop loop            # a symbolic link to itself: every look-up through it fails with ELOOP
+ln -s configs configs
+expect "default cluster behind a link loop" 0 "configuration: tp-pp-dp" -- $PLANNER solve --gpus 1 --model $M/tiny-gpt.yaml
+expect "inspect a link loop" 2 "planner: error: loop: cannot open file (Too many levels of symbolic links); check the path" -- $PLANNER inspect loop
+expect "model is a directory" 2 "planner: error: $M: is a directory; give the path of a file" -- $PLANNER solve --gpus 1 --model $M --cluster $C/local-cpu.yaml
+mkdir -p run
+printf 'report\n' > run/report.md
+printf 'iteration,loss,iteration_seconds\n1,2.5,0.1\n2,x,0.1\n' > run/metrics.csv
+expect "malformed number in metrics.csv" 2 "planner: error: run/metrics.csv:3: field 'loss': must be a number, got 'x'" -- $PLANNER inspect run
+printf 'iteration,loss,iteration_seconds\n1,2.5,0.1\n' > run/metrics.csv
+printf '{"traceEvents": [\n {"ph": "X", "pid": "a", "name": "F0", "ts": 1, "dur": 2}]}\n' > run/trace.json
+expect "malformed number in trace.json" 2 "planner: error: run/trace.json:2: field 'traceEvents[0].pid': must be an integer, got 'a'" -- $PLANNER inspect run
+if [ -w /dev/full ]; then  # a result that cannot be written to stdout is exit 1, not 0
+  $PLANNER solve --gpus 1 --model $M/tiny-gpt.yaml --cluster $C/local-cpu.yaml >/dev/full 2>err.txt
+  rc=$?
+  if [ $rc = 1 ] && [ "$(cat err.txt)" = "planner: error: standard output: write failed: No space left on device" ]; then pass=$((pass+1)); else echo "FAIL stdout full: rc=$rc $(cat err.txt)"; fail=$((fail+1)); fi
+fi
+cd ..
+# ---- end of the error checks ----
 echo "cli: $pass passed, $fail failed"
 [ "$fail" = 0 ]
