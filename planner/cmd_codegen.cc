@@ -1,6 +1,5 @@
 // planner codegen PLAN -o DIR: launch.yaml, run.sh, slurm.sbatch, megatron.args, deepspeed/, torch_pipelining.py
 #include <filesystem>
-#include <fstream>
 
 #include <fmt/format.h>
 
@@ -94,14 +93,11 @@ Runner RegisterCodegen(CLI::App& app, const std::string& self) {
     PLANNER_RETURN_IF_ERROR(GenerateLaunchFiles(plan, model, L, o, &files, &notes));
     files.emplace_back("model.yaml", model_text);
     namespace fs = std::filesystem;
-    std::error_code ec;
-    fs::create_directories(fs::path(a->output) / "deepspeed", ec);
-    if (ec) return Status::Unavailable(fmt::format("{}: cannot create the directory: {}", a->output, ec.message()));
+    PLANNER_RETURN_IF_ERROR(MakeDirectories(a->output));
+    PLANNER_RETURN_IF_ERROR(MakeDirectories((fs::path(a->output) / "deepspeed").string()));
     for (const auto& [name, text] : files) {
-      PLANNER_RETURN_IF_ERROR(WriteFileAtomic((fs::path(a->output) / name).string(), text));
-      if (name.size() > 3 && name.substr(name.size() - 3) == ".sh") {
-        fs::permissions(fs::path(a->output) / name, fs::perms::owner_exec | fs::perms::group_exec | fs::perms::others_exec, fs::perm_options::add, ec);
-      }
+      const bool script = name.size() > 3 && name.substr(name.size() - 3) == ".sh";
+      PLANNER_RETURN_IF_ERROR(WriteFileAtomic((fs::path(a->output) / name).string(), text, script ? 0755 : 0644));
     }
     for (const auto& n : notes) LogNote(n);
     LogNote(fmt::format("wrote {}/: {} ranks ({} per node), {} files; run it with: bash {}/run.sh", a->output, L.ranks.size(), L.gpus_per_node,

@@ -89,6 +89,21 @@ if [ -w /dev/full ]; then  # a result that cannot be written to stdout is exit 1
   rc=$?
   if [ $rc = 1 ] && [ "$(cat err.txt)" = "planner: error: standard output: write failed: No space left on device" ]; then pass=$((pass+1)); else echo "FAIL stdout full: rc=$rc $(cat err.txt)"; fail=$((fail+1)); fi
 fi
+# Every output goes through one writer: a path that cannot be used is exit 2, a failed write exit 1, both naming the path.
+expect "output in a missing directory" 2 "planner: error: no/such/p.yaml: cannot write the file: directory 'no/such' does not exist; create it first" -- $PLANNER solve --gpus 1 --model $M/tiny-gpt.yaml --cluster $C/local-cpu.yaml -o no/such/p.yaml
+expect "output is a directory" 2 "planner: error: run: exists and is not a regular file; write to a file path instead" -- $PLANNER solve --gpus 1 --model $M/tiny-gpt.yaml --cluster $C/local-cpu.yaml -o run
+if [ "$(id -u)" = 0 ] && [ -c /dev/null ]; then  # as root a rename over /dev/null would succeed: the writer must refuse it
+  expect "output is /dev/null" 2 "planner: error: /dev/null: exists and is not a regular file; write to a file path instead" -- $PLANNER solve --gpus 1 --model $M/tiny-gpt.yaml --cluster $C/local-cpu.yaml -o /dev/null
+  [ -c /dev/null ] && pass=$((pass+1)) || { echo "FAIL /dev/null is no longer a character device"; fail=$((fail+1)); }
+fi
+(ulimit -f 1; trap '' XFSZ; exec $PLANNER solve --gpus 1024 --model $M/gpt3-175b.yaml --cluster $C/dgx-a100.yaml -o big.yaml) >out.txt 2>err.txt
+rc=$?
+if [ $rc = 1 ] && [ "$(cat err.txt)" = "planner: error: big.yaml: write failed: File too large" ] && [ -z "$(ls | grep '^big\.yaml')" ]; then pass=$((pass+1)); else echo "FAIL failed write: rc=$rc $(cat err.txt) $(ls)"; fail=$((fail+1)); fi
+$PLANNER -q solve --gpus 1 --model $M/tiny-gpt.yaml --cluster $C/local-cpu.yaml -o p.yaml >/dev/null
+touch afile
+expect "codegen into a file" 2 "planner: error: afile: exists and is not a directory; choose another path" -- $PLANNER codegen p.yaml -o afile
+expect "codegen scripts are executable" 0 "wrote L/" -- $PLANNER codegen p.yaml -o L
+[ -x L/run.sh ] && pass=$((pass+1)) || { echo "FAIL L/run.sh is not executable"; fail=$((fail+1)); }
 cd ..
 # ---- end of the error checks ----
 echo "cli: $pass passed, $fail failed"
