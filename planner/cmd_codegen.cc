@@ -79,9 +79,17 @@ Runner RegisterCodegen(CLI::App& app, const std::string& self) {
     o.run.overlap_dp = a->overlap_dp;
     o.gpus_per_node = a->gpus_per_node;
     if (o.gpus_per_node == 0) {
-      ClusterSpec c;
-      std::string cp = ResolveModel(a->plan, plan.cluster_path);
-      o.gpus_per_node = (!cp.empty() && LoadClusterSpec(cp, &c).ok()) ? c.levels[0].size : 8;
+      // The plan's cluster file where it is still to be found (a broken one is an error), else 8.
+      const std::string cp = ResolveModel(a->plan, plan.cluster_path);
+      std::error_code ec;
+      if (!cp.empty() && std::filesystem::exists(cp, ec)) {
+        ClusterSpec c;
+        PLANNER_RETURN_IF_ERROR(LoadClusterSpec(cp, &c));
+        o.gpus_per_node = c.levels[0].size;
+      } else {
+        o.gpus_per_node = 8;
+        LogNote(fmt::format("8 ranks per node: the plan's cluster file '{}' is not here; choose with --gpus-per-node", plan.cluster_path));
+      }
     }
     LaunchPlan L;
     PLANNER_RETURN_IF_ERROR(BuildLaunchPlan(plan, model.digest, o, &L));

@@ -104,6 +104,11 @@ touch afile
 expect "codegen into a file" 2 "planner: error: afile: exists and is not a directory; choose another path" -- $PLANNER codegen p.yaml -o afile
 expect "codegen scripts are executable" 0 "wrote L/" -- $PLANNER codegen p.yaml -o L
 [ -x L/run.sh ] && pass=$((pass+1)) || { echo "FAIL L/run.sh is not executable"; fail=$((fail+1)); }
+# A plan whose cluster file is broken is an error, not a silent 8 ranks per node.
+cp $C/local-cpu.yaml c.yaml
+$PLANNER -q solve --gpus 1 --model $M/tiny-gpt.yaml --cluster c.yaml -o pc.yaml >/dev/null
+echo "junk: [" >> c.yaml
+expect "codegen with a broken cluster file" 2 "planner: error: c.yaml:" -- $PLANNER codegen pc.yaml -o L2
 cd ..
 # ---- end of the error checks ----
 echo "cli: $pass passed, $fail failed"
