@@ -30,6 +30,22 @@ std::string ResolveModel(const std::string& plan_path, const std::string& model_
   return fs::exists(alt, ec) ? alt.string() : model_path;
 }
 
+// Ranks per node from the plan's cluster file where it is still to be found
+// (a broken one is an error), else 8 with a note.
+Status PlanGpusPerNode(const std::string& plan_path, const Plan& plan, int64_t* out) {
+  const std::string cp = ResolveModel(plan_path, plan.cluster_path);
+  std::error_code ec;
+  if (!cp.empty() && std::filesystem::exists(cp, ec)) {
+    ClusterSpec c;
+    PLANNER_RETURN_IF_ERROR(LoadClusterSpec(cp, &c));
+    *out = c.levels[0].size;
+    return Status::OK();
+  }
+  *out = 8;
+  LogNote(fmt::format("8 ranks per node: the plan's cluster file '{}' is not here; choose with --gpus-per-node", plan.cluster_path));
+  return Status::OK();
+}
+
 }  // namespace
 
 Runner RegisterCodegen(CLI::App& app, const std::string& self) {
@@ -78,19 +94,7 @@ Runner RegisterCodegen(CLI::App& app, const std::string& self) {
     o.run.timeout_s = a->timeout_s;
     o.run.overlap_dp = a->overlap_dp;
     o.gpus_per_node = a->gpus_per_node;
-    if (o.gpus_per_node == 0) {
-      // The plan's cluster file where it is still to be found (a broken one is an error), else 8.
-      const std::string cp = ResolveModel(a->plan, plan.cluster_path);
-      std::error_code ec;
-      if (!cp.empty() && std::filesystem::exists(cp, ec)) {
-        ClusterSpec c;
-        PLANNER_RETURN_IF_ERROR(LoadClusterSpec(cp, &c));
-        o.gpus_per_node = c.levels[0].size;
-      } else {
-        o.gpus_per_node = 8;
-        LogNote(fmt::format("8 ranks per node: the plan's cluster file '{}' is not here; choose with --gpus-per-node", plan.cluster_path));
-      }
-    }
+    if (o.gpus_per_node == 0) PLANNER_RETURN_IF_ERROR(PlanGpusPerNode(a->plan, plan, &o.gpus_per_node));
     LaunchPlan L;
     PLANNER_RETURN_IF_ERROR(BuildLaunchPlan(plan, model.digest, o, &L));
     std::string plan_text;
