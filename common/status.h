@@ -31,7 +31,7 @@ enum ExitCode : int {
   kExitInterrupted = 130,
 };
 
-class Status {
+class [[nodiscard]] Status {
  public:
   Status() = default;
   static Status OK() { return Status(); }
