@@ -40,11 +40,13 @@ void AtomicFile::Discard() {
   tmp_.clear();
 }
 
-Status AtomicFile::Open(const std::string& path) {
+Status AtomicFile::Open(const std::string& path, unsigned mode) {
   Discard();
   path_ = path;
+  if (path.empty()) return Status::InvalidArgument("an empty output path; name a file");
   struct stat st {};
-  if (::stat(path.c_str(), &st) == 0 && !S_ISREG(st.st_mode)) {
+  const bool exists = ::stat(path.c_str(), &st) == 0;
+  if (exists && !S_ISREG(st.st_mode)) {
     return Status::InvalidArgument(fmt::format("{}: exists and is not a regular file; write to a file path instead", path));
   }
   const std::string dir = DirectoryOf(path);
@@ -52,12 +54,22 @@ Status AtomicFile::Open(const std::string& path) {
   if (::stat(dir.c_str(), &dst) != 0 || !S_ISDIR(dst.st_mode)) {
     return Status::NotFound(fmt::format("{}: cannot write the file: directory '{}' does not exist; create it first", path, dir));
   }
-  tmp_ = TemporaryName(path);
-  fd_ = ::open(tmp_.c_str(), O_WRONLY | O_CREAT | O_EXCL | O_CLOEXEC, 0644);
+  // A temporary left by a process that died with the same pid holds its name: take the next.
+  for (int attempt = 0; attempt < 100 && fd_ < 0; ++attempt) {
+    tmp_ = TemporaryName(path);
+    fd_ = ::open(tmp_.c_str(), O_WRONLY | O_CREAT | O_EXCL | O_CLOEXEC, static_cast<mode_t>(mode & 07777));
+    if (fd_ < 0 && errno != EEXIST) break;
+  }
   if (fd_ < 0) {
     const int e = errno;
     tmp_.clear();
     return Status::Unavailable(fmt::format("{}: cannot write the file: {}", path, ErrnoText(e)));
+  }
+  // The replacement keeps the permissions of the file it replaces (plus the execute bits asked for).
+  if (exists && ::fchmod(fd_, static_cast<mode_t>((st.st_mode & 07777) | (mode & 0111))) != 0) {
+    const int e = errno;
+    Discard();
+    return Status::Unavailable(fmt::format("{}: cannot set the permissions of the new file: {}", path, ErrnoText(e)));
   }
   return Status::OK();
 }
@@ -116,18 +128,27 @@ Status AtomicFile::Commit() {
   return Status::OK();
 }
 
-Status WriteFileAtomic(const std::string& path, std::string_view text) {
+Status WriteFileAtomic(const std::string& path, std::string_view text, unsigned mode) {
   AtomicFile f;
-  PLANNER_RETURN_IF_ERROR(f.Open(path));
+  PLANNER_RETURN_IF_ERROR(f.Open(path, mode));
   PLANNER_RETURN_IF_ERROR(f.Write(text));
   return f.Commit();
 }
 
 Status MakeDirectories(const std::string& dir) {
+  if (dir.empty()) return Status::InvalidArgument("an empty directory path; name a directory");
   std::error_code ec;
   std::filesystem::create_directories(dir, ec);
-  if (ec) return Status::Unavailable(fmt::format("{}: cannot create the directory: {}", dir, ec.message()));
-  if (!std::filesystem::is_directory(dir, ec)) return Status::InvalidArgument(fmt::format("{}: exists and is not a directory", dir));
+  std::error_code type_ec;
+  const bool is_dir = std::filesystem::is_directory(dir, type_ec);
+  if (!is_dir && !type_ec) {  // it exists (or a parent does) as something else
+    return Status::InvalidArgument(fmt::format("{}: exists and is not a directory; choose another path", dir));
+  }
+  if (ec) {
+    const bool input = ec == std::errc::not_a_directory || ec == std::errc::file_exists;
+    const std::string text = fmt::format("{}: cannot create the directory: {}", dir, ec.message());
+    return input ? Status::InvalidArgument(text + "; a part of the path is a file") : Status::Unavailable(text);
+  }
   return Status::OK();
 }
 

@@ -6,8 +6,11 @@
 // half-written one; a failed write leaves no temporary behind. Targets that
 // exist and are not regular files (a device, a FIFO, a directory) are refused,
 // so `-o /dev/null` never replaces a device node.
-// Errors are Status::IoError-class (StatusCode::kUnavailable, exit 1) naming
-// the path. Not thread-safe per object; distinct objects are independent.
+// Errors name the path. A target that cannot be used as given (its directory
+// is missing, it is not a regular file) is an input error (NotFound /
+// InvalidArgument, exit 2); a failure of the file system (permission, full
+// disk, file size limit, fsync) is StatusCode::kUnavailable, exit 1.
+// Not thread-safe per object; distinct objects are independent.
 #pragma once
 
 #include <cstddef>
@@ -26,8 +29,10 @@ class AtomicFile {
   ~AtomicFile();  // an uncommitted file is discarded (its temporary removed)
 
   // Opens a temporary beside `path`. Fails if the directory does not exist or
-  // `path` exists and is not a regular file.
-  [[nodiscard]] Status Open(const std::string& path);
+  // `path` exists and is not a regular file. The new file gets `mode` (less
+  // the umask), or the permissions of the file it replaces plus the execute
+  // bits of `mode`.
+  [[nodiscard]] Status Open(const std::string& path, unsigned mode = 0644);
   // Appends bytes; every short or failed write is an error naming the path.
   [[nodiscard]] Status Write(const void* data, size_t bytes);
   [[nodiscard]] Status Write(std::string_view text) { return Write(text.data(), text.size()); }
@@ -44,10 +49,11 @@ class AtomicFile {
   int fd_ = -1;
 };
 
-// Writes `text` to `path` through AtomicFile.
-[[nodiscard]] Status WriteFileAtomic(const std::string& path, std::string_view text);
+// Writes `text` to `path` through AtomicFile (`mode` as in AtomicFile::Open).
+[[nodiscard]] Status WriteFileAtomic(const std::string& path, std::string_view text, unsigned mode = 0644);
 
-// Creates `dir` (and its parents) if missing; an error names the directory.
+// Creates `dir` (and its parents) if missing; an error names the directory:
+// InvalidArgument (exit 2) when it exists and is not a directory.
 [[nodiscard]] Status MakeDirectories(const std::string& dir);
 
 }  // namespace planner

@@ -1,5 +1,8 @@
 #include "common/status.h"
 
+#include <filesystem>
+#include <new>
+
 namespace planner {
 
 namespace {
@@ -40,6 +43,17 @@ int ExitCodeFor(const Status& status) {
     case StatusCode::kInternal: return kExitFailure;
   }
   return kExitFailure;
+}
+
+Status StatusFromException(const std::exception& e) {
+  if (const auto* fe = dynamic_cast<const std::filesystem::filesystem_error*>(&e)) {
+    std::string paths = fe->path1().string();
+    if (!fe->path2().empty()) paths += " -> " + fe->path2().string();
+    if (paths.empty()) return Status::Unavailable(fe->what());
+    return Status::Unavailable(paths + ": " + fe->code().message());
+  }
+  if (dynamic_cast<const std::bad_alloc*>(&e) != nullptr) return Status::Unavailable("out of memory");
+  return Status::Internal(std::string("internal error: ") + e.what());
 }
 
 }  // namespace planner

@@ -5,6 +5,7 @@
 // A Status is a small value type; it is safe to copy between threads.
 #pragma once
 
+#include <exception>
 #include <string>
 #include <string_view>
 
@@ -30,7 +31,7 @@ enum ExitCode : int {
   kExitInterrupted = 130,
 };
 
-class Status {
+class [[nodiscard]] Status {
  public:
   Status() = default;
   static Status OK() { return Status(); }
@@ -58,6 +59,13 @@ class Status {
 
 // Maps a Status to the process exit code of the CLI.
 int ExitCodeFor(const Status& status);
+
+// The Status for an exception caught where none may pass (main, a thread's
+// body): std::filesystem::filesystem_error is Unavailable "PATH: reason";
+// std::bad_alloc is Unavailable "out of memory"; any other is Internal with
+// its what(). All exit 1. Library code converts exceptions where they arise,
+// with the file, line and field; this is the last resort.
+Status StatusFromException(const std::exception& e);
 
 }  // namespace planner
 

@@ -1,6 +1,9 @@
 #include "common/units.h"
 
+#include <cerrno>
 #include <cmath>
+#include <cstdlib>
+#include <string>
 #include <fmt/format.h>
 
 namespace planner {
@@ -40,6 +43,16 @@ std::optional<uint64_t> ParseByteSize(std::string_view text) {
   }
   if (value > (UINT64_MAX >> shift)) return std::nullopt;
   return value << shift;
+}
+
+std::optional<double> ParseDouble(std::string_view text) {
+  if (text.empty()) return std::nullopt;
+  const std::string s(text);  // strtod needs a terminated string
+  char* end = nullptr;
+  errno = 0;
+  const double v = std::strtod(s.c_str(), &end);
+  if (end != s.c_str() + s.size() || errno == ERANGE || !std::isfinite(v)) return std::nullopt;
+  return v;
 }
 
 }  // namespace planner

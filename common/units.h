@@ -22,5 +22,9 @@ std::string FormatSeconds(double seconds);
 // Parses "8", "128K", "8M", "1G" (binary suffixes, as nccl-tests -b/-e).
 // Returns nullopt on malformed input.
 std::optional<uint64_t> ParseByteSize(std::string_view text);
+// Parses a whole decimal number ("3", "-0.25", "1e-3"): nullopt on anything
+// else (empty, trailing text, out of range, inf, nan). Never throws, unlike
+// std::stod; readers of numbers in files use it and name the file and line.
+std::optional<double> ParseDouble(std::string_view text);
 
 }  // namespace planner

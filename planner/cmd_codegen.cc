@@ -1,6 +1,5 @@
 // planner codegen PLAN -o DIR: launch.yaml, run.sh, slurm.sbatch, megatron.args, deepspeed/, torch_pipelining.py
 #include <filesystem>
-#include <fstream>
 
 #include <fmt/format.h>
 
@@ -25,9 +24,26 @@ struct CodegenArgs {
 // The model file named by the plan: as written, else next to the plan.
 std::string ResolveModel(const std::string& plan_path, const std::string& model_path) {
   namespace fs = std::filesystem;
-  if (model_path.empty() || fs::exists(model_path)) return model_path;
+  std::error_code ec;  // a path that cannot be examined counts as absent; reading it later names the error
+  if (model_path.empty() || fs::exists(model_path, ec)) return model_path;
   fs::path alt = fs::path(plan_path).parent_path() / model_path;
-  return fs::exists(alt) ? alt.string() : model_path;
+  return fs::exists(alt, ec) ? alt.string() : model_path;
+}
+
+// Ranks per node from the plan's cluster file where it is still to be found
+// (a broken one is an error), else 8 with a note.
+Status PlanGpusPerNode(const std::string& plan_path, const Plan& plan, int64_t* out) {
+  const std::string cp = ResolveModel(plan_path, plan.cluster_path);
+  std::error_code ec;
+  if (!cp.empty() && std::filesystem::exists(cp, ec)) {
+    ClusterSpec c;
+    PLANNER_RETURN_IF_ERROR(LoadClusterSpec(cp, &c));
+    *out = c.levels[0].size;
+    return Status::OK();
+  }
+  *out = 8;
+  LogNote(fmt::format("8 ranks per node: the plan's cluster file '{}' is not here; choose with --gpus-per-node", plan.cluster_path));
+  return Status::OK();
 }
 
 }  // namespace
@@ -78,11 +94,7 @@ Runner RegisterCodegen(CLI::App& app, const std::string& self) {
     o.run.timeout_s = a->timeout_s;
     o.run.overlap_dp = a->overlap_dp;
     o.gpus_per_node = a->gpus_per_node;
-    if (o.gpus_per_node == 0) {
-      ClusterSpec c;
-      std::string cp = ResolveModel(a->plan, plan.cluster_path);
-      o.gpus_per_node = (!cp.empty() && LoadClusterSpec(cp, &c).ok()) ? c.levels[0].size : 8;
-    }
+    if (o.gpus_per_node == 0) PLANNER_RETURN_IF_ERROR(PlanGpusPerNode(a->plan, plan, &o.gpus_per_node));
     LaunchPlan L;
     PLANNER_RETURN_IF_ERROR(BuildLaunchPlan(plan, model.digest, o, &L));
     std::string plan_text;
@@ -93,14 +105,11 @@ Runner RegisterCodegen(CLI::App& app, const std::string& self) {
     PLANNER_RETURN_IF_ERROR(GenerateLaunchFiles(plan, model, L, o, &files, &notes));
     files.emplace_back("model.yaml", model_text);
     namespace fs = std::filesystem;
-    std::error_code ec;
-    fs::create_directories(fs::path(a->output) / "deepspeed", ec);
-    if (ec) return Status::Unavailable(fmt::format("{}: cannot create the directory: {}", a->output, ec.message()));
+    PLANNER_RETURN_IF_ERROR(MakeDirectories(a->output));
+    PLANNER_RETURN_IF_ERROR(MakeDirectories((fs::path(a->output) / "deepspeed").string()));
     for (const auto& [name, text] : files) {
-      PLANNER_RETURN_IF_ERROR(WriteFileAtomic((fs::path(a->output) / name).string(), text));
-      if (name.size() > 3 && name.substr(name.size() - 3) == ".sh") {
-        fs::permissions(fs::path(a->output) / name, fs::perms::owner_exec | fs::perms::group_exec | fs::perms::others_exec, fs::perm_options::add, ec);
-      }
+      const bool script = name.size() > 3 && name.substr(name.size() - 3) == ".sh";
+      PLANNER_RETURN_IF_ERROR(WriteFileAtomic((fs::path(a->output) / name).string(), text, script ? 0755 : 0644));
     }
     for (const auto& n : notes) LogNote(n);
     LogNote(fmt::format("wrote {}/: {} ranks ({} per node), {} programs (checked deadlock-free), {} files; run it with: bash {}/run.sh",

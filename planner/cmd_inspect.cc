@@ -5,6 +5,8 @@
 #include <cstdio>
 #include <filesystem>
 #include <fstream>
+#include <limits>
+#include <optional>
 #include <sstream>
 #include <vector>
 
@@ -27,10 +29,11 @@ Status MeasuredTimeline(const std::string& dir, std::vector<std::string>* labels
   namespace fs = std::filesystem;
   YAML::Node root;
   std::string text;
-  PLANNER_RETURN_IF_ERROR(ReadTextFile((fs::path(dir) / "trace.json").string(), &text));
-  PLANNER_RETURN_IF_ERROR(ParseYamlText((fs::path(dir) / "trace.json").string(), text, &root));
+  const std::string path = (fs::path(dir) / "trace.json").string();
+  PLANNER_RETURN_IF_ERROR(ReadTextFile(path, &text));
+  PLANNER_RETURN_IF_ERROR(ParseYamlText(path, text, &root));
+  if (!root.IsMap() || !root["traceEvents"].IsSequence()) return Status::InvalidArgument(path + ": no traceEvents list");
   const YAML::Node& ev = root["traceEvents"];
-  if (!ev.IsSequence()) return Status::InvalidArgument(dir + "/trace.json: no traceEvents list");
   struct Raw {
     int pid;
     std::string name;
@@ -39,9 +42,23 @@ Status MeasuredTimeline(const std::string& dir, std::vector<std::string>* labels
   std::vector<Raw> raw;
   int ranks = 0;
   double window = 0;
-  for (const auto& e : ev) {
-    if (!e.IsMap() || !e["ph"] || e["ph"].as<std::string>() != "X") continue;
-    Raw r{e["pid"].as<int>(), e["name"].as<std::string>(), e["ts"].as<double>() * 1e-6, e["dur"].as<double>() * 1e-6};
+  YamlReader reader(path);
+  for (size_t i = 0; i < ev.size(); ++i) {
+    const YAML::Node& e = ev[i];
+    std::string ph;
+    if (!e.IsMap() || !reader.GetString(e, "ph", "", &ph, false).ok() || ph != "X") continue;
+    const std::string f = fmt::format("traceEvents[{}]", i);
+    int64_t pid = 0;
+    Raw r{0, "", 0, 0};
+    PLANNER_RETURN_IF_ERROR(reader.GetInt(e, "pid", f + ".pid", &pid, true, 0));
+    if (pid > 1 << 20) return reader.FieldError(e["pid"], f + ".pid", "must be a rank below 1048576");
+    r.pid = static_cast<int>(pid);
+    PLANNER_RETURN_IF_ERROR(reader.GetString(e, "name", f + ".name", &r.name, true));
+    if (r.name.empty()) return reader.FieldError(e["name"], f + ".name", "must not be empty");
+    PLANNER_RETURN_IF_ERROR(reader.GetDouble(e, "ts", f + ".ts", &r.ts, true, -std::numeric_limits<double>::max(), false));
+    PLANNER_RETURN_IF_ERROR(reader.GetDouble(e, "dur", f + ".dur", &r.dur, true, 0.0, false));
+    r.ts *= 1e-6;
+    r.dur *= 1e-6;
     ranks = std::max(ranks, r.pid + 1);
     if (r.pid == 0 && r.name == "F0") window = std::max(window, r.ts);
     raw.push_back(r);
@@ -73,10 +90,15 @@ Status InspectRun(const std::string& dir, int width, const std::string& svg_path
   std::istringstream in(metrics);
   std::string line;
   std::getline(in, line);
-  while (std::getline(in, line)) {
+  for (int line_no = 2; std::getline(in, line); ++line_no) {
     size_t a = line.find(','), b = line.find(',', a + 1);
     if (a == std::string::npos || b == std::string::npos) continue;
-    loss.push_back(std::stod(line.substr(a + 1, b - a - 1)));
+    const std::string field = line.substr(a + 1, b - a - 1);
+    const std::optional<double> v = ParseDouble(field);
+    if (!v) {
+      return Status::InvalidArgument(fmt::format("{}/metrics.csv:{}: field 'loss': must be a number, got '{}'", dir, line_no, field));
+    }
+    loss.push_back(*v);
   }
   std::string text = report;
   if (!loss.empty()) {
@@ -159,11 +181,12 @@ Runner RegisterInspect(CLI::App& app) {
   cmd->add_option("--width", args->width, "columns of the text timeline")->check(CLI::Range(20, 1000));
   return [args]() -> Status {
     namespace fs = std::filesystem;
-    if (args->rank >= 0 || fs::path(args->plan).filename() == "launch.yaml" || fs::exists(fs::path(args->plan) / "launch.yaml")) {
+    std::error_code ec;  // a path that cannot be examined is no run directory; LoadPlan names why it cannot be read
+    if (args->rank >= 0 || fs::path(args->plan).filename() == "launch.yaml" || fs::exists(fs::path(args->plan) / "launch.yaml", ec)) {
       if (args->rank < 0) return Status::InvalidArgument(fmt::format("{} is a launch plan; add --rank N to print rank N's program", args->plan));
       return InspectProgram(args->plan, args->rank);
     }
-    if (fs::is_directory(args->plan)) return InspectRun(args->plan, args->width, args->svg);
+    if (fs::is_directory(args->plan, ec)) return InspectRun(args->plan, args->width, args->svg);
     Plan p;
     PLANNER_RETURN_IF_ERROR(LoadPlan(args->plan, &p));
     std::string text = RenderPlanSummary(p) + "\n" + RenderStageTable(p);

@@ -5,6 +5,7 @@
 #include <fmt/format.h>
 
 #include "common/digest.h"
+#include "common/file_writer.h"
 #include "common/log.h"
 #include "common/units.h"
 #include "planner/commands.h"
@@ -86,13 +87,13 @@ Runner RegisterRun(CLI::App& app) {
       o.checkpoint_every = a->checkpoint_every;
       if (!a->resume.empty()) {
         o.resume_from = o.run_dir;
-        if (!fs::exists(fs::path(o.run_dir) / "ckpt")) {
-          return Status::NotFound(fmt::format("{}: no checkpoint to resume; run with --checkpoint-every N first", o.run_dir));
+        std::error_code ec;
+        if (!fs::exists(fs::path(o.run_dir) / "ckpt", ec)) {
+          return Status::NotFound(fmt::format("{}: no checkpoint to resume{}; run with --checkpoint-every N first", o.run_dir,
+                                              ec && ec != std::errc::no_such_file_or_directory ? " (" + ec.message() + ")" : std::string()));
         }
       }
-      std::error_code ec;
-      fs::create_directories(o.run_dir, ec);
-      if (ec) return Status::Unavailable(fmt::format("{}: cannot create: {}", o.run_dir, ec.message()));
+      PLANNER_RETURN_IF_ERROR(MakeDirectories(o.run_dir));
       RunSummary s;
       PLANNER_RETURN_IF_ERROR(RunLaunch(L, model, world, o, &s));
       if (world.rank() == 0) {

@@ -40,16 +40,22 @@ struct SolveArgs {
 };
 
 std::string DefaultCluster() {
-  if (std::filesystem::exists("configs/clusters/dgx-a100.yaml")) return "configs/clusters/dgx-a100.yaml";
+  std::error_code ec;  // one that cannot be examined is not used; the source tree's then
+  if (std::filesystem::exists("configs/clusters/dgx-a100.yaml", ec)) return "configs/clusters/dgx-a100.yaml";
   return std::string(PLANNER_SOURCE_DIR) + "/configs/clusters/dgx-a100.yaml";
 }
 
 // With neither --model nor --profile: the one *.profile.yaml in the working directory.
 Status DiscoverProfile(std::string* path) {
   std::vector<std::string> found;
-  for (const auto& e : std::filesystem::directory_iterator(".")) {
-    std::string name = e.path().filename().string();
-    if (e.is_regular_file() && name.size() > 13 && name.substr(name.size() - 13) == ".profile.yaml") found.push_back(name);
+  std::error_code ec;
+  for (std::filesystem::directory_iterator it(".", ec), end; !ec && it != end; it.increment(ec)) {
+    std::string name = it->path().filename().string();
+    std::error_code type_ec;  // an entry that cannot be examined is no profile
+    if (it->is_regular_file(type_ec) && name.size() > 13 && name.substr(name.size() - 13) == ".profile.yaml") found.push_back(name);
+  }
+  if (ec) {
+    return Status::Unavailable(fmt::format(".: cannot list the working directory to find a profile: {}; pass --model or --profile", ec.message()));
   }
   std::sort(found.begin(), found.end());
   if (found.size() == 1) {

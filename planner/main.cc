@@ -1,9 +1,12 @@
 // planner: decides how to train a deep network on many GPUs.
 // The only place that turns failures into text and exit codes (README: exit codes).
+#include <cerrno>
 #include <cstdio>
+#include <cstring>
 #include <filesystem>
 #include <fstream>
 #include <map>
+#include <new>
 
 #include <fmt/format.h>
 
@@ -77,11 +80,30 @@ int RunCli(int argc, char** argv) {
 
 }  // namespace planner
 
+// Results go to stdout through stdio's buffer: a failed write (a full disk
+// behind `> file`, /dev/full) shows only when it is flushed. Checked once at
+// the end, so a truncated result is exit 1, not 0.
+int FlushStdout(int rc) {
+  if (std::fflush(stdout) == 0 && !std::ferror(stdout)) return rc;
+  const int e = errno;
+  planner::LogError(fmt::format("standard output: write failed: {}", std::strerror(e != 0 ? e : EIO)));
+  return rc == planner::kExitOk ? planner::kExitFailure : rc;
+}
+
 int main(int argc, char** argv) {
+  // Exceptions are turned into Status where they arise (file, line, field; the
+  // path for I/O). This is the last resort for one that was not: still one
+  // "planner: error:" line and exit 1, never an abort.
   try {
-    return planner::RunCli(argc, argv);
-  } catch (const std::exception& e) {  // last resort; reaching this is a bug
-    planner::LogError(fmt::format("internal error: {}", e.what()));
+    return FlushStdout(planner::RunCli(argc, argv));
+  } catch (const std::bad_alloc&) {
+    std::fputs("planner: error: out of memory\n", stderr);  // allocates nothing
+    return planner::kExitFailure;
+  } catch (const std::exception& e) {
+    planner::LogError(planner::StatusFromException(e).message());
+    return planner::kExitFailure;
+  } catch (...) {
+    planner::LogError("internal error: an exception of unknown type");
     return planner::kExitFailure;
   }
 }

@@ -91,8 +91,10 @@ std::string DescribeHost(Device device, int threads) {
   std::ifstream in("/proc/cpuinfo");
   std::string line, model = "unknown CPU";
   while (std::getline(in, line)) {
-    if (line.rfind("model name", 0) == 0) {
-      model = line.substr(line.find(':') + 2);
+    const size_t colon = line.find(':');
+    const size_t start = colon == std::string::npos ? std::string::npos : line.find_first_not_of(" \t", colon + 1);
+    if (line.rfind("model name", 0) == 0 && start != std::string::npos) {
+      model = line.substr(start);
       break;
     }
   }

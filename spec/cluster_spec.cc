@@ -26,7 +26,9 @@ double ClusterSpec::PeakFlops(DType dtype) const {
 
 double ClusterSpec::UsableMemoryBytes() const { return usable_memory_GiB * kGiB; }
 
-Status ParseClusterSpec(const std::string& path, const std::string& text, ClusterSpec* out) {
+namespace {
+// The reader proper; yaml-cpp exceptions it lets through become errors in ParseClusterSpec.
+Status ParseClusterSpecUnguarded(const std::string& path, const std::string& text, ClusterSpec* out) {
   YAML::Node root;
   PLANNER_RETURN_IF_ERROR(ParseYamlText(path, text, &root));
   YamlReader r(path);
@@ -86,6 +88,11 @@ Status ParseClusterSpec(const std::string& path, const std::string& text, Cluste
   }
   *out = std::move(c);
   return Status::OK();
+}
+}  // namespace
+
+Status ParseClusterSpec(const std::string& path, const std::string& text, ClusterSpec* out) {
+  return CatchYamlErrors(path, [&] { return ParseClusterSpecUnguarded(path, text, out); });
 }
 
 Status LoadClusterSpec(const std::string& path, ClusterSpec* out) {

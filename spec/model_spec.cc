@@ -187,7 +187,9 @@ Status BuildGptModel(const GptConfig& g, DType dtype, ModelSpec* out) {
   return Status::OK();
 }
 
-Status ParseModelSpec(const std::string& path, const std::string& text, ModelSpec* out) {
+namespace {
+// The reader proper; yaml-cpp exceptions it lets through become errors in ParseModelSpec.
+Status ParseModelSpecUnguarded(const std::string& path, const std::string& text, ModelSpec* out) {
   YAML::Node root;
   PLANNER_RETURN_IF_ERROR(ParseYamlText(path, text, &root));
   YamlReader r(path);
@@ -232,6 +234,11 @@ Status ParseModelSpec(const std::string& path, const std::string& text, ModelSpe
   }
   *out = std::move(m);
   return Status::OK();
+}
+}  // namespace
+
+Status ParseModelSpec(const std::string& path, const std::string& text, ModelSpec* out) {
+  return CatchYamlErrors(path, [&] { return ParseModelSpecUnguarded(path, text, out); });
 }
 
 Status LoadModelSpec(const std::string& path, ModelSpec* out) {

@@ -102,7 +102,9 @@ std::string ProfileToYaml(const Profile& p) {
   return o;
 }
 
-Status ParseProfile(const std::string& path, const std::string& text, Profile* out) {
+namespace {
+// The reader proper; yaml-cpp exceptions it lets through become errors in ParseProfile.
+Status ParseProfileUnguarded(const std::string& path, const std::string& text, Profile* out) {
   YAML::Node root;
   PLANNER_RETURN_IF_ERROR(ParseYamlText(path, text, &root));
   YamlReader r(path);
@@ -259,6 +261,11 @@ Status ParseProfile(const std::string& path, const std::string& text, Profile* o
   }
   *out = std::move(p);
   return Status::OK();
+}
+}  // namespace
+
+Status ParseProfile(const std::string& path, const std::string& text, Profile* out) {
+  return CatchYamlErrors(path, [&] { return ParseProfileUnguarded(path, text, out); });
 }
 
 const CommCurve* Profile::FindComm(const std::string& collective, const std::string& level, Conditions want) const {

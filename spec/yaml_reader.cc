@@ -1,14 +1,16 @@
 #include "spec/yaml_reader.h"
 
+#include <fcntl.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
 #include <cerrno>
-#include <cmath>
 #include <cstring>
-#include <fstream>
-#include <sstream>
 
 #include <fmt/format.h>
 
 #include "common/edit_distance.h"
+#include "common/units.h"
 
 namespace planner {
 
@@ -37,12 +39,9 @@ bool ParseIntStrict(const std::string& s, int64_t* out) {
 }
 
 bool ParseDoubleStrict(const std::string& s, double* out) {
-  if (s.empty()) return false;
-  char* end = nullptr;
-  errno = 0;
-  double v = std::strtod(s.c_str(), &end);
-  if (end != s.c_str() + s.size() || errno == ERANGE || !std::isfinite(v)) return false;
-  *out = v;
+  const std::optional<double> v = ParseDouble(s);
+  if (!v) return false;
+  *out = *v;
   return true;
 }
 }  // namespace
@@ -61,14 +60,36 @@ Status ParseYamlText(const std::string& path, const std::string& text, YAML::Nod
 }
 
 Status ReadTextFile(const std::string& path, std::string* text) {
-  std::ifstream in(path, std::ios::binary);
-  if (!in) {
+  const int fd = ::open(path.c_str(), O_RDONLY | O_CLOEXEC);
+  if (fd < 0) {
     return Status::NotFound(fmt::format("{}: cannot open file ({}); check the path", path, std::strerror(errno)));
   }
-  std::stringstream ss;
-  ss << in.rdbuf();
-  *text = ss.str();
+  struct stat st {};
+  if (::fstat(fd, &st) == 0 && S_ISDIR(st.st_mode)) {
+    ::close(fd);
+    return Status::InvalidArgument(fmt::format("{}: is a directory; give the path of a file", path));
+  }
+  std::string data;
+  char buf[1 << 16];
+  while (true) {
+    const ssize_t n = ::read(fd, buf, sizeof buf);
+    if (n < 0 && errno == EINTR) continue;
+    if (n < 0) {
+      const int e = errno;
+      ::close(fd);
+      return Status::Unavailable(fmt::format("{}: read failed: {}", path, std::strerror(e)));
+    }
+    if (n == 0) break;
+    data.append(buf, static_cast<size_t>(n));
+  }
+  ::close(fd);
+  *text = std::move(data);
   return Status::OK();
+}
+
+Status YamlExceptionStatus(const std::string& path, const YAML::Exception& e) {
+  if (e.mark.is_null()) return Status::InvalidArgument(fmt::format("{}: {}; see docs/formats.md for its layout", path, e.msg));
+  return Status::InvalidArgument(fmt::format("{}:{}:{}: {}; see docs/formats.md for its layout", path, e.mark.line + 1, e.mark.column + 1, e.msg));
 }
 
 Status LoadYamlFile(const std::string& path, YAML::Node* root, std::string* contents) {

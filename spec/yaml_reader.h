@@ -1,7 +1,8 @@
 // YamlReader: typed access to a YAML document with errors that name the file,
 // line, field and the fix ("configs/x.yaml:12: field 'gpu.memory_GiB': must be
-// a positive number, got '-3'"). yaml-cpp exceptions are caught here, at the
-// edge where they enter, and never leave this module. Not thread-safe; one
+// a positive number, got '-3'"). yaml-cpp exceptions are caught in this
+// module: parsing (ParseYamlText), and every reader's whole walk over its
+// document (CatchYamlErrors), so none leaves spec/. Not thread-safe; one
 // reader per file being parsed.
 #pragma once
 
@@ -16,13 +17,31 @@
 namespace planner {
 
 // Reads the whole file at `path` into *text. NotFound "path: cannot open
-// file (reason); check the path" when it cannot be opened.
+// file (reason); check the path" when it cannot be opened, InvalidArgument
+// when it is a directory, Unavailable when a read fails.
 Status ReadTextFile(const std::string& path, std::string* text);
 // Reads and parses `path`. NotFound when the file cannot be opened,
 // InvalidArgument "path:line:col: YAML syntax error: ..." on bad syntax.
 Status LoadYamlFile(const std::string& path, YAML::Node* root, std::string* contents = nullptr);
 // Same for text already in memory; `path` only names it in messages.
 Status ParseYamlText(const std::string& path, const std::string& text, YAML::Node* root);
+
+// InvalidArgument "path:line:col: what" for a yaml-cpp exception (a node used
+// as a kind it is not: a subscript of a scalar, a conversion that fails).
+Status YamlExceptionStatus(const std::string& path, const YAML::Exception& e);
+
+// Runs `walk` (a reader's pass over a parsed document) and returns its Status,
+// or YamlExceptionStatus for a yaml-cpp exception it let through. The
+// readers check every node's kind before they use it; this keeps a check they
+// miss an input error instead of an exception.
+template <typename Walk>
+Status CatchYamlErrors(const std::string& path, Walk&& walk) {
+  try {
+    return walk();
+  } catch (const YAML::Exception& e) {
+    return YamlExceptionStatus(path, e);
+  }
+}
 
 class YamlReader {
  public:

@@ -145,23 +145,52 @@ std::string DescribeTransport() {
   return lib;
 }
 
-// One per process: a thread that wakes every 50 ms and aborts the job when
-// the armed deadline has passed. Arming is two atomic stores (no lock, no
-// wake-up), so small collectives pay nothing measurable for it.
+// One per process: a thread that wakes every 20 ms and aborts the job when an
+// in-flight call has passed its own deadline. Each blocking call holds one
+// slot of a fixed registry for its lifetime (a Guard): it claims a free slot
+// with one compare-and-swap, writes its operation, rank and timeout, then its
+// deadline, and clears only that slot when it returns. So the gradient
+// thread's finished all-reduce (--overlap-dp) never disarms the pipeline
+// thread's receive, and each call is judged by its own timeout. Arming takes
+// no lock and wakes nothing, so small collectives pay nothing measurable.
 class Watchdog {
  public:
+  // More blocking calls at once than the runtime ever makes (two threads).
+  static constexpr int kSlots = 64;
+  struct Slot {
+    std::atomic<bool> busy{false};
+    std::atomic<int64_t> deadline_ns{0};  // 0: armed by nobody (yet)
+    std::atomic<const char*> what{""};
+    std::atomic<int> rank{0}, size{0};
+    std::atomic<double> timeout_s{0};
+  };
   static Watchdog& Get() {
     static Watchdog* w = new Watchdog();  // never destroyed: the thread outlives static destruction
     return *w;
   }
-  void Arm(const char* what, int rank, int size, double seconds) {
-    what_.store(what);
-    rank_.store(rank);
-    size_.store(size);
-    timeout_.store(seconds);
-    deadline_ns_.store(NowNs() + static_cast<int64_t>(seconds * 1e9));
+  // The slot now watching this call, or nullptr when all kSlots are in use
+  // (the call then runs unwatched; said once on stderr).
+  Slot* Arm(const char* what, int rank, int size, double seconds) {
+    for (Slot& s : slots_) {
+      bool expected = false;
+      if (s.busy.load(std::memory_order_relaxed) || !s.busy.compare_exchange_strong(expected, true, std::memory_order_acquire)) continue;
+      s.what.store(what, std::memory_order_release);
+      s.rank.store(rank, std::memory_order_release);
+      s.size.store(size, std::memory_order_release);
+      s.timeout_s.store(seconds, std::memory_order_release);
+      s.deadline_ns.store(NowNs() + static_cast<int64_t>(seconds * 1e9), std::memory_order_release);
+      return &s;
+    }
+    if (!full_said_.exchange(true)) {
+      std::fprintf(stderr, "planner: warning: more than %d MPI calls at once; the watchdog does not time the extra ones\n", kSlots);
+    }
+    return nullptr;
   }
-  void Disarm() { deadline_ns_.store(0); }
+  static void Disarm(Slot* s) {
+    if (s == nullptr) return;
+    s->deadline_ns.store(0, std::memory_order_release);
+    s->busy.store(false, std::memory_order_release);
+  }
   // Node-local peers (world rank, pid) to watch until Unwatch().
   void Watch(std::vector<std::pair<int, long>> peers, int rank, int size) {
     {
@@ -190,46 +219,66 @@ class Watchdog {
     if (close == std::string::npos || close + 2 >= stat.size()) return true;  // no /proc: trust kill()
     return stat[close + 2] != 'Z' && stat[close + 2] != 'X';
   }
-  void Loop() {
-    while (true) {
-      std::this_thread::sleep_for(std::chrono::milliseconds(20));
-      if (watching_.load()) {
-        std::lock_guard<std::mutex> lk(mu_);
-        for (const auto& [peer, pid] : peers_) {
-          if (!Alive(pid) && watching_.load()) {
-            std::fprintf(stderr, "planner: error: rank %d (pid %ld, on this node) exited while rank %d of %d was running; aborting all ranks\n", peer,
-                         pid, me_.load(), world_size_.load());
-            std::fflush(stderr);
-            MPI_Abort(MPI_COMM_WORLD, 1);
-            std::_Exit(1);
-          }
-        }
-      }
-      int64_t d = deadline_ns_.load();
-      if (d != 0 && NowNs() > d) {
-        std::fprintf(stderr, "planner: error: MPI %s on rank %d of %d timed out after %.0f s: a peer rank died or is stuck; aborting all ranks\n",
-                     what_.load(), rank_.load(), size_.load(), timeout_.load());
+  void CheckPeers() {
+    if (!watching_.load()) return;
+    std::lock_guard<std::mutex> lk(mu_);
+    for (const auto& [peer, pid] : peers_) {
+      if (!Alive(pid) && watching_.load()) {
+        std::fprintf(stderr, "planner: error: rank %d (pid %ld, on this node) exited while rank %d of %d was running; aborting all ranks\n", peer, pid,
+                     me_.load(), world_size_.load());
         std::fflush(stderr);
         MPI_Abort(MPI_COMM_WORLD, 1);
         std::_Exit(1);
       }
     }
   }
-  std::atomic<int64_t> deadline_ns_{0};
-  std::atomic<const char*> what_{""};
-  std::atomic<int> rank_{0}, size_{0};
-  std::atomic<double> timeout_{0};
+  // Aborts when one in-flight call has passed its deadline. The fields are
+  // read between two loads of the deadline: a slot that was released (and
+  // perhaps claimed by another call) meanwhile is skipped, so the message
+  // names the call that timed out and a call that just finished is not blamed.
+  void CheckDeadlines() {
+    const int64_t now = NowNs();
+    for (const Slot& s : slots_) {
+      const int64_t d = s.deadline_ns.load(std::memory_order_acquire);
+      if (d == 0 || now <= d) continue;
+      const char* what = s.what.load(std::memory_order_relaxed);
+      const int rank = s.rank.load(std::memory_order_relaxed);
+      const int size = s.size.load(std::memory_order_relaxed);
+      const double timeout = s.timeout_s.load(std::memory_order_relaxed);
+      std::atomic_thread_fence(std::memory_order_acquire);
+      if (s.deadline_ns.load(std::memory_order_relaxed) != d) continue;
+      std::fprintf(stderr, "planner: error: MPI %s on rank %d of %d timed out after %.0f s: a peer rank died or is stuck; aborting all ranks\n", what, rank,
+                   size, timeout);
+      std::fflush(stderr);
+      MPI_Abort(MPI_COMM_WORLD, 1);
+      std::_Exit(1);
+    }
+  }
+  void Loop() {
+    while (true) {
+      std::this_thread::sleep_for(std::chrono::milliseconds(20));
+      CheckPeers();
+      CheckDeadlines();
+    }
+  }
+  Slot slots_[kSlots];
+  std::atomic<bool> full_said_{false};
   std::atomic<bool> watching_{false};
-  std::atomic<int> me_{0}, world_size_{0};  // world rank and size while watching (rank_ / size_ follow the armed call)
+  std::atomic<int> me_{0}, world_size_{0};  // world rank and size while watching
   std::mutex mu_;
   std::vector<std::pair<int, long>> peers_;
 };
 
-// Arms the watchdog for the lifetime of one blocking call.
+// Arms the watchdog for the lifetime of one blocking call: its own slot, its own deadline.
 class Guard {
  public:
-  Guard(const char* what, int rank, int size, double timeout) { Watchdog::Get().Arm(what, rank, size, timeout); }
-  ~Guard() { Watchdog::Get().Disarm(); }
+  Guard(const char* what, int rank, int size, double timeout) : slot_(Watchdog::Get().Arm(what, rank, size, timeout)) {}
+  ~Guard() { Watchdog::Disarm(slot_); }
+  Guard(const Guard&) = delete;
+  Guard& operator=(const Guard&) = delete;
+
+ private:
+  Watchdog::Slot* slot_;
 };
 
 Status Check(int rc, const char* what) {

@@ -198,7 +198,14 @@ Status RunThreadRanks(int n, const std::function<Status(Communicator&)>& run, do
   for (int r = 0; r < n; ++r) {
     threads.emplace_back([&, r]() {
       ThreadComm c(world, r, timeout_s);
-      results[static_cast<size_t>(r)] = run(c);
+      // An exception must not end the process from a thread (std::terminate): it fails this rank.
+      try {
+        results[static_cast<size_t>(r)] = run(c);
+      } catch (const std::exception& e) {
+        results[static_cast<size_t>(r)] = StatusFromException(e);
+      } catch (...) {
+        results[static_cast<size_t>(r)] = Status::Internal("internal error: an exception of unknown type");
+      }
       if (!results[static_cast<size_t>(r)].ok()) c.Fail(fmt::format("rank {} failed: {}", r, results[static_cast<size_t>(r)].message()));
     });
   }

@@ -92,5 +92,47 @@ expect "inspect rank send" 0 "SA0.0        send the activation leaving stage 0, 
 expect "inspect rank opt" 0 "optimizer step" -- $PLANNER inspect L2/launch.yaml --rank 0
 expect "inspect rank range" 2 "--rank 2: L2/launch.yaml has ranks 0..1" -- $PLANNER inspect L2/launch.yaml --rank 2
 expect "inspect launch without rank" 2 "L2/launch.yaml is a launch plan; add --rank N" -- $PLANNER inspect L2/launch.yaml
+
+# ---- Errors mean what they say: no exception escapes except as one "planner: error:" line ----
+mkdir -p errs && cd errs
+ln -s loop loop            # a symbolic link to itself: every look-up through it fails with ELOOP
+ln -s configs configs
+expect "default cluster behind a link loop" 0 "configuration: tp-pp-dp" -- $PLANNER solve --gpus 1 --model $M/tiny-gpt.yaml
+expect "inspect a link loop" 2 "planner: error: loop: cannot open file (Too many levels of symbolic links); check the path" -- $PLANNER inspect loop
+expect "model is a directory" 2 "planner: error: $M: is a directory; give the path of a file" -- $PLANNER solve --gpus 1 --model $M --cluster $C/local-cpu.yaml
+mkdir -p run
+printf 'report\n' > run/report.md
+printf 'iteration,loss,iteration_seconds\n1,2.5,0.1\n2,x,0.1\n' > run/metrics.csv
+expect "malformed number in metrics.csv" 2 "planner: error: run/metrics.csv:3: field 'loss': must be a number, got 'x'" -- $PLANNER inspect run
+printf 'iteration,loss,iteration_seconds\n1,2.5,0.1\n' > run/metrics.csv
+printf '{"traceEvents": [\n {"ph": "X", "pid": "a", "name": "F0", "ts": 1, "dur": 2}]}\n' > run/trace.json
+expect "malformed number in trace.json" 2 "planner: error: run/trace.json:2: field 'traceEvents[0].pid': must be an integer, got 'a'" -- $PLANNER inspect run
+if [ -w /dev/full ]; then  # a result that cannot be written to stdout is exit 1, not 0
+  $PLANNER solve --gpus 1 --model $M/tiny-gpt.yaml --cluster $C/local-cpu.yaml >/dev/full 2>err.txt
+  rc=$?
+  if [ $rc = 1 ] && [ "$(cat err.txt)" = "planner: error: standard output: write failed: No space left on device" ]; then pass=$((pass+1)); else echo "FAIL stdout full: rc=$rc $(cat err.txt)"; fail=$((fail+1)); fi
+fi
+# Every output goes through one writer: a path that cannot be used is exit 2, a failed write exit 1, both naming the path.
+expect "output in a missing directory" 2 "planner: error: no/such/p.yaml: cannot write the file: directory 'no/such' does not exist; create it first" -- $PLANNER solve --gpus 1 --model $M/tiny-gpt.yaml --cluster $C/local-cpu.yaml -o no/such/p.yaml
+expect "output is a directory" 2 "planner: error: run: exists and is not a regular file; write to a file path instead" -- $PLANNER solve --gpus 1 --model $M/tiny-gpt.yaml --cluster $C/local-cpu.yaml -o run
+if [ "$(id -u)" = 0 ] && [ -c /dev/null ]; then  # as root a rename over /dev/null would succeed: the writer must refuse it
+  expect "output is /dev/null" 2 "planner: error: /dev/null: exists and is not a regular file; write to a file path instead" -- $PLANNER solve --gpus 1 --model $M/tiny-gpt.yaml --cluster $C/local-cpu.yaml -o /dev/null
+  [ -c /dev/null ] && pass=$((pass+1)) || { echo "FAIL /dev/null is no longer a character device"; fail=$((fail+1)); }
+fi
+(ulimit -f 1; trap '' XFSZ; exec $PLANNER solve --gpus 1024 --model $M/gpt3-175b.yaml --cluster $C/dgx-a100.yaml -o big.yaml) >out.txt 2>err.txt
+rc=$?
+if [ $rc = 1 ] && [ "$(cat err.txt)" = "planner: error: big.yaml: write failed: File too large" ] && [ -z "$(ls | grep '^big\.yaml')" ]; then pass=$((pass+1)); else echo "FAIL failed write: rc=$rc $(cat err.txt) $(ls)"; fail=$((fail+1)); fi
+$PLANNER -q solve --gpus 1 --model $M/tiny-gpt.yaml --cluster $C/local-cpu.yaml -o p.yaml >/dev/null
+touch afile
+expect "codegen into a file" 2 "planner: error: afile: exists and is not a directory; choose another path" -- $PLANNER codegen p.yaml -o afile
+expect "codegen scripts are executable" 0 "wrote L/" -- $PLANNER codegen p.yaml -o L
+[ -x L/run.sh ] && pass=$((pass+1)) || { echo "FAIL L/run.sh is not executable"; fail=$((fail+1)); }
+# A plan whose cluster file is broken is an error, not a silent 8 ranks per node.
+cp $C/local-cpu.yaml c.yaml
+$PLANNER -q solve --gpus 1 --model $M/tiny-gpt.yaml --cluster c.yaml -o pc.yaml >/dev/null
+echo "junk: [" >> c.yaml
+expect "codegen with a broken cluster file" 2 "planner: error: c.yaml:" -- $PLANNER codegen pc.yaml -o L2
+cd ..
+# ---- end of the error checks ----
 echo "cli: $pass passed, $fail failed"
 [ "$fail" = 0 ]
