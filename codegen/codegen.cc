@@ -216,7 +216,7 @@ srun --kill-on-bad-exit=1 {} run "$DIR"
   }
   if (plan.recompute == Recompute::kFull) mg += "--recompute-granularity full\n--recompute-method uniform\n--recompute-num-layers 1\n";
   else if (plan.recompute == Recompute::kSelective) mg += "--recompute-granularity selective\n";
-  if (plan.zero_stage >= 1) mg += "--use-distributed-optimizer\n";
+  if (plan.zero_stage != ZeroStage::kNone) mg += "--use-distributed-optimizer\n";
   if (model.dtype == DType::kFp16) mg += "--fp16\n";
   if (model.dtype == DType::kBf16) mg += "--bf16\n";
   // Uneven first / last stages: count transformer blocks per pipeline stage.
@@ -248,9 +248,9 @@ srun --kill-on-bad-exit=1 {} run "$DIR"
   files->emplace_back("deepspeed/ds_config.json",
                       fmt::format("{{\n  \"train_batch_size\": {},\n  \"train_micro_batch_size_per_gpu\": {},\n  \"gradient_accumulation_steps\": {},\n"
                                   "  \"zero_optimization\": {{\"stage\": {}}},\n  \"pipeline\": {{\"activation_checkpoint_interval\": {}}}{}\n}}\n",
-                                  L.global_batch, L.microbatch_size, accum, std::min<int64_t>(plan.zero_stage, 1),
+                                  L.global_batch, L.microbatch_size, accum, plan.zero_stage == ZeroStage::kNone ? 0 : 1,
                                   plan.recompute == Recompute::kFull ? 1 : 0, precision));
-  if (plan.zero_stage > 1) notes->push_back("deepspeed: pipeline parallelism supports ZeRO-1 at most; exported stage 1");
+  if (plan.zero_stage == ZeroStage::kGradients || plan.zero_stage == ZeroStage::kParameters) notes->push_back("deepspeed: pipeline parallelism supports ZeRO-1 at most; exported stage 1");
   std::string names;
   for (size_t i = 0; i < model.layers.size(); ++i) names += fmt::format("{}\"{}\"", i ? ", " : "", model.layers[i].name);
   files->emplace_back("deepspeed/partition.json",

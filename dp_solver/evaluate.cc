@@ -215,7 +215,7 @@ Plan Evaluator::UniformPlan(const Candidate& k, const Evaluation& x, const SimRe
   pl.schedule = k.s;
   pl.interleave = k.v;
   pl.recompute = k.rc;
-  pl.zero_stage = x.zero;
+  pl.zero_stage = static_cast<ZeroStage>(x.zero);  // 0..3: the lowest stage that fits (x.zero >= 0 here)
   pl.p2p_overlap = o_.cost.p2p_overlap;
   pl.usable_memory_bytes = sb_.usable;
   for (int64_t q = 0; q < k.p * k.v; ++q) pl.stages.push_back(UniformStage(k, x, q));
@@ -308,7 +308,7 @@ Plan Evaluator::ReplicatedPlan(const CostTable& table, const ReplicatedOptions& 
   pl.schedule = Schedule::kPipeDream;
   pl.interleave = 1;
   pl.recompute = Recompute::kNone;
-  pl.zero_stage = 0;
+  pl.zero_stage = ZeroStage::kNone;
   pl.p2p_overlap = true;
   pl.usable_memory_bytes = sb_.usable;
   double peak = 0;

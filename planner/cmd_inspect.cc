@@ -149,7 +149,8 @@ std::string DescribeAction(const LaunchPlan& L, const LaunchRank& me, const Acti
 // Rank `rank`'s program from a launch.yaml (or a launch directory).
 Status InspectProgram(const std::string& path, int64_t rank) {
   namespace fs = std::filesystem;
-  const std::string file = fs::is_directory(path) ? (fs::path(path) / "launch.yaml").string() : path;
+  std::error_code ec;  // a path that cannot be examined is read as a file: LoadLaunchPlan names why it cannot be
+  const std::string file = fs::is_directory(path, ec) ? (fs::path(path) / "launch.yaml").string() : path;
   LaunchPlan L;
   PLANNER_RETURN_IF_ERROR(LoadLaunchPlan(file, &L));
   const int64_t n = static_cast<int64_t>(L.ranks.size());

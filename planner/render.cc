@@ -15,7 +15,7 @@ std::string RenderPlanSummary(const Plan& p) {
                    p.cost_source, p.global_batch);
   o += fmt::format("configuration: tp-pp-dp {} | replication {} | microbatch {} x {} | schedule {}{} | recompute {} | ZeRO {}\n",
                    p.ParallelString(), p.config, p.microbatch_size, p.num_microbatches, ScheduleName(p.schedule),
-                   p.interleave > 1 ? fmt::format(" (v={})", p.interleave) : "", RecomputeName(p.recompute), p.zero_stage);
+                   p.interleave > 1 ? fmt::format(" (v={})", p.interleave) : "", RecomputeName(p.recompute), ZeroStageNumber(p.zero_stage));
   const auto& x = p.predicted;
   // Small devices (CPU ranks) read better in GFLOP/s; no figure when the model's FLOPs are unknown (profile only).
   const std::string rate = x.tflops_per_gpu <= 0 ? std::string("FLOP/s n/a (no model file)")
@@ -57,7 +57,7 @@ std::string RenderRunnersUp(const Plan& p) {
     std::string repl = s.config.size() > 12 ? s.config.substr(0, 11) + "~" : s.config;
     o += fmt::format("{:>4} {:>10} {:>12} {:>12} {:>6} {:>13} {:>9} {:>5} {:>14.4f} {:>11.2f}  {}\n", i + 2,
                      fmt::format("{}-{}-{}", s.tp, s.pp, s.dp), repl, s.microbatch_size, s.num_microbatches, sched, RecomputeName(s.recompute),
-                     s.zero_stage, s.iteration_s, s.samples_per_second, s.why_lost);
+                     ZeroStageNumber(s.zero_stage), s.iteration_s, s.samples_per_second, s.why_lost);
   }
   return o;
 }

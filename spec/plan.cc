@@ -115,7 +115,7 @@ Tree SummaryTree(const PlanSummary& s) {
   t.Add("schedule", Tree::Str(ScheduleName(s.schedule)));
   t.Add("interleave", Tree::Int(s.interleave));
   t.Add("recompute", Tree::Str(RecomputeName(s.recompute)));
-  t.Add("zero_stage", Tree::Int(s.zero_stage));
+  t.Add("zero_stage", Tree::Int(ZeroStageNumber(s.zero_stage)));
   t.Add("iteration_seconds", Tree::Num(s.iteration_s));
   t.Add("samples_per_second", Tree::Num(s.samples_per_second));
   t.Add("peak_memory_GiB", Tree::Num(s.peak_memory_bytes / (1024.0 * 1024 * 1024)));
@@ -153,7 +153,7 @@ Tree PlanTree(const Plan& p) {
   t.Add("schedule", Tree::Str(ScheduleName(p.schedule)));
   t.Add("interleave", Tree::Int(p.interleave));
   t.Add("recompute", Tree::Str(RecomputeName(p.recompute)));
-  t.Add("zero_stage", Tree::Int(p.zero_stage));
+  t.Add("zero_stage", Tree::Int(ZeroStageNumber(p.zero_stage)));
   t.Add("p2p_overlap", Tree::Bool(p.p2p_overlap));
   Tree stages = Tree::List();
   for (const auto& s : p.stages) {
@@ -217,6 +217,16 @@ Status GetRecompute(const YamlReader& r, const YAML::Node& map, const std::strin
   return Status::OK();
 }
 
+// An optional ZeRO stage, 0 (the default) to 3.
+Status GetZeroStage(const YamlReader& r, const YAML::Node& map, const std::string& field, ZeroStage* out) {
+  int64_t n = 0;
+  PLANNER_RETURN_IF_ERROR(r.GetInt(map, field.substr(field.rfind('.') + 1), field, &n, false, 0));
+  if (!ZeroStageFromNumber(n, out)) {
+    return r.FieldError(map[field.substr(field.rfind('.') + 1)], field, fmt::format("must be 0, 1, 2 or 3 (the ZeRO stage), got {}", n));
+  }
+  return Status::OK();
+}
+
 }  // namespace
 
 std::string PlanToYaml(const Plan& plan) {
@@ -270,7 +280,7 @@ Status ParsePlan(const std::string& path, const std::string& text, Plan* out) {
   PLANNER_RETURN_IF_ERROR(GetSchedule(r, root, "schedule", &p.schedule, true));
   PLANNER_RETURN_IF_ERROR(r.GetInt(root, "interleave", "interleave", &p.interleave, true, 1));
   PLANNER_RETURN_IF_ERROR(GetRecompute(r, root, "recompute", &p.recompute, true));
-  PLANNER_RETURN_IF_ERROR(r.GetInt(root, "zero_stage", "zero_stage", &p.zero_stage, false, 0));
+  PLANNER_RETURN_IF_ERROR(GetZeroStage(r, root, "zero_stage", &p.zero_stage));
   PLANNER_RETURN_IF_ERROR(r.GetBool(root, "p2p_overlap", "p2p_overlap", &p.p2p_overlap, false));
   const YAML::Node& stages = root["stages"];
   if (!stages.IsDefined()) return r.FieldError(root, "stages", "missing required field");
@@ -337,7 +347,7 @@ Status ParsePlan(const std::string& path, const std::string& text, Plan* out) {
       PLANNER_RETURN_IF_ERROR(GetRecompute(r, ru[i], f + ".recompute", &s.recompute, false));
       PLANNER_RETURN_IF_ERROR(r.GetDouble(ru[i], "iteration_seconds", f + ".iteration_seconds", &s.iteration_s, false, 0, false));
       PLANNER_RETURN_IF_ERROR(r.GetDouble(ru[i], "samples_per_second", f + ".samples_per_second", &s.samples_per_second, false, 0, false));
-      PLANNER_RETURN_IF_ERROR(r.GetInt(ru[i], "zero_stage", f + ".zero_stage", &s.zero_stage, false, 0));
+      PLANNER_RETURN_IF_ERROR(GetZeroStage(r, ru[i], f + ".zero_stage", &s.zero_stage));
       double ru_gib = 0;
       PLANNER_RETURN_IF_ERROR(r.GetDouble(ru[i], "peak_memory_GiB", f + ".peak_memory_GiB", &ru_gib, false, 0, false));
       s.peak_memory_bytes = ru_gib * kGiB;

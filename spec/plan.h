@@ -49,7 +49,8 @@ struct PlanPredicted {
 
 struct PlanSummary {
   std::string config;
-  int64_t tp = 1, pp = 1, dp = 1, microbatch_size = 1, num_microbatches = 1, interleave = 1, zero_stage = 0;
+  int64_t tp = 1, pp = 1, dp = 1, microbatch_size = 1, num_microbatches = 1, interleave = 1;
+  ZeroStage zero_stage = ZeroStage::kNone;
   Schedule schedule = Schedule::k1F1B;
   Recompute recompute = Recompute::kNone;
   double iteration_s = 0, samples_per_second = 0, peak_memory_bytes = 0;
@@ -72,7 +73,7 @@ struct Plan {
   Schedule schedule = Schedule::k1F1B;
   int64_t interleave = 1;
   Recompute recompute = Recompute::kNone;
-  int64_t zero_stage = 0;
+  ZeroStage zero_stage = ZeroStage::kNone;  // zero_stage: 0..3 in plan.yaml
   bool p2p_overlap = false;     // stage sends hidden behind compute (else the sender waits for them)
   double usable_memory_bytes = 0;
   std::vector<PlanStage> stages;  // in pipeline order (interleaved: virtual stages)

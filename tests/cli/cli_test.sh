@@ -134,5 +134,9 @@ echo "junk: [" >> c.yaml
 expect "codegen with a broken cluster file" 2 "planner: error: c.yaml:" -- $PLANNER codegen pc.yaml -o L2
 cd ..
 # ---- end of the error checks ----
+# The ZeRO stage is an enum read once from plan.yaml: 0..3, anything else names its line.
+$PLANNER -q solve --gpus 1 --model $M/tiny-gpt.yaml --cluster $C/local-cpu.yaml -o z.plan.yaml >/dev/null
+sed '0,/^zero_stage: [0-9]/s//zero_stage: 7/' z.plan.yaml > z7.plan.yaml
+expect "zero stage out of range" 2 "z7.plan.yaml:$(grep -n '^zero_stage:' z.plan.yaml | head -1 | cut -d: -f1): field 'zero_stage': must be 0, 1, 2 or 3 (the ZeRO stage), got 7" -- $PLANNER inspect z7.plan.yaml
 echo "cli: $pass passed, $fail failed"
 [ "$fail" = 0 ]
