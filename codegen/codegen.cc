@@ -40,8 +40,10 @@ Status AddPrograms(LaunchPlan* L) {
 
 }  // namespace
 
-Status BuildLaunchPlan(const Plan& plan, const std::string& model_digest, const CodegenOptions& o, LaunchPlan* out) {
-  if (plan.stages.empty()) return Status::InvalidArgument("the plan has no stages");
+namespace {
+
+// launch.yaml's header and stages from the plan.
+LaunchPlan LaunchHeader(const Plan& plan, const std::string& model_digest, const CodegenOptions& o) {
   LaunchPlan L;
   L.model_digest = model_digest;
   L.device = o.device;
@@ -73,87 +75,106 @@ Status BuildLaunchPlan(const Plan& plan, const std::string& model_digest, const 
     ls.predicted_peak_memory_bytes = s.peak_memory_bytes;
     L.stages.push_back(ls);
   }
+  return L;
+}
+
+// The rank's host slot and device on it.
+void Place(const LaunchPlan& L, LaunchRank* r) {
+  r->node = r->rank / L.gpus_per_node;
+  r->local_device = r->rank % L.gpus_per_node;
+}
+
+// Uniform plans: rank = position x t x d + replica x t + tp rank (Megatron's order), and the TP,
+// DP and PP groups of that order.
+void UniformRanks(int64_t p, int64_t d, int64_t t, LaunchPlan* L) {
+  auto rank_of = [&](int64_t r, int64_t k, int64_t j) { return r * t * d + k * t + j; };
+  for (int64_t r = 0; r < p; ++r) {
+    for (int64_t k = 0; k < d; ++k) {
+      for (int64_t j = 0; j < t; ++j) {
+        LaunchRank x;
+        x.rank = rank_of(r, k, j);
+        x.stage = r;
+        x.replica = k;
+        x.tp_rank = j;
+        // Interleaved chunks wrap around: the last device feeds the first's next chunk.
+        if (r > 0) x.prev = {rank_of(r - 1, k, j)};
+        else if (L->interleave > 1 && p > 1) x.prev = {rank_of(p - 1, k, j)};
+        if (r + 1 < p) x.next = {rank_of(r + 1, k, j)};
+        else if (L->interleave > 1 && p > 1) x.next = {rank_of(0, k, j)};
+        Place(*L, &x);
+        L->ranks.push_back(x);
+      }
+    }
+  }
+  for (int64_t r = 0; r < p; ++r)
+    for (int64_t k = 0; k < d; ++k) {
+      std::vector<int64_t> g;
+      for (int64_t j = 0; j < t; ++j) g.push_back(rank_of(r, k, j));
+      L->tp_groups.push_back(g);
+    }
+  for (int64_t r = 0; r < p; ++r)
+    for (int64_t j = 0; j < t; ++j) {
+      std::vector<int64_t> g;
+      for (int64_t k = 0; k < d; ++k) g.push_back(rank_of(r, k, j));
+      L->dp_groups.push_back(g);
+    }
+  for (int64_t k = 0; k < d; ++k)
+    for (int64_t j = 0; j < t; ++j) {
+      std::vector<int64_t> g;
+      for (int64_t r = 0; r < p; ++r) g.push_back(rank_of(r, k, j));
+      L->pp_groups.push_back(g);
+    }
+}
+
+// Per-stage replication: stage s holds replicas x t consecutive ranks from its offset; each
+// stage's replicas of one tp rank form its DP group.
+void ReplicatedRanks(const Plan& plan, int64_t t, LaunchPlan* L) {
+  std::vector<std::vector<std::vector<int64_t>>> ranks_of(plan.stages.size());  // [stage][tp rank] -> ranks
+  for (size_t s = 0; s < plan.stages.size(); ++s) {
+    const auto& st = plan.stages[s];
+    ranks_of[s].resize(static_cast<size_t>(t));
+    for (int64_t k = 0; k < st.replicas; ++k)
+      for (int64_t j = 0; j < t; ++j) ranks_of[s][static_cast<size_t>(j)].push_back(st.device_offset + k * t + j);
+  }
+  for (size_t s = 0; s < plan.stages.size(); ++s) {
+    const auto& st = plan.stages[s];
+    for (int64_t k = 0; k < st.replicas; ++k) {
+      std::vector<int64_t> g;
+      for (int64_t j = 0; j < t; ++j) {
+        LaunchRank x;
+        x.rank = st.device_offset + k * t + j;
+        x.stage = static_cast<int64_t>(s);
+        x.replica = k;
+        x.tp_rank = j;
+        if (s > 0) x.prev = ranks_of[s - 1][static_cast<size_t>(j)];
+        if (s + 1 < plan.stages.size()) x.next = ranks_of[s + 1][static_cast<size_t>(j)];
+        Place(*L, &x);
+        L->ranks.push_back(x);
+        g.push_back(x.rank);
+      }
+      L->tp_groups.push_back(g);
+    }
+    for (int64_t j = 0; j < t; ++j) L->dp_groups.push_back(ranks_of[s][static_cast<size_t>(j)]);
+  }
+}
+
+}  // namespace
+
+Status BuildLaunchPlan(const Plan& plan, const std::string& model_digest, const CodegenOptions& o, LaunchPlan* out) {
+  if (plan.stages.empty()) return Status::InvalidArgument("the plan has no stages");
+  LaunchPlan L = LaunchHeader(plan, model_digest, o);
   const int64_t t = std::max<int64_t>(1, plan.tp);
-  auto place = [&](LaunchRank* r) {
-    r->node = r->rank / L.gpus_per_node;
-    r->local_device = r->rank % L.gpus_per_node;
-  };
   bool uniform = plan.schedule != Schedule::kPipeDream;
   for (const auto& s : plan.stages) uniform = uniform && s.replicas == plan.dp;
   if (uniform) {
-    const int64_t p = plan.pp, d = plan.dp;
-    if (p * L.interleave != static_cast<int64_t>(plan.stages.size())) {
-      return Status::InvalidArgument(fmt::format("plan: pp {} x interleave {} does not match its {} stages", p, L.interleave, plan.stages.size()));
+    if (plan.pp * L.interleave != static_cast<int64_t>(plan.stages.size())) {
+      return Status::InvalidArgument(fmt::format("plan: pp {} x interleave {} does not match its {} stages", plan.pp, L.interleave, plan.stages.size()));
     }
-    auto rank_of = [&](int64_t r, int64_t k, int64_t j) { return r * t * d + k * t + j; };
-    for (int64_t r = 0; r < p; ++r) {
-      for (int64_t k = 0; k < d; ++k) {
-        for (int64_t j = 0; j < t; ++j) {
-          LaunchRank x;
-          x.rank = rank_of(r, k, j);
-          x.stage = r;
-          x.replica = k;
-          x.tp_rank = j;
-          // Interleaved chunks wrap around: the last device feeds the first's next chunk.
-          if (r > 0) x.prev = {rank_of(r - 1, k, j)};
-          else if (L.interleave > 1 && p > 1) x.prev = {rank_of(p - 1, k, j)};
-          if (r + 1 < p) x.next = {rank_of(r + 1, k, j)};
-          else if (L.interleave > 1 && p > 1) x.next = {rank_of(0, k, j)};
-          place(&x);
-          L.ranks.push_back(x);
-        }
-      }
-    }
-    std::sort(L.ranks.begin(), L.ranks.end(), [](const LaunchRank& a, const LaunchRank& b) { return a.rank < b.rank; });
-    for (int64_t r = 0; r < p; ++r)
-      for (int64_t k = 0; k < d; ++k) {
-        std::vector<int64_t> g;
-        for (int64_t j = 0; j < t; ++j) g.push_back(rank_of(r, k, j));
-        L.tp_groups.push_back(g);
-      }
-    for (int64_t r = 0; r < p; ++r)
-      for (int64_t j = 0; j < t; ++j) {
-        std::vector<int64_t> g;
-        for (int64_t k = 0; k < d; ++k) g.push_back(rank_of(r, k, j));
-        L.dp_groups.push_back(g);
-      }
-    for (int64_t k = 0; k < d; ++k)
-      for (int64_t j = 0; j < t; ++j) {
-        std::vector<int64_t> g;
-        for (int64_t r = 0; r < p; ++r) g.push_back(rank_of(r, k, j));
-        L.pp_groups.push_back(g);
-      }
+    UniformRanks(plan.pp, plan.dp, t, &L);
   } else {
-    // Per-stage replication: stage s holds replicas x t consecutive ranks from its offset.
-    std::vector<std::vector<std::vector<int64_t>>> ranks_of(plan.stages.size());  // [stage][tp rank] -> ranks
-    for (size_t s = 0; s < plan.stages.size(); ++s) {
-      const auto& st = plan.stages[s];
-      ranks_of[s].resize(static_cast<size_t>(t));
-      for (int64_t k = 0; k < st.replicas; ++k)
-        for (int64_t j = 0; j < t; ++j) ranks_of[s][static_cast<size_t>(j)].push_back(st.device_offset + k * t + j);
-    }
-    for (size_t s = 0; s < plan.stages.size(); ++s) {
-      const auto& st = plan.stages[s];
-      for (int64_t k = 0; k < st.replicas; ++k) {
-        std::vector<int64_t> g;
-        for (int64_t j = 0; j < t; ++j) {
-          LaunchRank x;
-          x.rank = st.device_offset + k * t + j;
-          x.stage = static_cast<int64_t>(s);
-          x.replica = k;
-          x.tp_rank = j;
-          if (s > 0) x.prev = ranks_of[s - 1][static_cast<size_t>(j)];
-          if (s + 1 < plan.stages.size()) x.next = ranks_of[s + 1][static_cast<size_t>(j)];
-          place(&x);
-          L.ranks.push_back(x);
-          g.push_back(x.rank);
-        }
-        L.tp_groups.push_back(g);
-      }
-      for (int64_t j = 0; j < t; ++j) L.dp_groups.push_back(ranks_of[s][static_cast<size_t>(j)]);
-    }
-    std::sort(L.ranks.begin(), L.ranks.end(), [](const LaunchRank& a, const LaunchRank& b) { return a.rank < b.rank; });
+    ReplicatedRanks(plan, t, &L);
   }
+  std::sort(L.ranks.begin(), L.ranks.end(), [](const LaunchRank& a, const LaunchRank& b) { return a.rank < b.rank; });
   for (size_t i = 0; i < L.ranks.size(); ++i) {
     if (L.ranks[i].rank != static_cast<int64_t>(i)) return Status::InvalidArgument("plan: its stages do not place every rank exactly once");
   }
@@ -162,11 +183,13 @@ Status BuildLaunchPlan(const Plan& plan, const std::string& model_digest, const 
   return Status::OK();
 }
 
-Status GenerateLaunchFiles(const Plan& plan, const ModelSpec& model, const LaunchPlan& L, const CodegenOptions& o,
-                           std::vector<std::pair<std::string, std::string>>* files, std::vector<std::string>* notes) {
+namespace {
+
+using Files = std::vector<std::pair<std::string, std::string>>;
+
+// run.sh: mpirun, local ranks or a hostfile.
+void AddRunScript(const ModelSpec& model, const LaunchPlan& L, const CodegenOptions& o, Files* files) {
   const int64_t n = static_cast<int64_t>(L.ranks.size());
-  files->emplace_back("launch.yaml", LaunchPlanToYaml(L));
-  // run.sh: mpirun, local ranks or a hostfile.
   files->emplace_back("run.sh", fmt::format(R"SH(#!/usr/bin/env bash
 # {} on {} ranks ({} {}, tp-pp-dp {}, replication {}). Written by planner codegen.
 #   bash run.sh                 local ranks on this machine
@@ -185,6 +208,11 @@ exec mpirun $ROOT --oversubscribe -np {} "$PLANNER" run "$DIR" "$@"
                                            model.name, n, ScheduleName(L.schedule), L.interleave > 1 ? fmt::format("v={}", L.interleave) : "",
                                            fmt::format("{}-{}-{}", L.tp, L.pp, L.dp), L.config, L.gpus_per_node, o.planner_path,
                                            L.gpus_per_node, n, n));
+}
+
+// slurm.sbatch: one task per device, srun starting planner run.
+void AddSlurmScript(const ModelSpec& model, const LaunchPlan& L, const CodegenOptions& o, Files* files) {
+  const int64_t n = static_cast<int64_t>(L.ranks.size());
   const int64_t nodes = (n + L.gpus_per_node - 1) / L.gpus_per_node;
   const int64_t per_node = std::min(n, L.gpus_per_node);
   files->emplace_back("slurm.sbatch", fmt::format(R"SH(#!/bin/bash
@@ -201,7 +229,10 @@ srun --kill-on-bad-exit=1 {} run "$DIR"
                                                   model.name, n, L.device == "cuda" ? "GPU" : "CPU core", model.name, nodes, per_node,
                                                   L.run.threads, L.device == "cuda" ? fmt::format("#SBATCH --gpus-per-node={}\n", per_node) : "",
                                                   o.planner_path));
-  // Megatron-LM flags.
+}
+
+// megatron.args: Megatron-LM flags, and a note for each setting it cannot take.
+void AddMegatronArgs(const Plan& plan, const ModelSpec& model, const LaunchPlan& L, Files* files, std::vector<std::string>* notes) {
   std::string mg;
   mg += fmt::format("--tensor-model-parallel-size {}\n--pipeline-model-parallel-size {}\n", L.tp, L.pp);
   if (model.is_gpt) {
@@ -239,7 +270,10 @@ srun --kill-on-bad-exit=1 {} run "$DIR"
   if (L.schedule == Schedule::kGpipe) notes->push_back("megatron.args: Megatron-LM has no GPipe schedule; the exported settings run 1F1B (same bubble, more memory in GPipe)");
   if (L.schedule == Schedule::kPipeDream) notes->push_back("megatron.args: per-stage replication and PipeDream's asynchronous schedule have no Megatron-LM equivalent; exported as uniform pipeline settings only");
   files->emplace_back("megatron.args", mg);
-  // DeepSpeed: config and the stage boundaries.
+}
+
+// deepspeed/: the config, the stage boundaries and a PipelineModule that takes them.
+void AddDeepSpeedFiles(const Plan& plan, const ModelSpec& model, const LaunchPlan& L, Files* files, std::vector<std::string>* notes) {
   std::vector<int64_t> parts;
   for (const auto& s : L.stages) if (s.chunk == 0) parts.push_back(s.first_layer);
   parts.push_back(static_cast<int64_t>(model.layers.size()));
@@ -274,7 +308,11 @@ class PlannedPipelineModule(PipelineModule):
         stage = self.stage_id
         self._set_bounds(start=self.parts[stage], stop=self.parts[stage + 1])
 )PY");
-  // torch.distributed.pipelining: split points and schedule.
+}
+
+// torch_pipelining.py: split points and schedule for torch.distributed.pipelining.
+void AddTorchPipelining(const ModelSpec& model, const LaunchPlan& L, Files* files, std::vector<std::string>* notes) {
+  const int64_t n = static_cast<int64_t>(L.ranks.size());
   const char* sched = L.schedule == Schedule::kGpipe ? "ScheduleGPipe"
                       : L.schedule == Schedule::kInterleaved ? "ScheduleInterleaved1F1B"
                       : L.schedule == Schedule::kZbH1 ? "ScheduleInterleavedZeroBubble"
@@ -306,6 +344,18 @@ def build(model, example_microbatch, stage_index, device, group=None, loss_fn=No
 )PY",
                                                          n, L.tp, L.pp, L.dp, ScheduleName(L.schedule), sched, splits, sched, L.num_microbatches,
                                                          L.microbatch_size, L.interleave));
+}
+
+}  // namespace
+
+Status GenerateLaunchFiles(const Plan& plan, const ModelSpec& model, const LaunchPlan& L, const CodegenOptions& o,
+                           std::vector<std::pair<std::string, std::string>>* files, std::vector<std::string>* notes) {
+  files->emplace_back("launch.yaml", LaunchPlanToYaml(L));
+  AddRunScript(model, L, o, files);
+  AddSlurmScript(model, L, o, files);
+  AddMegatronArgs(plan, model, L, files, notes);
+  AddDeepSpeedFiles(plan, model, L, files, notes);
+  AddTorchPipelining(model, L, files, notes);
   return Status::OK();
 }
 
