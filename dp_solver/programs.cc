@@ -66,11 +66,14 @@ struct Emitter {
     } else if (e.kind == 'B') {
       if (q + 1 < stages) out->push_back(Act(ActionKind::kRecvGrad, q, j, peer(q + 1, j)));
       out->push_back(Act(ActionKind::kBackwardInput, q, j));
+      // The input gradient leaves before the replicas' reduce: a replica still waiting for its
+      // next activation (which the previous stage sends only after this gradient) must not be
+      // needed in the reduce first (a replicated stage after a single one would deadlock).
+      if (q > 0) out->push_back(Act(ActionKind::kSendGrad, q, j, peer(q - 1, j)));
       if (async) {
         if (reduce_after_backward) out->push_back(Act(ActionKind::kGradReduce, q, 0));
         out->push_back(Act(ActionKind::kOptimizerStep, -1, 0));
       }
-      if (q > 0) out->push_back(Act(ActionKind::kSendGrad, q, j, peer(q - 1, j)));
     } else {
       out->push_back(Act(ActionKind::kBackwardWeight, q, j));
     }

@@ -19,9 +19,13 @@
 //     stage has more than one replica, then OPT.
 //   - PipeDream's asynchronous schedule: no flush, so one program covers the
 //     whole run (run.iterations x m microbatches, numbered over the run);
-//     after each backward the stage's gradients are reduced over its replicas
-//     (AR<stage>, when it has more than one) and the optimizer steps (OPT),
-//     before the gradient goes to the previous stage, as the runtime did.
+//     after each backward its input gradient goes to the previous stage (SG),
+//     then the stage's gradients are reduced over its replicas (AR<stage>,
+//     when it has more than one) and the optimizer steps (OPT). (The send
+//     first: with the reduce before it, a replicated stage after a single one
+//     deadlocks, since a replica waiting in the reduce holds back the gradient
+//     the previous stage needs before it sends the other replicas' next
+//     activations.)
 //     When a stage's r replicas do not divide the run's microbatches, the
 //     replicas without a microbatch in the last round end with "AR<stage>
 //     OPT" (zero gradients), so every replica makes the same reduces.

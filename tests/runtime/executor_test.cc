@@ -248,6 +248,29 @@ TEST_CASE("tp=2: the global gradient norm and 3 steps' losses equal one process'
   for (size_t i = 0; i < 3; ++i) CHECK(std::abs(multi[0].loss[i] - single[0].loss[i]) < 1e-4);
 }
 
+// A replicated stage after a single one (1-3-1): its replicas' reduce follows the gradient sent
+// upstream, else the middle stage's replicas wait in the reduce for a replica whose next
+// activation waits for that gradient (the programs deadlocked and codegen refused the plan).
+TEST_CASE("PipeDream 1-3-1 runs: codegen accepts it, every backward keeps its version, the loss falls") {
+  Case c = Replicated211();
+  c.gpus = 5;
+  c.replication = {1, 3, 1};
+  c.iterations = 4;
+  c.lr = 3e-3;
+  ModelSpec model;
+  LaunchPlan L;
+  REQUIRE_OK(MakeLaunch(c, &model, &L));
+  REQUIRE(L.config == "1-3-1");
+  std::vector<RunSummary> runs;
+  RunOptions o;
+  o.run_dir = RunDir("a131");
+  REQUIRE_OK(RunOnThreads(L, model, o, &runs));
+  CHECK(runs[0].stash.backward_passes == 4 * 24 * 3);
+  CHECK(runs[0].stash.mismatches == 0);
+  REQUIRE(runs[0].loss.size() == 4);
+  CHECK(runs[0].loss.back() < runs[0].loss.front());
+}
+
 TEST_CASE("PipeDream 2-1-1: weight stashing keeps each microbatch on one version, newer weights exist, the loss falls") {
   Case c = Replicated211();
   c.iterations = 12;
