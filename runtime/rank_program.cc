@@ -17,15 +17,24 @@ Status RankProgramOf(const LaunchPlan& L, const LaunchLayout& y, int64_t rank, i
     *out = all;
     return Status::OK();
   }
-  int64_t covered = 0;  // microbatches the run's program numbers
-  for (const Action& a : all) {
-    if (a.kind != ActionKind::kGradReduce && a.kind != ActionKind::kOptimizerStep) covered = std::max<int64_t>(covered, a.microbatch + 1);
+  // The microbatches the run's programs number, over every program (a rank may have none in the
+  // last round): run.iterations x m, or the file was edited and its programs cover another run.
+  int64_t covered = 0;
+  for (const RankProgram& g : L.programs) {
+    for (const Action& a : g.actions) {
+      if (a.kind != ActionKind::kGradReduce && a.kind != ActionKind::kOptimizerStep) covered = std::max<int64_t>(covered, a.microbatch + 1);
+    }
   }
   const int64_t m = y.microbatches;
+  if (covered != L.run.iterations * m) {
+    return Status::InvalidArgument(fmt::format("{}: the asynchronous (pipedream) programs cover {} microbatches but run.iterations {} x {} per "
+                                               "iteration is {}; regenerate the launch directory with planner codegen",
+                                               L.path, covered, L.run.iterations, m, L.run.iterations * m));
+  }
   if (end > L.run.iterations) {
-    return Status::InvalidArgument(fmt::format("{}: the asynchronous (pipedream) programs cover {} iterations ({} microbatches of this rank's), "
-                                               "the run asks for {}; run planner codegen again with --iterations {}",
-                                               L.path, L.run.iterations, covered, end, end));
+    return Status::InvalidArgument(fmt::format("{}: the asynchronous (pipedream) programs cover {} iterations, the run asks for {}; "
+                                               "run planner codegen again with --iterations {}",
+                                               L.path, L.run.iterations, end, end));
   }
   *out = ActionsOfMicrobatches(all, start * m, end * m);
   for (Action& a : *out) {

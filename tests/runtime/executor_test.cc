@@ -271,6 +271,19 @@ TEST_CASE("PipeDream 1-3-1 runs: codegen accepts it, every backward keeps its ve
   CHECK(runs[0].loss.back() < runs[0].loss.front());
 }
 
+TEST_CASE("PipeDream programs that do not cover the launch's iterations are refused, not run with zero losses") {
+  Case c = Replicated211();
+  c.iterations = 2;
+  ModelSpec model;
+  LaunchPlan L;
+  REQUIRE_OK(MakeLaunch(c, &model, &L));
+  L.run.iterations = 4;  // launch.yaml edited: the programs still cover 2
+  std::vector<RunSummary> runs;
+  const Status st = RunOnThreads(L, model, {}, &runs);
+  CHECK_FALSE(st.ok());
+  CHECK(st.message().find("programs cover 48 microbatches but run.iterations 4 x 24 per iteration is 96") != std::string::npos);
+}
+
 TEST_CASE("PipeDream 2-1-1: weight stashing keeps each microbatch on one version, newer weights exist, the loss falls") {
   Case c = Replicated211();
   c.iterations = 12;
