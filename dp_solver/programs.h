@@ -1,5 +1,6 @@
 // A schedule as data: turns a launch plan into each rank's program (the
-// ordered actions of spec/program.h) and proves a program set deadlock-free.
+// ordered actions of spec/program.h); spec/program_check.h proves a program
+// set deadlock-free.
 //
 // BuildPrograms plays the plan's schedule in the simulator on the plan's
 // predicted stage times (the ones launch.yaml carries, so ZB-H1's time-
@@ -53,6 +54,7 @@
 #include "common/status.h"
 #include "spec/launch_plan.h"
 #include "spec/program.h"
+#include "spec/program_check.h"  // CheckPrograms, CheckDeadlockFree (the checker lives in spec/: launch.yaml is checked where it is read)
 
 namespace planner {
 
@@ -60,34 +62,5 @@ namespace planner {
 // schedule, microbatching and predicted times; run.iterations for the
 // asynchronous schedule), ordered by position, then replica.
 Status BuildPrograms(const LaunchPlan& L, std::vector<RankProgram>* out);
-
-// Deadlock checker on concrete processes. A process runs its steps in order:
-// a local step always proceeds, a send is buffered (never blocks), a receive
-// blocks until its message was sent, a collective completes once every member
-// of its group stands at a collective with the same id.
-struct CheckStep {
-  enum class Kind : uint8_t { kLocal, kSend, kRecv, kCollective };
-  Kind kind = Kind::kLocal;
-  int32_t peer = -1;      // send: the receiver; receive: the sender (process index)
-  int64_t tag = 0;        // send / receive: the message; collective: its group id
-  std::string label;      // printed in errors ("SA0.3")
-};
-struct CheckProcess {
-  std::string name;       // "rank 3 (stage 1, replica 0)"
-  std::vector<CheckStep> steps;
-};
-// Every send is matched by exactly one receive (same sender, receiver and tag)
-// and every receive by exactly one send; `groups` maps a collective's id to
-// its member processes. Then plays the processes: when nothing can move
-// before every process has finished, InvalidArgument "deadlock: ..." names
-// each stuck process and the step it waits at.
-Status CheckDeadlockFree(const std::vector<CheckProcess>& processes, const std::vector<std::vector<int32_t>>& groups);
-
-// Expands `L`'s programs (L.programs) to processes and checks them: every
-// rank has exactly one program, every action's stage runs on its rank, every
-// peer exists, then CheckDeadlockFree. Uniform plans whose programs are all
-// shared (replica -1) and name no '@' peer check one replica's chain (one
-// process per position); programs.cc says why that suffices.
-Status CheckPrograms(const LaunchPlan& L);
 
 }  // namespace planner

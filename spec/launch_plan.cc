@@ -5,6 +5,7 @@
 
 #include <fmt/format.h>
 
+#include "spec/program_check.h"
 #include "spec/yaml_reader.h"
 
 namespace planner {
@@ -86,11 +87,19 @@ int64_t FindProgram(const LaunchPlan& L, const LaunchRank& rank) {
 }
 
 Status AssignPrograms(LaunchPlan* L) {
+  std::vector<bool> used(L->programs.size(), false);
   for (auto& r : L->ranks) {
     r.program = FindProgram(*L, r);
     if (r.program == -1) return Status::InvalidArgument(fmt::format("no program for rank {} (stage {}, replica {})", r.rank, r.stage, r.replica));
     if (r.program == -2) {
       return Status::InvalidArgument(fmt::format("several programs for rank {} (stage {}, replica {}); each rank has exactly one", r.rank, r.stage, r.replica));
+    }
+    used[static_cast<size_t>(r.program)] = true;
+  }
+  for (size_t i = 0; i < used.size(); ++i) {
+    if (!used[i]) {
+      return Status::InvalidArgument(fmt::format("program {} (position {}, replica {}) is run by no rank; remove it", i, L->programs[i].position,
+                                                 L->programs[i].replica));
     }
   }
   return Status::OK();
@@ -271,6 +280,10 @@ Status ParseLaunchPlan(const std::string& path, const std::string& text, LaunchP
     PLANNER_RETURN_IF_ERROR(read("pipeline", &p.pp_groups));
   }
   PLANNER_RETURN_IF_ERROR(ReadPrograms(r, root, &p));
+  // Checked where launch.yaml is read: a hand-edited program is refused here, naming the action
+  // that breaks it, rather than hanging the job or training on wrong gradients.
+  Status checked = CheckPrograms(p);
+  if (!checked.ok()) return r.FieldError(root["programs"], "programs", checked.message());
   *out = std::move(p);
   return Status::OK();
 }

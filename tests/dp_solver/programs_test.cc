@@ -300,8 +300,15 @@ TEST_CASE("a shorter or resumed PipeDream run's sub-sequence of the programs sta
     const auto full = BuildAndCheck(&L);
     for (int64_t start = 0; start <= iterations; ++start) {
       for (int64_t end = start; end <= iterations; ++end) {
+        // What the runtime executes (runtime/rank_program.cc): the window's actions, renumbered from 0.
         LaunchPlan S = L;
-        for (auto& g : S.programs) g.actions = ActionsOfMicrobatches(g.actions, start * m, end * m);
+        S.run.iterations = end - start;
+        for (auto& g : S.programs) {
+          g.actions = ActionsOfMicrobatches(g.actions, start * m, end * m);
+          for (Action& a : g.actions) {
+            if (a.kind != ActionKind::kGradReduce && a.kind != ActionKind::kOptimizerStep) a.microbatch -= static_cast<int32_t>(start * m);
+          }
+        }
         CAPTURE(start);
         CAPTURE(end);
         CHECK_OK(CheckPrograms(S));
@@ -532,6 +539,68 @@ TEST_CASE("a 16384-GPU plan carries one program per pipeline position") {
   for (size_t i = 0; i < progs.size(); ++i) CHECK(back.programs[i].actions == progs[i].actions);
   CHECK(back.ranks[16383].program == 63);
   CHECK(back.ranks[0].program == 0);
+}
+
+
+// ---------------------------------------------------------------------------
+// What the checker refuses beyond deadlocks: programs that would run but compute the wrong thing,
+// or match messages wrongly on NCCL; and launch.yaml is checked where it is read.
+
+TEST_CASE("the checker refuses incomplete programs, a second W, reordered sends and unused programs") {
+  LaunchPlan L = Uniform(Schedule::kGpipe, 2, 1, 2);
+  BuildAndCheck(&L);
+  REQUIRE(ActionsToString(L.programs[0].actions) == "F0.0 SA0.0 F0.1 SA0.1 RG0.0 B0.0 RG0.1 B0.1 OPT");
+  SUBCASE("one W: every other backward would lose its weight gradient") {
+    L.programs[0].actions.insert(L.programs[0].actions.end() - 1, Action{ActionKind::kBackwardWeight, 0, 0});
+    Status s = CheckPrograms(L);
+    REQUIRE_FALSE(s.ok());
+    CHECK(s.message().find("stage 0 microbatch 1 has 0 backward-weight actions where every other microbatch has 1") != std::string::npos);
+  }
+  SUBCASE("a microbatch dropped on both ranks: no deadlock, but half the batch never trains") {
+    for (auto& g : L.programs) {
+      std::erase_if(g.actions, [](const Action& a) { return a.microbatch == 1 && a.kind != ActionKind::kOptimizerStep; });
+    }
+    Status s = CheckPrograms(L);
+    REQUIRE_FALSE(s.ok());
+    CHECK(s.message().find("stage 0 microbatch 1 is never run") != std::string::npos);
+  }
+  SUBCASE("a forward twice") {
+    L.programs[0].actions.insert(L.programs[0].actions.begin() + 1, Action{ActionKind::kForward, 0, 0});
+    Status s = CheckPrograms(L);
+    REQUIRE_FALSE(s.ok());
+    CHECK(s.message().find("stage 0 microbatch 0 has 2 forward and 1 backward actions") != std::string::npos);
+  }
+  SUBCASE("sends reordered: fine by tags (MPI), wrong by posting order (NCCL)") {
+    L.programs[0].actions = {};
+    REQUIRE_OK(ParseActions("F0.0 F0.1 SA0.1 SA0.0 RG0.0 B0.0 RG0.1 B0.1 OPT", &L.programs[0].actions));
+    Status s = CheckPrograms(L);
+    REQUIRE_FALSE(s.ok());
+    CHECK(s.message().find("message 1 to rank 1 (stage 1, replica 0) is SA0.1") != std::string::npos);
+    CHECK(s.message().find("NCCL matches them in posting order") != std::string::npos);
+  }
+  SUBCASE("a program no rank runs") {
+    L.programs.push_back(RankProgram{9, 4, {}});
+    Status s = AssignPrograms(&L);
+    REQUIRE_FALSE(s.ok());
+    CHECK(s.message() == "program 2 (position 9, replica 4) is run by no rank; remove it");
+  }
+}
+
+TEST_CASE("launch.yaml's programs are checked where the file is read") {
+  LaunchPlan L = Uniform(Schedule::k1F1B, 2, 1, 2);
+  L.path = "L/launch.yaml";
+  BuildAndCheck(&L);
+  std::string text = LaunchPlanToYaml(L);
+  LaunchPlan back;
+  REQUIRE_OK(ParseLaunchPlan("L/launch.yaml", text, &back));
+  const size_t at = text.find("SA0.0 ");
+  REQUIRE(at != std::string::npos);
+  text.erase(at, 6);  // rank 0 no longer sends microbatch 0's activation
+  Status s = ParseLaunchPlan("L/launch.yaml", text, &back);
+  REQUIRE_FALSE(s.ok());
+  CHECK(s.message().find("L/launch.yaml:") == 0);
+  CHECK(s.message().find("field 'programs'") != std::string::npos);
+  CHECK(s.message().find("RA1.0 (from rank 0 (stage 0, replica 0)): no rank sends it") != std::string::npos);
 }
 
 }  // namespace
