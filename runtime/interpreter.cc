@@ -153,7 +153,7 @@ Status ProgramInterpreter::RunPass(const PassSpec& pass, PassFigures* figures) {
   fig_->start_s = MonotonicSeconds();
   for (size_t i = 0; i < program_.size(); ++i) {
     Status s = Execute(i, program_[i]);
-    if (!s.ok()) return s.code() == StatusCode::kInternal ? s.WithContext(Describe(i, program_[i])) : s;
+    if (!s.ok()) return s.WithContext(Describe(i, program_[i]));  // every failure names the action it stopped at
   }
   return FinishPass();
 }
