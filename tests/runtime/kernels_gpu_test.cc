@@ -261,16 +261,13 @@ void CheckShard(const std::string& type, const Layer& l, std::vector<int64_t> in
   }
   Saved s1, s2;
   Tensor yc, yg, dxc, dxg;
-  (void)kc->Forward(x, &yc, &s1);
-  (void)kg->Forward(x.To(Device::kCuda), &yg, &s2);
+  Ran(name + " forward", kc->Forward(x, &yc, &s1), kg->Forward(x.To(Device::kCuda), &yg, &s2));
   Compare(name + " forward", yc, yg, 5e-3);
   Tensor dy = Tensor::Zeros(yc.shape());
   FillUniform(&dy, 19, 1.0f);
-  (void)kc->BackwardInput(dy, &dxc, &s1);
-  (void)kg->BackwardInput(dy.To(Device::kCuda), &dxg, &s2);
+  Ran(name + " backward-input", kc->BackwardInput(dy, &dxc, &s1), kg->BackwardInput(dy.To(Device::kCuda), &dxg, &s2));
   if (!dxc.empty()) Compare(name + " backward-input", dxc, dxg, 5e-3);
-  (void)kc->BackwardWeight(&s1);
-  (void)kg->BackwardWeight(&s2);
+  Ran(name + " backward-weight", kc->BackwardWeight(&s1), kg->BackwardWeight(&s2));
   auto pc = kc->Params(), pg = kg->Params();
   if (pc.size() != pg.size()) {
     std::lock_guard<std::mutex> lk(print_mu);
