@@ -46,6 +46,34 @@ int64_t InFlight(const Candidate& k, int64_t r) {
   }
 }
 
+double InterleavedPeakActivations(const std::vector<double>& chunk_stash, int64_t p, int64_t m, int64_t r) {
+  const int64_t v = static_cast<int64_t>(chunk_stash.size()), period = p * v, total = m * v;
+  std::vector<double> pre_f(Z(v + 1), 0.0), pre_b(Z(v + 1), 0.0);
+  for (int64_t c = 0; c < v; ++c) {
+    pre_f[Z(c + 1)] = pre_f[Z(c)] + chunk_stash[Z(c)];
+    pre_b[Z(c + 1)] = pre_b[Z(c)] + chunk_stash[Z(v - 1 - c)];
+  }
+  // Stash of the first n operations of an order whose i-th runs chunk (i / p) % v (forward) or v - 1 - that (backward).
+  auto sum = [&](const std::vector<double>& pre, int64_t n) {
+    int64_t in = n % period, c = in / p;
+    double partial = c < v ? (pre[Z(c + 1)] - pre[Z(c)]) * static_cast<double>(in % p) : 0.0;
+    return static_cast<double>(n / period) * static_cast<double>(p) * pre[Z(v)] + static_cast<double>(p) * pre[Z(c)] + partial;
+  };
+  const int64_t warm = std::min((p - r - 1) * 2 + (v - 1) * p, total);
+  if (warm >= total) return sum(pre_f, total);
+  // Steady step j: F number warm + j, then B number j; alive after that F is A(j) = F_sum(warm + j + 1) - B_sum(j),
+  // periodic in j with period p v. A(j+1) - A(j) changes only where j or warm + 1 + j is a multiple of p, so the
+  // maximum is at such a j or at the last step.
+  const int64_t steps = std::min(period, total - warm), n0 = warm + 1, off = (p - n0 % p) % p;
+  auto alive = [&](int64_t j) { return sum(pre_f, n0 + j) - sum(pre_b, j); };
+  double peak = alive(steps - 1);
+  for (int64_t j = 0; j < steps; j += p) {
+    peak = std::max(peak, alive(j));
+    if (j + off < steps) peak = std::max(peak, alive(j + off));
+  }
+  return peak;
+}
+
 Evaluator::Evaluator(const CostSource& src, const SearchOptions& o, int64_t global_batch)
     : src_(src), o_(o), batch_(global_batch), sb_(MakeStateBytes(src, o)) {}
 
@@ -102,12 +130,12 @@ void Evaluator::StageTimes(const Candidate& k, Evaluation* x) const {
   }
 }
 
-// Per device: parameters, the largest stash of its chunks, working buffers, backward time.
+// Per device: parameters, the largest stash of its chunks, peak activations, working buffers, backward time.
 void Evaluator::DeviceLoads(const Candidate& k, Evaluation* x) const {
   const CostTable& table = tables_[k.table];
   const int64_t p = k.p, t = k.t, q_count = p * k.v;
   const auto& cuts = *x->cuts;
-  for (auto* v : {&x->params, &x->stash, &x->work, &x->backward_s, &x->peak, &x->allreduce_s}) v->assign(Z(p), 0);
+  for (auto* v : {&x->params, &x->stash, &x->acts, &x->work, &x->backward_s, &x->peak, &x->allreduce_s}) v->assign(Z(p), 0);
   for (int64_t q = 0; q < q_count; ++q) {
     size_t r = Z(q % p);
     int64_t a = cuts[Z(q)], e = cuts[Z(q + 1)];
@@ -119,6 +147,15 @@ void Evaluator::DeviceLoads(const Candidate& k, Evaluation* x) const {
       x->work[r] = std::max(x->work[r], 2 * ob);
     }
   }
+  std::vector<double> chunk_stash(Z(k.v));
+  for (int64_t r = 0; r < p; ++r) {
+    if (k.s != Schedule::kInterleaved) {
+      x->acts[Z(r)] = static_cast<double>(InFlight(k, r)) * x->stash[Z(r)];
+      continue;
+    }
+    for (int64_t c = 0; c < k.v; ++c) chunk_stash[Z(c)] = table.Stash(cuts[Z(c * p + r)], cuts[Z(c * p + r + 1)]);
+    x->acts[Z(r)] = InterleavedPeakActivations(chunk_stash, p, k.m, r);
+  }
 }
 
 // The lowest ZeRO stage whose peak fits in usable memory (zero = -1: none).
@@ -129,8 +166,7 @@ void Evaluator::SettleMemory(const Candidate& k, Evaluation* x) const {
     x->peak_bytes = 0;
     for (int64_t r = 0; r < p; ++r) {
       double states = x->params[Z(r)] * StateBytesPerParam(sb_, z, d);
-      double acts = static_cast<double>(InFlight(k, r)) * x->stash[Z(r)];
-      x->peak[Z(r)] = states + acts + x->work[Z(r)];
+      x->peak[Z(r)] = states + x->acts[Z(r)] + x->work[Z(r)];
       x->peak_bytes = std::max(x->peak_bytes, x->peak[Z(r)]);
     }
     if (x->peak_bytes <= sb_.usable) {
@@ -195,7 +231,7 @@ PlanStage Evaluator::UniformStage(const Candidate& k, const Evaluation& x, int64
   ps.in_flight = InFlight(k, static_cast<int64_t>(r));
   ps.weights_bytes = x.params[r] * sb_.weight / (x.zero == 3 ? static_cast<double>(d) : 1.0);
   ps.optimizer_bytes = x.params[r] * StateBytesPerParam(sb_, x.zero, d) - ps.weights_bytes;
-  ps.activations_bytes = static_cast<double>(ps.in_flight) * x.stash[r];
+  ps.activations_bytes = x.acts[r];
   ps.peak_memory_bytes = x.peak[r];
   return ps;
 }

@@ -35,7 +35,7 @@ struct Evaluation {
   std::vector<SimStage> sim;                    // per virtual stage
   std::vector<double> send;                     // per virtual stage: p2p to the next
   // Per device (pipeline position):
-  std::vector<double> params, stash, work, backward_s, peak, allreduce_s;
+  std::vector<double> params, stash, acts, work, backward_s, peak, allreduce_s;  // stash: the largest chunk's; acts: peak activations
   int64_t zero = -1;                            // -1: no ZeRO stage fits
   double peak_bytes = 0, dp_s = 0, optimizer_s = 0;
 };
@@ -81,5 +81,12 @@ class Evaluator {
 
 // Microbatches in flight on device r (pipeline position) under k's schedule.
 int64_t InFlight(const Candidate& k, int64_t r);
+
+// Peak activation bytes on device r of an interleaved 1F1B pipeline (p
+// devices, v chunks, m microbatches, m % p == 0) in Megatron's order (the
+// simulator's): every in-flight (chunk, microbatch) is charged with its own
+// chunk's stash, chunk_stash[c] (c = 0..v-1 on device r). Closed form over one
+// period of the steady phase, O(v); docs/cost_model.md.
+double InterleavedPeakActivations(const std::vector<double>& chunk_stash, int64_t p, int64_t m, int64_t r);
 
 }  // namespace planner
