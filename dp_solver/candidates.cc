@@ -36,7 +36,8 @@ bool HasAttention(const ModelSpec* model) {
 }
 
 // The interleave factors of schedule s at depth p (1 for all but interleaved).
-std::vector<int64_t> Interleaves(const SearchOptions& o, Schedule s, int64_t p, int64_t m, int64_t layers, Rejections* why) {
+std::vector<int64_t> Interleaves(const SearchOptions& o, Schedule s, int64_t p, int64_t m, int64_t layers, int64_t blocks,
+                                 Rejections* why) {
   if (s != Schedule::kInterleaved) return {1};
   std::vector<int64_t> vs;
   if (p < 2 || m % p != 0) {
@@ -45,7 +46,17 @@ std::vector<int64_t> Interleaves(const SearchOptions& o, Schedule s, int64_t p, 
     }
     return vs;
   }
-  for (int64_t v : o.interleave) if (v >= 2 && p * v <= layers) vs.push_back(v);
+  // A gpt model: Megatron's rule, p v divides the transformer blocks (any v). Else v in 2..4 over the table's rows.
+  std::vector<int64_t> tried = o.interleave;
+  if (tried.empty() && blocks > 0) for (int64_t v = 2; v * p <= blocks; ++v) tried.push_back(v);
+  if (tried.empty() && blocks == 0) tried = {2, 3, 4};
+  for (int64_t v : tried) {
+    bool ok = v >= 2 && p * v <= layers && (blocks == 0 || blocks % (p * v) == 0);
+    if (ok) vs.push_back(v);
+    else if (why->interleave.empty() && v >= 2 && blocks > 0 && o.interleave.size() > 0) {
+      why->interleave = fmt::format("interleave v={} with pp={}: pp x v must divide the {} layers", v, p, blocks);
+    }
+  }
   return vs;
 }
 
@@ -67,6 +78,7 @@ SearchSpace MakeSearchSpace(const CostSource& src, const SearchOptions& o, int64
   if (sp.schedules.empty()) sp.schedules = {Schedule::kGpipe, Schedule::k1F1B, Schedule::kInterleaved, Schedule::kZbH1, Schedule::kPipeDream};
   sp.replicated = !o.replication.empty() ||
                   std::find(sp.schedules.begin(), sp.schedules.end(), Schedule::kPipeDream) != sp.schedules.end();
+  sp.blocks = src.model != nullptr && src.model->is_gpt ? src.model->gpt.layers : 0;
   sp.recompute = o.recompute;
   if (sp.recompute.empty()) {
     sp.recompute = {Recompute::kNone, Recompute::kFull};
@@ -114,7 +126,7 @@ std::vector<Candidate> UniformCandidates(const SearchSpace& sp, const SearchOpti
     for (Schedule s : sp.schedules) {
       if (s == Schedule::kPipeDream) continue;  // the replicated family
       if ((s == Schedule::kZbH1 || s == Schedule::kGpipe) && p == 1) continue;  // same as 1f1b at p = 1
-      for (int64_t v : Interleaves(o, s, p, m, layers, why)) {
+      for (int64_t v : Interleaves(o, s, p, m, layers, sp.blocks, why)) {
         out.push_back(Candidate{table_index, t, b, p, d, m, v, s, table.recompute, 0});
       }
     }

@@ -27,6 +27,7 @@ struct SearchSpace {
   std::vector<Schedule> schedules;
   std::vector<Recompute> recompute;
   bool replicated = false;            // search the per-stage replication family too
+  int64_t blocks = 0;                 // transformer blocks of a gpt: model (Megatron's interleave rule), else 0
 };
 
 // Defaults: tp powers of two up to the node; microbatch every size the profile

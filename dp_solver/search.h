@@ -30,7 +30,7 @@ struct SearchOptions {
   std::vector<int64_t> microbatch;      // empty: powers of two up to 64 (or the profile's size)
   std::vector<Schedule> schedules;      // empty: gpipe, 1f1b, interleaved, zb-h1, pipedream (per-stage replication)
   std::vector<Recompute> recompute;     // empty: none, selective (transformers), full
-  std::vector<int64_t> interleave = {2, 3, 4};
+  std::vector<int64_t> interleave;      // empty: every v >= 2 with p v dividing a gpt model's blocks (Megatron's rule); else 2, 3, 4
   int64_t max_zero_stage = 3;
   int64_t max_replicated_units = 32;    // per-stage replication DP: workers grouped to at most this many units
   std::vector<int64_t> replication;     // non-empty: only this per-stage replica vector ("2-1-1", in TP groups), pipedream schedule

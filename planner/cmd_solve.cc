@@ -26,7 +26,7 @@ struct SolveArgs {
   bool json = false;
   int top = 5;
   int64_t global_batch = 0;
-  std::vector<int64_t> tp, pp, microbatch;
+  std::vector<int64_t> tp, pp, microbatch, interleave;
   std::string replication;
   std::vector<std::string> schedules, recompute;
   bool dp_overlap = false, p2p_overlap = false, no_scatter_gather = false;
@@ -178,6 +178,7 @@ Runner RegisterSolve(CLI::App& app) {
   cmd->add_option("--tp", a->tp, "tensor-parallel degrees to try")->delimiter(',');
   cmd->add_option("--pp", a->pp, "pipeline depths to try")->delimiter(',');
   cmd->add_option("--microbatch", a->microbatch, "microbatch sizes to try")->delimiter(',');
+  cmd->add_option("--interleave", a->interleave, "interleaved schedule: chunks per device v to try (default: every v with pp x v dividing the layers)")->delimiter(',');
   cmd->add_option("--replication", a->replication, "evaluate this per-stage replication only, e.g. 2-1-1 (TP groups per stage; PipeDream schedule)");
   cmd->add_option("--schedule", a->schedules, "schedules to try: gpipe,1f1b,interleaved,zb-h1,pipedream (asynchronous, per-stage replication)")->delimiter(',');
   cmd->add_option("--recompute", a->recompute, "recompute modes to try: none,selective,full")->delimiter(',');
@@ -261,6 +262,16 @@ Runner RegisterSolve(CLI::App& app) {
       o.tp = a->tp;
       o.pp = a->pp;
       o.microbatch = a->microbatch;
+      o.interleave = a->interleave;
+      for (int64_t v : a->interleave) {
+        if (v < 2) return Status::InvalidArgument(fmt::format("--interleave {}: chunks per device start at 2 (v = 1 is the 1f1b schedule)", v));
+        const int64_t blocks = src.model != nullptr && src.model->is_gpt ? src.model->gpt.layers : 0;
+        for (int64_t p : a->pp) {
+          if (blocks > 0 && p >= 1 && blocks % (p * v) != 0) {
+            return Status::InvalidArgument(fmt::format("--interleave {} with --pp {}: pp x v must divide the {} layers of {}", v, p, blocks, a->model));
+          }
+        }
+      }
       if (!a->replication.empty()) {
         std::string cur;
         for (char ch : a->replication + "-") {

@@ -38,6 +38,8 @@ expect "batch not divisible" 3 "no configuration divides" -- $PLANNER solve --gp
 expect "infeasible" 3 "GiB > 75.0 GiB usable" -- $PLANNER solve --gpus 8 --model $M/megatron-1t.yaml --cluster $C/dgx-a100.yaml
 expect "bad subcommand" 2 "unknown subcommand 'slove', did you mean 'solve'?" -- $PLANNER slove --gpus 8
 expect "bad schedule" 2 "--schedule: unknown value '1f1f', did you mean '1f1b'?" -- $PLANNER solve --gpus 8 --model $M/gpt2-small.yaml --cluster $C/dgx-a100.yaml --schedule 1f1f
+expect "interleave v=8" 0 "schedule interleaved (v=8)" -- $PLANNER solve --gpus 1024 --model $M/gpt3-175b.yaml --cluster $C/dgx-a100.yaml --tp 8 --pp 4 --schedule interleaved --interleave 8
+expect "interleave rule" 2 "planner: error: --interleave 5 with --pp 4: pp x v must divide the 96 layers" -- $PLANNER solve --gpus 1024 --model $M/gpt3-175b.yaml --cluster $C/dgx-a100.yaml --tp 8 --pp 4 --interleave 5
 expect "no model" 2 "no model or profile given" -- $PLANNER solve --gpus 8 --cluster $C/dgx-a100.yaml
 # The PipeDream path runs on the vendored graph; missing data is a failure, never a skip.
 if [ ! -f "$REF/vgg16/graph.txt" ]; then

@@ -111,5 +111,45 @@ TEST_CASE("Megatron's 530B (p = 35, v = 3) and 1T (p = 64, v = 2) interleaved ru
   CHECK(p1t.zero_stage == ZeroStage::kNone);
 }
 
+TEST_CASE("the interleave degree is not capped at 4: any v with p v dividing the layers") {
+  ModelSpec model;
+  ClusterSpec cluster;
+  REQUIRE_OK(LoadModelSpec(testing::SourcePath("configs/models/gpt3-175b.yaml"), &model));  // 96 layers
+  REQUIRE_OK(LoadClusterSpec(testing::SourcePath("configs/clusters/dgx-a100.yaml"), &cluster));
+  CostSource src;
+  src.model = &model;
+  src.cluster = &cluster;
+  for (int64_t v : {6, 8, 12}) {
+    SearchOptions o;
+    o.gpus = 1024;
+    o.tp = {8};
+    o.pp = {4};
+    o.schedules = {Schedule::kInterleaved};
+    o.interleave = {v};
+    Plan p;
+    REQUIRE_OK(SolveAuto(src, o, &p));
+    CHECK(p.interleave == v);
+    CHECK(static_cast<int64_t>(p.stages.size()) == 4 * v);
+  }
+  // The default search tries them too.
+  SearchOptions o;
+  o.gpus = 1024;
+  o.tp = {8};
+  o.pp = {4};
+  o.schedules = {Schedule::kInterleaved};
+  o.exhaustive = true;
+  o.top_k = 100;
+  Plan p;
+  REQUIRE_OK(SolveAuto(src, o, &p));
+  std::vector<int64_t> seen = {p.interleave};
+  for (const auto& r : p.runners_up) seen.push_back(r.interleave);
+  CHECK(std::find(seen.begin(), seen.end(), 8) != seen.end());
+  // v = 5 breaks Megatron's rule (4 x 5 does not divide 96): refused, named.
+  o.interleave = {5};
+  Status s = SolveAuto(src, o, &p);
+  CHECK(s.code() == StatusCode::kInfeasible);
+  CHECK(s.message().find("pp x v must divide the 96 layers") != std::string::npos);
+}
+
 }  // namespace
 }  // namespace planner
