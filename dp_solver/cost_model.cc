@@ -233,9 +233,13 @@ void AnalyticRows(const ModelSpec& m, const ClusterSpec& c, int64_t b, int64_t t
     }
     r.params = l.params / shard;
     double stash = rc == Recompute::kFull ? l.stash_bytes_full : (rc == Recompute::kSelective ? l.stash_bytes_selective : l.stash_bytes);
-    if (rc == Recompute::kFull) {
-      r.stash_bytes = bd * stash;  // the layer input, kept whole (Korthikanti Table 2: 2sbh)
+    if (rc == Recompute::kFull && l.type != "loss") {
+      // The layer input, kept whole (Korthikanti Table 2: 2sbh); the lm_head is not recomputed
+      // and keeps its input, the same [s, h] on every TP rank.
+      r.stash_bytes = bd * stash;
     } else {
+      // The loss is not recomputed either: its fp32 logits stay split over the TP ranks as
+      // without recompute (vocab-parallel cross-entropy, 4sbV/t; Korthikanti 4.3).
       double replicated = std::min(stash, l.stash_bytes_tp_replicated);
       r.stash_bytes = bd * (replicated + (stash - replicated) / shard);
     }
