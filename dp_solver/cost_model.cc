@@ -14,8 +14,10 @@ namespace planner {
 void CostTable::BuildPrefix() {
   size_t n = rows.size();
   for (auto* v : {&pre_time, &pre_params, &pre_stash, &pre_f, &pre_bi, &pre_bw, &pre_tp}) v->assign(n + 1, 0.0);
+  tied_rows.clear();
   for (size_t i = 0; i < n; ++i) {
     const auto& r = rows[i];
+    if (r.tied_to >= 0) tied_rows.push_back(static_cast<int64_t>(i));
     pre_f[i + 1] = pre_f[i] + r.forward_s;
     pre_bi[i + 1] = pre_bi[i] + r.backward_input_s;
     pre_bw[i + 1] = pre_bw[i] + r.backward_weight_s;
@@ -211,8 +213,11 @@ void AnalyticRows(const ModelSpec& m, const ClusterSpec& c, int64_t b, int64_t t
   const std::vector<int64_t> tp_group = GroupSpread(c, t, 1);
   const double peak = c.PeakFlops(m.dtype) * c.efficiency;
   const double hbm = c.hbm_bandwidth_GBps * 1e9 * c.hbm_efficiency;
+  int64_t embedding = -1;  // the last embedding row: the one a tied lm_head after it shares
   for (const auto& l : m.layers) {
     LayerCostRow r;
+    if (l.type == "embedding") embedding = static_cast<int64_t>(table->rows.size());
+    if (l.params_tied && embedding >= 0) r.tied_to = embedding;
     double shard = (l.tp_shardable && t > 1) ? td : 1.0;
     auto compute = [&](double flops, double bytes) { return bd * flops / shard / peak + bd * bytes / shard / hbm; };
     r.forward_s = compute(l.fwd_flops, l.fwd_mem_bytes);

@@ -52,5 +52,45 @@ TEST_CASE("full recompute keeps the fp32 logits split over the TP ranks (vocab-p
   CHECK(table.rows[f.Row("block0")].stash_bytes == doctest::Approx(2 * s * 12288).epsilon(1e-12));
 }
 
+
+TEST_CASE("a tied embedding is held once on the stage that holds both it and the lm_head, twice across stages") {
+  MemFixture f("tiny-gpt.yaml", "local-cpu.yaml");
+  const double v = 512, h = 128;
+  const int64_t n = static_cast<int64_t>(f.model.layers.size());
+  const int64_t head = static_cast<int64_t>(f.Row("lm_head"));
+  CostTable table;
+  REQUIRE_OK(BuildCostTable(f.Source(), 1, 1, Recompute::kNone, CostOptions{}, &table));
+  // One stage: the shared V x h matrix once, as the model's total counts it.
+  CHECK(table.Params(0, n) == doctest::Approx(f.model.TotalParams()).epsilon(1e-12));
+  // The embedding and the head on different stages: Megatron keeps a copy on each.
+  CHECK(table.Params(0, head) + table.Params(head, n) == doctest::Approx(f.model.TotalParams() + v * h).epsilon(1e-12));
+  CHECK(table.Params(1, n) == doctest::Approx(f.model.TotalParams() - table.rows[0].params + v * h).epsilon(1e-12));
+  // At t = 2 each rank holds half of the one matrix, not half of each of two.
+  REQUIRE_OK(BuildCostTable(f.Source(), 1, 2, Recompute::kNone, CostOptions{}, &table));
+  CHECK(table.rows[static_cast<size_t>(head)].params == doctest::Approx(v * h / 2).epsilon(1e-12));
+  CHECK(table.Params(0, n) == doctest::Approx(table.pre_params[static_cast<size_t>(n)] - v * h / 2).epsilon(1e-12));
+
+  // Untied: two matrices wherever they sit.
+  ModelSpec untied;
+  GptConfig g = f.model.gpt;
+  g.tie_embeddings = false;
+  REQUIRE_OK(BuildGptModel(g, f.model.dtype, &untied));
+  CostSource us = f.Source();
+  us.model = &untied;
+  REQUIRE_OK(BuildCostTable(us, 1, 1, Recompute::kNone, CostOptions{}, &table));
+  CHECK(table.Params(0, n) == doctest::Approx(f.model.TotalParams() + v * h).epsilon(1e-12));
+  CHECK(untied.TotalParams() == doctest::Approx(f.model.TotalParams() + v * h).epsilon(1e-12));
+
+  // The plan without pipelining: weights and states of the parameters once.
+  SearchOptions o;
+  o.gpus = 1;
+  o.pp = {1};
+  Plan p;
+  REQUIRE_OK(SolveAuto(f.Source(), o, &p));
+  REQUIRE(p.stages.size() == 1);
+  CHECK(p.stages[0].weights_bytes == doctest::Approx(f.model.TotalParams() * 4).epsilon(1e-12));
+  CHECK(p.stages[0].weights_bytes + p.stages[0].optimizer_bytes == doctest::Approx(f.model.TotalParams() * 16).epsilon(1e-12));
+}
+
 }  // namespace
 }  // namespace planner
