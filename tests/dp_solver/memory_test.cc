@@ -92,5 +92,44 @@ TEST_CASE("a tied embedding is held once on the stage that holds both it and the
   CHECK(p.stages[0].weights_bytes + p.stages[0].optimizer_bytes == doctest::Approx(f.model.TotalParams() * 16).epsilon(1e-12));
 }
 
+TEST_CASE("the search takes no ZeRO-2/3 with pipelining (DeepSpeed refuses it, Megatron's distributed optimizer is ZeRO-1)") {
+  MemFixture f("gpt3-175b.yaml", "dgx-a100.yaml");
+  // 256 GPUs: the fastest plan was tp=2 pp=4 dp=32 with ZeRO-3 and one gradient all-reduce per iteration.
+  for (bool forced_pp : {false, true}) {
+    SearchOptions o;
+    o.gpus = 256;
+    if (forced_pp) o.pp = {4};
+    Plan p;
+    REQUIRE_OK(SolveAuto(f.Source(), o, &p));
+    INFO("forced pp " << forced_pp << ": tp " << p.tp << " pp " << p.pp << " dp " << p.dp);
+    if (forced_pp) CHECK(p.pp == 4);
+    if (p.pp > 1) CHECK(ZeroStageNumber(p.zero_stage) <= 1);
+    for (const auto& r : p.runners_up) {
+      if (r.pp > 1) CHECK(ZeroStageNumber(r.zero_stage) <= 1);
+    }
+  }
+  // Without pipelining ZeRO-3 stays (64 GPUs, pp = 1: nothing lower fits).
+  {
+    SearchOptions o;
+    o.gpus = 64;
+    o.pp = {1};
+    Plan p;
+    REQUIRE_OK(SolveAuto(f.Source(), o, &p));
+    CHECK(ZeroStageNumber(p.zero_stage) == 3);
+  }
+  // 128 GPUs at pp = 2 fit only with ZeRO-2/3: the error says so instead of a plan no engine runs.
+  {
+    SearchOptions o;
+    o.gpus = 128;
+    o.pp = {2};
+    o.schedules = {Schedule::kGpipe, Schedule::k1F1B, Schedule::kInterleaved, Schedule::kZbH1};  // the uniform family
+    Plan p;
+    Status s = SolveAuto(f.Source(), o, &p);
+    CHECK(s.code() == StatusCode::kInfeasible);
+    CHECK(s.message().find("pp=2") != std::string::npos);
+    CHECK(s.message().find("ZeRO-1; ZeRO-2/3 are not run with pipelining") != std::string::npos);
+  }
+}
+
 }  // namespace
 }  // namespace planner
