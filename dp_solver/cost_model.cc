@@ -14,8 +14,10 @@ namespace planner {
 void CostTable::BuildPrefix() {
   size_t n = rows.size();
   for (auto* v : {&pre_time, &pre_params, &pre_stash, &pre_f, &pre_bi, &pre_bw, &pre_tp}) v->assign(n + 1, 0.0);
+  tied_rows.clear();
   for (size_t i = 0; i < n; ++i) {
     const auto& r = rows[i];
+    if (r.tied_to >= 0) tied_rows.push_back(static_cast<int64_t>(i));
     pre_f[i + 1] = pre_f[i] + r.forward_s;
     pre_bi[i + 1] = pre_bi[i] + r.backward_input_s;
     pre_bw[i + 1] = pre_bw[i] + r.backward_weight_s;
@@ -211,8 +213,11 @@ void AnalyticRows(const ModelSpec& m, const ClusterSpec& c, int64_t b, int64_t t
   const std::vector<int64_t> tp_group = GroupSpread(c, t, 1);
   const double peak = c.PeakFlops(m.dtype) * c.efficiency;
   const double hbm = c.hbm_bandwidth_GBps * 1e9 * c.hbm_efficiency;
+  int64_t embedding = -1;  // the last embedding row: the one a tied lm_head after it shares
   for (const auto& l : m.layers) {
     LayerCostRow r;
+    if (l.type == "embedding") embedding = static_cast<int64_t>(table->rows.size());
+    if (l.params_tied && embedding >= 0) r.tied_to = embedding;
     double shard = (l.tp_shardable && t > 1) ? td : 1.0;
     auto compute = [&](double flops, double bytes) { return bd * flops / shard / peak + bd * bytes / shard / hbm; };
     r.forward_s = compute(l.fwd_flops, l.fwd_mem_bytes);
@@ -233,9 +238,13 @@ void AnalyticRows(const ModelSpec& m, const ClusterSpec& c, int64_t b, int64_t t
     }
     r.params = l.params / shard;
     double stash = rc == Recompute::kFull ? l.stash_bytes_full : (rc == Recompute::kSelective ? l.stash_bytes_selective : l.stash_bytes);
-    if (rc == Recompute::kFull) {
-      r.stash_bytes = bd * stash;  // the layer input, kept whole (Korthikanti Table 2: 2sbh)
+    if (rc == Recompute::kFull && l.type != "loss") {
+      // The layer input, kept whole (Korthikanti Table 2: 2sbh); the lm_head is not recomputed
+      // and keeps its input, the same [s, h] on every TP rank.
+      r.stash_bytes = bd * stash;
     } else {
+      // The loss is not recomputed either: its fp32 logits stay split over the TP ranks as
+      // without recompute (vocab-parallel cross-entropy, 4sbV/t; Korthikanti 4.3).
       double replicated = std::min(stash, l.stash_bytes_tp_replicated);
       r.stash_bytes = bd * (replicated + (stash - replicated) / shard);
     }

@@ -33,6 +33,7 @@ struct LayerCostRow {
   double backward_weight_s = 0;
   double tp_comm_s = 0;           // exposed TP all-reduce time inside forward + backward
   double params = 0;              // parameters held on this GPU (tied weights included)
+  int64_t tied_to = -1;           // the row whose weights these are (a tied lm_head: its embedding); -1: none
   double stash_bytes = 0;         // activations kept for backward on this GPU
   double out_bytes = 0;           // output activation of the whole microbatch (before TP split)
 };
@@ -44,9 +45,19 @@ struct CostTable {
   std::vector<std::string> names;
   // Prefix sums for O(1) range queries; index i holds rows [0, i).
   std::vector<double> pre_time, pre_params, pre_stash, pre_f, pre_bi, pre_bw, pre_tp;
+  std::vector<int64_t> tied_rows;  // rows with tied_to >= 0
   void BuildPrefix();
   double Time(int64_t a, int64_t b) const { return pre_time[b] - pre_time[a]; }  // layers [a, b)
-  double Params(int64_t a, int64_t b) const { return pre_params[b] - pre_params[a]; }
+  // Parameters of layers [a, b) on one GPU: a tied row whose partner is in the range too shares
+  // its matrix and is not counted again (Megatron keeps the second copy only on another stage).
+  double Params(int64_t a, int64_t b) const {
+    double sum = pre_params[b] - pre_params[a];
+    for (int64_t i : tied_rows) {
+      const LayerCostRow& r = rows[static_cast<size_t>(i)];
+      if (i >= a && i < b && r.tied_to >= a && r.tied_to < b) sum -= r.params;
+    }
+    return sum;
+  }
   double Stash(int64_t a, int64_t b) const { return pre_stash[b] - pre_stash[a]; }
 };
 

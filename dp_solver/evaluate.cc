@@ -38,6 +38,11 @@ double StateBytesPerParam(const StateBytes& sb, int64_t z, int64_t d) {
   }
 }
 
+int64_t MaxZeroStage(int64_t max_zero_stage, int64_t p, int64_t d) {
+  if (d <= 1) return 0;
+  return std::min<int64_t>(max_zero_stage, p > 1 ? 1 : 3);
+}
+
 int64_t InFlight(const Candidate& k, int64_t r) {
   switch (k.s) {
     case Schedule::kGpipe: return k.m;
@@ -162,7 +167,8 @@ void Evaluator::DeviceLoads(const Candidate& k, Evaluation* x) const {
 void Evaluator::SettleMemory(const Candidate& k, Evaluation* x) const {
   const int64_t p = k.p, d = k.d;
   x->zero = -1;
-  for (int64_t z = 0; z <= std::min<int64_t>(o_.max_zero_stage, d > 1 ? 3 : 0); ++z) {
+  x->zero_max = MaxZeroStage(o_.max_zero_stage, p, d);
+  for (int64_t z = 0; z <= x->zero_max; ++z) {
     x->peak_bytes = 0;
     for (int64_t r = 0; r < p; ++r) {
       double states = x->params[Z(r)] * StateBytesPerParam(sb_, z, d);

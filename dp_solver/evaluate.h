@@ -28,6 +28,11 @@ struct StateBytes {
 StateBytes MakeStateBytes(const CostSource& src, const SearchOptions& o);
 // Per parameter on one GPU at ZeRO stage z over d replicas (ZeRO section 3).
 double StateBytesPerParam(const StateBytes& sb, int64_t zero, int64_t d);
+// The highest ZeRO stage the search may take at p pipeline stages and d replicas: none
+// without data parallelism; at most ZeRO-1 with pipelining, the only stage an engine runs
+// there (DeepSpeed refuses pipelining with ZeRO-2/3; Megatron's distributed optimizer is ZeRO-1);
+// else --zero's limit (docs/cost_model.md section 5).
+int64_t MaxZeroStage(int64_t max_zero_stage, int64_t p, int64_t d);
 
 // Everything the plan needs about a uniform candidate, short of its simulation.
 struct Evaluation {
@@ -37,6 +42,7 @@ struct Evaluation {
   // Per device (pipeline position):
   std::vector<double> params, stash, acts, work, backward_s, peak, allreduce_s;  // stash: the largest chunk's; acts: peak activations
   int64_t zero = -1;                            // -1: no ZeRO stage fits
+  int64_t zero_max = 0;                         // the highest ZeRO stage tried (MaxZeroStage)
   double peak_bytes = 0, dp_s = 0, optimizer_s = 0;
 };
 

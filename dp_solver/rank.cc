@@ -35,8 +35,9 @@ void Ranking::NoFit(const Candidate& k, const Evaluation& x, double usable) {
   if (!(over < least_overflow_bytes_)) return;
   least_overflow_bytes_ = over;
   size_t worst = static_cast<size_t>(std::max_element(x.peak.begin(), x.peak.end()) - x.peak.begin());
-  binding_ = fmt::format("stage {} needs {:.1f} GiB > {:.1f} GiB usable (best try: tp={} pp={} dp={} microbatch={} {} recompute={}, ZeRO-3)",
-                         worst, x.peak[worst] / kGiB, usable / kGiB, k.t, k.p, k.d, k.b, ScheduleName(k.s), RecomputeName(k.rc));
+  binding_ = fmt::format("stage {} needs {:.1f} GiB > {:.1f} GiB usable (best try: tp={} pp={} dp={} microbatch={} {} recompute={}, ZeRO-{}{})",
+                         worst, x.peak[worst] / kGiB, usable / kGiB, k.t, k.p, k.d, k.b, ScheduleName(k.s), RecomputeName(k.rc), x.zero_max,
+                         k.p > 1 && k.d > 1 && x.zero_max == 1 ? "; ZeRO-2/3 are not run with pipelining" : "");
 }
 
 void Ranking::Dropped(const Status& why) {
