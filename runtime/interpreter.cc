@@ -75,12 +75,8 @@ Status ProgramInterpreter::CheckAction(size_t index, const Action& a, const Rank
   if (q < 0 || q >= Q || !ctx_.stage->Holds(q) || a.microbatch < 0) {
     return Status::InvalidArgument(fmt::format("{}: stage {} is not one of rank {}'s", Describe(index, a), q, ctx_.rank));
   }
-  int64_t peer_stage = -1;
-  switch (a.kind) {
-    case ActionKind::kRecvActivation: case ActionKind::kSendGrad: peer_stage = q - 1; break;
-    case ActionKind::kSendActivation: case ActionKind::kRecvGrad: peer_stage = q + 1; break;
-    default: return Status::OK();
-  }
+  if (!IsTransfer(a)) return Status::OK();
+  const int64_t peer_stage = PeerStage(a);
   if (peer_stage < 0 || peer_stage >= Q) return Status::InvalidArgument(fmt::format("{}: stage {} has no neighbour there", Describe(index, a), q));
   const LaunchRank& me = ctx_.launch->ranks[static_cast<size_t>(ctx_.rank)];
   const int64_t replica = a.peer_replica == Action::kSameReplica ? me.replica : a.peer_replica;

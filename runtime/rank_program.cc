@@ -22,7 +22,7 @@ Status RankProgramOf(const LaunchPlan& L, const LaunchLayout& y, int64_t rank, i
   int64_t covered = 0;
   for (const RankProgram& g : L.programs) {
     for (const Action& a : g.actions) {
-      if (a.kind != ActionKind::kGradReduce && a.kind != ActionKind::kOptimizerStep) covered = std::max<int64_t>(covered, a.microbatch + 1);
+      if (HasMicrobatch(a)) covered = std::max<int64_t>(covered, a.microbatch + 1);
     }
   }
   const int64_t m = y.microbatches;
@@ -36,10 +36,7 @@ Status RankProgramOf(const LaunchPlan& L, const LaunchLayout& y, int64_t rank, i
                                                "run planner codegen again with --iterations {}",
                                                L.path, L.run.iterations, end, end));
   }
-  *out = ActionsOfMicrobatches(all, start * m, end * m);
-  for (Action& a : *out) {
-    if (a.kind != ActionKind::kGradReduce && a.kind != ActionKind::kOptimizerStep) a.microbatch -= static_cast<int32_t>(start * m);
-  }
+  *out = WindowOfRun(all, start * m, end * m);
   return Status::OK();
 }
 

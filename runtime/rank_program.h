@@ -17,7 +17,7 @@ namespace planner {
 // schedule's program is one iteration, the same every iteration. PipeDream's
 // asynchronous program covers the launch's run.iterations (microbatches
 // numbered over the run); a run of [start, end) executes its actions of
-// microbatches [start x m, end x m), renumbered from 0 (ActionsOfMicrobatches:
+// microbatches [start x m, end x m), renumbered from 0 (WindowOfRun:
 // removing every action of some microbatches keeps a valid schedule valid,
 // dp_solver/programs.h). An error names launch.yaml: a rank without a
 // program, or a run longer than the asynchronous program covers.

@@ -57,14 +57,8 @@ bool PerStageReplication(const LaunchPlan& L) {
 }
 
 int64_t PeerRank(const LaunchPlan& L, const LaunchRank& me, const Action& a) {
-  int64_t to = 0;
-  switch (a.kind) {
-    case ActionKind::kSendActivation:
-    case ActionKind::kRecvGrad: to = a.stage + 1; break;
-    case ActionKind::kRecvActivation:
-    case ActionKind::kSendGrad: to = a.stage - 1; break;
-    default: return -1;
-  }
+  if (!IsTransfer(a)) return -1;
+  const int64_t to = PeerStage(a);
   const int64_t q_count = static_cast<int64_t>(L.stages.size());
   if (to < 0 || to >= q_count || L.pp < 1) return -1;
   const int64_t position = PerStageReplication(L) ? to : to % L.pp;

@@ -139,12 +139,31 @@ Status ParseActions(std::string_view text, std::vector<Action>* out) {
   return Status::OK();
 }
 
+bool HasMicrobatch(const Action& a) { return a.kind != ActionKind::kGradReduce && a.kind != ActionKind::kOptimizerStep; }
+
+bool IsTransfer(const Action& a) {
+  return a.kind == ActionKind::kRecvActivation || a.kind == ActionKind::kSendActivation || a.kind == ActionKind::kRecvGrad ||
+         a.kind == ActionKind::kSendGrad;
+}
+
+int64_t PeerStage(const Action& a) {
+  return a.kind == ActionKind::kSendActivation || a.kind == ActionKind::kRecvGrad ? int64_t{a.stage} + 1 : int64_t{a.stage} - 1;
+}
+
 std::vector<Action> ActionsOfMicrobatches(const std::vector<Action>& actions, int64_t first, int64_t end) {
   std::vector<Action> v;
   bool keep = false;  // whether the last microbatch action was kept
   for (const Action& a : actions) {
-    if (a.kind != ActionKind::kGradReduce && a.kind != ActionKind::kOptimizerStep) keep = a.microbatch >= first && a.microbatch < end;
+    if (HasMicrobatch(a)) keep = a.microbatch >= first && a.microbatch < end;
     if (keep) v.push_back(a);
+  }
+  return v;
+}
+
+std::vector<Action> WindowOfRun(const std::vector<Action>& actions, int64_t first, int64_t end) {
+  std::vector<Action> v = ActionsOfMicrobatches(actions, first, end);
+  for (Action& a : v) {
+    if (HasMicrobatch(a)) a.microbatch -= static_cast<int32_t>(first);
   }
   return v;
 }

@@ -68,11 +68,23 @@ std::string ActionToString(const Action& a);
 std::string ActionsToString(const std::vector<Action>& actions);
 [[nodiscard]] Status ParseActions(std::string_view text, std::vector<Action>* out);
 
+// Whether the action belongs to a microbatch (every kind but AR and OPT).
+bool HasMicrobatch(const Action& a);
+// Whether the action is a send or a receive. Its peer is then at virtual
+// stage PeerStage(a): stage + 1 for SA and RG (activations go forward,
+// gradients come back from there), stage - 1 for RA and SG; the caller checks
+// that it lies in 0..Q-1.
+bool IsTransfer(const Action& a);
+int64_t PeerStage(const Action& a);
+
 // The actions of microbatches [first, end) in program order, each AR and OPT
 // kept with the backward it follows (the asynchronous schedule's per-backward
 // update; a program's leading AR / OPT, before any microbatch, is dropped).
 // A shorter or resumed PipeDream run executes this sub-sequence of the run's
 // program (dp_solver/programs.h says why it stays deadlock-free).
 std::vector<Action> ActionsOfMicrobatches(const std::vector<Action>& actions, int64_t first, int64_t end);
+// ActionsOfMicrobatches with the microbatches renumbered from 0: what a run of
+// the window executes (runtime/rank_program.cc).
+std::vector<Action> WindowOfRun(const std::vector<Action>& actions, int64_t first, int64_t end);
 
 }  // namespace planner

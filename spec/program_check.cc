@@ -220,11 +220,10 @@ Status Expansion::Step(int64_t pos, int64_t k, const Action& a, CheckStep* out) 
     out->tag = it->second;
     return Status::OK();
   }
+  if (!IsTransfer(a)) return Status::OK();  // F, B, W
   const bool send = a.kind == ActionKind::kSendActivation || a.kind == ActionKind::kSendGrad;
   const bool grad = a.kind == ActionKind::kRecvGrad || a.kind == ActionKind::kSendGrad;
-  if (!send && !grad && a.kind != ActionKind::kRecvActivation) return Status::OK();  // F, B, W
-  // The peer's stage: activations flow to q + 1, gradients to q - 1.
-  const int64_t to = (a.kind == ActionKind::kSendActivation || a.kind == ActionKind::kRecvGrad) ? a.stage + 1 : a.stage - 1;
+  const int64_t to = PeerStage(a);
   if (to < 0 || to >= stages) return Status::InvalidArgument(fmt::format("{}: {} has no peer stage {}", who, out->label, to));
   const int64_t peer_pos = PositionOf(to), peer_k = a.peer_replica == Action::kSameReplica ? k : a.peer_replica;
   const int32_t peer = peer_k < Replicas(peer_pos) ? process_of[static_cast<size_t>(peer_pos)][static_cast<size_t>(peer_k)] : -1;
@@ -263,7 +262,7 @@ Status Record(const LaunchPlan& L, int64_t g, int64_t m, std::map<std::pair<int6
   const auto& actions = L.programs[static_cast<size_t>(g)].actions;
   for (size_t i = 0; i < actions.size(); ++i) {
     const Action& a = actions[i];
-    if (a.kind == ActionKind::kGradReduce || a.kind == ActionKind::kOptimizerStep) continue;
+    if (!HasMicrobatch(a)) continue;
     if (a.microbatch < 0 || a.microbatch >= m) {
       return Status::InvalidArgument(fmt::format("program {} action {} ({}): microbatch {} is outside the {} this launch runs (0..{})", g, i + 1,
                                                  ActionToString(a), a.microbatch, m, m - 1));

@@ -303,12 +303,7 @@ TEST_CASE("a shorter or resumed PipeDream run's sub-sequence of the programs sta
         // What the runtime executes (runtime/rank_program.cc): the window's actions, renumbered from 0.
         LaunchPlan S = L;
         S.run.iterations = end - start;
-        for (auto& g : S.programs) {
-          g.actions = ActionsOfMicrobatches(g.actions, start * m, end * m);
-          for (Action& a : g.actions) {
-            if (a.kind != ActionKind::kGradReduce && a.kind != ActionKind::kOptimizerStep) a.microbatch -= static_cast<int32_t>(start * m);
-          }
-        }
+        for (auto& g : S.programs) g.actions = WindowOfRun(g.actions, start * m, end * m);
         CAPTURE(start);
         CAPTURE(end);
         CHECK_OK(CheckPrograms(S));
