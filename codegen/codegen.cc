@@ -250,6 +250,7 @@ void AddMegatronArgs(const Plan& plan, const ModelSpec& model, const LaunchPlan&
   if (plan.zero_stage != ZeroStage::kNone) mg += "--use-distributed-optimizer\n";
   if (model.dtype == DType::kFp16) mg += "--fp16\n";
   if (model.dtype == DType::kBf16) mg += "--bf16\n";
+  if (model.dtype == DType::kFp8) mg += "--bf16\n--fp8-format hybrid\n";  // Transformer Engine FP8 GEMMs, bf16 elsewhere
   // Uneven first / last stages: count transformer blocks per pipeline stage.
   if (model.is_gpt && L.interleave == 1 && L.pp > 1 && L.schedule != Schedule::kPipeDream) {
     std::vector<int64_t> blocks;
@@ -278,7 +279,8 @@ void AddDeepSpeedFiles(const Plan& plan, const ModelSpec& model, const LaunchPla
   for (const auto& s : L.stages) if (s.chunk == 0) parts.push_back(s.first_layer);
   parts.push_back(static_cast<int64_t>(model.layers.size()));
   const int64_t accum = L.num_microbatches;
-  std::string precision = model.dtype == DType::kFp16 ? ",\n  \"fp16\": {\"enabled\": true}" : (model.dtype == DType::kBf16 ? ",\n  \"bf16\": {\"enabled\": true}" : "");
+  std::string precision = model.dtype == DType::kFp16 ? ",\n  \"fp16\": {\"enabled\": true}" : (model.dtype == DType::kBf16 || model.dtype == DType::kFp8 ? ",\n  \"bf16\": {\"enabled\": true}" : "");
+  if (model.dtype == DType::kFp8) notes->push_back("deepspeed: DeepSpeed's config has no FP8 GEMMs (they need Transformer Engine modules in the model); exported bf16");
   files->emplace_back("deepspeed/ds_config.json",
                       fmt::format("{{\n  \"train_batch_size\": {},\n  \"train_micro_batch_size_per_gpu\": {},\n  \"gradient_accumulation_steps\": {},\n"
                                   "  \"zero_optimization\": {{\"stage\": {}}},\n  \"pipeline\": {{\"activation_checkpoint_interval\": {}}}{}\n}}\n",

@@ -32,6 +32,9 @@ struct SearchOptions {
   std::vector<Recompute> recompute;     // empty: none, selective (transformers), full
   std::vector<int64_t> interleave;      // empty: every v >= 2 with p v dividing a gpt model's blocks (Megatron's rule); else 2, 3, 4
   int64_t max_zero_stage = 3;
+  std::vector<int64_t> cp;              // context-parallel sizes; empty: the search's defaults (docs/cost_model.md)
+  std::vector<int> sequence_parallel;   // 0 (off) / 1 (on, tp > 1 only); empty: the search's defaults
+  std::vector<int64_t> zero;            // ZeRO stages allowed (0..3, `--zero`); empty: all
   int64_t max_replicated_units = 32;    // per-stage replication DP: workers grouped to at most this many units
   std::vector<int64_t> replication;     // non-empty: only this per-stage replica vector ("2-1-1", in TP groups), pipedream schedule
   CostOptions cost;

@@ -11,10 +11,12 @@
 
 namespace planner {
 
-enum class DType { kFp32, kFp16, kBf16 };
+// kFp8: FP8 GEMMs (Transformer Engine's hybrid E4M3/E5M2 recipe) with bf16
+// activations, weights and everything else: 2 bytes per element stored.
+enum class DType { kFp32, kFp16, kBf16, kFp8 };
 int DTypeBytes(DType dtype);
 const char* DTypeName(DType dtype);
-// Parses "fp32" | "fp16" | "bf16"; false on anything else.
+// Parses "fp32" | "fp16" | "bf16" | "fp8"; false on anything else.
 bool ParseDType(const std::string& text, DType* out);
 
 // Attributes of a layer as written in the model file, with defaults resolved
@@ -22,6 +24,7 @@ bool ParseDType(const std::string& text, DType* out);
 struct LayerAttrs {
   std::map<std::string, int64_t> ints;
   std::map<std::string, bool> bools;
+  std::map<std::string, std::string> strings;  // enumerated choices (act: gelu | swiglu | relu2, ...)
   double probability = 0.1;
   int64_t Int(const std::string& key, int64_t fallback) const {
     auto it = ints.find(key);
@@ -30,6 +33,10 @@ struct LayerAttrs {
   bool Bool(const std::string& key, bool fallback) const {
     auto it = bools.find(key);
     return it == bools.end() ? fallback : it->second;
+  }
+  std::string String(const std::string& key, const std::string& fallback) const {
+    auto it = strings.find(key);
+    return it == strings.end() ? fallback : it->second;
   }
 };
 

@@ -10,6 +10,7 @@ const char* DTypeName(DType dtype) {
     case DType::kFp32: return "fp32";
     case DType::kFp16: return "fp16";
     case DType::kBf16: return "bf16";
+    case DType::kFp8: return "fp8";
   }
   return "fp16";
 }
@@ -17,6 +18,7 @@ bool ParseDType(const std::string& text, DType* out) {
   if (text == "fp32") { *out = DType::kFp32; return true; }
   if (text == "fp16") { *out = DType::kFp16; return true; }
   if (text == "bf16") { *out = DType::kBf16; return true; }
+  if (text == "fp8") { *out = DType::kFp8; return true; }
   return false;
 }
 
@@ -138,6 +140,7 @@ Status InferLayer(const std::string& type, const LayerAttrs& attrs, const std::v
   std::string attr_sig;
   for (const auto& [k, v] : attrs.ints) attr_sig += fmt::format(",{}={}", k, v);
   for (const auto& [k, v] : attrs.bools) attr_sig += fmt::format(",{}={}", k, v);
+  for (const auto& [k, v] : attrs.strings) attr_sig += fmt::format(",{}={}", k, v);
 
   if (type == "linear") {
     if (in.empty()) return ShapeError("linear needs an input with at least one dimension");

@@ -110,6 +110,8 @@ Tree SummaryTree(const PlanSummary& s) {
   t.Add("tp", Tree::Int(s.tp));
   t.Add("pp", Tree::Int(s.pp));
   t.Add("dp", Tree::Int(s.dp));
+  t.Add("cp", Tree::Int(s.cp));
+  t.Add("sequence_parallel", Tree::Bool(s.sequence_parallel));
   t.Add("microbatch_size", Tree::Int(s.microbatch_size));
   t.Add("num_microbatches", Tree::Int(s.num_microbatches));
   t.Add("schedule", Tree::Str(ScheduleName(s.schedule)));
@@ -148,6 +150,9 @@ Tree PlanTree(const Plan& p) {
   t.Add("tp", Tree::Int(p.tp));
   t.Add("pp", Tree::Int(p.pp));
   t.Add("dp", Tree::Int(p.dp));
+  t.Add("cp", Tree::Int(p.cp));
+  t.Add("sequence_parallel", Tree::Bool(p.sequence_parallel));
+  t.Add("model_parameters", Tree::Num(p.model_parameters));
   t.Add("microbatch_size", Tree::Int(p.microbatch_size));
   t.Add("num_microbatches", Tree::Int(p.num_microbatches));
   t.Add("schedule", Tree::Str(ScheduleName(p.schedule)));
@@ -188,6 +193,10 @@ Tree PlanTree(const Plan& p) {
   pr.Add("samples_per_second", Tree::Num(p.predicted.samples_per_second));
   pr.Add("tflops_per_gpu", Tree::Num(p.predicted.tflops_per_gpu));
   pr.Add("mfu", Tree::Num(p.predicted.mfu));
+  pr.Add("hfu", Tree::Num(p.predicted.hfu));
+  pr.Add("model_tflops_per_gpu", Tree::Num(p.predicted.model_tflops_per_gpu));
+  pr.Add("model_flops_per_iteration", Tree::Num(p.predicted.model_flops_per_iteration));
+  pr.Add("tokens_per_second_per_gpu", Tree::Num(p.predicted.tokens_per_second_per_gpu));
   pr.Add("bubble_fraction", Tree::Num(p.predicted.bubble_fraction));
   pr.Add("pipeline_seconds", Tree::Num(p.predicted.pipeline_s));
   pr.Add("dp_allreduce_seconds", Tree::Num(p.predicted.dp_allreduce_s));
@@ -275,6 +284,9 @@ Status ParsePlan(const std::string& path, const std::string& text, Plan* out) {
   PLANNER_RETURN_IF_ERROR(r.GetInt(root, "tp", "tp", &p.tp, true, 1));
   PLANNER_RETURN_IF_ERROR(r.GetInt(root, "pp", "pp", &p.pp, true, 1));
   PLANNER_RETURN_IF_ERROR(r.GetInt(root, "dp", "dp", &p.dp, true, 1));
+  PLANNER_RETURN_IF_ERROR(r.GetInt(root, "cp", "cp", &p.cp, false, 1));
+  PLANNER_RETURN_IF_ERROR(r.GetBool(root, "sequence_parallel", "sequence_parallel", &p.sequence_parallel, false));
+  PLANNER_RETURN_IF_ERROR(r.GetDouble(root, "model_parameters", "model_parameters", &p.model_parameters, false, 0, false));
   PLANNER_RETURN_IF_ERROR(r.GetInt(root, "microbatch_size", "microbatch_size", &p.microbatch_size, true, 1));
   PLANNER_RETURN_IF_ERROR(r.GetInt(root, "num_microbatches", "num_microbatches", &p.num_microbatches, true, 1));
   PLANNER_RETURN_IF_ERROR(GetSchedule(r, root, "schedule", &p.schedule, true));
@@ -324,6 +336,10 @@ Status ParsePlan(const std::string& path, const std::string& text, Plan* out) {
   PLANNER_RETURN_IF_ERROR(r.GetDouble(pr, "samples_per_second", "predicted.samples_per_second", &p.predicted.samples_per_second, false, 0, false));
   PLANNER_RETURN_IF_ERROR(r.GetDouble(pr, "tflops_per_gpu", "predicted.tflops_per_gpu", &p.predicted.tflops_per_gpu, false, 0, false));
   PLANNER_RETURN_IF_ERROR(r.GetDouble(pr, "mfu", "predicted.mfu", &p.predicted.mfu, false, 0, false));
+  PLANNER_RETURN_IF_ERROR(r.GetDouble(pr, "hfu", "predicted.hfu", &p.predicted.hfu, false, 0, false));
+  PLANNER_RETURN_IF_ERROR(r.GetDouble(pr, "model_tflops_per_gpu", "predicted.model_tflops_per_gpu", &p.predicted.model_tflops_per_gpu, false, 0, false));
+  PLANNER_RETURN_IF_ERROR(r.GetDouble(pr, "model_flops_per_iteration", "predicted.model_flops_per_iteration", &p.predicted.model_flops_per_iteration, false, 0, false));
+  PLANNER_RETURN_IF_ERROR(r.GetDouble(pr, "tokens_per_second_per_gpu", "predicted.tokens_per_second_per_gpu", &p.predicted.tokens_per_second_per_gpu, false, 0, false));
   PLANNER_RETURN_IF_ERROR(r.GetDouble(pr, "bubble_fraction", "predicted.bubble_fraction", &p.predicted.bubble_fraction, false, 0, false));
   PLANNER_RETURN_IF_ERROR(r.GetDouble(pr, "pipeline_seconds", "predicted.pipeline_seconds", &p.predicted.pipeline_s, false, 0, false));
   PLANNER_RETURN_IF_ERROR(r.GetDouble(pr, "dp_allreduce_seconds", "predicted.dp_allreduce_seconds", &p.predicted.dp_allreduce_s, false, 0, false));
@@ -340,6 +356,8 @@ Status ParsePlan(const std::string& path, const std::string& text, Plan* out) {
       PLANNER_RETURN_IF_ERROR(r.GetInt(ru[i], "tp", f + ".tp", &s.tp, false, 1));
       PLANNER_RETURN_IF_ERROR(r.GetInt(ru[i], "pp", f + ".pp", &s.pp, false, 1));
       PLANNER_RETURN_IF_ERROR(r.GetInt(ru[i], "dp", f + ".dp", &s.dp, false, 1));
+      PLANNER_RETURN_IF_ERROR(r.GetInt(ru[i], "cp", f + ".cp", &s.cp, false, 1));
+      PLANNER_RETURN_IF_ERROR(r.GetBool(ru[i], "sequence_parallel", f + ".sequence_parallel", &s.sequence_parallel, false));
       PLANNER_RETURN_IF_ERROR(r.GetInt(ru[i], "microbatch_size", f + ".microbatch_size", &s.microbatch_size, false, 1));
       PLANNER_RETURN_IF_ERROR(r.GetInt(ru[i], "num_microbatches", f + ".num_microbatches", &s.num_microbatches, false, 1));
       PLANNER_RETURN_IF_ERROR(GetSchedule(r, ru[i], f + ".schedule", &s.schedule, false));

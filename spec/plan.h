@@ -40,6 +40,10 @@ struct PlanPredicted {
   double samples_per_second = 0;
   double tflops_per_gpu = 0;    // hardware FLOPs (Megatron eq. (3) convention when recompute)
   double mfu = 0;               // model FLOPs (no recompute) / (GPUs x peak x time)
+  double hfu = 0;               // hardware FLOPs (recompute included) / (GPUs x peak x time)
+  double model_tflops_per_gpu = 0;      // model FLOPs per second per GPU (the MFU numerator), TFLOP/s
+  double model_flops_per_iteration = 0; // model FLOPs of one iteration (docs/cost_model.md, MFU)
+  double tokens_per_second_per_gpu = 0; // samples x sequence / time / GPUs (0: not a sequence model)
   double bubble_fraction = 0;   // idle share of the pipeline part of the iteration
   double pipeline_s = 0;        // makespan of the schedule
   double dp_allreduce_s = 0;    // exposed data-parallel time
@@ -50,6 +54,8 @@ struct PlanPredicted {
 struct PlanSummary {
   std::string config;
   int64_t tp = 1, pp = 1, dp = 1, microbatch_size = 1, num_microbatches = 1, interleave = 1;
+  int64_t cp = 1;
+  bool sequence_parallel = false;
   ZeroStage zero_stage = ZeroStage::kNone;
   Schedule schedule = Schedule::k1F1B;
   Recompute recompute = Recompute::kNone;
@@ -69,6 +75,9 @@ struct Plan {
   int64_t global_batch = 0;
   std::string config;           // "2-1-1": replicas per stage; "tp8-pp8-dp16" style lives in tp/pp/dp
   int64_t tp = 1, pp = 1, dp = 1;
+  int64_t cp = 1;                 // context-parallel size (Megatron rank order tp-cp-dp-pp)
+  bool sequence_parallel = false; // Megatron's --sequence-parallel (with tp > 1)
+  double model_parameters = 0;    // parameters of the model (tied weights once)
   int64_t microbatch_size = 1, num_microbatches = 1;
   Schedule schedule = Schedule::k1F1B;
   int64_t interleave = 1;
