@@ -62,6 +62,10 @@ struct Layer {
   double stash_bytes_selective = 0; // kept with selective recompute (attention core dropped)
   double stash_bytes_full = 0;      // kept with full recompute (the layer input only)
   double selective_recompute_flops = 0;  // FLOPs re-run in backward by selective recompute
+  double selective_recompute_mem_bytes = 0;  // HBM traffic re-run in backward by selective recompute
+  double model_flops = 0;           // per sample, forward + backward, as the MFU counts them (no recompute of any kind)
+  double attention_core_fwd_flops = 0;  // the s^2 part of forward (Q K^T and scores x V): what context parallelism splits and overlaps
+  double cp_kv_bytes = 0;           // K and V of the whole sequence (2 s kv_heads d, dtype bytes): what ring attention passes round the CP group
 
   // Tensor parallelism (Megatron-style sharding of this layer across t GPUs).
   bool tp_shardable = false;        // FLOPs, params and the sharded stash divide by t

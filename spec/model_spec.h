@@ -35,6 +35,9 @@ struct ModelSpec {
   // plus one more forward of every recomputed layer when `full_recompute`
   // (the Megatron eq. (3) convention: the lm_head is not recomputed).
   double IterationFlops(double batch, bool full_recompute) const;
+  // Model FLOPs of one iteration (the MFU numerator): each layer's model_flops
+  // (forward + backward, no recompute), or fwd + bwd where a layer sets none.
+  double ModelFlops(double batch) const;
 };
 
 // Reads and validates a model file. InvalidArgument / NotFound with
