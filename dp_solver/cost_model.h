@@ -40,6 +40,8 @@ struct LayerCostRow {
 
 struct CostTable {
   int64_t microbatch = 1, tp = 1;
+  int64_t cp = 1;          // context-parallel size the rows are costed at
+  bool sp = false;         // sequence parallelism the rows are costed with
   Recompute recompute = Recompute::kNone;
   std::vector<LayerCostRow> rows;
   std::vector<std::string> names;
