@@ -44,11 +44,11 @@ std::string TpRejection(const SearchSpace& space, const ModelSpec* model, int64_
 struct Candidate {
   size_t table = 0;
   int64_t t = 1, b = 1, p = 1, d = 1, m = 1, v = 1;
-  int64_t cp = 1;        // context-parallel size: d = gpus / (t cp p)
-  bool sp = false;       // sequence parallelism (t > 1)
   Schedule s = Schedule::k1F1B;
   Recompute rc = Recompute::kNone;
   double bound = 0;  // lower bound on the iteration time (set by the ranking)
+  int64_t cp = 1;    // context-parallel size: d = gpus / (t cp p)
+  bool sp = false;   // sequence parallelism (t > 1)
 };
 
 // Why values were left out, the first reason of each kind; named in the
