@@ -106,7 +106,7 @@ TEST_CASE("bad model files give one message with file, line, field and fix") {
 TEST_CASE("cluster files: totals, peaks and errors") {
   ClusterSpec c;
   REQUIRE_OK(LoadClusterSpec(testing::SourcePath("configs/clusters/dgx-a100.yaml"), &c));
-  CHECK(c.TotalGpus() == 4096);
+  CHECK(c.TotalGpus() == 4480);  // Selene: 560 DGX A100 nodes
   CHECK(c.PeakFlops(DType::kBf16) == doctest::Approx(312e12));
   Status s = ParseClusterSpec("c.yaml", "name: c\ngpu: {name: g, peak_tflops: {fp16: 1}, memory_GiB: -1, hbm_bandwidth_GBps: 1}\ntopology: [{name: n, size: 8, bandwidth_GBps: 1}]\n", &c);
   CHECK(s.message().find("c.yaml:2: field 'gpu.memory_GiB': must be greater than 0") != std::string::npos);
