@@ -214,6 +214,8 @@ TEST_CASE("explicit layer lists take the same keys and cost the same as the temp
   CHECK(def.layers[1].attrs.String("norm", "") == "layernorm");
   CHECK(def.layers[1].attrs.Int("kv_heads", 0) == 8);
   CHECK(def.layers[0].params == 100 * 64 + 32 * 64);  // learned positions
+  CHECK(def.layers[0].fwd_mem_bytes == 2 * 3 * 32 * 64);  // gather, position add, dropout (fp16)
+  CHECK(a.layers[0].fwd_mem_bytes == 2 * 2 * 32 * 64);    // RoPE: no position add (bf16)
   ModelSpec fp8;
   REQUIRE_OK(Parse("name: x\nprecision: fp8\nglobal_batch: 8\ngpt: {layers: 1, hidden: 64, heads: 8, seq: 32, vocab: 100}\n", &fp8));
   CHECK(fp8.dtype == DType::kFp8);
