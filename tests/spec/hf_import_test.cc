@@ -127,6 +127,10 @@ TEST_CASE("field mapping: Llama 3.1 405B, GPT-2, Pythia, Nemotron, Mistral") {
   CHECK_FALSE(nem.gpt.bias);
   CHECK(nem.gpt.seq == 4096);
 
+  HfImportOptions odd;
+  odd.name = "llama: \"8b\" #1";
+  CHECK(RoundTrip("llama3-8b.json", odd).name == "llama: \"8b\" #1");  // quoted in the file
+
   ModelSpec mis = RoundTrip("mistral-7b.json", HfImportOptions{});
   CHECK(mis.gpt.seq == 4096);  // min(32768, 4096)
   CHECK(mis.gpt.rope_theta == 10000);
