@@ -8,6 +8,7 @@
 
 #include "spec/layer_catalog.h"
 #include "spec/model_spec.h"
+#include "spec/yaml_reader.h"
 #include "tests/test_util.h"
 
 namespace planner {
@@ -159,6 +160,24 @@ TEST_CASE("flash attention stash: no s^2 term, Q K V O and the log-sum-exp kept;
   CHECK(un.selective_recompute_mem_bytes == dt * 4 * a * s * s);
   CHECK(un.fwd_mem_bytes - fl.fwd_mem_bytes == dt * 4 * a * s * s);  // flash moves no s^2 through HBM
   CHECK(un.bwd_mem_bytes - fl.bwd_mem_bytes == dt * 8 * a * s * s);
+}
+
+TEST_CASE("GPT-3 175B with flash (the default) keeps sbh 34 + 4as per block; attention: unfused keeps Korthikanti's") {
+  ModelSpec flash = Load("gpt3-175b.yaml");
+  ModelSpec unfused;
+  std::string text;
+  REQUIRE_OK(ReadTextFile(testing::SourcePath("configs/models/gpt3-175b.yaml"), &text));
+  text.replace(text.find("vocab: 51200}"), 13, "vocab: 51200, attention: unfused}");
+  REQUIRE_OK(ParseModelSpec("gpt3-unfused.yaml", text, &unfused));
+  const double s = 2048, h = 12288, a = 96;
+  const Layer& f = flash.layers[1];
+  const Layer& u = unfused.layers[1];
+  CHECK(f.stash_bytes == s * h * 34 + 4 * a * s);
+  CHECK(f.stash_bytes_tp_replicated == s * h * 10);
+  CHECK(u.stash_bytes == s * h * (34 + 5 * a * s / h));
+  CHECK(u.stash_bytes_selective == s * h * 34);
+  CHECK(flash.TotalParams() == unfused.TotalParams());
+  CHECK(flash.ModelFlops(1536) == unfused.ModelFlops(1536));
 }
 
 TEST_CASE("memory-bound bytes of RoPE and SwiGLU") {
