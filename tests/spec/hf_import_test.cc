@@ -184,3 +184,30 @@ TEST_CASE("bad configs: one message naming the file, the field and the fix") {
 
 }  // namespace
 }  // namespace planner
+
+namespace planner {
+namespace {
+
+// Every truncation and some byte flips of a fixture import or fail with InvalidArgument; never a crash.
+TEST_CASE("truncated and corrupted config.json files never crash the importer") {
+  std::string text;
+  REQUIRE_OK(ReadTextFile(Fixture("llama3.1-405b.json"), &text));
+  HfImport m;
+  REQUIRE_OK(ImportHfConfig("c.json", text, HfImportOptions{}, &m));
+  for (size_t n = 0; n < text.size(); n += 3) {
+    Status s = ImportHfConfig("c.json", text.substr(0, n), HfImportOptions{}, &m);
+    CHECK(s.code() == StatusCode::kInvalidArgument);  // every prefix misses its closing brace
+  }
+  const char flips[] = {'-', '0', ':', '[', '}', '"', ' ', '9'};
+  for (size_t i = 0; i < text.size(); i += 5) {
+    for (char f : flips) {
+      std::string t = text;
+      t[i] = f;
+      Status s = ImportHfConfig("c.json", t, HfImportOptions{}, &m);
+      CHECK((s.ok() || s.code() == StatusCode::kInvalidArgument));
+    }
+  }
+}
+
+}  // namespace
+}  // namespace planner
