@@ -1,6 +1,7 @@
 #include "spec/hf_import.h"
 
 #include <algorithm>
+#include <cctype>
 #include <cmath>
 
 #include <fmt/format.h>
@@ -296,6 +297,25 @@ Status ImportHfConfigFile(const std::string& path, const HfImportOptions& o, HfI
   return ImportHfConfig(path, text, o, out);
 }
 
+namespace {
+// A YAML scalar: plain when it is a simple name, else double-quoted with escapes.
+std::string YamlScalar(const std::string& text) {
+  bool plain = !text.empty() && std::isalpha(static_cast<unsigned char>(text[0]));
+  for (char c : text) plain = plain && (std::isalnum(static_cast<unsigned char>(c)) || c == '-' || c == '_' || c == '.');
+  if (plain) return text;
+  std::string q = "\"";
+  for (char c : text) {
+    if (c == '"' || c == '\\') q += '\\';
+    if (static_cast<unsigned char>(c) < 0x20) {
+      q += fmt::format("\\x{:02x}", static_cast<unsigned char>(c));
+      continue;
+    }
+    q += c;
+  }
+  return q + "\"";
+}
+}  // namespace
+
 std::string HfModelYaml(const HfImport& m, const std::string& source_path) {
   const GptConfig& g = m.gpt;
   std::string o = fmt::format("# {}: imported by `planner import hf` from {} ({}).\n", m.name, source_path, m.architecture);
@@ -303,7 +323,7 @@ std::string HfModelYaml(const HfImport& m, const std::string& source_path) {
   o += fmt::format("# ({}) is the model's limit, not the training length.\n", m.max_positions);
   for (const auto& n : m.notes) o += "# note: " + n + "\n";
   o += "format_version: 1\n";
-  o += fmt::format("name: {}\n", m.name);
+  o += fmt::format("name: {}\n", YamlScalar(m.name));
   o += fmt::format("precision: {}\n", DTypeName(m.dtype));
   o += fmt::format("global_batch: {}\n", m.global_batch);
   o += "gpt:\n";

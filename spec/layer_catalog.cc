@@ -365,8 +365,9 @@ Status InferLayer(const std::string& type, const LayerAttrs& attrs, const std::v
     l.params = static_cast<double>(v) * h + static_cast<double>(pos) * h;
     l.stash_bytes = l.stash_bytes_selective = 4 * s + s * h;  // token ids and the dropout mask
     l.stash_bytes_tp_replicated = l.stash_bytes;
-    l.fwd_mem_bytes = dt * 3 * s * h;  // gather, position add, dropout
-    l.bwd_mem_bytes = dt * 3 * s * h;
+    const double passes = pos > 0 ? 3 : 2;  // gather, position add (none without a table), dropout
+    l.fwd_mem_bytes = dt * passes * s * h;
+    l.bwd_mem_bytes = dt * passes * s * h;
     l.tp_shardable = true;  // vocab-parallel
     l.tp_divisor = v;
     l.tp_allreduces_fwd = 1;

@@ -59,5 +59,15 @@ expect "bad format" 2 "planner: error: unknown import format 'hugging'; the supp
 expect "flag of the other format" 2 "planner: error: --minibatch: applies to 'import pipedream' only; remove it" -- \
   $PLANNER import hf $HF/gpt2.json -o x.yaml --minibatch 4
 expect "bad seq" 2 "planner: error: --seq -5: must be at least 1" -- $PLANNER import hf $HF/gpt2.json -o x.yaml --seq -5
+expect "zero batch" 2 "planner: error: --global-batch 0: must be at least 1" -- $PLANNER import hf $HF/gpt2.json -o x.yaml --global-batch 0
+expect "hf flag on pipedream" 2 "planner: error: --seq, --global-batch and --name: apply to 'import hf' only; remove them" -- \
+  $PLANNER import pipedream $SRC/tests/data/pipedream/vgg16/graph.txt -o x.yaml --seq 0
+# The model-file keys the import writes: bad values are one error line, exit 2.
+printf 'name: x\nprecision: bf16\nglobal_batch: 8\ngpt: {layers: 2, hidden: 64, heads: 8, kv_heads: 3, seq: 8, vocab: 128}\n' > kv.yaml
+expect "kv_heads" 2 "planner: error: kv.yaml:4: field 'gpt.kv_heads': kv_heads (3) must divide heads (8); set kv_heads to a divisor of 8 (1: MQA, 8: MHA)" -- \
+  $PLANNER solve --gpus 8 --model kv.yaml --cluster $C/dgx-a100.yaml
+printf 'name: x\nglobal_batch: 8\ngpt: {layers: 2, hidden: 64, heads: 8, ffn_act: silu, seq: 8, vocab: 128}\n' > act.yaml
+expect "ffn_act" 2 "planner: error: act.yaml:3: field 'gpt.ffn_act': unknown value 'silu'" -- $PLANNER solve --gpus 8 --model act.yaml --cluster $C/dgx-a100.yaml
+grep -qF "choose one of: gelu, swiglu, relu2" err.txt && pass=$((pass+1)) || { echo "FAIL ffn_act: choices not listed"; fail=$((fail+1)); }
 echo "import: $pass passed, $fail failed"
 [ "$fail" = 0 ]

@@ -127,6 +127,10 @@ TEST_CASE("field mapping: Llama 3.1 405B, GPT-2, Pythia, Nemotron, Mistral") {
   CHECK_FALSE(nem.gpt.bias);
   CHECK(nem.gpt.seq == 4096);
 
+  HfImportOptions odd;
+  odd.name = "llama: \"8b\" #1";
+  CHECK(RoundTrip("llama3-8b.json", odd).name == "llama: \"8b\" #1");  // quoted in the file
+
   ModelSpec mis = RoundTrip("mistral-7b.json", HfImportOptions{});
   CHECK(mis.gpt.seq == 4096);  // min(32768, 4096)
   CHECK(mis.gpt.rope_theta == 10000);
@@ -176,6 +180,33 @@ TEST_CASE("bad configs: one message naming the file, the field and the fix") {
   HfImport m;
   Status missing = ImportHfConfigFile("/nonexistent/config.json", HfImportOptions{}, &m);
   CHECK(missing.code() == StatusCode::kNotFound);
+}
+
+}  // namespace
+}  // namespace planner
+
+namespace planner {
+namespace {
+
+// Every truncation and some byte flips of a fixture import or fail with InvalidArgument; never a crash.
+TEST_CASE("truncated and corrupted config.json files never crash the importer") {
+  std::string text;
+  REQUIRE_OK(ReadTextFile(Fixture("llama3.1-405b.json"), &text));
+  HfImport m;
+  REQUIRE_OK(ImportHfConfig("c.json", text, HfImportOptions{}, &m));
+  for (size_t n = 0; n < text.size(); n += 3) {
+    Status s = ImportHfConfig("c.json", text.substr(0, n), HfImportOptions{}, &m);
+    CHECK(s.code() == StatusCode::kInvalidArgument);  // every prefix misses its closing brace
+  }
+  const char flips[] = {'-', '0', ':', '[', '}', '"', ' ', '9'};
+  for (size_t i = 0; i < text.size(); i += 5) {
+    for (char f : flips) {
+      std::string t = text;
+      t[i] = f;
+      Status s = ImportHfConfig("c.json", t, HfImportOptions{}, &m);
+      CHECK((s.ok() || s.code() == StatusCode::kInvalidArgument));
+    }
+  }
 }
 
 }  // namespace

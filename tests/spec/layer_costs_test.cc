@@ -8,6 +8,7 @@
 
 #include "spec/layer_catalog.h"
 #include "spec/model_spec.h"
+#include "spec/yaml_reader.h"
 #include "tests/test_util.h"
 
 namespace planner {
@@ -161,6 +162,24 @@ TEST_CASE("flash attention stash: no s^2 term, Q K V O and the log-sum-exp kept;
   CHECK(un.bwd_mem_bytes - fl.bwd_mem_bytes == dt * 8 * a * s * s);
 }
 
+TEST_CASE("GPT-3 175B with flash (the default) keeps sbh 34 + 4as per block; attention: unfused keeps Korthikanti's") {
+  ModelSpec flash = Load("gpt3-175b.yaml");
+  ModelSpec unfused;
+  std::string text;
+  REQUIRE_OK(ReadTextFile(testing::SourcePath("configs/models/gpt3-175b.yaml"), &text));
+  text.replace(text.find("vocab: 51200}"), 13, "vocab: 51200, attention: unfused}");
+  REQUIRE_OK(ParseModelSpec("gpt3-unfused.yaml", text, &unfused));
+  const double s = 2048, h = 12288, a = 96;
+  const Layer& f = flash.layers[1];
+  const Layer& u = unfused.layers[1];
+  CHECK(f.stash_bytes == s * h * 34 + 4 * a * s);
+  CHECK(f.stash_bytes_tp_replicated == s * h * 10);
+  CHECK(u.stash_bytes == s * h * (34 + 5 * a * s / h));
+  CHECK(u.stash_bytes_selective == s * h * 34);
+  CHECK(flash.TotalParams() == unfused.TotalParams());
+  CHECK(flash.ModelFlops(1536) == unfused.ModelFlops(1536));
+}
+
 TEST_CASE("memory-bound bytes of RoPE and SwiGLU") {
   const double s = 512, h = 256, g = 2, d = 32, f = 640, dt = 2;
   Layer rope = Block(512, 256, Attrs(8, 2, 640, "swiglu", "rmsnorm", "rope", false, "flash"));
@@ -214,6 +233,8 @@ TEST_CASE("explicit layer lists take the same keys and cost the same as the temp
   CHECK(def.layers[1].attrs.String("norm", "") == "layernorm");
   CHECK(def.layers[1].attrs.Int("kv_heads", 0) == 8);
   CHECK(def.layers[0].params == 100 * 64 + 32 * 64);  // learned positions
+  CHECK(def.layers[0].fwd_mem_bytes == 2 * 3 * 32 * 64);  // gather, position add, dropout (fp16)
+  CHECK(a.layers[0].fwd_mem_bytes == 2 * 2 * 32 * 64);    // RoPE: no position add (bf16)
   ModelSpec fp8;
   REQUIRE_OK(Parse("name: x\nprecision: fp8\nglobal_batch: 8\ngpt: {layers: 1, hidden: 64, heads: 8, seq: 32, vocab: 100}\n", &fp8));
   CHECK(fp8.dtype == DType::kFp8);
