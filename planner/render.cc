@@ -62,6 +62,71 @@ std::string RenderRunnersUp(const Plan& p) {
   return o;
 }
 
+std::string FormatCount(double count) {
+  if (!(count > 0)) return "n/a";
+  static const std::pair<double, const char*> kUnits[] = {{1e12, "T"}, {1e9, "B"}, {1e6, "M"}, {1e3, "K"}};
+  for (const auto& [scale, suffix] : kUnits) {
+    if (count >= scale) return fmt::format("{:.1f}{}", count / scale, suffix);
+  }
+  return fmt::format("{:.0f}", count);
+}
+
+namespace {
+
+// "n/a" for a figure that is 0 (unknown), else the value formatted.
+std::string OrNa(double v, const char* spec) { return v > 0 ? fmt::format(fmt::runtime(spec), v) : std::string("n/a"); }
+
+}  // namespace
+
+bool TrainingTime(const Plan& p, double tokens, double* days, double* gpu_hours) {
+  const double tps = p.predicted.tokens_per_second_per_gpu;
+  const double gpus = static_cast<double>(p.gpus_used > 0 ? p.gpus_used : p.gpus);
+  if (!(tokens > 0) || !(tps > 0) || !(gpus > 0)) return false;
+  *days = tokens / (tps * gpus) / 86400;
+  *gpu_hours = tokens / tps / 3600;
+  return true;
+}
+
+std::string RenderPlanFigures(const Plan& p, double train_tokens) {
+  const auto& x = p.predicted;
+  std::string o = fmt::format("figures: {} parameters | model FLOPs per iteration {} | tokens/s/GPU {} | TFLOP/s/GPU model {}, hardware {} | MFU {} | HFU {}\n",
+                              FormatCount(p.model_parameters), OrNa(x.model_flops_per_iteration, "{:.4g} FLOP"), OrNa(x.tokens_per_second_per_gpu, "{:.1f}"),
+                              OrNa(x.model_tflops_per_gpu, "{:.1f}"), OrNa(x.tflops_per_gpu, "{:.1f}"), OrNa(100 * x.mfu, "{:.1f}%"), OrNa(100 * x.hfu, "{:.1f}%"));
+  if (train_tokens > 0) {
+    double days = 0, gpu_hours = 0;
+    o += TrainingTime(p, train_tokens, &days, &gpu_hours)
+             ? fmt::format("training on {} tokens: {:.2f} days on {} GPUs, {:.0f} GPU-hours\n", FormatCount(train_tokens), days,
+                           p.gpus_used > 0 ? p.gpus_used : p.gpus, gpu_hours)
+             : fmt::format("training on {} tokens: days n/a (no tokens/s/GPU: the model has no sequence length)\n", FormatCount(train_tokens));
+  }
+  return o;
+}
+
+std::string RenderScalingTable(const std::vector<ScalingRow>& rows, double train_tokens) {
+  const bool train = train_tokens > 0;
+  std::string o = fmt::format("{:>6} {:>3} {:>3} {:>3} {:>5} {:>3} {:>3} {:>4} {:>13} {:>9} {:>4} {:>12} {:>17} {:>14} {:>7} {:>7} {:>13}", "GPUs", "tp", "cp",
+                              "pp", "dp", "vp", "sp", "mbs", "schedule", "recompute", "ZeRO", "tokens/s/GPU", "model TFLOP/s/GPU", "hw TFLOP/s/GPU",
+                              "MFU (%)", "HFU (%)", "iteration (s)");
+  o += train ? fmt::format(" {:>9} {:>11}\n", "days", "GPU-hours") : "\n";
+  for (const auto& r : rows) {
+    if (!r.error.empty()) {
+      o += fmt::format("{:>6} no plan: {}\n", r.gpus, r.error);
+      continue;
+    }
+    const Plan& p = r.plan;
+    const auto& x = p.predicted;
+    o += fmt::format("{:>6} {:>3} {:>3} {:>3} {:>5} {:>3} {:>3} {:>4} {:>13} {:>9} {:>4} {:>12} {:>17} {:>14} {:>7} {:>7} {:>13.4f}", r.gpus, p.tp, p.cp, p.pp,
+                     p.dp, p.interleave, p.sequence_parallel ? "on" : "off", p.microbatch_size, ScheduleName(p.schedule), RecomputeName(p.recompute),
+                     ZeroStageNumber(p.zero_stage), OrNa(x.tokens_per_second_per_gpu, "{:.1f}"), OrNa(x.model_tflops_per_gpu, "{:.1f}"),
+                     OrNa(x.tflops_per_gpu, "{:.1f}"), OrNa(100 * x.mfu, "{:.1f}"), OrNa(100 * x.hfu, "{:.1f}"), x.iteration_s);
+    double days = 0, gpu_hours = 0;
+    if (train && TrainingTime(p, train_tokens, &days, &gpu_hours)) o += fmt::format(" {:>9.2f} {:>11.0f}\n", days, gpu_hours);
+    else o += train ? fmt::format(" {:>9} {:>11}\n", "n/a", "n/a") : "\n";
+  }
+  if (train) o += fmt::format("days and GPU-hours to train on {} tokens: days = tokens / (tokens/s/GPU x GPUs) / 86400\n", FormatCount(train_tokens));
+  return o;
+}
+
 namespace {
 
 // Re-simulates the plan's schedule from its stage times. Uniform plans get
