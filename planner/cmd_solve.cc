@@ -384,6 +384,7 @@ Status BuildSearchOptions(const SolveArgs& a, const SolveInputs& in, SearchOptio
   }
   std::vector<std::string> snames = {"gpipe", "1f1b", "interleaved", "zb-h1", "pipedream"};
   PLANNER_RETURN_IF_ERROR(ParseList<Schedule>(a.schedules, ParseSchedule, snames, "--schedule", &o->schedules));
+  if (!a.vp.empty() && a.schedules.empty()) o->schedules = {Schedule::kInterleaved};  // --vp V forces Megatron's interleaved layout
   PLANNER_RETURN_IF_ERROR(ParseList<Recompute>(a.recompute, ParseRecompute, {"none", "selective", "full"}, "--recompute", &o->recompute));
   o->cost.dp_overlap = a.dp_overlap;
   o->cost.p2p_overlap = a.p2p_overlap;
@@ -524,7 +525,7 @@ Runner RegisterSolve(CLI::App& app) {
   cmd->add_option("--zero", a->zero, "ZeRO stages to try: 0,1,2,3 (1 is Megatron's distributed optimizer, 3 FSDP; default all)")->delimiter(',');
   cmd->add_option("--microbatch", a->microbatch, "microbatch sizes to try")->delimiter(',');
   cmd->add_option("--interleave", a->interleave, "interleaved schedule: chunks per device v to try (default: every v with pp x v dividing the layers)")->delimiter(',');
-  cmd->add_option("--vp", a->vp, "the same as --interleave (Megatron's virtual pipeline size)")->delimiter(',');
+  cmd->add_option("--vp", a->vp, "Megatron's virtual pipeline size: --interleave's values, and without --schedule the interleaved schedule only")->delimiter(',');
   cmd->add_option("--replication", a->replication, "evaluate this per-stage replication only, e.g. 2-1-1 (TP groups per stage; PipeDream schedule)");
   cmd->add_option("--schedule", a->schedules, "schedules to try: gpipe,1f1b,interleaved,zb-h1,pipedream (asynchronous, per-stage replication)")->delimiter(',');
   cmd->add_option("--recompute", a->recompute, "recompute modes to try: none,selective,full")->delimiter(',');

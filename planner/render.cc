@@ -13,8 +13,8 @@ std::string RenderPlanSummary(const Plan& p) {
   std::string o;
   o += fmt::format("model {} on {} x {} ({}), global batch {}\n", p.model_name, p.gpus, p.cluster_name,
                    p.cost_source, p.global_batch);
-  o += fmt::format("configuration: tp-pp-dp {} | replication {} | microbatch {} x {} | schedule {}{} | recompute {} | ZeRO {}\n",
-                   p.ParallelString(), p.config, p.microbatch_size, p.num_microbatches, ScheduleName(p.schedule),
+  o += fmt::format("configuration: tp-pp-dp {} | cp {} | sp {} | replication {} | microbatch {} x {} | schedule {}{} | recompute {} | ZeRO {}\n",
+                   p.ParallelString(), p.cp, p.sequence_parallel ? "on" : "off", p.config, p.microbatch_size, p.num_microbatches, ScheduleName(p.schedule),
                    p.interleave > 1 ? fmt::format(" (v={})", p.interleave) : "", RecomputeName(p.recompute), ZeroStageNumber(p.zero_stage));
   const auto& x = p.predicted;
   // Small devices (CPU ranks) read better in GFLOP/s; no figure when the model's FLOPs are unknown (profile only).
@@ -49,14 +49,14 @@ std::string RenderStageTable(const Plan& p) {
 
 std::string RenderRunnersUp(const Plan& p) {
   if (p.runners_up.empty()) return "";
-  std::string o = fmt::format("{:>4} {:>10} {:>12} {:>12} {:>6} {:>13} {:>9} {:>5} {:>14} {:>11}  {}\n", "rank", "tp-pp-dp",
+  std::string o = fmt::format("{:>4} {:>10} {:>3} {:>3} {:>12} {:>12} {:>6} {:>13} {:>9} {:>5} {:>14} {:>11}  {}\n", "rank", "tp-pp-dp", "cp", "sp",
                               "replication", "microbatch", "m", "schedule", "recompute", "ZeRO", "iteration (s)", "samples/s", "why it lost");
   for (size_t i = 0; i < p.runners_up.size(); ++i) {
     const auto& s = p.runners_up[i];
     std::string sched = ScheduleName(s.schedule) + (s.interleave > 1 ? fmt::format("/v{}", s.interleave) : "");
     std::string repl = s.config.size() > 12 ? s.config.substr(0, 11) + "~" : s.config;
-    o += fmt::format("{:>4} {:>10} {:>12} {:>12} {:>6} {:>13} {:>9} {:>5} {:>14.4f} {:>11.2f}  {}\n", i + 2,
-                     fmt::format("{}-{}-{}", s.tp, s.pp, s.dp), repl, s.microbatch_size, s.num_microbatches, sched, RecomputeName(s.recompute),
+    o += fmt::format("{:>4} {:>10} {:>3} {:>3} {:>12} {:>12} {:>6} {:>13} {:>9} {:>5} {:>14.4f} {:>11.2f}  {}\n", i + 2,
+                     fmt::format("{}-{}-{}", s.tp, s.pp, s.dp), s.cp, s.sequence_parallel ? "on" : "off", repl, s.microbatch_size, s.num_microbatches, sched, RecomputeName(s.recompute),
                      ZeroStageNumber(s.zero_stage), s.iteration_s, s.samples_per_second, s.why_lost);
   }
   return o;

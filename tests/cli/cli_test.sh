@@ -191,6 +191,7 @@ mt=$(grep -o 'TFLOP/s/GPU model [0-9.]*' f.txt | awk '{print $3}')
 mfu=$(grep -o '| MFU [0-9.]*%' f.txt | tail -1 | tr -dc '0-9.')
 check "fp32 MFU ($mt, $mfu%)" awk -v t="$mt" -v m="$mfu" 'BEGIN { d = 100*t/19.5 - m; e = 100*0.05/19.5 + 0.05; exit !(m > 0 && d*d < e*e) }'
 expect "vp alias" 0 "schedule interleaved (v=8)" -- $PLANNER solve --gpus 1024 --model $M/gpt3-175b.yaml --cluster $C/dgx-a100.yaml --tp 8 --pp 4 --schedule interleaved --vp 8
+expect "vp forces interleaved" 0 "tp-pp-dp 8-8-16 | cp 1 | sp off | replication 16-16-16-16-16-16-16-16 | microbatch 1 x 96 | schedule interleaved (v=2)" -- $PLANNER solve --gpus 1024 --model $M/gpt3-175b.yaml --cluster $C/dgx-a100.yaml --tp 8 --pp 8 --vp 2 --microbatch 1 --cp 1 --sp off
 expect "profile: figures n/a" 0 "tokens/s/GPU n/a" -- $PLANNER solve --gpus 2 --profile mlp.profile.yaml --cluster $C/local-cpu.yaml
 # Bad flags: one line naming the flag and the fix, exit 2.
 G3="--model $M/gpt3-175b.yaml --cluster $C/dgx-a100.yaml"
