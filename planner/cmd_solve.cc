@@ -584,7 +584,7 @@ Runner RegisterSolve(CLI::App& app) {
       text = RenderScalingTable(rows, a->train_tokens);
     } else {
       const Plan& plan = rows[0].plan;
-      text = RenderPlanSummary(plan) + RenderPlanFigures(plan, a->train_tokens) + "\n" + RenderStageTable(plan);
+      text = RenderPlanSummary(plan) + (a->train_tokens > 0 ? RenderTrainingTime(plan, a->train_tokens) : "") + "\n" + RenderStageTable(plan);
       std::string runners = RenderRunnersUp(plan);
       if (!runners.empty()) text += "\nrunners-up:\n" + runners;
       for (const auto& n : plan.notes) text += "note: " + n + "\n";

@@ -28,7 +28,7 @@ std::string RenderPlanSummary(const Plan& p) {
                    100 * x.bubble_fraction, FormatBytes(x.peak_memory_bytes), FormatBytes(p.usable_memory_bytes));
   o += fmt::format("           pipeline {} + exposed DP all-reduce {} + optimizer {}\n", FormatSeconds(x.pipeline_s),
                    FormatSeconds(x.dp_allreduce_s), FormatSeconds(x.optimizer_s));
-  return o;
+  return o + RenderPlanFigures(p);
 }
 
 std::string RenderStageTable(const Plan& p) {
@@ -87,19 +87,19 @@ bool TrainingTime(const Plan& p, double tokens, double* days, double* gpu_hours)
   return true;
 }
 
-std::string RenderPlanFigures(const Plan& p, double train_tokens) {
+std::string RenderPlanFigures(const Plan& p) {
   const auto& x = p.predicted;
-  std::string o = fmt::format("figures: {} parameters | model FLOPs per iteration {} | tokens/s/GPU {} | TFLOP/s/GPU model {}, hardware {} | MFU {} | HFU {}\n",
+  return fmt::format("figures: {} parameters | model FLOPs per iteration {} | tokens/s/GPU {} | TFLOP/s/GPU model {}, hardware {} | MFU {} | HFU {}\n",
                               FormatCount(p.model_parameters), OrNa(x.model_flops_per_iteration, "{:.4g} FLOP"), OrNa(x.tokens_per_second_per_gpu, "{:.1f}"),
                               OrNa(x.model_tflops_per_gpu, "{:.1f}"), OrNa(x.tflops_per_gpu, "{:.1f}"), OrNa(100 * x.mfu, "{:.1f}%"), OrNa(100 * x.hfu, "{:.1f}%"));
-  if (train_tokens > 0) {
-    double days = 0, gpu_hours = 0;
-    o += TrainingTime(p, train_tokens, &days, &gpu_hours)
+}
+
+std::string RenderTrainingTime(const Plan& p, double train_tokens) {
+  double days = 0, gpu_hours = 0;
+  return TrainingTime(p, train_tokens, &days, &gpu_hours)
              ? fmt::format("training on {} tokens: {:.2f} days on {} GPUs, {:.0f} GPU-hours\n", FormatCount(train_tokens), days,
                            p.gpus_used > 0 ? p.gpus_used : p.gpus, gpu_hours)
              : fmt::format("training on {} tokens: days n/a (no tokens/s/GPU: the model has no sequence length)\n", FormatCount(train_tokens));
-  }
-  return o;
 }
 
 std::string RenderScalingTable(const std::vector<ScalingRow>& rows, double train_tokens) {

@@ -13,6 +13,7 @@
 
 namespace planner {
 
+// Model, configuration, predictions and the output figures (RenderPlanFigures).
 std::string RenderPlanSummary(const Plan& plan);
 std::string RenderStageTable(const Plan& plan);
 std::string RenderRunnersUp(const Plan& plan);
@@ -21,8 +22,10 @@ std::string FormatCount(double count);
 // The plan's output figures on one line: parameters, model FLOPs per
 // iteration, tokens/s/GPU, model and hardware TFLOP/s/GPU, MFU, HFU. "n/a" for a figure
 // that is 0 (unknown: a profile without a model, a model without a sequence);
-// a second line with the days and GPU-hours when train_tokens > 0.
-std::string RenderPlanFigures(const Plan& plan, double train_tokens);
+// the last line of RenderPlanSummary.
+std::string RenderPlanFigures(const Plan& plan);
+// "training on 300.0B tokens: 22.24 days on 1024 GPUs, 546594 GPU-hours" (or why n/a).
+std::string RenderTrainingTime(const Plan& plan, double train_tokens);
 // Days and GPU-hours to train on `tokens` at the plan's tokens/s/GPU
 // (days = tokens / (tokens/s/GPU x GPUs) / 86400); false when unknown.
 bool TrainingTime(const Plan& plan, double tokens, double* days, double* gpu_hours);

@@ -26,6 +26,7 @@ M=$SRC/configs/models
 C=$SRC/configs/clusters
 expect "solve gpt3" 0 "configuration: tp-pp-dp" -- $PLANNER solve --gpus 1024 --model $M/gpt3-175b.yaml --cluster $C/dgx-a100.yaml -o plan.yaml
 expect "inspect" 0 "predicted timeline" -- $PLANNER inspect plan.yaml --svg t.svg
+grep -qF "figures: 174.6B parameters | model FLOPs per iteration" out.txt && pass=$((pass+1)) || { echo "FAIL inspect prints the plan's figures"; fail=$((fail+1)); }
 grep -q "<svg" t.svg && pass=$((pass+1)) || { echo "FAIL svg"; fail=$((fail+1)); }
 expect "json" 0 '"format_version": 1' -- $PLANNER solve --gpus 64 --model $M/gpt2-small.yaml --cluster $C/dgx-a100.yaml --json
 expect "missing file" 2 "planner: error: nope.yaml: cannot open file" -- $PLANNER solve --gpus 8 --model nope.yaml --cluster $C/dgx-a100.yaml
