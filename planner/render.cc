@@ -76,6 +76,9 @@ namespace {
 // "n/a" for a figure that is 0 (unknown), else the value formatted.
 std::string OrNa(double v, const char* spec) { return v > 0 ? fmt::format(fmt::runtime(spec), v) : std::string("n/a"); }
 
+// Days and GPU-hours: whole units from 100, two decimals from 1, three significant digits below.
+std::string FormatAmount(double v) { return v >= 100 ? fmt::format("{:.0f}", v) : v >= 1 ? fmt::format("{:.2f}", v) : fmt::format("{:.3g}", v); }
+
 }  // namespace
 
 bool TrainingTime(const Plan& p, double tokens, double* days, double* gpu_hours) {
@@ -97,8 +100,8 @@ std::string RenderPlanFigures(const Plan& p) {
 std::string RenderTrainingTime(const Plan& p, double train_tokens) {
   double days = 0, gpu_hours = 0;
   return TrainingTime(p, train_tokens, &days, &gpu_hours)
-             ? fmt::format("training on {} tokens: {:.2f} days on {} GPUs, {:.0f} GPU-hours\n", FormatCount(train_tokens), days,
-                           p.gpus_used > 0 ? p.gpus_used : p.gpus, gpu_hours)
+             ? fmt::format("training on {} tokens: {} days on {} GPUs, {} GPU-hours\n", FormatCount(train_tokens), FormatAmount(days),
+                           p.gpus_used > 0 ? p.gpus_used : p.gpus, FormatAmount(gpu_hours))
              : fmt::format("training on {} tokens: days n/a (no tokens/s/GPU: the model has no sequence length)\n", FormatCount(train_tokens));
 }
 
@@ -120,7 +123,7 @@ std::string RenderScalingTable(const std::vector<ScalingRow>& rows, double train
                      ZeroStageNumber(p.zero_stage), OrNa(x.tokens_per_second_per_gpu, "{:.1f}"), OrNa(x.model_tflops_per_gpu, "{:.1f}"),
                      OrNa(x.tflops_per_gpu, "{:.1f}"), OrNa(100 * x.mfu, "{:.1f}"), OrNa(100 * x.hfu, "{:.1f}"), x.iteration_s);
     double days = 0, gpu_hours = 0;
-    if (train && TrainingTime(p, train_tokens, &days, &gpu_hours)) o += fmt::format(" {:>9.2f} {:>11.0f}\n", days, gpu_hours);
+    if (train && TrainingTime(p, train_tokens, &days, &gpu_hours)) o += fmt::format(" {:>9} {:>11}\n", FormatAmount(days), FormatAmount(gpu_hours));
     else o += train ? fmt::format(" {:>9} {:>11}\n", "n/a", "n/a") : "\n";
   }
   if (train) o += fmt::format("days and GPU-hours to train on {} tokens: days = tokens / (tokens/s/GPU x GPUs) / 86400\n", FormatCount(train_tokens));

@@ -173,6 +173,16 @@ check "one plan per size" grep -q '^  gpus: 128' s.128.yaml
 check "one plan per size (64)" grep -q '^  gpus: 64' s.64.yaml
 expect "scaling json" 0 '"format_version": 1' -- $PLANNER solve --gpus 8,16 --model $M/gpt2-small.yaml --cluster $C/dgx-a100.yaml --json
 check "scaling json is an array of 2 plans" awk 'NR == 1 { a = ($0 == "[") } /"format_version": 1/ { n++ } END { exit !(a && n == 2) }' out.txt
+# A size with no plan is a row saying why; the others are solved (exit 0). No size with a plan: exit 3.
+expect "scaling with an infeasible size" 0 "     8 no plan: no plan fits in memory: stage 0 needs" -- $PLANNER solve --gpus 8,1024 --model $M/megatron-1t.yaml --cluster $C/dgx-a100.yaml
+check "scaling row after an infeasible size" grep -qE '^ +1024 +[0-9]+ +1 +[0-9]+ ' out.txt
+expect "scaling, no size fits" 3 "planner: error: no size of --gpus 8,16 has a plan; --gpus 8: no plan fits in memory: stage 0 needs" -- $PLANNER solve --gpus 8,16 --model $M/megatron-1t.yaml --cluster $C/dgx-a100.yaml
+# Token counts: the suffixes K M B T are powers of 1000.
+for t in 1500M 1.5e9 0.0015T 1500000k; do
+  $PLANNER -q solve --gpus 8 --model $M/gpt2-small.yaml --cluster $C/dgx-a100.yaml --train-tokens $t | grep '^training' > "tok-$t.txt"
+done
+$PLANNER -q solve --gpus 8 --model $M/gpt2-small.yaml --cluster $C/dgx-a100.yaml --train-tokens 1.5B | grep '^training' > tok.txt
+check "token suffixes" bash -c 'grep -q "^training on 1.5B tokens: " tok.txt && for f in tok-*.txt; do cmp -s tok.txt "$f" || exit 1; done'
 # --seq rebuilds the template: the learned positions add (4096 - 1024) x 768 parameters; tokens are samples x 4096.
 expect "seq 1024" 0 "figures: " -- $PLANNER solve --gpus 8 --model $M/gpt2-small.yaml --cluster $C/dgx-a100.yaml
 p0=$(grep -o 'figures: [0-9.]*M' out.txt | tr -dc '0-9.')
