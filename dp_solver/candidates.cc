@@ -4,6 +4,8 @@
 
 #include <fmt/format.h>
 
+#include "dp_solver/evaluate.h"
+
 namespace planner {
 
 namespace {
@@ -79,6 +81,16 @@ SearchSpace MakeSearchSpace(const CostSource& src, const SearchOptions& o, int64
   sp.replicated = !o.replication.empty() ||
                   std::find(sp.schedules.begin(), sp.schedules.end(), Schedule::kPipeDream) != sp.schedules.end();
   sp.blocks = src.model != nullptr && src.model->is_gpt ? src.model->gpt.layers : 0;
+  sp.seq = src.model != nullptr ? SequenceLength(*src.model) : 0;
+  sp.cp = o.cp;
+  if (sp.cp.empty()) {
+    sp.cp = {1};
+    if (src.profile == nullptr && HasAttention(src.model)) {
+      for (int64_t cp = 2; cp <= 16 && sp.seq / (2 * cp) >= 1024; cp *= 2) sp.cp.push_back(cp);
+    }
+  }
+  sp.sp = o.sequence_parallel;
+  if (sp.sp.empty()) sp.sp = {src.profile == nullptr ? 1 : 0};
   sp.recompute = o.recompute;
   if (sp.recompute.empty()) {
     sp.recompute = {Recompute::kNone, Recompute::kFull};
@@ -94,9 +106,20 @@ std::string TpRejection(const SearchSpace& sp, const ModelSpec* model, int64_t t
   return "";
 }
 
+std::string CpRejection(const SearchSpace& sp, const CostSource& src, int64_t cp) {
+  if (cp < 1 || sp.gpus % cp != 0) return fmt::format("cp={} does not divide the {} GPUs", cp, sp.gpus);
+  if (cp == 1) return "";
+  if (src.profile != nullptr) return fmt::format("cp={}: a measured profile has no context-parallel timings; plan it with --cp 1", cp);
+  if (sp.seq <= 0 || sp.seq % (2 * cp) != 0) {
+    return fmt::format("cp={}: causal load balancing cuts the sequence ({} tokens) into 2cp = {} chunks, which must divide it; choose a cp with 2cp dividing the sequence",
+                       cp, sp.seq, 2 * cp);
+  }
+  return "";
+}
+
 std::string Rejections::Summary() const {
   std::string s;
-  for (const std::string* r : {&tp, &pp, &batch, &interleave}) {
+  for (const std::string* r : {&tp, &cp, &pp, &batch, &interleave}) {
     if (!r->empty()) s += (s.empty() ? "" : "; ") + *r;
   }
   return s;
@@ -105,17 +128,21 @@ std::string Rejections::Summary() const {
 std::vector<Candidate> UniformCandidates(const SearchSpace& sp, const SearchOptions& o, size_t table_index,
                                          const CostTable& table, Rejections* why) {
   std::vector<Candidate> out;
-  const int64_t n = sp.gpus, t = table.tp, b = table.microbatch, layers = static_cast<int64_t>(table.rows.size());
-  const std::vector<int64_t> pps = o.pp.empty() ? Divisors(n / t) : o.pp;
+  const int64_t n = sp.gpus, t = table.tp, cp = table.cp, b = table.microbatch, layers = static_cast<int64_t>(table.rows.size());
+  if (n % (t * cp) != 0) {
+    if (why->cp.empty()) why->cp = fmt::format("tp={} x cp={} does not divide the {} GPUs", t, cp, n);
+    return out;
+  }
+  const std::vector<int64_t> pps = o.pp.empty() ? Divisors(n / (t * cp)) : o.pp;
   for (int64_t p : pps) {
-    if (p < 1 || p > layers || (n / t) % p != 0) {
+    if (p < 1 || p > layers || (n / (t * cp)) % p != 0) {
       if (why->pp.empty()) {
         why->pp = p > layers ? fmt::format("pp={} exceeds the {} layers", p, layers)
-                             : fmt::format("pp={} does not divide the {} GPUs / tp={}", p, n, t);
+                             : fmt::format("pp={} does not divide the {} GPUs / (tp={} x cp={})", p, n, t, cp);
       }
       continue;
     }
-    const int64_t d = n / (t * p);
+    const int64_t d = n / (t * cp * p);
     if (sp.global_batch % (b * d) != 0) {
       if (why->batch.empty()) {
         why->batch = fmt::format("tp={} pp={}: the global batch {} is not a multiple of microbatch {} x data-parallel {}", t, p, sp.global_batch, b, d);
@@ -127,7 +154,7 @@ std::vector<Candidate> UniformCandidates(const SearchSpace& sp, const SearchOpti
       if (s == Schedule::kPipeDream) continue;  // the replicated family
       if ((s == Schedule::kZbH1 || s == Schedule::kGpipe) && p == 1) continue;  // same as 1f1b at p = 1
       for (int64_t v : Interleaves(o, s, p, m, layers, sp.blocks, why)) {
-        out.push_back(Candidate{table_index, t, b, p, d, m, v, s, table.recompute, 0});
+        out.push_back(Candidate{table_index, t, b, p, d, m, v, s, table.recompute, 0, cp, table.sp});
       }
     }
   }

@@ -26,21 +26,30 @@ struct SearchSpace {
   std::vector<int64_t> microbatch;
   std::vector<Schedule> schedules;
   std::vector<Recompute> recompute;
+  std::vector<int64_t> cp;            // context-parallel sizes
+  std::vector<int> sp;                // sequence parallelism off (0) / on (1); on only applies at tp > 1
+  int64_t seq = 0;                    // tokens per sample (0: not a sequence model)
   bool replicated = false;            // search the per-stage replication family too
   int64_t blocks = 0;                 // transformer blocks of a gpt: model (Megatron's interleave rule), else 0
 };
 
 // Defaults: tp powers of two up to the node; microbatch every size the profile
 // measured at tp = 1 (else powers of two up to 64); every schedule; recompute
-// none, selective (models with attention) and full. `global_batch` >= 1.
+// none, selective (models with attention) and full; cp 1, and 2, 4, 8, 16 where seq / (2 cp) >= 1024
+// on a model with attention (analytic costs only); sp on (Megatron-Core's recommendation with TP).
+// `global_batch` >= 1.
 SearchSpace MakeSearchSpace(const CostSource& src, const SearchOptions& o, int64_t global_batch);
 
 // Why a value of t cannot be used ("" when it can): it must divide the GPUs,
 // fit in a node and divide every TP-shardable layer of the model.
 std::string TpRejection(const SearchSpace& space, const ModelSpec* model, int64_t t);
 
+// Why a context-parallel size cannot be used ("" when it can): causal load balancing cuts the
+// sequence into 2 cp chunks, so 2 cp must divide it; a profile has no CP timings.
+std::string CpRejection(const SearchSpace& space, const CostSource& src, int64_t cp);
+
 // One point of the uniform family: cost table `table` (its t, b, recompute),
-// p stages of v chunks each, d = gpus / (t p) replicas, m microbatches.
+// p stages of v chunks each, d = gpus / (t cp p) replicas, m microbatches.
 struct Candidate {
   size_t table = 0;
   int64_t t = 1, b = 1, p = 1, d = 1, m = 1, v = 1;
@@ -54,7 +63,7 @@ struct Candidate {
 // Why values were left out, the first reason of each kind; named in the
 // Infeasible message when nothing divides the problem.
 struct Rejections {
-  std::string tp, pp, batch, interleave;
+  std::string tp, pp, batch, interleave, cp;
   std::string Summary() const;  // "; "-joined, "" when nothing was left out
 };
 

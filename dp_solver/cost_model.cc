@@ -120,6 +120,14 @@ double AllReduceSeconds(const ClusterSpec& c, double bytes, const std::vector<in
   return t;
 }
 
+double ReduceScatterSeconds(const ClusterSpec& c, double bytes, const std::vector<int64_t>& members, AllReduceUse use) {
+  return 0.5 * AllReduceSeconds(c, bytes, members, use);
+}
+
+double AllGatherSeconds(const ClusterSpec& c, double bytes, const std::vector<int64_t>& members, AllReduceUse use) {
+  return 0.5 * AllReduceSeconds(c, bytes, members, use);
+}
+
 namespace {
 
 // A profile curve's points in increasing size, with its group.
@@ -206,49 +214,106 @@ Status CheckCostSource(const CostSource& src) {
 
 namespace {
 
+// What every row of one analytic table shares: the parallel sizes and the rates.
+struct RowRates {
+  double bd = 1, td = 1, cpd = 1;   // microbatch, tp, cp as doubles
+  int64_t t = 1, cp = 1;
+  bool sp = false;
+  Recompute rc = Recompute::kNone;
+  double peak_gemm = 0;             // FLOP/s of the GEMMs: the dtype's peak x its efficiency (fp8: the fp8 ones)
+  double peak_other = 0;            // FLOP/s of the attention core (bf16 under fp8)
+  double hbm = 0;                   // bytes/s of memory-bound work
+  std::vector<int64_t> tp_group;
+};
+
+// Seconds of one pass of a layer for the microbatch on one GPU: work / (t or 1) / cp.
+double PassSeconds(const RowRates& q, double shard, double gemm_flops, double core_flops, double bytes) {
+  const double w = q.bd / (shard * q.cpd);
+  return w * (std::max(0.0, gemm_flops) / q.peak_gemm + core_flops / q.peak_other + bytes / q.hbm);
+}
+
+// Exposed ring-attention KV exchange of one layer (forward; backward moves KV and dKV: twice):
+// cp - 1 steps of K, V of one chunk pair (cp_kv_bytes / cp per microbatch sample, / t for the
+// rank's heads) over the CP group's widest level, each hidden behind one step of attention core.
+double CpExposedForward(const ClusterSpec& c, const Layer& l, const RowRates& q, double shard) {
+  if (q.cp <= 1 || !(l.cp_kv_bytes > 0)) return 0;
+  const double step_bytes = q.bd * l.cp_kv_bytes / q.cpd / shard;
+  const double comm = P2PSeconds(c, step_bytes, 0, q.t * (q.cp - 1));
+  const double compute = q.bd * l.attention_core_fwd_flops / (shard * q.cpd * q.cpd) / q.peak_other;
+  return static_cast<double>(q.cp - 1) * std::max(0.0, comm - compute);
+}
+
+// Bytes of one layer's stash on one GPU (docs/cost_model.md section 5).
+double StashBytes(const Layer& l, const RowRates& q, double tp_shard) {
+  const double seq_shard = (q.sp ? q.td : 1.0) * q.cpd;  // SP splits the replicated regions, CP every token
+  const Recompute rc = q.rc;
+  const double stash = rc == Recompute::kFull ? l.stash_bytes_full : (rc == Recompute::kSelective ? l.stash_bytes_selective : l.stash_bytes);
+  // Full recompute keeps each layer's input whole on every TP rank (Korthikanti Table 2: 2sbh,
+  // /t with SP); the lm_head is not recomputed and keeps its input, replicated without SP.
+  if ((rc == Recompute::kFull && l.type != "loss") || l.type == "lm_head") return q.bd * stash / seq_shard;
+  // The loss is not recomputed either: its fp32 logits stay split over the TP ranks as without
+  // recompute (vocab-parallel cross-entropy, 4sbV/t; Korthikanti 4.3).
+  const double replicated = std::min(stash, l.stash_bytes_tp_replicated);
+  return q.bd * (replicated / seq_shard + (stash - replicated) / (tp_shard * q.cpd));
+}
+
+// One analytic row (docs/cost_model.md section 2).
+LayerCostRow AnalyticRow(const ClusterSpec& c, const Layer& l, const RowRates& q) {
+  LayerCostRow r;
+  const double tp_shard = (l.tp_shardable && q.t > 1) ? q.td : 1.0;
+  const double shard = q.sp ? q.td : tp_shard;  // SP: the norm / dropout regions work on s/t tokens
+  const double core = l.attention_core_fwd_flops;
+  r.forward_s = PassSeconds(q, shard, l.fwd_flops - core, core, l.fwd_mem_bytes);
+  r.backward_input_s = PassSeconds(q, shard, l.bwd_input_flops - 2 * core, 2 * core, l.bwd_mem_bytes * 0.5);
+  r.backward_weight_s = PassSeconds(q, shard, l.bwd_weight_flops, 0, l.bwd_mem_bytes * 0.5);
+  // Megatron: the forward's all-reduces (g) and as many in backward (f); with SP each is a
+  // reduce-scatter plus an all-gather of the same ring volume. Full recompute re-runs the forward
+  // and its collectives.
+  double ar = 0;
+  if (q.t > 1 && l.tp_shardable && l.tp_allreduces_fwd > 0) {
+    const double bytes = q.bd * l.tp_allreduce_bytes / q.cpd;
+    ar = q.sp ? ReduceScatterSeconds(c, bytes, q.tp_group) + AllGatherSeconds(c, bytes, q.tp_group) : AllReduceSeconds(c, bytes, q.tp_group);
+  }
+  const double n_fwd = l.tp_allreduces_fwd;
+  const double cp_fwd = CpExposedForward(c, l, q, tp_shard);
+  r.forward_s += n_fwd * ar + cp_fwd;
+  r.backward_input_s += n_fwd * ar + 2 * cp_fwd;
+  r.tp_comm_s = 2 * n_fwd * ar;
+  r.cp_comm_s = 3 * cp_fwd;
+  if (q.rc == Recompute::kFull && l.type != "lm_head" && l.type != "loss") {
+    r.backward_input_s += PassSeconds(q, shard, l.fwd_flops - core, core, l.fwd_mem_bytes) + n_fwd * ar + cp_fwd;
+    r.tp_comm_s += n_fwd * ar;
+    r.cp_comm_s += cp_fwd;
+  } else if (q.rc == Recompute::kSelective) {
+    // The attention core re-run: its FLOPs and its memory-bound work (softmax, dropout).
+    r.backward_input_s += PassSeconds(q, shard, 0, l.selective_recompute_flops, l.selective_recompute_mem_bytes);
+  }
+  r.params = l.params / tp_shard;
+  r.stash_bytes = StashBytes(l, q, tp_shard);
+  r.out_bytes = q.bd * l.out_bytes / q.cpd;
+  return r;
+}
+
 // Analytic rows: FLOPs / (peak x efficiency) + bytes / (HBM x efficiency), TP
-// all-reduces on the level holding the TP group, recompute added to backward.
-void AnalyticRows(const ModelSpec& m, const ClusterSpec& c, int64_t b, int64_t t, Recompute rc, CostTable* table) {
-  const double bd = static_cast<double>(b), td = static_cast<double>(t);
-  const std::vector<int64_t> tp_group = GroupSpread(c, t, 1);
-  const double peak = c.PeakFlops(m.dtype) * c.efficiency;
-  const double hbm = c.hbm_bandwidth_GBps * 1e9 * c.hbm_efficiency;
+// collectives on the level holding the TP group, recompute added to backward.
+void AnalyticRows(const ModelSpec& m, const ClusterSpec& c, const TableShape& shape, CostTable* table) {
+  RowRates q;
+  q.t = shape.tp;
+  q.cp = shape.cp;
+  q.sp = shape.sp && shape.tp > 1;
+  q.rc = shape.recompute;
+  q.bd = static_cast<double>(shape.microbatch);
+  q.td = static_cast<double>(q.t);
+  q.cpd = static_cast<double>(q.cp);
+  q.tp_group = GroupSpread(c, q.t, 1);
+  q.peak_gemm = c.PeakFlops(m.dtype) * c.Efficiency(m.dtype);
+  q.peak_other = m.dtype == DType::kFp8 ? c.PeakFlops(DType::kBf16) * c.Efficiency(DType::kBf16) : q.peak_gemm;
+  q.hbm = c.hbm_bandwidth_GBps * 1e9 * c.hbm_efficiency;
   int64_t embedding = -1;  // the last embedding row: the one a tied lm_head after it shares
   for (const auto& l : m.layers) {
-    LayerCostRow r;
+    LayerCostRow r = AnalyticRow(c, l, q);
     if (l.type == "embedding") embedding = static_cast<int64_t>(table->rows.size());
     if (l.params_tied && embedding >= 0) r.tied_to = embedding;
-    double shard = (l.tp_shardable && t > 1) ? td : 1.0;
-    auto compute = [&](double flops, double bytes) { return bd * flops / shard / peak + bd * bytes / shard / hbm; };
-    r.forward_s = compute(l.fwd_flops, l.fwd_mem_bytes);
-    r.backward_input_s = compute(l.bwd_input_flops, l.bwd_mem_bytes * 0.5);
-    r.backward_weight_s = compute(l.bwd_weight_flops, l.bwd_mem_bytes * 0.5);
-    // Megatron: the forward's all-reduces (g) and as many in backward (f);
-    // full recompute re-runs the forward and its all-reduces.
-    double ar = (t > 1 && l.tp_shardable) ? AllReduceSeconds(c, bd * l.tp_allreduce_bytes, tp_group) : 0;
-    double n_fwd = l.tp_allreduces_fwd;
-    r.forward_s += n_fwd * ar;
-    r.backward_input_s += n_fwd * ar;
-    r.tp_comm_s = 2 * n_fwd * ar;
-    if (rc == Recompute::kFull && l.type != "lm_head" && l.type != "loss") {
-      r.backward_input_s += compute(l.fwd_flops, l.fwd_mem_bytes) + n_fwd * ar;
-      r.tp_comm_s += n_fwd * ar;
-    } else if (rc == Recompute::kSelective) {
-      r.backward_input_s += compute(l.selective_recompute_flops, 0);
-    }
-    r.params = l.params / shard;
-    double stash = rc == Recompute::kFull ? l.stash_bytes_full : (rc == Recompute::kSelective ? l.stash_bytes_selective : l.stash_bytes);
-    if (rc == Recompute::kFull && l.type != "loss") {
-      // The layer input, kept whole (Korthikanti Table 2: 2sbh); the lm_head is not recomputed
-      // and keeps its input, the same [s, h] on every TP rank.
-      r.stash_bytes = bd * stash;
-    } else {
-      // The loss is not recomputed either: its fp32 logits stay split over the TP ranks as
-      // without recompute (vocab-parallel cross-entropy, 4sbV/t; Korthikanti 4.3).
-      double replicated = std::min(stash, l.stash_bytes_tp_replicated);
-      r.stash_bytes = bd * (replicated + (stash - replicated) / shard);
-    }
-    r.out_bytes = bd * l.out_bytes;
     table->rows.push_back(r);
     table->names.push_back(l.name);
   }
@@ -298,16 +363,26 @@ Status ProfileRows(const Profile& p, const ClusterSpec& c, int64_t b, int64_t t,
 }  // namespace
 
 Status BuildCostTable(const CostSource& src, int64_t b, int64_t t, Recompute rc, const CostOptions& o, CostTable* out) {
+  return BuildCostTable(src, TableShape{b, t, 1, false, rc}, o, out);
+}
+
+Status BuildCostTable(const CostSource& src, const TableShape& shape, const CostOptions& o, CostTable* out) {
   (void)o;
   PLANNER_RETURN_IF_ERROR(CheckCostSource(src));
   CostTable table;
-  table.microbatch = b;
-  table.tp = t;
-  table.recompute = rc;
+  table.microbatch = shape.microbatch;
+  table.tp = shape.tp;
+  table.recompute = shape.recompute;
   if (src.profile == nullptr) {
-    AnalyticRows(*src.model, *src.cluster, b, t, rc, &table);
+    table.cp = shape.cp;
+    table.sp = shape.sp && shape.tp > 1;
+    AnalyticRows(*src.model, *src.cluster, shape, &table);
   } else {
-    PLANNER_RETURN_IF_ERROR(ProfileRows(*src.profile, *src.cluster, b, t, rc, &table));
+    if (shape.cp != 1 || (shape.sp && shape.tp > 1)) {
+      return Status::InvalidArgument(fmt::format("{}: a measured profile has no timings with sequence or context parallelism; plan it with --cp 1 --sp off",
+                                                 src.profile->path));
+    }
+    PLANNER_RETURN_IF_ERROR(ProfileRows(*src.profile, *src.cluster, shape.microbatch, shape.tp, shape.recompute, &table));
   }
   table.BuildPrefix();
   *out = std::move(table);

@@ -20,7 +20,10 @@ namespace planner {
 
 struct CostOptions {
   bool scatter_gather = true;     // p2p of bsh/t per GPU when t > 1 (Megatron 4.1)
-  bool dp_overlap = false;        // gradient all-reduce overlapped with the last backward
+  bool dp_overlap = false;        // legacy --dp-overlap: same as overlap_grad_reduce
+  // Megatron --overlap-grad-reduce / --overlap-param-gather (bucketed; docs/cost_model.md section 3).
+  bool overlap_grad_reduce = true;   // gradient reduce overlapped with the last microbatch's backward
+  bool overlap_param_gather = true;  // parameter all-gather overlapped with the first forward
   bool p2p_overlap = false;       // p2p hidden behind compute (not added to stage time)
   double bytes_per_param = 0;     // model-state bytes per parameter; 0: 18 (fp16/bf16) or 16 (fp32)
   double optimizer_bytes_per_param = 30;  // HBM traffic of the optimizer step per parameter
@@ -32,6 +35,7 @@ struct LayerCostRow {
   double backward_input_s = 0;    // includes recompute work and the backward TP all-reduces
   double backward_weight_s = 0;
   double tp_comm_s = 0;           // exposed TP all-reduce time inside forward + backward
+  double cp_comm_s = 0;           // exposed ring-attention KV exchange inside forward + backward
   double params = 0;              // parameters held on this GPU (tied weights included)
   int64_t tied_to = -1;           // the row whose weights these are (a tied lm_head: its embedding); -1: none
   double stash_bytes = 0;         // activations kept for backward on this GPU
@@ -76,8 +80,18 @@ bool TpDegreeValid(const ModelSpec& model, int64_t t);
 // for analytic costs the cluster's peak for the model's dtype. InvalidArgument
 // naming the file, the field and the fix.
 Status CheckCostSource(const CostSource& src);
-// Per-layer costs at (microbatch, tp, recompute) (docs/cost_model.md section 2).
-// NotFound naming the profile and layer when a profile has no timing at tp.
+// The point a cost table is costed at.
+struct TableShape {
+  int64_t microbatch = 1, tp = 1;
+  int64_t cp = 1;                 // context-parallel size
+  bool sp = false;                // sequence parallelism (only with tp > 1)
+  Recompute recompute = Recompute::kNone;
+};
+// Per-layer costs at (microbatch, tp, cp, sp, recompute) (docs/cost_model.md section 2).
+// NotFound naming the profile and layer when a profile has no timing at tp; InvalidArgument
+// for a profile asked for cp > 1 or SP (it measured neither).
+Status BuildCostTable(const CostSource& src, const TableShape& shape, const CostOptions& options, CostTable* out);
+// The same at cp = 1 without SP.
 Status BuildCostTable(const CostSource& src, int64_t microbatch, int64_t tp, Recompute recompute,
                       const CostOptions& options, CostTable* out);
 
@@ -102,6 +116,12 @@ std::vector<int64_t> GroupSpread(const ClusterSpec& cluster, int64_t size, int64
 // that one level-l unit holds. Equals GroupSpread when first = 0 and the
 // group is aligned; uneven groups are charged their fullest unit.
 std::vector<int64_t> GroupSpreadAt(const ClusterSpec& cluster, int64_t first, int64_t size, int64_t stride);
+// Ring reduce-scatter and all-gather of `bytes` (the whole buffer, each rank ends with or starts
+// from bytes / n): each is one half of the ring all-reduce, (n-1)/n M / B + (n-1) alpha per level.
+double ReduceScatterSeconds(const ClusterSpec& cluster, double bytes, const std::vector<int64_t>& members_per_level,
+                            AllReduceUse use = AllReduceUse::kTensorParallel);
+double AllGatherSeconds(const ClusterSpec& cluster, double bytes, const std::vector<int64_t>& members_per_level,
+                        AllReduceUse use = AllReduceUse::kTensorParallel);
 // Replaces the cluster file's figures of the levels a collective profile
 // measured: level 0 from its "node" curves, level 1 from its "cluster"
 // curves. All-reduce busbw -> bandwidth_GBps, its alpha / (2 (g - 1)) ->

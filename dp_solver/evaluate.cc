@@ -22,6 +22,7 @@ StateBytes MakeStateBytes(const CostSource& src, const SearchOptions& o) {
   sb.weight = model ? DTypeBytes(model->dtype) : 4.0;
   sb.optimizer = mixed ? 12.0 : 8.0;
   sb.total = o.cost.bytes_per_param > 0 ? o.cost.bytes_per_param : (mixed ? 18.0 : 16.0);
+  if (model != nullptr && model->dtype == DType::kFp8) sb.fp8_weight_copy = 2;  // TE's FP8 weight + transpose
   sb.usable = src.cluster->UsableMemoryBytes();
   return sb;
 }
@@ -30,11 +31,29 @@ double StateBytesPerParam(const StateBytes& sb, int64_t z, int64_t d) {
   const double beta = sb.total, w = sb.weight, os = sb.optimizer;
   double g = beta - w - os;
   double dd = static_cast<double>(d);
+  const double fp8 = sb.fp8_weight_copy;
   switch (z) {
-    case 0: return beta;
-    case 1: return w + g + os / dd;
-    case 2: return w + (g + os) / dd;
-    default: return beta / dd;
+    case 0: return beta + fp8;
+    case 1: return w + fp8 + g + os / dd;
+    case 2: return w + fp8 + (g + os) / dd;
+    default: return (beta + fp8) / dd;
+  }
+}
+
+double BucketParams(int64_t dp) { return std::max(40e6, 1e6 * static_cast<double>(dp)); }
+
+double ExposedBucketed(double comm_s, double bucket_fraction, double window_s, bool overlap) {
+  if (!overlap) return comm_s;
+  const double last = comm_s * std::min(1.0, bucket_fraction);
+  return last + std::max(0.0, comm_s - last - window_s);
+}
+
+std::string ZeroEngineSetting(int64_t zero) {
+  switch (zero) {
+    case 0: return "ZeRO-0: Megatron without --use-distributed-optimizer (gradient all-reduce); DeepSpeed zero_optimization.stage 0; FSDP NO_SHARD";
+    case 1: return "ZeRO-1: Megatron --use-distributed-optimizer (gradient reduce-scatter, parameter all-gather once per iteration); DeepSpeed zero_optimization.stage 1";
+    case 2: return "ZeRO-2: DeepSpeed zero_optimization.stage 2; FSDP SHARD_GRAD_OP (gradient reduce-scatter per microbatch)";
+    default: return "ZeRO-3: DeepSpeed zero_optimization.stage 3; FSDP FULL_SHARD (parameter all-gathers in forward and backward and gradient reduce-scatter per microbatch)";
   }
 }
 
@@ -101,8 +120,7 @@ Status Evaluator::Evaluate(const Candidate& k, Evaluation* x) {
   }
   StageTimes(k, x);
   DeviceLoads(k, x);
-  SettleMemory(k, x);
-  DataParallelTimes(k, x);
+  SettleMemory(k, x);  // the ZeRO stage and its data-parallel times
   return Status::OK();
 }
 
@@ -123,7 +141,8 @@ void Evaluator::StageTimes(const Candidate& k, Evaluation* x) const {
     if (q + 1 < q_count) {
       double bytes = table.rows[Z(e - 1)].out_bytes;
       if (o_.cost.scatter_gather && t > 1) bytes /= static_cast<double>(t);
-      int64_t ra = (q % p) * t * d, rb = ((q + 1) % p) * t * d;
+      // Megatron's rank order tp-cp-dp-pp: pipeline neighbours are t cp d apart.
+      int64_t ra = (q % p) * t * k.cp * d, rb = ((q + 1) % p) * t * k.cp * d;
       x->send[Z(q)] = P2PSeconds(c, bytes, ra, rb);
     }
   }
@@ -140,12 +159,13 @@ void Evaluator::DeviceLoads(const Candidate& k, Evaluation* x) const {
   const CostTable& table = tables_[k.table];
   const int64_t p = k.p, t = k.t, q_count = p * k.v;
   const auto& cuts = *x->cuts;
-  for (auto* v : {&x->params, &x->stash, &x->acts, &x->work, &x->backward_s, &x->peak, &x->allreduce_s}) v->assign(Z(p), 0);
+  for (auto* v : {&x->params, &x->stash, &x->acts, &x->work, &x->forward_s, &x->backward_s, &x->peak, &x->allreduce_s}) v->assign(Z(p), 0);
   for (int64_t q = 0; q < q_count; ++q) {
     size_t r = Z(q % p);
     int64_t a = cuts[Z(q)], e = cuts[Z(q + 1)];
     x->params[r] += table.Params(a, e);
     x->stash[r] = std::max(x->stash[r], table.Stash(a, e));
+    x->forward_s[r] += x->sim[Z(q)].forward_s;
     x->backward_s[r] += x->sim[Z(q)].backward_input_s + x->sim[Z(q)].backward_weight_s;
     for (int64_t i = a; i < e; ++i) {
       double ob = table.rows[Z(i)].out_bytes / static_cast<double>(t);
@@ -163,41 +183,88 @@ void Evaluator::DeviceLoads(const Candidate& k, Evaluation* x) const {
   }
 }
 
-// The lowest ZeRO stage whose peak fits in usable memory (zero = -1: none).
+bool Evaluator::ZeroAllowed(int64_t z) const {
+  return o_.zero.empty() || std::find(o_.zero.begin(), o_.zero.end(), z) != o_.zero.end();
+}
+
+// Peak bytes per device at ZeRO stage z, sharded over the d x cp ranks that hold the same weights.
+double Evaluator::PeakBytes(const Candidate& k, int64_t z, Evaluation* x) const {
+  x->peak_bytes = 0;
+  for (int64_t r = 0; r < k.p; ++r) {
+    double states = x->params[Z(r)] * StateBytesPerParam(sb_, z, k.d * k.cp);
+    x->peak[Z(r)] = states + x->acts[Z(r)] + x->work[Z(r)];
+    x->peak_bytes = std::max(x->peak_bytes, x->peak[Z(r)]);
+  }
+  return x->peak_bytes;
+}
+
+// The fastest allowed ZeRO stage whose peak fits in usable memory (ties: the lowest; zero = -1:
+// none fits, the peaks then the highest stage tried's).
 void Evaluator::SettleMemory(const Candidate& k, Evaluation* x) const {
-  const int64_t p = k.p, d = k.d;
   x->zero = -1;
-  x->zero_max = MaxZeroStage(o_.max_zero_stage, p, d);
+  x->zero_max = MaxZeroStage(o_.max_zero_stage, k.p, k.d * k.cp);
+  double best = INFINITY;
+  int64_t last_tried = -1;
   for (int64_t z = 0; z <= x->zero_max; ++z) {
-    x->peak_bytes = 0;
-    for (int64_t r = 0; r < p; ++r) {
-      double states = x->params[Z(r)] * StateBytesPerParam(sb_, z, d);
-      x->peak[Z(r)] = states + x->acts[Z(r)] + x->work[Z(r)];
-      x->peak_bytes = std::max(x->peak_bytes, x->peak[Z(r)]);
-    }
-    if (x->peak_bytes <= sb_.usable) {
+    if (!ZeroAllowed(z)) continue;
+    last_tried = z;
+    if (PeakBytes(k, z, x) > sb_.usable) continue;
+    DataParallelTimes(k, z, x);
+    if (x->dp_s + x->optimizer_s < best * (1 - 1e-12)) {
+      best = x->dp_s + x->optimizer_s;
       x->zero = z;
-      return;
     }
+  }
+  if (x->zero >= 0) {
+    PeakBytes(k, x->zero, x);
+    DataParallelTimes(k, x->zero, x);
+    return;
+  }
+  if (last_tried >= 0) PeakBytes(k, last_tried, x);
+  x->zero_max = std::max<int64_t>(last_tried, 0);
+  x->dp_s = x->optimizer_s = 0;
+}
+
+// Device r's exposed data-parallel seconds at ZeRO stage z (docs/cost_model.md section 3); *total_s
+// gets the whole communication. The group holding the same weights is d x cp ranks t apart
+// (rank order tp-cp-dp-pp: CP ranks replicate the weights, so gradients reduce over both).
+double Evaluator::DeviceDpSeconds(const Candidate& k, const Evaluation& x, int64_t z, size_t r, double* total_s) const {
+  const ClusterSpec& c = *src_.cluster;
+  const int64_t g = k.d * k.cp;
+  *total_s = 0;
+  if (g <= 1 || !(x.params[r] > 0)) return 0;
+  const std::vector<int64_t> group = GroupSpread(c, g, k.t);
+  const double bytes = x.params[r] * sb_.weight;  // gradients and parameters move in the training dtype
+  const double ar = AllReduceSeconds(c, bytes, group, AllReduceUse::kGradient);
+  const double rs = ReduceScatterSeconds(c, bytes, group, AllReduceUse::kGradient), ag = AllGatherSeconds(c, bytes, group, AllReduceUse::kGradient);
+  const double bucket = BucketParams(g) / x.params[r], m = static_cast<double>(k.m);
+  const bool og = o_.cost.overlap_grad_reduce || o_.cost.dp_overlap, opg = o_.cost.overlap_param_gather;
+  const double fwd = x.forward_s[r], bwd = x.backward_s[r];
+  switch (z) {
+    case 0:
+      *total_s = ar;
+      return ExposedBucketed(ar, bucket, bwd, og);
+    case 1:
+      *total_s = rs + ag;
+      return ExposedBucketed(rs, bucket, bwd, og) + ExposedBucketed(ag, bucket, fwd, opg);
+    case 2:  // gradients reduce-scattered after every microbatch's backward; parameters gathered once after the step
+      *total_s = m * rs + ag;
+      return m * ExposedBucketed(rs, bucket, bwd, og) + ExposedBucketed(ag, bucket, fwd, opg);
+    default:  // parameters gathered for every microbatch's forward and backward, gradients reduce-scattered after it
+      *total_s = m * (2 * ag + rs);
+      return m * (ExposedBucketed(ag, bucket, fwd, opg) + ExposedBucketed(ag, bucket, bwd, opg) + ExposedBucketed(rs, bucket, bwd, og));
   }
 }
 
-// Exposed gradient all-reduce and optimizer step: the slowest device's.
-void Evaluator::DataParallelTimes(const Candidate& k, Evaluation* x) const {
+// Exposed data-parallel communication and optimizer step at ZeRO stage z: the slowest device's.
+void Evaluator::DataParallelTimes(const Candidate& k, int64_t z, Evaluation* x) const {
   const ClusterSpec& c = *src_.cluster;
-  const int64_t p = k.p, d = k.d, t = k.t, v = k.v;
   x->dp_s = 0;
   x->optimizer_s = 0;
-  if (x->zero < 0) return;
-  const double grad_ar_bytes = sb_.weight;  // gradients all-reduced in the training dtype
-  for (int64_t r = 0; r < p; ++r) {
-    size_t ru = Z(r);
-    double ar = d > 1 ? AllReduceSeconds(c, x->params[ru] * grad_ar_bytes, GroupSpread(c, d, t), AllReduceUse::kGradient) : 0;
-    if (x->zero == 3) ar *= 1.5;
-    x->allreduce_s[ru] = ar;
-    double exposed = o_.cost.dp_overlap ? std::max(0.0, ar - x->backward_s[ru] / static_cast<double>(v)) : ar;
-    x->dp_s = std::max(x->dp_s, exposed);
-    double shard = x->zero >= 1 ? static_cast<double>(d) : 1.0;
+  const double shard = z >= 1 ? static_cast<double>(k.d * k.cp) : 1.0;
+  for (int64_t r = 0; r < k.p; ++r) {
+    const size_t ru = Z(r);
+    x->dp_s = std::max(x->dp_s, DeviceDpSeconds(k, *x, z, ru, &x->allreduce_s[ru]));
     x->optimizer_s = std::max(x->optimizer_s, x->params[ru] / shard * o_.cost.optimizer_bytes_per_param /
                                                   (c.hbm_bandwidth_GBps * 1e9 * c.hbm_efficiency));
   }
@@ -225,8 +292,8 @@ PlanStage Evaluator::UniformStage(const Candidate& k, const Evaluation& x, int64
   ps.replicas = d;
   ps.tp = t;
   ps.chunk = q / p;
-  ps.device_offset = static_cast<int64_t>(r) * t * d;
-  for (int64_t j = 0; j < t * d && j < 4096; ++j) ps.devices.push_back(ps.device_offset + j);
+  ps.device_offset = static_cast<int64_t>(r) * t * k.cp * d;
+  for (int64_t j = 0; j < t * k.cp * d && j < 4096; ++j) ps.devices.push_back(ps.device_offset + j);
   const auto& y = x.sim[Z(q)];
   ps.forward_s = y.forward_s;
   ps.backward_input_s = y.backward_input_s;
@@ -235,21 +302,41 @@ PlanStage Evaluator::UniformStage(const Candidate& k, const Evaluation& x, int64
   ps.p2p_s = x.send[Z(q)];
   ps.dp_allreduce_s = x.allreduce_s[r];
   ps.in_flight = InFlight(k, static_cast<int64_t>(r));
-  ps.weights_bytes = x.params[r] * sb_.weight / (x.zero == 3 ? static_cast<double>(d) : 1.0);
-  ps.optimizer_bytes = x.params[r] * StateBytesPerParam(sb_, x.zero, d) - ps.weights_bytes;
+  ps.weights_bytes = x.params[r] * (sb_.weight + sb_.fp8_weight_copy) / (x.zero == 3 ? static_cast<double>(d * k.cp) : 1.0);
+  ps.optimizer_bytes = x.params[r] * StateBytesPerParam(sb_, x.zero, d * k.cp) - ps.weights_bytes;
   ps.activations_bytes = x.acts[r];
   ps.peak_memory_bytes = x.peak[r];
   return ps;
 }
+
+namespace {
+
+// The engine settings a uniform plan stands for.
+void PlanNotes(const Candidate& k, int64_t zero, const CostOptions& o, std::vector<std::string>* notes) {
+  notes->push_back(ZeroEngineSetting(zero));
+  if (k.sp && k.t > 1) notes->push_back("Megatron --sequence-parallel: TP all-reduces as reduce-scatter + all-gather, norm and dropout activations / tp");
+  if (k.cp > 1) {
+    notes->push_back(fmt::format("Megatron --context-parallel-size {}: ring attention, causal load balancing ({} chunks), rank order tp-cp-dp-pp", k.cp, 2 * k.cp));
+  }
+  if (k.d * k.cp > 1) {
+    notes->push_back(fmt::format("gradient reduce {}, parameter gather {} (Megatron --overlap-grad-reduce / --overlap-param-gather, buckets of max(40M, 1M x dp) parameters)",
+                                 o.overlap_grad_reduce || o.dp_overlap ? "overlapped with backward" : "not overlapped",
+                                 o.overlap_param_gather ? "overlapped with forward" : "not overlapped"));
+  }
+}
+
+}  // namespace
 
 Plan Evaluator::UniformPlan(const Candidate& k, const Evaluation& x, const SimResult& res) const {
   const double iter = res.makespan_s + x.dp_s + x.optimizer_s;
   Plan pl;
   pl.mode = "auto";
   pl.gpus = o_.gpus;
-  pl.gpus_used = k.t * k.p * k.d;
+  pl.gpus_used = k.t * k.cp * k.p * k.d;
   pl.global_batch = batch_;
   pl.tp = k.t;
+  pl.cp = k.cp;
+  pl.sequence_parallel = k.sp && k.t > 1;
   pl.pp = k.p;
   pl.dp = k.d;
   pl.microbatch_size = k.b;
@@ -257,7 +344,8 @@ Plan Evaluator::UniformPlan(const Candidate& k, const Evaluation& x, const SimRe
   pl.schedule = k.s;
   pl.interleave = k.v;
   pl.recompute = k.rc;
-  pl.zero_stage = static_cast<ZeroStage>(x.zero);  // 0..3: the lowest stage that fits (x.zero >= 0 here)
+  pl.zero_stage = static_cast<ZeroStage>(x.zero);  // 0..3: the fastest stage that fits (x.zero >= 0 here)
+  PlanNotes(k, x.zero, o_.cost, &pl.notes);
   pl.p2p_overlap = o_.cost.p2p_overlap;
   pl.usable_memory_bytes = sb_.usable;
   for (int64_t q = 0; q < k.p * k.v; ++q) pl.stages.push_back(UniformStage(k, x, q));
@@ -373,22 +461,44 @@ Plan Evaluator::ReplicatedPlan(const CostTable& table, const ReplicatedOptions& 
   return pl;
 }
 
+// Parameters, model and hardware FLOPs, MFU, HFU and tokens per second (docs/cost_model.md section 5).
+// Model FLOPs: ModelSpec::ModelFlops (no recompute of any kind); hardware FLOPs: what runs, with
+// full recompute's extra forward or selective recompute's attention core.
 void Evaluator::FillFlops(Recompute rc, Plan* pl) const {
   const ModelSpec* model = src_.model;
   if (!model) return;
-  const double iter = pl->predicted.iteration_s;
+  const double iter = pl->predicted.iteration_s, gpus = static_cast<double>(pl->gpus_used);
   const double batch = static_cast<double>(pl->global_batch);
   double hw = model->IterationFlops(batch, rc == Recompute::kFull);
-  double mf = model->IterationFlops(batch, false);
-  pl->predicted.tflops_per_gpu = hw / (static_cast<double>(pl->gpus_used) * iter) / 1e12;
-  const double peak = src_.cluster->PeakFlops(model->dtype);
+  if (rc == Recompute::kSelective) {
+    for (const auto& l : model->layers) hw += batch * l.selective_recompute_flops;
+  }
+  const double mf = model->ModelFlops(batch);
+  pl->model_parameters = model->TotalParams();
+  pl->predicted.model_flops_per_iteration = mf;
+  pl->predicted.tflops_per_gpu = hw / (gpus * iter) / 1e12;
+  pl->predicted.model_tflops_per_gpu = mf / (gpus * iter) / 1e12;
+  const int64_t seq = SequenceLength(*model);
+  pl->predicted.tokens_per_second_per_gpu = seq > 0 ? batch * static_cast<double>(seq) / iter / gpus : 0;
+  // FP8 runs are reported against the bf16 peak (Llama 3's "BF16 MFU"), as NeMo and Megatron do.
+  const DType peak_dtype = model->dtype == DType::kFp8 ? DType::kBf16 : model->dtype;
+  const double peak = src_.cluster->PeakFlops(peak_dtype);
   if (!(peak > 0)) {  // times from a profile need no peak; the MFU does
-    const std::string dtype = DTypeName(model->dtype);
+    const std::string dtype = DTypeName(peak_dtype);
     pl->notes.push_back(fmt::format("MFU unknown: {}: cluster '{}' has no peak for dtype {}; add gpu.peak_tflops.{} to it",
                                     src_.cluster->path, src_.cluster->name, dtype, dtype));
     return;
   }
-  pl->predicted.mfu = mf / (static_cast<double>(pl->gpus_used) * peak * iter);
+  pl->predicted.mfu = mf / (gpus * peak * iter);
+  pl->predicted.hfu = hw / (gpus * peak * iter);
+}
+
+int64_t SequenceLength(const ModelSpec& model) {
+  if (model.is_gpt) return model.gpt.seq;
+  for (const auto& l : model.layers) {
+    if (l.type == "embedding" && !l.in_shape.empty()) return l.in_shape[0];
+  }
+  return 0;
 }
 
 }  // namespace planner

@@ -7,6 +7,7 @@
 
 #include <cstdint>
 #include <map>
+#include <string>
 #include <utility>
 #include <vector>
 
@@ -23,11 +24,21 @@ namespace planner {
 // them beta; gradients beta - w - os) and the memory budget per GPU.
 struct StateBytes {
   double weight = 2, optimizer = 12, total = 18;
+  double fp8_weight_copy = 0;  // fp8: Transformer Engine's FP8 weight and its transpose, kept beside the bf16 weight
   double usable = 0;
 };
 StateBytes MakeStateBytes(const CostSource& src, const SearchOptions& o);
-// Per parameter on one GPU at ZeRO stage z over d replicas (ZeRO section 3).
+// Per parameter on one GPU at ZeRO stage z sharded over d ranks (ZeRO section 3; Megatron's
+// distributed-optimizer table for z = 1: 6 + 12/d with bf16 params and fp32 gradients).
 double StateBytesPerParam(const StateBytes& sb, int64_t zero, int64_t d);
+// Parameters per gradient bucket of Megatron-Core's DDP at `dp` ranks: max(40M, 1M dp)
+// (DistributedDataParallelConfig.bucket_size's default).
+double BucketParams(int64_t dp);
+// Exposed seconds of `comm_s` split into buckets of `bucket_fraction` of it, overlapped with a
+// compute window: the last bucket + max(0, the rest - window). Without overlap: comm_s.
+double ExposedBucketed(double comm_s, double bucket_fraction, double window_s, bool overlap);
+// What a ZeRO stage stands for in the engines (the plan's note).
+std::string ZeroEngineSetting(int64_t zero);
 // The highest ZeRO stage the search may take at p pipeline stages and d replicas: none
 // without data parallelism; at most ZeRO-1 with pipelining, the only stage an engine runs
 // there (DeepSpeed refuses pipelining with ZeRO-2/3; Megatron's distributed optimizer is ZeRO-1);
@@ -40,8 +51,8 @@ struct Evaluation {
   std::vector<SimStage> sim;                    // per virtual stage
   std::vector<double> send;                     // per virtual stage: p2p to the next
   // Per device (pipeline position):
-  std::vector<double> params, stash, acts, work, backward_s, peak, allreduce_s;  // stash: the largest chunk's; acts: peak activations
-  int64_t zero = -1;                            // -1: no ZeRO stage fits
+  std::vector<double> params, stash, acts, work, forward_s, backward_s, peak, allreduce_s;  // stash: the largest chunk's; acts: peak activations
+  int64_t zero = -1;                            // the fastest ZeRO stage that fits; -1: none fits
   int64_t zero_max = 0;                         // the highest ZeRO stage tried (MaxZeroStage)
   double peak_bytes = 0, dp_s = 0, optimizer_s = 0;
 };
@@ -72,10 +83,13 @@ class Evaluator {
   const std::vector<int64_t>& Partition(size_t table, int64_t k);
   void StageTimes(const Candidate& k, Evaluation* x) const;
   void DeviceLoads(const Candidate& k, Evaluation* x) const;
+  double PeakBytes(const Candidate& k, int64_t z, Evaluation* x) const;
   void SettleMemory(const Candidate& k, Evaluation* x) const;
-  void DataParallelTimes(const Candidate& k, Evaluation* x) const;
+  double DeviceDpSeconds(const Candidate& k, const Evaluation& x, int64_t z, size_t r, double* total_s) const;
+  void DataParallelTimes(const Candidate& k, int64_t z, Evaluation* x) const;
   PlanStage UniformStage(const Candidate& k, const Evaluation& x, int64_t q) const;
   void FillFlops(Recompute rc, Plan* pl) const;
+  bool ZeroAllowed(int64_t z) const;
 
   const CostSource src_;
   const SearchOptions& o_;
@@ -84,6 +98,9 @@ class Evaluator {
   std::vector<CostTable> tables_;
   std::map<std::pair<size_t, int64_t>, std::vector<int64_t>> partitions_;
 };
+
+// Tokens per sample of a sequence model: a gpt model's seq, else its embedding's input length; 0: none.
+int64_t SequenceLength(const ModelSpec& model);
 
 // Microbatches in flight on device r (pipeline position) under k's schedule.
 int64_t InFlight(const Candidate& k, int64_t r);

@@ -70,7 +70,24 @@ Status CheckRequest(const CostSource& src, const SearchOptions& o, int64_t* batc
   return CheckCostSource(src);
 }
 
-// One cost table per admissible (tp, microbatch, recompute), in that order.
+// The (cp, sp) pairs tried at tensor-parallel degree t: sp only changes anything at t > 1.
+std::vector<std::pair<int64_t, bool>> SequenceSplits(const CostSource& src, const SearchSpace& sp, int64_t t, Ranking* rank) {
+  std::vector<std::pair<int64_t, bool>> out;
+  for (int64_t cp : sp.cp) {
+    std::string rejected = CpRejection(sp, src, cp);
+    if (!rejected.empty()) {
+      if (rank->rejections().cp.empty()) rank->rejections().cp = std::move(rejected);
+      continue;
+    }
+    bool off = false, on = false;
+    for (int s : sp.sp) (s != 0 && t > 1 ? on : off) = true;
+    if (off) out.emplace_back(cp, false);
+    if (on) out.emplace_back(cp, true);
+  }
+  return out;
+}
+
+// One cost table per admissible (tp, cp, sp, microbatch, recompute), in that order.
 // A table the inputs cannot cost (a profile without timings at a tp) is an
 // error when --tp asked for that tp or when no table can be costed; else the
 // search goes on without it (the cause is named if no plan is found).
@@ -82,16 +99,18 @@ Status BuildCostTables(const CostSource& src, const SearchSpace& sp, const Searc
       if (rank->rejections().tp.empty()) rank->rejections().tp = std::move(rejected);
       continue;
     }
-    for (int64_t b : sp.microbatch) {
-      for (Recompute rc : sp.recompute) {
-        CostTable table;
-        Status s = BuildCostTable(src, b, t, rc, o.cost, &table);
-        if (s.ok()) {
-          ev->AddTable(std::move(table));
-          continue;
+    for (const auto& [cp, seq_par] : SequenceSplits(src, sp, t, rank)) {
+      for (int64_t b : sp.microbatch) {
+        for (Recompute rc : sp.recompute) {
+          CostTable table;
+          Status s = BuildCostTable(src, TableShape{b, t, cp, seq_par, rc}, o.cost, &table);
+          if (s.ok()) {
+            ev->AddTable(std::move(table));
+            continue;
+          }
+          if (!o.tp.empty()) return s;  // a tp asked for
+          if (first_error.ok()) first_error = s;
         }
-        if (!o.tp.empty()) return s;  // a tp asked for
-        if (first_error.ok()) first_error = s;
       }
     }
   }
@@ -165,7 +184,7 @@ Status ReplicationMismatch(const std::vector<int64_t>& forced, int64_t t, int64_
 // worker count skips it; memory that does not fit drops it.
 Status SearchReplicated(const CostSource& src, const SearchSpace& sp, SearchOptions& o, const Evaluator& ev, Ranking* rank) {
   for (const CostTable& table : ev.tables()) {
-    if (table.recompute != Recompute::kNone) continue;
+    if (table.recompute != Recompute::kNone || table.cp != 1) continue;
     const int64_t t = table.tp, b = table.microbatch, workers = sp.gpus / t;
     if (sp.global_batch % b != 0 || workers < 2) continue;
     const ReplicatedOptions ro = ev.ReplicatedOptionsFor(table);

@@ -1,32 +1,71 @@
 // planner import pipedream GRAPH.txt -o PROFILE.yaml
+// planner import hf CONFIG.json -o MODEL.yaml [--seq N] [--global-batch N] [--name X]
+#include <filesystem>
+
 #include <fmt/format.h>
 
 #include "common/log.h"
 #include "planner/commands.h"
+#include "spec/hf_import.h"
 #include "spec/pipedream_import.h"
 
 namespace planner {
 
+namespace {
+
+struct ImportArgs {
+  std::string format, input, output, name;
+  int64_t minibatch = 0, seq = 0, global_batch = 0;
+};
+
+Status ImportHf(const ImportArgs& a) {
+  if (a.minibatch != 0) return Status::InvalidArgument("--minibatch: applies to 'import pipedream' only; remove it");
+  if (a.seq < 0) return Status::InvalidArgument(fmt::format("--seq {}: must be at least 1", a.seq));
+  if (a.global_batch < 0) return Status::InvalidArgument(fmt::format("--global-batch {}: must be at least 1", a.global_batch));
+  HfImportOptions o;
+  o.seq = a.seq;
+  o.global_batch = a.global_batch;
+  o.name = a.name.empty() ? std::filesystem::path(a.output).stem().string() : a.name;
+  HfImport m;
+  PLANNER_RETURN_IF_ERROR(ImportHfConfigFile(a.input, o, &m));
+  PLANNER_RETURN_IF_ERROR(WriteFileAtomic(a.output, HfModelYaml(m, a.input)));
+  for (const auto& n : m.notes) LogNote(n);
+  LogNote(fmt::format("wrote {}: {} ({}), {} layers, seq {}, global_batch {}", a.output, m.name, m.architecture, m.gpt.layers,
+                      m.gpt.seq, m.global_batch));
+  return Status::OK();
+}
+
+Status ImportPipeDream(const ImportArgs& a) {
+  if (a.seq != 0 || a.global_batch != 0 || !a.name.empty()) {
+    return Status::InvalidArgument("--seq, --global-batch and --name: apply to 'import hf' only; remove them");
+  }
+  Profile p;
+  PLANNER_RETURN_IF_ERROR(ImportPipeDreamFile(a.input, a.minibatch, &p));
+  p.model = a.input;
+  p.tool = "planner import pipedream";
+  p.command = "planner import pipedream " + a.input + " -o " + a.output;
+  PLANNER_RETURN_IF_ERROR(WriteFileAtomic(a.output, ProfileToYaml(p)));
+  LogNote(fmt::format("wrote {}: {} layers, profiled minibatch {}", a.output, p.layers.size(), p.reference_microbatch));
+  return Status::OK();
+}
+
+}  // namespace
+
 Runner RegisterImport(CLI::App& app) {
-  auto* cmd = app.add_subcommand("import", "convert another tool's profile into a planner profile");
-  struct Args { std::string format, input, output; int64_t minibatch = 0; };
-  auto args = std::make_shared<Args>();
-  cmd->add_option("format", args->format, "source format (pipedream)")->required();
-  cmd->add_option("input", args->input, "the file to import (PipeDream: graph.txt)")->required();
-  cmd->add_option("-o,--output", args->output, "profile to write (YAML)")->required();
-  cmd->add_option("--minibatch", args->minibatch, "batch size the graph was profiled at (default: from the Input node)");
+  auto* cmd = app.add_subcommand("import", "convert another tool's file: a PipeDream profile or a Hugging Face config.json");
+  auto args = std::make_shared<ImportArgs>();
+  cmd->add_option("format", args->format, "source format: pipedream (a profile) | hf (a model)")->required();
+  cmd->add_option("input", args->input, "the file to import (PipeDream: graph.txt; hf: config.json)")->required();
+  cmd->add_option("-o,--output", args->output, "file to write (pipedream: profile YAML; hf: model YAML)")->required();
+  cmd->add_option("--minibatch", args->minibatch, "pipedream: batch size the graph was profiled at (default: from the Input node)");
+  cmd->add_option("--seq", args->seq, "hf: training sequence length (default: min(max_position_embeddings, 4096))");
+  cmd->add_option("--global-batch", args->global_batch, "hf: sequences per iteration (default: 2^22 tokens / seq)");
+  cmd->add_option("--name", args->name, "hf: model name (default: the output file's name without .yaml)");
   return [args]() -> Status {
-    if (args->format != "pipedream") {
-      return Status::InvalidArgument(fmt::format("unknown import format '{}'; the supported format is 'pipedream'", args->format));
-    }
-    Profile p;
-    PLANNER_RETURN_IF_ERROR(ImportPipeDreamFile(args->input, args->minibatch, &p));
-    p.model = args->input;
-    p.tool = "planner import pipedream";
-    p.command = "planner import pipedream " + args->input + " -o " + args->output;
-    PLANNER_RETURN_IF_ERROR(WriteFileAtomic(args->output, ProfileToYaml(p)));
-    LogNote(fmt::format("wrote {}: {} layers, profiled minibatch {}", args->output, p.layers.size(), p.reference_microbatch));
-    return Status::OK();
+    if (args->format == "hf") return ImportHf(*args);
+    if (args->format == "pipedream") return ImportPipeDream(*args);
+    return Status::InvalidArgument(
+        fmt::format("unknown import format '{}'; the supported formats are 'pipedream' and 'hf'", args->format));
   };
 }
 

@@ -26,7 +26,34 @@ double ClusterSpec::PeakFlops(DType dtype) const {
 
 double ClusterSpec::UsableMemoryBytes() const { return usable_memory_GiB * kGiB; }
 
+double ClusterSpec::Efficiency(DType dtype) const {
+  auto it = efficiency_by_dtype.find(DTypeName(dtype));
+  if (it == efficiency_by_dtype.end() && dtype == DType::kBf16) it = efficiency_by_dtype.find("fp16");
+  if (it == efficiency_by_dtype.end() && dtype == DType::kFp16) it = efficiency_by_dtype.find("bf16");
+  return it == efficiency_by_dtype.end() ? efficiency : it->second;
+}
+
 namespace {
+// `efficiency:` a fraction of peak for every precision, or a map {bf16: x, fp8: y, ...} per
+// precision (a precision the map lacks takes fp16 / bf16's entry, else the default 0.5).
+Status ParseEfficiency(YamlReader& r, const YAML::Node& root, ClusterSpec* c) {
+  const YAML::Node& e = root["efficiency"];
+  if (e.IsDefined() && e.IsMap()) {
+    PLANNER_RETURN_IF_ERROR(r.CheckKeys(e, "efficiency", {"fp32", "tf32", "fp16", "bf16", "fp8"}));
+    for (const auto& kv : e) {
+      double v = 0;
+      const std::string key = kv.first.Scalar();
+      PLANNER_RETURN_IF_ERROR(r.AsDouble(kv.second, "efficiency." + key, &v, 0.0, true));
+      if (v > 1) return r.FieldError(kv.second, "efficiency." + key, "is a fraction of peak; must be at most 1");
+      c->efficiency_by_dtype[key] = v;
+    }
+    return Status::OK();
+  }
+  PLANNER_RETURN_IF_ERROR(r.GetDouble(root, "efficiency", "efficiency", &c->efficiency, false, 0.0, true));
+  if (c->efficiency > 1) return r.FieldError(e, "efficiency", "is a fraction of peak; must be at most 1; or give one per precision: {bf16: 0.6, fp8: 0.5}");
+  return Status::OK();
+}
+
 // The reader proper; yaml-cpp exceptions it lets through become errors in ParseClusterSpec.
 Status ParseClusterSpecUnguarded(const std::string& path, const std::string& text, ClusterSpec* out) {
   YAML::Node root;
@@ -40,9 +67,8 @@ Status ParseClusterSpecUnguarded(const std::string& path, const std::string& tex
   PLANNER_RETURN_IF_ERROR(r.GetInt(root, "format_version", "format_version", &version, false, 1));
   if (version != 1) return r.FieldError(root["format_version"], "format_version", fmt::format("version {} is not supported; this planner reads version 1", version));
   PLANNER_RETURN_IF_ERROR(r.GetString(root, "name", "name", &c.name, true));
-  PLANNER_RETURN_IF_ERROR(r.GetDouble(root, "efficiency", "efficiency", &c.efficiency, false, 0.0, true));
+  PLANNER_RETURN_IF_ERROR(ParseEfficiency(r, root, &c));
   PLANNER_RETURN_IF_ERROR(r.GetDouble(root, "hbm_efficiency", "hbm_efficiency", &c.hbm_efficiency, false, 0.0, true));
-  if (c.efficiency > 1) return r.FieldError(root["efficiency"], "efficiency", "is a fraction of peak; must be at most 1");
   if (c.hbm_efficiency > 1) return r.FieldError(root["hbm_efficiency"], "hbm_efficiency", "is a fraction of peak; must be at most 1");
 
   if (!root["gpu"].IsDefined()) return r.FieldError(root, "gpu", "missing required field; add 'gpu:' with name, peak_tflops, memory_GiB");

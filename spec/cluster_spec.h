@@ -50,7 +50,8 @@ struct ClusterSpec {
   double memory_GiB = 0;
   double usable_memory_GiB = 0;
   double hbm_bandwidth_GBps = 0;
-  double efficiency = 0.5;       // sustained fraction of peak for matrix FLOPs (analytic costs)
+  double efficiency = 0.5;       // sustained fraction of peak for matrix FLOPs (analytic costs), every precision
+  std::map<std::string, double> efficiency_by_dtype;  // `efficiency: {bf16: x, fp8: y}`: per precision, else `efficiency`
   double hbm_efficiency = 0.8;   // sustained fraction of HBM bandwidth for memory-bound work
   std::vector<TopologyLevel> levels;
 
@@ -60,6 +61,9 @@ struct ClusterSpec {
   // Peak FLOP/s for `dtype` (falls back to fp16 for bf16 and the reverse).
   double PeakFlops(DType dtype) const;
   double UsableMemoryBytes() const;
+  // The GEMM efficiency for `dtype`: its entry of an `efficiency:` map (fp16 and bf16 stand in for
+  // each other), else the scalar.
+  double Efficiency(DType dtype) const;
 };
 
 Status LoadClusterSpec(const std::string& path, ClusterSpec* out);

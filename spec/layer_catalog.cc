@@ -1,5 +1,8 @@
 #include "spec/layer_catalog.h"
 
+#include <algorithm>
+#include <numeric>
+
 #include <fmt/format.h>
 
 namespace planner {
@@ -22,6 +25,14 @@ bool ParseDType(const std::string& text, DType* out) {
   return false;
 }
 
+namespace {
+// Choices of the transformer layers' string attributes (docs/formats.md); the first is the default.
+const StringKey kActKey{"act", {"gelu", "swiglu", "relu2"}};
+const StringKey kNormKey{"norm", {"layernorm", "rmsnorm"}};
+const StringKey kPositionKey{"position", {"learned", "rope"}};
+const StringKey kAttentionKey{"attention", {"flash", "unfused"}};
+}  // namespace
+
 const std::vector<LayerTypeInfo>& LayerTypes() {
   static const std::vector<LayerTypeInfo> types = {
       {"linear", {"in_features", "out_features"}, {"bias"}, {"out_features"}},
@@ -33,10 +44,12 @@ const std::vector<LayerTypeInfo>& LayerTypes() {
       {"flatten", {}, {}, {}},
       {"dropout", {}, {}, {}, /*has_probability=*/true},
       {"layernorm", {}, {}, {}},
+      {"rmsnorm", {}, {}, {}},
       {"embedding", {"vocab", "hidden", "positions"}, {}, {"vocab", "hidden"}},
-      {"attention", {"heads"}, {}, {"heads"}},
-      {"mlp", {"ffn"}, {}, {}},
-      {"transformer_block", {"heads", "ffn"}, {}, {"heads"}},
+      {"attention", {"heads", "kv_heads", "rope_theta"}, {"bias"}, {"heads"}, false, {kPositionKey, kAttentionKey}},
+      {"mlp", {"ffn"}, {"bias"}, {}, false, {kActKey}},
+      {"transformer_block", {"heads", "kv_heads", "ffn", "rope_theta"}, {"bias"}, {"heads"}, false,
+       {kActKey, kNormKey, kPositionKey, kAttentionKey}},
       {"lm_head", {"vocab"}, {"tied"}, {"vocab"}},
       {"loss", {}, {}, {}},
   };
@@ -48,6 +61,21 @@ const LayerTypeInfo* FindLayerType(const std::string& type) {
     if (t.name == type) return &t;
   }
   return nullptr;
+}
+
+const StringKey* FindStringKey(const std::string& type, const std::string& key) {
+  const LayerTypeInfo* info = FindLayerType(type);
+  if (info == nullptr) return nullptr;
+  for (const auto& k : info->string_keys) {
+    if (k.key == key) return &k;
+  }
+  return nullptr;
+}
+
+std::string ChoiceList(const std::vector<std::string>& choices) {
+  std::string list;
+  for (const auto& c : choices) list += (list.empty() ? "" : " | ") + c;
+  return list;
 }
 
 std::string ShapeString(const std::vector<int64_t>& shape) {
@@ -66,49 +94,156 @@ double Elements(const std::vector<int64_t>& shape) {
 
 Status ShapeError(const std::string& msg) { return Status::InvalidArgument(msg); }
 
-// Transformer pieces on a [s, h] input, per sample. dt: bytes per element.
-// Activation stash follows Korthikanti et al. section 4.1, written with the
-// 2-byte terms scaled to the dtype and the 1-byte dropout masks kept at 1 byte.
-void AttentionCosts(double s, double h, double a, double dt, Layer* l) {
-  l->params += 4 * h * h + 4 * h;
-  l->fwd_flops += 8 * s * h * h + 4 * s * s * h;
-  l->bwd_weight_flops += 8 * s * h * h;
-  l->bwd_input_flops += 8 * s * h * h + 8 * s * s * h;
-  l->selective_recompute_flops += 4 * s * s * h;
-  // 11 sbh + 5 a s^2 b bytes in fp16: 10 sbh and 4 as^2 of dtype-sized data, sbh + as^2 of masks.
-  double stash = dt / 2 * (10 * s * h + 4 * a * s * s) + (s * h + a * s * s);
-  l->stash_bytes += stash;
-  l->stash_bytes_selective += dt / 2 * 10 * s * h + s * h;
-  l->stash_bytes_tp_replicated += dt / 2 * 2 * s * h + s * h;  // QKV input and the output dropout mask
-  // softmax, scale, mask, dropout over a s^2; dropout + residual on s h.
-  l->fwd_mem_bytes += dt * (4 * a * s * s + 4 * s * h);
-  l->bwd_mem_bytes += dt * (8 * a * s * s + 8 * s * h);
+// A transformer layer's dimensions and choices, resolved from its attributes
+// (spec/layer.h, /docs/cost_model.md section 1): s sequence, h hidden, a query
+// heads, g KV heads (groups), d = h / a head dim, f FFN hidden size.
+struct Transformer {
+  double s = 0, h = 0, a = 0, g = 0, d = 0, f = 0;
+  std::string act, norm, position, attention;
+  bool bias = true;
+  bool flash() const { return attention == "flash"; }
+};
+
+// Attention (Megatron-Core SelfAttention) on a [s, h] input, per sample. dt:
+// bytes per element. Stash per Korthikanti et al. 2022 section 4.1, written
+// per tensor so GQA (K and V of g d columns) and flash attention (no s^2
+// tensor; the log-sum-exp, fp32 a s, instead) fit; the 1-byte dropout masks
+// stay at 1 byte.
+void AttentionCosts(const Transformer& t, double dt, Layer* l) {
+  const double s = t.s, h = t.h, a = t.a, g = t.g, d = t.d;
+  const double qkv_cols = (a + 2 * g) * d;  // Q: a d columns, K and V: g d each
+  l->params += h * qkv_cols + h * h + (t.bias ? qkv_cols + h : 0);
+  const double gemm = 2 * s * h * qkv_cols + 2 * s * h * h;  // QKV and output projection
+  const double core_full = 4 * s * s * h;                    // Q K^T and scores x V, 2 s^2 a d each
+  // Flash: the causal kernel skips the masked blocks (half of s^2); its backward
+  // re-runs Q K^T and adds dV, dP, dQ, dK: 5 s^2 GEMMs against forward's 2.
+  // Unfused: the whole s^2 forward, two GEMMs per forward one in backward.
+  const double core_fwd = t.flash() ? core_full / 2 : core_full;
+  const double core_bwd = t.flash() ? 2.5 * core_fwd : 2 * core_full;
+  l->fwd_flops += gemm + core_fwd;
+  l->bwd_weight_flops += gemm;
+  l->bwd_input_flops += gemm + core_bwd;
+  l->model_flops += 3 * (gemm + core_full);  // Korthikanti eq. (7): 3 x forward, the full s^2
+  l->attention_core_fwd_flops += core_fwd;
+  l->cp_kv_bytes += dt * 2 * s * g * d;
+  const double kept = dt * (3 * s * h + 2 * s * g * d) + s * h;  // QKV input, Q, K, V, projection input; mask
+  double mem_fwd = dt * 4 * s * h, mem_bwd = dt * 8 * s * h;       // dropout + residual on s h
+  if (t.position == "rope") {  // rotate Q and K: read + write, the same in backward
+    mem_fwd += dt * 2 * (s * h + s * g * d);
+    mem_bwd += dt * 2 * (s * h + s * g * d);
+  }
+  if (t.flash()) {
+    l->stash_bytes += kept + 4 * a * s;  // + the fp32 log-sum-exp per head and row
+    l->stash_bytes_selective += kept + 4 * a * s;
+    l->selective_recompute_flops += core_fwd;  // Megatron-Core re-runs the core attention forward
+  } else {
+    // softmax output and dropout output (dtype) and the dropout mask (1 byte), a s^2 each
+    l->stash_bytes += kept + dt * 2 * a * s * s + a * s * s;
+    l->stash_bytes_selective += kept;
+    l->selective_recompute_flops += core_full;
+    l->selective_recompute_mem_bytes += dt * 4 * a * s * s;
+    mem_fwd += dt * 4 * a * s * s;  // softmax, scale, mask, dropout over a s^2
+    mem_bwd += dt * 8 * a * s * s;
+  }
+  l->fwd_mem_bytes += mem_fwd;
+  l->bwd_mem_bytes += mem_bwd;
+  l->stash_bytes_tp_replicated += dt * s * h + s * h;  // QKV input and the output dropout mask
   l->tp_allreduces_fwd += 1;
 }
 
-void MlpCosts(double s, double h, double f, double dt, Layer* l) {
-  l->params += 2 * h * f + f + h;
-  l->fwd_flops += 4 * s * h * f;
-  l->bwd_weight_flops += 4 * s * h * f;
-  l->bwd_input_flops += 4 * s * h * f;
-  // 19 sbh in fp16 with f = 4h: inputs 2 sbh + 8 sbh, GeLU input 8 sbh, mask sbh.
-  double stash = dt / 2 * (2 * s * h + 4 * s * f) + s * h;
+// MLP: fc1 [h, f] (SwiGLU: [h, 2f], gate and up), the activation, fc2 [f, h].
+void MlpCosts(const Transformer& t, double dt, Layer* l) {
+  const double s = t.s, h = t.h, f = t.f;
+  const bool swiglu = t.act == "swiglu";
+  const double fc1_cols = swiglu ? 2 * f : f;
+  l->params += h * fc1_cols + f * h + (t.bias ? fc1_cols + h : 0);
+  const double gemm = 2 * s * h * fc1_cols + 2 * s * f * h;
+  l->fwd_flops += gemm;
+  l->bwd_weight_flops += gemm;
+  l->bwd_input_flops += gemm;
+  l->model_flops += 3 * gemm;
+  // fc1 input, the activation's input (fc1's output) and fc2's input; the dropout mask.
+  // GeLU and relu2 (relu then square, fused) keep s f each; SwiGLU keeps its 2 s f input.
+  const double stash = dt * (s * h + fc1_cols * s + s * f) + s * h;
   l->stash_bytes += stash;
   l->stash_bytes_selective += stash;
-  l->stash_bytes_tp_replicated += dt / 2 * 2 * s * h + s * h;  // fc1 input and the dropout mask
-  // GeLU read+write on s f, dropout + residual on s h.
-  l->fwd_mem_bytes += dt * (2 * s * f + 4 * s * h);
-  l->bwd_mem_bytes += dt * (4 * s * f + 8 * s * h);
+  l->stash_bytes_tp_replicated += dt * s * h + s * h;  // fc1 input and the dropout mask
+  // Activation: GeLU / relu2 read + write s f forward, 4 s f backward; SwiGLU
+  // reads 2 s f and writes s f forward, reads 3 s f and writes 2 s f backward.
+  // Dropout + residual on s h.
+  const double act_fwd = swiglu ? 3 * s * f : 2 * s * f, act_bwd = swiglu ? 5 * s * f : 4 * s * f;
+  l->fwd_mem_bytes += dt * (act_fwd + 4 * s * h);
+  l->bwd_mem_bytes += dt * (act_bwd + 8 * s * h);
   l->tp_allreduces_fwd += 1;
 }
 
-void LayerNormCosts(double n, double last_dim, double dt, Layer* l) {
-  l->params += 2 * last_dim;
+// LayerNorm (weight and bias) or RMSNorm (weight only) over the last dimension.
+void NormCosts(double n, double last_dim, bool rms, double dt, Layer* l) {
+  l->params += (rms ? 1 : 2) * last_dim;
   l->stash_bytes += dt * n;
   l->stash_bytes_selective += dt * n;
   l->stash_bytes_tp_replicated += dt * n;
   l->fwd_mem_bytes += dt * 2 * n;
   l->bwd_mem_bytes += dt * 4 * n;
+}
+
+// The string attribute `key` of a transformer layer: its value or the default, checked.
+Status ChoiceAttr(const std::string& type, const LayerAttrs& attrs, const std::string& key, std::string* out) {
+  const StringKey* k = FindStringKey(type, key);
+  if (k == nullptr) return Status::OK();
+  *out = attrs.String(key, k->choices.front());
+  if (std::find(k->choices.begin(), k->choices.end(), *out) == k->choices.end()) {
+    return ShapeError(fmt::format("{} '{}' is not one of {}; set {}: {}", key, *out, ChoiceList(k->choices), key,
+                                  k->choices.front()));
+  }
+  return Status::OK();
+}
+
+// Resolves and checks a transformer layer's attributes on a [s, h] input,
+// writing the resolved values into l->attrs.
+Status ResolveTransformer(const std::string& type, const LayerAttrs& attrs, const std::vector<int64_t>& in,
+                          Transformer* t, Layer* l) {
+  const int64_t hidden = in[1];
+  const int64_t heads = attrs.Int("heads", 1), kv = attrs.Int("kv_heads", heads), ffn = attrs.Int("ffn", 4 * hidden);
+  const int64_t theta = attrs.Int("rope_theta", 10000);
+  for (const char* key : {"act", "norm", "position", "attention"}) {
+    std::string value;
+    PLANNER_RETURN_IF_ERROR(ChoiceAttr(type, attrs, key, &value));
+    if (!value.empty()) l->attrs.strings[key] = value;
+  }
+  t->act = l->attrs.String("act", "gelu");
+  t->norm = l->attrs.String("norm", "layernorm");
+  t->position = l->attrs.String("position", "learned");
+  t->attention = l->attrs.String("attention", "flash");
+  t->bias = attrs.Bool("bias", true);
+  if (heads < 1 || kv < 1 || ffn < 1) return ShapeError("heads, kv_heads and ffn must be at least 1");
+  if (type != "mlp") {
+    if (hidden % heads != 0) return ShapeError(fmt::format("heads ({}) must divide the hidden size {}", heads, hidden));
+    if (heads % kv != 0) {
+      return ShapeError(fmt::format("kv_heads ({}) must divide heads ({}); set kv_heads to a divisor of {} (1: MQA, {}: "
+                                    "MHA)", kv, heads, heads, heads));
+    }
+    if (t->position == "rope" && (hidden / heads) % 2 != 0) {
+      return ShapeError(fmt::format("rope rotates pairs of the head dimension, which is odd ({}); use an even "
+                                    "hidden / heads or position: learned", hidden / heads));
+    }
+    if (theta < 1) return ShapeError("rope_theta must be at least 1");
+    l->attrs.ints["kv_heads"] = kv;
+    l->attrs.ints["rope_theta"] = theta;
+  }
+  l->attrs.ints["heads"] = heads;
+  l->attrs.ints["ffn"] = ffn;
+  l->attrs.bools["bias"] = t->bias;
+  t->s = static_cast<double>(in[0]);
+  t->h = static_cast<double>(hidden);
+  t->a = static_cast<double>(heads);
+  t->g = static_cast<double>(kv);
+  t->d = static_cast<double>(hidden) / static_cast<double>(heads);
+  t->f = static_cast<double>(ffn);
+  // t divides heads and kv_heads (Megatron-Core splits the query groups), and ffn for the MLP.
+  const int64_t attn_div = std::gcd(heads, kv);
+  l->tp_divisor = type == "mlp" ? ffn : (type == "attention" ? attn_div : std::gcd(attn_div, ffn));
+  return Status::OK();
 }
 
 Status PoolShape(const std::string& type, const LayerAttrs& attrs, const std::vector<int64_t>& in,
@@ -212,10 +347,10 @@ Status InferLayer(const std::string& type, const LayerAttrs& attrs, const std::v
     l.stash_bytes = l.stash_bytes_selective = type == "maxpool" ? dt * n_in : 0;
   } else if (type == "flatten") {
     l.out_shape = {static_cast<int64_t>(n_in)};
-  } else if (type == "layernorm") {
-    if (in.empty()) return ShapeError("layernorm needs an input with at least one dimension");
+  } else if (type == "layernorm" || type == "rmsnorm") {
+    if (in.empty()) return ShapeError(type + " needs an input with at least one dimension");
     l.out_shape = in;
-    LayerNormCosts(n_in, static_cast<double>(in.back()), dt, &l);
+    NormCosts(n_in, static_cast<double>(in.back()), type == "rmsnorm", dt, &l);
   } else if (type == "embedding") {
     if (in.size() != 1) {
       return ShapeError(fmt::format("embedding needs a [sequence] input of token ids, got {}; set input: [<seq>]",
@@ -240,23 +375,17 @@ Status InferLayer(const std::string& type, const LayerAttrs& attrs, const std::v
       return ShapeError(fmt::format("{} needs a [sequence, hidden] input, got {}; put it after an embedding", type,
                                     ShapeString(in)));
     }
-    double s = static_cast<double>(in[0]), h = static_cast<double>(in[1]);
-    int64_t heads = attrs.Int("heads", 1), ffn = attrs.Int("ffn", 4 * in[1]);
-    l.attrs.ints["heads"] = heads;
-    l.attrs.ints["ffn"] = ffn;
-    if (type != "mlp" && in[1] % heads != 0) {
-      return ShapeError(fmt::format("heads ({}) must divide the hidden size {}", heads, in[1]));
-    }
+    Transformer t;
+    PLANNER_RETURN_IF_ERROR(ResolveTransformer(type, attrs, in, &t, &l));
     l.out_shape = in;
-    if (type != "mlp") AttentionCosts(s, h, static_cast<double>(heads), dt, &l);
-    if (type != "attention") MlpCosts(s, h, static_cast<double>(ffn), dt, &l);
-    if (type == "transformer_block") {
-      LayerNormCosts(s * h, h, dt, &l);
-      LayerNormCosts(s * h, h, dt, &l);
+    if (type != "mlp") AttentionCosts(t, dt, &l);
+    if (type != "attention") MlpCosts(t, dt, &l);
+    if (type == "transformer_block") {  // pre-norm: before attention and before the MLP
+      NormCosts(t.s * t.h, t.h, t.norm == "rmsnorm", dt, &l);
+      NormCosts(t.s * t.h, t.h, t.norm == "rmsnorm", dt, &l);
     }
     l.tp_shardable = true;
-    l.tp_divisor = type == "mlp" ? ffn : heads;
-    l.stash_bytes_full = dt * s * h;
+    l.stash_bytes_full = dt * t.s * t.h;
   } else if (type == "lm_head") {
     if (in.size() != 2) return ShapeError(fmt::format("lm_head needs a [sequence, hidden] input, got {}", ShapeString(in)));
     double s = static_cast<double>(in[0]), h = static_cast<double>(in[1]);
@@ -282,6 +411,7 @@ Status InferLayer(const std::string& type, const LayerAttrs& attrs, const std::v
   } else {
     return Status::InvalidArgument("unknown layer type '" + type + "'");
   }
+  if (l.model_flops == 0) l.model_flops = l.fwd_flops + l.bwd_flops();  // no recompute anywhere else
   if (l.stash_bytes_full == 0) l.stash_bytes_full = l.stash_bytes;
   if (l.stash_bytes_selective == 0) l.stash_bytes_selective = l.stash_bytes;
   if (!l.tp_shardable) l.stash_bytes_tp_replicated = l.stash_bytes;

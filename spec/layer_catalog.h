@@ -14,18 +14,29 @@
 
 namespace planner {
 
+// An enumerated string attribute: its key, its choices (the first is the default).
+struct StringKey {
+  std::string key;
+  std::vector<std::string> choices;
+};
+
 struct LayerTypeInfo {
   std::string name;
   std::vector<std::string> int_keys;    // integer attributes (all optional unless in `required`)
   std::vector<std::string> bool_keys;   // boolean attributes
   std::vector<std::string> required;    // required integer attributes
   bool has_probability = false;         // dropout's `p`
+  std::vector<StringKey> string_keys = {};  // enumerated string attributes (optional; default: the first choice)
 };
 
 
 const std::vector<LayerTypeInfo>& LayerTypes();
 // nullptr when `type` is unknown.
 const LayerTypeInfo* FindLayerType(const std::string& type);
+// The choices of string attribute `key` of `type`; nullptr when it has none.
+const StringKey* FindStringKey(const std::string& type, const std::string& key);
+// "a | b | c": the choices as the error messages list them.
+std::string ChoiceList(const std::vector<std::string>& choices);
 
 // Infers the output shape and the costs of a layer of `type` on `in_shape`.
 // On success fills every field of *out except name and source_line. On a

@@ -54,8 +54,25 @@ double ModelFlopsPerIteration(const GptConfig& g, double batch) {
 
 namespace {
 
-const std::vector<std::string> kTopKeys = {"format_version", "name", "dtype", "global_batch", "input", "gpt", "layers"};
-const std::vector<std::string> kGptKeys = {"layers", "hidden", "heads", "seq", "vocab", "ffn", "tie_embeddings"};
+const std::vector<std::string> kTopKeys = {"format_version", "name", "dtype", "precision", "global_batch", "input", "gpt", "layers"};
+const std::vector<std::string> kGptKeys = {"layers", "hidden", "heads", "seq", "vocab", "ffn", "tie_embeddings", "kv_heads",
+                                           "ffn_act", "norm", "position", "rope_theta", "bias", "attention"};
+const std::vector<std::string> kPrecisions = {"fp32", "fp16", "bf16", "fp8"};
+
+// A string that must be one of `choices`: the error lists them all (and a did-you-mean).
+Status GetChoice(const YamlReader& r, const YAML::Node& map, const std::string& key, const std::string& field,
+                 const std::vector<std::string>& choices, std::string* out) {
+  if (!map[key].IsDefined()) return Status::OK();
+  std::string value;
+  PLANNER_RETURN_IF_ERROR(r.GetString(map, key, field, &value, true));
+  if (std::find(choices.begin(), choices.end(), value) != choices.end()) {
+    *out = value;
+    return Status::OK();
+  }
+  std::string list;
+  for (const auto& c : choices) list += (list.empty() ? "" : ", ") + c;
+  return r.FieldError(map[key], field, fmt::format("unknown value '{}'{}; choose one of: {}", value, DidYouMean(value, choices), list));
+}
 constexpr int64_t kMaxLayers = 100000;
 
 struct Builder {
@@ -123,13 +140,14 @@ struct Builder {
       std::vector<std::string> allowed = {"type", "name"};
       for (const auto& k : info->int_keys) allowed.push_back(k);
       for (const auto& k : info->bool_keys) allowed.push_back(k);
+      for (const auto& k : info->string_keys) allowed.push_back(k.key);
       if (info->has_probability) allowed.push_back("p");
       PLANNER_RETURN_IF_ERROR(reader.CheckKeys(item, f, allowed));
       LayerAttrs attrs;
       for (const auto& k : info->int_keys) {
         bool required = std::find(info->required.begin(), info->required.end(), k) != info->required.end();
         int64_t v = 0;
-        int64_t min_value = (k == "padding") ? 0 : 1;
+        int64_t min_value = (k == "padding" || k == "positions") ? 0 : 1;  // positions 0: no table (RoPE)
         if (item[k].IsDefined() || required) {
           PLANNER_RETURN_IF_ERROR(reader.GetInt(item, k, f + "." + k, &v, required, min_value));
           attrs.ints[k] = v;
@@ -141,6 +159,11 @@ struct Builder {
           PLANNER_RETURN_IF_ERROR(reader.GetBool(item, k, f + "." + k, &b, false));
           attrs.bools[k] = b;
         }
+      }
+      for (const auto& k : info->string_keys) {
+        std::string value;
+        PLANNER_RETURN_IF_ERROR(GetChoice(reader, item, k.key, f + "." + k.key, k.choices, &value));
+        if (!value.empty()) attrs.strings[k.key] = value;
       }
       if (info->has_probability && item["p"].IsDefined()) {
         PLANNER_RETURN_IF_ERROR(reader.GetDouble(item, "p", f + ".p", &attrs.probability, false, 0.0, false));
@@ -178,13 +201,21 @@ Status BuildGptModel(const GptConfig& g, DType dtype, ModelSpec* out) {
   auto add = [&](const std::string& type, LayerAttrs attrs, const std::string& name) {
     return b.AddLayer(type, attrs, name, 0, none, "gpt");
   };
+  const bool rope = g.position == "rope";
   LayerAttrs emb;
-  emb.ints = {{"vocab", g.vocab}, {"hidden", g.hidden}, {"positions", g.seq}};
+  emb.ints = {{"vocab", g.vocab}, {"hidden", g.hidden}, {"positions", rope ? 0 : g.seq}};  // RoPE: no position table
   PLANNER_RETURN_IF_ERROR(add("embedding", emb, "embedding"));
   LayerAttrs blk;
-  blk.ints = {{"heads", g.heads}, {"ffn", g.ffn > 0 ? g.ffn : 4 * g.hidden}};
+  blk.ints = {{"heads", g.heads}, {"kv_heads", g.kv_heads > 0 ? g.kv_heads : g.heads},
+              {"ffn", g.ffn > 0 ? g.ffn : 4 * g.hidden}, {"rope_theta", g.rope_theta}};
+  blk.strings = {{"act", g.ffn_act}, {"norm", g.norm}, {"position", g.position}, {"attention", g.attention}};
+  blk.bools = {{"bias", g.bias}};
   for (int64_t i = 0; i < g.layers; ++i) PLANNER_RETURN_IF_ERROR(add("transformer_block", blk, fmt::format("block{}", i)));
-  PLANNER_RETURN_IF_ERROR(add("layernorm", LayerAttrs{}, "final_layernorm"));
+  if (g.norm == "rmsnorm") {
+    PLANNER_RETURN_IF_ERROR(add("rmsnorm", LayerAttrs{}, "final_rmsnorm"));
+  } else {
+    PLANNER_RETURN_IF_ERROR(add("layernorm", LayerAttrs{}, "final_layernorm"));
+  }
   LayerAttrs head;
   head.ints = {{"vocab", g.vocab}};
   head.bools = {{"tied", g.tie_embeddings}};
@@ -194,6 +225,21 @@ Status BuildGptModel(const GptConfig& g, DType dtype, ModelSpec* out) {
 }
 
 namespace {
+// The gpt template's keys beyond Megatron GPT's (kv_heads, ffn_act, norm, position, rope_theta, bias, attention).
+Status ParseGptExtras(const YamlReader& r, const YAML::Node& g, GptConfig* c) {
+  PLANNER_RETURN_IF_ERROR(r.GetInt(g, "kv_heads", "gpt.kv_heads", &c->kv_heads, false, 1));
+  PLANNER_RETURN_IF_ERROR(r.GetInt(g, "rope_theta", "gpt.rope_theta", &c->rope_theta, false, 1));
+  PLANNER_RETURN_IF_ERROR(r.GetBool(g, "bias", "gpt.bias", &c->bias, false));
+  struct Choice { const char* key; const char* string_key; std::string* out; };
+  const Choice choices[] = {{"ffn_act", "act", &c->ffn_act}, {"norm", "norm", &c->norm},
+                            {"position", "position", &c->position}, {"attention", "attention", &c->attention}};
+  for (const auto& ch : choices) {
+    const StringKey* k = FindStringKey("transformer_block", ch.string_key);
+    PLANNER_RETURN_IF_ERROR(GetChoice(r, g, ch.key, std::string("gpt.") + ch.key, k->choices, ch.out));
+  }
+  return Status::OK();
+}
+
 // The reader proper; yaml-cpp exceptions it lets through become errors in ParseModelSpec.
 Status ParseModelSpecUnguarded(const std::string& path, const std::string& text, ModelSpec* out) {
   YAML::Node root;
@@ -207,8 +253,13 @@ Status ParseModelSpecUnguarded(const std::string& path, const std::string& text,
   PLANNER_RETURN_IF_ERROR(r.GetInt(root, "format_version", "format_version", &version, false, 1));
   if (version != 1) return r.FieldError(root["format_version"], "format_version", fmt::format("version {} is not supported; this planner reads version 1", version));
   PLANNER_RETURN_IF_ERROR(r.GetString(root, "name", "name", &m.name, true));
+  // `precision:` is the newer name of `dtype:`; a file gives at most one of them.
+  if (root["dtype"].IsDefined() && root["precision"].IsDefined()) {
+    return r.FieldError(root["precision"], "precision", "'precision' and 'dtype' name the same setting; keep 'precision' and remove 'dtype'");
+  }
   std::string dtype = "fp16";
-  PLANNER_RETURN_IF_ERROR(r.GetEnum(root, "dtype", "dtype", {"fp32", "fp16", "bf16"}, &dtype, false));
+  const char* dtype_key = root["precision"].IsDefined() ? "precision" : "dtype";
+  PLANNER_RETURN_IF_ERROR(GetChoice(r, root, dtype_key, dtype_key, kPrecisions, &dtype));
   ParseDType(dtype, &m.dtype);
   PLANNER_RETURN_IF_ERROR(r.GetInt(root, "global_batch", "global_batch", &m.global_batch, true, 1));
   bool has_gpt = root["gpt"].IsDefined(), has_layers = root["layers"].IsDefined();
@@ -227,9 +278,16 @@ Status ParseModelSpecUnguarded(const std::string& path, const std::string& text,
     PLANNER_RETURN_IF_ERROR(r.GetInt(g, "vocab", "gpt.vocab", &c.vocab, true, 1));
     PLANNER_RETURN_IF_ERROR(r.GetInt(g, "ffn", "gpt.ffn", &c.ffn, false, 1));
     PLANNER_RETURN_IF_ERROR(r.GetBool(g, "tie_embeddings", "gpt.tie_embeddings", &c.tie_embeddings, false));
+    PLANNER_RETURN_IF_ERROR(ParseGptExtras(r, g, &c));
     if (c.layers > kMaxLayers) return r.FieldError(g["layers"], "gpt.layers", fmt::format("must be at most {}", kMaxLayers));
     if (c.hidden % c.heads != 0) {
       return r.FieldError(g["heads"], "gpt.heads", fmt::format("heads ({}) must divide hidden ({})", c.heads, c.hidden));
+    }
+    if (c.kv_heads > 0 && c.heads % c.kv_heads != 0) {
+      return r.FieldError(g["kv_heads"], "gpt.kv_heads", fmt::format("kv_heads ({}) must divide heads ({}); set kv_heads to a divisor of {} (1: MQA, {}: MHA)", c.kv_heads, c.heads, c.heads, c.heads));
+    }
+    if (c.position == "rope" && (c.hidden / c.heads) % 2 != 0) {
+      return r.FieldError(g["position"], "gpt.position", fmt::format("rope rotates pairs of the head dimension, which is odd ({}); use an even hidden / heads or position: learned", c.hidden / c.heads));
     }
     PLANNER_RETURN_IF_ERROR(BuildGptModel(c, m.dtype, &m));
   } else {

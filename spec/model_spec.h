@@ -13,9 +13,19 @@
 
 namespace planner {
 
+// The `gpt:` template (docs/formats.md). Defaults are Megatron-LM GPT's (GPT-3);
+// a Llama-class model sets kv_heads, ffn_act swiglu, norm rmsnorm, position
+// rope, bias false and tie_embeddings false.
 struct GptConfig {
-  int64_t layers = 0, hidden = 0, heads = 0, seq = 0, vocab = 0, ffn = 0;
+  int64_t layers = 0, hidden = 0, heads = 0, seq = 0, vocab = 0, ffn = 0;  // ffn 0: 4 hidden
+  int64_t kv_heads = 0;               // 0: heads (multi-head attention); 1: MQA; else GQA
+  std::string ffn_act = "gelu";       // gelu | swiglu | relu2
+  std::string norm = "layernorm";     // layernorm | rmsnorm
+  std::string position = "learned";   // learned (a position table) | rope
+  int64_t rope_theta = 10000;         // RoPE base
+  bool bias = true;                   // biases on QKV, projection, fc1, fc2
   bool tie_embeddings = true;
+  std::string attention = "flash";    // flash | unfused (a cost-model choice)
 };
 
 struct ModelSpec {

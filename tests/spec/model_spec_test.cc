@@ -8,9 +8,11 @@
 namespace planner {
 namespace {
 
-ModelSpec Gpt(int64_t l, int64_t h, int64_t a) {
+// Megatron-LM GPT; `attention` "unfused" is the attention Megatron SC'21 and Korthikanti et al. costed.
+ModelSpec Gpt(int64_t l, int64_t h, int64_t a, const std::string& attention = "flash") {
   GptConfig g;
   g.layers = l; g.hidden = h; g.heads = a; g.seq = 2048; g.vocab = 51200;
+  g.attention = attention;
   ModelSpec m;
   REQUIRE_OK(BuildGptModel(g, DType::kFp16, &m));
   return m;
@@ -31,14 +33,24 @@ TEST_CASE("GPT template reproduces Megatron-LM Table 1 parameter counts") {
 }
 
 TEST_CASE("GPT FLOPs per iteration equal Megatron eq. (3) and Korthikanti eq. (7)") {
-  ModelSpec m = Gpt(96, 12288, 96);
+  // Unfused attention (what the equations count): the hardware FLOPs are the equations'.
+  ModelSpec m = Gpt(96, 12288, 96, "unfused");
   const double batch = 1536;
   CHECK(m.IterationFlops(batch, /*full_recompute=*/true) == doctest::Approx(MegatronFlopsPerIteration(m.gpt, batch)).epsilon(1e-12));
   CHECK(m.IterationFlops(batch, /*full_recompute=*/false) == doctest::Approx(ModelFlopsPerIteration(m.gpt, batch)).epsilon(1e-12));
+  CHECK(m.ModelFlops(batch) == doctest::Approx(ModelFlopsPerIteration(m.gpt, batch)).epsilon(1e-12));
+  // Flash (the default): the model FLOPs (the MFU numerator) are still eq. (7) exactly; the
+  // hardware count differs by the attention core only: causal forward 2 s^2 h instead of
+  // 4 s^2 h, backward 2.5 x that (5 s^2 h) instead of 8 s^2 h, per layer.
+  ModelSpec f = Gpt(96, 12288, 96);
+  CHECK(f.ModelFlops(batch) == doctest::Approx(ModelFlopsPerIteration(f.gpt, batch)).epsilon(1e-12));
+  const double s = 2048, h = 12288, l = 96;
+  CHECK(f.IterationFlops(batch, false) ==
+        doctest::Approx(ModelFlopsPerIteration(f.gpt, batch) - batch * l * (12 - 7) * s * s * h).epsilon(1e-12));
 }
 
 TEST_CASE("transformer block stash matches Korthikanti's sbh(34 + 5as/h) in fp16") {
-  ModelSpec m = Gpt(2, 4096, 32);
+  ModelSpec m = Gpt(2, 4096, 32, "unfused");  // Korthikanti's Table 2 is Megatron's unfused softmax
   const Layer& b = m.layers[1];
   REQUIRE(b.type == "transformer_block");
   double s = 2048, h = 4096, a = 32;
@@ -94,7 +106,7 @@ TEST_CASE("bad model files give one message with file, line, field and fix") {
 TEST_CASE("cluster files: totals, peaks and errors") {
   ClusterSpec c;
   REQUIRE_OK(LoadClusterSpec(testing::SourcePath("configs/clusters/dgx-a100.yaml"), &c));
-  CHECK(c.TotalGpus() == 4096);
+  CHECK(c.TotalGpus() == 4480);  // Selene: 560 DGX A100 nodes
   CHECK(c.PeakFlops(DType::kBf16) == doctest::Approx(312e12));
   Status s = ParseClusterSpec("c.yaml", "name: c\ngpu: {name: g, peak_tflops: {fp16: 1}, memory_GiB: -1, hbm_bandwidth_GBps: 1}\ntopology: [{name: n, size: 8, bandwidth_GBps: 1}]\n", &c);
   CHECK(s.message().find("c.yaml:2: field 'gpu.memory_GiB': must be greater than 0") != std::string::npos);

@@ -1,0 +1,319 @@
+#include "spec/hf_import.h"
+
+#include <algorithm>
+#include <cmath>
+
+#include <fmt/format.h>
+
+#include "spec/yaml_reader.h"
+
+namespace planner {
+
+namespace {
+
+enum class Family { kLlama, kMistral, kQwen2, kQwen3, kGpt2, kNeoX, kNemotron };
+
+struct Arch {
+  const char* name;
+  Family family;
+  bool tie_default;  // transformers' default tie_word_embeddings for the architecture
+};
+
+const Arch kArchs[] = {
+    {"LlamaForCausalLM", Family::kLlama, false},   {"MistralForCausalLM", Family::kMistral, false},
+    {"Qwen2ForCausalLM", Family::kQwen2, false},   {"Qwen3ForCausalLM", Family::kQwen3, false},
+    {"GPT2LMHeadModel", Family::kGpt2, true},      {"GPTNeoXForCausalLM", Family::kNeoX, false},
+    {"NemotronForCausalLM", Family::kNemotron, false},
+};
+
+constexpr int64_t kDefaultSeqCap = 4096;
+constexpr double kDefaultBatchTokens = 4194304;  // 2^22 tokens: Llama 2's and Llama 3's 4M-token batch
+
+// Typed access to the config's top-level fields, with errors naming the file, line and field.
+struct Fields {
+  const YamlReader& r;
+  const YAML::Node& root;
+  std::string arch;
+
+  bool Has(const std::string& key) const { return root[key].IsDefined() && !root[key].IsNull(); }
+  Status Missing(const std::string& key) const {
+    return r.FieldError(root, key, fmt::format("missing; every {} config.json has it: add it, or check that this is the "
+                                               "model's Hugging Face config.json", arch));
+  }
+  Status Int(const std::string& key, int64_t* out) const {
+    if (!Has(key)) return Missing(key);
+    return r.AsInt(root[key], key, out, 1);
+  }
+  Status OptInt(const std::string& key, int64_t* out) const {
+    return Has(key) ? r.AsInt(root[key], key, out, 1) : Status::OK();
+  }
+  Status OptDouble(const std::string& key, double* out) const {
+    return Has(key) ? r.AsDouble(root[key], key, out, 0.0, true) : Status::OK();
+  }
+  Status OptBool(const std::string& key, bool* out) const {
+    return Has(key) ? r.GetBool(root, key, key, out, false) : Status::OK();
+  }
+  Status OptString(const std::string& key, std::string* out) const {
+    return Has(key) ? r.GetString(root, key, key, out, false) : Status::OK();
+  }
+  Status Error(const std::string& key, const std::string& message) const {
+    return r.FieldError(Has(key) ? root[key] : root, key, message);
+  }
+};
+
+std::string ArchList() {
+  std::string list;
+  for (const auto& a : kArchs) list += (list.empty() ? "" : ", ") + std::string(a.name);
+  return list;
+}
+
+Status ReadArch(const Fields& f, const Arch** out) {
+  const YAML::Node& n = f.root["architectures"];
+  if (!n.IsDefined() || n.IsNull()) return f.Missing("architectures");
+  std::string name;
+  if (n.IsSequence() && n.size() > 0 && n[0].IsScalar()) name = n[0].Scalar();
+  else if (n.IsScalar()) name = n.Scalar();
+  else return f.Error("architectures", "must be a list of one class name, e.g. [\"LlamaForCausalLM\"]");
+  for (const auto& a : kArchs) {
+    if (name == a.name) {
+      *out = &a;
+      return Status::OK();
+    }
+  }
+  return f.Error("architectures", fmt::format("'{}' is not supported; planner import hf reads {} (dense decoders); "
+                                              "write a gpt: model file by hand for others (docs/formats.md)",
+                                              name, ArchList()));
+}
+
+// The shape fields: GPT-2's own names, everyone else's the Llama names.
+Status ReadShape(const Fields& f, Family fam, GptConfig* g, int64_t* max_positions) {
+  if (fam == Family::kGpt2) {
+    PLANNER_RETURN_IF_ERROR(f.Int("n_embd", &g->hidden));
+    PLANNER_RETURN_IF_ERROR(f.Int("n_layer", &g->layers));
+    PLANNER_RETURN_IF_ERROR(f.Int("n_head", &g->heads));
+    PLANNER_RETURN_IF_ERROR(f.Int("n_positions", max_positions));
+    PLANNER_RETURN_IF_ERROR(f.OptInt("n_inner", &g->ffn));  // null: 4 n_embd
+    PLANNER_RETURN_IF_ERROR(f.Int("vocab_size", &g->vocab));
+    g->kv_heads = g->heads;
+    return Status::OK();
+  }
+  PLANNER_RETURN_IF_ERROR(f.Int("hidden_size", &g->hidden));
+  PLANNER_RETURN_IF_ERROR(f.Int("num_hidden_layers", &g->layers));
+  PLANNER_RETURN_IF_ERROR(f.Int("num_attention_heads", &g->heads));
+  PLANNER_RETURN_IF_ERROR(f.Int("intermediate_size", &g->ffn));
+  PLANNER_RETURN_IF_ERROR(f.Int("vocab_size", &g->vocab));
+  PLANNER_RETURN_IF_ERROR(f.Int("max_position_embeddings", max_positions));
+  g->kv_heads = g->heads;  // transformers' default (None: multi-head attention)
+  if (fam != Family::kNeoX) PLANNER_RETURN_IF_ERROR(f.OptInt("num_key_value_heads", &g->kv_heads));
+  if (g->hidden % g->heads != 0) {
+    return f.Error("num_attention_heads", fmt::format("{} does not divide hidden_size {}", g->heads, g->hidden));
+  }
+  if (g->heads % g->kv_heads != 0) {
+    return f.Error("num_key_value_heads", fmt::format("{} does not divide num_attention_heads {}; the config is not a "
+                                                      "valid grouped-query model", g->kv_heads, g->heads));
+  }
+  int64_t head_dim = g->hidden / g->heads;
+  PLANNER_RETURN_IF_ERROR(f.OptInt("head_dim", &head_dim));
+  if (head_dim != g->hidden / g->heads) {
+    return f.Error("head_dim", fmt::format("{} differs from hidden_size / num_attention_heads = {}; the planner's attention "
+                                           "has head dim hidden / heads (Q and the output projection h x h), so this "
+                                           "model cannot be costed; not imported", head_dim, g->hidden / g->heads));
+  }
+  return Status::OK();
+}
+
+// The activation: gated SiLU (SwiGLU) for the Llama family, relu2 for Nemotron, GeLU for GPT-2 and NeoX.
+Status ReadActivation(const Fields& f, Family fam, GptConfig* g) {
+  const bool gpt2 = fam == Family::kGpt2;
+  const std::string key = gpt2 ? "activation_function" : "hidden_act";
+  std::string act = gpt2 ? "gelu_new" : (fam == Family::kNeoX ? "gelu" : (fam == Family::kNemotron ? "relu2" : "silu"));
+  PLANNER_RETURN_IF_ERROR(f.OptString(key, &act));
+  const bool gelu = act == "gelu" || act == "gelu_new" || act == "gelu_fast" || act == "gelu_pytorch_tanh";
+  if (fam == Family::kGpt2 || fam == Family::kNeoX) {
+    if (!gelu) return f.Error(key, fmt::format("'{}' is not supported for {}; the planner costs gelu (gelu, gelu_new, gelu_fast, gelu_pytorch_tanh)", act, f.arch));
+    g->ffn_act = "gelu";
+  } else if (fam == Family::kNemotron) {
+    if (act != "relu2") return f.Error(key, fmt::format("'{}' is not supported for {}; the planner costs relu2 (squared ReLU)", act, f.arch));
+    g->ffn_act = "relu2";
+  } else {
+    if (act != "silu" && act != "swish") {
+      return f.Error(key, fmt::format("'{}' is not supported for {}: its gated MLP is costed as SwiGLU, hidden_act silu", act, f.arch));
+    }
+    g->ffn_act = "swiglu";
+  }
+  return Status::OK();
+}
+
+// Norm, position, biases, RoPE base and partial rotary.
+Status ReadLayerChoices(const Fields& f, Family fam, GptConfig* g, std::vector<std::string>* notes) {
+  const bool llama_like = fam == Family::kLlama || fam == Family::kMistral || fam == Family::kQwen2 || fam == Family::kQwen3;
+  g->norm = llama_like ? "rmsnorm" : "layernorm";
+  g->position = fam == Family::kGpt2 ? "learned" : "rope";
+  double theta = 10000;
+  PLANNER_RETURN_IF_ERROR(f.OptDouble(fam == Family::kNeoX && !f.Has("rope_theta") ? "rotary_emb_base" : "rope_theta", &theta));
+  g->rope_theta = std::max<int64_t>(1, std::llround(theta));
+  if (fam == Family::kGpt2 || fam == Family::kNeoX) {
+    g->bias = true;
+  } else {
+    bool attention_bias = false, mlp_bias = false;
+    PLANNER_RETURN_IF_ERROR(f.OptBool("attention_bias", &attention_bias));
+    PLANNER_RETURN_IF_ERROR(f.OptBool("mlp_bias", &mlp_bias));
+    g->bias = attention_bias && mlp_bias;
+    if (attention_bias != mlp_bias) {
+      notes->push_back(fmt::format("attention_bias {} and mlp_bias {} differ; the template's bias covers both, so bias: false leaves the {} biases out",
+                                   attention_bias, mlp_bias, attention_bias ? "attention" : "MLP"));
+    }
+  }
+  const double d = static_cast<double>(g->hidden / g->heads);
+  const double l = static_cast<double>(g->layers);
+  if (fam == Family::kQwen2) {
+    notes->push_back(fmt::format("Qwen2's q/k/v biases ({:.0f} parameters) are left out: the template's bias covers QKV, projection and MLP together",
+                                 l * (g->heads + 2 * g->kv_heads) * d));
+  }
+  if (fam == Family::kQwen3) {
+    notes->push_back(fmt::format("Qwen3's q_norm and k_norm (RMSNorm over the head dim, {:.0f} parameters) are left out", l * 2 * d));
+  }
+  double rotary = 1.0;
+  if (fam == Family::kNeoX) { rotary = 0.25; PLANNER_RETURN_IF_ERROR(f.OptDouble("rotary_pct", &rotary)); }
+  if (fam == Family::kNemotron) { rotary = 0.5; PLANNER_RETURN_IF_ERROR(f.OptDouble("partial_rotary_factor", &rotary)); }
+  if (rotary < 1.0) {
+    notes->push_back(fmt::format("partial rotary: RoPE on {:g}% of the head dim; costed over the whole head dim (a memory-bound term)", 100 * rotary));
+  }
+  if (fam == Family::kNeoX) {
+    bool parallel = true;
+    PLANNER_RETURN_IF_ERROR(f.OptBool("use_parallel_residual", &parallel));
+    if (parallel) notes->push_back("use_parallel_residual: attention and MLP read the same input; the parameters and FLOPs are a sequential block's");
+  }
+  if (fam == Family::kNemotron) notes->push_back("Nemotron's LayerNorm1p is costed as a LayerNorm (weight and bias)");
+  return Status::OK();
+}
+
+Status ReadDtype(const Fields& f, DType* dtype, std::vector<std::string>* notes) {
+  const std::string key = f.Has("torch_dtype") ? "torch_dtype" : "dtype";
+  if (!f.Has(key)) {
+    *dtype = DType::kBf16;
+    notes->push_back("the config names no torch_dtype: precision bf16");
+    return Status::OK();
+  }
+  std::string value;
+  PLANNER_RETURN_IF_ERROR(f.OptString(key, &value));
+  if (value == "bfloat16") *dtype = DType::kBf16;
+  else if (value == "float16") *dtype = DType::kFp16;
+  else if (value == "float32") *dtype = DType::kFp32;
+  else return f.Error(key, fmt::format("'{}' is not one of bfloat16, float16, float32", value));
+  return Status::OK();
+}
+
+// The training run: --seq within the model's positions, --global-batch.
+Status ChooseRun(const Fields& f, Family fam, int64_t max_positions, const HfImportOptions& o, HfImport* out) {
+  const std::string limit_key = fam == Family::kGpt2 ? "n_positions" : "max_position_embeddings";
+  if (o.seq > max_positions) {
+    return Status::InvalidArgument(fmt::format("--seq {}: above {} {} of {}; the model has no positions past it: use --seq {} or less",
+                                               o.seq, limit_key, max_positions, f.r.Where(f.root[limit_key]), max_positions));
+  }
+  out->gpt.seq = o.seq > 0 ? o.seq : std::min(max_positions, kDefaultSeqCap);
+  if (o.seq <= 0) {
+    out->notes.push_back(fmt::format("seq {}: no --seq given, min({} {}, {}); the training length is the run's choice, pass --seq",
+                                     out->gpt.seq, limit_key, max_positions, kDefaultSeqCap));
+  }
+  out->global_batch = o.global_batch > 0 ? o.global_batch
+                                         : std::max<int64_t>(1, std::llround(kDefaultBatchTokens / static_cast<double>(out->gpt.seq)));
+  if (o.global_batch <= 0) {
+    out->notes.push_back(fmt::format("global_batch {}: no --global-batch given, 2^22 tokens (4M, Llama 2 and 3's batch) / seq {}",
+                                     out->global_batch, out->gpt.seq));
+  }
+  if (fam == Family::kGpt2 && out->gpt.seq < max_positions) {
+    out->notes.push_back(fmt::format("the position table holds seq {} rows (the config has {}): parameters count {} fewer",
+                                     out->gpt.seq, max_positions, (max_positions - out->gpt.seq) * out->gpt.hidden));
+  }
+  return Status::OK();
+}
+
+void OtherNotes(const Fields& f, HfImport* out) {
+  if (f.Has("sliding_window")) {
+    bool used = true;
+    (void)f.OptBool("use_sliding_window", &used);
+    int64_t window = 0;
+    if (used && f.r.AsInt(f.root["sliding_window"], "sliding_window", &window, 1).ok() && window < out->gpt.seq) {
+      out->notes.push_back(fmt::format("sliding_window {} is shorter than seq {}: costed as full causal attention", window, out->gpt.seq));
+    }
+  }
+  if (f.Has("rope_scaling")) out->notes.push_back("rope_scaling changes the RoPE frequencies, not the costs");
+  if (out->gpt.vocab % 128 != 0) {
+    out->notes.push_back(fmt::format("vocab {} is not a multiple of 128: tensor parallelism needs tp to divide it (Megatron pads it "
+                                     "with --make-vocab-size-divisible-by 128 to {})",
+                                     out->gpt.vocab, (out->gpt.vocab + 127) / 128 * 128));
+  }
+}
+
+Status ImportUnguarded(const std::string& path, const std::string& text, const HfImportOptions& o, HfImport* out) {
+  YAML::Node root;
+  PLANNER_RETURN_IF_ERROR(ParseYamlText(path, text, &root));
+  YamlReader r(path);
+  PLANNER_RETURN_IF_ERROR(r.RequireMap(root, "(top level)"));
+  Fields f{r, root, "Hugging Face"};
+  const Arch* arch = nullptr;
+  PLANNER_RETURN_IF_ERROR(ReadArch(f, &arch));
+  f.arch = arch->name;
+  HfImport imp;
+  imp.architecture = arch->name;
+  imp.gpt.attention = "flash";
+  PLANNER_RETURN_IF_ERROR(ReadShape(f, arch->family, &imp.gpt, &imp.max_positions));
+  PLANNER_RETURN_IF_ERROR(ReadActivation(f, arch->family, &imp.gpt));
+  PLANNER_RETURN_IF_ERROR(ReadLayerChoices(f, arch->family, &imp.gpt, &imp.notes));
+  imp.gpt.tie_embeddings = arch->tie_default;
+  PLANNER_RETURN_IF_ERROR(f.OptBool("tie_word_embeddings", &imp.gpt.tie_embeddings));
+  PLANNER_RETURN_IF_ERROR(ReadDtype(f, &imp.dtype, &imp.notes));
+  PLANNER_RETURN_IF_ERROR(ChooseRun(f, arch->family, imp.max_positions, o, &imp));
+  OtherNotes(f, &imp);
+  imp.name = o.name.empty() ? "imported" : o.name;
+  // The template must build (the same checks a model file gets).
+  ModelSpec check;
+  check.path = path;
+  PLANNER_RETURN_IF_ERROR(BuildGptModel(imp.gpt, imp.dtype, &check));
+  *out = std::move(imp);
+  return Status::OK();
+}
+
+}  // namespace
+
+const std::vector<std::string>& HfArchitectures() {
+  static const std::vector<std::string> names = [] {
+    std::vector<std::string> v;
+    for (const auto& a : kArchs) v.emplace_back(a.name);
+    return v;
+  }();
+  return names;
+}
+
+Status ImportHfConfig(const std::string& path, const std::string& text, const HfImportOptions& o, HfImport* out) {
+  return CatchYamlErrors(path, [&] { return ImportUnguarded(path, text, o, out); });
+}
+
+Status ImportHfConfigFile(const std::string& path, const HfImportOptions& o, HfImport* out) {
+  std::string text;
+  PLANNER_RETURN_IF_ERROR(ReadTextFile(path, &text));
+  return ImportHfConfig(path, text, o, out);
+}
+
+std::string HfModelYaml(const HfImport& m, const std::string& source_path) {
+  const GptConfig& g = m.gpt;
+  std::string o = fmt::format("# {}: imported by `planner import hf` from {} ({}).\n", m.name, source_path, m.architecture);
+  o += "# seq and global_batch describe the training run, which a config.json does not; max_position_embeddings\n";
+  o += fmt::format("# ({}) is the model's limit, not the training length.\n", m.max_positions);
+  for (const auto& n : m.notes) o += "# note: " + n + "\n";
+  o += "format_version: 1\n";
+  o += fmt::format("name: {}\n", m.name);
+  o += fmt::format("precision: {}\n", DTypeName(m.dtype));
+  o += fmt::format("global_batch: {}\n", m.global_batch);
+  o += "gpt:\n";
+  o += fmt::format("  layers: {}\n  hidden: {}\n  heads: {}\n  kv_heads: {}\n", g.layers, g.hidden, g.heads, g.kv_heads);
+  o += fmt::format("  ffn: {}\n  ffn_act: {}\n  norm: {}\n  position: {}\n", g.ffn > 0 ? g.ffn : 4 * g.hidden, g.ffn_act,
+                   g.norm, g.position);
+  if (g.position == "rope") o += fmt::format("  rope_theta: {}\n", g.rope_theta);
+  o += fmt::format("  bias: {}\n  tie_embeddings: {}\n  attention: {}\n", g.bias, g.tie_embeddings, g.attention);
+  o += fmt::format("  seq: {}\n  vocab: {}\n", g.seq, g.vocab);
+  return o;
+}
+
+}  // namespace planner

@@ -1,0 +1,182 @@
+// planner import hf: each fixture (tests/data/hf/, the published config.json
+// fields) imported, written, read back as a model file, and its parameter
+// count checked against the published one; the field mapping; the errors.
+#include <cmath>
+
+#include "spec/hf_import.h"
+#include "spec/model_spec.h"
+#include "spec/yaml_reader.h"
+#include "tests/test_util.h"
+
+namespace planner {
+namespace {
+
+std::string Fixture(const std::string& name) { return testing::SourcePath("tests/data/hf/" + name); }
+
+// Imports, writes the model file and reads it back.
+ModelSpec RoundTrip(const std::string& fixture, const HfImportOptions& o, HfImport* imp = nullptr) {
+  HfImport m;
+  REQUIRE_OK(ImportHfConfigFile(Fixture(fixture), o, &m));
+  ModelSpec spec;
+  REQUIRE_OK(ParseModelSpec(fixture + ".yaml", HfModelYaml(m, Fixture(fixture)), &spec));
+  CHECK(spec.name == m.name);
+  CHECK(spec.gpt.kv_heads == m.gpt.kv_heads);
+  CHECK(spec.gpt.ffn_act == m.gpt.ffn_act);
+  CHECK(spec.gpt.norm == m.gpt.norm);
+  CHECK(spec.gpt.position == m.gpt.position);
+  CHECK(spec.gpt.bias == m.gpt.bias);
+  CHECK(spec.gpt.tie_embeddings == m.gpt.tie_embeddings);
+  CHECK(spec.dtype == m.dtype);
+  CHECK(spec.global_batch == m.global_batch);
+  if (imp != nullptr) *imp = m;
+  return spec;
+}
+
+TEST_CASE("every fixture round-trips to its published parameter count") {
+  struct Row {
+    const char* fixture;
+    int64_t seq;
+    double published;  // the model card's / paper's count
+    double expected;   // what the template counts (published less what the notes say is left out)
+  };
+  const Row rows[] = {
+      {"gpt2.json", 1024, 124439808.0, 124439808.0},             // GPT-2 small, tied, learned 1024 positions
+      {"pythia-160m.json", 2048, 162322944.0, 162322944.0},      // Pythia paper Table: 162,322,944 total
+      {"mistral-7b.json", 8192, 7241732096.0, 7241732096.0},     // Mistral 7B
+      {"qwen2-7b.json", 8192, 7615616512.0, 7615616512.0 - 28 * 4608.0},  // q/k/v biases left out
+      {"qwen3-8b.json", 8192, 8190735360.0, 8190735360.0 - 36 * 256.0},   // q_norm, k_norm left out
+      {"llama3-8b.json", 8192, 8.03e9, 8030261248.0},
+      {"llama3-70b.json", 8192, 70.55e9, 70553706496.0},
+      {"llama3.1-405b.json", 8192, 405.85e9, 405853388800.0},
+      {"nemotron-4-340b.json", 4096, 341e9, 341029195776.0},
+  };
+  for (const auto& r : rows) {
+    INFO(r.fixture);
+    HfImportOptions o;
+    o.seq = r.seq;
+    o.global_batch = 64;
+    o.name = "m";
+    ModelSpec m = RoundTrip(r.fixture, o);
+    CHECK(m.TotalParams() == r.expected);
+    CHECK(std::abs(m.TotalParams() / r.published - 1) < 0.005);
+    CHECK(m.gpt.seq == r.seq);
+    CHECK(m.global_batch == 64);
+  }
+}
+
+TEST_CASE("field mapping: Llama 3.1 405B, GPT-2, Pythia, Nemotron, Mistral") {
+  HfImportOptions o;
+  o.seq = 8192;
+  o.global_batch = 2048;
+  o.name = "llama";
+  HfImport imp;
+  ModelSpec llama = RoundTrip("llama3.1-405b.json", o, &imp);
+  CHECK(imp.architecture == "LlamaForCausalLM");
+  CHECK(imp.max_positions == 131072);
+  CHECK(llama.gpt.layers == 126);
+  CHECK(llama.gpt.hidden == 16384);
+  CHECK(llama.gpt.heads == 128);
+  CHECK(llama.gpt.kv_heads == 8);
+  CHECK(llama.gpt.ffn == 53248);
+  CHECK(llama.gpt.ffn_act == "swiglu");
+  CHECK(llama.gpt.norm == "rmsnorm");
+  CHECK(llama.gpt.position == "rope");
+  CHECK(llama.gpt.rope_theta == 500000);
+  CHECK_FALSE(llama.gpt.bias);
+  CHECK_FALSE(llama.gpt.tie_embeddings);
+  CHECK(llama.gpt.attention == "flash");
+  CHECK(llama.dtype == DType::kBf16);
+  // The same model as configs/models/llama3.1-405b.yaml, layer by layer.
+  ModelSpec shipped;
+  REQUIRE_OK(LoadModelSpec(testing::SourcePath("configs/models/llama3.1-405b.yaml"), &shipped));
+  REQUIRE(shipped.layers.size() == llama.layers.size());
+  for (size_t i = 0; i < llama.layers.size(); ++i) CHECK(shipped.layers[i].signature == llama.layers[i].signature);
+
+  HfImport gpt2;
+  ModelSpec g = RoundTrip("gpt2.json", HfImportOptions{}, &gpt2);
+  CHECK(g.gpt.seq == 1024);  // min(n_positions 1024, 4096)
+  CHECK(g.global_batch == 4096);  // 2^22 tokens / 1024
+  CHECK(g.gpt.position == "learned");
+  CHECK(g.gpt.ffn_act == "gelu");
+  CHECK(g.gpt.tie_embeddings);
+  CHECK(g.gpt.bias);
+  CHECK(g.name == "imported");
+  bool seq_note = false, vocab_note = false;
+  for (const auto& n : gpt2.notes) {
+    seq_note = seq_note || n.find("seq 1024: no --seq given") != std::string::npos;
+    vocab_note = vocab_note || n.find("vocab 50257 is not a multiple of 128") != std::string::npos;
+  }
+  CHECK(seq_note);
+  CHECK(vocab_note);
+
+  HfImport py;
+  ModelSpec p = RoundTrip("pythia-160m.json", HfImportOptions{}, &py);
+  CHECK(p.gpt.seq == 2048);
+  CHECK(p.global_batch == 2048);
+  CHECK(p.gpt.position == "rope");
+  CHECK(p.dtype == DType::kFp16);
+  CHECK_FALSE(p.gpt.tie_embeddings);
+  bool partial = false;
+  for (const auto& n : py.notes) partial = partial || n.find("RoPE on 25% of the head dim") != std::string::npos;
+  CHECK(partial);
+
+  ModelSpec nem = RoundTrip("nemotron-4-340b.json", HfImportOptions{});
+  CHECK(nem.gpt.ffn_act == "relu2");
+  CHECK(nem.gpt.norm == "layernorm");
+  CHECK(nem.gpt.kv_heads == 8);
+  CHECK_FALSE(nem.gpt.bias);
+  CHECK(nem.gpt.seq == 4096);
+
+  ModelSpec mis = RoundTrip("mistral-7b.json", HfImportOptions{});
+  CHECK(mis.gpt.seq == 4096);  // min(32768, 4096)
+  CHECK(mis.gpt.rope_theta == 10000);
+}
+
+// Edits a fixture's text: replaces `from` with `to` (which must occur).
+std::string Edited(const std::string& fixture, const std::string& from, const std::string& to) {
+  std::string text;
+  REQUIRE_OK(ReadTextFile(Fixture(fixture), &text));
+  size_t at = text.find(from);
+  REQUIRE(at != std::string::npos);
+  return text.replace(at, from.size(), to);
+}
+
+TEST_CASE("bad configs: one message naming the file, the field and the fix") {
+  struct Case { std::string text; int64_t seq; const char* expect; };
+  const Case cases[] = {
+      {Edited("llama3-8b.json", "LlamaForCausalLM", "MixtralForCausalLM"), 0,
+       "c.json:2: field 'architectures': 'MixtralForCausalLM' is not supported; planner import hf reads LlamaForCausalLM, "
+       "MistralForCausalLM, Qwen2ForCausalLM, Qwen3ForCausalLM, GPT2LMHeadModel, GPTNeoXForCausalLM, NemotronForCausalLM"},
+      {Edited("llama3-8b.json", "\"intermediate_size\": 14336,", ""), 0,
+       "c.json:1: field 'intermediate_size': missing; every LlamaForCausalLM config.json has it"},
+      {Edited("llama3-8b.json", "\"architectures\": [\"LlamaForCausalLM\"],", ""), 0, "c.json:1: field 'architectures': missing"},
+      {Edited("llama3-8b.json", "\"num_key_value_heads\": 8", "\"num_key_value_heads\": 5"), 0,
+       "c.json:15: field 'num_key_value_heads': 5 does not divide num_attention_heads 32"},
+      {Edited("qwen3-8b.json", "\"head_dim\": 128", "\"head_dim\": 256"), 0,
+       "c.json:7: field 'head_dim': 256 differs from hidden_size / num_attention_heads = 128"},
+      {Edited("llama3-8b.json", "\"silu\"", "\"gelu\""), 0, "field 'hidden_act': 'gelu' is not supported for LlamaForCausalLM"},
+      {Edited("llama3-8b.json", "\"bfloat16\"", "\"int8\""), 0, "field 'torch_dtype': 'int8' is not one of bfloat16, float16, float32"},
+      {Edited("llama3-8b.json", "\"hidden_size\": 4096", "\"hidden_size\": \"big\""), 0, "c.json:8: field 'hidden_size': must be an integer"},
+      {Edited("llama3-8b.json", "", ""), 16384,
+       "--seq 16384: above max_position_embeddings 8192 of c.json:11; the model has no positions past it: use --seq 8192 or less"},
+      {"{\"architectures\": [\"LlamaForCausalLM\"", 0, "c.json"},
+      {"[1, 2]", 0, "c.json:1: field '(top level)': must be a mapping"},
+  };
+  for (const auto& c : cases) {
+    HfImportOptions o;
+    o.seq = c.seq;
+    HfImport m;
+    Status s = ImportHfConfig("c.json", c.text, o, &m);
+    INFO(c.expect);
+    INFO(s.message());
+    CHECK(s.code() == StatusCode::kInvalidArgument);
+    CHECK(s.message().find(c.expect) != std::string::npos);
+    CHECK(s.message().find('\n') == std::string::npos);
+  }
+  HfImport m;
+  Status missing = ImportHfConfigFile("/nonexistent/config.json", HfImportOptions{}, &m);
+  CHECK(missing.code() == StatusCode::kNotFound);
+}
+
+}  // namespace
+}  // namespace planner

@@ -1,0 +1,267 @@
+// Layer costs of Llama-class transformers (GQA, SwiGLU, relu2, RMSNorm, RoPE,
+// no bias, flash attention): parameters against the published counts and a
+// tensor-by-tensor enumeration, FLOPs against Megatron-LM's MFU formula,
+// stash and memory-bound bytes against the per-tensor sums of
+// docs/cost_model.md section 1, and the model-file errors.
+#include <cmath>
+#include <numeric>
+
+#include "spec/layer_catalog.h"
+#include "spec/model_spec.h"
+#include "tests/test_util.h"
+
+namespace planner {
+namespace {
+
+ModelSpec Load(const std::string& file) {
+  ModelSpec m;
+  REQUIRE_OK(LoadModelSpec(testing::SourcePath("configs/models/" + file), &m));
+  return m;
+}
+
+Layer Block(int64_t s, int64_t h, const LayerAttrs& attrs, DType dtype = DType::kBf16, const std::string& type = "transformer_block") {
+  Layer l;
+  REQUIRE_OK(InferLayer(type, attrs, {s, h}, dtype, &l));
+  return l;
+}
+
+LayerAttrs Attrs(int64_t heads, int64_t kv, int64_t ffn, const std::string& act, const std::string& norm,
+                 const std::string& position, bool bias, const std::string& attention) {
+  LayerAttrs a;
+  a.ints = {{"heads", heads}, {"kv_heads", kv}, {"ffn", ffn}};
+  a.strings = {{"act", act}, {"norm", norm}, {"position", position}, {"attention", attention}};
+  a.bools = {{"bias", bias}};
+  return a;
+}
+
+// Megatron-LM's num_floating_point_operations (megatron/training/training.py, before its 2025
+// causal-mask change): 12 B s l h^2 ((1 + g/a + s/h) + (f/h) x gated + V / (2 l h)), gated 3/2 for SwiGLU.
+double MegatronMfuFlops(const GptConfig& g, double batch) {
+  const double s = g.seq, h = g.hidden, l = g.layers, v = g.vocab, f = g.ffn, a = g.heads, kv = g.kv_heads;
+  const double gated = g.ffn_act == "swiglu" ? 1.5 : 1.0;
+  return 12 * batch * s * l * h * h * ((1 + kv / a + s / h) + f / h * gated + v / (2 * l * h));
+}
+
+TEST_CASE("Llama 3 and Nemotron-4 model files give the published parameter counts") {
+  struct Row { const char* file; double exact; double published; };
+  // exact: the tensor sums (embedding V h, lm_head V h untied, per layer h (a + 2g) d + h^2 + 3 h f + 2 h, final norm h).
+  const Row rows[] = {{"llama3-8b.yaml", 8030261248.0, 8.03e9},
+                      {"llama3-70b.yaml", 70553706496.0, 70.55e9},
+                      {"llama3.1-405b.yaml", 405853388800.0, 405.85e9},
+                      // 2 h f relu2 MLP, LayerNorm (2 h per norm); the report's "341B".
+                      {"nemotron-4-340b.yaml", 341029195776.0, 341e9}};
+  for (const auto& r : rows) {
+    INFO(r.file);
+    ModelSpec m = Load(r.file);
+    CHECK(m.TotalParams() == r.exact);
+    CHECK(std::abs(m.TotalParams() / r.published - 1) < 0.005);
+    CHECK(m.dtype == DType::kBf16);
+    CHECK(m.layers[0].params == static_cast<double>(m.gpt.vocab * m.gpt.hidden));  // RoPE: no position table
+    CHECK(m.layers[m.layers.size() - 2].type == "lm_head");
+    CHECK_FALSE(m.layers[m.layers.size() - 2].params_tied);
+  }
+  CHECK(Load("llama3-8b.yaml").layers[33].type == "rmsnorm");
+  CHECK(Load("nemotron-4-340b.yaml").layers[97].type == "layernorm");
+}
+
+TEST_CASE("GQA, SwiGLU, RMSNorm, no-bias block parameters equal the tensor-by-tensor sum") {
+  const int64_t h = 64, a = 8, g = 2, f = 96, d = h / a;
+  for (bool bias : {false, true}) {
+    for (const char* act : {"gelu", "swiglu", "relu2"}) {
+      for (const char* norm : {"layernorm", "rmsnorm"}) {
+        Layer l = Block(16, h, Attrs(a, g, f, act, norm, "rope", bias, "flash"));
+        const bool swiglu = std::string(act) == "swiglu";
+        double want = 0;
+        want += h * a * d + (bias ? a * d : 0);        // W_q [h, a d] (+ b_q)
+        want += 2 * (h * g * d + (bias ? g * d : 0));  // W_k, W_v [h, g d]
+        want += a * d * h + (bias ? h : 0);            // W_o [a d, h]
+        want += (swiglu ? 2 : 1) * (h * f + (bias ? f : 0));  // fc1 (gate and up for SwiGLU)
+        want += f * h + (bias ? h : 0);                // fc2
+        want += 2 * (std::string(norm) == "rmsnorm" ? h : 2 * h);  // two pre-norms
+        INFO(act, " ", norm, " bias ", bias);
+        CHECK(l.params == want);
+      }
+    }
+  }
+  Layer rms;
+  REQUIRE_OK(InferLayer("rmsnorm", LayerAttrs{}, {16, 64}, DType::kBf16, &rms));
+  Layer ln;
+  REQUIRE_OK(InferLayer("layernorm", LayerAttrs{}, {16, 64}, DType::kBf16, &ln));
+  CHECK(rms.params == 64);
+  CHECK(ln.params == 128);
+  CHECK(rms.fwd_mem_bytes == ln.fwd_mem_bytes);  // same traffic: read x, write y
+  CHECK(rms.stash_bytes == ln.stash_bytes);
+}
+
+TEST_CASE("GQA attention FLOPs: QKV GEMM 2 s h (a + 2g) d; flash core causal half, backward 2.5x") {
+  const double s = 256, h = 512, a = 8, g = 2, d = h / a;
+  Layer flash = Block(256, 512, Attrs(8, 2, 1024, "swiglu", "rmsnorm", "rope", false, "flash"), DType::kBf16, "attention");
+  Layer unfused = Block(256, 512, Attrs(8, 2, 1024, "swiglu", "rmsnorm", "rope", false, "unfused"), DType::kBf16, "attention");
+  const double gemm = 2 * s * h * (a + 2 * g) * d + 2 * s * h * h;
+  CHECK(unfused.fwd_flops == gemm + 4 * s * s * h);
+  CHECK(unfused.bwd_input_flops == gemm + 8 * s * s * h);
+  CHECK(flash.fwd_flops == gemm + 2 * s * s * h);
+  CHECK(flash.bwd_input_flops - gemm == 2.5 * (flash.fwd_flops - gemm));
+  CHECK(flash.bwd_weight_flops == gemm);
+  CHECK(flash.attention_core_fwd_flops == 2 * s * s * h);
+  CHECK(unfused.attention_core_fwd_flops == 4 * s * s * h);
+  // The MFU convention: 3 x forward with the full 4 s^2 h core, whichever kernel runs.
+  CHECK(flash.model_flops == 3 * (gemm + 4 * s * s * h));
+  CHECK(unfused.model_flops == flash.model_flops);
+  CHECK(flash.cp_kv_bytes == 2 * 2 * s * g * d);
+  // Multi-head attention: the QKV GEMM is 6 s h^2 again.
+  Layer mha = Block(256, 512, Attrs(8, 8, 1024, "gelu", "layernorm", "learned", true, "unfused"), DType::kBf16, "attention");
+  CHECK(mha.fwd_flops == 8 * s * h * h + 4 * s * s * h);
+}
+
+TEST_CASE("SwiGLU and relu2 MLP FLOPs; model FLOPs of Llama 3 70B equal Megatron-LM's MFU formula") {
+  const double s = 128, h = 256, f = 704;
+  Layer sw = Block(128, 256, Attrs(4, 4, 704, "swiglu", "rmsnorm", "rope", false, "flash"), DType::kBf16, "mlp");
+  Layer r2 = Block(128, 256, Attrs(4, 4, 704, "relu2", "rmsnorm", "rope", false, "flash"), DType::kBf16, "mlp");
+  CHECK(sw.fwd_flops == 6 * s * h * f);
+  CHECK(sw.bwd_flops() == 12 * s * h * f);
+  CHECK(r2.fwd_flops == 4 * s * h * f);
+  CHECK(sw.model_flops == 18 * s * h * f);
+  CHECK(sw.tp_divisor == 704);
+  for (const char* file : {"llama3-8b.yaml", "llama3-70b.yaml", "llama3.1-405b.yaml"}) {
+    ModelSpec m = Load(file);
+    INFO(file);
+    CHECK(m.ModelFlops(m.global_batch) == doctest::Approx(MegatronMfuFlops(m.gpt, m.global_batch)).epsilon(1e-12));
+    // Hardware FLOPs without recompute: below the model FLOPs by the causal flash core,
+    // 12 s^2 h (model) - 7 s^2 h (flash as executed) per layer.
+    const double s2h = static_cast<double>(m.gpt.seq) * m.gpt.seq * m.gpt.hidden;
+    CHECK(m.IterationFlops(m.global_batch, false) ==
+          doctest::Approx(m.ModelFlops(m.global_batch) - m.global_batch * m.gpt.layers * 5 * s2h).epsilon(1e-12));
+  }
+}
+
+TEST_CASE("flash attention stash: no s^2 term, Q K V O and the log-sum-exp kept; unfused keeps Korthikanti's") {
+  const double s = 1024, h = 512, a = 8, g = 2, d = h / a, f = 1536, dt = 2;
+  Layer fl = Block(1024, 512, Attrs(8, 2, 1536, "swiglu", "rmsnorm", "rope", false, "flash"));
+  // Per tensor: attention: QKV input, Q, K, V, O (= projection input), LSE fp32, output dropout mask;
+  // SwiGLU MLP: fc1 input, fc1 output [s, 2f], fc2 input, dropout mask; two norm inputs.
+  const double attn = dt * (s * h + s * h + 2 * s * g * d + s * h) + 4 * a * s + s * h;
+  const double mlp = dt * (s * h + 2 * s * f + s * f) + s * h;
+  CHECK(fl.stash_bytes == attn + mlp + 2 * dt * s * h);
+  CHECK(fl.stash_bytes_selective == fl.stash_bytes);  // nothing s^2 to drop
+  CHECK(fl.selective_recompute_flops == fl.attention_core_fwd_flops);  // the core forward re-run
+  CHECK(fl.selective_recompute_mem_bytes == 0);
+  CHECK(fl.stash_bytes_tp_replicated == 2 * (dt * s * h + s * h) + 2 * dt * s * h);  // QKV / fc1 inputs, masks, norms
+  CHECK(fl.stash_bytes_full == dt * s * h);
+  // Linear in s (the s^2 stash is gone): twice the sequence, twice the bytes.
+  Layer fl2 = Block(2048, 512, Attrs(8, 2, 1536, "swiglu", "rmsnorm", "rope", false, "flash"));
+  CHECK(fl2.stash_bytes == 2 * fl.stash_bytes);
+  // Unfused: the softmax output and dropout output (dtype) and the mask (1 byte), a s^2 each.
+  Layer un = Block(1024, 512, Attrs(8, 2, 1536, "swiglu", "rmsnorm", "rope", false, "unfused"));
+  CHECK(un.stash_bytes - (fl.stash_bytes - 4 * a * s) == (2 * dt + 1) * a * s * s);
+  CHECK(un.stash_bytes_selective == fl.stash_bytes - 4 * a * s);
+  CHECK(un.selective_recompute_flops == 4 * s * s * h);
+  CHECK(un.selective_recompute_mem_bytes == dt * 4 * a * s * s);
+  CHECK(un.fwd_mem_bytes - fl.fwd_mem_bytes == dt * 4 * a * s * s);  // flash moves no s^2 through HBM
+  CHECK(un.bwd_mem_bytes - fl.bwd_mem_bytes == dt * 8 * a * s * s);
+}
+
+TEST_CASE("memory-bound bytes of RoPE and SwiGLU") {
+  const double s = 512, h = 256, g = 2, d = 32, f = 640, dt = 2;
+  Layer rope = Block(512, 256, Attrs(8, 2, 640, "swiglu", "rmsnorm", "rope", false, "flash"));
+  Layer learned = Block(512, 256, Attrs(8, 2, 640, "swiglu", "rmsnorm", "learned", false, "flash"));
+  CHECK(rope.fwd_mem_bytes - learned.fwd_mem_bytes == dt * 2 * (s * h + s * g * d));  // read + write Q and K
+  CHECK(rope.bwd_mem_bytes - learned.bwd_mem_bytes == dt * 2 * (s * h + s * g * d));
+  Layer gelu = Block(512, 256, Attrs(8, 2, 640, "gelu", "rmsnorm", "learned", false, "flash"));
+  CHECK(learned.fwd_mem_bytes - gelu.fwd_mem_bytes == dt * s * f);      // SwiGLU reads 2 s f, writes s f; GeLU s f and s f
+  CHECK(learned.bwd_mem_bytes - gelu.bwd_mem_bytes == dt * s * f);      // 5 s f against 4 s f
+}
+
+TEST_CASE("tensor parallelism: t divides heads, kv_heads and ffn") {
+  CHECK(Load("llama3-70b.yaml").layers[1].tp_divisor == 8);  // gcd(64 heads, 8 KV heads, 28672)
+  CHECK(Block(64, 96, Attrs(12, 4, 384, "gelu", "layernorm", "learned", true, "flash")).tp_divisor == 4);
+  CHECK(Block(64, 96, Attrs(12, 12, 384, "gelu", "layernorm", "learned", true, "flash")).tp_divisor == 12);
+  CHECK(Block(64, 96, Attrs(12, 12, 384, "gelu", "layernorm", "learned", true, "flash"), DType::kBf16, "attention").tp_divisor == 12);
+  CHECK(Block(64, 96, Attrs(12, 1, 384, "gelu", "layernorm", "learned", true, "flash"), DType::kBf16, "attention").tp_divisor == 1);  // MQA
+}
+
+Status Parse(const std::string& text, ModelSpec* m) { return ParseModelSpec("m.yaml", text, m); }
+
+TEST_CASE("explicit layer lists take the same keys and cost the same as the template") {
+  const std::string gpt = "name: x\nprecision: bf16\nglobal_batch: 8\ngpt: {layers: 2, hidden: 64, heads: 8, kv_heads: 2, ffn: 160, "
+                          "ffn_act: swiglu, norm: rmsnorm, position: rope, rope_theta: 500000, bias: false, tie_embeddings: false, seq: 32, vocab: 100}\n";
+  const std::string list = "name: x\nprecision: bf16\nglobal_batch: 8\ninput: [32]\nlayers:\n"
+                           "  - {type: embedding, vocab: 100, hidden: 64, positions: 0}\n"
+                           "  - repeat: 2\n    layers:\n"
+                           "      - {type: transformer_block, heads: 8, kv_heads: 2, ffn: 160, act: swiglu, norm: rmsnorm, position: rope, rope_theta: 500000, bias: false, attention: flash}\n"
+                           "  - {type: rmsnorm}\n  - {type: lm_head, vocab: 100, tied: false}\n  - {type: loss}\n";
+  ModelSpec a, b;
+  REQUIRE_OK(Parse(gpt, &a));
+  REQUIRE_OK(Parse(list, &b));
+  REQUIRE(a.layers.size() == b.layers.size());
+  CHECK(a.TotalParams() == b.TotalParams());
+  CHECK(a.IterationFlops(8, true) == b.IterationFlops(8, true));
+  CHECK(a.ModelFlops(8) == b.ModelFlops(8));
+  for (size_t i = 0; i < a.layers.size(); ++i) {
+    CHECK(a.layers[i].stash_bytes == b.layers[i].stash_bytes);
+    CHECK(a.layers[i].fwd_mem_bytes == b.layers[i].fwd_mem_bytes);
+  }
+  CHECK(a.layers[1].attrs.String("act", "") == "swiglu");
+  CHECK(a.layers[1].attrs.Int("kv_heads", 0) == 2);
+  CHECK(a.layers[1].attrs.Int("rope_theta", 0) == 500000);
+  CHECK_FALSE(a.layers[1].attrs.Bool("bias", true));
+  // The defaults: Megatron GPT (gelu, layernorm, learned positions, biases), flash attention.
+  ModelSpec def;
+  REQUIRE_OK(Parse("name: x\nglobal_batch: 8\ngpt: {layers: 1, hidden: 64, heads: 8, seq: 32, vocab: 100}\n", &def));
+  CHECK(def.dtype == DType::kFp16);
+  CHECK(def.gpt.attention == "flash");
+  CHECK(def.layers[1].attrs.String("attention", "") == "flash");
+  CHECK(def.layers[1].attrs.String("norm", "") == "layernorm");
+  CHECK(def.layers[1].attrs.Int("kv_heads", 0) == 8);
+  CHECK(def.layers[0].params == 100 * 64 + 32 * 64);  // learned positions
+  ModelSpec fp8;
+  REQUIRE_OK(Parse("name: x\nprecision: fp8\nglobal_batch: 8\ngpt: {layers: 1, hidden: 64, heads: 8, seq: 32, vocab: 100}\n", &fp8));
+  CHECK(fp8.dtype == DType::kFp8);
+  CHECK(fp8.layers[1].stash_bytes == def.layers[1].stash_bytes);  // fp8 GEMMs, 2-byte activations
+}
+
+TEST_CASE("bad transformer keys: one message naming file, line, field, choices and fix") {
+  struct Case { const char* text; const char* expect; };
+  const Case cases[] = {
+      {"name: x\nglobal_batch: 8\ngpt: {layers: 2, hidden: 64, heads: 8, kv_heads: 3, seq: 8, vocab: 10}\n",
+       "m.yaml:3: field 'gpt.kv_heads': kv_heads (3) must divide heads (8); set kv_heads to a divisor of 8"},
+      {"name: x\nglobal_batch: 8\ngpt: {layers: 2, hidden: 64, heads: 8,\n  ffn_act: geglu, seq: 8, vocab: 10}\n",
+       "m.yaml:4: field 'gpt.ffn_act': unknown value 'geglu', did you mean 'gelu'?; choose one of: gelu, swiglu, relu2"},
+      {"name: x\nglobal_batch: 8\ngpt: {layers: 2, hidden: 64, heads: 8, norm: rmsnrom, seq: 8, vocab: 10}\n",
+       "m.yaml:3: field 'gpt.norm': unknown value 'rmsnrom', did you mean 'rmsnorm'?; choose one of: layernorm, rmsnorm"},
+      {"name: x\nglobal_batch: 8\ngpt: {layers: 2, hidden: 64, heads: 8, position: alibi, seq: 8, vocab: 10}\n",
+       "field 'gpt.position': unknown value 'alibi'; choose one of: learned, rope"},
+      {"name: x\nglobal_batch: 8\ngpt: {layers: 2, hidden: 64, heads: 8, attention: sdpa, seq: 8, vocab: 10}\n",
+       "field 'gpt.attention': unknown value 'sdpa'; choose one of: flash, unfused"},
+      {"name: x\ndtype: fp16\nprecision: bf16\nglobal_batch: 8\ngpt: {layers: 2, hidden: 64, heads: 8, seq: 8, vocab: 10}\n",
+       "m.yaml:3: field 'precision': 'precision' and 'dtype' name the same setting; keep 'precision' and remove 'dtype'"},
+      {"name: x\nprecision: fp4\nglobal_batch: 8\ngpt: {layers: 2, hidden: 64, heads: 8, seq: 8, vocab: 10}\n",
+       "m.yaml:2: field 'precision': unknown value 'fp4', did you mean 'fp8'?; choose one of: fp32, fp16, bf16, fp8"},
+      {"name: x\nglobal_batch: 8\ngpt: {layers: 2, hidden: 60, heads: 20, position: rope, seq: 8, vocab: 10}\n",
+       "field 'gpt.position': rope rotates pairs of the head dimension, which is odd (3)"},
+      {"name: x\nglobal_batch: 8\ninput: [8]\nlayers:\n  - {type: embedding, vocab: 10, hidden: 64}\n  - {type: attention, heads: 8, kv_heads: 5}\n",
+       "m.yaml:6: field 'layers[1]' (attention): kv_heads (5) must divide heads (8)"},
+      {"name: x\nglobal_batch: 8\ninput: [8]\nlayers:\n  - {type: embedding, vocab: 10, hidden: 64}\n  - {type: mlp, act: silu}\n",
+       "m.yaml:6: field 'layers[1].act': unknown value 'silu', did you mean 'gelu'?; choose one of: gelu, swiglu, relu2"},
+      {"name: x\nglobal_batch: 8\ninput: [8]\nlayers:\n  - {type: embedding, vocab: 10, hidden: 64}\n  - {type: mlp, norm: rmsnorm}\n",
+       "m.yaml:6: field 'layers[1].norm': unknown key 'norm'"},
+  };
+  for (const auto& c : cases) {
+    ModelSpec m;
+    Status s = Parse(c.text, &m);
+    INFO(c.text);
+    INFO(s.message());
+    CHECK(s.code() == StatusCode::kInvalidArgument);
+    CHECK(s.message().find(c.expect) != std::string::npos);
+    CHECK(s.message().find('\n') == std::string::npos);
+  }
+  // Layers built in code are checked too.
+  Layer l;
+  LayerAttrs bad = Attrs(8, 8, 64, "swiglu", "rmsnorm", "rope", false, "flash");
+  bad.strings["act"] = "geglu";
+  Status s = InferLayer("transformer_block", bad, {8, 64}, DType::kBf16, &l);
+  CHECK(s.message() == "act 'geglu' is not one of gelu | swiglu | relu2; set act: gelu");
+}
+
+}  // namespace
+}  // namespace planner
