@@ -1,6 +1,11 @@
-// planner solve --gpus N [--model M | --profile P] [--cluster C] [--mode auto|pipedream] [-o plan.yaml] [--json]
+// planner solve --gpus N[,N...] [--model M | --profile P] [--cluster C] [--mode auto|pipedream] [-o plan.yaml] [--json]
+// One size prints the best plan; a list prints a scaling table, one row per size (docs/formats.md).
+#include <algorithm>
+#include <cctype>
+#include <cmath>
 #include <cstdio>
 #include <filesystem>
+#include <optional>
 #include <sstream>
 
 #include <fmt/format.h>
@@ -21,13 +26,17 @@ namespace planner {
 namespace {
 
 struct SolveArgs {
-  int64_t gpus = 0;
+  int64_t gpus = 0;                  // the size being solved (one of gpu_list)
+  std::string gpus_text;             // --gpus as given: "1024" or "1024,2048,4096"
+  std::vector<int64_t> gpu_list;
   std::string model, profile, cluster, mode = "auto", output, comm_profile;
   bool json = false;
   int top = 5;
   int64_t global_batch = 0;
-  std::vector<int64_t> tp, pp, microbatch, interleave;
-  std::string replication;
+  std::vector<int64_t> tp, pp, microbatch, interleave, vp, cp, zero;
+  std::string replication, sp, precision, train_tokens_text;
+  int64_t seq = 0;
+  double train_tokens = 0;
   std::vector<std::string> schedules, recompute;
   bool dp_overlap = false, p2p_overlap = false, no_scatter_gather = false;
   double bytes_per_param = 0;
@@ -160,25 +169,363 @@ Status SolvePipeDreamMode(const SolveArgs& a, const Profile& profile, const Clus
   return Status::OK();
 }
 
+// "1024" or "1024,2048,4096": positive GPU counts, each once, in the order given.
+Status ParseGpuList(const std::string& text, std::vector<int64_t>* out) {
+  out->clear();
+  const std::string fix = "give positive GPU counts joined by commas, e.g. --gpus 1024 or --gpus 1024,2048,4096";
+  std::string cur;
+  for (char ch : text + ",") {
+    if (ch != ',') {
+      cur += ch;
+      continue;
+    }
+    if (cur.empty() || cur.size() > 9 || cur.find_first_not_of("0123456789") != std::string::npos || std::stoll(cur) < 1) {
+      return Status::InvalidArgument(fmt::format("--gpus '{}': {}; {}", text, cur.empty() ? "an empty entry" : "'" + cur + "' is not a GPU count", fix));
+    }
+    const int64_t n = std::stoll(cur);
+    if (std::find(out->begin(), out->end(), n) != out->end()) {
+      return Status::InvalidArgument(fmt::format("--gpus '{}': {} is listed twice; give each size once", text, n));
+    }
+    out->push_back(n);
+    cur.clear();
+  }
+  return Status::OK();
+}
+
+// "300B", "15T", "2.5e9": a positive token count, suffixes K M B T (10^3 .. 10^12).
+Status ParseTokenCount(const std::string& text, double* out) {
+  static const std::pair<char, double> kSuffixes[] = {{'K', 1e3}, {'M', 1e6}, {'B', 1e9}, {'T', 1e12}};
+  std::string number = text;
+  double scale = 1;
+  if (!number.empty()) {
+    const char last = static_cast<char>(std::toupper(static_cast<unsigned char>(number.back())));
+    for (const auto& [suffix, value] : kSuffixes) {
+      if (last == suffix) {
+        scale = value;
+        number.pop_back();
+      }
+    }
+  }
+  const std::optional<double> v = ParseDouble(number);
+  if (!v || !(*v > 0) || !std::isfinite(*v * scale)) {
+    return Status::InvalidArgument(fmt::format("--train-tokens '{}': not a token count; give a positive number with an optional suffix "
+                                               "K, M, B or T (10^3, 10^6, 10^9, 10^12), e.g. 300B or 15T", text));
+  }
+  *out = *v * scale;
+  return Status::OK();
+}
+
+// --precision and --seq: a gpt: template is rebuilt at the new dtype / sequence
+// length (name, path, digest and global batch kept); an explicit layer list is refused.
+Status ApplyModelOverrides(const SolveArgs& a, ModelSpec* model, std::vector<std::string>* notes) {
+  if (a.seq == 0 && a.precision.empty()) return Status::OK();
+  DType dtype = model->dtype;
+  if (!a.precision.empty() && (!ParseDType(a.precision, &dtype) || a.precision == "tf32")) {
+    return Status::InvalidArgument(fmt::format("--precision: unknown value '{}'{}; use bf16, fp16, fp8 or fp32", a.precision,
+                                               DidYouMean(a.precision, {"bf16", "fp16", "fp8", "fp32"})));
+  }
+  if (a.model.empty()) {
+    return Status::InvalidArgument(fmt::format("{} rebuilds a model file; pass --model (a profile's times are fixed)", a.seq > 0 ? "--seq" : "--precision"));
+  }
+  if (!model->is_gpt && a.seq > 0) {
+    return Status::InvalidArgument(fmt::format("--seq {}: {} is an explicit layer list whose shapes its 'input:' fixes; --seq applies to gpt: "
+                                               "template models (edit the file's input instead)", a.seq, a.model));
+  }
+  if (!model->is_gpt) {
+    if (dtype == model->dtype) return Status::OK();
+    return Status::InvalidArgument(fmt::format("--precision {}: {} is an explicit layer list; set its 'dtype:' key instead "
+                                               "(--precision rebuilds gpt: template models only)", a.precision, a.model));
+  }
+  GptConfig g = model->gpt;
+  if (a.seq > 0) g.seq = a.seq;
+  if (g.seq == model->gpt.seq && dtype == model->dtype) return Status::OK();
+  std::string what;
+  if (g.seq != model->gpt.seq) what = fmt::format("--seq {} in place of the file's seq {}", g.seq, model->gpt.seq);
+  if (dtype != model->dtype) what += fmt::format("{}--precision {} in place of the file's {}", what.empty() ? "" : ", ", DTypeName(dtype), DTypeName(model->dtype));
+  ModelSpec m = *model;
+  PLANNER_RETURN_IF_ERROR(BuildGptModel(g, dtype, &m));
+  *model = std::move(m);
+  notes->push_back(fmt::format("model {} solved with {}; codegen reads the model file, so edit {} to match before codegen", model->name, what, a.model));
+  return Status::OK();
+}
+
+std::string JoinInts(const std::vector<int64_t>& v) {
+  std::string s;
+  for (int64_t x : v) s += (s.empty() ? "" : ",") + std::to_string(x);
+  return s;
+}
+
+// --interleave / --vp: v >= 2 and pp x v dividing a gpt model's layers (Megatron's rule).
+Status CheckInterleave(const SolveArgs& a, const ModelSpec* model, const std::vector<int64_t>& values, const char* flag) {
+  const int64_t blocks = model != nullptr && model->is_gpt ? model->gpt.layers : 0;
+  for (int64_t v : values) {
+    if (v < 2) return Status::InvalidArgument(fmt::format("{} {}: chunks per device start at 2 (v = 1 is the 1f1b schedule)", flag, v));
+    for (int64_t p : a.pp) {
+      if (blocks > 0 && p >= 1 && blocks % (p * v) != 0) {
+        return Status::InvalidArgument(fmt::format("{} {} with --pp {}: pp x v must divide the {} layers of {}", flag, v, p, blocks, a.model));
+      }
+    }
+    if (blocks > 0 && a.pp.empty() && blocks % v != 0) {
+      return Status::InvalidArgument(fmt::format("{} {}: v must divide the {} layers of {} (pp x v must, for any pp); choose a divisor of {}", flag, v, blocks, a.model, blocks));
+    }
+  }
+  return Status::OK();
+}
+
+// --cp, --zero, --sp and the forced degrees against every --gpus size.
+Status CheckLayoutFlags(const SolveArgs& a, const ModelSpec* model, SearchOptions* o) {
+  PLANNER_RETURN_IF_ERROR(CheckInterleave(a, model, a.interleave, "--interleave"));
+  PLANNER_RETURN_IF_ERROR(CheckInterleave(a, model, a.vp, "--vp"));
+  for (int64_t c : a.cp) {
+    if (c < 1) return Status::InvalidArgument(fmt::format("--cp {}: every value must be at least 1", c));
+    if (c == 1) continue;
+    if (model == nullptr || !model->is_gpt) {
+      return Status::InvalidArgument(fmt::format("--cp {}: context parallelism splits a sequence; give a gpt: model with --model", c));
+    }
+    if (model->gpt.seq % (2 * c) != 0) {
+      return Status::InvalidArgument(fmt::format("--cp {}: 2 x cp = {} must divide the sequence length {} of {} (causal load balancing "
+                                                 "cuts it into 2 x cp chunks); choose a cp dividing {}", c, 2 * c, model->gpt.seq, a.model, model->gpt.seq / 2));
+    }
+  }
+  for (int64_t z : a.zero) {
+    if (z < 0 || z > 3) {
+      return Status::InvalidArgument(fmt::format("--zero {}: ZeRO stages are 0 (none), 1 (optimizer states: Megatron's distributed optimizer), "
+                                                 "2 (and gradients), 3 (and parameters: FSDP); e.g. --zero 0,1", z));
+    }
+  }
+  if (a.sp == "on") o->sequence_parallel = {1};
+  else if (a.sp == "off") o->sequence_parallel = {0};
+  else if (a.sp == "both") o->sequence_parallel = {0, 1};
+  else if (!a.sp.empty()) return Status::InvalidArgument(fmt::format("--sp: unknown value '{}'{}; use on, off or both", a.sp, DidYouMean(a.sp, {"on", "off", "both"})));
+  if (a.tp.empty() && a.pp.empty() && a.cp.empty()) return Status::OK();
+  const std::vector<int64_t> one = {1};
+  std::vector<int64_t> products;
+  for (int64_t t : a.tp.empty() ? one : a.tp)
+    for (int64_t c : a.cp.empty() ? one : a.cp)
+      for (int64_t p : a.pp.empty() ? one : a.pp)
+        if (t >= 1 && p >= 1 && std::find(products.begin(), products.end(), t * c * p) == products.end()) products.push_back(t * c * p);
+  std::string given;
+  if (!a.tp.empty()) given += "--tp " + JoinInts(a.tp);
+  if (!a.cp.empty()) given += (given.empty() ? "" : " ") + std::string("--cp ") + JoinInts(a.cp);
+  if (!a.pp.empty()) given += (given.empty() ? "" : " ") + std::string("--pp ") + JoinInts(a.pp);
+  for (int64_t n : a.gpu_list) {
+    bool fits = false;
+    for (int64_t x : products) fits = fits || n % x == 0;
+    if (fits || products.empty()) continue;
+    return Status::InvalidArgument(products.size() == 1
+        ? fmt::format("{}: tp x cp x pp = {} does not divide --gpus {}; choose degrees whose product divides the GPU count", given, products[0], n)
+        : fmt::format("{}: no tp x cp x pp product ({}) divides --gpus {}; choose degrees whose product divides the GPU count", given, JoinInts(products), n));
+  }
+  return Status::OK();
+}
+
+// The output figures the plan file defines (spec/plan.h), from the model
+// where the search left them 0: parameters, model FLOPs per iteration and
+// per second per GPU, tokens per second per GPU (gpt models), HFU.
+void CompletePlanFigures(const ModelSpec* model, const ClusterSpec& cluster, Plan* plan) {
+  if (model == nullptr) return;
+  auto& x = plan->predicted;
+  if (plan->model_parameters <= 0) plan->model_parameters = model->TotalParams();
+  const double gpus = static_cast<double>(plan->gpus_used > 0 ? plan->gpus_used : plan->gpus);
+  if (!(x.iteration_s > 0) || !(gpus > 0) || plan->mode != "auto") return;
+  if (x.model_flops_per_iteration <= 0) x.model_flops_per_iteration = model->ModelFlops(static_cast<double>(plan->global_batch));
+  if (x.model_tflops_per_gpu <= 0) x.model_tflops_per_gpu = x.model_flops_per_iteration / (gpus * x.iteration_s) / 1e12;
+  if (x.tokens_per_second_per_gpu <= 0 && model->is_gpt) x.tokens_per_second_per_gpu = x.samples_per_second * static_cast<double>(model->gpt.seq) / gpus;
+  const double peak = cluster.PeakFlops(model->dtype);
+  if (x.hfu <= 0 && peak > 0 && x.tflops_per_gpu > 0) x.hfu = x.tflops_per_gpu * 1e12 / peak;
+}
+
+// -o with several sizes: PATH with ".<gpus>" before its extension (plan.yaml -> plan.1024.yaml).
+std::string OutputPathForSize(const std::string& path, int64_t gpus, bool several) {
+  if (!several) return path;
+  const std::filesystem::path p(path);
+  if (!p.has_extension()) return fmt::format("{}.{}", path, gpus);
+  return (p.parent_path() / fmt::format("{}.{}{}", p.stem().string(), gpus, p.extension().string())).string();
+}
+
+// What every size of a --gpus list shares: the files read, with --seq / --precision applied.
+struct SolveInputs {
+  ClusterSpec cluster;
+  std::string cluster_path, profile_path;
+  ModelSpec model;
+  Profile profile;
+  std::vector<std::string> notes;  // comm curves applied, model overrides
+};
+
+// The auto search's options for a.gpus GPUs (the flags checked by CheckLayoutFlags).
+Status BuildSearchOptions(const SolveArgs& a, const SolveInputs& in, SearchOptions* o) {
+  o->gpus = a.gpus;
+  o->global_batch = a.global_batch;
+  if (o->global_batch == 0 && a.model.empty()) o->global_batch = in.profile.reference_microbatch * a.gpus;
+  o->top_k = a.top;
+  o->tp = a.tp;
+  o->pp = a.pp;
+  o->cp = a.cp;
+  o->zero = a.zero;
+  o->microbatch = a.microbatch;
+  o->interleave = a.interleave;
+  for (int64_t v : a.vp) {
+    if (std::find(o->interleave.begin(), o->interleave.end(), v) == o->interleave.end()) o->interleave.push_back(v);
+  }
+  PLANNER_RETURN_IF_ERROR(CheckLayoutFlags(a, a.model.empty() ? nullptr : &in.model, o));
+  if (!a.replication.empty()) {
+    std::string cur;
+    for (char ch : a.replication + "-") {
+      if (ch == '-') {
+        if (cur.empty() || cur.size() > 6 || cur.find_first_not_of("0123456789") != std::string::npos || std::stoll(cur) < 1) {
+          return Status::InvalidArgument(fmt::format("--replication '{}': use positive counts joined by '-', e.g. 2-1-1", a.replication));
+        }
+        o->replication.push_back(std::stoll(cur));
+        cur.clear();
+      } else {
+        cur += ch;
+      }
+    }
+  }
+  std::vector<std::string> snames = {"gpipe", "1f1b", "interleaved", "zb-h1", "pipedream"};
+  PLANNER_RETURN_IF_ERROR(ParseList<Schedule>(a.schedules, ParseSchedule, snames, "--schedule", &o->schedules));
+  if (!a.vp.empty() && a.schedules.empty()) o->schedules = {Schedule::kInterleaved};  // --vp V forces Megatron's interleaved layout
+  PLANNER_RETURN_IF_ERROR(ParseList<Recompute>(a.recompute, ParseRecompute, {"none", "selective", "full"}, "--recompute", &o->recompute));
+  o->cost.dp_overlap = a.dp_overlap;
+  o->cost.p2p_overlap = a.p2p_overlap;
+  o->cost.scatter_gather = !a.no_scatter_gather;
+  o->cost.bytes_per_param = a.bytes_per_param;
+  if (a.model.empty() && o->tp.empty()) o->tp = {1};
+  return Status::OK();
+}
+
+// A forced --cp / --zero / --sp value the plan does not carry is said in a note, never hidden.
+void NoteUnappliedFlags(const SolveArgs& a, Plan* plan) {
+  auto allowed = [](const std::vector<int64_t>& v, int64_t x) { return v.empty() || std::find(v.begin(), v.end(), x) != v.end(); };
+  if (!allowed(a.cp, plan->cp)) plan->notes.push_back(fmt::format("--cp {} was asked but the plan has cp {}: the search did not apply it", JoinInts(a.cp), plan->cp));
+  const int64_t zero = ZeroStageNumber(plan->zero_stage);
+  if (!allowed(a.zero, zero)) plan->notes.push_back(fmt::format("--zero {} was asked but the plan has ZeRO {}: the search did not apply it", JoinInts(a.zero), zero));
+  if ((a.sp == "on" && plan->tp > 1 && !plan->sequence_parallel) || (a.sp == "off" && plan->sequence_parallel)) {
+    plan->notes.push_back(fmt::format("--sp {} was asked but the plan has sequence parallelism {}: the search did not apply it", a.sp, plan->sequence_parallel ? "on" : "off"));
+  }
+}
+
+// One size: the search (or PipeDream's optimizer), then the plan's provenance and figures.
+Status SolveSize(const SolveArgs& a, const SolveInputs& in, Plan* plan) {
+  if (a.mode == "pipedream") {
+    PLANNER_RETURN_IF_ERROR(SolvePipeDreamMode(a, in.profile, in.cluster, plan));
+  } else {
+    CostSource src;
+    src.cluster = &in.cluster;
+    src.model = a.model.empty() ? nullptr : &in.model;
+    src.profile = in.profile_path.empty() ? nullptr : &in.profile;
+    SearchOptions o;
+    PLANNER_RETURN_IF_ERROR(BuildSearchOptions(a, in, &o));
+    PLANNER_RETURN_IF_ERROR(SolveAuto(src, o, plan));
+    plan->notes.push_back(fmt::format("searched {} candidates, simulated {}", o.considered, o.simulated));
+    NoteUnappliedFlags(a, plan);
+  }
+  for (const auto& n : in.notes) plan->notes.push_back(n);
+  plan->gpus = a.gpus;
+  plan->cluster_name = in.cluster.name;
+  plan->cluster_path = in.cluster_path;
+  plan->cluster_digest = in.cluster.digest;
+  plan->usable_memory_bytes = plan->usable_memory_bytes > 0 ? plan->usable_memory_bytes : in.cluster.UsableMemoryBytes();
+  if (!a.model.empty()) {
+    plan->model_name = in.model.name;
+    plan->model_path = a.model;
+    plan->model_digest = in.model.digest;
+    plan->dtype = DTypeName(in.model.dtype);
+  } else {
+    plan->model_name = in.profile.model;
+    plan->dtype = in.profile.dtype;
+  }
+  plan->profile_path = in.profile_path;
+  plan->profile_digest = in.profile_path.empty() ? "" : in.profile.digest;
+  plan->cost_source = in.profile_path.empty() ? "analytic" : "profile";
+  CompletePlanFigures(a.model.empty() ? nullptr : &in.model, in.cluster, plan);
+  return Status::OK();
+}
+
+// Reads the cluster, model and profile files and checks them against each other and the flags.
+Status LoadSolveInputs(const SolveArgs& a, SolveInputs* in) {
+  in->profile_path = a.profile;
+  if (a.model.empty() && in->profile_path.empty()) {
+    PLANNER_RETURN_IF_ERROR(DiscoverProfile(&in->profile_path));
+    LogNote("using profile " + in->profile_path + " (the only *.profile.yaml here)");
+  }
+  in->cluster_path = a.cluster;
+  if (in->cluster_path.empty()) {
+    in->cluster_path = DefaultCluster();
+    LogNote("using cluster " + in->cluster_path + " (default; choose with --cluster)");
+  }
+  ClusterSpec& cluster = in->cluster;
+  PLANNER_RETURN_IF_ERROR(LoadClusterSpec(in->cluster_path, &cluster));
+  const std::string& profile_path = in->profile_path;
+  if (!a.model.empty()) PLANNER_RETURN_IF_ERROR(LoadModelSpec(a.model, &in->model));
+  if (!profile_path.empty()) PLANNER_RETURN_IF_ERROR(LoadProfile(profile_path, &in->profile));
+  const Profile& profile = in->profile;
+  const ModelSpec& model = in->model;
+  if (!profile_path.empty() && profile.layers.empty()) {
+    return Status::InvalidArgument(fmt::format("{} holds only collective curves; pass it as --comm-profile and give --model or a layer profile", profile_path));
+  }
+  PLANNER_RETURN_IF_ERROR(ApplyModelOverrides(a, &in->model, &in->notes));
+  if (!a.precision.empty() && model.dtype == DType::kFp8 && cluster.peak_tflops.count("fp8") == 0) {
+    return Status::InvalidArgument(fmt::format("--precision fp8: {}: cluster '{}' ({}) has no FP8 peak; add gpu.peak_tflops.fp8 to it or choose --precision bf16",
+                                               in->cluster_path, cluster.name, cluster.gpu_name));
+  }
+  if (!a.comm_profile.empty()) {
+    Profile comm;
+    PLANNER_RETURN_IF_ERROR(LoadProfile(a.comm_profile, &comm));
+    if (comm.comm.empty()) return Status::InvalidArgument(a.comm_profile + " has no collective curves; make one with mpirun -np 2 planner profile --comm");
+    ApplyCommCurves(comm, a.comm_profile, &cluster, &in->notes);
+  } else if (!profile.comm.empty()) {
+    ApplyCommCurves(profile, profile_path, &cluster, &in->notes);
+  }
+  for (int64_t n : a.gpu_list) {
+    if (n > cluster.TotalGpus()) {
+      return Status::InvalidArgument(fmt::format("--gpus {}: {} holds {} GPUs; lower --gpus or enlarge the cluster's topology", n, in->cluster_path, cluster.TotalGpus()));
+    }
+  }
+  if (a.mode == "pipedream") {
+    if (profile_path.empty()) return Status::InvalidArgument("pipedream mode needs --profile (e.g. from planner import pipedream)");
+    return Status::OK();
+  }
+  if (!profile_path.empty() && !a.model.empty() && profile.layers.size() != model.layers.size()) {
+    return Status::InvalidArgument(fmt::format("{} has {} layers but {} has {}; profile this model or drop one of them",
+                                               profile_path, profile.layers.size(), a.model, model.layers.size()));
+  }
+  if (!profile_path.empty() && !a.model.empty() && profile.dtype != DTypeName(model.dtype)) {
+    LogWarning(fmt::format("{} was measured in {} but the model trains in {}; the times may not transfer", profile_path, profile.dtype, DTypeName(model.dtype)));
+  }
+  const bool cpu_profile = profile.backend == "cpu", cpu_cluster = cluster.gpu_name.rfind("cpu", 0) == 0;
+  if (!profile_path.empty() && !profile.device.empty() && profile.device.find(cluster.gpu_name) == std::string::npos && !(cpu_profile && cpu_cluster)) {
+    LogWarning(fmt::format("{} was measured on '{}', not on the cluster's {}; its times are used as they are", profile_path, profile.device, cluster.gpu_name));
+  }
+  return Status::OK();
+}
+
 }  // namespace
 
 Runner RegisterSolve(CLI::App& app) {
-  auto* cmd = app.add_subcommand("solve", "choose stages, replication, TP/PP/DP, microbatching and schedule");
+  auto* cmd = app.add_subcommand("solve", "choose stages, replication, TP/CP/PP/DP, microbatching, schedule, recompute and ZeRO");
   auto a = std::make_shared<SolveArgs>();
-  cmd->add_option("--gpus", a->gpus, "number of GPUs to plan for")->required()->check(CLI::PositiveNumber);
+  cmd->add_option("--gpus", a->gpus_text, "GPUs to plan for; a list (1024,2048,4096) solves each size and prints a scaling table")->required();
   cmd->add_option("--model", a->model, "model.yaml (analytic costs)");
   cmd->add_option("--profile", a->profile, "measured profile (planner profile / planner import)");
   cmd->add_option("--cluster", a->cluster, "cluster.yaml (default: configs/clusters/dgx-a100.yaml)");
   cmd->add_option("--comm-profile", a->comm_profile, "measured collectives (planner profile --comm) replacing the cluster file's figures for the levels they cover");
   cmd->add_option("--mode", a->mode, "auto (joint TP/PP/DP search) or pipedream (PipeDream's optimizer, exactly)");
-  cmd->add_option("-o,--output", a->output, "write the best plan to this YAML file");
-  cmd->add_flag("--json", a->json, "print the plan as JSON on stdout instead of the table");
+  cmd->add_option("-o,--output", a->output, "write the best plan to this YAML file; with a --gpus list, one plan per size with the size before the extension (p.yaml: p.1024.yaml, p.2048.yaml)");
+  cmd->add_flag("--json", a->json, "print the plan as JSON on stdout instead of the table (a --gpus list: a JSON array, one plan per size)");
   cmd->add_option("--top", a->top, "plans to rank (best plus runners-up)")->check(CLI::Range(1, 100));
   cmd->add_option("--global-batch", a->global_batch, "samples per iteration (default: the model's)")->check(CLI::PositiveNumber);
+  cmd->add_option("--seq", a->seq, "sequence length (tokens per sample) replacing a gpt: model's seq")->check(CLI::PositiveNumber);
+  cmd->add_option("--precision", a->precision, "bf16, fp16, fp8 or fp32, replacing a gpt: model's dtype (fp8 needs the cluster's gpu.peak_tflops.fp8)");
+  cmd->add_option("--train-tokens", a->train_tokens_text, "tokens to train on (suffixes K M B T: 300B, 15T): adds days and GPU-hours");
   cmd->add_option("--tp", a->tp, "tensor-parallel degrees to try")->delimiter(',');
   cmd->add_option("--pp", a->pp, "pipeline depths to try")->delimiter(',');
+  cmd->add_option("--cp", a->cp, "context-parallel sizes to try (2 x cp must divide the sequence; tp x cp x pp must divide --gpus)")->delimiter(',');
+  cmd->add_option("--sp", a->sp, "sequence parallelism with tp > 1: on, off or both (default: the search's)");
+  cmd->add_option("--zero", a->zero, "ZeRO stages to try: 0,1,2,3 (1 is Megatron's distributed optimizer, 3 FSDP; default all)")->delimiter(',');
   cmd->add_option("--microbatch", a->microbatch, "microbatch sizes to try")->delimiter(',');
   cmd->add_option("--interleave", a->interleave, "interleaved schedule: chunks per device v to try (default: every v with pp x v dividing the layers)")->delimiter(',');
+  cmd->add_option("--vp", a->vp, "Megatron's virtual pipeline size: --interleave's values, and without --schedule the interleaved schedule only")->delimiter(',');
   cmd->add_option("--replication", a->replication, "evaluate this per-stage replication only, e.g. 2-1-1 (TP groups per stage; PipeDream schedule)");
   cmd->add_option("--schedule", a->schedules, "schedules to try: gpipe,1f1b,interleaved,zb-h1,pipedream (asynchronous, per-stage replication)")->delimiter(',');
   cmd->add_option("--recompute", a->recompute, "recompute modes to try: none,selective,full")->delimiter(',');
@@ -194,136 +541,50 @@ Runner RegisterSolve(CLI::App& app) {
   cmd->add_flag("--fewer-machines", a->fewer, "pipedream mode: --use_fewer_machines");
   cmd->add_option("--activation-compression-ratio", a->acr, "pipedream mode: count activation transfers divided by this (0: ignore them; default 1)");
   return [a]() -> Status {
+    PLANNER_RETURN_IF_ERROR(ParseGpuList(a->gpus_text, &a->gpu_list));
     if (a->mode != "auto" && a->mode != "pipedream") {
       return Status::InvalidArgument(fmt::format("--mode: unknown value '{}'{}; use auto or pipedream", a->mode, DidYouMean(a->mode, {"auto", "pipedream"})));
     }
     if (!a->model.empty() && !a->profile.empty() && a->mode == "pipedream") {
       return Status::InvalidArgument("pipedream mode reads a profile; drop --model");
     }
-    std::string profile_path = a->profile;
-    if (a->model.empty() && profile_path.empty()) {
-      PLANNER_RETURN_IF_ERROR(DiscoverProfile(&profile_path));
-      LogNote("using profile " + profile_path + " (the only *.profile.yaml here)");
+    if (!a->train_tokens_text.empty()) PLANNER_RETURN_IF_ERROR(ParseTokenCount(a->train_tokens_text, &a->train_tokens));
+    SolveInputs in;
+    PLANNER_RETURN_IF_ERROR(LoadSolveInputs(*a, &in));
+    const bool several = a->gpu_list.size() > 1;
+    std::vector<ScalingRow> rows;
+    for (int64_t n : a->gpu_list) {
+      SolveArgs one = *a;
+      one.gpus = n;
+      ScalingRow row;
+      row.gpus = n;
+      Status s = SolveSize(one, in, &row.plan);
+      if (!s.ok() && (!several || s.code() != StatusCode::kInfeasible)) return s;
+      if (!s.ok()) row.error = s.message();
+      rows.push_back(std::move(row));
     }
-    std::string cluster_path = a->cluster;
-    if (cluster_path.empty()) {
-      cluster_path = DefaultCluster();
-      LogNote("using cluster " + cluster_path + " (default; choose with --cluster)");
+    if (several && std::none_of(rows.begin(), rows.end(), [](const ScalingRow& r) { return r.error.empty(); })) {
+      return Status::Infeasible(fmt::format("no size of --gpus {} has a plan; --gpus {}: {}", a->gpus_text, rows[0].gpus, rows[0].error));
     }
-    ClusterSpec cluster;
-    PLANNER_RETURN_IF_ERROR(LoadClusterSpec(cluster_path, &cluster));
-    ModelSpec model;
-    Profile profile;
-    if (!a->model.empty()) PLANNER_RETURN_IF_ERROR(LoadModelSpec(a->model, &model));
-    if (!profile_path.empty()) PLANNER_RETURN_IF_ERROR(LoadProfile(profile_path, &profile));
-    if (!profile_path.empty() && profile.layers.empty()) {
-      return Status::InvalidArgument(fmt::format("{} holds only collective curves; pass it as --comm-profile and give --model or a layer profile", profile_path));
-    }
-    std::vector<std::string> comm_notes;
-    if (!a->comm_profile.empty()) {
-      Profile comm;
-      PLANNER_RETURN_IF_ERROR(LoadProfile(a->comm_profile, &comm));
-      if (comm.comm.empty()) return Status::InvalidArgument(a->comm_profile + " has no collective curves; make one with mpirun -np 2 planner profile --comm");
-      ApplyCommCurves(comm, a->comm_profile, &cluster, &comm_notes);
-    } else if (!profile.comm.empty()) {
-      ApplyCommCurves(profile, profile_path, &cluster, &comm_notes);
-    }
-    if (a->gpus > cluster.TotalGpus()) {
-      return Status::InvalidArgument(fmt::format("--gpus {}: {} holds {} GPUs; lower --gpus or enlarge the cluster's topology", a->gpus, cluster_path, cluster.TotalGpus()));
-    }
-    Plan plan;
-    if (a->mode == "pipedream") {
-      if (profile_path.empty()) return Status::InvalidArgument("pipedream mode needs --profile (e.g. from planner import pipedream)");
-      PLANNER_RETURN_IF_ERROR(SolvePipeDreamMode(*a, profile, cluster, &plan));
-    } else {
-      if (!profile_path.empty() && !a->model.empty()) {
-        if (profile.layers.size() != model.layers.size()) {
-          return Status::InvalidArgument(fmt::format("{} has {} layers but {} has {}; profile this model or drop one of them",
-                                                     profile_path, profile.layers.size(), a->model, model.layers.size()));
-        }
-      }
-      if (!profile_path.empty() && !a->model.empty() && profile.dtype != DTypeName(model.dtype)) {
-        LogWarning(fmt::format("{} was measured in {} but the model trains in {}; the times may not transfer", profile_path, profile.dtype, DTypeName(model.dtype)));
-      }
-      const bool cpu_profile = profile.backend == "cpu", cpu_cluster = cluster.gpu_name.rfind("cpu", 0) == 0;
-      if (!profile_path.empty() && !profile.device.empty() && profile.device.find(cluster.gpu_name) == std::string::npos &&
-          !(cpu_profile && cpu_cluster)) {
-        LogWarning(fmt::format("{} was measured on '{}', not on the cluster's {}; its times are used as they are", profile_path, profile.device, cluster.gpu_name));
-      }
-      CostSource src;
-      src.cluster = &cluster;
-      src.model = a->model.empty() ? nullptr : &model;
-      src.profile = profile_path.empty() ? nullptr : &profile;
-      SearchOptions o;
-      o.gpus = a->gpus;
-      o.global_batch = a->global_batch;
-      if (o.global_batch == 0 && src.model == nullptr) o.global_batch = profile.reference_microbatch * a->gpus;
-      o.top_k = a->top;
-      o.tp = a->tp;
-      o.pp = a->pp;
-      o.microbatch = a->microbatch;
-      o.interleave = a->interleave;
-      for (int64_t v : a->interleave) {
-        if (v < 2) return Status::InvalidArgument(fmt::format("--interleave {}: chunks per device start at 2 (v = 1 is the 1f1b schedule)", v));
-        const int64_t blocks = src.model != nullptr && src.model->is_gpt ? src.model->gpt.layers : 0;
-        for (int64_t p : a->pp) {
-          if (blocks > 0 && p >= 1 && blocks % (p * v) != 0) {
-            return Status::InvalidArgument(fmt::format("--interleave {} with --pp {}: pp x v must divide the {} layers of {}", v, p, blocks, a->model));
-          }
-        }
-      }
-      if (!a->replication.empty()) {
-        std::string cur;
-        for (char ch : a->replication + "-") {
-          if (ch == '-') {
-            if (cur.empty() || cur.size() > 6 || cur.find_first_not_of("0123456789") != std::string::npos || std::stoll(cur) < 1) {
-              return Status::InvalidArgument(fmt::format("--replication '{}': use positive counts joined by '-', e.g. 2-1-1", a->replication));
-            }
-            o.replication.push_back(std::stoll(cur));
-            cur.clear();
-          } else {
-            cur += ch;
-          }
-        }
-      }
-      std::vector<std::string> snames = {"gpipe", "1f1b", "interleaved", "zb-h1", "pipedream"};
-      PLANNER_RETURN_IF_ERROR(ParseList<Schedule>(a->schedules, ParseSchedule, snames, "--schedule", &o.schedules));
-      PLANNER_RETURN_IF_ERROR(ParseList<Recompute>(a->recompute, ParseRecompute, {"none", "selective", "full"}, "--recompute", &o.recompute));
-      o.cost.dp_overlap = a->dp_overlap;
-      o.cost.p2p_overlap = a->p2p_overlap;
-      o.cost.scatter_gather = !a->no_scatter_gather;
-      o.cost.bytes_per_param = a->bytes_per_param;
-      if (src.model == nullptr && o.tp.empty()) o.tp = {1};
-      PLANNER_RETURN_IF_ERROR(SolveAuto(src, o, &plan));
-      plan.notes.push_back(fmt::format("searched {} candidates, simulated {}", o.considered, o.simulated));
-      for (auto& n : comm_notes) plan.notes.push_back(std::move(n));
-    }
-    plan.gpus = a->gpus;
-    plan.cluster_name = cluster.name;
-    plan.cluster_path = cluster_path;
-    plan.cluster_digest = cluster.digest;
-    plan.usable_memory_bytes = plan.usable_memory_bytes > 0 ? plan.usable_memory_bytes : cluster.UsableMemoryBytes();
-    if (!a->model.empty()) {
-      plan.model_name = model.name;
-      plan.model_path = a->model;
-      plan.model_digest = model.digest;
-      plan.dtype = DTypeName(model.dtype);
-    } else {
-      plan.model_name = profile.model;
-      plan.dtype = profile.dtype;
-    }
-    plan.profile_path = profile_path;
-    plan.profile_digest = profile_path.empty() ? "" : profile.digest;
-    plan.cost_source = profile_path.empty() ? "analytic" : "profile";
     if (!a->output.empty()) {
-      PLANNER_RETURN_IF_ERROR(WriteFileAtomic(a->output, PlanToYaml(plan)));
-      LogNote("wrote " + a->output);
+      for (const auto& r : rows) {
+        if (!r.error.empty()) continue;
+        const std::string path = OutputPathForSize(a->output, r.gpus, several);
+        PLANNER_RETURN_IF_ERROR(WriteFileAtomic(path, PlanToYaml(r.plan)));
+        LogNote("wrote " + path);
+      }
     }
     std::string text;
     if (a->json) {
-      text = PlanToJson(plan);
+      for (const auto& r : rows) {
+        if (r.error.empty()) text += (text.empty() ? "" : ",\n") + PlanToJson(r.plan);
+      }
+      if (several) text = "[\n" + text + "]\n";
+    } else if (several) {
+      text = RenderScalingTable(rows, a->train_tokens);
     } else {
-      text = RenderPlanSummary(plan) + "\n" + RenderStageTable(plan);
+      const Plan& plan = rows[0].plan;
+      text = RenderPlanSummary(plan) + (a->train_tokens > 0 ? RenderTrainingTime(plan, a->train_tokens) : "") + "\n" + RenderStageTable(plan);
       std::string runners = RenderRunnersUp(plan);
       if (!runners.empty()) text += "\nrunners-up:\n" + runners;
       for (const auto& n : plan.notes) text += "note: " + n + "\n";

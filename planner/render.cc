@@ -13,8 +13,8 @@ std::string RenderPlanSummary(const Plan& p) {
   std::string o;
   o += fmt::format("model {} on {} x {} ({}), global batch {}\n", p.model_name, p.gpus, p.cluster_name,
                    p.cost_source, p.global_batch);
-  o += fmt::format("configuration: tp-pp-dp {} | replication {} | microbatch {} x {} | schedule {}{} | recompute {} | ZeRO {}\n",
-                   p.ParallelString(), p.config, p.microbatch_size, p.num_microbatches, ScheduleName(p.schedule),
+  o += fmt::format("configuration: tp-pp-dp {} | cp {} | sp {} | replication {} | microbatch {} x {} | schedule {}{} | recompute {} | ZeRO {}\n",
+                   p.ParallelString(), p.cp, p.sequence_parallel ? "on" : "off", p.config, p.microbatch_size, p.num_microbatches, ScheduleName(p.schedule),
                    p.interleave > 1 ? fmt::format(" (v={})", p.interleave) : "", RecomputeName(p.recompute), ZeroStageNumber(p.zero_stage));
   const auto& x = p.predicted;
   // Small devices (CPU ranks) read better in GFLOP/s; no figure when the model's FLOPs are unknown (profile only).
@@ -28,7 +28,7 @@ std::string RenderPlanSummary(const Plan& p) {
                    100 * x.bubble_fraction, FormatBytes(x.peak_memory_bytes), FormatBytes(p.usable_memory_bytes));
   o += fmt::format("           pipeline {} + exposed DP all-reduce {} + optimizer {}\n", FormatSeconds(x.pipeline_s),
                    FormatSeconds(x.dp_allreduce_s), FormatSeconds(x.optimizer_s));
-  return o;
+  return o + RenderPlanFigures(p);
 }
 
 std::string RenderStageTable(const Plan& p) {
@@ -49,16 +49,84 @@ std::string RenderStageTable(const Plan& p) {
 
 std::string RenderRunnersUp(const Plan& p) {
   if (p.runners_up.empty()) return "";
-  std::string o = fmt::format("{:>4} {:>10} {:>12} {:>12} {:>6} {:>13} {:>9} {:>5} {:>14} {:>11}  {}\n", "rank", "tp-pp-dp",
+  std::string o = fmt::format("{:>4} {:>10} {:>3} {:>3} {:>12} {:>12} {:>6} {:>13} {:>9} {:>5} {:>14} {:>11}  {}\n", "rank", "tp-pp-dp", "cp", "sp",
                               "replication", "microbatch", "m", "schedule", "recompute", "ZeRO", "iteration (s)", "samples/s", "why it lost");
   for (size_t i = 0; i < p.runners_up.size(); ++i) {
     const auto& s = p.runners_up[i];
     std::string sched = ScheduleName(s.schedule) + (s.interleave > 1 ? fmt::format("/v{}", s.interleave) : "");
     std::string repl = s.config.size() > 12 ? s.config.substr(0, 11) + "~" : s.config;
-    o += fmt::format("{:>4} {:>10} {:>12} {:>12} {:>6} {:>13} {:>9} {:>5} {:>14.4f} {:>11.2f}  {}\n", i + 2,
-                     fmt::format("{}-{}-{}", s.tp, s.pp, s.dp), repl, s.microbatch_size, s.num_microbatches, sched, RecomputeName(s.recompute),
+    o += fmt::format("{:>4} {:>10} {:>3} {:>3} {:>12} {:>12} {:>6} {:>13} {:>9} {:>5} {:>14.4f} {:>11.2f}  {}\n", i + 2,
+                     fmt::format("{}-{}-{}", s.tp, s.pp, s.dp), s.cp, s.sequence_parallel ? "on" : "off", repl, s.microbatch_size, s.num_microbatches, sched, RecomputeName(s.recompute),
                      ZeroStageNumber(s.zero_stage), s.iteration_s, s.samples_per_second, s.why_lost);
   }
+  return o;
+}
+
+std::string FormatCount(double count) {
+  if (!(count > 0)) return "n/a";
+  static const std::pair<double, const char*> kUnits[] = {{1e12, "T"}, {1e9, "B"}, {1e6, "M"}, {1e3, "K"}};
+  for (const auto& [scale, suffix] : kUnits) {
+    if (count >= scale) return fmt::format("{:.1f}{}", count / scale, suffix);
+  }
+  return fmt::format("{:.0f}", count);
+}
+
+namespace {
+
+// "n/a" for a figure that is 0 (unknown), else the value formatted.
+std::string OrNa(double v, const char* spec) { return v > 0 ? fmt::format(fmt::runtime(spec), v) : std::string("n/a"); }
+
+// Days and GPU-hours: whole units from 100, two decimals from 1, three significant digits below.
+std::string FormatAmount(double v) { return v >= 100 ? fmt::format("{:.0f}", v) : v >= 1 ? fmt::format("{:.2f}", v) : fmt::format("{:.3g}", v); }
+
+}  // namespace
+
+bool TrainingTime(const Plan& p, double tokens, double* days, double* gpu_hours) {
+  const double tps = p.predicted.tokens_per_second_per_gpu;
+  const double gpus = static_cast<double>(p.gpus_used > 0 ? p.gpus_used : p.gpus);
+  if (!(tokens > 0) || !(tps > 0) || !(gpus > 0)) return false;
+  *days = tokens / (tps * gpus) / 86400;
+  *gpu_hours = tokens / tps / 3600;
+  return true;
+}
+
+std::string RenderPlanFigures(const Plan& p) {
+  const auto& x = p.predicted;
+  return fmt::format("figures: {} parameters | model FLOPs per iteration {} | tokens/s/GPU {} | TFLOP/s/GPU model {}, hardware {} | MFU {} | HFU {}\n",
+                              FormatCount(p.model_parameters), OrNa(x.model_flops_per_iteration, "{:.4g} FLOP"), OrNa(x.tokens_per_second_per_gpu, "{:.1f}"),
+                              OrNa(x.model_tflops_per_gpu, "{:.1f}"), OrNa(x.tflops_per_gpu, "{:.1f}"), OrNa(100 * x.mfu, "{:.1f}%"), OrNa(100 * x.hfu, "{:.1f}%"));
+}
+
+std::string RenderTrainingTime(const Plan& p, double train_tokens) {
+  double days = 0, gpu_hours = 0;
+  return TrainingTime(p, train_tokens, &days, &gpu_hours)
+             ? fmt::format("training on {} tokens: {} days on {} GPUs, {} GPU-hours\n", FormatCount(train_tokens), FormatAmount(days),
+                           p.gpus_used > 0 ? p.gpus_used : p.gpus, FormatAmount(gpu_hours))
+             : fmt::format("training on {} tokens: days n/a (no tokens/s/GPU: the model has no sequence length)\n", FormatCount(train_tokens));
+}
+
+std::string RenderScalingTable(const std::vector<ScalingRow>& rows, double train_tokens) {
+  const bool train = train_tokens > 0;
+  std::string o = fmt::format("{:>6} {:>3} {:>3} {:>3} {:>5} {:>3} {:>3} {:>4} {:>13} {:>9} {:>4} {:>12} {:>17} {:>14} {:>7} {:>7} {:>13}", "GPUs", "tp", "cp",
+                              "pp", "dp", "vp", "sp", "mbs", "schedule", "recompute", "ZeRO", "tokens/s/GPU", "model TFLOP/s/GPU", "hw TFLOP/s/GPU",
+                              "MFU (%)", "HFU (%)", "iteration (s)");
+  o += train ? fmt::format(" {:>9} {:>11}\n", "days", "GPU-hours") : "\n";
+  for (const auto& r : rows) {
+    if (!r.error.empty()) {
+      o += fmt::format("{:>6} no plan: {}\n", r.gpus, r.error);
+      continue;
+    }
+    const Plan& p = r.plan;
+    const auto& x = p.predicted;
+    o += fmt::format("{:>6} {:>3} {:>3} {:>3} {:>5} {:>3} {:>3} {:>4} {:>13} {:>9} {:>4} {:>12} {:>17} {:>14} {:>7} {:>7} {:>13.4f}", r.gpus, p.tp, p.cp, p.pp,
+                     p.dp, p.interleave, p.sequence_parallel ? "on" : "off", p.microbatch_size, ScheduleName(p.schedule), RecomputeName(p.recompute),
+                     ZeroStageNumber(p.zero_stage), OrNa(x.tokens_per_second_per_gpu, "{:.1f}"), OrNa(x.model_tflops_per_gpu, "{:.1f}"),
+                     OrNa(x.tflops_per_gpu, "{:.1f}"), OrNa(100 * x.mfu, "{:.1f}"), OrNa(100 * x.hfu, "{:.1f}"), x.iteration_s);
+    double days = 0, gpu_hours = 0;
+    if (train && TrainingTime(p, train_tokens, &days, &gpu_hours)) o += fmt::format(" {:>9} {:>11}\n", FormatAmount(days), FormatAmount(gpu_hours));
+    else o += train ? fmt::format(" {:>9} {:>11}\n", "n/a", "n/a") : "\n";
+  }
+  if (train) o += fmt::format("days and GPU-hours to train on {} tokens: days = tokens / (tokens/s/GPU x GPUs) / 86400\n", FormatCount(train_tokens));
   return o;
 }
 

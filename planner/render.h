@@ -3,7 +3,9 @@
 // text and as SVG. Pure functions returning strings; thread-safe.
 #pragma once
 
+#include <cstdint>
 #include <string>
+#include <vector>
 
 #include "common/status.h"
 #include "dp_solver/schedule_sim.h"
@@ -11,9 +13,32 @@
 
 namespace planner {
 
+// Model, configuration, predictions and the output figures (RenderPlanFigures).
 std::string RenderPlanSummary(const Plan& plan);
 std::string RenderStageTable(const Plan& plan);
 std::string RenderRunnersUp(const Plan& plan);
+// "405.9B", "124.4M", "1.2T": a count with a decimal suffix; "n/a" when not positive.
+std::string FormatCount(double count);
+// The plan's output figures on one line: parameters, model FLOPs per
+// iteration, tokens/s/GPU, model and hardware TFLOP/s/GPU, MFU, HFU. "n/a" for a figure
+// that is 0 (unknown: a profile without a model, a model without a sequence);
+// the last line of RenderPlanSummary.
+std::string RenderPlanFigures(const Plan& plan);
+// "training on 300.0B tokens: 22.24 days on 1024 GPUs, 546594 GPU-hours" (or why n/a).
+std::string RenderTrainingTime(const Plan& plan, double train_tokens);
+// Days and GPU-hours to train on `tokens` at the plan's tokens/s/GPU
+// (days = tokens / (tokens/s/GPU x GPUs) / 86400); false when unknown.
+bool TrainingTime(const Plan& plan, double tokens, double* days, double* gpu_hours);
+
+// One size of `solve --gpus 1024,2048,...`: its best plan, or why none fits.
+struct ScalingRow {
+  int64_t gpus = 0;
+  Plan plan;
+  std::string error;  // non-empty: no plan (the search's message)
+};
+// One row per size: layout, schedule, recompute, ZeRO, tokens/s/GPU, TFLOP/s/GPU
+// (model, hardware), MFU, HFU, iteration time, and days / GPU-hours when train_tokens > 0.
+std::string RenderScalingTable(const std::vector<ScalingRow>& rows, double train_tokens);
 // Timeline of the plan's schedule, one row per pipeline device, `width` columns.
 Status RenderTimelineText(const Plan& plan, int width, std::string* out);
 // Any timeline (predicted or measured): one row per label, events by device index.

@@ -26,6 +26,7 @@ M=$SRC/configs/models
 C=$SRC/configs/clusters
 expect "solve gpt3" 0 "configuration: tp-pp-dp" -- $PLANNER solve --gpus 1024 --model $M/gpt3-175b.yaml --cluster $C/dgx-a100.yaml -o plan.yaml
 expect "inspect" 0 "predicted timeline" -- $PLANNER inspect plan.yaml --svg t.svg
+grep -qF "figures: 174.6B parameters | model FLOPs per iteration" out.txt && pass=$((pass+1)) || { echo "FAIL inspect prints the plan's figures"; fail=$((fail+1)); }
 grep -q "<svg" t.svg && pass=$((pass+1)) || { echo "FAIL svg"; fail=$((fail+1)); }
 expect "json" 0 '"format_version": 1' -- $PLANNER solve --gpus 64 --model $M/gpt2-small.yaml --cluster $C/dgx-a100.yaml --json
 expect "missing file" 2 "planner: error: nope.yaml: cannot open file" -- $PLANNER solve --gpus 8 --model nope.yaml --cluster $C/dgx-a100.yaml
@@ -140,5 +141,90 @@ cd ..
 $PLANNER -q solve --gpus 1 --model $M/tiny-gpt.yaml --cluster $C/local-cpu.yaml -o z.plan.yaml >/dev/null
 sed '0,/^zero_stage: [0-9]/s//zero_stage: 7/' z.plan.yaml > z7.plan.yaml
 expect "zero stage out of range" 2 "z7.plan.yaml:$(grep -n '^zero_stage:' z.plan.yaml | head -1 | cut -d: -f1): field 'zero_stage': must be 0, 1, 2 or 3 (the ZeRO stage), got 7" -- $PLANNER inspect z7.plan.yaml
+# ---- solve's output figures (issue 12): printed, and consistent with each other and with closed forms ----
+check() {  # check NAME CMD...: passes when CMD exits 0
+  local name=$1
+  shift
+  if "$@"; then pass=$((pass+1)); else echo "FAIL $name"; fail=$((fail+1)); fi
+}
+# Field after a label on the "figures:" / "predicted:" lines of f.txt.
+fig() { grep -o -- "$1 [0-9.e+-]*" f.txt | head -1 | awk '{print $NF}'; }
+expect "figures gpt3" 0 "figures: " -- $PLANNER solve --gpus 1024 --model $M/gpt3-175b.yaml --cluster $C/dgx-a100.yaml --train-tokens 300B
+cp out.txt f.txt
+# Parameters: Megatron SC'21 eq. (2), 12 l h^2 (1 + 13/(12h) + (V+s)/(12 l h)), plus the final layernorm's 2h, to 0.1B.
+want=$(awk 'BEGIN { l=96; h=12288; V=51200; s=2048; printf "%.1fB", (12*l*h*h*(1 + 13/(12*h) + (V+s)/(12*l*h)) + 2*h)/1e9 }')
+check "parameter count $want" grep -qF "figures: $want parameters" f.txt
+sps=$(grep -o '[0-9.]* samples/s' f.txt | head -1 | awk '{print $1}')
+tps=$(fig "tokens/s/GPU")
+check "tokens/s/GPU = samples/s x seq / GPUs ($sps, $tps)" awk -v a="$sps" -v b="$tps" 'BEGIN { w = a * 2048 / 1024; exit !(b > 0 && (b - w) / w < 1e-3 && (w - b) / w < 1e-3) }'
+# Model FLOPs per iteration: Korthikanti et al. eq. (7), 72 B s l h^2 (1 + s/(6h) + V/(12 l h)), within 1%.
+mf=$(fig "model FLOPs per iteration")
+check "model FLOPs per iteration ($mf)" awk -v f="$mf" 'BEGIN { B=1536; s=2048; l=96; h=12288; V=51200; w = 72*B*s*l*h*h*(1 + s/(6*h) + V/(12*l*h)); exit !(f > 0.99*w && f < 1.01*w) }'
+mt=$(grep -o 'TFLOP/s/GPU model [0-9.]*, hardware [0-9.]*' f.txt | awk '{print $3, $5}' | tr -d ,)
+mfu=$(grep -o '| MFU [0-9.]*%' f.txt | tail -1 | tr -dc '0-9.')
+hfu=$(grep -o '| HFU [0-9.]*%' f.txt | tr -dc '0-9.')
+check "MFU, HFU = TFLOP/s / 312 ($mt, $mfu%, $hfu%)" awk -v t="$mt" -v m="$mfu" -v h="$hfu" 'BEGIN { split(t, x, " "); d1 = 100*x[1]/312 - m; d2 = 100*x[2]/312 - h; exit !(m > 0 && h >= m && d1*d1 < 0.01 && d2*d2 < 0.01) }'
+days=$(grep -o 'tokens: [0-9.]* days on 1024 GPUs, [0-9]* GPU-hours' f.txt | awk '{print $2, $7}')
+check "days = tokens / (tokens/s/GPU x GPUs) / 86400 ($days)" awk -v d="$days" -v t="$tps" 'BEGIN { split(d, x, " "); w = 300e9 / (t * 1024) / 86400; exit !(x[1] > 0.995*w && x[1] < 1.005*w && x[2] > 0.995*w*24*1024 && x[2] < 1.005*w*24*1024) }'
+# A --gpus list: one row per size, tp x cp x pp x dp = GPUs, days from the row's own tokens/s/GPU; -o writes one plan per size.
+expect "scaling table" 0 "tokens/s/GPU" -- $PLANNER solve --gpus 64,128 --model $M/gpt3-175b.yaml --cluster $C/dgx-a100.yaml --train-tokens 300B -o s.yaml
+check "scaling rows" awk 'NR > 1 && $1 ~ /^[0-9]+$/ { n++; if ($2 * $3 * $4 * $5 != $1) bad = 1; d = 300e9 / ($12 * $1) / 86400; if ($18 < 0.995*d || $18 > 1.005*d || $19 < 0.995*d*24*$1 || $19 > 1.005*d*24*$1) bad = 1; g = g $1 " " } END { exit !(n == 2 && !bad && g == "64 128 ") }' out.txt
+check "one plan per size" grep -q '^  gpus: 128' s.128.yaml
+check "one plan per size (64)" grep -q '^  gpus: 64' s.64.yaml
+expect "scaling json" 0 '"format_version": 1' -- $PLANNER solve --gpus 8,16 --model $M/gpt2-small.yaml --cluster $C/dgx-a100.yaml --json
+check "scaling json is an array of 2 plans" awk 'NR == 1 { a = ($0 == "[") } /"format_version": 1/ { n++ } END { exit !(a && n == 2) }' out.txt
+# A size with no plan is a row saying why; the others are solved (exit 0). No size with a plan: exit 3.
+expect "scaling with an infeasible size" 0 "     8 no plan: no plan fits in memory: stage 0 needs" -- $PLANNER solve --gpus 8,1024 --model $M/megatron-1t.yaml --cluster $C/dgx-a100.yaml
+check "scaling row after an infeasible size" grep -qE '^ +1024 +[0-9]+ +1 +[0-9]+ ' out.txt
+expect "scaling, no size fits" 3 "planner: error: no size of --gpus 8,16 has a plan; --gpus 8: no plan fits in memory: stage 0 needs" -- $PLANNER solve --gpus 8,16 --model $M/megatron-1t.yaml --cluster $C/dgx-a100.yaml
+# Token counts: the suffixes K M B T are powers of 1000.
+for t in 1500M 1.5e9 0.0015T 1500000k; do
+  $PLANNER -q solve --gpus 8 --model $M/gpt2-small.yaml --cluster $C/dgx-a100.yaml --train-tokens $t | grep '^training' > "tok-$t.txt"
+done
+$PLANNER -q solve --gpus 8 --model $M/gpt2-small.yaml --cluster $C/dgx-a100.yaml --train-tokens 1.5B | grep '^training' > tok.txt
+check "token suffixes" bash -c 'grep -q "^training on 1.5B tokens: " tok.txt && for f in tok-*.txt; do cmp -s tok.txt "$f" || exit 1; done'
+# --seq rebuilds the template: the learned positions add (4096 - 1024) x 768 parameters; tokens are samples x 4096.
+expect "seq 1024" 0 "figures: " -- $PLANNER solve --gpus 8 --model $M/gpt2-small.yaml --cluster $C/dgx-a100.yaml
+p0=$(grep -o 'figures: [0-9.]*M' out.txt | tr -dc '0-9.')
+expect "seq 4096" 0 "figures: " -- $PLANNER solve --gpus 8 --model $M/gpt2-small.yaml --cluster $C/dgx-a100.yaml --seq 4096
+cp out.txt f.txt
+p1=$(grep -o 'figures: [0-9.]*M' f.txt | tr -dc '0-9.')
+check "--seq parameters (${p0}M -> ${p1}M)" awk -v a="$p0" -v b="$p1" 'BEGIN { d = (b - a) * 1e6 - 3072 * 768; exit !(d < 0.1e6 && d > -0.1e6) }'
+sps=$(grep -o '[0-9.]* samples/s' f.txt | head -1 | awk '{print $1}')
+tps=$(fig "tokens/s/GPU")
+check "--seq tokens/s/GPU ($sps, $tps)" awk -v a="$sps" -v b="$tps" 'BEGIN { w = a * 4096 / 8; exit !(b > 0 && (b - w) / w < 1e-3 && (w - b) / w < 1e-3) }'
+# --precision rebuilds at the new dtype: the plan says fp32 and the MFU is against the fp32 peak (19.5 TFLOP/s;
+# the TFLOP/s are printed to 0.05, so the MFU agrees to 100 x 0.05 / 19.5 points plus its own rounding).
+expect "precision fp32" 0 "figures: " -- $PLANNER solve --gpus 8 --model $M/gpt2-small.yaml --cluster $C/dgx-a100.yaml --precision fp32 -o fp32.yaml
+check "precision in the plan" grep -qE '^  dtype: "?fp32"?$' fp32.yaml
+cp out.txt f.txt
+mt=$(grep -o 'TFLOP/s/GPU model [0-9.]*' f.txt | awk '{print $3}')
+mfu=$(grep -o '| MFU [0-9.]*%' f.txt | tail -1 | tr -dc '0-9.')
+check "fp32 MFU ($mt, $mfu%)" awk -v t="$mt" -v m="$mfu" 'BEGIN { d = 100*t/19.5 - m; e = 100*0.05/19.5 + 0.05; exit !(m > 0 && d*d < e*e) }'
+expect "vp alias" 0 "schedule interleaved (v=8)" -- $PLANNER solve --gpus 1024 --model $M/gpt3-175b.yaml --cluster $C/dgx-a100.yaml --tp 8 --pp 4 --schedule interleaved --vp 8
+expect "vp forces interleaved" 0 "tp-pp-dp 8-8-16 | cp 1 | sp off | replication 16-16-16-16-16-16-16-16 | microbatch 1 x 96 | schedule interleaved (v=2)" -- $PLANNER solve --gpus 1024 --model $M/gpt3-175b.yaml --cluster $C/dgx-a100.yaml --tp 8 --pp 8 --vp 2 --microbatch 1 --cp 1 --sp off
+expect "profile: figures n/a" 0 "tokens/s/GPU n/a" -- $PLANNER solve --gpus 2 --profile mlp.profile.yaml --cluster $C/local-cpu.yaml
+# Bad flags: one line naming the flag and the fix, exit 2.
+G3="--model $M/gpt3-175b.yaml --cluster $C/dgx-a100.yaml"
+expect "gpus empty" 2 "planner: error: --gpus '': an empty entry; give positive GPU counts joined by commas" -- $PLANNER solve --gpus "" $G3
+expect "gpus not a number" 2 "planner: error: --gpus '64,x': 'x' is not a GPU count; give positive GPU counts joined by commas" -- $PLANNER solve --gpus 64,x $G3
+expect "gpus empty entry" 2 "planner: error: --gpus '64,,128': an empty entry" -- $PLANNER solve --gpus 64,,128 $G3
+expect "gpus zero" 2 "planner: error: --gpus '0': '0' is not a GPU count" -- $PLANNER solve --gpus 0 $G3
+expect "forced layout product" 2 "planner: error: --tp 8 --pp 3: tp x cp x pp = 24 does not divide --gpus 64; choose degrees whose product divides the GPU count" -- $PLANNER solve --gpus 64 $G3 --tp 8 --pp 3
+expect "forced layout list" 2 "planner: error: --tp 8 --cp 2 --pp 16: tp x cp x pp = 256 does not divide --gpus 128" -- $PLANNER solve --gpus 1024,128 $G3 --tp 8 --cp 2 --pp 16
+expect "vp rule" 2 "planner: error: --vp 5 with --pp 4: pp x v must divide the 96 layers" -- $PLANNER solve --gpus 1024 $G3 --tp 8 --pp 4 --vp 5
+expect "vp rule without pp" 2 "planner: error: --vp 5: v must divide the 96 layers" -- $PLANNER solve --gpus 1024 $G3 --vp 5
+expect "cp seq" 2 "planner: error: --cp 3: 2 x cp = 6 must divide the sequence length 2048" -- $PLANNER solve --gpus 1024 $G3 --cp 3
+expect "cp non-gpt" 2 "planner: error: --cp 2: context parallelism splits a sequence; give a gpt: model" -- $PLANNER solve --gpus 2 --model $M/mlp-small.yaml --cluster $C/local-cpu.yaml --cp 2
+expect "zero range" 2 "planner: error: --zero 4: ZeRO stages are 0 (none), 1" -- $PLANNER solve --gpus 64 $G3 --zero 1,4
+expect "sp value" 2 "planner: error: --sp: unknown value 'yes'; use on, off or both" -- $PLANNER solve --gpus 64 $G3 --sp yes
+expect "fp8 without peak" 2 "planner: error: --precision fp8: $C/dgx-a100.yaml: cluster 'dgx-a100' (A100-SXM4-80GB) has no FP8 peak; add gpu.peak_tflops.fp8 to it" -- $PLANNER solve --gpus 64 $G3 --precision fp8
+expect "precision value" 2 "planner: error: --precision: unknown value 'fp4'" -- $PLANNER solve --gpus 64 $G3 --precision fp4
+expect "precision explicit list" 2 "planner: error: --precision bf16: $M/mlp-small.yaml is an explicit layer list; set its 'dtype:' key instead" -- $PLANNER solve --gpus 2 --model $M/mlp-small.yaml --cluster $C/local-cpu.yaml --precision bf16
+expect "train tokens" 2 "planner: error: --train-tokens '15X': not a token count; give a positive number with an optional suffix K, M, B or T" -- $PLANNER solve --gpus 64 $G3 --train-tokens 15X
+expect "train tokens negative" 2 "planner: error: --train-tokens '-3B': not a token count" -- $PLANNER solve --gpus 64 $G3 --train-tokens=-3B
+expect "seq non-gpt" 2 "planner: error: --seq 4096: $M/mlp-small.yaml is an explicit layer list" -- $PLANNER solve --gpus 2 --model $M/mlp-small.yaml --cluster $C/local-cpu.yaml --seq 4096
+# A forced layout that does not fit: exit 3 naming the stage and its bytes.
+expect "forced layout memory" 3 "stage 0 needs" -- $PLANNER solve --gpus 8 $G3 --tp 8 --pp 1
 echo "cli: $pass passed, $fail failed"
 [ "$fail" = 0 ]
