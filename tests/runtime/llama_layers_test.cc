@@ -343,5 +343,174 @@ TEST_CASE("RoPE: the rotation keeps norms, q(m).k(n) depends on m - n only, the 
   for (int64_t i = 0; i < qs.numel(); ++i) CHECK(qs.data()[i] == doctest::Approx(orig[static_cast<size_t>(i)]).epsilon(1e-5));
 }
 
+
+// ---------------------------------------------------------------- tensor parallelism
+class ThreadTp final : public TpGroup {
+ public:
+  explicit ThreadTp(Communicator* c) : c_(c) {}
+  Status AllReduceSum(float* d, int64_t n) override { return c_->AllReduce(d, n, ReduceOp::kSum); }
+  Status AllReduceMax(float* d, int64_t n) override { return c_->AllReduce(d, n, ReduceOp::kMax); }
+
+ private:
+  Communicator* c_;
+};
+
+struct PassResult {
+  std::vector<float> y, dx;
+  std::vector<std::string> names;
+  std::vector<Tensor> values, grads;
+};
+
+PassResult RunBlock(const Layer& l, const KernelOptions& o, const Tensor& x, const Tensor& dy) {
+  std::unique_ptr<LayerKernel> k;
+  Status st = MakeKernel(l, o, &k);
+  REQUIRE(st.ok());
+  PassResult r;
+  Saved s;
+  Tensor y, dx;
+  REQUIRE(k->Forward(x, &y, &s).ok());
+  REQUIRE(k->BackwardInput(dy, &dx, &s).ok());
+  REQUIRE(k->BackwardWeight(&s).ok());
+  r.y = y.ToVector();
+  r.dx = dx.ToVector();
+  for (Param* p : k->Params()) {
+    r.names.push_back(p->name);
+    r.values.push_back(p->value);
+    r.grads.push_back(p->grad);
+  }
+  return r;
+}
+
+double RelMaxError(const std::vector<float>& a, const std::vector<float>& b) {
+  REQUIRE(a.size() == b.size());
+  double err = 0, scale = 0;
+  for (size_t i = 0; i < a.size(); ++i) {
+    err = std::max(err, std::fabs(static_cast<double>(a[i]) - b[i]));
+    scale = std::max(scale, std::fabs(static_cast<double>(b[i])));
+  }
+  return scale > 0 ? err / scale : err;
+}
+
+TEST_CASE("tp=2: a GQA + SwiGLU + RMSNorm + RoPE block (no bias) equals one process once the shards are put back") {
+  const int64_t s = 6, h = 16, heads = 4, ffn = 24, d = h / heads, t = 2;
+  for (int64_t kv : {2, 4}) {
+    INFO("kv_heads " << kv);
+    const Layer l = Hand("transformer_block", {s, h}, AttrsOf(Spec{heads, kv, true, false, "swiglu"}, ffn));
+    const Tensor x = Random({2, s, h}, 41), dy = Random({2, s, h}, 42);
+    KernelOptions one;
+    one.seed = 5;
+    const PassResult full = RunBlock(l, one, x, dy);
+    std::vector<PassResult> shard(static_cast<size_t>(t));
+    std::mutex mu;
+    CHECK_OK(RunThreadRanks(static_cast<int>(t), [&](Communicator& c) -> Status {
+      ThreadTp g(&c);
+      KernelOptions o = one;
+      o.tp_size = t, o.tp_rank = c.rank(), o.tp_group = &g;
+      PassResult r = RunBlock(l, o, x, dy);
+      std::lock_guard<std::mutex> lock(mu);
+      shard[static_cast<size_t>(c.rank())] = std::move(r);
+      return Status::OK();
+    }));
+    // Where a shard's element (rank r, row i, column j) sits in the full weight (Megatron-Core's cuts).
+    const int64_t nl = heads / t, kvl = kv / t, fl = ffn / t;
+    auto place = [&](const std::string& name, int64_t r, int64_t i, int64_t j, int64_t* gi, int64_t* gj) {
+      *gi = i, *gj = j;
+      if (name.ends_with("qkv.weight")) {
+        if (i < nl * d) *gi = r * nl * d + i;                                               // its query heads
+        else if (i < (nl + kvl) * d) *gi = heads * d + r * kvl * d + (i - nl * d);          // its K groups
+        else *gi = (heads + kv) * d + r * kvl * d + (i - (nl + kvl) * d);                   // its V groups
+      } else if (name.ends_with("out.weight")) {
+        *gj = r * nl * d + j;
+      } else if (name.ends_with("fc1.weight")) {
+        *gi = i < fl ? r * fl + i : ffn + r * fl + (i - fl);  // its gate rows, then the matching up rows
+      } else if (name.ends_with("fc2.weight")) {
+        *gj = r * fl + j;
+      }
+    };
+    for (const PassResult& r : shard) {
+      CHECK(RelMaxError(r.y, full.y) < 1e-5);
+      CHECK(RelMaxError(r.dx, full.dx) < 1e-5);
+      REQUIRE(r.names == full.names);
+    }
+    for (size_t p = 0; p < full.names.size(); ++p) {
+      INFO(full.names[p]);
+      const Tensor& fv = full.values[p];
+      const int64_t cols = fv.dim(-1), rows = fv.numel() / cols;
+      std::vector<float> value(static_cast<size_t>(fv.numel())), grad(value.size());
+      std::vector<int> hits(value.size(), 0);
+      const bool sharded = full.names[p].find(".ln") == std::string::npos;
+      for (int64_t r = 0; r < (sharded ? t : 1); ++r) {
+        const Tensor& sv = shard[static_cast<size_t>(r)].values[p];
+        const Tensor& sg = shard[static_cast<size_t>(r)].grads[p];
+        const int64_t sc = sv.dim(-1), sr = sv.numel() / sc;
+        for (int64_t i = 0; i < sr; ++i)
+          for (int64_t j = 0; j < sc; ++j) {
+            int64_t gi = 0, gj = 0;
+            place(full.names[p], r, i, j, &gi, &gj);
+            REQUIRE((gi < rows && gj < cols));
+            const size_t at = static_cast<size_t>(gi * cols + gj);
+            value[at] = sv.data()[i * sc + j];
+            grad[at] = sg.data()[i * sc + j];
+            ++hits[at];
+          }
+      }
+      for (int hcount : hits) CHECK(hcount == 1);  // the shards tile the weight
+      CHECK(value == full.values[p].ToVector());   // shards are slices of the one-process weight
+      CHECK(RelMaxError(grad, full.grads[p].ToVector()) < 1e-5);
+      // Replicated norm weights: every rank holds the whole gradient.
+      if (!sharded) CHECK(RelMaxError(shard[1].grads[p].ToVector(), full.grads[p].ToVector()) < 1e-5);
+    }
+  }
+  // MQA under tp=2: one KV group cannot be split (Megatron-Core requires t | num_query_groups).
+  KernelOptions o;
+  o.tp_size = 2;
+  std::unique_ptr<LayerKernel> k;
+  Status st = MakeKernel(Hand("attention", {s, h}, AttrsOf(Spec{heads, 1, true, false, "swiglu"}, ffn)), o, &k);
+  CHECK(st.code() == StatusCode::kInvalidArgument);
+  CHECK(st.message().find("does not divide its kv_heads (1)") != std::string::npos);
+}
+
+// ---------------------------------------------------------------- FLOPs and parameters
+TEST_CASE("kernel FLOPs and parameters equal the closed forms for GQA, SwiGLU, relu2 and RMSNorm (and 1/t per TP shard)") {
+  const double s = 16, h = 64, heads = 8, kv = 2, d = h / heads, ffn = 96, b = 3;
+  const double qkv = 2 * s * h * (heads + 2 * kv) * d, out = 2 * s * heads * d * h, core = 2 * s * s * heads * d;  // core: Q K^T, and P V
+  const double swiglu = 2 * s * h * (2 * ffn) + 2 * s * ffn * h, relu2 = 2 * 2 * s * h * ffn;
+  struct Case {
+    std::string type, act;
+    bool bias;
+    double fwd, bwd_in, bwd_w, params;
+  };
+  const double attn_params = h * (heads + 2 * kv) * d + heads * d * h;
+  const std::vector<Case> cases = {
+      {"attention", "swiglu", false, qkv + out + 2 * core, qkv + out + 4 * core, qkv + out, attn_params},
+      {"attention", "swiglu", true, qkv + out + 2 * core, qkv + out + 4 * core, qkv + out, attn_params + (heads + 2 * kv) * d + h},
+      {"mlp", "swiglu", false, swiglu, swiglu, swiglu, 3 * h * ffn},
+      {"mlp", "swiglu", true, swiglu, swiglu, swiglu, 3 * h * ffn + 2 * ffn + h},
+      {"mlp", "relu2", true, relu2, relu2, relu2, 2 * h * ffn + ffn + h},
+      {"transformer_block", "swiglu", false, qkv + out + 2 * core + swiglu, qkv + out + 4 * core + swiglu, qkv + out + swiglu,
+       attn_params + 3 * h * ffn + 2 * h},
+      {"rmsnorm", "", false, 0, 0, 0, h}};
+  for (const Case& c : cases) {
+    INFO(c.type << " " << c.act << " bias " << c.bias);
+    const Layer l = Hand(c.type, {16, 64}, AttrsOf(Spec{8, 2, true, c.bias, c.act}, 96));
+    std::unique_ptr<LayerKernel> k;
+    REQUIRE_OK(MakeKernel(l, {}, &k));
+    KernelFlops f = k->Flops(3);
+    CHECK(f.forward == doctest::Approx(b * c.fwd));
+    CHECK(f.backward_input == doctest::Approx(b * c.bwd_in));
+    CHECK(f.backward_weight == doctest::Approx(b * c.bwd_w));
+    double params = 0;
+    for (Param* p : k->Params()) params += static_cast<double>(p->value.numel());
+    CHECK(params == doctest::Approx(c.params));
+    if (c.type == "rmsnorm") continue;
+    KernelOptions o;
+    o.tp_size = 2, o.tp_rank = 1;
+    std::unique_ptr<LayerKernel> half;
+    REQUIRE_OK(MakeKernel(l, o, &half));
+    CHECK(half->Flops(3).forward == doctest::Approx(b * c.fwd / 2));
+    CHECK(half->Flops(3).backward_input == doctest::Approx(b * c.bwd_in / 2));
+  }
+}
+
 }  // namespace
 }  // namespace planner
