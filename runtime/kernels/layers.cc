@@ -3,8 +3,9 @@
 // device's DeviceOps. A layer checks its inputs, allocates its outputs and
 // what its backward keeps (Saved), composes the operations, and calls the
 // TpGroup for a tensor-parallel shard's all-reduces. Derivations of every
-// backward are in docs/profiler.md; tests/runtime/kernels_test.cc checks each
-// against finite differences, kernels_gpu_test.cc CUDA against the CPU.
+// backward are in docs/profiler.md (the Llama-class layers': docs/runtime.md);
+// tests/runtime/kernels_test.cc and llama_layers_test.cc check each against
+// finite differences, kernels_gpu_test.cc CUDA against the CPU.
 #include <algorithm>
 #include <cmath>
 #include <cstring>

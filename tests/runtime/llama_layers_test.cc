@@ -11,6 +11,7 @@
 #include <map>
 #include <mutex>
 
+#include "profiler/layer_profiler.h"
 #include "runtime/comm/communicator.h"
 #include "runtime/kernels/device_ops.h"
 #include "runtime/kernels/kernel.h"
@@ -510,6 +511,28 @@ TEST_CASE("kernel FLOPs and parameters equal the closed forms for GQA, SwiGLU, r
     CHECK(half->Flops(3).forward == doctest::Approx(b * c.fwd / 2));
     CHECK(half->Flops(3).backward_input == doctest::Approx(b * c.bwd_in / 2));
   }
+}
+
+
+TEST_CASE("the profiler times the Llama-class layers like the others (whole and as tp 2 shards), with their FLOPs") {
+  LayerProfileOptions o;
+  o.warmup = 1, o.min_repetitions = 2, o.max_repetitions = 3, o.budget_s = 0.05, o.budget_floor = 2, o.progress = false;
+  const double s = 16, h = 32, heads = 4, kv = 2, d = h / heads, ffn = 48;
+  const double fwd = 2 * s * h * (heads + 2 * kv) * d + 2 * s * h * h + 4 * s * s * h + 6 * s * h * ffn;  // block: QKV, proj, core, SwiGLU
+  for (int64_t tp : {1, 2}) {
+    INFO("tp " << tp);
+    LayerTiming t;
+    REQUIRE_OK(TimeLayer(Hand("transformer_block", {16, 32}, AttrsOf(Spec{4, 2, true, false, "swiglu"}, 48)), 2, tp, o, &t));
+    CHECK(t.forward.median_s > 0);
+    CHECK(t.backward.median_s > 0);
+    CHECK(t.repetitions >= 2);
+    CHECK(t.flops.forward == doctest::Approx(2 * fwd / static_cast<double>(tp)));
+    CHECK(t.peak_memory_bytes > 0);
+  }
+  LayerTiming n;
+  REQUIRE_OK(TimeLayer(Hand("rmsnorm", {16, 32}, {}), 2, 1, o, &n));
+  CHECK(n.forward.median_s > 0);
+  CHECK(n.flops.forward == 0);
 }
 
 }  // namespace
