@@ -221,10 +221,12 @@ class CpuDeviceOps final : public DeviceOps {
   Status Rope(float* x, int64_t rows, int64_t ld, int64_t seq, int64_t pos0, int64_t heads, int64_t d, double theta, bool inverse) override {
     const int64_t half = d / 2;
     std::vector<float> cs(static_cast<size_t>(half)), sn(static_cast<size_t>(half));
+    std::vector<double> inv_freq(static_cast<size_t>(half));
+    for (int64_t j = 0; j < half; ++j) inv_freq[static_cast<size_t>(j)] = std::pow(theta, -2.0 * static_cast<double>(j) / static_cast<double>(d));
     for (int64_t r = 0; r < rows; ++r) {
       const double pos = static_cast<double>(pos0 + r % seq);
       for (int64_t j = 0; j < half; ++j) {
-        const double a = pos * std::pow(theta, -2.0 * static_cast<double>(j) / static_cast<double>(d));
+        const double a = pos * inv_freq[static_cast<size_t>(j)];
         cs[static_cast<size_t>(j)] = static_cast<float>(std::cos(a));
         sn[static_cast<size_t>(j)] = static_cast<float>(inverse ? -std::sin(a) : std::sin(a));
       }
