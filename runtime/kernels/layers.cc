@@ -608,7 +608,7 @@ Status ReadTransformerConfig(const Layer& l, int64_t t, TransformerConfig* c) {
   const LayerAttrs& a = l.attrs;
   const int64_t hidden = l.in_shape.size() == 2 ? l.in_shape[1] : 0;
   c->heads = a.Int("heads", 1);
-  c->kv_heads = a.Int("kv_heads", c->heads);
+  c->kv_heads = a.Int("kv_heads", 0) == 0 ? c->heads : a.Int("kv_heads", 0);  // absent or 0: multi-head
   c->ffn = a.Int("ffn", 4 * hidden);
   c->bias = a.Bool("bias", true);
   c->rope_theta = static_cast<double>(a.Int("rope_theta", 10000));
