@@ -38,7 +38,8 @@ struct Window {
   int64_t out_w() const { return (width + 2 * pad - kernel) / stride + 1; }
 };
 
-enum class Activation { kRelu, kGelu };
+// kRelu2 (Nemotron-4's squared ReLU): y = relu(x)^2.
+enum class Activation { kRelu, kGelu, kRelu2 };
 
 class DeviceOps {
  public:
@@ -65,7 +66,8 @@ class DeviceOps {
   // y = a + b (y may be a or b); y = a o b.
   virtual Status Add(const float* a, const float* b, float* y, int64_t n) = 0;
   virtual Status Multiply(const float* a, const float* b, float* y, int64_t n) = 0;
-  // ReLU / tanh-GeLU; the backward takes what the forward's layer keeps: ReLU its output, GeLU its input.
+  // ReLU / tanh-GeLU / squared ReLU; the backward takes what the forward's layer keeps: ReLU its output,
+  // GeLU and squared ReLU their input.
   virtual Status ActivationForward(Activation a, const float* x, float* y, int64_t n) = 0;
   virtual Status ActivationBackward(Activation a, const float* kept, const float* dy, float* dx, int64_t n) = 0;
   // Inverted dropout: mask[i] = u_i >= p ? scale : 0 with u_i the uniform of SplitMix64(base + i)'s top 53
@@ -79,11 +81,29 @@ class DeviceOps {
   virtual Status LayerNormBackward(const float* dy, const float* gamma, const float* xhat, const float* rstd, float* dx, int64_t n, int64_t h) = 0;
   // Accumulates dgamma += sum_r dy o xhat, dbeta += sum_r dy.
   virtual Status LayerNormParamGrads(const float* dy, const float* xhat, float* dgamma, float* dbeta, int64_t n, int64_t h) = 0;
+  // RMSNorm (eps 1e-5): rstd = 1 / sqrt(mean(x^2) + eps), xhat = x rstd, y = xhat o weight; keeps xhat [n, h]
+  // and rstd [n]. Backward: dx = rstd (g - xhat mean(g o xhat)) with g = dy o weight.
+  virtual Status RmsNormForward(const float* x, const float* weight, float* y, float* xhat, float* rstd, int64_t n, int64_t h) = 0;
+  virtual Status RmsNormBackward(const float* dy, const float* weight, const float* xhat, const float* rstd, float* dx, int64_t n, int64_t h) = 0;
+  // Accumulates dweight += sum_r dy o xhat.
+  virtual Status RmsNormParamGrads(const float* dy, const float* xhat, float* dweight, int64_t n, int64_t h) = 0;
   // In place softmax of each row; causal: row r (of each cols x cols block) keeps its first r % cols + 1
   // values, the rest become 0.
   virtual Status SoftmaxRows(float* p, int64_t rows, int64_t cols, bool causal) = 0;
   // In place in dp: dS = P o (dP - rowsum(dP o P)) scale.
   virtual Status SoftmaxBackwardRows(const float* p, float* dp, int64_t rows, int64_t cols, float scale) = 0;
+
+  // ---- SwiGLU and rotary embedding
+  // gu [rows, 2 f] holds gate (columns [0, f)) and up ([f, 2 f)) of each row: a [rows, f] = silu(gate) o up,
+  // silu(z) = z sigmoid(z). Backward (dgu like gu): dgate = da o up o silu'(gate), dup = da o silu(gate).
+  virtual Status SwiGluForward(const float* gu, float* a, int64_t rows, int64_t f) = 0;
+  virtual Status SwiGluBackward(const float* gu, const float* da, float* dgu, int64_t rows, int64_t f) = 0;
+  // RoPE in place, rotate-half convention (GPT-NeoX / Llama / Megatron-Core): row r (of rows, each ld
+  // floats apart) is the token at position pos0 + r % seq; each of its `heads` vectors of d floats
+  // (consecutive from the row's start) becomes, for j < d/2 with a = position theta^(-2j/d),
+  // x[j] cos a - x[j + d/2] sin a and x[j + d/2] cos a + x[j] sin a. inverse: the rotation by -a (its
+  // transpose, the backward).
+  virtual Status Rope(float* x, int64_t rows, int64_t ld, int64_t seq, int64_t pos0, int64_t heads, int64_t d, double theta, bool inverse) = 0;
 
   // ---- embedding (vocabulary shard: table rows [start, start + local); other ids contribute 0)
   // y (zero-filled by the caller) [rows, h]: table row of each id, plus positions[r % seq] when given.

@@ -7,6 +7,7 @@
 #include <cmath>
 #include <cstring>
 #include <limits>
+#include <vector>
 
 #include <Eigen/Core>
 
@@ -107,6 +108,8 @@ class CpuDeviceOps final : public DeviceOps {
   Status ActivationForward(Activation act, const float* x, float* y, int64_t n) override {
     if (act == Activation::kRelu) {
       for (int64_t i = 0; i < n; ++i) y[i] = x[i] > 0 ? x[i] : 0.0f;
+    } else if (act == Activation::kRelu2) {
+      for (int64_t i = 0; i < n; ++i) y[i] = x[i] > 0 ? x[i] * x[i] : 0.0f;
     } else {
       // Vectorised (Eigen's SIMD tanh): the scalar loop cost more than the block's GEMMs.
       Eigen::Map<const Eigen::ArrayXf> v(x, n);
@@ -117,6 +120,8 @@ class CpuDeviceOps final : public DeviceOps {
   Status ActivationBackward(Activation act, const float* kept, const float* dy, float* dx, int64_t n) override {
     if (act == Activation::kRelu) {
       for (int64_t i = 0; i < n; ++i) dx[i] = kept[i] > 0 ? dy[i] : 0.0f;
+    } else if (act == Activation::kRelu2) {
+      for (int64_t i = 0; i < n; ++i) dx[i] = kept[i] > 0 ? 2.0f * kept[i] * dy[i] : 0.0f;
     } else {
       Eigen::Map<const Eigen::ArrayXf> v(kept, n), gg(dy, n);
       Eigen::ArrayXf t = (kGeluC * (v + 0.044715f * v.cube())).tanh();
@@ -164,6 +169,76 @@ class CpuDeviceOps final : public DeviceOps {
     CMapRM XH(xhat, n, h), DY(dy, n, h);
     Eigen::Map<Eigen::RowVectorXf>(dgamma, h) += DY.cwiseProduct(XH).colwise().sum();
     Eigen::Map<Eigen::RowVectorXf>(dbeta, h) += DY.colwise().sum();
+    return Status::OK();
+  }
+  Status RmsNormForward(const float* x, const float* weight, float* y, float* xhat, float* rstd, int64_t n, int64_t h) override {
+    CMapRM X(x, n, h);
+    MapRM XH(xhat, n, h), Y(y, n, h);
+    Eigen::Map<const Eigen::RowVectorXf> w(weight, h);
+    for (int64_t r = 0; r < n; ++r) {
+      float rs = 1.0f / std::sqrt(X.row(r).squaredNorm() / static_cast<float>(h) + kLayerNormEps);
+      rstd[r] = rs;
+      XH.row(r) = X.row(r) * rs;
+      Y.row(r) = XH.row(r).cwiseProduct(w);
+    }
+    return Status::OK();
+  }
+  Status RmsNormBackward(const float* dy, const float* weight, const float* xhat, const float* rstd, float* dx, int64_t n, int64_t h) override {
+    CMapRM XH(xhat, n, h), DY(dy, n, h);
+    MapRM DX(dx, n, h);
+    Eigen::Map<const Eigen::RowVectorXf> w(weight, h);
+    Eigen::RowVectorXf g(h);
+    for (int64_t r = 0; r < n; ++r) {
+      g = DY.row(r).cwiseProduct(w);
+      float m = g.cwiseProduct(XH.row(r)).mean();
+      DX.row(r) = rstd[r] * (g.array() - XH.row(r).array() * m);
+    }
+    return Status::OK();
+  }
+  Status RmsNormParamGrads(const float* dy, const float* xhat, float* dweight, int64_t n, int64_t h) override {
+    Eigen::Map<Eigen::RowVectorXf>(dweight, h) += CMapRM(dy, n, h).cwiseProduct(CMapRM(xhat, n, h)).colwise().sum();
+    return Status::OK();
+  }
+  Status SwiGluForward(const float* gu, float* a, int64_t rows, int64_t f) override {
+    for (int64_t r = 0; r < rows; ++r) {
+      const float* g = gu + r * 2 * f;
+      for (int64_t c = 0; c < f; ++c) a[r * f + c] = g[c] / (1.0f + std::exp(-g[c])) * g[f + c];
+    }
+    return Status::OK();
+  }
+  Status SwiGluBackward(const float* gu, const float* da, float* dgu, int64_t rows, int64_t f) override {
+    for (int64_t r = 0; r < rows; ++r) {
+      const float* g = gu + r * 2 * f;
+      float* d = dgu + r * 2 * f;
+      for (int64_t c = 0; c < f; ++c) {
+        const float z = g[c], sg = 1.0f / (1.0f + std::exp(-z)), dd = da[r * f + c];
+        d[c] = dd * g[f + c] * sg * (1.0f + z * (1.0f - sg));
+        d[f + c] = dd * z * sg;
+      }
+    }
+    return Status::OK();
+  }
+  Status Rope(float* x, int64_t rows, int64_t ld, int64_t seq, int64_t pos0, int64_t heads, int64_t d, double theta, bool inverse) override {
+    const int64_t half = d / 2;
+    std::vector<float> cs(static_cast<size_t>(half)), sn(static_cast<size_t>(half));
+    std::vector<double> inv_freq(static_cast<size_t>(half));
+    for (int64_t j = 0; j < half; ++j) inv_freq[static_cast<size_t>(j)] = std::pow(theta, -2.0 * static_cast<double>(j) / static_cast<double>(d));
+    for (int64_t r = 0; r < rows; ++r) {
+      const double pos = static_cast<double>(pos0 + r % seq);
+      for (int64_t j = 0; j < half; ++j) {
+        const double a = pos * inv_freq[static_cast<size_t>(j)];
+        cs[static_cast<size_t>(j)] = static_cast<float>(std::cos(a));
+        sn[static_cast<size_t>(j)] = static_cast<float>(inverse ? -std::sin(a) : std::sin(a));
+      }
+      for (int64_t hd = 0; hd < heads; ++hd) {
+        float* v = x + r * ld + hd * d;
+        for (int64_t j = 0; j < half; ++j) {
+          const float x1 = v[j], x2 = v[j + half], c = cs[static_cast<size_t>(j)], s = sn[static_cast<size_t>(j)];
+          v[j] = x1 * c - x2 * s;
+          v[j + half] = x2 * c + x1 * s;
+        }
+      }
+    }
     return Status::OK();
   }
   Status SoftmaxRows(float* p, int64_t rows, int64_t cols, bool causal) override {

@@ -63,7 +63,8 @@ __global__ void ActForward(int kind, const float* x, float* y, int64_t n) {
   int64_t i = blockIdx.x * static_cast<int64_t>(blockDim.x) + threadIdx.x;
   if (i >= n) return;
   float v = x[i];
-  y[i] = kind == 0 ? (v > 0 ? v : 0.0f) : 0.5f * v * (1.0f + tanhf(kGeluC * (v + 0.044715f * v * v * v)));
+  if (kind == 2) y[i] = v > 0 ? v * v : 0.0f;
+  else y[i] = kind == 0 ? (v > 0 ? v : 0.0f) : 0.5f * v * (1.0f + tanhf(kGeluC * (v + 0.044715f * v * v * v)));
 }
 __global__ void ActBackward(int kind, const float* z, const float* g, float* dx, int64_t n) {
   int64_t i = blockIdx.x * static_cast<int64_t>(blockDim.x) + threadIdx.x;
@@ -71,6 +72,8 @@ __global__ void ActBackward(int kind, const float* z, const float* g, float* dx,
   float v = z[i];
   if (kind == 0) {
     dx[i] = v > 0 ? g[i] : 0.0f;
+  } else if (kind == 2) {
+    dx[i] = v > 0 ? 2.0f * v * g[i] : 0.0f;
   } else {
     float t = tanhf(kGeluC * (v + 0.044715f * v * v * v));
     float du = kGeluC * (1.0f + 3 * 0.044715f * v * v);
@@ -134,6 +137,67 @@ __global__ void LayerNormParamGrads_(const float* dy, const float* xhat, float* 
   }
   dgamma[c] += a;
   dbeta[c] += b;
+}
+
+// RMSNorm, one block per row (the sum of squares by BlockSum2).
+__global__ void RmsNormForward_(const float* x, const float* w, float* y, float* xhat, float* rstd, int64_t h) {
+  extern __shared__ float sh[];
+  const float* xr = x + blockIdx.x * h;
+  float s2 = 0;
+  for (int64_t i = threadIdx.x; i < h; i += blockDim.x) s2 += xr[i] * xr[i];
+  BlockSum2(sh, s2, 0.0f);
+  float rs = rsqrtf(sh[0] / h + 1e-5f);
+  if (threadIdx.x == 0) rstd[blockIdx.x] = rs;
+  for (int64_t i = threadIdx.x; i < h; i += blockDim.x) {
+    float xh = xr[i] * rs;
+    xhat[blockIdx.x * h + i] = xh;
+    y[blockIdx.x * h + i] = xh * w[i];
+  }
+}
+__global__ void RmsNormBackward_(const float* dy, const float* w, const float* xhat, const float* rstd, float* dx, int64_t h) {
+  extern __shared__ float sh[];
+  const float* g = dy + blockIdx.x * h;
+  const float* xh = xhat + blockIdx.x * h;
+  float s = 0;
+  for (int64_t i = threadIdx.x; i < h; i += blockDim.x) s += g[i] * w[i] * xh[i];
+  BlockSum2(sh, s, 0.0f);
+  float m = sh[0] / h, rs = rstd[blockIdx.x];
+  for (int64_t i = threadIdx.x; i < h; i += blockDim.x) dx[blockIdx.x * h + i] = rs * (g[i] * w[i] - xh[i] * m);
+}
+__global__ void RmsNormParamGrads_(const float* dy, const float* xhat, float* dw, int64_t n, int64_t h) {
+  int64_t c = blockIdx.x * static_cast<int64_t>(blockDim.x) + threadIdx.x;
+  if (c >= h) return;
+  float a = 0;
+  for (int64_t r = 0; r < n; ++r) a += dy[r * h + c] * xhat[r * h + c];
+  dw[c] += a;
+}
+// SwiGLU over [gate | up] rows; one thread per output element.
+__global__ void SwiGluForward_(const float* gu, float* a, int64_t rows, int64_t f) {
+  int64_t i = blockIdx.x * static_cast<int64_t>(blockDim.x) + threadIdx.x;
+  if (i >= rows * f) return;
+  int64_t r = i / f, c = i % f;
+  float z = gu[r * 2 * f + c];
+  a[i] = z / (1.0f + expf(-z)) * gu[r * 2 * f + f + c];
+}
+__global__ void SwiGluBackward_(const float* gu, const float* da, float* dgu, int64_t rows, int64_t f) {
+  int64_t i = blockIdx.x * static_cast<int64_t>(blockDim.x) + threadIdx.x;
+  if (i >= rows * f) return;
+  int64_t r = i / f, c = i % f;
+  float z = gu[r * 2 * f + c], up = gu[r * 2 * f + f + c], sg = 1.0f / (1.0f + expf(-z)), d = da[i];
+  dgu[r * 2 * f + c] = d * up * sg * (1.0f + z * (1.0f - sg));
+  dgu[r * 2 * f + f + c] = d * z * sg;
+}
+// RoPE: one thread per (row, head, j < d/2) pair, angles in double as on the CPU.
+__global__ void Rope_(float* x, int64_t rows, int64_t ld, int64_t seq, int64_t pos0, int64_t heads, int64_t d, double theta, int inverse) {
+  int64_t half = d / 2, i = blockIdx.x * static_cast<int64_t>(blockDim.x) + threadIdx.x;
+  if (i >= rows * heads * half) return;
+  int64_t j = i % half, hd = (i / half) % heads, r = i / (half * heads);
+  double a = static_cast<double>(pos0 + r % seq) * pow(theta, -2.0 * static_cast<double>(j) / static_cast<double>(d));
+  float c = static_cast<float>(cos(a)), sn = static_cast<float>(inverse ? -sin(a) : sin(a));
+  float* v = x + r * ld + hd * d;
+  float x1 = v[j], x2 = v[j + half];
+  v[j] = x1 * c - x2 * sn;
+  v[j + half] = x2 * c + x1 * sn;
 }
 
 unsigned Blocks(int64_t n, unsigned threads = 256) { return static_cast<unsigned>((n + threads - 1) / threads); }
@@ -379,6 +443,8 @@ class ConvDescriptors {
   cudnnConvolutionDescriptor_t conv = nullptr;
 };
 
+int ActKind(Activation a) { return a == Activation::kRelu ? 0 : (a == Activation::kGelu ? 1 : 2); }
+
 Tensor Workspace(size_t bytes) { return AllocateScratch({static_cast<int64_t>(bytes / 4 + 1)}, Device::kCuda); }
 
 class CudaDeviceOps final : public DeviceOps {
@@ -422,11 +488,11 @@ class CudaDeviceOps final : public DeviceOps {
     return CudaStatus("multiply");
   }
   Status ActivationForward(Activation act, const float* x, float* y, int64_t n) override {
-    ActForward<<<Blocks(n), 256>>>(act == Activation::kRelu ? 0 : 1, x, y, n);
+    ActForward<<<Blocks(n), 256>>>(ActKind(act), x, y, n);
     return CudaStatus("activation forward");
   }
   Status ActivationBackward(Activation act, const float* kept, const float* dy, float* dx, int64_t n) override {
-    ActBackward<<<Blocks(n), 256>>>(act == Activation::kRelu ? 0 : 1, kept, dy, dx, n);
+    ActBackward<<<Blocks(n), 256>>>(ActKind(act), kept, dy, dx, n);
     return CudaStatus("activation backward");
   }
   Status Dropout(const float* x, float* y, float* mask, int64_t n, uint64_t base, double p, float scale) override {
@@ -445,6 +511,30 @@ class CudaDeviceOps final : public DeviceOps {
   Status LayerNormParamGrads(const float* dy, const float* xhat, float* dgamma, float* dbeta, int64_t n, int64_t h) override {
     LayerNormParamGrads_<<<Blocks(h), 256>>>(dy, xhat, dgamma, dbeta, n, h);
     return CudaStatus("layernorm parameter gradients");
+  }
+  Status RmsNormForward(const float* x, const float* weight, float* y, float* xhat, float* rstd, int64_t n, int64_t h) override {
+    RmsNormForward_<<<static_cast<unsigned>(n), kRowThreads, 2 * kRowThreads * sizeof(float)>>>(x, weight, y, xhat, rstd, h);
+    return CudaStatus("rmsnorm forward");
+  }
+  Status RmsNormBackward(const float* dy, const float* weight, const float* xhat, const float* rstd, float* dx, int64_t n, int64_t h) override {
+    RmsNormBackward_<<<static_cast<unsigned>(n), kRowThreads, 2 * kRowThreads * sizeof(float)>>>(dy, weight, xhat, rstd, dx, h);
+    return CudaStatus("rmsnorm backward");
+  }
+  Status RmsNormParamGrads(const float* dy, const float* xhat, float* dweight, int64_t n, int64_t h) override {
+    RmsNormParamGrads_<<<Blocks(h), 256>>>(dy, xhat, dweight, n, h);
+    return CudaStatus("rmsnorm weight gradient");
+  }
+  Status SwiGluForward(const float* gu, float* a, int64_t rows, int64_t f) override {
+    SwiGluForward_<<<Blocks(rows * f), 256>>>(gu, a, rows, f);
+    return CudaStatus("swiglu forward");
+  }
+  Status SwiGluBackward(const float* gu, const float* da, float* dgu, int64_t rows, int64_t f) override {
+    SwiGluBackward_<<<Blocks(rows * f), 256>>>(gu, da, dgu, rows, f);
+    return CudaStatus("swiglu backward");
+  }
+  Status Rope(float* x, int64_t rows, int64_t ld, int64_t seq, int64_t pos0, int64_t heads, int64_t d, double theta, bool inverse) override {
+    Rope_<<<Blocks(rows * heads * (d / 2)), 256>>>(x, rows, ld, seq, pos0, heads, d, theta, inverse ? 1 : 0);
+    return CudaStatus("rope");
   }
   Status SoftmaxRows(float* p, int64_t rows, int64_t cols, bool causal) override {
     SoftmaxRows_<<<static_cast<unsigned>(rows), kRowThreads, kRowThreads * sizeof(float)>>>(p, cols, causal ? 1 : 0);

@@ -3,8 +3,9 @@
 // device's DeviceOps. A layer checks its inputs, allocates its outputs and
 // what its backward keeps (Saved), composes the operations, and calls the
 // TpGroup for a tensor-parallel shard's all-reduces. Derivations of every
-// backward are in docs/profiler.md; tests/runtime/kernels_test.cc checks each
-// against finite differences, kernels_gpu_test.cc CUDA against the CPU.
+// backward are in docs/profiler.md (the Llama-class layers': docs/runtime.md);
+// tests/runtime/kernels_test.cc and llama_layers_test.cc check each against
+// finite differences, kernels_gpu_test.cc CUDA against the CPU.
 #include <algorithm>
 #include <cmath>
 #include <cstring>
@@ -145,7 +146,7 @@ class Linear final : public LayerKernel {
 // ------------------------------------------------------------ elementwise
 class Elementwise final : public LayerKernel {
  public:
-  enum Kind { kRelu, kGelu, kDropout };
+  enum Kind { kRelu, kGelu, kDropout, kRelu2 };
   Elementwise(DeviceOps* ops, Kind k, std::vector<int64_t> shape, double p, uint64_t seed)
       : ops_(ops), kind_(k), shape_(std::move(shape)), p_(p), seed_(seed) {}
   Status Forward(const Tensor& x, Tensor* y, Saved* s) override {
@@ -162,7 +163,7 @@ class Elementwise final : public LayerKernel {
       return Status::OK();
     }
     PLANNER_RETURN_IF_ERROR(ops_->ActivationForward(Act(), x.data(), y->data(), n));
-    s->t = {kind_ == kRelu ? *y : x};  // what the derivative needs: ReLU's sign, GeLU's input
+    s->t = {kind_ == kRelu ? *y : x};  // what the derivative needs: ReLU's sign, GeLU's and squared ReLU's input
     return Status::OK();
   }
   Status BackwardInput(const Tensor& dy, Tensor* dx, Saved* s) override {
@@ -178,8 +179,8 @@ class Elementwise final : public LayerKernel {
   KernelFlops Flops(int64_t) const override { return {}; }
 
  private:
-  const char* Name() const { return kind_ == kRelu ? "relu" : (kind_ == kGelu ? "gelu" : "dropout"); }
-  Activation Act() const { return kind_ == kRelu ? Activation::kRelu : Activation::kGelu; }
+  const char* Name() const { return kind_ == kRelu ? "relu" : (kind_ == kGelu ? "gelu" : (kind_ == kRelu2 ? "relu2" : "dropout")); }
+  Activation Act() const { return kind_ == kRelu ? Activation::kRelu : (kind_ == kRelu2 ? Activation::kRelu2 : Activation::kGelu); }
   DeviceOps* ops_;
   Kind kind_;
   std::vector<int64_t> shape_;
@@ -229,6 +230,53 @@ class LayerNorm final : public LayerKernel {
   int64_t h_;
   Param g_, b_;
 };
+
+// ---------------------------------------------------------------- rmsnorm
+// y = x / sqrt(mean(x^2) + 1e-5) o weight over the last dimension (Llama's norm; weight only).
+class RmsNorm final : public LayerKernel {
+ public:
+  RmsNorm(DeviceOps* ops, const std::string& name, std::vector<int64_t> shape)
+      : ops_(ops), shape_(std::move(shape)), h_(shape_.back()), w_(FilledParam(*ops, name + ".weight", {h_}, 1.0f)) {}
+  Status Forward(const Tensor& x, Tensor* y, Saved* s) override {
+    int64_t b = 0;
+    PLANNER_RETURN_IF_ERROR(CheckInput("rmsnorm", *ops_, x, shape_, &b));
+    const int64_t n = x.numel() / h_;
+    *y = ops_->Alloc(x.shape());
+    Tensor xhat = ops_->Alloc({n, h_}), rstd = ops_->Alloc({n});
+    PLANNER_RETURN_IF_ERROR(ops_->RmsNormForward(x.data(), w_.value.data(), y->data(), xhat.data(), rstd.data(), n, h_));
+    s->t = {xhat, rstd};
+    return Status::OK();
+  }
+  Status BackwardInput(const Tensor& dy, Tensor* dx, Saved* s) override {
+    if (s->t.size() != 2) return Status::Internal("rmsnorm: backward without forward");
+    const Tensor& xhat = s->t[0];
+    const int64_t n = xhat.dim(0);
+    if (dy.numel() != n * h_) return Status::InvalidArgument("rmsnorm: gradient shape does not match the output");
+    *dx = ops_->Alloc(dy.shape());
+    PLANNER_RETURN_IF_ERROR(ops_->RmsNormBackward(dy.data(), w_.value.data(), xhat.data(), s->t[1].data(), dx->data(), n, h_));
+    s->t.push_back(dy);
+    return Status::OK();
+  }
+  Status BackwardWeight(Saved* s) override {
+    if (s->t.size() != 3) return Status::Internal("rmsnorm: backward-weight before backward-input");
+    PLANNER_RETURN_IF_ERROR(ops_->RmsNormParamGrads(s->t[2].data(), s->t[0].data(), w_.grad.data(), s->t[0].dim(0), h_));
+    s->Clear();
+    return Status::OK();
+  }
+  std::vector<Param*> Params() override { return {&w_}; }
+  KernelFlops Flops(int64_t) const override { return {}; }
+
+ private:
+  DeviceOps* ops_;
+  std::vector<int64_t> shape_;
+  int64_t h_;
+  Param w_;
+};
+
+std::unique_ptr<LayerKernel> MakeNorm(DeviceOps* ops, const std::string& name, std::vector<int64_t> shape, bool rms) {
+  if (rms) return std::make_unique<RmsNorm>(ops, name, std::move(shape));
+  return std::make_unique<LayerNorm>(ops, name, std::move(shape));
+}
 
 // -------------------------------------------------------------- embedding
 // Token ids (floats) [b, s] -> [b, s, h]; vocabulary-parallel over TP ranks:
@@ -300,31 +348,51 @@ class Embedding final : public LayerKernel {
 };
 
 // -------------------------------------------------------------- attention
-// Multi-head causal self-attention on [b, s, h], heads split over TP ranks:
-// QKV column-parallel (3 h / t outputs), output projection row-parallel. Per
-// sample, GEMMs batched over the heads: S = Q K^T / sqrt(d), P = softmax(S),
-// O = P V (Q, K, V are column blocks of the QKV rows).
+// What a transformer's attention and MLP are made of (docs/runtime.md, "Llama-class layers").
+struct TransformerConfig {
+  int64_t heads = 1, kv_heads = 1, ffn = 0;
+  bool bias = true;                         // QKV, output, fc1, fc2 biases (Megatron GPT); Llama: none
+  bool rope = false;                        // rotary embedding on Q and K
+  double rope_theta = 10000;
+  Elementwise::Kind act = Elementwise::kGelu;  // kGelu or kRelu2; swiglu: gated
+  bool gated = false;                       // SwiGLU: fc1 [2 ffn, h] = gate and up halves
+  bool rms = false;                         // the block's norms: RMSNorm (else LayerNorm)
+};
+
+// Causal self-attention on [b, s, h] with grouped-query heads (kv_heads = heads: multi-head; 1:
+// multi-query), split over TP ranks: QKV column-parallel (each rank its heads / t query heads and
+// kv_heads / t KV groups), output projection row-parallel. QKV rows: [Q (nl d) | K (kvl d) | V (kvl d)];
+// local query head j = g G + i uses KV group g (G = heads / kv_heads). Per sample, for each i < G one
+// GEMM batched over the groups: S = Q K^T / sqrt(d), P = softmax(S), O = P V. RoPE rotates Q and K
+// in place before the scores, and their gradients back after.
 class Attention final : public LayerKernel {
  public:
-  Attention(DeviceOps* ops, const std::string& name, int64_t seq, int64_t hidden, int64_t heads, const KernelOptions& o)
-      : ops_(ops), s_(seq), h_(hidden), nl_(heads / o.tp_size), d_(hidden / heads), hl_(nl_ * d_), causal_(o.causal), group_(o.tp_group),
-        qkv_(ops, name + ".qkv", hidden, 3 * nl_ * d_, true, seq, o.seed * 31 + 1, QkvShard(hidden, heads, o)),
-        out_(ops, name + ".out", nl_ * d_, hidden, o.tp_rank == 0, seq, o.seed * 31 + 2, AttnOutShard(hidden, heads, o)) {}
+  Attention(DeviceOps* ops, const std::string& name, int64_t seq, int64_t hidden, const TransformerConfig& c, const KernelOptions& o)
+      : ops_(ops), s_(seq), h_(hidden), nl_(c.heads / o.tp_size), kvl_(c.kv_heads / o.tp_size), grp_(c.heads / c.kv_heads), d_(hidden / c.heads),
+        hl_(nl_ * d_), kvc_(kvl_ * d_), ld_(hl_ + 2 * kvc_), rope_(c.rope), theta_(c.rope_theta), causal_(o.causal), group_(o.tp_group),
+        qkv_(ops, name + ".qkv", hidden, ld_, c.bias, seq, o.seed * 31 + 1, QkvShard(hidden, c.heads, c.kv_heads, o)),
+        out_(ops, name + ".out", hl_, hidden, c.bias && o.tp_rank == 0, seq, o.seed * 31 + 2, AttnOutShard(hidden, c.heads, o)) {}
   Status Forward(const Tensor& x, Tensor* y, Saved* sv) override {
     int64_t b = 0;
     PLANNER_RETURN_IF_ERROR(CheckInput("attention", *ops_, x, {s_, h_}, &b));
     sv->children.assign(2, Saved{});
     Tensor qkv;
     PLANNER_RETURN_IF_ERROR(qkv_.Forward(x, &qkv, &sv->children[0]));
+    if (rope_) PLANNER_RETURN_IF_ERROR(RotateQk(&qkv, b, false));
     Tensor probs = ops_->Alloc({b, nl_, s_, s_}), o = ops_->Alloc({b, s_, hl_});
-    const int64_t ld = 3 * hl_;
+    const int64_t ss = s_ * s_;
     for (int64_t bi = 0; bi < b; ++bi) {
-      const float* q = qkv.data() + bi * s_ * ld;
-      float* p = probs.data() + bi * nl_ * s_ * s_;
-      PLANNER_RETURN_IF_ERROR(ops_->Gemm(HeadGemm(false, true, s_, s_, d_, ld, d_, ld, d_, s_, s_ * s_, Scale()), q, q + hl_, p));  // S = Q K^T
+      const float* q = qkv.data() + bi * s_ * ld_;
+      float* p = probs.data() + bi * nl_ * ss;
+      for (int64_t i = 0; i < grp_; ++i) {  // S = Q K^T, head i of every group
+        PLANNER_RETURN_IF_ERROR(ops_->Gemm(HeadGemm(false, true, s_, s_, d_, {ld_, grp_ * d_}, {ld_, d_}, {s_, grp_ * ss}, Scale()), q + i * d_,
+                                           q + hl_, p + i * ss));
+      }
       PLANNER_RETURN_IF_ERROR(ops_->SoftmaxRows(p, nl_ * s_, s_, causal_));
-      PLANNER_RETURN_IF_ERROR(ops_->Gemm(HeadGemm(false, false, s_, d_, s_, s_, s_ * s_, ld, d_, hl_, d_), p, q + 2 * hl_,
-                                         o.data() + bi * s_ * hl_));  // O = P V
+      for (int64_t i = 0; i < grp_; ++i) {  // O = P V
+        PLANNER_RETURN_IF_ERROR(ops_->Gemm(HeadGemm(false, false, s_, d_, s_, {s_, grp_ * ss}, {ld_, d_}, {hl_, grp_ * d_}), p + i * ss,
+                                           q + hl_ + kvc_, o.data() + bi * s_ * hl_ + i * d_));
+      }
     }
     PLANNER_RETURN_IF_ERROR(out_.Forward(o, y, &sv->children[1]));
     PLANNER_RETURN_IF_ERROR(AllReduceSum(group_, y));  // row-parallel output projection: partial sums
@@ -334,26 +402,12 @@ class Attention final : public LayerKernel {
   Status BackwardInput(const Tensor& dy, Tensor* dx, Saved* sv) override {
     if (sv->t.size() != 2 || sv->children.size() != 2) return Status::Internal("attention: backward without forward");
     const Tensor& qkv = sv->t[0];
-    const Tensor& probs = sv->t[1];
-    const int64_t b = qkv.dim(0), ld = 3 * hl_, ss = (s_ * s_ + 15) / 16 * 16;  // a head's dP, 64-byte aligned
+    const int64_t b = qkv.dim(0);
     Tensor dout;
     PLANNER_RETURN_IF_ERROR(out_.BackwardInput(dy, &dout, &sv->children[1]));
-    Tensor dqkv = ops_->Alloc(qkv.shape()), dp = ops_->Scratch({nl_, ss});
-    for (int64_t bi = 0; bi < b; ++bi) {
-      const float* q = qkv.data() + bi * s_ * ld;
-      float* dq = dqkv.data() + bi * s_ * ld;
-      const float* p = probs.data() + bi * nl_ * s_ * s_;
-      const float* dob = dout.data() + bi * s_ * hl_;
-      PLANNER_RETURN_IF_ERROR(ops_->Gemm(HeadGemm(true, false, s_, d_, s_, s_, s_ * s_, hl_, d_, ld, d_), p, dob, dq + 2 * hl_));  // dV = P^T dO
-      PLANNER_RETURN_IF_ERROR(ops_->Gemm(HeadGemm(false, true, s_, s_, d_, hl_, d_, ld, d_, s_, ss), dob, q + 2 * hl_, dp.data()));  // dP = dO V^T
-      if (ss == s_ * s_) {
-        PLANNER_RETURN_IF_ERROR(ops_->SoftmaxBackwardRows(p, dp.data(), nl_ * s_, s_, Scale()));
-      } else {
-        for (int64_t j = 0; j < nl_; ++j) PLANNER_RETURN_IF_ERROR(ops_->SoftmaxBackwardRows(p + j * s_ * s_, dp.data() + j * ss, s_, s_, Scale()));
-      }
-      PLANNER_RETURN_IF_ERROR(ops_->Gemm(HeadGemm(false, false, s_, d_, s_, s_, ss, ld, d_, ld, d_), dp.data(), q + hl_, dq));  // dQ = dS K
-      PLANNER_RETURN_IF_ERROR(ops_->Gemm(HeadGemm(true, false, s_, d_, s_, s_, ss, ld, d_, ld, d_), dp.data(), q, dq + hl_));  // dK = dS^T Q
-    }
+    Tensor dqkv = ops_->Alloc(qkv.shape());
+    PLANNER_RETURN_IF_ERROR(CoreBackward(qkv, sv->t[1], dout, &dqkv, b));
+    if (rope_) PLANNER_RETURN_IF_ERROR(RotateQk(&dqkv, b, true));
     PLANNER_RETURN_IF_ERROR(qkv_.BackwardInput(dqkv, dx, &sv->children[0]));
     PLANNER_RETURN_IF_ERROR(AllReduceSum(group_, dx));  // column-parallel QKV: partial input gradients
     sv->t.clear();
@@ -374,38 +428,87 @@ class Attention final : public LayerKernel {
   }
 
  private:
+  struct Operand {
+    int64_t ld, stride;  // row length; distance between consecutive groups' blocks
+  };
   float Scale() const { return 1.0f / std::sqrt(static_cast<float>(d_)); }
-  // One GEMM per local head: operand i's head j starts j * stride_i in.
-  GemmArgs HeadGemm(bool ta, bool tb, int64_t m, int64_t n, int64_t k, int64_t lda, int64_t sa, int64_t ldb, int64_t sb, int64_t ldc, int64_t sc,
-                    float alpha = 1.0f) const {
+  // One GEMM per local KV group (batch kvl): operand i's group g starts g * stride in.
+  GemmArgs HeadGemm(bool ta, bool tb, int64_t m, int64_t n, int64_t k, Operand a, Operand bb, Operand c, float alpha = 1.0f,
+                    float beta = 0.0f) const {
     GemmArgs g;
-    g.ta = ta, g.tb = tb, g.m = m, g.n = n, g.k = k, g.lda = lda, g.ldb = ldb, g.ldc = ldc, g.alpha = alpha;
-    g.batch = nl_, g.stride_a = sa, g.stride_b = sb, g.stride_c = sc;
+    g.ta = ta, g.tb = tb, g.m = m, g.n = n, g.k = k, g.lda = a.ld, g.ldb = bb.ld, g.ldc = c.ld, g.alpha = alpha, g.beta = beta;
+    g.batch = kvl_, g.stride_a = a.stride, g.stride_b = bb.stride, g.stride_c = c.stride;
     return g;
   }
+  // RoPE on the Q and K blocks of every row of a QKV-shaped tensor (inverse: their gradients).
+  Status RotateQk(Tensor* t, int64_t b, bool inverse) {
+    PLANNER_RETURN_IF_ERROR(ops_->Rope(t->data(), b * s_, ld_, s_, 0, nl_, d_, theta_, inverse));
+    return ops_->Rope(t->data() + hl_, b * s_, ld_, s_, 0, kvl_, d_, theta_, inverse);
+  }
+  // dQ, dK, dV of every sample into dqkv from dO (dout); a group's dK and dV sum over its G heads.
+  Status CoreBackward(const Tensor& qkv, const Tensor& probs, const Tensor& dout, Tensor* dqkv, int64_t b) {
+    const int64_t ss = (s_ * s_ + 15) / 16 * 16, pp = s_ * s_;  // a head's dP, 64-byte aligned
+    Tensor dp = ops_->Scratch({nl_, ss});
+    for (int64_t bi = 0; bi < b; ++bi) {
+      const float* q = qkv.data() + bi * s_ * ld_;
+      float* dq = dqkv->data() + bi * s_ * ld_;
+      const float* p = probs.data() + bi * nl_ * pp;
+      const float* dob = dout.data() + bi * s_ * hl_;
+      for (int64_t i = 0; i < grp_; ++i) {
+        const float acc = i == 0 ? 0.0f : 1.0f;
+        PLANNER_RETURN_IF_ERROR(ops_->Gemm(HeadGemm(true, false, s_, d_, s_, {s_, grp_ * pp}, {hl_, grp_ * d_}, {ld_, d_}, 1.0f, acc), p + i * pp,
+                                           dob + i * d_, dq + hl_ + kvc_));  // dV += P^T dO
+        PLANNER_RETURN_IF_ERROR(ops_->Gemm(HeadGemm(false, true, s_, s_, d_, {hl_, grp_ * d_}, {ld_, d_}, {s_, grp_ * ss}), dob + i * d_,
+                                           q + hl_ + kvc_, dp.data() + i * ss));  // dP = dO V^T
+      }
+      if (ss == pp) {
+        PLANNER_RETURN_IF_ERROR(ops_->SoftmaxBackwardRows(p, dp.data(), nl_ * s_, s_, Scale()));
+      } else {
+        for (int64_t j = 0; j < nl_; ++j) PLANNER_RETURN_IF_ERROR(ops_->SoftmaxBackwardRows(p + j * pp, dp.data() + j * ss, s_, s_, Scale()));
+      }
+      for (int64_t i = 0; i < grp_; ++i) {
+        const float acc = i == 0 ? 0.0f : 1.0f;
+        PLANNER_RETURN_IF_ERROR(ops_->Gemm(HeadGemm(false, false, s_, d_, s_, {s_, grp_ * ss}, {ld_, d_}, {ld_, grp_ * d_}), dp.data() + i * ss,
+                                           q + hl_, dq + i * d_));  // dQ = dS K
+        PLANNER_RETURN_IF_ERROR(ops_->Gemm(HeadGemm(true, false, s_, d_, s_, {s_, grp_ * ss}, {ld_, grp_ * d_}, {ld_, d_}, 1.0f, acc),
+                                           dp.data() + i * ss, q + i * d_, dq + hl_));  // dK += dS^T Q
+      }
+    }
+    return Status::OK();
+  }
   DeviceOps* ops_;
-  int64_t s_, h_, nl_, d_, hl_;
+  int64_t s_, h_, nl_, kvl_, grp_, d_, hl_, kvc_, ld_;
+  bool rope_;
+  double theta_;
   bool causal_;
   TpGroup* group_;
   Linear qkv_, out_;
 };
 
 // -------------------------------------------------------------------- mlp
-// fc1 (column-parallel, ffn / t) -> GeLU -> fc2 (row-parallel).
+// fc1 (column-parallel, ffn / t) -> GeLU or squared ReLU -> fc2 (row-parallel); SwiGLU: fc1 gives
+// [gate | up] (2 ffn / t, each rank its matching columns of both) and a = silu(gate) o up.
 class Mlp final : public LayerKernel {
  public:
-  Mlp(DeviceOps* ops, const std::string& name, int64_t seq, int64_t hidden, int64_t ffn, const KernelOptions& o)
-      : ops_(ops), s_(seq), h_(hidden), group_(o.tp_group),
-        fc1_(ops, name + ".fc1", hidden, ffn / o.tp_size, true, seq, o.seed * 37 + 1, Fc1Shard(hidden, ffn, o)),
-        act_(ops, Elementwise::kGelu, {seq, ffn / o.tp_size}, 0, 0),
-        fc2_(ops, name + ".fc2", ffn / o.tp_size, hidden, o.tp_rank == 0, seq, o.seed * 37 + 2, Fc2Shard(hidden, ffn, o)) {}
+  Mlp(DeviceOps* ops, const std::string& name, int64_t seq, int64_t hidden, const TransformerConfig& c, const KernelOptions& o)
+      : ops_(ops), s_(seq), h_(hidden), fl_(c.ffn / o.tp_size), gated_(c.gated), group_(o.tp_group),
+        fc1_(ops, name + ".fc1", hidden, (c.gated ? 2 : 1) * fl_, c.bias, seq, o.seed * 37 + 1,
+             c.gated ? GatedFc1Shard(hidden, c.ffn, o) : Fc1Shard(hidden, c.ffn, o)),
+        act_(ops, c.act, {seq, fl_}, 0, 0),
+        fc2_(ops, name + ".fc2", fl_, hidden, c.bias && o.tp_rank == 0, seq, o.seed * 37 + 2, Fc2Shard(hidden, c.ffn, o)) {}
   Status Forward(const Tensor& x, Tensor* y, Saved* sv) override {
     int64_t b = 0;
     PLANNER_RETURN_IF_ERROR(CheckInput("mlp", *ops_, x, {s_, h_}, &b));
     sv->children.assign(3, Saved{});
     Tensor a, g;
     PLANNER_RETURN_IF_ERROR(fc1_.Forward(x, &a, &sv->children[0]));
-    PLANNER_RETURN_IF_ERROR(act_.Forward(a, &g, &sv->children[1]));
+    if (gated_) {
+      g = ops_->Alloc({b, s_, fl_});
+      PLANNER_RETURN_IF_ERROR(ops_->SwiGluForward(a.data(), g.data(), b * s_, fl_));
+      sv->children[1].t = {a};
+    } else {
+      PLANNER_RETURN_IF_ERROR(act_.Forward(a, &g, &sv->children[1]));
+    }
     PLANNER_RETURN_IF_ERROR(fc2_.Forward(g, y, &sv->children[2]));
     return AllReduceSum(group_, y);  // row-parallel fc2: partial sums
   }
@@ -413,7 +516,15 @@ class Mlp final : public LayerKernel {
     if (sv->children.size() != 3) return Status::Internal("mlp: backward without forward");
     Tensor dg, da;
     PLANNER_RETURN_IF_ERROR(fc2_.BackwardInput(dy, &dg, &sv->children[2]));
-    PLANNER_RETURN_IF_ERROR(act_.BackwardInput(dg, &da, &sv->children[1]));
+    if (gated_) {
+      if (sv->children[1].t.size() != 1) return Status::Internal("mlp: backward without forward");
+      const Tensor& gu = sv->children[1].t[0];
+      da = ops_->Alloc(gu.shape());
+      PLANNER_RETURN_IF_ERROR(ops_->SwiGluBackward(gu.data(), dg.data(), da.data(), gu.numel() / (2 * fl_), fl_));
+      sv->children[1].Clear();
+    } else {
+      PLANNER_RETURN_IF_ERROR(act_.BackwardInput(dg, &da, &sv->children[1]));
+    }
     PLANNER_RETURN_IF_ERROR(fc1_.BackwardInput(da, dx, &sv->children[0]));
     return AllReduceSum(group_, dx);  // column-parallel fc1: partial input gradients
   }
@@ -429,7 +540,8 @@ class Mlp final : public LayerKernel {
 
  private:
   DeviceOps* ops_;
-  int64_t s_, h_;
+  int64_t s_, h_, fl_;
+  bool gated_;
   TpGroup* group_;
   Linear fc1_;
   Elementwise act_;
@@ -437,22 +549,22 @@ class Mlp final : public LayerKernel {
 };
 
 // ------------------------------------------------------- transformer block
-// Pre-LN GPT block: y = r + mlp(ln2(r)), r = x + attn(ln1(x)).
+// Pre-norm block (LayerNorm for GPT, RMSNorm for Llama): y = r + mlp(norm2(r)), r = x + attn(norm1(x)).
 class TransformerBlock final : public LayerKernel {
  public:
-  TransformerBlock(DeviceOps* ops, const std::string& name, int64_t seq, int64_t hidden, int64_t heads, int64_t ffn, const KernelOptions& o)
-      : ops_(ops), s_(seq), h_(hidden), ln1_(ops, name + ".ln1", {seq, hidden}), attn_(ops, name + ".attn", seq, hidden, heads, o),
-        ln2_(ops, name + ".ln2", {seq, hidden}), mlp_(ops, name + ".mlp", seq, hidden, ffn, o) {}
+  TransformerBlock(DeviceOps* ops, const std::string& name, int64_t seq, int64_t hidden, const TransformerConfig& c, const KernelOptions& o)
+      : ops_(ops), s_(seq), h_(hidden), ln1_(MakeNorm(ops, name + ".ln1", {seq, hidden}, c.rms)), attn_(ops, name + ".attn", seq, hidden, c, o),
+        ln2_(MakeNorm(ops, name + ".ln2", {seq, hidden}, c.rms)), mlp_(ops, name + ".mlp", seq, hidden, c, o) {}
   Status Forward(const Tensor& x, Tensor* y, Saved* sv) override {
     int64_t b = 0;
     PLANNER_RETURN_IF_ERROR(CheckInput("transformer_block", *ops_, x, {s_, h_}, &b));
     sv->children.assign(4, Saved{});
     Tensor a, u, c, v;
-    PLANNER_RETURN_IF_ERROR(ln1_.Forward(x, &a, &sv->children[0]));
+    PLANNER_RETURN_IF_ERROR(ln1_->Forward(x, &a, &sv->children[0]));
     PLANNER_RETURN_IF_ERROR(attn_.Forward(a, &u, &sv->children[1]));
     Tensor r = ops_->Alloc(x.shape());
     PLANNER_RETURN_IF_ERROR(ops_->Add(x.data(), u.data(), r.data(), r.numel()));
-    PLANNER_RETURN_IF_ERROR(ln2_.Forward(r, &c, &sv->children[2]));
+    PLANNER_RETURN_IF_ERROR(ln2_->Forward(r, &c, &sv->children[2]));
     PLANNER_RETURN_IF_ERROR(mlp_.Forward(c, &v, &sv->children[3]));
     *y = ops_->Alloc(x.shape());
     return ops_->Add(r.data(), v.data(), y->data(), y->numel());
@@ -461,34 +573,69 @@ class TransformerBlock final : public LayerKernel {
     if (sv->children.size() != 4) return Status::Internal("transformer_block: backward without forward");
     Tensor dc, dr, da, dxa;
     PLANNER_RETURN_IF_ERROR(mlp_.BackwardInput(dy, &dc, &sv->children[3]));
-    PLANNER_RETURN_IF_ERROR(ln2_.BackwardInput(dc, &dr, &sv->children[2]));
+    PLANNER_RETURN_IF_ERROR(ln2_->BackwardInput(dc, &dr, &sv->children[2]));
     PLANNER_RETURN_IF_ERROR(ops_->Add(dr.data(), dy.data(), dr.data(), dr.numel()));
     PLANNER_RETURN_IF_ERROR(attn_.BackwardInput(dr, &da, &sv->children[1]));
-    PLANNER_RETURN_IF_ERROR(ln1_.BackwardInput(da, &dxa, &sv->children[0]));
+    PLANNER_RETURN_IF_ERROR(ln1_->BackwardInput(da, &dxa, &sv->children[0]));
     PLANNER_RETURN_IF_ERROR(ops_->Add(dxa.data(), dr.data(), dxa.data(), dxa.numel()));
     *dx = dxa;
     return Status::OK();
   }
   Status BackwardWeight(Saved* sv) override {
     if (sv->children.size() != 4) return Status::Internal("transformer_block: backward-weight before backward-input");
-    PLANNER_RETURN_IF_ERROR(ln1_.BackwardWeight(&sv->children[0]));
+    PLANNER_RETURN_IF_ERROR(ln1_->BackwardWeight(&sv->children[0]));
     PLANNER_RETURN_IF_ERROR(attn_.BackwardWeight(&sv->children[1]));
-    PLANNER_RETURN_IF_ERROR(ln2_.BackwardWeight(&sv->children[2]));
+    PLANNER_RETURN_IF_ERROR(ln2_->BackwardWeight(&sv->children[2]));
     PLANNER_RETURN_IF_ERROR(mlp_.BackwardWeight(&sv->children[3]));
     sv->Clear();
     return Status::OK();
   }
-  std::vector<Param*> Params() override { return JoinParams({&ln1_, &attn_, &ln2_, &mlp_}); }
+  std::vector<Param*> Params() override { return JoinParams({ln1_.get(), &attn_, ln2_.get(), &mlp_}); }
   KernelFlops Flops(int64_t b) const override { return SumFlops({&attn_, &mlp_}, b); }
 
  private:
   DeviceOps* ops_;
   int64_t s_, h_;
-  LayerNorm ln1_;
+  std::unique_ptr<LayerKernel> ln1_;
   Attention attn_;
-  LayerNorm ln2_;
+  std::unique_ptr<LayerKernel> ln2_;
   Mlp mlp_;
 };
+
+// The attributes of an attention, mlp or transformer_block layer (ATTRS.md's names and defaults),
+// checked against the TP degree t.
+Status ReadTransformerConfig(const Layer& l, int64_t t, TransformerConfig* c) {
+  const LayerAttrs& a = l.attrs;
+  const int64_t hidden = l.in_shape.size() == 2 ? l.in_shape[1] : 0;
+  c->heads = a.Int("heads", 1);
+  c->kv_heads = a.Int("kv_heads", 0) == 0 ? c->heads : a.Int("kv_heads", 0);  // absent or 0: multi-head
+  c->ffn = a.Int("ffn", 4 * hidden);
+  c->bias = a.Bool("bias", true);
+  c->rope_theta = static_cast<double>(a.Int("rope_theta", 10000));
+  const std::string act = a.String("act", "gelu"), norm = a.String("norm", "layernorm"), pos = a.String("position", "learned");
+  auto bad = [&](const std::string& what) { return Status::InvalidArgument(fmt::format("layer '{}': {}", l.name, what)); };
+  if (hidden == 0 || c->heads < 1 || c->kv_heads < 1 || c->ffn < 1) return bad("needs a [sequence, hidden] input and positive heads, kv_heads, ffn");
+  if (act != "gelu" && act != "swiglu" && act != "relu2") return bad(fmt::format("act '{}' is not gelu, swiglu or relu2", act));
+  if (norm != "layernorm" && norm != "rmsnorm") return bad(fmt::format("norm '{}' is not layernorm or rmsnorm", norm));
+  if (pos != "learned" && pos != "rope") return bad(fmt::format("position '{}' is not learned or rope", pos));
+  c->gated = act == "swiglu";
+  c->act = act == "relu2" ? Elementwise::kRelu2 : Elementwise::kGelu;
+  c->rms = norm == "rmsnorm";
+  c->rope = pos == "rope";
+  const bool attn = l.type != "mlp", mlp = l.type != "attention";
+  if (attn && (hidden % c->heads != 0 || c->heads % c->kv_heads != 0)) {
+    return bad(fmt::format("heads ({}) must divide the hidden size {} and kv_heads ({}) must divide heads", c->heads, hidden, c->kv_heads));
+  }
+  if (attn && c->rope && (hidden / c->heads) % 2 != 0) return bad(fmt::format("rope needs an even head dimension, not {}", hidden / c->heads));
+  auto divides = [&](int64_t what, const char* name) -> Status {
+    if (t > 1 && what % t != 0) return bad(fmt::format("tensor-parallel degree {} does not divide its {} ({})", t, name, what));
+    return Status::OK();
+  };
+  if (attn) PLANNER_RETURN_IF_ERROR(divides(c->heads, "heads"));
+  if (attn) PLANNER_RETURN_IF_ERROR(divides(c->kv_heads, "kv_heads"));
+  if (mlp) PLANNER_RETURN_IF_ERROR(divides(c->ffn, "ffn"));
+  return Status::OK();
+}
 
 // ------------------------------------------------------------------- loss
 // Softmax cross-entropy over the last dimension (vocabulary-parallel: each
@@ -676,13 +823,14 @@ Status BuildKernel(const Layer& l, const KernelOptions& o, DeviceOps* ops, std::
     int64_t vocab = a.Int("vocab", 0);
     PLANNER_RETURN_IF_ERROR(divides(vocab, "vocab"));
     *out = std::make_unique<Embedding>(ops, l.name, in[0], vocab, a.Int("hidden", 0), a.Int("positions", 0), o);
+  } else if (ty == "rmsnorm") {
+    *out = std::make_unique<RmsNorm>(ops, l.name, in);
   } else if (ty == "attention" || ty == "mlp" || ty == "transformer_block") {
-    int64_t heads = a.Int("heads", 1), ffn = a.Int("ffn", 4 * in[1]);
-    if (ty != "mlp") PLANNER_RETURN_IF_ERROR(divides(heads, "heads"));
-    if (ty != "attention") PLANNER_RETURN_IF_ERROR(divides(ffn, "ffn"));
-    if (ty == "attention") *out = std::make_unique<Attention>(ops, l.name, in[0], in[1], heads, o);
-    else if (ty == "mlp") *out = std::make_unique<Mlp>(ops, l.name, in[0], in[1], ffn, o);
-    else *out = std::make_unique<TransformerBlock>(ops, l.name, in[0], in[1], heads, ffn, o);
+    TransformerConfig c;
+    PLANNER_RETURN_IF_ERROR(ReadTransformerConfig(l, t, &c));
+    if (ty == "attention") *out = std::make_unique<Attention>(ops, l.name, in[0], in[1], c, o);
+    else if (ty == "mlp") *out = std::make_unique<Mlp>(ops, l.name, in[0], in[1], c, o);
+    else *out = std::make_unique<TransformerBlock>(ops, l.name, in[0], in[1], c, o);
   } else if (ty == "lm_head") {
     int64_t vocab = a.Int("vocab", 0);
     PLANNER_RETURN_IF_ERROR(divides(vocab, "vocab"));

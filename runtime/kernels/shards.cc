@@ -11,12 +11,15 @@ std::vector<int64_t> IndexRange(int64_t from, int64_t n) {
   return v;
 }
 
-WeightSlice QkvShard(int64_t hidden, int64_t heads, const KernelOptions& o) {
+WeightSlice QkvShard(int64_t hidden, int64_t heads, int64_t kv_heads, const KernelOptions& o) {
   if (o.tp_size <= 1) return {};
-  const int64_t hl = hidden / heads * (heads / o.tp_size);
-  WeightSlice s{hidden, 3 * hidden, {}, 0};
-  for (int64_t blk = 0; blk < 3; ++blk) {
-    auto r = IndexRange(blk * hidden + o.tp_rank * hl, hl);
+  const int64_t d = hidden / heads, ql = heads / o.tp_size * d, kvl = kv_heads / o.tp_size * d;
+  WeightSlice s{hidden, (heads + 2 * kv_heads) * d, {}, 0};
+  // Q rows [0, heads d), K rows [heads d, (heads + kv_heads) d), V after them.
+  const int64_t starts[3] = {o.tp_rank * ql, heads * d + o.tp_rank * kvl, (heads + kv_heads) * d + o.tp_rank * kvl};
+  const int64_t counts[3] = {ql, kvl, kvl};
+  for (int blk = 0; blk < 3; ++blk) {
+    auto r = IndexRange(starts[blk], counts[blk]);
     s.rows.insert(s.rows.end(), r.begin(), r.end());
   }
   return s;
@@ -30,6 +33,15 @@ WeightSlice AttnOutShard(int64_t hidden, int64_t heads, const KernelOptions& o) 
 WeightSlice Fc1Shard(int64_t hidden, int64_t ffn, const KernelOptions& o) {
   if (o.tp_size <= 1) return {};
   return {hidden, ffn, IndexRange(o.tp_rank * (ffn / o.tp_size), ffn / o.tp_size), 0};
+}
+
+WeightSlice GatedFc1Shard(int64_t hidden, int64_t ffn, const KernelOptions& o) {
+  if (o.tp_size <= 1) return {};
+  const int64_t fl = ffn / o.tp_size;
+  WeightSlice s{hidden, 2 * ffn, IndexRange(o.tp_rank * fl, fl), 0};
+  auto up = IndexRange(ffn + o.tp_rank * fl, fl);
+  s.rows.insert(s.rows.end(), up.begin(), up.end());
+  return s;
 }
 
 WeightSlice Fc2Shard(int64_t hidden, int64_t ffn, const KernelOptions& o) {

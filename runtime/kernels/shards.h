@@ -24,9 +24,15 @@ struct WeightSlice {
 std::vector<int64_t> IndexRange(int64_t from, int64_t n);
 
 // Rank o.tp_rank's cut of each sharded weight (no cut when o.tp_size == 1).
-WeightSlice QkvShard(int64_t hidden, int64_t heads, const KernelOptions& o);      // [3h/t, h]: its heads of q, of k and of v
+// QKV of grouped-query attention: the full weight is [(heads + 2 kv_heads) d, h] (d = h / heads), rows
+// Q (heads d), then K and V (kv_heads d each); rank r keeps its heads / t query heads and its
+// kv_heads / t KV groups of each block (Megatron-Core divides the query groups by t), [(heads + 2 kv_heads) d / t, h].
+WeightSlice QkvShard(int64_t hidden, int64_t heads, int64_t kv_heads, const KernelOptions& o);
 WeightSlice AttnOutShard(int64_t hidden, int64_t heads, const KernelOptions& o);  // [h, h/t]
 WeightSlice Fc1Shard(int64_t hidden, int64_t ffn, const KernelOptions& o);        // [ffn/t, h]
+// SwiGLU's fc1, full [2 ffn, h] (gate rows, then up rows): rank r keeps its ffn / t gate rows and the
+// matching up rows, [2 ffn / t, h] (gate then up), so silu(gate) o up needs no communication.
+WeightSlice GatedFc1Shard(int64_t hidden, int64_t ffn, const KernelOptions& o);
 WeightSlice Fc2Shard(int64_t hidden, int64_t ffn, const KernelOptions& o);        // [h, ffn/t]
 WeightSlice VocabShard(int64_t hidden, int64_t vocab, const KernelOptions& o);    // [V/t, h]
 

@@ -124,8 +124,8 @@ void CheckElementwise() {
   Pair z = Rand({rows, cols}, 11), out = Filled({rows, cols}, 0);
   Leaf("add", {&out}, 1e-7, [&](DeviceOps& o, bool gpu) { return gpu ? o.Add(x.g(), z.g(), out.g(), n) : o.Add(x.c(), z.c(), out.c(), n); });
   Leaf("multiply", {&out}, 1e-7, [&](DeviceOps& o, bool gpu) { return gpu ? o.Multiply(x.g(), z.g(), out.g(), n) : o.Multiply(x.c(), z.c(), out.c(), n); });
-  for (Activation a : {Activation::kRelu, Activation::kGelu}) {
-    const std::string name = a == Activation::kRelu ? "relu" : "gelu";
+  for (Activation a : {Activation::kRelu, Activation::kGelu, Activation::kRelu2}) {
+    const std::string name = a == Activation::kRelu ? "relu" : (a == Activation::kGelu ? "gelu" : "relu2");
     Leaf(name + " forward", {&out}, 1e-5,
          [&](DeviceOps& o, bool gpu) { return gpu ? o.ActivationForward(a, x.g(), out.g(), n) : o.ActivationForward(a, x.c(), out.c(), n); });
     Leaf(name + " backward", {&out}, 1e-5, [&](DeviceOps& o, bool gpu) {
@@ -159,6 +159,35 @@ void CheckNorms() {
          [&](DeviceOps& o, bool gpu) { return o.SoftmaxRows(gpu ? p.g() : p.c(), rows, s, causal); });
     Leaf(std::string("softmax backward") + (causal ? " causal" : ""), {&dp}, 1e-4,
          [&](DeviceOps& o, bool gpu) { return gpu ? o.SoftmaxBackwardRows(p.g(), dp.g(), rows, s, 0.25f) : o.SoftmaxBackwardRows(p.c(), dp.c(), rows, s, 0.25f); });
+  }
+}
+
+// RMSNorm, SwiGLU and RoPE (the Llama-class layers' own operations).
+void CheckLlamaOps() {
+  const int64_t n = 40, h = 300;
+  Pair x = Rand({n, h}, 40, 3.0f), w = Rand({h}, 41), y = Filled({n, h}, 0), xhat = Filled({n, h}, 0), rstd = Filled({n}, 0);
+  Leaf("rmsnorm forward", {&y, &xhat, &rstd}, 1e-5, [&](DeviceOps& o, bool gpu) {
+    return gpu ? o.RmsNormForward(x.g(), w.g(), y.g(), xhat.g(), rstd.g(), n, h) : o.RmsNormForward(x.c(), w.c(), y.c(), xhat.c(), rstd.c(), n, h);
+  });
+  Pair dy = Rand({n, h}, 42), dx = Filled({n, h}, 0), dw = Rand({h}, 43);
+  Leaf("rmsnorm backward", {&dx}, 1e-4, [&](DeviceOps& o, bool gpu) {
+    return gpu ? o.RmsNormBackward(dy.g(), w.g(), xhat.g(), rstd.g(), dx.g(), n, h) : o.RmsNormBackward(dy.c(), w.c(), xhat.c(), rstd.c(), dx.c(), n, h);
+  });
+  Leaf("rmsnorm weight gradient", {&dw}, 1e-5, [&](DeviceOps& o, bool gpu) {
+    return gpu ? o.RmsNormParamGrads(dy.g(), xhat.g(), dw.g(), n, h) : o.RmsNormParamGrads(dy.c(), xhat.c(), dw.c(), n, h);
+  });
+  const int64_t rows = 50, f = 70;
+  Pair gu = Rand({rows, 2 * f}, 44, 3.0f), a = Filled({rows, f}, 0), da = Rand({rows, f}, 45), dgu = Filled({rows, 2 * f}, 0);
+  Leaf("swiglu forward", {&a}, 1e-5, [&](DeviceOps& o, bool gpu) { return gpu ? o.SwiGluForward(gu.g(), a.g(), rows, f) : o.SwiGluForward(gu.c(), a.c(), rows, f); });
+  Leaf("swiglu backward", {&dgu}, 1e-5, [&](DeviceOps& o, bool gpu) {
+    return gpu ? o.SwiGluBackward(gu.g(), da.g(), dgu.g(), rows, f) : o.SwiGluBackward(gu.c(), da.c(), dgu.c(), rows, f);
+  });
+  const int64_t seq = 32, heads = 3, d = 16, ld = heads * d + 8;  // rows wider than the rotated heads: the rest untouched
+  for (bool inverse : {false, true}) {
+    Pair q = Rand({2 * seq, ld}, 46);
+    Leaf(std::string("rope") + (inverse ? " inverse" : ""), {&q}, 1e-5, [&](DeviceOps& o, bool gpu) {
+      return o.Rope(gpu ? q.g() : q.c(), 2 * seq, ld, seq, 5, heads, d, 500000, inverse);
+    });
   }
 }
 
@@ -280,14 +309,7 @@ void CheckShard(const std::string& type, const Layer& l, std::vector<int64_t> in
   }
 }
 
-void Check(const std::string& type, std::vector<int64_t> in, LayerAttrs attrs, int64_t b, bool ids = false, int tp = 1) {
-  Layer l;
-  if (!InferLayer(type, attrs, in, DType::kFp32, &l).ok()) {
-    std::printf("FAIL %s: shape inference\n", type.c_str());
-    ++failures;
-    return;
-  }
-  l.name = type;
+void CheckLayer(const std::string& type, const Layer& l, const std::vector<int64_t>& in, int64_t b, bool ids, int tp) {
   if (tp == 1) {
     CheckShard(type, l, in, b, ids, 0, 1, nullptr, nullptr);
     return;
@@ -303,6 +325,30 @@ void Check(const std::string& type, std::vector<int64_t> in, LayerAttrs attrs, i
   }
 }
 
+void Check(const std::string& type, std::vector<int64_t> in, LayerAttrs attrs, int64_t b, bool ids = false, int tp = 1) {
+  Layer l;
+  if (!InferLayer(type, attrs, in, DType::kFp32, &l).ok()) {
+    std::printf("FAIL %s: shape inference\n", type.c_str());
+    ++failures;
+    return;
+  }
+  l.name = type;
+  CheckLayer(type, l, in, b, ids, tp);
+}
+
+// Llama-class layers, built by hand (type, shapes and ATTRS.md's attributes) so that this test
+// does not depend on spec/'s inference of them.
+void CheckLlama(const std::string& type, std::vector<int64_t> in, const std::string& act, int64_t kv, int64_t b, int tp = 1) {
+  Layer l;
+  l.name = type + " " + act + " kv " + std::to_string(kv);
+  l.type = type;
+  l.in_shape = l.out_shape = in;
+  l.attrs.ints = {{"heads", 4}, {"kv_heads", kv}, {"ffn", 512}, {"rope_theta", 500000}};
+  l.attrs.strings = {{"act", act}, {"norm", "rmsnorm"}, {"position", "rope"}};
+  l.attrs.bools = {{"bias", false}};
+  CheckLayer(l.name, l, in, b, false, tp);
+}
+
 }  // namespace
 
 int main() {
@@ -315,6 +361,7 @@ int main() {
   CheckGemms();
   CheckElementwise();
   CheckNorms();
+  CheckLlamaOps();
   CheckEmbeddingAndLoss();
   CheckWindows();
   LayerAttrs lin;
@@ -357,6 +404,16 @@ int main() {
   Check("embedding", {64}, emb, 2, true, 2);
   Check("lm_head", {64, 128}, head, 2, false, 2);
   Check("loss", {64, 512}, {}, 2, false, 2);
+  // Llama-class layers: GQA and MQA with RoPE, SwiGLU and squared-ReLU MLPs, RMSNorm, no biases.
+  CheckLlama("rmsnorm", {64, 128}, "swiglu", 4, 4);
+  CheckLlama("attention", {64, 128}, "swiglu", 2, 2);
+  CheckLlama("attention", {64, 128}, "swiglu", 1, 2);
+  CheckLlama("mlp", {64, 128}, "swiglu", 4, 2);
+  CheckLlama("mlp", {64, 128}, "relu2", 4, 2);
+  CheckLlama("transformer_block", {64, 128}, "swiglu", 2, 2);
+  CheckLlama("attention", {64, 128}, "swiglu", 2, 2, 2);
+  CheckLlama("mlp", {64, 128}, "swiglu", 4, 2, 2);
+  CheckLlama("transformer_block", {64, 128}, "swiglu", 2, 2, 2);
   std::printf("%s\n", failures.load() == 0 ? "CUDA == CPU on every leaf operation, layer and shard" : "CUDA and CPU differ");
   return failures.load() == 0 ? 0 : 1;
 }
