@@ -19,7 +19,7 @@ namespace planner {
 struct RankComms {
   Communicator* world = nullptr;
   Communicator* pipe = nullptr;  // the world, or `nccl`
-  std::unique_ptr<Communicator> nccl, tp, dp;
+  std::unique_ptr<Communicator> nccl, tp, dp, cp;  // cp: launch.yaml's context_parallel group (cp > 1)
   // Trace and transfer times go on rank 0's clock (the ranks of one node share theirs; other nodes' differ).
   double clock_offset_s = 0, clock_error_s = 0;
 };

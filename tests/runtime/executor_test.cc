@@ -13,6 +13,8 @@
 #include <fstream>
 #include <map>
 #include <optional>
+#include <set>
+#include <cstring>
 #include <sstream>
 
 #include <fmt/format.h>
@@ -21,6 +23,7 @@
 #include "codegen/codegen.h"
 #include "dp_solver/search.h"
 #include "runtime/executor.h"
+#include "runtime/kernels/shards.h"
 #include "spec/cluster_spec.h"
 #include "tests/test_util.h"
 
@@ -37,6 +40,8 @@ struct Case {
   int64_t iterations = 1;
   double lr = 1e-3;
   bool overlap_dp = false;
+  int64_t cp = 1;     // the solved plan's cp / sequence_parallel set before codegen (the search does not choose them yet)
+  bool sp = false;
   std::optional<Schedule> plan_schedule;  // the solved plan's schedule replaced before codegen (as run_test.sh edits plan.yaml)
 };
 
@@ -68,6 +73,8 @@ Status MakeLaunch(const Case& c, ModelSpec* model, LaunchPlan* out) {
   Plan plan;
   PLANNER_RETURN_IF_ERROR(SolveAuto(src, o, &plan));
   if (c.plan_schedule) plan.schedule = *c.plan_schedule;
+  plan.cp = c.cp;
+  plan.sequence_parallel = c.sp;
   CodegenOptions g;
   g.gpus_per_node = cluster.levels[0].size;
   g.run.iterations = c.iterations;
@@ -95,7 +102,7 @@ Status RunOnThreads(const LaunchPlan& L, const ModelSpec& model, RunOptions opt,
 std::map<std::string, std::vector<float>> ModelGradients(const LaunchPlan& L, const std::vector<RunSummary>& runs) {
   std::map<std::string, std::vector<float>> g;
   for (size_t r = 0; r < runs.size(); ++r) {
-    if (L.ranks[r].replica != 0 || L.ranks[r].tp_rank != 0) continue;
+    if (L.ranks[r].replica != 0 || L.ranks[r].tp_rank != 0 || L.ranks[r].cp_rank != 0) continue;
     for (const NamedGradient& x : runs[r].gradients) g[x.name] = x.values;
   }
   return g;
@@ -416,6 +423,139 @@ TEST_CASE("a run whose directory cannot be written fails with an error naming th
   REQUIRE(!s.ok());
   INFO(s.ToString());
   CHECK(s.message().find(o.run_dir + "/trace.rank") != std::string::npos);
+}
+
+}  // namespace
+}  // namespace planner
+
+namespace planner {
+namespace {
+
+// Sequence and context parallelism (runtime/sequence_parallel.h): every parameter's gradient after
+// one step equals one process's. tiny-gpt: s 64, h 128, 4 heads, ffn 512, V 512.
+Case SeqCase(int64_t gpus, int64_t pp, int64_t tp, int64_t cp, bool sp) {
+  Case c;
+  c.gpus = gpus;
+  c.pp = {pp};
+  c.tp = {tp};
+  c.cp = cp;
+  c.sp = sp;
+  c.schedules = {Schedule::k1F1B};
+  return c;
+}
+
+// The part of the single-process gradient `full` that TP rank j holds of parameter `name` (the
+// cuts of runtime/kernels/shards.h), or the whole when it is not cut.
+std::vector<float> TpSlice(const std::string& name, const std::vector<float>& full, int64_t j, int64_t t) {
+  const int64_t h = 128, heads = 4, ffn = 512, vocab = 512;
+  if (t == 1) return full;
+  KernelOptions o;
+  o.tp_size = t, o.tp_rank = j;
+  auto ends = [&](const char* suffix) { return name.size() >= std::strlen(suffix) && name.compare(name.size() - std::strlen(suffix), std::string::npos, suffix) == 0; };
+  auto cut = [&](const WeightSlice& w, int64_t cols) {
+    std::vector<float> out;
+    const std::vector<int64_t> rows = w.rows.empty() ? IndexRange(0, w.full_out) : w.rows;
+    const int64_t width = static_cast<int64_t>(full.size()) / w.full_out;  // 1 for a bias
+    for (int64_t r : rows)
+      for (int64_t k = 0; k < (width == 1 ? 1 : cols); ++k) out.push_back(full[static_cast<size_t>(r * width + (width == 1 ? 0 : w.col0 + k))]);
+    return out;
+  };
+  if (ends(".attn.qkv.weight") || ends(".attn.qkv.bias")) return cut(QkvShard(h, heads, o), h);
+  if (ends(".attn.out.weight")) return cut(AttnOutShard(h, heads, o), h / t);
+  if (ends(".mlp.fc1.weight") || ends(".mlp.fc1.bias")) return cut(Fc1Shard(h, ffn, o), h);
+  if (ends(".mlp.fc2.weight")) return cut(Fc2Shard(h, ffn, o), ffn / t);
+  if (ends(".word") || ends("lm_head.weight")) return cut(VocabShard(h, vocab, o), h);
+  if (ends(".position") && j > 0) return std::vector<float>(full.size(), 0.0f);  // positions live on TP rank 0
+  return full;
+}
+
+// Every parameter of every (tp, cp) rank of replica 0 against the matching slice of one process's.
+void CheckEveryParameter(const LaunchPlan& L, const ModelSpec& model) {
+  std::vector<RunSummary> multi, single;
+  REQUIRE_OK(RunOnThreads(L, model, {}, &multi));
+  REQUIRE_OK(RunOnThreads(SingleProcessPlan(L, model), model, {}, &single));
+  const auto want = ModelGradients(SingleProcessPlan(L, model), single);
+  double worst = 0;
+  size_t compared = 0;
+  std::set<std::string> seen;
+  for (size_t r = 0; r < multi.size(); ++r) {
+    if (L.ranks[r].replica != 0) continue;
+    for (const NamedGradient& g : multi[r].gradients) {
+      INFO(g.name << " on rank " << r);
+      auto it = want.find(g.name);
+      REQUIRE(it != want.end());
+      const std::vector<float> w = TpSlice(g.name, it->second, L.ranks[r].tp_rank, L.tp);
+      REQUIRE(w.size() == g.values.size());
+      double num = 0, den = 0;
+      for (size_t i = 0; i < w.size(); ++i) {
+        num += (static_cast<double>(g.values[i]) - w[i]) * (static_cast<double>(g.values[i]) - w[i]);
+        den += static_cast<double>(w[i]) * w[i];
+      }
+      const double rel = den > 0 ? std::sqrt(num / den) : std::sqrt(num);
+      CHECK(rel < 1e-5);
+      worst = std::max(worst, rel);
+      ++compared;
+      seen.insert(g.name);
+    }
+  }
+  CHECK(seen.size() == want.size());  // every parameter of the model is held by some rank
+  MESSAGE(fmt::format("{}: {} parameter gradients on {} ranks, worst relative L2 difference {:.2e}", L.config, compared, multi.size(), worst));
+  // The losses agree too (each CP rank's share summed over the group).
+  CHECK(std::abs(multi[0].loss[0] - single[0].loss[0]) < 1e-5);
+}
+
+TEST_CASE("tp=2 with sequence parallelism: every parameter's gradient equals one process's") {
+  ModelSpec model;
+  LaunchPlan L;
+  REQUIRE_OK(MakeLaunch(SeqCase(2, 1, 2, 1, true), &model, &L));
+  REQUIRE(L.tp == 2);
+  REQUIRE(L.sequence_parallel);
+  CheckEveryParameter(L, model);
+}
+
+TEST_CASE("cp=2 (ring attention): every parameter's gradient equals one process's") {
+  ModelSpec model;
+  LaunchPlan L;
+  REQUIRE_OK(MakeLaunch(SeqCase(1, 1, 1, 2, false), &model, &L));
+  REQUIRE(L.ranks.size() == 2);
+  REQUIRE(L.cp_groups == std::vector<std::vector<int64_t>>{{0, 1}});
+  REQUIRE(L.dp_groups == std::vector<std::vector<int64_t>>{{0, 1}});  // gradients summed over dp x cp
+  CheckEveryParameter(L, model);
+}
+
+TEST_CASE("pp=2 x cp=2: every parameter's gradient equals one process's; ranks in Megatron's tp-cp-dp-pp order") {
+  ModelSpec model;
+  LaunchPlan L;
+  REQUIRE_OK(MakeLaunch(SeqCase(2, 2, 1, 2, false), &model, &L));
+  REQUIRE(L.ranks.size() == 4);
+  for (const LaunchRank& r : L.ranks) CHECK(r.rank == r.stage * 2 + r.cp_rank);  // rank = cp_rank + cp (dp_rank + d stage), t = d = 1
+  CHECK(L.ranks[0].next == std::vector<int64_t>{2});  // pipeline neighbours keep the cp rank
+  CHECK(L.ranks[1].next == std::vector<int64_t>{3});
+  CheckEveryParameter(L, model);
+}
+
+TEST_CASE("tp=2 x cp=2 with sequence parallelism: every parameter's gradient equals one process's") {
+  ModelSpec model;
+  LaunchPlan L;
+  REQUIRE_OK(MakeLaunch(SeqCase(2, 1, 2, 2, true), &model, &L));
+  REQUIRE(L.ranks.size() == 4);
+  CheckEveryParameter(L, model);
+}
+
+TEST_CASE("launch.yaml carries cp, sequence_parallel, cp ranks and the context-parallel groups") {
+  ModelSpec model;
+  LaunchPlan L, back;
+  REQUIRE_OK(MakeLaunch(SeqCase(2, 2, 1, 2, false), &model, &L));
+  REQUIRE_OK(ParseLaunchPlan("launch.yaml", LaunchPlanToYaml(L), &back));
+  CHECK(back.cp == 2);
+  CHECK(!back.sequence_parallel);
+  CHECK(back.cp_groups == L.cp_groups);
+  for (size_t i = 0; i < L.ranks.size(); ++i) CHECK(back.ranks[i].cp_rank == L.ranks[i].cp_rank);
+  std::string bad = LaunchPlanToYaml(L);
+  bad.replace(bad.find("cp_rank: 1"), 10, "cp_rank: 2");
+  Status s = ParseLaunchPlan("launch.yaml", bad, &back);
+  CHECK(!s.ok());
+  CHECK(s.message().find("cp_rank 2 >= cp 2") != std::string::npos);
 }
 
 }  // namespace
