@@ -254,6 +254,8 @@ srun --kill-on-bad-exit=1 {} run "$DIR"
 void AddMegatronArgs(const Plan& plan, const ModelSpec& model, const LaunchPlan& L, Files* files, std::vector<std::string>* notes) {
   std::string mg;
   mg += fmt::format("--tensor-model-parallel-size {}\n--pipeline-model-parallel-size {}\n", L.tp, L.pp);
+  if (L.cp > 1) mg += fmt::format("--context-parallel-size {}\n--cp-comm-type p2p\n", L.cp);  // ring attention, as planner run executes it
+  if (L.sequence_parallel) mg += "--sequence-parallel\n";
   if (model.is_gpt) {
     mg += fmt::format("--num-layers {}\n--hidden-size {}\n--num-attention-heads {}\n--seq-length {}\n--max-position-embeddings {}\n",
                       model.gpt.layers, model.gpt.hidden, model.gpt.heads, model.gpt.seq, model.gpt.seq);

@@ -9,18 +9,19 @@
 // tests/runtime/run_test.sh (tolerance: relative L2 1e-5 per gradient).
 #include <atomic>
 #include <cmath>
+#include <cstring>
 #include <filesystem>
 #include <fstream>
 #include <map>
 #include <optional>
 #include <set>
-#include <cstring>
 #include <sstream>
 
 #include <fmt/format.h>
 #include <unistd.h>
 
 #include "codegen/codegen.h"
+#include "common/units.h"
 #include "dp_solver/search.h"
 #include "runtime/executor.h"
 #include "runtime/kernels/shards.h"
@@ -556,6 +557,42 @@ TEST_CASE("launch.yaml carries cp, sequence_parallel, cp ranks and the context-p
   Status s = ParseLaunchPlan("launch.yaml", bad, &back);
   CHECK(!s.ok());
   CHECK(s.message().find("cp_rank 2 >= cp 2") != std::string::npos);
+}
+
+}  // namespace
+}  // namespace planner
+
+namespace planner {
+namespace {
+
+// The run report of an SP plan and of a CP plan: the heading names the parallelism, and the
+// iteration row gives the measured median against the plan's prediction.
+void CheckReport(const Case& c, const std::string& heading) {
+  ModelSpec model;
+  LaunchPlan L;
+  REQUIRE_OK(MakeLaunch(c, &model, &L));
+  REQUIRE(L.predicted_iteration_s > 0);
+  RunOptions opt;
+  opt.run_dir = RunDir("report");
+  std::vector<RunSummary> runs;
+  REQUIRE_OK(RunOnThreads(L, model, opt, &runs));
+  std::ifstream in(fs::path(opt.run_dir) / "report.md");
+  std::stringstream ss;
+  ss << in.rdbuf();
+  const std::string rep = ss.str();
+  INFO(rep);
+  CHECK(rep.find(heading) != std::string::npos);
+  const std::string row = fmt::format("| iteration | {} | {} |", FormatSeconds(runs[0].median_iteration_s), FormatSeconds(L.predicted_iteration_s));
+  CHECK(rep.find(row) != std::string::npos);
+  CHECK(runs[0].median_iteration_s > 0);
+  CHECK(runs[0].loss.back() < runs[0].loss.front());  // 3 steps of Adam at 1e-3 on the teacher's data
+}
+
+TEST_CASE("the run report compares an SP plan and a CP plan with their predictions") {
+  Case sp = SeqCase(2, 1, 2, 1, true), cp = SeqCase(1, 1, 1, 2, false);
+  sp.iterations = cp.iterations = 3;
+  CheckReport(sp, "tp-pp-dp 2-1-1, sequence parallel,");
+  CheckReport(cp, "tp-pp-dp 1-1-1, cp 2 (ring attention),");
 }
 
 }  // namespace
