@@ -18,6 +18,7 @@
 #include "runtime/rank_program.h"
 #include "runtime/rank_comms.h"
 #include "runtime/run_report.h"
+#include "runtime/sequence_parallel.h"
 #include "runtime/stage.h"
 #include "runtime/transfers.h"
 
@@ -41,6 +42,7 @@ Status CheckLaunch(const LaunchPlan& L, const ModelSpec& model, int world_size, 
                                             "zb-h1); drop --comm-only, or solve with one of them and codegen again", L.path));
   }
   if (model.layers.back().type != "loss") return Status::InvalidArgument("the model's last layer must be a loss to train it");
+  PLANNER_RETURN_IF_ERROR(CheckSeqParallelLaunch(L.path, L.device, L.tp, L.cp, L.sequence_parallel, model.layers.front()));
   for (const auto& s : L.stages) {
     if (s.last_layer >= static_cast<int64_t>(model.layers.size())) {
       return Status::InvalidArgument(fmt::format("{}: a stage ends at layer {} but the model has {}", L.path, s.last_layer, model.layers.size()));

@@ -358,6 +358,25 @@ Layer LocalLayer(const Layer& l, const SeqParallel& sp) {
 
 }  // namespace
 
+Status CheckSeqParallelLaunch(const std::string& path, const std::string& device, int64_t tp, int64_t cp, bool sp, const Layer& first) {
+  if (cp <= 1 && !sp) return Status::OK();
+  if (device != "cpu") return Status::NotSupported(fmt::format("{}: cp / sequence_parallel run on CPU ranks only; codegen with --device cpu", path));
+  if (first.type != "embedding" || first.in_shape.size() != 1) {
+    return Status::InvalidArgument(fmt::format("{}: cp / sequence_parallel need a GPT model (token ids into an embedding); this model starts with '{}'",
+                                               path, first.type));
+  }
+  const int64_t s = first.in_shape[0], split = std::max<int64_t>(2 * cp, cp * (sp ? tp : 1));
+  if (cp > 1 && s % (2 * cp) != 0) {
+    return Status::InvalidArgument(fmt::format("{}: field 'cp': {} does not split the sequence of {} tokens into 2 x cp = {} chunks (causal load "
+                                               "balancing); choose cp with 2 cp dividing {}", path, cp, s, 2 * cp, s));
+  }
+  if (s % split != 0 || s % (cp * (sp ? tp : 1)) != 0) {
+    return Status::InvalidArgument(fmt::format("{}: field 'sequence_parallel': {} tokens do not split over cp {} x tp {}; choose tp dividing {}", path,
+                                               s, cp, tp, s / cp));
+  }
+  return Status::OK();
+}
+
 int64_t SeqDivisor(const Layer& l, bool input, const SeqParallel& sp) {
   const int64_t hidden = sp.cp * (sp.sp ? sp.tp : 1);
   if (l.type == "embedding") return input ? sp.cp : hidden;

@@ -597,3 +597,19 @@ TEST_CASE("the run report compares an SP plan and a CP plan with their predictio
 
 }  // namespace
 }  // namespace planner
+
+namespace planner {
+namespace {
+
+TEST_CASE("a cp that does not split the sequence into 2 cp chunks is refused before any communication, naming launch.yaml") {
+  ModelSpec model;
+  LaunchPlan L;
+  REQUIRE_OK(MakeLaunch(SeqCase(1, 1, 1, 3, false), &model, &L));  // tiny-gpt: s = 64, 2 cp = 6
+  std::vector<RunSummary> runs;
+  Status s = RunOnThreads(L, model, {}, &runs);
+  CHECK(!s.ok());
+  CHECK(s.message().find("tiny-gpt/launch.yaml: field 'cp': 3 does not split the sequence of 64 tokens into 2 x cp = 6 chunks") != std::string::npos);
+}
+
+}  // namespace
+}  // namespace planner
