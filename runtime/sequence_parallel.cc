@@ -348,6 +348,18 @@ class CpLoss final : public LayerKernel {
   SeqParallel sp_;
 };
 
+// The block SeqBlock builds is the GPT one (LayerNorm, multi-head attention with learned positions,
+// GeLU MLP); a block of another kind is refused rather than run as a different model.
+Status CheckGptBlock(const Layer& l) {
+  const LayerAttrs& a = l.attrs;
+  const int64_t heads = a.Int("heads", 1);
+  const bool gpt = a.Int("kv_heads", heads) == heads && a.String("norm", "layernorm") == "layernorm" && a.String("position", "learned") == "learned" &&
+                   a.String("ffn_act", "gelu") == "gelu" && a.String("act", "gelu") == "gelu";
+  if (gpt) return Status::OK();
+  return Status::NotSupported(fmt::format("layer '{}': sequence / context parallelism run GPT blocks (layernorm, kv_heads = heads, learned "
+                                          "positions, gelu) so far; run this model with cp 1 and sequence_parallel false", l.name));
+}
+
 // `layer` with its token dimensions cut to this rank's share.
 Layer LocalLayer(const Layer& l, const SeqParallel& sp) {
   Layer s = l;
@@ -411,6 +423,7 @@ Status MakeSeqParallelKernel(const Layer& l, const KernelOptions& o, const SeqPa
     PLANNER_RETURN_IF_ERROR(MakeKernel(l, ro, &k));
     *out = std::make_unique<SeqEmbedding>(std::move(k), sp, sp.sp ? nullptr : o.tp_group, s);
   } else if (l.type == "transformer_block") {
+    PLANNER_RETURN_IF_ERROR(CheckGptBlock(l));
     auto b = std::make_unique<SeqBlock>();
     PLANNER_RETURN_IF_ERROR(b->Init(l, o, sp));
     *out = std::move(b);

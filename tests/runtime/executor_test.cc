@@ -4,7 +4,8 @@
 // synchronous 2-1-1), tensor parallelism gives one process's gradient norm
 // and losses, PipeDream's weight stashing keeps each microbatch on one weight
 // version and the loss falls; a checkpointed run resumes onto the same loss
-// curve. Plans come from the solver and codegen, as `planner solve` and
+// curve; with sequence parallelism (tp 2) and context parallelism (cp 2, with pp 2, tp 2, ZB-H1,
+// interleaving) every parameter's gradient equals one process's. Plans come from the solver and codegen, as `planner solve` and
 // `planner codegen` make them. The same cases run under mpirun in
 // tests/runtime/run_test.sh (tolerance: relative L2 1e-5 per gradient).
 #include <atomic>
@@ -15,6 +16,7 @@
 #include <map>
 #include <optional>
 #include <set>
+#include <tuple>
 #include <sstream>
 
 #include <fmt/format.h>
@@ -541,6 +543,20 @@ TEST_CASE("tp=2 x cp=2 with sequence parallelism: every parameter's gradient equ
   REQUIRE_OK(MakeLaunch(SeqCase(2, 1, 2, 2, true), &model, &L));
   REQUIRE(L.ranks.size() == 4);
   CheckEveryParameter(L, model);
+}
+
+TEST_CASE("pp=2 x tp=2 with SP under ZB-H1 (W split from B) and pp=2 interleaved x cp=2: every parameter's gradient equals one process's") {
+  for (auto [schedule, tp, cp, sp] : {std::tuple{Schedule::kZbH1, 2, 1, true}, std::tuple{Schedule::kInterleaved, 1, 2, false}}) {
+    ModelSpec model;
+    LaunchPlan L;
+    Case c = SeqCase(2 * tp, 2, tp, cp, sp);
+    c.schedules = {schedule};
+    if (tp * 2 > 2) c.cluster = "dgx-a100";  // local-cpu holds 2 devices
+    REQUIRE_OK(MakeLaunch(c, &model, &L));
+    REQUIRE(L.schedule == schedule);
+    REQUIRE(L.ranks.size() == 4);
+    CheckEveryParameter(L, model);
+  }
 }
 
 TEST_CASE("launch.yaml carries cp, sequence_parallel, cp ranks and the context-parallel groups") {
