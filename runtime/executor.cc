@@ -102,6 +102,7 @@ Status RankRun::Setup() {
   SeqParallel seq;
   seq.tp = L_.tp, seq.tp_rank = me_.tp_rank, seq.sp = L_.sequence_parallel, seq.tp_comm = comms_.tp.get();
   seq.cp = L_.cp, seq.cp_rank = me_.cp_rank, seq.cp_comm = comms_.cp.get();
+  seq.log = [g = tp_group_.get()](int kind, int64_t bytes, double s) { g->Log(kind, bytes, s); };
   PLANNER_RETURN_IF_ERROR(stage_.Build(L_, model_, y_, rank_, dev_, tp_group_.get(), seq));
   OptimizerConfig oc;
   oc.kind = L_.run.optimizer == "sgd" ? OptimizerConfig::kSgd : OptimizerConfig::kAdam;

@@ -38,6 +38,8 @@ class CommTpGroup final : public TpGroup {
   void SetIteration(int64_t it) { iteration_ = it; }
   Status AllReduceSum(float* d, int64_t n) override { return Timed(d, n, ReduceOp::kSum); }
   Status AllReduceMax(float* d, int64_t n) override { return Timed(d, n, ReduceOp::kMax); }
+  // Logs another collective made inside a layer (runtime/sequence_parallel.h), numbered with the rest.
+  void Log(int kind, int64_t bytes, double seconds) { log_->push_back({iteration_, seq_++, bytes, seconds, kind}); }
 
  private:
   Status Timed(float* d, int64_t n, ReduceOp op);

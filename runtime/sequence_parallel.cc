@@ -6,31 +6,44 @@
 #include <fmt/format.h>
 
 #include "runtime/kernels/ring_attention.h"
+#include "common/timing.h"
 #include "runtime/kernels/shards.h"
+#include "runtime/transfers.h"
 
 namespace planner {
 
 namespace {
 
-// [b, n, w] of every rank of `c` -> [b, size x n, w] (rank r's tokens at [r n, (r + 1) n)).
-Status GatherSeq(Communicator* c, const Tensor& x, Tensor* y) {
+// Runs the collective `f`, logged under `kind` with `bytes`.
+template <typename F>
+Status Timed(const SeqParallel& sp, int kind, int64_t bytes, F f) {
+  const double t0 = MonotonicSeconds();
+  Status s = f();
+  if (sp.log) sp.log(kind, bytes, MonotonicSeconds() - t0);
+  return s;
+}
+
+// [b, n, w] of every rank of the TP group -> [b, size x n, w] (rank r's tokens at [r n, (r + 1) n)).
+Status GatherSeq(const SeqParallel& sp, const Tensor& x, Tensor* y) {
+  Communicator* c = sp.tp_comm;
   const int64_t t = c->size(), b = x.dim(0), n = x.dim(1), w = x.numel() / (b * n);
   Tensor all = Tensor::Zeros({t * x.numel()});
-  PLANNER_RETURN_IF_ERROR(c->AllGather(x.data(), all.data(), x.numel()));
+  PLANNER_RETURN_IF_ERROR(Timed(sp, TransferLog::kSpAllGather, t * x.numel() * 4, [&] { return c->AllGather(x.data(), all.data(), x.numel()); }));
   *y = Tensor::Zeros({b, t * n, w});
   for (int64_t r = 0; r < t; ++r)
     for (int64_t s = 0; s < b; ++s) std::memcpy(y->data() + (s * t * n + r * n) * w, all.data() + (r * b + s) * n * w, static_cast<size_t>(n * w) * 4);
   return Status::OK();
 }
 
-// [b, size x n, w] partial sums -> this rank's [b, n, w] block of their sum over `c`.
-Status ReduceScatterSeq(Communicator* c, const Tensor& x, Tensor* y) {
+// [b, size x n, w] partial sums -> this rank's [b, n, w] block of their sum over the TP group.
+Status ReduceScatterSeq(const SeqParallel& sp, const Tensor& x, Tensor* y) {
+  Communicator* c = sp.tp_comm;
   const int64_t t = c->size(), b = x.dim(0), n = x.dim(1) / t, w = x.numel() / (b * t * n);
   Tensor blocks = Tensor::Zeros({x.numel()});
   for (int64_t r = 0; r < t; ++r)
     for (int64_t s = 0; s < b; ++s) std::memcpy(blocks.data() + (r * b + s) * n * w, x.data() + (s * t * n + r * n) * w, static_cast<size_t>(n * w) * 4);
   *y = Tensor::Zeros({b, n, w});
-  return c->ReduceScatter(blocks.data(), y->data(), b * n * w, ReduceOp::kSum);
+  return Timed(sp, TransferLog::kSpReduceScatter, x.numel() * 4, [&] { return c->ReduceScatter(blocks.data(), y->data(), b * n * w, ReduceOp::kSum); });
 }
 
 void AddInto(const Tensor& a, Tensor* y) {
@@ -49,25 +62,28 @@ Layer SubLayer(const Layer& l, const std::string& type, const std::string& name,
 
 class CpRing final : public RingExchange {
  public:
-  explicit CpRing(Communicator* c) : c_(c) {}
+  explicit CpRing(const SeqParallel& sp) : sp_(sp) {}
   Status Shift(const float* send, float* recv, int64_t n) override {
-    const int r = c_->rank(), p = c_->size();
-    return c_->GroupSendRecv({P2POp{true, (r + 1) % p, const_cast<float*>(send), n}, P2POp{false, (r + p - 1) % p, recv, n}});
+    Communicator* c = sp_.cp_comm;
+    const int r = c->rank(), p = c->size();
+    return Timed(sp_, TransferLog::kCpRingShift, n * 4, [&] {
+      return c->GroupSendRecv({P2POp{true, (r + 1) % p, const_cast<float*>(send), n}, P2POp{false, (r + p - 1) % p, recv, n}});
+    });
   }
 
  private:
-  Communicator* c_;
+  SeqParallel sp_;
 };
 
 // A norm on the rank's tokens; under SP its weight gradients (partial over the TP group's
 // tokens) are all-reduced over the group: what this microbatch added, so accumulation stays exact.
 class SeqNorm final : public LayerKernel {
  public:
-  SeqNorm(std::unique_ptr<LayerKernel> inner, Communicator* tp_comm) : inner_(std::move(inner)), tp_(tp_comm) {}
+  SeqNorm(std::unique_ptr<LayerKernel> inner, const SeqParallel& sp) : inner_(std::move(inner)), sp_(sp) {}
   Status Forward(const Tensor& x, Tensor* y, Saved* s) override { return inner_->Forward(x, y, s); }
   Status BackwardInput(const Tensor& dy, Tensor* dx, Saved* s) override { return inner_->BackwardInput(dy, dx, s); }
   Status BackwardWeight(Saved* s) override {
-    if (tp_ == nullptr) return inner_->BackwardWeight(s);
+    if (!sp_.sp) return inner_->BackwardWeight(s);
     std::vector<std::vector<float>> before;
     for (Param* p : inner_->Params()) before.push_back(p->grad.ToVector());
     PLANNER_RETURN_IF_ERROR(inner_->BackwardWeight(s));
@@ -76,7 +92,8 @@ class SeqNorm final : public LayerKernel {
       const std::vector<float>& b = before[i++];
       std::vector<float> delta(b.size());
       for (size_t k = 0; k < b.size(); ++k) delta[k] = p->grad.data()[k] - b[k];
-      PLANNER_RETURN_IF_ERROR(tp_->AllReduce(delta.data(), static_cast<int64_t>(delta.size()), ReduceOp::kSum));
+      const int64_t n = static_cast<int64_t>(delta.size());
+      PLANNER_RETURN_IF_ERROR(Timed(sp_, TransferLog::kTpAllReduce, n * 4, [&] { return sp_.tp_comm->AllReduce(delta.data(), n, ReduceOp::kSum); }));
       for (size_t k = 0; k < b.size(); ++k) p->grad.data()[k] = b[k] + delta[k];
     }
     return Status::OK();
@@ -86,7 +103,7 @@ class SeqNorm final : public LayerKernel {
 
  private:
   std::unique_ptr<LayerKernel> inner_;
-  Communicator* tp_;
+  SeqParallel sp_;
 };
 
 // The vocabulary-parallel embedding on the rank's tokens: ids of the CP chunks are looked up at
@@ -109,13 +126,13 @@ class SeqEmbedding final : public LayerKernel {
     for (int64_t s0 = 0; s0 < b; ++s0)
       for (int64_t i = 0; i < n; ++i)
         std::memcpy(mine.data() + (s0 * n + i) * h, full.data() + (s0 * seq_ + pos_[static_cast<size_t>(i)]) * h, static_cast<size_t>(h) * 4);
-    if (sp_.sp) return ReduceScatterSeq(sp_.tp_comm, mine, y);
+    if (sp_.sp) return ReduceScatterSeq(sp_, mine, y);
     *y = mine;
     return group_ ? group_->AllReduceSum(y->data(), y->numel()) : Status::OK();
   }
   Status BackwardInput(const Tensor& dy, Tensor* dx, Saved* s) override {
     Tensor g = dy;
-    if (sp_.sp) PLANNER_RETURN_IF_ERROR(GatherSeq(sp_.tp_comm, dy, &g));
+    if (sp_.sp) PLANNER_RETURN_IF_ERROR(GatherSeq(sp_, dy, &g));
     const int64_t b = g.dim(0), n = g.dim(1), h = g.dim(2);
     Tensor full = Tensor::Zeros({b, seq_, h});
     for (int64_t s0 = 0; s0 < b; ++s0)
@@ -158,7 +175,7 @@ class CpAttention final : public LayerKernel {
  public:
   Status Init(const Layer& l, const KernelOptions& o, const SeqParallel& sp, int64_t seq, int64_t hidden, int64_t heads) {
     sp_ = sp;
-    ring_ = std::make_unique<CpRing>(sp.cp_comm);
+    ring_ = std::make_unique<CpRing>(sp);
     group_ = sp.sp ? nullptr : o.tp_group;
     dims_.seq = seq, dims_.heads = heads / sp.tp, dims_.head_dim = hidden / heads, dims_.cp = sp.cp, dims_.cp_rank = sp.cp_rank;
     dims_.causal = o.causal;
@@ -224,16 +241,16 @@ class CpAttention final : public LayerKernel {
 Status EnterRegion(const SeqParallel& sp, LayerKernel* k, const Tensor& x, Tensor* y, Saved* s) {
   if (!sp.sp) return k->Forward(x, y, s);
   Tensor full, partial;
-  PLANNER_RETURN_IF_ERROR(GatherSeq(sp.tp_comm, x, &full));
+  PLANNER_RETURN_IF_ERROR(GatherSeq(sp, x, &full));
   PLANNER_RETURN_IF_ERROR(k->Forward(full, &partial, s));
-  return ReduceScatterSeq(sp.tp_comm, partial, y);
+  return ReduceScatterSeq(sp, partial, y);
 }
 Status LeaveRegionBackward(const SeqParallel& sp, LayerKernel* k, const Tensor& dy, Tensor* dx, Saved* s) {
   if (!sp.sp) return k->BackwardInput(dy, dx, s);
   Tensor full, partial;
-  PLANNER_RETURN_IF_ERROR(GatherSeq(sp.tp_comm, dy, &full));
+  PLANNER_RETURN_IF_ERROR(GatherSeq(sp, dy, &full));
   PLANNER_RETURN_IF_ERROR(k->BackwardInput(full, &partial, s));
-  return ReduceScatterSeq(sp.tp_comm, partial, dx);
+  return ReduceScatterSeq(sp, partial, dx);
 }
 
 // Pre-LN GPT block (y = r + mlp(ln2(r)), r = x + attn(ln1(x))) on the rank's tokens.
@@ -245,11 +262,10 @@ class SeqBlock final : public LayerKernel {
     KernelOptions ro = o;  // the regions' kernels: TP all-reduces inside unless SP replaces them
     if (sp.sp) ro.tp_group = nullptr;
     std::unique_ptr<LayerKernel> k;
-    Communicator* norm_tp = sp.sp ? sp.tp_comm : nullptr;
     PLANNER_RETURN_IF_ERROR(MakeKernel(SubLayer(l, "layernorm", l.name + ".ln1", {n, h}, {n, h}), o, &k));
-    ln1_ = std::make_unique<SeqNorm>(std::move(k), norm_tp);
+    ln1_ = std::make_unique<SeqNorm>(std::move(k), sp);
     PLANNER_RETURN_IF_ERROR(MakeKernel(SubLayer(l, "layernorm", l.name + ".ln2", {n, h}, {n, h}), o, &k));
-    ln2_ = std::make_unique<SeqNorm>(std::move(k), norm_tp);
+    ln2_ = std::make_unique<SeqNorm>(std::move(k), sp);
     PLANNER_RETURN_IF_ERROR(MakeKernel(SubLayer(l, "mlp", l.name + ".mlp", {n_cp, h}, {n_cp, h}), ro, &mlp_));
     if (sp.cp == 1) return MakeKernel(SubLayer(l, "attention", l.name + ".attn", {s, h}, {s, h}), ro, &attn_);
     auto a = std::make_unique<CpAttention>();
@@ -306,14 +322,14 @@ class SeqHead final : public LayerKernel {
   Status Forward(const Tensor& x, Tensor* y, Saved* s) override {
     if (!sp_.sp) return inner_->Forward(x, y, s);
     Tensor full;
-    PLANNER_RETURN_IF_ERROR(GatherSeq(sp_.tp_comm, x, &full));
+    PLANNER_RETURN_IF_ERROR(GatherSeq(sp_, x, &full));
     return inner_->Forward(full, y, s);
   }
   Status BackwardInput(const Tensor& dy, Tensor* dx, Saved* s) override {
     if (!sp_.sp) return inner_->BackwardInput(dy, dx, s);
     Tensor partial;
     PLANNER_RETURN_IF_ERROR(inner_->BackwardInput(dy, &partial, s));
-    return ReduceScatterSeq(sp_.tp_comm, partial, dx);
+    return ReduceScatterSeq(sp_, partial, dx);
   }
   Status BackwardWeight(Saved* s) override { return inner_->BackwardWeight(s); }
   std::vector<Param*> Params() override { return inner_->Params(); }
@@ -333,7 +349,7 @@ class CpLoss final : public LayerKernel {
   Status Forward(const Tensor& x, Tensor* y, Saved* s) override {
     PLANNER_RETURN_IF_ERROR(inner_->Forward(x, y, s));
     for (int64_t i = 0; i < y->numel(); ++i) y->data()[i] /= static_cast<float>(sp_.cp);
-    return sp_.cp_comm->AllReduce(y->data(), y->numel(), ReduceOp::kSum);
+    return Timed(sp_, TransferLog::kCpAllReduce, y->numel() * 4, [&] { return sp_.cp_comm->AllReduce(y->data(), y->numel(), ReduceOp::kSum); });
   }
   Status BackwardInput(const Tensor& dy, Tensor* dx, Saved* s) override {
     Tensor g = Tensor::Zeros(dy.shape());
@@ -429,7 +445,7 @@ Status MakeSeqParallelKernel(const Layer& l, const KernelOptions& o, const SeqPa
     *out = std::move(b);
   } else if (l.type == "layernorm") {
     PLANNER_RETURN_IF_ERROR(MakeKernel(LocalLayer(l, sp), o, &k));
-    *out = std::make_unique<SeqNorm>(std::move(k), sp.sp ? sp.tp_comm : nullptr);
+    *out = std::make_unique<SeqNorm>(std::move(k), sp);
   } else if (l.type == "dropout") {
     return MakeKernel(LocalLayer(l, sp), o, out);
   } else if (l.type == "lm_head") {

@@ -21,6 +21,7 @@
 #pragma once
 
 #include <cstdint>
+#include <functional>
 #include <memory>
 #include <vector>
 
@@ -37,6 +38,8 @@ struct SeqParallel {
   Communicator* tp_comm = nullptr;  // SP's all-gathers, reduce-scatters and norm-gradient all-reduces
   int64_t cp = 1, cp_rank = 0;
   Communicator* cp_comm = nullptr;  // the CP ring and the loss's sum
+  // Each collective's kind (TransferLog::Kind), bytes and seconds, for the run report; may be empty.
+  std::function<void(int kind, int64_t bytes, double seconds)> log;
   bool active() const { return sp || cp > 1; }
 };
 

@@ -583,7 +583,7 @@ namespace {
 
 // The run report of an SP plan and of a CP plan: the heading names the parallelism, and the
 // iteration row gives the measured median against the plan's prediction.
-void CheckReport(const Case& c, const std::string& heading) {
+void CheckReport(const Case& c, const std::string& heading, const std::vector<std::tuple<std::string, int64_t, int64_t>>& rows) {
   ModelSpec model;
   LaunchPlan L;
   REQUIRE_OK(MakeLaunch(c, &model, &L));
@@ -602,13 +602,28 @@ void CheckReport(const Case& c, const std::string& heading) {
   CHECK(rep.find(row) != std::string::npos);
   CHECK(runs[0].median_iteration_s > 0);
   CHECK(runs[0].loss.back() < runs[0].loss.front());  // 3 steps of Adam at 1e-3 on the teacher's data
+  // The collectives inside layers, per kind and size: (row label, bytes per microbatch sample, calls per microbatch).
+  const int64_t b = L.microbatch_size, m = L.num_microbatches, measured = c.iterations - L.run.warmup_iterations;
+  for (const auto& [label, bytes, calls] : rows) {
+    const std::string want = fmt::format("| {} | {} | {} |", label, FormatBytes(static_cast<double>(b * bytes)), calls * m * measured);
+    INFO(want);
+    CHECK(rep.find(want) != std::string::npos);
+  }
 }
 
 TEST_CASE("the run report compares an SP plan and a CP plan with their predictions") {
   Case sp = SeqCase(2, 1, 2, 1, true), cp = SeqCase(1, 1, 1, 2, false);
   sp.iterations = cp.iterations = 3;
-  CheckReport(sp, "tp-pp-dp 2-1-1, sequence parallel,");
-  CheckReport(cp, "tp-pp-dp 1-1-1, cp 2 (ring attention),");
+  // tiny-gpt (4 blocks, s 64, h 128). SP: all-gathers of [b, s, h] entering attention, the MLP and
+  // lm_head in forward, and in backward leaving them and the embedding: 2 x 4 + 1 each way; as many
+  // reduce-scatters. CP 2: ring shifts of the 32 local tokens' K and V (2 x 128 floats each) once
+  // per block in forward, of K, V, dK and dV twice per block in backward; the loss's all-reduce.
+  const int64_t act = 64 * 128 * 4;
+  CheckReport(sp, "tp-pp-dp 2-1-1, sequence parallel,",
+              {{"sp all-gather stage 0 (2 ranks)", act, 18}, {"sp reduce-scatter stage 0 (2 ranks)", act, 18}});
+  CheckReport(cp, "tp-pp-dp 1-1-1, cp 2 (ring attention),",
+              {{"cp ring shift stage 0 (2 ranks)", 32 * 256 * 4, 4}, {"cp ring shift stage 0 (2 ranks)", 32 * 512 * 4, 8},
+               {"cp all-reduce stage 0 (2 ranks)", 4, 1}});
 }
 
 }  // namespace
