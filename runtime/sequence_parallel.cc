@@ -436,7 +436,9 @@ Status MakeSeqParallelKernel(const Layer& l, const KernelOptions& o, const SeqPa
   if (sp.sp) ro.tp_group = nullptr;
   std::unique_ptr<LayerKernel> k;
   if (l.type == "embedding") {
-    PLANNER_RETURN_IF_ERROR(MakeKernel(l, ro, &k));
+    KernelOptions eo = o;  // partial sums over the whole sequence; SeqEmbedding reduces the rank's tokens only
+    eo.tp_group = nullptr;
+    PLANNER_RETURN_IF_ERROR(MakeKernel(l, eo, &k));
     *out = std::make_unique<SeqEmbedding>(std::move(k), sp, sp.sp ? nullptr : o.tp_group, s);
   } else if (l.type == "transformer_block") {
     PLANNER_RETURN_IF_ERROR(CheckGptBlock(l));

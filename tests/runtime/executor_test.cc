@@ -537,12 +537,15 @@ TEST_CASE("pp=2 x cp=2: every parameter's gradient equals one process's; ranks i
   CheckEveryParameter(L, model);
 }
 
-TEST_CASE("tp=2 x cp=2 with sequence parallelism: every parameter's gradient equals one process's") {
-  ModelSpec model;
-  LaunchPlan L;
-  REQUIRE_OK(MakeLaunch(SeqCase(2, 1, 2, 2, true), &model, &L));
-  REQUIRE(L.ranks.size() == 4);
-  CheckEveryParameter(L, model);
+TEST_CASE("tp=2 x cp=2, with and without sequence parallelism: every parameter's gradient equals one process's") {
+  for (bool sp : {true, false}) {
+    ModelSpec model;
+    LaunchPlan L;
+    REQUIRE_OK(MakeLaunch(SeqCase(2, 1, 2, 2, sp), &model, &L));
+    REQUIRE(L.ranks.size() == 4);
+    for (const LaunchRank& r : L.ranks) CHECK(r.rank == r.cp_rank * 2 + r.tp_rank);  // tp fastest, then cp
+    CheckEveryParameter(L, model);
+  }
 }
 
 TEST_CASE("pp=2 x tp=2 with SP under ZB-H1 (W split from B) and pp=2 interleaved x cp=2: every parameter's gradient equals one process's") {
