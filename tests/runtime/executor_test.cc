@@ -562,6 +562,18 @@ TEST_CASE("pp=2 x tp=2 with SP under ZB-H1 (W split from B) and pp=2 interleaved
   }
 }
 
+TEST_CASE("dp=2 x cp=2: every parameter's gradient equals one process's; gradients summed over dp x cp") {
+  ModelSpec model;
+  LaunchPlan L;
+  Case c = SeqCase(2, 1, 1, 2, false);
+  c.cluster = "dgx-a100";
+  REQUIRE_OK(MakeLaunch(c, &model, &L));
+  REQUIRE(L.dp == 2);
+  REQUIRE(L.dp_groups == std::vector<std::vector<int64_t>>{{0, 1, 2, 3}});          // replicas x cp ranks
+  REQUIRE(L.cp_groups == std::vector<std::vector<int64_t>>{{0, 1}, {2, 3}});        // per replica
+  CheckEveryParameter(L, model);
+}
+
 TEST_CASE("launch.yaml carries cp, sequence_parallel, cp ranks and the context-parallel groups") {
   ModelSpec model;
   LaunchPlan L, back;
