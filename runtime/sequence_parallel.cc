@@ -174,7 +174,6 @@ Status CutLinear(const Layer& base, const std::string& name, int64_t in, int64_t
 class CpAttention final : public LayerKernel {
  public:
   Status Init(const Layer& l, const KernelOptions& o, const SeqParallel& sp, int64_t seq, int64_t hidden, int64_t heads) {
-    sp_ = sp;
     ring_ = std::make_unique<CpRing>(sp);
     group_ = sp.sp ? nullptr : o.tp_group;
     dims_.seq = seq, dims_.heads = heads / sp.tp, dims_.head_dim = hidden / heads, dims_.cp = sp.cp, dims_.cp_rank = sp.cp_rank;
@@ -228,7 +227,6 @@ class CpAttention final : public LayerKernel {
   }
 
  private:
-  SeqParallel sp_;
   std::unique_ptr<CpRing> ring_;
   TpGroup* group_ = nullptr;
   RingAttentionDims dims_;
