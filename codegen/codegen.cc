@@ -52,6 +52,8 @@ LaunchPlan LaunchHeader(const Plan& plan, const std::string& model_digest, const
   L.tp = plan.tp;
   L.pp = plan.pp;
   L.dp = plan.dp;
+  L.cp = std::max<int64_t>(1, plan.cp);
+  L.sequence_parallel = plan.sequence_parallel;
   L.config = plan.config;
   L.microbatch_size = plan.microbatch_size;
   L.num_microbatches = plan.num_microbatches;
@@ -84,46 +86,61 @@ void Place(const LaunchPlan& L, LaunchRank* r) {
   r->local_device = r->rank % L.gpus_per_node;
 }
 
-// Uniform plans: rank = position x t x d + replica x t + tp rank (Megatron's order), and the TP,
-// DP and PP groups of that order.
+// Uniform plans: Megatron's order tp-cp-dp-pp, rank = ((position x d + replica) x cp + cp rank) x t
+// + tp rank, and the groups of that order: TP per (position, replica, cp rank); the gradient
+// ("data_parallel") group per (position, tp rank) spans replicas and CP ranks, which hold the same
+// weights (Megatron's data-parallel group with context parallelism); PP per (replica, cp, tp rank);
+// CP per (position, replica, tp rank).
 void UniformRanks(int64_t p, int64_t d, int64_t t, LaunchPlan* L) {
-  auto rank_of = [&](int64_t r, int64_t k, int64_t j) { return r * t * d + k * t + j; };
-  for (int64_t r = 0; r < p; ++r) {
-    for (int64_t k = 0; k < d; ++k) {
-      for (int64_t j = 0; j < t; ++j) {
-        LaunchRank x;
-        x.rank = rank_of(r, k, j);
-        x.stage = r;
-        x.replica = k;
-        x.tp_rank = j;
-        // Interleaved chunks wrap around: the last device feeds the first's next chunk.
-        if (r > 0) x.prev = {rank_of(r - 1, k, j)};
-        else if (L->interleave > 1 && p > 1) x.prev = {rank_of(p - 1, k, j)};
-        if (r + 1 < p) x.next = {rank_of(r + 1, k, j)};
-        else if (L->interleave > 1 && p > 1) x.next = {rank_of(0, k, j)};
-        Place(*L, &x);
-        L->ranks.push_back(x);
-      }
-    }
-  }
+  const int64_t cp = std::max<int64_t>(1, L->cp);
+  auto rank_of = [&](int64_t r, int64_t k, int64_t c, int64_t j) { return ((r * d + k) * cp + c) * t + j; };
   for (int64_t r = 0; r < p; ++r)
-    for (int64_t k = 0; k < d; ++k) {
-      std::vector<int64_t> g;
-      for (int64_t j = 0; j < t; ++j) g.push_back(rank_of(r, k, j));
-      L->tp_groups.push_back(g);
-    }
+    for (int64_t k = 0; k < d; ++k)
+      for (int64_t c = 0; c < cp; ++c)
+        for (int64_t j = 0; j < t; ++j) {
+          LaunchRank x;
+          x.rank = rank_of(r, k, c, j);
+          x.stage = r;
+          x.replica = k;
+          x.tp_rank = j;
+          x.cp_rank = c;
+          // Interleaved chunks wrap around: the last device feeds the first's next chunk.
+          if (r > 0) x.prev = {rank_of(r - 1, k, c, j)};
+          else if (L->interleave > 1 && p > 1) x.prev = {rank_of(p - 1, k, c, j)};
+          if (r + 1 < p) x.next = {rank_of(r + 1, k, c, j)};
+          else if (L->interleave > 1 && p > 1) x.next = {rank_of(0, k, c, j)};
+          Place(*L, &x);
+          L->ranks.push_back(x);
+        }
+  for (int64_t r = 0; r < p; ++r)
+    for (int64_t k = 0; k < d; ++k)
+      for (int64_t c = 0; c < cp; ++c) {
+        std::vector<int64_t> g;
+        for (int64_t j = 0; j < t; ++j) g.push_back(rank_of(r, k, c, j));
+        L->tp_groups.push_back(g);
+      }
   for (int64_t r = 0; r < p; ++r)
     for (int64_t j = 0; j < t; ++j) {
       std::vector<int64_t> g;
-      for (int64_t k = 0; k < d; ++k) g.push_back(rank_of(r, k, j));
+      for (int64_t k = 0; k < d; ++k)
+        for (int64_t c = 0; c < cp; ++c) g.push_back(rank_of(r, k, c, j));
       L->dp_groups.push_back(g);
     }
   for (int64_t k = 0; k < d; ++k)
-    for (int64_t j = 0; j < t; ++j) {
-      std::vector<int64_t> g;
-      for (int64_t r = 0; r < p; ++r) g.push_back(rank_of(r, k, j));
-      L->pp_groups.push_back(g);
-    }
+    for (int64_t c = 0; c < cp; ++c)
+      for (int64_t j = 0; j < t; ++j) {
+        std::vector<int64_t> g;
+        for (int64_t r = 0; r < p; ++r) g.push_back(rank_of(r, k, c, j));
+        L->pp_groups.push_back(g);
+      }
+  if (cp == 1) return;
+  for (int64_t r = 0; r < p; ++r)
+    for (int64_t k = 0; k < d; ++k)
+      for (int64_t j = 0; j < t; ++j) {
+        std::vector<int64_t> g;
+        for (int64_t c = 0; c < cp; ++c) g.push_back(rank_of(r, k, c, j));
+        L->cp_groups.push_back(g);
+      }
 }
 
 // Per-stage replication: stage s holds replicas x t consecutive ranks from its offset; each
@@ -171,6 +188,8 @@ Status BuildLaunchPlan(const Plan& plan, const std::string& model_digest, const 
       return Status::InvalidArgument(fmt::format("plan: pp {} x interleave {} does not match its {} stages", plan.pp, L.interleave, plan.stages.size()));
     }
     UniformRanks(plan.pp, plan.dp, t, &L);
+  } else if (L.cp > 1) {
+    return Status::NotSupported("plan: context parallelism runs with uniform stages (no per-stage replication, not pipedream); solve with cp 1");
   } else {
     ReplicatedRanks(plan, t, &L);
   }
@@ -235,6 +254,8 @@ srun --kill-on-bad-exit=1 {} run "$DIR"
 void AddMegatronArgs(const Plan& plan, const ModelSpec& model, const LaunchPlan& L, Files* files, std::vector<std::string>* notes) {
   std::string mg;
   mg += fmt::format("--tensor-model-parallel-size {}\n--pipeline-model-parallel-size {}\n", L.tp, L.pp);
+  if (L.cp > 1) mg += fmt::format("--context-parallel-size {}\n--cp-comm-type p2p\n", L.cp);  // ring attention, as planner run executes it
+  if (L.sequence_parallel) mg += "--sequence-parallel\n";
   if (model.is_gpt) {
     mg += fmt::format("--num-layers {}\n--hidden-size {}\n--num-attention-heads {}\n--seq-length {}\n--max-position-embeddings {}\n",
                       model.gpt.layers, model.gpt.hidden, model.gpt.heads, model.gpt.seq, model.gpt.seq);

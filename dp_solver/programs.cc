@@ -91,7 +91,7 @@ Status BuildUniform(const LaunchPlan& L, std::vector<RankProgram>* out) {
     prog.position = pos;
     prog.replica = -1;
     for (const SimEvent& e : DeviceOrder(r, pos)) em.Append(e, &prog.actions);
-    if (L.dp > 1) prog.actions.push_back(Act(ActionKind::kGradReduce, -1, 0));
+    if (L.dp * L.cp > 1) prog.actions.push_back(Act(ActionKind::kGradReduce, -1, 0));  // gradients summed over dp x cp
     prog.actions.push_back(Act(ActionKind::kOptimizerStep, -1, 0));
     out->push_back(std::move(prog));
   }

@@ -18,6 +18,7 @@
 #include "runtime/rank_program.h"
 #include "runtime/rank_comms.h"
 #include "runtime/run_report.h"
+#include "runtime/sequence_parallel.h"
 #include "runtime/stage.h"
 #include "runtime/transfers.h"
 
@@ -41,6 +42,7 @@ Status CheckLaunch(const LaunchPlan& L, const ModelSpec& model, int world_size, 
                                             "zb-h1); drop --comm-only, or solve with one of them and codegen again", L.path));
   }
   if (model.layers.back().type != "loss") return Status::InvalidArgument("the model's last layer must be a loss to train it");
+  PLANNER_RETURN_IF_ERROR(CheckSeqParallelLaunch(L.path, L.device, L.tp, L.cp, L.sequence_parallel, model.layers.front()));
   for (const auto& s : L.stages) {
     if (s.last_layer >= static_cast<int64_t>(model.layers.size())) {
       return Status::InvalidArgument(fmt::format("{}: a stage ends at layer {} but the model has {}", L.path, s.last_layer, model.layers.size()));
@@ -97,7 +99,11 @@ Status RankRun::Setup() {
   dev_ = L_.device == "cuda" ? Device::kCuda : Device::kCpu;
   PLANNER_RETURN_IF_ERROR(OpenRankComms(L_, dev_, world_, &comms_));
   tp_group_ = std::make_unique<CommTpGroup>(comms_.tp.get(), &record_.transfers().tp_allreduces);
-  PLANNER_RETURN_IF_ERROR(stage_.Build(L_, model_, y_, rank_, dev_, tp_group_.get()));
+  SeqParallel seq;
+  seq.tp = L_.tp, seq.tp_rank = me_.tp_rank, seq.sp = L_.sequence_parallel, seq.tp_comm = comms_.tp.get();
+  seq.cp = L_.cp, seq.cp_rank = me_.cp_rank, seq.cp_comm = comms_.cp.get();
+  seq.log = [g = tp_group_.get()](int kind, int64_t bytes, double s) { g->Log(kind, bytes, s); };
+  PLANNER_RETURN_IF_ERROR(stage_.Build(L_, model_, y_, rank_, dev_, tp_group_.get(), seq));
   OptimizerConfig oc;
   oc.kind = L_.run.optimizer == "sgd" ? OptimizerConfig::kSgd : OptimizerConfig::kAdam;
   oc.lr = L_.run.learning_rate;
@@ -116,7 +122,7 @@ Status RankRun::Resume() {
 }
 
 Status RankRun::StartInterpreter() {
-  const bool sync_dp = !y_.async && (y_.replicated ? L_.stages[static_cast<size_t>(me_.stage)].replicas > 1 : L_.dp > 1);
+  const bool sync_dp = !y_.async && (y_.replicated ? L_.stages[static_cast<size_t>(me_.stage)].replicas > 1 : L_.dp * L_.cp > 1);
   const bool overlap = L_.run.overlap_dp && sync_dp && stage_.grad_elems() > 0 && ConcurrentCommunicatorsSafe(*comms_.dp);
   reducer_ = std::make_unique<DataParallelReducer>(comms_.dp.get(), stage_.bucket(), overlap);
   std::vector<Action> program;
@@ -161,7 +167,7 @@ Status RankRun::Train() {
 // Mean loss of the global batch (last-stage, tp-rank-0 ranks contribute their sum) and the
 // iteration's time, the slowest rank's.
 Status RankRun::EndIteration(int64_t it, const PassFigures& f) {
-  float lsum = me_.tp_rank == 0 ? static_cast<float>(f.loss_sum[0]) : 0.0f;
+  float lsum = me_.tp_rank == 0 && me_.cp_rank == 0 ? static_cast<float>(f.loss_sum[0]) : 0.0f;  // CP ranks hold the whole loss
   PLANNER_RETURN_IF_ERROR(world_.AllReduce(&lsum, 1, ReduceOp::kSum));
   float it_time = static_cast<float>(MonotonicSeconds() - f.start_s);
   PLANNER_RETURN_IF_ERROR(world_.AllReduce(&it_time, 1, ReduceOp::kMax));
@@ -175,7 +181,7 @@ Status RankRun::EndIteration(int64_t it, const PassFigures& f) {
 Status RankRun::EndAsyncPass(int64_t it, const PassFigures& f) {
   const int64_t span = static_cast<int64_t>(f.loss_sum.size());
   std::vector<float> lf(f.loss_sum.begin(), f.loss_sum.end()), df(f.done_s.begin(), f.done_s.end());
-  if (me_.tp_rank != 0) std::fill(lf.begin(), lf.end(), 0.0f);
+  if (me_.tp_rank != 0 || me_.cp_rank != 0) std::fill(lf.begin(), lf.end(), 0.0f);
   PLANNER_RETURN_IF_ERROR(world_.AllReduce(lf.data(), span, ReduceOp::kSum));
   PLANNER_RETURN_IF_ERROR(world_.AllReduce(df.data(), span, ReduceOp::kMax));
   for (int64_t k = 0; k < span; ++k) {
@@ -191,9 +197,10 @@ Status RankRun::EndAsyncPass(int64_t it, const PassFigures& f) {
 
 // The first step's gradients: files (replica 0, tp rank 0 of each stage), the global norm.
 Status RankRun::AfterFirstStep() {
-  PLANNER_RETURN_IF_ERROR(GlobalGradientNorm(world_, me_.replica, me_.tp_rank, gradients_, &gradient_norm_));
+  // CP ranks hold the summed gradients like replicas: only cp rank 0 of replica 0 counts.
+  PLANNER_RETURN_IF_ERROR(GlobalGradientNorm(world_, me_.replica + me_.cp_rank, me_.tp_rank, gradients_, &gradient_norm_));
   if (opt_.dump_gradients) {
-    if (me_.replica == 0 && me_.tp_rank == 0) PLANNER_RETURN_IF_ERROR(WriteGradients(opt_.run_dir, gradients_));
+    if (me_.replica == 0 && me_.tp_rank == 0 && me_.cp_rank == 0) PLANNER_RETURN_IF_ERROR(WriteGradients(opt_.run_dir, gradients_));
     if (rank_ == 0) PLANNER_RETURN_IF_ERROR(WriteFileAtomic((fs::path(opt_.run_dir) / "grad_norm.txt").string(), fmt::format("{:.9e}\n", gradient_norm_)));
   }
   if (!opt_.keep_gradients) gradients_.clear();
@@ -274,7 +281,9 @@ LaunchPlan SingleProcessPlan(const LaunchPlan& L, const ModelSpec& model) {
   LaunchPlan s = L;
   s.schedule = Schedule::kGpipe;
   s.interleave = 1;
-  s.tp = s.pp = s.dp = 1;
+  s.tp = s.pp = s.dp = s.cp = 1;
+  s.sequence_parallel = false;
+  s.cp_groups.clear();
   s.config = std::string("1");
   s.num_microbatches = L.global_batch / L.microbatch_size;
   s.stages = {LaunchStage{0, static_cast<int64_t>(model.layers.size()) - 1, 1, 0, 0}};

@@ -80,7 +80,7 @@ Status ProgramInterpreter::CheckAction(size_t index, const Action& a, const Rank
   if (peer_stage < 0 || peer_stage >= Q) return Status::InvalidArgument(fmt::format("{}: stage {} has no neighbour there", Describe(index, a), q));
   const LaunchRank& me = ctx_.launch->ranks[static_cast<size_t>(ctx_.rank)];
   const int64_t replica = a.peer_replica == Action::kSameReplica ? me.replica : a.peer_replica;
-  const int64_t peer = ranks.At(peer_stage % ctx_.layout.positions, replica, me.tp_rank);
+  const int64_t peer = ranks.At(peer_stage % ctx_.layout.positions, replica, me.tp_rank, me.cp_rank);
   if (peer < 0) {
     return Status::InvalidArgument(fmt::format("{}: launch.yaml has no rank at pipeline position {}, replica {}, tp rank {}", Describe(index, a),
                                                peer_stage % ctx_.layout.positions, replica, me.tp_rank));
@@ -195,6 +195,12 @@ void ProgramInterpreter::TeacherBatch(int64_t j, std::vector<float>* inputs, std
     TeacherSample(*ctx_.model, ctx_.launch->run.seed, first_sample + smp, &in, &tg);
     inputs->insert(inputs->end(), in.begin(), in.end());
     targets->insert(targets->end(), tg.begin(), tg.end());
+  }
+  const SeqParallel& seq = ctx_.stage->seq();
+  if (seq.cp > 1) {  // the CP rank's chunks of every sample (token ids and next-token targets)
+    const int64_t s = ctx_.model->layers.front().in_shape[0];
+    *inputs = CpSliceTokens(*inputs, s, seq.cp, seq.cp_rank);
+    *targets = CpSliceTokens(*targets, s, seq.cp, seq.cp_rank);
   }
 }
 

@@ -36,11 +36,11 @@ Status LayoutOf(const LaunchPlan& L, LaunchLayout* out) {
 }
 
 RankTable::RankTable(const LaunchPlan& L) {
-  for (const auto& r : L.ranks) ranks_[{r.stage, r.replica, r.tp_rank}] = r.rank;
+  for (const auto& r : L.ranks) ranks_[{r.stage, r.replica, r.tp_rank, r.cp_rank}] = r.rank;
 }
 
-int64_t RankTable::At(int64_t position, int64_t replica, int64_t tp_rank) const {
-  auto it = ranks_.find({position, replica, tp_rank});
+int64_t RankTable::At(int64_t position, int64_t replica, int64_t tp_rank, int64_t cp_rank) const {
+  auto it = ranks_.find({position, replica, tp_rank, cp_rank});
   return it == ranks_.end() ? -1 : it->second;
 }
 

@@ -30,15 +30,15 @@ struct LaunchLayout {
 // that does not split, a stage count other than pp x interleave).
 Status LayoutOf(const LaunchPlan& launch, LaunchLayout* out);
 
-// The ranks of a launch by (pipeline position, replica, tensor-parallel rank).
+// The ranks of a launch by (pipeline position, replica, tensor-parallel rank, context-parallel rank).
 class RankTable {
  public:
   explicit RankTable(const LaunchPlan& launch);
-  // The rank at (position, replica, tp_rank); -1 when the launch has none.
-  int64_t At(int64_t position, int64_t replica, int64_t tp_rank) const;
+  // The rank at (position, replica, tp_rank, cp_rank); -1 when the launch has none.
+  int64_t At(int64_t position, int64_t replica, int64_t tp_rank, int64_t cp_rank = 0) const;
 
  private:
-  std::map<std::tuple<int64_t, int64_t, int64_t>, int64_t> ranks_;
+  std::map<std::tuple<int64_t, int64_t, int64_t, int64_t>, int64_t> ranks_;
 };
 
 }  // namespace planner

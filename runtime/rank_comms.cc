@@ -49,6 +49,10 @@ Status OpenRankComms(const LaunchPlan& L, Device dev, Communicator& world, RankC
   PLANNER_RETURN_IF_ERROR(out->pipe->Split(GroupOf(L.dp_groups, rank), static_cast<int>(rank), &out->dp));
   out->tp->set_timeout_seconds(L.run.timeout_s);
   out->dp->set_timeout_seconds(L.run.timeout_s);
+  if (L.cp > 1) {
+    PLANNER_RETURN_IF_ERROR(out->pipe->Split(GroupOf(L.cp_groups, rank), static_cast<int>(rank), &out->cp));
+    out->cp->set_timeout_seconds(L.run.timeout_s);
+  }
   PLANNER_RETURN_IF_ERROR(StartPeerWatch(world));
   return ClockOffset(world, 8, &out->clock_offset_s, &out->clock_error_s);
 }

@@ -19,7 +19,7 @@ namespace planner {
 struct RankComms {
   Communicator* world = nullptr;
   Communicator* pipe = nullptr;  // the world, or `nccl`
-  std::unique_ptr<Communicator> nccl, tp, dp;
+  std::unique_ptr<Communicator> nccl, tp, dp, cp;  // cp: launch.yaml's context_parallel group (cp > 1)
   // Trace and transfer times go on rank 0's clock (the ranks of one node share theirs; other nodes' differ).
   double clock_offset_s = 0, clock_error_s = 0;
 };
@@ -38,6 +38,8 @@ class CommTpGroup final : public TpGroup {
   void SetIteration(int64_t it) { iteration_ = it; }
   Status AllReduceSum(float* d, int64_t n) override { return Timed(d, n, ReduceOp::kSum); }
   Status AllReduceMax(float* d, int64_t n) override { return Timed(d, n, ReduceOp::kMax); }
+  // Logs another collective made inside a layer (runtime/sequence_parallel.h), numbered with the rest.
+  void Log(int kind, int64_t bytes, double seconds) { log_->push_back({iteration_, seq_++, bytes, seconds, kind}); }
 
  private:
   Status Timed(float* d, int64_t n, ReduceOp op);

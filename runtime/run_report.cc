@@ -12,7 +12,9 @@ namespace {
 
 std::string Heading(const LaunchPlan& L, const ReportInputs& in) {
   const size_t n = L.ranks.size(), iterations = in.loss.size(), warm = static_cast<size_t>(in.warmup);
-  std::string rep = fmt::format("# Run of {} on {} ranks (tp-pp-dp {}-{}-{}, {}, b={} x m={})\n\n", in.model_name, n, L.tp, L.pp, L.dp,
+  std::string seq = L.cp > 1 ? fmt::format(", cp {} (ring attention)", L.cp) : "";
+  if (L.sequence_parallel) seq += ", sequence parallel";
+  std::string rep = fmt::format("# Run of {} on {} ranks (tp-pp-dp {}-{}-{}{}, {}, b={} x m={})\n\n", in.model_name, n, L.tp, L.pp, L.dp, seq,
                                 ScheduleName(in.layout.schedule), L.microbatch_size, in.layout.microbatches);
   rep += fmt::format("| figure | measured (median of {} iterations after {} warm-up) | predicted |\n|---|---|---|\n", iterations - warm, warm);
   rep += fmt::format("| iteration | {} | {} |\n", FormatSeconds(in.median_iteration_s), FormatSeconds(L.predicted_iteration_s));

@@ -11,8 +11,10 @@ void CopyIntoTensor(const std::vector<float>& v, Tensor* t) {
   else CudaCopyToDevice(t->data(), v.data(), static_cast<int64_t>(v.size()) * 4);
 }
 
-Status Stage::Build(const LaunchPlan& L, const ModelSpec& model, const LaunchLayout& layout, int64_t rank, Device dev, TpGroup* tp_group) {
+Status Stage::Build(const LaunchPlan& L, const ModelSpec& model, const LaunchLayout& layout, int64_t rank, Device dev, TpGroup* tp_group,
+                    const SeqParallel& seq) {
   launch_ = &L;
+  seq_ = seq;
   model_ = &model;
   device_ = dev;
   positions_ = layout.positions;
@@ -35,7 +37,8 @@ Status Stage::BuildChunk(int64_t q, const KernelOptions& base) {
     KernelOptions ko = base;
     ko.seed = launch_->run.seed * 1000003ull + static_cast<uint64_t>(i);
     std::unique_ptr<LayerKernel> k;
-    PLANNER_RETURN_IF_ERROR(MakeKernel(model_->layers[static_cast<size_t>(i)], ko, &k));
+    const Layer& layer = model_->layers[static_cast<size_t>(i)];
+    PLANNER_RETURN_IF_ERROR(seq_.active() ? MakeSeqParallelKernel(layer, ko, seq_, &k) : MakeKernel(layer, ko, &k));
     for (Param* prm : k->Params()) params_.push_back(prm);
     c.kernels.push_back(std::move(k));
   }
@@ -79,6 +82,7 @@ std::vector<int64_t> Stage::InShape(int64_t q) const {
   std::vector<int64_t> shape = {launch_->microbatch_size};
   shape.insert(shape.end(), l.in_shape.begin(), l.in_shape.end());
   if (l.type == "loss") shape.back() /= launch_->tp;
+  if (seq_.active()) shape[1] /= SeqDivisor(l, true, seq_);  // the rank's share of the sequence
   return shape;
 }
 
@@ -87,6 +91,7 @@ std::vector<int64_t> Stage::OutShape(int64_t q) const {
   std::vector<int64_t> shape = {launch_->microbatch_size};
   shape.insert(shape.end(), l.out_shape.begin(), l.out_shape.end());
   if (l.type == "lm_head") shape.back() /= launch_->tp;
+  if (seq_.active() && l.out_shape.size() > 1) shape[1] /= SeqDivisor(l, false, seq_);
   return shape;
 }
 

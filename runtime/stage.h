@@ -14,6 +14,7 @@
 #include "common/status.h"
 #include "runtime/kernels/kernel.h"
 #include "runtime/launch_layout.h"
+#include "runtime/sequence_parallel.h"
 #include "spec/launch_plan.h"
 #include "spec/model_spec.h"
 
@@ -34,8 +35,10 @@ class Stage {
   };
 
   // Builds the chunks of `rank` (its position, tp rank) on `device`; `tp_group` is handed to the
-  // kernels when the launch has tensor parallelism.
-  Status Build(const LaunchPlan& launch, const ModelSpec& model, const LaunchLayout& layout, int64_t rank, Device device, TpGroup* tp_group);
+  // kernels when the launch has tensor parallelism; with sequence or context parallelism
+  // (seq.active()) the kernels of runtime/sequence_parallel.h on the rank's share of the sequence.
+  Status Build(const LaunchPlan& launch, const ModelSpec& model, const LaunchLayout& layout, int64_t rank, Device device, TpGroup* tp_group,
+               const SeqParallel& seq = {});
 
   Device device() const { return device_; }
   bool Holds(int64_t q) const;
@@ -49,6 +52,7 @@ class Stage {
   // Activation shapes [b, ...] at virtual stage q's input and output (TP shards of the logits).
   std::vector<int64_t> InShape(int64_t q) const;
   std::vector<int64_t> OutShape(int64_t q) const;
+  const SeqParallel& seq() const { return seq_; }
   void ZeroGrads();
 
  private:
@@ -58,6 +62,7 @@ class Stage {
   const LaunchPlan* launch_ = nullptr;
   const ModelSpec* model_ = nullptr;
   Device device_ = Device::kCpu;
+  SeqParallel seq_;
   int64_t positions_ = 1;
   std::vector<Chunk> chunks_;
   std::vector<Param*> params_;

@@ -115,7 +115,9 @@ Status GatherLogs(Communicator& world, const TransferLog& mine, int64_t first_it
   }
   for (const auto& x : mine.tp_allreduces) {
     if (x.iteration < first_iteration) continue;
-    for (double v : {static_cast<double>(x.iteration), static_cast<double>(x.seq), static_cast<double>(x.bytes), x.dur_s}) tp.push_back(v);
+    for (double v : {static_cast<double>(x.iteration), static_cast<double>(x.seq), static_cast<double>(x.bytes), x.dur_s, static_cast<double>(x.kind)}) {
+      tp.push_back(v);
+    }
   }
   PLANNER_RETURN_IF_ERROR(GatherDoubles(world, s, &out->sends));
   PLANNER_RETURN_IF_ERROR(GatherDoubles(world, r, &out->recvs));
@@ -186,11 +188,12 @@ GroupTimes DpAllReduces(const LaunchPlan& plan, const GatheredLogs& g, int64_t f
   return out;
 }
 
-// Tensor-parallel all-reduces: per TP group and call (iteration, number) the fastest rank.
-GroupTimes TpAllReduces(const LaunchPlan& plan, const GatheredLogs& g) {
+// Collectives inside layers of one kind: per TP (CP) group and call (iteration, number) the fastest rank.
+GroupTimes TpAllReduces(const LaunchPlan& plan, const GatheredLogs& g, int kind) {
   GroupTimes out;
   const int64_t n = static_cast<int64_t>(g.tp.size());
-  for (const auto& group : plan.tp_groups) {
+  const bool cp = kind == TransferLog::kCpRingShift || kind == TransferLog::kCpAllReduce;
+  for (const auto& group : cp ? plan.cp_groups : plan.tp_groups) {
     if (group.size() < 2) continue;
     std::map<std::pair<int64_t, int64_t>, std::pair<int64_t, double>> fastest;  // (iteration, seq) -> (bytes, time)
     int64_t stage = -1;
@@ -198,7 +201,8 @@ GroupTimes TpAllReduces(const LaunchPlan& plan, const GatheredLogs& g) {
       if (rank < 0 || rank >= n) continue;
       stage = plan.ranks[static_cast<size_t>(rank)].stage;
       const auto& v = g.tp[static_cast<size_t>(rank)];
-      for (size_t i = 0; i + 4 <= v.size(); i += 4) {
+      for (size_t i = 0; i + 5 <= v.size(); i += 5) {
+        if (static_cast<int>(v[i + 4]) != kind) continue;
         const std::pair<int64_t, int64_t> call{static_cast<int64_t>(v[i]), static_cast<int64_t>(v[i + 1])};
         auto f = fastest.find(call);
         if (f == fastest.end()) fastest[call] = {static_cast<int64_t>(v[i + 2]), v[i + 3]};
@@ -232,8 +236,8 @@ std::string P2PRows(const LaunchPlan& plan, const P2PTimes& p2p) {
   return md;
 }
 
-// Collective rows, bandwidth as nccl-tests' busbw.
-std::string CollectiveRows(const LaunchPlan& plan, const GroupTimes& dp, const GroupTimes& tp) {
+// Collective rows, bandwidth as nccl-tests' busbw (a ring shift: its message over its time).
+std::string CollectiveRows(const LaunchPlan& plan, const GroupTimes& dp, const std::vector<GroupTimes>& in_layers) {
   std::string md;
   for (const auto& [key, times] : dp.times) {
     const int64_t stage = key.first;
@@ -243,12 +247,17 @@ std::string CollectiveRows(const LaunchPlan& plan, const GroupTimes& dp, const G
                       times.size(), FormatSeconds(med), med > 0 ? bytes / med * 2 * (g - 1) / g / 1e9 : 0.0,
                       predicted > 0 ? FormatSeconds(predicted) : "n/a", Share(predicted, med));
   }
-  for (const auto& [key, times] : tp.times) {
-    const auto [stage, bytes] = key;
-    const double med = Median(times), g = static_cast<double>(tp.size.at(stage));
-    md += fmt::format("| tp all-reduce stage {} ({} ranks) | {} | {} | {} | {:.2f} GB/s | n/a | n/a |\n", stage, tp.size.at(stage),
-                      FormatBytes(static_cast<double>(bytes)), times.size(), FormatSeconds(med),
-                      med > 0 ? static_cast<double>(bytes) / med * 2 * (g - 1) / g / 1e9 : 0.0);
+  static const char* const kNames[] = {"tp all-reduce", "sp all-gather", "sp reduce-scatter", "cp ring shift", "cp all-reduce"};
+  for (size_t kind = 0; kind < in_layers.size(); ++kind) {
+    const GroupTimes& tp = in_layers[kind];
+    for (const auto& [key, times] : tp.times) {
+      const auto [stage, bytes] = key;
+      const double med = Median(times), g = static_cast<double>(tp.size.at(stage));
+      const double bus = kind == TransferLog::kCpRingShift ? 1.0 : (kind == TransferLog::kSpAllGather || kind == TransferLog::kSpReduceScatter ? 1.0 : 2.0) * (g - 1) / g;
+      md += fmt::format("| {} stage {} ({} ranks) | {} | {} | {} | {:.2f} GB/s | n/a | n/a |\n", kNames[kind], stage, tp.size.at(stage),
+                        FormatBytes(static_cast<double>(bytes)), times.size(), FormatSeconds(med),
+                        med > 0 ? static_cast<double>(bytes) / med * bus / 1e9 : 0.0);
+    }
   }
   return md;
 }
@@ -261,16 +270,24 @@ Status SummariseTransfers(Communicator& world, const LaunchPlan& plan, const Tra
   PLANNER_RETURN_IF_ERROR(GatherLogs(world, mine, first_iteration, &g));
   if (world.rank() != 0) return Status::OK();
   const P2PTimes p2p = PairMessages(g, first_iteration);
-  const GroupTimes dp = DpAllReduces(plan, g, first_iteration), tp = TpAllReduces(plan, g);
-  if (p2p.empty() && dp.times.empty() && tp.times.empty()) return Status::OK();
+  const GroupTimes dp = DpAllReduces(plan, g, first_iteration);
+  std::vector<GroupTimes> in_layers;
+  bool any = !p2p.empty() || !dp.times.empty();
+  for (int kind = 0; kind < TransferLog::kKinds; ++kind) {
+    in_layers.push_back(TpAllReduces(plan, g, kind));
+    any = any || !in_layers.back().times.empty();
+  }
+  if (!any) return Status::OK();
   std::string& md = *markdown;
   md += "Transfers after warm-up against the plan's predictions (from the comm profile when the plan was solved with "
         "`--comm-profile`, else the cluster's datasheet). Pipeline message: the receive's end minus the later of the send's "
         "and the receive's post, all ranks on rank 0's clock. Data-parallel all-reduce: per replica group and iteration the "
-        "fastest rank (the last to arrive waits for nobody); bandwidth as nccl-tests' busbw. Tensor-parallel all-reduce: per "
-        "TP group and call the fastest rank, per stage and size (the plan predicts their sum per layer, not each call).\n\n";
+        "fastest rank (the last to arrive waits for nobody); bandwidth as nccl-tests' busbw. Collectives inside layers (tensor-"
+        "parallel all-reduce, sequence parallelism's all-gather and reduce-scatter, context parallelism's ring shift and loss "
+        "all-reduce): per TP or CP group and call the fastest rank, per stage and size (the plan predicts their sum per layer, "
+        "not each call).\n\n";
   md += "| transfer | size | count | measured median | achieved | predicted | share of the predicted rate |\n|---|---|---|---|---|---|---|\n";
-  md += P2PRows(plan, p2p) + CollectiveRows(plan, dp, tp) + "\n";
+  md += P2PRows(plan, p2p) + CollectiveRows(plan, dp, in_layers) + "\n";
   return Status::OK();
 }
 

@@ -37,11 +37,16 @@ struct TransferLog {
     int64_t iteration = 0, bytes = 0;
     double start_s = 0, dur_s = 0;
   };
-  // Tensor-parallel all-reduce inside a layer: the seq-th of its iteration on this rank (every
-  // rank of a TP group makes the same calls in the same order, so (iteration, seq) pairs them).
+  // A collective inside a layer: the seq-th of its iteration on this rank (every rank of a TP or
+  // CP group makes the same calls in the same order, so (iteration, seq) pairs them). Kinds: the
+  // TP all-reduce, sequence parallelism's all-gather and reduce-scatter along the sequence (over
+  // the TP group; bytes: the gathered tensor), context parallelism's ring shift (one send and one
+  // receive of K, V and in backward dK, dV; bytes: one message) and its loss all-reduce.
+  enum Kind { kTpAllReduce = 0, kSpAllGather, kSpReduceScatter, kCpRingShift, kCpAllReduce, kKinds };
   struct TpAllReduce {
     int64_t iteration = 0, seq = 0, bytes = 0;
     double dur_s = 0;
+    int kind = kTpAllReduce;
   };
   std::vector<Send> sends;
   std::vector<Recv> recvs;
@@ -55,9 +60,9 @@ struct TransferLog {
 // send's post and the receive's post) against the plan's predicted p2p time,
 // and per stage the data-parallel all-reduce (per iteration the fastest rank
 // of each replica group: the last to arrive waits for nobody) against the
-// plan's, and per stage and size the tensor-parallel all-reduces (per call the
-// fastest rank of the TP group; measured only: the plan predicts their sum per
-// layer, not each call). Iterations before `first_iteration` are left out.
+// plan's, and per stage, kind and size the collectives inside layers (per call
+// the fastest rank of the TP or CP group; measured only: the plan predicts their
+// sum per layer, not each call). Iterations before `first_iteration` are left out.
 Status SummariseTransfers(Communicator& world, const LaunchPlan& plan, const TransferLog& mine, int64_t first_iteration, std::string* markdown);
 
 }  // namespace planner

@@ -64,7 +64,7 @@ int64_t PeerRank(const LaunchPlan& L, const LaunchRank& me, const Action& a) {
   const int64_t position = PerStageReplication(L) ? to : to % L.pp;
   const int64_t replica = a.peer_replica == Action::kSameReplica ? me.replica : a.peer_replica;
   for (const auto& r : L.ranks) {
-    if (r.stage == position && r.replica == replica && r.tp_rank == me.tp_rank) return r.rank;
+    if (r.stage == position && r.replica == replica && r.tp_rank == me.tp_rank && r.cp_rank == me.cp_rank) return r.rank;
   }
   return -1;
 }
@@ -104,7 +104,10 @@ std::string LaunchPlanToYaml(const LaunchPlan& p) {
   o += "format_version: 1\n";
   o += fmt::format("model_file: \"{}\"\nmodel_digest: \"{}\"\nplan_digest: \"{}\"\n", p.model_file, p.model_digest, p.plan_digest);
   o += fmt::format("device: {}\nschedule: {}\ninterleave: {}\n", p.device, ScheduleName(p.schedule), p.interleave);
-  o += fmt::format("tp: {}\npp: {}\ndp: {}\nconfig: \"{}\"\n", p.tp, p.pp, p.dp, p.config);
+  o += fmt::format("tp: {}\npp: {}\ndp: {}\n", p.tp, p.pp, p.dp);
+  // Written only when used, so that launch files of plans without them keep their form.
+  if (p.cp > 1 || p.sequence_parallel) o += fmt::format("cp: {}\nsequence_parallel: {}\n", p.cp, p.sequence_parallel ? "true" : "false");
+  o += fmt::format("config: \"{}\"\n", p.config);
   o += fmt::format("microbatch_size: {}\nnum_microbatches: {}\nglobal_batch: {}\ngpus_per_node: {}\n", p.microbatch_size,
                    p.num_microbatches, p.global_batch, p.gpus_per_node);
   o += fmt::format("predicted: {{iteration_seconds: {:.9g}, bubble_fraction: {:.6g}}}\n", p.predicted_iteration_s, p.predicted_bubble_fraction);
@@ -122,10 +125,12 @@ std::string LaunchPlanToYaml(const LaunchPlan& p) {
   }
   o += "ranks:\n";
   for (const auto& r : p.ranks) {
-    o += fmt::format("  - {{rank: {}, node: {}, local_device: {}, stage: {}, replica: {}, tp_rank: {}, prev: {}, next: {}}}\n", r.rank, r.node,
-                     r.local_device, r.stage, r.replica, r.tp_rank, List(r.prev), List(r.next));
+    const std::string cp_rank = p.cp > 1 ? fmt::format(", cp_rank: {}", r.cp_rank) : "";
+    o += fmt::format("  - {{rank: {}, node: {}, local_device: {}, stage: {}, replica: {}, tp_rank: {}{}, prev: {}, next: {}}}\n", r.rank, r.node,
+                     r.local_device, r.stage, r.replica, r.tp_rank, cp_rank, List(r.prev), List(r.next));
   }
-  o += "groups:\n" + Groups("tensor_parallel", p.tp_groups) + Groups("data_parallel", p.dp_groups) + Groups("pipeline", p.pp_groups);
+  o += "groups:\n" + Groups("tensor_parallel", p.tp_groups) + Groups("data_parallel", p.dp_groups) + Groups("pipeline", p.pp_groups) +
+       (p.cp_groups.empty() ? "" : Groups("context_parallel", p.cp_groups));
   // The actions of each distinct program (docs/formats.md has the grammar).
   o += p.programs.empty() ? "programs: []\n" : "programs:\n";
   for (const auto& g : p.programs) {
@@ -140,7 +145,7 @@ Status ParseLaunchPlan(const std::string& path, const std::string& text, LaunchP
   YamlReader r(path);
   PLANNER_RETURN_IF_ERROR(r.RequireMap(root, "launch plan"));
   PLANNER_RETURN_IF_ERROR(r.CheckKeys(root, "", {"format_version", "model_file", "model_digest", "plan_digest", "device", "schedule", "interleave",
-                                                 "tp", "pp", "dp", "config", "microbatch_size", "num_microbatches", "global_batch",
+                                                 "tp", "pp", "dp", "cp", "sequence_parallel", "config", "microbatch_size", "num_microbatches", "global_batch",
                                                  "gpus_per_node", "predicted", "run", "stages", "ranks", "groups", "programs"}));
   LaunchPlan p;
   p.path = path;
@@ -158,6 +163,9 @@ Status ParseLaunchPlan(const std::string& path, const std::string& text, LaunchP
   PLANNER_RETURN_IF_ERROR(r.GetInt(root, "tp", "tp", &p.tp, true, 1));
   PLANNER_RETURN_IF_ERROR(r.GetInt(root, "pp", "pp", &p.pp, true, 1));
   PLANNER_RETURN_IF_ERROR(r.GetInt(root, "dp", "dp", &p.dp, true, 1));
+  PLANNER_RETURN_IF_ERROR(r.GetInt(root, "cp", "cp", &p.cp, false, 1));
+  PLANNER_RETURN_IF_ERROR(r.GetBool(root, "sequence_parallel", "sequence_parallel", &p.sequence_parallel, false));
+  if (p.sequence_parallel && p.tp < 2) return r.FieldError(root["sequence_parallel"], "sequence_parallel", "needs tp >= 2; set it false or raise tp");
   PLANNER_RETURN_IF_ERROR(r.GetString(root, "config", "config", &p.config, false));
   PLANNER_RETURN_IF_ERROR(r.GetInt(root, "microbatch_size", "microbatch_size", &p.microbatch_size, true, 1));
   PLANNER_RETURN_IF_ERROR(r.GetInt(root, "num_microbatches", "num_microbatches", &p.num_microbatches, true, 1));
@@ -223,7 +231,7 @@ Status ParseLaunchPlan(const std::string& path, const std::string& text, LaunchP
   for (size_t i = 0; i < rk.size(); ++i) {
     std::string f = fmt::format("ranks[{}]", i);
     PLANNER_RETURN_IF_ERROR(r.RequireMap(rk[i], f));
-    PLANNER_RETURN_IF_ERROR(r.CheckKeys(rk[i], f, {"rank", "node", "local_device", "stage", "replica", "tp_rank", "prev", "next"}));
+    PLANNER_RETURN_IF_ERROR(r.CheckKeys(rk[i], f, {"rank", "node", "local_device", "stage", "replica", "tp_rank", "cp_rank", "prev", "next"}));
     LaunchRank x;
     PLANNER_RETURN_IF_ERROR(r.GetInt(rk[i], "rank", f + ".rank", &x.rank, true, 0));
     PLANNER_RETURN_IF_ERROR(r.GetInt(rk[i], "node", f + ".node", &x.node, false, 0));
@@ -231,6 +239,7 @@ Status ParseLaunchPlan(const std::string& path, const std::string& text, LaunchP
     PLANNER_RETURN_IF_ERROR(r.GetInt(rk[i], "stage", f + ".stage", &x.stage, true, 0));
     PLANNER_RETURN_IF_ERROR(r.GetInt(rk[i], "replica", f + ".replica", &x.replica, false, 0));
     PLANNER_RETURN_IF_ERROR(r.GetInt(rk[i], "tp_rank", f + ".tp_rank", &x.tp_rank, false, 0));
+    PLANNER_RETURN_IF_ERROR(r.GetInt(rk[i], "cp_rank", f + ".cp_rank", &x.cp_rank, false, 0));
     PLANNER_RETURN_IF_ERROR(r.GetIntList(rk[i], "prev", f + ".prev", &x.prev, false, 0));
     PLANNER_RETURN_IF_ERROR(r.GetIntList(rk[i], "next", f + ".next", &x.next, false, 0));
     if (!seen.insert(x.rank).second) return r.FieldError(rk[i]["rank"], f + ".rank", fmt::format("rank {} appears twice", x.rank));
@@ -238,6 +247,7 @@ Status ParseLaunchPlan(const std::string& path, const std::string& text, LaunchP
       return r.FieldError(rk[i]["stage"], f + ".stage", fmt::format("stage {} does not exist ({} stages)", x.stage, p.stages.size()));
     }
     if (x.tp_rank >= p.tp) return r.FieldError(rk[i]["tp_rank"], f + ".tp_rank", fmt::format("tp_rank {} >= tp {}", x.tp_rank, p.tp));
+    if (x.cp_rank >= p.cp) return r.FieldError(rk[i]["cp_rank"], f + ".cp_rank", fmt::format("cp_rank {} >= cp {}", x.cp_rank, p.cp));
     p.ranks.push_back(x);
   }
   const int64_t n = static_cast<int64_t>(p.ranks.size());
@@ -249,7 +259,7 @@ Status ParseLaunchPlan(const std::string& path, const std::string& text, LaunchP
   std::sort(p.ranks.begin(), p.ranks.end(), [](const LaunchRank& a, const LaunchRank& b) { return a.rank < b.rank; });
   const YAML::Node& g = root["groups"];
   if (g.IsDefined()) {
-    PLANNER_RETURN_IF_ERROR(r.CheckKeys(g, "groups", {"tensor_parallel", "data_parallel", "pipeline"}));
+    PLANNER_RETURN_IF_ERROR(r.CheckKeys(g, "groups", {"tensor_parallel", "data_parallel", "pipeline", "context_parallel"}));
     auto read = [&](const char* key, std::vector<std::vector<int64_t>>* groups) -> Status {
       const YAML::Node& x = g[key];
       if (!x.IsDefined()) return Status::OK();
@@ -272,6 +282,7 @@ Status ParseLaunchPlan(const std::string& path, const std::string& text, LaunchP
     PLANNER_RETURN_IF_ERROR(read("tensor_parallel", &p.tp_groups));
     PLANNER_RETURN_IF_ERROR(read("data_parallel", &p.dp_groups));
     PLANNER_RETURN_IF_ERROR(read("pipeline", &p.pp_groups));
+    PLANNER_RETURN_IF_ERROR(read("context_parallel", &p.cp_groups));
   }
   PLANNER_RETURN_IF_ERROR(ReadPrograms(r, root, &p));
   // Checked where launch.yaml is read: a hand-edited program is refused here, naming the action

@@ -24,7 +24,8 @@ struct LaunchRank {
   int64_t stage = 0;
   int64_t replica = 0;       // index within the stage's replicas
   int64_t tp_rank = 0;
-  std::vector<int64_t> prev, next;  // ranks of the previous / next stage with the same tp rank
+  int64_t cp_rank = 0;       // context-parallel rank (holds sequence chunks cp_rank and 2 cp - 1 - cp_rank)
+  std::vector<int64_t> prev, next;  // ranks of the previous / next stage with the same tp and cp rank
   int64_t program = -1;      // index into LaunchPlan::programs (derived, not written: see AssignPrograms)
 };
 
@@ -59,12 +60,16 @@ struct LaunchPlan {
   Schedule schedule = Schedule::k1F1B;
   int64_t interleave = 1;
   int64_t tp = 1, pp = 1, dp = 1;
+  int64_t cp = 1;                 // context parallelism (ring attention over the CP group)
+  bool sequence_parallel = false; // Megatron's sequence parallelism with TP
   std::string config;
   int64_t microbatch_size = 1, num_microbatches = 1, global_batch = 1;
   int64_t gpus_per_node = 1;
   std::vector<LaunchStage> stages;
   std::vector<LaunchRank> ranks;
-  std::vector<std::vector<int64_t>> tp_groups, dp_groups, pp_groups;
+  // dp_groups: the ranks holding the same weights, whose gradients are summed (dp x cp: Megatron's
+  // data-parallel group with context parallelism); cp_groups: the ring of each sequence.
+  std::vector<std::vector<int64_t>> tp_groups, dp_groups, pp_groups, cp_groups;
   LaunchRun run;
   double predicted_iteration_s = 0, predicted_bubble_fraction = 0;
   // One program per distinct (pipeline position, replica) (dp_solver/programs.h):
@@ -79,7 +84,7 @@ struct LaunchPlan {
 bool PerStageReplication(const LaunchPlan& L);
 // The rank that `me`'s send or receive `a` talks to: the rank at the peer
 // stage's position with the action's peer replica (this rank's replica when
-// it names none) and this rank's tp rank; -1 for other actions or when no
+// it names none) and this rank's tp and cp ranks; -1 for other actions or when no
 // such rank exists. Scans L.ranks.
 int64_t PeerRank(const LaunchPlan& L, const LaunchRank& me, const Action& a);
 

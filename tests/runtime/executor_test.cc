@@ -4,23 +4,29 @@
 // synchronous 2-1-1), tensor parallelism gives one process's gradient norm
 // and losses, PipeDream's weight stashing keeps each microbatch on one weight
 // version and the loss falls; a checkpointed run resumes onto the same loss
-// curve. Plans come from the solver and codegen, as `planner solve` and
+// curve; with sequence parallelism (tp 2) and context parallelism (cp 2, with pp 2, tp 2, ZB-H1,
+// interleaving) every parameter's gradient equals one process's. Plans come from the solver and codegen, as `planner solve` and
 // `planner codegen` make them. The same cases run under mpirun in
 // tests/runtime/run_test.sh (tolerance: relative L2 1e-5 per gradient).
 #include <atomic>
 #include <cmath>
+#include <cstring>
 #include <filesystem>
 #include <fstream>
 #include <map>
 #include <optional>
+#include <set>
+#include <tuple>
 #include <sstream>
 
 #include <fmt/format.h>
 #include <unistd.h>
 
 #include "codegen/codegen.h"
+#include "common/units.h"
 #include "dp_solver/search.h"
 #include "runtime/executor.h"
+#include "runtime/kernels/shards.h"
 #include "spec/cluster_spec.h"
 #include "tests/test_util.h"
 
@@ -37,6 +43,8 @@ struct Case {
   int64_t iterations = 1;
   double lr = 1e-3;
   bool overlap_dp = false;
+  int64_t cp = 1;     // the solved plan's cp / sequence_parallel set before codegen (the search does not choose them yet)
+  bool sp = false;
   std::optional<Schedule> plan_schedule;  // the solved plan's schedule replaced before codegen (as run_test.sh edits plan.yaml)
 };
 
@@ -68,6 +76,8 @@ Status MakeLaunch(const Case& c, ModelSpec* model, LaunchPlan* out) {
   Plan plan;
   PLANNER_RETURN_IF_ERROR(SolveAuto(src, o, &plan));
   if (c.plan_schedule) plan.schedule = *c.plan_schedule;
+  plan.cp = c.cp;
+  plan.sequence_parallel = c.sp;
   CodegenOptions g;
   g.gpus_per_node = cluster.levels[0].size;
   g.run.iterations = c.iterations;
@@ -95,7 +105,7 @@ Status RunOnThreads(const LaunchPlan& L, const ModelSpec& model, RunOptions opt,
 std::map<std::string, std::vector<float>> ModelGradients(const LaunchPlan& L, const std::vector<RunSummary>& runs) {
   std::map<std::string, std::vector<float>> g;
   for (size_t r = 0; r < runs.size(); ++r) {
-    if (L.ranks[r].replica != 0 || L.ranks[r].tp_rank != 0) continue;
+    if (L.ranks[r].replica != 0 || L.ranks[r].tp_rank != 0 || L.ranks[r].cp_rank != 0) continue;
     for (const NamedGradient& x : runs[r].gradients) g[x.name] = x.values;
   }
   return g;
@@ -416,6 +426,235 @@ TEST_CASE("a run whose directory cannot be written fails with an error naming th
   REQUIRE(!s.ok());
   INFO(s.ToString());
   CHECK(s.message().find(o.run_dir + "/trace.rank") != std::string::npos);
+}
+
+}  // namespace
+}  // namespace planner
+
+namespace planner {
+namespace {
+
+// Sequence and context parallelism (runtime/sequence_parallel.h): every parameter's gradient after
+// one step equals one process's. tiny-gpt: s 64, h 128, 4 heads, ffn 512, V 512.
+Case SeqCase(int64_t gpus, int64_t pp, int64_t tp, int64_t cp, bool sp) {
+  Case c;
+  c.gpus = gpus;
+  c.pp = {pp};
+  c.tp = {tp};
+  c.cp = cp;
+  c.sp = sp;
+  c.schedules = {Schedule::k1F1B};
+  return c;
+}
+
+// The part of the single-process gradient `full` that TP rank j holds of parameter `name` (the
+// cuts of runtime/kernels/shards.h), or the whole when it is not cut.
+std::vector<float> TpSlice(const std::string& name, const std::vector<float>& full, int64_t j, int64_t t) {
+  const int64_t h = 128, heads = 4, ffn = 512, vocab = 512;
+  if (t == 1) return full;
+  KernelOptions o;
+  o.tp_size = t, o.tp_rank = j;
+  auto ends = [&](const char* suffix) { return name.size() >= std::strlen(suffix) && name.compare(name.size() - std::strlen(suffix), std::string::npos, suffix) == 0; };
+  auto cut = [&](const WeightSlice& w, int64_t cols) {
+    std::vector<float> out;
+    const std::vector<int64_t> rows = w.rows.empty() ? IndexRange(0, w.full_out) : w.rows;
+    const int64_t width = static_cast<int64_t>(full.size()) / w.full_out;  // 1 for a bias
+    for (int64_t r : rows)
+      for (int64_t k = 0; k < (width == 1 ? 1 : cols); ++k) out.push_back(full[static_cast<size_t>(r * width + (width == 1 ? 0 : w.col0 + k))]);
+    return out;
+  };
+  if (ends(".attn.qkv.weight") || ends(".attn.qkv.bias")) return cut(QkvShard(h, heads, o), h);
+  if (ends(".attn.out.weight")) return cut(AttnOutShard(h, heads, o), h / t);
+  if (ends(".mlp.fc1.weight") || ends(".mlp.fc1.bias")) return cut(Fc1Shard(h, ffn, o), h);
+  if (ends(".mlp.fc2.weight")) return cut(Fc2Shard(h, ffn, o), ffn / t);
+  if (ends(".word") || ends("lm_head.weight")) return cut(VocabShard(h, vocab, o), h);
+  if (ends(".position") && j > 0) return std::vector<float>(full.size(), 0.0f);  // positions live on TP rank 0
+  return full;
+}
+
+// Every parameter of every (tp, cp) rank of replica 0 against the matching slice of one process's.
+void CheckEveryParameter(const LaunchPlan& L, const ModelSpec& model) {
+  std::vector<RunSummary> multi, single;
+  REQUIRE_OK(RunOnThreads(L, model, {}, &multi));
+  REQUIRE_OK(RunOnThreads(SingleProcessPlan(L, model), model, {}, &single));
+  const auto want = ModelGradients(SingleProcessPlan(L, model), single);
+  double worst = 0;
+  size_t compared = 0;
+  std::set<std::string> seen;
+  for (size_t r = 0; r < multi.size(); ++r) {
+    if (L.ranks[r].replica != 0) continue;
+    for (const NamedGradient& g : multi[r].gradients) {
+      INFO(g.name << " on rank " << r);
+      auto it = want.find(g.name);
+      REQUIRE(it != want.end());
+      const std::vector<float> w = TpSlice(g.name, it->second, L.ranks[r].tp_rank, L.tp);
+      REQUIRE(w.size() == g.values.size());
+      double num = 0, den = 0;
+      for (size_t i = 0; i < w.size(); ++i) {
+        num += (static_cast<double>(g.values[i]) - w[i]) * (static_cast<double>(g.values[i]) - w[i]);
+        den += static_cast<double>(w[i]) * w[i];
+      }
+      const double rel = den > 0 ? std::sqrt(num / den) : std::sqrt(num);
+      CHECK(rel < 1e-5);
+      worst = std::max(worst, rel);
+      ++compared;
+      seen.insert(g.name);
+    }
+  }
+  CHECK(seen.size() == want.size());  // every parameter of the model is held by some rank
+  MESSAGE(fmt::format("{}: {} parameter gradients on {} ranks, worst relative L2 difference {:.2e}", L.config, compared, multi.size(), worst));
+  // The losses agree too (each CP rank's share summed over the group).
+  CHECK(std::abs(multi[0].loss[0] - single[0].loss[0]) < 1e-5);
+}
+
+TEST_CASE("tp=2 with sequence parallelism: every parameter's gradient equals one process's") {
+  ModelSpec model;
+  LaunchPlan L;
+  REQUIRE_OK(MakeLaunch(SeqCase(2, 1, 2, 1, true), &model, &L));
+  REQUIRE(L.tp == 2);
+  REQUIRE(L.sequence_parallel);
+  CheckEveryParameter(L, model);
+}
+
+TEST_CASE("cp=2 (ring attention): every parameter's gradient equals one process's") {
+  ModelSpec model;
+  LaunchPlan L;
+  REQUIRE_OK(MakeLaunch(SeqCase(1, 1, 1, 2, false), &model, &L));
+  REQUIRE(L.ranks.size() == 2);
+  REQUIRE(L.cp_groups == std::vector<std::vector<int64_t>>{{0, 1}});
+  REQUIRE(L.dp_groups == std::vector<std::vector<int64_t>>{{0, 1}});  // gradients summed over dp x cp
+  CheckEveryParameter(L, model);
+}
+
+TEST_CASE("pp=2 x cp=2: every parameter's gradient equals one process's; ranks in Megatron's tp-cp-dp-pp order") {
+  ModelSpec model;
+  LaunchPlan L;
+  REQUIRE_OK(MakeLaunch(SeqCase(2, 2, 1, 2, false), &model, &L));
+  REQUIRE(L.ranks.size() == 4);
+  for (const LaunchRank& r : L.ranks) CHECK(r.rank == r.stage * 2 + r.cp_rank);  // rank = cp_rank + cp (dp_rank + d stage), t = d = 1
+  CHECK(L.ranks[0].next == std::vector<int64_t>{2});  // pipeline neighbours keep the cp rank
+  CHECK(L.ranks[1].next == std::vector<int64_t>{3});
+  CheckEveryParameter(L, model);
+}
+
+TEST_CASE("tp=2 x cp=2, with and without sequence parallelism: every parameter's gradient equals one process's") {
+  for (bool sp : {true, false}) {
+    ModelSpec model;
+    LaunchPlan L;
+    REQUIRE_OK(MakeLaunch(SeqCase(2, 1, 2, 2, sp), &model, &L));
+    REQUIRE(L.ranks.size() == 4);
+    for (const LaunchRank& r : L.ranks) CHECK(r.rank == r.cp_rank * 2 + r.tp_rank);  // tp fastest, then cp
+    CheckEveryParameter(L, model);
+  }
+}
+
+TEST_CASE("pp=2 x tp=2 with SP under ZB-H1 (W split from B) and pp=2 interleaved x cp=2: every parameter's gradient equals one process's") {
+  for (auto [schedule, tp, cp, sp] : {std::tuple{Schedule::kZbH1, 2, 1, true}, std::tuple{Schedule::kInterleaved, 1, 2, false}}) {
+    ModelSpec model;
+    LaunchPlan L;
+    Case c = SeqCase(2 * tp, 2, tp, cp, sp);
+    c.schedules = {schedule};
+    if (tp * 2 > 2) c.cluster = "dgx-a100";  // local-cpu holds 2 devices
+    REQUIRE_OK(MakeLaunch(c, &model, &L));
+    REQUIRE(L.schedule == schedule);
+    REQUIRE(L.ranks.size() == 4);
+    CheckEveryParameter(L, model);
+  }
+}
+
+TEST_CASE("dp=2 x cp=2: every parameter's gradient equals one process's; gradients summed over dp x cp") {
+  ModelSpec model;
+  LaunchPlan L;
+  Case c = SeqCase(2, 1, 1, 2, false);
+  c.cluster = "dgx-a100";
+  REQUIRE_OK(MakeLaunch(c, &model, &L));
+  REQUIRE(L.dp == 2);
+  REQUIRE(L.dp_groups == std::vector<std::vector<int64_t>>{{0, 1, 2, 3}});          // replicas x cp ranks
+  REQUIRE(L.cp_groups == std::vector<std::vector<int64_t>>{{0, 1}, {2, 3}});        // per replica
+  CheckEveryParameter(L, model);
+}
+
+TEST_CASE("launch.yaml carries cp, sequence_parallel, cp ranks and the context-parallel groups") {
+  ModelSpec model;
+  LaunchPlan L, back;
+  REQUIRE_OK(MakeLaunch(SeqCase(2, 2, 1, 2, false), &model, &L));
+  REQUIRE_OK(ParseLaunchPlan("launch.yaml", LaunchPlanToYaml(L), &back));
+  CHECK(back.cp == 2);
+  CHECK(!back.sequence_parallel);
+  CHECK(back.cp_groups == L.cp_groups);
+  for (size_t i = 0; i < L.ranks.size(); ++i) CHECK(back.ranks[i].cp_rank == L.ranks[i].cp_rank);
+  std::string bad = LaunchPlanToYaml(L);
+  bad.replace(bad.find("cp_rank: 1"), 10, "cp_rank: 2");
+  Status s = ParseLaunchPlan("launch.yaml", bad, &back);
+  CHECK(!s.ok());
+  CHECK(s.message().find("cp_rank 2 >= cp 2") != std::string::npos);
+}
+
+}  // namespace
+}  // namespace planner
+
+namespace planner {
+namespace {
+
+// The run report of an SP plan and of a CP plan: the heading names the parallelism, and the
+// iteration row gives the measured median against the plan's prediction.
+void CheckReport(const Case& c, const std::string& heading, const std::vector<std::tuple<std::string, int64_t, int64_t>>& rows) {
+  ModelSpec model;
+  LaunchPlan L;
+  REQUIRE_OK(MakeLaunch(c, &model, &L));
+  REQUIRE(L.predicted_iteration_s > 0);
+  RunOptions opt;
+  opt.run_dir = RunDir("report");
+  std::vector<RunSummary> runs;
+  REQUIRE_OK(RunOnThreads(L, model, opt, &runs));
+  std::ifstream in(fs::path(opt.run_dir) / "report.md");
+  std::stringstream ss;
+  ss << in.rdbuf();
+  const std::string rep = ss.str();
+  INFO(rep);
+  CHECK(rep.find(heading) != std::string::npos);
+  const std::string row = fmt::format("| iteration | {} | {} |", FormatSeconds(runs[0].median_iteration_s), FormatSeconds(L.predicted_iteration_s));
+  CHECK(rep.find(row) != std::string::npos);
+  CHECK(runs[0].median_iteration_s > 0);
+  CHECK(runs[0].loss.back() < runs[0].loss.front());  // 3 steps of Adam at 1e-3 on the teacher's data
+  // The collectives inside layers, per kind and size: (row label, bytes per microbatch sample, calls per microbatch).
+  const int64_t b = L.microbatch_size, m = L.num_microbatches, measured = c.iterations - L.run.warmup_iterations;
+  for (const auto& [label, bytes, calls] : rows) {
+    const std::string want = fmt::format("| {} | {} | {} |", label, FormatBytes(static_cast<double>(b * bytes)), calls * m * measured);
+    INFO(want);
+    CHECK(rep.find(want) != std::string::npos);
+  }
+}
+
+TEST_CASE("the run report compares an SP plan and a CP plan with their predictions") {
+  Case sp = SeqCase(2, 1, 2, 1, true), cp = SeqCase(1, 1, 1, 2, false);
+  sp.iterations = cp.iterations = 3;
+  // tiny-gpt (4 blocks, s 64, h 128). SP: all-gathers of [b, s, h] entering attention, the MLP and
+  // lm_head in forward, and in backward leaving them and the embedding: 2 x 4 + 1 each way; as many
+  // reduce-scatters. CP 2: ring shifts of the 32 local tokens' K and V (2 x 128 floats each) once
+  // per block in forward, of K, V, dK and dV twice per block in backward; the loss's all-reduce.
+  const int64_t act = 64 * 128 * 4;
+  CheckReport(sp, "tp-pp-dp 2-1-1, sequence parallel,",
+              {{"sp all-gather stage 0 (2 ranks)", act, 18}, {"sp reduce-scatter stage 0 (2 ranks)", act, 18}});
+  CheckReport(cp, "tp-pp-dp 1-1-1, cp 2 (ring attention),",
+              {{"cp ring shift stage 0 (2 ranks)", 32 * 256 * 4, 4}, {"cp ring shift stage 0 (2 ranks)", 32 * 512 * 4, 8},
+               {"cp all-reduce stage 0 (2 ranks)", 4, 1}});
+}
+
+}  // namespace
+}  // namespace planner
+
+namespace planner {
+namespace {
+
+TEST_CASE("a cp that does not split the sequence into 2 cp chunks is refused before any communication, naming launch.yaml") {
+  ModelSpec model;
+  LaunchPlan L;
+  REQUIRE_OK(MakeLaunch(SeqCase(1, 1, 1, 3, false), &model, &L));  // tiny-gpt: s = 64, 2 cp = 6
+  std::vector<RunSummary> runs;
+  Status s = RunOnThreads(L, model, {}, &runs);
+  CHECK(!s.ok());
+  CHECK(s.message().find("tiny-gpt/launch.yaml: field 'cp': 3 does not split the sequence of 64 tokens into 2 x cp = 6 chunks") != std::string::npos);
 }
 
 }  // namespace

@@ -83,6 +83,29 @@ sys.exit(0 if rel < 1e-5 and dl < 1e-4 else 1)
 PY
 }
 tp_case tp2 --tp 2 --pp 1
+# Context parallelism (ring attention, cp 2) and sequence parallelism (tp 2 + SP): plan.yaml's cp /
+# sequence_parallel set by hand (as a user forcing a layout), through codegen and mpirun. cp 2 holds
+# every parameter on cp rank 0: each gradient file equals one process's; tp 2 + SP: the gradient
+# norm and 3 steps' losses (executor_test.cc compares every shard on thread ranks).
+$PLANNER -q solve --gpus 1 --model $M/tiny-gpt.yaml --cluster $C/local-cpu.yaml -o cp2.plan.yaml >/dev/null && sed -i 's/^cp: 1$/cp: 2/' cp2.plan.yaml \
+  && $PLANNER -q codegen cp2.plan.yaml -o cp2 --iterations 1 && grep -q "^--context-parallel-size 2$" cp2/megatron.args \
+  && timeout 120 mpirun --oversubscribe -np 2 $PLANNER -q run cp2 --dump-gradients --run-id multi >/dev/null 2>cp2.err \
+  && $PLANNER -q run cp2 --reference --dump-gradients --run-id single >/dev/null 2>>cp2.err \
+  && compare cp2/runs/single/grads cp2/runs/multi/grads && grep -q "cp 2 (ring attention)" cp2/runs/multi/report.md && ok || { bad "cp2"; tail -3 cp2.err; }
+sp_plan() { sed -i 's/^sequence_parallel: false$/sequence_parallel: true/' "$1"; }
+$PLANNER -q solve --gpus 2 --model $M/tiny-gpt.yaml --cluster $C/local-cpu.yaml --tp 2 --pp 1 -o tp2sp.plan.yaml >/dev/null && sp_plan tp2sp.plan.yaml \
+  && $PLANNER -q codegen tp2sp.plan.yaml -o tp2sp --iterations 3 \
+  && timeout 120 mpirun --oversubscribe -np 2 $PLANNER -q run tp2sp --dump-gradients --run-id multi >/dev/null 2>tp2sp.err \
+  && $PLANNER -q run tp2sp --reference --dump-gradients --run-id single >/dev/null 2>>tp2sp.err \
+  && grep -q "sequence parallel" tp2sp/runs/multi/report.md && python3 - tp2sp <<'PY' && ok || { bad "tp2sp"; tail -3 tp2sp.err; }
+import csv, sys
+d = sys.argv[1]
+g = [float(open(f"{d}/runs/{r}/grad_norm.txt").read()) for r in ("multi", "single")]
+l = [[float(x["loss"]) for x in csv.DictReader(open(f"{d}/runs/{r}/metrics.csv"))] for r in ("multi", "single")]
+rel, dl = abs(g[0] - g[1]) / g[1], max(abs(a - b) for a, b in zip(*l))
+print(f"{d}: gradient norm {g[0]:.6e} vs {g[1]:.6e} (rel {rel:.1e}); losses differ by {dl:.1e} at most")
+sys.exit(0 if rel < 1e-5 and dl < 1e-4 else 1)
+PY
 # The report times every tensor-parallel all-reduce, paired across the TP group: the activation-sized
 # ones (b x s x h floats) number a whole multiple of the measured microbatches, 16 or more each
 # (4 blocks x 2 in forward and 2 in backward).

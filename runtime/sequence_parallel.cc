@@ -1,0 +1,467 @@
+#include "runtime/sequence_parallel.h"
+
+#include <algorithm>
+#include <cstring>
+
+#include <fmt/format.h>
+
+#include "runtime/kernels/ring_attention.h"
+#include "common/timing.h"
+#include "runtime/kernels/shards.h"
+#include "runtime/transfers.h"
+
+namespace planner {
+
+namespace {
+
+// Runs the collective `f`, logged under `kind` with `bytes`.
+template <typename F>
+Status Timed(const SeqParallel& sp, int kind, int64_t bytes, F f) {
+  const double t0 = MonotonicSeconds();
+  Status s = f();
+  if (sp.log) sp.log(kind, bytes, MonotonicSeconds() - t0);
+  return s;
+}
+
+// [b, n, w] of every rank of the TP group -> [b, size x n, w] (rank r's tokens at [r n, (r + 1) n)).
+Status GatherSeq(const SeqParallel& sp, const Tensor& x, Tensor* y) {
+  Communicator* c = sp.tp_comm;
+  const int64_t t = c->size(), b = x.dim(0), n = x.dim(1), w = x.numel() / (b * n);
+  Tensor all = Tensor::Zeros({t * x.numel()});
+  PLANNER_RETURN_IF_ERROR(Timed(sp, TransferLog::kSpAllGather, t * x.numel() * 4, [&] { return c->AllGather(x.data(), all.data(), x.numel()); }));
+  *y = Tensor::Zeros({b, t * n, w});
+  for (int64_t r = 0; r < t; ++r)
+    for (int64_t s = 0; s < b; ++s) std::memcpy(y->data() + (s * t * n + r * n) * w, all.data() + (r * b + s) * n * w, static_cast<size_t>(n * w) * 4);
+  return Status::OK();
+}
+
+// [b, size x n, w] partial sums -> this rank's [b, n, w] block of their sum over the TP group.
+Status ReduceScatterSeq(const SeqParallel& sp, const Tensor& x, Tensor* y) {
+  Communicator* c = sp.tp_comm;
+  const int64_t t = c->size(), b = x.dim(0), n = x.dim(1) / t, w = x.numel() / (b * t * n);
+  Tensor blocks = Tensor::Zeros({x.numel()});
+  for (int64_t r = 0; r < t; ++r)
+    for (int64_t s = 0; s < b; ++s) std::memcpy(blocks.data() + (r * b + s) * n * w, x.data() + (s * t * n + r * n) * w, static_cast<size_t>(n * w) * 4);
+  *y = Tensor::Zeros({b, n, w});
+  return Timed(sp, TransferLog::kSpReduceScatter, x.numel() * 4, [&] { return c->ReduceScatter(blocks.data(), y->data(), b * n * w, ReduceOp::kSum); });
+}
+
+void AddInto(const Tensor& a, Tensor* y) {
+  for (int64_t i = 0; i < y->numel(); ++i) y->data()[i] += a.data()[i];
+}
+
+// `layer` with its token dimension cut to `tokens` (input and output) and another name / type.
+Layer SubLayer(const Layer& l, const std::string& type, const std::string& name, std::vector<int64_t> in, std::vector<int64_t> out) {
+  Layer s = l;
+  s.type = type;
+  s.name = name;
+  s.in_shape = std::move(in);
+  s.out_shape = std::move(out);
+  return s;
+}
+
+class CpRing final : public RingExchange {
+ public:
+  explicit CpRing(const SeqParallel& sp) : sp_(sp) {}
+  Status Shift(const float* send, float* recv, int64_t n) override {
+    Communicator* c = sp_.cp_comm;
+    const int r = c->rank(), p = c->size();
+    return Timed(sp_, TransferLog::kCpRingShift, n * 4, [&] {
+      return c->GroupSendRecv({P2POp{true, (r + 1) % p, const_cast<float*>(send), n}, P2POp{false, (r + p - 1) % p, recv, n}});
+    });
+  }
+
+ private:
+  SeqParallel sp_;
+};
+
+// A norm on the rank's tokens; under SP its weight gradients (partial over the TP group's
+// tokens) are all-reduced over the group: what this microbatch added, so accumulation stays exact.
+class SeqNorm final : public LayerKernel {
+ public:
+  SeqNorm(std::unique_ptr<LayerKernel> inner, const SeqParallel& sp) : inner_(std::move(inner)), sp_(sp) {}
+  Status Forward(const Tensor& x, Tensor* y, Saved* s) override { return inner_->Forward(x, y, s); }
+  Status BackwardInput(const Tensor& dy, Tensor* dx, Saved* s) override { return inner_->BackwardInput(dy, dx, s); }
+  Status BackwardWeight(Saved* s) override {
+    if (!sp_.sp) return inner_->BackwardWeight(s);
+    std::vector<std::vector<float>> before;
+    for (Param* p : inner_->Params()) before.push_back(p->grad.ToVector());
+    PLANNER_RETURN_IF_ERROR(inner_->BackwardWeight(s));
+    size_t i = 0;
+    for (Param* p : inner_->Params()) {
+      const std::vector<float>& b = before[i++];
+      std::vector<float> delta(b.size());
+      for (size_t k = 0; k < b.size(); ++k) delta[k] = p->grad.data()[k] - b[k];
+      const int64_t n = static_cast<int64_t>(delta.size());
+      PLANNER_RETURN_IF_ERROR(Timed(sp_, TransferLog::kTpAllReduce, n * 4, [&] { return sp_.tp_comm->AllReduce(delta.data(), n, ReduceOp::kSum); }));
+      for (size_t k = 0; k < b.size(); ++k) p->grad.data()[k] = b[k] + delta[k];
+    }
+    return Status::OK();
+  }
+  std::vector<Param*> Params() override { return inner_->Params(); }
+  KernelFlops Flops(int64_t b) const override { return inner_->Flops(b); }
+
+ private:
+  std::unique_ptr<LayerKernel> inner_;
+  SeqParallel sp_;
+};
+
+// The vocabulary-parallel embedding on the rank's tokens: ids of the CP chunks are looked up at
+// their global positions (the inner kernel sees the whole sequence, other tokens id 0 with a zero
+// gradient); the TP partial sums are all-reduced, or reduce-scattered along the sequence (SP).
+class SeqEmbedding final : public LayerKernel {
+ public:
+  SeqEmbedding(std::unique_ptr<LayerKernel> inner, const SeqParallel& sp, TpGroup* tp_group, int64_t seq)
+      : inner_(std::move(inner)), sp_(sp), group_(tp_group), seq_(seq), pos_(CpTokenPositions(seq, sp.cp, sp.cp_rank)) {}
+  Status Forward(const Tensor& x, Tensor* y, Saved* s) override {
+    const int64_t b = x.dim(0), n = static_cast<int64_t>(pos_.size());
+    if (x.numel() != b * n) return Status::InvalidArgument(fmt::format("embedding: {} token ids per sample, expected {}", x.numel() / b, n));
+    Tensor ids = Tensor::Zeros({b, seq_}), full;
+    for (int64_t s0 = 0; s0 < b; ++s0)
+      for (int64_t i = 0; i < n; ++i) ids.data()[s0 * seq_ + pos_[static_cast<size_t>(i)]] = x.data()[s0 * n + i];
+    s->children.assign(1, Saved{});
+    PLANNER_RETURN_IF_ERROR(inner_->Forward(ids, &full, &s->children[0]));
+    const int64_t h = full.dim(2);
+    Tensor mine = Tensor::Zeros({b, n, h});
+    for (int64_t s0 = 0; s0 < b; ++s0)
+      for (int64_t i = 0; i < n; ++i)
+        std::memcpy(mine.data() + (s0 * n + i) * h, full.data() + (s0 * seq_ + pos_[static_cast<size_t>(i)]) * h, static_cast<size_t>(h) * 4);
+    if (sp_.sp) return ReduceScatterSeq(sp_, mine, y);
+    *y = mine;
+    return group_ ? group_->AllReduceSum(y->data(), y->numel()) : Status::OK();
+  }
+  Status BackwardInput(const Tensor& dy, Tensor* dx, Saved* s) override {
+    Tensor g = dy;
+    if (sp_.sp) PLANNER_RETURN_IF_ERROR(GatherSeq(sp_, dy, &g));
+    const int64_t b = g.dim(0), n = g.dim(1), h = g.dim(2);
+    Tensor full = Tensor::Zeros({b, seq_, h});
+    for (int64_t s0 = 0; s0 < b; ++s0)
+      for (int64_t i = 0; i < n; ++i)
+        std::memcpy(full.data() + (s0 * seq_ + pos_[static_cast<size_t>(i)]) * h, g.data() + (s0 * n + i) * h, static_cast<size_t>(h) * 4);
+    return inner_->BackwardInput(full, dx, &s->children[0]);
+  }
+  Status BackwardWeight(Saved* s) override { return inner_->BackwardWeight(&s->children[0]); }
+  std::vector<Param*> Params() override { return inner_->Params(); }
+  KernelFlops Flops(int64_t b) const override { return inner_->Flops(b); }
+
+ private:
+  std::unique_ptr<LayerKernel> inner_;
+  SeqParallel sp_;
+  TpGroup* group_;
+  int64_t seq_;
+  std::vector<int64_t> pos_;
+};
+
+// A Linear from runtime/kernels carrying the single-process weight's TP cut (the cut Attention
+// uses: same seed, same slice), so that the CP attention's parameters equal the block's.
+Status CutLinear(const Layer& base, const std::string& name, int64_t in, int64_t out, bool bias, uint64_t seed, const WeightSlice& slice,
+                 bool sharded_bias, const KernelOptions& o, std::unique_ptr<LayerKernel>* k) {
+  Layer l = SubLayer(base, "linear", name, {1, in}, {1, out});
+  l.attrs.bools["bias"] = bias;
+  KernelOptions lo = o;
+  lo.tp_group = nullptr;
+  PLANNER_RETURN_IF_ERROR(MakeKernel(l, lo, k));
+  const Tensor w = LinearWeight(out, in, seed, slice);
+  std::vector<Param*> ps = (*k)->Params();
+  std::copy(w.data(), w.data() + w.numel(), ps[0]->value.data());
+  ps[0]->tp_sharded = slice.cut();
+  if (bias) ps[1]->tp_sharded = sharded_bias && slice.cut();
+  return Status::OK();
+}
+
+// Causal self-attention on the CP rank's tokens: QKV (column-parallel), ring attention over the
+// CP group, output projection (row-parallel); the TP all-reduces unless SP does them outside.
+class CpAttention final : public LayerKernel {
+ public:
+  Status Init(const Layer& l, const KernelOptions& o, const SeqParallel& sp, int64_t seq, int64_t hidden, int64_t heads) {
+    ring_ = std::make_unique<CpRing>(sp);
+    group_ = sp.sp ? nullptr : o.tp_group;
+    dims_.seq = seq, dims_.heads = heads / sp.tp, dims_.head_dim = hidden / heads, dims_.cp = sp.cp, dims_.cp_rank = sp.cp_rank;
+    dims_.causal = o.causal;
+    hl_ = dims_.heads * dims_.head_dim;
+    PLANNER_RETURN_IF_ERROR(CutLinear(l, l.name + ".qkv", hidden, 3 * hl_, true, o.seed * 31 + 1, QkvShard(hidden, heads, o), true, o, &qkv_));
+    return CutLinear(l, l.name + ".out", hl_, hidden, o.tp_rank == 0, o.seed * 31 + 2, AttnOutShard(hidden, heads, o), false, o, &out_);
+  }
+  Status Forward(const Tensor& x, Tensor* y, Saved* sv) override {
+    sv->children.assign(2, Saved{});
+    Tensor qkv;
+    PLANNER_RETURN_IF_ERROR(qkv_->Forward(x, &qkv, &sv->children[0]));
+    RingAttentionDims d = dims_;
+    d.batch = x.dim(0);
+    Tensor o = Tensor::Zeros({d.batch, d.tokens(), hl_}), lse = Tensor::Zeros({d.batch, d.heads, d.tokens()});
+    const float* q = qkv.data();
+    PLANNER_RETURN_IF_ERROR(RingAttentionForward(d, ring_.get(), q, q + hl_, q + 2 * hl_, 3 * hl_, o.data(), lse.data()));
+    PLANNER_RETURN_IF_ERROR(out_->Forward(o, y, &sv->children[1]));
+    if (group_) PLANNER_RETURN_IF_ERROR(group_->AllReduceSum(y->data(), y->numel()));
+    sv->t = {qkv, o, lse};
+    return Status::OK();
+  }
+  Status BackwardInput(const Tensor& dy, Tensor* dx, Saved* sv) override {
+    if (sv->t.size() != 3) return Status::Internal("cp attention: backward without forward");
+    Tensor dout;
+    PLANNER_RETURN_IF_ERROR(out_->BackwardInput(dy, &dout, &sv->children[1]));
+    const Tensor& qkv = sv->t[0];
+    RingAttentionDims d = dims_;
+    d.batch = qkv.dim(0);
+    Tensor dqkv = Tensor::Zeros(qkv.shape());
+    const float* q = qkv.data();
+    float* g = dqkv.data();
+    PLANNER_RETURN_IF_ERROR(RingAttentionBackward(d, ring_.get(), q, q + hl_, q + 2 * hl_, 3 * hl_, sv->t[1].data(), sv->t[2].data(), dout.data(), g,
+                                                  g + hl_, g + 2 * hl_));
+    PLANNER_RETURN_IF_ERROR(qkv_->BackwardInput(dqkv, dx, &sv->children[0]));
+    if (group_) PLANNER_RETURN_IF_ERROR(group_->AllReduceSum(dx->data(), dx->numel()));
+    sv->t.clear();
+    return Status::OK();
+  }
+  Status BackwardWeight(Saved* sv) override {
+    PLANNER_RETURN_IF_ERROR(qkv_->BackwardWeight(&sv->children[0]));
+    PLANNER_RETURN_IF_ERROR(out_->BackwardWeight(&sv->children[1]));
+    sv->Clear();
+    return Status::OK();
+  }
+  std::vector<Param*> Params() override { return JoinParams({qkv_.get(), out_.get()}); }
+  KernelFlops Flops(int64_t b) const override {
+    KernelFlops a = SumFlops({qkv_.get(), out_.get()}, b);
+    const double core = 2.0 * static_cast<double>(b) * static_cast<double>(dims_.tokens()) * static_cast<double>(dims_.seq) * static_cast<double>(hl_) / 2;
+    return {a.forward + 2 * core, a.backward_input + 4 * core, a.backward_weight};
+  }
+
+ private:
+  std::unique_ptr<CpRing> ring_;
+  TpGroup* group_ = nullptr;
+  RingAttentionDims dims_;
+  int64_t hl_ = 0;
+  std::unique_ptr<LayerKernel> qkv_, out_;
+};
+
+// A region entered with an all-gather along the sequence and left with a reduce-scatter (SP),
+// around a kernel built without its TP all-reduces; without SP the kernel as is.
+Status EnterRegion(const SeqParallel& sp, LayerKernel* k, const Tensor& x, Tensor* y, Saved* s) {
+  if (!sp.sp) return k->Forward(x, y, s);
+  Tensor full, partial;
+  PLANNER_RETURN_IF_ERROR(GatherSeq(sp, x, &full));
+  PLANNER_RETURN_IF_ERROR(k->Forward(full, &partial, s));
+  return ReduceScatterSeq(sp, partial, y);
+}
+Status LeaveRegionBackward(const SeqParallel& sp, LayerKernel* k, const Tensor& dy, Tensor* dx, Saved* s) {
+  if (!sp.sp) return k->BackwardInput(dy, dx, s);
+  Tensor full, partial;
+  PLANNER_RETURN_IF_ERROR(GatherSeq(sp, dy, &full));
+  PLANNER_RETURN_IF_ERROR(k->BackwardInput(full, &partial, s));
+  return ReduceScatterSeq(sp, partial, dx);
+}
+
+// Pre-LN GPT block (y = r + mlp(ln2(r)), r = x + attn(ln1(x))) on the rank's tokens.
+class SeqBlock final : public LayerKernel {
+ public:
+  Status Init(const Layer& l, const KernelOptions& o, const SeqParallel& sp) {
+    sp_ = sp;
+    const int64_t s = l.in_shape[0], h = l.in_shape[1], n_cp = s / sp.cp, n = n_cp / (sp.sp ? sp.tp : 1);
+    KernelOptions ro = o;  // the regions' kernels: TP all-reduces inside unless SP replaces them
+    if (sp.sp) ro.tp_group = nullptr;
+    std::unique_ptr<LayerKernel> k;
+    PLANNER_RETURN_IF_ERROR(MakeKernel(SubLayer(l, "layernorm", l.name + ".ln1", {n, h}, {n, h}), o, &k));
+    ln1_ = std::make_unique<SeqNorm>(std::move(k), sp);
+    PLANNER_RETURN_IF_ERROR(MakeKernel(SubLayer(l, "layernorm", l.name + ".ln2", {n, h}, {n, h}), o, &k));
+    ln2_ = std::make_unique<SeqNorm>(std::move(k), sp);
+    PLANNER_RETURN_IF_ERROR(MakeKernel(SubLayer(l, "mlp", l.name + ".mlp", {n_cp, h}, {n_cp, h}), ro, &mlp_));
+    if (sp.cp == 1) return MakeKernel(SubLayer(l, "attention", l.name + ".attn", {s, h}, {s, h}), ro, &attn_);
+    auto a = std::make_unique<CpAttention>();
+    PLANNER_RETURN_IF_ERROR(a->Init(SubLayer(l, "attention", l.name + ".attn", {n_cp, h}, {n_cp, h}), ro, sp, s, h, l.attrs.Int("heads", 1)));
+    attn_ = std::move(a);
+    return Status::OK();
+  }
+  Status Forward(const Tensor& x, Tensor* y, Saved* sv) override {
+    sv->children.assign(4, Saved{});
+    Tensor a, u, c, v;
+    PLANNER_RETURN_IF_ERROR(ln1_->Forward(x, &a, &sv->children[0]));
+    PLANNER_RETURN_IF_ERROR(EnterRegion(sp_, attn_.get(), a, &u, &sv->children[1]));
+    AddInto(x, &u);  // r = x + attn
+    PLANNER_RETURN_IF_ERROR(ln2_->Forward(u, &c, &sv->children[2]));
+    PLANNER_RETURN_IF_ERROR(EnterRegion(sp_, mlp_.get(), c, &v, &sv->children[3]));
+    AddInto(u, &v);
+    *y = v;
+    return Status::OK();
+  }
+  Status BackwardInput(const Tensor& dy, Tensor* dx, Saved* sv) override {
+    if (sv->children.size() != 4) return Status::Internal("transformer_block: backward without forward");
+    Tensor dc, dr, da, dxa;
+    PLANNER_RETURN_IF_ERROR(LeaveRegionBackward(sp_, mlp_.get(), dy, &dc, &sv->children[3]));
+    PLANNER_RETURN_IF_ERROR(ln2_->BackwardInput(dc, &dr, &sv->children[2]));
+    AddInto(dy, &dr);
+    PLANNER_RETURN_IF_ERROR(LeaveRegionBackward(sp_, attn_.get(), dr, &da, &sv->children[1]));
+    PLANNER_RETURN_IF_ERROR(ln1_->BackwardInput(da, &dxa, &sv->children[0]));
+    AddInto(dr, &dxa);
+    *dx = dxa;
+    return Status::OK();
+  }
+  Status BackwardWeight(Saved* sv) override {
+    if (sv->children.size() != 4) return Status::Internal("transformer_block: backward-weight before backward-input");
+    PLANNER_RETURN_IF_ERROR(ln1_->BackwardWeight(&sv->children[0]));
+    PLANNER_RETURN_IF_ERROR(attn_->BackwardWeight(&sv->children[1]));
+    PLANNER_RETURN_IF_ERROR(ln2_->BackwardWeight(&sv->children[2]));
+    PLANNER_RETURN_IF_ERROR(mlp_->BackwardWeight(&sv->children[3]));
+    sv->Clear();
+    return Status::OK();
+  }
+  std::vector<Param*> Params() override { return JoinParams({ln1_.get(), attn_.get(), ln2_.get(), mlp_.get()}); }
+  KernelFlops Flops(int64_t b) const override { return SumFlops({attn_.get(), mlp_.get()}, b); }
+
+ private:
+  SeqParallel sp_;
+  std::unique_ptr<LayerKernel> ln1_, attn_, ln2_, mlp_;
+};
+
+// The vocabulary projection entered with an all-gather along the sequence (SP): logits of the
+// CP rank's tokens; its input gradient (partial over TP) reduce-scattered back.
+class SeqHead final : public LayerKernel {
+ public:
+  SeqHead(std::unique_ptr<LayerKernel> inner, const SeqParallel& sp) : inner_(std::move(inner)), sp_(sp) {}
+  Status Forward(const Tensor& x, Tensor* y, Saved* s) override {
+    if (!sp_.sp) return inner_->Forward(x, y, s);
+    Tensor full;
+    PLANNER_RETURN_IF_ERROR(GatherSeq(sp_, x, &full));
+    return inner_->Forward(full, y, s);
+  }
+  Status BackwardInput(const Tensor& dy, Tensor* dx, Saved* s) override {
+    if (!sp_.sp) return inner_->BackwardInput(dy, dx, s);
+    Tensor partial;
+    PLANNER_RETURN_IF_ERROR(inner_->BackwardInput(dy, &partial, s));
+    return ReduceScatterSeq(sp_, partial, dx);
+  }
+  Status BackwardWeight(Saved* s) override { return inner_->BackwardWeight(s); }
+  std::vector<Param*> Params() override { return inner_->Params(); }
+  KernelFlops Flops(int64_t b) const override { return inner_->Flops(b); }
+
+ private:
+  std::unique_ptr<LayerKernel> inner_;
+  SeqParallel sp_;
+};
+
+// The loss of the CP group's tokens: each rank's per-sample mean over its tokens / cp, summed
+// over the group (so every CP rank holds the sample's loss); backward scales by 1 / cp.
+class CpLoss final : public LayerKernel {
+ public:
+  CpLoss(std::unique_ptr<LayerKernel> inner, const SeqParallel& sp) : inner_(std::move(inner)), sp_(sp) {}
+  void SetTargets(const Tensor& t) override { inner_->SetTargets(t); }
+  Status Forward(const Tensor& x, Tensor* y, Saved* s) override {
+    PLANNER_RETURN_IF_ERROR(inner_->Forward(x, y, s));
+    for (int64_t i = 0; i < y->numel(); ++i) y->data()[i] /= static_cast<float>(sp_.cp);
+    return Timed(sp_, TransferLog::kCpAllReduce, y->numel() * 4, [&] { return sp_.cp_comm->AllReduce(y->data(), y->numel(), ReduceOp::kSum); });
+  }
+  Status BackwardInput(const Tensor& dy, Tensor* dx, Saved* s) override {
+    Tensor g = Tensor::Zeros(dy.shape());
+    for (int64_t i = 0; i < g.numel(); ++i) g.data()[i] = dy.data()[i] / static_cast<float>(sp_.cp);
+    return inner_->BackwardInput(g, dx, s);
+  }
+  Status BackwardWeight(Saved* s) override { return inner_->BackwardWeight(s); }
+  KernelFlops Flops(int64_t b) const override { return inner_->Flops(b); }
+
+ private:
+  std::unique_ptr<LayerKernel> inner_;
+  SeqParallel sp_;
+};
+
+// The block SeqBlock builds is the GPT one (LayerNorm, multi-head attention with learned positions,
+// GeLU MLP); a block of another kind is refused rather than run as a different model.
+Status CheckGptBlock(const Layer& l) {
+  const LayerAttrs& a = l.attrs;
+  const int64_t heads = a.Int("heads", 1);
+  const bool gpt = a.Int("kv_heads", heads) == heads && a.String("norm", "layernorm") == "layernorm" && a.String("position", "learned") == "learned" &&
+                   a.String("ffn_act", "gelu") == "gelu" && a.String("act", "gelu") == "gelu";
+  if (gpt) return Status::OK();
+  return Status::NotSupported(fmt::format("layer '{}': sequence / context parallelism run GPT blocks (layernorm, kv_heads = heads, learned "
+                                          "positions, gelu) so far; run this model with cp 1 and sequence_parallel false", l.name));
+}
+
+// `layer` with its token dimensions cut to this rank's share.
+Layer LocalLayer(const Layer& l, const SeqParallel& sp) {
+  Layer s = l;
+  s.in_shape[0] /= SeqDivisor(l, true, sp);
+  if (s.out_shape.size() > 1) s.out_shape[0] /= SeqDivisor(l, false, sp);
+  return s;
+}
+
+}  // namespace
+
+Status CheckSeqParallelLaunch(const std::string& path, const std::string& device, int64_t tp, int64_t cp, bool sp, const Layer& first) {
+  if (cp <= 1 && !sp) return Status::OK();
+  if (device != "cpu") return Status::NotSupported(fmt::format("{}: cp / sequence_parallel run on CPU ranks only; codegen with --device cpu", path));
+  if (first.type != "embedding" || first.in_shape.size() != 1) {
+    return Status::InvalidArgument(fmt::format("{}: cp / sequence_parallel need a GPT model (token ids into an embedding); this model starts with '{}'",
+                                               path, first.type));
+  }
+  const int64_t s = first.in_shape[0], split = std::max<int64_t>(2 * cp, cp * (sp ? tp : 1));
+  if (cp > 1 && s % (2 * cp) != 0) {
+    return Status::InvalidArgument(fmt::format("{}: field 'cp': {} does not split the sequence of {} tokens into 2 x cp = {} chunks (causal load "
+                                               "balancing); choose cp with 2 cp dividing {}", path, cp, s, 2 * cp, s));
+  }
+  if (s % split != 0 || s % (cp * (sp ? tp : 1)) != 0) {
+    return Status::InvalidArgument(fmt::format("{}: field 'sequence_parallel': {} tokens do not split over cp {} x tp {}; choose tp dividing {}", path,
+                                               s, cp, tp, s / cp));
+  }
+  return Status::OK();
+}
+
+int64_t SeqDivisor(const Layer& l, bool input, const SeqParallel& sp) {
+  const int64_t hidden = sp.cp * (sp.sp ? sp.tp : 1);
+  if (l.type == "embedding") return input ? sp.cp : hidden;
+  if (l.type == "lm_head") return input ? hidden : sp.cp;
+  if (l.type == "loss") return input ? sp.cp : 1;
+  return hidden;
+}
+
+std::vector<float> CpSliceTokens(const std::vector<float>& rows, int64_t seq, int64_t cp, int64_t cp_rank) {
+  if (cp <= 1) return rows;
+  const std::vector<int64_t> pos = CpTokenPositions(seq, cp, cp_rank);
+  std::vector<float> out;
+  for (size_t s = 0; s + static_cast<size_t>(seq) <= rows.size(); s += static_cast<size_t>(seq))
+    for (int64_t p : pos) out.push_back(rows[s + static_cast<size_t>(p)]);
+  return out;
+}
+
+Status MakeSeqParallelKernel(const Layer& l, const KernelOptions& o, const SeqParallel& sp, std::unique_ptr<LayerKernel>* out) {
+  if (o.device != Device::kCpu) return Status::NotSupported("sequence and context parallelism run on CPU ranks only (codegen --device cpu)");
+  const int64_t s = l.in_shape.empty() ? 0 : l.in_shape[0];
+  if (sp.cp > 1 && l.type == "embedding" && s % (2 * sp.cp) != 0) {
+    return Status::InvalidArgument(fmt::format("layer '{}': cp {} needs the sequence ({}) to split into 2 x cp = {} chunks; choose cp dividing {}",
+                                               l.name, sp.cp, s, 2 * sp.cp, s / 2));
+  }
+  if (s % (sp.cp * (sp.sp ? sp.tp : 1)) != 0) {
+    return Status::InvalidArgument(fmt::format("layer '{}': {} tokens do not split over cp {} x sp {}", l.name, s, sp.cp, sp.sp ? sp.tp : 1));
+  }
+  KernelOptions ro = o;
+  if (sp.sp) ro.tp_group = nullptr;
+  std::unique_ptr<LayerKernel> k;
+  if (l.type == "embedding") {
+    KernelOptions eo = o;  // partial sums over the whole sequence; SeqEmbedding reduces the rank's tokens only
+    eo.tp_group = nullptr;
+    PLANNER_RETURN_IF_ERROR(MakeKernel(l, eo, &k));
+    *out = std::make_unique<SeqEmbedding>(std::move(k), sp, sp.sp ? nullptr : o.tp_group, s);
+  } else if (l.type == "transformer_block") {
+    PLANNER_RETURN_IF_ERROR(CheckGptBlock(l));
+    auto b = std::make_unique<SeqBlock>();
+    PLANNER_RETURN_IF_ERROR(b->Init(l, o, sp));
+    *out = std::move(b);
+  } else if (l.type == "layernorm") {
+    PLANNER_RETURN_IF_ERROR(MakeKernel(LocalLayer(l, sp), o, &k));
+    *out = std::make_unique<SeqNorm>(std::move(k), sp);
+  } else if (l.type == "dropout") {
+    return MakeKernel(LocalLayer(l, sp), o, out);
+  } else if (l.type == "lm_head") {
+    Layer h = LocalLayer(l, sp);
+    h.in_shape[0] = h.out_shape[0];  // the projection sees the CP rank's tokens (gathered under SP)
+    PLANNER_RETURN_IF_ERROR(MakeKernel(h, ro, &k));
+    *out = std::make_unique<SeqHead>(std::move(k), sp);
+  } else if (l.type == "loss") {
+    PLANNER_RETURN_IF_ERROR(MakeKernel(LocalLayer(l, sp), o, &k));
+    if (sp.cp == 1) *out = std::move(k);
+    else *out = std::make_unique<CpLoss>(std::move(k), sp);
+  } else {
+    return Status::NotSupported(fmt::format("layer '{}': type '{}' has no sequence- or context-parallel kernel; use transformer_block layers", l.name,
+                                            l.type));
+  }
+  return Status::OK();
+}
+
+}  // namespace planner
