@@ -179,7 +179,7 @@ class CpAttention final : public LayerKernel {
     dims_.seq = seq, dims_.heads = heads / sp.tp, dims_.head_dim = hidden / heads, dims_.cp = sp.cp, dims_.cp_rank = sp.cp_rank;
     dims_.causal = o.causal;
     hl_ = dims_.heads * dims_.head_dim;
-    PLANNER_RETURN_IF_ERROR(CutLinear(l, l.name + ".qkv", hidden, 3 * hl_, true, o.seed * 31 + 1, QkvShard(hidden, heads, o), true, o, &qkv_));
+    PLANNER_RETURN_IF_ERROR(CutLinear(l, l.name + ".qkv", hidden, 3 * hl_, true, o.seed * 31 + 1, QkvShard(hidden, heads, heads, o), true, o, &qkv_));
     return CutLinear(l, l.name + ".out", hl_, hidden, o.tp_rank == 0, o.seed * 31 + 2, AttnOutShard(hidden, heads, o), false, o, &out_);
   }
   Status Forward(const Tensor& x, Tensor* y, Saved* sv) override {

@@ -463,7 +463,7 @@ std::vector<float> TpSlice(const std::string& name, const std::vector<float>& fu
       for (int64_t k = 0; k < (width == 1 ? 1 : cols); ++k) out.push_back(full[static_cast<size_t>(r * width + (width == 1 ? 0 : w.col0 + k))]);
     return out;
   };
-  if (ends(".attn.qkv.weight") || ends(".attn.qkv.bias")) return cut(QkvShard(h, heads, o), h);
+  if (ends(".attn.qkv.weight") || ends(".attn.qkv.bias")) return cut(QkvShard(h, heads, heads, o), h);
   if (ends(".attn.out.weight")) return cut(AttnOutShard(h, heads, o), h / t);
   if (ends(".mlp.fc1.weight") || ends(".mlp.fc1.bias")) return cut(Fc1Shard(h, ffn, o), h);
   if (ends(".mlp.fc2.weight")) return cut(Fc2Shard(h, ffn, o), ffn / t);

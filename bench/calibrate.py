@@ -1,0 +1,183 @@
+#!/usr/bin/env python3
+"""Calibration against published runs (docs/performance.md, "Calibration").
+
+Every row is a published training run: a model, a GPU count, a global batch and the
+layout the authors used, forced with `planner solve` flags; the planner chooses what the
+paper does not state (microbatch size, interleave degree where free, ZeRO stage). The
+script prints one table per source with the published figure, the prediction on the same
+scale and the error, then the mean absolute error per GPU type and precision.
+
+  python3 bench/calibrate.py                       # the tables, the clusters' efficiencies as they are
+  python3 bench/calibrate.py --fit                 # also: the error at each efficiency on a grid, per GPU type
+
+Published figures are compared on their own definitions:
+  megatron-sc21   TFLOP/s per GPU with Megatron eq. (3) FLOPs (full recompute counted), i.e.
+                  F3 / (n T) with T the predicted iteration time.
+  korthikanti     MFU with eq. (7) model FLOPs over 312 TFLOP/s (A100 fp16/bf16 peak).
+  llama3          MFU as the plan reports it (predicted.mfu: model FLOPs / (n peak T)).
+"""
+import argparse
+import json
+import math
+import os
+import subprocess
+import sys
+import tempfile
+
+ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+PLANNER = os.path.join(ROOT, "build", "planner", "planner")
+
+
+def gpt(name, layers, hidden, heads, seq=2048, vocab=51200, batch=1, extra=""):
+    return (f"format_version: 1\nname: {name}\nprecision: fp16\nglobal_batch: {batch}\n"
+            f"gpt: {{layers: {layers}, hidden: {hidden}, heads: {heads}, seq: {seq}, vocab: {vocab}, attention: unfused{extra}}}\n")
+
+
+# Megatron-LM SC'21 Table 1 (Narayanan et al. 2021): (params, heads, hidden, layers, t, p, n, B, TFLOP/s per GPU).
+MEGATRON_T1 = [
+    ("1.7B", 24, 2304, 24, 1, 1, 32, 512, 137), ("3.6B", 32, 3072, 30, 2, 1, 64, 512, 138),
+    ("7.5B", 32, 4096, 36, 4, 1, 128, 512, 142), ("18.4B", 48, 6144, 40, 8, 1, 256, 1024, 135),
+    ("39.1B", 64, 8192, 48, 8, 2, 512, 1536, 138), ("76.1B", 80, 10240, 60, 8, 4, 1024, 1792, 140),
+    ("145.6B", 96, 12288, 80, 8, 8, 1536, 2304, 148), ("310.1B", 128, 16384, 96, 8, 16, 1920, 2160, 155),
+    ("529.6B", 128, 20480, 105, 8, 35, 2520, 2520, 163), ("1008.0B", 160, 25600, 128, 8, 64, 3072, 3072, 163),
+]
+# Korthikanti et al. 2022 Tables 3 and 5: (name, heads, hidden, layers, t, p, n, B, b, v, MFU selective+SP, MFU full).
+KORTHIKANTI = [
+    ("22B", 64, 6144, 48, 8, 1, 8, 4, 4, 1, 0.415, 0.321), ("175B", 96, 12288, 96, 8, 8, 64, 64, 1, 3, 0.514, 0.390),
+    ("530B", 128, 20480, 105, 8, 35, 280, 280, 1, 3, 0.560, 0.432), ("1T", 160, 25600, 128, 8, 64, 512, 512, 1, 1, 0.563, 0.426),
+]
+# Llama 3 paper (Dubey et al. 2024) Table 4, Llama 3.1 405B, BF16 MFU: (GPUs, tp, cp, pp, dp, seq, global batch (sequences), MFU).
+LLAMA3 = [
+    (8192, 8, 1, 16, 64, 8192, 2048, 0.43), (16384, 8, 1, 16, 128, 8192, 2048, 0.41),
+    (16384, 8, 16, 16, 8, 131072, 128, 0.38),
+]
+
+
+def eq3(l, h, s, v, batch):
+    return 96 * batch * s * l * h * h * (1 + s / (6 * h) + v / (16 * l * h))
+
+
+def eq7(l, h, s, v, batch):
+    return 72 * batch * s * l * h * h * (1 + s / (6 * h) + v / (12 * l * h))
+
+
+def solve(model_path, cluster, gpus, flags):
+    cmd = [PLANNER, "solve", "--gpus", str(gpus), "--model", model_path, "--cluster", cluster, "--top", "1", "--json"] + flags
+    r = subprocess.run(cmd, capture_output=True, text=True)
+    if r.returncode != 0:
+        return None, (r.stderr.strip().splitlines() or ["exit %d" % r.returncode])[-1]
+    return json.loads(r.stdout), None
+
+
+def with_efficiency(cluster, eff, tmp):
+    """A copy of the cluster file with `efficiency:` replaced (for --fit)."""
+    if eff is None:
+        return cluster
+    lines = open(cluster).read().splitlines()
+    out = [f"efficiency: {eff}" if l.startswith("efficiency:") else l for l in lines]
+    path = os.path.join(tmp, f"cluster-{eff}.yaml")
+    open(path, "w").write("\n".join(out) + "\n")
+    return path
+
+
+def layout(plan):
+    return (f"b={plan['microbatch_size']} {plan['schedule']} v={plan['interleave']} "
+            f"{plan['recompute']} zero={plan['zero_stage']}" + (" sp" if plan.get("sequence_parallel") else ""))
+
+
+def run_megatron(tmp, cluster):
+    rows = []
+    for name, a, h, l, t, p, n, B, pub in MEGATRON_T1:
+        path = os.path.join(tmp, f"t1-{name}.yaml")
+        open(path, "w").write(gpt(f"t1-{name}", l, h, a, batch=B))
+        plan, err = solve(path, cluster, n, ["--tp", str(t), "--pp", str(p), "--cp", "1", "--sp", "off", "--recompute", "full",
+                                             "--schedule", "interleaved,1f1b", "--bytes-per-param", "18"])
+        pred = eq3(l, h, 2048, 51200, B) / (n * plan["predicted"]["iteration_seconds"]) / 1e12 if plan else None
+        rows.append((f"{name} t{t} p{p} n{n} B{B}", pub, pred, layout(plan) if plan else err))
+    return rows
+
+
+def run_korthikanti(tmp, cluster):
+    rows = []
+    for name, a, h, l, t, p, n, B, b, v, mfu_sel, mfu_full in KORTHIKANTI:
+        path = os.path.join(tmp, f"k-{name}.yaml")
+        open(path, "w").write(gpt(f"k-{name}", l, h, a, batch=B))
+        sched = ["--schedule", "interleaved", "--interleave", str(v)] if v > 1 else ["--schedule", "1f1b"]
+        for rc, sp, pub in (("selective", "on", mfu_sel), ("full", "off", mfu_full)):
+            plan, err = solve(path, cluster, n, ["--tp", str(t), "--pp", str(p), "--cp", "1", "--sp", sp, "--recompute", rc,
+                                                 "--microbatch", str(b)] + sched)
+            pred = eq7(l, h, 2048, 51200, B) / (n * 312e12 * plan["predicted"]["iteration_seconds"]) if plan else None
+            rows.append((f"{name} {rc}{' + SP' if sp == 'on' else ''} t{t} p{p} n{n}", 100 * pub, 100 * pred if pred else None,
+                         layout(plan) if plan else err))
+    return rows
+
+
+def run_llama(tmp, cluster):
+    rows = []
+    model = os.path.join(ROOT, "configs", "models", "llama3.1-405b.yaml")
+    for n, t, cp, p, d, s, B, pub in LLAMA3:
+        plan, err = solve(model, cluster, n, ["--tp", str(t), "--pp", str(p), "--cp", str(cp), "--seq", str(s),
+                                              "--global-batch", str(B), "--precision", "bf16"])
+        pred = plan["predicted"]["mfu"] if plan else None
+        rows.append((f"405B n{n} tp{t} cp{cp} pp{p} dp{d} seq{s}", 100 * pub, 100 * pred if pred else None,
+                     layout(plan) if plan else err))
+    return rows
+
+
+def table(title, unit, rows):
+    print(f"\n### {title}\n\n| run | published {unit} | predicted | error | plan |\n|---|---|---|---|---|")
+    errs = []
+    for run, pub, pred, plan in rows:
+        if pred is None:
+            print(f"| {run} | {pub:.1f} | - | - | {plan} |")
+            continue
+        e = (pred - pub) / pub
+        errs.append(e)
+        print(f"| {run} | {pub:.1f} | {pred:.1f} | {100 * e:+.1f}% | {plan} |")
+    return errs
+
+
+def summary(name, errs, expected):
+    if not errs:
+        print(f"{name}: no rows")
+        return float("inf")
+    mae = sum(abs(e) for e in errs) / len(errs)
+    worst = max(abs(e) for e in errs)
+    missing = expected - len(errs)
+    print(f"{name}: {len(errs)} rows{' (' + str(missing) + ' failed)' if missing else ''}, mean |error| {100 * mae:.2f}%, "
+          f"worst {100 * worst:.1f}%")
+    return mae if not missing else float("inf")
+
+
+def main():
+    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap.add_argument("--a100", default=os.path.join(ROOT, "configs", "clusters", "dgx-a100.yaml"))
+    ap.add_argument("--h100", default=os.path.join(ROOT, "configs", "clusters", "dgx-h100.yaml"))
+    ap.add_argument("--fit", action="store_true", help="scan efficiencies and print the mean |error| of each")
+    ap.add_argument("--grid", default="0.50,0.55,0.60,0.65,0.70,0.75,0.80")
+    args = ap.parse_args()
+    if not os.path.exists(PLANNER):
+        sys.exit("calibrate.py: build the planner first (make build)")
+    with tempfile.TemporaryDirectory() as tmp:
+        a100 = table("Megatron-LM SC'21 Table 1 (A100, fp16, full recompute)", "TFLOP/s/GPU", run_megatron(tmp, args.a100))
+        a100 += table("Korthikanti et al. 2022 (A100, fp16)", "MFU %", run_korthikanti(tmp, args.a100))
+        h100 = table("Llama 3 Table 4 (H100, bf16)", "MFU %", run_llama(tmp, args.h100))
+        print()
+        summary("A100 fp16 (dgx-a100)", a100, len(MEGATRON_T1) + 2 * len(KORTHIKANTI))
+        summary("H100 bf16 (dgx-h100)", h100, len(LLAMA3))
+        if args.fit:
+            print("\n### Fit: mean |error| per efficiency\n\n| efficiency | A100 fp16 | H100 bf16 |\n|---|---|---|")
+            for eff in [float(x) for x in args.grid.split(",")]:
+                ca, ch = with_efficiency(args.a100, eff, tmp), with_efficiency(args.h100, eff, tmp)
+                with open(os.devnull, "w") as null:
+                    old, sys.stdout = sys.stdout, null
+                    ea = table("", "", run_megatron(tmp, ca)) + table("", "", run_korthikanti(tmp, ca))
+                    eh = table("", "", run_llama(tmp, ch))
+                    sys.stdout = old
+                fa = sum(abs(e) for e in ea) / max(1, len(ea))
+                fh = sum(abs(e) for e in eh) / max(1, len(eh))
+                print(f"| {eff:.2f} | {100 * fa:.2f}% ({len(ea)} rows) | {100 * fh:.2f}% ({len(eh)} rows) |")
+
+
+if __name__ == "__main__":
+    main()
