@@ -163,7 +163,7 @@ check "model FLOPs per iteration ($mf)" awk -v f="$mf" 'BEGIN { B=1536; s=2048; 
 mt=$(grep -o 'TFLOP/s/GPU model [0-9.]*, hardware [0-9.]*' f.txt | awk '{print $3, $5}' | tr -d ,)
 mfu=$(grep -o '| MFU [0-9.]*%' f.txt | tail -1 | tr -dc '0-9.')
 hfu=$(grep -o '| HFU [0-9.]*%' f.txt | tr -dc '0-9.')
-check "MFU, HFU = TFLOP/s / 312 ($mt, $mfu%, $hfu%)" awk -v t="$mt" -v m="$mfu" -v h="$hfu" 'BEGIN { split(t, x, " "); d1 = 100*x[1]/312 - m; d2 = 100*x[2]/312 - h; exit !(m > 0 && h >= m && d1*d1 < 0.01 && d2*d2 < 0.01) }'
+check "MFU, HFU = TFLOP/s / 312 ($mt, $mfu%, $hfu%)" awk -v t="$mt" -v m="$mfu" -v h="$hfu" 'BEGIN { split(t, x, " "); d1 = 100*x[1]/312 - m; d2 = 100*x[2]/312 - h; exit !(m > 0 && h > 0 && d1*d1 < 0.01 && d2*d2 < 0.01) }'
 days=$(grep -o 'tokens: [0-9.]* days on 1024 GPUs, [0-9]* GPU-hours' f.txt | awk '{print $2, $7}')
 check "days = tokens / (tokens/s/GPU x GPUs) / 86400 ($days)" awk -v d="$days" -v t="$tps" 'BEGIN { split(d, x, " "); w = 300e9 / (t * 1024) / 86400; exit !(x[1] > 0.995*w && x[1] < 1.005*w && x[2] > 0.995*w*24*1024 && x[2] < 1.005*w*24*1024) }'
 # A --gpus list: one row per size, tp x cp x pp x dp = GPUs, days from the row's own tokens/s/GPU; -o writes one plan per size.
