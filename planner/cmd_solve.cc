@@ -319,22 +319,6 @@ Status CheckLayoutFlags(const SolveArgs& a, const ModelSpec* model, SearchOption
   return Status::OK();
 }
 
-// The output figures the plan file defines (spec/plan.h), from the model
-// where the search left them 0: parameters, model FLOPs per iteration and
-// per second per GPU, tokens per second per GPU (gpt models), HFU.
-void CompletePlanFigures(const ModelSpec* model, const ClusterSpec& cluster, Plan* plan) {
-  if (model == nullptr) return;
-  auto& x = plan->predicted;
-  if (plan->model_parameters <= 0) plan->model_parameters = model->TotalParams();
-  const double gpus = static_cast<double>(plan->gpus_used > 0 ? plan->gpus_used : plan->gpus);
-  if (!(x.iteration_s > 0) || !(gpus > 0) || plan->mode != "auto") return;
-  if (x.model_flops_per_iteration <= 0) x.model_flops_per_iteration = model->ModelFlops(static_cast<double>(plan->global_batch));
-  if (x.model_tflops_per_gpu <= 0) x.model_tflops_per_gpu = x.model_flops_per_iteration / (gpus * x.iteration_s) / 1e12;
-  if (x.tokens_per_second_per_gpu <= 0 && model->is_gpt) x.tokens_per_second_per_gpu = x.samples_per_second * static_cast<double>(model->gpt.seq) / gpus;
-  const double peak = cluster.PeakFlops(model->dtype);
-  if (x.hfu <= 0 && peak > 0 && x.tflops_per_gpu > 0) x.hfu = x.tflops_per_gpu * 1e12 / peak;
-}
-
 // -o with several sizes: PATH with ".<gpus>" before its extension (plan.yaml -> plan.1024.yaml).
 std::string OutputPathForSize(const std::string& path, int64_t gpus, bool several) {
   if (!several) return path;
@@ -438,7 +422,6 @@ Status SolveSize(const SolveArgs& a, const SolveInputs& in, Plan* plan) {
   plan->profile_path = in.profile_path;
   plan->profile_digest = in.profile_path.empty() ? "" : in.profile.digest;
   plan->cost_source = in.profile_path.empty() ? "analytic" : "profile";
-  CompletePlanFigures(a.model.empty() ? nullptr : &in.model, in.cluster, plan);
   return Status::OK();
 }
 

@@ -66,7 +66,7 @@ std::string FormatCount(double count) {
   if (!(count > 0)) return "n/a";
   static const std::pair<double, const char*> kUnits[] = {{1e12, "T"}, {1e9, "B"}, {1e6, "M"}, {1e3, "K"}};
   for (const auto& [scale, suffix] : kUnits) {
-    if (count >= scale) return fmt::format("{:.1f}{}", count / scale, suffix);
+    if (count >= scale) return fmt::format(fmt::runtime(count < 10 * scale ? "{:.2f}{}" : "{:.1f}{}"), count / scale, suffix);
   }
   return fmt::format("{:.0f}", count);
 }

@@ -17,7 +17,7 @@ namespace planner {
 std::string RenderPlanSummary(const Plan& plan);
 std::string RenderStageTable(const Plan& plan);
 std::string RenderRunnersUp(const Plan& plan);
-// "405.9B", "124.4M", "1.2T": a count with a decimal suffix; "n/a" when not positive.
+// "405.9B", "124.4M", "8.03B": a count with a decimal suffix (three digits at least); "n/a" when not positive.
 std::string FormatCount(double count);
 // The plan's output figures on one line: parameters, model FLOPs per
 // iteration, tokens/s/GPU, model and hardware TFLOP/s/GPU, MFU, HFU. "n/a" for a figure

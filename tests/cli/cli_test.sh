@@ -167,6 +167,8 @@ hfu=$(grep -o '| HFU [0-9.]*%' f.txt | tr -dc '0-9.')
 check "MFU, HFU = TFLOP/s / 312 ($mt, $mfu%, $hfu%)" awk -v t="$mt" -v m="$mfu" -v h="$hfu" 'BEGIN { split(t, x, " "); d1 = 100*x[1]/312 - m; d2 = 100*x[2]/312 - h; exit !(m > 0 && h > 0 && d1*d1 < 0.01 && d2*d2 < 0.01) }'
 days=$(grep -o 'tokens: [0-9.]* days on 1024 GPUs, [0-9]* GPU-hours' f.txt | awk '{print $2, $7}')
 check "days = tokens / (tokens/s/GPU x GPUs) / 86400 ($days)" awk -v d="$days" -v t="$tps" 'BEGIN { split(d, x, " "); w = 300e9 / (t * 1024) / 86400; exit !(x[1] > 0.995*w && x[1] < 1.005*w && x[2] > 0.995*w*24*1024 && x[2] < 1.005*w*24*1024) }'
+# Llama 3 8B: the published 8.03B parameters, printed to three digits.
+expect "parameter count llama3-8b" 0 "figures: 8.03B parameters" -- $PLANNER solve --gpus 8 --model $M/llama3-8b.yaml --cluster $C/dgx-h100.yaml
 # A --gpus list: one row per size, tp x cp x pp x dp = GPUs, days from the row's own tokens/s/GPU; -o writes one plan per size.
 expect "scaling table" 0 "tokens/s/GPU" -- $PLANNER solve --gpus 64,128 --model $M/gpt3-175b.yaml --cluster $C/dgx-a100.yaml --train-tokens 300B -o s.yaml
 check "scaling rows" awk 'NR > 1 && $1 ~ /^[0-9]+$/ { n++; if ($2 * $3 * $4 * $5 != $1) bad = 1; d = 300e9 / ($12 * $1) / 86400; if ($18 < 0.995*d || $18 > 1.005*d || $19 < 0.995*d*24*$1 || $19 > 1.005*d*24*$1) bad = 1; g = g $1 " " } END { exit !(n == 2 && !bad && g == "64 128 ") }' out.txt
@@ -183,7 +185,7 @@ for t in 1500M 1.5e9 0.0015T 1500000k; do
   $PLANNER -q solve --gpus 8 --model $M/gpt2-small.yaml --cluster $C/dgx-a100.yaml --train-tokens $t | grep '^training' > "tok-$t.txt"
 done
 $PLANNER -q solve --gpus 8 --model $M/gpt2-small.yaml --cluster $C/dgx-a100.yaml --train-tokens 1.5B | grep '^training' > tok.txt
-check "token suffixes" bash -c 'grep -q "^training on 1.5B tokens: " tok.txt && for f in tok-*.txt; do cmp -s tok.txt "$f" || exit 1; done'
+check "token suffixes" bash -c 'grep -q "^training on 1.50B tokens: " tok.txt && for f in tok-*.txt; do cmp -s tok.txt "$f" || exit 1; done'
 # --seq rebuilds the template: the learned positions add (4096 - 1024) x 768 parameters; tokens are samples x 4096.
 expect "seq 1024" 0 "figures: " -- $PLANNER solve --gpus 8 --model $M/gpt2-small.yaml --cluster $C/dgx-a100.yaml
 p0=$(grep -o 'figures: [0-9.]*M' out.txt | tr -dc '0-9.')
