@@ -82,18 +82,17 @@ print(f"{d}: gradient norm {g[0]:.6e} vs {g[1]:.6e} (rel {rel:.1e}); losses diff
 sys.exit(0 if rel < 1e-5 and dl < 1e-4 else 1)
 PY
 }
-tp_case tp2 --tp 2 --pp 1
-# Context parallelism (ring attention, cp 2) and sequence parallelism (tp 2 + SP): plan.yaml's cp /
-# sequence_parallel set by hand (as a user forcing a layout), through codegen and mpirun. cp 2 holds
+tp_case tp2 --tp 2 --pp 1 --sp off
+# Context parallelism (ring attention, cp 2) and sequence parallelism (tp 2 + SP): plans the solver
+# makes with --cp 2 and --sp on (so the report's prediction is theirs), through codegen and mpirun. cp 2 holds
 # every parameter on cp rank 0: each gradient file equals one process's; tp 2 + SP: the gradient
 # norm and 3 steps' losses (executor_test.cc compares every shard on thread ranks).
-$PLANNER -q solve --gpus 1 --model $M/tiny-gpt.yaml --cluster $C/local-cpu.yaml -o cp2.plan.yaml >/dev/null && sed -i 's/^cp: 1$/cp: 2/' cp2.plan.yaml \
+$PLANNER -q solve --gpus 2 --model $M/tiny-gpt.yaml --cluster $C/local-cpu.yaml --cp 2 --tp 1 --pp 1 -o cp2.plan.yaml >/dev/null && grep -q '^cp: 2$' cp2.plan.yaml \
   && $PLANNER -q codegen cp2.plan.yaml -o cp2 --iterations 1 && grep -q "^--context-parallel-size 2$" cp2/megatron.args \
   && timeout 120 mpirun --oversubscribe -np 2 $PLANNER -q run cp2 --dump-gradients --run-id multi >/dev/null 2>cp2.err \
   && $PLANNER -q run cp2 --reference --dump-gradients --run-id single >/dev/null 2>>cp2.err \
   && compare cp2/runs/single/grads cp2/runs/multi/grads && grep -q "cp 2 (ring attention)" cp2/runs/multi/report.md && ok || { bad "cp2"; tail -3 cp2.err; }
-sp_plan() { sed -i 's/^sequence_parallel: false$/sequence_parallel: true/' "$1"; }
-$PLANNER -q solve --gpus 2 --model $M/tiny-gpt.yaml --cluster $C/local-cpu.yaml --tp 2 --pp 1 -o tp2sp.plan.yaml >/dev/null && sp_plan tp2sp.plan.yaml \
+$PLANNER -q solve --gpus 2 --model $M/tiny-gpt.yaml --cluster $C/local-cpu.yaml --tp 2 --pp 1 --sp on -o tp2sp.plan.yaml >/dev/null && grep -q '^sequence_parallel: true$' tp2sp.plan.yaml \
   && $PLANNER -q codegen tp2sp.plan.yaml -o tp2sp --iterations 3 \
   && timeout 120 mpirun --oversubscribe -np 2 $PLANNER -q run tp2sp --dump-gradients --run-id multi >/dev/null 2>tp2sp.err \
   && $PLANNER -q run tp2sp --reference --dump-gradients --run-id single >/dev/null 2>>tp2sp.err \
