@@ -261,16 +261,27 @@ bool Overlapped(const Plan& plan, const std::string& what) {
   return std::none_of(plan.notes.begin(), plan.notes.end(), [&](const std::string& n) { return n.find(what + " not overlapped") != std::string::npos; });
 }
 
-// Optimizer and gradient sharding: ZeRO-1 is the distributed optimizer; ZeRO-2/3 are
-// Megatron-FSDP's sharding strategies, which the version checked runs without pipelining
-// only. Returns a reason when Megatron-LM cannot run the plan's setting.
-std::string MegatronShardingArgs(const Plan& plan, const LaunchPlan& L, std::string* mg) {
+// Why Megatron-LM cannot run the plan ("" when it can): ZeRO-2/3 (Megatron-FSDP) with
+// pipelining, or query groups that are neither a multiple nor a divisor of tp
+// (TransformerConfig's check).
+std::string MegatronRefusal(const Plan& plan, const ModelSpec& model, const LaunchPlan& L) {
   const bool zero23 = plan.zero_stage == ZeroStage::kGradients || plan.zero_stage == ZeroStage::kParameters;
   if (zero23 && L.pp > 1) {
     return fmt::format("ZeRO-{} with pipelining (pp {}): Megatron-LM's distributed optimizer is ZeRO-1 and Megatron-FSDP / torch FSDP2 do not "
                        "run with pipeline parallelism; solve with --zero 0,1 for a plan Megatron-LM runs",
                        plan.zero_stage == ZeroStage::kGradients ? 2 : 3, L.pp);
   }
+  const int64_t groups = model.is_gpt ? (model.gpt.kv_heads > 0 ? model.gpt.kv_heads : model.gpt.heads) : 0;
+  if (groups > 0 && L.tp > 1 && groups % L.tp != 0 && L.tp % groups != 0) {
+    return fmt::format("{} KV heads with tp {}: Megatron-LM needs the query groups to be a multiple or a divisor of tp", groups, L.tp);
+  }
+  return "";
+}
+
+// Optimizer and gradient sharding: ZeRO-1 is the distributed optimizer; ZeRO-2/3 are
+// Megatron-FSDP's sharding strategies (pipelining refused above).
+void MegatronShardingArgs(const Plan& plan, const LaunchPlan& L, std::string* mg) {
+  const bool zero23 = plan.zero_stage == ZeroStage::kGradients || plan.zero_stage == ZeroStage::kParameters;
   if (plan.zero_stage == ZeroStage::kOptimizer) *mg += "--use-distributed-optimizer\n";
   if (zero23) {
     *mg += fmt::format("--use-megatron-fsdp\n--data-parallel-sharding-strategy {}\n--ckpt-format fsdp_dtensor\n",
@@ -280,7 +291,6 @@ std::string MegatronShardingArgs(const Plan& plan, const LaunchPlan& L, std::str
     *mg += "--overlap-grad-reduce\n";
     if (plan.zero_stage != ZeroStage::kNone && Overlapped(plan, "parameter gather")) *mg += "--overlap-param-gather\n";
   }
-  return "";
 }
 
 // megatron.args: Megatron-LM flags, and a note for each setting it cannot take. A plan
@@ -296,7 +306,8 @@ void AddMegatronArgs(const Plan& plan, const ModelSpec& model, const LaunchPlan&
   }
   if (plan.recompute == Recompute::kFull) mg += "--recompute-granularity full\n--recompute-method uniform\n--recompute-num-layers 1\n";
   else if (plan.recompute == Recompute::kSelective) mg += "--recompute-granularity selective\n";
-  const std::string refused = MegatronShardingArgs(plan, L, &mg);
+  MegatronShardingArgs(plan, L, &mg);
+  const std::string refused = MegatronRefusal(plan, model, L);
   if (!refused.empty()) {
     notes->push_back("megatron.args: not written: " + refused);
     files->emplace_back("megatron.args.refused", refused + "\n");

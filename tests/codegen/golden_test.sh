@@ -59,6 +59,12 @@ refused zero2pp "$T/zero2pp" deepspeed/refused.txt "DeepSpeed's pipeline engine 
 for f in megatron.args deepspeed/ds_config.json; do
   if [ -e "$T/zero2pp/$f" ]; then echo "FAIL zero2pp: $f written for a plan the engine refuses"; fail=$((fail+1)); else pass=$((pass+1)); fi
 done
+# KV heads neither a multiple nor a divisor of tp (12 with tp 8): Megatron-LM refuses; DeepSpeed does not care.
+sed 's/^gpt: {layers: 96, hidden: 12288, heads: 96,/gpt: {layers: 96, hidden: 12288, heads: 96, kv_heads: 12,/' "$SRC/configs/models/gpt3-175b.yaml" > "$T/gqa12.yaml"
+sed -e 's|^  model_path: .*|  model_path: "gqa12.yaml"|' -e 's|^  model_digest: .*|  model_digest: ""|' "$P/gpt3-64.plan.yaml" > "$T/gqa12.plan.yaml"
+expect_codegen gqa12 "$T/gqa12.plan.yaml"
+refused gqa12 "$T/gqa12" megatron.args.refused "12 KV heads with tp 8"
+if [ -f "$T/gqa12/deepspeed/ds_config.json" ] && [ ! -e "$T/gqa12/megatron.args" ]; then pass=$((pass+1)); else echo "FAIL gqa12: megatron.args written or ds_config.json missing"; fail=$((fail+1)); fi
 # Context parallelism: DeepSpeed's config has none (Ulysses is another kind); refused.
 sed 's/^cp: 1$/cp: 2/' "$P/llama3-8b-fp8-16.plan.yaml" > "$T/cp2.plan.yaml"
 expect_codegen cp2 "$T/cp2.plan.yaml"
