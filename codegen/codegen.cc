@@ -5,6 +5,7 @@
 #include <map>
 
 #include <fmt/format.h>
+#include <fmt/ranges.h>
 
 #include "dp_solver/programs.h"
 
@@ -250,17 +251,75 @@ srun --kill-on-bad-exit=1 {} run "$DIR"
                                                   o.planner_path));
 }
 
-// megatron.args: Megatron-LM flags, and a note for each setting it cannot take.
+// The model's architecture as Megatron-LM flags (megatron/training/arguments.py and the
+// TransformerConfig fields it turns into flags; versions checked in docs/formats.md).
+std::string MegatronModelArgs(const ModelSpec& model, std::vector<std::string>* notes) {
+  const GptConfig& g = model.gpt;
+  std::string mg = fmt::format("--num-layers {}\n--hidden-size {}\n--num-attention-heads {}\n--seq-length {}\n--max-position-embeddings {}\n",
+                               g.layers, g.hidden, g.heads, g.seq, g.seq);
+  if (g.kv_heads > 0 && g.kv_heads < g.heads) mg += fmt::format("--group-query-attention\n--num-query-groups {}\n", g.kv_heads);
+  // Megatron derives its own default for SwiGLU (8h/3 rounded to 64), so the width is always written then.
+  if (g.ffn > 0 && (g.ffn != 4 * g.hidden || g.ffn_act == "swiglu")) mg += fmt::format("--ffn-hidden-size {}\n", g.ffn);
+  if (g.ffn_act == "swiglu") mg += "--swiglu\n";
+  if (g.ffn_act == "relu2") mg += "--squared-relu\n";
+  if (g.norm == "rmsnorm") mg += "--normalization RMSNorm\n";
+  // With rope Megatron adds no position table (--no-position-embedding is deprecated for it).
+  if (g.position == "rope") mg += fmt::format("--position-embedding-type rope\n--rotary-base {}\n", g.rope_theta);
+  if (!g.bias) mg += "--disable-bias-linear\n";
+  if (!g.tie_embeddings) mg += "--untie-embeddings-and-output-weights\n";
+  mg += fmt::format("--attention-backend {}\n", g.attention == "unfused" ? "unfused" : "flash");
+  if (g.attention != "unfused" && model.dtype == DType::kFp32) {
+    notes->push_back("megatron.args: flash attention runs in fp16/bf16 only; Megatron-LM refuses --attention-backend flash for an fp32 model");
+  }
+  return mg;
+}
+
+// Whether the plan was costed with a collective overlapped (its notes say "X not overlapped"
+// when the solve turned the overlap off; the cost model's default is on).
+bool Overlapped(const Plan& plan, const std::string& what) {
+  return std::none_of(plan.notes.begin(), plan.notes.end(), [&](const std::string& n) { return n.find(what + " not overlapped") != std::string::npos; });
+}
+
+// Why Megatron-LM cannot run the plan ("" when it can): ZeRO-2/3 (Megatron-FSDP) with
+// pipelining, or query groups that are neither a multiple nor a divisor of tp
+// (TransformerConfig's check).
+std::string MegatronRefusal(const Plan& plan, const ModelSpec& model, const LaunchPlan& L) {
+  const bool zero23 = plan.zero_stage == ZeroStage::kGradients || plan.zero_stage == ZeroStage::kParameters;
+  if (zero23 && L.pp > 1) {
+    return fmt::format("ZeRO-{} with pipelining (pp {}): Megatron-LM's distributed optimizer is ZeRO-1 and Megatron-FSDP / torch FSDP2 do not "
+                       "run with pipeline parallelism; solve with --zero 0,1 for a plan Megatron-LM runs",
+                       plan.zero_stage == ZeroStage::kGradients ? 2 : 3, L.pp);
+  }
+  const int64_t groups = model.is_gpt ? (model.gpt.kv_heads > 0 ? model.gpt.kv_heads : model.gpt.heads) : 0;
+  if (groups > 0 && L.tp > 1 && groups % L.tp != 0 && L.tp % groups != 0) {
+    return fmt::format("{} KV heads with tp {}: Megatron-LM needs the query groups to be a multiple or a divisor of tp", groups, L.tp);
+  }
+  return "";
+}
+
+// Optimizer and gradient sharding: ZeRO-1 is the distributed optimizer; ZeRO-2/3 are
+// Megatron-FSDP's sharding strategies (pipelining refused above).
+void MegatronShardingArgs(const Plan& plan, const LaunchPlan& L, std::string* mg) {
+  const bool zero23 = plan.zero_stage == ZeroStage::kGradients || plan.zero_stage == ZeroStage::kParameters;
+  if (plan.zero_stage == ZeroStage::kOptimizer) *mg += "--use-distributed-optimizer\n";
+  if (zero23) {
+    *mg += fmt::format("--use-megatron-fsdp\n--data-parallel-sharding-strategy {}\n--ckpt-format fsdp_dtensor\n",
+                       plan.zero_stage == ZeroStage::kGradients ? "optim_grads" : "optim_grads_params");
+  }
+  if (L.dp > 1 && Overlapped(plan, "gradient reduce")) {
+    *mg += "--overlap-grad-reduce\n";
+    if (plan.zero_stage != ZeroStage::kNone && Overlapped(plan, "parameter gather")) *mg += "--overlap-param-gather\n";
+  }
+}
+
+// megatron.args: Megatron-LM flags, and a note for each setting it cannot take. A plan
+// Megatron-LM cannot run gets megatron.args.refused (the reason) instead.
 void AddMegatronArgs(const Plan& plan, const ModelSpec& model, const LaunchPlan& L, Files* files, std::vector<std::string>* notes) {
   std::string mg;
   mg += fmt::format("--tensor-model-parallel-size {}\n--pipeline-model-parallel-size {}\n", L.tp, L.pp);
   if (L.cp > 1) mg += fmt::format("--context-parallel-size {}\n--cp-comm-type p2p\n", L.cp);  // ring attention, as planner run executes it
   if (L.sequence_parallel) mg += "--sequence-parallel\n";
-  if (model.is_gpt) {
-    mg += fmt::format("--num-layers {}\n--hidden-size {}\n--num-attention-heads {}\n--seq-length {}\n--max-position-embeddings {}\n",
-                      model.gpt.layers, model.gpt.hidden, model.gpt.heads, model.gpt.seq, model.gpt.seq);
-    if (model.gpt.ffn > 0 && model.gpt.ffn != 4 * model.gpt.hidden) mg += fmt::format("--ffn-hidden-size {}\n", model.gpt.ffn);
-  }
+  if (model.is_gpt) mg += MegatronModelArgs(model, notes);
   mg += fmt::format("--micro-batch-size {}\n--global-batch-size {}\n", L.microbatch_size, L.global_batch);
   if (L.interleave > 1 && model.is_gpt) {
     int64_t per = model.gpt.layers / (L.pp * L.interleave);
@@ -268,7 +327,13 @@ void AddMegatronArgs(const Plan& plan, const ModelSpec& model, const LaunchPlan&
   }
   if (plan.recompute == Recompute::kFull) mg += "--recompute-granularity full\n--recompute-method uniform\n--recompute-num-layers 1\n";
   else if (plan.recompute == Recompute::kSelective) mg += "--recompute-granularity selective\n";
-  if (plan.zero_stage != ZeroStage::kNone) mg += "--use-distributed-optimizer\n";
+  MegatronShardingArgs(plan, L, &mg);
+  const std::string refused = MegatronRefusal(plan, model, L);
+  if (!refused.empty()) {
+    notes->push_back("megatron.args: not written: " + refused);
+    files->emplace_back("megatron.args.refused", refused + "\n");
+    return;
+  }
   if (model.dtype == DType::kFp16) mg += "--fp16\n";
   if (model.dtype == DType::kBf16) mg += "--bf16\n";
   if (model.dtype == DType::kFp8) mg += "--bf16\n--fp8-format hybrid\n";  // Transformer Engine FP8 GEMMs, bf16 elsewhere
@@ -294,24 +359,64 @@ void AddMegatronArgs(const Plan& plan, const ModelSpec& model, const LaunchPlan&
   files->emplace_back("megatron.args", mg);
 }
 
-// deepspeed/: the config, the stage boundaries and a PipelineModule that takes them.
+// What a DeepSpeed model must implement itself: DeepSpeed's config does not define the model.
+std::vector<std::string> DeepSpeedModelRequirements(const ModelSpec& model) {
+  std::vector<std::string> req;
+  if (!model.is_gpt) return req;
+  const GptConfig& g = model.gpt;
+  if (g.kv_heads > 0 && g.kv_heads < g.heads) req.push_back(fmt::format("grouped-query attention: {} heads, {} KV heads", g.heads, g.kv_heads));
+  if (g.ffn_act != "gelu") req.push_back(fmt::format("{} MLP of width {}", g.ffn_act, g.ffn > 0 ? g.ffn : 4 * g.hidden));
+  if (g.norm == "rmsnorm") req.push_back("RMSNorm");
+  if (g.position == "rope") req.push_back(fmt::format("RoPE, base {}", g.rope_theta));
+  if (!g.bias) req.push_back("no biases in linear layers");
+  if (!g.tie_embeddings) req.push_back("untied input embedding and output layer");
+  if (g.attention != "unfused") req.push_back("flash attention");
+  return req;
+}
+
+// Why DeepSpeed cannot run the plan ("" when it can).
+std::string DeepSpeedRefusal(const Plan& plan, const LaunchPlan& L) {
+  if (plan.cp > 1) {
+    return fmt::format("context parallelism (cp {}): DeepSpeed's config has no ring-attention context parallelism; DeepSpeed-Ulysses is "
+                       "sequence parallelism of another kind (all-to-all over attention heads inside the model code), not this plan",
+                       plan.cp);
+  }
+  if ((plan.zero_stage == ZeroStage::kGradients || plan.zero_stage == ZeroStage::kParameters) && L.pp > 1) {
+    return fmt::format("ZeRO-{} with pipelining (pp {}): DeepSpeed's pipeline engine runs ZeRO-1 at most; solve with --zero 0,1",
+                       plan.zero_stage == ZeroStage::kGradients ? 2 : 3, L.pp);
+  }
+  return "";
+}
+
+// deepspeed/: the config, the stage boundaries and a PipelineModule that takes them; a plan
+// DeepSpeed cannot run gets deepspeed/refused.txt (the reason) instead.
 void AddDeepSpeedFiles(const Plan& plan, const ModelSpec& model, const LaunchPlan& L, Files* files, std::vector<std::string>* notes) {
+  const std::string refused = DeepSpeedRefusal(plan, L);
+  if (!refused.empty()) {
+    notes->push_back("deepspeed: not written: " + refused);
+    files->emplace_back("deepspeed/refused.txt", refused + "\n");
+    return;
+  }
   std::vector<int64_t> parts;
   for (const auto& s : L.stages) if (s.chunk == 0) parts.push_back(s.first_layer);
   parts.push_back(static_cast<int64_t>(model.layers.size()));
   const int64_t accum = L.num_microbatches;
   std::string precision = model.dtype == DType::kFp16 ? ",\n  \"fp16\": {\"enabled\": true}" : (model.dtype == DType::kBf16 || model.dtype == DType::kFp8 ? ",\n  \"bf16\": {\"enabled\": true}" : "");
   if (model.dtype == DType::kFp8) notes->push_back("deepspeed: DeepSpeed's config has no FP8 GEMMs (they need Transformer Engine modules in the model); exported bf16");
+  const int zero = plan.zero_stage == ZeroStage::kNone ? 0 : plan.zero_stage == ZeroStage::kOptimizer ? 1 : plan.zero_stage == ZeroStage::kGradients ? 2 : 3;
   files->emplace_back("deepspeed/ds_config.json",
                       fmt::format("{{\n  \"train_batch_size\": {},\n  \"train_micro_batch_size_per_gpu\": {},\n  \"gradient_accumulation_steps\": {},\n"
                                   "  \"zero_optimization\": {{\"stage\": {}}},\n  \"pipeline\": {{\"activation_checkpoint_interval\": {}}}{}\n}}\n",
-                                  L.global_batch, L.microbatch_size, accum, plan.zero_stage == ZeroStage::kNone ? 0 : 1,
-                                  plan.recompute == Recompute::kFull ? 1 : 0, precision));
-  if (plan.zero_stage == ZeroStage::kGradients || plan.zero_stage == ZeroStage::kParameters) notes->push_back("deepspeed: pipeline parallelism supports ZeRO-1 at most; exported stage 1");
+                                  L.global_batch, L.microbatch_size, accum, zero, plan.recompute == Recompute::kFull ? 1 : 0, precision));
+  const std::vector<std::string> req = DeepSpeedModelRequirements(model);
+  std::string req_json;
+  for (size_t i = 0; i < req.size(); ++i) req_json += fmt::format("{}\"{}\"", i ? ", " : "", req[i]);
+  if (!req.empty()) notes->push_back("deepspeed: DeepSpeed's config does not define the model; the model code must provide: " + fmt::format("{}", fmt::join(req, "; ")));
   std::string names;
   for (size_t i = 0; i < model.layers.size(); ++i) names += fmt::format("{}\"{}\"", i ? ", " : "", model.layers[i].name);
   files->emplace_back("deepspeed/partition.json",
-                      fmt::format("{{\n  \"num_stages\": {},\n  \"parts\": [{}],\n  \"layers\": [{}]\n}}\n", L.pp, Join(parts, ", "), names));
+                      fmt::format("{{\n  \"num_stages\": {},\n  \"parts\": [{}],\n  \"layers\": [{}]{}\n}}\n", L.pp, Join(parts, ", "), names,
+                                  req.empty() ? "" : ",\n  \"model_requirements\": [" + req_json + "]"));
   files->emplace_back("deepspeed/pipeline.py", R"PY(# DeepSpeed PipelineModule with the planner's stage boundaries (partition.json):
 # layer i of the model goes to stage s when parts[s] <= i < parts[s + 1].
 import json, os

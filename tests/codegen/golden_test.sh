@@ -22,5 +22,52 @@ sed 's/- {rank: 1,/- {rank: 0,/' "$G/tiny-gpt-pp2/launch.yaml" > "$T/dup.yaml"
 mkdir -p "$T/dup" && cp "$T/dup.yaml" "$T/dup/launch.yaml" && cp "$G/tiny-gpt-pp2/model.yaml" "$T/dup/"
 out=$($PLANNER run "$T/dup" 2>&1); rc=$?
 if [ $rc = 2 ] && echo "$out" | grep -qF "rank 0 appears twice"; then pass=$((pass+1)); else echo "FAIL duplicate rank: rc=$rc $out"; fail=$((fail+1)); fi
+# The model's architecture and the plan's settings as Megatron-LM flags (checked against
+# megatron/training/arguments.py, docs/formats.md): each flag the Llama-class goldens must hold.
+check() {  # check NAME FILE FLAG...
+  local name=$1 file=$2; shift 2
+  for flag in "$@"; do
+    if grep -qxF -- "$flag" "$file"; then pass=$((pass+1)); else echo "FAIL $name: '$flag' not in $file"; fail=$((fail+1)); fi
+  done
+}
+check llama3-8b-64 "$G/llama3-8b-64/megatron.args" "--group-query-attention" "--num-query-groups 8" "--ffn-hidden-size 14336" "--swiglu" "--sequence-parallel" \
+  "--normalization RMSNorm" "--position-embedding-type rope" "--rotary-base 500000" "--disable-bias-linear" \
+  "--untie-embeddings-and-output-weights" "--attention-backend flash" "--use-distributed-optimizer" "--overlap-grad-reduce" \
+  "--overlap-param-gather" "--bf16"
+check llama3-8b-fp8-16 "$G/llama3-8b-fp8-16/megatron.args" "--bf16" "--fp8-format hybrid"
+if grep -qF -- "--fp8-format" "$G/llama3-8b-64/megatron.args"; then echo "FAIL llama3-8b-64: bf16 plan exports --fp8-format"; fail=$((fail+1)); else pass=$((pass+1)); fi
+# expect_codegen NAME PLAN: codegen of a plan edited from a golden one; its notes land in $T/NAME.err.
+expect_codegen() {
+  if $PLANNER codegen "$2" -o "$T/$1" --planner-path planner 2>"$T/$1.err"; then pass=$((pass+1)); else echo "FAIL $1: codegen"; cat "$T/$1.err"; fail=$((fail+1)); fi
+}
+P=$SRC/tests/codegen/plans
+# ZeRO-3 without pipelining: Megatron-FSDP sharding optimizer, gradients and parameters; DeepSpeed stage 3.
+cp "$P/llama3-8b-fp8.model.yaml" "$T/"
+sed 's/^zero_stage: 1$/zero_stage: 3/' "$P/llama3-8b-fp8-16.plan.yaml" > "$T/zero3.plan.yaml"
+expect_codegen zero3 "$T/zero3.plan.yaml"
+check zero3 "$T/zero3/megatron.args" "--use-megatron-fsdp" "--data-parallel-sharding-strategy optim_grads_params" "--ckpt-format fsdp_dtensor" "--overlap-param-gather"
+check zero3 "$T/zero3/deepspeed/ds_config.json" '  "zero_optimization": {"stage": 3},'
+if grep -qF -- "--use-distributed-optimizer" "$T/zero3/megatron.args"; then echo "FAIL zero3: FSDP with --use-distributed-optimizer"; fail=$((fail+1)); else pass=$((pass+1)); fi
+# ZeRO-2 with pipelining: neither engine runs it; each refuses in a file and a note, nothing exported as-if.
+sed -e 's/^zero_stage: 1$/zero_stage: 2/' -e "s|^  model_path: .*|  model_path: \"$SRC/configs/models/llama3-8b.yaml\"|" "$P/llama3-8b-64.plan.yaml" > "$T/zero2pp.plan.yaml"
+expect_codegen zero2pp "$T/zero2pp.plan.yaml"
+refused() {  # refused NAME DIR FILE TEXT: FILE written with TEXT, the engine's own file not
+  if [ -f "$2/$3" ] && grep -qF "$4" "$2/$3" && grep -qF "$4" "$T/$1.err"; then pass=$((pass+1)); else echo "FAIL $1: no refusal '$4' in $2/$3 and the notes"; fail=$((fail+1)); fi
+}
+refused zero2pp "$T/zero2pp" megatron.args.refused "ZeRO-2 with pipelining (pp 2)"
+refused zero2pp "$T/zero2pp" deepspeed/refused.txt "DeepSpeed's pipeline engine runs ZeRO-1 at most"
+for f in megatron.args deepspeed/ds_config.json; do
+  if [ -e "$T/zero2pp/$f" ]; then echo "FAIL zero2pp: $f written for a plan the engine refuses"; fail=$((fail+1)); else pass=$((pass+1)); fi
+done
+# KV heads neither a multiple nor a divisor of tp (12 with tp 8): Megatron-LM refuses; DeepSpeed does not care.
+sed 's/^gpt: {layers: 96, hidden: 12288, heads: 96,/gpt: {layers: 96, hidden: 12288, heads: 96, kv_heads: 12,/' "$SRC/configs/models/gpt3-175b.yaml" > "$T/gqa12.yaml"
+sed -e 's|^  model_path: .*|  model_path: "gqa12.yaml"|' -e 's|^  model_digest: .*|  model_digest: ""|' "$P/gpt3-64.plan.yaml" > "$T/gqa12.plan.yaml"
+expect_codegen gqa12 "$T/gqa12.plan.yaml"
+refused gqa12 "$T/gqa12" megatron.args.refused "12 KV heads with tp 8"
+if [ -f "$T/gqa12/deepspeed/ds_config.json" ] && [ ! -e "$T/gqa12/megatron.args" ]; then pass=$((pass+1)); else echo "FAIL gqa12: megatron.args written or ds_config.json missing"; fail=$((fail+1)); fi
+# Context parallelism: DeepSpeed's config has none (Ulysses is another kind); refused.
+sed 's/^cp: 1$/cp: 2/' "$P/llama3-8b-fp8-16.plan.yaml" > "$T/cp2.plan.yaml"
+expect_codegen cp2 "$T/cp2.plan.yaml"
+refused cp2 "$T/cp2" deepspeed/refused.txt "context parallelism (cp 2)"
 echo "codegen: $pass passed, $fail failed"
 [ $fail = 0 ]

@@ -1,6 +1,7 @@
 // Fuzz target for every reader of user files: the first byte picks the
-// reader (model, cluster, profile, plan, PipeDream graph, launch plan), the
-// rest is the file text. A successful model parse also builds its analytic cost table;
+// reader (model, cluster, profile, plan, PipeDream graph, launch plan, Hugging
+// Face config.json), the rest is the file text. An imported config.json's model
+// file must read back as a model with the same template (else abort). A successful model parse also builds its analytic cost table;
 // a parsed plan or launch plan is written back and re-read, and the second
 // serialization must equal the first (else abort: a crash to libFuzzer).
 //
@@ -20,6 +21,7 @@
 
 #include "dp_solver/cost_model.h"
 #include "spec/cluster_spec.h"
+#include "spec/hf_import.h"
 #include "spec/model_spec.h"
 #include "spec/launch_plan.h"
 #include "spec/pipedream_import.h"
@@ -56,7 +58,7 @@ void RunOne(const uint8_t* data, size_t size) {
   using namespace planner;
   if (size < 1) return;
   const std::string text(reinterpret_cast<const char*>(data + 1), size - 1);
-  switch (data[0] % 6) {
+  switch (data[0] % 7) {
     case 0: {
       ModelSpec m;
       if (ParseModelSpec("fuzz.yaml", text, &m).ok() && m.layers.size() < 4096) {
@@ -103,6 +105,32 @@ void RunOne(const uint8_t* data, size_t size) {
     case 4: {
       Profile p;
       (void)ImportPipeDreamGraph("graph.txt", text, 1, &p);
+      break;
+    }
+    case 6: {
+      HfImport h;
+      HfImportOptions o;
+      o.name = "fuzz";
+      if (ImportHfConfig("config.json", text, o, &h).ok()) {
+        // What `planner import hf` writes, the model reader takes, with the template imported.
+        const std::string yaml = HfModelYaml(h, "config.json");
+        ModelSpec m;
+        const Status st = ParseModelSpec("imported.yaml", yaml, &m);
+        if (!st.ok()) RoundTripFailed("hf import", "the written model file does not read back: " + st.ToString(), yaml, "");
+        // 0 for kv_heads and ffn means heads and 4 hidden (the file writes them out).
+        auto normal = [](GptConfig g) {
+          if (g.kv_heads == 0) g.kv_heads = g.heads;
+          if (g.ffn == 0) g.ffn = 4 * g.hidden;
+          return g;
+        };
+        const GptConfig a = normal(h.gpt);
+        const GptConfig b = normal(m.gpt);
+        if (!m.is_gpt || a.layers != b.layers || a.hidden != b.hidden || a.heads != b.heads || a.kv_heads != b.kv_heads || a.ffn != b.ffn ||
+            a.vocab != b.vocab || a.seq != b.seq || a.ffn_act != b.ffn_act || a.norm != b.norm || a.position != b.position ||
+            (a.position == "rope" && a.rope_theta != b.rope_theta) || a.bias != b.bias || a.tie_embeddings != b.tie_embeddings) {
+          RoundTripFailed("hf import", "the model file read back has another template", yaml, "");
+        }
+      }
       break;
     }
     default: {

@@ -28,6 +28,7 @@ seed() {  # seed SELECTOR NAME FILES...
 seed '\x03' plan tests/codegen/plans/*.plan.yaml
 seed '\x05' launch tests/codegen/golden/*/launch.yaml
 seed '\x04' graph tests/data/pipedream/*/graph.txt
+seed '\x06' hf tests/data/hf/*.json
 mkdir -p $OUT/corpus
 ASAN_OPTIONS=detect_leaks=0 $OUT/fuzz_spec -max_total_time=$SECONDS_TO_RUN -timeout=10 -rss_limit_mb=2048 -max_len=8192 \
   -artifact_prefix=tests/fuzz/regressions/ $OUT/corpus tests/fuzz/corpus $OUT/seeds || true

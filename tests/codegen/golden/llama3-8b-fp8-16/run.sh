@@ -1,0 +1,14 @@
+#!/usr/bin/env bash
+# llama3-8b-fp8 on 16 ranks (1f1b , tp-pp-dp 8-1-2, replication 2). Written by planner codegen.
+#   bash run.sh                 local ranks on this machine
+#   bash run.sh HOSTFILE [...]  8 ranks per node from an Open MPI hostfile; extra arguments go to planner run
+set -eu
+DIR=$(cd "$(dirname "$0")" && pwd)
+PLANNER=${PLANNER:-planner}
+ROOT=""
+if [ "$(id -u)" = 0 ]; then ROOT="--allow-run-as-root"; fi
+if [ $# -ge 1 ] && [ -f "$1" ]; then
+  HOSTFILE=$1; shift
+  exec mpirun $ROOT --hostfile "$HOSTFILE" --map-by ppr:8:node -np 16 "$PLANNER" run "$DIR" "$@"
+fi
+exec mpirun $ROOT --oversubscribe -np 16 "$PLANNER" run "$DIR" "$@"
