@@ -51,6 +51,10 @@ struct Fields {
   Status OptDouble(const std::string& key, double* out) const {
     return Has(key) ? r.AsDouble(root[key], key, out, 0.0, true) : Status::OK();
   }
+  // A probability: 0 allowed.
+  Status OptProbability(const std::string& key, double* out) const {
+    return Has(key) ? r.AsDouble(root[key], key, out, 0.0, false) : Status::OK();
+  }
   Status OptBool(const std::string& key, bool* out) const {
     return Has(key) ? r.GetBool(root, key, key, out, false) : Status::OK();
   }
@@ -262,6 +266,14 @@ Status ImportUnguarded(const std::string& path, const std::string& text, const H
   PLANNER_RETURN_IF_ERROR(ReadShape(f, arch->family, &imp.gpt, &imp.max_positions));
   PLANNER_RETURN_IF_ERROR(ReadActivation(f, arch->family, &imp.gpt));
   PLANNER_RETURN_IF_ERROR(ReadLayerChoices(f, arch->family, &imp.gpt, &imp.notes));
+  // Dropout: the largest probability the config names (GPT-2's resid/attn/embd_pdrop 0.1; Llama-class
+  // configs' attention_dropout 0.0); none named: 0, as modern pretraining runs.
+  imp.gpt.dropout = 0;
+  for (const char* key : {"hidden_dropout", "attention_dropout", "resid_pdrop", "attn_pdrop", "embd_pdrop", "hidden_dropout_prob"}) {
+    double p = 0;
+    PLANNER_RETURN_IF_ERROR(f.OptProbability(key, &p));
+    if (p >= 0 && p < 1) imp.gpt.dropout = std::max(imp.gpt.dropout, p);
+  }
   imp.gpt.tie_embeddings = arch->tie_default;
   PLANNER_RETURN_IF_ERROR(f.OptBool("tie_word_embeddings", &imp.gpt.tie_embeddings));
   PLANNER_RETURN_IF_ERROR(ReadDtype(f, &imp.dtype, &imp.notes));
@@ -331,7 +343,7 @@ std::string HfModelYaml(const HfImport& m, const std::string& source_path) {
   o += fmt::format("  ffn: {}\n  ffn_act: {}\n  norm: {}\n  position: {}\n", g.ffn > 0 ? g.ffn : 4 * g.hidden, g.ffn_act,
                    g.norm, g.position);
   if (g.position == "rope") o += fmt::format("  rope_theta: {}\n", g.rope_theta);
-  o += fmt::format("  bias: {}\n  tie_embeddings: {}\n  attention: {}\n", g.bias, g.tie_embeddings, g.attention);
+  o += fmt::format("  bias: {}\n  tie_embeddings: {}\n  attention: {}\n  dropout: {}\n", g.bias, g.tie_embeddings, g.attention, g.dropout);
   o += fmt::format("  seq: {}\n  vocab: {}\n", g.seq, g.vocab);
   return o;
 }

@@ -45,10 +45,10 @@ const std::vector<LayerTypeInfo>& LayerTypes() {
       {"dropout", {}, {}, {}, /*has_probability=*/true},
       {"layernorm", {}, {}, {}},
       {"rmsnorm", {}, {}, {}},
-      {"embedding", {"vocab", "hidden", "positions"}, {}, {"vocab", "hidden"}},
-      {"attention", {"heads", "kv_heads", "rope_theta"}, {"bias"}, {"heads"}, false, {kPositionKey, kAttentionKey}},
-      {"mlp", {"ffn"}, {"bias"}, {}, false, {kActKey}},
-      {"transformer_block", {"heads", "kv_heads", "ffn", "rope_theta"}, {"bias"}, {"heads"}, false,
+      {"embedding", {"vocab", "hidden", "positions"}, {"dropout"}, {"vocab", "hidden"}},
+      {"attention", {"heads", "kv_heads", "rope_theta"}, {"bias", "dropout"}, {"heads"}, false, {kPositionKey, kAttentionKey}},
+      {"mlp", {"ffn"}, {"bias", "dropout"}, {}, false, {kActKey}},
+      {"transformer_block", {"heads", "kv_heads", "ffn", "rope_theta"}, {"bias", "dropout"}, {"heads"}, false,
        {kActKey, kNormKey, kPositionKey, kAttentionKey}},
       {"lm_head", {"vocab"}, {"tied"}, {"vocab"}},
       {"loss", {}, {}, {}},
@@ -101,6 +101,7 @@ struct Transformer {
   double s = 0, h = 0, a = 0, g = 0, d = 0, f = 0;
   std::string act, norm, position, attention;
   bool bias = true;
+  bool dropout = true;  // Megatron GPT's hidden and attention dropout (1-byte masks kept for backward); false: none
   bool flash() const { return attention == "flash"; }
 };
 
@@ -126,7 +127,8 @@ void AttentionCosts(const Transformer& t, double dt, Layer* l) {
   l->model_flops += 3 * (gemm + core_full);  // Korthikanti eq. (7): 3 x forward, the full s^2
   l->attention_core_fwd_flops += core_fwd;
   l->cp_kv_bytes += dt * 2 * s * g * d;
-  const double kept = dt * (3 * s * h + 2 * s * g * d) + s * h;  // QKV input, Q, K, V, projection input; mask
+  const double mask = t.dropout ? s * h : 0;                        // the output dropout's 1-byte mask
+  const double kept = dt * (3 * s * h + 2 * s * g * d) + mask;     // QKV input, Q, K, V, projection input; mask
   double mem_fwd = dt * 4 * s * h, mem_bwd = dt * 8 * s * h;       // dropout + residual on s h
   if (t.position == "rope") {  // rotate Q and K: read + write, the same in backward
     mem_fwd += dt * 2 * (s * h + s * g * d);
@@ -137,8 +139,9 @@ void AttentionCosts(const Transformer& t, double dt, Layer* l) {
     l->stash_bytes_selective += kept + 4 * a * s;
     l->selective_recompute_flops += core_fwd;  // Megatron-Core re-runs the core attention forward
   } else {
-    // softmax output and dropout output (dtype) and the dropout mask (1 byte), a s^2 each
-    l->stash_bytes += kept + dt * 2 * a * s * s + a * s * s;
+    // softmax output and dropout output (dtype) and the dropout mask (1 byte), a s^2 each;
+    // without dropout the softmax output alone
+    l->stash_bytes += kept + (t.dropout ? dt * 2 * a * s * s + a * s * s : dt * a * s * s);
     l->stash_bytes_selective += kept;
     l->selective_recompute_flops += core_full;
     l->selective_recompute_mem_bytes += dt * 4 * a * s * s;
@@ -147,7 +150,7 @@ void AttentionCosts(const Transformer& t, double dt, Layer* l) {
   }
   l->fwd_mem_bytes += mem_fwd;
   l->bwd_mem_bytes += mem_bwd;
-  l->stash_bytes_tp_replicated += dt * s * h + s * h;  // QKV input and the output dropout mask
+  l->stash_bytes_tp_replicated += dt * s * h + mask;  // QKV input and the output dropout mask
   l->tp_allreduces_fwd += 1;
 }
 
@@ -164,10 +167,11 @@ void MlpCosts(const Transformer& t, double dt, Layer* l) {
   l->model_flops += 3 * gemm;
   // fc1 input, the activation's input (fc1's output) and fc2's input; the dropout mask.
   // GeLU and relu2 (relu then square, fused) keep s f each; SwiGLU keeps its 2 s f input.
-  const double stash = dt * (s * h + fc1_cols * s + s * f) + s * h;
+  const double mask = t.dropout ? s * h : 0;
+  const double stash = dt * (s * h + fc1_cols * s + s * f) + mask;
   l->stash_bytes += stash;
   l->stash_bytes_selective += stash;
-  l->stash_bytes_tp_replicated += dt * s * h + s * h;  // fc1 input and the dropout mask
+  l->stash_bytes_tp_replicated += dt * s * h + mask;  // fc1 input and the dropout mask
   // Activation: GeLU / relu2 read + write s f forward, 4 s f backward; SwiGLU
   // reads 2 s f and writes s f forward, reads 3 s f and writes 2 s f backward.
   // Dropout + residual on s h.
@@ -216,6 +220,7 @@ Status ResolveTransformer(const std::string& type, const LayerAttrs& attrs, cons
   t->position = l->attrs.String("position", "learned");
   t->attention = l->attrs.String("attention", "flash");
   t->bias = attrs.Bool("bias", true);
+  t->dropout = attrs.Bool("dropout", true);
   if (heads < 1 || kv < 1 || ffn < 1) return ShapeError("heads, kv_heads and ffn must be at least 1");
   if (type != "mlp") {
     if (hidden % heads != 0) return ShapeError(fmt::format("heads ({}) must divide the hidden size {}", heads, hidden));
@@ -363,7 +368,7 @@ Status InferLayer(const std::string& type, const LayerAttrs& attrs, const std::v
     double s = static_cast<double>(in[0]);
     l.out_shape = {in[0], h};
     l.params = static_cast<double>(v) * h + static_cast<double>(pos) * h;
-    l.stash_bytes = l.stash_bytes_selective = 4 * s + s * h;  // token ids and the dropout mask
+    l.stash_bytes = l.stash_bytes_selective = 4 * s + (attrs.Bool("dropout", true) ? s * h : 0);  // token ids and the dropout mask
     l.stash_bytes_tp_replicated = l.stash_bytes;
     const double passes = pos > 0 ? 3 : 2;  // gather, position add (none without a table), dropout
     l.fwd_mem_bytes = dt * passes * s * h;

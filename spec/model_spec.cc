@@ -56,7 +56,7 @@ namespace {
 
 const std::vector<std::string> kTopKeys = {"format_version", "name", "dtype", "precision", "global_batch", "input", "gpt", "layers"};
 const std::vector<std::string> kGptKeys = {"layers", "hidden", "heads", "seq", "vocab", "ffn", "tie_embeddings", "kv_heads",
-                                           "ffn_act", "norm", "position", "rope_theta", "bias", "attention"};
+                                           "ffn_act", "norm", "position", "rope_theta", "bias", "attention", "dropout"};
 const std::vector<std::string> kPrecisions = {"fp32", "fp16", "bf16", "fp8"};
 
 // A string that must be one of `choices`: the error lists them all (and a did-you-mean).
@@ -204,12 +204,13 @@ Status BuildGptModel(const GptConfig& g, DType dtype, ModelSpec* out) {
   const bool rope = g.position == "rope";
   LayerAttrs emb;
   emb.ints = {{"vocab", g.vocab}, {"hidden", g.hidden}, {"positions", rope ? 0 : g.seq}};  // RoPE: no position table
+  emb.bools = {{"dropout", g.dropout > 0}};
   PLANNER_RETURN_IF_ERROR(add("embedding", emb, "embedding"));
   LayerAttrs blk;
   blk.ints = {{"heads", g.heads}, {"kv_heads", g.kv_heads > 0 ? g.kv_heads : g.heads},
               {"ffn", g.ffn > 0 ? g.ffn : 4 * g.hidden}, {"rope_theta", g.rope_theta}};
   blk.strings = {{"act", g.ffn_act}, {"norm", g.norm}, {"position", g.position}, {"attention", g.attention}};
-  blk.bools = {{"bias", g.bias}};
+  blk.bools = {{"bias", g.bias}, {"dropout", g.dropout > 0}};
   for (int64_t i = 0; i < g.layers; ++i) PLANNER_RETURN_IF_ERROR(add("transformer_block", blk, fmt::format("block{}", i)));
   if (g.norm == "rmsnorm") {
     PLANNER_RETURN_IF_ERROR(add("rmsnorm", LayerAttrs{}, "final_rmsnorm"));
@@ -230,6 +231,8 @@ Status ParseGptExtras(const YamlReader& r, const YAML::Node& g, GptConfig* c) {
   PLANNER_RETURN_IF_ERROR(r.GetInt(g, "kv_heads", "gpt.kv_heads", &c->kv_heads, false, 1));
   PLANNER_RETURN_IF_ERROR(r.GetInt(g, "rope_theta", "gpt.rope_theta", &c->rope_theta, false, 1));
   PLANNER_RETURN_IF_ERROR(r.GetBool(g, "bias", "gpt.bias", &c->bias, false));
+  PLANNER_RETURN_IF_ERROR(r.GetDouble(g, "dropout", "gpt.dropout", &c->dropout, false, 0.0, false));
+  if (c->dropout >= 1.0) return r.FieldError(g["dropout"], "gpt.dropout", "must be below 1 (a probability; 0: no dropout)");
   struct Choice { const char* key; const char* string_key; std::string* out; };
   const Choice choices[] = {{"ffn_act", "act", &c->ffn_act}, {"norm", "norm", &c->norm},
                             {"position", "position", &c->position}, {"attention", "attention", &c->attention}};

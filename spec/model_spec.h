@@ -25,6 +25,7 @@ struct GptConfig {
   int64_t rope_theta = 10000;         // RoPE base
   bool bias = true;                   // biases on QKV, projection, fc1, fc2
   bool tie_embeddings = true;
+  double dropout = 0.1;               // hidden and attention dropout probability (Megatron GPT: 0.1; Llama-class: 0)
   std::string attention = "flash";    // flash | unfused (a cost-model choice)
 };
 

@@ -286,3 +286,45 @@ TEST_CASE("bad transformer keys: one message naming file, line, field, choices a
 
 }  // namespace
 }  // namespace planner
+
+namespace planner {
+namespace {
+
+// Dropout off (Llama-class pretraining): the block keeps no 1-byte masks (the attention output's and
+// the MLP's, s h each); unfused attention keeps its softmax output alone (no dropout output, no mask,
+// (dt + 1) a s^2 less); the embedding no mask (s h). FLOPs and parameters do not change.
+TEST_CASE("dropout: 0 drops exactly the masks and the attention dropout's output") {
+  const int64_t s = 512, h = 256, a = 8;
+  const double dt = 2, sd = s, hd = h, ad = a;
+  for (const char* attention : {"flash", "unfused"}) {
+    LayerAttrs on = Attrs(a, 2, 1024, "swiglu", "rmsnorm", "rope", false, attention);
+    LayerAttrs off = on;
+    off.bools["dropout"] = false;
+    const Layer x = Block(s, h, on), y = Block(s, h, off);
+    const bool flash = std::string(attention) == "flash";
+    const double want = 2 * sd * hd + (flash ? 0 : (dt + 1) * ad * sd * sd);
+    CHECK(x.stash_bytes - y.stash_bytes == doctest::Approx(want).epsilon(1e-12));
+    CHECK(x.stash_bytes_tp_replicated - y.stash_bytes_tp_replicated == doctest::Approx(2 * sd * hd).epsilon(1e-12));
+    CHECK(x.fwd_flops == y.fwd_flops);
+    CHECK(x.params == y.params);
+  }
+  LayerAttrs emb;
+  emb.ints = {{"vocab", 1000}, {"hidden", h}, {"positions", 0}};
+  Layer e1, e0;
+  REQUIRE_OK(InferLayer("embedding", emb, {s}, DType::kBf16, &e1));
+  emb.bools["dropout"] = false;
+  REQUIRE_OK(InferLayer("embedding", emb, {s}, DType::kBf16, &e0));
+  CHECK(e1.stash_bytes - e0.stash_bytes == doctest::Approx(sd * hd));
+  // The template: gpt.dropout 0 reaches every block and the embedding; 1 is refused.
+  ModelSpec m;
+  const std::string text = "format_version: 1\nname: d\nglobal_batch: 8\ngpt: {layers: 2, hidden: 256, heads: 8, seq: 512, vocab: 1000, dropout: 0}\n";
+  REQUIRE_OK(ParseModelSpec("d.yaml", text, &m));
+  CHECK(m.gpt.dropout == 0);
+  CHECK(m.layers[0].attrs.Bool("dropout", true) == false);
+  CHECK(m.layers[1].attrs.Bool("dropout", true) == false);
+  Status bad = ParseModelSpec("d.yaml", "format_version: 1\nname: d\nglobal_batch: 8\ngpt: {layers: 2, hidden: 256, heads: 8, seq: 512, vocab: 1000, dropout: 1}\n", &m);
+  CHECK(bad.message().find("d.yaml:4: field 'gpt.dropout': must be below 1") != std::string::npos);
+}
+
+}  // namespace
+}  // namespace planner
