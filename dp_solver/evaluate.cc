@@ -250,9 +250,14 @@ double Evaluator::DeviceDpSeconds(const Candidate& k, const Evaluation& x, int64
     case 2:  // gradients reduce-scattered after every microbatch's backward; parameters gathered once after the step
       *total_s = m * rs + ag;
       return m * ExposedBucketed(rs, bucket, bwd, og) + ExposedBucketed(ag, bucket, fwd, opg);
-    default:  // parameters gathered for every microbatch's forward and backward, gradients reduce-scattered after it
+    default: {  // parameters gathered for every microbatch's forward and backward, gradients reduce-scattered after it
       *total_s = m * (2 * ag + rs);
-      return m * (ExposedBucketed(ag, bucket, fwd, opg) + ExposedBucketed(ag, bucket, bwd, opg) + ExposedBucketed(rs, bucket, bwd, og));
+      // In backward the gathers (of the layers ahead) and the reduce-scatters (of those done) run at
+      // once on the same links: both overlapped, they share one backward window.
+      const double in_bwd = og && opg ? ExposedBucketed(ag + rs, bucket, bwd, true)
+                                      : ExposedBucketed(ag, bucket, bwd, opg) + ExposedBucketed(rs, bucket, bwd, og);
+      return m * (ExposedBucketed(ag, bucket, fwd, opg) + in_bwd);
+    }
   }
 }
 

@@ -7,6 +7,7 @@
 #include <filesystem>
 #include <optional>
 #include <sstream>
+#include <tuple>
 
 #include <fmt/format.h>
 
@@ -35,6 +36,7 @@ struct SolveArgs {
   int64_t global_batch = 0;
   std::vector<int64_t> tp, pp, microbatch, interleave, vp, cp, zero;
   std::string replication, sp, precision, train_tokens_text;
+  std::string overlap_grad_reduce = "on", overlap_param_gather = "on";
   int64_t seq = 0;
   double train_tokens = 0;
   std::vector<std::string> schedules, recompute;
@@ -371,6 +373,13 @@ Status BuildSearchOptions(const SolveArgs& a, const SolveInputs& in, SearchOptio
   if (!a.vp.empty() && a.schedules.empty()) o->schedules = {Schedule::kInterleaved};  // --vp V forces Megatron's interleaved layout
   PLANNER_RETURN_IF_ERROR(ParseList<Recompute>(a.recompute, ParseRecompute, {"none", "selective", "full"}, "--recompute", &o->recompute));
   o->cost.dp_overlap = a.dp_overlap;
+  for (const auto& [flag, text, out] : {std::tuple{"--overlap-grad-reduce", &a.overlap_grad_reduce, &o->cost.overlap_grad_reduce},
+                                        std::tuple{"--overlap-param-gather", &a.overlap_param_gather, &o->cost.overlap_param_gather}}) {
+    if (*text != "on" && *text != "off") {
+      return Status::InvalidArgument(fmt::format("{}: unknown value '{}'; use on (Megatron's {} flag) or off (as runs without it)", flag, *text, flag));
+    }
+    *out = *text == "on";
+  }
   o->cost.p2p_overlap = a.p2p_overlap;
   o->cost.scatter_gather = !a.no_scatter_gather;
   o->cost.bytes_per_param = a.bytes_per_param;
@@ -513,6 +522,8 @@ Runner RegisterSolve(CLI::App& app) {
   cmd->add_option("--schedule", a->schedules, "schedules to try: gpipe,1f1b,interleaved,zb-h1,pipedream (asynchronous, per-stage replication)")->delimiter(',');
   cmd->add_option("--recompute", a->recompute, "recompute modes to try: none,selective,full")->delimiter(',');
   cmd->add_flag("--dp-overlap", a->dp_overlap, "overlap the gradient all-reduce with backward");
+  cmd->add_option("--overlap-grad-reduce", a->overlap_grad_reduce, "on (default; Megatron --overlap-grad-reduce: bucketed, behind the last backward) or off (the whole gradient reduction exposed)");
+  cmd->add_option("--overlap-param-gather", a->overlap_param_gather, "on (default; Megatron --overlap-param-gather: behind the first forward) or off (exposed)");
   cmd->add_flag("--p2p-overlap", a->p2p_overlap, "hide pipeline sends behind compute");
   cmd->add_flag("--no-scatter-gather", a->no_scatter_gather, "send whole activations between stages when tp > 1");
   cmd->add_option("--bytes-per-param", a->bytes_per_param, "model-state bytes per parameter (default 18 mixed, 16 fp32)");
