@@ -220,8 +220,9 @@ void Evaluator::SettleMemory(const Candidate& k, Evaluation* x) const {
     DataParallelTimes(k, x->zero, x);
     return;
   }
-  if (last_tried >= 0) PeakBytes(k, last_tried, x);
-  x->zero_max = std::max<int64_t>(last_tried, 0);
+  // None fits: the peaks of the highest stage tried; zero_max = -1 when --zero allowed none here.
+  PeakBytes(k, std::max<int64_t>(last_tried, 0), x);
+  x->zero_max = last_tried;
   x->dp_s = x->optimizer_s = 0;
 }
 

@@ -247,6 +247,22 @@ TEST_CASE("the search keeps the fastest ZeRO stage that fits, not the lowest; ne
   REQUIRE_OK(ev.Evaluate(Candidate{0, 1, 1, 2, 4, 8, 1, Schedule::k1F1B, Recompute::kNone, 0, 1, false}, &x));
   CHECK(x.zero_max == 1);
   CHECK(x.zero <= 1);
+
+  // --zero 3 with pipelining forced: no stage an engine runs; an input error naming the flag.
+  SearchOptions piped;
+  piped.gpus = 8;
+  piped.pp = {2};
+  piped.zero = {3};
+  piped.schedules = {Schedule::k1F1B};  // not the per-stage replication family (PipeDream: no ZeRO)
+  Plan p;
+  Status s = SolveAuto(f.Source(), piped, &p);
+  CHECK(s.code() == StatusCode::kInvalidArgument);
+  CHECK(s.message().find("--zero allows no ZeRO stage the layouts can run (tp=1 cp=1 pp=2 dp=4: ZeRO-2/3 are not run with pipelining") == 0);
+  piped.zero = {2, 3};
+  piped.pp = {};
+  REQUIRE_OK(SolveAuto(f.Source(), piped, &p));
+  CHECK(p.pp == 1);  // only unpipelined layouts can take ZeRO-2/3
+  CHECK(static_cast<int>(p.zero_stage) >= 2);
 }
 
 TEST_CASE("selective recompute re-runs the attention core's memory-bound work too") {
