@@ -212,8 +212,9 @@ Status CheckCostSource(const CostSource& src) {
   const ClusterSpec& c = *src.cluster;
   const std::string dtype = DTypeName(src.model->dtype);
   if (!(c.PeakFlops(src.model->dtype) > 0)) {
-    return Status::InvalidArgument(fmt::format("{}: cluster '{}' has no peak for dtype {} (the dtype of model '{}'); add gpu.peak_tflops.{} to it",
-                                               c.path, c.name, dtype, src.model->name, dtype));
+    return Status::InvalidArgument(fmt::format("{}: cluster '{}' has no peak for dtype {} (the dtype of model '{}'); add gpu.peak_tflops.{} to it{}",
+                                               c.path, c.name, dtype, src.model->name, dtype,
+                                               src.model->dtype == DType::kFp8 ? ", or train in bf16 (this GPU may have no FP8 tensor cores)" : ""));
   }
   return Status::OK();
 }

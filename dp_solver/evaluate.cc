@@ -432,6 +432,7 @@ Plan Evaluator::ReplicatedPlan(const CostTable& table, const ReplicatedOptions& 
   pl.gpus_used = n;
   pl.global_batch = batch_;
   pl.tp = t;
+  pl.sequence_parallel = table.sp;
   pl.pp = static_cast<int64_t>(rr.stages.size());
   pl.dp = 1;
   pl.microbatch_size = b;

@@ -306,7 +306,10 @@ TEST_CASE("FP8: GEMMs at the fp8 peak x its efficiency, the attention core at bf
   Status st = CheckCostSource(src);
   CHECK(st.code() == StatusCode::kInvalidArgument);
   CHECK(st.message().find("a.yaml: cluster 'a' has no peak for dtype fp8") == 0);
-  CHECK(st.message().find("add gpu.peak_tflops.fp8") != std::string::npos);
+  CHECK(st.message().find("add gpu.peak_tflops.fp8 to it, or train in bf16") != std::string::npos);
+  REQUIRE_OK(ParseClusterSpec("m.yaml", "name: m\ngpu: {name: g, peak_tflops: {bf16: 1, fp8: 2}, memory_GiB: 80, hbm_bandwidth_GBps: 1}\n"
+                                        "efficiency: {bf16: 0.7}\ntopology: [{name: n, size: 8, bandwidth_GBps: 1}]\n", &no_fp8));
+  CHECK(no_fp8.Efficiency(DType::kFp8) == doctest::Approx(0.7));  // a map without fp8: bf16's
   Status bad = ParseClusterSpec("e.yaml", "name: e\ngpu: {name: g, peak_tflops: {bf16: 1}, memory_GiB: 80, hbm_bandwidth_GBps: 1}\n"
                                           "efficiency: {bf16: 1.5}\ntopology: [{name: n, size: 8, bandwidth_GBps: 1}]\n", &no_fp8);
   CHECK(bad.message().find("e.yaml:3: field 'efficiency.bf16': is a fraction of peak") != std::string::npos);
