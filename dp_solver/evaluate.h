@@ -1,6 +1,6 @@
 // Evaluation of the joint search's candidates (docs/cost_model.md sections
 // 4, 5 and 8): stage times from the cost tables, memory per device and the
-// lowest ZeRO stage that fits, the exposed data-parallel all-reduce and the
+// fastest ZeRO stage that fits, the exposed data-parallel collectives and the
 // optimizer step; the simulated pipeline; and the Plan a candidate becomes.
 // Thread-compatible.
 #pragma once

@@ -120,6 +120,39 @@ TEST_CASE("context parallelism: work and activations / cp, ring KV exchange expo
   }
 }
 
+TEST_CASE("context parallelism in Megatron's rank order tp-cp-dp-pp: CP pairs t apart, pipeline neighbours t cp d apart") {
+  ParFixture f("gpt3-175b.yaml", "dgx-a100.yaml");
+  REQUIRE_OK(ParseModelSpec("m.yaml", "format_version: 1\nname: m\ndtype: bf16\nglobal_batch: 64\n"
+                                      "gpt: {layers: 8, hidden: 1024, heads: 16, seq: 4096, vocab: 32768}\n", &f.model));
+  const double s = 4096, h = 1024;
+  SetAttentionFields(&f.model, s, h, 2);
+  const size_t block = f.Row("block0");
+  const Layer& l = f.model.layers[block];
+  // t = 8 fills a node, so the CP partner of rank 0 is rank 8, on the next node.
+  CostTable table = f.Table({1, 8, 2, true, Recompute::kNone});
+  const TopologyLevel& net = f.cluster.levels[1];
+  const double peak = f.cluster.PeakFlops(f.model.dtype) * f.cluster.Efficiency(f.model.dtype);
+  const double comm = l.cp_kv_bytes / 2 / 8 / (net.p2p_bandwidth_GBps * 1e9) + net.latency_us * 1e-6;
+  const double compute = l.attention_core_fwd_flops / (8 * 2 * 2) / peak;
+  CHECK(table.rows[block].cp_comm_s == doctest::Approx(3 * std::max(0.0, comm - compute)).epsilon(1e-12));
+  SearchOptions o;
+  o.gpus = 64;
+  o.tp = {8};
+  o.cp = {2};
+  o.pp = {2};
+  o.microbatch = {1};
+  o.schedules = {Schedule::k1F1B};
+  Plan p;
+  REQUIRE_OK(SolveAuto(f.Source(), o, &p));
+  CHECK(p.cp == 2);
+  CHECK(p.dp == 2);
+  CHECK(p.gpus_used == 64);
+  CHECK(p.num_microbatches == 32);  // 64 / (b 1 x d 2): CP ranks share a sample
+  REQUIRE(p.stages.size() == 2);
+  CHECK(p.stages[1].device_offset == 8 * 2 * 2);
+  CHECK(p.stages[0].devices.size() == 32u);
+}
+
 TEST_CASE("context and sequence parallelism: defaults and rejections") {
   ParFixture f("gpt3-175b.yaml", "dgx-a100.yaml");
   SearchOptions o;
