@@ -178,6 +178,18 @@ TEST_CASE("context and sequence parallelism: defaults and rejections") {
   CHECK(s.code() == StatusCode::kInfeasible);
   CHECK(s.message().find("2cp = 6 chunks") != std::string::npos);
 
+  // A forced layout that does not fit: Infeasible (exit 3) naming the stage, its bytes and the layout.
+  SearchOptions small;
+  small.gpus = 32;
+  small.tp = {8};
+  small.pp = {4};
+  small.schedules = {Schedule::k1F1B};
+  s = SolveAuto(f.Source(), small, &p);
+  CHECK(s.code() == StatusCode::kInfeasible);
+  CHECK(ExitCodeFor(s) == 3);
+  CHECK(s.message().find("no plan fits in memory: stage ") == 0);
+  CHECK(s.message().find(" bytes; best try: tp=8 cp=1 pp=4 dp=1 sp microbatch=1 1f1b recompute=full, ZeRO-0") != std::string::npos);
+
   // SP asked for at tp = 1 means nothing: the plan says off. At tp > 1 it is on by default.
   ParFixture g("tiny-gpt.yaml", "dgx-a100.yaml");
   SearchOptions t1;
