@@ -347,6 +347,10 @@ Plan Evaluator::UniformPlan(const Candidate& k, const Evaluation& x, const SimRe
   pl.recompute = k.rc;
   pl.zero_stage = static_cast<ZeroStage>(x.zero);  // 0..3: the fastest stage that fits (x.zero >= 0 here)
   PlanNotes(k, x.zero, o_.cost, &pl.notes);
+  if (src_.model != nullptr && src_.model->dtype == DType::kFp8) {
+    pl.notes.push_back(fmt::format("FP8 (Megatron --fp8-format hybrid, Transformer Engine): GEMMs at {:.0f} TFLOP/s x {:.2f}, attention core and the rest in bf16; "
+                                   "MFU against the bf16 peak", src_.cluster->PeakFlops(DType::kFp8) / 1e12, src_.cluster->Efficiency(DType::kFp8)));
+  }
   pl.p2p_overlap = o_.cost.p2p_overlap;
   pl.usable_memory_bytes = sb_.usable;
   for (int64_t q = 0; q < k.p * k.v; ++q) pl.stages.push_back(UniformStage(k, x, q));
