@@ -251,9 +251,12 @@ double Evaluator::DeviceDpSeconds(const Candidate& k, const Evaluation& x, int64
     case 2:  // gradients reduce-scattered after every microbatch's backward; parameters gathered once after the step
       *total_s = m * rs + ag;
       return m * ExposedBucketed(rs, bucket, bwd, og) + ExposedBucketed(ag, bucket, fwd, opg);
-    default:  // parameters gathered for every microbatch's forward and backward, gradients reduce-scattered after it
+    default:  // parameters gathered for every microbatch's forward and backward, gradients reduce-scattered after it;
+              // the backward's gather and reduce-scatter share its window (and the links); what is left after it
+              // is the reduce-scatter's last bucket, half the fraction of AG + RS (AG = RS)
       *total_s = m * (2 * ag + rs);
-      return m * (ExposedBucketed(ag, bucket, fwd, opg) + ExposedBucketed(ag, bucket, bwd, opg) + ExposedBucketed(rs, bucket, bwd, og));
+      return m * (ExposedBucketed(ag, bucket, fwd, opg) + (og && opg ? ExposedBucketed(ag + rs, bucket / 2, bwd, true)
+                                                                       : ExposedBucketed(ag, bucket, bwd, opg) + ExposedBucketed(rs, bucket, bwd, og)));
   }
 }
 

@@ -259,11 +259,17 @@ TEST_CASE("overlapped data-parallel communication: the last bucket plus what out
   SearchOptions on, off;
   on.gpus = off.gpus = 8;
   off.cost.overlap_grad_reduce = off.cost.overlap_param_gather = false;
-  for (int64_t z : {0, 1}) {
+  for (int64_t z : {0, 1, 2, 3}) {
     Evaluation a = EvaluateAt(f, on, 8, 2, z), b = EvaluateAt(f, off, 8, 2, z);
     CHECK(a.dp_s < b.dp_s);
     CHECK(a.allreduce_s[0] == doctest::Approx(b.allreduce_s[0]));  // the same collectives, less of them exposed
   }
+  // ZeRO-3: per microbatch, the forward's gather against F; the backward's gather and reduce-scatter together against B.
+  Evaluation x = EvaluateAt(f, on, 8, 2, 3);
+  const double ag = x.allreduce_s[0] / (2 * 3), rs = ag;  // m (2 AG + RS), AG = RS
+  const double bucket = BucketParams(8) / x.params[0];
+  CHECK(x.dp_s == doctest::Approx(2 * (ExposedBucketed(ag, bucket, x.forward_s[0], true) +
+                                       ExposedBucketed(ag + rs, bucket / 2, x.backward_s[0], true))).epsilon(1e-12));
 }
 
 TEST_CASE("the search keeps the fastest ZeRO stage that fits, not the lowest; never ZeRO-2/3 with pipelining") {
