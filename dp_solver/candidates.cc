@@ -107,13 +107,14 @@ std::string TpRejection(const SearchSpace& sp, const ModelSpec* model, int64_t t
 }
 
 std::string CpRejection(const SearchSpace& sp, const CostSource& src, int64_t cp) {
-  if (cp < 1 || sp.gpus % cp != 0) return fmt::format("cp={} does not divide the {} GPUs", cp, sp.gpus);
+  if (cp < 1) return fmt::format("cp={}: must be at least 1", cp);
   if (cp == 1) return "";
   if (src.profile != nullptr) return fmt::format("cp={}: a measured profile has no context-parallel timings; plan it with --cp 1", cp);
   if (sp.seq <= 0 || sp.seq % (2 * cp) != 0) {
     return fmt::format("cp={}: causal load balancing cuts the sequence ({} tokens) into 2cp = {} chunks, which must divide it; choose a cp with 2cp dividing the sequence",
                        cp, sp.seq, 2 * cp);
   }
+  if (sp.gpus % cp != 0) return fmt::format("cp={} does not divide the {} GPUs", cp, sp.gpus);
   return "";
 }
 

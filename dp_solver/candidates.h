@@ -2,7 +2,7 @@
 // and pruning"): the values each dimension takes (tensor-parallel degree t,
 // microbatch size b, recompute, pipeline depth p, schedule, interleave v) and
 // the enumeration of the uniform (Megatron-style) family over one cost table.
-// ZeRO is not enumerated: evaluation takes the lowest stage that fits.
+// ZeRO is not enumerated: evaluation keeps the fastest allowed stage that fits.
 // Pure; thread-compatible.
 #pragma once
 

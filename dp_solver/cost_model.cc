@@ -2,8 +2,6 @@
 
 #include <algorithm>
 #include <cmath>
-#include <map>
-#include <set>
 
 #include <fmt/format.h>
 
@@ -57,17 +55,25 @@ std::vector<int64_t> GroupSpread(const ClusterSpec& c, int64_t size, int64_t str
 
 std::vector<int64_t> GroupSpreadAt(const ClusterSpec& c, int64_t first, int64_t size, int64_t stride) {
   std::vector<int64_t> spread;
-  std::map<int64_t, std::set<int64_t>> inner_per_unit;
+  spread.reserve(c.levels.size());
   for (size_t l = 0; l < c.levels.size(); ++l) {
     const int64_t unit = c.GpusPerUnit(l);
     const int64_t inner = l == 0 ? 1 : c.GpusPerUnit(l - 1);
-    inner_per_unit.clear();
+    // The ranks increase, so their units and inner units do too: count the distinct inner units
+    // of each unit in one pass.
+    int64_t most = 1, cur_unit = -1, last_inner = -1, count = 0;
     for (int64_t k = 0; k < size; ++k) {
-      int64_t rank = first + k * stride;
-      inner_per_unit[rank / unit].insert(rank / inner);
+      const int64_t rank = first + k * stride, u = rank / unit, in = rank / inner;
+      if (u != cur_unit) {
+        cur_unit = u;
+        count = 0;
+        last_inner = -1;
+      }
+      if (in != last_inner) {
+        last_inner = in;
+        most = std::max(most, ++count);
+      }
     }
-    int64_t most = 1;
-    for (const auto& [u, inners] : inner_per_unit) most = std::max<int64_t>(most, static_cast<int64_t>(inners.size()));
     spread.push_back(most);
   }
   if (spread.empty()) spread.push_back(size);
@@ -206,8 +212,9 @@ Status CheckCostSource(const CostSource& src) {
   const ClusterSpec& c = *src.cluster;
   const std::string dtype = DTypeName(src.model->dtype);
   if (!(c.PeakFlops(src.model->dtype) > 0)) {
-    return Status::InvalidArgument(fmt::format("{}: cluster '{}' has no peak for dtype {} (the dtype of model '{}'); add gpu.peak_tflops.{} to it",
-                                               c.path, c.name, dtype, src.model->name, dtype));
+    return Status::InvalidArgument(fmt::format("{}: cluster '{}' has no peak for dtype {} (the dtype of model '{}'); add gpu.peak_tflops.{} to it{}",
+                                               c.path, c.name, dtype, src.model->name, dtype,
+                                               src.model->dtype == DType::kFp8 ? ", or train in bf16 (this GPU may have no FP8 tensor cores)" : ""));
   }
   return Status::OK();
 }

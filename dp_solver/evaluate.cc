@@ -220,8 +220,9 @@ void Evaluator::SettleMemory(const Candidate& k, Evaluation* x) const {
     DataParallelTimes(k, x->zero, x);
     return;
   }
-  if (last_tried >= 0) PeakBytes(k, last_tried, x);
-  x->zero_max = std::max<int64_t>(last_tried, 0);
+  // None fits: the peaks of the highest stage tried; zero_max = -1 when --zero allowed none here.
+  PeakBytes(k, std::max<int64_t>(last_tried, 0), x);
+  x->zero_max = last_tried;
   x->dp_s = x->optimizer_s = 0;
 }
 
@@ -250,14 +251,12 @@ double Evaluator::DeviceDpSeconds(const Candidate& k, const Evaluation& x, int64
     case 2:  // gradients reduce-scattered after every microbatch's backward; parameters gathered once after the step
       *total_s = m * rs + ag;
       return m * ExposedBucketed(rs, bucket, bwd, og) + ExposedBucketed(ag, bucket, fwd, opg);
-    default: {  // parameters gathered for every microbatch's forward and backward, gradients reduce-scattered after it
+    default:  // parameters gathered for every microbatch's forward and backward, gradients reduce-scattered after it;
+              // the backward's gather and reduce-scatter share its window (and the links); what is left after it
+              // is the reduce-scatter's last bucket, half the fraction of AG + RS (AG = RS)
       *total_s = m * (2 * ag + rs);
-      // In backward the gathers (of the layers ahead) and the reduce-scatters (of those done) run at
-      // once on the same links: both overlapped, they share one backward window.
-      const double in_bwd = og && opg ? ExposedBucketed(ag + rs, bucket, bwd, true)
-                                      : ExposedBucketed(ag, bucket, bwd, opg) + ExposedBucketed(rs, bucket, bwd, og);
-      return m * (ExposedBucketed(ag, bucket, fwd, opg) + in_bwd);
-    }
+      return m * (ExposedBucketed(ag, bucket, fwd, opg) + (og && opg ? ExposedBucketed(ag + rs, bucket / 2, bwd, true)
+                                                                       : ExposedBucketed(ag, bucket, bwd, opg) + ExposedBucketed(rs, bucket, bwd, og)));
   }
 }
 
@@ -351,6 +350,10 @@ Plan Evaluator::UniformPlan(const Candidate& k, const Evaluation& x, const SimRe
   pl.recompute = k.rc;
   pl.zero_stage = static_cast<ZeroStage>(x.zero);  // 0..3: the fastest stage that fits (x.zero >= 0 here)
   PlanNotes(k, x.zero, o_.cost, &pl.notes);
+  if (src_.model != nullptr && src_.model->dtype == DType::kFp8) {
+    pl.notes.push_back(fmt::format("FP8 (Megatron --fp8-format hybrid, Transformer Engine): GEMMs at {:.0f} TFLOP/s x {:.2f}, attention core and the rest in bf16; "
+                                   "MFU against the bf16 peak", src_.cluster->PeakFlops(DType::kFp8) / 1e12, src_.cluster->Efficiency(DType::kFp8)));
+  }
   pl.p2p_overlap = o_.cost.p2p_overlap;
   pl.usable_memory_bytes = sb_.usable;
   for (int64_t q = 0; q < k.p * k.v; ++q) pl.stages.push_back(UniformStage(k, x, q));
@@ -436,6 +439,7 @@ Plan Evaluator::ReplicatedPlan(const CostTable& table, const ReplicatedOptions& 
   pl.gpus_used = n;
   pl.global_batch = batch_;
   pl.tp = t;
+  pl.sequence_parallel = table.sp;
   pl.pp = static_cast<int64_t>(rr.stages.size());
   pl.dp = 1;
   pl.microbatch_size = b;

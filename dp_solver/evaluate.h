@@ -1,6 +1,6 @@
 // Evaluation of the joint search's candidates (docs/cost_model.md sections
 // 4, 5 and 8): stage times from the cost tables, memory per device and the
-// lowest ZeRO stage that fits, the exposed data-parallel all-reduce and the
+// fastest ZeRO stage that fits, the exposed data-parallel collectives and the
 // optimizer step; the simulated pipeline; and the Plan a candidate becomes.
 // Thread-compatible.
 #pragma once
@@ -53,7 +53,7 @@ struct Evaluation {
   // Per device (pipeline position):
   std::vector<double> params, stash, acts, work, forward_s, backward_s, peak, allreduce_s;  // stash: the largest chunk's; acts: peak activations
   int64_t zero = -1;                            // the fastest ZeRO stage that fits; -1: none fits
-  int64_t zero_max = 0;                         // the highest ZeRO stage tried (MaxZeroStage)
+  int64_t zero_max = 0;                         // the highest ZeRO stage tried (MaxZeroStage); -1: --zero allowed none
   double peak_bytes = 0, dp_s = 0, optimizer_s = 0;
 };
 

@@ -31,6 +31,14 @@ void Ranking::Keep(Plan&& pl) {
 }
 
 void Ranking::NoFit(const Candidate& k, const Evaluation& x, double usable) {
+  if (x.zero_max < 0) {
+    if (zero_conflict_.empty()) {
+      zero_conflict_ = fmt::format("tp={} cp={} pp={} dp={}: {}", k.t, k.cp, k.p, k.d,
+                                   k.d * k.cp <= 1 ? "ZeRO-1..3 shard over data-parallel ranks and there are none"
+                                                   : "ZeRO-2/3 are not run with pipelining (DeepSpeed refuses them; Megatron's distributed optimizer is ZeRO-1)");
+    }
+    return;
+  }
   const double over = x.peak_bytes - usable;
   if (!(over < least_overflow_bytes_)) return;
   least_overflow_bytes_ = over;
@@ -79,6 +87,10 @@ PlanSummary RunnerUp(const Plan& r, const Plan& win) {
 Status Ranking::Finish(int64_t gpus, int64_t batch, Plan* out) {
   if (best_.empty()) {
     if (!binding_.empty()) return Status::Infeasible("no plan fits in memory: " + binding_);
+    if (!zero_conflict_.empty()) {
+      return Status::InvalidArgument(fmt::format("--zero allows no ZeRO stage the layouts can run ({}); allow --zero 0 or 1, or other --pp / --tp",
+                                                 zero_conflict_));
+    }
     std::string why = rejections_.Summary();
     if (why.empty() && dropped_.code() == StatusCode::kInfeasible) return dropped_.WithContext("no plan fits in memory");
     if (why.empty() && !dropped_.ok()) return dropped_;

@@ -180,9 +180,10 @@ Status ReplicationMismatch(const std::vector<int64_t>& forced, int64_t t, int64_
 
 // Phase 3: the per-stage replication family (PipeDream's "2-1-1") over every
 // table without recompute (PipeDream has none), run with PipeDream's
-// asynchronous 1F1B. A forced --replication that does not match a table's
+// asynchronous 1F1B, at cp = 1 and only when --zero allows ZeRO-0. A forced --replication that does not match a table's
 // worker count skips it; memory that does not fit drops it.
 Status SearchReplicated(const CostSource& src, const SearchSpace& sp, SearchOptions& o, const Evaluator& ev, Ranking* rank) {
+  if (!o.zero.empty() && std::find(o.zero.begin(), o.zero.end(), 0) == o.zero.end()) return Status::OK();  // PipeDream runs no ZeRO
   for (const CostTable& table : ev.tables()) {
     if (table.recompute != Recompute::kNone || table.cp != 1) continue;
     const int64_t t = table.tp, b = table.microbatch, workers = sp.gpus / t;

@@ -30,6 +30,8 @@ double ClusterSpec::Efficiency(DType dtype) const {
   auto it = efficiency_by_dtype.find(DTypeName(dtype));
   if (it == efficiency_by_dtype.end() && dtype == DType::kBf16) it = efficiency_by_dtype.find("fp16");
   if (it == efficiency_by_dtype.end() && dtype == DType::kFp16) it = efficiency_by_dtype.find("bf16");
+  if (it == efficiency_by_dtype.end() && dtype == DType::kFp8) it = efficiency_by_dtype.find("bf16");
+  if (it == efficiency_by_dtype.end() && dtype == DType::kFp8) it = efficiency_by_dtype.find("fp16");
   return it == efficiency_by_dtype.end() ? efficiency : it->second;
 }
 

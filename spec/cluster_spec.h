@@ -62,7 +62,7 @@ struct ClusterSpec {
   double PeakFlops(DType dtype) const;
   double UsableMemoryBytes() const;
   // The GEMM efficiency for `dtype`: its entry of an `efficiency:` map (fp16 and bf16 stand in for
-  // each other), else the scalar.
+  // each other, and for fp8 when it has none), else the scalar.
   double Efficiency(DType dtype) const;
 };
 
