@@ -17,6 +17,10 @@ struct ParFixture {
   ClusterSpec cluster;
   ParFixture(const char* m, const char* c) {
     REQUIRE_OK(LoadModelSpec(testing::SourcePath(std::string("configs/models/") + m), &model));
+    if (model.is_gpt) {  // the closed forms below are Korthikanti's, for Megatron's unfused attention (s^2 terms)
+      model.gpt.attention = "unfused";
+      REQUIRE_OK(BuildGptModel(model.gpt, model.dtype, &model));
+    }
     REQUIRE_OK(LoadClusterSpec(testing::SourcePath(std::string("configs/clusters/") + c), &cluster));
   }
   CostSource Source() const {
