@@ -448,9 +448,10 @@ Case SeqCase(int64_t gpus, int64_t pp, int64_t tp, int64_t cp, bool sp) {
 }
 
 // The part of the single-process gradient `full` that TP rank j holds of parameter `name` (the
-// cuts of runtime/kernels/shards.h), or the whole when it is not cut.
-std::vector<float> TpSlice(const std::string& name, const std::vector<float>& full, int64_t j, int64_t t) {
-  const int64_t h = 128, heads = 4, ffn = 512, vocab = 512;
+// cuts of runtime/kernels/shards.h for the model's dimensions), or the whole when it is not cut.
+std::vector<float> TpSlice(const std::string& name, const std::vector<float>& full, int64_t j, int64_t t, const GptConfig& gpt) {
+  const int64_t h = gpt.hidden, heads = gpt.heads, kv = gpt.kv_heads > 0 ? gpt.kv_heads : heads, ffn = gpt.ffn > 0 ? gpt.ffn : 4 * h,
+                vocab = gpt.vocab;
   if (t == 1) return full;
   KernelOptions o;
   o.tp_size = t, o.tp_rank = j;
@@ -463,17 +464,18 @@ std::vector<float> TpSlice(const std::string& name, const std::vector<float>& fu
       for (int64_t k = 0; k < (width == 1 ? 1 : cols); ++k) out.push_back(full[static_cast<size_t>(r * width + (width == 1 ? 0 : w.col0 + k))]);
     return out;
   };
-  if (ends(".attn.qkv.weight") || ends(".attn.qkv.bias")) return cut(QkvShard(h, heads, heads, o), h);
+  if (ends(".attn.qkv.weight") || ends(".attn.qkv.bias")) return cut(QkvShard(h, heads, kv, o), h);
   if (ends(".attn.out.weight")) return cut(AttnOutShard(h, heads, o), h / t);
-  if (ends(".mlp.fc1.weight") || ends(".mlp.fc1.bias")) return cut(Fc1Shard(h, ffn, o), h);
+  if (ends(".mlp.fc1.weight") || ends(".mlp.fc1.bias")) return cut(gpt.ffn_act == "swiglu" ? GatedFc1Shard(h, ffn, o) : Fc1Shard(h, ffn, o), h);
   if (ends(".mlp.fc2.weight")) return cut(Fc2Shard(h, ffn, o), ffn / t);
   if (ends(".word") || ends("lm_head.weight")) return cut(VocabShard(h, vocab, o), h);
   if (ends(".position") && j > 0) return std::vector<float>(full.size(), 0.0f);  // positions live on TP rank 0
   return full;
 }
 
-// Every parameter of every (tp, cp) rank of replica 0 against the matching slice of one process's.
-void CheckEveryParameter(const LaunchPlan& L, const ModelSpec& model) {
+// Every parameter of every (tp, cp) rank of replica 0 against the matching slice of one process's;
+// the worst relative L2 difference.
+double CheckEveryParameter(const LaunchPlan& L, const ModelSpec& model) {
   std::vector<RunSummary> multi, single;
   REQUIRE_OK(RunOnThreads(L, model, {}, &multi));
   REQUIRE_OK(RunOnThreads(SingleProcessPlan(L, model), model, {}, &single));
@@ -487,7 +489,7 @@ void CheckEveryParameter(const LaunchPlan& L, const ModelSpec& model) {
       INFO(g.name << " on rank " << r);
       auto it = want.find(g.name);
       REQUIRE(it != want.end());
-      const std::vector<float> w = TpSlice(g.name, it->second, L.ranks[r].tp_rank, L.tp);
+      const std::vector<float> w = TpSlice(g.name, it->second, L.ranks[r].tp_rank, L.tp, model.gpt);
       REQUIRE(w.size() == g.values.size());
       double num = 0, den = 0;
       for (size_t i = 0; i < w.size(); ++i) {
@@ -505,6 +507,7 @@ void CheckEveryParameter(const LaunchPlan& L, const ModelSpec& model) {
   MESSAGE(fmt::format("{}: {} parameter gradients on {} ranks, worst relative L2 difference {:.2e}", L.config, compared, multi.size(), worst));
   // The losses agree too (each CP rank's share summed over the group).
   CHECK(std::abs(multi[0].loss[0] - single[0].loss[0]) < 1e-5);
+  return worst;
 }
 
 TEST_CASE("tp=2 with sequence parallelism: every parameter's gradient equals one process's") {
@@ -572,6 +575,31 @@ TEST_CASE("dp=2 x cp=2: every parameter's gradient equals one process's; gradien
   REQUIRE(L.dp_groups == std::vector<std::vector<int64_t>>{{0, 1, 2, 3}});          // replicas x cp ranks
   REQUIRE(L.cp_groups == std::vector<std::vector<int64_t>>{{0, 1}, {2, 3}});        // per replica
   CheckEveryParameter(L, model);
+}
+
+// tiny-llama (configs/models/tiny-llama.yaml: 2 blocks, s 32, h 64, 4 query heads sharing 2 KV
+// heads, SwiGLU ffn 96, RMSNorm, RoPE, no biases, untied embeddings): tp 2 (query heads and KV
+// groups split), tp 2 + SP, cp 2, pp 2 x cp 2 and tp 2 x cp 2 + SP.
+TEST_CASE("tiny-llama (GQA, RoPE, SwiGLU, RMSNorm, no bias): tp2, tp2+SP, cp2, pp2 x cp2, tp2 x cp2 + SP give one process's gradients") {
+  struct L4 {
+    int64_t gpus, pp, tp, cp;
+    bool sp;
+  };
+  for (const L4& x : {L4{2, 1, 2, 1, false}, L4{2, 1, 2, 1, true}, L4{1, 1, 1, 2, false}, L4{2, 2, 1, 2, false}, L4{2, 1, 2, 2, true}}) {
+    INFO(fmt::format("pp {} tp {} cp {} sp {}", x.pp, x.tp, x.cp, x.sp));
+    Case c = SeqCase(x.gpus, x.pp, x.tp, x.cp, x.sp);
+    c.model = "tiny-llama";
+    ModelSpec model;
+    LaunchPlan L;
+    REQUIRE_OK(MakeLaunch(c, &model, &L));
+    REQUIRE(model.gpt.kv_heads == 2);
+    REQUIRE(L.tp == x.tp);
+    REQUIRE(L.pp == x.pp);
+    REQUIRE(L.cp == x.cp);
+    REQUIRE(L.sequence_parallel == x.sp);
+    REQUIRE(L.ranks.size() == static_cast<size_t>(x.pp * x.tp * x.cp));
+    CHECK(CheckEveryParameter(L, model) < 1e-5);
+  }
 }
 
 TEST_CASE("launch.yaml carries cp, sequence_parallel, cp ranks and the context-parallel groups") {
