@@ -5,7 +5,8 @@
 // and losses, PipeDream's weight stashing keeps each microbatch on one weight
 // version and the loss falls; a checkpointed run resumes onto the same loss
 // curve; with sequence parallelism (tp 2) and context parallelism (cp 2, with pp 2, tp 2, ZB-H1,
-// interleaving) every parameter's gradient equals one process's. Plans come from the solver and codegen, as `planner solve` and
+// interleaving) every parameter's gradient equals one process's, for tiny-gpt and for the
+// Llama-class tiny-llama (GQA, RoPE, SwiGLU, RMSNorm, no biases). Plans come from the solver and codegen, as `planner solve` and
 // `planner codegen` make them. The same cases run under mpirun in
 // tests/runtime/run_test.sh (tolerance: relative L2 1e-5 per gradient).
 #include <atomic>
