@@ -14,6 +14,7 @@
 #include <cstring>
 #include <filesystem>
 #include <fstream>
+#include <functional>
 #include <map>
 #include <optional>
 #include <set>
@@ -47,6 +48,7 @@ struct Case {
   int64_t cp = 1;     // the solved plan's cp / sequence_parallel set before codegen (the search does not choose them yet)
   bool sp = false;
   std::optional<Schedule> plan_schedule;  // the solved plan's schedule replaced before codegen (as run_test.sh edits plan.yaml)
+  std::function<void(ModelSpec*)> edit;   // applied to the loaded model before solving (a variant of a shipped model)
 };
 
 // A fresh directory for one run's files.
@@ -63,6 +65,7 @@ Status MakeLaunch(const Case& c, ModelSpec* model, LaunchPlan* out) {
   ClusterSpec cluster;
   PLANNER_RETURN_IF_ERROR(LoadClusterSpec(testing::SourcePath("configs/clusters/" + c.cluster + ".yaml"), &cluster));
   PLANNER_RETURN_IF_ERROR(LoadModelSpec(testing::SourcePath("configs/models/" + c.model + ".yaml"), model));
+  if (c.edit) c.edit(model);
   CostSource src;
   src.cluster = &cluster;
   src.model = model;
@@ -599,6 +602,34 @@ TEST_CASE("tiny-llama (GQA, RoPE, SwiGLU, RMSNorm, no bias): tp2, tp2+SP, cp2, p
     REQUIRE(L.cp == x.cp);
     REQUIRE(L.sequence_parallel == x.sp);
     REQUIRE(L.ranks.size() == static_cast<size_t>(x.pp * x.tp * x.cp));
+    CHECK(CheckEveryParameter(L, model) < 1e-5);
+  }
+}
+
+TEST_CASE("tiny-llama variants under tp2 x cp2 + SP and cp2: relu2 with biases and 4 KV heads; LayerNorm with 1 KV head (MQA, cp only)") {
+  struct Variant {
+    const char* act;
+    bool bias;
+    int64_t kv, tp;
+    const char* norm;
+  };
+  for (const Variant& v : {Variant{"relu2", true, 4, 2, "rmsnorm"}, Variant{"swiglu", false, 1, 1, "layernorm"}}) {
+    INFO(fmt::format("act {} bias {} kv_heads {} tp {} norm {}", v.act, v.bias, v.kv, v.tp, v.norm));
+    Case c = SeqCase(v.tp, 1, v.tp, 2, v.tp > 1);
+    c.model = "tiny-llama";
+    c.edit = [&](ModelSpec* m) {
+      m->gpt.ffn_act = v.act, m->gpt.bias = v.bias, m->gpt.kv_heads = v.kv, m->gpt.norm = v.norm;
+      for (Layer& l : m->layers) {
+        if (l.type != "transformer_block") continue;
+        l.attrs.strings["act"] = v.act, l.attrs.strings["norm"] = v.norm;
+        l.attrs.bools["bias"] = v.bias;
+        l.attrs.ints["kv_heads"] = v.kv;
+      }
+    };
+    ModelSpec model;
+    LaunchPlan L;
+    REQUIRE_OK(MakeLaunch(c, &model, &L));
+    REQUIRE(L.cp == 2);
     CHECK(CheckEveryParameter(L, model) < 1e-5);
   }
 }
