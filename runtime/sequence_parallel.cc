@@ -5,8 +5,9 @@
 
 #include <fmt/format.h>
 
-#include "runtime/kernels/ring_attention.h"
 #include "common/timing.h"
+#include "runtime/kernels/device_ops.h"
+#include "runtime/kernels/ring_attention.h"
 #include "runtime/kernels/shards.h"
 #include "runtime/transfers.h"
 
@@ -169,18 +170,50 @@ Status CutLinear(const Layer& base, const std::string& name, int64_t in, int64_t
   return Status::OK();
 }
 
-// Causal self-attention on the CP rank's tokens: QKV (column-parallel), ring attention over the
-// CP group, output projection (row-parallel); the TP all-reduces unless SP does them outside.
+// The attention attributes (ATTRS.md) the CP attention reads, checked as runtime/kernels checks
+// them for the whole-sequence attention.
+struct CpAttnConfig {
+  int64_t heads = 1, kv_heads = 1;
+  bool bias = true, rope = false;
+  double theta = 10000;
+};
+Status ReadCpAttn(const Layer& l, int64_t hidden, int64_t tp, CpAttnConfig* c) {
+  const LayerAttrs& a = l.attrs;
+  c->heads = a.Int("heads", 1);
+  c->kv_heads = a.Int("kv_heads", 0) == 0 ? c->heads : a.Int("kv_heads", 0);
+  c->bias = a.Bool("bias", true);
+  c->theta = static_cast<double>(a.Int("rope_theta", 10000));
+  const std::string pos = a.String("position", "learned");
+  c->rope = pos == "rope";
+  auto bad = [&](const std::string& what) { return Status::InvalidArgument(fmt::format("layer '{}': {}", l.name, what)); };
+  if (pos != "learned" && pos != "rope") return bad(fmt::format("position '{}' is not learned or rope", pos));
+  if (c->heads < 1 || c->kv_heads < 1 || hidden % c->heads != 0 || c->heads % c->kv_heads != 0) {
+    return bad(fmt::format("heads ({}) must divide the hidden size {} and kv_heads ({}) must divide heads", c->heads, hidden, c->kv_heads));
+  }
+  if (c->rope && (hidden / c->heads) % 2 != 0) return bad(fmt::format("rope needs an even head dimension, not {}", hidden / c->heads));
+  if (c->heads % tp != 0 || c->kv_heads % tp != 0) {
+    return bad(fmt::format("tensor-parallel degree {} does not divide its heads ({}) and kv_heads ({})", tp, c->heads, c->kv_heads));
+  }
+  return Status::OK();
+}
+
+// Causal self-attention on the CP rank's tokens: QKV (column-parallel; GQA: each TP rank its
+// heads / t query heads and kv_heads / t KV groups), RoPE on Q and K at the tokens' global
+// positions, ring attention over the CP group, output projection (row-parallel); the TP
+// all-reduces unless SP does them outside.
 class CpAttention final : public LayerKernel {
  public:
-  Status Init(const Layer& l, const KernelOptions& o, const SeqParallel& sp, int64_t seq, int64_t hidden, int64_t heads) {
+  Status Init(const Layer& l, const KernelOptions& o, const SeqParallel& sp, int64_t seq, int64_t hidden) {
+    CpAttnConfig c;
+    PLANNER_RETURN_IF_ERROR(ReadCpAttn(l, hidden, sp.tp, &c));
     ring_ = std::make_unique<CpRing>(sp);
     group_ = sp.sp ? nullptr : o.tp_group;
-    dims_.seq = seq, dims_.heads = heads / sp.tp, dims_.head_dim = hidden / heads, dims_.cp = sp.cp, dims_.cp_rank = sp.cp_rank;
-    dims_.causal = o.causal;
-    hl_ = dims_.heads * dims_.head_dim;
-    PLANNER_RETURN_IF_ERROR(CutLinear(l, l.name + ".qkv", hidden, 3 * hl_, true, o.seed * 31 + 1, QkvShard(hidden, heads, heads, o), true, o, &qkv_));
-    return CutLinear(l, l.name + ".out", hl_, hidden, o.tp_rank == 0, o.seed * 31 + 2, AttnOutShard(hidden, heads, o), false, o, &out_);
+    dims_.seq = seq, dims_.heads = c.heads / sp.tp, dims_.kv_heads = c.kv_heads / sp.tp, dims_.head_dim = hidden / c.heads;
+    dims_.cp = sp.cp, dims_.cp_rank = sp.cp_rank, dims_.causal = o.causal;
+    rope_ = c.rope, theta_ = c.theta;
+    hl_ = dims_.heads * dims_.head_dim, kvc_ = dims_.kv_heads * dims_.head_dim, ld_ = hl_ + 2 * kvc_;
+    PLANNER_RETURN_IF_ERROR(CutLinear(l, l.name + ".qkv", hidden, ld_, c.bias, o.seed * 31 + 1, QkvShard(hidden, c.heads, c.kv_heads, o), true, o, &qkv_));
+    return CutLinear(l, l.name + ".out", hl_, hidden, c.bias && o.tp_rank == 0, o.seed * 31 + 2, AttnOutShard(hidden, c.heads, o), false, o, &out_);
   }
   Status Forward(const Tensor& x, Tensor* y, Saved* sv) override {
     sv->children.assign(2, Saved{});
@@ -188,9 +221,10 @@ class CpAttention final : public LayerKernel {
     PLANNER_RETURN_IF_ERROR(qkv_->Forward(x, &qkv, &sv->children[0]));
     RingAttentionDims d = dims_;
     d.batch = x.dim(0);
+    PLANNER_RETURN_IF_ERROR(RotateQk(&qkv, d.batch, false));
     Tensor o = Tensor::Zeros({d.batch, d.tokens(), hl_}), lse = Tensor::Zeros({d.batch, d.heads, d.tokens()});
     const float* q = qkv.data();
-    PLANNER_RETURN_IF_ERROR(RingAttentionForward(d, ring_.get(), q, q + hl_, q + 2 * hl_, 3 * hl_, o.data(), lse.data()));
+    PLANNER_RETURN_IF_ERROR(RingAttentionForward(d, ring_.get(), q, q + hl_, q + hl_ + kvc_, ld_, o.data(), lse.data()));
     PLANNER_RETURN_IF_ERROR(out_->Forward(o, y, &sv->children[1]));
     if (group_) PLANNER_RETURN_IF_ERROR(group_->AllReduceSum(y->data(), y->numel()));
     sv->t = {qkv, o, lse};
@@ -206,8 +240,9 @@ class CpAttention final : public LayerKernel {
     Tensor dqkv = Tensor::Zeros(qkv.shape());
     const float* q = qkv.data();
     float* g = dqkv.data();
-    PLANNER_RETURN_IF_ERROR(RingAttentionBackward(d, ring_.get(), q, q + hl_, q + 2 * hl_, 3 * hl_, sv->t[1].data(), sv->t[2].data(), dout.data(), g,
-                                                  g + hl_, g + 2 * hl_));
+    PLANNER_RETURN_IF_ERROR(RingAttentionBackward(d, ring_.get(), q, q + hl_, q + hl_ + kvc_, ld_, sv->t[1].data(), sv->t[2].data(), dout.data(), g,
+                                                  g + hl_, g + hl_ + kvc_));
+    PLANNER_RETURN_IF_ERROR(RotateQk(&dqkv, d.batch, true));
     PLANNER_RETURN_IF_ERROR(qkv_->BackwardInput(dqkv, dx, &sv->children[0]));
     if (group_) PLANNER_RETURN_IF_ERROR(group_->AllReduceSum(dx->data(), dx->numel()));
     sv->t.clear();
@@ -227,10 +262,28 @@ class CpAttention final : public LayerKernel {
   }
 
  private:
+  // RoPE on the Q and K columns of QKV-shaped rows (inverse: their gradients), each of the rank's two
+  // chunks at its global first position (CpTokenPositions).
+  Status RotateQk(Tensor* t, int64_t b, bool inverse) {
+    if (!rope_) return Status::OK();
+    DeviceOps* ops = OpsFor(Device::kCpu);
+    const int64_t n = dims_.tokens(), c = n / 2;
+    const std::vector<int64_t> pos = CpTokenPositions(dims_.seq, dims_.cp, dims_.cp_rank);
+    for (int64_t s = 0; s < b; ++s)
+      for (int64_t k = 0; k < 2; ++k) {
+        float* rows = t->data() + (s * n + k * c) * ld_;
+        const int64_t p0 = pos[static_cast<size_t>(k * c)];
+        PLANNER_RETURN_IF_ERROR(ops->Rope(rows, c, ld_, c, p0, dims_.heads, dims_.head_dim, theta_, inverse));
+        PLANNER_RETURN_IF_ERROR(ops->Rope(rows + hl_, c, ld_, c, p0, dims_.kv_heads, dims_.head_dim, theta_, inverse));
+      }
+    return Status::OK();
+  }
   std::unique_ptr<CpRing> ring_;
   TpGroup* group_ = nullptr;
   RingAttentionDims dims_;
-  int64_t hl_ = 0;
+  bool rope_ = false;
+  double theta_ = 10000;
+  int64_t hl_ = 0, kvc_ = 0, ld_ = 0;
   std::unique_ptr<LayerKernel> qkv_, out_;
 };
 
@@ -251,7 +304,9 @@ Status LeaveRegionBackward(const SeqParallel& sp, LayerKernel* k, const Tensor& 
   return ReduceScatterSeq(sp, partial, dx);
 }
 
-// Pre-LN GPT block (y = r + mlp(ln2(r)), r = x + attn(ln1(x))) on the rank's tokens.
+// Pre-norm block (y = r + mlp(norm2(r)), r = x + attn(norm1(x))) on the rank's tokens: GPT's
+// (LayerNorm, multi-head, GeLU, biases) or Llama-class (RMSNorm, GQA, RoPE, SwiGLU or relu2, no
+// biases); the MLP and, without CP, the attention are runtime/kernels' own on the gathered tokens.
 class SeqBlock final : public LayerKernel {
  public:
   Status Init(const Layer& l, const KernelOptions& o, const SeqParallel& sp) {
@@ -260,14 +315,16 @@ class SeqBlock final : public LayerKernel {
     KernelOptions ro = o;  // the regions' kernels: TP all-reduces inside unless SP replaces them
     if (sp.sp) ro.tp_group = nullptr;
     std::unique_ptr<LayerKernel> k;
-    PLANNER_RETURN_IF_ERROR(MakeKernel(SubLayer(l, "layernorm", l.name + ".ln1", {n, h}, {n, h}), o, &k));
+    const std::string norm = l.attrs.String("norm", "layernorm");  // the block's pre-norms: layernorm or rmsnorm
+    if (norm != "layernorm" && norm != "rmsnorm") return Status::InvalidArgument(fmt::format("layer '{}': norm '{}' is not layernorm or rmsnorm", l.name, norm));
+    PLANNER_RETURN_IF_ERROR(MakeKernel(SubLayer(l, norm, l.name + ".ln1", {n, h}, {n, h}), o, &k));
     ln1_ = std::make_unique<SeqNorm>(std::move(k), sp);
-    PLANNER_RETURN_IF_ERROR(MakeKernel(SubLayer(l, "layernorm", l.name + ".ln2", {n, h}, {n, h}), o, &k));
+    PLANNER_RETURN_IF_ERROR(MakeKernel(SubLayer(l, norm, l.name + ".ln2", {n, h}, {n, h}), o, &k));
     ln2_ = std::make_unique<SeqNorm>(std::move(k), sp);
     PLANNER_RETURN_IF_ERROR(MakeKernel(SubLayer(l, "mlp", l.name + ".mlp", {n_cp, h}, {n_cp, h}), ro, &mlp_));
     if (sp.cp == 1) return MakeKernel(SubLayer(l, "attention", l.name + ".attn", {s, h}, {s, h}), ro, &attn_);
     auto a = std::make_unique<CpAttention>();
-    PLANNER_RETURN_IF_ERROR(a->Init(SubLayer(l, "attention", l.name + ".attn", {n_cp, h}, {n_cp, h}), ro, sp, s, h, l.attrs.Int("heads", 1)));
+    PLANNER_RETURN_IF_ERROR(a->Init(SubLayer(l, "attention", l.name + ".attn", {n_cp, h}, {n_cp, h}), ro, sp, s, h));
     attn_ = std::move(a);
     return Status::OK();
   }
@@ -362,18 +419,6 @@ class CpLoss final : public LayerKernel {
   SeqParallel sp_;
 };
 
-// The block SeqBlock builds is the GPT one (LayerNorm, multi-head attention with learned positions,
-// GeLU MLP); a block of another kind is refused rather than run as a different model.
-Status CheckGptBlock(const Layer& l) {
-  const LayerAttrs& a = l.attrs;
-  const int64_t heads = a.Int("heads", 1);
-  const bool gpt = a.Int("kv_heads", heads) == heads && a.String("norm", "layernorm") == "layernorm" && a.String("position", "learned") == "learned" &&
-                   a.String("ffn_act", "gelu") == "gelu" && a.String("act", "gelu") == "gelu";
-  if (gpt) return Status::OK();
-  return Status::NotSupported(fmt::format("layer '{}': sequence / context parallelism run GPT blocks (layernorm, kv_heads = heads, learned "
-                                          "positions, gelu) so far; run this model with cp 1 and sequence_parallel false", l.name));
-}
-
 // `layer` with its token dimensions cut to this rank's share.
 Layer LocalLayer(const Layer& l, const SeqParallel& sp) {
   Layer s = l;
@@ -439,11 +484,10 @@ Status MakeSeqParallelKernel(const Layer& l, const KernelOptions& o, const SeqPa
     PLANNER_RETURN_IF_ERROR(MakeKernel(l, eo, &k));
     *out = std::make_unique<SeqEmbedding>(std::move(k), sp, sp.sp ? nullptr : o.tp_group, s);
   } else if (l.type == "transformer_block") {
-    PLANNER_RETURN_IF_ERROR(CheckGptBlock(l));
     auto b = std::make_unique<SeqBlock>();
     PLANNER_RETURN_IF_ERROR(b->Init(l, o, sp));
     *out = std::move(b);
-  } else if (l.type == "layernorm") {
+  } else if (l.type == "layernorm" || l.type == "rmsnorm") {
     PLANNER_RETURN_IF_ERROR(MakeKernel(LocalLayer(l, sp), o, &k));
     *out = std::make_unique<SeqNorm>(std::move(k), sp);
   } else if (l.type == "dropout") {
@@ -458,7 +502,7 @@ Status MakeSeqParallelKernel(const Layer& l, const KernelOptions& o, const SeqPa
     if (sp.cp == 1) *out = std::move(k);
     else *out = std::make_unique<CpLoss>(std::move(k), sp);
   } else {
-    return Status::NotSupported(fmt::format("layer '{}': type '{}' has no sequence- or context-parallel kernel; use transformer_block layers", l.name,
+    return Status::NotSupported(fmt::format("layer '{}': type '{}' has no sequence- or context-parallel kernel (embedding, transformer_block, layernorm, rmsnorm, dropout, lm_head and loss have); use transformer_block layers or cp 1 and sequence_parallel false", l.name,
                                             l.type));
   }
   return Status::OK();

@@ -17,6 +17,8 @@
 //    is the mean over the CP group's tokens (each rank's mean / cp, summed
 //    over the group). Weight gradients are summed over dp x cp (launch.yaml's
 //    data_parallel group).
+// Blocks are GPT's or Llama-class (RMSNorm, GQA, RoPE at the tokens' global
+// positions, SwiGLU / relu2, no biases), with the attributes of ATTRS.md.
 // docs/runtime.md ("Sequence and context parallelism").
 #pragma once
 
@@ -44,7 +46,7 @@ struct SeqParallel {
 };
 
 // The kernel of `layer` on this rank's share of the sequence (sp.active(); CPU). Layer types:
-// embedding, transformer_block, layernorm, dropout, lm_head, loss; others are NotSupported.
+// embedding, transformer_block, layernorm, rmsnorm, dropout, lm_head, loss; others are NotSupported.
 Status MakeSeqParallelKernel(const Layer& layer, const KernelOptions& options, const SeqParallel& sp, std::unique_ptr<LayerKernel>* out);
 
 // Before any communication: the launch's cp and SP fit the model (GPT token sequences that split

@@ -20,6 +20,9 @@ Status CheckDims(const RingAttentionDims& d, RingExchange* ring) {
     return Status::InvalidArgument(fmt::format("ring attention: a sequence of {} tokens does not split into 2 x cp = {} chunks (cp rank {})", d.seq,
                                                2 * d.cp, d.cp_rank));
   }
+  if (d.heads < 1 || d.kv() < 1 || d.heads % d.kv() != 0) {
+    return Status::InvalidArgument(fmt::format("ring attention: {} KV groups do not divide {} query heads", d.kv(), d.heads));
+  }
   if (d.cp > 1 && ring == nullptr) return Status::InvalidArgument("ring attention: cp > 1 needs the CP group's ring");
   return Status::OK();
 }
@@ -35,7 +38,7 @@ int64_t VisibleKeys(const RingAttentionDims& d, int64_t src, int64_t qc, int64_t
 // The block held (k, v rows at stride ldkv from kv) against the local queries: per row its
 // log-sum-exp and normalised output, merged into (o, lse) by the online-softmax rule.
 void ForwardBlock(const RingAttentionDims& d, int64_t src, const float* q, int64_t ld, const float* kv, int64_t ldkv, float* o, float* lse) {
-  const int64_t n = d.tokens(), c = n / 2, hd = d.heads * d.head_dim, e_n = d.head_dim;
+  const int64_t n = d.tokens(), c = n / 2, hd = d.heads * d.head_dim, e_n = d.head_dim, kvd = d.kv() * e_n, grp = d.heads / d.kv();
   const float scale = 1.0f / std::sqrt(static_cast<float>(e_n));
   std::vector<float> s(static_cast<size_t>(n)), acc(static_cast<size_t>(e_n));
   for (int64_t b = 0; b < d.batch; ++b)
@@ -48,7 +51,7 @@ void ForwardBlock(const RingAttentionDims& d, int64_t src, const float* q, int64
         for (int64_t kc = 0; kc < 2; ++kc) {
           const int64_t vis = VisibleKeys(d, src, i / c, i % c, kc);
           for (int64_t j = kc * c; j < kc * c + vis; ++j) {
-            const float* kj = kv + (b * n + j) * ldkv + h * e_n;
+            const float* kj = kv + (b * n + j) * ldkv + (h / grp) * e_n;
             float dot = 0;
             for (int64_t e = 0; e < e_n; ++e) dot += qi[e] * kj[e];
             s[static_cast<size_t>(cnt++)] = dot * scale;
@@ -62,7 +65,7 @@ void ForwardBlock(const RingAttentionDims& d, int64_t src, const float* q, int64
         for (int64_t t = 0; t < cnt; ++t) {
           const float p = std::exp(s[static_cast<size_t>(t)] - mx);
           sum += p;
-          const float* vj = kv + (b * n + keys[static_cast<size_t>(t)]) * ldkv + hd + h * e_n;
+          const float* vj = kv + (b * n + keys[static_cast<size_t>(t)]) * ldkv + kvd + (h / grp) * e_n;
           for (int64_t e = 0; e < e_n; ++e) acc[static_cast<size_t>(e)] += p * vj[e];
         }
         const float blk = mx + std::log(sum);
@@ -75,13 +78,13 @@ void ForwardBlock(const RingAttentionDims& d, int64_t src, const float* q, int64
       }
 }
 
-// Packs k and v ([b, n] rows of hd each, at stride ld) into rows of `width` hd from kv.
+// Packs k and v ([b, n] rows of kv() d each, at stride ld) into rows of `width` kv() d from kv.
 void Pack(const RingAttentionDims& d, const float* k, const float* v, int64_t ld, int64_t width, float* kv) {
-  const int64_t n = d.tokens(), hd = d.heads * d.head_dim;
-  std::fill(kv, kv + d.batch * n * width * hd, 0.0f);
+  const int64_t n = d.tokens(), kvd = d.kv() * d.head_dim;
+  std::fill(kv, kv + d.batch * n * width * kvd, 0.0f);
   for (int64_t r = 0; r < d.batch * n; ++r) {
-    std::copy(k + r * ld, k + r * ld + hd, kv + r * width * hd);
-    std::copy(v + r * ld, v + r * ld + hd, kv + r * width * hd + hd);
+    std::copy(k + r * ld, k + r * ld + kvd, kv + r * width * kvd);
+    std::copy(v + r * ld, v + r * ld + kvd, kv + r * width * kvd + kvd);
   }
 }
 
@@ -98,14 +101,14 @@ std::vector<int64_t> CpTokenPositions(int64_t seq, int64_t cp, int64_t rank) {
 Status RingAttentionForward(const RingAttentionDims& d, RingExchange* ring, const float* q, const float* k, const float* v, int64_t ld, float* o,
                             float* lse) {
   PLANNER_RETURN_IF_ERROR(CheckDims(d, ring));
-  const int64_t n = d.tokens(), hd = d.heads * d.head_dim, count = d.batch * n * 2 * hd;
+  const int64_t n = d.tokens(), hd = d.heads * d.head_dim, kvd = d.kv() * d.head_dim, count = d.batch * n * 2 * kvd;
   std::vector<float> cur(static_cast<size_t>(count)), next(static_cast<size_t>(count));
   Pack(d, k, v, ld, 2, cur.data());
   std::fill(o, o + d.batch * n * hd, 0.0f);
   std::fill(lse, lse + d.batch * d.heads * n, kNegInf);
   for (int64_t step = 0; step < d.cp; ++step) {
     const int64_t src = (d.cp_rank - step + d.cp) % d.cp;
-    ForwardBlock(d, src, q, ld, cur.data(), 2 * hd, o, lse);
+    ForwardBlock(d, src, q, ld, cur.data(), 2 * kvd, o, lse);
     if (step + 1 < d.cp) {
       PLANNER_RETURN_IF_ERROR(ring->Shift(cur.data(), next.data(), count));
       cur.swap(next);
@@ -117,10 +120,11 @@ Status RingAttentionForward(const RingAttentionDims& d, RingExchange* ring, cons
 namespace {
 
 // One held block's gradients: dq accumulated locally, dk and dv into the travelling rows (k, v,
-// dk, dv of hd each per token at stride 4 hd). dsum: rowsum(dO o O) per (b, head, query).
+// dk, dv of kv() d each per token at stride 4 kv() d; query head h reads group h / (heads / kv()),
+// so a group's dk and dv sum over its heads). dsum: rowsum(dO o O) per (b, head, query).
 void BackwardBlock(const RingAttentionDims& d, int64_t src, const float* q, int64_t ld, const float* lse, const float* dout, const float* dsum,
                    float* kvg, float* dq) {
-  const int64_t n = d.tokens(), c = n / 2, hd = d.heads * d.head_dim, e_n = d.head_dim, w = 4 * hd;
+  const int64_t n = d.tokens(), c = n / 2, hd = d.heads * d.head_dim, e_n = d.head_dim, kvd = d.kv() * e_n, w = 4 * kvd, grp = d.heads / d.kv();
   const float scale = 1.0f / std::sqrt(static_cast<float>(e_n));
   for (int64_t b = 0; b < d.batch; ++b)
     for (int64_t h = 0; h < d.heads; ++h)
@@ -133,8 +137,9 @@ void BackwardBlock(const RingAttentionDims& d, int64_t src, const float* q, int6
           const int64_t vis = VisibleKeys(d, src, i / c, i % c, kc);
           for (int64_t j = kc * c; j < kc * c + vis; ++j) {
             float* row = kvg + (b * n + j) * w;
-            const float *kj = row + h * e_n, *vj = row + hd + h * e_n;
-            float *dkj = row + 2 * hd + h * e_n, *dvj = row + 3 * hd + h * e_n;
+            const int64_t gk = (h / grp) * e_n;
+            const float *kj = row + gk, *vj = row + kvd + gk;
+            float *dkj = row + 2 * kvd + gk, *dvj = row + 3 * kvd + gk;
             float dot = 0, dp = 0;
             for (int64_t e = 0; e < e_n; ++e) {
               dot += qi[e] * kj[e];
@@ -156,7 +161,7 @@ void BackwardBlock(const RingAttentionDims& d, int64_t src, const float* q, int6
 Status RingAttentionBackward(const RingAttentionDims& d, RingExchange* ring, const float* q, const float* k, const float* v, int64_t ld,
                              const float* o, const float* lse, const float* dout, float* dq, float* dk, float* dv) {
   PLANNER_RETURN_IF_ERROR(CheckDims(d, ring));
-  const int64_t n = d.tokens(), hd = d.heads * d.head_dim, count = d.batch * n * 4 * hd;
+  const int64_t n = d.tokens(), hd = d.heads * d.head_dim, kvd = d.kv() * d.head_dim, count = d.batch * n * 4 * kvd;
   std::vector<float> dsum(static_cast<size_t>(d.batch * d.heads * n), 0.0f);
   for (int64_t b = 0; b < d.batch; ++b)
     for (int64_t h = 0; h < d.heads; ++h)
@@ -177,8 +182,8 @@ Status RingAttentionBackward(const RingAttentionDims& d, RingExchange* ring, con
     }
   }
   for (int64_t r = 0; r < d.batch * n; ++r) {
-    std::copy(cur.begin() + r * 4 * hd + 2 * hd, cur.begin() + r * 4 * hd + 3 * hd, dk + r * ld);
-    std::copy(cur.begin() + r * 4 * hd + 3 * hd, cur.begin() + r * 4 * hd + 4 * hd, dv + r * ld);
+    std::copy(cur.begin() + r * 4 * kvd + 2 * kvd, cur.begin() + r * 4 * kvd + 3 * kvd, dk + r * ld);
+    std::copy(cur.begin() + r * 4 * kvd + 3 * kvd, cur.begin() + r * 4 * kvd + 4 * kvd, dv + r * ld);
   }
   return Status::OK();
 }

@@ -33,18 +33,22 @@ std::vector<int64_t> CpTokenPositions(int64_t seq, int64_t cp, int64_t rank);
 struct RingAttentionDims {
   int64_t batch = 1;
   int64_t seq = 1;       // the whole sequence; each rank holds seq / cp tokens
-  int64_t heads = 1;     // local heads (after TP)
+  int64_t heads = 1;     // local query heads (after TP)
+  int64_t kv_heads = 0;  // local KV groups (GQA; 0: heads); query head h reads group h / (heads / kv_heads)
   int64_t head_dim = 1;
   int64_t cp = 1, cp_rank = 0;
   bool causal = true;
   int64_t tokens() const { return seq / cp; }
+  int64_t kv() const { return kv_heads > 0 ? kv_heads : heads; }
 };
 
-// q, k, v: element (b, i, h, e) at [(b tokens + i) ld + h d + e] (ld >= heads d); o: [b, tokens,
-// heads d]; lse: [b, heads, tokens] (natural log). `ring` may be null when cp == 1.
+// q: element (b, i, h, e) at [(b tokens + i) ld + h d + e] (ld >= heads d); k and v likewise with
+// kv() groups (GQA); o: [b, tokens, heads d]; lse: [b, heads, tokens] (natural log). `ring` may be
+// null when cp == 1. Only K and V travel the ring (kv() d floats each per token).
 Status RingAttentionForward(const RingAttentionDims& dims, RingExchange* ring, const float* q, const float* k, const float* v, int64_t ld,
                             float* o, float* lse);
-// dq, dk, dv: written (not accumulated) in the layout of q, k, v (the same ld).
+// dq, dk, dv: written (not accumulated) in the layout of q, k, v (the same ld); a KV group's dk and
+// dv sum over the query heads that read it.
 Status RingAttentionBackward(const RingAttentionDims& dims, RingExchange* ring, const float* q, const float* k, const float* v, int64_t ld,
                              const float* o, const float* lse, const float* dout, float* dq, float* dk, float* dv);
 

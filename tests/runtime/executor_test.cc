@@ -5,7 +5,8 @@
 // and losses, PipeDream's weight stashing keeps each microbatch on one weight
 // version and the loss falls; a checkpointed run resumes onto the same loss
 // curve; with sequence parallelism (tp 2) and context parallelism (cp 2, with pp 2, tp 2, ZB-H1,
-// interleaving) every parameter's gradient equals one process's. Plans come from the solver and codegen, as `planner solve` and
+// interleaving) every parameter's gradient equals one process's, for tiny-gpt and for the
+// Llama-class tiny-llama (GQA, RoPE, SwiGLU, RMSNorm, no biases). Plans come from the solver and codegen, as `planner solve` and
 // `planner codegen` make them. The same cases run under mpirun in
 // tests/runtime/run_test.sh (tolerance: relative L2 1e-5 per gradient).
 #include <atomic>
@@ -13,6 +14,7 @@
 #include <cstring>
 #include <filesystem>
 #include <fstream>
+#include <functional>
 #include <map>
 #include <optional>
 #include <set>
@@ -46,6 +48,7 @@ struct Case {
   int64_t cp = 1;     // the solved plan's cp / sequence_parallel set before codegen (the search does not choose them yet)
   bool sp = false;
   std::optional<Schedule> plan_schedule;  // the solved plan's schedule replaced before codegen (as run_test.sh edits plan.yaml)
+  std::function<void(ModelSpec*)> edit;   // applied to the loaded model before solving (a variant of a shipped model)
 };
 
 // A fresh directory for one run's files.
@@ -62,6 +65,7 @@ Status MakeLaunch(const Case& c, ModelSpec* model, LaunchPlan* out) {
   ClusterSpec cluster;
   PLANNER_RETURN_IF_ERROR(LoadClusterSpec(testing::SourcePath("configs/clusters/" + c.cluster + ".yaml"), &cluster));
   PLANNER_RETURN_IF_ERROR(LoadModelSpec(testing::SourcePath("configs/models/" + c.model + ".yaml"), model));
+  if (c.edit) c.edit(model);
   CostSource src;
   src.cluster = &cluster;
   src.model = model;
@@ -448,9 +452,10 @@ Case SeqCase(int64_t gpus, int64_t pp, int64_t tp, int64_t cp, bool sp) {
 }
 
 // The part of the single-process gradient `full` that TP rank j holds of parameter `name` (the
-// cuts of runtime/kernels/shards.h), or the whole when it is not cut.
-std::vector<float> TpSlice(const std::string& name, const std::vector<float>& full, int64_t j, int64_t t) {
-  const int64_t h = 128, heads = 4, ffn = 512, vocab = 512;
+// cuts of runtime/kernels/shards.h for the model's dimensions), or the whole when it is not cut.
+std::vector<float> TpSlice(const std::string& name, const std::vector<float>& full, int64_t j, int64_t t, const GptConfig& gpt) {
+  const int64_t h = gpt.hidden, heads = gpt.heads, kv = gpt.kv_heads > 0 ? gpt.kv_heads : heads, ffn = gpt.ffn > 0 ? gpt.ffn : 4 * h,
+                vocab = gpt.vocab;
   if (t == 1) return full;
   KernelOptions o;
   o.tp_size = t, o.tp_rank = j;
@@ -463,17 +468,18 @@ std::vector<float> TpSlice(const std::string& name, const std::vector<float>& fu
       for (int64_t k = 0; k < (width == 1 ? 1 : cols); ++k) out.push_back(full[static_cast<size_t>(r * width + (width == 1 ? 0 : w.col0 + k))]);
     return out;
   };
-  if (ends(".attn.qkv.weight") || ends(".attn.qkv.bias")) return cut(QkvShard(h, heads, heads, o), h);
+  if (ends(".attn.qkv.weight") || ends(".attn.qkv.bias")) return cut(QkvShard(h, heads, kv, o), h);
   if (ends(".attn.out.weight")) return cut(AttnOutShard(h, heads, o), h / t);
-  if (ends(".mlp.fc1.weight") || ends(".mlp.fc1.bias")) return cut(Fc1Shard(h, ffn, o), h);
+  if (ends(".mlp.fc1.weight") || ends(".mlp.fc1.bias")) return cut(gpt.ffn_act == "swiglu" ? GatedFc1Shard(h, ffn, o) : Fc1Shard(h, ffn, o), h);
   if (ends(".mlp.fc2.weight")) return cut(Fc2Shard(h, ffn, o), ffn / t);
   if (ends(".word") || ends("lm_head.weight")) return cut(VocabShard(h, vocab, o), h);
   if (ends(".position") && j > 0) return std::vector<float>(full.size(), 0.0f);  // positions live on TP rank 0
   return full;
 }
 
-// Every parameter of every (tp, cp) rank of replica 0 against the matching slice of one process's.
-void CheckEveryParameter(const LaunchPlan& L, const ModelSpec& model) {
+// Every parameter of every (tp, cp) rank of replica 0 against the matching slice of one process's;
+// the worst relative L2 difference.
+double CheckEveryParameter(const LaunchPlan& L, const ModelSpec& model) {
   std::vector<RunSummary> multi, single;
   REQUIRE_OK(RunOnThreads(L, model, {}, &multi));
   REQUIRE_OK(RunOnThreads(SingleProcessPlan(L, model), model, {}, &single));
@@ -487,7 +493,7 @@ void CheckEveryParameter(const LaunchPlan& L, const ModelSpec& model) {
       INFO(g.name << " on rank " << r);
       auto it = want.find(g.name);
       REQUIRE(it != want.end());
-      const std::vector<float> w = TpSlice(g.name, it->second, L.ranks[r].tp_rank, L.tp);
+      const std::vector<float> w = TpSlice(g.name, it->second, L.ranks[r].tp_rank, L.tp, model.gpt);
       REQUIRE(w.size() == g.values.size());
       double num = 0, den = 0;
       for (size_t i = 0; i < w.size(); ++i) {
@@ -505,6 +511,7 @@ void CheckEveryParameter(const LaunchPlan& L, const ModelSpec& model) {
   MESSAGE(fmt::format("{}: {} parameter gradients on {} ranks, worst relative L2 difference {:.2e}", L.config, compared, multi.size(), worst));
   // The losses agree too (each CP rank's share summed over the group).
   CHECK(std::abs(multi[0].loss[0] - single[0].loss[0]) < 1e-5);
+  return worst;
 }
 
 TEST_CASE("tp=2 with sequence parallelism: every parameter's gradient equals one process's") {
@@ -572,6 +579,59 @@ TEST_CASE("dp=2 x cp=2: every parameter's gradient equals one process's; gradien
   REQUIRE(L.dp_groups == std::vector<std::vector<int64_t>>{{0, 1, 2, 3}});          // replicas x cp ranks
   REQUIRE(L.cp_groups == std::vector<std::vector<int64_t>>{{0, 1}, {2, 3}});        // per replica
   CheckEveryParameter(L, model);
+}
+
+// tiny-llama (configs/models/tiny-llama.yaml: 2 blocks, s 32, h 64, 4 query heads sharing 2 KV
+// heads, SwiGLU ffn 96, RMSNorm, RoPE, no biases, untied embeddings): tp 2 (query heads and KV
+// groups split), tp 2 + SP, cp 2, pp 2 x cp 2 and tp 2 x cp 2 + SP.
+TEST_CASE("tiny-llama (GQA, RoPE, SwiGLU, RMSNorm, no bias): tp2, tp2+SP, cp2, pp2 x cp2, tp2 x cp2 + SP give one process's gradients") {
+  struct L4 {
+    int64_t gpus, pp, tp, cp;
+    bool sp;
+  };
+  for (const L4& x : {L4{2, 1, 2, 1, false}, L4{2, 1, 2, 1, true}, L4{1, 1, 1, 2, false}, L4{2, 2, 1, 2, false}, L4{2, 1, 2, 2, true}}) {
+    INFO(fmt::format("pp {} tp {} cp {} sp {}", x.pp, x.tp, x.cp, x.sp));
+    Case c = SeqCase(x.gpus, x.pp, x.tp, x.cp, x.sp);
+    c.model = "tiny-llama";
+    ModelSpec model;
+    LaunchPlan L;
+    REQUIRE_OK(MakeLaunch(c, &model, &L));
+    REQUIRE(model.gpt.kv_heads == 2);
+    REQUIRE(L.tp == x.tp);
+    REQUIRE(L.pp == x.pp);
+    REQUIRE(L.cp == x.cp);
+    REQUIRE(L.sequence_parallel == x.sp);
+    REQUIRE(L.ranks.size() == static_cast<size_t>(x.pp * x.tp * x.cp));
+    CHECK(CheckEveryParameter(L, model) < 1e-5);
+  }
+}
+
+TEST_CASE("tiny-llama variants under tp2 x cp2 + SP and cp2: relu2 with biases and 4 KV heads; LayerNorm with 1 KV head (MQA, cp only)") {
+  struct Variant {
+    const char* act;
+    bool bias;
+    int64_t kv, tp;
+    const char* norm;
+  };
+  for (const Variant& v : {Variant{"relu2", true, 4, 2, "rmsnorm"}, Variant{"swiglu", false, 1, 1, "layernorm"}}) {
+    INFO(fmt::format("act {} bias {} kv_heads {} tp {} norm {}", v.act, v.bias, v.kv, v.tp, v.norm));
+    Case c = SeqCase(v.tp, 1, v.tp, 2, v.tp > 1);
+    c.model = "tiny-llama";
+    c.edit = [&](ModelSpec* m) {
+      m->gpt.ffn_act = v.act, m->gpt.bias = v.bias, m->gpt.kv_heads = v.kv, m->gpt.norm = v.norm;
+      for (Layer& l : m->layers) {
+        if (l.type != "transformer_block") continue;
+        l.attrs.strings["act"] = v.act, l.attrs.strings["norm"] = v.norm;
+        l.attrs.bools["bias"] = v.bias;
+        l.attrs.ints["kv_heads"] = v.kv;
+      }
+    };
+    ModelSpec model;
+    LaunchPlan L;
+    REQUIRE_OK(MakeLaunch(c, &model, &L));
+    REQUIRE(L.cp == 2);
+    CHECK(CheckEveryParameter(L, model) < 1e-5);
+  }
 }
 
 TEST_CASE("launch.yaml carries cp, sequence_parallel, cp ranks and the context-parallel groups") {

@@ -105,6 +105,27 @@ rel, dl = abs(g[0] - g[1]) / g[1], max(abs(a - b) for a, b in zip(*l))
 print(f"{d}: gradient norm {g[0]:.6e} vs {g[1]:.6e} (rel {rel:.1e}); losses differ by {dl:.1e} at most")
 sys.exit(0 if rel < 1e-5 and dl < 1e-4 else 1)
 PY
+# The Llama-class demo model (configs/models/tiny-llama.yaml: GQA 4 heads / 2 KV heads, RoPE,
+# SwiGLU, RMSNorm, no biases, untied embeddings) with ring attention (cp 2, RoPE at the tokens'
+# global positions): every gradient file equals one process's; and at tp 2 + SP (KV heads split
+# over TP, RMSNorm weight gradients all-reduced over it): gradient norm and 3 steps' losses.
+$PLANNER -q solve --gpus 2 --model $M/tiny-llama.yaml --cluster $C/local-cpu.yaml --cp 2 --tp 1 --pp 1 -o llcp2.plan.yaml >/dev/null \
+  && grep -q '^cp: 2$' llcp2.plan.yaml && $PLANNER -q codegen llcp2.plan.yaml -o llcp2 --iterations 1 \
+  && timeout 120 mpirun --oversubscribe -np 2 $PLANNER -q run llcp2 --dump-gradients --run-id multi >/dev/null 2>llcp2.err \
+  && $PLANNER -q run llcp2 --reference --dump-gradients --run-id single >/dev/null 2>>llcp2.err \
+  && [ "$(ls llcp2/runs/single/grads | wc -l)" = 15 ] && compare llcp2/runs/single/grads llcp2/runs/multi/grads && ok || { bad "tiny-llama cp2"; tail -3 llcp2.err; }
+$PLANNER -q solve --gpus 2 --model $M/tiny-llama.yaml --cluster $C/local-cpu.yaml --tp 2 --pp 1 --sp on -o lltp2sp.plan.yaml >/dev/null \
+  && grep -q '^sequence_parallel: true$' lltp2sp.plan.yaml && $PLANNER -q codegen lltp2sp.plan.yaml -o lltp2sp --iterations 3 \
+  && timeout 120 mpirun --oversubscribe -np 2 $PLANNER -q run lltp2sp --dump-gradients --run-id multi >/dev/null 2>lltp2sp.err \
+  && $PLANNER -q run lltp2sp --reference --dump-gradients --run-id single >/dev/null 2>>lltp2sp.err && python3 - lltp2sp <<'PY' && ok || { bad "tiny-llama tp2sp"; tail -3 lltp2sp.err; }
+import csv, sys
+d = sys.argv[1]
+g = [float(open(f"{d}/runs/{r}/grad_norm.txt").read()) for r in ("multi", "single")]
+l = [[float(x["loss"]) for x in csv.DictReader(open(f"{d}/runs/{r}/metrics.csv"))] for r in ("multi", "single")]
+rel, dl = abs(g[0] - g[1]) / g[1], max(abs(a - b) for a, b in zip(*l))
+print(f"{d}: gradient norm {g[0]:.6e} vs {g[1]:.6e} (rel {rel:.1e}); losses differ by {dl:.1e} at most")
+sys.exit(0 if rel < 1e-5 and dl < 1e-4 and len(l[0]) == 3 else 1)
+PY
 # The report times every tensor-parallel all-reduce, paired across the TP group: the activation-sized
 # ones (b x s x h floats) number a whole multiple of the measured microbatches, 16 or more each
 # (4 blocks x 2 in forward and 2 in backward).

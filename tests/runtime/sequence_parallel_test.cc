@@ -2,7 +2,10 @@
 // computed directly (an explicit probability matrix; its backward the
 // textbook chain through the softmax, checked itself by central differences
 // in double), for cp 2 and 4 on thread ranks: outputs and the gradients of
-// Q, K and V. And the load-balanced chunk assignment of the tokens.
+// Q, K and V. And the load-balanced chunk assignment of the tokens. With
+// grouped-query attention (kv_heads 2 and 1 of 4 heads) and RoPE at the
+// tokens' global positions, against the reference on K and V repeated per
+// query head and rotated in double (and RoPE at local positions disagreeing).
 #include <cmath>
 #include <mutex>
 #include <random>
@@ -11,7 +14,9 @@
 #include <fmt/format.h>
 
 #include "runtime/comm/communicator.h"
+#include "runtime/kernels/device_ops.h"
 #include "runtime/kernels/ring_attention.h"
+#include "runtime/sequence_parallel.h"
 #include "tests/test_util.h"
 
 namespace planner {
@@ -198,6 +203,159 @@ TEST_CASE("ring attention refuses a sequence that does not split into 2 cp chunk
   Status s = RingAttentionForward(d, nullptr, x.data(), x.data(), x.data(), 1, x.data(), x.data());
   CHECK(!s.ok());
   CHECK(s.message().find("2 x cp = 4 chunks") != std::string::npos);
+}
+
+
+// RoPE (rotate-half, theta 10000) in double on rows of `heads` heads of d at token `pos` (inverse:
+// the opposite angle).
+void RopeDouble(double* x, int64_t heads, int64_t d, int64_t pos, bool inverse) {
+  const int64_t half = d / 2;
+  for (int64_t h = 0; h < heads; ++h)
+    for (int64_t j = 0; j < half; ++j) {
+      const double a = static_cast<double>(pos) * std::pow(10000.0, -2.0 * static_cast<double>(j) / static_cast<double>(d));
+      const double c = std::cos(a), sn = inverse ? -std::sin(a) : std::sin(a);
+      double* v = x + h * d;
+      const double x1 = v[j], x2 = v[j + half];
+      v[j] = x1 * c - x2 * sn, v[j + half] = x2 * c + x1 * sn;
+    }
+}
+
+// Ring attention with kv of 4 query heads' groups, RoPE applied on the ranks to Q and K at each
+// chunk's global first position (local_positions: at the local token index, wrong) and its inverse
+// to dQ and dK; the largest error over out, dq, dk, dv relative to the largest value.
+double RingGqaRopeError(int64_t cp, int64_t kv, bool local_positions) {
+  const int64_t b = 2, s = 16, heads = 4, d = 4, grp = heads / kv, n = s / cp, c = n / 2, hd = heads * d, kvd = kv * d, ld = hd + 2 * kvd;
+  std::mt19937 gen(11);
+  std::uniform_real_distribution<double> u(-1.0, 1.0);
+  std::vector<double> q(static_cast<size_t>(b * s * hd)), k(static_cast<size_t>(b * s * kvd)), v(k.size()), dout(q.size());
+  for (auto* x : {&q, &k, &v, &dout})
+    for (double& y : *x) y = u(gen);
+  // The reference: rotated Q, rotated K and V repeated for every query head of a group.
+  Reference r{b, s, heads, d, q, std::vector<double>(q.size()), std::vector<double>(q.size())};
+  for (int64_t t = 0; t < b * s; ++t) {
+    for (int64_t h = 0; h < heads; ++h)
+      for (int64_t e = 0; e < d; ++e) {
+        r.k[static_cast<size_t>(t * hd + h * d + e)] = k[static_cast<size_t>(t * kvd + (h / grp) * d + e)];
+        r.v[static_cast<size_t>(t * hd + h * d + e)] = v[static_cast<size_t>(t * kvd + (h / grp) * d + e)];
+      }
+    RopeDouble(r.q.data() + t * hd, heads, d, t % s, false);
+    RopeDouble(r.k.data() + t * hd, heads, d, t % s, false);
+  }
+  const std::vector<double> o_ref = r.Out();
+  std::vector<double> dq_ref, dkf, dvf, dk_ref(k.size(), 0.0), dv_ref(k.size(), 0.0);
+  r.Grads(dout, &dq_ref, &dkf, &dvf);
+  for (int64_t t = 0; t < b * s; ++t) {  // back to the raw Q and K; a group's gradients sum over its heads
+    RopeDouble(dq_ref.data() + t * hd, heads, d, t % s, true);
+    RopeDouble(dkf.data() + t * hd, heads, d, t % s, true);
+    for (int64_t h = 0; h < heads; ++h)
+      for (int64_t e = 0; e < d; ++e) {
+        dk_ref[static_cast<size_t>(t * kvd + (h / grp) * d + e)] += dkf[static_cast<size_t>(t * hd + h * d + e)];
+        dv_ref[static_cast<size_t>(t * kvd + (h / grp) * d + e)] += dvf[static_cast<size_t>(t * hd + h * d + e)];
+      }
+  }
+  double worst = 0, scale = 0;
+  std::mutex mu;
+  REQUIRE_OK(RunThreadRanks(static_cast<int>(cp), [&](Communicator& comm) -> Status {
+    const std::vector<int64_t> pos = CpTokenPositions(s, cp, comm.rank());
+    std::vector<float> qkv(static_cast<size_t>(b * n * ld)), dl(static_cast<size_t>(b * n * hd));
+    for (int64_t bi = 0; bi < b; ++bi)
+      for (int64_t i = 0; i < n; ++i) {
+        const int64_t t = bi * s + pos[static_cast<size_t>(i)], row = (bi * n + i) * ld;
+        for (int64_t x = 0; x < hd; ++x) qkv[static_cast<size_t>(row + x)] = static_cast<float>(q[static_cast<size_t>(t * hd + x)]);
+        for (int64_t x = 0; x < hd; ++x) dl[static_cast<size_t>((bi * n + i) * hd + x)] = static_cast<float>(dout[static_cast<size_t>(t * hd + x)]);
+        for (int64_t x = 0; x < kvd; ++x) {
+          qkv[static_cast<size_t>(row + hd + x)] = static_cast<float>(k[static_cast<size_t>(t * kvd + x)]);
+          qkv[static_cast<size_t>(row + hd + kvd + x)] = static_cast<float>(v[static_cast<size_t>(t * kvd + x)]);
+        }
+      }
+    DeviceOps* ops = OpsFor(Device::kCpu);
+    auto rotate = [&](std::vector<float>* m, bool inverse) -> Status {
+      for (int64_t bi = 0; bi < b; ++bi)
+        for (int64_t ch = 0; ch < 2; ++ch) {
+          float* rows = m->data() + (bi * n + ch * c) * ld;
+          const int64_t p0 = local_positions ? ch * c : pos[static_cast<size_t>(ch * c)];
+          PLANNER_RETURN_IF_ERROR(ops->Rope(rows, c, ld, c, p0, heads, d, 10000, inverse));
+          PLANNER_RETURN_IF_ERROR(ops->Rope(rows + hd, c, ld, c, p0, kv, d, 10000, inverse));
+        }
+      return Status::OK();
+    };
+    PLANNER_RETURN_IF_ERROR(rotate(&qkv, false));
+    RingAttentionDims dims;
+    dims.batch = b, dims.seq = s, dims.heads = heads, dims.kv_heads = kv, dims.head_dim = d, dims.cp = cp, dims.cp_rank = comm.rank();
+    CommRing ring(comm);
+    std::vector<float> o(dl.size()), lse(static_cast<size_t>(b * heads * n)), g(qkv.size());
+    const float* x = qkv.data();
+    PLANNER_RETURN_IF_ERROR(RingAttentionForward(dims, &ring, x, x + hd, x + hd + kvd, ld, o.data(), lse.data()));
+    PLANNER_RETURN_IF_ERROR(RingAttentionBackward(dims, &ring, x, x + hd, x + hd + kvd, ld, o.data(), lse.data(), dl.data(), g.data(),
+                                                  g.data() + hd, g.data() + hd + kvd));
+    PLANNER_RETURN_IF_ERROR(rotate(&g, true));
+    std::lock_guard<std::mutex> lock(mu);
+    auto cmp = [&](double got, double want) {
+      worst = std::max(worst, std::abs(got - want));
+      scale = std::max(scale, std::abs(want));
+    };
+    for (int64_t bi = 0; bi < b; ++bi)
+      for (int64_t i = 0; i < n; ++i) {
+        const int64_t t = bi * s + pos[static_cast<size_t>(i)], row = (bi * n + i) * ld;
+        for (int64_t y = 0; y < hd; ++y) {
+          cmp(o[static_cast<size_t>((bi * n + i) * hd + y)], o_ref[static_cast<size_t>(t * hd + y)]);
+          cmp(g[static_cast<size_t>(row + y)], dq_ref[static_cast<size_t>(t * hd + y)]);
+        }
+        for (int64_t y = 0; y < kvd; ++y) {
+          cmp(g[static_cast<size_t>(row + hd + y)], dk_ref[static_cast<size_t>(t * kvd + y)]);
+          cmp(g[static_cast<size_t>(row + hd + kvd + y)], dv_ref[static_cast<size_t>(t * kvd + y)]);
+        }
+      }
+    return Status::OK();
+  }));
+  return worst / scale;
+}
+
+TEST_CASE("ring attention with GQA / MQA and RoPE at global positions equals full causal attention; local positions do not") {
+  for (int64_t cp : {1, 2, 4})
+    for (int64_t kv : {2, 1}) {
+      const double e = RingGqaRopeError(cp, kv, false);
+      MESSAGE(fmt::format("cp {} kv_heads {} of 4: max |error| / max |value| {:.1e}", cp, kv, e));
+      CHECK(e < 2e-5);
+    }
+  // RoPE by the local token index (what a CP rank would do by itself) is another model.
+  for (int64_t cp : {2, 4}) {
+    const double e = RingGqaRopeError(cp, 2, true);
+    MESSAGE(fmt::format("cp {} with RoPE at local positions: {:.1e}", cp, e));
+    CHECK(e > 1e-2);
+  }
+}
+
+// What SP / CP still refuse: MQA under TP (Megatron-Core needs t | kv_heads, as without CP) and
+// layer types without a sequence-split kernel.
+TEST_CASE("sequence / context parallelism refuse MQA under tp 2 and layer types they have no kernel for, naming the layer") {
+  Layer blk;
+  blk.type = "transformer_block", blk.name = "block0", blk.in_shape = {32, 64}, blk.out_shape = {32, 64};
+  blk.attrs.ints = {{"heads", 4}, {"kv_heads", 1}, {"ffn", 96}};
+  blk.attrs.strings = {{"act", "swiglu"}, {"norm", "rmsnorm"}, {"position", "rope"}};
+  blk.attrs.bools = {{"bias", false}};
+  KernelOptions o;
+  o.tp_size = 2, o.tp_rank = 0;
+  for (bool sp : {false, true}) {
+    SeqParallel p;
+    p.tp = 2, p.sp = sp, p.cp = sp ? 1 : 2;
+    std::unique_ptr<LayerKernel> k;
+    Status st = MakeSeqParallelKernel(blk, o, p, &k);
+    CHECK(!st.ok());
+    CHECK(st.message().find("layer 'block0") != std::string::npos);
+    CHECK(st.message().find("kv_heads (1)") != std::string::npos);
+  }
+  blk.attrs.ints["kv_heads"] = 2;  // GQA splits over tp 2: built
+  SeqParallel p;
+  p.tp = 2, p.cp = 2;
+  std::unique_ptr<LayerKernel> k;
+  REQUIRE_OK(MakeSeqParallelKernel(blk, o, p, &k));
+  CHECK(k->Params().size() == 6);  // ln1, qkv, out, ln2, fc1, fc2: no biases
+  Layer lin = blk;
+  lin.type = "linear", lin.name = "proj";
+  Status st = MakeSeqParallelKernel(lin, o, p, &k);
+  CHECK(st.code() == StatusCode::kNotSupported);
+  CHECK(st.message().find("layer 'proj': type 'linear' has no sequence- or context-parallel kernel") != std::string::npos);
 }
 
 }  // namespace
