@@ -83,7 +83,7 @@ def with_efficiency(cluster, eff, tmp):
         return cluster
     lines = open(cluster).read().splitlines()
     out = [f"efficiency: {eff}" if l.startswith("efficiency:") else l for l in lines]
-    path = os.path.join(tmp, f"cluster-{eff}.yaml")
+    path = os.path.join(tmp, f"{os.path.basename(cluster)}-{eff}.yaml")
     open(path, "w").write("\n".join(out) + "\n")
     return path
 
