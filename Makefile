@@ -34,6 +34,7 @@ demo: build
 	$(PLANNER) inspect launch/runs/demo
 	$(PLANNER) solve --gpus 1024 --model configs/models/gpt3-175b.yaml --cluster configs/clusters/dgx-a100.yaml -o gpt3-175b.plan.yaml
 	$(PLANNER) inspect gpt3-175b.plan.yaml --svg gpt3-175b.timeline.svg
+	$(PLANNER) solve --gpus 1024,2048,4096,8192 --model configs/models/llama3-70b.yaml --cluster configs/clusters/dgx-h100.yaml --train-tokens 15T
 
 test: build
 	meson test -C $(BUILD) --print-errorlogs --no-suite bench
