@@ -117,7 +117,8 @@ def run_llama(tmp, cluster):
     model = os.path.join(ROOT, "configs", "models", "llama3.1-405b.yaml")
     for n, t, cp, p, d, s, B, pub in LLAMA3:
         plan, err = solve(model, cluster, n, ["--tp", str(t), "--pp", str(p), "--cp", str(cp), "--seq", str(s),
-                                              "--global-batch", str(B), "--precision", "bf16"])
+                                              "--global-batch", str(B), "--precision", "bf16",
+                                              "--schedule", "1f1b,interleaved"])  # what Megatron-Core runs
         pred = plan["predicted"]["mfu"] if plan else None
         rows.append((f"405B n{n} tp{t} cp{cp} pp{p} dp{d} seq{s}", 100 * pub, 100 * pred if pred else None,
                      layout(plan) if plan else err))

@@ -369,7 +369,10 @@ Status BuildSearchOptions(const SolveArgs& a, const SolveInputs& in, SearchOptio
   std::vector<std::string> snames = {"gpipe", "1f1b", "interleaved", "zb-h1", "pipedream"};
   PLANNER_RETURN_IF_ERROR(ParseList<Schedule>(a.schedules, ParseSchedule, snames, "--schedule", &o->schedules));
   if (!a.vp.empty() && a.schedules.empty()) o->schedules = {Schedule::kInterleaved};  // --vp V forces Megatron's interleaved layout
-  PLANNER_RETURN_IF_ERROR(ParseList<Recompute>(a.recompute, ParseRecompute, {"none", "selective", "full"}, "--recompute", &o->recompute));
+  std::vector<std::string> rc_names;  // "block": block recompute, not a Recompute kind (docs/cost_model.md section 5)
+  for (const auto& r : a.recompute) (r == "block" ? o->recompute_block = 1 : (rc_names.push_back(r), 0));
+  if (!a.recompute.empty() && o->recompute_block != 1) o->recompute_block = 0;
+  PLANNER_RETURN_IF_ERROR(ParseList<Recompute>(rc_names, ParseRecompute, {"none", "selective", "full", "block"}, "--recompute", &o->recompute));
   o->cost.dp_overlap = a.dp_overlap;
   o->cost.p2p_overlap = a.p2p_overlap;
   o->cost.scatter_gather = !a.no_scatter_gather;
@@ -511,7 +514,7 @@ Runner RegisterSolve(CLI::App& app) {
   cmd->add_option("--vp", a->vp, "Megatron's virtual pipeline size: --interleave's values, and without --schedule the interleaved schedule only")->delimiter(',');
   cmd->add_option("--replication", a->replication, "evaluate this per-stage replication only, e.g. 2-1-1 (TP groups per stage; PipeDream schedule)");
   cmd->add_option("--schedule", a->schedules, "schedules to try: gpipe,1f1b,interleaved,zb-h1,pipedream (asynchronous, per-stage replication)")->delimiter(',');
-  cmd->add_option("--recompute", a->recompute, "recompute modes to try: none,selective,full")->delimiter(',');
+  cmd->add_option("--recompute", a->recompute, "recompute modes to try: none,selective,full,block (block: the first N blocks of each chunk, N the smallest that fits)")->delimiter(',');
   cmd->add_flag("--dp-overlap", a->dp_overlap, "overlap the gradient all-reduce with backward");
   cmd->add_flag("--p2p-overlap", a->p2p_overlap, "hide pipeline sends behind compute");
   cmd->add_flag("--no-scatter-gather", a->no_scatter_gather, "send whole activations between stages when tp > 1");
