@@ -261,11 +261,13 @@ Status CheckInterleave(const SolveArgs& a, const ModelSpec* model, const std::ve
   for (int64_t v : values) {
     if (v < 2) return Status::InvalidArgument(fmt::format("{} {}: chunks per device start at 2 (v = 1 is the 1f1b schedule)", flag, v));
     for (int64_t p : a.pp) {
-      if (blocks > 0 && p >= 1 && blocks % (p * v) != 0) {
-        return Status::InvalidArgument(fmt::format("{} {} with --pp {}: pp x v must divide the {} layers of {}", flag, v, p, blocks, a.model));
+      // Or blocks + 2 with the embedding and the loss counted as a layer each (docs/cost_model.md section 4).
+      if (blocks > 0 && p >= 1 && blocks % (p * v) != 0 && (p < 2 || (blocks + 2) % (p * v) != 0)) {
+        return Status::InvalidArgument(fmt::format("{} {} with --pp {}: pp x v must divide the {} layers of {} (or {} with the embedding and the loss counted as a layer each)",
+                                                   flag, v, p, blocks, a.model, blocks + 2));
       }
     }
-    if (blocks > 0 && a.pp.empty() && blocks % v != 0) {
+    if (blocks > 0 && a.pp.empty() && blocks % v != 0 && (blocks + 2) % v != 0) {
       return Status::InvalidArgument(fmt::format("{} {}: v must divide the {} layers of {} (pp x v must, for any pp); choose a divisor of {}", flag, v, blocks, a.model, blocks));
     }
   }

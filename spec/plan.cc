@@ -241,6 +241,11 @@ Status GetZeroStage(const YamlReader& r, const YAML::Node& map, const std::strin
 
 }  // namespace
 
+std::string RecomputeLabel(Recompute r, int64_t num_layers) {
+  if (r == Recompute::kFull && num_layers > 0) return "full:" + std::to_string(num_layers);
+  return RecomputeName(r);
+}
+
 std::string PlanToYaml(const Plan& plan) {
   YAML::Emitter e;
   EmitYaml(PlanTree(plan), e);

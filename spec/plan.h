@@ -102,6 +102,9 @@ struct Plan {
   std::string ParallelString() const;
 };
 
+// The recompute as printed: its name, "full:N" for block recompute of N layers per chunk.
+std::string RecomputeLabel(Recompute r, int64_t num_layers);
+
 std::string PlanToYaml(const Plan& plan);
 std::string PlanToJson(const Plan& plan);
 Status LoadPlan(const std::string& path, Plan* out);
