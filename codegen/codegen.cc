@@ -413,6 +413,10 @@ void AddDeepSpeedFiles(const Plan& plan, const ModelSpec& model, const LaunchPla
   const int64_t accum = L.num_microbatches;
   std::string precision = model.dtype == DType::kFp16 ? ",\n  \"fp16\": {\"enabled\": true}" : (model.dtype == DType::kBf16 || model.dtype == DType::kFp8 ? ",\n  \"bf16\": {\"enabled\": true}" : "");
   if (model.dtype == DType::kFp8) notes->push_back("deepspeed: DeepSpeed's config has no FP8 GEMMs (they need Transformer Engine modules in the model); exported bf16");
+  if (plan.recompute == Recompute::kFull && plan.recompute_num_layers > 0) {
+    notes->push_back(fmt::format("deepspeed: activation_checkpoint_interval 1 recomputes every layer; the plan's block recompute ({} layers per chunk) has no DeepSpeed setting, so this runs slower than predicted",
+                                 plan.recompute_num_layers));
+  }
   const int zero = plan.zero_stage == ZeroStage::kNone ? 0 : plan.zero_stage == ZeroStage::kOptimizer ? 1 : plan.zero_stage == ZeroStage::kGradients ? 2 : 3;
   files->emplace_back("deepspeed/ds_config.json",
                       fmt::format("{{\n  \"train_batch_size\": {},\n  \"train_micro_batch_size_per_gpu\": {},\n  \"gradient_accumulation_steps\": {},\n"

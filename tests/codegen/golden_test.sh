@@ -73,6 +73,7 @@ refused cp2 "$T/cp2" deepspeed/refused.txt "context parallelism (cp 2)"
 sed -e 's/^recompute: "none"$/recompute: "full"\nrecompute_num_layers: 3/' -e "s|^  model_path: .*|  model_path: \"$SRC/configs/models/llama3-8b.yaml\"|" "$P/llama3-8b-64.plan.yaml" > "$T/block3.plan.yaml"
 expect_codegen block3 "$T/block3.plan.yaml"
 check block3 "$T/block3/megatron.args" "--recompute-granularity full" "--recompute-method block" "--recompute-num-layers 3"
+if grep -qF "has no DeepSpeed setting" "$T/block3.err"; then pass=$((pass+1)); else echo "FAIL block3: no DeepSpeed note"; fail=$((fail+1)); fi
 if grep -qF -- "--recompute-method uniform" "$T/block3/megatron.args"; then echo "FAIL block3: uniform with block"; fail=$((fail+1)); else pass=$((pass+1)); fi
 # The embedding and the loss counted as a layer each: 6 blocks at pp 2 x vp 2 (4 divides 6 + 2, not 6), as the search plans it.
 printf 'format_version: 1\nname: six\ndtype: bf16\nglobal_batch: 64\ngpt: {layers: 6, hidden: 1024, heads: 16, seq: 2048, vocab: 32000}\n' > "$T/six.yaml"
