@@ -4,6 +4,7 @@
 // layer each (--account-for-embedding-in-pipeline-split / -loss-): closed forms
 // over the cost tables' rows, the search's choice of the smallest N that fits,
 // and the uneven first and last chunks. docs/cost_model.md sections 4 and 5.
+#include <algorithm>
 #include <cmath>
 #include <string>
 #include <vector>
@@ -134,6 +135,16 @@ TEST_CASE("the search takes the smallest N that fits, where recompute none does 
     CHECK(p.recompute == Recompute::kFull);
     CHECK(p.recompute_num_layers == want);
     CHECK(p.predicted.peak_memory_bytes == doctest::Approx(peak[Z(want)]));
+    // Hardware FLOPs: no recompute's plus one forward of each recomputed block (min(N, blocks) per stage).
+    double recomputed = 0, block_fwd = 0;
+    for (const auto& st : p.stages) {
+      int64_t blocks = 0;
+      for (int64_t i = st.first_layer; i <= st.last_layer; ++i) blocks += fx.model.layers[Z(i)].type == "transformer_block";
+      recomputed += static_cast<double>(std::min(blocks, want));
+    }
+    for (const auto& l : fx.model.layers) if (l.type == "transformer_block") block_fwd += 64 * l.fwd_flops;
+    const double hw = fx.model.IterationFlops(64, false) + block_fwd * recomputed / 8;
+    CHECK(p.predicted.tflops_per_gpu * 1e12 * 16 * p.predicted.iteration_s == doctest::Approx(hw).epsilon(1e-9));
     // Block recompute of fewer layers is faster than full recompute of every layer.
     CHECK(p.runners_up.size() >= 1);
     bool full_seen = false;
