@@ -2,8 +2,6 @@
 
 #include <algorithm>
 #include <cmath>
-#include <map>
-#include <set>
 
 #include <fmt/format.h>
 
@@ -55,19 +53,29 @@ std::vector<int64_t> GroupSpread(const ClusterSpec& c, int64_t size, int64_t str
   return spread;
 }
 
+// Per level l, the most level-(l-1) units one level-l unit holds of the ranks first + k stride,
+// 0 <= k < size, without listing them: in a unit, the ranks from k_lo to k_hi touch every inner unit
+// between theirs when stride <= inner (no step skips one), else one inner unit each (O(units touched)).
 std::vector<int64_t> GroupSpreadAt(const ClusterSpec& c, int64_t first, int64_t size, int64_t stride) {
+  if (stride < 0) {  // the same ranks in increasing order
+    first += (size - 1) * stride;
+    stride = -stride;
+  }
   std::vector<int64_t> spread;
-  std::map<int64_t, std::set<int64_t>> inner_per_unit;
+  const int64_t last = first + (size - 1) * stride;
   for (size_t l = 0; l < c.levels.size(); ++l) {
     const int64_t unit = c.GpusPerUnit(l);
     const int64_t inner = l == 0 ? 1 : c.GpusPerUnit(l - 1);
-    inner_per_unit.clear();
-    for (int64_t k = 0; k < size; ++k) {
-      int64_t rank = first + k * stride;
-      inner_per_unit[rank / unit].insert(rank / inner);
-    }
     int64_t most = 1;
-    for (const auto& [u, inners] : inner_per_unit) most = std::max<int64_t>(most, static_cast<int64_t>(inners.size()));
+    if (size > 1 && stride > 0 && stride < unit) {
+      for (int64_t u = first / unit; u <= last / unit; ++u) {
+        const int64_t lo_rank = std::max(first, u * unit), hi_rank = std::min(last, (u + 1) * unit - 1);
+        const int64_t k_lo = (lo_rank - first + stride - 1) / stride, k_hi = (hi_rank - first) / stride;
+        if (k_hi < k_lo) continue;
+        const int64_t n = stride <= inner ? (first + k_hi * stride) / inner - (first + k_lo * stride) / inner + 1 : k_hi - k_lo + 1;
+        most = std::max(most, n);
+      }
+    }
     spread.push_back(most);
   }
   if (spread.empty()) spread.push_back(size);
