@@ -42,7 +42,11 @@ bool HasAttention(const ModelSpec* model) {
 // --account-for-embedding-in-pipeline-split --account-for-loss-in-pipeline-split).
 std::vector<std::pair<int64_t, bool>> Interleaves(const SearchOptions& o, Schedule s, int64_t p, int64_t m, int64_t layers, int64_t blocks,
                                                   Rejections* why) {
-  if (s != Schedule::kInterleaved) return {{1, false}};
+  if (s != Schedule::kInterleaved) {
+    // Uneven stages: also the split Megatron runs with the account-for flags, where p divides blocks + 2, not blocks.
+    if (blocks > 0 && p > 1 && blocks % p != 0 && (blocks + 2) % p == 0) return {{1, false}, {1, true}};
+    return {{1, false}};
+  }
   std::vector<std::pair<int64_t, bool>> vs;
   if (p < 2 || m % p != 0) {
     if (why->interleave.empty() && p >= 2) {

@@ -9,6 +9,7 @@
 #include <string>
 #include <vector>
 
+#include "dp_solver/candidates.h"
 #include "dp_solver/evaluate.h"
 #include "dp_solver/search.h"
 #include "tests/test_util.h"
@@ -203,6 +204,36 @@ TEST_CASE("Megatron's embedding-and-loss split: chunks of (blocks + 2) / (p v) u
   o.interleave = {5};
   Plan none;
   CHECK(SolveAuto(fx.Source(), o, &none).code() == StatusCode::kInfeasible);
+}
+
+TEST_CASE("1F1B with p dividing blocks + 2, not blocks: the balanced split and Megatron's account-for split are both candidates") {
+  GptFixture fx(6, 64);
+  SearchOptions o;
+  o.gpus = 32;
+  o.pp = {4};
+  SearchSpace sp = MakeSearchSpace(fx.Source(), o, 64);
+  sp.schedules = {Schedule::k1F1B};
+  Evaluator ev(fx.Source(), o, 64);
+  CostTable none;
+  REQUIRE_OK(BuildCostTable(fx.Source(), TableShape{1, 8, 1, true, Recompute::kNone}, o.cost, &none));
+  const size_t tn = ev.AddTable(none);
+  Rejections why;
+  const std::vector<Candidate> cands = UniformCandidates(sp, o, tn, ev.tables()[tn], &why);
+  REQUIRE(cands.size() == 2);
+  CHECK(!cands[0].account);
+  CHECK(cands[1].account);
+  Evaluation x;
+  REQUIRE_OK(ev.Evaluate(cands[1], &x));
+  CHECK(*x.cuts == std::vector<int64_t>{0, 2, 4, 6, 10});  // embedding + 1 block, 2, 2, 1 block + norm, lm_head, loss
+  // p dividing the blocks: only the balanced split.
+  GptFixture eight(8, 64);
+  SearchSpace sp8 = MakeSearchSpace(eight.Source(), o, 64);
+  sp8.schedules = {Schedule::k1F1B};
+  Evaluator ev8(eight.Source(), o, 64);
+  CostTable t8;
+  REQUIRE_OK(BuildCostTable(eight.Source(), TableShape{1, 8, 1, true, Recompute::kNone}, o.cost, &t8));
+  const size_t i8 = ev8.AddTable(t8);
+  CHECK(UniformCandidates(sp8, o, i8, ev8.tables()[i8], &why).size() == 1);
 }
 
 }  // namespace
