@@ -90,7 +90,8 @@ def with_efficiency(cluster, eff, tmp):
 
 def layout(plan):
     return (f"b={plan['microbatch_size']} {plan['schedule']} v={plan['interleave']} "
-            f"{plan['recompute']} zero={plan['zero_stage']}" + (" sp" if plan.get("sequence_parallel") else ""))
+            f"{plan['recompute']}" + (f" N={plan['recompute_num_layers']}" if plan.get('recompute_num_layers') else "")
+            + (" acct" if plan.get('account_embedding_loss') else "") + f" zero={plan['zero_stage']}" + (" sp" if plan.get("sequence_parallel") else ""))
 
 
 def run_megatron(tmp, cluster):

@@ -321,12 +321,22 @@ void AddMegatronArgs(const Plan& plan, const ModelSpec& model, const LaunchPlan&
   if (L.sequence_parallel) mg += "--sequence-parallel\n";
   if (model.is_gpt) mg += MegatronModelArgs(model, notes);
   mg += fmt::format("--micro-batch-size {}\n--global-batch-size {}\n", L.microbatch_size, L.global_batch);
+  if (plan.account_embedding_loss) {
+    // Megatron-Core counts the embedding and the loss as a layer each: p v divides layers + 2
+    // (transformer_block.py get_num_layers_to_build; the first and last chunks build one layer fewer).
+    mg += "--account-for-embedding-in-pipeline-split\n--account-for-loss-in-pipeline-split\n";
+  }
   if (L.interleave > 1 && model.is_gpt) {
-    int64_t per = model.gpt.layers / (L.pp * L.interleave);
+    int64_t per = (model.gpt.layers + (plan.account_embedding_loss ? 2 : 0)) / (L.pp * L.interleave);
     mg += fmt::format("--num-layers-per-virtual-pipeline-stage {}\n", std::max<int64_t>(1, per));
   }
-  if (plan.recompute == Recompute::kFull) mg += "--recompute-granularity full\n--recompute-method uniform\n--recompute-num-layers 1\n";
-  else if (plan.recompute == Recompute::kSelective) mg += "--recompute-granularity selective\n";
+  if (plan.recompute == Recompute::kFull && plan.recompute_num_layers > 0) {
+    // Block recompute: the first N layers of every chunk (megatron/core/recompute.py, method 'block').
+    mg += fmt::format("--recompute-granularity full\n--recompute-method block\n--recompute-num-layers {}\n", plan.recompute_num_layers);
+  } else if (plan.recompute == Recompute::kFull) {
+    mg += "--recompute-granularity full\n--recompute-method uniform\n--recompute-num-layers 1\n";
+  }
+  if (plan.recompute == Recompute::kSelective) mg += "--recompute-granularity selective\n";
   MegatronShardingArgs(plan, L, &mg);
   const std::string refused = MegatronRefusal(plan, model, L);
   if (!refused.empty()) {
@@ -338,7 +348,7 @@ void AddMegatronArgs(const Plan& plan, const ModelSpec& model, const LaunchPlan&
   if (model.dtype == DType::kBf16) mg += "--bf16\n";
   if (model.dtype == DType::kFp8) mg += "--bf16\n--fp8-format hybrid\n";  // Transformer Engine FP8 GEMMs, bf16 elsewhere
   // Uneven first / last stages: count transformer blocks per pipeline stage.
-  if (model.is_gpt && L.interleave == 1 && L.pp > 1 && L.schedule != Schedule::kPipeDream) {
+  if (model.is_gpt && L.interleave == 1 && L.pp > 1 && L.schedule != Schedule::kPipeDream && !plan.account_embedding_loss) {
     std::vector<int64_t> blocks;
     for (const auto& s : L.stages) {
       int64_t c = 0;
@@ -403,6 +413,10 @@ void AddDeepSpeedFiles(const Plan& plan, const ModelSpec& model, const LaunchPla
   const int64_t accum = L.num_microbatches;
   std::string precision = model.dtype == DType::kFp16 ? ",\n  \"fp16\": {\"enabled\": true}" : (model.dtype == DType::kBf16 || model.dtype == DType::kFp8 ? ",\n  \"bf16\": {\"enabled\": true}" : "");
   if (model.dtype == DType::kFp8) notes->push_back("deepspeed: DeepSpeed's config has no FP8 GEMMs (they need Transformer Engine modules in the model); exported bf16");
+  if (plan.recompute == Recompute::kFull && plan.recompute_num_layers > 0) {
+    notes->push_back(fmt::format("deepspeed: activation_checkpoint_interval 1 recomputes every layer; the plan's block recompute ({} layers per chunk) has no DeepSpeed setting, so this runs slower than predicted",
+                                 plan.recompute_num_layers));
+  }
   const int zero = plan.zero_stage == ZeroStage::kNone ? 0 : plan.zero_stage == ZeroStage::kOptimizer ? 1 : plan.zero_stage == ZeroStage::kGradients ? 2 : 3;
   files->emplace_back("deepspeed/ds_config.json",
                       fmt::format("{{\n  \"train_batch_size\": {},\n  \"train_micro_batch_size_per_gpu\": {},\n  \"gradient_accumulation_steps\": {},\n"

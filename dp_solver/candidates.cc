@@ -37,26 +37,34 @@ bool HasAttention(const ModelSpec* model) {
   return false;
 }
 
-// The interleave factors of schedule s at depth p (1 for all but interleaved).
-std::vector<int64_t> Interleaves(const SearchOptions& o, Schedule s, int64_t p, int64_t m, int64_t layers, int64_t blocks,
-                                 Rejections* why) {
-  if (s != Schedule::kInterleaved) return {1};
-  std::vector<int64_t> vs;
+// The interleave factors of schedule s at depth p (1 for all but interleaved), each with whether the
+// split counts the embedding and the loss as a layer each (p v divides blocks + 2; Megatron's
+// --account-for-embedding-in-pipeline-split --account-for-loss-in-pipeline-split).
+std::vector<std::pair<int64_t, bool>> Interleaves(const SearchOptions& o, Schedule s, int64_t p, int64_t m, int64_t layers, int64_t blocks,
+                                                  Rejections* why) {
+  if (s != Schedule::kInterleaved) {
+    // Uneven stages: also the split Megatron runs with the account-for flags, where p divides blocks + 2, not blocks.
+    if (blocks > 0 && p > 1 && blocks % p != 0 && (blocks + 2) % p == 0) return {{1, false}, {1, true}};
+    return {{1, false}};
+  }
+  std::vector<std::pair<int64_t, bool>> vs;
   if (p < 2 || m % p != 0) {
     if (why->interleave.empty() && p >= 2) {
       why->interleave = fmt::format("interleaved needs the microbatch count ({}) to be a multiple of pp={}", m, p);
     }
     return vs;
   }
-  // A gpt model: Megatron's rule, p v divides the transformer blocks (any v). Else v in 2..4 over the table's rows.
+  // A gpt model: Megatron's rule, p v divides the transformer blocks (or blocks + 2). Else v in 2..4 over the table's rows.
   std::vector<int64_t> tried = o.interleave;
-  if (tried.empty() && blocks > 0) for (int64_t v = 2; v * p <= blocks; ++v) tried.push_back(v);
+  if (tried.empty() && blocks > 0) for (int64_t v = 2; v * p <= blocks + 2; ++v) tried.push_back(v);
   if (tried.empty() && blocks == 0) tried = {2, 3, 4};
   for (int64_t v : tried) {
-    bool ok = v >= 2 && p * v <= layers && (blocks == 0 || blocks % (p * v) == 0);
-    if (ok) vs.push_back(v);
+    const bool whole = blocks > 0 && blocks % (p * v) == 0, account = blocks > 0 && !whole && (blocks + 2) % (p * v) == 0;
+    bool ok = v >= 2 && p * v <= layers && (blocks == 0 || whole || account);
+    if (ok) vs.emplace_back(v, account);
     else if (why->interleave.empty() && v >= 2 && blocks > 0 && o.interleave.size() > 0) {
-      why->interleave = fmt::format("interleave v={} with pp={}: pp x v must divide the {} layers", v, p, blocks);
+      why->interleave = fmt::format("interleave v={} with pp={}: pp x v must divide the {} layers (or {} with the embedding and the loss counted as a layer each)",
+                                    v, p, blocks, blocks + 2);
     }
   }
   return vs;
@@ -91,10 +99,15 @@ SearchSpace MakeSearchSpace(const CostSource& src, const SearchOptions& o, int64
   }
   sp.sp = o.sequence_parallel;
   if (sp.sp.empty()) sp.sp = {src.profile == nullptr ? 1 : 0};
-  sp.recompute = o.recompute;
-  if (sp.recompute.empty()) {
-    sp.recompute = {Recompute::kNone, Recompute::kFull};
-    if (HasAttention(src.model)) sp.recompute.insert(sp.recompute.begin() + 1, Recompute::kSelective);
+  sp.ranked = o.recompute;
+  if (sp.ranked.empty() && o.recompute_block != 1) {
+    sp.ranked = {Recompute::kNone, Recompute::kFull};
+    if (HasAttention(src.model)) sp.ranked.insert(sp.ranked.begin() + 1, Recompute::kSelective);
+  }
+  sp.block = sp.blocks > 0 && src.profile == nullptr && (o.recompute_block == 1 || (o.recompute_block < 0 && o.recompute.empty()));
+  sp.recompute = sp.ranked;
+  for (Recompute rc : {Recompute::kNone, Recompute::kFull}) {
+    if (sp.block && std::find(sp.recompute.begin(), sp.recompute.end(), rc) == sp.recompute.end()) sp.recompute.push_back(rc);
   }
   return sp;
 }
@@ -154,8 +167,10 @@ std::vector<Candidate> UniformCandidates(const SearchSpace& sp, const SearchOpti
     for (Schedule s : sp.schedules) {
       if (s == Schedule::kPipeDream) continue;  // the replicated family
       if ((s == Schedule::kZbH1 || s == Schedule::kGpipe) && p == 1) continue;  // same as 1f1b at p = 1
-      for (int64_t v : Interleaves(o, s, p, m, layers, sp.blocks, why)) {
-        out.push_back(Candidate{table_index, t, b, p, d, m, v, s, table.recompute, 0, cp, table.sp});
+      for (auto [v, account] : Interleaves(o, s, p, m, layers, sp.blocks, why)) {
+        Candidate k{table_index, t, b, p, d, m, v, s, table.recompute, 0, cp, table.sp};
+        k.account = account;
+        out.push_back(k);
       }
     }
   }

@@ -25,7 +25,9 @@ struct SearchSpace {
   std::vector<int64_t> tp;            // in the order tried
   std::vector<int64_t> microbatch;
   std::vector<Schedule> schedules;
-  std::vector<Recompute> recompute;
+  std::vector<Recompute> recompute;   // the cost tables built (block recompute needs none and full)
+  std::vector<Recompute> ranked;      // the recomputes ranked as themselves
+  bool block = false;                 // block recompute (gpt models: the first N blocks of each chunk)
   std::vector<int64_t> cp;            // context-parallel sizes
   std::vector<int> sp;                // sequence parallelism off (0) / on (1); on only applies at tp > 1
   int64_t seq = 0;                    // tokens per sample (0: not a sequence model)
@@ -35,7 +37,7 @@ struct SearchSpace {
 
 // Defaults: tp powers of two up to the node; microbatch every size the profile
 // measured at tp = 1 (else powers of two up to 64); every schedule; recompute
-// none, selective (models with attention) and full; cp 1, and 2, 4, 8, 16 where seq / (2 cp) >= 1024
+// none, selective (models with attention) and full, and block recompute (gpt models); cp 1, and 2, 4, 8, 16 where seq / (2 cp) >= 1024
 // on a model with attention (analytic costs only); sp on (Megatron-Core's recommendation with TP).
 // `global_batch` >= 1.
 SearchSpace MakeSearchSpace(const CostSource& src, const SearchOptions& o, int64_t global_batch);
@@ -58,6 +60,13 @@ struct Candidate {
   double bound = 0;  // lower bound on the iteration time (set by the ranking)
   int64_t cp = 1;    // context-parallel size: d = gpus / (t cp p)
   bool sp = false;   // sequence parallelism (t > 1)
+  // Block recompute: `table` is the recompute-none table, the first rc_layers blocks of every
+  // chunk are costed from `full_table` (rc = kFull). 0: the table's own recompute.
+  int64_t rc_layers = 0;
+  size_t full_table = 0;
+  // The embedding and the loss count as a layer each in the split (Megatron's account-for flags):
+  // p v divides blocks + 2; chunk 0 has one block fewer, the last chunk too.
+  bool account = false;
 };
 
 // Why values were left out, the first reason of each kind; named in the

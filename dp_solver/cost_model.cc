@@ -53,25 +53,27 @@ std::vector<int64_t> GroupSpread(const ClusterSpec& c, int64_t size, int64_t str
   return spread;
 }
 
+// Per level l, the most level-(l-1) units one level-l unit holds of the ranks first + k stride,
+// 0 <= k < size, without listing them: in a unit, the ranks from k_lo to k_hi touch every inner unit
+// between theirs when stride <= inner (no step skips one), else one inner unit each (O(units touched)).
 std::vector<int64_t> GroupSpreadAt(const ClusterSpec& c, int64_t first, int64_t size, int64_t stride) {
+  if (stride < 0) {  // the same ranks in increasing order
+    first += (size - 1) * stride;
+    stride = -stride;
+  }
   std::vector<int64_t> spread;
-  spread.reserve(c.levels.size());
+  const int64_t last = first + (size - 1) * stride;
   for (size_t l = 0; l < c.levels.size(); ++l) {
     const int64_t unit = c.GpusPerUnit(l);
     const int64_t inner = l == 0 ? 1 : c.GpusPerUnit(l - 1);
-    // The ranks increase, so their units and inner units do too: count the distinct inner units
-    // of each unit in one pass.
-    int64_t most = 1, cur_unit = -1, last_inner = -1, count = 0;
-    for (int64_t k = 0; k < size; ++k) {
-      const int64_t rank = first + k * stride, u = rank / unit, in = rank / inner;
-      if (u != cur_unit) {
-        cur_unit = u;
-        count = 0;
-        last_inner = -1;
-      }
-      if (in != last_inner) {
-        last_inner = in;
-        most = std::max(most, ++count);
+    int64_t most = 1;
+    if (size > 1 && stride > 0 && stride < unit) {
+      for (int64_t u = first / unit; u <= last / unit; ++u) {
+        const int64_t lo_rank = std::max(first, u * unit), hi_rank = std::min(last, (u + 1) * unit - 1);
+        const int64_t k_lo = (lo_rank - first + stride - 1) / stride, k_hi = (hi_rank - first) / stride;
+        if (k_hi < k_lo) continue;
+        const int64_t n = stride <= inner ? (first + k_hi * stride) / inner - (first + k_lo * stride) / inner + 1 : k_hi - k_lo + 1;
+        most = std::max(most, n);
       }
     }
     spread.push_back(most);

@@ -98,22 +98,64 @@ double InterleavedPeakActivations(const std::vector<double>& chunk_stash, int64_
   return peak;
 }
 
+std::vector<int64_t> AccountedPartition(int64_t rows, int64_t first_block, int64_t blocks, int64_t k) {
+  std::vector<int64_t> cuts;
+  if (k < 1 || (blocks + 2) % k != 0 || first_block < 1 || first_block + blocks >= rows) return cuts;
+  const int64_t u = (blocks + 2) / k;
+  // Chunk q starts at block q u - 1 (unit 0 of chunk 0 is the embedding): row first_block + q u - 1.
+  for (int64_t q = 0; q < k; ++q) cuts.push_back(q == 0 ? 0 : first_block + q * u - 1);
+  cuts.push_back(rows);
+  for (size_t i = 1; i < cuts.size(); ++i) {
+    if (cuts[i] <= cuts[i - 1]) return {};
+  }
+  return cuts;
+}
+
 Evaluator::Evaluator(const CostSource& src, const SearchOptions& o, int64_t global_batch)
-    : src_(src), o_(o), batch_(global_batch), sb_(MakeStateBytes(src, o)) {}
+    : src_(src), o_(o), batch_(global_batch), sb_(MakeStateBytes(src, o)) {
+  if (src.model == nullptr || !src.model->is_gpt) return;
+  const auto& layers = src.model->layers;
+  for (size_t i = 0; i < layers.size(); ++i) {
+    if (layers[i].type != "transformer_block") continue;
+    if (block_end_ == 0) block_begin_ = static_cast<int64_t>(i);
+    block_end_ = static_cast<int64_t>(i) + 1;
+  }
+}
 
 size_t Evaluator::AddTable(CostTable table) {
   tables_.push_back(std::move(table));
   return tables_.size() - 1;
 }
 
-const std::vector<int64_t>& Evaluator::Partition(size_t table, int64_t k) {
-  auto it = partitions_.find({table, k});
-  if (it == partitions_.end()) it = partitions_.emplace(std::make_pair(table, k), BalancedPartition(tables_[table], k)).first;
-  return it->second;
+const std::vector<int64_t>& Evaluator::Partition(size_t table, int64_t k, bool account) {
+  auto key = std::make_tuple(table, k, account);
+  auto it = partitions_.find(key);
+  if (it != partitions_.end()) return it->second;
+  const int64_t rows = static_cast<int64_t>(tables_[table].rows.size());
+  return partitions_.emplace(key, account ? AccountedPartition(rows, block_begin_, block_end_ - block_begin_, k)
+                                          : BalancedPartition(tables_[table], k)).first->second;
+}
+
+std::pair<int64_t, int64_t> Evaluator::RecomputedRows(const Candidate& k, int64_t a, int64_t e) const {
+  const int64_t lo = std::max(a, block_begin_), hi = std::min(e, block_end_);
+  if (k.rc_layers <= 0 || lo >= hi) return {a, a};
+  return {lo, std::min(hi, lo + k.rc_layers)};
+}
+
+double Evaluator::BlockDelta(const Candidate& k, std::vector<double> CostTable::*column, int64_t a, int64_t e) const {
+  if (k.rc_layers <= 0) return 0;
+  const auto [ra, rb] = RecomputedRows(k, a, e);
+  const std::vector<double>& full = tables_[k.full_table].*column;
+  const std::vector<double>& none = tables_[k.table].*column;
+  return (full[Z(rb)] - full[Z(ra)]) - (none[Z(rb)] - none[Z(ra)]);
+}
+
+double Evaluator::ChunkStash(const Candidate& k, int64_t a, int64_t e) const {
+  return tables_[k.table].Stash(a, e) + BlockDelta(k, &CostTable::pre_stash, a, e);
 }
 
 Status Evaluator::Evaluate(const Candidate& k, Evaluation* x) {
-  x->cuts = &Partition(k.table, k.p * k.v);
+  x->cuts = &Partition(k.table, k.p * k.v, k.account);
   if (x->cuts->empty()) {
     return Status::Internal(fmt::format("no partition of {} layers into {} stages (tp={} pp={} interleave={})",
                                         tables_[k.table].rows.size(), k.p * k.v, k.t, k.p, k.v));
@@ -135,9 +177,9 @@ void Evaluator::StageTimes(const Candidate& k, Evaluation* x) const {
   for (int64_t q = 0; q < q_count; ++q) {
     int64_t a = cuts[Z(q)], e = cuts[Z(q + 1)];
     SimStage& y = x->sim[Z(q)];
-    y.forward_s = table.pre_f[Z(e)] - table.pre_f[Z(a)];
-    y.backward_input_s = table.pre_bi[Z(e)] - table.pre_bi[Z(a)];
-    y.backward_weight_s = table.pre_bw[Z(e)] - table.pre_bw[Z(a)];
+    y.forward_s = table.pre_f[Z(e)] - table.pre_f[Z(a)] + BlockDelta(k, &CostTable::pre_f, a, e);
+    y.backward_input_s = table.pre_bi[Z(e)] - table.pre_bi[Z(a)] + BlockDelta(k, &CostTable::pre_bi, a, e);
+    y.backward_weight_s = table.pre_bw[Z(e)] - table.pre_bw[Z(a)] + BlockDelta(k, &CostTable::pre_bw, a, e);
     if (q + 1 < q_count) {
       double bytes = table.rows[Z(e - 1)].out_bytes;
       if (o_.cost.scatter_gather && t > 1) bytes /= static_cast<double>(t);
@@ -164,7 +206,7 @@ void Evaluator::DeviceLoads(const Candidate& k, Evaluation* x) const {
     size_t r = Z(q % p);
     int64_t a = cuts[Z(q)], e = cuts[Z(q + 1)];
     x->params[r] += table.Params(a, e);
-    x->stash[r] = std::max(x->stash[r], table.Stash(a, e));
+    x->stash[r] = std::max(x->stash[r], ChunkStash(k, a, e));
     x->forward_s[r] += x->sim[Z(q)].forward_s;
     x->backward_s[r] += x->sim[Z(q)].backward_input_s + x->sim[Z(q)].backward_weight_s;
     for (int64_t i = a; i < e; ++i) {
@@ -178,7 +220,7 @@ void Evaluator::DeviceLoads(const Candidate& k, Evaluation* x) const {
       x->acts[Z(r)] = static_cast<double>(InFlight(k, r)) * x->stash[Z(r)];
       continue;
     }
-    for (int64_t c = 0; c < k.v; ++c) chunk_stash[Z(c)] = table.Stash(cuts[Z(c * p + r)], cuts[Z(c * p + r + 1)]);
+    for (int64_t c = 0; c < k.v; ++c) chunk_stash[Z(c)] = ChunkStash(k, cuts[Z(c * p + r)], cuts[Z(c * p + r + 1)]);
     x->acts[Z(r)] = InterleavedPeakActivations(chunk_stash, p, k.m, r);
   }
 }
@@ -302,7 +344,7 @@ PlanStage Evaluator::UniformStage(const Candidate& k, const Evaluation& x, int64
   ps.forward_s = y.forward_s;
   ps.backward_input_s = y.backward_input_s;
   ps.backward_weight_s = y.backward_weight_s;
-  ps.tp_comm_s = table.pre_tp[Z(e)] - table.pre_tp[Z(a)];
+  ps.tp_comm_s = table.pre_tp[Z(e)] - table.pre_tp[Z(a)] + BlockDelta(k, &CostTable::pre_tp, a, e);
   ps.p2p_s = x.send[Z(q)];
   ps.dp_allreduce_s = x.allreduce_s[r];
   ps.in_flight = InFlight(k, static_cast<int64_t>(r));
@@ -319,6 +361,13 @@ namespace {
 void PlanNotes(const Candidate& k, int64_t zero, const CostOptions& o, std::vector<std::string>* notes) {
   notes->push_back(ZeroEngineSetting(zero));
   if (k.sp && k.t > 1) notes->push_back("Megatron --sequence-parallel: TP all-reduces as reduce-scatter + all-gather, norm and dropout activations / tp");
+  if (k.rc_layers > 0) {
+    notes->push_back(fmt::format("block recompute: the first {} transformer blocks of every pipeline chunk recomputed, the rest keep their activations (Megatron --recompute-granularity full --recompute-method block --recompute-num-layers {})",
+                                 k.rc_layers, k.rc_layers));
+  }
+  if (k.account) {
+    notes->push_back("the embedding and the loss counted as a layer each in the pipeline split (Megatron --account-for-embedding-in-pipeline-split --account-for-loss-in-pipeline-split): the first and last chunks hold one block fewer");
+  }
   if (k.cp > 1) {
     notes->push_back(fmt::format("Megatron --context-parallel-size {}: ring attention, causal load balancing ({} chunks), rank order tp-cp-dp-pp", k.cp, 2 * k.cp));
   }
@@ -348,6 +397,8 @@ Plan Evaluator::UniformPlan(const Candidate& k, const Evaluation& x, const SimRe
   pl.schedule = k.s;
   pl.interleave = k.v;
   pl.recompute = k.rc;
+  pl.recompute_num_layers = k.rc_layers;
+  pl.account_embedding_loss = k.account;
   pl.zero_stage = static_cast<ZeroStage>(x.zero);  // 0..3: the fastest stage that fits (x.zero >= 0 here)
   PlanNotes(k, x.zero, o_.cost, &pl.notes);
   if (src_.model != nullptr && src_.model->dtype == DType::kFp8) {
@@ -369,7 +420,28 @@ Plan Evaluator::UniformPlan(const Candidate& k, const Evaluation& x, const SimRe
   pl.predicted.samples_per_second = static_cast<double>(batch_) / iter;
   pl.predicted.peak_memory_bytes = x.peak_bytes;
   FillFlops(k.rc, &pl);
+  if (k.rc_layers > 0) BlockRecomputeFlops(k, x, &pl);
   return pl;
+}
+
+// Block recompute's hardware FLOPs: the model's without recompute plus one forward of each recomputed
+// block (what full recompute adds, by the share of blocks recomputed).
+void Evaluator::BlockRecomputeFlops(const Candidate& k, const Evaluation& x, Plan* pl) const {
+  const ModelSpec* model = src_.model;
+  const double blocks = static_cast<double>(block_end_ - block_begin_);
+  if (model == nullptr || !(blocks > 0) || !(pl->predicted.iteration_s > 0) || !(pl->predicted.tflops_per_gpu > 0)) return;
+  double recomputed = 0;
+  for (int64_t q = 0; q < k.p * k.v; ++q) {
+    const auto [ra, rb] = RecomputedRows(k, (*x.cuts)[Z(q)], (*x.cuts)[Z(q + 1)]);
+    recomputed += static_cast<double>(rb - ra);
+  }
+  const double batch = static_cast<double>(pl->global_batch);
+  double extra = 0;
+  for (int64_t i = block_begin_; i < block_end_; ++i) extra += batch * model->layers[Z(i)].fwd_flops;
+  const double hw = model->IterationFlops(batch, false) + extra * recomputed / blocks;
+  const double scale = hw / (pl->predicted.tflops_per_gpu * 1e12 * static_cast<double>(pl->gpus_used) * pl->predicted.iteration_s);
+  pl->predicted.tflops_per_gpu *= scale;
+  pl->predicted.hfu *= scale;
 }
 
 ReplicatedOptions Evaluator::ReplicatedOptionsFor(const CostTable& table) const {

@@ -8,6 +8,7 @@
 #include <cstdint>
 #include <map>
 #include <string>
+#include <tuple>
 #include <utility>
 #include <vector>
 
@@ -80,7 +81,12 @@ class Evaluator {
   Plan ReplicatedPlan(const CostTable& table, const ReplicatedOptions& ro, const ReplicatedResult& rr) const;
 
  private:
-  const std::vector<int64_t>& Partition(size_t table, int64_t k);
+  const std::vector<int64_t>& Partition(size_t table, int64_t k, bool account);
+  // Rows [first, second) of chunk [a, e) that block recompute re-runs: its first k.rc_layers blocks.
+  std::pair<int64_t, int64_t> RecomputedRows(const Candidate& k, int64_t a, int64_t e) const;
+  // Block recompute's change to a prefix-summed column over rows [a, e) of a chunk: full - none on its recomputed rows.
+  double BlockDelta(const Candidate& k, std::vector<double> CostTable::*column, int64_t a, int64_t e) const;
+  double ChunkStash(const Candidate& k, int64_t a, int64_t e) const;
   void StageTimes(const Candidate& k, Evaluation* x) const;
   void DeviceLoads(const Candidate& k, Evaluation* x) const;
   double PeakBytes(const Candidate& k, int64_t z, Evaluation* x) const;
@@ -89,6 +95,7 @@ class Evaluator {
   void DataParallelTimes(const Candidate& k, int64_t z, Evaluation* x) const;
   PlanStage UniformStage(const Candidate& k, const Evaluation& x, int64_t q) const;
   void FillFlops(Recompute rc, Plan* pl) const;
+  void BlockRecomputeFlops(const Candidate& k, const Evaluation& x, Plan* pl) const;
   bool ZeroAllowed(int64_t z) const;
 
   const CostSource src_;
@@ -96,11 +103,19 @@ class Evaluator {
   int64_t batch_ = 0;
   StateBytes sb_;
   std::vector<CostTable> tables_;
-  std::map<std::pair<size_t, int64_t>, std::vector<int64_t>> partitions_;
+  std::map<std::tuple<size_t, int64_t, bool>, std::vector<int64_t>> partitions_;
+  int64_t block_begin_ = 0, block_end_ = 0;  // a gpt model's transformer-block rows
 };
 
 // Tokens per sample of a sequence model: a gpt model's seq, else its embedding's input length; 0: none.
 int64_t SequenceLength(const ModelSpec& model);
+
+// Megatron's split with the embedding and the loss counted as a layer each (--account-for-embedding-
+// in-pipeline-split --account-for-loss-in-pipeline-split): k chunks of u = (blocks + 2) / k units over
+// rows [0, rows) whose blocks are rows [first_block, first_block + blocks); chunk 0 holds the rows
+// before the blocks and u - 1 blocks, the last chunk u - 1 blocks and the rows after them. Empty when
+// k does not divide blocks + 2 or a chunk would be empty.
+std::vector<int64_t> AccountedPartition(int64_t rows, int64_t first_block, int64_t blocks, int64_t k);
 
 // Microbatches in flight on device r (pipeline position) under k's schedule.
 int64_t InFlight(const Candidate& k, int64_t r);

@@ -70,6 +70,7 @@ PlanSummary RunnerUp(const Plan& r, const Plan& win) {
   s.schedule = r.schedule;
   s.interleave = r.interleave;
   s.recompute = r.recompute;
+  s.recompute_num_layers = r.recompute_num_layers;
   s.zero_stage = r.zero_stage;
   s.iteration_s = r.predicted.iteration_s;
   s.samples_per_second = r.predicted.samples_per_second;

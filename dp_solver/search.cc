@@ -119,22 +119,82 @@ Status BuildCostTables(const CostSource& src, const SearchSpace& sp, const Searc
   return Status::OK();
 }
 
+// The recompute-full table of table ti's (tp, cp, sp, microbatch); -1: none built.
+int64_t FullTableOf(const std::vector<CostTable>& tables, size_t ti) {
+  const CostTable& a = tables[ti];
+  for (size_t j = 0; j < tables.size(); ++j) {
+    const CostTable& f = tables[j];
+    if (f.recompute == Recompute::kFull && f.tp == a.tp && f.cp == a.cp && f.sp == a.sp && f.microbatch == a.microbatch) return static_cast<int64_t>(j);
+  }
+  return -1;
+}
+
+// Block recompute of a recompute-none candidate k (evaluated in *x): the smallest N >= 1 blocks per
+// chunk that fits. Memory does not grow with N (a recomputed block keeps only its input), so a
+// binary search over N in [1, the largest chunk's blocks, less one when full recompute is ranked
+// itself]. False (*k unchanged in its table) when no N fits.
+Status SmallestBlockRecompute(const SearchSpace& sp, size_t full_table, Evaluator* ev, Candidate* k, Evaluation* x, bool* found) {
+  *found = false;
+  const std::vector<int64_t> cuts = *x->cuts;
+  int64_t most = 0;
+  for (size_t q = 0; q + 1 < cuts.size(); ++q) {
+    const int64_t lo = std::max<int64_t>(cuts[q], 1), hi = std::min<int64_t>(cuts[q + 1], 1 + sp.blocks);
+    most = std::max<int64_t>(most, hi - lo);
+  }
+  const bool full_ranked = std::find(sp.ranked.begin(), sp.ranked.end(), Recompute::kFull) != sp.ranked.end();
+  int64_t lo = 1, hi = most - (full_ranked ? 1 : 0);
+  if (hi < lo) return Status::OK();
+  Candidate b = *k;
+  b.rc = Recompute::kFull;
+  b.full_table = full_table;
+  auto fits = [&](int64_t n) {
+    b.rc_layers = n;
+    Status s = ev->Evaluate(b, x);
+    return s.ok() ? Status(x->zero >= 0 ? Status::OK() : Status::Infeasible("")) : s;
+  };
+  Status s = fits(hi);
+  if (s.code() == StatusCode::kInternal) return s;
+  if (!s.ok()) return Status::OK();
+  while (lo < hi) {
+    const int64_t mid = lo + (hi - lo) / 2;
+    s = fits(mid);
+    if (s.code() == StatusCode::kInternal) return s;
+    if (s.ok()) hi = mid;
+    else lo = mid + 1;
+  }
+  PLANNER_RETURN_IF_ERROR(fits(lo));
+  *k = b;
+  *found = true;
+  return Status::OK();
+}
+
 // Phase 1: the uniform family, each candidate with its memory settled and a
 // lower bound on its iteration time (cheap: no simulation). Candidates with
-// no ZeRO stage that fits go to the ranking's binding constraint.
+// no ZeRO stage that fits go to the ranking's binding constraint. A recompute-none
+// candidate that does not fit (or is not ranked itself) also gives its block-recompute one.
 Status EnumerateUniform(const SearchSpace& sp, SearchOptions& o, Evaluator* ev, Ranking* rank, std::vector<Candidate>* out) {
   const bool forced_replication = !o.replication.empty();  // the uniform family is not ranked
   Rejections unused;
   Evaluation x;
   for (size_t ti = 0; ti < ev->tables().size(); ++ti) {
+    const Recompute rc = ev->tables()[ti].recompute;
+    const bool ranked = std::find(sp.ranked.begin(), sp.ranked.end(), rc) != sp.ranked.end();
+    const int64_t full = sp.block && rc == Recompute::kNone ? FullTableOf(ev->tables(), ti) : -1;
+    if (!ranked && full < 0) continue;
     Rejections* why = forced_replication ? &unused : &rank->rejections();
     for (Candidate k : UniformCandidates(sp, o, ti, ev->tables()[ti], why)) {
       ++o.considered;
       PLANNER_RETURN_IF_ERROR(ev->Evaluate(k, &x));
-      if (x.zero < 0) {
-        if (!forced_replication) rank->NoFit(k, x, ev->state_bytes().usable);
-        continue;
+      const bool fits = x.zero >= 0;
+      if (ranked && !fits && !forced_replication) rank->NoFit(k, x, ev->state_bytes().usable);
+      if (ranked && fits) {
+        k.bound = IterationLowerBound(k, x);
+        out->push_back(k);
       }
+      if (full < 0 || (fits && ranked)) continue;
+      bool found = false;
+      PLANNER_RETURN_IF_ERROR(SmallestBlockRecompute(sp, static_cast<size_t>(full), ev, &k, &x, &found));
+      if (!found) continue;
       k.bound = IterationLowerBound(k, x);
       out->push_back(k);
     }
@@ -186,6 +246,7 @@ Status SearchReplicated(const CostSource& src, const SearchSpace& sp, SearchOpti
   if (!o.zero.empty() && std::find(o.zero.begin(), o.zero.end(), 0) == o.zero.end()) return Status::OK();  // PipeDream runs no ZeRO
   for (const CostTable& table : ev.tables()) {
     if (table.recompute != Recompute::kNone || table.cp != 1) continue;
+    if (std::find(sp.ranked.begin(), sp.ranked.end(), Recompute::kNone) == sp.ranked.end()) continue;  // built for block recompute only
     const int64_t t = table.tp, b = table.microbatch, workers = sp.gpus / t;
     if (sp.global_batch % b != 0 || workers < 2) continue;
     const ReplicatedOptions ro = ev.ReplicatedOptionsFor(table);

@@ -30,6 +30,10 @@ struct SearchOptions {
   std::vector<int64_t> microbatch;      // empty: powers of two up to 64 (or the profile's size)
   std::vector<Schedule> schedules;      // empty: gpipe, 1f1b, interleaved, zb-h1, pipedream (per-stage replication)
   std::vector<Recompute> recompute;     // empty: none, selective (transformers), full
+  // Block recompute (`--recompute block`): the first N blocks of each chunk recomputed, N the
+  // smallest that fits (gpt models; docs/cost_model.md section 5). -1: on when `recompute` is
+  // empty (the default list), 0: off, 1: on.
+  int recompute_block = -1;
   std::vector<int64_t> interleave;      // empty: every v >= 2 with p v dividing a gpt model's blocks (Megatron's rule); else 2, 3, 4
   int64_t max_zero_stage = 3;
   std::vector<int64_t> cp;              // context-parallel sizes; empty: the search's defaults (docs/cost_model.md)

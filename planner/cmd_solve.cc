@@ -263,11 +263,13 @@ Status CheckInterleave(const SolveArgs& a, const ModelSpec* model, const std::ve
   for (int64_t v : values) {
     if (v < 2) return Status::InvalidArgument(fmt::format("{} {}: chunks per device start at 2 (v = 1 is the 1f1b schedule)", flag, v));
     for (int64_t p : a.pp) {
-      if (blocks > 0 && p >= 1 && blocks % (p * v) != 0) {
-        return Status::InvalidArgument(fmt::format("{} {} with --pp {}: pp x v must divide the {} layers of {}", flag, v, p, blocks, a.model));
+      // Or blocks + 2 with the embedding and the loss counted as a layer each (docs/cost_model.md section 4).
+      if (blocks > 0 && p >= 1 && blocks % (p * v) != 0 && (p < 2 || (blocks + 2) % (p * v) != 0)) {
+        return Status::InvalidArgument(fmt::format("{} {} with --pp {}: pp x v must divide the {} layers of {} (or {} with the embedding and the loss counted as a layer each)",
+                                                   flag, v, p, blocks, a.model, blocks + 2));
       }
     }
-    if (blocks > 0 && a.pp.empty() && blocks % v != 0) {
+    if (blocks > 0 && a.pp.empty() && blocks % v != 0 && (blocks + 2) % v != 0) {
       return Status::InvalidArgument(fmt::format("{} {}: v must divide the {} layers of {} (pp x v must, for any pp); choose a divisor of {}", flag, v, blocks, a.model, blocks));
     }
   }
@@ -371,7 +373,10 @@ Status BuildSearchOptions(const SolveArgs& a, const SolveInputs& in, SearchOptio
   std::vector<std::string> snames = {"gpipe", "1f1b", "interleaved", "zb-h1", "pipedream"};
   PLANNER_RETURN_IF_ERROR(ParseList<Schedule>(a.schedules, ParseSchedule, snames, "--schedule", &o->schedules));
   if (!a.vp.empty() && a.schedules.empty()) o->schedules = {Schedule::kInterleaved};  // --vp V forces Megatron's interleaved layout
-  PLANNER_RETURN_IF_ERROR(ParseList<Recompute>(a.recompute, ParseRecompute, {"none", "selective", "full"}, "--recompute", &o->recompute));
+  std::vector<std::string> rc_names;  // "block": block recompute, not a Recompute kind (docs/cost_model.md section 5)
+  for (const auto& r : a.recompute) (r == "block" ? o->recompute_block = 1 : (rc_names.push_back(r), 0));
+  if (!a.recompute.empty() && o->recompute_block != 1) o->recompute_block = 0;
+  PLANNER_RETURN_IF_ERROR(ParseList<Recompute>(rc_names, ParseRecompute, {"none", "selective", "full", "block"}, "--recompute", &o->recompute));
   o->cost.dp_overlap = a.dp_overlap;
   for (const auto& [flag, text, out] : {std::tuple{"--overlap-grad-reduce", &a.overlap_grad_reduce, &o->cost.overlap_grad_reduce},
                                         std::tuple{"--overlap-param-gather", &a.overlap_param_gather, &o->cost.overlap_param_gather}}) {
@@ -520,7 +525,7 @@ Runner RegisterSolve(CLI::App& app) {
   cmd->add_option("--vp", a->vp, "Megatron's virtual pipeline size: --interleave's values, and without --schedule the interleaved schedule only")->delimiter(',');
   cmd->add_option("--replication", a->replication, "evaluate this per-stage replication only, e.g. 2-1-1 (TP groups per stage; PipeDream schedule)");
   cmd->add_option("--schedule", a->schedules, "schedules to try: gpipe,1f1b,interleaved,zb-h1,pipedream (asynchronous, per-stage replication)")->delimiter(',');
-  cmd->add_option("--recompute", a->recompute, "recompute modes to try: none,selective,full")->delimiter(',');
+  cmd->add_option("--recompute", a->recompute, "recompute modes to try: none,selective,full,block (block: the first N blocks of each chunk, N the smallest that fits)")->delimiter(',');
   cmd->add_flag("--dp-overlap", a->dp_overlap, "overlap the gradient all-reduce with backward");
   cmd->add_option("--overlap-grad-reduce", a->overlap_grad_reduce, "on (default; Megatron --overlap-grad-reduce: bucketed, behind the last backward) or off (the whole gradient reduction exposed)");
   cmd->add_option("--overlap-param-gather", a->overlap_param_gather, "on (default; Megatron --overlap-param-gather: behind the first forward) or off (exposed)");

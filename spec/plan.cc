@@ -117,6 +117,7 @@ Tree SummaryTree(const PlanSummary& s) {
   t.Add("schedule", Tree::Str(ScheduleName(s.schedule)));
   t.Add("interleave", Tree::Int(s.interleave));
   t.Add("recompute", Tree::Str(RecomputeName(s.recompute)));
+  if (s.recompute_num_layers > 0) t.Add("recompute_num_layers", Tree::Int(s.recompute_num_layers));
   t.Add("zero_stage", Tree::Int(ZeroStageNumber(s.zero_stage)));
   t.Add("iteration_seconds", Tree::Num(s.iteration_s));
   t.Add("samples_per_second", Tree::Num(s.samples_per_second));
@@ -157,7 +158,9 @@ Tree PlanTree(const Plan& p) {
   t.Add("num_microbatches", Tree::Int(p.num_microbatches));
   t.Add("schedule", Tree::Str(ScheduleName(p.schedule)));
   t.Add("interleave", Tree::Int(p.interleave));
+  if (p.account_embedding_loss) t.Add("account_embedding_loss", Tree::Bool(true));
   t.Add("recompute", Tree::Str(RecomputeName(p.recompute)));
+  if (p.recompute_num_layers > 0) t.Add("recompute_num_layers", Tree::Int(p.recompute_num_layers));
   t.Add("zero_stage", Tree::Int(ZeroStageNumber(p.zero_stage)));
   t.Add("p2p_overlap", Tree::Bool(p.p2p_overlap));
   Tree stages = Tree::List();
@@ -238,6 +241,11 @@ Status GetZeroStage(const YamlReader& r, const YAML::Node& map, const std::strin
 
 }  // namespace
 
+std::string RecomputeLabel(Recompute r, int64_t num_layers) {
+  if (r == Recompute::kFull && num_layers > 0) return "full:" + std::to_string(num_layers);
+  return RecomputeName(r);
+}
+
 std::string PlanToYaml(const Plan& plan) {
   YAML::Emitter e;
   EmitYaml(PlanTree(plan), e);
@@ -292,6 +300,8 @@ Status ParsePlan(const std::string& path, const std::string& text, Plan* out) {
   PLANNER_RETURN_IF_ERROR(GetSchedule(r, root, "schedule", &p.schedule, true));
   PLANNER_RETURN_IF_ERROR(r.GetInt(root, "interleave", "interleave", &p.interleave, true, 1));
   PLANNER_RETURN_IF_ERROR(GetRecompute(r, root, "recompute", &p.recompute, true));
+  PLANNER_RETURN_IF_ERROR(r.GetInt(root, "recompute_num_layers", "recompute_num_layers", &p.recompute_num_layers, false, 0));
+  PLANNER_RETURN_IF_ERROR(r.GetBool(root, "account_embedding_loss", "account_embedding_loss", &p.account_embedding_loss, false));
   PLANNER_RETURN_IF_ERROR(GetZeroStage(r, root, "zero_stage", &p.zero_stage));
   PLANNER_RETURN_IF_ERROR(r.GetBool(root, "p2p_overlap", "p2p_overlap", &p.p2p_overlap, false));
   const YAML::Node& stages = root["stages"];
@@ -363,6 +373,7 @@ Status ParsePlan(const std::string& path, const std::string& text, Plan* out) {
       PLANNER_RETURN_IF_ERROR(GetSchedule(r, ru[i], f + ".schedule", &s.schedule, false));
       PLANNER_RETURN_IF_ERROR(r.GetInt(ru[i], "interleave", f + ".interleave", &s.interleave, false, 1));
       PLANNER_RETURN_IF_ERROR(GetRecompute(r, ru[i], f + ".recompute", &s.recompute, false));
+      PLANNER_RETURN_IF_ERROR(r.GetInt(ru[i], "recompute_num_layers", f + ".recompute_num_layers", &s.recompute_num_layers, false, 0));
       PLANNER_RETURN_IF_ERROR(r.GetDouble(ru[i], "iteration_seconds", f + ".iteration_seconds", &s.iteration_s, false, 0, false));
       PLANNER_RETURN_IF_ERROR(r.GetDouble(ru[i], "samples_per_second", f + ".samples_per_second", &s.samples_per_second, false, 0, false));
       PLANNER_RETURN_IF_ERROR(GetZeroStage(r, ru[i], f + ".zero_stage", &s.zero_stage));

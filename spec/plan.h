@@ -59,6 +59,7 @@ struct PlanSummary {
   ZeroStage zero_stage = ZeroStage::kNone;
   Schedule schedule = Schedule::k1F1B;
   Recompute recompute = Recompute::kNone;
+  int64_t recompute_num_layers = 0;  // as Plan::recompute_num_layers
   double iteration_s = 0, samples_per_second = 0, peak_memory_bytes = 0;
   std::string why_lost;
 };
@@ -81,7 +82,14 @@ struct Plan {
   int64_t microbatch_size = 1, num_microbatches = 1;
   Schedule schedule = Schedule::k1F1B;
   int64_t interleave = 1;
+  // Megatron's --account-for-embedding-in-pipeline-split / --account-for-loss-in-pipeline-split:
+  // the embedding and the loss count as one layer each, p v divides blocks + 2 (docs/cost_model.md section 4).
+  bool account_embedding_loss = false;
   Recompute recompute = Recompute::kNone;
+  // Block recompute (recompute full): the first N transformer blocks of every pipeline chunk are
+  // recomputed, the rest keep their activations (Megatron --recompute-method block
+  // --recompute-num-layers N); 0: not applicable (full recompute of every layer, or none / selective).
+  int64_t recompute_num_layers = 0;
   ZeroStage zero_stage = ZeroStage::kNone;  // zero_stage: 0..3 in plan.yaml
   bool p2p_overlap = false;     // stage sends hidden behind compute (else the sender waits for them)
   double usable_memory_bytes = 0;
@@ -93,6 +101,9 @@ struct Plan {
   // "8-8-16" style: tp-pp-dp.
   std::string ParallelString() const;
 };
+
+// The recompute as printed: its name, "full:N" for block recompute of N layers per chunk.
+std::string RecomputeLabel(Recompute r, int64_t num_layers);
 
 std::string PlanToYaml(const Plan& plan);
 std::string PlanToJson(const Plan& plan);

@@ -69,5 +69,17 @@ if [ -f "$T/gqa12/deepspeed/ds_config.json" ] && [ ! -e "$T/gqa12/megatron.args"
 sed 's/^cp: 1$/cp: 2/' "$P/llama3-8b-fp8-16.plan.yaml" > "$T/cp2.plan.yaml"
 expect_codegen cp2 "$T/cp2.plan.yaml"
 refused cp2 "$T/cp2" deepspeed/refused.txt "context parallelism (cp 2)"
+# Block recompute: the first N layers of every chunk (megatron/core/recompute.py, method 'block').
+sed -e 's/^recompute: "none"$/recompute: "full"\nrecompute_num_layers: 3/' -e "s|^  model_path: .*|  model_path: \"$SRC/configs/models/llama3-8b.yaml\"|" "$P/llama3-8b-64.plan.yaml" > "$T/block3.plan.yaml"
+expect_codegen block3 "$T/block3.plan.yaml"
+check block3 "$T/block3/megatron.args" "--recompute-granularity full" "--recompute-method block" "--recompute-num-layers 3"
+if grep -qF "has no DeepSpeed setting" "$T/block3.err"; then pass=$((pass+1)); else echo "FAIL block3: no DeepSpeed note"; fail=$((fail+1)); fi
+if grep -qF -- "--recompute-method uniform" "$T/block3/megatron.args"; then echo "FAIL block3: uniform with block"; fail=$((fail+1)); else pass=$((pass+1)); fi
+# The embedding and the loss counted as a layer each: 6 blocks at pp 2 x vp 2 (4 divides 6 + 2, not 6), as the search plans it.
+printf 'format_version: 1\nname: six\ndtype: bf16\nglobal_batch: 64\ngpt: {layers: 6, hidden: 1024, heads: 16, seq: 2048, vocab: 32000}\n' > "$T/six.yaml"
+if $PLANNER -q solve --gpus 16 --model "$T/six.yaml" --cluster "$SRC/configs/clusters/dgx-h100.yaml" --tp 8 --pp 2 --vp 2 --microbatch 1 -o "$T/six.plan.yaml" >/dev/null 2>"$T/six.err"; then pass=$((pass+1)); else echo "FAIL six: solve"; cat "$T/six.err"; fail=$((fail+1)); fi
+check six "$T/six.plan.yaml" "account_embedding_loss: true"
+expect_codegen six "$T/six.plan.yaml"
+check six "$T/six/megatron.args" "--account-for-embedding-in-pipeline-split" "--account-for-loss-in-pipeline-split" "--num-layers-per-virtual-pipeline-stage 2"
 echo "codegen: $pass passed, $fail failed"
 [ $fail = 0 ]

@@ -4,7 +4,9 @@
 // best-first pruning returns the same ranking as the exhaustive search.
 #include <cmath>
 #include <functional>
+#include <map>
 #include <random>
+#include <set>
 
 #include "dp_solver/replicated_dp.h"
 #include "dp_solver/search.h"
@@ -155,6 +157,34 @@ TEST_CASE("a replica group spanning nodes costs its all-reduce on the slower lev
   // Aligned groups agree with GroupSpread.
   CHECK(GroupSpreadAt(c, 0, 8, 1) == GroupSpread(c, 8, 1));
   CHECK(GroupSpreadAt(c, 0, 2, 4) == GroupSpread(c, 2, 4));
+}
+
+// GroupSpreadAt by listing the ranks: per level, the distinct inner units of each unit, the most of them.
+std::vector<int64_t> SpreadByListing(const ClusterSpec& c, int64_t first, int64_t size, int64_t stride) {
+  std::vector<int64_t> spread;
+  for (size_t l = 0; l < c.levels.size(); ++l) {
+    const int64_t unit = c.GpusPerUnit(l), inner = l == 0 ? 1 : c.GpusPerUnit(l - 1);
+    std::map<int64_t, std::set<int64_t>> per_unit;
+    for (int64_t k = 0; k < size; ++k) per_unit[(first + k * stride) / unit].insert((first + k * stride) / inner);
+    int64_t most = 1;
+    for (const auto& [u, inners] : per_unit) most = std::max<int64_t>(most, static_cast<int64_t>(inners.size()));
+    spread.push_back(most);
+  }
+  int64_t covered = 1;
+  for (int64_t x : spread) covered *= x;
+  if (covered < size) spread.back() *= (size + covered - 1) / covered;
+  return spread;
+}
+
+TEST_CASE("GroupSpreadAt's per-unit count equals listing the ranks (three levels, any offset and stride)") {
+  std::mt19937 rng(11);
+  for (int it = 0; it < 3000; ++it) {
+    ClusterSpec c = TwoLevels(rng, 1 + static_cast<int64_t>(rng() % 8), 1 + static_cast<int64_t>(rng() % 6));
+    c.levels.push_back(TopologyLevel{"pod", 1 + static_cast<int64_t>(rng() % 4), 10, 10, 1, {}, {}, {}, {}});
+    const int64_t first = static_cast<int64_t>(rng() % 40), size = 1 + static_cast<int64_t>(rng() % 30), stride = static_cast<int64_t>(rng() % 12);
+    CAPTURE(first); CAPTURE(size); CAPTURE(stride); CAPTURE(c.levels[0].size); CAPTURE(c.levels[1].size);
+    CHECK(GroupSpreadAt(c, first, size, stride) == SpreadByListing(c, first, size, stride));
+  }
 }
 
 TEST_CASE("the makespan lower bound never exceeds the simulated makespan") {
