@@ -124,7 +124,10 @@ void AttentionCosts(const Transformer& t, double dt, Layer* l) {
   l->fwd_flops += gemm + core_fwd;
   l->bwd_weight_flops += gemm;
   l->bwd_input_flops += gemm + core_bwd;
-  l->model_flops += 3 * (gemm + core_full);  // Korthikanti eq. (7): 3 x forward, the full s^2
+  // Model FLOPs: 3 x forward with the causal half of the s^2 core, as Megatron-LM's
+  // num_floating_point_operations counts since its 2025 causal-mask change (every model here is a
+  // decoder); Korthikanti eq. (7) counts the full 4 s^2 h.
+  l->model_flops += 3 * (gemm + core_full / 2);
   l->attention_core_fwd_flops += core_fwd;
   l->cp_kv_bytes += dt * 2 * s * g * d;
   const double mask = t.dropout ? s * h : 0;                        // the output dropout's 1-byte mask

@@ -28,6 +28,12 @@ double ModelSpec::IterationFlops(double batch, bool full_recompute) const {
   return per_sample * batch;
 }
 
+double CausalModelFlopsPerIteration(const GptConfig& g, double batch) {
+  double l = static_cast<double>(g.layers), h = static_cast<double>(g.hidden);
+  double v = static_cast<double>(g.vocab), s = static_cast<double>(g.seq);
+  return 72 * batch * s * l * h * h * (1 + s / (12 * h) + v / (12 * l * h));
+}
+
 double ModelSpec::ModelFlops(double batch) const {
   double per_sample = 0;
   for (const auto& l : layers) per_sample += l.model_flops > 0 ? l.model_flops : l.fwd_flops + l.bwd_flops();

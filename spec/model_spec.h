@@ -65,5 +65,8 @@ double MegatronParamCount(const GptConfig& gpt);
 double MegatronFlopsPerIteration(const GptConfig& gpt, double batch);
 // Korthikanti eq. (7): model FLOPs without recompute, 72 B s l h^2 (1 + s/(6h) + V/(12 l h)).
 double ModelFlopsPerIteration(const GptConfig& gpt, double batch);
+// The same with the causal half of the attention core (Megatron-LM's num_floating_point_operations
+// since 2025, the MFU numerator the planner reports): 72 B s l h^2 (1 + s/(12h) + V/(12 l h)).
+double CausalModelFlopsPerIteration(const GptConfig& gpt, double batch);
 
 }  // namespace planner

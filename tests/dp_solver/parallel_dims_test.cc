@@ -384,8 +384,9 @@ TEST_CASE("the plan's FLOPs figures: GPT-3 175B against Megatron's formulas") {
     Plan p;
     REQUIRE_OK(SolveAuto(f.Source(), o, &p));
     const double B = 1536, n = 1024, iter = p.predicted.iteration_s, peak = 312e12;
-    const double model = ModelFlopsPerIteration(f.model.gpt, B);  // Korthikanti eq. (7), 72 B s l h^2 (...)
-    double hw = rc == Recompute::kFull ? MegatronFlopsPerIteration(f.model.gpt, B) : model;  // eq. (3) with full recompute
+    const double model = CausalModelFlopsPerIteration(f.model.gpt, B);  // eq. (7) with the causal half of the s^2 core
+    // Hardware (unfused: the whole s^2 core runs): eq. (3) with full recompute, else eq. (7).
+    double hw = rc == Recompute::kFull ? MegatronFlopsPerIteration(f.model.gpt, B) : ModelFlopsPerIteration(f.model.gpt, B);
     if (rc == Recompute::kSelective) hw += B * 96 * 4 * 2048.0 * 2048.0 * 12288.0;  // the attention core's forward again
     CHECK(p.model_parameters - 2 * 12288 == doctest::Approx(MegatronParamCount(f.model.gpt)).epsilon(1e-12));  // eq. (2) has no final layernorm
     CHECK(p.predicted.model_flops_per_iteration == doctest::Approx(model).epsilon(1e-9));

@@ -38,13 +38,15 @@ TEST_CASE("GPT FLOPs per iteration equal Megatron eq. (3) and Korthikanti eq. (7
   const double batch = 1536;
   CHECK(m.IterationFlops(batch, /*full_recompute=*/true) == doctest::Approx(MegatronFlopsPerIteration(m.gpt, batch)).epsilon(1e-12));
   CHECK(m.IterationFlops(batch, /*full_recompute=*/false) == doctest::Approx(ModelFlopsPerIteration(m.gpt, batch)).epsilon(1e-12));
-  CHECK(m.ModelFlops(batch) == doctest::Approx(ModelFlopsPerIteration(m.gpt, batch)).epsilon(1e-12));
-  // Flash (the default): the model FLOPs (the MFU numerator) are still eq. (7) exactly; the
-  // hardware count differs by the attention core only: causal forward 2 s^2 h instead of
-  // 4 s^2 h, backward 2.5 x that (5 s^2 h) instead of 8 s^2 h, per layer.
-  ModelSpec f = Gpt(96, 12288, 96);
-  CHECK(f.ModelFlops(batch) == doctest::Approx(ModelFlopsPerIteration(f.gpt, batch)).epsilon(1e-12));
+  // Model FLOPs (the MFU numerator) count the causal half of the s^2 core (Megatron-LM's
+  // formula since 2025): eq. (7) less 6 s^2 h per layer, 72 B s l h^2 (1 + s/(12h) + V/(12 l h)).
   const double s = 2048, h = 12288, l = 96;
+  CHECK(m.ModelFlops(batch) == doctest::Approx(CausalModelFlopsPerIteration(m.gpt, batch)).epsilon(1e-12));
+  CHECK(m.ModelFlops(batch) == doctest::Approx(ModelFlopsPerIteration(m.gpt, batch) - batch * l * 6 * s * s * h).epsilon(1e-12));
+  // Flash (the default): the same model FLOPs; the hardware count differs by the attention core
+  // only: causal forward 2 s^2 h instead of 4 s^2 h, backward 2.5 x that (5 s^2 h) instead of 8 s^2 h.
+  ModelSpec f = Gpt(96, 12288, 96);
+  CHECK(f.ModelFlops(batch) == doctest::Approx(CausalModelFlopsPerIteration(f.gpt, batch)).epsilon(1e-12));
   CHECK(f.IterationFlops(batch, false) ==
         doctest::Approx(ModelFlopsPerIteration(f.gpt, batch) - batch * l * (12 - 7) * s * s * h).epsilon(1e-12));
 }
