@@ -18,7 +18,6 @@ run "megatron-1t 3072 x dgx-a100 (auto)" -- $P solve --gpus 3072 --model configs
 if [ -f configs/models/llama3.1-405b.yaml ]; then  # issue 12 target: under 2 s (sp, cp, ZeRO 0-3 in the search)
   run "llama3.1-405b 16384 x dgx-h100 (auto)" -- $P solve --gpus 16384 --model configs/models/llama3.1-405b.yaml --cluster configs/clusters/dgx-h100.yaml
 fi
-run "llama3.1-405b 16384 x dgx-h100 (auto)" -- $P solve --gpus 16384 --model configs/models/llama3.1-405b.yaml --cluster configs/clusters/dgx-h100.yaml
 run "llama3.1-405b 16384 x dgx-h100 seq 131072 (auto)" -- $P solve --gpus 16384 --model configs/models/llama3.1-405b.yaml --cluster configs/clusters/dgx-h100.yaml --seq 131072 --global-batch 128
 run "megatron-1t 8192 x dgx-h100 (auto)" -- $P solve --gpus 8192 --model configs/models/megatron-1t.yaml --cluster configs/clusters/dgx-h100.yaml
 if [ -f $REF/resnet101/graph.txt ]; then
