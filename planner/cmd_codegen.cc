@@ -1,5 +1,6 @@
 // planner codegen PLAN -o DIR: launch.yaml, run.sh, slurm.sbatch, megatron.args, deepspeed/, torch_pipelining.py
 #include <filesystem>
+#include <regex>
 
 #include <fmt/format.h>
 
@@ -32,6 +33,50 @@ std::string ResolveModel(const std::string& plan_path, const std::string& model_
 
 // Ranks per node from the plan's cluster file where it is still to be found
 // (a broken one is an error), else 8 with a note.
+// The sequence length and precision the plan was solved with (`solve --seq / --precision`,
+// plan.yaml inputs.seq / inputs.dtype) where they differ from the model file's: the gpt:
+// template is rebuilt with them and the launch directory's model.yaml (what `planner run`
+// reads) is the file with its `seq:` and `precision:` / `dtype:` values replaced, checked to read
+// back as the rebuilt model, so megatron.args (--seq-length, --fp8-format, ...) and the run are
+// the plan's. A layer list cannot take them (solve refuses that too).
+Status ApplyPlanOverrides(const std::string& plan_path, const Plan& plan, ModelSpec* model, std::string* model_text) {
+  DType dtype = model->dtype;
+  if (!plan.dtype.empty() && !ParseDType(plan.dtype, &dtype)) {
+    return Status::InvalidArgument(fmt::format("{}: field 'inputs.dtype': unknown precision '{}'; use bf16, fp16, fp8 or fp32", plan_path, plan.dtype));
+  }
+  const bool seq_differs = model->is_gpt && plan.seq > 0 && plan.seq != model->gpt.seq;
+  if (!seq_differs && dtype == model->dtype) return Status::OK();
+  if (!model->is_gpt) {
+    return Status::InvalidArgument(fmt::format("{}: field 'inputs.dtype': {} but {} is an explicit layer list of dtype {}; set its dtype: and solve again",
+                                               plan_path, plan.dtype, model->path, DTypeName(model->dtype)));
+  }
+  std::string text = *model_text;
+  // Replaces the value (group 2) of the first match of `re` with `value`.
+  auto replace_first = [&text](const std::regex& re, const std::string& value) {
+    std::smatch mt;
+    if (!std::regex_search(text, mt, re)) return false;
+    text = text.substr(0, static_cast<size_t>(mt.position(2))) + value + text.substr(static_cast<size_t>(mt.position(2) + mt.length(2)));
+    return true;
+  };
+  if (seq_differs) replace_first(std::regex(R"((\bseq:[ \t]*)([0-9]+))"), std::to_string(plan.seq));
+  if (dtype != model->dtype && !replace_first(std::regex(R"(((?:^|\n)(?:dtype|precision):[ \t]*)([A-Za-z0-9]+))"), DTypeName(dtype))) {
+    text = std::string("precision: ") + DTypeName(dtype) + "\n" + text;
+  }
+  ModelSpec m;
+  Status st = ParseModelSpec(model->path, text, &m);
+  if (!st.ok() || !m.is_gpt || m.gpt.seq != (seq_differs ? plan.seq : model->gpt.seq) || m.dtype != dtype ||
+      m.layers.size() != model->layers.size()) {
+    return Status::InvalidArgument(fmt::format("{}: solved with seq {} and precision {}, but {} could not be rewritten to them{}; edit its seq: and precision: and solve again",
+                                               plan_path, seq_differs ? plan.seq : model->gpt.seq, DTypeName(dtype), model->path,
+                                               st.ok() ? "" : " (" + st.message() + ")"));
+  }
+  LogNote(fmt::format("codegen: {} with the plan's seq {} and precision {} (the file has {} and {}); the launch directory's model.yaml has them",
+                      model->path, m.gpt.seq, DTypeName(dtype), model->gpt.seq, DTypeName(model->dtype)));
+  *model = std::move(m);
+  *model_text = std::move(text);
+  return Status::OK();
+}
+
 Status PlanGpusPerNode(const std::string& plan_path, const Plan& plan, int64_t* out) {
   const std::string cp = ResolveModel(plan_path, plan.cluster_path);
   std::error_code ec;
@@ -81,6 +126,7 @@ Runner RegisterCodegen(CLI::App& app, const std::string& self) {
     if (!plan.model_digest.empty() && plan.model_digest != model.digest) {
       return Status::InvalidArgument(fmt::format("{} changed since {} was solved (digest {} vs {}); solve again", model_path, a->plan, model.digest, plan.model_digest));
     }
+    PLANNER_RETURN_IF_ERROR(ApplyPlanOverrides(a->plan, plan, &model, &model_text));
     CodegenOptions o;
     o.device = a->device;
     o.planner_path = a->planner_path.empty() ? self : a->planner_path;

@@ -247,7 +247,7 @@ Status ApplyModelOverrides(const SolveArgs& a, ModelSpec* model, std::vector<std
   ModelSpec m = *model;
   PLANNER_RETURN_IF_ERROR(BuildGptModel(g, dtype, &m));
   *model = std::move(m);
-  notes->push_back(fmt::format("model {} solved with {}; codegen reads the model file, so edit {} to match before codegen", model->name, what, a.model));
+  notes->push_back(fmt::format("model {} solved with {} (plan.yaml's inputs.seq / inputs.dtype; codegen applies them to {})", model->name, what, a.model));
   return Status::OK();
 }
 
@@ -429,6 +429,7 @@ Status SolveSize(const SolveArgs& a, const SolveInputs& in, Plan* plan) {
     plan->model_path = a.model;
     plan->model_digest = in.model.digest;
     plan->dtype = DTypeName(in.model.dtype);
+    if (in.model.is_gpt) plan->seq = in.model.gpt.seq;
   } else {
     plan->model_name = in.profile.model;
     plan->dtype = in.profile.dtype;

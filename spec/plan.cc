@@ -142,6 +142,7 @@ Tree PlanTree(const Plan& p) {
   in.Add("profile_digest", Tree::Str(p.profile_digest));
   in.Add("cost_source", Tree::Str(p.cost_source));
   in.Add("dtype", Tree::Str(p.dtype));
+  if (p.seq > 0) in.Add("seq", Tree::Int(p.seq));
   in.Add("gpus", Tree::Int(p.gpus));
   in.Add("global_batch", Tree::Int(p.global_batch));
   in.Add("usable_memory_GiB", Tree::Num(p.usable_memory_bytes / kGiB));
@@ -282,6 +283,7 @@ Status ParsePlan(const std::string& path, const std::string& text, Plan* out) {
   PLANNER_RETURN_IF_ERROR(r.GetString(in, "profile_digest", "inputs.profile_digest", &p.profile_digest, false));
   PLANNER_RETURN_IF_ERROR(r.GetString(in, "cost_source", "inputs.cost_source", &p.cost_source, false));
   PLANNER_RETURN_IF_ERROR(r.GetString(in, "dtype", "inputs.dtype", &p.dtype, false));
+  PLANNER_RETURN_IF_ERROR(r.GetInt(in, "seq", "inputs.seq", &p.seq, false, 1));
   PLANNER_RETURN_IF_ERROR(r.GetInt(in, "gpus", "inputs.gpus", &p.gpus, true, 1));
   PLANNER_RETURN_IF_ERROR(r.GetInt(in, "global_batch", "inputs.global_batch", &p.global_batch, true, 1));
   double usable = 0;

@@ -229,5 +229,14 @@ expect "train tokens negative" 2 "planner: error: --train-tokens '-3B': not a to
 expect "seq non-gpt" 2 "planner: error: --seq 4096: $M/mlp-small.yaml is an explicit layer list" -- $PLANNER solve --gpus 2 --model $M/mlp-small.yaml --cluster $C/local-cpu.yaml --seq 4096
 # A forced layout that does not fit: exit 3 naming the stage and its bytes.
 expect "forced layout memory" 3 "stage 0 needs" -- $PLANNER solve --gpus 8 $G3 --tp 8 --pp 1
+# solve --seq / --precision reach the launch directory: megatron.args and the model.yaml `planner run` reads
+# carry the plan's sequence and precision (the model file keeps its own); the run trains at seq 32.
+$PLANNER -q solve --gpus 1 --model $M/tiny-gpt.yaml --cluster $C/local-cpu.yaml --seq 32 --precision fp32 -o ov.plan.yaml >/dev/null
+expect "codegen applies --seq" 0 "with the plan's seq 32 and precision fp32" -- $PLANNER codegen ov.plan.yaml -o ov --iterations 1
+check "megatron.args --seq-length 32" grep -qx -- "--seq-length 32" ov/megatron.args
+check "launch model.yaml seq 32" grep -q "seq: 32" ov/model.yaml
+check "model file unchanged" grep -q "seq: 64" $M/tiny-gpt.yaml
+check "run at the plan's seq" $PLANNER -q run ov --run-id s32
+check "run's metrics" test -s ov/runs/s32/metrics.csv
 echo "cli: $pass passed, $fail failed"
 [ "$fail" = 0 ]
