@@ -98,7 +98,9 @@ SearchSpace MakeSearchSpace(const CostSource& src, const SearchOptions& o, int64
     }
   }
   sp.sp = o.sequence_parallel;
-  if (sp.sp.empty()) sp.sp = {src.profile == nullptr ? 1 : 0};
+  // Default: SP on with TP for transformers (Megatron-Core's recommendation); models without
+  // attention have no sequence-parallel regions.
+  if (sp.sp.empty()) sp.sp = {src.profile == nullptr && HasAttention(src.model) ? 1 : 0};
   sp.ranked = o.recompute;
   if (sp.ranked.empty() && o.recompute_block != 1) {
     sp.ranked = {Recompute::kNone, Recompute::kFull};
@@ -128,6 +130,15 @@ std::string CpRejection(const SearchSpace& sp, const CostSource& src, int64_t cp
                        cp, sp.seq, 2 * cp);
   }
   if (sp.gpus % cp != 0) return fmt::format("cp={} does not divide the {} GPUs", cp, sp.gpus);
+  if (src.model != nullptr) {
+    for (const auto& l : src.model->layers) {
+      if (l.attrs.String("attention", "flash") == "unfused" && (l.type == "transformer_block" || l.type == "attention")) {
+        return fmt::format("cp={}: {} has unfused attention; Megatron-Core runs context parallelism only in Transformer Engine's fused "
+                           "attention (its local DotProductAttention asserts context_parallel_size == 1); use attention: flash or --cp 1",
+                           cp, src.model->name);
+      }
+    }
+  }
   return "";
 }
 

@@ -252,9 +252,17 @@ double CpExposedForward(const ClusterSpec& c, const Layer& l, const RowRates& q,
   return static_cast<double>(q.cp - 1) * std::max(0.0, comm - compute);
 }
 
+// Whether sequence parallelism splits this layer's tokens over the TP ranks: Megatron's SP regions
+// are the transformer's (its norms, dropouts and residuals, and the tensor-parallel layers' inputs);
+// a layer outside a transformer (a convolution, a plain linear or activation) is not split.
+bool InSequenceParallelRegion(const Layer& l) {
+  return l.tp_shardable || l.type == "layernorm" || l.type == "rmsnorm" || l.type == "dropout";
+}
+
 // Bytes of one layer's stash on one GPU (docs/cost_model.md section 5).
 double StashBytes(const Layer& l, const RowRates& q, double tp_shard) {
-  const double seq_shard = (q.sp ? q.td : 1.0) * q.cpd;  // SP splits the replicated regions, CP every token
+  const bool sp = q.sp && InSequenceParallelRegion(l);
+  const double seq_shard = (sp ? q.td : 1.0) * q.cpd;  // SP splits the replicated regions, CP every token
   const Recompute rc = q.rc;
   const double stash = rc == Recompute::kFull ? l.stash_bytes_full : (rc == Recompute::kSelective ? l.stash_bytes_selective : l.stash_bytes);
   // Full recompute keeps each layer's input whole on every TP rank (Korthikanti Table 2: 2sbh,
@@ -270,7 +278,7 @@ double StashBytes(const Layer& l, const RowRates& q, double tp_shard) {
 LayerCostRow AnalyticRow(const ClusterSpec& c, const Layer& l, const RowRates& q) {
   LayerCostRow r;
   const double tp_shard = (l.tp_shardable && q.t > 1) ? q.td : 1.0;
-  const double shard = q.sp ? q.td : tp_shard;  // SP: the norm / dropout regions work on s/t tokens
+  const double shard = q.sp && InSequenceParallelRegion(l) ? q.td : tp_shard;  // SP: the norm / dropout regions work on s/t tokens
   const double core = l.attention_core_fwd_flops;
   r.forward_s = PassSeconds(q, shard, l.fwd_flops - core, core, l.fwd_mem_bytes);
   r.backward_input_s = PassSeconds(q, shard, l.bwd_input_flops - 2 * core, 2 * core, l.bwd_mem_bytes * 0.5);
@@ -309,7 +317,11 @@ void AnalyticRows(const ModelSpec& m, const ClusterSpec& c, const TableShape& sh
   RowRates q;
   q.t = shape.tp;
   q.cp = shape.cp;
-  q.sp = shape.sp && shape.tp > 1;
+  // SP splits a transformer's regions only: a model without attention has none (its dropouts and
+  // norms sit between convolutions or plain linears, which SP does not split).
+  const bool transformer = std::any_of(m.layers.begin(), m.layers.end(),
+                                       [](const Layer& l) { return l.type == "transformer_block" || l.type == "attention"; });
+  q.sp = shape.sp && shape.tp > 1 && transformer;
   q.rc = shape.recompute;
   q.bd = static_cast<double>(shape.microbatch);
   q.td = static_cast<double>(q.t);

@@ -23,6 +23,8 @@ StateBytes MakeStateBytes(const CostSource& src, const SearchOptions& o) {
   sb.optimizer = mixed ? 12.0 : 8.0;
   sb.total = o.cost.bytes_per_param > 0 ? o.cost.bytes_per_param : (mixed ? 18.0 : 16.0);
   if (model != nullptr && model->dtype == DType::kFp8) sb.fp8_weight_copy = 2;  // TE's FP8 weight + transpose
+  const bool bf16_grads = model != nullptr && (model->dtype == DType::kBf16 || model->dtype == DType::kFp8);
+  sb.grad_comm = bf16_grads ? 4.0 : sb.weight;
   sb.usable = src.cluster->UsableMemoryBytes();
   return sb;
 }
@@ -277,9 +279,12 @@ double Evaluator::DeviceDpSeconds(const Candidate& k, const Evaluation& x, int64
   *total_s = 0;
   if (g <= 1 || !(x.params[r] > 0)) return 0;
   const std::vector<int64_t> group = GroupSpread(c, g, k.t);
-  const double bytes = x.params[r] * sb_.weight;  // gradients and parameters move in the training dtype
-  const double ar = AllReduceSeconds(c, bytes, group, AllReduceUse::kGradient);
-  const double rs = ReduceScatterSeconds(c, bytes, group, AllReduceUse::kGradient), ag = AllGatherSeconds(c, bytes, group, AllReduceUse::kGradient);
+  // Gradients are reduced in fp32 for bf16 (Megatron-LM: accumulate_allreduce_grads_in_fp32, on for bf16
+  // unless --grad-reduce-in-bf16), else in the training dtype; parameters are gathered in the training dtype.
+  const double grad_bytes = x.params[r] * sb_.grad_comm, param_bytes = x.params[r] * sb_.weight;
+  const double ar = AllReduceSeconds(c, grad_bytes, group, AllReduceUse::kGradient);
+  const double rs = ReduceScatterSeconds(c, grad_bytes, group, AllReduceUse::kGradient);
+  const double ag = AllGatherSeconds(c, param_bytes, group, AllReduceUse::kGradient);
   const double bucket = BucketParams(g) / x.params[r], m = static_cast<double>(k.m);
   const bool og = o_.cost.overlap_grad_reduce || o_.cost.dp_overlap, opg = o_.cost.overlap_param_gather;
   const double fwd = x.forward_s[r], bwd = x.backward_s[r];

@@ -26,6 +26,8 @@ namespace planner {
 struct StateBytes {
   double weight = 2, optimizer = 12, total = 18;
   double fp8_weight_copy = 0;  // fp8: Transformer Engine's FP8 weight and its transpose, kept beside the bf16 weight
+  double grad_comm = 2;        // bytes per gradient element reduced over data parallelism: fp32 for bf16 / fp8
+                               // (Megatron-LM's accumulate_allreduce_grads_in_fp32, on for bf16), else the weight's
   double usable = 0;
 };
 StateBytes MakeStateBytes(const CostSource& src, const SearchOptions& o);

@@ -168,6 +168,10 @@ TEST_CASE("context and sequence parallelism: defaults and rejections") {
   sp = MakeSearchSpace(f.Source(), o, 1536);
   CHECK(sp.cp == std::vector<int64_t>{1, 2, 4});
   sp.seq = 2048;
+  // Megatron-Core runs CP only in TE's fused attention: unfused attention refuses cp > 1.
+  CHECK(CpRejection(sp, f.Source(), 4).find("cp=4: gpt3-175b has unfused attention") == 0);
+  f.model.gpt.attention = "flash";
+  REQUIRE_OK(BuildGptModel(f.model.gpt, f.model.dtype, &f.model));
   CHECK(CpRejection(sp, f.Source(), 4) == "");
   CHECK(CpRejection(sp, f.Source(), 3).find("cp=3: causal load balancing cuts the sequence (2048 tokens) into 2cp = 6 chunks") == 0);
   sp.gpus = 48;
@@ -250,6 +254,40 @@ TEST_CASE("ZeRO-2 and ZeRO-3 pay their collectives per microbatch, ZeRO-0/1 per 
   CHECK(StateBytesPerParam(sb, 1, 8) == doctest::Approx(6 + 12.0 / 8));
   CHECK(StateBytesPerParam(sb, 0, 8) == doctest::Approx(18));
   CHECK(StateBytesPerParam(sb, 3, 8) == doctest::Approx(18.0 / 8));
+}
+
+TEST_CASE("bf16 gradients are reduced in fp32 (Megatron's accumulate_allreduce_grads_in_fp32), parameters gathered in bf16") {
+  ParFixture f("gpt2-small.yaml", "dgx-a100.yaml");
+  f.model.dtype = DType::kBf16;
+  REQUIRE_OK(BuildGptModel(f.model.gpt, f.model.dtype, &f.model));
+  SearchOptions o;
+  o.gpus = 8;
+  o.cost.overlap_grad_reduce = false;
+  o.cost.overlap_param_gather = false;
+  const int64_t d = 8;
+  const Evaluation x0 = EvaluateAt(f, o, d, 1, 0);
+  const std::vector<int64_t> group = GroupSpread(f.cluster, d, 1);
+  const double grads = x0.params[0] * 4, params = x0.params[0] * 2;
+  CHECK(x0.dp_s == doctest::Approx(AllReduceSeconds(f.cluster, grads, group, AllReduceUse::kGradient)).epsilon(1e-12));
+  const double rs = ReduceScatterSeconds(f.cluster, grads, group, AllReduceUse::kGradient);
+  const double ag = AllGatherSeconds(f.cluster, params, group, AllReduceUse::kGradient);
+  CHECK(EvaluateAt(f, o, d, 1, 1).dp_s == doctest::Approx(rs + ag).epsilon(1e-12));
+  CHECK(EvaluateAt(f, o, d, 4, 3).dp_s == doctest::Approx(4 * (2 * ag + rs)).epsilon(1e-12));
+}
+
+TEST_CASE("sequence parallelism splits only a transformer's regions: a CNN's layers are not divided, and SP is off by default") {
+  ParFixture f("vgg16.yaml", "dgx-h100.yaml");
+  TableShape off{1, 2, 1, false, Recompute::kNone}, on{1, 2, 1, true, Recompute::kNone};
+  const CostTable a = f.Table(off), b = f.Table(on);
+  REQUIRE(a.rows.size() == b.rows.size());
+  for (size_t i = 0; i < a.rows.size(); ++i) {
+    INFO(a.names[i]);
+    CHECK(b.rows[i].forward_s == doctest::Approx(a.rows[i].forward_s).epsilon(1e-12));
+    CHECK(b.rows[i].stash_bytes == doctest::Approx(a.rows[i].stash_bytes).epsilon(1e-12));
+  }
+  SearchOptions o;
+  o.gpus = 8;
+  CHECK(MakeSearchSpace(f.Source(), o, 64).sp == std::vector<int>{0});
 }
 
 TEST_CASE("overlapped data-parallel communication: the last bucket plus what outlasts the compute window") {
