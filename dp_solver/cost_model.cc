@@ -244,11 +244,13 @@ double PassSeconds(const RowRates& q, double shard, double gemm_flops, double co
 // Exposed ring-attention KV exchange of one layer (forward; backward moves KV and dKV: twice):
 // cp - 1 steps of K, V of one chunk pair (cp_kv_bytes / cp per microbatch sample, / t for the
 // rank's heads) over the CP group's widest level, each hidden behind one step of attention core.
-double CpExposedForward(const ClusterSpec& c, const Layer& l, const RowRates& q, double shard) {
+// Backward moves twice the bytes per step (K, V forward and dK, dV back) behind the backward core,
+// `core_ratio` x the forward's (flash 2.5, unfused 2).
+double CpExposed(const ClusterSpec& c, const Layer& l, const RowRates& q, double shard, double bytes_ratio, double core_ratio) {
   if (q.cp <= 1 || !(l.cp_kv_bytes > 0)) return 0;
   const double step_bytes = q.bd * l.cp_kv_bytes / q.cpd / shard;
-  const double comm = P2PSeconds(c, step_bytes, 0, q.t * (q.cp - 1));
-  const double compute = q.bd * l.attention_core_fwd_flops / (shard * q.cpd * q.cpd) / q.peak_other;
+  const double comm = bytes_ratio * P2PSeconds(c, step_bytes, 0, q.t * (q.cp - 1));
+  const double compute = core_ratio * q.bd * l.attention_core_fwd_flops / (shard * q.cpd * q.cpd) / q.peak_other;
   return static_cast<double>(q.cp - 1) * std::max(0.0, comm - compute);
 }
 
@@ -292,11 +294,12 @@ LayerCostRow AnalyticRow(const ClusterSpec& c, const Layer& l, const RowRates& q
     ar = q.sp ? ReduceScatterSeconds(c, bytes, q.tp_group) + AllGatherSeconds(c, bytes, q.tp_group) : AllReduceSeconds(c, bytes, q.tp_group);
   }
   const double n_fwd = l.tp_allreduces_fwd;
-  const double cp_fwd = CpExposedForward(c, l, q, tp_shard);
+  const double cp_fwd = CpExposed(c, l, q, tp_shard, 1, 1);
+  const double cp_bwd = CpExposed(c, l, q, tp_shard, 2, l.attrs.String("attention", "flash") == "flash" ? 2.5 : 2.0);
   r.forward_s += n_fwd * ar + cp_fwd;
-  r.backward_input_s += n_fwd * ar + 2 * cp_fwd;
+  r.backward_input_s += n_fwd * ar + cp_bwd;
   r.tp_comm_s = 2 * n_fwd * ar;
-  r.cp_comm_s = 3 * cp_fwd;
+  r.cp_comm_s = cp_fwd + cp_bwd;
   if (q.rc == Recompute::kFull && l.type != "lm_head" && l.type != "loss") {
     r.backward_input_s += PassSeconds(q, shard, l.fwd_flops - core, core, l.fwd_mem_bytes) + n_fwd * ar + cp_fwd;
     r.tp_comm_s += n_fwd * ar;

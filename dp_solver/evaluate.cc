@@ -203,7 +203,9 @@ void Evaluator::DeviceLoads(const Candidate& k, Evaluation* x) const {
   const CostTable& table = tables_[k.table];
   const int64_t p = k.p, t = k.t, q_count = p * k.v;
   const auto& cuts = *x->cuts;
-  for (auto* v : {&x->params, &x->stash, &x->acts, &x->work, &x->forward_s, &x->backward_s, &x->peak, &x->allreduce_s}) v->assign(Z(p), 0);
+  for (auto* v : {&x->params, &x->stash, &x->acts, &x->work, &x->forward_s, &x->backward_s, &x->peak, &x->allreduce_s, &x->largest_layer_params}) {
+    v->assign(Z(p), 0);
+  }
   for (int64_t q = 0; q < q_count; ++q) {
     size_t r = Z(q % p);
     int64_t a = cuts[Z(q)], e = cuts[Z(q + 1)];
@@ -212,6 +214,7 @@ void Evaluator::DeviceLoads(const Candidate& k, Evaluation* x) const {
     x->forward_s[r] += x->sim[Z(q)].forward_s;
     x->backward_s[r] += x->sim[Z(q)].backward_input_s + x->sim[Z(q)].backward_weight_s;
     for (int64_t i = a; i < e; ++i) {
+      x->largest_layer_params[r] = std::max(x->largest_layer_params[r], table.rows[Z(i)].params);
       double ob = table.rows[Z(i)].out_bytes / static_cast<double>(t);
       x->work[r] = std::max(x->work[r], 2 * ob);
     }
@@ -236,6 +239,8 @@ double Evaluator::PeakBytes(const Candidate& k, int64_t z, Evaluation* x) const 
   x->peak_bytes = 0;
   for (int64_t r = 0; r < k.p; ++r) {
     double states = x->params[Z(r)] * StateBytesPerParam(sb_, z, k.d * k.cp);
+    // ZeRO-3 / FSDP holds the layer it computes gathered whole, and prefetches the next one.
+    if (z == 3 && k.d * k.cp > 1) states += 2 * x->largest_layer_params[Z(r)] * sb_.weight;
     x->peak[Z(r)] = states + x->acts[Z(r)] + x->work[Z(r)];
     x->peak_bytes = std::max(x->peak_bytes, x->peak[Z(r)]);
   }

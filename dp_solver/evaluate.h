@@ -55,6 +55,7 @@ struct Evaluation {
   std::vector<double> send;                     // per virtual stage: p2p to the next
   // Per device (pipeline position):
   std::vector<double> params, stash, acts, work, forward_s, backward_s, peak, allreduce_s;  // stash: the largest chunk's; acts: peak activations
+  std::vector<double> largest_layer_params;     // per device: its largest layer's parameters (ZeRO-3 gathers one whole)
   int64_t zero = -1;                            // the fastest ZeRO stage that fits; -1: none fits
   int64_t zero_max = 0;                         // the highest ZeRO stage tried (MaxZeroStage); -1: --zero allowed none
   double peak_bytes = 0, dp_s = 0, optimizer_s = 0;

@@ -116,7 +116,7 @@ TEST_CASE("context parallelism: work and activations / cp, ring KV exchange expo
     const double exposed = (cpd - 1) * std::max(0.0, comm - compute);
     CHECK(two.rows[block].forward_s == doctest::Approx(one.rows[block].forward_s / cpd + exposed).epsilon(1e-12));
     CHECK(two.rows[block].backward_input_s == doctest::Approx(one.rows[block].backward_input_s / cpd + 2 * exposed).epsilon(1e-12));
-    CHECK(two.rows[block].cp_comm_s == doctest::Approx(3 * exposed).epsilon(1e-12));
+    CHECK(two.rows[block].cp_comm_s == doctest::Approx(3 * exposed).epsilon(1e-12));  // unfused: backward core 2x, 2x the bytes
     CHECK(two.rows[block].stash_bytes == doctest::Approx(one.rows[block].stash_bytes / cpd).epsilon(1e-12));
     CHECK(two.rows[block].params == doctest::Approx(one.rows[block].params));  // CP ranks replicate the weights
     if (net_GBps < 10) CHECK(exposed > 0);
@@ -138,7 +138,9 @@ TEST_CASE("context parallelism in Megatron's rank order tp-cp-dp-pp: CP pairs t 
   const double peak = f.cluster.PeakFlops(f.model.dtype) * f.cluster.Efficiency(f.model.dtype);
   const double comm = l.cp_kv_bytes / 2 / 8 / (net.p2p_bandwidth_GBps * 1e9) + net.latency_us * 1e-6;
   const double compute = l.attention_core_fwd_flops / (8 * 2 * 2) / peak;
-  CHECK(table.rows[block].cp_comm_s == doctest::Approx(3 * std::max(0.0, comm - compute)).epsilon(1e-12));
+  // Forward: K, V behind the core; backward: K, V and dK, dV (twice the bytes) behind flash's backward core (2.5x).
+  CHECK(table.rows[block].cp_comm_s ==
+        doctest::Approx(std::max(0.0, comm - compute) + std::max(0.0, 2 * comm - 2.5 * compute)).epsilon(1e-12));
   SearchOptions o;
   o.gpus = 64;
   o.tp = {8};
@@ -273,6 +275,20 @@ TEST_CASE("bf16 gradients are reduced in fp32 (Megatron's accumulate_allreduce_g
   const double ag = AllGatherSeconds(f.cluster, params, group, AllReduceUse::kGradient);
   CHECK(EvaluateAt(f, o, d, 1, 1).dp_s == doctest::Approx(rs + ag).epsilon(1e-12));
   CHECK(EvaluateAt(f, o, d, 4, 3).dp_s == doctest::Approx(4 * (2 * ag + rs)).epsilon(1e-12));
+}
+
+TEST_CASE("ZeRO-3 memory holds the largest layer gathered whole and the next one prefetched") {
+  ParFixture f("gpt2-small.yaml", "dgx-a100.yaml");
+  SearchOptions o;
+  o.gpus = 8;
+  double largest = 0;
+  for (const auto& l : f.model.layers) largest = std::max(largest, l.params);
+  const Evaluation z3 = EvaluateAt(f, o, 8, 1, 3), z1 = EvaluateAt(f, o, 8, 1, 1);
+  StateBytes sb;
+  const double base3 = z3.params[0] * StateBytesPerParam(sb, 3, 8) + z3.acts[0] + z3.work[0];
+  const double base1 = z1.params[0] * StateBytesPerParam(sb, 1, 8) + z1.acts[0] + z1.work[0];
+  CHECK(z3.peak[0] == doctest::Approx(base3 + 2 * largest * 2).epsilon(1e-12));
+  CHECK(z1.peak[0] == doctest::Approx(base1).epsilon(1e-12));  // ZeRO-1 keeps whole weights: no gather buffer
 }
 
 TEST_CASE("sequence parallelism splits only a transformer's regions: a CNN's layers are not divided, and SP is off by default") {
