@@ -188,94 +188,60 @@ class Elementwise final : public LayerKernel {
   uint64_t seed_, calls_ = 0;
 };
 
-// -------------------------------------------------------------- layernorm
-class LayerNorm final : public LayerKernel {
+// ------------------------------------------------------ layernorm / rmsnorm
+// Over the last dimension. LayerNorm: y = (x - mean) / sqrt(var + eps) o gamma + beta (GPT);
+// RMSNorm: y = x / sqrt(mean(x^2) + eps) o weight (Llama's norm; weight only). Both keep the
+// normalised input and 1 / rms per row for backward, and differ only in the device ops they call.
+class Norm final : public LayerKernel {
  public:
-  LayerNorm(DeviceOps* ops, const std::string& name, std::vector<int64_t> shape)
-      : ops_(ops), shape_(std::move(shape)), h_(shape_.back()), g_(FilledParam(*ops, name + ".gamma", {h_}, 1.0f)),
-        b_(FilledParam(*ops, name + ".beta", {h_}, 0.0f)) {}
+  Norm(DeviceOps* ops, const std::string& name, std::vector<int64_t> shape, bool rms)
+      : ops_(ops), rms_(rms), shape_(std::move(shape)), h_(shape_.back()),
+        g_(FilledParam(*ops, name + (rms ? ".weight" : ".gamma"), {h_}, 1.0f)),
+        b_(rms ? Param{} : FilledParam(*ops, name + ".beta", {h_}, 0.0f)) {}
   Status Forward(const Tensor& x, Tensor* y, Saved* s) override {
     int64_t b = 0;
-    PLANNER_RETURN_IF_ERROR(CheckInput("layernorm", *ops_, x, shape_, &b));
+    PLANNER_RETURN_IF_ERROR(CheckInput(Name(), *ops_, x, shape_, &b));
     const int64_t n = x.numel() / h_;
     *y = ops_->Alloc(x.shape());
     Tensor xhat = ops_->Alloc({n, h_}), rstd = ops_->Alloc({n});
-    PLANNER_RETURN_IF_ERROR(ops_->LayerNormForward(x.data(), g_.value.data(), b_.value.data(), y->data(), xhat.data(), rstd.data(), n, h_));
+    PLANNER_RETURN_IF_ERROR(rms_ ? ops_->RmsNormForward(x.data(), g_.value.data(), y->data(), xhat.data(), rstd.data(), n, h_)
+                                 : ops_->LayerNormForward(x.data(), g_.value.data(), b_.value.data(), y->data(), xhat.data(), rstd.data(), n, h_));
     s->t = {xhat, rstd};
     return Status::OK();
   }
   Status BackwardInput(const Tensor& dy, Tensor* dx, Saved* s) override {
-    if (s->t.size() != 2) return Status::Internal("layernorm: backward without forward");
+    if (s->t.size() != 2) return Status::Internal(std::string(Name()) + ": backward without forward");
     const Tensor& xhat = s->t[0];
     const int64_t n = xhat.dim(0);
-    if (dy.numel() != n * h_) return Status::InvalidArgument("layernorm: gradient shape does not match the output");
+    if (dy.numel() != n * h_) return Status::InvalidArgument(std::string(Name()) + ": gradient shape does not match the output");
     *dx = ops_->Alloc(dy.shape());
-    PLANNER_RETURN_IF_ERROR(ops_->LayerNormBackward(dy.data(), g_.value.data(), xhat.data(), s->t[1].data(), dx->data(), n, h_));
+    PLANNER_RETURN_IF_ERROR(rms_ ? ops_->RmsNormBackward(dy.data(), g_.value.data(), xhat.data(), s->t[1].data(), dx->data(), n, h_)
+                                 : ops_->LayerNormBackward(dy.data(), g_.value.data(), xhat.data(), s->t[1].data(), dx->data(), n, h_));
     s->t.push_back(dy);
     return Status::OK();
   }
   Status BackwardWeight(Saved* s) override {
-    if (s->t.size() != 3) return Status::Internal("layernorm: backward-weight before backward-input");
+    if (s->t.size() != 3) return Status::Internal(std::string(Name()) + ": backward-weight before backward-input");
     const int64_t n = s->t[0].dim(0);
-    PLANNER_RETURN_IF_ERROR(ops_->LayerNormParamGrads(s->t[2].data(), s->t[0].data(), g_.grad.data(), b_.grad.data(), n, h_));
+    PLANNER_RETURN_IF_ERROR(rms_ ? ops_->RmsNormParamGrads(s->t[2].data(), s->t[0].data(), g_.grad.data(), n, h_)
+                                 : ops_->LayerNormParamGrads(s->t[2].data(), s->t[0].data(), g_.grad.data(), b_.grad.data(), n, h_));
     s->Clear();
     return Status::OK();
   }
-  std::vector<Param*> Params() override { return {&g_, &b_}; }
+  std::vector<Param*> Params() override { return rms_ ? std::vector<Param*>{&g_} : std::vector<Param*>{&g_, &b_}; }
   KernelFlops Flops(int64_t) const override { return {}; }
 
  private:
+  const char* Name() const { return rms_ ? "rmsnorm" : "layernorm"; }
   DeviceOps* ops_;
+  bool rms_;
   std::vector<int64_t> shape_;
   int64_t h_;
-  Param g_, b_;
-};
-
-// ---------------------------------------------------------------- rmsnorm
-// y = x / sqrt(mean(x^2) + 1e-5) o weight over the last dimension (Llama's norm; weight only).
-class RmsNorm final : public LayerKernel {
- public:
-  RmsNorm(DeviceOps* ops, const std::string& name, std::vector<int64_t> shape)
-      : ops_(ops), shape_(std::move(shape)), h_(shape_.back()), w_(FilledParam(*ops, name + ".weight", {h_}, 1.0f)) {}
-  Status Forward(const Tensor& x, Tensor* y, Saved* s) override {
-    int64_t b = 0;
-    PLANNER_RETURN_IF_ERROR(CheckInput("rmsnorm", *ops_, x, shape_, &b));
-    const int64_t n = x.numel() / h_;
-    *y = ops_->Alloc(x.shape());
-    Tensor xhat = ops_->Alloc({n, h_}), rstd = ops_->Alloc({n});
-    PLANNER_RETURN_IF_ERROR(ops_->RmsNormForward(x.data(), w_.value.data(), y->data(), xhat.data(), rstd.data(), n, h_));
-    s->t = {xhat, rstd};
-    return Status::OK();
-  }
-  Status BackwardInput(const Tensor& dy, Tensor* dx, Saved* s) override {
-    if (s->t.size() != 2) return Status::Internal("rmsnorm: backward without forward");
-    const Tensor& xhat = s->t[0];
-    const int64_t n = xhat.dim(0);
-    if (dy.numel() != n * h_) return Status::InvalidArgument("rmsnorm: gradient shape does not match the output");
-    *dx = ops_->Alloc(dy.shape());
-    PLANNER_RETURN_IF_ERROR(ops_->RmsNormBackward(dy.data(), w_.value.data(), xhat.data(), s->t[1].data(), dx->data(), n, h_));
-    s->t.push_back(dy);
-    return Status::OK();
-  }
-  Status BackwardWeight(Saved* s) override {
-    if (s->t.size() != 3) return Status::Internal("rmsnorm: backward-weight before backward-input");
-    PLANNER_RETURN_IF_ERROR(ops_->RmsNormParamGrads(s->t[2].data(), s->t[0].data(), w_.grad.data(), s->t[0].dim(0), h_));
-    s->Clear();
-    return Status::OK();
-  }
-  std::vector<Param*> Params() override { return {&w_}; }
-  KernelFlops Flops(int64_t) const override { return {}; }
-
- private:
-  DeviceOps* ops_;
-  std::vector<int64_t> shape_;
-  int64_t h_;
-  Param w_;
+  Param g_, b_;  // gamma (RMSNorm: weight), beta (LayerNorm only)
 };
 
 std::unique_ptr<LayerKernel> MakeNorm(DeviceOps* ops, const std::string& name, std::vector<int64_t> shape, bool rms) {
-  if (rms) return std::make_unique<RmsNorm>(ops, name, std::move(shape));
-  return std::make_unique<LayerNorm>(ops, name, std::move(shape));
+  return std::make_unique<Norm>(ops, name, std::move(shape), rms);
 }
 
 // -------------------------------------------------------------- embedding
@@ -818,13 +784,13 @@ Status BuildKernel(const Layer& l, const KernelOptions& o, DeviceOps* ops, std::
     auto kind = ty == "relu" ? Elementwise::kRelu : (ty == "gelu" ? Elementwise::kGelu : Elementwise::kDropout);
     *out = std::make_unique<Elementwise>(ops, kind, in, a.probability, o.seed);
   } else if (ty == "layernorm") {
-    *out = std::make_unique<LayerNorm>(ops, l.name, in);
+    *out = std::make_unique<Norm>(ops, l.name, in, false);
   } else if (ty == "embedding") {
     int64_t vocab = a.Int("vocab", 0);
     PLANNER_RETURN_IF_ERROR(divides(vocab, "vocab"));
     *out = std::make_unique<Embedding>(ops, l.name, in[0], vocab, a.Int("hidden", 0), a.Int("positions", 0), o);
   } else if (ty == "rmsnorm") {
-    *out = std::make_unique<RmsNorm>(ops, l.name, in);
+    *out = std::make_unique<Norm>(ops, l.name, in, true);
   } else if (ty == "attention" || ty == "mlp" || ty == "transformer_block") {
     TransformerConfig c;
     PLANNER_RETURN_IF_ERROR(ReadTransformerConfig(l, t, &c));
