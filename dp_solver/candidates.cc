@@ -29,14 +29,6 @@ std::vector<int64_t> ProfiledMicrobatches(const Profile& profile) {
   return mbs;
 }
 
-bool HasAttention(const ModelSpec* model) {
-  if (model == nullptr) return false;
-  for (const auto& l : model->layers) {
-    if (l.type == "transformer_block" || l.type == "attention") return true;
-  }
-  return false;
-}
-
 // The interleave factors of schedule s at depth p (1 for all but interleaved), each with whether the
 // split counts the embedding and the loss as a layer each (p v divides blocks + 2; Megatron's
 // --account-for-embedding-in-pipeline-split --account-for-loss-in-pipeline-split).

@@ -26,6 +26,12 @@ void CostTable::BuildPrefix() {
   }
 }
 
+bool HasAttention(const ModelSpec* model) {
+  if (model == nullptr) return false;
+  return std::any_of(model->layers.begin(), model->layers.end(),
+                     [](const Layer& l) { return l.type == "transformer_block" || l.type == "attention"; });
+}
+
 bool TpDegreeValid(const ModelSpec& model, int64_t t) {
   if (t == 1) return true;
   for (const auto& l : model.layers) {
@@ -322,9 +328,7 @@ void AnalyticRows(const ModelSpec& m, const ClusterSpec& c, const TableShape& sh
   q.cp = shape.cp;
   // SP splits a transformer's regions only: a model without attention has none (its dropouts and
   // norms sit between convolutions or plain linears, which SP does not split).
-  const bool transformer = std::any_of(m.layers.begin(), m.layers.end(),
-                                       [](const Layer& l) { return l.type == "transformer_block" || l.type == "attention"; });
-  q.sp = shape.sp && shape.tp > 1 && transformer;
+  q.sp = shape.sp && shape.tp > 1 && HasAttention(&m);
   q.rc = shape.recompute;
   q.bd = static_cast<double>(shape.microbatch);
   q.td = static_cast<double>(q.t);

@@ -76,6 +76,9 @@ struct CostSource {
 
 // True when every TP-shardable layer accepts degree t.
 bool TpDegreeValid(const ModelSpec& model, int64_t t);
+// True when the model has attention (a transformer_block or attention layer): what sequence
+// parallelism splits, selective recompute and context parallelism act on. False for nullptr.
+bool HasAttention(const ModelSpec* model);
 // What BuildCostTable needs of its source: a cluster; a model or a profile;
 // for analytic costs the cluster's peak for the model's dtype. InvalidArgument
 // naming the file, the field and the fix.
