@@ -25,6 +25,7 @@ struct LayerAttrs {
   std::map<std::string, int64_t> ints;
   std::map<std::string, bool> bools;
   std::map<std::string, std::string> strings;  // enumerated choices (act: gelu | swiglu | relu2, ...)
+  std::map<std::string, double> reals;         // real-valued attributes (capacity_factor, aux_loss)
   double probability = 0.1;
   int64_t Int(const std::string& key, int64_t fallback) const {
     auto it = ints.find(key);
@@ -37,6 +38,10 @@ struct LayerAttrs {
   std::string String(const std::string& key, const std::string& fallback) const {
     auto it = strings.find(key);
     return it == strings.end() ? fallback : it->second;
+  }
+  double Real(const std::string& key, double fallback) const {
+    auto it = reals.find(key);
+    return it == reals.end() ? fallback : it->second;
   }
 };
 
@@ -73,6 +78,16 @@ struct Layer {
   int tp_allreduces_fwd = 0;        // all-reduces of tp_allreduce_bytes in forward (same in backward)
   double tp_allreduce_bytes = 0;    // bytes of one such all-reduce
   double stash_bytes_tp_replicated = 0;  // part of stash_bytes that is not divided by t
+
+  // Mixture of experts (moe_block; docs/cost_model.md, MoE). All zero on other layers. The
+  // routed experts' parts below are included in the totals above (params, *_flops, stash_bytes*).
+  int64_t experts = 0;              // routed experts E; 0: not an MoE layer
+  int64_t top_k = 0;                // routed experts per token
+  double expert_params = 0;         // parameters of all E routed experts: split over EP x ETP (the rest of params over TP)
+  double expert_fwd_flops = 0;      // forward FLOPs of the routed experts (balanced, per sample): scaled by the imbalance factor
+  double expert_bwd_input_flops = 0, expert_bwd_weight_flops = 0;
+  double expert_stash_bytes = 0;    // part of stash_bytes and stash_bytes_selective held by the routed experts
+  double moe_dispatch_bytes = 0;    // one dispatch all-to-all, per sample: s x top_k x h x dtype bytes (combine: the same back)
 
   double bwd_flops() const { return bwd_input_flops + bwd_weight_flops; }
 };

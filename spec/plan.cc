@@ -111,6 +111,8 @@ Tree SummaryTree(const PlanSummary& s) {
   t.Add("pp", Tree::Int(s.pp));
   t.Add("dp", Tree::Int(s.dp));
   t.Add("cp", Tree::Int(s.cp));
+  t.Add("ep", Tree::Int(s.ep));
+  t.Add("etp", Tree::Int(s.etp));
   t.Add("sequence_parallel", Tree::Bool(s.sequence_parallel));
   t.Add("microbatch_size", Tree::Int(s.microbatch_size));
   t.Add("num_microbatches", Tree::Int(s.num_microbatches));
@@ -153,8 +155,11 @@ Tree PlanTree(const Plan& p) {
   t.Add("pp", Tree::Int(p.pp));
   t.Add("dp", Tree::Int(p.dp));
   t.Add("cp", Tree::Int(p.cp));
+  t.Add("ep", Tree::Int(p.ep));
+  t.Add("etp", Tree::Int(p.etp));
   t.Add("sequence_parallel", Tree::Bool(p.sequence_parallel));
   t.Add("model_parameters", Tree::Num(p.model_parameters));
+  t.Add("model_active_parameters", Tree::Num(p.model_active_parameters));
   t.Add("microbatch_size", Tree::Int(p.microbatch_size));
   t.Add("num_microbatches", Tree::Int(p.num_microbatches));
   t.Add("schedule", Tree::Str(ScheduleName(p.schedule)));
@@ -295,8 +300,11 @@ Status ParsePlan(const std::string& path, const std::string& text, Plan* out) {
   PLANNER_RETURN_IF_ERROR(r.GetInt(root, "pp", "pp", &p.pp, true, 1));
   PLANNER_RETURN_IF_ERROR(r.GetInt(root, "dp", "dp", &p.dp, true, 1));
   PLANNER_RETURN_IF_ERROR(r.GetInt(root, "cp", "cp", &p.cp, false, 1));
+  PLANNER_RETURN_IF_ERROR(r.GetInt(root, "ep", "ep", &p.ep, false, 1));
+  PLANNER_RETURN_IF_ERROR(r.GetInt(root, "etp", "etp", &p.etp, false, 1));
   PLANNER_RETURN_IF_ERROR(r.GetBool(root, "sequence_parallel", "sequence_parallel", &p.sequence_parallel, false));
   PLANNER_RETURN_IF_ERROR(r.GetDouble(root, "model_parameters", "model_parameters", &p.model_parameters, false, 0, false));
+  PLANNER_RETURN_IF_ERROR(r.GetDouble(root, "model_active_parameters", "model_active_parameters", &p.model_active_parameters, false, 0, false));
   PLANNER_RETURN_IF_ERROR(r.GetInt(root, "microbatch_size", "microbatch_size", &p.microbatch_size, true, 1));
   PLANNER_RETURN_IF_ERROR(r.GetInt(root, "num_microbatches", "num_microbatches", &p.num_microbatches, true, 1));
   PLANNER_RETURN_IF_ERROR(GetSchedule(r, root, "schedule", &p.schedule, true));
@@ -369,6 +377,8 @@ Status ParsePlan(const std::string& path, const std::string& text, Plan* out) {
       PLANNER_RETURN_IF_ERROR(r.GetInt(ru[i], "pp", f + ".pp", &s.pp, false, 1));
       PLANNER_RETURN_IF_ERROR(r.GetInt(ru[i], "dp", f + ".dp", &s.dp, false, 1));
       PLANNER_RETURN_IF_ERROR(r.GetInt(ru[i], "cp", f + ".cp", &s.cp, false, 1));
+      PLANNER_RETURN_IF_ERROR(r.GetInt(ru[i], "ep", f + ".ep", &s.ep, false, 1));
+      PLANNER_RETURN_IF_ERROR(r.GetInt(ru[i], "etp", f + ".etp", &s.etp, false, 1));
       PLANNER_RETURN_IF_ERROR(r.GetBool(ru[i], "sequence_parallel", f + ".sequence_parallel", &s.sequence_parallel, false));
       PLANNER_RETURN_IF_ERROR(r.GetInt(ru[i], "microbatch_size", f + ".microbatch_size", &s.microbatch_size, false, 1));
       PLANNER_RETURN_IF_ERROR(r.GetInt(ru[i], "num_microbatches", f + ".num_microbatches", &s.num_microbatches, false, 1));

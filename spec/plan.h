@@ -55,6 +55,7 @@ struct PlanSummary {
   std::string config;
   int64_t tp = 1, pp = 1, dp = 1, microbatch_size = 1, num_microbatches = 1, interleave = 1;
   int64_t cp = 1;
+  int64_t ep = 1, etp = 1;
   bool sequence_parallel = false;
   ZeroStage zero_stage = ZeroStage::kNone;
   Schedule schedule = Schedule::k1F1B;
@@ -79,7 +80,10 @@ struct Plan {
   int64_t tp = 1, pp = 1, dp = 1;
   int64_t cp = 1;                 // context-parallel size (Megatron rank order tp-cp-dp-pp)
   bool sequence_parallel = false; // Megatron's --sequence-parallel (with tp > 1)
-  double model_parameters = 0;    // parameters of the model (tied weights once)
+  int64_t ep = 1;                 // expert-parallel size (MoE: folded out of tp x cp x dp, Megatron-Core's MoE parallel folding)
+  int64_t etp = 1;                // expert tensor-parallel size (etp x ep divides tp x cp x dp)
+  double model_parameters = 0;    // parameters of the model (tied weights once; MoE: every expert; MTP modules excluded)
+  double model_active_parameters = 0;  // parameters one token uses (MoE: top_k routed + shared experts); = model_parameters when dense
   int64_t microbatch_size = 1, num_microbatches = 1;
   Schedule schedule = Schedule::k1F1B;
   int64_t interleave = 1;
