@@ -178,6 +178,15 @@ TEST_CASE("memory of an MoE stage: dense states sharded over dp x cp, expert sta
       const double states = (all - expert) * (sb.weight + g + sb.optimizer / static_cast<double>(d)) +
                             expert * (sb.weight + g + sb.optimizer / static_cast<double>(edp));
       CHECK(x.peak[r] - x.acts[r] - x.work[r] == doctest::Approx(states).epsilon(1e-9));
+      // Gradients: dense reduce-scattered and gathered over the d ranks t apart, experts over the edp ranks ep etp apart.
+      const std::vector<int64_t> dense_g = GroupSpread(c, d, t), expert_g = GroupSpread(c, edp, ep * etp);
+      double comm = ReduceScatterSeconds(c, (all - expert) * sb.grad_comm, dense_g, AllReduceUse::kGradient) +
+                    AllGatherSeconds(c, (all - expert) * sb.weight, dense_g, AllReduceUse::kGradient);
+      if (edp > 1) {
+        comm += ReduceScatterSeconds(c, expert * sb.grad_comm, expert_g, AllReduceUse::kGradient) +
+                AllGatherSeconds(c, expert * sb.weight, expert_g, AllReduceUse::kGradient);
+      }
+      CHECK(x.allreduce_s[r] == doctest::Approx(comm).epsilon(1e-12));
       // By hand from the layers: the MoE blocks' experts / (ep etp), the rest / t.
       double hand_expert = 0;
       for (int64_t i = cuts[r]; i < cuts[r + 1]; ++i) hand_expert += m.layers[static_cast<size_t>(i)].expert_params / static_cast<double>(ep * etp);
@@ -233,6 +242,33 @@ TEST_CASE("the search's constraints: --ep must divide the experts and fold into 
   REQUIRE_OK(SolveAuto(src, o, &plan));  // dense: ep = etp = 1
   CHECK(plan.ep == 1);
   CHECK(plan.etp == 1);
+}
+
+TEST_CASE("ordering: a forced layout with more expert parallelism holds less memory and moves more all-to-all") {
+  const ModelSpec m = MoeModel(4, 64, 4, 1408, 1, 64);
+  const ClusterSpec c = Cluster("dgx-h100.yaml");
+  CostSource src;
+  src.model = &m;
+  src.cluster = &c;
+  double last_mem = INFINITY, last_a2a = 0;
+  for (int64_t ep : {1, 2, 4, 8, 16, 32}) {
+    SearchOptions o = Small(32);
+    o.tp = {1};
+    o.pp = {1};
+    o.ep = {ep};
+    o.etp = {1};
+    o.zero = {1};
+    o.microbatch = {1};
+    o.recompute = {Recompute::kNone};
+    Plan plan;
+    REQUIRE_OK(SolveAuto(src, o, &plan));
+    REQUIRE(plan.ep == ep);
+    CHECK(plan.predicted.peak_memory_bytes < last_mem);
+    if (ep == 1) CHECK(plan.stages[0].ep_comm_s == 0);
+    else CHECK(plan.stages[0].ep_comm_s > last_a2a);
+    last_mem = plan.predicted.peak_memory_bytes;
+    last_a2a = plan.stages[0].ep_comm_s;
+  }
 }
 
 TEST_CASE("ordering: more expert parallelism holds less memory and moves more all-to-all") {
