@@ -97,6 +97,17 @@ TEST_CASE("node-limited routing: a token's copies reach at most M nodes, so at m
   CHECK(MoeUnitLimit(l, 1) == 0);
   l.attrs.ints["route_group_limit"] = 2;
   CHECK(MoeUnitLimit(l, 16) == 4);
+  // A layer's dispatch + combine at EP64 over 8 nodes: each pass moves 2 all-to-alls of the rank's
+  // s / (t cp) tokens' copies, node-limited to 4 nodes; a capacity factor c moves c times the bytes.
+  l.attrs.ints["route_group_limit"] = 4;
+  l.moe_dispatch_bytes = 4096.0 * 8 * 7168 * 2;
+  const MoeLayerCost m = MoeLayerCosts(c, l, MoeShape{1, 1, 1, 64, 1, 1.3, false});
+  CHECK(m.token_factor == 1.3);
+  CHECK(m.a2a_pass_s == doctest::Approx(2 * MoeAllToAllSeconds(c, 1.3 * l.moe_dispatch_bytes, spread, 8, 4)).epsilon(1e-12));
+  l.attrs.reals["capacity_factor"] = 1.25;
+  const MoeLayerCost cap = MoeLayerCosts(c, l, MoeShape{1, 1, 1, 64, 1, 1.3, false});
+  CHECK(cap.token_factor == 1);  // the layer's FLOPs already count the padded capacity
+  CHECK(cap.a2a_pass_s == doctest::Approx(2 * MoeAllToAllSeconds(c, 1.25 * l.moe_dispatch_bytes, spread, 8, 4)).epsilon(1e-12));
 }
 
 TEST_CASE("an MoE row: expert parameters / (ep etp), dispatch + combine in forward and backward, full recompute's third, imbalance, overlap, ETP") {
