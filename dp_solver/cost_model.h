@@ -134,7 +134,7 @@ double AllGatherSeconds(const ClusterSpec& cluster, double bytes, const std::vec
 //   T = max over levels with c_l > 1 of [ D_l / B_l + (c_l - 1) alpha_l ],
 // where a level with a measured all-to-all curve (TopologyLevel::measured_alltoall, g ranks)
 // takes the curve's time at the size whose crossing share is D_l: D_l g / (g - 1).
-// Node-limited routing (DeepSeek-V3 report section 3.2.2): `bytes_per_rank` holds top_k copies of
+// Node-limited routing (DeepSeek-V3 report sections 2.1.2 and 3.2.2): `bytes_per_rank` holds top_k copies of
 // each token; a token that reaches at most max_nodes nodes (level-0 units) crosses each level
 // l >= 1 once per node reached beyond the sender's unit, so D_l (l >= 1) is scaled by
 // min(1, max_nodes / top_k). docs/cost_model.md section 3.
