@@ -43,7 +43,11 @@ has "default batch" mistral.yaml "global_batch: 1024"
 has "name flag" mistral.yaml "name: mistral-7b"
 expect "gpt2" 0 "wrote gpt2.yaml: gpt2 (GPT2LMHeadModel), 12 layers, seq 1024, global_batch 4096" -- $PLANNER import hf $HF/gpt2.json -o gpt2.yaml
 has "gpt2 learned" gpt2.yaml "  position: learned"
-expect "solve imported" 0 "configuration: tp-pp-dp" -- $PLANNER solve --gpus 8 --model gpt2.yaml --cluster $C/dgx-a100.yaml --global-batch 64
+expect "solve imported" 0 "configuration: tp-pp-dp" -- $PLANNER solve --gpus 8 --model gpt2.yaml --cluster $C/dgx-a100.yaml --global-batch 64 -o gpt2.plan.yaml
+# A dense model's active parameters are all of them (GPT-2 small: 124,439,808 with its 1024 positions); no MTP field.
+has "model_parameters" gpt2.plan.yaml "model_parameters: 124439808"
+has "model_active_parameters" gpt2.plan.yaml "model_active_parameters: 124439808"
+grep -q "^mtp_parameters" gpt2.plan.yaml && { echo "FAIL: mtp_parameters written for a model without MTP"; fail=$((fail+1)); } || pass=$((pass+1))
 expect "seq over limit" 2 "planner: error: --seq 16384: above max_position_embeddings 8192 of $HF/llama3-8b.json:11; the model has no positions past it: use --seq 8192 or less" -- \
   $PLANNER import hf $HF/llama3-8b.json -o x.yaml --seq 16384
 sed 's/LlamaForCausalLM/PhiForCausalLM/' $HF/llama3-8b.json > phi.json

@@ -6,6 +6,7 @@
 
 #include "spec/layer_catalog.h"
 #include "spec/model_spec.h"
+#include "spec/plan.h"
 #include "tests/test_util.h"
 
 namespace planner {
@@ -117,6 +118,18 @@ TEST_CASE("DeepSeek-V3's MTP module: counted apart, one MoE block, norms, the 2h
   CHECK(m.MtpParams() / 1e9 == doctest::Approx(11.61).epsilon(0.001));
 }
 
+TEST_CASE("plan files carry model_active_parameters and mtp_parameters (written when not 0)") {
+  Plan p;
+  p.model_parameters = 671026404352.0;
+  p.model_active_parameters = 37552282624.0;
+  p.mtp_parameters = 11610067968.0;
+  const std::string text = PlanToYaml(p);
+  CHECK(text.find("model_active_parameters: 3.755228262e+10\n") != std::string::npos);  // 10 significant digits
+  CHECK(text.find("mtp_parameters: 1.161006797e+10\n") != std::string::npos);
+  p.mtp_parameters = 0;
+  CHECK(PlanToYaml(p).find("mtp_parameters") == std::string::npos);
+}
+
 // A small moe_block: s 16, h 32, 4 heads of 8, 2 KV heads, 4 experts of SwiGLU 24, top-2, shared 16.
 LayerAttrs SmallMoe() {
   LayerAttrs a;
@@ -163,6 +176,25 @@ TEST_CASE("moe_block FLOPs equal the brute-force sum of its GEMMs; capacity pads
   // Routed token copies kept: permuted input, fc1 output (2 fe), fc2 input (fe).
   CHECK(l.expert_stash_bytes == 2 * s * k * (h + 3 * fe));
   CHECK(l.tp_divisor == 2);  // gcd(heads 4, kv_heads 2, shared_ffn 16)
+
+  // Stash per tensor (docs/cost_model.md, MoE): attention (x, Q, K, V, O; the fp32 LSE), two norm
+  // inputs, the fp32 routing scores, the shared MLP (input, gate/up output, down input), the routed copies.
+  const double dt = 2, kept_attn = dt * s * (h + a * d + 2 * g * d + a * d) + 4 * a * s;
+  const double moe_stash = 4 * s * e + dt * s * (h + 3 * fs) + dt * s * k * (h + 3 * fe);
+  CHECK(l.stash_bytes == kept_attn + 2 * dt * s * h + moe_stash);
+  CHECK(l.stash_bytes_selective == l.stash_bytes);  // flash: nothing s^2 to drop
+  CHECK(l.stash_bytes_full == dt * s * h);
+  CHECK(l.stash_bytes_tp_replicated == dt * s * h + 2 * dt * s * h + dt * s * h + 4 * s * e);
+  // Memory-bound: dropout + residual twice, RoPE on Q and K, two norms, scores (fp32), SwiGLU of the
+  // shared and routed MLPs, permute and unpermute.
+  CHECK(l.fwd_mem_bytes == dt * 4 * s * h + dt * 2 * s * (a * d + g * d) + 2 * dt * 2 * s * h + 4 * 2 * s * e +
+                               dt * 3 * s * fs + dt * (3 * s * k * fe + 2 * (s * h + s * k * h)) + dt * 4 * s * h);
+  CHECK(l.bwd_mem_bytes == dt * 8 * s * h + dt * 2 * s * (a * d + g * d) + 2 * dt * 4 * s * h + 4 * 3 * s * e +
+                               dt * 5 * s * fs + dt * (5 * s * k * fe + 2 * (s * h + s * k * h)) + dt * 8 * s * h);
+  CHECK(l.tp_allreduces_fwd == 2);
+  CHECK(l.tp_allreduce_bytes == dt * s * h);
+  CHECK(l.tp_replicated_params == e * h);
+  CHECK(l.tp_replicated_fwd_flops == 2 * s * h * e);
 
   LayerAttrs padded = SmallMoe();
   padded.reals["capacity_factor"] = 1.5;
