@@ -4,6 +4,7 @@
 // layer's FLOPs against the brute-force sum of their GEMMs; the model-file errors.
 #include <cmath>
 
+#include "spec/cluster_spec.h"
 #include "spec/layer_catalog.h"
 #include "spec/model_spec.h"
 #include "spec/plan.h"
@@ -116,6 +117,22 @@ TEST_CASE("DeepSeek-V3's MTP module: counted apart, one MoE block, norms, the 2h
   CHECK(mtp.bwd_weight_flops == block.bwd_weight_flops + 2 * s * 2 * h * h + 2 * s * h * v);
   CHECK(m.TotalParams() == 671026404352.0);  // unchanged by the module
   CHECK(m.MtpParams() / 1e9 == doctest::Approx(11.61).epsilon(0.001));
+}
+
+TEST_CASE("h800: dgx-h100's GPU and IB, NVLink cut to DeepSeek's 160 GB/s, 2048 GPUs") {
+  ClusterSpec h800, h100;
+  REQUIRE_OK(LoadClusterSpec(testing::SourcePath("configs/clusters/h800.yaml"), &h800));
+  REQUIRE_OK(LoadClusterSpec(testing::SourcePath("configs/clusters/dgx-h100.yaml"), &h100));
+  CHECK(h800.TotalGpus() == 2048);
+  CHECK(h800.GpusPerUnit(0) == 8);
+  for (DType d : {DType::kBf16, DType::kFp8}) {
+    CHECK(h800.PeakFlops(d) == h100.PeakFlops(d));
+    CHECK(h800.Efficiency(d) == h100.Efficiency(d));
+  }
+  CHECK(h800.PeakFlops(DType::kFp8) == doctest::Approx(1979e12));
+  CHECK(h800.hbm_bandwidth_GBps == 3350);
+  CHECK(h800.levels[0].bandwidth_GBps == 160);
+  CHECK(h800.levels[1].bandwidth_GBps == h100.levels[1].bandwidth_GBps);  // 8 x 400 Gb/s per node, as DGX H100
 }
 
 TEST_CASE("plan files carry model_active_parameters and mtp_parameters (written when not 0)") {
