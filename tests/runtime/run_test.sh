@@ -51,6 +51,7 @@ case_grad pp2-1f1b 2 tiny-gpt local-cpu --pp 2 --schedule 1f1b
 case_grad pp2-gpipe 2 tiny-gpt local-cpu --pp 2 --schedule gpipe
 case_grad pp2-interleaved 2 tiny-gpt local-cpu --pp 2 --schedule interleaved
 case_grad pp2-zbh1 2 tiny-gpt local-cpu --pp 2 --schedule zb-h1
+case_grad pp2-dualpipev 2 tiny-gpt local-cpu --pp 2 --schedule dualpipev
 case_grad dp2 2 tiny-gpt local-cpu --pp 1 --tp 1
 grep -qE "^\| dp all-reduce stage 0 \(2 ranks\) \| [0-9.]+ MiB \| 1 \|" dp2/runs/multi/report.md && ok || bad "dp all-reduce row: $(grep dp dp2/runs/multi/report.md)"
 # The same with the all-reduce overlapped with backward (codegen --overlap-dp).
@@ -61,6 +62,7 @@ else
   bad "overlapped DP run"; tail -3 dp2o.err
 fi
 case_grad pp2-dp2-mlp 4 mlp-small dgx-a100 --pp 2 --tp 1 --schedule 1f1b --global-batch 64
+case_grad pp4-dualpipev-mlp 4 mlp-small dgx-a100 --pp 4 --tp 1 --schedule dualpipev --global-batch 64
 
 # Tensor parallelism (heads, ffn and vocabulary split over 2 ranks): the same global gradient
 # norm after one step and the same losses over 3 steps as one process (shards are slices of the
