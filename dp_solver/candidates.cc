@@ -95,7 +95,7 @@ SearchSpace MakeSearchSpace(const CostSource& src, const SearchOptions& o, int64
     else for (int64_t b = 1; b <= 64; b *= 2) sp.microbatch.push_back(b);
   }
   sp.schedules = o.schedules;
-  if (sp.schedules.empty()) sp.schedules = {Schedule::kGpipe, Schedule::k1F1B, Schedule::kInterleaved, Schedule::kZbH1, Schedule::kPipeDream};
+  if (sp.schedules.empty()) sp.schedules = {Schedule::kGpipe, Schedule::k1F1B, Schedule::kInterleaved, Schedule::kZbH1, Schedule::kPipeDream, Schedule::kDualPipeV};
   sp.replicated = !o.replication.empty() ||
                   std::find(sp.schedules.begin(), sp.schedules.end(), Schedule::kPipeDream) != sp.schedules.end();
   sp.blocks = src.model != nullptr && src.model->is_gpt ? src.model->gpt.layers : 0;
