@@ -84,6 +84,24 @@ TEST_CASE("dualpipev's per-rank order is torch's ScheduleDualPipeV's (p = 2, m =
   CHECK(r.busy_s == std::vector<double>{24.0, 24.0});
 }
 
+TEST_CASE("dualpipev's order on the first and last of p = 4 ranks (m = 8, worked by hand)") {
+  // Rank 0 (stages 0, 7): 1. six F0  2. (F0 F1)  3. three (I1 W F1)  4. one (F0 B1 F1 B0)
+  // 5. three (B1 F1 B0)  6. (B1 I0)  7. three (W I0)  8. W.
+  // Rank 3 (stages 3, 4): 2. four (F0 F1)  4. four (F0 B1 F1 B0)  6. (B1 B0) x 2, (I1 I0) x 2
+  // (odd rank: the split starts before the B1 of i = 2)  8. four W, oldest first.
+  SimResult r;
+  REQUIRE_OK(SimulateSchedule(Schedule::kDualPipeV, UniformStages(4, 1, 1, 1), 4, 8, true, &r));
+  CHECK(OrderText(DeviceEvents(r, 0)) ==
+        "F0.0 F0.1 F0.2 F0.3 F0.4 F0.5 F0.6 F7.0 B7.0 W7.0 F7.1 B7.1 W7.1 F7.2 B7.2 W7.2 F7.3 "
+        "F0.7 B7.3 W7.3 F7.4 B0.0 W0.0 B7.4 W7.4 F7.5 B0.1 W0.1 B7.5 W7.5 F7.6 B0.2 W0.2 B7.6 W7.6 F7.7 B0.3 W0.3 "
+        "B7.7 W7.7 B0.4 W0.4 B0.5 W0.5 B0.6 W0.6 B0.7 W0.7");
+  CHECK(OrderText(DeviceEvents(r, 3)) ==
+        "F3.0 F4.0 F3.1 F4.1 F3.2 F4.2 F3.3 F4.3 F3.4 B4.0 W4.0 F4.4 B3.0 W3.0 F3.5 B4.1 W4.1 F4.5 B3.1 W3.1 "
+        "F3.6 B4.2 W4.2 F4.6 B3.2 W3.2 F3.7 B4.3 W4.3 F4.7 B3.3 W3.3 B4.4 W4.4 B3.4 W3.4 B4.5 W4.5 B3.5 W3.5 "
+        "B4.6 B3.6 B4.7 B3.7 W4.6 W3.6 W4.7 W3.7");
+  CHECK(r.makespan_s == doctest::Approx(2 * 8 * 3 + 3 * 2.0));
+}
+
 TEST_CASE("dualpipev's makespan is DeepSeek-V3's bubble formula where it applies (F = B, W <= B)") {
   // DualPipe (PP ranks): bubble (PP/2 - 1)(F&B + B' - 3W), B' the full backward B + W, F&B = F + B'
   // run back to back; DualPipeV on p ranks is DualPipe on PP = 2p cut in half: (p - 1)(F + 2B - W).
