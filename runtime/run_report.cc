@@ -36,7 +36,8 @@ std::string RankRows(const LaunchPlan& L, const ReportInputs& in) {
   for (size_t r = 0; r < in.ranks.size(); ++r) {
     const RankFigures& f = in.ranks[r];
     double rs_pred = 0, mem_pred = 0;  // the rank's chunks
-    for (int64_t q = L.ranks[r].stage; q < static_cast<int64_t>(L.stages.size()); q += in.layout.positions) {
+    for (int64_t c = 0; c * in.layout.positions < static_cast<int64_t>(L.stages.size()); ++c) {
+      const int64_t q = ChunkStage(L.schedule, c, L.ranks[r].stage, in.layout.positions);
       rs_pred += L.stages[static_cast<size_t>(q)].predicted_compute_s;
       mem_pred = std::max(mem_pred, L.stages[static_cast<size_t>(q)].predicted_peak_memory_bytes);
     }
