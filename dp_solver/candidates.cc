@@ -98,7 +98,8 @@ SearchSpace MakeSearchSpace(const CostSource& src, const SearchOptions& o, int64
   if (sp.schedules.empty()) sp.schedules = {Schedule::kGpipe, Schedule::k1F1B, Schedule::kInterleaved, Schedule::kZbH1, Schedule::kPipeDream, Schedule::kDualPipeV};
   sp.replicated = !o.replication.empty() ||
                   std::find(sp.schedules.begin(), sp.schedules.end(), Schedule::kPipeDream) != sp.schedules.end();
-  sp.blocks = src.model != nullptr && src.model->is_gpt ? src.model->gpt.layers : 0;
+  // MTP modules each hold a transformer block and are split like one (Megatron's pipeline layout: a unit each).
+  sp.blocks = src.model != nullptr && src.model->is_gpt ? src.model->gpt.layers + src.model->gpt.mtp : 0;
   sp.seq = src.model != nullptr ? SequenceLength(*src.model) : 0;
   sp.cp = o.cp;
   if (sp.cp.empty()) {

@@ -138,7 +138,7 @@ Evaluator::Evaluator(const CostSource& src, const SearchOptions& o, int64_t glob
   if (src.model == nullptr || !src.model->is_gpt) return;
   const auto& layers = src.model->layers;
   for (size_t i = 0; i < layers.size(); ++i) {
-    if (layers[i].type != "transformer_block" && layers[i].type != "moe_block") continue;
+    if (layers[i].type != "transformer_block" && layers[i].type != "moe_block" && layers[i].type != "mtp") continue;
     if (block_end_ == 0) block_begin_ = static_cast<int64_t>(i);
     block_end_ = static_cast<int64_t>(i) + 1;
   }

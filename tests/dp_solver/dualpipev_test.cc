@@ -420,5 +420,35 @@ TEST_CASE("the default search tries dualpipev: its pick is never slower than a f
   CHECK(st.message().find("dualpipev needs pp >= 2") != std::string::npos);
 }
 
+TEST_CASE("an MTP module is split as one block: DeepSeek-V3's 61 blocks + 1 MTP + embedding + loss = 64 units = 2 x 16 chunks of 2") {
+  SolveCase f;
+  REQUIRE_OK(LoadModelSpec(testing::SourcePath("configs/models/deepseek-v3.yaml"), &f.model));
+  REQUIRE_OK(LoadClusterSpec(testing::SourcePath("configs/clusters/h800.yaml"), &f.cluster));
+  REQUIRE(f.model.gpt.mtp == 1);
+  SearchOptions o;
+  o.gpus = 2048;
+  o.pp = {16};
+  o.tp = {1};
+  o.cp = {1};
+  o.ep = {64};
+  o.etp = {1};
+  o.microbatch = {1};
+  o.schedules = {Schedule::kDualPipeV};
+  CostSource src;
+  src.model = &f.model;
+  src.cluster = &f.cluster;
+  Plan p;
+  REQUIRE_OK(SolveAuto(src, o, &p));
+  REQUIRE(p.stages.size() == 32);
+  // Chunk 0 holds the embedding and one block, the last chunk the MTP module and the final
+  // norm / head / loss (the loss unit); every other chunk two blocks.
+  CHECK(p.stages.front().first_layer_name == "embedding");
+  CHECK(p.stages.front().last_layer_name == "block0");
+  CHECK(p.stages.back().first_layer_name == "mtp0");
+  CHECK(p.stages[p.stages.size() - 2].last_layer_name == "block60");
+  for (size_t i = 1; i + 1 < p.stages.size(); ++i) CHECK(p.stages[i].last_layer - p.stages[i].first_layer == 1);
+  CHECK(p.ep == 64);
+}
+
 }  // namespace
 }  // namespace planner
