@@ -314,6 +314,8 @@ std::string MegatronRouterArgs(const LayerAttrs& a, std::vector<std::string>* no
     mg += "--moe-router-enable-expert-bias\n";
     notes->push_back("megatron.args: sigmoid router exported with --moe-router-enable-expert-bias (DeepSeek-V3's auxiliary-loss-free balancing, "
                      "the sequence-wise aux loss only complementing it); drop the flag for plain sigmoid routing");
+    notes->push_back("megatron.args: the model file carries no routed-expert scaling factor, so Megatron's default (none) runs; DeepSeek-V3 scales "
+                     "its routed weights by 2.5 (its routed_scaling_factor): add --moe-router-topk-scaling-factor 2.5 for it");
   }
   if (a.Int("route_groups", 0) > 0) {
     mg += fmt::format("--moe-router-num-groups {}\n--moe-router-group-topk {}\n", a.Int("route_groups", 0), a.Int("route_group_limit", 0));

@@ -293,6 +293,10 @@ TEST_CASE("DeepSeek-V3 at pp 16, dualpipev: the layout holds the plan's 32 chunk
   bool looped_note = false;
   for (const auto& n : notes) looped_note = looped_note || Has(n, "chunk q on pipeline rank q mod pp, not the V");
   CHECK(looped_note);
+  bool scaling_note = false;
+  for (const auto& n : notes) scaling_note = scaling_note || Has(n, "add --moe-router-topk-scaling-factor 2.5");
+  CHECK(scaling_note);
+  CHECK(!Has(mg, "--moe-router-topk-scaling-factor"));  // the model file does not carry it
 }
 
 TEST_CASE("a head width other than hidden / heads is --kv-channels (Qwen3-30B-A3B: 128 at h 2048 and 32 heads); none when it is hidden / heads") {
