@@ -73,6 +73,12 @@ Status OpenRankComms(const LaunchPlan& L, Device dev, Communicator& world, RankC
     PLANNER_RETURN_IF_ERROR(out->pipe->Split(GroupOf(L.cp_groups, rank), static_cast<int>(rank), &out->cp));
     out->cp->set_timeout_seconds(L.run.timeout_s);
   }
+  if (L.ep > 1) {
+    PLANNER_RETURN_IF_ERROR(out->pipe->Split(GroupOf(L.ep_groups, rank), static_cast<int>(rank), &out->ep));
+    PLANNER_RETURN_IF_ERROR(out->pipe->Split(GroupOf(L.edp_groups, rank), static_cast<int>(rank), &out->edp));
+    out->ep->set_timeout_seconds(L.run.timeout_s);
+    out->edp->set_timeout_seconds(L.run.timeout_s);
+  }
   PLANNER_RETURN_IF_ERROR(StartPeerWatch(world));
   return ClockOffset(world, 8, &out->clock_offset_s, &out->clock_error_s);
 }
