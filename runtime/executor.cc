@@ -44,10 +44,9 @@ Status CheckLaunch(const LaunchPlan& L, const ModelSpec& model, int world_size, 
   }
   if (model.layers.back().type != "loss") return Status::InvalidArgument("the model's last layer must be a loss to train it");
   PLANNER_RETURN_IF_ERROR(CheckSeqParallelLaunch(L.path, L.device, L.tp, L.cp, L.sequence_parallel, model.layers.front()));
-  if (L.ep > 1 && (L.etp != 1 || L.cp > 1 || L.sequence_parallel || layout->replicated || layout->async)) {
-    return Status::NotSupported(fmt::format("{}: ep {} runs with etp 1, cp 1, no sequence parallelism and uniform synchronous stages on CPU ranks "
-                                            "(got etp {}, cp {}{}); solve with those and codegen again", L.path, L.ep, L.etp, L.cp,
-                                            L.sequence_parallel ? ", sequence parallel" : ""));
+  if (L.ep > 1 && (L.etp != 1 || L.cp > 1 || layout->replicated || layout->async)) {
+    return Status::NotSupported(fmt::format("{}: ep {} runs with etp 1, cp 1 and uniform synchronous stages on CPU ranks (got etp {}, cp {}); "
+                                            "solve with those and codegen again", L.path, L.ep, L.etp, L.cp));
   }
   for (const auto& s : L.stages) {
     if (s.last_layer >= static_cast<int64_t>(model.layers.size())) {

@@ -86,6 +86,10 @@ struct KernelOptions {
   // Weight of one microbatch's auxiliary (load-balancing) loss in the objective the backward differentiates:
   // b / B when the loss is the global batch's mean (Megatron scales it by 1 / microbatches and averages over DP).
   double aux_loss_scale = 1.0;
+  // Sequence parallelism: the token_group_size ranks that share each microbatch's sequence (each holding its
+  // own tokens); an MoE layer sums its load-balancing statistics over them, so the aux loss is the sequence's.
+  TpGroup* token_group = nullptr;
+  int64_t token_group_size = 1;
 };
 
 class LayerKernel {

@@ -843,36 +843,43 @@ void Route(const float* logits, int64_t n, const MoeConfig& m, float* scores, fl
   }
 }
 
-// Switch Transformer's load-balancing loss over the n tokens of a microbatch: coef E sum_i f_i P_i with f_i the
-// share of the n k routes that chose expert i and P_i the mean over tokens of the token's probability of i (the
-// softmax; sigmoid scores normalised to sum 1 per token, as Megatron-Core). Also each token's P in probs [n, E].
-double AuxLoss(const float* scores, const float* sel, int64_t n, const MoeConfig& m, std::vector<double>* f, std::vector<double>* probs) {
+// Each token's probability of each expert in the load-balancing loss: the softmax, or the sigmoid scores
+// normalised to sum 1 (as Megatron-Core).
+double AuxProb(const float* s, int64_t e, int64_t E, bool sigmoid) {
+  if (!sigmoid) return s[e];
+  double z = 0;
+  for (int64_t i = 0; i < E; ++i) z += s[i];
+  return s[e] / z;
+}
+
+// Switch Transformer's load-balancing loss over the N tokens of a microbatch (n here; N = n x the ranks sharing
+// the sequence under SP, whose statistics are summed): coef E sum_i f_i P_i, f_i the share of the N k routes that
+// chose expert i, P_i the mean over the tokens of AuxProb. Fills f (E values) and returns the loss.
+Status AuxLoss(const float* scores, const float* sel, int64_t n, const MoeConfig& m, TpGroup* token_group, int64_t group_size, float* f,
+               double* loss) {
   const int64_t E = m.experts, k = m.top_k;
-  f->assign(static_cast<size_t>(E), 0.0);
-  probs->assign(static_cast<size_t>(n * E), 0.0);
-  std::vector<double> P(static_cast<size_t>(E), 0.0);
+  std::vector<float> stats(static_cast<size_t>(2 * E), 0.0f);  // route counts, probability sums
   for (int64_t t = 0; t < n; ++t) {
-    for (int64_t j = 0; j < k; ++j) (*f)[static_cast<size_t>(sel[t * k + j])] += 1.0 / static_cast<double>(n * k);
-    double z = 0;
-    for (int64_t e = 0; e < E; ++e) z += scores[t * E + e];
-    for (int64_t e = 0; e < E; ++e) {
-      double p = m.sigmoid ? scores[t * E + e] / z : scores[t * E + e];
-      (*probs)[static_cast<size_t>(t * E + e)] = p;
-      P[static_cast<size_t>(e)] += p / static_cast<double>(n);
-    }
+    for (int64_t j = 0; j < k; ++j) stats[static_cast<size_t>(sel[t * k + j])] += 1.0f;
+    for (int64_t e = 0; e < E; ++e) stats[static_cast<size_t>(E + e)] += static_cast<float>(AuxProb(scores + t * E, e, E, m.sigmoid));
   }
-  double loss = 0;
-  for (int64_t e = 0; e < E; ++e) loss += (*f)[static_cast<size_t>(e)] * P[static_cast<size_t>(e)];
-  return m.aux_loss * static_cast<double>(E) * loss;
+  if (token_group != nullptr) PLANNER_RETURN_IF_ERROR(token_group->AllReduceSum(stats.data(), 2 * E));
+  const double N = static_cast<double>(n * group_size);
+  double sum = 0;
+  for (int64_t e = 0; e < E; ++e) {
+    f[e] = static_cast<float>(stats[static_cast<size_t>(e)] / (N * static_cast<double>(k)));
+    sum += static_cast<double>(f[e]) * stats[static_cast<size_t>(E + e)] / N;
+  }
+  *loss = m.aux_loss * static_cast<double>(E) * sum;
+  return Status::OK();
 }
 
 // dlogits [n, E] (accumulated) from the gate weights' gradient dw [n, k] and, with aux_scale > 0, the scaled
-// load-balancing loss (dL/dP_ti = coef E f_i / n, through the softmax or the normalised sigmoid).
+// load-balancing loss (dL/dP_ti = coef E f_i / N, through the softmax or the normalised sigmoid).
 void RouterGrad(const float* scores, const float* sel, const float* w, const float* dw, int64_t n, const MoeConfig& m, double aux_scale,
-                float* dlogits) {
+                const float* f, double N, float* dlogits) {
   const int64_t E = m.experts, k = m.top_k;
-  std::vector<double> f, probs;
-  if (aux_scale > 0) AuxLoss(scores, sel, n, m, &f, &probs);
+  std::vector<double> dp(static_cast<size_t>(E));
   for (int64_t t = 0; t < n; ++t) {
     const float* s = scores + t * E;
     float* dl = dlogits + t * E;
@@ -884,16 +891,15 @@ void RouterGrad(const float* scores, const float* sel, const float* w, const flo
       dl[e] += static_cast<float>(m.sigmoid ? g / ssum * s[e] * (1.0 - s[e]) : w[t * k + j] * g);
     }
     if (aux_scale <= 0) continue;
-    std::vector<double> dp(static_cast<size_t>(E));
     double pdp = 0, z = 0;
     for (int64_t e = 0; e < E; ++e) {
-      dp[static_cast<size_t>(e)] = aux_scale * m.aux_loss * static_cast<double>(E) * f[static_cast<size_t>(e)] / static_cast<double>(n);
-      pdp += probs[static_cast<size_t>(t * E + e)] * dp[static_cast<size_t>(e)];
+      dp[static_cast<size_t>(e)] = aux_scale * m.aux_loss * static_cast<double>(E) * f[e] / N;
+      pdp += AuxProb(s, e, E, m.sigmoid) * dp[static_cast<size_t>(e)];
       z += s[e];
     }
     for (int64_t e = 0; e < E; ++e) {
       const double g = dp[static_cast<size_t>(e)] - pdp;
-      dl[e] += static_cast<float>(m.sigmoid ? g / z * s[e] * (1.0 - s[e]) : probs[static_cast<size_t>(t * E + e)] * g);
+      dl[e] += static_cast<float>(m.sigmoid ? g / z * s[e] * (1.0 - s[e]) : s[e] * g);
     }
   }
 }
@@ -930,7 +936,8 @@ class MoeFfn final : public LayerKernel {
  public:
   MoeFfn(DeviceOps* ops, const std::string& name, int64_t seq, int64_t hidden, const TransformerConfig& c, const MoeConfig& m, const KernelOptions& o)
       : ops_(ops), s_(seq), h_(hidden), m_(m), el_(m.experts / o.ep_size), e0_(o.ep_rank * el_), ep_(o.ep_size), t_(o.tp_size), tp_rank_(o.tp_rank),
-        aux_scale_(m.aux_loss > 0 ? o.aux_loss_scale : 0.0), tp_group_(o.tp_group), ep_group_(o.ep_group),
+        aux_scale_(m.aux_loss > 0 ? o.aux_loss_scale : 0.0), tp_group_(o.tp_group), ep_group_(o.ep_group), token_group_(o.token_group),
+        token_size_(o.token_group ? o.token_group_size : 1),
         router_(ops, name + ".router", hidden, m.experts, false, seq, o.seed * 47 + 1) {
     if (m.shared_ffn > 0) {
       TransformerConfig sc = c;
@@ -954,11 +961,9 @@ class MoeFfn final : public LayerKernel {
     PLANNER_RETURN_IF_ERROR(router_.Forward(x, &logits, &sv->children[0]));
     Tensor scores = ops_->Alloc({n, m_.experts}), sel = ops_->Alloc({n, k}), w = ops_->Alloc({n, k});
     Route(logits.data(), n, m_, scores.data(), sel.data(), w.data());
-    if (aux_scale_ > 0) {
-      std::vector<double> f, probs;
-      last_aux_loss_ = AuxLoss(scores.data(), sel.data(), n, m_, &f, &probs);
-    }
-    sv->t = {scores, sel, w};
+    Tensor f = ops_->Zeros({m_.experts});  // the aux loss's route shares (global over the token group)
+    if (aux_scale_ > 0) PLANNER_RETURN_IF_ERROR(AuxLoss(scores.data(), sel.data(), n, m_, token_group_, token_size_, f.data(), &last_aux_loss_));
+    sv->t = {scores, sel, w, f};
     PLANNER_RETURN_IF_ERROR(RoutedForward(x, b, y, sv));
     if (!shared_) return Status::OK();
     Tensor ys;
@@ -966,13 +971,13 @@ class MoeFfn final : public LayerKernel {
     return ops_->Add(y->data(), ys.data(), y->data(), y->numel());
   }
   Status BackwardInput(const Tensor& dy, Tensor* dx, Saved* sv) override {
-    if (sv->t.size() != 5) return Status::Internal("moe: backward without forward");
+    if (sv->t.size() != 6) return Status::Internal("moe: backward without forward");
     const Tensor &scores = sv->t[0], &sel = sv->t[1], &w = sv->t[2];
     const int64_t n = scores.dim(0), b = n / s_;
     Tensor dw = ops_->Zeros({n, m_.top_k});
     PLANNER_RETURN_IF_ERROR(RoutedBackward(dy, b, &dw, dx, sv));
     Tensor dlogits = ops_->Zeros({n, m_.experts}), dxr;
-    RouterGrad(scores.data(), sel.data(), w.data(), dw.data(), n, m_, aux_scale_, dlogits.data());
+    RouterGrad(scores.data(), sel.data(), w.data(), dw.data(), n, m_, aux_scale_, sv->t[3].data(), static_cast<double>(n * token_size_), dlogits.data());
     PLANNER_RETURN_IF_ERROR(router_.BackwardInput(dlogits, &dxr, &sv->children[0]));
     PLANNER_RETURN_IF_ERROR(ops_->Add(dx->data(), dxr.data(), dx->data(), dx->numel()));
     if (shared_) {
@@ -1045,6 +1050,8 @@ class MoeFfn final : public LayerKernel {
   double aux_scale_;
   TpGroup* tp_group_;
   ExpertGroup* ep_group_;
+  TpGroup* token_group_;  // SP: the ranks sharing the microbatch's sequence (the aux loss's statistics are summed over it)
+  int64_t token_size_;
   Linear router_;
   std::unique_ptr<Mlp> shared_;
   std::vector<std::unique_ptr<ExpertMlp>> experts_;
@@ -1110,7 +1117,7 @@ Status MoeFfn::RoutedForward(const Tensor& x, int64_t b, Tensor* y, Saved* sv) {
 }
 
 Status MoeFfn::RoutedBackward(const Tensor& dy, int64_t b, Tensor* dw, Tensor* dx, Saved* sv) {
-  const float *sel = sv->t[1].data(), *w = sv->t[2].data(), *out_send = sv->t[3].data(), *meta = sv->t[4].data();
+  const float *sel = sv->t[1].data(), *w = sv->t[2].data(), *out_send = sv->t[4].data(), *meta = sv->t[5].data();
   const int64_t n = b * s_, k = m_.top_k, nl = n / t_, t0 = tp_rank_ * nl, S = nl * k, R = static_cast<int64_t>(meta[0]);
   std::vector<int64_t> route_row, send_rows, recv_rows(meta + 1 + R, meta + 1 + R + ep_), ids(meta + 1, meta + 1 + R);
   PlanSend(sel, t0, nl, &route_row, &send_rows);

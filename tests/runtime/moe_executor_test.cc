@@ -2,7 +2,8 @@
 // `planner codegen` and `planner run` do): a small MoE model (configs/models/tiny-llama.yaml with its
 // second block made a moe_block by hand until spec/ parses `moe:`: 4 experts of width 48, top-2, a shared
 // expert of width 32, Switch aux loss 0.01; block 0 stays dense) under ep 2 (dp 2 folded into ep 2),
-// tp 2 x ep 2 (4 ranks), pp 2 x ep 2 (4 ranks), dp 4 with ep 2 (edp 2) and an MLA variant, give one process's gradients for
+// tp 2 x ep 2 (4 ranks) with and without sequence parallelism, pp 2 x ep 2 (4 ranks), dp 4 with ep 2 (edp 2) and
+// an MLA variant (with and without SP), give one process's gradients for
 // every parameter (each expert's from the rank that holds it), relative L2 1e-5; launch.yaml round trips
 // ep and the expert groups of MOE.md's folding; the run report has the all-to-all rows.
 #include <atomic>
@@ -28,7 +29,7 @@ namespace fs = std::filesystem;
 
 struct MoeCase {
   int64_t gpus = 2, tp = 1, pp = 1, ep = 2;
-  bool mla = false;
+  bool mla = false, sp = false;
 };
 
 std::string RunDir(const std::string& name) {
@@ -71,7 +72,7 @@ Status MakeLaunch(const MoeCase& c, ModelSpec* model, LaunchPlan* out) {
   Plan plan;
   PLANNER_RETURN_IF_ERROR(SolveAuto(src, o, &plan));
   plan.ep = c.ep, plan.etp = 1;
-  plan.sequence_parallel = false, plan.cp = 1;
+  plan.sequence_parallel = c.sp, plan.cp = 1;
   CodegenOptions g;
   g.gpus_per_node = cluster.levels[0].size;
   g.run.iterations = 1;
@@ -145,11 +146,11 @@ double Compare(const LaunchPlan& L, const ModelSpec& model, const std::string& r
   return worst;
 }
 
-TEST_CASE("moe: ep 2 (dp 2 folded), tp 2 x ep 2, pp 2 x ep 2 and dp 4 x ep 2 (edp 2) give one process's gradients, each expert's on its rank") {
-  // dp 4 with ep 2: edp 2, the expert gradients summed over the EDP group.
+TEST_CASE("moe: ep 2 (dp 2 folded), tp 2 x ep 2 (with and without SP), pp 2 x ep 2 and dp 4 x ep 2 (edp 2) give one process's gradients, each expert's on its rank") {
+  // dp 4 with ep 2: edp 2, the expert gradients summed over the EDP group. SP: each TP rank routes its own tokens.
   for (const MoeCase& c : {MoeCase{2, 1, 1, 2, false}, MoeCase{4, 2, 1, 2, false}, MoeCase{4, 1, 2, 2, false}, MoeCase{4, 2, 1, 2, true},
-                           MoeCase{4, 1, 1, 2, false}}) {
-    INFO(fmt::format("gpus {} tp {} pp {} ep {} mla {}", c.gpus, c.tp, c.pp, c.ep, c.mla));
+                           MoeCase{4, 1, 1, 2, false}, MoeCase{4, 2, 1, 2, false, true}, MoeCase{4, 2, 1, 2, true, true}}) {
+    INFO(fmt::format("gpus {} tp {} pp {} ep {} mla {} sp {}", c.gpus, c.tp, c.pp, c.ep, c.mla, c.sp));
     ModelSpec model;
     LaunchPlan L;
     REQUIRE_OK(MakeLaunch(c, &model, &L));
