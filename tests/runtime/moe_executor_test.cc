@@ -165,6 +165,8 @@ TEST_CASE("moe: ep 2 (dp 2 folded), tp 2 x ep 2 (with and without SP), pp 2 x ep
     INFO(text.str());
     CHECK(text.str().find(", ep 2,") != std::string::npos);
     CHECK(text.str().find("| stage | all-to-alls per iteration | measured | predicted |") != std::string::npos);
+    // one MoE layer: per microbatch 3 in forward (counts, tokens, outputs) and 2 in backward
+    if (c.pp == 1) CHECK(text.str().find(fmt::format("| 0 | {} | ", 5 * L.num_microbatches)) != std::string::npos);
   }
 }
 
