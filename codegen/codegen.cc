@@ -281,13 +281,16 @@ srun --kill-on-bad-exit=1 {} run "$DIR"
                                                   o.planner_path));
 }
 
+const Layer* MlaLayer(const ModelSpec& model);
+
 // The model's architecture as Megatron-LM flags (megatron/training/arguments.py and the
 // TransformerConfig fields it turns into flags; versions checked in docs/formats.md).
 std::string MegatronModelArgs(const ModelSpec& model, std::vector<std::string>* notes) {
   const GptConfig& g = model.gpt;
   std::string mg = fmt::format("--num-layers {}\n--hidden-size {}\n--num-attention-heads {}\n--seq-length {}\n--max-position-embeddings {}\n",
                                g.layers, g.hidden, g.heads, g.seq, g.seq);
-  if (g.kv_heads > 0 && g.kv_heads < g.heads) mg += fmt::format("--group-query-attention\n--num-query-groups {}\n", g.kv_heads);
+  // MLA has no query groups (kv_heads is ignored with it).
+  if (g.kv_heads > 0 && g.kv_heads < g.heads && MlaLayer(model) == nullptr) mg += fmt::format("--group-query-attention\n--num-query-groups {}\n", g.kv_heads);
   // Megatron derives its own default for SwiGLU (8h/3 rounded to 64), so the width is always written then.
   if (g.ffn > 0 && (g.ffn != 4 * g.hidden || g.ffn_act == "swiglu")) mg += fmt::format("--ffn-hidden-size {}\n", g.ffn);
   if (g.ffn_act == "swiglu") mg += "--swiglu\n";
@@ -301,6 +304,84 @@ std::string MegatronModelArgs(const ModelSpec& model, std::vector<std::string>* 
   if (g.attention != "unfused" && model.dtype == DType::kFp32) {
     notes->push_back("megatron.args: flash attention runs in fp16/bf16 only; Megatron-LM refuses --attention-backend flash for an fp32 model");
   }
+  return mg;
+}
+
+// The first layer of the model carrying multi-head latent attention (kv_lora_rank > 0); nullptr: none.
+const Layer* MlaLayer(const ModelSpec& model) {
+  for (const auto& l : model.layers) {
+    if (l.attrs.Int("kv_lora_rank", 0) > 0) return &l;
+  }
+  return nullptr;
+}
+
+// Megatron's --moe-layer-freq list form for the blocks' pattern (0 dense, 1 MoE), run-length
+// encoded as its help text writes it: ([0]*3+[1]*58); an all-MoE model is 1 (every layer).
+std::string MoeLayerFreq(const std::vector<int>& pattern) {
+  if (std::all_of(pattern.begin(), pattern.end(), [](int v) { return v == 1; })) return "1";
+  std::string out;
+  for (size_t i = 0; i < pattern.size();) {
+    size_t j = i;
+    while (j < pattern.size() && pattern[j] == pattern[i]) ++j;
+    out += fmt::format("{}[{}]*{}", out.empty() ? "" : "+", pattern[i], j - i);
+    i = j;
+  }
+  return "(" + out + ")";
+}
+
+// The router's flags of an moe_block (attributes per the MoE contract): score function, load
+// balancing (aux_loss: GShard's, seq_aux_loss: DeepSeek's per-sequence loss with a sigmoid router,
+// none), DeepSeek's node-limited groups, the capacity factor.
+std::string MegatronRouterArgs(const LayerAttrs& a, std::vector<std::string>* notes) {
+  const std::string router = a.String("router", "softmax");
+  std::string mg = fmt::format("--moe-router-score-function {}\n", router);
+  const double aux = a.Real("aux_loss", 0);
+  if (aux > 0) mg += fmt::format("--moe-router-load-balancing-type {}\n--moe-aux-loss-coeff {}\n", router == "sigmoid" ? "seq_aux_loss" : "aux_loss", aux);
+  else mg += "--moe-router-load-balancing-type none\n";
+  if (router == "sigmoid") {
+    mg += "--moe-router-enable-expert-bias\n";
+    notes->push_back("megatron.args: sigmoid router exported with --moe-router-enable-expert-bias (DeepSeek-V3's auxiliary-loss-free balancing, "
+                     "the sequence-wise aux loss only complementing it); drop the flag for plain sigmoid routing");
+  }
+  if (a.Int("route_groups", 0) > 0) {
+    mg += fmt::format("--moe-router-num-groups {}\n--moe-router-group-topk {}\n", a.Int("route_groups", 0), a.Int("route_group_limit", 0));
+  }
+  const double capacity = a.Real("capacity_factor", 0);
+  if (capacity > 0) mg += fmt::format("--moe-expert-capacity-factor {}\n--moe-pad-expert-input-to-capacity\n", capacity);
+  return mg;
+}
+
+// Megatron-LM's MoE, MLA and MTP flags from the model's layers: moe_block attributes, the MLA
+// ranks and head dims, the mtp modules (TransformerConfig's fields as flags, _add_moe_args and
+// _add_mla_args in megatron/training/arguments.py); the plan's ep and etp.
+std::string MegatronMoeArgs(const ModelSpec& model, const Plan& plan, std::vector<std::string>* notes) {
+  std::string mg;
+  const Layer* moe = nullptr;
+  std::vector<int> pattern;
+  int64_t mtp = 0;
+  for (const auto& l : model.layers) {
+    if (l.type == "transformer_block" || l.type == "moe_block") pattern.push_back(l.type == "moe_block" ? 1 : 0);
+    if (l.type == "moe_block" && moe == nullptr) moe = &l;
+    if (l.type == "mtp") ++mtp;
+  }
+  if (moe != nullptr) {
+    const LayerAttrs& a = moe->attrs;
+    mg += fmt::format("--num-experts {}\n--moe-router-topk {}\n--moe-ffn-hidden-size {}\n", moe->experts, moe->top_k, a.Int("expert_ffn", 0));
+    if (a.Int("shared_ffn", 0) > 0) mg += fmt::format("--moe-shared-expert-intermediate-size {}\n", a.Int("shared_ffn", 0));
+    mg += fmt::format("--moe-layer-freq {}\n--expert-model-parallel-size {}\n--expert-tensor-parallel-size {}\n", MoeLayerFreq(pattern),
+                      std::max<int64_t>(1, plan.ep), std::max<int64_t>(1, plan.etp));
+    mg += "--moe-token-dispatcher-type alltoall\n--moe-grouped-gemm\n" + MegatronRouterArgs(a, notes);
+    const bool overlapped = std::any_of(plan.notes.begin(), plan.notes.end(), [](const std::string& n) { return n.find("all-to-all overlapped") != std::string::npos; });
+    if (overlapped && plan.ep > 1) mg += "--overlap-moe-expert-parallel-comm\n--delay-wgrad-compute\n";  // costed with --moe-overlap on
+  }
+  if (const Layer* mla = MlaLayer(model)) {
+    const LayerAttrs& a = mla->attrs;
+    mg += "--multi-latent-attention\n";
+    if (a.Int("q_lora_rank", 0) > 0) mg += fmt::format("--q-lora-rank {}\n", a.Int("q_lora_rank", 0));
+    mg += fmt::format("--kv-lora-rank {}\n--qk-head-dim {}\n--qk-pos-emb-head-dim {}\n--v-head-dim {}\n", a.Int("kv_lora_rank", 0),
+                      a.Int("qk_nope_head_dim", 0), a.Int("qk_rope_head_dim", 0), a.Int("v_head_dim", 0));
+  }
+  if (mtp > 0) mg += fmt::format("--mtp-num-layers {}\n", mtp);
   return mg;
 }
 
@@ -320,7 +401,7 @@ std::string MegatronRefusal(const Plan& plan, const ModelSpec& model, const Laun
                        "run with pipeline parallelism; solve with --zero 0,1 for a plan Megatron-LM runs",
                        plan.zero_stage == ZeroStage::kGradients ? 2 : 3, L.pp);
   }
-  const int64_t groups = model.is_gpt ? (model.gpt.kv_heads > 0 ? model.gpt.kv_heads : model.gpt.heads) : 0;
+  const int64_t groups = model.is_gpt && MlaLayer(model) == nullptr ? (model.gpt.kv_heads > 0 ? model.gpt.kv_heads : model.gpt.heads) : 0;
   if (groups > 0 && L.tp > 1 && groups % L.tp != 0 && L.tp % groups != 0) {
     return fmt::format("{} KV heads with tp {}: Megatron-LM needs the query groups to be a multiple or a divisor of tp", groups, L.tp);
   }
@@ -350,6 +431,7 @@ void AddMegatronArgs(const Plan& plan, const ModelSpec& model, const LaunchPlan&
   if (L.cp > 1) mg += fmt::format("--context-parallel-size {}\n--cp-comm-type p2p\n", L.cp);  // ring attention, as planner run executes it
   if (L.sequence_parallel) mg += "--sequence-parallel\n";
   if (model.is_gpt) mg += MegatronModelArgs(model, notes);
+  mg += MegatronMoeArgs(model, plan, notes);
   mg += fmt::format("--micro-batch-size {}\n--global-batch-size {}\n", L.microbatch_size, L.global_batch);
   if (plan.account_embedding_loss) {
     // Megatron-Core counts the embedding and the loss as a layer each: p v divides layers + 2
@@ -382,7 +464,10 @@ void AddMegatronArgs(const Plan& plan, const ModelSpec& model, const LaunchPlan&
     std::vector<int64_t> blocks;
     for (const auto& s : L.stages) {
       int64_t c = 0;
-      for (int64_t i = s.first_layer; i <= s.last_layer; ++i) c += model.layers[static_cast<size_t>(i)].type == "transformer_block";
+      for (int64_t i = s.first_layer; i <= s.last_layer; ++i) {
+        const std::string& type = model.layers[static_cast<size_t>(i)].type;
+        c += type == "transformer_block" || type == "moe_block";
+      }
       blocks.push_back(c);
     }
     bool even = std::all_of(blocks.begin(), blocks.end(), [&](int64_t c) { return c == blocks.front(); });
@@ -415,7 +500,13 @@ std::vector<std::string> DeepSpeedModelRequirements(const ModelSpec& model) {
 }
 
 // Why DeepSpeed cannot run the plan ("" when it can).
-std::string DeepSpeedRefusal(const Plan& plan, const LaunchPlan& L) {
+std::string DeepSpeedRefusal(const Plan& plan, const ModelSpec& model, const LaunchPlan& L) {
+  for (const auto& l : model.layers) {
+    if (l.experts <= 0) continue;
+    return fmt::format("mixture of experts ({} experts, top {}, ep {}): DeepSpeed's config does not define MoE layers or their expert-parallel "
+                       "groups (DeepSpeed-MoE's deepspeed.moe.layer.MoE and its ep_size live in the model code); use megatron.args",
+                       l.experts, l.top_k, plan.ep);
+  }
   if (plan.cp > 1) {
     return fmt::format("context parallelism (cp {}): DeepSpeed's config has no ring-attention context parallelism; DeepSpeed-Ulysses is "
                        "sequence parallelism of another kind (all-to-all over attention heads inside the model code), not this plan",
@@ -431,7 +522,7 @@ std::string DeepSpeedRefusal(const Plan& plan, const LaunchPlan& L) {
 // deepspeed/: the config, the stage boundaries and a PipelineModule that takes them; a plan
 // DeepSpeed cannot run gets deepspeed/refused.txt (the reason) instead.
 void AddDeepSpeedFiles(const Plan& plan, const ModelSpec& model, const LaunchPlan& L, Files* files, std::vector<std::string>* notes) {
-  const std::string refused = DeepSpeedRefusal(plan, L);
+  const std::string refused = DeepSpeedRefusal(plan, model, L);
   if (!refused.empty()) {
     notes->push_back("deepspeed: not written: " + refused);
     files->emplace_back("deepspeed/refused.txt", refused + "\n");

@@ -89,6 +89,11 @@ SearchSpace MakeSearchSpace(const CostSource& src, const SearchOptions& o, int64
       for (int64_t cp = 2; cp <= 16 && sp.seq / (2 * cp) >= 1024; cp *= 2) sp.cp.push_back(cp);
     }
   }
+  sp.experts = ModelExperts(src.profile == nullptr ? src.model : nullptr);
+  sp.ep = o.ep;
+  if (sp.ep.empty()) sp.ep = sp.experts > 0 ? Divisors(sp.experts) : std::vector<int64_t>{1};
+  sp.etp = o.etp;
+  if (sp.etp.empty()) sp.etp = sp.experts > 0 ? std::vector<int64_t>{1, 0} : std::vector<int64_t>{1};
   sp.sp = o.sequence_parallel;
   // Default: SP on with TP for transformers (Megatron-Core's recommendation); models without
   // attention have no sequence-parallel regions.
@@ -113,6 +118,31 @@ std::string TpRejection(const SearchSpace& sp, const ModelSpec* model, int64_t t
   return "";
 }
 
+std::vector<std::pair<int64_t, int64_t>> ExpertSplits(const SearchSpace& sp, int64_t t) {
+  std::vector<std::pair<int64_t, int64_t>> out;
+  for (int64_t ep : sp.ep) {
+    for (int64_t etp : sp.etp) {
+      const std::pair<int64_t, int64_t> e{ep, etp == 0 ? t : etp};
+      if (std::find(out.begin(), out.end(), e) == out.end()) out.push_back(e);
+    }
+  }
+  return out;
+}
+
+std::string EpRejection(const SearchSpace& sp, const ModelSpec* model, int64_t ep, int64_t etp) {
+  if (ep < 1 || etp < 1) return fmt::format("ep={} etp={}: expert parallel sizes start at 1", ep, etp);
+  if (sp.experts == 0) return ep == 1 && etp == 1 ? "" : fmt::format("ep={} etp={}: the model has no experts", ep, etp);
+  if (sp.experts % ep != 0) return fmt::format("ep={} does not divide the {} experts", ep, sp.experts);
+  if (sp.gpus % (ep * etp) != 0) return fmt::format("ep={} x etp={} does not divide the {} GPUs", ep, etp, sp.gpus);
+  if (model != nullptr && etp > 1) {
+    for (const auto& l : model->layers) {
+      const int64_t width = l.attrs.Int("expert_ffn", 0);
+      if (l.experts > 0 && width > 0 && width % etp != 0) return fmt::format("etp={} does not divide the expert FFN width {}", etp, width);
+    }
+  }
+  return "";
+}
+
 std::string CpRejection(const SearchSpace& sp, const CostSource& src, int64_t cp) {
   if (cp < 1) return fmt::format("cp={}: must be at least 1", cp);
   if (cp == 1) return "";
@@ -124,7 +154,7 @@ std::string CpRejection(const SearchSpace& sp, const CostSource& src, int64_t cp
   if (sp.gpus % cp != 0) return fmt::format("cp={} does not divide the {} GPUs", cp, sp.gpus);
   if (src.model != nullptr) {
     for (const auto& l : src.model->layers) {
-      if (l.attrs.String("attention", "flash") == "unfused" && (l.type == "transformer_block" || l.type == "attention")) {
+      if (l.attrs.String("attention", "flash") == "unfused" && (l.type == "transformer_block" || l.type == "moe_block" || l.type == "attention")) {
         return fmt::format("cp={}: {} has unfused attention; Megatron-Core runs context parallelism only in Transformer Engine's fused "
                            "attention (its local DotProductAttention asserts context_parallel_size == 1); use attention: flash or --cp 1",
                            cp, src.model->name);
@@ -136,7 +166,7 @@ std::string CpRejection(const SearchSpace& sp, const CostSource& src, int64_t cp
 
 std::string Rejections::Summary() const {
   std::string s;
-  for (const std::string* r : {&tp, &cp, &pp, &batch, &interleave}) {
+  for (const std::string* r : {&tp, &cp, &ep, &pp, &batch, &interleave}) {
     if (!r->empty()) s += (s.empty() ? "" : "; ") + *r;
   }
   return s;
@@ -160,6 +190,13 @@ std::vector<Candidate> UniformCandidates(const SearchSpace& sp, const SearchOpti
       continue;
     }
     const int64_t d = n / (t * cp * p);
+    if ((t * cp * d) % (table.ep * table.etp) != 0) {  // Megatron-Core's MoE parallel folding
+      if (why->ep.empty()) {
+        why->ep = fmt::format("ep={} x etp={} does not divide tp x cp x dp = {} x {} x {} at pp={} (the expert groups are folded out of a stage's GPUs)",
+                              table.ep, table.etp, t, cp, d, p);
+      }
+      continue;
+    }
     if (sp.global_batch % (b * d) != 0) {
       if (why->batch.empty()) {
         why->batch = fmt::format("tp={} pp={}: the global batch {} is not a multiple of microbatch {} x data-parallel {}", t, p, sp.global_batch, b, d);
@@ -173,6 +210,8 @@ std::vector<Candidate> UniformCandidates(const SearchSpace& sp, const SearchOpti
       for (auto [v, account] : Interleaves(o, s, p, m, layers, sp.blocks, why)) {
         Candidate k{table_index, t, b, p, d, m, v, s, table.recompute, 0, cp, table.sp};
         k.account = account;
+        k.ep = table.ep;
+        k.etp = table.etp;
         out.push_back(k);
       }
     }

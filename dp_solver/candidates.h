@@ -33,6 +33,9 @@ struct SearchSpace {
   int64_t seq = 0;                    // tokens per sample (0: not a sequence model)
   bool replicated = false;            // search the per-stage replication family too
   int64_t blocks = 0;                 // transformer blocks of a gpt: model (Megatron's interleave rule), else 0
+  int64_t experts = 0;                // routed experts of an MoE model, else 0
+  std::vector<int64_t> ep;            // expert-parallel sizes ({1} for a dense model)
+  std::vector<int64_t> etp;           // expert tensor-parallel sizes; 0 stands for the table's tp
 };
 
 // Defaults: tp powers of two up to the node; microbatch every size the profile
@@ -45,6 +48,12 @@ SearchSpace MakeSearchSpace(const CostSource& src, const SearchOptions& o, int64
 // Why a value of t cannot be used ("" when it can): it must divide the GPUs,
 // fit in a node and divide every TP-shardable layer of the model.
 std::string TpRejection(const SearchSpace& space, const ModelSpec* model, int64_t t);
+
+// The (ep, etp) pairs tried at tensor-parallel degree t (etp 0 read as t, each pair once), and why
+// a pair cannot be used ("" when it can): ep divides the experts, ep x etp divides the GPUs, etp
+// divides the expert FFN width.
+std::vector<std::pair<int64_t, int64_t>> ExpertSplits(const SearchSpace& space, int64_t t);
+std::string EpRejection(const SearchSpace& space, const ModelSpec* model, int64_t ep, int64_t etp);
 
 // Why a context-parallel size cannot be used ("" when it can): causal load balancing cuts the
 // sequence into 2 cp chunks, so 2 cp must divide it; a profile has no CP timings.
@@ -67,12 +76,15 @@ struct Candidate {
   // The embedding and the loss count as a layer each in the split (Megatron's account-for flags):
   // p v divides blocks + 2; chunk 0 has one block fewer, the last chunk too.
   bool account = false;
+  // Expert parallelism (the table's): ep x etp x edp = t x cp x d, edp the expert-data-parallel size.
+  int64_t ep = 1, etp = 1;
+  int64_t Edp() const { return t * cp * d / (ep * etp); }
 };
 
 // Why values were left out, the first reason of each kind; named in the
 // Infeasible message when nothing divides the problem.
 struct Rejections {
-  std::string tp, pp, batch, interleave, cp;
+  std::string tp, pp, batch, interleave, cp, ep;
   std::string Summary() const;  // "; "-joined, "" when nothing was left out
 };
 

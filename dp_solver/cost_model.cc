@@ -6,12 +6,13 @@
 #include <fmt/format.h>
 
 #include "common/units.h"
+#include "dp_solver/moe_cost.h"
 
 namespace planner {
 
 void CostTable::BuildPrefix() {
   size_t n = rows.size();
-  for (auto* v : {&pre_time, &pre_params, &pre_stash, &pre_f, &pre_bi, &pre_bw, &pre_tp}) v->assign(n + 1, 0.0);
+  for (auto* v : {&pre_time, &pre_params, &pre_stash, &pre_f, &pre_bi, &pre_bw, &pre_tp, &pre_ep, &pre_expert}) v->assign(n + 1, 0.0);
   tied_rows.clear();
   for (size_t i = 0; i < n; ++i) {
     const auto& r = rows[i];
@@ -20,6 +21,8 @@ void CostTable::BuildPrefix() {
     pre_bi[i + 1] = pre_bi[i] + r.backward_input_s;
     pre_bw[i + 1] = pre_bw[i] + r.backward_weight_s;
     pre_tp[i + 1] = pre_tp[i] + r.tp_comm_s;
+    pre_ep[i + 1] = pre_ep[i] + r.ep_comm_s;
+    pre_expert[i + 1] = pre_expert[i] + r.expert_params;
     pre_time[i + 1] = pre_time[i] + r.forward_s + r.backward_input_s + r.backward_weight_s;
     pre_params[i + 1] = pre_params[i] + r.params;
     pre_stash[i + 1] = pre_stash[i] + r.stash_bytes;
@@ -29,7 +32,15 @@ void CostTable::BuildPrefix() {
 bool HasAttention(const ModelSpec* model) {
   if (model == nullptr) return false;
   return std::any_of(model->layers.begin(), model->layers.end(),
-                     [](const Layer& l) { return l.type == "transformer_block" || l.type == "attention"; });
+                     [](const Layer& l) { return l.type == "transformer_block" || l.type == "moe_block" || l.type == "attention"; });
+}
+
+int64_t ModelExperts(const ModelSpec* model) {
+  if (model == nullptr) return 0;
+  for (const auto& l : model->layers) {
+    if (l.experts > 0) return l.experts;
+  }
+  return 0;
 }
 
 bool TpDegreeValid(const ModelSpec& model, int64_t t) {
@@ -239,6 +250,9 @@ struct RowRates {
   double peak_other = 0;            // FLOP/s of the attention core (bf16 under fp8)
   double hbm = 0;                   // bytes/s of memory-bound work
   std::vector<int64_t> tp_group;
+  int64_t ep = 1, etp = 1;
+  double moe_imbalance = 1;
+  bool moe_overlap = false;
 };
 
 // Seconds of one pass of a layer for the microbatch on one GPU: work / (t or 1) / cp.
@@ -282,6 +296,37 @@ double StashBytes(const Layer& l, const RowRates& q, double tp_shard) {
   return q.bd * (replicated / seq_shard + (stash - replicated) / (tp_shard * q.cpd));
 }
 
+// An MoE layer's expert parallelism on top of its row costed as a layer of its totals (which hold the
+// balanced expert FLOPs / (t cp) and stash): the busiest EP rank's extra tokens (imbalance), the
+// dispatch and combine all-to-alls of each pass (exposed, or less what the pass's compute hides with
+// --moe-overlap), the expert TP all-gather / reduce-scatter, full recompute's forward again, and the
+// expert parameters / (ep etp) in place of / t (docs/cost_model.md, "Expert parallelism").
+void AddMoeCosts(const ClusterSpec& c, const Layer& l, const RowRates& q, double tp_shard, double shard, LayerCostRow* r) {
+  if (l.experts <= 0) return;
+  const MoeLayerCost m = MoeLayerCosts(c, l, MoeShape{q.bd, q.td, q.cpd, q.ep, q.etp, q.moe_imbalance, q.moe_overlap});
+  const double extra = m.token_factor - 1, core = l.attention_core_fwd_flops;
+  const double f_extra = PassSeconds(q, shard, extra * l.expert_fwd_flops, 0, 0);
+  const double bi_extra = PassSeconds(q, shard, extra * l.expert_bwd_input_flops, 0, 0);
+  const double bw_extra = PassSeconds(q, shard, extra * l.expert_bwd_weight_flops, 0, 0);
+  const double f_compute = PassSeconds(q, shard, l.fwd_flops - core, core, l.fwd_mem_bytes) + f_extra;
+  const double b_compute = PassSeconds(q, shard, l.bwd_input_flops - 2 * core + l.bwd_weight_flops, 2 * core, l.bwd_mem_bytes) + bi_extra + bw_extra;
+  const double a2a_f = MoeExposed(m.a2a_pass_s, f_compute, q.moe_overlap), a2a_b = MoeExposed(m.a2a_pass_s, b_compute, q.moe_overlap);
+  r->forward_s += f_extra + a2a_f + m.etp_pass_s;
+  r->backward_input_s += bi_extra + a2a_b + m.etp_pass_s;
+  r->backward_weight_s += bw_extra;
+  r->ep_comm_s = a2a_f + a2a_b;
+  r->tp_comm_s += 2 * m.etp_pass_s;
+  if (q.rc == Recompute::kFull) {  // the forward re-run, its all-to-alls and expert TP collectives with it
+    r->backward_input_s += f_extra + a2a_f + m.etp_pass_s;
+    r->ep_comm_s += a2a_f;
+    r->tp_comm_s += m.etp_pass_s;
+  } else {
+    r->stash_bytes += extra * q.bd * l.expert_stash_bytes / (tp_shard * q.cpd);
+  }
+  r->params = (l.params - l.expert_params) / tp_shard + m.params;
+  r->expert_params = m.params;
+}
+
 // One analytic row (docs/cost_model.md section 2).
 LayerCostRow AnalyticRow(const ClusterSpec& c, const Layer& l, const RowRates& q) {
   LayerCostRow r;
@@ -317,12 +362,13 @@ LayerCostRow AnalyticRow(const ClusterSpec& c, const Layer& l, const RowRates& q
   r.params = l.params / tp_shard;
   r.stash_bytes = StashBytes(l, q, tp_shard);
   r.out_bytes = q.bd * l.out_bytes / q.cpd;
+  AddMoeCosts(c, l, q, tp_shard, shard, &r);
   return r;
 }
 
 // Analytic rows: FLOPs / (peak x efficiency) + bytes / (HBM x efficiency), TP
 // collectives on the level holding the TP group, recompute added to backward.
-void AnalyticRows(const ModelSpec& m, const ClusterSpec& c, const TableShape& shape, CostTable* table) {
+void AnalyticRows(const ModelSpec& m, const ClusterSpec& c, const TableShape& shape, const CostOptions& o, CostTable* table) {
   RowRates q;
   q.t = shape.tp;
   q.cp = shape.cp;
@@ -337,6 +383,10 @@ void AnalyticRows(const ModelSpec& m, const ClusterSpec& c, const TableShape& sh
   q.peak_gemm = c.PeakFlops(m.dtype) * c.Efficiency(m.dtype);
   q.peak_other = m.dtype == DType::kFp8 ? c.PeakFlops(DType::kBf16) * c.Efficiency(DType::kBf16) : q.peak_gemm;
   q.hbm = c.hbm_bandwidth_GBps * 1e9 * c.hbm_efficiency;
+  q.ep = shape.ep;
+  q.etp = shape.etp;
+  q.moe_imbalance = o.moe_imbalance;
+  q.moe_overlap = o.moe_overlap;
   int64_t embedding = -1;  // the last embedding row: the one a tied lm_head after it shares
   for (const auto& l : m.layers) {
     LayerCostRow r = AnalyticRow(c, l, q);
@@ -394,17 +444,40 @@ Status BuildCostTable(const CostSource& src, int64_t b, int64_t t, Recompute rc,
   return BuildCostTable(src, TableShape{b, t, 1, false, rc}, o, out);
 }
 
+namespace {
+
+// The expert sizes a table can be costed at: ep and etp at least 1, ep dividing the experts, an
+// MoE model at tp > 1 with sequence parallelism; a profile (no experts in it) at ep = etp = 1.
+Status CheckExpertShape(const CostSource& src, const TableShape& shape) {
+  if (shape.ep < 1 || shape.etp < 1) return Status::InvalidArgument(fmt::format("ep={} etp={}: expert parallel sizes start at 1", shape.ep, shape.etp));
+  const int64_t experts = src.profile == nullptr ? ModelExperts(src.model) : 0;
+  if (experts == 0 && (shape.ep > 1 || shape.etp > 1)) {
+    return Status::InvalidArgument(fmt::format("--ep {} --etp {}: the model has no MoE layers (no experts to split); use --ep 1 --etp 1", shape.ep, shape.etp));
+  }
+  if (experts > 0 && experts % shape.ep != 0) {
+    return Status::InvalidArgument(fmt::format("--ep {}: does not divide the {} experts of {}; choose an --ep dividing {}", shape.ep, experts, src.model->name, experts));
+  }
+  if (experts > 0 && shape.tp > 1 && !shape.sp) {
+    return Status::InvalidArgument(fmt::format("tp={} without sequence parallelism: Megatron-Core's MoE layers need --sequence-parallel with tp > 1; use --sp on or --tp 1", shape.tp));
+  }
+  return Status::OK();
+}
+
+}  // namespace
+
 Status BuildCostTable(const CostSource& src, const TableShape& shape, const CostOptions& o, CostTable* out) {
-  (void)o;
   PLANNER_RETURN_IF_ERROR(CheckCostSource(src));
+  PLANNER_RETURN_IF_ERROR(CheckExpertShape(src, shape));
   CostTable table;
   table.microbatch = shape.microbatch;
   table.tp = shape.tp;
   table.recompute = shape.recompute;
+  table.ep = shape.ep;
+  table.etp = shape.etp;
   if (src.profile == nullptr) {
     table.cp = shape.cp;
     table.sp = shape.sp && shape.tp > 1;
-    AnalyticRows(*src.model, *src.cluster, shape, &table);
+    AnalyticRows(*src.model, *src.cluster, shape, o, &table);
   } else {
     if (shape.cp != 1 || (shape.sp && shape.tp > 1)) {
       return Status::InvalidArgument(fmt::format("{}: a measured profile has no timings with sequence or context parallelism; plan it with --cp 1 --sp off",

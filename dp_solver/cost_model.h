@@ -27,6 +27,9 @@ struct CostOptions {
   bool p2p_overlap = false;       // p2p hidden behind compute (not added to stage time)
   double bytes_per_param = 0;     // model-state bytes per parameter; 0: 18 (fp16/bf16) or 16 (fp32)
   double optimizer_bytes_per_param = 30;  // HBM traffic of the optimizer step per parameter
+  // Mixture of experts (docs/cost_model.md, "Expert parallelism"; dp_solver/moe_cost.h).
+  double moe_imbalance = 1.0;     // busiest EP rank's routed tokens / the mean, dropless routing (--moe-imbalance)
+  bool moe_overlap = false;       // all-to-all hidden behind the MoE layer's compute of the same pass (--moe-overlap)
 };
 
 // Costs of one layer for one microbatch on one GPU of its tensor-parallel group.
@@ -36,7 +39,9 @@ struct LayerCostRow {
   double backward_weight_s = 0;
   double tp_comm_s = 0;           // exposed TP all-reduce time inside forward + backward
   double cp_comm_s = 0;           // exposed ring-attention KV exchange inside forward + backward
+  double ep_comm_s = 0;           // exposed expert-parallel all-to-all (dispatch + combine) inside forward + backward
   double params = 0;              // parameters held on this GPU (tied weights included)
+  double expert_params = 0;       // the part of params that is routed experts' (expert_params / (ep etp))
   int64_t tied_to = -1;           // the row whose weights these are (a tied lm_head: its embedding); -1: none
   double stash_bytes = 0;         // activations kept for backward on this GPU
   double out_bytes = 0;           // output activation of the whole microbatch (before TP split)
@@ -47,10 +52,11 @@ struct CostTable {
   int64_t cp = 1;          // context-parallel size the rows are costed at
   bool sp = false;         // sequence parallelism the rows are costed with
   Recompute recompute = Recompute::kNone;
+  int64_t ep = 1, etp = 1;  // expert-parallel and expert tensor-parallel sizes the rows are costed at
   std::vector<LayerCostRow> rows;
   std::vector<std::string> names;
   // Prefix sums for O(1) range queries; index i holds rows [0, i).
-  std::vector<double> pre_time, pre_params, pre_stash, pre_f, pre_bi, pre_bw, pre_tp;
+  std::vector<double> pre_time, pre_params, pre_stash, pre_f, pre_bi, pre_bw, pre_tp, pre_ep, pre_expert;
   std::vector<int64_t> tied_rows;  // rows with tied_to >= 0
   void BuildPrefix();
   double Time(int64_t a, int64_t b) const { return pre_time[b] - pre_time[a]; }  // layers [a, b)
@@ -65,6 +71,8 @@ struct CostTable {
     return sum;
   }
   double Stash(int64_t a, int64_t b) const { return pre_stash[b] - pre_stash[a]; }
+  // Routed experts' parameters of layers [a, b) on one GPU (sharded over the expert-data-parallel group).
+  double ExpertParams(int64_t a, int64_t b) const { return pre_expert[b] - pre_expert[a]; }
 };
 
 // Where layer costs come from.
@@ -76,9 +84,11 @@ struct CostSource {
 
 // True when every TP-shardable layer accepts degree t.
 bool TpDegreeValid(const ModelSpec& model, int64_t t);
-// True when the model has attention (a transformer_block or attention layer): what sequence
+// True when the model has attention (a transformer_block, moe_block or attention layer): what sequence
 // parallelism splits, selective recompute and context parallelism act on. False for nullptr.
 bool HasAttention(const ModelSpec* model);
+// The routed experts of the model's MoE layers (the first MoE layer's; 0: a dense model).
+int64_t ModelExperts(const ModelSpec* model);
 // What BuildCostTable needs of its source: a cluster; a model or a profile;
 // for analytic costs the cluster's peak for the model's dtype. InvalidArgument
 // naming the file, the field and the fix.
@@ -89,8 +99,11 @@ struct TableShape {
   int64_t cp = 1;                 // context-parallel size
   bool sp = false;                // sequence parallelism (only with tp > 1)
   Recompute recompute = Recompute::kNone;
+  int64_t ep = 1, etp = 1;        // expert-parallel / expert tensor-parallel sizes (MoE layers)
 };
-// Per-layer costs at (microbatch, tp, cp, sp, recompute) (docs/cost_model.md section 2).
+// Per-layer costs at (microbatch, tp, cp, sp, recompute, ep, etp) (docs/cost_model.md section 2,
+// "Expert parallelism"). InvalidArgument for ep > 1 or etp > 1 with a profile, and for an MoE
+// model at tp > 1 without sequence parallelism (Megatron-Core asserts it).
 // NotFound naming the profile and layer when a profile has no timing at tp; InvalidArgument
 // for a profile asked for cp > 1 or SP (it measured neither).
 Status BuildCostTable(const CostSource& src, const TableShape& shape, const CostOptions& options, CostTable* out);

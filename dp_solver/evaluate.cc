@@ -13,6 +13,23 @@ namespace {
 
 size_t Z(int64_t i) { return static_cast<size_t>(i); }
 
+// One parameter set's data-parallel collectives: the gradient all-reduce and reduce-scatter and the
+// parameter all-gather of `params` over `size` ranks `stride` apart (docs/cost_model.md section 3).
+struct DpCollectives {
+  double ar = 0, rs = 0, ag = 0;
+};
+DpCollectives Collectives(const ClusterSpec& c, const StateBytes& sb, double params, int64_t size, int64_t stride) {
+  DpCollectives x;
+  if (size <= 1 || !(params > 0)) return x;
+  const std::vector<int64_t> group = GroupSpread(c, size, stride);
+  // Gradients are reduced in fp32 for bf16 (Megatron-LM: accumulate_allreduce_grads_in_fp32, on for bf16
+  // unless --grad-reduce-in-bf16), else in the training dtype; parameters are gathered in the training dtype.
+  x.ar = AllReduceSeconds(c, params * sb.grad_comm, group, AllReduceUse::kGradient);
+  x.rs = ReduceScatterSeconds(c, params * sb.grad_comm, group, AllReduceUse::kGradient);
+  x.ag = AllGatherSeconds(c, params * sb.weight, group, AllReduceUse::kGradient);
+  return x;
+}
+
 }  // namespace
 
 StateBytes MakeStateBytes(const CostSource& src, const SearchOptions& o) {
@@ -118,7 +135,7 @@ Evaluator::Evaluator(const CostSource& src, const SearchOptions& o, int64_t glob
   if (src.model == nullptr || !src.model->is_gpt) return;
   const auto& layers = src.model->layers;
   for (size_t i = 0; i < layers.size(); ++i) {
-    if (layers[i].type != "transformer_block") continue;
+    if (layers[i].type != "transformer_block" && layers[i].type != "moe_block") continue;
     if (block_end_ == 0) block_begin_ = static_cast<int64_t>(i);
     block_end_ = static_cast<int64_t>(i) + 1;
   }
@@ -203,13 +220,15 @@ void Evaluator::DeviceLoads(const Candidate& k, Evaluation* x) const {
   const CostTable& table = tables_[k.table];
   const int64_t p = k.p, t = k.t, q_count = p * k.v;
   const auto& cuts = *x->cuts;
-  for (auto* v : {&x->params, &x->stash, &x->acts, &x->work, &x->forward_s, &x->backward_s, &x->peak, &x->allreduce_s, &x->largest_layer_params}) {
+  for (auto* v : {&x->params, &x->stash, &x->acts, &x->work, &x->forward_s, &x->backward_s, &x->peak, &x->allreduce_s, &x->largest_layer_params,
+                  &x->expert_params}) {
     v->assign(Z(p), 0);
   }
   for (int64_t q = 0; q < q_count; ++q) {
     size_t r = Z(q % p);
     int64_t a = cuts[Z(q)], e = cuts[Z(q + 1)];
     x->params[r] += table.Params(a, e);
+    x->expert_params[r] += table.ExpertParams(a, e);
     x->stash[r] = std::max(x->stash[r], ChunkStash(k, a, e));
     x->forward_s[r] += x->sim[Z(q)].forward_s;
     x->backward_s[r] += x->sim[Z(q)].backward_input_s + x->sim[Z(q)].backward_weight_s;
@@ -234,11 +253,18 @@ bool Evaluator::ZeroAllowed(int64_t z) const {
   return o_.zero.empty() || std::find(o_.zero.begin(), o_.zero.end(), z) != o_.zero.end();
 }
 
-// Peak bytes per device at ZeRO stage z, sharded over the d x cp ranks that hold the same weights.
+// Model-state bytes on device r at ZeRO stage z: the dense parameters sharded over the d x cp ranks
+// that hold the same weights, the routed experts' over the expert-data-parallel group (MoE folding).
+double Evaluator::StatesBytes(const Candidate& k, int64_t z, size_t r, const Evaluation& x) const {
+  const double expert = x.expert_params[r], dense = x.params[r] - expert;
+  return dense * StateBytesPerParam(sb_, z, k.d * k.cp) + (expert > 0 ? expert * StateBytesPerParam(sb_, z, k.Edp()) : 0.0);
+}
+
+// Peak bytes per device at ZeRO stage z (StatesBytes, activations, working buffers).
 double Evaluator::PeakBytes(const Candidate& k, int64_t z, Evaluation* x) const {
   x->peak_bytes = 0;
   for (int64_t r = 0; r < k.p; ++r) {
-    double states = x->params[Z(r)] * StateBytesPerParam(sb_, z, k.d * k.cp);
+    double states = StatesBytes(k, z, Z(r), *x);
     // ZeRO-3 / FSDP holds the layer it computes gathered whole, and prefetches the next one.
     if (z == 3 && k.d * k.cp > 1) states += 2 * x->largest_layer_params[Z(r)] * sb_.weight;
     x->peak[Z(r)] = states + x->acts[Z(r)] + x->work[Z(r)];
@@ -276,20 +302,18 @@ void Evaluator::SettleMemory(const Candidate& k, Evaluation* x) const {
 }
 
 // Device r's exposed data-parallel seconds at ZeRO stage z (docs/cost_model.md section 3); *total_s
-// gets the whole communication. The group holding the same weights is d x cp ranks t apart
-// (rank order tp-cp-dp-pp: CP ranks replicate the weights, so gradients reduce over both).
+// gets the whole communication. The group holding the same dense weights is d x cp ranks t apart
+// (rank order tp-cp-dp-pp: CP ranks replicate the weights, so gradients reduce over both); the
+// routed experts' is the expert-data-parallel group, edp ranks ep x etp apart (MoE parallel folding).
 double Evaluator::DeviceDpSeconds(const Candidate& k, const Evaluation& x, int64_t z, size_t r, double* total_s) const {
   const ClusterSpec& c = *src_.cluster;
   const int64_t g = k.d * k.cp;
   *total_s = 0;
-  if (g <= 1 || !(x.params[r] > 0)) return 0;
-  const std::vector<int64_t> group = GroupSpread(c, g, k.t);
-  // Gradients are reduced in fp32 for bf16 (Megatron-LM: accumulate_allreduce_grads_in_fp32, on for bf16
-  // unless --grad-reduce-in-bf16), else in the training dtype; parameters are gathered in the training dtype.
-  const double grad_bytes = x.params[r] * sb_.grad_comm, param_bytes = x.params[r] * sb_.weight;
-  const double ar = AllReduceSeconds(c, grad_bytes, group, AllReduceUse::kGradient);
-  const double rs = ReduceScatterSeconds(c, grad_bytes, group, AllReduceUse::kGradient);
-  const double ag = AllGatherSeconds(c, param_bytes, group, AllReduceUse::kGradient);
+  const double expert = x.expert_params[r];
+  const DpCollectives dense_c = Collectives(c, sb_, x.params[r] - expert, g, k.t);
+  const DpCollectives expert_c = Collectives(c, sb_, expert, k.Edp(), k.ep * k.etp);
+  const double ar = dense_c.ar + expert_c.ar, rs = dense_c.rs + expert_c.rs, ag = dense_c.ag + expert_c.ag;
+  if (!(ar > 0)) return 0;
   const double bucket = BucketParams(g) / x.params[r], m = static_cast<double>(k.m);
   const bool og = o_.cost.overlap_grad_reduce || o_.cost.dp_overlap, opg = o_.cost.overlap_param_gather;
   const double fwd = x.forward_s[r], bwd = x.backward_s[r];
@@ -317,12 +341,12 @@ void Evaluator::DataParallelTimes(const Candidate& k, int64_t z, Evaluation* x) 
   const ClusterSpec& c = *src_.cluster;
   x->dp_s = 0;
   x->optimizer_s = 0;
-  const double shard = z >= 1 ? static_cast<double>(k.d * k.cp) : 1.0;
+  const double shard = z >= 1 ? static_cast<double>(k.d * k.cp) : 1.0, expert_shard = z >= 1 ? static_cast<double>(k.Edp()) : 1.0;
   for (int64_t r = 0; r < k.p; ++r) {
     const size_t ru = Z(r);
     x->dp_s = std::max(x->dp_s, DeviceDpSeconds(k, *x, z, ru, &x->allreduce_s[ru]));
-    x->optimizer_s = std::max(x->optimizer_s, x->params[ru] / shard * o_.cost.optimizer_bytes_per_param /
-                                                  (c.hbm_bandwidth_GBps * 1e9 * c.hbm_efficiency));
+    const double stepped = (x->params[ru] - x->expert_params[ru]) / shard + x->expert_params[ru] / expert_shard;
+    x->optimizer_s = std::max(x->optimizer_s, stepped * o_.cost.optimizer_bytes_per_param / (c.hbm_bandwidth_GBps * 1e9 * c.hbm_efficiency));
   }
 }
 
@@ -355,11 +379,14 @@ PlanStage Evaluator::UniformStage(const Candidate& k, const Evaluation& x, int64
   ps.backward_input_s = y.backward_input_s;
   ps.backward_weight_s = y.backward_weight_s;
   ps.tp_comm_s = table.pre_tp[Z(e)] - table.pre_tp[Z(a)] + BlockDelta(k, &CostTable::pre_tp, a, e);
+  ps.ep_comm_s = table.pre_ep[Z(e)] - table.pre_ep[Z(a)] + BlockDelta(k, &CostTable::pre_ep, a, e);
   ps.p2p_s = x.send[Z(q)];
   ps.dp_allreduce_s = x.allreduce_s[r];
   ps.in_flight = InFlight(k, static_cast<int64_t>(r));
-  ps.weights_bytes = x.params[r] * (sb_.weight + sb_.fp8_weight_copy) / (x.zero == 3 ? static_cast<double>(d * k.cp) : 1.0);
-  ps.optimizer_bytes = x.params[r] * StateBytesPerParam(sb_, x.zero, d * k.cp) - ps.weights_bytes;
+  const double expert = x.expert_params[r], w = sb_.weight + sb_.fp8_weight_copy;
+  ps.weights_bytes = (x.params[r] - expert) * w / (x.zero == 3 ? static_cast<double>(d * k.cp) : 1.0) +
+                     expert * w / (x.zero == 3 ? static_cast<double>(k.Edp()) : 1.0);
+  ps.optimizer_bytes = StatesBytes(k, x.zero, r, x) - ps.weights_bytes;
   ps.activations_bytes = x.acts[r];
   ps.peak_memory_bytes = x.peak[r];
   return ps;
@@ -381,6 +408,13 @@ void PlanNotes(const Candidate& k, int64_t zero, const CostOptions& o, std::vect
   if (k.cp > 1) {
     notes->push_back(fmt::format("Megatron --context-parallel-size {}: ring attention, causal load balancing ({} chunks), rank order tp-cp-dp-pp", k.cp, 2 * k.cp));
   }
+  if (k.ep > 1 || k.etp > 1) {
+    notes->push_back(fmt::format("Megatron-Core MoE parallel folding: each stage's tp x cp x dp = {} GPUs re-read as etp {} x ep {} x edp {} for the expert layers; "
+                                 "token dispatch and combine as all-to-all over the EP group (--moe-token-dispatcher-type alltoall), load imbalance {:.3g}, "
+                                 "all-to-all {}; expert optimizer states sharded over the EDP group",
+                                 k.t * k.cp * k.d, k.etp, k.ep, k.Edp(), o.moe_imbalance,
+                                 o.moe_overlap ? "overlapped with the layer's compute (Megatron --overlap-moe-expert-parallel-comm)" : "exposed"));
+  }
   if (k.d * k.cp > 1) {
     notes->push_back(fmt::format("gradient reduce {}, parameter gather {} (Megatron --overlap-grad-reduce / --overlap-param-gather, buckets of max(40M, 1M x dp) parameters)",
                                  o.overlap_grad_reduce || o.dp_overlap ? "overlapped with backward" : "not overlapped",
@@ -400,6 +434,8 @@ Plan Evaluator::UniformPlan(const Candidate& k, const Evaluation& x, const SimRe
   pl.tp = k.t;
   pl.cp = k.cp;
   pl.sequence_parallel = k.sp && k.t > 1;
+  pl.ep = k.ep;
+  pl.etp = k.etp;
   pl.pp = k.p;
   pl.dp = k.d;
   pl.microbatch_size = k.b;

@@ -56,6 +56,7 @@ struct Evaluation {
   // Per device (pipeline position):
   std::vector<double> params, stash, acts, work, forward_s, backward_s, peak, allreduce_s;  // stash: the largest chunk's; acts: peak activations
   std::vector<double> largest_layer_params;     // per device: its largest layer's parameters (ZeRO-3 gathers one whole)
+  std::vector<double> expert_params;            // per device: the routed experts' part of params (sharded over the EDP group)
   int64_t zero = -1;                            // the fastest ZeRO stage that fits; -1: none fits
   int64_t zero_max = 0;                         // the highest ZeRO stage tried (MaxZeroStage); -1: --zero allowed none
   double peak_bytes = 0, dp_s = 0, optimizer_s = 0;
@@ -94,6 +95,7 @@ class Evaluator {
   void DeviceLoads(const Candidate& k, Evaluation* x) const;
   double PeakBytes(const Candidate& k, int64_t z, Evaluation* x) const;
   void SettleMemory(const Candidate& k, Evaluation* x) const;
+  double StatesBytes(const Candidate& k, int64_t z, size_t r, const Evaluation& x) const;
   double DeviceDpSeconds(const Candidate& k, const Evaluation& x, int64_t z, size_t r, double* total_s) const;
   void DataParallelTimes(const Candidate& k, int64_t z, Evaluation* x) const;
   PlanStage UniformStage(const Candidate& k, const Evaluation& x, int64_t q) const;

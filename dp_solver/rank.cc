@@ -20,7 +20,7 @@ void Ranking::Keep(Plan&& pl) {
   // One runner-up per layout and time.
   for (const auto& k : best_) {
     const Plan& q = k.plan;
-    if (q.config == pl.config && q.tp == pl.tp && q.pp == pl.pp && q.cp == pl.cp && q.sequence_parallel == pl.sequence_parallel &&
+    if (q.config == pl.config && q.tp == pl.tp && q.pp == pl.pp && q.cp == pl.cp && q.ep == pl.ep && q.etp == pl.etp && q.sequence_parallel == pl.sequence_parallel &&
         q.schedule == pl.schedule && q.interleave == pl.interleave && q.recompute == pl.recompute && q.zero_stage == pl.zero_stage && std::fabs(k.iteration_s - iter) <= 1e-9 * iter) {
       return;
     }
@@ -44,7 +44,8 @@ void Ranking::NoFit(const Candidate& k, const Evaluation& x, double usable) {
   least_overflow_bytes_ = over;
   size_t worst = static_cast<size_t>(std::max_element(x.peak.begin(), x.peak.end()) - x.peak.begin());
   binding_ = fmt::format("stage {} needs {:.1f} GiB > {:.1f} GiB usable ({:.0f} bytes; best try: tp={} cp={} pp={} dp={}{} microbatch={} {} recompute={}, ZeRO-{}{})",
-                         worst, x.peak[worst] / kGiB, usable / kGiB, x.peak[worst], k.t, k.cp, k.p, k.d, k.sp && k.t > 1 ? " sp" : "", k.b, ScheduleName(k.s), RecomputeName(k.rc), x.zero_max,
+                         worst, x.peak[worst] / kGiB, usable / kGiB, x.peak[worst], k.t, k.cp, k.p, k.d,
+                         (k.sp && k.t > 1 ? " sp" : "") + (k.ep > 1 || k.etp > 1 ? fmt::format(" ep={} etp={}", k.ep, k.etp) : std::string()), k.b, ScheduleName(k.s), RecomputeName(k.rc), x.zero_max,
                          k.p > 1 && k.d > 1 && x.zero_max == 1 ? "; ZeRO-2/3 are not run with pipelining" : "");
 }
 
@@ -62,6 +63,8 @@ PlanSummary RunnerUp(const Plan& r, const Plan& win) {
   s.config = r.config;
   s.tp = r.tp;
   s.cp = r.cp;
+  s.ep = r.ep;
+  s.etp = r.etp;
   s.sequence_parallel = r.sequence_parallel;
   s.pp = r.pp;
   s.dp = r.dp;

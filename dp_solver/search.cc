@@ -46,6 +46,55 @@ std::vector<int64_t> BalancedPartition(const CostTable& t, int64_t k) {
 
 namespace {
 
+std::string JoinValues(const std::vector<int64_t>& v) {
+  std::string s;
+  for (int64_t x : v) s += (s.empty() ? "" : ", ") + std::to_string(x);
+  return s;
+}
+
+// --ep / --etp against the model and the GPUs: a dense model takes only 1; ep divides the experts;
+// some forced ep x etp divides the GPUs of a pipeline stage (gpus / pp). InvalidArgument naming the fix.
+Status CheckExpertFlags(const CostSource& src, const SearchOptions& o) {
+  for (int64_t v : o.ep) {
+    if (v < 1) return Status::InvalidArgument(fmt::format("--ep {}: expert-parallel sizes start at 1", v));
+  }
+  for (int64_t v : o.etp) {
+    if (v < 0) return Status::InvalidArgument(fmt::format("--etp {}: expert tensor-parallel sizes start at 1", v));
+  }
+  const int64_t experts = ModelExperts(src.profile == nullptr ? src.model : nullptr);
+  const bool forced = std::any_of(o.ep.begin(), o.ep.end(), [](int64_t v) { return v > 1; }) ||
+                      std::any_of(o.etp.begin(), o.etp.end(), [](int64_t v) { return v > 1; });
+  if (experts == 0) {
+    if (!forced) return Status::OK();
+    return Status::InvalidArgument(fmt::format("--ep {} --etp {}: {} has no MoE layers (no experts to split); drop --ep / --etp",
+                                               o.ep.empty() ? "1" : JoinValues(o.ep), o.etp.empty() ? "1" : JoinValues(o.etp),
+                                               src.model != nullptr && src.profile == nullptr ? src.model->name : "a measured profile"));
+  }
+  const bool sp_off = !o.sequence_parallel.empty() && std::none_of(o.sequence_parallel.begin(), o.sequence_parallel.end(), [](int v) { return v != 0; });
+  if (sp_off && !o.tp.empty() && std::all_of(o.tp.begin(), o.tp.end(), [](int64_t t) { return t > 1; })) {
+    return Status::InvalidArgument(fmt::format("--sp off with --tp {}: Megatron-Core's MoE layers need sequence parallelism with tp > 1; use --sp on or --tp 1",
+                                               JoinValues(o.tp)));
+  }
+  std::vector<int64_t> divisors;
+  for (int64_t d = 1; d <= experts; ++d) if (experts % d == 0) divisors.push_back(d);
+  for (int64_t v : o.ep) {
+    if (experts % v != 0) {
+      return Status::InvalidArgument(fmt::format("--ep {}: does not divide the {} experts of {}; choose a divisor of {} ({})", v, experts,
+                                                 src.model->name, experts, JoinValues(divisors)));
+    }
+  }
+  if (o.ep.empty()) return Status::OK();
+  const std::vector<int64_t> etps = o.etp.empty() ? std::vector<int64_t>{1} : o.etp, pps = o.pp.empty() ? std::vector<int64_t>{1} : o.pp;
+  for (int64_t ep : o.ep)
+    for (int64_t etp : etps)
+      for (int64_t p : pps)
+        if (o.gpus % p == 0 && (o.gpus / p) % (ep * std::max<int64_t>(1, etp)) == 0) return Status::OK();
+  return Status::InvalidArgument(fmt::format("--ep {}{}: ep x etp divides no stage's GPUs (--gpus {}{}): Megatron-Core folds the expert groups out of "
+                                             "a pipeline stage's tp x cp x dp GPUs; choose --ep (x --etp) dividing {}",
+                                             JoinValues(o.ep), o.etp.empty() ? "" : " --etp " + JoinValues(o.etp), o.gpus,
+                                             o.pp.empty() ? "" : " / --pp " + JoinValues(o.pp), o.pp.size() == 1 ? o.gpus / std::max<int64_t>(1, o.pp[0]) : o.gpus));
+}
+
 // What the search cannot serve, before any candidate: InvalidArgument naming
 // the flag or file and the fix.
 Status CheckRequest(const CostSource& src, const SearchOptions& o, int64_t* batch) {
@@ -67,6 +116,7 @@ Status CheckRequest(const CostSource& src, const SearchOptions& o, int64_t* batc
   }
   *batch = o.global_batch > 0 ? o.global_batch : (src.model ? src.model->global_batch : 0);
   if (*batch < 1) return Status::InvalidArgument("the global batch is unknown; pass --global-batch");
+  PLANNER_RETURN_IF_ERROR(CheckExpertFlags(src, o));
   return CheckCostSource(src);
 }
 
@@ -81,13 +131,37 @@ std::vector<std::pair<int64_t, bool>> SequenceSplits(const CostSource& src, cons
     }
     bool off = false, on = false;
     for (int s : sp.sp) (s != 0 && t > 1 ? on : off) = true;
+    if (off && t > 1 && sp.experts > 0) {  // Megatron-Core's MoE layers assert sequence parallelism with TP
+      if (rank->rejections().tp.empty()) rank->rejections().tp = fmt::format("tp={} without sequence parallelism: MoE layers need --sp on with tp > 1", t);
+      off = false;
+    }
     if (off) out.emplace_back(cp, false);
     if (on) out.emplace_back(cp, true);
   }
   return out;
 }
 
-// One cost table per admissible (tp, cp, sp, microbatch, recompute), in that order.
+// The tables at one (tp, cp, sp, ep, etp): one per microbatch and recompute. A table the inputs
+// cannot cost is an error when --tp asked for its tp, else noted in *first_error.
+Status BuildTablesAt(const CostSource& src, const SearchSpace& sp, const SearchOptions& o, TableShape shape, Evaluator* ev, Status* first_error) {
+  for (int64_t b : sp.microbatch) {
+    for (Recompute rc : sp.recompute) {
+      shape.microbatch = b;
+      shape.recompute = rc;
+      CostTable table;
+      Status s = BuildCostTable(src, shape, o.cost, &table);
+      if (s.ok()) {
+        ev->AddTable(std::move(table));
+        continue;
+      }
+      if (!o.tp.empty()) return s;  // a tp asked for
+      if (first_error->ok()) *first_error = s;
+    }
+  }
+  return Status::OK();
+}
+
+// One cost table per admissible (tp, cp, sp, ep, etp, microbatch, recompute), in that order.
 // A table the inputs cannot cost (a profile without timings at a tp) is an
 // error when --tp asked for that tp or when no table can be costed; else the
 // search goes on without it (the cause is named if no plan is found).
@@ -100,17 +174,13 @@ Status BuildCostTables(const CostSource& src, const SearchSpace& sp, const Searc
       continue;
     }
     for (const auto& [cp, seq_par] : SequenceSplits(src, sp, t, rank)) {
-      for (int64_t b : sp.microbatch) {
-        for (Recompute rc : sp.recompute) {
-          CostTable table;
-          Status s = BuildCostTable(src, TableShape{b, t, cp, seq_par, rc}, o.cost, &table);
-          if (s.ok()) {
-            ev->AddTable(std::move(table));
-            continue;
-          }
-          if (!o.tp.empty()) return s;  // a tp asked for
-          if (first_error.ok()) first_error = s;
+      for (const auto& [ep, etp] : ExpertSplits(sp, t)) {
+        std::string ep_rejected = EpRejection(sp, src.model, ep, etp);
+        if (!ep_rejected.empty()) {
+          if (rank->rejections().ep.empty()) rank->rejections().ep = std::move(ep_rejected);
+          continue;
         }
+        PLANNER_RETURN_IF_ERROR(BuildTablesAt(src, sp, o, TableShape{1, t, cp, seq_par, Recompute::kNone, ep, etp}, ev, &first_error));
       }
     }
   }
@@ -124,7 +194,9 @@ int64_t FullTableOf(const std::vector<CostTable>& tables, size_t ti) {
   const CostTable& a = tables[ti];
   for (size_t j = 0; j < tables.size(); ++j) {
     const CostTable& f = tables[j];
-    if (f.recompute == Recompute::kFull && f.tp == a.tp && f.cp == a.cp && f.sp == a.sp && f.microbatch == a.microbatch) return static_cast<int64_t>(j);
+    if (f.recompute == Recompute::kFull && f.tp == a.tp && f.cp == a.cp && f.sp == a.sp && f.microbatch == a.microbatch && f.ep == a.ep && f.etp == a.etp) {
+      return static_cast<int64_t>(j);
+    }
   }
   return -1;
 }
@@ -245,7 +317,7 @@ Status ReplicationMismatch(const std::vector<int64_t>& forced, int64_t t, int64_
 Status SearchReplicated(const CostSource& src, const SearchSpace& sp, SearchOptions& o, const Evaluator& ev, Ranking* rank) {
   if (!o.zero.empty() && std::find(o.zero.begin(), o.zero.end(), 0) == o.zero.end()) return Status::OK();  // PipeDream runs no ZeRO
   for (const CostTable& table : ev.tables()) {
-    if (table.recompute != Recompute::kNone || table.cp != 1) continue;
+    if (table.recompute != Recompute::kNone || table.cp != 1 || table.ep != 1 || table.etp != 1) continue;  // no CP, no EP in PipeDream's family
     if (std::find(sp.ranked.begin(), sp.ranked.end(), Recompute::kNone) == sp.ranked.end()) continue;  // built for block recompute only
     const int64_t t = table.tp, b = table.microbatch, workers = sp.gpus / t;
     if (sp.global_batch % b != 0 || workers < 2) continue;

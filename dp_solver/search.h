@@ -38,6 +38,10 @@ struct SearchOptions {
   int64_t max_zero_stage = 3;
   std::vector<int64_t> cp;              // context-parallel sizes; empty: the search's defaults (docs/cost_model.md)
   std::vector<int> sequence_parallel;   // 0 (off) / 1 (on, tp > 1 only); empty: the search's defaults
+  // Expert parallelism (MoE models; docs/cost_model.md, "Expert parallelism"): expert-parallel sizes
+  // (empty: every divisor of the experts) and expert tensor-parallel sizes (empty: 1 and tp; 0 in
+  // the list stands for tp, Megatron's default). ep x etp must divide tp x cp x dp.
+  std::vector<int64_t> ep, etp;
   std::vector<int64_t> zero;            // ZeRO stages allowed (0..3, `--zero`); empty: all
   int64_t max_replicated_units = 32;    // per-stage replication DP: workers grouped to at most this many units
   std::vector<int64_t> replication;     // non-empty: only this per-stage replica vector ("2-1-1", in TP groups), pipedream schedule

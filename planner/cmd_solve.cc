@@ -34,7 +34,9 @@ struct SolveArgs {
   bool json = false;
   int top = 5;
   int64_t global_batch = 0;
-  std::vector<int64_t> tp, pp, microbatch, interleave, vp, cp, zero;
+  std::vector<int64_t> tp, pp, microbatch, interleave, vp, cp, zero, ep, etp;
+  double moe_imbalance = 1.0;
+  std::string moe_overlap = "off";
   std::string replication, sp, precision, train_tokens_text;
   std::string overlap_grad_reduce = "on", overlap_param_gather = "on";
   int64_t seq = 0;
@@ -340,6 +342,24 @@ struct SolveInputs {
   std::vector<std::string> notes;  // comm curves applied, model overrides
 };
 
+// --moe-imbalance and --moe-overlap (docs/cost_model.md, "Expert parallelism").
+Status MoeCostFlags(const SolveArgs& a, SearchOptions* o) {
+  for (int64_t v : a.etp) {
+    if (v < 1) return Status::InvalidArgument(fmt::format("--etp {}: expert tensor-parallel sizes start at 1 (Megatron's default is tp)", v));
+  }
+  if (!(a.moe_imbalance >= 1) || !std::isfinite(a.moe_imbalance)) {
+    return Status::InvalidArgument(fmt::format("--moe-imbalance {}: the busiest expert-parallel rank's tokens over the mean is at least 1; "
+                                               "give 1 (balanced routing) or the measured ratio, e.g. 1.2", a.moe_imbalance));
+  }
+  o->cost.moe_imbalance = a.moe_imbalance;
+  if (a.moe_overlap != "on" && a.moe_overlap != "off") {
+    return Status::InvalidArgument(fmt::format("--moe-overlap: unknown value '{}'{}; use on (all-to-all hidden behind the MoE layer's compute) or off",
+                                               a.moe_overlap, DidYouMean(a.moe_overlap, {"on", "off"})));
+  }
+  o->cost.moe_overlap = a.moe_overlap == "on";
+  return Status::OK();
+}
+
 // The auto search's options for a.gpus GPUs (the flags checked by CheckLayoutFlags).
 Status BuildSearchOptions(const SolveArgs& a, const SolveInputs& in, SearchOptions* o) {
   o->gpus = a.gpus;
@@ -350,6 +370,8 @@ Status BuildSearchOptions(const SolveArgs& a, const SolveInputs& in, SearchOptio
   o->pp = a.pp;
   o->cp = a.cp;
   o->zero = a.zero;
+  o->ep = a.ep;
+  o->etp = a.etp;
   o->microbatch = a.microbatch;
   o->interleave = a.interleave;
   for (int64_t v : a.vp) {
@@ -385,6 +407,7 @@ Status BuildSearchOptions(const SolveArgs& a, const SolveInputs& in, SearchOptio
     }
     *out = *text == "on";
   }
+  PLANNER_RETURN_IF_ERROR(MoeCostFlags(a, o));
   o->cost.p2p_overlap = a.p2p_overlap;
   o->cost.scatter_gather = !a.no_scatter_gather;
   o->cost.bytes_per_param = a.bytes_per_param;
@@ -396,6 +419,7 @@ Status BuildSearchOptions(const SolveArgs& a, const SolveInputs& in, SearchOptio
 void NoteUnappliedFlags(const SolveArgs& a, Plan* plan) {
   auto allowed = [](const std::vector<int64_t>& v, int64_t x) { return v.empty() || std::find(v.begin(), v.end(), x) != v.end(); };
   if (!allowed(a.cp, plan->cp)) plan->notes.push_back(fmt::format("--cp {} was asked but the plan has cp {}: the search did not apply it", JoinInts(a.cp), plan->cp));
+  if (!allowed(a.ep, plan->ep)) plan->notes.push_back(fmt::format("--ep {} was asked but the plan has ep {}: the search did not apply it", JoinInts(a.ep), plan->ep));
   const int64_t zero = ZeroStageNumber(plan->zero_stage);
   if (!allowed(a.zero, zero)) plan->notes.push_back(fmt::format("--zero {} was asked but the plan has ZeRO {}: the search did not apply it", JoinInts(a.zero), zero));
   if ((a.sp == "on" && plan->tp > 1 && !plan->sequence_parallel) || (a.sp == "off" && plan->sequence_parallel)) {
@@ -519,6 +543,10 @@ Runner RegisterSolve(CLI::App& app) {
   cmd->add_option("--tp", a->tp, "tensor-parallel degrees to try")->delimiter(',');
   cmd->add_option("--pp", a->pp, "pipeline depths to try")->delimiter(',');
   cmd->add_option("--cp", a->cp, "context-parallel sizes to try (2 x cp must divide the sequence; tp x cp x pp must divide --gpus)")->delimiter(',');
+  cmd->add_option("--ep", a->ep, "expert-parallel sizes to try (MoE models; each divides the experts; ep x etp divides tp x cp x dp; default: every divisor of the experts)")->delimiter(',');
+  cmd->add_option("--etp", a->etp, "expert tensor-parallel sizes to try (MoE models; default: 1 and tp, Megatron's default being tp)")->delimiter(',');
+  cmd->add_option("--moe-imbalance", a->moe_imbalance, "busiest expert-parallel rank's routed tokens over the mean, dropless routing (default 1: balanced; set the measured ratio)");
+  cmd->add_option("--moe-overlap", a->moe_overlap, "on: the MoE all-to-all hidden behind the layer's compute of the same pass (DualPipe / Megatron's EP overlap), off (default): exposed");
   cmd->add_option("--sp", a->sp, "sequence parallelism with tp > 1: on, off or both (default: the search's)");
   cmd->add_option("--zero", a->zero, "ZeRO stages to try: 0,1,2,3 (1 is Megatron's distributed optimizer, 3 FSDP; default all)")->delimiter(',');
   cmd->add_option("--microbatch", a->microbatch, "microbatch sizes to try")->delimiter(',');

@@ -13,9 +13,10 @@ std::string RenderPlanSummary(const Plan& p) {
   std::string o;
   o += fmt::format("model {} on {} x {} ({}), global batch {}\n", p.model_name, p.gpus, p.cluster_name,
                    p.cost_source, p.global_batch);
-  o += fmt::format("configuration: tp-pp-dp {} | cp {} | sp {} | replication {} | microbatch {} x {} | schedule {}{} | recompute {} | ZeRO {}\n",
+  o += fmt::format("configuration: tp-pp-dp {} | cp {} | sp {} | replication {} | microbatch {} x {} | schedule {}{} | recompute {} | ZeRO {} | ep {} etp {}\n",
                    p.ParallelString(), p.cp, p.sequence_parallel ? "on" : "off", p.config, p.microbatch_size, p.num_microbatches, ScheduleName(p.schedule),
-                   p.interleave > 1 ? fmt::format(" (v={})", p.interleave) : "", RecomputeLabel(p.recompute, p.recompute_num_layers), ZeroStageNumber(p.zero_stage));
+                   p.interleave > 1 ? fmt::format(" (v={})", p.interleave) : "", RecomputeLabel(p.recompute, p.recompute_num_layers), ZeroStageNumber(p.zero_stage),
+                   p.ep, p.etp);
   const auto& x = p.predicted;
   // Small devices (CPU ranks) read better in GFLOP/s; no figure when the model's FLOPs are unknown (profile only).
   const std::string rate = x.tflops_per_gpu <= 0 ? std::string("FLOP/s n/a (no model file)")
@@ -32,16 +33,16 @@ std::string RenderPlanSummary(const Plan& p) {
 }
 
 std::string RenderStageTable(const Plan& p) {
-  std::string o = fmt::format("{:>5} {:>5} {:>9} {:>24} {:>4} {:>3} {:>10} {:>10} {:>10} {:>10} {:>10} {:>7} {:>10}\n",
+  std::string o = fmt::format("{:>5} {:>5} {:>9} {:>24} {:>4} {:>3} {:>10} {:>10} {:>10} {:>11} {:>10} {:>10} {:>7} {:>10}\n",
                               "stage", "chunk", "layers", "first..last", "repl", "tp", "fwd (ms)", "bwd-in (ms)",
-                              "bwd-w (ms)", "p2p (ms)", "dp-ar (ms)", "inflt", "mem (GiB)");
+                              "bwd-w (ms)", "ep-a2a (ms)", "p2p (ms)", "dp-ar (ms)", "inflt", "mem (GiB)");
   for (size_t i = 0; i < p.stages.size(); ++i) {
     const auto& s = p.stages[i];
     std::string names = s.first_layer_name == s.last_layer_name ? s.first_layer_name : s.first_layer_name + ".." + s.last_layer_name;
     if (names.size() > 24) names = names.substr(0, 21) + "...";
-    o += fmt::format("{:>5} {:>5} {:>9} {:>24} {:>4} {:>3} {:>10.3f} {:>10.3f} {:>10.3f} {:>10.3f} {:>10.3f} {:>7} {:>10.2f}\n",
+    o += fmt::format("{:>5} {:>5} {:>9} {:>24} {:>4} {:>3} {:>10.3f} {:>10.3f} {:>10.3f} {:>11.3f} {:>10.3f} {:>10.3f} {:>7} {:>10.2f}\n",
                      i, s.chunk, fmt::format("{}-{}", s.first_layer, s.last_layer), names, s.replicas, s.tp,
-                     s.forward_s * 1e3, s.backward_input_s * 1e3, s.backward_weight_s * 1e3, s.p2p_s * 1e3,
+                     s.forward_s * 1e3, s.backward_input_s * 1e3, s.backward_weight_s * 1e3, s.ep_comm_s * 1e3, s.p2p_s * 1e3,
                      s.dp_allreduce_s * 1e3, s.in_flight, s.peak_memory_bytes / kGiB);
   }
   return o;
@@ -49,14 +50,14 @@ std::string RenderStageTable(const Plan& p) {
 
 std::string RenderRunnersUp(const Plan& p) {
   if (p.runners_up.empty()) return "";
-  std::string o = fmt::format("{:>4} {:>10} {:>3} {:>3} {:>12} {:>12} {:>6} {:>13} {:>9} {:>5} {:>14} {:>11}  {}\n", "rank", "tp-pp-dp", "cp", "sp",
-                              "replication", "microbatch", "m", "schedule", "recompute", "ZeRO", "iteration (s)", "samples/s", "why it lost");
+  std::string o = fmt::format("{:>4} {:>10} {:>3} {:>3} {:>4} {:>3} {:>12} {:>12} {:>6} {:>13} {:>9} {:>5} {:>14} {:>11}  {}\n", "rank", "tp-pp-dp", "cp", "sp",
+                              "ep", "etp", "replication", "microbatch", "m", "schedule", "recompute", "ZeRO", "iteration (s)", "samples/s", "why it lost");
   for (size_t i = 0; i < p.runners_up.size(); ++i) {
     const auto& s = p.runners_up[i];
     std::string sched = ScheduleName(s.schedule) + (s.interleave > 1 ? fmt::format("/v{}", s.interleave) : "");
     std::string repl = s.config.size() > 12 ? s.config.substr(0, 11) + "~" : s.config;
-    o += fmt::format("{:>4} {:>10} {:>3} {:>3} {:>12} {:>12} {:>6} {:>13} {:>9} {:>5} {:>14.4f} {:>11.2f}  {}\n", i + 2,
-                     fmt::format("{}-{}-{}", s.tp, s.pp, s.dp), s.cp, s.sequence_parallel ? "on" : "off", repl, s.microbatch_size, s.num_microbatches, sched, RecomputeLabel(s.recompute, s.recompute_num_layers),
+    o += fmt::format("{:>4} {:>10} {:>3} {:>3} {:>4} {:>3} {:>12} {:>12} {:>6} {:>13} {:>9} {:>5} {:>14.4f} {:>11.2f}  {}\n", i + 2,
+                     fmt::format("{}-{}-{}", s.tp, s.pp, s.dp), s.cp, s.sequence_parallel ? "on" : "off", s.ep, s.etp, repl, s.microbatch_size, s.num_microbatches, sched, RecomputeLabel(s.recompute, s.recompute_num_layers),
                      ZeroStageNumber(s.zero_stage), s.iteration_s, s.samples_per_second, s.why_lost);
   }
   return o;
@@ -107,10 +108,11 @@ std::string RenderTrainingTime(const Plan& p, double train_tokens) {
 
 std::string RenderScalingTable(const std::vector<ScalingRow>& rows, double train_tokens) {
   const bool train = train_tokens > 0;
+  // The expert-parallel sizes come last so the columns before them keep their places.
   std::string o = fmt::format("{:>6} {:>3} {:>3} {:>3} {:>5} {:>3} {:>3} {:>4} {:>13} {:>9} {:>4} {:>12} {:>17} {:>14} {:>7} {:>7} {:>13}", "GPUs", "tp", "cp",
                               "pp", "dp", "vp", "sp", "mbs", "schedule", "recompute", "ZeRO", "tokens/s/GPU", "model TFLOP/s/GPU", "hw TFLOP/s/GPU",
                               "MFU (%)", "HFU (%)", "iteration (s)");
-  o += train ? fmt::format(" {:>9} {:>11}\n", "days", "GPU-hours") : "\n";
+  o += (train ? fmt::format(" {:>9} {:>11}", "days", "GPU-hours") : "") + fmt::format(" {:>4} {:>3}\n", "ep", "etp");
   for (const auto& r : rows) {
     if (!r.error.empty()) {
       o += fmt::format("{:>6} no plan: {}\n", r.gpus, r.error);
@@ -123,8 +125,9 @@ std::string RenderScalingTable(const std::vector<ScalingRow>& rows, double train
                      ZeroStageNumber(p.zero_stage), OrNa(x.tokens_per_second_per_gpu, "{:.1f}"), OrNa(x.model_tflops_per_gpu, "{:.1f}"),
                      OrNa(x.tflops_per_gpu, "{:.1f}"), OrNa(100 * x.mfu, "{:.1f}"), OrNa(100 * x.hfu, "{:.1f}"), x.iteration_s);
     double days = 0, gpu_hours = 0;
-    if (train && TrainingTime(p, train_tokens, &days, &gpu_hours)) o += fmt::format(" {:>9} {:>11}\n", FormatAmount(days), FormatAmount(gpu_hours));
-    else o += train ? fmt::format(" {:>9} {:>11}\n", "n/a", "n/a") : "\n";
+    if (train && TrainingTime(p, train_tokens, &days, &gpu_hours)) o += fmt::format(" {:>9} {:>11}", FormatAmount(days), FormatAmount(gpu_hours));
+    else if (train) o += fmt::format(" {:>9} {:>11}", "n/a", "n/a");
+    o += fmt::format(" {:>4} {:>3}\n", p.ep, p.etp);
   }
   if (train) o += fmt::format("days and GPU-hours to train on {} tokens: days = tokens / (tokens/s/GPU x GPUs) / 86400\n", FormatCount(train_tokens));
   return o;

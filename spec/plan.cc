@@ -187,6 +187,7 @@ Tree PlanTree(const Plan& p) {
     st.Add("backward_input_seconds", Tree::Num(s.backward_input_s));
     st.Add("backward_weight_seconds", Tree::Num(s.backward_weight_s));
     st.Add("tp_comm_seconds", Tree::Num(s.tp_comm_s));
+    st.Add("ep_comm_seconds", Tree::Num(s.ep_comm_s));
     st.Add("p2p_seconds", Tree::Num(s.p2p_s));
     st.Add("dp_allreduce_seconds", Tree::Num(s.dp_allreduce_s));
     st.Add("in_flight_microbatches", Tree::Int(s.in_flight));
@@ -338,6 +339,7 @@ Status ParsePlan(const std::string& path, const std::string& text, Plan* out) {
     PLANNER_RETURN_IF_ERROR(r.GetDouble(n, "backward_input_seconds", f + ".backward_input_seconds", &s.backward_input_s, true, 0, false));
     PLANNER_RETURN_IF_ERROR(r.GetDouble(n, "backward_weight_seconds", f + ".backward_weight_seconds", &s.backward_weight_s, true, 0, false));
     PLANNER_RETURN_IF_ERROR(r.GetDouble(n, "tp_comm_seconds", f + ".tp_comm_seconds", &s.tp_comm_s, false, 0, false));
+    PLANNER_RETURN_IF_ERROR(r.GetDouble(n, "ep_comm_seconds", f + ".ep_comm_seconds", &s.ep_comm_s, false, 0, false));
     PLANNER_RETURN_IF_ERROR(r.GetDouble(n, "p2p_seconds", f + ".p2p_seconds", &s.p2p_s, false, 0, false));
     PLANNER_RETURN_IF_ERROR(r.GetDouble(n, "dp_allreduce_seconds", f + ".dp_allreduce_seconds", &s.dp_allreduce_s, false, 0, false));
     PLANNER_RETURN_IF_ERROR(r.GetInt(n, "in_flight_microbatches", f + ".in_flight_microbatches", &s.in_flight, false, 0));

@@ -28,6 +28,7 @@ struct PlanStage {
   double backward_input_s = 0;
   double backward_weight_s = 0;
   double tp_comm_s = 0;         // exposed tensor-parallel all-reduces (inside forward/backward above)
+  double ep_comm_s = 0;         // exposed expert-parallel all-to-all, dispatch + combine (inside forward/backward above)
   double p2p_s = 0;             // send of this stage's output activation to the next stage (not in forward_s)
   double dp_allreduce_s = 0;    // per iteration, gradient all-reduce of the replica group
   double peak_memory_bytes = 0;

@@ -169,6 +169,11 @@ days=$(grep -o 'tokens: [0-9.]* days on 1024 GPUs, [0-9]* GPU-hours' f.txt | awk
 check "days = tokens / (tokens/s/GPU x GPUs) / 86400 ($days)" awk -v d="$days" -v t="$tps" 'BEGIN { split(d, x, " "); w = 300e9 / (t * 1024) / 86400; exit !(x[1] > 0.995*w && x[1] < 1.005*w && x[2] > 0.995*w*24*1024 && x[2] < 1.005*w*24*1024) }'
 # Llama 3 8B: the published 8.03B parameters, printed to three digits.
 expect "parameter count llama3-8b" 0 "figures: 8.03B parameters" -- $PLANNER solve --gpus 8 --model $M/llama3-8b.yaml --cluster $C/dgx-h100.yaml
+# Expert parallelism: a dense model takes ep 1 (one error line, exit 2); bad MoE flag values too.
+expect "ep on a dense model" 2 "planner: error: --ep 2 --etp 1: llama3-8b has no MoE layers (no experts to split); drop --ep / --etp" -- $PLANNER solve --gpus 8 --model $M/llama3-8b.yaml --cluster $C/dgx-h100.yaml --ep 2
+expect "moe imbalance below 1" 2 "planner: error: --moe-imbalance 0.5:" -- $PLANNER solve --gpus 8 --model $M/llama3-8b.yaml --cluster $C/dgx-h100.yaml --moe-imbalance 0.5
+expect "moe overlap value" 2 "planner: error: --moe-overlap: unknown value 'yes'" -- $PLANNER solve --gpus 8 --model $M/llama3-8b.yaml --cluster $C/dgx-h100.yaml --moe-overlap yes
+expect "dense plan shows ep 1" 0 "| ep 1 etp 1" -- $PLANNER solve --gpus 8 --model $M/llama3-8b.yaml --cluster $C/dgx-h100.yaml
 # A --gpus list: one row per size, tp x cp x pp x dp = GPUs, days from the row's own tokens/s/GPU; -o writes one plan per size.
 expect "scaling table" 0 "tokens/s/GPU" -- $PLANNER solve --gpus 64,128 --model $M/gpt3-175b.yaml --cluster $C/dgx-a100.yaml --train-tokens 300B -o s.yaml
 check "scaling rows" awk 'NR > 1 && $1 ~ /^[0-9]+$/ { n++; if ($2 * $3 * $4 * $5 != $1) bad = 1; d = 300e9 / ($12 * $1) / 86400; if ($18 < 0.995*d || $18 > 1.005*d || $19 < 0.995*d*24*$1 || $19 > 1.005*d*24*$1) bad = 1; g = g $1 " " } END { exit !(n == 2 && !bad && g == "64 128 ") }' out.txt

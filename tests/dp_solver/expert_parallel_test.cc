@@ -1,0 +1,338 @@
+// Expert parallelism (docs/cost_model.md, "Expert parallelism"): the all-to-all's closed forms on
+// one and two topology levels and with node-limited routing, an MoE row's costs at (ep, etp), the
+// memory of an MoE stage with its ep / etp / edp sharding, the search's constraints and ordering,
+// and the search's best against enumerating every (tp, ep, etp, pp) by hand. The MoE models are
+// built here from a gpt: template with the Layer MoE fields set by hand (spec/layer.h).
+#include <algorithm>
+#include <cmath>
+#include <string>
+
+#include "dp_solver/candidates.h"
+#include "dp_solver/evaluate.h"
+#include "dp_solver/moe_cost.h"
+#include "dp_solver/search.h"
+#include "tests/dp_solver/moe_model.h"
+#include "tests/test_util.h"
+
+namespace planner {
+namespace {
+
+using testing::MoeModel;
+using testing::kDt;
+using testing::kH;
+using testing::kSeq;
+
+ClusterSpec Cluster(const char* file) {
+  ClusterSpec c;
+  REQUIRE_OK(LoadClusterSpec(testing::SourcePath(std::string("configs/clusters/") + file), &c));
+  return c;
+}
+
+size_t FirstMoeRow(const ModelSpec& m) {
+  for (size_t i = 0; i < m.layers.size(); ++i) {
+    if (m.layers[i].experts > 0) return i;
+  }
+  FAIL("no MoE layer");
+  return 0;
+}
+
+CostTable Table(const ModelSpec& m, const ClusterSpec& c, TableShape shape, CostOptions o = {}) {
+  CostSource src;
+  src.model = &m;
+  src.cluster = &c;
+  CostTable t;
+  REQUIRE_OK(BuildCostTable(src, shape, o, &t));
+  return t;
+}
+
+TEST_CASE("all-to-all on one level: each rank sends bytes (n-1)/n at the level's bus bandwidth, plus one latency") {
+  const ClusterSpec c = Cluster("dgx-h100.yaml");
+  const TopologyLevel& node = c.levels[0];
+  for (int64_t n : {2, 4, 8}) {
+    const double bytes = 64e6, nd = static_cast<double>(n);
+    const double want = bytes * (nd - 1) / nd / (node.bandwidth_GBps * 1e9) + node.latency_us * 1e-6;
+    CHECK(MoeAllToAllSeconds(c, bytes, GroupSpread(c, n, 1)) == doctest::Approx(want).epsilon(1e-12));
+  }
+  CHECK(MoeAllToAllSeconds(c, 64e6, GroupSpread(c, 1, 1)) == 0);
+}
+
+TEST_CASE("all-to-all over two levels: the share leaving the node crosses the network, the slower share sets the time") {
+  const ClusterSpec c = Cluster("dgx-h100.yaml");
+  const TopologyLevel &node = c.levels[0], &net = c.levels[1];
+  const double bytes = 64e6;
+  // 32 ranks, 8 per node on 4 nodes: 7/32 of the bytes stay on NVLink, 24/32 leave the node.
+  const std::vector<int64_t> spread = GroupSpread(c, 32, 1);
+  REQUIRE(spread == std::vector<int64_t>{8, 4});
+  const double nvlink = bytes * 7 / 32 / (node.bandwidth_GBps * 1e9), ib = bytes * 24 / 32 / (net.bandwidth_GBps * 1e9);
+  CHECK(MoeAllToAllSeconds(c, bytes, spread) == doctest::Approx(std::max(nvlink, ib) + net.latency_us * 1e-6).epsilon(1e-12));
+  // EP ranks etp = 8 apart: one per node on 4 nodes, every byte but the own share leaves the node.
+  const std::vector<int64_t> strided = GroupSpread(c, 4, 8);
+  REQUIRE(strided == std::vector<int64_t>{1, 4});
+  CHECK(MoeAllToAllSeconds(c, bytes, strided) == doctest::Approx(bytes * 3 / 4 / (net.bandwidth_GBps * 1e9) + net.latency_us * 1e-6).epsilon(1e-12));
+}
+
+TEST_CASE("node-limited routing: a token's copies reach at most M nodes, so at most M h bytes per token leave its node") {
+  const ClusterSpec c = Cluster("dgx-h100.yaml");
+  const TopologyLevel &node = c.levels[0], &net = c.levels[1];
+  // DeepSeek-V3's EP64 over 8 nodes, top 8 of 256 experts in 8 groups, at most 4 groups (nodes) per token.
+  const double bytes = 8 * 7168 * 2 * 4096.0;  // 4096 tokens x 8 copies x h x 2 bytes
+  const std::vector<int64_t> spread = GroupSpread(c, 64, 1);
+  const double plain_ib = bytes * 56 / 64 / (net.bandwidth_GBps * 1e9);
+  const double plain = std::max(bytes * 7 / 64 / (node.bandwidth_GBps * 1e9), plain_ib) + net.latency_us * 1e-6;
+  CHECK(MoeAllToAllSeconds(c, bytes, spread, 8, 0) == doctest::Approx(plain).epsilon(1e-12));
+  const double limited_ib = bytes * 4 / 8 / (net.bandwidth_GBps * 1e9), forwarded = bytes * 7 / 8 / (node.bandwidth_GBps * 1e9);
+  CHECK(MoeAllToAllSeconds(c, bytes, spread, 8, 4) == doctest::Approx(std::max(limited_ib, forwarded) + net.latency_us * 1e-6).epsilon(1e-12));
+  CHECK(MoeAllToAllSeconds(c, bytes, spread, 8, 4) < MoeAllToAllSeconds(c, bytes, spread, 8, 0));
+  // A limit at or above top_k changes nothing; inside one node there is nothing to limit.
+  CHECK(MoeAllToAllSeconds(c, bytes, spread, 8, 8) == doctest::Approx(plain).epsilon(1e-12));
+  CHECK(MoeAllToAllSeconds(c, bytes, GroupSpread(c, 8, 1), 8, 4) == doctest::Approx(MoeAllToAllSeconds(c, bytes, GroupSpread(c, 8, 1))).epsilon(1e-12));
+  // The layer's groups: 8 groups over 8 nodes with limit 4 reach 4 nodes; over 16 nodes a group spans 2, so 8 = top_k: no limit.
+  Layer l;
+  l.experts = 256;
+  l.top_k = 8;
+  l.attrs.ints["route_groups"] = 8;
+  l.attrs.ints["route_group_limit"] = 4;
+  CHECK(MoeUnitLimit(l, 8) == 4);
+  CHECK(MoeUnitLimit(l, 16) == 0);
+  CHECK(MoeUnitLimit(l, 1) == 0);
+  l.attrs.ints["route_group_limit"] = 2;
+  CHECK(MoeUnitLimit(l, 16) == 4);
+  // A layer's dispatch + combine at EP64 over 8 nodes: each pass moves 2 all-to-alls of the rank's
+  // s / (t cp) tokens' copies, node-limited to 4 nodes; a capacity factor c moves c times the bytes.
+  l.attrs.ints["route_group_limit"] = 4;
+  l.moe_dispatch_bytes = 4096.0 * 8 * 7168 * 2;
+  const MoeLayerCost m = MoeLayerCosts(c, l, MoeShape{1, 1, 1, 64, 1, 1.3, false});
+  CHECK(m.token_factor == 1.3);
+  CHECK(m.a2a_pass_s == doctest::Approx(2 * MoeAllToAllSeconds(c, 1.3 * l.moe_dispatch_bytes, spread, 8, 4)).epsilon(1e-12));
+  l.attrs.reals["capacity_factor"] = 1.25;
+  const MoeLayerCost cap = MoeLayerCosts(c, l, MoeShape{1, 1, 1, 64, 1, 1.3, false});
+  CHECK(cap.token_factor == 1);  // the layer's FLOPs already count the padded capacity
+  CHECK(cap.a2a_pass_s == doctest::Approx(2 * MoeAllToAllSeconds(c, 1.25 * l.moe_dispatch_bytes, spread, 8, 4)).epsilon(1e-12));
+}
+
+TEST_CASE("an MoE row: expert parameters / (ep etp), dispatch + combine in forward and backward, full recompute's third, imbalance, overlap, ETP") {
+  const ModelSpec m = MoeModel(4, 16, 2, 1408, 1);
+  const ClusterSpec c = Cluster("dgx-h100.yaml");
+  const size_t row = FirstMoeRow(m);
+  const Layer& l = m.layers[row];
+  const int64_t b = 2, t = 2;
+  const CostTable base = Table(m, c, {b, t, 1, true, Recompute::kNone, 1, 1});
+  for (int64_t ep : {2, 4, 8, 16}) {
+    const CostTable at = Table(m, c, {b, t, 1, true, Recompute::kNone, ep, 1});
+    const double per_rank = b * l.moe_dispatch_bytes / t;  // each rank's s/t tokens (SP), top_k copies
+    const double a2a = MoeAllToAllSeconds(c, per_rank, GroupSpread(c, ep, 1), l.top_k, 0);
+    CHECK(at.rows[row].ep_comm_s == doctest::Approx(4 * a2a).epsilon(1e-12));  // 2 passes x (dispatch + combine)
+    CHECK(at.rows[row].forward_s - base.rows[row].forward_s == doctest::Approx(2 * a2a).epsilon(1e-9));
+    CHECK(at.rows[row].backward_input_s - base.rows[row].backward_input_s == doctest::Approx(2 * a2a).epsilon(1e-9));
+    CHECK(at.rows[row].backward_weight_s == doctest::Approx(base.rows[row].backward_weight_s).epsilon(1e-12));
+    CHECK(at.rows[row].expert_params == doctest::Approx(l.expert_params / static_cast<double>(ep)).epsilon(1e-12));
+    CHECK(at.rows[row].params == doctest::Approx((l.params - l.expert_params) / t + l.expert_params / static_cast<double>(ep)).epsilon(1e-12));
+    CHECK(at.rows[0].forward_s == doctest::Approx(base.rows[0].forward_s).epsilon(1e-15));  // the embedding has no experts
+    const CostTable full = Table(m, c, {b, t, 1, true, Recompute::kFull, ep, 1});
+    CHECK(full.rows[row].ep_comm_s == doctest::Approx(6 * a2a).epsilon(1e-12));
+  }
+  // Imbalance: the busiest rank computes 1.5x the mean expert work and keeps 1.5x the expert stash.
+  CostOptions o;
+  o.moe_imbalance = 1.5;
+  const CostTable bal = Table(m, c, {b, t, 1, true, Recompute::kNone, 4, 1}), imb = Table(m, c, {b, t, 1, true, Recompute::kNone, 4, 1}, o);
+  const double rate = c.PeakFlops(DType::kBf16) * c.Efficiency(DType::kBf16);
+  const double extra_f = 0.5 * b * l.expert_fwd_flops / t / rate;
+  CHECK(imb.rows[row].forward_s - bal.rows[row].forward_s == doctest::Approx(extra_f + (imb.rows[row].ep_comm_s - bal.rows[row].ep_comm_s) / 2).epsilon(1e-9));
+  CHECK(imb.rows[row].ep_comm_s > bal.rows[row].ep_comm_s);  // the busiest rank receives 1.5x the bytes
+  CHECK(imb.rows[row].stash_bytes - bal.rows[row].stash_bytes == doctest::Approx(0.5 * b * l.expert_stash_bytes / t).epsilon(1e-9));
+  // At ep = 1 every rank computes its own tokens: no imbalance.
+  CHECK(Table(m, c, {b, t, 1, true, Recompute::kNone, 1, 1}, o).rows[row].forward_s == doctest::Approx(base.rows[row].forward_s).epsilon(1e-15));
+  // Overlap: what the pass's compute hides is not exposed; ep = 2 inside a node is hidden entirely.
+  CostOptions ov;
+  ov.moe_overlap = true;
+  CHECK(Table(m, c, {b, t, 1, true, Recompute::kNone, 2, 1}, ov).rows[row].ep_comm_s == 0);
+  CHECK(MoeExposed(3, 1, true) == 2);
+  CHECK(MoeExposed(3, 5, true) == 0);
+  CHECK(MoeExposed(3, 5, false) == 3);
+  // Expert TP (etp = t = 2): all-gather and reduce-scatter of the etp x received tokens per pass, in the TP time.
+  const CostTable etp = Table(m, c, {b, t, 1, true, Recompute::kNone, 4, 2}), etp1 = Table(m, c, {b, t, 1, true, Recompute::kNone, 4, 1});
+  const double per_rank = b * l.moe_dispatch_bytes / t, group_bytes = 2 * per_rank;
+  const std::vector<int64_t> g2 = GroupSpread(c, 2, 1);
+  const double etp_pass = AllGatherSeconds(c, group_bytes, g2) + ReduceScatterSeconds(c, group_bytes, g2);
+  CHECK(etp.rows[row].tp_comm_s - etp1.rows[row].tp_comm_s == doctest::Approx(2 * etp_pass).epsilon(1e-9));
+  CHECK(etp.rows[row].expert_params == doctest::Approx(l.expert_params / 8).epsilon(1e-12));
+  // EP ranks sit etp apart: ep 4 at etp 2 spans 8 consecutive GPUs.
+  CHECK(etp.rows[row].ep_comm_s == doctest::Approx(4 * MoeAllToAllSeconds(c, per_rank, GroupSpread(c, 4, 2), 2, 0)).epsilon(1e-12));
+}
+
+TEST_CASE("memory of an MoE stage: dense states sharded over dp x cp, expert states over edp = t cp dp / (ep etp)") {
+  const ModelSpec m = MoeModel(4, 16, 2, 1408, 1, 64);
+  const ClusterSpec c = Cluster("dgx-h100.yaml");
+  CostSource src;
+  src.model = &m;
+  src.cluster = &c;
+  SearchOptions o;
+  o.gpus = 32;
+  for (auto [t, ep, etp] : {std::tuple{2, 4, 1}, {2, 8, 2}, {1, 16, 1}, {4, 2, 4}}) {
+    Evaluator ev(src, o, 64);
+    const size_t ti = ev.AddTable(Table(m, c, {1, t, 1, t > 1, Recompute::kNone, ep, etp}));
+    Candidate k{ti, t, 1, 2, 16 / t, 64 / (16 / t), 1, Schedule::k1F1B, Recompute::kNone, 0, 1, t > 1};
+    k.ep = ep;
+    k.etp = etp;
+    Evaluation x;
+    REQUIRE_OK(ev.Evaluate(k, &x));
+    REQUIRE(x.zero == 1);  // ZeRO-1 (the distributed optimizer) is the fastest with pipelining and dp > 1
+    const StateBytes& sb = ev.state_bytes();
+    const double g = sb.total - sb.weight - sb.optimizer;
+    const int64_t d = 16 / t, edp = t * d / (ep * etp);
+    CHECK(k.Edp() == edp);
+    const CostTable& table = ev.tables()[ti];
+    for (size_t r = 0; r < 2; ++r) {
+      const auto& cuts = *x.cuts;
+      const double expert = table.ExpertParams(cuts[r], cuts[r + 1]), all = table.Params(cuts[r], cuts[r + 1]);
+      CHECK(x.expert_params[r] == doctest::Approx(expert).epsilon(1e-12));
+      const double states = (all - expert) * (sb.weight + g + sb.optimizer / static_cast<double>(d)) +
+                            expert * (sb.weight + g + sb.optimizer / static_cast<double>(edp));
+      CHECK(x.peak[r] - x.acts[r] - x.work[r] == doctest::Approx(states).epsilon(1e-9));
+      // Gradients: dense reduce-scattered and gathered over the d ranks t apart, experts over the edp ranks ep etp apart.
+      const std::vector<int64_t> dense_g = GroupSpread(c, d, t), expert_g = GroupSpread(c, edp, ep * etp);
+      double comm = ReduceScatterSeconds(c, (all - expert) * sb.grad_comm, dense_g, AllReduceUse::kGradient) +
+                    AllGatherSeconds(c, (all - expert) * sb.weight, dense_g, AllReduceUse::kGradient);
+      if (edp > 1) {
+        comm += ReduceScatterSeconds(c, expert * sb.grad_comm, expert_g, AllReduceUse::kGradient) +
+                AllGatherSeconds(c, expert * sb.weight, expert_g, AllReduceUse::kGradient);
+      }
+      CHECK(x.allreduce_s[r] == doctest::Approx(comm).epsilon(1e-12));
+      // By hand from the layers: the MoE blocks' experts / (ep etp), the rest / t.
+      double hand_expert = 0;
+      for (int64_t i = cuts[r]; i < cuts[r + 1]; ++i) hand_expert += m.layers[static_cast<size_t>(i)].expert_params / static_cast<double>(ep * etp);
+      CHECK(expert == doctest::Approx(hand_expert).epsilon(1e-12));
+    }
+  }
+}
+
+SearchOptions Small(int64_t gpus) {
+  SearchOptions o;
+  o.gpus = gpus;
+  o.top_k = 1;
+  o.microbatch = {1, 2};
+  o.schedules = {Schedule::k1F1B};
+  o.recompute = {Recompute::kNone, Recompute::kFull};
+  o.cp = {1};
+  return o;
+}
+
+TEST_CASE("the search's constraints: --ep must divide the experts and fold into a stage's GPUs; a dense model takes ep 1; MoE needs SP with TP") {
+  const ModelSpec moe = MoeModel(4, 8, 2, 1408, 1), dense = MoeModel(4, 8, 2, 1408, 4);
+  const ClusterSpec c = Cluster("dgx-h100.yaml");
+  CostSource src;
+  src.cluster = &c;
+  src.model = &moe;
+  Plan plan;
+  SearchOptions o = Small(16);
+  o.ep = {3};
+  Status s = SolveAuto(src, o, &plan);
+  CHECK(s.code() == StatusCode::kInvalidArgument);
+  CHECK(s.message().find("--ep 3") != std::string::npos);
+  CHECK(s.message().find("divisor of 8 (1, 2, 4, 8)") != std::string::npos);
+  o = Small(16);
+  o.ep = {8};
+  o.pp = {4};  // 4 GPUs per stage cannot hold an EP group of 8
+  s = SolveAuto(src, o, &plan);
+  CHECK(s.code() == StatusCode::kInvalidArgument);
+  CHECK(s.message().find("--ep 8") != std::string::npos);
+  CHECK(s.message().find("choose --ep (x --etp) dividing 4") != std::string::npos);
+  o = Small(16);
+  o.tp = {2};
+  o.sequence_parallel = {0};
+  s = SolveAuto(src, o, &plan);
+  CHECK(s.code() == StatusCode::kInvalidArgument);
+  CHECK(s.message().find("sequence parallelism") != std::string::npos);
+  src.model = &dense;
+  o = Small(16);
+  o.ep = {2};
+  s = SolveAuto(src, o, &plan);
+  CHECK(s.code() == StatusCode::kInvalidArgument);
+  CHECK(s.message().find("no MoE layers") != std::string::npos);
+  o = Small(16);
+  REQUIRE_OK(SolveAuto(src, o, &plan));  // dense: ep = etp = 1
+  CHECK(plan.ep == 1);
+  CHECK(plan.etp == 1);
+}
+
+TEST_CASE("ordering: a forced layout with more expert parallelism holds less memory and moves more all-to-all") {
+  const ModelSpec m = MoeModel(4, 64, 4, 1408, 1, 64);
+  const ClusterSpec c = Cluster("dgx-h100.yaml");
+  CostSource src;
+  src.model = &m;
+  src.cluster = &c;
+  double last_mem = INFINITY, last_a2a = 0;
+  for (int64_t ep : {1, 2, 4, 8, 16, 32}) {
+    SearchOptions o = Small(32);
+    o.tp = {1};
+    o.pp = {1};
+    o.ep = {ep};
+    o.etp = {1};
+    o.zero = {1};
+    o.microbatch = {1};
+    o.recompute = {Recompute::kNone};
+    Plan plan;
+    REQUIRE_OK(SolveAuto(src, o, &plan));
+    REQUIRE(plan.ep == ep);
+    CHECK(plan.predicted.peak_memory_bytes < last_mem);
+    if (ep == 1) CHECK(plan.stages[0].ep_comm_s == 0);
+    else CHECK(plan.stages[0].ep_comm_s > last_a2a);
+    last_mem = plan.predicted.peak_memory_bytes;
+    last_a2a = plan.stages[0].ep_comm_s;
+  }
+}
+
+TEST_CASE("ordering: more expert parallelism holds less memory and moves more all-to-all") {
+  const ModelSpec m = MoeModel(4, 64, 4, 1408, 0);
+  const ClusterSpec c = Cluster("dgx-h100.yaml");
+  const size_t row = FirstMoeRow(m);
+  double last_params = INFINITY, last_a2a = 0;
+  for (int64_t ep : {2, 4, 8, 16, 32, 64}) {  // 16 and up leave the node
+    const CostTable t = Table(m, c, {1, 1, 1, false, Recompute::kNone, ep, 1});
+    CHECK(t.rows[row].params < last_params);
+    CHECK(t.rows[row].ep_comm_s > last_a2a);
+    last_params = t.rows[row].params;
+    last_a2a = t.rows[row].ep_comm_s;
+  }
+}
+
+TEST_CASE("brute force: the search's best MoE plan equals the best of every (tp, ep, etp, pp) solved alone") {
+  const ModelSpec m = MoeModel(4, 8, 2, 1408, 1, 32);
+  ClusterSpec c = Cluster("dgx-h100.yaml");
+  c.usable_memory_GiB = 2;  // memory binds: the best plan needs EP (ep 2 here)
+  CostSource src;
+  src.model = &m;
+  src.cluster = &c;
+  const int64_t n = 16;
+  Plan best;
+  SearchOptions free_o = Small(n);
+  REQUIRE_OK(SolveAuto(src, free_o, &best));
+  double hand = INFINITY;
+  int64_t feasible = 0;
+  for (int64_t t : {1, 2, 4, 8})
+    for (int64_t ep : {1, 2, 4, 8})
+      for (int64_t etp : {int64_t{1}, t})
+        for (int64_t p : {1, 2, 4, 8}) {
+          if ((n / p) % (ep * etp) != 0 || (n / p) % t != 0) continue;
+          SearchOptions o = Small(n);
+          o.tp = {t};
+          o.ep = {ep};
+          o.etp = {etp};
+          o.pp = {p};
+          Plan one;
+          Status s = SolveAuto(src, o, &one);
+          if (!s.ok()) continue;
+          ++feasible;
+          CHECK(one.tp == t);
+          CHECK(one.ep == ep);
+          CHECK(one.etp == etp);
+          CHECK(one.pp == p);
+          hand = std::min(hand, one.predicted.iteration_s);
+        }
+  REQUIRE(feasible > 4);
+  CHECK(best.ep > 1);  // memory made expert parallelism win
+  CHECK(best.predicted.iteration_s == doctest::Approx(hand).epsilon(1e-12));
+}
+
+}  // namespace
+}  // namespace planner
