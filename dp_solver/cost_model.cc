@@ -153,6 +153,34 @@ double AllGatherSeconds(const ClusterSpec& c, double bytes, const std::vector<in
   return 0.5 * AllReduceSeconds(c, bytes, members, use);
 }
 
+double AllToAllSeconds(const ClusterSpec& c, double bytes_per_rank, const std::vector<int64_t>& members, const AllToAllRouting& routing) {
+  double total = 1;  // N: the group's ranks
+  for (size_t l = 0; l < members.size() && l < c.levels.size(); ++l) total *= static_cast<double>(std::max<int64_t>(1, members[l]));
+  // Node-limited routing: each token crosses a level above the node once per node reached.
+  const double limited = routing.max_nodes > 0 && routing.top_k > 0
+                             ? std::min(1.0, static_cast<double>(routing.max_nodes) / static_cast<double>(routing.top_k))
+                             : 1.0;
+  double t = 0, inside = 1;  // inside: U_{l-1}, the group's ranks in one level-(l-1) unit
+  for (size_t l = 0; l < members.size() && l < c.levels.size(); ++l) {
+    const double n = static_cast<double>(std::max<int64_t>(1, members[l]));
+    const TopologyLevel& lv = c.levels[l];
+    if (n > 1 && bytes_per_rank > 0) {
+      const double crossing = bytes_per_rank * (total - inside) / total * (l >= 1 ? limited : 1.0);  // D_l
+      double level_s;
+      if (lv.measured_alltoall.usable()) {
+        // The curve's time at the size whose crossing share (g - 1)/g is D_l (busbw convention).
+        const double g = static_cast<double>(lv.measured_alltoall.group);
+        level_s = MeasuredSeconds(lv.measured_alltoall.points, crossing * g / (g - 1));
+      } else {
+        level_s = crossing / (lv.bandwidth_GBps * 1e9) + (n - 1) * lv.latency_us * 1e-6;
+      }
+      t = std::max(t, level_s);
+    }
+    inside *= n;
+  }
+  return t;
+}
+
 namespace {
 
 // A profile curve's points in increasing size, with its group.
@@ -179,8 +207,13 @@ void ApplyCommCurves(const Profile& comm, const std::string& path, ClusterSpec* 
     const CommCurve* grad = measured.empty() ? nullptr : comm.FindComm("all_reduce", measured, Profile::Conditions::kAfterCompute);
     const CommCurve* warm = measured.empty() ? nullptr : comm.FindComm("all_reduce", measured, Profile::Conditions::kWarm);
     const CommCurve* p2p = measured.empty() ? nullptr : comm.FindComm("send_recv", measured);
+    // Dispatch sends what the router just computed: the warm curve first, as tensor parallelism's.
+    const CommCurve* a2a = measured.empty() ? nullptr : comm.FindComm("all_to_all", measured, Profile::Conditions::kWarm);
+    if (a2a != nullptr && a2a->group_size > 1 && !a2a->points.empty()) lv.measured_alltoall = Measured(*a2a);
+    const std::string a2a_note =
+        lv.measured_alltoall.usable() ? fmt::format("; all-to-all measured ({}, {} {} ranks)", path, a2a->backend, a2a->group_size) : std::string();
     if (ar == nullptr || !(ar->busbw_GBps > 0)) {
-      notes->push_back(fmt::format("level '{}': {} GB/s, {} us from the cluster file (not measured)", lv.name, lv.bandwidth_GBps, lv.latency_us));
+      notes->push_back(fmt::format("level '{}': {} GB/s, {} us from the cluster file (not measured){}", lv.name, lv.bandwidth_GBps, lv.latency_us, a2a_note));
       continue;
     }
     lv.bandwidth_GBps = ar->busbw_GBps;
@@ -200,13 +233,14 @@ void ApplyCommCurves(const Profile& comm, const std::string& path, ClusterSpec* 
       lv.p2p_bandwidth_GBps = p2p->busbw_GBps;
       lv.measured_p2p = Measured(*p2p).points;
     }
-    notes->push_back(fmt::format("level '{}': measured ({}, {} {} ranks): all-reduce busbw {:.3g} GB/s, latency {:.3g} us{}{}", lv.name,
+    notes->push_back(fmt::format("level '{}': measured ({}, {} {} ranks): all-reduce busbw {:.3g} GB/s, latency {:.3g} us{}{}{}", lv.name,
                                  path, ar->backend, ar->group_size, lv.bandwidth_GBps, lv.latency_us,
                                  p2p ? fmt::format(", send/recv {:.3g} GB/s", lv.p2p_bandwidth_GBps) : std::string(),
                                  lv.measured_allreduce.points.empty()
                                      ? std::string()
                                      : fmt::format("; times interpolated from {} measured sizes{}", lv.measured_allreduce.points.size(),
-                                                   CurveConditions(*ar)) + use_notes));
+                                                   CurveConditions(*ar)) + use_notes,
+                                 a2a_note));
   }
 }
 

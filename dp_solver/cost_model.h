@@ -138,11 +138,31 @@ double ReduceScatterSeconds(const ClusterSpec& cluster, double bytes, const std:
                             AllReduceUse use = AllReduceUse::kTensorParallel);
 double AllGatherSeconds(const ClusterSpec& cluster, double bytes, const std::vector<int64_t>& members_per_level,
                         AllReduceUse use = AllReduceUse::kTensorParallel);
+// All-to-all (expert parallelism's token dispatch or combine) in which every rank of the group
+// sends `bytes_per_rank` in all, spread evenly over the group's ranks (its own share stays), on a
+// group spread `members_per_level` (innermost first; GroupSpread). The bytes leaving a rank's
+// level-(l-1) unit (a GPU for l = 0) all cross level l:
+//   D_l = bytes_per_rank (N - U_{l-1}) / N, U_l = prod_{j<=l} c_j, U_{-1} = 1, N = U_top,
+// and the levels' links carry their shares at once:
+//   T = max over levels with c_l > 1 of [ D_l / B_l + (c_l - 1) alpha_l ],
+// where a level with a measured all-to-all curve (TopologyLevel::measured_alltoall, g ranks)
+// takes the curve's time at the size whose crossing share is D_l: D_l g / (g - 1).
+// Node-limited routing (DeepSeek-V3 report sections 2.1.2 and 3.2.2): `bytes_per_rank` holds top_k copies of
+// each token; a token that reaches at most max_nodes nodes (level-0 units) crosses each level
+// l >= 1 once per node reached beyond the sender's unit, so D_l (l >= 1) is scaled by
+// min(1, max_nodes / top_k). docs/cost_model.md section 3.
+struct AllToAllRouting {
+  int64_t top_k = 1;       // copies of each token in bytes_per_rank (routed experts per token)
+  int64_t max_nodes = 0;   // each token reaches at most this many nodes; 0: no limit
+};
+double AllToAllSeconds(const ClusterSpec& cluster, double bytes_per_rank, const std::vector<int64_t>& members_per_level,
+                       const AllToAllRouting& routing = {});
 // Replaces the cluster file's figures of the levels a collective profile
 // measured: level 0 from its "node" curves, level 1 from its "cluster"
 // curves. All-reduce busbw -> bandwidth_GBps, its alpha / (2 (g - 1)) ->
 // latency_us (the ring's 2 (g - 1) steps), send/recv busbw ->
-// p2p_bandwidth_GBps. Appends one note per level saying which source it used.
+// p2p_bandwidth_GBps, the all-to-all curve -> measured_alltoall. Appends one note per level
+// saying which source it used.
 void ApplyCommCurves(const Profile& comm, const std::string& comm_path, ClusterSpec* cluster, std::vector<std::string>* notes);
 
 // Send/recv of `bytes` between two ranks `distance` apart: bytes / B_p2p(level) + alpha(level).

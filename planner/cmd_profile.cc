@@ -67,8 +67,8 @@ Status RunComm(const ProfileArgs& a, const std::string& cmdline) {
   o.iterations = a.iterations;
   if (!a.collectives.empty()) o.collectives = a.collectives;
   for (const auto& c : o.collectives) {
-    if (c != "all_reduce" && c != "all_gather" && c != "reduce_scatter" && c != "broadcast" && c != "send_recv") {
-      return Status::InvalidArgument("--collectives: unknown '" + c + "'; use all_reduce, all_gather, reduce_scatter, broadcast, send_recv");
+    if (c != "all_reduce" && c != "all_gather" && c != "reduce_scatter" && c != "broadcast" && c != "send_recv" && c != "all_to_all") {
+      return Status::InvalidArgument("--collectives: unknown '" + c + "'; use all_reduce, all_gather, reduce_scatter, broadcast, send_recv, all_to_all");
     }
   }
   // GPU ranks: NCCL over the MPI bootstrap (one GPU per node-local rank); CPU ranks: MPI.
@@ -135,7 +135,7 @@ Runner RegisterProfile(CLI::App& app, int argc, char** argv) {
   cmd->add_option("--min-bytes", a->min_bytes, "--comm: smallest size (default 8)");
   cmd->add_option("--max-bytes", a->max_bytes, "--comm: largest size (default 16M)");
   cmd->add_option("--iterations", a->iterations, "--comm: timed iterations per size")->check(CLI::Range(1, 100000));
-  cmd->add_option("--collectives", a->collectives, "--comm: subset of all_reduce,all_gather,reduce_scatter,broadcast,send_recv")->delimiter(',');
+  cmd->add_option("--collectives", a->collectives, "--comm: subset of all_reduce,all_gather,reduce_scatter,broadcast,send_recv,all_to_all")->delimiter(',');
   cmd->add_option("--timeout", a->timeout_s, "--comm: seconds before a stuck collective is an error")->check(CLI::PositiveNumber);
   cmd->add_option("--cache", a->caches,
                   "--comm: warm (back to back, as nccl-tests), cold (caches evicted before each operation, as after a training step's "

@@ -16,7 +16,7 @@ namespace planner {
 double BusBandwidthFactor(const std::string& c, int n) {
   const double nd = static_cast<double>(n);
   if (c == "all_reduce") return 2 * (nd - 1) / nd;
-  if (c == "all_gather" || c == "reduce_scatter") return (nd - 1) / nd;
+  if (c == "all_gather" || c == "reduce_scatter" || c == "all_to_all") return (nd - 1) / nd;
   return 1.0;  // broadcast, send_recv
 }
 
@@ -77,6 +77,7 @@ class CollectiveBuffers {
     if (c == "all_reduce" || c == "broadcast") a_.resize(k);
     else if (c == "all_gather") { a_.resize(k); b_.resize(k * n); }
     else if (c == "reduce_scatter") { a_.resize(k * n); b_.resize(k); }
+    else if (c == "all_to_all") { a_.resize(k * n); b_.resize(k * n); }
     else { a_.resize(k); b_.resize(k); }
     if (on_device_) {
       da_ = AllocateTensor({static_cast<int64_t>(a_.size())}, Device::kCuda);
@@ -101,6 +102,7 @@ class CollectiveBuffers {
     if (c_ == "all_gather") return g_.AllGather(pa, pb, count_);
     if (c_ == "reduce_scatter") return g_.ReduceScatter(pa, pb, count_, ReduceOp::kSum);
     if (c_ == "broadcast") return g_.Broadcast(pa, count_, 0);
+    if (c_ == "all_to_all") return g_.AllToAll(pa, pb, count_);
     return g_.GroupSendRecv({{true, (r + 1) % n, pa, count_}, {false, (r + n - 1) % n, pb, count_}});
   }
   // A scalar reduction over the group on the backend's memory.
@@ -130,7 +132,10 @@ class CollectiveBuffers {
       else if (c_ == "broadcast") { want = Value(0, i); got = a_[static_cast<size_t>(i)]; }
       else if (c_ == "reduce_scatter") { want = sum_ranks + n * ((r * count_ + i) % 7); got = b_[static_cast<size_t>(i)]; }
       else if (c_ == "send_recv") { want = Value((r + n - 1) % n, i); got = b_[static_cast<size_t>(i)]; }
-      else {
+      else if (c_ == "all_to_all") {  // block q: rank q's block for me
+        for (int q = 0; q < n; ++q) bad += b_[static_cast<size_t>(q * count_ + i)] != Value(q, r * count_ + i);
+        continue;
+      } else {
         for (int q = 0; q < n; ++q) bad += b_[static_cast<size_t>(q * count_ + i)] != Value(q, i);
         continue;
       }
@@ -229,8 +234,9 @@ void PrintTableHeader(const std::function<void(const std::string&)>& print, cons
 // broadcast to every rank. Sets *skipped when the size holds no whole element per rank.
 Status MeasureSize(Communicator& g, Communicator& host, const std::string& c, const GroupSpec& spec, int64_t bytes,
                    const CommProfileOptions& o, CommRow* row, bool* skipped) {
-  // nccl-tests' size is the total buffer: per-rank count = size / n for the gathers and scatters.
-  const bool split = c == "all_gather" || c == "reduce_scatter";
+  // nccl-tests' size is the total buffer: per-rank count = size / n for the gathers and scatters,
+  // and for the all-to-all the count per peer (size: what each rank sends in all).
+  const bool split = c == "all_gather" || c == "reduce_scatter" || c == "all_to_all";
   const int64_t count = bytes / 4 / (split ? spec.size : 1);
   *skipped = count < 1;
   if (*skipped) return Status::OK();

@@ -1,5 +1,5 @@
 // Collective profiling in the manner of nccl-tests: all-reduce, all-gather,
-// reduce-scatter, broadcast and ring send/recv over a size sweep, on every
+// reduce-scatter, broadcast, ring send/recv and all-to-all over a size sweep, on every
 // power-of-two group size the ranks allow and on each topology level they
 // span (node-local groups, and groups across nodes when there are several),
 // every result checked (#wrong), bus bandwidth with nccl-tests' factors
@@ -33,7 +33,7 @@ struct CommProfileOptions {
   // all-reduce after 20 ms of compute ran 1.2-1.9x slower than after the eviction alone, the
   // ranks meeting at a barrier either way (docs/performance.md).
   double gap_s = 0;
-  std::vector<std::string> collectives = {"all_reduce", "all_gather", "reduce_scatter", "broadcast", "send_recv"};
+  std::vector<std::string> collectives = {"all_reduce", "all_gather", "reduce_scatter", "broadcast", "send_recv", "all_to_all"};
 };
 
 struct CommRow {

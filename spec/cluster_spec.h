@@ -39,6 +39,8 @@ struct TopologyLevel {
   // for tensor-parallel all-reduces when present, else measured_allreduce.
   MeasuredCurve measured_tp_allreduce;
   std::vector<std::pair<double, double>> measured_p2p;  // send/recv (bytes, seconds), increasing size
+  // The all-to-all (bytes each rank sends in all, seconds), for expert parallelism's dispatch and combine.
+  MeasuredCurve measured_alltoall;
 };
 
 struct ClusterSpec {

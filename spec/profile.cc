@@ -133,7 +133,7 @@ Status ParseProfileUnguarded(const std::string& path, const std::string& text, P
       std::string f = fmt::format("comm[{}]", i);
       PLANNER_RETURN_IF_ERROR(r.CheckKeys(n, f, {"collective", "level", "group_size", "backend", "cache", "gap_s", "alpha_s", "busbw_GBps", "points"}));
       CommCurve c;
-      PLANNER_RETURN_IF_ERROR(r.GetEnum(n, "collective", f + ".collective", {"all_reduce", "all_gather", "reduce_scatter", "broadcast", "send_recv"}, &c.collective, true));
+      PLANNER_RETURN_IF_ERROR(r.GetEnum(n, "collective", f + ".collective", {"all_reduce", "all_gather", "reduce_scatter", "broadcast", "send_recv", "all_to_all"}, &c.collective, true));
       PLANNER_RETURN_IF_ERROR(r.GetString(n, "level", f + ".level", &c.level, true));
       PLANNER_RETURN_IF_ERROR(r.GetInt(n, "group_size", f + ".group_size", &c.group_size, true, 2));
       PLANNER_RETURN_IF_ERROR(r.GetString(n, "backend", f + ".backend", &c.backend, false));

@@ -34,7 +34,7 @@ struct ProfileTiming {
 // alpha-beta fit: time(bytes) = alpha + bytes / algbw_asymptotic, and the
 // bus bandwidth as nccl-tests defines it (cost-model-facts.md section 3).
 struct CommCurve {
-  std::string collective;          // all_reduce | all_gather | reduce_scatter | broadcast | send_recv
+  std::string collective;          // all_reduce | all_gather | reduce_scatter | broadcast | send_recv | all_to_all
   std::string level;               // topology level the group spans ("node", "cluster")
   int64_t group_size = 2;
   std::string backend;             // mpi | nccl

@@ -11,7 +11,9 @@
 //    (MPI_COMM_WORLD keeps MPI_ERRORS_ARE_FATAL).
 // A GroupSendRecv peer outside the group is InvalidArgument on every
 // backend; MPI and threads also check Send / Recv peers and refuse negative
-// tags (NCCL leaves both to the library).
+// tags (NCCL leaves both to the library). AllToAllV's vectors are checked on
+// every backend before any traffic (CheckAllToAllV): a wrong length or a
+// negative count or displacement is InvalidArgument on the rank that passed it.
 #pragma once
 
 #include <cstdint>
@@ -50,6 +52,16 @@ class Communicator {
   // send holds size() x count; this rank receives its reduced block.
   virtual Status ReduceScatter(const float* send, float* recv, int64_t count, ReduceOp op) = 0;
   virtual Status Broadcast(float* data, int64_t count, int root) = 0;
+  // Every rank sends send_counts[j] floats (from send at send_displs[j]) to rank j and receives
+  // recv_counts[j] floats from rank j into recv at recv_displs[j]. Counts/displacements in floats.
+  // Each vector holds size() entries; rank j's send_counts[me] must equal my recv_counts[j]
+  // (threads return CommError otherwise; MPI's own error is fatal, NCCL's behaviour undefined).
+  // Zero counts move nothing; the entry for this rank itself is a local copy. MPI refuses counts
+  // and displacements beyond 2^31 - 1 floats (InvalidArgument).
+  virtual Status AllToAllV(const float* send, const std::vector<int64_t>& send_counts, const std::vector<int64_t>& send_displs,
+                           float* recv, const std::vector<int64_t>& recv_counts, const std::vector<int64_t>& recv_displs) = 0;
+  // Equal blocks: send and recv hold size() x count floats, rank-major (block j goes to / comes from rank j).
+  Status AllToAll(const float* send, float* recv, int64_t count);
   // All sends and receives of the group are posted together (no ordering deadlock).
   virtual Status GroupSendRecv(const std::vector<P2POp>& ops) = 0;
   virtual Status Barrier() = 0;
@@ -73,6 +85,11 @@ class Communicator {
  protected:
   double timeout_s_ = 300;
 };
+
+// AllToAllV's argument checks on a group of `size` ranks: each vector has `size` entries,
+// none negative. InvalidArgument naming the first bad one.
+Status CheckAllToAllV(int size, const std::vector<int64_t>& send_counts, const std::vector<int64_t>& send_displs,
+                      const std::vector<int64_t>& recv_counts, const std::vector<int64_t>& recv_displs);
 
 // MPI_COMM_WORLD (MPI_Init_thread on first use, MPI_Finalize at exit).
 // Unavailable when built without MPI.

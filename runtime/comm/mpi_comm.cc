@@ -16,6 +16,7 @@
 #include <cstring>
 #include <thread>
 #include <fstream>
+#include <limits>
 #include <mutex>
 #include <string>
 #include <utility>
@@ -325,6 +326,17 @@ class MpiComm final : public Communicator {
     Guard g("broadcast", rank_, size_, timeout_s_);
     return Check(MPI_Bcast(data, Int(count), MPI_FLOAT, root, comm_), "broadcast");
   }
+  Status AllToAllV(const float* send, const std::vector<int64_t>& send_counts, const std::vector<int64_t>& send_displs, float* recv,
+                   const std::vector<int64_t>& recv_counts, const std::vector<int64_t>& recv_displs) override {
+    PLANNER_RETURN_IF_ERROR(CheckAllToAllV(size_, send_counts, send_displs, recv_counts, recv_displs));
+    std::vector<int> sc, sd, rc, rd;
+    PLANNER_RETURN_IF_ERROR(Ints(send_counts, "send_counts", &sc));
+    PLANNER_RETURN_IF_ERROR(Ints(send_displs, "send_displs", &sd));
+    PLANNER_RETURN_IF_ERROR(Ints(recv_counts, "recv_counts", &rc));
+    PLANNER_RETURN_IF_ERROR(Ints(recv_displs, "recv_displs", &rd));
+    Guard g("all-to-all", rank_, size_, timeout_s_);
+    return Check(MPI_Alltoallv(send, sc.data(), sd.data(), MPI_FLOAT, recv, rc.data(), rd.data(), MPI_FLOAT, comm_), "all-to-all");
+  }
   Status GroupSendRecv(const std::vector<P2POp>& ops) override {
     std::vector<MPI_Request> rs(ops.size());
     for (const P2POp& o : ops) {
@@ -393,6 +405,18 @@ class MpiComm final : public Communicator {
   int MpiTag(int64_t tag) const { return static_cast<int>(100 + tag % tag_space_); }
   int64_t tag_space_ = 32767 - 100 + 1;
   static int Int(int64_t n) { return static_cast<int>(n); }
+  // MPI_Alltoallv takes int counts and displacements (in floats): larger ones are refused, not truncated.
+  static Status Ints(const std::vector<int64_t>& v, const char* name, std::vector<int>* out) {
+    out->resize(v.size());
+    for (size_t j = 0; j < v.size(); ++j) {
+      if (v[j] > std::numeric_limits<int>::max()) {
+        return Status::InvalidArgument(fmt::format("all-to-all: {}[{}] is {} floats; MPI_Alltoallv takes at most {}", name, j, v[j],
+                                                   std::numeric_limits<int>::max()));
+      }
+      (*out)[j] = static_cast<int>(v[j]);
+    }
+    return Status::OK();
+  }
   MPI_Comm comm_;
   std::vector<MPI_Request> pending_;
   std::vector<int> done_scratch_;

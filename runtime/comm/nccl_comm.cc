@@ -76,6 +76,28 @@ class NcclComm final : public Communicator {
     PLANNER_RETURN_IF_ERROR(Nccl(ncclGroupEnd(), "group end"));
     return Wait(stream_, "send/recv");
   }
+  // One group of ncclSend / ncclRecv, one per peer with a nonzero count (this rank included: NCCL
+  // copies a self-send). The group is always closed, also after a failed call inside it.
+  Status AllToAllV(const float* s, const std::vector<int64_t>& send_counts, const std::vector<int64_t>& send_displs, float* r,
+                   const std::vector<int64_t>& recv_counts, const std::vector<int64_t>& recv_displs) override {
+    PLANNER_RETURN_IF_ERROR(CheckAllToAllV(size_, send_counts, send_displs, recv_counts, recv_displs));
+    PLANNER_RETURN_IF_ERROR(After(stream_));
+    PLANNER_RETURN_IF_ERROR(Nccl(ncclGroupStart(), "group start"));
+    Status posted = Status::OK();
+    for (size_t j = 0; j < send_counts.size() && posted.ok(); ++j) {
+      const int peer = static_cast<int>(j);
+      if (send_counts[j] > 0) {
+        posted = Nccl(ncclSend(s + send_displs[j], static_cast<size_t>(send_counts[j]), ncclFloat, peer, comm_, stream_), "all-to-all send");
+      }
+      if (posted.ok() && recv_counts[j] > 0) {
+        posted = Nccl(ncclRecv(r + recv_displs[j], static_cast<size_t>(recv_counts[j]), ncclFloat, peer, comm_, stream_), "all-to-all recv");
+      }
+    }
+    const Status ended = Nccl(ncclGroupEnd(), "group end");
+    PLANNER_RETURN_IF_ERROR(posted);
+    PLANNER_RETURN_IF_ERROR(ended);
+    return Wait(stream_, "all-to-all");
+  }
   Status Barrier() override { return AllReduce(static_cast<float*>(scratch_), 1, ReduceOp::kSum); }
   // NCCL has no tags: sends go in order on their own stream; receives wait on the main stream.
   Status Send(const float* d, int64_t n, int peer, int64_t) override {

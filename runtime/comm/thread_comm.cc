@@ -20,7 +20,8 @@ namespace planner {
 namespace {
 
 struct World {
-  explicit World(int n) : size(n), in(static_cast<size_t>(n)), ints(static_cast<size_t>(2 * n)) {}
+  explicit World(int n) : size(n), in(static_cast<size_t>(n)), ints(static_cast<size_t>(2 * n)), counts(static_cast<size_t>(n)),
+                          displs(static_cast<size_t>(n)) {}
   int size;
   std::mutex mu;
   std::condition_variable cv;
@@ -29,6 +30,7 @@ struct World {
   std::string failed;  // non-empty: a rank gave up
   std::vector<const float*> in;
   std::vector<int> ints;
+  std::vector<const std::vector<int64_t>*> counts, displs;  // all-to-all: each rank's send counts and displacements
   std::map<std::pair<int, int>, std::deque<std::vector<float>>> box;
   std::map<std::tuple<int, int, int64_t>, std::deque<std::vector<float>>> tagged;
   std::map<std::pair<int64_t, int>, std::shared_ptr<World>> children;
@@ -74,6 +76,28 @@ class ThreadComm final : public Communicator {
     std::vector<float> copy(w_->in[static_cast<size_t>(root)], w_->in[static_cast<size_t>(root)] + count);
     PLANNER_RETURN_IF_ERROR(Meet("broadcast"));
     if (rank_ != root) std::memcpy(data, copy.data(), static_cast<size_t>(count) * 4);
+    return Status::OK();
+  }
+  // Each rank posts its send buffer, counts and displacements, then copies its block out of
+  // every peer's buffer; a count that differs from the peer's is CommError (after the ranks met).
+  Status AllToAllV(const float* send, const std::vector<int64_t>& send_counts, const std::vector<int64_t>& send_displs, float* recv,
+                   const std::vector<int64_t>& recv_counts, const std::vector<int64_t>& recv_displs) override {
+    PLANNER_RETURN_IF_ERROR(CheckAllToAllV(size(), send_counts, send_displs, recv_counts, recv_displs));
+    w_->counts[static_cast<size_t>(rank_)] = &send_counts;
+    w_->displs[static_cast<size_t>(rank_)] = &send_displs;
+    PLANNER_RETURN_IF_ERROR(Post(send, "all-to-all"));
+    std::string mismatch;
+    for (int j = 0; j < size(); ++j) {
+      const size_t q = static_cast<size_t>(j), me = static_cast<size_t>(rank_);
+      const int64_t sent = (*w_->counts[q])[me];
+      if (sent != recv_counts[q]) {
+        if (mismatch.empty()) mismatch = fmt::format("all-to-all: rank {} sends {} floats to rank {}, which expects {}", j, sent, rank_, recv_counts[q]);
+        continue;
+      }
+      if (sent > 0) std::memcpy(recv + recv_displs[q], w_->in[q] + (*w_->displs[q])[me], static_cast<size_t>(sent) * 4);
+    }
+    PLANNER_RETURN_IF_ERROR(Meet("all-to-all"));
+    if (!mismatch.empty()) return Status::CommError(mismatch);
     return Status::OK();
   }
   Status GroupSendRecv(const std::vector<P2POp>& ops) override {

@@ -63,7 +63,7 @@ void RunOne(const uint8_t* data, size_t size) {
       ModelSpec m;
       if (ParseModelSpec("fuzz.yaml", text, &m).ok() && m.layers.size() < 4096) {
         ClusterSpec c;
-        c.levels = {TopologyLevel{"node", 8, 100, 100, 1, {}, {}, {}, {}}};
+        c.levels = {TopologyLevel{"node", 8, 100, 100, 1, {}, {}, {}, {}, {}}};
         c.peak_tflops = {{"fp16", 100}, {"bf16", 100}, {"fp32", 20}};
         c.hbm_bandwidth_GBps = 1000;
         CostSource src;

@@ -18,6 +18,78 @@ inline Status Expect(bool ok, Communicator& c, const std::string& what) {
   return Status::Internal(fmt::format("{} backend, rank {} of {}: {}", c.backend(), c.rank(), c.size(), what));
 }
 
+// All-to-all(v) with exact values: uneven counts (some zero, self-sends included), blocks laid
+// out out of order with gaps in both buffers (the gaps must stay untouched), a message above
+// MPI's 256 KiB eager limit, the equal-count AllToAll, an exchange of nothing, and bad
+// arguments refused before any traffic.
+inline Status RunAllToAllConformance(Communicator& c) {
+  const int n = c.size(), r = c.rank();
+  const size_t un = static_cast<size_t>(n);
+  // rank s sends count(s, d) floats 1000 s + 100 d + i to rank d; a zero for some pairs (not on
+  // 1 rank); big: every count is 70000 floats (280 KB) plus that.
+  for (const int64_t base : {int64_t{0}, int64_t{70000}}) {
+    auto count = [&](int s, int d) { return base + (s + 2 * d + 1) % 4; };
+    std::vector<int64_t> sc(un), sd(un), rc(un), rd(un);
+    int64_t at = 0;
+    for (int d = n - 1; d >= 0; --d) {  // send blocks in reverse rank order, one float apart
+      sd[static_cast<size_t>(d)] = at;
+      sc[static_cast<size_t>(d)] = count(r, d);
+      at += count(r, d) + 1;
+    }
+    std::vector<float> send(static_cast<size_t>(at), -7.0f);
+    for (int d = 0; d < n; ++d) {
+      for (int64_t i = 0; i < sc[static_cast<size_t>(d)]; ++i) send[static_cast<size_t>(sd[static_cast<size_t>(d)] + i)] = static_cast<float>(1000 * r + 100 * d + i % 97);
+    }
+    at = 2;
+    for (int s = 0; s < n; ++s) {  // receive blocks in rank order, two floats apart
+      rd[static_cast<size_t>(s)] = at;
+      rc[static_cast<size_t>(s)] = count(s, r);
+      at += count(s, r) + 2;
+    }
+    std::vector<float> recv(static_cast<size_t>(at), -1.0f);
+    PLANNER_RETURN_IF_ERROR(c.AllToAllV(send.data(), sc, sd, recv.data(), rc, rd));
+    std::vector<float> want(recv.size(), -1.0f);
+    for (int s = 0; s < n; ++s) {
+      for (int64_t i = 0; i < rc[static_cast<size_t>(s)]; ++i) want[static_cast<size_t>(rd[static_cast<size_t>(s)] + i)] = static_cast<float>(1000 * s + 100 * r + i % 97);
+    }
+    PLANNER_RETURN_IF_ERROR(Expect(recv == want, c, fmt::format("all-to-allv with uneven counts (base {}): values or untouched gaps", base)));
+  }
+  // Equal blocks of 3: block j of the result is rank j's block for me.
+  {
+    std::vector<float> send(3 * un), recv(3 * un, -1.0f), want(3 * un);
+    for (int j = 0; j < n; ++j) {
+      for (int i = 0; i < 3; ++i) {
+        send[static_cast<size_t>(3 * j + i)] = static_cast<float>(100 * r + 10 * j + i);
+        want[static_cast<size_t>(3 * j + i)] = static_cast<float>(100 * j + 10 * r + i);
+      }
+    }
+    PLANNER_RETURN_IF_ERROR(c.AllToAll(send.data(), recv.data(), 3));
+    PLANNER_RETURN_IF_ERROR(Expect(recv == want, c, "all-to-all of equal blocks"));
+  }
+  // Nothing to exchange: all counts zero, no buffers.
+  const std::vector<int64_t> zeros(un, 0);
+  PLANNER_RETURN_IF_ERROR(c.AllToAllV(nullptr, zeros, zeros, nullptr, zeros, zeros));
+  // Bad arguments, on every rank at once: InvalidArgument, no traffic, nothing hangs.
+  float x = 0;
+  const std::vector<int64_t> longer(un + 1, 0), negative = [&] { auto v = zeros; v[0] = -1; return v; }();
+  PLANNER_RETURN_IF_ERROR(Expect(c.AllToAllV(&x, longer, zeros, &x, zeros, zeros).code() == StatusCode::kInvalidArgument, c,
+                                 "all-to-allv with size() + 1 send counts is InvalidArgument"));
+  PLANNER_RETURN_IF_ERROR(Expect(c.AllToAllV(&x, zeros, zeros, &x, zeros, std::vector<int64_t>(un - 1, 0)).code() == StatusCode::kInvalidArgument,
+                                 c, "all-to-allv with size() - 1 receive displacements is InvalidArgument"));
+  PLANNER_RETURN_IF_ERROR(Expect(c.AllToAllV(&x, zeros, zeros, &x, negative, zeros).code() == StatusCode::kInvalidArgument, c,
+                                 "all-to-allv with a negative count is InvalidArgument"));
+  PLANNER_RETURN_IF_ERROR(Expect(c.AllToAll(&x, &x, -1).code() == StatusCode::kInvalidArgument, c, "all-to-all with a negative count is InvalidArgument"));
+  if (c.backend() == "mpi") {  // MPI_Alltoallv's int counts: 2^31 floats is refused, not truncated
+    std::vector<int64_t> huge = zeros;
+    huge[0] = int64_t{1} << 31;
+    PLANNER_RETURN_IF_ERROR(Expect(c.AllToAllV(&x, huge, zeros, &x, zeros, zeros).code() == StatusCode::kInvalidArgument, c,
+                                   "MPI all-to-allv with a count of 2^31 floats is InvalidArgument"));
+    PLANNER_RETURN_IF_ERROR(Expect(c.AllToAllV(&x, zeros, zeros, &x, zeros, huge).code() == StatusCode::kInvalidArgument, c,
+                                   "MPI all-to-allv with a displacement of 2^31 floats is InvalidArgument"));
+  }
+  return Status::OK();
+}
+
 inline Status RunConformance(Communicator& c) {
   const int n = c.size(), r = c.rank();
   // all-reduce sum and max, odd counts.
@@ -95,6 +167,7 @@ inline Status RunConformance(Communicator& c) {
     PLANNER_RETURN_IF_ERROR(Expect(c.Recv(&x, 1, (r + n - 1) % n, -1).code() == StatusCode::kInvalidArgument, c,
                                    "a receive with a negative tag is InvalidArgument"));
   }
+  PLANNER_RETURN_IF_ERROR(RunAllToAllConformance(c));
   // split into even and odd ranks; collectives stay inside each half.
   {
     std::unique_ptr<Communicator> half;
@@ -105,6 +178,13 @@ inline Status RunConformance(Communicator& c) {
     float want = 0;
     for (int q = r % 2; q < n; q += 2) want += static_cast<float>(q);
     PLANNER_RETURN_IF_ERROR(Expect(x == want, c, "all-reduce inside a split"));
+    // all-to-all inside the half: one float from each member, its global rank.
+    const size_t h = static_cast<size_t>(half->size());
+    std::vector<float> mine(h, static_cast<float>(r)), got(h, -1.0f);
+    PLANNER_RETURN_IF_ERROR(half->AllToAll(mine.data(), got.data(), 1));
+    bool ok = true;
+    for (size_t j = 0; j < h; ++j) ok = ok && got[j] == static_cast<float>(2 * j + static_cast<size_t>(r % 2));
+    PLANNER_RETURN_IF_ERROR(Expect(ok, c, "all-to-all inside a split"));
   }
   return c.Barrier();
 }

@@ -48,7 +48,7 @@ int main() {
     s = ProfileCollectives(*world, o, &rows, &curves, [](const std::string&) {});
     int64_t wrong = 0;
     for (const auto& r : rows) wrong += r.wrong;
-    if (s.ok() && (wrong != 0 || curves.empty() || curves.size() % 5 != 0)) s = Status::Internal("collective profile: wrong results or missing curves");
+    if (s.ok() && (wrong != 0 || curves.empty() || curves.size() % 6 != 0)) s = Status::Internal("collective profile: wrong results or missing curves");
   }
   if (!s.ok()) {
     std::fprintf(stderr, "rank %d: %s\n", world->rank(), s.message().c_str());

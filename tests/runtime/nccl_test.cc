@@ -44,6 +44,16 @@ int main() {
   check("all-gather", e);
   s = c->ReduceScatter(d, e, n, ReduceOp::kSum);
   check("reduce-scatter", e);
+  {  // all-to-all on one rank: the self-send (ncclSend + ncclRecv to itself in one group) into a zeroed buffer
+    std::vector<float> zero(n, 0.0f);
+    CudaCopyToDevice(e, zero.data(), n * 4);
+    const std::vector<int64_t> counts = {n}, displs = {0};
+    s = c->AllToAllV(d, counts, displs, e, counts, displs);
+    if (!s.ok()) std::printf("all-to-all: %s\n", s.message().c_str()), ++failures;
+    check("all-to-all", e);
+    s = c->AllToAllV(d, {n, 1}, displs, e, counts, displs);
+    if (s.code() != StatusCode::kInvalidArgument) std::printf("all-to-all with 2 counts on 1 rank: not InvalidArgument\n"), ++failures;
+  }
   s = c->Barrier();
   if (!s.ok()) ++failures;
   std::printf("NCCL on 1 rank: %s\n", failures ? "FAIL" : "ok");

@@ -109,6 +109,7 @@ TEST_CASE("alpha-beta fit recovers a closed form") {
   CHECK(BusBandwidthFactor("all_reduce", 4) == doctest::Approx(1.5));
   CHECK(BusBandwidthFactor("all_gather", 4) == doctest::Approx(0.75));
   CHECK(BusBandwidthFactor("send_recv", 4) == 1.0);
+  CHECK(BusBandwidthFactor("all_to_all", 4) == doctest::Approx(0.75));  // nccl-tests: (n - 1) / n
 }
 
 TEST_CASE("collective profile on 2 and 4 thread ranks: every result right, curves fitted") {
@@ -130,8 +131,8 @@ TEST_CASE("collective profile on 2 and 4 thread ranks: every result right, curve
       return Status::OK();
     }));
     INFO(n << " ranks");
-    // Group sizes 2 (and 4): five collectives each.
-    CHECK(curves.size() == (n == 2 ? 5u : 10u));
+    // Group sizes 2 (and 4): six collectives each.
+    CHECK(curves.size() == (n == 2 ? 6u : 12u));
     for (const auto& r : rows) CHECK(r.wrong == 0);
     for (const auto& c : curves) {
       CHECK(c.level == "node");

@@ -238,6 +238,19 @@ else
   bad "gap profile"; tail -3 gap.err
 fi
 
+# All-to-all curves through the CLI (--collectives all_to_all, 3 ranks: groups of 2 and 3, every
+# result checked by the profiler, #wrong 0), read back by solve, whose note says the level's
+# all-to-all is measured.
+if timeout 60 mpirun --oversubscribe -np 3 $PLANNER profile --comm --collectives all_to_all,all_reduce --max-bytes 4K --iterations 3 \
+    -o a2a.yaml >a2a.out 2>a2a.err; then
+  if [ "$(grep -c 'collective: all_to_all' a2a.yaml)" = 2 ] && ! awk '/^ +[0-9]+ /{ if ($NF != 0) bad = 1 } END { exit !bad }' a2a.out \
+    && $PLANNER solve --gpus 2 --pp 1 --model $M/tiny-gpt.yaml --cluster $C/local-cpu.yaml --comm-profile a2a.yaml -o a2a.plan.yaml 2>&1 \
+      | grep -q "; all-to-all measured (a2a.yaml, mpi 3 ranks)"; then ok
+  else bad "all-to-all curves: $(grep -c 'collective: all_to_all' a2a.yaml) curves"; fi
+else
+  bad "all-to-all profile"; tail -3 a2a.err
+fi
+
 # Communication only: the same transfers (all paired in the report), no compute, no loss.
 if timeout 120 mpirun --oversubscribe -np 2 $PLANNER -q run train --comm-only --iterations 4 --run-id c >/dev/null 2>comm.err; then
   python3 - train/runs/c/report.md train/launch.yaml <<'PY' && ok || bad "communication-only report"

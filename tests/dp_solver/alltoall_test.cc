@@ -1,0 +1,144 @@
+// The all-to-all cost (expert parallelism's dispatch and combine) against its closed forms:
+// one level, two levels, node-limited routing, and a measured curve (docs/cost_model.md section 3).
+#include <cmath>
+#include <vector>
+
+#include "dp_solver/cost_model.h"
+#include "tests/test_util.h"
+
+namespace planner {
+namespace {
+
+// 8 GPUs per node at 400 GB/s and 2 us; nodes over a 50 GB/s, 5 us network (H800-like).
+ClusterSpec TwoLevels(int64_t nodes) {
+  ClusterSpec c;
+  TopologyLevel node, net;
+  node.name = "node";
+  node.size = 8;
+  node.bandwidth_GBps = 400;
+  node.latency_us = 2;
+  net.name = "cluster";
+  net.size = nodes;
+  net.bandwidth_GBps = 50;
+  net.latency_us = 5;
+  c.levels = {node, net};
+  return c;
+}
+
+TEST_CASE("all-to-all on one level: (n - 1)/n of the bytes at the level's busbw, plus (n - 1) latencies") {
+  const ClusterSpec c = TwoLevels(4);
+  const double m = 64e6;
+  for (int64_t n : {2, 4, 8}) {
+    INFO(n << " ranks in a node");
+    const double want = m * (n - 1) / n / 400e9 + (n - 1) * 2e-6;
+    CHECK(AllToAllSeconds(c, m, {n, 1}) == doctest::Approx(want).epsilon(1e-12));
+    CHECK(AllToAllSeconds(c, m, GroupSpread(c, n, 1)) == doctest::Approx(want).epsilon(1e-12));
+  }
+  CHECK(AllToAllSeconds(c, m, {1, 1}) == 0);  // one rank: nothing leaves it
+  CHECK(AllToAllSeconds(c, 0, {8, 1}) == 0);
+  // Four ranks one per node (stride 8): everything crosses the network.
+  CHECK(GroupSpread(c, 4, 8) == std::vector<int64_t>{1, 4});
+  CHECK(AllToAllSeconds(c, m, GroupSpread(c, 4, 8)) == doctest::Approx(m * 3 / 4 / 50e9 + 3 * 5e-6).epsilon(1e-12));
+}
+
+TEST_CASE("all-to-all over two levels: the slower level's share sets the time") {
+  const ClusterSpec c = TwoLevels(8);
+  const double m = 64e6;
+  // EP 64 over 8 nodes (DeepSeek-V3's layout): N = 64, U_0 = 8.
+  const std::vector<int64_t> spread = GroupSpread(c, 64, 1);
+  REQUIRE(spread == std::vector<int64_t>{8, 8});
+  const double nvlink = m * 63 / 64 / 400e9 + 7 * 2e-6;  // everything leaving the GPU
+  const double network = m * 56 / 64 / 50e9 + 7 * 5e-6;  // everything leaving the node
+  CHECK(network > nvlink);
+  CHECK(AllToAllSeconds(c, m, spread) == doctest::Approx(network).epsilon(1e-12));
+  // Two GPUs per node on 8 nodes (16 ranks): 14 of the 16 shares leave the node.
+  CHECK(AllToAllSeconds(c, m, {2, 8}) == doctest::Approx(m * 14 / 16 / 50e9 + 7 * 5e-6).epsilon(1e-12));
+  // A slow node level (a PCIe box) can dominate: 16 ranks, 8 per node, node level at 10 GB/s.
+  ClusterSpec slow = c;
+  slow.levels[0].bandwidth_GBps = 10;
+  CHECK(AllToAllSeconds(slow, m, {8, 2}) == doctest::Approx(m * 15 / 16 / 10e9 + 7 * 2e-6).epsilon(1e-12));
+}
+
+TEST_CASE("node-limited routing: the bytes leaving the node scale by min(1, max_nodes / top_k)") {
+  const ClusterSpec c = TwoLevels(8);
+  const double m = 64e6;  // tokens x top_k x h x dtype bytes
+  AllToAllRouting deepseek;
+  deepseek.top_k = 8;
+  deepseek.max_nodes = 4;  // DeepSeek-V3: 8 routed experts per token on at most 4 nodes
+  const double network = m * 56 / 64 * 4 / 8 / 50e9 + 7 * 5e-6;
+  const double nvlink = m * 63 / 64 / 400e9 + 7 * 2e-6;  // the node level still fans every copy out
+  CHECK(AllToAllSeconds(c, m, {8, 8}, deepseek) == doctest::Approx(std::max(network, nvlink)).epsilon(1e-12));
+  // Unlimited (0) or a limit at or above top_k: the plain all-to-all.
+  const double plain = AllToAllSeconds(c, m, {8, 8});
+  deepseek.max_nodes = 0;
+  CHECK(AllToAllSeconds(c, m, {8, 8}, deepseek) == plain);
+  deepseek.max_nodes = 8;
+  CHECK(AllToAllSeconds(c, m, {8, 8}, deepseek) == plain);
+  // Inside one node the limit changes nothing.
+  deepseek.max_nodes = 1;
+  CHECK(AllToAllSeconds(c, m, {8, 1}, deepseek) == AllToAllSeconds(c, m, {8, 1}));
+  // With one node reached the network carries one copy per token: 1/8 of the plain share.
+  CHECK(AllToAllSeconds(c, m, {8, 8}, deepseek) == doctest::Approx(std::max(m * 56 / 64 / 8 / 50e9 + 7 * 5e-6, nvlink)).epsilon(1e-12));
+}
+
+TEST_CASE("a measured all-to-all curve times its level at the size with the same crossing share") {
+  ClusterSpec c = TwoLevels(4);
+  // Measured on 2 ranks of a node: 1 MB sent in all (0.5 MB crossing) in 10 us, 4 MB in 30 us.
+  c.levels[0].measured_alltoall = {{{1e6, 10e-6}, {4e6, 30e-6}}, 2};
+  CHECK(AllToAllSeconds(c, 1e6, {2, 1}) == doctest::Approx(10e-6));
+  // 4 ranks sending 4/3 MB cross 1 MB: the 2-rank curve's 2 MB point, log-log between 1 and 4 MB.
+  CHECK(AllToAllSeconds(c, 4e6 / 3, {4, 1}) == doctest::Approx(std::sqrt(10e-6 * 30e-6)).epsilon(1e-9));
+  // The network level without a curve keeps the alpha-beta line: 16 ranks, 4 nodes.
+  const double net = 8e6 * 12 / 16 / 50e9 + 3 * 5e-6;
+  CHECK(AllToAllSeconds(c, 8e6, {4, 4}) == doctest::Approx(std::max(net, MeasuredSeconds(c.levels[0].measured_alltoall.points, 8e6 * 15 / 16 * 2))));
+}
+
+TEST_CASE("an all-to-all curve in a comm profile reaches the cost model for its level") {
+  ClusterSpec c = TwoLevels(4);
+  Profile comm;
+  CommCurve a2a;
+  a2a.collective = "all_to_all";
+  a2a.level = "cluster";
+  a2a.group_size = 4;
+  a2a.backend = "nccl";
+  a2a.points = {{4e6, 80e-6}, {1e6, 30e-6}};  // unsorted on purpose
+  comm.comm = {a2a};
+  std::vector<std::string> notes;
+  ApplyCommCurves(comm, "comm.profile.yaml", &c, &notes);
+  CHECK(c.levels[0].measured_alltoall.points.empty());
+  REQUIRE(c.levels[1].measured_alltoall.usable());
+  CHECK(c.levels[1].measured_alltoall.points.front().first == 1e6);
+  CHECK(c.levels[1].bandwidth_GBps == 50);  // no all-reduce curve: the file's figures stay
+  REQUIRE(notes.size() == 2);
+  CHECK(notes[1] == "level 'cluster': 50 GB/s, 5 us from the cluster file (not measured); all-to-all measured (comm.profile.yaml, nccl 4 ranks)");
+  // One rank per node on the 4 nodes: 4 MB sent, 3 MB crossing: the 4 MB point.
+  CHECK(AllToAllSeconds(c, 4e6, {1, 4}) == doctest::Approx(80e-6));
+}
+
+TEST_CASE("all_to_all curves round-trip through the profile format; an unknown collective is refused") {
+  Profile p;
+  CommCurve a2a;
+  a2a.collective = "all_to_all";
+  a2a.level = "node";
+  a2a.group_size = 4;
+  a2a.backend = "mpi";
+  a2a.alpha_s = 2e-6;
+  a2a.busbw_GBps = 3.5;
+  a2a.points = {{1024, 5e-6}, {4096, 9e-6}};
+  p.comm = {a2a};
+  Profile q;
+  REQUIRE_OK(ParseProfile("c.yaml", ProfileToYaml(p), &q));
+  REQUIRE(q.comm.size() == 1);
+  CHECK(q.comm[0].collective == "all_to_all");
+  CHECK(q.comm[0].group_size == 4);
+  CHECK(q.comm[0].points == a2a.points);
+  REQUIRE(q.FindComm("all_to_all", "node") != nullptr);
+  std::string text = ProfileToYaml(p);
+  text.replace(text.find("all_to_all"), 10, "all_to_any");
+  const Status st = ParseProfile("c.yaml", text, &q);
+  CHECK(st.code() == StatusCode::kInvalidArgument);
+  CHECK(st.message().find("all_to_all") != std::string::npos);  // the choices are listed
+}
+
+}  // namespace
+}  // namespace planner
