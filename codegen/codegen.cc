@@ -77,6 +77,7 @@ LaunchPlan LaunchHeader(const Plan& plan, const std::string& model_digest, const
     ls.predicted_backward_weight_s = s.backward_weight_s;
     ls.predicted_p2p_s = s.p2p_s;
     ls.predicted_dp_allreduce_s = s.dp_allreduce_s;
+    ls.predicted_ep_comm_s = s.ep_comm_s * static_cast<double>(plan.num_microbatches);  // per microbatch in the plan, per iteration here
     ls.predicted_peak_memory_bytes = s.peak_memory_bytes;
     L.stages.push_back(ls);
   }

@@ -32,19 +32,7 @@ Status CommTpGroup::Timed(float* d, int64_t n, ReduceOp op) {
 Status CommExpertGroup::AllToAllV(const float* send, const std::vector<int64_t>& send_counts, const std::vector<int64_t>& send_displs, float* recv,
                                   const std::vector<int64_t>& recv_counts, const std::vector<int64_t>& recv_displs) {
   const double t0 = MonotonicSeconds();
-  // Until Communicator::AllToAllV lands: the same exchange as one group of sends and receives.
-  std::vector<P2POp> ops;
-  const int me = c_->rank();
-  for (int j = 0; j < c_->size(); ++j) {
-    const size_t u = static_cast<size_t>(j);
-    if (j == me) {
-      std::copy(send + send_displs[u], send + send_displs[u] + send_counts[u], recv + recv_displs[u]);
-      continue;
-    }
-    if (send_counts[u] > 0) ops.push_back({true, j, const_cast<float*>(send + send_displs[u]), send_counts[u]});
-    if (recv_counts[u] > 0) ops.push_back({false, j, recv + recv_displs[u], recv_counts[u]});
-  }
-  Status s = ops.empty() ? Status::OK() : c_->GroupSendRecv(ops);
+  Status s = c_->AllToAllV(send, send_counts, send_displs, recv, recv_counts, recv_displs);
   if (log_) log_->push_back(MonotonicSeconds() - t0);
   return s;
 }

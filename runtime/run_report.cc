@@ -48,21 +48,22 @@ std::string RankRows(const LaunchPlan& L, const ReportInputs& in) {
   return rep;
 }
 
-// Per stage: the all-to-alls of its MoE layers (token dispatch and combine, forward and backward), the
-// slowest rank's median seconds per iteration, against the plan's prediction when it has one.
+// Per pipeline position (a stage; its chunks when interleaved): the all-to-alls of its MoE layers (token
+// dispatch and combine, forward and backward, and the row counts' exchange), the slowest rank's median
+// seconds per iteration, against the plan's exposed all-to-all time (ep_comm_seconds x m) when it has one.
 std::string AllToAllRows(const LaunchPlan& L, const ReportInputs& in) {
   if (in.a2a.empty()) return "";
   std::string rep = fmt::format("\nExpert parallelism (ep {}): all-to-alls per iteration (the slowest rank of each stage).\n\n", L.ep);
   rep += "| stage | all-to-alls per iteration | measured | predicted |\n|---|---|---|---|\n";
-  for (size_t q = 0; q < L.stages.size(); ++q) {
-    double calls = 0, worst = 0;
+  for (int64_t pos = 0; pos < in.layout.positions; ++pos) {
+    double calls = 0, worst = 0, pred = 0;
     for (size_t r = 0; r < L.ranks.size() && r < in.a2a.size(); ++r) {
-      if (L.ranks[r].stage != static_cast<int64_t>(q) % in.layout.positions) continue;
+      if (L.ranks[r].stage != pos) continue;
       calls = std::max(calls, in.a2a[r].calls);
       worst = std::max(worst, in.a2a[r].seconds);
     }
-    const double pred = L.stages[q].predicted_ep_comm_s;
-    rep += fmt::format("| {} | {:.0f} | {} | {} |\n", q, calls, FormatSeconds(worst), pred > 0 ? FormatSeconds(pred) : std::string("n/a"));
+    for (size_t q = static_cast<size_t>(pos); q < L.stages.size(); q += static_cast<size_t>(in.layout.positions)) pred += L.stages[q].predicted_ep_comm_s;
+    rep += fmt::format("| {} | {:.0f} | {} | {} |\n", pos, calls, FormatSeconds(worst), pred > 0 ? FormatSeconds(pred) : std::string("n/a"));
   }
   return rep;
 }
