@@ -1223,6 +1223,11 @@ Status ReadTransformerConfig(const Layer& l, int64_t t, TransformerConfig* c) {
                            c->mla.q_lora, c->mla.rope, c->mla.nope, c->mla.v));
   }
   if (mla && t > 1 && c->heads % t != 0) return bad(fmt::format("tensor-parallel degree {} does not divide its heads ({})", t, c->heads));
+  const int64_t head_dim = a.Int("head_dim", 0);  // an attention width other than hidden (Qwen3): not in the runtime's kernels
+  if (attn && head_dim > 0 && head_dim * c->heads != hidden) {
+    return bad(fmt::format("head_dim {} x heads {} is not the hidden size {}: the runtime's attention uses head_dim = hidden / heads", head_dim, c->heads,
+                           hidden));
+  }
   if (attn && (hidden % c->heads != 0 || c->heads % c->kv_heads != 0)) {
     return bad(fmt::format("heads ({}) must divide the hidden size {} and kv_heads ({}) must divide heads", c->heads, hidden, c->kv_heads));
   }
@@ -1510,6 +1515,9 @@ Status BuildKernel(const Layer& l, const KernelOptions& o, DeviceOps* ops, std::
     *out = std::make_unique<Pool>(ops, ty == "maxpool", in, k, a.Int("stride", k), a.Int("padding", 0));
   } else if (ty == "flatten") {
     *out = std::make_unique<Flatten>(ops, in);
+  } else if (ty == "mtp") {
+    return Status::NotSupported(fmt::format("layer '{}': multi-token prediction modules are costed, not trained, by the runtime; remove mtp: from "
+                                            "the model to run it", l.name));
   } else {
     return Status::NotSupported(fmt::format("layer '{}': no kernel for type '{}'", l.name, ty));
   }

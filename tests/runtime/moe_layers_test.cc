@@ -476,7 +476,7 @@ TEST_CASE("moe_block with MLA: ep 2 and tp 2 x ep 2 equal one process") {
   SUBCASE("tp 2 x ep 2") { CheckTwoRanks(MlaLayer(c, 4, 8, "moe_block"), true); }
 }
 
-TEST_CASE("moe: capacity_factor > 0, ep not dividing the experts and top_k > experts are refused naming the layer") {
+TEST_CASE("moe: capacity_factor > 0, ep not dividing the experts, top_k > experts, an mtp layer and a head_dim other than h / heads are refused") {
   MoeRef c{4, 2, 6, 0, 0, 0, false, 0};
   std::unique_ptr<LayerKernel> k;
   Layer l = LayerOf(c, 4, 8, "moe_block");
@@ -492,6 +492,14 @@ TEST_CASE("moe: capacity_factor > 0, ep not dividing the experts and top_k > exp
   CHECK(MakeKernel(l, o, &k).code() == StatusCode::kInvalidArgument);
   l.attrs.ints["top_k"] = 5;
   CHECK(MakeKernel(l, {}, &k).code() == StatusCode::kInvalidArgument);
+  Layer mtp = LayerOf(c, 4, 8, "mtp");  // MTP modules: costed, not trained
+  mtp.name = "mtp0";
+  st = MakeKernel(mtp, {}, &k);
+  CHECK(st.code() == StatusCode::kNotSupported);
+  CHECK(st.message().find("layer 'mtp0'") != std::string::npos);
+  Layer wide = LayerOf(c, 4, 8, "moe_block");  // head_dim 8 x 2 heads != hidden 8
+  wide.attrs.ints["head_dim"] = 8;
+  CHECK(MakeKernel(wide, {}, &k).code() == StatusCode::kInvalidArgument);
 }
 
 }  // namespace
