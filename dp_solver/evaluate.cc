@@ -602,6 +602,8 @@ void Evaluator::FillFlops(Recompute rc, Plan* pl) const {
   }
   const double mf = model->ModelFlops(batch);
   pl->model_parameters = model->TotalParams();
+  pl->model_active_parameters = model->ActiveParams();
+  pl->mtp_parameters = model->MtpParams();
   pl->predicted.model_flops_per_iteration = mf;
   pl->predicted.tflops_per_gpu = hw / (gpus * iter) / 1e12;
   pl->predicted.model_tflops_per_gpu = mf / (gpus * iter) / 1e12;

@@ -1,6 +1,6 @@
 // Expert parallelism's costs (docs/cost_model.md, "Expert parallelism"): the token all-to-all
-// of an MoE layer on the topology levels its expert-parallel group spans (with DeepSeek's
-// node-limited routing), the expert tensor-parallel collectives, and what one MoE layer adds
+// of an MoE layer (AllToAllSeconds, cost_model.h) on the topology levels its expert-parallel group
+// spans (with DeepSeek's node-limited routing), the expert tensor-parallel collectives, and what one MoE layer adds
 // to a cost-table row at (microbatch, tp, cp, ep, etp). Pure functions; thread-safe.
 #pragma once
 
@@ -11,18 +11,6 @@
 #include "spec/layer.h"
 
 namespace planner {
-
-// All-to-all of `bytes_per_rank` from every rank of a group with members_per_level[l] members per
-// level-l unit (innermost first, n = their product): each rank sends bytes / n to every other
-// member. The bytes leaving a rank's level-(l-1) unit (its node, for l = 1) cross level l at
-// that level's per-GPU bus bandwidth B_l, all levels at once:
-//   T = max_l share_l / B_l + alpha(outermost level spanned),
-//   share_0 = bytes (c_0 - 1) / n, share_l = bytes (n - U_{l-1}) / n (l >= 1), U_l = prod_{j<=l} c_j.
-// `unit_limit` > 0 (DeepSeek's node-limited routing): one token's top_k copies reach at most
-// unit_limit level-0 units, sent once to each (deduplicated, then forwarded inside the unit), so
-// share_l <= bytes unit_limit / top_k for l >= 1 and share_0 = bytes (U_0 - 1) / U_0 (the forwarding).
-double MoeAllToAllSeconds(const ClusterSpec& cluster, double bytes_per_rank, const std::vector<int64_t>& members_per_level,
-                          int64_t top_k = 1, int64_t unit_limit = 0);
 
 // The level-0 units (nodes) one token reaches at most under the layer's route groups: each token
 // reaches route_group_limit of route_groups expert groups; with the group's `units_spanned`

@@ -12,7 +12,7 @@ namespace planner {
 
 namespace {
 
-enum class Family { kLlama, kMistral, kQwen2, kQwen3, kGpt2, kNeoX, kNemotron };
+enum class Family { kLlama, kMistral, kQwen2, kQwen3, kGpt2, kNeoX, kNemotron, kMixtral, kQwen3Moe, kDeepSeekV3 };
 
 struct Arch {
   const char* name;
@@ -25,7 +25,11 @@ const Arch kArchs[] = {
     {"Qwen2ForCausalLM", Family::kQwen2, false},   {"Qwen3ForCausalLM", Family::kQwen3, false},
     {"GPT2LMHeadModel", Family::kGpt2, true},      {"GPTNeoXForCausalLM", Family::kNeoX, false},
     {"NemotronForCausalLM", Family::kNemotron, false},
+    {"MixtralForCausalLM", Family::kMixtral, false},  {"Qwen3MoeForCausalLM", Family::kQwen3Moe, false},
+    {"DeepseekV3ForCausalLM", Family::kDeepSeekV3, false},
 };
+
+bool IsMoe(Family fam) { return fam == Family::kMixtral || fam == Family::kQwen3Moe || fam == Family::kDeepSeekV3; }
 
 constexpr int64_t kDefaultSeqCap = 4096;
 constexpr double kDefaultBatchTokens = 4194304;  // 2^22 tokens: Llama 2's and Llama 3's 4M-token batch
@@ -85,7 +89,7 @@ Status ReadArch(const Fields& f, const Arch** out) {
       return Status::OK();
     }
   }
-  return f.Error("architectures", fmt::format("'{}' is not supported; planner import hf reads {} (dense decoders); "
+  return f.Error("architectures", fmt::format("'{}' is not supported; planner import hf reads {}; "
                                               "write a gpt: model file by hand for others (docs/formats.md)",
                                               name, ArchList()));
 }
@@ -118,7 +122,12 @@ Status ReadShape(const Fields& f, Family fam, GptConfig* g, int64_t* max_positio
                                                       "valid grouped-query model", g->kv_heads, g->heads));
   }
   int64_t head_dim = g->hidden / g->heads;
+  if (fam == Family::kDeepSeekV3) return Status::OK();  // MLA: the head dims are qk_nope + qk_rope and v_head_dim
   PLANNER_RETURN_IF_ERROR(f.OptInt("head_dim", &head_dim));
+  if (fam == Family::kQwen3Moe && head_dim != g->hidden / g->heads) {
+    g->head_dim = head_dim;  // Qwen3's attention is heads x head_dim wide, not hidden
+    return Status::OK();
+  }
   if (head_dim != g->hidden / g->heads) {
     return f.Error("head_dim", fmt::format("{} differs from hidden_size / num_attention_heads = {}; the planner's attention "
                                            "has head dim hidden / heads (Q and the output projection h x h), so this "
@@ -151,7 +160,7 @@ Status ReadActivation(const Fields& f, Family fam, GptConfig* g) {
 
 // Norm, position, biases, RoPE base and partial rotary.
 Status ReadLayerChoices(const Fields& f, Family fam, GptConfig* g, std::vector<std::string>* notes) {
-  const bool llama_like = fam == Family::kLlama || fam == Family::kMistral || fam == Family::kQwen2 || fam == Family::kQwen3;
+  const bool llama_like = fam == Family::kLlama || fam == Family::kMistral || fam == Family::kQwen2 || fam == Family::kQwen3 || IsMoe(fam);
   g->norm = llama_like ? "rmsnorm" : "layernorm";
   g->position = fam == Family::kGpt2 ? "learned" : "rope";
   double theta = 10000;
@@ -169,13 +178,13 @@ Status ReadLayerChoices(const Fields& f, Family fam, GptConfig* g, std::vector<s
                                    attention_bias, mlp_bias, attention_bias ? "attention" : "MLP"));
     }
   }
-  const double d = static_cast<double>(g->hidden / g->heads);
+  const double d = static_cast<double>(g->head_dim > 0 ? g->head_dim : g->hidden / g->heads);
   const double l = static_cast<double>(g->layers);
   if (fam == Family::kQwen2) {
     notes->push_back(fmt::format("Qwen2's q/k/v biases ({:.0f} parameters) are left out: the template's bias covers QKV, projection and MLP together",
                                  l * (g->heads + 2 * g->kv_heads) * d));
   }
-  if (fam == Family::kQwen3) {
+  if (fam == Family::kQwen3 || fam == Family::kQwen3Moe) {
     notes->push_back(fmt::format("Qwen3's q_norm and k_norm (RMSNorm over the head dim, {:.0f} parameters) are left out", l * 2 * d));
   }
   double rotary = 1.0;
@@ -251,6 +260,107 @@ void OtherNotes(const Fields& f, HfImport* out) {
   }
 }
 
+// Qwen3-MoE's layer pattern: MoE everywhere but an optional leading run of dense layers.
+Status ReadQwen3MoeLayers(const Fields& f, GptConfig* g) {
+  int64_t step = 1;
+  PLANNER_RETURN_IF_ERROR(f.OptInt("decoder_sparse_step", &step));
+  if (step != 1) {
+    return f.Error("decoder_sparse_step", fmt::format("{}: every {}th block is MoE, the others dense; the planner's template has "
+                                                      "dense blocks only before the first MoE block (moe.dense_layers): not imported",
+                                                      step, step));
+  }
+  const YAML::Node& only = f.root["mlp_only_layers"];
+  if (!f.Has("mlp_only_layers")) return Status::OK();
+  if (!only.IsSequence()) return f.Error("mlp_only_layers", "must be a list of layer indices, e.g. []");
+  for (size_t i = 0; i < only.size(); ++i) {
+    int64_t index = -1;
+    PLANNER_RETURN_IF_ERROR(f.r.AsInt(only[i], fmt::format("mlp_only_layers[{}]", i), &index, 0));
+    if (index != static_cast<int64_t>(i)) {
+      return f.Error("mlp_only_layers", fmt::format("dense layer {} is not part of a leading run 0, 1, ...; the planner's template has "
+                                                    "dense blocks only before the first MoE block (moe.dense_layers): not imported", index));
+    }
+  }
+  g->moe.dense_layers = static_cast<int64_t>(only.size());
+  return Status::OK();
+}
+
+// DeepSeek-V3's MLA, dense prefix, shared experts, node-limited routing and MTP modules.
+Status ReadDeepSeek(const Fields& f, HfImport* imp) {
+  GptConfig* g = &imp->gpt;
+  MoeConfig& m = g->moe;
+  int64_t freq = 1;
+  PLANNER_RETURN_IF_ERROR(f.OptInt("moe_layer_freq", &freq));
+  if (freq != 1) {
+    return f.Error("moe_layer_freq", fmt::format("{}: MoE every {}th block; the planner's template has dense blocks only before the "
+                                                 "first MoE block (first_k_dense_replace): not imported", freq, freq));
+  }
+  PLANNER_RETURN_IF_ERROR(f.Int("n_routed_experts", &m.experts));
+  PLANNER_RETURN_IF_ERROR(f.Int("moe_intermediate_size", &m.expert_ffn));
+  if (f.Has("n_shared_experts")) PLANNER_RETURN_IF_ERROR(f.r.AsInt(f.root["n_shared_experts"], "n_shared_experts", &m.shared_experts, 0));
+  if (f.Has("first_k_dense_replace")) {
+    PLANNER_RETURN_IF_ERROR(f.r.AsInt(f.root["first_k_dense_replace"], "first_k_dense_replace", &m.dense_layers, 0));
+  }
+  if (f.Has("n_group") || f.Has("topk_group")) {
+    PLANNER_RETURN_IF_ERROR(f.Int("n_group", &m.route_groups));
+    PLANNER_RETURN_IF_ERROR(f.Int("topk_group", &m.route_group_limit));
+    if (m.route_groups == 1) m.route_groups = m.route_group_limit = 0;  // one group: no node limit
+  }
+  std::string scoring = "softmax";
+  PLANNER_RETURN_IF_ERROR(f.OptString("scoring_func", &scoring));
+  if (scoring != "softmax" && scoring != "sigmoid") {
+    return f.Error("scoring_func", fmt::format("'{}' is not softmax or sigmoid, the routers the planner costs", scoring));
+  }
+  m.router = scoring;
+  PLANNER_RETURN_IF_ERROR(f.OptProbability("aux_loss_alpha", &m.aux_loss));
+  MlaConfig& a = g->mla;
+  if (f.Has("q_lora_rank")) PLANNER_RETURN_IF_ERROR(f.r.AsInt(f.root["q_lora_rank"], "q_lora_rank", &a.q_lora_rank, 0));
+  PLANNER_RETURN_IF_ERROR(f.Int("kv_lora_rank", &a.kv_lora_rank));
+  PLANNER_RETURN_IF_ERROR(f.Int("qk_rope_head_dim", &a.qk_rope_head_dim));
+  PLANNER_RETURN_IF_ERROR(f.Int("qk_nope_head_dim", &a.qk_nope_head_dim));
+  PLANNER_RETURN_IF_ERROR(f.Int("v_head_dim", &a.v_head_dim));
+  if (a.qk_rope_head_dim % 2 != 0) return f.Error("qk_rope_head_dim", fmt::format("{} is odd: RoPE rotates pairs; not a valid MLA config", a.qk_rope_head_dim));
+  if (f.Has("num_nextn_predict_layers")) {
+    PLANNER_RETURN_IF_ERROR(f.r.AsInt(f.root["num_nextn_predict_layers"], "num_nextn_predict_layers", &g->mtp, 0));
+  }
+  if (f.Has("quantization_config")) {
+    imp->notes.push_back("quantization_config: the released weights are quantized; precision follows torch_dtype: set precision: fp8 "
+                         "for FP8 training (DeepSeek-V3's)");
+  }
+  imp->notes.push_back("routed_scaling_factor, topk_method and norm_topk_prob change the routing weights, not the costs");
+  return Status::OK();
+}
+
+// The MoE fields of Mixtral, Qwen3-MoE and DeepSeek-V3 (docs/formats.md, "planner import hf").
+Status ReadMoe(const Fields& f, Family fam, HfImport* imp) {
+  MoeConfig& m = imp->gpt.moe;
+  if (fam == Family::kDeepSeekV3) PLANNER_RETURN_IF_ERROR(ReadDeepSeek(f, imp));
+  if (fam == Family::kMixtral) {
+    PLANNER_RETURN_IF_ERROR(f.Int("num_local_experts", &m.experts));
+    m.expert_ffn = imp->gpt.ffn;  // Mixtral's intermediate_size is one expert's
+  }
+  if (fam == Family::kQwen3Moe) {
+    PLANNER_RETURN_IF_ERROR(f.Int("num_experts", &m.experts));
+    PLANNER_RETURN_IF_ERROR(f.Int("moe_intermediate_size", &m.expert_ffn));
+    PLANNER_RETURN_IF_ERROR(ReadQwen3MoeLayers(f, &imp->gpt));
+  }
+  PLANNER_RETURN_IF_ERROR(f.Int("num_experts_per_tok", &m.top_k));
+  if (fam != Family::kDeepSeekV3) PLANNER_RETURN_IF_ERROR(f.OptProbability("router_aux_loss_coef", &m.aux_loss));
+  const std::string experts_key = fam == Family::kMixtral ? "num_local_experts" : (fam == Family::kQwen3Moe ? "num_experts" : "n_routed_experts");
+  if (m.experts < 2) return f.Error(experts_key, fmt::format("{} expert: a dense model; import it as its dense architecture", m.experts));
+  if (m.top_k > m.experts) {
+    return f.Error("num_experts_per_tok", fmt::format("{} is more than the {} experts ({}); not a valid config", m.top_k, m.experts, experts_key));
+  }
+  if (m.dense_layers > imp->gpt.layers) {
+    return f.Error(fam == Family::kDeepSeekV3 ? "first_k_dense_replace" : "mlp_only_layers",
+                   fmt::format("{} dense layers of {}; not a valid config", m.dense_layers, imp->gpt.layers));
+  }
+  if (m.route_groups > 0 && (m.experts % m.route_groups != 0 || m.route_group_limit > m.route_groups)) {
+    return f.Error("n_group", fmt::format("n_group {} with topk_group {} does not split the {} experts into groups; not a valid config",
+                                          m.route_groups, m.route_group_limit, m.experts));
+  }
+  return Status::OK();
+}
+
 Status ImportUnguarded(const std::string& path, const std::string& text, const HfImportOptions& o, HfImport* out) {
   YAML::Node root;
   PLANNER_RETURN_IF_ERROR(ParseYamlText(path, text, &root));
@@ -266,6 +376,7 @@ Status ImportUnguarded(const std::string& path, const std::string& text, const H
   PLANNER_RETURN_IF_ERROR(ReadShape(f, arch->family, &imp.gpt, &imp.max_positions));
   PLANNER_RETURN_IF_ERROR(ReadActivation(f, arch->family, &imp.gpt));
   PLANNER_RETURN_IF_ERROR(ReadLayerChoices(f, arch->family, &imp.gpt, &imp.notes));
+  if (IsMoe(arch->family)) PLANNER_RETURN_IF_ERROR(ReadMoe(f, arch->family, &imp));
   // Dropout: the largest probability the config names (GPT-2's resid/attn/embd_pdrop 0.1; Llama-class
   // configs' attention_dropout 0.0); none named: 0, as modern pretraining runs.
   imp.gpt.dropout = 0;
@@ -345,6 +456,20 @@ std::string HfModelYaml(const HfImport& m, const std::string& source_path) {
   if (g.position == "rope") o += fmt::format("  rope_theta: {}\n", g.rope_theta);
   o += fmt::format("  bias: {}\n  tie_embeddings: {}\n  attention: {}\n  dropout: {}\n", g.bias, g.tie_embeddings, g.attention, g.dropout);
   o += fmt::format("  seq: {}\n  vocab: {}\n", g.seq, g.vocab);
+  if (g.head_dim > 0) o += fmt::format("  head_dim: {}\n", g.head_dim);
+  const MoeConfig& moe = g.moe;
+  if (moe.experts > 0) {
+    o += fmt::format("  moe: {{experts: {}, top_k: {}, expert_ffn: {}, shared_experts: {}, dense_layers: {}, router: {}, aux_loss: {}",
+                     moe.experts, moe.top_k, moe.expert_ffn, moe.shared_experts, moe.dense_layers, moe.router, moe.aux_loss);
+    if (moe.route_groups > 0) o += fmt::format(", route_groups: {}, route_group_limit: {}", moe.route_groups, moe.route_group_limit);
+    o += "}\n";
+  }
+  const MlaConfig& a = g.mla;
+  if (a.kv_lora_rank > 0) {
+    o += fmt::format("  mla: {{q_lora_rank: {}, kv_lora_rank: {}, qk_rope_head_dim: {}, qk_nope_head_dim: {}, v_head_dim: {}}}\n",
+                     a.q_lora_rank, a.kv_lora_rank, a.qk_rope_head_dim, a.qk_nope_head_dim, a.v_head_dim);
+  }
+  if (g.mtp > 0) o += fmt::format("  mtp: {}\n", g.mtp);
   return o;
 }
 

@@ -1,6 +1,7 @@
 // Hugging Face config.json -> model.yaml (`planner import hf`): the dense
 // decoder architectures Llama, Mistral, Qwen2, Qwen3, GPT-2, GPT-NeoX and
-// Nemotron mapped onto the `gpt:` template (docs/formats.md, "planner import
+// Nemotron and the MoE ones Mixtral, Qwen3-MoE and DeepSeek-V3 (MLA, MTP)
+// mapped onto the `gpt:` template (docs/formats.md, "planner import
 // hf"). config.json is read with yaml-cpp (JSON is YAML 1.2), so errors name
 // the file and line like every other reader. Pure functions; thread-safe.
 #pragma once

@@ -78,6 +78,11 @@ struct Layer {
   int tp_allreduces_fwd = 0;        // all-reduces of tp_allreduce_bytes in forward (same in backward)
   double tp_allreduce_bytes = 0;    // bytes of one such all-reduce
   double stash_bytes_tp_replicated = 0;  // part of stash_bytes that is not divided by t
+  // Parts of params and of the forward FLOPs that every TP rank holds and runs whole (MLA's q and kv
+  // down-projections and their norms, the MoE router: replicated in Megatron-Core). Included in params
+  // and fwd_flops; backward-input and backward-weight FLOPs each hold the same amount again.
+  double tp_replicated_params = 0;
+  double tp_replicated_fwd_flops = 0;
 
   // Mixture of experts (moe_block; docs/cost_model.md, MoE). All zero on other layers. The
   // routed experts' parts below are included in the totals above (params, *_flops, stash_bytes*).

@@ -31,6 +31,18 @@ const StringKey kActKey{"act", {"gelu", "swiglu", "relu2"}};
 const StringKey kNormKey{"norm", {"layernorm", "rmsnorm"}};
 const StringKey kPositionKey{"position", {"learned", "rope"}};
 const StringKey kAttentionKey{"attention", {"flash", "unfused"}};
+const StringKey kRouterKey{"router", {"softmax", "sigmoid"}};
+
+std::vector<std::string> Join(std::initializer_list<std::vector<std::string>> parts) {
+  std::vector<std::string> all;
+  for (const auto& p : parts) all.insert(all.end(), p.begin(), p.end());
+  return all;
+}
+// Multi-head latent attention (DeepSeek-V2/V3): kv_lora_rank > 0 turns it on.
+const std::vector<std::string> kMlaKeys = {"q_lora_rank", "kv_lora_rank", "qk_rope_head_dim", "qk_nope_head_dim", "v_head_dim"};
+const std::vector<std::string> kMoeKeys = {"heads", "kv_heads", "head_dim", "experts", "top_k", "expert_ffn", "shared_ffn",
+                                           "route_groups", "route_group_limit", "rope_theta"};
+const std::vector<std::string> kMoeZeroOk = {"q_lora_rank", "shared_ffn", "route_groups", "route_group_limit"};
 }  // namespace
 
 const std::vector<LayerTypeInfo>& LayerTypes() {
@@ -46,10 +58,17 @@ const std::vector<LayerTypeInfo>& LayerTypes() {
       {"layernorm", {}, {}, {}},
       {"rmsnorm", {}, {}, {}},
       {"embedding", {"vocab", "hidden", "positions"}, {"dropout"}, {"vocab", "hidden"}},
-      {"attention", {"heads", "kv_heads", "rope_theta"}, {"bias", "dropout"}, {"heads"}, false, {kPositionKey, kAttentionKey}},
+      {"attention", Join({{"heads", "kv_heads", "rope_theta", "head_dim"}, kMlaKeys}), {"bias", "dropout"}, {"heads"}, false,
+       {kPositionKey, kAttentionKey}, {}, {"q_lora_rank"}},
       {"mlp", {"ffn"}, {"bias", "dropout"}, {}, false, {kActKey}},
-      {"transformer_block", {"heads", "kv_heads", "ffn", "rope_theta"}, {"bias", "dropout"}, {"heads"}, false,
-       {kActKey, kNormKey, kPositionKey, kAttentionKey}},
+      {"transformer_block", Join({{"heads", "kv_heads", "ffn", "rope_theta", "head_dim"}, kMlaKeys}), {"bias", "dropout"},
+       {"heads"}, false, {kActKey, kNormKey, kPositionKey, kAttentionKey}, {}, {"q_lora_rank"}},
+      {"moe_block", Join({kMoeKeys, kMlaKeys}), {"bias", "dropout"}, {"heads", "experts", "top_k", "expert_ffn"}, false,
+       {kActKey, kNormKey, kPositionKey, kAttentionKey, kRouterKey}, {"capacity_factor", "aux_loss"}, kMoeZeroOk},
+      // One multi-token-prediction module (DeepSeek-V3): a moe_block's keys when experts is set, else a
+      // transformer_block's (ffn), and the vocab of the shared output head.
+      {"mtp", Join({kMoeKeys, kMlaKeys, {"ffn", "vocab"}}), {"bias", "dropout"}, {"heads", "vocab"}, false,
+       {kActKey, kNormKey, kPositionKey, kAttentionKey, kRouterKey}, {"capacity_factor", "aux_loss"}, kMoeZeroOk},
       {"lm_head", {"vocab"}, {"tied"}, {"vocab"}},
       {"loss", {}, {}, {}},
   };
@@ -96,26 +115,75 @@ Status ShapeError(const std::string& msg) { return Status::InvalidArgument(msg);
 
 // A transformer layer's dimensions and choices, resolved from its attributes
 // (spec/layer.h, /docs/cost_model.md section 1): s sequence, h hidden, a query
-// heads, g KV heads (groups), d = h / a head dim, f FFN hidden size.
+// heads, g KV heads (groups), d head dim (h / a unless head_dim is set), f FFN
+// hidden size (moe_block: one expert's). MLA (kv_lora_rank > 0): q_lora (0: no
+// query compression), kv_lora, the rope and nope parts of the query/key head
+// dim (dqk = nope + rope) and the value head dim dv.
 struct Transformer {
   double s = 0, h = 0, a = 0, g = 0, d = 0, f = 0;
+  double dqk = 0, dv = 0;  // query/key and value head dims (d and d without MLA)
+  bool mla = false;
+  double q_lora = 0, kv_lora = 0, rope_dim = 0, nope_dim = 0;
   std::string act, norm, position, attention;
   bool bias = true;
   bool dropout = true;  // Megatron GPT's hidden and attention dropout (1-byte masks kept for backward); false: none
   bool flash() const { return attention == "flash"; }
 };
 
-// Attention (Megatron-Core SelfAttention) on a [s, h] input, per sample. dt:
+// The projections of one attention layer, per token: GEMM weights (2 s FLOPs each per pass),
+// parameters, what backward keeps, what RoPE rotates, the K and V ring attention passes.
+struct AttnGeom {
+  double weights = 0, params = 0;
+  double replicated_weights = 0, replicated_params = 0;  // MLA's down projections and latent norms (not split by TP)
+  double kept = 0, kept_replicated = 0;  // elements kept for backward (no masks, no log-sum-exp)
+  double rope = 0, kv = 0, latent_norm = 0;
+};
+
+AttnGeom Geometry(const Transformer& t) {
+  AttnGeom g;
+  const double h = t.h, a = t.a;
+  if (!t.mla) {  // Q [h, a d], K and V [h, g d], output [a d, h]
+    const double q = a * t.d, kv = t.g * t.d;
+    g.weights = h * (q + 2 * kv) + q * h;
+    g.params = g.weights + (t.bias ? q + 2 * kv + h : 0);
+    g.kept = h + q + 2 * kv + q;  // QKV input, Q, K, V, projection input
+    g.kept_replicated = h;
+    g.rope = q + kv;
+    g.kv = 2 * kv;
+    return g;
+  }
+  // DeepSeek-V3 MLA: q down [h, q_lora] + RMSNorm, q up [q_lora, a dqk] (no q_lora: q [h, a dqk]);
+  // kv down [h, kv_lora + rope] + RMSNorm on kv_lora, kv up [kv_lora, a (nope + dv)]; output [a dv, h].
+  const double down_cols = t.q_lora + t.kv_lora + t.rope_dim, q = a * t.dqk, kv_up = a * (t.nope_dim + t.dv);
+  const double down = h * down_cols;
+  const double up = (t.q_lora > 0 ? t.q_lora : h) * q + t.kv_lora * kv_up;
+  g.weights = down + up + a * t.dv * h;
+  const double norms = t.q_lora + t.kv_lora;  // the latent norms are RMSNorms (DeepSeek-V3, Megatron-Core MLA)
+  g.replicated_weights = down;
+  g.replicated_params = down + norms + (t.bias ? down_cols : 0);
+  g.params = g.weights + norms + (t.bias ? down_cols + q + kv_up + h : 0);
+  // x; the latent norms' inputs and the up projections' inputs; Q, K, V; the output projection's input
+  g.kept = h + 2 * (t.q_lora + t.kv_lora) + 2 * q + 2 * a * t.dv;
+  g.kept_replicated = h + 2 * (t.q_lora + t.kv_lora);
+  g.rope = a * t.rope_dim + t.rope_dim;  // q_pe of every head, the shared k_pe
+  g.kv = a * (t.dqk + t.dv);
+  g.latent_norm = t.q_lora + t.kv_lora;
+  return g;
+}
+
+// Attention (Megatron-Core SelfAttention, or MLASelfAttention) on a [s, h] input, per sample. dt:
 // bytes per element. Stash per Korthikanti et al. 2022 section 4.1, written
 // per tensor so GQA (K and V of g d columns) and flash attention (no s^2
 // tensor; the log-sum-exp, fp32 a s, instead) fit; the 1-byte dropout masks
 // stay at 1 byte.
 void AttentionCosts(const Transformer& t, double dt, Layer* l) {
-  const double s = t.s, h = t.h, a = t.a, g = t.g, d = t.d;
-  const double qkv_cols = (a + 2 * g) * d;  // Q: a d columns, K and V: g d each
-  l->params += h * qkv_cols + h * h + (t.bias ? qkv_cols + h : 0);
-  const double gemm = 2 * s * h * qkv_cols + 2 * s * h * h;  // QKV and output projection
-  const double core_full = 4 * s * s * h;                    // Q K^T and scores x V, 2 s^2 a d each
+  const double s = t.s, h = t.h, a = t.a;
+  const AttnGeom geo = Geometry(t);
+  l->params += geo.params;
+  l->tp_replicated_params += geo.replicated_params;
+  l->tp_replicated_fwd_flops += 2 * s * geo.replicated_weights;
+  const double gemm = 2 * s * geo.weights;            // QKV (MLA: down and up) and output projections
+  const double core_full = 2 * s * s * a * (t.dqk + t.dv);  // Q K^T (2 s^2 a dqk) and scores x V (2 s^2 a dv)
   // Flash: the causal kernel skips the masked blocks (half of s^2); its backward
   // re-runs Q K^T and adds dV, dP, dQ, dK: 5 s^2 GEMMs against forward's 2.
   // Unfused: the whole s^2 forward, two GEMMs per forward one in backward.
@@ -129,14 +197,16 @@ void AttentionCosts(const Transformer& t, double dt, Layer* l) {
   // decoder); Korthikanti eq. (7) counts the full 4 s^2 h.
   l->model_flops += 3 * (gemm + core_full / 2);
   l->attention_core_fwd_flops += core_fwd;
-  l->cp_kv_bytes += dt * 2 * s * g * d;
-  const double mask = t.dropout ? s * h : 0;                        // the output dropout's 1-byte mask
-  const double kept = dt * (3 * s * h + 2 * s * g * d) + mask;     // QKV input, Q, K, V, projection input; mask
-  double mem_fwd = dt * 4 * s * h, mem_bwd = dt * 8 * s * h;       // dropout + residual on s h
+  l->cp_kv_bytes += dt * s * geo.kv;
+  const double mask = t.dropout ? s * h : 0;  // the output dropout's 1-byte mask
+  const double kept = dt * s * geo.kept + mask;
+  double mem_fwd = dt * 4 * s * h, mem_bwd = dt * 8 * s * h;  // dropout + residual on s h
   if (t.position == "rope") {  // rotate Q and K: read + write, the same in backward
-    mem_fwd += dt * 2 * (s * h + s * g * d);
-    mem_bwd += dt * 2 * (s * h + s * g * d);
+    mem_fwd += dt * 2 * s * geo.rope;
+    mem_bwd += dt * 2 * s * geo.rope;
   }
+  mem_fwd += dt * 2 * s * geo.latent_norm;  // MLA's latent RMSNorms
+  mem_bwd += dt * 4 * s * geo.latent_norm;
   if (t.flash()) {
     l->stash_bytes += kept + 4 * a * s;  // + the fp32 log-sum-exp per head and row
     l->stash_bytes_selective += kept + 4 * a * s;
@@ -153,35 +223,108 @@ void AttentionCosts(const Transformer& t, double dt, Layer* l) {
   }
   l->fwd_mem_bytes += mem_fwd;
   l->bwd_mem_bytes += mem_bwd;
-  l->stash_bytes_tp_replicated += dt * s * h + mask;  // QKV input and the output dropout mask
+  l->stash_bytes_tp_replicated += dt * s * geo.kept_replicated + mask;  // QKV input (MLA: and the latents), the mask
   l->tp_allreduces_fwd += 1;
 }
 
-// MLP: fc1 [h, f] (SwiGLU: [h, 2f], gate and up), the activation, fc2 [f, h].
-void MlpCosts(const Transformer& t, double dt, Layer* l) {
-  const double s = t.s, h = t.h, f = t.f;
-  const bool swiglu = t.act == "swiglu";
+// One MLP: fc1 [h, f] (SwiGLU: [h, 2f], gate and up), the activation, fc2 [f, h], run on `tokens` tokens.
+struct MlpPart {
+  double weights = 0, params = 0, gemm = 0, stash = 0, act_fwd = 0, act_bwd = 0;
+};
+MlpPart Mlp(const std::string& act, bool bias, double h, double f, double tokens) {
+  const bool swiglu = act == "swiglu";
   const double fc1_cols = swiglu ? 2 * f : f;
-  l->params += h * fc1_cols + f * h + (t.bias ? fc1_cols + h : 0);
-  const double gemm = 2 * s * h * fc1_cols + 2 * s * f * h;
-  l->fwd_flops += gemm;
-  l->bwd_weight_flops += gemm;
-  l->bwd_input_flops += gemm;
-  l->model_flops += 3 * gemm;
-  // fc1 input, the activation's input (fc1's output) and fc2's input; the dropout mask.
+  MlpPart m;
+  m.weights = h * fc1_cols + f * h;
+  m.params = m.weights + (bias ? fc1_cols + h : 0);
+  m.gemm = 2 * tokens * h * fc1_cols + 2 * tokens * f * h;
+  // fc1 input, the activation's input (fc1's output) and fc2's input.
   // GeLU and relu2 (relu then square, fused) keep s f each; SwiGLU keeps its 2 s f input.
-  const double mask = t.dropout ? s * h : 0;
-  const double stash = dt * (s * h + fc1_cols * s + s * f) + mask;
-  l->stash_bytes += stash;
-  l->stash_bytes_selective += stash;
-  l->stash_bytes_tp_replicated += dt * s * h + mask;  // fc1 input and the dropout mask
+  m.stash = tokens * (h + fc1_cols + f);
   // Activation: GeLU / relu2 read + write s f forward, 4 s f backward; SwiGLU
   // reads 2 s f and writes s f forward, reads 3 s f and writes 2 s f backward.
-  // Dropout + residual on s h.
-  const double act_fwd = swiglu ? 3 * s * f : 2 * s * f, act_bwd = swiglu ? 5 * s * f : 4 * s * f;
-  l->fwd_mem_bytes += dt * (act_fwd + 4 * s * h);
-  l->bwd_mem_bytes += dt * (act_bwd + 8 * s * h);
+  m.act_fwd = tokens * (swiglu ? 3 * f : 2 * f);
+  m.act_bwd = tokens * (swiglu ? 5 * f : 4 * f);
+  return m;
+}
+
+// A GEMM's FLOPs: the same in forward, backward-input and backward-weight; model FLOPs 3x.
+void AddGemm(double fwd, Layer* l) {
+  l->fwd_flops += fwd;
+  l->bwd_input_flops += fwd;
+  l->bwd_weight_flops += fwd;
+  l->model_flops += 3 * fwd;
+}
+
+// Dense MLP with its dropout and residual.
+void MlpCosts(const Transformer& t, double dt, Layer* l) {
+  const double s = t.s, h = t.h;
+  const MlpPart m = Mlp(t.act, t.bias, h, t.f, s);
+  l->params += m.params;
+  AddGemm(m.gemm, l);
+  const double mask = t.dropout ? s * h : 0;  // the dropout mask
+  l->stash_bytes += dt * m.stash + mask;
+  l->stash_bytes_selective += dt * m.stash + mask;
+  l->stash_bytes_tp_replicated += dt * s * h + mask;  // fc1 input and the dropout mask
+  l->fwd_mem_bytes += dt * (m.act_fwd + 4 * s * h);  // + dropout and residual on s h
+  l->bwd_mem_bytes += dt * (m.act_bwd + 8 * s * h);
   l->tp_allreduces_fwd += 1;
+}
+
+// An MoE MLP's resolved attributes: E routed experts, top_k, one expert's FFN, the shared
+// experts' total FFN (0: none), the capacity factor (0: dropless).
+struct Moe {
+  double e = 0, k = 0, fe = 0, fs = 0, capacity = 0;
+};
+
+// The MoE MLP of a moe_block (Megatron-Core MoELayer; docs/cost_model.md, MoE): the router
+// [h, E] (replicated over TP), the shared expert MLP (a dense MLP of width fs), and the routed
+// experts, each token reaching top_k of them (balanced; capacity c > 0 pads to c s k tokens).
+void MoeCosts(const Transformer& t, const Moe& m, double dt, Layer* l) {
+  const double s = t.s, h = t.h;
+  const double router = 2 * s * h * m.e;
+  l->params += m.e * h;
+  l->tp_replicated_params += m.e * h;
+  l->tp_replicated_fwd_flops += router;
+  AddGemm(router, l);
+  double stash = 4 * s * m.e;                         // fp32 routing scores
+  double mem_fwd = 4 * 2 * s * m.e, mem_bwd = 4 * 3 * s * m.e;  // softmax | sigmoid and top-k over them
+  if (m.fs > 0) {
+    const MlpPart shared = Mlp(t.act, t.bias, h, m.fs, s);
+    l->params += shared.params;
+    AddGemm(shared.gemm, l);
+    stash += dt * shared.stash;  // holds the MLP input the router's weight gradient reads too
+    mem_fwd += dt * shared.act_fwd;
+    mem_bwd += dt * shared.act_bwd;
+  } else {
+    stash += dt * s * h;  // the router's input
+  }
+  const double routed = s * m.k * (m.capacity > 0 ? m.capacity : 1);  // token copies the experts run
+  const MlpPart ex = Mlp(t.act, t.bias, h, m.fe, routed);
+  const MlpPart active = Mlp(t.act, t.bias, h, m.fe, s * m.k);  // the model FLOPs count routed tokens only
+  l->params += m.e * ex.params;
+  l->expert_params = m.e * ex.params;
+  l->fwd_flops += ex.gemm;
+  l->bwd_input_flops += ex.gemm;
+  l->bwd_weight_flops += ex.gemm;
+  l->model_flops += 3 * active.gemm;
+  l->expert_fwd_flops = l->expert_bwd_input_flops = l->expert_bwd_weight_flops = ex.gemm;
+  l->expert_stash_bytes = dt * ex.stash;  // permuted input, fc1 output, fc2 input of every token copy
+  stash += dt * ex.stash;
+  // Permute and unpermute (read s h, write the copies; back, weighted by the probabilities), the activation.
+  mem_fwd += dt * (ex.act_fwd + 2 * (s * h + routed * h));
+  mem_bwd += dt * (ex.act_bwd + 2 * (s * h + routed * h));
+  const double mask = t.dropout ? s * h : 0;
+  stash += mask;
+  l->stash_bytes += stash;
+  l->stash_bytes_selective += stash;
+  l->stash_bytes_tp_replicated += dt * s * h + mask + 4 * s * m.e;  // MLP input, mask, routing scores
+  l->fwd_mem_bytes += mem_fwd + dt * 4 * s * h;  // + dropout and residual on s h
+  l->bwd_mem_bytes += mem_bwd + dt * 8 * s * h;
+  l->tp_allreduces_fwd += 1;
+  l->experts = static_cast<int64_t>(m.e);
+  l->top_k = static_cast<int64_t>(m.k);
+  l->moe_dispatch_bytes = dt * s * m.k * h;
 }
 
 // LayerNorm (weight and bias) or RMSNorm (weight only) over the last dimension.
@@ -206,14 +349,97 @@ Status ChoiceAttr(const std::string& type, const LayerAttrs& attrs, const std::s
   return Status::OK();
 }
 
+// MLA's attributes (kv_lora_rank > 0), checked and written into l->attrs.
+Status ResolveMla(const LayerAttrs& attrs, Transformer* t, Layer* l) {
+  bool any = false;
+  for (const char* key : {"q_lora_rank", "kv_lora_rank", "qk_rope_head_dim", "qk_nope_head_dim", "v_head_dim"}) {
+    any = any || attrs.ints.count(key) > 0;
+  }
+  if (!any) return Status::OK();
+  const int64_t ql = attrs.Int("q_lora_rank", 0), kvl = attrs.Int("kv_lora_rank", 0);
+  const int64_t rope = attrs.Int("qk_rope_head_dim", 0), nope = attrs.Int("qk_nope_head_dim", 0), dv = attrs.Int("v_head_dim", 0);
+  if (kvl < 1) {
+    return ShapeError(fmt::format("kv_lora_rank ({}) must be at least 1: MLA compresses K and V to that width; set "
+                                  "kv_lora_rank (DeepSeek-V3: 512) or remove the MLA keys", kvl));
+  }
+  if (ql < 0) return ShapeError(fmt::format("q_lora_rank ({}) must be at least 0; set q_lora_rank: 0 (no query compression)", ql));
+  if (rope < 2 || rope % 2 != 0) {
+    return ShapeError(fmt::format("qk_rope_head_dim ({}) must be even and at least 2: RoPE rotates pairs; set "
+                                  "qk_rope_head_dim: 64 (DeepSeek-V3)", rope));
+  }
+  if (nope < 1 || dv < 1) {
+    return ShapeError(fmt::format("MLA needs qk_nope_head_dim and v_head_dim of at least 1 (got {} and {}); set them "
+                                  "(DeepSeek-V3: 128 and 128)", nope, dv));
+  }
+  t->mla = true;
+  t->q_lora = static_cast<double>(ql);
+  t->kv_lora = static_cast<double>(kvl);
+  t->rope_dim = static_cast<double>(rope);
+  t->nope_dim = static_cast<double>(nope);
+  t->dqk = static_cast<double>(rope + nope);
+  t->dv = static_cast<double>(dv);
+  l->attrs.ints["q_lora_rank"] = ql;
+  l->attrs.ints["kv_lora_rank"] = kvl;
+  l->attrs.ints["qk_rope_head_dim"] = rope;
+  l->attrs.ints["qk_nope_head_dim"] = nope;
+  l->attrs.ints["v_head_dim"] = dv;
+  return Status::OK();
+}
+
+// A moe_block's MoE attributes, checked and written into l->attrs.
+Status ResolveMoe(const LayerAttrs& attrs, Moe* m, Layer* l) {
+  const int64_t e = attrs.Int("experts", 0), k = attrs.Int("top_k", 0), fe = attrs.Int("expert_ffn", 0);
+  const int64_t fs = attrs.Int("shared_ffn", 0), groups = attrs.Int("route_groups", 0), limit = attrs.Int("route_group_limit", 0);
+  const double cap = attrs.Real("capacity_factor", 0), aux = attrs.Real("aux_loss", 0);
+  if (e < 2) {
+    return ShapeError(fmt::format("experts ({}) must be at least 2; one expert is a dense MLP: use a transformer_block with ffn", e));
+  }
+  if (k < 1 || k > e) return ShapeError(fmt::format("top_k ({}) must be between 1 and experts ({}); set top_k: {} or less", k, e, e));
+  if (fe < 1) return ShapeError("expert_ffn (one expert's FFN hidden size) is missing; set expert_ffn: <size> (DeepSeek-V3: 2048)");
+  if (fs < 0) return ShapeError(fmt::format("shared_ffn ({}) must be at least 0; set shared_ffn: 0 (no shared expert)", fs));
+  if (!(cap >= 0)) {
+    return ShapeError(fmt::format("capacity_factor ({}) is below 0; set capacity_factor: 0 (dropless) or a capacity "
+                                  "above 0 (e.g. 1.25)", cap));
+  }
+  if (!(aux >= 0)) return ShapeError(fmt::format("aux_loss ({}) is below 0; set aux_loss: 0 (none) or a coefficient (e.g. 0.01)", aux));
+  if (groups != 0 || limit != 0) {
+    if (groups < 1 || e % groups != 0) {
+      return ShapeError(fmt::format("route_groups ({}) must divide experts ({}); set route_groups to a divisor of {} "
+                                    "(DeepSeek-V3: 8 groups of 32)", groups, e, e));
+    }
+    if (limit < 1 || limit > groups) {
+      return ShapeError(fmt::format("route_group_limit ({}) must be between 1 and route_groups ({}); set "
+                                    "route_group_limit: {} or less (DeepSeek-V3: 4 of 8)", limit, groups, groups));
+    }
+    if (k > limit * (e / groups)) {
+      return ShapeError(fmt::format("top_k ({}) exceeds the {} experts of route_group_limit ({}) groups of {}; raise "
+                                    "route_group_limit or lower top_k", k, limit * (e / groups), limit, e / groups));
+    }
+  }
+  m->e = static_cast<double>(e);
+  m->k = static_cast<double>(k);
+  m->fe = static_cast<double>(fe);
+  m->fs = static_cast<double>(fs);
+  m->capacity = cap;
+  const std::pair<const char*, int64_t> resolved[] = {{"experts", e},     {"top_k", k},           {"expert_ffn", fe},
+                                                       {"shared_ffn", fs}, {"route_groups", groups}, {"route_group_limit", limit}};
+  for (const auto& [key, v] : resolved) l->attrs.ints[key] = v;
+  l->attrs.reals["capacity_factor"] = cap;
+  l->attrs.reals["aux_loss"] = aux;
+  return Status::OK();
+}
+
 // Resolves and checks a transformer layer's attributes on a [s, h] input,
 // writing the resolved values into l->attrs.
 Status ResolveTransformer(const std::string& type, const LayerAttrs& attrs, const std::vector<int64_t>& in,
                           Transformer* t, Layer* l) {
   const int64_t hidden = in[1];
-  const int64_t heads = attrs.Int("heads", 1), kv = attrs.Int("kv_heads", heads), ffn = attrs.Int("ffn", 4 * hidden);
+  const bool moe = type == "moe_block";
+  const int64_t heads = attrs.Int("heads", 1), kv = attrs.Int("kv_heads", heads);
+  // moe_block: the MLP that TP splits whole is the shared experts' (0: none); f is one routed expert's.
+  const int64_t ffn = moe ? attrs.Int("shared_ffn", 0) : attrs.Int("ffn", 4 * hidden);
   const int64_t theta = attrs.Int("rope_theta", 10000);
-  for (const char* key : {"act", "norm", "position", "attention"}) {
+  for (const char* key : {"act", "norm", "position", "attention", "router"}) {
     std::string value;
     PLANNER_RETURN_IF_ERROR(ChoiceAttr(type, attrs, key, &value));
     if (!value.empty()) l->attrs.strings[key] = value;
@@ -224,33 +450,86 @@ Status ResolveTransformer(const std::string& type, const LayerAttrs& attrs, cons
   t->attention = l->attrs.String("attention", "flash");
   t->bias = attrs.Bool("bias", true);
   t->dropout = attrs.Bool("dropout", true);
-  if (heads < 1 || kv < 1 || ffn < 1) return ShapeError("heads, kv_heads and ffn must be at least 1");
+  if (heads < 1 || kv < 1 || ffn < (moe ? 0 : 1)) return ShapeError("heads, kv_heads and ffn must be at least 1");
+  const bool has_head_dim = attrs.ints.count("head_dim") > 0;
+  const int64_t head_dim = has_head_dim ? attrs.Int("head_dim", 0) : hidden / heads;
   if (type != "mlp") {
-    if (hidden % heads != 0) return ShapeError(fmt::format("heads ({}) must divide the hidden size {}", heads, hidden));
-    if (heads % kv != 0) {
+    PLANNER_RETURN_IF_ERROR(ResolveMla(attrs, t, l));
+    if (head_dim < 1) return ShapeError(fmt::format("head_dim ({}) must be at least 1", head_dim));
+    if (!t->mla && !has_head_dim && hidden % heads != 0) {
+      return ShapeError(fmt::format("heads ({}) must divide the hidden size {}", heads, hidden));
+    }
+    if (!t->mla && heads % kv != 0) {
       return ShapeError(fmt::format("kv_heads ({}) must divide heads ({}); set kv_heads to a divisor of {} (1: MQA, {}: "
                                     "MHA)", kv, heads, heads, heads));
     }
-    if (t->position == "rope" && (hidden / heads) % 2 != 0) {
+    if (!t->mla && t->position == "rope" && head_dim % 2 != 0) {
       return ShapeError(fmt::format("rope rotates pairs of the head dimension, which is odd ({}); use an even "
-                                    "hidden / heads or position: learned", hidden / heads));
+                                    "hidden / heads or position: learned", head_dim));
     }
     if (theta < 1) return ShapeError("rope_theta must be at least 1");
     l->attrs.ints["kv_heads"] = kv;
     l->attrs.ints["rope_theta"] = theta;
+    if (has_head_dim) l->attrs.ints["head_dim"] = head_dim;
   }
   l->attrs.ints["heads"] = heads;
-  l->attrs.ints["ffn"] = ffn;
+  if (!moe) l->attrs.ints["ffn"] = ffn;
   l->attrs.bools["bias"] = t->bias;
   t->s = static_cast<double>(in[0]);
   t->h = static_cast<double>(hidden);
   t->a = static_cast<double>(heads);
   t->g = static_cast<double>(kv);
-  t->d = static_cast<double>(hidden) / static_cast<double>(heads);
-  t->f = static_cast<double>(ffn);
-  // t divides heads and kv_heads (Megatron-Core splits the query groups), and ffn for the MLP.
-  const int64_t attn_div = std::gcd(heads, kv);
-  l->tp_divisor = type == "mlp" ? ffn : (type == "attention" ? attn_div : std::gcd(attn_div, ffn));
+  t->d = static_cast<double>(head_dim);
+  if (!t->mla) t->dqk = t->dv = t->d;
+  t->f = static_cast<double>(moe ? attrs.Int("expert_ffn", 0) : ffn);
+  // t divides heads and kv_heads (Megatron-Core splits the query groups; MLA: the heads), and the
+  // ffn of the MLP TP splits (moe_block: the shared experts'; the routed experts are EP x ETP's).
+  const int64_t attn_div = t->mla ? heads : std::gcd(heads, kv);
+  if (type == "mlp") l->tp_divisor = ffn;
+  else if (type == "attention" || ffn == 0) l->tp_divisor = attn_div;
+  else l->tp_divisor = std::gcd(attn_div, ffn);
+  return Status::OK();
+}
+
+// One multi-token-prediction module (DeepSeek-V3 section 2.2; Megatron-Core's MultiTokenPredictionLayer)
+// on the main path's [s, h] hidden state, which it passes on unchanged: RMSNorm of that state and of the
+// next tokens' embedding (the shared table), the [2h, h] projection, one block (a moe_block when experts
+// is set), the output head's norm, the shared output head (V h FLOPs, no parameters) and its loss.
+Status MtpCosts(const LayerAttrs& attrs, const std::vector<int64_t>& in, DType dtype, Layer* l) {
+  const std::string inner_type = attrs.Int("experts", 0) > 0 ? "moe_block" : "transformer_block";
+  const LayerTypeInfo* info = FindLayerType(inner_type);
+  LayerAttrs inner_attrs;
+  for (const auto& [k, v] : attrs.ints) {
+    if (std::find(info->int_keys.begin(), info->int_keys.end(), k) != info->int_keys.end()) inner_attrs.ints[k] = v;
+  }
+  inner_attrs.bools = attrs.bools;
+  for (const auto& [k, v] : attrs.strings) {
+    if (FindStringKey(inner_type, k) != nullptr) inner_attrs.strings[k] = v;
+  }
+  if (inner_type == "moe_block") inner_attrs.reals = attrs.reals;
+  Layer b;
+  PLANNER_RETURN_IF_ERROR(InferLayer(inner_type, inner_attrs, in, dtype, &b));
+  const int64_t vocab = attrs.Int("vocab", 0);
+  if (vocab < 1) return ShapeError("mtp needs the vocab of the shared output head; set vocab: <vocab size>");
+  const double dt = DTypeBytes(dtype), s = static_cast<double>(in[0]), h = static_cast<double>(in[1]);
+  const double v = static_cast<double>(vocab);
+  const bool rms = b.attrs.String("norm", "layernorm") == "rmsnorm", bias = b.attrs.Bool("bias", true);
+  *l = b;
+  l->type = "mtp";
+  l->in_shape = in;
+  l->attrs.ints["vocab"] = vocab;
+  for (int i = 0; i < 3; ++i) NormCosts(s * h, h, rms, dt, l);  // hnorm, enorm, the output head's norm
+  l->params += 2 * h * h + (bias ? h : 0);                    // eh_proj [2h, h]
+  AddGemm(2 * s * 2 * h * h, l);
+  AddGemm(2 * s * h * v, l);                                  // the shared output head
+  const double extra = dt * 2 * s * h + dt * s * h + 4 * s * v + 4 * s;  // projection input, head input, fp32 logits, token ids
+  l->stash_bytes += extra;
+  l->stash_bytes_selective += extra;
+  l->stash_bytes_tp_replicated += 4 * s;
+  l->stash_bytes_full = dt * s * h + 4 * s * v;  // the input; the loss's logits are never recomputed
+  l->fwd_mem_bytes += dt * 2 * s * h + 4 * 3 * s * v;  // embedding gather and its copy; cross-entropy
+  l->bwd_mem_bytes += dt * 2 * s * h + 4 * 2 * s * v;
+  l->tp_divisor = std::gcd(b.tp_divisor, vocab);
   return Status::OK();
 }
 
@@ -284,6 +563,7 @@ Status InferLayer(const std::string& type, const LayerAttrs& attrs, const std::v
   for (const auto& [k, v] : attrs.ints) attr_sig += fmt::format(",{}={}", k, v);
   for (const auto& [k, v] : attrs.bools) attr_sig += fmt::format(",{}={}", k, v);
   for (const auto& [k, v] : attrs.strings) attr_sig += fmt::format(",{}={}", k, v);
+  for (const auto& [k, v] : attrs.reals) attr_sig += fmt::format(",{}={}", k, v);
 
   if (type == "linear") {
     if (in.empty()) return ShapeError("linear needs an input with at least one dimension");
@@ -379,7 +659,7 @@ Status InferLayer(const std::string& type, const LayerAttrs& attrs, const std::v
     l.tp_shardable = true;  // vocab-parallel
     l.tp_divisor = v;
     l.tp_allreduces_fwd = 1;
-  } else if (type == "attention" || type == "mlp" || type == "transformer_block") {
+  } else if (type == "attention" || type == "mlp" || type == "transformer_block" || type == "moe_block") {
     if (in.size() != 2) {
       return ShapeError(fmt::format("{} needs a [sequence, hidden] input, got {}; put it after an embedding", type,
                                     ShapeString(in)));
@@ -387,14 +667,23 @@ Status InferLayer(const std::string& type, const LayerAttrs& attrs, const std::v
     Transformer t;
     PLANNER_RETURN_IF_ERROR(ResolveTransformer(type, attrs, in, &t, &l));
     l.out_shape = in;
+    Moe moe;
+    if (type == "moe_block") PLANNER_RETURN_IF_ERROR(ResolveMoe(attrs, &moe, &l));
     if (type != "mlp") AttentionCosts(t, dt, &l);
-    if (type != "attention") MlpCosts(t, dt, &l);
-    if (type == "transformer_block") {  // pre-norm: before attention and before the MLP
+    if (type == "moe_block") MoeCosts(t, moe, dt, &l);
+    else if (type != "attention") MlpCosts(t, dt, &l);
+    if (type == "transformer_block" || type == "moe_block") {  // pre-norm: before attention and before the MLP
       NormCosts(t.s * t.h, t.h, t.norm == "rmsnorm", dt, &l);
       NormCosts(t.s * t.h, t.h, t.norm == "rmsnorm", dt, &l);
     }
     l.tp_shardable = true;
     l.stash_bytes_full = dt * t.s * t.h;
+  } else if (type == "mtp") {
+    if (in.size() != 2) {
+      return ShapeError(fmt::format("mtp needs a [sequence, hidden] input, got {}; put it after the last block", ShapeString(in)));
+    }
+    PLANNER_RETURN_IF_ERROR(MtpCosts(attrs, in, dtype, &l));
+    l.out_shape = in;
   } else if (type == "lm_head") {
     if (in.size() != 2) return ShapeError(fmt::format("lm_head needs a [sequence, hidden] input, got {}", ShapeString(in)));
     double s = static_cast<double>(in[0]), h = static_cast<double>(in[1]);

@@ -27,6 +27,8 @@ struct LayerTypeInfo {
   std::vector<std::string> required;    // required integer attributes
   bool has_probability = false;         // dropout's `p`
   std::vector<StringKey> string_keys = {};  // enumerated string attributes (optional; default: the first choice)
+  std::vector<std::string> real_keys = {};  // real-valued attributes, at least 0 (moe_block's capacity_factor, aux_loss)
+  std::vector<std::string> zero_ok = {};    // integer attributes that may be 0 (0: off; e.g. q_lora_rank, shared_ffn)
 };
 
 

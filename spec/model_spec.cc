@@ -14,7 +14,25 @@ namespace planner {
 double ModelSpec::TotalParams() const {
   double total = 0;
   for (const auto& l : layers) {
-    if (!l.params_tied) total += l.params;
+    if (!l.params_tied && l.type != "mtp") total += l.params;
+  }
+  return total;
+}
+
+double ModelSpec::ActiveParams() const {
+  double total = 0;
+  for (const auto& l : layers) {
+    if (l.params_tied || l.type == "mtp") continue;
+    total += l.params;
+    if (l.experts > 0) total -= l.expert_params * (1 - static_cast<double>(l.top_k) / static_cast<double>(l.experts));
+  }
+  return total;
+}
+
+double ModelSpec::MtpParams() const {
+  double total = 0;
+  for (const auto& l : layers) {
+    if (l.type == "mtp") total += l.params;
   }
   return total;
 }
@@ -62,7 +80,11 @@ namespace {
 
 const std::vector<std::string> kTopKeys = {"format_version", "name", "dtype", "precision", "global_batch", "input", "gpt", "layers"};
 const std::vector<std::string> kGptKeys = {"layers", "hidden", "heads", "seq", "vocab", "ffn", "tie_embeddings", "kv_heads",
-                                           "ffn_act", "norm", "position", "rope_theta", "bias", "attention", "dropout"};
+                                           "ffn_act", "norm", "position", "rope_theta", "bias", "attention", "dropout",
+                                           "head_dim", "moe", "mla", "mtp"};
+const std::vector<std::string> kMoeKeys = {"experts", "top_k", "expert_ffn", "shared_experts", "shared_ffn", "dense_layers",
+                                           "router", "aux_loss", "capacity_factor", "route_groups", "route_group_limit"};
+const std::vector<std::string> kMlaKeys = {"q_lora_rank", "kv_lora_rank", "qk_rope_head_dim", "qk_nope_head_dim", "v_head_dim"};
 const std::vector<std::string> kPrecisions = {"fp32", "fp16", "bf16", "fp8"};
 
 // A string that must be one of `choices`: the error lists them all (and a did-you-mean).
@@ -147,13 +169,15 @@ struct Builder {
       for (const auto& k : info->int_keys) allowed.push_back(k);
       for (const auto& k : info->bool_keys) allowed.push_back(k);
       for (const auto& k : info->string_keys) allowed.push_back(k.key);
+      for (const auto& k : info->real_keys) allowed.push_back(k);
       if (info->has_probability) allowed.push_back("p");
       PLANNER_RETURN_IF_ERROR(reader.CheckKeys(item, f, allowed));
       LayerAttrs attrs;
       for (const auto& k : info->int_keys) {
         bool required = std::find(info->required.begin(), info->required.end(), k) != info->required.end();
         int64_t v = 0;
-        int64_t min_value = (k == "padding" || k == "positions") ? 0 : 1;  // positions 0: no table (RoPE)
+        const bool zero_ok = std::find(info->zero_ok.begin(), info->zero_ok.end(), k) != info->zero_ok.end();
+        int64_t min_value = (k == "padding" || k == "positions" || zero_ok) ? 0 : 1;  // positions 0: no table (RoPE)
         if (item[k].IsDefined() || required) {
           PLANNER_RETURN_IF_ERROR(reader.GetInt(item, k, f + "." + k, &v, required, min_value));
           attrs.ints[k] = v;
@@ -170,6 +194,13 @@ struct Builder {
         std::string value;
         PLANNER_RETURN_IF_ERROR(GetChoice(reader, item, k.key, f + "." + k.key, k.choices, &value));
         if (!value.empty()) attrs.strings[k.key] = value;
+      }
+      for (const auto& k : info->real_keys) {  // checked by InferLayer (capacity_factor and aux_loss at least 0)
+        double v = 0;
+        if (item[k].IsDefined()) {
+          PLANNER_RETURN_IF_ERROR(reader.GetDouble(item, k, f + "." + k, &v, false, -1e300, false));
+          attrs.reals[k] = v;
+        }
       }
       if (info->has_probability && item["p"].IsDefined()) {
         PLANNER_RETURN_IF_ERROR(reader.GetDouble(item, "p", f + ".p", &attrs.probability, false, 0.0, false));
@@ -215,9 +246,35 @@ Status BuildGptModel(const GptConfig& g, DType dtype, ModelSpec* out) {
   LayerAttrs blk;
   blk.ints = {{"heads", g.heads}, {"kv_heads", g.kv_heads > 0 ? g.kv_heads : g.heads},
               {"ffn", g.ffn > 0 ? g.ffn : 4 * g.hidden}, {"rope_theta", g.rope_theta}};
+  if (g.head_dim > 0) blk.ints["head_dim"] = g.head_dim;
+  if (g.mla.kv_lora_rank > 0) {
+    blk.ints["q_lora_rank"] = g.mla.q_lora_rank;
+    blk.ints["kv_lora_rank"] = g.mla.kv_lora_rank;
+    blk.ints["qk_rope_head_dim"] = g.mla.qk_rope_head_dim;
+    blk.ints["qk_nope_head_dim"] = g.mla.qk_nope_head_dim;
+    blk.ints["v_head_dim"] = g.mla.v_head_dim;
+  }
   blk.strings = {{"act", g.ffn_act}, {"norm", g.norm}, {"position", g.position}, {"attention", g.attention}};
   blk.bools = {{"bias", g.bias}, {"dropout", g.dropout > 0}};
-  for (int64_t i = 0; i < g.layers; ++i) PLANNER_RETURN_IF_ERROR(add("transformer_block", blk, fmt::format("block{}", i)));
+  const MoeConfig& moe = g.moe;
+  LayerAttrs moe_blk = blk;  // the MoE blocks: the block's attention, an MoE MLP
+  moe_blk.ints.erase("ffn");
+  if (moe.experts > 0) {
+    const int64_t shared = moe.shared_ffn > 0 ? moe.shared_ffn : moe.shared_experts * moe.expert_ffn;
+    const std::pair<const char*, int64_t> ints[] = {{"experts", moe.experts},        {"top_k", moe.top_k},
+                                                    {"expert_ffn", moe.expert_ffn},  {"shared_ffn", shared},
+                                                    {"route_groups", moe.route_groups}, {"route_group_limit", moe.route_group_limit}};
+    for (const auto& [k, v] : ints) moe_blk.ints[k] = v;
+    moe_blk.strings["router"] = moe.router;
+    moe_blk.reals = {{"capacity_factor", moe.capacity_factor}, {"aux_loss", moe.aux_loss}};
+  }
+  for (int64_t i = 0; i < g.layers; ++i) {
+    const bool is_moe = moe.experts > 0 && i >= moe.dense_layers;
+    PLANNER_RETURN_IF_ERROR(add(is_moe ? "moe_block" : "transformer_block", is_moe ? moe_blk : blk, fmt::format("block{}", i)));
+  }
+  LayerAttrs mtp = moe.experts > 0 ? moe_blk : blk;  // DeepSeek-V3's MTP block is an MoE block
+  mtp.ints["vocab"] = g.vocab;
+  for (int64_t i = 0; i < g.mtp; ++i) PLANNER_RETURN_IF_ERROR(add("mtp", mtp, fmt::format("mtp{}", i)));
   if (g.norm == "rmsnorm") {
     PLANNER_RETURN_IF_ERROR(add("rmsnorm", LayerAttrs{}, "final_rmsnorm"));
   } else {
@@ -246,6 +303,76 @@ Status ParseGptExtras(const YamlReader& r, const YAML::Node& g, GptConfig* c) {
     const StringKey* k = FindStringKey("transformer_block", ch.string_key);
     PLANNER_RETURN_IF_ERROR(GetChoice(r, g, ch.key, std::string("gpt.") + ch.key, k->choices, ch.out));
   }
+  return Status::OK();
+}
+
+// gpt.moe: the MoE keys (docs/formats.md), checked where the file can point at the line.
+Status ParseGptMoe(const YamlReader& r, const YAML::Node& g, GptConfig* c) {
+  const YAML::Node& n = g["moe"];
+  if (!n.IsDefined() || n.IsNull()) return Status::OK();
+  PLANNER_RETURN_IF_ERROR(r.CheckKeys(n, "gpt.moe", kMoeKeys));
+  MoeConfig& m = c->moe;
+  PLANNER_RETURN_IF_ERROR(r.GetInt(n, "experts", "gpt.moe.experts", &m.experts, true, -1000000000));
+  if (m.experts < 2) {
+    return r.FieldError(n["experts"], "gpt.moe.experts", fmt::format("experts ({}) must be at least 2 (one expert is a dense MLP); set experts: 2 or more, or remove moe: and set ffn", m.experts));
+  }
+  PLANNER_RETURN_IF_ERROR(r.GetInt(n, "top_k", "gpt.moe.top_k", &m.top_k, true, 1));
+  if (m.top_k > m.experts) {
+    return r.FieldError(n["top_k"], "gpt.moe.top_k", fmt::format("top_k ({}) is larger than experts ({}); set top_k: {} or less", m.top_k, m.experts, m.experts));
+  }
+  if (!n["expert_ffn"].IsDefined()) {
+    return r.FieldError(n, "gpt.moe.expert_ffn", "missing: the MoE block needs its expert size; add 'expert_ffn: <one expert's FFN hidden size>' (DeepSeek-V3: 2048)");
+  }
+  PLANNER_RETURN_IF_ERROR(r.GetInt(n, "expert_ffn", "gpt.moe.expert_ffn", &m.expert_ffn, true, 1));
+  const std::pair<const char*, int64_t*> ints[] = {{"shared_experts", &m.shared_experts}, {"shared_ffn", &m.shared_ffn},
+                                                   {"dense_layers", &m.dense_layers},     {"route_groups", &m.route_groups},
+                                                   {"route_group_limit", &m.route_group_limit}};
+  for (const auto& [key, out] : ints) {
+    PLANNER_RETURN_IF_ERROR(r.GetInt(n, key, std::string("gpt.moe.") + key, out, false, 0));
+  }
+  if (m.dense_layers > c->layers) {
+    return r.FieldError(n["dense_layers"], "gpt.moe.dense_layers", fmt::format("{} is more than the {} layers; set dense_layers: {} or less", m.dense_layers, c->layers, c->layers));
+  }
+  const std::pair<const char*, double*> reals[] = {{"capacity_factor", &m.capacity_factor}, {"aux_loss", &m.aux_loss}};
+  for (const auto& [key, out] : reals) {
+    const std::string field = std::string("gpt.moe.") + key;
+    PLANNER_RETURN_IF_ERROR(r.GetDouble(n, key, field, out, false, -1e300, false));
+    if (*out < 0) {
+      return r.FieldError(n[key], field, fmt::format("{} is below 0; set {}: 0 ({}) or a positive value", *out, key,
+                                                     std::string(key) == "aux_loss" ? "no auxiliary loss" : "dropless"));
+    }
+  }
+  PLANNER_RETURN_IF_ERROR(GetChoice(r, n, "router", "gpt.moe.router", FindStringKey("moe_block", "router")->choices, &m.router));
+  if (m.route_groups > 0 || m.route_group_limit > 0) {
+    if (m.route_groups < 1 || m.experts % m.route_groups != 0) {
+      return r.FieldError(n["route_groups"].IsDefined() ? n["route_groups"] : n, "gpt.moe.route_groups",
+                          fmt::format("route_groups ({}) must divide experts ({}); set route_groups to a divisor of {} (DeepSeek-V3: 8)", m.route_groups, m.experts, m.experts));
+    }
+    if (m.route_group_limit < 1 || m.route_group_limit > m.route_groups) {
+      return r.FieldError(n["route_group_limit"].IsDefined() ? n["route_group_limit"] : n, "gpt.moe.route_group_limit",
+                          fmt::format("route_group_limit ({}) must be between 1 and route_groups ({}); set route_group_limit: {} or less (DeepSeek-V3: 4)", m.route_group_limit, m.route_groups, m.route_groups));
+    }
+  }
+  return Status::OK();
+}
+
+// gpt.mla: multi-head latent attention's keys.
+Status ParseGptMla(const YamlReader& r, const YAML::Node& g, GptConfig* c) {
+  const YAML::Node& n = g["mla"];
+  if (!n.IsDefined() || n.IsNull()) return Status::OK();
+  PLANNER_RETURN_IF_ERROR(r.CheckKeys(n, "gpt.mla", kMlaKeys));
+  MlaConfig& m = c->mla;
+  PLANNER_RETURN_IF_ERROR(r.GetInt(n, "q_lora_rank", "gpt.mla.q_lora_rank", &m.q_lora_rank, false, 0));
+  PLANNER_RETURN_IF_ERROR(r.GetInt(n, "kv_lora_rank", "gpt.mla.kv_lora_rank", &m.kv_lora_rank, true, -1000000000));
+  if (m.kv_lora_rank < 1) {
+    return r.FieldError(n["kv_lora_rank"], "gpt.mla.kv_lora_rank", fmt::format("{} is below 1: MLA compresses K and V to kv_lora_rank columns; set kv_lora_rank: 512 (DeepSeek-V3) or remove mla:", m.kv_lora_rank));
+  }
+  PLANNER_RETURN_IF_ERROR(r.GetInt(n, "qk_rope_head_dim", "gpt.mla.qk_rope_head_dim", &m.qk_rope_head_dim, true, 1));
+  if (m.qk_rope_head_dim % 2 != 0) {
+    return r.FieldError(n["qk_rope_head_dim"], "gpt.mla.qk_rope_head_dim", fmt::format("{} is odd: RoPE rotates pairs; set qk_rope_head_dim to an even size (DeepSeek-V3: 64)", m.qk_rope_head_dim));
+  }
+  PLANNER_RETURN_IF_ERROR(r.GetInt(n, "qk_nope_head_dim", "gpt.mla.qk_nope_head_dim", &m.qk_nope_head_dim, true, 1));
+  PLANNER_RETURN_IF_ERROR(r.GetInt(n, "v_head_dim", "gpt.mla.v_head_dim", &m.v_head_dim, true, 1));
   return Status::OK();
 }
 
@@ -288,15 +415,22 @@ Status ParseModelSpecUnguarded(const std::string& path, const std::string& text,
     PLANNER_RETURN_IF_ERROR(r.GetInt(g, "ffn", "gpt.ffn", &c.ffn, false, 1));
     PLANNER_RETURN_IF_ERROR(r.GetBool(g, "tie_embeddings", "gpt.tie_embeddings", &c.tie_embeddings, false));
     PLANNER_RETURN_IF_ERROR(ParseGptExtras(r, g, &c));
+    PLANNER_RETURN_IF_ERROR(r.GetInt(g, "head_dim", "gpt.head_dim", &c.head_dim, false, 1));
+    PLANNER_RETURN_IF_ERROR(r.GetInt(g, "mtp", "gpt.mtp", &c.mtp, false, 0));
+    if (c.mtp > 16) return r.FieldError(g["mtp"], "gpt.mtp", fmt::format("{} modules; set mtp: 16 or fewer (DeepSeek-V3: 1)", c.mtp));
+    PLANNER_RETURN_IF_ERROR(ParseGptMoe(r, g, &c));
+    PLANNER_RETURN_IF_ERROR(ParseGptMla(r, g, &c));
     if (c.layers > kMaxLayers) return r.FieldError(g["layers"], "gpt.layers", fmt::format("must be at most {}", kMaxLayers));
-    if (c.hidden % c.heads != 0) {
+    const bool own_head_dim = c.head_dim > 0 || c.mla.kv_lora_rank > 0;  // attention's width need not be hidden
+    if (!own_head_dim && c.hidden % c.heads != 0) {
       return r.FieldError(g["heads"], "gpt.heads", fmt::format("heads ({}) must divide hidden ({})", c.heads, c.hidden));
     }
-    if (c.kv_heads > 0 && c.heads % c.kv_heads != 0) {
+    if (c.mla.kv_lora_rank == 0 && c.kv_heads > 0 && c.heads % c.kv_heads != 0) {
       return r.FieldError(g["kv_heads"], "gpt.kv_heads", fmt::format("kv_heads ({}) must divide heads ({}); set kv_heads to a divisor of {} (1: MQA, {}: MHA)", c.kv_heads, c.heads, c.heads, c.heads));
     }
-    if (c.position == "rope" && (c.hidden / c.heads) % 2 != 0) {
-      return r.FieldError(g["position"], "gpt.position", fmt::format("rope rotates pairs of the head dimension, which is odd ({}); use an even hidden / heads or position: learned", c.hidden / c.heads));
+    const int64_t head_dim = c.head_dim > 0 ? c.head_dim : c.hidden / c.heads;
+    if (c.mla.kv_lora_rank == 0 && c.position == "rope" && head_dim % 2 != 0) {
+      return r.FieldError(g["position"], "gpt.position", fmt::format("rope rotates pairs of the head dimension, which is odd ({}); use an even hidden / heads or position: learned", head_dim));
     }
     PLANNER_RETURN_IF_ERROR(BuildGptModel(c, m.dtype, &m));
   } else {

@@ -13,6 +13,21 @@
 
 namespace planner {
 
+// The gpt template's `moe:` block (docs/formats.md): experts = 0 means a dense model.
+struct MoeConfig {
+  int64_t experts = 0, top_k = 0, expert_ffn = 0;
+  int64_t shared_experts = 0, shared_ffn = 0;  // shared_ffn 0: shared_experts x expert_ffn
+  int64_t dense_layers = 0;                    // the first N blocks are dense transformer_blocks with `ffn`
+  std::string router = "softmax";              // softmax | sigmoid
+  double aux_loss = 0, capacity_factor = 0;    // 0: no auxiliary loss; 0: dropless
+  int64_t route_groups = 0, route_group_limit = 0;  // node-limited routing: M of G groups per token; 0: none
+};
+
+// The gpt template's `mla:` block: kv_lora_rank > 0 means multi-head latent attention in every block.
+struct MlaConfig {
+  int64_t q_lora_rank = 0, kv_lora_rank = 0, qk_rope_head_dim = 0, qk_nope_head_dim = 0, v_head_dim = 0;
+};
+
 // The `gpt:` template (docs/formats.md). Defaults are Megatron-LM GPT's (GPT-3);
 // a Llama-class model sets kv_heads, ffn_act swiglu, norm rmsnorm, position
 // rope, bias false and tie_embeddings false.
@@ -27,6 +42,10 @@ struct GptConfig {
   bool tie_embeddings = true;
   double dropout = 0.1;               // hidden and attention dropout probability (Megatron GPT: 0.1; Llama-class: 0)
   std::string attention = "flash";    // flash | unfused (a cost-model choice)
+  int64_t head_dim = 0;               // 0: hidden / heads (Qwen3: 128 whatever hidden / heads is)
+  MoeConfig moe;
+  MlaConfig mla;
+  int64_t mtp = 0;                    // multi-token-prediction modules (DeepSeek-V3: 1)
 };
 
 struct ModelSpec {
@@ -40,8 +59,12 @@ struct ModelSpec {
   GptConfig gpt;                    // valid when is_gpt
   std::vector<Layer> layers;
 
-  // Sum of params over layers, counting tied weights once.
+  // Sum of params over layers, counting tied weights once; MoE: every expert; mtp layers excluded.
   double TotalParams() const;
+  // The parameters one token uses: TotalParams with each MoE layer's routed experts counted top_k of E.
+  double ActiveParams() const;
+  // Parameters of the multi-token-prediction modules (mtp layers; the shared embedding and head excluded).
+  double MtpParams() const;
   // FLOPs of one training iteration of `batch` samples: forward + backward,
   // plus one more forward of every recomputed layer when `full_recompute`
   // (the Megatron eq. (3) convention: the lm_head is not recomputed).

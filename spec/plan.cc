@@ -160,6 +160,7 @@ Tree PlanTree(const Plan& p) {
   t.Add("sequence_parallel", Tree::Bool(p.sequence_parallel));
   t.Add("model_parameters", Tree::Num(p.model_parameters));
   t.Add("model_active_parameters", Tree::Num(p.model_active_parameters));
+  if (p.mtp_parameters > 0) t.Add("mtp_parameters", Tree::Num(p.mtp_parameters));
   t.Add("microbatch_size", Tree::Int(p.microbatch_size));
   t.Add("num_microbatches", Tree::Int(p.num_microbatches));
   t.Add("schedule", Tree::Str(ScheduleName(p.schedule)));
@@ -306,6 +307,7 @@ Status ParsePlan(const std::string& path, const std::string& text, Plan* out) {
   PLANNER_RETURN_IF_ERROR(r.GetBool(root, "sequence_parallel", "sequence_parallel", &p.sequence_parallel, false));
   PLANNER_RETURN_IF_ERROR(r.GetDouble(root, "model_parameters", "model_parameters", &p.model_parameters, false, 0, false));
   PLANNER_RETURN_IF_ERROR(r.GetDouble(root, "model_active_parameters", "model_active_parameters", &p.model_active_parameters, false, 0, false));
+  PLANNER_RETURN_IF_ERROR(r.GetDouble(root, "mtp_parameters", "mtp_parameters", &p.mtp_parameters, false, 0, false));
   PLANNER_RETURN_IF_ERROR(r.GetInt(root, "microbatch_size", "microbatch_size", &p.microbatch_size, true, 1));
   PLANNER_RETURN_IF_ERROR(r.GetInt(root, "num_microbatches", "num_microbatches", &p.num_microbatches, true, 1));
   PLANNER_RETURN_IF_ERROR(GetSchedule(r, root, "schedule", &p.schedule, true));

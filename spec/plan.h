@@ -85,6 +85,7 @@ struct Plan {
   int64_t etp = 1;                // expert tensor-parallel size (etp x ep divides tp x cp x dp)
   double model_parameters = 0;    // parameters of the model (tied weights once; MoE: every expert; MTP modules excluded)
   double model_active_parameters = 0;  // parameters one token uses (MoE: top_k routed + shared experts); = model_parameters when dense
+  double mtp_parameters = 0;      // parameters of the multi-token-prediction modules (not in model_parameters); 0: none
   int64_t microbatch_size = 1, num_microbatches = 1;
   Schedule schedule = Schedule::k1F1B;
   int64_t interleave = 1;

@@ -43,12 +43,38 @@ has "default batch" mistral.yaml "global_batch: 1024"
 has "name flag" mistral.yaml "name: mistral-7b"
 expect "gpt2" 0 "wrote gpt2.yaml: gpt2 (GPT2LMHeadModel), 12 layers, seq 1024, global_batch 4096" -- $PLANNER import hf $HF/gpt2.json -o gpt2.yaml
 has "gpt2 learned" gpt2.yaml "  position: learned"
-expect "solve imported" 0 "configuration: tp-pp-dp" -- $PLANNER solve --gpus 8 --model gpt2.yaml --cluster $C/dgx-a100.yaml --global-batch 64
+expect "solve imported" 0 "configuration: tp-pp-dp" -- $PLANNER solve --gpus 8 --model gpt2.yaml --cluster $C/dgx-a100.yaml --global-batch 64 -o gpt2.plan.yaml
+# A dense model's active parameters are all of them (GPT-2 small: 124,439,808 with its 1024 positions); no MTP field.
+has "model_parameters" gpt2.plan.yaml "model_parameters: 124439808"
+has "model_active_parameters" gpt2.plan.yaml "model_active_parameters: 124439808"
+grep -q "^mtp_parameters" gpt2.plan.yaml && { echo "FAIL: mtp_parameters written for a model without MTP"; fail=$((fail+1)); } || pass=$((pass+1))
 expect "seq over limit" 2 "planner: error: --seq 16384: above max_position_embeddings 8192 of $HF/llama3-8b.json:11; the model has no positions past it: use --seq 8192 or less" -- \
   $PLANNER import hf $HF/llama3-8b.json -o x.yaml --seq 16384
-sed 's/LlamaForCausalLM/MixtralForCausalLM/' $HF/llama3-8b.json > mixtral.json
-expect "unknown architecture" 2 "planner: error: mixtral.json:2: field 'architectures': 'MixtralForCausalLM' is not supported; planner import hf reads LlamaForCausalLM, MistralForCausalLM, Qwen2ForCausalLM, Qwen3ForCausalLM, GPT2LMHeadModel, GPTNeoXForCausalLM, NemotronForCausalLM" -- \
-  $PLANNER import hf mixtral.json -o x.yaml
+sed 's/LlamaForCausalLM/PhiForCausalLM/' $HF/llama3-8b.json > phi.json
+expect "unknown architecture" 2 "planner: error: phi.json:2: field 'architectures': 'PhiForCausalLM' is not supported; planner import hf reads LlamaForCausalLM, MistralForCausalLM, Qwen2ForCausalLM, Qwen3ForCausalLM, GPT2LMHeadModel, GPTNeoXForCausalLM, NemotronForCausalLM, MixtralForCausalLM, Qwen3MoeForCausalLM, DeepseekV3ForCausalLM" -- \
+  $PLANNER import hf phi.json -o x.yaml
+# MoE architectures: the imported file is the shipped one (comments, attention: flash and seq / batch aside).
+for m in mixtral-8x7b qwen3-30b-a3b qwen3-235b-a22b deepseek-v3; do
+  expect "import $m" 0 "wrote $m.yaml: $m (" -- $PLANNER import hf $HF/$m.json -o $m.yaml --seq 4096 --global-batch 1024
+done
+has "deepseek moe" deepseek-v3.yaml "  moe: {experts: 256, top_k: 8, expert_ffn: 2048, shared_experts: 1, dense_layers: 3, router: sigmoid, aux_loss: 0.001, route_groups: 8, route_group_limit: 4}"
+has "deepseek mla" deepseek-v3.yaml "  mla: {q_lora_rank: 1536, kv_lora_rank: 512, qk_rope_head_dim: 64, qk_nope_head_dim: 128, v_head_dim: 128}"
+has "deepseek mtp" deepseek-v3.yaml "  mtp: 1"
+has "qwen3 head_dim" qwen3-30b-a3b.yaml "  head_dim: 128"
+has "mixtral moe" mixtral-8x7b.yaml "  moe: {experts: 8, top_k: 2, expert_ffn: 14336, shared_experts: 0, dense_layers: 0, router: softmax, aux_loss: 0.02}"
+sed 's/"decoder_sparse_step": 1/"decoder_sparse_step": 2/' $HF/qwen3-30b-a3b.json > sparse.json
+expect "qwen3 sparse step" 2 "planner: error: sparse.json:6: field 'decoder_sparse_step': 2: every 2th block is MoE, the others dense; the planner's template has dense blocks only before the first MoE block (moe.dense_layers): not imported" -- \
+  $PLANNER import hf sparse.json -o x.yaml
+# MoE model-file errors: one line, exit 2.
+printf 'name: x\nglobal_batch: 8\ngpt: {layers: 2, hidden: 64, heads: 8, seq: 8, vocab: 128,\n  moe: {experts: 4, top_k: 8, expert_ffn: 32}}\n' > topk.yaml
+expect "moe top_k" 2 "planner: error: topk.yaml:4: field 'gpt.moe.top_k': top_k (8) is larger than experts (4); set top_k: 4 or less" -- \
+  $PLANNER solve --gpus 8 --model topk.yaml --cluster $C/dgx-a100.yaml
+printf 'name: x\nglobal_batch: 8\ngpt: {layers: 2, hidden: 64, heads: 8, seq: 8, vocab: 128,\n  moe: {experts: 4, top_k: 2}}\n' > noexp.yaml
+expect "moe expert_ffn" 2 "planner: error: noexp.yaml:4: field 'gpt.moe.expert_ffn': missing: the MoE block needs its expert size" -- \
+  $PLANNER solve --gpus 8 --model noexp.yaml --cluster $C/dgx-a100.yaml
+printf 'name: x\nglobal_batch: 8\ngpt: {layers: 2, hidden: 64, heads: 8, seq: 8, vocab: 128,\n  moe: {experts: 4, top_k: 2, expert_ffn: 32, capacity_factor: -1}}\n' > cap.yaml
+expect "moe capacity" 2 "planner: error: cap.yaml:4: field 'gpt.moe.capacity_factor': -1 is below 0; set capacity_factor: 0 (dropless) or a positive value" -- \
+  $PLANNER solve --gpus 8 --model cap.yaml --cluster $C/dgx-a100.yaml
 grep -v intermediate_size $HF/llama3-8b.json > noffn.json
 expect "missing field" 2 "planner: error: noffn.json:1: field 'intermediate_size': missing; every LlamaForCausalLM config.json has it" -- \
   $PLANNER import hf noffn.json -o x.yaml

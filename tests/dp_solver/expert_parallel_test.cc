@@ -45,47 +45,9 @@ CostTable Table(const ModelSpec& m, const ClusterSpec& c, TableShape shape, Cost
   return t;
 }
 
-TEST_CASE("all-to-all on one level: each rank sends bytes (n-1)/n at the level's bus bandwidth, plus one latency") {
+TEST_CASE("node-limited routing: the nodes a token reaches from the layer's route groups, and the MoE layer's dispatch + combine") {
   const ClusterSpec c = Cluster("dgx-h100.yaml");
-  const TopologyLevel& node = c.levels[0];
-  for (int64_t n : {2, 4, 8}) {
-    const double bytes = 64e6, nd = static_cast<double>(n);
-    const double want = bytes * (nd - 1) / nd / (node.bandwidth_GBps * 1e9) + node.latency_us * 1e-6;
-    CHECK(MoeAllToAllSeconds(c, bytes, GroupSpread(c, n, 1)) == doctest::Approx(want).epsilon(1e-12));
-  }
-  CHECK(MoeAllToAllSeconds(c, 64e6, GroupSpread(c, 1, 1)) == 0);
-}
-
-TEST_CASE("all-to-all over two levels: the share leaving the node crosses the network, the slower share sets the time") {
-  const ClusterSpec c = Cluster("dgx-h100.yaml");
-  const TopologyLevel &node = c.levels[0], &net = c.levels[1];
-  const double bytes = 64e6;
-  // 32 ranks, 8 per node on 4 nodes: 7/32 of the bytes stay on NVLink, 24/32 leave the node.
-  const std::vector<int64_t> spread = GroupSpread(c, 32, 1);
-  REQUIRE(spread == std::vector<int64_t>{8, 4});
-  const double nvlink = bytes * 7 / 32 / (node.bandwidth_GBps * 1e9), ib = bytes * 24 / 32 / (net.bandwidth_GBps * 1e9);
-  CHECK(MoeAllToAllSeconds(c, bytes, spread) == doctest::Approx(std::max(nvlink, ib) + net.latency_us * 1e-6).epsilon(1e-12));
-  // EP ranks etp = 8 apart: one per node on 4 nodes, every byte but the own share leaves the node.
-  const std::vector<int64_t> strided = GroupSpread(c, 4, 8);
-  REQUIRE(strided == std::vector<int64_t>{1, 4});
-  CHECK(MoeAllToAllSeconds(c, bytes, strided) == doctest::Approx(bytes * 3 / 4 / (net.bandwidth_GBps * 1e9) + net.latency_us * 1e-6).epsilon(1e-12));
-}
-
-TEST_CASE("node-limited routing: a token's copies reach at most M nodes, so at most M h bytes per token leave its node") {
-  const ClusterSpec c = Cluster("dgx-h100.yaml");
-  const TopologyLevel &node = c.levels[0], &net = c.levels[1];
-  // DeepSeek-V3's EP64 over 8 nodes, top 8 of 256 experts in 8 groups, at most 4 groups (nodes) per token.
-  const double bytes = 8 * 7168 * 2 * 4096.0;  // 4096 tokens x 8 copies x h x 2 bytes
   const std::vector<int64_t> spread = GroupSpread(c, 64, 1);
-  const double plain_ib = bytes * 56 / 64 / (net.bandwidth_GBps * 1e9);
-  const double plain = std::max(bytes * 7 / 64 / (node.bandwidth_GBps * 1e9), plain_ib) + net.latency_us * 1e-6;
-  CHECK(MoeAllToAllSeconds(c, bytes, spread, 8, 0) == doctest::Approx(plain).epsilon(1e-12));
-  const double limited_ib = bytes * 4 / 8 / (net.bandwidth_GBps * 1e9), forwarded = bytes * 7 / 8 / (node.bandwidth_GBps * 1e9);
-  CHECK(MoeAllToAllSeconds(c, bytes, spread, 8, 4) == doctest::Approx(std::max(limited_ib, forwarded) + net.latency_us * 1e-6).epsilon(1e-12));
-  CHECK(MoeAllToAllSeconds(c, bytes, spread, 8, 4) < MoeAllToAllSeconds(c, bytes, spread, 8, 0));
-  // A limit at or above top_k changes nothing; inside one node there is nothing to limit.
-  CHECK(MoeAllToAllSeconds(c, bytes, spread, 8, 8) == doctest::Approx(plain).epsilon(1e-12));
-  CHECK(MoeAllToAllSeconds(c, bytes, GroupSpread(c, 8, 1), 8, 4) == doctest::Approx(MoeAllToAllSeconds(c, bytes, GroupSpread(c, 8, 1))).epsilon(1e-12));
   // The layer's groups: 8 groups over 8 nodes with limit 4 reach 4 nodes; over 16 nodes a group spans 2, so 8 = top_k: no limit.
   Layer l;
   l.experts = 256;
@@ -103,11 +65,11 @@ TEST_CASE("node-limited routing: a token's copies reach at most M nodes, so at m
   l.moe_dispatch_bytes = 4096.0 * 8 * 7168 * 2;
   const MoeLayerCost m = MoeLayerCosts(c, l, MoeShape{1, 1, 1, 64, 1, 1.3, false});
   CHECK(m.token_factor == 1.3);
-  CHECK(m.a2a_pass_s == doctest::Approx(2 * MoeAllToAllSeconds(c, 1.3 * l.moe_dispatch_bytes, spread, 8, 4)).epsilon(1e-12));
+  CHECK(m.a2a_pass_s == doctest::Approx(2 * AllToAllSeconds(c, 1.3 * l.moe_dispatch_bytes, spread, {8, 4})).epsilon(1e-12));
   l.attrs.reals["capacity_factor"] = 1.25;
   const MoeLayerCost cap = MoeLayerCosts(c, l, MoeShape{1, 1, 1, 64, 1, 1.3, false});
   CHECK(cap.token_factor == 1);  // the layer's FLOPs already count the padded capacity
-  CHECK(cap.a2a_pass_s == doctest::Approx(2 * MoeAllToAllSeconds(c, 1.25 * l.moe_dispatch_bytes, spread, 8, 4)).epsilon(1e-12));
+  CHECK(cap.a2a_pass_s == doctest::Approx(2 * AllToAllSeconds(c, 1.25 * l.moe_dispatch_bytes, spread, {8, 4})).epsilon(1e-12));
 }
 
 TEST_CASE("an MoE row: expert parameters / (ep etp), dispatch + combine in forward and backward, full recompute's third, imbalance, overlap, ETP") {
@@ -120,7 +82,7 @@ TEST_CASE("an MoE row: expert parameters / (ep etp), dispatch + combine in forwa
   for (int64_t ep : {2, 4, 8, 16}) {
     const CostTable at = Table(m, c, {b, t, 1, true, Recompute::kNone, ep, 1});
     const double per_rank = b * l.moe_dispatch_bytes / t;  // each rank's s/t tokens (SP), top_k copies
-    const double a2a = MoeAllToAllSeconds(c, per_rank, GroupSpread(c, ep, 1), l.top_k, 0);
+    const double a2a = AllToAllSeconds(c, per_rank, GroupSpread(c, ep, 1), {l.top_k, 0});
     CHECK(at.rows[row].ep_comm_s == doctest::Approx(4 * a2a).epsilon(1e-12));  // 2 passes x (dispatch + combine)
     CHECK(at.rows[row].forward_s - base.rows[row].forward_s == doctest::Approx(2 * a2a).epsilon(1e-9));
     CHECK(at.rows[row].backward_input_s - base.rows[row].backward_input_s == doctest::Approx(2 * a2a).epsilon(1e-9));
@@ -157,7 +119,7 @@ TEST_CASE("an MoE row: expert parameters / (ep etp), dispatch + combine in forwa
   CHECK(etp.rows[row].tp_comm_s - etp1.rows[row].tp_comm_s == doctest::Approx(2 * etp_pass).epsilon(1e-9));
   CHECK(etp.rows[row].expert_params == doctest::Approx(l.expert_params / 8).epsilon(1e-12));
   // EP ranks sit etp apart: ep 4 at etp 2 spans 8 consecutive GPUs.
-  CHECK(etp.rows[row].ep_comm_s == doctest::Approx(4 * MoeAllToAllSeconds(c, per_rank, GroupSpread(c, 4, 2), 2, 0)).epsilon(1e-12));
+  CHECK(etp.rows[row].ep_comm_s == doctest::Approx(4 * AllToAllSeconds(c, per_rank, GroupSpread(c, 4, 2), {2, 0})).epsilon(1e-12));
 }
 
 TEST_CASE("memory of an MoE stage: dense states sharded over dp x cp, expert states over edp = t cp dp / (ep etp)") {

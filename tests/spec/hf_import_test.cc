@@ -49,6 +49,11 @@ TEST_CASE("every fixture round-trips to its published parameter count") {
       {"llama3-70b.json", 8192, 70.55e9, 70553706496.0},
       {"llama3.1-405b.json", 8192, 405.85e9, 405853388800.0},
       {"nemotron-4-340b.json", 4096, 341e9, 341029195776.0},
+      // MoE: every expert counted (moe_spec_test.cc checks the active counts); Qwen3's q_norm and k_norm left out.
+      {"mixtral-8x7b.json", 4096, 46.7e9, 46702792704.0},
+      {"qwen3-30b-a3b.json", 4096, 30.5e9, 30532110336.0},
+      {"qwen3-235b-a22b.json", 4096, 235e9, 235093610496.0},
+      {"deepseek-v3.json", 4096, 671e9, 671026404352.0},
   };
   for (const auto& r : rows) {
     INFO(r.fixture);
@@ -62,6 +67,58 @@ TEST_CASE("every fixture round-trips to its published parameter count") {
     CHECK(m.gpt.seq == r.seq);
     CHECK(m.global_batch == 64);
   }
+}
+
+TEST_CASE("MoE field mapping: Mixtral, Qwen3-MoE, DeepSeek-V3 import as the shipped model files") {
+  HfImportOptions o;
+  o.seq = 4096;
+  o.name = "m";
+  struct Row { const char* fixture; const char* config; };
+  const Row rows[] = {{"mixtral-8x7b.json", "mixtral-8x7b.yaml"}, {"qwen3-30b-a3b.json", "qwen3-30b-a3b.yaml"},
+                      {"qwen3-235b-a22b.json", "qwen3-235b-a22b.yaml"}, {"deepseek-v3.json", "deepseek-v3.yaml"}};
+  for (const auto& r : rows) {
+    INFO(r.fixture);
+    HfImport imp;
+    o.global_batch = 1024;
+    ModelSpec m = RoundTrip(r.fixture, o, &imp);
+    ModelSpec shipped;
+    REQUIRE_OK(LoadModelSpec(testing::SourcePath(std::string("configs/models/") + r.config), &shipped));
+    CHECK(m.TotalParams() == shipped.TotalParams());
+    CHECK(m.ActiveParams() == shipped.ActiveParams());
+    CHECK(m.MtpParams() == shipped.MtpParams());
+    CHECK(m.gpt.moe.experts == shipped.gpt.moe.experts);
+    CHECK(m.gpt.moe.top_k == shipped.gpt.moe.top_k);
+    CHECK(m.gpt.moe.expert_ffn == shipped.gpt.moe.expert_ffn);
+    CHECK(m.gpt.moe.dense_layers == shipped.gpt.moe.dense_layers);
+    CHECK(m.gpt.moe.router == shipped.gpt.moe.router);
+    CHECK(m.gpt.moe.route_groups == shipped.gpt.moe.route_groups);
+    CHECK(m.gpt.head_dim == shipped.gpt.head_dim);
+    CHECK(m.gpt.mla.kv_lora_rank == shipped.gpt.mla.kv_lora_rank);
+    CHECK(m.gpt.rope_theta == shipped.gpt.rope_theta);
+    REQUIRE(m.layers.size() == shipped.layers.size());
+    for (size_t i = 0; i < m.layers.size(); ++i) CHECK(m.layers[i].fwd_flops == shipped.layers[i].fwd_flops);
+  }
+  HfImport ds;
+  RoundTrip("deepseek-v3.json", o, &ds);
+  CHECK(ds.gpt.moe.shared_experts == 1);
+  CHECK(ds.gpt.moe.route_group_limit == 4);
+  CHECK(ds.gpt.moe.aux_loss == 0.001);  // the config's aux_loss_alpha (the report's sequence-wise alpha is 0.0001)
+  CHECK(ds.gpt.mla.q_lora_rank == 1536);
+  CHECK(ds.gpt.mla.qk_rope_head_dim == 64);
+  CHECK(ds.gpt.mtp == 1);
+  HfImport mx;
+  RoundTrip("mixtral-8x7b.json", o, &mx);
+  CHECK(mx.gpt.moe.expert_ffn == 14336);
+  CHECK(mx.gpt.moe.aux_loss == 0.02);
+  CHECK(mx.gpt.moe.shared_experts == 0);
+  // A leading run of dense layers in Qwen3-MoE becomes dense_layers.
+  std::string text;
+  REQUIRE_OK(ReadTextFile(Fixture("qwen3-30b-a3b.json"), &text));
+  text.replace(text.find("\"mlp_only_layers\": []"), 21, "\"mlp_only_layers\": [0, 1]");
+  HfImport q;
+  REQUIRE_OK(ImportHfConfig("q.json", text, o, &q));
+  CHECK(q.gpt.moe.dense_layers == 2);
+  CHECK(q.gpt.head_dim == 128);
 }
 
 TEST_CASE("field mapping: Llama 3.1 405B, GPT-2, Pythia, Nemotron, Mistral") {
@@ -148,9 +205,25 @@ std::string Edited(const std::string& fixture, const std::string& from, const st
 TEST_CASE("bad configs: one message naming the file, the field and the fix") {
   struct Case { std::string text; int64_t seq; const char* expect; };
   const Case cases[] = {
-      {Edited("llama3-8b.json", "LlamaForCausalLM", "MixtralForCausalLM"), 0,
-       "c.json:2: field 'architectures': 'MixtralForCausalLM' is not supported; planner import hf reads LlamaForCausalLM, "
-       "MistralForCausalLM, Qwen2ForCausalLM, Qwen3ForCausalLM, GPT2LMHeadModel, GPTNeoXForCausalLM, NemotronForCausalLM"},
+      {Edited("llama3-8b.json", "LlamaForCausalLM", "PhiForCausalLM"), 0,
+       "c.json:2: field 'architectures': 'PhiForCausalLM' is not supported; planner import hf reads LlamaForCausalLM, "
+       "MistralForCausalLM, Qwen2ForCausalLM, Qwen3ForCausalLM, GPT2LMHeadModel, GPTNeoXForCausalLM, NemotronForCausalLM, "
+       "MixtralForCausalLM, Qwen3MoeForCausalLM, DeepseekV3ForCausalLM"},
+      {Edited("qwen3-30b-a3b.json", "\"decoder_sparse_step\": 1", "\"decoder_sparse_step\": 2"), 0,
+       "c.json:6: field 'decoder_sparse_step': 2: every 2th block is MoE, the others dense; the planner's template has dense "
+       "blocks only before the first MoE block (moe.dense_layers): not imported"},
+      {Edited("qwen3-30b-a3b.json", "\"mlp_only_layers\": []", "\"mlp_only_layers\": [0, 5]"), 0,
+       "c.json:15: field 'mlp_only_layers': dense layer 5 is not part of a leading run 0, 1, ...; the planner's template has"},
+      {Edited("qwen3-30b-a3b.json", "\"num_experts_per_tok\": 8", "\"num_experts_per_tok\": 200"), 0,
+       "c.json:21: field 'num_experts_per_tok': 200 is more than the 128 experts (num_experts); not a valid config"},
+      {Edited("deepseek-v3.json", "\"moe_layer_freq\": 1", "\"moe_layer_freq\": 2"), 0,
+       "field 'moe_layer_freq': 2: MoE every 2th block; the planner's template has dense blocks only before the first MoE block"},
+      {Edited("deepseek-v3.json", "\"scoring_func\": \"sigmoid\"", "\"scoring_func\": \"sparsemixer\""), 0,
+       "field 'scoring_func': 'sparsemixer' is not softmax or sigmoid"},
+      {Edited("deepseek-v3.json", "\"kv_lora_rank\": 512,", ""), 0,
+       "c.json:1: field 'kv_lora_rank': missing; every DeepseekV3ForCausalLM config.json has it"},
+      {Edited("deepseek-v3.json", "\"n_group\": 8", "\"n_group\": 7"), 0,
+       "field 'n_group': n_group 7 with topk_group 4 does not split the 256 experts into groups"},
       {Edited("llama3-8b.json", "\"intermediate_size\": 14336,", ""), 0,
        "c.json:1: field 'intermediate_size': missing; every LlamaForCausalLM config.json has it"},
       {Edited("llama3-8b.json", "\"architectures\": [\"LlamaForCausalLM\"],", ""), 0, "c.json:1: field 'architectures': missing"},
