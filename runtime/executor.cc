@@ -177,7 +177,13 @@ Status RankRun::Train() {
 // Mean loss of the global batch (last-stage, tp-rank-0 ranks contribute their sum) and the
 // iteration's time, the slowest rank's.
 Status RankRun::EndIteration(int64_t it, const PassFigures& f) {
-  float lsum = me_.tp_rank == 0 && me_.cp_rank == 0 ? static_cast<float>(f.loss_sum[0]) : 0.0f;  // CP ranks hold the whole loss
+  // MoE: each microbatch's aux loss weighs b / B in the objective, so b x aux joins the per-sample sum (TP ranks
+  // hold equal copies: tp rank 0 counts; each replica its own microbatches).
+  double aux = 0;
+  for (auto& c : stage_.chunks())
+    for (auto& k : c.kernels) aux += k->TakeAuxLoss();
+  const double mine = f.loss_sum[0] + aux * static_cast<double>(L_.microbatch_size);
+  float lsum = me_.tp_rank == 0 && me_.cp_rank == 0 ? static_cast<float>(mine) : 0.0f;  // CP ranks hold the whole loss
   PLANNER_RETURN_IF_ERROR(world_.AllReduce(&lsum, 1, ReduceOp::kSum));
   float it_time = static_cast<float>(MonotonicSeconds() - f.start_s);
   PLANNER_RETURN_IF_ERROR(world_.AllReduce(&it_time, 1, ReduceOp::kMax));

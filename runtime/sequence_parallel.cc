@@ -106,6 +106,7 @@ class SeqNorm final : public LayerKernel {
   }
   std::vector<Param*> Params() override { return inner_->Params(); }
   KernelFlops Flops(int64_t b) const override { return inner_->Flops(b); }
+  double TakeAuxLoss() override { return inner_->TakeAuxLoss(); }
 
  private:
   std::unique_ptr<LayerKernel> inner_;
@@ -373,6 +374,7 @@ class SeqMoe final : public LayerKernel {
   }
   std::vector<Param*> Params() override { return shared_ ? JoinParams({routed_.get(), shared_.get()}) : routed_->Params(); }
   KernelFlops Flops(int64_t b) const override { return shared_ ? SumFlops({routed_.get(), shared_.get()}, b) : routed_->Flops(b); }
+  double TakeAuxLoss() override { return routed_->TakeAuxLoss(); }
 
  private:
   SeqParallel sp_;
@@ -451,6 +453,7 @@ class SeqBlock final : public LayerKernel {
   }
   std::vector<Param*> Params() override { return JoinParams({ln1_.get(), attn_.get(), ln2_.get(), mlp_.get()}); }
   KernelFlops Flops(int64_t b) const override { return SumFlops({attn_.get(), mlp_.get()}, b); }
+  double TakeAuxLoss() override { return mlp_->TakeAuxLoss(); }
 
  private:
   SeqParallel sp_;
@@ -478,6 +481,7 @@ class SeqHead final : public LayerKernel {
   Status BackwardWeight(Saved* s) override { return inner_->BackwardWeight(s); }
   std::vector<Param*> Params() override { return inner_->Params(); }
   KernelFlops Flops(int64_t b) const override { return inner_->Flops(b); }
+  double TakeAuxLoss() override { return inner_->TakeAuxLoss(); }
 
  private:
   std::unique_ptr<LayerKernel> inner_;

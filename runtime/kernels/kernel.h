@@ -107,6 +107,9 @@ class LayerKernel {
   virtual void SetTargets(const Tensor& targets) { (void)targets; }
   // Flops of one pass at microbatch b (the kernel's own count).
   virtual KernelFlops Flops(int64_t b) const = 0;
+  // MoE layers: the sum of the auxiliary (load-balancing) losses of the forwards since the last call (each
+  // microbatch's, unscaled), then reset; 0 for every other layer. Composite kernels add their parts'.
+  virtual double TakeAuxLoss() { return 0; }
   void ZeroGrads();
 };
 

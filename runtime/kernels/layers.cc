@@ -11,6 +11,7 @@
 #include <cstring>
 #include <functional>
 #include <numeric>
+#include <utility>
 
 #include <fmt/format.h>
 
@@ -962,7 +963,9 @@ class MoeFfn final : public LayerKernel {
     Tensor scores = ops_->Alloc({n, m_.experts}), sel = ops_->Alloc({n, k}), w = ops_->Alloc({n, k});
     Route(logits.data(), n, m_, scores.data(), sel.data(), w.data());
     Tensor f = ops_->Zeros({m_.experts});  // the aux loss's route shares (global over the token group)
-    if (aux_scale_ > 0) PLANNER_RETURN_IF_ERROR(AuxLoss(scores.data(), sel.data(), n, m_, token_group_, token_size_, f.data(), &last_aux_loss_));
+    double aux = 0;
+    if (aux_scale_ > 0) PLANNER_RETURN_IF_ERROR(AuxLoss(scores.data(), sel.data(), n, m_, token_group_, token_size_, f.data(), &aux));
+    aux_sum_ += aux;
     sv->t = {scores, sel, w, f};
     PLANNER_RETURN_IF_ERROR(RoutedForward(x, b, y, sv));
     if (!shared_) return Status::OK();
@@ -1013,7 +1016,7 @@ class MoeFfn final : public LayerKernel {
     if (!experts_.empty()) add(experts_[0]->Flops(b * s_ / t_ * m_.top_k));
     return f;
   }
-  double last_aux_loss() const { return last_aux_loss_; }
+  double TakeAuxLoss() override { return std::exchange(aux_sum_, 0.0); }
 
  private:
   // The send order of this rank's routes: route (token - t0) k + j -> its row, and the rows per destination.
@@ -1055,7 +1058,7 @@ class MoeFfn final : public LayerKernel {
   Linear router_;
   std::unique_ptr<Mlp> shared_;
   std::vector<std::unique_ptr<ExpertMlp>> experts_;
-  double last_aux_loss_ = 0;
+  double aux_sum_ = 0;  // the aux losses of the forwards since the last TakeAuxLoss
 };
 
 // Each local expert on its received rows (in arrival order): forward reads [id | x] rows of width h + 1, backward
@@ -1188,6 +1191,7 @@ class TransformerBlock final : public LayerKernel {
   }
   std::vector<Param*> Params() override { return JoinParams({ln1_.get(), attn_.get(), ln2_.get(), mlp_.get()}); }
   KernelFlops Flops(int64_t b) const override { return SumFlops({attn_.get(), mlp_.get()}, b); }
+  double TakeAuxLoss() override { return mlp_->TakeAuxLoss(); }
 
  private:
   DeviceOps* ops_;

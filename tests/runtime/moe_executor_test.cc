@@ -1,7 +1,7 @@
 // Expert parallelism through the executor on thread ranks (solve, codegen, run, as `planner solve`,
-// `planner codegen` and `planner run` do): a small MoE model (configs/models/tiny-llama.yaml with its
-// second block made a moe_block by hand until spec/ parses `moe:`: 4 experts of width 48, top-2, a shared
-// expert of width 32, Switch aux loss 0.01; block 0 stays dense) under ep 2 (dp 2 folded into ep 2),
+// `planner codegen` and `planner run` do): configs/models/tiny-moe.yaml (block 0 dense, blocks 1 and 2
+// MoE: 4 experts of width 48, top-2, a shared expert of width 32, Switch aux loss 0.01) and
+// tiny-moe-mla.yaml (MLA, sigmoid router with route groups) under ep 2 (dp 2 folded into ep 2),
 // tp 2 x ep 2 (4 ranks) with and without sequence parallelism, pp 2 x ep 2 (4 ranks), dp 4 with ep 2 (edp 2) and
 // an MLA variant (with and without SP), give one process's gradients for
 // every parameter (each expert's from the rank that holds it), relative L2 1e-5; launch.yaml round trips
@@ -40,27 +40,10 @@ std::string RunDir(const std::string& name) {
   return d.string();
 }
 
-// Block 1 of tiny-llama becomes a moe_block; with mla every block attends with MLA.
-void MakeMoe(ModelSpec* m, bool mla) {
-  for (Layer& l : m->layers) {
-    if (l.type != "transformer_block") continue;
-    if (mla) {
-      l.attrs.ints["q_lora_rank"] = 24, l.attrs.ints["kv_lora_rank"] = 16, l.attrs.ints["qk_rope_head_dim"] = 8;
-      l.attrs.ints["qk_nope_head_dim"] = 8, l.attrs.ints["v_head_dim"] = 16;
-    }
-    if (l.name != "block1") continue;
-    l.type = "moe_block";
-    l.attrs.ints["experts"] = 4, l.attrs.ints["top_k"] = 2, l.attrs.ints["expert_ffn"] = 48, l.attrs.ints["shared_ffn"] = 32;
-    l.attrs.strings["router"] = "softmax";
-    l.attrs.reals["aux_loss"] = 0.01;
-  }
-}
-
 Status MakeLaunch(const MoeCase& c, ModelSpec* model, LaunchPlan* out) {
   ClusterSpec cluster;
   PLANNER_RETURN_IF_ERROR(LoadClusterSpec(testing::SourcePath(c.gpus > 2 ? "configs/clusters/dgx-a100.yaml" : "configs/clusters/local-cpu.yaml"), &cluster));
-  PLANNER_RETURN_IF_ERROR(LoadModelSpec(testing::SourcePath("configs/models/tiny-llama.yaml"), model));
-  MakeMoe(model, c.mla);
+  PLANNER_RETURN_IF_ERROR(LoadModelSpec(testing::SourcePath(c.mla ? "configs/models/tiny-moe-mla.yaml" : "configs/models/tiny-moe.yaml"), model));
   CostSource src;
   src.cluster = &cluster;
   src.model = model;
@@ -69,9 +52,10 @@ Status MakeLaunch(const MoeCase& c, ModelSpec* model, LaunchPlan* out) {
   o.tp = {c.tp};
   o.pp = {c.pp};
   o.schedules = {Schedule::k1F1B};
+  o.ep = {c.ep};
+  o.etp = {1};
   Plan plan;
   PLANNER_RETURN_IF_ERROR(SolveAuto(src, o, &plan));
-  plan.ep = c.ep, plan.etp = 1;
   plan.sequence_parallel = c.sp, plan.cp = 1;
   CodegenOptions g;
   g.gpus_per_node = cluster.levels[0].size;
@@ -140,8 +124,10 @@ double Compare(const LaunchPlan& L, const ModelSpec& model, const std::string& r
     for (size_t i = 0; i < w.size(); ++i) num += (static_cast<double>(x[i]) - w[i]) * (x[i] - w[i]), den += static_cast<double>(w[i]) * w[i];
     worst = std::max(worst, std::sqrt(num / std::max(den, 1e-30)));
   }
-  CHECK(experts == 8);  // 4 experts x fc1, fc2
+  CHECK(experts == 16);  // 2 MoE blocks x 4 experts x fc1, fc2
   CHECK(want.whole.size() == got.whole.size() + got.sharded_sq.size());
+  // the loss (cross-entropy and the MoE blocks' aux losses) equals one process's
+  CHECK(std::fabs(multi[0].loss[0] - single[0].loss[0]) < 1e-5 * std::fabs(single[0].loss[0]));
   MESSAGE(fmt::format("{} parameters, worst relative L2 difference {:.2e}", want.whole.size(), worst));
   return worst;
 }
@@ -165,8 +151,11 @@ TEST_CASE("moe: ep 2 (dp 2 folded), tp 2 x ep 2 (with and without SP), pp 2 x ep
     INFO(text.str());
     CHECK(text.str().find(", ep 2,") != std::string::npos);
     CHECK(text.str().find("| stage | all-to-alls per iteration | measured | predicted |") != std::string::npos);
-    // one MoE layer: per microbatch 3 in forward (counts, tokens, outputs) and 2 in backward
-    if (c.pp == 1) CHECK(text.str().find(fmt::format("| 0 | {} | ", 5 * L.num_microbatches)) != std::string::npos);
+    // two MoE layers: per microbatch 3 in forward (counts, tokens, outputs) and 2 in backward each
+    if (c.pp == 1) CHECK(text.str().find(fmt::format("| 0 | {} | ", 2 * 5 * L.num_microbatches)) != std::string::npos);
+    CHECK(L.stages[0].predicted_ep_comm_s > 0);  // the solver's prediction reaches the report
+    const std::string rep = text.str(), table = rep.substr(rep.find("| stage | all-to-alls per iteration"));
+    CHECK(table.substr(0, table.find("\n\n")).find("n/a") == std::string::npos);
   }
 }
 

@@ -225,6 +225,10 @@ TEST_CASE("moe: input, router, expert and shared gradients with the aux loss equ
     Pass p = RunPasses(*k, {{x, g}});
     Weights w = WeightsOf(*k);
     const Vec gd = ToD(g);
+    Vec y0;
+    const double aux0 = RefMoe(c, ToD(x), n, h, w, "moe", &y0);  // the forward's aux loss, once
+    CHECK(std::fabs(k->TakeAuxLoss() - aux0) < 1e-6 * std::max(1.0, aux0));
+    CHECK(k->TakeAuxLoss() == 0.0);
     auto J = [&](const Vec& xx, const Weights& ww) {
       Vec y;
       double aux = RefMoe(c, xx, n, h, ww, "moe", &y);
