@@ -90,6 +90,12 @@ print(f"{d}: gradient norm {g[0]:.6e} vs {g[1]:.6e} (rel {rel:.1e}); losses diff
 sys.exit(0 if rel < 1e-5 and dl < 1e-4 and len(l[0]) == 3 else 1)
 PY
 
+# A capacity factor (token dropping) is refused by the runtime (dropless only): one error line naming the layer, exit 2.
+sed 's/aux_loss: 0.01}/aux_loss: 0.01, capacity_factor: 1.25}/' $M/tiny-moe.yaml > cap.yaml
+$PLANNER -q solve --gpus 1 --model cap.yaml --cluster $C/local-cpu.yaml -o cap.plan.yaml >/dev/null && $PLANNER -q codegen cap.plan.yaml -o cap --iterations 1 \
+  && { $PLANNER -q run cap 2>cap.err; [ $? = 2 ] && [ "$(wc -l < cap.err)" = 1 ] && grep -q "^planner: error: layer 'block1': capacity_factor 1.25 is not 0" cap.err; } \
+  && ok || bad "capacity factor: $(cat cap.err)"
+
 # Tensor parallelism (heads, ffn and vocabulary split over 2 ranks): the same global gradient
 # norm after one step and the same losses over 3 steps as one process (shards are slices of the
 # single process's weights).
