@@ -44,9 +44,10 @@ Status CheckLaunch(const LaunchPlan& L, const ModelSpec& model, int world_size, 
   }
   if (model.layers.back().type != "loss") return Status::InvalidArgument("the model's last layer must be a loss to train it");
   PLANNER_RETURN_IF_ERROR(CheckSeqParallelLaunch(L.path, L.device, L.tp, L.cp, L.sequence_parallel, model.layers.front()));
-  if (L.ep > 1 && (L.etp != 1 || L.cp > 1 || layout->replicated || layout->async)) {
-    return Status::NotSupported(fmt::format("{}: ep {} runs with etp 1, cp 1 and uniform synchronous stages on CPU ranks (got etp {}, cp {}); "
-                                            "solve with those and codegen again", L.path, L.ep, L.etp, L.cp));
+  const bool etp_ok = L.etp == 1 || (L.etp == L.tp && !L.sequence_parallel);
+  if (L.ep > 1 && (!etp_ok || L.cp > 1 || layout->replicated || layout->async)) {
+    return Status::NotSupported(fmt::format("{}: ep {} runs with etp 1 (or etp = tp without sequence parallelism), cp 1 and uniform synchronous "
+                                            "stages on CPU ranks (got etp {}, cp {}); solve with those and codegen again", L.path, L.ep, L.etp, L.cp));
   }
   for (const auto& s : L.stages) {
     if (s.last_layer >= static_cast<int64_t>(model.layers.size())) {
@@ -223,7 +224,8 @@ Status RankRun::AfterFirstStep() {
   if (opt_.dump_gradients) {
     std::vector<NamedGradient> mine;
     for (const NamedGradient& g : gradients_) {
-      if (g.expert ? edp_rank == 0 : (me_.replica == 0 && me_.tp_rank == 0 && me_.cp_rank == 0)) mine.push_back(g);
+      // an expert cut over TP (etp > 1): tp rank 0's cut, as for the dense shards
+      if (g.expert ? edp_rank == 0 && (!g.tp_sharded || me_.tp_rank == 0) : (me_.replica == 0 && me_.tp_rank == 0 && me_.cp_rank == 0)) mine.push_back(g);
     }
     if (!mine.empty()) PLANNER_RETURN_IF_ERROR(WriteGradients(opt_.run_dir, mine));
     if (rank_ == 0) PLANNER_RETURN_IF_ERROR(WriteFileAtomic((fs::path(opt_.run_dir) / "grad_norm.txt").string(), fmt::format("{:.9e}\n", gradient_norm_)));

@@ -330,6 +330,7 @@ class SeqMoe final : public LayerKernel {
  public:
   Status Init(const Layer& l, const KernelOptions& o, const SeqParallel& sp, int64_t n) {
     sp_ = sp;
+    if (o.etp > 1) return Status::NotSupported(fmt::format("layer '{}': expert tensor parallelism (etp {}) runs without sequence parallelism on CPU ranks", l.name, o.etp));
     sum_ = std::make_unique<SeqSum>(sp);
     const int64_t h = l.in_shape[1], shared = l.attrs.Int("shared_ffn", 0);
     KernelOptions ko = o;  // the routed experts: whole on their EP rank, on this rank's tokens

@@ -27,6 +27,7 @@ Status Stage::Build(const LaunchPlan& L, const ModelSpec& model, const LaunchLay
   base.ep_size = L.ep;
   base.ep_rank = L.ep > 1 ? RankInGroup(L.ep_groups, rank) : 0;
   base.ep_group = L.ep > 1 ? ep_group : nullptr;
+  base.etp = L.etp;
   // A microbatch's aux loss weighs b / B in the global batch's mean loss (Megatron: 1 / microbatches, averaged over DP).
   base.aux_loss_scale = static_cast<double>(L.microbatch_size) / static_cast<double>(std::max<int64_t>(1, L.global_batch));
   for (int64_t q = me.stage; q < layout.stages; q += layout.positions) PLANNER_RETURN_IF_ERROR(BuildChunk(q, base));

@@ -83,6 +83,9 @@ struct KernelOptions {
   int64_t ep_rank = 0;
   int64_t ep_size = 1;
   ExpertGroup* ep_group = nullptr;
+  // Expert tensor parallelism: 1 (each expert whole on its EP rank) or tp_size (each expert cut over the TP
+  // group like the dense MLP; every TP rank dispatches all its tokens to the EP peers of its own TP rank).
+  int64_t etp = 1;
   // Weight of one microbatch's auxiliary (load-balancing) loss in the objective the backward differentiates:
   // b / B when the loss is the global batch's mean (Megatron scales it by 1 / microbatches and averages over DP).
   double aux_loss_scale = 1.0;

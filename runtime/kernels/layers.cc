@@ -741,12 +741,15 @@ class Mlp final : public LayerKernel {
 
 // ------------------------------------------------------------------- MoE
 // One routed expert: fc1 (SwiGLU: [2 f, h], gate then up) -> activation -> fc2 on any number of token rows
-// [rows, h], whole on the EP rank that holds it (no tensor-parallel cut).
+// [rows, h], on the EP rank that holds it; with expert tensor parallelism (o.tp_size > 1) this rank's cut of
+// it as the dense MLP's (fc1 column-parallel, fc2 row-parallel: its output is a partial sum over the TP group).
 class ExpertMlp final : public LayerKernel {
  public:
-  ExpertMlp(DeviceOps* ops, const std::string& name, int64_t hidden, int64_t ffn, bool gated, Activation act, bool bias, uint64_t seed)
-      : ops_(ops), f_(ffn), gated_(gated), act_(act), fc1_(ops, name + ".fc1", hidden, (gated ? 2 : 1) * ffn, bias, 1, seed * 37 + 1),
-        fc2_(ops, name + ".fc2", ffn, hidden, bias, 1, seed * 37 + 2) {
+  ExpertMlp(DeviceOps* ops, const std::string& name, int64_t hidden, int64_t ffn, bool gated, Activation act, bool bias, uint64_t seed,
+            const KernelOptions& o)
+      : ops_(ops), f_(ffn / o.tp_size), gated_(gated), act_(act),
+        fc1_(ops, name + ".fc1", hidden, (gated ? 2 : 1) * f_, bias, 1, seed * 37 + 1, gated ? GatedFc1Shard(hidden, ffn, o) : Fc1Shard(hidden, ffn, o)),
+        fc2_(ops, name + ".fc2", f_, hidden, bias && o.tp_rank == 0, 1, seed * 37 + 2, Fc2Shard(hidden, ffn, o)) {
     for (Param* p : Params()) p->expert = true;
   }
   Status Forward(const Tensor& x, Tensor* y, Saved* sv) override {
@@ -937,6 +940,7 @@ class MoeFfn final : public LayerKernel {
  public:
   MoeFfn(DeviceOps* ops, const std::string& name, int64_t seq, int64_t hidden, const TransformerConfig& c, const MoeConfig& m, const KernelOptions& o)
       : ops_(ops), s_(seq), h_(hidden), m_(m), el_(m.experts / o.ep_size), e0_(o.ep_rank * el_), ep_(o.ep_size), t_(o.tp_size), tp_rank_(o.tp_rank),
+        split_(o.etp > 1 ? 1 : o.tp_size),
         aux_scale_(m.aux_loss > 0 ? o.aux_loss_scale : 0.0), tp_group_(o.tp_group), ep_group_(o.ep_group), token_group_(o.token_group),
         token_size_(o.token_group ? o.token_group_size : 1),
         router_(ops, name + ".router", hidden, m.experts, false, seq, o.seed * 47 + 1) {
@@ -948,9 +952,11 @@ class MoeFfn final : public LayerKernel {
       shared_ = std::make_unique<Mlp>(ops, name + ".shared", seq, hidden, sc, so);
     }
     const Activation act = c.act == Elementwise::kRelu2 ? Activation::kRelu2 : Activation::kGelu;
+    KernelOptions eo = o;  // expert tensor parallelism: the experts cut over the TP group (etp = t), else whole
+    if (o.etp <= 1) eo.tp_size = 1, eo.tp_rank = 0;
     for (int64_t e = e0_; e < e0_ + el_; ++e) {
       experts_.push_back(std::make_unique<ExpertMlp>(ops, fmt::format("{}.experts.{}", name, e), hidden, m.expert_ffn, c.gated, act, c.bias,
-                                                     o.seed * 47 + 100 + static_cast<uint64_t>(e)));
+                                                     o.seed * 47 + 100 + static_cast<uint64_t>(e), eo));
     }
   }
   Status Forward(const Tensor& x, Tensor* y, Saved* sv) override {
@@ -1013,7 +1019,7 @@ class MoeFfn final : public LayerKernel {
     KernelFlops f = router_.Flops(b);
     auto add = [&f](const KernelFlops& g) { f.forward += g.forward, f.backward_input += g.backward_input, f.backward_weight += g.backward_weight; };
     if (shared_) add(shared_->Flops(b));
-    if (!experts_.empty()) add(experts_[0]->Flops(b * s_ / t_ * m_.top_k));
+    if (!experts_.empty()) add(experts_[0]->Flops(b * s_ / split_ * m_.top_k));
     return f;
   }
   double TakeAuxLoss() override { return std::exchange(aux_sum_, 0.0); }
@@ -1050,6 +1056,7 @@ class MoeFfn final : public LayerKernel {
   int64_t s_, h_;
   MoeConfig m_;
   int64_t el_, e0_, ep_, t_, tp_rank_;
+  int64_t split_;  // TP ranks sharing the tokens' dispatch (t without expert TP; 1 with it: every rank sends all, experts cut)
   double aux_scale_;
   TpGroup* tp_group_;
   ExpertGroup* ep_group_;
@@ -1084,7 +1091,7 @@ Status MoeFfn::ExpertsPass(bool forward, const float* in, int64_t width, const s
 }
 
 Status MoeFfn::RoutedForward(const Tensor& x, int64_t b, Tensor* y, Saved* sv) {
-  const int64_t n = b * s_, k = m_.top_k, nl = n / t_, t0 = tp_rank_ * nl;
+  const int64_t n = b * s_, k = m_.top_k, nl = n / split_, t0 = split_ > 1 ? tp_rank_ * nl : 0;
   const float *sel = sv->t[1].data(), *w = sv->t[2].data();
   std::vector<int64_t> route_row, send_rows, recv_rows;
   PlanSend(sel, t0, nl, &route_row, &send_rows);
@@ -1121,7 +1128,7 @@ Status MoeFfn::RoutedForward(const Tensor& x, int64_t b, Tensor* y, Saved* sv) {
 
 Status MoeFfn::RoutedBackward(const Tensor& dy, int64_t b, Tensor* dw, Tensor* dx, Saved* sv) {
   const float *sel = sv->t[1].data(), *w = sv->t[2].data(), *out_send = sv->t[4].data(), *meta = sv->t[5].data();
-  const int64_t n = b * s_, k = m_.top_k, nl = n / t_, t0 = tp_rank_ * nl, S = nl * k, R = static_cast<int64_t>(meta[0]);
+  const int64_t n = b * s_, k = m_.top_k, nl = n / split_, t0 = split_ > 1 ? tp_rank_ * nl : 0, S = nl * k, R = static_cast<int64_t>(meta[0]);
   std::vector<int64_t> route_row, send_rows, recv_rows(meta + 1 + R, meta + 1 + R + ep_), ids(meta + 1, meta + 1 + R);
   PlanSend(sel, t0, nl, &route_row, &send_rows);
   Tensor dsend = ops_->Alloc({std::max<int64_t>(S, 1), h_}), drecv = ops_->Alloc({std::max<int64_t>(R, 1), h_});
@@ -1270,6 +1277,9 @@ Status ReadMoeConfig(const Layer& l, const KernelOptions& o, MoeConfig* m) {
     return bad(fmt::format("expert-parallel rank {} of {} does not fit its {} experts (ep must divide them and have a group)", o.ep_rank, o.ep_size, m->experts));
   }
   const int64_t seq = l.in_shape.empty() ? 0 : l.in_shape[0];
+  if (o.etp > 1 && (o.etp != o.tp_size || m->expert_ffn % o.etp != 0)) {
+    return bad(fmt::format("expert tensor parallelism etp {} must equal tp {} and divide expert_ffn {}", o.etp, o.tp_size, m->expert_ffn));
+  }
   if (o.tp_size > 1 && (seq % o.tp_size != 0 || m->shared_ffn % o.tp_size != 0)) {
     return bad(fmt::format("tensor-parallel degree {} must divide the sequence {} and shared_ffn {}", o.tp_size, seq, m->shared_ffn));
   }

@@ -5,7 +5,8 @@
 // tp 2 x ep 2 (4 ranks) with and without sequence parallelism, pp 2 x ep 2 (4 ranks), dp 4 with ep 2 (edp 2) and
 // an MLA variant (with and without SP), give one process's gradients for
 // every parameter (each expert's from the rank that holds it), relative L2 1e-5; launch.yaml round trips
-// ep and the expert groups of MOE.md's folding; the run report has the all-to-all rows.
+// ep and the expert groups of MOE.md's folding (etp 1 and etp = tp); the run report has the all-to-all rows.
+// Expert tensor parallelism (etp = tp = 2, no SP): every expert cut over the TP group like the dense MLP.
 #include <atomic>
 #include <cmath>
 #include <filesystem>
@@ -30,6 +31,7 @@ namespace fs = std::filesystem;
 struct MoeCase {
   int64_t gpus = 2, tp = 1, pp = 1, ep = 2;
   bool mla = false, sp = false;
+  int64_t etp = 1;
 };
 
 std::string RunDir(const std::string& name) {
@@ -53,7 +55,7 @@ Status MakeLaunch(const MoeCase& c, ModelSpec* model, LaunchPlan* out) {
   o.pp = {c.pp};
   o.schedules = {Schedule::k1F1B};
   o.ep = {c.ep};
-  o.etp = {1};
+  o.etp = {c.etp};
   Plan plan;
   PLANNER_RETURN_IF_ERROR(SolveAuto(src, o, &plan));
   plan.sequence_parallel = c.sp, plan.cp = 1;
@@ -85,8 +87,11 @@ struct Grads {
 Grads Gather(const LaunchPlan& L, const std::vector<RunSummary>& runs) {
   Grads g;
   for (size_t r = 0; r < runs.size(); ++r) {
+    const bool edp0 = RankInGroup(L.edp_groups, static_cast<int64_t>(r)) == 0;
     for (const NamedGradient& x : runs[r].gradients) {
-      if (x.expert) {
+      if (x.expert && x.tp_sharded) {  // an expert's TP cut (etp > 1): each cut on one rank of EDP group 0
+        if (edp0) for (float v : x.values) g.sharded_sq[x.name] += static_cast<double>(v) * v;
+      } else if (x.expert) {
         g.whole[x.name] = x.values;
       } else if (L.ranks[r].replica == 0 && x.tp_sharded) {
         for (float v : x.values) g.sharded_sq[x.name] += static_cast<double>(v) * v;
@@ -132,11 +137,12 @@ double Compare(const LaunchPlan& L, const ModelSpec& model, const std::string& r
   return worst;
 }
 
-TEST_CASE("moe: ep 2 (dp 2 folded), tp 2 x ep 2 (with and without SP), pp 2 x ep 2 and dp 4 x ep 2 (edp 2) give one process's gradients, each expert's on its rank") {
+TEST_CASE("moe: ep 2 (dp 2 folded), tp 2 x ep 2 (with and without SP, etp 1 and 2), pp 2 x ep 2 and dp 4 x ep 2 (edp 2) give one process's gradients, each expert's on its rank") {
   // dp 4 with ep 2: edp 2, the expert gradients summed over the EDP group. SP: each TP rank routes its own tokens.
   for (const MoeCase& c : {MoeCase{2, 1, 1, 2, false}, MoeCase{4, 2, 1, 2, false}, MoeCase{4, 1, 2, 2, false}, MoeCase{4, 2, 1, 2, true},
-                           MoeCase{4, 1, 1, 2, false}, MoeCase{4, 2, 1, 2, false, true}, MoeCase{4, 2, 1, 2, true, true}}) {
-    INFO(fmt::format("gpus {} tp {} pp {} ep {} mla {} sp {}", c.gpus, c.tp, c.pp, c.ep, c.mla, c.sp));
+                           MoeCase{4, 1, 1, 2, false}, MoeCase{4, 2, 1, 2, false, true}, MoeCase{4, 2, 1, 2, true, true},
+                           MoeCase{4, 2, 1, 2, false, false, 2}, MoeCase{4, 2, 1, 2, true, false, 2}}) {
+    INFO(fmt::format("gpus {} tp {} pp {} ep {} mla {} sp {} etp {}", c.gpus, c.tp, c.pp, c.ep, c.mla, c.sp, c.etp));
     ModelSpec model;
     LaunchPlan L;
     REQUIRE_OK(MakeLaunch(c, &model, &L));
@@ -159,7 +165,7 @@ TEST_CASE("moe: ep 2 (dp 2 folded), tp 2 x ep 2 (with and without SP), pp 2 x ep
   }
 }
 
-TEST_CASE("moe: launch.yaml carries ep and MOE.md's folding (EP and EDP groups); etp 2 and pipedream are refused") {
+TEST_CASE("moe: launch.yaml carries ep and MOE.md's folding (EP and EDP groups); etp 3 (neither 1 nor tp) is refused") {
   ModelSpec model;
   LaunchPlan L, back;
   REQUIRE_OK(MakeLaunch(MoeCase{4, 2, 1, 2, false}, &model, &L));
@@ -175,11 +181,16 @@ TEST_CASE("moe: launch.yaml carries ep and MOE.md's folding (EP and EDP groups);
   REQUIRE_OK(MakeLaunch(MoeCase{4, 1, 2, 2, false}, &model, &pp2));  // stage 1's ranks 2, 3
   CHECK(pp2.ep_groups == std::vector<std::vector<int64_t>>{{0, 1}, {2, 3}});
   CHECK(pp2.edp_groups == std::vector<std::vector<int64_t>>{{0}, {1}, {2}, {3}});
-  L.etp = 2;
+  LaunchPlan etp2;  // etp 2 = tp: i = etp_rank + 2 ep_rank: EP groups {0, 2}, {1, 3}; each EDP group one rank
+  REQUIRE_OK(MakeLaunch(MoeCase{4, 2, 1, 2, false, false, 2}, &model, &etp2));
+  CHECK(etp2.etp == 2);
+  CHECK(etp2.ep_groups == std::vector<std::vector<int64_t>>{{0, 2}, {1, 3}});
+  CHECK(etp2.edp_groups == std::vector<std::vector<int64_t>>{{0}, {1}, {2}, {3}});
+  L.etp = 3;  // neither 1 nor tp
   std::vector<RunSummary> runs;
   Status s = RunOnThreads(L, model, {}, &runs);
   CHECK(s.code() == StatusCode::kNotSupported);
-  CHECK(s.message().find("tiny-moe/launch.yaml: ep 2 runs with etp 1") != std::string::npos);
+  CHECK(s.message().find("tiny-moe/launch.yaml: ep 2 runs with etp 1 (or etp = tp without sequence parallelism)") != std::string::npos);
 }
 
 }  // namespace
