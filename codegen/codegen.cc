@@ -131,11 +131,11 @@ void UniformRanks(int64_t p, int64_t d, int64_t t, LaunchPlan* L) {
           x.replica = k;
           x.tp_rank = j;
           x.cp_rank = c;
-          // Interleaved chunks wrap around: the last device feeds the first's next chunk.
+          // Interleaved chunks wrap around: the last device feeds the first's next chunk (DualPipeV's V does not: its last device feeds itself).
           if (r > 0) x.prev = {rank_of(r - 1, k, c, j)};
-          else if (L->interleave > 1 && p > 1) x.prev = {rank_of(p - 1, k, c, j)};
+          else if (L->interleave > 1 && p > 1 && L->schedule != Schedule::kDualPipeV) x.prev = {rank_of(p - 1, k, c, j)};
           if (r + 1 < p) x.next = {rank_of(r + 1, k, c, j)};
-          else if (L->interleave > 1 && p > 1) x.next = {rank_of(0, k, c, j)};
+          else if (L->interleave > 1 && p > 1 && L->schedule != Schedule::kDualPipeV) x.next = {rank_of(0, k, c, j)};
           Place(*L, &x);
           L->ranks.push_back(x);
         }
@@ -480,6 +480,9 @@ void AddMegatronArgs(const Plan& plan, const ModelSpec& model, const LaunchPlan&
     }
   }
   if (L.schedule == Schedule::kZbH1) notes->push_back("megatron.args: ZB-H1 has no Megatron-LM flag; the exported settings run 1F1B");
+  if (L.schedule == Schedule::kDualPipeV) {
+    notes->push_back("megatron.args: Megatron-LM has no DualPipeV schedule; the exported settings run interleaved 1F1B with 2 chunks per rank (the same chunks, Megatron's looped placement)");
+  }
   if (L.schedule == Schedule::kGpipe) notes->push_back("megatron.args: Megatron-LM has no GPipe schedule; the exported settings run 1F1B (same bubble, more memory in GPipe)");
   if (L.schedule == Schedule::kPipeDream) notes->push_back("megatron.args: per-stage replication and PipeDream's asynchronous schedule have no Megatron-LM equivalent; exported as uniform pipeline settings only");
   files->emplace_back("megatron.args", mg);
@@ -512,6 +515,10 @@ std::string DeepSpeedRefusal(const Plan& plan, const ModelSpec& model, const Lau
     return fmt::format("context parallelism (cp {}): DeepSpeed's config has no ring-attention context parallelism; DeepSpeed-Ulysses is "
                        "sequence parallelism of another kind (all-to-all over attention heads inside the model code), not this plan",
                        plan.cp);
+  }
+  if (L.schedule == Schedule::kDualPipeV) {
+    return fmt::format("the dualpipev schedule: DeepSpeed's pipeline engine gives each rank one contiguous stage; the V (rank r holds stages r "
+                       "and {} - r) has no DeepSpeed setting", 2 * L.pp - 1);
   }
   if ((plan.zero_stage == ZeroStage::kGradients || plan.zero_stage == ZeroStage::kParameters) && L.pp > 1) {
     return fmt::format("ZeRO-{} with pipelining (pp {}): DeepSpeed's pipeline engine runs ZeRO-1 at most; solve with --zero 0,1",
@@ -580,7 +587,11 @@ void AddTorchPipelining(const ModelSpec& model, const LaunchPlan& L, Files* file
   const char* sched = L.schedule == Schedule::kGpipe ? "ScheduleGPipe"
                       : L.schedule == Schedule::kInterleaved ? "ScheduleInterleaved1F1B"
                       : L.schedule == Schedule::kZbH1 ? "ScheduleInterleavedZeroBubble"
+                      : L.schedule == Schedule::kDualPipeV ? "ScheduleDualPipeV"
                                               : "Schedule1F1B";
+  if (L.schedule == Schedule::kDualPipeV) {
+    notes->push_back("torch_pipelining.py: ScheduleDualPipeV takes both stages of a rank, stage indices r and 2 x pp - 1 - r (the V), as a list; build() makes one");
+  }
   if (L.schedule == Schedule::kPipeDream) notes->push_back("torch_pipelining.py: no asynchronous schedule in torch.distributed.pipelining; exported as 1F1B");
   std::string splits;
   for (const auto& s : L.stages) {

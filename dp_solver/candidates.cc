@@ -29,11 +29,29 @@ std::vector<int64_t> ProfiledMicrobatches(const Profile& profile) {
   return mbs;
 }
 
+// DualPipeV: 2 chunks per device, p >= 2, m >= 2p microbatches (torch's ScheduleDualPipeV), 2p chunks
+// of a gpt model's blocks (or blocks + 2 with the embedding and the loss counted as a layer each).
+std::vector<std::pair<int64_t, bool>> DualPipeVChunks(int64_t p, int64_t m, int64_t layers, int64_t blocks, Rejections* why) {
+  const bool whole = blocks > 0 && blocks % (2 * p) == 0, account = blocks > 0 && !whole && (blocks + 2) % (2 * p) == 0;
+  std::string no;
+  if (p < 2) no = "dualpipev needs pp >= 2";
+  else if (!CheckDualPipeV(p, 2, m).ok()) no = fmt::format("dualpipev needs at least 2 x pp = {} microbatches, not {}", 2 * p, m);
+  else if (2 * p > layers || (blocks > 0 && !whole && !account)) {
+    no = blocks > 0 ? fmt::format("dualpipev with pp={}: its 2 x pp = {} stages must divide the {} layers (or {} with the embedding and the loss counted as a layer each)",
+                                  p, 2 * p, blocks, blocks + 2)
+                    : fmt::format("dualpipev with pp={}: its 2 x pp = {} stages exceed the {} layers", p, 2 * p, layers);
+  }
+  if (no.empty()) return {{2, account}};
+  if (why->interleave.empty()) why->interleave = no;
+  return {};
+}
+
 // The interleave factors of schedule s at depth p (1 for all but interleaved), each with whether the
 // split counts the embedding and the loss as a layer each (p v divides blocks + 2; Megatron's
 // --account-for-embedding-in-pipeline-split --account-for-loss-in-pipeline-split).
 std::vector<std::pair<int64_t, bool>> Interleaves(const SearchOptions& o, Schedule s, int64_t p, int64_t m, int64_t layers, int64_t blocks,
                                                   Rejections* why) {
+  if (s == Schedule::kDualPipeV) return DualPipeVChunks(p, m, layers, blocks, why);
   if (s != Schedule::kInterleaved) {
     // Uneven stages: also the split Megatron runs with the account-for flags, where p divides blocks + 2, not blocks.
     if (blocks > 0 && p > 1 && blocks % p != 0 && (blocks + 2) % p == 0) return {{1, false}, {1, true}};
@@ -77,10 +95,11 @@ SearchSpace MakeSearchSpace(const CostSource& src, const SearchOptions& o, int64
     else for (int64_t b = 1; b <= 64; b *= 2) sp.microbatch.push_back(b);
   }
   sp.schedules = o.schedules;
-  if (sp.schedules.empty()) sp.schedules = {Schedule::kGpipe, Schedule::k1F1B, Schedule::kInterleaved, Schedule::kZbH1, Schedule::kPipeDream};
+  if (sp.schedules.empty()) sp.schedules = {Schedule::kGpipe, Schedule::k1F1B, Schedule::kInterleaved, Schedule::kZbH1, Schedule::kPipeDream, Schedule::kDualPipeV};
   sp.replicated = !o.replication.empty() ||
                   std::find(sp.schedules.begin(), sp.schedules.end(), Schedule::kPipeDream) != sp.schedules.end();
-  sp.blocks = src.model != nullptr && src.model->is_gpt ? src.model->gpt.layers : 0;
+  // MTP modules each hold a transformer block and are split like one (Megatron's pipeline layout: a unit each).
+  sp.blocks = src.model != nullptr && src.model->is_gpt ? src.model->gpt.layers + src.model->gpt.mtp : 0;
   sp.seq = src.model != nullptr ? SequenceLength(*src.model) : 0;
   sp.cp = o.cp;
   if (sp.cp.empty()) {

@@ -85,9 +85,12 @@ int64_t InFlight(const Candidate& k, int64_t r) {
   switch (k.s) {
     case Schedule::kGpipe: return k.m;
     case Schedule::kInterleaved: return std::min(k.m * k.v, (k.p - r - 1) * 2 + (k.v - 1) * k.p + 1);
+    case Schedule::kDualPipeV: return DualPipeVInFlight(k.p, r, 0) + DualPipeVInFlight(k.p, r, 1);
     default: return std::min(k.p - r, k.m);
   }
 }
+
+int64_t DualPipeVInFlight(int64_t p, int64_t r, int64_t chunk) { return chunk == 0 ? 2 * p - r : r + 1; }
 
 double InterleavedPeakActivations(const std::vector<double>& chunk_stash, int64_t p, int64_t m, int64_t r) {
   const int64_t v = static_cast<int64_t>(chunk_stash.size()), period = p * v, total = m * v;
@@ -135,7 +138,7 @@ Evaluator::Evaluator(const CostSource& src, const SearchOptions& o, int64_t glob
   if (src.model == nullptr || !src.model->is_gpt) return;
   const auto& layers = src.model->layers;
   for (size_t i = 0; i < layers.size(); ++i) {
-    if (layers[i].type != "transformer_block" && layers[i].type != "moe_block") continue;
+    if (layers[i].type != "transformer_block" && layers[i].type != "moe_block" && layers[i].type != "mtp") continue;
     if (block_end_ == 0) block_begin_ = static_cast<int64_t>(i);
     block_end_ = static_cast<int64_t>(i) + 1;
   }
@@ -202,9 +205,10 @@ void Evaluator::StageTimes(const Candidate& k, Evaluation* x) const {
     if (q + 1 < q_count) {
       double bytes = table.rows[Z(e - 1)].out_bytes;
       if (o_.cost.scatter_gather && t > 1) bytes /= static_cast<double>(t);
-      // Megatron's rank order tp-cp-dp-pp: pipeline neighbours are t cp d apart.
-      int64_t ra = (q % p) * t * k.cp * d, rb = ((q + 1) % p) * t * k.cp * d;
-      x->send[Z(q)] = P2PSeconds(c, bytes, ra, rb);
+      // Megatron's rank order tp-cp-dp-pp: pipeline neighbours are t cp d apart. DualPipeV's stages p - 1
+      // and p share a device: no transfer.
+      const int64_t pa = StagePosition(k.s, q, p), pb = StagePosition(k.s, q + 1, p);
+      x->send[Z(q)] = pa == pb ? 0.0 : P2PSeconds(c, bytes, pa * t * k.cp * d, pb * t * k.cp * d);
     }
   }
   for (int64_t q = 0; q < q_count; ++q) {
@@ -225,7 +229,7 @@ void Evaluator::DeviceLoads(const Candidate& k, Evaluation* x) const {
     v->assign(Z(p), 0);
   }
   for (int64_t q = 0; q < q_count; ++q) {
-    size_t r = Z(q % p);
+    size_t r = Z(StagePosition(k.s, q, p));
     int64_t a = cuts[Z(q)], e = cuts[Z(q + 1)];
     x->params[r] += table.Params(a, e);
     x->expert_params[r] += table.ExpertParams(a, e);
@@ -240,6 +244,13 @@ void Evaluator::DeviceLoads(const Candidate& k, Evaluation* x) const {
   }
   std::vector<double> chunk_stash(Z(k.v));
   for (int64_t r = 0; r < p; ++r) {
+    if (k.s == Schedule::kDualPipeV) {  // each chunk's in-flight count times its own stash (both peak together)
+      for (int64_t c = 0; c < 2; ++c) {
+        const int64_t q = ChunkStage(k.s, c, r, p);
+        x->acts[Z(r)] += static_cast<double>(DualPipeVInFlight(p, r, c)) * ChunkStash(k, cuts[Z(q)], cuts[Z(q + 1)]);
+      }
+      continue;
+    }
     if (k.s != Schedule::kInterleaved) {
       x->acts[Z(r)] = static_cast<double>(InFlight(k, r)) * x->stash[Z(r)];
       continue;
@@ -364,7 +375,7 @@ PlanStage Evaluator::UniformStage(const Candidate& k, const Evaluation& x, int64
   const auto& cuts = *x.cuts;
   PlanStage ps;
   int64_t a = cuts[Z(q)], e = cuts[Z(q + 1)];
-  size_t r = Z(q % p);
+  size_t r = Z(StagePosition(k.s, q, p));
   ps.first_layer = a;
   ps.last_layer = e - 1;
   ps.first_layer_name = table.names[Z(a)];
@@ -382,7 +393,7 @@ PlanStage Evaluator::UniformStage(const Candidate& k, const Evaluation& x, int64
   ps.ep_comm_s = table.pre_ep[Z(e)] - table.pre_ep[Z(a)] + BlockDelta(k, &CostTable::pre_ep, a, e);
   ps.p2p_s = x.send[Z(q)];
   ps.dp_allreduce_s = x.allreduce_s[r];
-  ps.in_flight = InFlight(k, static_cast<int64_t>(r));
+  ps.in_flight = k.s == Schedule::kDualPipeV ? DualPipeVInFlight(p, static_cast<int64_t>(r), q / p) : InFlight(k, static_cast<int64_t>(r));
   const double expert = x.expert_params[r], w = sb_.weight + sb_.fp8_weight_copy;
   ps.weights_bytes = (x.params[r] - expert) * w / (x.zero == 3 ? static_cast<double>(d * k.cp) : 1.0) +
                      expert * w / (x.zero == 3 ? static_cast<double>(k.Edp()) : 1.0);

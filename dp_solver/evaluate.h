@@ -122,8 +122,14 @@ int64_t SequenceLength(const ModelSpec& model);
 // k does not divide blocks + 2 or a chunk would be empty.
 std::vector<int64_t> AccountedPartition(int64_t rows, int64_t first_block, int64_t blocks, int64_t k);
 
-// Microbatches in flight on device r (pipeline position) under k's schedule.
+// Microbatches in flight on device r (pipeline position) under k's schedule
+// (dualpipev: both chunks', counted per chunk).
 int64_t InFlight(const Candidate& k, int64_t r);
+
+// DualPipeV (m >= 2p): microbatches whose activations chunk c (0: stage r, 1: stage 2p - 1 - r) of
+// device r holds at the device's peak, right after the first F0 of the overlapped steps: 2p - r of
+// chunk 0 and r + 1 of chunk 1, both at their maxima there (docs/cost_model.md section 4).
+int64_t DualPipeVInFlight(int64_t p, int64_t r, int64_t chunk);
 
 // Peak activation bytes on device r of an interleaved 1F1B pipeline (p
 // devices, v chunks, m microbatches, m % p == 0) in Megatron's order (the

@@ -4,6 +4,7 @@
 #include <deque>
 #include <functional>
 #include <map>
+#include <set>
 #include <tuple>
 
 #include <fmt/format.h>
@@ -56,20 +57,22 @@ struct Emitter {
   std::function<int32_t(int64_t, int64_t)> peer;      // (stage, microbatch) -> replica of that stage, or kSameReplica
   bool async = false;                                  // per-backward AR<stage> (when replicated) and OPT
   bool reduce_after_backward = false;                  // async: the stage has more than one replica
+  std::vector<Action> held;                            // sends of held events (SimEvent::held), posted after the next unheld one
 
-  void Append(const SimEvent& e, std::vector<Action>* out) const {
+  void Append(const SimEvent& e, std::vector<Action>* out) {
     const int64_t q = e.stage, j = e.microbatch;
+    std::vector<Action>* sends = e.held ? &held : out;
     if (e.kind == 'F') {
       if (q > 0) out->push_back(Act(ActionKind::kRecvActivation, q, j, peer(q - 1, j)));
       out->push_back(Act(ActionKind::kForward, q, j));
-      if (q + 1 < stages) out->push_back(Act(ActionKind::kSendActivation, q, j, peer(q + 1, j)));
+      if (q + 1 < stages) sends->push_back(Act(ActionKind::kSendActivation, q, j, peer(q + 1, j)));
     } else if (e.kind == 'B') {
       if (q + 1 < stages) out->push_back(Act(ActionKind::kRecvGrad, q, j, peer(q + 1, j)));
       out->push_back(Act(ActionKind::kBackwardInput, q, j));
       // The input gradient leaves before the replicas' reduce: a replica still waiting for its
       // next activation (which the previous stage sends only after this gradient) must not be
       // needed in the reduce first (a replicated stage after a single one would deadlock).
-      if (q > 0) out->push_back(Act(ActionKind::kSendGrad, q, j, peer(q - 1, j)));
+      if (q > 0) sends->push_back(Act(ActionKind::kSendGrad, q, j, peer(q - 1, j)));
       if (async) {
         if (reduce_after_backward) out->push_back(Act(ActionKind::kGradReduce, q, 0));
         out->push_back(Act(ActionKind::kOptimizerStep, -1, 0));
@@ -77,8 +80,60 @@ struct Emitter {
     } else {
       out->push_back(Act(ActionKind::kBackwardWeight, q, j));
     }
+    if (!e.held) {
+      out->insert(out->end(), held.begin(), held.end());
+      held.clear();
+    }
   }
 };
+
+// The message a transfer action sends or receives: (activation?, the stage it enters or leaves, microbatch).
+std::tuple<bool, int64_t, int64_t> MessageOf(const Action& a) {
+  const bool act = a.kind == ActionKind::kSendActivation || a.kind == ActionKind::kRecvActivation;
+  return {act, std::max<int64_t>(a.stage, PeerStage(a)), a.microbatch};
+}
+
+// NCCL matches a pair of ranks' messages in posting order (spec/program_check.h). DualPipeV's ranks
+// exchange two streams per pair (chunk 0's activations one way, chunk 1's gradients the same way,
+// and back), so each program's receives from a peer are put in the order the peer sends them: a
+// receive only moves earlier, to just before the receive that needed it first (the checker then
+// proves the result deadlock-free). Uniform programs, one per position (index = position).
+void AlignReceives(const LaunchPlan& L, std::vector<RankProgram>* progs) {
+  const int64_t p = static_cast<int64_t>(progs->size());
+  for (int64_t b = 0; b < p; ++b) {
+    for (int64_t a = 0; a < p; ++a) {
+      if (a == b) continue;
+      std::vector<std::tuple<bool, int64_t, int64_t>> order;  // a's sends to b, in a's order
+      for (const Action& x : (*progs)[static_cast<size_t>(a)].actions) {
+        const bool send = x.kind == ActionKind::kSendActivation || x.kind == ActionKind::kSendGrad;
+        if (send && StagePosition(L.schedule, PeerStage(x), L.pp) == b) order.push_back(MessageOf(x));
+      }
+      std::map<std::tuple<bool, int64_t, int64_t>, Action> recv;
+      auto& acts = (*progs)[static_cast<size_t>(b)].actions;
+      auto from_a = [&](const Action& x) {
+        const bool r = x.kind == ActionKind::kRecvActivation || x.kind == ActionKind::kRecvGrad;
+        return r && StagePosition(L.schedule, PeerStage(x), L.pp) == a;
+      };
+      for (const Action& x : acts) if (from_a(x)) recv[MessageOf(x)] = x;
+      std::vector<Action> out;
+      size_t k = 0;
+      std::set<std::tuple<bool, int64_t, int64_t>> done;
+      for (const Action& x : acts) {
+        if (!from_a(x)) {
+          out.push_back(x);
+          continue;
+        }
+        const auto key = MessageOf(x);
+        while (!done.count(key) && k < order.size()) {  // a's sends up to this one, in a's order
+          if (recv.count(order[k])) out.push_back(recv[order[k]]), done.insert(order[k]);
+          ++k;
+        }
+        if (!done.count(key)) out.push_back(x), done.insert(key);
+      }
+      acts = std::move(out);
+    }
+  }
+}
 
 Status BuildUniform(const LaunchPlan& L, std::vector<RankProgram>* out) {
   SimResult r;
@@ -95,6 +150,7 @@ Status BuildUniform(const LaunchPlan& L, std::vector<RankProgram>* out) {
     prog.actions.push_back(Act(ActionKind::kOptimizerStep, -1, 0));
     out->push_back(std::move(prog));
   }
+  if (L.schedule == Schedule::kDualPipeV) AlignReceives(L, out);
   return Status::OK();
 }
 

@@ -7,7 +7,10 @@
 // dependent order is decided once, here) and writes, for each device, its
 // compute operations in simulated start order, each receive right before the
 // compute that needs it and each send right after the compute that produces
-// it, then the gradient reduce and the optimizer step:
+// it (DualPipeV's held events, SimEvent::held: an overlapped F&B pair's or a
+// full backward's sends come after the pair's or the backward's last event, as
+// torch's OVERLAP_F_B and FULL_BACKWARD send), then the gradient reduce and the
+// optimizer step:
 //   - uniform plans (every stage has dp replicas, a synchronous schedule): one
 //     program per pipeline position (replica -1: every data- and tensor-
 //     parallel rank of the position runs it; peers are the ranks of the same

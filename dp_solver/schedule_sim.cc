@@ -1,6 +1,7 @@
 #include "dp_solver/schedule_sim.h"
 
 #include <algorithm>
+#include <deque>
 #include <limits>
 
 #include <fmt/format.h>
@@ -15,6 +16,11 @@ double ClosedFormMakespan(Schedule s, double f, double b, double w, int64_t p, i
     case Schedule::kPipeDream: return (md + pd - 1) * (f + b + w);
     case Schedule::kInterleaved: return (md + (pd - 1) / vd) * (f + b + w);
     case Schedule::kZbH1: return md * (f + b + w) + (pd - 1) * (f + b - w);
+    // Per chunk F, B (input), W; each device runs 2m of each. DeepSeek-V3's DualPipe bubble
+    // (PP/2 - 1)(F&B + B' - 3W) with PP = 2p ranks of the uncut DualPipe, B' = B + W the full
+    // backward and F&B = F + B' the overlapped pair run back to back: (p - 1)(F + 2B - W). Exact for
+    // the simulator's order when F = B and W <= B (docs/cost_model.md section 4).
+    case Schedule::kDualPipeV: return 2 * md * (f + b + w) + (pd - 1) * (f + 2 * b - w);
   }
   return 0;
 }
@@ -23,15 +29,18 @@ double MakespanLowerBound(Schedule s, const std::vector<SimStage>& st, int64_t p
   if (p < 1 || st.empty()) return 0;
   const int64_t q_count = static_cast<int64_t>(st.size());
   double best = 0, head = 0, tail = 0;
+  const bool no_tail = s == Schedule::kZbH1 || s == Schedule::kDualPipeV;  // their last operations may be W
   for (int64_t r = 0; r < p && r < q_count; ++r) {
     double work = 0;
-    for (int64_t q = r; q < q_count; q += p) {
+    for (int64_t c = 0; c * p < q_count; ++c) {
+      const int64_t q = ChunkStage(s, c, r, p);
       const SimStage& x = st[static_cast<size_t>(q)];
       work += x.forward_s + x.backward_input_s + x.backward_weight_s;
-      if (q + 1 < q_count) work += x.exposed_send_s;
-      if (q > 0) work += st[static_cast<size_t>(q - 1)].exposed_send_s;
+      // Exposed sends, but none between two stages of this device (DualPipeV's stages p - 1 and p).
+      if (q + 1 < q_count && StagePosition(s, q + 1, p) != r) work += x.exposed_send_s;
+      if (q > 0 && StagePosition(s, q - 1, p) != r) work += st[static_cast<size_t>(q - 1)].exposed_send_s;
     }
-    best = std::max(best, head + static_cast<double>(m) * work + (s == Schedule::kZbH1 ? 0.0 : tail));
+    best = std::max(best, head + static_cast<double>(m) * work + (no_tail ? 0.0 : tail));
     const SimStage& x = st[static_cast<size_t>(r)];
     head += x.forward_s + x.send_s + x.exposed_send_s;
     tail += x.backward_input_s + x.backward_weight_s + x.send_s + (r > 0 ? st[static_cast<size_t>(r - 1)].exposed_send_s : 0.0);
@@ -45,6 +54,7 @@ struct Op {
   char kind;  // 'F', 'B' (with W fused unless split), 'W'
   int32_t stage;
   int32_t mb;
+  bool hold = false;  // its output leaves with the next operation of its device that holds nothing (SimEvent::held)
 };
 
 // Per-device operation lists for the fixed-order schedules.
@@ -85,6 +95,50 @@ std::vector<std::vector<Op>> BuildOrders(Schedule s, int64_t p, int64_t v, int64
   return orders;
 }
 
+// DualPipeV's per-rank order (torch.distributed.pipelining's ScheduleDualPipeV, after DeepSeek's
+// dualpipev.py), rank r of p holding stages r (chunk 0) and 2p - 1 - r (chunk 1), m >= 2p:
+//   1. 2(p-r-1) x F0              2. r+1 x (F0 F1)              3. p-r-1 x (I1 W F1)
+//   4. m-2p+r+1 x (F0&B1 F1&B0)   5. p-r-1 x (B1 F1&B0)         6. r+1 x (B1 B0), the second half as I
+//   7. p-r-1 x (W I0)             8. r+1 x W
+// F: forward; B: full backward, played as its input part then its W, its gradient leaving after
+// both (torch's FULL_BACKWARD); I: input-gradient backward, its W queued (FIFO); W: the queue's
+// oldest. X&Y: an overlapped pair (torch's OVERLAP_F_B, DeepSeek's F&B chunk): the two run back to
+// back and their outputs leave together at the pair's end. The last rank's first step-4 F0 B1 is
+// not paired (torch: "we don't overlap these two chunks").
+std::vector<Op> DualPipeVOrder(int64_t r, int64_t p, int64_t m) {
+  std::vector<Op> ord;
+  const int32_t stage[2] = {static_cast<int32_t>(r), static_cast<int32_t>(2 * p - 1 - r)};
+  int32_t nf[2] = {0, 0}, nb[2] = {0, 0};
+  std::deque<Op> deferred;
+  auto F = [&](int c, bool paired = false) { ord.push_back({'F', stage[c], nf[c]++, paired}); };
+  auto B = [&](int c, bool zb) {
+    const Op w{'W', stage[c], nb[c]};
+    ord.push_back({'B', stage[c], nb[c]++, !zb});
+    if (zb) deferred.push_back(w);
+    else ord.push_back(w);
+  };
+  auto W = [&]() {
+    if (deferred.empty()) return;
+    ord.push_back(deferred.front());
+    deferred.pop_front();
+  };
+  for (int64_t i = 0; i < 2 * (p - r - 1); ++i) F(0);
+  for (int64_t i = 0; i < r + 1; ++i) F(0), F(1);
+  for (int64_t i = 0; i < p - r - 1; ++i) B(1, true), W(), F(1);
+  for (int64_t i = 0; i < m - 2 * p + r + 1; ++i) F(0, i > 0 || r < p - 1), B(1, false), F(1, true), B(0, false);
+  for (int64_t i = 0; i < p - r - 1; ++i) B(1, false), F(1, true), B(0, false);
+  bool zb = false;  // the zero-bubble split starts halfway through step 6 (odd ranks: before a B1, even: before a B0)
+  for (int64_t i = 0; i < r + 1; ++i) {
+    if (i == (r + 1) / 2 && r % 2 == 1) zb = true;
+    B(1, zb);
+    if (i == (r + 1) / 2 && r % 2 == 0) zb = true;
+    B(0, zb);
+  }
+  for (int64_t i = 0; i < p - r - 1; ++i) W(), B(0, true);
+  while (!deferred.empty()) W();
+  return ord;
+}
+
 constexpr double kInf = std::numeric_limits<double>::infinity();
 
 // Plays operations on devices: dependency times per (stage, microbatch),
@@ -98,35 +152,43 @@ class Engine {
     f_end_.assign(static_cast<size_t>(q_count_ * m), -1);
     b_end_.assign(static_cast<size_t>(q_count_ * m), -1);
     free_at_.assign(static_cast<size_t>(devices), 0.0);
+    held_.assign(static_cast<size_t>(devices), {});
     r_.busy_s.assign(static_cast<size_t>(devices), 0.0);
   }
+  // Boundary q -> q + 1 stays on one device (DualPipeV's stages p - 1 and p): no transfer there.
+  void SetLocalBoundary(int64_t q) { local_.at(static_cast<size_t>(q)) = true; }
   double FReady(int64_t q, int64_t i) const {
     if (q == 0) return 0;
     double e = f_end_[Idx(q - 1, i)];
-    return e < 0 ? kInf : e + st_[static_cast<size_t>(q - 1)].send_s;
+    return e < 0 ? kInf : e + Send(q - 1);
   }
   double BReady(int64_t q, int64_t i) const {
     double own = f_end_[Idx(q, i)];
     if (own < 0) return kInf;
     if (q == q_count_ - 1) return own;
     double e = b_end_[Idx(q + 1, i)];
-    return e < 0 ? kInf : std::max(own, e + st_[static_cast<size_t>(q)].send_s);
+    return e < 0 ? kInf : std::max(own, e + Send(q));
+  }
+  double Ready(const Op& op) const {
+    if (op.kind == 'F') return FReady(op.stage, op.mb);
+    if (op.kind == 'W') return 0;  // a fixed order puts W after its own B on the same device
+    return BReady(op.stage, op.mb);
   }
   double BEnd(int64_t q, int64_t i) const { return b_end_[Idx(q, i)]; }
   double FreeAt(int64_t dev) const { return free_at_[static_cast<size_t>(dev)]; }
-  void Run(int64_t dev, char kind, int64_t q, int64_t i, double ready) {
+  // Runs one operation. A held one (hold) publishes its output only with the device's next
+  // operation that holds nothing: then every held output leaves, each after its exposed send.
+  void Run(int64_t dev, char kind, int64_t q, int64_t i, double ready, bool hold = false) {
     const SimStage& x = st_[static_cast<size_t>(q)];
     double dur = kind == 'F' ? x.forward_s
                              : (kind == 'W' ? x.backward_weight_s
                                             : (split_w_ ? x.backward_input_s : x.backward_input_s + x.backward_weight_s));
-    double end = Put(dev, kind, q, i, std::max(FreeAt(dev), ready), dur);
-    // Exposed sends: the activation after F (not from the last stage), the gradient after B (not from the first).
-    if (kind == 'F' && q + 1 < q_count_ && x.exposed_send_s > 0) end = Put(dev, 'C', q, i, end, x.exposed_send_s);
-    if (kind == 'B' && q > 0 && st_[static_cast<size_t>(q - 1)].exposed_send_s > 0) {
-      end = Put(dev, 'C', q, i, end, st_[static_cast<size_t>(q - 1)].exposed_send_s);
-    }
-    if (kind == 'F') f_end_[Idx(q, i)] = end;
-    if (kind == 'B') b_end_[Idx(q, i)] = end;
+    double end = Put(dev, kind, q, i, std::max(FreeAt(dev), ready), dur, hold);
+    auto& held = held_[static_cast<size_t>(dev)];
+    held.push_back({kind, static_cast<int32_t>(q), static_cast<int32_t>(i)});
+    if (hold) return;
+    for (const Op& h : held) end = Publish(dev, h, end);
+    held.clear();
   }
   // Plays fixed per-device orders to completion.
   Status RunOrders(const std::vector<std::vector<Op>>& orders) {
@@ -141,9 +203,9 @@ class Engine {
         const auto& ord = orders[static_cast<size_t>(d)];
         while (k < ord.size()) {
           const Op& op = ord[k];
-          double ready = op.kind == 'F' ? FReady(op.stage, op.mb) : BReady(op.stage, op.mb);
+          double ready = Ready(op);
           if (ready == kInf) break;
-          Run(d, op.kind, op.stage, op.mb, ready);
+          Run(d, op.kind, op.stage, op.mb, ready, op.hold);
           ++k;
           --remaining;
           progressed = true;
@@ -163,11 +225,24 @@ class Engine {
 
  private:
   size_t Idx(int64_t q, int64_t i) const { return static_cast<size_t>(q * m_ + i); }
-  double Put(int64_t dev, char kind, int64_t q, int64_t i, double start, double dur) {
+  // Exposed sends: the activation after F (not from the last stage), the gradient after B (not from the first).
+  double Publish(int64_t dev, const Op& h, double end) {
+    const int64_t q = h.stage, i = h.mb;
+    const SimStage& x = st_[static_cast<size_t>(q)];
+    if (h.kind == 'F' && q + 1 < q_count_ && !local_[static_cast<size_t>(q)] && x.exposed_send_s > 0) end = Put(dev, 'C', q, i, end, x.exposed_send_s);
+    if (h.kind == 'B' && q > 0 && !local_[static_cast<size_t>(q - 1)] && st_[static_cast<size_t>(q - 1)].exposed_send_s > 0) {
+      end = Put(dev, 'C', q, i, end, st_[static_cast<size_t>(q - 1)].exposed_send_s);
+    }
+    if (h.kind == 'F') f_end_[Idx(q, i)] = end;
+    if (h.kind == 'B') b_end_[Idx(q, i)] = end;
+    return end;
+  }
+  double Send(int64_t q) const { return local_[static_cast<size_t>(q)] ? 0.0 : st_[static_cast<size_t>(q)].send_s; }
+  double Put(int64_t dev, char kind, int64_t q, int64_t i, double start, double dur, bool hold = false) {
     double end = start + dur;
     free_at_[static_cast<size_t>(dev)] = end;
     r_.busy_s[static_cast<size_t>(dev)] += dur;
-    if (record_) r_.events.push_back({static_cast<int32_t>(dev), static_cast<int32_t>(q), static_cast<int32_t>(i), kind, start, end});
+    if (record_) r_.events.push_back({static_cast<int32_t>(dev), static_cast<int32_t>(q), static_cast<int32_t>(i), kind, start, end, hold});
     r_.makespan_s = std::max(r_.makespan_s, end);
     return end;
   }
@@ -175,6 +250,8 @@ class Engine {
   int64_t q_count_, m_;
   bool split_w_, record_;
   std::vector<double> f_end_, b_end_, free_at_;
+  std::vector<bool> local_ = std::vector<bool>(st_.size(), false);
+  std::vector<std::vector<Op>> held_;  // per device: operations whose outputs wait for the next unheld one
   SimResult r_;
 };
 
@@ -258,6 +335,14 @@ std::vector<Op> ReplicaOrder(int32_t stage, int64_t k, int64_t r, int64_t in_fli
 
 }  // namespace
 
+Status CheckDualPipeV(int64_t p, int64_t v, int64_t m) {
+  if (v != 2) return Status::InvalidArgument(fmt::format("the dualpipev schedule runs 2 chunks per device (2p stages), not {}", v));
+  if (m < 2 * p) {
+    return Status::InvalidArgument(fmt::format("the dualpipev schedule needs at least as many microbatches ({}) as stages (2 x pp = {})", m, 2 * p));
+  }
+  return Status::OK();
+}
+
 Status SimulateSchedule(Schedule s, const std::vector<SimStage>& st, int64_t p, int64_t m, bool record, SimResult* out) {
   if (p < 1 || m < 1 || st.empty() || static_cast<int64_t>(st.size()) % p != 0) {
     return Status::InvalidArgument("schedule simulation needs p >= 1, m >= 1 and p * v stages");
@@ -267,10 +352,18 @@ Status SimulateSchedule(Schedule s, const std::vector<SimStage>& st, int64_t p, 
   if (s == Schedule::kInterleaved && m % p != 0) {
     return Status::InvalidArgument(fmt::format("the interleaved schedule needs the number of microbatches ({}) to be a multiple of the pipeline depth ({})", m, p));
   }
-  if (s != Schedule::kInterleaved && v != 1) return Status::InvalidArgument("only the interleaved schedule takes several chunks per device");
-  const bool split_w = s == Schedule::kZbH1;
+  if (s == Schedule::kDualPipeV) PLANNER_RETURN_IF_ERROR(CheckDualPipeV(p, v, m));
+  if (s != Schedule::kInterleaved && s != Schedule::kDualPipeV && v != 1) {
+    return Status::InvalidArgument("only the interleaved and dualpipev schedules take several chunks per device");
+  }
+  const bool split_w = s == Schedule::kZbH1 || s == Schedule::kDualPipeV;
   Engine eng(st, p, m, split_w, record);
-  if (!split_w) {
+  if (s == Schedule::kDualPipeV) {
+    eng.SetLocalBoundary(p - 1);  // stages p - 1 and p are both on the last rank
+    std::vector<std::vector<Op>> orders;
+    for (int64_t r = 0; r < p; ++r) orders.push_back(DualPipeVOrder(r, p, m));
+    PLANNER_RETURN_IF_ERROR(eng.RunOrders(orders));
+  } else if (!split_w) {
     PLANNER_RETURN_IF_ERROR(eng.RunOrders(BuildOrders(s, p, v, m)));
   } else {
     PLANNER_RETURN_IF_ERROR(ZbH1Scheduler(p, m).Run(&eng));

@@ -4,7 +4,8 @@
 // device and returns the makespan, per-device busy time and the timeline.
 // GPipe, 1F1B (PipeDream-Flush), interleaved 1F1B (Megatron's order), ZB-H1
 // (list scheduling under the ZB-H1 memory caps) and PipeDream's asynchronous
-// 1F1B (no flush). docs/cost_model.md section 4. Pure; thread-safe.
+// 1F1B (no flush), and DualPipeV (DeepSeek-V3's V-shaped bidirectional schedule,
+// torch's ScheduleDualPipeV). docs/cost_model.md section 4. Pure; thread-safe.
 #pragma once
 
 #include <cstdint>
@@ -32,6 +33,8 @@ struct SimEvent {
   int32_t microbatch = 0;
   char kind = 'F';     // 'F', 'B' (backward-input, or the whole backward), 'W', 'C' (exposed send)
   double start_s = 0, end_s = 0;
+  bool held = false;   // its output (activation or gradient) leaves with the device's next event that is not
+                       // held: DualPipeV's overlapped F&B pairs and full backwards (B, then its W) send at their end
 };
 
 struct SimResult {
@@ -41,9 +44,12 @@ struct SimResult {
   std::vector<SimEvent> events; // filled when requested
 };
 
-// `stages` holds p * v virtual stages; virtual stage q runs on device q % p
-// (Megatron's interleaved placement; v = 1 otherwise). Returns InvalidArgument
-// when the schedule's preconditions fail (interleaved: m % p == 0).
+// `stages` holds p * v virtual stages; virtual stage q runs on device
+// StagePosition(schedule, q, p): q % p (Megatron's interleaved placement; v = 1
+// for the single-chunk schedules), or DualPipeV's V (v = 2: device r runs stages
+// r and 2p - 1 - r; no transfer between stages p - 1 and p). Returns
+// InvalidArgument when the schedule's preconditions fail (interleaved: m % p ==
+// 0; dualpipev: CheckDualPipeV).
 Status SimulateSchedule(Schedule schedule, const std::vector<SimStage>& stages, int64_t devices, int64_t microbatches,
                         bool record_events, SimResult* out);
 
@@ -54,6 +60,10 @@ Status SimulateSchedule(Schedule schedule, const std::vector<SimStage>& stages, 
 // whose last operation on every device is the chunk-0 backward of the last
 // microbatch, that backward still has to flow through the earlier stages
 // (tail). ZB-H1 gets no tail (its W may come last).
+// DualPipeV's preconditions (torch's ScheduleDualPipeV): v = 2 chunks per device and at least as
+// many microbatches as stages, m >= 2p. InvalidArgument naming the rule otherwise.
+Status CheckDualPipeV(int64_t p, int64_t v, int64_t m);
+
 double MakespanLowerBound(Schedule schedule, const std::vector<SimStage>& stages, int64_t devices, int64_t microbatches);
 
 // PipeDream's asynchronous 1F1B over replicated stages: stage s has
@@ -67,7 +77,8 @@ Status SimulateReplicated(const std::vector<SimStage>& stages, const std::vector
 
 // Closed forms on uniform stages (tests compare the simulator with them):
 // GPipe/1F1B: (m + p - 1)(F + B + W); interleaved: (m + (p - 1)/v)(F + B + W)
-// with per-device F, B, W; ZB-H1: m (F + B + W) + (p - 1)(F + B - W).
+// with per-device F, B, W; ZB-H1: m (F + B + W) + (p - 1)(F + B - W); DualPipeV (per-chunk F, B, W;
+// for F = B, W <= B): 2m (F + B + W) + (p - 1)(F + 2B - W).
 double ClosedFormMakespan(Schedule schedule, double f, double b, double w, int64_t p, int64_t m, int64_t v);
 
 }  // namespace planner

@@ -28,7 +28,7 @@ struct SearchOptions {
   std::vector<int64_t> tp;              // empty: powers of two up to the node size
   std::vector<int64_t> pp;              // empty: every depth that divides the GPUs
   std::vector<int64_t> microbatch;      // empty: powers of two up to 64 (or the profile's size)
-  std::vector<Schedule> schedules;      // empty: gpipe, 1f1b, interleaved, zb-h1, pipedream (per-stage replication)
+  std::vector<Schedule> schedules;      // empty: gpipe, 1f1b, interleaved, zb-h1, pipedream (per-stage replication), dualpipev
   std::vector<Recompute> recompute;     // empty: none, selective (transformers), full
   // Block recompute (`--recompute block`): the first N blocks of each chunk recomputed, N the
   // smallest that fits (gpt models; docs/cost_model.md section 5). -1: on when `recompute` is

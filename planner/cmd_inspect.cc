@@ -129,7 +129,7 @@ std::string DescribeAction(const LaunchPlan& L, const LaunchRank& me, const Acti
   const std::string at = fmt::format("stage {}, microbatch {}", a.stage, a.microbatch);
   switch (a.kind) {
     case ActionKind::kForward: return fmt::format("forward of {}", at);
-    case ActionKind::kBackwardInput: return fmt::format("{} of {}", L.schedule == Schedule::kZbH1 ? "backward-input" : "backward", at);
+    case ActionKind::kBackwardInput: return fmt::format("{} of {}", L.schedule == Schedule::kZbH1 || L.schedule == Schedule::kDualPipeV ? "backward-input" : "backward", at);
     case ActionKind::kBackwardWeight: return fmt::format("backward-weight of {}", at);
     case ActionKind::kRecvActivation: return fmt::format("receive the activation entering {} from rank {}", at, peer);
     case ActionKind::kSendActivation: return fmt::format("send the activation leaving {} to rank {}", at, peer);

@@ -392,7 +392,7 @@ Status BuildSearchOptions(const SolveArgs& a, const SolveInputs& in, SearchOptio
       }
     }
   }
-  std::vector<std::string> snames = {"gpipe", "1f1b", "interleaved", "zb-h1", "pipedream"};
+  std::vector<std::string> snames = ScheduleNames();
   PLANNER_RETURN_IF_ERROR(ParseList<Schedule>(a.schedules, ParseSchedule, snames, "--schedule", &o->schedules));
   if (!a.vp.empty() && a.schedules.empty()) o->schedules = {Schedule::kInterleaved};  // --vp V forces Megatron's interleaved layout
   std::vector<std::string> rc_names;  // "block": block recompute, not a Recompute kind (docs/cost_model.md section 5)
@@ -553,7 +553,7 @@ Runner RegisterSolve(CLI::App& app) {
   cmd->add_option("--interleave", a->interleave, "interleaved schedule: chunks per device v to try (default: every v with pp x v dividing the layers)")->delimiter(',');
   cmd->add_option("--vp", a->vp, "Megatron's virtual pipeline size: --interleave's values, and without --schedule the interleaved schedule only")->delimiter(',');
   cmd->add_option("--replication", a->replication, "evaluate this per-stage replication only, e.g. 2-1-1 (TP groups per stage; PipeDream schedule)");
-  cmd->add_option("--schedule", a->schedules, "schedules to try: gpipe,1f1b,interleaved,zb-h1,pipedream (asynchronous, per-stage replication)")->delimiter(',');
+  cmd->add_option("--schedule", a->schedules, "schedules to try: gpipe,1f1b,interleaved,zb-h1,pipedream (asynchronous, per-stage replication),dualpipev (V-shaped, 2 chunks per rank)")->delimiter(',');
   cmd->add_option("--recompute", a->recompute, "recompute modes to try: none,selective,full,block (block: the first N blocks of each chunk, N the smallest that fits)")->delimiter(',');
   cmd->add_flag("--dp-overlap", a->dp_overlap, "overlap the gradient all-reduce with backward");
   cmd->add_option("--overlap-grad-reduce", a->overlap_grad_reduce, "on (default; Megatron --overlap-grad-reduce: bucketed, behind the last backward) or off (the whole gradient reduction exposed)");

@@ -80,10 +80,11 @@ Status ProgramInterpreter::CheckAction(size_t index, const Action& a, const Rank
   if (peer_stage < 0 || peer_stage >= Q) return Status::InvalidArgument(fmt::format("{}: stage {} has no neighbour there", Describe(index, a), q));
   const LaunchRank& me = ctx_.launch->ranks[static_cast<size_t>(ctx_.rank)];
   const int64_t replica = a.peer_replica == Action::kSameReplica ? me.replica : a.peer_replica;
-  const int64_t peer = ranks.At(peer_stage % ctx_.layout.positions, replica, me.tp_rank, me.cp_rank);
+  const int64_t position = StagePosition(ctx_.layout.schedule, peer_stage, ctx_.layout.positions);
+  const int64_t peer = ranks.At(position, replica, me.tp_rank, me.cp_rank);
   if (peer < 0) {
     return Status::InvalidArgument(fmt::format("{}: launch.yaml has no rank at pipeline position {}, replica {}, tp rank {}", Describe(index, a),
-                                               peer_stage % ctx_.layout.positions, replica, me.tp_rank));
+                                               position, replica, me.tp_rank));
   }
   peer_[index] = static_cast<int>(peer);
   return Status::OK();
@@ -177,6 +178,7 @@ Status ProgramInterpreter::FinishPass() {
   ctx_.record->Trace("flush sends", c0, MonotonicSeconds() - c0, 1);
   sent_.clear();
   saved_.clear();
+  if (!local_.empty()) return Status::Internal("the program leaves a transfer between this rank's own chunks unpaired (a send without its receive)");
   for (const auto* box : {&activations_in_, &activations_out_, &grads_in_, &grads_out_}) {
     if (!box->empty()) {
       const Key k = box->begin()->first;
@@ -309,6 +311,13 @@ Status ProgramInterpreter::Receive(size_t index, const Action& a, bool activatio
   const int64_t q = a.stage, j = a.microbatch;
   const int peer = peer_[index];
   const int64_t tag = activation ? Tag(q, 0, j) : Tag(q + 1, 1, j);
+  if (peer == ctx_.rank) {  // from this rank's other chunk (DualPipeV's stages p - 1 and p): handed over, never posted
+    auto it = local_.find(tag);
+    if (it == local_.end()) return Status::Internal("a receive from this rank's own chunk before the send that produces it");
+    (activation ? activations_in_ : grads_in_)[{q, j}] = std::move(it->second);
+    local_.erase(it);
+    return Status::OK();
+  }
   Tensor t = pool_.Get(activation ? ctx_.stage->InShape(q) : ctx_.stage->OutShape(q), ctx_.stage->device());
   const double c0 = MonotonicSeconds();
   PLANNER_RETURN_IF_ERROR(ctx_.pipe->Recv(t.data(), t.numel(), peer, tag));
@@ -332,6 +341,10 @@ Status ProgramInterpreter::Send(size_t index, const Action& a, bool activation) 
   box.erase(it);
   const int peer = peer_[index];
   const int64_t tag = activation ? Tag(q + 1, 0, j) : Tag(q, 1, j);
+  if (peer == ctx_.rank) {
+    local_[tag] = std::move(t);
+    return Status::OK();
+  }
   const double s0 = MonotonicSeconds();
   ctx_.record->transfers().sends.push_back({tag, IterationOf(j), q, t.numel() * 4, activation ? 0 : 1, peer, s0 - ctx_.clock_offset_s});
   PLANNER_RETURN_IF_ERROR(ctx_.pipe->Send(t.data(), t.numel(), peer, tag));

@@ -10,7 +10,9 @@
 //       the program has W actions: then W does it); the last stage seeds the
 //       gradient of the global batch's mean loss (1/B per sample).
 //   RA, RG  blocking receives into reused buffers; SA, SG  non-blocking sends
-//       of what F / B produced (buffers live until the pass's flush).
+//       of what F / B produced (buffers live until the pass's flush). A transfer
+//       whose peer is this rank (DualPipeV: stages p - 1 and p share the last
+//       rank) is handed over in memory, by tag, and never posted.
 //   AR  the data-parallel reduce of the stage's segment of the gradient bucket
 //       (AR without a stage: the whole bucket, one message); with the
 //       overlapped reducer the layers' segments were queued during each
@@ -131,6 +133,7 @@ class ProgramInterpreter {
   std::map<Key, std::vector<Saved>> saved_;
   std::map<Key, Tensor> activations_in_, activations_out_, grads_in_, grads_out_;
   std::vector<Tensor> sent_;              // alive until FlushSends
+  std::map<int64_t, Tensor> local_;       // by tag: sent to this rank itself (DualPipeV's stages p - 1 and p share a rank)
   BufferPool pool_;
 };
 

@@ -37,7 +37,8 @@ std::string RankRows(const LaunchPlan& L, const ReportInputs& in) {
   for (size_t r = 0; r < in.ranks.size(); ++r) {
     const RankFigures& f = in.ranks[r];
     double rs_pred = 0, mem_pred = 0;  // the rank's chunks
-    for (int64_t q = L.ranks[r].stage; q < static_cast<int64_t>(L.stages.size()); q += in.layout.positions) {
+    for (int64_t c = 0; c * in.layout.positions < static_cast<int64_t>(L.stages.size()); ++c) {
+      const int64_t q = ChunkStage(L.schedule, c, L.ranks[r].stage, in.layout.positions);
       rs_pred += L.stages[static_cast<size_t>(q)].predicted_compute_s;
       mem_pred = std::max(mem_pred, L.stages[static_cast<size_t>(q)].predicted_peak_memory_bytes);
     }
@@ -62,7 +63,9 @@ std::string AllToAllRows(const LaunchPlan& L, const ReportInputs& in) {
       calls = std::max(calls, in.a2a[r].calls);
       worst = std::max(worst, in.a2a[r].seconds);
     }
-    for (size_t q = static_cast<size_t>(pos); q < L.stages.size(); q += static_cast<size_t>(in.layout.positions)) pred += L.stages[q].predicted_ep_comm_s;
+    for (int64_t c = 0; c * in.layout.positions < static_cast<int64_t>(L.stages.size()); ++c) {  // its chunks (DualPipeV: the V)
+      pred += L.stages[static_cast<size_t>(ChunkStage(L.schedule, c, pos, in.layout.positions))].predicted_ep_comm_s;
+    }
     rep += fmt::format("| {} | {:.0f} | {} | {} |\n", pos, calls, FormatSeconds(worst), pred > 0 ? FormatSeconds(pred) : std::string("n/a"));
   }
   return rep;

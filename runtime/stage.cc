@@ -30,7 +30,7 @@ Status Stage::Build(const LaunchPlan& L, const ModelSpec& model, const LaunchLay
   base.etp = L.etp;
   // A microbatch's aux loss weighs b / B in the global batch's mean loss (Megatron: 1 / microbatches, averaged over DP).
   base.aux_loss_scale = static_cast<double>(L.microbatch_size) / static_cast<double>(std::max<int64_t>(1, L.global_batch));
-  for (int64_t q = me.stage; q < layout.stages; q += layout.positions) PLANNER_RETURN_IF_ERROR(BuildChunk(q, base));
+  for (int64_t c = 0; c * layout.positions < layout.stages; ++c) PLANNER_RETURN_IF_ERROR(BuildChunk(ChunkStage(layout.schedule, c, me.stage, layout.positions), base));
   MakeBucket();
   return Status::OK();
 }
@@ -81,7 +81,8 @@ void Stage::MakeBucket() {
 }
 
 bool Stage::Holds(int64_t q) const {
-  return q >= 0 && q % positions_ == (chunks_.empty() ? -1 : chunks_.front().q) && q / positions_ < static_cast<int64_t>(chunks_.size());
+  if (q < 0 || chunks_.empty() || q / positions_ >= static_cast<int64_t>(chunks_.size())) return false;
+  return chunks_[static_cast<size_t>(q / positions_)].q == q;
 }
 
 int64_t Stage::parameter_elems() const {

@@ -1,5 +1,5 @@
 // The stage a rank trains: the layers of its virtual stages (chunks q = c p +
-// its pipeline position) built with runtime/kernels, their parameters with
+// its pipeline position, or DualPipeV's V: spec/kinds.h ChunkStage) built with runtime/kernels, their parameters with
 // every gradient a view into one flat bucket (so a data-parallel reduce is
 // one message with no copies, as DDP's buckets), the bucket segment of each
 // layer and chunk, and the activation shapes at each virtual stage's input and

@@ -9,6 +9,7 @@ const char* ScheduleName(Schedule s) {
     case Schedule::kInterleaved: return "interleaved";
     case Schedule::kZbH1: return "zb-h1";
     case Schedule::kPipeDream: return "pipedream";
+    case Schedule::kDualPipeV: return "dualpipev";
   }
   return "1f1b";
 }
@@ -23,12 +24,22 @@ bool ParseSchedule(std::string_view t, Schedule* out) {
   return false;
 }
 
-std::string ScheduleChoices() { return "gpipe, 1f1b, interleaved, zb-h1 or pipedream"; }
+std::string ScheduleChoices() { return "gpipe, 1f1b, interleaved, zb-h1, pipedream or dualpipev"; }
 
 std::vector<std::string> ScheduleNames() {
   std::vector<std::string> v;
   for (Schedule s : kAllSchedules) v.emplace_back(ScheduleName(s));
   return v;
+}
+
+int64_t StagePosition(Schedule s, int64_t q, int64_t p) {
+  if (s == Schedule::kDualPipeV) return q < p ? q : 2 * p - 1 - q;
+  return q % p;
+}
+
+int64_t ChunkStage(Schedule s, int64_t c, int64_t r, int64_t p) {
+  if (s == Schedule::kDualPipeV) return c == 0 ? r : 2 * p - 1 - r;
+  return c * p + r;
 }
 
 const char* RecomputeName(Recompute r) {

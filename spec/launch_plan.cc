@@ -61,7 +61,7 @@ int64_t PeerRank(const LaunchPlan& L, const LaunchRank& me, const Action& a) {
   const int64_t to = PeerStage(a);
   const int64_t q_count = static_cast<int64_t>(L.stages.size());
   if (to < 0 || to >= q_count || L.pp < 1) return -1;
-  const int64_t position = PerStageReplication(L) ? to : to % L.pp;
+  const int64_t position = PerStageReplication(L) ? to : StagePosition(L.schedule, to, L.pp);
   const int64_t replica = a.peer_replica == Action::kSameReplica ? me.replica : a.peer_replica;
   for (const auto& r : L.ranks) {
     if (r.stage == position && r.replica == replica && r.tp_rank == me.tp_rank && r.cp_rank == me.cp_rank) return r.rank;

@@ -39,6 +39,7 @@ Status CheckPairOrder(const std::vector<CheckProcess>& procs, const std::vector<
     }
   }
   for (const auto& [pair, sends] : sent) {
+    if (pair.first == pair.second) continue;  // a rank's message to itself (DualPipeV's stages p - 1 -> p) is handed over locally, never posted
     const auto& recvs = received[pair];
     for (size_t k = 0; k < sends.size() && k < recvs.size(); ++k) {
       if (sends[k].first == recvs[k].first) continue;
@@ -191,7 +192,7 @@ struct Expansion {
 
   explicit Expansion(const LaunchPlan& l) : L(l) {}
   int64_t Replicas(int64_t pos) const { return replicated ? L.stages[static_cast<size_t>(pos)].replicas : L.dp; }
-  int64_t PositionOf(int64_t q) const { return replicated ? q : q % positions; }
+  int64_t PositionOf(int64_t q) const { return replicated ? q : StagePosition(L.schedule, q, positions); }
   std::string Name(int64_t pos, int64_t k) const {
     for (const auto& r : L.ranks) {
       if (r.stage == pos && r.replica == k && r.tp_rank == 0) return fmt::format("rank {} (stage {}, replica {})", r.rank, pos, k);
@@ -327,7 +328,8 @@ Status CheckCompleteness(const LaunchPlan& L, bool replicated, int64_t positions
     std::map<std::pair<int64_t, int64_t>, Slots> at;
     for (int64_t g : set) PLANNER_RETURN_IF_ERROR(Record(L, g, m, &at).WithContext(fmt::format("{}", L.path)));
     const int64_t pos = L.programs[static_cast<size_t>(set.front())].position;
-    for (int64_t q = pos; q < stages; q += positions) {
+    for (int64_t c = 0; c * positions < stages; ++c) {
+      const int64_t q = replicated ? pos : ChunkStage(L.schedule, c, pos, positions);
       // Stops at the first microbatch never run, so a huge m in an edited file costs no more than
       // the actions the file holds.
       for (int64_t j = 0; j < m; ++j) {

@@ -202,10 +202,11 @@ TEST_CASE("the makespan lower bound never exceeds the simulated makespan") {
       s.backward_weight_s = u(rng);
       s.send_s = rng() % 2 ? u(rng) / 4 : 0;
     }
-    std::vector<Schedule> scheds = {Schedule::kInterleaved};
+    std::vector<Schedule> scheds = {Schedule::kInterleaved, Schedule::kDualPipeV};
     if (v == 1) scheds = {Schedule::kGpipe, Schedule::k1F1B, Schedule::kZbH1, Schedule::kPipeDream};
     for (Schedule s : scheds) {
       if (s == Schedule::kInterleaved && p < 2) continue;
+      if (s == Schedule::kDualPipeV && m < 2 * p) continue;
       SimResult r;
       REQUIRE_OK(SimulateSchedule(s, st, p, m, false, &r));
       double lb = MakespanLowerBound(s, st, p, m);

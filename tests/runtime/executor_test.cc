@@ -1,6 +1,6 @@
 // The runtime on thread ranks (RunThreadRanks), case by case: every schedule's
 // gradients after one step equal one process's (GPipe, 1F1B, interleaved,
-// ZB-H1 on pp=2; dp=2, with the overlapped reducer too; pp=2 x dp=2; the
+// ZB-H1, DualPipeV on pp=2; dp=2, with the overlapped reducer too; pp=2 x dp=2; the
 // synchronous 2-1-1), tensor parallelism gives one process's gradient norm
 // and losses, PipeDream's weight stashing keeps each microbatch on one weight
 // version and the loss falls; a checkpointed run resumes onto the same loss
@@ -186,6 +186,38 @@ TEST_CASE("pp=2 interleaved 1F1B: the gradients equal one process's") {
 
 TEST_CASE("pp=2 ZB-H1 (W split from B): the gradients equal one process's") {
   CheckGradients(Pipeline(Schedule::kZbH1));
+}
+
+TEST_CASE("pp=2 DualPipeV (the V: rank 0 holds stages 0 and 3, rank 1 stages 1 and 2): the gradients equal one process's") {
+  ModelSpec model;
+  LaunchPlan L;
+  REQUIRE_OK(MakeLaunch(Pipeline(Schedule::kDualPipeV), &model, &L));
+  REQUIRE(L.schedule == Schedule::kDualPipeV);
+  REQUIRE(L.stages.size() == 4);
+  // Rank 1 hands stage 1's output to its own stage 2 in memory: no message leaves for it.
+  bool local = false;
+  for (const RankProgram& g : L.programs) {
+    for (const Action& a : g.actions) local = local || (g.position == 1 && a.kind == ActionKind::kSendActivation && a.stage == 1);
+  }
+  CHECK(local);
+  CheckAgainstOneProcess(L, model);
+}
+
+TEST_CASE("pp=4 DualPipeV (mlp-small, 8 stages in a V over 4 ranks): the gradients equal one process's") {
+  Case c;
+  c.model = "mlp-small";
+  c.cluster = "dgx-a100";
+  c.gpus = 4;
+  c.pp = {4};
+  c.tp = {1};
+  c.global_batch = 64;
+  c.schedules = {Schedule::kDualPipeV};
+  ModelSpec model;
+  LaunchPlan L;
+  REQUIRE_OK(MakeLaunch(c, &model, &L));
+  REQUIRE(L.stages.size() == 8);
+  CHECK(L.interleave == 2);
+  CheckAgainstOneProcess(L, model);
 }
 
 TEST_CASE("dp=2: the gradients equal one process's") {

@@ -51,6 +51,24 @@ case_grad pp2-1f1b 2 tiny-gpt local-cpu --pp 2 --schedule 1f1b
 case_grad pp2-gpipe 2 tiny-gpt local-cpu --pp 2 --schedule gpipe
 case_grad pp2-interleaved 2 tiny-gpt local-cpu --pp 2 --schedule interleaved
 case_grad pp2-zbh1 2 tiny-gpt local-cpu --pp 2 --schedule zb-h1
+case_grad pp2-dualpipev 2 tiny-gpt local-cpu --pp 2 --schedule dualpipev
+# The report's predicted compute per rank is m x its two V stages' (rank 0: stages 0 and 3).
+python3 - pp2-dualpipev/launch.yaml pp2-dualpipev/runs/multi/report.md <<'PY' && ok || bad "dualpipev report rows"
+import re, sys
+launch = open(sys.argv[1]).read()
+m = int(re.search(r"^num_microbatches: (\d+)", launch, re.M).group(1))
+st = [float(x) for x in re.findall(r"predicted_compute_seconds: ([0-9.eE+-]+)", launch)]
+unit = {"s": 1.0, "ms": 1e-3, "us": 1e-6}
+rows = 0
+for line in open(sys.argv[2]):
+    c = [x.strip() for x in line.split("|")[1:-1]]
+    if len(c) == 8 and c[0] in ("0", "1"):
+        r, rows = int(c[0]), rows + 1
+        want = m * (st[r] + st[3 - r])
+        v, u = c[5].split()
+        if abs(float(v) * unit[u] - want) > 1e-3 * want: sys.exit(f"rank {r}: {c[5]} vs {want}")
+sys.exit(0 if len(st) == 4 and rows == 2 else f"{len(st)} stages, {rows} rank rows")
+PY
 case_grad dp2 2 tiny-gpt local-cpu --pp 1 --tp 1
 grep -qE "^\| dp all-reduce stage 0 \(2 ranks\) \| [0-9.]+ MiB \| 1 \|" dp2/runs/multi/report.md && ok || bad "dp all-reduce row: $(grep dp dp2/runs/multi/report.md)"
 # The same with the all-reduce overlapped with backward (codegen --overlap-dp).
@@ -61,6 +79,7 @@ else
   bad "overlapped DP run"; tail -3 dp2o.err
 fi
 case_grad pp2-dp2-mlp 4 mlp-small dgx-a100 --pp 2 --tp 1 --schedule 1f1b --global-batch 64
+case_grad pp4-dualpipev-mlp 4 mlp-small dgx-a100 --pp 4 --tp 1 --schedule dualpipev --global-batch 64
 
 # MoE (configs/models/tiny-moe.yaml: a dense block, then 2 MoE blocks of 4 experts, top-2, a shared
 # expert and the aux loss; tiny-moe-mla.yaml: MLA in every block, sigmoid router with route groups):
