@@ -55,6 +55,8 @@ LaunchPlan LaunchHeader(const Plan& plan, const std::string& model_digest, const
   L.dp = plan.dp;
   L.cp = std::max<int64_t>(1, plan.cp);
   L.sequence_parallel = plan.sequence_parallel;
+  L.ep = std::max<int64_t>(1, plan.ep);
+  L.etp = std::max<int64_t>(1, plan.etp);
   L.config = plan.config;
   L.microbatch_size = plan.microbatch_size;
   L.num_microbatches = plan.num_microbatches;
@@ -75,6 +77,7 @@ LaunchPlan LaunchHeader(const Plan& plan, const std::string& model_digest, const
     ls.predicted_backward_weight_s = s.backward_weight_s;
     ls.predicted_p2p_s = s.p2p_s;
     ls.predicted_dp_allreduce_s = s.dp_allreduce_s;
+    ls.predicted_ep_comm_s = s.ep_comm_s * static_cast<double>(plan.num_microbatches);  // per microbatch in the plan, per iteration here
     ls.predicted_peak_memory_bytes = s.peak_memory_bytes;
     L.stages.push_back(ls);
   }
@@ -85,6 +88,29 @@ LaunchPlan LaunchHeader(const Plan& plan, const std::string& model_digest, const
 void Place(const LaunchPlan& L, LaunchRank* r) {
   r->node = r->rank / L.gpus_per_node;
   r->local_device = r->rank % L.gpus_per_node;
+}
+
+// MoE parallel folding (Megatron-Core; MOE.md): a stage's n = t cp d ranks, i = tp_rank + t (cp_rank + cp
+// replica) (its ranks are stage n + i), read as i = etp_rank + etp (ep_rank + ep edp_rank). EP groups per
+// (stage, edp rank, etp rank) in ep rank order; expert-data-parallel groups per (stage, ep rank, etp rank).
+void ExpertGroups(int64_t p, int64_t n, LaunchPlan* L) {
+  const int64_t ep = L->ep, etp = L->etp;
+  if (ep <= 1 || n % (ep * etp) != 0) return;
+  const int64_t edp = n / (ep * etp);
+  for (int64_t r = 0; r < p; ++r)
+    for (int64_t e = 0; e < edp; ++e)
+      for (int64_t j = 0; j < etp; ++j) {
+        std::vector<int64_t> g;
+        for (int64_t q = 0; q < ep; ++q) g.push_back(r * n + j + etp * (q + ep * e));
+        L->ep_groups.push_back(g);
+      }
+  for (int64_t r = 0; r < p; ++r)
+    for (int64_t q = 0; q < ep; ++q)
+      for (int64_t j = 0; j < etp; ++j) {
+        std::vector<int64_t> g;
+        for (int64_t e = 0; e < edp; ++e) g.push_back(r * n + j + etp * (q + ep * e));
+        L->edp_groups.push_back(g);
+      }
 }
 
 // Uniform plans: Megatron's order tp-cp-dp-pp, rank = ((position x d + replica) x cp + cp rank) x t
@@ -134,6 +160,7 @@ void UniformRanks(int64_t p, int64_t d, int64_t t, LaunchPlan* L) {
         for (int64_t r = 0; r < p; ++r) g.push_back(rank_of(r, k, c, j));
         L->pp_groups.push_back(g);
       }
+  ExpertGroups(p, d * cp * t, L);
   if (cp == 1) return;
   for (int64_t r = 0; r < p; ++r)
     for (int64_t k = 0; k < d; ++k)
@@ -184,6 +211,10 @@ Status BuildLaunchPlan(const Plan& plan, const std::string& model_digest, const 
   const int64_t t = std::max<int64_t>(1, plan.tp);
   bool uniform = plan.schedule != Schedule::kPipeDream;
   for (const auto& s : plan.stages) uniform = uniform && s.replicas == plan.dp;
+  if (L.ep > 1 && (!uniform || (t * L.cp * plan.dp) % (L.ep * L.etp) != 0)) {
+    return Status::InvalidArgument(fmt::format("plan: ep {} x etp {} must divide each stage's tp x cp x dp = {} ranks, with uniform stages (MoE parallel folding)",
+                                               L.ep, L.etp, t * L.cp * plan.dp));
+  }
   if (uniform) {
     if (plan.pp * L.interleave != static_cast<int64_t>(plan.stages.size())) {
       return Status::InvalidArgument(fmt::format("plan: pp {} x interleave {} does not match its {} stages", plan.pp, L.interleave, plan.stages.size()));
