@@ -418,7 +418,10 @@ void AddMegatronArgs(const Plan& plan, const ModelSpec& model, const LaunchPlan&
   } else if (plan.recompute == Recompute::kFull) {
     mg += "--recompute-granularity full\n--recompute-method uniform\n--recompute-num-layers 1\n";
   }
-  if (plan.recompute == Recompute::kSelective) mg += "--recompute-granularity selective\n";
+  if (plan.recompute == Recompute::kSelective) {
+    mg += "--recompute-granularity selective\n";
+    if (plan.recompute_modules != kDefaultRecomputeModules) mg += fmt::format("--recompute-modules {}\n", fmt::join(RecomputeModuleList(plan.recompute_modules), " "));
+  }
   MegatronShardingArgs(plan, L, &mg);
   const std::string refused = MegatronRefusal(plan, model, L);
   if (!refused.empty()) {

@@ -21,7 +21,7 @@ void Ranking::Keep(Plan&& pl) {
   for (const auto& k : best_) {
     const Plan& q = k.plan;
     if (q.config == pl.config && q.tp == pl.tp && q.pp == pl.pp && q.cp == pl.cp && q.ep == pl.ep && q.etp == pl.etp && q.sequence_parallel == pl.sequence_parallel &&
-        q.schedule == pl.schedule && q.interleave == pl.interleave && q.recompute == pl.recompute && q.zero_stage == pl.zero_stage && std::fabs(k.iteration_s - iter) <= 1e-9 * iter) {
+        q.schedule == pl.schedule && q.interleave == pl.interleave && q.recompute == pl.recompute && q.recompute_modules == pl.recompute_modules && q.zero_stage == pl.zero_stage && std::fabs(k.iteration_s - iter) <= 1e-9 * iter) {
       return;
     }
   }
@@ -74,6 +74,7 @@ PlanSummary RunnerUp(const Plan& r, const Plan& win) {
   s.interleave = r.interleave;
   s.recompute = r.recompute;
   s.recompute_num_layers = r.recompute_num_layers;
+  s.recompute_modules = r.recompute_modules;
   s.zero_stage = r.zero_stage;
   s.iteration_s = r.predicted.iteration_s;
   s.samples_per_second = r.predicted.samples_per_second;

@@ -3,6 +3,7 @@
 #include <algorithm>
 
 #include <fmt/format.h>
+#include <fmt/ranges.h>
 
 #include "dp_solver/candidates.h"
 #include "dp_solver/evaluate.h"
@@ -97,6 +98,26 @@ Status CheckExpertFlags(const CostSource& src, const SearchOptions& o) {
 
 // What the search cannot serve, before any candidate: InvalidArgument naming
 // the flag or file and the fix.
+// --recompute-modules: with selective recompute among those tried, on an analytic model, mla_up_proj
+// only with MLA (Megatron-Core raises "mla_up_proj in recompute_modules is only supported with
+// multi_latent_attention"); the MoE modules on a dense model change nothing, as in Megatron-Core.
+Status CheckRecomputeModules(const CostSource& src, const SearchOptions& o) {
+  if (o.recompute_modules == 0) return Status::OK();
+  const std::string flag = fmt::format("--recompute-modules {}", fmt::join(RecomputeModuleList(o.recompute_modules), ","));
+  if (!o.recompute.empty() && std::find(o.recompute.begin(), o.recompute.end(), Recompute::kSelective) == o.recompute.end()) {
+    return Status::InvalidArgument(fmt::format("{}: the modules are selective recompute's, which --recompute leaves out; add --recompute selective", flag));
+  }
+  if (src.profile != nullptr || src.model == nullptr) {
+    return Status::InvalidArgument(fmt::format("{}: a measured profile has no per-module costs; plan with --model", flag));
+  }
+  if (HasRecomputeModule(o.recompute_modules, RecomputeModule::kMlaUpProj) &&
+      !HasRecomputeModule(ApplicableRecomputeModules(src.model), RecomputeModule::kMlaUpProj)) {
+    return Status::InvalidArgument(fmt::format("{}: mla_up_proj recomputes multi-latent attention's up projections and model '{}' has no MLA "
+                                               "(Megatron-Core refuses it too); drop mla_up_proj", flag, src.model->name));
+  }
+  return Status::OK();
+}
+
 Status CheckRequest(const CostSource& src, const SearchOptions& o, int64_t* batch) {
   if (src.cluster == nullptr) return Status::InvalidArgument("the search needs a cluster (--cluster)");
   if (src.model == nullptr && src.profile == nullptr) return Status::InvalidArgument("the search needs a model (--model) or a profile (--profile)");
@@ -117,6 +138,7 @@ Status CheckRequest(const CostSource& src, const SearchOptions& o, int64_t* batc
   *batch = o.global_batch > 0 ? o.global_batch : (src.model ? src.model->global_batch : 0);
   if (*batch < 1) return Status::InvalidArgument("the global batch is unknown; pass --global-batch");
   PLANNER_RETURN_IF_ERROR(CheckExpertFlags(src, o));
+  PLANNER_RETURN_IF_ERROR(CheckRecomputeModules(src, o));
   return CheckCostSource(src);
 }
 
@@ -146,16 +168,20 @@ std::vector<std::pair<int64_t, bool>> SequenceSplits(const CostSource& src, cons
 Status BuildTablesAt(const CostSource& src, const SearchSpace& sp, const SearchOptions& o, TableShape shape, Evaluator* ev, Status* first_error) {
   for (int64_t b : sp.microbatch) {
     for (Recompute rc : sp.recompute) {
-      shape.microbatch = b;
-      shape.recompute = rc;
-      CostTable table;
-      Status s = BuildCostTable(src, shape, o.cost, &table);
-      if (s.ok()) {
-        ev->AddTable(std::move(table));
-        continue;
+      const size_t sets = rc == Recompute::kSelective ? sp.selective_modules.size() : 1;
+      for (size_t mi = 0; mi < sets; ++mi) {
+        shape.microbatch = b;
+        shape.recompute = rc;
+        shape.recompute_modules = rc == Recompute::kSelective ? sp.selective_modules[mi] : kDefaultRecomputeModules;
+        CostTable table;
+        Status s = BuildCostTable(src, shape, o.cost, &table);
+        if (s.ok()) {
+          ev->AddTable(std::move(table));
+          continue;
+        }
+        if (!o.tp.empty()) return s;  // a tp asked for
+        if (first_error->ok()) *first_error = s;
       }
-      if (!o.tp.empty()) return s;  // a tp asked for
-      if (first_error->ok()) *first_error = s;
     }
   }
   return Status::OK();
