@@ -369,10 +369,15 @@ Status SearchReplicated(const CostSource& src, const SearchSpace& sp, SearchOpti
 
 }  // namespace
 
-Status SolveAuto(const CostSource& src, SearchOptions& o, Plan* out) {
+namespace {
+
+// One search; `extra_modules` (non-zero) adds selective tables with that module set besides the
+// default's (SearchSpace::selective_modules).
+Status SearchOnce(const CostSource& src, SearchOptions& o, uint32_t extra_modules, Plan* out) {
   int64_t batch = 0;
   PLANNER_RETURN_IF_ERROR(CheckRequest(src, o, &batch));
-  const SearchSpace space = MakeSearchSpace(src, o, batch);
+  SearchSpace space = MakeSearchSpace(src, o, batch);
+  if (extra_modules != 0) space.selective_modules.push_back(extra_modules);
   Evaluator ev(src, o, batch);
   Ranking rank(o.top_k);
 
@@ -391,6 +396,37 @@ Status SolveAuto(const CostSource& src, SearchOptions& o, Plan* out) {
 
   // The best plan, runners-up and why each lost; or why there is none.
   return rank.Finish(o.gpus, batch, out);
+}
+
+// DeepSeek-V3's module set (what of it applies) for an MLA / MoE model searched without
+// --recompute-modules and with selective recompute among those tried; 0: none to try.
+uint32_t FallbackModules(const CostSource& src, const SearchOptions& o) {
+  if (o.recompute_modules != 0 || src.profile != nullptr || src.model == nullptr) return 0;
+  if (!o.recompute.empty() && std::find(o.recompute.begin(), o.recompute.end(), Recompute::kSelective) == o.recompute.end()) return 0;
+  if (o.recompute.empty() && o.recompute_block == 1) return 0;  // --recompute block alone
+  const uint32_t applicable = ApplicableRecomputeModules(src.model);
+  const bool mla_or_moe = HasRecomputeModule(applicable, RecomputeModule::kMlaUpProj) || ModelExperts(src.model) > 0;
+  const uint32_t set = kDeepSeekRecomputeModules & applicable;
+  return mla_or_moe && (set & ~kDefaultRecomputeModules) != 0 ? set : 0;
+}
+
+}  // namespace
+
+// The search; for MLA / MoE models where core_attn alone leaves only full recompute (or nothing)
+// that fits, searched again with DeepSeek-V3's modules besides (docs/cost_model.md section 5).
+Status SolveAuto(const CostSource& src, SearchOptions& o, Plan* out) {
+  Status first = SearchOnce(src, o, 0, out);
+  const uint32_t fallback = first.ok() || first.code() == StatusCode::kInfeasible ? FallbackModules(src, o) : 0;
+  if (fallback == 0 || (first.ok() && out->recompute != Recompute::kFull)) return first;
+  Plan second;
+  if (!SearchOnce(src, o, fallback, &second).ok()) return first;
+  if (second.recompute == Recompute::kSelective && second.recompute_modules == fallback) {
+    second.notes.push_back(fmt::format("selective recompute of {} (DeepSeek-V3's recompute, Megatron --recompute-modules): core_attn alone left "
+                                       "{}", fmt::join(RecomputeModuleList(fallback), ", "),
+                                       first.ok() ? "only full recompute fitting" : "nothing fitting"));
+  }
+  *out = std::move(second);
+  return Status::OK();
 }
 
 }  // namespace planner

@@ -563,7 +563,7 @@ Runner RegisterSolve(CLI::App& app) {
   cmd->add_option("--vp", a->vp, "Megatron's virtual pipeline size: --interleave's values, and without --schedule the interleaved schedule only")->delimiter(',');
   cmd->add_option("--replication", a->replication, "evaluate this per-stage replication only, e.g. 2-1-1 (TP groups per stage; PipeDream schedule)");
   cmd->add_option("--schedule", a->schedules, "schedules to try: gpipe,1f1b,interleaved,zb-h1,pipedream (asynchronous, per-stage replication),dualpipev (V-shaped, 2 chunks per rank)")->delimiter(',');
-  cmd->add_option("--recompute-modules", a->recompute_modules, "selective recompute's modules (Megatron --recompute-modules): core_attn,layernorm,mla_up_proj,moe_act,mlp,moe,shared_experts; default core_attn (and DeepSeek-V3's core_attn,layernorm,mla_up_proj,moe_act tried besides on MLA / MoE models)")->delimiter(',');
+  cmd->add_option("--recompute-modules", a->recompute_modules, "selective recompute's modules (Megatron --recompute-modules): core_attn,layernorm,mla_up_proj,moe_act,mlp,moe,shared_experts; default core_attn, and on MLA / MoE models DeepSeek-V3's core_attn,layernorm,mla_up_proj,moe_act tried when core_attn leaves only full recompute fitting")->delimiter(',');
   cmd->add_option("--recompute", a->recompute, "recompute modes to try: none,selective,full,block (block: the first N blocks of each chunk, N the smallest that fits)")->delimiter(',');
   cmd->add_flag("--dp-overlap", a->dp_overlap, "overlap the gradient all-reduce with backward");
   cmd->add_option("--overlap-grad-reduce", a->overlap_grad_reduce, "on (default; Megatron --overlap-grad-reduce: bucketed, behind the last backward) or off (the whole gradient reduction exposed)");

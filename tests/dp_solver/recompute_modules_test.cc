@@ -3,6 +3,7 @@
 // block against hand sums from the layer's shapes; the cost table's stash and backward against
 // those sums at the cluster's rates; more modules -> less memory, more time; DeepSeek-V3's forced
 // layout with its module set against the default's, stage by stage; the plan field read and written.
+#include <algorithm>
 #include <string>
 #include <vector>
 
@@ -179,7 +180,8 @@ TEST_CASE("more modules: less memory, more backward time (MLA moe_block)") {
 }
 
 // DeepSeek-V3's published layout, forced: 2048 H800, PP16 dualpipev, EP64, TP1, CP1, ZeRO-1, FP8.
-Status SolveDeepSeek(const ModelSpec& model, const ClusterSpec& cluster, uint32_t modules, Plan* p) {
+Status SolveDeepSeek(const ModelSpec& model, const ClusterSpec& cluster, uint32_t modules, Plan* p,
+                     std::vector<Recompute> recompute = {Recompute::kSelective}) {
   SearchOptions o;
   o.gpus = 2048;
   o.pp = {16};
@@ -190,7 +192,7 @@ Status SolveDeepSeek(const ModelSpec& model, const ClusterSpec& cluster, uint32_
   o.zero = {1};
   o.microbatch = {1};
   o.schedules = {Schedule::kDualPipeV};
-  o.recompute = {Recompute::kSelective};
+  o.recompute = std::move(recompute);
   o.recompute_modules = modules;
   CostSource src;
   src.model = &model;
@@ -241,6 +243,55 @@ TEST_CASE("DeepSeek-V3 forced layout: DeepSeek's modules cut each stage's activa
   CHECK(ds.predicted.peak_memory_bytes < sel.predicted.peak_memory_bytes);
   CHECK(ds.predicted.iteration_s > sel.predicted.iteration_s);
   CHECK(ds.predicted.hfu > sel.predicted.hfu * (sel.predicted.iteration_s / ds.predicted.iteration_s));  // more hardware FLOPs run
+}
+
+struct DeepSeekFp8 {
+  ModelSpec model;
+  ClusterSpec cluster;
+  explicit DeepSeekFp8(double usable_GiB) {
+    REQUIRE_OK(LoadModelSpec(testing::SourcePath("configs/models/deepseek-v3.yaml"), &model));
+    REQUIRE_OK(LoadClusterSpec(testing::SourcePath("configs/clusters/h800.yaml"), &cluster));
+    ModelSpec fp8 = model;
+    REQUIRE_OK(BuildGptModel(model.gpt, DType::kFp8, &fp8));
+    model = std::move(fp8);
+    cluster.usable_memory_GiB = usable_GiB;
+    cluster.memory_GiB = usable_GiB + 5;
+  }
+};
+
+TEST_CASE("the search tries DeepSeek's modules on an MLA / MoE model only when core_attn alone leaves full recompute or nothing") {
+  // The forced layout needs 131.2 GiB with core_attn, 82.7 GiB with DeepSeek's modules, 31 GiB with full recompute.
+  const std::vector<Recompute> both = {Recompute::kSelective, Recompute::kFull};
+  DeepSeekFp8 tight(100);
+  Plan fallback, forced;
+  REQUIRE_OK(SolveDeepSeek(tight.model, tight.cluster, 0, &fallback, both));
+  CHECK(fallback.recompute == Recompute::kSelective);
+  CHECK(fallback.recompute_modules == kDeepSeekRecomputeModules);
+  CHECK(std::any_of(fallback.notes.begin(), fallback.notes.end(), [](const std::string& n) {
+    return n.find("selective recompute of core_attn, layernorm, mla_up_proj, moe_act (DeepSeek-V3's recompute") != std::string::npos &&
+           n.find("core_attn alone left only full recompute fitting") != std::string::npos;
+  }));
+  // Forced core_attn: no fallback, full recompute wins; and slower than the fallback's plan.
+  REQUIRE_OK(SolveDeepSeek(tight.model, tight.cluster, kDefaultRecomputeModules, &forced, both));
+  CHECK(forced.recompute == Recompute::kFull);
+  CHECK(forced.predicted.iteration_s > fallback.predicted.iteration_s);
+  CHECK(fallback.predicted.peak_memory_bytes <= fallback.usable_memory_bytes);
+  // Where core_attn alone fits, the search is as before: selective with core_attn.
+  DeepSeekFp8 roomy(140);
+  Plan plain;
+  REQUIRE_OK(SolveDeepSeek(roomy.model, roomy.cluster, 0, &plain, both));
+  CHECK(plain.recompute == Recompute::kSelective);
+  CHECK(plain.recompute_modules == kDefaultRecomputeModules);
+  // At 75 GiB nothing selective fits: full recompute, as before.
+  DeepSeekFp8 h800(75);
+  Plan real;
+  REQUIRE_OK(SolveDeepSeek(h800.model, h800.cluster, 0, &real, both));
+  CHECK(real.recompute == Recompute::kFull);
+  // Forced modules at 75 GiB: nothing fits, the error names the stage's 82.7 GiB.
+  Plan none;
+  const Status st = SolveDeepSeek(h800.model, h800.cluster, kDeepSeekRecomputeModules, &none);
+  CHECK(st.code() == StatusCode::kInfeasible);
+  CHECK(st.message().find("needs 82.7 GiB > 75.0 GiB usable") != std::string::npos);
 }
 
 TEST_CASE("plan field recompute_modules: written with selective recompute, read back, unknown names refused") {
