@@ -432,6 +432,10 @@ void AddMegatronArgs(const Plan& plan, const ModelSpec& model, const LaunchPlan&
   if (model.dtype == DType::kFp16) mg += "--fp16\n";
   if (model.dtype == DType::kBf16) mg += "--bf16\n";
   if (model.dtype == DType::kFp8) mg += "--bf16\n--fp8-format hybrid\n";  // Transformer Engine FP8 GEMMs, bf16 elsewhere
+  // moe_act / layernorm recompute under FP8: Megatron-Core refuses its default delayed-scaling recipe there
+  // (transformer_config.py); blockwise is DeepSeek-V3's fine-grained (1 x 128, 128 x 128) quantization.
+  const uint32_t fp8_refused = RecomputeBit(RecomputeModule::kMoeAct) | RecomputeBit(RecomputeModule::kLayernorm);
+  if (model.dtype == DType::kFp8 && plan.recompute == Recompute::kSelective && (plan.recompute_modules & fp8_refused) != 0) mg += "--fp8-recipe blockwise\n";
   // Uneven first / last stages: count transformer blocks per pipeline stage.
   if (model.is_gpt && L.interleave == 1 && L.pp > 1 && L.schedule != Schedule::kPipeDream && !plan.account_embedding_loss) {
     std::vector<int64_t> blocks;
