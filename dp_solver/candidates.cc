@@ -233,6 +233,7 @@ std::vector<Candidate> UniformCandidates(const SearchSpace& sp, const SearchOpti
         k.account = account;
         k.ep = table.ep;
         k.etp = table.etp;
+        k.rc_modules = table.recompute_modules;
         out.push_back(k);
       }
     }

@@ -79,6 +79,7 @@ struct Candidate {
   bool account = false;
   // Expert parallelism (the table's): ep x etp x edp = t x cp x d, edp the expert-data-parallel size.
   int64_t ep = 1, etp = 1;
+  uint32_t rc_modules = kDefaultRecomputeModules;  // selective recompute's modules (the table's)
   int64_t Edp() const { return t * cp * d / (ep * etp); }
 };
 

@@ -3,6 +3,7 @@
 #include <algorithm>
 
 #include <fmt/format.h>
+#include <fmt/ranges.h>
 
 #include "common/units.h"
 #include "dp_solver/search.h"
@@ -456,6 +457,11 @@ Plan Evaluator::UniformPlan(const Candidate& k, const Evaluation& x, const SimRe
   pl.recompute = k.rc;
   pl.recompute_num_layers = k.rc_layers;
   pl.recompute_modules = tables_[k.table].recompute_modules;
+  const uint32_t idle = k.rc == Recompute::kSelective ? pl.recompute_modules & ~ApplicableRecomputeModules(src_.model) : 0;
+  if (idle != 0 && src_.model != nullptr) {
+    pl.notes.push_back(fmt::format("recompute modules {} change nothing on model {} (no layer they apply to); Megatron-Core ignores them there too",
+                                   fmt::join(RecomputeModuleList(idle), ", "), src_.model->name));
+  }
   pl.account_embedding_loss = k.account;
   pl.zero_stage = static_cast<ZeroStage>(x.zero);  // 0..3: the fastest stage that fits (x.zero >= 0 here)
   PlanNotes(k, x.zero, o_.cost, &pl.notes);

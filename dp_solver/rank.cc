@@ -45,7 +45,7 @@ void Ranking::NoFit(const Candidate& k, const Evaluation& x, double usable) {
   size_t worst = static_cast<size_t>(std::max_element(x.peak.begin(), x.peak.end()) - x.peak.begin());
   binding_ = fmt::format("stage {} needs {:.1f} GiB > {:.1f} GiB usable ({:.0f} bytes; best try: tp={} cp={} pp={} dp={}{} microbatch={} {} recompute={}, ZeRO-{}{})",
                          worst, x.peak[worst] / kGiB, usable / kGiB, x.peak[worst], k.t, k.cp, k.p, k.d,
-                         (k.sp && k.t > 1 ? " sp" : "") + (k.ep > 1 || k.etp > 1 ? fmt::format(" ep={} etp={}", k.ep, k.etp) : std::string()), k.b, ScheduleName(k.s), RecomputeName(k.rc), x.zero_max,
+                         (k.sp && k.t > 1 ? " sp" : "") + (k.ep > 1 || k.etp > 1 ? fmt::format(" ep={} etp={}", k.ep, k.etp) : std::string()), k.b, ScheduleName(k.s), RecomputeLabel(k.rc, 0, k.rc_modules), x.zero_max,
                          k.p > 1 && k.d > 1 && x.zero_max == 1 ? "; ZeRO-2/3 are not run with pipelining" : "");
 }
 

@@ -292,6 +292,34 @@ TEST_CASE("the search tries DeepSeek's modules on an MLA / MoE model only when c
   const Status st = SolveDeepSeek(h800.model, h800.cluster, kDeepSeekRecomputeModules, &none);
   CHECK(st.code() == StatusCode::kInfeasible);
   CHECK(st.message().find("needs 82.7 GiB > 75.0 GiB usable") != std::string::npos);
+  CHECK(st.message().find("recompute=selective:core_attn+layernorm+mla_up_proj+moe_act, ZeRO-1") != std::string::npos);
+}
+
+TEST_CASE("modules that apply to no layer of the model change nothing and are noted (Megatron-Core ignores them)") {
+  ModelSpec model;
+  ClusterSpec cluster;
+  REQUIRE_OK(LoadModelSpec(testing::SourcePath("configs/models/gpt2-small.yaml"), &model));
+  REQUIRE_OK(LoadClusterSpec(testing::SourcePath("configs/clusters/dgx-a100.yaml"), &cluster));
+  CostSource src;
+  src.model = &model;
+  src.cluster = &cluster;
+  SearchOptions o;
+  o.gpus = 8;
+  o.tp = {1};
+  o.pp = {1};
+  o.microbatch = {4};
+  o.recompute = {Recompute::kSelective};
+  Plan plain, idle;
+  REQUIRE_OK(SolveAuto(src, o, &plain));
+  o.recompute_modules = kDefaultRecomputeModules | RecomputeBit(RecomputeModule::kMoeAct) | RecomputeBit(RecomputeModule::kMoe);
+  REQUIRE_OK(SolveAuto(src, o, &idle));
+  CHECK(idle.predicted.iteration_s == plain.predicted.iteration_s);
+  CHECK(idle.predicted.peak_memory_bytes == plain.predicted.peak_memory_bytes);
+  CHECK(idle.recompute_modules == o.recompute_modules);
+  CHECK(std::any_of(idle.notes.begin(), idle.notes.end(), [](const std::string& n) {
+    return n == "recompute modules moe_act, moe change nothing on model gpt2-small (no layer they apply to); Megatron-Core ignores them there too";
+  }));
+  CHECK(std::none_of(plain.notes.begin(), plain.notes.end(), [](const std::string& n) { return n.find("change nothing") != std::string::npos; }));
 }
 
 TEST_CASE("plan field recompute_modules: written with selective recompute, read back, unknown names refused") {
