@@ -240,6 +240,22 @@ TEST_CASE("DeepSeek-V3 forced layout: DeepSeek's modules cut each stage's activa
     CHECK(sel.stages[i].activations_bytes - ds.stages[i].activations_bytes == doctest::Approx(rank_drop[r]).epsilon(1e-6));
     CHECK(ds.stages[i].backward_input_s > sel.stages[i].backward_input_s);
   }
+  // The worst rank by hand: rank 2 holds stages 2 and 29 (two MoE blocks each), 30 and 3 microbatches in
+  // flight ((2p - r) and (r + 1)); one MoE block keeps, per sample: MLA's latent-norm and up-projection
+  // inputs 2 (q_lora + kv_lora) and the output projection's input a dv, the fp32 LSE 4 a s, both norms'
+  // inputs 2 s h, the fp32 scores 4 s E, the shared MLP's 3 f_s (its input dropped with the norm output)
+  // and each routed copy's permuted input h and SwiGLU input 2 f_e.
+  const double ql = 1536, kvl = 512, experts = 256, fs = 2048;
+  const double block = dt * s * (2 * (ql + kvl) + a * dv) + 4 * a * s + dt * 2 * s * h + 4 * s * experts + dt * s * 3 * fs +
+                       dt * s * k * (h + 2 * fe);
+  REQUIRE(ds.stages[2].in_flight == 30);
+  REQUIRE(ds.stages[29].in_flight == 3);
+  REQUIRE(ds.stages[2].last_layer - ds.stages[2].first_layer == 1);
+  REQUIRE(ds.stages[29].last_layer - ds.stages[29].first_layer == 1);
+  CHECK(ds.stages[2].activations_bytes == doctest::Approx((30 + 3) * 2 * block).epsilon(1e-9));
+  CHECK(ds.stages[2].activations_bytes / (1024.0 * 1024 * 1024) == doctest::Approx(66.387).epsilon(1e-4));
+  CHECK(ds.predicted.peak_memory_bytes == ds.stages[2].peak_memory_bytes);
+  CHECK(ds.predicted.peak_memory_bytes / (1024.0 * 1024 * 1024) == doctest::Approx(82.71).epsilon(1e-3));  // > 75 GiB usable on an H800
   CHECK(ds.predicted.peak_memory_bytes < sel.predicted.peak_memory_bytes);
   CHECK(ds.predicted.iteration_s > sel.predicted.iteration_s);
   CHECK(ds.predicted.hfu > sel.predicted.hfu * (sel.predicted.iteration_s / ds.predicted.iteration_s));  // more hardware FLOPs run
