@@ -15,6 +15,8 @@ Published figures are compared on their own definitions:
                   F3 / (n T) with T the predicted iteration time.
   korthikanti     MFU with eq. (7) model FLOPs over 312 TFLOP/s (A100 fp16/bf16 peak).
   llama3          MFU as the plan reports it (predicted.mfu: model FLOPs / (n peak T)).
+  deepseek-v3     tokens/s per GPU (predicted.tokens_per_second_per_gpu), against the report's 180K
+                  H800 GPU-hours per trillion tokens: 1e12 / (180e3 x 3600) = 1543 tokens/s/GPU.
 """
 import argparse
 import json
@@ -52,6 +54,15 @@ LLAMA3 = [
     (16384, 8, 16, 16, 8, 131072, 128, 0.38),
 ]
 
+
+# DeepSeek-V3 technical report (arXiv:2412.19437): 2048 H800, PP16 (DualPipe), EP64 over 8 nodes, no TP,
+# ZeRO-1, FP8 GEMMs, 180K GPU-hours per trillion tokens; sequence 4096, batch 15360 sequences (the
+# model file). (run, flags, published tokens/s/GPU)
+DEEPSEEK = [
+    ("DeepSeek-V3 671B n2048 pp16 ep64 dualpipev fp8",
+     ["--pp", "16", "--ep", "64", "--etp", "1", "--tp", "1", "--cp", "1", "--zero", "1", "--schedule", "dualpipev",
+      "--precision", "fp8", "--moe-overlap", "on"], 1e12 / (180e3 * 3600)),
+]
 
 MEGATRON_2021 = ["--zero", "0", "--overlap-grad-reduce", "off", "--overlap-param-gather", "off"]
 # Schedules Megatron-Core runs.
@@ -91,7 +102,9 @@ def with_efficiency(cluster, eff, tmp):
 def layout(plan):
     return (f"b={plan['microbatch_size']} {plan['schedule']} v={plan['interleave']} "
             f"{plan['recompute']}" + (f" N={plan['recompute_num_layers']}" if plan.get('recompute_num_layers') else "")
-            + (" acct" if plan.get('account_embedding_loss') else "") + f" zero={plan['zero_stage']}" + (" sp" if plan.get("sequence_parallel") else ""))
+            + (" acct" if plan.get('account_embedding_loss') else "") + f" zero={plan['zero_stage']}" + (" sp" if plan.get("sequence_parallel") else "")
+            + (f" ep={plan['ep']} etp={plan['etp']}" if plan.get("ep", 1) > 1 else "")
+            + (f" modules={','.join(plan['recompute_modules'])}" if plan.get("recompute_modules") else ""))
 
 
 def run_megatron(tmp, cluster):
@@ -144,6 +157,24 @@ def run_llama(tmp, cluster):
     return rows
 
 
+def run_deepseek(tmp, cluster):
+    rows = []
+    model = os.path.join(ROOT, "configs", "models", "deepseek-v3.yaml")
+    for name, flags, pub in DEEPSEEK:
+        # DualPipe overlaps the all-to-all with the paired microbatch's compute (report section 3.2.1):
+        # --moe-overlap on. Recompute: what fits (the report recomputes RMSNorm and the MLA up projections).
+        plan, err = solve(model, cluster, 2048, flags)
+        pred = plan["predicted"]["tokens_per_second_per_gpu"] if plan else None
+        rows.append((name, pub, pred, layout(plan) if plan else err))
+        # Free search with the same costing options (the overlap is how DualPipe runs, not a layout).
+        free, ferr = solve(model, cluster, 2048, ["--moe-overlap", "on"])
+        if plan and free:
+            ratio = plan["predicted"]["iteration_seconds"] / free["predicted"]["iteration_seconds"]
+            FREE.append((name.split(" n2048")[0] + " n2048", free["parallel"],
+                         free["cp"], layout(free), 100 * free["predicted"]["mfu"], ratio))
+    return rows
+
+
 def table(title, unit, rows):
     print(f"\n### {title}\n\n| run | published {unit} | predicted | error | plan |\n|---|---|---|---|---|")
     errs = []
@@ -173,6 +204,7 @@ def main():
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--a100", default=os.path.join(ROOT, "configs", "clusters", "dgx-a100.yaml"))
     ap.add_argument("--h100", default=os.path.join(ROOT, "configs", "clusters", "dgx-h100.yaml"))
+    ap.add_argument("--h800", default=os.path.join(ROOT, "configs", "clusters", "h800.yaml"))
     ap.add_argument("--fit", action="store_true", help="scan efficiencies and print the mean |error| of each")
     ap.add_argument("--grid", default="0.50,0.55,0.60,0.65,0.70,0.75,0.80")
     args = ap.parse_args()
@@ -182,13 +214,15 @@ def main():
         a100 = table("Megatron-LM SC'21 Table 1 (A100, fp16, full recompute)", "TFLOP/s/GPU", run_megatron(tmp, args.a100))
         a100 += table("Korthikanti et al. 2022 (A100, fp16)", "MFU %", run_korthikanti(tmp, args.a100))
         h100 = table("Llama 3 Table 4 (H100, bf16)", "MFU %", run_llama(tmp, args.h100))
-        print("\n### Free search against the published layout (H100, bf16)\n\n"
+        h800 = table("DeepSeek-V3 report (H800, fp8)", "tokens/s/GPU", run_deepseek(tmp, args.h800))
+        print("\n### Free search against the published layout (H100 bf16, H800 fp8)\n\n"
               "| run | free: tp-pp-dp | cp | plan | MFU % | published layout's time / free search's |\n|---|---|---|---|---|---|")
         for run, par, cpv, lay, mfu, ratio in FREE:
             print(f"| {run} | {par} | {cpv} | {lay} | {mfu:.1f} | {ratio:.3f}{'' if ratio >= 1 else ' (SLOWER)'} |")
         print()
         summary("A100 fp16 (dgx-a100)", a100, len(MEGATRON_T1) + 2 * len(KORTHIKANTI))
         summary("H100 bf16 (dgx-h100)", h100, len(LLAMA3))
+        summary("H800 fp8 (h800)", h800, len(DEEPSEEK))
         if args.fit:
             print("\n### Fit: mean |error| per efficiency\n\n| efficiency | A100 fp16 | H100 bf16 |\n|---|---|---|")
             for eff in [float(x) for x in args.grid.split(",")]:

@@ -19,6 +19,8 @@ if [ -f configs/models/llama3.1-405b.yaml ]; then  # issue 12 target: under 2 s 
   run "llama3.1-405b 16384 x dgx-h100 (auto)" -- $P solve --gpus 16384 --model configs/models/llama3.1-405b.yaml --cluster configs/clusters/dgx-h100.yaml
 fi
 run "llama3.1-405b 16384 x dgx-h100 seq 131072 (auto)" -- $P solve --gpus 16384 --model configs/models/llama3.1-405b.yaml --cluster configs/clusters/dgx-h100.yaml --seq 131072 --global-batch 128
+run "deepseek-v3 2048 x h800 (auto, with EP)" -- $P solve --gpus 2048 --model configs/models/deepseek-v3.yaml --cluster configs/clusters/h800.yaml  # issue 13 target: under 2 s
+run "mixtral-8x7b 256 x dgx-h100 (auto, with EP)" -- $P solve --gpus 256 --model configs/models/mixtral-8x7b.yaml --cluster configs/clusters/dgx-h100.yaml
 run "megatron-1t 8192 x dgx-h100 (auto)" -- $P solve --gpus 8192 --model configs/models/megatron-1t.yaml --cluster configs/clusters/dgx-h100.yaml
 if [ -f $REF/resnet101/graph.txt ]; then
   $P import pipedream $REF/resnet101/graph.txt -o /tmp/resnet101.profile.yaml 2>/dev/null

@@ -55,6 +55,8 @@ LaunchPlan LaunchHeader(const Plan& plan, const std::string& model_digest, const
   L.dp = plan.dp;
   L.cp = std::max<int64_t>(1, plan.cp);
   L.sequence_parallel = plan.sequence_parallel;
+  L.ep = std::max<int64_t>(1, plan.ep);
+  L.etp = std::max<int64_t>(1, plan.etp);
   L.config = plan.config;
   L.microbatch_size = plan.microbatch_size;
   L.num_microbatches = plan.num_microbatches;
@@ -75,6 +77,7 @@ LaunchPlan LaunchHeader(const Plan& plan, const std::string& model_digest, const
     ls.predicted_backward_weight_s = s.backward_weight_s;
     ls.predicted_p2p_s = s.p2p_s;
     ls.predicted_dp_allreduce_s = s.dp_allreduce_s;
+    ls.predicted_ep_comm_s = s.ep_comm_s * static_cast<double>(plan.num_microbatches);  // per microbatch in the plan, per iteration here
     ls.predicted_peak_memory_bytes = s.peak_memory_bytes;
     L.stages.push_back(ls);
   }
@@ -85,6 +88,29 @@ LaunchPlan LaunchHeader(const Plan& plan, const std::string& model_digest, const
 void Place(const LaunchPlan& L, LaunchRank* r) {
   r->node = r->rank / L.gpus_per_node;
   r->local_device = r->rank % L.gpus_per_node;
+}
+
+// MoE parallel folding (Megatron-Core; MOE.md): a stage's n = t cp d ranks, i = tp_rank + t (cp_rank + cp
+// replica) (its ranks are stage n + i), read as i = etp_rank + etp (ep_rank + ep edp_rank). EP groups per
+// (stage, edp rank, etp rank) in ep rank order; expert-data-parallel groups per (stage, ep rank, etp rank).
+void ExpertGroups(int64_t p, int64_t n, LaunchPlan* L) {
+  const int64_t ep = L->ep, etp = L->etp;
+  if (ep <= 1 || n % (ep * etp) != 0) return;
+  const int64_t edp = n / (ep * etp);
+  for (int64_t r = 0; r < p; ++r)
+    for (int64_t e = 0; e < edp; ++e)
+      for (int64_t j = 0; j < etp; ++j) {
+        std::vector<int64_t> g;
+        for (int64_t q = 0; q < ep; ++q) g.push_back(r * n + j + etp * (q + ep * e));
+        L->ep_groups.push_back(g);
+      }
+  for (int64_t r = 0; r < p; ++r)
+    for (int64_t q = 0; q < ep; ++q)
+      for (int64_t j = 0; j < etp; ++j) {
+        std::vector<int64_t> g;
+        for (int64_t e = 0; e < edp; ++e) g.push_back(r * n + j + etp * (q + ep * e));
+        L->edp_groups.push_back(g);
+      }
 }
 
 // Uniform plans: Megatron's order tp-cp-dp-pp, rank = ((position x d + replica) x cp + cp rank) x t
@@ -134,6 +160,7 @@ void UniformRanks(int64_t p, int64_t d, int64_t t, LaunchPlan* L) {
         for (int64_t r = 0; r < p; ++r) g.push_back(rank_of(r, k, c, j));
         L->pp_groups.push_back(g);
       }
+  ExpertGroups(p, d * cp * t, L);
   if (cp == 1) return;
   for (int64_t r = 0; r < p; ++r)
     for (int64_t k = 0; k < d; ++k)
@@ -184,6 +211,10 @@ Status BuildLaunchPlan(const Plan& plan, const std::string& model_digest, const 
   const int64_t t = std::max<int64_t>(1, plan.tp);
   bool uniform = plan.schedule != Schedule::kPipeDream;
   for (const auto& s : plan.stages) uniform = uniform && s.replicas == plan.dp;
+  if (L.ep > 1 && (!uniform || (t * L.cp * plan.dp) % (L.ep * L.etp) != 0)) {
+    return Status::InvalidArgument(fmt::format("plan: ep {} x etp {} must divide each stage's tp x cp x dp = {} ranks, with uniform stages (MoE parallel folding)",
+                                               L.ep, L.etp, t * L.cp * plan.dp));
+  }
   if (uniform) {
     if (plan.pp * L.interleave != static_cast<int64_t>(plan.stages.size())) {
       return Status::InvalidArgument(fmt::format("plan: pp {} x interleave {} does not match its {} stages", plan.pp, L.interleave, plan.stages.size()));
@@ -261,6 +292,8 @@ std::string MegatronModelArgs(const ModelSpec& model, std::vector<std::string>* 
                                g.layers, g.hidden, g.heads, g.seq, g.seq);
   // MLA has no query groups (kv_heads is ignored with it).
   if (g.kv_heads > 0 && g.kv_heads < g.heads && MlaLayer(model) == nullptr) mg += fmt::format("--group-query-attention\n--num-query-groups {}\n", g.kv_heads);
+  // A head width other than hidden / heads (Qwen3: 128 at h 2048, 32 heads): Megatron's kv_channels.
+  if (g.head_dim > 0 && g.head_dim * g.heads != g.hidden && MlaLayer(model) == nullptr) mg += fmt::format("--kv-channels {}\n", g.head_dim);
   // Megatron derives its own default for SwiGLU (8h/3 rounded to 64), so the width is always written then.
   if (g.ffn > 0 && (g.ffn != 4 * g.hidden || g.ffn_act == "swiglu")) mg += fmt::format("--ffn-hidden-size {}\n", g.ffn);
   if (g.ffn_act == "swiglu") mg += "--swiglu\n";
@@ -312,6 +345,8 @@ std::string MegatronRouterArgs(const LayerAttrs& a, std::vector<std::string>* no
     mg += "--moe-router-enable-expert-bias\n";
     notes->push_back("megatron.args: sigmoid router exported with --moe-router-enable-expert-bias (DeepSeek-V3's auxiliary-loss-free balancing, "
                      "the sequence-wise aux loss only complementing it); drop the flag for plain sigmoid routing");
+    notes->push_back("megatron.args: the model file carries no routed-expert scaling factor, so Megatron's default (none) runs; DeepSeek-V3 scales "
+                     "its routed weights by 2.5 (its routed_scaling_factor): add --moe-router-topk-scaling-factor 2.5 for it");
   }
   if (a.Int("route_groups", 0) > 0) {
     mg += fmt::format("--moe-router-num-groups {}\n--moe-router-group-topk {}\n", a.Int("route_groups", 0), a.Int("route_group_limit", 0));
@@ -350,9 +385,77 @@ std::string MegatronMoeArgs(const ModelSpec& model, const Plan& plan, std::vecto
     if (a.Int("q_lora_rank", 0) > 0) mg += fmt::format("--q-lora-rank {}\n", a.Int("q_lora_rank", 0));
     mg += fmt::format("--kv-lora-rank {}\n--qk-head-dim {}\n--qk-pos-emb-head-dim {}\n--v-head-dim {}\n", a.Int("kv_lora_rank", 0),
                       a.Int("qk_nope_head_dim", 0), a.Int("qk_rope_head_dim", 0), a.Int("v_head_dim", 0));
+    // The RMSNorms on the compressed query and KV latents (DeepSeek-V2/V3, counted in the layer's
+    // parameters): Megatron-Core's MLA builds them into its q / kv up-projections under --qk-layernorm.
+    mg += "--qk-layernorm\n";
   }
   if (mtp > 0) mg += fmt::format("--mtp-num-layers {}\n", mtp);
   return mg;
+}
+
+// The Megatron-LM pipeline-layout symbol of a layer type: E the embedding, t a transformer block
+// (dense or MoE), m an MTP module, L the loss; 0 for the layers Megatron places beside them (final
+// norm, output layer).
+char LayoutSymbol(const std::string& type) {
+  if (type == "embedding") return 'E';
+  if (type == "transformer_block" || type == "moe_block") return 't';
+  if (type == "mtp") return 'm';
+  if (type == "loss") return 'L';
+  return 0;
+}
+
+// Each stage's layout symbols, in the stages' (model) order.
+std::vector<std::string> LayoutChunks(const ModelSpec& model, const std::vector<LaunchStage>& stages) {
+  std::vector<std::string> chunks;
+  for (const auto& s : stages) {
+    std::string c;
+    for (int64_t i = s.first_layer; i <= s.last_layer && i < static_cast<int64_t>(model.layers.size()); ++i) {
+      if (const char x = LayoutSymbol(model.layers[static_cast<size_t>(i)].type)) c += x;
+    }
+    chunks.push_back(c);
+  }
+  return chunks;
+}
+
+// Whether Megatron-LM's pipeline layout is needed: the export has a pipeline Megatron splits itself
+// (not pipedream's per-stage replicas) of a GPT model.
+bool SplitExported(const ModelSpec& model, const LaunchPlan& L) { return model.is_gpt && L.pp > 1 && L.schedule != Schedule::kPipeDream; }
+
+// Why Megatron-LM refuses the plan's MTP placement ("" when it takes it): its layout puts every MTP
+// module in one virtual stage, the last one of its pipeline rank (pipeline_parallel_layer_layout.py,
+// validate_layer_layout).
+std::string MegatronMtpPlacement(const ModelSpec& model, const LaunchPlan& L) {
+  if (!SplitExported(model, L)) return "";
+  const std::vector<std::string> chunks = LayoutChunks(model, L.stages);
+  int64_t holders = 0, last = -1;
+  for (size_t q = 0; q < chunks.size(); ++q) {
+    if (chunks[q].find('m') == std::string::npos) continue;
+    ++holders;
+    last = static_cast<int64_t>(q);
+  }
+  if (holders == 0) return "";
+  const int64_t v = static_cast<int64_t>(chunks.size()) / L.pp;
+  if (holders > 1) return fmt::format("the plan splits its MTP modules over {} pipeline chunks: Megatron-LM's pipeline layout keeps them in one", holders);
+  if (last / L.pp != v - 1) {
+    return fmt::format("the plan puts its MTP module in chunk {} (virtual stage {} of pipeline rank {}): Megatron-LM's pipeline layout places MTP "
+                       "only in a rank's last virtual stage ({})", last, last / L.pp, last % L.pp, v - 1);
+  }
+  return "";
+}
+
+// The pipeline split as Megatron-LM flags. Megatron's own even split (every chunk the same number of
+// blocks, the embedding and the loss not counted, no MTP module) is --num-layers-per-virtual-pipeline-stage
+// when interleaved, else nothing; any other split (uneven, the embedding and loss counted as a unit
+// each, an MTP module) is the plan's own layout, --pipeline-model-parallel-layout.
+std::string MegatronSplitArgs(const Plan& plan, const ModelSpec& model, const LaunchPlan& L) {
+  if (!SplitExported(model, L)) return "";
+  const std::vector<std::string> chunks = LayoutChunks(model, L.stages);
+  auto blocks = [](const std::string& c) { return std::count(c.begin(), c.end(), 't'); };
+  bool even = !plan.account_embedding_loss;
+  for (const auto& c : chunks) even = even && c.find('m') == std::string::npos && blocks(c) == blocks(chunks.front());
+  if (!even) return fmt::format("--pipeline-model-parallel-layout {}\n", MegatronPipelineLayout(model, L.stages));
+  if (L.interleave > 1) return fmt::format("--num-layers-per-virtual-pipeline-stage {}\n", blocks(chunks.front()));
+  return "";
 }
 
 // Whether the plan was costed with a collective overlapped (its notes say "X not overlapped"
@@ -371,6 +474,7 @@ std::string MegatronRefusal(const Plan& plan, const ModelSpec& model, const Laun
                        "run with pipeline parallelism; solve with --zero 0,1 for a plan Megatron-LM runs",
                        plan.zero_stage == ZeroStage::kGradients ? 2 : 3, L.pp);
   }
+  if (const std::string mtp = MegatronMtpPlacement(model, L); !mtp.empty()) return mtp;
   const int64_t groups = model.is_gpt && MlaLayer(model) == nullptr ? (model.gpt.kv_heads > 0 ? model.gpt.kv_heads : model.gpt.heads) : 0;
   if (groups > 0 && L.tp > 1 && groups % L.tp != 0 && L.tp % groups != 0) {
     return fmt::format("{} KV heads with tp {}: Megatron-LM needs the query groups to be a multiple or a divisor of tp", groups, L.tp);
@@ -403,15 +507,7 @@ void AddMegatronArgs(const Plan& plan, const ModelSpec& model, const LaunchPlan&
   if (model.is_gpt) mg += MegatronModelArgs(model, notes);
   mg += MegatronMoeArgs(model, plan, notes);
   mg += fmt::format("--micro-batch-size {}\n--global-batch-size {}\n", L.microbatch_size, L.global_batch);
-  if (plan.account_embedding_loss) {
-    // Megatron-Core counts the embedding and the loss as a layer each: p v divides layers + 2
-    // (transformer_block.py get_num_layers_to_build; the first and last chunks build one layer fewer).
-    mg += "--account-for-embedding-in-pipeline-split\n--account-for-loss-in-pipeline-split\n";
-  }
-  if (L.interleave > 1 && model.is_gpt) {
-    int64_t per = (model.gpt.layers + (plan.account_embedding_loss ? 2 : 0)) / (L.pp * L.interleave);
-    mg += fmt::format("--num-layers-per-virtual-pipeline-stage {}\n", std::max<int64_t>(1, per));
-  }
+  mg += MegatronSplitArgs(plan, model, L);
   if (plan.recompute == Recompute::kFull && plan.recompute_num_layers > 0) {
     // Block recompute: the first N layers of every chunk (megatron/core/recompute.py, method 'block').
     mg += fmt::format("--recompute-granularity full\n--recompute-method block\n--recompute-num-layers {}\n", plan.recompute_num_layers);
@@ -436,28 +532,10 @@ void AddMegatronArgs(const Plan& plan, const ModelSpec& model, const LaunchPlan&
   // (transformer_config.py); blockwise is DeepSeek-V3's fine-grained (1 x 128, 128 x 128) quantization.
   const uint32_t fp8_refused = RecomputeBit(RecomputeModule::kMoeAct) | RecomputeBit(RecomputeModule::kLayernorm);
   if (model.dtype == DType::kFp8 && plan.recompute == Recompute::kSelective && (plan.recompute_modules & fp8_refused) != 0) mg += "--fp8-recipe blockwise\n";
-  // Uneven first / last stages: count transformer blocks per pipeline stage.
-  if (model.is_gpt && L.interleave == 1 && L.pp > 1 && L.schedule != Schedule::kPipeDream && !plan.account_embedding_loss) {
-    std::vector<int64_t> blocks;
-    for (const auto& s : L.stages) {
-      int64_t c = 0;
-      for (int64_t i = s.first_layer; i <= s.last_layer; ++i) {
-        const std::string& type = model.layers[static_cast<size_t>(i)].type;
-        c += type == "transformer_block" || type == "moe_block";
-      }
-      blocks.push_back(c);
-    }
-    bool even = std::all_of(blocks.begin(), blocks.end(), [&](int64_t c) { return c == blocks.front(); });
-    if (!even) {
-      mg += fmt::format("--decoder-first-pipeline-num-layers {}\n--decoder-last-pipeline-num-layers {}\n", blocks.front(), blocks.back());
-      bool middle_even = true;
-      for (size_t i = 2; i + 1 < blocks.size(); ++i) middle_even = middle_even && blocks[i] == blocks[1];
-      if (!middle_even) notes->push_back("megatron.args: Megatron-LM splits the middle stages evenly; the plan's middle stages are uneven (" + Join(blocks, "-") + " blocks)");
-    }
-  }
   if (L.schedule == Schedule::kZbH1) notes->push_back("megatron.args: ZB-H1 has no Megatron-LM flag; the exported settings run 1F1B");
   if (L.schedule == Schedule::kDualPipeV) {
-    notes->push_back("megatron.args: Megatron-LM has no DualPipeV schedule; the exported settings run interleaved 1F1B with 2 chunks per rank (the same chunks, Megatron's looped placement)");
+    notes->push_back("megatron.args: Megatron-LM has no DualPipeV schedule; the exported settings run interleaved 1F1B with 2 chunks per rank (the same chunks, "
+                     "Megatron's looped placement: chunk q on pipeline rank q mod pp, not the V; a pipeline layout lists the chunks in that model order)");
   }
   if (L.schedule == Schedule::kGpipe) notes->push_back("megatron.args: Megatron-LM has no GPipe schedule; the exported settings run 1F1B (same bubble, more memory in GPipe)");
   if (L.schedule == Schedule::kPipeDream) notes->push_back("megatron.args: per-stage replication and PipeDream's asynchronous schedule have no Megatron-LM equivalent; exported as uniform pipeline settings only");
@@ -598,6 +676,13 @@ def build(model, example_microbatch, stage_index, device, group=None, loss_fn=No
 }
 
 }  // namespace
+
+std::string MegatronPipelineLayout(const ModelSpec& model, const std::vector<LaunchStage>& stages) {
+  const std::vector<std::string> chunks = LayoutChunks(model, stages);
+  std::string out;
+  for (size_t q = 0; q < chunks.size(); ++q) out += (q ? "|" : "") + chunks[q];
+  return out;
+}
 
 Status GenerateLaunchFiles(const Plan& plan, const ModelSpec& model, const LaunchPlan& L, const CodegenOptions& o,
                            std::vector<std::pair<std::string, std::string>>* files, std::vector<std::string>* notes) {

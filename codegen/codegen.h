@@ -28,6 +28,13 @@ struct CodegenOptions {
 // programs fail the check is refused (Internal, naming the stuck ranks).
 Status BuildLaunchPlan(const Plan& plan, const std::string& model_digest, const CodegenOptions& options, LaunchPlan* out);
 
+// Megatron-LM's --pipeline-model-parallel-layout of the stages, given in model order: per stage E
+// (embedding), t (transformer block, dense or MoE), m (MTP module), L (loss) in layer order, stages
+// joined by '|', written out in full (no '*', so the flag survives the shell's word splitting and
+// globbing). Megatron places virtual stage q on pipeline rank q mod pp (its looped placement);
+// megatron/core/transformer/pipeline_parallel_layer_layout.py parses it.
+std::string MegatronPipelineLayout(const ModelSpec& model, const std::vector<LaunchStage>& stages);
+
 // (relative path, contents) of every artifact, launch.yaml first. Notes
 // (e.g. what an export cannot express) are appended to *notes.
 Status GenerateLaunchFiles(const Plan& plan, const ModelSpec& model, const LaunchPlan& launch, const CodegenOptions& options,

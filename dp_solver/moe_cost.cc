@@ -41,6 +41,12 @@ MoeLayerCost MoeLayerCosts(const ClusterSpec& c, const Layer& l, const MoeShape&
   return m;
 }
 
-double MoeExposed(double a2a_s, double compute_s, bool overlap) { return overlap ? std::max(0.0, a2a_s - compute_s) : a2a_s; }
+double MoeExposed(double a2a_s, double compute_s, bool overlap) {
+  if (!overlap) return a2a_s;
+  // The communication kernels hold kOverlapCommSmShare of the SMs while they run: compute under
+  // them progresses at 1 - share. Both start together; compute ends at T_p + share T_c when the
+  // all-to-all ends first (T_c <= T_p / (1 - share)), else the all-to-all sets the time.
+  return std::max(kOverlapCommSmShare * a2a_s, a2a_s - compute_s);
+}
 
 }  // namespace planner

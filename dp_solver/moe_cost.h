@@ -36,7 +36,12 @@ struct MoeLayerCost {
 // Zero for a layer without experts.
 MoeLayerCost MoeLayerCosts(const ClusterSpec& cluster, const Layer& l, const MoeShape& s);
 
-// Exposed all-to-all of one pass: all of it, or with overlap what the pass's compute does not hide.
+// The share of a GPU's SMs the all-to-all kernels take while they overlap compute: DeepSeek-V3
+// dedicates 20 of the H800's 132 SMs to dispatch and combine (report §3.2.2; DeepEP's default).
+inline constexpr double kOverlapCommSmShare = 20.0 / 132.0;
+
+// Exposed all-to-all of one pass: all of it, or with overlap max(share T_c, T_c - T_p): what the
+// pass's compute T_p does not hide, and at least the compute the communication's SMs take away.
 double MoeExposed(double a2a_s, double compute_s, bool overlap);
 
 }  // namespace planner

@@ -2,6 +2,7 @@
 
 #include <algorithm>
 #include <filesystem>
+#include <numeric>
 #include <memory>
 
 #include <fmt/format.h>
@@ -43,6 +44,11 @@ Status CheckLaunch(const LaunchPlan& L, const ModelSpec& model, int world_size, 
   }
   if (model.layers.back().type != "loss") return Status::InvalidArgument("the model's last layer must be a loss to train it");
   PLANNER_RETURN_IF_ERROR(CheckSeqParallelLaunch(L.path, L.device, L.tp, L.cp, L.sequence_parallel, model.layers.front()));
+  const bool etp_ok = L.etp == 1 || (L.etp == L.tp && !L.sequence_parallel);
+  if (L.ep > 1 && (!etp_ok || L.cp > 1 || layout->replicated || layout->async)) {
+    return Status::NotSupported(fmt::format("{}: ep {} runs with etp 1 (or etp = tp without sequence parallelism), cp 1 and uniform synchronous "
+                                            "stages on CPU ranks (got etp {}, cp {}); solve with those and codegen again", L.path, L.ep, L.etp, L.cp));
+  }
   for (const auto& s : L.stages) {
     if (s.last_layer >= static_cast<int64_t>(model.layers.size())) {
       return Status::InvalidArgument(fmt::format("{}: a stage ends at layer {} but the model has {}", L.path, s.last_layer, model.layers.size()));
@@ -86,6 +92,9 @@ class RankRun {
   RankComms comms_;
   RunRecord record_;
   std::unique_ptr<CommTpGroup> tp_group_;
+  std::vector<double> a2a_calls_s_;               // every all-to-all of the MoE layers since the last iteration's end
+  std::vector<double> a2a_s_, a2a_count_;         // per iteration: their summed seconds and number
+  std::unique_ptr<CommExpertGroup> ep_group_;
   Stage stage_;
   std::unique_ptr<Optimizer> optimizer_;
   std::unique_ptr<DataParallelReducer> reducer_;  // after the stage and the comms: its thread ends first
@@ -103,7 +112,8 @@ Status RankRun::Setup() {
   seq.tp = L_.tp, seq.tp_rank = me_.tp_rank, seq.sp = L_.sequence_parallel, seq.tp_comm = comms_.tp.get();
   seq.cp = L_.cp, seq.cp_rank = me_.cp_rank, seq.cp_comm = comms_.cp.get();
   seq.log = [g = tp_group_.get()](int kind, int64_t bytes, double s) { g->Log(kind, bytes, s); };
-  PLANNER_RETURN_IF_ERROR(stage_.Build(L_, model_, y_, rank_, dev_, tp_group_.get(), seq));
+  if (L_.ep > 1) ep_group_ = std::make_unique<CommExpertGroup>(comms_.ep.get(), &a2a_calls_s_);
+  PLANNER_RETURN_IF_ERROR(stage_.Build(L_, model_, y_, rank_, dev_, tp_group_.get(), seq, ep_group_.get()));
   OptimizerConfig oc;
   oc.kind = L_.run.optimizer == "sgd" ? OptimizerConfig::kSgd : OptimizerConfig::kAdam;
   oc.lr = L_.run.learning_rate;
@@ -141,6 +151,7 @@ Status RankRun::StartInterpreter() {
   c.pipe = comms_.pipe;
   c.tp_group = tp_group_.get();
   c.reducer = reducer_.get();
+  c.edp = comms_.edp.get();
   c.optimizer = optimizer_.get();
   c.record = &record_;
   c.clock_offset_s = comms_.clock_offset_s;
@@ -167,11 +178,20 @@ Status RankRun::Train() {
 // Mean loss of the global batch (last-stage, tp-rank-0 ranks contribute their sum) and the
 // iteration's time, the slowest rank's.
 Status RankRun::EndIteration(int64_t it, const PassFigures& f) {
-  float lsum = me_.tp_rank == 0 && me_.cp_rank == 0 ? static_cast<float>(f.loss_sum[0]) : 0.0f;  // CP ranks hold the whole loss
+  // MoE: each microbatch's aux loss weighs b / B in the objective, so b x aux joins the per-sample sum (TP ranks
+  // hold equal copies: tp rank 0 counts; each replica its own microbatches).
+  double aux = 0;
+  for (auto& c : stage_.chunks())
+    for (auto& k : c.kernels) aux += k->TakeAuxLoss();
+  const double mine = f.loss_sum[0] + aux * static_cast<double>(L_.microbatch_size);
+  float lsum = me_.tp_rank == 0 && me_.cp_rank == 0 ? static_cast<float>(mine) : 0.0f;  // CP ranks hold the whole loss
   PLANNER_RETURN_IF_ERROR(world_.AllReduce(&lsum, 1, ReduceOp::kSum));
   float it_time = static_cast<float>(MonotonicSeconds() - f.start_s);
   PLANNER_RETURN_IF_ERROR(world_.AllReduce(&it_time, 1, ReduceOp::kMax));
   record_.AddIteration(lsum / static_cast<double>(L_.global_batch), it_time, f.compute_s, f.comm_s);
+  a2a_s_.push_back(std::accumulate(a2a_calls_s_.begin(), a2a_calls_s_.end(), 0.0));
+  a2a_count_.push_back(static_cast<double>(a2a_calls_s_.size()));
+  a2a_calls_s_.clear();
   if (rank_ == 0 && !opt_.quiet) LogNote(fmt::format("iteration {}: loss {:.5f}, {}", it + 1, record_.loss().back(), FormatSeconds(it_time)));
   return Status::OK();
 }
@@ -198,9 +218,16 @@ Status RankRun::EndAsyncPass(int64_t it, const PassFigures& f) {
 // The first step's gradients: files (replica 0, tp rank 0 of each stage), the global norm.
 Status RankRun::AfterFirstStep() {
   // CP ranks hold the summed gradients like replicas: only cp rank 0 of replica 0 counts.
-  PLANNER_RETURN_IF_ERROR(GlobalGradientNorm(world_, me_.replica + me_.cp_rank, me_.tp_rank, gradients_, &gradient_norm_));
+  // Expert gradients (MoE): each EP rank of EDP rank 0 holds its experts' sum.
+  const int64_t edp_rank = RankInGroup(L_.edp_groups, rank_);
+  PLANNER_RETURN_IF_ERROR(GlobalGradientNorm(world_, me_.replica + me_.cp_rank, me_.tp_rank, gradients_, &gradient_norm_, edp_rank));
   if (opt_.dump_gradients) {
-    if (me_.replica == 0 && me_.tp_rank == 0 && me_.cp_rank == 0) PLANNER_RETURN_IF_ERROR(WriteGradients(opt_.run_dir, gradients_));
+    std::vector<NamedGradient> mine;
+    for (const NamedGradient& g : gradients_) {
+      // an expert cut over TP (etp > 1): tp rank 0's cut, as for the dense shards
+      if (g.expert ? edp_rank == 0 && (!g.tp_sharded || me_.tp_rank == 0) : (me_.replica == 0 && me_.tp_rank == 0 && me_.cp_rank == 0)) mine.push_back(g);
+    }
+    if (!mine.empty()) PLANNER_RETURN_IF_ERROR(WriteGradients(opt_.run_dir, mine));
     if (rank_ == 0) PLANNER_RETURN_IF_ERROR(WriteFileAtomic((fs::path(opt_.run_dir) / "grad_norm.txt").string(), fmt::format("{:.9e}\n", gradient_norm_)));
   }
   if (!opt_.keep_gradients) gradients_.clear();
@@ -229,6 +256,11 @@ Status RankRun::Summarise(RunSummary* sum, ReportInputs* rep) {
     const size_t i = static_cast<size_t>(3 * r);
     busy += all[i];
     rep->ranks.push_back({all[i], all[i + 1], all[i + 2]});
+  }
+  if (L_.ep > 1) {  // the MoE layers' all-to-alls: every rank's medians
+    std::vector<float> a = {static_cast<float>(Median(tail(a2a_count_))), static_cast<float>(Median(tail(a2a_s_)))}, every(static_cast<size_t>(2 * n));
+    PLANNER_RETURN_IF_ERROR(world_.AllGather(a.data(), every.data(), 2));
+    for (int64_t r = 0; r < n; ++r) rep->a2a.push_back({every[static_cast<size_t>(2 * r)], every[static_cast<size_t>(2 * r + 1)]});
   }
   sum->loss = record_.loss();
   sum->iteration_s = record_.iteration_s();
@@ -284,6 +316,9 @@ LaunchPlan SingleProcessPlan(const LaunchPlan& L, const ModelSpec& model) {
   s.tp = s.pp = s.dp = s.cp = 1;
   s.sequence_parallel = false;
   s.cp_groups.clear();
+  s.ep = s.etp = 1;  // every expert in the one process
+  s.ep_groups.clear();
+  s.edp_groups.clear();
   s.config = std::string("1");
   s.num_microbatches = L.global_batch / L.microbatch_size;
   s.stages = {LaunchStage{0, static_cast<int64_t>(model.layers.size()) - 1, 1, 0, 0}};

@@ -373,9 +373,16 @@ Status ProgramInterpreter::Reduce(size_t index, const Action& a) {
 }
 
 Status ProgramInterpreter::Step() {
+  Stage& st = *ctx_.stage;
+  if (ctx_.edp != nullptr && ctx_.edp->size() > 1 && st.expert_grad_elems() > 0) {  // expert gradients: over the EDP group
+    const double e0 = MonotonicSeconds();
+    PLANNER_RETURN_IF_ERROR(ctx_.edp->AllReduce(st.expert_bucket(), st.expert_grad_elems(), ReduceOp::kSum));
+    fig_->comm_s += MonotonicSeconds() - e0;
+    ctx_.record->Trace("edp all-reduce (experts)", e0, MonotonicSeconds() - e0, 1);
+  }
   if (capture_ != nullptr) {
     capture_->clear();
-    for (Param* prm : ctx_.stage->params()) capture_->push_back({prm->name, prm->tp_sharded, prm->grad.ToVector()});
+    for (Param* prm : ctx_.stage->params()) capture_->push_back({prm->name, prm->tp_sharded, prm->grad.ToVector(), prm->expert});
     capture_ = nullptr;
   }
   const double c0 = MonotonicSeconds();

@@ -66,6 +66,7 @@ struct InterpreterContext {
   Communicator* pipe = nullptr;
   CommTpGroup* tp_group = nullptr;
   DataParallelReducer* reducer = nullptr;
+  Communicator* edp = nullptr;  // MoE: the expert-data-parallel group, summing the expert bucket before the step
   Optimizer* optimizer = nullptr;
   RunRecord* record = nullptr;
   double clock_offset_s = 0;

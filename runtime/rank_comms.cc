@@ -29,6 +29,14 @@ Status CommTpGroup::Timed(float* d, int64_t n, ReduceOp op) {
   return s;
 }
 
+Status CommExpertGroup::AllToAllV(const float* send, const std::vector<int64_t>& send_counts, const std::vector<int64_t>& send_displs, float* recv,
+                                  const std::vector<int64_t>& recv_counts, const std::vector<int64_t>& recv_displs) {
+  const double t0 = MonotonicSeconds();
+  Status s = c_->AllToAllV(send, send_counts, send_displs, recv, recv_counts, recv_displs);
+  if (log_) log_->push_back(MonotonicSeconds() - t0);
+  return s;
+}
+
 Status OpenRankComms(const LaunchPlan& L, Device dev, Communicator& world, RankComms* out) {
   const int64_t rank = world.rank();
   const LaunchRank& me = L.ranks[static_cast<size_t>(rank)];
@@ -52,6 +60,12 @@ Status OpenRankComms(const LaunchPlan& L, Device dev, Communicator& world, RankC
   if (L.cp > 1) {
     PLANNER_RETURN_IF_ERROR(out->pipe->Split(GroupOf(L.cp_groups, rank), static_cast<int>(rank), &out->cp));
     out->cp->set_timeout_seconds(L.run.timeout_s);
+  }
+  if (L.ep > 1) {
+    PLANNER_RETURN_IF_ERROR(out->pipe->Split(GroupOf(L.ep_groups, rank), static_cast<int>(rank), &out->ep));
+    PLANNER_RETURN_IF_ERROR(out->pipe->Split(GroupOf(L.edp_groups, rank), static_cast<int>(rank), &out->edp));
+    out->ep->set_timeout_seconds(L.run.timeout_s);
+    out->edp->set_timeout_seconds(L.run.timeout_s);
   }
   PLANNER_RETURN_IF_ERROR(StartPeerWatch(world));
   return ClockOffset(world, 8, &out->clock_offset_s, &out->clock_error_s);

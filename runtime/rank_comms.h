@@ -20,6 +20,7 @@ struct RankComms {
   Communicator* world = nullptr;
   Communicator* pipe = nullptr;  // the world, or `nccl`
   std::unique_ptr<Communicator> nccl, tp, dp, cp;  // cp: launch.yaml's context_parallel group (cp > 1)
+  std::unique_ptr<Communicator> ep, edp;           // expert_parallel and expert_data_parallel groups (ep > 1)
   // Trace and transfer times go on rank 0's clock (the ranks of one node share theirs; other nodes' differ).
   double clock_offset_s = 0, clock_error_s = 0;
 };
@@ -46,6 +47,19 @@ class CommTpGroup final : public TpGroup {
   Communicator* c_;
   std::vector<TransferLog::TpAllReduce>* log_;
   int64_t iteration_ = 0, seq_ = 0;
+};
+
+// The EP group of the MoE layers over a Communicator: AllToAllV (MOE.md's signature), each call timed into
+// `log` (seconds per call, summed per iteration by the run report) when one is given.
+class CommExpertGroup final : public ExpertGroup {
+ public:
+  explicit CommExpertGroup(Communicator* c, std::vector<double>* log = nullptr) : c_(c), log_(log) {}
+  Status AllToAllV(const float* send, const std::vector<int64_t>& send_counts, const std::vector<int64_t>& send_displs, float* recv,
+                   const std::vector<int64_t>& recv_counts, const std::vector<int64_t>& recv_displs) override;
+
+ private:
+  Communicator* c_;
+  std::vector<double>* log_;
 };
 
 }  // namespace planner

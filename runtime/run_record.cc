@@ -98,13 +98,12 @@ Status WriteGradients(const std::string& run_dir, const std::vector<NamedGradien
   return Status::OK();
 }
 
-Status GlobalGradientNorm(Communicator& world, int64_t replica, int64_t tp_rank, const std::vector<NamedGradient>& mine, double* norm) {
+Status GlobalGradientNorm(Communicator& world, int64_t replica, int64_t tp_rank, const std::vector<NamedGradient>& mine, double* norm,
+                          int64_t edp_rank) {
   double sq = 0;
-  if (replica == 0) {
-    for (const NamedGradient& g : mine) {
-      if (!g.tp_sharded && tp_rank != 0) continue;
-      for (float x : g.values) sq += static_cast<double>(x) * x;
-    }
+  for (const NamedGradient& g : mine) {
+    if (g.expert ? edp_rank != 0 : (replica != 0 || (!g.tp_sharded && tp_rank != 0))) continue;
+    for (float x : g.values) sq += static_cast<double>(x) * x;
   }
   float sqf = static_cast<float>(sq);
   PLANNER_RETURN_IF_ERROR(world.AllReduce(&sqf, 1, ReduceOp::kSum));

@@ -31,6 +31,7 @@ struct NamedGradient {
   std::string name;
   bool tp_sharded = false;  // each TP rank holds a different part
   std::vector<float> values;
+  bool expert = false;      // a routed expert's (MoE): one EP rank holds it, every rank of its EDP group a copy
 };
 
 class RunRecord {
@@ -68,6 +69,8 @@ Status WriteGradients(const std::string& run_dir, const std::vector<NamedGradien
 
 // The model's global gradient norm from every rank's gradients: sharded parameters summed over TP
 // ranks, replicated ones once, data-parallel replicas (equal after the reduce) once. Collective.
-Status GlobalGradientNorm(Communicator& world, int64_t replica, int64_t tp_rank, const std::vector<NamedGradient>& mine, double* norm);
+// Expert gradients count on the ranks of EDP rank 0 (every tp rank: with etp 1 they hold different experts).
+Status GlobalGradientNorm(Communicator& world, int64_t replica, int64_t tp_rank, const std::vector<NamedGradient>& mine, double* norm,
+                          int64_t edp_rank = 0);
 
 }  // namespace planner

@@ -13,6 +13,7 @@ namespace {
 std::string Heading(const LaunchPlan& L, const ReportInputs& in) {
   const size_t n = L.ranks.size(), iterations = in.loss.size(), warm = static_cast<size_t>(in.warmup);
   std::string seq = L.cp > 1 ? fmt::format(", cp {} (ring attention)", L.cp) : "";
+  if (L.ep > 1) seq += fmt::format(", ep {}", L.ep);
   if (L.sequence_parallel) seq += ", sequence parallel";
   std::string rep = fmt::format("# Run of {} on {} ranks (tp-pp-dp {}-{}-{}{}, {}, b={} x m={})\n\n", in.model_name, n, L.tp, L.pp, L.dp, seq,
                                 ScheduleName(in.layout.schedule), L.microbatch_size, in.layout.microbatches);
@@ -48,10 +49,32 @@ std::string RankRows(const LaunchPlan& L, const ReportInputs& in) {
   return rep;
 }
 
+// Per pipeline position (a stage; its chunks when interleaved): the all-to-alls of its MoE layers (token
+// dispatch and combine, forward and backward, and the row counts' exchange), the slowest rank's median
+// seconds per iteration, against the plan's exposed all-to-all time (ep_comm_seconds x m) when it has one.
+std::string AllToAllRows(const LaunchPlan& L, const ReportInputs& in) {
+  if (in.a2a.empty()) return "";
+  std::string rep = fmt::format("\nExpert parallelism (ep {}): all-to-alls per iteration (the slowest rank of each stage).\n\n", L.ep);
+  rep += "| stage | all-to-alls per iteration | measured | predicted |\n|---|---|---|---|\n";
+  for (int64_t pos = 0; pos < in.layout.positions; ++pos) {
+    double calls = 0, worst = 0, pred = 0;
+    for (size_t r = 0; r < L.ranks.size() && r < in.a2a.size(); ++r) {
+      if (L.ranks[r].stage != pos) continue;
+      calls = std::max(calls, in.a2a[r].calls);
+      worst = std::max(worst, in.a2a[r].seconds);
+    }
+    for (int64_t c = 0; c * in.layout.positions < static_cast<int64_t>(L.stages.size()); ++c) {  // its chunks (DualPipeV: the V)
+      pred += L.stages[static_cast<size_t>(ChunkStage(L.schedule, c, pos, in.layout.positions))].predicted_ep_comm_s;
+    }
+    rep += fmt::format("| {} | {:.0f} | {} | {} |\n", pos, calls, FormatSeconds(worst), pred > 0 ? FormatSeconds(pred) : std::string("n/a"));
+  }
+  return rep;
+}
+
 }  // namespace
 
 std::string RunReportMarkdown(const LaunchPlan& L, const ReportInputs& in) {
-  std::string rep = Heading(L, in) + RankRows(L, in);
+  std::string rep = Heading(L, in) + RankRows(L, in) + AllToAllRows(L, in);
   if (!in.transfers_md.empty()) {
     rep += "\n" + in.transfers_md;
     if (L.ranks.size() > 1) {

@@ -18,6 +18,11 @@ struct RankFigures {
   double peak_gib = 0;               // the allocator's peak on the rank's device
 };
 
+// The MoE layers' all-to-alls of one rank: medians per iteration after warm-up.
+struct AllToAllFigures {
+  double calls = 0, seconds = 0;
+};
+
 struct ReportInputs {
   std::string model_name;
   LaunchLayout layout;
@@ -25,6 +30,7 @@ struct ReportInputs {
   int64_t warmup = 0;        // iterations left out of the medians
   double median_iteration_s = 0, bubble_fraction = 0;
   std::vector<RankFigures> ranks;
+  std::vector<AllToAllFigures> a2a;  // per rank, when the launch has ep > 1
   std::string transfers_md;  // SummariseTransfers' section
   bool comm_only = false;
   double clock_error_s = 0;

@@ -78,6 +78,8 @@ class CpRing final : public RingExchange {
 
 // A norm on the rank's tokens; under SP its weight gradients (partial over the TP group's
 // tokens) are all-reduced over the group: what this microbatch added, so accumulation stays exact.
+// Also wraps the other kernels with replicated weights on the rank's tokens (an MoE layer's router,
+// MLA's down projections and their norms): the parameters neither TP-sharded nor an expert's.
 class SeqNorm final : public LayerKernel {
  public:
   SeqNorm(std::unique_ptr<LayerKernel> inner, const SeqParallel& sp) : inner_(std::move(inner)), sp_(sp) {}
@@ -86,10 +88,13 @@ class SeqNorm final : public LayerKernel {
   Status BackwardWeight(Saved* s) override {
     if (!sp_.sp) return inner_->BackwardWeight(s);
     std::vector<std::vector<float>> before;
-    for (Param* p : inner_->Params()) before.push_back(p->grad.ToVector());
+    std::vector<Param*> summed;
+    for (Param* p : inner_->Params()) {
+      if (!p->tp_sharded && !p->expert) summed.push_back(p), before.push_back(p->grad.ToVector());
+    }
     PLANNER_RETURN_IF_ERROR(inner_->BackwardWeight(s));
     size_t i = 0;
-    for (Param* p : inner_->Params()) {
+    for (Param* p : summed) {
       const std::vector<float>& b = before[i++];
       std::vector<float> delta(b.size());
       for (size_t k = 0; k < b.size(); ++k) delta[k] = p->grad.data()[k] - b[k];
@@ -101,6 +106,7 @@ class SeqNorm final : public LayerKernel {
   }
   std::vector<Param*> Params() override { return inner_->Params(); }
   KernelFlops Flops(int64_t b) const override { return inner_->Flops(b); }
+  double TakeAuxLoss() override { return inner_->TakeAuxLoss(); }
 
  private:
   std::unique_ptr<LayerKernel> inner_;
@@ -287,6 +293,19 @@ class CpAttention final : public LayerKernel {
   std::unique_ptr<LayerKernel> qkv_, out_;
 };
 
+// A TP group's sum over the SP communicator (an MoE layer's aux-loss statistics), logged as a TP all-reduce.
+class SeqSum final : public TpGroup {
+ public:
+  explicit SeqSum(const SeqParallel& sp) : sp_(sp) {}
+  Status AllReduceSum(float* d, int64_t n) override {
+    return Timed(sp_, TransferLog::kTpAllReduce, n * 4, [&] { return sp_.tp_comm->AllReduce(d, n, ReduceOp::kSum); });
+  }
+  Status AllReduceMax(float* d, int64_t n) override { return sp_.tp_comm->AllReduce(d, n, ReduceOp::kMax); }
+
+ private:
+  SeqParallel sp_;
+};
+
 // A region entered with an all-gather along the sequence and left with a reduce-scatter (SP),
 // around a kernel built without its TP all-reduces; without SP the kernel as is.
 Status EnterRegion(const SeqParallel& sp, LayerKernel* k, const Tensor& x, Tensor* y, Saved* s) {
@@ -303,6 +322,66 @@ Status LeaveRegionBackward(const SeqParallel& sp, LayerKernel* k, const Tensor& 
   PLANNER_RETURN_IF_ERROR(k->BackwardInput(full, &partial, s));
   return ReduceScatterSeq(sp, partial, dx);
 }
+
+// The MoE feed-forward of a moe_block under SP: the routed part on the rank's own tokens (dispatched over the EP
+// group; no TP split, the sequence is split already; the aux loss's statistics summed over the TP group; the
+// router's gradient, partial over the group's tokens, summed like a norm's) plus the shared expert as a TP region.
+class SeqMoe final : public LayerKernel {
+ public:
+  Status Init(const Layer& l, const KernelOptions& o, const SeqParallel& sp, int64_t n) {
+    sp_ = sp;
+    if (o.etp > 1) return Status::NotSupported(fmt::format("layer '{}': expert tensor parallelism (etp {}) runs without sequence parallelism on CPU ranks", l.name, o.etp));
+    sum_ = std::make_unique<SeqSum>(sp);
+    const int64_t h = l.in_shape[1], shared = l.attrs.Int("shared_ffn", 0);
+    KernelOptions ko = o;  // the routed experts: whole on their EP rank, on this rank's tokens
+    ko.tp_size = 1, ko.tp_rank = 0, ko.tp_group = nullptr, ko.token_group = sp.sp ? sum_.get() : nullptr, ko.token_group_size = sp.sp ? sp.tp : 1;
+    Layer routed = SubLayer(l, "moe", l.name + ".moe", {n, h}, {n, h});
+    routed.attrs.ints["shared_ffn"] = 0;
+    std::unique_ptr<LayerKernel> k;
+    PLANNER_RETURN_IF_ERROR(MakeKernel(routed, ko, &k));
+    routed_ = std::make_unique<SeqNorm>(std::move(k), sp);
+    if (shared == 0) return Status::OK();
+    KernelOptions so = o;  // the shared expert: a TP-sharded MLP (seeded as the one-process kernel's)
+    if (sp.sp) so.tp_group = nullptr;
+    so.seed = o.seed * 47 + 2;
+    Layer sl = SubLayer(l, "mlp", l.name + ".moe.shared", {l.in_shape[0], h}, {l.in_shape[0], h});
+    sl.attrs.ints["ffn"] = shared;
+    return MakeKernel(sl, so, &shared_);
+  }
+  Status Forward(const Tensor& x, Tensor* y, Saved* sv) override {
+    sv->children.assign(2, Saved{});
+    PLANNER_RETURN_IF_ERROR(routed_->Forward(x, y, &sv->children[0]));
+    if (!shared_) return Status::OK();
+    Tensor ys;
+    PLANNER_RETURN_IF_ERROR(EnterRegion(sp_, shared_.get(), x, &ys, &sv->children[1]));
+    AddInto(ys, y);
+    return Status::OK();
+  }
+  Status BackwardInput(const Tensor& dy, Tensor* dx, Saved* sv) override {
+    if (sv->children.size() != 2) return Status::Internal("moe: backward without forward");
+    PLANNER_RETURN_IF_ERROR(routed_->BackwardInput(dy, dx, &sv->children[0]));
+    if (!shared_) return Status::OK();
+    Tensor dxs;
+    PLANNER_RETURN_IF_ERROR(LeaveRegionBackward(sp_, shared_.get(), dy, &dxs, &sv->children[1]));
+    AddInto(dxs, dx);
+    return Status::OK();
+  }
+  Status BackwardWeight(Saved* sv) override {
+    if (sv->children.size() != 2) return Status::Internal("moe: backward-weight before backward-input");
+    PLANNER_RETURN_IF_ERROR(routed_->BackwardWeight(&sv->children[0]));
+    if (shared_) PLANNER_RETURN_IF_ERROR(shared_->BackwardWeight(&sv->children[1]));
+    sv->Clear();
+    return Status::OK();
+  }
+  std::vector<Param*> Params() override { return shared_ ? JoinParams({routed_.get(), shared_.get()}) : routed_->Params(); }
+  KernelFlops Flops(int64_t b) const override { return shared_ ? SumFlops({routed_.get(), shared_.get()}, b) : routed_->Flops(b); }
+  double TakeAuxLoss() override { return routed_->TakeAuxLoss(); }
+
+ private:
+  SeqParallel sp_;
+  std::unique_ptr<SeqSum> sum_;
+  std::unique_ptr<LayerKernel> routed_, shared_;
+};
 
 // Pre-norm block (y = r + mlp(norm2(r)), r = x + attn(norm1(x))) on the rank's tokens: GPT's
 // (LayerNorm, multi-head, GeLU, biases) or Llama-class (RMSNorm, GQA, RoPE, SwiGLU or relu2, no
@@ -321,7 +400,19 @@ class SeqBlock final : public LayerKernel {
     ln1_ = std::make_unique<SeqNorm>(std::move(k), sp);
     PLANNER_RETURN_IF_ERROR(MakeKernel(SubLayer(l, norm, l.name + ".ln2", {n, h}, {n, h}), o, &k));
     ln2_ = std::make_unique<SeqNorm>(std::move(k), sp);
-    PLANNER_RETURN_IF_ERROR(MakeKernel(SubLayer(l, "mlp", l.name + ".mlp", {n_cp, h}, {n_cp, h}), ro, &mlp_));
+    moe_ = l.type == "moe_block";
+    if (moe_) {
+      auto moe = std::make_unique<SeqMoe>();
+      PLANNER_RETURN_IF_ERROR(moe->Init(l, o, sp, n));
+      mlp_ = std::move(moe);
+    } else {
+      PLANNER_RETURN_IF_ERROR(MakeKernel(SubLayer(l, "mlp", l.name + ".mlp", {n_cp, h}, {n_cp, h}), ro, &mlp_));
+    }
+    if (sp.cp == 1 && l.attrs.Int("kv_lora_rank", 0) > 0) {  // MLA: its replicated down projections see the rank's heads only
+      PLANNER_RETURN_IF_ERROR(MakeKernel(SubLayer(l, "attention", l.name + ".attn", {s, h}, {s, h}), ro, &k));
+      attn_ = std::make_unique<SeqNorm>(std::move(k), sp);
+      return Status::OK();
+    }
     if (sp.cp == 1) return MakeKernel(SubLayer(l, "attention", l.name + ".attn", {s, h}, {s, h}), ro, &attn_);
     auto a = std::make_unique<CpAttention>();
     PLANNER_RETURN_IF_ERROR(a->Init(SubLayer(l, "attention", l.name + ".attn", {n_cp, h}, {n_cp, h}), ro, sp, s, h));
@@ -335,7 +426,7 @@ class SeqBlock final : public LayerKernel {
     PLANNER_RETURN_IF_ERROR(EnterRegion(sp_, attn_.get(), a, &u, &sv->children[1]));
     AddInto(x, &u);  // r = x + attn
     PLANNER_RETURN_IF_ERROR(ln2_->Forward(u, &c, &sv->children[2]));
-    PLANNER_RETURN_IF_ERROR(EnterRegion(sp_, mlp_.get(), c, &v, &sv->children[3]));
+    PLANNER_RETURN_IF_ERROR(moe_ ? mlp_->Forward(c, &v, &sv->children[3]) : EnterRegion(sp_, mlp_.get(), c, &v, &sv->children[3]));  // SeqMoe: its own regions
     AddInto(u, &v);
     *y = v;
     return Status::OK();
@@ -343,7 +434,7 @@ class SeqBlock final : public LayerKernel {
   Status BackwardInput(const Tensor& dy, Tensor* dx, Saved* sv) override {
     if (sv->children.size() != 4) return Status::Internal("transformer_block: backward without forward");
     Tensor dc, dr, da, dxa;
-    PLANNER_RETURN_IF_ERROR(LeaveRegionBackward(sp_, mlp_.get(), dy, &dc, &sv->children[3]));
+    PLANNER_RETURN_IF_ERROR(moe_ ? mlp_->BackwardInput(dy, &dc, &sv->children[3]) : LeaveRegionBackward(sp_, mlp_.get(), dy, &dc, &sv->children[3]));
     PLANNER_RETURN_IF_ERROR(ln2_->BackwardInput(dc, &dr, &sv->children[2]));
     AddInto(dy, &dr);
     PLANNER_RETURN_IF_ERROR(LeaveRegionBackward(sp_, attn_.get(), dr, &da, &sv->children[1]));
@@ -363,9 +454,11 @@ class SeqBlock final : public LayerKernel {
   }
   std::vector<Param*> Params() override { return JoinParams({ln1_.get(), attn_.get(), ln2_.get(), mlp_.get()}); }
   KernelFlops Flops(int64_t b) const override { return SumFlops({attn_.get(), mlp_.get()}, b); }
+  double TakeAuxLoss() override { return mlp_->TakeAuxLoss(); }
 
  private:
   SeqParallel sp_;
+  bool moe_ = false;  // mlp_ is a SeqMoe
   std::unique_ptr<LayerKernel> ln1_, attn_, ln2_, mlp_;
 };
 
@@ -389,6 +482,7 @@ class SeqHead final : public LayerKernel {
   Status BackwardWeight(Saved* s) override { return inner_->BackwardWeight(s); }
   std::vector<Param*> Params() override { return inner_->Params(); }
   KernelFlops Flops(int64_t b) const override { return inner_->Flops(b); }
+  double TakeAuxLoss() override { return inner_->TakeAuxLoss(); }
 
  private:
   std::unique_ptr<LayerKernel> inner_;
@@ -483,7 +577,10 @@ Status MakeSeqParallelKernel(const Layer& l, const KernelOptions& o, const SeqPa
     eo.tp_group = nullptr;
     PLANNER_RETURN_IF_ERROR(MakeKernel(l, eo, &k));
     *out = std::make_unique<SeqEmbedding>(std::move(k), sp, sp.sp ? nullptr : o.tp_group, s);
-  } else if (l.type == "transformer_block") {
+  } else if (l.type == "transformer_block" || l.type == "moe_block") {
+    if (sp.cp > 1 && (l.type == "moe_block" || l.attrs.Int("kv_lora_rank", 0) > 0)) {
+      return Status::NotSupported(fmt::format("layer '{}': MoE and MLA blocks run without context parallelism on CPU ranks; solve with cp 1", l.name));
+    }
     auto b = std::make_unique<SeqBlock>();
     PLANNER_RETURN_IF_ERROR(b->Init(l, o, sp));
     *out = std::move(b);
@@ -502,7 +599,7 @@ Status MakeSeqParallelKernel(const Layer& l, const KernelOptions& o, const SeqPa
     if (sp.cp == 1) *out = std::move(k);
     else *out = std::make_unique<CpLoss>(std::move(k), sp);
   } else {
-    return Status::NotSupported(fmt::format("layer '{}': type '{}' has no sequence- or context-parallel kernel (embedding, transformer_block, layernorm, rmsnorm, dropout, lm_head and loss have); use transformer_block layers or cp 1 and sequence_parallel false", l.name,
+    return Status::NotSupported(fmt::format("layer '{}': type '{}' has no sequence- or context-parallel kernel (embedding, transformer_block, moe_block, layernorm, rmsnorm, dropout, lm_head and loss have); use transformer_block layers or cp 1 and sequence_parallel false", l.name,
                                             l.type));
   }
   return Status::OK();

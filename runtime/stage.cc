@@ -12,7 +12,7 @@ void CopyIntoTensor(const std::vector<float>& v, Tensor* t) {
 }
 
 Status Stage::Build(const LaunchPlan& L, const ModelSpec& model, const LaunchLayout& layout, int64_t rank, Device dev, TpGroup* tp_group,
-                    const SeqParallel& seq) {
+                    const SeqParallel& seq, ExpertGroup* ep_group) {
   launch_ = &L;
   seq_ = seq;
   model_ = &model;
@@ -24,6 +24,12 @@ Status Stage::Build(const LaunchPlan& L, const ModelSpec& model, const LaunchLay
   base.tp_size = L.tp;
   base.tp_rank = me.tp_rank;
   base.tp_group = L.tp > 1 ? tp_group : nullptr;
+  base.ep_size = L.ep;
+  base.ep_rank = L.ep > 1 ? RankInGroup(L.ep_groups, rank) : 0;
+  base.ep_group = L.ep > 1 ? ep_group : nullptr;
+  base.etp = L.etp;
+  // A microbatch's aux loss weighs b / B in the global batch's mean loss (Megatron: 1 / microbatches, averaged over DP).
+  base.aux_loss_scale = static_cast<double>(L.microbatch_size) / static_cast<double>(std::max<int64_t>(1, L.global_batch));
   for (int64_t c = 0; c * layout.positions < layout.stages; ++c) PLANNER_RETURN_IF_ERROR(BuildChunk(ChunkStage(layout.schedule, c, me.stage, layout.positions), base));
   MakeBucket();
   return Status::OK();
@@ -46,17 +52,24 @@ Status Stage::BuildChunk(int64_t q, const KernelOptions& base) {
   return Status::OK();
 }
 
-// Every gradient becomes a view into one bucket, in chunk, layer and parameter order.
+// Every gradient becomes a view into one bucket, in chunk, layer and parameter order; the routed experts'
+// (summed over another group) into a second one in the same order.
 void Stage::MakeBucket() {
-  grad_elems_ = 0;
-  for (Param* prm : params_) grad_elems_ += prm->grad.numel();
+  grad_elems_ = expert_grad_elems_ = 0;
+  for (Param* prm : params_) (prm->expert ? expert_grad_elems_ : grad_elems_) += prm->grad.numel();
   bucket_ = Tensor::Zeros({std::max<int64_t>(1, grad_elems_)}, device_);
-  int64_t off = 0;
+  if (expert_grad_elems_ > 0) expert_bucket_ = Tensor::Zeros({expert_grad_elems_}, device_);
+  int64_t off = 0, eoff = 0;
   for (Chunk& c : chunks_) {
     c.segment.offset = off;
     for (auto& k : c.kernels) {
       BucketSegment seg{off, 0};
       for (Param* prm : k->Params()) {
+        if (prm->expert) {
+          prm->grad = expert_bucket_.View(eoff, prm->grad.shape());
+          eoff += prm->grad.numel();
+          continue;
+        }
         prm->grad = bucket_.View(off, prm->grad.shape());
         off += prm->grad.numel();
       }

@@ -37,8 +37,11 @@ class Stage {
   // Builds the chunks of `rank` (its position, tp rank) on `device`; `tp_group` is handed to the
   // kernels when the launch has tensor parallelism; with sequence or context parallelism
   // (seq.active()) the kernels of runtime/sequence_parallel.h on the rank's share of the sequence.
+  // With ep > 1 the MoE layers hold the rank's experts (its index in launch.yaml's expert_parallel group) and
+  // dispatch over `ep_group`; their gradients live in a second bucket (expert_bucket), summed over the
+  // expert-data-parallel group instead of the data-parallel one.
   Status Build(const LaunchPlan& launch, const ModelSpec& model, const LaunchLayout& layout, int64_t rank, Device device, TpGroup* tp_group,
-               const SeqParallel& seq = {});
+               const SeqParallel& seq = {}, ExpertGroup* ep_group = nullptr);
 
   Device device() const { return device_; }
   bool Holds(int64_t q) const;
@@ -49,6 +52,9 @@ class Stage {
   // The flat gradient bucket and its size (elements).
   float* bucket() { return bucket_.data(); }
   int64_t grad_elems() const { return grad_elems_; }
+  // The routed experts' gradients (MoE), after the bucket's; empty without experts.
+  float* expert_bucket() { return expert_bucket_.data(); }
+  int64_t expert_grad_elems() const { return expert_grad_elems_; }
   // Activation shapes [b, ...] at virtual stage q's input and output (TP shards of the logits).
   std::vector<int64_t> InShape(int64_t q) const;
   std::vector<int64_t> OutShape(int64_t q) const;
@@ -66,8 +72,8 @@ class Stage {
   int64_t positions_ = 1;
   std::vector<Chunk> chunks_;
   std::vector<Param*> params_;
-  Tensor bucket_;
-  int64_t grad_elems_ = 0;
+  Tensor bucket_, expert_bucket_;
+  int64_t grad_elems_ = 0, expert_grad_elems_ = 0;
 };
 
 // Host values into a tensor of either device (sizes must match).

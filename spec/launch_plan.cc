@@ -99,6 +99,14 @@ Status AssignPrograms(LaunchPlan* L) {
   return Status::OK();
 }
 
+int64_t RankInGroup(const std::vector<std::vector<int64_t>>& groups, int64_t rank) {
+  for (const auto& g : groups) {
+    auto it = std::find(g.begin(), g.end(), rank);
+    if (it != g.end()) return it - g.begin();
+  }
+  return 0;
+}
+
 std::string LaunchPlanToYaml(const LaunchPlan& p) {
   std::string o = "# Written by planner codegen; read by every rank of planner run (docs/formats.md).\n";
   o += "format_version: 1\n";
@@ -107,6 +115,7 @@ std::string LaunchPlanToYaml(const LaunchPlan& p) {
   o += fmt::format("tp: {}\npp: {}\ndp: {}\n", p.tp, p.pp, p.dp);
   // Written only when used, so that launch files of plans without them keep their form.
   if (p.cp > 1 || p.sequence_parallel) o += fmt::format("cp: {}\nsequence_parallel: {}\n", p.cp, p.sequence_parallel ? "true" : "false");
+  if (p.ep > 1) o += fmt::format("ep: {}\netp: {}\n", p.ep, p.etp);
   o += fmt::format("config: \"{}\"\n", p.config);
   o += fmt::format("microbatch_size: {}\nnum_microbatches: {}\nglobal_batch: {}\ngpus_per_node: {}\n", p.microbatch_size,
                    p.num_microbatches, p.global_batch, p.gpus_per_node);
@@ -122,6 +131,7 @@ std::string LaunchPlanToYaml(const LaunchPlan& p) {
                      "predicted_p2p_seconds: {:.9g}, predicted_dp_allreduce_seconds: {:.9g}, predicted_peak_memory_bytes: {:.9g}}}\n",
                      s.first_layer, s.last_layer, s.replicas, s.chunk, s.predicted_compute_s, s.predicted_forward_s, s.predicted_backward_input_s,
                      s.predicted_backward_weight_s, s.predicted_p2p_s, s.predicted_dp_allreduce_s, s.predicted_peak_memory_bytes);
+    if (s.predicted_ep_comm_s > 0) o.insert(o.size() - 2, fmt::format(", predicted_ep_comm_seconds: {:.9g}", s.predicted_ep_comm_s));
   }
   o += "ranks:\n";
   for (const auto& r : p.ranks) {
@@ -130,7 +140,8 @@ std::string LaunchPlanToYaml(const LaunchPlan& p) {
                      r.local_device, r.stage, r.replica, r.tp_rank, cp_rank, List(r.prev), List(r.next));
   }
   o += "groups:\n" + Groups("tensor_parallel", p.tp_groups) + Groups("data_parallel", p.dp_groups) + Groups("pipeline", p.pp_groups) +
-       (p.cp_groups.empty() ? "" : Groups("context_parallel", p.cp_groups));
+       (p.cp_groups.empty() ? "" : Groups("context_parallel", p.cp_groups)) + (p.ep_groups.empty() ? "" : Groups("expert_parallel", p.ep_groups)) +
+       (p.edp_groups.empty() ? "" : Groups("expert_data_parallel", p.edp_groups));
   // The actions of each distinct program (docs/formats.md has the grammar).
   o += p.programs.empty() ? "programs: []\n" : "programs:\n";
   for (const auto& g : p.programs) {
@@ -145,7 +156,7 @@ Status ParseLaunchPlan(const std::string& path, const std::string& text, LaunchP
   YamlReader r(path);
   PLANNER_RETURN_IF_ERROR(r.RequireMap(root, "launch plan"));
   PLANNER_RETURN_IF_ERROR(r.CheckKeys(root, "", {"format_version", "model_file", "model_digest", "plan_digest", "device", "schedule", "interleave",
-                                                 "tp", "pp", "dp", "cp", "sequence_parallel", "config", "microbatch_size", "num_microbatches", "global_batch",
+                                                 "tp", "pp", "dp", "cp", "sequence_parallel", "ep", "etp", "config", "microbatch_size", "num_microbatches", "global_batch",
                                                  "gpus_per_node", "predicted", "run", "stages", "ranks", "groups", "programs"}));
   LaunchPlan p;
   p.path = path;
@@ -165,6 +176,8 @@ Status ParseLaunchPlan(const std::string& path, const std::string& text, LaunchP
   PLANNER_RETURN_IF_ERROR(r.GetInt(root, "dp", "dp", &p.dp, true, 1));
   PLANNER_RETURN_IF_ERROR(r.GetInt(root, "cp", "cp", &p.cp, false, 1));
   PLANNER_RETURN_IF_ERROR(r.GetBool(root, "sequence_parallel", "sequence_parallel", &p.sequence_parallel, false));
+  PLANNER_RETURN_IF_ERROR(r.GetInt(root, "ep", "ep", &p.ep, false, 1));
+  PLANNER_RETURN_IF_ERROR(r.GetInt(root, "etp", "etp", &p.etp, false, 1));
   if (p.sequence_parallel && p.tp < 2) return r.FieldError(root["sequence_parallel"], "sequence_parallel", "needs tp >= 2; set it false or raise tp");
   PLANNER_RETURN_IF_ERROR(r.GetString(root, "config", "config", &p.config, false));
   PLANNER_RETURN_IF_ERROR(r.GetInt(root, "microbatch_size", "microbatch_size", &p.microbatch_size, true, 1));
@@ -202,7 +215,7 @@ Status ParseLaunchPlan(const std::string& path, const std::string& text, LaunchP
     PLANNER_RETURN_IF_ERROR(r.CheckKeys(st[i], f, {"first_layer", "last_layer", "replicas", "chunk", "predicted_compute_seconds",
                                                    "predicted_forward_seconds", "predicted_backward_input_seconds",
                                                    "predicted_backward_weight_seconds", "predicted_p2p_seconds",
-                                                   "predicted_dp_allreduce_seconds", "predicted_peak_memory_bytes"}));
+                                                   "predicted_dp_allreduce_seconds", "predicted_peak_memory_bytes", "predicted_ep_comm_seconds"}));
     LaunchStage s;
     PLANNER_RETURN_IF_ERROR(r.GetInt(st[i], "first_layer", f + ".first_layer", &s.first_layer, true, 0));
     PLANNER_RETURN_IF_ERROR(r.GetInt(st[i], "last_layer", f + ".last_layer", &s.last_layer, true, 0));
@@ -217,6 +230,7 @@ Status ParseLaunchPlan(const std::string& path, const std::string& text, LaunchP
                                         false, 0, false));
     PLANNER_RETURN_IF_ERROR(r.GetDouble(st[i], "predicted_peak_memory_bytes", f + ".predicted_peak_memory_bytes", &s.predicted_peak_memory_bytes,
                                         false, 0, false));
+    PLANNER_RETURN_IF_ERROR(r.GetDouble(st[i], "predicted_ep_comm_seconds", f + ".predicted_ep_comm_seconds", &s.predicted_ep_comm_s, false, 0, false));
     if (s.last_layer < s.first_layer) return r.FieldError(st[i], f + ".last_layer", "is before first_layer");
     if (!p.stages.empty() && s.first_layer != p.stages.back().last_layer + 1 && s.chunk == p.stages.back().chunk) {
       return r.FieldError(st[i], f + ".first_layer", fmt::format("stages must be contiguous: expected {}", p.stages.back().last_layer + 1));
@@ -259,7 +273,7 @@ Status ParseLaunchPlan(const std::string& path, const std::string& text, LaunchP
   std::sort(p.ranks.begin(), p.ranks.end(), [](const LaunchRank& a, const LaunchRank& b) { return a.rank < b.rank; });
   const YAML::Node& g = root["groups"];
   if (g.IsDefined()) {
-    PLANNER_RETURN_IF_ERROR(r.CheckKeys(g, "groups", {"tensor_parallel", "data_parallel", "pipeline", "context_parallel"}));
+    PLANNER_RETURN_IF_ERROR(r.CheckKeys(g, "groups", {"tensor_parallel", "data_parallel", "pipeline", "context_parallel", "expert_parallel", "expert_data_parallel"}));
     auto read = [&](const char* key, std::vector<std::vector<int64_t>>* groups) -> Status {
       const YAML::Node& x = g[key];
       if (!x.IsDefined()) return Status::OK();
@@ -283,6 +297,15 @@ Status ParseLaunchPlan(const std::string& path, const std::string& text, LaunchP
     PLANNER_RETURN_IF_ERROR(read("data_parallel", &p.dp_groups));
     PLANNER_RETURN_IF_ERROR(read("pipeline", &p.pp_groups));
     PLANNER_RETURN_IF_ERROR(read("context_parallel", &p.cp_groups));
+    PLANNER_RETURN_IF_ERROR(read("expert_parallel", &p.ep_groups));
+    PLANNER_RETURN_IF_ERROR(read("expert_data_parallel", &p.edp_groups));
+  }
+  if (p.ep < 1 || p.etp < 1) return r.FieldError(root["ep"], "ep", fmt::format("ep {} and etp {} must be >= 1", p.ep, p.etp));
+  if (p.ep > 1 && (p.ep_groups.empty() || p.edp_groups.empty())) {
+    return r.FieldError(root["ep"], "ep", "ep > 1 needs groups.expert_parallel and groups.expert_data_parallel; regenerate with planner codegen");
+  }
+  for (const auto& eg : p.ep_groups) {
+    if (static_cast<int64_t>(eg.size()) != p.ep) return r.FieldError(root["groups"], "groups.expert_parallel", fmt::format("a group of {} ranks, not ep = {}", eg.size(), p.ep));
   }
   PLANNER_RETURN_IF_ERROR(ReadPrograms(r, root, &p));
   // Checked where launch.yaml is read: a hand-edited program is refused here, naming the action

@@ -37,6 +37,7 @@ struct LaunchStage {
   double predicted_forward_s = 0, predicted_backward_input_s = 0, predicted_backward_weight_s = 0, predicted_p2p_s = 0;
   double predicted_dp_allreduce_s = 0;      // per iteration, the gradient all-reduce of the stage's replica group
   double predicted_peak_memory_bytes = 0;   // per device, in the plan's dtype and optimizer state
+  double predicted_ep_comm_s = 0;           // per iteration, the MoE layers' all-to-alls (0: the plan has no prediction)
 };
 
 struct LaunchRun {
@@ -62,6 +63,9 @@ struct LaunchPlan {
   int64_t tp = 1, pp = 1, dp = 1;
   int64_t cp = 1;                 // context parallelism (ring attention over the CP group)
   bool sequence_parallel = false; // Megatron's sequence parallelism with TP
+  // Expert parallelism (MoE layers; MOE.md's folding): within a stage the tp x cp x dp ranks, i = tp_rank + t (cp_rank
+  // + cp replica), are read as i = etp_rank + etp (ep_rank + ep edp_rank).
+  int64_t ep = 1, etp = 1;
   std::string config;
   int64_t microbatch_size = 1, num_microbatches = 1, global_batch = 1;
   int64_t gpus_per_node = 1;
@@ -70,6 +74,9 @@ struct LaunchPlan {
   // dp_groups: the ranks holding the same weights, whose gradients are summed (dp x cp: Megatron's
   // data-parallel group with context parallelism); cp_groups: the ring of each sequence.
   std::vector<std::vector<int64_t>> tp_groups, dp_groups, pp_groups, cp_groups;
+  // ep_groups: the ranks that exchange tokens (rank k of a group holds experts [k E / ep, (k+1) E / ep));
+  // edp_groups: the ranks holding the same experts, whose expert gradients are summed (ep > 1 only).
+  std::vector<std::vector<int64_t>> ep_groups, edp_groups;
   LaunchRun run;
   double predicted_iteration_s = 0, predicted_bubble_fraction = 0;
   // One program per distinct (pipeline position, replica) (dp_solver/programs.h):
@@ -93,6 +100,9 @@ int64_t PeerRank(const LaunchPlan& L, const LaunchRank& me, const Action& a);
 int64_t FindProgram(const LaunchPlan& L, const LaunchRank& rank);
 // Sets every rank's `program`; InvalidArgument unless every rank has exactly one.
 Status AssignPrograms(LaunchPlan* L);
+
+// The index of `rank` in its group of `groups` (its EP rank for ep_groups); 0 when no group holds it.
+int64_t RankInGroup(const std::vector<std::vector<int64_t>>& groups, int64_t rank);
 
 std::string LaunchPlanToYaml(const LaunchPlan& plan);
 Status ParseLaunchPlan(const std::string& path, const std::string& text, LaunchPlan* out);

@@ -38,11 +38,22 @@ class TpGroup {
   virtual Status AllReduceMax(float* data, int64_t count) = 0;
 };
 
+// The expert-parallel group of an MoE layer (runtime/rank_comms.h adapts a Communicator), with
+// MOE.md's Communicator::AllToAllV signature: every rank sends send_counts[j] floats (from send at
+// send_displs[j]) to rank j and receives recv_counts[j] floats from rank j into recv at recv_displs[j].
+class ExpertGroup {
+ public:
+  virtual ~ExpertGroup() = default;
+  virtual Status AllToAllV(const float* send, const std::vector<int64_t>& send_counts, const std::vector<int64_t>& send_displs, float* recv,
+                           const std::vector<int64_t>& recv_counts, const std::vector<int64_t>& recv_displs) = 0;
+};
+
 struct Param {
   std::string name;
   Tensor value;
   Tensor grad;
   bool tp_sharded = false;  // each TP rank holds a different part (else a replica, equal on all TP ranks)
+  bool expert = false;      // a routed expert's weight: held by one EP rank; gradients summed over the expert-data-parallel group
 };
 
 struct Saved {
@@ -67,6 +78,21 @@ struct KernelOptions {
   TpGroup* tp_group = nullptr;   // nullptr: shard alone, all-reduces skipped
   uint64_t seed = 1;             // parameter init and dropout masks
   bool causal = true;            // attention mask (GPT)
+  // Expert parallelism (moe_block): rank ep_rank of ep holds experts [ep_rank E / ep, (ep_rank + 1) E / ep)
+  // and dispatches tokens over ep_group (nullptr only when ep == 1).
+  int64_t ep_rank = 0;
+  int64_t ep_size = 1;
+  ExpertGroup* ep_group = nullptr;
+  // Expert tensor parallelism: 1 (each expert whole on its EP rank) or tp_size (each expert cut over the TP
+  // group like the dense MLP; every TP rank dispatches all its tokens to the EP peers of its own TP rank).
+  int64_t etp = 1;
+  // Weight of one microbatch's auxiliary (load-balancing) loss in the objective the backward differentiates:
+  // b / B when the loss is the global batch's mean (Megatron scales it by 1 / microbatches and averages over DP).
+  double aux_loss_scale = 1.0;
+  // Sequence parallelism: the token_group_size ranks that share each microbatch's sequence (each holding its
+  // own tokens); an MoE layer sums its load-balancing statistics over them, so the aux loss is the sequence's.
+  TpGroup* token_group = nullptr;
+  int64_t token_group_size = 1;
 };
 
 class LayerKernel {
@@ -84,6 +110,9 @@ class LayerKernel {
   virtual void SetTargets(const Tensor& targets) { (void)targets; }
   // Flops of one pass at microbatch b (the kernel's own count).
   virtual KernelFlops Flops(int64_t b) const = 0;
+  // MoE layers: the sum of the auxiliary (load-balancing) losses of the forwards since the last call (each
+  // microbatch's, unscaled), then reset; 0 for every other layer. Composite kernels add their parts'.
+  virtual double TakeAuxLoss() { return 0; }
   void ZeroGrads();
 };
 

@@ -80,6 +80,11 @@ printf 'format_version: 1\nname: six\ndtype: bf16\nglobal_batch: 64\ngpt: {layer
 if $PLANNER -q solve --gpus 16 --model "$T/six.yaml" --cluster "$SRC/configs/clusters/dgx-h100.yaml" --tp 8 --pp 2 --vp 2 --microbatch 1 -o "$T/six.plan.yaml" >/dev/null 2>"$T/six.err"; then pass=$((pass+1)); else echo "FAIL six: solve"; cat "$T/six.err"; fail=$((fail+1)); fi
 check six "$T/six.plan.yaml" "account_embedding_loss: true"
 expect_codegen six "$T/six.plan.yaml"
-check six "$T/six/megatron.args" "--account-for-embedding-in-pipeline-split" "--account-for-loss-in-pipeline-split" "--num-layers-per-virtual-pipeline-stage 2"
+# Megatron's --account-for-* flags split by its own rule; the plan's split is exported exactly as a
+# pipeline layout (chunks in model order, chunk q on pipeline rank q mod pp) and nothing else.
+check six "$T/six/megatron.args" "--pipeline-model-parallel-layout Et|tt|tt|tL"
+for flag in --account-for-embedding-in-pipeline-split --account-for-loss-in-pipeline-split --num-layers-per-virtual-pipeline-stage; do
+  if grep -qF -- "$flag" "$T/six/megatron.args"; then echo "FAIL six: $flag with a pipeline layout"; fail=$((fail+1)); else pass=$((pass+1)); fi
+done
 echo "codegen: $pass passed, $fail failed"
 [ $fail = 0 ]

@@ -81,6 +81,40 @@ fi
 case_grad pp2-dp2-mlp 4 mlp-small dgx-a100 --pp 2 --tp 1 --schedule 1f1b --global-batch 64
 case_grad pp4-dualpipev-mlp 4 mlp-small dgx-a100 --pp 4 --tp 1 --schedule dualpipev --global-batch 64
 
+# MoE (configs/models/tiny-moe.yaml: a dense block, then 2 MoE blocks of 4 experts, top-2, a shared
+# expert and the aux loss; tiny-moe-mla.yaml: MLA in every block, sigmoid router with route groups):
+# ep 2 (dp 2 folded into it), pp 2 x ep 2 and ep 2 with MLA give every gradient file of one process
+# (each expert's from the rank that holds it); tp 2 + SP x ep 2 the gradient norm and 3 steps' losses.
+# The report has the all-to-all row (5 per MoE layer and microbatch) against the plan's prediction.
+case_grad moe-ep2 2 tiny-moe local-cpu --ep 2 --tp 1 --pp 1
+python3 - moe-ep2 <<'PY' && ok || bad "moe all-to-all row: $(grep -A3 'Expert parallelism' moe-ep2/runs/multi/report.md)"
+import re, sys
+d = sys.argv[1]
+m = int(re.search(r"^num_microbatches: (\d+)", open(f"{d}/launch.yaml").read(), re.M).group(1))
+row = re.search(r"^\| 0 \| (\d+) \| [0-9.]+ [mun]?s \| [0-9.]+ [mun]?s \|$", open(f"{d}/runs/multi/report.md").read(), re.M)
+sys.exit(0 if row and int(row.group(1)) == 2 * 5 * m else 1)
+PY
+case_grad moe-pp2-ep2 4 tiny-moe dgx-a100 --ep 2 --pp 2 --tp 1 --schedule 1f1b
+case_grad moe-mla-ep2 2 tiny-moe-mla local-cpu --ep 2 --tp 1 --pp 1
+$PLANNER -q solve --gpus 4 --model $M/tiny-moe.yaml --cluster $C/dgx-a100.yaml --tp 2 --pp 1 --ep 2 --etp 1 --sp on -o moetp2.plan.yaml >/dev/null \
+  && grep -q '^sequence_parallel: true$' moetp2.plan.yaml && $PLANNER -q codegen moetp2.plan.yaml -o moetp2 --iterations 3 \
+  && timeout 180 mpirun --oversubscribe -np 4 $PLANNER -q run moetp2 --dump-gradients --run-id multi >/dev/null 2>moetp2.err \
+  && $PLANNER -q run moetp2 --reference --dump-gradients --run-id single >/dev/null 2>>moetp2.err && python3 - moetp2 <<'PY' && ok || { bad "tiny-moe tp2 + SP x ep2"; tail -3 moetp2.err; }
+import csv, sys
+d = sys.argv[1]
+g = [float(open(f"{d}/runs/{r}/grad_norm.txt").read()) for r in ("multi", "single")]
+l = [[float(x["loss"]) for x in csv.DictReader(open(f"{d}/runs/{r}/metrics.csv"))] for r in ("multi", "single")]
+rel, dl = abs(g[0] - g[1]) / g[1], max(abs(a - b) for a, b in zip(*l))
+print(f"{d}: gradient norm {g[0]:.6e} vs {g[1]:.6e} (rel {rel:.1e}); losses differ by {dl:.1e} at most")
+sys.exit(0 if rel < 1e-5 and dl < 1e-4 and len(l[0]) == 3 else 1)
+PY
+
+# A capacity factor (token dropping) is refused by the runtime (dropless only): one error line naming the layer, exit 2.
+sed 's/aux_loss: 0.01}/aux_loss: 0.01, capacity_factor: 1.25}/' $M/tiny-moe.yaml > cap.yaml
+$PLANNER -q solve --gpus 1 --model cap.yaml --cluster $C/local-cpu.yaml -o cap.plan.yaml >/dev/null && $PLANNER -q codegen cap.plan.yaml -o cap --iterations 1 \
+  && { $PLANNER -q run cap 2>cap.err; [ $? = 2 ] && [ "$(wc -l < cap.err)" = 1 ] && grep -q "^planner: error: layer 'block1': capacity_factor 1.25 is not 0" cap.err; } \
+  && ok || bad "capacity factor: $(cat cap.err)"
+
 # Tensor parallelism (heads, ffn and vocabulary split over 2 ranks): the same global gradient
 # norm after one step and the same losses over 3 steps as one process (shards are slices of the
 # single process's weights).
