@@ -44,6 +44,7 @@ expect "recompute modules" 0 "recompute selective:core_attn+layernorm+mlp" -- $P
 [ "$(grep -A3 '^recompute_modules:' rm.plan.yaml | tr -d ' \n')" = 'recompute_modules:-"core_attn"-"layernorm"-"mlp"' ] && pass=$((pass+1)) || { echo "FAIL plan field recompute_modules"; grep recompute rm.plan.yaml; fail=$((fail+1)); }
 expect "recompute modules codegen" 0 "" -- $PLANNER codegen rm.plan.yaml -o rmL
 grep -qF -- "--recompute-modules core_attn layernorm mlp" rmL/megatron.args && grep -qF -- "--recompute-granularity selective" rmL/megatron.args && pass=$((pass+1)) || { echo "FAIL megatron.args recompute modules"; grep recompute rmL/megatron.args; fail=$((fail+1)); }
+expect "deepseek modules on an MLA MoE model" 0 "recompute selective:core_attn+layernorm+mla_up_proj+moe_act" -- $PLANNER solve --gpus 2 --model $M/tiny-moe-mla.yaml --cluster $C/local-cpu.yaml --recompute selective --recompute-modules core_attn,layernorm,mla_up_proj,moe_act
 expect "fp8 layernorm recompute" 0 "recompute selective:core_attn+layernorm" -- $PLANNER solve --gpus 8 --model $M/gpt2-small.yaml --cluster $C/h800.yaml --precision fp8 --recompute selective --recompute-modules core_attn,layernorm -o rm8.plan.yaml
 expect "fp8 layernorm recompute codegen" 0 "" -- $PLANNER codegen rm8.plan.yaml -o rm8L
 grep -qF -- "--fp8-recipe blockwise" rm8L/megatron.args && ! grep -qF -- "--fp8-recipe" rmL/megatron.args && pass=$((pass+1)) || { echo "FAIL megatron.args fp8 recipe for layernorm recompute"; grep fp8 rm8L/megatron.args; fail=$((fail+1)); }
