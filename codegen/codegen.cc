@@ -514,7 +514,10 @@ void AddMegatronArgs(const Plan& plan, const ModelSpec& model, const LaunchPlan&
   } else if (plan.recompute == Recompute::kFull) {
     mg += "--recompute-granularity full\n--recompute-method uniform\n--recompute-num-layers 1\n";
   }
-  if (plan.recompute == Recompute::kSelective) mg += "--recompute-granularity selective\n";
+  if (plan.recompute == Recompute::kSelective) {
+    mg += "--recompute-granularity selective\n";
+    if (plan.recompute_modules != kDefaultRecomputeModules) mg += fmt::format("--recompute-modules {}\n", fmt::join(RecomputeModuleList(plan.recompute_modules), " "));
+  }
   MegatronShardingArgs(plan, L, &mg);
   const std::string refused = MegatronRefusal(plan, model, L);
   if (!refused.empty()) {
@@ -525,6 +528,10 @@ void AddMegatronArgs(const Plan& plan, const ModelSpec& model, const LaunchPlan&
   if (model.dtype == DType::kFp16) mg += "--fp16\n";
   if (model.dtype == DType::kBf16) mg += "--bf16\n";
   if (model.dtype == DType::kFp8) mg += "--bf16\n--fp8-format hybrid\n";  // Transformer Engine FP8 GEMMs, bf16 elsewhere
+  // moe_act / layernorm recompute under FP8: Megatron-Core refuses its default delayed-scaling recipe there
+  // (transformer_config.py); blockwise is DeepSeek-V3's fine-grained (1 x 128, 128 x 128) quantization.
+  const uint32_t fp8_refused = RecomputeBit(RecomputeModule::kMoeAct) | RecomputeBit(RecomputeModule::kLayernorm);
+  if (model.dtype == DType::kFp8 && plan.recompute == Recompute::kSelective && (plan.recompute_modules & fp8_refused) != 0) mg += "--fp8-recipe blockwise\n";
   if (L.schedule == Schedule::kZbH1) notes->push_back("megatron.args: ZB-H1 has no Megatron-LM flag; the exported settings run 1F1B");
   if (L.schedule == Schedule::kDualPipeV) {
     notes->push_back("megatron.args: Megatron-LM has no DualPipeV schedule; the exported settings run interleaved 1F1B with 2 chunks per rank (the same chunks, "

@@ -127,6 +127,8 @@ SearchSpace MakeSearchSpace(const CostSource& src, const SearchOptions& o, int64
   for (Recompute rc : {Recompute::kNone, Recompute::kFull}) {
     if (sp.block && std::find(sp.recompute.begin(), sp.recompute.end(), rc) == sp.recompute.end()) sp.recompute.push_back(rc);
   }
+  // Selective recompute: the forced modules, else core_attn (Megatron's default).
+  sp.selective_modules = {o.recompute_modules != 0 ? o.recompute_modules : kDefaultRecomputeModules};
   return sp;
 }
 
@@ -231,6 +233,7 @@ std::vector<Candidate> UniformCandidates(const SearchSpace& sp, const SearchOpti
         k.account = account;
         k.ep = table.ep;
         k.etp = table.etp;
+        k.rc_modules = table.recompute_modules;
         out.push_back(k);
       }
     }

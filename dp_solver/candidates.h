@@ -28,6 +28,7 @@ struct SearchSpace {
   std::vector<Recompute> recompute;   // the cost tables built (block recompute needs none and full)
   std::vector<Recompute> ranked;      // the recomputes ranked as themselves
   bool block = false;                 // block recompute (gpt models: the first N blocks of each chunk)
+  std::vector<uint32_t> selective_modules;  // the module sets selective recompute's tables are built with
   std::vector<int64_t> cp;            // context-parallel sizes
   std::vector<int> sp;                // sequence parallelism off (0) / on (1); on only applies at tp > 1
   int64_t seq = 0;                    // tokens per sample (0: not a sequence model)
@@ -78,6 +79,7 @@ struct Candidate {
   bool account = false;
   // Expert parallelism (the table's): ep x etp x edp = t x cp x d, edp the expert-data-parallel size.
   int64_t ep = 1, etp = 1;
+  uint32_t rc_modules = kDefaultRecomputeModules;  // selective recompute's modules (the table's)
   int64_t Edp() const { return t * cp * d / (ep * etp); }
 };
 

@@ -1,6 +1,7 @@
 #include "dp_solver/cost_model.h"
 
 #include <algorithm>
+#include <array>
 #include <cmath>
 
 #include <fmt/format.h>
@@ -33,6 +34,18 @@ bool HasAttention(const ModelSpec* model) {
   if (model == nullptr) return false;
   return std::any_of(model->layers.begin(), model->layers.end(),
                      [](const Layer& l) { return l.type == "transformer_block" || l.type == "moe_block" || l.type == "attention"; });
+}
+
+uint32_t ApplicableRecomputeModules(const ModelSpec* model) {
+  if (model == nullptr) return 0;
+  uint32_t mask = HasAttention(model) ? kDefaultRecomputeModules : 0;
+  for (const auto& l : model->layers) {
+    for (int i = 1; i < kRecomputeModuleCount; ++i) {
+      const RecomputeModuleCost& c = l.recompute_modules[static_cast<size_t>(i)];
+      if (c.stash_bytes > 0 || c.gemm_flops > 0 || c.mem_bytes > 0) mask |= 1u << i;
+    }
+  }
+  return mask;
 }
 
 int64_t ModelExperts(const ModelSpec* model) {
@@ -280,6 +293,7 @@ struct RowRates {
   int64_t t = 1, cp = 1;
   bool sp = false;
   Recompute rc = Recompute::kNone;
+  uint32_t modules = kDefaultRecomputeModules;  // selective recompute's (RecomputeBit mask)
   double peak_gemm = 0;             // FLOP/s of the GEMMs: the dtype's peak x its efficiency (fp8: the fp8 ones)
   double peak_other = 0;            // FLOP/s of the attention core (bf16 under fp8)
   double hbm = 0;                   // bytes/s of memory-bound work
@@ -315,19 +329,62 @@ bool InSequenceParallelRegion(const Layer& l) {
   return l.tp_shardable || l.type == "layernorm" || l.type == "rmsnorm" || l.type == "dropout";
 }
 
+// Whether selective recompute with `modules` drops module m's stash: moe's checkpoint holds
+// moe_act's and shared_experts' (counted once, under moe).
+bool DropsStash(uint32_t modules, RecomputeModule m) {
+  if (!HasRecomputeModule(modules, m)) return false;
+  return !((m == RecomputeModule::kMoeAct || m == RecomputeModule::kSharedExperts) && HasRecomputeModule(modules, RecomputeModule::kMoe));
+}
+
+// What selective recompute with `modules` drops beyond core_attn's default (negative: core_attn
+// not recomputed, its part kept): {stash, of it TP-replicated, of it routed experts'}.
+std::array<double, 3> ModuleStashDrop(const Layer& l, uint32_t modules) {
+  std::array<double, 3> d{0, 0, 0};
+  if (!HasRecomputeModule(modules, RecomputeModule::kCoreAttn)) d[0] -= l.recompute_modules[0].stash_bytes;
+  for (int i = 1; i < kRecomputeModuleCount; ++i) {
+    if (!DropsStash(modules, static_cast<RecomputeModule>(i))) continue;
+    const RecomputeModuleCost& c = l.recompute_modules[static_cast<size_t>(i)];
+    d[0] += c.stash_bytes;
+    d[1] += c.stash_tp_replicated;
+    d[2] += c.expert_stash_bytes;
+  }
+  return d;
+}
+
 // Bytes of one layer's stash on one GPU (docs/cost_model.md section 5).
 double StashBytes(const Layer& l, const RowRates& q, double tp_shard) {
   const bool sp = q.sp && InSequenceParallelRegion(l);
   const double seq_shard = (sp ? q.td : 1.0) * q.cpd;  // SP splits the replicated regions, CP every token
   const Recompute rc = q.rc;
-  const double stash = rc == Recompute::kFull ? l.stash_bytes_full : (rc == Recompute::kSelective ? l.stash_bytes_selective : l.stash_bytes);
+  double stash = rc == Recompute::kFull ? l.stash_bytes_full : (rc == Recompute::kSelective ? l.stash_bytes_selective : l.stash_bytes);
+  double tp_replicated = l.stash_bytes_tp_replicated;
+  if (rc == Recompute::kSelective && q.modules != kDefaultRecomputeModules) {
+    const std::array<double, 3> drop = ModuleStashDrop(l, q.modules);
+    stash -= drop[0];
+    tp_replicated -= drop[1];
+  }
   // Full recompute keeps each layer's input whole on every TP rank (Korthikanti Table 2: 2sbh,
   // /t with SP); the lm_head is not recomputed and keeps its input, replicated without SP.
   if ((rc == Recompute::kFull && l.type != "loss") || l.type == "lm_head") return q.bd * stash / seq_shard;
   // The loss is not recomputed either: its fp32 logits stay split over the TP ranks as without
   // recompute (vocab-parallel cross-entropy, 4sbV/t; Korthikanti 4.3).
-  const double replicated = std::min(stash, l.stash_bytes_tp_replicated);
+  const double replicated = std::min(stash, tp_replicated);
   return q.bd * (replicated / seq_shard + (stash - replicated) / (tp_shard * q.cpd));
+}
+
+// Selective recompute's MoE modules beyond the balanced FLOPs AnalyticRow costs: the busiest EP
+// rank's extra tokens in the re-run expert GEMMs, and moe's re-run all-to-alls and expert TP collectives.
+void AddMoeModuleRecompute(const Layer& l, const RowRates& q, const MoeLayerCost& m, double shard, double a2a_f, LayerCostRow* r) {
+  const double extra = m.token_factor - 1;
+  double expert_gemm = 0;
+  for (int i = 1; i < kRecomputeModuleCount; ++i) {
+    if (HasRecomputeModule(q.modules, static_cast<RecomputeModule>(i))) expert_gemm += l.recompute_modules[static_cast<size_t>(i)].expert_gemm_flops;
+  }
+  r->backward_input_s += PassSeconds(q, shard, extra * expert_gemm, 0, 0);
+  if (!HasRecomputeModule(q.modules, RecomputeModule::kMoe)) return;
+  r->backward_input_s += a2a_f + m.etp_pass_s;
+  r->ep_comm_s += a2a_f;
+  r->tp_comm_s += m.etp_pass_s;
 }
 
 // An MoE layer's expert parallelism on top of its row costed as a layer of its totals (which hold the
@@ -355,10 +412,30 @@ void AddMoeCosts(const ClusterSpec& c, const Layer& l, const RowRates& q, double
     r->ep_comm_s += a2a_f;
     r->tp_comm_s += m.etp_pass_s;
   } else {
-    r->stash_bytes += extra * q.bd * l.expert_stash_bytes / (tp_shard * q.cpd);
+    const double expert_drop = q.rc == Recompute::kSelective ? ModuleStashDrop(l, q.modules)[2] : 0;
+    r->stash_bytes += extra * q.bd * (l.expert_stash_bytes - expert_drop) / (tp_shard * q.cpd);
   }
+  if (q.rc == Recompute::kSelective) AddMoeModuleRecompute(l, q, m, shard, a2a_f, r);
   r->params = (l.params - l.expert_params) / tp_shard + m.params;
   r->expert_params = m.params;
+}
+
+// Selective recompute's backward work: each module's re-run forward (core_attn: the attention core
+// and its softmax / dropout; the others their GEMMs at the GEMM rate, their memory-bound work and the
+// TP all-reduces of the regions they re-run, `ar` each). Adds those collectives to *tp_comm_s.
+double ModuleRecomputeSeconds(const Layer& l, const RowRates& q, double shard, double ar, double* tp_comm_s) {
+  double seconds = 0;
+  if (HasRecomputeModule(q.modules, RecomputeModule::kCoreAttn)) {
+    seconds += PassSeconds(q, shard, 0, l.selective_recompute_flops, l.selective_recompute_mem_bytes);
+  }
+  for (int i = 1; i < kRecomputeModuleCount; ++i) {
+    if (!HasRecomputeModule(q.modules, static_cast<RecomputeModule>(i))) continue;
+    const RecomputeModuleCost& c = l.recompute_modules[static_cast<size_t>(i)];
+    if (c.gemm_flops == 0 && c.core_flops == 0 && c.mem_bytes == 0) continue;
+    seconds += PassSeconds(q, shard, c.gemm_flops, c.core_flops, c.mem_bytes) + c.tp_collectives * ar;
+    *tp_comm_s += c.tp_collectives * ar;
+  }
+  return seconds;
 }
 
 // One analytic row (docs/cost_model.md section 2).
@@ -390,8 +467,7 @@ LayerCostRow AnalyticRow(const ClusterSpec& c, const Layer& l, const RowRates& q
     r.tp_comm_s += n_fwd * ar;
     r.cp_comm_s += cp_fwd;
   } else if (q.rc == Recompute::kSelective) {
-    // The attention core re-run: its FLOPs and its memory-bound work (softmax, dropout).
-    r.backward_input_s += PassSeconds(q, shard, 0, l.selective_recompute_flops, l.selective_recompute_mem_bytes);
+    r.backward_input_s += ModuleRecomputeSeconds(l, q, shard, n_fwd > 0 ? ar : 0, &r.tp_comm_s);
   }
   r.params = l.params / tp_shard;
   r.stash_bytes = StashBytes(l, q, tp_shard);
@@ -410,6 +486,7 @@ void AnalyticRows(const ModelSpec& m, const ClusterSpec& c, const TableShape& sh
   // norms sit between convolutions or plain linears, which SP does not split).
   q.sp = shape.sp && shape.tp > 1 && HasAttention(&m);
   q.rc = shape.recompute;
+  q.modules = shape.recompute_modules;
   q.bd = static_cast<double>(shape.microbatch);
   q.td = static_cast<double>(q.t);
   q.cpd = static_cast<double>(q.cp);
@@ -506,6 +583,7 @@ Status BuildCostTable(const CostSource& src, const TableShape& shape, const Cost
   table.microbatch = shape.microbatch;
   table.tp = shape.tp;
   table.recompute = shape.recompute;
+  table.recompute_modules = shape.recompute == Recompute::kSelective ? shape.recompute_modules : kDefaultRecomputeModules;
   table.ep = shape.ep;
   table.etp = shape.etp;
   if (src.profile == nullptr) {

@@ -52,6 +52,7 @@ struct CostTable {
   int64_t cp = 1;          // context-parallel size the rows are costed at
   bool sp = false;         // sequence parallelism the rows are costed with
   Recompute recompute = Recompute::kNone;
+  uint32_t recompute_modules = kDefaultRecomputeModules;  // selective recompute's modules (RecomputeBit mask)
   int64_t ep = 1, etp = 1;  // expert-parallel and expert tensor-parallel sizes the rows are costed at
   std::vector<LayerCostRow> rows;
   std::vector<std::string> names;
@@ -87,6 +88,9 @@ bool TpDegreeValid(const ModelSpec& model, int64_t t);
 // True when the model has attention (a transformer_block, moe_block or attention layer): what sequence
 // parallelism splits, selective recompute and context parallelism act on. False for nullptr.
 bool HasAttention(const ModelSpec* model);
+// The selective recompute modules that change anything on the model's layers (RecomputeBit mask):
+// core_attn with attention, mla_up_proj with MLA, moe / moe_act with MoE layers, ...; 0 for nullptr.
+uint32_t ApplicableRecomputeModules(const ModelSpec* model);
 // The routed experts of the model's MoE layers (the first MoE layer's; 0: a dense model).
 int64_t ModelExperts(const ModelSpec* model);
 // What BuildCostTable needs of its source: a cluster; a model or a profile;
@@ -100,6 +104,8 @@ struct TableShape {
   bool sp = false;                // sequence parallelism (only with tp > 1)
   Recompute recompute = Recompute::kNone;
   int64_t ep = 1, etp = 1;        // expert-parallel / expert tensor-parallel sizes (MoE layers)
+  // Selective recompute's modules (RecomputeBit mask; docs/cost_model.md section 5, "Recompute modules").
+  uint32_t recompute_modules = kDefaultRecomputeModules;
 };
 // Per-layer costs at (microbatch, tp, cp, sp, recompute, ep, etp) (docs/cost_model.md section 2,
 // "Expert parallelism"). InvalidArgument for ep > 1 or etp > 1 with a profile, and for an MoE

@@ -3,6 +3,7 @@
 #include <algorithm>
 
 #include <fmt/format.h>
+#include <fmt/ranges.h>
 
 #include "common/units.h"
 #include "dp_solver/search.h"
@@ -455,6 +456,12 @@ Plan Evaluator::UniformPlan(const Candidate& k, const Evaluation& x, const SimRe
   pl.interleave = k.v;
   pl.recompute = k.rc;
   pl.recompute_num_layers = k.rc_layers;
+  pl.recompute_modules = tables_[k.table].recompute_modules;
+  const uint32_t idle = k.rc == Recompute::kSelective ? pl.recompute_modules & ~ApplicableRecomputeModules(src_.model) : 0;
+  if (idle != 0 && src_.model != nullptr) {
+    pl.notes.push_back(fmt::format("recompute modules {} change nothing on model {} (no layer they apply to); Megatron-Core ignores them there too",
+                                   fmt::join(RecomputeModuleList(idle), ", "), src_.model->name));
+  }
   pl.account_embedding_loss = k.account;
   pl.zero_stage = static_cast<ZeroStage>(x.zero);  // 0..3: the fastest stage that fits (x.zero >= 0 here)
   PlanNotes(k, x.zero, o_.cost, &pl.notes);
@@ -608,8 +615,14 @@ void Evaluator::FillFlops(Recompute rc, Plan* pl) const {
   const double iter = pl->predicted.iteration_s, gpus = static_cast<double>(pl->gpus_used);
   const double batch = static_cast<double>(pl->global_batch);
   double hw = model->IterationFlops(batch, rc == Recompute::kFull);
-  if (rc == Recompute::kSelective) {
-    for (const auto& l : model->layers) hw += batch * l.selective_recompute_flops;
+  if (rc == Recompute::kSelective) {  // each module's re-run FLOPs (docs/cost_model.md section 5)
+    for (const auto& l : model->layers) {
+      if (HasRecomputeModule(pl->recompute_modules, RecomputeModule::kCoreAttn)) hw += batch * l.selective_recompute_flops;
+      for (int i = 1; i < kRecomputeModuleCount; ++i) {
+        const RecomputeModuleCost& c = l.recompute_modules[static_cast<size_t>(i)];
+        if (HasRecomputeModule(pl->recompute_modules, static_cast<RecomputeModule>(i))) hw += batch * (c.gemm_flops + c.core_flops);
+      }
+    }
   }
   const double mf = model->ModelFlops(batch);
   pl->model_parameters = model->TotalParams();

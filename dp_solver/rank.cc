@@ -21,7 +21,7 @@ void Ranking::Keep(Plan&& pl) {
   for (const auto& k : best_) {
     const Plan& q = k.plan;
     if (q.config == pl.config && q.tp == pl.tp && q.pp == pl.pp && q.cp == pl.cp && q.ep == pl.ep && q.etp == pl.etp && q.sequence_parallel == pl.sequence_parallel &&
-        q.schedule == pl.schedule && q.interleave == pl.interleave && q.recompute == pl.recompute && q.zero_stage == pl.zero_stage && std::fabs(k.iteration_s - iter) <= 1e-9 * iter) {
+        q.schedule == pl.schedule && q.interleave == pl.interleave && q.recompute == pl.recompute && q.recompute_modules == pl.recompute_modules && q.zero_stage == pl.zero_stage && std::fabs(k.iteration_s - iter) <= 1e-9 * iter) {
       return;
     }
   }
@@ -45,7 +45,7 @@ void Ranking::NoFit(const Candidate& k, const Evaluation& x, double usable) {
   size_t worst = static_cast<size_t>(std::max_element(x.peak.begin(), x.peak.end()) - x.peak.begin());
   binding_ = fmt::format("stage {} needs {:.1f} GiB > {:.1f} GiB usable ({:.0f} bytes; best try: tp={} cp={} pp={} dp={}{} microbatch={} {} recompute={}, ZeRO-{}{})",
                          worst, x.peak[worst] / kGiB, usable / kGiB, x.peak[worst], k.t, k.cp, k.p, k.d,
-                         (k.sp && k.t > 1 ? " sp" : "") + (k.ep > 1 || k.etp > 1 ? fmt::format(" ep={} etp={}", k.ep, k.etp) : std::string()), k.b, ScheduleName(k.s), RecomputeName(k.rc), x.zero_max,
+                         (k.sp && k.t > 1 ? " sp" : "") + (k.ep > 1 || k.etp > 1 ? fmt::format(" ep={} etp={}", k.ep, k.etp) : std::string()), k.b, ScheduleName(k.s), RecomputeLabel(k.rc, 0, k.rc_modules), x.zero_max,
                          k.p > 1 && k.d > 1 && x.zero_max == 1 ? "; ZeRO-2/3 are not run with pipelining" : "");
 }
 
@@ -74,6 +74,7 @@ PlanSummary RunnerUp(const Plan& r, const Plan& win) {
   s.interleave = r.interleave;
   s.recompute = r.recompute;
   s.recompute_num_layers = r.recompute_num_layers;
+  s.recompute_modules = r.recompute_modules;
   s.zero_stage = r.zero_stage;
   s.iteration_s = r.predicted.iteration_s;
   s.samples_per_second = r.predicted.samples_per_second;

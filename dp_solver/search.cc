@@ -3,6 +3,7 @@
 #include <algorithm>
 
 #include <fmt/format.h>
+#include <fmt/ranges.h>
 
 #include "dp_solver/candidates.h"
 #include "dp_solver/evaluate.h"
@@ -97,6 +98,26 @@ Status CheckExpertFlags(const CostSource& src, const SearchOptions& o) {
 
 // What the search cannot serve, before any candidate: InvalidArgument naming
 // the flag or file and the fix.
+// --recompute-modules: with selective recompute among those tried, on an analytic model, mla_up_proj
+// only with MLA (Megatron-Core raises "mla_up_proj in recompute_modules is only supported with
+// multi_latent_attention"); the MoE modules on a dense model change nothing, as in Megatron-Core.
+Status CheckRecomputeModules(const CostSource& src, const SearchOptions& o) {
+  if (o.recompute_modules == 0) return Status::OK();
+  const std::string flag = fmt::format("--recompute-modules {}", fmt::join(RecomputeModuleList(o.recompute_modules), ","));
+  if (!o.recompute.empty() && std::find(o.recompute.begin(), o.recompute.end(), Recompute::kSelective) == o.recompute.end()) {
+    return Status::InvalidArgument(fmt::format("{}: the modules are selective recompute's, which --recompute leaves out; add --recompute selective", flag));
+  }
+  if (src.profile != nullptr || src.model == nullptr) {
+    return Status::InvalidArgument(fmt::format("{}: a measured profile has no per-module costs; plan with --model", flag));
+  }
+  if (HasRecomputeModule(o.recompute_modules, RecomputeModule::kMlaUpProj) &&
+      !HasRecomputeModule(ApplicableRecomputeModules(src.model), RecomputeModule::kMlaUpProj)) {
+    return Status::InvalidArgument(fmt::format("{}: mla_up_proj recomputes multi-latent attention's up projections and model '{}' has no MLA "
+                                               "(Megatron-Core refuses it too); drop mla_up_proj", flag, src.model->name));
+  }
+  return Status::OK();
+}
+
 Status CheckRequest(const CostSource& src, const SearchOptions& o, int64_t* batch) {
   if (src.cluster == nullptr) return Status::InvalidArgument("the search needs a cluster (--cluster)");
   if (src.model == nullptr && src.profile == nullptr) return Status::InvalidArgument("the search needs a model (--model) or a profile (--profile)");
@@ -117,6 +138,7 @@ Status CheckRequest(const CostSource& src, const SearchOptions& o, int64_t* batc
   *batch = o.global_batch > 0 ? o.global_batch : (src.model ? src.model->global_batch : 0);
   if (*batch < 1) return Status::InvalidArgument("the global batch is unknown; pass --global-batch");
   PLANNER_RETURN_IF_ERROR(CheckExpertFlags(src, o));
+  PLANNER_RETURN_IF_ERROR(CheckRecomputeModules(src, o));
   return CheckCostSource(src);
 }
 
@@ -146,16 +168,20 @@ std::vector<std::pair<int64_t, bool>> SequenceSplits(const CostSource& src, cons
 Status BuildTablesAt(const CostSource& src, const SearchSpace& sp, const SearchOptions& o, TableShape shape, Evaluator* ev, Status* first_error) {
   for (int64_t b : sp.microbatch) {
     for (Recompute rc : sp.recompute) {
-      shape.microbatch = b;
-      shape.recompute = rc;
-      CostTable table;
-      Status s = BuildCostTable(src, shape, o.cost, &table);
-      if (s.ok()) {
-        ev->AddTable(std::move(table));
-        continue;
+      const size_t sets = rc == Recompute::kSelective ? sp.selective_modules.size() : 1;
+      for (size_t mi = 0; mi < sets; ++mi) {
+        shape.microbatch = b;
+        shape.recompute = rc;
+        shape.recompute_modules = rc == Recompute::kSelective ? sp.selective_modules[mi] : kDefaultRecomputeModules;
+        CostTable table;
+        Status s = BuildCostTable(src, shape, o.cost, &table);
+        if (s.ok()) {
+          ev->AddTable(std::move(table));
+          continue;
+        }
+        if (!o.tp.empty()) return s;  // a tp asked for
+        if (first_error->ok()) *first_error = s;
       }
-      if (!o.tp.empty()) return s;  // a tp asked for
-      if (first_error->ok()) *first_error = s;
     }
   }
   return Status::OK();
@@ -343,10 +369,15 @@ Status SearchReplicated(const CostSource& src, const SearchSpace& sp, SearchOpti
 
 }  // namespace
 
-Status SolveAuto(const CostSource& src, SearchOptions& o, Plan* out) {
+namespace {
+
+// One search; `extra_modules` (non-zero) adds selective tables with that module set besides the
+// default's (SearchSpace::selective_modules).
+Status SearchOnce(const CostSource& src, SearchOptions& o, uint32_t extra_modules, Plan* out) {
   int64_t batch = 0;
   PLANNER_RETURN_IF_ERROR(CheckRequest(src, o, &batch));
-  const SearchSpace space = MakeSearchSpace(src, o, batch);
+  SearchSpace space = MakeSearchSpace(src, o, batch);
+  if (extra_modules != 0) space.selective_modules.push_back(extra_modules);
   Evaluator ev(src, o, batch);
   Ranking rank(o.top_k);
 
@@ -365,6 +396,37 @@ Status SolveAuto(const CostSource& src, SearchOptions& o, Plan* out) {
 
   // The best plan, runners-up and why each lost; or why there is none.
   return rank.Finish(o.gpus, batch, out);
+}
+
+// DeepSeek-V3's module set (what of it applies) for an MLA / MoE model searched without
+// --recompute-modules and with selective recompute among those tried; 0: none to try.
+uint32_t FallbackModules(const CostSource& src, const SearchOptions& o) {
+  if (o.recompute_modules != 0 || src.profile != nullptr || src.model == nullptr) return 0;
+  if (!o.recompute.empty() && std::find(o.recompute.begin(), o.recompute.end(), Recompute::kSelective) == o.recompute.end()) return 0;
+  if (o.recompute.empty() && o.recompute_block == 1) return 0;  // --recompute block alone
+  const uint32_t applicable = ApplicableRecomputeModules(src.model);
+  const bool mla_or_moe = HasRecomputeModule(applicable, RecomputeModule::kMlaUpProj) || ModelExperts(src.model) > 0;
+  const uint32_t set = kDeepSeekRecomputeModules & applicable;
+  return mla_or_moe && (set & ~kDefaultRecomputeModules) != 0 ? set : 0;
+}
+
+}  // namespace
+
+// The search; for MLA / MoE models where core_attn alone leaves only full recompute (or nothing)
+// that fits, searched again with DeepSeek-V3's modules besides (docs/cost_model.md section 5).
+Status SolveAuto(const CostSource& src, SearchOptions& o, Plan* out) {
+  Status first = SearchOnce(src, o, 0, out);
+  const uint32_t fallback = first.ok() || first.code() == StatusCode::kInfeasible ? FallbackModules(src, o) : 0;
+  if (fallback == 0 || (first.ok() && out->recompute != Recompute::kFull)) return first;
+  Plan second;
+  if (!SearchOnce(src, o, fallback, &second).ok()) return first;
+  if (second.recompute == Recompute::kSelective && second.recompute_modules == fallback) {
+    second.notes.push_back(fmt::format("selective recompute of {} (DeepSeek-V3's recompute, Megatron --recompute-modules): core_attn alone left "
+                                       "{}", fmt::join(RecomputeModuleList(fallback), ", "),
+                                       first.ok() ? "only full recompute fitting" : "nothing fitting"));
+  }
+  *out = std::move(second);
+  return Status::OK();
 }
 
 }  // namespace planner

@@ -34,6 +34,11 @@ struct SearchOptions {
   // smallest that fits (gpt models; docs/cost_model.md section 5). -1: on when `recompute` is
   // empty (the default list), 0: off, 1: on.
   int recompute_block = -1;
+  // Selective recompute's modules (`--recompute-modules`, RecomputeBit mask); 0: core_attn, and for
+  // MLA / MoE models whose best plan is then full recompute or none, a second search with
+  // DeepSeek-V3's set (core_attn, layernorm, mla_up_proj, moe_act) besides (docs/cost_model.md
+  // section 5, "Recompute modules").
+  uint32_t recompute_modules = 0;
   std::vector<int64_t> interleave;      // empty: every v >= 2 with p v dividing a gpt model's blocks (Megatron's rule); else 2, 3, 4
   int64_t max_zero_stage = 3;
   std::vector<int64_t> cp;              // context-parallel sizes; empty: the search's defaults (docs/cost_model.md)

@@ -10,6 +10,7 @@
 #include <tuple>
 
 #include <fmt/format.h>
+#include <fmt/ranges.h>
 
 #include "common/edit_distance.h"
 #include "common/log.h"
@@ -41,7 +42,7 @@ struct SolveArgs {
   std::string overlap_grad_reduce = "on", overlap_param_gather = "on";
   int64_t seq = 0;
   double train_tokens = 0;
-  std::vector<std::string> schedules, recompute;
+  std::vector<std::string> schedules, recompute, recompute_modules;
   bool dp_overlap = false, p2p_overlap = false, no_scatter_gather = false;
   double bytes_per_param = 0;
   // PipeDream mode.
@@ -399,6 +400,14 @@ Status BuildSearchOptions(const SolveArgs& a, const SolveInputs& in, SearchOptio
   for (const auto& r : a.recompute) (r == "block" ? o->recompute_block = 1 : (rc_names.push_back(r), 0));
   if (!a.recompute.empty() && o->recompute_block != 1) o->recompute_block = 0;
   PLANNER_RETURN_IF_ERROR(ParseList<Recompute>(rc_names, ParseRecompute, {"none", "selective", "full", "block"}, "--recompute", &o->recompute));
+  for (const auto& name : a.recompute_modules) {
+    RecomputeModule m;
+    if (!ParseRecomputeModule(name, &m)) {
+      return Status::InvalidArgument(fmt::format("--recompute-modules: unknown module '{}'; choose from {} (Megatron-Core's --recompute-modules)", name,
+                                                 fmt::join(RecomputeModuleNames(), ",")));
+    }
+    o->recompute_modules |= RecomputeBit(m);
+  }
   o->cost.dp_overlap = a.dp_overlap;
   for (const auto& [flag, text, out] : {std::tuple{"--overlap-grad-reduce", &a.overlap_grad_reduce, &o->cost.overlap_grad_reduce},
                                         std::tuple{"--overlap-param-gather", &a.overlap_param_gather, &o->cost.overlap_param_gather}}) {
@@ -554,6 +563,7 @@ Runner RegisterSolve(CLI::App& app) {
   cmd->add_option("--vp", a->vp, "Megatron's virtual pipeline size: --interleave's values, and without --schedule the interleaved schedule only")->delimiter(',');
   cmd->add_option("--replication", a->replication, "evaluate this per-stage replication only, e.g. 2-1-1 (TP groups per stage; PipeDream schedule)");
   cmd->add_option("--schedule", a->schedules, "schedules to try: gpipe,1f1b,interleaved,zb-h1,pipedream (asynchronous, per-stage replication),dualpipev (V-shaped, 2 chunks per rank)")->delimiter(',');
+  cmd->add_option("--recompute-modules", a->recompute_modules, "selective recompute's modules (Megatron --recompute-modules): core_attn,layernorm,mla_up_proj,moe_act,mlp,moe,shared_experts; default core_attn, and on MLA / MoE models DeepSeek-V3's core_attn,layernorm,mla_up_proj,moe_act tried when core_attn leaves only full recompute fitting")->delimiter(',');
   cmd->add_option("--recompute", a->recompute, "recompute modes to try: none,selective,full,block (block: the first N blocks of each chunk, N the smallest that fits)")->delimiter(',');
   cmd->add_flag("--dp-overlap", a->dp_overlap, "overlap the gradient all-reduce with backward");
   cmd->add_option("--overlap-grad-reduce", a->overlap_grad_reduce, "on (default; Megatron --overlap-grad-reduce: bucketed, behind the last backward) or off (the whole gradient reduction exposed)");

@@ -15,7 +15,7 @@ std::string RenderPlanSummary(const Plan& p) {
                    p.cost_source, p.global_batch);
   o += fmt::format("configuration: tp-pp-dp {} | cp {} | sp {} | replication {} | microbatch {} x {} | schedule {}{} | recompute {} | ZeRO {} | ep {} etp {}\n",
                    p.ParallelString(), p.cp, p.sequence_parallel ? "on" : "off", p.config, p.microbatch_size, p.num_microbatches, ScheduleName(p.schedule),
-                   p.interleave > 1 ? fmt::format(" (v={})", p.interleave) : "", RecomputeLabel(p.recompute, p.recompute_num_layers), ZeroStageNumber(p.zero_stage),
+                   p.interleave > 1 ? fmt::format(" (v={})", p.interleave) : "", RecomputeLabel(p.recompute, p.recompute_num_layers, p.recompute_modules), ZeroStageNumber(p.zero_stage),
                    p.ep, p.etp);
   const auto& x = p.predicted;
   // Small devices (CPU ranks) read better in GFLOP/s; no figure when the model's FLOPs are unknown (profile only).
@@ -57,7 +57,7 @@ std::string RenderRunnersUp(const Plan& p) {
     std::string sched = ScheduleName(s.schedule) + (s.interleave > 1 ? fmt::format("/v{}", s.interleave) : "");
     std::string repl = s.config.size() > 12 ? s.config.substr(0, 11) + "~" : s.config;
     o += fmt::format("{:>4} {:>10} {:>3} {:>3} {:>4} {:>3} {:>12} {:>12} {:>6} {:>13} {:>9} {:>5} {:>14.4f} {:>11.2f}  {}\n", i + 2,
-                     fmt::format("{}-{}-{}", s.tp, s.pp, s.dp), s.cp, s.sequence_parallel ? "on" : "off", s.ep, s.etp, repl, s.microbatch_size, s.num_microbatches, sched, RecomputeLabel(s.recompute, s.recompute_num_layers),
+                     fmt::format("{}-{}-{}", s.tp, s.pp, s.dp), s.cp, s.sequence_parallel ? "on" : "off", s.ep, s.etp, repl, s.microbatch_size, s.num_microbatches, sched, RecomputeLabel(s.recompute, s.recompute_num_layers, s.recompute_modules),
                      ZeroStageNumber(s.zero_stage), s.iteration_s, s.samples_per_second, s.why_lost);
   }
   return o;
@@ -121,7 +121,7 @@ std::string RenderScalingTable(const std::vector<ScalingRow>& rows, double train
     const Plan& p = r.plan;
     const auto& x = p.predicted;
     o += fmt::format("{:>6} {:>3} {:>3} {:>3} {:>5} {:>3} {:>3} {:>4} {:>13} {:>9} {:>4} {:>12} {:>17} {:>14} {:>7} {:>7} {:>13.4f}", r.gpus, p.tp, p.cp, p.pp,
-                     p.dp, p.interleave, p.sequence_parallel ? "on" : "off", p.microbatch_size, ScheduleName(p.schedule), RecomputeLabel(p.recompute, p.recompute_num_layers),
+                     p.dp, p.interleave, p.sequence_parallel ? "on" : "off", p.microbatch_size, ScheduleName(p.schedule), RecomputeLabel(p.recompute, p.recompute_num_layers, p.recompute_modules),
                      ZeroStageNumber(p.zero_stage), OrNa(x.tokens_per_second_per_gpu, "{:.1f}"), OrNa(x.model_tflops_per_gpu, "{:.1f}"),
                      OrNa(x.tflops_per_gpu, "{:.1f}"), OrNa(100 * x.mfu, "{:.1f}"), OrNa(100 * x.hfu, "{:.1f}"), x.iteration_s);
     double days = 0, gpu_hours = 0;

@@ -67,6 +67,39 @@ std::vector<std::string> RecomputeNames() {
   return v;
 }
 
+const char* RecomputeModuleName(RecomputeModule m) {
+  switch (m) {
+    case RecomputeModule::kCoreAttn: return "core_attn";
+    case RecomputeModule::kLayernorm: return "layernorm";
+    case RecomputeModule::kMlaUpProj: return "mla_up_proj";
+    case RecomputeModule::kMoeAct: return "moe_act";
+    case RecomputeModule::kMlp: return "mlp";
+    case RecomputeModule::kMoe: return "moe";
+    case RecomputeModule::kSharedExperts: return "shared_experts";
+  }
+  return "core_attn";
+}
+
+bool ParseRecomputeModule(std::string_view t, RecomputeModule* out) {
+  for (int i = 0; i < kRecomputeModuleCount; ++i) {
+    if (t == RecomputeModuleName(static_cast<RecomputeModule>(i))) {
+      *out = static_cast<RecomputeModule>(i);
+      return true;
+    }
+  }
+  return false;
+}
+
+std::vector<std::string> RecomputeModuleNames() { return RecomputeModuleList((1u << kRecomputeModuleCount) - 1); }
+
+std::vector<std::string> RecomputeModuleList(uint32_t mask) {
+  std::vector<std::string> v;
+  for (int i = 0; i < kRecomputeModuleCount; ++i) {
+    if (mask & (1u << i)) v.emplace_back(RecomputeModuleName(static_cast<RecomputeModule>(i)));
+  }
+  return v;
+}
+
 bool ZeroStageFromNumber(long long n, ZeroStage* out) {
   if (n < 0 || n > 3) return false;
   *out = static_cast<ZeroStage>(n);

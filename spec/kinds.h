@@ -37,6 +37,22 @@ const char* RecomputeName(Recompute r);  // none | selective | full
 bool ParseRecompute(std::string_view text, Recompute* out);
 std::vector<std::string> RecomputeNames();  // in kAllRecomputes order
 
+// Megatron-Core's selective recompute modules (--recompute-modules; docs/cost_model.md section 5,
+// "Recompute modules"). A set of them is a bit mask (1 << module); selective recompute's default
+// is core_attn alone.
+enum class RecomputeModule { kCoreAttn, kLayernorm, kMlaUpProj, kMoeAct, kMlp, kMoe, kSharedExperts };
+inline constexpr int kRecomputeModuleCount = 7;
+inline constexpr uint32_t RecomputeBit(RecomputeModule m) { return 1u << static_cast<int>(m); }
+inline constexpr uint32_t kDefaultRecomputeModules = RecomputeBit(RecomputeModule::kCoreAttn);
+// DeepSeek-V3's set (section 3.2.3): core_attn, layernorm, mla_up_proj, moe_act.
+inline constexpr uint32_t kDeepSeekRecomputeModules = RecomputeBit(RecomputeModule::kCoreAttn) | RecomputeBit(RecomputeModule::kLayernorm) |
+                                                      RecomputeBit(RecomputeModule::kMlaUpProj) | RecomputeBit(RecomputeModule::kMoeAct);
+const char* RecomputeModuleName(RecomputeModule m);  // core_attn | layernorm | mla_up_proj | moe_act | mlp | moe | shared_experts
+bool ParseRecomputeModule(std::string_view text, RecomputeModule* out);
+std::vector<std::string> RecomputeModuleNames();  // in enum order
+std::vector<std::string> RecomputeModuleList(uint32_t mask);  // the names of the set, in enum order
+inline bool HasRecomputeModule(uint32_t mask, RecomputeModule m) { return (mask & RecomputeBit(m)) != 0; }
+
 // ZeRO stage: what the data-parallel ranks shard (DeepSpeed's numbering).
 enum class ZeroStage { kNone = 0, kOptimizer = 1, kGradients = 2, kParameters = 3 };
 inline int ZeroStageNumber(ZeroStage z) { return static_cast<int>(z); }

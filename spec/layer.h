@@ -4,10 +4,13 @@
 // docs/cost_model.md section 1. Plain value type; thread-compatible.
 #pragma once
 
+#include <array>
 #include <cstdint>
 #include <map>
 #include <string>
 #include <vector>
+
+#include "spec/kinds.h"
 
 namespace planner {
 
@@ -45,6 +48,22 @@ struct LayerAttrs {
   }
 };
 
+// What one selective-recompute module (RecomputeModule, Megatron's --recompute-modules) drops
+// from a layer's stash and re-runs in backward, per sample (docs/cost_model.md section 5,
+// "Recompute modules"). Dropped bytes are parts of stash_bytes; core_attn's are what
+// stash_bytes_selective leaves out and selective_recompute_*.
+struct RecomputeModuleCost {
+  double stash_bytes = 0;           // activations the module no longer keeps
+  double stash_tp_replicated = 0;   // the part of them in stash_bytes_tp_replicated
+  double expert_stash_bytes = 0;    // the part of them in expert_stash_bytes
+  double gemm_flops = 0;            // GEMM FLOPs re-run in backward (the GEMM rate)
+  double expert_gemm_flops = 0;     // the part of them on the routed experts (scaled by the imbalance)
+  double core_flops = 0;            // attention-core FLOPs re-run (the attention-core rate)
+  double mem_bytes = 0;             // memory-bound HBM traffic re-run
+  int tp_collectives = 0;           // forward TP all-reduces re-run (the recomputed region's output)
+  bool alltoall = false;            // the dispatch and combine all-to-alls re-run (moe)
+};
+
 struct Layer {
   std::string name;                 // unique within the model, e.g. "block7"
   std::string type;                 // layer type, e.g. "transformer_block"
@@ -68,6 +87,7 @@ struct Layer {
   double stash_bytes_full = 0;      // kept with full recompute (the layer input only)
   double selective_recompute_flops = 0;  // FLOPs re-run in backward by selective recompute
   double selective_recompute_mem_bytes = 0;  // HBM traffic re-run in backward by selective recompute
+  std::array<RecomputeModuleCost, kRecomputeModuleCount> recompute_modules{};  // index: RecomputeModule
   double model_flops = 0;           // per sample, forward + backward, as the MFU counts them (no recompute of any kind)
   double attention_core_fwd_flops = 0;  // the s^2 part of forward (Q K^T and scores x V): what context parallelism splits and overlaps
   double cp_kv_bytes = 0;           // K and V of the whole sequence (2 s kv_heads d, dtype bytes): what ring attention passes round the CP group

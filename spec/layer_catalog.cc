@@ -171,6 +171,8 @@ AttnGeom Geometry(const Transformer& t) {
   return g;
 }
 
+RecomputeModuleCost& Module(Layer* l, RecomputeModule m) { return l->recompute_modules[static_cast<size_t>(m)]; }
+
 // Attention (Megatron-Core SelfAttention, or MLASelfAttention) on a [s, h] input, per sample. dt:
 // bytes per element. Stash per Korthikanti et al. 2022 section 4.1, written
 // per tensor so GQA (K and V of g d columns) and flash attention (no s^2
@@ -207,6 +209,12 @@ void AttentionCosts(const Transformer& t, double dt, Layer* l) {
   }
   mem_fwd += dt * 2 * s * geo.latent_norm;  // MLA's latent RMSNorms
   mem_bwd += dt * 4 * s * geo.latent_norm;
+  if (t.mla) {  // mla_up_proj: Q, K and V dropped, re-made from the kept latents by the up projections and RoPE
+    RecomputeModuleCost& up = Module(l, RecomputeModule::kMlaUpProj);
+    up.stash_bytes = dt * s * (2 * a * t.dqk + a * t.dv);
+    up.gemm_flops = 2 * s * ((t.q_lora > 0 ? t.q_lora : h) * a * t.dqk + t.kv_lora * a * (t.nope_dim + t.dv));
+    up.mem_bytes = t.position == "rope" ? dt * 2 * s * geo.rope : 0;
+  }
   if (t.flash()) {
     l->stash_bytes += kept + 4 * a * s;  // + the fp32 log-sum-exp per head and row
     l->stash_bytes_selective += kept + 4 * a * s;
@@ -223,6 +231,10 @@ void AttentionCosts(const Transformer& t, double dt, Layer* l) {
   }
   l->fwd_mem_bytes += mem_fwd;
   l->bwd_mem_bytes += mem_bwd;
+  RecomputeModuleCost& core = Module(l, RecomputeModule::kCoreAttn);  // what stash_bytes_selective leaves out
+  core.stash_bytes = t.flash() ? 0 : (t.dropout ? dt * 2 * a * s * s + a * s * s : dt * a * s * s);
+  core.core_flops = t.flash() ? core_fwd : core_full;
+  core.mem_bytes = t.flash() ? 0 : dt * 4 * a * s * s;
   l->stash_bytes_tp_replicated += dt * s * geo.kept_replicated + mask;  // QKV input (MLA: and the latents), the mask
   l->tp_allreduces_fwd += 1;
 }
@@ -230,6 +242,7 @@ void AttentionCosts(const Transformer& t, double dt, Layer* l) {
 // One MLP: fc1 [h, f] (SwiGLU: [h, 2f], gate and up), the activation, fc2 [f, h], run on `tokens` tokens.
 struct MlpPart {
   double weights = 0, params = 0, gemm = 0, stash = 0, act_fwd = 0, act_bwd = 0;
+  double fc1_in = 0, fc1_out = 0;  // elements of stash: fc1's input and output (the rest: fc2's input)
 };
 MlpPart Mlp(const std::string& act, bool bias, double h, double f, double tokens) {
   const bool swiglu = act == "swiglu";
@@ -241,6 +254,8 @@ MlpPart Mlp(const std::string& act, bool bias, double h, double f, double tokens
   // fc1 input, the activation's input (fc1's output) and fc2's input.
   // GeLU and relu2 (relu then square, fused) keep s f each; SwiGLU keeps its 2 s f input.
   m.stash = tokens * (h + fc1_cols + f);
+  m.fc1_in = tokens * h;
+  m.fc1_out = tokens * fc1_cols;
   // Activation: GeLU / relu2 read + write s f forward, 4 s f backward; SwiGLU
   // reads 2 s f and writes s f forward, reads 3 s f and writes 2 s f backward.
   m.act_fwd = tokens * (swiglu ? 3 * f : 2 * f);
@@ -269,6 +284,12 @@ void MlpCosts(const Transformer& t, double dt, Layer* l) {
   l->fwd_mem_bytes += dt * (m.act_fwd + 4 * s * h);  // + dropout and residual on s h
   l->bwd_mem_bytes += dt * (m.act_bwd + 8 * s * h);
   l->tp_allreduces_fwd += 1;
+  // mlp: the sub-layer checkpointed whole; it keeps its input (fc1's), re-runs its forward and its all-reduce.
+  RecomputeModuleCost& mlp = Module(l, RecomputeModule::kMlp);
+  mlp.stash_bytes = dt * (m.stash - s * h);
+  mlp.gemm_flops = m.gemm;
+  mlp.mem_bytes = dt * m.act_fwd;
+  mlp.tp_collectives = 1;
 }
 
 // An MoE MLP's resolved attributes: E routed experts, top_k, one expert's FFN, the shared
@@ -276,6 +297,33 @@ void MlpCosts(const Transformer& t, double dt, Layer* l) {
 struct Moe {
   double e = 0, k = 0, fe = 0, fs = 0, capacity = 0;
 };
+
+// The recompute modules of an MoE MLP (docs/cost_model.md section 5): moe checkpoints the whole
+// MoELayer (keeps its s h input; re-runs router, dispatch, experts, combine and the shared experts),
+// shared_experts the shared expert MLP (keeps its input), moe_act the routed experts' activation
+// (its output, fc2's input, dropped; re-made from the kept fc1 output, memory-bound).
+void MoeRecomputeModules(double dt, double s, double h, const MlpPart* shared, const MlpPart& ex, double router_flops,
+                         double stash, double mem_fwd, Layer* l) {
+  RecomputeModuleCost& moe = Module(l, RecomputeModule::kMoe);
+  moe.stash_bytes = stash - dt * s * h;
+  moe.stash_tp_replicated = stash - dt * s * h - dt * (shared ? shared->stash - s * h : 0) - dt * ex.stash;  // the fp32 scores
+  moe.expert_stash_bytes = dt * ex.stash;
+  moe.gemm_flops = router_flops + (shared ? shared->gemm : 0) + ex.gemm;
+  moe.expert_gemm_flops = ex.gemm;
+  moe.mem_bytes = mem_fwd;
+  moe.tp_collectives = 1;
+  moe.alltoall = true;
+  if (shared != nullptr) {
+    RecomputeModuleCost& se = Module(l, RecomputeModule::kSharedExperts);
+    se.stash_bytes = dt * (shared->stash - s * h);
+    se.gemm_flops = shared->gemm;
+    se.mem_bytes = dt * shared->act_fwd;
+  }
+  RecomputeModuleCost& act = Module(l, RecomputeModule::kMoeAct);
+  const double fc2_in = ex.stash - ex.fc1_in - ex.fc1_out;  // the activation's output, per token copy
+  act.stash_bytes = act.expert_stash_bytes = dt * fc2_in;
+  act.mem_bytes = dt * ex.act_fwd;
+}
 
 // The MoE MLP of a moe_block (Megatron-Core MoELayer; docs/cost_model.md, MoE): the router
 // [h, E] (replicated over TP), the shared expert MLP (a dense MLP of width fs), and the routed
@@ -289,8 +337,9 @@ void MoeCosts(const Transformer& t, const Moe& m, double dt, Layer* l) {
   AddGemm(router, l);
   double stash = 4 * s * m.e;                         // fp32 routing scores
   double mem_fwd = 4 * 2 * s * m.e, mem_bwd = 4 * 3 * s * m.e;  // softmax | sigmoid and top-k over them
+  MlpPart shared;
   if (m.fs > 0) {
-    const MlpPart shared = Mlp(t.act, t.bias, h, m.fs, s);
+    shared = Mlp(t.act, t.bias, h, m.fs, s);
     l->params += shared.params;
     AddGemm(shared.gemm, l);
     stash += dt * shared.stash;  // holds the MLP input the router's weight gradient reads too
@@ -314,6 +363,7 @@ void MoeCosts(const Transformer& t, const Moe& m, double dt, Layer* l) {
   // Permute and unpermute (read s h, write the copies; back, weighted by the probabilities), the activation.
   mem_fwd += dt * (ex.act_fwd + 2 * (s * h + routed * h));
   mem_bwd += dt * (ex.act_bwd + 2 * (s * h + routed * h));
+  MoeRecomputeModules(dt, s, h, m.fs > 0 ? &shared : nullptr, ex, router, stash, mem_fwd, l);
   const double mask = t.dropout ? s * h : 0;
   stash += mask;
   l->stash_bytes += stash;
@@ -675,6 +725,11 @@ Status InferLayer(const std::string& type, const LayerAttrs& attrs, const std::v
     if (type == "transformer_block" || type == "moe_block") {  // pre-norm: before attention and before the MLP
       NormCosts(t.s * t.h, t.h, t.norm == "rmsnorm", dt, &l);
       NormCosts(t.s * t.h, t.h, t.norm == "rmsnorm", dt, &l);
+      // layernorm: both norms' outputs (the attention's and the MLP's inputs) dropped and re-made
+      // in backward from their inputs, which the residual path keeps.
+      RecomputeModuleCost& norms = Module(&l, RecomputeModule::kLayernorm);
+      norms.stash_bytes = norms.stash_tp_replicated = dt * 2 * t.s * t.h;
+      norms.mem_bytes = dt * 2 * 2 * t.s * t.h;
     }
     l.tp_shardable = true;
     l.stash_bytes_full = dt * t.s * t.h;

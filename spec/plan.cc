@@ -3,6 +3,7 @@
 #include <cmath>
 
 #include <fmt/format.h>
+#include <fmt/ranges.h>
 #include <yaml-cpp/yaml.h>
 
 #include "spec/yaml_reader.h"
@@ -104,6 +105,13 @@ void EmitJson(const Tree& t, std::string& o, int indent) {
   }
 }
 
+// Selective recompute's modules as a list of names.
+Tree ModulesTree(uint32_t modules) {
+  Tree list = Tree::List();
+  for (const auto& name : RecomputeModuleList(modules)) list.list.push_back(Tree::Str(name));
+  return list;
+}
+
 Tree SummaryTree(const PlanSummary& s) {
   Tree t;
   t.Add("config", Tree::Str(s.config));
@@ -120,6 +128,7 @@ Tree SummaryTree(const PlanSummary& s) {
   t.Add("interleave", Tree::Int(s.interleave));
   t.Add("recompute", Tree::Str(RecomputeName(s.recompute)));
   if (s.recompute_num_layers > 0) t.Add("recompute_num_layers", Tree::Int(s.recompute_num_layers));
+  if (s.recompute == Recompute::kSelective) t.Add("recompute_modules", ModulesTree(s.recompute_modules));
   t.Add("zero_stage", Tree::Int(ZeroStageNumber(s.zero_stage)));
   t.Add("iteration_seconds", Tree::Num(s.iteration_s));
   t.Add("samples_per_second", Tree::Num(s.samples_per_second));
@@ -168,6 +177,7 @@ Tree PlanTree(const Plan& p) {
   if (p.account_embedding_loss) t.Add("account_embedding_loss", Tree::Bool(true));
   t.Add("recompute", Tree::Str(RecomputeName(p.recompute)));
   if (p.recompute_num_layers > 0) t.Add("recompute_num_layers", Tree::Int(p.recompute_num_layers));
+  if (p.recompute == Recompute::kSelective) t.Add("recompute_modules", ModulesTree(p.recompute_modules));
   t.Add("zero_stage", Tree::Int(ZeroStageNumber(p.zero_stage)));
   t.Add("p2p_overlap", Tree::Bool(p.p2p_overlap));
   Tree stages = Tree::List();
@@ -237,6 +247,24 @@ Status GetRecompute(const YamlReader& r, const YAML::Node& map, const std::strin
   return Status::OK();
 }
 
+// An optional list of selective recompute modules (default: core_attn alone), as a RecomputeBit mask.
+Status GetRecomputeModules(const YamlReader& r, const YAML::Node& map, const std::string& field, uint32_t* out) {
+  const YAML::Node node = map[field.substr(field.rfind('.') + 1)];
+  if (!node.IsDefined() || node.IsNull()) return Status::OK();
+  PLANNER_RETURN_IF_ERROR(r.RequireSequence(node, field));
+  uint32_t mask = 0;
+  for (size_t i = 0; i < node.size(); ++i) {
+    RecomputeModule m;
+    const std::string name = node[i].IsScalar() ? node[i].Scalar() : std::string();
+    if (!ParseRecomputeModule(name, &m)) {
+      return r.FieldError(node[i], fmt::format("{}[{}]", field, i), fmt::format("unknown recompute module '{}'; choose from {}", name, fmt::join(RecomputeModuleNames(), ", ")));
+    }
+    mask |= RecomputeBit(m);
+  }
+  *out = mask;
+  return Status::OK();
+}
+
 // An optional ZeRO stage, 0 (the default) to 3.
 Status GetZeroStage(const YamlReader& r, const YAML::Node& map, const std::string& field, ZeroStage* out) {
   int64_t n = 0;
@@ -252,6 +280,11 @@ Status GetZeroStage(const YamlReader& r, const YAML::Node& map, const std::strin
 std::string RecomputeLabel(Recompute r, int64_t num_layers) {
   if (r == Recompute::kFull && num_layers > 0) return "full:" + std::to_string(num_layers);
   return RecomputeName(r);
+}
+
+std::string RecomputeLabel(Recompute r, int64_t num_layers, uint32_t modules) {
+  if (r != Recompute::kSelective || modules == kDefaultRecomputeModules) return RecomputeLabel(r, num_layers);
+  return fmt::format("selective:{}", fmt::join(RecomputeModuleList(modules), "+"));
 }
 
 std::string PlanToYaml(const Plan& plan) {
@@ -314,6 +347,7 @@ Status ParsePlan(const std::string& path, const std::string& text, Plan* out) {
   PLANNER_RETURN_IF_ERROR(r.GetInt(root, "interleave", "interleave", &p.interleave, true, 1));
   PLANNER_RETURN_IF_ERROR(GetRecompute(r, root, "recompute", &p.recompute, true));
   PLANNER_RETURN_IF_ERROR(r.GetInt(root, "recompute_num_layers", "recompute_num_layers", &p.recompute_num_layers, false, 0));
+  PLANNER_RETURN_IF_ERROR(GetRecomputeModules(r, root, "recompute_modules", &p.recompute_modules));
   PLANNER_RETURN_IF_ERROR(r.GetBool(root, "account_embedding_loss", "account_embedding_loss", &p.account_embedding_loss, false));
   PLANNER_RETURN_IF_ERROR(GetZeroStage(r, root, "zero_stage", &p.zero_stage));
   PLANNER_RETURN_IF_ERROR(r.GetBool(root, "p2p_overlap", "p2p_overlap", &p.p2p_overlap, false));
@@ -390,6 +424,7 @@ Status ParsePlan(const std::string& path, const std::string& text, Plan* out) {
       PLANNER_RETURN_IF_ERROR(r.GetInt(ru[i], "interleave", f + ".interleave", &s.interleave, false, 1));
       PLANNER_RETURN_IF_ERROR(GetRecompute(r, ru[i], f + ".recompute", &s.recompute, false));
       PLANNER_RETURN_IF_ERROR(r.GetInt(ru[i], "recompute_num_layers", f + ".recompute_num_layers", &s.recompute_num_layers, false, 0));
+      PLANNER_RETURN_IF_ERROR(GetRecomputeModules(r, ru[i], f + ".recompute_modules", &s.recompute_modules));
       PLANNER_RETURN_IF_ERROR(r.GetDouble(ru[i], "iteration_seconds", f + ".iteration_seconds", &s.iteration_s, false, 0, false));
       PLANNER_RETURN_IF_ERROR(r.GetDouble(ru[i], "samples_per_second", f + ".samples_per_second", &s.samples_per_second, false, 0, false));
       PLANNER_RETURN_IF_ERROR(GetZeroStage(r, ru[i], f + ".zero_stage", &s.zero_stage));

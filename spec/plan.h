@@ -62,6 +62,7 @@ struct PlanSummary {
   Schedule schedule = Schedule::k1F1B;
   Recompute recompute = Recompute::kNone;
   int64_t recompute_num_layers = 0;  // as Plan::recompute_num_layers
+  uint32_t recompute_modules = kDefaultRecomputeModules;  // as Plan::recompute_modules
   double iteration_s = 0, samples_per_second = 0, peak_memory_bytes = 0;
   std::string why_lost;
 };
@@ -97,6 +98,9 @@ struct Plan {
   // recomputed, the rest keep their activations (Megatron --recompute-method block
   // --recompute-num-layers N); 0: not applicable (full recompute of every layer, or none / selective).
   int64_t recompute_num_layers = 0;
+  // Selective recompute's modules (RecomputeBit mask; Megatron --recompute-modules; plan.yaml
+  // `recompute_modules: [core_attn, ...]`, written with recompute: selective). Default core_attn.
+  uint32_t recompute_modules = kDefaultRecomputeModules;
   ZeroStage zero_stage = ZeroStage::kNone;  // zero_stage: 0..3 in plan.yaml
   bool p2p_overlap = false;     // stage sends hidden behind compute (else the sender waits for them)
   double usable_memory_bytes = 0;
@@ -111,6 +115,8 @@ struct Plan {
 
 // The recompute as printed: its name, "full:N" for block recompute of N layers per chunk.
 std::string RecomputeLabel(Recompute r, int64_t num_layers);
+// The same, selective recompute with modules other than core_attn alone as "selective:core_attn+layernorm".
+std::string RecomputeLabel(Recompute r, int64_t num_layers, uint32_t modules);
 
 std::string PlanToYaml(const Plan& plan);
 std::string PlanToJson(const Plan& plan);

@@ -37,6 +37,17 @@ expect "yaml syntax" 2 "planner: error: syntax.yaml:3:1: YAML syntax error" -- $
 expect "too many gpus" 2 "holds 2 GPUs" -- $PLANNER solve --gpus 4 --model $M/tiny-gpt.yaml --cluster $C/local-cpu.yaml
 expect "batch not divisible" 3 "no configuration divides" -- $PLANNER solve --gpus 2 --model $M/tiny-gpt.yaml --cluster $C/local-cpu.yaml --global-batch 3 --microbatch 2
 expect "infeasible" 3 "GiB > 75.0 GiB usable" -- $PLANNER solve --gpus 8 --model $M/megatron-1t.yaml --cluster $C/dgx-a100.yaml
+expect "bad recompute module" 2 "planner: error: --recompute-modules: unknown module 'core_atn'; choose from core_attn,layernorm,mla_up_proj,moe_act,mlp,moe,shared_experts" -- $PLANNER solve --gpus 8 --model $M/gpt2-small.yaml --cluster $C/dgx-a100.yaml --recompute-modules core_atn
+expect "mla_up_proj without MLA" 2 "planner: error: --recompute-modules core_attn,mla_up_proj: mla_up_proj recomputes multi-latent attention's up projections and model 'gpt2-small' has no MLA" -- $PLANNER solve --gpus 8 --model $M/gpt2-small.yaml --cluster $C/dgx-a100.yaml --recompute-modules core_attn,mla_up_proj
+expect "modules without selective" 2 "planner: error: --recompute-modules layernorm: the modules are selective recompute's, which --recompute leaves out; add --recompute selective" -- $PLANNER solve --gpus 8 --model $M/gpt2-small.yaml --cluster $C/dgx-a100.yaml --recompute full --recompute-modules layernorm
+expect "recompute modules" 0 "recompute selective:core_attn+layernorm+mlp" -- $PLANNER solve --gpus 8 --model $M/gpt2-small.yaml --cluster $C/dgx-a100.yaml --recompute selective --recompute-modules core_attn,layernorm,mlp -o rm.plan.yaml
+[ "$(grep -A3 '^recompute_modules:' rm.plan.yaml | tr -d ' \n')" = 'recompute_modules:-"core_attn"-"layernorm"-"mlp"' ] && pass=$((pass+1)) || { echo "FAIL plan field recompute_modules"; grep recompute rm.plan.yaml; fail=$((fail+1)); }
+expect "recompute modules codegen" 0 "" -- $PLANNER codegen rm.plan.yaml -o rmL
+grep -qF -- "--recompute-modules core_attn layernorm mlp" rmL/megatron.args && grep -qF -- "--recompute-granularity selective" rmL/megatron.args && pass=$((pass+1)) || { echo "FAIL megatron.args recompute modules"; grep recompute rmL/megatron.args; fail=$((fail+1)); }
+expect "deepseek modules on an MLA MoE model" 0 "recompute selective:core_attn+layernorm+mla_up_proj+moe_act" -- $PLANNER solve --gpus 2 --model $M/tiny-moe-mla.yaml --cluster $C/local-cpu.yaml --recompute selective --recompute-modules core_attn,layernorm,mla_up_proj,moe_act
+expect "fp8 layernorm recompute" 0 "recompute selective:core_attn+layernorm" -- $PLANNER solve --gpus 8 --model $M/gpt2-small.yaml --cluster $C/h800.yaml --precision fp8 --recompute selective --recompute-modules core_attn,layernorm -o rm8.plan.yaml
+expect "fp8 layernorm recompute codegen" 0 "" -- $PLANNER codegen rm8.plan.yaml -o rm8L
+grep -qF -- "--fp8-recipe blockwise" rm8L/megatron.args && ! grep -qF -- "--fp8-recipe" rmL/megatron.args && pass=$((pass+1)) || { echo "FAIL megatron.args fp8 recipe for layernorm recompute"; grep fp8 rm8L/megatron.args; fail=$((fail+1)); }
 expect "bad subcommand" 2 "unknown subcommand 'slove', did you mean 'solve'?" -- $PLANNER slove --gpus 8
 expect "bad schedule" 2 "--schedule: unknown value '1f1f', did you mean '1f1b'?" -- $PLANNER solve --gpus 8 --model $M/gpt2-small.yaml --cluster $C/dgx-a100.yaml --schedule 1f1f
 expect "interleave v=8" 0 "schedule interleaved (v=8)" -- $PLANNER solve --gpus 1024 --model $M/gpt3-175b.yaml --cluster $C/dgx-a100.yaml --tp 8 --pp 4 --schedule interleaved --interleave 8
