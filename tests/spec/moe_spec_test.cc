@@ -58,7 +58,7 @@ TEST_CASE("DeepSeek-V3 MLA layer: 187,107,328 parameters, down projections repli
   CHECK(moe.top_k == 8);
   CHECK(moe.tp_replicated_params == dense.tp_replicated_params + 256 * 7168.0);  // + the router
   CHECK(moe.tp_divisor == 128);  // gcd(heads, shared_ffn 2048)
-  CHECK(moe.moe_dispatch_bytes == 2.0 * 4096 * 8 * 7168);  // fp8 GEMMs keep bf16 activations
+  CHECK(moe.moe_dispatch_bytes == 2.0 * 4096 * 8 * 7168);  // the dispatch is costed at dt (2 bytes) under fp8
   // Ring attention passes K (a x 192) and V (a x 128) per token.
   CHECK(moe.cp_kv_bytes == 2.0 * 4096 * 128 * (192 + 128));
 }
@@ -230,6 +230,34 @@ TEST_CASE("moe_block FLOPs equal the brute-force sum of its GEMMs; capacity pads
   REQUIRE_OK(InferLayer("moe_block", top1, {16, 32}, DType::kBf16, &t1));
   CHECK(t1.expert_fwd_flops == experts / 2);
   CHECK(t1.fwd_flops == l.fwd_flops - experts / 2);
+}
+
+TEST_CASE("fp8 moe_block: QKV input, experts' permuted and fc2 inputs, shared fc2 input at 1 byte; the MoE input dt") {
+  const double s = 16, h = 32, a = 4, g = 2, d = 8, e = 4, k = 2, fe = 24, fs = 16, dt = 2;
+  Layer bf, f8;
+  REQUIRE_OK(InferLayer("moe_block", SmallMoe(), {16, 32}, DType::kBf16, &bf));
+  REQUIRE_OK(InferLayer("moe_block", SmallMoe(), {16, 32}, DType::kFp8, &f8));
+  // The MLP input (the second norm's output) stays dt: the router (bf16, DeepSeek-V3 3.3.1) reads it.
+  const double kept_attn = s * h + dt * s * (a * d + 2 * g * d + a * d) + 4 * a * s;
+  const double shared = dt * s * (h + 2 * fs) + s * fs, routed = s * k * (h + dt * 2 * fe + fe);
+  CHECK(f8.stash_bytes == kept_attn + 2 * dt * s * h + 4 * s * e + shared + routed);
+  CHECK(bf.stash_bytes - f8.stash_bytes == s * h + s * fs + s * k * (h + fe));  // GEMM-input elements x 1 byte
+  CHECK(f8.expert_stash_bytes == routed);
+  CHECK(f8.stash_bytes_full == bf.stash_bytes_full);
+  CHECK(f8.stash_bytes_tp_replicated == s * h + 2 * dt * s * h + dt * s * h + 4 * s * e);
+  auto mod = [](const Layer& l, RecomputeModule m) -> const RecomputeModuleCost& {
+    return l.recompute_modules[static_cast<size_t>(m)];
+  };
+  CHECK(mod(f8, RecomputeModule::kMoeAct).stash_bytes == s * k * fe);
+  CHECK(mod(f8, RecomputeModule::kMoeAct).expert_stash_bytes == s * k * fe);
+  CHECK(mod(bf, RecomputeModule::kMoeAct).stash_bytes == dt * s * k * fe);
+  CHECK(mod(f8, RecomputeModule::kLayernorm).stash_bytes == s * h + dt * s * h);
+  CHECK(mod(f8, RecomputeModule::kLayernorm).stash_tp_replicated == s * h + dt * s * h);
+  CHECK(mod(f8, RecomputeModule::kCoreAttn).stash_bytes == s * a * d);
+  CHECK(mod(f8, RecomputeModule::kSharedExperts).stash_bytes == dt * s * 2 * fs + s * fs);
+  CHECK(mod(f8, RecomputeModule::kMoe).stash_bytes == 4 * s * e + shared - dt * s * h + routed);
+  CHECK(mod(f8, RecomputeModule::kMoe).stash_tp_replicated == 4 * s * e);
+  CHECK(mod(f8, RecomputeModule::kMoe).expert_stash_bytes == routed);
 }
 
 TEST_CASE("MLA FLOPs: the sum of its projections' GEMMs and a core over qk dim nope + rope and v dim") {
