@@ -26,6 +26,10 @@ bool ParseDType(const std::string& text, DType* out) {
 }
 
 namespace {
+// The bytes per element of a GEMM input kept for the weight gradient: under fp8 Transformer Engine's
+// Linear saves its FP8-cast input (1 byte; DeepSeek-V3 section 3.3.2 caches them in FP8 too); else dt.
+double GemmInputBytes(DType dtype) { return dtype == DType::kFp8 ? 1 : DTypeBytes(dtype); }
+
 // Choices of the transformer layers' string attributes (docs/formats.md); the first is the default.
 const StringKey kActKey{"act", {"gelu", "swiglu", "relu2"}};
 const StringKey kNormKey{"norm", {"layernorm", "rmsnorm"}};
@@ -136,6 +140,9 @@ struct AttnGeom {
   double weights = 0, params = 0;
   double replicated_weights = 0, replicated_params = 0;  // MLA's down projections and latent norms (not split by TP)
   double kept = 0, kept_replicated = 0;  // elements kept for backward (no masks, no log-sum-exp)
+  // Of them: the inputs kept only for an FP8 GEMM (QKV or MLA's down and up projections), the output
+  // projection's input (flash's backward reads it too, as the attention output), in kept_replicated.
+  double kept_gemm_in = 0, proj_in = 0, replicated_gemm_in = 0;
   double rope = 0, kv = 0, latent_norm = 0;
 };
 
@@ -148,6 +155,8 @@ AttnGeom Geometry(const Transformer& t) {
     g.params = g.weights + (t.bias ? q + 2 * kv + h : 0);
     g.kept = h + q + 2 * kv + q;  // QKV input, Q, K, V, projection input
     g.kept_replicated = h;
+    g.kept_gemm_in = g.replicated_gemm_in = h;
+    g.proj_in = q;
     g.rope = q + kv;
     g.kv = 2 * kv;
     return g;
@@ -165,6 +174,8 @@ AttnGeom Geometry(const Transformer& t) {
   // x; the latent norms' inputs and the up projections' inputs; Q, K, V; the output projection's input
   g.kept = h + 2 * (t.q_lora + t.kv_lora) + 2 * q + 2 * a * t.dv;
   g.kept_replicated = h + 2 * (t.q_lora + t.kv_lora);
+  g.kept_gemm_in = g.replicated_gemm_in = h + t.q_lora + t.kv_lora;  // x, the up projections' inputs
+  g.proj_in = a * t.dv;
   g.rope = a * t.rope_dim + t.rope_dim;  // q_pe of every head, the shared k_pe
   g.kv = a * (t.dqk + t.dv);
   g.latent_norm = t.q_lora + t.kv_lora;
@@ -177,8 +188,9 @@ RecomputeModuleCost& Module(Layer* l, RecomputeModule m) { return l->recompute_m
 // bytes per element. Stash per Korthikanti et al. 2022 section 4.1, written
 // per tensor so GQA (K and V of g d columns) and flash attention (no s^2
 // tensor; the log-sum-exp, fp32 a s, instead) fit; the 1-byte dropout masks
-// stay at 1 byte.
-void AttentionCosts(const Transformer& t, double dt, Layer* l) {
+// stay at 1 byte. gi: the bytes of a kept FP8-GEMM input (GemmInputBytes; the output projection's
+// input stays at dt under flash, whose backward reads it, unless core_attn re-makes the core).
+void AttentionCosts(const Transformer& t, double dt, double gi, Layer* l) {
   const double s = t.s, h = t.h, a = t.a;
   const AttnGeom geo = Geometry(t);
   l->params += geo.params;
@@ -201,7 +213,8 @@ void AttentionCosts(const Transformer& t, double dt, Layer* l) {
   l->attention_core_fwd_flops += core_fwd;
   l->cp_kv_bytes += dt * s * geo.kv;
   const double mask = t.dropout ? s * h : 0;  // the output dropout's 1-byte mask
-  const double kept = dt * s * geo.kept + mask;
+  const double gemm_saved = (dt - gi) * s * (geo.kept_gemm_in + (t.flash() ? 0 : geo.proj_in));  // 0 unless fp8
+  const double kept = dt * s * geo.kept - gemm_saved + mask;
   double mem_fwd = dt * 4 * s * h, mem_bwd = dt * 8 * s * h;  // dropout + residual on s h
   if (t.position == "rope") {  // rotate Q and K: read + write, the same in backward
     mem_fwd += dt * 2 * s * geo.rope;
@@ -217,7 +230,8 @@ void AttentionCosts(const Transformer& t, double dt, Layer* l) {
   }
   if (t.flash()) {
     l->stash_bytes += kept + 4 * a * s;  // + the fp32 log-sum-exp per head and row
-    l->stash_bytes_selective += kept + 4 * a * s;
+    // core_attn re-makes O in backward: the output projection keeps only its FP8 copy (fp8; else nothing changes)
+    l->stash_bytes_selective += kept - (dt - gi) * s * geo.proj_in + 4 * a * s;
     l->selective_recompute_flops += core_fwd;  // Megatron-Core re-runs the core attention forward
   } else {
     // softmax output and dropout output (dtype) and the dropout mask (1 byte), a s^2 each;
@@ -232,10 +246,11 @@ void AttentionCosts(const Transformer& t, double dt, Layer* l) {
   l->fwd_mem_bytes += mem_fwd;
   l->bwd_mem_bytes += mem_bwd;
   RecomputeModuleCost& core = Module(l, RecomputeModule::kCoreAttn);  // what stash_bytes_selective leaves out
-  core.stash_bytes = t.flash() ? 0 : (t.dropout ? dt * 2 * a * s * s + a * s * s : dt * a * s * s);
+  core.stash_bytes = t.flash() ? (dt - gi) * s * geo.proj_in : (t.dropout ? dt * 2 * a * s * s + a * s * s : dt * a * s * s);
   core.core_flops = t.flash() ? core_fwd : core_full;
   core.mem_bytes = t.flash() ? 0 : dt * 4 * a * s * s;
-  l->stash_bytes_tp_replicated += dt * s * geo.kept_replicated + mask;  // QKV input (MLA: and the latents), the mask
+  // QKV input (MLA: and the latents), the mask
+  l->stash_bytes_tp_replicated += dt * s * geo.kept_replicated - (dt - gi) * s * geo.replicated_gemm_in + mask;
   l->tp_allreduces_fwd += 1;
 }
 
@@ -243,6 +258,11 @@ void AttentionCosts(const Transformer& t, double dt, Layer* l) {
 struct MlpPart {
   double weights = 0, params = 0, gemm = 0, stash = 0, act_fwd = 0, act_bwd = 0;
   double fc1_in = 0, fc1_out = 0;  // elements of stash: fc1's input and output (the rest: fc2's input)
+  // Bytes of stash: fc1's input at in_bytes, fc1's output at dt, fc2's input at gi (written as a cut
+  // from dt so that gi == in_bytes == dt gives dt * stash exactly).
+  double StashBytes(double dt, double gi, double in_bytes) const {
+    return dt * stash - (dt - gi) * (stash - fc1_in - fc1_out) - (dt - in_bytes) * fc1_in;
+  }
 };
 MlpPart Mlp(const std::string& act, bool bias, double h, double f, double tokens) {
   const bool swiglu = act == "swiglu";
@@ -272,21 +292,23 @@ void AddGemm(double fwd, Layer* l) {
 }
 
 // Dense MLP with its dropout and residual.
-void MlpCosts(const Transformer& t, double dt, Layer* l) {
+void MlpCosts(const Transformer& t, double dt, double gi, Layer* l) {
   const double s = t.s, h = t.h;
   const MlpPart m = Mlp(t.act, t.bias, h, t.f, s);
   l->params += m.params;
   AddGemm(m.gemm, l);
   const double mask = t.dropout ? s * h : 0;  // the dropout mask
-  l->stash_bytes += dt * m.stash + mask;
-  l->stash_bytes_selective += dt * m.stash + mask;
-  l->stash_bytes_tp_replicated += dt * s * h + mask;  // fc1 input and the dropout mask
+  const double kept = m.StashBytes(dt, gi, gi);  // fc1's input is the norm's output, read by fc1 alone
+  l->stash_bytes += kept + mask;
+  l->stash_bytes_selective += kept + mask;
+  l->stash_bytes_tp_replicated += gi * s * h + mask;  // fc1 input and the dropout mask
   l->fwd_mem_bytes += dt * (m.act_fwd + 4 * s * h);  // + dropout and residual on s h
   l->bwd_mem_bytes += dt * (m.act_bwd + 8 * s * h);
   l->tp_allreduces_fwd += 1;
-  // mlp: the sub-layer checkpointed whole; it keeps its input (fc1's), re-runs its forward and its all-reduce.
+  // mlp: the sub-layer checkpointed whole; it keeps its input (fc1's, as the checkpoint got it: dt),
+  // re-runs its forward and its all-reduce.
   RecomputeModuleCost& mlp = Module(l, RecomputeModule::kMlp);
-  mlp.stash_bytes = dt * (m.stash - s * h);
+  mlp.stash_bytes = gi == dt ? dt * (m.stash - s * h) : kept - dt * s * h;
   mlp.gemm_flops = m.gemm;
   mlp.mem_bytes = dt * m.act_fwd;
   mlp.tp_collectives = 1;
@@ -302,12 +324,13 @@ struct Moe {
 // MoELayer (keeps its s h input; re-runs router, dispatch, experts, combine and the shared experts),
 // shared_experts the shared expert MLP (keeps its input), moe_act the routed experts' activation
 // (its output, fc2's input, dropped; re-made from the kept fc1 output, memory-bound).
-void MoeRecomputeModules(double dt, double s, double h, const MlpPart* shared, const MlpPart& ex, double router_flops,
-                         double stash, double mem_fwd, Layer* l) {
+void MoeRecomputeModules(double dt, double gi, double s, double h, const MlpPart* shared, const MlpPart& ex,
+                         double router_flops, double stash, double mem_fwd, Layer* l) {
   RecomputeModuleCost& moe = Module(l, RecomputeModule::kMoe);
+  const double shared_kept = shared ? shared->StashBytes(dt, gi, dt) - dt * s * h : 0, ex_kept = ex.StashBytes(dt, gi, gi);
   moe.stash_bytes = stash - dt * s * h;
-  moe.stash_tp_replicated = stash - dt * s * h - dt * (shared ? shared->stash - s * h : 0) - dt * ex.stash;  // the fp32 scores
-  moe.expert_stash_bytes = dt * ex.stash;
+  moe.stash_tp_replicated = stash - dt * s * h - shared_kept - ex_kept;  // the fp32 scores
+  moe.expert_stash_bytes = ex_kept;
   moe.gemm_flops = router_flops + (shared ? shared->gemm : 0) + ex.gemm;
   moe.expert_gemm_flops = ex.gemm;
   moe.mem_bytes = mem_fwd;
@@ -315,20 +338,22 @@ void MoeRecomputeModules(double dt, double s, double h, const MlpPart* shared, c
   moe.alltoall = true;
   if (shared != nullptr) {
     RecomputeModuleCost& se = Module(l, RecomputeModule::kSharedExperts);
-    se.stash_bytes = dt * (shared->stash - s * h);
+    se.stash_bytes = gi == dt ? dt * (shared->stash - s * h) : shared_kept;
     se.gemm_flops = shared->gemm;
     se.mem_bytes = dt * shared->act_fwd;
   }
   RecomputeModuleCost& act = Module(l, RecomputeModule::kMoeAct);
   const double fc2_in = ex.stash - ex.fc1_in - ex.fc1_out;  // the activation's output, per token copy
-  act.stash_bytes = act.expert_stash_bytes = dt * fc2_in;
+  act.stash_bytes = act.expert_stash_bytes = gi * fc2_in;
   act.mem_bytes = dt * ex.act_fwd;
 }
 
 // The MoE MLP of a moe_block (Megatron-Core MoELayer; docs/cost_model.md, MoE): the router
 // [h, E] (replicated over TP), the shared expert MLP (a dense MLP of width fs), and the routed
 // experts, each token reaching top_k of them (balanced; capacity c > 0 pads to c s k tokens).
-void MoeCosts(const Transformer& t, const Moe& m, double dt, Layer* l) {
+// Under fp8 the MLP input stays at dt (the router, a bf16 GEMM per DeepSeek-V3 section 3.3.1, reads it);
+// the shared and routed experts' fc2 inputs and the routed experts' permuted inputs are FP8 (gi).
+void MoeCosts(const Transformer& t, const Moe& m, double dt, double gi, Layer* l) {
   const double s = t.s, h = t.h;
   const double router = 2 * s * h * m.e;
   l->params += m.e * h;
@@ -342,7 +367,7 @@ void MoeCosts(const Transformer& t, const Moe& m, double dt, Layer* l) {
     shared = Mlp(t.act, t.bias, h, m.fs, s);
     l->params += shared.params;
     AddGemm(shared.gemm, l);
-    stash += dt * shared.stash;  // holds the MLP input the router's weight gradient reads too
+    stash += shared.StashBytes(dt, gi, dt);  // holds the MLP input the router's weight gradient reads too
     mem_fwd += dt * shared.act_fwd;
     mem_bwd += dt * shared.act_bwd;
   } else {
@@ -358,12 +383,12 @@ void MoeCosts(const Transformer& t, const Moe& m, double dt, Layer* l) {
   l->bwd_weight_flops += ex.gemm;
   l->model_flops += 3 * active.gemm;
   l->expert_fwd_flops = l->expert_bwd_input_flops = l->expert_bwd_weight_flops = ex.gemm;
-  l->expert_stash_bytes = dt * ex.stash;  // permuted input, fc1 output, fc2 input of every token copy
-  stash += dt * ex.stash;
+  l->expert_stash_bytes = ex.StashBytes(dt, gi, gi);  // permuted input, fc1 output, fc2 input of every token copy
+  stash += l->expert_stash_bytes;
   // Permute and unpermute (read s h, write the copies; back, weighted by the probabilities), the activation.
   mem_fwd += dt * (ex.act_fwd + 2 * (s * h + routed * h));
   mem_bwd += dt * (ex.act_bwd + 2 * (s * h + routed * h));
-  MoeRecomputeModules(dt, s, h, m.fs > 0 ? &shared : nullptr, ex, router, stash, mem_fwd, l);
+  MoeRecomputeModules(dt, gi, s, h, m.fs > 0 ? &shared : nullptr, ex, router, stash, mem_fwd, l);
   const double mask = t.dropout ? s * h : 0;
   stash += mask;
   l->stash_bytes += stash;
@@ -572,7 +597,9 @@ Status MtpCosts(const LayerAttrs& attrs, const std::vector<int64_t>& in, DType d
   l->params += 2 * h * h + (bias ? h : 0);                    // eh_proj [2h, h]
   AddGemm(2 * s * 2 * h * h, l);
   AddGemm(2 * s * h * v, l);                                  // the shared output head
-  const double extra = dt * 2 * s * h + dt * s * h + 4 * s * v + 4 * s;  // projection input, head input, fp32 logits, token ids
+  // eh_proj's input (an FP8 GEMM's: gi), the head's input (the output head stays bf16, DeepSeek-V3
+  // section 3.3.1), fp32 logits, token ids
+  const double extra = GemmInputBytes(dtype) * 2 * s * h + dt * s * h + 4 * s * v + 4 * s;
   l->stash_bytes += extra;
   l->stash_bytes_selective += extra;
   l->stash_bytes_tp_replicated += 4 * s;
@@ -719,16 +746,19 @@ Status InferLayer(const std::string& type, const LayerAttrs& attrs, const std::v
     l.out_shape = in;
     Moe moe;
     if (type == "moe_block") PLANNER_RETURN_IF_ERROR(ResolveMoe(attrs, &moe, &l));
-    if (type != "mlp") AttentionCosts(t, dt, &l);
-    if (type == "moe_block") MoeCosts(t, moe, dt, &l);
-    else if (type != "attention") MlpCosts(t, dt, &l);
+    const double gi = GemmInputBytes(dtype);
+    if (type != "mlp") AttentionCosts(t, dt, gi, &l);
+    if (type == "moe_block") MoeCosts(t, moe, dt, gi, &l);
+    else if (type != "attention") MlpCosts(t, dt, gi, &l);
     if (type == "transformer_block" || type == "moe_block") {  // pre-norm: before attention and before the MLP
       NormCosts(t.s * t.h, t.h, t.norm == "rmsnorm", dt, &l);
       NormCosts(t.s * t.h, t.h, t.norm == "rmsnorm", dt, &l);
       // layernorm: both norms' outputs (the attention's and the MLP's inputs) dropped and re-made
-      // in backward from their inputs, which the residual path keeps.
+      // in backward from their inputs, which the residual path keeps; each at the bytes it was kept
+      // (fp8: the QKV and fc1 inputs 1 byte, the MoE input, the router's too, dt).
       RecomputeModuleCost& norms = Module(&l, RecomputeModule::kLayernorm);
-      norms.stash_bytes = norms.stash_tp_replicated = dt * 2 * t.s * t.h;
+      const double mlp_in = type == "moe_block" ? dt : gi;
+      norms.stash_bytes = norms.stash_tp_replicated = gi == dt ? dt * 2 * t.s * t.h : (gi + mlp_in) * t.s * t.h;
       norms.mem_bytes = dt * 2 * 2 * t.s * t.h;
     }
     l.tp_shardable = true;

@@ -217,10 +217,13 @@ TEST_CASE("DeepSeek-V3 forced layout: DeepSeek's modules cut each stage's activa
   CHECK(ds.recompute_modules == kDeepSeekRecomputeModules);
   CHECK(sel.recompute_modules == kDefaultRecomputeModules);
   REQUIRE(ds.stages.size() == sel.stages.size());
-  // Per sample (microbatch 1, tp = cp = 1): layernorm 2 s h, mla_up_proj s a (2 dqk + dv), moe_act s k fe
-  // (MoE blocks), 2 bytes each; the MTP module's block drops the same.
-  const double s = 4096, h = 7168, a = 128, dqk = 192, dv = 128, k = 8, fe = 2048, dt = 2;
-  const double dense_drop = dt * (2 * s * h + s * a * (2 * dqk + dv)), moe_drop = dense_drop + dt * s * k * fe;
+  // Per sample (microbatch 1, tp = cp = 1), each at the bytes it was kept (fp8: an FP8 GEMM's input 1
+  // byte, gi): layernorm the QKV-down input s h at gi and the MLP input s h (fc1's: gi; the MoE's, which
+  // the bf16 router reads: dt), mla_up_proj Q, K, V s a (2 dqk + dv) at dt, moe_act s k fe at gi (MoE
+  // blocks); the MTP module's block drops the same; core_attn is in both sets.
+  const double s = 4096, h = 7168, a = 128, dqk = 192, dv = 128, k = 8, fe = 2048, dt = 2, gi = 1;
+  const double up_drop = dt * s * a * (2 * dqk + dv);
+  const double dense_drop = 2 * gi * s * h + up_drop, moe_drop = (gi + dt) * s * h + up_drop + gi * s * k * fe;
   // A stage's activations are its rank's (dualpipev: both chunks, stages r and 2p - 1 - r).
   std::vector<double> chunk_drop(ds.stages.size(), 0.0), rank_drop(16, 0.0);
   for (size_t i = 0; i < ds.stages.size(); ++i) {
@@ -241,21 +244,26 @@ TEST_CASE("DeepSeek-V3 forced layout: DeepSeek's modules cut each stage's activa
     CHECK(ds.stages[i].backward_input_s > sel.stages[i].backward_input_s);
   }
   // The worst rank by hand: rank 2 holds stages 2 and 29 (two MoE blocks each), 30 and 3 microbatches in
-  // flight ((2p - r) and (r + 1)); one MoE block keeps, per sample: MLA's latent-norm and up-projection
-  // inputs 2 (q_lora + kv_lora) and the output projection's input a dv, the fp32 LSE 4 a s, both norms'
-  // inputs 2 s h, the fp32 scores 4 s E, the shared MLP's 3 f_s (its input dropped with the norm output)
-  // and each routed copy's permuted input h and SwiGLU input 2 f_e.
+  // flight ((2p - r) and (r + 1)); one MoE block keeps, per sample: MLA's latent-norm inputs (q_lora +
+  // kv_lora, dt) and up-projection inputs (gi), the output projection's input a dv (gi: core_attn drops
+  // flash's bf16 O), the fp32 LSE 4 a s, both norms' inputs 2 s h (dt), the fp32 scores 4 s E, the shared
+  // MLP's SwiGLU input 2 f_s (dt) and fc2 input f_s (gi; its input dropped with the norm output), and each
+  // routed copy's permuted input h (gi) and SwiGLU input 2 f_e (dt).
   const double ql = 1536, kvl = 512, experts = 256, fs = 2048;
-  const double block = dt * s * (2 * (ql + kvl) + a * dv) + 4 * a * s + dt * 2 * s * h + 4 * s * experts + dt * s * 3 * fs +
-                       dt * s * k * (h + 2 * fe);
+  const double block = (dt + gi) * s * (ql + kvl) + gi * s * a * dv + 4 * a * s + dt * 2 * s * h + 4 * s * experts +
+                       s * (dt * 2 * fs + gi * fs) + s * k * (gi * h + dt * 2 * fe);
   REQUIRE(ds.stages[2].in_flight == 30);
   REQUIRE(ds.stages[29].in_flight == 3);
   REQUIRE(ds.stages[2].last_layer - ds.stages[2].first_layer == 1);
   REQUIRE(ds.stages[29].last_layer - ds.stages[29].first_layer == 1);
   CHECK(ds.stages[2].activations_bytes == doctest::Approx((30 + 3) * 2 * block).epsilon(1e-9));
-  CHECK(ds.stages[2].activations_bytes / (1024.0 * 1024 * 1024) == doctest::Approx(66.387).epsilon(1e-4));
+  CHECK(ds.stages[2].activations_bytes / (1024.0 * 1024 * 1024) == doctest::Approx(46.793).epsilon(1e-4));
   CHECK(ds.predicted.peak_memory_bytes == ds.stages[2].peak_memory_bytes);
-  CHECK(ds.predicted.peak_memory_bytes / (1024.0 * 1024 * 1024) == doctest::Approx(82.71).epsilon(1e-3));  // > 75 GiB usable on an H800
+  // FP8 GEMM inputs at 1 byte: 82.71 GiB before (2-byte GEMM inputs), less 66 block-samples x s (q_lora +
+  // kv_lora + a dv + f_s + k h) bytes = 19.59 GiB; now within the H800's 75 GiB usable.
+  CHECK(ds.predicted.peak_memory_bytes / (1024.0 * 1024 * 1024) == doctest::Approx(63.12).epsilon(1e-3));
+  CHECK(82.71 - ds.predicted.peak_memory_bytes / (1024.0 * 1024 * 1024) ==
+        doctest::Approx(66 * s * (ql + kvl + a * dv + fs + k * h) / (1024.0 * 1024 * 1024)).epsilon(1e-3));
   CHECK(ds.predicted.peak_memory_bytes < sel.predicted.peak_memory_bytes);
   CHECK(ds.predicted.iteration_s > sel.predicted.iteration_s);
   CHECK(ds.predicted.hfu > sel.predicted.hfu * (sel.predicted.iteration_s / ds.predicted.iteration_s));  // more hardware FLOPs run
@@ -276,7 +284,8 @@ struct DeepSeekFp8 {
 };
 
 TEST_CASE("the search tries DeepSeek's modules on an MLA / MoE model only when core_attn alone leaves full recompute or nothing") {
-  // The forced layout needs 131.2 GiB with core_attn, 82.7 GiB with DeepSeek's modules, 31 GiB with full recompute.
+  // The forced layout needs 105.7 GiB with core_attn, 63.1 GiB with DeepSeek's modules (fp8: GEMM inputs at
+  // 1 byte), 31 GiB with full recompute.
   const std::vector<Recompute> both = {Recompute::kSelective, Recompute::kFull};
   DeepSeekFp8 tight(100);
   Plan fallback, forced;
@@ -298,16 +307,19 @@ TEST_CASE("the search tries DeepSeek's modules on an MLA / MoE model only when c
   REQUIRE_OK(SolveDeepSeek(roomy.model, roomy.cluster, 0, &plain, both));
   CHECK(plain.recompute == Recompute::kSelective);
   CHECK(plain.recompute_modules == kDefaultRecomputeModules);
-  // At 75 GiB nothing selective fits: full recompute, as before.
+  // At the H800's 75 GiB: core_attn alone (105.7 GiB) leaves full recompute; DeepSeek's set fits.
   DeepSeekFp8 h800(75);
   Plan real;
   REQUIRE_OK(SolveDeepSeek(h800.model, h800.cluster, 0, &real, both));
-  CHECK(real.recompute == Recompute::kFull);
-  // Forced modules at 75 GiB: nothing fits, the error names the stage's 82.7 GiB.
+  CHECK(real.recompute == Recompute::kSelective);
+  CHECK(real.recompute_modules == kDeepSeekRecomputeModules);
+  CHECK(real.predicted.peak_memory_bytes <= real.usable_memory_bytes);
+  // Forced modules at 60 GiB: nothing fits, the error names the stage's 63.1 GiB.
+  DeepSeekFp8 small(60);
   Plan none;
-  const Status st = SolveDeepSeek(h800.model, h800.cluster, kDeepSeekRecomputeModules, &none);
+  const Status st = SolveDeepSeek(small.model, small.cluster, kDeepSeekRecomputeModules, &none);
   CHECK(st.code() == StatusCode::kInfeasible);
-  CHECK(st.message().find("needs 82.7 GiB > 75.0 GiB usable") != std::string::npos);
+  CHECK(st.message().find("needs 63.1 GiB > 60.0 GiB usable") != std::string::npos);
   CHECK(st.message().find("recompute=selective:core_attn+layernorm+mla_up_proj+moe_act, ZeRO-1") != std::string::npos);
 }
 

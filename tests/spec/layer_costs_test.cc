@@ -163,6 +163,40 @@ TEST_CASE("flash attention stash: no s^2 term, Q K V O and the log-sum-exp kept;
   CHECK(un.bwd_mem_bytes - fl.bwd_mem_bytes == dt * 8 * a * s * s);
 }
 
+TEST_CASE("fp8 transformer_block: the GEMM-only inputs (QKV, fc1, fc2; unfused: the projection) kept at 1 byte") {
+  const double s = 1024, h = 512, a = 8, g = 2, d = h / a, f = 1536, dt = 2;
+  const LayerAttrs fa = Attrs(8, 2, 1536, "swiglu", "rmsnorm", "rope", false, "flash");
+  const LayerAttrs ua = Attrs(8, 2, 1536, "swiglu", "rmsnorm", "rope", false, "unfused");
+  Layer bf = Block(1024, 512, fa), f8 = Block(1024, 512, fa, DType::kFp8);
+  Layer ubf = Block(1024, 512, ua), uf8 = Block(1024, 512, ua, DType::kFp8);
+  // Flash: QKV input (the norm's output), fc1 and fc2 inputs at 1 byte; Q, K, V, O (flash's backward reads
+  // O), the LSE, the norms' inputs, the fc1 output and the masks keep theirs.
+  const double attn = (s * h + dt * (s * h + 2 * s * g * d + s * h)) + 4 * a * s + s * h;
+  const double mlp = (s * h + dt * 2 * s * f + s * f) + s * h;
+  CHECK(f8.stash_bytes == attn + mlp + 2 * dt * s * h);
+  CHECK(bf.stash_bytes - f8.stash_bytes == 2 * s * h + s * f);  // GEMM-input elements x 1 byte
+  CHECK(f8.stash_bytes_selective == f8.stash_bytes - s * a * d);  // core_attn: O's bf16 copy dropped
+  CHECK(f8.stash_bytes_full == bf.stash_bytes_full);  // the layer input, dt
+  CHECK(f8.stash_bytes_tp_replicated == 2 * (s * h + s * h) + 2 * dt * s * h);
+  // Module drops, each at the bytes it was kept: core_attn under flash the bf16 O (the projection's
+  // 1-byte copy stays), layernorm the QKV and fc1 inputs (1 byte each), mlp all but its input (dt).
+  auto drop = [](const Layer& l, RecomputeModule m) { return l.recompute_modules[static_cast<size_t>(m)].stash_bytes; };
+  CHECK(drop(bf, RecomputeModule::kCoreAttn) == 0);
+  CHECK(drop(f8, RecomputeModule::kCoreAttn) == s * a * d);
+  CHECK(drop(bf, RecomputeModule::kLayernorm) == dt * 2 * s * h);
+  CHECK(drop(f8, RecomputeModule::kLayernorm) == 2 * s * h);
+  CHECK(drop(bf, RecomputeModule::kMlp) == dt * 3 * s * f);
+  CHECK(drop(f8, RecomputeModule::kMlp) == s * h + dt * 2 * s * f + s * f - dt * s * h);
+  // Unfused: its backward reads the probabilities, not O: the projection input is 1 byte as well.
+  CHECK(ubf.stash_bytes - uf8.stash_bytes == 3 * s * h + s * f);
+  CHECK(ubf.stash_bytes_selective - uf8.stash_bytes_selective == 3 * s * h + s * f);
+  CHECK(drop(uf8, RecomputeModule::kCoreAttn) == drop(ubf, RecomputeModule::kCoreAttn));  // the s^2 tensors keep dt
+  // fp16 and fp32 cost as before: every kept input at dt.
+  Layer h16 = Block(1024, 512, fa, DType::kFp16), f32 = Block(1024, 512, fa, DType::kFp32);
+  CHECK(h16.stash_bytes == bf.stash_bytes);
+  CHECK(f32.stash_bytes == 2 * (bf.stash_bytes - 2 * s * h - 4 * a * s) + 4 * a * s + 2 * s * h);
+}
+
 TEST_CASE("GPT-3 175B with flash (the default) keeps sbh 34 + 4as per block; attention: unfused keeps Korthikanti's") {
   ModelSpec flash = Load("gpt3-175b.yaml");
   ModelSpec unfused;
@@ -239,7 +273,8 @@ TEST_CASE("explicit layer lists take the same keys and cost the same as the temp
   ModelSpec fp8;
   REQUIRE_OK(Parse("name: x\nprecision: fp8\nglobal_batch: 8\ngpt: {layers: 1, hidden: 64, heads: 8, seq: 32, vocab: 100}\n", &fp8));
   CHECK(fp8.dtype == DType::kFp8);
-  CHECK(fp8.layers[1].stash_bytes == def.layers[1].stash_bytes);  // fp8 GEMMs, 2-byte activations
+  // fp8 GEMMs: the QKV, fc1 and fc2 inputs (s h, s h, s 4h) kept at 1 byte, the rest at 2
+  CHECK(def.layers[1].stash_bytes - fp8.layers[1].stash_bytes == 32 * 64 + 32 * 64 + 32 * 256);
 }
 
 TEST_CASE("bad transformer keys: one message naming file, line, field, choices and fix") {

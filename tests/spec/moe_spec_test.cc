@@ -58,7 +58,7 @@ TEST_CASE("DeepSeek-V3 MLA layer: 187,107,328 parameters, down projections repli
   CHECK(moe.top_k == 8);
   CHECK(moe.tp_replicated_params == dense.tp_replicated_params + 256 * 7168.0);  // + the router
   CHECK(moe.tp_divisor == 128);  // gcd(heads, shared_ffn 2048)
-  CHECK(moe.moe_dispatch_bytes == 2.0 * 4096 * 8 * 7168);  // fp8 GEMMs keep bf16 activations
+  CHECK(moe.moe_dispatch_bytes == 2.0 * 4096 * 8 * 7168);  // the dispatch is costed at dt (2 bytes) under fp8
   // Ring attention passes K (a x 192) and V (a x 128) per token.
   CHECK(moe.cp_kv_bytes == 2.0 * 4096 * 128 * (192 + 128));
 }
@@ -117,6 +117,19 @@ TEST_CASE("DeepSeek-V3's MTP module: counted apart, one MoE block, norms, the 2h
   CHECK(mtp.bwd_weight_flops == block.bwd_weight_flops + 2 * s * 2 * h * h + 2 * s * h * v);
   CHECK(m.TotalParams() == 671026404352.0);  // unchanged by the module
   CHECK(m.MtpParams() / 1e9 == doctest::Approx(11.61).epsilon(0.001));
+  // fp8: beyond its block's, the module saves eh_proj's 2h input x 1 byte; the output head's input stays
+  // 2 bytes (DeepSeek-V3 3.3.1 keeps the head in BF16), as the fp32 logits and the norms' inputs.
+  REQUIRE(m.dtype == DType::kFp8);  // the model file's precision
+  ModelSpec bf = m;
+  REQUIRE_OK(BuildGptModel(m.gpt, DType::kBf16, &bf));
+  CHECK(mtp.stash_bytes - block.stash_bytes == 2 * 3 * s * h + 1 * 2 * s * h + 2 * s * h + 4 * s * v + 4 * s);
+  CHECK(bf.layers[62].stash_bytes - bf.layers[61].stash_bytes == 2 * 3 * s * h + 2 * 2 * s * h + 2 * s * h + 4 * s * v + 4 * s);
+  // One MoE block, bf16 less fp8: x (the QKV-down input), the up projections' inputs, the shared fc2
+  // input and every routed copy's permuted and fc2 inputs, 1 byte each (flash: O stays 2 bytes).
+  CHECK(bf.layers[61].stash_bytes - block.stash_bytes == s * (h + 1536 + 512 + 2048 + 8 * (h + 2048)));
+  CHECK(m.layers[64].type == "lm_head");
+  CHECK(m.layers[64].stash_bytes == bf.layers[64].stash_bytes);  // the output head's input, bf16
+  CHECK(m.layers[65].stash_bytes == bf.layers[65].stash_bytes);  // the loss's fp32 logits
 }
 
 TEST_CASE("h800: dgx-h100's GPU and IB, NVLink cut to DeepSeek's 160 GB/s, 2048 GPUs") {
@@ -232,6 +245,34 @@ TEST_CASE("moe_block FLOPs equal the brute-force sum of its GEMMs; capacity pads
   CHECK(t1.fwd_flops == l.fwd_flops - experts / 2);
 }
 
+TEST_CASE("fp8 moe_block: QKV input, experts' permuted and fc2 inputs, shared fc2 input at 1 byte; the MoE input dt") {
+  const double s = 16, h = 32, a = 4, g = 2, d = 8, e = 4, k = 2, fe = 24, fs = 16, dt = 2;
+  Layer bf, f8;
+  REQUIRE_OK(InferLayer("moe_block", SmallMoe(), {16, 32}, DType::kBf16, &bf));
+  REQUIRE_OK(InferLayer("moe_block", SmallMoe(), {16, 32}, DType::kFp8, &f8));
+  // The MLP input (the second norm's output) stays dt: the router (bf16, DeepSeek-V3 3.3.1) reads it.
+  const double kept_attn = s * h + dt * s * (a * d + 2 * g * d + a * d) + 4 * a * s;
+  const double shared = dt * s * (h + 2 * fs) + s * fs, routed = s * k * (h + dt * 2 * fe + fe);
+  CHECK(f8.stash_bytes == kept_attn + 2 * dt * s * h + 4 * s * e + shared + routed);
+  CHECK(bf.stash_bytes - f8.stash_bytes == s * h + s * fs + s * k * (h + fe));  // GEMM-input elements x 1 byte
+  CHECK(f8.expert_stash_bytes == routed);
+  CHECK(f8.stash_bytes_full == bf.stash_bytes_full);
+  CHECK(f8.stash_bytes_tp_replicated == s * h + 2 * dt * s * h + dt * s * h + 4 * s * e);
+  auto mod = [](const Layer& l, RecomputeModule m) -> const RecomputeModuleCost& {
+    return l.recompute_modules[static_cast<size_t>(m)];
+  };
+  CHECK(mod(f8, RecomputeModule::kMoeAct).stash_bytes == s * k * fe);
+  CHECK(mod(f8, RecomputeModule::kMoeAct).expert_stash_bytes == s * k * fe);
+  CHECK(mod(bf, RecomputeModule::kMoeAct).stash_bytes == dt * s * k * fe);
+  CHECK(mod(f8, RecomputeModule::kLayernorm).stash_bytes == s * h + dt * s * h);
+  CHECK(mod(f8, RecomputeModule::kLayernorm).stash_tp_replicated == s * h + dt * s * h);
+  CHECK(mod(f8, RecomputeModule::kCoreAttn).stash_bytes == s * a * d);
+  CHECK(mod(f8, RecomputeModule::kSharedExperts).stash_bytes == dt * s * 2 * fs + s * fs);
+  CHECK(mod(f8, RecomputeModule::kMoe).stash_bytes == 4 * s * e + shared - dt * s * h + routed);
+  CHECK(mod(f8, RecomputeModule::kMoe).stash_tp_replicated == 4 * s * e);
+  CHECK(mod(f8, RecomputeModule::kMoe).expert_stash_bytes == routed);
+}
+
 TEST_CASE("MLA FLOPs: the sum of its projections' GEMMs and a core over qk dim nope + rope and v dim") {
   const double s = 32, h = 64, a = 4, ql = 24, kvl = 16, dr = 8, dn = 16, dv = 12;
   LayerAttrs attrs;
@@ -259,6 +300,17 @@ TEST_CASE("MLA FLOPs: the sum of its projections' GEMMs and a core over qk dim n
   REQUIRE_OK(InferLayer("attention", attrs, {32, 64}, DType::kBf16, &nq));
   CHECK(nq.fwd_flops == weights - Gemm{s, h, ql}.Flops() - Gemm{s, ql, a * (dn + dr)}.Flops() + Gemm{s, h, a * (dn + dr)}.Flops() + core);
   CHECK(nq.tp_replicated_fwd_flops == Gemm{s, h, kvl + dr}.Flops());
+  // fp8: x, the up projections' inputs (the normed latents) and (unfused) the output projection's
+  // input are 1 byte; the latent norms' inputs, Q, K, V and the s^2 tensors keep 2; mla_up_proj's
+  // Q, K, V stay 2-byte.
+  attrs.ints["q_lora_rank"] = 24;
+  Layer f8;
+  REQUIRE_OK(InferLayer("attention", attrs, {32, 64}, DType::kFp8, &f8));
+  CHECK(l.stash_bytes - f8.stash_bytes == s * (h + ql + kvl + a * dv));
+  CHECK(l.stash_bytes_tp_replicated - f8.stash_bytes_tp_replicated == s * (h + ql + kvl));
+  const size_t up = static_cast<size_t>(RecomputeModule::kMlaUpProj);
+  CHECK(f8.recompute_modules[up].stash_bytes == l.recompute_modules[up].stash_bytes);
+  CHECK(f8.recompute_modules[up].stash_bytes == 2 * s * a * (2 * (dn + dr) + dv));
 }
 
 TEST_CASE("layer lists: moe_block and mtp cost as the template's blocks") {
