@@ -263,15 +263,7 @@ TEST_CASE("DeepSeek-V3 at pp 16, dualpipev: the layout holds the plan's 32 chunk
   CostSource src;
   src.model = &m;
   src.cluster = &c;
-  SearchOptions o;
-  o.gpus = 2048;
-  o.pp = {16};
-  o.tp = {1};
-  o.cp = {1};
-  o.ep = {64};
-  o.etp = {1};
-  o.microbatch = {1};
-  o.schedules = {Schedule::kDualPipeV};
+  SearchOptions o = testing::DeepSeekV3PublishedLayout();
   Plan plan;
   REQUIRE_OK(SolveAuto(src, o, &plan));
   LaunchPlan L;

@@ -16,6 +16,7 @@
 #include "dp_solver/programs.h"
 #include "dp_solver/schedule_sim.h"
 #include "dp_solver/search.h"
+#include "tests/dp_solver/moe_model.h"
 #include "tests/test_util.h"
 
 namespace planner {
@@ -425,15 +426,7 @@ TEST_CASE("an MTP module is split as one block: DeepSeek-V3's 61 blocks + 1 MTP 
   REQUIRE_OK(LoadModelSpec(testing::SourcePath("configs/models/deepseek-v3.yaml"), &f.model));
   REQUIRE_OK(LoadClusterSpec(testing::SourcePath("configs/clusters/h800.yaml"), &f.cluster));
   REQUIRE(f.model.gpt.mtp == 1);
-  SearchOptions o;
-  o.gpus = 2048;
-  o.pp = {16};
-  o.tp = {1};
-  o.cp = {1};
-  o.ep = {64};
-  o.etp = {1};
-  o.microbatch = {1};
-  o.schedules = {Schedule::kDualPipeV};
+  SearchOptions o = testing::DeepSeekV3PublishedLayout();
   CostSource src;
   src.model = &f.model;
   src.cluster = &f.cluster;

@@ -5,6 +5,7 @@
 
 #include <cstdint>
 
+#include "dp_solver/search.h"
 #include "spec/model_spec.h"
 #include "tests/test_util.h"
 
@@ -56,6 +57,21 @@ inline ModelSpec MoeModel(int64_t layers, int64_t experts, int64_t top_k, int64_
     l.stash_bytes_selective += l.expert_stash_bytes;
   }
   return m;
+}
+
+// DeepSeek-V3's published layout (report arXiv:2412.19437 section 3.2): 2048 GPUs, PP16 with
+// DualPipe (dualpipev here), EP64, no TP, no CP, microbatch 1; the tests force it with these options.
+inline SearchOptions DeepSeekV3PublishedLayout() {
+  SearchOptions o;
+  o.gpus = 2048;
+  o.pp = {16};
+  o.tp = {1};
+  o.cp = {1};
+  o.ep = {64};
+  o.etp = {1};
+  o.microbatch = {1};
+  o.schedules = {Schedule::kDualPipeV};
+  return o;
 }
 
 }  // namespace planner::testing

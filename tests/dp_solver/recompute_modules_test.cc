@@ -13,6 +13,7 @@
 #include "spec/layer_catalog.h"
 #include "spec/model_spec.h"
 #include "spec/plan.h"
+#include "tests/dp_solver/moe_model.h"
 #include "tests/test_util.h"
 
 namespace planner {
@@ -182,16 +183,8 @@ TEST_CASE("more modules: less memory, more backward time (MLA moe_block)") {
 // DeepSeek-V3's published layout, forced: 2048 H800, PP16 dualpipev, EP64, TP1, CP1, ZeRO-1, FP8.
 Status SolveDeepSeek(const ModelSpec& model, const ClusterSpec& cluster, uint32_t modules, Plan* p,
                      std::vector<Recompute> recompute = {Recompute::kSelective}) {
-  SearchOptions o;
-  o.gpus = 2048;
-  o.pp = {16};
-  o.tp = {1};
-  o.cp = {1};
-  o.ep = {64};
-  o.etp = {1};
+  SearchOptions o = testing::DeepSeekV3PublishedLayout();
   o.zero = {1};
-  o.microbatch = {1};
-  o.schedules = {Schedule::kDualPipeV};
   o.recompute = std::move(recompute);
   o.recompute_modules = modules;
   CostSource src;
