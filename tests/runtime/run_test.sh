@@ -41,7 +41,9 @@ PY
 # case NAME NP MODEL CLUSTER SOLVE_FLAGS...
 case_grad() {
   local name=$1 np=$2 model=$3 cluster=$4; shift 4
-  $PLANNER -q solve --gpus $np --model $M/$model.yaml --cluster $C/$cluster.yaml "$@" -o $name.plan.yaml >/dev/null || { bad "$name solve"; return; }
+  local mpath=$M/$model.yaml
+  [[ $model == *.yaml ]] && mpath=$model  # a model file written by the test
+  $PLANNER -q solve --gpus $np --model $mpath --cluster $C/$cluster.yaml "$@" -o $name.plan.yaml >/dev/null || { bad "$name solve"; return; }
   $PLANNER -q codegen $name.plan.yaml -o $name --iterations 1 || { bad "$name codegen"; return; }
   timeout 120 mpirun --oversubscribe -np $np $PLANNER -q run $name --dump-gradients --run-id multi >/dev/null 2>$name.err || { bad "$name run"; cat $name.err | tail -3; return; }
   $PLANNER -q run $name --reference --dump-gradients --run-id single >/dev/null 2>>$name.err || { bad "$name reference"; return; }
@@ -96,6 +98,10 @@ sys.exit(0 if row and int(row.group(1)) == 2 * 5 * m else 1)
 PY
 case_grad moe-pp2-ep2 4 tiny-moe dgx-a100 --ep 2 --pp 2 --tp 1 --schedule 1f1b
 case_grad moe-mla-ep2 2 tiny-moe-mla local-cpu --ep 2 --tp 1 --pp 1
+# DualPipeV with expert parallelism: 4 blocks (1 dense, 3 MoE) in 2 x pp = 4 chunks, the V over 2
+# pipeline ranks, each stage's 2 ranks one EP group.
+sed 's/  layers: 3/  layers: 4/' $M/tiny-moe.yaml > tiny-moe-4.yaml
+case_grad moe-pp2-ep2-dualpipev 4 tiny-moe-4.yaml dgx-a100 --ep 2 --pp 2 --tp 1 --schedule dualpipev
 $PLANNER -q solve --gpus 4 --model $M/tiny-moe.yaml --cluster $C/dgx-a100.yaml --tp 2 --pp 1 --ep 2 --etp 1 --sp on -o moetp2.plan.yaml >/dev/null \
   && grep -q '^sequence_parallel: true$' moetp2.plan.yaml && $PLANNER -q codegen moetp2.plan.yaml -o moetp2 --iterations 3 \
   && timeout 180 mpirun --oversubscribe -np 4 $PLANNER -q run moetp2 --dump-gradients --run-id multi >/dev/null 2>moetp2.err \
