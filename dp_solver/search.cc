@@ -412,18 +412,20 @@ uint32_t FallbackModules(const CostSource& src, const SearchOptions& o) {
 
 }  // namespace
 
-// The search; for MLA / MoE models where core_attn alone leaves only full recompute (or nothing)
-// that fits, searched again with DeepSeek-V3's modules besides (docs/cost_model.md section 5).
+// The search; MLA / MoE models are searched again with DeepSeek-V3's modules besides, and the
+// faster plan is kept (docs/cost_model.md section 5).
 Status SolveAuto(const CostSource& src, SearchOptions& o, Plan* out) {
   Status first = SearchOnce(src, o, 0, out);
   const uint32_t fallback = first.ok() || first.code() == StatusCode::kInfeasible ? FallbackModules(src, o) : 0;
-  if (fallback == 0 || (first.ok() && out->recompute != Recompute::kFull)) return first;
+  if (fallback == 0) return first;
   Plan second;
   if (!SearchOnce(src, o, fallback, &second).ok()) return first;
+  // The faster of the two (the second's space holds the first's but for selective with core_attn alone).
+  if (first.ok() && out->predicted.iteration_s <= second.predicted.iteration_s) return first;
   if (second.recompute == Recompute::kSelective && second.recompute_modules == fallback) {
-    second.notes.push_back(fmt::format("selective recompute of {} (DeepSeek-V3's recompute, Megatron --recompute-modules): core_attn alone left "
-                                       "{}", fmt::join(RecomputeModuleList(fallback), ", "),
-                                       first.ok() ? "only full recompute fitting" : "nothing fitting"));
+    second.notes.push_back(fmt::format("selective recompute of {} (DeepSeek-V3's recompute, Megatron --recompute-modules): {:.1f}% faster than "
+                                       "the best plan with core_attn alone", fmt::join(RecomputeModuleList(fallback), ", "),
+                                       first.ok() ? 100 * (out->predicted.iteration_s / second.predicted.iteration_s - 1) : 100.0));
   }
   *out = std::move(second);
   return Status::OK();
