@@ -386,7 +386,7 @@ class SeqMoe final : public LayerKernel {
 // Pre-norm block (y = r + mlp(norm2(r)), r = x + attn(norm1(x))) on the rank's tokens: GPT's
 // (LayerNorm, multi-head, GeLU, biases) or Llama-class (RMSNorm, GQA, RoPE, SwiGLU or relu2, no
 // biases); the MLP and, without CP, the attention are runtime/kernels' own on the gathered tokens.
-class SeqBlock final : public LayerKernel {
+class SeqBlock final : public PreNormBlockKernel {
  public:
   Status Init(const Layer& l, const KernelOptions& o, const SeqParallel& sp) {
     sp_ = sp;
@@ -443,23 +443,10 @@ class SeqBlock final : public LayerKernel {
     *dx = dxa;
     return Status::OK();
   }
-  Status BackwardWeight(Saved* sv) override {
-    if (sv->children.size() != 4) return Status::Internal("transformer_block: backward-weight before backward-input");
-    PLANNER_RETURN_IF_ERROR(ln1_->BackwardWeight(&sv->children[0]));
-    PLANNER_RETURN_IF_ERROR(attn_->BackwardWeight(&sv->children[1]));
-    PLANNER_RETURN_IF_ERROR(ln2_->BackwardWeight(&sv->children[2]));
-    PLANNER_RETURN_IF_ERROR(mlp_->BackwardWeight(&sv->children[3]));
-    sv->Clear();
-    return Status::OK();
-  }
-  std::vector<Param*> Params() override { return JoinParams({ln1_.get(), attn_.get(), ln2_.get(), mlp_.get()}); }
-  KernelFlops Flops(int64_t b) const override { return SumFlops({attn_.get(), mlp_.get()}, b); }
-  double TakeAuxLoss() override { return mlp_->TakeAuxLoss(); }
 
  private:
   SeqParallel sp_;
   bool moe_ = false;  // mlp_ is a SeqMoe
-  std::unique_ptr<LayerKernel> ln1_, attn_, ln2_, mlp_;
 };
 
 // The vocabulary projection entered with an all-gather along the sequence (SP): logits of the

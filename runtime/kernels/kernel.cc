@@ -22,4 +22,14 @@ KernelFlops SumFlops(std::initializer_list<const LayerKernel*> parts, int64_t b)
   return sum;
 }
 
+Status PreNormBlockKernel::BackwardWeight(Saved* sv) {
+  if (sv->children.size() != 4) return Status::Internal("transformer_block: backward-weight before backward-input");
+  PLANNER_RETURN_IF_ERROR(ln1_->BackwardWeight(&sv->children[0]));
+  PLANNER_RETURN_IF_ERROR(attn_->BackwardWeight(&sv->children[1]));
+  PLANNER_RETURN_IF_ERROR(ln2_->BackwardWeight(&sv->children[2]));
+  PLANNER_RETURN_IF_ERROR(mlp_->BackwardWeight(&sv->children[3]));
+  sv->Clear();
+  return Status::OK();
+}
+
 }  // namespace planner

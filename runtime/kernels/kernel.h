@@ -126,6 +126,20 @@ Status MakeKernel(const Layer& layer, const KernelOptions& options, std::unique_
 std::vector<Param*> JoinParams(std::initializer_list<LayerKernel*> parts);
 KernelFlops SumFlops(std::initializer_list<const LayerKernel*> parts, int64_t b);
 
+// A pre-norm block's four parts: norm1, attention, norm2 and the feed-forward, children 0-3 of
+// its Saved. What every block kernel (runtime/kernels' TransformerBlock, sequence parallelism's
+// SeqBlock) does the same with them: weight gradients, parameters, FLOPs, the feed-forward's aux loss.
+class PreNormBlockKernel : public LayerKernel {
+ public:
+  Status BackwardWeight(Saved* sv) override;
+  std::vector<Param*> Params() override { return JoinParams({ln1_.get(), attn_.get(), ln2_.get(), mlp_.get()}); }
+  KernelFlops Flops(int64_t b) const override { return SumFlops({attn_.get(), mlp_.get()}, b); }
+  double TakeAuxLoss() override { return mlp_->TakeAuxLoss(); }
+
+ protected:
+  std::unique_ptr<LayerKernel> ln1_, attn_, ln2_, mlp_;
+};
+
 // Threads of the CPU kernels (Eigen's GEMMs and our loops); 1 by default.
 void SetCpuThreads(int threads);
 int CpuThreads();

@@ -1155,12 +1155,16 @@ Status MoeFfn::RoutedBackward(const Tensor& dy, int64_t b, Tensor* dw, Tensor* d
 // ------------------------------------------------------- transformer block
 // Pre-norm block (LayerNorm for GPT, RMSNorm for Llama): y = r + ffn(norm2(r)), r = x + attn(norm1(x)); attn is
 // GQA attention or MLA, ffn a dense MLP (transformer_block) or the MoE feed-forward (moe_block).
-class TransformerBlock final : public LayerKernel {
+class TransformerBlock final : public PreNormBlockKernel {
  public:
   TransformerBlock(DeviceOps* ops, const std::string& name, int64_t seq, int64_t hidden, bool rms, std::unique_ptr<LayerKernel> attn,
                    std::unique_ptr<LayerKernel> mlp)
-      : ops_(ops), s_(seq), h_(hidden), ln1_(MakeNorm(ops, name + ".ln1", {seq, hidden}, rms)), attn_(std::move(attn)),
-        ln2_(MakeNorm(ops, name + ".ln2", {seq, hidden}, rms)), mlp_(std::move(mlp)) {}
+      : ops_(ops), s_(seq), h_(hidden) {
+    ln1_ = MakeNorm(ops, name + ".ln1", {seq, hidden}, rms);
+    attn_ = std::move(attn);
+    ln2_ = MakeNorm(ops, name + ".ln2", {seq, hidden}, rms);
+    mlp_ = std::move(mlp);
+  }
   Status Forward(const Tensor& x, Tensor* y, Saved* sv) override {
     int64_t b = 0;
     PLANNER_RETURN_IF_ERROR(CheckInput("transformer_block", *ops_, x, {s_, h_}, &b));
@@ -1187,23 +1191,10 @@ class TransformerBlock final : public LayerKernel {
     *dx = dxa;
     return Status::OK();
   }
-  Status BackwardWeight(Saved* sv) override {
-    if (sv->children.size() != 4) return Status::Internal("transformer_block: backward-weight before backward-input");
-    PLANNER_RETURN_IF_ERROR(ln1_->BackwardWeight(&sv->children[0]));
-    PLANNER_RETURN_IF_ERROR(attn_->BackwardWeight(&sv->children[1]));
-    PLANNER_RETURN_IF_ERROR(ln2_->BackwardWeight(&sv->children[2]));
-    PLANNER_RETURN_IF_ERROR(mlp_->BackwardWeight(&sv->children[3]));
-    sv->Clear();
-    return Status::OK();
-  }
-  std::vector<Param*> Params() override { return JoinParams({ln1_.get(), attn_.get(), ln2_.get(), mlp_.get()}); }
-  KernelFlops Flops(int64_t b) const override { return SumFlops({attn_.get(), mlp_.get()}, b); }
-  double TakeAuxLoss() override { return mlp_->TakeAuxLoss(); }
 
  private:
   DeviceOps* ops_;
   int64_t s_, h_;
-  std::unique_ptr<LayerKernel> ln1_, attn_, ln2_, mlp_;
 };
 
 // The attributes of an attention, mlp or transformer_block layer (ATTRS.md's names and defaults),
