@@ -30,6 +30,7 @@
 #include "runtime/executor.h"
 #include "runtime/kernels/shards.h"
 #include "spec/cluster_spec.h"
+#include "tests/runtime/thread_run.h"
 #include "tests/test_util.h"
 
 namespace planner {
@@ -52,13 +53,7 @@ struct Case {
 };
 
 // A fresh directory for one run's files.
-std::string RunDir(const std::string& name) {
-  static std::atomic<int> n{0};
-  const fs::path d = fs::temp_directory_path() / fmt::format("planner-executor-test-{}-{}-{}", ::getpid(), n++, name);
-  fs::remove_all(d);
-  fs::create_directories(d);
-  return d.string();
-}
+std::string RunDir(const std::string& name) { return testing::FreshRunDir("executor-test", name); }
 
 // planner solve and planner codegen, in memory.
 Status MakeLaunch(const Case& c, ModelSpec* model, LaunchPlan* out) {
@@ -92,16 +87,8 @@ Status MakeLaunch(const Case& c, ModelSpec* model, LaunchPlan* out) {
   return Status::OK();
 }
 
-// Runs `launch` with one thread per rank; every rank's summary.
 Status RunOnThreads(const LaunchPlan& L, const ModelSpec& model, RunOptions opt, std::vector<RunSummary>* out) {
-  opt.quiet = true;
-  opt.keep_gradients = true;
-  if (opt.run_dir.empty()) opt.run_dir = RunDir("run");
-  out->assign(L.ranks.size(), RunSummary());
-  return RunThreadRanks(static_cast<int>(L.ranks.size()), [&](Communicator& world) -> Status {
-    world.set_timeout_seconds(L.run.timeout_s);
-    return RunLaunch(L, model, world, opt, &(*out)[static_cast<size_t>(world.rank())]);
-  }, L.run.timeout_s);
+  return testing::RunOnThreads(L, model, std::move(opt), out, "executor-test");
 }
 
 // The model's gradients by parameter name, from replica 0 and tp rank 0 of each stage (what

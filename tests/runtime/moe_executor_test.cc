@@ -21,6 +21,7 @@
 #include "dp_solver/search.h"
 #include "runtime/executor.h"
 #include "spec/cluster_spec.h"
+#include "tests/runtime/thread_run.h"
 #include "tests/test_util.h"
 
 namespace planner {
@@ -34,13 +35,7 @@ struct MoeCase {
   int64_t etp = 1;
 };
 
-std::string RunDir(const std::string& name) {
-  static std::atomic<int> n{0};
-  const fs::path d = fs::temp_directory_path() / fmt::format("planner-moe-test-{}-{}-{}", ::getpid(), n++, name);
-  fs::remove_all(d);
-  fs::create_directories(d);
-  return d.string();
-}
+std::string RunDir(const std::string& name) { return testing::FreshRunDir("moe-test", name); }
 
 Status MakeLaunch(const MoeCase& c, ModelSpec* model, LaunchPlan* out) {
   ClusterSpec cluster;
@@ -68,14 +63,7 @@ Status MakeLaunch(const MoeCase& c, ModelSpec* model, LaunchPlan* out) {
 }
 
 Status RunOnThreads(const LaunchPlan& L, const ModelSpec& model, RunOptions opt, std::vector<RunSummary>* out) {
-  opt.quiet = true;
-  opt.keep_gradients = true;
-  if (opt.run_dir.empty()) opt.run_dir = RunDir("run");
-  out->assign(L.ranks.size(), RunSummary());
-  return RunThreadRanks(static_cast<int>(L.ranks.size()), [&](Communicator& world) -> Status {
-    world.set_timeout_seconds(L.run.timeout_s);
-    return RunLaunch(L, model, world, opt, &(*out)[static_cast<size_t>(world.rank())]);
-  }, L.run.timeout_s);
+  return testing::RunOnThreads(L, model, std::move(opt), out, "moe-test");
 }
 
 // name -> gradient: replica 0 / tp rank 0 for the dense parameters (TP-sharded ones are compared by their
