@@ -76,13 +76,27 @@ class CpRing final : public RingExchange {
   SeqParallel sp_;
 };
 
+// A kernel around another on the rank's tokens: the SP / CP wrappers below add collectives around
+// the inner kernel's passes; its parameters, FLOPs and aux loss are the inner kernel's.
+class SeqWrapper : public LayerKernel {
+ public:
+  SeqWrapper(std::unique_ptr<LayerKernel> inner, const SeqParallel& sp) : inner_(std::move(inner)), sp_(sp) {}
+  std::vector<Param*> Params() override { return inner_->Params(); }
+  KernelFlops Flops(int64_t b) const override { return inner_->Flops(b); }
+  double TakeAuxLoss() override { return inner_->TakeAuxLoss(); }
+
+ protected:
+  std::unique_ptr<LayerKernel> inner_;
+  SeqParallel sp_;
+};
+
 // A norm on the rank's tokens; under SP its weight gradients (partial over the TP group's
 // tokens) are all-reduced over the group: what this microbatch added, so accumulation stays exact.
 // Also wraps the other kernels with replicated weights on the rank's tokens (an MoE layer's router,
 // MLA's down projections and their norms): the parameters neither TP-sharded nor an expert's.
-class SeqNorm final : public LayerKernel {
+class SeqNorm final : public SeqWrapper {
  public:
-  SeqNorm(std::unique_ptr<LayerKernel> inner, const SeqParallel& sp) : inner_(std::move(inner)), sp_(sp) {}
+  SeqNorm(std::unique_ptr<LayerKernel> inner, const SeqParallel& sp) : SeqWrapper(std::move(inner), sp) {}
   Status Forward(const Tensor& x, Tensor* y, Saved* s) override { return inner_->Forward(x, y, s); }
   Status BackwardInput(const Tensor& dy, Tensor* dx, Saved* s) override { return inner_->BackwardInput(dy, dx, s); }
   Status BackwardWeight(Saved* s) override {
@@ -104,22 +118,15 @@ class SeqNorm final : public LayerKernel {
     }
     return Status::OK();
   }
-  std::vector<Param*> Params() override { return inner_->Params(); }
-  KernelFlops Flops(int64_t b) const override { return inner_->Flops(b); }
-  double TakeAuxLoss() override { return inner_->TakeAuxLoss(); }
-
- private:
-  std::unique_ptr<LayerKernel> inner_;
-  SeqParallel sp_;
 };
 
 // The vocabulary-parallel embedding on the rank's tokens: ids of the CP chunks are looked up at
 // their global positions (the inner kernel sees the whole sequence, other tokens id 0 with a zero
 // gradient); the TP partial sums are all-reduced, or reduce-scattered along the sequence (SP).
-class SeqEmbedding final : public LayerKernel {
+class SeqEmbedding final : public SeqWrapper {
  public:
   SeqEmbedding(std::unique_ptr<LayerKernel> inner, const SeqParallel& sp, TpGroup* tp_group, int64_t seq)
-      : inner_(std::move(inner)), sp_(sp), group_(tp_group), seq_(seq), pos_(CpTokenPositions(seq, sp.cp, sp.cp_rank)) {}
+      : SeqWrapper(std::move(inner), sp), group_(tp_group), seq_(seq), pos_(CpTokenPositions(seq, sp.cp, sp.cp_rank)) {}
   Status Forward(const Tensor& x, Tensor* y, Saved* s) override {
     const int64_t b = x.dim(0), n = static_cast<int64_t>(pos_.size());
     if (x.numel() != b * n) return Status::InvalidArgument(fmt::format("embedding: {} token ids per sample, expected {}", x.numel() / b, n));
@@ -148,12 +155,8 @@ class SeqEmbedding final : public LayerKernel {
     return inner_->BackwardInput(full, dx, &s->children[0]);
   }
   Status BackwardWeight(Saved* s) override { return inner_->BackwardWeight(&s->children[0]); }
-  std::vector<Param*> Params() override { return inner_->Params(); }
-  KernelFlops Flops(int64_t b) const override { return inner_->Flops(b); }
 
  private:
-  std::unique_ptr<LayerKernel> inner_;
-  SeqParallel sp_;
   TpGroup* group_;
   int64_t seq_;
   std::vector<int64_t> pos_;
@@ -451,9 +454,9 @@ class SeqBlock final : public PreNormBlockKernel {
 
 // The vocabulary projection entered with an all-gather along the sequence (SP): logits of the
 // CP rank's tokens; its input gradient (partial over TP) reduce-scattered back.
-class SeqHead final : public LayerKernel {
+class SeqHead final : public SeqWrapper {
  public:
-  SeqHead(std::unique_ptr<LayerKernel> inner, const SeqParallel& sp) : inner_(std::move(inner)), sp_(sp) {}
+  SeqHead(std::unique_ptr<LayerKernel> inner, const SeqParallel& sp) : SeqWrapper(std::move(inner), sp) {}
   Status Forward(const Tensor& x, Tensor* y, Saved* s) override {
     if (!sp_.sp) return inner_->Forward(x, y, s);
     Tensor full;
@@ -467,20 +470,13 @@ class SeqHead final : public LayerKernel {
     return ReduceScatterSeq(sp_, partial, dx);
   }
   Status BackwardWeight(Saved* s) override { return inner_->BackwardWeight(s); }
-  std::vector<Param*> Params() override { return inner_->Params(); }
-  KernelFlops Flops(int64_t b) const override { return inner_->Flops(b); }
-  double TakeAuxLoss() override { return inner_->TakeAuxLoss(); }
-
- private:
-  std::unique_ptr<LayerKernel> inner_;
-  SeqParallel sp_;
 };
 
 // The loss of the CP group's tokens: each rank's per-sample mean over its tokens / cp, summed
 // over the group (so every CP rank holds the sample's loss); backward scales by 1 / cp.
-class CpLoss final : public LayerKernel {
+class CpLoss final : public SeqWrapper {
  public:
-  CpLoss(std::unique_ptr<LayerKernel> inner, const SeqParallel& sp) : inner_(std::move(inner)), sp_(sp) {}
+  CpLoss(std::unique_ptr<LayerKernel> inner, const SeqParallel& sp) : SeqWrapper(std::move(inner), sp) {}
   void SetTargets(const Tensor& t) override { inner_->SetTargets(t); }
   Status Forward(const Tensor& x, Tensor* y, Saved* s) override {
     PLANNER_RETURN_IF_ERROR(inner_->Forward(x, y, s));
@@ -493,11 +489,6 @@ class CpLoss final : public LayerKernel {
     return inner_->BackwardInput(g, dx, s);
   }
   Status BackwardWeight(Saved* s) override { return inner_->BackwardWeight(s); }
-  KernelFlops Flops(int64_t b) const override { return inner_->Flops(b); }
-
- private:
-  std::unique_ptr<LayerKernel> inner_;
-  SeqParallel sp_;
 };
 
 // `layer` with its token dimensions cut to this rank's share.
