@@ -400,7 +400,7 @@ Status SearchOnce(const CostSource& src, SearchOptions& o, uint32_t extra_module
 
 // DeepSeek-V3's module set (what of it applies) for an MLA / MoE model searched without
 // --recompute-modules and with selective recompute among those tried; 0: none to try.
-uint32_t FallbackModules(const CostSource& src, const SearchOptions& o) {
+uint32_t SecondPassModules(const CostSource& src, const SearchOptions& o) {
   if (o.recompute_modules != 0 || src.profile != nullptr || src.model == nullptr) return 0;
   if (!o.recompute.empty() && std::find(o.recompute.begin(), o.recompute.end(), Recompute::kSelective) == o.recompute.end()) return 0;
   if (o.recompute.empty() && o.recompute_block == 1) return 0;  // --recompute block alone
@@ -416,16 +416,18 @@ uint32_t FallbackModules(const CostSource& src, const SearchOptions& o) {
 // faster plan is kept (docs/cost_model.md section 5).
 Status SolveAuto(const CostSource& src, SearchOptions& o, Plan* out) {
   Status first = SearchOnce(src, o, 0, out);
-  const uint32_t fallback = first.ok() || first.code() == StatusCode::kInfeasible ? FallbackModules(src, o) : 0;
-  if (fallback == 0) return first;
+  const uint32_t second_set = first.ok() || first.code() == StatusCode::kInfeasible ? SecondPassModules(src, o) : 0;
+  if (second_set == 0) return first;
   Plan second;
-  if (!SearchOnce(src, o, fallback, &second).ok()) return first;
+  if (!SearchOnce(src, o, second_set, &second).ok()) return first;
   // The faster of the two (the second's space holds the first's but for selective with core_attn alone).
   if (first.ok() && out->predicted.iteration_s <= second.predicted.iteration_s) return first;
-  if (second.recompute == Recompute::kSelective && second.recompute_modules == fallback) {
-    second.notes.push_back(fmt::format("selective recompute of {} (DeepSeek-V3's recompute, Megatron --recompute-modules): {:.1f}% faster than "
-                                       "the best plan with core_attn alone", fmt::join(RecomputeModuleList(fallback), ", "),
-                                       first.ok() ? 100 * (out->predicted.iteration_s / second.predicted.iteration_s - 1) : 100.0));
+  if (second.recompute == Recompute::kSelective && second.recompute_modules == second_set) {
+    const std::string versus = first.ok() ? fmt::format("{:.1f}% faster than the best plan with core_attn alone",
+                                                         100 * (out->predicted.iteration_s / second.predicted.iteration_s - 1))
+                                          : std::string("with core_attn alone no plan fits");
+    second.notes.push_back(fmt::format("selective recompute of {} (DeepSeek-V3's recompute, Megatron --recompute-modules): {}",
+                                       fmt::join(RecomputeModuleList(second_set), ", "), versus));
   }
   *out = std::move(second);
   return Status::OK();

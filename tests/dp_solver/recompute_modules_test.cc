@@ -307,6 +307,13 @@ TEST_CASE("the search also tries DeepSeek's modules on an MLA / MoE model and ke
   CHECK(real.recompute == Recompute::kSelective);
   CHECK(real.recompute_modules == kDeepSeekRecomputeModules);
   CHECK(real.predicted.peak_memory_bytes <= real.usable_memory_bytes);
+  // Selective only: core_attn alone fits nothing at 75 GiB, the note says so (no made-up speed-up).
+  Plan only;
+  REQUIRE_OK(SolveDeepSeek(h800.model, h800.cluster, 0, &only, {Recompute::kSelective}));
+  CHECK(only.recompute_modules == kDeepSeekRecomputeModules);
+  CHECK(std::any_of(only.notes.begin(), only.notes.end(), [](const std::string& n) {
+    return n.find("moe_act (DeepSeek-V3's recompute, Megatron --recompute-modules): with core_attn alone no plan fits") != std::string::npos;
+  }));
   // Forced modules at 60 GiB: nothing fits, the error names the stage's 63.1 GiB.
   DeepSeekFp8 small(60);
   Plan none;
