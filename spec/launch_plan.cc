@@ -116,6 +116,8 @@ std::string LaunchPlanToYaml(const LaunchPlan& p) {
   // Written only when used, so that launch files of plans without them keep their form.
   if (p.cp > 1 || p.sequence_parallel) o += fmt::format("cp: {}\nsequence_parallel: {}\n", p.cp, p.sequence_parallel ? "true" : "false");
   if (p.ep > 1) o += fmt::format("ep: {}\netp: {}\n", p.ep, p.etp);
+  if (p.dp_comm != DpComm::kHierAllReduce || !p.servers.empty()) o += fmt::format("dp_comm: {}\nservers: {}\n", DpCommName(p.dp_comm), List(p.servers));
+  if (p.vertical_sync) o += "vertical_sync: true\n";
   o += fmt::format("config: \"{}\"\n", p.config);
   o += fmt::format("microbatch_size: {}\nnum_microbatches: {}\nglobal_batch: {}\ngpus_per_node: {}\n", p.microbatch_size,
                    p.num_microbatches, p.global_batch, p.gpus_per_node);
@@ -156,7 +158,7 @@ Status ParseLaunchPlan(const std::string& path, const std::string& text, LaunchP
   YamlReader r(path);
   PLANNER_RETURN_IF_ERROR(r.RequireMap(root, "launch plan"));
   PLANNER_RETURN_IF_ERROR(r.CheckKeys(root, "", {"format_version", "model_file", "model_digest", "plan_digest", "device", "schedule", "interleave",
-                                                 "tp", "pp", "dp", "cp", "sequence_parallel", "ep", "etp", "config", "microbatch_size", "num_microbatches", "global_batch",
+                                                 "tp", "pp", "dp", "cp", "sequence_parallel", "ep", "etp", "dp_comm", "servers", "vertical_sync", "config", "microbatch_size", "num_microbatches", "global_batch",
                                                  "gpus_per_node", "predicted", "run", "stages", "ranks", "groups", "programs"}));
   LaunchPlan p;
   p.path = path;
@@ -179,6 +181,20 @@ Status ParseLaunchPlan(const std::string& path, const std::string& text, LaunchP
   PLANNER_RETURN_IF_ERROR(r.GetInt(root, "ep", "ep", &p.ep, false, 1));
   PLANNER_RETURN_IF_ERROR(r.GetInt(root, "etp", "etp", &p.etp, false, 1));
   if (p.sequence_parallel && p.tp < 2) return r.FieldError(root["sequence_parallel"], "sequence_parallel", "needs tp >= 2; set it false or raise tp");
+  std::string dp_comm;
+  PLANNER_RETURN_IF_ERROR(r.GetEnum(root, "dp_comm", "dp_comm", DpCommNames(), &dp_comm, false));
+  if (!dp_comm.empty() && !ParseDpComm(dp_comm, &p.dp_comm)) return r.FieldError(root["dp_comm"], "dp_comm", "unknown dp_comm " + dp_comm);
+  PLANNER_RETURN_IF_ERROR(r.GetIntList(root, "servers", "servers", &p.servers, false, 0));
+  if (p.dp_comm == DpComm::kParameterServer && p.servers.empty()) {
+    return r.FieldError(root["dp_comm"], "servers", "dp_comm ps needs at least one server rank; regenerate with planner codegen");
+  }
+  if (!DpCommUsesServers(p.dp_comm) && !p.servers.empty()) {
+    return r.FieldError(root["servers"], "servers", fmt::format("dp_comm {} has no servers; remove servers", DpCommName(p.dp_comm)));
+  }
+  PLANNER_RETURN_IF_ERROR(r.GetBool(root, "vertical_sync", "vertical_sync", &p.vertical_sync, false));
+  if (p.vertical_sync && p.schedule != Schedule::kPipeDream) {
+    return r.FieldError(root["vertical_sync"], "vertical_sync", fmt::format("vertical sync needs schedule pipedream, not {}; remove it", ScheduleName(p.schedule)));
+  }
   PLANNER_RETURN_IF_ERROR(r.GetString(root, "config", "config", &p.config, false));
   PLANNER_RETURN_IF_ERROR(r.GetInt(root, "microbatch_size", "microbatch_size", &p.microbatch_size, true, 1));
   PLANNER_RETURN_IF_ERROR(r.GetInt(root, "num_microbatches", "num_microbatches", &p.num_microbatches, true, 1));
@@ -269,6 +285,12 @@ Status ParseLaunchPlan(const std::string& path, const std::string& text, LaunchP
   for (const auto& x : p.ranks) {
     for (int64_t q : x.prev) if (q >= n) return r.FieldError(rk, "ranks", fmt::format("rank {} names neighbour {} that does not exist", x.rank, q));
     for (int64_t q : x.next) if (q >= n) return r.FieldError(rk, "ranks", fmt::format("rank {} names neighbour {} that does not exist", x.rank, q));
+  }
+  for (size_t i = 0; i < p.servers.size(); ++i) {
+    if (p.servers[i] != n + static_cast<int64_t>(i)) {
+      return r.FieldError(root["servers"], fmt::format("servers[{}]", i),
+                          fmt::format("server ranks follow the {} worker ranks: expected {}; regenerate with planner codegen", n, n + static_cast<int64_t>(i)));
+    }
   }
   std::sort(p.ranks.begin(), p.ranks.end(), [](const LaunchRank& a, const LaunchRank& b) { return a.rank < b.rank; });
   const YAML::Node& g = root["groups"];

@@ -12,6 +12,7 @@
 #include <vector>
 
 #include "common/status.h"
+#include "spec/dp_comm.h"
 #include "spec/kinds.h"
 #include "spec/program.h"
 
@@ -77,6 +78,12 @@ struct LaunchPlan {
   // ep_groups: the ranks that exchange tokens (rank k of a group holds experts [k E / ep, (k+1) E / ep));
   // edp_groups: the ranks holding the same experts, whose expert gradients are summed (ep > 1 only).
   std::vector<std::vector<int64_t>> ep_groups, edp_groups;
+  // How each data-parallel group sums its gradients (DpComm); `ps` and `byteps` with summation
+  // servers: extra ranks after the workers (servers[i] = ranks.size() + i), which hold no stage and
+  // run the summation loop; the world is ranks.size() + servers.size() processes.
+  DpComm dp_comm = DpComm::kHierAllReduce;
+  std::vector<int64_t> servers;
+  bool vertical_sync = false;     // PipeDream's vertical sync (schedule pipedream only)
   LaunchRun run;
   double predicted_iteration_s = 0, predicted_bubble_fraction = 0;
   // One program per distinct (pipeline position, replica) (dp_solver/programs.h):

@@ -180,6 +180,9 @@ Tree PlanTree(const Plan& p) {
   if (p.recompute == Recompute::kSelective) t.Add("recompute_modules", ModulesTree(p.recompute_modules));
   t.Add("zero_stage", Tree::Int(ZeroStageNumber(p.zero_stage)));
   t.Add("p2p_overlap", Tree::Bool(p.p2p_overlap));
+  t.Add("dp_comm", Tree::Str(DpCommName(p.dp_comm)));
+  if (p.dp_servers > 0) t.Add("dp_servers", Tree::Int(p.dp_servers));
+  if (p.vertical_sync) t.Add("vertical_sync", Tree::Bool(true));
   Tree stages = Tree::List();
   for (const auto& s : p.stages) {
     Tree st;
@@ -223,6 +226,10 @@ Tree PlanTree(const Plan& p) {
   pr.Add("dp_allreduce_seconds", Tree::Num(p.predicted.dp_allreduce_s));
   pr.Add("optimizer_seconds", Tree::Num(p.predicted.optimizer_s));
   pr.Add("peak_memory_GiB", Tree::Num(p.predicted.peak_memory_bytes / kGiB));
+  if (!p.predicted.dp_comm_seconds.empty()) {
+    Tree& dc = pr.Add("dp_comm_seconds", Tree());
+    for (const auto& [name, seconds] : p.predicted.dp_comm_seconds) dc.Add(name, Tree::Num(seconds));
+  }
   Tree ru = Tree::List();
   for (const auto& s : p.runners_up) ru.list.push_back(SummaryTree(s));
   t.Add("runners_up", ru);
@@ -230,6 +237,26 @@ Tree PlanTree(const Plan& p) {
   for (const auto& n : p.notes) notes.list.push_back(Tree::Str(n));
   t.Add("notes", notes);
   return t;
+}
+
+// dp_comm, dp_servers and vertical_sync, checked against each other and the schedule.
+Status GetDpComm(const YamlReader& r, const YAML::Node& root, Plan* p) {
+  std::string name;
+  PLANNER_RETURN_IF_ERROR(r.GetEnum(root, "dp_comm", "dp_comm", DpCommNames(), &name, false));
+  if (!name.empty() && !ParseDpComm(name, &p->dp_comm)) return r.FieldError(root["dp_comm"], "dp_comm", "unknown dp_comm " + name);
+  PLANNER_RETURN_IF_ERROR(r.GetInt(root, "dp_servers", "dp_servers", &p->dp_servers, false, 0));
+  if (p->dp_comm == DpComm::kParameterServer && p->dp_servers < 1) {
+    return r.FieldError(root["dp_comm"], "dp_servers", "a parameter server needs dp_servers >= 1; set dp_servers or choose another dp_comm");
+  }
+  if (!DpCommUsesServers(p->dp_comm) && p->dp_servers > 0) {
+    return r.FieldError(root["dp_servers"], "dp_servers", fmt::format("dp_comm {} has no servers; remove dp_servers or set dp_comm ps or byteps", name));
+  }
+  PLANNER_RETURN_IF_ERROR(r.GetBool(root, "vertical_sync", "vertical_sync", &p->vertical_sync, false));
+  if (p->vertical_sync && p->schedule != Schedule::kPipeDream) {
+    return r.FieldError(root["vertical_sync"], "vertical_sync",
+                        fmt::format("vertical sync is for the asynchronous pipedream schedule, not {}; remove it or set schedule: pipedream", ScheduleName(p->schedule)));
+  }
+  return Status::OK();
 }
 
 // One of the schedule / recompute spellings, as the enum; `field` ends in the key.
@@ -351,6 +378,7 @@ Status ParsePlan(const std::string& path, const std::string& text, Plan* out) {
   PLANNER_RETURN_IF_ERROR(r.GetBool(root, "account_embedding_loss", "account_embedding_loss", &p.account_embedding_loss, false));
   PLANNER_RETURN_IF_ERROR(GetZeroStage(r, root, "zero_stage", &p.zero_stage));
   PLANNER_RETURN_IF_ERROR(r.GetBool(root, "p2p_overlap", "p2p_overlap", &p.p2p_overlap, false));
+  PLANNER_RETURN_IF_ERROR(GetDpComm(r, root, &p));
   const YAML::Node& stages = root["stages"];
   if (!stages.IsDefined()) return r.FieldError(root, "stages", "missing required field");
   PLANNER_RETURN_IF_ERROR(r.RequireSequence(stages, "stages"));
@@ -403,6 +431,17 @@ Status ParsePlan(const std::string& path, const std::string& text, Plan* out) {
   PLANNER_RETURN_IF_ERROR(r.GetDouble(pr, "dp_allreduce_seconds", "predicted.dp_allreduce_seconds", &p.predicted.dp_allreduce_s, false, 0, false));
   PLANNER_RETURN_IF_ERROR(r.GetDouble(pr, "optimizer_seconds", "predicted.optimizer_seconds", &p.predicted.optimizer_s, false, 0, false));
   PLANNER_RETURN_IF_ERROR(r.GetDouble(pr, "peak_memory_GiB", "predicted.peak_memory_GiB", &gib, false, 0, false));
+  if (pr["dp_comm_seconds"].IsDefined()) {
+    const YAML::Node& dc = pr["dp_comm_seconds"];
+    PLANNER_RETURN_IF_ERROR(r.RequireMap(dc, "predicted.dp_comm_seconds"));
+    PLANNER_RETURN_IF_ERROR(r.CheckKeys(dc, "predicted.dp_comm_seconds", DpCommNames()));
+    for (const std::string& name : DpCommNames()) {
+      if (!dc[name].IsDefined()) continue;
+      double seconds = 0;
+      PLANNER_RETURN_IF_ERROR(r.GetDouble(dc, name, "predicted.dp_comm_seconds." + name, &seconds, true, 0, false));
+      p.predicted.dp_comm_seconds.emplace_back(name, seconds);
+    }
+  }
   p.predicted.peak_memory_bytes = gib * kGiB;
   const YAML::Node& ru = root["runners_up"];
   if (ru.IsDefined() && ru.IsSequence()) {

@@ -9,6 +9,7 @@
 #include <vector>
 
 #include "common/status.h"
+#include "spec/dp_comm.h"
 #include "spec/kinds.h"
 
 namespace planner {
@@ -50,6 +51,11 @@ struct PlanPredicted {
   double dp_allreduce_s = 0;    // exposed data-parallel time
   double optimizer_s = 0;
   double peak_memory_bytes = 0; // max over stages
+  // Raw (not overlapped) data-parallel synchronisation seconds per iteration of the busiest stage
+  // under each architecture the cluster can run, for the chosen layout (name, seconds), in
+  // kAllDpComms order: the lecture's comparison (docs/cost_model.md, "Data-parallel communication
+  // architectures"). Empty: not computed (dp = 1, or a plan of an older planner).
+  std::vector<std::pair<std::string, double>> dp_comm_seconds;
 };
 
 struct PlanSummary {
@@ -103,6 +109,14 @@ struct Plan {
   uint32_t recompute_modules = kDefaultRecomputeModules;
   ZeroStage zero_stage = ZeroStage::kNone;  // zero_stage: 0..3 in plan.yaml
   bool p2p_overlap = false;     // stage sends hidden behind compute (else the sender waits for them)
+  // How data-parallel replicas synchronise gradients (plan.yaml `dp_comm`, `solve --dp-comm`).
+  DpComm dp_comm = DpComm::kHierAllReduce;
+  // Summation servers of `ps` and `byteps` (CPU machines of the cluster file; `ps` needs >= 1,
+  // `byteps` may have 0, which is the all-reduce's split); 0 for the all-reduce family.
+  int64_t dp_servers = 0;
+  // PipeDream's vertical sync (schedule pipedream only): every stage runs a minibatch's forward
+  // and backward on the weight version the input stage had when the minibatch entered.
+  bool vertical_sync = false;
   double usable_memory_bytes = 0;
   std::vector<PlanStage> stages;  // in pipeline order (interleaved: virtual stages)
   PlanPredicted predicted;
