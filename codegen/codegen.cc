@@ -49,6 +49,7 @@ LaunchPlan LaunchHeader(const Plan& plan, const std::string& model_digest, const
   L.model_digest = model_digest;
   L.device = o.device;
   L.schedule = plan.schedule;
+  L.vertical_sync = plan.vertical_sync;  // PipeDream's vertical sync (the plan reader allows it with schedule pipedream only)
   L.interleave = std::max<int64_t>(1, plan.interleave);
   L.tp = plan.tp;
   L.pp = plan.pp;

@@ -522,6 +522,7 @@ ReplicatedOptions Evaluator::ReplicatedOptionsFor(const CostTable& table) const 
   ro.p2p_overlap = true;
   ro.scatter_gather = o_.cost.scatter_gather;
   ro.optimizer_bytes_per_param = o_.cost.optimizer_bytes_per_param;
+  ro.vertical_sync = o_.vertical_sync;
   if (!o_.replication.empty()) {
     ro.forced = o_.replication;
     ro.worker_unit = 1;
@@ -549,7 +550,7 @@ PlanStage ReplicatedStagePlan(const CostTable& table, const StateBytes& sb, cons
   ps.dp_allreduce_s = st.allreduce_s * static_cast<double>(m) / static_cast<double>(st.replicas);
   ps.in_flight = st.in_flight;
   double params = table.Params(st.first, st.end);
-  ps.weights_bytes = params * sb.weight * static_cast<double>(st.in_flight);
+  ps.weights_bytes = params * sb.weight * static_cast<double>(st.weight_versions);
   ps.optimizer_bytes = params * (sb.total - sb.weight);
   ps.activations_bytes = static_cast<double>(st.in_flight) * table.Stash(st.first, st.end);
   ps.peak_memory_bytes = st.peak_memory_bytes;

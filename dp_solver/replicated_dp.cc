@@ -7,6 +7,7 @@
 #include <fmt/format.h>
 
 #include "common/units.h"
+#include "spec/weight_versions.h"
 
 namespace planner {
 
@@ -88,9 +89,11 @@ bool ReplicatedCoster::Cost(int64_t a, int64_t e, int64_t offset, int64_t r, Rep
   // PipeDream (section 3.3): a replica holds ceil(workers from here / r)
   // microbatches in flight, each with its own stashed weight version.
   s.in_flight = (o_.workers - offset + r - 1) / r;
+  // Vertical sync: later stages hold the versions back to the input stage's (docs/cost_model.md).
+  s.weight_versions = o_.vertical_sync ? VerticalSyncStageVersions(o_.workers, offset, r) : s.in_flight;
   const double working = 2 * MaxOutBytes(a, e) / static_cast<double>(o_.tp);
   s.peak_memory_bytes = params * o_.state_bytes_per_param + static_cast<double>(s.in_flight) * t.Stash(a, e) +
-                        static_cast<double>(s.in_flight - 1) * params * o_.weight_bytes_per_param + working;
+                        static_cast<double>(s.weight_versions - 1) * params * o_.weight_bytes_per_param + working;
   if (out) *out = s;
   return o_.usable_bytes <= 0 || s.peak_memory_bytes <= o_.usable_bytes;
 }

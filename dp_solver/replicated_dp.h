@@ -30,6 +30,7 @@ struct ReplicatedOptions {
   bool scatter_gather = true;     // boundary bytes / tp when tp > 1
   double optimizer_bytes_per_param = 30;  // HBM traffic of one optimizer step (after every microbatch)
   std::vector<int64_t> forced;    // non-empty: exactly these replicas per stage (workers); the DP picks boundaries only
+  bool vertical_sync = false;     // weight versions of vertical sync (spec/weight_versions.h), not of stashing alone
 };
 
 struct ReplicatedStage {
@@ -40,7 +41,8 @@ struct ReplicatedStage {
   double allreduce_s = 0;         // weight-gradient all-reduce over the replicas (per microbatch)
   double send_s = 0;              // boundary to the next stage: activation + gradient, one microbatch
   double seconds = 0;             // steady-state seconds per microbatch charged to the stage
-  int64_t in_flight = 1;          // microbatches (and weight versions) held by one replica
+  int64_t in_flight = 1;          // microbatches held by one replica
+  int64_t weight_versions = 1;    // weight versions it holds: in_flight (stashing), more with vertical sync
   double peak_memory_bytes = 0;
 };
 

@@ -50,6 +50,7 @@ struct SearchOptions {
   std::vector<int64_t> zero;            // ZeRO stages allowed (0..3, `--zero`); empty: all
   int64_t max_replicated_units = 32;    // per-stage replication DP: workers grouped to at most this many units
   std::vector<int64_t> replication;     // non-empty: only this per-stage replica vector ("2-1-1", in TP groups), pipedream schedule
+  bool vertical_sync = false;           // pipedream schedule: PipeDream's vertical sync (more weight versions at later stages)
   CostOptions cost;
   bool exhaustive = false;              // simulate every feasible candidate (tests of the pruning)
   int64_t simulated = 0;                // out: candidates simulated (for bench/)

@@ -50,6 +50,7 @@ struct SolveArgs {
   std::vector<double> pd_bandwidths;
   double memory_bytes = 0;
   bool straight = false, fewer = false, memory_constraint = false;
+  bool vertical_sync = false;
   double acr = 1;
 };
 
@@ -421,6 +422,7 @@ Status BuildSearchOptions(const SolveArgs& a, const SolveInputs& in, SearchOptio
   o->cost.scatter_gather = !a.no_scatter_gather;
   o->cost.bytes_per_param = a.bytes_per_param;
   if (a.model.empty() && o->tp.empty()) o->tp = {1};
+  o->vertical_sync = a.vertical_sync;
   return Status::OK();
 }
 
@@ -450,6 +452,11 @@ Status SolveSize(const SolveArgs& a, const SolveInputs& in, Plan* plan) {
     PLANNER_RETURN_IF_ERROR(SolveAuto(src, o, plan));
     plan->notes.push_back(fmt::format("searched {} candidates, simulated {}", o.considered, o.simulated));
     NoteUnappliedFlags(a, plan);
+  }
+  if (a.vertical_sync) {
+    if (plan->schedule != Schedule::kPipeDream) return Status::Internal("--vertical-sync: the search returned a synchronous plan for --schedule pipedream");
+    plan->vertical_sync = true;
+    if (a.mode == "pipedream") plan->notes.push_back("vertical sync: PipeDream's optimizer costs weight stashing's versions; the extra versions vertical sync holds at later stages are not charged (docs/cost_model.md)");
   }
   for (const auto& n : in.notes) plan->notes.push_back(n);
   plan->gpus = a.gpus;
@@ -577,6 +584,7 @@ Runner RegisterSolve(CLI::App& app) {
   cmd->add_flag("--memory-constraint", a->memory_constraint, "pipedream mode: --use_memory_constraint");
   cmd->add_flag("--straight", a->straight, "pipedream mode: --straight_pipeline");
   cmd->add_flag("--fewer-machines", a->fewer, "pipedream mode: --use_fewer_machines");
+  cmd->add_flag("--vertical-sync", a->vertical_sync, "PipeDream's vertical sync: every stage runs a minibatch on the input stage's weight version (with --schedule pipedream or --mode pipedream)");
   cmd->add_option("--activation-compression-ratio", a->acr, "pipedream mode: count activation transfers divided by this (0: ignore them; default 1)");
   return [a]() -> Status {
     PLANNER_RETURN_IF_ERROR(ParseGpuList(a->gpus_text, &a->gpu_list));
@@ -587,6 +595,11 @@ Runner RegisterSolve(CLI::App& app) {
       return Status::InvalidArgument("pipedream mode reads a profile; drop --model");
     }
     if (!a->train_tokens_text.empty()) PLANNER_RETURN_IF_ERROR(ParseTokenCount(a->train_tokens_text, &a->train_tokens));
+    if (a->vertical_sync && a->mode != "pipedream" && a->schedules != std::vector<std::string>{"pipedream"}) {
+      return Status::InvalidArgument(fmt::format("--vertical-sync: vertical sync needs PipeDream's asynchronous schedule, not {}; add --schedule pipedream "
+                                                 "(or --mode pipedream), or drop --vertical-sync", a->schedules.empty() ? std::string("the search's synchronous ones")
+                                                                                                                      : fmt::format("--schedule {}", fmt::join(a->schedules, ","))));
+    }
     SolveInputs in;
     PLANNER_RETURN_IF_ERROR(LoadSolveInputs(*a, &in));
     const bool several = a->gpu_list.size() > 1;

@@ -102,6 +102,7 @@ class RankRun {
   std::vector<NamedGradient> gradients_;
   double gradient_norm_ = 0;
   StashCounts stash_;
+  VersionSummary versions_;
 };
 
 Status RankRun::Setup() {
@@ -269,6 +270,8 @@ Status RankRun::Summarise(RunSummary* sum, ReportInputs* rep) {
   sum->gradients = std::move(gradients_);
   sum->gradient_norm = gradient_norm_;
   sum->stash = stash_;
+  sum->versions = versions_;
+  if (interpreter_.stash()) sum->version_records = interpreter_.stash()->records();
   rep->model_name = model_.name;
   rep->layout = y_;
   rep->loss = record_.loss();
@@ -298,6 +301,8 @@ Status RankRun::Finish(RunSummary* out) {
   if (y_.async) {
     const StashCounts mine = interpreter_.stash() ? interpreter_.stash()->counts() : StashCounts();
     PLANNER_RETURN_IF_ERROR(WriteStashCounts(world_, mine, opt_.run_dir, &stash_));
+    PLANNER_RETURN_IF_ERROR(WriteVersionSummary(world_, interpreter_.stash(), L_.vertical_sync, y_.stages, iterations_ * y_.microbatches, opt_.run_dir,
+                                                &versions_));
   }
   RunSummary sum;
   ReportInputs rep;

@@ -55,6 +55,8 @@ struct RunSummary {
   std::vector<NamedGradient> gradients;
   double gradient_norm = 0;
   StashCounts stash;                   // PipeDream: summed over ranks
+  VersionSummary versions;             // PipeDream: the stages' weight versions per minibatch (vertical_sync.txt)
+  std::vector<VersionRecord> version_records;  // PipeDream: this rank's, one per (microbatch, stage) it ran
 };
 
 // Runs on `world` (its size must equal the plan's ranks).

@@ -37,6 +37,27 @@ bool StepsInside(const std::vector<Action>& program) {
   return false;
 }
 
+// Vertical sync: a message between stages is the tensor's values and then its minibatch's version
+// tag (a float: exact below 2^24, checked where the tag is made).
+Tensor WithTag(const Tensor& x, int64_t tag) {
+  std::vector<float> v = x.ToVector();
+  v.push_back(static_cast<float>(tag));
+  return Tensor::FromVector({static_cast<int64_t>(v.size())}, v).To(x.device());
+}
+
+Tensor SplitTag(const Tensor& msg, const std::vector<int64_t>& shape, int64_t* tag) {
+  std::vector<float> v = msg.ToVector();
+  *tag = static_cast<int64_t>(v.back());
+  v.pop_back();
+  return Tensor::FromVector(shape, v).To(msg.device());
+}
+
+int64_t Elements(const std::vector<int64_t>& shape) {
+  int64_t n = 1;
+  for (int64_t d : shape) n *= d;
+  return n;
+}
+
 }  // namespace
 
 Tensor BufferPool::Get(const std::vector<int64_t>& shape, Device dev) {
@@ -61,7 +82,14 @@ Status ProgramInterpreter::Init(const InterpreterContext& context, std::vector<A
     split_w_ = split_w_ || program_[i].kind == ActionKind::kBackwardWeight;
     microbatches_ = std::max<int64_t>(microbatches_, program_[i].microbatch + 1);
   }
-  if (StepsInside(program_)) stash_ = std::make_unique<WeightStash>(ctx_.stage->params());
+  vsync_ = ctx_.launch->vertical_sync;
+  if (StepsInside(program_)) {
+    const int64_t q = ctx_.stage->chunks().front().q, r = ctx_.launch->stages[static_cast<size_t>(q)].replicas;
+    stash_ = std::make_unique<WeightStash>(ctx_.stage->params(), vsync_, q, me.replica, std::max<int64_t>(1, r));
+  } else if (vsync_) {
+    return Status::InvalidArgument(fmt::format("{}: vertical_sync: rank {}'s program does not step inside the pass (the pipedream schedule's "
+                                               "programs do); remove vertical_sync or codegen a pipedream plan", ctx_.launch->path, ctx_.rank));
+  }
   PlanReduces();
   return Status::OK();
 }
@@ -147,6 +175,8 @@ Status ProgramInterpreter::RunPass(const PassSpec& pass, PassFigures* figures) {
   fig_->loss_sum.assign(static_cast<size_t>(pass.iterations), 0.0);
   fig_->done_s.assign(static_cast<size_t>(pass.iterations), 0.0);
   ZeroGradsIfStepped();
+  if (stash_) stash_->Begin(pass.first_iteration * ctx_.layout.microbatches);  // a resumed run's weights hold the earlier minibatches
+  forwards_left_ = std::count_if(program_.begin(), program_.end(), [](const Action& x) { return x.kind == ActionKind::kForward; });
   fig_->start_s = MonotonicSeconds();
   for (size_t i = 0; i < program_.size(); ++i) {
     Status s = Execute(i, program_[i]);
@@ -223,7 +253,7 @@ Status ProgramInterpreter::Forward(const Action& a) {
     activations_in_.erase(it);
   }
   if (q == Q - 1) ch.kernels.back()->SetTargets(Tensor::FromVector({static_cast<int64_t>(targets.size())}, targets));
-  if (stash_) stash_->Save(j);
+  if (stash_) PLANNER_RETURN_IF_ERROR(SaveWeights(q, j));
   const double c0 = MonotonicSeconds();
   if (ctx_.comm_only) {
     x = Tensor::Zeros(ctx_.stage->OutShape(q), ctx_.stage->device());  // what the stage would send, without computing it
@@ -234,6 +264,7 @@ Status ProgramInterpreter::Forward(const Action& a) {
       x = y;
     }
   }
+  if (stash_) stash_->AfterForward(--forwards_left_ == 0);
   fig_->compute_s += MonotonicSeconds() - c0;
   ctx_.record->Trace(fmt::format("F{}", j), c0, MonotonicSeconds() - c0, 0);
   if (q == Q - 1 && !ctx_.comm_only) {
@@ -260,6 +291,10 @@ Status ProgramInterpreter::Backward(size_t index, const Action& a) {
     if (it == grads_in_.end()) return Status::Internal("backward before the receive of its output's gradient");
     dy = std::move(it->second);
     grads_in_.erase(it);
+    if (vsync_ && TakeTag(&grad_tags_, q, j) != stash_->TagOf(j)) {
+      return Status::Internal(fmt::format("vertical sync: the gradient of microbatch {} came back without the version tag its forward ran with ({})", j,
+                                          stash_->TagOf(j)));
+    }
   }
   if (stash_) PLANNER_RETURN_IF_ERROR(stash_->Enter(j));  // backward on the weights its forward used
   ZeroGradsIfStepped();
@@ -311,22 +346,55 @@ Status ProgramInterpreter::Receive(size_t index, const Action& a, bool activatio
   const int64_t q = a.stage, j = a.microbatch;
   const int peer = peer_[index];
   const int64_t tag = activation ? Tag(q, 0, j) : Tag(q + 1, 1, j);
+  const std::vector<int64_t> shape = activation ? ctx_.stage->InShape(q) : ctx_.stage->OutShape(q);
   if (peer == ctx_.rank) {  // from this rank's other chunk (DualPipeV's stages p - 1 and p): handed over, never posted
     auto it = local_.find(tag);
     if (it == local_.end()) return Status::Internal("a receive from this rank's own chunk before the send that produces it");
-    (activation ? activations_in_ : grads_in_)[{q, j}] = std::move(it->second);
+    Keep(activation, q, j, shape, std::move(it->second));
     local_.erase(it);
     return Status::OK();
   }
-  Tensor t = pool_.Get(activation ? ctx_.stage->InShape(q) : ctx_.stage->OutShape(q), ctx_.stage->device());
+  Tensor t = pool_.Get(vsync_ ? std::vector<int64_t>{Elements(shape) + 1} : shape, ctx_.stage->device());
   const double c0 = MonotonicSeconds();
   PLANNER_RETURN_IF_ERROR(ctx_.pipe->Recv(t.data(), t.numel(), peer, tag));
   const double c1 = MonotonicSeconds();
   ctx_.record->transfers().recvs.push_back({tag, peer, c0 - ctx_.clock_offset_s, c1 - ctx_.clock_offset_s});
   fig_->comm_s += c1 - c0;
   ctx_.record->Trace(fmt::format("recv {}{}.{}", activation ? 'F' : 'B', q, j), c0, c1 - c0, 1);
-  (activation ? activations_in_ : grads_in_)[{q, j}] = t;
+  Keep(activation, q, j, shape, t);
   return Status::OK();
+}
+
+// A received message kept for its compute (vertical sync: the tag split off and kept beside it).
+void ProgramInterpreter::Keep(bool activation, int64_t q, int64_t j, const std::vector<int64_t>& shape, Tensor t) {
+  if (vsync_) {
+    int64_t tag = -1;
+    t = SplitTag(t, shape, &tag);
+    (activation ? act_tags_ : grad_tags_)[{q, j}] = tag;
+  }
+  (activation ? activations_in_ : grads_in_)[{q, j}] = std::move(t);
+}
+
+int64_t ProgramInterpreter::TakeTag(std::map<Key, int64_t>* tags, int64_t q, int64_t j) {
+  auto it = tags->find({q, j});
+  if (it == tags->end()) return -1;
+  const int64_t tag = it->second;
+  tags->erase(it);
+  return tag;
+}
+
+// Before F q.j: the weights it runs on (weight stashing; vertical sync: the tag's version, the input
+// stage's latest at stage 0, else the one that came with the activation).
+Status ProgramInterpreter::SaveWeights(int64_t q, int64_t j) {
+  int64_t tag = stash_->version();
+  if (vsync_ && q > 0) {
+    tag = TakeTag(&act_tags_, q, j);
+    if (tag < 0) return Status::Internal(fmt::format("vertical sync: the activation of microbatch {} came without its version tag", j));
+  }
+  if (vsync_ && tag >= (int64_t{1} << 24)) {
+    return Status::NotSupported(fmt::format("vertical sync: version {} does not fit the tag's float (2^24 minibatches); run fewer iterations", tag));
+  }
+  return stash_->Save(j, tag);
 }
 
 // SA q.j: F's output to stage q + 1 (tag of (q + 1, 0)); SG q.j: B's input gradient to stage
@@ -339,6 +407,7 @@ Status ProgramInterpreter::Send(size_t index, const Action& a, bool activation) 
   if (it == box.end()) return Status::Internal(activation ? "send before the forward that computes it" : "send before the backward that computes it");
   Tensor t = std::move(it->second);
   box.erase(it);
+  if (vsync_) t = WithTag(t, stash_->TagOf(j));  // the minibatch's version travels with it
   const int peer = peer_[index];
   const int64_t tag = activation ? Tag(q + 1, 0, j) : Tag(q, 1, j);
   if (peer == ctx_.rank) {
@@ -387,6 +456,7 @@ Status ProgramInterpreter::Step() {
   }
   const double c0 = MonotonicSeconds();
   if (!ctx_.comm_only) PLANNER_RETURN_IF_ERROR(ctx_.optimizer->Step(ctx_.stage->params()));
+  if (stash_) stash_->Stepped();  // the new latest version (kept under vertical sync)
   fig_->compute_s += MonotonicSeconds() - c0;
   zero_grads_ = true;
   return Status::OK();

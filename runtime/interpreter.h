@@ -20,7 +20,10 @@
 //   OPT the optimizer step; the next backward accumulates from zero.
 // Weight stashing is on when the program steps the optimizer before its end
 // (PipeDream), so that a microbatch's forward and backward may meet different
-// weight versions: runtime/weight_stash.h.
+// weight versions: runtime/weight_stash.h. With launch.yaml's vertical_sync,
+// every activation and gradient message carries one more element, its
+// minibatch's version tag (made at stage 0: its latest version at F0.j); each
+// stage runs F and B of j on its own version of that tag.
 // Every message's tag is unique in the run and computed alike on both sides:
 // ((first iteration of the pass x (Q + 1) + the receiving stage of an
 // activation / the sending stage of a gradient) x the pass's microbatches +
@@ -109,6 +112,9 @@ class ProgramInterpreter {
   Status Reduce(size_t index, const Action& a);
   Status Step();
   Status FinishPass();
+  void Keep(bool activation, int64_t q, int64_t j, const std::vector<int64_t>& shape, Tensor t);
+  static int64_t TakeTag(std::map<Key, int64_t>* tags, int64_t q, int64_t j);
+  Status SaveWeights(int64_t q, int64_t j);
 
   void TeacherBatch(int64_t j, std::vector<float>* inputs, std::vector<float>* targets) const;
   std::vector<Saved>& SavedOf(int64_t q, int64_t j);
@@ -125,6 +131,9 @@ class ProgramInterpreter {
   int64_t microbatches_ = 0;              // the program's: its largest microbatch + 1
   bool zero_grads_ = true;                // the optimizer stepped since the gradients were last zeroed
   std::unique_ptr<WeightStash> stash_;
+  int64_t forwards_left_ = 0;             // F actions still to run in the pass
+  bool vsync_ = false;                    // vertical sync: messages carry their minibatch's version tag
+  std::map<Key, int64_t> act_tags_, grad_tags_;  // vertical sync: the tags received with activations_in_ / grads_in_
   std::vector<NamedGradient>* capture_ = nullptr;
   int64_t sample_offset_ = 0;             // microbatches of the lower replicas (data parallelism)
   // The pass being run.

@@ -245,6 +245,14 @@ expect "train tokens negative" 2 "planner: error: --train-tokens '-3B': not a to
 expect "seq non-gpt" 2 "planner: error: --seq 4096: $M/mlp-small.yaml is an explicit layer list" -- $PLANNER solve --gpus 2 --model $M/mlp-small.yaml --cluster $C/local-cpu.yaml --seq 4096
 # A forced layout that does not fit: exit 3 naming the stage and its bytes.
 expect "forced layout memory" 3 "stage 0 needs" -- $PLANNER solve --gpus 8 $G3 --tp 8 --pp 1
+# Vertical sync (PipeDream's asynchronous schedule only): one error line naming the fix; with it the plan and the launch carry it.
+expect "vertical sync without pipedream" 2 "planner: error: --vertical-sync: vertical sync needs PipeDream's asynchronous schedule, not --schedule 1f1b; add --schedule pipedream (or --mode pipedream), or drop --vertical-sync" -- $PLANNER solve --gpus 2 --model $M/tiny-gpt.yaml --cluster $C/local-cpu.yaml --schedule 1f1b --vertical-sync
+expect "vertical sync, default schedules" 2 "planner: error: --vertical-sync: vertical sync needs PipeDream's asynchronous schedule, not the search's synchronous ones; add --schedule pipedream" -- $PLANNER solve --gpus 2 --model $M/tiny-gpt.yaml --cluster $C/local-cpu.yaml --vertical-sync
+expect "vertical sync plan" 0 "schedule pipedream" -- $PLANNER solve --gpus 2 --model $M/tiny-gpt.yaml --cluster $C/local-cpu.yaml --schedule pipedream --vertical-sync -o vs.plan.yaml
+check "plan.yaml vertical_sync" grep -qx "vertical_sync: true" vs.plan.yaml
+check "launch.yaml vertical_sync" bash -c "$PLANNER -q codegen vs.plan.yaml -o vs --iterations 1 && grep -qx 'vertical_sync: true' vs/launch.yaml"
+sed 's/^schedule: "pipedream"/schedule: "1f1b"/' vs.plan.yaml > vs1.plan.yaml
+expect "vertical sync in a 1f1b plan" 2 "planner: error: vs1.plan.yaml:38: field 'vertical_sync': vertical sync is for the asynchronous pipedream schedule, not 1f1b; remove it or set schedule: pipedream" -- $PLANNER codegen vs1.plan.yaml -o vs1
 # solve --seq / --precision reach the launch directory: megatron.args and the model.yaml `planner run` reads
 # carry the plan's sequence and precision (the model file keeps its own); the run trains at seq 32.
 $PLANNER -q solve --gpus 1 --model $M/tiny-gpt.yaml --cluster $C/local-cpu.yaml --seq 32 --precision fp32 -o ov.plan.yaml >/dev/null

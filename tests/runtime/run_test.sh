@@ -239,6 +239,33 @@ sys.exit(0 if last < first - 0.3 else 1)" && ok || bad "async loss does not fall
 else
   bad "2-1-1 asynchronous run"; tail -3 a211.err
 fi
+# Vertical sync (solve --vertical-sync) on the same 2-1-1: every stage ran each minibatch on the version
+# tagged at the input stage (vertical_sync.txt), where weight stashing alone (a211 above) split some
+# minibatches over versions, a later stage newer; the loss falls; the versions each stage held at
+# most are the cost model's (spec/weight_versions.h: 2, 4, 5 for 2-1-1).
+grep -q "^minibatches whose stages ran on different weight versions [1-9]" a211/runs/a/vertical_sync.txt && grep -q "^vertical sync off" a211/runs/a/vertical_sync.txt \
+  && ok || bad "weight stashing alone: no minibatch on different versions ($(head -3 a211/runs/a/vertical_sync.txt | tr '\n' ' '))"
+$PLANNER -q solve --gpus 4 --model $M/tiny-gpt.yaml --cluster $C/dgx-a100.yaml --replication 2-1-1 --tp 1 --global-batch 24 --microbatch 1 \
+  --schedule pipedream --vertical-sync -o v211.plan.yaml >/dev/null && $PLANNER -q codegen v211.plan.yaml -o v211 --iterations 6 --lr 3e-3
+if timeout 120 mpirun --oversubscribe -np 4 $PLANNER -q run v211 --run-id v >/dev/null 2>v211.err; then
+  cat v211/runs/v/vertical_sync.txt
+  python3 - v211/runs/v <<'PY' && ok || bad "vertical sync 2-1-1 under mpirun"
+import csv, re, sys
+d = sys.argv[1]
+t = open(d + "/vertical_sync.txt").read()
+n = lambda k: int(re.search(k + r" (\d+)", t).group(1))
+peaks = [int(x) for x in re.findall(r"versions held at most (\d+)", t)]
+rows = list(csv.DictReader(open(d + "/metrics.csv")))
+loss = [float(r["loss"]) for r in rows]
+print(f"vertical sync 2-1-1: {n('minibatches')} minibatches, loss {sum(loss[:2]) / 2:.4f} -> {sum(loss[-2:]) / 2:.4f}, versions held {peaks}")
+ok = t.startswith("vertical sync on") and n("minibatches") == 6 * 24 and n("different weight versions") == 0 and n("tag's version") == 0
+ok = ok and peaks == [2, 4, 5] and sum(loss[-2:]) < sum(loss[:2])
+ok = ok and "different weight versions 0" in open(d + "/weight_stashing.txt").read()
+sys.exit(0 if ok else 1)
+PY
+else
+  bad "vertical sync 2-1-1 run"; tail -3 v211.err
+fi
 
 # The loss falls over 15 iterations of the pipelined tiny GPT.
 $PLANNER -q codegen pp2-1f1b.plan.yaml -o train --iterations 15 --lr 3e-3
