@@ -456,7 +456,8 @@ Status SolveSize(const SolveArgs& a, const SolveInputs& in, Plan* plan) {
   if (a.vertical_sync) {
     if (plan->schedule != Schedule::kPipeDream) return Status::Internal("--vertical-sync: the search returned a synchronous plan for --schedule pipedream");
     plan->vertical_sync = true;
-    if (a.mode == "pipedream") plan->notes.push_back("vertical sync: PipeDream's optimizer costs weight stashing's versions; the extra versions vertical sync holds at later stages are not charged (docs/cost_model.md)");
+    if (a.mode == "pipedream") plan->notes.push_back("vertical sync: PipeDream mode keeps PipeDream's own memory check (--memory-constraint: one weight version per in-flight minibatch); "
+                                     "the extra versions vertical sync holds at later stages are not in it (docs/cost_model.md)");
   }
   for (const auto& n : in.notes) plan->notes.push_back(n);
   plan->gpus = a.gpus;

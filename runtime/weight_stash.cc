@@ -170,7 +170,8 @@ Status WriteVersionSummary(Communicator& world, const WeightStash* mine, bool ve
   PLANNER_RETURN_IF_ERROR(GatherVersions(world, mine, Q, M, &used, &peak));
   float off_tag = 0;
   if (mine != nullptr) {
-    for (const VersionRecord& r : mine->records()) off_tag += vertical_sync && r.forward_version != r.tag;  // a replicated stage's floor of the tag counts too
+    // Also counted: a tag between a replicated stage's rounds (its version the round below; 1-2-1's middle stage).
+    for (const VersionRecord& r : mine->records()) off_tag += vertical_sync && r.forward_version != r.tag;
   }
   PLANNER_RETURN_IF_ERROR(world.AllReduce(&off_tag, 1, ReduceOp::kSum));
   VersionSummary s;
