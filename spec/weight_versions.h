@@ -13,7 +13,7 @@
 //   minibatch in flight when it steps (NOAM 1: the last stage), as it learns the next tag only
 //   when the next activation arrives. The input stage's versions are its in-flight minibatches'
 //   tags: ceil(W / r_0), as with stashing. Straight pipeline (all r = 1): n, n, ..., n, n + 1
-//   against stashing's n - i. The runtime's peaks equal these on 1-1, 1-1-1-1 and 2-1-1
+//   against stashing's n - i. The runtime's peaks equal these on 1-1, 1-1-1-1, 2-1-1 and 1-2-1
 //   (tests/runtime/vertical_sync_test.cc).
 #pragma once
 

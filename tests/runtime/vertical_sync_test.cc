@@ -14,6 +14,7 @@
 #include <numeric>
 
 #include <fmt/format.h>
+#include <fmt/ranges.h>
 
 #include "codegen/codegen.h"
 #include "dp_solver/search.h"
@@ -161,6 +162,28 @@ TEST_CASE("vertical sync on 2-1-1 (a replicated input stage): every stage on the
   CheckLossFalls(on.runs[0].loss, 2);
   CheckPeakVersions(on, rep, true);
   CheckPeakVersions(off, rep, false);
+}
+
+// A replicated stage after a single one (1-2-1): its replicas step once per round of 2, so it has
+// a version for every even tag only; an odd tag runs on the round below (tag - 1), never on a newer
+// one, and forward and backward still agree.
+TEST_CASE("vertical sync on 1-2-1: a replicated later stage runs each minibatch on its newest version not above the tag") {
+  const std::vector<int64_t> rep = {1, 2, 1};
+  const Versions on = Run(rep, 6, true);
+  MESSAGE(fmt::format("losses {:.4f}", fmt::join(on.runs[0].loss, " ")));
+  int64_t rounded = 0;
+  for (const auto& [key, x] : on.at) {
+    const int64_t r = rep[static_cast<size_t>(key.second)];
+    CHECK(x.tag == on.at.at({key.first, 0}).forward_version);
+    CHECK(x.forward_version == x.tag - x.tag % r);
+    CHECK(x.backward_sum == x.forward_sum);
+    rounded += x.forward_version != x.tag;
+  }
+  MESSAGE(fmt::format("1-2-1: {} middle-stage passes on the round below an odd tag", rounded));
+  CHECK(rounded > 0);
+  CHECK(on.runs[0].versions.off_tag == rounded);
+  CheckLossFalls(on.runs[0].loss, 2);
+  CheckPeakVersions(on, rep, true);
 }
 
 }  // namespace
