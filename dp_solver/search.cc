@@ -6,6 +6,7 @@
 #include <fmt/ranges.h>
 
 #include "dp_solver/candidates.h"
+#include "dp_solver/dp_comm_cost.h"
 #include "dp_solver/evaluate.h"
 #include "dp_solver/rank.h"
 #include "dp_solver/replicated_dp.h"
@@ -128,6 +129,11 @@ Status CheckDpComm(const ClusterSpec& c, const SearchOptions& o) {
       return Status::InvalidArgument(fmt::format("--dp-comm {}: {} declares no CPU machines to sum on; add 'cpu_machines: {{count, bandwidth_GBps, sum_GBps}}' "
                                                  "to it or choose allreduce-ring, allreduce-tree or allreduce-hier", DpCommName(d), c.path));
     }
+  }
+  const bool servers_only = !o.dp_comms.empty() && std::none_of(o.dp_comms.begin(), o.dp_comms.end(), DpCommIsAllReduce);
+  if (servers_only && !o.zero.empty() && std::find(o.zero.begin(), o.zero.end(), 0) == o.zero.end()) {
+    return Status::InvalidArgument(fmt::format("--dp-comm {} with --zero {}: ps and byteps synchronise ZeRO-0 gradients only; add --zero 0 or an "
+                                               "all-reduce (--dp-comm allreduce-hier)", DpCommName(o.dp_comms[0]), JoinValues(o.zero)));
   }
   if (o.ps_servers < 0) return Status::OK();
   if (o.ps_servers > machines) {
