@@ -663,6 +663,10 @@ Plan Evaluator::ReplicatedPlan(const CostTable& table, const ReplicatedOptions& 
                                  "pipeline fill {} once per run (not in the iteration time)",
                                  rr.stages.front().in_flight - 1, FormatSeconds(rr.bottleneck_s), FormatSeconds(fill)));
   if (ro.worker_unit > 1) pl.notes.push_back(fmt::format("replicas searched in units of {} workers", ro.worker_unit));
+  if (ro.dp_comm != DpComm::kHierAllReduce) {
+    pl.notes.push_back(fmt::format("replicas synchronise gradients by {} (--dp-comm){}", DpCommName(ro.dp_comm),
+                                   pl.dp_servers > 0 ? fmt::format(" over {} CPU machine(s)", pl.dp_servers) : ""));
+  }
   FillFlops(Recompute::kNone, &pl);
   return pl;
 }

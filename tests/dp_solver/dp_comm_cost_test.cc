@@ -233,6 +233,28 @@ TEST_CASE("VGG-16 on byteps.yaml (64 V100, 8 CPU machines): the search picks Byt
   CHECK(q.predicted.dp_allreduce_s >= p.predicted.dp_allreduce_s);
 }
 
+TEST_CASE("per-stage replication (pipedream schedule): hier unless --dp-comm names architectures") {
+  Vgg f;
+  SearchOptions o;
+  o.gpus = 64;
+  o.schedules = {Schedule::kPipeDream};
+  o.replication = {62, 2};
+  o.microbatch = {64};
+  Plan hier;
+  REQUIRE_OK(f.Solve(o, &hier));
+  REQUIRE(hier.schedule == Schedule::kPipeDream);
+  CHECK(hier.dp_comm == DpComm::kHierAllReduce);  // the cluster has CPU machines, PipeDream's all-reduce stays
+  SearchOptions b = o;
+  b.dp_comms = {DpComm::kBytePS};
+  Plan bp;
+  REQUIRE_OK(f.Solve(b, &bp));
+  CHECK(bp.dp_comm == DpComm::kBytePS);
+  CHECK(bp.dp_servers == 32);
+  // The 62 replicas of stage 0 span 8 machines: BytePS's sync is cheaper, so is each stage's all-reduce share.
+  CHECK(bp.stages[0].dp_allreduce_s < hier.stages[0].dp_allreduce_s);
+  CHECK(bp.predicted.iteration_s <= hier.predicted.iteration_s);
+}
+
 TEST_CASE("ZeRO >= 1 keeps to the all-reduce family; bad --dp-comm / --ps-servers are named") {
   Vgg f;
   SearchOptions o;
