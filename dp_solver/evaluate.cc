@@ -145,10 +145,11 @@ Evaluator::Evaluator(const CostSource& src, const SearchOptions& o, int64_t glob
   // ring = hier), then ring, tree, ps, byteps. Default: hier, and ps and byteps where the cluster has
   // CPU machines (DefaultDpComms); ring and tree are compared in the plan, chosen when named.
   const std::vector<DpComm> asked = o.dp_comms.empty() ? DefaultDpComms(*src.cluster) : o.dp_comms;
+  servers_ = o.ps_servers >= 0 ? o.ps_servers : src.cluster->cpu_machines.count;
   for (DpComm d : {DpComm::kHierAllReduce, DpComm::kRingAllReduce, DpComm::kTreeAllReduce, DpComm::kParameterServer, DpComm::kBytePS}) {
+    if (d == DpComm::kParameterServer && servers_ < 1) continue;  // a PS needs a server (named: an error before this)
     if (std::find(asked.begin(), asked.end(), d) != asked.end()) comms_.push_back(d);
   }
-  servers_ = o.ps_servers >= 0 ? o.ps_servers : src.cluster->cpu_machines.count;
   if (src.model == nullptr || !src.model->is_gpt) return;
   const auto& layers = src.model->layers;
   for (size_t i = 0; i < layers.size(); ++i) {
@@ -401,6 +402,7 @@ std::vector<std::pair<std::string, double>> Evaluator::DpCommComparison(const Ca
   for (DpComm d : kAllDpComms) {
     const bool tried = std::find(comms_.begin(), comms_.end(), d) != comms_.end();
     if ((!tried && std::find(runnable.begin(), runnable.end(), d) == runnable.end()) || (x.zero >= 1 && !DpCommIsAllReduce(d))) continue;
+    if (d == DpComm::kParameterServer && servers_ < 1) continue;
     double most = 0;
     for (int64_t r = 0; r < k.p; ++r) {
       DeviceDpSeconds(k, x, x.zero, Z(r), d, &total);

@@ -141,7 +141,7 @@ Status CheckDpComm(const ClusterSpec& c, const SearchOptions& o) {
                                                o.ps_servers, c.path, machines, machines));
   }
   const bool ps = std::find(o.dp_comms.begin(), o.dp_comms.end(), DpComm::kParameterServer) != o.dp_comms.end();
-  if (o.ps_servers == 0 && (ps || (o.dp_comms.empty() && machines > 0))) {
+  if (o.ps_servers == 0 && ps) {  // without --dp-comm, --ps-servers 0 leaves ps out of the defaults
     return Status::InvalidArgument("--ps-servers 0: a parameter server (ps) needs at least 1 server; give --ps-servers 1 or more, "
                                    "or --dp-comm byteps (0 servers is its all-reduce split)");
   }

@@ -55,7 +55,7 @@ std::string RenderDpCommTable(const Plan& p) {
   for (const auto& [name, seconds] : rows) {
     if (name == DpCommName(p.dp_comm)) chosen = seconds;
   }
-  std::string o = "DP gradient sync per architecture (chosen layout; busiest stage, not overlapped; allreduce-ring and -tree chosen only with --dp-comm):\n";
+  std::string o = "DP gradient sync per architecture (chosen layout; busiest stage, not overlapped):\n";
   o += fmt::format("{:<24} {:>19} {:>10}\n", "architecture", "seconds/iteration", "vs chosen");
   for (const auto& [name, seconds] : rows) {
     std::string label = name;
