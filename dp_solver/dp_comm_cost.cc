@@ -119,8 +119,9 @@ double BytePsPcieIntraSeconds(const ClusterSpec& c, double bytes, int64_t gpus) 
   const TopologyLevel& lv = c.levels[0];
   const double s = static_cast<double>(std::min<int64_t>(gpus, std::max<int64_t>(1, c.gpus_per_pcie_switch)));
   const double w = std::ceil(static_cast<double>(gpus) / s);
-  const double rs = (s - 1) / s * bytes / (lv.bandwidth_GBps * 1e9) + (s - 1) * lv.latency_us * 1e-6;
-  const double copy = c.pcie_GBps > 0 ? bytes / (c.pcie_GBps * 1e9) : 0;
+  if (!(c.pcie_GBps > 0)) return IntraNodeAllReduce(c, bytes, gpus);
+  const double rs = (s - 1) / s * bytes / (c.pcie_GBps * 1e9) + (s - 1) * lv.latency_us * 1e-6;  // inside one switch
+  const double copy = bytes / (c.pcie_GBps * 1e9);
   const double reduce = c.cpu_machines.sum_GBps > 0 ? w * bytes / (c.cpu_machines.sum_GBps * 1e9) : 0;
   return 2 * rs + 2 * copy + reduce;
 }
@@ -128,8 +129,10 @@ double BytePsPcieIntraSeconds(const ClusterSpec& c, double bytes, int64_t gpus) 
 double BytePsSeconds(const ClusterSpec& c, double bytes, const std::vector<int64_t>& members, int64_t servers) {
   const DpMachines m = GroupMachines(c, members);
   const bool pcie = c.intra_node == IntraNode::kPcie && c.levels.size() > 1;
-  const double intra = pcie ? BytePsPcieIntraSeconds(c, bytes, m.gpus_per_machine) : IntraNodeAllReduce(c, bytes, m.gpus_per_machine);
-  if (m.machines <= 1) return pcie ? IntraNodeAllReduce(c, bytes, m.gpus_per_machine) : intra;
+  // PCIe-only nodes: CPU-assisted aggregation where it beats the node's own reduce-scatter + all-gather.
+  const double plain = IntraNodeAllReduce(c, bytes, m.gpus_per_machine);
+  const double intra = pcie ? std::min(plain, BytePsPcieIntraSeconds(c, bytes, m.gpus_per_machine)) : plain;
+  if (m.machines <= 1) return plain;
   const int64_t k = std::max<int64_t>(0, servers);
   const BytePsSplit split = BytePsOptimalSplit(m.machines, k);
   const double n = static_cast<double>(m.machines);

@@ -63,9 +63,11 @@ double ParameterServerSeconds(const ClusterSpec& cluster, double bytes, const st
 // aggregation (BytePsPcieIntraSeconds). n = 1: the intra-node all-reduce alone.
 double BytePsSeconds(const ClusterSpec& cluster, double bytes, const std::vector<int64_t>& members, int64_t servers);
 // CPU-assisted aggregation inside a PCIe-only node (OSDI'20 section 4.2): reduce-scatter inside each
-// PCIe switch of s GPUs, GPU->CPU copy (M per switch at pcie_GBps), CPU reduce of the w switches'
-// copies (w M at sum_GBps), and after the network CPU->GPU copy and all-gather:
-//   intra = 2 [(s-1)/s M / B_0 + (s-1) alpha_0] + 2 M / P + w M / S.
+// PCIe switch of s GPUs (at the GPUs' PCIe bandwidth P = pcie_GBps, never across switches), GPU->CPU
+// copy (M per switch over its link to the CPU), CPU reduce of the w switches' copies (w M at sum_GBps),
+// and after the network CPU->GPU copy and all-gather inside each switch:
+//   intra = 2 [(s-1)/s M / P + (s-1) alpha_0] + 2 M / P + w M / S.
+// BytePsSeconds takes it where it beats the node's own reduce-scatter + all-gather (level 0's busbw).
 double BytePsPcieIntraSeconds(const ClusterSpec& cluster, double bytes, int64_t gpus_in_node);
 
 // The per-iteration synchronisation of `bytes` of gradients under `d` (k = servers for ps / byteps);

@@ -36,8 +36,8 @@ ClusterSpec Flat(int64_t ranks, int64_t cpus, double sum_GBps) {
 }
 
 // Two levels: nodes of 4 GPUs at 100 GB/s (alpha 2 us), 8 nodes at 10 GB/s per GPU (alpha 5 us).
-ClusterSpec TwoLevel(const std::string& node_extra = "") {
-  return Parse(std::string(kHead) + "topology:\n  - {name: node, size: 4, bandwidth_GBps: 100, latency_us: 2" + node_extra +
+ClusterSpec TwoLevel(const std::string& node_extra = "", const std::string& node_GBps = "100") {
+  return Parse(std::string(kHead) + "topology:\n  - {name: node, size: 4, bandwidth_GBps: " + node_GBps + ", latency_us: 2" + node_extra +
                "}\n  - {name: cluster, size: 8, bandwidth_GBps: 10, latency_us: 5}\ncpu_machines: {count: 8, bandwidth_GBps: 40, sum_GBps: 1000}\n");
 }
 
@@ -141,11 +141,17 @@ TEST_CASE("BytePS on nodes: NVLink reduce-scatter first; PCIe-only nodes: CPU-as
   CHECK(t_g == doctest::Approx(t_c).epsilon(1e-12));  // the optimal split balances them (same bandwidth)
   // One machine: the node's all-reduce alone (= hier).
   CHECK(BytePsSeconds(nv, kM, {4, 1}, 4) == AllReduceSeconds(nv, kM, {4, 1}, AllReduceUse::kGradient));
-  // PCIe-only: 2 switches of 2 GPUs, 16 GB/s per switch uplink, CPU summation at 1000 GB/s.
-  const ClusterSpec pcie = TwoLevel(", intra_node: pcie, pcie_GBps: 16, gpus_per_pcie_switch: 2");
-  const double assisted = 2 * (0.5 * kM / 100e9 + 1 * 2e-6) + 2 * kM / 16e9 + 2 * kM / 1000e9;
+  // PCIe-only: 2 switches of 2 GPUs at 16 GB/s PCIe, the node's cross-switch ring at 5 GB/s, CPU summation at 1000 GB/s.
+  const ClusterSpec pcie = TwoLevel(", intra_node: pcie, pcie_GBps: 16, gpus_per_pcie_switch: 2", "5");
+  const double assisted = 2 * (0.5 * kM / 16e9 + 1 * 2e-6) + 2 * kM / 16e9 + 2 * kM / 1000e9;
+  const double plain = 2 * (0.75 * kM / 5e9 + 3 * 2e-6);
+  CHECK(assisted == doctest::Approx(0.1895 + 4e-6).epsilon(1e-12));
+  CHECK(plain == doctest::Approx(0.300 + 12e-6).epsilon(1e-12));
   CHECK(BytePsPcieIntraSeconds(pcie, kM, 4) == doctest::Approx(assisted).epsilon(1e-12));
   CHECK(BytePsSeconds(pcie, kM, {4, 8}, 4) == doctest::Approx(assisted + std::max(t_g, t_c) + 2 * 5e-6).epsilon(1e-12));
+  // With a fast node ring (100 GB/s) the plain reduce-scatter + all-gather is kept.
+  const ClusterSpec fast = TwoLevel(", intra_node: pcie, pcie_GBps: 16, gpus_per_pcie_switch: 2");
+  CHECK(BytePsSeconds(fast, kM, {4, 8}, 4) == doctest::Approx(intra + std::max(t_g, t_c) + 2 * 5e-6).epsilon(1e-12));
 }
 
 TEST_CASE("cluster files: cpu_machines and the node's keys, derived network bandwidth, one error line per mistake") {
