@@ -45,6 +45,23 @@ double IntraNodeAllReduce(const ClusterSpec& c, double bytes, int64_t gpus) {
   return AllReduceSeconds(c, bytes, inside, AllReduceUse::kGradient);
 }
 
+// BytePsOptimalSplit's formula at a real k (k / G servers per group): equal to it at integers.
+BytePsSplit SplitAt(double n, double k) {
+  BytePsSplit s;
+  if (n <= 1) return s;
+  if (k <= 0) {
+    s.gpu_share = 1.0 / n;
+  } else if (k >= n) {
+    s.cpu_share = 1.0 / k;
+    s.gpu_share = 0;
+  } else {
+    const double d = n * n + k * n - 2 * k;
+    s.cpu_share = 2 * (n - 1) / d;
+    s.gpu_share = (n - k) / d;
+  }
+  return s;
+}
+
 }  // namespace
 
 bool DpCommRunnable(const ClusterSpec& c, DpComm d) { return DpCommIsAllReduce(d) || c.cpu_machines.count > 0; }
@@ -103,11 +120,11 @@ DpMachines GroupMachines(const ClusterSpec& c, const std::vector<int64_t>& membe
   return m;
 }
 
-double ParameterServerSeconds(const ClusterSpec& c, double bytes, const std::vector<int64_t>& members, int64_t servers) {
+double ParameterServerSeconds(const ClusterSpec& c, double bytes, const std::vector<int64_t>& members, int64_t servers, int64_t siblings) {
   if (servers < 1 || c.cpu_machines.count < 1) return kInf;
   const DpMachines m = GroupMachines(c, members);
   if (m.machines * m.gpus_per_machine <= 1) return 0;
-  const double n = static_cast<double>(m.machines), k = static_cast<double>(servers);
+  const double n = static_cast<double>(m.machines), k = static_cast<double>(servers) / static_cast<double>(std::max<int64_t>(1, siblings));
   const double server_bytes = n * bytes / k;
   const double net = std::max(bytes / m.network_Bps, server_bytes / (c.cpu_machines.bandwidth_GBps * 1e9));
   const double sum = server_bytes / (c.cpu_machines.sum_GBps * 1e9);
@@ -126,16 +143,16 @@ double BytePsPcieIntraSeconds(const ClusterSpec& c, double bytes, int64_t gpus) 
   return 2 * rs + 2 * copy + reduce;
 }
 
-double BytePsSeconds(const ClusterSpec& c, double bytes, const std::vector<int64_t>& members, int64_t servers) {
+double BytePsSeconds(const ClusterSpec& c, double bytes, const std::vector<int64_t>& members, int64_t servers, int64_t siblings) {
   const DpMachines m = GroupMachines(c, members);
   const bool pcie = c.intra_node == IntraNode::kPcie && c.levels.size() > 1;
   // PCIe-only nodes: CPU-assisted aggregation where it beats the node's own reduce-scatter + all-gather.
   const double plain = IntraNodeAllReduce(c, bytes, m.gpus_per_machine);
   const double intra = pcie ? std::min(plain, BytePsPcieIntraSeconds(c, bytes, m.gpus_per_machine)) : plain;
   if (m.machines <= 1) return plain;
-  const int64_t k = std::max<int64_t>(0, servers);
-  const BytePsSplit split = BytePsOptimalSplit(m.machines, k);
+  const double k = static_cast<double>(std::max<int64_t>(0, servers)) / static_cast<double>(std::max<int64_t>(1, siblings));
   const double n = static_cast<double>(m.machines);
+  const BytePsSplit split = SplitAt(n, k);
   const double sum_Bps = c.cpu_machines.sum_GBps > 0 ? c.cpu_machines.sum_GBps * 1e9 : kInf;
   const double t_g = std::max((1 + (n - 2) * split.gpu_share) * bytes / m.network_Bps, n * split.gpu_share * bytes / sum_Bps);
   double t_c = 0;
@@ -143,13 +160,13 @@ double BytePsSeconds(const ClusterSpec& c, double bytes, const std::vector<int64
   return intra + std::max(t_g, t_c) + 2 * c.NetworkLatencySeconds();
 }
 
-double DpSyncSeconds(const ClusterSpec& c, DpComm d, double bytes, const std::vector<int64_t>& members, int64_t servers) {
+double DpSyncSeconds(const ClusterSpec& c, DpComm d, double bytes, const std::vector<int64_t>& members, int64_t servers, int64_t siblings) {
   switch (d) {
     case DpComm::kRingAllReduce: return RingAllReduceSeconds(c, bytes, members);
     case DpComm::kTreeAllReduce: return TreeAllReduceSeconds(c, bytes, members);
     case DpComm::kHierAllReduce: return AllReduceSeconds(c, bytes, members, AllReduceUse::kGradient);
-    case DpComm::kParameterServer: return ParameterServerSeconds(c, bytes, members, servers);
-    case DpComm::kBytePS: return BytePsSeconds(c, bytes, members, servers);
+    case DpComm::kParameterServer: return ParameterServerSeconds(c, bytes, members, servers, siblings);
+    case DpComm::kBytePS: return BytePsSeconds(c, bytes, members, servers, siblings);
   }
   return kInf;
 }

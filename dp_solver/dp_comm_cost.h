@@ -54,14 +54,20 @@ DpMachines GroupMachines(const ClusterSpec& cluster, const std::vector<int64_t>&
 // machine reduce-scatter first (level 0), the machine pushes M and pulls M, each server receives and
 // sends n M / k and sums n M / k bytes at sum_GBps after the pushes:
 //   T = RS_0 + max(M / B_w, n M / (k B_s)) + n M / (k S) + 2 alpha + AG_0.
-double ParameterServerSeconds(const ClusterSpec& cluster, double bytes, const std::vector<int64_t>& members, int64_t servers);
+// `sibling_groups` G: the data-parallel groups that synchronise at the same time as this one and push
+// to the same k servers (the group's ranks are G apart: its TP / EP siblings); each has k / G servers'
+// worth of bandwidth, k / G in place of k in every formula here (the GPU side is the group's own).
+double ParameterServerSeconds(const ClusterSpec& cluster, double bytes, const std::vector<int64_t>& members, int64_t servers,
+                              int64_t sibling_groups = 1);
 // BytePS with k CPU machines (k = 0: the all-reduce's split) over n machines, summation pipelined
 // with the network (BytePS's multi-stage pipeline): split s = BytePsOptimalSplit(n, k),
 //   t_g = max((1 + (n-2) s_gpu) M / B_w, n s_gpu M / S),  t_c = max(n s_cpu M / B_s, n s_cpu M / S),
 //   T = intra + max(t_g, t_c) + 2 alpha,
 // intra the node's reduce-scatter + all-gather (NVLink) or, on PCIe-only nodes, CPU-assisted
 // aggregation (BytePsPcieIntraSeconds). n = 1: the intra-node all-reduce alone.
-double BytePsSeconds(const ClusterSpec& cluster, double bytes, const std::vector<int64_t>& members, int64_t servers);
+// The split at k / G servers is the same formula over a real k / G (BytePsOptimalSplit at integers).
+double BytePsSeconds(const ClusterSpec& cluster, double bytes, const std::vector<int64_t>& members, int64_t servers,
+                     int64_t sibling_groups = 1);
 // CPU-assisted aggregation inside a PCIe-only node (OSDI'20 section 4.2): reduce-scatter inside each
 // PCIe switch of s GPUs (at the GPUs' PCIe bandwidth P = pcie_GBps, never across switches), GPU->CPU
 // copy (M per switch over its link to the CPU), CPU reduce of the w switches' copies (w M at sum_GBps),
@@ -72,6 +78,7 @@ double BytePsPcieIntraSeconds(const ClusterSpec& cluster, double bytes, int64_t 
 
 // The per-iteration synchronisation of `bytes` of gradients under `d` (k = servers for ps / byteps);
 // allreduce-hier is AllReduceSeconds(kGradient), bit for bit.
-double DpSyncSeconds(const ClusterSpec& cluster, DpComm d, double bytes, const std::vector<int64_t>& members, int64_t servers);
+double DpSyncSeconds(const ClusterSpec& cluster, DpComm d, double bytes, const std::vector<int64_t>& members, int64_t servers,
+                     int64_t sibling_groups = 1);
 
 }  // namespace planner

@@ -28,10 +28,11 @@ DpCollectives Collectives(const ClusterSpec& c, const StateBytes& sb, double par
   // unless --grad-reduce-in-bf16), else in the training dtype; parameters are gathered in the training dtype.
   // The all-reduce family's reduce-scatter and all-gather are each half its all-reduce; ps and byteps
   // synchronise ZeRO-0 gradients only (no rs / ag).
-  x.ar = DpSyncSeconds(c, d, params * sb.grad_comm, group, servers);
+  // The `stride` sibling groups (the other TP / EP ranks' groups) synchronise at the same time and share ps / byteps's servers.
+  x.ar = DpSyncSeconds(c, d, params * sb.grad_comm, group, servers, stride);
   if (DpCommIsAllReduce(d)) {
-    x.rs = 0.5 * DpSyncSeconds(c, d, params * sb.grad_comm, group, servers);
-    x.ag = 0.5 * DpSyncSeconds(c, d, params * sb.weight, group, servers);
+    x.rs = 0.5 * x.ar;
+    x.ag = 0.5 * DpSyncSeconds(c, d, params * sb.weight, group, servers, stride);
   }
   return x;
 }

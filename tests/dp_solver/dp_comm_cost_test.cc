@@ -127,6 +127,12 @@ TEST_CASE("BytePS: k = 0 is the ring all-reduce between machines; the time falls
   CHECK(last == doctest::Approx(kM / 10e9).epsilon(1e-12));
   // Against the plain PS with the same servers: BytePS is never slower (it can put work on GPU machines).
   for (int64_t k = 1; k <= n; ++k) CHECK(BytePsSeconds(c, kM, {n}, k) <= ParameterServerSeconds(c, kM, {n}, k) * (1 + 1e-12));
+  // G sibling groups (TP ranks' groups) pushing to the same k servers at once: k / G servers each.
+  CHECK(BytePsSeconds(c, kM, {n}, 8, 2) == doctest::Approx(BytePsSeconds(c, kM, {n}, 4)).epsilon(1e-12));
+  CHECK(ParameterServerSeconds(c, kM, {n}, 8, 4) == doctest::Approx(ParameterServerSeconds(c, kM, {n}, 2)).epsilon(1e-12));
+  // k / G = 1/2: the split formula at a real k, 2n(n-1)/(n^2 + kn - 2k) M / B.
+  CHECK(BytePsSeconds(c, kM, {n}, 1, 2) == doctest::Approx(2.0 * 8 * 7 / (64 + 4 - 1) * kM / 10e9).epsilon(1e-12));
+  CHECK(BytePsSeconds(c, kM, {n}, 1, 2) > BytePsSeconds(c, kM, {n}, 1));
   // Slow summation binds the CPU machines: t_c = n s_cpu M / S (k = n = 8: M / S).
   const ClusterSpec slow = Flat(n, 8, 2);
   CHECK(BytePsSeconds(slow, kM, {n}, 8) == doctest::Approx(kM / 2e9).epsilon(1e-12));
