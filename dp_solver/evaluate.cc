@@ -618,6 +618,30 @@ PlanStage ReplicatedStagePlan(const CostTable& table, const StateBytes& sb, cons
   return ps;
 }
 
+// A per-stage replication plan's comparison: each architecture's per-iteration sync of the busiest
+// stage, as the stage's dp_allreduce_s (m / r all-reduces of one replica's group per iteration);
+// every one the cluster can run and the one used, kAllDpComms order; empty when no stage is replicated.
+std::vector<std::pair<std::string, double>> ReplicatedDpComparison(const CostTable& table, const ClusterSpec& c, const ReplicatedOptions& ro,
+                                                                   const ReplicatedResult& rr, int64_t m) {
+  std::vector<std::pair<std::string, double>> out;
+  const std::vector<DpComm> runnable = RunnableDpComms(c);
+  double busiest = 0;
+  for (DpComm d : kAllDpComms) {
+    if ((d != ro.dp_comm && std::find(runnable.begin(), runnable.end(), d) == runnable.end()) || (d == DpComm::kParameterServer && ro.servers < 1)) continue;
+    double most = 0;
+    for (const auto& st : rr.stages) {
+      if (st.replicas < 2) continue;
+      const double bytes = table.Params(st.first, st.end) * ro.grad_bytes_per_param;
+      const double s = DpSyncSeconds(c, d, bytes, GroupSpreadAt(c, st.offset * ro.tp, st.replicas, ro.tp), ro.servers, ro.tp);
+      most = std::max(most, s * static_cast<double>(m) / static_cast<double>(st.replicas));
+    }
+    busiest = std::max(busiest, most);
+    out.emplace_back(DpCommName(d), most);
+  }
+  if (!(busiest > 0)) out.clear();
+  return out;
+}
+
 }  // namespace
 
 // PipeDream's asynchronous 1F1B: no flush, so in steady state an iteration of
@@ -650,6 +674,7 @@ Plan Evaluator::ReplicatedPlan(const CostTable& table, const ReplicatedOptions& 
   pl.usable_memory_bytes = sb_.usable;
   pl.dp_comm = ro.dp_comm;
   pl.dp_servers = DpCommUsesServers(ro.dp_comm) ? ro.servers : 0;
+  pl.predicted.dp_comm_seconds = ReplicatedDpComparison(table, *src_.cluster, ro, rr, m);
   double peak = 0;
   for (const auto& st : rr.stages) {
     pl.stages.push_back(ReplicatedStagePlan(table, sb_, st, t, m));

@@ -256,6 +256,11 @@ TEST_CASE("per-stage replication (pipedream schedule): hier unless --dp-comm nam
   REQUIRE_OK(f.Solve(o, &hier));
   REQUIRE(hier.schedule == Schedule::kPipeDream);
   CHECK(hier.dp_comm == DpComm::kHierAllReduce);  // the cluster has CPU machines, PipeDream's all-reduce stays
+  // The comparison's hier row is the busiest stage's per-iteration all-reduce, as the stage table has it.
+  double busiest = 0;
+  for (const auto& st : hier.stages) busiest = std::max(busiest, st.dp_allreduce_s);
+  CHECK(Seconds(hier, "allreduce-hier") == doctest::Approx(busiest).epsilon(1e-12));
+  CHECK(hier.predicted.dp_comm_seconds.size() == 5);
   SearchOptions b = o;
   b.dp_comms = {DpComm::kBytePS};
   Plan bp;
