@@ -136,6 +136,10 @@ Status CheckDpComm(const ClusterSpec& c, const SearchOptions& o) {
                                                "all-reduce (--dp-comm allreduce-hier)", DpCommName(o.dp_comms[0]), JoinValues(o.zero)));
   }
   if (o.ps_servers < 0) return Status::OK();
+  if (o.ps_servers > 0 && machines < 1) {
+    return Status::InvalidArgument(fmt::format("--ps-servers {}: {} declares no CPU machines; add 'cpu_machines: {{count, bandwidth_GBps, sum_GBps}}' "
+                                               "to it or drop --ps-servers", o.ps_servers, c.path));
+  }
   if (o.ps_servers > machines) {
     return Status::InvalidArgument(fmt::format("--ps-servers {}: {} declares {} CPU machine(s); give at most {} (the default is all of them)",
                                                o.ps_servers, c.path, machines, machines));
