@@ -6,6 +6,7 @@
 #include <fmt/ranges.h>
 
 #include "common/units.h"
+#include "dp_solver/dp_comm_cost.h"
 #include "dp_solver/search.h"
 
 namespace planner {
@@ -19,15 +20,20 @@ size_t Z(int64_t i) { return static_cast<size_t>(i); }
 struct DpCollectives {
   double ar = 0, rs = 0, ag = 0;
 };
-DpCollectives Collectives(const ClusterSpec& c, const StateBytes& sb, double params, int64_t size, int64_t stride) {
+DpCollectives Collectives(const ClusterSpec& c, const StateBytes& sb, double params, int64_t size, int64_t stride, DpComm d, int64_t servers) {
   DpCollectives x;
   if (size <= 1 || !(params > 0)) return x;
   const std::vector<int64_t> group = GroupSpread(c, size, stride);
   // Gradients are reduced in fp32 for bf16 (Megatron-LM: accumulate_allreduce_grads_in_fp32, on for bf16
   // unless --grad-reduce-in-bf16), else in the training dtype; parameters are gathered in the training dtype.
-  x.ar = AllReduceSeconds(c, params * sb.grad_comm, group, AllReduceUse::kGradient);
-  x.rs = ReduceScatterSeconds(c, params * sb.grad_comm, group, AllReduceUse::kGradient);
-  x.ag = AllGatherSeconds(c, params * sb.weight, group, AllReduceUse::kGradient);
+  // The all-reduce family's reduce-scatter and all-gather are each half its all-reduce; ps and byteps
+  // synchronise ZeRO-0 gradients only (no rs / ag).
+  // The `stride` sibling groups (the other TP / EP ranks' groups) synchronise at the same time and share ps / byteps's servers.
+  x.ar = DpSyncSeconds(c, d, params * sb.grad_comm, group, servers, stride);
+  if (DpCommIsAllReduce(d)) {
+    x.rs = 0.5 * x.ar;
+    x.ag = 0.5 * DpSyncSeconds(c, d, params * sb.weight, group, servers, stride);
+  }
   return x;
 }
 
@@ -136,6 +142,15 @@ std::vector<int64_t> AccountedPartition(int64_t rows, int64_t first_block, int64
 
 Evaluator::Evaluator(const CostSource& src, const SearchOptions& o, int64_t global_batch)
     : src_(src), o_(o), batch_(global_batch), sb_(MakeStateBytes(src, o)) {
+  // The architectures tried, hier first so that it stays the choice on a tie (one-level groups:
+  // ring = hier), then ring, tree, ps, byteps. Default: hier, and ps and byteps where the cluster has
+  // CPU machines (DefaultDpComms); ring and tree are compared in the plan, chosen when named.
+  const std::vector<DpComm> asked = o.dp_comms.empty() ? DefaultDpComms(*src.cluster) : o.dp_comms;
+  servers_ = o.ps_servers >= 0 ? o.ps_servers : src.cluster->cpu_machines.count;
+  for (DpComm d : {DpComm::kHierAllReduce, DpComm::kRingAllReduce, DpComm::kTreeAllReduce, DpComm::kParameterServer, DpComm::kBytePS}) {
+    if (d == DpComm::kParameterServer && servers_ < 1) continue;  // a PS needs a server (named: an error before this)
+    if (std::find(asked.begin(), asked.end(), d) != asked.end()) comms_.push_back(d);
+  }
   if (src.model == nullptr || !src.model->is_gpt) return;
   const auto& layers = src.model->layers;
   for (size_t i = 0; i < layers.size(); ++i) {
@@ -262,6 +277,8 @@ void Evaluator::DeviceLoads(const Candidate& k, Evaluation* x) const {
 }
 
 bool Evaluator::ZeroAllowed(int64_t z) const {
+  // ZeRO >= 1 reduce-scatters and gathers: the all-reduce family's collectives (ps / byteps sync ZeRO-0 only).
+  if (z >= 1 && std::none_of(comms_.begin(), comms_.end(), DpCommIsAllReduce)) return false;
   return o_.zero.empty() || std::find(o_.zero.begin(), o_.zero.end(), z) != o_.zero.end();
 }
 
@@ -317,13 +334,13 @@ void Evaluator::SettleMemory(const Candidate& k, Evaluation* x) const {
 // gets the whole communication. The group holding the same dense weights is d x cp ranks t apart
 // (rank order tp-cp-dp-pp: CP ranks replicate the weights, so gradients reduce over both); the
 // routed experts' is the expert-data-parallel group, edp ranks ep x etp apart (MoE parallel folding).
-double Evaluator::DeviceDpSeconds(const Candidate& k, const Evaluation& x, int64_t z, size_t r, double* total_s) const {
+double Evaluator::DeviceDpSeconds(const Candidate& k, const Evaluation& x, int64_t z, size_t r, DpComm d, double* total_s) const {
   const ClusterSpec& c = *src_.cluster;
   const int64_t g = k.d * k.cp;
   *total_s = 0;
   const double expert = x.expert_params[r];
-  const DpCollectives dense_c = Collectives(c, sb_, x.params[r] - expert, g, k.t);
-  const DpCollectives expert_c = Collectives(c, sb_, expert, k.Edp(), k.ep * k.etp);
+  const DpCollectives dense_c = Collectives(c, sb_, x.params[r] - expert, g, k.t, d, servers_);
+  const DpCollectives expert_c = Collectives(c, sb_, expert, k.Edp(), k.ep * k.etp, d, servers_);
   const double ar = dense_c.ar + expert_c.ar, rs = dense_c.rs + expert_c.rs, ag = dense_c.ag + expert_c.ag;
   if (!(ar > 0)) return 0;
   const double bucket = BucketParams(g) / x.params[r], m = static_cast<double>(k.m);
@@ -348,18 +365,55 @@ double Evaluator::DeviceDpSeconds(const Candidate& k, const Evaluation& x, int64
   }
 }
 
-// Exposed data-parallel communication and optimizer step at ZeRO stage z: the slowest device's.
+// Exposed data-parallel communication and optimizer step at ZeRO stage z: the slowest device's, under
+// the fastest architecture tried (ZeRO >= 1: the all-reduce family only).
 void Evaluator::DataParallelTimes(const Candidate& k, int64_t z, Evaluation* x) const {
   const ClusterSpec& c = *src_.cluster;
   x->dp_s = 0;
   x->optimizer_s = 0;
+  x->dp_comm = DpComm::kHierAllReduce;
   const double shard = z >= 1 ? static_cast<double>(k.d * k.cp) : 1.0, expert_shard = z >= 1 ? static_cast<double>(k.Edp()) : 1.0;
   for (int64_t r = 0; r < k.p; ++r) {
     const size_t ru = Z(r);
-    x->dp_s = std::max(x->dp_s, DeviceDpSeconds(k, *x, z, ru, &x->allreduce_s[ru]));
     const double stepped = (x->params[ru] - x->expert_params[ru]) / shard + x->expert_params[ru] / expert_shard;
     x->optimizer_s = std::max(x->optimizer_s, stepped * o_.cost.optimizer_bytes_per_param / (c.hbm_bandwidth_GBps * 1e9 * c.hbm_efficiency));
   }
+  std::vector<double> totals(Z(k.p), 0.0);
+  double best = INFINITY;
+  for (DpComm d : comms_) {
+    if (z >= 1 && !DpCommIsAllReduce(d)) continue;
+    double dp = 0;
+    for (int64_t r = 0; r < k.p; ++r) dp = std::max(dp, DeviceDpSeconds(k, *x, z, Z(r), d, &totals[Z(r)]));
+    if (dp < best * (1 - 1e-12)) {
+      best = dp;
+      x->dp_s = dp;
+      x->dp_comm = d;
+      std::copy(totals.begin(), totals.end(), x->allreduce_s.begin());
+    }
+  }
+}
+
+// Each architecture's raw (not overlapped) per-iteration seconds on the busiest device at x's ZeRO
+// stage, for the plan's comparison: every one the cluster can run and every one tried (ZeRO >= 1: the
+// all-reduce family), kAllDpComms order; empty when nothing is synchronised.
+std::vector<std::pair<std::string, double>> Evaluator::DpCommComparison(const Candidate& k, const Evaluation& x) const {
+  std::vector<std::pair<std::string, double>> out;
+  const std::vector<DpComm> runnable = RunnableDpComms(*src_.cluster);
+  double busiest = 0, total = 0;
+  for (DpComm d : kAllDpComms) {
+    const bool tried = std::find(comms_.begin(), comms_.end(), d) != comms_.end();
+    if ((!tried && std::find(runnable.begin(), runnable.end(), d) == runnable.end()) || (x.zero >= 1 && !DpCommIsAllReduce(d))) continue;
+    if (d == DpComm::kParameterServer && servers_ < 1) continue;
+    double most = 0;
+    for (int64_t r = 0; r < k.p; ++r) {
+      DeviceDpSeconds(k, x, x.zero, Z(r), d, &total);
+      most = std::max(most, total);
+    }
+    busiest = std::max(busiest, most);
+    out.emplace_back(DpCommName(d), most);
+  }
+  if (!(busiest > 0)) out.clear();
+  return out;
 }
 
 Status Evaluator::Simulate(const Candidate& k, const Evaluation& x, SimResult* res) const {
@@ -480,6 +534,13 @@ Plan Evaluator::UniformPlan(const Candidate& k, const Evaluation& x, const SimRe
   pl.predicted.pipeline_s = res.makespan_s;
   pl.predicted.dp_allreduce_s = x.dp_s;
   pl.predicted.optimizer_s = x.optimizer_s;
+  pl.predicted.dp_comm_seconds = DpCommComparison(k, x);
+  pl.dp_comm = x.dp_comm;
+  pl.dp_servers = DpCommUsesServers(x.dp_comm) ? servers_ : 0;
+  if (DpCommUsesServers(x.dp_comm) && !pl.predicted.dp_comm_seconds.empty()) {
+    pl.notes.push_back(fmt::format("gradients synchronised by {} over {} CPU machine(s) of the cluster file (ZeRO-0; docs/cost_model.md, "
+                                   "\"Data-parallel communication architectures\")", DpCommName(x.dp_comm), pl.dp_servers));
+  }
   pl.predicted.bubble_fraction = res.bubble_fraction;
   pl.predicted.samples_per_second = static_cast<double>(batch_) / iter;
   pl.predicted.peak_memory_bytes = x.peak_bytes;
@@ -523,6 +584,7 @@ ReplicatedOptions Evaluator::ReplicatedOptionsFor(const CostTable& table) const 
   ro.scatter_gather = o_.cost.scatter_gather;
   ro.optimizer_bytes_per_param = o_.cost.optimizer_bytes_per_param;
   ro.vertical_sync = o_.vertical_sync;
+  ro.servers = servers_;
   if (!o_.replication.empty()) {
     ro.forced = o_.replication;
     ro.worker_unit = 1;
@@ -557,6 +619,30 @@ PlanStage ReplicatedStagePlan(const CostTable& table, const StateBytes& sb, cons
   return ps;
 }
 
+// A per-stage replication plan's comparison: each architecture's per-iteration sync of the busiest
+// stage, as the stage's dp_allreduce_s (m / r all-reduces of one replica's group per iteration);
+// every one the cluster can run and the one used, kAllDpComms order; empty when no stage is replicated.
+std::vector<std::pair<std::string, double>> ReplicatedDpComparison(const CostTable& table, const ClusterSpec& c, const ReplicatedOptions& ro,
+                                                                   const ReplicatedResult& rr, int64_t m) {
+  std::vector<std::pair<std::string, double>> out;
+  const std::vector<DpComm> runnable = RunnableDpComms(c);
+  double busiest = 0;
+  for (DpComm d : kAllDpComms) {
+    if ((d != ro.dp_comm && std::find(runnable.begin(), runnable.end(), d) == runnable.end()) || (d == DpComm::kParameterServer && ro.servers < 1)) continue;
+    double most = 0;
+    for (const auto& st : rr.stages) {
+      if (st.replicas < 2) continue;
+      const double bytes = table.Params(st.first, st.end) * ro.grad_bytes_per_param;
+      const double s = DpSyncSeconds(c, d, bytes, GroupSpreadAt(c, st.offset * ro.tp, st.replicas, ro.tp), ro.servers, ro.tp);
+      most = std::max(most, s * static_cast<double>(m) / static_cast<double>(st.replicas));
+    }
+    busiest = std::max(busiest, most);
+    out.emplace_back(DpCommName(d), most);
+  }
+  if (!(busiest > 0)) out.clear();
+  return out;
+}
+
 }  // namespace
 
 // PipeDream's asynchronous 1F1B: no flush, so in steady state an iteration of
@@ -587,6 +673,9 @@ Plan Evaluator::ReplicatedPlan(const CostTable& table, const ReplicatedOptions& 
   pl.zero_stage = ZeroStage::kNone;
   pl.p2p_overlap = true;
   pl.usable_memory_bytes = sb_.usable;
+  pl.dp_comm = ro.dp_comm;
+  pl.dp_servers = DpCommUsesServers(ro.dp_comm) ? ro.servers : 0;
+  pl.predicted.dp_comm_seconds = ReplicatedDpComparison(table, *src_.cluster, ro, rr, m);
   double peak = 0;
   for (const auto& st : rr.stages) {
     pl.stages.push_back(ReplicatedStagePlan(table, sb_, st, t, m));
@@ -603,6 +692,10 @@ Plan Evaluator::ReplicatedPlan(const CostTable& table, const ReplicatedOptions& 
                                  "pipeline fill {} once per run (not in the iteration time)",
                                  rr.stages.front().in_flight - 1, FormatSeconds(rr.bottleneck_s), FormatSeconds(fill)));
   if (ro.worker_unit > 1) pl.notes.push_back(fmt::format("replicas searched in units of {} workers", ro.worker_unit));
+  if (ro.dp_comm != DpComm::kHierAllReduce) {
+    pl.notes.push_back(fmt::format("replicas synchronise gradients by {} (--dp-comm){}", DpCommName(ro.dp_comm),
+                                   pl.dp_servers > 0 ? fmt::format(" over {} CPU machine(s)", pl.dp_servers) : ""));
+  }
   FillFlops(Recompute::kNone, &pl);
   return pl;
 }

@@ -17,6 +17,7 @@
 #include "dp_solver/cost_model.h"
 #include "dp_solver/replicated_dp.h"
 #include "dp_solver/schedule_sim.h"
+#include "spec/dp_comm.h"
 #include "spec/plan.h"
 
 namespace planner {
@@ -60,6 +61,9 @@ struct Evaluation {
   int64_t zero = -1;                            // the fastest ZeRO stage that fits; -1: none fits
   int64_t zero_max = 0;                         // the highest ZeRO stage tried (MaxZeroStage); -1: --zero allowed none
   double peak_bytes = 0, dp_s = 0, optimizer_s = 0;
+  // The fastest data-parallel architecture of those tried at the settled ZeRO stage (ties: hier, ring,
+  // tree, ps, byteps); allreduce_s and dp_s are its.
+  DpComm dp_comm = DpComm::kHierAllReduce;
 };
 
 // The cost tables of one search (one per (t, b, recompute)), their balanced
@@ -96,8 +100,9 @@ class Evaluator {
   double PeakBytes(const Candidate& k, int64_t z, Evaluation* x) const;
   void SettleMemory(const Candidate& k, Evaluation* x) const;
   double StatesBytes(const Candidate& k, int64_t z, size_t r, const Evaluation& x) const;
-  double DeviceDpSeconds(const Candidate& k, const Evaluation& x, int64_t z, size_t r, double* total_s) const;
+  double DeviceDpSeconds(const Candidate& k, const Evaluation& x, int64_t z, size_t r, DpComm d, double* total_s) const;
   void DataParallelTimes(const Candidate& k, int64_t z, Evaluation* x) const;
+  std::vector<std::pair<std::string, double>> DpCommComparison(const Candidate& k, const Evaluation& x) const;
   PlanStage UniformStage(const Candidate& k, const Evaluation& x, int64_t q) const;
   void FillFlops(Recompute rc, Plan* pl) const;
   void BlockRecomputeFlops(const Candidate& k, const Evaluation& x, Plan* pl) const;
@@ -105,6 +110,8 @@ class Evaluator {
 
   const CostSource src_;
   const SearchOptions& o_;
+  std::vector<DpComm> comms_;   // the architectures tried, in tie order (hier first)
+  int64_t servers_ = 0;         // CPU machines of ps / byteps
   int64_t batch_ = 0;
   StateBytes sb_;
   std::vector<CostTable> tables_;

@@ -7,6 +7,7 @@
 #include <fmt/format.h>
 
 #include "common/units.h"
+#include "dp_solver/dp_comm_cost.h"
 #include "spec/weight_versions.h"
 
 namespace planner {
@@ -35,8 +36,8 @@ void ReplicatedCoster::PrecomputeCommunication(const ClusterSpec& cluster) {
       const int64_t off = ou * unit_, r = ru * unit_;
       if (r > 1) {
         auto spread = GroupSpreadAt(cluster, off * o_.tp, r, o_.tp);
-        ar_alpha_[k] = AllReduceSeconds(cluster, 0.0, spread, AllReduceUse::kGradient);
-        ar_beta_[k] = (AllReduceSeconds(cluster, 1e9, spread, AllReduceUse::kGradient) - ar_alpha_[k]) / 1e9;
+        ar_alpha_[k] = DpSyncSeconds(cluster, o_.dp_comm, 0.0, spread, o_.servers, o_.tp);  // the tp sibling groups share the servers
+        ar_beta_[k] = (DpSyncSeconds(cluster, o_.dp_comm, 1e9, spread, o_.servers, o_.tp) - ar_alpha_[k]) / 1e9;
       }
       if (off + r < o_.workers) {
         double a = P2PSeconds(cluster, 1e-300, off * o_.tp, (off + r) * o_.tp);

@@ -15,6 +15,7 @@
 #include "common/status.h"
 #include "dp_solver/cost_model.h"
 #include "spec/cluster_spec.h"
+#include "spec/dp_comm.h"
 
 namespace planner {
 
@@ -31,6 +32,9 @@ struct ReplicatedOptions {
   double optimizer_bytes_per_param = 30;  // HBM traffic of one optimizer step (after every microbatch)
   std::vector<int64_t> forced;    // non-empty: exactly these replicas per stage (workers); the DP picks boundaries only
   bool vertical_sync = false;     // weight versions of vertical sync (spec/weight_versions.h), not of stashing alone
+  // How a stage's replicas synchronise gradients (dp_solver/dp_comm_cost.h); PipeDream's all-reduce is hier.
+  DpComm dp_comm = DpComm::kHierAllReduce;
+  int64_t servers = 0;            // CPU machines of ps / byteps
 };
 
 struct ReplicatedStage {

@@ -6,6 +6,7 @@
 #include <fmt/ranges.h>
 
 #include "dp_solver/candidates.h"
+#include "dp_solver/dp_comm_cost.h"
 #include "dp_solver/evaluate.h"
 #include "dp_solver/rank.h"
 #include "dp_solver/replicated_dp.h"
@@ -118,6 +119,39 @@ Status CheckRecomputeModules(const CostSource& src, const SearchOptions& o) {
   return Status::OK();
 }
 
+// --dp-comm and --ps-servers against the cluster's CPU machines (docs/cost_model.md, "Data-parallel
+// communication architectures"): ps / byteps need cpu_machines; ps at least one server; no more
+// servers than the cluster declares.
+Status CheckDpComm(const ClusterSpec& c, const SearchOptions& o) {
+  const int64_t machines = c.cpu_machines.count;
+  for (DpComm d : o.dp_comms) {
+    if (DpCommUsesServers(d) && machines < 1) {
+      return Status::InvalidArgument(fmt::format("--dp-comm {}: {} declares no CPU machines to sum on; add 'cpu_machines: {{count, bandwidth_GBps, sum_GBps}}' "
+                                                 "to it or choose allreduce-ring, allreduce-tree or allreduce-hier", DpCommName(d), c.path));
+    }
+  }
+  const bool servers_only = !o.dp_comms.empty() && std::none_of(o.dp_comms.begin(), o.dp_comms.end(), DpCommIsAllReduce);
+  if (servers_only && !o.zero.empty() && std::find(o.zero.begin(), o.zero.end(), 0) == o.zero.end()) {
+    return Status::InvalidArgument(fmt::format("--dp-comm {} with --zero {}: ps and byteps synchronise ZeRO-0 gradients only; add --zero 0 or an "
+                                               "all-reduce (--dp-comm allreduce-hier)", DpCommName(o.dp_comms[0]), JoinValues(o.zero)));
+  }
+  if (o.ps_servers < 0) return Status::OK();
+  if (o.ps_servers > 0 && machines < 1) {
+    return Status::InvalidArgument(fmt::format("--ps-servers {}: {} declares no CPU machines; add 'cpu_machines: {{count, bandwidth_GBps, sum_GBps}}' "
+                                               "to it or drop --ps-servers", o.ps_servers, c.path));
+  }
+  if (o.ps_servers > machines) {
+    return Status::InvalidArgument(fmt::format("--ps-servers {}: {} declares {} CPU machine(s); give at most {} (the default is all of them)",
+                                               o.ps_servers, c.path, machines, machines));
+  }
+  const bool ps = std::find(o.dp_comms.begin(), o.dp_comms.end(), DpComm::kParameterServer) != o.dp_comms.end();
+  if (o.ps_servers == 0 && ps) {  // without --dp-comm, --ps-servers 0 leaves ps out of the defaults
+    return Status::InvalidArgument("--ps-servers 0: a parameter server (ps) needs at least 1 server; give --ps-servers 1 or more, "
+                                   "or --dp-comm byteps (0 servers is its all-reduce split)");
+  }
+  return Status::OK();
+}
+
 Status CheckRequest(const CostSource& src, const SearchOptions& o, int64_t* batch) {
   if (src.cluster == nullptr) return Status::InvalidArgument("the search needs a cluster (--cluster)");
   if (src.model == nullptr && src.profile == nullptr) return Status::InvalidArgument("the search needs a model (--model) or a profile (--profile)");
@@ -139,6 +173,7 @@ Status CheckRequest(const CostSource& src, const SearchOptions& o, int64_t* batc
   if (*batch < 1) return Status::InvalidArgument("the global batch is unknown; pass --global-batch");
   PLANNER_RETURN_IF_ERROR(CheckExpertFlags(src, o));
   PLANNER_RETURN_IF_ERROR(CheckRecomputeModules(src, o));
+  PLANNER_RETURN_IF_ERROR(CheckDpComm(c, o));
   return CheckCostSource(src);
 }
 
@@ -336,6 +371,28 @@ Status ReplicationMismatch(const std::vector<int64_t>& forced, int64_t t, int64_
                                              vec, sum, t, workers, workers, sum));
 }
 
+// One run of the per-stage replication DP over `table` with options `ro`; its plan kept when it ranks.
+Status SolveReplicatedWith(const CostSource& src, const SearchSpace& sp, SearchOptions& o, const Evaluator& ev, const CostTable& table,
+                           const ReplicatedOptions& ro, Ranking* rank) {
+  const int64_t t = table.tp, b = table.microbatch, workers = sp.gpus / t;
+  ReplicatedResult rr;
+  ++o.considered;
+  Status s = SolveReplicated(table, *src.cluster, ro, &rr);
+  if (s.code() == StatusCode::kInvalidArgument) {
+    if (o.replication.empty()) return Status::Internal(s.message());  // the search's own options: a bug
+    rank->Dropped(ReplicationMismatch(o.replication, t, workers, table.rows.size()));
+    return Status::OK();
+  }
+  if (!s.ok()) {
+    rank->Dropped(s.WithContext(fmt::format("per-stage replication at tp={} microbatch={}", t, b)));
+    return Status::OK();
+  }
+  if (rr.stages.size() < 2 && o.replication.empty()) return Status::OK();  // plain data parallelism, already ranked
+  if (static_cast<double>(sp.global_batch / b) * rr.bottleneck_s >= rank->WorstKept()) return Status::OK();
+  rank->Keep(ev.ReplicatedPlan(table, ro, rr));
+  return Status::OK();
+}
+
 // Phase 3: the per-stage replication family (PipeDream's "2-1-1") over every
 // table without recompute (PipeDream has none), run with PipeDream's
 // asynchronous 1F1B, at cp = 1 and only when --zero allows ZeRO-0. A forced --replication that does not match a table's
@@ -347,22 +404,12 @@ Status SearchReplicated(const CostSource& src, const SearchSpace& sp, SearchOpti
     if (std::find(sp.ranked.begin(), sp.ranked.end(), Recompute::kNone) == sp.ranked.end()) continue;  // built for block recompute only
     const int64_t t = table.tp, b = table.microbatch, workers = sp.gpus / t;
     if (sp.global_batch % b != 0 || workers < 2) continue;
-    const ReplicatedOptions ro = ev.ReplicatedOptionsFor(table);
-    ReplicatedResult rr;
-    ++o.considered;
-    Status s = SolveReplicated(table, *src.cluster, ro, &rr);
-    if (s.code() == StatusCode::kInvalidArgument) {
-      if (o.replication.empty()) return Status::Internal(s.message());  // the search's own options: a bug
-      rank->Dropped(ReplicationMismatch(o.replication, t, workers, table.rows.size()));
-      continue;
+    // PipeDream's hier all-reduce, or each architecture --dp-comm names (one per plan).
+    for (DpComm d : o.dp_comms.empty() ? std::vector<DpComm>{DpComm::kHierAllReduce} : o.dp_comms) {
+      ReplicatedOptions ro = ev.ReplicatedOptionsFor(table);
+      ro.dp_comm = d;
+      PLANNER_RETURN_IF_ERROR(SolveReplicatedWith(src, sp, o, ev, table, ro, rank));
     }
-    if (!s.ok()) {
-      rank->Dropped(s.WithContext(fmt::format("per-stage replication at tp={} microbatch={}", t, b)));
-      continue;
-    }
-    if (rr.stages.size() < 2 && o.replication.empty()) continue;  // plain data parallelism, already ranked
-    if (static_cast<double>(sp.global_batch / b) * rr.bottleneck_s >= rank->WorstKept()) continue;
-    rank->Keep(ev.ReplicatedPlan(table, ro, rr));
   }
   return Status::OK();
 }

@@ -17,6 +17,7 @@
 #include "common/status.h"
 #include "dp_solver/cost_model.h"
 #include "dp_solver/schedule_sim.h"
+#include "spec/dp_comm.h"
 #include "spec/plan.h"
 
 namespace planner {
@@ -52,6 +53,12 @@ struct SearchOptions {
   std::vector<int64_t> replication;     // non-empty: only this per-stage replica vector ("2-1-1", in TP groups), pipedream schedule
   bool vertical_sync = false;           // pipedream schedule: PipeDream's vertical sync (more weight versions at later stages)
   CostOptions cost;
+  // Data-parallel gradient synchronisation (`--dp-comm`, docs/cost_model.md "Data-parallel
+  // communication architectures"): the architectures tried, the fastest per candidate kept; empty:
+  // every one the cluster can run. The per-stage replication family (pipedream schedule) uses
+  // allreduce-hier unless the list was named. ps_servers: CPU machines of ps / byteps (-1: all of them).
+  std::vector<DpComm> dp_comms;
+  int64_t ps_servers = -1;
   bool exhaustive = false;              // simulate every feasible candidate (tests of the pruning)
   int64_t simulated = 0;                // out: candidates simulated (for bench/)
   int64_t considered = 0;               // out: candidates enumerated

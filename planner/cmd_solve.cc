@@ -42,7 +42,8 @@ struct SolveArgs {
   std::string overlap_grad_reduce = "on", overlap_param_gather = "on";
   int64_t seq = 0;
   double train_tokens = 0;
-  std::vector<std::string> schedules, recompute, recompute_modules;
+  std::vector<std::string> schedules, recompute, recompute_modules, dp_comm;
+  int64_t ps_servers = -1;
   bool dp_overlap = false, p2p_overlap = false, no_scatter_gather = false;
   double bytes_per_param = 0;
   // PipeDream mode.
@@ -362,6 +363,21 @@ Status MoeCostFlags(const SolveArgs& a, SearchOptions* o) {
   return Status::OK();
 }
 
+// --dp-comm and --ps-servers (docs/cost_model.md, "Data-parallel communication architectures"); the
+// search checks them against the cluster's CPU machines.
+Status DpCommFlags(const SolveArgs& a, SearchOptions* o) {
+  for (const auto& name : a.dp_comm) {
+    DpComm d;
+    if (!ParseDpComm(name, &d)) {
+      return Status::InvalidArgument(fmt::format("--dp-comm: unknown architecture '{}'{}; choose from {}", name, DidYouMean(name, DpCommNames()), DpCommChoices()));
+    }
+    if (std::find(o->dp_comms.begin(), o->dp_comms.end(), d) == o->dp_comms.end()) o->dp_comms.push_back(d);
+  }
+  if (a.ps_servers < -1) return Status::InvalidArgument(fmt::format("--ps-servers {}: give a count of CPU machines, 0 or more", a.ps_servers));
+  o->ps_servers = a.ps_servers;
+  return Status::OK();
+}
+
 // The auto search's options for a.gpus GPUs (the flags checked by CheckLayoutFlags).
 Status BuildSearchOptions(const SolveArgs& a, const SolveInputs& in, SearchOptions* o) {
   o->gpus = a.gpus;
@@ -418,6 +434,7 @@ Status BuildSearchOptions(const SolveArgs& a, const SolveInputs& in, SearchOptio
     *out = *text == "on";
   }
   PLANNER_RETURN_IF_ERROR(MoeCostFlags(a, o));
+  PLANNER_RETURN_IF_ERROR(DpCommFlags(a, o));
   o->cost.p2p_overlap = a.p2p_overlap;
   o->cost.scatter_gather = !a.no_scatter_gather;
   o->cost.bytes_per_param = a.bytes_per_param;
@@ -573,6 +590,9 @@ Runner RegisterSolve(CLI::App& app) {
   cmd->add_option("--schedule", a->schedules, "schedules to try: gpipe,1f1b,interleaved,zb-h1,pipedream (asynchronous, per-stage replication),dualpipev (V-shaped, 2 chunks per rank)")->delimiter(',');
   cmd->add_option("--recompute-modules", a->recompute_modules, "selective recompute's modules (Megatron --recompute-modules): core_attn,layernorm,mla_up_proj,moe_act,mlp,moe,shared_experts; default core_attn, and on MLA / MoE models DeepSeek-V3's core_attn,layernorm,mla_up_proj,moe_act tried when core_attn leaves only full recompute fitting")->delimiter(',');
   cmd->add_option("--recompute", a->recompute, "recompute modes to try: none,selective,full,block (block: the first N blocks of each chunk, N the smallest that fits)")->delimiter(',');
+  cmd->add_option("--dp-comm", a->dp_comm, "data-parallel gradient sync architectures to choose from: allreduce-ring,allreduce-tree,allreduce-hier,ps,byteps "
+                 "(default: allreduce-hier, and ps,byteps when the cluster declares cpu_machines; every runnable one is compared in the output)")->delimiter(',');
+  cmd->add_option("--ps-servers", a->ps_servers, "CPU machines ps / byteps sum on (default: all the cluster's cpu_machines; ps needs at least 1)");
   cmd->add_flag("--dp-overlap", a->dp_overlap, "overlap the gradient all-reduce with backward");
   cmd->add_option("--overlap-grad-reduce", a->overlap_grad_reduce, "on (default; Megatron --overlap-grad-reduce: bucketed, behind the last backward) or off (the whole gradient reduction exposed)");
   cmd->add_option("--overlap-param-gather", a->overlap_param_gather, "on (default; Megatron --overlap-param-gather: behind the first forward) or off (exposed)");
@@ -591,6 +611,9 @@ Runner RegisterSolve(CLI::App& app) {
     PLANNER_RETURN_IF_ERROR(ParseGpuList(a->gpus_text, &a->gpu_list));
     if (a->mode != "auto" && a->mode != "pipedream") {
       return Status::InvalidArgument(fmt::format("--mode: unknown value '{}'{}; use auto or pipedream", a->mode, DidYouMean(a->mode, {"auto", "pipedream"})));
+    }
+    if (a->mode == "pipedream" && (!a->dp_comm.empty() || a->ps_servers >= 0)) {
+      return Status::InvalidArgument("--dp-comm / --ps-servers: pipedream mode runs PipeDream's optimizer with its own all-reduce; drop them or use --mode auto");
     }
     if (!a->model.empty() && !a->profile.empty() && a->mode == "pipedream") {
       return Status::InvalidArgument("pipedream mode reads a profile; drop --model");
@@ -637,6 +660,8 @@ Runner RegisterSolve(CLI::App& app) {
     } else {
       const Plan& plan = rows[0].plan;
       text = RenderPlanSummary(plan) + (a->train_tokens > 0 ? RenderTrainingTime(plan, a->train_tokens) : "") + "\n" + RenderStageTable(plan);
+      const std::string dp_table = RenderDpCommTable(plan);
+      if (!dp_table.empty()) text += "\n" + dp_table;
       std::string runners = RenderRunnersUp(plan);
       if (!runners.empty()) text += "\nrunners-up:\n" + runners;
       for (const auto& n : plan.notes) text += "note: " + n + "\n";

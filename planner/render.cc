@@ -48,6 +48,24 @@ std::string RenderStageTable(const Plan& p) {
   return o;
 }
 
+std::string RenderDpCommTable(const Plan& p) {
+  const auto& rows = p.predicted.dp_comm_seconds;
+  if (rows.empty()) return "";
+  double chosen = 0;
+  for (const auto& [name, seconds] : rows) {
+    if (name == DpCommName(p.dp_comm)) chosen = seconds;
+  }
+  std::string o = "DP gradient sync per architecture (chosen layout; busiest stage, not overlapped):\n";
+  o += fmt::format("{:<24} {:>19} {:>10}\n", "architecture", "seconds/iteration", "vs chosen");
+  for (const auto& [name, seconds] : rows) {
+    std::string label = name;
+    if (name == DpCommName(p.dp_comm)) label += p.dp_servers > 0 ? fmt::format(" (chosen, k={})", p.dp_servers) : " (chosen)";
+    const std::string ratio = chosen > 0 ? fmt::format("{:.2f}x", seconds / chosen) : "n/a";
+    o += fmt::format("{:<24} {:>19.6f} {:>10}\n", label, seconds, ratio);
+  }
+  return o;
+}
+
 std::string RenderRunnersUp(const Plan& p) {
   if (p.runners_up.empty()) return "";
   std::string o = fmt::format("{:>4} {:>10} {:>3} {:>3} {:>4} {:>3} {:>12} {:>12} {:>6} {:>13} {:>9} {:>5} {:>14} {:>11}  {}\n", "rank", "tp-pp-dp", "cp", "sp",

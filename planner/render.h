@@ -17,6 +17,9 @@ namespace planner {
 std::string RenderPlanSummary(const Plan& plan);
 std::string RenderStageTable(const Plan& plan);
 std::string RenderRunnersUp(const Plan& plan);
+// "DP gradient sync per architecture (chosen layout)": predicted.dp_comm_seconds, one row each, the
+// chosen one marked, with its ratio to the chosen; "" when the plan has none (dp = 1).
+std::string RenderDpCommTable(const Plan& plan);
 // "405.9B", "124.4M", "8.03B": a count with a decimal suffix (three digits at least); "n/a" when not positive.
 std::string FormatCount(double count);
 // The plan's output figures on one line: parameters, model FLOPs per

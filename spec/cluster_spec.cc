@@ -1,5 +1,7 @@
 #include "spec/cluster_spec.h"
 
+#include <algorithm>
+
 #include <fmt/format.h>
 
 #include "common/digest.h"
@@ -14,6 +16,20 @@ int64_t ClusterSpec::GpusPerUnit(size_t level) const {
   int64_t n = 1;
   for (size_t i = 0; i <= level && i < levels.size(); ++i) n *= levels[i].size;
   return n;
+}
+
+int64_t ClusterSpec::GpusPerMachine() const { return levels.size() > 1 ? levels[0].size : 1; }
+
+double ClusterSpec::NodeNetworkGBps() const {
+  if (network_GBps > 0) return network_GBps;
+  if (levels.empty()) return 0;
+  if (levels.size() == 1) return levels[0].bandwidth_GBps;
+  return levels[1].bandwidth_GBps * static_cast<double>(levels[0].size);
+}
+
+double ClusterSpec::NetworkLatencySeconds() const {
+  if (levels.empty()) return 0;
+  return levels[levels.size() > 1 ? 1 : 0].latency_us * 1e-6;
 }
 
 double ClusterSpec::PeakFlops(DType dtype) const {
@@ -56,12 +72,58 @@ Status ParseEfficiency(YamlReader& r, const YAML::Node& root, ClusterSpec* c) {
   return Status::OK();
 }
 
+// `cpu_machines: {count, bandwidth_GBps, sum_GBps}`: every field required.
+Status ParseCpuMachines(YamlReader& r, const YAML::Node& root, ClusterSpec* c) {
+  const YAML::Node& m = root["cpu_machines"];
+  if (!m.IsDefined()) return Status::OK();
+  PLANNER_RETURN_IF_ERROR(r.RequireMap(m, "cpu_machines"));
+  PLANNER_RETURN_IF_ERROR(r.CheckKeys(m, "cpu_machines", {"count", "bandwidth_GBps", "sum_GBps"}));
+  CpuMachines& cm = c->cpu_machines;
+  PLANNER_RETURN_IF_ERROR(r.GetInt(m, "count", "cpu_machines.count", &cm.count, true, 1));
+  if (cm.count > (int64_t{1} << 20)) return r.FieldError(m["count"], "cpu_machines.count", "must be at most 1048576");
+  PLANNER_RETURN_IF_ERROR(r.GetDouble(m, "bandwidth_GBps", "cpu_machines.bandwidth_GBps", &cm.bandwidth_GBps, true, 0.0, true));
+  PLANNER_RETURN_IF_ERROR(r.GetDouble(m, "sum_GBps", "cpu_machines.sum_GBps", &cm.sum_GBps, true, 0.0, true));
+  return Status::OK();
+}
+
+// topology[0]'s node keys: intra_node (nvlink | pcie), pcie_GBps (required with pcie, only there),
+// gpus_per_pcie_switch (pcie; divides the node), network_GBps. Other levels may not carry them.
+Status ParseNodeKeys(YamlReader& r, const YAML::Node& level, size_t i, ClusterSpec* c) {
+  const std::string f = fmt::format("topology[{}]", i);
+  if (i > 0) {
+    for (const char* key : {"intra_node", "pcie_GBps", "gpus_per_pcie_switch", "network_GBps"}) {
+      if (level[key].IsDefined()) return r.FieldError(level[key], f + "." + key, "describes a node; give it on topology[0] (the node level) only");
+    }
+    return Status::OK();
+  }
+  std::string kind = "nvlink";
+  PLANNER_RETURN_IF_ERROR(r.GetEnum(level, "intra_node", f + ".intra_node", {"nvlink", "pcie"}, &kind, false));
+  if (kind.empty()) kind = "nvlink";
+  c->intra_node = kind == "pcie" ? IntraNode::kPcie : IntraNode::kNvlink;
+  PLANNER_RETURN_IF_ERROR(r.GetDouble(level, "network_GBps", f + ".network_GBps", &c->network_GBps, false, 0.0, true));
+  if (c->intra_node == IntraNode::kNvlink) {
+    for (const char* key : {"pcie_GBps", "gpus_per_pcie_switch"}) {
+      if (level[key].IsDefined()) return r.FieldError(level[key], f + "." + key, "applies to PCIe-only nodes; add 'intra_node: pcie' or remove it");
+    }
+    return Status::OK();
+  }
+  if (!level["pcie_GBps"].IsDefined()) return r.FieldError(level, f + ".pcie_GBps", "missing: a PCIe-only node needs its GPU<->CPU copy bandwidth per PCIe switch; add 'pcie_GBps: <GB/s>'");
+  PLANNER_RETURN_IF_ERROR(r.GetDouble(level, "pcie_GBps", f + ".pcie_GBps", &c->pcie_GBps, true, 0.0, true));
+  const int64_t size = c->levels.empty() ? 1 : c->levels[0].size;
+  c->gpus_per_pcie_switch = std::max<int64_t>(1, size / 2);
+  PLANNER_RETURN_IF_ERROR(r.GetInt(level, "gpus_per_pcie_switch", f + ".gpus_per_pcie_switch", &c->gpus_per_pcie_switch, false, 1));
+  if (size % c->gpus_per_pcie_switch != 0) {
+    return r.FieldError(level["gpus_per_pcie_switch"], f + ".gpus_per_pcie_switch", fmt::format("{} does not divide the node's {} GPUs; give a divisor of {}", c->gpus_per_pcie_switch, size, size));
+  }
+  return Status::OK();
+}
+
 // The reader proper; yaml-cpp exceptions it lets through become errors in ParseClusterSpec.
 Status ParseClusterSpecUnguarded(const std::string& path, const std::string& text, ClusterSpec* out) {
   YAML::Node root;
   PLANNER_RETURN_IF_ERROR(ParseYamlText(path, text, &root));
   YamlReader r(path);
-  PLANNER_RETURN_IF_ERROR(r.CheckKeys(root, "", {"format_version", "name", "gpu", "efficiency", "hbm_efficiency", "topology"}));
+  PLANNER_RETURN_IF_ERROR(r.CheckKeys(root, "", {"format_version", "name", "gpu", "efficiency", "hbm_efficiency", "topology", "cpu_machines"}));
   ClusterSpec c;
   c.path = path;
   c.digest = DigestHex(text);
@@ -100,7 +162,8 @@ Status ParseClusterSpecUnguarded(const std::string& path, const std::string& tex
   if (topo.size() == 0) return r.FieldError(topo, "topology", "needs at least one level (the node)");
   for (size_t i = 0; i < topo.size(); ++i) {
     std::string f = fmt::format("topology[{}]", i);
-    PLANNER_RETURN_IF_ERROR(r.CheckKeys(topo[i], f, {"name", "size", "bandwidth_GBps", "p2p_bandwidth_GBps", "latency_us"}));
+    PLANNER_RETURN_IF_ERROR(r.CheckKeys(topo[i], f, {"name", "size", "bandwidth_GBps", "p2p_bandwidth_GBps", "latency_us",
+                                                          "intra_node", "pcie_GBps", "gpus_per_pcie_switch", "network_GBps"}));
     TopologyLevel level;
     PLANNER_RETURN_IF_ERROR(r.GetString(topo[i], "name", f + ".name", &level.name, true));
     PLANNER_RETURN_IF_ERROR(r.GetInt(topo[i], "size", f + ".size", &level.size, true, 1));
@@ -110,10 +173,12 @@ Status ParseClusterSpecUnguarded(const std::string& path, const std::string& tex
     if (level.p2p_bandwidth_GBps == 0) level.p2p_bandwidth_GBps = level.bandwidth_GBps;
     PLANNER_RETURN_IF_ERROR(r.GetDouble(topo[i], "latency_us", f + ".latency_us", &level.latency_us, false, 0.0, false));
     c.levels.push_back(level);
+    PLANNER_RETURN_IF_ERROR(ParseNodeKeys(r, topo[i], i, &c));
   }
   if (c.GpusPerUnit(c.levels.size() - 1) > (int64_t{1} << 24)) {
     return r.FieldError(topo, "topology", "the levels multiply to more than 16M GPUs; check the sizes");
   }
+  PLANNER_RETURN_IF_ERROR(ParseCpuMachines(r, root, &c));
   *out = std::move(c);
   return Status::OK();
 }

@@ -43,6 +43,19 @@ struct TopologyLevel {
   MeasuredCurve measured_alltoall;
 };
 
+// Spare CPU machines on the GPU nodes' network (BytePS's setting; `cpu_machines:` in cluster.yaml):
+// the summation servers of a parameter server or of BytePS (docs/cost_model.md, "Data-parallel
+// communication architectures"). count 0: the cluster declares none.
+struct CpuMachines {
+  int64_t count = 0;
+  double bandwidth_GBps = 0;  // network bandwidth of one CPU machine, each way
+  double sum_GBps = 0;        // memory bandwidth its summation streams at (bytes of summands read per second)
+};
+
+// How a node's GPUs are connected (topology[0]'s `intra_node`): NVLink (all GPUs peers) or
+// PCIe-only (GPUs behind PCIe switches, BytePS's CPU-assisted aggregation applies).
+enum class IntraNode { kNvlink, kPcie };
+
 struct ClusterSpec {
   std::string name;
   std::string path;
@@ -56,8 +69,24 @@ struct ClusterSpec {
   std::map<std::string, double> efficiency_by_dtype;  // `efficiency: {bf16: x, fp8: y}`: per precision, else `efficiency`
   double hbm_efficiency = 0.8;   // sustained fraction of HBM bandwidth for memory-bound work
   std::vector<TopologyLevel> levels;
+  CpuMachines cpu_machines;
+  // The node (topology[0]'s unit): its intra-node topology, for pcie the bandwidth of one PCIe
+  // switch's link to the CPU (GPU<->CPU copies) and the GPUs behind one switch, and its network
+  // bandwidth (0: not given; NodeNetworkGBps derives it).
+  IntraNode intra_node = IntraNode::kNvlink;
+  double pcie_GBps = 0;
+  int64_t gpus_per_pcie_switch = 0;  // 0: half the node (two switches), at least 1
+  double network_GBps = 0;
 
   int64_t TotalGpus() const;
+  // GPUs of one machine for the data-parallel architectures: topology[0]'s size when the cluster
+  // has more than one level, else 1 (a one-level cluster's ranks are each a machine: local-cpu).
+  int64_t GpusPerMachine() const;
+  // One machine's network bandwidth each way: topology[0]'s network_GBps when given, else the
+  // per-GPU bandwidth of level 1 x GPUs per node (one NIC per GPU, as DGX nodes); one level: its bandwidth.
+  double NodeNetworkGBps() const;
+  // Latency of one message between machines: level 1's latency_us (one level: level 0's), seconds.
+  double NetworkLatencySeconds() const;
   // GPUs in one unit of level `level` (level 0: a node).
   int64_t GpusPerUnit(size_t level) const;
   // Peak FLOP/s for `dtype` (falls back to fp16 for bf16 and the reverse).

@@ -53,6 +53,19 @@ expect "bad schedule" 2 "--schedule: unknown value '1f1f', did you mean '1f1b'?"
 expect "interleave v=8" 0 "schedule interleaved (v=8)" -- $PLANNER solve --gpus 1024 --model $M/gpt3-175b.yaml --cluster $C/dgx-a100.yaml --tp 8 --pp 4 --schedule interleaved --interleave 8
 expect "interleave rule" 2 "planner: error: --interleave 5 with --pp 4: pp x v must divide the 96 layers" -- $PLANNER solve --gpus 1024 --model $M/gpt3-175b.yaml --cluster $C/dgx-a100.yaml --tp 8 --pp 4 --interleave 5
 expect "no model" 2 "no model or profile given" -- $PLANNER solve --gpus 8 --cluster $C/dgx-a100.yaml
+# Data-parallel architectures (issue 17): BytePS chosen on the BytePS cluster, the comparison printed, the plan's fields.
+expect "byteps chosen" 0 "byteps (chosen, k=8)" -- $PLANNER solve --gpus 64 --model $M/vgg16.yaml --cluster $C/byteps.yaml --pp 1 --schedule 1f1b --ps-servers 8 -o bp.plan.yaml
+grep -qF "DP gradient sync per architecture (chosen layout" out.txt && grep -qF "seconds/iteration" out.txt && pass=$((pass+1)) || { echo "FAIL dp comparison table"; fail=$((fail+1)); }
+grep -qx "dp_comm: \"byteps\"" bp.plan.yaml && grep -qx "dp_servers: 8" bp.plan.yaml && grep -q "^  dp_comm_seconds:" bp.plan.yaml && pass=$((pass+1)) || { echo "FAIL plan dp_comm fields"; grep dp_ bp.plan.yaml; fail=$((fail+1)); }
+expect "byteps without cpu machines" 2 "planner: error: --dp-comm byteps: $C/dgx-a100.yaml declares no CPU machines to sum on; add 'cpu_machines: {count, bandwidth_GBps, sum_GBps}'" -- $PLANNER solve --gpus 8 --model $M/gpt2-small.yaml --cluster $C/dgx-a100.yaml --dp-comm byteps
+expect "ps without cpu machines" 2 "planner: error: --dp-comm ps: $C/dgx-a100.yaml declares no CPU machines" -- $PLANNER solve --gpus 8 --model $M/gpt2-small.yaml --cluster $C/dgx-a100.yaml --dp-comm allreduce-hier,ps
+expect "ps with 0 servers" 2 "planner: error: --ps-servers 0: a parameter server (ps) needs at least 1 server; give --ps-servers 1 or more" -- $PLANNER solve --gpus 64 --model $M/vgg16.yaml --cluster $C/byteps.yaml --dp-comm ps --ps-servers 0
+expect "byteps with 0 servers" 0 "byteps (chosen)" -- $PLANNER solve --gpus 64 --model $M/vgg16.yaml --cluster $C/byteps.yaml --pp 1 --schedule 1f1b --dp-comm byteps,allreduce-ring --ps-servers 0
+! grep -q "^ps " out.txt && pass=$((pass+1)) || { echo "FAIL --ps-servers 0 lists ps"; fail=$((fail+1)); }
+expect "too many servers" 2 "planner: error: --ps-servers 40: $C/byteps.yaml declares 32 CPU machine(s); give at most 32" -- $PLANNER solve --gpus 64 --model $M/vgg16.yaml --cluster $C/byteps.yaml --ps-servers 40
+expect "unknown dp-comm" 2 "planner: error: --dp-comm: unknown architecture 'bytepss', did you mean 'byteps'?; choose from allreduce-ring, allreduce-tree, allreduce-hier, ps or byteps" -- $PLANNER solve --gpus 8 --model $M/gpt2-small.yaml --cluster $C/byteps.yaml --dp-comm bytepss
+sed 's/sum_GBps: 40/sum_GB: 40/' $C/byteps.yaml > badcpu.yaml
+expect "cpu_machines typo" 2 "planner: error: badcpu.yaml:26: field 'cpu_machines.sum_GB': unknown key 'sum_GB', did you mean 'sum_GBps'?" -- $PLANNER solve --gpus 8 --model $M/gpt2-small.yaml --cluster badcpu.yaml
 # The PipeDream path runs on the vendored graph; missing data is a failure, never a skip.
 if [ ! -f "$REF/vgg16/graph.txt" ]; then
   echo "FAIL pipedream data: $REF/vgg16/graph.txt is missing (tests/data/pipedream/ is part of the repository)"; fail=$((fail+1))
@@ -60,6 +73,8 @@ fi
 expect "import" 0 "41 layers" -- $PLANNER import pipedream $REF/vgg16/graph.txt -o vgg16.profile.yaml
 expect "pipedream 4" 0 "replication 3-1" -- $PLANNER solve --gpus 4 --profile vgg16.profile.yaml --cluster $C/dgx-a100.yaml --mode pipedream --pd-bandwidths 1e9 --pd-machines 4
 expect "pipedream 8 cluster-b" 0 "replication 7-1" -- $PLANNER solve --gpus 8 --profile vgg16.profile.yaml --cluster $C/pipedream-cluster-b.yaml --mode pipedream
+expect "pipedream mode takes no --dp-comm" 2 "planner: error: --dp-comm / --ps-servers: pipedream mode runs PipeDream's optimizer with its own all-reduce; drop them or use --mode auto" -- $PLANNER solve --gpus 8 --profile vgg16.profile.yaml --cluster $C/byteps.yaml --mode pipedream --dp-comm byteps
+expect "ps-servers without cpu machines" 2 "planner: error: --ps-servers 2: $C/dgx-a100.yaml declares no CPU machines; add 'cpu_machines: {count, bandwidth_GBps, sum_GBps}' to it or drop --ps-servers" -- $PLANNER solve --gpus 8 --model $M/gpt2-small.yaml --cluster $C/dgx-a100.yaml --ps-servers 2
 expect "pipedream 16 flat" 0 "replication 15-1" -- $PLANNER solve --gpus 16 --profile vgg16.profile.yaml --cluster $C/pipedream-cluster-b.yaml --mode pipedream --pd-machines 16 --pd-bandwidths 3.125e9
 expect "default discovery" 0 "using profile vgg16.profile.yaml" -- $PLANNER solve --gpus 4 --cluster $C/pipedream-cluster-a.yaml
 printf 'node1 -- Conv -- forward_compute_time=x, backward_compute_time=1, activation_size=1, parameter_size=1\n' > g.txt
