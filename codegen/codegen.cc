@@ -268,8 +268,9 @@ using Files = std::vector<std::pair<std::string, std::string>>;
 // The summation servers' line of a script's header ("" without servers).
 std::string ServersNote(const LaunchPlan& L) {
   if (L.servers.empty()) return "";
-  return fmt::format("# plus {} summation server rank{} of dp_comm {} (ranks {}-{}: no stage; they sum the workers' gradients)\n", L.servers.size(),
-                     L.servers.size() == 1 ? "" : "s", DpCommName(L.dp_comm), L.servers.front(), L.servers.back());
+  const std::string which = L.servers.size() == 1 ? fmt::format("rank {}", L.servers.front()) : fmt::format("ranks {}-{}", L.servers.front(), L.servers.back());
+  return fmt::format("# plus {} summation server rank{} of dp_comm {} ({}: no stage; they sum the workers' gradients)\n", L.servers.size(),
+                     L.servers.size() == 1 ? "" : "s", DpCommName(L.dp_comm), which);
 }
 
 // run.sh: mpirun, local ranks or a hostfile; -np counts the workers and the summation servers.

@@ -76,7 +76,7 @@ std::string AllToAllRows(const LaunchPlan& L, const ReportInputs& in) {
 std::string DpTrafficRows(const LaunchPlan& L, const ReportInputs& in) {
   if (in.dp_traffic.empty()) return "";
   const size_t workers = L.ranks.size();
-  std::string rep = fmt::format("\nSummation traffic (dp_comm {}, {} servers): data bytes per gradient sync of each process (headers not counted).\n\n",
+  std::string rep = fmt::format("\nSummation traffic (dp_comm {}, {} server ranks): data bytes per gradient sync of each process (headers not counted).\n\n",
                                 DpCommName(L.dp_comm), L.servers.size());
   rep += "| rank | role | syncs | sent per sync (B) | received per sync (B) |\n|---|---|---|---|---|\n";
   for (size_t r = 0; r < in.dp_traffic.size(); ++r) {

@@ -258,7 +258,7 @@ std::string DpSyncTable(const LaunchPlan& plan, const GroupTimes& dp) {
   if (dp.times.empty()) return "";
   std::string md = fmt::format("Data-parallel gradient sync per iteration, dp_comm {}{} (the all-reduce family runs as the MPI library's "
                                "MPI_Allreduce, which picks its own algorithm; the prediction is the plan's for the named architecture).\n\n",
-                               DpCommName(plan.dp_comm), plan.servers.empty() ? "" : fmt::format(" with {} server ranks", plan.servers.size()));
+                               DpCommName(plan.dp_comm), plan.servers.empty() ? "" : fmt::format(" with {} server rank{}", plan.servers.size(), plan.servers.size() == 1 ? "" : "s"));
   md += "| stage | workers | gradient bytes per sync (B) | measured (s/iteration) | predicted (s/iteration) | measured / predicted |\n|---|---|---|---|---|---|\n";
   for (const auto& [key, times] : dp.times) {
     const int64_t stage = key.first;
