@@ -7,8 +7,10 @@
 # against the prediction launch.yaml carries (the plan's predicted_dp_allreduce_seconds of the
 # chosen architecture; a plan solved before the cost model of every architecture carries the
 # all-reduce's for all three) and the bytes per sync of a worker and a server.
-#   bash bench/run_dp_comm_bench.sh [ITERATIONS] [PLAN]   (default 12 iterations, 2 warm-up;
-#   PLAN: a plan.yaml to use instead of solving one, e.g. one solved with --dp-comm)
+#   bash bench/run_dp_comm_bench.sh [ITERATIONS] [PLANS_DIR]   (default 12 iterations, 2 warm-up)
+#   PLANS_DIR: allreduce-hier.plan.yaml, ps.plan.yaml, byteps.plan.yaml, each solved for its
+#   architecture (planner solve --dp-comm ...), used as they are, so that each row's prediction is
+#   its own architecture's; a row without its file edits the solved dp 2 plan as above.
 set -eu
 cd "$(dirname "$0")/.."
 R=$PWD
@@ -18,15 +20,18 @@ export OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1 OMPI_MCA_btl=se
 T=$(mktemp -d)
 trap 'rm -rf "$T"' EXIT
 cd "$T"
-if [ $# -ge 2 ]; then cp "$2" base.plan.yaml; else
-  $P -q solve --gpus 2 --model $R/configs/models/tiny-gpt.yaml --cluster $R/configs/clusters/local-cpu.yaml --pp 1 --tp 1 -o base.plan.yaml >/dev/null
-fi
+PLANS=$(cd "${2:-.}" && pwd)
+$P -q solve --gpus 2 --model $R/configs/models/tiny-gpt.yaml --cluster $R/configs/clusters/local-cpu.yaml --pp 1 --tp 1 -o base.plan.yaml >/dev/null
 echo "machine: $(nproc) cores, $(grep -m1 'model name' /proc/cpuinfo | cut -d: -f2 | sed 's/^ //'); commit $(git -C $R rev-parse --short HEAD); $(date -u '+%Y-%m-%d %H:%M UTC')"
 printf '%-16s %-8s %-22s %-22s %-8s %-24s %-24s\n' dp_comm servers "measured (s/iteration)" "predicted (s/iteration)" ratio "worker B/sync (sent)" "server B/sync (received)"
 for spec in allreduce-hier:0 ps:1 byteps:1; do
   comm=${spec%:*}; k=${spec#*:}
-  sed -e "s/^dp_comm: .*/dp_comm: $comm/" -e '/^dp_servers:/d' base.plan.yaml > $comm.plan.yaml
-  [ "$k" -gt 0 ] && echo "dp_servers: $k" >> $comm.plan.yaml
+  if [ $# -ge 2 ] && [ -f "$PLANS/$comm.plan.yaml" ]; then cp "$PLANS/$comm.plan.yaml" $comm.plan.yaml
+    k=$(sed -n 's/^dp_servers: //p' $comm.plan.yaml); k=${k:-0}
+  else
+    sed -e "s/^dp_comm: .*/dp_comm: $comm/" -e '/^dp_servers:/d' base.plan.yaml > $comm.plan.yaml
+    [ "$k" -gt 0 ] && echo "dp_servers: $k" >> $comm.plan.yaml
+  fi
   $P -q codegen $comm.plan.yaml -o $comm --iterations $IT >/dev/null
   timeout 600 bash $comm/run.sh --run-id b >/dev/null 2>$comm.err || { echo "$comm: run failed"; tail -3 $comm.err; continue; }
   python3 - $comm/runs/b/report.md $comm $k <<'PY'
