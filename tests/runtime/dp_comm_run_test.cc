@@ -4,7 +4,8 @@
 // run's (max abs difference: 0 on thread ranks, whose AllReduce sums in rank order as the
 // servers do; 1e-6 of the largest gradient allowed for float rounding), the bytes each process
 // moves per sync equal BytePsOptimalSplit's shares of the bucket, the loss falls; codegen's
-// launch files start the servers; launch.yaml's dp_comm / servers rules.
+// launch files start the servers; launch.yaml's dp_comm / servers rules. Groups: dp only, pp 2 x dp 2
+// and tp 2 x dp 2 (a server serves every group on its own thread).
 #include <algorithm>
 #include <cmath>
 #include <map>
@@ -24,7 +25,7 @@ namespace {
 
 struct DpCase {
   std::string model = "mlp-small", cluster = "dgx-a100";
-  int64_t gpus = 2, pp = 1, global_batch = 64, iterations = 1, servers = 0;
+  int64_t gpus = 2, pp = 1, tp = 1, global_batch = 64, iterations = 1, servers = 0;
   DpComm comm = DpComm::kHierAllReduce;
   std::string optimizer = "adam";
 };
@@ -41,7 +42,7 @@ Status MakeDpLaunch(const DpCase& c, ModelSpec* model, LaunchPlan* out, std::vec
   SearchOptions o;
   o.gpus = c.gpus;
   o.global_batch = c.global_batch;
-  o.tp = {1};
+  o.tp = {c.tp};
   o.pp = {c.pp};
   o.schedules = {Schedule::k1F1B};
   Plan plan;
@@ -203,6 +204,19 @@ TEST_CASE("byteps without servers (k = 0, the all-reduce's split) and pp 2 x dp 
   const std::vector<RunSummary> b = CheckAgainstAllReduce(p);
   REQUIRE(b.size() == 5);
   CHECK(b[4].dp_traffic.syncs == 4);  // 2 groups x 2 iterations
+}
+
+TEST_CASE("tp 2 x dp 2 (tiny-gpt) under byteps with 1 server: one group per tp rank, both served; gradients equal the all-reduce run's") {
+  DpCase c;
+  c.model = "tiny-gpt";
+  c.gpus = 4;
+  c.tp = 2;
+  c.global_batch = 8;
+  c.comm = DpComm::kBytePS;
+  c.servers = 1;
+  const std::vector<RunSummary> got = CheckAgainstAllReduce(c);
+  REQUIRE(got.size() == 5);
+  CHECK(got[4].dp_traffic.syncs == 2);  // the tp ranks' two groups, one iteration
 }
 
 TEST_CASE("byteps dp 2 + 1 server: the loss falls over 20 iterations") {

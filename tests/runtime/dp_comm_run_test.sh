@@ -58,5 +58,25 @@ one dp2 2 ps 1 --pp 1
 one dp2b 2 byteps 2 --pp 1
 one pp2dp2 4 ps 1 --pp 2
 
+# A worker killed mid-run ends the job, its server included (the peer watch over every process of
+# the job: well before the 10 s timeout), and the error names the lost worker.
+if [ -f dp2.ps.plan.yaml ]; then
+  $PLANNER -q codegen dp2.ps.plan.yaml -o psk --iterations 100000 --timeout 10 >/dev/null
+  start=$(date +%s)
+  timeout 60 mpirun --oversubscribe -np 3 $PLANNER -q run psk --run-id k >/dev/null 2>psk.err &
+  job=$!
+  sleep 3
+  victim=""
+  for pid in $(pgrep -f "^$PLANNER -q run psk"); do
+    [ "$(tr '\0' '\n' < /proc/$pid/environ 2>/dev/null | sed -n 's/^OMPI_COMM_WORLD_RANK=//p')" = 0 ] && victim=$pid
+  done
+  [ -n "$victim" ] && kill -9 $victim
+  wait $job
+  rc=$?
+  took=$(( $(date +%s) - start ))
+  [ -n "$victim" ] && [ $rc != 0 ] && [ $rc != 124 ] && [ $took -lt 40 ] && grep -q "planner: error: rank 0 (pid $victim, on this node) exited" psk.err \
+    && ok || bad "killed worker under ps: victim=$victim rc=$rc after ${took}s: $(tail -3 psk.err)"
+fi
+
 echo "$pass passed, $fail failed"
 [ $fail -eq 0 ]
