@@ -28,6 +28,9 @@ struct DpCase {
   int64_t gpus = 2, pp = 1, tp = 1, global_batch = 64, iterations = 1, servers = 0;
   DpComm comm = DpComm::kHierAllReduce;
   std::string optimizer = "adam";
+  std::vector<int64_t> replication;             // per-stage replication (solve --replication)
+  Schedule schedule = Schedule::k1F1B;
+  int64_t microbatch = 0;
 };
 
 // planner solve (tp 1, the given pp), plan.yaml's dp_comm / dp_servers edited, planner codegen.
@@ -44,7 +47,9 @@ Status MakeDpLaunch(const DpCase& c, ModelSpec* model, LaunchPlan* out, std::vec
   o.global_batch = c.global_batch;
   o.tp = {c.tp};
   o.pp = {c.pp};
-  o.schedules = {Schedule::k1F1B};
+  o.schedules = {c.schedule};
+  o.replication = c.replication;
+  if (c.microbatch > 0) o.microbatch = {c.microbatch};
   Plan plan;
   PLANNER_RETURN_IF_ERROR(SolveAuto(src, o, &plan));
   plan.dp_comm = c.comm;
@@ -217,6 +222,22 @@ TEST_CASE("tp 2 x dp 2 (tiny-gpt) under byteps with 1 server: one group per tp r
   const std::vector<RunSummary> got = CheckAgainstAllReduce(c);
   REQUIRE(got.size() == 5);
   CHECK(got[4].dp_traffic.syncs == 2);  // the tp ranks' two groups, one iteration
+}
+
+TEST_CASE("PipeDream 2-1-1 under ps with 1 server: stage 0's replicas sync after every backward; losses equal the all-reduce run's") {
+  DpCase c;
+  c.model = "tiny-gpt";
+  c.gpus = 4;
+  c.global_batch = 24;
+  c.microbatch = 1;
+  c.replication = {2, 1, 1};
+  c.schedule = Schedule::kPipeDream;
+  c.comm = DpComm::kParameterServer;
+  c.servers = 1;
+  c.iterations = 2;
+  const std::vector<RunSummary> got = CheckAgainstAllReduce(c);
+  REQUIRE(got.size() == 5);
+  CHECK(got[4].dp_traffic.syncs == 24);  // one per backward of stage 0 (2 iterations x 24 microbatches over 2 replicas)
 }
 
 TEST_CASE("byteps dp 2 + 1 server: the loss falls over 20 iterations") {
