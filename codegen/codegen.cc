@@ -204,6 +204,32 @@ void ReplicatedRanks(const Plan& plan, int64_t t, LaunchPlan* L) {
   }
 }
 
+// Whether some data-parallel group has two or more ranks (gradients to synchronise).
+bool AnyDpSync(const LaunchPlan& L) {
+  for (const auto& g : L.dp_groups) {
+    if (g.size() > 1) return true;
+  }
+  return false;
+}
+
+// The plan's dp_comm; ps and byteps get plan.dp_servers server ranks numbered after the workers.
+// With nothing to synchronise (every DP group one rank) the launch runs allreduce-hier without
+// servers (GenerateLaunchFiles notes it).
+Status AddServers(const Plan& plan, LaunchPlan* L) {
+  L->dp_comm = plan.dp_comm;
+  if (!DpCommUsesServers(plan.dp_comm)) return Status::OK();
+  if (plan.dp_comm == DpComm::kParameterServer && plan.dp_servers < 1) {
+    return Status::InvalidArgument("plan: dp_comm ps needs dp_servers >= 1; set dp_servers in plan.yaml or solve again");
+  }
+  if (!AnyDpSync(*L)) {
+    L->dp_comm = DpComm::kHierAllReduce;
+    return Status::OK();
+  }
+  const int64_t n = static_cast<int64_t>(L->ranks.size());
+  for (int64_t i = 0; i < plan.dp_servers; ++i) L->servers.push_back(n + i);
+  return Status::OK();
+}
+
 }  // namespace
 
 Status BuildLaunchPlan(const Plan& plan, const std::string& model_digest, const CodegenOptions& o, LaunchPlan* out) {
@@ -230,6 +256,7 @@ Status BuildLaunchPlan(const Plan& plan, const std::string& model_digest, const 
   for (size_t i = 0; i < L.ranks.size(); ++i) {
     if (L.ranks[i].rank != static_cast<int64_t>(i)) return Status::InvalidArgument("plan: its stages do not place every rank exactly once");
   }
+  PLANNER_RETURN_IF_ERROR(AddServers(plan, &L));
   PLANNER_RETURN_IF_ERROR(AddPrograms(&L));
   *out = std::move(L);
   return Status::OK();
@@ -239,12 +266,21 @@ namespace {
 
 using Files = std::vector<std::pair<std::string, std::string>>;
 
-// run.sh: mpirun, local ranks or a hostfile.
+// The summation servers' line of a script's header ("" without servers).
+std::string ServersNote(const LaunchPlan& L) {
+  if (L.servers.empty()) return "";
+  const std::string which = L.servers.size() == 1 ? fmt::format("rank {}", L.servers.front()) : fmt::format("ranks {}-{}", L.servers.front(), L.servers.back());
+  return fmt::format("# plus {} summation server rank{} of dp_comm {} ({}: no stage; they sum the workers' gradients)\n", L.servers.size(),
+                     L.servers.size() == 1 ? "" : "s", DpCommName(L.dp_comm), which);
+}
+
+// run.sh: mpirun, local ranks or a hostfile; -np counts the workers and the summation servers.
 void AddRunScript(const ModelSpec& model, const LaunchPlan& L, const CodegenOptions& o, Files* files) {
-  const int64_t n = static_cast<int64_t>(L.ranks.size());
+  const int64_t n = static_cast<int64_t>(L.ranks.size() + L.servers.size());
   files->emplace_back("run.sh", fmt::format(R"SH(#!/usr/bin/env bash
 # {} on {} ranks ({} {}, tp-pp-dp {}, replication {}). Written by planner codegen.
-#   bash run.sh                 local ranks on this machine
+{})SH", model.name, L.ranks.size(), ScheduleName(L.schedule), L.interleave > 1 ? fmt::format("v={}", L.interleave) : "",
+                                           fmt::format("{}-{}-{}", L.tp, L.pp, L.dp), L.config, ServersNote(L)) + fmt::format(R"SH(#   bash run.sh                 local ranks on this machine
 #   bash run.sh HOSTFILE [...]  {} ranks per node from an Open MPI hostfile; extra arguments go to planner run
 set -eu
 DIR=$(cd "$(dirname "$0")" && pwd)
@@ -257,29 +293,28 @@ if [ $# -ge 1 ] && [ -f "$1" ]; then
 fi
 exec mpirun $ROOT --oversubscribe -np {} "$PLANNER" run "$DIR" "$@"
 )SH",
-                                           model.name, n, ScheduleName(L.schedule), L.interleave > 1 ? fmt::format("v={}", L.interleave) : "",
-                                           fmt::format("{}-{}-{}", L.tp, L.pp, L.dp), L.config, L.gpus_per_node, o.planner_path,
-                                           L.gpus_per_node, n, n));
+                                           L.gpus_per_node, o.planner_path, L.gpus_per_node, n, n));
 }
 
 // slurm.sbatch: one task per device, srun starting planner run.
 void AddSlurmScript(const ModelSpec& model, const LaunchPlan& L, const CodegenOptions& o, Files* files) {
-  const int64_t n = static_cast<int64_t>(L.ranks.size());
+  // Summation servers are tasks too: the job's task count is the workers' plus theirs.
+  const int64_t n = static_cast<int64_t>(L.ranks.size() + L.servers.size());
   const int64_t nodes = (n + L.gpus_per_node - 1) / L.gpus_per_node;
   const int64_t per_node = std::min(n, L.gpus_per_node);
   files->emplace_back("slurm.sbatch", fmt::format(R"SH(#!/bin/bash
 # {} on {} ranks: one task per {}. Submit with: sbatch slurm.sbatch
-#SBATCH --job-name=planner-{}
+{}#SBATCH --job-name=planner-{}
 #SBATCH --nodes={}
 #SBATCH --ntasks-per-node={}
-#SBATCH --cpus-per-task={}
+{}#SBATCH --cpus-per-task={}
 {}#SBATCH --output=planner-%j.out
 set -eu
 DIR=${{SLURM_SUBMIT_DIR:-$(pwd)}}
 srun --kill-on-bad-exit=1 {} run "$DIR"
 )SH",
-                                                  model.name, n, L.device == "cuda" ? "GPU" : "CPU core", model.name, nodes, per_node,
-                                                  L.run.threads, L.device == "cuda" ? fmt::format("#SBATCH --gpus-per-node={}\n", per_node) : "",
+                                                  model.name, L.ranks.size(), L.device == "cuda" ? "GPU" : "CPU core", ServersNote(L), model.name, nodes, per_node,
+                                                  L.servers.empty() ? "" : fmt::format("#SBATCH --ntasks={}\n", n), L.run.threads, L.device == "cuda" ? fmt::format("#SBATCH --gpus-per-node={}\n", per_node) : "",
                                                   o.planner_path));
 }
 
@@ -688,6 +723,10 @@ std::string MegatronPipelineLayout(const ModelSpec& model, const std::vector<Lau
 Status GenerateLaunchFiles(const Plan& plan, const ModelSpec& model, const LaunchPlan& L, const CodegenOptions& o,
                            std::vector<std::pair<std::string, std::string>>* files, std::vector<std::string>* notes) {
   files->emplace_back("launch.yaml", LaunchPlanToYaml(L));
+  if (DpCommUsesServers(plan.dp_comm) && !DpCommUsesServers(L.dp_comm)) {
+    notes->push_back(fmt::format("dp_comm {}: every data-parallel group has one rank, so there are no gradients to synchronise; launch.yaml "
+                                 "runs dp_comm allreduce-hier without server ranks", DpCommName(plan.dp_comm)));
+  }
   AddRunScript(model, L, o, files);
   AddSlurmScript(model, L, o, files);
   AddMegatronArgs(plan, model, L, files, notes);

@@ -75,7 +75,7 @@ std::vector<DpComm> RunnableDpComms(const ClusterSpec& c) {
 }
 
 std::vector<DpComm> DefaultDpComms(const ClusterSpec& c) {
-  std::vector<DpComm> out = {DpComm::kHierAllReduce};
+  std::vector<DpComm> out = {DpComm::kRingAllReduce, DpComm::kTreeAllReduce, DpComm::kHierAllReduce};
   if (c.cpu_machines.count > 0) {
     out.push_back(DpComm::kParameterServer);
     out.push_back(DpComm::kBytePS);

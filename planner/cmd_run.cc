@@ -66,7 +66,7 @@ Runner RegisterRun(CLI::App& app) {
       }
     }
     if (a->reference) L = SingleProcessPlan(L, model);
-    const int64_t n = static_cast<int64_t>(L.ranks.size());
+    const int64_t n = static_cast<int64_t>(L.ranks.size() + L.servers.size());  // the workers and the summation servers
     auto body = [&](Communicator& world) -> Status {
       world.set_timeout_seconds(L.run.timeout_s);
       // One run id for all ranks: rank 0's clock, broadcast.

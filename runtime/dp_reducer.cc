@@ -4,7 +4,8 @@
 
 namespace planner {
 
-DataParallelReducer::DataParallelReducer(Communicator* dp, float* bucket, bool overlap) : dp_(dp), bucket_(bucket), overlap_(overlap) {
+DataParallelReducer::DataParallelReducer(Communicator* dp, float* bucket, bool overlap, SummationClient* service)
+    : dp_(dp), service_(service), bucket_(bucket), overlap_(overlap && service == nullptr) {
   if (overlap_) thread_ = std::thread([this] { Loop(); });
 }
 
@@ -19,6 +20,7 @@ DataParallelReducer::~DataParallelReducer() {
 
 Status DataParallelReducer::AllReduce(BucketSegment s) {
   if (s.count <= 0) return Status::OK();
+  if (service_ != nullptr) return service_->Reduce(bucket_ + s.offset, s.count);
   return dp_->AllReduce(bucket_ + s.offset, s.count, ReduceOp::kSum);
 }
 

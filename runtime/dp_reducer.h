@@ -17,13 +17,16 @@
 #include "common/status.h"
 #include "runtime/comm/communicator.h"
 #include "runtime/stage.h"
+#include "runtime/summation_service.h"
 
 namespace planner {
 
 class DataParallelReducer {
  public:
   // `dp`: the replica group; `bucket`: the stage's gradient bucket. `overlap` starts the thread.
-  DataParallelReducer(Communicator* dp, float* bucket, bool overlap);
+  // `service` (dp_comm ps / byteps): sums through the summation service instead of dp's AllReduce
+  // (never overlapped). The all-reduce family is dp's AllReduce (MPI_Allreduce picks its algorithm).
+  DataParallelReducer(Communicator* dp, float* bucket, bool overlap, SummationClient* service = nullptr);
   ~DataParallelReducer();  // stops and joins the thread
   DataParallelReducer(const DataParallelReducer&) = delete;
   DataParallelReducer& operator=(const DataParallelReducer&) = delete;
@@ -43,6 +46,7 @@ class DataParallelReducer {
   void Loop();
 
   Communicator* dp_;
+  SummationClient* service_;
   float* bucket_;
   bool overlap_;
   std::mutex mu_;

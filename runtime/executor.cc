@@ -32,10 +32,14 @@ namespace fs = std::filesystem;
 // What can be checked before any communication: the job's size, the layout, --comm-only with the
 // asynchronous schedule, the model's loss, the stages' layers.
 Status CheckLaunch(const LaunchPlan& L, const ModelSpec& model, int world_size, const RunOptions& opt, LaunchLayout* layout) {
-  const int64_t n = static_cast<int64_t>(L.ranks.size());
+  const int64_t n = static_cast<int64_t>(L.ranks.size() + L.servers.size());
   if (world_size != n) {
-    return Status::InvalidArgument(fmt::format("{} has {} ranks but this job has {}; start it with mpirun -np {} (bash run.sh)", L.path, n,
-                                               world_size, n));
+    return Status::InvalidArgument(fmt::format("{} has {} ranks{} but this job has {}; start it with mpirun -np {} (bash run.sh)", L.path, n,
+                                               L.servers.empty() ? "" : fmt::format(" ({} summation servers)", L.servers.size()), world_size, n));
+  }
+  if (DpCommUsesServers(L.dp_comm) && L.device != "cpu") {
+    return Status::NotSupported(fmt::format("{}: dp_comm {} runs on CPU ranks only (device cpu); codegen with --device cpu or an all-reduce dp_comm",
+                                            L.path, DpCommName(L.dp_comm)));
   }
   PLANNER_RETURN_IF_ERROR(LayoutOf(L, layout));
   if (opt.comm_only && layout->async) {
@@ -57,13 +61,49 @@ Status CheckLaunch(const LaunchPlan& L, const ModelSpec& model, int world_size, 
   return Status::OK();
 }
 
+// Every process of the job at two barriers, the peer watch ended between them.
+Status EndJob(Communicator& job) {
+  PLANNER_RETURN_IF_ERROR(job.Barrier());
+  EndPeerWatch();
+  return job.Barrier();
+}
+
+// dp_comm ps / byteps: every process's data bytes per gradient sync (sent, received), to rank 0 of the job.
+Status GatherTraffic(const LaunchPlan& L, Communicator& job, const SyncTraffic& mine, std::vector<SyncTraffic>* all) {
+  if (!DpCommUsesServers(L.dp_comm)) return Status::OK();
+  const double syncs = static_cast<double>(std::max<int64_t>(1, mine.syncs));
+  std::vector<float> v = {static_cast<float>(mine.sent_bytes / syncs), static_cast<float>(mine.received_bytes / syncs), static_cast<float>(mine.syncs)};
+  std::vector<float> every(static_cast<size_t>(3 * job.size()));
+  PLANNER_RETURN_IF_ERROR(job.AllGather(v.data(), every.data(), 3));
+  all->clear();
+  for (size_t r = 0; r < every.size(); r += 3) all->push_back({every[r], every[r + 1], static_cast<int64_t>(every[r + 2])});
+  return Status::OK();
+}
+
+// A summation server's life (launch.yaml `servers`): the peer watch over the job, every group
+// served until its workers are done, the traffic to rank 0, the job's last barriers.
+Status ServeRank(const LaunchPlan& L, Communicator& job, DpSyncComms& sync, RunSummary* out) {
+  PLANNER_RETURN_IF_ERROR(StartPeerWatch(job));
+  RunSummary sum;
+  sum.server = true;
+  PLANNER_RETURN_IF_ERROR(ServeGroups(sync, L.dp_comm, static_cast<int64_t>(L.servers.size()), &sum.dp_traffic));
+  std::vector<SyncTraffic> all;
+  PLANNER_RETURN_IF_ERROR(GatherTraffic(L, job, sum.dp_traffic, &all));
+  PLANNER_RETURN_IF_ERROR(EndJob(job));
+  if (out) *out = std::move(sum);
+  return Status::OK();
+}
+
 // One rank's run: its parts, put together. Setup builds them, Train runs the passes (an
 // iteration each; PipeDream's one pass covers the rest of the run), Finish gathers the figures
 // and writes the run's files.
 class RankRun {
  public:
-  RankRun(const LaunchPlan& L, const ModelSpec& model, const LaunchLayout& layout, Communicator& world, const RunOptions& opt)
-      : L_(L), model_(model), y_(layout), world_(world), opt_(opt), rank_(world.rank()), me_(L.ranks[static_cast<size_t>(world.rank())]) {}
+  // `world`: the workers; `job`: every process (the workers and the summation servers, if any).
+  RankRun(const LaunchPlan& L, const ModelSpec& model, const LaunchLayout& layout, Communicator& world, Communicator& job, SummationClient* service,
+          const RunOptions& opt)
+      : L_(L), model_(model), y_(layout), world_(world), job_(job), service_(service), opt_(opt), rank_(world.rank()),
+        me_(L.ranks[static_cast<size_t>(world.rank())]) {}
   Status Setup();
   Status Train();
   Status Finish(RunSummary* out);
@@ -83,6 +123,8 @@ class RankRun {
   const ModelSpec& model_;
   const LaunchLayout y_;
   Communicator& world_;
+  Communicator& job_;
+  SummationClient* service_;
   const RunOptions& opt_;
   const int64_t rank_;
   const LaunchRank& me_;
@@ -107,7 +149,7 @@ class RankRun {
 
 Status RankRun::Setup() {
   dev_ = L_.device == "cuda" ? Device::kCuda : Device::kCpu;
-  PLANNER_RETURN_IF_ERROR(OpenRankComms(L_, dev_, world_, &comms_));
+  PLANNER_RETURN_IF_ERROR(OpenRankComms(L_, dev_, world_, &comms_, &job_));
   tp_group_ = std::make_unique<CommTpGroup>(comms_.tp.get(), &record_.transfers().tp_allreduces);
   SeqParallel seq;
   seq.tp = L_.tp, seq.tp_rank = me_.tp_rank, seq.sp = L_.sequence_parallel, seq.tp_comm = comms_.tp.get();
@@ -135,7 +177,7 @@ Status RankRun::Resume() {
 Status RankRun::StartInterpreter() {
   const bool sync_dp = !y_.async && (y_.replicated ? L_.stages[static_cast<size_t>(me_.stage)].replicas > 1 : L_.dp * L_.cp > 1);
   const bool overlap = L_.run.overlap_dp && sync_dp && stage_.grad_elems() > 0 && ConcurrentCommunicatorsSafe(*comms_.dp);
-  reducer_ = std::make_unique<DataParallelReducer>(comms_.dp.get(), stage_.bucket(), overlap);
+  reducer_ = std::make_unique<DataParallelReducer>(comms_.dp.get(), stage_.bucket(), overlap, service_);
   std::vector<Action> program;
   const int64_t covers = y_.async ? iterations_ - start_ : 1;
   if (opt_.program) {
@@ -287,10 +329,8 @@ Status RankRun::Summarise(RunSummary* sum, ReportInputs* rep) {
 // Per-rank trace; past the peer watch, rank 0 merges the traces and writes metrics and the report.
 Status RankRun::WriteRunFiles(const ReportInputs& rep) {
   PLANNER_RETURN_IF_ERROR(record_.WriteRankTrace(opt_.run_dir, rank_, comms_.clock_offset_s));
-  // Stop watching peers between two barriers: past the second one a rank may exit normally.
-  PLANNER_RETURN_IF_ERROR(world_.Barrier());
-  EndPeerWatch();
-  PLANNER_RETURN_IF_ERROR(world_.Barrier());
+  // Stop watching peers between two barriers of the whole job (servers too): past the second one a rank may exit normally.
+  PLANNER_RETURN_IF_ERROR(EndJob(job_));
   if (rank_ != 0) return Status::OK();
   PLANNER_RETURN_IF_ERROR(MergeTraces(opt_.run_dir, L_));
   PLANNER_RETURN_IF_ERROR(record_.WriteMetrics(opt_.run_dir));
@@ -307,6 +347,8 @@ Status RankRun::Finish(RunSummary* out) {
   RunSummary sum;
   ReportInputs rep;
   PLANNER_RETURN_IF_ERROR(Summarise(&sum, &rep));
+  if (service_ != nullptr) sum.dp_traffic = service_->traffic();
+  PLANNER_RETURN_IF_ERROR(GatherTraffic(L_, job_, sum.dp_traffic, &rep.dp_traffic));
   PLANNER_RETURN_IF_ERROR(WriteRunFiles(rep));
   if (out) *out = std::move(sum);
   return Status::OK();
@@ -331,6 +373,8 @@ LaunchPlan SingleProcessPlan(const LaunchPlan& L, const ModelSpec& model) {
   s.tp_groups = {{0}};
   s.dp_groups = {{0}};
   s.pp_groups = {{0}};
+  s.dp_comm = DpComm::kHierAllReduce;  // one process: nothing to synchronise, no servers
+  s.servers.clear();
   s.programs = {RankProgram{0, -1, SingleDeviceProgram(s.num_microbatches)}};
   s.ranks[0].program = 0;
   return s;
@@ -341,9 +385,13 @@ Status RunLaunch(const LaunchPlan& L, const ModelSpec& model, Communicator& worl
   LaunchLayout layout;
   PLANNER_RETURN_IF_ERROR(CheckLaunch(L, model, world.size(), opt, &layout));
   SetCpuThreads(static_cast<int>(L.run.threads));
-  RankRun run(L, model, layout, world, opt);
+  DpSyncComms sync;
+  PLANNER_RETURN_IF_ERROR(OpenDpSync(L, world, &sync));
+  if (sync.server) return ServeRank(L, world, sync, out);
+  RankRun run(L, model, layout, sync.workers ? *sync.workers : world, world, sync.client.get(), opt);
   PLANNER_RETURN_IF_ERROR(run.Setup());
   PLANNER_RETURN_IF_ERROR(run.Train());
+  if (sync.client) PLANNER_RETURN_IF_ERROR(sync.client->Done());  // the servers' loops end
   return run.Finish(out);
 }
 

@@ -19,6 +19,7 @@
 #include "common/status.h"
 #include "runtime/comm/communicator.h"
 #include "runtime/run_record.h"
+#include "runtime/summation_service.h"
 #include "runtime/teacher.h"
 #include "runtime/weight_stash.h"
 #include "spec/launch_plan.h"
@@ -57,9 +58,12 @@ struct RunSummary {
   StashCounts stash;                   // PipeDream: summed over ranks
   VersionSummary versions;             // PipeDream: the stages' weight versions per minibatch (vertical_sync.txt)
   std::vector<VersionRecord> version_records;  // PipeDream: this rank's, one per (microbatch, stage) it ran
+  SyncTraffic dp_traffic;              // dp_comm ps / byteps: this rank's data bytes in the gradient syncs (servers too)
+  bool server = false;                 // this rank was a summation server (no stage, no losses)
 };
 
-// Runs on `world` (its size must equal the plan's ranks).
+// Runs on `world` (its size must equal the plan's ranks plus its summation servers; a server
+// rank serves the workers' gradient syncs until they are done: runtime/summation_service.h).
 Status RunLaunch(const LaunchPlan& launch, const ModelSpec& model, Communicator& world, const RunOptions& options, RunSummary* out);
 
 // The same training in one process: the whole model as one stage, the global

@@ -37,7 +37,7 @@ Status CommExpertGroup::AllToAllV(const float* send, const std::vector<int64_t>&
   return s;
 }
 
-Status OpenRankComms(const LaunchPlan& L, Device dev, Communicator& world, RankComms* out) {
+Status OpenRankComms(const LaunchPlan& L, Device dev, Communicator& world, RankComms* out, Communicator* job) {
   const int64_t rank = world.rank();
   const LaunchRank& me = L.ranks[static_cast<size_t>(rank)];
   out->world = &world;
@@ -67,7 +67,7 @@ Status OpenRankComms(const LaunchPlan& L, Device dev, Communicator& world, RankC
     out->ep->set_timeout_seconds(L.run.timeout_s);
     out->edp->set_timeout_seconds(L.run.timeout_s);
   }
-  PLANNER_RETURN_IF_ERROR(StartPeerWatch(world));
+  PLANNER_RETURN_IF_ERROR(StartPeerWatch(job != nullptr ? *job : world));
   return ClockOffset(world, 8, &out->clock_offset_s, &out->clock_error_s);
 }
 

@@ -28,7 +28,9 @@ struct RankComms {
 // GPU ranks take their local device and NCCL (bootstrapped over the world); every rank splits
 // its TP and DP groups (all in the same order), starts the peer watch (from here on a rank that
 // exits is a lost rank) and estimates its clock offset. Collective.
-Status OpenRankComms(const LaunchPlan& launch, Device device, Communicator& world, RankComms* out);
+// `job`: the whole job's world when it holds summation servers beside the workers' `world`
+// (the peer watch covers every process of the job); null: `world`.
+Status OpenRankComms(const LaunchPlan& launch, Device device, Communicator& world, RankComms* out, Communicator* job = nullptr);
 
 // A TP group over a Communicator, for the kernels' all-reduces; each call timed into `log`
 // under the iteration of the microbatch being computed, numbered in call order (the ranks of a

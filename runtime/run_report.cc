@@ -71,10 +71,26 @@ std::string AllToAllRows(const LaunchPlan& L, const ReportInputs& in) {
   return rep;
 }
 
+// dp_comm ps / byteps: each process's data bytes per gradient sync, against the split's (worker:
+// M - own part + (n - 1) own part; server: n x its part), M the largest group's gradient bytes of a sync.
+std::string DpTrafficRows(const LaunchPlan& L, const ReportInputs& in) {
+  if (in.dp_traffic.empty()) return "";
+  const size_t workers = L.ranks.size();
+  std::string rep = fmt::format("\nSummation traffic (dp_comm {}, {} server ranks): data bytes per gradient sync of each process (headers not counted).\n\n",
+                                DpCommName(L.dp_comm), L.servers.size());
+  rep += "| rank | role | syncs | sent per sync (B) | received per sync (B) |\n|---|---|---|---|---|\n";
+  for (size_t r = 0; r < in.dp_traffic.size(); ++r) {
+    const SyncTraffic& t = in.dp_traffic[r];
+    rep += fmt::format("| {} | {} | {} | {:.0f} | {:.0f} |\n", r, r < workers ? fmt::format("worker (stage {})", L.ranks[r].stage) : "server", t.syncs,
+                       t.sent_bytes, t.received_bytes);
+  }
+  return rep;
+}
+
 }  // namespace
 
 std::string RunReportMarkdown(const LaunchPlan& L, const ReportInputs& in) {
-  std::string rep = Heading(L, in) + RankRows(L, in) + AllToAllRows(L, in);
+  std::string rep = Heading(L, in) + RankRows(L, in) + AllToAllRows(L, in) + DpTrafficRows(L, in);
   if (!in.transfers_md.empty()) {
     rep += "\n" + in.transfers_md;
     if (L.ranks.size() > 1) {

@@ -9,6 +9,7 @@
 #include <vector>
 
 #include "runtime/launch_layout.h"
+#include "runtime/summation_service.h"
 #include "spec/launch_plan.h"
 
 namespace planner {
@@ -35,6 +36,7 @@ struct ReportInputs {
   bool comm_only = false;
   double clock_error_s = 0;
   std::string transport;
+  std::vector<SyncTraffic> dp_traffic;  // dp_comm ps / byteps: per job rank (servers after the workers), bytes per sync
 };
 
 std::string RunReportMarkdown(const LaunchPlan& launch, const ReportInputs& in);

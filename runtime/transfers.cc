@@ -236,15 +236,49 @@ std::string P2PRows(const LaunchPlan& plan, const P2PTimes& p2p) {
   return md;
 }
 
-// Collective rows, bandwidth as nccl-tests' busbw (a ring shift: its message over its time).
+// The busiest machine's bytes per byte of gradient in one sync of a group of g workers: the
+// all-reduce's 2 (g - 1) / g (nccl-tests' busbw), a parameter server's max(1, g / k) (a server
+// receives g M / k), BytePS's BytePsTrafficFactor(g, k).
+double SyncTrafficFactor(const LaunchPlan& plan, double g) {
+  const int64_t k = static_cast<int64_t>(plan.servers.size());
+  if (plan.dp_comm == DpComm::kParameterServer) return std::max(1.0, g / static_cast<double>(std::max<int64_t>(1, k)));
+  if (plan.dp_comm == DpComm::kBytePS) return BytePsTrafficFactor(static_cast<int64_t>(g), k);
+  return 2 * (g - 1) / g;
+}
+
+// The data-parallel gradient sync of the launch's architecture, e.g. "dp all-reduce" or "dp ps (1 server)".
+std::string DpSyncName(const LaunchPlan& plan) {
+  if (!DpCommUsesServers(plan.dp_comm)) return "dp all-reduce";
+  return fmt::format("dp {} ({} server{})", DpCommName(plan.dp_comm), plan.servers.size(), plan.servers.size() == 1 ? "" : "s");
+}
+
+// Per stage: the measured sync seconds per iteration (median of the fastest rank per group and
+// iteration) against the plan's prediction for its architecture, in plain seconds.
+std::string DpSyncTable(const LaunchPlan& plan, const GroupTimes& dp) {
+  if (dp.times.empty()) return "";
+  std::string md = fmt::format("Data-parallel gradient sync per iteration, dp_comm {}{} (the all-reduce family runs as the MPI library's "
+                               "MPI_Allreduce, which picks its own algorithm; the prediction is the plan's for the named architecture).\n\n",
+                               DpCommName(plan.dp_comm), plan.servers.empty() ? "" : fmt::format(" with {} server rank{}", plan.servers.size(), plan.servers.size() == 1 ? "" : "s"));
+  md += "| stage | workers | gradient bytes per sync (B) | measured (s/iteration) | predicted (s/iteration) | measured / predicted |\n|---|---|---|---|---|---|\n";
+  for (const auto& [key, times] : dp.times) {
+    const int64_t stage = key.first;
+    const double med = Median(times), predicted = plan.stages[static_cast<size_t>(stage)].predicted_dp_allreduce_s;
+    md += fmt::format("| {} | {} | {} | {:.6f} | {} | {} |\n", stage, dp.size.at(stage), dp.bytes.at(stage), med,
+                      predicted > 0 ? fmt::format("{:.6f}", predicted) : "n/a", predicted > 0 ? fmt::format("{:.2f}", med / predicted) : "n/a");
+  }
+  return md + "\n";
+}
+
+// Collective rows, bandwidth as nccl-tests' busbw (a ring shift: its message over its time; a
+// parameter server's or BytePS's sync: the busiest machine's bytes over its time).
 std::string CollectiveRows(const LaunchPlan& plan, const GroupTimes& dp, const std::vector<GroupTimes>& in_layers) {
   std::string md;
   for (const auto& [key, times] : dp.times) {
     const int64_t stage = key.first;
     const double med = Median(times), bytes = static_cast<double>(dp.bytes.at(stage)), g = static_cast<double>(dp.size.at(stage));
     const double predicted = plan.stages[static_cast<size_t>(stage)].predicted_dp_allreduce_s;
-    md += fmt::format("| dp all-reduce stage {} ({} ranks) | {} | {} | {} | {:.2f} GB/s | {} | {} |\n", stage, dp.size.at(stage), FormatBytes(bytes),
-                      times.size(), FormatSeconds(med), med > 0 ? bytes / med * 2 * (g - 1) / g / 1e9 : 0.0,
+    md += fmt::format("| {} stage {} ({} ranks) | {} | {} | {} | {:.2f} GB/s | {} | {} |\n", DpSyncName(plan), stage, dp.size.at(stage), FormatBytes(bytes),
+                      times.size(), FormatSeconds(med), med > 0 ? bytes / med * SyncTrafficFactor(plan, g) / 1e9 : 0.0,
                       predicted > 0 ? FormatSeconds(predicted) : "n/a", Share(predicted, med));
   }
   static const char* const kNames[] = {"tp all-reduce", "sp all-gather", "sp reduce-scatter", "cp ring shift", "cp all-reduce"};
@@ -287,7 +321,7 @@ Status SummariseTransfers(Communicator& world, const LaunchPlan& plan, const Tra
         "all-reduce): per TP or CP group and call the fastest rank, per stage and size (the plan predicts their sum per layer, "
         "not each call).\n\n";
   md += "| transfer | size | count | measured median | achieved | predicted | share of the predicted rate |\n|---|---|---|---|---|---|---|\n";
-  md += P2PRows(plan, p2p) + CollectiveRows(plan, dp, in_layers) + "\n";
+  md += P2PRows(plan, p2p) + CollectiveRows(plan, dp, in_layers) + "\n" + DpSyncTable(plan, dp);
   return Status::OK();
 }
 

@@ -237,6 +237,7 @@ TEST_CASE("ZeRO-2 and ZeRO-3 pay their collectives per microbatch, ZeRO-0/1 per 
   ParFixture f("gpt2-small.yaml", "dgx-a100.yaml");
   SearchOptions o;
   o.gpus = 8;
+  o.dp_comms = {DpComm::kHierAllReduce};  // the per-level rings these closed forms are written with
   o.cost.overlap_grad_reduce = false;
   o.cost.overlap_param_gather = false;
   const int64_t d = 8;
@@ -264,6 +265,7 @@ TEST_CASE("bf16 gradients are reduced in fp32 (Megatron's accumulate_allreduce_g
   REQUIRE_OK(BuildGptModel(f.model.gpt, f.model.dtype, &f.model));
   SearchOptions o;
   o.gpus = 8;
+  o.dp_comms = {DpComm::kHierAllReduce};  // the per-level rings these closed forms are written with
   o.cost.overlap_grad_reduce = false;
   o.cost.overlap_param_gather = false;
   const int64_t d = 8;
