@@ -22,10 +22,9 @@ namespace planner {
 bool DpCommRunnable(const ClusterSpec& cluster, DpComm d);
 // Every architecture the cluster can run, in kAllDpComms order.
 std::vector<DpComm> RunnableDpComms(const ClusterSpec& cluster);
-// The search's choices without --dp-comm: allreduce-hier (the model the calibration was fitted
-// with, and what NCCL-based engines run: they pick ring or tree themselves), and ps and byteps
-// where the cluster declares CPU machines. Ring and tree are costed in the plan's comparison and
-// chosen only when named (docs/cost_model.md, "Data-parallel communication architectures").
+// The search's choices without --dp-comm: every architecture the cluster can run, the three
+// all-reduces always, ps and byteps where the cluster declares CPU machines (docs/cost_model.md,
+// "Data-parallel communication architectures").
 std::vector<DpComm> DefaultDpComms(const ClusterSpec& cluster);
 // The all-reduce family: ring, tree, hier (they also give reduce-scatter and all-gather, each half).
 inline bool DpCommIsAllReduce(DpComm d) { return !DpCommUsesServers(d); }

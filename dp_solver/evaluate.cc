@@ -143,8 +143,8 @@ std::vector<int64_t> AccountedPartition(int64_t rows, int64_t first_block, int64
 Evaluator::Evaluator(const CostSource& src, const SearchOptions& o, int64_t global_batch)
     : src_(src), o_(o), batch_(global_batch), sb_(MakeStateBytes(src, o)) {
   // The architectures tried, hier first so that it stays the choice on a tie (one-level groups:
-  // ring = hier), then ring, tree, ps, byteps. Default: hier, and ps and byteps where the cluster has
-  // CPU machines (DefaultDpComms); ring and tree are compared in the plan, chosen when named.
+  // ring = hier), then ring, tree, ps, byteps. Default: every one the cluster can run
+  // (DefaultDpComms): the three all-reduces, and ps and byteps where the cluster has CPU machines.
   const std::vector<DpComm> asked = o.dp_comms.empty() ? DefaultDpComms(*src.cluster) : o.dp_comms;
   servers_ = o.ps_servers >= 0 ? o.ps_servers : src.cluster->cpu_machines.count;
   for (DpComm d : {DpComm::kHierAllReduce, DpComm::kRingAllReduce, DpComm::kTreeAllReduce, DpComm::kParameterServer, DpComm::kBytePS}) {

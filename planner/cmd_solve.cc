@@ -591,7 +591,7 @@ Runner RegisterSolve(CLI::App& app) {
   cmd->add_option("--recompute-modules", a->recompute_modules, "selective recompute's modules (Megatron --recompute-modules): core_attn,layernorm,mla_up_proj,moe_act,mlp,moe,shared_experts; default core_attn, and on MLA / MoE models DeepSeek-V3's core_attn,layernorm,mla_up_proj,moe_act tried when core_attn leaves only full recompute fitting")->delimiter(',');
   cmd->add_option("--recompute", a->recompute, "recompute modes to try: none,selective,full,block (block: the first N blocks of each chunk, N the smallest that fits)")->delimiter(',');
   cmd->add_option("--dp-comm", a->dp_comm, "data-parallel gradient sync architectures to choose from: allreduce-ring,allreduce-tree,allreduce-hier,ps,byteps "
-                 "(default: allreduce-hier, and ps,byteps when the cluster declares cpu_machines; every runnable one is compared in the output)")->delimiter(',');
+                 "(default: every one the cluster can run: the three all-reduces, and ps,byteps when the cluster declares cpu_machines; each is compared in the output)")->delimiter(',');
   cmd->add_option("--ps-servers", a->ps_servers, "CPU machines ps / byteps sum on (default: all the cluster's cpu_machines; ps needs at least 1)");
   cmd->add_flag("--dp-overlap", a->dp_overlap, "overlap the gradient all-reduce with backward");
   cmd->add_option("--overlap-grad-reduce", a->overlap_grad_reduce, "on (default; Megatron --overlap-grad-reduce: bucketed, behind the last backward) or off (the whole gradient reduction exposed)");

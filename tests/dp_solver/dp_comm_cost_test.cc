@@ -307,3 +307,30 @@ TEST_CASE("ZeRO >= 1 keeps to the all-reduce family; bad --dp-comm / --ps-server
 
 }  // namespace
 }  // namespace planner
+
+namespace planner {
+namespace {
+
+TEST_CASE("the default architectures: every one the cluster can run; tree inside a level, hier across levels") {
+  const ClusterSpec plain = Parse(std::string(kHead) + "topology:\n  - {name: node, size: 4, bandwidth_GBps: 100, latency_us: 2}\n"
+                                  "  - {name: cluster, size: 8, bandwidth_GBps: 10, latency_us: 5}\n");
+  const std::vector<DpComm> d = DefaultDpComms(plain);
+  REQUIRE(d.size() == 3);
+  CHECK(d[0] == DpComm::kRingAllReduce);
+  CHECK(d[1] == DpComm::kTreeAllReduce);
+  CHECK(d[2] == DpComm::kHierAllReduce);
+  const std::vector<DpComm> with_cpus = DefaultDpComms(TwoLevel());
+  REQUIRE(with_cpus.size() == 5);
+  CHECK(with_cpus[3] == DpComm::kParameterServer);
+  CHECK(with_cpus[4] == DpComm::kBytePS);
+  // Inside one node (4 GPUs): equal bandwidth terms, tree's 2 log2 4 = 4 alphas against the ring's 6.
+  const std::vector<int64_t> node = {4, 1};
+  CHECK(TreeAllReduceSeconds(plain, kM, node) - RingAllReduceSeconds(plain, kM, node) == doctest::Approx(-2 * 2e-6).epsilon(1e-6));
+  CHECK(TreeAllReduceSeconds(plain, kM, node) < AllReduceSeconds(plain, kM, node, AllReduceUse::kGradient));
+  // Across 8 nodes of 4: the flat tree runs at the network's 10 GB/s on all of M; hier moves M/4 there.
+  const std::vector<int64_t> all = {4, 8};
+  CHECK(AllReduceSeconds(plain, kM, all, AllReduceUse::kGradient) < TreeAllReduceSeconds(plain, kM, all));
+}
+
+}  // namespace
+}  // namespace planner
