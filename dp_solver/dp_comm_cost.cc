@@ -83,25 +83,40 @@ std::vector<DpComm> DefaultDpComms(const ClusterSpec& c) {
   return out;
 }
 
-double RingAllReduceSeconds(const ClusterSpec& c, double bytes, const std::vector<int64_t>& members) {
+namespace {
+
+// The level a flat (one-level) collective over `members` runs at: the slowest it spans, the group's
+// ranks, and the measured time when the level has a curve (< 0: none, use alpha-beta).
+struct FlatGroup {
+  const TopologyLevel* level = nullptr;
+  double n = 0, measured = -1;
+};
+FlatGroup Flat(const ClusterSpec& c, double bytes, const std::vector<int64_t>& members) {
+  FlatGroup f;
   const int l = SlowestLevel(c, members);
-  if (l < 0) return 0;
-  const double n = Ranks(members);
-  const TopologyLevel& lv = c.levels[static_cast<size_t>(l)];
-  const double measured = bytes > 0 ? MeasuredRing(lv, bytes, n) : -1;
-  if (measured >= 0) return measured;
-  return 2 * (n - 1) / n * bytes / (lv.bandwidth_GBps * 1e9) + 2 * (n - 1) * lv.latency_us * 1e-6;
+  if (l < 0) return f;
+  f.level = &c.levels[static_cast<size_t>(l)];
+  f.n = Ranks(members);
+  f.measured = bytes > 0 ? MeasuredRing(*f.level, bytes, f.n) : -1;
+  return f;
+}
+
+}  // namespace
+
+double RingAllReduceSeconds(const ClusterSpec& c, double bytes, const std::vector<int64_t>& members) {
+  const FlatGroup f = Flat(c, bytes, members);
+  if (f.level == nullptr) return 0;
+  if (f.measured >= 0) return f.measured;
+  const double n = f.n;
+  return 2 * (n - 1) / n * bytes / (f.level->bandwidth_GBps * 1e9) + 2 * (n - 1) * f.level->latency_us * 1e-6;
 }
 
 double TreeAllReduceSeconds(const ClusterSpec& c, double bytes, const std::vector<int64_t>& members) {
-  const int l = SlowestLevel(c, members);
-  if (l < 0) return 0;
-  const double n = Ranks(members);
-  const TopologyLevel& lv = c.levels[static_cast<size_t>(l)];
-  const double measured = bytes > 0 ? MeasuredRing(lv, bytes, n) : -1;
-  if (measured >= 0) return measured;
-  const double p = std::exp2(std::floor(std::log2(n) + 1e-12)), r = n - p;
-  const double beta = 1.0 / (lv.bandwidth_GBps * 1e9), alpha = lv.latency_us * 1e-6;
+  const FlatGroup f = Flat(c, bytes, members);
+  if (f.level == nullptr) return 0;
+  if (f.measured >= 0) return f.measured;
+  const double p = std::exp2(std::floor(std::log2(f.n) + 1e-12)), r = f.n - p;
+  const double beta = 1.0 / (f.level->bandwidth_GBps * 1e9), alpha = f.level->latency_us * 1e-6;
   double t = 2 * std::log2(p) * alpha + 2 * (p - 1) / p * bytes * beta;
   if (r > 0) t += 2 * (alpha + bytes * beta);  // fold the r extra ranks in, hand them the result
   return t;
