@@ -108,7 +108,13 @@ double RingAllReduceSeconds(const ClusterSpec& c, double bytes, const std::vecto
   if (f.level == nullptr) return 0;
   if (f.measured >= 0) return f.measured;
   const double n = f.n;
-  return 2 * (n - 1) / n * bytes / (f.level->bandwidth_GBps * 1e9) + 2 * (n - 1) * f.level->latency_us * 1e-6;
+  // One flat ring: every edge carries 2(N-1)/N M. Inside a level the edge is a GPU's link; across
+  // machines each node's network edge carries the ring's whole stream through the node's NICs (the
+  // implementation spreads its channels over them, as NCCL does), not a GPU's 1/c share of them: the
+  // NICs of the group's GPUs on the node (GroupMachines), and no faster than a GPU's node link.
+  double edge_Bps = f.level->bandwidth_GBps * 1e9;
+  if (f.level != &c.levels.front()) edge_Bps = std::min(c.levels.front().bandwidth_GBps * 1e9, GroupMachines(c, members).network_Bps);
+  return 2 * (n - 1) / n * bytes / edge_Bps + 2 * (n - 1) * f.level->latency_us * 1e-6;
 }
 
 double TreeAllReduceSeconds(const ClusterSpec& c, double bytes, const std::vector<int64_t>& members) {
@@ -141,9 +147,11 @@ double ParameterServerSeconds(const ClusterSpec& c, double bytes, const std::vec
   if (m.machines * m.gpus_per_machine <= 1) return 0;
   const double n = static_cast<double>(m.machines), k = static_cast<double>(servers) / static_cast<double>(std::max<int64_t>(1, siblings));
   const double server_bytes = n * bytes / k;
-  const double net = std::max(bytes / m.network_Bps, server_bytes / (c.cpu_machines.bandwidth_GBps * 1e9));
-  const double sum = server_bytes / (c.cpu_machines.sum_GBps * 1e9);
-  return IntraNodeAllReduce(c, bytes, m.gpus_per_machine) + net + sum + 2 * c.NetworkLatencySeconds();
+  // A server sums each key's pushes as they arrive, pipelined with the network as BytePS's summation
+  // service is: the slowest of the worker's link, the server's link and the server's summation.
+  const double sum_Bps = c.cpu_machines.sum_GBps > 0 ? c.cpu_machines.sum_GBps * 1e9 : kInf;
+  const double net = std::max({bytes / m.network_Bps, server_bytes / (c.cpu_machines.bandwidth_GBps * 1e9), server_bytes / sum_Bps});
+  return IntraNodeAllReduce(c, bytes, m.gpus_per_machine) + net + 2 * c.NetworkLatencySeconds();
 }
 
 double BytePsPcieIntraSeconds(const ClusterSpec& c, double bytes, int64_t gpus) {

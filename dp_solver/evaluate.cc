@@ -20,7 +20,8 @@ size_t Z(int64_t i) { return static_cast<size_t>(i); }
 struct DpCollectives {
   double ar = 0, rs = 0, ag = 0;
 };
-DpCollectives Collectives(const ClusterSpec& c, const StateBytes& sb, double params, int64_t size, int64_t stride, DpComm d, int64_t servers) {
+DpCollectives Collectives(const ClusterSpec& c, const StateBytes& sb, double params, int64_t size, int64_t stride, DpComm d, int64_t servers,
+                          int64_t positions) {
   DpCollectives x;
   if (size <= 1 || !(params > 0)) return x;
   const std::vector<int64_t> group = GroupSpread(c, size, stride);
@@ -28,11 +29,13 @@ DpCollectives Collectives(const ClusterSpec& c, const StateBytes& sb, double par
   // unless --grad-reduce-in-bf16), else in the training dtype; parameters are gathered in the training dtype.
   // The all-reduce family's reduce-scatter and all-gather are each half its all-reduce; ps and byteps
   // synchronise ZeRO-0 gradients only (no rs / ag).
-  // The `stride` sibling groups (the other TP / EP ranks' groups) synchronise at the same time and share ps / byteps's servers.
-  x.ar = DpSyncSeconds(c, d, params * sb.grad_comm, group, servers, stride);
+  // The `stride` sibling groups (the other TP / EP ranks' groups) of each of the `positions` pipeline
+  // stages synchronise at the same flush and share ps / byteps's servers: stride x positions groups.
+  const int64_t siblings = stride * std::max<int64_t>(1, positions);
+  x.ar = DpSyncSeconds(c, d, params * sb.grad_comm, group, servers, siblings);
   if (DpCommIsAllReduce(d)) {
     x.rs = 0.5 * x.ar;
-    x.ag = 0.5 * DpSyncSeconds(c, d, params * sb.weight, group, servers, stride);
+    x.ag = 0.5 * DpSyncSeconds(c, d, params * sb.weight, group, servers, siblings);
   }
   return x;
 }
@@ -339,8 +342,8 @@ double Evaluator::DeviceDpSeconds(const Candidate& k, const Evaluation& x, int64
   const int64_t g = k.d * k.cp;
   *total_s = 0;
   const double expert = x.expert_params[r];
-  const DpCollectives dense_c = Collectives(c, sb_, x.params[r] - expert, g, k.t, d, servers_);
-  const DpCollectives expert_c = Collectives(c, sb_, expert, k.Edp(), k.ep * k.etp, d, servers_);
+  const DpCollectives dense_c = Collectives(c, sb_, x.params[r] - expert, g, k.t, d, servers_, k.p);
+  const DpCollectives expert_c = Collectives(c, sb_, expert, k.Edp(), k.ep * k.etp, d, servers_, k.p);
   const double ar = dense_c.ar + expert_c.ar, rs = dense_c.rs + expert_c.rs, ag = dense_c.ag + expert_c.ag;
   if (!(ar > 0)) return 0;
   const double bucket = BucketParams(g) / x.params[r], m = static_cast<double>(k.m);

@@ -245,11 +245,14 @@ Status GetDpComm(const YamlReader& r, const YAML::Node& root, Plan* p) {
   PLANNER_RETURN_IF_ERROR(r.GetEnum(root, "dp_comm", "dp_comm", DpCommNames(), &name, false));
   if (!name.empty() && !ParseDpComm(name, &p->dp_comm)) return r.FieldError(root["dp_comm"], "dp_comm", "unknown dp_comm " + name);
   PLANNER_RETURN_IF_ERROR(r.GetInt(root, "dp_servers", "dp_servers", &p->dp_servers, false, 0));
+  if (p->dp_servers > (int64_t{1} << 20)) {
+    return r.FieldError(root["dp_servers"], "dp_servers", fmt::format("{} servers is more than the 1048576 a cluster file may declare; lower it", p->dp_servers));
+  }
   if (p->dp_comm == DpComm::kParameterServer && p->dp_servers < 1) {
     return r.FieldError(root["dp_comm"], "dp_servers", "a parameter server needs dp_servers >= 1; set dp_servers or choose another dp_comm");
   }
   if (!DpCommUsesServers(p->dp_comm) && p->dp_servers > 0) {
-    return r.FieldError(root["dp_servers"], "dp_servers", fmt::format("dp_comm {} has no servers; remove dp_servers or set dp_comm ps or byteps", name));
+    return r.FieldError(root["dp_servers"], "dp_servers", fmt::format("dp_comm {} has no servers; remove dp_servers or set dp_comm ps or byteps", DpCommName(p->dp_comm)));
   }
   PLANNER_RETURN_IF_ERROR(r.GetBool(root, "vertical_sync", "vertical_sync", &p->vertical_sync, false));
   if (p->vertical_sync && p->schedule != Schedule::kPipeDream) {

@@ -54,13 +54,13 @@ expect "interleave v=8" 0 "schedule interleaved (v=8)" -- $PLANNER solve --gpus 
 expect "interleave rule" 2 "planner: error: --interleave 5 with --pp 4: pp x v must divide the 96 layers" -- $PLANNER solve --gpus 1024 --model $M/gpt3-175b.yaml --cluster $C/dgx-a100.yaml --tp 8 --pp 4 --interleave 5
 expect "no model" 2 "no model or profile given" -- $PLANNER solve --gpus 8 --cluster $C/dgx-a100.yaml
 # Data-parallel architectures (issue 17): BytePS chosen on the BytePS cluster, the comparison printed, the plan's fields.
-expect "byteps chosen" 0 "byteps (chosen, k=8)" -- $PLANNER solve --gpus 64 --model $M/vgg16.yaml --cluster $C/byteps.yaml --pp 1 --schedule 1f1b --ps-servers 8 -o bp.plan.yaml
+expect "byteps chosen" 0 "byteps (chosen, k=4)" -- $PLANNER solve --gpus 64 --model $M/vgg16.yaml --cluster $C/byteps.yaml --pp 1 --schedule 1f1b --ps-servers 4 -o bp.plan.yaml
 grep -qF "DP gradient sync per architecture (chosen layout" out.txt && grep -qF "seconds/iteration" out.txt && pass=$((pass+1)) || { echo "FAIL dp comparison table"; fail=$((fail+1)); }
-grep -qx "dp_comm: \"byteps\"" bp.plan.yaml && grep -qx "dp_servers: 8" bp.plan.yaml && grep -q "^  dp_comm_seconds:" bp.plan.yaml && pass=$((pass+1)) || { echo "FAIL plan dp_comm fields"; grep dp_ bp.plan.yaml; fail=$((fail+1)); }
+grep -qx "dp_comm: \"byteps\"" bp.plan.yaml && grep -qx "dp_servers: 4" bp.plan.yaml && grep -q "^  dp_comm_seconds:" bp.plan.yaml && pass=$((pass+1)) || { echo "FAIL plan dp_comm fields"; grep dp_ bp.plan.yaml; fail=$((fail+1)); }
 expect "byteps without cpu machines" 2 "planner: error: --dp-comm byteps: $C/dgx-a100.yaml declares no CPU machines to sum on; add 'cpu_machines: {count, bandwidth_GBps, sum_GBps}'" -- $PLANNER solve --gpus 8 --model $M/gpt2-small.yaml --cluster $C/dgx-a100.yaml --dp-comm byteps
 expect "ps without cpu machines" 2 "planner: error: --dp-comm ps: $C/dgx-a100.yaml declares no CPU machines" -- $PLANNER solve --gpus 8 --model $M/gpt2-small.yaml --cluster $C/dgx-a100.yaml --dp-comm allreduce-hier,ps
 expect "ps with 0 servers" 2 "planner: error: --ps-servers 0: a parameter server (ps) needs at least 1 server; give --ps-servers 1 or more" -- $PLANNER solve --gpus 64 --model $M/vgg16.yaml --cluster $C/byteps.yaml --dp-comm ps --ps-servers 0
-expect "byteps with 0 servers" 0 "byteps (chosen)" -- $PLANNER solve --gpus 64 --model $M/vgg16.yaml --cluster $C/byteps.yaml --pp 1 --schedule 1f1b --dp-comm byteps,allreduce-ring --ps-servers 0
+expect "byteps with 0 servers" 0 "byteps (chosen)" -- $PLANNER solve --gpus 64 --model $M/vgg16.yaml --cluster $C/byteps.yaml --pp 1 --schedule 1f1b --dp-comm byteps,allreduce-hier --ps-servers 0 --zero 0
 ! grep -q "^ps " out.txt && pass=$((pass+1)) || { echo "FAIL --ps-servers 0 lists ps"; fail=$((fail+1)); }
 expect "too many servers" 2 "planner: error: --ps-servers 40: $C/byteps.yaml declares 32 CPU machine(s); give at most 32" -- $PLANNER solve --gpus 64 --model $M/vgg16.yaml --cluster $C/byteps.yaml --ps-servers 40
 expect "unknown dp-comm" 2 "planner: error: --dp-comm: unknown architecture 'bytepss', did you mean 'byteps'?; choose from allreduce-ring, allreduce-tree, allreduce-hier, ps or byteps" -- $PLANNER solve --gpus 8 --model $M/gpt2-small.yaml --cluster $C/byteps.yaml --dp-comm bytepss

@@ -134,6 +134,7 @@ TEST_CASE("memory of an MoE stage: dense states sharded over dp x cp, expert sta
   src.cluster = &c;
   SearchOptions o;
   o.gpus = 32;
+  o.dp_comms = {DpComm::kHierAllReduce};  // the per-level rings the closed forms below are written with
   for (auto [t, ep, etp] : {std::tuple{2, 4, 1}, {2, 8, 2}, {1, 16, 1}, {4, 2, 4}}) {
     Evaluator ev(src, o, 64);
     const size_t ti = ev.AddTable(Table(m, c, {1, t, 1, t > 1, Recompute::kNone, ep, etp}));
