@@ -1,6 +1,8 @@
 #include "runtime/executor.h"
 
 #include <algorithm>
+#include <cmath>
+#include <cstring>
 #include <filesystem>
 #include <numeric>
 #include <memory>
@@ -71,12 +73,20 @@ Status EndJob(Communicator& job) {
 // dp_comm ps / byteps: every process's data bytes per gradient sync (sent, received), to rank 0 of the job.
 Status GatherTraffic(const LaunchPlan& L, Communicator& job, const SyncTraffic& mine, std::vector<SyncTraffic>* all) {
   if (!DpCommUsesServers(L.dp_comm)) return Status::OK();
+  // Bytes per sync and the sync count as int64 bit patterns in 6 floats (a float holds integers
+  // exactly only to 2^24: 16 MiB per sync); AllGather copies them, it computes nothing.
   const double syncs = static_cast<double>(std::max<int64_t>(1, mine.syncs));
-  std::vector<float> v = {static_cast<float>(mine.sent_bytes / syncs), static_cast<float>(mine.received_bytes / syncs), static_cast<float>(mine.syncs)};
-  std::vector<float> every(static_cast<size_t>(3 * job.size()));
-  PLANNER_RETURN_IF_ERROR(job.AllGather(v.data(), every.data(), 3));
+  const int64_t v[3] = {std::llround(mine.sent_bytes / syncs), std::llround(mine.received_bytes / syncs), mine.syncs};
+  std::vector<float> packed(6);
+  std::memcpy(packed.data(), v, sizeof v);
+  std::vector<float> every(static_cast<size_t>(6 * job.size()));
+  PLANNER_RETURN_IF_ERROR(job.AllGather(packed.data(), every.data(), 6));
   all->clear();
-  for (size_t r = 0; r < every.size(); r += 3) all->push_back({every[r], every[r + 1], static_cast<int64_t>(every[r + 2])});
+  for (size_t r = 0; r < every.size(); r += 6) {
+    int64_t w[3];
+    std::memcpy(w, every.data() + r, sizeof w);
+    all->push_back({static_cast<double>(w[0]), static_cast<double>(w[1]), w[2]});
+  }
   return Status::OK();
 }
 
