@@ -182,6 +182,7 @@ Tree PlanTree(const Plan& p) {
   t.Add("p2p_overlap", Tree::Bool(p.p2p_overlap));
   t.Add("dp_comm", Tree::Str(DpCommName(p.dp_comm)));
   if (p.dp_servers > 0) t.Add("dp_servers", Tree::Int(p.dp_servers));
+  if (p.ps_colocated) t.Add("ps_placement", Tree::Str("colocated"));
   if (p.vertical_sync) t.Add("vertical_sync", Tree::Bool(true));
   Tree stages = Tree::List();
   for (const auto& s : p.stages) {
@@ -245,7 +246,16 @@ Status GetDpComm(const YamlReader& r, const YAML::Node& root, Plan* p) {
   PLANNER_RETURN_IF_ERROR(r.GetEnum(root, "dp_comm", "dp_comm", DpCommNames(), &name, false));
   if (!name.empty() && !ParseDpComm(name, &p->dp_comm)) return r.FieldError(root["dp_comm"], "dp_comm", "unknown dp_comm " + name);
   PLANNER_RETURN_IF_ERROR(r.GetInt(root, "dp_servers", "dp_servers", &p->dp_servers, false, 0));
-  if (p->dp_comm == DpComm::kParameterServer && p->dp_servers < 1) {
+  std::string placement;
+  PLANNER_RETURN_IF_ERROR(r.GetEnum(root, "ps_placement", "ps_placement", {"dedicated", "colocated"}, &placement, false));
+  p->ps_colocated = placement == "colocated";
+  if (p->ps_colocated && p->dp_comm != DpComm::kParameterServer) {
+    return r.FieldError(root["ps_placement"], "ps_placement", fmt::format("placement is for dp_comm ps, not {}; remove ps_placement or set dp_comm: ps", DpCommName(p->dp_comm)));
+  }
+  if (p->ps_colocated && p->dp_servers > 0) {
+    return r.FieldError(root["dp_servers"], "dp_servers", "a co-located ps runs its servers on the GPU machines; remove dp_servers or set ps_placement: dedicated");
+  }
+  if (p->dp_comm == DpComm::kParameterServer && p->dp_servers < 1 && !p->ps_colocated) {
     return r.FieldError(root["dp_comm"], "dp_servers", "a parameter server needs dp_servers >= 1; set dp_servers or choose another dp_comm");
   }
   if (!DpCommUsesServers(p->dp_comm) && p->dp_servers > 0) {
