@@ -226,7 +226,7 @@ Status AddServers(const Plan& plan, LaunchPlan* L) {
     L->dp_comm = DpComm::kHierAllReduce;
     return Status::OK();
   }
-  L->ps_colocated = plan.ps_colocated;  // servers: [] (every worker sums its shard)
+  L->ps_colocated = plan.dp_comm == DpComm::kParameterServer && plan.ps_colocated;  // servers: [] (every worker sums its shard)
   const int64_t n = static_cast<int64_t>(L->ranks.size());
   for (int64_t i = 0; i < plan.dp_servers; ++i) L->servers.push_back(n + i);
   return Status::OK();

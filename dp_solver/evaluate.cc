@@ -15,6 +15,11 @@ namespace {
 
 size_t Z(int64_t i) { return static_cast<size_t>(i); }
 
+// Whether the plan's comparison has a row for `d`.
+bool HasRow(const std::vector<std::pair<std::string, double>>& rows, DpComm d) {
+  return std::any_of(rows.begin(), rows.end(), [d](const auto& r) { return r.first == DpCommName(d); });
+}
+
 // One parameter set's data-parallel collectives: the gradient all-reduce and reduce-scatter and the
 // parameter all-gather of `params` over `size` ranks `stride` apart (docs/cost_model.md section 3).
 struct DpCollectives {
@@ -537,8 +542,8 @@ Plan Evaluator::UniformPlan(const Candidate& k, const Evaluation& x, const SimRe
   pl.predicted.dp_comm_seconds = DpCommComparison(k, x);
   pl.dp_comm = x.dp_comm;
   pl.dp_servers = DpCommUsesServers(x.dp_comm) ? Servers(x.dp_comm) : 0;
-  pl.ps_colocated = x.dp_comm == DpComm::kParameterServer && o_.ps_colocated;
-  if (pl.ps_colocated && !pl.predicted.dp_comm_seconds.empty()) {
+  pl.ps_colocated = o_.ps_colocated && (x.dp_comm == DpComm::kParameterServer || HasRow(pl.predicted.dp_comm_seconds, DpComm::kParameterServer));
+  if (pl.ps_colocated && x.dp_comm == DpComm::kParameterServer && !pl.predicted.dp_comm_seconds.empty()) {
     pl.notes.push_back("gradients synchronised by ps co-located with the workers (a server on every GPU machine, the model sharded over them; "
                        "ZeRO-0; docs/cost_model.md, \"Data-parallel communication architectures\")");
   } else if (DpCommUsesServers(x.dp_comm) && !pl.predicted.dp_comm_seconds.empty()) {
@@ -681,7 +686,7 @@ Plan Evaluator::ReplicatedPlan(const CostTable& table, const ReplicatedOptions& 
   pl.usable_memory_bytes = sb_.usable;
   pl.dp_comm = ro.dp_comm;
   pl.dp_servers = DpCommUsesServers(ro.dp_comm) ? DpServersFor(ro.dp_comm, ro.servers, ro.ps_colocated) : 0;
-  pl.ps_colocated = ro.dp_comm == DpComm::kParameterServer && ro.ps_colocated;
+  pl.ps_colocated = ro.ps_colocated && (ro.dp_comm == DpComm::kParameterServer || HasRow(pl.predicted.dp_comm_seconds, DpComm::kParameterServer));
   pl.predicted.dp_comm_seconds = ReplicatedDpComparison(table, *src_.cluster, ro, rr, m);
   double peak = 0;
   for (const auto& st : rr.stages) {
@@ -701,7 +706,7 @@ Plan Evaluator::ReplicatedPlan(const CostTable& table, const ReplicatedOptions& 
   if (ro.worker_unit > 1) pl.notes.push_back(fmt::format("replicas searched in units of {} workers", ro.worker_unit));
   if (ro.dp_comm != DpComm::kHierAllReduce) {
     pl.notes.push_back(fmt::format("replicas synchronise gradients by {} (--dp-comm){}", DpCommName(ro.dp_comm),
-                                   pl.ps_colocated ? " co-located with the workers" : pl.dp_servers > 0 ? fmt::format(" over {} CPU machine(s)", pl.dp_servers) : ""));
+                                   pl.ps_colocated && ro.dp_comm == DpComm::kParameterServer ? " co-located with the workers" : pl.dp_servers > 0 ? fmt::format(" over {} CPU machine(s)", pl.dp_servers) : ""));
   }
   FillFlops(Recompute::kNone, &pl);
   return pl;

@@ -249,10 +249,7 @@ Status GetDpComm(const YamlReader& r, const YAML::Node& root, Plan* p) {
   std::string placement;
   PLANNER_RETURN_IF_ERROR(r.GetEnum(root, "ps_placement", "ps_placement", {"dedicated", "colocated"}, &placement, false));
   p->ps_colocated = placement == "colocated";
-  if (p->ps_colocated && p->dp_comm != DpComm::kParameterServer) {
-    return r.FieldError(root["ps_placement"], "ps_placement", fmt::format("placement is for dp_comm ps, not {}; remove ps_placement or set dp_comm: ps", DpCommName(p->dp_comm)));
-  }
-  if (p->ps_colocated && p->dp_servers > 0) {
+  if (p->ps_colocated && p->dp_comm == DpComm::kParameterServer && p->dp_servers > 0) {
     return r.FieldError(root["dp_servers"], "dp_servers", "a co-located ps runs its servers on the GPU machines; remove dp_servers or set ps_placement: dedicated");
   }
   if (p->dp_comm == DpComm::kParameterServer && p->dp_servers < 1 && !p->ps_colocated) {

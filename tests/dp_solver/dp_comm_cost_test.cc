@@ -336,6 +336,47 @@ TEST_CASE("ZeRO >= 1 keeps to the all-reduce family; bad --dp-comm / --ps-server
   CHECK(SolveAuto(s, bp, &p).message().find("--dp-comm byteps:") != std::string::npos);
 }
 
+TEST_CASE("--ps-placement colocated: ps with dp_servers 0, its row BytePS's at k = 0; plan.yaml round trip; reader rules") {
+  Vgg f;
+  SearchOptions o;
+  o.gpus = 64;
+  o.pp = {1};
+  o.schedules = {Schedule::k1F1B};
+  o.dp_comms = {DpComm::kParameterServer, DpComm::kBytePS};
+  o.ps_servers = 0;  // byteps at k = 0: the all-reduce's split, which co-located ps is term for term (NVLink nodes)
+  o.ps_colocated = true;
+  o.ps_placement_named = true;
+  Plan p;
+  REQUIRE_OK(f.Solve(o, &p));
+  CHECK(p.dp_comm == DpComm::kParameterServer);  // the tie goes to the earlier of ps and byteps
+  CHECK(p.dp_servers == 0);
+  CHECK(p.ps_colocated);
+  REQUIRE(Seconds(p, "ps") > 0);
+  CHECK(Seconds(p, "ps") == doctest::Approx(Seconds(p, "byteps")).epsilon(1e-12));
+  const std::string yaml = PlanToYaml(p);
+  CHECK(yaml.find("dp_comm: \"ps\"\nps_placement: \"colocated\"\n") != std::string::npos);
+  Plan back;
+  REQUIRE_OK(ParsePlan("plan.yaml", yaml, &back));
+  CHECK(back.ps_colocated);
+  CHECK(back.dp_servers == 0);
+  const size_t at = yaml.find("ps_placement: \"colocated\"\n");
+  const std::string dedicated = yaml.substr(0, at) + yaml.substr(at + 26);
+  CHECK(ParsePlan("plan.yaml", dedicated, &back).message().find("field 'dp_servers': a parameter server needs dp_servers >= 1") != std::string::npos);
+  const std::string both = yaml.substr(0, at) + "dp_servers: 2\n" + yaml.substr(at);
+  CHECK(ParsePlan("plan.yaml", both, &back).message().find("a co-located ps runs its servers on the GPU machines") != std::string::npos);
+  // Dedicated placement (the default): the same search puts ps on the CPU machines, so no ps_placement.
+  SearchOptions d = o;
+  d.ps_colocated = false;
+  d.ps_servers = 32;
+  REQUIRE_OK(f.Solve(d, &p));
+  CHECK(!p.ps_colocated);
+  CHECK(PlanToYaml(p).find("ps_placement") == std::string::npos);
+  // --ps-placement without ps among the architectures tried.
+  SearchOptions none = o;
+  none.dp_comms = {DpComm::kRingAllReduce};
+  CHECK(f.Solve(none, &p).message() == "--ps-placement: ps is not among the architectures tried (allreduce-ring); add ps to --dp-comm or drop --ps-placement");
+}
+
 }  // namespace
 }  // namespace planner
 
