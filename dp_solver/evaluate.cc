@@ -150,6 +150,7 @@ Evaluator::Evaluator(const CostSource& src, const SearchOptions& o, int64_t glob
   // The architectures tried, hier first so that it stays the choice on a tie (one-level groups:
   // ring = hier), then ring, tree, ps, byteps. Default: every one the cluster can run
   // (DefaultDpComms): the three all-reduces, and ps and byteps where the cluster has CPU machines.
+  // ps is dedicated (servers_ CPU machines) or, with --ps-placement colocated, co-located (Servers(ps) = 0).
   const std::vector<DpComm> asked = o.dp_comms.empty() ? DefaultDpComms(*src.cluster) : o.dp_comms;
   servers_ = o.ps_servers >= 0 ? o.ps_servers : src.cluster->cpu_machines.count;
   for (DpComm d : {DpComm::kHierAllReduce, DpComm::kRingAllReduce, DpComm::kTreeAllReduce, DpComm::kParameterServer, DpComm::kBytePS}) {

@@ -138,7 +138,8 @@ Status CheckDpComm(const ClusterSpec& c, const SearchOptions& o) {
   for (DpComm d : o.dp_comms) {
     if (DpCommUsesServers(d) && machines < 1 && !(d == DpComm::kParameterServer && o.ps_colocated)) {
       return Status::InvalidArgument(fmt::format("--dp-comm {}: {} declares no CPU machines to sum on; add 'cpu_machines: {{count, bandwidth_GBps, sum_GBps}}' "
-                                                 "to it or choose allreduce-ring, allreduce-tree or allreduce-hier", DpCommName(d), c.path));
+                                                 "to it{} or choose allreduce-ring, allreduce-tree or allreduce-hier", DpCommName(d), c.path,
+                                                 d == DpComm::kParameterServer ? ", add --ps-placement colocated (a server on every GPU machine)" : ""));
     }
   }
   const bool servers_only = !o.dp_comms.empty() && std::none_of(o.dp_comms.begin(), o.dp_comms.end(), DpCommIsAllReduce);
