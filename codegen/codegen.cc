@@ -212,19 +212,21 @@ bool AnyDpSync(const LaunchPlan& L) {
   return false;
 }
 
-// The plan's dp_comm; ps and byteps get plan.dp_servers server ranks numbered after the workers.
+// The plan's dp_comm; ps and byteps get plan.dp_servers server ranks numbered after the workers
+// (ps co-located: none, launch `ps_placement: colocated`).
 // With nothing to synchronise (every DP group one rank) the launch runs allreduce-hier without
 // servers (GenerateLaunchFiles notes it).
 Status AddServers(const Plan& plan, LaunchPlan* L) {
   L->dp_comm = plan.dp_comm;
   if (!DpCommUsesServers(plan.dp_comm)) return Status::OK();
-  if (plan.dp_comm == DpComm::kParameterServer && plan.dp_servers < 1) {
+  if (plan.dp_comm == DpComm::kParameterServer && plan.dp_servers < 1 && !plan.ps_colocated) {
     return Status::InvalidArgument("plan: dp_comm ps needs dp_servers >= 1; set dp_servers in plan.yaml or solve again");
   }
   if (!AnyDpSync(*L)) {
     L->dp_comm = DpComm::kHierAllReduce;
     return Status::OK();
   }
+  L->ps_colocated = plan.dp_comm == DpComm::kParameterServer && plan.ps_colocated;  // servers: [] (every worker sums its shard)
   const int64_t n = static_cast<int64_t>(L->ranks.size());
   for (int64_t i = 0; i < plan.dp_servers; ++i) L->servers.push_back(n + i);
   return Status::OK();

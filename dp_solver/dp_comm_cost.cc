@@ -154,6 +154,17 @@ double ParameterServerSeconds(const ClusterSpec& c, double bytes, const std::vec
   return IntraNodeAllReduce(c, bytes, m.gpus_per_machine) + net + 2 * c.NetworkLatencySeconds();
 }
 
+double ColocatedPsSeconds(const ClusterSpec& c, double bytes, const std::vector<int64_t>& members) {
+  const DpMachines m = GroupMachines(c, members);
+  const double intra = IntraNodeAllReduce(c, bytes, m.gpus_per_machine);
+  if (m.machines <= 1) return intra;
+  const double n = static_cast<double>(m.machines);
+  const double sum_GBps = c.cpu_machines.sum_GBps > 0 ? c.cpu_machines.sum_GBps : c.hbm_bandwidth_GBps * c.hbm_efficiency;
+  const double sum_Bps = sum_GBps > 0 ? sum_GBps * 1e9 : kInf;
+  const double net = 2 * (n - 1) / n * bytes / m.network_Bps;  // push n-1 shards of M/n, pull them back summed
+  return intra + std::max(net, bytes / sum_Bps) + 2 * c.NetworkLatencySeconds();
+}
+
 double BytePsPcieIntraSeconds(const ClusterSpec& c, double bytes, int64_t gpus) {
   if (gpus <= 1 || c.levels.empty()) return 0;
   const TopologyLevel& lv = c.levels[0];
@@ -188,7 +199,8 @@ double DpSyncSeconds(const ClusterSpec& c, DpComm d, double bytes, const std::ve
     case DpComm::kRingAllReduce: return RingAllReduceSeconds(c, bytes, members);
     case DpComm::kTreeAllReduce: return TreeAllReduceSeconds(c, bytes, members);
     case DpComm::kHierAllReduce: return AllReduceSeconds(c, bytes, members, AllReduceUse::kGradient);
-    case DpComm::kParameterServer: return ParameterServerSeconds(c, bytes, members, servers, siblings);
+    case DpComm::kParameterServer:
+      return servers < 1 ? ColocatedPsSeconds(c, bytes, members) : ParameterServerSeconds(c, bytes, members, servers, siblings);
     case DpComm::kBytePS: return BytePsSeconds(c, bytes, members, servers, siblings);
   }
   return kInf;

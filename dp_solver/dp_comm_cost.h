@@ -58,6 +58,19 @@ DpMachines GroupMachines(const ClusterSpec& cluster, const std::vector<int64_t>&
 // worth of bandwidth, k / G in place of k in every formula here (the GPU side is the group's own).
 double ParameterServerSeconds(const ClusterSpec& cluster, double bytes, const std::vector<int64_t>& members, int64_t servers,
                               int64_t sibling_groups = 1);
+// Parameter server co-located with the workers (the seed's "(b) Colocated mode"; ps with k = 0):
+// a server process on each of the group's n machines owns 1/n of the model. After the c GPUs of a
+// machine reduce-scatter (level 0), each machine pushes the n-1 shards it does not own and pulls
+// them back summed, sending and receiving 2(n-1)/n M; its server sums the n copies of its M/n shard
+// (M bytes of summands) at the node's memory bandwidth S (cpu_machines.sum_GBps where the cluster
+// declares it, else hbm_bandwidth_GBps x hbm_efficiency), pipelined with the network as BytePS's:
+//   T = RS_0 + max(2(n-1)/n M / B_w, M / S) + 2 alpha + AG_0,
+// BytePsSeconds at k = 0 term for term (PCIe-only nodes aside) and, on a flat cluster with fast
+// memory, the ring between machines with 2 alpha for its 2(n-1) alpha.
+double ColocatedPsSeconds(const ClusterSpec& cluster, double bytes, const std::vector<int64_t>& members);
+// The servers `d` sums on: ps co-located runs with k = 0 (DpSyncSeconds then costs ColocatedPsSeconds).
+inline int64_t DpServersFor(DpComm d, int64_t servers, bool ps_colocated) { return d == DpComm::kParameterServer && ps_colocated ? 0 : servers; }
+
 // BytePS with k CPU machines (k = 0: the all-reduce's split) over n machines, summation pipelined
 // with the network (BytePS's multi-stage pipeline): split s = BytePsOptimalSplit(n, k),
 //   t_g = max((1 + (n-2) s_gpu) M / B_w, n s_gpu M / S),  t_c = max(n s_cpu M / B_s, n s_cpu M / S),
@@ -76,7 +89,8 @@ double BytePsSeconds(const ClusterSpec& cluster, double bytes, const std::vector
 double BytePsPcieIntraSeconds(const ClusterSpec& cluster, double bytes, int64_t gpus_in_node);
 
 // The per-iteration synchronisation of `bytes` of gradients under `d` (k = servers for ps / byteps);
-// allreduce-hier is AllReduceSeconds(kGradient), bit for bit.
+// allreduce-hier is AllReduceSeconds(kGradient), bit for bit; ps with servers = 0 is co-located
+// (ColocatedPsSeconds).
 double DpSyncSeconds(const ClusterSpec& cluster, DpComm d, double bytes, const std::vector<int64_t>& members, int64_t servers,
                      int64_t sibling_groups = 1);
 

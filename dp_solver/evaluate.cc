@@ -15,6 +15,11 @@ namespace {
 
 size_t Z(int64_t i) { return static_cast<size_t>(i); }
 
+// Whether the plan's comparison has a row for `d`.
+bool HasRow(const std::vector<std::pair<std::string, double>>& rows, DpComm d) {
+  return std::any_of(rows.begin(), rows.end(), [d](const auto& r) { return r.first == DpCommName(d); });
+}
+
 // One parameter set's data-parallel collectives: the gradient all-reduce and reduce-scatter and the
 // parameter all-gather of `params` over `size` ranks `stride` apart (docs/cost_model.md section 3).
 struct DpCollectives {
@@ -148,10 +153,11 @@ Evaluator::Evaluator(const CostSource& src, const SearchOptions& o, int64_t glob
   // The architectures tried, hier first so that it stays the choice on a tie (one-level groups:
   // ring = hier), then ring, tree, ps, byteps. Default: every one the cluster can run
   // (DefaultDpComms): the three all-reduces, and ps and byteps where the cluster has CPU machines.
+  // ps is dedicated (servers_ CPU machines) or, with --ps-placement colocated, co-located (Servers(ps) = 0).
   const std::vector<DpComm> asked = o.dp_comms.empty() ? DefaultDpComms(*src.cluster) : o.dp_comms;
   servers_ = o.ps_servers >= 0 ? o.ps_servers : src.cluster->cpu_machines.count;
   for (DpComm d : {DpComm::kHierAllReduce, DpComm::kRingAllReduce, DpComm::kTreeAllReduce, DpComm::kParameterServer, DpComm::kBytePS}) {
-    if (d == DpComm::kParameterServer && servers_ < 1) continue;  // a PS needs a server (named: an error before this)
+    if (d == DpComm::kParameterServer && servers_ < 1 && !o.ps_colocated) continue;  // a PS needs a server (named: an error before this)
     if (std::find(asked.begin(), asked.end(), d) != asked.end()) comms_.push_back(d);
   }
   if (src.model == nullptr || !src.model->is_gpt) return;
@@ -342,8 +348,8 @@ double Evaluator::DeviceDpSeconds(const Candidate& k, const Evaluation& x, int64
   const int64_t g = k.d * k.cp;
   *total_s = 0;
   const double expert = x.expert_params[r];
-  const DpCollectives dense_c = Collectives(c, sb_, x.params[r] - expert, g, k.t, d, servers_, k.p);
-  const DpCollectives expert_c = Collectives(c, sb_, expert, k.Edp(), k.ep * k.etp, d, servers_, k.p);
+  const DpCollectives dense_c = Collectives(c, sb_, x.params[r] - expert, g, k.t, d, Servers(d), k.p);
+  const DpCollectives expert_c = Collectives(c, sb_, expert, k.Edp(), k.ep * k.etp, d, Servers(d), k.p);
   const double ar = dense_c.ar + expert_c.ar, rs = dense_c.rs + expert_c.rs, ag = dense_c.ag + expert_c.ag;
   if (!(ar > 0)) return 0;
   const double bucket = BucketParams(g) / x.params[r], m = static_cast<double>(k.m);
@@ -406,7 +412,7 @@ std::vector<std::pair<std::string, double>> Evaluator::DpCommComparison(const Ca
   for (DpComm d : kAllDpComms) {
     const bool tried = std::find(comms_.begin(), comms_.end(), d) != comms_.end();
     if ((!tried && std::find(runnable.begin(), runnable.end(), d) == runnable.end()) || (x.zero >= 1 && !DpCommIsAllReduce(d))) continue;
-    if (d == DpComm::kParameterServer && servers_ < 1) continue;
+    if (d == DpComm::kParameterServer && !tried && servers_ < 1) continue;
     double most = 0;
     for (int64_t r = 0; r < k.p; ++r) {
       DeviceDpSeconds(k, x, x.zero, Z(r), d, &total);
@@ -539,8 +545,12 @@ Plan Evaluator::UniformPlan(const Candidate& k, const Evaluation& x, const SimRe
   pl.predicted.optimizer_s = x.optimizer_s;
   pl.predicted.dp_comm_seconds = DpCommComparison(k, x);
   pl.dp_comm = x.dp_comm;
-  pl.dp_servers = DpCommUsesServers(x.dp_comm) ? servers_ : 0;
-  if (DpCommUsesServers(x.dp_comm) && !pl.predicted.dp_comm_seconds.empty()) {
+  pl.dp_servers = DpCommUsesServers(x.dp_comm) ? Servers(x.dp_comm) : 0;
+  pl.ps_colocated = o_.ps_colocated && (x.dp_comm == DpComm::kParameterServer || HasRow(pl.predicted.dp_comm_seconds, DpComm::kParameterServer));
+  if (pl.ps_colocated && x.dp_comm == DpComm::kParameterServer && !pl.predicted.dp_comm_seconds.empty()) {
+    pl.notes.push_back("gradients synchronised by ps co-located with the workers (a server on every GPU machine, the model sharded over them; "
+                       "ZeRO-0; docs/cost_model.md, \"Data-parallel communication architectures\")");
+  } else if (DpCommUsesServers(x.dp_comm) && !pl.predicted.dp_comm_seconds.empty()) {
     pl.notes.push_back(fmt::format("gradients synchronised by {} over {} CPU machine(s) of the cluster file (ZeRO-0; docs/cost_model.md, "
                                    "\"Data-parallel communication architectures\")", DpCommName(x.dp_comm), pl.dp_servers));
   }
@@ -588,6 +598,7 @@ ReplicatedOptions Evaluator::ReplicatedOptionsFor(const CostTable& table) const 
   ro.optimizer_bytes_per_param = o_.cost.optimizer_bytes_per_param;
   ro.vertical_sync = o_.vertical_sync;
   ro.servers = servers_;
+  ro.ps_colocated = o_.ps_colocated;
   if (!o_.replication.empty()) {
     ro.forced = o_.replication;
     ro.worker_unit = 1;
@@ -631,12 +642,13 @@ std::vector<std::pair<std::string, double>> ReplicatedDpComparison(const CostTab
   const std::vector<DpComm> runnable = RunnableDpComms(c);
   double busiest = 0;
   for (DpComm d : kAllDpComms) {
-    if ((d != ro.dp_comm && std::find(runnable.begin(), runnable.end(), d) == runnable.end()) || (d == DpComm::kParameterServer && ro.servers < 1)) continue;
+    const int64_t servers = DpServersFor(d, ro.servers, ro.ps_colocated);
+    if ((d != ro.dp_comm && std::find(runnable.begin(), runnable.end(), d) == runnable.end()) || (d == DpComm::kParameterServer && servers < 1 && !ro.ps_colocated)) continue;
     double most = 0;
     for (const auto& st : rr.stages) {
       if (st.replicas < 2) continue;
       const double bytes = table.Params(st.first, st.end) * ro.grad_bytes_per_param;
-      const double s = DpSyncSeconds(c, d, bytes, GroupSpreadAt(c, st.offset * ro.tp, st.replicas, ro.tp), ro.servers, ro.tp);
+      const double s = DpSyncSeconds(c, d, bytes, GroupSpreadAt(c, st.offset * ro.tp, st.replicas, ro.tp), servers, ro.tp);
       most = std::max(most, s * static_cast<double>(m) / static_cast<double>(st.replicas));
     }
     busiest = std::max(busiest, most);
@@ -677,7 +689,8 @@ Plan Evaluator::ReplicatedPlan(const CostTable& table, const ReplicatedOptions& 
   pl.p2p_overlap = true;
   pl.usable_memory_bytes = sb_.usable;
   pl.dp_comm = ro.dp_comm;
-  pl.dp_servers = DpCommUsesServers(ro.dp_comm) ? ro.servers : 0;
+  pl.dp_servers = DpCommUsesServers(ro.dp_comm) ? DpServersFor(ro.dp_comm, ro.servers, ro.ps_colocated) : 0;
+  pl.ps_colocated = ro.ps_colocated && (ro.dp_comm == DpComm::kParameterServer || HasRow(pl.predicted.dp_comm_seconds, DpComm::kParameterServer));
   pl.predicted.dp_comm_seconds = ReplicatedDpComparison(table, *src_.cluster, ro, rr, m);
   double peak = 0;
   for (const auto& st : rr.stages) {
@@ -697,7 +710,7 @@ Plan Evaluator::ReplicatedPlan(const CostTable& table, const ReplicatedOptions& 
   if (ro.worker_unit > 1) pl.notes.push_back(fmt::format("replicas searched in units of {} workers", ro.worker_unit));
   if (ro.dp_comm != DpComm::kHierAllReduce) {
     pl.notes.push_back(fmt::format("replicas synchronise gradients by {} (--dp-comm){}", DpCommName(ro.dp_comm),
-                                   pl.dp_servers > 0 ? fmt::format(" over {} CPU machine(s)", pl.dp_servers) : ""));
+                                   pl.ps_colocated && ro.dp_comm == DpComm::kParameterServer ? " co-located with the workers" : pl.dp_servers > 0 ? fmt::format(" over {} CPU machine(s)", pl.dp_servers) : ""));
   }
   FillFlops(Recompute::kNone, &pl);
   return pl;

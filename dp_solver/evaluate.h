@@ -112,6 +112,7 @@ class Evaluator {
   const SearchOptions& o_;
   std::vector<DpComm> comms_;   // the architectures tried, in tie order (hier first)
   int64_t servers_ = 0;         // CPU machines of ps / byteps
+  int64_t Servers(DpComm d) const { return d == DpComm::kParameterServer && o_.ps_colocated ? 0 : servers_; }  // ps co-located: 0 (DpServersFor)
   int64_t batch_ = 0;
   StateBytes sb_;
   std::vector<CostTable> tables_;

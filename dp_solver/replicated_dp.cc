@@ -36,8 +36,9 @@ void ReplicatedCoster::PrecomputeCommunication(const ClusterSpec& cluster) {
       const int64_t off = ou * unit_, r = ru * unit_;
       if (r > 1) {
         auto spread = GroupSpreadAt(cluster, off * o_.tp, r, o_.tp);
-        ar_alpha_[k] = DpSyncSeconds(cluster, o_.dp_comm, 0.0, spread, o_.servers, o_.tp);  // the tp sibling groups share the servers
-        ar_beta_[k] = (DpSyncSeconds(cluster, o_.dp_comm, 1e9, spread, o_.servers, o_.tp) - ar_alpha_[k]) / 1e9;
+        const int64_t servers = DpServersFor(o_.dp_comm, o_.servers, o_.ps_colocated);
+        ar_alpha_[k] = DpSyncSeconds(cluster, o_.dp_comm, 0.0, spread, servers, o_.tp);  // the tp sibling groups share the servers
+        ar_beta_[k] = (DpSyncSeconds(cluster, o_.dp_comm, 1e9, spread, servers, o_.tp) - ar_alpha_[k]) / 1e9;
       }
       if (off + r < o_.workers) {
         double a = P2PSeconds(cluster, 1e-300, off * o_.tp, (off + r) * o_.tp);

@@ -35,6 +35,7 @@ struct ReplicatedOptions {
   // How a stage's replicas synchronise gradients (dp_solver/dp_comm_cost.h); PipeDream's all-reduce is hier.
   DpComm dp_comm = DpComm::kHierAllReduce;
   int64_t servers = 0;            // CPU machines of ps / byteps
+  bool ps_colocated = false;      // ps with a server on every GPU machine (k = 0 for ps; DpServersFor)
 };
 
 struct ReplicatedStage {

@@ -48,6 +48,12 @@ std::vector<int64_t> BalancedPartition(const CostTable& t, int64_t k) {
 
 namespace {
 
+std::vector<std::string> NamesOf(const std::vector<DpComm>& v) {
+  std::vector<std::string> out;
+  for (DpComm d : v) out.push_back(DpCommName(d));
+  return out;
+}
+
 std::string JoinValues(const std::vector<int64_t>& v) {
   std::string s;
   for (int64_t x : v) s += (s.empty() ? "" : ", ") + std::to_string(x);
@@ -124,10 +130,16 @@ Status CheckRecomputeModules(const CostSource& src, const SearchOptions& o) {
 // servers than the cluster declares.
 Status CheckDpComm(const ClusterSpec& c, const SearchOptions& o) {
   const int64_t machines = c.cpu_machines.count;
+  const std::vector<DpComm> tried = o.dp_comms.empty() ? DefaultDpComms(c) : o.dp_comms;
+  if ((o.ps_placement_named || o.ps_colocated) && std::find(tried.begin(), tried.end(), DpComm::kParameterServer) == tried.end()) {
+    return Status::InvalidArgument(fmt::format("--ps-placement: ps is not among the architectures tried ({}); add ps to --dp-comm or drop --ps-placement",
+                                               fmt::join(NamesOf(tried), ",")));
+  }
   for (DpComm d : o.dp_comms) {
-    if (DpCommUsesServers(d) && machines < 1) {
+    if (DpCommUsesServers(d) && machines < 1 && !(d == DpComm::kParameterServer && o.ps_colocated)) {
       return Status::InvalidArgument(fmt::format("--dp-comm {}: {} declares no CPU machines to sum on; add 'cpu_machines: {{count, bandwidth_GBps, sum_GBps}}' "
-                                                 "to it or choose allreduce-ring, allreduce-tree or allreduce-hier", DpCommName(d), c.path));
+                                                 "to it{} or choose allreduce-ring, allreduce-tree or allreduce-hier", DpCommName(d), c.path,
+                                                 d == DpComm::kParameterServer ? ", add --ps-placement colocated (a server on every GPU machine)" : ""));
     }
   }
   const bool servers_only = !o.dp_comms.empty() && std::none_of(o.dp_comms.begin(), o.dp_comms.end(), DpCommIsAllReduce);
@@ -145,7 +157,7 @@ Status CheckDpComm(const ClusterSpec& c, const SearchOptions& o) {
                                                o.ps_servers, c.path, machines, machines));
   }
   const bool ps = std::find(o.dp_comms.begin(), o.dp_comms.end(), DpComm::kParameterServer) != o.dp_comms.end();
-  if (o.ps_servers == 0 && ps) {  // without --dp-comm, --ps-servers 0 leaves ps out of the defaults
+  if (o.ps_servers == 0 && ps && !o.ps_colocated) {  // without --dp-comm, --ps-servers 0 leaves ps out of the defaults
     return Status::InvalidArgument("--ps-servers 0: a parameter server (ps) needs at least 1 server; give --ps-servers 1 or more, "
                                    "or --dp-comm byteps (0 servers is its all-reduce split)");
   }

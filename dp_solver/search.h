@@ -57,8 +57,12 @@ struct SearchOptions {
   // communication architectures"): the architectures tried, the fastest per candidate kept; empty:
   // every one the cluster can run. The per-stage replication family (pipedream schedule) uses
   // allreduce-hier unless the list was named. ps_servers: CPU machines of ps / byteps (-1: all of them).
+  // ps_colocated (`--ps-placement colocated`): ps runs a server on every GPU machine of the group
+  // (k = 0, ColocatedPsSeconds) instead of on the CPU machines; byteps keeps ps_servers.
   std::vector<DpComm> dp_comms;
   int64_t ps_servers = -1;
+  bool ps_colocated = false;
+  bool ps_placement_named = false;  // --ps-placement given (either value): ps must be among the architectures
   bool exhaustive = false;              // simulate every feasible candidate (tests of the pruning)
   int64_t simulated = 0;                // out: candidates simulated (for bench/)
   int64_t considered = 0;               // out: candidates enumerated

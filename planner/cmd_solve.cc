@@ -44,6 +44,7 @@ struct SolveArgs {
   double train_tokens = 0;
   std::vector<std::string> schedules, recompute, recompute_modules, dp_comm;
   int64_t ps_servers = -1;
+  std::string ps_placement;
   bool dp_overlap = false, p2p_overlap = false, no_scatter_gather = false;
   double bytes_per_param = 0;
   // PipeDream mode.
@@ -375,6 +376,16 @@ Status DpCommFlags(const SolveArgs& a, SearchOptions* o) {
   }
   if (a.ps_servers < -1) return Status::InvalidArgument(fmt::format("--ps-servers {}: give a count of CPU machines, 0 or more", a.ps_servers));
   o->ps_servers = a.ps_servers;
+  if (!a.ps_placement.empty() && a.ps_placement != "dedicated" && a.ps_placement != "colocated") {
+    return Status::InvalidArgument(fmt::format("--ps-placement: unknown value '{}'{}; use dedicated (servers on the cluster's CPU machines) or colocated "
+                                               "(a server on every GPU machine)", a.ps_placement, DidYouMean(a.ps_placement, {"dedicated", "colocated"})));
+  }
+  o->ps_colocated = a.ps_placement == "colocated";
+  o->ps_placement_named = !a.ps_placement.empty();
+  if (o->ps_colocated && a.ps_servers > 0) {
+    return Status::InvalidArgument(fmt::format("--ps-placement colocated with --ps-servers {}: a co-located ps runs its servers on the GPU machines; "
+                                               "drop --ps-servers or use --ps-placement dedicated", a.ps_servers));
+  }
   return Status::OK();
 }
 
@@ -593,6 +604,8 @@ Runner RegisterSolve(CLI::App& app) {
   cmd->add_option("--dp-comm", a->dp_comm, "data-parallel gradient sync architectures to choose from: allreduce-ring,allreduce-tree,allreduce-hier,ps,byteps "
                  "(default: every one the cluster can run: the three all-reduces, and ps,byteps when the cluster declares cpu_machines; each is compared in the output)")->delimiter(',');
   cmd->add_option("--ps-servers", a->ps_servers, "CPU machines ps / byteps sum on (default: all the cluster's cpu_machines; ps needs at least 1)");
+  cmd->add_option("--ps-placement", a->ps_placement, "where ps's servers run: dedicated (on --ps-servers CPU machines; the default) or colocated "
+                 "(a server on every GPU machine, the model sharded over them; needs ps among --dp-comm's architectures)");
   cmd->add_flag("--dp-overlap", a->dp_overlap, "overlap the gradient all-reduce with backward");
   cmd->add_option("--overlap-grad-reduce", a->overlap_grad_reduce, "on (default; Megatron --overlap-grad-reduce: bucketed, behind the last backward) or off (the whole gradient reduction exposed)");
   cmd->add_option("--overlap-param-gather", a->overlap_param_gather, "on (default; Megatron --overlap-param-gather: behind the first forward) or off (exposed)");
@@ -612,7 +625,7 @@ Runner RegisterSolve(CLI::App& app) {
     if (a->mode != "auto" && a->mode != "pipedream") {
       return Status::InvalidArgument(fmt::format("--mode: unknown value '{}'{}; use auto or pipedream", a->mode, DidYouMean(a->mode, {"auto", "pipedream"})));
     }
-    if (a->mode == "pipedream" && (!a->dp_comm.empty() || a->ps_servers >= 0)) {
+    if (a->mode == "pipedream" && (!a->dp_comm.empty() || a->ps_servers >= 0 || !a->ps_placement.empty())) {
       return Status::InvalidArgument("--dp-comm / --ps-servers: pipedream mode runs PipeDream's optimizer with its own all-reduce; drop them or use --mode auto");
     }
     if (!a->model.empty() && !a->profile.empty() && a->mode == "pipedream") {

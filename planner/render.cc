@@ -58,8 +58,9 @@ std::string RenderDpCommTable(const Plan& p) {
   std::string o = "DP gradient sync per architecture (chosen layout; busiest stage, not overlapped):\n";
   o += fmt::format("{:<24} {:>19} {:>10}\n", "architecture", "seconds/iteration", "vs chosen");
   for (const auto& [name, seconds] : rows) {
-    std::string label = name;
-    if (name == DpCommName(p.dp_comm)) label += p.dp_servers > 0 ? fmt::format(" (chosen, k={})", p.dp_servers) : " (chosen)";
+    std::string label = name == "ps" && p.ps_colocated ? "ps (colocated)" : name;
+    if (name == DpCommName(p.dp_comm) && p.ps_colocated) label += " (chosen)";
+    else if (name == DpCommName(p.dp_comm)) label += p.dp_servers > 0 ? fmt::format(" (chosen, k={})", p.dp_servers) : " (chosen)";
     const std::string ratio = chosen > 0 ? fmt::format("{:.2f}x", seconds / chosen) : "n/a";
     o += fmt::format("{:<24} {:>19.6f} {:>10}\n", label, seconds, ratio);
   }

@@ -89,6 +89,10 @@ Status ServeOne(Communicator* g, DpComm mode, int64_t n, int64_t k, SyncTraffic*
 
 SyncParts SplitForSync(DpComm mode, int64_t count, int64_t n, int64_t k) {
   SyncParts p;
+  if (mode == DpComm::kParameterServer && k == 0) {  // co-located: worker i owns contiguous shard i
+    p.worker = Cut(0, count, n);
+    return p;
+  }
   if (mode == DpComm::kParameterServer) {
     p.server = Cut(0, count, std::max<int64_t>(1, k));
     p.worker.assign(static_cast<size_t>(n), SyncPart{count, 0});

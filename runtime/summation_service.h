@@ -5,7 +5,8 @@
 // server ranks (n..n+k-1), so its messages never meet pipeline transfers or
 // another group's (a separate MPI context). A sync of `count` floats:
 //   the bucket is cut into k server parts then n worker parts (SplitForSync);
-//   ps: server parts only (contiguous shards); byteps: BytePsOptimalSplit's
+//   ps: server parts only (contiguous shards), or co-located (k = 0) n worker
+//   shards, worker i the server of shard i; byteps: BytePsOptimalSplit's
 //   cpu_share / gpu_share (k = 0: n parts of count / n, the all-reduce's split).
 //   Push (one GroupSendRecv): a header {1, count} and server part c to server
 //   c; worker part j to worker j; worker i receives part i of the others.
@@ -36,7 +37,8 @@ struct SyncPart {
 struct SyncParts {
   std::vector<SyncPart> server, worker;
 };
-// ps: count cut into k near-equal shards (the first count % k one longer), no worker parts.
+// ps: count cut into k near-equal shards (the first count % k one longer), no worker parts;
+// ps with k = 0 (co-located, launch.yaml `ps_placement: colocated`): n near-equal worker shards.
 // byteps: each server part floor(cpu_share x count), the rest cut into n near-equal worker parts.
 SyncParts SplitForSync(DpComm mode, int64_t count, int64_t n, int64_t k);
 

@@ -238,9 +238,10 @@ std::string P2PRows(const LaunchPlan& plan, const P2PTimes& p2p) {
 
 // The busiest machine's bytes per byte of gradient in one sync of a group of g workers: the
 // all-reduce's 2 (g - 1) / g (nccl-tests' busbw), a parameter server's max(1, g / k) (a server
-// receives g M / k), BytePS's BytePsTrafficFactor(g, k).
+// receives g M / k), BytePS's BytePsTrafficFactor(g, k); ps co-located (k = 0): 2 (g - 1) / g.
 double SyncTrafficFactor(const LaunchPlan& plan, double g) {
   const int64_t k = static_cast<int64_t>(plan.servers.size());
+  if (plan.dp_comm == DpComm::kParameterServer && plan.ps_colocated) return 2 * (g - 1) / g;
   if (plan.dp_comm == DpComm::kParameterServer) return std::max(1.0, g / static_cast<double>(std::max<int64_t>(1, k)));
   if (plan.dp_comm == DpComm::kBytePS) return BytePsTrafficFactor(static_cast<int64_t>(g), k);
   return 2 * (g - 1) / g;
@@ -249,6 +250,7 @@ double SyncTrafficFactor(const LaunchPlan& plan, double g) {
 // The data-parallel gradient sync of the launch's architecture, e.g. "dp all-reduce" or "dp ps (1 server)".
 std::string DpSyncName(const LaunchPlan& plan) {
   if (!DpCommUsesServers(plan.dp_comm)) return "dp all-reduce";
+  if (plan.ps_colocated) return "dp ps (colocated)";
   return fmt::format("dp {} ({} server{})", DpCommName(plan.dp_comm), plan.servers.size(), plan.servers.size() == 1 ? "" : "s");
 }
 

@@ -117,6 +117,7 @@ std::string LaunchPlanToYaml(const LaunchPlan& p) {
   if (p.cp > 1 || p.sequence_parallel) o += fmt::format("cp: {}\nsequence_parallel: {}\n", p.cp, p.sequence_parallel ? "true" : "false");
   if (p.ep > 1) o += fmt::format("ep: {}\netp: {}\n", p.ep, p.etp);
   if (p.dp_comm != DpComm::kHierAllReduce || !p.servers.empty()) o += fmt::format("dp_comm: {}\nservers: {}\n", DpCommName(p.dp_comm), List(p.servers));
+  if (p.ps_colocated) o += "ps_placement: colocated\n";
   if (p.vertical_sync) o += "vertical_sync: true\n";
   o += fmt::format("config: \"{}\"\n", p.config);
   o += fmt::format("microbatch_size: {}\nnum_microbatches: {}\nglobal_batch: {}\ngpus_per_node: {}\n", p.microbatch_size,
@@ -158,7 +159,7 @@ Status ParseLaunchPlan(const std::string& path, const std::string& text, LaunchP
   YamlReader r(path);
   PLANNER_RETURN_IF_ERROR(r.RequireMap(root, "launch plan"));
   PLANNER_RETURN_IF_ERROR(r.CheckKeys(root, "", {"format_version", "model_file", "model_digest", "plan_digest", "device", "schedule", "interleave",
-                                                 "tp", "pp", "dp", "cp", "sequence_parallel", "ep", "etp", "dp_comm", "servers", "vertical_sync", "config", "microbatch_size", "num_microbatches", "global_batch",
+                                                 "tp", "pp", "dp", "cp", "sequence_parallel", "ep", "etp", "dp_comm", "servers", "ps_placement", "vertical_sync", "config", "microbatch_size", "num_microbatches", "global_batch",
                                                  "gpus_per_node", "predicted", "run", "stages", "ranks", "groups", "programs"}));
   LaunchPlan p;
   p.path = path;
@@ -185,8 +186,14 @@ Status ParseLaunchPlan(const std::string& path, const std::string& text, LaunchP
   PLANNER_RETURN_IF_ERROR(r.GetEnum(root, "dp_comm", "dp_comm", DpCommNames(), &dp_comm, false));
   if (!dp_comm.empty() && !ParseDpComm(dp_comm, &p.dp_comm)) return r.FieldError(root["dp_comm"], "dp_comm", "unknown dp_comm " + dp_comm);
   PLANNER_RETURN_IF_ERROR(r.GetIntList(root, "servers", "servers", &p.servers, false, 0));
-  if (p.dp_comm == DpComm::kParameterServer && p.servers.empty()) {
-    return r.FieldError(root["dp_comm"], "servers", "dp_comm ps needs at least one server rank; regenerate with planner codegen");
+  std::string placement;
+  PLANNER_RETURN_IF_ERROR(r.GetEnum(root, "ps_placement", "ps_placement", {"dedicated", "colocated"}, &placement, false));
+  p.ps_colocated = placement == "colocated";
+  if (p.ps_colocated && (p.dp_comm != DpComm::kParameterServer || !p.servers.empty())) {
+    return r.FieldError(root["ps_placement"], "ps_placement", "colocated is for dp_comm ps with servers: [] (every worker sums a shard); remove it or regenerate with planner codegen");
+  }
+  if (p.dp_comm == DpComm::kParameterServer && p.servers.empty() && !p.ps_colocated) {
+    return r.FieldError(root["dp_comm"], "servers", "dp_comm ps needs at least one server rank (or ps_placement: colocated); regenerate with planner codegen");
   }
   if (!DpCommUsesServers(p.dp_comm) && !p.servers.empty()) {
     return r.FieldError(root["servers"], "servers", fmt::format("dp_comm {} has no servers; remove servers", DpCommName(p.dp_comm)));

@@ -83,6 +83,9 @@ struct LaunchPlan {
   // run the summation loop; the world is ranks.size() + servers.size() processes.
   DpComm dp_comm = DpComm::kHierAllReduce;
   std::vector<int64_t> servers;
+  // ps co-located (`ps_placement: colocated`, with `servers: []`): every worker is the summation
+  // server of its 1/n shard of its group's gradients; no extra ranks.
+  bool ps_colocated = false;
   bool vertical_sync = false;     // PipeDream's vertical sync (schedule pipedream only)
   LaunchRun run;
   double predicted_iteration_s = 0, predicted_bubble_fraction = 0;

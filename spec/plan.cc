@@ -182,6 +182,7 @@ Tree PlanTree(const Plan& p) {
   t.Add("p2p_overlap", Tree::Bool(p.p2p_overlap));
   t.Add("dp_comm", Tree::Str(DpCommName(p.dp_comm)));
   if (p.dp_servers > 0) t.Add("dp_servers", Tree::Int(p.dp_servers));
+  if (p.ps_colocated) t.Add("ps_placement", Tree::Str("colocated"));
   if (p.vertical_sync) t.Add("vertical_sync", Tree::Bool(true));
   Tree stages = Tree::List();
   for (const auto& s : p.stages) {
@@ -248,7 +249,13 @@ Status GetDpComm(const YamlReader& r, const YAML::Node& root, Plan* p) {
   if (p->dp_servers > (int64_t{1} << 20)) {
     return r.FieldError(root["dp_servers"], "dp_servers", fmt::format("{} servers is more than the 1048576 a cluster file may declare; lower it", p->dp_servers));
   }
-  if (p->dp_comm == DpComm::kParameterServer && p->dp_servers < 1) {
+  std::string placement;
+  PLANNER_RETURN_IF_ERROR(r.GetEnum(root, "ps_placement", "ps_placement", {"dedicated", "colocated"}, &placement, false));
+  p->ps_colocated = placement == "colocated";
+  if (p->ps_colocated && p->dp_comm == DpComm::kParameterServer && p->dp_servers > 0) {
+    return r.FieldError(root["dp_servers"], "dp_servers", "a co-located ps runs its servers on the GPU machines; remove dp_servers or set ps_placement: dedicated");
+  }
+  if (p->dp_comm == DpComm::kParameterServer && p->dp_servers < 1 && !p->ps_colocated) {
     return r.FieldError(root["dp_comm"], "dp_servers", "a parameter server needs dp_servers >= 1; set dp_servers or choose another dp_comm");
   }
   if (!DpCommUsesServers(p->dp_comm) && p->dp_servers > 0) {

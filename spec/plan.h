@@ -114,6 +114,10 @@ struct Plan {
   // Summation servers of `ps` and `byteps` (CPU machines of the cluster file; `ps` needs >= 1,
   // `byteps` may have 0, which is the all-reduce's split); 0 for the all-reduce family.
   int64_t dp_servers = 0;
+  // ps with a server process on every GPU machine of a group, the model sharded over them
+  // (plan.yaml `ps_placement: colocated`, written only then; `solve --ps-placement`): the chosen
+  // dp_comm ps (dp_servers then 0) or, under another dp_comm, the comparison's ps row.
+  bool ps_colocated = false;
   // PipeDream's vertical sync (schedule pipedream only): every stage runs a minibatch's forward
   // and backward on the weight version the input stage had when the minibatch entered.
   bool vertical_sync = false;

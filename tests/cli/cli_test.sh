@@ -62,6 +62,14 @@ expect "ps without cpu machines" 2 "planner: error: --dp-comm ps: $C/dgx-a100.ya
 expect "ps with 0 servers" 2 "planner: error: --ps-servers 0: a parameter server (ps) needs at least 1 server; give --ps-servers 1 or more" -- $PLANNER solve --gpus 64 --model $M/vgg16.yaml --cluster $C/byteps.yaml --dp-comm ps --ps-servers 0
 expect "byteps with 0 servers" 0 "byteps (chosen)" -- $PLANNER solve --gpus 64 --model $M/vgg16.yaml --cluster $C/byteps.yaml --pp 1 --schedule 1f1b --dp-comm byteps,allreduce-hier --ps-servers 0 --zero 0
 ! grep -q "^ps " out.txt && pass=$((pass+1)) || { echo "FAIL --ps-servers 0 lists ps"; fail=$((fail+1)); }
+# ps co-located (--ps-placement colocated): a server on every GPU machine, dp_servers 0, launch servers: [].
+expect "ps colocated chosen" 0 "ps (colocated) (chosen)" -- $PLANNER solve --gpus 64 --model $M/vgg16.yaml --cluster $C/byteps.yaml --pp 1 --schedule 1f1b --dp-comm ps,allreduce-hier --ps-placement colocated --zero 0 -o psc.plan.yaml
+grep -qx "ps_placement: \"colocated\"" psc.plan.yaml && ! grep -q "^dp_servers" psc.plan.yaml && $PLANNER -q codegen psc.plan.yaml -o psc >/dev/null \
+  && grep -qx "servers: \[\]" psc/launch.yaml && grep -qx "ps_placement: colocated" psc/launch.yaml && grep -q -- "-np 64 " psc/run.sh && pass=$((pass+1)) || { echo "FAIL ps colocated plan / launch"; fail=$((fail+1)); }
+expect "ps colocated without cpu machines" 0 "ps (colocated)" -- $PLANNER solve --gpus 16 --model $M/gpt2-small.yaml --cluster $C/dgx-a100.yaml --dp-comm allreduce-hier,ps --ps-placement colocated --zero 0
+expect "unknown ps-placement" 2 "planner: error: --ps-placement: unknown value 'colocate', did you mean 'colocated'?; use dedicated" -- $PLANNER solve --gpus 64 --model $M/vgg16.yaml --cluster $C/byteps.yaml --dp-comm ps --ps-placement colocate
+expect "ps colocated with servers" 2 "planner: error: --ps-placement colocated with --ps-servers 4: a co-located ps runs its servers on the GPU machines" -- $PLANNER solve --gpus 64 --model $M/vgg16.yaml --cluster $C/byteps.yaml --dp-comm ps --ps-placement colocated --ps-servers 4
+expect "ps-placement without ps" 2 "planner: error: --ps-placement: ps is not among the architectures tried (allreduce-ring,allreduce-tree,allreduce-hier); add ps to --dp-comm" -- $PLANNER solve --gpus 8 --model $M/gpt2-small.yaml --cluster $C/dgx-a100.yaml --ps-placement dedicated
 expect "too many servers" 2 "planner: error: --ps-servers 40: $C/byteps.yaml declares 32 CPU machine(s); give at most 32" -- $PLANNER solve --gpus 64 --model $M/vgg16.yaml --cluster $C/byteps.yaml --ps-servers 40
 expect "unknown dp-comm" 2 "planner: error: --dp-comm: unknown architecture 'bytepss', did you mean 'byteps'?; choose from allreduce-ring, allreduce-tree, allreduce-hier, ps or byteps" -- $PLANNER solve --gpus 8 --model $M/gpt2-small.yaml --cluster $C/byteps.yaml --dp-comm bytepss
 sed 's/sum_GBps: 40/sum_GB: 40/' $C/byteps.yaml > badcpu.yaml

@@ -150,6 +150,37 @@ TEST_CASE("BytePS: k = 0 is the ring all-reduce between machines; the time falls
   CHECK(BytePsSeconds(slow, kM, {n}, 8) == doctest::Approx(kM / 2e9).epsilon(1e-12));
 }
 
+TEST_CASE("ps co-located (k = 0): 2(n-1)/n M / B, BytePS with k = 0 and the ring between machines on a flat cluster") {
+  for (int64_t n : {2, 3, 4, 8, 16}) {
+    const double nn = static_cast<double>(n);
+    const ClusterSpec c = Flat(n, 4, 1e6);  // summation far faster than the network
+    const double want = 2 * (nn - 1) / nn * kM / 10e9;
+    CHECK(ColocatedPsSeconds(c, kM, {n}) == doctest::Approx(want).epsilon(1e-12));
+    CHECK(ColocatedPsSeconds(c, kM, {n}) == doctest::Approx(BytePsSeconds(c, kM, {n}, 0)).epsilon(1e-12));
+    CHECK(ColocatedPsSeconds(c, kM, {n}) == doctest::Approx(RingAllReduceSeconds(c, kM, {n})).epsilon(1e-12));
+    CHECK(DpSyncSeconds(c, DpComm::kParameterServer, kM, {n}, 0) == ColocatedPsSeconds(c, kM, {n}));
+    // Below the dedicated PS with as many servers as machines' halves: nM/k per server at k < n.
+    if (n >= 4) CHECK(ColocatedPsSeconds(c, kM, {n}) < ParameterServerSeconds(c, kM, {n}, n / 2));
+    // Slow memory: the server's n shards of M/n (M bytes) at S bind it, pipelined with the network.
+    const ClusterSpec slow = Flat(n, 4, 1);
+    CHECK(ColocatedPsSeconds(slow, kM, {n}) == doctest::Approx(std::max(want, kM / 1e9)).epsilon(1e-12));
+    CHECK(ColocatedPsSeconds(slow, kM, {n}) == doctest::Approx(BytePsSeconds(slow, kM, {n}, 0)).epsilon(1e-12));
+  }
+  // Nodes of 4 GPUs, 8 machines: the node's reduce-scatter + all-gather, then 2(n-1)/n M over the machine's
+  // 4 x 10 GB/s, 2 alpha of the network; equal to BytePS at k = 0; on the ring's latency the two differ.
+  const ClusterSpec two = TwoLevel();
+  const double intra = 2 * (0.75 * kM / 100e9 + 3 * 2e-6);
+  CHECK(ColocatedPsSeconds(two, kM, {4, 8}) == doctest::Approx(intra + 2 * 7.0 / 8 * kM / 40e9 + 2 * 5e-6).epsilon(1e-12));
+  CHECK(ColocatedPsSeconds(two, kM, {4, 8}) == doctest::Approx(BytePsSeconds(two, kM, {4, 8}, 0)).epsilon(1e-12));
+  // One machine: the node's all-reduce alone; no CPU machines: the summation at the GPUs' HBM (2000 x 0.8 GB/s).
+  CHECK(ColocatedPsSeconds(two, kM, {4, 1}) == AllReduceSeconds(two, kM, {4, 1}, AllReduceUse::kGradient));
+  const ClusterSpec nocpu = Parse(std::string(kHead) + "topology:\n  - {name: host, size: 4, bandwidth_GBps: 1000}\n");
+  CHECK(ColocatedPsSeconds(nocpu, kM, {4}) == doctest::Approx(std::max(1.5 * kM / 1000e9, kM / 1600e9)).epsilon(1e-12));
+  CHECK(DpServersFor(DpComm::kParameterServer, 8, true) == 0);
+  CHECK(DpServersFor(DpComm::kBytePS, 8, true) == 8);
+  CHECK(DpServersFor(DpComm::kParameterServer, 8, false) == 8);
+}
+
 TEST_CASE("BytePS on nodes: NVLink reduce-scatter first; PCIe-only nodes: CPU-assisted aggregation") {
   const ClusterSpec nv = TwoLevel();
   const double intra = 2 * (0.75 * kM / 100e9 + 3 * 2e-6);
@@ -319,6 +350,47 @@ TEST_CASE("ZeRO >= 1 keeps to the all-reduce family; bad --dp-comm / --ps-server
   bp.gpus = 8;
   bp.dp_comms = {DpComm::kBytePS};
   CHECK(SolveAuto(s, bp, &p).message().find("--dp-comm byteps:") != std::string::npos);
+}
+
+TEST_CASE("--ps-placement colocated: ps with dp_servers 0, its row BytePS's at k = 0; plan.yaml round trip; reader rules") {
+  Vgg f;
+  SearchOptions o;
+  o.gpus = 64;
+  o.pp = {1};
+  o.schedules = {Schedule::k1F1B};
+  o.dp_comms = {DpComm::kParameterServer, DpComm::kBytePS};
+  o.ps_servers = 0;  // byteps at k = 0: the all-reduce's split, which co-located ps is term for term (NVLink nodes)
+  o.ps_colocated = true;
+  o.ps_placement_named = true;
+  Plan p;
+  REQUIRE_OK(f.Solve(o, &p));
+  CHECK(p.dp_comm == DpComm::kParameterServer);  // the tie goes to the earlier of ps and byteps
+  CHECK(p.dp_servers == 0);
+  CHECK(p.ps_colocated);
+  REQUIRE(Seconds(p, "ps") > 0);
+  CHECK(Seconds(p, "ps") == doctest::Approx(Seconds(p, "byteps")).epsilon(1e-12));
+  const std::string yaml = PlanToYaml(p);
+  CHECK(yaml.find("dp_comm: \"ps\"\nps_placement: \"colocated\"\n") != std::string::npos);
+  Plan back;
+  REQUIRE_OK(ParsePlan("plan.yaml", yaml, &back));
+  CHECK(back.ps_colocated);
+  CHECK(back.dp_servers == 0);
+  const size_t at = yaml.find("ps_placement: \"colocated\"\n");
+  const std::string dedicated = yaml.substr(0, at) + yaml.substr(at + 26);
+  CHECK(ParsePlan("plan.yaml", dedicated, &back).message().find("field 'dp_servers': a parameter server needs dp_servers >= 1") != std::string::npos);
+  const std::string both = yaml.substr(0, at) + "dp_servers: 2\n" + yaml.substr(at);
+  CHECK(ParsePlan("plan.yaml", both, &back).message().find("a co-located ps runs its servers on the GPU machines") != std::string::npos);
+  // Dedicated placement (the default): the same search puts ps on the CPU machines, so no ps_placement.
+  SearchOptions d = o;
+  d.ps_colocated = false;
+  d.ps_servers = 32;
+  REQUIRE_OK(f.Solve(d, &p));
+  CHECK(!p.ps_colocated);
+  CHECK(PlanToYaml(p).find("ps_placement") == std::string::npos);
+  // --ps-placement without ps among the architectures tried.
+  SearchOptions none = o;
+  none.dp_comms = {DpComm::kRingAllReduce};
+  CHECK(f.Solve(none, &p).message() == "--ps-placement: ps is not among the architectures tried (allreduce-ring); add ps to --dp-comm or drop --ps-placement");
 }
 
 }  // namespace

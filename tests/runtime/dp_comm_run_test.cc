@@ -27,6 +27,7 @@ struct DpCase {
   std::string model = "mlp-small", cluster = "dgx-a100";
   int64_t gpus = 2, pp = 1, tp = 1, global_batch = 64, iterations = 1, servers = 0;
   DpComm comm = DpComm::kHierAllReduce;
+  bool colocated = false;                       // ps_placement: colocated (servers 0)
   std::string optimizer = "adam";
   std::vector<int64_t> replication;             // per-stage replication (solve --replication)
   Schedule schedule = Schedule::k1F1B;
@@ -54,6 +55,7 @@ Status MakeDpLaunch(const DpCase& c, ModelSpec* model, LaunchPlan* out, std::vec
   PLANNER_RETURN_IF_ERROR(SolveAuto(src, o, &plan));
   plan.dp_comm = c.comm;
   plan.dp_servers = c.servers;
+  plan.ps_colocated = c.colocated;
   CodegenOptions g;
   g.gpus_per_node = cluster.levels[0].size;
   g.run.iterations = c.iterations;
@@ -110,6 +112,7 @@ std::vector<RunSummary> CheckAgainstAllReduce(DpCase c) {
   DpCase ar = c;
   ar.comm = DpComm::kHierAllReduce;
   ar.servers = 0;
+  ar.colocated = false;
   REQUIRE_OK(MakeDpLaunch(ar, &model, &R));
   std::vector<RunSummary> got, want;
   REQUIRE_OK(RunJob(L, model, &got));
@@ -153,6 +156,80 @@ TEST_CASE("SplitForSync: ps shards the bucket over the servers; byteps gives eac
       }
       CHECK(total == m);
     }
+}
+
+TEST_CASE("SplitForSync: ps with k = 0 (co-located) cuts the bucket into n contiguous worker shards, no server part") {
+  for (int64_t n : {2, 3, 4, 8}) {
+    const int64_t m = 100003;
+    const SyncParts p = SplitForSync(DpComm::kParameterServer, m, n, 0);
+    CHECK(p.server.empty());
+    REQUIRE(static_cast<int64_t>(p.worker.size()) == n);
+    int64_t end = 0;
+    for (int64_t i = 0; i < n; ++i) {
+      const SyncPart& w = p.worker[static_cast<size_t>(i)];
+      CHECK(w.begin == end);
+      CHECK(w.count == m / n + (i < m % n ? 1 : 0));
+      end = w.begin + w.count;
+    }
+    CHECK(end == m);
+  }
+}
+
+// Co-located ps over dp n: gradients and losses equal the all-reduce run's, and each worker sends (and
+// receives) 2(n-1)/n M per sync: M - its shard pushed to the shards' owners, its summed shard to the n-1 others.
+void CheckColocated(int64_t n) {
+  DpCase c;
+  c.gpus = n;
+  c.comm = DpComm::kParameterServer;
+  c.colocated = true;
+  c.iterations = 2;
+  ModelSpec model;
+  LaunchPlan L;
+  REQUIRE_OK(MakeDpLaunch(c, &model, &L));
+  CHECK(L.ps_colocated);
+  CHECK(L.servers.empty());
+  const std::vector<RunSummary> got = CheckAgainstAllReduce(c);
+  REQUIRE(static_cast<int64_t>(got.size()) == n);  // no server ranks
+  double m_bytes = 0;  // the bucket: every parameter of the one stage
+  for (const NamedGradient& g : got[0].gradients) m_bytes += 4.0 * static_cast<double>(g.values.size());
+  const double nn = static_cast<double>(n), want = 2 * (nn - 1) / nn * m_bytes;
+  for (int64_t r = 0; r < n; ++r) {
+    const SyncTraffic& t = got[static_cast<size_t>(r)].dp_traffic;
+    CHECK(t.syncs == 2);
+    MESSAGE(fmt::format("dp {} worker {}: {:.0f} bytes sent per sync, 2(n-1)/n M = {:.0f}", n, r, t.sent_bytes / 2, want));
+    CHECK(std::fabs(t.sent_bytes / 2 - want) <= 2 * (nn - 1) * 4);  // the shards' rounding: under a float each
+    CHECK(std::fabs(t.received_bytes / 2 - want) <= 2 * (nn - 1) * 4);
+  }
+}
+
+TEST_CASE("ps co-located, dp 2 and dp 4: gradients equal the all-reduce run's; each worker sends 2(n-1)/n M per sync") {
+  CheckColocated(2);
+  CheckColocated(4);
+}
+
+TEST_CASE("ps co-located: codegen writes servers: [] and ps_placement: colocated; the reader wants both together") {
+  DpCase c;
+  c.comm = DpComm::kParameterServer;
+  c.colocated = true;
+  ModelSpec model;
+  LaunchPlan L;
+  std::vector<std::pair<std::string, std::string>> files;
+  REQUIRE_OK(MakeDpLaunch(c, &model, &L, nullptr, &files));
+  std::map<std::string, std::string> f(files.begin(), files.end());
+  CHECK(f["launch.yaml"].find("dp_comm: ps\nservers: []\nps_placement: colocated\n") != std::string::npos);
+  CHECK(f["run.sh"].find("--oversubscribe -np 2 ") != std::string::npos);
+  LaunchPlan back;
+  REQUIRE_OK(ParseLaunchPlan("launch.yaml", f["launch.yaml"], &back));
+  CHECK(back.ps_colocated);
+  CHECK(back.servers.empty());
+  const std::string text = f["launch.yaml"];
+  const size_t at = text.find("ps_placement: colocated\n");
+  Status s = ParseLaunchPlan("launch.yaml", text.substr(0, at) + text.substr(at + 24), &back);  // ps, no servers, not colocated
+  CHECK(s.message().find("field 'servers': dp_comm ps needs at least one server rank") != std::string::npos);
+  std::string with_server = text;
+  with_server.replace(with_server.find("servers: []"), 11, "servers: [2]");
+  s = ParseLaunchPlan("launch.yaml", with_server, &back);
+  CHECK(s.message().find("field 'ps_placement': colocated is for dp_comm ps with servers: []") != std::string::npos);
 }
 
 TEST_CASE("ps, dp 2 + 1 server: gradients and 3 losses equal the all-reduce run's, with SGD and with Adam") {

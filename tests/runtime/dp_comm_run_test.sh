@@ -4,7 +4,8 @@
 # servers); every gradient file of the first step equals the allreduce-hier run's (max abs
 # difference <= 1e-6 of the largest gradient: the fixed-order sums differ from MPI_Allreduce's by
 # float rounding only), the servers exit 0 with the workers, the report names the architecture
-# and gives every process's bytes per sync. 2-3 ranks + 1-2 servers, mlp-small, 1-3 iterations.
+# and gives every process's bytes per sync. 2-3 ranks + 1-2 servers, mlp-small, 1-3 iterations;
+# ps co-located (ps_placement: colocated, no server ranks) on 4 ranks.
 set -u
 PLANNER=$1
 SRC=$2
@@ -46,17 +47,21 @@ one() {
   timeout 120 bash $name-ar/run.sh --dump-gradients --run-id ar >/dev/null 2>$name.err || { bad "$name allreduce run"; tail -3 $name.err; return; }
   sed -e "s/^dp_comm: .*/dp_comm: $comm/" $name.plan.yaml > $name.$comm.plan.yaml
   [ "$k" -gt 0 ] && echo "dp_servers: $k" >> $name.$comm.plan.yaml
+  [ "$comm" = ps ] && [ "$k" = 0 ] && echo "ps_placement: colocated" >> $name.$comm.plan.yaml  # a server on every worker
   $PLANNER -q codegen $name.$comm.plan.yaml -o $name-$comm --iterations 1 >/dev/null 2>>$name.err || { bad "$name $comm codegen"; tail -3 $name.err; return; }
   grep -q "mpirun.*-np $((np + k)) " $name-$comm/run.sh || { bad "$name run.sh does not start $((np + k)) processes"; return; }
   timeout 120 bash $name-$comm/run.sh --dump-gradients --run-id s >/dev/null 2>>$name.err || { bad "$name $comm run"; tail -3 $name.err; return; }
   local rep=$name-$comm/runs/s/report.md
-  grep -q "dp $comm ($k server" $rep && grep -q "Data-parallel gradient sync per iteration, dp_comm $comm" $rep \
+  local label="dp $comm ($k server"
+  [ "$k" = 0 ] && label="dp $comm (colocated)"
+  grep -q "$label" $rep && grep -q "Data-parallel gradient sync per iteration, dp_comm $comm" $rep \
     && [ "$(grep -c '| server |' $rep)" = "$k" ] || { bad "$name $comm report"; return; }
   if maxdiff $name-ar/runs/ar/grads $name-$comm/runs/s/grads; then ok; else bad "$name $comm gradients differ"; fi
 }
 one dp2 2 ps 1 --pp 1
 one dp2b 2 byteps 2 --pp 1
 one pp2dp2 4 ps 1 --pp 2
+one dp4c 4 ps 0 --pp 1 --zero 0
 
 # A worker killed mid-run ends the job, its server included (the peer watch over every process of
 # the job: well before the 10 s timeout), and the error names the lost worker.
