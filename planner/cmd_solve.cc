@@ -626,7 +626,7 @@ Runner RegisterSolve(CLI::App& app) {
       return Status::InvalidArgument(fmt::format("--mode: unknown value '{}'{}; use auto or pipedream", a->mode, DidYouMean(a->mode, {"auto", "pipedream"})));
     }
     if (a->mode == "pipedream" && (!a->dp_comm.empty() || a->ps_servers >= 0 || !a->ps_placement.empty())) {
-      return Status::InvalidArgument("--dp-comm / --ps-servers: pipedream mode runs PipeDream's optimizer with its own all-reduce; drop them or use --mode auto");
+      return Status::InvalidArgument("--dp-comm / --ps-servers / --ps-placement: pipedream mode runs PipeDream's optimizer with its own all-reduce; drop them or use --mode auto");
     }
     if (!a->model.empty() && !a->profile.empty() && a->mode == "pipedream") {
       return Status::InvalidArgument("pipedream mode reads a profile; drop --model");

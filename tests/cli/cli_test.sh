@@ -81,7 +81,7 @@ fi
 expect "import" 0 "41 layers" -- $PLANNER import pipedream $REF/vgg16/graph.txt -o vgg16.profile.yaml
 expect "pipedream 4" 0 "replication 3-1" -- $PLANNER solve --gpus 4 --profile vgg16.profile.yaml --cluster $C/dgx-a100.yaml --mode pipedream --pd-bandwidths 1e9 --pd-machines 4
 expect "pipedream 8 cluster-b" 0 "replication 7-1" -- $PLANNER solve --gpus 8 --profile vgg16.profile.yaml --cluster $C/pipedream-cluster-b.yaml --mode pipedream
-expect "pipedream mode takes no --dp-comm" 2 "planner: error: --dp-comm / --ps-servers: pipedream mode runs PipeDream's optimizer with its own all-reduce; drop them or use --mode auto" -- $PLANNER solve --gpus 8 --profile vgg16.profile.yaml --cluster $C/byteps.yaml --mode pipedream --dp-comm byteps
+expect "pipedream mode takes no --dp-comm" 2 "planner: error: --dp-comm / --ps-servers / --ps-placement: pipedream mode runs PipeDream's optimizer with its own all-reduce; drop them or use --mode auto" -- $PLANNER solve --gpus 8 --profile vgg16.profile.yaml --cluster $C/byteps.yaml --mode pipedream --dp-comm byteps
 expect "ps-servers without cpu machines" 2 "planner: error: --ps-servers 2: $C/dgx-a100.yaml declares no CPU machines; add 'cpu_machines: {count, bandwidth_GBps, sum_GBps}' to it or drop --ps-servers" -- $PLANNER solve --gpus 8 --model $M/gpt2-small.yaml --cluster $C/dgx-a100.yaml --ps-servers 2
 expect "pipedream 16 flat" 0 "replication 15-1" -- $PLANNER solve --gpus 16 --profile vgg16.profile.yaml --cluster $C/pipedream-cluster-b.yaml --mode pipedream --pd-machines 16 --pd-bandwidths 3.125e9
 expect "default discovery" 0 "using profile vgg16.profile.yaml" -- $PLANNER solve --gpus 4 --cluster $C/pipedream-cluster-a.yaml
