@@ -95,7 +95,15 @@ SearchSpace MakeSearchSpace(const CostSource& src, const SearchOptions& o, int64
     else for (int64_t b = 1; b <= 64; b *= 2) sp.microbatch.push_back(b);
   }
   sp.schedules = o.schedules;
-  if (sp.schedules.empty()) sp.schedules = {Schedule::kGpipe, Schedule::k1F1B, Schedule::kInterleaved, Schedule::kZbH1, Schedule::kPipeDream, Schedule::kDualPipeV};
+  if (sp.schedules.empty()) {
+    // Transformer (gpt:) models: the synchronous schedules the engines they train on run (Megatron-LM,
+    // torchtitan, DeepSpeed); PipeDream's asynchronous one changes the optimisation (stale weights)
+    // and no such engine runs it, so it is searched only when named (--schedule pipedream or
+    // --mode pipedream). Other models keep it: PipeDream's setting (docs/cost_model.md section 8).
+    const bool llm = src.model != nullptr && src.model->is_gpt;
+    sp.schedules = {Schedule::kGpipe, Schedule::k1F1B, Schedule::kInterleaved, Schedule::kZbH1, Schedule::kDualPipeV};
+    if (!llm) sp.schedules.insert(sp.schedules.begin() + 4, Schedule::kPipeDream);
+  }
   sp.replicated = !o.replication.empty() ||
                   std::find(sp.schedules.begin(), sp.schedules.end(), Schedule::kPipeDream) != sp.schedules.end();
   // MTP modules each hold a transformer block and are split like one (Megatron's pipeline layout: a unit each).

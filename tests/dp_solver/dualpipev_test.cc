@@ -445,3 +445,34 @@ TEST_CASE("an MTP module is split as one block: DeepSeek-V3's 61 blocks + 1 MTP 
 
 }  // namespace
 }  // namespace planner
+
+namespace planner {
+namespace {
+
+TEST_CASE("default schedules: pipedream (asynchronous) only when named for gpt models, by default for the others") {
+  ClusterSpec cluster;
+  REQUIRE_OK(LoadClusterSpec(testing::SourcePath("configs/clusters/dgx-a100.yaml"), &cluster));
+  ModelSpec gpt, cnn;
+  REQUIRE_OK(LoadModelSpec(testing::SourcePath("configs/models/gpt3-175b.yaml"), &gpt));
+  REQUIRE_OK(LoadModelSpec(testing::SourcePath("configs/models/vgg16.yaml"), &cnn));
+  SearchOptions o;
+  o.gpus = 64;
+  CostSource src;
+  src.cluster = &cluster;
+  src.model = &gpt;
+  const SearchSpace g = MakeSearchSpace(src, o, 1536);
+  CHECK(std::find(g.schedules.begin(), g.schedules.end(), Schedule::kPipeDream) == g.schedules.end());
+  CHECK(g.schedules.size() == 5);
+  CHECK_FALSE(g.replicated);
+  src.model = &cnn;
+  const SearchSpace c = MakeSearchSpace(src, o, 256);
+  CHECK(std::find(c.schedules.begin(), c.schedules.end(), Schedule::kPipeDream) != c.schedules.end());
+  CHECK(c.replicated);
+  // Named, it is searched for a gpt model too.
+  src.model = &gpt;
+  o.schedules = {Schedule::kPipeDream};
+  CHECK(MakeSearchSpace(src, o, 1536).replicated);
+}
+
+}  // namespace
+}  // namespace planner
