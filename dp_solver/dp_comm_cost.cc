@@ -45,21 +45,11 @@ double IntraNodeAllReduce(const ClusterSpec& c, double bytes, int64_t gpus) {
   return AllReduceSeconds(c, bytes, inside, AllReduceUse::kGradient);
 }
 
-// BytePsOptimalSplit's formula at a real k (k / G servers per group): equal to it at integers.
-BytePsSplit SplitAt(double n, double k) {
-  BytePsSplit s;
-  if (n <= 1) return s;
-  if (k <= 0) {
-    s.gpu_share = 1.0 / n;
-  } else if (k >= n) {
-    s.cpu_share = 1.0 / k;
-    s.gpu_share = 0;
-  } else {
-    const double d = n * n + k * n - 2 * k;
-    s.cpu_share = 2 * (n - 1) / d;
-    s.gpu_share = (n - k) / d;
-  }
-  return s;
+// The bytes per second a summation streams its inputs at: the CPU machines' `sum_GBps`; without one
+// `fallback_GBps` (0: unbounded, the summation never the bottleneck).
+double SummationBps(const ClusterSpec& c, double fallback_GBps = 0) {
+  const double GBps = c.cpu_machines.sum_GBps > 0 ? c.cpu_machines.sum_GBps : fallback_GBps;
+  return GBps > 0 ? GBps * 1e9 : kInf;
 }
 
 }  // namespace
@@ -149,7 +139,7 @@ double ParameterServerSeconds(const ClusterSpec& c, double bytes, const std::vec
   const double server_bytes = n * bytes / k;
   // A server sums each key's pushes as they arrive, pipelined with the network as BytePS's summation
   // service is: the slowest of the worker's link, the server's link and the server's summation.
-  const double sum_Bps = c.cpu_machines.sum_GBps > 0 ? c.cpu_machines.sum_GBps * 1e9 : kInf;
+  const double sum_Bps = SummationBps(c);
   const double net = std::max({bytes / m.network_Bps, server_bytes / (c.cpu_machines.bandwidth_GBps * 1e9), server_bytes / sum_Bps});
   return IntraNodeAllReduce(c, bytes, m.gpus_per_machine) + net + 2 * c.NetworkLatencySeconds();
 }
@@ -159,8 +149,7 @@ double ColocatedPsSeconds(const ClusterSpec& c, double bytes, const std::vector<
   const double intra = IntraNodeAllReduce(c, bytes, m.gpus_per_machine);
   if (m.machines <= 1) return intra;
   const double n = static_cast<double>(m.machines);
-  const double sum_GBps = c.cpu_machines.sum_GBps > 0 ? c.cpu_machines.sum_GBps : c.hbm_bandwidth_GBps * c.hbm_efficiency;
-  const double sum_Bps = sum_GBps > 0 ? sum_GBps * 1e9 : kInf;
+  const double sum_Bps = SummationBps(c, c.hbm_bandwidth_GBps * c.hbm_efficiency);
   const double net = 2 * (n - 1) / n * bytes / m.network_Bps;  // push n-1 shards of M/n, pull them back summed
   return intra + std::max(net, bytes / sum_Bps) + 2 * c.NetworkLatencySeconds();
 }
@@ -173,7 +162,7 @@ double BytePsPcieIntraSeconds(const ClusterSpec& c, double bytes, int64_t gpus) 
   if (!(c.pcie_GBps > 0)) return IntraNodeAllReduce(c, bytes, gpus);
   const double rs = (s - 1) / s * bytes / (c.pcie_GBps * 1e9) + (s - 1) * lv.latency_us * 1e-6;  // inside one switch
   const double copy = bytes / (c.pcie_GBps * 1e9);
-  const double reduce = c.cpu_machines.sum_GBps > 0 ? w * bytes / (c.cpu_machines.sum_GBps * 1e9) : 0;
+  const double reduce = w * bytes / SummationBps(c);  // no sum_GBps: unbounded, 0
   return 2 * rs + 2 * copy + reduce;
 }
 
@@ -186,8 +175,8 @@ double BytePsSeconds(const ClusterSpec& c, double bytes, const std::vector<int64
   if (m.machines <= 1) return plain;
   const double k = static_cast<double>(std::max<int64_t>(0, servers)) / static_cast<double>(std::max<int64_t>(1, siblings));
   const double n = static_cast<double>(m.machines);
-  const BytePsSplit split = SplitAt(n, k);
-  const double sum_Bps = c.cpu_machines.sum_GBps > 0 ? c.cpu_machines.sum_GBps * 1e9 : kInf;
+  const BytePsSplit split = BytePsSplitAt(n, k);
+  const double sum_Bps = SummationBps(c);
   const double t_g = std::max((1 + (n - 2) * split.gpu_share) * bytes / m.network_Bps, n * split.gpu_share * bytes / sum_Bps);
   double t_c = 0;
   if (k > 0) t_c = std::max(n * split.cpu_share * bytes / (c.cpu_machines.bandwidth_GBps * 1e9), n * split.cpu_share * bytes / sum_Bps);

@@ -33,24 +33,23 @@ std::vector<std::string> DpCommNames() {
   return v;
 }
 
-BytePsSplit BytePsOptimalSplit(int64_t n, int64_t k) {
+BytePsSplit BytePsSplitAt(double n, double k) {
   BytePsSplit s;
   if (n <= 1) return s;
   if (k <= 0) {
-    s.gpu_share = 1.0 / static_cast<double>(n);
-    return s;
-  }
-  if (k >= n) {
-    s.cpu_share = 1.0 / static_cast<double>(k);
+    s.gpu_share = 1.0 / n;
+  } else if (k >= n) {
+    s.cpu_share = 1.0 / k;
     s.gpu_share = 0;
-    return s;
+  } else {
+    const double d = n * n + k * n - 2 * k;
+    s.cpu_share = 2 * (n - 1) / d;
+    s.gpu_share = (n - k) / d;
   }
-  const double nn = static_cast<double>(n), kk = static_cast<double>(k);
-  const double d = nn * nn + kk * nn - 2 * kk;
-  s.cpu_share = 2 * (nn - 1) / d;
-  s.gpu_share = (nn - kk) / d;
   return s;
 }
+
+BytePsSplit BytePsOptimalSplit(int64_t n, int64_t k) { return BytePsSplitAt(static_cast<double>(n), static_cast<double>(k)); }
 
 double BytePsTrafficFactor(int64_t n, int64_t k) {
   if (n <= 1) return 0;

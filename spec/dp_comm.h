@@ -36,6 +36,8 @@ struct BytePsSplit {
   double gpu_share = 1;
 };
 BytePsSplit BytePsOptimalSplit(int64_t n, int64_t k);
+// The same formula at real n and k (the cost model's k / G servers per group): equal at integers.
+BytePsSplit BytePsSplitAt(double n, double k);
 
 // The bytes the busiest machine sends (= receives) per byte of model under that split, i.e. the
 // time in units of M / B when every machine has bandwidth B:
