@@ -1,0 +1,38 @@
+// Internal to codegen/: one writer per export target (codegen.cc calls them in order).
+// Each appends (relative path, contents) to *files, and to *notes what its target cannot take;
+// a plan a target cannot run gets a refusal file (the reason) instead of the target's files.
+#pragma once
+
+#include <cstdint>
+#include <string>
+#include <utility>
+#include <vector>
+
+#include "codegen/codegen.h"
+
+namespace planner::codegen_internal {
+
+using Files = std::vector<std::pair<std::string, std::string>>;
+
+inline std::string Join(const std::vector<int64_t>& v, const char* sep) {
+  std::string s;
+  for (size_t i = 0; i < v.size(); ++i) s += (i ? sep : "") + std::to_string(v[i]);
+  return s;
+}
+
+// scripts.cc
+std::string ServersNote(const LaunchPlan& L);
+void AddRunScript(const ModelSpec& model, const LaunchPlan& L, const CodegenOptions& o, Files* files);
+void AddSlurmScript(const ModelSpec& model, const LaunchPlan& L, const CodegenOptions& o, Files* files);
+
+// megatron.cc
+const Layer* MlaLayer(const ModelSpec& model);
+void AddMegatronArgs(const Plan& plan, const ModelSpec& model, const LaunchPlan& L, Files* files, std::vector<std::string>* notes);
+
+// deepspeed.cc
+void AddDeepSpeedFiles(const Plan& plan, const ModelSpec& model, const LaunchPlan& L, Files* files, std::vector<std::string>* notes);
+
+// torch_pipelining.cc
+void AddTorchPipelining(const ModelSpec& model, const LaunchPlan& L, Files* files, std::vector<std::string>* notes);
+
+}  // namespace planner::codegen_internal
