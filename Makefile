@@ -1,10 +1,10 @@
 # Thin wrapper over Meson (HACKING.md). Installs missing Debian packages first.
 BUILD ?= build
 PLANNER := $(BUILD)/planner/planner
-DEPS := meson ninja-build pkg-config g++ libcli11-dev libyaml-cpp-dev libfmt-dev libeigen3-dev doctest-dev cmake libopenmpi-dev openmpi-bin python3
+DEPS := meson ninja-build pkg-config g++ libcli11-dev libyaml-cpp-dev libfmt-dev libeigen3-dev doctest-dev cmake libopenmpi-dev openmpi-bin python3 python3-venv slurm-wlm munge
 MESON_FLAGS ?=
 
-.PHONY: all deps build demo test bench clean
+.PHONY: all deps build demo test bench clean exports-venv
 
 all: build
 
@@ -36,7 +36,12 @@ demo: build
 	$(PLANNER) inspect gpt3-175b.plan.yaml --svg gpt3-175b.timeline.svg
 	$(PLANNER) solve --gpus 1024,2048,4096,8192 --model configs/models/llama3-70b.yaml --cluster configs/clusters/dgx-h100.yaml --train-tokens 15T
 
-test: build
+# The engines the export tests run for real (torch, megatron-core, deepspeed, torchtitan from
+# PyPI, pinned in tests/exports/requirements.txt; reused while the pins are unchanged).
+exports-venv:
+	bash tests/exports/setup_venv.sh
+
+test: build exports-venv
 	meson test -C $(BUILD) --print-errorlogs --no-suite bench
 
 bench: build
