@@ -22,7 +22,20 @@ struct CodegenOptions {
   std::string device = "cpu";    // what `planner run` executes on
   std::string planner_path = "planner";  // executable run.sh launches
   LaunchRun run;
+  std::vector<std::string> exports;  // targets to write besides launch.yaml (ExportTargets()); empty: all
 };
+
+// The export targets, in the order codegen writes them: mpirun (run.sh), slurm (slurm.sbatch),
+// megatron, deepspeed, torch-pipelining. docs/exports.md.
+const std::vector<std::string>& ExportTargets();
+
+// Whether a launch directory's file (relative path) belongs to an export target: what a new
+// codegen of that target replaces (a refused target leaves none of its old files behind).
+bool ExportOwnsFile(const std::string& target, const std::string& relative_path);
+
+// A comma-separated --export list ("all" or names of ExportTargets()) into *out; an unknown or
+// repeated name is InvalidArgument naming the choices.
+Status ParseExportList(const std::string& list, std::vector<std::string>* out);
 
 // Also each rank's program (dp_solver/programs.h), proved deadlock-free: a plan whose
 // programs fail the check is refused (Internal, naming the stuck ranks).

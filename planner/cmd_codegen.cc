@@ -16,7 +16,7 @@ namespace planner {
 namespace {
 
 struct CodegenArgs {
-  std::string plan, output = "launch", device = "cpu", optimizer = "adam", planner_path;
+  std::string plan, output = "launch", device = "cpu", optimizer = "adam", planner_path, exports = "all";
   int64_t iterations = 20, warmup = 2, threads = 1, gpus_per_node = 0, checkpoint_every = 0, seed = 1;
   double lr = 1e-3, timeout_s = 60;
   bool overlap_dp = false;
@@ -91,6 +91,27 @@ Status PlanGpusPerNode(const std::string& plan_path, const Plan& plan, int64_t* 
   return Status::OK();
 }
 
+// Files an earlier codegen wrote into DIR for the targets written now but not written this time
+// (megatron.args when the target is refused now, megatron.args.refused when it is written):
+// removed, so the directory holds this plan's exports only.
+Status RemoveStaleExports(const std::string& dir, const std::vector<std::string>& targets, const std::vector<std::pair<std::string, std::string>>& files) {
+  namespace fs = std::filesystem;
+  std::error_code ec;
+  for (const std::string sub : {"", "deepspeed"}) {
+    const fs::path d = fs::path(dir) / sub;
+    if (!fs::is_directory(d, ec)) continue;
+    for (const auto& e : fs::directory_iterator(d, ec)) {
+      if (!e.is_regular_file(ec)) continue;
+      const std::string rel = sub.empty() ? e.path().filename().string() : sub + "/" + e.path().filename().string();
+      const bool written = std::any_of(files.begin(), files.end(), [&rel](const auto& f) { return f.first == rel; });
+      const bool owned = std::any_of(targets.begin(), targets.end(), [&rel](const std::string& t) { return ExportOwnsFile(t, rel); });
+      if (!owned || written) continue;
+      if (!fs::remove(e.path(), ec) || ec) return Status::Unavailable(fmt::format("{}: cannot remove the earlier export ({}); remove it or write elsewhere", e.path().string(), ec.message()));
+    }
+  }
+  return Status::OK();
+}
+
 }  // namespace
 
 Runner RegisterCodegen(CLI::App& app, const std::string& self) {
@@ -109,10 +130,13 @@ Runner RegisterCodegen(CLI::App& app, const std::string& self) {
   cmd->add_option("--timeout", a->timeout_s, "seconds before a stuck collective ends the run")->check(CLI::PositiveNumber);
   cmd->add_flag("--overlap-dp", a->overlap_dp, "all-reduce gradients on a second thread while the last backward runs (needs spare cores)");
   cmd->add_option("--planner-path", a->planner_path, "executable the scripts launch (default: this planner)");
+  cmd->add_option("--export", a->exports, "targets written besides launch.yaml, comma-separated: mpirun, slurm, megatron, deepspeed, torch-pipelining (default: all)");
   cmd->add_option("--gpus-per-node", a->gpus_per_node, "ranks per node (default: the plan's cluster, first topology level)")->check(CLI::PositiveNumber);
   return [a, self]() -> Status {
     if (a->device != "cpu" && a->device != "cuda") return Status::InvalidArgument(fmt::format("--device: unknown value '{}'; use cpu or cuda", a->device));
     if (a->optimizer != "adam" && a->optimizer != "sgd") return Status::InvalidArgument(fmt::format("--optimizer: unknown value '{}'; use adam or sgd", a->optimizer));
+    CodegenOptions o;
+    PLANNER_RETURN_IF_ERROR(ParseExportList(a->exports, &o.exports));
     Plan plan;
     PLANNER_RETURN_IF_ERROR(LoadPlan(a->plan, &plan));
     std::string model_path = ResolveModel(a->plan, plan.model_path);
@@ -127,7 +151,6 @@ Runner RegisterCodegen(CLI::App& app, const std::string& self) {
       return Status::InvalidArgument(fmt::format("{} changed since {} was solved (digest {} vs {}); solve again", model_path, a->plan, model.digest, plan.model_digest));
     }
     PLANNER_RETURN_IF_ERROR(ApplyPlanOverrides(a->plan, plan, &model, &model_text));
-    CodegenOptions o;
     o.device = a->device;
     o.planner_path = a->planner_path.empty() ? self : a->planner_path;
     o.run.iterations = a->iterations;
@@ -152,8 +175,9 @@ Runner RegisterCodegen(CLI::App& app, const std::string& self) {
     files.emplace_back("model.yaml", model_text);
     namespace fs = std::filesystem;
     PLANNER_RETURN_IF_ERROR(MakeDirectories(a->output));
-    PLANNER_RETURN_IF_ERROR(MakeDirectories((fs::path(a->output) / "deepspeed").string()));
+    PLANNER_RETURN_IF_ERROR(RemoveStaleExports(a->output, o.exports, files));
     for (const auto& [name, text] : files) {
+      if (name.find('/') != std::string::npos) PLANNER_RETURN_IF_ERROR(MakeDirectories((fs::path(a->output) / name).parent_path().string()));
       const bool script = name.size() > 3 && name.substr(name.size() - 3) == ".sh";
       PLANNER_RETURN_IF_ERROR(WriteFileAtomic((fs::path(a->output) / name).string(), text, script ? 0755 : 0644));
     }

@@ -164,6 +164,15 @@ touch afile
 expect "codegen into a file" 2 "planner: error: afile: exists and is not a directory; choose another path" -- $PLANNER codegen p.yaml -o afile
 expect "codegen scripts are executable" 0 "wrote L/" -- $PLANNER codegen p.yaml -o L
 [ -x L/run.sh ] && pass=$((pass+1)) || { echo "FAIL L/run.sh is not executable"; fail=$((fail+1)); }
+# --export chooses the targets; an unknown or repeated one is exit 2 naming the choices.
+expect "codegen --export unknown" 2 "planner: error: --export: unknown target 'megatron-lm'; choose from mpirun, slurm, megatron, deepspeed, torch-pipelining (comma-separated) or all" -- $PLANNER codegen p.yaml -o LX --export megatron-lm
+expect "codegen --export twice" 2 "planner: error: --export: 'slurm' listed twice; name each target once" -- $PLANNER codegen p.yaml -o LX --export slurm,slurm
+expect "codegen --export megatron" 0 "wrote LM/" -- $PLANNER codegen p.yaml -o LM --export megatron
+if [ "$(cd LM && find . -type f | sort | tr '\n' ' ')" = "./launch.yaml ./megatron.args ./model.yaml " ]; then pass=$((pass+1)); else echo "FAIL --export megatron wrote: $(cd LM && find . -type f | sort | tr '\n' ' ')"; fail=$((fail+1)); fi
+# A target written again replaces its earlier files (a stale refusal goes); other files stay.
+touch L/megatron.args.refused L/deepspeed/refused.txt L/notes.txt
+$PLANNER -q codegen p.yaml -o L --export megatron,deepspeed >/dev/null
+if [ ! -e L/megatron.args.refused ] && [ ! -e L/deepspeed/refused.txt ] && [ -f L/megatron.args ] && [ -f L/deepspeed/ds_config.json ] && [ -f L/notes.txt ] && [ -f L/run.sh ]; then pass=$((pass+1)); else echo "FAIL stale exports: $(ls L L/deepspeed)"; fail=$((fail+1)); fi
 # A plan whose cluster file is broken is an error, not a silent 8 ranks per node.
 cp $C/local-cpu.yaml c.yaml
 $PLANNER -q solve --gpus 1 --model $M/tiny-gpt.yaml --cluster c.yaml -o pc.yaml >/dev/null
