@@ -270,7 +270,7 @@ Status GenerateLaunchFiles(const Plan& plan, const ModelSpec& model, const Launc
   codegen_internal::AddSlurmScript(model, L, o, files);
   codegen_internal::AddMegatronArgs(plan, model, L, files, notes);
   codegen_internal::AddDeepSpeedFiles(plan, model, L, files, notes);
-  codegen_internal::AddTorchPipelining(model, L, files, notes);
+  codegen_internal::AddTorchPipelining(plan, model, L, files, notes);
   return Status::OK();
 }
 
