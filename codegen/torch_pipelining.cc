@@ -313,6 +313,9 @@ def train(steps, device_kind):
     assert rank == (pp_rank * DP + dp_rank) * TP + tp_rank, "mesh rank order differs from launch.yaml's"
     model = reference_model()
     stages, schedule, grad_sync, params = build(model, mesh, device)
+    held = sum(getattr(p, "_local_tensor", p).numel() for p in params)
+    print(f"rank {rank}: pp {pp_rank} dp {dp_rank} tp {tp_rank} stages {[s.stage_index for s in stages]} of {len(STAGES)}, "
+          f"{held} parameters, {SCHEDULE} {N_MICROBATCHES} microbatches", flush=True)
     opt = _optimizer(params)
     first, last = any(s.is_first for s in stages), any(s.is_last for s in stages)
     local_batch = GLOBAL_BATCH // DP
@@ -342,7 +345,10 @@ def main():
     ap.add_argument("--steps", type=int, default=STEPS)
     ap.add_argument("--device", choices=("auto", "cpu", "cuda"), default="auto", help="auto: cuda + nccl when available, else cpu + gloo")
     ap.add_argument("--reference", action="store_true", help="one process, no pipeline: the losses the pipelined run must match")
+    ap.add_argument("--optimizer", choices=("adam", "sgd"), default=OPTIMIZER)
+    ap.add_argument("--lr", type=float, default=LEARNING_RATE)
     a = ap.parse_args()
+    globals().update(OPTIMIZER=a.optimizer, LEARNING_RATE=a.lr)
     if a.reference:
         reference(a.steps)
     else:
@@ -421,7 +427,7 @@ void AddTorchPipelining(const Plan& plan, const ModelSpec& model, const LaunchPl
   }
   auto note = [&](const std::string& s) { notes->push_back("torch_pipelining.py: " + s); };
   if (L.schedule == Schedule::k1F1B && cls == "ScheduleGPipe") {
-    note(fmt::format("1f1b with {} microbatches < {} stages (torch's Schedule1F1B needs m >= stages) written as ScheduleGPipe: the same gradients (both flush every step); "
+    note(fmt::format("1f1b with {} microbatch(es) < {} stages (torch's Schedule1F1B needs m >= stages) written as ScheduleGPipe: the same gradients (both flush every step); "
                      "rank 0 holds m microbatches' activations in both, later ranks m instead of pp - r", L.num_microbatches, L.pp));
   }
   if (L.schedule == Schedule::kZbH1) note("zb-h1 written as ScheduleInterleavedZeroBubble with one stage per rank (torch's ZB1P, the zero-bubble paper's ZB-H1 at one chunk)");

@@ -347,6 +347,9 @@ def train(steps, device_kind):
     assert rank == (pp_rank * DP + dp_rank) * TP + tp_rank, "mesh rank order differs from launch.yaml's"
     model = reference_model()
     stages, schedule, grad_sync, params = build(model, mesh, device)
+    held = sum(getattr(p, "_local_tensor", p).numel() for p in params)
+    print(f"rank {rank}: pp {pp_rank} dp {dp_rank} tp {tp_rank} stages {[s.stage_index for s in stages]} of {len(STAGES)}, "
+          f"{held} parameters, {SCHEDULE} {N_MICROBATCHES} microbatches", flush=True)
     opt = _optimizer(params)
     first, last = any(s.is_first for s in stages), any(s.is_last for s in stages)
     local_batch = GLOBAL_BATCH // DP
@@ -376,7 +379,10 @@ def main():
     ap.add_argument("--steps", type=int, default=STEPS)
     ap.add_argument("--device", choices=("auto", "cpu", "cuda"), default="auto", help="auto: cuda + nccl when available, else cpu + gloo")
     ap.add_argument("--reference", action="store_true", help="one process, no pipeline: the losses the pipelined run must match")
+    ap.add_argument("--optimizer", choices=("adam", "sgd"), default=OPTIMIZER)
+    ap.add_argument("--lr", type=float, default=LEARNING_RATE)
     a = ap.parse_args()
+    globals().update(OPTIMIZER=a.optimizer, LEARNING_RATE=a.lr)
     if a.reference:
         reference(a.steps)
     else:
