@@ -27,6 +27,7 @@ import torch
 import torch.distributed as dist
 import torch.nn as nn
 import torch.nn.functional as F
+from torch.distributed.tensor.parallel import ColwiseParallel, RowwiseParallel, parallelize_module
 
 
 # ---- the reference model: the planner's GPT template, top-level modules named as the plan's layers ----
@@ -214,11 +215,21 @@ def _untie(stage_mods):
     return list(ties.values())
 
 
-def build(model, mesh, device, loss_fn=loss_fn):
+def reference_tp_plan(block):
+    """parallelize_module's plan for a reference GPT block: Colwise q, k, v, fc1 (and gate), Rowwise o and fc2."""
+    plan = {"attn.q": ColwiseParallel(), "attn.k": ColwiseParallel(), "attn.v": ColwiseParallel(),
+            "attn.o": RowwiseParallel(), "mlp.fc1": ColwiseParallel(), "mlp.fc2": RowwiseParallel()}
+    if getattr(block.mlp, "gate", None) is not None:
+        plan["mlp.gate"] = ColwiseParallel()
+    return plan
+
+
+def build(model, mesh, device, loss_fn=loss_fn, tp_plan=None):
     """Splits `model` (top-level submodules named as the plan's layers) into STAGES, keeps this rank's
-    (STAGES_PER_RANK, placed by STAGE_STYLE), applies TP on mesh['tp'] to the GPT blocks, and returns
-    (stages, schedule, grad_sync) where grad_sync() averages gradients over mesh['dp'] and sums tied
-    weights; call it after schedule.step() and before optimizer.step()."""
+    (STAGES_PER_RANK, placed by STAGE_STYLE), applies TP on mesh['tp'] to the blocks (tp_plan(block): a
+    parallelize_module plan; default reference_tp_plan), and returns (stages, schedule, grad_sync, params):
+    grad_sync() averages gradients over mesh['dp'] and sums tied weights; call it after schedule.step()
+    and before optimizer.step() on params (this rank's parameters)."""
     from torch.distributed import pipelining
 
     stage_mods = [StageModule(model, names) for names in STAGES]
@@ -226,16 +237,10 @@ def build(model, mesh, device, loss_fn=loss_fn):
     pp_rank = mesh["pp"].get_local_rank()
     ids = stage_ids(pp_rank)
     if TP > 1:
-        from torch.distributed.tensor.parallel import ColwiseParallel, RowwiseParallel, parallelize_module
-
         for q in ids:
             for name, blk in stage_mods[q].named_children():
                 if name.startswith("block"):
-                    plan = {"attn.q": ColwiseParallel(), "attn.k": ColwiseParallel(), "attn.v": ColwiseParallel(),
-                            "attn.o": RowwiseParallel(), "mlp.fc1": ColwiseParallel(), "mlp.fc2": RowwiseParallel()}
-                    if getattr(blk.mlp, "gate", None) is not None:
-                        plan["mlp.gate"] = ColwiseParallel()
-                    parallelize_module(blk, mesh["tp"], plan)
+                    parallelize_module(blk, mesh["tp"], (tp_plan or reference_tp_plan)(blk))
     for q in ids:
         stage_mods[q].to(device)
     pp_group = mesh["pp"].get_group()
