@@ -324,18 +324,20 @@ def train(steps, device_kind):
     held = sum(getattr(p, "_local_tensor", p).numel() for p in params)
     print(f"rank {rank}: pp {pp_rank} dp {dp_rank} tp {tp_rank} stages {[s.stage_index for s in stages]} of {len(STAGES)}, "
           f"{held} parameters, {SCHEDULE} {N_MICROBATCHES} microbatches", flush=True)
-    opt = _optimizer(params)
+    opt = _optimizer(params) if params else None  # a stage of the loss alone holds no parameters
     first, last = any(s.is_first for s in stages), any(s.is_last for s in stages)
     local_batch = GLOBAL_BATCH // DP
     for step in range(steps):
         x, y = mock_batch(step)
         x = x[dp_rank * local_batch:(dp_rank + 1) * local_batch].to(device)
         y = y[dp_rank * local_batch:(dp_rank + 1) * local_batch].to(device)
-        opt.zero_grad(set_to_none=False)
+        if opt is not None:
+            opt.zero_grad(set_to_none=False)
         losses = []
         schedule.step(*((x,) if first else ()), target=y if last else None, losses=losses)
         grad_sync()
-        opt.step()
+        if opt is not None:
+            opt.step()
         if last:
             loss = torch.stack([l.detach().float() for l in losses]).mean()
             if DP > 1:
