@@ -308,7 +308,7 @@ Status GenerateLaunchFiles(const Plan& plan, const ModelSpec& model, const Launc
   if (wanted("slurm")) codegen_internal::AddSlurmScript(model, L, o, files);
   if (wanted("megatron")) codegen_internal::AddMegatronArgs(plan, model, L, files, notes);
   if (wanted("deepspeed")) codegen_internal::AddDeepSpeedFiles(plan, model, L, files, notes);
-  if (wanted("torch-pipelining")) codegen_internal::AddTorchPipelining(model, L, files, notes);
+  if (wanted("torch-pipelining")) codegen_internal::AddTorchPipelining(plan, model, L, files, notes);
   return Status::OK();
 }
 

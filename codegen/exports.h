@@ -33,6 +33,10 @@ void AddMegatronArgs(const Plan& plan, const ModelSpec& model, const LaunchPlan&
 void AddDeepSpeedFiles(const Plan& plan, const ModelSpec& model, const LaunchPlan& L, Files* files, std::vector<std::string>* notes);
 
 // torch_pipelining.cc
-void AddTorchPipelining(const ModelSpec& model, const LaunchPlan& L, Files* files, std::vector<std::string>* notes);
+// The torch.distributed.pipelining class the plan runs with (Schedule1F1B, ScheduleGPipe, ...).
+std::string TorchScheduleClass(const LaunchPlan& L);
+// The first torch.distributed.pipelining rule the plan breaks with schedule class `cls` ("" when none).
+std::string TorchPipeliningRuleViolation(const ModelSpec& model, const LaunchPlan& L, const std::string& cls);
+void AddTorchPipelining(const Plan& plan, const ModelSpec& model, const LaunchPlan& L, Files* files, std::vector<std::string>* notes);
 
 }  // namespace planner::codegen_internal

@@ -86,5 +86,34 @@ check six "$T/six/megatron.args" "--pipeline-model-parallel-layout Et|tt|tt|tL"
 for flag in --account-for-embedding-in-pipeline-split --account-for-loss-in-pipeline-split --num-layers-per-virtual-pipeline-stage; do
   if grep -qF -- "$flag" "$T/six/megatron.args"; then echo "FAIL six: $flag with a pipeline layout"; fail=$((fail+1)); else pass=$((pass+1)); fi
 done
+# torch_pipelining.py (torch.distributed.pipelining 2.15; tests/exports/torch_pipelining_test.sh runs it): a mesh over
+# (pp, dp, tp) at the plan's world size, the multi-stage classes given this rank's stage list (the loop r + k pp), the
+# plan's stages by layer name, and no single stage handed to a multi-stage schedule.
+for name in gpt3-64 llama3-8b-64 llama3-8b-fp8-16 tiny-gpt-pp2; do
+  f=$G/$name/torch_pipelining.py
+  world=$(grep -c '^  - {rank: ' "$G/$name/launch.yaml")
+  check "$name" "$f" '    mesh = init_device_mesh("cuda" if cuda else "cpu", (PP, DP, TP), mesh_dim_names=("pp", "dp", "tp"))' \
+    '    schedule = cls(stages[0] if single else stages, n_microbatches=N_MICROBATCHES, loss_fn=loss_fn)' \
+    '    return [pp_rank + k * PP for k in range(STAGES_PER_RANK)]'
+  if grep -q "^WORLD, PP, DP, TP = $world, " "$f"; then pass=$((pass+1)); else echo "FAIL $name: torch_pipelining.py's WORLD is not launch.yaml's $world ranks"; fail=$((fail+1)); fi
+  if grep -qE 'SCHEDULE\((stage|stages\[0\]),' "$f"; then echo "FAIL $name: a single stage passed to the schedule"; fail=$((fail+1)); else pass=$((pass+1)); fi
+done
+check gpt3-64 "$G/gpt3-64/torch_pipelining.py" 'SCHEDULE = "ScheduleInterleaved1F1B"' 'STAGES_PER_RANK = 4' 'WORLD, PP, DP, TP = 64, 8, 1, 8'
+check llama3-8b-64 "$G/llama3-8b-64/torch_pipelining.py" 'WORLD, PP, DP, TP = 64, 2, 8, 4' 'STAGES_PER_RANK = 2'
+# 32 stages of gpt3-64, in model order: the first holds the embedding, the last the loss.
+n=$(sed -n '/^STAGES = \[/,/^\]/p' "$G/gpt3-64/torch_pipelining.py" | grep -c '^    \[')
+if [ "$n" = 32 ]; then pass=$((pass+1)); else echo "FAIL gpt3-64: $n stages in torch_pipelining.py, not pp 8 x v 4 = 32"; fail=$((fail+1)); fi
+check tiny-gpt-pp2 "$G/tiny-gpt-pp2/torch_pipelining.py" '    ["embedding", "block0", "block1"],' '    ["block2", "block3", "final_layernorm", "lm_head", "loss"],'
+# PipeDream's asynchronous schedule: refused, nothing written as if.
+if [ -f "$G/vgg16-async/torch_pipelining.py.refused" ] && [ ! -e "$G/vgg16-async/torch_pipelining.py" ] &&
+   grep -qF "PipeDream's asynchronous schedule" "$G/vgg16-async/torch_pipelining.py.refused"; then pass=$((pass+1)); else echo "FAIL vgg16-async: torch_pipelining.py not refused"; fail=$((fail+1)); fi
+# 1f1b with fewer microbatches than stages (torch's Schedule1F1B raises): written as ScheduleGPipe with a note.
+sed -e 's/^num_microbatches: 32$/num_microbatches: 1/' -e 's/^microbatch_size: 1$/microbatch_size: 32/' \
+  -e "s|^  model_path: .*|  model_path: \"$SRC/configs/models/tiny-gpt.yaml\"|" "$P/tiny-gpt-pp2.plan.yaml" > "$T/m1.plan.yaml"
+expect_codegen m1 "$T/m1.plan.yaml"
+check m1 "$T/m1/torch_pipelining.py" 'SCHEDULE = "ScheduleGPipe"' 'N_MICROBATCHES = 1'
+if grep -qF "torch_pipelining.py: 1f1b with 1 microbatch(es) < 2 stages" "$T/m1.err"; then pass=$((pass+1)); else echo "FAIL m1: no GPipe note"; fail=$((fail+1)); fi
+# Context parallelism: torch_pipelining.py refused.
+refused cp2 "$T/cp2" torch_pipelining.py.refused "context parallelism (cp 2)"
 echo "codegen: $pass passed, $fail failed"
 [ $fail = 0 ]
