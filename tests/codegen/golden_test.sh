@@ -14,6 +14,8 @@ for plan in "$SRC"/tests/codegen/plans/*.plan.yaml; do
   if ! $PLANNER -q codegen "$plan" -o "$T/$name" --planner-path planner --iterations 20 2>"$T/$name.err"; then
     echo "FAIL $name: codegen"; cat "$T/$name.err"; fail=$((fail+1)); continue
   fi
+  # slurm.sbatch names the launch directory by absolute path: the golden holds @LAUNCH_DIR@.
+  [ -f "$T/$name/slurm.sbatch" ] && sed -i "s|$T/$name|@LAUNCH_DIR@|g" "$T/$name/slurm.sbatch"
   if [ "${UPDATE_GOLDEN:-0}" = 1 ]; then rm -rf "$G/$name"; mkdir -p "$G"; cp -r "$T/$name" "$G/$name"; fi
   if diff -r "$G/$name" "$T/$name" > "$T/$name.diff"; then pass=$((pass+1)); else echo "FAIL $name: differs from golden"; head -20 "$T/$name.diff"; fail=$((fail+1)); fi
 done
@@ -86,5 +88,23 @@ check six "$T/six/megatron.args" "--pipeline-model-parallel-layout Et|tt|tt|tL"
 for flag in --account-for-embedding-in-pipeline-split --account-for-loss-in-pipeline-split --num-layers-per-virtual-pipeline-stage; do
   if grep -qF -- "$flag" "$T/six/megatron.args"; then echo "FAIL six: $flag with a pipeline layout"; fail=$((fail+1)); else pass=$((pass+1)); fi
 done
+# slurm.sbatch (issue 14): srun --mpi=pmix (Debian's Open MPI has no Slurm PMI2), the launch directory by absolute
+# path (not the submit folder), exact task counts with rank i on node i / gpus_per_node, --cpus-per-task given to srun.
+for name in tiny-gpt-pp2 gpt3-64 vgg16-async; do
+  f=$G/$name/slurm.sbatch
+  check "$name slurm" "$f" "MPI=\${PLANNER_SLURM_MPI:-pmix}" "DIR=\${PLANNER_LAUNCH_DIR:-'@LAUNCH_DIR@'}"
+  if grep -q 'SLURM_SUBMIT_DIR' "$f"; then echo "FAIL $name: slurm.sbatch runs in the submit folder"; fail=$((fail+1)); else pass=$((pass+1)); fi
+done
+check vgg16-async "$G/vgg16-async/slurm.sbatch" "#SBATCH --nodes=4" "#SBATCH --ntasks=16" "#SBATCH --ntasks-per-node=4" "TASKS_PER_NODE=(4 4 4 4)" \
+  'srun --mpi="$MPI" --ntasks=16 --distribution=arbitrary --cpus-per-task=1 --kill-on-bad-exit=1 "$PLANNER" run "$DIR" "$@"'
+# 20 ranks at 8 per node: 3 nodes, 20 tasks (8, 8, 4), not 3 x 8 = 24; 2 threads per rank reach srun.
+if $PLANNER -q solve --gpus 20 --model "$SRC/configs/models/tiny-gpt.yaml" --cluster "$SRC/configs/clusters/dgx-a100.yaml" -o "$T/t20.plan.yaml" >/dev/null 2>"$T/t20.err"; then pass=$((pass+1)); else echo "FAIL t20: solve"; cat "$T/t20.err"; fail=$((fail+1)); fi
+if $PLANNER -q codegen "$T/t20.plan.yaml" -o "$T/t20" --device cuda --threads 2 --slurm-mpi pmix_v4 2>"$T/t20.err"; then pass=$((pass+1)); else echo "FAIL t20: codegen"; cat "$T/t20.err"; fail=$((fail+1)); fi
+check t20 "$T/t20/slurm.sbatch" "#SBATCH --nodes=3" "#SBATCH --ntasks=20" "#SBATCH --ntasks-per-node=8" "#SBATCH --gpus-per-node=8" "#SBATCH --cpus-per-task=2" \
+  "TASKS_PER_NODE=(8 8 4)" "MPI=\${PLANNER_SLURM_MPI:-pmix_v4}" "DIR=\${PLANNER_LAUNCH_DIR:-'$T/t20'}" \
+  'srun --mpi="$MPI" --ntasks=20 --distribution=arbitrary --cpus-per-task=2 --kill-on-bad-exit=1 "$PLANNER" run "$DIR" "$@"'
+check t20 "$T/t20/run.sh" '  exec mpirun $ROOT --hostfile "$HOSTFILE" --map-by ppr:8:node -np 20 "$PLANNER" run "$DIR" "$@"'
+out=$($PLANNER codegen "$T/t20.plan.yaml" -o "$T/t20b" --slurm-mpi pmi3 2>&1); rc=$?
+if [ $rc = 2 ] && echo "$out" | grep -qF -- "--slurm-mpi: unknown value 'pmi3'"; then pass=$((pass+1)); else echo "FAIL --slurm-mpi pmi3: rc=$rc $out"; fail=$((fail+1)); fi
 echo "codegen: $pass passed, $fail failed"
 [ $fail = 0 ]
