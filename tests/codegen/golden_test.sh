@@ -106,5 +106,12 @@ check t20 "$T/t20/slurm.sbatch" "#SBATCH --nodes=3" "#SBATCH --ntasks=20" "#SBAT
 check t20 "$T/t20/run.sh" '  exec mpirun $ROOT --hostfile "$HOSTFILE" --map-by ppr:8:node -np 20 "$PLANNER" run "$DIR" "$@"'
 out=$($PLANNER codegen "$T/t20.plan.yaml" -o "$T/t20b" --slurm-mpi pmi3 2>&1); rc=$?
 if [ $rc = 2 ] && echo "$out" | grep -qF -- "--slurm-mpi: unknown value 'pmi3'"; then pass=$((pass+1)); else echo "FAIL --slurm-mpi pmi3: rc=$rc $out"; fail=$((fail+1)); fi
+# PipeDream's hierarchy on 2 servers x 4 GPUs (resnet50, -n 4 2): one top-level stage on both servers split
+# into 4 stages inside each, so stage s runs on GPU s of both servers (devices s and s + 4), as the plan lists.
+if $PLANNER -q import pipedream "$SRC/tests/data/pipedream/resnet50/graph.txt" -o "$T/r50.profile.yaml" >/dev/null 2>"$T/r50.err" &&
+   $PLANNER -q solve --gpus 8 --profile "$T/r50.profile.yaml" --cluster "$SRC/configs/clusters/pipedream-cluster-a.yaml" --mode pipedream \
+     --pd-machines 4,2 --pd-bandwidths 1.2e10,1.25e9 -o "$T/r50.plan.yaml" >/dev/null 2>"$T/r50.err"; then pass=$((pass+1)); else echo "FAIL r50: solve"; cat "$T/r50.err"; fail=$((fail+1)); fi
+devs=$(awk '/^    devices:/ {f = 1; next} f && /^      - / {printf "%s ", $2; next} f {printf "| "; f = 0}' "$T/r50.plan.yaml")
+if [ "$devs" = "0 4 | 1 5 | 2 6 | 3 7 | " ]; then pass=$((pass+1)); else echo "FAIL r50: stage devices '$devs', want '0 4 | 1 5 | 2 6 | 3 7 | '"; fail=$((fail+1)); fi
 echo "codegen: $pass passed, $fail failed"
 [ $fail = 0 ]

@@ -140,4 +140,16 @@ for i in $(seq 0 19); do
   read -r r node ntasks cmd dir < "$W/probe/task-$i"
   [ "$r $node $ntasks $cmd $dir" = "$i n$((i / 8)) 20 run $W/l20" ] && ok || bad "task $i: '$r $node $ntasks $cmd $dir', want '$i n$((i / 8)) 20 run $W/l20'"
 done
+# 3. run.sh with an Open MPI hostfile of 3 nodes: Open MPI's own mapper (mpirun --display-map
+# --do-not-launch, through a shim first on PATH) puts rank i on node i / 8 of the file, 20 ranks.
+mkdir -p "$W/shim"
+printf '#!/bin/sh\nexec %s --bind-to none --display-map --do-not-launch "$@"\n' "$(command -v mpirun)" > "$W/shim/mpirun"
+chmod 755 "$W/shim/mpirun"
+printf 'hostA slots=8\nhostB slots=8\nhostC slots=8\n' > "$W/hosts"
+PATH=$W/shim:$PATH timeout 30 bash "$W/l20/run.sh" "$W/hosts" > "$W/map.txt" 2>&1 || bad "run.sh with a hostfile: $(tail -20 "$W/map.txt")"
+map=$(awk '/Data for node:/ {h = $4} /Process rank:/ {print $NF == "N/A" ? $(NF-2) " " h : $NF " " h}' "$W/map.txt" | sort -n | awk '{printf "%s:%s ", $1, $2}')
+want=""
+hosts=(hostA hostB hostC)
+for i in $(seq 0 19); do want+="$i:${hosts[i / 8]} "; done
+[ "$map" = "$want" ] && ok || bad "Open MPI maps run.sh's ranks as '$map', want '$want'"
 echo "slurm: $pass checks passed (Slurm $(sinfo -V | awk '{print $2}'))"
