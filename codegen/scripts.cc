@@ -33,6 +33,8 @@ void AddRunScript(const ModelSpec& model, const LaunchPlan& L, const CodegenOpti
 {})SH", model.name, L.ranks.size(), ScheduleName(L.schedule), L.interleave > 1 ? fmt::format("v={}", L.interleave) : "",
                                            fmt::format("{}-{}-{}", L.tp, L.pp, L.dp), L.config, ServersNote(L)) + fmt::format(R"SH(#   bash run.sh                 local ranks on this machine
 #   bash run.sh HOSTFILE [...]  {} ranks per node from an Open MPI hostfile; extra arguments go to planner run
+# HOSTFILE: one line per node, "HOST slots={}"; rank i runs on its node i / {} (--map-by ppr:{}:node, ranked by slot),
+# launch.yaml's placement; -np {} counts every rank{}.
 set -eu
 DIR=$(cd "$(dirname "$0")" && pwd)
 PLANNER=${{PLANNER:-{}}}
@@ -44,7 +46,9 @@ if [ $# -ge 1 ] && [ -f "$1" ]; then
 fi
 exec mpirun $ROOT --oversubscribe -np {} "$PLANNER" run "$DIR" "$@"
 )SH",
-                                           L.gpus_per_node, o.planner_path, L.gpus_per_node, n, n));
+                                           L.gpus_per_node, L.gpus_per_node, L.gpus_per_node, L.gpus_per_node, n,
+                                           L.servers.empty() ? "" : fmt::format(" ({} workers and {} summation server{})", L.ranks.size(), L.servers.size(), L.servers.size() == 1 ? "" : "s"),
+                                           o.planner_path, L.gpus_per_node, n, n));
 }
 
 SlurmLayout PlanSlurmLayout(const LaunchPlan& L, const CodegenOptions& o) {

@@ -106,6 +106,11 @@ check t20 "$T/t20/slurm.sbatch" "#SBATCH --nodes=3" "#SBATCH --ntasks=20" "#SBAT
 check t20 "$T/t20/run.sh" '  exec mpirun $ROOT --hostfile "$HOSTFILE" --map-by ppr:8:node -np 20 "$PLANNER" run "$DIR" "$@"'
 out=$($PLANNER codegen "$T/t20.plan.yaml" -o "$T/t20b" --slurm-mpi pmi3 2>&1); rc=$?
 if [ $rc = 2 ] && echo "$out" | grep -qF -- "--slurm-mpi: unknown value 'pmi3'"; then pass=$((pass+1)); else echo "FAIL --slurm-mpi pmi3: rc=$rc $out"; fail=$((fail+1)); fi
+# Summation servers are ranks too: 2 workers + 1 ps server at 2 per node are 3 tasks on 2 nodes (2 and 1), -np 3.
+if $PLANNER -q solve --gpus 2 --model "$SRC/configs/models/tiny-gpt.yaml" --cluster "$SRC/configs/clusters/local-cpu-ps.yaml" --dp-comm ps --ps-servers 1 \
+     --tp 1 --pp 1 -o "$T/ps.plan.yaml" >/dev/null 2>"$T/ps.err" && $PLANNER -q codegen "$T/ps.plan.yaml" -o "$T/ps" 2>"$T/ps.err"; then pass=$((pass+1)); else echo "FAIL ps: solve/codegen"; cat "$T/ps.err"; fail=$((fail+1)); fi
+check ps "$T/ps/slurm.sbatch" "#SBATCH --nodes=2" "#SBATCH --ntasks=3" "#SBATCH --ntasks-per-node=2" "TASKS_PER_NODE=(2 1)"
+check ps "$T/ps/run.sh" '  exec mpirun $ROOT --hostfile "$HOSTFILE" --map-by ppr:2:node -np 3 "$PLANNER" run "$DIR" "$@"' 'exec mpirun $ROOT --oversubscribe -np 3 "$PLANNER" run "$DIR" "$@"'
 # PipeDream's hierarchy on 2 servers x 4 GPUs (resnet50, -n 4 2): one top-level stage on both servers split
 # into 4 stages inside each, so stage s runs on GPU s of both servers (devices s and s + 4), as the plan lists.
 if $PLANNER -q import pipedream "$SRC/tests/data/pipedream/resnet50/graph.txt" -o "$T/r50.profile.yaml" >/dev/null 2>"$T/r50.err" &&
