@@ -21,9 +21,12 @@ for b in munged munge slurmctld slurmd sbatch srun scontrol sinfo; do
 done
 T=$(mktemp -d /tmp/planner-slurm.XXXXXX)
 chmod 755 "$T"
-PIDS=()
 teardown() {
-  for p in "${PIDS[@]}"; do kill "$p" 2>/dev/null; done
+  # Jobs of this cluster first (a timed-out sbatch --wait leaves its job running), then the daemons.
+  if [ -f "$T/run/slurmctld.pid" ]; then
+    timeout 10 scancel --full --quiet $(timeout 5 squeue -h -o %A 2>/dev/null) 2>/dev/null
+    sleep 1
+  fi
   for f in "$T"/run/*.pid; do [ -f "$f" ] && kill "$(cat "$f")" 2>/dev/null; done
   sleep 0.5
   for f in "$T"/run/*.pid; do [ -f "$f" ] && kill -9 "$(cat "$f")" 2>/dev/null; done
