@@ -6,6 +6,7 @@
 #  1. codegens the 2-rank tiny-gpt plan (tiny-gpt.yaml on local-cpu.yaml), submits slurm.sbatch
 #     with `sbatch --wait` from the launch directory's parent folder (srun --mpi=pmix, Open MPI)
 #     and checks the run directory planner run writes and that the loss falls;
+#     then a dp_comm ps plan (2 workers + 1 summation server task) the same way;
 #  2. a 20-rank plan at 8 per node: `sbatch --test-only` accepts it (3 nodes, 20 tasks) and,
 #     run with PLANNER set to a probe and srun --mpi=none (pmix cannot run two emulated nodes of
 #     one job on one host), task i runs on node i / 8 with 20 tasks in the step.
@@ -120,6 +121,19 @@ assert loss[0] - loss[-1] > 0.1, loss
 print(f"slurm tiny-gpt: loss {loss[0]:.4f} -> {loss[-1]:.4f} over {len(loss)} iterations")
 EOP
 awk -v a="$start" -v b="$end" 'BEGIN { printf "slurm tiny-gpt 2 ranks (pmix): sbatch --wait %.1f s\n", b - a }'
+
+# 1b. Summation servers are tasks too: 2 workers + 1 ps server (3 tasks on one node), the loss falls.
+"$PLANNER" -q solve --gpus 2 --model "$SRC/configs/models/tiny-gpt.yaml" --cluster "$SRC/configs/clusters/local-cpu-ps.yaml" --dp-comm ps \
+  --ps-servers 1 --tp 1 --pp 1 -o "$W/ps.plan.yaml" >/dev/null 2>"$W/solve.err" || bad "solve ps: $(cat "$W/solve.err")"
+"$PLANNER" -q codegen "$W/ps.plan.yaml" -o "$W/ps" --iterations 8 --gpus-per-node 3 2>"$W/codegen.err" || bad "codegen ps: $(cat "$W/codegen.err")"
+(cd "$W" && OMPI_MCA_btl=self,vader timeout 150 sbatch --wait --parsable ps/slurm.sbatch --run-id slurm > "$W/jobid" 2>"$W/sbatch.err") ||
+  bad "ps job: $(cat "$W/sbatch.err"); $(tail -20 "$W/planner-$(cat "$W/jobid").out" 2>/dev/null)"
+python3 - "$W/ps/runs/slurm/metrics.csv" <<'EOP' && ok || bad "ps: loss does not fall: $(cat "$W/ps/runs/slurm/metrics.csv")"
+import csv, sys
+loss = [float(r["loss"]) for r in csv.DictReader(open(sys.argv[1]))]
+assert len(loss) == 8 and loss[0] - loss[-1] > 0.05, loss
+print(f"slurm tiny-gpt 2 workers + 1 ps server: loss {loss[0]:.4f} -> {loss[-1]:.4f} over {len(loss)} iterations")
+EOP
 
 # 2. A 20-rank plan at 8 per node: 3 nodes (8, 8, 4 tasks), rank i on node i / 8.
 "$PLANNER" -q solve --gpus 20 --model "$SRC/configs/models/tiny-gpt.yaml" --cluster "$SRC/configs/clusters/dgx-a100.yaml" \
