@@ -167,15 +167,24 @@ void UniformRanks(int64_t p, int64_t d, int64_t t, LaunchPlan* L) {
       }
 }
 
-// Per-stage replication: stage s holds replicas x t consecutive ranks from its offset; each
-// stage's replicas of one tp rank form its DP group.
+// Rank of replica k's tp rank j of a stage: its devices as the plan lists them (PipeDream's
+// hierarchical optimizer puts a top-level stage's replicas on different servers:
+// dp_solver/pipedream_dp.cc, FlattenStages), else replicas x t consecutive ranks from its offset
+// (auto mode's per-stage replication costs that group: docs/cost_model.md section 8).
+int64_t ReplicaRank(const PlanStage& st, int64_t t, int64_t k, int64_t j) {
+  if (static_cast<int64_t>(st.devices.size()) == st.replicas * t) return st.devices[static_cast<size_t>(k * t + j)];
+  return st.device_offset + k * t + j;
+}
+
+// Per-stage replication: stage s holds replicas x t ranks (ReplicaRank); each stage's replicas of
+// one tp rank form its DP group. node = rank / gpus_per_node, as run.sh and slurm.sbatch place them.
 void ReplicatedRanks(const Plan& plan, int64_t t, LaunchPlan* L) {
   std::vector<std::vector<std::vector<int64_t>>> ranks_of(plan.stages.size());  // [stage][tp rank] -> ranks
   for (size_t s = 0; s < plan.stages.size(); ++s) {
     const auto& st = plan.stages[s];
     ranks_of[s].resize(static_cast<size_t>(t));
     for (int64_t k = 0; k < st.replicas; ++k)
-      for (int64_t j = 0; j < t; ++j) ranks_of[s][static_cast<size_t>(j)].push_back(st.device_offset + k * t + j);
+      for (int64_t j = 0; j < t; ++j) ranks_of[s][static_cast<size_t>(j)].push_back(ReplicaRank(st, t, k, j));
   }
   for (size_t s = 0; s < plan.stages.size(); ++s) {
     const auto& st = plan.stages[s];
@@ -183,7 +192,7 @@ void ReplicatedRanks(const Plan& plan, int64_t t, LaunchPlan* L) {
       std::vector<int64_t> g;
       for (int64_t j = 0; j < t; ++j) {
         LaunchRank x;
-        x.rank = st.device_offset + k * t + j;
+        x.rank = ReplicaRank(st, t, k, j);
         x.stage = static_cast<int64_t>(s);
         x.replica = k;
         x.tp_rank = j;
@@ -305,7 +314,7 @@ Status GenerateLaunchFiles(const Plan& plan, const ModelSpec& model, const Launc
   }
   auto wanted = [&o](const char* target) { return o.exports.empty() || std::find(o.exports.begin(), o.exports.end(), target) != o.exports.end(); };
   if (wanted("mpirun")) codegen_internal::AddRunScript(model, L, o, files);
-  if (wanted("slurm")) codegen_internal::AddSlurmScript(model, L, o, files);
+  if (wanted("slurm")) codegen_internal::AddSlurmScript(model, L, o, files, notes);
   if (wanted("megatron")) codegen_internal::AddMegatronArgs(plan, model, L, files, notes);
   if (wanted("deepspeed")) codegen_internal::AddDeepSpeedFiles(plan, model, L, files, notes);
   if (wanted("torch-pipelining")) codegen_internal::AddTorchPipelining(plan, model, L, files, notes);

@@ -21,6 +21,8 @@ struct CodegenOptions {
   int64_t gpus_per_node = 8;     // from the cluster's first level
   std::string device = "cpu";    // what `planner run` executes on
   std::string planner_path = "planner";  // executable run.sh launches
+  std::string launch_dir;        // absolute launch directory slurm.sbatch runs ("": the submit directory)
+  std::string slurm_mpi = "pmix";  // srun --mpi plugin of slurm.sbatch
   LaunchRun run;
   std::vector<std::string> exports;  // targets to write besides launch.yaml (ExportTargets()); empty: all
 };
@@ -36,6 +38,8 @@ bool ExportOwnsFile(const std::string& target, const std::string& relative_path)
 // A comma-separated --export list ("all" or names of ExportTargets()) into *out; an unknown or
 // repeated name is InvalidArgument naming the choices.
 Status ParseExportList(const std::string& list, std::vector<std::string>* out);
+// srun --mpi plugin names slurm.sbatch may use (`srun --mpi=list`: none, pmi2, pmix, pmix_vN, cray_shasta).
+bool ValidSlurmMpi(const std::string& name);
 
 // Also each rank's program (dp_solver/programs.h), proved deadlock-free: a plan whose
 // programs fail the check is refused (Internal, naming the stuck ranks).

@@ -22,8 +22,23 @@ inline std::string Join(const std::vector<int64_t>& v, const char* sep) {
 
 // scripts.cc
 std::string ServersNote(const LaunchPlan& L);
+// slurm.sbatch's job and step shape: every rank (workers, then summation servers) is one task,
+// task i on node i / gpus_per_node of the allocation, as launch.yaml places it.
+struct SlurmLayout {
+  int64_t tasks = 0;                    // srun --ntasks and #SBATCH --ntasks
+  int64_t nodes = 0;                    // #SBATCH --nodes
+  int64_t tasks_per_node = 0;           // #SBATCH --ntasks-per-node: the most tasks a node runs
+  int64_t cpus_per_task = 1;            // #SBATCH and srun --cpus-per-task
+  int64_t gpus_per_node = 0;            // #SBATCH --gpus-per-node (0: CPU ranks)
+  std::vector<int64_t> node_tasks;      // tasks on node k, in node order (srun's host list)
+  std::string mpi;                      // srun --mpi plugin
+};
+SlurmLayout PlanSlurmLayout(const LaunchPlan& L, const CodegenOptions& o);
+// The first rule of Slurm's (and launch.yaml's) the layout breaks, "" when none (docs/exports.md).
+std::string CheckSlurmLayout(const LaunchPlan& L, const SlurmLayout& s);
+
 void AddRunScript(const ModelSpec& model, const LaunchPlan& L, const CodegenOptions& o, Files* files);
-void AddSlurmScript(const ModelSpec& model, const LaunchPlan& L, const CodegenOptions& o, Files* files);
+void AddSlurmScript(const ModelSpec& model, const LaunchPlan& L, const CodegenOptions& o, Files* files, std::vector<std::string>* notes);
 
 // megatron.cc
 const Layer* MlaLayer(const ModelSpec& model);

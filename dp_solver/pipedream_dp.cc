@@ -275,20 +275,35 @@ std::vector<Table> SolveLevels(const Segments& seg, const AntichainStates& st, c
 
 struct StateRange {
   int64_t start, end, replication;
+  std::vector<int64_t> units;  // first device of every unit of the current level the segment runs on
 };
 
-// Reconstructs the flattened configuration level by level, outermost first.
+// Reconstructs the flattened configuration level by level, outermost first. A level-l stage on
+// r units takes the next r level-(l-1) units in pipeline order inside EVERY unit its parent
+// stage holds (the hierarchy the DP costs: a top-level stage's replicas are whole servers, its
+// sub-stages split each server alike), so a flattened stage's devices are the product of the
+// levels' choices; units are numbered innermost fastest (device = server x M_1 + GPU).
 Status FlattenStages(const std::vector<Table>& tables, const PipeDreamOptions& o, int64_t num_states,
                      std::vector<StateRange>* out) {
-  std::vector<StateRange> segs = {{0, num_states, 1}};
+  std::vector<StateRange> segs = {{0, num_states, 1, {0}}};
   for (size_t l = tables.size(); l-- > 0;) {
+    int64_t sub = 1;  // devices in one level-(l-1) unit
+    for (size_t i = 0; i < l; ++i) sub *= o.machines[i];
     std::vector<StateRange> next;
     for (const auto& sg : segs) {
       std::vector<std::tuple<int64_t, int64_t, int64_t>> parts;
       if (!Backtrack(tables[l], sg.start, sg.end, o.machines[l], &parts)) {
         return Status::Internal("pipedream backtrack reached an infeasible entry");
       }
-      for (const auto& [a, b, r] : parts) next.push_back({a, b, r * sg.replication});
+      int64_t used = 0;
+      for (const auto& [a, b, r] : parts) {
+        StateRange x{a, b, r * sg.replication, {}};
+        for (int64_t base : sg.units)
+          for (int64_t q = 0; q < r; ++q) x.units.push_back(base + (used + q) * sub);
+        std::sort(x.units.begin(), x.units.end());
+        used += r;
+        next.push_back(std::move(x));
+      }
     }
     segs = std::move(next);
   }
@@ -322,6 +337,7 @@ void AssignLayers(const Profile& profile, const LayerDag& g, const AntichainStat
     ps.first_state = sg.start;
     ps.end_state = sg.end;
     ps.replicas = sg.replication;
+    ps.devices = sg.units;
     ps.compute_s = seg.Get(seg.t, sg.start, sg.end - 1);
     for (int v = 0; v < n; ++v) {
       if (assigned[static_cast<size_t>(v)] || !st.members[static_cast<size_t>(sg.end - 1)][static_cast<size_t>(v)]) continue;

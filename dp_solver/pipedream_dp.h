@@ -30,6 +30,7 @@ struct PipeDreamStage {
   int64_t first_state = 0;           // half-open range of antichain states [first, end)
   int64_t end_state = 0;
   int64_t replicas = 1;              // flattened: product over levels
+  std::vector<int64_t> devices;      // the replicas' devices as the levels place them (device = unit index, innermost fastest)
   double compute_s = 0;              // raw fwd+bwd seconds of the segment
   std::vector<std::string> layers;   // profile layer names in this stage
 };

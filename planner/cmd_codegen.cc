@@ -16,7 +16,7 @@ namespace planner {
 namespace {
 
 struct CodegenArgs {
-  std::string plan, output = "launch", device = "cpu", optimizer = "adam", planner_path, exports = "all";
+  std::string plan, output = "launch", device = "cpu", optimizer = "adam", planner_path, exports = "all", slurm_mpi = "pmix";
   int64_t iterations = 20, warmup = 2, threads = 1, gpus_per_node = 0, checkpoint_every = 0, seed = 1;
   double lr = 1e-3, timeout_s = 60;
   bool overlap_dp = false;
@@ -131,9 +131,13 @@ Runner RegisterCodegen(CLI::App& app, const std::string& self) {
   cmd->add_flag("--overlap-dp", a->overlap_dp, "all-reduce gradients on a second thread while the last backward runs (needs spare cores)");
   cmd->add_option("--planner-path", a->planner_path, "executable the scripts launch (default: this planner)");
   cmd->add_option("--export", a->exports, "targets written besides launch.yaml, comma-separated: mpirun, slurm, megatron, deepspeed, torch-pipelining (default: all)");
+  cmd->add_option("--slurm-mpi", a->slurm_mpi, "srun's MPI plugin in slurm.sbatch: pmix (default), pmix_vN, pmi2, none, cray_shasta");
   cmd->add_option("--gpus-per-node", a->gpus_per_node, "ranks per node (default: the plan's cluster, first topology level)")->check(CLI::PositiveNumber);
   return [a, self]() -> Status {
     if (a->device != "cpu" && a->device != "cuda") return Status::InvalidArgument(fmt::format("--device: unknown value '{}'; use cpu or cuda", a->device));
+    if (!ValidSlurmMpi(a->slurm_mpi)) {
+      return Status::InvalidArgument(fmt::format("--slurm-mpi: unknown value '{}'; use pmix, pmix_vN, pmi2, none or cray_shasta (srun --mpi=list)", a->slurm_mpi));
+    }
     if (a->optimizer != "adam" && a->optimizer != "sgd") return Status::InvalidArgument(fmt::format("--optimizer: unknown value '{}'; use adam or sgd", a->optimizer));
     CodegenOptions o;
     PLANNER_RETURN_IF_ERROR(ParseExportList(a->exports, &o.exports));
@@ -153,6 +157,9 @@ Runner RegisterCodegen(CLI::App& app, const std::string& self) {
     PLANNER_RETURN_IF_ERROR(ApplyPlanOverrides(a->plan, plan, &model, &model_text));
     o.device = a->device;
     o.planner_path = a->planner_path.empty() ? self : a->planner_path;
+    o.launch_dir = std::filesystem::absolute(a->output).lexically_normal().string();
+    if (o.launch_dir.size() > 1 && o.launch_dir.back() == '/') o.launch_dir.pop_back();
+    o.slurm_mpi = a->slurm_mpi;
     o.run.iterations = a->iterations;
     o.run.warmup_iterations = a->warmup;
     o.run.threads = a->threads;

@@ -1,6 +1,8 @@
 // planner solve --gpus N[,N...] [--model M | --profile P] [--cluster C] [--mode auto|pipedream] [-o plan.yaml] [--json]
 // One size prints the best plan; a list prints a scaling table, one row per size (docs/formats.md).
 #include <algorithm>
+#include <functional>
+#include <numeric>
 #include <cctype>
 #include <cmath>
 #include <cstdio>
@@ -151,8 +153,14 @@ Status SolvePipeDreamMode(const SolveArgs& a, const Profile& profile, const Clus
     ps.first_layer_name = s.layers.empty() ? "(empty)" : s.layers.front();
     ps.last_layer_name = s.layers.empty() ? "(empty)" : s.layers.back();
     ps.replicas = s.replicas;
-    ps.device_offset = offset;
-    for (int64_t k = 0; k < s.replicas; ++k) ps.devices.push_back(offset + k);
+    // Where PipeDream's levels put the replicas (a top-level stage's replicas on different
+    // servers); consecutive from the offset when the levels leave machines unused.
+    ps.devices = s.devices;
+    if (static_cast<int64_t>(ps.devices.size()) != s.replicas || r.machines_used != std::accumulate(o.machines.begin(), o.machines.end(), int64_t{1}, std::multiplies<>())) {
+      ps.devices.clear();
+      for (int64_t k = 0; k < s.replicas; ++k) ps.devices.push_back(offset + k);
+    }
+    ps.device_offset = ps.devices.front();
     offset += s.replicas;
     // PipeDream's cost: seconds per minibatch of the stage, split by the profile's fwd/bwd ratio.
     double f = 0, bwd = 0;

@@ -14,6 +14,8 @@ for plan in "$SRC"/tests/codegen/plans/*.plan.yaml; do
   if ! $PLANNER -q codegen "$plan" -o "$T/$name" --planner-path planner --iterations 20 2>"$T/$name.err"; then
     echo "FAIL $name: codegen"; cat "$T/$name.err"; fail=$((fail+1)); continue
   fi
+  # slurm.sbatch names the launch directory by absolute path: the golden holds @LAUNCH_DIR@.
+  [ -f "$T/$name/slurm.sbatch" ] && sed -i "s|$T/$name|@LAUNCH_DIR@|g" "$T/$name/slurm.sbatch"
   if [ "${UPDATE_GOLDEN:-0}" = 1 ]; then rm -rf "$G/$name"; mkdir -p "$G"; cp -r "$T/$name" "$G/$name"; fi
   if diff -r "$G/$name" "$T/$name" > "$T/$name.diff"; then pass=$((pass+1)); else echo "FAIL $name: differs from golden"; head -20 "$T/$name.diff"; fail=$((fail+1)); fi
 done
@@ -115,5 +117,35 @@ check m1 "$T/m1/torch_pipelining.py" 'SCHEDULE = "ScheduleGPipe"' 'N_MICROBATCHE
 if grep -qF "torch_pipelining.py: 1f1b with 1 microbatch(es) < 2 stages" "$T/m1.err"; then pass=$((pass+1)); else echo "FAIL m1: no GPipe note"; fail=$((fail+1)); fi
 # Context parallelism: torch_pipelining.py refused.
 refused cp2 "$T/cp2" torch_pipelining.py.refused "context parallelism (cp 2)"
+# slurm.sbatch (issue 14): srun --mpi=pmix (Debian's Open MPI has no Slurm PMI2), the launch directory by absolute
+# path (not the submit folder), exact task counts with rank i on node i / gpus_per_node, --cpus-per-task given to srun.
+for name in tiny-gpt-pp2 gpt3-64 vgg16-async; do
+  f=$G/$name/slurm.sbatch
+  check "$name slurm" "$f" "MPI=\${PLANNER_SLURM_MPI:-pmix}" "DIR=\${PLANNER_LAUNCH_DIR:-'@LAUNCH_DIR@'}"
+  if grep -q 'SLURM_SUBMIT_DIR' "$f"; then echo "FAIL $name: slurm.sbatch runs in the submit folder"; fail=$((fail+1)); else pass=$((pass+1)); fi
+done
+check vgg16-async "$G/vgg16-async/slurm.sbatch" "#SBATCH --nodes=4" "#SBATCH --ntasks=16" "#SBATCH --ntasks-per-node=4" "TASKS_PER_NODE=(4 4 4 4)" \
+  'srun --mpi="$MPI" --ntasks=16 --distribution=arbitrary --cpus-per-task=1 --kill-on-bad-exit=1 "$PLANNER" run "$DIR" "$@"'
+# 20 ranks at 8 per node: 3 nodes, 20 tasks (8, 8, 4), not 3 x 8 = 24; 2 threads per rank reach srun.
+if $PLANNER -q solve --gpus 20 --model "$SRC/configs/models/tiny-gpt.yaml" --cluster "$SRC/configs/clusters/dgx-a100.yaml" -o "$T/t20.plan.yaml" >/dev/null 2>"$T/t20.err"; then pass=$((pass+1)); else echo "FAIL t20: solve"; cat "$T/t20.err"; fail=$((fail+1)); fi
+if $PLANNER -q codegen "$T/t20.plan.yaml" -o "$T/t20" --device cuda --threads 2 --slurm-mpi pmix_v4 2>"$T/t20.err"; then pass=$((pass+1)); else echo "FAIL t20: codegen"; cat "$T/t20.err"; fail=$((fail+1)); fi
+check t20 "$T/t20/slurm.sbatch" "#SBATCH --nodes=3" "#SBATCH --ntasks=20" "#SBATCH --ntasks-per-node=8" "#SBATCH --gpus-per-node=8" "#SBATCH --cpus-per-task=2" \
+  "TASKS_PER_NODE=(8 8 4)" "MPI=\${PLANNER_SLURM_MPI:-pmix_v4}" "DIR=\${PLANNER_LAUNCH_DIR:-'$T/t20'}" \
+  'srun --mpi="$MPI" --ntasks=20 --distribution=arbitrary --cpus-per-task=2 --kill-on-bad-exit=1 "$PLANNER" run "$DIR" "$@"'
+check t20 "$T/t20/run.sh" '  exec mpirun $ROOT --hostfile "$HOSTFILE" --map-by ppr:8:node -np 20 "$PLANNER" run "$DIR" "$@"'
+out=$($PLANNER codegen "$T/t20.plan.yaml" -o "$T/t20b" --slurm-mpi pmi3 2>&1); rc=$?
+if [ $rc = 2 ] && echo "$out" | grep -qF -- "--slurm-mpi: unknown value 'pmi3'"; then pass=$((pass+1)); else echo "FAIL --slurm-mpi pmi3: rc=$rc $out"; fail=$((fail+1)); fi
+# Summation servers are ranks too: 2 workers + 1 ps server at 2 per node are 3 tasks on 2 nodes (2 and 1), -np 3.
+if $PLANNER -q solve --gpus 2 --model "$SRC/configs/models/tiny-gpt.yaml" --cluster "$SRC/configs/clusters/local-cpu-ps.yaml" --dp-comm ps --ps-servers 1 \
+     --tp 1 --pp 1 -o "$T/ps.plan.yaml" >/dev/null 2>"$T/ps.err" && $PLANNER -q codegen "$T/ps.plan.yaml" -o "$T/ps" 2>"$T/ps.err"; then pass=$((pass+1)); else echo "FAIL ps: solve/codegen"; cat "$T/ps.err"; fail=$((fail+1)); fi
+check ps "$T/ps/slurm.sbatch" "#SBATCH --nodes=2" "#SBATCH --ntasks=3" "#SBATCH --ntasks-per-node=2" "TASKS_PER_NODE=(2 1)"
+check ps "$T/ps/run.sh" '  exec mpirun $ROOT --hostfile "$HOSTFILE" --map-by ppr:2:node -np 3 "$PLANNER" run "$DIR" "$@"' 'exec mpirun $ROOT --oversubscribe -np 3 "$PLANNER" run "$DIR" "$@"'
+# PipeDream's hierarchy on 2 servers x 4 GPUs (resnet50, -n 4 2): one top-level stage on both servers split
+# into 4 stages inside each, so stage s runs on GPU s of both servers (devices s and s + 4), as the plan lists.
+if $PLANNER -q import pipedream "$SRC/tests/data/pipedream/resnet50/graph.txt" -o "$T/r50.profile.yaml" >/dev/null 2>"$T/r50.err" &&
+   $PLANNER -q solve --gpus 8 --profile "$T/r50.profile.yaml" --cluster "$SRC/configs/clusters/pipedream-cluster-a.yaml" --mode pipedream \
+     --pd-machines 4,2 --pd-bandwidths 1.2e10,1.25e9 -o "$T/r50.plan.yaml" >/dev/null 2>"$T/r50.err"; then pass=$((pass+1)); else echo "FAIL r50: solve"; cat "$T/r50.err"; fail=$((fail+1)); fi
+devs=$(awk '/^    devices:/ {f = 1; next} f && /^      - / {printf "%s ", $2; next} f {printf "| "; f = 0}' "$T/r50.plan.yaml")
+if [ "$devs" = "0 4 | 1 5 | 2 6 | 3 7 | " ]; then pass=$((pass+1)); else echo "FAIL r50: stage devices '$devs', want '0 4 | 1 5 | 2 6 | 3 7 | '"; fail=$((fail+1)); fi
 echo "codegen: $pass passed, $fail failed"
 [ $fail = 0 ]

@@ -2,6 +2,8 @@
 # llama3-8b on 64 ranks (interleaved v=2, tp-pp-dp 4-2-8, replication 8-8). Written by planner codegen.
 #   bash run.sh                 local ranks on this machine
 #   bash run.sh HOSTFILE [...]  8 ranks per node from an Open MPI hostfile; extra arguments go to planner run
+# HOSTFILE: one line per node, "HOST slots=8"; rank i runs on its node i / 8 (--map-by ppr:8:node, ranked by slot),
+# launch.yaml's placement; -np 64 counts every rank.
 set -eu
 DIR=$(cd "$(dirname "$0")" && pwd)
 PLANNER=${PLANNER:-planner}
