@@ -43,13 +43,24 @@ neg groups-tp llama3-8b-64 's/^--num-query-groups 8$/--num-query-groups 3/' "mus
 neg batch llama3-8b-64 's/^--global-batch-size 512$/--global-batch-size 520/' "is not divisible by micro batch size (2) times data parallel size (8)"
 cp -r "$G/vgg16-async" "$T/neg-vgg16"; printf -- '--tensor-model-parallel-size 1\n--pipeline-model-parallel-size 3\n--micro-batch-size 64\n--global-batch-size 1024\n' > "$T/neg-vgg16/megatron.args"
 echo "vgg16|no --num-layers" >> "$T/expect"
-files=("$G"/*/megatron.args "$T"/demo-*/megatron.args "$T"/neg-*/megatron.args)
+# megatron.sh's whole command line (megatron.args + the smoke test's mock-data flags), as torchrun
+# receives it: each golden's script run with a fake torchrun that records its argv.
+mkdir -p "$T/bin"
+printf '#!/usr/bin/env bash\nprintf "%%s\\n" "$@" > "$ARGV_OUT"\n' > "$T/bin/torchrun"; chmod +x "$T/bin/torchrun"
+for sh in "$G"/*/megatron.sh; do
+  name=$(basename "$(dirname "$sh")")
+  cp -r "$(dirname "$sh")" "$T/smoke-$name"
+  PATH="$T/bin:$PATH" ARGV_OUT="$T/smoke-$name.argv" MEGATRON_LM=/opt/Megatron-LM bash "$sh" 3 || { echo "FAIL $name: megatron.sh"; fail=1; }
+  sed '1,/pretrain_gpt.py$/d' "$T/smoke-$name.argv" > "$T/smoke-$name/megatron.args"
+  grep -qx -- --mock-data "$T/smoke-$name/megatron.args" || { echo "FAIL $name: megatron.sh passes no --mock-data"; fail=1; }
+done
+files=("$G"/*/megatron.args "$T"/demo-*/megatron.args "$T"/smoke-*/megatron.args "$T"/neg-*/megatron.args)
 start=$(date +%s.%N)
 "$PY" "$SRC/tools/check_megatron_core.py" "${files[@]}" > "$T/out" 2>"$T/err"
 echo "check_megatron_core.py: ${#files[@]} files in $(echo "$(date +%s.%N) - $start" | bc) s"
 grep -E "^megatron-core |: (PASS|FAIL)|^megatron-core check" "$T/out" | cut -c1-240
 grep -q "^megatron-core 0.16.1 " "$T/out" || { echo "FAIL: megatron-core is not 0.16.1 (tests/exports/requirements.txt)"; tail -5 "$T/err"; fail=1; }
-for f in "$G"/*/megatron.args "$T"/demo-*/megatron.args; do
+for f in "$G"/*/megatron.args "$T"/demo-*/megatron.args "$T"/smoke-*/megatron.args; do
   grep -qF "$f: PASS" "$T/out" || { echo "FAIL $f: not PASS under megatron-core"; fail=1; }
 done
 while IFS='|' read -r name text; do
@@ -59,9 +70,9 @@ done < "$T/expect"
 # Megatron-LM's own parse_args + validate_args, when a checkout is given (not on PyPI; GitHub may be unreachable).
 if [ -n "${MEGATRON_LM_DIR:-}" ]; then
   start=$(date +%s.%N); n=0
-  for f in "$G"/*/megatron.args "$T"/demo-*/megatron.args; do
+  for f in "$G"/*/megatron.args "$T"/demo-*/megatron.args "$T"/smoke-llama3-8b-64/megatron.args; do
     d=$(dirname "$f"); name=$(basename "$d")
-    plan=$SRC/tests/codegen/plans/$name.plan.yaml; [ -f "$plan" ] || plan=$T/${name#demo-}.plan.yaml
+    plan=$SRC/tests/codegen/plans/${name#smoke-}.plan.yaml; [ -f "$plan" ] || plan=$T/${name#demo-}.plan.yaml
     out=$("$PY" "$SRC/tools/check_megatron_args.py" "$MEGATRON_LM_DIR" "$f" --plan "$plan" 2>&1 | grep -E "^megatron.args: |^split|^validate_args")
     n=$((n+1))
     echo "$out" | grep -q "^megatron.args: PASS" && echo "check_megatron_args.py $name: PASS" || { echo "FAIL check_megatron_args.py $name: $out"; fail=1; }
