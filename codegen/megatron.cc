@@ -190,6 +190,22 @@ std::string MegatronSplitArgs(const Plan& plan, const ModelSpec& model, const La
   return "";
 }
 
+// Megatron-LM's interleaved schedule runs groups of G microbatches per virtual stage, G = pp by
+// default, and needs the last group (m mod G) empty or at least pp (schedules.py): for m not a multiple
+// of pp the smallest G in [pp, m] that Megatron takes, with a note (none exists for m < pp: refused by
+// the rules check).
+std::string MegatronGroupArgs(const LaunchPlan& L, std::vector<std::string>* notes) {
+  const int64_t m = L.global_batch / std::max<int64_t>(1, L.microbatch_size * L.dp);
+  if (L.pp <= 1 || L.interleave <= 1 || m % L.pp == 0 || m < L.pp) return "";
+  int64_t g = L.pp;
+  while (m % g != 0 && m % g < L.pp) ++g;
+  notes->push_back(fmt::format("megatron.args: {} microbatches are not a multiple of pp {}, which Megatron-LM's interleaved schedule needs with its default "
+                               "groups of pp microbatches per virtual stage; exported with groups of {} "
+                               "(--microbatch-group-size-per-virtual-pipeline-stage), which orders the microbatches differently from the plan's schedule",
+                               m, L.pp, g));
+  return fmt::format("--microbatch-group-size-per-virtual-pipeline-stage {}\n", g);
+}
+
 // Whether the plan was costed with a collective overlapped (its notes say "X not overlapped"
 // when the solve turned the overlap off; the cost model's default is on).
 bool Overlapped(const Plan& plan, const std::string& what) {
@@ -318,6 +334,13 @@ std::string MegatronRuleViolation(const std::string& args, const MegatronCheck& 
   if (std::string e = MegatronSplit(f, pp, layers, &blocks); !e.empty()) return e;
   const int64_t vp = static_cast<int64_t>(blocks.size()) / pp;
   if (vp > 1 && pp == 1) return fmt::format("{} virtual stages per rank with pp 1: Megatron-LM's interleaved schedule needs pp > 1 (validate_args)", vp);
+  // forward_backward_pipelining_with_interleaving (schedules.py): groups of G microbatches per virtual
+  // stage (--microbatch-group-size-per-virtual-pipeline-stage, default pp), pp <= G <= m, and the last
+  // group (m mod G) empty or at least pp.
+  if (const int64_t m = gbs / (mbs * dp), g = num("--microbatch-group-size-per-virtual-pipeline-stage", pp); vp > 1 && (g < pp || g > m || (m % g > 0 && m % g < pp))) {
+    return fmt::format("{} microbatches in groups of {} with pp {} and {} virtual stages: Megatron-LM's interleaved schedule needs pp <= group <= "
+                       "microbatches and the last group empty or at least pp (schedules.py)", m, g, pp, vp);
+  }
   if (vp != c.interleave) return fmt::format("Megatron-LM would run {} virtual stages per pipeline rank, the plan {}", vp, c.interleave);
   if (blocks != c.blocks) {
     return fmt::format("Megatron-LM's split ({} blocks per virtual stage) differs from the plan's ({})", fmt::join(blocks, " "), fmt::join(c.blocks, " "));
@@ -350,6 +373,7 @@ std::string MegatronFlags(const Plan& plan, const ModelSpec& model, const Launch
   mg += MegatronMoeArgs(model, plan, notes);
   mg += fmt::format("--micro-batch-size {}\n--global-batch-size {}\n", L.microbatch_size, L.global_batch);
   mg += MegatronSplitArgs(plan, model, L);
+  mg += MegatronGroupArgs(L, notes);
   if (plan.recompute == Recompute::kFull && plan.recompute_num_layers > 0) {
     // Block recompute: the first N layers of every chunk (megatron/core/recompute.py, method 'block').
     mg += fmt::format("--recompute-granularity full\n--recompute-method block\n--recompute-num-layers {}\n", plan.recompute_num_layers);

@@ -14,7 +14,9 @@ using the installed megatron-core, for each file in ONE process:
   2. configs: constructs them (their __post_init__ validation: heads and query groups vs tp, MoE,
      MLA, recompute, FP8, the pipeline layout's validate_layer_layout, ...), the virtual pipeline size
      derived as validate_args derives it (layout chunks / pp, or (layers / pp) / layers per virtual stage);
-  3. batch: megatron.core.num_microbatches_calculator at dp = world / (tp pp cp);
+  3. batch: megatron.core.num_microbatches_calculator at dp = world / (tp pp cp), its count equal to
+     launch.yaml's; with virtual stages, the interleaved schedule's microbatch-group checks (schedules.py)
+     on the config's microbatch_group_size_per_vp_stage;
   4. ranks: megatron.core.parallel_state.RankGenerator (order tp-cp-ep-dp-pp, as initialize_model_parallel)
      at the launch.yaml world size; its tp, dp(-cp), pp, cp and expert groups must equal launch.yaml's;
   5. split: Megatron's decoder layers / MTP modules per virtual stage (get_num_layers_to_build, or the
@@ -93,6 +95,7 @@ FLAGS = {
     "--global-batch-size": [("batch", "global_batch_size", INT)],
     "--pipeline-model-parallel-layout": [("tc", "pipeline_model_parallel_layout", STR)],
     "--num-layers-per-virtual-pipeline-stage": [("split", "num_layers_per_virtual_pipeline_stage", INT)],
+    "--microbatch-group-size-per-virtual-pipeline-stage": [("tc", "microbatch_group_size_per_vp_stage", INT)],
     # never written by codegen (the layout says an uneven split); mapped so Megatron's own check judges them
     "--decoder-first-pipeline-num-layers": [("tc", "num_layers_in_first_pipeline_stage", INT)],
     "--decoder-last-pipeline-num-layers": [("tc", "num_layers_in_last_pipeline_stage", INT)],
@@ -338,6 +341,10 @@ def check_file(path, classes):
         m = N.get_num_microbatches()
         if m != launch["num_microbatches"]:
             raise ValueError(f"Megatron runs {m} microbatches, launch.yaml {launch['num_microbatches']}")
+        # forward_backward_pipelining_with_interleaving's checks (schedules.py; they run at the first step)
+        g = config.microbatch_group_size_per_vp_stage
+        if vp > 1 and (g > m or g < pp or 0 < m % g < pp):
+            raise ValueError(f"{m} microbatches in groups of {g} per virtual stage, pp {pp}: the interleaved schedule raises (schedules.py)")
         step = "ranks"
         got = rank_groups(tp, pp, cp, dp, ep, etp, world)
         for name, groups in got.items():

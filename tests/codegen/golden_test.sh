@@ -98,6 +98,13 @@ done
 $PLANNER codegen "$P/vgg16-async.plan.yaml" -o "$T/vgg-notes" --planner-path planner 2>"$T/vgg-notes.err" >/dev/null
 n=$(grep -c "megatron.args" "$T/vgg-notes.err")
 if [ "$n" = 1 ] && grep -qF "megatron.args: not written: model vgg16 is not a GPT" "$T/vgg-notes.err"; then pass=$((pass+1)); else echo "FAIL vgg16-async: $n megatron notes, want 1 refusal"; fail=$((fail+1)); fi
+# A GPT plan with per-stage replication 2-1 (PipeDream's schedule): refused for both reasons, nothing written as if.
+if $PLANNER -q solve --gpus 3 --model "$SRC/configs/models/tiny-gpt.yaml" --cluster "$SRC/configs/clusters/dgx-h100.yaml" --replication 2-1 -o "$T/rep.plan.yaml" >/dev/null 2>&1; then
+  expect_codegen rep21 "$T/rep.plan.yaml"
+  refused rep21 "$T/rep21" megatron.args.refused "per-stage replication (2-1 replicas per stage)"
+  refused rep21 "$T/rep21" megatron.args.refused "PipeDream's asynchronous schedule"
+  if [ -e "$T/rep21/megatron.args" ] || [ -e "$T/rep21/megatron.sh" ]; then echo "FAIL rep21: megatron files written"; fail=$((fail+1)); else pass=$((pass+1)); fi
+else echo "FAIL rep21: solve --replication 2-1"; fail=$((fail+1)); fi
 # Every golden megatron.args: Megatron-LM's virtual pipeline equals the plan's interleave exactly
 # (validate_args: vp = (num_layers / pp) / --num-layers-per-virtual-pipeline-stage, or the layout's
 # chunks / pp), and no 0 in --decoder-first/last-pipeline-num-layers.

@@ -284,6 +284,27 @@ TEST_CASE("rule: Megatron-LM's virtual pipeline equals the plan's interleave exa
   CHECK(!Has(e.args, "--num-layers-per-virtual-pipeline-stage"));
 }
 
+TEST_CASE("rule: interleaved, microbatches in groups Megatron-LM's schedule takes (forward_backward_pipelining_with_interleaving)") {
+  // 8 blocks, pp 2 x v 2 of 2 blocks. One microbatch for pp 2: no group fits, refused.
+  const Shape one{.pp = 2, .interleave = 2, .global_batch = 1, .schedule = Schedule::kInterleaved, .last_layers = {2, 4, 6, 11}};
+  CheckRefused(Run(Gpt(8), one), "1 microbatches in groups of 2 with pp 2 and 2 virtual stages: Megatron-LM's interleaved schedule needs pp <= group");
+  // 3 microbatches: Megatron's default groups of pp = 2 leave 1 (< pp): groups of 3, with a note.
+  Shape three = one;
+  three.global_batch = 3;
+  const Export e = Run(Gpt(8), three);
+  CHECK(Has(e.args, "--microbatch-group-size-per-virtual-pipeline-stage 3\n"));
+  bool noted = false;
+  for (const auto& n : e.notes) noted = noted || Has(n, "3 microbatches are not a multiple of pp 2");
+  CHECK(noted);
+  CHECK(MegatronRuleViolation(Replace(e.args, "--microbatch-group-size-per-virtual-pipeline-stage 3\n", ""),
+                              MegatronCheck{.world = 2, .dp = 1, .interleave = 2, .blocks = {2, 2, 2, 2}}) ==
+        "3 microbatches in groups of 2 with pp 2 and 2 virtual stages: Megatron-LM's interleaved schedule needs pp <= group <= microbatches "
+        "and the last group empty or at least pp (schedules.py)");
+  // 4 microbatches: the default groups, no flag.
+  three.global_batch = 4;
+  CHECK(!Has(Run(Gpt(8), three).args, "--microbatch-group-size"));
+}
+
 TEST_CASE("rule: Megatron-LM's split equals the plan's blocks per stage") {
   const MegatronCheck c{.world = 2, .dp = 1, .interleave = 1, .blocks = {3, 5}};
   CHECK(MegatronRuleViolation(ValidArgs(), c) == "Megatron-LM's split (4 4 blocks per virtual stage) differs from the plan's (3 5)");

@@ -40,6 +40,7 @@ neg decoder-last-0 gpt3-64 's/^--num-layers-per-virtual-pipeline-stage 3$/--deco
 neg unknown-flag tiny-gpt-pp2 '$a --bogus-flag 1' "flag --bogus-flag has no Megatron-Core field"
 neg layout-blocks llama3-8b-64 's/^--pipeline-model-parallel-layout Etttttttt|/--pipeline-model-parallel-layout Ettttttt|/' "must match num_layers"
 neg groups-tp llama3-8b-64 's/^--num-query-groups 8$/--num-query-groups 3/' "must be a multiple or divisor of tensor_model_parallel_size"
+neg mb-group gpt3-64 's/^--global-batch-size 128$/--global-batch-size 128\n--microbatch-group-size-per-virtual-pipeline-stage 5/' "in groups of 5 per virtual stage, pp 8: the interleaved schedule raises"
 neg batch llama3-8b-64 's/^--global-batch-size 512$/--global-batch-size 520/' "is not divisible by micro batch size (2) times data parallel size (8)"
 cp -r "$G/vgg16-async" "$T/neg-vgg16"; printf -- '--tensor-model-parallel-size 1\n--pipeline-model-parallel-size 3\n--micro-batch-size 64\n--global-batch-size 1024\n' > "$T/neg-vgg16/megatron.args"
 echo "vgg16|no --num-layers" >> "$T/expect"
