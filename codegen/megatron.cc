@@ -31,9 +31,13 @@ std::string MegatronModelArgs(const ModelSpec& model, std::vector<std::string>* 
   if (g.position == "rope") mg += fmt::format("--position-embedding-type rope\n--rotary-base {}\n", g.rope_theta);
   if (!g.bias) mg += "--disable-bias-linear\n";
   if (!g.tie_embeddings) mg += "--untie-embeddings-and-output-weights\n";
-  mg += fmt::format("--attention-backend {}\n", g.attention == "unfused" ? "unfused" : "flash");
-  if (g.attention != "unfused" && model.dtype == DType::kFp32) {
-    notes->push_back("megatron.args: flash attention runs in fp16/bf16 only; Megatron-LM refuses --attention-backend flash for an fp32 model");
+  // --attention-backend flash makes Transformer Engine use flash-attn alone (NVTE_FLASH_ATTN=1, the others 0:
+  // language_module.py), which has no fp32 kernel: an fp32 model runs TE's unfused attention instead.
+  const bool fp32_flash = g.attention != "unfused" && model.dtype == DType::kFp32;
+  mg += fmt::format("--attention-backend {}\n", g.attention == "unfused" || fp32_flash ? "unfused" : "flash");
+  if (fp32_flash) {
+    notes->push_back("megatron.args: flash attention has no fp32 kernel (Transformer Engine's flash-attn backend, which --attention-backend flash "
+                     "forces, takes fp16/bf16 only): this fp32 model is exported with --attention-backend unfused, slower than the plan's flash attention");
   }
   return mg;
 }
@@ -447,6 +451,19 @@ exec torchrun --nproc-per-node "$NPROC_PER_NODE" --nnodes "$NNODES" --node-rank 
   files->emplace_back("megatron.sh", sh);
 }
 
+// What Megatron-LM runs for the plan's schedule when it has no flag for it ("" when it runs it as
+// planned). One stage: forward_backward_no_pipelining, as every schedule is with one stage.
+std::string MegatronScheduleNote(const LaunchPlan& L) {
+  if (L.pp == 1) return "";
+  if (L.schedule == Schedule::kZbH1) return "ZB-H1 has no Megatron-LM flag; the exported settings run 1F1B (the same stages, without ZB-H1's split backward)";
+  if (L.schedule == Schedule::kGpipe) return "Megatron-LM has no GPipe schedule; the exported settings run 1F1B (same bubble, more memory in GPipe)";
+  if (L.schedule == Schedule::kDualPipeV) {
+    return "Megatron-LM has no DualPipeV schedule; the exported settings run interleaved 1F1B with 2 chunks per rank (the same chunks, "
+           "Megatron's looped placement: chunk q on pipeline rank q mod pp, not the V; a pipeline layout lists the chunks in that model order)";
+  }
+  return "";
+}
+
 // megatron.args (and megatron.sh): Megatron-LM flags, and a note for each setting it runs
 // differently. A plan Megatron-LM cannot express or run, or whose flags break one of its rules,
 // gets megatron.args.refused (the reason) and one note instead.
@@ -465,12 +482,7 @@ void AddMegatronArgs(const Plan& plan, const ModelSpec& model, const LaunchPlan&
     return;
   }
   notes->insert(notes->end(), flag_notes.begin(), flag_notes.end());
-  if (L.schedule == Schedule::kZbH1) notes->push_back("megatron.args: ZB-H1 has no Megatron-LM flag; the exported settings run 1F1B");
-  if (L.schedule == Schedule::kDualPipeV) {
-    notes->push_back("megatron.args: Megatron-LM has no DualPipeV schedule; the exported settings run interleaved 1F1B with 2 chunks per rank (the same chunks, "
-                     "Megatron's looped placement: chunk q on pipeline rank q mod pp, not the V; a pipeline layout lists the chunks in that model order)");
-  }
-  if (L.schedule == Schedule::kGpipe) notes->push_back("megatron.args: Megatron-LM has no GPipe schedule; the exported settings run 1F1B (same bubble, more memory in GPipe)");
+  if (const std::string n = MegatronScheduleNote(L); !n.empty()) notes->push_back("megatron.args: " + n);
   files->emplace_back("megatron.args", mg);
   AddMegatronScript(model, L, mg.find("--use-megatron-fsdp\n") != std::string::npos, files);
 }

@@ -35,6 +35,7 @@ check llama3-8b-64 "$G/llama3-8b-64/megatron.args" "--group-query-attention" "--
   "--untie-embeddings-and-output-weights" "--attention-backend flash" "--use-distributed-optimizer" "--overlap-grad-reduce" \
   "--overlap-param-gather" "--bf16"
 check llama3-8b-fp8-16 "$G/llama3-8b-fp8-16/megatron.args" "--bf16" "--fp8-format hybrid"
+check tiny-gpt-pp2 "$G/tiny-gpt-pp2/megatron.args" "--attention-backend unfused"  # fp32: flash-attn has no fp32 kernel
 if grep -qF -- "--fp8-format" "$G/llama3-8b-64/megatron.args"; then echo "FAIL llama3-8b-64: bf16 plan exports --fp8-format"; fail=$((fail+1)); else pass=$((pass+1)); fi
 # expect_codegen NAME PLAN: codegen of a plan edited from a golden one; its notes land in $T/NAME.err.
 expect_codegen() {
