@@ -483,6 +483,10 @@ void AddMegatronArgs(const Plan& plan, const ModelSpec& model, const LaunchPlan&
   }
   notes->insert(notes->end(), flag_notes.begin(), flag_notes.end());
   if (const std::string n = MegatronScheduleNote(L); !n.empty()) notes->push_back("megatron.args: " + n);
+  if (DpCommUsesServers(L.dp_comm)) {
+    notes->push_back(fmt::format("megatron.args: dp_comm {} has no Megatron-LM equivalent: Megatron-LM all-reduces the gradients over NCCL in its "
+                                 "data-parallel groups, without the plan's {} summation server(s)", DpCommName(L.dp_comm), L.servers.size()));
+  }
   files->emplace_back("megatron.args", mg);
   AddMegatronScript(model, L, mg.find("--use-megatron-fsdp\n") != std::string::npos, files);
 }

@@ -61,6 +61,7 @@ struct Shape {
   std::vector<int64_t> last_layers = {};
   std::vector<int64_t> replicas = {};  // per stage; empty: dp each
   int64_t first_layer = 0;
+  DpComm dp_comm = DpComm::kRingAllReduce;
 };
 
 struct Export {
@@ -94,6 +95,8 @@ Export Run(const ModelSpec& m, const Shape& s) {
   L.microbatch_size = s.microbatch;
   L.global_batch = s.global_batch;
   L.gpus_per_node = 8;
+  L.dp_comm = plan.dp_comm = s.dp_comm;
+  if (DpCommUsesServers(s.dp_comm)) L.servers = {s.tp * s.pp * s.dp * s.cp};
   const int64_t world = s.world > 0 ? s.world : s.tp * s.pp * s.dp * s.cp;
   for (int64_t r = 0; r < world; ++r) {
     LaunchRank x;
@@ -155,6 +158,28 @@ TEST_CASE("a valid plan passes every rule: megatron.args and megatron.sh written
   CHECK(Has(e.args, "--pipeline-model-parallel-size 2\n"));
   CHECK(Has(e.script, "pretrain_gpt.py"));
   CHECK(MegatronRuleViolation(ValidArgs(), ValidCheck()).empty());
+}
+
+TEST_CASE("approximations are written with exactly one note each: GPipe and ZB-H1 run 1F1B, ps runs Megatron's all-reduce; none with one stage") {
+  auto megatron_notes = [](const Export& e) {
+    std::vector<std::string> out;
+    for (const auto& n : e.notes) {
+      if (n.rfind("megatron.args", 0) == 0) out.push_back(n);
+    }
+    return out;
+  };
+  const Export gpipe = Run(Gpt(8), Shape{.pp = 2, .schedule = Schedule::kGpipe, .last_layers = {4, 11}});
+  REQUIRE(megatron_notes(gpipe).size() == 1);
+  CHECK(Has(megatron_notes(gpipe)[0], "Megatron-LM has no GPipe schedule; the exported settings run 1F1B"));
+  const Export zb = Run(Gpt(8), Shape{.pp = 2, .schedule = Schedule::kZbH1, .last_layers = {4, 11}});
+  REQUIRE(megatron_notes(zb).size() == 1);
+  CHECK(Has(megatron_notes(zb)[0], "ZB-H1 has no Megatron-LM flag; the exported settings run 1F1B"));
+  CHECK(megatron_notes(Run(Gpt(8), Shape{.schedule = Schedule::kGpipe, .last_layers = {11}})).empty());
+  const Export ps = Run(Gpt(8), Shape{.dp = 2, .last_layers = {11}, .dp_comm = DpComm::kParameterServer});
+  REQUIRE(megatron_notes(ps).size() == 1);
+  CHECK(Has(megatron_notes(ps)[0], "dp_comm ps has no Megatron-LM equivalent: Megatron-LM all-reduces the gradients over NCCL in its data-parallel groups, "
+                                   "without the plan's 1 summation server(s)"));
+  CHECK(!ps.args.empty());
 }
 
 TEST_CASE("rule: a model other than a GPT (VGG-16's layer list) is refused") {
