@@ -48,6 +48,8 @@ sed 's/^zero_stage: 1$/zero_stage: 3/' "$P/llama3-8b-fp8-16.plan.yaml" > "$T/zer
 expect_codegen zero3 "$T/zero3.plan.yaml"
 check zero3 "$T/zero3/megatron.args" "--use-megatron-fsdp" "--data-parallel-sharding-strategy optim_grads_params" "--ckpt-format fsdp_dtensor" "--overlap-param-gather"
 check zero3 "$T/zero3/deepspeed/ds_config.json" '  "zero_optimization": {"stage": 3},'
+# Megatron-FSDP asks for more than one CUDA connection (validate_args on Blackwell): megatron.sh does not set it to 1 even at tp 8.
+if grep -q CUDA_DEVICE_MAX_CONNECTIONS "$T/zero3/megatron.sh" || ! grep -q "pretrain_gpt.py" "$T/zero3/megatron.sh"; then echo "FAIL zero3: megatron.sh sets CUDA_DEVICE_MAX_CONNECTIONS under FSDP"; fail=$((fail+1)); else pass=$((pass+1)); fi
 if grep -qF -- "--use-distributed-optimizer" "$T/zero3/megatron.args"; then echo "FAIL zero3: FSDP with --use-distributed-optimizer"; fail=$((fail+1)); else pass=$((pass+1)); fi
 # ZeRO-2 with pipelining: neither engine runs it; each refuses in a file and a note, nothing exported as-if.
 sed -e 's/^zero_stage: 1$/zero_stage: 2/' -e "s|^  model_path: .*|  model_path: \"$SRC/configs/models/llama3-8b.yaml\"|" "$P/llama3-8b-64.plan.yaml" > "$T/zero2pp.plan.yaml"

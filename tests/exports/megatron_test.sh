@@ -28,6 +28,11 @@ gpt3-175b 64 dgx-h100
 mixtral-8x7b 64 dgx-h100
 deepseek-v3 256 h800
 EOF
+# ZeRO-3 without pipelining: Megatron-FSDP (the golden fp8 plan at zero_stage 3).
+cp "$SRC/tests/codegen/plans/llama3-8b-fp8.model.yaml" "$T/"
+sed 's/^zero_stage: 1$/zero_stage: 3/' "$SRC/tests/codegen/plans/llama3-8b-fp8-16.plan.yaml" > "$T/llama3-8b-fp8-zero3.plan.yaml"
+$PLANNER -q codegen "$T/llama3-8b-fp8-zero3.plan.yaml" -o "$T/demo-llama3-8b-fp8-zero3" 2>/dev/null && grep -qx -- --use-megatron-fsdp "$T/demo-llama3-8b-fp8-zero3/megatron.args" \
+  || { echo "FAIL demo zero3: no Megatron-FSDP megatron.args"; fail=1; }
 # The defects, each in a copy of a golden launch directory: the checker must FAIL them with the reason.
 G=$SRC/tests/codegen/golden
 neg() {  # neg NAME GOLDEN SED-SCRIPT EXPECTED-TEXT
