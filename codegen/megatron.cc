@@ -205,8 +205,8 @@ std::string MegatronGroupArgs(const LaunchPlan& L, std::vector<std::string>* not
   while (m % g != 0 && m % g < L.pp) ++g;
   notes->push_back(fmt::format("megatron.args: {} microbatches are not a multiple of pp {}, which Megatron-LM's interleaved schedule needs with its default "
                                "groups of pp microbatches per virtual stage; exported with groups of {} "
-                               "(--microbatch-group-size-per-virtual-pipeline-stage), which orders the microbatches differently from the plan's schedule",
-                               m, L.pp, g));
+                               "(--microbatch-group-size-per-virtual-pipeline-stage): Megatron-LM runs {} microbatches per virtual stage at a time, not pp",
+                               m, L.pp, g, g));
   return fmt::format("--microbatch-group-size-per-virtual-pipeline-stage {}\n", g);
 }
 
