@@ -42,6 +42,16 @@ void AddSlurmScript(const ModelSpec& model, const LaunchPlan& L, const CodegenOp
 
 // megatron.cc
 const Layer* MlaLayer(const ModelSpec& model);
+// What Megatron-LM's rules are checked against: the launch's world size (worker ranks), the plan's
+// dp, its chunks per pipeline rank and its decoder blocks per chunk (model order).
+struct MegatronCheck {
+  int64_t world = 1, dp = 1, interleave = 1;
+  std::vector<int64_t> blocks = {};
+};
+// The first of Megatron-LM's rules (validate_args, TransformerConfig, the pipeline layout's
+// validate_layer_layout, the microbatch calculator) that the megatron.args text `args` breaks for
+// the plan `c`, or "" (docs/exports.md, "Megatron-LM", lists them).
+std::string MegatronRuleViolation(const std::string& args, const MegatronCheck& c);
 void AddMegatronArgs(const Plan& plan, const ModelSpec& model, const LaunchPlan& L, Files* files, std::vector<std::string>* notes);
 
 // deepspeed.cc

@@ -31,9 +31,13 @@ std::string MegatronModelArgs(const ModelSpec& model, std::vector<std::string>* 
   if (g.position == "rope") mg += fmt::format("--position-embedding-type rope\n--rotary-base {}\n", g.rope_theta);
   if (!g.bias) mg += "--disable-bias-linear\n";
   if (!g.tie_embeddings) mg += "--untie-embeddings-and-output-weights\n";
-  mg += fmt::format("--attention-backend {}\n", g.attention == "unfused" ? "unfused" : "flash");
-  if (g.attention != "unfused" && model.dtype == DType::kFp32) {
-    notes->push_back("megatron.args: flash attention runs in fp16/bf16 only; Megatron-LM refuses --attention-backend flash for an fp32 model");
+  // --attention-backend flash makes Transformer Engine use flash-attn alone (NVTE_FLASH_ATTN=1, the others 0:
+  // language_module.py), which has no fp32 kernel: an fp32 model runs TE's unfused attention instead.
+  const bool fp32_flash = g.attention != "unfused" && model.dtype == DType::kFp32;
+  mg += fmt::format("--attention-backend {}\n", g.attention == "unfused" || fp32_flash ? "unfused" : "flash");
+  if (fp32_flash) {
+    notes->push_back("megatron.args: flash attention has no fp32 kernel (Transformer Engine's flash-attn backend, which --attention-backend flash "
+                     "forces, takes fp16/bf16 only): this fp32 model is exported with --attention-backend unfused, slower than the plan's flash attention");
   }
   return mg;
 }
@@ -181,9 +185,29 @@ std::string MegatronSplitArgs(const Plan& plan, const ModelSpec& model, const La
   auto blocks = [](const std::string& c) { return std::count(c.begin(), c.end(), 't'); };
   bool even = !plan.account_embedding_loss;
   for (const auto& c : chunks) even = even && c.find('m') == std::string::npos && blocks(c) == blocks(chunks.front());
-  if (!even) return fmt::format("--pipeline-model-parallel-layout {}\n", MegatronPipelineLayout(model, L.stages));
-  if (L.interleave > 1) return fmt::format("--num-layers-per-virtual-pipeline-stage {}\n", blocks(chunks.front()));
+  // --num-layers-per-virtual-pipeline-stage b: validate_args takes vp = (layers / pp) / b, so it is
+  // written only when that is the plan's interleave exactly (else the layout says it).
+  const int64_t b = blocks(chunks.front()), layers = model.gpt.layers;
+  const bool exact_vp = b > 0 && layers % L.pp == 0 && (layers / L.pp) % b == 0 && (layers / L.pp) / b == L.interleave;
+  if (!even || (L.interleave > 1 && !exact_vp)) return fmt::format("--pipeline-model-parallel-layout {}\n", MegatronPipelineLayout(model, L.stages));
+  if (L.interleave > 1) return fmt::format("--num-layers-per-virtual-pipeline-stage {}\n", b);
   return "";
+}
+
+// Megatron-LM's interleaved schedule runs groups of G microbatches per virtual stage, G = pp by
+// default, and needs the last group (m mod G) empty or at least pp (schedules.py): for m not a multiple
+// of pp the smallest G in [pp, m] that Megatron takes, with a note (none exists for m < pp: refused by
+// the rules check).
+std::string MegatronGroupArgs(const LaunchPlan& L, std::vector<std::string>* notes) {
+  const int64_t m = L.global_batch / std::max<int64_t>(1, L.microbatch_size * L.dp);
+  if (L.pp <= 1 || L.interleave <= 1 || m % L.pp == 0 || m < L.pp) return "";
+  int64_t g = L.pp;
+  while (m % g != 0 && m % g < L.pp) ++g;
+  notes->push_back(fmt::format("megatron.args: {} microbatches are not a multiple of pp {}, which Megatron-LM's interleaved schedule needs with its default "
+                               "groups of pp microbatches per virtual stage; exported with groups of {} "
+                               "(--microbatch-group-size-per-virtual-pipeline-stage): Megatron-LM runs {} microbatches per virtual stage at a time, not pp",
+                               m, L.pp, g, g));
+  return fmt::format("--microbatch-group-size-per-virtual-pipeline-stage {}\n", g);
 }
 
 // Whether the plan was costed with a collective overlapped (its notes say "X not overlapped"
@@ -192,9 +216,33 @@ bool Overlapped(const Plan& plan, const std::string& what) {
   return std::none_of(plan.notes.begin(), plan.notes.end(), [&](const std::string& n) { return n.find(what + " not overlapped") != std::string::npos; });
 }
 
+// Why Megatron-LM cannot express the plan at all ("" when it can): a model other than a GPT
+// (pretrain_gpt.py builds decoder-only transformers: VGG / ResNet layer lists have no Megatron
+// model), PipeDream's asynchronous schedule (Megatron's schedules flush every iteration), per-stage
+// replication (Megatron gives every pipeline stage the same dp = world / (tp x pp x cp) replicas).
+std::string MegatronInexpressible(const Plan& plan, const ModelSpec& model, const LaunchPlan& L) {
+  std::vector<std::string> why;
+  if (!model.is_gpt) {
+    why.push_back(fmt::format("model {} is not a GPT (gpt: template) model: Megatron-LM's pretrain_gpt.py trains decoder-only transformers only", model.name));
+  }
+  if (L.schedule == Schedule::kPipeDream) {
+    why.push_back("PipeDream's asynchronous schedule (weight stashing, no flush) has no Megatron-LM equivalent: its schedules flush every iteration");
+  }
+  std::vector<std::string> replicas;
+  bool per_stage = false;
+  for (const auto& s : plan.stages) {
+    replicas.push_back(std::to_string(s.replicas));
+    per_stage = per_stage || s.replicas != plan.dp;
+  }
+  if (per_stage) {
+    why.push_back(fmt::format("per-stage replication ({} replicas per stage): Megatron-LM gives every pipeline stage the same data-parallel width",
+                              fmt::join(replicas, "-")));
+  }
+  return fmt::format("{}", fmt::join(why, "; "));
+}
+
 // Why Megatron-LM cannot run the plan ("" when it can): ZeRO-2/3 (Megatron-FSDP) with
-// pipelining, or query groups that are neither a multiple nor a divisor of tp
-// (TransformerConfig's check).
+// pipelining, or an MTP placement its layout refuses.
 std::string MegatronRefusal(const Plan& plan, const ModelSpec& model, const LaunchPlan& L) {
   const bool zero23 = plan.zero_stage == ZeroStage::kGradients || plan.zero_stage == ZeroStage::kParameters;
   if (zero23 && L.pp > 1) {
@@ -202,10 +250,104 @@ std::string MegatronRefusal(const Plan& plan, const ModelSpec& model, const Laun
                        "run with pipeline parallelism; solve with --zero 0,1 for a plan Megatron-LM runs",
                        plan.zero_stage == ZeroStage::kGradients ? 2 : 3, L.pp);
   }
-  if (const std::string mtp = MegatronMtpPlacement(model, L); !mtp.empty()) return mtp;
-  const int64_t groups = model.is_gpt && MlaLayer(model) == nullptr ? (model.gpt.kv_heads > 0 ? model.gpt.kv_heads : model.gpt.heads) : 0;
-  if (groups > 0 && L.tp > 1 && groups % L.tp != 0 && L.tp % groups != 0) {
-    return fmt::format("{} KV heads with tp {}: Megatron-LM needs the query groups to be a multiple or a divisor of tp", groups, L.tp);
+  return MegatronMtpPlacement(model, L);
+}
+
+namespace {
+
+// The flags of a megatron.args text: the first word of each line -> the rest ("" for a switch).
+std::map<std::string, std::string> ArgsFlags(const std::string& args) {
+  std::map<std::string, std::string> f;
+  size_t at = 0;
+  while (at < args.size()) {
+    size_t end = args.find('\n', at);
+    if (end == std::string::npos) end = args.size();
+    const std::string line = args.substr(at, end - at);
+    const size_t sp = line.find(' ');
+    if (!line.empty()) f[line.substr(0, sp)] = sp == std::string::npos ? "" : line.substr(sp + 1);
+    at = end + 1;
+  }
+  return f;
+}
+
+// Megatron-LM's decoder blocks per virtual stage (model order) from the split flags, as
+// validate_args and TransformerConfig derive them: the layout's t per chunk; pp x vp chunks of
+// --num-layers-per-virtual-pipeline-stage; else num_layers / pp per stage. "" or the rule broken.
+std::string MegatronSplit(const std::map<std::string, std::string>& f, int64_t pp, int64_t layers, std::vector<int64_t>* blocks) {
+  auto num = [&](const char* k) { return f.count(k) ? std::stoll(f.at(k)) : int64_t{0}; };
+  for (const char* k : {"--decoder-first-pipeline-num-layers", "--decoder-last-pipeline-num-layers"}) {
+    if (f.count(k) && num(k) <= 0) return fmt::format("{} {}: Megatron-LM needs a positive layer count there", k, f.at(k));
+  }
+  if (f.count("--pipeline-model-parallel-layout")) {
+    const std::string& lay = f.at("--pipeline-model-parallel-layout");
+    int64_t t = 0;
+    for (char c : lay) {
+      if (c == '|') blocks->push_back(t), t = 0;
+      else if (c == 't') ++t;
+    }
+    blocks->push_back(t);
+    const auto n = static_cast<int64_t>(blocks->size());
+    if (n % pp != 0) return fmt::format("the pipeline layout has {} chunks, not a multiple of pp {} (validate_args)", n, pp);
+    const auto count = [&](char c) { return std::count(lay.begin(), lay.end(), c); };
+    if (lay.empty() || lay.front() != 'E' || lay.back() != 'L' || count('E') != 1 || count('L') != 1) {
+      return "the pipeline layout must start with the embedding (E) and end with the loss (L), each once (validate_layer_layout)";
+    }
+    if (count('t') != layers) return fmt::format("the pipeline layout places {} decoder blocks, the model has {} (validate_layer_layout)", count('t'), layers);
+    if (count('m') != num("--mtp-num-layers")) return fmt::format("the pipeline layout places {} MTP modules, --mtp-num-layers is {}", count('m'), num("--mtp-num-layers"));
+    return "";
+  }
+  if (layers % pp != 0) return fmt::format("{} layers are not divisible by pp {} without a pipeline layout (validate_args)", layers, pp);
+  const int64_t per_rank = layers / pp, v = num("--num-layers-per-virtual-pipeline-stage");
+  if (v > 0 && per_rank % v != 0) {
+    return fmt::format("{} layers per pipeline rank are not divisible by --num-layers-per-virtual-pipeline-stage {} (validate_args)", per_rank, v);
+  }
+  blocks->assign(static_cast<size_t>(v > 0 ? pp * (per_rank / v) : pp), v > 0 ? v : per_rank);
+  return "";
+}
+
+}  // namespace
+
+// The first of Megatron-LM's rules (validate_args, TransformerConfig, the microbatch calculator)
+// the flags in `args` break for the plan in `c`, or "". See docs/exports.md, "Megatron-LM".
+std::string MegatronRuleViolation(const std::string& args, const MegatronCheck& c) {
+  const std::map<std::string, std::string> f = ArgsFlags(args);
+  auto num = [&](const char* k, int64_t dflt) { return f.count(k) ? std::stoll(f.at(k)) : dflt; };
+  const int64_t tp = num("--tensor-model-parallel-size", 1), pp = num("--pipeline-model-parallel-size", 1), cp = num("--context-parallel-size", 1);
+  const int64_t heads = num("--num-attention-heads", 0), layers = num("--num-layers", 0), ep = num("--expert-model-parallel-size", 1);
+  if (c.world % (tp * pp * cp) != 0) return fmt::format("world size {} is not divisible by tp x pp x cp = {} (validate_args)", c.world, tp * pp * cp);
+  const int64_t dp = c.world / (tp * pp * cp);
+  if (dp != c.dp) return fmt::format("Megatron-LM derives dp = world / (tp x pp x cp) = {}, the plan has dp {}", dp, c.dp);
+  if (heads % tp != 0) return fmt::format("{} attention heads are not divisible by tp {} (TransformerConfig)", heads, tp);
+  const int64_t groups = num("--num-query-groups", heads);
+  if (!f.count("--multi-latent-attention") && tp > 1 && groups % tp != 0 && tp % groups != 0) {
+    return fmt::format("{} query groups with tp {}: Megatron-LM needs the query groups to be a multiple or a divisor of tp (TransformerConfig)", groups, tp);
+  }
+  if (!f.count("--kv-channels") && heads > 0 && num("--hidden-size", 0) % heads != 0) {
+    return fmt::format("hidden size {} is not divisible by {} heads and no --kv-channels (validate_args)", num("--hidden-size", 0), heads);
+  }
+  if (cp > 1 && num("--seq-length", 0) % (2 * cp) != 0) {
+    return fmt::format("sequence length {} is not a multiple of 2 x cp = {} (validate_args)", num("--seq-length", 0), 2 * cp);
+  }
+  if (f.count("--sequence-parallel") && tp == 1) return "sequence parallelism with tp 1: Megatron-LM turns --sequence-parallel off (validate_args)";
+  if (ep > 1 && num("--num-experts", 0) % ep != 0) return fmt::format("{} experts are not divisible by ep {} (validate_args)", num("--num-experts", 0), ep);
+  const int64_t mbs = num("--micro-batch-size", 1), gbs = num("--global-batch-size", 0);
+  if (gbs % (mbs * dp) != 0) {
+    return fmt::format("global batch {} is not divisible by micro batch {} x dp {} (num_microbatches_calculator)", gbs, mbs, dp);
+  }
+  std::vector<int64_t> blocks;
+  if (std::string e = MegatronSplit(f, pp, layers, &blocks); !e.empty()) return e;
+  const int64_t vp = static_cast<int64_t>(blocks.size()) / pp;
+  if (vp > 1 && pp == 1) return fmt::format("{} virtual stages per rank with pp 1: Megatron-LM's interleaved schedule needs pp > 1 (validate_args)", vp);
+  // forward_backward_pipelining_with_interleaving (schedules.py): groups of G microbatches per virtual
+  // stage (--microbatch-group-size-per-virtual-pipeline-stage, default pp), pp <= G <= m, and the last
+  // group (m mod G) empty or at least pp.
+  if (const int64_t m = gbs / (mbs * dp), g = num("--microbatch-group-size-per-virtual-pipeline-stage", pp); vp > 1 && (g < pp || g > m || (m % g > 0 && m % g < pp))) {
+    return fmt::format("{} microbatches in groups of {} with pp {} and {} virtual stages: Megatron-LM's interleaved schedule needs pp <= group <= "
+                       "microbatches and the last group empty or at least pp (schedules.py)", m, g, pp, vp);
+  }
+  if (vp != c.interleave) return fmt::format("Megatron-LM would run {} virtual stages per pipeline rank, the plan {}", vp, c.interleave);
+  if (blocks != c.blocks) {
+    return fmt::format("Megatron-LM's split ({} blocks per virtual stage) differs from the plan's ({})", fmt::join(blocks, " "), fmt::join(c.blocks, " "));
   }
   return "";
 }
@@ -225,17 +367,17 @@ void MegatronShardingArgs(const Plan& plan, const LaunchPlan& L, std::string* mg
   }
 }
 
-// megatron.args: Megatron-LM flags, and a note for each setting it cannot take. A plan
-// Megatron-LM cannot run gets megatron.args.refused (the reason) instead.
-void AddMegatronArgs(const Plan& plan, const ModelSpec& model, const LaunchPlan& L, Files* files, std::vector<std::string>* notes) {
+// The flags of the plan's settings Megatron-LM runs as they are (no check, no note).
+std::string MegatronFlags(const Plan& plan, const ModelSpec& model, const LaunchPlan& L, std::vector<std::string>* notes) {
   std::string mg;
   mg += fmt::format("--tensor-model-parallel-size {}\n--pipeline-model-parallel-size {}\n", L.tp, L.pp);
   if (L.cp > 1) mg += fmt::format("--context-parallel-size {}\n--cp-comm-type p2p\n", L.cp);  // ring attention, as planner run executes it
   if (L.sequence_parallel) mg += "--sequence-parallel\n";
-  if (model.is_gpt) mg += MegatronModelArgs(model, notes);
+  mg += MegatronModelArgs(model, notes);
   mg += MegatronMoeArgs(model, plan, notes);
   mg += fmt::format("--micro-batch-size {}\n--global-batch-size {}\n", L.microbatch_size, L.global_batch);
   mg += MegatronSplitArgs(plan, model, L);
+  mg += MegatronGroupArgs(L, notes);
   if (plan.recompute == Recompute::kFull && plan.recompute_num_layers > 0) {
     // Block recompute: the first N layers of every chunk (megatron/core/recompute.py, method 'block').
     mg += fmt::format("--recompute-granularity full\n--recompute-method block\n--recompute-num-layers {}\n", plan.recompute_num_layers);
@@ -247,12 +389,6 @@ void AddMegatronArgs(const Plan& plan, const ModelSpec& model, const LaunchPlan&
     if (plan.recompute_modules != kDefaultRecomputeModules) mg += fmt::format("--recompute-modules {}\n", fmt::join(RecomputeModuleList(plan.recompute_modules), " "));
   }
   MegatronShardingArgs(plan, L, &mg);
-  const std::string refused = MegatronRefusal(plan, model, L);
-  if (!refused.empty()) {
-    notes->push_back("megatron.args: not written: " + refused);
-    files->emplace_back("megatron.args.refused", refused + "\n");
-    return;
-  }
   if (model.dtype == DType::kFp16) mg += "--fp16\n";
   if (model.dtype == DType::kBf16) mg += "--bf16\n";
   if (model.dtype == DType::kFp8) mg += "--bf16\n--fp8-format hybrid\n";  // Transformer Engine FP8 GEMMs, bf16 elsewhere
@@ -260,14 +396,99 @@ void AddMegatronArgs(const Plan& plan, const ModelSpec& model, const LaunchPlan&
   // (transformer_config.py); blockwise is DeepSeek-V3's fine-grained (1 x 128, 128 x 128) quantization.
   const uint32_t fp8_refused = RecomputeBit(RecomputeModule::kMoeAct) | RecomputeBit(RecomputeModule::kLayernorm);
   if (model.dtype == DType::kFp8 && plan.recompute == Recompute::kSelective && (plan.recompute_modules & fp8_refused) != 0) mg += "--fp8-recipe blockwise\n";
-  if (L.schedule == Schedule::kZbH1) notes->push_back("megatron.args: ZB-H1 has no Megatron-LM flag; the exported settings run 1F1B");
+  return mg;
+}
+
+// What the self-check compares the flags with: the launch's world (worker ranks), the plan's dp,
+// chunks per rank and decoder blocks per chunk in model order.
+MegatronCheck MegatronCheckOf(const ModelSpec& model, const LaunchPlan& L) {
+  MegatronCheck c;
+  c.world = static_cast<int64_t>(L.ranks.size());
+  c.dp = L.dp;
+  c.interleave = std::max<int64_t>(1, L.interleave);
+  for (const auto& chunk : LayoutChunks(model, L.stages)) c.blocks.push_back(std::count(chunk.begin(), chunk.end(), 't'));
+  return c;
+}
+
+// megatron.sh: the plan as a smoke test on Megatron-LM, pretrain_gpt.py on its mock data under
+// torchrun at the plan's world size, reading megatron.args beside it.
+void AddMegatronScript(const ModelSpec& model, const LaunchPlan& L, bool fsdp, Files* files) {
+  const int64_t world = static_cast<int64_t>(L.ranks.size()), gpn = std::max<int64_t>(1, L.gpus_per_node);
+  int64_t nodes = (world + gpn - 1) / gpn;  // the fewest nodes with an equal count per node (torchrun's --nproc-per-node)
+  while (world % nodes != 0) ++nodes;
+  // validate_args asks for one hardware queue with tp / cp > 1 before Blackwell, and for more than one
+  // with Megatron-FSDP on Blackwell: set only without FSDP.
+  const bool one_connection = (L.tp > 1 || L.cp > 1) && !fsdp;
+  std::string sh = fmt::format(R"SH(#!/usr/bin/env bash
+# Smoke test of this plan on Megatron-LM: pretrain_gpt.py on its mock data (no dataset, no tokenizer
+# files) with the flags of megatron.args beside this script, under torchrun at the plan's {world} ranks.
+#   MEGATRON_LM=/path/to/Megatron-LM bash megatron.sh [TRAIN_ITERS]        (default 10 iterations)
+# Several nodes: run it on each with NNODES, NODE_RANK, MASTER_ADDR (and MASTER_PORT, NPROC_PER_NODE);
+# NNODES x NPROC_PER_NODE must be {world}. Generated by planner codegen; docs/exports.md.
+set -euo pipefail
+HERE=$(cd "$(dirname "${{BASH_SOURCE[0]}}")" && pwd)
+: "${{MEGATRON_LM:?set MEGATRON_LM to a Megatron-LM checkout (the directory holding pretrain_gpt.py)}}"
+ITERS=${{1:-10}}
+NNODES=${{NNODES:-{nodes}}}
+NPROC_PER_NODE=${{NPROC_PER_NODE:-{per_node}}}
+if [ $((NNODES * NPROC_PER_NODE)) -ne {world} ]; then
+  echo "megatron.sh: NNODES ($NNODES) x NPROC_PER_NODE ($NPROC_PER_NODE) must be the plan's world size {world}" >&2
+  exit 2
+fi
+)SH", fmt::arg("world", world), fmt::arg("nodes", nodes), fmt::arg("per_node", world / nodes));
+  if (one_connection) sh += "export CUDA_DEVICE_MAX_CONNECTIONS=1  # tp or cp > 1 (Megatron-LM's validate_args asks for it before Blackwell)\n";
+  // NullTokenizer's vocabulary is --vocab-size plus its end-of-document token.
+  sh += fmt::format(R"SH(# NullTokenizer adds an end-of-document token to --vocab-size: the model's vocabulary is {vocab_model}.
+set -f  # the flags hold brackets and stars (--moe-layer-freq): no globbing
+FLAGS=($(grep -v '^#' "$HERE/megatron.args"))
+set +f
+exec torchrun --nproc-per-node "$NPROC_PER_NODE" --nnodes "$NNODES" --node-rank "${{NODE_RANK:-0}}" \
+  --master-addr "${{MASTER_ADDR:-127.0.0.1}}" --master-port "${{MASTER_PORT:-29500}}" \
+  "$MEGATRON_LM/pretrain_gpt.py" "${{FLAGS[@]}}" \
+  --mock-data --tokenizer-type NullTokenizer --vocab-size {vocab} \
+  --train-iters "$ITERS" --lr 1.0e-4 --log-interval 1 --eval-iters 0
+)SH", fmt::arg("vocab", model.gpt.vocab - 1), fmt::arg("vocab_model", model.gpt.vocab));
+  files->emplace_back("megatron.sh", sh);
+}
+
+// What Megatron-LM runs for the plan's schedule when it has no flag for it ("" when it runs it as
+// planned). One stage: forward_backward_no_pipelining, as every schedule is with one stage.
+std::string MegatronScheduleNote(const LaunchPlan& L) {
+  if (L.pp == 1) return "";
+  if (L.schedule == Schedule::kZbH1) return "ZB-H1 has no Megatron-LM flag; the exported settings run 1F1B (the same stages, without ZB-H1's split backward)";
+  if (L.schedule == Schedule::kGpipe) return "Megatron-LM has no GPipe schedule; the exported settings run 1F1B (same bubble, more memory in GPipe)";
   if (L.schedule == Schedule::kDualPipeV) {
-    notes->push_back("megatron.args: Megatron-LM has no DualPipeV schedule; the exported settings run interleaved 1F1B with 2 chunks per rank (the same chunks, "
-                     "Megatron's looped placement: chunk q on pipeline rank q mod pp, not the V; a pipeline layout lists the chunks in that model order)");
+    return "Megatron-LM has no DualPipeV schedule; the exported settings run interleaved 1F1B with 2 chunks per rank (the same chunks, "
+           "Megatron's looped placement: chunk q on pipeline rank q mod pp, not the V; a pipeline layout lists the chunks in that model order)";
   }
-  if (L.schedule == Schedule::kGpipe) notes->push_back("megatron.args: Megatron-LM has no GPipe schedule; the exported settings run 1F1B (same bubble, more memory in GPipe)");
-  if (L.schedule == Schedule::kPipeDream) notes->push_back("megatron.args: per-stage replication and PipeDream's asynchronous schedule have no Megatron-LM equivalent; exported as uniform pipeline settings only");
+  return "";
+}
+
+// megatron.args (and megatron.sh): Megatron-LM flags, and a note for each setting it runs
+// differently. A plan Megatron-LM cannot express or run, or whose flags break one of its rules,
+// gets megatron.args.refused (the reason) and one note instead.
+void AddMegatronArgs(const Plan& plan, const ModelSpec& model, const LaunchPlan& L, Files* files, std::vector<std::string>* notes) {
+  std::string refused = MegatronInexpressible(plan, model, L);
+  std::vector<std::string> flag_notes;
+  std::string mg;
+  if (refused.empty()) refused = MegatronRefusal(plan, model, L);
+  if (refused.empty()) {
+    mg = MegatronFlags(plan, model, L, &flag_notes);
+    refused = MegatronRuleViolation(mg, MegatronCheckOf(model, L));
+  }
+  if (!refused.empty()) {
+    notes->push_back("megatron.args: not written: " + refused);
+    files->emplace_back("megatron.args.refused", refused + "\n");
+    return;
+  }
+  notes->insert(notes->end(), flag_notes.begin(), flag_notes.end());
+  if (const std::string n = MegatronScheduleNote(L); !n.empty()) notes->push_back("megatron.args: " + n);
+  if (DpCommUsesServers(L.dp_comm)) {
+    notes->push_back(fmt::format("megatron.args: dp_comm {} has no Megatron-LM equivalent: Megatron-LM all-reduces the gradients over NCCL in its "
+                                 "data-parallel groups, without the plan's {} summation server(s)", DpCommName(L.dp_comm), L.servers.size()));
+  }
   files->emplace_back("megatron.args", mg);
+  AddMegatronScript(model, L, mg.find("--use-megatron-fsdp\n") != std::string::npos, files);
 }
 
 }  // namespace codegen_internal

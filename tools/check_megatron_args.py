@@ -171,7 +171,10 @@ def main():
     step = "import"
     try:
         from megatron.training import arguments as A
-        from megatron.training.argument_utils import core_transformer_config_from_args
+        try:
+            from megatron.training.argument_utils import core_transformer_config_from_args
+        except ImportError:  # Megatron-LM <= core_v0.16: the function lives in arguments.py
+            core_transformer_config_from_args = A.core_transformer_config_from_args
 
         device += "; " + stub_te(o.te_version)
 

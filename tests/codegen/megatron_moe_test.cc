@@ -175,6 +175,7 @@ std::string ExportSplit(const ModelSpec& m, Schedule schedule, int64_t pp, bool 
   L.interleave = plan.interleave;
   L.microbatch_size = 1;
   L.global_batch = 64;
+  for (int64_t r = 0; r < pp; ++r) { LaunchRank x; x.rank = r; L.ranks.push_back(x); }  // the world Megatron-LM's rules are checked at
   int64_t first = 0;
   for (size_t q = 0; q < last_layers.size(); ++q) {
     LaunchStage s;

@@ -1,0 +1,89 @@
+#!/usr/bin/env bash
+# megatron.args checked by Megatron-Core's own code (tools/check_megatron_core.py, PyPI megatron-core
+# in the exports venv): every golden megatron.args and the demo plans' exports (solved and generated
+# here: tiny-gpt, llama3-8b, gpt3-175b, mixtral-8x7b (MoE, ep), deepseek-v3 (MoE, MLA, MTP, layout)), all in
+# ONE python process; then the issue's defects, which the checker must reject. With MEGATRON_LM_DIR
+# (a Megatron-LM checkout, e.g. tag core_v0.16.1) also tools/check_megatron_args.py (Megatron-LM's
+# parse_args + validate_args) on each. Without the venv: FAIL with the reason, never a skip.
+#   bash tests/exports/megatron_test.sh PLANNER SOURCE_DIR
+set -u
+PLANNER=$1
+SRC=$(cd "$2" && pwd)
+PY=$(bash "$SRC/tests/exports/venv_python.sh") || { echo "FAIL megatron export check: no engines' venv (see above); megatron-core is needed"; exit 1; }
+T=$(mktemp -d)
+trap 'rm -rf "$T"' EXIT
+fail=0
+C=$SRC/configs
+# The demo plans: MODEL GPUS CLUSTER
+while read -r model gpus cluster; do
+  if ! $PLANNER -q solve --gpus "$gpus" --model "$C/models/$model.yaml" --cluster "$C/clusters/$cluster.yaml" -o "$T/$model.plan.yaml" >/dev/null 2>"$T/$model.err" \
+    || ! $PLANNER -q codegen "$T/$model.plan.yaml" -o "$T/demo-$model" 2>>"$T/$model.err"; then
+    echo "FAIL demo $model: solve / codegen"; cat "$T/$model.err"; fail=1; continue
+  fi
+  [ -f "$T/demo-$model/megatron.args" ] || { echo "FAIL demo $model: no megatron.args ($(cat "$T/demo-$model/megatron.args.refused" 2>/dev/null))"; fail=1; }
+done <<EOF
+tiny-gpt 2 local-cpu
+llama3-8b 64 dgx-h100
+gpt3-175b 64 dgx-h100
+mixtral-8x7b 64 dgx-h100
+deepseek-v3 256 h800
+EOF
+# ZeRO-3 without pipelining: Megatron-FSDP (the golden fp8 plan at zero_stage 3).
+cp "$SRC/tests/codegen/plans/llama3-8b-fp8.model.yaml" "$T/"
+sed 's/^zero_stage: 1$/zero_stage: 3/' "$SRC/tests/codegen/plans/llama3-8b-fp8-16.plan.yaml" > "$T/llama3-8b-fp8-zero3.plan.yaml"
+$PLANNER -q codegen "$T/llama3-8b-fp8-zero3.plan.yaml" -o "$T/demo-llama3-8b-fp8-zero3" 2>/dev/null && grep -qx -- --use-megatron-fsdp "$T/demo-llama3-8b-fp8-zero3/megatron.args" \
+  || { echo "FAIL demo zero3: no Megatron-FSDP megatron.args"; fail=1; }
+# The issue's defects, each in a copy of a golden launch directory: the checker must FAIL them with the reason.
+G=$SRC/tests/codegen/golden
+neg() {  # neg NAME GOLDEN SED-SCRIPT EXPECTED-TEXT
+  cp -r "$G/$2" "$T/neg-$1"
+  sed -i "$3" "$T/neg-$1/megatron.args"
+  echo "$1|$4" >> "$T/expect"
+}
+neg vp-rounded gpt3-64 's/^--num-layers-per-virtual-pipeline-stage 3$/--num-layers-per-virtual-pipeline-stage 2/' "Megatron runs 6 virtual stages per pipeline rank, the plan 4"
+neg decoder-last-0 gpt3-64 's/^--num-layers-per-virtual-pipeline-stage 3$/--decoder-last-pipeline-num-layers 0/' "num_layers_in_last_pipeline_stage must be larger than 0"
+neg unknown-flag tiny-gpt-pp2 '$a --bogus-flag 1' "flag --bogus-flag has no Megatron-Core field"
+neg layout-blocks llama3-8b-64 's/^--pipeline-model-parallel-layout Etttttttt|/--pipeline-model-parallel-layout Ettttttt|/' "must match num_layers"
+neg groups-tp llama3-8b-64 's/^--num-query-groups 8$/--num-query-groups 3/' "must be a multiple or divisor of tensor_model_parallel_size"
+neg mb-group gpt3-64 's/^--global-batch-size 128$/--global-batch-size 128\n--microbatch-group-size-per-virtual-pipeline-stage 5/' "in groups of 5 per virtual stage, pp 8: the interleaved schedule raises"
+neg batch llama3-8b-64 's/^--global-batch-size 512$/--global-batch-size 520/' "is not divisible by micro batch size (2) times data parallel size (8)"
+cp -r "$G/vgg16-async" "$T/neg-vgg16"; printf -- '--tensor-model-parallel-size 1\n--pipeline-model-parallel-size 3\n--micro-batch-size 64\n--global-batch-size 1024\n' > "$T/neg-vgg16/megatron.args"
+echo "vgg16|no --num-layers" >> "$T/expect"
+# megatron.sh's whole command line (megatron.args + the smoke test's mock-data flags), as torchrun
+# receives it: each golden's script run with a fake torchrun that records its argv.
+mkdir -p "$T/bin"
+printf '#!/usr/bin/env bash\nprintf "%%s\\n" "$@" > "$ARGV_OUT"\n' > "$T/bin/torchrun"; chmod +x "$T/bin/torchrun"
+for sh in "$G"/*/megatron.sh; do
+  name=$(basename "$(dirname "$sh")")
+  cp -r "$(dirname "$sh")" "$T/smoke-$name"
+  PATH="$T/bin:$PATH" ARGV_OUT="$T/smoke-$name.argv" MEGATRON_LM=/opt/Megatron-LM bash "$sh" 3 || { echo "FAIL $name: megatron.sh"; fail=1; }
+  sed '1,/pretrain_gpt.py$/d' "$T/smoke-$name.argv" > "$T/smoke-$name/megatron.args"
+  grep -qx -- --mock-data "$T/smoke-$name/megatron.args" || { echo "FAIL $name: megatron.sh passes no --mock-data"; fail=1; }
+done
+files=("$G"/*/megatron.args "$T"/demo-*/megatron.args "$T"/smoke-*/megatron.args "$T"/neg-*/megatron.args)
+start=$(date +%s.%N)
+"$PY" "$SRC/tools/check_megatron_core.py" "${files[@]}" > "$T/out" 2>"$T/err"
+echo "check_megatron_core.py: ${#files[@]} files in $(echo "$(date +%s.%N) - $start" | bc) s"
+grep -E "^megatron-core |: (PASS|FAIL)|^megatron-core check" "$T/out" | cut -c1-240
+grep -q "^megatron-core 0.16.1 " "$T/out" || { echo "FAIL: megatron-core is not 0.16.1 (tests/exports/requirements.txt)"; tail -5 "$T/err"; fail=1; }
+for f in "$G"/*/megatron.args "$T"/demo-*/megatron.args "$T"/smoke-*/megatron.args; do
+  grep -qF "$f: PASS" "$T/out" || { echo "FAIL $f: not PASS under megatron-core"; fail=1; }
+done
+while IFS='|' read -r name text; do
+  line=$(grep -F "$T/neg-$name/megatron.args: " "$T/out")
+  if echo "$line" | grep -q ": FAIL (" && echo "$line" | grep -qF "$text"; then :; else echo "FAIL defect $name: checker said '$line', want FAIL with '$text'"; fail=1; fi
+done < "$T/expect"
+# Megatron-LM's own parse_args + validate_args, when a checkout is given (not on PyPI; GitHub may be unreachable).
+if [ -n "${MEGATRON_LM_DIR:-}" ]; then
+  start=$(date +%s.%N); n=0
+  for f in "$G"/*/megatron.args "$T"/demo-*/megatron.args "$T"/smoke-llama3-8b-64/megatron.args; do
+    d=$(dirname "$f"); name=$(basename "$d")
+    plan=$SRC/tests/codegen/plans/${name#smoke-}.plan.yaml; [ -f "$plan" ] || plan=$T/${name#demo-}.plan.yaml
+    out=$("$PY" "$SRC/tools/check_megatron_args.py" "$MEGATRON_LM_DIR" "$f" --plan "$plan" 2>&1 | grep -E "^megatron.args: |^split|^validate_args")
+    n=$((n+1))
+    echo "$out" | grep -q "^megatron.args: PASS" && echo "check_megatron_args.py $name: PASS" || { echo "FAIL check_megatron_args.py $name: $out"; fail=1; }
+  done
+  echo "check_megatron_args.py (Megatron-LM at $MEGATRON_LM_DIR): $n files in $(echo "$(date +%s.%N) - $start" | bc) s"
+fi
+[ $fail = 0 ] && echo "megatron exports: all checked files PASS, every defect rejected"
+exit $fail
