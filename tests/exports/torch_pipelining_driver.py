@@ -35,6 +35,7 @@ def main():
             print(f"== {path.split('@')[0]}", flush=True)
         dist.barrier()
         mod.train(steps, "cpu")  # keeps the driver's group (it did not create it)
+        dist.barrier()  # every rank's (flushed) lines of this file land before the next file's header
     dist.destroy_process_group()
 
 
