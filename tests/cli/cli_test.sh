@@ -168,7 +168,7 @@ expect "codegen scripts are executable" 0 "wrote L/" -- $PLANNER codegen p.yaml 
 expect "codegen --export unknown" 2 "planner: error: --export: unknown target 'megatron-lm'; choose from mpirun, slurm, megatron, deepspeed, torch-pipelining (comma-separated) or all" -- $PLANNER codegen p.yaml -o LX --export megatron-lm
 expect "codegen --export twice" 2 "planner: error: --export: 'slurm' listed twice; name each target once" -- $PLANNER codegen p.yaml -o LX --export slurm,slurm
 expect "codegen --export megatron" 0 "wrote LM/" -- $PLANNER codegen p.yaml -o LM --export megatron
-if [ "$(cd LM && find . -type f | sort | tr '\n' ' ')" = "./launch.yaml ./megatron.args ./model.yaml " ]; then pass=$((pass+1)); else echo "FAIL --export megatron wrote: $(cd LM && find . -type f | sort | tr '\n' ' ')"; fail=$((fail+1)); fi
+if [ "$(cd LM && find . -type f | sort | tr '\n' ' ')" = "./launch.yaml ./megatron.args ./megatron.sh ./model.yaml " ]; then pass=$((pass+1)); else echo "FAIL --export megatron wrote: $(cd LM && find . -type f | sort | tr '\n' ' ')"; fail=$((fail+1)); fi
 # A target written again replaces its earlier files (a stale refusal goes); other files stay.
 touch L/megatron.args.refused L/deepspeed/refused.txt L/notes.txt
 $PLANNER -q codegen p.yaml -o L --export megatron,deepspeed >/dev/null
