@@ -55,6 +55,18 @@ std::string MegatronRuleViolation(const std::string& args, const MegatronCheck& 
 void AddMegatronArgs(const Plan& plan, const ModelSpec& model, const LaunchPlan& L, Files* files, std::vector<std::string>* notes);
 
 // deepspeed.cc
+// What DeepSpeed is given: the topology, the batch settings, ZeRO, precision, the stage boundaries.
+struct DeepSpeedCheck {
+  int64_t world = 1, pp = 1, tp = 1, dp = 1;
+  int64_t train_batch = 0, micro_batch = 1, grad_accum = 1;  // train_batch 0: not written (AutoTP)
+  int64_t zero_stage = 0, autotp = 0, num_layers = 0;
+  bool fp16 = false, bf16 = false;
+  std::vector<int64_t> parts = {};
+};
+// The first of DeepSpeed's rules (DeepSpeedConfig's batch assertion, PipeModelDataParallelTopology's
+// world, PipelineEngine's ZeRO limit, PipelineModule's parts) that `c` breaks, or "".
+std::string DeepSpeedRuleViolation(const DeepSpeedCheck& c);
+std::vector<int64_t> DeepSpeedParts(const ModelSpec& model, const LaunchPlan& L);
 void AddDeepSpeedFiles(const Plan& plan, const ModelSpec& model, const LaunchPlan& L, Files* files, std::vector<std::string>* notes);
 
 // torch_pipelining.cc

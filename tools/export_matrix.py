@@ -43,7 +43,7 @@ FEATURES = [
      "--pp 2 --tp 1 --zero 0 --schedule 1f1b"),
     ("per-stage replication 2-1-1, PipeDream's asynchronous schedule", "configs/models/vgg16.yaml", "configs/clusters/dgx-a100.yaml", 4,
      "--schedule pipedream --replication 2-1-1"),
-    ("parameter-server gradient sync (dp_comm ps)", "configs/models/vgg16.yaml", "configs/clusters/byteps.yaml", 16,
+    ("parameter-server gradient sync (dp_comm ps)", "configs/models/tiny-gpt.yaml", "configs/clusters/byteps.yaml", 16,
      "--pp 1 --tp 1 --zero 0 --schedule 1f1b --dp-comm ps --ps-servers 4"),
 ]
 # target: (its main file, its refusal file, the prefix of its notes)

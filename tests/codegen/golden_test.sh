@@ -210,5 +210,21 @@ for s in "$GA"/*/megatron.sh; do
 done
 if (cd "$T" && PATH="$T/fakebin:$PATH" TORCHRUN_ARGV="$T/x.argv" MEGATRON_LM=/opt/mlm NNODES=3 bash "$GA/gpt3-64/megatron.sh" 2>/dev/null); then
   echo "FAIL gpt3-64: megatron.sh ran 3 x 8 ranks for a 64-rank plan"; fail=$((fail+1)); else pass=$((pass+1)); fi
+# DeepSpeed (issue 14): every layer on exactly one stage, each pipeline rank's stage as many layers as
+# the plan's chunks on that rank (gpt3-64: 8 ranks x 4 chunks of 3 blocks; the old export kept only the
+# first chunk's boundaries, 75 of 96 blocks on the last stage), the topology in partition.json, the batch
+# identity over dp, per-stage replication and PipeDream's asynchronous schedule refused.
+check gpt3-64 "$G/gpt3-64/deepspeed/partition.json" '  "topology": {"num_pp": 8, "num_mp": 8, "num_dp": 1},' '  "parts": [0, 13, 25, 37, 49, 61, 73, 85, 100],'
+check tiny-gpt-pp2 "$G/tiny-gpt-pp2/deepspeed/partition.json" '  "parts": [0, 3, 8],'
+check tiny-gpt-pp2 "$G/tiny-gpt-pp2/deepspeed/pipeline.py" '            kwargs.setdefault("topology", topology())'
+check llama3-8b-fp8-16 "$G/llama3-8b-fp8-16/deepspeed/ds_config.json" '  "tensor_parallel": {"autotp_size": 8},'
+for name in gpt3-64 llama3-8b-64 tiny-gpt-pp2; do
+  j=$G/$name/deepspeed
+  read -r tbs mbs gas < <(python3 -c "import json; c = json.load(open('$j/ds_config.json')); print(c['train_batch_size'], c['train_micro_batch_size_per_gpu'], c['gradient_accumulation_steps'])")
+  dp=$(python3 -c "import json; print(json.load(open('$j/partition.json'))['topology']['num_dp'])")
+  [ "$tbs" = $((mbs * gas * dp)) ] && pass=$((pass+1)) || { echo "FAIL $name: train_batch_size $tbs != $mbs x $gas x dp $dp"; fail=$((fail+1)); }
+done
+if [ ! -e "$G/vgg16-async/deepspeed/ds_config.json" ] && grep -qF "PipeDream's asynchronous schedule" "$G/vgg16-async/deepspeed/refused.txt" \
+   && grep -qF "deepspeed: not written: PipeDream's asynchronous schedule" "$T/vgg-notes.err"; then pass=$((pass+1)); else echo "FAIL vgg16-async: DeepSpeed not refused"; fail=$((fail+1)); fi
 echo "codegen: $pass passed, $fail failed"
 [ $fail = 0 ]
