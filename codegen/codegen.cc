@@ -269,7 +269,7 @@ Status BuildLaunchPlan(const Plan& plan, const std::string& model_digest, const 
 }
 
 const std::vector<std::string>& ExportTargets() {
-  static const std::vector<std::string> kTargets = {"mpirun", "slurm", "megatron", "deepspeed", "torch-pipelining"};
+  static const std::vector<std::string> kTargets = {"mpirun", "slurm", "megatron", "deepspeed", "torchtitan", "torch-pipelining"};
   return kTargets;
 }
 
@@ -317,6 +317,7 @@ Status GenerateLaunchFiles(const Plan& plan, const ModelSpec& model, const Launc
   if (wanted("slurm")) codegen_internal::AddSlurmScript(model, L, o, files, notes);
   if (wanted("megatron")) codegen_internal::AddMegatronArgs(plan, model, L, files, notes);
   if (wanted("deepspeed")) codegen_internal::AddDeepSpeedFiles(plan, model, L, files, notes);
+  if (wanted("torchtitan")) codegen_internal::AddTorchtitan(plan, model, L, o, files, notes);
   if (wanted("torch-pipelining")) codegen_internal::AddTorchPipelining(plan, model, L, files, notes);
   return Status::OK();
 }

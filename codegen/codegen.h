@@ -28,7 +28,7 @@ struct CodegenOptions {
 };
 
 // The export targets, in the order codegen writes them: mpirun (run.sh), slurm (slurm.sbatch),
-// megatron, deepspeed, torch-pipelining. docs/exports.md.
+// megatron, deepspeed, torchtitan, torch-pipelining. docs/exports.md.
 const std::vector<std::string>& ExportTargets();
 
 // Whether a launch directory's file (relative path) belongs to an export target: what a new

@@ -76,4 +76,18 @@ std::string TorchScheduleClass(const LaunchPlan& L);
 std::string TorchPipeliningRuleViolation(const ModelSpec& model, const LaunchPlan& L, const std::string& cls);
 void AddTorchPipelining(const Plan& plan, const ModelSpec& model, const LaunchPlan& L, Files* files, std::vector<std::string>* notes);
 
+// torchtitan.cc
+// What torchtitan is given: the parallel degrees, the batch, the pipeline's model parts (FQNs).
+struct TorchtitanCheck {
+  int64_t world = 1, dp_replicate = 1, dp_shard = 1, cp = 1, tp = 1, pp = 1;
+  int64_t local_batch = 1, global_batch = 1, microbatch = 1;
+  bool single_stage = true, v_style = false;
+  int64_t heads = 1, kv_heads = 1, seq = 0;
+  std::vector<std::vector<std::string>> parts = {};
+};
+// The first of torchtitan's rules (ParallelDims, pipeline_parallel.py's stage and batch checks, the
+// trainer's batch, TP and CP divisibility) that `c` breaks, or "".
+std::string TorchtitanRuleViolation(const TorchtitanCheck& c);
+void AddTorchtitan(const Plan& plan, const ModelSpec& model, const LaunchPlan& L, const CodegenOptions& o, Files* files, std::vector<std::string>* notes);
+
 }  // namespace planner::codegen_internal

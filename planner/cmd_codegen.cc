@@ -130,7 +130,7 @@ Runner RegisterCodegen(CLI::App& app, const std::string& self) {
   cmd->add_option("--timeout", a->timeout_s, "seconds before a stuck collective ends the run")->check(CLI::PositiveNumber);
   cmd->add_flag("--overlap-dp", a->overlap_dp, "all-reduce gradients on a second thread while the last backward runs (needs spare cores)");
   cmd->add_option("--planner-path", a->planner_path, "executable the scripts launch (default: this planner)");
-  cmd->add_option("--export", a->exports, "targets written besides launch.yaml, comma-separated: mpirun, slurm, megatron, deepspeed, torch-pipelining (default: all)");
+  cmd->add_option("--export", a->exports, "targets written besides launch.yaml, comma-separated: mpirun, slurm, megatron, deepspeed, torchtitan, torch-pipelining (default: all)");
   cmd->add_option("--slurm-mpi", a->slurm_mpi, "srun's MPI plugin in slurm.sbatch: pmix (default), pmix_vN, pmi2, none, cray_shasta");
   cmd->add_option("--gpus-per-node", a->gpus_per_node, "ranks per node (default: the plan's cluster, first topology level)")->check(CLI::PositiveNumber);
   return [a, self]() -> Status {

@@ -226,5 +226,15 @@ for name in gpt3-64 llama3-8b-64 tiny-gpt-pp2; do
 done
 if [ ! -e "$G/vgg16-async/deepspeed/ds_config.json" ] && grep -qF "PipeDream's asynchronous schedule" "$G/vgg16-async/deepspeed/refused.txt" \
    && grep -qF "deepspeed: not written: PipeDream's asynchronous schedule" "$T/vgg-notes.err"; then pass=$((pass+1)); else echo "FAIL vgg16-async: DeepSpeed not refused"; fail=$((fail+1)); fi
+# torchtitan.toml (issue 14; torchtitan 0.2.2's TOML, tests/exports/torchtitan_test.sh parses it): the registered
+# flavor, the degrees, the model parts by torchtitan's FQNs; models torchtitan does not register refused.
+check llama3-8b-64 "$G/llama3-8b-64/torchtitan.toml" 'flavor = "8B"' 'data_parallel_shard_degree = 8' 'tensor_parallel_degree = 4' 'pipeline_parallel_degree = 2' \
+  'pipeline_parallel_schedule = "Interleaved1F1B"' 'local_batch_size = 64' 'global_batch_size = 512' 'seq_len = 8192'
+check llama3-8b-fp8-16 "$G/llama3-8b-fp8-16/torchtitan.toml" 'converters = ["float8"]' 'pipeline_parallel_degree = 1'
+n=$(grep '^module_fqns_per_model_part' "$G/llama3-8b-64/torchtitan.toml" | grep -o '"layers\.[0-9]*"' | sort -u | wc -l)
+[ "$n" = 32 ] && pass=$((pass+1)) || { echo "FAIL llama3-8b-64: $n distinct layers in the model parts, not 32"; fail=$((fail+1)); }
+for name in gpt3-64 tiny-gpt-pp2 vgg16-async; do
+  if [ -f "$G/$name/torchtitan.toml.refused" ] && [ ! -e "$G/$name/torchtitan.toml" ]; then pass=$((pass+1)); else echo "FAIL $name: torchtitan.toml not refused"; fail=$((fail+1)); fi
+done
 echo "codegen: $pass passed, $fail failed"
 [ $fail = 0 ]

@@ -1,0 +1,63 @@
+#!/usr/bin/env bash
+# torchtitan.toml exports checked by torchtitan 0.2.2's own code (tests/exports/check_torchtitan.py; the wheel
+# unpacked beside the exports venv by setup_venv.sh): every golden torchtitan.toml and the demo plans' exports
+# (llama3-8b 1F1B, interleaved, ZB-H1, no pipelining with FSDP; llama3-70b dualpipev, CP) in ONE process,
+# then defects it must reject. Without the venv: FAIL with the reason, never a skip.
+#   bash tests/exports/torchtitan_test.sh PLANNER SOURCE_DIR
+set -u
+PLANNER=$1
+SRC=$(cd "$2" && pwd)
+PY=$(bash "$SRC/tests/exports/venv_python.sh") || { echo "FAIL torchtitan export check: no engines' venv (see above); torchtitan is needed"; exit 1; }
+TT=$(dirname "$(dirname "$PY")")/torchtitan-0.2.2
+[ -f "$TT/torchtitan/config/job_config.py" ] || { echo "FAIL torchtitan export check: torchtitan 0.2.2 is not unpacked at $TT (run tests/exports/setup_venv.sh)"; exit 1; }
+export PYTHONDONTWRITEBYTECODE=1
+T=$(mktemp -d)
+trap 'rm -rf "$T"' EXIT
+fail=0
+C=$SRC/configs
+G=$SRC/tests/codegen/golden
+while read -r name model gpus flags; do
+  if ! $PLANNER -q solve --gpus "$gpus" --model "$C/models/$model.yaml" --cluster "$C/clusters/dgx-h100.yaml" $flags -o "$T/$name.plan.yaml" >/dev/null 2>"$T/$name.err" \
+    || ! $PLANNER -q codegen "$T/$name.plan.yaml" -o "$T/demo-$name" 2>>"$T/$name.err"; then
+    echo "FAIL demo $name: solve / codegen"; cat "$T/$name.err"; fail=1; continue
+  fi
+  [ -f "$T/demo-$name/torchtitan.toml" ] || { echo "FAIL demo $name: no torchtitan.toml ($(cat "$T/demo-$name/torchtitan.toml.refused" 2>/dev/null))"; fail=1; }
+done <<EOF
+l8-1f1b llama3-8b 32 --tp 8 --pp 2 --cp 1 --zero 1 --schedule 1f1b
+l8-zbh1 llama3-8b 32 --tp 8 --pp 2 --cp 1 --zero 1 --schedule zb-h1
+l8-fsdp llama3-8b 16 --tp 8 --pp 1 --cp 1 --zero 3 --recompute full
+l8-ddp llama3-8b 16 --tp 8 --pp 1 --cp 1 --zero 0 --recompute selective
+l70-dualpipev llama3-70b 128 --tp 8 --pp 4 --cp 1 --zero 1 --schedule dualpipev
+l70-cp llama3-70b 128 --tp 8 --pp 4 --cp 2 --zero 1 --schedule 1f1b
+EOF
+neg() {  # neg NAME GOLDEN SED-SCRIPT FILE EXPECTED-TEXT
+  cp -r "$G/$2" "$T/neg-$1"
+  sed -i "$3" "$T/neg-$1/$4"
+  echo "$1|$5" >> "$T/expect"
+}
+neg unknown-key llama3-8b-64 's/^tensor_parallel_degree = 4$/tensor_parallel_degree = 4\ntensor_paralel_degree = 4/' torchtitan.toml "ConfigManager"
+neg world llama3-8b-64 's/^data_parallel_shard_degree = 8$/data_parallel_shard_degree = 4/' torchtitan.toml "ParallelDims"
+neg fqn llama3-8b-64 's/"layers.9", /"layer.9", /' torchtitan.toml "FQN layer.9 names no module"
+neg lost-layer llama3-8b-64 's/"layers.9", //' torchtitan.toml "not each of the model's 35 once"
+neg single-stage llama3-8b-64 's/^pipeline_parallel_schedule = "Interleaved1F1B"$/pipeline_parallel_schedule = "1F1B"/' torchtitan.toml "is single-stage: 4 parts for pp 2"
+neg flavor llama3-8b-64 's/^  ffn: 14336$/  ffn: 14400/' model.yaml "flavor 8B's ffn is 14336, model.yaml's 14400"
+neg batch llama3-8b-64 's/^global_batch_size = 512$/global_batch_size = 500/' torchtitan.toml "global batch 500 not divisible"
+dirs=$(for d in "$G"/* "$T"/demo-* "$T"/neg-*; do [ -f "$d/torchtitan.toml" ] && echo "$d"; done)
+PYTHONPATH="$TT" "$PY" "$SRC/tests/exports/check_torchtitan.py" $dirs > "$T/out" 2>"$T/err"
+n_ok=0
+for d in $dirs; do
+  line=$(grep -F " $d" "$T/out" | head -1)
+  case "$d" in
+    */neg-*)
+      name=${d##*/neg-}; want=$(grep "^$name|" "$T/expect" | cut -d'|' -f2-)
+      if echo "$line" | grep -q "^FAIL" && echo "$line" | grep -qF -- "$want"; then n_ok=$((n_ok+1)); else echo "FAIL defect $name not rejected with '$want': $line"; fail=1; fi ;;
+    *) if echo "$line" | grep -q "^ok "; then n_ok=$((n_ok+1)); else echo "FAIL $d: ${line:-no result}"; tail -5 "$T/err"; fail=1; fi ;;
+  esac
+done
+echo "torchtitan: $n_ok of $(echo "$dirs" | wc -w) directories as expected (torchtitan 0.2.2, torch $("$PY" -c 'import importlib.metadata as m; print(m.version("torch"))' 2>/dev/null))"
+# Refused: models torchtitan does not register, PipeDream's schedule.
+for name in gpt3-64 tiny-gpt-pp2 vgg16-async; do
+  [ -f "$G/$name/torchtitan.toml.refused" ] && [ ! -e "$G/$name/torchtitan.toml" ] || { echo "FAIL $name: torchtitan.toml written for a plan torchtitan cannot run"; fail=1; }
+done
+[ $fail = 0 ] && echo "torchtitan: all checks passed"
+exit $fail
