@@ -111,6 +111,52 @@ std::string TitanRefusal(const ModelSpec& model, const LaunchPlan& L, std::strin
 
 }  // namespace
 
+namespace {
+
+// The same settings as torchtitan 0.3's Python config module (0.3 reads no TOML): a function of
+// torchtitan.models.llama3.config_registry edited field by field; the output layer is `lm_head` there.
+std::string TitanConfigModule(const ModelSpec& model, const LaunchPlan& L, const CodegenOptions& o, const TorchtitanCheck& c,
+                              const std::string& flavor, const std::string& fsdp, const std::string& ac) {
+  std::string parts;
+  for (const auto& p : c.parts) {
+    std::vector<std::string> q;
+    for (const auto& f : p) q.push_back("\"" + (f == "output" ? std::string("lm_head") : f) + "\"");
+    parts += fmt::format("        [{}],\n", fmt::join(q, ", "));
+  }
+  std::string flavor_fn = flavor == "8B" ? "llama3_8b" : flavor == "70B" ? "llama3_70b" : "llama3_405b";
+  std::string m = fmt::format(R"PY(# torchtitan 0.3 config module of the plan ({} ranks, tp-cp-pp-dp {}-{}-{}-{}, {}); the same settings as
+# torchtitan.toml (torchtitan 0.2). Written by planner codegen. Run from this directory:
+#   PYTHONPATH=. torchrun --nproc-per-node N -m torchtitan.train --module torchtitan_config --config plan
+from torchtitan.distributed.activation_checkpoint import FullAC, SelectiveAC
+from torchtitan.models.llama3 import model_registry
+from torchtitan.models.llama3.config_registry import {}
+
+
+def plan():
+    c = {}()
+)PY",
+                              c.world, L.tp, L.cp, L.pp, L.dp, ScheduleName(L.schedule), flavor_fn, flavor_fn);
+  if (model.dtype == DType::kFp8) {
+    m += fmt::format("    from torchtitan.components.quantization import Float8LinearConverter\n"
+                     "    c.model_spec = model_registry(\"{}\", converters=[Float8LinearConverter.Config()])\n", flavor);
+  }
+  m += fmt::format("    p = c.parallelism\n    p.data_parallel_replicate_degree = {}\n    p.data_parallel_shard_degree = {}\n    p.fsdp_reshard_after_forward = \"{}\"\n"
+                   "    p.tensor_parallel_degree = {}\n    p.context_parallel_degree = {}\n    p.pipeline_parallel_degree = {}\n",
+                   c.dp_replicate, c.dp_shard, fsdp, L.tp, L.cp, L.pp);
+  if (L.pp > 1) {
+    m += fmt::format("    p.pipeline_parallel_schedule = \"{}\"\n    p.pipeline_parallel_microbatch_size = {}\n    p.module_fqns_per_model_part = [\n{}    ]\n",
+                     TitanSchedule(L.schedule), L.microbatch_size, parts);
+  }
+  m += fmt::format("    t = c.training\n    t.local_batch_size = {}\n    t.global_batch_size = {}\n    t.seq_len = {}\n    t.steps = {}\n    t.mixed_precision_param = \"{}\"\n",
+                   c.local_batch, c.global_batch, c.seq, o.run.iterations, model.dtype == DType::kFp32 ? "float32" : "bfloat16");
+  if (L.pp > 1) m += "    t.disable_cuda_graphs = True  # torchtitan 0.3: CUDA graphs do not run with pipeline parallelism\n";
+  m += ac == "full" ? "    c.activation_checkpoint = FullAC.Config()\n" : ac == "selective" ? "    c.activation_checkpoint = SelectiveAC.Config()  # 0.3: op-level selective AC\n"
+                                                                             : "    c.activation_checkpoint = None\n";
+  return m + "    return c\n";
+}
+
+}  // namespace
+
 void AddTorchtitan(const Plan& plan, const ModelSpec& model, const LaunchPlan& L, const CodegenOptions& o, Files* files, std::vector<std::string>* notes) {
   std::string flavor;
   std::string refused = TitanRefusal(model, L, &flavor);
@@ -195,6 +241,7 @@ void AddTorchtitan(const Plan& plan, const ModelSpec& model, const LaunchPlan& L
   t += fmt::format("\n[activation_checkpoint]\nmode = \"{}\"\n", ac);
   if (ac == "selective") t += "selective_ac_option = \"op\"\n";
   files->emplace_back("torchtitan.toml", t);
+  files->emplace_back("torchtitan_config.py", TitanConfigModule(model, L, o, c, flavor, fsdp, ac));
 }
 
 }  // namespace codegen_internal

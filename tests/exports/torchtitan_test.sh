@@ -55,6 +55,16 @@ for d in $dirs; do
   esac
 done
 echo "torchtitan: $n_ok of $(echo "$dirs" | wc -w) directories as expected (torchtitan 0.2.2, torch $("$PY" -c 'import importlib.metadata as m; print(m.version("torch"))' 2>/dev/null))"
+# torchtitan 0.3 (the venv's): torchtitan_config.py loaded by its ConfigManager, the same plan as the TOML.
+pos=$(for d in "$G"/* "$T"/demo-*; do [ -f "$d/torchtitan_config.py" ] && echo "$d"; done)
+cp -r "$G/llama3-8b-64" "$T/neg03-tp"; sed -i 's/^    p.tensor_parallel_degree = 4$/    p.tensor_parallel_degree = 2/' "$T/neg03-tp/torchtitan_config.py"
+"$PY" "$SRC/tests/exports/check_torchtitan_v03.py" $pos "$T/neg03-tp" > "$T/out03" 2>"$T/err03"
+n03=0
+for d in $pos; do
+  if grep -qxF "ok $d" "$T/out03"; then n03=$((n03+1)); else echo "FAIL torchtitan 0.3 $d: $(grep -F " $d" "$T/out03")"; tail -3 "$T/err03"; fail=1; fi
+done
+grep -F " $T/neg03-tp" "$T/out03" | grep -q "^FAIL.*ParallelDims\|^FAIL.*tensor_parallel_degree\|^FAIL.*Invalid parallel dims" && n03=$((n03+1)) || { echo "FAIL torchtitan 0.3: a module off its TOML not rejected: $(grep -F "neg03" "$T/out03")"; fail=1; }
+echo "torchtitan 0.3: $n03 of $(( $(echo "$pos" | wc -w) + 1 )) directories as expected (torchtitan $("$PY" -c 'import importlib.metadata as m; print(m.version("torchtitan"))' 2>/dev/null))"
 # Refused: models torchtitan does not register, PipeDream's schedule.
 for name in gpt3-64 tiny-gpt-pp2 vgg16-async; do
   [ -f "$G/$name/torchtitan.toml.refused" ] && [ ! -e "$G/$name/torchtitan.toml" ] || { echo "FAIL $name: torchtitan.toml written for a plan torchtitan cannot run"; fail=1; }

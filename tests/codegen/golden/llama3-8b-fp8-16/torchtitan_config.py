@@ -1,0 +1,27 @@
+# torchtitan 0.3 config module of the plan (16 ranks, tp-cp-pp-dp 8-1-1-2, 1f1b); the same settings as
+# torchtitan.toml (torchtitan 0.2). Written by planner codegen. Run from this directory:
+#   PYTHONPATH=. torchrun --nproc-per-node N -m torchtitan.train --module torchtitan_config --config plan
+from torchtitan.distributed.activation_checkpoint import FullAC, SelectiveAC
+from torchtitan.models.llama3 import model_registry
+from torchtitan.models.llama3.config_registry import llama3_8b
+
+
+def plan():
+    c = llama3_8b()
+    from torchtitan.components.quantization import Float8LinearConverter
+    c.model_spec = model_registry("8B", converters=[Float8LinearConverter.Config()])
+    p = c.parallelism
+    p.data_parallel_replicate_degree = 1
+    p.data_parallel_shard_degree = 2
+    p.fsdp_reshard_after_forward = "never"
+    p.tensor_parallel_degree = 8
+    p.context_parallel_degree = 1
+    p.pipeline_parallel_degree = 1
+    t = c.training
+    t.local_batch_size = 256
+    t.global_batch_size = 512
+    t.seq_len = 8192
+    t.steps = 20
+    t.mixed_precision_param = "bfloat16"
+    c.activation_checkpoint = None
+    return c
