@@ -7,6 +7,7 @@
 # Without the venv: FAIL with the reason, never a skip.
 #   bash tests/exports/deepspeed_test.sh PLANNER SOURCE_DIR
 set -u
+. "$(dirname "$0")/results.sh"
 PLANNER=$1
 SRC=$(cd "$2" && pwd)
 PY=$(bash "$SRC/tests/exports/venv_python.sh") || { echo "FAIL deepspeed export check: no engines' venv (see above); deepspeed is needed"; exit 1; }
@@ -52,16 +53,7 @@ neg pipeline-key tiny-gpt-pp2 ds_config.json "c['pipeline']['activation_checkpoi
 neg zero-stage tiny-gpt-pp2 ds_config.json "c['zero_optimization']['stage'] = 7" "DeepSpeedConfig: ValidationError"
 dirs=$(for d in "$G"/* "$T"/demo-* "$T"/neg-*; do [ -f "$d/deepspeed/ds_config.json" ] && echo "$d"; done)
 "$PY" "$SRC/tests/exports/check_deepspeed.py" config $dirs > "$T/config.out" 2>"$T/config.err"
-n_ok=0
-for d in $dirs; do
-  line=$(grep -F " $d" "$T/config.out" | head -1)
-  case "$d" in
-    */neg-*)
-      name=${d##*/neg-}; want=$(grep "^$name|" "$T/expect" | cut -d'|' -f2-)
-      if echo "$line" | grep -q "^FAIL" && echo "$line" | grep -qF -- "$want"; then n_ok=$((n_ok+1)); else echo "FAIL defect $name not rejected with '$want': $line"; fail=1; fi ;;
-    *) if echo "$line" | grep -q "^ok "; then n_ok=$((n_ok+1)); else echo "FAIL $d: ${line:-no result}"; tail -5 "$T/config.err"; fail=1; fi ;;
-  esac
-done
+expect_results "$T/config.out" "$T/expect" "$T/config.err" $dirs
 echo "deepspeed config: $n_ok of $(echo "$dirs" | wc -w) directories as expected (DeepSpeed $("$PY" -c 'import importlib.metadata as m; print(m.version("deepspeed"))' 2>/dev/null))"
 # Refused plans have no ds_config.json, a refused.txt.
 [ -f "$G/vgg16-async/deepspeed/refused.txt" ] && [ ! -e "$G/vgg16-async/deepspeed/ds_config.json" ] || { echo "FAIL vgg16-async: DeepSpeed files for a PipeDream plan"; fail=1; }

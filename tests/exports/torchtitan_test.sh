@@ -5,6 +5,7 @@
 # then defects it must reject. Without the venv: FAIL with the reason, never a skip.
 #   bash tests/exports/torchtitan_test.sh PLANNER SOURCE_DIR
 set -u
+. "$(dirname "$0")/results.sh"
 PLANNER=$1
 SRC=$(cd "$2" && pwd)
 PY=$(bash "$SRC/tests/exports/venv_python.sh") || { echo "FAIL torchtitan export check: no engines' venv (see above); torchtitan is needed"; exit 1; }
@@ -44,16 +45,7 @@ neg flavor llama3-8b-64 's/^  ffn: 14336$/  ffn: 14400/' model.yaml "flavor 8B's
 neg batch llama3-8b-64 's/^global_batch_size = 512$/global_batch_size = 500/' torchtitan.toml "global batch 500 not divisible"
 dirs=$(for d in "$G"/* "$T"/demo-* "$T"/neg-*; do [ -f "$d/torchtitan.toml" ] && echo "$d"; done)
 PYTHONPATH="$TT" "$PY" "$SRC/tests/exports/check_torchtitan.py" $dirs > "$T/out" 2>"$T/err"
-n_ok=0
-for d in $dirs; do
-  line=$(grep -F " $d" "$T/out" | head -1)
-  case "$d" in
-    */neg-*)
-      name=${d##*/neg-}; want=$(grep "^$name|" "$T/expect" | cut -d'|' -f2-)
-      if echo "$line" | grep -q "^FAIL" && echo "$line" | grep -qF -- "$want"; then n_ok=$((n_ok+1)); else echo "FAIL defect $name not rejected with '$want': $line"; fail=1; fi ;;
-    *) if echo "$line" | grep -q "^ok "; then n_ok=$((n_ok+1)); else echo "FAIL $d: ${line:-no result}"; tail -5 "$T/err"; fail=1; fi ;;
-  esac
-done
+expect_results "$T/out" "$T/expect" "$T/err" $dirs
 echo "torchtitan: $n_ok of $(echo "$dirs" | wc -w) directories as expected (torchtitan 0.2.2, torch $("$PY" -c 'import importlib.metadata as m; print(m.version("torch"))' 2>/dev/null))"
 # torchtitan 0.3 (the venv's): torchtitan_config.py loaded by its ConfigManager, the same plan as the TOML.
 pos=$(for d in "$G"/* "$T"/demo-*; do [ -f "$d/torchtitan_config.py" ] && echo "$d"; done)
