@@ -2,7 +2,7 @@
 
   torchrun --nproc-per-node W torch_pipelining_driver.py train STEPS FILE...  each file's train() on one gloo group
   python torch_pipelining_driver.py reference STEPS FILE...                   each file's one-process reference()
-Each file's output follows a line '== FILE'. FILE@OPTIMIZER@LR runs it with that optimizer and learning rate.
+Each file's output follows a line '== FILE' (on every rank). FILE@OPTIMIZER@LR runs it with that optimizer and learning rate.
 """
 import importlib.util
 import sys
@@ -31,8 +31,7 @@ def main():
     dist.init_process_group("gloo")
     for i, path in enumerate(paths):
         mod = load(path, i)
-        if dist.get_rank() == 0:
-            print(f"== {path.split('@')[0]}", flush=True)
+        print(f"== {path.split('@')[0]}", flush=True)  # every rank: the test reads each rank's own log
         dist.barrier()
         mod.train(steps, "cpu")  # keeps the driver's group (it did not create it)
         dist.barrier()  # every rank's (flushed) lines of this file land before the next file's header

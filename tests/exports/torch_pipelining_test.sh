@@ -41,12 +41,18 @@ start=$(date +%s)
 "$PY" "$SRC/tests/exports/torch_pipelining_driver.py" reference $STEPS $(files $two pp2-tp2) "$T/pp2-dp2/torch_pipelining.py@sgd@0.5" >"$T/reference.out" 2>&1 || { echo "FAIL reference run"; cat "$T/reference.out"; exit 1; }
 t1=$(date +%s)
 # shellcheck disable=SC2046
-"$TORCHRUN" --nproc-per-node 2 "$SRC/tests/exports/torch_pipelining_driver.py" train $STEPS $(files $two) >"$T/two.out" 2>&1 || { echo "FAIL torchrun (2 ranks)"; tail -40 "$T/two.out"; exit 1; }
+# Each rank's output in its own file (torchrun --redirects 3), read rank after rank: lines of two processes
+# sharing one stdout can land in any order, and a rank's line under another plan's header.
+"$TORCHRUN" --log-dir "$T/log2" --redirects 3 --nproc-per-node 2 "$SRC/tests/exports/torch_pipelining_driver.py" train $STEPS $(files $two) >"$T/two.torchrun" 2>&1 \
+  || { echo "FAIL torchrun (2 ranks)"; tail -40 "$T/two.torchrun"; cat "$T"/log2/*/attempt_0/*/stderr.log | tail -40; exit 1; }
+cat "$T"/log2/*/attempt_0/0/stdout.log "$T"/log2/*/attempt_0/1/stdout.log > "$T/two.out"
 t2=$(date +%s)
 # pp2-dp2 with SGD: Adam would hide a gradient summed instead of averaged over dp (it normalizes the step).
 for run in "pp2-dp2 --optimizer sgd --lr 0.5" "pp2-tp2"; do
   set -- $run; n=$1; shift
-  (cd "$T/$n" && echo "== $T/$n/torch_pipelining.py" && "$TORCHRUN" --nproc-per-node 4 torch_pipelining.py --steps $STEPS --device cpu "$@") >"$T/$n.out" 2>&1 || { echo "FAIL torchrun $n (4 ranks)"; tail -40 "$T/$n.out"; exit 1; }
+  (cd "$T/$n" && "$TORCHRUN" --log-dir "$T/log-$n" --redirects 3 --nproc-per-node 4 torch_pipelining.py --steps $STEPS --device cpu "$@") >"$T/$n.torchrun" 2>&1 \
+    || { echo "FAIL torchrun $n (4 ranks)"; tail -40 "$T/$n.torchrun"; cat "$T"/log-$n/*/attempt_0/*/stderr.log | tail -40; exit 1; }
+  { echo "== $T/$n/torch_pipelining.py"; for r in 0 1 2 3; do cat "$T"/log-$n/*/attempt_0/$r/stdout.log; done; } > "$T/$n.out"
 done
 t3=$(date +%s)
 echo "wall: reference ${t1}-${start} s, 2-rank torchrun $((t2 - t1)) s (6 plans), 4-rank torchruns $((t3 - t2)) s (2 plans)" | sed "s/${t1}-${start}/$((t1 - start))/"
