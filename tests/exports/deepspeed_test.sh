@@ -62,10 +62,14 @@ for case in "tiny-gpt-pp2 2" "demo-tiny-gpt-pp2dp2 4"; do
   set -- $case
   d=$G/$1; [ -d "$d" ] || d=$T/$1
   cp -r "$d" "$T/run-$1"
-  if timeout 180 "$TORCHRUN" --nproc-per-node "$2" "$SRC/tests/exports/check_deepspeed.py" module "$T/run-$1" > "$T/run-$1.out" 2>&1 \
+  # Each rank's output in its own file (torchrun --redirects 3), read rank after rank: lines of ranks
+  # sharing one stdout can run together ("...block1']rank 2: ok ...", seen in CI).
+  if timeout 180 "$TORCHRUN" --log-dir "$T/log-$1" --redirects 3 --nproc-per-node "$2" "$SRC/tests/exports/check_deepspeed.py" module "$T/run-$1" \
+       > "$T/run-$1.torchrun" 2>&1 \
+     && for r in $(seq 0 $(( $2 - 1 ))); do cat "$T"/log-$1/*/attempt_0/$r/stdout.log; done > "$T/run-$1.out" \
      && [ "$(grep -c '^rank [0-9]*: ok' "$T/run-$1.out")" = "$2" ]; then
     grep '^rank' "$T/run-$1.out" | sort
-  else echo "FAIL PipelineModule $1 on $2 ranks"; grep -E '^rank|Error' "$T/run-$1.out" | tail -8; fail=1; fi
+  else echo "FAIL PipelineModule $1 on $2 ranks"; cat "$T/run-$1.torchrun" "$T"/log-$1/*/attempt_0/*/std*.log 2>/dev/null | grep -E '^rank|Error' | tail -8; fail=1; fi
 done
 [ $fail = 0 ] && echo "deepspeed: all checks passed"
 exit $fail
