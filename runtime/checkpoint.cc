@@ -147,7 +147,7 @@ bool ParseFileEntry(std::string_view v, CheckpointFile* f) {
   const size_t comma = v.find(kB);
   int64_t crc = 0;
   if (comma == std::string_view::npos || v.size() - comma - kB.size() != 8) return false;
-  if (!ParseInt(v.substr(0, comma), &f->bytes) || f->bytes < static_cast<int64_t>(sizeof(Header)) || !ParseInt(v.substr(comma + kB.size()), &crc, 16)) return false;
+  if (!ParseInt(v.substr(0, comma), &f->bytes) || f->bytes < static_cast<int64_t>(sizeof(Header)) || !ParseInt(v.substr(comma + kB.size()), &crc, 16) || crc < 0) return false;
   f->crc32c = static_cast<uint32_t>(crc);
   return true;
 }

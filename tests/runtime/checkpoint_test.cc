@@ -72,6 +72,7 @@ TEST_CASE("a damaged manifest is refused with its line") {
   CHECK(Refusal(Edit(t, "format: 1", "format: 2")).find(":2: format") != std::string::npos);
   CHECK(Refusal(Edit(t, "crc32c: 00000001", "crc32c: 0000001")).find(":9: rank1:") != std::string::npos);
   CHECK(Refusal(Edit(t, "crc32c: 00000001", "crc32c: 0000000g")).find(":9: rank1:") != std::string::npos);
+  CHECK(Refusal(Edit(t, "crc32c: 00000001", "crc32c: -0000001")).find(":9: rank1:") != std::string::npos);
   CHECK(Refusal(Edit(t, "{bytes: 80", "{bytes: 79")).find(":9: rank1:") != std::string::npos);  // below the header's size
   CHECK(Refusal(Edit(t, "ranks: 2", "ranks: 3")) == "ck/manifest.yaml: no 'rank2' field; the manifest is damaged");
   CHECK(Refusal(Edit(t, "model_digest: 0123456789abcdef", "model_digest: 0123")).find(":5: model_digest") != std::string::npos);
