@@ -130,7 +130,11 @@ lines=$(grep "^planner: error:" busy-b.err | sort -u)
 [ $rc = 2 ] && [ $took -lt 20000 ] && [ "$(echo "$lines" | wc -l)" = 1 ] && echo "$lines" | grep -qE "long/runs/busy: in use by another job \(pid [0-9]+ on " && ok ||
   bad "same run id: exit $rc after ${took} ms: $(cat busy-b.err)"
 echo "busy: exit $rc after ${took} ms: $lines"
+holder=$(sed -n 's/^pid \([0-9]*\) .*/\1/p' long/runs/busy/lock)
 kill -TERM $job 2>/dev/null; wait $job 2>/dev/null
+# mpirun may return before its ranks are gone: the lock is free once the holder has exited.
+for _ in $(seq 100); do kill -0 "$holder" 2>/dev/null || break; sleep 0.2; done
+kill -0 "$holder" 2>/dev/null && { bad "the first job's rank 0 (pid $holder) outlived its mpirun by 20 s"; kill -9 "$holder"; }
 $MPI $PLANNER -q run long --run-id busy --iterations 1 >/dev/null 2>busy-c.err && ok || bad "run id not free after the first job: $(cat busy-c.err)"
 
 echo "checkpoint faults: $pass passed, $fail failed"
