@@ -9,7 +9,9 @@
 #include "common/log.h"
 #include "common/units.h"
 #include "planner/commands.h"
+#include "runtime/agree.h"
 #include "runtime/executor.h"
+#include "runtime/run_lock.h"
 #include "spec/yaml_reader.h"
 
 namespace planner {
@@ -93,7 +95,12 @@ Runner RegisterRun(CLI::App& app) {
                                               ec && ec != std::errc::no_such_file_or_directory ? " (" + ec.message() + ")" : std::string()));
         }
       }
-      PLANNER_RETURN_IF_ERROR(MakeDirectories(o.run_dir));
+      // Rank 0 locks runs/<id> before anything is written there (a second job with this id stops
+      // here, exit 2); every rank learns the outcome in one agreement step.
+      RunDirLock lock;
+      Status locked = MakeDirectories(o.run_dir);
+      if (locked.ok() && world.rank() == 0) locked = lock.Acquire(o.run_dir);
+      PLANNER_RETURN_IF_ERROR(AgreeOnStatus(world, locked));
       RunSummary s;
       PLANNER_RETURN_IF_ERROR(RunLaunch(L, model, world, o, &s));
       if (world.rank() == 0) {

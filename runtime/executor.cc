@@ -2,6 +2,8 @@
 
 #include <algorithm>
 #include <cmath>
+#include <csignal>
+#include <cstdlib>
 #include <cstring>
 #include <filesystem>
 #include <numeric>
@@ -13,6 +15,7 @@
 #include "common/log.h"
 #include "common/timing.h"
 #include "common/units.h"
+#include "runtime/agree.h"
 #include "runtime/checkpoint.h"
 #include "runtime/dp_reducer.h"
 #include "runtime/interpreter.h"
@@ -63,6 +66,20 @@ Status CheckLaunch(const LaunchPlan& L, const ModelSpec& model, int world_size, 
   return Status::OK();
 }
 
+// A verified checkpoint and the metrics of the iterations it covers: where a resumed rank starts.
+struct ResumePoint {
+  LoadedCheckpoint checkpoint;
+  std::vector<double> loss, iteration_s;
+};
+
+// Everything a rank checks alone before it trusts a checkpoint (runtime/checkpoint.h
+// VerifyCheckpoint, the metrics it continues); summation servers hold none.
+Status VerifyResume(const LaunchPlan& L, const ModelSpec& model, int64_t job_rank, const RunOptions& opt, ResumePoint* out) {
+  if (job_rank >= static_cast<int64_t>(L.ranks.size())) return Status::OK();
+  PLANNER_RETURN_IF_ERROR(VerifyCheckpoint(opt.resume_from, IdentityOf(L, model), job_rank, &out->checkpoint));
+  return ReadMetrics(opt.resume_from, out->checkpoint.iteration, &out->loss, &out->iteration_s);
+}
+
 // Every process of the job at two barriers, the peer watch ended between them.
 Status EndJob(Communicator& job) {
   PLANNER_RETURN_IF_ERROR(job.Barrier());
@@ -111,9 +128,9 @@ class RankRun {
  public:
   // `world`: the workers; `job`: every process (the workers and the summation servers, if any).
   RankRun(const LaunchPlan& L, const ModelSpec& model, const LaunchLayout& layout, Communicator& world, Communicator& job, SummationClient* service,
-          const RunOptions& opt)
-      : L_(L), model_(model), y_(layout), world_(world), job_(job), service_(service), opt_(opt), rank_(world.rank()),
-        me_(L.ranks[static_cast<size_t>(world.rank())]) {}
+          const RunOptions& opt, const ResumePoint* resume)
+      : L_(L), model_(model), y_(layout), world_(world), job_(job), service_(service), opt_(opt), resume_(resume), rank_(world.rank()),
+        me_(L.ranks[static_cast<size_t>(world.rank())]), id_(IdentityOf(L, model)) {}
   Status Setup();
   Status Train();
   Status Finish(RunSummary* out);
@@ -136,8 +153,10 @@ class RankRun {
   Communicator& job_;
   SummationClient* service_;
   const RunOptions& opt_;
+  const ResumePoint* resume_;  // null: a fresh start
   const int64_t rank_;
   const LaunchRank& me_;
+  const CheckpointIdentity id_;
   Device dev_ = Device::kCpu;
   int64_t iterations_ = 0, start_ = 0, checkpoint_every_ = 0;
   double peak_bytes_ = 0;
@@ -173,15 +192,17 @@ Status RankRun::Setup() {
   optimizer_ = std::make_unique<Optimizer>(oc);
   iterations_ = opt_.iterations > 0 ? opt_.iterations : L_.run.iterations;
   checkpoint_every_ = opt_.checkpoint_every >= 0 ? opt_.checkpoint_every : L_.run.checkpoint_every;
-  if (!opt_.resume_from.empty()) PLANNER_RETURN_IF_ERROR(Resume());
+  if (resume_ != nullptr) PLANNER_RETURN_IF_ERROR(Resume());
   return StartInterpreter();
 }
 
-// Parameters, optimizer state and the iteration from a checkpoint of this launch; the earlier
-// iterations' figures from its metrics.
+// Parameters, optimizer state and the iteration from the verified checkpoint (RunLaunch); the
+// earlier iterations' figures from its metrics.
 Status RankRun::Resume() {
-  PLANNER_RETURN_IF_ERROR(ReadCheckpoint(opt_.resume_from, rank_, stage_.params(), optimizer_.get(), &start_));
-  return record_.LoadMetrics(opt_.resume_from, start_);
+  PLANNER_RETURN_IF_ERROR(ApplyCheckpoint(resume_->checkpoint, stage_.params(), optimizer_.get()));
+  start_ = resume_->checkpoint.iteration;
+  for (size_t i = 0; i < resume_->loss.size(); ++i) record_.AddIteration(resume_->loss[i], resume_->iteration_s[i], 0, 0);
+  return Status::OK();
 }
 
 Status RankRun::StartInterpreter() {
@@ -287,10 +308,51 @@ Status RankRun::AfterFirstStep() {
   return Status::OK();
 }
 
-// After `done` iterations: every rank's checkpoint, and the metrics so far (rank 0).
+// A test hook (docs/runtime.md, "Checkpoints"): PLANNER_TEST_KILL_AT_CHECKPOINT=N kills rank 0
+// with SIGKILL once every rank's file of checkpoint N and the metrics are durable, before the
+// manifest: the worst moment for a job to die.
+void MaybeDieBeforeManifest(int64_t done) {
+  const char* at = std::getenv("PLANNER_TEST_KILL_AT_CHECKPOINT");
+  if (at != nullptr && std::to_string(done) == at) std::raise(SIGKILL);
+}
+
+// A size or checksum as four 16-bit pieces in floats (whole numbers: exact through any copy).
+void PackU64(uint64_t v, float* out) {
+  for (int i = 0; i < 4; ++i) out[i] = static_cast<float>((v >> (16 * i)) & 0xFFFFu);
+}
+uint64_t UnpackU64(const float* in) {
+  uint64_t v = 0;
+  for (int i = 0; i < 4; ++i) v |= static_cast<uint64_t>(in[i]) << (16 * i);
+  return v;
+}
+
+// After `done` iterations: every rank's file (durable), every rank's size and checksum to rank 0
+// (a rank that failed to write ends the job on every rank here), the metrics so far, then rank 0's
+// manifest, the checkpoint's last write; every rank learns that it landed.
 Status RankRun::Checkpoint(int64_t done) {
-  PLANNER_RETURN_IF_ERROR(WriteCheckpoint(opt_.run_dir, rank_, done, stage_.params(), *optimizer_));
-  return rank_ == 0 ? record_.WriteMetrics(opt_.run_dir) : Status::OK();
+  CheckpointFile mine;
+  const Status wrote = WriteCheckpoint(opt_.run_dir, id_, rank_, done, stage_.params(), *optimizer_, &mine);
+  float packed[9] = {};
+  packed[0] = wrote.ok() ? 1.0f : 0.0f;
+  PackU64(static_cast<uint64_t>(mine.bytes), packed + 1);
+  PackU64(mine.crc32c, packed + 5);
+  std::vector<float> every(static_cast<size_t>(9 * world_.size()));
+  PLANNER_RETURN_IF_ERROR(world_.AllGather(packed, every.data(), 9));
+  CheckpointManifest m;
+  m.iteration = done, m.directory = fmt::format("iter-{}", done), m.model_digest = id_.model_digest, m.layout_digest = id_.layout_digest;
+  if (!wrote.ok()) return wrote;
+  for (int64_t r = 0; r < world_.size(); ++r) {
+    const float* p = every.data() + 9 * r;
+    if (p[0] != 1.0f) return Status::Unavailable(fmt::format("checkpoint after iteration {}: rank {} could not write its file (its error above)", done, r));
+    m.files.push_back({static_cast<int64_t>(UnpackU64(p + 1)), static_cast<uint32_t>(UnpackU64(p + 5))});
+  }
+  Status committed;
+  if (rank_ == 0) {
+    committed = record_.WriteMetrics(opt_.run_dir);
+    MaybeDieBeforeManifest(done);
+    if (committed.ok()) committed = CommitCheckpoint(opt_.run_dir, m);
+  }
+  return AgreeOnStatus(world_, committed);
 }
 
 // Medians over the iterations after warm-up; per-rank compute, communication and peak memory to
@@ -395,10 +457,14 @@ Status RunLaunch(const LaunchPlan& L, const ModelSpec& model, Communicator& worl
   LaunchLayout layout;
   PLANNER_RETURN_IF_ERROR(CheckLaunch(L, model, world.size(), opt, &layout));
   SetCpuThreads(static_cast<int>(L.run.threads));
+  // A resumed run: every process checks its own part of the checkpoint first, then one agreement
+  // step, so that when any refuses, all end now with its line (not at a later collective's timeout).
+  ResumePoint resume;
+  if (!opt.resume_from.empty()) PLANNER_RETURN_IF_ERROR(AgreeOnStatus(world, VerifyResume(L, model, world.rank(), opt, &resume)));
   DpSyncComms sync;
   PLANNER_RETURN_IF_ERROR(OpenDpSync(L, world, &sync));
   if (sync.server) return ServeRank(L, world, sync, out);
-  RankRun run(L, model, layout, sync.workers ? *sync.workers : world, world, sync.client.get(), opt);
+  RankRun run(L, model, layout, sync.workers ? *sync.workers : world, world, sync.client.get(), opt, opt.resume_from.empty() ? nullptr : &resume);
   PLANNER_RETURN_IF_ERROR(run.Setup());
   PLANNER_RETURN_IF_ERROR(run.Train());
   if (sync.client) PLANNER_RETURN_IF_ERROR(sync.client->Done());  // the servers' loops end

@@ -1,8 +1,8 @@
 #include "runtime/run_record.h"
 
-#include <cerrno>
+#include <charconv>
 #include <cmath>
-#include <cstdlib>
+#include <string_view>
 #include <filesystem>
 #include <fstream>
 #include <sstream>
@@ -17,16 +17,54 @@ namespace fs = std::filesystem;
 
 namespace {
 
-// A number of a metrics.csv field; false when it is not one.
-bool ParseNumber(const std::string& text, double* out) {
+// A number of a metrics.csv field (std::from_chars: no locale, no exception); false when it is
+// not one, or not finite.
+bool ParseNumber(std::string_view text, double* out) {
   if (text.empty()) return false;
-  errno = 0;
-  char* end = nullptr;
-  *out = std::strtod(text.c_str(), &end);
-  return errno == 0 && end == text.c_str() + text.size();
+  const auto r = std::from_chars(text.data(), text.data() + text.size(), *out);
+  return r.ec == std::errc() && r.ptr == text.data() + text.size() && std::isfinite(*out);
 }
 
+bool ParseRowNumber(std::string_view text, int64_t* out) {
+  const auto r = std::from_chars(text.data(), text.data() + text.size(), *out);
+  return !text.empty() && r.ec == std::errc() && r.ptr == text.data() + text.size();
+}
+
+constexpr std::string_view kMetricsHeader = "iteration,loss,iteration_seconds";
+
 }  // namespace
+
+Status ReadMetrics(const std::string& run_dir, int64_t iterations, std::vector<double>* loss, std::vector<double>* iteration_s) {
+  const std::string path = (fs::path(run_dir) / "metrics.csv").string();
+  std::error_code ec;
+  std::ifstream in(path);
+  if (!fs::is_regular_file(path, ec) || !in) {
+    return Status::NotFound(fmt::format("{}: missing: a resumed run needs the losses of its first {} iterations; restore the file or run again "
+                                        "without --resume", path, iterations));
+  }
+  std::string line;
+  if (!std::getline(in, line) || line != kMetricsHeader) {
+    return Status::InvalidArgument(fmt::format("{}:1: not the header '{}': the file is damaged; restore it or run again without --resume", path, kMetricsHeader));
+  }
+  loss->clear(), iteration_s->clear();
+  for (int64_t row = 1; row <= iterations; ++row) {
+    if (!std::getline(in, line)) {
+      return Status::InvalidArgument(fmt::format("{}:{}: ends after iteration {}, the checkpoint is at iteration {}; restore the file or run again "
+                                                 "without --resume", path, row + 1, row - 1, iterations));
+    }
+    const std::string_view v(line);
+    const size_t a = v.find(','), b = a == std::string_view::npos ? a : v.find(',', a + 1);
+    int64_t number = 0;
+    double l = 0, s = 0;
+    if (b == std::string_view::npos || !ParseRowNumber(v.substr(0, a), &number) || number != row || !ParseNumber(v.substr(a + 1, b - a - 1), &l) ||
+        !ParseNumber(v.substr(b + 1), &s) || s < 0) {
+      return Status::InvalidArgument(fmt::format("{}:{}: not '{},<finite loss>,<seconds>': '{}'; the file is damaged; restore it or run again without "
+                                                 "--resume", path, row + 1, row, line.substr(0, 80)));
+    }
+    loss->push_back(l), iteration_s->push_back(s);
+  }
+  return Status::OK();
+}
 
 void RunRecord::AddIteration(double loss, double iteration_s, double compute_s, double comm_s) {
   loss_.push_back(loss);
@@ -36,18 +74,9 @@ void RunRecord::AddIteration(double loss, double iteration_s, double compute_s, 
 }
 
 Status RunRecord::LoadMetrics(const std::string& run_dir, int64_t iterations) {
-  const std::string path = (fs::path(run_dir) / "metrics.csv").string();
-  std::ifstream in(path);
-  std::string line;
-  std::getline(in, line);  // header
-  for (int64_t row = 2; iterations > this->iterations() && std::getline(in, line); ++row) {
-    const size_t a = line.find(','), b = a == std::string::npos ? a : line.find(',', a + 1);
-    double loss = 0, seconds = 0;
-    if (b == std::string::npos || !ParseNumber(line.substr(a + 1, b - a - 1), &loss) || !ParseNumber(line.substr(b + 1), &seconds)) {
-      return Status::InvalidArgument(fmt::format("{}:{}: not 'iteration,loss,iteration_seconds': {}", path, row, line));
-    }
-    AddIteration(loss, seconds, 0, 0);
-  }
+  std::vector<double> loss, seconds;
+  PLANNER_RETURN_IF_ERROR(ReadMetrics(run_dir, iterations, &loss, &seconds));
+  for (size_t i = 0; i < loss.size(); ++i) AddIteration(loss[i], seconds[i], 0, 0);
   return Status::OK();
 }
 

@@ -20,6 +20,12 @@
 
 namespace planner {
 
+// The first `iterations` rows of `run_dir`/metrics.csv, read strictly: the header
+// "iteration,loss,iteration_seconds", then rows numbered 1, 2, ... with a finite loss and a
+// finite, non-negative time. A missing file, a garbled row or too few rows is InvalidArgument /
+// NotFound (exit 2) naming the file and line: a resumed run never renumbers its iterations.
+Status ReadMetrics(const std::string& run_dir, int64_t iterations, std::vector<double>* loss, std::vector<double>* iteration_s);
+
 struct TraceEvent {
   std::string name;
   double start_s = 0, dur_s = 0;
@@ -47,8 +53,8 @@ class RunRecord {
   const std::vector<double>& compute_s() const { return compute_s_; }
   const std::vector<double>& comm_s() const { return comm_s_; }
 
-  // A resumed run: the first `iterations` rows of `run_dir`/metrics.csv (compute and
-  // communication unknown: 0). A malformed row is an error naming the file and line.
+  // A resumed run: the first `iterations` rows of `run_dir`/metrics.csv (ReadMetrics; compute
+  // and communication unknown: 0).
   Status LoadMetrics(const std::string& run_dir, int64_t iterations);
   // metrics.csv: iteration, loss, seconds.
   Status WriteMetrics(const std::string& run_dir) const;

@@ -25,6 +25,8 @@
 #include <unistd.h>
 
 #include "codegen/codegen.h"
+#include "common/crc32c.h"
+#include "common/timing.h"
 #include "common/units.h"
 #include "dp_solver/search.h"
 #include "runtime/executor.h"
@@ -360,6 +362,124 @@ TEST_CASE("a run checkpointed after 3 iterations and resumed to 6 follows the un
   REQUIRE(resumed[0].loss.size() == 6);
   // As metrics.csv writes them (the resumed run reads its first 3 from there).
   for (size_t i = 0; i < 6; ++i) CHECK(fmt::format("{:.6f}", resumed[0].loss[i]) == fmt::format("{:.6f}", full[0].loss[i]));
+}
+
+// The checkpoint refusals (runtime/checkpoint.h): a run checkpointed after 3 iterations, copied,
+// damaged one way, resumed: every rank ends with the same line naming the rank, file and reason.
+struct Damaged {
+  ModelSpec model;
+  LaunchPlan L;
+  std::string dir;  // the checkpointed run
+  Damaged() {
+    Case c = Pipeline(Schedule::k1F1B);
+    c.iterations = 6;
+    REQUIRE_OK(MakeLaunch(c, &model, &L));
+    RunOptions o;
+    o.run_dir = dir = RunDir("ck-src");
+    o.iterations = 3;
+    o.checkpoint_every = 3;
+    std::vector<RunSummary> part;
+    REQUIRE_OK(RunOnThreads(L, model, o, &part));
+  }
+  // A copy of the run, `damage` applied to it, resumed; the status every rank ended with.
+  Status Resume(const std::function<void(const fs::path&)>& damage, const ModelSpec* other = nullptr, const LaunchPlan* other_launch = nullptr) {
+    const std::string copy = RunDir("ck-copy");
+    fs::copy(dir, copy, fs::copy_options::recursive | fs::copy_options::overwrite_existing);
+    damage(copy);
+    RunOptions o;
+    o.run_dir = o.resume_from = copy;
+    std::vector<RunSummary> runs;
+    return RunOnThreads(other_launch ? *other_launch : L, other ? *other : model, o, &runs);
+  }
+};
+
+std::string ReadAll(const fs::path& p) {
+  std::ifstream in(p, std::ios::binary);
+  std::stringstream ss;
+  ss << in.rdbuf();
+  return ss.str();
+}
+
+void WriteAll(const fs::path& p, const std::string& bytes) { std::ofstream(p, std::ios::binary | std::ios::trunc) << bytes; }
+
+// Rank 1's file with `edit` applied, and the manifest's checksum fixed to match (a damage the
+// checksum alone cannot see).
+void EditRank1FixingChecksum(const fs::path& run, const std::function<void(std::string*)>& edit) {
+  const fs::path file = run / "ckpt" / "iter-3" / "rank1.bin", manifest = run / "ckpt" / "manifest.yaml";
+  std::string bytes = ReadAll(file), m = ReadAll(manifest);
+  const uint32_t before = Crc32c(bytes);
+  edit(&bytes);
+  WriteAll(file, bytes);
+  const size_t at = m.find(fmt::format("crc32c: {:08x}", before));
+  REQUIRE(at != std::string::npos);
+  WriteAll(manifest, m.replace(at, 16, fmt::format("crc32c: {:08x}", Crc32c(bytes))));
+}
+
+void CheckRefused(const Status& s, StatusCode code, const std::vector<std::string>& parts) {
+  MESSAGE(s.message());
+  CHECK(s.code() == code);
+  for (const std::string& p : parts) CHECK(s.message().find(p) != std::string::npos);
+}
+
+TEST_CASE("a resumed checkpoint is verified: every damage is refused on every rank with one line") {
+  Damaged d;
+  const double t0 = MonotonicSeconds();
+  CheckRefused(d.Resume([](const fs::path& r) {
+    std::string b = ReadAll(r / "ckpt/iter-3/rank1.bin");
+    b[b.size() / 2] = static_cast<char>(b[b.size() / 2] ^ 0x5a);
+    WriteAll(r / "ckpt/iter-3/rank1.bin", b);
+  }), StatusCode::kInvalidArgument, {"rank 1: ", "iter-3/rank1.bin: checksum mismatch"});
+  CHECK(MonotonicSeconds() - t0 < 10);  // an agreement step, not a timeout (60 s)
+  const float nan = std::nanf("");
+  CheckRefused(d.Resume([&](const fs::path& r) { EditRank1FixingChecksum(r, [&](std::string* b) { std::memcpy(b->data() + 80 + 8, &nan, 4); }); }),
+               StatusCode::kInvalidArgument, {"rank 1: ", "rank1.bin: parameter value 2 of ", " is NaN"});
+  const float inf = INFINITY;
+  CheckRefused(d.Resume([&](const fs::path& r) { EditRank1FixingChecksum(r, [&](std::string* b) { std::memcpy(b->data() + b->size() - 4, &inf, 4); }); }),
+               StatusCode::kInvalidArgument, {"rank1.bin: optimizer state value", "is infinite"});
+  const int64_t bad_iteration = 2, bad_count = -5;
+  CheckRefused(d.Resume([&](const fs::path& r) { EditRank1FixingChecksum(r, [&](std::string* b) { std::memcpy(b->data() + 8, &bad_iteration, 8); }); }),
+               StatusCode::kInvalidArgument, {"rank1.bin: holds iteration 2, the manifest names 3"});
+  CheckRefused(d.Resume([&](const fs::path& r) { EditRank1FixingChecksum(r, [&](std::string* b) { std::memcpy(b->data() + 40, &bad_count, 8); }); }),
+               StatusCode::kInvalidArgument, {"rank1.bin: header counts", "corrupt header"});
+  CheckRefused(d.Resume([](const fs::path& r) { fs::resize_file(r / "ckpt/iter-3/rank0.bin", 100); }), StatusCode::kInvalidArgument,
+               {"rank 0: ", "rank0.bin: 100 bytes, the manifest says", "truncated"});
+  CheckRefused(d.Resume([](const fs::path& r) { fs::remove(r / "ckpt/manifest.yaml"); }), StatusCode::kNotFound, {"rank 0: ", "manifest.yaml: missing"});
+  CheckRefused(d.Resume([](const fs::path& r) { fs::remove(r / "ckpt/iter-3/rank1.bin"); }), StatusCode::kNotFound, {"rank 1: ", "rank1.bin: missing"});
+  CheckRefused(d.Resume([](const fs::path& r) { fs::remove(r / "metrics.csv"); }), StatusCode::kNotFound, {"rank 0: ", "metrics.csv: missing"});
+  CheckRefused(d.Resume([](const fs::path& r) {
+    std::string m = ReadAll(r / "metrics.csv");
+    WriteAll(r / "metrics.csv", m.replace(m.find("\n2,") + 3, 1, "x"));
+  }), StatusCode::kInvalidArgument, {"metrics.csv:3: not '2,<finite loss>,<seconds>'"});
+}
+
+TEST_CASE("a checkpoint of another model with the same parameter count, or of another layout, is refused") {
+  Damaged d;
+  ModelSpec other = d.model;  // same layers and sizes: only its identity differs
+  LaunchPlan other_launch = d.L;
+  other_launch.model_digest = "00000000000000ff";
+  const auto nothing = [](const fs::path&) {};
+  CheckRefused(d.Resume(nothing, &other, &other_launch), StatusCode::kInvalidArgument, {"manifest.yaml: a checkpoint of another model (model_digest"});
+  LaunchPlan sgd = d.L;
+  sgd.run.optimizer = "sgd";
+  CheckRefused(d.Resume(nothing, nullptr, &sgd), StatusCode::kInvalidArgument, {"manifest.yaml: a checkpoint of another layout"});
+  REQUIRE_OK(d.Resume(nothing));  // and the undamaged copy resumes
+}
+
+TEST_CASE("rank files of two checkpoints are never mixed; a newer manifest removes the older directory only once it lands") {
+  Damaged d;
+  const std::string old_rank1 = ReadAll(fs::path(d.dir) / "ckpt/iter-3/rank1.bin");
+  RunOptions o;
+  o.run_dir = o.resume_from = d.dir;
+  o.checkpoint_every = 3;
+  std::vector<RunSummary> runs;
+  REQUIRE_OK(RunOnThreads(d.L, d.model, o, &runs));
+  CHECK(fs::exists(fs::path(d.dir) / "ckpt/iter-6/rank1.bin"));
+  CHECK(!fs::exists(fs::path(d.dir) / "ckpt/iter-3"));
+  CHECK(ReadAll(fs::path(d.dir) / "ckpt/manifest.yaml").find("iteration: 6\n") != std::string::npos);
+  // rank 1 from the older checkpoint (a job killed between two ranks' renames, in the old layout)
+  WriteAll(fs::path(d.dir) / "ckpt/iter-6/rank1.bin", old_rank1);
+  o.checkpoint_every = 0;
+  CheckRefused(RunOnThreads(d.L, d.model, o, &runs), StatusCode::kInvalidArgument, {"rank 1: ", "iter-6/rank1.bin: holds iteration 3, the manifest names 6"});
 }
 
 Action Act(ActionKind kind, int32_t stage, int32_t microbatch) {

@@ -8,16 +8,19 @@
 // equal one process's that applies each minibatch's whole-model gradient at its tag's version.
 // The same under mpirun (2-1-1): tests/runtime/run_test.sh.
 #include <cmath>
+#include <cstring>
 #include <filesystem>
 #include <fstream>
 #include <map>
 #include <numeric>
+#include <sstream>
 
 #include <fmt/format.h>
 #include <fmt/ranges.h>
 
 #include "codegen/codegen.h"
 #include "dp_solver/search.h"
+#include "runtime/checkpoint.h"
 #include "runtime/executor.h"
 #include "runtime/launch_layout.h"
 #include "spec/cluster_spec.h"
@@ -192,12 +195,20 @@ TEST_CASE("vertical sync on 1-2-1: a replicated later stage runs each minibatch 
 namespace planner {
 namespace {
 
-// The parameters in a rank's checkpoint (runtime/checkpoint.h: three int64, then the floats).
+// The parameters in a rank's checkpoint (runtime/checkpoint.h: the manifest's iter-<n>/rank<k>.bin,
+// an 80-byte header whose fifth int64 is the parameter count, then the floats).
 std::vector<float> CheckpointParams(const std::string& run_dir, int64_t rank) {
-  std::ifstream f(std::filesystem::path(run_dir) / "ckpt" / fmt::format("rank{}.bin", rank), std::ios::binary);
-  int64_t head[3] = {0, 0, 0};
-  f.read(reinterpret_cast<char*>(head), sizeof head);
-  std::vector<float> v(static_cast<size_t>(std::max<int64_t>(0, head[1])));
+  std::ifstream mf(ManifestPath(run_dir));
+  std::stringstream text;
+  text << mf.rdbuf();
+  CheckpointManifest m;
+  REQUIRE(ParseManifest(ManifestPath(run_dir), text.str(), &m).ok());
+  std::ifstream f(RankFilePath(run_dir, m.iteration, rank), std::ios::binary);
+  char head[80] = {};
+  f.read(head, sizeof head);
+  int64_t count = 0;
+  std::memcpy(&count, head + 32, sizeof count);
+  std::vector<float> v(static_cast<size_t>(std::max<int64_t>(0, count)));
   f.read(reinterpret_cast<char*>(v.data()), static_cast<std::streamsize>(v.size() * sizeof(float)));
   REQUIRE(f.good());
   return v;
