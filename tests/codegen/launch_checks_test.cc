@@ -141,6 +141,7 @@ TEST_CASE("LayoutOf checks the batch split with a product that cannot overflow")
   CHECK(y.microbatches == 4);
   L.num_microbatches = int64_t{1} << 40;
   L.dp = int64_t{1} << 40;  // the product overflows int64: refused, not wrapped into a match
+  for (auto& st : L.stages) st.replicas = L.dp;  // still uniform (replicas = dp)
   L.global_batch = 0;
   const Status s = LayoutOf(L, &y);
   CHECK(!s.ok());
