@@ -299,9 +299,9 @@ Status ParseExportList(const std::string& list, std::vector<std::string>* out) {
     }
     if (name == "all") return Status::InvalidArgument("--export: 'all' stands alone; give --export all or a list of targets");
     if (std::find(all.begin(), all.end(), name) == all.end()) {
-      const std::string hint = DidYouMean(name, all);
-      if (!hint.empty()) return Status::InvalidArgument(fmt::format("--export: unknown target '{}'{}", name, hint));
-      return Status::InvalidArgument(fmt::format("--export: unknown target '{}'; choose from {} (comma-separated) or all", name, fmt::join(all, ", ")));
+      const std::string hint = DidYouMean(name, all);  // ", did you mean 'x'?" or ""
+      return Status::InvalidArgument(fmt::format("--export: unknown target '{}'{}; choose from {} (comma-separated) or all", name,
+                                                 hint.empty() ? "" : " (" + hint.substr(2) + ")", fmt::join(all, ", ")));
     }
     if (std::find(out->begin(), out->end(), name) != out->end()) {
       return Status::InvalidArgument(fmt::format("--export: '{}' listed twice; name each target once", name));
