@@ -537,8 +537,9 @@ Status ReadRunnersUp(const YamlReader& r, const YAML::Node& root, Plan* p) {
 // Per-stage replication ("2-1-1", pipedream): ranks are the stages' replicas x tp, placed by their
 // devices (or device_offset); each GPU of gpus_used holds one.
 Status CheckReplicatedStages(const YamlReader& r, const YAML::Node& root, const Plan& p) {
-  if (p.interleave != 1 || p.cp != 1) {
-    return r.FieldError(root["interleave"], "interleave", fmt::format("per-stage replication (config {}) runs with interleave 1 and cp 1, not {} and {}; solve again", p.config, p.interleave, p.cp));
+  if (p.interleave != 1 || p.cp != 1 || p.ep != 1) {
+    return r.FieldError(root["config"], "config", fmt::format("per-stage replication (config {}) runs with interleave, cp and ep 1, not {}, {} and {}; solve again",
+                                                              p.config, p.interleave, p.cp, p.ep));
   }
   if (p.global_batch % p.microbatch_size != 0) {
     return r.FieldError(root["microbatch_size"], "microbatch_size", fmt::format("{} does not divide inputs.global_batch {}; make it a divisor", p.microbatch_size, p.global_batch));
@@ -574,6 +575,10 @@ Status CheckUniformStages(const YamlReader& r, const YAML::Node& root, const Pla
   }
   if (!CheckedProduct({p.microbatch_size, p.num_microbatches, p.dp}, &batch) || batch != p.global_batch) {
     return r.FieldError(root["num_microbatches"], "num_microbatches", fmt::format("microbatch_size {} x num_microbatches {} x dp {} must be inputs.global_batch {}; fix them or solve again", p.microbatch_size, p.num_microbatches, p.dp, p.global_batch));
+  }
+  if ((p.tp * p.cp * p.dp) % (p.ep * p.etp) != 0) {  // each at most 2^20, and tp x cp x dp <= gpus_used: no overflow
+    return r.FieldError(root["ep"], "ep", fmt::format("ep {} x etp {} must divide tp x cp x dp = {} (MoE parallel folding); fix ep / etp or solve again",
+                                                      p.ep, p.etp, p.tp * p.cp * p.dp));
   }
   for (size_t i = 0; i < p.stages.size(); ++i) {
     if (p.stages[i].chunk >= p.interleave) {
