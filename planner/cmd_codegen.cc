@@ -113,6 +113,24 @@ Status RemoveStaleExports(const std::string& dir, const std::vector<std::string>
   return Status::OK();
 }
 
+// The programs list every (stage, microbatch) of an iteration, and PipeDream's every one of the whole
+// run: bounded (docs/formats.md, "Limits") so that a huge batch or --iterations cannot make codegen
+// run for minutes and write gigabytes. The factors are bounded where the plan is read.
+Status CheckProgramSize(const std::string& plan_path, const Plan& plan, int64_t iterations) {
+  const bool async = plan.schedule == Schedule::kPipeDream;
+  bool replicated = async;
+  for (const auto& s : plan.stages) replicated = replicated || s.replicas != plan.dp;
+  const int64_t microbatches = replicated ? plan.global_batch / plan.microbatch_size : plan.num_microbatches;
+  int64_t slots = 0;
+  if (CheckedProduct({microbatches, static_cast<int64_t>(plan.stages.size()), async ? iterations : 1}, &slots) && slots <= kMaxProgramSlots) {
+    return Status::OK();
+  }
+  return Status::InvalidArgument(fmt::format("{}: {} microbatches x {} stages{} is more than the {} (stage, microbatch) actions a launch directory's programs "
+                                             "may list; lower the batch{}", plan_path, microbatches, plan.stages.size(),
+                                             async ? fmt::format(" x {} iterations (the pipedream program covers the run)", iterations) : "",
+                                             kMaxProgramSlots, async ? " or --iterations" : " or raise microbatch_size"));
+}
+
 }  // namespace
 
 Runner RegisterCodegen(CLI::App& app, const std::string& self) {
@@ -161,6 +179,7 @@ Runner RegisterCodegen(CLI::App& app, const std::string& self) {
     std::vector<std::pair<int64_t, int64_t>> ranges;
     for (const auto& s : plan.stages) ranges.emplace_back(s.first_layer, s.last_layer);
     PLANNER_RETURN_IF_ERROR(CheckLayerCover(a->plan, ranges, static_cast<int64_t>(model.layers.size()), model_path));
+    PLANNER_RETURN_IF_ERROR(CheckProgramSize(a->plan, plan, a->iterations));
     o.device = a->device;
     o.planner_path = a->planner_path.empty() ? self : a->planner_path;
     o.launch_dir = std::filesystem::absolute(a->output).lexically_normal().string();

@@ -21,6 +21,7 @@ inline constexpr int64_t kMaxMicrobatches = int64_t{1} << 20;   // microbatches 
 inline constexpr int64_t kMaxBatch = int64_t{1} << 40;          // samples of an iteration or a microbatch
 inline constexpr int64_t kMaxIterations = 10000000;             // planner run --iterations' range
 inline constexpr double kMaxTimeoutSeconds = 7 * 86400.0;       // a collective's timeout: a week
+inline constexpr int64_t kMaxProgramSlots = int64_t{1} << 20;   // (stage, microbatch) pairs the programs of a launch list
 
 // GetInt with an upper bound: "must be at most HI, got V".
 Status GetIntInRange(const YamlReader& r, const YAML::Node& map, const std::string& key, const std::string& field, int64_t* out, bool required,
