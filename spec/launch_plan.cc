@@ -81,13 +81,13 @@ Status CheckRankTable(const YamlReader& r, const YAML::Node& rk, const LaunchPla
   }
   if (static_cast<int64_t>(p.ranks.size()) != expected) {
     return r.FieldError(rk, "ranks", fmt::format("{} ranks, but the layout (tp {}, cp {}, dp {}, pp {}, stage replicas) has {}; regenerate with planner codegen",
-                                                 p.ranks.size(), p.tp, p.cp, p.dp, p.pp, expected));
+                                                 p.ranks.size(), p.tp, p.cp, p.dp, p.pp, expected < 0 ? std::string("more than 2^63") : std::to_string(expected)));
   }
   return Status::OK();
 }
 
 // One kind of communicator group: which ranks belong together (`same`), the index a member must
-// have in its group (`index`, -1: any) and the group's size (`size`, given its first member).
+// have in its group (`index`; empty: any order) and the group's size (`size`, given its first member).
 struct GroupRule {
   const char* key;
   const std::vector<std::vector<int64_t>>* groups;
