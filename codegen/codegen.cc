@@ -8,6 +8,7 @@
 #include <fmt/format.h>
 #include <fmt/ranges.h>
 
+#include "common/edit_distance.h"
 #include "dp_solver/programs.h"
 
 namespace planner {
@@ -293,8 +294,14 @@ Status ParseExportList(const std::string& list, std::vector<std::string>* out) {
   while (start <= list.size()) {
     const size_t end = std::min(list.find(',', start), list.size());
     const std::string name = list.substr(start, end - start);
+    if (name.empty()) {
+      return Status::InvalidArgument(fmt::format("--export: an empty target name in '{}'; give {} (comma-separated) or all", list, fmt::join(all, ", ")));
+    }
+    if (name == "all") return Status::InvalidArgument("--export: 'all' stands alone; give --export all or a list of targets");
     if (std::find(all.begin(), all.end(), name) == all.end()) {
-      return Status::InvalidArgument(fmt::format("--export: unknown target '{}'; choose from {} (comma-separated) or all", name, fmt::join(all, ", ")));
+      const std::string hint = DidYouMean(name, all);  // ", did you mean 'x'?" or ""
+      return Status::InvalidArgument(fmt::format("--export: unknown target '{}'{}; choose from {} (comma-separated) or all", name,
+                                                 hint.empty() ? "" : " (" + hint.substr(2) + ")", fmt::join(all, ", ")));
     }
     if (std::find(out->begin(), out->end(), name) != out->end()) {
       return Status::InvalidArgument(fmt::format("--export: '{}' listed twice; name each target once", name));

@@ -9,6 +9,7 @@
 #include "common/log.h"
 #include "planner/commands.h"
 #include "spec/cluster_spec.h"
+#include "spec/input_limits.h"
 #include "spec/yaml_reader.h"
 
 namespace planner {
@@ -112,6 +113,24 @@ Status RemoveStaleExports(const std::string& dir, const std::vector<std::string>
   return Status::OK();
 }
 
+// The programs list every (stage, microbatch) of an iteration, and PipeDream's every one of the whole
+// run: bounded (docs/formats.md, "Limits") so that a huge batch or --iterations cannot make codegen
+// run for minutes and write gigabytes. The factors are bounded where the plan is read.
+Status CheckProgramSize(const std::string& plan_path, const Plan& plan, int64_t iterations) {
+  const bool async = plan.schedule == Schedule::kPipeDream;
+  bool replicated = async;
+  for (const auto& s : plan.stages) replicated = replicated || s.replicas != plan.dp;
+  const int64_t microbatches = replicated ? plan.global_batch / plan.microbatch_size : plan.num_microbatches;
+  int64_t slots = 0;
+  if (CheckedProduct({microbatches, static_cast<int64_t>(plan.stages.size()), async ? iterations : 1}, &slots) && slots <= kMaxProgramSlots) {
+    return Status::OK();
+  }
+  return Status::InvalidArgument(fmt::format("{}: {} microbatches x {} stages{} is more than the {} (stage, microbatch) actions a launch directory's programs "
+                                             "may list; lower the batch{}", plan_path, microbatches, plan.stages.size(),
+                                             async ? fmt::format(" x {} iterations (the pipedream program covers the run)", iterations) : "",
+                                             kMaxProgramSlots, async ? " or --iterations" : " or raise microbatch_size"));
+}
+
 }  // namespace
 
 Runner RegisterCodegen(CLI::App& app, const std::string& self) {
@@ -126,8 +145,9 @@ Runner RegisterCodegen(CLI::App& app, const std::string& self) {
   cmd->add_option("--optimizer", a->optimizer, "adam or sgd");
   cmd->add_option("--lr", a->lr, "learning rate")->check(CLI::PositiveNumber);
   cmd->add_option("--seed", a->seed, "seed of parameters and data")->check(CLI::NonNegativeNumber);
-  cmd->add_option("--checkpoint-every", a->checkpoint_every, "write a checkpoint every N iterations (0: never)")->check(CLI::NonNegativeNumber);
-  cmd->add_option("--timeout", a->timeout_s, "seconds before a stuck collective ends the run")->check(CLI::PositiveNumber);
+  cmd->add_option("--checkpoint-every", a->checkpoint_every, "write a checkpoint every N iterations (0: never)")->check(CLI::Range(int64_t{0}, kMaxIterations));
+  cmd->add_option("--timeout", a->timeout_s, "seconds before a stuck collective ends the run (at most a week)")
+      ->check(CLI::PositiveNumber & CLI::Range(0.0, kMaxTimeoutSeconds));
   cmd->add_flag("--overlap-dp", a->overlap_dp, "all-reduce gradients on a second thread while the last backward runs (needs spare cores)");
   cmd->add_option("--planner-path", a->planner_path, "executable the scripts launch (default: this planner)");
   cmd->add_option("--export", a->exports, "targets written besides launch.yaml, comma-separated: mpirun, slurm, megatron, deepspeed, torchtitan, torch-pipelining (default: all)");
@@ -155,6 +175,11 @@ Runner RegisterCodegen(CLI::App& app, const std::string& self) {
       return Status::InvalidArgument(fmt::format("{} changed since {} was solved (digest {} vs {}); solve again", model_path, a->plan, model.digest, plan.model_digest));
     }
     PLANNER_RETURN_IF_ERROR(ApplyPlanOverrides(a->plan, plan, &model, &model_text));
+    // The stages against the model they index (the plan reader checked them against each other).
+    std::vector<std::pair<int64_t, int64_t>> ranges;
+    for (const auto& s : plan.stages) ranges.emplace_back(s.first_layer, s.last_layer);
+    PLANNER_RETURN_IF_ERROR(CheckLayerCover(a->plan, ranges, static_cast<int64_t>(model.layers.size()), model_path));
+    PLANNER_RETURN_IF_ERROR(CheckProgramSize(a->plan, plan, a->iterations));
     o.device = a->device;
     o.planner_path = a->planner_path.empty() ? self : a->planner_path;
     o.launch_dir = std::filesystem::absolute(a->output).lexically_normal().string();

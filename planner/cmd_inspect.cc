@@ -2,6 +2,7 @@
 // planner inspect LAUNCH/runs/<id>/            (a run: report against the prediction, loss curve, trace)
 // planner inspect LAUNCH/launch.yaml --rank N  (rank N's program, one action a line, peers resolved)
 #include <algorithm>
+#include <cmath>
 #include <cstdio>
 #include <filesystem>
 #include <fstream>
@@ -84,17 +85,30 @@ Status MeasuredTimeline(const std::string& dir, std::vector<std::string>* labels
 Status InspectRun(const std::string& dir, int width, const std::string& svg_path) {
   namespace fs = std::filesystem;
   std::string report, metrics;
+  std::error_code ec;
+  if (!fs::exists(fs::path(dir) / "report.md", ec) && !fs::exists(fs::path(dir) / "metrics.csv", ec)) {
+    return Status::InvalidArgument(fmt::format("{}: not a run directory (no report.md or metrics.csv) nor a launch directory (no launch.yaml); "
+                                               "give a plan.yaml, LAUNCH --rank N, or LAUNCH/runs/<id>", dir));
+  }
   PLANNER_RETURN_IF_ERROR(ReadTextFile((fs::path(dir) / "report.md").string(), &report));
   PLANNER_RETURN_IF_ERROR(ReadTextFile((fs::path(dir) / "metrics.csv").string(), &metrics));
   std::vector<double> loss;
   std::istringstream in(metrics);
   std::string line;
   std::getline(in, line);
+  if (line.rfind("iteration,loss", 0) != 0) {
+    return Status::InvalidArgument(fmt::format("{}/metrics.csv:1: the header is not 'iteration,loss,iteration_seconds'; the file is not planner run's metrics", dir));
+  }
   for (int line_no = 2; std::getline(in, line); ++line_no) {
     size_t a = line.find(','), b = line.find(',', a + 1);
-    if (a == std::string::npos || b == std::string::npos) continue;
+    if (line.empty()) continue;
+    if (a == std::string::npos || b == std::string::npos) {
+      return Status::InvalidArgument(fmt::format("{}/metrics.csv:{}: not 'iteration,loss,iteration_seconds': '{}'", dir, line_no, line.substr(0, 80)));
+    }
     const std::string field = line.substr(a + 1, b - a - 1);
-    const std::optional<double> v = ParseDouble(field);
+    // A diverged run writes nan or inf losses (fmt's spelling): kept, and drawn as '?' below.
+    const bool diverged = field == "nan" || field == "-nan" || field == "inf" || field == "-inf";
+    const std::optional<double> v = diverged ? std::optional<double>(std::numeric_limits<double>::quiet_NaN()) : ParseDouble(field);
     if (!v) {
       return Status::InvalidArgument(fmt::format("{}/metrics.csv:{}: field 'loss': must be a number, got '{}'", dir, line_no, field));
     }
@@ -102,10 +116,14 @@ Status InspectRun(const std::string& dir, int width, const std::string& svg_path
   }
   std::string text = report;
   if (!loss.empty()) {
-    double lo = *std::min_element(loss.begin(), loss.end()), hi = *std::max_element(loss.begin(), loss.end());
+    // A diverged run's nan or inf losses are drawn as '?' and left out of the scale.
+    double lo = std::numeric_limits<double>::infinity(), hi = -lo;
+    for (double v : loss) {
+      if (std::isfinite(v)) lo = std::min(lo, v), hi = std::max(hi, v);
+    }
     const char* bars = " .:-=+*#%@";
     std::string curve;
-    for (double v : loss) curve += bars[hi > lo ? static_cast<int>((v - lo) / (hi - lo) * 9.0 + 0.5) : 5];
+    for (double v : loss) curve += !std::isfinite(v) ? '?' : bars[hi > lo ? static_cast<int>((v - lo) / (hi - lo) * 9.0 + 0.5) : 5];
     text += fmt::format("\nloss per iteration ({} iterations, {:.4f} .. {:.4f}; higher = taller): |{}|\n", loss.size(), lo, hi, curve);
   }
   std::vector<std::string> labels;

@@ -1,4 +1,6 @@
 // planner run LAUNCH_DIR [--iterations N] [--dump-gradients] [--reference]   (one process per rank: bash LAUNCH_DIR/run.sh)
+#include <algorithm>
+#include <cctype>
 #include <ctime>
 #include <filesystem>
 
@@ -11,7 +13,9 @@
 #include "planner/commands.h"
 #include "runtime/agree.h"
 #include "runtime/executor.h"
+#include "runtime/launch_layout.h"
 #include "runtime/run_lock.h"
+#include "spec/input_limits.h"
 #include "spec/yaml_reader.h"
 
 namespace planner {
@@ -31,6 +35,41 @@ std::string Stamp(int64_t secs) {
   char buf[32];
   std::strftime(buf, sizeof buf, "%Y%m%d-%H%M%S", std::gmtime(&t));
   return buf;
+}
+
+// --run-id and --resume name a directory under LAUNCH/runs: a plain name, never a path that
+// would leave it ("..", "/") or hide it.
+Status CheckRunId(const char* flag, const std::string& id) {
+  const bool plain = !id.empty() && id[0] != '.' && id.size() <= 200 &&
+                     std::all_of(id.begin(), id.end(), [](char c) { return std::isalnum(static_cast<unsigned char>(c)) || c == '-' || c == '_' || c == '.'; });
+  if (plain) return Status::OK();
+  return Status::InvalidArgument(fmt::format("{} '{}': must be a plain name of letters, digits, '-', '_' and '.' (not starting with '.'), not a path; "
+                                             "it names LAUNCH/runs/<id>", flag, id));
+}
+
+// Everything about the launch directory and the flags that one process can check, before any MPI
+// call: the run ids, the model against the stages, the layout, the checkpoint to resume.
+Status CheckLaunchDir(const RunArgs& a, const std::string& lpath, const std::string& mpath, const LaunchPlan& L, const ModelSpec& model) {
+  namespace fs = std::filesystem;
+  if (!a.run_id.empty()) PLANNER_RETURN_IF_ERROR(CheckRunId("--run-id", a.run_id));
+  if (!a.resume.empty()) PLANNER_RETURN_IF_ERROR(CheckRunId("--resume", a.resume));
+  if (!a.resume.empty() && !a.run_id.empty()) {
+    return Status::InvalidArgument("--resume continues runs/<ID> in place; drop --run-id");
+  }
+  std::vector<std::pair<int64_t, int64_t>> ranges;
+  for (const auto& s : L.stages) ranges.emplace_back(s.first_layer, s.last_layer);
+  Status cover = CheckLayerCover(lpath, ranges, static_cast<int64_t>(model.layers.size()), mpath);
+  if (!cover.ok()) return Status::InvalidArgument(cover.message() + " (or run planner codegen again)");
+  LaunchLayout layout;
+  PLANNER_RETURN_IF_ERROR(LayoutOf(L, &layout));
+  if (a.resume.empty()) return Status::OK();
+  const std::string run_dir = (fs::path(a.dir) / "runs" / a.resume).string();
+  std::error_code ec;
+  if (!fs::exists(fs::path(run_dir) / "ckpt", ec)) {
+    return Status::NotFound(fmt::format("{}: no checkpoint to resume{}; run with --checkpoint-every N first", run_dir,
+                                        ec && ec != std::errc::no_such_file_or_directory ? " (" + ec.message() + ")" : std::string()));
+  }
+  return Status::OK();
 }
 
 }  // namespace
@@ -61,12 +100,7 @@ Runner RegisterRun(CLI::App& app) {
       return Status::InvalidArgument(fmt::format("{}: model_digest {} does not match {} ({}); run planner codegen again", lpath, L.model_digest,
                                                  mpath, model.digest));
     }
-    for (const auto& s : L.stages) {
-      if (s.last_layer >= static_cast<int64_t>(model.layers.size())) {
-        return Status::InvalidArgument(fmt::format("{}: a stage ends at layer {} but {} has {} layers; run planner codegen again", lpath,
-                                                   s.last_layer, mpath, model.layers.size()));
-      }
-    }
+    PLANNER_RETURN_IF_ERROR(CheckLaunchDir(*a, lpath, mpath, L, model));
     if (a->reference) L = SingleProcessPlan(L, model);
     const int64_t n = static_cast<int64_t>(L.ranks.size() + L.servers.size());  // the workers and the summation servers
     auto body = [&](Communicator& world) -> Status {
@@ -87,14 +121,7 @@ Runner RegisterRun(CLI::App& app) {
       o.dump_gradients = a->dump;
       o.comm_only = a->comm_only;
       o.checkpoint_every = a->checkpoint_every;
-      if (!a->resume.empty()) {
-        o.resume_from = o.run_dir;
-        std::error_code ec;
-        if (!fs::exists(fs::path(o.run_dir) / "ckpt", ec)) {
-          return Status::NotFound(fmt::format("{}: no checkpoint to resume{}; run with --checkpoint-every N first", o.run_dir,
-                                              ec && ec != std::errc::no_such_file_or_directory ? " (" + ec.message() + ")" : std::string()));
-        }
-      }
+      if (!a->resume.empty()) o.resume_from = o.run_dir;  // its checkpoint's presence: checked before MPI started
       // Rank 0 locks runs/<id> before anything is written there (a second job with this id stops
       // here, exit 2); every rank learns the outcome in one agreement step.
       RunDirLock lock;

@@ -1,10 +1,13 @@
 #include "spec/launch_plan.h"
 
 #include <algorithm>
+#include <functional>
 #include <set>
+#include <tuple>
 
 #include <fmt/format.h>
 
+#include "spec/input_limits.h"
 #include "spec/program_check.h"
 #include "spec/yaml_reader.h"
 
@@ -45,6 +48,117 @@ Status ReadPrograms(const YamlReader& r, const YAML::Node& root, LaunchPlan* p) 
   }
   Status s = AssignPrograms(p);
   if (!s.ok()) return r.FieldError(pg, "programs", s.message());
+  return Status::OK();
+}
+
+// The pipeline positions of a launch (pp, or one per stage with per-stage replication) and the
+// replicas a rank of `stage` may have.
+int64_t Positions(const LaunchPlan& p) { return PerStageReplication(p) ? static_cast<int64_t>(p.stages.size()) : p.pp; }
+int64_t ReplicasAt(const LaunchPlan& p, int64_t stage) {
+  return PerStageReplication(p) ? p.stages[static_cast<size_t>(stage)].replicas : p.dp;
+}
+
+// Every rank's (stage, replica, tp rank, cp rank) exists in the layout and is held by one rank, and
+// the ranks are as many as the layout has: tp x cp x dp x pp, or the stages' replicas x tp.
+Status CheckRankTable(const YamlReader& r, const YAML::Node& rk, const LaunchPlan& p) {
+  const int64_t positions = Positions(p);
+  std::set<std::tuple<int64_t, int64_t, int64_t, int64_t>> slots;
+  int64_t expected = 0;
+  for (int64_t s = 0; s < positions && PerStageReplication(p); ++s) expected += p.stages[static_cast<size_t>(s)].replicas * p.tp;
+  if (!PerStageReplication(p) && !CheckedProduct({p.tp, p.cp, p.dp, p.pp}, &expected)) expected = -1;
+  for (size_t i = 0; i < p.ranks.size(); ++i) {
+    const LaunchRank& x = p.ranks[i];
+    const std::string f = fmt::format("ranks[{}]", i);
+    if (x.stage >= positions || x.stage >= static_cast<int64_t>(p.stages.size())) {
+      return r.FieldError(rk[i]["stage"], f + ".stage", fmt::format("stage {} does not exist: the launch has pipeline positions 0..{}", x.stage, positions - 1));
+    }
+    if (x.replica >= ReplicasAt(p, x.stage)) {
+      return r.FieldError(rk[i]["replica"], f + ".replica", fmt::format("replica {} does not exist: stage {} has {} replicas", x.replica, x.stage, ReplicasAt(p, x.stage)));
+    }
+    if (!slots.insert({x.stage, x.replica, x.tp_rank, x.cp_rank}).second) {
+      return r.FieldError(rk[i], f, fmt::format("rank {} has the same stage {}, replica {}, tp_rank {} and cp_rank {} as an earlier rank", x.rank, x.stage, x.replica, x.tp_rank, x.cp_rank));
+    }
+  }
+  if (static_cast<int64_t>(p.ranks.size()) != expected) {
+    return r.FieldError(rk, "ranks", fmt::format("{} ranks, but the layout (tp {}, cp {}, dp {}, pp {}, stage replicas) has {}; regenerate with planner codegen",
+                                                 p.ranks.size(), p.tp, p.cp, p.dp, p.pp, expected < 0 ? std::string("more than 2^63") : std::to_string(expected)));
+  }
+  return Status::OK();
+}
+
+// One kind of communicator group: which ranks belong together (`same`), the index a member must
+// have in its group (`index`; empty: any order) and the group's size (`size`, given its first member).
+struct GroupRule {
+  const char* key;
+  const std::vector<std::vector<int64_t>>* groups;
+  bool required;  // every rank in exactly one group (the runtime splits a communicator by it)
+  std::function<std::tuple<int64_t, int64_t, int64_t>(const LaunchRank&)> same;
+  std::function<int64_t(const LaunchRank&)> index;
+  std::function<int64_t(const LaunchRank&)> size;
+  const char* what;  // what the members share, for the message
+};
+
+Status CheckGroupRule(const YamlReader& r, const YAML::Node& groups, const LaunchPlan& p, const GroupRule& g) {
+  const YAML::Node node = groups[g.key];
+  const std::string f = fmt::format("groups.{}", g.key);
+  if (!g.required && g.groups->empty()) return Status::OK();
+  std::vector<int64_t> seen(p.ranks.size(), -1);
+  for (size_t i = 0; i < g.groups->size(); ++i) {
+    const auto& members = (*g.groups)[i];
+    const YAML::Node at = node.IsDefined() && node.IsSequence() && i < node.size() ? node[i] : node;
+    const std::string fi = fmt::format("{}[{}]", f, i);
+    if (members.empty()) return r.FieldError(at, fi, "an empty group; every group holds at least one rank");
+    const LaunchRank& first = p.ranks[static_cast<size_t>(members[0])];
+    if (static_cast<int64_t>(members.size()) != g.size(first)) {
+      return r.FieldError(at, fi, fmt::format("{} ranks, but a {} group of this launch has {}; regenerate with planner codegen", members.size(), g.key, g.size(first)));
+    }
+    for (size_t k = 0; k < members.size(); ++k) {
+      const LaunchRank& m = p.ranks[static_cast<size_t>(members[k])];
+      if (seen[static_cast<size_t>(m.rank)] >= 0) {
+        return r.FieldError(at, fi, fmt::format("rank {} is already in {}[{}]; each rank is in one {} group", m.rank, f, seen[static_cast<size_t>(m.rank)], g.key));
+      }
+      seen[static_cast<size_t>(m.rank)] = static_cast<int64_t>(i);
+      if (g.same(m) != g.same(first)) {
+        return r.FieldError(at, fi, fmt::format("ranks {} and {} do not share {}; the group contradicts the ranks table", first.rank, m.rank, g.what));
+      }
+      if (g.index && g.index(m) != static_cast<int64_t>(k)) {
+        return r.FieldError(at, fi, fmt::format("rank {} is member {} of the group but its ranks entry says {}; list the members in that order", m.rank, k, g.index(m)));
+      }
+    }
+  }
+  for (size_t q = 0; q < seen.size(); ++q) {
+    if (seen[q] < 0) return r.FieldError(node.IsDefined() ? node : groups, f, fmt::format("rank {} is in no {} group; every rank needs one", q, g.key));
+  }
+  return Status::OK();
+}
+
+// The communicator groups against the ranks table and tp / cp / dp / pp / ep: checked before any
+// communication, since a rank in no group (or groups that disagree between ranks) reaches
+// MPI_Comm_split with a wrong colour, and groups that contradict the layout make replicas diverge.
+Status CheckGroups(const YamlReader& r, const YAML::Node& root, const LaunchPlan& p) {
+  const YAML::Node g = root["groups"];
+  if (!g.IsDefined()) return r.FieldError(root, "groups", "missing required field; regenerate the launch directory with planner codegen");
+  const bool replicated = PerStageReplication(p);
+  const int64_t positions = Positions(p);
+  const int64_t experts = p.ep * p.etp;
+  const std::vector<GroupRule> rules = {
+      {"tensor_parallel", &p.tp_groups, true, [](const LaunchRank& x) { return std::tuple{x.stage, x.replica, x.cp_rank}; },
+       [](const LaunchRank& x) { return x.tp_rank; }, [&p](const LaunchRank&) { return p.tp; }, "a stage, replica and cp rank"},
+      {"data_parallel", &p.dp_groups, true, [](const LaunchRank& x) { return std::tuple{x.stage, x.tp_rank, int64_t{0}}; }, nullptr,
+       [&p](const LaunchRank& x) { return ReplicasAt(p, x.stage) * p.cp; }, "a stage and tp rank"},
+      {"pipeline", &p.pp_groups, false, [](const LaunchRank& x) { return std::tuple{x.replica, x.tp_rank, x.cp_rank}; },
+       [](const LaunchRank& x) { return x.stage; }, [positions](const LaunchRank&) { return positions; }, "a replica, tp rank and cp rank"},
+      {"context_parallel", &p.cp_groups, p.cp > 1, [](const LaunchRank& x) { return std::tuple{x.stage, x.replica, x.tp_rank}; },
+       [](const LaunchRank& x) { return x.cp_rank; }, [&p](const LaunchRank&) { return p.cp; }, "a stage, replica and tp rank"},
+      {"expert_parallel", &p.ep_groups, p.ep > 1, [](const LaunchRank& x) { return std::tuple{x.stage, int64_t{0}, int64_t{0}}; }, nullptr,
+       [&p](const LaunchRank&) { return p.ep; }, "a stage"},
+      {"expert_data_parallel", &p.edp_groups, p.ep > 1, [](const LaunchRank& x) { return std::tuple{x.stage, int64_t{0}, int64_t{0}}; }, nullptr,
+       [&p, experts](const LaunchRank&) { return p.tp * p.cp * p.dp / experts; }, "a stage"},
+  };
+  for (const GroupRule& rule : rules) {
+    if (replicated && std::string(rule.key) == "pipeline") continue;  // per-stage replication has no pipeline groups (codegen writes [])
+    PLANNER_RETURN_IF_ERROR(CheckGroupRule(r, g, p, rule));
+  }
   return Status::OK();
 }
 
@@ -158,6 +272,10 @@ Status ParseLaunchPlan(const std::string& path, const std::string& text, LaunchP
   PLANNER_RETURN_IF_ERROR(ParseYamlText(path, text, &root));
   YamlReader r(path);
   PLANNER_RETURN_IF_ERROR(r.RequireMap(root, "launch plan"));
+  if (!root["ranks"].IsDefined() && !root["programs"].IsDefined()) {
+    return Status::InvalidArgument(fmt::format("{}: not a launch plan (no ranks or programs{}); give LAUNCH/launch.yaml written by planner codegen", path,
+                                               root["inputs"].IsDefined() ? ": a plan.yaml? run planner codegen on it first" : ""));
+  }
   PLANNER_RETURN_IF_ERROR(r.CheckKeys(root, "", {"format_version", "model_file", "model_digest", "plan_digest", "device", "schedule", "interleave",
                                                  "tp", "pp", "dp", "cp", "sequence_parallel", "ep", "etp", "dp_comm", "servers", "ps_placement", "vertical_sync", "config", "microbatch_size", "num_microbatches", "global_batch",
                                                  "gpus_per_node", "predicted", "run", "stages", "ranks", "groups", "programs"}));
@@ -173,14 +291,14 @@ Status ParseLaunchPlan(const std::string& path, const std::string& text, LaunchP
   std::string schedule;
   PLANNER_RETURN_IF_ERROR(r.GetEnum(root, "schedule", "schedule", ScheduleNames(), &schedule, true));
   if (!ParseSchedule(schedule, &p.schedule)) return r.FieldError(root["schedule"], "schedule", "unknown schedule " + schedule);
-  PLANNER_RETURN_IF_ERROR(r.GetInt(root, "interleave", "interleave", &p.interleave, false, 1));
-  PLANNER_RETURN_IF_ERROR(r.GetInt(root, "tp", "tp", &p.tp, true, 1));
-  PLANNER_RETURN_IF_ERROR(r.GetInt(root, "pp", "pp", &p.pp, true, 1));
-  PLANNER_RETURN_IF_ERROR(r.GetInt(root, "dp", "dp", &p.dp, true, 1));
-  PLANNER_RETURN_IF_ERROR(r.GetInt(root, "cp", "cp", &p.cp, false, 1));
+  PLANNER_RETURN_IF_ERROR(GetIntInRange(r, root, "interleave", "interleave", &p.interleave, false, 1, kMaxVirtualStages));
+  PLANNER_RETURN_IF_ERROR(GetIntInRange(r, root, "tp", "tp", &p.tp, true, 1, kMaxRanks));
+  PLANNER_RETURN_IF_ERROR(GetIntInRange(r, root, "pp", "pp", &p.pp, true, 1, kMaxRanks));
+  PLANNER_RETURN_IF_ERROR(GetIntInRange(r, root, "dp", "dp", &p.dp, true, 1, kMaxRanks));
+  PLANNER_RETURN_IF_ERROR(GetIntInRange(r, root, "cp", "cp", &p.cp, false, 1, kMaxRanks));
   PLANNER_RETURN_IF_ERROR(r.GetBool(root, "sequence_parallel", "sequence_parallel", &p.sequence_parallel, false));
-  PLANNER_RETURN_IF_ERROR(r.GetInt(root, "ep", "ep", &p.ep, false, 1));
-  PLANNER_RETURN_IF_ERROR(r.GetInt(root, "etp", "etp", &p.etp, false, 1));
+  PLANNER_RETURN_IF_ERROR(GetIntInRange(r, root, "ep", "ep", &p.ep, false, 1, kMaxRanks));
+  PLANNER_RETURN_IF_ERROR(GetIntInRange(r, root, "etp", "etp", &p.etp, false, 1, kMaxRanks));
   if (p.sequence_parallel && p.tp < 2) return r.FieldError(root["sequence_parallel"], "sequence_parallel", "needs tp >= 2; set it false or raise tp");
   std::string dp_comm;
   PLANNER_RETURN_IF_ERROR(r.GetEnum(root, "dp_comm", "dp_comm", DpCommNames(), &dp_comm, false));
@@ -203,10 +321,10 @@ Status ParseLaunchPlan(const std::string& path, const std::string& text, LaunchP
     return r.FieldError(root["vertical_sync"], "vertical_sync", fmt::format("vertical sync needs schedule pipedream, not {}; remove it", ScheduleName(p.schedule)));
   }
   PLANNER_RETURN_IF_ERROR(r.GetString(root, "config", "config", &p.config, false));
-  PLANNER_RETURN_IF_ERROR(r.GetInt(root, "microbatch_size", "microbatch_size", &p.microbatch_size, true, 1));
-  PLANNER_RETURN_IF_ERROR(r.GetInt(root, "num_microbatches", "num_microbatches", &p.num_microbatches, true, 1));
-  PLANNER_RETURN_IF_ERROR(r.GetInt(root, "global_batch", "global_batch", &p.global_batch, true, 1));
-  PLANNER_RETURN_IF_ERROR(r.GetInt(root, "gpus_per_node", "gpus_per_node", &p.gpus_per_node, false, 1));
+  PLANNER_RETURN_IF_ERROR(GetIntInRange(r, root, "microbatch_size", "microbatch_size", &p.microbatch_size, true, 1, kMaxBatch));
+  PLANNER_RETURN_IF_ERROR(GetIntInRange(r, root, "num_microbatches", "num_microbatches", &p.num_microbatches, true, 1, kMaxMicrobatches));
+  PLANNER_RETURN_IF_ERROR(GetIntInRange(r, root, "global_batch", "global_batch", &p.global_batch, true, 1, kMaxBatch));
+  PLANNER_RETURN_IF_ERROR(GetIntInRange(r, root, "gpus_per_node", "gpus_per_node", &p.gpus_per_node, false, 1, kMaxRanks));
   if (root["predicted"].IsDefined()) {
     PLANNER_RETURN_IF_ERROR(r.RequireMap(root["predicted"], "predicted"));
     PLANNER_RETURN_IF_ERROR(r.GetDouble(root["predicted"], "iteration_seconds", "predicted.iteration_seconds", &p.predicted_iteration_s, false, 0, false));
@@ -217,16 +335,19 @@ Status ParseLaunchPlan(const std::string& path, const std::string& text, LaunchP
     PLANNER_RETURN_IF_ERROR(r.RequireMap(n, "run"));
     PLANNER_RETURN_IF_ERROR(r.CheckKeys(n, "run", {"iterations", "warmup_iterations", "optimizer", "learning_rate", "seed", "checkpoint_every",
                                                    "timeout_seconds", "threads", "overlap_dp"}));
-    PLANNER_RETURN_IF_ERROR(r.GetInt(n, "iterations", "run.iterations", &p.run.iterations, false, 1));
-    PLANNER_RETURN_IF_ERROR(r.GetInt(n, "warmup_iterations", "run.warmup_iterations", &p.run.warmup_iterations, false, 0));
+    PLANNER_RETURN_IF_ERROR(GetIntInRange(r, n, "iterations", "run.iterations", &p.run.iterations, false, 1, kMaxIterations));
+    PLANNER_RETURN_IF_ERROR(GetIntInRange(r, n, "warmup_iterations", "run.warmup_iterations", &p.run.warmup_iterations, false, 0, kMaxIterations));
     PLANNER_RETURN_IF_ERROR(r.GetEnum(n, "optimizer", "run.optimizer", {"adam", "sgd"}, &p.run.optimizer, false));
     PLANNER_RETURN_IF_ERROR(r.GetDouble(n, "learning_rate", "run.learning_rate", &p.run.learning_rate, false, 0, true));
     int64_t seed = 1;
     PLANNER_RETURN_IF_ERROR(r.GetInt(n, "seed", "run.seed", &seed, false, 0));
     p.run.seed = static_cast<uint64_t>(seed);
-    PLANNER_RETURN_IF_ERROR(r.GetInt(n, "checkpoint_every", "run.checkpoint_every", &p.run.checkpoint_every, false, 0));
+    PLANNER_RETURN_IF_ERROR(GetIntInRange(r, n, "checkpoint_every", "run.checkpoint_every", &p.run.checkpoint_every, false, 0, kMaxIterations));
     PLANNER_RETURN_IF_ERROR(r.GetDouble(n, "timeout_seconds", "run.timeout_seconds", &p.run.timeout_s, false, 0, true));
-    PLANNER_RETURN_IF_ERROR(r.GetInt(n, "threads", "run.threads", &p.run.threads, false, 1));
+    if (p.run.timeout_s > kMaxTimeoutSeconds) {
+      return r.FieldError(n["timeout_seconds"], "run.timeout_seconds", fmt::format("must be at most {} (a week), got {}", kMaxTimeoutSeconds, p.run.timeout_s));
+    }
+    PLANNER_RETURN_IF_ERROR(GetIntInRange(r, n, "threads", "run.threads", &p.run.threads, false, 1, 256));
     PLANNER_RETURN_IF_ERROR(r.GetBool(n, "overlap_dp", "run.overlap_dp", &p.run.overlap_dp, false));
   }
   const YAML::Node& st = root["stages"];
@@ -240,10 +361,10 @@ Status ParseLaunchPlan(const std::string& path, const std::string& text, LaunchP
                                                    "predicted_backward_weight_seconds", "predicted_p2p_seconds",
                                                    "predicted_dp_allreduce_seconds", "predicted_peak_memory_bytes", "predicted_ep_comm_seconds"}));
     LaunchStage s;
-    PLANNER_RETURN_IF_ERROR(r.GetInt(st[i], "first_layer", f + ".first_layer", &s.first_layer, true, 0));
-    PLANNER_RETURN_IF_ERROR(r.GetInt(st[i], "last_layer", f + ".last_layer", &s.last_layer, true, 0));
-    PLANNER_RETURN_IF_ERROR(r.GetInt(st[i], "replicas", f + ".replicas", &s.replicas, true, 1));
-    PLANNER_RETURN_IF_ERROR(r.GetInt(st[i], "chunk", f + ".chunk", &s.chunk, false, 0));
+    PLANNER_RETURN_IF_ERROR(GetIntInRange(r, st[i], "first_layer", f + ".first_layer", &s.first_layer, true, 0, kMaxVirtualStages));
+    PLANNER_RETURN_IF_ERROR(GetIntInRange(r, st[i], "last_layer", f + ".last_layer", &s.last_layer, true, 0, kMaxVirtualStages));
+    PLANNER_RETURN_IF_ERROR(GetIntInRange(r, st[i], "replicas", f + ".replicas", &s.replicas, true, 1, kMaxRanks));
+    PLANNER_RETURN_IF_ERROR(GetIntInRange(r, st[i], "chunk", f + ".chunk", &s.chunk, false, 0, kMaxVirtualStages));
     PLANNER_RETURN_IF_ERROR(r.GetDouble(st[i], "predicted_compute_seconds", f + ".predicted_compute_seconds", &s.predicted_compute_s, false, 0, false));
     PLANNER_RETURN_IF_ERROR(r.GetDouble(st[i], "predicted_forward_seconds", f + ".predicted_forward_seconds", &s.predicted_forward_s, false, 0, false));
     PLANNER_RETURN_IF_ERROR(r.GetDouble(st[i], "predicted_backward_input_seconds", f + ".predicted_backward_input_seconds", &s.predicted_backward_input_s, false, 0, false));
@@ -270,25 +391,23 @@ Status ParseLaunchPlan(const std::string& path, const std::string& text, LaunchP
     PLANNER_RETURN_IF_ERROR(r.RequireMap(rk[i], f));
     PLANNER_RETURN_IF_ERROR(r.CheckKeys(rk[i], f, {"rank", "node", "local_device", "stage", "replica", "tp_rank", "cp_rank", "prev", "next"}));
     LaunchRank x;
-    PLANNER_RETURN_IF_ERROR(r.GetInt(rk[i], "rank", f + ".rank", &x.rank, true, 0));
-    PLANNER_RETURN_IF_ERROR(r.GetInt(rk[i], "node", f + ".node", &x.node, false, 0));
-    PLANNER_RETURN_IF_ERROR(r.GetInt(rk[i], "local_device", f + ".local_device", &x.local_device, false, 0));
-    PLANNER_RETURN_IF_ERROR(r.GetInt(rk[i], "stage", f + ".stage", &x.stage, true, 0));
-    PLANNER_RETURN_IF_ERROR(r.GetInt(rk[i], "replica", f + ".replica", &x.replica, false, 0));
+    PLANNER_RETURN_IF_ERROR(GetIntInRange(r, rk[i], "rank", f + ".rank", &x.rank, true, 0, kMaxRanks));
+    PLANNER_RETURN_IF_ERROR(GetIntInRange(r, rk[i], "node", f + ".node", &x.node, false, 0, kMaxRanks));
+    PLANNER_RETURN_IF_ERROR(GetIntInRange(r, rk[i], "local_device", f + ".local_device", &x.local_device, false, 0, kMaxRanks));
+    PLANNER_RETURN_IF_ERROR(GetIntInRange(r, rk[i], "stage", f + ".stage", &x.stage, true, 0, kMaxVirtualStages));
+    PLANNER_RETURN_IF_ERROR(GetIntInRange(r, rk[i], "replica", f + ".replica", &x.replica, false, 0, kMaxRanks));
     PLANNER_RETURN_IF_ERROR(r.GetInt(rk[i], "tp_rank", f + ".tp_rank", &x.tp_rank, false, 0));
     PLANNER_RETURN_IF_ERROR(r.GetInt(rk[i], "cp_rank", f + ".cp_rank", &x.cp_rank, false, 0));
     PLANNER_RETURN_IF_ERROR(r.GetIntList(rk[i], "prev", f + ".prev", &x.prev, false, 0));
     PLANNER_RETURN_IF_ERROR(r.GetIntList(rk[i], "next", f + ".next", &x.next, false, 0));
     if (!seen.insert(x.rank).second) return r.FieldError(rk[i]["rank"], f + ".rank", fmt::format("rank {} appears twice", x.rank));
-    if (x.stage >= static_cast<int64_t>(p.stages.size()) && p.interleave == 1) {
-      return r.FieldError(rk[i]["stage"], f + ".stage", fmt::format("stage {} does not exist ({} stages)", x.stage, p.stages.size()));
-    }
     if (x.tp_rank >= p.tp) return r.FieldError(rk[i]["tp_rank"], f + ".tp_rank", fmt::format("tp_rank {} >= tp {}", x.tp_rank, p.tp));
     if (x.cp_rank >= p.cp) return r.FieldError(rk[i]["cp_rank"], f + ".cp_rank", fmt::format("cp_rank {} >= cp {}", x.cp_rank, p.cp));
     p.ranks.push_back(x);
   }
   const int64_t n = static_cast<int64_t>(p.ranks.size());
   if (n == 0 || *seen.rbegin() != n - 1) return r.FieldError(rk, "ranks", fmt::format("ranks must be 0..{} each once", n - 1));
+  PLANNER_RETURN_IF_ERROR(CheckRankTable(r, rk, p));
   for (const auto& x : p.ranks) {
     for (int64_t q : x.prev) if (q >= n) return r.FieldError(rk, "ranks", fmt::format("rank {} names neighbour {} that does not exist", x.rank, q));
     for (int64_t q : x.next) if (q >= n) return r.FieldError(rk, "ranks", fmt::format("rank {} names neighbour {} that does not exist", x.rank, q));
@@ -330,6 +449,7 @@ Status ParseLaunchPlan(const std::string& path, const std::string& text, LaunchP
     PLANNER_RETURN_IF_ERROR(read("expert_data_parallel", &p.edp_groups));
   }
   if (p.ep < 1 || p.etp < 1) return r.FieldError(root["ep"], "ep", fmt::format("ep {} and etp {} must be >= 1", p.ep, p.etp));
+  PLANNER_RETURN_IF_ERROR(CheckGroups(r, root, p));
   if (p.ep > 1 && (p.ep_groups.empty() || p.edp_groups.empty())) {
     return r.FieldError(root["ep"], "ep", "ep > 1 needs groups.expert_parallel and groups.expert_data_parallel; regenerate with planner codegen");
   }

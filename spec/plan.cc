@@ -1,11 +1,13 @@
 #include "spec/plan.h"
 
 #include <cmath>
+#include <tuple>
 
 #include <fmt/format.h>
 #include <fmt/ranges.h>
 #include <yaml-cpp/yaml.h>
 
+#include "spec/input_limits.h"
 #include "spec/yaml_reader.h"
 
 namespace planner {
@@ -336,156 +338,315 @@ std::string PlanToJson(const Plan& plan) {
   return o + "\n";
 }
 
-Status ParsePlan(const std::string& path, const std::string& text, Plan* out) {
-  constexpr double kGiB = 1024.0 * 1024 * 1024;
-  YAML::Node root;
-  PLANNER_RETURN_IF_ERROR(ParseYamlText(path, text, &root));
-  YamlReader r(path);
-  PLANNER_RETURN_IF_ERROR(r.RequireMap(root, "(top level)"));
-  int64_t version = 0;
-  PLANNER_RETURN_IF_ERROR(r.GetInt(root, "format_version", "format_version", &version, true, 1));
-  if (version != 1) return r.FieldError(root["format_version"], "format_version", fmt::format("version {} is not supported; this planner reads version 1", version));
-  Plan p;
-  PLANNER_RETURN_IF_ERROR(r.GetString(root, "mode", "mode", &p.mode, true));
+namespace {
+
+constexpr double kGiB = 1024.0 * 1024 * 1024;
+
+// The keys PlanTree writes, per mapping: anything else is a typo or a field of another file.
+const std::vector<std::string> kTopKeys = {
+    "format_version", "mode", "inputs", "config", "parallel", "gpus_used", "tp", "pp", "dp", "cp", "ep", "etp", "sequence_parallel",
+    "model_parameters", "model_active_parameters", "mtp_parameters", "microbatch_size", "num_microbatches", "schedule", "interleave",
+    "account_embedding_loss", "recompute", "recompute_num_layers", "recompute_modules", "zero_stage", "p2p_overlap", "dp_comm", "dp_servers",
+    "ps_placement", "vertical_sync", "stages", "predicted", "runners_up", "notes"};
+const std::vector<std::string> kInputKeys = {"model", "model_path", "model_digest", "cluster", "cluster_path", "cluster_digest", "profile_path",
+                                             "profile_digest", "cost_source", "dtype", "seq", "gpus", "global_batch", "usable_memory_GiB"};
+const std::vector<std::string> kStageKeys = {
+    "first_layer", "last_layer", "first_layer_name", "last_layer_name", "replicas", "tp", "chunk", "device_offset", "devices", "forward_seconds",
+    "backward_input_seconds", "backward_weight_seconds", "tp_comm_seconds", "ep_comm_seconds", "p2p_seconds", "dp_allreduce_seconds",
+    "in_flight_microbatches", "weights_GiB", "optimizer_GiB", "activations_GiB", "peak_memory_GiB"};
+const std::vector<std::string> kPredictedKeys = {
+    "iteration_seconds", "samples_per_second", "tflops_per_gpu", "mfu", "hfu", "model_tflops_per_gpu", "model_flops_per_iteration",
+    "tokens_per_second_per_gpu", "bubble_fraction", "pipeline_seconds", "dp_allreduce_seconds", "optimizer_seconds", "peak_memory_GiB",
+    "dp_comm_seconds"};
+const std::vector<std::string> kRunnerUpKeys = {
+    "config", "tp", "pp", "dp", "cp", "ep", "etp", "sequence_parallel", "microbatch_size", "num_microbatches", "schedule", "interleave", "recompute",
+    "recompute_num_layers", "recompute_modules", "zero_stage", "iteration_seconds", "samples_per_second", "peak_memory_GiB", "why_lost"};
+
+Status ReadInputs(const YamlReader& r, const YAML::Node& root, Plan* p) {
   const YAML::Node& in = root["inputs"];
   if (!in.IsDefined()) return r.FieldError(root, "inputs", "missing required field; is this a plan.yaml written by planner solve?");
-  PLANNER_RETURN_IF_ERROR(r.RequireMap(in, "inputs"));
-  PLANNER_RETURN_IF_ERROR(r.GetString(in, "model", "inputs.model", &p.model_name, true));
-  PLANNER_RETURN_IF_ERROR(r.GetString(in, "model_path", "inputs.model_path", &p.model_path, false));
-  PLANNER_RETURN_IF_ERROR(r.GetString(in, "model_digest", "inputs.model_digest", &p.model_digest, false));
-  PLANNER_RETURN_IF_ERROR(r.GetString(in, "cluster", "inputs.cluster", &p.cluster_name, false));
-  PLANNER_RETURN_IF_ERROR(r.GetString(in, "cluster_path", "inputs.cluster_path", &p.cluster_path, false));
-  PLANNER_RETURN_IF_ERROR(r.GetString(in, "cluster_digest", "inputs.cluster_digest", &p.cluster_digest, false));
-  PLANNER_RETURN_IF_ERROR(r.GetString(in, "profile_path", "inputs.profile_path", &p.profile_path, false));
-  PLANNER_RETURN_IF_ERROR(r.GetString(in, "profile_digest", "inputs.profile_digest", &p.profile_digest, false));
-  PLANNER_RETURN_IF_ERROR(r.GetString(in, "cost_source", "inputs.cost_source", &p.cost_source, false));
-  PLANNER_RETURN_IF_ERROR(r.GetString(in, "dtype", "inputs.dtype", &p.dtype, false));
-  PLANNER_RETURN_IF_ERROR(r.GetInt(in, "seq", "inputs.seq", &p.seq, false, 1));
-  PLANNER_RETURN_IF_ERROR(r.GetInt(in, "gpus", "inputs.gpus", &p.gpus, true, 1));
-  PLANNER_RETURN_IF_ERROR(r.GetInt(in, "global_batch", "inputs.global_batch", &p.global_batch, true, 1));
+  PLANNER_RETURN_IF_ERROR(r.CheckKeys(in, "inputs", kInputKeys));
+  PLANNER_RETURN_IF_ERROR(r.GetString(in, "model", "inputs.model", &p->model_name, true));
+  PLANNER_RETURN_IF_ERROR(r.GetString(in, "model_path", "inputs.model_path", &p->model_path, false));
+  PLANNER_RETURN_IF_ERROR(r.GetString(in, "model_digest", "inputs.model_digest", &p->model_digest, false));
+  PLANNER_RETURN_IF_ERROR(r.GetString(in, "cluster", "inputs.cluster", &p->cluster_name, false));
+  PLANNER_RETURN_IF_ERROR(r.GetString(in, "cluster_path", "inputs.cluster_path", &p->cluster_path, false));
+  PLANNER_RETURN_IF_ERROR(r.GetString(in, "cluster_digest", "inputs.cluster_digest", &p->cluster_digest, false));
+  PLANNER_RETURN_IF_ERROR(r.GetString(in, "profile_path", "inputs.profile_path", &p->profile_path, false));
+  PLANNER_RETURN_IF_ERROR(r.GetString(in, "profile_digest", "inputs.profile_digest", &p->profile_digest, false));
+  PLANNER_RETURN_IF_ERROR(r.GetString(in, "cost_source", "inputs.cost_source", &p->cost_source, false));
+  PLANNER_RETURN_IF_ERROR(r.GetString(in, "dtype", "inputs.dtype", &p->dtype, false));
+  PLANNER_RETURN_IF_ERROR(GetIntInRange(r, in, "seq", "inputs.seq", &p->seq, false, 1, kMaxBatch));
+  PLANNER_RETURN_IF_ERROR(GetIntInRange(r, in, "gpus", "inputs.gpus", &p->gpus, true, 1, kMaxRanks));
+  PLANNER_RETURN_IF_ERROR(GetIntInRange(r, in, "global_batch", "inputs.global_batch", &p->global_batch, true, 1, kMaxBatch));
   double usable = 0;
   PLANNER_RETURN_IF_ERROR(r.GetDouble(in, "usable_memory_GiB", "inputs.usable_memory_GiB", &usable, false, 0, false));
-  p.usable_memory_bytes = usable * kGiB;
-  PLANNER_RETURN_IF_ERROR(r.GetString(root, "config", "config", &p.config, true));
-  PLANNER_RETURN_IF_ERROR(r.GetInt(root, "gpus_used", "gpus_used", &p.gpus_used, true, 1));
-  PLANNER_RETURN_IF_ERROR(r.GetInt(root, "tp", "tp", &p.tp, true, 1));
-  PLANNER_RETURN_IF_ERROR(r.GetInt(root, "pp", "pp", &p.pp, true, 1));
-  PLANNER_RETURN_IF_ERROR(r.GetInt(root, "dp", "dp", &p.dp, true, 1));
-  PLANNER_RETURN_IF_ERROR(r.GetInt(root, "cp", "cp", &p.cp, false, 1));
-  PLANNER_RETURN_IF_ERROR(r.GetInt(root, "ep", "ep", &p.ep, false, 1));
-  PLANNER_RETURN_IF_ERROR(r.GetInt(root, "etp", "etp", &p.etp, false, 1));
-  PLANNER_RETURN_IF_ERROR(r.GetBool(root, "sequence_parallel", "sequence_parallel", &p.sequence_parallel, false));
-  PLANNER_RETURN_IF_ERROR(r.GetDouble(root, "model_parameters", "model_parameters", &p.model_parameters, false, 0, false));
-  PLANNER_RETURN_IF_ERROR(r.GetDouble(root, "model_active_parameters", "model_active_parameters", &p.model_active_parameters, false, 0, false));
-  PLANNER_RETURN_IF_ERROR(r.GetDouble(root, "mtp_parameters", "mtp_parameters", &p.mtp_parameters, false, 0, false));
-  PLANNER_RETURN_IF_ERROR(r.GetInt(root, "microbatch_size", "microbatch_size", &p.microbatch_size, true, 1));
-  PLANNER_RETURN_IF_ERROR(r.GetInt(root, "num_microbatches", "num_microbatches", &p.num_microbatches, true, 1));
-  PLANNER_RETURN_IF_ERROR(GetSchedule(r, root, "schedule", &p.schedule, true));
-  PLANNER_RETURN_IF_ERROR(r.GetInt(root, "interleave", "interleave", &p.interleave, true, 1));
-  PLANNER_RETURN_IF_ERROR(GetRecompute(r, root, "recompute", &p.recompute, true));
-  PLANNER_RETURN_IF_ERROR(r.GetInt(root, "recompute_num_layers", "recompute_num_layers", &p.recompute_num_layers, false, 0));
-  PLANNER_RETURN_IF_ERROR(GetRecomputeModules(r, root, "recompute_modules", &p.recompute_modules));
-  PLANNER_RETURN_IF_ERROR(r.GetBool(root, "account_embedding_loss", "account_embedding_loss", &p.account_embedding_loss, false));
-  PLANNER_RETURN_IF_ERROR(GetZeroStage(r, root, "zero_stage", &p.zero_stage));
-  PLANNER_RETURN_IF_ERROR(r.GetBool(root, "p2p_overlap", "p2p_overlap", &p.p2p_overlap, false));
-  PLANNER_RETURN_IF_ERROR(GetDpComm(r, root, &p));
+  p->usable_memory_bytes = usable * kGiB;
+  return Status::OK();
+}
+
+// The configuration: sizes bounded (docs/formats.md "Limits") so that products of them cannot overflow.
+Status ReadLayout(const YamlReader& r, const YAML::Node& root, Plan* p) {
+  PLANNER_RETURN_IF_ERROR(r.GetString(root, "config", "config", &p->config, true));
+  PLANNER_RETURN_IF_ERROR(GetIntInRange(r, root, "gpus_used", "gpus_used", &p->gpus_used, true, 1, kMaxRanks));
+  for (auto [key, out, required] : {std::tuple{"tp", &p->tp, true}, {"pp", &p->pp, true}, {"dp", &p->dp, true}, {"cp", &p->cp, false},
+                                    {"ep", &p->ep, false}, {"etp", &p->etp, false}}) {
+    PLANNER_RETURN_IF_ERROR(GetIntInRange(r, root, key, key, out, required, 1, kMaxRanks));
+  }
+  PLANNER_RETURN_IF_ERROR(r.GetBool(root, "sequence_parallel", "sequence_parallel", &p->sequence_parallel, false));
+  PLANNER_RETURN_IF_ERROR(r.GetDouble(root, "model_parameters", "model_parameters", &p->model_parameters, false, 0, false));
+  PLANNER_RETURN_IF_ERROR(r.GetDouble(root, "model_active_parameters", "model_active_parameters", &p->model_active_parameters, false, 0, false));
+  PLANNER_RETURN_IF_ERROR(r.GetDouble(root, "mtp_parameters", "mtp_parameters", &p->mtp_parameters, false, 0, false));
+  PLANNER_RETURN_IF_ERROR(GetIntInRange(r, root, "microbatch_size", "microbatch_size", &p->microbatch_size, true, 1, kMaxBatch));
+  PLANNER_RETURN_IF_ERROR(GetIntInRange(r, root, "num_microbatches", "num_microbatches", &p->num_microbatches, true, 1, kMaxMicrobatches));
+  PLANNER_RETURN_IF_ERROR(GetSchedule(r, root, "schedule", &p->schedule, true));
+  PLANNER_RETURN_IF_ERROR(GetIntInRange(r, root, "interleave", "interleave", &p->interleave, true, 1, kMaxVirtualStages));
+  PLANNER_RETURN_IF_ERROR(GetRecompute(r, root, "recompute", &p->recompute, true));
+  PLANNER_RETURN_IF_ERROR(GetIntInRange(r, root, "recompute_num_layers", "recompute_num_layers", &p->recompute_num_layers, false, 0, kMaxVirtualStages));
+  PLANNER_RETURN_IF_ERROR(GetRecomputeModules(r, root, "recompute_modules", &p->recompute_modules));
+  PLANNER_RETURN_IF_ERROR(r.GetBool(root, "account_embedding_loss", "account_embedding_loss", &p->account_embedding_loss, false));
+  PLANNER_RETURN_IF_ERROR(GetZeroStage(r, root, "zero_stage", &p->zero_stage));
+  PLANNER_RETURN_IF_ERROR(r.GetBool(root, "p2p_overlap", "p2p_overlap", &p->p2p_overlap, false));
+  PLANNER_RETURN_IF_ERROR(GetDpComm(r, root, p));
+  std::string parallel;
+  PLANNER_RETURN_IF_ERROR(r.GetString(root, "parallel", "parallel", &parallel, false));
+  if (!parallel.empty() && parallel != p->ParallelString()) {
+    return r.FieldError(root["parallel"], "parallel", fmt::format("'{}' contradicts tp {}, pp {}, dp {} ('{}'); make them agree or solve again", parallel,
+                                                                  p->tp, p->pp, p->dp, p->ParallelString()));
+  }
+  return Status::OK();
+}
+
+Status ReadStage(const YamlReader& r, const YAML::Node& n, const std::string& f, PlanStage* s) {
+  PLANNER_RETURN_IF_ERROR(r.CheckKeys(n, f, kStageKeys));
+  PLANNER_RETURN_IF_ERROR(GetIntInRange(r, n, "first_layer", f + ".first_layer", &s->first_layer, true, 0, kMaxVirtualStages));
+  PLANNER_RETURN_IF_ERROR(GetIntInRange(r, n, "last_layer", f + ".last_layer", &s->last_layer, true, 0, kMaxVirtualStages));
+  if (s->last_layer < s->first_layer) return r.FieldError(n["last_layer"], f + ".last_layer", fmt::format("{} is before first_layer {}", s->last_layer, s->first_layer));
+  PLANNER_RETURN_IF_ERROR(r.GetString(n, "first_layer_name", f + ".first_layer_name", &s->first_layer_name, false));
+  PLANNER_RETURN_IF_ERROR(r.GetString(n, "last_layer_name", f + ".last_layer_name", &s->last_layer_name, false));
+  PLANNER_RETURN_IF_ERROR(GetIntInRange(r, n, "replicas", f + ".replicas", &s->replicas, true, 1, kMaxRanks));
+  PLANNER_RETURN_IF_ERROR(GetIntInRange(r, n, "tp", f + ".tp", &s->tp, true, 1, kMaxRanks));
+  PLANNER_RETURN_IF_ERROR(GetIntInRange(r, n, "chunk", f + ".chunk", &s->chunk, false, 0, kMaxVirtualStages));
+  PLANNER_RETURN_IF_ERROR(GetIntInRange(r, n, "device_offset", f + ".device_offset", &s->device_offset, false, 0, kMaxRanks));
+  PLANNER_RETURN_IF_ERROR(r.GetIntList(n, "devices", f + ".devices", &s->devices, false, 0));
+  for (size_t k = 0; k < s->devices.size(); ++k) {
+    if (s->devices[k] >= kMaxRanks) return r.FieldError(n["devices"][k], fmt::format("{}.devices[{}]", f, k), fmt::format("must be below {}, got {}", kMaxRanks, s->devices[k]));
+  }
+  for (auto [key, out, required] : {std::tuple{"forward_seconds", &s->forward_s, true}, {"backward_input_seconds", &s->backward_input_s, true},
+                                    {"backward_weight_seconds", &s->backward_weight_s, true}, {"tp_comm_seconds", &s->tp_comm_s, false},
+                                    {"ep_comm_seconds", &s->ep_comm_s, false}, {"p2p_seconds", &s->p2p_s, false},
+                                    {"dp_allreduce_seconds", &s->dp_allreduce_s, false}}) {
+    PLANNER_RETURN_IF_ERROR(r.GetDouble(n, key, f + "." + key, out, required, 0, false));
+  }
+  PLANNER_RETURN_IF_ERROR(GetIntInRange(r, n, "in_flight_microbatches", f + ".in_flight_microbatches", &s->in_flight, false, 0, kMaxBatch));
+  for (auto [key, out] : {std::pair{"weights_GiB", &s->weights_bytes}, {"optimizer_GiB", &s->optimizer_bytes}, {"activations_GiB", &s->activations_bytes},
+                          {"peak_memory_GiB", &s->peak_memory_bytes}}) {
+    double gib = 0;
+    PLANNER_RETURN_IF_ERROR(r.GetDouble(n, key, f + "." + key, &gib, false, 0, false));
+    *out = gib * kGiB;
+  }
+  return Status::OK();
+}
+
+Status ReadStages(const YamlReader& r, const YAML::Node& root, Plan* p) {
   const YAML::Node& stages = root["stages"];
   if (!stages.IsDefined()) return r.FieldError(root, "stages", "missing required field");
   PLANNER_RETURN_IF_ERROR(r.RequireSequence(stages, "stages"));
   if (stages.size() == 0) return r.FieldError(stages, "stages", "a plan has at least one stage");
-  for (size_t i = 0; i < stages.size(); ++i) {
-    std::string f = fmt::format("stages[{}]", i);
-    const YAML::Node& n = stages[i];
-    PLANNER_RETURN_IF_ERROR(r.RequireMap(n, f));
-    PlanStage s;
-    double gib = 0;
-    PLANNER_RETURN_IF_ERROR(r.GetInt(n, "first_layer", f + ".first_layer", &s.first_layer, true, 0));
-    PLANNER_RETURN_IF_ERROR(r.GetInt(n, "last_layer", f + ".last_layer", &s.last_layer, true, 0));
-    if (s.last_layer < s.first_layer) return r.FieldError(n, f + ".last_layer", "must not be before first_layer");
-    PLANNER_RETURN_IF_ERROR(r.GetString(n, "first_layer_name", f + ".first_layer_name", &s.first_layer_name, false));
-    PLANNER_RETURN_IF_ERROR(r.GetString(n, "last_layer_name", f + ".last_layer_name", &s.last_layer_name, false));
-    PLANNER_RETURN_IF_ERROR(r.GetInt(n, "replicas", f + ".replicas", &s.replicas, true, 1));
-    PLANNER_RETURN_IF_ERROR(r.GetInt(n, "tp", f + ".tp", &s.tp, true, 1));
-    PLANNER_RETURN_IF_ERROR(r.GetInt(n, "chunk", f + ".chunk", &s.chunk, false, 0));
-    PLANNER_RETURN_IF_ERROR(r.GetInt(n, "device_offset", f + ".device_offset", &s.device_offset, false, 0));
-    PLANNER_RETURN_IF_ERROR(r.GetIntList(n, "devices", f + ".devices", &s.devices, false, 0));
-    PLANNER_RETURN_IF_ERROR(r.GetDouble(n, "forward_seconds", f + ".forward_seconds", &s.forward_s, true, 0, false));
-    PLANNER_RETURN_IF_ERROR(r.GetDouble(n, "backward_input_seconds", f + ".backward_input_seconds", &s.backward_input_s, true, 0, false));
-    PLANNER_RETURN_IF_ERROR(r.GetDouble(n, "backward_weight_seconds", f + ".backward_weight_seconds", &s.backward_weight_s, true, 0, false));
-    PLANNER_RETURN_IF_ERROR(r.GetDouble(n, "tp_comm_seconds", f + ".tp_comm_seconds", &s.tp_comm_s, false, 0, false));
-    PLANNER_RETURN_IF_ERROR(r.GetDouble(n, "ep_comm_seconds", f + ".ep_comm_seconds", &s.ep_comm_s, false, 0, false));
-    PLANNER_RETURN_IF_ERROR(r.GetDouble(n, "p2p_seconds", f + ".p2p_seconds", &s.p2p_s, false, 0, false));
-    PLANNER_RETURN_IF_ERROR(r.GetDouble(n, "dp_allreduce_seconds", f + ".dp_allreduce_seconds", &s.dp_allreduce_s, false, 0, false));
-    PLANNER_RETURN_IF_ERROR(r.GetInt(n, "in_flight_microbatches", f + ".in_flight_microbatches", &s.in_flight, false, 0));
-    PLANNER_RETURN_IF_ERROR(r.GetDouble(n, "weights_GiB", f + ".weights_GiB", &gib, false, 0, false)); s.weights_bytes = gib * kGiB;
-    PLANNER_RETURN_IF_ERROR(r.GetDouble(n, "optimizer_GiB", f + ".optimizer_GiB", &gib, false, 0, false)); s.optimizer_bytes = gib * kGiB;
-    PLANNER_RETURN_IF_ERROR(r.GetDouble(n, "activations_GiB", f + ".activations_GiB", &gib, false, 0, false)); s.activations_bytes = gib * kGiB;
-    gib = 0;
-    PLANNER_RETURN_IF_ERROR(r.GetDouble(n, "peak_memory_GiB", f + ".peak_memory_GiB", &gib, false, 0, false)); s.peak_memory_bytes = gib * kGiB;
-    p.stages.push_back(std::move(s));
+  if (static_cast<int64_t>(stages.size()) > kMaxVirtualStages) {
+    return r.FieldError(stages, "stages", fmt::format("{} stages is more than {} (one per layer of the largest model)", stages.size(), kMaxVirtualStages));
   }
+  for (size_t i = 0; i < stages.size(); ++i) {
+    PlanStage s;
+    PLANNER_RETURN_IF_ERROR(ReadStage(r, stages[i], fmt::format("stages[{}]", i), &s));
+    p->stages.push_back(std::move(s));
+  }
+  return Status::OK();
+}
+
+Status ReadPredicted(const YamlReader& r, const YAML::Node& root, PlanPredicted* out) {
   const YAML::Node& pr = root["predicted"];
   if (!pr.IsDefined()) return r.FieldError(root, "predicted", "missing required field");
-  PLANNER_RETURN_IF_ERROR(r.RequireMap(pr, "predicted"));
+  PLANNER_RETURN_IF_ERROR(r.CheckKeys(pr, "predicted", kPredictedKeys));
+  PLANNER_RETURN_IF_ERROR(r.GetDouble(pr, "iteration_seconds", "predicted.iteration_seconds", &out->iteration_s, true, 0, false));
+  for (auto [key, v] : {std::pair{"samples_per_second", &out->samples_per_second}, {"tflops_per_gpu", &out->tflops_per_gpu}, {"mfu", &out->mfu},
+                        {"hfu", &out->hfu}, {"model_tflops_per_gpu", &out->model_tflops_per_gpu},
+                        {"model_flops_per_iteration", &out->model_flops_per_iteration}, {"tokens_per_second_per_gpu", &out->tokens_per_second_per_gpu},
+                        {"bubble_fraction", &out->bubble_fraction}, {"pipeline_seconds", &out->pipeline_s},
+                        {"dp_allreduce_seconds", &out->dp_allreduce_s}, {"optimizer_seconds", &out->optimizer_s}}) {
+    PLANNER_RETURN_IF_ERROR(r.GetDouble(pr, key, std::string("predicted.") + key, v, false, 0, false));
+  }
   double gib = 0;
-  PLANNER_RETURN_IF_ERROR(r.GetDouble(pr, "iteration_seconds", "predicted.iteration_seconds", &p.predicted.iteration_s, true, 0, false));
-  PLANNER_RETURN_IF_ERROR(r.GetDouble(pr, "samples_per_second", "predicted.samples_per_second", &p.predicted.samples_per_second, false, 0, false));
-  PLANNER_RETURN_IF_ERROR(r.GetDouble(pr, "tflops_per_gpu", "predicted.tflops_per_gpu", &p.predicted.tflops_per_gpu, false, 0, false));
-  PLANNER_RETURN_IF_ERROR(r.GetDouble(pr, "mfu", "predicted.mfu", &p.predicted.mfu, false, 0, false));
-  PLANNER_RETURN_IF_ERROR(r.GetDouble(pr, "hfu", "predicted.hfu", &p.predicted.hfu, false, 0, false));
-  PLANNER_RETURN_IF_ERROR(r.GetDouble(pr, "model_tflops_per_gpu", "predicted.model_tflops_per_gpu", &p.predicted.model_tflops_per_gpu, false, 0, false));
-  PLANNER_RETURN_IF_ERROR(r.GetDouble(pr, "model_flops_per_iteration", "predicted.model_flops_per_iteration", &p.predicted.model_flops_per_iteration, false, 0, false));
-  PLANNER_RETURN_IF_ERROR(r.GetDouble(pr, "tokens_per_second_per_gpu", "predicted.tokens_per_second_per_gpu", &p.predicted.tokens_per_second_per_gpu, false, 0, false));
-  PLANNER_RETURN_IF_ERROR(r.GetDouble(pr, "bubble_fraction", "predicted.bubble_fraction", &p.predicted.bubble_fraction, false, 0, false));
-  PLANNER_RETURN_IF_ERROR(r.GetDouble(pr, "pipeline_seconds", "predicted.pipeline_seconds", &p.predicted.pipeline_s, false, 0, false));
-  PLANNER_RETURN_IF_ERROR(r.GetDouble(pr, "dp_allreduce_seconds", "predicted.dp_allreduce_seconds", &p.predicted.dp_allreduce_s, false, 0, false));
-  PLANNER_RETURN_IF_ERROR(r.GetDouble(pr, "optimizer_seconds", "predicted.optimizer_seconds", &p.predicted.optimizer_s, false, 0, false));
   PLANNER_RETURN_IF_ERROR(r.GetDouble(pr, "peak_memory_GiB", "predicted.peak_memory_GiB", &gib, false, 0, false));
+  out->peak_memory_bytes = gib * kGiB;
   if (pr["dp_comm_seconds"].IsDefined()) {
     const YAML::Node& dc = pr["dp_comm_seconds"];
-    PLANNER_RETURN_IF_ERROR(r.RequireMap(dc, "predicted.dp_comm_seconds"));
     PLANNER_RETURN_IF_ERROR(r.CheckKeys(dc, "predicted.dp_comm_seconds", DpCommNames()));
     for (const std::string& name : DpCommNames()) {
       if (!dc[name].IsDefined()) continue;
       double seconds = 0;
       PLANNER_RETURN_IF_ERROR(r.GetDouble(dc, name, "predicted.dp_comm_seconds." + name, &seconds, true, 0, false));
-      p.predicted.dp_comm_seconds.emplace_back(name, seconds);
+      out->dp_comm_seconds.emplace_back(name, seconds);
     }
   }
-  p.predicted.peak_memory_bytes = gib * kGiB;
+  return Status::OK();
+}
+
+Status ReadRunnerUp(const YamlReader& r, const YAML::Node& n, const std::string& f, PlanSummary* s) {
+  PLANNER_RETURN_IF_ERROR(r.CheckKeys(n, f, kRunnerUpKeys));
+  PLANNER_RETURN_IF_ERROR(r.GetString(n, "config", f + ".config", &s->config, false));
+  for (auto [key, out] : {std::pair{"tp", &s->tp}, {"pp", &s->pp}, {"dp", &s->dp}, {"cp", &s->cp}, {"ep", &s->ep}, {"etp", &s->etp}}) {
+    PLANNER_RETURN_IF_ERROR(GetIntInRange(r, n, key, f + "." + key, out, false, 1, kMaxRanks));
+  }
+  PLANNER_RETURN_IF_ERROR(r.GetBool(n, "sequence_parallel", f + ".sequence_parallel", &s->sequence_parallel, false));
+  PLANNER_RETURN_IF_ERROR(GetIntInRange(r, n, "microbatch_size", f + ".microbatch_size", &s->microbatch_size, false, 1, kMaxBatch));
+  PLANNER_RETURN_IF_ERROR(GetIntInRange(r, n, "num_microbatches", f + ".num_microbatches", &s->num_microbatches, false, 1, kMaxMicrobatches));
+  PLANNER_RETURN_IF_ERROR(GetSchedule(r, n, f + ".schedule", &s->schedule, false));
+  PLANNER_RETURN_IF_ERROR(GetIntInRange(r, n, "interleave", f + ".interleave", &s->interleave, false, 1, kMaxVirtualStages));
+  PLANNER_RETURN_IF_ERROR(GetRecompute(r, n, f + ".recompute", &s->recompute, false));
+  PLANNER_RETURN_IF_ERROR(GetIntInRange(r, n, "recompute_num_layers", f + ".recompute_num_layers", &s->recompute_num_layers, false, 0, kMaxVirtualStages));
+  PLANNER_RETURN_IF_ERROR(GetRecomputeModules(r, n, f + ".recompute_modules", &s->recompute_modules));
+  PLANNER_RETURN_IF_ERROR(r.GetDouble(n, "iteration_seconds", f + ".iteration_seconds", &s->iteration_s, false, 0, false));
+  PLANNER_RETURN_IF_ERROR(r.GetDouble(n, "samples_per_second", f + ".samples_per_second", &s->samples_per_second, false, 0, false));
+  PLANNER_RETURN_IF_ERROR(GetZeroStage(r, n, f + ".zero_stage", &s->zero_stage));
+  double gib = 0;
+  PLANNER_RETURN_IF_ERROR(r.GetDouble(n, "peak_memory_GiB", f + ".peak_memory_GiB", &gib, false, 0, false));
+  s->peak_memory_bytes = gib * kGiB;
+  return r.GetString(n, "why_lost", f + ".why_lost", &s->why_lost, false);
+}
+
+Status ReadRunnersUp(const YamlReader& r, const YAML::Node& root, Plan* p) {
   const YAML::Node& ru = root["runners_up"];
-  if (ru.IsDefined() && ru.IsSequence()) {
-    for (size_t i = 0; i < ru.size(); ++i) {
-      std::string f = fmt::format("runners_up[{}]", i);
-      PlanSummary s;
-      PLANNER_RETURN_IF_ERROR(r.RequireMap(ru[i], f));
-      PLANNER_RETURN_IF_ERROR(r.GetString(ru[i], "config", f + ".config", &s.config, false));
-      PLANNER_RETURN_IF_ERROR(r.GetInt(ru[i], "tp", f + ".tp", &s.tp, false, 1));
-      PLANNER_RETURN_IF_ERROR(r.GetInt(ru[i], "pp", f + ".pp", &s.pp, false, 1));
-      PLANNER_RETURN_IF_ERROR(r.GetInt(ru[i], "dp", f + ".dp", &s.dp, false, 1));
-      PLANNER_RETURN_IF_ERROR(r.GetInt(ru[i], "cp", f + ".cp", &s.cp, false, 1));
-      PLANNER_RETURN_IF_ERROR(r.GetInt(ru[i], "ep", f + ".ep", &s.ep, false, 1));
-      PLANNER_RETURN_IF_ERROR(r.GetInt(ru[i], "etp", f + ".etp", &s.etp, false, 1));
-      PLANNER_RETURN_IF_ERROR(r.GetBool(ru[i], "sequence_parallel", f + ".sequence_parallel", &s.sequence_parallel, false));
-      PLANNER_RETURN_IF_ERROR(r.GetInt(ru[i], "microbatch_size", f + ".microbatch_size", &s.microbatch_size, false, 1));
-      PLANNER_RETURN_IF_ERROR(r.GetInt(ru[i], "num_microbatches", f + ".num_microbatches", &s.num_microbatches, false, 1));
-      PLANNER_RETURN_IF_ERROR(GetSchedule(r, ru[i], f + ".schedule", &s.schedule, false));
-      PLANNER_RETURN_IF_ERROR(r.GetInt(ru[i], "interleave", f + ".interleave", &s.interleave, false, 1));
-      PLANNER_RETURN_IF_ERROR(GetRecompute(r, ru[i], f + ".recompute", &s.recompute, false));
-      PLANNER_RETURN_IF_ERROR(r.GetInt(ru[i], "recompute_num_layers", f + ".recompute_num_layers", &s.recompute_num_layers, false, 0));
-      PLANNER_RETURN_IF_ERROR(GetRecomputeModules(r, ru[i], f + ".recompute_modules", &s.recompute_modules));
-      PLANNER_RETURN_IF_ERROR(r.GetDouble(ru[i], "iteration_seconds", f + ".iteration_seconds", &s.iteration_s, false, 0, false));
-      PLANNER_RETURN_IF_ERROR(r.GetDouble(ru[i], "samples_per_second", f + ".samples_per_second", &s.samples_per_second, false, 0, false));
-      PLANNER_RETURN_IF_ERROR(GetZeroStage(r, ru[i], f + ".zero_stage", &s.zero_stage));
-      double ru_gib = 0;
-      PLANNER_RETURN_IF_ERROR(r.GetDouble(ru[i], "peak_memory_GiB", f + ".peak_memory_GiB", &ru_gib, false, 0, false));
-      s.peak_memory_bytes = ru_gib * kGiB;
-      PLANNER_RETURN_IF_ERROR(r.GetString(ru[i], "why_lost", f + ".why_lost", &s.why_lost, false));
-      p.runners_up.push_back(std::move(s));
+  const bool listed = ru.IsDefined() && !ru.IsNull();  // (an undefined node throws on any other question)
+  if (listed) PLANNER_RETURN_IF_ERROR(r.RequireSequence(ru, "runners_up"));
+  for (size_t i = 0; listed && i < ru.size(); ++i) {
+    PlanSummary s;
+    PLANNER_RETURN_IF_ERROR(ReadRunnerUp(r, ru[i], fmt::format("runners_up[{}]", i), &s));
+    p->runners_up.push_back(std::move(s));
+  }
+  const YAML::Node& notes = root["notes"];
+  if (notes.IsDefined() && !notes.IsNull()) {
+    PLANNER_RETURN_IF_ERROR(r.RequireSequence(notes, "notes"));
+    for (size_t i = 0; i < notes.size(); ++i) {
+      if (!notes[i].IsScalar()) return r.FieldError(notes[i], fmt::format("notes[{}]", i), "must be a string");
     }
   }
+  return Status::OK();
+}
+
+// Per-stage replication ("2-1-1", pipedream): ranks are the stages' replicas x tp, placed by their
+// devices (or device_offset); each GPU of gpus_used holds one.
+Status CheckReplicatedStages(const YamlReader& r, const YAML::Node& root, const Plan& p) {
+  if (p.interleave != 1 || p.cp != 1 || p.ep != 1) {
+    return r.FieldError(root["config"], "config", fmt::format("per-stage replication (config {}) runs with interleave, cp and ep 1, not {}, {} and {}; solve again",
+                                                              p.config, p.interleave, p.cp, p.ep));
+  }
+  if (p.global_batch % p.microbatch_size != 0) {
+    return r.FieldError(root["microbatch_size"], "microbatch_size", fmt::format("{} does not divide inputs.global_batch {}; make it a divisor", p.microbatch_size, p.global_batch));
+  }
+  std::vector<bool> used(static_cast<size_t>(p.gpus_used), false);
+  for (size_t i = 0; i < p.stages.size(); ++i) {
+    const PlanStage& s = p.stages[i];
+    const YAML::Node n = root["stages"][i];
+    const std::string f = fmt::format("stages[{}]", i);
+    const int64_t width = s.replicas * s.tp;  // each <= kMaxRanks: no overflow
+    const bool listed = static_cast<int64_t>(s.devices.size()) == width;
+    for (int64_t k = 0; k < width; ++k) {
+      const int64_t d = listed ? s.devices[static_cast<size_t>(k)] : s.device_offset + k;
+      if (d >= p.gpus_used) return r.FieldError(n, f + ".devices", fmt::format("device {} is outside gpus_used {} (0..{}); fix devices / device_offset or solve again", d, p.gpus_used, p.gpus_used - 1));
+      if (used[static_cast<size_t>(d)]) return r.FieldError(n, f + ".devices", fmt::format("device {} is already used by an earlier stage; every device holds one stage replica", d));
+      used[static_cast<size_t>(d)] = true;
+    }
+  }
+  for (size_t d = 0; d < used.size(); ++d) {
+    if (!used[d]) return r.FieldError(root["gpus_used"], "gpus_used", fmt::format("{} GPUs but no stage replica is on device {}; the stages' replicas x tp must add up to gpus_used", p.gpus_used, d));
+  }
+  return Status::OK();
+}
+
+// Uniform plans: pp x interleave stages, tp x cp x dp x pp GPUs, the batch split into dp x microbatches.
+Status CheckUniformStages(const YamlReader& r, const YAML::Node& root, const Plan& p) {
+  int64_t stages = 0, gpus = 0, batch = 0;
+  if (!CheckedProduct({p.pp, p.interleave}, &stages) || stages != static_cast<int64_t>(p.stages.size())) {
+    return r.FieldError(root["stages"], "stages", fmt::format("{} stages, but pp {} x interleave {} virtual stages are needed; fix pp / interleave or solve again", p.stages.size(), p.pp, p.interleave));
+  }
+  if (!CheckedProduct({p.tp, p.cp, p.dp, p.pp}, &gpus) || gpus != p.gpus_used) {
+    return r.FieldError(root["gpus_used"], "gpus_used", fmt::format("{} contradicts tp {} x cp {} x dp {} x pp {}; make them agree or solve again", p.gpus_used, p.tp, p.cp, p.dp, p.pp));
+  }
+  if (!CheckedProduct({p.microbatch_size, p.num_microbatches, p.dp}, &batch) || batch != p.global_batch) {
+    return r.FieldError(root["num_microbatches"], "num_microbatches", fmt::format("microbatch_size {} x num_microbatches {} x dp {} must be inputs.global_batch {}; fix them or solve again", p.microbatch_size, p.num_microbatches, p.dp, p.global_batch));
+  }
+  if ((p.tp * p.cp * p.dp) % (p.ep * p.etp) != 0) {  // each at most 2^20, and tp x cp x dp <= gpus_used: no overflow
+    return r.FieldError(root["ep"], "ep", fmt::format("ep {} x etp {} must divide tp x cp x dp = {} (MoE parallel folding); fix ep / etp or solve again",
+                                                      p.ep, p.etp, p.tp * p.cp * p.dp));
+  }
+  for (size_t i = 0; i < p.stages.size(); ++i) {
+    if (p.stages[i].chunk >= p.interleave) {
+      return r.FieldError(root["stages"][i]["chunk"], fmt::format("stages[{}].chunk", i), fmt::format("{} is not below interleave {}", p.stages[i].chunk, p.interleave));
+    }
+  }
+  return Status::OK();
+}
+
+// The plan against itself (the model is checked by codegen): sizes that multiply to gpus_used,
+// stages that follow each other layer by layer, a batch that splits.
+Status CheckPlanConsistency(const YamlReader& r, const YAML::Node& root, const Plan& p) {
+  if (p.gpus_used > p.gpus) {
+    return r.FieldError(root["gpus_used"], "gpus_used", fmt::format("{} is more than inputs.gpus {}; solve again", p.gpus_used, p.gpus));
+  }
+  std::string chunks;  // what the schedule runs per device, when interleave says otherwise
+  if (p.schedule == Schedule::kDualPipeV && p.interleave != 2) chunks = "2 chunks per device (its V): interleave must be 2";
+  if (p.schedule == Schedule::kInterleaved && p.interleave < 2) chunks = "at least 2 chunks per device: interleave must be 2 or more";
+  if (p.schedule != Schedule::kDualPipeV && p.schedule != Schedule::kInterleaved && p.interleave != 1) chunks = "one chunk per device: interleave must be 1";
+  if (!chunks.empty()) {
+    return r.FieldError(root["interleave"], "interleave", fmt::format("schedule {} runs {}, got {}; fix interleave or the schedule", ScheduleName(p.schedule), chunks, p.interleave));
+  }
+  bool uniform = p.schedule != Schedule::kPipeDream;
+  for (size_t i = 0; i < p.stages.size(); ++i) {
+    const PlanStage& s = p.stages[i];
+    const YAML::Node n = root["stages"][i];
+    const std::string f = fmt::format("stages[{}]", i);
+    if (s.tp != p.tp) return r.FieldError(n["tp"], f + ".tp", fmt::format("{} contradicts the plan's tp {}; make them agree", s.tp, p.tp));
+    const int64_t expected = i == 0 ? 0 : p.stages[i - 1].last_layer + 1;
+    if (s.first_layer != expected) {
+      return r.FieldError(n["first_layer"], f + ".first_layer", fmt::format("{} leaves a gap or overlaps: stages cover the layers in order, so it must be {}", s.first_layer, expected));
+    }
+    uniform = uniform && s.replicas == p.dp;
+  }
+  return uniform ? CheckUniformStages(r, root, p) : CheckReplicatedStages(r, root, p);
+}
+
+Status ParsePlanTree(const std::string& path, const YAML::Node& root, Plan* out) {
+  YamlReader r(path);
+  PLANNER_RETURN_IF_ERROR(r.RequireMap(root, "(top level)"));
+  if (!root["format_version"].IsDefined() && !root["inputs"].IsDefined() && !root["stages"].IsDefined()) {
+    return Status::InvalidArgument(fmt::format("{}: not a plan (no format_version, inputs or stages); give a plan.yaml written by planner solve", path));
+  }
+  int64_t version = 0;
+  PLANNER_RETURN_IF_ERROR(r.GetInt(root, "format_version", "format_version", &version, true, 1));
+  if (version != 1) return r.FieldError(root["format_version"], "format_version", fmt::format("version {} is not supported; this planner reads version 1", version));
+  if (!root["inputs"].IsDefined() && !root["stages"].IsDefined()) {
+    return Status::InvalidArgument(fmt::format("{}: not a plan (no inputs and no stages: a model, cluster or launch file?); give a plan.yaml written by planner solve", path));
+  }
+  PLANNER_RETURN_IF_ERROR(r.CheckKeys(root, "", kTopKeys));
+  Plan p;
+  PLANNER_RETURN_IF_ERROR(r.GetEnum(root, "mode", "mode", {"auto", "pipedream"}, &p.mode, true));
+  PLANNER_RETURN_IF_ERROR(ReadInputs(r, root, &p));
+  PLANNER_RETURN_IF_ERROR(ReadLayout(r, root, &p));
+  PLANNER_RETURN_IF_ERROR(ReadStages(r, root, &p));
+  PLANNER_RETURN_IF_ERROR(ReadPredicted(r, root, &p.predicted));
+  PLANNER_RETURN_IF_ERROR(ReadRunnersUp(r, root, &p));
+  PLANNER_RETURN_IF_ERROR(CheckPlanConsistency(r, root, p));
   *out = std::move(p);
   return Status::OK();
+}
+
+}  // namespace
+
+Status ParsePlan(const std::string& path, const std::string& text, Plan* out) {
+  YAML::Node root;
+  PLANNER_RETURN_IF_ERROR(ParseYamlText(path, text, &root));
+  return CatchYamlErrors(path, [&] { return ParsePlanTree(path, root, out); });
 }
 
 Status LoadPlan(const std::string& path, Plan* out) {

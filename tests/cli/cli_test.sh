@@ -165,7 +165,7 @@ expect "codegen into a file" 2 "planner: error: afile: exists and is not a direc
 expect "codegen scripts are executable" 0 "wrote L/" -- $PLANNER codegen p.yaml -o L
 [ -x L/run.sh ] && pass=$((pass+1)) || { echo "FAIL L/run.sh is not executable"; fail=$((fail+1)); }
 # --export chooses the targets; an unknown or repeated one is exit 2 naming the choices.
-expect "codegen --export unknown" 2 "planner: error: --export: unknown target 'megatron-lm'; choose from mpirun, slurm, megatron, deepspeed, torchtitan, torch-pipelining (comma-separated) or all" -- $PLANNER codegen p.yaml -o LX --export megatron-lm
+expect "codegen --export unknown" 2 "planner: error: --export: unknown target 'megatron-lm' (did you mean 'megatron'?); choose from mpirun, slurm, megatron, deepspeed, torchtitan, torch-pipelining (comma-separated) or all" -- $PLANNER codegen p.yaml -o LX --export megatron-lm
 expect "codegen --export twice" 2 "planner: error: --export: 'slurm' listed twice; name each target once" -- $PLANNER codegen p.yaml -o LX --export slurm,slurm
 expect "codegen --export megatron" 0 "wrote LM/" -- $PLANNER codegen p.yaml -o LM --export megatron
 if [ "$(cd LM && find . -type f | sort | tr '\n' ' ')" = "./launch.yaml ./megatron.args ./megatron.sh ./model.yaml " ]; then pass=$((pass+1)); else echo "FAIL --export megatron wrote: $(cd LM && find . -type f | sort | tr '\n' ' ')"; fail=$((fail+1)); fi

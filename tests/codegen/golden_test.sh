@@ -70,8 +70,9 @@ sed -e 's|^  model_path: .*|  model_path: "gqa12.yaml"|' -e 's|^  model_digest: 
 expect_codegen gqa12 "$T/gqa12.plan.yaml"
 refused gqa12 "$T/gqa12" megatron.args.refused "12 query groups with tp 8"
 if [ -f "$T/gqa12/deepspeed/ds_config.json" ] && [ ! -e "$T/gqa12/megatron.args" ]; then pass=$((pass+1)); else echo "FAIL gqa12: megatron.args written or ds_config.json missing"; fail=$((fail+1)); fi
-# Context parallelism: DeepSpeed's config has none (Ulysses is another kind); refused.
-sed 's/^cp: 1$/cp: 2/' "$P/llama3-8b-fp8-16.plan.yaml" > "$T/cp2.plan.yaml"
+# Context parallelism: DeepSpeed's config has none (Ulysses is another kind); refused. (tp 8 x cp 2 x
+# dp 2 is 32 GPUs: the plan reader checks gpus_used against the layout.)
+sed -e 's/^cp: 1$/cp: 2/' -e 's/^gpus_used: 16$/gpus_used: 32/' -e 's/^  gpus: 16$/  gpus: 32/' "$P/llama3-8b-fp8-16.plan.yaml" > "$T/cp2.plan.yaml"
 expect_codegen cp2 "$T/cp2.plan.yaml"
 refused cp2 "$T/cp2" deepspeed/refused.txt "context parallelism (cp 2)"
 # Block recompute: the first N layers of every chunk (megatron/core/recompute.py, method 'block').

@@ -53,6 +53,22 @@ LaunchPlan Uniform(Schedule s, int64_t p, int64_t v, int64_t m, int64_t dp = 1, 
     x.tp_rank = r % tp;
     L.ranks.push_back(x);
   }
+  // Megatron's groups of that order (the launch reader checks them against the ranks).
+  for (int64_t q = 0; q < p; ++q)
+    for (int64_t k = 0; k < dp; ++k) {
+      L.tp_groups.emplace_back();
+      for (int64_t j = 0; j < tp; ++j) L.tp_groups.back().push_back((q * dp + k) * tp + j);
+    }
+  for (int64_t q = 0; q < p; ++q)
+    for (int64_t j = 0; j < tp; ++j) {
+      L.dp_groups.emplace_back();
+      for (int64_t k = 0; k < dp; ++k) L.dp_groups.back().push_back((q * dp + k) * tp + j);
+    }
+  for (int64_t k = 0; k < dp; ++k)
+    for (int64_t j = 0; j < tp; ++j) {
+      L.pp_groups.emplace_back();
+      for (int64_t q = 0; q < p; ++q) L.pp_groups.back().push_back((q * dp + k) * tp + j);
+    }
   return L;
 }
 

@@ -140,6 +140,10 @@ LaunchPlan TwoStages() {
     x.tp_rank = r % 2;
     L.ranks.push_back(x);
   }
+  // Megatron's order (rank = (stage x dp + replica) x tp + tp rank): the reader checks them against the ranks.
+  L.tp_groups = {{0, 1}, {2, 3}, {4, 5}, {6, 7}};
+  L.dp_groups = {{0, 2}, {1, 3}, {4, 6}, {5, 7}};
+  L.pp_groups = {{0, 4}, {1, 5}, {2, 6}, {3, 7}};
   L.programs.resize(2);
   L.programs[0].position = 0;
   REQUIRE_OK(ParseActions("F0.0 SA0.0 RG0.0 B0.0 AR OPT", &L.programs[0].actions));
