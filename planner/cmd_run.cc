@@ -7,6 +7,7 @@
 #include "common/digest.h"
 #include "common/file_writer.h"
 #include "common/log.h"
+#include "common/progress.h"
 #include "common/units.h"
 #include "planner/commands.h"
 #include "runtime/executor.h"
@@ -103,9 +104,11 @@ Runner RegisterRun(CLI::App& app) {
       }
       return Status::OK();
     };
+    // Ctrl-C / SIGTERM (mpirun forwards both as SIGTERM): the ranks stop together at an iteration boundary.
+    InstallStopHandlers();
     if (LaunchedUnderMpi()) {
       std::unique_ptr<Communicator> world;
-      PLANNER_RETURN_IF_ERROR(MakeMpiWorld(&world));
+      PLANNER_RETURN_IF_ERROR(MakeMpiWorld(&world, L.run.timeout_s));
       return body(*world);
     }
     if (n != 1) {
