@@ -22,21 +22,22 @@ void OnSigint(int sig) {
 }
 
 // Async-signal-safe: write(2), unlink(2) (RemoveOpenTemporaries), _exit(2).
-volatile std::sig_atomic_t g_safe_points = 0;
+volatile std::sig_atomic_t g_mode = 0;  // StopMode
 void OnStopSignal(int sig) {
   const bool first = g_interrupted == 0;
-  if (first && g_safe_points != 0) {
-    g_interrupted = sig;
-    return;
+  if (first) g_interrupted = sig;
+  const int mode = g_mode;
+  if (first && (mode == static_cast<int>(StopMode::kSafePoints) || mode == static_cast<int>(StopMode::kDeferred))) return;
+  if (mode != static_cast<int>(StopMode::kSilent)) {
+    const char* text = sig == SIGINT ? (first ? "planner: error: interrupted (SIGINT) outside training; stopping at once, nothing to save\n"
+                                              : "planner: error: interrupted again (SIGINT); stopping at once\n")
+                                     : (first ? "planner: error: terminated (SIGTERM) outside training; stopping at once, nothing to save\n"
+                                              : "planner: error: terminated again (SIGTERM); stopping at once\n");
+    size_t n = 0;
+    while (text[n] != '\0') ++n;
+    ssize_t ignored = ::write(STDERR_FILENO, text, n);
+    (void)ignored;
   }
-  const char* text = sig == SIGINT ? (first ? "planner: error: interrupted (SIGINT); stopping at once, outside training: nothing to save\n"
-                                            : "planner: error: interrupted again (SIGINT); stopping at once\n")
-                                   : (first ? "planner: error: terminated (SIGTERM); stopping at once, outside training: nothing to save\n"
-                                            : "planner: error: terminated again (SIGTERM); stopping at once\n");
-  size_t n = 0;
-  while (text[n] != '\0') ++n;
-  ssize_t ignored = ::write(STDERR_FILENO, text, n);
-  (void)ignored;
   RemoveOpenTemporaries();
   ::_exit(128 + sig);
 }
@@ -48,7 +49,8 @@ int InterruptSignal() { return g_interrupted; }
 void NoteInterrupt(int sig) {
   if (g_interrupted == 0) g_interrupted = sig;
 }
-void SetStopAtSafePoints(bool on) { g_safe_points = on ? 1 : 0; }
+void SetStopMode(StopMode mode) { g_mode = static_cast<int>(mode); }
+StopMode CurrentStopMode() { return static_cast<StopMode>(static_cast<int>(g_mode)); }
 int InterruptExitCode() { return g_interrupted == SIGTERM ? kExitTerminated : kExitInterrupted; }
 const char* SignalName(int sig) { return sig == SIGINT ? "SIGINT" : sig == SIGTERM ? "SIGTERM" : "a signal"; }
 

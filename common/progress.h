@@ -27,11 +27,19 @@ class Progress {
 bool Interrupted();
 void InstallInterruptHandler();
 // SIGINT and SIGTERM for a command that stops at a safe point (planner run: the next iteration
-// boundary, after the last complete checkpoint): while SetStopAtSafePoints(true) the first signal
-// only sets the flag that Interrupted() and InterruptSignal() read; a second one (or the first
-// outside safe points) ends the process at once with one "planner: error:" line, the open
-// AtomicFile temporaries removed, exit 128 + the signal.
+// boundary, after the last complete checkpoint). What the first signal does depends on the mode:
+//  - kAtOnce (default): ends the process at once with one "planner: error:" line;
+//  - kSafePoints (the training loop polls): only sets the flag Interrupted() reads;
+//  - kDeferred (an MPI rank outside the loop): sets the flag; the MPI watchdog thread ends the
+//    process within 20 ms with one line, after its peer check, so a rank ended by mpirun because
+//    another failed names that rank first (runtime/comm/mpi_comm.cc);
+//  - kSilent (this process already printed its error): ends the process at once, no line.
+// A second signal ends the process at once (one line unless kSilent). Every ending removes the
+// open AtomicFile temporaries and exits with 128 + the signal.
+enum class StopMode { kAtOnce = 0, kSafePoints = 1, kDeferred = 2, kSilent = 3 };
 void InstallStopHandlers();
+void SetStopMode(StopMode mode);
+StopMode CurrentStopMode();
 // The first SIGINT / SIGTERM received (0: none), and the exit code for it: 130
 // (kExitInterrupted) for SIGINT, 143 (kExitTerminated) for SIGTERM.
 int InterruptSignal();
@@ -39,9 +47,6 @@ int InterruptExitCode();
 // Records a signal another rank received (the ranks agree at an iteration boundary to stop),
 // so this rank exits with the same code; no-op when one was already received here.
 void NoteInterrupt(int sig);
-// Whether the first signal waits for a safe point (true while the training loop polls) or ends
-// the process at once like a second one (default: nothing would look at the flag).
-void SetStopAtSafePoints(bool on);
 // "SIGINT", "SIGTERM", or "a signal".
 const char* SignalName(int sig);
 

@@ -107,6 +107,7 @@ Runner RegisterRun(CLI::App& app) {
     // Ctrl-C / SIGTERM (mpirun forwards both as SIGTERM): the ranks stop together at an iteration boundary.
     InstallStopHandlers();
     if (LaunchedUnderMpi()) {
+      SetStopMode(StopMode::kDeferred);  // outside the training loop: the watchdog thread ends the rank (after its peer check)
       std::unique_ptr<Communicator> world;
       PLANNER_RETURN_IF_ERROR(MakeMpiWorld(&world, L.run.timeout_s));
       return body(*world);

@@ -74,6 +74,7 @@ int RunCli(int argc, char** argv) {
       if (s.ok()) return kExitOk;
       // An empty message: another rank of the job prints the line (planner run's interruption).
       if (!s.message().empty()) LogError(s.message());
+      SetStopMode(StopMode::kSilent);  // a signal from now on (mpirun ending the job) adds no line
       const int code = Interrupted() ? InterruptExitCode() : ExitCodeFor(s);
       LeaveJobAfterError(code);  // under mpirun: the other ranks end now, not at their timeout
       return code;

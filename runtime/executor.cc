@@ -129,6 +129,7 @@ class RankRun {
   Status AfterFirstStep();
   Status Checkpoint(int64_t done);
   Status Stopped(int64_t done);
+  std::string StopMessage(int64_t done) const;
   Status Summarise(RunSummary* sum, ReportInputs* report);
   Status WriteRunFiles(const ReportInputs& report);
 
@@ -221,8 +222,11 @@ Status RankRun::StartInterpreter() {
 Status RankRun::Train() {
   // SIGINT / SIGTERM stop the loop at an iteration boundary (below); outside it they end the process at once.
   struct SafePoints {
-    SafePoints() { SetStopAtSafePoints(true); }
-    ~SafePoints() { SetStopAtSafePoints(false); }
+    StopMode before = CurrentStopMode();
+    SafePoints() { SetStopMode(StopMode::kSafePoints); }
+    ~SafePoints() {
+      if (CurrentStopMode() == StopMode::kSafePoints) SetStopMode(before);
+    }
   } safe_points;
   for (int64_t it = start_; it < iterations_;) {
     ResetPeakMemory(dev_);
@@ -241,12 +245,26 @@ Status RankRun::Train() {
 }
 
 // Every rank stops after the same iteration (the signal travels with the iteration's
-// all-reduce), the checkpoint of that boundary, if due, complete. Rank 0 writes the metrics so
-// far and the one error line; the others return an empty message (main prints nothing for it).
+// all-reduce), the checkpoint of that boundary, if due, complete. Rank 0 prints the one error
+// line and writes the metrics so far; every rank returns an empty message (main prints nothing).
 Status RankRun::Stopped(int64_t done) {
   NoteInterrupt(stop_signal_);
-  if (rank_ != 0) return Status::Unavailable("");
-  PLANNER_RETURN_IF_ERROR(record_.WriteMetrics(opt_.run_dir));
+  if (rank_ == 0) {
+    // The line first: mpirun gives signalled ranks 1 s (odls_base_sigkill_timeout) before SIGKILL.
+    LogError(StopMessage(done));
+    const Status m = record_.WriteMetrics(opt_.run_dir);
+    if (!m.ok()) LogWarning(m.message());
+  }
+  SetStopMode(StopMode::kSilent);  // the line is out: mpirun's SIGTERM (a rank ended) adds none
+  // The other ranks wait for rank 0's line (a rank leaving first makes mpirun end rank 0), and
+  // the peer watch ends between two barriers, so that no rank names another that left.
+  PLANNER_RETURN_IF_ERROR(world_.Barrier());
+  EndPeerWatch();
+  PLANNER_RETURN_IF_ERROR(world_.Barrier());
+  return Status::Unavailable("");  // printed above; main prints nothing more
+}
+
+std::string RankRun::StopMessage(int64_t done) const {
   const fs::path run_dir(opt_.run_dir);
   const std::string resume = fmt::format("planner run {} --resume {}", run_dir.parent_path().parent_path().string(), run_dir.filename().string());
   std::string ckpt;
@@ -256,9 +274,8 @@ Status RankRun::Stopped(int64_t done) {
     ckpt = checkpoint_every_ > 0 ? fmt::format("no checkpoint yet (every {} iterations)", checkpoint_every_)
                                  : "no checkpoint (checkpoint_every 0; --checkpoint-every N writes them)";
   }
-  return Status::Unavailable(fmt::format("{} ({}) after iteration {} of {}; {}; metrics so far in {}/metrics.csv",
-                                         stop_signal_ == SIGTERM ? "terminated" : "interrupted", SignalName(stop_signal_), done, iterations_, ckpt,
-                                         opt_.run_dir));
+  return fmt::format("{} ({}) after iteration {} of {}; {}; metrics so far in {}/metrics.csv", stop_signal_ == SIGTERM ? "terminated" : "interrupted",
+                     SignalName(stop_signal_), done, iterations_, ckpt, opt_.run_dir);
 }
 
 // Mean loss of the global batch (last-stage, tp-rank-0 ranks contribute their sum) and the

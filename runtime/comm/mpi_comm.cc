@@ -29,6 +29,7 @@
 #include <fmt/format.h>
 
 #include "common/file_writer.h"
+#include "common/progress.h"
 #include "runtime/comm/communicator.h"
 
 namespace planner {
@@ -224,10 +225,13 @@ class Watchdog {
     return stat[close + 2] != 'Z' && stat[close + 2] != 'X';
   }
   void CheckPeers() {
-    if (!watching_.load()) return;
+    // kSilent: this rank printed its own error and is leaving (or stopping with the others):
+    // a peer that left meanwhile is no news.
+    if (!watching_.load() || CurrentStopMode() == StopMode::kSilent) return;
     std::lock_guard<std::mutex> lk(mu_);
     for (const auto& [peer, pid] : peers_) {
       if (!Alive(pid) && watching_.load()) {
+        SetStopMode(StopMode::kSilent);  // mpirun's SIGTERM, coming next, adds no line
         std::fprintf(stderr, "planner: error: rank %d (pid %ld, on this node) exited while rank %d of %d was running; aborting all ranks\n", peer, pid,
                      me_.load(), world_size_.load());
         std::fflush(stderr);
@@ -253,6 +257,7 @@ class Watchdog {
       const bool mpi_usable = s.mpi_usable.load(std::memory_order_relaxed);
       std::atomic_thread_fence(std::memory_order_acquire);
       if (s.deadline_ns.load(std::memory_order_relaxed) != d) continue;
+      SetStopMode(StopMode::kSilent);
       std::fprintf(stderr, "planner: error: MPI %s on rank %d of %d timed out after %.0f s: a peer rank died or is stuck; %s\n", what, rank, size,
                    timeout, mpi_usable ? "aborting all ranks" : "ending this rank (mpirun ends the others)");
       std::fflush(stderr);
@@ -263,11 +268,29 @@ class Watchdog {
       std::_Exit(1);
     }
   }
+  // SIGINT / SIGTERM outside the training loop (StopMode::kDeferred, common/progress.h): ends
+  // this rank, after CheckPeers, so that a rank mpirun ends because another one failed names
+  // that one (the peer watch's line) instead of the signal.
+  static void CheckDeferredSignal() {
+    const int sig = InterruptSignal();
+    if (sig == 0 || CurrentStopMode() != StopMode::kDeferred) return;
+    SetStopMode(StopMode::kSilent);
+    std::fprintf(stderr, "planner: error: %s (%s) on rank %s of %s outside training; stopping at once, nothing to save\n",
+                 sig == SIGTERM ? "terminated" : "interrupted", SignalName(sig), EnvOr("OMPI_COMM_WORLD_RANK", "?"), EnvOr("OMPI_COMM_WORLD_SIZE", "?"));
+    std::fflush(stderr);
+    RemoveOpenTemporaries();
+    std::_Exit(128 + sig);
+  }
+  static const char* EnvOr(const char* name, const char* fallback) {
+    const char* v = std::getenv(name);
+    return v != nullptr ? v : fallback;
+  }
   void Loop() {
     while (true) {
       std::this_thread::sleep_for(std::chrono::milliseconds(20));
       CheckPeers();
       CheckDeadlines();
+      CheckDeferredSignal();
     }
   }
   Slot slots_[kSlots];

