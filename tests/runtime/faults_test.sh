@@ -156,12 +156,14 @@ else bad "resume after SIGINT from '$ck': $(cat res.err)"; fi
 # sig_mpi SIGNAL TARGET(mpirun|rank1) WANT_RC
 sig_mpi() {
   local sig=$1 target=$2 want=$3 id=m$1$2
-  timeout 60 mpirun --oversubscribe -np 2 $PLANNER -q run slow --run-id $id >/dev/null 2>$id.err &
+  # mpirun gives signalled ranks odls_base_sigkill_timeout (1 s) before SIGKILL; 5 s here, for a loaded machine
+  timeout 60 mpirun --oversubscribe --mca odls_base_sigkill_timeout 5 -np 2 $PLANNER -q run slow --run-id $id >/dev/null 2>$id.err &
   local job=$! v
   v=$(wait_pid slow $id 1)
   sleep 3
   local sent=$(now_ms)
-  if [ $target = mpirun ]; then kill -$sig $job; else kill -$sig "$v"; fi
+  # to mpirun itself, as Ctrl-C would (`timeout` would pass it on twice, and a second SIGINT makes mpirun quit at once)
+  if [ $target = mpirun ]; then kill -$sig $(pgrep -P $job -x mpirun); else kill -$sig "$v"; fi
   wait $job; local rc=$?
   local took=$(( $(now_ms) - sent ))
   if [ $rc = $want ] && [ $took -lt 4000 ] && [ "$(errors $id.err)" = 1 ] &&
