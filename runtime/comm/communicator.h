@@ -93,8 +93,9 @@ Status CheckAllToAllV(int size, const std::vector<int64_t>& send_counts, const s
 
 // MPI_COMM_WORLD (MPI_Init_thread on first use, MPI_Finalize at exit), with `timeout_s`
 // as its calls' timeout. MPI_Init_thread and MPI_Finalize wait for every rank of the job; the
-// watchdog bounds both by `timeout_s` too (past it: one error line naming the phase and the
-// rank, and this process ends with exit 1; mpirun then ends the others).
+// watchdog bounds them too (MPI_Init_thread by `timeout_s`, MPI_Finalize by max(`timeout_s`,
+// 300 s), as rank 0 may still write the run's files; past it: one error line naming the phase
+// and the rank, and this process ends with exit 1; mpirun then ends the others).
 // Unavailable when built without MPI.
 Status MakeMpiWorld(std::unique_ptr<Communicator>* out, double timeout_s = 300);
 // For the CLI, once a failed command's error line is printed: under MPI (initialised, not yet

@@ -471,10 +471,12 @@ int LauncherSize() {
   return size != nullptr ? std::atoi(size) : 1;
 }
 
-double g_finalize_timeout_s = 300;  // MakeMpiWorld's timeout
+double g_finalize_timeout_s = 300;  // max(MakeMpiWorld's timeout, 300 s)
 
-// MPI_Finalize waits for every rank (Open MPI: a fence of the launcher): bounded by the job's
-// timeout, so a rank stopped after its last collective cannot hold the others forever.
+// MPI_Finalize waits for every rank (Open MPI: a fence of the launcher): bounded, so a rank
+// stopped after its last collective cannot hold the others forever. Not by the timeout alone:
+// the other ranks wait there while rank 0 merges the traces and writes the report, which may
+// take longer than a timeout meant for a stuck collective.
 void FinalizeAtExit() {
   int finalized = 0;
   MPI_Finalized(&finalized);
@@ -506,7 +508,7 @@ Status MakeMpiWorld(std::unique_ptr<Communicator>* out, double timeout_s) {
     SetSharedMemoryDefaults();
     const std::string rules_file = SetAllReduceRule();
     int provided = 0;
-    g_finalize_timeout_s = timeout_s;
+    g_finalize_timeout_s = std::max(timeout_s, 300.0);
     int rc = MPI_SUCCESS;
     {
       // MPI_Init waits for every rank of the job (the launcher's exchange of addresses): a rank

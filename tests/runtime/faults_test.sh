@@ -156,8 +156,9 @@ else bad "resume after SIGINT from '$ck': $(cat res.err)"; fi
 # sig_mpi SIGNAL TARGET(mpirun|rank1) WANT_RC
 sig_mpi() {
   local sig=$1 target=$2 want=$3 id=m$1$2
-  # mpirun gives signalled ranks odls_base_sigkill_timeout (1 s) before SIGKILL; 5 s here, for a loaded machine
-  timeout 60 mpirun --oversubscribe --mca odls_base_sigkill_timeout 5 -np 2 $PLANNER -q run slow --run-id $id >/dev/null 2>$id.err &
+  # mpirun gives signalled ranks odls_base_sigkill_timeout (1 s) before SIGKILL: the stop must come within it
+  # (raising it makes mpirun wait that long after the ranks have gone)
+  timeout 60 mpirun --oversubscribe -np 2 $PLANNER -q run slow --run-id $id >/dev/null 2>$id.err &
   local job=$! v
   v=$(wait_pid slow $id 1)
   sleep 3
