@@ -224,21 +224,27 @@ class Watchdog {
     if (close == std::string::npos || close + 2 >= stat.size()) return true;  // no /proc: trust kill()
     return stat[close + 2] != 'Z' && stat[close + 2] != 'X';
   }
+  // A peer seen gone is named 300 ms later: a rank that failed cleanly has printed its own line
+  // and exited, and mpirun, ending the job with its exit code, usually ends this rank first
+  // (silently: CheckDeferredSignal); a peer killed by a signal is named well within the 1 s
+  // mpirun gives the others before SIGKILL.
+  static constexpr int64_t kPeerGraceNs = 300'000'000;
   void CheckPeers() {
     // kSilent: this rank printed its own error and is leaving (or stopping with the others):
     // a peer that left meanwhile is no news.
     if (!watching_.load() || CurrentStopMode() == StopMode::kSilent) return;
     std::lock_guard<std::mutex> lk(mu_);
     for (const auto& [peer, pid] : peers_) {
-      if (!Alive(pid) && watching_.load()) {
-        SetStopMode(StopMode::kSilent);  // mpirun's SIGTERM, coming next, adds no line
-        std::fprintf(stderr, "planner: error: rank %d (pid %ld, on this node) exited while rank %d of %d was running; aborting all ranks\n", peer, pid,
-                     me_.load(), world_size_.load());
-        std::fflush(stderr);
-        RemoveOpenTemporaries();
-        MPI_Abort(MPI_COMM_WORLD, 1);
-        std::_Exit(1);
-      }
+      if (Alive(pid) || !watching_.load()) continue;
+      if (peer_gone_ns_.load() == 0) peer_gone_ns_.store(NowNs());
+      if (NowNs() - peer_gone_ns_.load() < kPeerGraceNs) return;
+      SetStopMode(StopMode::kSilent);  // mpirun's SIGTERM, coming next, adds no line
+      std::fprintf(stderr, "planner: error: rank %d (pid %ld, on this node) exited while rank %d of %d was running; aborting all ranks\n", peer, pid,
+                   me_.load(), world_size_.load());
+      std::fflush(stderr);
+      RemoveOpenTemporaries();
+      MPI_Abort(MPI_COMM_WORLD, 1);
+      std::_Exit(1);
     }
   }
   // Aborts when one in-flight call has passed its deadline. The fields are
@@ -271,10 +277,14 @@ class Watchdog {
   // SIGINT / SIGTERM outside the training loop (StopMode::kDeferred, common/progress.h): ends
   // this rank, after CheckPeers, so that a rank mpirun ends because another one failed names
   // that one (the peer watch's line) instead of the signal.
-  static void CheckDeferredSignal() {
+  void CheckDeferredSignal() {
     const int sig = InterruptSignal();
     if (sig == 0 || CurrentStopMode() != StopMode::kDeferred) return;
     SetStopMode(StopMode::kSilent);
+    if (peer_gone_ns_.load() != 0) {  // mpirun ending the job for a peer that left: that one said why
+      RemoveOpenTemporaries();
+      std::_Exit(128 + sig);
+    }
     std::fprintf(stderr, "planner: error: %s (%s) on rank %s of %s outside training; stopping at once, nothing to save\n",
                  sig == SIGTERM ? "terminated" : "interrupted", SignalName(sig), EnvOr("OMPI_COMM_WORLD_RANK", "?"), EnvOr("OMPI_COMM_WORLD_SIZE", "?"));
     std::fflush(stderr);
@@ -299,6 +309,7 @@ class Watchdog {
   std::atomic<int> me_{0}, world_size_{0};  // world rank and size while watching
   std::mutex mu_;
   std::vector<std::pair<int, long>> peers_;
+  std::atomic<int64_t> peer_gone_ns_{0};  // when CheckPeers first saw a peer gone (0: never)
 };
 
 // Arms the watchdog for the lifetime of one blocking call: its own slot, its own deadline.
