@@ -29,13 +29,47 @@ std::string DirectoryOf(const std::string& path) {
   return d.empty() ? "." : d;
 }
 
+// The open temporaries, for RemoveOpenTemporaries(): fixed slots holding a copy of the name
+// (a signal handler may read them while the owner runs on). A temporary whose name does not
+// fit, or one beyond the slots, is not registered (still removed on every return path).
+struct TempSlot {
+  std::atomic<int> state{0};  // 0 free, 1 being written, 2 holds a name
+  char name[4096];
+};
+constexpr int kTempSlots = 64;
+TempSlot g_temps[kTempSlots];
+
+int RegisterTemporary(const std::string& name) {
+  if (name.size() >= sizeof(TempSlot::name)) return -1;
+  for (int i = 0; i < kTempSlots; ++i) {
+    int expected = 0;
+    if (!g_temps[i].state.compare_exchange_strong(expected, 1)) continue;
+    std::memcpy(g_temps[i].name, name.c_str(), name.size() + 1);
+    g_temps[i].state.store(2);
+    return i;
+  }
+  return -1;
+}
+
+void UnregisterTemporary(int slot) {
+  if (slot >= 0) g_temps[slot].state.store(0);
+}
+
 }  // namespace
+
+void RemoveOpenTemporaries() {
+  for (TempSlot& t : g_temps) {
+    if (t.state.load() == 2) ::unlink(t.name);
+  }
+}
 
 AtomicFile::~AtomicFile() { Discard(); }
 
 void AtomicFile::Discard() {
   if (fd_ >= 0) ::close(fd_);
   fd_ = -1;
+  UnregisterTemporary(slot_);
+  slot_ = -1;
   if (!tmp_.empty()) ::unlink(tmp_.c_str());
   tmp_.clear();
 }
@@ -65,6 +99,7 @@ Status AtomicFile::Open(const std::string& path, unsigned mode) {
     tmp_.clear();
     return Status::Unavailable(fmt::format("{}: cannot write the file: {}", path, ErrnoText(e)));
   }
+  slot_ = RegisterTemporary(tmp_);
   // The replacement keeps the permissions of the file it replaces (plus the execute bits asked for).
   if (exists && ::fchmod(fd_, static_cast<mode_t>((st.st_mode & 07777) | (mode & 0111))) != 0) {
     const int e = errno;
@@ -116,6 +151,8 @@ Status AtomicFile::Commit() {
     Discard();
     return Status::Unavailable(fmt::format("{}: cannot replace the file: {}", path_, ErrnoText(e)));
   }
+  UnregisterTemporary(slot_);
+  slot_ = -1;
   tmp_.clear();
   const int dfd = ::open(DirectoryOf(path_).c_str(), O_RDONLY | O_DIRECTORY | O_CLOEXEC);
   if (dfd >= 0) {

@@ -47,7 +47,13 @@ class AtomicFile {
  private:
   std::string path_, tmp_;
   int fd_ = -1;
+  int slot_ = -1;  // its entry in the registry RemoveOpenTemporaries() reads
 };
+
+// Removes the temporaries of every AtomicFile open in this process now. Async-signal-safe
+// (unlink only): for a process about to end without unwinding (a second Ctrl-C, the MPI
+// watchdog, a rank leaving a failed job), so that no half-written temporary keeps a disk full.
+void RemoveOpenTemporaries();
 
 // Writes `text` to `path` through AtomicFile (`mode` as in AtomicFile::Open).
 [[nodiscard]] Status WriteFileAtomic(const std::string& path, std::string_view text, unsigned mode = 0644);

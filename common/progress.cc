@@ -1,5 +1,6 @@
 #include "common/progress.h"
 
+#include <signal.h>
 #include <unistd.h>
 
 #include <csignal>
@@ -7,18 +8,60 @@
 
 #include <fmt/format.h>
 
+#include "common/file_writer.h"
 #include "common/log.h"
+#include "common/status.h"
 #include "common/units.h"
 
 namespace planner {
 
 namespace {
-volatile std::sig_atomic_t g_interrupted = 0;
-void OnSigint(int) { g_interrupted = 1; }
+volatile std::sig_atomic_t g_interrupted = 0;  // the first signal's number
+void OnSigint(int sig) {
+  if (g_interrupted == 0) g_interrupted = sig;
+}
+
+// Async-signal-safe: write(2), unlink(2) (RemoveOpenTemporaries), _exit(2).
+volatile std::sig_atomic_t g_mode = 0;  // StopMode
+void OnStopSignal(int sig) {
+  const bool first = g_interrupted == 0;
+  if (first) g_interrupted = sig;
+  const int mode = g_mode;
+  if (first && (mode == static_cast<int>(StopMode::kSafePoints) || mode == static_cast<int>(StopMode::kDeferred))) return;
+  if (mode != static_cast<int>(StopMode::kSilent)) {
+    const char* text = sig == SIGINT ? (first ? "planner: error: interrupted (SIGINT) outside training; stopping at once, nothing to save\n"
+                                              : "planner: error: interrupted again (SIGINT); stopping at once\n")
+                                     : (first ? "planner: error: terminated (SIGTERM) outside training; stopping at once, nothing to save\n"
+                                              : "planner: error: terminated again (SIGTERM); stopping at once\n");
+    size_t n = 0;
+    while (text[n] != '\0') ++n;
+    ssize_t ignored = ::write(STDERR_FILENO, text, n);
+    (void)ignored;
+  }
+  RemoveOpenTemporaries();
+  ::_exit(128 + sig);
+}
 }  // namespace
 
 bool Interrupted() { return g_interrupted != 0; }
 void InstallInterruptHandler() { std::signal(SIGINT, OnSigint); }
+int InterruptSignal() { return g_interrupted; }
+void NoteInterrupt(int sig) {
+  if (g_interrupted == 0) g_interrupted = sig;
+}
+void SetStopMode(StopMode mode) { g_mode = static_cast<int>(mode); }
+StopMode CurrentStopMode() { return static_cast<StopMode>(static_cast<int>(g_mode)); }
+int InterruptExitCode() { return g_interrupted == SIGTERM ? kExitTerminated : kExitInterrupted; }
+const char* SignalName(int sig) { return sig == SIGINT ? "SIGINT" : sig == SIGTERM ? "SIGTERM" : "a signal"; }
+
+void InstallStopHandlers() {
+  struct sigaction sa {};
+  sa.sa_handler = OnStopSignal;
+  sigemptyset(&sa.sa_mask);
+  sa.sa_flags = SA_RESTART;  // blocking calls (MPI's polling, reads) go on; the loop polls the flag
+  sigaction(SIGINT, &sa, nullptr);
+  sigaction(SIGTERM, &sa, nullptr);
+}
 
 Progress::Progress(std::string what, int total)
     : what_(std::move(what)), total_(total), tty_(isatty(STDERR_FILENO) != 0), start_(std::chrono::steady_clock::now()) {}

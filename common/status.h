@@ -28,7 +28,8 @@ enum ExitCode : int {
   kExitFailure = 1,     // runtime failure (I/O, CUDA, NCCL, MPI)
   kExitInput = 2,       // usage or input error
   kExitInfeasible = 3,  // no feasible plan
-  kExitInterrupted = 130,
+  kExitInterrupted = 130,  // SIGINT (Ctrl-C): 128 + 2
+  kExitTerminated = 143,   // SIGTERM (kill, a batch system's time limit, mpirun forwarding Ctrl-C): 128 + 15
 };
 
 class [[nodiscard]] Status {

@@ -9,6 +9,7 @@
 #include "common/digest.h"
 #include "common/file_writer.h"
 #include "common/log.h"
+#include "common/progress.h"
 #include "common/units.h"
 #include "planner/commands.h"
 #include "runtime/agree.h"
@@ -137,9 +138,12 @@ Runner RegisterRun(CLI::App& app) {
       }
       return Status::OK();
     };
+    // Ctrl-C / SIGTERM (mpirun forwards both as SIGTERM): the ranks stop together at an iteration boundary.
+    InstallStopHandlers();
     if (LaunchedUnderMpi()) {
+      SetStopMode(StopMode::kDeferred);  // outside the training loop: the watchdog thread ends the rank (after its peer check)
       std::unique_ptr<Communicator> world;
-      PLANNER_RETURN_IF_ERROR(MakeMpiWorld(&world));
+      PLANNER_RETURN_IF_ERROR(MakeMpiWorld(&world, L.run.timeout_s));
       return body(*world);
     }
     if (n != 1) {

@@ -15,6 +15,7 @@
 #include "common/progress.h"
 #include "planner/commands.h"
 #include "planner_config.h"
+#include "runtime/comm/communicator.h"
 
 namespace planner {
 
@@ -70,9 +71,13 @@ int RunCli(int argc, char** argv) {
   for (auto& [sub, run] : runners) {
     if (sub->parsed()) {
       Status s = run();
-      if (!s.ok()) LogError(s.message());
-      if (!s.ok() && Interrupted()) return kExitInterrupted;
-      return ExitCodeFor(s);
+      if (s.ok()) return kExitOk;
+      // An empty message: another rank of the job prints the line (planner run's interruption).
+      if (!s.message().empty()) LogError(s.message());
+      SetStopMode(StopMode::kSilent);  // a signal from now on (mpirun ending the job) adds no line
+      const int code = Interrupted() ? InterruptExitCode() : ExitCodeFor(s);
+      LeaveJobAfterError(code);  // under mpirun: the other ranks end now, not at their timeout
+      return code;
     }
   }
   return kExitInput;

@@ -13,6 +13,7 @@
 
 #include "common/file_writer.h"
 #include "common/log.h"
+#include "common/progress.h"
 #include "common/timing.h"
 #include "common/units.h"
 #include "runtime/agree.h"
@@ -143,6 +144,8 @@ class RankRun {
   Status EndAsyncPass(int64_t it, const PassFigures& f);
   Status AfterFirstStep();
   Status Checkpoint(int64_t done);
+  Status Stopped(int64_t done);
+  std::string StopMessage(int64_t done) const;
   Status Summarise(RunSummary* sum, ReportInputs* report);
   Status WriteRunFiles(const ReportInputs& report);
 
@@ -159,6 +162,8 @@ class RankRun {
   const CheckpointIdentity id_;
   Device dev_ = Device::kCpu;
   int64_t iterations_ = 0, start_ = 0, checkpoint_every_ = 0;
+  int64_t last_checkpoint_ = 0;  // iterations the newest complete checkpoint holds (0: none)
+  int stop_signal_ = 0;          // SIGINT / SIGTERM some rank received, agreed at the iteration's end
   double peak_bytes_ = 0;
   RankComms comms_;
   RunRecord record_;
@@ -201,6 +206,7 @@ Status RankRun::Setup() {
 Status RankRun::Resume() {
   PLANNER_RETURN_IF_ERROR(ApplyCheckpoint(resume_->checkpoint, stage_.params(), optimizer_.get()));
   start_ = resume_->checkpoint.iteration;
+  last_checkpoint_ = start_;
   for (size_t i = 0; i < resume_->loss.size(); ++i) record_.AddIteration(resume_->loss[i], resume_->iteration_s[i], 0, 0);
   return Status::OK();
 }
@@ -234,6 +240,14 @@ Status RankRun::StartInterpreter() {
 }
 
 Status RankRun::Train() {
+  // SIGINT / SIGTERM stop the loop at an iteration boundary (below); outside it they end the process at once.
+  struct SafePoints {
+    StopMode before = CurrentStopMode();
+    SafePoints() { SetStopMode(StopMode::kSafePoints); }
+    ~SafePoints() {
+      if (CurrentStopMode() == StopMode::kSafePoints) SetStopMode(before);
+    }
+  } safe_points;
   for (int64_t it = start_; it < iterations_;) {
     ResetPeakMemory(dev_);
     const int64_t span = y_.async ? iterations_ - it : 1;
@@ -245,8 +259,43 @@ Status RankRun::Train() {
     if (it == 0 && WantGradients()) PLANNER_RETURN_IF_ERROR(AfterFirstStep());
     it += span;
     if (checkpoint_every_ > 0 && (it % checkpoint_every_ == 0 || y_.async)) PLANNER_RETURN_IF_ERROR(Checkpoint(it));
+    if (stop_signal_ != 0) return Stopped(it);
   }
   return Status::OK();
+}
+
+// Every rank stops after the same iteration (the signal travels with the iteration's
+// all-reduce), the checkpoint of that boundary, if due, complete. Rank 0 prints the one error
+// line and writes the metrics so far; every rank returns an empty message (main prints nothing).
+Status RankRun::Stopped(int64_t done) {
+  NoteInterrupt(stop_signal_);
+  if (rank_ == 0) {
+    // The line first: mpirun gives signalled ranks 1 s (odls_base_sigkill_timeout) before SIGKILL.
+    LogError(StopMessage(done));
+    const Status m = record_.WriteMetrics(opt_.run_dir);
+    if (!m.ok()) LogWarning(m.message());
+  }
+  SetStopMode(StopMode::kSilent);  // the line is out: mpirun's SIGTERM (a rank ended) adds none
+  // The other ranks wait for rank 0's line (a rank leaving first makes mpirun end rank 0), and
+  // the peer watch ends between two barriers, so that no rank names another that left.
+  PLANNER_RETURN_IF_ERROR(world_.Barrier());
+  EndPeerWatch();
+  PLANNER_RETURN_IF_ERROR(world_.Barrier());
+  return Status::Unavailable("");  // printed above; main prints nothing more
+}
+
+std::string RankRun::StopMessage(int64_t done) const {
+  const fs::path run_dir(opt_.run_dir);
+  const std::string resume = fmt::format("planner run {} --resume {}", run_dir.parent_path().parent_path().string(), run_dir.filename().string());
+  std::string ckpt;
+  if (last_checkpoint_ > 0) {
+    ckpt = fmt::format("the last complete checkpoint is iteration {} ({}/ckpt); continue with {}", last_checkpoint_, opt_.run_dir, resume);
+  } else {
+    ckpt = checkpoint_every_ > 0 ? fmt::format("no checkpoint yet (every {} iterations)", checkpoint_every_)
+                                 : "no checkpoint (checkpoint_every 0; --checkpoint-every N writes them)";
+  }
+  return fmt::format("{} ({}) after iteration {} of {}; {}; metrics so far in {}/metrics.csv", stop_signal_ == SIGTERM ? "terminated" : "interrupted",
+                     SignalName(stop_signal_), done, iterations_, ckpt, opt_.run_dir);
 }
 
 // Mean loss of the global batch (last-stage, tp-rank-0 ranks contribute their sum) and the
@@ -260,13 +309,15 @@ Status RankRun::EndIteration(int64_t it, const PassFigures& f) {
   const double mine = f.loss_sum[0] + aux * static_cast<double>(L_.microbatch_size);
   float lsum = me_.tp_rank == 0 && me_.cp_rank == 0 ? static_cast<float>(mine) : 0.0f;  // CP ranks hold the whole loss
   PLANNER_RETURN_IF_ERROR(world_.AllReduce(&lsum, 1, ReduceOp::kSum));
-  float it_time = static_cast<float>(MonotonicSeconds() - f.start_s);
-  PLANNER_RETURN_IF_ERROR(world_.AllReduce(&it_time, 1, ReduceOp::kMax));
-  record_.AddIteration(lsum / static_cast<double>(L_.global_batch), it_time, f.compute_s, f.comm_s);
+  // The slowest rank's time, and the signal (SIGINT 2, SIGTERM 15) any rank received: all stop here.
+  float it_time[2] = {static_cast<float>(MonotonicSeconds() - f.start_s), static_cast<float>(InterruptSignal())};
+  PLANNER_RETURN_IF_ERROR(world_.AllReduce(it_time, 2, ReduceOp::kMax));
+  stop_signal_ = static_cast<int>(it_time[1]);
+  record_.AddIteration(lsum / static_cast<double>(L_.global_batch), it_time[0], f.compute_s, f.comm_s);
   a2a_s_.push_back(std::accumulate(a2a_calls_s_.begin(), a2a_calls_s_.end(), 0.0));
   a2a_count_.push_back(static_cast<double>(a2a_calls_s_.size()));
   a2a_calls_s_.clear();
-  if (rank_ == 0 && !opt_.quiet) LogNote(fmt::format("iteration {}: loss {:.5f}, {}", it + 1, record_.loss().back(), FormatSeconds(it_time)));
+  if (rank_ == 0 && !opt_.quiet) LogNote(fmt::format("iteration {}: loss {:.5f}, {}", it + 1, record_.loss().back(), FormatSeconds(it_time[0])));
   return Status::OK();
 }
 
@@ -276,8 +327,10 @@ Status RankRun::EndAsyncPass(int64_t it, const PassFigures& f) {
   const int64_t span = static_cast<int64_t>(f.loss_sum.size());
   std::vector<float> lf(f.loss_sum.begin(), f.loss_sum.end()), df(f.done_s.begin(), f.done_s.end());
   if (me_.tp_rank != 0 || me_.cp_rank != 0) std::fill(lf.begin(), lf.end(), 0.0f);
+  df.push_back(static_cast<float>(InterruptSignal()));  // as in EndIteration
   PLANNER_RETURN_IF_ERROR(world_.AllReduce(lf.data(), span, ReduceOp::kSum));
-  PLANNER_RETURN_IF_ERROR(world_.AllReduce(df.data(), span, ReduceOp::kMax));
+  PLANNER_RETURN_IF_ERROR(world_.AllReduce(df.data(), span + 1, ReduceOp::kMax));
+  stop_signal_ = static_cast<int>(df.back());
   for (int64_t k = 0; k < span; ++k) {
     const size_t i = static_cast<size_t>(k);
     record_.AddIteration(lf[i] / static_cast<double>(L_.global_batch), df[i] - (k > 0 ? df[i - 1] : 0.0f), f.compute_s / static_cast<double>(span),
@@ -352,7 +405,9 @@ Status RankRun::Checkpoint(int64_t done) {
     MaybeDieBeforeManifest(done);
     if (committed.ok()) committed = CommitCheckpoint(opt_.run_dir, m);
   }
-  return AgreeOnStatus(world_, committed);
+  PLANNER_RETURN_IF_ERROR(AgreeOnStatus(world_, committed));
+  last_checkpoint_ = done;
+  return Status::OK();
 }
 
 // Medians over the iterations after warm-up; per-rank compute, communication and peak memory to

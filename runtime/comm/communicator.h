@@ -91,9 +91,19 @@ class Communicator {
 Status CheckAllToAllV(int size, const std::vector<int64_t>& send_counts, const std::vector<int64_t>& send_displs,
                       const std::vector<int64_t>& recv_counts, const std::vector<int64_t>& recv_displs);
 
-// MPI_COMM_WORLD (MPI_Init_thread on first use, MPI_Finalize at exit).
+// MPI_COMM_WORLD (MPI_Init_thread on first use, MPI_Finalize at exit), with `timeout_s`
+// as its calls' timeout. MPI_Init_thread and MPI_Finalize wait for every rank of the job; the
+// watchdog bounds them too (MPI_Init_thread by `timeout_s`, MPI_Finalize by max(`timeout_s`,
+// 300 s), as rank 0 may still write the run's files; past it: one error line naming the phase
+// and the rank, and this process ends with exit 1; mpirun then ends the others).
 // Unavailable when built without MPI.
-Status MakeMpiWorld(std::unique_ptr<Communicator>* out);
+Status MakeMpiWorld(std::unique_ptr<Communicator>* out, double timeout_s = 300);
+// For the CLI, once a failed command's error line is printed: under MPI (initialised, not yet
+// finalised) this process ends at once with `exit_code` (stdio flushed, open AtomicFile
+// temporaries removed, no MPI_Finalize, which would wait for the other ranks, themselves waiting
+// for this one in a collective until the timeout). mpirun then ends the other ranks within about
+// a second and exits with this code. Returns when MPI is not in use.
+void LeaveJobAfterError(int exit_code);
 bool MpiBuilt();
 // The shared-memory eager limit (bytes) MakeMpiWorld set before MPI_Init, or 0
 // where it left the library's own: the user exported one, /dev/shm lacked

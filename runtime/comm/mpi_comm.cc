@@ -28,6 +28,8 @@
 
 #include <fmt/format.h>
 
+#include "common/file_writer.h"
+#include "common/progress.h"
 #include "runtime/comm/communicator.h"
 
 namespace planner {
@@ -164,6 +166,7 @@ class Watchdog {
     std::atomic<const char*> what{""};
     std::atomic<int> rank{0}, size{0};
     std::atomic<double> timeout_s{0};
+    std::atomic<bool> mpi_usable{true};  // false in MPI_Init_thread / MPI_Finalize: MPI_Abort undefined there
   };
   static Watchdog& Get() {
     static Watchdog* w = new Watchdog();  // never destroyed: the thread outlives static destruction
@@ -171,7 +174,7 @@ class Watchdog {
   }
   // The slot now watching this call, or nullptr when all kSlots are in use
   // (the call then runs unwatched; said once on stderr).
-  Slot* Arm(const char* what, int rank, int size, double seconds) {
+  Slot* Arm(const char* what, int rank, int size, double seconds, bool mpi_usable = true) {
     for (Slot& s : slots_) {
       bool expected = false;
       if (s.busy.load(std::memory_order_relaxed) || !s.busy.compare_exchange_strong(expected, true, std::memory_order_acquire)) continue;
@@ -179,6 +182,7 @@ class Watchdog {
       s.rank.store(rank, std::memory_order_release);
       s.size.store(size, std::memory_order_release);
       s.timeout_s.store(seconds, std::memory_order_release);
+      s.mpi_usable.store(mpi_usable, std::memory_order_release);
       s.deadline_ns.store(NowNs() + static_cast<int64_t>(seconds * 1e9), std::memory_order_release);
       return &s;
     }
@@ -220,17 +224,27 @@ class Watchdog {
     if (close == std::string::npos || close + 2 >= stat.size()) return true;  // no /proc: trust kill()
     return stat[close + 2] != 'Z' && stat[close + 2] != 'X';
   }
+  // A peer seen gone is named 300 ms later: a rank that failed cleanly has printed its own line
+  // and exited, and mpirun, ending the job with its exit code, usually ends this rank first
+  // (silently: CheckDeferredSignal); a peer killed by a signal is named well within the 1 s
+  // mpirun gives the others before SIGKILL.
+  static constexpr int64_t kPeerGraceNs = 300'000'000;
   void CheckPeers() {
-    if (!watching_.load()) return;
+    // kSilent: this rank printed its own error and is leaving (or stopping with the others):
+    // a peer that left meanwhile is no news.
+    if (!watching_.load() || CurrentStopMode() == StopMode::kSilent) return;
     std::lock_guard<std::mutex> lk(mu_);
     for (const auto& [peer, pid] : peers_) {
-      if (!Alive(pid) && watching_.load()) {
-        std::fprintf(stderr, "planner: error: rank %d (pid %ld, on this node) exited while rank %d of %d was running; aborting all ranks\n", peer, pid,
-                     me_.load(), world_size_.load());
-        std::fflush(stderr);
-        MPI_Abort(MPI_COMM_WORLD, 1);
-        std::_Exit(1);
-      }
+      if (Alive(pid) || !watching_.load()) continue;
+      if (peer_gone_ns_.load() == 0) peer_gone_ns_.store(NowNs());
+      if (NowNs() - peer_gone_ns_.load() < kPeerGraceNs) return;
+      SetStopMode(StopMode::kSilent);  // mpirun's SIGTERM, coming next, adds no line
+      std::fprintf(stderr, "planner: error: rank %d (pid %ld, on this node) exited while rank %d of %d was running; aborting all ranks\n", peer, pid,
+                   me_.load(), world_size_.load());
+      std::fflush(stderr);
+      RemoveOpenTemporaries();
+      MPI_Abort(MPI_COMM_WORLD, 1);
+      std::_Exit(1);
     }
   }
   // Aborts when one in-flight call has passed its deadline. The fields are
@@ -246,20 +260,47 @@ class Watchdog {
       const int rank = s.rank.load(std::memory_order_relaxed);
       const int size = s.size.load(std::memory_order_relaxed);
       const double timeout = s.timeout_s.load(std::memory_order_relaxed);
+      const bool mpi_usable = s.mpi_usable.load(std::memory_order_relaxed);
       std::atomic_thread_fence(std::memory_order_acquire);
       if (s.deadline_ns.load(std::memory_order_relaxed) != d) continue;
-      std::fprintf(stderr, "planner: error: MPI %s on rank %d of %d timed out after %.0f s: a peer rank died or is stuck; aborting all ranks\n", what, rank,
-                   size, timeout);
+      SetStopMode(StopMode::kSilent);
+      std::fprintf(stderr, "planner: error: MPI %s on rank %d of %d timed out after %.0f s: a peer rank died or is stuck; %s\n", what, rank, size,
+                   timeout, mpi_usable ? "aborting all ranks" : "ending this rank (mpirun ends the others)");
       std::fflush(stderr);
-      MPI_Abort(MPI_COMM_WORLD, 1);
+      RemoveOpenTemporaries();
+      // Outside MPI_Init .. MPI_Finalize MPI_Abort is undefined: this process exits, and mpirun,
+      // seeing a rank end without MPI_Finalize, ends the job's other processes.
+      if (mpi_usable) MPI_Abort(MPI_COMM_WORLD, 1);
       std::_Exit(1);
     }
+  }
+  // SIGINT / SIGTERM outside the training loop (StopMode::kDeferred, common/progress.h): ends
+  // this rank, after CheckPeers, so that a rank mpirun ends because another one failed names
+  // that one (the peer watch's line) instead of the signal.
+  void CheckDeferredSignal() {
+    const int sig = InterruptSignal();
+    if (sig == 0 || CurrentStopMode() != StopMode::kDeferred) return;
+    SetStopMode(StopMode::kSilent);
+    if (peer_gone_ns_.load() != 0) {  // mpirun ending the job for a peer that left: that one said why
+      RemoveOpenTemporaries();
+      std::_Exit(128 + sig);
+    }
+    std::fprintf(stderr, "planner: error: %s (%s) on rank %s of %s outside training; stopping at once, nothing to save\n",
+                 sig == SIGTERM ? "terminated" : "interrupted", SignalName(sig), EnvOr("OMPI_COMM_WORLD_RANK", "?"), EnvOr("OMPI_COMM_WORLD_SIZE", "?"));
+    std::fflush(stderr);
+    RemoveOpenTemporaries();
+    std::_Exit(128 + sig);
+  }
+  static const char* EnvOr(const char* name, const char* fallback) {
+    const char* v = std::getenv(name);
+    return v != nullptr ? v : fallback;
   }
   void Loop() {
     while (true) {
       std::this_thread::sleep_for(std::chrono::milliseconds(20));
       CheckPeers();
       CheckDeadlines();
+      CheckDeferredSignal();
     }
   }
   Slot slots_[kSlots];
@@ -268,12 +309,14 @@ class Watchdog {
   std::atomic<int> me_{0}, world_size_{0};  // world rank and size while watching
   std::mutex mu_;
   std::vector<std::pair<int, long>> peers_;
+  std::atomic<int64_t> peer_gone_ns_{0};  // when CheckPeers first saw a peer gone (0: never)
 };
 
 // Arms the watchdog for the lifetime of one blocking call: its own slot, its own deadline.
 class Guard {
  public:
-  Guard(const char* what, int rank, int size, double timeout) : slot_(Watchdog::Get().Arm(what, rank, size, timeout)) {}
+  Guard(const char* what, int rank, int size, double timeout, bool mpi_usable = true)
+      : slot_(Watchdog::Get().Arm(what, rank, size, timeout, mpi_usable)) {}
   ~Guard() { Watchdog::Disarm(slot_); }
   Guard(const Guard&) = delete;
   Guard& operator=(const Guard&) = delete;
@@ -391,13 +434,17 @@ class MpiComm final : public Communicator {
   }
   Status Split(int color, int key, std::unique_ptr<Communicator>* out) override {
     MPI_Comm c;
-    if (MPI_Comm_split(comm_, color, key, &c) != MPI_SUCCESS) return Status::CommError("MPI_Comm_split failed");
+    {
+      Guard g("communicator split", rank_, size_, timeout_s_);
+      if (MPI_Comm_split(comm_, color, key, &c) != MPI_SUCCESS) return Status::CommError("MPI_Comm_split failed");
+    }
     auto m = std::make_unique<MpiComm>(c, true);
     m->set_timeout_seconds(timeout_s_);
     *out = std::move(m);
     return Status::OK();
   }
   MPI_Comm raw() const { return comm_; }
+  double timeout() const { return timeout_s_; }
 
  private:
   // Tags 0-99 stay free for the collectives' own traffic; pipeline tags wrap
@@ -424,10 +471,32 @@ class MpiComm final : public Communicator {
   int rank_ = 0, size_ = 1;
 };
 
+// This process's rank in the job before MPI_Init (mpirun's environment), for the watchdog's message.
+int LauncherRank() {
+  const char* rank = std::getenv("OMPI_COMM_WORLD_RANK");
+  if (rank == nullptr) rank = std::getenv("PMIX_RANK");
+  return rank != nullptr ? std::atoi(rank) : 0;
+}
+int LauncherSize() {
+  const char* size = std::getenv("OMPI_COMM_WORLD_SIZE");
+  return size != nullptr ? std::atoi(size) : 1;
+}
+
+double g_finalize_timeout_s = 300;  // max(MakeMpiWorld's timeout, 300 s)
+
+// MPI_Finalize waits for every rank (Open MPI: a fence of the launcher): bounded, so a rank
+// stopped after its last collective cannot hold the others forever. Not by the timeout alone:
+// the other ranks wait there while rank 0 merges the traces and writes the report, which may
+// take longer than a timeout meant for a stuck collective.
 void FinalizeAtExit() {
   int finalized = 0;
   MPI_Finalized(&finalized);
-  if (!finalized) MPI_Finalize();
+  if (finalized) return;
+  int rank = 0, size = 1;
+  MPI_Comm_rank(MPI_COMM_WORLD, &rank);
+  MPI_Comm_size(MPI_COMM_WORLD, &size);
+  Guard g("finalisation", rank, size, g_finalize_timeout_s, false);
+  MPI_Finalize();
 }
 
 }  // namespace
@@ -443,15 +512,24 @@ bool LaunchedUnderMpi() {
   return false;
 }
 
-Status MakeMpiWorld(std::unique_ptr<Communicator>* out) {
+Status MakeMpiWorld(std::unique_ptr<Communicator>* out, double timeout_s) {
   int inited = 0;
   MPI_Initialized(&inited);
   if (!inited) {
     SetSharedMemoryDefaults();
     const std::string rules_file = SetAllReduceRule();
     int provided = 0;
-    // MULTIPLE: the runtime all-reduces gradients on a second thread while backward runs.
-    if (MPI_Init_thread(nullptr, nullptr, MPI_THREAD_MULTIPLE, &provided) != MPI_SUCCESS) {
+    g_finalize_timeout_s = std::max(timeout_s, 300.0);
+    int rc = MPI_SUCCESS;
+    {
+      // MPI_Init waits for every rank of the job (the launcher's exchange of addresses): a rank
+      // stopped or lost meanwhile would hold the others there forever. The watchdog thread runs
+      // before MPI does; past the deadline it ends this process (MPI_Abort is not yet usable).
+      Guard g("initialisation", LauncherRank(), LauncherSize(), timeout_s, false);
+      // MULTIPLE: the runtime all-reduces gradients on a second thread while backward runs.
+      rc = MPI_Init_thread(nullptr, nullptr, MPI_THREAD_MULTIPLE, &provided);
+    }
+    if (rc != MPI_SUCCESS) {
       if (!rules_file.empty()) unlink(rules_file.c_str());
       return Status::CommError("MPI_Init_thread failed");
     }
@@ -461,11 +539,25 @@ Status MakeMpiWorld(std::unique_ptr<Communicator>* out) {
     std::atexit(FinalizeAtExit);
   }
   *out = std::make_unique<MpiComm>(MPI_COMM_WORLD, false);
+  (*out)->set_timeout_seconds(timeout_s);
   return Status::OK();
+}
+
+void LeaveJobAfterError(int exit_code) {
+  int inited = 0, finalized = 0;
+  MPI_Initialized(&inited);
+  MPI_Finalized(&finalized);
+  if (!inited || finalized) return;
+  std::fflush(nullptr);
+  RemoveOpenTemporaries();
+  // No MPI_Finalize: it would wait for the other ranks, which wait for this one in a collective.
+  // mpirun sees a rank end with a non-zero status, ends the others and exits with this code.
+  std::_Exit(exit_code);
 }
 
 // The ranks of `m` on this node (shared memory), ordered by rank; the caller frees it.
 Status NodeComm(const MpiComm& m, MPI_Comm* local) {
+  Guard g("communicator split (node)", m.rank(), m.size(), m.timeout());
   if (MPI_Comm_split_type(m.raw(), MPI_COMM_TYPE_SHARED, m.rank(), MPI_INFO_NULL, local) != MPI_SUCCESS) {
     return Status::CommError("MPI_Comm_split_type failed");
   }
@@ -481,7 +573,11 @@ Status StartPeerWatch(Communicator& world) {
   MPI_Comm_size(local, &local_size);
   long mine[2] = {world.rank(), static_cast<long>(getpid())};
   std::vector<long> all(static_cast<size_t>(2 * local_size));
-  const int rc = MPI_Allgather(mine, 2, MPI_LONG, all.data(), 2, MPI_LONG, local);
+  int rc = MPI_SUCCESS;
+  {
+    Guard g("all-gather of the node's pids", m->rank(), m->size(), m->timeout());
+    rc = MPI_Allgather(mine, 2, MPI_LONG, all.data(), 2, MPI_LONG, local);
+  }
   MPI_Comm_free(&local);
   PLANNER_RETURN_IF_ERROR(Check(rc, "all-gather of the node's pids"));
   std::vector<std::pair<int, long>> peers;
