@@ -5,8 +5,14 @@
 #include <fmt/format.h>
 
 #include "dp_solver/evaluate.h"
+#include "dp_solver/search.h"
 
 namespace planner {
+
+int64_t CostSourceLayers(const CostSource& src) {
+  if (src.model != nullptr) return static_cast<int64_t>(src.model->layers.size());
+  return src.profile != nullptr ? static_cast<int64_t>(src.profile->layers.size()) : 0;
+}
 
 namespace {
 
@@ -102,7 +108,7 @@ SearchSpace MakeSearchSpace(const CostSource& src, const SearchOptions& o, int64
     // --mode pipedream). Other models keep it: PipeDream's setting (docs/cost_model.md section 8).
     const bool llm = src.model != nullptr && src.model->is_gpt;
     sp.schedules = {Schedule::kGpipe, Schedule::k1F1B, Schedule::kInterleaved, Schedule::kZbH1, Schedule::kDualPipeV};
-    if (!llm) sp.schedules.insert(sp.schedules.begin() + 4, Schedule::kPipeDream);
+    if (!llm && CostSourceLayers(src) <= kMaxReplicatedLayers) sp.schedules.insert(sp.schedules.begin() + 4, Schedule::kPipeDream);
   }
   sp.replicated = !o.replication.empty() ||
                   std::find(sp.schedules.begin(), sp.schedules.end(), Schedule::kPipeDream) != sp.schedules.end();

@@ -165,6 +165,9 @@ bool Backtrack(const Table& a, int64_t start, int64_t end, int64_t num_machines,
   return true;
 }
 
+constexpr size_t kMaxPipeDreamLayers = 11585;  // (S + 1) x S within kMaxPipeDreamEntries at one machine
+constexpr double kMaxPipeDreamEntries = double(int64_t{1} << 27), kMaxPipeDreamWork = double(int64_t{1} << 30);
+
 Status ValidateOptions(const PipeDreamOptions& o) {
   if (o.machines.empty() || o.machines.size() != o.bandwidths.size()) {
     return Status::InvalidArgument("pipedream mode needs one machine count and one bandwidth per level");
@@ -355,12 +358,26 @@ void AssignLayers(const Profile& profile, const LayerDag& g, const AntichainStat
 
 Status SolvePipeDream(const Profile& profile, const PipeDreamOptions& o, PipeDreamResult* out) {
   PLANNER_RETURN_IF_ERROR(ValidateOptions(o));
+  // Every layer is at least one antichain state; past this many the tables below would be refused anyway.
+  if (profile.layers.size() > kMaxPipeDreamLayers) {
+    return Status::InvalidArgument(fmt::format("pipedream mode: {} layers is more than the {} PipeDream's optimizer is run for; use --mode auto "
+                                               "or merge layers", profile.layers.size(), kMaxPipeDreamLayers));
+  }
   LayerDag g;
   PLANNER_RETURN_IF_ERROR(BuildLayerDag(profile, &g));
   AntichainStates st;
   PLANNER_RETURN_IF_ERROR(BuildAntichainStates(g.inputs, g.alive, g.start, /*max_states=*/20000, &st));
   const Segments seg = BuildSegments(profile, st);
   const int64_t S = seg.s;
+  // The DP's tables hold (S + 1) x S entries per machine count, and each entry tries every split
+  // of its machines: both bounded before anything is allocated.
+  const double max_m = static_cast<double>(*std::max_element(o.machines.begin(), o.machines.end()));
+  const double entries = static_cast<double>(S + 1) * static_cast<double>(S) * max_m;
+  if (entries > kMaxPipeDreamEntries || entries * max_m > kMaxPipeDreamWork) {
+    return Status::InvalidArgument(fmt::format("pipedream mode: {} antichain states x {} machines needs {:.3g} table entries, more than the {:.3g} "
+                                               "this planner allocates (or as many split trials); use fewer machines per level (--pd-machines) or --mode auto",
+                                               S, *std::max_element(o.machines.begin(), o.machines.end()), entries, kMaxPipeDreamEntries));
+  }
   const std::vector<Table> tables = SolveLevels(seg, st, o);
   const Entry& top = tables.back().at(0, S - 1, o.machines.back() - 1);
   if (IsNone(top.value)) {

@@ -181,6 +181,12 @@ Status CheckRequest(const CostSource& src, const SearchOptions& o, int64_t* batc
       if (v < 1) return Status::InvalidArgument(fmt::format("{} {}: every value must be at least 1", flag, v));
     }
   }
+  const bool pipedream_named = std::find(o.schedules.begin(), o.schedules.end(), Schedule::kPipeDream) != o.schedules.end();
+  if ((pipedream_named || !o.replication.empty()) && CostSourceLayers(src) > kMaxReplicatedLayers) {
+    return Status::InvalidArgument(fmt::format("{}: per-stage replication (PipeDream's schedule) is searched for models of at most {} layers, "
+                                               "this one has {}; drop it or merge layers", pipedream_named ? "--schedule pipedream" : "--replication",
+                                               kMaxReplicatedLayers, CostSourceLayers(src)));
+  }
   *batch = o.global_batch > 0 ? o.global_batch : (src.model ? src.model->global_batch : 0);
   if (*batch < 1) return Status::InvalidArgument("the global batch is unknown; pass --global-batch");
   PLANNER_RETURN_IF_ERROR(CheckExpertFlags(src, o));
@@ -416,6 +422,10 @@ Status SearchReplicated(const CostSource& src, const SearchSpace& sp, SearchOpti
     if (std::find(sp.ranked.begin(), sp.ranked.end(), Recompute::kNone) == sp.ranked.end()) continue;  // built for block recompute only
     const int64_t t = table.tp, b = table.microbatch, workers = sp.gpus / t;
     if (sp.global_batch % b != 0 || workers < 2) continue;
+    // The DP is quadratic in layers x workers: a deep model on many workers is left out unless asked for.
+    const int64_t layers = static_cast<int64_t>(table.rows.size());
+    const bool asked = !o.replication.empty() || !o.schedules.empty();
+    if (!asked && layers > 256 && layers * workers > kMaxReplicatedLayerWorkers) continue;
     // PipeDream's hier all-reduce, or each architecture --dp-comm names (one per plan).
     for (DpComm d : o.dp_comms.empty() ? std::vector<DpComm>{DpComm::kHierAllReduce} : o.dp_comms) {
       ReplicatedOptions ro = ev.ReplicatedOptionsFor(table);

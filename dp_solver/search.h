@@ -22,6 +22,15 @@
 
 namespace planner {
 
+// The per-stage replication family (PipeDream's schedule, --replication) runs a DP quadratic in the
+// layers: searched by default for models of at most this many layers, refused when asked beyond it
+// (docs/formats.md, "Limits"). Transformer (gpt:) models do not search it by default anyway.
+constexpr int64_t kMaxReplicatedLayers = 2048;
+// And, by default, for layers x workers at most this (models of more than 256 layers).
+constexpr int64_t kMaxReplicatedLayerWorkers = 32768;
+// Layers of the cost source (the model's, else the profile's).
+int64_t CostSourceLayers(const CostSource& src);
+
 struct SearchOptions {
   int64_t gpus = 0;
   int64_t global_batch = 0;             // 0: the model's

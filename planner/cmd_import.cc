@@ -16,14 +16,17 @@ namespace {
 struct ImportArgs {
   std::string format, input, output, name;
   int64_t minibatch = 0, seq = 0, global_batch = 0;
-  bool seq_given = false, global_batch_given = false;
+  bool seq_given = false, global_batch_given = false, minibatch_given = false;
 };
 
 Status ImportHf(const ImportArgs& a) {
   if (a.minibatch != 0) return Status::InvalidArgument("--minibatch: applies to 'import pipedream' only; remove it");
-  if (a.seq_given && a.seq < 1) return Status::InvalidArgument(fmt::format("--seq {}: must be at least 1", a.seq));
-  if (a.global_batch_given && a.global_batch < 1) {
-    return Status::InvalidArgument(fmt::format("--global-batch {}: must be at least 1", a.global_batch));
+  if (a.minibatch_given) return Status::InvalidArgument("--minibatch: applies to 'import pipedream' only; remove it");
+  if (a.seq_given && (a.seq < 1 || a.seq > (int64_t{1} << 24))) {
+    return Status::InvalidArgument(fmt::format("--seq {}: must be between 1 and {}", a.seq, int64_t{1} << 24));
+  }
+  if (a.global_batch_given && (a.global_batch < 1 || a.global_batch > (int64_t{1} << 40))) {
+    return Status::InvalidArgument(fmt::format("--global-batch {}: must be between 1 and 2^40", a.global_batch));
   }
   HfImportOptions o;
   o.seq = a.seq;
@@ -41,6 +44,9 @@ Status ImportHf(const ImportArgs& a) {
 Status ImportPipeDream(const ImportArgs& a) {
   if (a.seq_given || a.global_batch_given || !a.name.empty()) {
     return Status::InvalidArgument("--seq, --global-batch and --name: apply to 'import hf' only; remove them");
+  }
+  if (a.minibatch_given && (a.minibatch < 1 || a.minibatch > (int64_t{1} << 24))) {
+    return Status::InvalidArgument(fmt::format("--minibatch {}: must be between 1 and {} (or leave it out: the Input node's size)", a.minibatch, int64_t{1} << 24));
   }
   Profile p;
   PLANNER_RETURN_IF_ERROR(ImportPipeDreamFile(a.input, a.minibatch, &p));
@@ -60,12 +66,13 @@ Runner RegisterImport(CLI::App& app) {
   cmd->add_option("format", args->format, "source format: pipedream (a profile) | hf (a model)")->required();
   cmd->add_option("input", args->input, "the file to import (PipeDream: graph.txt; hf: config.json)")->required();
   cmd->add_option("-o,--output", args->output, "file to write (pipedream: profile YAML; hf: model YAML)")->required();
-  cmd->add_option("--minibatch", args->minibatch, "pipedream: batch size the graph was profiled at (default: from the Input node)");
+  auto* mb = cmd->add_option("--minibatch", args->minibatch, "pipedream: batch size the graph was profiled at (default: from the Input node)");
   auto* seq = cmd->add_option("--seq", args->seq, "hf: training sequence length (default: min(max_position_embeddings, 4096))");
   auto* gb = cmd->add_option("--global-batch", args->global_batch, "hf: sequences per iteration (default: 2^22 tokens / seq)");
   cmd->add_option("--name", args->name, "hf: model name (default: the output file's name without .yaml)");
-  return [args, seq, gb]() -> Status {
+  return [args, seq, gb, mb]() -> Status {
     args->seq_given = seq->count() > 0;
+    args->minibatch_given = mb->count() > 0;
     args->global_batch_given = gb->count() > 0;
     if (args->format == "hf") return ImportHf(*args);
     if (args->format == "pipedream") return ImportPipeDream(*args);

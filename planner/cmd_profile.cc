@@ -52,6 +52,12 @@ Status RunComm(const ProfileArgs& a, const std::string& cmdline) {
   for (int g : a.gaps_ms) {
     if (g > 0 && !any_cold) return Status::InvalidArgument("--gap-ms applies to cold-cache timing only; add --cache cold");
   }
+  // The sizes are checked before MPI starts: a bad flag is a usage error on any launch.
+  auto lo = ParseByteSize(a.min_bytes), hi = ParseByteSize(a.max_bytes);
+  if (!lo || !hi) return Status::InvalidArgument("--min-bytes / --max-bytes: sizes like 8, 64K, 16M (binary suffixes, as nccl-tests -b / -e)");
+  if (*lo < 1 || *hi > (uint64_t{1} << 34) || *lo > *hi) {
+    return Status::InvalidArgument(fmt::format("--min-bytes {} / --max-bytes {}: need 1 B <= min <= max <= 16G", a.min_bytes, a.max_bytes));
+  }
   if (!LaunchedUnderMpi()) {
     return Status::InvalidArgument(MpiBuilt() ? "--comm needs two or more ranks: mpirun -np 2 build/planner/planner profile --comm"
                                               : "--comm needs MPI, and this build has none; install libopenmpi-dev and rebuild");
@@ -60,8 +66,6 @@ Status RunComm(const ProfileArgs& a, const std::string& cmdline) {
   PLANNER_RETURN_IF_ERROR(MakeMpiWorld(&world));
   world->set_timeout_seconds(a.timeout_s);
   CommProfileOptions o;
-  auto lo = ParseByteSize(a.min_bytes), hi = ParseByteSize(a.max_bytes);
-  if (!lo || !hi) return Status::InvalidArgument("--min-bytes / --max-bytes: sizes like 8, 64K, 16M (binary suffixes, as nccl-tests -b / -e)");
   o.min_bytes = static_cast<int64_t>(*lo);
   o.max_bytes = static_cast<int64_t>(*hi);
   o.iterations = a.iterations;
@@ -173,9 +177,11 @@ Runner RegisterProfile(CLI::App& app, int argc, char** argv) {
     o.threads = a->threads;
     o.microbatches = a->microbatches.empty() ? std::vector<int64_t>{1} : a->microbatches;
     o.tps = a->tps.empty() ? std::vector<int64_t>{1} : a->tps;
-    for (int64_t b : o.microbatches) if (b < 1) return Status::InvalidArgument("--microbatch-sizes: sizes must be at least 1");
+    for (int64_t b : o.microbatches) {
+      if (b < 1 || b > 65536) return Status::InvalidArgument(fmt::format("--microbatch-sizes {}: sizes must be between 1 and 65536", b));
+    }
     for (int64_t t : o.tps) {
-      if (t < 1) return Status::InvalidArgument("--tp: degrees must be at least 1");
+      if (t < 1 || t > 1024) return Status::InvalidArgument(fmt::format("--tp {}: degrees must be between 1 and 1024", t));
       if (!TpDegreeValid(model, t)) {
         return Status::InvalidArgument(fmt::format("--tp {}: it does not divide the heads / ffn / vocabulary of {}; choose a divisor", t, a->model));
       }

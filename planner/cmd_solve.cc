@@ -124,7 +124,7 @@ Status SolvePipeDreamMode(const SolveArgs& a, const Profile& profile, const Clus
   o.straight_pipeline = a.straight;
   o.use_fewer_machines = a.fewer;
   o.use_memory_constraint = a.memory_constraint;
-  o.memory_bytes = a.memory_bytes > 0 ? a.memory_bytes : 16e9;
+  o.memory_bytes = a.memory_bytes > 0 ? a.memory_bytes : 16e9;  // 0: not given (a given value is checked above 0)
   o.activation_compression_ratio = a.acr;
   PipeDreamResult r;
   PLANNER_RETURN_IF_ERROR(SolvePipeDream(profile, o, &r));
@@ -182,6 +182,58 @@ Status SolvePipeDreamMode(const SolveArgs& a, const Profile& profile, const Clus
   std::string levels;
   for (size_t i = 0; i < o.machines.size(); ++i) levels += fmt::format("{}{} x {:.4g} B/s", i ? ", " : "", o.machines[i], o.bandwidths[i]);
   plan->notes.push_back("levels (innermost first): " + levels);
+  return Status::OK();
+}
+
+std::string JoinInts(const std::vector<int64_t>& v);
+
+// Flags are checked where they are read: a degree, a microbatch, a machine count at least 1 and
+// bounded (the products the search forms stay far inside an int64), reals finite and in range.
+constexpr int64_t kMaxDegree = int64_t{1} << 20, kMaxMicrobatch = int64_t{1} << 24;
+
+Status CheckIntFlag(const char* flag, const std::vector<int64_t>& values, int64_t max_value) {
+  for (int64_t v : values) {
+    if (v < 1) return Status::InvalidArgument(fmt::format("{} {}: every value must be at least 1", flag, v));
+    if (v > max_value) return Status::InvalidArgument(fmt::format("{} {}: every value must be at most {}", flag, v, max_value));
+  }
+  return Status::OK();
+}
+
+Status CheckRealFlag(const char* flag, double v, double min_value, bool min_exclusive, const char* fix) {
+  if (std::isfinite(v) && (min_exclusive ? v > min_value : v >= min_value)) return Status::OK();
+  return Status::InvalidArgument(fmt::format("{} {}: must be a finite number {} {}; {}", flag, v, min_exclusive ? "above" : "at least", min_value, fix));
+}
+
+// The numeric flags' ranges (before any file is read).
+Status CheckNumericFlags(const SolveArgs& a, bool memory_given) {
+  const std::pair<const char*, const std::vector<int64_t>*> degrees[] = {{"--tp", &a.tp}, {"--pp", &a.pp}, {"--cp", &a.cp}, {"--ep", &a.ep},
+                                                                        {"--etp", &a.etp}, {"--pd-machines", &a.pd_machines}};
+  for (const auto& [flag, values] : degrees) PLANNER_RETURN_IF_ERROR(CheckIntFlag(flag, *values, kMaxDegree));
+  PLANNER_RETURN_IF_ERROR(CheckIntFlag("--microbatch", a.microbatch, kMaxMicrobatch));
+  PLANNER_RETURN_IF_ERROR(CheckIntFlag("--interleave", a.interleave, kMaxDegree));
+  PLANNER_RETURN_IF_ERROR(CheckIntFlag("--vp", a.vp, kMaxDegree));
+  if (a.global_batch > (int64_t{1} << 40)) return Status::InvalidArgument(fmt::format("--global-batch {}: must be at most 2^40 samples", a.global_batch));
+  if (a.seq > (int64_t{1} << 24)) return Status::InvalidArgument(fmt::format("--seq {}: must be at most {} tokens", a.seq, int64_t{1} << 24));
+  if (memory_given) PLANNER_RETURN_IF_ERROR(CheckRealFlag("--memory-bytes", a.memory_bytes, 0, true, "give the bytes of memory per machine, e.g. 16e9"));
+  PLANNER_RETURN_IF_ERROR(CheckRealFlag("--bytes-per-param", a.bytes_per_param, 0, false, "give bytes of model state per parameter, e.g. 18 (0: the default)"));
+  PLANNER_RETURN_IF_ERROR(CheckRealFlag("--activation-compression-ratio", a.acr, 0, false, "give 1 (no compression), a ratio above 1, or 0 (ignore activations)"));
+  for (double b : a.pd_bandwidths) PLANNER_RETURN_IF_ERROR(CheckRealFlag("--pd-bandwidths", b, 0, true, "give bytes/s per level, e.g. 1.25e10"));
+  if (!a.pd_machines.empty()) {
+    if (a.mode != "pipedream") return Status::InvalidArgument("--pd-machines: applies to --mode pipedream only; drop it or add --mode pipedream");
+    if (a.pd_bandwidths.size() != a.pd_machines.size()) {
+      return Status::InvalidArgument(fmt::format("--pd-bandwidths: {} value(s) for {} --pd-machines level(s); give one bytes/s value per level", a.pd_bandwidths.size(), a.pd_machines.size()));
+    }
+    int64_t product = 1;
+    for (int64_t m : a.pd_machines) product = product > (int64_t{1} << 24) ? product : product * m;  // stops past 2^24: no overflow
+    for (int64_t n : a.gpu_list) {
+      if (product != n) {
+        return Status::InvalidArgument(fmt::format("--pd-machines {}: the levels multiply to {} machines but --gpus is {}; give --gpus {} or levels multiplying to {}",
+                                                   JoinInts(a.pd_machines), product, n, product, n));
+      }
+    }
+  } else if (!a.pd_bandwidths.empty()) {
+    return Status::InvalidArgument("--pd-bandwidths: needs --pd-machines (one bytes/s value per level)");
+  }
   return Status::OK();
 }
 
@@ -487,6 +539,11 @@ Status SolveSize(const SolveArgs& a, const SolveInputs& in, Plan* plan) {
     PLANNER_RETURN_IF_ERROR(BuildSearchOptions(a, in, &o));
     PLANNER_RETURN_IF_ERROR(SolveAuto(src, o, plan));
     plan->notes.push_back(fmt::format("searched {} candidates, simulated {}", o.considered, o.simulated));
+    const bool gpt = src.model != nullptr && src.model->is_gpt;
+    if (!gpt && a.schedules.empty() && CostSourceLayers(src) > kMaxReplicatedLayers) {
+      plan->notes.push_back(fmt::format("PipeDream's per-stage replication was not searched: {} layers is more than the {} its DP is run for (docs/formats.md, \"Limits\")",
+                                        CostSourceLayers(src), kMaxReplicatedLayers));
+    }
     NoteUnappliedFlags(a, plan);
   }
   if (a.vertical_sync) {
@@ -517,6 +574,25 @@ Status SolveSize(const SolveArgs& a, const SolveInputs& in, Plan* plan) {
   return Status::OK();
 }
 
+std::string PrecisionWithPeak(const ClusterSpec& c) {
+  for (const char* d : {"bf16", "fp16", "fp32", "fp8"}) {
+    if (c.peak_tflops.count(d) > 0) return d;
+  }
+  return "<one of the cluster's precisions>";
+}
+
+// A model in a precision the cluster has no peak for would cost nothing per FLOP or be refused by
+// every candidate ("no configuration divides the problem"): said here, naming what the file has.
+Status CheckClusterPeak(const SolveArgs& a, const SolveInputs& in) {
+  if (a.model.empty() || in.cluster.PeakFlops(in.model.dtype) > 0) return Status::OK();
+  std::string have;
+  for (const auto& [k, v] : in.cluster.peak_tflops) have += (have.empty() ? "" : ", ") + k;
+  const char* dtype = DTypeName(in.model.dtype);
+  return Status::InvalidArgument(fmt::format("{}: cluster '{}' ({}) has no {} peak (gpu.peak_tflops gives {}) for model {} in {}; add gpu.peak_tflops.{} "
+                                             "to the cluster or pass --precision {}", in.cluster_path, in.cluster.name, in.cluster.gpu_name, dtype,
+                                             have.empty() ? "none" : have, in.model.name, dtype, dtype, PrecisionWithPeak(in.cluster)));
+}
+
 // Reads the cluster, model and profile files and checks them against each other and the flags.
 Status LoadSolveInputs(const SolveArgs& a, SolveInputs* in) {
   in->profile_path = a.profile;
@@ -544,6 +620,7 @@ Status LoadSolveInputs(const SolveArgs& a, SolveInputs* in) {
     return Status::InvalidArgument(fmt::format("--precision fp8: {}: cluster '{}' ({}) has no FP8 peak; add gpu.peak_tflops.fp8 to it or choose --precision bf16",
                                                in->cluster_path, cluster.name, cluster.gpu_name));
   }
+  PLANNER_RETURN_IF_ERROR(CheckClusterPeak(a, *in));
   if (!a.comm_profile.empty()) {
     Profile comm;
     PLANNER_RETURN_IF_ERROR(LoadProfile(a.comm_profile, &comm));
@@ -622,17 +699,18 @@ Runner RegisterSolve(CLI::App& app) {
   cmd->add_option("--bytes-per-param", a->bytes_per_param, "model-state bytes per parameter (default 18 mixed, 16 fp32)");
   cmd->add_option("--pd-machines", a->pd_machines, "pipedream mode: machines per level, innermost first (-n)")->delimiter(',');
   cmd->add_option("--pd-bandwidths", a->pd_bandwidths, "pipedream mode: bytes/s per level (-b)")->delimiter(',');
-  cmd->add_option("--memory-bytes", a->memory_bytes, "pipedream mode: memory per machine (-s, default 16e9)");
+  CLI::Option* memory_opt = cmd->add_option("--memory-bytes", a->memory_bytes, "pipedream mode: memory per machine (-s, default 16e9)");
   cmd->add_flag("--memory-constraint", a->memory_constraint, "pipedream mode: --use_memory_constraint");
   cmd->add_flag("--straight", a->straight, "pipedream mode: --straight_pipeline");
   cmd->add_flag("--fewer-machines", a->fewer, "pipedream mode: --use_fewer_machines");
   cmd->add_flag("--vertical-sync", a->vertical_sync, "PipeDream's vertical sync: every stage runs a minibatch on the input stage's weight version (with --schedule pipedream or --mode pipedream)");
   cmd->add_option("--activation-compression-ratio", a->acr, "pipedream mode: count activation transfers divided by this (0: ignore them; default 1)");
-  return [a]() -> Status {
+  return [a, memory_opt]() -> Status {
     PLANNER_RETURN_IF_ERROR(ParseGpuList(a->gpus_text, &a->gpu_list));
     if (a->mode != "auto" && a->mode != "pipedream") {
       return Status::InvalidArgument(fmt::format("--mode: unknown value '{}'{}; use auto or pipedream", a->mode, DidYouMean(a->mode, {"auto", "pipedream"})));
     }
+    PLANNER_RETURN_IF_ERROR(CheckNumericFlags(*a, memory_opt->count() > 0));
     if (a->mode == "pipedream" && (!a->dp_comm.empty() || a->ps_servers >= 0 || !a->ps_placement.empty())) {
       return Status::InvalidArgument("--dp-comm / --ps-servers / --ps-placement: pipedream mode runs PipeDream's optimizer with its own all-reduce; drop them or use --mode auto");
     }

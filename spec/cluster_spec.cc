@@ -166,6 +166,9 @@ Status ParseClusterSpecUnguarded(const std::string& path, const std::string& tex
                                                           "intra_node", "pcie_GBps", "gpus_per_pcie_switch", "network_GBps"}));
     TopologyLevel level;
     PLANNER_RETURN_IF_ERROR(r.GetString(topo[i], "name", f + ".name", &level.name, true));
+    for (const auto& other : c.levels) {
+      if (other.name == level.name) return r.FieldError(topo[i]["name"], f + ".name", "level '" + level.name + "' is named twice; give every level its own name");
+    }
     PLANNER_RETURN_IF_ERROR(r.GetInt(topo[i], "size", f + ".size", &level.size, true, 1));
     if (level.size > (int64_t{1} << 20)) return r.FieldError(topo[i]["size"], f + ".size", "must be at most 1048576");
     PLANNER_RETURN_IF_ERROR(r.GetDouble(topo[i], "bandwidth_GBps", f + ".bandwidth_GBps", &level.bandwidth_GBps, true, 0.0, true));
@@ -174,9 +177,10 @@ Status ParseClusterSpecUnguarded(const std::string& path, const std::string& tex
     PLANNER_RETURN_IF_ERROR(r.GetDouble(topo[i], "latency_us", f + ".latency_us", &level.latency_us, false, 0.0, false));
     c.levels.push_back(level);
     PLANNER_RETURN_IF_ERROR(ParseNodeKeys(r, topo[i], i, &c));
-  }
-  if (c.GpusPerUnit(c.levels.size() - 1) > (int64_t{1} << 24)) {
-    return r.FieldError(topo, "topology", "the levels multiply to more than 16M GPUs; check the sizes");
+    // Checked level by level: the product so far is at most 2^24 and a size at most 2^20, so it cannot overflow.
+    if (c.GpusPerUnit(c.levels.size() - 1) > (int64_t{1} << 24)) {
+      return r.FieldError(topo[i]["size"], f + ".size", "the levels multiply to more than 16M GPUs (16777216); check the sizes");
+    }
   }
   PLANNER_RETURN_IF_ERROR(ParseCpuMachines(r, root, &c));
   *out = std::move(c);

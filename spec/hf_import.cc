@@ -47,11 +47,20 @@ struct Fields {
   }
   Status Int(const std::string& key, int64_t* out) const {
     if (!Has(key)) return Missing(key);
-    return r.AsInt(root[key], key, out, 1);
+    return Bounded(key, out);
   }
   Status OptInt(const std::string& key, int64_t* out) const {
-    return Has(key) ? r.AsInt(root[key], key, out, 1) : Status::OK();
+    return Has(key) ? Bounded(key, out) : Status::OK();
   }
+  // A size: 1 .. 2^24, the bound model.yaml has (docs/formats.md, "Limits").
+  Status Bounded(const std::string& key, int64_t* out) const {
+    int64_t v = 0;
+    PLANNER_RETURN_IF_ERROR(r.AsInt(root[key], key, &v, 1));
+    if (v > kMaxSize) return r.FieldError(root[key], key, fmt::format("{} is more than the largest size this planner reads ({}); check the value", v, kMaxSize));
+    *out = v;
+    return Status::OK();
+  }
+  static constexpr int64_t kMaxSize = int64_t{1} << 24;
   Status OptDouble(const std::string& key, double* out) const {
     return Has(key) ? r.AsDouble(root[key], key, out, 0.0, true) : Status::OK();
   }
@@ -108,6 +117,7 @@ Status ReadShape(const Fields& f, Family fam, GptConfig* g, int64_t* max_positio
   }
   PLANNER_RETURN_IF_ERROR(f.Int("hidden_size", &g->hidden));
   PLANNER_RETURN_IF_ERROR(f.Int("num_hidden_layers", &g->layers));
+  if (g->layers > 100000) return f.Error("num_hidden_layers", fmt::format("{} layers; a model has at most 100000", g->layers));
   PLANNER_RETURN_IF_ERROR(f.Int("num_attention_heads", &g->heads));
   PLANNER_RETURN_IF_ERROR(f.Int("intermediate_size", &g->ffn));
   PLANNER_RETURN_IF_ERROR(f.Int("vocab_size", &g->vocab));

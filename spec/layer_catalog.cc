@@ -618,6 +618,8 @@ Status PoolShape(const std::string& type, const LayerAttrs& attrs, const std::ve
   }
   int64_t k = attrs.Int("kernel", 2), st = attrs.Int("stride", k), p = attrs.Int("padding", 0);
   if (k < 1 || st < 1 || p < 0) return ShapeError("kernel and stride must be at least 1, padding at least 0");
+  // PyTorch's pooling rule: a window must overlap the input, so padding is at most half the kernel.
+  if (2 * p > k) return ShapeError(fmt::format("padding {} is more than half the kernel {}; use padding {} or less", p, k, k / 2));
   int64_t ho = (in[1] + 2 * p - k) / st + 1, wo = (in[2] + 2 * p - k) / st + 1;
   if (in[1] + 2 * p < k || in[2] + 2 * p < k || ho < 1 || wo < 1) {
     return ShapeError(fmt::format("kernel {} does not fit the {}x{} input; use a smaller kernel", k, in[1], in[2]));

@@ -1,6 +1,7 @@
 #include "spec/model_spec.h"
 
 #include <algorithm>
+#include <unordered_set>
 
 #include <fmt/format.h>
 
@@ -102,6 +103,16 @@ Status GetChoice(const YamlReader& r, const YAML::Node& map, const std::string& 
   return r.FieldError(map[key], field, fmt::format("unknown value '{}'{}; choose one of: {}", value, DidYouMean(value, choices), list));
 }
 constexpr int64_t kMaxLayers = 100000;
+// Every size in a model file (hidden, ffn, heads, seq, vocab, a layer's features, an input dimension)
+// is at most 2^24: far above any real model, and low enough that the cost model's products of
+// three sizes stay exact in a double and any product of two fits an int64 (docs/formats.md, "Limits").
+constexpr int64_t kMaxModelSize = int64_t{1} << 24;
+constexpr int64_t kMaxRopeTheta = int64_t{1} << 40;
+
+Status CheckAtMost(const YamlReader& r, const YAML::Node& map, const char* key, const std::string& field, int64_t v, int64_t max_value) {
+  if (v <= max_value) return Status::OK();
+  return r.FieldError(map[key].IsDefined() ? map[key] : map, field, fmt::format("{} is more than the largest size this planner reads ({}); check the value", v, max_value));
+}
 
 struct Builder {
   const YamlReader& reader;
@@ -109,10 +120,12 @@ struct Builder {
   std::vector<Layer>* layers;
   std::vector<int64_t> shape;
   int depth = 0;
+  std::unordered_set<std::string> names;  // every layer name so far: duplicates refused in O(1)
 
   Status AddLayer(const std::string& type, const LayerAttrs& attrs, const std::string& name, int line,
                   const YAML::Node& node, const std::string& field) {
-    if (static_cast<int64_t>(layers->size()) >= kMaxLayers) {
+    // 100000 layers of a list, or 100000 gpt blocks with the template's embedding, norm, head, loss and mtp modules.
+    if (static_cast<int64_t>(layers->size()) >= kMaxLayers + (line == 0 ? 32 : 0)) {
       return reader.FieldError(node, field, fmt::format("the model expands to more than {} layers; lower the repeat counts", kMaxLayers));
     }
     Layer layer;
@@ -122,10 +135,8 @@ struct Builder {
       return Status::InvalidArgument(fmt::format("{}: field '{}' ({}): {}", where, field, type, st.message()));
     }
     layer.name = name.empty() ? fmt::format("{}{}", type, layers->size()) : name;
-    for (const auto& other : *layers) {
-      if (other.name == layer.name) {
-        return reader.FieldError(node, field + ".name", "duplicate layer name '" + layer.name + "'; names must be unique");
-      }
+    if (!names.insert(layer.name).second) {
+      return reader.FieldError(node, field + ".name", "duplicate layer name '" + layer.name + "'; names must be unique");
     }
     layer.source_line = line;
     shape = layer.out_shape;
@@ -180,6 +191,7 @@ struct Builder {
         int64_t min_value = (k == "padding" || k == "positions" || zero_ok) ? 0 : 1;  // positions 0: no table (RoPE)
         if (item[k].IsDefined() || required) {
           PLANNER_RETURN_IF_ERROR(reader.GetInt(item, k, f + "." + k, &v, required, min_value));
+          PLANNER_RETURN_IF_ERROR(CheckAtMost(reader, item, k.c_str(), f + "." + k, v, k == "rope_theta" ? kMaxRopeTheta : kMaxModelSize));
           attrs.ints[k] = v;
         }
       }
@@ -233,7 +245,7 @@ Status BuildGptModel(const GptConfig& g, DType dtype, ModelSpec* out) {
   out->input_shape = {g.seq};
   out->layers.clear();
   YamlReader reader(out->path.empty() ? "(gpt template)" : out->path);
-  Builder b{reader, dtype, &out->layers, out->input_shape};
+  Builder b{reader, dtype, &out->layers, out->input_shape, 0, {}};
   YAML::Node none;
   auto add = [&](const std::string& type, LayerAttrs attrs, const std::string& name) {
     return b.AddLayer(type, attrs, name, 0, none, "gpt");
@@ -376,6 +388,29 @@ Status ParseGptMla(const YamlReader& r, const YAML::Node& g, GptConfig* c) {
   return Status::OK();
 }
 
+// Every size of the template at most kMaxModelSize (the products the builder forms cannot overflow).
+Status CheckGptSizes(const YamlReader& r, const YAML::Node& g, const GptConfig& c) {
+  const std::pair<const char*, int64_t> sizes[] = {{"hidden", c.hidden}, {"heads", c.heads}, {"seq", c.seq}, {"vocab", c.vocab},
+                                                   {"ffn", c.ffn}, {"kv_heads", c.kv_heads}, {"head_dim", c.head_dim}};
+  for (const auto& [key, v] : sizes) PLANNER_RETURN_IF_ERROR(CheckAtMost(r, g, key, std::string("gpt.") + key, v, kMaxModelSize));
+  PLANNER_RETURN_IF_ERROR(CheckAtMost(r, g, "rope_theta", "gpt.rope_theta", c.rope_theta, kMaxRopeTheta));
+  // Absent blocks hold zeros (never over the bound); their nodes are looked up only when present.
+  const YAML::Node moe = g["moe"].IsDefined() && g["moe"].IsMap() ? g["moe"] : g;
+  const std::pair<const char*, int64_t> moe_sizes[] = {{"experts", c.moe.experts}, {"expert_ffn", c.moe.expert_ffn},
+                                                       {"shared_experts", c.moe.shared_experts}, {"shared_ffn", c.moe.shared_ffn},
+                                                       {"route_groups", c.moe.route_groups}};
+  for (const auto& [key, v] : moe_sizes) PLANNER_RETURN_IF_ERROR(CheckAtMost(r, moe, key, std::string("gpt.moe.") + key, v, kMaxModelSize));
+  if (c.moe.shared_experts > 0 && c.moe.shared_ffn == 0) {  // shared_ffn defaults to shared_experts x expert_ffn
+    PLANNER_RETURN_IF_ERROR(CheckAtMost(r, moe, "shared_experts", "gpt.moe.shared_experts", c.moe.shared_experts * c.moe.expert_ffn, kMaxModelSize));
+  }
+  const YAML::Node mla = g["mla"].IsDefined() && g["mla"].IsMap() ? g["mla"] : g;
+  const std::pair<const char*, int64_t> mla_sizes[] = {{"q_lora_rank", c.mla.q_lora_rank}, {"kv_lora_rank", c.mla.kv_lora_rank},
+                                                       {"qk_rope_head_dim", c.mla.qk_rope_head_dim}, {"qk_nope_head_dim", c.mla.qk_nope_head_dim},
+                                                       {"v_head_dim", c.mla.v_head_dim}};
+  for (const auto& [key, v] : mla_sizes) PLANNER_RETURN_IF_ERROR(CheckAtMost(r, mla, key, std::string("gpt.mla.") + key, v, kMaxModelSize));
+  return Status::OK();
+}
+
 // The reader proper; yaml-cpp exceptions it lets through become errors in ParseModelSpec.
 Status ParseModelSpecUnguarded(const std::string& path, const std::string& text, ModelSpec* out) {
   YAML::Node root;
@@ -421,6 +456,7 @@ Status ParseModelSpecUnguarded(const std::string& path, const std::string& text,
     PLANNER_RETURN_IF_ERROR(ParseGptMoe(r, g, &c));
     PLANNER_RETURN_IF_ERROR(ParseGptMla(r, g, &c));
     if (c.layers > kMaxLayers) return r.FieldError(g["layers"], "gpt.layers", fmt::format("must be at most {}", kMaxLayers));
+    PLANNER_RETURN_IF_ERROR(CheckGptSizes(r, g, c));
     const bool own_head_dim = c.head_dim > 0 || c.mla.kv_lora_rank > 0;  // attention's width need not be hidden
     if (!own_head_dim && c.hidden % c.heads != 0) {
       return r.FieldError(g["heads"], "gpt.heads", fmt::format("heads ({}) must divide hidden ({})", c.heads, c.hidden));
@@ -436,7 +472,11 @@ Status ParseModelSpecUnguarded(const std::string& path, const std::string& text,
   } else {
     PLANNER_RETURN_IF_ERROR(r.GetIntList(root, "input", "input", &m.input_shape, true, 1));
     if (m.input_shape.empty()) return r.FieldError(root["input"], "input", "must list at least one dimension");
-    Builder b{r, m.dtype, &m.layers, m.input_shape};
+    if (m.input_shape.size() > 8) return r.FieldError(root["input"], "input", "has more than 8 dimensions");
+    for (size_t i = 0; i < m.input_shape.size(); ++i) {
+      if (m.input_shape[i] > kMaxModelSize) return r.FieldError(root["input"][i], fmt::format("input[{}]", i), fmt::format("{} is more than the largest size this planner reads ({}); check the value", m.input_shape[i], kMaxModelSize));
+    }
+    Builder b{r, m.dtype, &m.layers, m.input_shape, 0, {}};
     PLANNER_RETURN_IF_ERROR(b.ParseList(root["layers"], "layers", ""));
   }
   *out = std::move(m);

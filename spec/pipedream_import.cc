@@ -1,5 +1,6 @@
 #include "spec/pipedream_import.h"
 
+#include <algorithm>
 #include <cerrno>
 #include <cmath>
 #include <cstring>
@@ -46,6 +47,54 @@ bool ParseNumber(const std::string& s, double* out) {
   return true;
 }
 
+// PipeDream's profiler writes node lines, then one edge line per edge, and no line after: a file
+// cut at a line boundary loses edges, leaving a node other than a source (an Input, or a
+// recurrent model's initial `hidden` state) with no producer, or, cut among the node lines, no
+// edge at all. Such a fragment would otherwise plan as a smaller model.
+Status CheckGraphComplete(const std::string& path, const Profile& p, const std::vector<int>& node_lines, bool has_edges) {
+  if (p.layers.size() > 1 && !has_edges) {
+    return Status::InvalidArgument(fmt::format("{}:{}: {} node lines and no edge line (a tab, '<src> -- <dst>'); the file looks truncated: "
+                                               "give the whole graph.txt", path, node_lines.back(), p.layers.size()));
+  }
+  for (size_t i = 0; i < p.layers.size(); ++i) {
+    const ProfileLayer& l = p.layers[i];
+    // PipeDream's sources are its Input nodes and, in recurrent models (GNMT), their initial `hidden` state.
+    if (l.inputs.empty() && l.desc.rfind("Input", 0) != 0 && l.desc != "hidden") {
+      return Status::InvalidArgument(fmt::format("{}:{}: node '{}' ({}) has no incoming edge and is not an Input node; the file looks "
+                                                 "truncated (edge lines missing): give the whole graph.txt", path, node_lines[i], l.name, l.desc));
+    }
+  }
+  return Status::OK();
+}
+
+// The edges form a DAG; a cycle is reported at the line of a node on it.
+Status CheckAcyclic(const std::string& path, const Profile& p, const std::map<std::string, size_t>& index, const std::vector<int>& node_lines) {
+  std::vector<int> state(p.layers.size(), 0);  // 0 new, 1 on the stack, 2 done
+  for (size_t start = 0; start < p.layers.size(); ++start) {
+    if (state[start]) continue;
+    std::vector<std::pair<size_t, size_t>> stack = {{start, 0}};
+    state[start] = 1;
+    while (!stack.empty()) {
+      auto& [v, k] = stack.back();
+      if (k == p.layers[v].inputs.size()) {
+        state[v] = 2;
+        stack.pop_back();
+        continue;
+      }
+      const size_t u = index.at(p.layers[v].inputs[k++]);
+      if (state[u] == 1) {
+        return Status::InvalidArgument(fmt::format("{}:{}: node '{}' is on a cycle of edges (through '{}'); the edges must form a DAG",
+                                                   path, node_lines[u], p.layers[u].name, p.layers[v].name));
+      }
+      if (state[u] == 0) {
+        state[u] = 1;
+        stack.push_back({u, 0});
+      }
+    }
+  }
+  return Status::OK();
+}
+
 }  // namespace
 
 Status ImportPipeDreamGraph(const std::string& path, const std::string& text, int64_t minibatch, Profile* out) {
@@ -56,6 +105,7 @@ Status ImportPipeDreamGraph(const std::string& path, const std::string& text, in
   p.dtype = "fp32";
   p.device = "unknown GPU (PipeDream profile; the paper used V100s)";
   std::map<std::string, size_t> index;
+  std::vector<int> node_lines;  // graph.txt's line of every node: errors cite graph.txt, never the YAML made from it
   std::istringstream in(text);
   std::string line;
   int line_no = 0;
@@ -74,6 +124,9 @@ Status ImportPipeDreamGraph(const std::string& path, const std::string& text, in
       auto a = index.find(parts[0]), b = index.find(parts[1]);
       if (a == index.end()) return err("edge from unknown node '" + parts[0] + "'; node lines must come first");
       if (b == index.end()) return err("edge to unknown node '" + parts[1] + "'; node lines must come first");
+      if (std::find(p.layers[b->second].inputs.begin(), p.layers[b->second].inputs.end(), parts[0]) != p.layers[b->second].inputs.end()) {
+        return err("edge '" + parts[0] + " -- " + parts[1] + "' is listed twice; keep one");
+      }
       p.layers[b->second].inputs.push_back(parts[0]);
       continue;
     }
@@ -115,9 +168,12 @@ Status ImportPipeDreamGraph(const std::string& path, const std::string& text, in
     l.params_bytes = values[3];
     l.timings.push_back(t);
     index[l.name] = p.layers.size();
+    node_lines.push_back(line_no);
     p.layers.push_back(std::move(l));
   }
   if (p.layers.empty()) return Status::InvalidArgument(path + ": no node lines found; is this a PipeDream graph.txt?");
+  PLANNER_RETURN_IF_ERROR(CheckGraphComplete(path, p, node_lines, edges_started));
+  PLANNER_RETURN_IF_ERROR(CheckAcyclic(path, p, index, node_lines));
   if (minibatch <= 0) {
     minibatch = 1;
     for (const auto& l : p.layers) {
@@ -132,7 +188,7 @@ Status ImportPipeDreamGraph(const std::string& path, const std::string& text, in
   for (auto& l : p.layers) l.timings[0].microbatch = minibatch;
   // Cycle check and input validation via the common reader.
   Profile checked;
-  PLANNER_RETURN_IF_ERROR(ParseProfile(path, ProfileToYaml(p), &checked));
+  PLANNER_RETURN_IF_ERROR(ParseProfile(path + " (as a profile)", ProfileToYaml(p), &checked));
   checked.path = path;
   checked.digest = p.digest;
   *out = std::move(checked);

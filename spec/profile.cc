@@ -152,11 +152,12 @@ Status ParseProfileUnguarded(const std::string& path, const std::string& text, P
           if (!pt.IsSequence() || pt.size() != 2 || !pt[0].IsScalar() || !pt[1].IsScalar()) {
             return r.FieldError(pt, fmt::format("{}.points[{}]", f, k), "must be [bytes, seconds]");
           }
-          try {
-            c.points.emplace_back(pt[0].as<double>(), pt[1].as<double>());
-          } catch (const YAML::Exception&) {
-            return r.FieldError(pt, fmt::format("{}.points[{}]", f, k), "must be two numbers [bytes, seconds]");
+          double bytes = 0, seconds = 0;
+          const std::string fp = fmt::format("{}.points[{}]", f, k);
+          if (!r.AsDouble(pt[0], fp, &bytes, 0.0, false).ok() || !r.AsDouble(pt[1], fp, &seconds, 0.0, false).ok()) {
+            return r.FieldError(pt, fp, "must be two finite numbers [bytes, seconds], at least 0");
           }
+          c.points.emplace_back(bytes, seconds);
         }
       }
       p.comm.push_back(std::move(c));

@@ -4,7 +4,10 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <cerrno>
+#include <cmath>
+#include <unordered_map>
 #include <cstring>
 
 #include <fmt/format.h>
@@ -46,7 +49,76 @@ bool ParseDoubleStrict(const std::string& s, double* out) {
 }
 }  // namespace
 
+namespace {
+// The first byte offset where `text` is not UTF-8 (overlong forms and surrogates included), or npos.
+size_t FirstInvalidUtf8(const std::string& text) {
+  const auto* b = reinterpret_cast<const unsigned char*>(text.data());
+  const size_t n = text.size();
+  for (size_t i = 0; i < n;) {
+    const unsigned char c = b[i];
+    size_t len = c < 0x80 ? 1 : (c >> 5) == 6 ? 2 : (c >> 4) == 14 ? 3 : (c >> 3) == 30 ? 4 : 0;
+    if (len == 0 || i + len > n) return i;
+    uint32_t cp = len == 1 ? c : c & (0x7f >> len);
+    for (size_t k = 1; k < len; ++k) {
+      if ((b[i + k] & 0xc0) != 0x80) return i;
+      cp = (cp << 6) | (b[i + k] & 0x3f);
+    }
+    const uint32_t min_cp[] = {0, 0, 0x80, 0x800, 0x10000};
+    if (cp < min_cp[len] || cp > 0x10ffff || (cp >= 0xd800 && cp <= 0xdfff)) return i;
+    i += len;
+  }
+  return std::string::npos;
+}
+
+int LineOf(const std::string& text, size_t offset) {
+  return 1 + static_cast<int>(std::count(text.begin(), text.begin() + static_cast<std::ptrdiff_t>(offset), '\n'));
+}
+
+// yaml-cpp keeps every key of a mapping, duplicates included, and `map[key]` returns the first:
+// a second `name:` would be silently ignored. Refused here, for every file read through this module.
+Status CheckDuplicateKeys(const std::string& path, const YAML::Node& node, const std::string& field, int depth) {
+  if (depth > kMaxYamlDepth) {
+    return Status::InvalidArgument(fmt::format("{}:{}: field '{}': nested more than {} levels deep; see docs/formats.md for the layout",
+                                               path, node.Mark().line + 1, field, kMaxYamlDepth));
+  }
+  if (node.IsSequence()) {
+    size_t i = 0;
+    for (const auto& item : node) PLANNER_RETURN_IF_ERROR(CheckDuplicateKeys(path, item, fmt::format("{}[{}]", field, i++), depth + 1));
+    return Status::OK();
+  }
+  if (!node.IsMap()) return Status::OK();
+  std::unordered_map<std::string, int> first_line;
+  for (const auto& kv : node) {
+    const std::string key = kv.first.IsScalar() ? kv.first.Scalar() : "";
+    const std::string full = field.empty() ? key : field + "." + key;
+    if (kv.first.IsScalar()) {
+      const int line = kv.first.Mark().line + 1;
+      auto [it, fresh] = first_line.emplace(key, line);
+      if (!fresh) {
+        return Status::InvalidArgument(fmt::format("{}:{}: field '{}': duplicate key '{}' (first given at line {}); keep one of them",
+                                                   path, line, full, key, it->second));
+      }
+    }
+    PLANNER_RETURN_IF_ERROR(CheckDuplicateKeys(path, kv.second, full, depth + 1));
+  }
+  return Status::OK();
+}
+}  // namespace
+
+Status CheckTextInput(const std::string& path, const std::string& text) {
+  const size_t nul = text.find('\0');
+  if (nul != std::string::npos) {
+    return Status::InvalidArgument(fmt::format("{}:{}: a NUL byte: this is a binary file, not text; give the YAML file", path, LineOf(text, nul)));
+  }
+  const size_t bad = FirstInvalidUtf8(text);
+  if (bad != std::string::npos) {
+    return Status::InvalidArgument(fmt::format("{}:{}: byte {} is not UTF-8 text; save the file as UTF-8", path, LineOf(text, bad), bad + 1));
+  }
+  return Status::OK();
+}
+
 Status ParseYamlText(const std::string& path, const std::string& text, YAML::Node* root) {
+  PLANNER_RETURN_IF_ERROR(CheckTextInput(path, text));
   try {
     *root = YAML::Load(text);
   } catch (const YAML::Exception& e) {
@@ -56,18 +128,26 @@ Status ParseYamlText(const std::string& path, const std::string& text, YAML::Nod
   if (!root->IsDefined() || root->IsNull()) {
     return Status::InvalidArgument(fmt::format("{}: the file is empty; see docs/formats.md for its layout", path));
   }
-  return Status::OK();
+  return CheckDuplicateKeys(path, *root, "", 0);
 }
 
 Status ReadTextFile(const std::string& path, std::string* text) {
-  const int fd = ::open(path.c_str(), O_RDONLY | O_CLOEXEC);
+  // O_NONBLOCK: opening a FIFO with no writer would block; the type is checked before any read.
+  const int fd = ::open(path.c_str(), O_RDONLY | O_CLOEXEC | O_NONBLOCK);
   if (fd < 0) {
     return Status::NotFound(fmt::format("{}: cannot open file ({}); check the path", path, std::strerror(errno)));
   }
   struct stat st {};
-  if (::fstat(fd, &st) == 0 && S_ISDIR(st.st_mode)) {
+  if (::fstat(fd, &st) != 0 || !S_ISREG(st.st_mode)) {
+    const bool dir = S_ISDIR(st.st_mode);
     ::close(fd);
-    return Status::InvalidArgument(fmt::format("{}: is a directory; give the path of a file", path));
+    if (dir) return Status::InvalidArgument(fmt::format("{}: is a directory; give the path of a file", path));
+    return Status::InvalidArgument(fmt::format("{}: is not a regular file (a FIFO, socket or device); give the path of a file", path));
+  }
+  if (st.st_size > kMaxInputFileBytes) {
+    ::close(fd);
+    return Status::InvalidArgument(fmt::format("{}: {} bytes is more than the {} MiB an input file may hold; check the path", path,
+                                               static_cast<int64_t>(st.st_size), kMaxInputFileBytes >> 20));
   }
   std::string data;
   char buf[1 << 16];
@@ -81,6 +161,10 @@ Status ReadTextFile(const std::string& path, std::string* text) {
     }
     if (n == 0) break;
     data.append(buf, static_cast<size_t>(n));
+    if (static_cast<int64_t>(data.size()) > kMaxInputFileBytes) {  // the file grew while read
+      ::close(fd);
+      return Status::InvalidArgument(fmt::format("{}: more than the {} MiB an input file may hold", path, kMaxInputFileBytes >> 20));
+    }
   }
   ::close(fd);
   *text = std::move(data);
@@ -152,7 +236,10 @@ Status YamlReader::GetString(const YAML::Node& map, const std::string& key, cons
 
 Status YamlReader::AsInt(const YAML::Node& n, const std::string& field, int64_t* out, int64_t min_value) const {
   int64_t v = 0;
-  if (!n.IsScalar() || !ParseIntStrict(n.Scalar(), &v)) return FieldError(n, field, "must be an integer, got " + Describe(n));
+  if (!n.IsScalar() || !ParseIntStrict(n.Scalar(), &v)) {
+    const bool digits = n.IsScalar() && !n.Scalar().empty() && n.Scalar().find_first_not_of("+-0123456789_") == std::string::npos;
+    return FieldError(n, field, (digits ? "is out of range (more than 18 digits), got " : "must be an integer, got ") + Describe(n));
+  }
   if (v < min_value) {
     return FieldError(n, field, fmt::format("must be at least {}, got {}", min_value, v));
   }
@@ -163,6 +250,7 @@ Status YamlReader::AsInt(const YAML::Node& n, const std::string& field, int64_t*
 Status YamlReader::AsDouble(const YAML::Node& n, const std::string& field, double* out, double min_value, bool min_exclusive) const {
   double v = 0;
   if (!n.IsScalar() || !ParseDoubleStrict(n.Scalar(), &v)) return FieldError(n, field, "must be a number, got " + Describe(n));
+  if (!std::isfinite(v)) return FieldError(n, field, "must be a finite number, got " + Describe(n));
   if (min_exclusive ? !(v > min_value) : !(v >= min_value)) {
     return FieldError(n, field, fmt::format("must be {} {}, got {}", min_exclusive ? "greater than" : "at least", min_value, n.Scalar()));
   }

@@ -16,12 +16,21 @@
 
 namespace planner {
 
-// Reads the whole file at `path` into *text. NotFound "path: cannot open
+// Limits on every input file read through this module (docs/formats.md, "Limits").
+constexpr int64_t kMaxInputFileBytes = int64_t{256} << 20;
+constexpr int kMaxYamlDepth = 64;
+
+// InvalidArgument "path:line: ..." when `text` holds a NUL byte (a binary file) or is not UTF-8.
+Status CheckTextInput(const std::string& path, const std::string& text);
+
+// Reads the whole file at `path` into *text. Refuses, without blocking, anything that is not a
+// regular file (a directory, a FIFO, a device) and files over kMaxInputFileBytes. NotFound "path: cannot open
 // file (reason); check the path" when it cannot be opened, InvalidArgument
 // when it is a directory, Unavailable when a read fails.
 Status ReadTextFile(const std::string& path, std::string* text);
 // Reads and parses `path`. NotFound when the file cannot be opened,
-// InvalidArgument "path:line:col: YAML syntax error: ..." on bad syntax.
+// InvalidArgument "path:line:col: YAML syntax error: ..." on bad syntax, "path:line: field 'f':
+// duplicate key" for a key given twice in one mapping, and nesting deeper than kMaxYamlDepth.
 Status LoadYamlFile(const std::string& path, YAML::Node* root, std::string* contents = nullptr);
 // Same for text already in memory; `path` only names it in messages.
 Status ParseYamlText(const std::string& path, const std::string& text, YAML::Node* root);

@@ -117,7 +117,7 @@ if [ "$rc" = 130 ] && [ ! -e gpt2.profile.yaml ] && grep -qF "interrupted by Ctr
 # The search's errors name their cause: a cluster without a peak for the model's dtype, a
 # --replication that no tensor-parallel degree matches, a microbatch of 0, what left every layout out.
 printf 'format_version: 1\nname: no-fp16\ngpu: {name: g, peak_tflops: {fp32: 19.5}, memory_GiB: 80, hbm_bandwidth_GBps: 2039}\ntopology:\n  - {name: node, size: 8, bandwidth_GBps: 235}\n' > nofp16.yaml
-expect "no peak for dtype" 2 "nofp16.yaml: cluster 'no-fp16' has no peak for dtype fp16 (the dtype of model 'gpt2-small'); add gpu.peak_tflops.fp16 to it" -- $PLANNER solve --gpus 8 --model $M/gpt2-small.yaml --cluster nofp16.yaml
+expect "no peak for dtype" 2 "nofp16.yaml: cluster 'no-fp16' (g) has no fp16 peak (gpu.peak_tflops gives fp32) for model gpt2-small in fp16; add gpu.peak_tflops.fp16 to the cluster or pass --precision fp32" -- $PLANNER solve --gpus 8 --model $M/gpt2-small.yaml --cluster nofp16.yaml
 expect "replication mismatch" 2 "--replication 3-1: the replicas sum to 4 TP groups but tp=1 makes 2" -- $PLANNER solve --gpus 2 --model $M/tiny-gpt.yaml --cluster $C/local-cpu.yaml --replication 3-1
 expect "microbatch zero" 2 "--microbatch 0: every value must be at least 1" -- $PLANNER solve --gpus 2 --model $M/tiny-gpt.yaml --cluster $C/local-cpu.yaml --microbatch 0
 expect "divisibility cause" 3 "(tp=1 pp=1: the global batch 3 is not a multiple of microbatch 2 x data-parallel 2)" -- $PLANNER solve --gpus 2 --model $M/tiny-gpt.yaml --cluster $C/local-cpu.yaml --global-batch 3 --microbatch 2

@@ -84,8 +84,8 @@ expect "bad format" 2 "planner: error: unknown import format 'hugging'; the supp
   $PLANNER import hugging $HF/gpt2.json -o x.yaml
 expect "flag of the other format" 2 "planner: error: --minibatch: applies to 'import pipedream' only; remove it" -- \
   $PLANNER import hf $HF/gpt2.json -o x.yaml --minibatch 4
-expect "bad seq" 2 "planner: error: --seq -5: must be at least 1" -- $PLANNER import hf $HF/gpt2.json -o x.yaml --seq -5
-expect "zero batch" 2 "planner: error: --global-batch 0: must be at least 1" -- $PLANNER import hf $HF/gpt2.json -o x.yaml --global-batch 0
+expect "bad seq" 2 "planner: error: --seq -5: must be between 1 and 16777216" -- $PLANNER import hf $HF/gpt2.json -o x.yaml --seq -5
+expect "zero batch" 2 "planner: error: --global-batch 0: must be between 1 and 2^40" -- $PLANNER import hf $HF/gpt2.json -o x.yaml --global-batch 0
 expect "hf flag on pipedream" 2 "planner: error: --seq, --global-batch and --name: apply to 'import hf' only; remove them" -- \
   $PLANNER import pipedream $SRC/tests/data/pipedream/vgg16/graph.txt -o x.yaml --seq 0
 # The model-file keys the import writes: bad values are one error line, exit 2.
