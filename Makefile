@@ -4,7 +4,7 @@ PLANNER := $(BUILD)/planner/planner
 DEPS := meson ninja-build pkg-config g++ libcli11-dev libyaml-cpp-dev libfmt-dev libeigen3-dev doctest-dev cmake libopenmpi-dev openmpi-bin python3 python3-venv slurm-wlm munge
 MESON_FLAGS ?=
 
-.PHONY: all deps build demo test bench clean exports-venv
+.PHONY: all deps build demo test test-sanitize bench clean exports-venv
 
 all: build
 
@@ -46,6 +46,18 @@ exports-venv:
 test: build
 	-bash tests/exports/setup_venv.sh
 	meson test -C $(BUILD) --print-errorlogs --no-suite bench
+
+# The unit tests, the bad-input corpus and the fuzz corpus replay again in a build with AddressSanitizer
+# and UndefinedBehaviorSanitizer (any report fails the test: meson sets halt_on_error); the CI job
+# (.ci/run) runs it after `make test`. No CUDA, no benchmarks: what is checked is the host code. Not
+# -Dwerror: with the sanitizers GCC 12 warns falsely inside libstdc++'s <regex> (maybe-uninitialized);
+# the main build keeps warnings as errors.
+SAN_BUILD ?= build-san
+test-sanitize: deps
+	[ -f $(SAN_BUILD)/build.ninja ] || meson setup $(SAN_BUILD) -Dcuda=disabled -Dbench=false -Db_sanitize=address,undefined -Dbuildtype=debugoptimized
+	ninja -C $(SAN_BUILD)
+	PLANNER_CORPUS_LIMIT_S=120 UBSAN_OPTIONS=halt_on_error=1:abort_on_error=1:print_stacktrace=1:print_summary=1 \
+	  meson test -C $(SAN_BUILD) --print-errorlogs --suite unit --suite badinput
 
 bench: build
 	bash bench/run_solver_bench.sh
