@@ -67,34 +67,6 @@ Status CheckGraphComplete(const std::string& path, const Profile& p, const std::
   return Status::OK();
 }
 
-// The edges form a DAG; a cycle is reported at the line of a node on it.
-Status CheckAcyclic(const std::string& path, const Profile& p, const std::map<std::string, size_t>& index, const std::vector<int>& node_lines) {
-  std::vector<int> state(p.layers.size(), 0);  // 0 new, 1 on the stack, 2 done
-  for (size_t start = 0; start < p.layers.size(); ++start) {
-    if (state[start]) continue;
-    std::vector<std::pair<size_t, size_t>> stack = {{start, 0}};
-    state[start] = 1;
-    while (!stack.empty()) {
-      auto& [v, k] = stack.back();
-      if (k == p.layers[v].inputs.size()) {
-        state[v] = 2;
-        stack.pop_back();
-        continue;
-      }
-      const size_t u = index.at(p.layers[v].inputs[k++]);
-      if (state[u] == 1) {
-        return Status::InvalidArgument(fmt::format("{}:{}: node '{}' is on a cycle of edges (through '{}'); the edges must form a DAG",
-                                                   path, node_lines[u], p.layers[u].name, p.layers[v].name));
-      }
-      if (state[u] == 0) {
-        state[u] = 1;
-        stack.push_back({u, 0});
-      }
-    }
-  }
-  return Status::OK();
-}
-
 }  // namespace
 
 Status ImportPipeDreamGraph(const std::string& path, const std::string& text, int64_t minibatch, Profile* out) {
@@ -173,7 +145,11 @@ Status ImportPipeDreamGraph(const std::string& path, const std::string& text, in
   }
   if (p.layers.empty()) return Status::InvalidArgument(path + ": no node lines found; is this a PipeDream graph.txt?");
   PLANNER_RETURN_IF_ERROR(CheckGraphComplete(path, p, node_lines, edges_started));
-  PLANNER_RETURN_IF_ERROR(CheckAcyclic(path, p, index, node_lines));
+  if (const auto cycle = FindInputCycle(p.layers, index)) {  // a cycle is reported at graph.txt's line of a node on it
+    const auto [u, v] = *cycle;
+    return Status::InvalidArgument(fmt::format("{}:{}: node '{}' is on a cycle of edges (through '{}'); the edges must form a DAG", path,
+                                               node_lines[u], p.layers[u].name, p.layers[v].name));
+  }
   if (minibatch <= 0) {
     minibatch = 1;
     for (const auto& l : p.layers) {

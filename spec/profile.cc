@@ -238,32 +238,38 @@ Status ParseProfileUnguarded(const std::string& path, const std::string& text, P
       return r.FieldError(node, field, "'" + node.Scalar() + "' is not a layer of this profile; check the name");
     }
   }
-  std::vector<int> state(p.layers.size(), 0);  // 0 new, 1 on stack, 2 done
-  for (size_t start = 0; start < p.layers.size(); ++start) {
-    if (state[start]) continue;
-    std::vector<std::pair<size_t, size_t>> stack = {{start, 0}};
-    state[start] = 1;
-    while (!stack.empty()) {
-      auto& [v, k] = stack.back();
-      if (k < p.layers[v].inputs.size()) {
-        size_t u = seen[p.layers[v].inputs[k++]];
-        if (state[u] == 1) {
-          return r.FieldError(layers[v], fmt::format("layers[{}].inputs", v), "the layer graph has a cycle through '" + p.layers[u].name + "'; inputs must form a DAG");
-        }
-        if (state[u] == 0) {
-          state[u] = 1;
-          stack.push_back({u, 0});
-        }
-      } else {
-        state[v] = 2;
-        stack.pop_back();
-      }
-    }
+  if (const auto cycle = FindInputCycle(p.layers, seen)) {
+    const auto [u, v] = *cycle;
+    return r.FieldError(layers[v], fmt::format("layers[{}].inputs", v), "the layer graph has a cycle through '" + p.layers[u].name + "'; inputs must form a DAG");
   }
   *out = std::move(p);
   return Status::OK();
 }
 }  // namespace
+
+std::optional<std::pair<size_t, size_t>> FindInputCycle(const std::vector<ProfileLayer>& layers, const std::map<std::string, size_t>& index) {
+  std::vector<int> state(layers.size(), 0);  // 0 new, 1 on the path, 2 done
+  for (size_t start = 0; start < layers.size(); ++start) {
+    if (state[start]) continue;
+    std::vector<std::pair<size_t, size_t>> stack = {{start, 0}};  // a layer and its next input
+    state[start] = 1;
+    while (!stack.empty()) {
+      auto& [v, k] = stack.back();
+      if (k == layers[v].inputs.size()) {
+        state[v] = 2;
+        stack.pop_back();
+        continue;
+      }
+      const size_t u = index.at(layers[v].inputs[k++]);
+      if (state[u] == 1) return std::make_pair(u, v);
+      if (state[u] == 0) {
+        state[u] = 1;
+        stack.push_back({u, 0});
+      }
+    }
+  }
+  return std::nullopt;
+}
 
 Status ParseProfile(const std::string& path, const std::string& text, Profile* out) {
   return CatchYamlErrors(path, [&] { return ParseProfileUnguarded(path, text, out); });

@@ -7,7 +7,10 @@
 #pragma once
 
 #include <cstdint>
+#include <map>
+#include <optional>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include "common/status.h"
@@ -94,5 +97,10 @@ Status LoadProfile(const std::string& path, Profile* out);
 Status ParseProfile(const std::string& path, const std::string& text, Profile* out);
 // YAML text of a profile (round-trips through ParseProfile).
 std::string ProfileToYaml(const Profile& profile);
+// A cycle of the layers' input edges (iterative depth-first search, so deep graphs cannot overflow
+// the stack): {u, v} with v listing u as an input and u already on the search's path; nullopt for a
+// DAG. `index` maps every input name to its layer's position (the caller has checked they all exist).
+// The profile reader and the PipeDream importer both refuse a cycle through it, each citing its own file.
+std::optional<std::pair<size_t, size_t>> FindInputCycle(const std::vector<ProfileLayer>& layers, const std::map<std::string, size_t>& index);
 
 }  // namespace planner
