@@ -30,6 +30,27 @@ int CudaDeviceCount(std::string* why) {
   return n;
 }
 
+int CudaComputeCapability(int device) {
+  int major = 0, minor = 0;
+  if (cudaDeviceGetAttribute(&major, cudaDevAttrComputeCapabilityMajor, device) != cudaSuccess ||
+      cudaDeviceGetAttribute(&minor, cudaDevAttrComputeCapabilityMinor, device) != cudaSuccess) {
+    cudaGetLastError();
+    return 0;
+  }
+  return major * 10 + minor;
+}
+
+bool CudaSupportsFp8(int device) { return CudaComputeCapability(device) >= 89; }
+
+std::string CudaDeviceName(int device) {
+  cudaDeviceProp p{};
+  if (cudaGetDeviceProperties(&p, device) != cudaSuccess) {
+    cudaGetLastError();
+    return "";
+  }
+  return p.name;
+}
+
 std::string CudaDescribeDevice(int device) {
   cudaDeviceProp p{};
   if (cudaGetDeviceProperties(&p, device) != cudaSuccess) {

@@ -15,6 +15,13 @@ int CudaDeviceCount(std::string* why);
 // "NVIDIA H100 80GB HBM3, driver 13.0, CUDA runtime 13.0, cuBLAS 13.1, cuDNN 9.19.0, NCCL 2.28.9".
 std::string CudaDescribeDevice(int device);
 bool CudaBuilt();
+// The device's compute capability as major * 10 + minor (90: Hopper, 89: Ada, 80: A100); 0 when
+// there is no such device or the build has no CUDA.
+int CudaComputeCapability(int device);
+// Whether the device runs FP8 (e4m3) tensor-core GEMMs through cuBLASLt: compute capability >= 8.9.
+bool CudaSupportsFp8(int device);
+// The device's name as the driver reports it ("NVIDIA H100 80GB HBM3"); "" without one.
+std::string CudaDeviceName(int device);
 
 // Memory (throw std::runtime_error on failure).
 void* CudaMalloc(int64_t bytes);

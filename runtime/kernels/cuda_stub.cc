@@ -16,6 +16,9 @@ int CudaDeviceCount(std::string* why) {
 }
 std::string CudaDescribeDevice(int) { return "none (built without CUDA)"; }
 bool CudaBuilt() { return false; }
+int CudaComputeCapability(int) { return 0; }
+bool CudaSupportsFp8(int) { return false; }
+std::string CudaDeviceName(int) { return ""; }
 void* CudaMalloc(int64_t) { NoCuda(); }
 void CudaFree(void*) {}
 void CudaMemset(void*, int, int64_t) { NoCuda(); }

@@ -1,13 +1,20 @@
-// The CUDA leaf operations (device_ops.h): GEMMs with cuBLAS (fp32, TF32
-// tensor cores allowed), convolutions with cuDNN, everything else kernels of
-// our own. tests/runtime/kernels_gpu_test.cc compares each with the CPU's.
+// The CUDA leaf operations (device_ops.h): GEMMs with cuBLAS in the process's
+// GEMM precision (fp32 with TF32 tensor cores; bf16 / fp16 operands through
+// cublasGemmEx with fp32 accumulation; FP8 e4m3 through cuBLASLt),
+// convolutions with cuDNN, everything else kernels of our own.
+// tests/runtime/kernels_gpu_test.cc compares each with the CPU's.
+#include <cublasLt.h>
 #include <cublas_v2.h>
+#include <cuda_bf16.h>
+#include <cuda_fp16.h>
+#include <cuda_fp8.h>
 #include <cuda_runtime.h>
 #include <cudnn.h>
 
 #include <stdexcept>
 #include <string>
 
+#include "runtime/kernels/cuda_api.h"
 #include "runtime/kernels/device_ops.h"
 
 namespace planner {
@@ -443,6 +450,154 @@ class ConvDescriptors {
   cudnnConvolutionDescriptor_t conv = nullptr;
 };
 
+// ---- GEMM precisions (device_ops.h SetGemmPrecision)
+constexpr unsigned kConvertThreads = 256;
+unsigned ConvertBlocks(int64_t n) { return static_cast<unsigned>((n + kConvertThreads - 1) / kConvertThreads); }
+
+__global__ void ToBf16(const float* x, __nv_bfloat16* y, int64_t n) {
+  int64_t i = blockIdx.x * static_cast<int64_t>(blockDim.x) + threadIdx.x;
+  if (i < n) y[i] = __float2bfloat16_rn(x[i]);
+}
+__global__ void ToHalf(const float* x, __half* y, int64_t n) {
+  int64_t i = blockIdx.x * static_cast<int64_t>(blockDim.x) + threadIdx.x;
+  if (i < n) y[i] = __float2half_rn(x[i]);
+}
+
+// An operand as R x K values, K contiguous in the quantised copy: (r, j) is p[j ld + r] when trans, else p[r ld + j].
+__device__ float OperandAt(const float* p, int64_t ld, int trans, int64_t r, int64_t j) { return trans ? p[j * ld + r] : p[r * ld + j]; }
+
+// *amax (float bits, zeroed by the caller) = max |value| of the R x K operand: per-warp maxima, one atomic each
+// (non-negative floats order as their bit patterns).
+__global__ void AbsMax(const float* p, int64_t ld, int trans, int64_t rows, int64_t k, unsigned* amax) {
+  float m = 0;
+  for (int64_t i = blockIdx.x * static_cast<int64_t>(blockDim.x) + threadIdx.x; i < rows * k; i += static_cast<int64_t>(gridDim.x) * blockDim.x) {
+    m = fmaxf(m, fabsf(OperandAt(p, ld, trans, i / k, i % k)));
+  }
+  for (int off = 16; off > 0; off >>= 1) m = fmaxf(m, __shfl_down_sync(0xffffffffu, m, off));
+  if ((threadIdx.x & 31) == 0) atomicMax(amax, __float_as_uint(m));
+}
+// scale = amax / 448 (1 for amax 0): the CPU's Fp8Scale.
+__global__ void Fp8Scales(const unsigned* amax, float* scale, int n) {
+  int i = threadIdx.x;
+  if (i >= n) return;
+  const float a = __uint_as_float(amax[i]);
+  scale[i] = a > 0 ? a / 448.0f : 1.0f;
+}
+// q[r K + j] = e4m3(value / scale), round to nearest even, saturating (the CPU's RoundToE4m3).
+__global__ void QuantiseE4m3(const float* p, int64_t ld, int trans, int64_t rows, int64_t k, const float* scale, __nv_fp8_storage_t* q) {
+  int64_t i = blockIdx.x * static_cast<int64_t>(blockDim.x) + threadIdx.x;
+  if (i >= rows * k) return;
+  q[i] = __nv_cvt_float_to_fp8(__fdiv_rn(OperandAt(p, ld, trans, i / k, i % k), *scale), __NV_SATFINITE, __NV_E4M3);
+}
+
+cublasLtHandle_t LtHandle() {
+  static cublasLtHandle_t h = [] {
+    cublasLtHandle_t x;
+    if (cublasLtCreate(&x) != CUBLAS_STATUS_SUCCESS) throw std::runtime_error("cublasLtCreate failed");
+    return x;
+  }();
+  return h;
+}
+
+// The descriptors of one cuBLASLt product, destroyed with it.
+struct LtDescriptors {
+  cublasLtMatmulDesc_t op = nullptr;
+  cublasLtMatrixLayout_t a = nullptr, b = nullptr, c = nullptr;
+  cublasLtMatmulPreference_t pref = nullptr;
+  ~LtDescriptors() {
+    if (pref) cublasLtMatmulPreferenceDestroy(pref);
+    for (auto l : {a, b, c}) if (l) cublasLtMatrixLayoutDestroy(l);
+    if (op) cublasLtMatmulDescDestroy(op);
+  }
+};
+
+// Elements of a stored operand a GEMM reads (rows x cols with row length ld, batch items stride apart).
+int64_t StoredExtent(int64_t rows, int64_t cols, int64_t ld, int64_t batch, int64_t stride) { return (batch - 1) * stride + (rows - 1) * ld + cols; }
+
+// A 16-bit copy of n floats (same layout), in working memory of the pass.
+Status Convert16(DType to, const float* x, int64_t n, Tensor* out) {
+  *out = AllocateScratch({(n + 1) / 2}, Device::kCuda);
+  if (to == DType::kBf16) ToBf16<<<ConvertBlocks(n), kConvertThreads>>>(x, reinterpret_cast<__nv_bfloat16*>(out->data()), n);
+  else ToHalf<<<ConvertBlocks(n), kConvertThreads>>>(x, reinterpret_cast<__half*>(out->data()), n);
+  return CudaStatus("16-bit operand conversion");
+}
+
+// Row-major C = op(A) op(B) as column-major C^T = op(B)^T op(A)^T, with 16-bit operands and fp32 accumulation.
+Status Gemm16(const GemmArgs& g, DType precision, const float* a, const float* b, float* c) {
+  const cublasOperation_t opb = g.tb ? CUBLAS_OP_T : CUBLAS_OP_N, opa = g.ta ? CUBLAS_OP_T : CUBLAS_OP_N;
+  const cudaDataType_t t = precision == DType::kBf16 ? CUDA_R_16BF : CUDA_R_16F;
+  auto I = [](int64_t v) { return static_cast<int>(v); };
+  Tensor a16, b16;
+  PLANNER_RETURN_IF_ERROR(Convert16(precision, a, StoredExtent(g.ta ? g.k : g.m, g.ta ? g.m : g.k, g.lda, g.batch, g.stride_a), &a16));
+  PLANNER_RETURN_IF_ERROR(Convert16(precision, b, StoredExtent(g.tb ? g.n : g.k, g.tb ? g.k : g.n, g.ldb, g.batch, g.stride_b), &b16));
+  if (g.batch == 1) {
+    return CublasStatus(cublasGemmEx(Handle(), opb, opa, I(g.n), I(g.m), I(g.k), &g.alpha, b16.data(), t, I(g.ldb), a16.data(), t, I(g.lda), &g.beta, c,
+                                     CUDA_R_32F, I(g.ldc), CUBLAS_COMPUTE_32F, CUBLAS_GEMM_DEFAULT),
+                        "cublasGemmEx");
+  }
+  return CublasStatus(cublasGemmStridedBatchedEx(Handle(), opb, opa, I(g.n), I(g.m), I(g.k), &g.alpha, b16.data(), t, I(g.ldb), g.stride_b, a16.data(),
+                                                 t, I(g.lda), g.stride_a, &g.beta, c, CUDA_R_32F, I(g.ldc), g.stride_c, I(g.batch), CUBLAS_COMPUTE_32F,
+                                                 CUBLAS_GEMM_DEFAULT),
+                      "cublasGemmStridedBatchedEx");
+}
+
+// The cuBLASLt FP8 product of quantised copies qa [m, k] and qb [n, k] (both K-major: Hopper's FP8 kernels
+// take only the "TN" layout). Column-major, D^T [n, m] = (Lt's A = qb, stored k x n, transposed) (Lt's B = qa,
+// stored k x m) scaled by the two per-tensor scales (device pointers), fp32 accumulation, fp32 C = D.
+Status LtFp8Matmul(const GemmArgs& g, const void* qa, const void* qb, const float* scales, float* c) {
+  LtDescriptors d;
+  const cublasOperation_t tn[2] = {CUBLAS_OP_T, CUBLAS_OP_N};
+  const size_t ws_bytes = size_t{32} << 20;
+  PLANNER_RETURN_IF_ERROR(CublasStatus(cublasLtMatmulDescCreate(&d.op, CUBLAS_COMPUTE_32F, CUDA_R_32F), "cublasLtMatmulDescCreate"));
+  PLANNER_RETURN_IF_ERROR(CublasStatus(cublasLtMatmulDescSetAttribute(d.op, CUBLASLT_MATMUL_DESC_TRANSA, &tn[0], sizeof tn[0]), "FP8 TRANSA"));
+  PLANNER_RETURN_IF_ERROR(CublasStatus(cublasLtMatmulDescSetAttribute(d.op, CUBLASLT_MATMUL_DESC_TRANSB, &tn[1], sizeof tn[1]), "FP8 TRANSB"));
+  const float* scale_lt_a = scales + 1;  // Lt's A is our B
+  const float* scale_lt_b = scales;
+  PLANNER_RETURN_IF_ERROR(CublasStatus(cublasLtMatmulDescSetAttribute(d.op, CUBLASLT_MATMUL_DESC_A_SCALE_POINTER, &scale_lt_a, sizeof scale_lt_a), "FP8 A scale"));
+  PLANNER_RETURN_IF_ERROR(CublasStatus(cublasLtMatmulDescSetAttribute(d.op, CUBLASLT_MATMUL_DESC_B_SCALE_POINTER, &scale_lt_b, sizeof scale_lt_b), "FP8 B scale"));
+  PLANNER_RETURN_IF_ERROR(CublasStatus(cublasLtMatrixLayoutCreate(&d.a, CUDA_R_8F_E4M3, g.k, g.n, g.k), "FP8 A layout"));
+  PLANNER_RETURN_IF_ERROR(CublasStatus(cublasLtMatrixLayoutCreate(&d.b, CUDA_R_8F_E4M3, g.k, g.m, g.k), "FP8 B layout"));
+  PLANNER_RETURN_IF_ERROR(CublasStatus(cublasLtMatrixLayoutCreate(&d.c, CUDA_R_32F, g.n, g.m, g.ldc), "FP8 C layout"));
+  PLANNER_RETURN_IF_ERROR(CublasStatus(cublasLtMatmulPreferenceCreate(&d.pref), "cublasLtMatmulPreferenceCreate"));
+  PLANNER_RETURN_IF_ERROR(CublasStatus(cublasLtMatmulPreferenceSetAttribute(d.pref, CUBLASLT_MATMUL_PREF_MAX_WORKSPACE_BYTES, &ws_bytes, sizeof ws_bytes),
+                                       "FP8 workspace preference"));
+  cublasLtMatmulHeuristicResult_t heuristic{};
+  int found = 0;
+  PLANNER_RETURN_IF_ERROR(CublasStatus(cublasLtMatmulAlgoGetHeuristic(LtHandle(), d.op, d.a, d.b, d.c, d.c, d.pref, 1, &heuristic, &found),
+                                       "cublasLtMatmulAlgoGetHeuristic"));
+  if (found == 0) {
+    return Status::Unavailable("cuBLASLt offers no FP8 algorithm for m " + std::to_string(g.m) + ", n " + std::to_string(g.n) + ", k " + std::to_string(g.k));
+  }
+  Tensor ws = AllocateScratch({static_cast<int64_t>(ws_bytes / 4)}, Device::kCuda);
+  return CublasStatus(cublasLtMatmul(LtHandle(), d.op, &g.alpha, qb, d.a, qa, d.b, &g.beta, c, d.c, c, d.c, &heuristic.algo, ws.data(), ws_bytes, 0),
+                      "cublasLtMatmul (FP8)");
+}
+
+// FP8: both operands quantised per tensor on the device (amax, scale, e4m3 copy), then cuBLASLt.
+Status GemmFp8(const GemmArgs& g, const float* a, const float* b, float* c) {
+  int device = 0;
+  cudaGetDevice(&device);
+  if (!CudaSupportsFp8(device)) {
+    const int cc = CudaComputeCapability(device);
+    return Status::Unavailable("FP8 GEMMs need compute capability 8.9 or newer (Ada, Hopper); this device is " + std::to_string(cc / 10) + "." +
+                               std::to_string(cc % 10) + "; use precision bf16");
+  }
+  Tensor q = AllocateScratch({(g.m + g.n) * g.k / 4}, Device::kCuda);  // e4m3 bytes: qa [m, k] then qb [n, k]
+  Tensor small = AllocateScratch({4}, Device::kCuda);                 // amax of A, B (bits), then their scales
+  auto* amax = reinterpret_cast<unsigned*>(small.data());
+  float* scales = small.data() + 2;
+  auto* qa = reinterpret_cast<__nv_fp8_storage_t*>(q.data());
+  __nv_fp8_storage_t* qb = qa + g.m * g.k;
+  cudaMemsetAsync(amax, 0, 2 * sizeof(unsigned));
+  AbsMax<<<std::min(ConvertBlocks(g.m * g.k), 1024u), kConvertThreads>>>(a, g.lda, g.ta ? 1 : 0, g.m, g.k, amax);
+  AbsMax<<<std::min(ConvertBlocks(g.n * g.k), 1024u), kConvertThreads>>>(b, g.ldb, g.tb ? 0 : 1, g.n, g.k, amax + 1);
+  Fp8Scales<<<1, 32>>>(amax, scales, 2);
+  QuantiseE4m3<<<ConvertBlocks(g.m * g.k), kConvertThreads>>>(a, g.lda, g.ta ? 1 : 0, g.m, g.k, scales, qa);
+  QuantiseE4m3<<<ConvertBlocks(g.n * g.k), kConvertThreads>>>(b, g.ldb, g.tb ? 0 : 1, g.n, g.k, scales + 1, qb);
+  PLANNER_RETURN_IF_ERROR(CudaStatus("FP8 quantisation"));
+  return LtFp8Matmul(g, qa, qb, scales, c);
+}
+
 int ActKind(Activation a) { return a == Activation::kRelu ? 0 : (a == Activation::kGelu ? 1 : 2); }
 
 Tensor Workspace(size_t bytes) { return AllocateScratch({static_cast<int64_t>(bytes / 4 + 1)}, Device::kCuda); }
@@ -453,6 +608,9 @@ class CudaDeviceOps final : public DeviceOps {
 
   // Row-major C = op(A) op(B) through column-major cuBLAS: C^T = op(B)^T op(A)^T.
   Status Gemm(const GemmArgs& g, const float* a, const float* b, float* c) override {
+    const DType precision = EffectiveGemmPrecision(g);
+    if (precision == DType::kFp8) return GemmFp8(g, a, b, c);
+    if (precision != DType::kFp32) return Gemm16(g, precision, a, b, c);
     const cublasOperation_t opb = g.tb ? CUBLAS_OP_T : CUBLAS_OP_N, opa = g.ta ? CUBLAS_OP_T : CUBLAS_OP_N;
     auto I = [](int64_t v) { return static_cast<int>(v); };
     if (g.batch == 1) {
