@@ -16,6 +16,7 @@
 #include "planner_config.h"
 #include "runtime/comm/nccl_comm.h"
 #include "runtime/kernels/cuda_api.h"
+#include "runtime/kernels/device_ops.h"
 
 namespace planner {
 
@@ -348,7 +349,11 @@ ProfileTiming PooledTiming(const Measured& me, const Point& pt) {
   return t;
 }
 
-// The profile's layer entry for model layer i; sizes in the kernels' dtype (fp32) at the reference microbatch.
+// Bytes of one element as the profiled kernels store weights and activations: fp32 (the layer
+// kernels hold fp32 tensors; the GEMM precision rounds operands, not storage).
+double KernelElementBytes() { return 4.0; }
+
+// The profile's layer entry for model layer i; sizes in the kernels' storage dtype at the reference microbatch.
 ProfileLayer ProfileLayerOf(const ModelSpec& m, size_t i, double bref, std::vector<ProfileTiming> timings) {
   const Layer& l = m.layers[i];
   ProfileLayer pl;
@@ -356,8 +361,8 @@ ProfileLayer ProfileLayerOf(const ModelSpec& m, size_t i, double bref, std::vect
   pl.type = l.type;
   pl.desc = l.signature;
   if (i > 0) pl.inputs = {m.layers[i - 1].name};
-  pl.params_bytes = 4 * l.params;
-  const double scale = 4.0 / DTypeBytes(m.dtype);
+  pl.params_bytes = KernelElementBytes() * l.params;
+  const double scale = KernelElementBytes() / DTypeBytes(m.dtype);
   pl.output_bytes = bref * (l.type == "loss" ? 4.0 : l.out_bytes * scale);
   pl.stash_bytes = bref * l.stash_bytes * scale;
   pl.tp_allreduces = l.tp_allreduces_fwd;
@@ -368,9 +373,22 @@ ProfileLayer ProfileLayerOf(const ModelSpec& m, size_t i, double bref, std::vect
 
 }  // namespace
 
+namespace {
+// The process's GEMM precision for one profile, restored after (the profiler may run inside tests).
+class GemmPrecisionScope {
+ public:
+  explicit GemmPrecisionScope(DType p) : before_(GemmPrecision()) { SetGemmPrecision(p); }
+  ~GemmPrecisionScope() { SetGemmPrecision(before_); }
+
+ private:
+  DType before_;
+};
+}  // namespace
+
 Status ProfileModel(const ModelSpec& m, const LayerProfileOptions& o, Profile* out) {
   KeepFreedHostMemory();  // the runtime's host memory policy, so kernels are timed as they run
   SetCpuThreads(o.threads);
+  GemmPrecisionScope precision(o.precision);
   const Signatures sigs = DistinctSignatures(m);
   std::vector<Point> points;
   for (int64_t tp : o.tps) for (int64_t b : o.microbatches) points.push_back({b, tp});
@@ -383,7 +401,7 @@ Status ProfileModel(const ModelSpec& m, const LayerProfileOptions& o, Profile* o
   }
   Profile p;
   p.model = m.name;
-  p.dtype = "fp32";  // the kernels compute in fp32 (TF32 GEMMs on CUDA)
+  p.dtype = DTypeName(o.precision);  // the GEMM precision timed (fp32: TF32 GEMMs on CUDA); the solver warns when the model's differs
   p.device = DescribeHost(o.device, o.threads);
   p.backend = DeviceName(o.device);
   p.tool = std::string("planner ") + PLANNER_VERSION;
