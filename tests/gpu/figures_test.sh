@@ -1,0 +1,25 @@
+#!/usr/bin/env bash
+# tools/gpu/figures.py (the device check's figures) on CPU logs: a tiny-llama profile's printed table and
+# hand-written PyTorch lines give the block ratios; a CPU run's report gives predicted vs measured.
+set -eu
+planner=$1; src=$2
+dir=$(mktemp -d); trap 'rm -rf "$dir"' EXIT; cd "$dir"
+fig="python3 $src/tools/gpu/figures.py"
+"$planner" -q profile "$src/configs/models/tiny-llama.yaml" --device cpu --precision bf16 --microbatch-sizes 1,2 --tp 1,2 \
+  --rounds 1 --min-repetitions 2 --warmup 0 --budget-seconds 0.05 -o p.yaml > profile.log 2>&1
+grep -q '^dtype: bf16$' p.yaml || { echo "FAIL: the profile does not record bf16"; exit 1; }
+grep -q '^GEMM-bound layers in bf16: achieved rates only; no peak known' profile.log || { echo "FAIL: no GEMM-rate table"; cat profile.log; exit 1; }
+ours=$(awk 'NF == 8 && $1 == "transformer_block" && $2 == 2 && $3 == 1 {printf "%.3f", $4 + $5 + $6}' profile.log)
+[ -n "$ours" ] || { echo "FAIL: no transformer_block b=2 tp=1 row"; cat profile.log; exit 1; }
+half=$(python3 -c "print(f'{$ours / 2:.6f}')")
+printf 'torch block bf16 b=2 tp=1 seq=16 h=64 fwd_ms=0 bwd_ms=0 total_ms=%s\ntorch block bf16 b=4 tp=1 seq=16 h=64 fwd_ms=0 bwd_ms=0 total_ms=1.0\n' "$half" > torch.txt
+$fig block profile.log torch.txt > block.txt
+cat block.txt
+grep -q "^FIGURE llama block bf16 b=2 tp=1: ours $ours ms, torch eager .* ms, ours/torch 2.00 (NOT within 1.3x)$" block.txt || { echo "FAIL: block ratio"; exit 1; }
+grep -q '^FIGURE llama block bf16 b=4 tp=1: torch eager 1.000 ms, ours not measured$' block.txt || { echo "FAIL: unmatched point"; exit 1; }
+printf '| figure | measured | predicted |\n|---|---|---|\n| iteration | 20.000 ms | 22.000 ms |\n' > report.md
+$fig iteration report.md "plan" | tee it.txt
+grep -qx 'FIGURE plan: measured iteration 20.000 ms, predicted 22.000 ms, predicted/measured 1.100 (10.0% off; the issue asks within 10%)' it.txt || { echo "FAIL: iteration"; exit 1; }
+printf '| iteration | n/a | 1 s |\n' > bad.md
+if $fig iteration bad.md plan > /dev/null; then echo "FAIL: an unparsed row passed"; exit 1; fi
+echo ok
