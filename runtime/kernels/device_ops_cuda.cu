@@ -11,6 +11,7 @@
 #include <cuda_runtime.h>
 #include <cudnn.h>
 
+#include <cstdint>
 #include <stdexcept>
 #include <string>
 
@@ -490,6 +491,14 @@ __global__ void QuantiseE4m3(const float* p, int64_t ld, int trans, int64_t rows
   q[i] = __nv_cvt_float_to_fp8(__fdiv_rn(OperandAt(p, ld, trans, i / k, i % k), *scale), __NV_SATFINITE, __NV_E4M3);
 }
 
+// c[i ldc + j] = d[i n + j] + beta c[i ldc + j] (beta 0: c is not read, as cuBLAS).
+__global__ void CombineStrided(const float* d, float* c, int64_t m, int64_t n, int64_t ldc, float beta) {
+  int64_t i = blockIdx.x * static_cast<int64_t>(blockDim.x) + threadIdx.x;
+  if (i >= m * n) return;
+  float* out = c + (i / n) * ldc + i % n;
+  *out = beta == 0.0f ? d[i] : d[i] + beta * *out;
+}
+
 cublasLtHandle_t LtHandle() {
   static cublasLtHandle_t h = [] {
     cublasLtHandle_t x;
@@ -544,7 +553,7 @@ Status Gemm16(const GemmArgs& g, DType precision, const float* a, const float* b
 // The cuBLASLt FP8 product of quantised copies qa [m, k] and qb [n, k] (both K-major: Hopper's FP8 kernels
 // take only the "TN" layout). Column-major, D^T [n, m] = (Lt's A = qb, stored k x n, transposed) (Lt's B = qa,
 // stored k x m) scaled by the two per-tensor scales (device pointers), fp32 accumulation, fp32 C = D.
-Status LtFp8Matmul(const GemmArgs& g, const void* qa, const void* qb, const float* scales, float* c) {
+Status LtFp8Matmul(const GemmArgs& g, const void* qa, const void* qb, const float* scales, float beta, float* c, int64_t ldc) {
   LtDescriptors d;
   const cublasOperation_t tn[2] = {CUBLAS_OP_T, CUBLAS_OP_N};
   const size_t ws_bytes = size_t{32} << 20;
@@ -557,7 +566,7 @@ Status LtFp8Matmul(const GemmArgs& g, const void* qa, const void* qb, const floa
   PLANNER_RETURN_IF_ERROR(CublasStatus(cublasLtMatmulDescSetAttribute(d.op, CUBLASLT_MATMUL_DESC_B_SCALE_POINTER, &scale_lt_b, sizeof scale_lt_b), "FP8 B scale"));
   PLANNER_RETURN_IF_ERROR(CublasStatus(cublasLtMatrixLayoutCreate(&d.a, CUDA_R_8F_E4M3, g.k, g.n, g.k), "FP8 A layout"));
   PLANNER_RETURN_IF_ERROR(CublasStatus(cublasLtMatrixLayoutCreate(&d.b, CUDA_R_8F_E4M3, g.k, g.m, g.k), "FP8 B layout"));
-  PLANNER_RETURN_IF_ERROR(CublasStatus(cublasLtMatrixLayoutCreate(&d.c, CUDA_R_32F, g.n, g.m, g.ldc), "FP8 C layout"));
+  PLANNER_RETURN_IF_ERROR(CublasStatus(cublasLtMatrixLayoutCreate(&d.c, CUDA_R_32F, g.n, g.m, ldc), "FP8 C layout"));
   PLANNER_RETURN_IF_ERROR(CublasStatus(cublasLtMatmulPreferenceCreate(&d.pref), "cublasLtMatmulPreferenceCreate"));
   PLANNER_RETURN_IF_ERROR(CublasStatus(cublasLtMatmulPreferenceSetAttribute(d.pref, CUBLASLT_MATMUL_PREF_MAX_WORKSPACE_BYTES, &ws_bytes, sizeof ws_bytes),
                                        "FP8 workspace preference"));
@@ -569,7 +578,7 @@ Status LtFp8Matmul(const GemmArgs& g, const void* qa, const void* qb, const floa
     return Status::Unavailable("cuBLASLt offers no FP8 algorithm for m " + std::to_string(g.m) + ", n " + std::to_string(g.n) + ", k " + std::to_string(g.k));
   }
   Tensor ws = AllocateScratch({static_cast<int64_t>(ws_bytes / 4)}, Device::kCuda);
-  return CublasStatus(cublasLtMatmul(LtHandle(), d.op, &g.alpha, qb, d.a, qa, d.b, &g.beta, c, d.c, c, d.c, &heuristic.algo, ws.data(), ws_bytes, 0),
+  return CublasStatus(cublasLtMatmul(LtHandle(), d.op, &g.alpha, qb, d.a, qa, d.b, &beta, c, d.c, c, d.c, &heuristic.algo, ws.data(), ws_bytes, 0),
                       "cublasLtMatmul (FP8)");
 }
 
@@ -595,7 +604,13 @@ Status GemmFp8(const GemmArgs& g, const float* a, const float* b, float* c) {
   QuantiseE4m3<<<ConvertBlocks(g.m * g.k), kConvertThreads>>>(a, g.lda, g.ta ? 1 : 0, g.m, g.k, scales, qa);
   QuantiseE4m3<<<ConvertBlocks(g.n * g.k), kConvertThreads>>>(b, g.ldb, g.tb ? 0 : 1, g.n, g.k, scales + 1, qb);
   PLANNER_RETURN_IF_ERROR(CudaStatus("FP8 quantisation"));
-  return LtFp8Matmul(g, qa, qb, scales, c);
+  // cuBLASLt's FP8 kernels need C and D 16-byte aligned with 16-byte row strides; otherwise the product
+  // goes to a dense scratch D and is combined into C here (the same C = alpha D' + beta C).
+  if (g.ldc % 4 == 0 && reinterpret_cast<uintptr_t>(c) % 16 == 0) return LtFp8Matmul(g, qa, qb, scales, g.beta, c, g.ldc);
+  Tensor d = AllocateScratch({g.m * g.n}, Device::kCuda);
+  PLANNER_RETURN_IF_ERROR(LtFp8Matmul(g, qa, qb, scales, 0.0f, d.data(), g.n));
+  CombineStrided<<<ConvertBlocks(g.m * g.n), kConvertThreads>>>(d.data(), c, g.m, g.n, g.ldc, g.beta);
+  return CudaStatus("FP8 product into C");
 }
 
 int ActKind(Activation a) { return a == Activation::kRelu ? 0 : (a == Activation::kGelu ? 1 : 2); }
