@@ -1,8 +1,7 @@
 // The CPU's emulation of tensor-core GEMM precisions (device_ops.h SetGemmPrecision): bf16 / fp16
 // operands rounded to nearest even, FP8 e4m3 per-tensor scaled, fp32 accumulation. Each emulated
 // GEMM is checked against a brute-force product of operands rounded by an independent reference
-// (bit manipulation for bf16, the compiler's _Float16 for fp16, a search of the 127 positive e4m3
-// values for FP8), and against the fp32 product within the format's error bound.
+// (bit manipulation for bf16 and fp16, a search of the 127 positive e4m3 values for FP8), and against the fp32 product within the format's error bound.
 #include <doctest/doctest.h>
 
 #include <cmath>
@@ -54,6 +53,29 @@ float ReferenceBf16(float x) {
   float y;
   std::memcpy(&y, &r, 4);
   return y;
+}
+
+// fp16 by bits: normals drop 13 of float's 23 mantissa bits with ties to even (then overflow past 65504);
+// subnormals round a 2^24 to an integer, ties to even.
+float ReferenceHalf(float x) {
+  const float a = std::fabs(x);
+  float r;
+  if (a < 6.103515625e-05f) {
+    const double s = static_cast<double>(a) * 16777216.0;
+    double f = std::floor(s);
+    const double frac = s - f;
+    if (frac > 0.5 || (frac == 0.5 && std::fmod(f, 2.0) == 1.0)) f += 1;
+    r = static_cast<float>(f / 16777216.0);
+  } else {
+    uint32_t u;
+    std::memcpy(&u, &a, 4);
+    const uint32_t lower = u & 0x1fffu;
+    uint32_t upper = u & ~0x1fffu;
+    if (lower > 0x1000u || (lower == 0x1000u && (upper & 0x2000u))) upper += 0x2000u;
+    std::memcpy(&r, &upper, 4);
+    if (r > 65504.0f) r = std::numeric_limits<float>::infinity();
+  }
+  return std::copysign(r, x);
 }
 
 struct Problem {
@@ -151,13 +173,17 @@ TEST_CASE("RoundGemmOperand: bf16 and fp16 round to nearest even; fp32 unchanged
   CHECK(RoundGemmOperand(DType::kFp32, 0.1f) == 0.1f);
   CHECK(std::isnan(RoundGemmOperand(DType::kBf16, std::nanf(""))));
   for (float x = -3e4f; x < 3e4f; x += 1.37f) REQUIRE(RoundGemmOperand(DType::kBf16, x) == ReferenceBf16(x));
+  for (float x = -7e4f; x < 7e4f; x += 1.37f) REQUIRE(RoundGemmOperand(DType::kFp16, x) == ReferenceHalf(x));
+  for (float x = 1e-9f; x < 1e-3f; x *= 1.0173f) REQUIRE(RoundGemmOperand(DType::kFp16, x) == ReferenceHalf(x));  // subnormals
+  CHECK(RoundGemmOperand(DType::kFp16, 65519.0f) == 65504.0f);
+  CHECK(RoundGemmOperand(DType::kFp16, 3 * std::ldexp(1.0f, -25)) == std::ldexp(1.0f, -23));  // 1.5 subnormal quanta: to 2 (even)
 }
 
 TEST_CASE("16-bit GEMMs: the rounded operands' exact product up to fp32 summation, and within the format's bound of fp32") {
   for (DType precision : {DType::kBf16, DType::kFp16}) {
     // u: the unit roundoff of the operands (8 and 11 significant bits).
     const double u = precision == DType::kBf16 ? std::ldexp(1.0, -9) : std::ldexp(1.0, -12);
-    auto round = [precision](float x) { return precision == DType::kBf16 ? ReferenceBf16(x) : static_cast<float>(static_cast<_Float16>(x)); };
+    auto round = [precision](float x) { return precision == DType::kBf16 ? ReferenceBf16(x) : ReferenceHalf(x); };
     for (bool ta : {false, true}) {
       for (bool tb : {false, true}) {
         CAPTURE(DTypeName(precision));
