@@ -12,8 +12,10 @@
 #include <cudnn.h>
 
 #include <cstdint>
+#include <initializer_list>
 #include <stdexcept>
 #include <string>
+#include <vector>
 
 #include "runtime/kernels/cuda_api.h"
 #include "runtime/kernels/device_ops.h"
@@ -523,12 +525,51 @@ struct LtDescriptors {
 // Elements of a stored operand a GEMM reads (rows x cols with row length ld, batch items stride apart).
 int64_t StoredExtent(int64_t rows, int64_t cols, int64_t ld, int64_t batch, int64_t stride) { return (batch - 1) * stride + (rows - 1) * ld + cols; }
 
-// A 16-bit copy of n floats (same layout), in working memory of the pass.
-Status Convert16(DType to, const float* x, int64_t n, Tensor* out) {
-  *out = AllocateScratch({(n + 1) / 2}, Device::kCuda);
-  if (to == DType::kBf16) ToBf16<<<ConvertBlocks(n), kConvertThreads>>>(x, reinterpret_cast<__nv_bfloat16*>(out->data()), n);
-  else ToHalf<<<ConvertBlocks(n), kConvertThreads>>>(x, reinterpret_cast<__half*>(out->data()), n);
-  return CudaStatus("16-bit operand conversion");
+// Per-thread device working memory of the GEMM precisions (converted operands, FP8 copies, scales, the
+// cuBLASLt workspace), grown on demand and kept: a cudaMalloc / cudaFree per GEMM would cost more than a
+// small GEMM (cudaFree synchronises the device). Per thread, because kernels_gpu_test's TP shards issue
+// GEMMs from two threads onto one stream: a shared buffer could be overwritten between one thread's
+// conversion and its product. Reuse within a thread is safe: its work is ordered on the stream.
+class GemmWorkspace {
+ public:
+  ~GemmWorkspace() {
+    if (ptr_ != nullptr) cudaFree(ptr_);
+  }
+  // One region per size, each 256-byte aligned.
+  Status Carve(std::initializer_list<size_t> sizes, std::vector<char*>* out) {
+    auto up = [](size_t v) { return (v + 255) / 256 * 256; };
+    size_t total = 0;
+    for (size_t v : sizes) total += up(v);
+    if (total > bytes_) {
+      if (ptr_ != nullptr) cudaFree(ptr_);  // waits for the work still reading it
+      ptr_ = nullptr;
+      bytes_ = 0;
+      if (cudaMalloc(&ptr_, total) != cudaSuccess) {
+        cudaGetLastError();
+        ptr_ = nullptr;
+        return Status::Internal("out of GPU memory for " + std::to_string(total >> 20) + " MiB of GEMM working memory");
+      }
+      bytes_ = total;
+    }
+    out->clear();
+    size_t at = 0;
+    for (size_t v : sizes) {
+      out->push_back(static_cast<char*>(ptr_) + at);
+      at += up(v);
+    }
+    return Status::OK();
+  }
+
+ private:
+  void* ptr_ = nullptr;
+  size_t bytes_ = 0;
+};
+thread_local GemmWorkspace gemm_workspace;
+
+// A 16-bit copy of n floats (same layout) at dst.
+void Convert16(DType to, const float* x, int64_t n, void* dst) {
+  if (to == DType::kBf16) ToBf16<<<ConvertBlocks(n), kConvertThreads>>>(x, static_cast<__nv_bfloat16*>(dst), n);
+  else ToHalf<<<ConvertBlocks(n), kConvertThreads>>>(x, static_cast<__half*>(dst), n);
 }
 
 // Row-major C = op(A) op(B) as column-major C^T = op(B)^T op(A)^T, with 16-bit operands and fp32 accumulation.
@@ -536,27 +577,33 @@ Status Gemm16(const GemmArgs& g, DType precision, const float* a, const float* b
   const cublasOperation_t opb = g.tb ? CUBLAS_OP_T : CUBLAS_OP_N, opa = g.ta ? CUBLAS_OP_T : CUBLAS_OP_N;
   const cudaDataType_t t = precision == DType::kBf16 ? CUDA_R_16BF : CUDA_R_16F;
   auto I = [](int64_t v) { return static_cast<int>(v); };
-  Tensor a16, b16;
-  PLANNER_RETURN_IF_ERROR(Convert16(precision, a, StoredExtent(g.ta ? g.k : g.m, g.ta ? g.m : g.k, g.lda, g.batch, g.stride_a), &a16));
-  PLANNER_RETURN_IF_ERROR(Convert16(precision, b, StoredExtent(g.tb ? g.n : g.k, g.tb ? g.k : g.n, g.ldb, g.batch, g.stride_b), &b16));
+  const int64_t na = StoredExtent(g.ta ? g.k : g.m, g.ta ? g.m : g.k, g.lda, g.batch, g.stride_a);
+  const int64_t nb = StoredExtent(g.tb ? g.n : g.k, g.tb ? g.k : g.n, g.ldb, g.batch, g.stride_b);
+  std::vector<char*> r;
+  PLANNER_RETURN_IF_ERROR(gemm_workspace.Carve({static_cast<size_t>(na) * 2, static_cast<size_t>(nb) * 2}, &r));
+  Convert16(precision, a, na, r[0]);
+  Convert16(precision, b, nb, r[1]);
+  PLANNER_RETURN_IF_ERROR(CudaStatus("16-bit operand conversion"));
   if (g.batch == 1) {
-    return CublasStatus(cublasGemmEx(Handle(), opb, opa, I(g.n), I(g.m), I(g.k), &g.alpha, b16.data(), t, I(g.ldb), a16.data(), t, I(g.lda), &g.beta, c,
+    return CublasStatus(cublasGemmEx(Handle(), opb, opa, I(g.n), I(g.m), I(g.k), &g.alpha, r[1], t, I(g.ldb), r[0], t, I(g.lda), &g.beta, c,
                                      CUDA_R_32F, I(g.ldc), CUBLAS_COMPUTE_32F, CUBLAS_GEMM_DEFAULT),
                         "cublasGemmEx");
   }
-  return CublasStatus(cublasGemmStridedBatchedEx(Handle(), opb, opa, I(g.n), I(g.m), I(g.k), &g.alpha, b16.data(), t, I(g.ldb), g.stride_b, a16.data(),
-                                                 t, I(g.lda), g.stride_a, &g.beta, c, CUDA_R_32F, I(g.ldc), g.stride_c, I(g.batch), CUBLAS_COMPUTE_32F,
-                                                 CUBLAS_GEMM_DEFAULT),
+  return CublasStatus(cublasGemmStridedBatchedEx(Handle(), opb, opa, I(g.n), I(g.m), I(g.k), &g.alpha, r[1], t, I(g.ldb), g.stride_b, r[0], t,
+                                                 I(g.lda), g.stride_a, &g.beta, c, CUDA_R_32F, I(g.ldc), g.stride_c, I(g.batch),
+                                                 CUBLAS_COMPUTE_32F, CUBLAS_GEMM_DEFAULT),
                       "cublasGemmStridedBatchedEx");
 }
+
+constexpr size_t kLtWorkspaceBytes = size_t{32} << 20;
 
 // The cuBLASLt FP8 product of quantised copies qa [m, k] and qb [n, k] (both K-major: Hopper's FP8 kernels
 // take only the "TN" layout). Column-major, D^T [n, m] = (Lt's A = qb, stored k x n, transposed) (Lt's B = qa,
 // stored k x m) scaled by the two per-tensor scales (device pointers), fp32 accumulation, fp32 C = D.
-Status LtFp8Matmul(const GemmArgs& g, const void* qa, const void* qb, const float* scales, float beta, float* c, int64_t ldc) {
+Status LtFp8Matmul(const GemmArgs& g, const void* qa, const void* qb, const float* scales, float beta, float* c, int64_t ldc, void* ws) {
   LtDescriptors d;
   const cublasOperation_t tn[2] = {CUBLAS_OP_T, CUBLAS_OP_N};
-  const size_t ws_bytes = size_t{32} << 20;
+  const size_t ws_bytes = kLtWorkspaceBytes;
   PLANNER_RETURN_IF_ERROR(CublasStatus(cublasLtMatmulDescCreate(&d.op, CUBLAS_COMPUTE_32F, CUDA_R_32F), "cublasLtMatmulDescCreate"));
   PLANNER_RETURN_IF_ERROR(CublasStatus(cublasLtMatmulDescSetAttribute(d.op, CUBLASLT_MATMUL_DESC_TRANSA, &tn[0], sizeof tn[0]), "FP8 TRANSA"));
   PLANNER_RETURN_IF_ERROR(CublasStatus(cublasLtMatmulDescSetAttribute(d.op, CUBLASLT_MATMUL_DESC_TRANSB, &tn[1], sizeof tn[1]), "FP8 TRANSB"));
@@ -577,8 +624,7 @@ Status LtFp8Matmul(const GemmArgs& g, const void* qa, const void* qb, const floa
   if (found == 0) {
     return Status::Unavailable("cuBLASLt offers no FP8 algorithm for m " + std::to_string(g.m) + ", n " + std::to_string(g.n) + ", k " + std::to_string(g.k));
   }
-  Tensor ws = AllocateScratch({static_cast<int64_t>(ws_bytes / 4)}, Device::kCuda);
-  return CublasStatus(cublasLtMatmul(LtHandle(), d.op, &g.alpha, qb, d.a, qa, d.b, &beta, c, d.c, c, d.c, &heuristic.algo, ws.data(), ws_bytes, 0),
+  return CublasStatus(cublasLtMatmul(LtHandle(), d.op, &g.alpha, qb, d.a, qa, d.b, &beta, c, d.c, c, d.c, &heuristic.algo, ws, ws_bytes, 0),
                       "cublasLtMatmul (FP8)");
 }
 
@@ -591,12 +637,17 @@ Status GemmFp8(const GemmArgs& g, const float* a, const float* b, float* c) {
     return Status::Unavailable("FP8 GEMMs need compute capability 8.9 or newer (Ada, Hopper); this device is " + std::to_string(cc / 10) + "." +
                                std::to_string(cc % 10) + "; use precision bf16");
   }
-  Tensor q = AllocateScratch({(g.m + g.n) * g.k / 4}, Device::kCuda);  // e4m3 bytes: qa [m, k] then qb [n, k]
-  Tensor small = AllocateScratch({4}, Device::kCuda);                 // amax of A, B (bits), then their scales
-  auto* amax = reinterpret_cast<unsigned*>(small.data());
-  float* scales = small.data() + 2;
-  auto* qa = reinterpret_cast<__nv_fp8_storage_t*>(q.data());
-  __nv_fp8_storage_t* qb = qa + g.m * g.k;
+  // cuBLASLt's FP8 kernels need C and D 16-byte aligned with 16-byte row strides; otherwise the product
+  // goes to a dense scratch D and is combined into C here (the same C = alpha D' + beta C).
+  const bool direct = g.ldc % 4 == 0 && reinterpret_cast<uintptr_t>(c) % 16 == 0;
+  std::vector<char*> r;  // qa [m, k], qb [n, k] (e4m3 bytes), amax bits of A and B then their scales, the Lt workspace, D
+  PLANNER_RETURN_IF_ERROR(gemm_workspace.Carve({static_cast<size_t>(g.m * g.k), static_cast<size_t>(g.n * g.k), 4 * sizeof(float), kLtWorkspaceBytes,
+                                                direct ? 0 : static_cast<size_t>(g.m * g.n) * sizeof(float)},
+                                               &r));
+  auto* qa = reinterpret_cast<__nv_fp8_storage_t*>(r[0]);
+  auto* qb = reinterpret_cast<__nv_fp8_storage_t*>(r[1]);
+  auto* amax = reinterpret_cast<unsigned*>(r[2]);
+  float* scales = reinterpret_cast<float*>(r[2]) + 2;
   cudaMemsetAsync(amax, 0, 2 * sizeof(unsigned));
   AbsMax<<<std::min(ConvertBlocks(g.m * g.k), 1024u), kConvertThreads>>>(a, g.lda, g.ta ? 1 : 0, g.m, g.k, amax);
   AbsMax<<<std::min(ConvertBlocks(g.n * g.k), 1024u), kConvertThreads>>>(b, g.ldb, g.tb ? 0 : 1, g.n, g.k, amax + 1);
@@ -604,12 +655,10 @@ Status GemmFp8(const GemmArgs& g, const float* a, const float* b, float* c) {
   QuantiseE4m3<<<ConvertBlocks(g.m * g.k), kConvertThreads>>>(a, g.lda, g.ta ? 1 : 0, g.m, g.k, scales, qa);
   QuantiseE4m3<<<ConvertBlocks(g.n * g.k), kConvertThreads>>>(b, g.ldb, g.tb ? 0 : 1, g.n, g.k, scales + 1, qb);
   PLANNER_RETURN_IF_ERROR(CudaStatus("FP8 quantisation"));
-  // cuBLASLt's FP8 kernels need C and D 16-byte aligned with 16-byte row strides; otherwise the product
-  // goes to a dense scratch D and is combined into C here (the same C = alpha D' + beta C).
-  if (g.ldc % 4 == 0 && reinterpret_cast<uintptr_t>(c) % 16 == 0) return LtFp8Matmul(g, qa, qb, scales, g.beta, c, g.ldc);
-  Tensor d = AllocateScratch({g.m * g.n}, Device::kCuda);
-  PLANNER_RETURN_IF_ERROR(LtFp8Matmul(g, qa, qb, scales, 0.0f, d.data(), g.n));
-  CombineStrided<<<ConvertBlocks(g.m * g.n), kConvertThreads>>>(d.data(), c, g.m, g.n, g.ldc, g.beta);
+  if (direct) return LtFp8Matmul(g, qa, qb, scales, g.beta, c, g.ldc, r[3]);
+  auto* d = reinterpret_cast<float*>(r[4]);
+  PLANNER_RETURN_IF_ERROR(LtFp8Matmul(g, qa, qb, scales, 0.0f, d, g.n, r[3]));
+  CombineStrided<<<ConvertBlocks(g.m * g.n), kConvertThreads>>>(d, c, g.m, g.n, g.ldc, g.beta);
   return CudaStatus("FP8 product into C");
 }
 
