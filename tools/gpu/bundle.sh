@@ -17,6 +17,11 @@ mkdir -p "$(dirname "$exclude")"
 for p in /.gpu/ "/$build/"; do grep -qx "$p" "$exclude" 2>/dev/null || echo "$p" >> "$exclude"; done
 [ -f "$build/build.ninja" ] || meson setup "$build" -Dmpi=disabled -Dcuda=enabled -Dnccl=enabled -Dbuildtype=release -Dbench=false \
   -Dgpu_arch="${GPU_ARCH:-9.0}"
+# Meson does not see the project headers nvcc includes: rebuild a CUDA object when any header is newer than it
+# (a changed tensor.h otherwise links stale objects against new symbols).
+for o in $(find "$build" -name '*.cu.o' 2>/dev/null); do
+  [ -n "$(find . -path "./$build" -prune -o -path ./.git -prune -o -name '*.h' -newer "$o" -print -quit)" ] && rm -f "$o"
+done
 ninja -C "$build" -j"${JOBS:-2}" planner/planner tests/kernels_gpu_test tests/nccl_test
 rm -rf .gpu; mkdir -p .gpu/bin .gpu/lib
 cp "$build/planner/planner" "$build/tests/kernels_gpu_test" "$build/tests/nccl_test" .gpu/bin/
