@@ -1,4 +1,5 @@
-// planner profile MODEL [--device cpu|cuda|auto] [--threads N] [--microbatch-sizes 1,2] [--tp 1,2] [-o FILE]
+// planner profile MODEL [--device cpu|cuda|auto] [--precision fp32|bf16|fp16|fp8] [--cluster FILE] [--threads N]
+//                       [--microbatch-sizes 1,2] [--tp 1,2] [-o FILE]
 // planner profile --comm [--max-bytes 16MiB] [-o FILE]            (under mpirun / srun, two or more ranks)
 #include <cstdio>
 #include <algorithm>
@@ -6,6 +7,7 @@
 
 #include <fmt/format.h>
 
+#include "common/edit_distance.h"
 #include "common/log.h"
 #include "common/progress.h"
 #include "common/units.h"
@@ -14,7 +16,9 @@
 #include "profiler/comm_profiler.h"
 #include "runtime/comm/nccl_comm.h"
 #include "profiler/layer_profiler.h"
+#include "profiler/peaks.h"
 #include "runtime/kernels/cuda_api.h"
+#include "spec/cluster_spec.h"
 #include "spec/model_spec.h"
 
 namespace planner {
@@ -23,6 +27,7 @@ namespace {
 
 struct ProfileArgs {
   std::string model, output, device = "auto";
+  std::string precision, cluster;  // --precision (default: the model's), --cluster (the peak to compare with)
   int threads = 1;
   std::vector<int64_t> microbatches, tps;
   double budget_s = 2.0;
@@ -119,6 +124,66 @@ Status RunComm(const ProfileArgs& a, const std::string& cmdline) {
   return Status::OK();
 }
 
+// The precision to time in: --precision, else the model file's; FP8 on CUDA needs a device that has it.
+Status ChoosePrecision(const ProfileArgs& a, const ModelSpec& model, Device device, DType* out) {
+  *out = model.dtype;
+  if (!a.precision.empty() && !ParseDType(a.precision, out)) {
+    return Status::InvalidArgument(fmt::format("--precision: unknown value '{}'{}; use fp32, bf16, fp16 or fp8", a.precision,
+                                               DidYouMean(a.precision, {"bf16", "fp16", "fp8", "fp32"})));
+  }
+  if (*out == DType::kFp8 && device == Device::kCuda && !CudaSupportsFp8(0)) {
+    const int cc = CudaComputeCapability(0);
+    return Status::NotSupported(fmt::format("{}fp8: {} (compute capability {}.{}) has no FP8 tensor cores (8.9 or newer: Ada, Hopper); "
+                                            "profile with --precision bf16",
+                                            a.precision.empty() ? a.model + ": precision " : "--precision ", CudaDeviceName(0), cc / 10, cc % 10));
+  }
+  return Status::OK();
+}
+
+// The dense peak the GEMM-bound layers are compared with: --cluster's gpu.peak_tflops for the precision
+// (tf32 first for fp32 on CUDA), else the published table for a CUDA device; a CPU has none of its own.
+Status ChoosePeak(const ProfileArgs& a, Device device, DType precision, DevicePeak* out) {
+  if (!a.cluster.empty()) {
+    ClusterSpec c;
+    PLANNER_RETURN_IF_ERROR(LoadClusterSpec(a.cluster, &c));
+    const auto tf32 = c.peak_tflops.find("tf32");
+    const bool use_tf32 = precision == DType::kFp32 && device == Device::kCuda && tf32 != c.peak_tflops.end();
+    out->tflops = use_tf32 ? tf32->second : c.PeakFlops(precision) / 1e12;
+    out->source = out->tflops > 0 ? fmt::format("{} gpu.peak_tflops.{}", a.cluster, use_tf32 ? "tf32" : DTypeName(precision))
+                                  : fmt::format("{} has no gpu.peak_tflops.{}", a.cluster, DTypeName(precision));
+    return Status::OK();
+  }
+  if (device == Device::kCuda) {
+    *out = PublishedGpuPeak(CudaDeviceName(0), CudaComputeCapability(0), precision);
+  } else {
+    *out = {0, "no published peak for this CPU; pass --cluster with its gpu.peak_tflops (e.g. configs/clusters/local-cpu.yaml)"};
+  }
+  return Status::OK();
+}
+
+// Each GEMM-bound layer's (matrix FLOPs in the spec) achieved rate against the peak, per point.
+void PrintGemmRates(const ModelSpec& model, const Profile& p, DType precision, const DevicePeak& peak) {
+  if (peak.tflops > 0) {
+    std::printf("\nGEMM-bound layers in %s against the dense %s peak of %.1f TFLOP/s (%s):\n", DTypeName(precision), DTypeName(precision),
+                peak.tflops, peak.source.c_str());
+  } else {
+    std::printf("\nGEMM-bound layers in %s: achieved rates only; no peak known (%s)\n", DTypeName(precision), peak.source.c_str());
+  }
+  std::printf("%-22s %6s %4s %12s %10s\n", "layer type", "b", "tp", "TFLOP/s", "% of peak");
+  std::vector<std::string> printed;
+  for (size_t i = 0; i < p.layers.size(); ++i) {
+    const auto& l = model.layers[i];
+    if (l.fwd_flops <= 0 || std::find(printed.begin(), printed.end(), l.signature) != printed.end()) continue;
+    printed.push_back(l.signature);
+    for (const auto& t : p.layers[i].timings) {
+      const double tflops = t.achieved_gflops / 1e3;
+      const std::string pct = peak.tflops > 0 ? fmt::format("{:.1f}", 100 * tflops / peak.tflops) : "-";
+      std::printf("%-22s %6lld %4lld %12.2f %10s\n", l.type.c_str(), static_cast<long long>(t.microbatch), static_cast<long long>(t.tp), tflops,
+                  pct.c_str());
+    }
+  }
+}
+
 }  // namespace
 
 Runner RegisterProfile(CLI::App& app, int argc, char** argv) {
@@ -127,6 +192,8 @@ Runner RegisterProfile(CLI::App& app, int argc, char** argv) {
   cmd->add_option("model", a->model, "model.yaml to profile");
   cmd->add_option("-o,--output", a->output, "profile to write (default: <model name>.profile.yaml, comm.profile.yaml with --comm)");
   cmd->add_option("--device", a->device, "cpu, cuda or auto (CUDA when a device is present)");
+  cmd->add_option("--precision", a->precision, "fp32, bf16, fp16 or fp8: the GEMM precision to time in (default: the model file's precision)");
+  cmd->add_option("--cluster", a->cluster, "cluster.yaml whose gpu.peak_tflops the GEMM rates are compared with (default: the published table for a GPU)");
   cmd->add_option("--threads", a->threads, "CPU threads of the kernels")->check(CLI::Range(1, 256));
   cmd->add_option("--microbatch-sizes", a->microbatches, "microbatch sizes to time (the first is the profile's reference)")->delimiter(',');
   cmd->add_option("--tp", a->tps, "tensor-parallel degrees to time (shards)")->delimiter(',');
@@ -174,6 +241,9 @@ Runner RegisterProfile(CLI::App& app, int argc, char** argv) {
     }
     ModelSpec model;
     PLANNER_RETURN_IF_ERROR(LoadModelSpec(a->model, &model));
+    PLANNER_RETURN_IF_ERROR(ChoosePrecision(*a, model, o.device, &o.precision));
+    DevicePeak peak;
+    PLANNER_RETURN_IF_ERROR(ChoosePeak(*a, o.device, o.precision, &peak));
     o.threads = a->threads;
     o.microbatches = a->microbatches.empty() ? std::vector<int64_t>{1} : a->microbatches;
     o.tps = a->tps.empty() ? std::vector<int64_t>{1} : a->tps;
@@ -221,7 +291,8 @@ Runner RegisterProfile(CLI::App& app, int argc, char** argv) {
                     t.achieved_gflops, static_cast<long long>(t.repetitions));
       }
     }
-    LogNote(fmt::format("wrote {}: {} layers, {} distinct signatures timed on {}", out, p.layers.size(), printed.size(), p.device));
+    PrintGemmRates(model, p, o.precision, peak);
+    LogNote(fmt::format("wrote {}: {} layers, {} distinct signatures timed in {} on {}", out, p.layers.size(), printed.size(), p.dtype, p.device));
     return Status::OK();
   };
 }

@@ -16,6 +16,8 @@
 #include "planner_config.h"
 #include "runtime/comm/nccl_comm.h"
 #include "runtime/kernels/cuda_api.h"
+#include "runtime/kernels/device_ops.h"
+#include "runtime/kernels/mixed_precision.h"
 
 namespace planner {
 
@@ -103,8 +105,9 @@ std::string DescribeHost(Device device, int threads) {
 
 namespace {
 
-// `copies` instances of the layer (a TP shard for tp > 1), seeded apart.
-Status MakeKernels(const Layer& layer, int64_t tp, Device device, int copies, std::vector<std::unique_ptr<LayerKernel>>* kernels) {
+// `copies` instances of the layer (a TP shard for tp > 1), seeded apart, storing weights and
+// activations in `storage` as a run of that precision does (mixed_precision.h; fp32: unwrapped).
+Status MakeKernels(const Layer& layer, int64_t tp, Device device, DType storage, int copies, std::vector<std::unique_ptr<LayerKernel>>* kernels) {
   kernels->resize(static_cast<size_t>(std::max(1, copies)));
   for (size_t c = 0; c < kernels->size(); ++c) {
     KernelOptions ko;
@@ -113,16 +116,18 @@ Status MakeKernels(const Layer& layer, int64_t tp, Device device, int copies, st
     ko.tp_rank = 0;
     ko.seed = 1234 + c;
     PLANNER_RETURN_IF_ERROR(MakeKernel(layer, ko, &(*kernels)[c]));
+    PLANNER_RETURN_IF_ERROR(WrapMixedPrecision(storage, layer.type == "loss", &(*kernels)[c]));
   }
   return Status::OK();
 }
 
-// The layer's input at microbatch b (the TP shard of the loss sees V / t logits); a loss gets
-// its targets.
-Tensor PrepareInput(const Layer& layer, int64_t b, int64_t tp, Device device, const std::vector<std::unique_ptr<LayerKernel>>& kernels) {
+// The layer's input at microbatch b (the TP shard of the loss sees V / t logits), in the storage
+// dtype but for token ids (exact: fp32); a loss gets its targets.
+Tensor PrepareInput(const Layer& layer, int64_t b, int64_t tp, Device device, DType storage, const std::vector<std::unique_ptr<LayerKernel>>& kernels) {
   Layer in_layer = layer;
   if (layer.type == "loss" && tp > 1) in_layer.in_shape.back() /= tp;
   Tensor x = MakeInput(in_layer, b, 7).To(device);
+  if (storage != DType::kFp32 && layer.type != "embedding") x = x.Converted(storage);
   if (layer.type == "loss") {
     int64_t rows = 1;
     for (size_t i = 0; i + 1 < layer.in_shape.size(); ++i) rows *= layer.in_shape[i];
@@ -143,6 +148,7 @@ struct PassTimes {
 // One forward, backward-input and backward-weight pass of `k`, each timed; `dy` (the output
 // gradient) is made on the first pass and reused.
 Status TimePass(LayerKernel* k, const Tensor& x, Device device, Clock* clock, Tensor* dy, PassTimes* out) {
+  // dy comes in y's dtype: the storage dtype between layers, fp32 after the loss.
   Saved s;
   Tensor y, dx;
   clock->Start();
@@ -152,6 +158,7 @@ Status TimePass(LayerKernel* k, const Tensor& x, Device device, Clock* clock, Te
     Tensor host = Tensor::Zeros(y.shape());
     FillUniform(&host, 99, 1.0f);
     *dy = host.To(device);
+    if (y.dtype() != DType::kFp32) *dy = dy->Converted(y.dtype());
   }
   clock->Start();
   PLANNER_RETURN_IF_ERROR(k->BackwardInput(*dy, &dx, &s));
@@ -190,8 +197,9 @@ Status TimeLayer(const Layer& layer, int64_t b, int64_t tp, const LayerProfileOp
   // `copies` instances used round robin: their weights rotate through the
   // caches as the model's equal layers do in a real pass.
   std::vector<std::unique_ptr<LayerKernel>> kernels;
-  PLANNER_RETURN_IF_ERROR(MakeKernels(layer, tp, device, copies, &kernels));
-  const Tensor x = PrepareInput(layer, b, tp, device, kernels);
+  const DType storage = StorageDType(round_options.precision);
+  PLANNER_RETURN_IF_ERROR(MakeKernels(layer, tp, device, storage, copies, &kernels));
+  const Tensor x = PrepareInput(layer, b, tp, device, storage, kernels);
   Clock clock(device);
   Repetitions reps;
   Tensor dy;
@@ -348,16 +356,20 @@ ProfileTiming PooledTiming(const Measured& me, const Point& pt) {
   return t;
 }
 
-// The profile's layer entry for model layer i; sizes in the kernels' dtype (fp32) at the reference microbatch.
-ProfileLayer ProfileLayerOf(const ModelSpec& m, size_t i, double bref, std::vector<ProfileTiming> timings) {
+// Bytes of one element as the profiled kernels store weights and activations: the storage dtype of
+// the precision (fp32 runs fp32; bf16 and fp8 runs bf16; fp16 runs fp16).
+double KernelElementBytes(DType precision) { return DTypeBytes(StorageDType(precision)); }
+
+// The profile's layer entry for model layer i; sizes in the kernels' storage dtype at the reference microbatch.
+ProfileLayer ProfileLayerOf(const ModelSpec& m, size_t i, double bref, DType precision, std::vector<ProfileTiming> timings) {
   const Layer& l = m.layers[i];
   ProfileLayer pl;
   pl.name = l.name;
   pl.type = l.type;
   pl.desc = l.signature;
   if (i > 0) pl.inputs = {m.layers[i - 1].name};
-  pl.params_bytes = 4 * l.params;
-  const double scale = 4.0 / DTypeBytes(m.dtype);
+  pl.params_bytes = KernelElementBytes(precision) * l.params;
+  const double scale = KernelElementBytes(precision) / DTypeBytes(m.dtype);
   pl.output_bytes = bref * (l.type == "loss" ? 4.0 : l.out_bytes * scale);
   pl.stash_bytes = bref * l.stash_bytes * scale;
   pl.tp_allreduces = l.tp_allreduces_fwd;
@@ -368,9 +380,22 @@ ProfileLayer ProfileLayerOf(const ModelSpec& m, size_t i, double bref, std::vect
 
 }  // namespace
 
+namespace {
+// The process's GEMM precision for one profile, restored after (the profiler may run inside tests).
+class GemmPrecisionScope {
+ public:
+  explicit GemmPrecisionScope(DType p) : before_(GemmPrecision()) { SetGemmPrecision(p); }
+  ~GemmPrecisionScope() { SetGemmPrecision(before_); }
+
+ private:
+  DType before_;
+};
+}  // namespace
+
 Status ProfileModel(const ModelSpec& m, const LayerProfileOptions& o, Profile* out) {
   KeepFreedHostMemory();  // the runtime's host memory policy, so kernels are timed as they run
   SetCpuThreads(o.threads);
+  GemmPrecisionScope precision(o.precision);
   const Signatures sigs = DistinctSignatures(m);
   std::vector<Point> points;
   for (int64_t tp : o.tps) for (int64_t b : o.microbatches) points.push_back({b, tp});
@@ -383,7 +408,7 @@ Status ProfileModel(const ModelSpec& m, const LayerProfileOptions& o, Profile* o
   }
   Profile p;
   p.model = m.name;
-  p.dtype = "fp32";  // the kernels compute in fp32 (TF32 GEMMs on CUDA)
+  p.dtype = DTypeName(o.precision);  // the GEMM precision timed (fp32: TF32 GEMMs on CUDA); the solver warns when the model's differs
   p.device = DescribeHost(o.device, o.threads);
   p.backend = DeviceName(o.device);
   p.tool = std::string("planner ") + PLANNER_VERSION;
@@ -392,7 +417,7 @@ Status ProfileModel(const ModelSpec& m, const LayerProfileOptions& o, Profile* o
   p.threads = o.threads;
   p.reference_microbatch = o.microbatches.front();
   const double bref = static_cast<double>(p.reference_microbatch);
-  for (size_t i = 0; i < m.layers.size(); ++i) p.layers.push_back(ProfileLayerOf(m, i, bref, timings[sigs.layer_sig[i]]));
+  for (size_t i = 0; i < m.layers.size(); ++i) p.layers.push_back(ProfileLayerOf(m, i, bref, o.precision, timings[sigs.layer_sig[i]]));
   *out = std::move(p);
   return Status::OK();
 }

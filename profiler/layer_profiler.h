@@ -19,6 +19,9 @@ namespace planner {
 
 struct LayerProfileOptions {
   Device device = Device::kCpu;
+  // The GEMM precision the layers are timed in (device_ops.h SetGemmPrecision; set for the profile's
+  // duration and restored after), recorded as the profile's dtype.
+  DType precision = DType::kFp32;
   int threads = 1;
   std::vector<int64_t> microbatches = {1};
   std::vector<int64_t> tps = {1};

@@ -117,7 +117,7 @@ Status ParseProfileUnguarded(const std::string& path, const std::string& text, P
   PLANNER_RETURN_IF_ERROR(r.GetInt(root, "format_version", "format_version", &version, true, 1));
   if (version != 1) return r.FieldError(root["format_version"], "format_version", fmt::format("version {} is not supported; this planner reads version 1", version));
   PLANNER_RETURN_IF_ERROR(r.GetString(root, "model", "model", &p.model, true));
-  PLANNER_RETURN_IF_ERROR(r.GetEnum(root, "dtype", "dtype", {"fp32", "fp16", "bf16"}, &p.dtype, false));
+  PLANNER_RETURN_IF_ERROR(r.GetEnum(root, "dtype", "dtype", {"fp32", "fp16", "bf16", "fp8"}, &p.dtype, false));
   PLANNER_RETURN_IF_ERROR(r.GetString(root, "device", "device", &p.device, false));
   PLANNER_RETURN_IF_ERROR(r.GetString(root, "backend", "backend", &p.backend, false));
   PLANNER_RETURN_IF_ERROR(r.GetString(root, "tool", "tool", &p.tool, false));

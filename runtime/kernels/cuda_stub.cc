@@ -16,6 +16,9 @@ int CudaDeviceCount(std::string* why) {
 }
 std::string CudaDescribeDevice(int) { return "none (built without CUDA)"; }
 bool CudaBuilt() { return false; }
+int CudaComputeCapability(int) { return 0; }
+bool CudaSupportsFp8(int) { return false; }
+std::string CudaDeviceName(int) { return ""; }
 void* CudaMalloc(int64_t) { NoCuda(); }
 void CudaFree(void*) {}
 void CudaMemset(void*, int, int64_t) { NoCuda(); }
@@ -29,5 +32,8 @@ CudaTimer::~CudaTimer() = default;
 void CudaTimer::Start() { NoCuda(); }
 double CudaTimer::StopSeconds() { NoCuda(); }
 DeviceOps* CudaOps() { return nullptr; }
+Status CudaConvert(const void*, DType, void*, DType, int64_t) {
+  return Status::Unavailable("built without CUDA; rebuild with -Dcuda=enabled on a machine with the CUDA toolkit");
+}
 
 }  // namespace planner

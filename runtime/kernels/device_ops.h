@@ -15,6 +15,7 @@
 
 #include "common/status.h"
 #include "runtime/kernels/tensor.h"
+#include "spec/layer.h"
 
 namespace planner {
 
@@ -29,6 +30,30 @@ struct GemmArgs {
   float alpha = 1.0f, beta = 0.0f;
   int64_t batch = 1, stride_a = 0, stride_b = 0, stride_c = 0;
 };
+
+// ---- GEMM precision (process-wide: a process trains one plan; set it before the first GEMM, from
+// one thread). Every Gemm reads it:
+// - kFp32 (the default): fp32 operands; CPU fp32 products, CUDA cublasSgemm with TF32 tensor cores.
+// - kBf16 / kFp16: A and B rounded to the 16-bit format (round to nearest even; fp16 overflow -> inf)
+//   before a product accumulated in fp32 into fp32 C: the tensor cores' contract. CUDA converts the
+//   operands on the device and calls cublasGemmEx (CUBLAS_COMPUTE_32F); the CPU rounds them on the host.
+// - kFp8: each operand quantised per tensor to e4m3 (scale = amax / 448 over the operand's m x k or
+//   k x n values, 1 when amax is 0; q = e4m3(x / scale), round to nearest even, saturating at +-448),
+//   products accumulated in fp32, C += alpha scale_a scale_b sum(qa qb). CUDA: cuBLASLt on compute
+//   capability >= 8.9 (other devices: the Gemm returns Unavailable). Batched GEMMs (the attention core,
+//   as Transformer Engine keeps it) and products whose m, n or k is not a multiple of 16 (cuBLASLt's FP8
+//   alignment) run in bf16: EffectiveGemmPrecision says which.
+void SetGemmPrecision(DType precision);
+DType GemmPrecision();
+// The precision GemmPrecision() gives this product (kFp8 falls back to kBf16 as above).
+DType EffectiveGemmPrecision(const GemmArgs& g);
+// Host rounding of one value to the GEMM operand grid of `precision` (kFp32: x itself). NaN stays NaN.
+float RoundGemmOperand(DType precision, float x);
+// e4m3 (FN: no infinities, max 448): the nearest representable value, ties to even, saturating.
+float RoundToE4m3(float x);
+// The per-tensor FP8 scale of an operand whose largest |value| is amax: amax / 448, or 1 for amax 0.
+float Fp8Scale(float amax);
+constexpr float kE4m3Max = 448.0f;
 
 // A k x k window over `planes` [height, width] planes (convolution, pooling).
 struct Window {

@@ -4,6 +4,7 @@
 // Derivations of the backwards are in docs/profiler.md; tests/runtime/
 // kernels_test.cc checks every layer against finite differences.
 #include <algorithm>
+#include <atomic>
 #include <cmath>
 #include <cstring>
 #include <limits>
@@ -69,6 +70,52 @@ void GemmOne(const GemmArgs& g, const float* a, const float* b, float* c) {
   });
 }
 
+// The stored matrix (rows x cols, row length ld) with every value on the GEMM operand grid, dense.
+std::vector<float> RoundedCopy(const float* p, int64_t rows, int64_t cols, int64_t ld, DType precision) {
+  std::vector<float> out(static_cast<size_t>(rows * cols));
+  for (int64_t r = 0; r < rows; ++r) {
+    for (int64_t c = 0; c < cols; ++c) out[static_cast<size_t>(r * cols + c)] = RoundGemmOperand(precision, p[r * ld + c]);
+  }
+  return out;
+}
+
+// The stored matrix quantised per tensor to e4m3 (device_ops.h) and held as the e4m3 values (exact in
+// fp32); *scale receives its dequantisation factor.
+std::vector<float> QuantisedCopy(const float* p, int64_t rows, int64_t cols, int64_t ld, float* scale) {
+  float amax = 0;
+  for (int64_t r = 0; r < rows; ++r) {
+    for (int64_t c = 0; c < cols; ++c) amax = std::max(amax, std::fabs(p[r * ld + c]));
+  }
+  *scale = Fp8Scale(amax);
+  std::vector<float> out(static_cast<size_t>(rows * cols));
+  for (int64_t r = 0; r < rows; ++r) {
+    for (int64_t c = 0; c < cols; ++c) out[static_cast<size_t>(r * cols + c)] = RoundToE4m3(p[r * ld + c] / *scale);
+  }
+  return out;
+}
+
+// One product in a 16-bit or FP8 precision: the operands' rounded (or quantised) dense copies through
+// the fp32 product, so the CPU is the reference the CUDA tensor-core GEMMs are tested against.
+void GemmOneRounded(const GemmArgs& g, DType precision, const float* a, const float* b, float* c) {
+  const int64_t ar = g.ta ? g.k : g.m, ac = g.ta ? g.m : g.k, br = g.tb ? g.n : g.k, bc = g.tb ? g.k : g.n;
+  GemmArgs d = g;
+  d.lda = ac;
+  d.ldb = bc;
+  std::vector<float> ra, rb;
+  if (precision == DType::kFp8) {
+    float sa = 1, sb = 1;
+    ra = QuantisedCopy(a, ar, ac, g.lda, &sa);
+    rb = QuantisedCopy(b, br, bc, g.ldb, &sb);
+    d.alpha = g.alpha * (sa * sb);
+  } else {
+    ra = RoundedCopy(a, ar, ac, g.lda, precision);
+    rb = RoundedCopy(b, br, bc, g.ldb, precision);
+  }
+  GemmOne(d, ra.data(), rb.data(), c);
+}
+
+std::atomic<DType> g_gemm_precision{DType::kFp32};
+
 constexpr float kGeluC = 0.7978845608028654f;  // sqrt(2 / pi)
 constexpr float kLayerNormEps = 1e-5f;
 
@@ -77,7 +124,11 @@ class CpuDeviceOps final : public DeviceOps {
   Device device() const override { return Device::kCpu; }
 
   Status Gemm(const GemmArgs& g, const float* a, const float* b, float* c) override {
-    for (int64_t i = 0; i < g.batch; ++i) GemmOne(g, a + i * g.stride_a, b + i * g.stride_b, c + i * g.stride_c);
+    const DType precision = EffectiveGemmPrecision(g);
+    for (int64_t i = 0; i < g.batch; ++i) {
+      if (precision == DType::kFp32) GemmOne(g, a + i * g.stride_a, b + i * g.stride_b, c + i * g.stride_c);
+      else GemmOneRounded(g, precision, a + i * g.stride_a, b + i * g.stride_b, c + i * g.stride_c);
+    }
     return Status::OK();
   }
   Status AddBiasRows(float* y, const float* bias, int64_t rows, int64_t cols) override {
@@ -450,6 +501,54 @@ Status CpuDeviceOps::ConvBackwardFilter(const Window& w, int64_t cout, const Ten
 }
 
 }  // namespace
+
+void SetGemmPrecision(DType precision) { g_gemm_precision.store(precision); }
+DType GemmPrecision() { return g_gemm_precision.load(); }
+
+DType EffectiveGemmPrecision(const GemmArgs& g) {
+  const DType p = GemmPrecision();
+  if (p != DType::kFp8) return p;
+  const bool aligned = g.m % 16 == 0 && g.n % 16 == 0 && g.k % 16 == 0;
+  return g.batch == 1 && aligned ? DType::kFp8 : DType::kBf16;
+}
+
+float RoundToE4m3(float x) {
+  if (std::isnan(x)) return x;
+  const float a = std::fabs(x);
+  if (a >= kE4m3Max) return std::copysign(kE4m3Max, x);  // saturating (NVIDIA's __NV_SATFINITE)
+  // The spacing of e4m3 values around a: 2^-9 below the smallest normal 2^-6, else 2^(E - 3) in [2^E, 2^(E+1)).
+  int e = 0;
+  std::frexp(a, &e);  // a = m 2^e, m in [0.5, 1): E = e - 1
+  const float quantum = a < 0.015625f ? 0.001953125f : std::ldexp(1.0f, e - 4);
+  return std::copysign(std::nearbyint(a / quantum) * quantum, x);  // a / quantum is exact; nearbyint: ties to even
+}
+
+float Fp8Scale(float amax) { return amax > 0 ? amax / kE4m3Max : 1.0f; }
+
+namespace {
+// fp16 (11 significant bits, normals from 2^-14, subnormals in steps of 2^-24), round to nearest even;
+// at or beyond 65520 (the midpoint between 65504 and 2^16) infinity, as CUDA's __float2half_rn.
+float RoundToHalf(float x) {
+  const float a = std::fabs(x);
+  if (a >= 65520.0f) return std::copysign(std::numeric_limits<float>::infinity(), x);
+  int e = 0;
+  std::frexp(a, &e);  // a in [2^(e-1), 2^e): quantum 2^(e-11)
+  const float quantum = a < 6.103515625e-05f ? 5.9604644775390625e-08f : std::ldexp(1.0f, e - 11);
+  return std::copysign(std::nearbyint(a / quantum) * quantum, x);
+}
+}  // namespace
+
+float RoundGemmOperand(DType precision, float x) {
+  if (std::isnan(x)) return x;
+  if (precision == DType::kFp16) return RoundToHalf(x);
+  if (precision != DType::kBf16) return x;
+  uint32_t u = 0;
+  std::memcpy(&u, &x, sizeof u);
+  u += 0x7fffu + ((u >> 16) & 1u);  // round to nearest even on the top 16 bits
+  u &= 0xffff0000u;
+  std::memcpy(&x, &u, sizeof u);
+  return x;
+}
 
 uint64_t SplitMix(uint64_t x) {
   x += 0x9E3779B97F4A7C15ull;

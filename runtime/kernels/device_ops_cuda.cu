@@ -1,13 +1,23 @@
-// The CUDA leaf operations (device_ops.h): GEMMs with cuBLAS (fp32, TF32
-// tensor cores allowed), convolutions with cuDNN, everything else kernels of
-// our own. tests/runtime/kernels_gpu_test.cc compares each with the CPU's.
+// The CUDA leaf operations (device_ops.h): GEMMs with cuBLAS in the process's
+// GEMM precision (fp32 with TF32 tensor cores; bf16 / fp16 operands through
+// cublasGemmEx with fp32 accumulation; FP8 e4m3 through cuBLASLt),
+// convolutions with cuDNN, everything else kernels of our own.
+// tests/runtime/kernels_gpu_test.cc compares each with the CPU's.
+#include <cublasLt.h>
 #include <cublas_v2.h>
+#include <cuda_bf16.h>
+#include <cuda_fp16.h>
+#include <cuda_fp8.h>
 #include <cuda_runtime.h>
 #include <cudnn.h>
 
+#include <cstdint>
+#include <initializer_list>
 #include <stdexcept>
 #include <string>
+#include <vector>
 
+#include "runtime/kernels/cuda_api.h"
 #include "runtime/kernels/device_ops.h"
 
 namespace planner {
@@ -443,6 +453,215 @@ class ConvDescriptors {
   cudnnConvolutionDescriptor_t conv = nullptr;
 };
 
+// ---- GEMM precisions (device_ops.h SetGemmPrecision)
+constexpr unsigned kConvertThreads = 256;
+unsigned ConvertBlocks(int64_t n) { return static_cast<unsigned>((n + kConvertThreads - 1) / kConvertThreads); }
+
+__global__ void ToBf16(const float* x, __nv_bfloat16* y, int64_t n) {
+  int64_t i = blockIdx.x * static_cast<int64_t>(blockDim.x) + threadIdx.x;
+  if (i < n) y[i] = __float2bfloat16_rn(x[i]);
+}
+__global__ void ToHalf(const float* x, __half* y, int64_t n) {
+  int64_t i = blockIdx.x * static_cast<int64_t>(blockDim.x) + threadIdx.x;
+  if (i < n) y[i] = __float2half_rn(x[i]);
+}
+
+// An operand as R x K values, K contiguous in the quantised copy: (r, j) is p[j ld + r] when trans, else p[r ld + j].
+__device__ float OperandAt(const float* p, int64_t ld, int trans, int64_t r, int64_t j) { return trans ? p[j * ld + r] : p[r * ld + j]; }
+
+// *amax (float bits, zeroed by the caller) = max |value| of the R x K operand: per-warp maxima, one atomic each
+// (non-negative floats order as their bit patterns).
+__global__ void AbsMax(const float* p, int64_t ld, int trans, int64_t rows, int64_t k, unsigned* amax) {
+  float m = 0;
+  for (int64_t i = blockIdx.x * static_cast<int64_t>(blockDim.x) + threadIdx.x; i < rows * k; i += static_cast<int64_t>(gridDim.x) * blockDim.x) {
+    m = fmaxf(m, fabsf(OperandAt(p, ld, trans, i / k, i % k)));
+  }
+  for (int off = 16; off > 0; off >>= 1) m = fmaxf(m, __shfl_down_sync(0xffffffffu, m, off));
+  if ((threadIdx.x & 31) == 0) atomicMax(amax, __float_as_uint(m));
+}
+// scale = amax / 448 (1 for amax 0): the CPU's Fp8Scale.
+__global__ void Fp8Scales(const unsigned* amax, float* scale, int n) {
+  int i = threadIdx.x;
+  if (i >= n) return;
+  const float a = __uint_as_float(amax[i]);
+  scale[i] = a > 0 ? a / 448.0f : 1.0f;
+}
+// q[r K + j] = e4m3(value / scale), round to nearest even, saturating (the CPU's RoundToE4m3).
+__global__ void QuantiseE4m3(const float* p, int64_t ld, int trans, int64_t rows, int64_t k, const float* scale, __nv_fp8_storage_t* q) {
+  int64_t i = blockIdx.x * static_cast<int64_t>(blockDim.x) + threadIdx.x;
+  if (i >= rows * k) return;
+  q[i] = __nv_cvt_float_to_fp8(__fdiv_rn(OperandAt(p, ld, trans, i / k, i % k), *scale), __NV_SATFINITE, __NV_E4M3);
+}
+
+// c[i ldc + j] = d[i n + j] + beta c[i ldc + j] (beta 0: c is not read, as cuBLAS).
+__global__ void CombineStrided(const float* d, float* c, int64_t m, int64_t n, int64_t ldc, float beta) {
+  int64_t i = blockIdx.x * static_cast<int64_t>(blockDim.x) + threadIdx.x;
+  if (i >= m * n) return;
+  float* out = c + (i / n) * ldc + i % n;
+  *out = beta == 0.0f ? d[i] : d[i] + beta * *out;
+}
+
+cublasLtHandle_t LtHandle() {
+  static cublasLtHandle_t h = [] {
+    cublasLtHandle_t x;
+    if (cublasLtCreate(&x) != CUBLAS_STATUS_SUCCESS) throw std::runtime_error("cublasLtCreate failed");
+    return x;
+  }();
+  return h;
+}
+
+// The descriptors of one cuBLASLt product, destroyed with it.
+struct LtDescriptors {
+  cublasLtMatmulDesc_t op = nullptr;
+  cublasLtMatrixLayout_t a = nullptr, b = nullptr, c = nullptr;
+  cublasLtMatmulPreference_t pref = nullptr;
+  ~LtDescriptors() {
+    if (pref) cublasLtMatmulPreferenceDestroy(pref);
+    for (auto l : {a, b, c}) if (l) cublasLtMatrixLayoutDestroy(l);
+    if (op) cublasLtMatmulDescDestroy(op);
+  }
+};
+
+// Elements of a stored operand a GEMM reads (rows x cols with row length ld, batch items stride apart).
+int64_t StoredExtent(int64_t rows, int64_t cols, int64_t ld, int64_t batch, int64_t stride) { return (batch - 1) * stride + (rows - 1) * ld + cols; }
+
+// Per-thread device working memory of the GEMM precisions (converted operands, FP8 copies, scales, the
+// cuBLASLt workspace), grown on demand and kept: a cudaMalloc / cudaFree per GEMM would cost more than a
+// small GEMM (cudaFree synchronises the device). Per thread, because kernels_gpu_test's TP shards issue
+// GEMMs from two threads onto one stream: a shared buffer could be overwritten between one thread's
+// conversion and its product. Reuse within a thread is safe: its work is ordered on the stream.
+class GemmWorkspace {
+ public:
+  ~GemmWorkspace() {
+    if (ptr_ != nullptr) cudaFree(ptr_);
+  }
+  // One region per size, each 256-byte aligned.
+  Status Carve(std::initializer_list<size_t> sizes, std::vector<char*>* out) {
+    auto up = [](size_t v) { return (v + 255) / 256 * 256; };
+    size_t total = 0;
+    for (size_t v : sizes) total += up(v);
+    if (total > bytes_) {
+      if (ptr_ != nullptr) cudaFree(ptr_);  // waits for the work still reading it
+      ptr_ = nullptr;
+      bytes_ = 0;
+      if (cudaMalloc(&ptr_, total) != cudaSuccess) {
+        cudaGetLastError();
+        ptr_ = nullptr;
+        return Status::Internal("out of GPU memory for " + std::to_string(total >> 20) + " MiB of GEMM working memory");
+      }
+      bytes_ = total;
+    }
+    out->clear();
+    size_t at = 0;
+    for (size_t v : sizes) {
+      out->push_back(static_cast<char*>(ptr_) + at);
+      at += up(v);
+    }
+    return Status::OK();
+  }
+
+ private:
+  void* ptr_ = nullptr;
+  size_t bytes_ = 0;
+};
+thread_local GemmWorkspace gemm_workspace;
+
+// A 16-bit copy of n floats (same layout) at dst.
+void Convert16(DType to, const float* x, int64_t n, void* dst) {
+  if (to == DType::kBf16) ToBf16<<<ConvertBlocks(n), kConvertThreads>>>(x, static_cast<__nv_bfloat16*>(dst), n);
+  else ToHalf<<<ConvertBlocks(n), kConvertThreads>>>(x, static_cast<__half*>(dst), n);
+}
+
+// Row-major C = op(A) op(B) as column-major C^T = op(B)^T op(A)^T, with 16-bit operands and fp32 accumulation.
+Status Gemm16(const GemmArgs& g, DType precision, const float* a, const float* b, float* c) {
+  const cublasOperation_t opb = g.tb ? CUBLAS_OP_T : CUBLAS_OP_N, opa = g.ta ? CUBLAS_OP_T : CUBLAS_OP_N;
+  const cudaDataType_t t = precision == DType::kBf16 ? CUDA_R_16BF : CUDA_R_16F;
+  auto I = [](int64_t v) { return static_cast<int>(v); };
+  const int64_t na = StoredExtent(g.ta ? g.k : g.m, g.ta ? g.m : g.k, g.lda, g.batch, g.stride_a);
+  const int64_t nb = StoredExtent(g.tb ? g.n : g.k, g.tb ? g.k : g.n, g.ldb, g.batch, g.stride_b);
+  std::vector<char*> r;
+  PLANNER_RETURN_IF_ERROR(gemm_workspace.Carve({static_cast<size_t>(na) * 2, static_cast<size_t>(nb) * 2}, &r));
+  Convert16(precision, a, na, r[0]);
+  Convert16(precision, b, nb, r[1]);
+  PLANNER_RETURN_IF_ERROR(CudaStatus("16-bit operand conversion"));
+  if (g.batch == 1) {
+    return CublasStatus(cublasGemmEx(Handle(), opb, opa, I(g.n), I(g.m), I(g.k), &g.alpha, r[1], t, I(g.ldb), r[0], t, I(g.lda), &g.beta, c,
+                                     CUDA_R_32F, I(g.ldc), CUBLAS_COMPUTE_32F, CUBLAS_GEMM_DEFAULT),
+                        "cublasGemmEx");
+  }
+  return CublasStatus(cublasGemmStridedBatchedEx(Handle(), opb, opa, I(g.n), I(g.m), I(g.k), &g.alpha, r[1], t, I(g.ldb), g.stride_b, r[0], t,
+                                                 I(g.lda), g.stride_a, &g.beta, c, CUDA_R_32F, I(g.ldc), g.stride_c, I(g.batch),
+                                                 CUBLAS_COMPUTE_32F, CUBLAS_GEMM_DEFAULT),
+                      "cublasGemmStridedBatchedEx");
+}
+
+constexpr size_t kLtWorkspaceBytes = size_t{32} << 20;
+
+// The cuBLASLt FP8 product of quantised copies qa [m, k] and qb [n, k] (both K-major: Hopper's FP8 kernels
+// take only the "TN" layout). Column-major, D^T [n, m] = (Lt's A = qb, stored k x n, transposed) (Lt's B = qa,
+// stored k x m) scaled by the two per-tensor scales (device pointers), fp32 accumulation, fp32 C = D.
+Status LtFp8Matmul(const GemmArgs& g, const void* qa, const void* qb, const float* scales, float beta, float* c, int64_t ldc, void* ws) {
+  LtDescriptors d;
+  const cublasOperation_t tn[2] = {CUBLAS_OP_T, CUBLAS_OP_N};
+  const size_t ws_bytes = kLtWorkspaceBytes;
+  PLANNER_RETURN_IF_ERROR(CublasStatus(cublasLtMatmulDescCreate(&d.op, CUBLAS_COMPUTE_32F, CUDA_R_32F), "cublasLtMatmulDescCreate"));
+  PLANNER_RETURN_IF_ERROR(CublasStatus(cublasLtMatmulDescSetAttribute(d.op, CUBLASLT_MATMUL_DESC_TRANSA, &tn[0], sizeof tn[0]), "FP8 TRANSA"));
+  PLANNER_RETURN_IF_ERROR(CublasStatus(cublasLtMatmulDescSetAttribute(d.op, CUBLASLT_MATMUL_DESC_TRANSB, &tn[1], sizeof tn[1]), "FP8 TRANSB"));
+  const float* scale_lt_a = scales + 1;  // Lt's A is our B
+  const float* scale_lt_b = scales;
+  PLANNER_RETURN_IF_ERROR(CublasStatus(cublasLtMatmulDescSetAttribute(d.op, CUBLASLT_MATMUL_DESC_A_SCALE_POINTER, &scale_lt_a, sizeof scale_lt_a), "FP8 A scale"));
+  PLANNER_RETURN_IF_ERROR(CublasStatus(cublasLtMatmulDescSetAttribute(d.op, CUBLASLT_MATMUL_DESC_B_SCALE_POINTER, &scale_lt_b, sizeof scale_lt_b), "FP8 B scale"));
+  PLANNER_RETURN_IF_ERROR(CublasStatus(cublasLtMatrixLayoutCreate(&d.a, CUDA_R_8F_E4M3, g.k, g.n, g.k), "FP8 A layout"));
+  PLANNER_RETURN_IF_ERROR(CublasStatus(cublasLtMatrixLayoutCreate(&d.b, CUDA_R_8F_E4M3, g.k, g.m, g.k), "FP8 B layout"));
+  PLANNER_RETURN_IF_ERROR(CublasStatus(cublasLtMatrixLayoutCreate(&d.c, CUDA_R_32F, g.n, g.m, ldc), "FP8 C layout"));
+  PLANNER_RETURN_IF_ERROR(CublasStatus(cublasLtMatmulPreferenceCreate(&d.pref), "cublasLtMatmulPreferenceCreate"));
+  PLANNER_RETURN_IF_ERROR(CublasStatus(cublasLtMatmulPreferenceSetAttribute(d.pref, CUBLASLT_MATMUL_PREF_MAX_WORKSPACE_BYTES, &ws_bytes, sizeof ws_bytes),
+                                       "FP8 workspace preference"));
+  cublasLtMatmulHeuristicResult_t heuristic{};
+  int found = 0;
+  PLANNER_RETURN_IF_ERROR(CublasStatus(cublasLtMatmulAlgoGetHeuristic(LtHandle(), d.op, d.a, d.b, d.c, d.c, d.pref, 1, &heuristic, &found),
+                                       "cublasLtMatmulAlgoGetHeuristic"));
+  if (found == 0) {
+    return Status::Unavailable("cuBLASLt offers no FP8 algorithm for m " + std::to_string(g.m) + ", n " + std::to_string(g.n) + ", k " + std::to_string(g.k));
+  }
+  return CublasStatus(cublasLtMatmul(LtHandle(), d.op, &g.alpha, qb, d.a, qa, d.b, &beta, c, d.c, c, d.c, &heuristic.algo, ws, ws_bytes, 0),
+                      "cublasLtMatmul (FP8)");
+}
+
+// FP8: both operands quantised per tensor on the device (amax, scale, e4m3 copy), then cuBLASLt.
+Status GemmFp8(const GemmArgs& g, const float* a, const float* b, float* c) {
+  int device = 0;
+  cudaGetDevice(&device);
+  if (!CudaSupportsFp8(device)) {
+    const int cc = CudaComputeCapability(device);
+    return Status::Unavailable("FP8 GEMMs need compute capability 8.9 or newer (Ada, Hopper); this device is " + std::to_string(cc / 10) + "." +
+                               std::to_string(cc % 10) + "; use precision bf16");
+  }
+  // cuBLASLt's FP8 kernels need C and D 16-byte aligned with 16-byte row strides; otherwise the product
+  // goes to a dense scratch D and is combined into C here (the same C = alpha D' + beta C).
+  const bool direct = g.ldc % 4 == 0 && reinterpret_cast<uintptr_t>(c) % 16 == 0;
+  std::vector<char*> r;  // qa [m, k], qb [n, k] (e4m3 bytes), amax bits of A and B then their scales, the Lt workspace, D
+  PLANNER_RETURN_IF_ERROR(gemm_workspace.Carve({static_cast<size_t>(g.m * g.k), static_cast<size_t>(g.n * g.k), 4 * sizeof(float), kLtWorkspaceBytes,
+                                                direct ? 0 : static_cast<size_t>(g.m * g.n) * sizeof(float)},
+                                               &r));
+  auto* qa = reinterpret_cast<__nv_fp8_storage_t*>(r[0]);
+  auto* qb = reinterpret_cast<__nv_fp8_storage_t*>(r[1]);
+  auto* amax = reinterpret_cast<unsigned*>(r[2]);
+  float* scales = reinterpret_cast<float*>(r[2]) + 2;
+  cudaMemsetAsync(amax, 0, 2 * sizeof(unsigned));
+  AbsMax<<<std::min(ConvertBlocks(g.m * g.k), 1024u), kConvertThreads>>>(a, g.lda, g.ta ? 1 : 0, g.m, g.k, amax);
+  AbsMax<<<std::min(ConvertBlocks(g.n * g.k), 1024u), kConvertThreads>>>(b, g.ldb, g.tb ? 0 : 1, g.n, g.k, amax + 1);
+  Fp8Scales<<<1, 32>>>(amax, scales, 2);
+  QuantiseE4m3<<<ConvertBlocks(g.m * g.k), kConvertThreads>>>(a, g.lda, g.ta ? 1 : 0, g.m, g.k, scales, qa);
+  QuantiseE4m3<<<ConvertBlocks(g.n * g.k), kConvertThreads>>>(b, g.ldb, g.tb ? 0 : 1, g.n, g.k, scales + 1, qb);
+  PLANNER_RETURN_IF_ERROR(CudaStatus("FP8 quantisation"));
+  if (direct) return LtFp8Matmul(g, qa, qb, scales, g.beta, c, g.ldc, r[3]);
+  auto* d = reinterpret_cast<float*>(r[4]);
+  PLANNER_RETURN_IF_ERROR(LtFp8Matmul(g, qa, qb, scales, 0.0f, d, g.n, r[3]));
+  CombineStrided<<<ConvertBlocks(g.m * g.n), kConvertThreads>>>(d, c, g.m, g.n, g.ldc, g.beta);
+  return CudaStatus("FP8 product into C");
+}
+
 int ActKind(Activation a) { return a == Activation::kRelu ? 0 : (a == Activation::kGelu ? 1 : 2); }
 
 Tensor Workspace(size_t bytes) { return AllocateScratch({static_cast<int64_t>(bytes / 4 + 1)}, Device::kCuda); }
@@ -453,6 +672,9 @@ class CudaDeviceOps final : public DeviceOps {
 
   // Row-major C = op(A) op(B) through column-major cuBLAS: C^T = op(B)^T op(A)^T.
   Status Gemm(const GemmArgs& g, const float* a, const float* b, float* c) override {
+    const DType precision = EffectiveGemmPrecision(g);
+    if (precision == DType::kFp8) return GemmFp8(g, a, b, c);
+    if (precision != DType::kFp32) return Gemm16(g, precision, a, b, c);
     const cublasOperation_t opb = g.tb ? CUBLAS_OP_T : CUBLAS_OP_N, opa = g.ta ? CUBLAS_OP_T : CUBLAS_OP_N;
     auto I = [](int64_t v) { return static_cast<int>(v); };
     if (g.batch == 1) {

@@ -5,7 +5,13 @@
 // parameter gradients, unsharded and as tensor-parallel shards (2 ranks on
 // threads, each running its CPU shard and its CUDA shard; their all-reduces
 // go through an in-process communicator, staged through the host for CUDA).
-// Exits 77 (Meson: skipped) without a CUDA device.
+// Runs in every GEMM precision (device_ops.h SetGemmPrecision: fp32 = TF32 on
+// CUDA, bf16, fp16, fp8), or in the one named by `--precision P`: the CPU
+// emulates the tensor cores' operand rounding, so the GEMMs must agree up to
+// fp32 summation order and the layers within the tolerances of Tolerances().
+// FP8 on a device below compute capability 8.9: the GEMM must refuse with a
+// Status naming the capability (checked), and the FP8 pass is skipped.
+// Exits 77 (Meson: skipped) without a CUDA device; 2 on an unknown precision.
 #include <atomic>
 #include <cmath>
 #include <cstdio>
@@ -24,6 +30,22 @@ namespace {
 
 std::atomic<int> failures{0};
 std::mutex print_mu;
+
+// Relative L2 tolerances, CUDA against CPU. fp32: cuBLAS's TF32 against the CPU's fp32 products (10-bit
+// mantissas: ~1e-3). 16-bit: both devices multiply the same rounded operands, so a GEMM differs only in
+// fp32 summation order (1e-4, well under the ~3e-3 a bf16 rounding would cost, so a device that skipped
+// the rounding fails); FP8 likewise, with room for Hopper's FP8 accumulation (1e-3 against the ~3e-2 of
+// e4m3). Layers chain GEMMs with other operations; an operand near a rounding boundary may round the
+// other way on the other device, which costs a quantum of the format (hence fp8's looser layer bound).
+struct Tolerances {
+  double gemm, layer;
+};
+Tolerances TolerancesFor(DType p) {
+  if (p == DType::kFp32) return {1e-3, 5e-3};
+  if (p == DType::kFp8) return {1e-3, 2e-2};
+  return {1e-4, 5e-3};
+}
+Tolerances tol = TolerancesFor(DType::kFp32);
 
 // A TP group over a communicator of host buffers; CUDA shards' buffers go through the host.
 class StagedGroup final : public TpGroup {
@@ -99,16 +121,20 @@ void Leaf(const std::string& what, std::initializer_list<Pair*> outputs, double 
   for (Pair* p : outputs) Compare("op " + what + " output " + std::to_string(i++), p->cpu, p->gpu, tol);
 }
 
+// Unaligned shapes (bf16 in an FP8 pass) and, unbatched, shapes that are multiples of 16 (FP8's).
 void CheckGemms() {
   for (bool ta : {false, true})
     for (bool tb : {false, true})
-      for (int64_t batch : {1, 3}) {
-        const int64_t m = 37, n = 29, k = 45, lda = (ta ? m : k) + 3, ldb = (tb ? k : n) + 5, ldc = n + 2;
+      for (int64_t batch : {1, 3, -1}) {
+        const bool aligned = batch == -1;
+        if (aligned) batch = 1;
+        const int64_t m = aligned ? 64 : 37, n = aligned ? 48 : 29, k = aligned ? 96 : 45, lda = (ta ? m : k) + 3, ldb = (tb ? k : n) + 5, ldc = n + 2;
         GemmArgs g;
         g.ta = ta, g.tb = tb, g.m = m, g.n = n, g.k = k, g.lda = lda, g.ldb = ldb, g.ldc = ldc, g.alpha = 0.5f, g.beta = batch == 1 ? 1.0f : 0.0f;
         g.batch = batch, g.stride_a = (ta ? k : m) * lda, g.stride_b = (tb ? n : k) * ldb, g.stride_c = m * ldc;
         Pair a = Rand({batch * g.stride_a}, 1), b = Rand({batch * g.stride_b}, 2), c = Rand({batch * g.stride_c}, 3);
-        Leaf(std::string("gemm") + (ta ? " A^T" : " A") + (tb ? " B^T" : " B") + " batch " + std::to_string(batch), {&c}, 1e-3,
+        Leaf(std::string("gemm ") + DTypeName(EffectiveGemmPrecision(g)) + (ta ? " A^T" : " A") + (tb ? " B^T" : " B") + " batch " +
+                 std::to_string(batch) + (aligned ? " m,n,k % 16 = 0" : ""), {&c}, tol.gemm,
              [&](DeviceOps& o, bool gpu) { return gpu ? o.Gemm(g, a.g(), b.g(), c.g()) : o.Gemm(g, a.c(), b.c(), c.c()); });
       }
 }
@@ -291,11 +317,11 @@ void CheckShard(const std::string& type, const Layer& l, std::vector<int64_t> in
   Saved s1, s2;
   Tensor yc, yg, dxc, dxg;
   Ran(name + " forward", kc->Forward(x, &yc, &s1), kg->Forward(x.To(Device::kCuda), &yg, &s2));
-  Compare(name + " forward", yc, yg, 5e-3);
+  Compare(name + " forward", yc, yg, tol.layer);
   Tensor dy = Tensor::Zeros(yc.shape());
   FillUniform(&dy, 19, 1.0f);
   Ran(name + " backward-input", kc->BackwardInput(dy, &dxc, &s1), kg->BackwardInput(dy.To(Device::kCuda), &dxg, &s2));
-  if (!dxc.empty()) Compare(name + " backward-input", dxc, dxg, 5e-3);
+  if (!dxc.empty()) Compare(name + " backward-input", dxc, dxg, tol.layer);
   Ran(name + " backward-weight", kc->BackwardWeight(&s1), kg->BackwardWeight(&s2));
   auto pc = kc->Params(), pg = kg->Params();
   if (pc.size() != pg.size()) {
@@ -305,7 +331,7 @@ void CheckShard(const std::string& type, const Layer& l, std::vector<int64_t> in
   }
   for (size_t i = 0; i < pc.size() && i < pg.size(); ++i) {
     Compare(name + " value " + pc[i]->name, pc[i]->value, pg[i]->value, 1e-6);  // the same slice of the same weights
-    Compare(name + " grad " + pc[i]->name, pc[i]->grad, pg[i]->grad, 5e-3);
+    Compare(name + " grad " + pc[i]->name, pc[i]->grad, pg[i]->grad, tol.layer);
   }
 }
 
@@ -349,21 +375,9 @@ void CheckLlama(const std::string& type, std::vector<int64_t> in, const std::str
   CheckLayer(l.name, l, in, b, false, tp);
 }
 
-}  // namespace
 
-int main() {
-  std::string why;
-  if (CudaDeviceCount(&why) == 0) {
-    std::printf("skipped: %s\n", why.c_str());
-    return 77;
-  }
-  std::printf("device: %s\n", CudaDescribeDevice(0).c_str());
-  CheckGemms();
-  CheckElementwise();
-  CheckNorms();
-  CheckLlamaOps();
-  CheckEmbeddingAndLoss();
-  CheckWindows();
+// Every layer type, unsharded and as TP shards, in the current GEMM precision.
+void CheckLayers() {
   LayerAttrs lin;
   lin.ints = {{"out_features", 96}};
   Check("linear", {64, 128}, lin, 4);
@@ -414,6 +428,58 @@ int main() {
   CheckLlama("attention", {64, 128}, "swiglu", 2, 2, 2);
   CheckLlama("mlp", {64, 128}, "swiglu", 4, 2, 2);
   CheckLlama("transformer_block", {64, 128}, "swiglu", 2, 2, 2);
-  std::printf("%s\n", failures.load() == 0 ? "CUDA == CPU on every leaf operation, layer and shard" : "CUDA and CPU differ");
+}
+
+// A device without FP8 must refuse an FP8 GEMM with a Status that names the requirement.
+bool Fp8Refused() {
+  if (CudaSupportsFp8(0)) return false;
+  GemmArgs g;
+  g.m = g.n = g.k = g.lda = g.ldb = g.ldc = 16;
+  Pair a = Rand({256}, 1), b = Rand({256}, 2), c = Filled({256}, 0);
+  Status s = CudaOps()->Gemm(g, a.g(), b.g(), c.g());
+  const bool named = !s.ok() && s.message().find("compute capability 8.9") != std::string::npos;
+  std::printf("fp8 on compute capability %d: %s (%s)\n", CudaComputeCapability(0), named ? "refused, ok" : "FAIL", s.message().c_str());
+  if (!named) ++failures;
+  return true;
+}
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  std::vector<DType> precisions = {DType::kFp32, DType::kBf16, DType::kFp16, DType::kFp8};
+  if (argc == 3 && std::string(argv[1]) == "--precision") {
+    DType p;
+    if (!ParseDType(argv[2], &p)) {
+      std::printf("kernels_gpu_test: --precision %s: unknown; use fp32, bf16, fp16 or fp8\n", argv[2]);
+      return 2;
+    }
+    precisions = {p};
+  } else if (argc != 1) {
+    std::printf("usage: kernels_gpu_test [--precision fp32|bf16|fp16|fp8]\n");
+    return 2;
+  }
+  std::string why;
+  if (CudaDeviceCount(&why) == 0) {
+    std::printf("skipped: %s\n", why.c_str());
+    return 77;
+  }
+  std::printf("device: %s, compute capability %d\n", CudaDescribeDevice(0).c_str(), CudaComputeCapability(0));
+  for (DType p : precisions) {
+    std::printf("---- GEMM precision %s\n", DTypeName(p));
+    SetGemmPrecision(p);
+    tol = TolerancesFor(p);
+    if (p == DType::kFp8 && Fp8Refused()) continue;
+    CheckGemms();
+    if (p == DType::kFp32) {  // the other leaf operations do not depend on the GEMM precision
+      CheckElementwise();
+      CheckNorms();
+      CheckLlamaOps();
+      CheckEmbeddingAndLoss();
+      CheckWindows();
+    }
+    CheckLayers();
+  }
+  SetGemmPrecision(DType::kFp32);
+  std::printf("%s\n", failures.load() == 0 ? "CUDA == CPU on every leaf operation, layer and shard, in each precision run" : "CUDA and CPU differ");
   return failures.load() == 0 ? 0 : 1;
 }
