@@ -21,6 +21,8 @@
 #include "runtime/dp_reducer.h"
 #include "runtime/interpreter.h"
 #include "runtime/kernels/optimizer.h"
+#include "dp_solver/evaluate.h"
+#include "dp_solver/search.h"
 #include "runtime/launch_layout.h"
 #include "runtime/rank_program.h"
 #include "runtime/rank_comms.h"
@@ -53,6 +55,7 @@ Status CheckLaunch(const LaunchPlan& L, const ModelSpec& model, int world_size, 
                                             "zb-h1, dualpipev); drop --comm-only, or solve with one of them and codegen again", L.path));
   }
   if (model.layers.back().type != "loss") return Status::InvalidArgument("the model's last layer must be a loss to train it");
+  PLANNER_RETURN_IF_ERROR(CheckRunPrecision(L, model, (fs::path(L.path).parent_path() / L.model_file).string()));
   PLANNER_RETURN_IF_ERROR(CheckSeqParallelLaunch(L.path, L.device, L.tp, L.cp, L.sequence_parallel, model.layers.front()));
   const bool etp_ok = L.etp == 1 || (L.etp == L.tp && !L.sequence_parallel);
   if (L.ep > 1 && (!etp_ok || L.cp > 1 || layout->replicated || layout->async)) {
@@ -410,6 +413,32 @@ Status RankRun::Checkpoint(int64_t done) {
   return Status::OK();
 }
 
+// The model state a rank holds, from its tensors' element sizes: weights, gradients (and the fp32
+// masters of mixed precision, once kernels hold them), the optimizer's fp32 moments.
+struct ModelState {
+  double bytes = 0, params = 0, weight_bytes = 0;
+};
+ModelState MeasureModelState(const std::vector<Param*>& params, const Optimizer* optimizer) {
+  ModelState st;
+  for (const Param* p : params) {
+    st.params += static_cast<double>(p->value.numel());
+    st.weight_bytes += static_cast<double>(p->value.bytes());
+    st.bytes += static_cast<double>(p->value.bytes() + p->grad.bytes());
+  }
+  if (optimizer != nullptr) st.bytes += 4.0 * static_cast<double>(optimizer->State().size());  // fp32 moments (and the step count)
+  return st;
+}
+
+// The plan's model-state bytes per parameter for the model's precision at ZeRO-0 (the runtime keeps
+// every replica's whole optimizer state): the cost model's own figure (dp_solver/evaluate.cc).
+double PlanStateBytesPerParam(const ModelSpec& model) {
+  ClusterSpec cluster;
+  CostSource src;
+  src.model = &model;
+  src.cluster = &cluster;
+  return StateBytesPerParam(MakeStateBytes(src, SearchOptions()), 0, 1);
+}
+
 // Medians over the iterations after warm-up; per-rank compute, communication and peak memory to
 // every rank; the transfer table (rank 0).
 Status RankRun::Summarise(RunSummary* sum, ReportInputs* rep) {
@@ -417,16 +446,21 @@ Status RankRun::Summarise(RunSummary* sum, ReportInputs* rep) {
   const size_t warm = static_cast<size_t>(std::min<int64_t>(L_.run.warmup_iterations, std::max<int64_t>(0, iterations_ - 1)));
   auto tail = [&](const std::vector<double>& v) { return std::vector<double>(v.begin() + static_cast<long>(warm), v.end()); };
   const double it_med = Median(tail(record_.iteration_s())), comp_med = Median(tail(record_.compute_s())), comm_med = Median(tail(record_.comm_s()));
-  std::vector<float> mine = {static_cast<float>(comp_med), static_cast<float>(comm_med), static_cast<float>(peak_bytes_ / kGiB)};
-  std::vector<float> all(static_cast<size_t>(3 * n));
-  PLANNER_RETURN_IF_ERROR(world_.AllGather(mine.data(), all.data(), 3));
+  const ModelState st = MeasureModelState(stage_.params(), optimizer_.get());
+  constexpr int64_t kFigures = 6;
+  std::vector<float> mine = {static_cast<float>(comp_med), static_cast<float>(comm_med), static_cast<float>(peak_bytes_ / kGiB),
+                             static_cast<float>(st.bytes),  static_cast<float>(st.params),  static_cast<float>(st.weight_bytes)};
+  std::vector<float> all(static_cast<size_t>(kFigures * n));
+  PLANNER_RETURN_IF_ERROR(world_.AllGather(mine.data(), all.data(), kFigures));
   double busy = 0;
   rep->ranks.clear();
   for (int64_t r = 0; r < n; ++r) {
-    const size_t i = static_cast<size_t>(3 * r);
+    const size_t i = static_cast<size_t>(kFigures * r);
     busy += all[i];
-    rep->ranks.push_back({all[i], all[i + 1], all[i + 2]});
+    rep->ranks.push_back({all[i], all[i + 1], all[i + 2], all[i + 3], all[i + 4], all[i + 5]});
   }
+  rep->precision = DTypeName(model_.dtype);
+  rep->plan_bytes_per_param = PlanStateBytesPerParam(model_);
   if (L_.ep > 1) {  // the MoE layers' all-to-alls: every rank's medians
     std::vector<float> a = {static_cast<float>(Median(tail(a2a_count_))), static_cast<float>(Median(tail(a2a_s_)))}, every(static_cast<size_t>(2 * n));
     PLANNER_RETURN_IF_ERROR(world_.AllGather(a.data(), every.data(), 2));
@@ -482,6 +516,15 @@ Status RankRun::Finish(RunSummary* out) {
 }
 
 }  // namespace
+
+Status CheckRunPrecision(const LaunchPlan& L, const ModelSpec& model, const std::string& model_path) {
+  if (model.dtype == DType::kFp8 && L.device == "cpu") {
+    return Status::InvalidArgument(fmt::format("{}: field 'precision': fp8 on CPU ranks (device cpu): the CPU kernels have no FP8 GEMM; "
+                                               "solve with --precision bf16 and codegen again, or codegen with --device cuda for an FP8 GPU",
+                                               model_path));
+  }
+  return Status::OK();
+}
 
 LaunchPlan SingleProcessPlan(const LaunchPlan& L, const ModelSpec& model) {
   LaunchPlan s = L;
