@@ -1,13 +1,17 @@
 // CUDA runtime entry points (see cuda_api.h). Runtime API only: never the
 // driver API (toolchain.md: linking -lcuda breaks start-up without a driver).
 #include <cublas_v2.h>
+#include <cuda_bf16.h>
+#include <cuda_fp16.h>
 #include <cuda_runtime.h>
 #include <cudnn.h>
 
+#include <algorithm>
 #include <stdexcept>
 #include <string>
 
 #include "runtime/kernels/cuda_api.h"
+#include "spec/layer.h"
 
 namespace planner {
 
@@ -107,6 +111,45 @@ double CudaTimer::StopSeconds() {
   float ms = 0;
   Check(cudaEventElapsedTime(&ms, static_cast<cudaEvent_t>(start_), static_cast<cudaEvent_t>(stop_)), "cudaEventElapsedTime");
   return ms * 1e-3;
+}
+
+namespace {
+
+// Element codes of the conversion kernel: 0 fp32, 1 bf16, 2 fp16.
+__device__ float LoadAsFloat(const void* p, int code, int64_t i) {
+  if (code == 1) return __bfloat162float(static_cast<const __nv_bfloat16*>(p)[i]);
+  if (code == 2) return __half2float(static_cast<const __half*>(p)[i]);
+  return static_cast<const float*>(p)[i];
+}
+
+__global__ void ConvertKernel(const void* src, int from, void* dst, int to, int64_t n) {
+  for (int64_t i = blockIdx.x * static_cast<int64_t>(blockDim.x) + threadIdx.x; i < n; i += static_cast<int64_t>(gridDim.x) * blockDim.x) {
+    const float f = LoadAsFloat(src, from, i);
+    if (to == 1) static_cast<__nv_bfloat16*>(dst)[i] = __float2bfloat16_rn(f);
+    else if (to == 2) static_cast<__half*>(dst)[i] = __float2half_rn(f);
+    else static_cast<float*>(dst)[i] = f;
+  }
+}
+
+int ConvertCode(DType d) { return d == DType::kBf16 ? 1 : d == DType::kFp16 ? 2 : 0; }
+
+}  // namespace
+
+Status CudaConvert(const void* src, DType from, void* dst, DType to, int64_t n) {
+  if (from == DType::kFp8 || to == DType::kFp8) return Status::InvalidArgument("CudaConvert: fp8 is not a storage dtype");
+  if (n <= 0) return Status::OK();
+  if (from == to) {
+    cudaError_t e = cudaMemcpy(dst, src, static_cast<size_t>(n) * (from == DType::kFp32 ? 4u : 2u), cudaMemcpyDeviceToDevice);
+    if (e != cudaSuccess) return Status::Unavailable(std::string("CudaConvert: cudaMemcpy: ") + cudaGetErrorString(e));
+    return Status::OK();
+  }
+  const int threads = 256;
+  const int64_t blocks = std::min<int64_t>((n + threads - 1) / threads, 65535);
+  ConvertKernel<<<static_cast<unsigned>(blocks), threads>>>(src, ConvertCode(from), dst, ConvertCode(to), n);
+  cudaError_t e = cudaDeviceSynchronize();
+  if (e == cudaSuccess) e = cudaGetLastError();
+  if (e != cudaSuccess) return Status::Unavailable(std::string("CudaConvert: ") + cudaGetErrorString(e));
+  return Status::OK();
 }
 
 }  // namespace planner

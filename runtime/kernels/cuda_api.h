@@ -7,7 +7,11 @@
 #include <cstdint>
 #include <string>
 
+#include "common/status.h"
+
 namespace planner {
+
+enum class DType;  // spec/layer.h
 
 // Number of usable CUDA devices; 0 with *why set ("no CUDA device: ..."
 // or "built without CUDA") when there is none. Never throws.
@@ -29,6 +33,12 @@ void CudaSetDevice(int device);
 // 1: Adam with moments m, v and bias corrections bc1, bc2). Throws without CUDA.
 void CudaOptimizerStep(int kind, float* w, const float* g, float* m, float* v, int64_t n, float lr, float momentum, float beta1,
                        float beta2, float eps, float weight_decay, float bc1, float bc2);
+
+// n elements at src (dtype `from`) converted into dst (dtype `to`) on the device: fp32 <-> bf16 / fp16
+// with round to nearest even (cuda_bf16.h / cuda_fp16.h intrinsics, bit-identical to common/half.h),
+// 16-bit <-> 16-bit through fp32, the same dtype a copy. Waits for the kernel. Unavailable without
+// CUDA; InvalidArgument for fp8 (never a storage dtype).
+Status CudaConvert(const void* src, DType from, void* dst, DType to, int64_t n);
 
 // Event timing of a callable on the current stream, in seconds.
 class CudaTimer {

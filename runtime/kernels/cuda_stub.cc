@@ -29,5 +29,8 @@ CudaTimer::~CudaTimer() = default;
 void CudaTimer::Start() { NoCuda(); }
 double CudaTimer::StopSeconds() { NoCuda(); }
 DeviceOps* CudaOps() { return nullptr; }
+Status CudaConvert(const void*, DType, void*, DType, int64_t) {
+  return Status::Unavailable("built without CUDA; rebuild with -Dcuda=enabled on a machine with the CUDA toolkit");
+}
 
 }  // namespace planner

@@ -50,8 +50,9 @@ class ExpertGroup {
 
 struct Param {
   std::string name;
-  Tensor value;
-  Tensor grad;
+  Tensor value;   // the weight the model computes with: fp32, or bf16 / fp16 in a mixed-precision run
+  Tensor grad;    // fp32 always (gradients accumulate over microbatches in fp32)
+  Tensor master;  // fp32 master weight when `value` is 16-bit (the optimizer steps it); empty otherwise
   bool tp_sharded = false;  // each TP rank holds a different part (else a replica, equal on all TP ranks)
   bool expert = false;      // a routed expert's weight: held by one EP rank; gradients summed over the expert-data-parallel group
 };
@@ -59,9 +60,19 @@ struct Param {
 struct Saved {
   std::vector<Tensor> t;
   std::vector<Saved> children;  // composite layers: one per sub-kernel
+  // Indices into t of exact data (token ids, targets, argmax indices, dropout masks, MoE routing
+  // indices and counts): a mixed-precision run keeps them fp32, everything else in t is stored in
+  // the run's 16-bit dtype (runtime/kernels/mixed_precision.h).
+  std::vector<size_t> exact;
   void Clear() {
     t.clear();
     children.clear();
+    exact.clear();
+  }
+  bool IsExact(size_t i) const {
+    for (size_t e : exact)
+      if (e == i) return true;
+    return false;
   }
 };
 

@@ -25,7 +25,12 @@ Status Optimizer::Step(const std::vector<Param*>& params) {
     if (m_[k].numel() != n || m_[k].device() != p->value.device()) {
       return Status::Internal(fmt::format("optimizer: parameter {} changed size or device", p->name));
     }
-    float* w = p->value.data();
+    // A 16-bit weight steps its fp32 master, then takes the master rounded (RNE) to its dtype.
+    Tensor& target = p->master.empty() ? p->value : p->master;
+    if (target.dtype() != DType::kFp32 || target.numel() != n) {
+      return Status::Internal(fmt::format("optimizer: parameter {} has a {} weight and no fp32 master", p->name, DTypeName(p->value.dtype())));
+    }
+    float* w = target.data();
     const float* g = p->grad.data();
     float* m = m_[k].data();
     float* v = adam ? v_[k].data() : nullptr;
@@ -52,6 +57,7 @@ Status Optimizer::Step(const std::vector<Param*>& params) {
         w[i] -= lr * (mi * ib1 / (std::sqrt(vi * ib2) + eps) + wd * w[i]);
       }
     }
+    if (!p->master.empty()) p->value = p->master.Converted(p->value.dtype());
   }
   return Status::OK();
 }

@@ -5,6 +5,7 @@
 #endif
 
 #include <atomic>
+#include <cstdio>
 #include <cstdlib>
 #include <cstring>
 #include <new>
@@ -12,6 +13,7 @@
 
 #include <fmt/format.h>
 
+#include "common/half.h"
 #include "runtime/kernels/cuda_api.h"
 
 namespace planner {
@@ -80,7 +82,9 @@ int64_t Tensor::numel() const {
   return n;
 }
 
-Tensor Tensor::Allocate(const std::vector<int64_t>& shape, Device device, bool counted) {
+Tensor Tensor::Allocate(const std::vector<int64_t>& shape, Device device, bool counted, DType dtype) {
+  if (dtype == DType::kFp8) throw std::invalid_argument("fp8 is not a tensor storage dtype (fp8 plans store bf16)");
+  const int64_t elem = DTypeBytes(dtype);
   int64_t n = 1;
   for (int64_t d : shape) {
     if (d < 0) throw std::invalid_argument("negative tensor dimension");
@@ -88,7 +92,7 @@ Tensor Tensor::Allocate(const std::vector<int64_t>& shape, Device device, bool c
   }
   Tensor t;
   t.storage_ = std::make_shared<Tensor::Storage>();
-  t.storage_->bytes = std::max<int64_t>(n, 1) * 4;
+  t.storage_->bytes = std::max<int64_t>(n, 1) * elem;
   t.storage_->device = device;
   if (device == Device::kCpu) {
     // 64-byte alignment for Eigen's vectorised loads.
@@ -100,28 +104,76 @@ Tensor Tensor::Allocate(const std::vector<int64_t>& shape, Device device, bool c
   }
   t.storage_->counted = counted;
   if (counted) Count(device, t.storage_->bytes);
-  t.data_ = static_cast<float*>(t.storage_->ptr);
+  t.data_ = t.storage_->ptr;
   t.shape_ = shape;
   t.device_ = device;
+  t.dtype_ = dtype;
   return t;
 }
 
-Tensor AllocateTensor(const std::vector<int64_t>& shape, Device device) { return Tensor::Allocate(shape, device, true); }
-Tensor AllocateScratch(const std::vector<int64_t>& shape, Device device) { return Tensor::Allocate(shape, device, false); }
+Tensor AllocateTensor(const std::vector<int64_t>& shape, Device device, DType dtype) { return Tensor::Allocate(shape, device, true, dtype); }
+Tensor AllocateScratch(const std::vector<int64_t>& shape, Device device, DType dtype) { return Tensor::Allocate(shape, device, false, dtype); }
 
-Tensor Tensor::Zeros(const std::vector<int64_t>& shape, Device device) {
-  Tensor t = AllocateTensor(shape, device);
-  if (device == Device::kCpu) std::memset(t.data_, 0, static_cast<size_t>(t.numel()) * 4);
-  else CudaMemset(t.data_, 0, t.numel() * 4);
+void Tensor::AbortNotFp32() const {
+  std::fprintf(stderr, "planner: internal error: data() of a %s tensor %s (fp32 only; use raw() or a conversion)\n", DTypeName(dtype_),
+               ShapeString().c_str());
+  std::abort();
+}
+
+Tensor Tensor::Zeros(const std::vector<int64_t>& shape, Device device, DType dtype) {
+  Tensor t = AllocateTensor(shape, device, dtype);
+  if (device == Device::kCpu) std::memset(t.data_, 0, static_cast<size_t>(t.bytes()));
+  else CudaMemset(t.data_, 0, t.bytes());
   return t;
 }
 
-Tensor Tensor::FromVector(const std::vector<int64_t>& shape, const std::vector<float>& values) {
-  Tensor t = AllocateTensor(shape, Device::kCpu);
+namespace {
+
+// n elements from `from` to `to` on the host (same dtype: a copy).
+void ConvertHost(const void* src, DType from, void* dst, DType to, int64_t n) {
+  if (from == to) {
+    std::memcpy(dst, src, static_cast<size_t>(n * DTypeBytes(from)));
+    return;
+  }
+  std::vector<float> tmp;
+  const float* f = static_cast<const float*>(src);
+  if (from != DType::kFp32) {
+    tmp.resize(static_cast<size_t>(n));
+    const uint16_t* h = static_cast<const uint16_t*>(src);
+    for (int64_t i = 0; i < n; ++i) tmp[static_cast<size_t>(i)] = from == DType::kFp16 ? HalfToFloat(h[i]) : Bf16ToFloat(h[i]);
+    f = tmp.data();
+  }
+  if (to == DType::kFp32) {
+    std::memcpy(dst, f, static_cast<size_t>(n) * 4);
+    return;
+  }
+  uint16_t* h = static_cast<uint16_t*>(dst);
+  for (int64_t i = 0; i < n; ++i) h[i] = to == DType::kFp16 ? FloatToHalf(f[i]) : FloatToBf16(f[i]);
+}
+
+}  // namespace
+
+Tensor Tensor::FromVector(const std::vector<int64_t>& shape, const std::vector<float>& values, DType dtype) {
+  Tensor t = AllocateTensor(shape, Device::kCpu, dtype);
   if (static_cast<int64_t>(values.size()) != t.numel()) throw std::invalid_argument("FromVector: size does not match the shape");
-  std::memcpy(t.data_, values.data(), values.size() * 4);
+  ConvertHost(values.data(), DType::kFp32, t.data_, dtype, t.numel());
   return t;
 }
+
+Tensor Tensor::ConvertTo(DType to, bool counted) const {
+  if (empty()) return Tensor();
+  Tensor t = Allocate(shape_, device_, counted, to);
+  if (device_ == Device::kCpu) {
+    ConvertHost(data_, dtype_, t.data_, to, numel());
+  } else {
+    Status st = CudaConvert(data_, dtype_, t.data_, to, numel());
+    if (!st.ok()) throw std::runtime_error(st.ToString());
+  }
+  return t;
+}
+
+Tensor Tensor::Converted(DType to) const { return ConvertTo(to, true); }
+Tensor Tensor::ConvertedScratch(DType to) const { return ConvertTo(to, false); }
 
 Tensor Tensor::Reshaped(const std::vector<int64_t>& shape) const {
   int64_t n = 1;
@@ -138,23 +190,30 @@ Tensor Tensor::View(int64_t offset, const std::vector<int64_t>& shape) const {
   if (offset < 0 || offset + n > numel()) throw std::invalid_argument(fmt::format("view of {} elements at {} exceeds {}", n, offset, ShapeString()));
   Tensor t = *this;
   t.shape_ = shape;
-  t.data_ = data_ + offset;
+  t.data_ = static_cast<char*>(data_) + offset * DTypeBytes(dtype_);
   return t;
 }
 
 Tensor Tensor::To(Device device) const {
   if (device == device_ || empty()) return *this;
-  Tensor t = AllocateTensor(shape_, device);
-  if (device == Device::kCuda) CudaCopyToDevice(t.data_, data_, numel() * 4);
-  else CudaCopyToHost(t.data_, data_, numel() * 4);
+  Tensor t = AllocateTensor(shape_, device, dtype_);
+  if (device == Device::kCuda) CudaCopyToDevice(t.data_, data_, bytes());
+  else CudaCopyToHost(t.data_, data_, bytes());
   return t;
 }
 
 std::vector<float> Tensor::ToVector() const {
   std::vector<float> v(static_cast<size_t>(numel()));
   if (v.empty()) return v;
-  if (device_ == Device::kCpu) std::memcpy(v.data(), data_, v.size() * 4);
-  else CudaCopyToHost(v.data(), data_, numel() * 4);
+  if (device_ == Device::kCpu) {
+    ConvertHost(data_, dtype_, v.data(), DType::kFp32, numel());
+  } else if (dtype_ == DType::kFp32) {
+    CudaCopyToHost(v.data(), data_, bytes());
+  } else {
+    std::vector<uint16_t> h(v.size());
+    CudaCopyToHost(h.data(), data_, bytes());
+    ConvertHost(h.data(), dtype_, v.data(), DType::kFp32, numel());
+  }
   return v;
 }
 
