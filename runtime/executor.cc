@@ -21,6 +21,7 @@
 #include "runtime/dp_reducer.h"
 #include "runtime/interpreter.h"
 #include "runtime/kernels/optimizer.h"
+#include "runtime/kernels/mixed_precision.h"
 #include "dp_solver/evaluate.h"
 #include "dp_solver/search.h"
 #include "runtime/launch_layout.h"
@@ -176,6 +177,7 @@ class RankRun {
   std::unique_ptr<CommExpertGroup> ep_group_;
   Stage stage_;
   std::unique_ptr<Optimizer> optimizer_;
+  std::unique_ptr<LossScaler> scaler_;  // fp16 runs
   std::unique_ptr<DataParallelReducer> reducer_;  // after the stage and the comms: its thread ends first
   ProgramInterpreter interpreter_;
   std::vector<NamedGradient> gradients_;
@@ -239,6 +241,11 @@ Status RankRun::StartInterpreter() {
   c.record = &record_;
   c.clock_offset_s = comms_.clock_offset_s;
   c.comm_only = opt_.comm_only;
+  if (model_.dtype == DType::kFp16) {  // dynamic loss scaling, Megatron's defaults (mixed_precision.h)
+    scaler_ = std::make_unique<LossScaler>();
+    c.scaler = scaler_.get();
+    c.workers = &world_;
+  }
   return interpreter_.Init(c, std::move(program));
 }
 
@@ -423,7 +430,7 @@ ModelState MeasureModelState(const std::vector<Param*>& params, const Optimizer*
   for (const Param* p : params) {
     st.params += static_cast<double>(p->value.numel());
     st.weight_bytes += static_cast<double>(p->value.bytes());
-    st.bytes += static_cast<double>(p->value.bytes() + p->grad.bytes());
+    st.bytes += static_cast<double>(p->value.bytes() + p->grad.bytes() + p->master.bytes());
   }
   if (optimizer != nullptr) st.bytes += 4.0 * static_cast<double>(optimizer->State().size());  // fp32 moments (and the step count)
   return st;
@@ -461,6 +468,11 @@ Status RankRun::Summarise(RunSummary* sum, ReportInputs* rep) {
   }
   rep->precision = DTypeName(model_.dtype);
   rep->plan_bytes_per_param = PlanStateBytesPerParam(model_);
+  if (scaler_ != nullptr) {
+    rep->loss_scaling = fmt::format("fp16 dynamic loss scaling: {} of {} optimizer steps skipped on overflow; loss scale {:g} at the end "
+                                    "(initial 65536, halved after 2 overflows, doubled after 1000 clean steps).",
+                                    scaler_->skipped(), iterations_ - start_, scaler_->scale());
+  }
   if (L_.ep > 1) {  // the MoE layers' all-to-alls: every rank's medians
     std::vector<float> a = {static_cast<float>(Median(tail(a2a_count_))), static_cast<float>(Median(tail(a2a_s_)))}, every(static_cast<size_t>(2 * n));
     PLANNER_RETURN_IF_ERROR(world_.AllGather(a.data(), every.data(), 2));
@@ -522,6 +534,11 @@ Status CheckRunPrecision(const LaunchPlan& L, const ModelSpec& model, const std:
     return Status::InvalidArgument(fmt::format("{}: field 'precision': fp8 on CPU ranks (device cpu): the CPU kernels have no FP8 GEMM; "
                                                "solve with --precision bf16 and codegen again, or codegen with --device cuda for an FP8 GPU",
                                                model_path));
+  }
+  if (StorageDType(model.dtype) != DType::kFp32 && (L.schedule == Schedule::kPipeDream || L.vertical_sync)) {
+    return Status::NotSupported(fmt::format("{}: schedule {} with precision {}: weight stashing keeps fp32 weights only; solve with "
+                                            "--precision fp32 or a synchronous schedule and codegen again", L.path, ScheduleName(L.schedule),
+                                            DTypeName(model.dtype)));
   }
   return Status::OK();
 }

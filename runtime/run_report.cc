@@ -40,6 +40,7 @@ std::string Heading(const LaunchPlan& L, const ReportInputs& in) {
   } else {
     rep += fmt::format("| loss first -> last | {:.4f} -> {:.4f} | falls |\n\n", in.loss.front(), in.loss.back());
   }
+  if (!in.loss_scaling.empty()) rep += in.loss_scaling + "\n\n";
   return rep;
 }
 
