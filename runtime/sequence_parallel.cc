@@ -237,6 +237,7 @@ class CpAttention final : public LayerKernel {
     PLANNER_RETURN_IF_ERROR(out_->Forward(o, y, &sv->children[1]));
     if (group_) PLANNER_RETURN_IF_ERROR(group_->AllReduceSum(y->data(), y->numel()));
     sv->t = {qkv, o, lse};
+    sv->exact = {2};  // the softmax log-sum-exp stays fp32 (FlashAttention keeps softmax_lse fp32: its rounding would scale every probability)
     return Status::OK();
   }
   Status BackwardInput(const Tensor& dy, Tensor* dx, Saved* sv) override {

@@ -163,6 +163,7 @@ class Elementwise final : public LayerKernel {
       const uint64_t base = SplitMix(seed_ ^ (++calls_ * 0x632BE59BD9B4E019ull));
       PLANNER_RETURN_IF_ERROR(ops_->Dropout(x.data(), y->data(), mask.data(), n, base, p_, scale));
       s->t = {mask};
+      s->exact = {0};  // the dropout mask keeps fp32 (Megatron keeps a bool mask)
       return Status::OK();
     }
     PLANNER_RETURN_IF_ERROR(ops_->ActivationForward(Act(), x.data(), y->data(), n));
@@ -273,6 +274,7 @@ class Embedding final : public LayerKernel {
                                                    start_, local_));
     PLANNER_RETURN_IF_ERROR(AllReduceSum(group_, y));
     s->t = {ids};
+    s->exact = {0};  // token ids
     return Status::OK();
   }
   Status BackwardInput(const Tensor& dy, Tensor* dx, Saved* s) override {
@@ -973,6 +975,7 @@ class MoeFfn final : public LayerKernel {
     if (aux_scale_ > 0) PLANNER_RETURN_IF_ERROR(AuxLoss(scores.data(), sel.data(), n, m_, token_group_, token_size_, f.data(), &aux));
     aux_sum_ += aux;
     sv->t = {scores, sel, w, f};
+    sv->exact = {1, 3};  // routing: the selected experts and their route counts
     PLANNER_RETURN_IF_ERROR(RoutedForward(x, b, y, sv));
     if (!shared_) return Status::OK();
     Tensor ys;
@@ -1122,6 +1125,7 @@ Status MoeFfn::RoutedForward(const Tensor& x, int64_t b, Tensor* y, Saved* sv) {
   for (int64_t i = 0; i < R; ++i) meta.data()[1 + i] = static_cast<float>(ids[static_cast<size_t>(i)]);
   for (int64_t r = 0; r < ep_; ++r) meta.data()[1 + R + r] = static_cast<float>(recv_rows[static_cast<size_t>(r)]);
   sv->t.push_back(out_send);
+  sv->exact.push_back(sv->t.size());  // row counts and expert ids
   sv->t.push_back(meta);
   return Status::OK();
 }
@@ -1337,6 +1341,7 @@ class Loss final : public LayerKernel {
     *y = ops_->Zeros({b, 1});
     PLANNER_RETURN_IF_ERROR(ops_->CrossEntropyFinish(probs.data(), sum.data(), mx.data(), tl.data(), y->data(), n, v_, rows_));
     sv->t = {probs, targets_};
+    sv->exact = {1};  // class ids
     return Status::OK();
   }
   Status BackwardInput(const Tensor& dy, Tensor* dx, Saved* sv) override {
@@ -1428,6 +1433,7 @@ class Pool final : public LayerKernel {
     PLANNER_RETURN_IF_ERROR(ops_->PoolForward(max_, win_, b, x.data(), y->data(), max_ ? arg.data() : nullptr));
     sv->t = {arg};
     sv->t.push_back(Tensor::Zeros({b}));  // remembers b
+    sv->exact = {0, 1};  // argmax indices; b
     return Status::OK();
   }
   Status BackwardInput(const Tensor& dy, Tensor* dx, Saved* sv) override {
@@ -1457,6 +1463,7 @@ class Flatten final : public LayerKernel {
     PLANNER_RETURN_IF_ERROR(CheckInput("flatten", *ops_, x, in_, &b));
     *y = x.Reshaped({b, Product(in_)});
     sv->t = {Tensor::Zeros({b})};  // remembers b
+    sv->exact = {0};
     return Status::OK();
   }
   Status BackwardInput(const Tensor& dy, Tensor* dx, Saved* sv) override {
