@@ -472,5 +472,17 @@ assert loss[-1] < loss[0], loss
 assert "fp16 dynamic loss scaling: 0 of 6 optimizer steps skipped" in open(sys.argv[1] + "/report.md").read()
 PY
 
+# bf16 checkpoints hold the fp32 masters: 3 iterations, checkpoint, resume to 6: the same 6 losses as one
+# uninterrupted run (the rounded 16-bit weights alone would not give them).
+$PLANNER -q codegen bf16-pp2.plan.yaml -o bf16ck --iterations 6 \
+  && timeout 120 mpirun --oversubscribe -np 2 $PLANNER -q run bf16ck --run-id full >/dev/null 2>bf16ck.err \
+  && timeout 120 mpirun --oversubscribe -np 2 $PLANNER -q run bf16ck --iterations 3 --checkpoint-every 3 --run-id part >/dev/null 2>>bf16ck.err \
+  && timeout 120 mpirun --oversubscribe -np 2 $PLANNER -q run bf16ck --resume part >/dev/null 2>>bf16ck.err \
+  && python3 - bf16ck/runs <<'PY' && ok || { bad "bf16 resume"; tail -3 bf16ck.err; }
+import csv, sys
+a, b = ([r["loss"] for r in csv.DictReader(open(f"{sys.argv[1]}/{d}/metrics.csv"))] for d in ("full", "part"))
+assert len(a) == 6 and a == b, (a, b)
+PY
+
 echo "run: $pass passed, $fail failed"
 [ $fail = 0 ]
