@@ -72,20 +72,22 @@ class MixedPrecisionKernel : public LayerKernel {
 
   Status BackwardInput(const Tensor& dy, Tensor* dx, Saved* sv) override {
     WorkingWeights w(this);
-    if (!loss_layer_) DecodeSaved(sv);
-    Tensor dx32;
-    PLANNER_RETURN_IF_ERROR(inner_->BackwardInput(Decode(dy), &dx32, sv));
+    Decoded d;
+    if (!loss_layer_) DecodeInto(sv, &d);
+    Tensor dx32, dy32 = Decode(dy);
+    PLANNER_RETURN_IF_ERROR(inner_->BackwardInput(dy32, &dx32, sv));
     *dx = dx32.empty() || dx32.dtype() == storage_ ? dx32 : dx32.Converted(storage_);
-    if (!loss_layer_) {
-      std::map<AliasKey, Tensor> known;
-      ConvertSaved(sv, storage_, false, &known);
-    }
+    if (loss_layer_) return Status::OK();
+    if (dy.dtype() == storage_) d.back.emplace(KeyOf(dy32), dy);  // W's copy of dy: the caller's
+    if (!dx32.empty()) d.back.emplace(KeyOf(dx32), *dx);
+    ConvertSaved(sv, storage_, false, &d.back);
     return Status::OK();
   }
 
   Status BackwardWeight(Saved* sv) override {
     WorkingWeights w(this);
-    if (!loss_layer_) DecodeSaved(sv);
+    Decoded d;
+    if (!loss_layer_) DecodeInto(sv, &d);
     return inner_->BackwardWeight(sv);
   }
 
@@ -116,9 +118,23 @@ class MixedPrecisionKernel : public LayerKernel {
   };
 
   static Tensor Decode(const Tensor& t) { return t.empty() || t.dtype() == DType::kFp32 ? t : t.ConvertedScratch(DType::kFp32); }
-  static void DecodeSaved(Saved* sv) {
-    std::map<AliasKey, Tensor> known;
-    ConvertSaved(sv, DType::kFp32, true, &known);
+  // The Saved's 16-bit entries decoded in place; returns each decoded copy's key -> the stored
+  // tensor it came from, and keeps the copies alive, so the encode after the pass hands back the
+  // stored tensors themselves (no new copy; the input stays shared with the caller's).
+  struct Decoded {
+    std::map<AliasKey, Tensor> back;
+    std::vector<Tensor> alive;  // a freed copy's address could be reused by an unrelated tensor
+  };
+  static void DecodeInto(Saved* sv, Decoded* d) {
+    for (size_t i = 0; i < sv->t.size(); ++i) {
+      Tensor& t = sv->t[i];
+      if (t.empty() || t.dtype() == DType::kFp32) continue;
+      Tensor c = t.ConvertedScratch(DType::kFp32);
+      d->back.emplace(KeyOf(c), t);
+      d->alive.push_back(c);
+      t = std::move(c);
+    }
+    for (Saved& c : sv->children) DecodeInto(&c, d);
   }
 
   DType storage_;

@@ -1,7 +1,12 @@
 // Mixed precision (runtime/kernels/mixed_precision.h, common/half.h): the 16-bit conversions against
 // known bit patterns; every layer kernel wrapped in bf16 and fp16 against its fp32 kernel; the
 // optimizer's fp32 masters; the bytes a wrapped kernel holds; dynamic loss scaling.
+#include <sys/wait.h>
+#include <unistd.h>
+
 #include <cmath>
+#include <csignal>
+#include <cstdio>
 #include <limits>
 
 #include "common/half.h"
@@ -79,6 +84,26 @@ TEST_CASE("tensors of every dtype: bytes, FromVector / ToVector, conversions, fp
     CHECK(s.ToVector() == std::vector<float>(1000, 0.0f));
   }
   CHECK_THROWS(AllocateTensor({4}, Device::kCpu, DType::kFp8));
+}
+
+TEST_CASE("data() of a 16-bit tensor aborts the process (a kernel must never read bf16 bits as floats)") {
+  Tensor t = Tensor::Zeros({4}, Device::kCpu, DType::kBf16);
+  CHECK(t.raw() != nullptr);
+  std::fflush(nullptr);
+  const pid_t pid = fork();
+  REQUIRE(pid >= 0);
+  if (pid == 0) {
+    std::signal(SIGABRT, SIG_DFL);  // doctest's crash handler would report the expected abort
+    if (std::freopen("/dev/null", "w", stderr) == nullptr || std::freopen("/dev/null", "w", stdout) == nullptr) _exit(3);
+    volatile float f = t.data()[0];
+    (void)f;
+    _exit(0);  // not reached
+  }
+  int status = 0;
+  REQUIRE(waitpid(pid, &status, 0) == pid);
+  CHECK(WIFSIGNALED(status));
+  CHECK(WTERMSIG(status) == SIGABRT);
+  CHECK(Tensor::Zeros({4}).data() != nullptr);  // fp32: the elements
 }
 
 Layer Make(const std::string& type, std::vector<int64_t> in, std::map<std::string, int64_t> ints) {
@@ -252,17 +277,23 @@ TEST_CASE("memory: a wrapped kernel holds 2 B value + 4 B grad + 4 B master per 
   CHECK(LiveBytes() - before == params * (2 + 4 + 4));
   REQUIRE_OK(MakeKernel(l, {}, &full));
   Tensor x = Random({4, 8, 32}, 3), x16 = x.Converted(DType::kBf16);
-  auto saved_bytes = [&](LayerKernel* k, const Tensor& in) {
+  Tensor dy = Random({4, 8, 32}, 4), dy16 = dy.Converted(DType::kBf16);
+  // Bytes held after the forward (the Saved and y) and after backward-input (the Saved W needs, y, dx).
+  auto held = [&](LayerKernel* k, const Tensor& in, const Tensor& grad) {
     Saved s;
-    Tensor y;
+    Tensor y, dx;
     const int64_t at = LiveBytes();
     REQUIRE_OK(k->Forward(in, &y, &s));
-    return LiveBytes() - at;  // the Saved and the output
+    const int64_t after_f = LiveBytes() - at;
+    REQUIRE_OK(k->BackwardInput(grad, &dx, &s));
+    return std::pair{after_f, LiveBytes() - at};
   };
-  const int64_t b32 = saved_bytes(full.get(), x), b16 = saved_bytes(mp.get(), x16);
-  INFO("fp32 " << b32 << " B, bf16 " << b16 << " B");
-  CHECK(b32 > 0);
-  CHECK(b16 * 2 == b32);
+  const auto [f32, b32] = held(full.get(), x, dy);
+  const auto [f16, b16] = held(mp.get(), x16, dy16);
+  INFO("forward: fp32 " << f32 << " B, bf16 " << f16 << " B; backward-input: fp32 " << b32 << " B, bf16 " << b16 << " B");
+  CHECK(f32 > 0);
+  CHECK(f16 * 2 == f32);
+  CHECK(b16 * 2 == b32);  // the input and dy stay shared with the caller's tensors, as in fp32
 }
 
 TEST_CASE("LossScaler: overflow skips, hysteresis 2 halves on the second, 1000 clean steps double") {
