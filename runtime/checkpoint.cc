@@ -107,7 +107,8 @@ Status WriteCheckpoint(const std::string& run_dir, const CheckpointIdentity& id,
   PLANNER_RETURN_IF_ERROR(f.file.Open(path));
   PLANNER_RETURN_IF_ERROR(f.Write(&h, sizeof h));
   for (Param* prm : params) {
-    const std::vector<float> v = prm->value.ToVector();
+    // Mixed precision: the fp32 master, not its rounded 16-bit copy (a resume continues exactly).
+    const std::vector<float> v = (prm->master.empty() ? prm->value : prm->master).ToVector();
     PLANNER_RETURN_IF_ERROR(f.Write(v.data(), v.size() * 4));
   }
   PLANNER_RETURN_IF_ERROR(f.Write(state.data(), state.size() * 4));
@@ -320,7 +321,13 @@ Status ApplyCheckpoint(const LoadedCheckpoint& ck, const std::vector<Param*>& pa
   size_t at = 0;
   for (Param* prm : params) {
     const size_t n = static_cast<size_t>(prm->value.numel());
-    CopyIntoTensor(std::vector<float>(ck.params.begin() + static_cast<long>(at), ck.params.begin() + static_cast<long>(at + n)), &prm->value);
+    const std::vector<float> v(ck.params.begin() + static_cast<long>(at), ck.params.begin() + static_cast<long>(at + n));
+    if (prm->master.empty()) {
+      CopyIntoTensor(v, &prm->value);
+    } else {  // the fp32 master restored; the weight its rounded copy, as the optimizer writes it
+      CopyIntoTensor(v, &prm->master);
+      prm->value = prm->master.Converted(prm->value.dtype());
+    }
     at += n;
   }
   return optimizer->SetState(ck.state, params).WithContext(ck.path);

@@ -21,6 +21,9 @@
 #include "runtime/dp_reducer.h"
 #include "runtime/interpreter.h"
 #include "runtime/kernels/optimizer.h"
+#include "runtime/kernels/mixed_precision.h"
+#include "dp_solver/evaluate.h"
+#include "dp_solver/search.h"
 #include "runtime/launch_layout.h"
 #include "runtime/rank_program.h"
 #include "runtime/rank_comms.h"
@@ -53,6 +56,7 @@ Status CheckLaunch(const LaunchPlan& L, const ModelSpec& model, int world_size, 
                                             "zb-h1, dualpipev); drop --comm-only, or solve with one of them and codegen again", L.path));
   }
   if (model.layers.back().type != "loss") return Status::InvalidArgument("the model's last layer must be a loss to train it");
+  PLANNER_RETURN_IF_ERROR(CheckRunPrecision(L, model, (fs::path(L.path).parent_path() / L.model_file).string()));
   PLANNER_RETURN_IF_ERROR(CheckSeqParallelLaunch(L.path, L.device, L.tp, L.cp, L.sequence_parallel, model.layers.front()));
   const bool etp_ok = L.etp == 1 || (L.etp == L.tp && !L.sequence_parallel);
   if (L.ep > 1 && (!etp_ok || L.cp > 1 || layout->replicated || layout->async)) {
@@ -173,6 +177,7 @@ class RankRun {
   std::unique_ptr<CommExpertGroup> ep_group_;
   Stage stage_;
   std::unique_ptr<Optimizer> optimizer_;
+  std::unique_ptr<LossScaler> scaler_;  // fp16 runs
   std::unique_ptr<DataParallelReducer> reducer_;  // after the stage and the comms: its thread ends first
   ProgramInterpreter interpreter_;
   std::vector<NamedGradient> gradients_;
@@ -236,6 +241,11 @@ Status RankRun::StartInterpreter() {
   c.record = &record_;
   c.clock_offset_s = comms_.clock_offset_s;
   c.comm_only = opt_.comm_only;
+  if (model_.dtype == DType::kFp16) {  // dynamic loss scaling, Megatron's defaults (mixed_precision.h)
+    scaler_ = std::make_unique<LossScaler>();
+    c.scaler = scaler_.get();
+    c.workers = &world_;
+  }
   return interpreter_.Init(c, std::move(program));
 }
 
@@ -410,6 +420,32 @@ Status RankRun::Checkpoint(int64_t done) {
   return Status::OK();
 }
 
+// The model state a rank holds, from its tensors' element sizes: weights, gradients (and the fp32
+// masters of mixed precision, once kernels hold them), the optimizer's fp32 moments.
+struct ModelState {
+  double bytes = 0, params = 0, weight_bytes = 0;
+};
+ModelState MeasureModelState(const std::vector<Param*>& params, const Optimizer* optimizer) {
+  ModelState st;
+  for (const Param* p : params) {
+    st.params += static_cast<double>(p->value.numel());
+    st.weight_bytes += static_cast<double>(p->value.bytes());
+    st.bytes += static_cast<double>(p->value.bytes() + p->grad.bytes() + p->master.bytes());
+  }
+  if (optimizer != nullptr) st.bytes += 4.0 * static_cast<double>(optimizer->State().size());  // fp32 moments (and the step count)
+  return st;
+}
+
+// The plan's model-state bytes per parameter for the model's precision at ZeRO-0 (the runtime keeps
+// every replica's whole optimizer state): the cost model's own figure (dp_solver/evaluate.cc).
+double PlanStateBytesPerParam(const ModelSpec& model) {
+  ClusterSpec cluster;
+  CostSource src;
+  src.model = &model;
+  src.cluster = &cluster;
+  return StateBytesPerParam(MakeStateBytes(src, SearchOptions()), 0, 1);
+}
+
 // Medians over the iterations after warm-up; per-rank compute, communication and peak memory to
 // every rank; the transfer table (rank 0).
 Status RankRun::Summarise(RunSummary* sum, ReportInputs* rep) {
@@ -417,15 +453,25 @@ Status RankRun::Summarise(RunSummary* sum, ReportInputs* rep) {
   const size_t warm = static_cast<size_t>(std::min<int64_t>(L_.run.warmup_iterations, std::max<int64_t>(0, iterations_ - 1)));
   auto tail = [&](const std::vector<double>& v) { return std::vector<double>(v.begin() + static_cast<long>(warm), v.end()); };
   const double it_med = Median(tail(record_.iteration_s())), comp_med = Median(tail(record_.compute_s())), comm_med = Median(tail(record_.comm_s()));
-  std::vector<float> mine = {static_cast<float>(comp_med), static_cast<float>(comm_med), static_cast<float>(peak_bytes_ / kGiB)};
-  std::vector<float> all(static_cast<size_t>(3 * n));
-  PLANNER_RETURN_IF_ERROR(world_.AllGather(mine.data(), all.data(), 3));
+  const ModelState st = MeasureModelState(stage_.params(), optimizer_.get());
+  constexpr int64_t kFigures = 6;
+  std::vector<float> mine = {static_cast<float>(comp_med), static_cast<float>(comm_med), static_cast<float>(peak_bytes_ / kGiB),
+                             static_cast<float>(st.bytes),  static_cast<float>(st.params),  static_cast<float>(st.weight_bytes)};
+  std::vector<float> all(static_cast<size_t>(kFigures * n));
+  PLANNER_RETURN_IF_ERROR(world_.AllGather(mine.data(), all.data(), kFigures));
   double busy = 0;
   rep->ranks.clear();
   for (int64_t r = 0; r < n; ++r) {
-    const size_t i = static_cast<size_t>(3 * r);
+    const size_t i = static_cast<size_t>(kFigures * r);
     busy += all[i];
-    rep->ranks.push_back({all[i], all[i + 1], all[i + 2]});
+    rep->ranks.push_back({all[i], all[i + 1], all[i + 2], all[i + 3], all[i + 4], all[i + 5]});
+  }
+  rep->precision = DTypeName(model_.dtype);
+  rep->plan_bytes_per_param = PlanStateBytesPerParam(model_);
+  if (scaler_ != nullptr) {
+    rep->loss_scaling = fmt::format("fp16 dynamic loss scaling: {} of {} optimizer steps skipped on overflow; loss scale {:g} at the end "
+                                    "(initial 65536, halved after 2 overflows, doubled after 1000 clean steps).",
+                                    scaler_->skipped(), iterations_ - start_, scaler_->scale());
   }
   if (L_.ep > 1) {  // the MoE layers' all-to-alls: every rank's medians
     std::vector<float> a = {static_cast<float>(Median(tail(a2a_count_))), static_cast<float>(Median(tail(a2a_s_)))}, every(static_cast<size_t>(2 * n));
@@ -482,6 +528,20 @@ Status RankRun::Finish(RunSummary* out) {
 }
 
 }  // namespace
+
+Status CheckRunPrecision(const LaunchPlan& L, const ModelSpec& model, const std::string& model_path) {
+  if (model.dtype == DType::kFp8 && L.device == "cpu") {
+    return Status::InvalidArgument(fmt::format("{}: field 'precision': fp8 on CPU ranks (device cpu): the CPU kernels have no FP8 GEMM; "
+                                               "solve with --precision bf16 and codegen again, or codegen with --device cuda for an FP8 GPU",
+                                               model_path));
+  }
+  if (StorageDType(model.dtype) != DType::kFp32 && (L.schedule == Schedule::kPipeDream || L.vertical_sync)) {
+    return Status::NotSupported(fmt::format("{}: schedule {} with precision {}: weight stashing keeps fp32 weights only; solve with "
+                                            "--precision fp32 or a synchronous schedule and codegen again", L.path, ScheduleName(L.schedule),
+                                            DTypeName(model.dtype)));
+  }
+  return Status::OK();
+}
 
 LaunchPlan SingleProcessPlan(const LaunchPlan& L, const ModelSpec& model) {
   LaunchPlan s = L;

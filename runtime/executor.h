@@ -62,6 +62,12 @@ struct RunSummary {
   bool server = false;                 // this rank was a summation server (no stage, no losses)
 };
 
+// The run's precision is the launch directory's model file's (`precision:`; codegen writes the plan's
+// there, so the plan and its run agree). Refused here, before any communication: fp8 on CPU ranks
+// (the CPU kernels have no FP8 GEMM): an InvalidArgument naming `model_path` and the fix.
+// docs/runtime.md, "Running in the plan's precision".
+Status CheckRunPrecision(const LaunchPlan& launch, const ModelSpec& model, const std::string& model_path);
+
 // Runs on `world` (its size must equal the plan's ranks plus its summation servers; a server
 // rank serves the workers' gradient syncs until they are done: runtime/summation_service.h).
 Status RunLaunch(const LaunchPlan& launch, const ModelSpec& model, Communicator& world, const RunOptions& options, RunSummary* out);

@@ -1,10 +1,12 @@
 #include "runtime/interpreter.h"
 
 #include <algorithm>
+#include <cstring>
 
 #include <fmt/format.h>
 
 #include "common/timing.h"
+#include "runtime/kernels/cuda_api.h"
 #include "runtime/teacher.h"
 
 namespace planner {
@@ -58,13 +60,31 @@ int64_t Elements(const std::vector<int64_t>& shape) {
   return n;
 }
 
+// A pipeline message's 4-byte words: a tensor's real bytes rounded up to a word (a 16-bit tensor of n
+// elements: ceil(n / 2) words; the transports move words as opaque bits, docs/runtime.md).
+int64_t MessageWords(const Tensor& t) { return (t.bytes() + 3) / 4; }
+
+// A 16-bit tensor with an odd element count, copied into a buffer one element longer so that its last
+// word is whole (the padding element is zero); any other tensor as it is.
+Tensor WordAligned(const Tensor& t) {
+  if (t.bytes() % 4 == 0) return t;
+  Tensor padded = Tensor::Zeros({t.numel() + 1}, t.device(), t.dtype());
+  if (t.device() == Device::kCpu) std::memcpy(padded.raw(), t.raw(), static_cast<size_t>(t.bytes()));
+  else {  // through the host: a rare shape (activations have even element counts in practice)
+    std::vector<char> host(static_cast<size_t>(t.bytes()));
+    CudaCopyToHost(host.data(), t.raw(), t.bytes());
+    CudaCopyToDevice(padded.raw(), host.data(), t.bytes());
+  }
+  return padded;
+}
+
 }  // namespace
 
-Tensor BufferPool::Get(const std::vector<int64_t>& shape, Device dev) {
+Tensor BufferPool::Get(const std::vector<int64_t>& shape, Device dev, DType dtype) {
   for (auto& t : pool_) {
-    if (t.use_count() == 1 && t.shape() == shape && t.device() == dev) return t;
+    if (t.use_count() == 1 && t.shape() == shape && t.device() == dev && t.dtype() == dtype) return t;
   }
-  pool_.push_back(AllocateTensor(shape, dev));
+  pool_.push_back(AllocateTensor(shape, dev, dtype));
   return pool_.back();
 }
 
@@ -256,7 +276,7 @@ Status ProgramInterpreter::Forward(const Action& a) {
   if (stash_) PLANNER_RETURN_IF_ERROR(SaveWeights(q, j));
   const double c0 = MonotonicSeconds();
   if (ctx_.comm_only) {
-    x = Tensor::Zeros(ctx_.stage->OutShape(q), ctx_.stage->device());  // what the stage would send, without computing it
+    x = Tensor::Zeros(ctx_.stage->OutShape(q), ctx_.stage->device(), ctx_.stage->storage());  // what the stage would send, without computing it
   } else {
     for (size_t i = 0; i < ch.kernels.size(); ++i) {
       Tensor y;
@@ -284,7 +304,8 @@ Status ProgramInterpreter::Backward(size_t index, const Action& a) {
   Tensor dy;
   if (q == Q - 1) {
     dy = Tensor::Zeros({b, 1});
-    for (int64_t smp = 0; smp < b; ++smp) dy.data()[smp] = 1.0f / static_cast<float>(ctx_.launch->global_batch);  // d(mean loss) / d(sample loss)
+    const double scale = ctx_.scaler != nullptr ? ctx_.scaler->scale() : 1.0;  // fp16: the loss scale
+    for (int64_t smp = 0; smp < b; ++smp) dy.data()[smp] = static_cast<float>(scale / static_cast<double>(ctx_.launch->global_batch));  // d(mean loss) / d(sample loss)
     dy = dy.To(ctx_.stage->device());
   } else {
     auto it = grads_in_.find({q, j});
@@ -300,7 +321,7 @@ Status ProgramInterpreter::Backward(size_t index, const Action& a) {
   ZeroGradsIfStepped();
   const double c0 = MonotonicSeconds();
   if (ctx_.comm_only) {
-    dy = q > 0 ? Tensor::Zeros(ctx_.stage->InShape(q), ctx_.stage->device()) : Tensor();
+    dy = q > 0 ? Tensor::Zeros(ctx_.stage->InShape(q), ctx_.stage->device(), ctx_.stage->storage()) : Tensor();
     if (last_backward_[index]) for (const BucketSegment& s : ch.layer_segments) ctx_.reducer->Enqueue(s);
   } else {
     for (size_t i = ch.kernels.size(); i-- > 0;) {
@@ -354,9 +375,15 @@ Status ProgramInterpreter::Receive(size_t index, const Action& a, bool activatio
     local_.erase(it);
     return Status::OK();
   }
-  Tensor t = pool_.Get(vsync_ ? std::vector<int64_t>{Elements(shape) + 1} : shape, ctx_.stage->device());
+  // Activations and their gradients travel in the stage's storage dtype, as 4-byte words of their real
+  // bytes (a 16-bit message of an odd element count lands in a buffer one element longer).
+  const DType dt = vsync_ ? DType::kFp32 : ctx_.stage->storage();
+  const int64_t n = vsync_ ? Elements(shape) + 1 : Elements(shape);
+  const bool pad = DTypeBytes(dt) == 2 && n % 2 == 1;
+  Tensor t = pool_.Get(vsync_ ? std::vector<int64_t>{n} : pad ? std::vector<int64_t>{n + 1} : shape, ctx_.stage->device(), dt);
   const double c0 = MonotonicSeconds();
-  PLANNER_RETURN_IF_ERROR(ctx_.pipe->Recv(t.data(), t.numel(), peer, tag));
+  PLANNER_RETURN_IF_ERROR(ctx_.pipe->Recv(static_cast<float*>(t.raw()), MessageWords(t), peer, tag));
+  if (pad) t = t.View(0, shape);
   const double c1 = MonotonicSeconds();
   ctx_.record->transfers().recvs.push_back({tag, peer, c0 - ctx_.clock_offset_s, c1 - ctx_.clock_offset_s});
   fig_->comm_s += c1 - c0;
@@ -415,10 +442,14 @@ Status ProgramInterpreter::Send(size_t index, const Action& a, bool activation) 
     return Status::OK();
   }
   const double s0 = MonotonicSeconds();
-  ctx_.record->transfers().sends.push_back({tag, IterationOf(j), q, t.numel() * 4, activation ? 0 : 1, peer, s0 - ctx_.clock_offset_s});
-  PLANNER_RETURN_IF_ERROR(ctx_.pipe->Send(t.data(), t.numel(), peer, tag));
+  if (t.dtype() != (vsync_ ? DType::kFp32 : ctx_.stage->storage())) {
+    return Status::Internal(fmt::format("a pipeline message in {} where the run's transfers are {}", DTypeName(t.dtype()), DTypeName(ctx_.stage->storage())));
+  }
+  t = WordAligned(t);
+  ctx_.record->transfers().sends.push_back({tag, IterationOf(j), q, t.bytes(), activation ? 0 : 1, peer, s0 - ctx_.clock_offset_s});
+  PLANNER_RETURN_IF_ERROR(ctx_.pipe->Send(static_cast<const float*>(t.raw()), MessageWords(t), peer, tag));
   const double s1 = MonotonicSeconds();
-  ctx_.record->Trace(fmt::format("send {}{}.{} {}B", activation ? 'F' : 'B', activation ? q + 1 : q - 1, j, t.numel() * 4), s0, s1 - s0, 1);
+  ctx_.record->Trace(fmt::format("send {}{}.{} {}B", activation ? 'F' : 'B', activation ? q + 1 : q - 1, j, t.bytes()), s0, s1 - s0, 1);
   fig_->comm_s += s1 - s0;
   sent_.push_back(std::move(t));
   return Status::OK();
@@ -441,6 +472,16 @@ Status ProgramInterpreter::Reduce(size_t index, const Action& a) {
   return Status::OK();
 }
 
+// fp16: the gradients (after the data-parallel reduce, as Megatron unscales in its optimizer) divided
+// by the loss scale; whether any worker's overflowed, agreed in one all-reduce (max of a flag); the
+// scaler then skips the step (and halves the scale past its hysteresis) or applies it.
+Status ProgramInterpreter::UnscaleAgreed(bool* apply) {
+  float found = UnscaleAndCheck(ctx_.stage->params(), 1.0 / ctx_.scaler->scale()) ? 1.0f : 0.0f;
+  if (ctx_.workers != nullptr && ctx_.workers->size() > 1) PLANNER_RETURN_IF_ERROR(ctx_.workers->AllReduce(&found, 1, ReduceOp::kMax));
+  *apply = ctx_.scaler->Update(found > 0);
+  return Status::OK();
+}
+
 Status ProgramInterpreter::Step() {
   Stage& st = *ctx_.stage;
   if (ctx_.edp != nullptr && ctx_.edp->size() > 1 && st.expert_grad_elems() > 0) {  // expert gradients: over the EDP group
@@ -455,7 +496,9 @@ Status ProgramInterpreter::Step() {
     capture_ = nullptr;
   }
   const double c0 = MonotonicSeconds();
-  if (!ctx_.comm_only) PLANNER_RETURN_IF_ERROR(ctx_.optimizer->Step(ctx_.stage->params()));
+  bool apply = true;
+  if (!ctx_.comm_only && ctx_.scaler != nullptr) PLANNER_RETURN_IF_ERROR(UnscaleAgreed(&apply));
+  if (!ctx_.comm_only && apply) PLANNER_RETURN_IF_ERROR(ctx_.optimizer->Step(ctx_.stage->params()));
   if (stash_) stash_->Stepped();  // the new latest version (kept under vertical sync)
   fig_->compute_s += MonotonicSeconds() - c0;
   zero_grads_ = true;

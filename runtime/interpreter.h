@@ -38,6 +38,7 @@
 
 #include "common/status.h"
 #include "runtime/dp_reducer.h"
+#include "runtime/kernels/mixed_precision.h"
 #include "runtime/kernels/optimizer.h"
 #include "runtime/launch_layout.h"
 #include "runtime/rank_comms.h"
@@ -74,13 +75,18 @@ struct InterpreterContext {
   RunRecord* record = nullptr;
   double clock_offset_s = 0;
   bool comm_only = false;  // zeros instead of every layer, no optimizer step
+  // fp16 runs: dynamic loss scaling. The loss gradient's seed is multiplied by scaler->scale(); before
+  // the step the (reduced) gradients are unscaled and checked, and one all-reduce over `workers` (every
+  // worker rank; each steps once per iteration) agrees whether any rank overflowed: all skip or all step.
+  LossScaler* scaler = nullptr;
+  Communicator* workers = nullptr;
 };
 
 // Receive buffers reused once nothing else holds them (a freshly allocated buffer costs page
 // faults while the transport copies into it).
 class BufferPool {
  public:
-  Tensor Get(const std::vector<int64_t>& shape, Device dev);
+  Tensor Get(const std::vector<int64_t>& shape, Device dev, DType dtype = DType::kFp32);
 
  private:
   std::vector<Tensor> pool_;
@@ -110,6 +116,7 @@ class ProgramInterpreter {
   Status Receive(size_t index, const Action& a, bool activation);
   Status Send(size_t index, const Action& a, bool activation);
   Status Reduce(size_t index, const Action& a);
+  Status UnscaleAgreed(bool* apply);
   Status Step();
   Status FinishPass();
   void Keep(bool activation, int64_t q, int64_t j, const std::vector<int64_t>& shape, Tensor t);

@@ -10,6 +10,21 @@ namespace planner {
 
 namespace {
 
+// What the CPU kernels compute in, from the weights' measured element size (docs/runtime.md, "Running
+// in the plan's precision"): 4-byte weights mean the run stored and computed everything in fp32.
+std::string CpuComputeNote(const ReportInputs& in) {
+  double weights = 0, params = 0;
+  for (const RankFigures& f : in.ranks) weights += f.weight_bytes, params += f.params;
+  const double per = params > 0 ? weights / params : 4;
+  if (per >= 4) {
+    return in.precision == "fp32" ? "Every tensor is stored and computed in fp32."
+                                  : fmt::format("Every tensor was stored and computed in fp32, not in the plan's {}: the measured "
+                                                "bytes per parameter are fp32's.", in.precision);
+  }
+  return fmt::format("Weights are stored in {} ({:.0f} B per element); the CPU kernels decode them and compute in fp32 with fp32 "
+                     "accumulation; gradients, masters and optimizer moments are fp32.", in.precision, per);
+}
+
 std::string Heading(const LaunchPlan& L, const ReportInputs& in) {
   const size_t n = L.ranks.size(), iterations = in.loss.size(), warm = static_cast<size_t>(in.warmup);
   std::string seq = L.cp > 1 ? fmt::format(", cp {} (ring attention)", L.cp) : "";
@@ -25,13 +40,14 @@ std::string Heading(const LaunchPlan& L, const ReportInputs& in) {
   } else {
     rep += fmt::format("| loss first -> last | {:.4f} -> {:.4f} | falls |\n\n", in.loss.front(), in.loss.back());
   }
+  if (!in.loss_scaling.empty()) rep += in.loss_scaling + "\n\n";
   return rep;
 }
 
 std::string RankRows(const LaunchPlan& L, const ReportInputs& in) {
   std::string rep =
       "Memory: measured = the allocator's peak on the rank's device (parameters, gradients, optimizer state, "
-      "activations, workspaces); predicted = the plan's, in the plan's dtype and bytes per parameter (the CPU kernels compute in fp32).\n\n";
+      "activations, workspaces); predicted = the plan's, in the plan's dtype and bytes per parameter.\n\n";
   rep += "| rank | stage | compute per iteration | communication | idle | predicted compute (m x stage) | peak memory | predicted memory |\n"
          "|---|---|---|---|---|---|---|---|\n";
   for (size_t r = 0; r < in.ranks.size(); ++r) {
@@ -45,6 +61,25 @@ std::string RankRows(const LaunchPlan& L, const ReportInputs& in) {
     rep += fmt::format("| {} | {} | {} | {} | {} | {} | {:.4f} GiB | {:.4f} GiB |\n", r, L.ranks[r].stage, FormatSeconds(f.compute_s),
                        FormatSeconds(f.comm_s), FormatSeconds(std::max(0.0, in.median_iteration_s - f.compute_s - f.comm_s)),
                        FormatSeconds(rs_pred * static_cast<double>(in.layout.microbatches)), f.peak_gib, mem_pred / kGiB);
+  }
+  return rep;
+}
+
+// Per rank: the model state it holds (weights + gradients + masters + optimizer moments, from the
+// tensors' element sizes) and its bytes per parameter against the plan's. The runtime keeps every
+// replica's whole optimizer state (ZeRO-0), so the plan's figure is StateBytesPerParam at stage 0.
+std::string StateRows(const ReportInputs& in) {
+  if (in.comm_only) return "";
+  std::string rep = fmt::format(
+      "\nModel state ({} run): measured = the rank's weights, gradients, fp32 masters and fp32 optimizer moments, counted from "
+      "the tensors' element sizes at the run's end; predicted = the plan's bytes per parameter (ZeRO-0, as this runtime keeps it). "
+      "{}\n\n",
+      in.precision, CpuComputeNote(in));
+  rep += "| rank | parameters | model state | bytes per parameter | predicted bytes per parameter |\n|---|---|---|---|---|\n";
+  for (size_t r = 0; r < in.ranks.size(); ++r) {
+    const RankFigures& f = in.ranks[r];
+    rep += fmt::format("| {} | {:.0f} | {:.4f} MiB | {:.2f} | {:.2f} |\n", r, f.params, f.state_bytes / kMiB,
+                       f.params > 0 ? f.state_bytes / f.params : 0.0, in.plan_bytes_per_param);
   }
   return rep;
 }
@@ -90,7 +125,7 @@ std::string DpTrafficRows(const LaunchPlan& L, const ReportInputs& in) {
 }  // namespace
 
 std::string RunReportMarkdown(const LaunchPlan& L, const ReportInputs& in) {
-  std::string rep = Heading(L, in) + RankRows(L, in) + AllToAllRows(L, in) + DpTrafficRows(L, in);
+  std::string rep = Heading(L, in) + RankRows(L, in) + StateRows(in) + AllToAllRows(L, in) + DpTrafficRows(L, in);
   if (!in.transfers_md.empty()) {
     rep += "\n" + in.transfers_md;
     if (L.ranks.size() > 1) {

@@ -17,6 +17,9 @@ namespace planner {
 struct RankFigures {
   double compute_s = 0, comm_s = 0;  // medians per iteration after warm-up
   double peak_gib = 0;               // the allocator's peak on the rank's device
+  // Model state the rank holds at the run's end, counted from its tensors' real element sizes: weights,
+  // gradients, fp32 masters (mixed precision) and the optimizer's fp32 moments; and its parameters.
+  double state_bytes = 0, params = 0, weight_bytes = 0;  // weight_bytes: the weights alone
 };
 
 // The MoE layers' all-to-alls of one rank: medians per iteration after warm-up.
@@ -36,6 +39,9 @@ struct ReportInputs {
   bool comm_only = false;
   double clock_error_s = 0;
   std::string transport;
+  std::string precision = "fp32";      // the run's (the launch model file's `precision:`)
+  double plan_bytes_per_param = 0;
+  std::string loss_scaling;             // fp16: the loss scaler's skipped steps and scale (empty otherwise)      // the plan's model-state bytes per parameter (dp_solver StateBytesPerParam, ZeRO-0)
   std::vector<SyncTraffic> dp_traffic;  // dp_comm ps / byteps: per job rank (servers after the workers), bytes per sync
 };
 

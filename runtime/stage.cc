@@ -3,6 +3,7 @@
 #include <algorithm>
 
 #include "runtime/kernels/cuda_api.h"
+#include "runtime/kernels/mixed_precision.h"
 
 namespace planner {
 
@@ -10,6 +11,8 @@ void CopyIntoTensor(const std::vector<float>& v, Tensor* t) {
   if (t->device() == Device::kCpu) std::copy(v.begin(), v.end(), t->data());
   else CudaCopyToDevice(t->data(), v.data(), static_cast<int64_t>(v.size()) * 4);
 }
+
+DType Stage::storage() const { return model_ == nullptr ? DType::kFp32 : StorageDType(model_->dtype); }
 
 Status Stage::Build(const LaunchPlan& L, const ModelSpec& model, const LaunchLayout& layout, int64_t rank, Device dev, TpGroup* tp_group,
                     const SeqParallel& seq, ExpertGroup* ep_group) {
@@ -45,6 +48,9 @@ Status Stage::BuildChunk(int64_t q, const KernelOptions& base) {
     std::unique_ptr<LayerKernel> k;
     const Layer& layer = model_->layers[static_cast<size_t>(i)];
     PLANNER_RETURN_IF_ERROR(seq_.active() ? MakeSeqParallelKernel(layer, ko, seq_, &k) : MakeKernel(layer, ko, &k));
+    // The run's precision (docs/runtime.md, "Running in the plan's precision"): 16-bit weights with
+    // fp32 masters and gradients, 16-bit activations; the loss layer's output stays fp32.
+    PLANNER_RETURN_IF_ERROR(WrapMixedPrecision(StorageDType(model_->dtype), layer.type == "loss", &k));
     for (Param* prm : k->Params()) params_.push_back(prm);
     c.kernels.push_back(std::move(k));
   }

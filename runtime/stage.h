@@ -44,6 +44,8 @@ class Stage {
                const SeqParallel& seq = {}, ExpertGroup* ep_group = nullptr);
 
   Device device() const { return device_; }
+  // The dtype activations and their gradients travel in between stages (StorageDType of the model's precision).
+  DType storage() const;
   bool Holds(int64_t q) const;
   Chunk& ChunkOf(int64_t q) { return chunks_[static_cast<size_t>(q / positions_)]; }
   std::vector<Chunk>& chunks() { return chunks_; }
