@@ -63,8 +63,9 @@ struct RunSummary {
 };
 
 // The run's precision is the launch directory's model file's (`precision:`; codegen writes the plan's
-// there, so the plan and its run agree). Refused here, before any communication: fp8 on CPU ranks
-// (the CPU kernels have no FP8 GEMM): an InvalidArgument naming `model_path` and the fix.
+// there, so the plan and its run agree). Refused here, before any communication: a 16-bit precision
+// with weight stashing (PipeDream, vertical sync), NotSupported naming the fix. fp8 runs everywhere:
+// bf16 storage, FP8 GEMMs (cuBLASLt on CUDA, emulated e4m3 quantisation on CPU ranks).
 // docs/runtime.md, "Running in the plan's precision".
 Status CheckRunPrecision(const LaunchPlan& launch, const ModelSpec& model, const std::string& model_path);
 

@@ -21,8 +21,10 @@ std::string CpuComputeNote(const ReportInputs& in) {
                                   : fmt::format("Every tensor was stored and computed in fp32, not in the plan's {}: the measured "
                                                 "bytes per parameter are fp32's.", in.precision);
   }
-  return fmt::format("Weights are stored in {} ({:.0f} B per element); the CPU kernels decode them and compute in fp32 with fp32 "
-                     "accumulation; gradients, masters and optimizer moments are fp32.", in.precision, per);
+  const std::string gemm = in.precision == "fp8" ? "their GEMM operands quantised to FP8 e4m3 with per-tensor scaling (emulated), "
+                                                  : fmt::format("their GEMM operands rounded to {}, ", in.precision);
+  return fmt::format("Weights are stored in {} ({:.0f} B per element); the CPU kernels decode them and compute in fp32 with {}fp32 "
+                     "accumulation; gradients, masters and optimizer moments are fp32.", in.precision == "fp8" ? "bf16" : in.precision, per, gemm);
 }
 
 std::string Heading(const LaunchPlan& L, const ReportInputs& in) {

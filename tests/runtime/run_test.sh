@@ -472,6 +472,26 @@ assert loss[-1] < loss[0], loss
 assert "fp16 dynamic loss scaling: 0 of 6 optimizer steps skipped" in open(sys.argv[1] + "/report.md").read()
 PY
 
+# fp8 (bf16 storage, FP8 e4m3 GEMMs with per-tensor scaling, emulated on CPU ranks) trains beside bf16: the same
+# 8 iterations as bf16run (one process, same data and initial weights), every loss within 5% of bf16's and
+# falling; the report names the emulation and the plan's 20 B per parameter (Transformer Engine's FP8 weight
+# copy) against the run's 18.
+sed 's/dtype: "bf16"/dtype: "fp8"/' bf16-pp2.plan.yaml > fp8-pp2.plan.yaml && $PLANNER -q codegen fp8-pp2.plan.yaml -o fp8run --iterations 8 \
+  && $PLANNER -q run fp8run --reference --run-id r >/dev/null 2>fp8run.err \
+  && python3 - fp8run/runs/r bf16run/runs/r <<'PY' && ok || { bad "fp8 run"; tail -3 fp8run.err; }
+import csv, re, sys
+e, b = ([float(r["loss"]) for r in csv.DictReader(open(d + "/metrics.csv"))] for d in sys.argv[1:3])
+assert len(e) == len(b) == 8, (e, b)
+worst = max(abs(x - y) / y for x, y in zip(e, b))
+assert 0 < worst < 0.05, f"fp8 loss off bf16's by {worst:.2%} (0: the GEMMs were not quantised)"
+assert e[-1] < e[0], e
+rep = open(sys.argv[1] + "/report.md").read()
+rows = re.findall(r"^\| 0 \| (\d+) \| [\d.]+ MiB \| ([\d.]+) \| ([\d.]+) \|$", rep, re.M)
+assert rows and rows[0][1] == "18.00" and rows[0][2] == "20.00", rows
+assert "quantised to FP8 e4m3 with per-tensor scaling (emulated)" in rep, rep
+print(f"fp8 losses within {worst:.3%} of bf16's; 18.00 bytes per parameter against the plan's 20.00")
+PY
+
 # bf16 checkpoints hold the fp32 masters: 3 iterations, checkpoint, resume to 6: the same 6 losses as one
 # uninterrupted run (the rounded 16-bit weights alone would not give them).
 $PLANNER -q codegen bf16-pp2.plan.yaml -o bf16ck --iterations 6 \
