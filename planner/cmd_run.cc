@@ -1,6 +1,7 @@
 // planner run LAUNCH_DIR [--iterations N] [--dump-gradients] [--reference]   (one process per rank: bash LAUNCH_DIR/run.sh)
 #include <algorithm>
 #include <cctype>
+#include <cstdlib>
 #include <ctime>
 #include <filesystem>
 
@@ -29,6 +30,7 @@ struct RunArgs {
   bool dump = false, reference = false, comm_only = false;
   std::string run_id, resume;
   int64_t checkpoint_every = -1;
+  double initial_loss_scale = 0;  // 0: LossScaler's default (65536)
 };
 
 std::string Stamp(int64_t secs) {
@@ -87,6 +89,15 @@ Runner RegisterRun(CLI::App& app) {
                 "the plan's transfers and all-reduces only, with zeros instead of every layer (no compute): the transfer path alone");
   cmd->add_option("--run-id", a->run_id, "name of runs/<id> (default: the start time)");
   cmd->add_option("--checkpoint-every", a->checkpoint_every, "write runs/<id>/ckpt/ every N iterations (default: launch.yaml's)")->check(CLI::NonNegativeNumber);
+  cmd->add_option("--initial-loss-scale", a->initial_loss_scale,
+                  "fp16 runs: the dynamic loss scale to start from (Megatron's --initial-loss-scale; default 65536)")
+      ->check(CLI::Validator(
+          [](std::string& v) {
+            char* end = nullptr;
+            const double x = std::strtod(v.c_str(), &end);
+            return end != v.c_str() && *end == '\0' && x >= 1 && x <= 1e38 ? std::string() : "'" + v + "' is not a scale from 1 to 1e38 (e.g. 65536)";
+          },
+          "SCALE"));
   cmd->add_option("--resume", a->resume, "continue runs/<ID> from its last checkpoint (into the same directory)");
   return [a]() -> Status {
     namespace fs = std::filesystem;
@@ -123,6 +134,7 @@ Runner RegisterRun(CLI::App& app) {
       o.dump_gradients = a->dump;
       o.comm_only = a->comm_only;
       o.checkpoint_every = a->checkpoint_every;
+      o.initial_loss_scale = a->initial_loss_scale;
       if (!a->resume.empty()) o.resume_from = o.run_dir;  // its checkpoint's presence: checked before MPI started
       // Rank 0 locks runs/<id> before anything is written there (a second job with this id stops
       // here, exit 2); every rank learns the outcome in one agreement step.

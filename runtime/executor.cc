@@ -246,7 +246,7 @@ Status RankRun::StartInterpreter() {
   // per-tensor e4m3 quantisation with fp32 arithmetic; CUDA runs cuBLAS in that precision.
   SetGemmPrecision(model_.dtype);
   if (model_.dtype == DType::kFp16) {  // dynamic loss scaling, Megatron's defaults (mixed_precision.h)
-    scaler_ = std::make_unique<LossScaler>();
+    scaler_ = opt_.initial_loss_scale > 0 ? std::make_unique<LossScaler>(opt_.initial_loss_scale) : std::make_unique<LossScaler>();
     c.scaler = scaler_.get();
     c.workers = &world_;
   }
@@ -474,8 +474,8 @@ Status RankRun::Summarise(RunSummary* sum, ReportInputs* rep) {
   rep->plan_bytes_per_param = PlanStateBytesPerParam(model_);
   if (scaler_ != nullptr) {
     rep->loss_scaling = fmt::format("fp16 dynamic loss scaling: {} of {} optimizer steps skipped on overflow; loss scale {:g} at the end "
-                                    "(initial 65536, halved after 2 overflows, doubled after 1000 clean steps).",
-                                    scaler_->skipped(), iterations_ - start_, scaler_->scale());
+                                    "(initial {:g}, halved after 2 overflows, doubled after 1000 clean steps).",
+                                    scaler_->skipped(), iterations_ - start_, scaler_->scale(), opt_.initial_loss_scale > 0 ? opt_.initial_loss_scale : 65536.0);
   }
   if (L_.ep > 1) {  // the MoE layers' all-to-alls: every rank's medians
     std::vector<float> a = {static_cast<float>(Median(tail(a2a_count_))), static_cast<float>(Median(tail(a2a_s_)))}, every(static_cast<size_t>(2 * n));

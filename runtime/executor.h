@@ -35,6 +35,7 @@ struct RunOptions {
   bool keep_gradients = false;    // the same in RunSummary (tests)
   int64_t checkpoint_every = -1;  // -1: the launch plan's; 0: never
   std::string resume_from;        // a run directory whose ckpt/ to continue from
+  double initial_loss_scale = 0;  // fp16: the loss scaler's first scale; 0: LossScaler's default
   bool quiet = false;
   // Communication only: the schedule's transfers and all-reduces with their real sizes and
   // order, every layer replaced by an output of zeros (no compute, no optimizer, no loss), to

@@ -472,6 +472,26 @@ assert loss[-1] < loss[0], loss
 assert "fp16 dynamic loss scaling: 0 of 6 optimizer steps skipped" in open(sys.argv[1] + "/report.md").read()
 PY
 
+# fp16 overflow: a loss scale too large for fp16 (--initial-loss-scale, Megatron's flag) makes the activation
+# gradients overflow; every rank skips those steps together (no update: the losses up to the first applied
+# step equal a run that skips every step) and the scale halves as Megatron's hysteresis says (the first
+# overflow spends the hysteresis, each later one halves: initial / 2^(k-1) after k skips).
+$PLANNER -q codegen fp16-pp2.plan.yaml -o fp16ov --iterations 8 \
+  && timeout 120 mpirun --oversubscribe -np 2 $PLANNER -q run fp16ov --run-id s7 --initial-loss-scale 1e7 >/dev/null 2>fp16ov.err \
+  && timeout 120 mpirun --oversubscribe -np 2 $PLANNER -q run fp16ov --run-id s30 --initial-loss-scale 1e30 >/dev/null 2>>fp16ov.err \
+  && python3 - fp16ov/runs/s7 fp16ov/runs/s30 <<'PY' && ok || { bad "fp16 overflow skips and halves"; tail -3 fp16ov.err; }
+import csv, re, sys
+a, b = ([float(r["loss"]) for r in csv.DictReader(open(d + "/metrics.csv"))] for d in sys.argv[1:3])
+rep = open(sys.argv[1] + "/report.md").read()
+m = re.search(r"(\d+) of 8 optimizer steps skipped on overflow; loss scale ([0-9.e+]+) at the end \(initial 1e\+07", rep)
+assert m, rep
+k, scale = int(m.group(1)), float(m.group(2))
+assert 1 <= k < 8, k
+assert scale == 1e7 / 2 ** (k - 1), (k, scale)
+assert "8 of 8 optimizer steps skipped" in open(sys.argv[2] + "/report.md").read()
+assert a[:k + 1] == b[:k + 1] and a[k + 1] != b[k + 1], (k, a, b)
+print(f"fp16: {k} overflowing steps skipped on every rank, scale 1e7 -> {scale:g}")
+PY
 # fp8 (bf16 storage, FP8 e4m3 GEMMs with per-tensor scaling, emulated on CPU ranks) trains beside bf16: the same
 # 8 iterations as bf16run (one process, same data and initial weights), every loss within 5% of bf16's and
 # falling; the report names the emulation and the plan's 20 B per parameter (Transformer Engine's FP8 weight
