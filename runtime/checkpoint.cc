@@ -93,10 +93,14 @@ std::string RankFilePath(const std::string& run_dir, int64_t iteration, int64_t 
 }
 
 Status WriteCheckpoint(const std::string& run_dir, const CheckpointIdentity& id, int64_t rank, int64_t iteration,
-                       const std::vector<Param*>& params, const Optimizer& optimizer, CheckpointFile* written) {
+                       const std::vector<Param*>& params, const Optimizer& optimizer, CheckpointFile* written, const LossScaler* scaler) {
   const std::string path = RankFilePath(run_dir, iteration, rank);
   PLANNER_RETURN_IF_ERROR(MakeDirectories(fs::path(path).parent_path().string()));
-  const std::vector<float> state = optimizer.State();
+  std::vector<float> state = optimizer.State();
+  if (scaler != nullptr) {
+    const std::vector<float> s = scaler->State();
+    state.insert(state.end(), s.begin(), s.end());
+  }
   Header h{};
   std::memcpy(h.magic, kMagic, sizeof kMagic);
   h.iteration = iteration, h.rank = rank, h.ranks = id.ranks;
@@ -313,7 +317,7 @@ Status VerifyCheckpoint(const std::string& run_dir, const CheckpointIdentity& id
   return CheckFinite(path, out->state, "optimizer state");
 }
 
-Status ApplyCheckpoint(const LoadedCheckpoint& ck, const std::vector<Param*>& params, Optimizer* optimizer) {
+Status ApplyCheckpoint(const LoadedCheckpoint& ck, const std::vector<Param*>& params, Optimizer* optimizer, LossScaler* scaler) {
   const int64_t want = ParameterFloats(params);
   if (static_cast<int64_t>(ck.params.size()) != want) {
     return Status::InvalidArgument(fmt::format("{} holds {} parameters, this stage has {}; it belongs to another launch", ck.path, ck.params.size(), want));
@@ -330,7 +334,14 @@ Status ApplyCheckpoint(const LoadedCheckpoint& ck, const std::vector<Param*>& pa
     }
     at += n;
   }
-  return optimizer->SetState(ck.state, params).WithContext(ck.path);
+  std::vector<float> state = ck.state;
+  if (scaler != nullptr) {
+    const size_t n = scaler->State().size();
+    if (state.size() < n) return Status::InvalidArgument(fmt::format("{}: no loss scaler state (an fp16 run's checkpoint has one)", ck.path));
+    PLANNER_RETURN_IF_ERROR(scaler->SetState(std::vector<float>(state.end() - static_cast<long>(n), state.end())).WithContext(ck.path));
+    state.resize(state.size() - n);
+  }
+  return optimizer->SetState(state, params).WithContext(ck.path);
 }
 
 }  // namespace planner

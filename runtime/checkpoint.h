@@ -20,6 +20,7 @@
 
 #include "common/status.h"
 #include "runtime/kernels/kernel.h"
+#include "runtime/kernels/mixed_precision.h"
 #include "runtime/kernels/optimizer.h"
 #include "spec/launch_plan.h"
 #include "spec/model_spec.h"
@@ -52,8 +53,10 @@ std::string RankFilePath(const std::string& run_dir, int64_t iteration, int64_t 
 
 // Writes rank `rank`'s file of the checkpoint after `iteration` iterations (durable when it
 // returns: AtomicFile's fsync of the file and its directory); *written: its size and checksum.
+// fp16 runs pass their loss scaler: its state follows the optimizer's in the file.
 Status WriteCheckpoint(const std::string& run_dir, const CheckpointIdentity& id, int64_t rank, int64_t iteration,
-                       const std::vector<Param*>& params, const Optimizer& optimizer, CheckpointFile* written);
+                       const std::vector<Param*>& params, const Optimizer& optimizer, CheckpointFile* written,
+                       const LossScaler* scaler = nullptr);
 
 // The manifest's text, and its strict reader (`path` names it in errors, with the line).
 std::string ManifestText(const CheckpointManifest& m);
@@ -78,6 +81,7 @@ Status VerifyCheckpoint(const std::string& run_dir, const CheckpointIdentity& id
 
 // Puts a verified checkpoint into the stage's parameters and the optimizer: InvalidArgument when
 // its counts are not this stage's.
-Status ApplyCheckpoint(const LoadedCheckpoint& ck, const std::vector<Param*>& params, Optimizer* optimizer);
+// fp16 runs: `scaler` takes the loss scaler's state written after the optimizer's.
+Status ApplyCheckpoint(const LoadedCheckpoint& ck, const std::vector<Param*>& params, Optimizer* optimizer, LossScaler* scaler = nullptr);
 
 }  // namespace planner

@@ -203,6 +203,9 @@ Status RankRun::Setup() {
   optimizer_ = std::make_unique<Optimizer>(oc);
   iterations_ = opt_.iterations > 0 ? opt_.iterations : L_.run.iterations;
   checkpoint_every_ = opt_.checkpoint_every >= 0 ? opt_.checkpoint_every : L_.run.checkpoint_every;
+  if (model_.dtype == DType::kFp16) {  // dynamic loss scaling, Megatron's defaults (mixed_precision.h)
+    scaler_ = opt_.initial_loss_scale > 0 ? std::make_unique<LossScaler>(opt_.initial_loss_scale) : std::make_unique<LossScaler>();
+  }
   if (resume_ != nullptr) PLANNER_RETURN_IF_ERROR(Resume());
   return StartInterpreter();
 }
@@ -210,7 +213,7 @@ Status RankRun::Setup() {
 // Parameters, optimizer state and the iteration from the verified checkpoint (RunLaunch); the
 // earlier iterations' figures from its metrics.
 Status RankRun::Resume() {
-  PLANNER_RETURN_IF_ERROR(ApplyCheckpoint(resume_->checkpoint, stage_.params(), optimizer_.get()));
+  PLANNER_RETURN_IF_ERROR(ApplyCheckpoint(resume_->checkpoint, stage_.params(), optimizer_.get(), scaler_.get()));
   start_ = resume_->checkpoint.iteration;
   last_checkpoint_ = start_;
   for (size_t i = 0; i < resume_->loss.size(); ++i) record_.AddIteration(resume_->loss[i], resume_->iteration_s[i], 0, 0);
@@ -245,8 +248,7 @@ Status RankRun::StartInterpreter() {
   // The GEMMs in the run's precision (device_ops.h): CPU ranks round bf16 / fp16 operands and emulate FP8's
   // per-tensor e4m3 quantisation with fp32 arithmetic; CUDA runs cuBLAS in that precision.
   SetGemmPrecision(model_.dtype);
-  if (model_.dtype == DType::kFp16) {  // dynamic loss scaling, Megatron's defaults (mixed_precision.h)
-    scaler_ = opt_.initial_loss_scale > 0 ? std::make_unique<LossScaler>(opt_.initial_loss_scale) : std::make_unique<LossScaler>();
+  if (scaler_ != nullptr) {  // fp16: dynamic loss scaling (made before a resume restores its state)
     c.scaler = scaler_.get();
     c.workers = &world_;
   }
@@ -398,7 +400,7 @@ uint64_t UnpackU64(const float* in) {
 // manifest, the checkpoint's last write; every rank learns that it landed.
 Status RankRun::Checkpoint(int64_t done) {
   CheckpointFile mine;
-  const Status wrote = WriteCheckpoint(opt_.run_dir, id_, rank_, done, stage_.params(), *optimizer_, &mine);
+  const Status wrote = WriteCheckpoint(opt_.run_dir, id_, rank_, done, stage_.params(), *optimizer_, &mine, scaler_.get());
   float packed[9] = {};
   packed[0] = wrote.ok() ? 1.0f : 0.0f;
   PackU64(static_cast<uint64_t>(mine.bytes), packed + 1);

@@ -157,6 +157,18 @@ Status WrapMixedPrecision(DType storage, bool loss_layer, std::unique_ptr<LayerK
 LossScaler::LossScaler(double initial, int growth_interval, int hysteresis)
     : scale_(initial), growth_interval_(std::max(1, growth_interval)), hysteresis_(std::max(1, hysteresis)), tolerance_(hysteresis_) {}
 
+std::vector<float> LossScaler::State() const {
+  return {static_cast<float>(scale_), static_cast<float>(clean_), static_cast<float>(tolerance_)};
+}
+
+Status LossScaler::SetState(const std::vector<float>& s) {
+  const bool ok = s.size() == 3 && std::isfinite(s[0]) && s[0] >= 1 && s[1] >= 0 && s[1] < static_cast<float>(growth_interval_) &&
+                  s[2] >= 0 && s[2] <= static_cast<float>(hysteresis_) && s[1] == std::floor(s[1]) && s[2] == std::floor(s[2]);
+  if (!ok) return Status::InvalidArgument("the loss scaler's state is not {scale >= 1, clean steps, overflows left}: the checkpoint is damaged");
+  scale_ = s[0], clean_ = static_cast<int>(s[1]), tolerance_ = static_cast<int>(s[2]);
+  return Status::OK();
+}
+
 bool LossScaler::Update(bool found_inf) {
   if (found_inf) {
     ++skipped_;

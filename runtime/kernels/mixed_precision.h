@@ -40,6 +40,12 @@ class LossScaler {
   // true: apply this step's update; false: skip it (the gradients overflowed).
   bool Update(bool found_inf);
   int64_t skipped() const { return skipped_; }
+  // Checkpoints: {scale, clean steps, overflows left before the next halving} (the scale as fp32:
+  // exact for the default and every power-of-two initial scale, Megatron's 2^32 among them). The
+  // skipped count is the job's own (the report counts this job's steps). SetState refuses anything
+  // but three finite values in range.
+  std::vector<float> State() const;
+  Status SetState(const std::vector<float>& state);
 
  private:
   double scale_;

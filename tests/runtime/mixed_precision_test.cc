@@ -317,6 +317,28 @@ TEST_CASE("LossScaler: overflow skips, hysteresis 2 halves on the second, 1000 c
   CHECK(tiny.scale() == 1);  // never below 1
 }
 
+TEST_CASE("LossScaler: State / SetState carry the scale, the clean steps and the hysteresis left; damaged states refused") {
+  LossScaler a(1e7);
+  CHECK_FALSE(a.Update(true));  // spends the hysteresis
+  CHECK_FALSE(a.Update(true));  // halves: 5e6
+  CHECK(a.Update(false));
+  const std::vector<float> st = a.State();
+  REQUIRE(st.size() == 3);
+  CHECK(st[0] == 5e6f);
+  CHECK(st[1] == 1.0f);
+  CHECK(st[2] == 0.0f);
+  LossScaler b;
+  REQUIRE(b.SetState(st).ok());
+  CHECK(b.scale() == 5e6);
+  CHECK_FALSE(b.Update(true));  // no hysteresis left: the next overflow halves at once, as it would in a
+  CHECK(b.scale() == 2.5e6);
+  for (const std::vector<float>& bad : std::vector<std::vector<float>>{{0.5f, 0, 1}, {65536, 1000, 1}, {65536, 0, 3}, {65536, 1.5f, 1}, {65536, 0}}) {
+    LossScaler c;
+    CHECK_FALSE(c.SetState(bad).ok());
+    CHECK(c.scale() == 65536);  // untouched
+  }
+}
+
 TEST_CASE("UnscaleAndCheck multiplies the gradients and finds inf / NaN") {
   Param a{"a", Tensor::Zeros({3}), Tensor::FromVector({3}, {2, 4, 8}), {}};
   Param b{"b", Tensor::Zeros({2}), Tensor::FromVector({2}, {1, 2}), {}};

@@ -492,6 +492,18 @@ assert "8 of 8 optimizer steps skipped" in open(sys.argv[2] + "/report.md").read
 assert a[:k + 1] == b[:k + 1] and a[k + 1] != b[k + 1], (k, a, b)
 print(f"fp16: {k} overflowing steps skipped on every rank, scale 1e7 -> {scale:g}")
 PY
+# fp16 checkpoints hold the loss scaler's state: 3 iterations at 1e7 (2 overflowing, skipped), checkpoint, resume
+# to 8 without the flag: the scale, and so the losses, as the uninterrupted run s7's.
+timeout 120 mpirun --oversubscribe -np 2 $PLANNER -q run fp16ov --run-id p7 --iterations 3 --checkpoint-every 3 --initial-loss-scale 1e7 >/dev/null 2>>fp16ov.err \
+  && timeout 120 mpirun --oversubscribe -np 2 $PLANNER -q run fp16ov --resume p7 >/dev/null 2>>fp16ov.err \
+  && python3 - fp16ov/runs <<'PY' && ok || { bad "fp16 resume with the loss scale"; tail -3 fp16ov.err; }
+import csv, re, sys
+a, b = ([float(r["loss"]) for r in csv.DictReader(open(f"{sys.argv[1]}/{d}/metrics.csv"))] for d in ("s7", "p7"))
+assert len(a) == len(b) == 8 and a == b, (a, b)
+scale = lambda d: re.search(r"loss scale ([0-9.e+]+) at the end", open(f"{sys.argv[1]}/{d}/report.md").read()).group(1)
+assert scale("s7") == scale("p7"), (scale("s7"), scale("p7"))
+print(f"fp16 resumed: 8 losses as the uninterrupted run's, loss scale {scale('p7')}")
+PY
 # fp8 (bf16 storage, FP8 e4m3 GEMMs with per-tensor scaling, emulated on CPU ranks) trains beside bf16: the same
 # 8 iterations as bf16run (one process, same data and initial weights), every loss within 5% of bf16's and
 # falling; the report names the emulation and the plan's 20 B per parameter (Transformer Engine's FP8 weight
