@@ -12,6 +12,7 @@
 
 #include <Eigen/Core>
 
+#include "common/half.h"
 #include "runtime/kernels/device_ops.h"
 #include "runtime/kernels/kernel.h"
 
@@ -525,29 +526,11 @@ float RoundToE4m3(float x) {
 
 float Fp8Scale(float amax) { return amax > 0 ? amax / kE4m3Max : 1.0f; }
 
-namespace {
-// fp16 (11 significant bits, normals from 2^-14, subnormals in steps of 2^-24), round to nearest even;
-// at or beyond 65520 (the midpoint between 65504 and 2^16) infinity, as CUDA's __float2half_rn.
-float RoundToHalf(float x) {
-  const float a = std::fabs(x);
-  if (a >= 65520.0f) return std::copysign(std::numeric_limits<float>::infinity(), x);
-  int e = 0;
-  std::frexp(a, &e);  // a in [2^(e-1), 2^e): quantum 2^(e-11)
-  const float quantum = a < 6.103515625e-05f ? 5.9604644775390625e-08f : std::ldexp(1.0f, e - 11);
-  return std::copysign(std::nearbyint(a / quantum) * quantum, x);
-}
-}  // namespace
-
 float RoundGemmOperand(DType precision, float x) {
-  if (std::isnan(x)) return x;
-  if (precision == DType::kFp16) return RoundToHalf(x);
-  if (precision != DType::kBf16) return x;
-  uint32_t u = 0;
-  std::memcpy(&u, &x, sizeof u);
-  u += 0x7fffu + ((u >> 16) & 1u);  // round to nearest even on the top 16 bits
-  u &= 0xffff0000u;
-  std::memcpy(&x, &u, sizeof u);
-  return x;
+  // The tensor cores' 16-bit inputs: the storage formats' own round-to-nearest-even (common/half.h,
+  // bit-equal to CUDA's __float2bfloat16_rn / __float2half_rn); fp32 and FP8 operands pass through
+  // (FP8 is quantised per tensor by the caller).
+  return precision == DType::kBf16 || precision == DType::kFp16 ? RoundTo(precision, x) : x;
 }
 
 uint64_t SplitMix(uint64_t x) {
