@@ -173,8 +173,10 @@ bool LossScaler::Update(bool found_inf) {
   if (found_inf) {
     ++skipped_;
     clean_ = 0;
-    // As Megatron: the tolerance is restored only by growth, so once spent every overflow halves.
-    if (--tolerance_ <= 0) scale_ = std::max(1.0, scale_ / 2);
+    // As Megatron: the tolerance is restored only by growth, so once spent (0, never below: it is
+    // checkpointed as the overflows left) every overflow halves.
+    tolerance_ = std::max(0, tolerance_ - 1);
+    if (tolerance_ == 0) scale_ = std::max(1.0, scale_ / 2);
     return false;
   }
   if (++clean_ >= growth_interval_) {

@@ -332,6 +332,13 @@ TEST_CASE("LossScaler: State / SetState carry the scale, the clean steps and the
   CHECK(b.scale() == 5e6);
   CHECK_FALSE(b.Update(true));  // no hysteresis left: the next overflow halves at once, as it would in a
   CHECK(b.scale() == 2.5e6);
+  // Overflows past the hysteresis keep "none left" (0), a state a resume accepts.
+  CHECK_FALSE(b.Update(true));
+  CHECK(b.scale() == 1.25e6);
+  CHECK(b.State()[2] == 0.0f);
+  LossScaler r;
+  REQUIRE(r.SetState(b.State()).ok());
+  CHECK(r.scale() == 1.25e6);
   for (const std::vector<float>& bad : std::vector<std::vector<float>>{{0.5f, 0, 1}, {65536, 1000, 1}, {65536, 0, 3}, {65536, 1.5f, 1}, {65536, 0}}) {
     LossScaler c;
     CHECK_FALSE(c.SetState(bad).ok());
