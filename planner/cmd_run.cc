@@ -65,7 +65,7 @@ Status CheckLaunchDir(const RunArgs& a, const std::string& lpath, const std::str
   if (!cover.ok()) return Status::InvalidArgument(cover.message() + " (or run planner codegen again)");
   LaunchLayout layout;
   PLANNER_RETURN_IF_ERROR(LayoutOf(L, &layout));
-  PLANNER_RETURN_IF_ERROR(CheckRunPrecision(L, model, mpath));
+  PLANNER_RETURN_IF_ERROR(CheckRunPrecision(L, model));
   if (a.resume.empty()) return Status::OK();
   const std::string run_dir = (fs::path(a.dir) / "runs" / a.resume).string();
   std::error_code ec;

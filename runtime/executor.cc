@@ -57,7 +57,7 @@ Status CheckLaunch(const LaunchPlan& L, const ModelSpec& model, int world_size, 
                                             "zb-h1, dualpipev); drop --comm-only, or solve with one of them and codegen again", L.path));
   }
   if (model.layers.back().type != "loss") return Status::InvalidArgument("the model's last layer must be a loss to train it");
-  PLANNER_RETURN_IF_ERROR(CheckRunPrecision(L, model, (fs::path(L.path).parent_path() / L.model_file).string()));
+  PLANNER_RETURN_IF_ERROR(CheckRunPrecision(L, model));
   PLANNER_RETURN_IF_ERROR(CheckSeqParallelLaunch(L.path, L.device, L.tp, L.cp, L.sequence_parallel, model.layers.front()));
   const bool etp_ok = L.etp == 1 || (L.etp == L.tp && !L.sequence_parallel);
   if (L.ep > 1 && (!etp_ok || L.cp > 1 || layout->replicated || layout->async)) {
@@ -438,7 +438,7 @@ ModelState MeasureModelState(const std::vector<Param*>& params, const Optimizer*
     st.weight_bytes += static_cast<double>(p->value.bytes());
     st.bytes += static_cast<double>(p->value.bytes() + p->grad.bytes() + p->master.bytes());
   }
-  if (optimizer != nullptr) st.bytes += 4.0 * static_cast<double>(optimizer->State().size());  // fp32 moments (and the step count)
+  if (optimizer != nullptr) st.bytes += static_cast<double>(optimizer->StateBytes());  // fp32 moments (and the step count)
   return st;
 }
 
@@ -535,8 +535,7 @@ Status RankRun::Finish(RunSummary* out) {
 
 }  // namespace
 
-Status CheckRunPrecision(const LaunchPlan& L, const ModelSpec& model, const std::string& model_path) {
-  (void)model_path;  // the refusals below are the launch file's (its schedule), not the model file's
+Status CheckRunPrecision(const LaunchPlan& L, const ModelSpec& model) {
   if (StorageDType(model.dtype) != DType::kFp32 && (L.schedule == Schedule::kPipeDream || L.vertical_sync)) {
     return Status::NotSupported(fmt::format("{}: schedule {} with precision {}: weight stashing keeps fp32 weights only; solve with "
                                             "--precision fp32 or a synchronous schedule and codegen again", L.path, ScheduleName(L.schedule),

@@ -68,7 +68,7 @@ struct RunSummary {
 // with weight stashing (PipeDream, vertical sync), NotSupported naming the fix. fp8 runs everywhere:
 // bf16 storage, FP8 GEMMs (cuBLASLt on CUDA, emulated e4m3 quantisation on CPU ranks).
 // docs/runtime.md, "Running in the plan's precision".
-Status CheckRunPrecision(const LaunchPlan& launch, const ModelSpec& model, const std::string& model_path);
+Status CheckRunPrecision(const LaunchPlan& launch, const ModelSpec& model);
 
 // Runs on `world` (its size must equal the plan's ranks plus its summation servers; a server
 // rank serves the workers' gradient syncs until they are done: runtime/summation_service.h).

@@ -74,6 +74,12 @@ std::vector<float> Optimizer::State() const {
   return s;
 }
 
+int64_t Optimizer::StateBytes() const {
+  int64_t floats = 1;  // the step count
+  for (size_t k = 0; k < m_.size(); ++k) floats += m_[k].numel() + v_[k].numel();
+  return 4 * floats;
+}
+
 Status Optimizer::SetState(const std::vector<float>& s, const std::vector<Param*>& params) {
   const bool adam = c_.kind == OptimizerConfig::kAdam;
   size_t need = 1;

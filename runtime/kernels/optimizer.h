@@ -31,6 +31,8 @@ class Optimizer {
   // second moment, then the step count. Empty moments before the first step.
   std::vector<float> State() const;
   Status SetState(const std::vector<float>& state, const std::vector<Param*>& params);
+  // The bytes State() would hold (the moments' fp32 values and the step count), without copying them.
+  int64_t StateBytes() const;
 
  private:
   OptimizerConfig c_;
