@@ -10,24 +10,10 @@
 #include "spec/layer_catalog.h"
 #include "spec/model_spec.h"
 #include "tests/test_util.h"
+#include "tests/runtime/layer_test_util.h"
 
 namespace planner {
 namespace {
-
-Layer MakeLayer(const std::string& type, std::vector<int64_t> in, LayerAttrs a) {
-  Layer l;
-  Status s = InferLayer(type, a, in, DType::kFp32, &l);
-  INFO(s.ToString());
-  REQUIRE(s.ok());
-  l.name = type;
-  return l;
-}
-
-Tensor Random(const std::vector<int64_t>& shape, uint64_t seed, float scale = 1.0f) {
-  Tensor t = Tensor::Zeros(shape);
-  FillUniform(&t, seed, scale);
-  return t;
-}
 
 double Dot(const Tensor& a, const Tensor& b) {
   double s = 0;

@@ -16,6 +16,7 @@
 #include "runtime/kernels/device_ops.h"
 #include "runtime/kernels/kernel.h"
 #include "tests/test_util.h"
+#include "tests/runtime/layer_test_util.h"
 
 namespace planner {
 namespace {
@@ -36,12 +37,6 @@ Layer Hand(const std::string& type, std::vector<int64_t> in, const Attrs& a) {
   l.attrs.strings = a.strings;
   l.attrs.bools = a.bools;
   return l;
-}
-
-Tensor Random(const std::vector<int64_t>& shape, uint64_t seed, float scale = 1.0f) {
-  Tensor t = Tensor::Zeros(shape);
-  FillUniform(&t, seed, scale);
-  return t;
 }
 
 double Dot(const Tensor& a, const Tensor& b) {

@@ -15,6 +15,7 @@
 #include "runtime/kernels/optimizer.h"
 #include "spec/layer_catalog.h"
 #include "tests/test_util.h"
+#include "tests/runtime/layer_test_util.h"
 
 namespace planner {
 namespace {
@@ -107,20 +108,9 @@ TEST_CASE("data() of a 16-bit tensor aborts the process (a kernel must never rea
 }
 
 Layer Make(const std::string& type, std::vector<int64_t> in, std::map<std::string, int64_t> ints) {
-  Layer l;
   LayerAttrs a;
   a.ints = std::move(ints);
-  Status s = InferLayer(type, a, in, DType::kFp32, &l);
-  INFO(type << ": " << s.ToString());
-  REQUIRE(s.ok());
-  l.name = type;
-  return l;
-}
-
-Tensor Random(const std::vector<int64_t>& shape, uint64_t seed, float scale = 1.0f) {
-  Tensor t = Tensor::Zeros(shape);
-  FillUniform(&t, seed, scale);
-  return t;
+  return MakeLayer(type, std::move(in), a);
 }
 
 // ||a - b|| / ||b|| over the decoded values.

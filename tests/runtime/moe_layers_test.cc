@@ -17,6 +17,7 @@
 #include "runtime/kernels/kernel.h"
 #include "runtime/rank_comms.h"
 #include "tests/test_util.h"
+#include "tests/runtime/layer_test_util.h"
 
 namespace planner {
 namespace {
@@ -40,11 +41,6 @@ Layer MoeLayer(const std::string& type, int64_t s, int64_t h, std::map<std::stri
   return l;
 }
 
-Tensor Random(const std::vector<int64_t>& shape, uint64_t seed, float scale = 1.0f) {
-  Tensor t = Tensor::Zeros(shape);
-  FillUniform(&t, seed, scale);
-  return t;
-}
 Vec ToD(const Tensor& t) {
   std::vector<float> v = t.ToVector();
   return Vec(v.begin(), v.end());
