@@ -37,6 +37,13 @@ Status AddPrograms(LaunchPlan* L) {
 
 }  // namespace
 
+namespace codegen_internal {
+DType PlanGradDType(const Plan& plan, const ModelSpec& model) {
+  DType g;
+  return ParseDType(plan.grad_dtype, &g) && GradDTypeAllowed(model.dtype, g) ? g : DefaultGradDType(model.dtype);
+}
+}  // namespace codegen_internal
+
 namespace {
 
 // launch.yaml's header and stages from the plan.
@@ -45,6 +52,7 @@ LaunchPlan LaunchHeader(const Plan& plan, const std::string& model_digest, const
   L.model_digest = model_digest;
   L.device = o.device;
   L.schedule = plan.schedule;
+  L.grad_dtype = plan.grad_dtype;
   L.vertical_sync = plan.vertical_sync;  // PipeDream's vertical sync (the plan reader allows it with schedule pipedream only)
   L.interleave = std::max<int64_t>(1, plan.interleave);
   L.tp = plan.tp;

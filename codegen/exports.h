@@ -22,6 +22,9 @@ inline std::string Join(const std::vector<int64_t>& v, const char* sep) {
 
 // scripts.cc
 std::string ServersNote(const LaunchPlan& L);
+// The plan's gradient buffer dtype: plan.yaml grad_dtype, or (plans written before it) Megatron's
+// default for the model's precision (DefaultGradDType).
+DType PlanGradDType(const Plan& plan, const ModelSpec& model);
 // slurm.sbatch's job and step shape: every rank (workers, then summation servers) is one task,
 // task i on node i / gpus_per_node of the allocation, as launch.yaml places it.
 struct SlurmLayout {
@@ -61,6 +64,7 @@ struct DeepSpeedCheck {
   int64_t train_batch = 0, micro_batch = 1, grad_accum = 1;  // train_batch 0: not written (AutoTP)
   int64_t zero_stage = 0, autotp = 0, num_layers = 0;
   bool fp16 = false, bf16 = false;
+  std::string grad_accum_dtype;  // data_types.grad_accum_dtype ("": not written, DeepSpeed's default: the model's dtype)
   std::vector<int64_t> parts = {};
 };
 // The first of DeepSpeed's rules (DeepSpeedConfig's batch assertion, PipeModelDataParallelTopology's

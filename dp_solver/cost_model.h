@@ -6,6 +6,7 @@
 #pragma once
 
 #include <cstdint>
+#include <optional>
 #include <string>
 #include <vector>
 
@@ -25,7 +26,10 @@ struct CostOptions {
   bool overlap_grad_reduce = true;   // gradient reduce overlapped with the last microbatch's backward
   bool overlap_param_gather = true;  // parameter all-gather overlapped with the first forward
   bool p2p_overlap = false;       // p2p hidden behind compute (not added to stage time)
-  double bytes_per_param = 0;     // model-state bytes per parameter; 0: 18 (fp16/bf16) or 16 (fp32)
+  double bytes_per_param = 0;     // model-state bytes per parameter; 0: weights + gradients + optimizer (18 bf16 / fp8, 16 fp16 / fp32)
+  // Gradient buffer dtype (accumulation over microbatches, data-parallel reduction; --grad-dtype);
+  // unset: DefaultGradDType(model), Megatron-LM's default (fp16 for fp16, else fp32).
+  std::optional<DType> grad_dtype;
   double optimizer_bytes_per_param = 30;  // HBM traffic of the optimizer step per parameter
   // Mixture of experts (docs/cost_model.md, "Expert parallelism"; dp_solver/moe_cost.h).
   double moe_imbalance = 1.0;     // busiest EP rank's routed tokens / the mean, dropless routing (--moe-imbalance)

@@ -53,10 +53,16 @@ StateBytes MakeStateBytes(const CostSource& src, const SearchOptions& o) {
   StateBytes sb;
   sb.weight = model ? DTypeBytes(model->dtype) : 4.0;
   sb.optimizer = mixed ? 12.0 : 8.0;
-  sb.total = o.cost.bytes_per_param > 0 ? o.cost.bytes_per_param : (mixed ? 18.0 : 16.0);
+  // Gradients in the engine's buffer dtype: fp32 for bf16 / fp8 / fp32, fp16 for fp16 (Megatron's
+  // defaults, DefaultGradDType), or --grad-dtype's; accumulated and reduced in it.
+  const DType grad_dtype = model ? o.cost.grad_dtype.value_or(DefaultGradDType(model->dtype)) : DType::kFp16;
+  sb.grad = model ? DTypeBytes(grad_dtype) : 2.0;
+  sb.grad_known = model != nullptr;
+  sb.grad_dtype = grad_dtype;
+  sb.total = o.cost.bytes_per_param > 0 ? o.cost.bytes_per_param : sb.weight + sb.grad + sb.optimizer;
   if (model != nullptr && model->dtype == DType::kFp8) sb.fp8_weight_copy = 2;  // TE's FP8 weight + transpose
-  const bool bf16_grads = model != nullptr && (model->dtype == DType::kBf16 || model->dtype == DType::kFp8);
-  sb.grad_comm = bf16_grads ? 4.0 : sb.weight;
+  sb.grad_comm = model ? sb.grad : 4.0;
+  if (model != nullptr && mixed && grad_dtype != DType::kFp32) sb.step_grad_copy = 4;
   sb.usable = src.cluster->UsableMemoryBytes();
   return sb;
 }
@@ -305,7 +311,12 @@ double Evaluator::PeakBytes(const Candidate& k, int64_t z, Evaluation* x) const 
     double states = StatesBytes(k, z, Z(r), *x);
     // ZeRO-3 / FSDP holds the layer it computes gathered whole, and prefetches the next one.
     if (z == 3 && k.d * k.cp > 1) states += 2 * x->largest_layer_params[Z(r)] * sb_.weight;
-    x->peak[Z(r)] = states + x->acts[Z(r)] + x->work[Z(r)];
+    // The optimizer step's fp32 copy of a 16-bit gradient buffer (its shard from ZeRO-1 on), after
+    // the flush has freed the activations: it raises the peak only where it outgrows them.
+    const double expert = x->expert_params[Z(r)], dense = x->params[Z(r)] - expert;
+    const double step_copy = sb_.step_grad_copy * (z >= 1 ? dense / static_cast<double>(k.d * k.cp) + expert / static_cast<double>(k.Edp())
+                                                          : dense + expert);
+    x->peak[Z(r)] = states + std::max(x->acts[Z(r)] + x->work[Z(r)], step_copy);
     x->peak_bytes = std::max(x->peak_bytes, x->peak[Z(r)]);
   }
   return x->peak_bytes;
@@ -533,6 +544,7 @@ Plan Evaluator::UniformPlan(const Candidate& k, const Evaluation& x, const SimRe
                                    "MFU against the bf16 peak", src_.cluster->PeakFlops(DType::kFp8) / 1e12, src_.cluster->Efficiency(DType::kFp8)));
   }
   pl.p2p_overlap = o_.cost.p2p_overlap;
+  if (sb_.grad_known) pl.grad_dtype = DTypeName(sb_.grad_dtype);
   pl.usable_memory_bytes = sb_.usable;
   for (int64_t q = 0; q < k.p * k.v; ++q) pl.stages.push_back(UniformStage(k, x, q));
   for (int64_t q = 0; q < k.p; ++q) {
@@ -687,6 +699,7 @@ Plan Evaluator::ReplicatedPlan(const CostTable& table, const ReplicatedOptions& 
   pl.recompute = Recompute::kNone;
   pl.zero_stage = ZeroStage::kNone;
   pl.p2p_overlap = true;
+  if (sb_.grad_known) pl.grad_dtype = DTypeName(sb_.grad_dtype);
   pl.usable_memory_bytes = sb_.usable;
   pl.dp_comm = ro.dp_comm;
   pl.dp_servers = DpCommUsesServers(ro.dp_comm) ? DpServersFor(ro.dp_comm, ro.servers, ro.ps_colocated) : 0;

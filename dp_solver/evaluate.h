@@ -26,6 +26,13 @@ namespace planner {
 // them beta; gradients beta - w - os) and the memory budget per GPU.
 struct StateBytes {
   double weight = 2, optimizer = 12, total = 18;
+  bool grad_known = false;     // the model's dtype is known (else the grad figures are the old 18-byte default's)
+  DType grad_dtype = DType::kFp32;
+  double grad = 4;             // gradient buffer bytes per parameter (fp32, or the 16-bit dtype: --grad-dtype)
+  // A 16-bit gradient buffer is cast to fp32 for the optimizer step (Megatron's Float16Optimizer
+  // _copy_model_grads_to_main_grads: main_param.grad = main_grad.float(), freed by zero_grad):
+  // 4 bytes per parameter of the (sharded) optimizer state, while the activations are freed.
+  double step_grad_copy = 0;
   double fp8_weight_copy = 0;  // fp8: Transformer Engine's FP8 weight and its transpose, kept beside the bf16 weight
   double grad_comm = 2;        // bytes per gradient element reduced over data parallelism: fp32 for bf16 / fp8
                                // (Megatron-LM's accumulate_allreduce_grads_in_fp32, on for bf16), else the weight's

@@ -42,6 +42,7 @@ struct SolveArgs {
   std::string moe_overlap = "off";
   std::string replication, sp, precision, train_tokens_text;
   std::string overlap_grad_reduce = "on", overlap_param_gather = "on";
+  std::string grad_dtype;
   int64_t seq = 0;
   double train_tokens = 0;
   std::vector<std::string> schedules, recompute, recompute_modules, dp_comm;
@@ -509,6 +510,20 @@ Status BuildSearchOptions(const SolveArgs& a, const SolveInputs& in, SearchOptio
   o->cost.p2p_overlap = a.p2p_overlap;
   o->cost.scatter_gather = !a.no_scatter_gather;
   o->cost.bytes_per_param = a.bytes_per_param;
+  if (!a.grad_dtype.empty()) {
+    DType g;
+    if (!ParseDType(a.grad_dtype, &g) || g == DType::kFp8) {
+      return Status::InvalidArgument(fmt::format("--grad-dtype: unknown value '{}'{}; use fp32, fp16 or bf16", a.grad_dtype,
+                                                 DidYouMean(a.grad_dtype, {"fp32", "fp16", "bf16"})));
+    }
+    if (a.model.empty()) return Status::InvalidArgument("--grad-dtype: pass --model (the gradient bytes are costed from the model's precision)");
+    if (!GradDTypeAllowed(in.model.dtype, g)) {
+      const DType half = in.model.dtype == DType::kFp8 ? DType::kBf16 : in.model.dtype;
+      return Status::InvalidArgument(fmt::format("--grad-dtype {}: the model trains in {}; use fp32{}", a.grad_dtype, DTypeName(in.model.dtype),
+                                                 in.model.dtype == DType::kFp32 ? "" : fmt::format(" or {}", DTypeName(half))));
+    }
+    o->cost.grad_dtype = g;
+  }
   if (a.model.empty() && o->tp.empty()) o->tp = {1};
   o->vertical_sync = a.vertical_sync;
   return Status::OK();
@@ -696,7 +711,10 @@ Runner RegisterSolve(CLI::App& app) {
   cmd->add_option("--overlap-param-gather", a->overlap_param_gather, "on (default; Megatron --overlap-param-gather: behind the first forward) or off (exposed)");
   cmd->add_flag("--p2p-overlap", a->p2p_overlap, "hide pipeline sends behind compute");
   cmd->add_flag("--no-scatter-gather", a->no_scatter_gather, "send whole activations between stages when tp > 1");
-  cmd->add_option("--bytes-per-param", a->bytes_per_param, "model-state bytes per parameter (default 18 mixed, 16 fp32)");
+  cmd->add_option("--bytes-per-param", a->bytes_per_param, "model-state bytes per parameter (default: weights + gradients + optimizer: 18 bf16 / fp8, 16 fp16 / fp32)");
+  cmd->add_option("--grad-dtype", a->grad_dtype,
+                  "gradient buffer dtype, accumulated over microbatches and reduced in it: fp32, or the model's 16-bit dtype (default Megatron's: "
+                  "fp16 for fp16 models, fp32 otherwise; fp32 with fp16 is --accumulate-allreduce-grads-in-fp32, bf16 is --grad-reduce-in-bf16)");
   cmd->add_option("--pd-machines", a->pd_machines, "pipedream mode: machines per level, innermost first (-n)")->delimiter(',');
   cmd->add_option("--pd-bandwidths", a->pd_bandwidths, "pipedream mode: bytes/s per level (-b)")->delimiter(',');
   CLI::Option* memory_opt = cmd->add_option("--memory-bytes", a->memory_bytes, "pipedream mode: memory per machine (-s, default 16e9)");

@@ -444,12 +444,15 @@ ModelState MeasureModelState(const std::vector<Param*>& params, const Optimizer*
 
 // The plan's model-state bytes per parameter for the model's precision at ZeRO-0 (the runtime keeps
 // every replica's whole optimizer state): the cost model's own figure (dp_solver/evaluate.cc).
-double PlanStateBytesPerParam(const ModelSpec& model) {
+double PlanStateBytesPerParam(const ModelSpec& model, const std::string& grad_dtype) {
   ClusterSpec cluster;
   CostSource src;
   src.model = &model;
   src.cluster = &cluster;
-  return StateBytesPerParam(MakeStateBytes(src, SearchOptions()), 0, 1);
+  SearchOptions o;
+  DType g;
+  if (ParseDType(grad_dtype, &g) && GradDTypeAllowed(model.dtype, g)) o.cost.grad_dtype = g;
+  return StateBytesPerParam(MakeStateBytes(src, o), 0, 1);
 }
 
 // Medians over the iterations after warm-up; per-rank compute, communication and peak memory to
@@ -473,7 +476,14 @@ Status RankRun::Summarise(RunSummary* sum, ReportInputs* rep) {
     rep->ranks.push_back({all[i], all[i + 1], all[i + 2], all[i + 3], all[i + 4], all[i + 5]});
   }
   rep->precision = DTypeName(model_.dtype);
-  rep->plan_bytes_per_param = PlanStateBytesPerParam(model_);
+  rep->plan_bytes_per_param = PlanStateBytesPerParam(model_, L_.grad_dtype);
+  DType plan_grad;
+  if (model_.dtype != DType::kFp32 && ParseDType(L_.grad_dtype.empty() ? DTypeName(DefaultGradDType(model_.dtype)) : L_.grad_dtype, &plan_grad) &&
+      plan_grad != DType::kFp32) {
+    rep->grad_note = fmt::format("The plan keeps gradients in {} ({} bytes per parameter; Megatron's default for fp16, --grad-reduce-in-bf16 for bf16); "
+                                 "this runtime accumulates and reduces them in fp32, 2 bytes per parameter more.",
+                                 DTypeName(plan_grad), DTypeBytes(plan_grad));
+  }
   if (scaler_ != nullptr) {
     rep->loss_scaling = fmt::format("fp16 dynamic loss scaling: {} of {} optimizer steps skipped on overflow; loss scale {:g} at the end "
                                     "(initial {:g}, halved after 2 overflows, doubled after 1000 clean steps).",

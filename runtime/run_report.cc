@@ -75,8 +75,8 @@ std::string StateRows(const ReportInputs& in) {
   std::string rep = fmt::format(
       "\nModel state ({} run): measured = the rank's weights, gradients, fp32 masters and fp32 optimizer moments, counted from "
       "the tensors' element sizes at the run's end; predicted = the plan's bytes per parameter (ZeRO-0, as this runtime keeps it). "
-      "{}\n\n",
-      in.precision, CpuComputeNote(in));
+      "{}{}{}\n\n",
+      in.precision, CpuComputeNote(in), in.grad_note.empty() ? "" : " ", in.grad_note);
   rep += "| rank | parameters | model state | bytes per parameter | predicted bytes per parameter |\n|---|---|---|---|---|\n";
   for (size_t r = 0; r < in.ranks.size(); ++r) {
     const RankFigures& f = in.ranks[r];

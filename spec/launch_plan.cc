@@ -233,6 +233,7 @@ std::string LaunchPlanToYaml(const LaunchPlan& p) {
   if (p.dp_comm != DpComm::kHierAllReduce || !p.servers.empty()) o += fmt::format("dp_comm: {}\nservers: {}\n", DpCommName(p.dp_comm), List(p.servers));
   if (p.ps_colocated) o += "ps_placement: colocated\n";
   if (p.vertical_sync) o += "vertical_sync: true\n";
+  if (!p.grad_dtype.empty()) o += fmt::format("grad_dtype: {}\n", p.grad_dtype);
   o += fmt::format("config: \"{}\"\n", p.config);
   o += fmt::format("microbatch_size: {}\nnum_microbatches: {}\nglobal_batch: {}\ngpus_per_node: {}\n", p.microbatch_size,
                    p.num_microbatches, p.global_batch, p.gpus_per_node);
@@ -277,7 +278,7 @@ Status ParseLaunchPlan(const std::string& path, const std::string& text, LaunchP
                                                root["inputs"].IsDefined() ? ": a plan.yaml? run planner codegen on it first" : ""));
   }
   PLANNER_RETURN_IF_ERROR(r.CheckKeys(root, "", {"format_version", "model_file", "model_digest", "plan_digest", "device", "schedule", "interleave",
-                                                 "tp", "pp", "dp", "cp", "sequence_parallel", "ep", "etp", "dp_comm", "servers", "ps_placement", "vertical_sync", "config", "microbatch_size", "num_microbatches", "global_batch",
+                                                 "tp", "pp", "dp", "cp", "sequence_parallel", "ep", "etp", "dp_comm", "servers", "ps_placement", "vertical_sync", "grad_dtype", "config", "microbatch_size", "num_microbatches", "global_batch",
                                                  "gpus_per_node", "predicted", "run", "stages", "ranks", "groups", "programs"}));
   LaunchPlan p;
   p.path = path;
@@ -317,6 +318,7 @@ Status ParseLaunchPlan(const std::string& path, const std::string& text, LaunchP
     return r.FieldError(root["servers"], "servers", fmt::format("dp_comm {} has no servers; remove servers", DpCommName(p.dp_comm)));
   }
   PLANNER_RETURN_IF_ERROR(r.GetBool(root, "vertical_sync", "vertical_sync", &p.vertical_sync, false));
+  PLANNER_RETURN_IF_ERROR(r.GetEnum(root, "grad_dtype", "grad_dtype", {"fp32", "fp16", "bf16"}, &p.grad_dtype, false));
   if (p.vertical_sync && p.schedule != Schedule::kPipeDream) {
     return r.FieldError(root["vertical_sync"], "vertical_sync", fmt::format("vertical sync needs schedule pipedream, not {}; remove it", ScheduleName(p.schedule)));
   }

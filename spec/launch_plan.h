@@ -87,6 +87,10 @@ struct LaunchPlan {
   // server of its 1/n shard of its group's gradients; no extra ranks.
   bool ps_colocated = false;
   bool vertical_sync = false;     // PipeDream's vertical sync (schedule pipedream only)
+  // The plan's gradient buffer dtype (plan.yaml grad_dtype: fp32, fp16 or bf16; empty: the default
+  // for the model's precision). The runtime accumulates and reduces in fp32 whatever it says; the
+  // run report prices the plan's model state with it.
+  std::string grad_dtype;
   LaunchRun run;
   double predicted_iteration_s = 0, predicted_bubble_fraction = 0;
   // One program per distinct (pipeline position, replica) (dp_solver/programs.h):

@@ -21,6 +21,14 @@ int DTypeBytes(DType dtype);
 const char* DTypeName(DType dtype);
 // Parses "fp32" | "fp16" | "bf16" | "fp8"; false on anything else.
 bool ParseDType(const std::string& text, DType* out);
+// The dtype gradients are accumulated over microbatches and reduced over data parallelism in, as
+// Megatron-LM does by default (arguments.py: accumulate_allreduce_grads_in_fp32 is forced on for
+// bf16; off for fp16, so the DDP grad buffer takes the parameters' fp16; fp32 models fp32): fp32
+// for fp32, bf16 and fp8 (bf16 storage), fp16 for fp16.
+DType DefaultGradDType(DType model);
+// Whether `grad` is a gradient dtype a model trained in `model` can use: fp32, or the model's own
+// 16-bit storage dtype (fp16 for fp16; bf16 for bf16 and fp8: Megatron --grad-reduce-in-bf16).
+bool GradDTypeAllowed(DType model, DType grad);
 
 // Attributes of a layer as written in the model file, with defaults resolved
 // by shape inference (heads, ffn, kernel, stride, padding, vocab, ...).

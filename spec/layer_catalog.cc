@@ -17,6 +17,12 @@ const char* DTypeName(DType dtype) {
   }
   return "fp16";
 }
+DType DefaultGradDType(DType model) { return model == DType::kFp16 ? DType::kFp16 : DType::kFp32; }
+bool GradDTypeAllowed(DType model, DType grad) {
+  if (grad == DType::kFp32) return true;
+  if (grad == DType::kFp8) return false;
+  return grad == (model == DType::kFp8 ? DType::kBf16 : model);
+}
 bool ParseDType(const std::string& text, DType* out) {
   if (text == "fp32") { *out = DType::kFp32; return true; }
   if (text == "fp16") { *out = DType::kFp16; return true; }

@@ -8,6 +8,7 @@
 #include <yaml-cpp/yaml.h>
 
 #include "spec/input_limits.h"
+#include "spec/layer.h"
 #include "spec/yaml_reader.h"
 
 namespace planner {
@@ -182,6 +183,7 @@ Tree PlanTree(const Plan& p) {
   if (p.recompute == Recompute::kSelective) t.Add("recompute_modules", ModulesTree(p.recompute_modules));
   t.Add("zero_stage", Tree::Int(ZeroStageNumber(p.zero_stage)));
   t.Add("p2p_overlap", Tree::Bool(p.p2p_overlap));
+  if (!p.grad_dtype.empty()) t.Add("grad_dtype", Tree::Str(p.grad_dtype));
   t.Add("dp_comm", Tree::Str(DpCommName(p.dp_comm)));
   if (p.dp_servers > 0) t.Add("dp_servers", Tree::Int(p.dp_servers));
   if (p.ps_colocated) t.Add("ps_placement", Tree::Str("colocated"));
@@ -346,7 +348,7 @@ constexpr double kGiB = 1024.0 * 1024 * 1024;
 const std::vector<std::string> kTopKeys = {
     "format_version", "mode", "inputs", "config", "parallel", "gpus_used", "tp", "pp", "dp", "cp", "ep", "etp", "sequence_parallel",
     "model_parameters", "model_active_parameters", "mtp_parameters", "microbatch_size", "num_microbatches", "schedule", "interleave",
-    "account_embedding_loss", "recompute", "recompute_num_layers", "recompute_modules", "zero_stage", "p2p_overlap", "dp_comm", "dp_servers",
+    "account_embedding_loss", "recompute", "recompute_num_layers", "recompute_modules", "zero_stage", "p2p_overlap", "grad_dtype", "dp_comm", "dp_servers",
     "ps_placement", "vertical_sync", "stages", "predicted", "runners_up", "notes"};
 const std::vector<std::string> kInputKeys = {"model", "model_path", "model_digest", "cluster", "cluster_path", "cluster_digest", "profile_path",
                                              "profile_digest", "cost_source", "dtype", "seq", "gpus", "global_batch", "usable_memory_GiB"};
@@ -407,6 +409,13 @@ Status ReadLayout(const YamlReader& r, const YAML::Node& root, Plan* p) {
   PLANNER_RETURN_IF_ERROR(r.GetBool(root, "account_embedding_loss", "account_embedding_loss", &p->account_embedding_loss, false));
   PLANNER_RETURN_IF_ERROR(GetZeroStage(r, root, "zero_stage", &p->zero_stage));
   PLANNER_RETURN_IF_ERROR(r.GetBool(root, "p2p_overlap", "p2p_overlap", &p->p2p_overlap, false));
+  PLANNER_RETURN_IF_ERROR(r.GetEnum(root, "grad_dtype", "grad_dtype", {"fp32", "fp16", "bf16"}, &p->grad_dtype, false));
+  DType run_dtype, grad_dtype;
+  if (!p->grad_dtype.empty() && ParseDType(p->dtype, &run_dtype) && ParseDType(p->grad_dtype, &grad_dtype) &&
+      !GradDTypeAllowed(run_dtype, grad_dtype)) {
+    const std::string half = run_dtype == DType::kFp32 ? "" : fmt::format(" or {}", DTypeName(run_dtype == DType::kFp8 ? DType::kBf16 : run_dtype));
+    return r.FieldError(root["grad_dtype"], "grad_dtype", fmt::format("{} gradients do not go with inputs.dtype {} (fp32, or the weights' 16-bit dtype); use fp32{}", p->grad_dtype, p->dtype, half));
+  }
   PLANNER_RETURN_IF_ERROR(GetDpComm(r, root, p));
   std::string parallel;
   PLANNER_RETURN_IF_ERROR(r.GetString(root, "parallel", "parallel", &parallel, false));

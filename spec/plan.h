@@ -109,6 +109,10 @@ struct Plan {
   uint32_t recompute_modules = kDefaultRecomputeModules;
   ZeroStage zero_stage = ZeroStage::kNone;  // zero_stage: 0..3 in plan.yaml
   bool p2p_overlap = false;     // stage sends hidden behind compute (else the sender waits for them)
+  // Gradient buffer dtype (accumulation over microbatches and data-parallel reduction): fp32, or
+  // the model's 16-bit dtype (Megatron's default for fp16; --grad-reduce-in-bf16 for bf16); plan.yaml
+  // `grad_dtype`. Empty in plans written before it (readers take DefaultGradDType of the precision).
+  std::string grad_dtype;
   // How data-parallel replicas synchronise gradients (plan.yaml `dp_comm`, `solve --dp-comm`).
   DpComm dp_comm = DpComm::kHierAllReduce;
   // Summation servers of `ps` and `byteps` (CPU machines of the cluster file; `ps` needs >= 1,

@@ -123,6 +123,9 @@ expect "microbatch zero" 2 "--microbatch 0: every value must be at least 1" -- $
 expect "divisibility cause" 3 "(tp=1 pp=1: the global batch 3 is not a multiple of microbatch 2 x data-parallel 2)" -- $PLANNER solve --gpus 2 --model $M/tiny-gpt.yaml --cluster $C/local-cpu.yaml --global-batch 3 --microbatch 2
 # planner inspect LAUNCH/launch.yaml --rank N: a rank's program with its peers resolved.
 expect "solve pp2" 0 "configuration: tp-pp-dp 1-2-1" -- $PLANNER solve --gpus 2 --model $M/tiny-gpt.yaml --cluster $C/local-cpu.yaml --pp 2 -o pp2.plan.yaml
+# The gradient buffer the plan is costed with: Megatron's default per precision, --grad-dtype to change it.
+expect "gradients fp16 by default for fp16" 0 "| ZeRO 0 | gradients fp16 |" -- $PLANNER solve --gpus 1024 --model $M/gpt3-175b.yaml --cluster $C/dgx-a100.yaml --zero 0
+expect "gradients fp32 on request" 0 "| ZeRO 0 | gradients fp32 |" -- $PLANNER solve --gpus 1024 --model $M/gpt3-175b.yaml --cluster $C/dgx-a100.yaml --zero 0 --grad-dtype fp32
 expect "codegen pp2" 0 "wrote L2/: 2 ranks" -- $PLANNER codegen pp2.plan.yaml -o L2 --iterations 2
 expect "inspect rank" 0 "receive the activation entering stage 1, microbatch 0 from rank 0" -- $PLANNER inspect L2/launch.yaml --rank 1
 expect "inspect rank send" 0 "SA0.0        send the activation leaving stage 0, microbatch 0 to rank 1" -- $PLANNER inspect L2 --rank 0
@@ -284,7 +287,7 @@ expect "vertical sync plan" 0 "schedule pipedream" -- $PLANNER solve --gpus 2 --
 check "plan.yaml vertical_sync" grep -qx "vertical_sync: true" vs.plan.yaml
 check "launch.yaml vertical_sync" bash -c "$PLANNER -q codegen vs.plan.yaml -o vs --iterations 1 && grep -qx 'vertical_sync: true' vs/launch.yaml"
 sed 's/^schedule: "pipedream"/schedule: "1f1b"/' vs.plan.yaml > vs1.plan.yaml
-expect "vertical sync in a 1f1b plan" 2 "planner: error: vs1.plan.yaml:38: field 'vertical_sync': vertical sync is for the asynchronous pipedream schedule, not 1f1b; remove it or set schedule: pipedream" -- $PLANNER codegen vs1.plan.yaml -o vs1
+expect "vertical sync in a 1f1b plan" 2 "planner: error: vs1.plan.yaml:39: field 'vertical_sync': vertical sync is for the asynchronous pipedream schedule, not 1f1b; remove it or set schedule: pipedream" -- $PLANNER codegen vs1.plan.yaml -o vs1
 # solve --seq / --precision reach the launch directory: megatron.args and the model.yaml `planner run` reads
 # carry the plan's sequence and precision (the model file keeps its own); the run trains at seq 32.
 $PLANNER -q solve --gpus 1 --model $M/tiny-gpt.yaml --cluster $C/local-cpu.yaml --seq 32 --precision fp32 -o ov.plan.yaml >/dev/null

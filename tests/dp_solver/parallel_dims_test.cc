@@ -279,6 +279,46 @@ TEST_CASE("bf16 gradients are reduced in fp32 (Megatron's accumulate_allreduce_g
   CHECK(EvaluateAt(f, o, d, 4, 3).dp_s == doctest::Approx(4 * (2 * ag + rs)).epsilon(1e-12));
 }
 
+TEST_CASE("gradient buffer dtype: Megatron's defaults per precision, --grad-dtype, and the fp16 step's fp32 copy") {
+  ParFixture f("gpt2-small.yaml", "dgx-a100.yaml");
+  auto bytes = [&](DType model, std::optional<DType> grad) {
+    f.model.dtype = model;
+    SearchOptions o;
+    o.cost.grad_dtype = grad;
+    return MakeStateBytes(f.Source(), o);
+  };
+  // weights + gradients + fp32 masters and moments (12; fp32: 8), gradients reduced in their buffer's dtype.
+  struct Row { DType model; std::optional<DType> grad; double total, grad_comm, step_copy; };
+  for (const Row& r : {Row{DType::kFp16, std::nullopt, 16, 2, 4}, Row{DType::kFp16, DType::kFp32, 18, 4, 0},
+                       Row{DType::kBf16, std::nullopt, 18, 4, 0}, Row{DType::kBf16, DType::kBf16, 16, 2, 4},
+                       Row{DType::kFp8, std::nullopt, 18, 4, 0}, Row{DType::kFp32, std::nullopt, 16, 4, 0}}) {
+    CAPTURE(DTypeName(r.model));
+    const StateBytes sb = bytes(r.model, r.grad);
+    CHECK(sb.total == doctest::Approx(r.total));
+    CHECK(sb.grad_comm == doctest::Approx(r.grad_comm));
+    CHECK(sb.step_grad_copy == doctest::Approx(r.step_copy));
+    CHECK(StateBytesPerParam(sb, 1, 4) == doctest::Approx(sb.weight + sb.fp8_weight_copy + sb.grad + sb.optimizer / 4));
+  }
+  CHECK(DefaultGradDType(DType::kFp16) == DType::kFp16);
+  CHECK(DefaultGradDType(DType::kBf16) == DType::kFp32);
+  CHECK(GradDTypeAllowed(DType::kFp8, DType::kBf16));
+  CHECK_FALSE(GradDTypeAllowed(DType::kFp16, DType::kBf16));
+  CHECK_FALSE(GradDTypeAllowed(DType::kFp32, DType::kFp16));
+  // The peak: the fp16 step's fp32 gradient copy replaces the freed activations where it is larger
+  // (one GPU, one microbatch of 128 tokens: GPT-2 small's 4 bytes per parameter outgrow its activations).
+  f.model.dtype = DType::kFp16;
+  f.model.gpt.seq = 128;
+  REQUIRE_OK(BuildGptModel(f.model.gpt, f.model.dtype, &f.model));
+  SearchOptions o;
+  o.gpus = 1;
+  const Evaluation x16 = EvaluateAt(f, o, 1, 1, 0);
+  REQUIRE(x16.params[0] * 4 > x16.acts[0] + x16.work[0]);
+  CHECK(x16.peak[0] == doctest::Approx(x16.params[0] * (16 + 4)).epsilon(1e-12));
+  o.cost.grad_dtype = DType::kFp32;
+  const Evaluation x32 = EvaluateAt(f, o, 1, 1, 0);
+  CHECK(x32.peak[0] == doctest::Approx(x32.params[0] * 18 + x32.acts[0] + x32.work[0]).epsilon(1e-12));
+}
+
 TEST_CASE("ZeRO-3 memory holds the largest layer gathered whole and the next one prefetched") {
   ParFixture f("gpt2-small.yaml", "dgx-a100.yaml");
   SearchOptions o;
@@ -286,9 +326,10 @@ TEST_CASE("ZeRO-3 memory holds the largest layer gathered whole and the next one
   double largest = 0;
   for (const auto& l : f.model.layers) largest = std::max(largest, l.params);
   const Evaluation z3 = EvaluateAt(f, o, 8, 1, 3), z1 = EvaluateAt(f, o, 8, 1, 1);
-  StateBytes sb;
-  const double base3 = z3.params[0] * StateBytesPerParam(sb, 3, 8) + z3.acts[0] + z3.work[0];
-  const double base1 = z1.params[0] * StateBytesPerParam(sb, 1, 8) + z1.acts[0] + z1.work[0];
+  const StateBytes sb = MakeStateBytes(f.Source(), o);
+  REQUIRE(f.model.dtype == DType::kFp16);  // fp16 gradients: the step's fp32 copy of the shard (4 / 8 bytes per parameter)
+  const double base3 = z3.params[0] * StateBytesPerParam(sb, 3, 8) + std::max(z3.acts[0] + z3.work[0], z3.params[0] * 4 / 8);
+  const double base1 = z1.params[0] * StateBytesPerParam(sb, 1, 8) + std::max(z1.acts[0] + z1.work[0], z1.params[0] * 4 / 8);
   CHECK(z3.peak[0] == doctest::Approx(base3 + 2 * largest * 2).epsilon(1e-12));
   CHECK(z1.peak[0] == doctest::Approx(base1).epsilon(1e-12));  // ZeRO-1 keeps whole weights: no gather buffer
 }
