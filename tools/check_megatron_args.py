@@ -11,7 +11,8 @@ Runs, on the file's flags (one or more per line, split as the shell splits `$(ca
      include the pipeline layout's validate_layer_layout;
   4. Megatron's split of the layers: per virtual stage (model order, stage q on pipeline rank q mod pp)
      its decoder layers and MTP modules, from the layout or from get_num_layers_to_build; with --plan
-     compared with the plan's stages (their first / last layer names).
+     compared with the plan's stages (their first / last layer names), and the gradient buffer dtype
+     validate_args settles (accumulate_allreduce_grads_in_fp32) with the plan's grad_dtype.
 Prints one line per step and "megatron.args: PASS" or "megatron.args: FAIL (step: reason)"; exit 0 / 1.
 
 Nothing here needs a GPU or a process group. validate_args asks the device twice (the grouped-GEMM
@@ -200,6 +201,15 @@ def main():
             if want != chunks:
                 raise RuntimeError(f"Megatron's split {chunks} differs from the plan's {want}")
             print("split: equals the plan's")
+            # The gradient buffer validate_args settled (fp32 when accumulate_allreduce_grads_in_fp32, else
+            # the parameters' dtype: distributed/param_and_grad_buffer's grad_dtype) against the plan's.
+            step = "grad_dtype"
+            m = re.search(r'(?m)^grad_dtype: "?(\w+)"?\s*$', open(o.plan).read())
+            params = "fp16" if args.fp16 else "bf16" if args.bf16 else "fp32"
+            runs = "fp32" if args.accumulate_allreduce_grads_in_fp32 or params == "fp32" else params
+            if m and m.group(1) != runs:
+                raise RuntimeError(f"Megatron keeps gradients in {runs}, the plan in {m.group(1)}")
+            print(f"grad_dtype: {runs}" + (", the plan's" if m else " (the plan states none)"))
     except Exception as e:  # noqa: BLE001 - every failure is the verdict
         print(f"megatron.args: FAIL ({step}: {type(e).__name__}: {e})")
         return 1

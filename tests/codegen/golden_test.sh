@@ -53,6 +53,27 @@ check zero3 "$T/zero3/deepspeed/ds_config.json" '  "zero_optimization": {"stage"
 # Megatron-FSDP asks for more than one CUDA connection (validate_args on Blackwell): megatron.sh does not set it to 1 even at tp 8.
 if grep -q CUDA_DEVICE_MAX_CONNECTIONS "$T/zero3/megatron.sh" || ! grep -q "pretrain_gpt.py" "$T/zero3/megatron.sh"; then echo "FAIL zero3: megatron.sh sets CUDA_DEVICE_MAX_CONNECTIONS under FSDP"; fail=$((fail+1)); else pass=$((pass+1)); fi
 if grep -qF -- "--use-distributed-optimizer" "$T/zero3/megatron.args"; then echo "FAIL zero3: FSDP with --use-distributed-optimizer"; fail=$((fail+1)); else pass=$((pass+1)); fi
+# The plan's gradient buffer (grad_dtype): Megatron's flag where it departs from Megatron's default for the
+# precision, DeepSpeed's data_types where DeepSpeed runs it (else a note), torchtitan's fp32-only reduction noted.
+for g in fp16 fp32; do
+  sed -e "s/^p2p_overlap: \(.*\)$/p2p_overlap: \1\ngrad_dtype: \"$g\"/" -e "s|^  model_path: .*|  model_path: \"$SRC/configs/models/gpt3-175b.yaml\"|" \
+    "$P/gpt3-64.plan.yaml" > "$T/gpt3-grad-$g.plan.yaml"
+  expect_codegen gpt3-grad-$g "$T/gpt3-grad-$g.plan.yaml"
+done
+check gpt3-grad-fp32 "$T/gpt3-grad-fp32/megatron.args" "--fp16" "--accumulate-allreduce-grads-in-fp32"
+check gpt3-grad-fp32 "$T/gpt3-grad-fp32/launch.yaml" "grad_dtype: fp32"
+if grep -qF -- "--accumulate-allreduce-grads-in-fp32" "$T/gpt3-grad-fp16/megatron.args"; then echo "FAIL gpt3-grad-fp16: fp16 gradients exported with fp32 accumulation"; fail=$((fail+1)); else pass=$((pass+1)); fi
+check gpt3-grad-fp16 "$T/gpt3-grad-fp16/deepspeed/ds_config.json" '  "data_types": {"grad_accum_dtype": "fp16"}'
+if grep -qF "data_types" "$T/gpt3-grad-fp32/deepspeed/ds_config.json" && grep -qF "DeepSpeed accumulates and reduces them in the model's fp16" "$T/gpt3-grad-fp32.err"; then
+  echo "FAIL gpt3-grad-fp32: DeepSpeed config written with a gradient dtype DeepSpeed refuses"; fail=$((fail+1))
+elif grep -qF "DeepSpeed accumulates and reduces them in the model's fp16" "$T/gpt3-grad-fp32.err"; then pass=$((pass+1)); else echo "FAIL gpt3-grad-fp32: no DeepSpeed gradient note"; cat "$T/gpt3-grad-fp32.err"; fail=$((fail+1)); fi
+sed -e "s/^p2p_overlap: \(.*\)$/p2p_overlap: \1\ngrad_dtype: \"bf16\"/" -e "s|^  model_path: .*|  model_path: \"$SRC/configs/models/llama3-8b.yaml\"|" \
+  "$P/llama3-8b-64.plan.yaml" > "$T/llama-grad-bf16.plan.yaml"
+expect_codegen llama-grad-bf16 "$T/llama-grad-bf16.plan.yaml"
+check llama-grad-bf16 "$T/llama-grad-bf16/megatron.args" "--bf16" "--grad-reduce-in-bf16"
+check llama-grad-bf16 "$T/llama-grad-bf16/deepspeed/ds_config.json" '  "data_types": {"grad_accum_dtype": "bf16"}'
+if grep -qF "torchtitan reduces gradients in float32 only" "$T/llama-grad-bf16.err"; then pass=$((pass+1)); else echo "FAIL llama-grad-bf16: no torchtitan note"; fail=$((fail+1)); fi
+check llama3-8b-64 "$G/llama3-8b-64/deepspeed/ds_config.json" '  "data_types": {"grad_accum_dtype": "fp32"}'  # bf16 at ZeRO-1: DeepSpeed's BF16_Optimizer
 # ZeRO-2 with pipelining: neither engine runs it; each refuses in a file and a note, nothing exported as-if.
 sed -e 's/^zero_stage: 1$/zero_stage: 2/' -e "s|^  model_path: .*|  model_path: \"$SRC/configs/models/llama3-8b.yaml\"|" "$P/llama3-8b-64.plan.yaml" > "$T/zero2pp.plan.yaml"
 expect_codegen zero2pp "$T/zero2pp.plan.yaml"

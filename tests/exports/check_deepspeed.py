@@ -14,7 +14,11 @@
      train_batch = micro x accumulation x dp, pydantic models of every section); AutoTP configs (no
      train_batch_size) with the world size, autotp_size equal to launch.yaml's tp;
   4. parts: num_stages + 1 boundaries over every layer, each pipeline rank's stage as many layers as
-     launch.yaml's stages on that rank (the loop q mod pp, or the V for dualpipev).
+     launch.yaml's stages on that rank (the loop q mod pp, or the V for dualpipev);
+  5. the precision mix: DeepSpeedEngine's own _do_optimizer_sanity_check (run on the parsed config with
+     a torch.optim.Adam; it raises NotImplementedError for a gradient accumulation dtype DeepSpeed
+     cannot run with those weights and that ZeRO stage), and the gradient dtype DeepSpeed then runs
+     (get_data_types) is launch.yaml's grad_dtype where the plan states one, else the noted model dtype.
 `module` builds the exported pipeline.py's PlannedPipelineModule with one Linear per planner layer and
 checks this rank's stage, its layers and its topology coordinates against partition.json and launch.yaml.
 Prints "ok DIR" / "FAIL DIR: reason" per directory; exit 1 on any FAIL.
@@ -93,6 +97,9 @@ def check_config(d, known, pipe_defaults):
         return f"DeepSpeedConfig: {type(e).__name__}: {str(e).splitlines()[0]}"
     if c.train_micro_batch_size_per_gpu != cfg["train_micro_batch_size_per_gpu"] or c.gradient_accumulation_steps != cfg["gradient_accumulation_steps"]:
         return "DeepSpeedConfig derived other batch settings"
+    why = check_precision(d, c, int(head.get("pp", 1)) > 1)
+    if why:
+        return why
     pp = int(head["pp"])
     parts = part["parts"]
     n = len(part["layers"])
@@ -105,6 +112,28 @@ def check_config(d, known, pipe_defaults):
     got = [b - a for a, b in zip(parts, parts[1:])]
     if got != per_rank:
         return f"stages hold {got} layers per pipeline rank, launch.yaml's stages {per_rank}"
+    return ""
+
+
+def check_precision(d, c, pipelined):
+    """DeepSpeedEngine's precision checks on config `c`: methods of the engine bound to a bare object
+    holding the parsed config (the engine itself needs a model and a process group)."""
+    import types
+    import torch
+    from deepspeed.runtime.engine import DeepSpeedEngine
+    eng = types.SimpleNamespace(_config=c, global_rank=0, pipeline_parallelism=pipelined)
+    for name in ("get_data_types", "zero_optimization", "zero_optimization_stage", "zero_cpu_offload", "zero_compute_grad_norm",
+                 "zero_allow_untested_optimizer", "fp16_enabled", "bfloat16_enabled"):
+        setattr(eng, name, types.MethodType(getattr(DeepSpeedEngine, name), eng))
+    try:
+        DeepSpeedEngine._do_optimizer_sanity_check(eng, torch.optim.Adam([torch.nn.Parameter(torch.zeros(1))]))
+    except Exception as e:
+        return f"DeepSpeedEngine._do_optimizer_sanity_check: {type(e).__name__}: {str(e).splitlines()[0]}"
+    model_dtype, grad_dtype = eng.get_data_types()
+    names = {torch.float32: "fp32", torch.float16: "fp16", torch.bfloat16: "bf16"}
+    m = re.search(r"(?m)^grad_dtype: (\w+)\s*$", open(os.path.join(d, "launch.yaml")).read())
+    if m and names[grad_dtype] != m.group(1) and not (m.group(1) == "fp32" and grad_dtype == model_dtype):
+        return f"DeepSpeed accumulates gradients in {names[grad_dtype]}, the plan in {m.group(1)}"
     return ""
 
 

@@ -51,6 +51,7 @@ neg batch llama3-8b-64 ds_config.json "c['train_batch_size'] = 4096" "train_batc
 neg unknown-key tiny-gpt-pp2 ds_config.json "c['bogus_key'] = 1" "top-level keys DeepSpeed does not read: ['bogus_key']"
 neg pipeline-key tiny-gpt-pp2 ds_config.json "c['pipeline']['activation_checkpoint_intervals'] = 1" "pipeline.activation_checkpoint_intervals"
 neg zero-stage tiny-gpt-pp2 ds_config.json "c['zero_optimization']['stage'] = 7" "DeepSpeedConfig: ValidationError"
+neg grad-fp32-zero0 llama3-8b-64 ds_config.json "c['zero_optimization']['stage'] = 0" "unsupported mix of model_dtype=torch.bfloat16 and grad_accum_dtype=torch.float32"
 dirs=$(for d in "$G"/* "$T"/demo-* "$T"/neg-*; do [ -f "$d/deepspeed/ds_config.json" ] && echo "$d"; done)
 "$PY" "$SRC/tests/exports/check_deepspeed.py" config $dirs > "$T/config.out" 2>"$T/config.err"
 expect_results "$T/config.out" "$T/expect" "$T/config.err" $dirs
