@@ -69,13 +69,26 @@ TEST_CASE("interleaved peak activations: uneven chunks are not all charged as th
   CHECK(InterleavedPeakActivations({2.0, 2.0}, 4, 8, 0) == doctest::Approx(22.0));
 }
 
-// Megatron's runs as they ran (SC'21 Table 1 and Korthikanti et al. 2022): fp16, full recompute, 18 bytes
-// per parameter, no distributed optimizer (ZeRO off), t = 8, interleaved at v = layers / p.
-Plan SolveMegatron(const std::string& text, int64_t gpus, int64_t pp, Status* status) {
+// A model given as text on Selene's dgx-a100, where Megatron's published runs ran.
+struct OnA100 {
   ModelSpec model;
   ClusterSpec cluster;
-  REQUIRE_OK(ParseModelSpec("megatron.yaml", text, &model));
-  REQUIRE_OK(LoadClusterSpec(testing::SourcePath("configs/clusters/dgx-a100.yaml"), &cluster));
+  explicit OnA100(const std::string& text) {
+    REQUIRE_OK(ParseModelSpec("megatron.yaml", text, &model));
+    REQUIRE_OK(LoadClusterSpec(testing::SourcePath("configs/clusters/dgx-a100.yaml"), &cluster));
+  }
+  CostSource Source() const {
+    CostSource src;
+    src.model = &model;
+    src.cluster = &cluster;
+    return src;
+  }
+};
+
+// Megatron's runs as they ran (SC'21 Table 1 and Korthikanti et al. 2022): fp16, full recompute, 18 bytes (2 more
+// than Megatron's fp16 gradient buffer: they fit even so) per parameter, no distributed optimizer (ZeRO off), t = 8, interleaved at v = layers / p.
+Plan SolveMegatron(const std::string& text, int64_t gpus, int64_t pp, Status* status) {
+  const OnA100 f(text);
   SearchOptions o;
   o.gpus = gpus;
   o.tp = {8};
@@ -86,12 +99,9 @@ Plan SolveMegatron(const std::string& text, int64_t gpus, int64_t pp, Status* st
   o.max_zero_stage = 0;
   o.cost.bytes_per_param = 18;
   o.cost.scatter_gather = true;
-  CostSource src;
-  src.model = &model;
-  src.cluster = &cluster;
   Plan p;
-  *status = SolveAuto(src, o, &p);
-  if (status->ok()) CHECK(p.predicted.peak_memory_bytes <= cluster.UsableMemoryBytes());
+  *status = SolveAuto(f.Source(), o, &p);
+  if (status->ok()) CHECK(p.predicted.peak_memory_bytes <= f.cluster.UsableMemoryBytes());
   return p;
 }
 
@@ -116,14 +126,8 @@ TEST_CASE("Korthikanti's 1T with selective recompute and SP fits interleaved (v 
   // Megatron keeps fp16 models' gradients in fp16 (accumulate_allreduce_grads_in_fp32 is off unless bf16):
   // 16 bytes per parameter. Costed with 4-byte gradients (18 per parameter) the interleaved schedule
   // needs 76.3 GiB of the 75 usable, and the search fell back to 1F1B (-13% against the published MFU).
-  ModelSpec model;
-  ClusterSpec cluster;
-  REQUIRE_OK(ParseModelSpec("k-1t.yaml", "format_version: 1\nname: k-1t\ndtype: fp16\nglobal_batch: 512\n"
-                            "gpt: {layers: 128, hidden: 25600, heads: 160, seq: 2048, vocab: 51200, attention: unfused}\n", &model));
-  REQUIRE_OK(LoadClusterSpec(testing::SourcePath("configs/clusters/dgx-a100.yaml"), &cluster));
-  CostSource src;
-  src.model = &model;
-  src.cluster = &cluster;
+  const OnA100 f("format_version: 1\nname: k-1t\ndtype: fp16\nglobal_batch: 512\n"
+                 "gpt: {layers: 128, hidden: 25600, heads: 160, seq: 2048, vocab: 51200, attention: unfused}\n");
   SearchOptions o;
   o.gpus = 512;
   o.tp = {8};
@@ -136,12 +140,12 @@ TEST_CASE("Korthikanti's 1T with selective recompute and SP fits interleaved (v 
   o.sequence_parallel = {1};
   o.zero = {0};
   Plan p;
-  REQUIRE_OK(SolveAuto(src, o, &p));
+  REQUIRE_OK(SolveAuto(f.Source(), o, &p));
   CHECK(p.grad_dtype == "fp16");
-  CHECK(p.predicted.peak_memory_bytes <= cluster.UsableMemoryBytes());
+  CHECK(p.predicted.peak_memory_bytes <= f.cluster.UsableMemoryBytes());
   CHECK(p.predicted.peak_memory_bytes / (1024.0 * 1024 * 1024) == doctest::Approx(72.3).epsilon(0.01));
   o.cost.grad_dtype = DType::kFp32;
-  Status s = SolveAuto(src, o, &p);
+  Status s = SolveAuto(f.Source(), o, &p);
   CHECK(s.code() == StatusCode::kInfeasible);
   CHECK(s.message().find("76.3 GiB > 75.0 GiB usable") != std::string::npos);
 }
