@@ -109,6 +109,8 @@ std::string DeepSpeedConfigJson(const Plan& plan, const DeepSpeedCheck& c) {
   if (c.fp16) j += ",\n  \"fp16\": {\"enabled\": true}";
   if (c.bf16) j += ",\n  \"bf16\": {\"enabled\": true}";
   if (!c.grad_accum_dtype.empty()) j += fmt::format(",\n  \"data_types\": {{\"grad_accum_dtype\": \"{}\"}}", c.grad_accum_dtype);
+  // fp32 gradients are reduced in fp32 too, as Megatron does (DeepSpeed's default: the model's dtype).
+  if (c.grad_accum_dtype == "fp32") j += ",\n  \"communication_data_type\": \"fp32\"";
   return j + "\n}\n";
 }
 
@@ -132,10 +134,10 @@ void DeepSpeedNotes(const Plan& plan, const ModelSpec& model, const LaunchPlan& 
   if (model.dtype == DType::kFp8) notes->push_back("deepspeed: DeepSpeed's config has no FP8 GEMMs (they need Transformer Engine modules in the model); exported bf16");
   const DType grad = PlanGradDType(plan, model);
   if (model.dtype != DType::kFp32 && grad == DType::kFp32 && c.grad_accum_dtype != "fp32") {
-    notes->push_back(fmt::format("deepspeed: the plan keeps fp32 gradients (Megatron's accumulate_allreduce_grads_in_fp32); DeepSpeed accumulates and reduces "
-                                 "them in the model's {} here (data_types.grad_accum_dtype fp32 runs only with bf16 weights at ZeRO stage 1, engine.py "
-                                 "_do_optimizer_sanity_check): 2 bytes per parameter less and half the gradient bytes of the plan; solve with --grad-dtype {} "
-                                 "to plan what DeepSpeed runs", c.fp16 ? "fp16" : "bf16", c.fp16 ? "fp16" : "bf16"));
+    notes->push_back(fmt::format("deepspeed: the plan keeps fp32 gradients (Megatron's accumulate_allreduce_grads_in_fp32); without ZeRO DeepSpeed accumulates "
+                                 "and reduces them in the model's {} (data_types.grad_accum_dtype fp32 needs ZeRO stage 1-3: engine.py "
+                                 "_do_optimizer_sanity_check raises 'unsupported mix' at stage 0): 2 bytes per parameter less and half the gradient bytes "
+                                 "of the plan; solve with --grad-dtype {} to plan what DeepSpeed runs", c.fp16 ? "fp16" : "bf16", c.fp16 ? "fp16" : "bf16"));
   }
   if (plan.recompute == Recompute::kFull && plan.recompute_num_layers > 0) {
     notes->push_back(fmt::format("deepspeed: activation_checkpoint_interval 1 recomputes every layer; the plan's block recompute ({} layers per chunk) has no DeepSpeed setting, so this runs slower than predicted",
@@ -166,11 +168,12 @@ void AddDeepSpeedFiles(const Plan& plan, const ModelSpec& model, const LaunchPla
   c.fp16 = model.dtype == DType::kFp16;
   c.bf16 = model.dtype == DType::kBf16 || model.dtype == DType::kFp8;
   // DeepSpeed's gradient accumulation dtype (data_types.grad_accum_dtype; default the model's): the plan's
-  // where DeepSpeed runs it, i.e. the model's 16-bit dtype, or fp32 with bf16 at ZeRO stage 1 (BF16_Optimizer).
+  // where DeepSpeed runs it: the model's 16-bit dtype, or fp32 under ZeRO 1-3 (the ZeRO optimizers'
+  // gradient_accumulation_dtype buffers; bf16 at stage 1: BF16_Optimizer). Without ZeRO only the model's.
   if (model.dtype != DType::kFp32) {
     const DType grad = PlanGradDType(plan, model);
     if (grad != DType::kFp32) c.grad_accum_dtype = DTypeName(grad);
-    else if (c.bf16 && c.zero_stage == 1) c.grad_accum_dtype = "fp32";
+    else if (c.zero_stage >= 1) c.grad_accum_dtype = "fp32";
   }
   c.num_layers = static_cast<int64_t>(model.layers.size());
   if (refused.empty()) {

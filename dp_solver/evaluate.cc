@@ -30,8 +30,8 @@ DpCollectives Collectives(const ClusterSpec& c, const StateBytes& sb, double par
   DpCollectives x;
   if (size <= 1 || !(params > 0)) return x;
   const std::vector<int64_t> group = GroupSpread(c, size, stride);
-  // Gradients are reduced in fp32 for bf16 (Megatron-LM: accumulate_allreduce_grads_in_fp32, on for bf16
-  // unless --grad-reduce-in-bf16), else in the training dtype; parameters are gathered in the training dtype.
+  // Gradients are reduced in their buffer's dtype (sb.grad_comm: fp32 for bf16 / fp8 / fp32, fp16 for fp16 by
+  // default, --grad-dtype otherwise); parameters are gathered in the training dtype.
   // The all-reduce family's reduce-scatter and all-gather are each half its all-reduce; ps and byteps
   // synchronise ZeRO-0 gradients only (no rs / ag).
   // The `stride` sibling groups (the other TP / EP ranks' groups) of each of the `positions` pipeline
@@ -62,7 +62,8 @@ StateBytes MakeStateBytes(const CostSource& src, const SearchOptions& o) {
   sb.total = o.cost.bytes_per_param > 0 ? o.cost.bytes_per_param : sb.weight + sb.grad + sb.optimizer;
   if (model != nullptr && model->dtype == DType::kFp8) sb.fp8_weight_copy = 2;  // TE's FP8 weight + transpose
   sb.grad_comm = model ? sb.grad : 4.0;
-  if (model != nullptr && mixed && grad_dtype != DType::kFp32) sb.step_grad_copy = 4;
+  // An explicit --bytes-per-param is the whole model state as the user counts it: no transient added.
+  if (model != nullptr && mixed && grad_dtype != DType::kFp32 && !(o.cost.bytes_per_param > 0)) sb.step_grad_copy = 4;
   sb.usable = src.cluster->UsableMemoryBytes();
   return sb;
 }
@@ -601,7 +602,8 @@ ReplicatedOptions Evaluator::ReplicatedOptionsFor(const CostTable& table) const 
   ro.tp = table.tp;
   ro.worker_unit = 1;
   while (workers / ro.worker_unit > o_.max_replicated_units || workers % ro.worker_unit != 0) ++ro.worker_unit;
-  ro.grad_bytes_per_param = sb_.weight;
+  ro.grad_bytes_per_param = sb_.grad_comm;
+  ro.step_copy_bytes_per_param = sb_.step_grad_copy;
   ro.state_bytes_per_param = sb_.total;
   ro.weight_bytes_per_param = sb_.weight;
   ro.usable_bytes = sb_.usable;

@@ -34,8 +34,8 @@ struct StateBytes {
   // 4 bytes per parameter of the (sharded) optimizer state, while the activations are freed.
   double step_grad_copy = 0;
   double fp8_weight_copy = 0;  // fp8: Transformer Engine's FP8 weight and its transpose, kept beside the bf16 weight
-  double grad_comm = 2;        // bytes per gradient element reduced over data parallelism: fp32 for bf16 / fp8
-                               // (Megatron-LM's accumulate_allreduce_grads_in_fp32, on for bf16), else the weight's
+  double grad_comm = 2;        // bytes per gradient element reduced over data parallelism: the gradient buffer's
+                               // (grad: 4 for bf16 / fp8 / fp32, 2 for fp16 by default; --grad-dtype)
   double usable = 0;
 };
 StateBytes MakeStateBytes(const CostSource& src, const SearchOptions& o);

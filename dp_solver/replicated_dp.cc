@@ -94,7 +94,7 @@ bool ReplicatedCoster::Cost(int64_t a, int64_t e, int64_t offset, int64_t r, Rep
   // Vertical sync: later stages hold the versions back to the input stage's (docs/cost_model.md).
   s.weight_versions = o_.vertical_sync ? VerticalSyncStageVersions(o_.workers, offset, r) : s.in_flight;
   const double working = 2 * MaxOutBytes(a, e) / static_cast<double>(o_.tp);
-  s.peak_memory_bytes = params * o_.state_bytes_per_param + static_cast<double>(s.in_flight) * t.Stash(a, e) +
+  s.peak_memory_bytes = params * (o_.state_bytes_per_param + o_.step_copy_bytes_per_param) + static_cast<double>(s.in_flight) * t.Stash(a, e) +
                         static_cast<double>(s.weight_versions - 1) * params * o_.weight_bytes_per_param + working;
   if (out) *out = s;
   return o_.usable_bytes <= 0 || s.peak_memory_bytes <= o_.usable_bytes;

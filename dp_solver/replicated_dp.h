@@ -26,6 +26,9 @@ struct ReplicatedOptions {
   double grad_bytes_per_param = 2;      // all-reduced gradient bytes per parameter
   double state_bytes_per_param = 18;    // weights + gradients + optimizer state
   double weight_bytes_per_param = 2;    // one stashed weight version
+  // The optimizer step's fp32 copy of a 16-bit gradient buffer (StateBytes::step_grad_copy): PipeDream
+  // steps after every microbatch while other microbatches' activations are alive, so it adds to the peak.
+  double step_copy_bytes_per_param = 0;
   double usable_bytes = 0;        // per GPU; 0: no memory constraint
   bool p2p_overlap = true;        // PipeDream: boundaries are their own pipeline resource
   bool scatter_gather = true;     // boundary bytes / tp when tp > 1

@@ -512,11 +512,12 @@ Status BuildSearchOptions(const SolveArgs& a, const SolveInputs& in, SearchOptio
   o->cost.bytes_per_param = a.bytes_per_param;
   if (!a.grad_dtype.empty()) {
     DType g;
-    if (!ParseDType(a.grad_dtype, &g) || g == DType::kFp8) {
-      return Status::InvalidArgument(fmt::format("--grad-dtype: unknown value '{}'{}; use fp32, fp16 or bf16", a.grad_dtype,
-                                                 DidYouMean(a.grad_dtype, {"fp32", "fp16", "bf16"})));
+    if (a.grad_dtype == "fp8") return Status::InvalidArgument("--grad-dtype fp8: gradients are not kept in fp8 (FP8 is for GEMM inputs); use fp32, fp16 or bf16");
+    if (!ParseDType(a.grad_dtype, &g)) {
+      return Status::InvalidArgument(fmt::format("--grad-dtype: unknown value '{}'{}", a.grad_dtype, DidYouMean(a.grad_dtype, {"fp32", "fp16", "bf16"})) +
+                                     "; use fp32, fp16 or bf16");
     }
-    if (a.model.empty()) return Status::InvalidArgument("--grad-dtype: pass --model (the gradient bytes are costed from the model's precision)");
+    if (a.model.empty()) return Status::InvalidArgument("--grad-dtype: the gradient bytes are costed from a model's precision; pass --model or drop --grad-dtype");
     if (!GradDTypeAllowed(in.model.dtype, g)) {
       const DType half = in.model.dtype == DType::kFp8 ? DType::kBf16 : in.model.dtype;
       return Status::InvalidArgument(fmt::format("--grad-dtype {}: the model trains in {}; use fp32{}", a.grad_dtype, DTypeName(in.model.dtype),
@@ -731,6 +732,9 @@ Runner RegisterSolve(CLI::App& app) {
     PLANNER_RETURN_IF_ERROR(CheckNumericFlags(*a, memory_opt->count() > 0));
     if (a->mode == "pipedream" && (!a->dp_comm.empty() || a->ps_servers >= 0 || !a->ps_placement.empty())) {
       return Status::InvalidArgument("--dp-comm / --ps-servers / --ps-placement: pipedream mode runs PipeDream's optimizer with its own all-reduce; drop them or use --mode auto");
+    }
+    if (a->mode == "pipedream" && !a->grad_dtype.empty()) {
+      return Status::InvalidArgument("--grad-dtype: pipedream mode costs PipeDream's fixed bytes per parameter from the profile; drop it or use --mode auto --model M");
     }
     if (!a->model.empty() && !a->profile.empty() && a->mode == "pipedream") {
       return Status::InvalidArgument("pipedream mode reads a profile; drop --model");

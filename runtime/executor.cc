@@ -551,6 +551,12 @@ Status CheckRunPrecision(const LaunchPlan& L, const ModelSpec& model) {
                                             "--precision fp32 or a synchronous schedule and codegen again", L.path, ScheduleName(L.schedule),
                                             DTypeName(model.dtype)));
   }
+  DType grad;
+  if (!L.grad_dtype.empty() && (!ParseDType(L.grad_dtype, &grad) || !GradDTypeAllowed(model.dtype, grad))) {
+    const std::string half = model.dtype == DType::kFp32 ? "" : fmt::format(" or {}", DTypeName(StorageDType(model.dtype)));
+    return Status::InvalidArgument(fmt::format("{}: field 'grad_dtype': {} gradients do not go with the model's {}; set grad_dtype: fp32{} "
+                                               "(or codegen the plan again)", L.path, L.grad_dtype, DTypeName(model.dtype), half));
+  }
   return Status::OK();
 }
 

@@ -299,6 +299,15 @@ TEST_CASE("gradient buffer dtype: Megatron's defaults per precision, --grad-dtyp
     CHECK(sb.step_grad_copy == doctest::Approx(r.step_copy));
     CHECK(StateBytesPerParam(sb, 1, 4) == doctest::Approx(sb.weight + sb.fp8_weight_copy + sb.grad + sb.optimizer / 4));
   }
+  {  // --bytes-per-param is the whole state as the user counts it: no transient added, reduction still at 2 bytes.
+    f.model.dtype = DType::kFp16;
+    SearchOptions o;
+    o.cost.bytes_per_param = 18;
+    const StateBytes sb = MakeStateBytes(f.Source(), o);
+    CHECK(sb.total == 18);
+    CHECK(sb.step_grad_copy == 0);
+    CHECK(sb.grad_comm == 2);
+  }
   CHECK(DefaultGradDType(DType::kFp16) == DType::kFp16);
   CHECK(DefaultGradDType(DType::kBf16) == DType::kFp32);
   CHECK(GradDTypeAllowed(DType::kFp8, DType::kBf16));
@@ -317,6 +326,35 @@ TEST_CASE("gradient buffer dtype: Megatron's defaults per precision, --grad-dtyp
   o.cost.grad_dtype = DType::kFp32;
   const Evaluation x32 = EvaluateAt(f, o, 1, 1, 0);
   CHECK(x32.peak[0] == doctest::Approx(x32.params[0] * 18 + x32.acts[0] + x32.work[0]).epsilon(1e-12));
+}
+
+TEST_CASE("per-stage replication costs the gradient buffer too: its bytes in the all-reduce, the fp16 step copy beside live activations") {
+  ParFixture f("gpt2-small.yaml", "dgx-a100.yaml");
+  REQUIRE(f.model.dtype == DType::kFp16);
+  SearchOptions o;
+  o.gpus = 4;
+  o.schedules = {Schedule::kPipeDream};
+  o.replication = {2, 2};
+  o.microbatch = {1};
+  Plan p16, p32;
+  REQUIRE_OK(SolveAuto(f.Source(), o, &p16));
+  o.cost.grad_dtype = DType::kFp32;
+  REQUIRE_OK(SolveAuto(f.Source(), o, &p32));
+  CHECK(p16.grad_dtype == "fp16");
+  CHECK(p32.grad_dtype == "fp32");
+  REQUIRE(p16.stages.size() == p32.stages.size());
+  for (size_t s = 0; s < p16.stages.size(); ++s) {
+    CAPTURE(s);
+    const PlanStage &a = p16.stages[s], &b = p32.stages[s];
+    REQUIRE(a.first_layer == b.first_layer);
+    REQUIRE(a.last_layer == b.last_layer);
+    // optimizer_bytes holds (beta - w) bytes per parameter: 14 with fp16 gradients. PipeDream steps after every
+    // microbatch with others' activations alive: fp16 gradients + the fp32 copy (2 + 4) against fp32's 4.
+    const double params = a.optimizer_bytes / 14;
+    CHECK(b.optimizer_bytes == doctest::Approx(16 * params).epsilon(1e-9));
+    CHECK(a.peak_memory_bytes - b.peak_memory_bytes == doctest::Approx(2 * params).epsilon(1e-6));
+    CHECK(b.dp_allreduce_s > a.dp_allreduce_s);  // twice the gradient bytes
+  }
 }
 
 TEST_CASE("ZeRO-3 memory holds the largest layer gathered whole and the next one prefetched") {
