@@ -7,18 +7,7 @@
 # run id stops at the lock; a job killed mid-checkpoint resumes from the last complete one with
 # the loss curve of an uninterrupted run.
 set -u
-PLANNER=$1
-SRC=$2
-T=$(mktemp -d)
-trap 'rm -rf "$T"' EXIT
-cd "$T"
-export OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1 OMPI_MCA_btl=self,vader
-M=$SRC/configs/models
-C=$SRC/configs/clusters
-pass=0
-fail=0
-ok() { pass=$((pass+1)); }
-bad() { echo "FAIL $1"; fail=$((fail+1)); }
+source "$(dirname "$0")/mpi_env.sh" "$1" "$2"
 MPI="timeout 120 mpirun --oversubscribe -np 2"
 
 $PLANNER -q solve --gpus 2 --model $M/tiny-gpt.yaml --cluster $C/local-cpu.yaml --pp 2 --schedule 1f1b -o pp2.plan.yaml >/dev/null || { echo "solve failed"; exit 1; }

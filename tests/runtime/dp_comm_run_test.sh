@@ -7,16 +7,7 @@
 # and gives every process's bytes per sync. 2-3 ranks + 1-2 servers, mlp-small, 1-3 iterations;
 # ps co-located (ps_placement: colocated, no server ranks) on 4 ranks.
 set -u
-PLANNER=$1
-SRC=$2
-T=$(mktemp -d)
-trap 'rm -rf "$T"' EXIT
-cd "$T"
-export OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1 OMPI_MCA_btl=self,vader
-pass=0
-fail=0
-ok() { pass=$((pass+1)); }
-bad() { echo "FAIL $1"; fail=$((fail+1)); }
+source "$(dirname "$0")/mpi_env.sh" "$1" "$2"
 
 # maxdiff DIR_A DIR_B: every gradient file equal within 1e-6 of the largest value.
 maxdiff() {

@@ -6,24 +6,15 @@
 #   a rank failing cleanly (its trace path is a directory) ends both ranks with its exit code;
 #   SIGINT / SIGTERM to one process, to mpirun and to one rank; a full disk (a 1 MiB tmpfs).
 set -u
-PLANNER=$1
-SRC=$2
-T=$(mktemp -d)
+source "$(dirname "$0")/mpi_env.sh" "$1" "$2"
 PIDS=()
 cleanup() {
   for p in "${PIDS[@]}"; do kill -9 "$p" 2>/dev/null; done
   rm -rf "$T"
 }
 trap cleanup EXIT
-cd "$T"
-export OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1 OMPI_MCA_btl=self,vader
-M=$SRC/configs/models
-C=$SRC/configs/clusters
-pass=0
-fail=0
 skip=0
-ok() { pass=$((pass+1)); echo "ok   $1"; }
-bad() { echo "FAIL $1"; fail=$((fail+1)); }
+ok() { pass=$((pass+1)); echo "ok   $1"; }  # this script names each passing case
 now_ms() { echo $(( $(date +%s%N) / 1000000 )); }
 errors() { grep -c '^planner: error:' "$1"; }
 

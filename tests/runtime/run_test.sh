@@ -5,18 +5,7 @@
 # The gradient, TP, 2-1-1, PipeDream and checkpoint cases also run case by case on thread ranks
 # in tests/runtime/executor_test.cc; here they run under mpirun, through the CLI and MPI.
 set -u
-PLANNER=$1
-SRC=$2
-T=$(mktemp -d)
-trap 'rm -rf "$T"' EXIT
-cd "$T"
-export OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1 OMPI_MCA_btl=self,vader
-M=$SRC/configs/models
-C=$SRC/configs/clusters
-pass=0
-fail=0
-ok() { pass=$((pass+1)); }
-bad() { echo "FAIL $1"; fail=$((fail+1)); }
+source "$(dirname "$0")/mpi_env.sh" "$1" "$2"
 
 # compare DIR_A DIR_B [TOLERANCE]: every gradient file of A equals B's (relative L2 error below
 # TOLERANCE, default 1e-5).
