@@ -37,13 +37,6 @@ Status AddPrograms(LaunchPlan* L) {
 
 }  // namespace
 
-namespace codegen_internal {
-DType PlanGradDType(const Plan& plan, const ModelSpec& model) {
-  DType g;
-  return ParseDType(plan.grad_dtype, &g) && GradDTypeAllowed(model.dtype, g) ? g : DefaultGradDType(model.dtype);
-}
-}  // namespace codegen_internal
-
 namespace {
 
 // launch.yaml's header and stages from the plan.

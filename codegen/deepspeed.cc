@@ -132,7 +132,7 @@ void DeepSpeedNotes(const Plan& plan, const ModelSpec& model, const LaunchPlan& 
                                  "themselves over them (DeepSpeed's AutoTP does not run with PipelineModule)", L.tp));
   }
   if (model.dtype == DType::kFp8) notes->push_back("deepspeed: DeepSpeed's config has no FP8 GEMMs (they need Transformer Engine modules in the model); exported bf16");
-  const DType grad = PlanGradDType(plan, model);
+  const DType grad = EffectiveGradDType(model.dtype, plan.grad_dtype);
   if (model.dtype != DType::kFp32 && grad == DType::kFp32 && c.grad_accum_dtype != "fp32") {
     notes->push_back(fmt::format("deepspeed: the plan keeps fp32 gradients (Megatron's accumulate_allreduce_grads_in_fp32); without ZeRO DeepSpeed accumulates "
                                  "and reduces them in the model's {} (data_types.grad_accum_dtype fp32 needs ZeRO stage 1-3: engine.py "
@@ -171,7 +171,7 @@ void AddDeepSpeedFiles(const Plan& plan, const ModelSpec& model, const LaunchPla
   // where DeepSpeed runs it: the model's 16-bit dtype, or fp32 under ZeRO 1-3 (the ZeRO optimizers'
   // gradient_accumulation_dtype buffers; bf16 at stage 1: BF16_Optimizer). Without ZeRO only the model's.
   if (model.dtype != DType::kFp32) {
-    const DType grad = PlanGradDType(plan, model);
+    const DType grad = EffectiveGradDType(model.dtype, plan.grad_dtype);
     if (grad != DType::kFp32) c.grad_accum_dtype = DTypeName(grad);
     else if (c.zero_stage >= 1) c.grad_accum_dtype = "fp32";
   }

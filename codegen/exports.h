@@ -22,9 +22,6 @@ inline std::string Join(const std::vector<int64_t>& v, const char* sep) {
 
 // scripts.cc
 std::string ServersNote(const LaunchPlan& L);
-// The plan's gradient buffer dtype: plan.yaml grad_dtype, or (plans written before it) Megatron's
-// default for the model's precision (DefaultGradDType).
-DType PlanGradDType(const Plan& plan, const ModelSpec& model);
 // slurm.sbatch's job and step shape: every rank (workers, then summation servers) is one task,
 // task i on node i / gpus_per_node of the allocation, as launch.yaml places it.
 struct SlurmLayout {

@@ -393,7 +393,7 @@ std::string MegatronFlags(const Plan& plan, const ModelSpec& model, const Launch
   if (model.dtype == DType::kBf16) mg += "--bf16\n";
   if (model.dtype == DType::kFp8) mg += "--bf16\n--fp8-format hybrid\n";  // Transformer Engine FP8 GEMMs, bf16 elsewhere
   // The gradient buffer where it differs from Megatron's default for the precision (fp16: fp16, bf16: fp32).
-  const DType grad = PlanGradDType(plan, model);
+  const DType grad = EffectiveGradDType(model.dtype, plan.grad_dtype);
   if (model.dtype == DType::kFp16 && grad == DType::kFp32) mg += "--accumulate-allreduce-grads-in-fp32\n";
   if ((model.dtype == DType::kBf16 || model.dtype == DType::kFp8) && grad == DType::kBf16) mg += "--grad-reduce-in-bf16\n";
   // moe_act / layernorm recompute under FP8: Megatron-Core refuses its default delayed-scaling recipe there

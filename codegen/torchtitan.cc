@@ -216,9 +216,9 @@ void AddTorchtitan(const Plan& plan, const ModelSpec& model, const LaunchPlan& L
   if (L.schedule == Schedule::kZbH1) notes->push_back("torchtitan.toml: zb-h1 as InterleavedZeroBubble with one stage per rank (torch's ZB1P)");
   if (model.dtype == DType::kFp16) notes->push_back("torchtitan.toml: torchtitan has no fp16 mixed precision; written bfloat16");
   if (model.dtype == DType::kFp32) notes->push_back("torchtitan.toml: mixed_precision_param float32 (the plan is fp32)");
-  if (model.dtype != DType::kFp32 && PlanGradDType(plan, model) != DType::kFp32) {
+  if (const DType grad = EffectiveGradDType(model.dtype, plan.grad_dtype); grad != DType::kFp32) {
     notes->push_back(fmt::format("torchtitan.toml: torchtitan reduces gradients in float32 only (training.mixed_precision_reduce); the plan's {} gradients "
-                                 "(2 bytes per parameter, half the reduction bytes) run as fp32 there", DTypeName(PlanGradDType(plan, model))));
+                                 "(2 bytes per parameter, half the reduction bytes) run as fp32 there", DTypeName(grad)));
   }
   if (DpCommUsesServers(plan.dp_comm)) notes->push_back(fmt::format("torchtitan.toml: dp_comm {} has no torchtitan equivalent: its data parallelism all-reduces / reduce-scatters over NCCL", DpCommName(plan.dp_comm)));
   std::string quoted;

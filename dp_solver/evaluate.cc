@@ -57,8 +57,7 @@ StateBytes MakeStateBytes(const CostSource& src, const SearchOptions& o) {
   // defaults, DefaultGradDType), or --grad-dtype's; accumulated and reduced in it.
   const DType grad_dtype = model ? o.cost.grad_dtype.value_or(DefaultGradDType(model->dtype)) : DType::kFp16;
   sb.grad = model ? DTypeBytes(grad_dtype) : 2.0;
-  sb.grad_known = model != nullptr;
-  sb.grad_dtype = grad_dtype;
+  if (model != nullptr) sb.grad_dtype = grad_dtype;
   sb.total = o.cost.bytes_per_param > 0 ? o.cost.bytes_per_param : sb.weight + sb.grad + sb.optimizer;
   if (model != nullptr && model->dtype == DType::kFp8) sb.fp8_weight_copy = 2;  // TE's FP8 weight + transpose
   sb.grad_comm = model ? sb.grad : 4.0;
@@ -545,7 +544,7 @@ Plan Evaluator::UniformPlan(const Candidate& k, const Evaluation& x, const SimRe
                                    "MFU against the bf16 peak", src_.cluster->PeakFlops(DType::kFp8) / 1e12, src_.cluster->Efficiency(DType::kFp8)));
   }
   pl.p2p_overlap = o_.cost.p2p_overlap;
-  if (sb_.grad_known) pl.grad_dtype = DTypeName(sb_.grad_dtype);
+  if (sb_.grad_dtype) pl.grad_dtype = DTypeName(*sb_.grad_dtype);
   pl.usable_memory_bytes = sb_.usable;
   for (int64_t q = 0; q < k.p * k.v; ++q) pl.stages.push_back(UniformStage(k, x, q));
   for (int64_t q = 0; q < k.p; ++q) {
@@ -701,7 +700,7 @@ Plan Evaluator::ReplicatedPlan(const CostTable& table, const ReplicatedOptions& 
   pl.recompute = Recompute::kNone;
   pl.zero_stage = ZeroStage::kNone;
   pl.p2p_overlap = true;
-  if (sb_.grad_known) pl.grad_dtype = DTypeName(sb_.grad_dtype);
+  if (sb_.grad_dtype) pl.grad_dtype = DTypeName(*sb_.grad_dtype);
   pl.usable_memory_bytes = sb_.usable;
   pl.dp_comm = ro.dp_comm;
   pl.dp_servers = DpCommUsesServers(ro.dp_comm) ? DpServersFor(ro.dp_comm, ro.servers, ro.ps_colocated) : 0;

@@ -7,6 +7,7 @@
 
 #include <cstdint>
 #include <map>
+#include <optional>
 #include <string>
 #include <tuple>
 #include <utility>
@@ -26,8 +27,8 @@ namespace planner {
 // them beta; gradients beta - w - os) and the memory budget per GPU.
 struct StateBytes {
   double weight = 2, optimizer = 12, total = 18;
-  bool grad_known = false;     // the model's dtype is known (else the grad figures are the old 18-byte default's)
-  DType grad_dtype = DType::kFp32;
+  // The gradient buffer's dtype; none without a model (a profile alone: the old 18-byte default's figures).
+  std::optional<DType> grad_dtype;
   double grad = 4;             // gradient buffer bytes per parameter (fp32, or the 16-bit dtype: --grad-dtype)
   // A 16-bit gradient buffer is cast to fp32 for the optimizer step (Megatron's Float16Optimizer
   // _copy_model_grads_to_main_grads: main_param.grad = main_grad.float(), freed by zero_grad):

@@ -519,9 +519,8 @@ Status BuildSearchOptions(const SolveArgs& a, const SolveInputs& in, SearchOptio
     }
     if (a.model.empty()) return Status::InvalidArgument("--grad-dtype: the gradient bytes are costed from a model's precision; pass --model or drop --grad-dtype");
     if (!GradDTypeAllowed(in.model.dtype, g)) {
-      const DType half = in.model.dtype == DType::kFp8 ? DType::kBf16 : in.model.dtype;
-      return Status::InvalidArgument(fmt::format("--grad-dtype {}: the model trains in {}; use fp32{}", a.grad_dtype, DTypeName(in.model.dtype),
-                                                 in.model.dtype == DType::kFp32 ? "" : fmt::format(" or {}", DTypeName(half))));
+      return Status::InvalidArgument(fmt::format("--grad-dtype {}: the model trains in {}; use {}", a.grad_dtype, DTypeName(in.model.dtype),
+                                                 GradDTypeChoices(in.model.dtype)));
     }
     o->cost.grad_dtype = g;
   }

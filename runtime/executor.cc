@@ -444,14 +444,13 @@ ModelState MeasureModelState(const std::vector<Param*>& params, const Optimizer*
 
 // The plan's model-state bytes per parameter for the model's precision at ZeRO-0 (the runtime keeps
 // every replica's whole optimizer state): the cost model's own figure (dp_solver/evaluate.cc).
-double PlanStateBytesPerParam(const ModelSpec& model, const std::string& grad_dtype) {
+double PlanStateBytesPerParam(const ModelSpec& model, DType grad_dtype) {
   ClusterSpec cluster;
   CostSource src;
   src.model = &model;
   src.cluster = &cluster;
   SearchOptions o;
-  DType g;
-  if (ParseDType(grad_dtype, &g) && GradDTypeAllowed(model.dtype, g)) o.cost.grad_dtype = g;
+  o.cost.grad_dtype = grad_dtype;
   return StateBytesPerParam(MakeStateBytes(src, o), 0, 1);
 }
 
@@ -476,10 +475,9 @@ Status RankRun::Summarise(RunSummary* sum, ReportInputs* rep) {
     rep->ranks.push_back({all[i], all[i + 1], all[i + 2], all[i + 3], all[i + 4], all[i + 5]});
   }
   rep->precision = DTypeName(model_.dtype);
-  rep->plan_bytes_per_param = PlanStateBytesPerParam(model_, L_.grad_dtype);
-  DType plan_grad;
-  if (model_.dtype != DType::kFp32 && ParseDType(L_.grad_dtype.empty() ? DTypeName(DefaultGradDType(model_.dtype)) : L_.grad_dtype, &plan_grad) &&
-      plan_grad != DType::kFp32) {
+  const DType plan_grad = EffectiveGradDType(model_.dtype, L_.grad_dtype);
+  rep->plan_bytes_per_param = PlanStateBytesPerParam(model_, plan_grad);
+  if (plan_grad != DType::kFp32) {
     rep->grad_note = fmt::format("The plan keeps gradients in {} ({} bytes per parameter; Megatron's default for fp16, --grad-reduce-in-bf16 for bf16); "
                                  "this runtime accumulates and reduces them in fp32, 2 bytes per parameter more.",
                                  DTypeName(plan_grad), DTypeBytes(plan_grad));
@@ -553,9 +551,8 @@ Status CheckRunPrecision(const LaunchPlan& L, const ModelSpec& model) {
   }
   DType grad;
   if (!L.grad_dtype.empty() && (!ParseDType(L.grad_dtype, &grad) || !GradDTypeAllowed(model.dtype, grad))) {
-    const std::string half = model.dtype == DType::kFp32 ? "" : fmt::format(" or {}", DTypeName(StorageDType(model.dtype)));
-    return Status::InvalidArgument(fmt::format("{}: field 'grad_dtype': {} gradients do not go with the model's {}; set grad_dtype: fp32{} "
-                                               "(or codegen the plan again)", L.path, L.grad_dtype, DTypeName(model.dtype), half));
+    return Status::InvalidArgument(fmt::format("{}: field 'grad_dtype': {} gradients do not go with the model's {}; set grad_dtype: {} "
+                                               "(or codegen the plan again)", L.path, L.grad_dtype, DTypeName(model.dtype), GradDTypeChoices(model.dtype)));
   }
   return Status::OK();
 }

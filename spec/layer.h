@@ -29,6 +29,11 @@ DType DefaultGradDType(DType model);
 // Whether `grad` is a gradient dtype a model trained in `model` can use: fp32, or the model's own
 // 16-bit storage dtype (fp16 for fp16; bf16 for bf16 and fp8: Megatron --grad-reduce-in-bf16).
 bool GradDTypeAllowed(DType model, DType grad);
+// The gradient dtype a plan or launch file states (`text`: fp32 | fp16 | bf16), or DefaultGradDType(model)
+// where it states none (files written before the field) or one the model does not allow.
+DType EffectiveGradDType(DType model, const std::string& text);
+// The gradient dtypes `model` allows, as error messages name them: "fp32", or "fp32 or <16-bit dtype>".
+std::string GradDTypeChoices(DType model);
 
 // Attributes of a layer as written in the model file, with defaults resolved
 // by shape inference (heads, ffn, kernel, stride, padding, vocab, ...).

@@ -413,8 +413,8 @@ Status ReadLayout(const YamlReader& r, const YAML::Node& root, Plan* p) {
   DType run_dtype, grad_dtype;
   if (!p->grad_dtype.empty() && ParseDType(p->dtype, &run_dtype) && ParseDType(p->grad_dtype, &grad_dtype) &&
       !GradDTypeAllowed(run_dtype, grad_dtype)) {
-    const std::string half = run_dtype == DType::kFp32 ? "" : fmt::format(" or {}", DTypeName(run_dtype == DType::kFp8 ? DType::kBf16 : run_dtype));
-    return r.FieldError(root["grad_dtype"], "grad_dtype", fmt::format("{} gradients do not go with inputs.dtype {} (fp32, or the weights' 16-bit dtype); use fp32{}", p->grad_dtype, p->dtype, half));
+    return r.FieldError(root["grad_dtype"], "grad_dtype", fmt::format("{} gradients do not go with inputs.dtype {} (fp32, or the weights' 16-bit dtype); use {}",
+                                                                      p->grad_dtype, p->dtype, GradDTypeChoices(run_dtype)));
   }
   PLANNER_RETURN_IF_ERROR(GetDpComm(r, root, p));
   std::string parallel;
