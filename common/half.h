@@ -10,8 +10,6 @@
 #include <bit>
 #include <cstdint>
 
-#include "spec/layer.h"
-
 namespace planner {
 
 inline uint16_t FloatToBf16(float f) {
@@ -55,17 +53,6 @@ inline float HalfToFloat(uint16_t h) {
   // Zero or subnormal: mant * 2^-24, exact in float.
   const float v = static_cast<float>(mant) * 5.9604644775390625e-8f;
   return sign ? -v : v;
-}
-
-// x rounded to `dtype`'s grid and back (fp32: x itself; kFp8 stores bf16, so it rounds to bf16).
-inline float RoundTo(DType dtype, float x) {
-  switch (dtype) {
-    case DType::kBf16:
-    case DType::kFp8: return Bf16ToFloat(FloatToBf16(x));
-    case DType::kFp16: return HalfToFloat(FloatToHalf(x));
-    case DType::kFp32: break;
-  }
-  return x;
 }
 
 }  // namespace planner

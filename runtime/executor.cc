@@ -23,8 +23,6 @@
 #include "runtime/kernels/optimizer.h"
 #include "runtime/kernels/device_ops.h"
 #include "runtime/kernels/mixed_precision.h"
-#include "dp_solver/evaluate.h"
-#include "dp_solver/search.h"
 #include "runtime/launch_layout.h"
 #include "runtime/rank_program.h"
 #include "runtime/rank_comms.h"
@@ -32,6 +30,7 @@
 #include "runtime/sequence_parallel.h"
 #include "runtime/stage.h"
 #include "runtime/transfers.h"
+#include "spec/model_state.h"
 
 namespace planner {
 
@@ -443,15 +442,9 @@ ModelState MeasureModelState(const std::vector<Param*>& params, const Optimizer*
 }
 
 // The plan's model-state bytes per parameter for the model's precision at ZeRO-0 (the runtime keeps
-// every replica's whole optimizer state): the cost model's own figure (dp_solver/evaluate.cc).
+// every replica's whole optimizer state): the cost model's own figure (spec/model_state.h).
 double PlanStateBytesPerParam(const ModelSpec& model, DType grad_dtype) {
-  ClusterSpec cluster;
-  CostSource src;
-  src.model = &model;
-  src.cluster = &cluster;
-  SearchOptions o;
-  o.cost.grad_dtype = grad_dtype;
-  return StateBytesPerParam(MakeStateBytes(src, o), 0, 1);
+  return StateBytesPerParam(ModelStateBytes(&model, grad_dtype, 0), 0, 1);
 }
 
 // Medians over the iterations after warm-up; per-rank compute, communication and peak memory to

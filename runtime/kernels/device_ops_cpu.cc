@@ -15,6 +15,7 @@
 #include "common/half.h"
 #include "runtime/kernels/device_ops.h"
 #include "runtime/kernels/kernel.h"
+#include "spec/dtype_round.h"
 
 namespace planner {
 

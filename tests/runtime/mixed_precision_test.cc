@@ -10,6 +10,7 @@
 #include <limits>
 
 #include "common/half.h"
+#include "spec/dtype_round.h"
 #include "runtime/kernels/kernel.h"
 #include "runtime/kernels/mixed_precision.h"
 #include "runtime/kernels/optimizer.h"
