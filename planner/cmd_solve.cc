@@ -310,7 +310,7 @@ Status ApplyModelOverrides(const SolveArgs& a, ModelSpec* model, std::vector<std
   if (g.seq == model->gpt.seq && dtype == model->dtype) return Status::OK();
   std::string what;
   if (g.seq != model->gpt.seq) what = fmt::format("--seq {} in place of the file's seq {}", g.seq, model->gpt.seq);
-  if (dtype != model->dtype) what += fmt::format("{}--precision {} in place of the file's {}", what.empty() ? "" : ", ", DTypeName(dtype), DTypeName(model->dtype));
+  if (dtype != model->dtype) what += fmt::format("{}precision {} in place of the file's {}", what.empty() ? "" : ", ", DTypeName(dtype), DTypeName(model->dtype));
   ModelSpec m = *model;
   PLANNER_RETURN_IF_ERROR(BuildGptModel(g, dtype, &m));
   *model = std::move(m);
@@ -598,14 +598,28 @@ std::string PrecisionWithPeak(const ClusterSpec& c) {
 
 // A model in a precision the cluster has no peak for would cost nothing per FLOP or be refused by
 // every candidate ("no configuration divides the problem"): said here, naming what the file has.
+// A layer profile's times need no peak (only the MFU does, and the plan says why it has none).
 Status CheckClusterPeak(const SolveArgs& a, const SolveInputs& in) {
-  if (a.model.empty() || in.cluster.PeakFlops(in.model.dtype) > 0) return Status::OK();
+  if (a.model.empty() || !in.profile_path.empty() || in.cluster.PeakFlops(in.model.dtype) > 0) return Status::OK();
   std::string have;
   for (const auto& [k, v] : in.cluster.peak_tflops) have += (have.empty() ? "" : ", ") + k;
   const char* dtype = DTypeName(in.model.dtype);
   return Status::InvalidArgument(fmt::format("{}: cluster '{}' ({}) has no {} peak (gpu.peak_tflops gives {}) for model {} in {}; add gpu.peak_tflops.{} "
                                              "to the cluster or pass --precision {}", in.cluster_path, in.cluster.name, in.cluster.gpu_name, dtype,
                                              have.empty() ? "none" : have, in.model.name, dtype, dtype, PrecisionWithPeak(in.cluster)));
+}
+
+// A layer profile measured in another precision than a gpt: template model's, without --precision:
+// the model is planned in the profile's precision (its times are that precision's), and a note says so.
+SolveArgs WithProfilePrecision(const SolveArgs& a, const SolveInputs& in) {
+  DType measured;
+  if (!a.precision.empty() || a.model.empty() || in.profile_path.empty() || !in.model.is_gpt || in.profile.layers.empty() ||
+      !ParseDType(in.profile.dtype, &measured) || measured == in.model.dtype) {
+    return a;
+  }
+  SolveArgs b = a;
+  b.precision = in.profile.dtype;
+  return b;
 }
 
 // Reads the cluster, model and profile files and checks them against each other and the flags.
@@ -630,8 +644,13 @@ Status LoadSolveInputs(const SolveArgs& a, SolveInputs* in) {
   if (!profile_path.empty() && profile.layers.empty()) {
     return Status::InvalidArgument(fmt::format("{} holds only collective curves; pass it as --comm-profile and give --model or a layer profile", profile_path));
   }
-  PLANNER_RETURN_IF_ERROR(ApplyModelOverrides(a, &in->model, &in->notes));
-  if (!a.precision.empty() && model.dtype == DType::kFp8 && cluster.peak_tflops.count("fp8") == 0) {
+  const SolveArgs eff = WithProfilePrecision(a, *in);
+  if (eff.precision != a.precision) {
+    in->notes.push_back(fmt::format("model {} planned in {}, the precision {} was measured in (the model file says {}; --precision {} plans "
+                                    "in that with these times)", model.name, eff.precision, profile_path, DTypeName(model.dtype), DTypeName(model.dtype)));
+  }
+  PLANNER_RETURN_IF_ERROR(ApplyModelOverrides(eff, &in->model, &in->notes));
+  if (!a.precision.empty() && profile_path.empty() && model.dtype == DType::kFp8 && cluster.peak_tflops.count("fp8") == 0) {
     return Status::InvalidArgument(fmt::format("--precision fp8: {}: cluster '{}' ({}) has no FP8 peak; add gpu.peak_tflops.fp8 to it or choose --precision bf16",
                                                in->cluster_path, cluster.name, cluster.gpu_name));
   }

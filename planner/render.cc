@@ -22,7 +22,9 @@ std::string RenderPlanSummary(const Plan& p) {
   const std::string rate = x.tflops_per_gpu <= 0 ? std::string("FLOP/s n/a (no model file)")
                            : x.tflops_per_gpu < 1 ? fmt::format("{:.1f} GFLOP/s per device", x.tflops_per_gpu * 1e3)
                                                   : fmt::format("{:.1f} TFLOP/s per GPU", x.tflops_per_gpu);
-  const std::string mfu = x.tflops_per_gpu <= 0 ? std::string("n/a") : fmt::format("{:.1f}%", 100 * x.mfu);
+  const std::string mfu = x.tflops_per_gpu <= 0 ? std::string("n/a")
+                          : x.mfu > 0             ? fmt::format("{:.1f}%", 100 * x.mfu)
+                                                  : std::string("n/a (no peak for this precision: see the notes)");
   o += fmt::format("predicted: iteration {} | {:.2f} samples/s | {} | MFU {} | bubble {:.1f}% | "
                    "peak memory {} of {} usable\n",
                    FormatSeconds(x.iteration_s), x.samples_per_second, rate, mfu,

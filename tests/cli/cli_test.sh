@@ -297,5 +297,19 @@ check "launch model.yaml seq 32" grep -q "seq: 32" ov/model.yaml
 check "model file unchanged" grep -q "seq: 64" $M/tiny-gpt.yaml
 check "run at the plan's seq" $PLANNER -q run ov --run-id s32
 check "run's metrics" test -s ov/runs/s32/metrics.csv
+# A measured profile is enough to solve for its own device (issue "One vocabulary", item 8): a bf16 CPU
+# profile plans tiny-gpt (an fp32 model file) in bf16 on local-cpu, which has no bf16 peak; the times are
+# the profile's, the MFU is n/a and a note says why; --precision bf16 gives the same plan; codegen's
+# model file trains bf16. Without the profile the analytic costs need the peak: still refused.
+$PLANNER -q profile $M/tiny-gpt.yaml --device cpu --threads 1 --microbatch-sizes 1,2 --precision bf16 -o bf16.profile.yaml > /dev/null 2>&1
+expect "bf16 plan from a bf16 profile" 0 "MFU n/a (no peak for this precision: see the notes)" -- $PLANNER solve --gpus 2 --model $M/tiny-gpt.yaml --profile bf16.profile.yaml --cluster $C/local-cpu.yaml -o bf16.plan.yaml
+check "bf16 profile: the note names the profile's precision" grep -qF "note: model tiny-gpt planned in bf16, the precision bf16.profile.yaml was measured in (the model file says fp32" out.txt
+check "bf16 profile: MFU note" grep -qF "note: MFU unknown: $C/local-cpu.yaml: cluster 'local-cpu' has no peak for dtype bf16" out.txt
+check "bf16 profile: plan in bf16" grep -qx '  dtype: "bf16"' bf16.plan.yaml
+check "bf16 profile: mfu 0 in the plan" grep -qx '  mfu: 0' bf16.plan.yaml
+expect "bf16 plan with --precision bf16" 0 "MFU n/a" -- $PLANNER solve --gpus 2 --model $M/tiny-gpt.yaml --precision bf16 --profile bf16.profile.yaml --cluster $C/local-cpu.yaml -o bf16b.plan.yaml
+check "bf16 profile: same layout with --precision" diff <(grep -v '^  - "' bf16.plan.yaml) <(grep -v '^  - "' bf16b.plan.yaml)
+check "bf16 profile: codegen's model trains bf16" sh -c "$PLANNER -q codegen bf16.plan.yaml -o bf16launch > /dev/null 2>&1 && grep -qx 'dtype: bf16' bf16launch/model.yaml"
+expect "bf16 without a profile needs the peak" 2 "has no bf16 peak (gpu.peak_tflops gives fp32) for model tiny-gpt in bf16" -- $PLANNER solve --gpus 2 --model $M/tiny-gpt.yaml --precision bf16 --cluster $C/local-cpu.yaml
 echo "cli: $pass passed, $fail failed"
 [ "$fail" = 0 ]

@@ -400,20 +400,22 @@ took=$(( $(date +%s) - start ))
 # other points; bf16 keeps 8 significant bits, 2^-8 = 3.9e-3 per rounding).
 case_bf16() {
   local name=$1 np=$2; shift 2
-  # local-cpu has no bf16 peak to solve with: the fp32 plan, its precision set to bf16 (codegen writes it into the model file)
-  $PLANNER -q solve --gpus $np --model $M/tiny-gpt.yaml --cluster $C/local-cpu.yaml "$@" -o $name.fp32.plan.yaml >/dev/null \
-    && sed 's/^  dtype: "fp32"/  dtype: "bf16"/' $name.fp32.plan.yaml > $name.plan.yaml \
+  # local-cpu has no bf16 peak: the plan comes from a bf16 CPU profile (its times need none), in bf16 (codegen
+  # writes it into the model file)
+  $PLANNER -q solve --gpus $np --model $M/tiny-gpt.yaml --profile bf16.profile.yaml --cluster $C/local-cpu.yaml "$@" -o $name.plan.yaml >/dev/null \
     && grep -q 'dtype: "bf16"' $name.plan.yaml && $PLANNER -q codegen $name.plan.yaml -o $name --iterations 1 \
     && grep -q '^dtype: bf16' $name/model.yaml \
     && timeout 120 mpirun --oversubscribe -np $np $PLANNER -q run $name --dump-gradients --run-id multi >/dev/null 2>$name.err \
     && $PLANNER -q run $name --reference --dump-gradients --run-id single >/dev/null 2>>$name.err \
     && compare $name/runs/single/grads $name/runs/multi/grads 2e-2 && ok || { bad "$name (bf16) gradients"; tail -3 $name.err; }
 }
+$PLANNER -q profile $M/tiny-gpt.yaml --device cpu --threads 1 --microbatch-sizes 1,2,4 --tp 1,2 --precision bf16 -o bf16.profile.yaml >/dev/null 2>&1 \
+  || bad "bf16 CPU profile"
 case_bf16 bf16-pp2 2 --pp 2 --schedule 1f1b
 case_bf16 bf16-dp2 2 --pp 1 --tp 1
 # TP: each rank holds a shard (the files differ in size): the global gradient norm and the losses instead.
-$PLANNER -q solve --gpus 2 --model $M/tiny-gpt.yaml --cluster $C/local-cpu.yaml --tp 2 --pp 1 --sp off -o btp2.fp32.plan.yaml >/dev/null \
-  && sed 's/^  dtype: "fp32"/  dtype: "bf16"/' btp2.fp32.plan.yaml > btp2.plan.yaml && $PLANNER -q codegen btp2.plan.yaml -o btp2 --iterations 3 \
+$PLANNER -q solve --gpus 2 --model $M/tiny-gpt.yaml --profile bf16.profile.yaml --cluster $C/local-cpu.yaml --tp 2 --pp 1 --sp off -o btp2.plan.yaml >/dev/null \
+  && grep -q 'dtype: "bf16"' btp2.plan.yaml && $PLANNER -q codegen btp2.plan.yaml -o btp2 --iterations 3 \
   && timeout 120 mpirun --oversubscribe -np 2 $PLANNER -q run btp2 --dump-gradients --run-id multi >/dev/null 2>btp2.err \
   && $PLANNER -q run btp2 --reference --dump-gradients --run-id single >/dev/null 2>>btp2.err && python3 - btp2 <<'PY' && ok || { bad "bf16 tp2"; tail -3 btp2.err; }
 import csv, sys
