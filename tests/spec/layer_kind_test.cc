@@ -26,8 +26,11 @@ TEST_CASE("every layer kind round-trips through its name") {
 TEST_CASE("the catalogue's types are the model file's kinds, in enum order; moe is the runtime's alone") {
   const auto& types = LayerTypes();
   REQUIRE(types.size() + 1 == std::size(kAllLayerKinds));
-  for (size_t i = 0; i < types.size(); ++i) CHECK(types[i].name == LayerKindName(kAllLayerKinds[i]));
-  CHECK(FindLayerType("moe") == nullptr);
+  for (size_t i = 0; i < types.size(); ++i) {
+    CHECK(types[i].kind == kAllLayerKinds[i]);
+    CHECK(FindLayerType(kAllLayerKinds[i]) == &types[i]);
+  }
+  CHECK(FindLayerType(LayerKind::kMoe) == nullptr);
 }
 
 TEST_CASE("a name that is no layer kind is refused with the existing messages") {
