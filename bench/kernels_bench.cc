@@ -46,7 +46,7 @@ Tensor Input(const Layer& l, int64_t b) {
   std::vector<int64_t> shape = {b};
   shape.insert(shape.end(), l.in_shape.begin(), l.in_shape.end());
   Tensor x = Tensor::Zeros(shape);
-  if (l.type == "embedding") {
+  if (l.kind == LayerKind::kEmbedding) {
     for (int64_t i = 0; i < x.numel(); ++i) x.data()[i] = static_cast<float>(i % l.attrs.Int("vocab", 1));
   } else {
     FillUniform(&x, 3, 1.0f);
@@ -85,7 +85,7 @@ int Kernels(const ModelSpec& m, int64_t b) {
       tw.push_back(t3 - t2);
     }
     KernelFlops f = k->Flops(b);
-    std::printf("%-22s %10.1f %10.1f %10.1f   %s\n", l.type.c_str(), f.forward / Median(tf) / 1e9, f.backward_input / Median(tb) / 1e9,
+    std::printf("%-22s %10.1f %10.1f %10.1f   %s\n", LayerKindName(l.kind), f.forward / Median(tf) / 1e9, f.backward_input / Median(tb) / 1e9,
                 f.backward_weight / Median(tw) / 1e9, l.signature.c_str());
   }
   return 0;

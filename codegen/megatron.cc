@@ -8,6 +8,7 @@
 #include <fmt/ranges.h>
 
 #include "dp_solver/programs.h"
+#include "spec/layer_catalog.h"
 
 namespace planner {
 namespace codegen_internal {
@@ -97,9 +98,9 @@ std::string MegatronMoeArgs(const ModelSpec& model, const Plan& plan, std::vecto
   std::vector<int> pattern;
   int64_t mtp = 0;
   for (const auto& l : model.layers) {
-    if (l.type == "transformer_block" || l.type == "moe_block") pattern.push_back(l.type == "moe_block" ? 1 : 0);
-    if (l.type == "moe_block" && moe == nullptr) moe = &l;
-    if (l.type == "mtp") ++mtp;
+    if (IsBlock(l.kind)) pattern.push_back(l.kind == LayerKind::kMoeBlock ? 1 : 0);
+    if (l.kind == LayerKind::kMoeBlock && moe == nullptr) moe = &l;
+    if (l.kind == LayerKind::kMtp) ++mtp;
   }
   if (moe != nullptr) {
     const LayerAttrs& a = moe->attrs;
@@ -125,14 +126,31 @@ std::string MegatronMoeArgs(const ModelSpec& model, const Plan& plan, std::vecto
   return mg;
 }
 
-// The Megatron-LM pipeline-layout symbol of a layer type: E the embedding, t a transformer block
+// The Megatron-LM pipeline-layout symbol of a layer kind: E the embedding, t a transformer block
 // (dense or MoE), m an MTP module, L the loss; 0 for the layers Megatron places beside them (final
-// norm, output layer).
-char LayoutSymbol(const std::string& type) {
-  if (type == "embedding") return 'E';
-  if (type == "transformer_block" || type == "moe_block") return 't';
-  if (type == "mtp") return 'm';
-  if (type == "loss") return 'L';
+// norm, output layer) and for those a GPT has none of.
+char LayoutSymbol(LayerKind kind) {
+  switch (kind) {
+    case LayerKind::kEmbedding: return 'E';
+    case LayerKind::kTransformerBlock:
+    case LayerKind::kMoeBlock: return 't';
+    case LayerKind::kMtp: return 'm';
+    case LayerKind::kLoss: return 'L';
+    case LayerKind::kLayernorm:
+    case LayerKind::kRmsnorm:
+    case LayerKind::kLmHead: return 0;
+    case LayerKind::kLinear:
+    case LayerKind::kConv2d:
+    case LayerKind::kRelu:
+    case LayerKind::kGelu:
+    case LayerKind::kMaxpool:
+    case LayerKind::kAvgpool:
+    case LayerKind::kFlatten:
+    case LayerKind::kDropout:
+    case LayerKind::kAttention:
+    case LayerKind::kMlp:
+    case LayerKind::kMoe: return 0;
+  }
   return 0;
 }
 
@@ -142,7 +160,7 @@ std::vector<std::string> LayoutChunks(const ModelSpec& model, const std::vector<
   for (const auto& s : stages) {
     std::string c;
     for (int64_t i = s.first_layer; i <= s.last_layer && i < static_cast<int64_t>(model.layers.size()); ++i) {
-      if (const char x = LayoutSymbol(model.layers[static_cast<size_t>(i)].type)) c += x;
+      if (const char x = LayoutSymbol(model.layers[static_cast<size_t>(i)].kind)) c += x;
     }
     chunks.push_back(c);
   }

@@ -375,8 +375,8 @@ std::string TorchPipeliningUnsupported(const ModelSpec& model, const LaunchPlan&
   if (L.cp > 1) return fmt::format("context parallelism (cp {}): the export builds no context-parallel attention", L.cp);
   if (!model.is_gpt) return "a layer list that is not the gpt template (the export's reference model is the planner's GPT)";
   for (const Layer& l : model.layers) {
-    if (l.type == "moe_block" || L.ep > 1) return "MoE layers / expert parallelism (the reference model builds dense blocks only)";
-    if (l.type == "mtp") return "multi-token-prediction modules (the reference model has none)";
+    if (l.kind == LayerKind::kMoeBlock || L.ep > 1) return "MoE layers / expert parallelism (the reference model builds dense blocks only)";
+    if (l.kind == LayerKind::kMtp) return "multi-token-prediction modules (the reference model has none)";
     if (l.attrs.ints.count("kv_lora_rank") != 0 && l.attrs.ints.at("kv_lora_rank") > 0) return "multi-head latent attention (the reference model has none)";
   }
   return "";

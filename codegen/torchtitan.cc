@@ -53,10 +53,10 @@ std::string TitanFlavorOf(const ModelSpec& model, std::string* flavor) {
 // torchtitan's module for a planner layer ("" for the loss, which rides with the output layer).
 std::string TitanFqn(const ModelSpec& model, size_t i, int64_t block) {
   const Layer& l = model.layers[i];
-  if (l.type == "embedding") return "tok_embeddings";
-  if (l.type == "transformer_block") return fmt::format("layers.{}", block);
-  if (l.type == "lm_head") return "output";
-  if (l.type == "loss") return "";
+  if (l.kind == LayerKind::kEmbedding) return "tok_embeddings";
+  if (l.kind == LayerKind::kTransformerBlock) return fmt::format("layers.{}", block);
+  if (l.kind == LayerKind::kLmHead) return "output";
+  if (l.kind == LayerKind::kLoss) return "";
   return "norm";  // the final norm
 }
 
@@ -182,7 +182,7 @@ void AddTorchtitan(const Plan& plan, const ModelSpec& model, const LaunchPlan& L
     std::vector<std::string> part;
     for (int64_t i = s.first_layer; i <= s.last_layer && i < static_cast<int64_t>(model.layers.size()); ++i) {
       const std::string fqn = TitanFqn(model, static_cast<size_t>(i), block);
-      if (model.layers[static_cast<size_t>(i)].type == "transformer_block") ++block;
+      if (model.layers[static_cast<size_t>(i)].kind == LayerKind::kTransformerBlock) ++block;
       if (!fqn.empty()) part.push_back(fqn);
     }
     c.parts.push_back(part);

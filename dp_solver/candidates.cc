@@ -6,6 +6,7 @@
 
 #include "dp_solver/evaluate.h"
 #include "dp_solver/search.h"
+#include "spec/layer_catalog.h"
 
 namespace planner {
 
@@ -189,7 +190,7 @@ std::string CpRejection(const SearchSpace& sp, const CostSource& src, int64_t cp
   if (sp.gpus % cp != 0) return fmt::format("cp={} does not divide the {} GPUs", cp, sp.gpus);
   if (src.model != nullptr) {
     for (const auto& l : src.model->layers) {
-      if (l.attrs.String("attention", "flash") == "unfused" && (l.type == "transformer_block" || l.type == "moe_block" || l.type == "attention")) {
+      if (l.attrs.String("attention", "flash") == "unfused" && HasAttention(l.kind)) {
         return fmt::format("cp={}: {} has unfused attention; Megatron-Core runs context parallelism only in Transformer Engine's fused "
                            "attention (its local DotProductAttention asserts context_parallel_size == 1); use attention: flash or --cp 1",
                            cp, src.model->name);

@@ -8,6 +8,7 @@
 
 #include "common/units.h"
 #include "dp_solver/moe_cost.h"
+#include "spec/layer_catalog.h"
 
 namespace planner {
 
@@ -33,7 +34,7 @@ void CostTable::BuildPrefix() {
 bool HasAttention(const ModelSpec* model) {
   if (model == nullptr) return false;
   return std::any_of(model->layers.begin(), model->layers.end(),
-                     [](const Layer& l) { return l.type == "transformer_block" || l.type == "moe_block" || l.type == "attention"; });
+                     [](const Layer& l) { return HasAttention(l.kind); });
 }
 
 uint32_t ApplicableRecomputeModules(const ModelSpec* model) {
@@ -326,7 +327,7 @@ double CpExposed(const ClusterSpec& c, const Layer& l, const RowRates& q, double
 // are the transformer's (its norms, dropouts and residuals, and the tensor-parallel layers' inputs);
 // a layer outside a transformer (a convolution, a plain linear or activation) is not split.
 bool InSequenceParallelRegion(const Layer& l) {
-  return l.tp_shardable || l.type == "layernorm" || l.type == "rmsnorm" || l.type == "dropout";
+  return l.tp_shardable || IsNorm(l.kind) || l.kind == LayerKind::kDropout;
 }
 
 // Whether selective recompute with `modules` drops module m's stash: moe's checkpoint holds
@@ -365,7 +366,7 @@ double StashBytes(const Layer& l, const RowRates& q, double tp_shard) {
   }
   // Full recompute keeps each layer's input whole on every TP rank (Korthikanti Table 2: 2sbh,
   // /t with SP); the lm_head is not recomputed and keeps its input, replicated without SP.
-  if ((rc == Recompute::kFull && l.type != "loss") || l.type == "lm_head") return q.bd * stash / seq_shard;
+  if ((rc == Recompute::kFull && l.kind != LayerKind::kLoss) || l.kind == LayerKind::kLmHead) return q.bd * stash / seq_shard;
   // The loss is not recomputed either: its fp32 logits stay split over the TP ranks as without
   // recompute (vocab-parallel cross-entropy, 4sbV/t; Korthikanti 4.3).
   const double replicated = std::min(stash, tp_replicated);
@@ -462,7 +463,7 @@ LayerCostRow AnalyticRow(const ClusterSpec& c, const Layer& l, const RowRates& q
   r.backward_input_s += n_fwd * ar + cp_bwd;
   r.tp_comm_s = 2 * n_fwd * ar;
   r.cp_comm_s = cp_fwd + cp_bwd;
-  if (q.rc == Recompute::kFull && l.type != "lm_head" && l.type != "loss") {
+  if (q.rc == Recompute::kFull && RecomputedInFull(l.kind)) {
     r.backward_input_s += PassSeconds(q, shard, l.fwd_flops - core, core, l.fwd_mem_bytes) + n_fwd * ar + cp_fwd;
     r.tp_comm_s += n_fwd * ar;
     r.cp_comm_s += cp_fwd;
@@ -501,7 +502,7 @@ void AnalyticRows(const ModelSpec& m, const ClusterSpec& c, const TableShape& sh
   int64_t embedding = -1;  // the last embedding row: the one a tied lm_head after it shares
   for (const auto& l : m.layers) {
     LayerCostRow r = AnalyticRow(c, l, q);
-    if (l.type == "embedding") embedding = static_cast<int64_t>(table->rows.size());
+    if (l.kind == LayerKind::kEmbedding) embedding = static_cast<int64_t>(table->rows.size());
     if (l.params_tied && embedding >= 0) r.tied_to = embedding;
     table->rows.push_back(r);
     table->names.push_back(l.name);

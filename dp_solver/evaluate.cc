@@ -8,6 +8,7 @@
 #include "common/units.h"
 #include "dp_solver/dp_comm_cost.h"
 #include "dp_solver/search.h"
+#include "spec/layer_catalog.h"
 
 namespace planner {
 
@@ -142,7 +143,7 @@ Evaluator::Evaluator(const CostSource& src, const SearchOptions& o, int64_t glob
   if (src.model == nullptr || !src.model->is_gpt) return;
   const auto& layers = src.model->layers;
   for (size_t i = 0; i < layers.size(); ++i) {
-    if (layers[i].type != "transformer_block" && layers[i].type != "moe_block" && layers[i].type != "mtp") continue;
+    if (!IsBlock(layers[i].kind) && layers[i].kind != LayerKind::kMtp) continue;  // blocks, then mtp modules
     if (block_end_ == 0) block_begin_ = static_cast<int64_t>(i);
     block_end_ = static_cast<int64_t>(i) + 1;
   }
@@ -746,7 +747,7 @@ void Evaluator::FillFlops(Recompute rc, Plan* pl) const {
 int64_t SequenceLength(const ModelSpec& model) {
   if (model.is_gpt) return model.gpt.seq;
   for (const auto& l : model.layers) {
-    if (l.type == "embedding" && !l.in_shape.empty()) return l.in_shape[0];
+    if (l.kind == LayerKind::kEmbedding && !l.in_shape.empty()) return l.in_shape[0];
   }
   return 0;
 }

@@ -178,7 +178,7 @@ void PrintGemmRates(const ModelSpec& model, const Profile& p, DType precision, c
     for (const auto& t : p.layers[i].timings) {
       const double tflops = t.achieved_gflops / 1e3;
       const std::string pct = peak.tflops > 0 ? fmt::format("{:.1f}", 100 * tflops / peak.tflops) : "-";
-      std::printf("%-22s %6lld %4lld %12.2f %10s\n", l.type.c_str(), static_cast<long long>(t.microbatch), static_cast<long long>(t.tp), tflops,
+      std::printf("%-22s %6lld %4lld %12.2f %10s\n", LayerKindName(l.kind), static_cast<long long>(t.microbatch), static_cast<long long>(t.tp), tflops,
                   pct.c_str());
     }
   }
@@ -286,7 +286,7 @@ Runner RegisterProfile(CLI::App& app, int argc, char** argv) {
       if (std::find(printed.begin(), printed.end(), l.signature) != printed.end()) continue;
       printed.push_back(l.signature);
       for (const auto& t : p.layers[i].timings) {
-        std::printf("%-22s %6lld %4lld %12.4f %12.4f %12.4f %10.2f %8lld\n", l.type.c_str(), static_cast<long long>(t.microbatch),
+        std::printf("%-22s %6lld %4lld %12.4f %12.4f %12.4f %10.2f %8lld\n", LayerKindName(l.kind), static_cast<long long>(t.microbatch),
                     static_cast<long long>(t.tp), t.forward_s * 1e3, t.backward_input_s * 1e3, t.backward_weight_s * 1e3,
                     t.achieved_gflops, static_cast<long long>(t.repetitions));
       }

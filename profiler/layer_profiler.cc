@@ -50,7 +50,7 @@ Tensor MakeInput(const Layer& l, int64_t b, uint64_t seed) {
   std::vector<int64_t> shape = {b};
   shape.insert(shape.end(), l.in_shape.begin(), l.in_shape.end());
   Tensor x = Tensor::Zeros(shape);
-  if (l.type == "embedding") {
+  if (l.kind == LayerKind::kEmbedding) {
     int64_t vocab = l.attrs.Int("vocab", 1);
     for (int64_t i = 0; i < x.numel(); ++i) x.data()[i] = static_cast<float>((seed * 2654435761u + static_cast<uint64_t>(i) * 40503u) % static_cast<uint64_t>(vocab));
   } else {
@@ -116,7 +116,7 @@ Status MakeKernels(const Layer& layer, int64_t tp, Device device, DType storage,
     ko.tp_rank = 0;
     ko.seed = 1234 + c;
     PLANNER_RETURN_IF_ERROR(MakeKernel(layer, ko, &(*kernels)[c]));
-    PLANNER_RETURN_IF_ERROR(WrapMixedPrecision(storage, layer.type == "loss", &(*kernels)[c]));
+    PLANNER_RETURN_IF_ERROR(WrapMixedPrecision(storage, layer.kind == LayerKind::kLoss, &(*kernels)[c]));
   }
   return Status::OK();
 }
@@ -125,10 +125,10 @@ Status MakeKernels(const Layer& layer, int64_t tp, Device device, DType storage,
 // dtype but for token ids (exact: fp32); a loss gets its targets.
 Tensor PrepareInput(const Layer& layer, int64_t b, int64_t tp, Device device, DType storage, const std::vector<std::unique_ptr<LayerKernel>>& kernels) {
   Layer in_layer = layer;
-  if (layer.type == "loss" && tp > 1) in_layer.in_shape.back() /= tp;
+  if (layer.kind == LayerKind::kLoss && tp > 1) in_layer.in_shape.back() /= tp;
   Tensor x = MakeInput(in_layer, b, 7).To(device);
-  if (storage != DType::kFp32 && layer.type != "embedding") x = x.Converted(storage);
-  if (layer.type == "loss") {
+  if (storage != DType::kFp32 && layer.kind != LayerKind::kEmbedding) x = x.Converted(storage);
+  if (layer.kind == LayerKind::kLoss) {
     int64_t rows = 1;
     for (size_t i = 0; i + 1 < layer.in_shape.size(); ++i) rows *= layer.in_shape[i];
     Tensor t = Tensor::Zeros({b * rows});
@@ -308,7 +308,7 @@ Status TimeAllPoints(const ModelSpec& m, const LayerProfileOptions& o, const Sig
       for (size_t pi = 0; pi < points.size(); ++pi) {
         const Point& pt = points[pi];
         Measured& me = (*measured)[s][pi];
-        if (o.progress) progress.Update(step, fmt::format("{} b={} tp={} (round {} of {})", l.type, pt.b, pt.tp, round + 1, rounds));
+        if (o.progress) progress.Update(step, fmt::format("{} b={} tp={} (round {} of {})", LayerKindName(l.kind), pt.b, pt.tp, round + 1, rounds));
         ++step;
         if (o.sync) PLANNER_RETURN_IF_ERROR(o.sync());  // on every rank for every point, skipped or not
         if (me.whole) continue;
@@ -319,7 +319,7 @@ Status TimeAllPoints(const ModelSpec& m, const LayerProfileOptions& o, const Sig
                               rounds > 1 && round == 0 ? &o : nullptr, &me.whole);
         if (!st.ok()) {
           if (Interrupted()) return Status::Unavailable("interrupted by Ctrl-C; no profile written");
-          return st.WithContext(fmt::format("layer '{}' ({}) at microbatch {} tp {}", l.name, l.type, pt.b, pt.tp));
+          return st.WithContext(fmt::format("layer '{}' ({}) at microbatch {} tp {}", l.name, LayerKindName(l.kind), pt.b, pt.tp));
         }
         me.peak_memory_bytes = std::max(me.peak_memory_bytes, lt.peak_memory_bytes);
         me.flops = lt.flops;
@@ -365,12 +365,12 @@ ProfileLayer ProfileLayerOf(const ModelSpec& m, size_t i, double bref, DType pre
   const Layer& l = m.layers[i];
   ProfileLayer pl;
   pl.name = l.name;
-  pl.type = l.type;
+  pl.type = LayerKindName(l.kind);
   pl.desc = l.signature;
   if (i > 0) pl.inputs = {m.layers[i - 1].name};
   pl.params_bytes = KernelElementBytes(precision) * l.params;
   const double scale = KernelElementBytes(precision) / DTypeBytes(m.dtype);
-  pl.output_bytes = bref * (l.type == "loss" ? 4.0 : l.out_bytes * scale);
+  pl.output_bytes = bref * (l.kind == LayerKind::kLoss ? 4.0 : l.out_bytes * scale);
   pl.stash_bytes = bref * l.stash_bytes * scale;
   pl.tp_allreduces = l.tp_allreduces_fwd;
   pl.tp_allreduce_bytes = bref * l.tp_allreduce_bytes * scale;

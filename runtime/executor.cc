@@ -55,7 +55,7 @@ Status CheckLaunch(const LaunchPlan& L, const ModelSpec& model, int world_size, 
     return Status::NotSupported(fmt::format("{}: schedule pipedream: --comm-only runs the synchronous schedules only (gpipe, 1f1b, interleaved, "
                                             "zb-h1, dualpipev); drop --comm-only, or solve with one of them and codegen again", L.path));
   }
-  if (model.layers.back().type != "loss") return Status::InvalidArgument("the model's last layer must be a loss to train it");
+  if (model.layers.back().kind != LayerKind::kLoss) return Status::InvalidArgument("the model's last layer must be a loss to train it");
   PLANNER_RETURN_IF_ERROR(CheckRunPrecision(L, model));
   PLANNER_RETURN_IF_ERROR(CheckSeqParallelLaunch(L.path, L.device, L.tp, L.cp, L.sequence_parallel, model.layers.front()));
   const bool etp_ok = L.etp == 1 || (L.etp == L.tp && !L.sequence_parallel);

@@ -51,10 +51,11 @@ void AddInto(const Tensor& a, Tensor* y) {
   for (int64_t i = 0; i < y->numel(); ++i) y->data()[i] += a.data()[i];
 }
 
-// `layer` with its token dimension cut to `tokens` (input and output) and another name / type.
-Layer SubLayer(const Layer& l, const std::string& type, const std::string& name, std::vector<int64_t> in, std::vector<int64_t> out) {
+// `layer` with its token dimension cut to `tokens` (input and output) and another name / kind.
+Layer SubLayer(const Layer& l, LayerKind kind, const std::string& name, std::vector<int64_t> in,
+               std::vector<int64_t> out) {
   Layer s = l;
-  s.type = type;
+  s.kind = kind;
   s.name = name;
   s.in_shape = std::move(in);
   s.out_shape = std::move(out);
@@ -166,7 +167,7 @@ class SeqEmbedding final : public SeqWrapper {
 // uses: same seed, same slice), so that the CP attention's parameters equal the block's.
 Status CutLinear(const Layer& base, const std::string& name, int64_t in, int64_t out, bool bias, uint64_t seed, const WeightSlice& slice,
                  bool sharded_bias, const KernelOptions& o, std::unique_ptr<LayerKernel>* k) {
-  Layer l = SubLayer(base, "linear", name, {1, in}, {1, out});
+  Layer l = SubLayer(base, LayerKind::kLinear, name, {1, in}, {1, out});
   l.attrs.bools["bias"] = bias;
   KernelOptions lo = o;
   lo.tp_group = nullptr;
@@ -339,7 +340,7 @@ class SeqMoe final : public LayerKernel {
     const int64_t h = l.in_shape[1], shared = l.attrs.Int("shared_ffn", 0);
     KernelOptions ko = o;  // the routed experts: whole on their EP rank, on this rank's tokens
     ko.tp_size = 1, ko.tp_rank = 0, ko.tp_group = nullptr, ko.token_group = sp.sp ? sum_.get() : nullptr, ko.token_group_size = sp.sp ? sp.tp : 1;
-    Layer routed = SubLayer(l, "moe", l.name + ".moe", {n, h}, {n, h});
+    Layer routed = SubLayer(l, LayerKind::kMoe, l.name + ".moe", {n, h}, {n, h});
     routed.attrs.ints["shared_ffn"] = 0;
     std::unique_ptr<LayerKernel> k;
     PLANNER_RETURN_IF_ERROR(MakeKernel(routed, ko, &k));
@@ -348,7 +349,7 @@ class SeqMoe final : public LayerKernel {
     KernelOptions so = o;  // the shared expert: a TP-sharded MLP (seeded as the one-process kernel's)
     if (sp.sp) so.tp_group = nullptr;
     so.seed = o.seed * 47 + 2;
-    Layer sl = SubLayer(l, "mlp", l.name + ".moe.shared", {l.in_shape[0], h}, {l.in_shape[0], h});
+    Layer sl = SubLayer(l, LayerKind::kMlp, l.name + ".moe.shared", {l.in_shape[0], h}, {l.in_shape[0], h});
     sl.attrs.ints["ffn"] = shared;
     return MakeKernel(sl, so, &shared_);
   }
@@ -400,26 +401,27 @@ class SeqBlock final : public PreNormBlockKernel {
     std::unique_ptr<LayerKernel> k;
     const std::string norm = l.attrs.String("norm", "layernorm");  // the block's pre-norms: layernorm or rmsnorm
     if (norm != "layernorm" && norm != "rmsnorm") return Status::InvalidArgument(fmt::format("layer '{}': norm '{}' is not layernorm or rmsnorm", l.name, norm));
-    PLANNER_RETURN_IF_ERROR(MakeKernel(SubLayer(l, norm, l.name + ".ln1", {n, h}, {n, h}), o, &k));
+    const LayerKind norm_kind = norm == "rmsnorm" ? LayerKind::kRmsnorm : LayerKind::kLayernorm;
+    PLANNER_RETURN_IF_ERROR(MakeKernel(SubLayer(l, norm_kind, l.name + ".ln1", {n, h}, {n, h}), o, &k));
     ln1_ = std::make_unique<SeqNorm>(std::move(k), sp);
-    PLANNER_RETURN_IF_ERROR(MakeKernel(SubLayer(l, norm, l.name + ".ln2", {n, h}, {n, h}), o, &k));
+    PLANNER_RETURN_IF_ERROR(MakeKernel(SubLayer(l, norm_kind, l.name + ".ln2", {n, h}, {n, h}), o, &k));
     ln2_ = std::make_unique<SeqNorm>(std::move(k), sp);
-    moe_ = l.type == "moe_block";
+    moe_ = l.kind == LayerKind::kMoeBlock;
     if (moe_) {
       auto moe = std::make_unique<SeqMoe>();
       PLANNER_RETURN_IF_ERROR(moe->Init(l, o, sp, n));
       mlp_ = std::move(moe);
     } else {
-      PLANNER_RETURN_IF_ERROR(MakeKernel(SubLayer(l, "mlp", l.name + ".mlp", {n_cp, h}, {n_cp, h}), ro, &mlp_));
+      PLANNER_RETURN_IF_ERROR(MakeKernel(SubLayer(l, LayerKind::kMlp, l.name + ".mlp", {n_cp, h}, {n_cp, h}), ro, &mlp_));
     }
     if (sp.cp == 1 && l.attrs.Int("kv_lora_rank", 0) > 0) {  // MLA: its replicated down projections see the rank's heads only
-      PLANNER_RETURN_IF_ERROR(MakeKernel(SubLayer(l, "attention", l.name + ".attn", {s, h}, {s, h}), ro, &k));
+      PLANNER_RETURN_IF_ERROR(MakeKernel(SubLayer(l, LayerKind::kAttention, l.name + ".attn", {s, h}, {s, h}), ro, &k));
       attn_ = std::make_unique<SeqNorm>(std::move(k), sp);
       return Status::OK();
     }
-    if (sp.cp == 1) return MakeKernel(SubLayer(l, "attention", l.name + ".attn", {s, h}, {s, h}), ro, &attn_);
+    if (sp.cp == 1) return MakeKernel(SubLayer(l, LayerKind::kAttention, l.name + ".attn", {s, h}, {s, h}), ro, &attn_);
     auto a = std::make_unique<CpAttention>();
-    PLANNER_RETURN_IF_ERROR(a->Init(SubLayer(l, "attention", l.name + ".attn", {n_cp, h}, {n_cp, h}), ro, sp, s, h));
+    PLANNER_RETURN_IF_ERROR(a->Init(SubLayer(l, LayerKind::kAttention, l.name + ".attn", {n_cp, h}, {n_cp, h}), ro, sp, s, h));
     attn_ = std::move(a);
     return Status::OK();
   }
@@ -505,9 +507,9 @@ Layer LocalLayer(const Layer& l, const SeqParallel& sp) {
 Status CheckSeqParallelLaunch(const std::string& path, const std::string& device, int64_t tp, int64_t cp, bool sp, const Layer& first) {
   if (cp <= 1 && !sp) return Status::OK();
   if (device != "cpu") return Status::NotSupported(fmt::format("{}: cp / sequence_parallel run on CPU ranks only; codegen with --device cpu", path));
-  if (first.type != "embedding" || first.in_shape.size() != 1) {
+  if (first.kind != LayerKind::kEmbedding || first.in_shape.size() != 1) {
     return Status::InvalidArgument(fmt::format("{}: cp / sequence_parallel need a GPT model (token ids into an embedding); this model starts with '{}'",
-                                               path, first.type));
+                                               path, LayerKindName(first.kind)));
   }
   const int64_t s = first.in_shape[0], split = std::max<int64_t>(2 * cp, cp * (sp ? tp : 1));
   if (cp > 1 && s % (2 * cp) != 0) {
@@ -523,9 +525,9 @@ Status CheckSeqParallelLaunch(const std::string& path, const std::string& device
 
 int64_t SeqDivisor(const Layer& l, bool input, const SeqParallel& sp) {
   const int64_t hidden = sp.cp * (sp.sp ? sp.tp : 1);
-  if (l.type == "embedding") return input ? sp.cp : hidden;
-  if (l.type == "lm_head") return input ? hidden : sp.cp;
-  if (l.type == "loss") return input ? sp.cp : 1;
+  if (l.kind == LayerKind::kEmbedding) return input ? sp.cp : hidden;
+  if (l.kind == LayerKind::kLmHead) return input ? hidden : sp.cp;
+  if (l.kind == LayerKind::kLoss) return input ? sp.cp : 1;
   return hidden;
 }
 
@@ -541,7 +543,7 @@ std::vector<float> CpSliceTokens(const std::vector<float>& rows, int64_t seq, in
 Status MakeSeqParallelKernel(const Layer& l, const KernelOptions& o, const SeqParallel& sp, std::unique_ptr<LayerKernel>* out) {
   if (o.device != Device::kCpu) return Status::NotSupported("sequence and context parallelism run on CPU ranks only (codegen --device cpu)");
   const int64_t s = l.in_shape.empty() ? 0 : l.in_shape[0];
-  if (sp.cp > 1 && l.type == "embedding" && s % (2 * sp.cp) != 0) {
+  if (sp.cp > 1 && l.kind == LayerKind::kEmbedding && s % (2 * sp.cp) != 0) {
     return Status::InvalidArgument(fmt::format("layer '{}': cp {} needs the sequence ({}) to split into 2 x cp = {} chunks; choose cp dividing {}",
                                                l.name, sp.cp, s, 2 * sp.cp, s / 2));
   }
@@ -551,37 +553,59 @@ Status MakeSeqParallelKernel(const Layer& l, const KernelOptions& o, const SeqPa
   KernelOptions ro = o;
   if (sp.sp) ro.tp_group = nullptr;
   std::unique_ptr<LayerKernel> k;
-  if (l.type == "embedding") {
-    KernelOptions eo = o;  // partial sums over the whole sequence; SeqEmbedding reduces the rank's tokens only
-    eo.tp_group = nullptr;
-    PLANNER_RETURN_IF_ERROR(MakeKernel(l, eo, &k));
-    *out = std::make_unique<SeqEmbedding>(std::move(k), sp, sp.sp ? nullptr : o.tp_group, s);
-  } else if (l.type == "transformer_block" || l.type == "moe_block") {
-    if (sp.cp > 1 && (l.type == "moe_block" || l.attrs.Int("kv_lora_rank", 0) > 0)) {
-      return Status::NotSupported(fmt::format("layer '{}': MoE and MLA blocks run without context parallelism on CPU ranks; solve with cp 1", l.name));
+  switch (l.kind) {
+    case LayerKind::kEmbedding: {
+      KernelOptions eo = o;  // partial sums over the whole sequence; SeqEmbedding reduces the rank's tokens only
+      eo.tp_group = nullptr;
+      PLANNER_RETURN_IF_ERROR(MakeKernel(l, eo, &k));
+      *out = std::make_unique<SeqEmbedding>(std::move(k), sp, sp.sp ? nullptr : o.tp_group, s);
+      return Status::OK();
     }
-    auto b = std::make_unique<SeqBlock>();
-    PLANNER_RETURN_IF_ERROR(b->Init(l, o, sp));
-    *out = std::move(b);
-  } else if (l.type == "layernorm" || l.type == "rmsnorm") {
-    PLANNER_RETURN_IF_ERROR(MakeKernel(LocalLayer(l, sp), o, &k));
-    *out = std::make_unique<SeqNorm>(std::move(k), sp);
-  } else if (l.type == "dropout") {
-    return MakeKernel(LocalLayer(l, sp), o, out);
-  } else if (l.type == "lm_head") {
-    Layer h = LocalLayer(l, sp);
-    h.in_shape[0] = h.out_shape[0];  // the projection sees the CP rank's tokens (gathered under SP)
-    PLANNER_RETURN_IF_ERROR(MakeKernel(h, ro, &k));
-    *out = std::make_unique<SeqHead>(std::move(k), sp);
-  } else if (l.type == "loss") {
-    PLANNER_RETURN_IF_ERROR(MakeKernel(LocalLayer(l, sp), o, &k));
-    if (sp.cp == 1) *out = std::move(k);
-    else *out = std::make_unique<CpLoss>(std::move(k), sp);
-  } else {
-    return Status::NotSupported(fmt::format("layer '{}': type '{}' has no sequence- or context-parallel kernel (embedding, transformer_block, moe_block, layernorm, rmsnorm, dropout, lm_head and loss have); use transformer_block layers or cp 1 and sequence_parallel false", l.name,
-                                            l.type));
+    case LayerKind::kTransformerBlock:
+    case LayerKind::kMoeBlock: {
+      if (sp.cp > 1 && (l.kind == LayerKind::kMoeBlock || l.attrs.Int("kv_lora_rank", 0) > 0)) {
+        return Status::NotSupported(fmt::format(
+            "layer '{}': MoE and MLA blocks run without context parallelism on CPU ranks; solve with cp 1", l.name));
+      }
+      auto b = std::make_unique<SeqBlock>();
+      PLANNER_RETURN_IF_ERROR(b->Init(l, o, sp));
+      *out = std::move(b);
+      return Status::OK();
+    }
+    case LayerKind::kLayernorm:
+    case LayerKind::kRmsnorm:
+      PLANNER_RETURN_IF_ERROR(MakeKernel(LocalLayer(l, sp), o, &k));
+      *out = std::make_unique<SeqNorm>(std::move(k), sp);
+      return Status::OK();
+    case LayerKind::kDropout: return MakeKernel(LocalLayer(l, sp), o, out);
+    case LayerKind::kLmHead: {
+      Layer h = LocalLayer(l, sp);
+      h.in_shape[0] = h.out_shape[0];  // the projection sees the CP rank's tokens (gathered under SP)
+      PLANNER_RETURN_IF_ERROR(MakeKernel(h, ro, &k));
+      *out = std::make_unique<SeqHead>(std::move(k), sp);
+      return Status::OK();
+    }
+    case LayerKind::kLoss:
+      PLANNER_RETURN_IF_ERROR(MakeKernel(LocalLayer(l, sp), o, &k));
+      if (sp.cp == 1) *out = std::move(k);
+      else *out = std::make_unique<CpLoss>(std::move(k), sp);
+      return Status::OK();
+    case LayerKind::kLinear:
+    case LayerKind::kConv2d:
+    case LayerKind::kRelu:
+    case LayerKind::kGelu:
+    case LayerKind::kMaxpool:
+    case LayerKind::kAvgpool:
+    case LayerKind::kFlatten:
+    case LayerKind::kAttention:
+    case LayerKind::kMlp:
+    case LayerKind::kMtp:
+    case LayerKind::kMoe: break;
   }
-  return Status::OK();
+  return Status::NotSupported(fmt::format("layer '{}': type '{}' has no sequence- or context-parallel kernel "
+                                          "(embedding, transformer_block, moe_block, layernorm, rmsnorm, dropout, "
+                                          "lm_head and loss have); use transformer_block layers or cp 1 and "
+                                          "sequence_parallel false", l.name, LayerKindName(l.kind)));
 }
 
 }  // namespace planner

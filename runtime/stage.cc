@@ -50,7 +50,7 @@ Status Stage::BuildChunk(int64_t q, const KernelOptions& base) {
     PLANNER_RETURN_IF_ERROR(seq_.active() ? MakeSeqParallelKernel(layer, ko, seq_, &k) : MakeKernel(layer, ko, &k));
     // The run's precision (docs/runtime.md, "Running in the plan's precision"): 16-bit weights with
     // fp32 masters and gradients, 16-bit activations; the loss layer's output stays fp32.
-    PLANNER_RETURN_IF_ERROR(WrapMixedPrecision(StorageDType(model_->dtype), layer.type == "loss", &k));
+    PLANNER_RETURN_IF_ERROR(WrapMixedPrecision(StorageDType(model_->dtype), layer.kind == LayerKind::kLoss, &k));
     for (Param* prm : k->Params()) params_.push_back(prm);
     c.kernels.push_back(std::move(k));
   }
@@ -101,7 +101,7 @@ std::vector<int64_t> Stage::InShape(int64_t q) const {
   const Layer& l = model_->layers[static_cast<size_t>(launch_->stages[static_cast<size_t>(q)].first_layer)];
   std::vector<int64_t> shape = {launch_->microbatch_size};
   shape.insert(shape.end(), l.in_shape.begin(), l.in_shape.end());
-  if (l.type == "loss") shape.back() /= launch_->tp;
+  if (l.kind == LayerKind::kLoss) shape.back() /= launch_->tp;
   if (seq_.active()) shape[1] /= SeqDivisor(l, true, seq_);  // the rank's share of the sequence
   return shape;
 }
@@ -110,7 +110,7 @@ std::vector<int64_t> Stage::OutShape(int64_t q) const {
   const Layer& l = model_->layers[static_cast<size_t>(launch_->stages[static_cast<size_t>(q)].last_layer)];
   std::vector<int64_t> shape = {launch_->microbatch_size};
   shape.insert(shape.end(), l.out_shape.begin(), l.out_shape.end());
-  if (l.type == "lm_head") shape.back() /= launch_->tp;
+  if (l.kind == LayerKind::kLmHead) shape.back() /= launch_->tp;
   if (seq_.active() && l.out_shape.size() > 1) shape[1] /= SeqDivisor(l, false, seq_);
   return shape;
 }

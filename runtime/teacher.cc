@@ -30,7 +30,7 @@ void TeacherSample(const ModelSpec& m, uint64_t seed, int64_t index, std::vector
   input->clear();
   targets->clear();
   const uint64_t base = Mix(seed * 0x100000001B3ull + static_cast<uint64_t>(index));
-  if (first.type == "embedding") {
+  if (first.kind == LayerKind::kEmbedding) {
     // A fixed "teacher" Markov chain: the next token is (5 t + 3) mod V with
     // probability 0.9, else uniform. Targets are the next tokens.
     const int64_t seq = first.in_shape[0], vocab = first.attrs.Int("vocab", 2);

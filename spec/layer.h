@@ -12,6 +12,7 @@
 
 #include "spec/dtype.h"
 #include "spec/kinds.h"
+#include "spec/layer_kind.h"
 
 namespace planner {
 
@@ -59,10 +60,10 @@ struct RecomputeModuleCost {
 
 struct Layer {
   std::string name;                 // unique within the model, e.g. "block7"
-  std::string type;                 // layer type, e.g. "transformer_block"
+  LayerKind kind = LayerKind::kLinear;  // e.g. kTransformerBlock; LayerKindName(kind) is its name in files and messages
   std::vector<int64_t> in_shape;    // per sample
   std::vector<int64_t> out_shape;   // per sample
-  std::string signature;            // type + shapes + attributes: equal signatures cost the same
+  std::string signature;            // kind name + shapes + attributes: equal signatures cost the same
   int source_line = 0;              // 1-based line in the model file (0: from a template)
   LayerAttrs attrs;                 // resolved attributes (the kernels are built from them)
 

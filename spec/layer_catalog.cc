@@ -33,49 +33,87 @@ const std::vector<std::string> kMoeZeroOk = {"q_lora_rank", "shared_ffn", "route
 
 const std::vector<LayerTypeInfo>& LayerTypes() {
   static const std::vector<LayerTypeInfo> types = {
-      {"linear", {"in_features", "out_features"}, {"bias"}, {"out_features"}},
-      {"conv2d", {"in_channels", "out_channels", "kernel", "stride", "padding"}, {"bias"}, {"out_channels", "kernel"}},
-      {"relu", {}, {}, {}},
-      {"gelu", {}, {}, {}},
-      {"maxpool", {"kernel", "stride", "padding"}, {}, {"kernel"}},
-      {"avgpool", {"kernel", "stride", "padding"}, {}, {"kernel"}},
-      {"flatten", {}, {}, {}},
-      {"dropout", {}, {}, {}, /*has_probability=*/true},
-      {"layernorm", {}, {}, {}},
-      {"rmsnorm", {}, {}, {}},
-      {"embedding", {"vocab", "hidden", "positions"}, {"dropout"}, {"vocab", "hidden"}},
-      {"attention", Join({{"heads", "kv_heads", "rope_theta", "head_dim"}, kMlaKeys}), {"bias", "dropout"}, {"heads"}, false,
-       {kPositionKey, kAttentionKey}, {}, {"q_lora_rank"}},
-      {"mlp", {"ffn"}, {"bias", "dropout"}, {}, false, {kActKey}},
-      {"transformer_block", Join({{"heads", "kv_heads", "ffn", "rope_theta", "head_dim"}, kMlaKeys}), {"bias", "dropout"},
-       {"heads"}, false, {kActKey, kNormKey, kPositionKey, kAttentionKey}, {}, {"q_lora_rank"}},
-      {"moe_block", Join({kMoeKeys, kMlaKeys}), {"bias", "dropout"}, {"heads", "experts", "top_k", "expert_ffn"}, false,
-       {kActKey, kNormKey, kPositionKey, kAttentionKey, kRouterKey}, {"capacity_factor", "aux_loss"}, kMoeZeroOk},
+      {LayerKind::kLinear, {"in_features", "out_features"}, {"bias"}, {"out_features"}},
+      {LayerKind::kConv2d, {"in_channels", "out_channels", "kernel", "stride", "padding"}, {"bias"},
+       {"out_channels", "kernel"}},
+      {LayerKind::kRelu, {}, {}, {}},
+      {LayerKind::kGelu, {}, {}, {}},
+      {LayerKind::kMaxpool, {"kernel", "stride", "padding"}, {}, {"kernel"}},
+      {LayerKind::kAvgpool, {"kernel", "stride", "padding"}, {}, {"kernel"}},
+      {LayerKind::kFlatten, {}, {}, {}},
+      {LayerKind::kDropout, {}, {}, {}, /*has_probability=*/true},
+      {LayerKind::kLayernorm, {}, {}, {}},
+      {LayerKind::kRmsnorm, {}, {}, {}},
+      {LayerKind::kEmbedding, {"vocab", "hidden", "positions"}, {"dropout"}, {"vocab", "hidden"}},
+      {LayerKind::kAttention, Join({{"heads", "kv_heads", "rope_theta", "head_dim"}, kMlaKeys}), {"bias", "dropout"},
+       {"heads"}, false, {kPositionKey, kAttentionKey}, {}, {"q_lora_rank"}},
+      {LayerKind::kMlp, {"ffn"}, {"bias", "dropout"}, {}, false, {kActKey}},
+      {LayerKind::kTransformerBlock, Join({{"heads", "kv_heads", "ffn", "rope_theta", "head_dim"}, kMlaKeys}),
+       {"bias", "dropout"}, {"heads"}, false, {kActKey, kNormKey, kPositionKey, kAttentionKey}, {}, {"q_lora_rank"}},
+      {LayerKind::kMoeBlock, Join({kMoeKeys, kMlaKeys}), {"bias", "dropout"},
+       {"heads", "experts", "top_k", "expert_ffn"}, false, {kActKey, kNormKey, kPositionKey, kAttentionKey, kRouterKey},
+       {"capacity_factor", "aux_loss"}, kMoeZeroOk},
       // One multi-token-prediction module (DeepSeek-V3): a moe_block's keys when experts is set, else a
       // transformer_block's (ffn), and the vocab of the shared output head.
-      {"mtp", Join({kMoeKeys, kMlaKeys, {"ffn", "vocab"}}), {"bias", "dropout"}, {"heads", "vocab"}, false,
+      {LayerKind::kMtp, Join({kMoeKeys, kMlaKeys, {"ffn", "vocab"}}), {"bias", "dropout"}, {"heads", "vocab"}, false,
        {kActKey, kNormKey, kPositionKey, kAttentionKey, kRouterKey}, {"capacity_factor", "aux_loss"}, kMoeZeroOk},
-      {"lm_head", {"vocab"}, {"tied"}, {"vocab"}},
-      {"loss", {}, {}, {}},
+      {LayerKind::kLmHead, {"vocab"}, {"tied"}, {"vocab"}},
+      {LayerKind::kLoss, {}, {}, {}},
   };
   return types;
 }
 
-const LayerTypeInfo* FindLayerType(const std::string& type) {
+const LayerTypeInfo* FindLayerType(LayerKind kind) {
   for (const auto& t : LayerTypes()) {
-    if (t.name == type) return &t;
+    if (t.kind == kind) return &t;
   }
   return nullptr;
 }
 
-const StringKey* FindStringKey(const std::string& type, const std::string& key) {
-  const LayerTypeInfo* info = FindLayerType(type);
+const StringKey* FindStringKey(LayerKind kind, const std::string& key) {
+  const LayerTypeInfo* info = FindLayerType(kind);
   if (info == nullptr) return nullptr;
   for (const auto& k : info->string_keys) {
     if (k.key == key) return &k;
   }
   return nullptr;
 }
+
+namespace {
+enum Trait : unsigned { kBlockTrait = 1, kAttentionTrait = 2, kDenseMlpTrait = 4, kNormTrait = 8, kOutputTrait = 16 };
+
+// Every kind's traits (spec/layer_catalog.h), one case each: a new kind must state its own.
+unsigned Traits(LayerKind kind) {
+  switch (kind) {
+    case LayerKind::kLinear:
+    case LayerKind::kConv2d:
+    case LayerKind::kRelu:
+    case LayerKind::kGelu:
+    case LayerKind::kMaxpool:
+    case LayerKind::kAvgpool:
+    case LayerKind::kFlatten:
+    case LayerKind::kDropout:
+    case LayerKind::kEmbedding: return 0;
+    case LayerKind::kLayernorm:
+    case LayerKind::kRmsnorm: return kNormTrait;
+    case LayerKind::kAttention: return kAttentionTrait;
+    case LayerKind::kMlp: return kDenseMlpTrait;
+    case LayerKind::kTransformerBlock: return kBlockTrait | kAttentionTrait | kDenseMlpTrait;
+    case LayerKind::kMoeBlock: return kBlockTrait | kAttentionTrait;
+    case LayerKind::kMtp: return 0;  // a block inside, costed whole: counted by none of the block traits
+    case LayerKind::kLmHead:
+    case LayerKind::kLoss: return kOutputTrait;
+    case LayerKind::kMoe: return 0;  // the runtime's MoE feed-forward alone
+  }
+  return 0;
+}
+}  // namespace
+
+bool IsBlock(LayerKind kind) { return (Traits(kind) & kBlockTrait) != 0; }
+bool HasAttention(LayerKind kind) { return (Traits(kind) & kAttentionTrait) != 0; }
+bool HasDenseMlp(LayerKind kind) { return (Traits(kind) & kDenseMlpTrait) != 0; }
+bool IsNorm(LayerKind kind) { return (Traits(kind) & kNormTrait) != 0; }
+bool RecomputedInFull(LayerKind kind) { return (Traits(kind) & kOutputTrait) == 0; }
 
 std::string ChoiceList(const std::vector<std::string>& choices) {
   std::string list;
@@ -395,8 +433,8 @@ void NormCosts(double n, double last_dim, bool rms, double dt, Layer* l) {
 }
 
 // The string attribute `key` of a transformer layer: its value or the default, checked.
-Status ChoiceAttr(const std::string& type, const LayerAttrs& attrs, const std::string& key, std::string* out) {
-  const StringKey* k = FindStringKey(type, key);
+Status ChoiceAttr(LayerKind kind, const LayerAttrs& attrs, const std::string& key, std::string* out) {
+  const StringKey* k = FindStringKey(kind, key);
   if (k == nullptr) return Status::OK();
   *out = attrs.String(key, k->choices.front());
   if (std::find(k->choices.begin(), k->choices.end(), *out) == k->choices.end()) {
@@ -488,17 +526,17 @@ Status ResolveMoe(const LayerAttrs& attrs, Moe* m, Layer* l) {
 
 // Resolves and checks a transformer layer's attributes on a [s, h] input,
 // writing the resolved values into l->attrs.
-Status ResolveTransformer(const std::string& type, const LayerAttrs& attrs, const std::vector<int64_t>& in,
-                          Transformer* t, Layer* l) {
+Status ResolveTransformer(LayerKind kind, const LayerAttrs& attrs, const std::vector<int64_t>& in, Transformer* t,
+                          Layer* l) {
   const int64_t hidden = in[1];
-  const bool moe = type == "moe_block";
+  const bool moe = kind == LayerKind::kMoeBlock;
   const int64_t heads = attrs.Int("heads", 1), kv = attrs.Int("kv_heads", heads);
   // moe_block: the MLP that TP splits whole is the shared experts' (0: none); f is one routed expert's.
   const int64_t ffn = moe ? attrs.Int("shared_ffn", 0) : attrs.Int("ffn", 4 * hidden);
   const int64_t theta = attrs.Int("rope_theta", 10000);
   for (const char* key : {"act", "norm", "position", "attention", "router"}) {
     std::string value;
-    PLANNER_RETURN_IF_ERROR(ChoiceAttr(type, attrs, key, &value));
+    PLANNER_RETURN_IF_ERROR(ChoiceAttr(kind, attrs, key, &value));
     if (!value.empty()) l->attrs.strings[key] = value;
   }
   t->act = l->attrs.String("act", "gelu");
@@ -510,7 +548,7 @@ Status ResolveTransformer(const std::string& type, const LayerAttrs& attrs, cons
   if (heads < 1 || kv < 1 || ffn < (moe ? 0 : 1)) return ShapeError("heads, kv_heads and ffn must be at least 1");
   const bool has_head_dim = attrs.ints.count("head_dim") > 0;
   const int64_t head_dim = has_head_dim ? attrs.Int("head_dim", 0) : hidden / heads;
-  if (type != "mlp") {
+  if (HasAttention(kind)) {
     PLANNER_RETURN_IF_ERROR(ResolveMla(attrs, t, l));
     if (head_dim < 1) return ShapeError(fmt::format("head_dim ({}) must be at least 1", head_dim));
     if (!t->mla && !has_head_dim && hidden % heads != 0) {
@@ -542,8 +580,8 @@ Status ResolveTransformer(const std::string& type, const LayerAttrs& attrs, cons
   // t divides heads and kv_heads (Megatron-Core splits the query groups; MLA: the heads), and the
   // ffn of the MLP TP splits (moe_block: the shared experts'; the routed experts are EP x ETP's).
   const int64_t attn_div = t->mla ? heads : std::gcd(heads, kv);
-  if (type == "mlp") l->tp_divisor = ffn;
-  else if (type == "attention" || ffn == 0) l->tp_divisor = attn_div;
+  if (kind == LayerKind::kMlp) l->tp_divisor = ffn;
+  else if (kind == LayerKind::kAttention || ffn == 0) l->tp_divisor = attn_div;
   else l->tp_divisor = std::gcd(attn_div, ffn);
   return Status::OK();
 }
@@ -553,26 +591,26 @@ Status ResolveTransformer(const std::string& type, const LayerAttrs& attrs, cons
 // next tokens' embedding (the shared table), the [2h, h] projection, one block (a moe_block when experts
 // is set), the output head's norm, the shared output head (V h FLOPs, no parameters) and its loss.
 Status MtpCosts(const LayerAttrs& attrs, const std::vector<int64_t>& in, DType dtype, Layer* l) {
-  const std::string inner_type = attrs.Int("experts", 0) > 0 ? "moe_block" : "transformer_block";
-  const LayerTypeInfo* info = FindLayerType(inner_type);
+  const LayerKind inner = attrs.Int("experts", 0) > 0 ? LayerKind::kMoeBlock : LayerKind::kTransformerBlock;
+  const LayerTypeInfo* info = FindLayerType(inner);
   LayerAttrs inner_attrs;
   for (const auto& [k, v] : attrs.ints) {
     if (std::find(info->int_keys.begin(), info->int_keys.end(), k) != info->int_keys.end()) inner_attrs.ints[k] = v;
   }
   inner_attrs.bools = attrs.bools;
   for (const auto& [k, v] : attrs.strings) {
-    if (FindStringKey(inner_type, k) != nullptr) inner_attrs.strings[k] = v;
+    if (FindStringKey(inner, k) != nullptr) inner_attrs.strings[k] = v;
   }
-  if (inner_type == "moe_block") inner_attrs.reals = attrs.reals;
+  if (inner == LayerKind::kMoeBlock) inner_attrs.reals = attrs.reals;
   Layer b;
-  PLANNER_RETURN_IF_ERROR(InferLayer(inner_type, inner_attrs, in, dtype, &b));
+  PLANNER_RETURN_IF_ERROR(InferLayer(inner, inner_attrs, in, dtype, &b));
   const int64_t vocab = attrs.Int("vocab", 0);
   if (vocab < 1) return ShapeError("mtp needs the vocab of the shared output head; set vocab: <vocab size>");
   const double dt = DTypeBytes(dtype), s = static_cast<double>(in[0]), h = static_cast<double>(in[1]);
   const double v = static_cast<double>(vocab);
   const bool rms = b.attrs.String("norm", "layernorm") == "rmsnorm", bias = b.attrs.Bool("bias", true);
   *l = b;
-  l->type = "mtp";
+  l->kind = LayerKind::kMtp;
   l->in_shape = in;
   l->attrs.ints["vocab"] = vocab;
   for (int i = 0; i < 3; ++i) NormCosts(s * h, h, rms, dt, l);  // hnorm, enorm, the output head's norm
@@ -592,11 +630,10 @@ Status MtpCosts(const LayerAttrs& attrs, const std::vector<int64_t>& in, DType d
   return Status::OK();
 }
 
-Status PoolShape(const std::string& type, const LayerAttrs& attrs, const std::vector<int64_t>& in,
-                 std::vector<int64_t>* out) {
+Status PoolShape(LayerKind kind, const LayerAttrs& attrs, const std::vector<int64_t>& in, std::vector<int64_t>* out) {
   if (in.size() != 3) {
-    return ShapeError(fmt::format("{} needs a [channels, height, width] input, got {}; put it after a conv2d", type,
-                                  ShapeString(in)));
+    return ShapeError(fmt::format("{} needs a [channels, height, width] input, got {}; put it after a conv2d",
+                                  LayerKindName(kind), ShapeString(in)));
   }
   int64_t k = attrs.Int("kernel", 2), st = attrs.Int("stride", k), p = attrs.Int("padding", 0);
   if (k < 1 || st < 1 || p < 0) return ShapeError("kernel and stride must be at least 1, padding at least 0");
@@ -612,10 +649,9 @@ Status PoolShape(const std::string& type, const LayerAttrs& attrs, const std::ve
 
 }  // namespace
 
-Status InferLayer(const std::string& type, const LayerAttrs& attrs, const std::vector<int64_t>& in, DType dtype,
-                  Layer* out) {
+Status InferLayer(LayerKind kind, const LayerAttrs& attrs, const std::vector<int64_t>& in, DType dtype, Layer* out) {
   Layer l;
-  l.type = type;
+  l.kind = kind;
   l.in_shape = in;
   l.attrs = attrs;
   const double dt = DTypeBytes(dtype);
@@ -626,157 +662,194 @@ Status InferLayer(const std::string& type, const LayerAttrs& attrs, const std::v
   for (const auto& [k, v] : attrs.strings) attr_sig += fmt::format(",{}={}", k, v);
   for (const auto& [k, v] : attrs.reals) attr_sig += fmt::format(",{}={}", k, v);
 
-  if (type == "linear") {
-    if (in.empty()) return ShapeError("linear needs an input with at least one dimension");
-    int64_t fin = in.back();
-    int64_t want = attrs.Int("in_features", fin);
-    if (want != fin) {
-      return ShapeError(fmt::format("in_features is {} but the input is {} (last dimension {}); set in_features: {} "
-                                    "or fix the previous layer",
-                                    want, ShapeString(in), fin, fin));
+  switch (kind) {
+    case LayerKind::kLinear: {
+      if (in.empty()) return ShapeError("linear needs an input with at least one dimension");
+      int64_t fin = in.back();
+      int64_t want = attrs.Int("in_features", fin);
+      if (want != fin) {
+        return ShapeError(fmt::format("in_features is {} but the input is {} (last dimension {}); set in_features: {} "
+                                      "or fix the previous layer",
+                                      want, ShapeString(in), fin, fin));
+      }
+      int64_t fout = attrs.Int("out_features", 0);
+      l.attrs.ints["in_features"] = fin;
+      l.attrs.bools["bias"] = attrs.Bool("bias", true);
+      double tokens = n_in / static_cast<double>(fin);
+      l.out_shape = in;
+      l.out_shape.back() = fout;
+      l.params = static_cast<double>(fin) * fout + (attrs.Bool("bias", true) ? fout : 0);
+      l.fwd_flops = 2 * tokens * fin * fout;
+      l.bwd_input_flops = l.fwd_flops;
+      l.bwd_weight_flops = l.fwd_flops;
+      l.stash_bytes = l.stash_bytes_selective = dt * n_in;
+      l.fwd_mem_bytes = dt * tokens * fout;  // bias add
+      l.bwd_mem_bytes = dt * tokens * fout;
+      break;
     }
-    int64_t fout = attrs.Int("out_features", 0);
-    l.attrs.ints["in_features"] = fin;
-    l.attrs.bools["bias"] = attrs.Bool("bias", true);
-    double tokens = n_in / static_cast<double>(fin);
-    l.out_shape = in;
-    l.out_shape.back() = fout;
-    l.params = static_cast<double>(fin) * fout + (attrs.Bool("bias", true) ? fout : 0);
-    l.fwd_flops = 2 * tokens * fin * fout;
-    l.bwd_input_flops = l.fwd_flops;
-    l.bwd_weight_flops = l.fwd_flops;
-    l.stash_bytes = l.stash_bytes_selective = dt * n_in;
-    l.fwd_mem_bytes = dt * tokens * fout;  // bias add
-    l.bwd_mem_bytes = dt * tokens * fout;
-  } else if (type == "conv2d") {
-    if (in.size() != 3) {
-      return ShapeError(fmt::format("conv2d needs a [channels, height, width] input, got {}", ShapeString(in)));
+    case LayerKind::kConv2d: {
+      if (in.size() != 3) {
+        return ShapeError(fmt::format("conv2d needs a [channels, height, width] input, got {}", ShapeString(in)));
+      }
+      int64_t cin = attrs.Int("in_channels", in[0]);
+      if (cin != in[0]) {
+        return ShapeError(fmt::format("in_channels is {} but the input has {} channels ({}); set in_channels: {}", cin,
+                                      in[0], ShapeString(in), in[0]));
+      }
+      int64_t cout = attrs.Int("out_channels", 0), k = attrs.Int("kernel", 3), st = attrs.Int("stride", 1),
+              p = attrs.Int("padding", 0);
+      if (st < 1 || k < 1 || p < 0) return ShapeError("kernel and stride must be at least 1, padding at least 0");
+      if (in[1] + 2 * p < k || in[2] + 2 * p < k) {
+        return ShapeError(fmt::format("kernel {} does not fit the {}x{} input; add padding or use a smaller kernel", k,
+                                      in[1], in[2]));
+      }
+      int64_t ho = (in[1] + 2 * p - k) / st + 1, wo = (in[2] + 2 * p - k) / st + 1;
+      l.out_shape = {cout, ho, wo};
+      l.attrs.ints["in_channels"] = cin;
+      l.attrs.ints["kernel"] = k;
+      l.attrs.ints["stride"] = st;
+      l.attrs.ints["padding"] = p;
+      double macs = static_cast<double>(cin) * k * k * cout * ho * wo;
+      l.params = static_cast<double>(cin) * k * k * cout + (attrs.Bool("bias", true) ? cout : 0);
+      l.attrs.bools["bias"] = attrs.Bool("bias", true);
+      l.fwd_flops = 2 * macs;
+      l.bwd_input_flops = 2 * macs;
+      l.bwd_weight_flops = 2 * macs;
+      l.stash_bytes = l.stash_bytes_selective = dt * n_in;
+      l.fwd_mem_bytes = dt * Elements(l.out_shape);
+      l.bwd_mem_bytes = dt * Elements(l.out_shape);
+      break;
     }
-    int64_t cin = attrs.Int("in_channels", in[0]);
-    if (cin != in[0]) {
-      return ShapeError(fmt::format("in_channels is {} but the input has {} channels ({}); set in_channels: {}", cin,
-                                    in[0], ShapeString(in), in[0]));
+    case LayerKind::kRelu:
+    case LayerKind::kGelu:
+    case LayerKind::kDropout: {
+      l.out_shape = in;
+      l.fwd_mem_bytes = dt * 2 * n_in;
+      l.bwd_mem_bytes = dt * 3 * n_in;
+      // ReLU keeps its output, GeLU its input, dropout a 1-byte mask.
+      l.stash_bytes = l.stash_bytes_selective = kind == LayerKind::kDropout ? n_in : dt * n_in;
+      break;
     }
-    int64_t cout = attrs.Int("out_channels", 0), k = attrs.Int("kernel", 3), st = attrs.Int("stride", 1),
-            p = attrs.Int("padding", 0);
-    if (st < 1 || k < 1 || p < 0) return ShapeError("kernel and stride must be at least 1, padding at least 0");
-    if (in[1] + 2 * p < k || in[2] + 2 * p < k) {
-      return ShapeError(fmt::format("kernel {} does not fit the {}x{} input; add padding or use a smaller kernel", k,
-                                    in[1], in[2]));
+    case LayerKind::kMaxpool:
+    case LayerKind::kAvgpool: {
+      PLANNER_RETURN_IF_ERROR(PoolShape(kind, attrs, in, &l.out_shape));
+      l.attrs.ints["kernel"] = attrs.Int("kernel", 2);
+      l.attrs.ints["stride"] = attrs.Int("stride", attrs.Int("kernel", 2));
+      l.attrs.ints["padding"] = attrs.Int("padding", 0);
+      double n_out = Elements(l.out_shape);
+      l.fwd_mem_bytes = dt * (n_in + n_out);
+      l.bwd_mem_bytes = dt * (n_in + n_out);
+      l.stash_bytes = l.stash_bytes_selective = kind == LayerKind::kMaxpool ? dt * n_in : 0;
+      break;
     }
-    int64_t ho = (in[1] + 2 * p - k) / st + 1, wo = (in[2] + 2 * p - k) / st + 1;
-    l.out_shape = {cout, ho, wo};
-    l.attrs.ints["in_channels"] = cin;
-    l.attrs.ints["kernel"] = k;
-    l.attrs.ints["stride"] = st;
-    l.attrs.ints["padding"] = p;
-    double macs = static_cast<double>(cin) * k * k * cout * ho * wo;
-    l.params = static_cast<double>(cin) * k * k * cout + (attrs.Bool("bias", true) ? cout : 0);
-    l.attrs.bools["bias"] = attrs.Bool("bias", true);
-    l.fwd_flops = 2 * macs;
-    l.bwd_input_flops = 2 * macs;
-    l.bwd_weight_flops = 2 * macs;
-    l.stash_bytes = l.stash_bytes_selective = dt * n_in;
-    l.fwd_mem_bytes = dt * Elements(l.out_shape);
-    l.bwd_mem_bytes = dt * Elements(l.out_shape);
-  } else if (type == "relu" || type == "gelu" || type == "dropout") {
-    l.out_shape = in;
-    l.fwd_mem_bytes = dt * 2 * n_in;
-    l.bwd_mem_bytes = dt * 3 * n_in;
-    // ReLU keeps its output, GeLU its input, dropout a 1-byte mask.
-    l.stash_bytes = l.stash_bytes_selective = type == "dropout" ? n_in : dt * n_in;
-  } else if (type == "maxpool" || type == "avgpool") {
-    PLANNER_RETURN_IF_ERROR(PoolShape(type, attrs, in, &l.out_shape));
-    l.attrs.ints["kernel"] = attrs.Int("kernel", 2);
-    l.attrs.ints["stride"] = attrs.Int("stride", attrs.Int("kernel", 2));
-    l.attrs.ints["padding"] = attrs.Int("padding", 0);
-    double n_out = Elements(l.out_shape);
-    l.fwd_mem_bytes = dt * (n_in + n_out);
-    l.bwd_mem_bytes = dt * (n_in + n_out);
-    l.stash_bytes = l.stash_bytes_selective = type == "maxpool" ? dt * n_in : 0;
-  } else if (type == "flatten") {
-    l.out_shape = {static_cast<int64_t>(n_in)};
-  } else if (type == "layernorm" || type == "rmsnorm") {
-    if (in.empty()) return ShapeError(type + " needs an input with at least one dimension");
-    l.out_shape = in;
-    NormCosts(n_in, static_cast<double>(in.back()), type == "rmsnorm", dt, &l);
-  } else if (type == "embedding") {
-    if (in.size() != 1) {
-      return ShapeError(fmt::format("embedding needs a [sequence] input of token ids, got {}; set input: [<seq>]",
-                                    ShapeString(in)));
+    case LayerKind::kFlatten: {
+      l.out_shape = {static_cast<int64_t>(n_in)};
+      break;
     }
-    int64_t v = attrs.Int("vocab", 0), h = attrs.Int("hidden", 0), pos = attrs.Int("positions", 0);
-    if (pos != 0 && pos < in[0]) {
-      return ShapeError(fmt::format("positions is {} but the sequence is {} long; set positions: {}", pos, in[0], in[0]));
+    case LayerKind::kLayernorm:
+    case LayerKind::kRmsnorm: {
+      if (in.empty()) {
+        return ShapeError(std::string(LayerKindName(kind)) + " needs an input with at least one dimension");
+      }
+      l.out_shape = in;
+      NormCosts(n_in, static_cast<double>(in.back()), kind == LayerKind::kRmsnorm, dt, &l);
+      break;
     }
-    double s = static_cast<double>(in[0]);
-    l.out_shape = {in[0], h};
-    l.params = static_cast<double>(v) * h + static_cast<double>(pos) * h;
-    l.stash_bytes = l.stash_bytes_selective = 4 * s + (attrs.Bool("dropout", true) ? s * h : 0);  // token ids and the dropout mask
-    l.stash_bytes_tp_replicated = l.stash_bytes;
-    const double passes = pos > 0 ? 3 : 2;  // gather, position add (none without a table), dropout
-    l.fwd_mem_bytes = dt * passes * s * h;
-    l.bwd_mem_bytes = dt * passes * s * h;
-    l.tp_shardable = true;  // vocab-parallel
-    l.tp_divisor = v;
-    l.tp_allreduces_fwd = 1;
-  } else if (type == "attention" || type == "mlp" || type == "transformer_block" || type == "moe_block") {
-    if (in.size() != 2) {
-      return ShapeError(fmt::format("{} needs a [sequence, hidden] input, got {}; put it after an embedding", type,
-                                    ShapeString(in)));
+    case LayerKind::kEmbedding: {
+      if (in.size() != 1) {
+        return ShapeError(fmt::format("embedding needs a [sequence] input of token ids, got {}; set input: [<seq>]",
+                                      ShapeString(in)));
+      }
+      int64_t v = attrs.Int("vocab", 0), h = attrs.Int("hidden", 0), pos = attrs.Int("positions", 0);
+      if (pos != 0 && pos < in[0]) {
+        return ShapeError(
+            fmt::format("positions is {} but the sequence is {} long; set positions: {}", pos, in[0], in[0]));
+      }
+      double s = static_cast<double>(in[0]);
+      l.out_shape = {in[0], h};
+      l.params = static_cast<double>(v) * h + static_cast<double>(pos) * h;
+      // token ids and the dropout mask
+      l.stash_bytes = l.stash_bytes_selective = 4 * s + (attrs.Bool("dropout", true) ? s * h : 0);
+      l.stash_bytes_tp_replicated = l.stash_bytes;
+      const double passes = pos > 0 ? 3 : 2;  // gather, position add (none without a table), dropout
+      l.fwd_mem_bytes = dt * passes * s * h;
+      l.bwd_mem_bytes = dt * passes * s * h;
+      l.tp_shardable = true;  // vocab-parallel
+      l.tp_divisor = v;
+      l.tp_allreduces_fwd = 1;
+      break;
     }
-    Transformer t;
-    PLANNER_RETURN_IF_ERROR(ResolveTransformer(type, attrs, in, &t, &l));
-    l.out_shape = in;
-    Moe moe;
-    if (type == "moe_block") PLANNER_RETURN_IF_ERROR(ResolveMoe(attrs, &moe, &l));
-    const double gi = GemmInputBytes(dtype);
-    if (type != "mlp") AttentionCosts(t, dt, gi, &l);
-    if (type == "moe_block") MoeCosts(t, moe, dt, gi, &l);
-    else if (type != "attention") MlpCosts(t, dt, gi, &l);
-    if (type == "transformer_block" || type == "moe_block") {  // pre-norm: before attention and before the MLP
-      NormCosts(t.s * t.h, t.h, t.norm == "rmsnorm", dt, &l);
-      NormCosts(t.s * t.h, t.h, t.norm == "rmsnorm", dt, &l);
-      // layernorm: both norms' outputs (the attention's and the MLP's inputs) dropped and re-made
-      // in backward from their inputs, which the residual path keeps; each at the bytes it was kept
-      // (fp8: the QKV and fc1 inputs 1 byte, the MoE input, the router's too, dt).
-      RecomputeModuleCost& norms = Module(&l, RecomputeModule::kLayernorm);
-      const double mlp_in = type == "moe_block" ? dt : gi;
-      norms.stash_bytes = norms.stash_tp_replicated = gi == dt ? dt * 2 * t.s * t.h : (gi + mlp_in) * t.s * t.h;
-      norms.mem_bytes = dt * 2 * 2 * t.s * t.h;
+    case LayerKind::kAttention:
+    case LayerKind::kMlp:
+    case LayerKind::kTransformerBlock:
+    case LayerKind::kMoeBlock: {
+      if (in.size() != 2) {
+        return ShapeError(fmt::format("{} needs a [sequence, hidden] input, got {}; put it after an embedding",
+                                      LayerKindName(kind), ShapeString(in)));
+      }
+      Transformer t;
+      PLANNER_RETURN_IF_ERROR(ResolveTransformer(kind, attrs, in, &t, &l));
+      l.out_shape = in;
+      Moe moe;
+      if (kind == LayerKind::kMoeBlock) PLANNER_RETURN_IF_ERROR(ResolveMoe(attrs, &moe, &l));
+      const double gi = GemmInputBytes(dtype);
+      if (HasAttention(kind)) AttentionCosts(t, dt, gi, &l);
+      if (kind == LayerKind::kMoeBlock) MoeCosts(t, moe, dt, gi, &l);
+      else if (HasDenseMlp(kind)) MlpCosts(t, dt, gi, &l);
+      if (IsBlock(kind)) {  // pre-norm: before attention and before the MLP
+        NormCosts(t.s * t.h, t.h, t.norm == "rmsnorm", dt, &l);
+        NormCosts(t.s * t.h, t.h, t.norm == "rmsnorm", dt, &l);
+        // layernorm: both norms' outputs (the attention's and the MLP's inputs) dropped and re-made
+        // in backward from their inputs, which the residual path keeps; each at the bytes it was kept
+        // (fp8: the QKV and fc1 inputs 1 byte, the MoE input, the router's too, dt).
+        RecomputeModuleCost& norms = Module(&l, RecomputeModule::kLayernorm);
+        const double mlp_in = kind == LayerKind::kMoeBlock ? dt : gi;
+        norms.stash_bytes = norms.stash_tp_replicated = gi == dt ? dt * 2 * t.s * t.h : (gi + mlp_in) * t.s * t.h;
+        norms.mem_bytes = dt * 2 * 2 * t.s * t.h;
+      }
+      l.tp_shardable = true;
+      l.stash_bytes_full = dt * t.s * t.h;
+      break;
     }
-    l.tp_shardable = true;
-    l.stash_bytes_full = dt * t.s * t.h;
-  } else if (type == "mtp") {
-    if (in.size() != 2) {
-      return ShapeError(fmt::format("mtp needs a [sequence, hidden] input, got {}; put it after the last block", ShapeString(in)));
+    case LayerKind::kMtp: {
+      if (in.size() != 2) {
+        return ShapeError(
+            fmt::format("mtp needs a [sequence, hidden] input, got {}; put it after the last block", ShapeString(in)));
+      }
+      PLANNER_RETURN_IF_ERROR(MtpCosts(attrs, in, dtype, &l));
+      l.out_shape = in;
+      break;
     }
-    PLANNER_RETURN_IF_ERROR(MtpCosts(attrs, in, dtype, &l));
-    l.out_shape = in;
-  } else if (type == "lm_head") {
-    if (in.size() != 2) return ShapeError(fmt::format("lm_head needs a [sequence, hidden] input, got {}", ShapeString(in)));
-    double s = static_cast<double>(in[0]), h = static_cast<double>(in[1]);
-    int64_t v = attrs.Int("vocab", 0);
-    l.out_shape = {in[0], v};
-    l.params = static_cast<double>(v) * h;
-    l.params_tied = attrs.Bool("tied", true);
-    l.fwd_flops = 2 * s * h * v;
-    l.bwd_input_flops = 2 * s * h * v;
-    l.bwd_weight_flops = 2 * s * h * v;
-    l.stash_bytes = l.stash_bytes_selective = dt * s * h;
-    l.tp_shardable = true;
-    l.tp_divisor = v;
-  } else if (type == "loss") {
-    l.out_shape = {1};
-    // Cross-entropy in fp32 over the logits: softmax read/write, and the fp32
-    // logits kept for backward (Korthikanti 4.3: 4 s b V).
-    l.fwd_mem_bytes = 4 * 3 * n_in;
-    l.bwd_mem_bytes = 4 * 2 * n_in;
-    l.stash_bytes = l.stash_bytes_selective = 4 * n_in;
-    l.stash_bytes_tp_replicated = 0;
-    l.tp_shardable = true;  // vocab-parallel cross-entropy
-  } else {
-    return Status::InvalidArgument("unknown layer type '" + type + "'");
+    case LayerKind::kLmHead: {
+      if (in.size() != 2) {
+        return ShapeError(fmt::format("lm_head needs a [sequence, hidden] input, got {}", ShapeString(in)));
+      }
+      double s = static_cast<double>(in[0]), h = static_cast<double>(in[1]);
+      int64_t v = attrs.Int("vocab", 0);
+      l.out_shape = {in[0], v};
+      l.params = static_cast<double>(v) * h;
+      l.params_tied = attrs.Bool("tied", true);
+      l.fwd_flops = 2 * s * h * v;
+      l.bwd_input_flops = 2 * s * h * v;
+      l.bwd_weight_flops = 2 * s * h * v;
+      l.stash_bytes = l.stash_bytes_selective = dt * s * h;
+      l.tp_shardable = true;
+      l.tp_divisor = v;
+      break;
+    }
+    case LayerKind::kLoss: {
+      l.out_shape = {1};
+      // Cross-entropy in fp32 over the logits: softmax read/write, and the fp32
+      // logits kept for backward (Korthikanti 4.3: 4 s b V).
+      l.fwd_mem_bytes = 4 * 3 * n_in;
+      l.bwd_mem_bytes = 4 * 2 * n_in;
+      l.stash_bytes = l.stash_bytes_selective = 4 * n_in;
+      l.stash_bytes_tp_replicated = 0;
+      l.tp_shardable = true;  // vocab-parallel cross-entropy
+      break;
+    }
+    case LayerKind::kMoe:  // the runtime's MoE feed-forward: no model file names it, the catalogue costs it nowhere
+      return Status::InvalidArgument(fmt::format("unknown layer type '{}'", LayerKindName(kind)));
   }
   if (l.model_flops == 0) l.model_flops = l.fwd_flops + l.bwd_flops();  // no recompute anywhere else
   if (l.stash_bytes_full == 0) l.stash_bytes_full = l.stash_bytes;
@@ -785,12 +858,19 @@ Status InferLayer(const std::string& type, const LayerAttrs& attrs, const std::v
   for (int64_t d : l.out_shape) {
     if (d < 1) return ShapeError(fmt::format("the output shape {} has an empty dimension", ShapeString(l.out_shape)));
   }
-  l.out_bytes = type == "loss" ? 4 : dt * Elements(l.out_shape);
+  l.out_bytes = kind == LayerKind::kLoss ? 4 : dt * Elements(l.out_shape);
   // Megatron's TP all-reduces move the [s, h] activation of the layer.
   if (l.tp_allreduces_fwd > 0) l.tp_allreduce_bytes = l.out_bytes;
-  l.signature = type + ShapeString(in) + attr_sig;
+  l.signature = LayerKindName(kind) + ShapeString(in) + attr_sig;
   *out = std::move(l);
   return Status::OK();
+}
+
+Status InferLayer(const std::string& type, const LayerAttrs& attrs, const std::vector<int64_t>& in, DType dtype,
+                  Layer* out) {
+  LayerKind kind;
+  if (!ParseLayerKind(type, &kind)) return Status::InvalidArgument("unknown layer type '" + type + "'");
+  return InferLayer(kind, attrs, in, dtype, out);
 }
 
 }  // namespace planner

@@ -1,7 +1,8 @@
-// The layer types the planner knows: their attributes, shape inference and
-// analytic per-sample costs (docs/cost_model.md section 1). Adding a layer
-// type means adding one entry to LayerTypes() and one case to InferLayer()
-// (HACKING.md). Pure functions; thread-safe.
+// The layer types the planner knows: their attributes, shape inference,
+// analytic per-sample costs (docs/cost_model.md section 1) and the traits the
+// rest of the planner asks of a kind. Adding a layer type means adding a
+// LayerKind (spec/layer_kind.h), one entry to LayerTypes(), its traits and a
+// case to every switch on the kind (HACKING.md). Pure functions; thread-safe.
 #pragma once
 
 #include <cstdint>
@@ -21,7 +22,7 @@ struct StringKey {
 };
 
 struct LayerTypeInfo {
-  std::string name;
+  LayerKind kind;                       // LayerKindName(kind): the `type:` of a model file
   std::vector<std::string> int_keys;    // integer attributes (all optional unless in `required`)
   std::vector<std::string> bool_keys;   // boolean attributes
   std::vector<std::string> required;    // required integer attributes
@@ -32,11 +33,28 @@ struct LayerTypeInfo {
 };
 
 
+// The kinds a model file may name, in LayerKind order (every kind but kMoe).
 const std::vector<LayerTypeInfo>& LayerTypes();
-// nullptr when `type` is unknown.
-const LayerTypeInfo* FindLayerType(const std::string& type);
-// The choices of string attribute `key` of `type`; nullptr when it has none.
-const StringKey* FindStringKey(const std::string& type, const std::string& key);
+// nullptr for a kind no model file names (kMoe).
+const LayerTypeInfo* FindLayerType(LayerKind kind);
+// The choices of string attribute `key` of `kind`; nullptr when it has none.
+const StringKey* FindStringKey(LayerKind kind, const std::string& key);
+
+// Per-kind traits: what the solver, the runtime and the exports ask of a layer's kind.
+// A pre-norm transformer block, attention then a dense (transformer_block) or MoE (moe_block)
+// feed-forward: Megatron's transformer layers (the pipeline layout's 't', --moe-layer-freq's
+// pattern) and the runtime's sequence-parallel blocks. Not mtp, whose block is off the main path.
+bool IsBlock(LayerKind kind);
+// attention, transformer_block, moe_block: the main path's layers with an attention core (what
+// selective recompute's core_attn drops and context parallelism splits). mtp's block is not counted.
+bool HasAttention(LayerKind kind);
+// mlp, transformer_block: the layers with a dense (not MoE) MLP.
+bool HasDenseMlp(LayerKind kind);
+// layernorm, rmsnorm.
+bool IsNorm(LayerKind kind);
+// Whether full recompute re-runs the layer's forward in backward: every layer but the output head
+// (lm_head) and its loss, which Megatron keeps out of the recomputed transformer layers.
+bool RecomputedInFull(LayerKind kind);
 // "a | b | c": the choices as the error messages list them.
 std::string ChoiceList(const std::vector<std::string>& choices);
 
@@ -44,6 +62,10 @@ std::string ChoiceList(const std::vector<std::string>& choices);
 // On success fills every field of *out except name and source_line. On a
 // shape that does not fit, returns InvalidArgument with a message that names
 // the attribute and the fix (the caller adds file:line).
+Status InferLayer(LayerKind kind, const LayerAttrs& attrs, const std::vector<int64_t>& in_shape, DType dtype,
+                  Layer* out);
+// The same for a kind given by its name (tests build layers so): a name that is no kind, or kMoe's,
+// returns InvalidArgument "unknown layer type '<name>'".
 Status InferLayer(const std::string& type, const LayerAttrs& attrs, const std::vector<int64_t>& in_shape,
                   DType dtype, Layer* out);
 

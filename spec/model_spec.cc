@@ -15,7 +15,7 @@ namespace planner {
 double ModelSpec::TotalParams() const {
   double total = 0;
   for (const auto& l : layers) {
-    if (!l.params_tied && l.type != "mtp") total += l.params;
+    if (!l.params_tied && l.kind != LayerKind::kMtp) total += l.params;
   }
   return total;
 }
@@ -23,7 +23,7 @@ double ModelSpec::TotalParams() const {
 double ModelSpec::ActiveParams() const {
   double total = 0;
   for (const auto& l : layers) {
-    if (l.params_tied || l.type == "mtp") continue;
+    if (l.params_tied || l.kind == LayerKind::kMtp) continue;
     total += l.params;
     if (l.experts > 0) total -= l.expert_params * (1 - static_cast<double>(l.top_k) / static_cast<double>(l.experts));
   }
@@ -33,7 +33,7 @@ double ModelSpec::ActiveParams() const {
 double ModelSpec::MtpParams() const {
   double total = 0;
   for (const auto& l : layers) {
-    if (l.type == "mtp") total += l.params;
+    if (l.kind == LayerKind::kMtp) total += l.params;
   }
   return total;
 }
@@ -42,7 +42,7 @@ double ModelSpec::IterationFlops(double batch, bool full_recompute) const {
   double per_sample = 0;
   for (const auto& l : layers) {
     per_sample += l.fwd_flops + l.bwd_flops();
-    if (full_recompute && l.type != "lm_head" && l.type != "loss") per_sample += l.fwd_flops;
+    if (full_recompute && RecomputedInFull(l.kind)) per_sample += l.fwd_flops;
   }
   return per_sample * batch;
 }
@@ -122,19 +122,20 @@ struct Builder {
   int depth = 0;
   std::unordered_set<std::string> names;  // every layer name so far: duplicates refused in O(1)
 
-  Status AddLayer(const std::string& type, const LayerAttrs& attrs, const std::string& name, int line,
+  Status AddLayer(LayerKind kind, const LayerAttrs& attrs, const std::string& name, int line,
                   const YAML::Node& node, const std::string& field) {
     // 100000 layers of a list, or 100000 gpt blocks with the template's embedding, norm, head, loss and mtp modules.
     if (static_cast<int64_t>(layers->size()) >= kMaxLayers + (line == 0 ? 32 : 0)) {
       return reader.FieldError(node, field, fmt::format("the model expands to more than {} layers; lower the repeat counts", kMaxLayers));
     }
     Layer layer;
-    Status st = InferLayer(type, attrs, shape, dtype, &layer);
+    Status st = InferLayer(kind, attrs, shape, dtype, &layer);
     if (!st.ok()) {
       std::string where = node.IsDefined() ? reader.Where(node) : reader.path();
-      return Status::InvalidArgument(fmt::format("{}: field '{}' ({}): {}", where, field, type, st.message()));
+      return Status::InvalidArgument(
+          fmt::format("{}: field '{}' ({}): {}", where, field, LayerKindName(kind), st.message()));
     }
-    layer.name = name.empty() ? fmt::format("{}{}", type, layers->size()) : name;
+    layer.name = name.empty() ? fmt::format("{}{}", LayerKindName(kind), layers->size()) : name;
     if (!names.insert(layer.name).second) {
       return reader.FieldError(node, field + ".name", "duplicate layer name '" + layer.name + "'; names must be unique");
     }
@@ -169,10 +170,11 @@ struct Builder {
       }
       std::string type;
       PLANNER_RETURN_IF_ERROR(reader.GetString(item, "type", f + ".type", &type, true));
-      const LayerTypeInfo* info = FindLayerType(type);
+      LayerKind kind = LayerKind::kLinear;  // the one place a model file's type is read: a kind from here on
+      const LayerTypeInfo* info = ParseLayerKind(type, &kind) ? FindLayerType(kind) : nullptr;
       if (info == nullptr) {
         std::vector<std::string> names;
-        for (const auto& t : LayerTypes()) names.push_back(t.name);
+        for (const auto& t : LayerTypes()) names.push_back(LayerKindName(t.kind));
         std::string hint = DidYouMeanOrList(type, names);
         return reader.FieldError(item["type"], f + ".type", "unknown layer type '" + type + "'" + hint);
       }
@@ -222,7 +224,7 @@ struct Builder {
       PLANNER_RETURN_IF_ERROR(reader.GetString(item, "name", f + ".name", &name, false));
       if (!name.empty()) name = name_prefix + name;
       else if (!name_prefix.empty()) name = name_prefix + type + std::to_string(i);
-      PLANNER_RETURN_IF_ERROR(AddLayer(type, attrs, name, item.Mark().line + 1, item, f));
+      PLANNER_RETURN_IF_ERROR(AddLayer(kind, attrs, name, item.Mark().line + 1, item, f));
     }
     return Status::OK();
   }
@@ -247,14 +249,14 @@ Status BuildGptModel(const GptConfig& g, DType dtype, ModelSpec* out) {
   YamlReader reader(out->path.empty() ? "(gpt template)" : out->path);
   Builder b{reader, dtype, &out->layers, out->input_shape, 0, {}};
   YAML::Node none;
-  auto add = [&](const std::string& type, LayerAttrs attrs, const std::string& name) {
-    return b.AddLayer(type, attrs, name, 0, none, "gpt");
+  auto add = [&](LayerKind kind, LayerAttrs attrs, const std::string& name) {
+    return b.AddLayer(kind, attrs, name, 0, none, "gpt");
   };
   const bool rope = g.position == "rope";
   LayerAttrs emb;
   emb.ints = {{"vocab", g.vocab}, {"hidden", g.hidden}, {"positions", rope ? 0 : g.seq}};  // RoPE: no position table
   emb.bools = {{"dropout", g.dropout > 0}};
-  PLANNER_RETURN_IF_ERROR(add("embedding", emb, "embedding"));
+  PLANNER_RETURN_IF_ERROR(add(LayerKind::kEmbedding, emb, "embedding"));
   LayerAttrs blk;
   blk.ints = {{"heads", g.heads}, {"kv_heads", g.kv_heads > 0 ? g.kv_heads : g.heads},
               {"ffn", g.ffn > 0 ? g.ffn : 4 * g.hidden}, {"rope_theta", g.rope_theta}};
@@ -282,21 +284,22 @@ Status BuildGptModel(const GptConfig& g, DType dtype, ModelSpec* out) {
   }
   for (int64_t i = 0; i < g.layers; ++i) {
     const bool is_moe = moe.experts > 0 && i >= moe.dense_layers;
-    PLANNER_RETURN_IF_ERROR(add(is_moe ? "moe_block" : "transformer_block", is_moe ? moe_blk : blk, fmt::format("block{}", i)));
+    const LayerKind kind = is_moe ? LayerKind::kMoeBlock : LayerKind::kTransformerBlock;
+    PLANNER_RETURN_IF_ERROR(add(kind, is_moe ? moe_blk : blk, fmt::format("block{}", i)));
   }
   LayerAttrs mtp = moe.experts > 0 ? moe_blk : blk;  // DeepSeek-V3's MTP block is an MoE block
   mtp.ints["vocab"] = g.vocab;
-  for (int64_t i = 0; i < g.mtp; ++i) PLANNER_RETURN_IF_ERROR(add("mtp", mtp, fmt::format("mtp{}", i)));
+  for (int64_t i = 0; i < g.mtp; ++i) PLANNER_RETURN_IF_ERROR(add(LayerKind::kMtp, mtp, fmt::format("mtp{}", i)));
   if (g.norm == "rmsnorm") {
-    PLANNER_RETURN_IF_ERROR(add("rmsnorm", LayerAttrs{}, "final_rmsnorm"));
+    PLANNER_RETURN_IF_ERROR(add(LayerKind::kRmsnorm, LayerAttrs{}, "final_rmsnorm"));
   } else {
-    PLANNER_RETURN_IF_ERROR(add("layernorm", LayerAttrs{}, "final_layernorm"));
+    PLANNER_RETURN_IF_ERROR(add(LayerKind::kLayernorm, LayerAttrs{}, "final_layernorm"));
   }
   LayerAttrs head;
   head.ints = {{"vocab", g.vocab}};
   head.bools = {{"tied", g.tie_embeddings}};
-  PLANNER_RETURN_IF_ERROR(add("lm_head", head, "lm_head"));
-  PLANNER_RETURN_IF_ERROR(add("loss", LayerAttrs{}, "loss"));
+  PLANNER_RETURN_IF_ERROR(add(LayerKind::kLmHead, head, "lm_head"));
+  PLANNER_RETURN_IF_ERROR(add(LayerKind::kLoss, LayerAttrs{}, "loss"));
   return Status::OK();
 }
 
@@ -312,7 +315,7 @@ Status ParseGptExtras(const YamlReader& r, const YAML::Node& g, GptConfig* c) {
   const Choice choices[] = {{"ffn_act", "act", &c->ffn_act}, {"norm", "norm", &c->norm},
                             {"position", "position", &c->position}, {"attention", "attention", &c->attention}};
   for (const auto& ch : choices) {
-    const StringKey* k = FindStringKey("transformer_block", ch.string_key);
+    const StringKey* k = FindStringKey(LayerKind::kTransformerBlock, ch.string_key);
     PLANNER_RETURN_IF_ERROR(GetChoice(r, g, ch.key, std::string("gpt.") + ch.key, k->choices, ch.out));
   }
   return Status::OK();
@@ -354,7 +357,7 @@ Status ParseGptMoe(const YamlReader& r, const YAML::Node& g, GptConfig* c) {
                                                      std::string(key) == "aux_loss" ? "no auxiliary loss" : "dropless"));
     }
   }
-  PLANNER_RETURN_IF_ERROR(GetChoice(r, n, "router", "gpt.moe.router", FindStringKey("moe_block", "router")->choices, &m.router));
+  PLANNER_RETURN_IF_ERROR(GetChoice(r, n, "router", "gpt.moe.router", FindStringKey(LayerKind::kMoeBlock, "router")->choices, &m.router));
   if (m.route_groups > 0 || m.route_group_limit > 0) {
     if (m.route_groups < 1 || m.experts % m.route_groups != 0) {
       return r.FieldError(n["route_groups"].IsDefined() ? n["route_groups"] : n, "gpt.moe.route_groups",

@@ -19,6 +19,7 @@
 #include "runtime/kernels/device_ops.h"
 #include "runtime/kernels/kernel.h"
 #include "runtime/kernels/shards.h"
+#include "spec/layer_catalog.h"
 
 namespace planner {
 
@@ -1222,8 +1223,7 @@ Status ReadTransformerConfig(const Layer& l, int64_t t, TransformerConfig* c) {
   c->rms = norm == "rmsnorm";
   c->rope = pos == "rope";
   c->mla = {a.Int("q_lora_rank", 0), a.Int("kv_lora_rank", 0), a.Int("qk_rope_head_dim", 0), a.Int("qk_nope_head_dim", 0), a.Int("v_head_dim", 0)};
-  const bool moe = l.type == "moe_block" || l.type == "moe";
-  const bool mla = c->mla.kv_lora > 0, attn = l.type != "mlp" && l.type != "moe" && !mla, mlp = l.type != "attention" && !moe;
+  const bool mla = c->mla.kv_lora > 0, attn = HasAttention(l.kind) && !mla, mlp = HasDenseMlp(l.kind);
   if (mla && (c->mla.q_lora < 0 || c->mla.rope < 2 || c->mla.rope % 2 != 0 || c->mla.nope < 1 || c->mla.v < 1)) {
     return bad(fmt::format("MLA needs q_lora_rank >= 0, an even qk_rope_head_dim >= 2 and positive qk_nope_head_dim and v_head_dim (got {}, {}, {}, {})",
                            c->mla.q_lora, c->mla.rope, c->mla.nope, c->mla.v));
@@ -1290,23 +1290,23 @@ std::unique_ptr<LayerKernel> MakeAttention(DeviceOps* ops, const std::string& na
 // attention, mlp, transformer_block, moe_block and moe (MLA and MoE: CPU only).
 Status BuildTransformerKernel(const Layer& l, const KernelOptions& o, DeviceOps* ops, std::unique_ptr<LayerKernel>* out) {
   const auto& in = l.in_shape;
-  const std::string& ty = l.type;
   TransformerConfig c;
   PLANNER_RETURN_IF_ERROR(ReadTransformerConfig(l, std::max<int64_t>(1, o.tp_size), &c));
-  const bool moe = ty == "moe_block" || ty == "moe";
+  const bool moe = l.kind == LayerKind::kMoeBlock || l.kind == LayerKind::kMoe;
   if ((c.mla.kv_lora > 0 || moe) && ops->device() != Device::kCpu) {
-    return Status::NotSupported(fmt::format("layer '{}': {} runs on CPU ranks only (not on CUDA yet)", l.name, moe ? ty : "MLA"));
+    const char* what = moe ? LayerKindName(l.kind) : "MLA";
+    return Status::NotSupported(fmt::format("layer '{}': {} runs on CPU ranks only (not on CUDA yet)", l.name, what));
   }
   MoeConfig m;
   if (moe) PLANNER_RETURN_IF_ERROR(ReadMoeConfig(l, o, &m));
-  if (ty == "attention") {
+  if (l.kind == LayerKind::kAttention) {
     *out = MakeAttention(ops, l.name, in[0], in[1], c, o);
-  } else if (ty == "mlp") {
+  } else if (l.kind == LayerKind::kMlp) {
     *out = std::make_unique<Mlp>(ops, l.name, in[0], in[1], c, o);
-  } else if (ty == "transformer_block") {
+  } else if (l.kind == LayerKind::kTransformerBlock) {
     *out = std::make_unique<TransformerBlock>(ops, l.name, in[0], in[1], c.rms, MakeAttention(ops, l.name + ".attn", in[0], in[1], c, o),
                                               std::make_unique<Mlp>(ops, l.name + ".mlp", in[0], in[1], c, o));
-  } else if (ty == "moe") {  // the MoE feed-forward alone (tests, profiling), as mlp is a block's dense one
+  } else if (l.kind == LayerKind::kMoe) {  // the MoE feed-forward alone (tests, SP), as mlp is a block's dense one
     *out = std::make_unique<MoeFfn>(ops, l.name, in[0], in[1], c, m, o);
   } else {
     *out = std::make_unique<TransformerBlock>(ops, l.name, in[0], in[1], c.rms, MakeAttention(ops, l.name + ".attn", in[0], in[1], c, o),
@@ -1491,49 +1491,66 @@ Status BuildKernel(const Layer& l, const KernelOptions& o, DeviceOps* ops, std::
     }
     return Status::OK();
   };
-  const std::string& ty = l.type;
-  if (ty == "linear") {
-    int64_t tokens = Product(in) / in.back();
-    *out = std::make_unique<Linear>(ops, l.name, in.back(), l.out_shape.back(), a.Bool("bias", true), tokens, o.seed);
-  } else if (ty == "relu" || ty == "gelu" || ty == "dropout") {
-    auto kind = ty == "relu" ? Elementwise::kRelu : (ty == "gelu" ? Elementwise::kGelu : Elementwise::kDropout);
-    *out = std::make_unique<Elementwise>(ops, kind, in, a.probability, o.seed);
-  } else if (ty == "layernorm") {
-    *out = std::make_unique<Norm>(ops, l.name, in, false);
-  } else if (ty == "embedding") {
-    int64_t vocab = a.Int("vocab", 0);
-    PLANNER_RETURN_IF_ERROR(divides(vocab, "vocab"));
-    *out = std::make_unique<Embedding>(ops, l.name, in[0], vocab, a.Int("hidden", 0), a.Int("positions", 0), o);
-  } else if (ty == "rmsnorm") {
-    *out = std::make_unique<Norm>(ops, l.name, in, true);
-  } else if (ty == "attention" || ty == "mlp" || ty == "transformer_block" || ty == "moe_block" || ty == "moe") {
-    PLANNER_RETURN_IF_ERROR(BuildTransformerKernel(l, o, ops, out));
-  } else if (ty == "lm_head") {
-    int64_t vocab = a.Int("vocab", 0);
-    PLANNER_RETURN_IF_ERROR(divides(vocab, "vocab"));
-    // Logits [b, s, V / t] = x W^T (vocabulary-parallel, no bias).
-    *out = std::make_unique<VocabParallelHead>(
-        std::make_unique<Linear>(ops, l.name, in[1], vocab / t, false, in[0], o.seed * 41 + 1, VocabShard(in[1], vocab, o)), o.tp_group);
-  } else if (ty == "loss") {
-    std::vector<int64_t> shard = in;
-    PLANNER_RETURN_IF_ERROR(divides(in.back(), "classes"));
-    shard.back() /= t;
-    *out = std::make_unique<Loss>(ops, shard, o);
-  } else if (ty == "conv2d") {
-    *out = std::make_unique<Conv2d>(ops, l.name, in, l.out_shape[0], a.Int("kernel", 3), a.Int("stride", 1), a.Int("padding", 0),
-                                    a.Bool("bias", true), o.seed);
-  } else if (ty == "maxpool" || ty == "avgpool") {
-    int64_t k = a.Int("kernel", 2);
-    *out = std::make_unique<Pool>(ops, ty == "maxpool", in, k, a.Int("stride", k), a.Int("padding", 0));
-  } else if (ty == "flatten") {
-    *out = std::make_unique<Flatten>(ops, in);
-  } else if (ty == "mtp") {
-    return Status::NotSupported(fmt::format("layer '{}': multi-token prediction modules are costed, not trained, by the runtime; remove mtp: from "
-                                            "the model to run it", l.name));
-  } else {
-    return Status::NotSupported(fmt::format("layer '{}': no kernel for type '{}'", l.name, ty));
+  switch (l.kind) {
+    case LayerKind::kLinear:
+      *out = std::make_unique<Linear>(ops, l.name, in.back(), l.out_shape.back(), a.Bool("bias", true),
+                                      Product(in) / in.back(), o.seed);
+      return Status::OK();
+    case LayerKind::kRelu:
+    case LayerKind::kGelu:
+    case LayerKind::kDropout: {
+      Elementwise::Kind op = Elementwise::kDropout;
+      if (l.kind != LayerKind::kDropout) op = l.kind == LayerKind::kRelu ? Elementwise::kRelu : Elementwise::kGelu;
+      *out = std::make_unique<Elementwise>(ops, op, in, a.probability, o.seed);
+      return Status::OK();
+    }
+    case LayerKind::kLayernorm:
+    case LayerKind::kRmsnorm:
+      *out = std::make_unique<Norm>(ops, l.name, in, l.kind == LayerKind::kRmsnorm);
+      return Status::OK();
+    case LayerKind::kEmbedding: {
+      const int64_t vocab = a.Int("vocab", 0);
+      PLANNER_RETURN_IF_ERROR(divides(vocab, "vocab"));
+      *out = std::make_unique<Embedding>(ops, l.name, in[0], vocab, a.Int("hidden", 0), a.Int("positions", 0), o);
+      return Status::OK();
+    }
+    case LayerKind::kAttention:
+    case LayerKind::kMlp:
+    case LayerKind::kTransformerBlock:
+    case LayerKind::kMoeBlock:
+    case LayerKind::kMoe: return BuildTransformerKernel(l, o, ops, out);
+    case LayerKind::kLmHead: {
+      const int64_t vocab = a.Int("vocab", 0);
+      PLANNER_RETURN_IF_ERROR(divides(vocab, "vocab"));
+      // Logits [b, s, V / t] = x W^T (vocabulary-parallel, no bias).
+      auto proj = std::make_unique<Linear>(ops, l.name, in[1], vocab / t, false, in[0], o.seed * 41 + 1,
+                                           VocabShard(in[1], vocab, o));
+      *out = std::make_unique<VocabParallelHead>(std::move(proj), o.tp_group);
+      return Status::OK();
+    }
+    case LayerKind::kLoss: {
+      std::vector<int64_t> shard = in;
+      PLANNER_RETURN_IF_ERROR(divides(in.back(), "classes"));
+      shard.back() /= t;
+      *out = std::make_unique<Loss>(ops, shard, o);
+      return Status::OK();
+    }
+    case LayerKind::kConv2d:
+      *out = std::make_unique<Conv2d>(ops, l.name, in, l.out_shape[0], a.Int("kernel", 3), a.Int("stride", 1),
+                                      a.Int("padding", 0), a.Bool("bias", true), o.seed);
+      return Status::OK();
+    case LayerKind::kMaxpool:
+    case LayerKind::kAvgpool: {
+      const int64_t k = a.Int("kernel", 2);
+      *out = std::make_unique<Pool>(ops, l.kind == LayerKind::kMaxpool, in, k, a.Int("stride", k), a.Int("padding", 0));
+      return Status::OK();
+    }
+    case LayerKind::kFlatten: *out = std::make_unique<Flatten>(ops, in); return Status::OK();
+    case LayerKind::kMtp:
+      return Status::NotSupported(fmt::format("layer '{}': multi-token prediction modules are costed, not trained, "
+                                              "by the runtime; remove mtp: from the model to run it", l.name));
   }
-  return Status::OK();
+  return Status::Internal(fmt::format("layer '{}': no kernel for its kind", l.name));  // not a LayerKind
 }
 
 }  // namespace

@@ -24,11 +24,11 @@ std::string FileOf(const std::vector<std::pair<std::string, std::string>>& files
 TEST_CASE("megatron.args of an MoE plan: experts, router, layer pattern, EP / ETP, MLA and MTP; DeepSpeed refuses it") {
   ModelSpec m = testing::MoeModel(4, 8, 2, 1408, 1, 32);
   for (Layer& l : m.layers) {
-    if (l.type != "transformer_block" && l.type != "moe_block") continue;
+    if (l.kind != LayerKind::kTransformerBlock && l.kind != LayerKind::kMoeBlock) continue;
     for (auto [key, v] : {std::pair{"q_lora_rank", 0}, {"kv_lora_rank", 256}, {"qk_rope_head_dim", 32}, {"qk_nope_head_dim", 64}, {"v_head_dim", 64}}) {
       l.attrs.ints[key] = v;
     }
-    if (l.type != "moe_block") continue;
+    if (l.kind != LayerKind::kMoeBlock) continue;
     l.attrs.ints["shared_ffn"] = 1408;
     l.attrs.ints["route_groups"] = 4;
     l.attrs.ints["route_group_limit"] = 2;
@@ -37,7 +37,7 @@ TEST_CASE("megatron.args of an MoE plan: experts, router, layer pattern, EP / ET
   }
   Layer mtp;
   mtp.name = "mtp0";
-  mtp.type = "mtp";
+  mtp.kind = LayerKind::kMtp;
   mtp.in_shape = mtp.out_shape = m.layers[1].out_shape;
   m.layers.insert(m.layers.end() - 3, mtp);  // before the final norm, the lm_head and the loss
   ClusterSpec c;
@@ -88,7 +88,7 @@ TEST_CASE("megatron.args of an MoE plan: experts, router, layer pattern, EP / ET
 TEST_CASE("megatron.args of an all-MoE softmax model: --moe-layer-freq 1, aux_loss, capacity; no MoE flags for a dense model") {
   ModelSpec m = testing::MoeModel(2, 4, 1, 1024, 0, 16);
   for (Layer& l : m.layers) {
-    if (l.type != "moe_block") continue;
+    if (l.kind != LayerKind::kMoeBlock) continue;
     l.attrs.reals["aux_loss"] = 0.01;
     l.attrs.reals["capacity_factor"] = 1.25;
   }
@@ -233,7 +233,7 @@ TEST_CASE("the pipeline split as Megatron-LM flags: its even split as such, any 
 TEST_CASE("an MTP module in the split: the layout places it (m), in the last virtual stage of its rank or refused") {
   // 6 blocks + 1 MTP: 0 embedding, 1..6 blocks, 7 mtp0, 8 final norm, 9 lm_head, 10 loss.
   const ModelSpec m = SmallGpt(6, 1);
-  REQUIRE(m.layers[7].type == "mtp");
+  REQUIRE(m.layers[7].kind == LayerKind::kMtp);
   std::vector<LaunchStage> stages(2);
   stages[0].first_layer = 0;
   stages[0].last_layer = 4;

@@ -45,7 +45,7 @@ RowSums ByRows(const CostTable& none, const CostTable& full, const ModelSpec& m,
   RowSums s;
   int64_t taken = 0;
   for (int64_t i = a; i < e; ++i) {
-    const bool rc = m.layers[Z(i)].type == "transformer_block" && taken < n;
+    const bool rc = m.layers[Z(i)].kind == LayerKind::kTransformerBlock && taken < n;
     if (rc) ++taken;
     const LayerCostRow& r = (rc ? full : none).rows[Z(i)];
     s.f += r.forward_s;
@@ -140,10 +140,10 @@ TEST_CASE("the search takes the smallest N that fits, where recompute none does 
     double recomputed = 0, block_fwd = 0;
     for (const auto& st : p.stages) {
       int64_t blocks = 0;
-      for (int64_t i = st.first_layer; i <= st.last_layer; ++i) blocks += fx.model.layers[Z(i)].type == "transformer_block";
+      for (int64_t i = st.first_layer; i <= st.last_layer; ++i) blocks += fx.model.layers[Z(i)].kind == LayerKind::kTransformerBlock;
       recomputed += static_cast<double>(std::min(blocks, want));
     }
-    for (const auto& l : fx.model.layers) if (l.type == "transformer_block") block_fwd += 64 * l.fwd_flops;
+    for (const auto& l : fx.model.layers) if (l.kind == LayerKind::kTransformerBlock) block_fwd += 64 * l.fwd_flops;
     const double hw = fx.model.IterationFlops(64, false) + block_fwd * recomputed / 8;
     CHECK(p.predicted.tflops_per_gpu * 1e12 * 16 * p.predicted.iteration_s == doctest::Approx(hw).epsilon(1e-9));
     // Block recompute of fewer layers is faster than full recompute of every layer.

@@ -37,9 +37,9 @@ inline ModelSpec MoeModel(int64_t layers, int64_t experts, int64_t top_k, int64_
   m.global_batch = batch;
   int64_t seen = 0;
   for (Layer& l : m.layers) {
-    if (l.type != "transformer_block" || seen++ < dense) continue;
+    if (l.kind != LayerKind::kTransformerBlock || seen++ < dense) continue;
     const double e = static_cast<double>(experts), k = static_cast<double>(top_k), f = static_cast<double>(fe);
-    l.type = "moe_block";
+    l.kind = LayerKind::kMoeBlock;
     l.experts = experts;
     l.top_k = top_k;
     l.attrs.ints["experts"] = experts;

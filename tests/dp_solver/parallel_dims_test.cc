@@ -92,7 +92,7 @@ TEST_CASE("reduce-scatter and all-gather are each half a ring all-reduce: (n-1)/
 // core 4 s^2 h), set here so the test does not depend on the catalog's state.
 void SetAttentionFields(ModelSpec* m, double s, double h, double dt) {
   for (auto& l : m->layers) {
-    if (l.type != "transformer_block") continue;
+    if (l.kind != LayerKind::kTransformerBlock) continue;
     l.cp_kv_bytes = 2 * s * h * dt;
     l.attention_core_fwd_flops = 4 * s * s * h;
   }

@@ -225,8 +225,8 @@ TEST_CASE("DeepSeek-V3 forced layout: DeepSeek's modules cut each stage's activa
     REQUIRE(a_st.in_flight == ds.stages[i].in_flight);
     for (int64_t j = a_st.first_layer; j <= a_st.last_layer; ++j) {
       const Layer& l = model.layers[static_cast<size_t>(j)];
-      if (l.type == "moe_block" || (l.type == "mtp" && l.experts > 0)) chunk_drop[i] += moe_drop;
-      else if (l.type == "transformer_block") chunk_drop[i] += dense_drop;
+      if (l.kind == LayerKind::kMoeBlock || (l.kind == LayerKind::kMtp && l.experts > 0)) chunk_drop[i] += moe_drop;
+      else if (l.kind == LayerKind::kTransformerBlock) chunk_drop[i] += dense_drop;
     }
     rank_drop[static_cast<size_t>(StagePosition(Schedule::kDualPipeV, static_cast<int64_t>(i), 16))] += static_cast<double>(a_st.in_flight) * chunk_drop[i];
   }

@@ -759,7 +759,7 @@ TEST_CASE("tiny-llama variants under tp2 x cp2 + SP and cp2: relu2 with biases a
     c.edit = [&](ModelSpec* m) {
       m->gpt.ffn_act = v.act, m->gpt.bias = v.bias, m->gpt.kv_heads = v.kv, m->gpt.norm = v.norm;
       for (Layer& l : m->layers) {
-        if (l.type != "transformer_block") continue;
+        if (l.kind != LayerKind::kTransformerBlock) continue;
         l.attrs.strings["act"] = v.act, l.attrs.strings["norm"] = v.norm;
         l.attrs.bools["bias"] = v.bias;
         l.attrs.ints["kv_heads"] = v.kv;

@@ -367,7 +367,11 @@ void Check(const std::string& type, std::vector<int64_t> in, LayerAttrs attrs, i
 void CheckLlama(const std::string& type, std::vector<int64_t> in, const std::string& act, int64_t kv, int64_t b, int tp = 1) {
   Layer l;
   l.name = type + " " + act + " kv " + std::to_string(kv);
-  l.type = type;
+  if (!ParseLayerKind(type, &l.kind)) {
+    std::printf("FAIL %s: no layer kind of that name\n", type.c_str());
+    ++failures;
+    return;
+  }
   l.in_shape = l.out_shape = in;
   l.attrs.ints = {{"heads", 4}, {"kv_heads", kv}, {"ffn", 512}, {"rope_theta", 500000}};
   l.attrs.strings = {{"act", act}, {"norm", "rmsnorm"}, {"position", "rope"}};

@@ -60,7 +60,7 @@ void CheckGradients(const Layer& l, int64_t b, const Tensor& x, const Tensor* ta
       xm.data()[i] = x.data()[i] - static_cast<float>(eps) * v.data()[i];
     }
     double num = (phi(xp) - phi(xm)) / (2 * eps), ana = Dot(dx, v);
-    INFO(l.type << " input gradient: analytic " << ana << " numeric " << num);
+    INFO(LayerKindName(l.kind) << " input gradient: analytic " << ana << " numeric " << num);
     CHECK(std::fabs(ana - num) <= tol * std::max(1.0, std::fabs(num)));
   }
   for (Param* p : k->Params()) {
@@ -72,7 +72,7 @@ void CheckGradients(const Layer& l, int64_t b, const Tensor& x, const Tensor* ta
     double minus = phi(x);
     for (int64_t i = 0; i < p->value.numel(); ++i) p->value.data()[i] = orig[static_cast<size_t>(i)];
     double num = (plus - minus) / (2 * eps), ana = Dot(p->grad, v);
-    INFO(l.type << " gradient of " << p->name << ": analytic " << ana << " numeric " << num);
+    INFO(LayerKindName(l.kind) << " gradient of " << p->name << ": analytic " << ana << " numeric " << num);
     CHECK(std::fabs(ana - num) <= tol * std::max(1.0, std::fabs(num)));
   }
 }

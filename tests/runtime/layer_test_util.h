@@ -22,6 +22,14 @@ inline Tensor Random(const std::vector<int64_t>& shape, uint64_t seed, float sca
   return t;
 }
 
+// The kind named `type` (a test's layers are named by their kinds' spellings).
+inline LayerKind KindNamed(const std::string& type) {
+  LayerKind kind = LayerKind::kLinear;
+  INFO(type);
+  REQUIRE(ParseLayerKind(type, &kind));
+  return kind;
+}
+
 // `type` over input shape `in` (without the batch) with attributes `a`, inferred as a model file's
 // layer is (fp32), named after its type.
 inline Layer MakeLayer(const std::string& type, std::vector<int64_t> in, const LayerAttrs& a) {

@@ -30,7 +30,7 @@ struct Attrs {
 Layer Hand(const std::string& type, std::vector<int64_t> in, const Attrs& a) {
   Layer l;
   l.name = type;
-  l.type = type;
+  l.kind = KindNamed(type);
   l.in_shape = in;
   l.out_shape = in;
   l.attrs.ints = a.ints;
@@ -53,7 +53,7 @@ std::unique_ptr<LayerKernel> Build(const Layer& l, const KernelOptions& o = {}) 
   REQUIRE(s.ok());
   int i = 0;
   for (Param* p : k->Params()) {
-    if (p->name.find("bias") != std::string::npos || p->name.find("ln") != std::string::npos || l.type == "rmsnorm") {
+    if (p->name.find("bias") != std::string::npos || p->name.find("ln") != std::string::npos || l.kind == LayerKind::kRmsnorm) {
       Tensor r = Random(p->value.shape(), 900 + static_cast<uint64_t>(i), 0.5f);
       for (int64_t j = 0; j < r.numel(); ++j) p->value.data()[j] += r.data()[j];
     }
@@ -85,7 +85,7 @@ void CheckGradients(const Layer& l, const Tensor& x, double eps = 1e-2, double t
     xm.data()[i] = x.data()[i] - static_cast<float>(eps) * v.data()[i];
   }
   double num = (phi(xp) - phi(xm)) / (2 * eps), ana = Dot(dx, v);
-  INFO(l.type << " input gradient: analytic " << ana << " numeric " << num);
+  INFO(LayerKindName(l.kind) << " input gradient: analytic " << ana << " numeric " << num);
   CHECK(std::fabs(ana - num) <= tol * std::max(1.0, std::fabs(num)));
   for (Param* p : k->Params()) {
     Tensor vp = Random(p->value.shape(), 31);
@@ -99,7 +99,7 @@ void CheckGradients(const Layer& l, const Tensor& x, double eps = 1e-2, double t
     double minus = phi(x);
     shift(0);
     double pn = (plus - minus) / (2 * eps), pa = Dot(p->grad, vp);
-    INFO(l.type << " gradient of " << p->name << ": analytic " << pa << " numeric " << pn);
+    INFO(LayerKindName(l.kind) << " gradient of " << p->name << ": analytic " << pa << " numeric " << pn);
     CHECK(std::fabs(pa - pn) <= tol * std::max(1.0, std::fabs(pn)));
   }
 }

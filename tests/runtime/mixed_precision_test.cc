@@ -174,12 +174,12 @@ Pass Run(const Case& c, DType storage) {
   o.seed = 5;
   std::unique_ptr<LayerKernel> k;
   REQUIRE_OK(MakeKernel(c.layer, o, &k));
-  const bool loss = c.layer.type == "loss";
+  const bool loss = c.layer.kind == LayerKind::kLoss;
   REQUIRE_OK(WrapMixedPrecision(storage, loss, &k));
   if (!c.targets.empty()) k->SetTargets(c.targets);
   Pass p;
   Saved s;
-  const bool ids = c.layer.type == "embedding";
+  const bool ids = c.layer.kind == LayerKind::kEmbedding;
   REQUIRE_OK(k->Forward(ids ? c.x : c.x.Converted(storage), &p.y, &s));
   CHECK(p.y.dtype() == (loss ? DType::kFp32 : storage));
   k->ZeroGrads();
@@ -204,7 +204,7 @@ TEST_CASE("every layer kernel wrapped in bf16 and fp16 agrees with its fp32 kern
   for (const Case& c : Cases()) {
     Pass ref = Run(c, DType::kFp32);
     for (auto [storage, tol] : {std::pair{DType::kBf16, 2e-2}, std::pair{DType::kFp16, 2e-3}}) {
-      INFO(c.layer.type << " in " << std::string(DTypeName(storage)));
+      INFO(LayerKindName(c.layer.kind) << " in " << std::string(DTypeName(storage)));
       Pass mp = Run(c, storage);
       CHECK(RelError(mp.y, ref.y) <= tol);
       CHECK(RelError(mp.y, ref.y) > 0);  // it did round: the comparison can fail

@@ -29,7 +29,7 @@ Layer MoeLayer(const std::string& type, int64_t s, int64_t h, std::map<std::stri
                double aux = 0) {
   Layer l;
   l.name = type;
-  l.type = type;
+  l.kind = KindNamed(type);
   l.in_shape = {s, h};
   l.out_shape = {s, h};
   l.attrs.ints = std::move(ints);

@@ -330,7 +330,7 @@ TEST_CASE("ring attention with GQA / MQA and RoPE at global positions equals ful
 // layer types without a sequence-split kernel.
 TEST_CASE("sequence / context parallelism refuse MQA under tp 2 and layer types they have no kernel for, naming the layer") {
   Layer blk;
-  blk.type = "transformer_block", blk.name = "block0", blk.in_shape = {32, 64}, blk.out_shape = {32, 64};
+  blk.kind = LayerKind::kTransformerBlock, blk.name = "block0", blk.in_shape = {32, 64}, blk.out_shape = {32, 64};
   blk.attrs.ints = {{"heads", 4}, {"kv_heads", 1}, {"ffn", 96}};
   blk.attrs.strings = {{"act", "swiglu"}, {"norm", "rmsnorm"}, {"position", "rope"}};
   blk.attrs.bools = {{"bias", false}};
@@ -352,7 +352,7 @@ TEST_CASE("sequence / context parallelism refuse MQA under tp 2 and layer types 
   REQUIRE_OK(MakeSeqParallelKernel(blk, o, p, &k));
   CHECK(k->Params().size() == 6);  // ln1, qkv, out, ln2, fc1, fc2: no biases
   Layer lin = blk;
-  lin.type = "linear", lin.name = "proj";
+  lin.kind = LayerKind::kLinear, lin.name = "proj";
   Status st = MakeSeqParallelKernel(lin, o, p, &k);
   CHECK(st.code() == StatusCode::kNotSupported);
   CHECK(st.message().find("layer 'proj': type 'linear' has no sequence- or context-parallel kernel") != std::string::npos);

@@ -59,11 +59,11 @@ TEST_CASE("Llama 3 and Nemotron-4 model files give the published parameter count
     CHECK(std::abs(m.TotalParams() / r.published - 1) < 0.005);
     CHECK(m.dtype == DType::kBf16);
     CHECK(m.layers[0].params == static_cast<double>(m.gpt.vocab * m.gpt.hidden));  // RoPE: no position table
-    CHECK(m.layers[m.layers.size() - 2].type == "lm_head");
+    CHECK(m.layers[m.layers.size() - 2].kind == LayerKind::kLmHead);
     CHECK_FALSE(m.layers[m.layers.size() - 2].params_tied);
   }
-  CHECK(Load("llama3-8b.yaml").layers[33].type == "rmsnorm");
-  CHECK(Load("nemotron-4-340b.yaml").layers[97].type == "layernorm");
+  CHECK(Load("llama3-8b.yaml").layers[33].kind == LayerKind::kRmsnorm);
+  CHECK(Load("nemotron-4-340b.yaml").layers[97].kind == LayerKind::kLayernorm);
 }
 
 TEST_CASE("GQA, SwiGLU, RMSNorm, no-bias block parameters equal the tensor-by-tensor sum") {

@@ -54,7 +54,7 @@ TEST_CASE("GPT FLOPs per iteration equal Megatron eq. (3) and Korthikanti eq. (7
 TEST_CASE("transformer block stash matches Korthikanti's sbh(34 + 5as/h) in fp16") {
   ModelSpec m = Gpt(2, 4096, 32, "unfused");  // Korthikanti's Table 2 is Megatron's unfused softmax
   const Layer& b = m.layers[1];
-  REQUIRE(b.type == "transformer_block");
+  REQUIRE(b.kind == LayerKind::kTransformerBlock);
   double s = 2048, h = 4096, a = 32;
   CHECK(b.stash_bytes == doctest::Approx(s * h * (34 + 5 * a * s / h)));
   CHECK(b.stash_bytes_selective == doctest::Approx(s * h * 34));
@@ -71,7 +71,7 @@ TEST_CASE("explicit layer lists infer shapes through repeat blocks") {
   CHECK(m.layers[31].out_shape == std::vector<int64_t>{25088});
   ModelSpec r;
   REQUIRE_OK(LoadModelSpec(testing::SourcePath("configs/models/resnet50.yaml"), &r));
-  CHECK(r.layers.back().type == "loss");
+  CHECK(r.layers.back().kind == LayerKind::kLoss);
   CHECK(r.layers[r.layers.size() - 3].out_shape == std::vector<int64_t>{2048});
 }
 

@@ -46,12 +46,12 @@ TEST_CASE("DeepSeek-V3 MLA layer: 187,107,328 parameters, down projections repli
   CHECK(kDeepSeekMla == 187107328.0);
   ModelSpec m = Load("deepseek-v3.yaml");
   const Layer& dense = m.layers[1];
-  REQUIRE(dense.type == "transformer_block");
+  REQUIRE(dense.kind == LayerKind::kTransformerBlock);
   CHECK(dense.params == kDeepSeekMla + Swiglu(7168, 18432) + 2 * 7168);
   CHECK(dense.tp_replicated_params == 7168.0 * (1536 + 512 + 64) + 1536 + 512);
   CHECK(dense.tp_divisor == 128);
   const Layer& moe = m.layers[4];
-  REQUIRE(moe.type == "moe_block");
+  REQUIRE(moe.kind == LayerKind::kMoeBlock);
   CHECK(moe.params == kDeepSeekMla + 2 * 7168 + 256 * 7168.0 + Swiglu(7168, 2048) * 257);
   CHECK(moe.expert_params == 256 * Swiglu(7168, 2048));
   CHECK(moe.experts == 256);
@@ -104,8 +104,8 @@ TEST_CASE("DeepSeek-V3's MTP module: counted apart, one MoE block, norms, the 2h
   REQUIRE(m.layers.size() == 1 + 61 + 1 + 3);  // embedding, blocks, mtp0, final norm, lm_head, loss
   const Layer& mtp = m.layers[62];
   CHECK(mtp.name == "mtp0");
-  CHECK(mtp.type == "mtp");
-  CHECK(m.layers[63].type == "rmsnorm");
+  CHECK(mtp.kind == LayerKind::kMtp);
+  CHECK(m.layers[63].kind == LayerKind::kRmsnorm);
   CHECK(mtp.out_shape == std::vector<int64_t>{4096, 7168});
   const double h = 7168, s = 4096, v = 129280;
   const Layer& block = m.layers[61];
@@ -127,7 +127,7 @@ TEST_CASE("DeepSeek-V3's MTP module: counted apart, one MoE block, norms, the 2h
   // One MoE block, bf16 less fp8: x (the QKV-down input), the up projections' inputs, the shared fc2
   // input and every routed copy's permuted and fc2 inputs, 1 byte each (flash: O stays 2 bytes).
   CHECK(bf.layers[61].stash_bytes - block.stash_bytes == s * (h + 1536 + 512 + 2048 + 8 * (h + 2048)));
-  CHECK(m.layers[64].type == "lm_head");
+  CHECK(m.layers[64].kind == LayerKind::kLmHead);
   CHECK(m.layers[64].stash_bytes == bf.layers[64].stash_bytes);  // the output head's input, bf16
   CHECK(m.layers[65].stash_bytes == bf.layers[65].stash_bytes);  // the loss's fp32 logits
 }
@@ -334,15 +334,15 @@ TEST_CASE("layer lists: moe_block and mtp cost as the template's blocks") {
   REQUIRE(a.layers.size() == b.layers.size());
   for (size_t i = 0; i < a.layers.size(); ++i) {
     INFO(a.layers[i].name);
-    CHECK(a.layers[i].type == b.layers[i].type);
+    CHECK(a.layers[i].kind == b.layers[i].kind);
     CHECK(a.layers[i].params == b.layers[i].params);
     CHECK(a.layers[i].fwd_flops == b.layers[i].fwd_flops);
     CHECK(a.layers[i].stash_bytes == b.layers[i].stash_bytes);
     CHECK(a.layers[i].expert_params == b.layers[i].expert_params);
   }
-  CHECK(a.layers[1].type == "transformer_block");
-  CHECK(a.layers[2].type == "moe_block");
-  CHECK(a.layers[4].type == "mtp");
+  CHECK(a.layers[1].kind == LayerKind::kTransformerBlock);
+  CHECK(a.layers[2].kind == LayerKind::kMoeBlock);
+  CHECK(a.layers[4].kind == LayerKind::kMtp);
   CHECK(a.TotalParams() == b.TotalParams());
   CHECK(a.ActiveParams() == b.ActiveParams());
   CHECK(a.MtpParams() == a.layers[4].params);
