@@ -19,7 +19,7 @@ namespace planner {
 
 struct CodegenOptions {
   int64_t gpus_per_node = 8;     // from the cluster's first level
-  std::string device = "cpu";    // what `planner run` executes on
+  Device device = Device::kCpu;  // what `planner run` executes on
   std::string planner_path = "planner";  // executable run.sh launches
   std::string launch_dir;        // absolute launch directory slurm.sbatch runs ("": the submit directory)
   std::string slurm_mpi = "pmix";  // srun --mpi plugin of slurm.sbatch

@@ -59,7 +59,7 @@ SlurmLayout PlanSlurmLayout(const LaunchPlan& L, const CodegenOptions& o) {
   s.nodes = (s.tasks + L.gpus_per_node - 1) / L.gpus_per_node;
   for (int64_t k = 0; k < s.nodes; ++k) s.node_tasks.push_back(std::min(L.gpus_per_node, s.tasks - k * L.gpus_per_node));
   s.cpus_per_task = L.run.threads;
-  s.gpus_per_node = L.device == "cuda" ? s.tasks_per_node : 0;
+  s.gpus_per_node = L.device == Device::kCuda ? s.tasks_per_node : 0;
   s.mpi = o.slurm_mpi;
   return s;
 }
@@ -85,8 +85,8 @@ std::string CheckSlurmLayout(const LaunchPlan& L, const SlurmLayout& s) {
   }
   if (i != n) return fmt::format("the host list holds {} of the {} tasks", i, n);
   if (s.cpus_per_task < 1) return fmt::format("--cpus-per-task {} is below 1", s.cpus_per_task);
-  if (L.device == "cuda" && s.gpus_per_node < s.tasks_per_node) return fmt::format("--gpus-per-node {} is fewer than the {} tasks of a node", s.gpus_per_node, s.tasks_per_node);
-  if (L.device != "cuda" && s.gpus_per_node != 0) return fmt::format("--gpus-per-node {} for CPU ranks", s.gpus_per_node);
+  if (L.device == Device::kCuda && s.gpus_per_node < s.tasks_per_node) return fmt::format("--gpus-per-node {} is fewer than the {} tasks of a node", s.gpus_per_node, s.tasks_per_node);
+  if (L.device != Device::kCuda && s.gpus_per_node != 0) return fmt::format("--gpus-per-node {} for CPU ranks", s.gpus_per_node);
   if (!ValidSlurmMpi(s.mpi)) return fmt::format("--mpi={} is not an srun MPI plugin (pmix, pmix_vN, pmi2, none, cray_shasta)", s.mpi);
   return "";
 }
@@ -137,7 +137,7 @@ done > "$HOSTLIST"
 export SLURM_HOSTFILE=$HOSTLIST
 srun --mpi="$MPI" --ntasks={} --distribution=arbitrary --cpus-per-task={} --kill-on-bad-exit=1 "$PLANNER" run "$DIR" "$@"
 )SH",
-                                                  model.name, L.ranks.size(), L.device == "cuda" ? "GPU" : "CPU core", ServersNote(L),
+                                                  model.name, L.ranks.size(), L.device == Device::kCuda ? "GPU" : "CPU core", ServersNote(L),
                                                   o.launch_dir.empty() ? "slurm.sbatch" : o.launch_dir + "/slurm.sbatch", o.slurm_mpi, s.tasks, s.nodes,
                                                   s.nodes == 1 ? "" : "s", L.gpus_per_node, Join(s.node_tasks, " "), model.name, s.nodes, s.tasks,
                                                   s.tasks_per_node, s.cpus_per_task, s.gpus_per_node > 0 ? fmt::format("#SBATCH --gpus-per-node={}\n", s.gpus_per_node) : "",

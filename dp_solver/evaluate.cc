@@ -487,7 +487,7 @@ void PlanNotes(const Candidate& k, int64_t zero, const CostOptions& o, std::vect
 Plan Evaluator::UniformPlan(const Candidate& k, const Evaluation& x, const SimResult& res) const {
   const double iter = res.makespan_s + x.dp_s + x.optimizer_s;
   Plan pl;
-  pl.mode = "auto";
+  pl.mode = PlanMode::kAuto;
   pl.gpus = o_.gpus;
   pl.gpus_used = k.t * k.cp * k.p * k.d;
   pl.global_batch = batch_;
@@ -518,7 +518,7 @@ Plan Evaluator::UniformPlan(const Candidate& k, const Evaluation& x, const SimRe
                                    "MFU against the bf16 peak", src_.cluster->PeakFlops(DType::kFp8) / 1e12, src_.cluster->Efficiency(DType::kFp8)));
   }
   pl.p2p_overlap = o_.cost.p2p_overlap;
-  if (sb_.grad_dtype) pl.grad_dtype = DTypeName(*sb_.grad_dtype);
+  pl.grad_dtype = sb_.grad_dtype;
   pl.usable_memory_bytes = sb_.usable;
   for (int64_t q = 0; q < k.p * k.v; ++q) pl.stages.push_back(UniformStage(k, x, q));
   for (int64_t q = 0; q < k.p; ++q) {
@@ -659,7 +659,7 @@ Plan Evaluator::ReplicatedPlan(const CostTable& table, const ReplicatedOptions& 
   }
   const double iter = static_cast<double>(m) * rr.bottleneck_s;
   Plan pl;
-  pl.mode = "auto";
+  pl.mode = PlanMode::kAuto;
   pl.gpus = n;
   pl.gpus_used = n;
   pl.global_batch = batch_;
@@ -674,7 +674,7 @@ Plan Evaluator::ReplicatedPlan(const CostTable& table, const ReplicatedOptions& 
   pl.recompute = Recompute::kNone;
   pl.zero_stage = ZeroStage::kNone;
   pl.p2p_overlap = true;
-  if (sb_.grad_dtype) pl.grad_dtype = DTypeName(*sb_.grad_dtype);
+  pl.grad_dtype = sb_.grad_dtype;
   pl.usable_memory_bytes = sb_.usable;
   pl.dp_comm = ro.dp_comm;
   pl.dp_servers = DpCommUsesServers(ro.dp_comm) ? DpServersFor(ro.dp_comm, ro.servers, ro.ps_colocated) : 0;

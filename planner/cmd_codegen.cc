@@ -154,7 +154,8 @@ Runner RegisterCodegen(CLI::App& app, const std::string& self) {
   cmd->add_option("--slurm-mpi", a->slurm_mpi, "srun's MPI plugin in slurm.sbatch: pmix (default), pmix_vN, pmi2, none, cray_shasta");
   cmd->add_option("--gpus-per-node", a->gpus_per_node, "ranks per node (default: the plan's cluster, first topology level)")->check(CLI::PositiveNumber);
   return [a, self]() -> Status {
-    if (a->device != "cpu" && a->device != "cuda") return Status::InvalidArgument(fmt::format("--device: unknown value '{}'; use cpu or cuda", a->device));
+    Device device;
+    if (!ParseDevice(a->device, &device)) return Status::InvalidArgument(fmt::format("--device: unknown value '{}'; use cpu or cuda", a->device));
     if (!ValidSlurmMpi(a->slurm_mpi)) {
       return Status::InvalidArgument(fmt::format("--slurm-mpi: unknown value '{}'; use pmix, pmix_vN, pmi2, none or cray_shasta (srun --mpi=list)", a->slurm_mpi));
     }
@@ -180,7 +181,7 @@ Runner RegisterCodegen(CLI::App& app, const std::string& self) {
     for (const auto& s : plan.stages) ranges.emplace_back(s.first_layer, s.last_layer);
     PLANNER_RETURN_IF_ERROR(CheckLayerCover(a->plan, ranges, static_cast<int64_t>(model.layers.size()), model_path));
     PLANNER_RETURN_IF_ERROR(CheckProgramSize(a->plan, plan, a->iterations));
-    o.device = a->device;
+    o.device = device;
     o.planner_path = a->planner_path.empty() ? self : a->planner_path;
     o.launch_dir = std::filesystem::absolute(a->output).lexically_normal().string();
     if (o.launch_dir.size() > 1 && o.launch_dir.back() == '/') o.launch_dir.pop_back();

@@ -129,7 +129,7 @@ Status SolvePipeDreamMode(const SolveArgs& a, const Profile& profile, const Clus
   o.activation_compression_ratio = a.acr;
   PipeDreamResult r;
   PLANNER_RETURN_IF_ERROR(SolvePipeDream(profile, o, &r));
-  plan->mode = "pipedream";
+  plan->mode = PlanMode::kPipeDream;
   plan->config = r.config;
   plan->gpus_used = r.machines_used;
   plan->pp = static_cast<int64_t>(r.stages.size());
@@ -585,7 +585,7 @@ Status SolveSize(const SolveArgs& a, const SolveInputs& in, Plan* plan) {
   }
   plan->profile_path = in.profile_path;
   plan->profile_digest = in.profile_path.empty() ? "" : in.profile.digest;
-  plan->cost_source = in.profile_path.empty() ? "analytic" : "profile";
+  plan->cost_source = in.profile_path.empty() ? CostSourceKind::kAnalytic : CostSourceKind::kProfile;
   return Status::OK();
 }
 

@@ -12,11 +12,11 @@ namespace planner {
 std::string RenderPlanSummary(const Plan& p) {
   std::string o;
   o += fmt::format("model {} on {} x {} ({}), global batch {}\n", p.model_name, p.gpus, p.cluster_name,
-                   p.cost_source, p.global_batch);
+                   CostSourceKindName(p.cost_source), p.global_batch);
   o += fmt::format("configuration: tp-pp-dp {} | cp {} | sp {} | replication {} | microbatch {} x {} | schedule {}{} | recompute {} | ZeRO {}{} | ep {} etp {}\n",
                    p.ParallelString(), p.cp, p.sequence_parallel ? "on" : "off", p.config, p.microbatch_size, p.num_microbatches, ScheduleName(p.schedule),
                    p.interleave > 1 ? fmt::format(" (v={})", p.interleave) : "", RecomputeLabel(p.recompute, p.recompute_num_layers, p.recompute_modules), ZeroStageNumber(p.zero_stage),
-                   p.grad_dtype.empty() ? "" : " | gradients " + p.grad_dtype, p.ep, p.etp);
+                   p.grad_dtype ? std::string(" | gradients ") + DTypeName(*p.grad_dtype) : "", p.ep, p.etp);
   const auto& x = p.predicted;
   // Small devices (CPU ranks) read better in GFLOP/s; no figure when the model's FLOPs are unknown (profile only).
   const std::string rate = x.tflops_per_gpu <= 0 ? std::string("FLOP/s n/a (no model file)")

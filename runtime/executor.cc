@@ -46,7 +46,7 @@ Status CheckLaunch(const LaunchPlan& L, const ModelSpec& model, int world_size, 
     return Status::InvalidArgument(fmt::format("{} has {} ranks{} but this job has {}; start it with mpirun -np {} (bash run.sh)", L.path, n,
                                                L.servers.empty() ? "" : fmt::format(" ({} summation servers)", L.servers.size()), world_size, n));
   }
-  if (DpCommUsesServers(L.dp_comm) && L.device != "cpu") {
+  if (DpCommUsesServers(L.dp_comm) && L.device != Device::kCpu) {
     return Status::NotSupported(fmt::format("{}: dp_comm {} runs on CPU ranks only (device cpu); codegen with --device cpu or an all-reduce dp_comm",
                                             L.path, DpCommName(L.dp_comm)));
   }
@@ -187,7 +187,7 @@ class RankRun {
 };
 
 Status RankRun::Setup() {
-  dev_ = L_.device == "cuda" ? Device::kCuda : Device::kCpu;
+  dev_ = L_.device;
   PLANNER_RETURN_IF_ERROR(OpenRankComms(L_, dev_, world_, &comms_, &job_));
   tp_group_ = std::make_unique<CommTpGroup>(comms_.tp.get(), &record_.transfers().tp_allreduces);
   SeqParallel seq;
@@ -542,10 +542,9 @@ Status CheckRunPrecision(const LaunchPlan& L, const ModelSpec& model) {
                                             "--precision fp32 or a synchronous schedule and codegen again", L.path, ScheduleName(L.schedule),
                                             DTypeName(model.dtype)));
   }
-  DType grad;
-  if (!L.grad_dtype.empty() && (!ParseDType(L.grad_dtype, &grad) || !GradDTypeAllowed(model.dtype, grad))) {
+  if (L.grad_dtype && !GradDTypeAllowed(model.dtype, *L.grad_dtype)) {
     return Status::InvalidArgument(fmt::format("{}: field 'grad_dtype': {} gradients do not go with the model's {}; set grad_dtype: {} "
-                                               "(or codegen the plan again)", L.path, L.grad_dtype, DTypeName(model.dtype), GradDTypeChoices(model.dtype)));
+                                               "(or codegen the plan again)", L.path, DTypeName(*L.grad_dtype), DTypeName(model.dtype), GradDTypeChoices(model.dtype)));
   }
   return Status::OK();
 }

@@ -504,9 +504,9 @@ Layer LocalLayer(const Layer& l, const SeqParallel& sp) {
 
 }  // namespace
 
-Status CheckSeqParallelLaunch(const std::string& path, const std::string& device, int64_t tp, int64_t cp, bool sp, const Layer& first) {
+Status CheckSeqParallelLaunch(const std::string& path, Device device, int64_t tp, int64_t cp, bool sp, const Layer& first) {
   if (cp <= 1 && !sp) return Status::OK();
-  if (device != "cpu") return Status::NotSupported(fmt::format("{}: cp / sequence_parallel run on CPU ranks only; codegen with --device cpu", path));
+  if (device != Device::kCpu) return Status::NotSupported(fmt::format("{}: cp / sequence_parallel run on CPU ranks only; codegen with --device cpu", path));
   if (first.kind != LayerKind::kEmbedding || first.in_shape.size() != 1) {
     return Status::InvalidArgument(fmt::format("{}: cp / sequence_parallel need a GPT model (token ids into an embedding); this model starts with '{}'",
                                                path, LayerKindName(first.kind)));

@@ -18,9 +18,8 @@ bool GradDTypeAllowed(DType model, DType grad) {
   if (grad == DType::kFp8) return false;
   return grad == (model == DType::kFp8 ? DType::kBf16 : model);
 }
-DType EffectiveGradDType(DType model, const std::string& text) {
-  DType g;
-  return ParseDType(text, &g) && GradDTypeAllowed(model, g) ? g : DefaultGradDType(model);
+DType EffectiveGradDType(DType model, std::optional<DType> stated) {
+  return stated && GradDTypeAllowed(model, *stated) ? *stated : DefaultGradDType(model);
 }
 std::string GradDTypeChoices(DType model) {
   return model == DType::kFp32 ? "fp32" : std::string("fp32 or ") + DTypeName(model == DType::kFp8 ? DType::kBf16 : model);

@@ -3,6 +3,7 @@
 // is read. Included by CUDA sources (C++17): nothing newer here (spec/dtype_round.h rounds floats).
 #pragma once
 
+#include <optional>
 #include <string>
 
 namespace planner {
@@ -22,9 +23,9 @@ DType DefaultGradDType(DType model);
 // Whether `grad` is a gradient dtype a model trained in `model` can use: fp32, or the model's own
 // 16-bit storage dtype (fp16 for fp16; bf16 for bf16 and fp8: Megatron --grad-reduce-in-bf16).
 bool GradDTypeAllowed(DType model, DType grad);
-// The gradient dtype a plan or launch file states (`text`: fp32 | fp16 | bf16), or DefaultGradDType(model)
-// where it states none (files written before the field) or one the model does not allow.
-DType EffectiveGradDType(DType model, const std::string& text);
+// The gradient dtype a plan or launch file states, or DefaultGradDType(model) where it states none
+// (files written before the field) or one the model does not allow.
+DType EffectiveGradDType(DType model, std::optional<DType> stated);
 // The gradient dtypes `model` allows, as error messages name them: "fp32", or "fp32 or <16-bit dtype>".
 std::string GradDTypeChoices(DType model);
 

@@ -1,5 +1,5 @@
 // The kinds a plan is made of, as enums: pipeline schedule, activation
-// recompute and ZeRO stage. Parsed once, where a file or flag is read
+// recompute, ZeRO stage, the plan's mode and cost source, the device it runs on. Parsed once, where a file or flag is read
 // (plan.yaml, launch.yaml, `solve --schedule`); everything past the reader
 // compares enums, never names. Names are the spellings of docs/formats.md.
 #pragma once
@@ -57,5 +57,20 @@ inline bool HasRecomputeModule(uint32_t mask, RecomputeModule m) { return (mask 
 enum class ZeroStage { kNone = 0, kOptimizer = 1, kGradients = 2, kParameters = 3 };
 inline int ZeroStageNumber(ZeroStage z) { return static_cast<int>(z); }
 bool ZeroStageFromNumber(long long n, ZeroStage* out);  // 0..3
+
+// What a plan came from: the joint search or PipeDream's optimizer (plan.yaml `mode`).
+enum class PlanMode { kAuto, kPipeDream };
+const char* PlanModeName(PlanMode m);  // auto | pipedream
+bool ParsePlanMode(std::string_view text, PlanMode* out);
+
+// Where a plan's layer times came from (plan.yaml `inputs.cost_source`).
+enum class CostSourceKind { kAnalytic, kProfile };
+const char* CostSourceKindName(CostSourceKind c);  // analytic | profile
+bool ParseCostSourceKind(std::string_view text, CostSourceKind* out);
+
+// What `planner run` executes on (launch.yaml `device`, codegen --device; the runtime's tensors).
+enum class Device { kCpu, kCuda };
+const char* DeviceName(Device d);  // cpu | cuda
+bool ParseDevice(std::string_view text, Device* out);
 
 }  // namespace planner

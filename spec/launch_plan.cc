@@ -225,7 +225,7 @@ std::string LaunchPlanToYaml(const LaunchPlan& p) {
   std::string o = "# Written by planner codegen; read by every rank of planner run (docs/formats.md).\n";
   o += "format_version: 1\n";
   o += fmt::format("model_file: \"{}\"\nmodel_digest: \"{}\"\nplan_digest: \"{}\"\n", p.model_file, p.model_digest, p.plan_digest);
-  o += fmt::format("device: {}\nschedule: {}\ninterleave: {}\n", p.device, ScheduleName(p.schedule), p.interleave);
+  o += fmt::format("device: {}\nschedule: {}\ninterleave: {}\n", DeviceName(p.device), ScheduleName(p.schedule), p.interleave);
   o += fmt::format("tp: {}\npp: {}\ndp: {}\n", p.tp, p.pp, p.dp);
   // Written only when used, so that launch files of plans without them keep their form.
   if (p.cp > 1 || p.sequence_parallel) o += fmt::format("cp: {}\nsequence_parallel: {}\n", p.cp, p.sequence_parallel ? "true" : "false");
@@ -233,7 +233,7 @@ std::string LaunchPlanToYaml(const LaunchPlan& p) {
   if (p.dp_comm != DpComm::kHierAllReduce || !p.servers.empty()) o += fmt::format("dp_comm: {}\nservers: {}\n", DpCommName(p.dp_comm), List(p.servers));
   if (p.ps_colocated) o += "ps_placement: colocated\n";
   if (p.vertical_sync) o += "vertical_sync: true\n";
-  if (!p.grad_dtype.empty()) o += fmt::format("grad_dtype: {}\n", p.grad_dtype);
+  if (p.grad_dtype) o += fmt::format("grad_dtype: {}\n", DTypeName(*p.grad_dtype));
   o += fmt::format("config: \"{}\"\n", p.config);
   o += fmt::format("microbatch_size: {}\nnum_microbatches: {}\nglobal_batch: {}\ngpus_per_node: {}\n", p.microbatch_size,
                    p.num_microbatches, p.global_batch, p.gpus_per_node);
@@ -288,7 +288,9 @@ Status ParseLaunchPlan(const std::string& path, const std::string& text, LaunchP
   PLANNER_RETURN_IF_ERROR(r.GetString(root, "model_file", "model_file", &p.model_file, true));
   PLANNER_RETURN_IF_ERROR(r.GetString(root, "model_digest", "model_digest", &p.model_digest, false));
   PLANNER_RETURN_IF_ERROR(r.GetString(root, "plan_digest", "plan_digest", &p.plan_digest, false));
-  PLANNER_RETURN_IF_ERROR(r.GetEnum(root, "device", "device", {"cpu", "cuda"}, &p.device, true));
+  std::string device;
+  PLANNER_RETURN_IF_ERROR(r.GetEnum(root, "device", "device", {"cpu", "cuda"}, &device, true));
+  ParseDevice(device, &p.device);
   std::string schedule;
   PLANNER_RETURN_IF_ERROR(r.GetEnum(root, "schedule", "schedule", ScheduleNames(), &schedule, true));
   if (!ParseSchedule(schedule, &p.schedule)) return r.FieldError(root["schedule"], "schedule", "unknown schedule " + schedule);
@@ -318,7 +320,9 @@ Status ParseLaunchPlan(const std::string& path, const std::string& text, LaunchP
     return r.FieldError(root["servers"], "servers", fmt::format("dp_comm {} has no servers; remove servers", DpCommName(p.dp_comm)));
   }
   PLANNER_RETURN_IF_ERROR(r.GetBool(root, "vertical_sync", "vertical_sync", &p.vertical_sync, false));
-  PLANNER_RETURN_IF_ERROR(r.GetEnum(root, "grad_dtype", "grad_dtype", {"fp32", "fp16", "bf16"}, &p.grad_dtype, false));
+  std::string grad_dtype;
+  PLANNER_RETURN_IF_ERROR(r.GetEnum(root, "grad_dtype", "grad_dtype", {"fp32", "fp16", "bf16"}, &grad_dtype, false));
+  if (DType g; ParseDType(grad_dtype, &g)) p.grad_dtype = g;
   if (p.vertical_sync && p.schedule != Schedule::kPipeDream) {
     return r.FieldError(root["vertical_sync"], "vertical_sync", fmt::format("vertical sync needs schedule pipedream, not {}; remove it", ScheduleName(p.schedule)));
   }

@@ -8,11 +8,13 @@
 #pragma once
 
 #include <cstdint>
+#include <optional>
 #include <string>
 #include <vector>
 
 #include "common/status.h"
 #include "spec/dp_comm.h"
+#include "spec/dtype.h"
 #include "spec/kinds.h"
 #include "spec/program.h"
 
@@ -58,7 +60,7 @@ struct LaunchPlan {
   std::string model_file = "model.yaml";  // relative to launch.yaml
   std::string model_digest;
   std::string plan_digest;
-  std::string device = "cpu";             // cpu | cuda
+  Device device = Device::kCpu;
   Schedule schedule = Schedule::k1F1B;
   int64_t interleave = 1;
   int64_t tp = 1, pp = 1, dp = 1;
@@ -87,10 +89,10 @@ struct LaunchPlan {
   // server of its 1/n shard of its group's gradients; no extra ranks.
   bool ps_colocated = false;
   bool vertical_sync = false;     // PipeDream's vertical sync (schedule pipedream only)
-  // The plan's gradient buffer dtype (plan.yaml grad_dtype: fp32, fp16 or bf16; empty: the default
+  // The plan's gradient buffer dtype (plan.yaml grad_dtype: fp32, fp16 or bf16; none: the default
   // for the model's precision). The runtime accumulates and reduces in fp32 whatever it says; the
   // run report prices the plan's model state with it.
-  std::string grad_dtype;
+  std::optional<DType> grad_dtype;
   LaunchRun run;
   double predicted_iteration_s = 0, predicted_bubble_fraction = 0;
   // One program per distinct (pipeline position, replica) (dp_solver/programs.h):

@@ -144,7 +144,7 @@ Tree PlanTree(const Plan& p) {
   constexpr double kGiB = 1024.0 * 1024 * 1024;
   Tree t;
   t.Add("format_version", Tree::Int(1));
-  t.Add("mode", Tree::Str(p.mode));
+  t.Add("mode", Tree::Str(PlanModeName(p.mode)));
   Tree& in = t.Add("inputs", Tree());
   in.Add("model", Tree::Str(p.model_name));
   in.Add("model_path", Tree::Str(p.model_path));
@@ -154,7 +154,7 @@ Tree PlanTree(const Plan& p) {
   in.Add("cluster_digest", Tree::Str(p.cluster_digest));
   in.Add("profile_path", Tree::Str(p.profile_path));
   in.Add("profile_digest", Tree::Str(p.profile_digest));
-  in.Add("cost_source", Tree::Str(p.cost_source));
+  in.Add("cost_source", Tree::Str(CostSourceKindName(p.cost_source)));
   in.Add("dtype", Tree::Str(p.dtype));
   if (p.seq > 0) in.Add("seq", Tree::Int(p.seq));
   in.Add("gpus", Tree::Int(p.gpus));
@@ -183,7 +183,7 @@ Tree PlanTree(const Plan& p) {
   if (p.recompute == Recompute::kSelective) t.Add("recompute_modules", ModulesTree(p.recompute_modules));
   t.Add("zero_stage", Tree::Int(ZeroStageNumber(p.zero_stage)));
   t.Add("p2p_overlap", Tree::Bool(p.p2p_overlap));
-  if (!p.grad_dtype.empty()) t.Add("grad_dtype", Tree::Str(p.grad_dtype));
+  if (p.grad_dtype) t.Add("grad_dtype", Tree::Str(DTypeName(*p.grad_dtype)));
   t.Add("dp_comm", Tree::Str(DpCommName(p.dp_comm)));
   if (p.dp_servers > 0) t.Add("dp_servers", Tree::Int(p.dp_servers));
   if (p.ps_colocated) t.Add("ps_placement", Tree::Str("colocated"));
@@ -376,7 +376,9 @@ Status ReadInputs(const YamlReader& r, const YAML::Node& root, Plan* p) {
   PLANNER_RETURN_IF_ERROR(r.GetString(in, "cluster_digest", "inputs.cluster_digest", &p->cluster_digest, false));
   PLANNER_RETURN_IF_ERROR(r.GetString(in, "profile_path", "inputs.profile_path", &p->profile_path, false));
   PLANNER_RETURN_IF_ERROR(r.GetString(in, "profile_digest", "inputs.profile_digest", &p->profile_digest, false));
-  PLANNER_RETURN_IF_ERROR(r.GetString(in, "cost_source", "inputs.cost_source", &p->cost_source, false));
+  std::string cost_source = "analytic";
+  PLANNER_RETURN_IF_ERROR(r.GetEnum(in, "cost_source", "inputs.cost_source", {"analytic", "profile"}, &cost_source, false));
+  ParseCostSourceKind(cost_source, &p->cost_source);
   PLANNER_RETURN_IF_ERROR(r.GetString(in, "dtype", "inputs.dtype", &p->dtype, false));
   PLANNER_RETURN_IF_ERROR(GetIntInRange(r, in, "seq", "inputs.seq", &p->seq, false, 1, kMaxBatch));
   PLANNER_RETURN_IF_ERROR(GetIntInRange(r, in, "gpus", "inputs.gpus", &p->gpus, true, 1, kMaxRanks));
@@ -409,12 +411,13 @@ Status ReadLayout(const YamlReader& r, const YAML::Node& root, Plan* p) {
   PLANNER_RETURN_IF_ERROR(r.GetBool(root, "account_embedding_loss", "account_embedding_loss", &p->account_embedding_loss, false));
   PLANNER_RETURN_IF_ERROR(GetZeroStage(r, root, "zero_stage", &p->zero_stage));
   PLANNER_RETURN_IF_ERROR(r.GetBool(root, "p2p_overlap", "p2p_overlap", &p->p2p_overlap, false));
-  PLANNER_RETURN_IF_ERROR(r.GetEnum(root, "grad_dtype", "grad_dtype", {"fp32", "fp16", "bf16"}, &p->grad_dtype, false));
+  std::string grad_text;
+  PLANNER_RETURN_IF_ERROR(r.GetEnum(root, "grad_dtype", "grad_dtype", {"fp32", "fp16", "bf16"}, &grad_text, false));
   DType run_dtype, grad_dtype;
-  if (!p->grad_dtype.empty() && ParseDType(p->dtype, &run_dtype) && ParseDType(p->grad_dtype, &grad_dtype) &&
-      !GradDTypeAllowed(run_dtype, grad_dtype)) {
+  if (!grad_text.empty() && ParseDType(grad_text, &grad_dtype)) p->grad_dtype = grad_dtype;
+  if (p->grad_dtype && ParseDType(p->dtype, &run_dtype) && !GradDTypeAllowed(run_dtype, *p->grad_dtype)) {
     return r.FieldError(root["grad_dtype"], "grad_dtype", fmt::format("{} gradients do not go with inputs.dtype {} (fp32, or the weights' 16-bit dtype); use {}",
-                                                                      p->grad_dtype, p->dtype, GradDTypeChoices(run_dtype)));
+                                                                      grad_text, p->dtype, GradDTypeChoices(run_dtype)));
   }
   PLANNER_RETURN_IF_ERROR(GetDpComm(r, root, p));
   std::string parallel;
@@ -639,7 +642,9 @@ Status ParsePlanTree(const std::string& path, const YAML::Node& root, Plan* out)
   }
   PLANNER_RETURN_IF_ERROR(r.CheckKeys(root, "", kTopKeys));
   Plan p;
-  PLANNER_RETURN_IF_ERROR(r.GetEnum(root, "mode", "mode", {"auto", "pipedream"}, &p.mode, true));
+  std::string mode;
+  PLANNER_RETURN_IF_ERROR(r.GetEnum(root, "mode", "mode", {"auto", "pipedream"}, &mode, true));
+  ParsePlanMode(mode, &p.mode);
   PLANNER_RETURN_IF_ERROR(ReadInputs(r, root, &p));
   PLANNER_RETURN_IF_ERROR(ReadLayout(r, root, &p));
   PLANNER_RETURN_IF_ERROR(ReadStages(r, root, &p));

@@ -5,11 +5,13 @@
 #pragma once
 
 #include <cstdint>
+#include <optional>
 #include <string>
 #include <vector>
 
 #include "common/status.h"
 #include "spec/dp_comm.h"
+#include "spec/dtype.h"
 #include "spec/kinds.h"
 
 namespace planner {
@@ -74,11 +76,11 @@ struct PlanSummary {
 };
 
 struct Plan {
-  std::string mode = "auto";    // "auto" | "pipedream"
+  PlanMode mode = PlanMode::kAuto;
   std::string model_name, model_path, model_digest;
   std::string cluster_name, cluster_path, cluster_digest;
   std::string profile_path, profile_digest;
-  std::string cost_source;      // "analytic" | "profile"
+  CostSourceKind cost_source = CostSourceKind::kAnalytic;
   std::string dtype;             // the precision solved with (`solve --precision` may differ from the model file's)
   int64_t seq = 0;               // sequence length solved with (gpt: models; `solve --seq` may differ from the file's); 0: none
   int64_t gpus = 0;             // GPUs given to the solver
@@ -111,8 +113,8 @@ struct Plan {
   bool p2p_overlap = false;     // stage sends hidden behind compute (else the sender waits for them)
   // Gradient buffer dtype (accumulation over microbatches and data-parallel reduction): fp32, or
   // the model's 16-bit dtype (Megatron's default for fp16; --grad-reduce-in-bf16 for bf16); plan.yaml
-  // `grad_dtype`. Empty in plans written before it (readers take DefaultGradDType of the precision).
-  std::string grad_dtype;
+  // `grad_dtype`. None in plans written before it (readers take DefaultGradDType of the precision).
+  std::optional<DType> grad_dtype;
   // How data-parallel replicas synchronise gradients (plan.yaml `dp_comm`, `solve --dp-comm`).
   DpComm dp_comm = DpComm::kHierAllReduce;
   // Summation servers of `ps` and `byteps` (CPU machines of the cluster file; `ps` needs >= 1,

@@ -38,7 +38,6 @@ void Count(Device d, int64_t bytes) {
 
 }  // namespace
 
-const char* DeviceName(Device d) { return d == Device::kCpu ? "cpu" : "cuda"; }
 
 MemoryStats GetMemoryStats(Device d) {
   Counters& c = CountersFor(d);

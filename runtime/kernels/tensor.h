@@ -13,12 +13,10 @@
 #include <string>
 #include <vector>
 
+#include "spec/kinds.h"
 #include "spec/layer.h"
 
 namespace planner {
-
-enum class Device { kCpu, kCuda };
-const char* DeviceName(Device d);
 
 struct MemoryStats {
   int64_t current_bytes = 0;

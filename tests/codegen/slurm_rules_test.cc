@@ -16,7 +16,7 @@ using codegen_internal::PlanSlurmLayout;
 using codegen_internal::SlurmLayout;
 
 // n workers then s summation servers, rank i on node i / gpn (launch.yaml's placement).
-LaunchPlan Ranks(int64_t n, int64_t s, int64_t gpn, const std::string& device = "cpu", int64_t threads = 1) {
+LaunchPlan Ranks(int64_t n, int64_t s, int64_t gpn, Device device = Device::kCpu, int64_t threads = 1) {
   LaunchPlan L;
   L.gpus_per_node = gpn;
   L.device = device;
@@ -46,7 +46,7 @@ void Broken(const LaunchPlan& L, const SlurmLayout& s, const std::string& text) 
 }
 
 TEST_CASE("slurm layout: 20 ranks at 8 per node are 3 nodes of 8, 8 and 4 tasks, 20 in all") {
-  const LaunchPlan L = Ranks(20, 0, 8, "cuda", 2);
+  const LaunchPlan L = Ranks(20, 0, 8, Device::kCuda, 2);
   const SlurmLayout s = Layout(L);
   CHECK(s.tasks == 20);
   CHECK(s.nodes == 3);
@@ -61,7 +61,7 @@ TEST_CASE("slurm layout: every rank count 1..40 with 0..3 servers and 1..9 per n
   for (int64_t n = 1; n <= 40; ++n)
     for (int64_t srv = 0; srv <= 3; ++srv)
       for (int64_t gpn = 1; gpn <= 9; ++gpn) {
-        const LaunchPlan L = Ranks(n, srv, gpn, gpn % 2 ? "cpu" : "cuda");
+        const LaunchPlan L = Ranks(n, srv, gpn, gpn % 2 ? Device::kCpu : Device::kCuda);
         const SlurmLayout s = Layout(L);
         const int64_t total = n + srv;
         INFO(n, " ", srv, " ", gpn);
@@ -146,11 +146,11 @@ TEST_CASE("slurm rule: at least one CPU per task") {
 }
 
 TEST_CASE("slurm rule: cuda ranks get a GPU per task of a node; CPU ranks none") {
-  const LaunchPlan L = Ranks(16, 0, 8, "cuda");
+  const LaunchPlan L = Ranks(16, 0, 8, Device::kCuda);
   SlurmLayout s = Layout(L);
   s.gpus_per_node = 4;
   Broken(L, s, "--gpus-per-node 4 is fewer than the 8 tasks of a node");
-  const LaunchPlan C = Ranks(16, 0, 8, "cpu");
+  const LaunchPlan C = Ranks(16, 0, 8, Device::kCpu);
   SlurmLayout c = Layout(C);
   c.gpus_per_node = 8;
   Broken(C, c, "--gpus-per-node 8 for CPU ranks");

@@ -141,7 +141,7 @@ TEST_CASE("Korthikanti's 1T with selective recompute and SP fits interleaved (v 
   o.zero = {0};
   Plan p;
   REQUIRE_OK(SolveAuto(f.Source(), o, &p));
-  CHECK(p.grad_dtype == "fp16");
+  CHECK(p.grad_dtype == DType::kFp16);
   CHECK(p.predicted.peak_memory_bytes <= f.cluster.UsableMemoryBytes());
   CHECK(p.predicted.peak_memory_bytes / (1024.0 * 1024 * 1024) == doctest::Approx(72.3).epsilon(0.01));
   o.cost.grad_dtype = DType::kFp32;

@@ -340,8 +340,8 @@ TEST_CASE("per-stage replication costs the gradient buffer too: its bytes in the
   REQUIRE_OK(SolveAuto(f.Source(), o, &p16));
   o.cost.grad_dtype = DType::kFp32;
   REQUIRE_OK(SolveAuto(f.Source(), o, &p32));
-  CHECK(p16.grad_dtype == "fp16");
-  CHECK(p32.grad_dtype == "fp32");
+  CHECK(p16.grad_dtype == DType::kFp16);
+  CHECK(p32.grad_dtype == DType::kFp32);
   REQUIRE(p16.stages.size() == p32.stages.size());
   for (size_t s = 0; s < p16.stages.size(); ++s) {
     CAPTURE(s);
