@@ -3,12 +3,10 @@
 
 #include <algorithm>
 #include <cstdlib>
-#include <map>
 
 #include <fmt/format.h>
 #include <fmt/ranges.h>
 
-#include "common/edit_distance.h"
 #include "dp_solver/programs.h"
 
 namespace planner {
@@ -270,49 +268,6 @@ Status BuildLaunchPlan(const Plan& plan, const std::string& model_digest, const 
   return Status::OK();
 }
 
-const std::vector<std::string>& ExportTargets() {
-  static const std::vector<std::string> kTargets = {"mpirun", "slurm", "megatron", "deepspeed", "torchtitan", "torch-pipelining"};
-  return kTargets;
-}
-
-bool ExportOwnsFile(const std::string& target, const std::string& path) {
-  static const std::map<std::string, std::vector<std::string>> kPrefixes = {
-      {"mpirun", {"run.sh"}}, {"slurm", {"slurm.sbatch"}}, {"megatron", {"megatron."}},
-      {"deepspeed", {"deepspeed/"}}, {"torch-pipelining", {"torch_pipelining."}}, {"torchtitan", {"torchtitan"}}};
-  const auto it = kPrefixes.find(target);
-  if (it == kPrefixes.end()) return false;
-  return std::any_of(it->second.begin(), it->second.end(), [&path](const std::string& p) { return path.rfind(p, 0) == 0; });
-}
-
-Status ParseExportList(const std::string& list, std::vector<std::string>* out) {
-  const std::vector<std::string>& all = ExportTargets();
-  out->clear();
-  if (list == "all") {
-    *out = all;
-    return Status::OK();
-  }
-  size_t start = 0;
-  while (start <= list.size()) {
-    const size_t end = std::min(list.find(',', start), list.size());
-    const std::string name = list.substr(start, end - start);
-    if (name.empty()) {
-      return Status::InvalidArgument(fmt::format("--export: an empty target name in '{}'; give {} (comma-separated) or all", list, fmt::join(all, ", ")));
-    }
-    if (name == "all") return Status::InvalidArgument("--export: 'all' stands alone; give --export all or a list of targets");
-    if (std::find(all.begin(), all.end(), name) == all.end()) {
-      const std::string hint = DidYouMean(name, all);  // ", did you mean 'x'?" or ""
-      return Status::InvalidArgument(fmt::format("--export: unknown target '{}'{}; choose from {} (comma-separated) or all", name,
-                                                 hint.empty() ? "" : " (" + hint.substr(2) + ")", fmt::join(all, ", ")));
-    }
-    if (std::find(out->begin(), out->end(), name) != out->end()) {
-      return Status::InvalidArgument(fmt::format("--export: '{}' listed twice; name each target once", name));
-    }
-    out->push_back(name);
-    start = end + 1;
-  }
-  return Status::OK();
-}
-
 Status GenerateLaunchFiles(const Plan& plan, const ModelSpec& model, const LaunchPlan& L, const CodegenOptions& o,
                            std::vector<std::pair<std::string, std::string>>* files, std::vector<std::string>* notes) {
   files->emplace_back("launch.yaml", LaunchPlanToYaml(L));
@@ -320,13 +275,11 @@ Status GenerateLaunchFiles(const Plan& plan, const ModelSpec& model, const Launc
     notes->push_back(fmt::format("dp_comm {}: every data-parallel group has one rank, so there are no gradients to synchronise; launch.yaml "
                                  "runs dp_comm allreduce-hier without server ranks", DpCommName(plan.dp_comm)));
   }
-  auto wanted = [&o](const char* target) { return o.exports.empty() || std::find(o.exports.begin(), o.exports.end(), target) != o.exports.end(); };
-  if (wanted("mpirun")) codegen_internal::AddRunScript(model, L, o, files);
-  if (wanted("slurm")) codegen_internal::AddSlurmScript(model, L, o, files, notes);
-  if (wanted("megatron")) codegen_internal::AddMegatronArgs(plan, model, L, files, notes);
-  if (wanted("deepspeed")) codegen_internal::AddDeepSpeedFiles(plan, model, L, files, notes);
-  if (wanted("torchtitan")) codegen_internal::AddTorchtitan(plan, model, L, o, files, notes);
-  if (wanted("torch-pipelining")) codegen_internal::AddTorchPipelining(plan, model, L, files, notes);
+  const codegen_internal::ExportInput in{plan, model, L, o};
+  for (const codegen_internal::ExportTarget& e : codegen_internal::Exports()) {
+    const bool wanted = o.exports.empty() || std::find(o.exports.begin(), o.exports.end(), e.name) != o.exports.end();
+    if (wanted) e.write(in, files, notes);
+  }
   return Status::OK();
 }
 

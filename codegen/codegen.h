@@ -28,8 +28,12 @@ struct CodegenOptions {
 };
 
 // The export targets, in the order codegen writes them: mpirun (run.sh), slurm (slurm.sbatch),
-// megatron, deepspeed, torchtitan, torch-pipelining. docs/exports.md.
+// megatron, deepspeed, torchtitan, torch-pipelining (the names of codegen/export_table.cc's table).
+// docs/exports.md.
 const std::vector<std::string>& ExportTargets();
+// The folders of a launch directory that export targets own files in, relative to it: "" (the
+// directory itself) and each folder of an owned path (deepspeed).
+const std::vector<std::string>& ExportSubdirectories();
 
 // Whether a launch directory's file (relative path) belongs to an export target: what a new
 // codegen of that target replaces (a refused target leaves none of its old files behind).

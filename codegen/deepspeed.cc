@@ -1,4 +1,5 @@
 // deepspeed/: ds_config.json, partition.json and pipeline.py, or deepspeed/refused.txt with the reason.
+#include "codegen/embedded_templates.h"
 #include "codegen/exports.h"
 
 #include <algorithm>
@@ -196,38 +197,7 @@ void AddDeepSpeedFiles(const Plan& plan, const ModelSpec& model, const LaunchPla
                       fmt::format("{{\n  \"num_stages\": {},\n  \"topology\": {{\"num_pp\": {}, \"num_mp\": {}, \"num_dp\": {}}},\n  \"parts\": [{}],\n  \"layers\": [{}]{}\n}}\n",
                                   L.pp, L.pp, L.tp, L.dp, Join(c.parts, ", "), names,
                                   req.empty() ? "" : ",\n  \"model_requirements\": [" + req_json + "]"));
-  files->emplace_back("deepspeed/pipeline.py", R"PY(# DeepSpeed PipelineModule with the planner's stage boundaries and topology (partition.json):
-# layer i of the model goes to stage s when parts[s] <= i < parts[s + 1]; ranks are laid out as
-# PipeModelDataParallelTopology(num_pp, num_mp, num_dp) does (model fastest, then data, then pipe),
-# which is the launch directory's rank order (tp fastest, then dp, then pp).
-import json, os
-
-from deepspeed.pipe import PipelineModule
-from deepspeed.runtime.pipe.topology import PipeModelDataParallelTopology
-
-_HERE = os.path.dirname(os.path.abspath(__file__))
-PARTITION = json.load(open(os.path.join(_HERE, "partition.json")))
-
-
-def topology():
-    t = PARTITION["topology"]
-    return PipeModelDataParallelTopology(num_pp=t["num_pp"], num_mp=t["num_mp"], num_dp=t["num_dp"])
-
-
-class PlannedPipelineModule(PipelineModule):
-    """PipelineModule(layers, topology=topology(), ...) with the planner's boundaries."""
-
-    def __init__(self, layers, **kwargs):
-        if "num_stages" not in kwargs:
-            kwargs.setdefault("topology", topology())
-        super().__init__(layers, **kwargs)
-
-    def _partition_layers(self, method="uniform"):
-        super()._partition_layers(method="uniform")
-        self.parts = list(PARTITION["parts"])
-        stage = self.stage_id
-        self._set_bounds(start=self.parts[stage], stop=self.parts[stage + 1])
-)PY");
+  files->emplace_back("deepspeed/pipeline.py", FillTemplate(codegen_templates::kDeepspeedPipeline, {}));
 }
 
 }  // namespace codegen_internal

@@ -1,10 +1,11 @@
-// Internal to codegen/: one writer per export target (codegen.cc calls them in order).
-// Each appends (relative path, contents) to *files, and to *notes what its target cannot take;
+// Internal to codegen/: one writer per export target, and the table of the targets (export_table.cc).
+// Each writer appends (relative path, contents) to *files, and to *notes what its target cannot take;
 // a plan a target cannot run gets a refusal file (the reason) instead of the target's files.
 #pragma once
 
 #include <cstdint>
 #include <string>
+#include <string_view>
 #include <utility>
 #include <vector>
 
@@ -13,6 +14,36 @@
 namespace planner::codegen_internal {
 
 using Files = std::vector<std::pair<std::string, std::string>>;
+using Notes = std::vector<std::string>;
+
+// What every writer of the table is given.
+struct ExportInput {
+  const Plan& plan;
+  const ModelSpec& model;
+  const LaunchPlan& launch;
+  const CodegenOptions& options;
+};
+
+// One export target, a row of Exports(): the --export list (ExportTargets, ParseExportList), the files a
+// target owns (ExportOwnsFile: what a new codegen of it replaces) and the dispatch (GenerateLaunchFiles) all
+// read it. Adding a target is adding a row (HACKING.md, "How to add an export").
+struct ExportTarget {
+  const char* name;                   // its --export name
+  std::vector<std::string> owned;     // launch-directory paths it owns: each a prefix of a relative path
+  void (*write)(const ExportInput& in, Files* files, Notes* notes);  // appends its files or its refusal
+};
+// The table, in writing order (export_table.cc).
+const std::vector<ExportTarget>& Exports();
+
+// template.cc
+// A template of codegen/templates/ (embedded at build time: codegen/embedded_templates.h) filled in: its
+// lines between "# ---- planner template begins ----" and "# ---- planner template ends ----" (from the
+// start, to the end, where a marker is missing), each PLAN_<name> replaced by values' entry for name; a
+// line holding only indentation and one placeholder stands for whole lines: the value (each line ending
+// in a newline; "" for none) replaces it, indentation included. A placeholder without a value, or a value
+// no placeholder uses, is a bug in the writer: reported on stderr, then abort().
+using TemplateValues = std::vector<std::pair<std::string, std::string>>;  // (placeholder name without PLAN_, value)
+std::string FillTemplate(std::string_view text, const TemplateValues& values);
 
 inline std::string Join(const std::vector<int64_t>& v, const char* sep) {
   std::string s;

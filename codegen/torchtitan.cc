@@ -1,5 +1,6 @@
 // torchtitan.toml: the plan as torchtitan 0.2's job configuration (the last torchtitan release read from
 // TOML; docs/exports.md "torchtitan"), or torchtitan.toml.refused with the reason.
+#include "codegen/embedded_templates.h"
 #include "codegen/exports.h"
 
 #include <algorithm>
@@ -123,36 +124,33 @@ std::string TitanConfigModule(const ModelSpec& model, const LaunchPlan& L, const
     for (const auto& f : p) q.push_back("\"" + (f == "output" ? std::string("lm_head") : f) + "\"");
     parts += fmt::format("        [{}],\n", fmt::join(q, ", "));
   }
-  std::string flavor_fn = flavor == "8B" ? "llama3_8b" : flavor == "70B" ? "llama3_70b" : "llama3_405b";
-  std::string m = fmt::format(R"PY(# torchtitan 0.3 config module of the plan ({} ranks, tp-cp-pp-dp {}-{}-{}-{}, {}); the same settings as
-# torchtitan.toml (torchtitan 0.2). Written by planner codegen. Run from this directory:
-#   PYTHONPATH=. torchrun --nproc-per-node N -m torchtitan.train --module torchtitan_config --config plan
-from torchtitan.distributed.activation_checkpoint import FullAC, SelectiveAC
-from torchtitan.models.llama3 import model_registry
-from torchtitan.models.llama3.config_registry import {}
-
-
-def plan():
-    c = {}()
-)PY",
-                              c.world, L.tp, L.cp, L.pp, L.dp, ScheduleName(L.schedule), flavor_fn, flavor_fn);
+  const std::string flavor_fn = flavor == "8B" ? "llama3_8b" : flavor == "70B" ? "llama3_70b" : "llama3_405b";
+  std::string fp8_lines, pipeline_lines;
   if (model.dtype == DType::kFp8) {
-    m += fmt::format("    from torchtitan.components.quantization import Float8LinearConverter\n"
-                     "    c.model_spec = model_registry(\"{}\", converters=[Float8LinearConverter.Config()])\n", flavor);
+    fp8_lines = fmt::format("    from torchtitan.components.quantization import Float8LinearConverter\n"
+                            "    c.model_spec = model_registry(\"{}\", converters=[Float8LinearConverter.Config()])\n",
+                            flavor);
   }
-  m += fmt::format("    p = c.parallelism\n    p.data_parallel_replicate_degree = {}\n    p.data_parallel_shard_degree = {}\n    p.fsdp_reshard_after_forward = \"{}\"\n"
-                   "    p.tensor_parallel_degree = {}\n    p.context_parallel_degree = {}\n    p.pipeline_parallel_degree = {}\n",
-                   c.dp_replicate, c.dp_shard, fsdp, L.tp, L.cp, L.pp);
   if (L.pp > 1) {
-    m += fmt::format("    p.pipeline_parallel_schedule = \"{}\"\n    p.pipeline_parallel_microbatch_size = {}\n    p.module_fqns_per_model_part = [\n{}    ]\n",
-                     TitanSchedule(L.schedule), L.microbatch_size, parts);
+    pipeline_lines = fmt::format("    p.pipeline_parallel_schedule = \"{}\"\n"
+                                 "    p.pipeline_parallel_microbatch_size = {}\n"
+                                 "    p.module_fqns_per_model_part = [\n{}    ]\n",
+                                 TitanSchedule(L.schedule), L.microbatch_size, parts);
   }
-  m += fmt::format("    t = c.training\n    t.local_batch_size = {}\n    t.global_batch_size = {}\n    t.seq_len = {}\n    t.steps = {}\n    t.mixed_precision_param = \"{}\"\n",
-                   c.local_batch, c.global_batch, c.seq, o.run.iterations, model.dtype == DType::kFp32 ? "float32" : "bfloat16");
-  if (L.pp > 1) m += "    t.disable_cuda_graphs = True  # torchtitan 0.3: CUDA graphs do not run with pipeline parallelism\n";
-  m += ac == "full" ? "    c.activation_checkpoint = FullAC.Config()\n" : ac == "selective" ? "    c.activation_checkpoint = SelectiveAC.Config()  # 0.3: op-level selective AC\n"
-                                                                             : "    c.activation_checkpoint = None\n";
-  return m + "    return c\n";
+  const char* cuda_graph_lines =
+      "    t.disable_cuda_graphs = True  # torchtitan 0.3: CUDA graphs do not run with pipeline parallelism\n";
+  const char* ac_value = ac == "full"        ? "FullAC.Config()"
+                         : ac == "selective" ? "SelectiveAC.Config()  # 0.3: op-level selective AC"
+                                             : "None";
+  auto str = [](auto x) { return fmt::format("{}", x); };  // a value as fmt writes it
+  return FillTemplate(codegen_templates::kTorchtitanConfig, {
+      {"world", str(c.world)}, {"tp", str(L.tp)}, {"cp", str(L.cp)}, {"pp", str(L.pp)}, {"dp", str(L.dp)},
+      {"sched", ScheduleName(L.schedule)}, {"flavor_fn", flavor_fn}, {"fp8_lines", fp8_lines},
+      {"dp_replicate", str(c.dp_replicate)}, {"dp_shard", str(c.dp_shard)}, {"fsdp", fsdp},
+      {"pipeline_lines", pipeline_lines},
+      {"local_batch", str(c.local_batch)}, {"global_batch", str(c.global_batch)}, {"seq", str(c.seq)},
+      {"steps", str(o.run.iterations)}, {"param_dtype", model.dtype == DType::kFp32 ? "float32" : "bfloat16"},
+      {"cuda_graph_lines", L.pp > 1 ? cuda_graph_lines : ""}, {"ac", ac_value}});
 }
 
 }  // namespace

@@ -3,6 +3,7 @@
 #include <regex>
 
 #include <fmt/format.h>
+#include <fmt/ranges.h>
 
 #include "codegen/codegen.h"
 #include "common/digest.h"
@@ -98,7 +99,7 @@ Status PlanGpusPerNode(const std::string& plan_path, const Plan& plan, int64_t* 
 Status RemoveStaleExports(const std::string& dir, const std::vector<std::string>& targets, const std::vector<std::pair<std::string, std::string>>& files) {
   namespace fs = std::filesystem;
   std::error_code ec;
-  for (const std::string sub : {"", "deepspeed"}) {
+  for (const std::string& sub : ExportSubdirectories()) {
     const fs::path d = fs::path(dir) / sub;
     if (!fs::is_directory(d, ec)) continue;
     for (const auto& e : fs::directory_iterator(d, ec)) {
@@ -150,7 +151,8 @@ Runner RegisterCodegen(CLI::App& app, const std::string& self) {
       ->check(CLI::PositiveNumber & CLI::Range(0.0, kMaxTimeoutSeconds));
   cmd->add_flag("--overlap-dp", a->overlap_dp, "all-reduce gradients on a second thread while the last backward runs (needs spare cores)");
   cmd->add_option("--planner-path", a->planner_path, "executable the scripts launch (default: this planner)");
-  cmd->add_option("--export", a->exports, "targets written besides launch.yaml, comma-separated: mpirun, slurm, megatron, deepspeed, torchtitan, torch-pipelining (default: all)");
+  cmd->add_option("--export", a->exports,
+                  fmt::format("targets written besides launch.yaml, comma-separated: {} (default: all)", fmt::join(ExportTargets(), ", ")));
   cmd->add_option("--slurm-mpi", a->slurm_mpi, "srun's MPI plugin in slurm.sbatch: pmix (default), pmix_vN, pmi2, none, cray_shasta");
   cmd->add_option("--gpus-per-node", a->gpus_per_node, "ranks per node (default: the plan's cluster, first topology level)")->check(CLI::PositiveNumber);
   return [a, self]() -> Status {

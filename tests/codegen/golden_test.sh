@@ -1,10 +1,12 @@
 #!/usr/bin/env bash
 # Golden tests of planner codegen: each checked-in plan's launch directory
-# equals tests/codegen/golden/<case>/ byte for byte. UPDATE_GOLDEN=1 rewrites them.
+# equals tests/codegen/golden/<case>/ byte for byte (torch_pipelining.py: its plan constants, the rest
+# checked equal to its template). UPDATE_GOLDEN=1 rewrites them.
 set -u
 PLANNER=$1
 SRC=$2
 G=$SRC/tests/codegen/golden
+TMPL=$SRC/codegen/templates/torch_pipelining.py
 T=$(mktemp -d)
 trap 'rm -rf "$T"' EXIT
 pass=0
@@ -16,6 +18,15 @@ for plan in "$SRC"/tests/codegen/plans/*.plan.yaml; do
   fi
   # slurm.sbatch names the launch directory by absolute path: the golden holds @LAUNCH_DIR@.
   [ -f "$T/$name/slurm.sbatch" ] && sed -i "s|$T/$name|@LAUNCH_DIR@|g" "$T/$name/slurm.sbatch"
+  # torch_pipelining.py: the golden keeps what the plan decides (its constants, through the STEPS line); the rest
+  # must be codegen/templates/torch_pipelining.py's lines after that line, unchanged.
+  f=$T/$name/torch_pipelining.py
+  if [ -f "$f" ]; then
+    steps='^OPTIMIZER, LEARNING_RATE, SEED, STEPS = '
+    if diff <(sed -n "/$steps/,\$p" "$f" | sed 1d) <(sed -n "/$steps/,/^# ---- planner template ends ----\$/p" "$TMPL" | sed '1d;$d') >/dev/null; then
+      pass=$((pass+1)); else echo "FAIL $name: torch_pipelining.py after its constants is not the template's text"; fail=$((fail+1)); fi
+    sed -i "/$steps/q" "$f"
+  fi
   if [ "${UPDATE_GOLDEN:-0}" = 1 ]; then rm -rf "$G/$name"; mkdir -p "$G"; cp -r "$T/$name" "$G/$name"; fi
   if diff -r "$G/$name" "$T/$name" > "$T/$name.diff"; then pass=$((pass+1)); else echo "FAIL $name: differs from golden"; head -20 "$T/$name.diff"; fail=$((fail+1)); fi
 done
@@ -115,14 +126,15 @@ done
 # torch_pipelining.py (torch.distributed.pipelining 2.15; tests/exports/torch_pipelining_test.sh runs it): a mesh over
 # (pp, dp, tp) at the plan's world size, the multi-stage classes given this rank's stage list (the loop r + k pp), the
 # plan's stages by layer name, and no single stage handed to a multi-stage schedule.
+# (The mesh, the schedule call and the stage loop are the template's, the same for every plan: checked there.)
+check template "$TMPL" '    mesh = init_device_mesh("cuda" if cuda else "cpu", (PP, DP, TP), mesh_dim_names=("pp", "dp", "tp"))' \
+  '    schedule = cls(stages[0] if single else stages, n_microbatches=N_MICROBATCHES, loss_fn=loss_fn)' \
+  '    return [pp_rank + k * PP for k in range(STAGES_PER_RANK)]'
+if grep -qE 'SCHEDULE\((stage|stages\[0\]),' "$TMPL"; then echo "FAIL template: a single stage passed to the schedule"; fail=$((fail+1)); else pass=$((pass+1)); fi
 for name in gpt3-64 llama3-8b-64 llama3-8b-fp8-16 tiny-gpt-pp2; do
   f=$G/$name/torch_pipelining.py
   world=$(grep -c '^  - {rank: ' "$G/$name/launch.yaml")
-  check "$name" "$f" '    mesh = init_device_mesh("cuda" if cuda else "cpu", (PP, DP, TP), mesh_dim_names=("pp", "dp", "tp"))' \
-    '    schedule = cls(stages[0] if single else stages, n_microbatches=N_MICROBATCHES, loss_fn=loss_fn)' \
-    '    return [pp_rank + k * PP for k in range(STAGES_PER_RANK)]'
   if grep -q "^WORLD, PP, DP, TP = $world, " "$f"; then pass=$((pass+1)); else echo "FAIL $name: torch_pipelining.py's WORLD is not launch.yaml's $world ranks"; fail=$((fail+1)); fi
-  if grep -qE 'SCHEDULE\((stage|stages\[0\]),' "$f"; then echo "FAIL $name: a single stage passed to the schedule"; fail=$((fail+1)); else pass=$((pass+1)); fi
 done
 check gpt3-64 "$G/gpt3-64/torch_pipelining.py" 'SCHEDULE = "ScheduleInterleaved1F1B"' 'STAGES_PER_RANK = 4' 'WORLD, PP, DP, TP = 64, 8, 1, 8'
 check llama3-8b-64 "$G/llama3-8b-64/torch_pipelining.py" 'WORLD, PP, DP, TP = 64, 2, 8, 4' 'STAGES_PER_RANK = 2'

@@ -1,0 +1,99 @@
+// The export targets as one table (Exports()): the --export names and their order, the files each
+// target owns in a launch directory, and the writer GenerateLaunchFiles calls. docs/exports.md.
+#include "codegen/codegen.h"
+#include "codegen/exports.h"
+
+#include <algorithm>
+
+#include <fmt/format.h>
+#include <fmt/ranges.h>
+
+#include "common/edit_distance.h"
+
+namespace planner {
+namespace codegen_internal {
+// In writing order; owned: path prefixes relative to the launch directory (a target's .refused file included).
+const std::vector<ExportTarget>& Exports() {
+  static const std::vector<ExportTarget> kExports = {
+      {"mpirun", {"run.sh"},
+       [](const ExportInput& in, Files* f, Notes*) { AddRunScript(in.model, in.launch, in.options, f); }},
+      {"slurm", {"slurm.sbatch"},
+       [](const ExportInput& in, Files* f, Notes* n) { AddSlurmScript(in.model, in.launch, in.options, f, n); }},
+      {"megatron", {"megatron."},
+       [](const ExportInput& in, Files* f, Notes* n) { AddMegatronArgs(in.plan, in.model, in.launch, f, n); }},
+      {"deepspeed", {"deepspeed/"},
+       [](const ExportInput& in, Files* f, Notes* n) { AddDeepSpeedFiles(in.plan, in.model, in.launch, f, n); }},
+      {"torchtitan", {"torchtitan"},
+       [](const ExportInput& in, Files* f, Notes* n) {
+         AddTorchtitan(in.plan, in.model, in.launch, in.options, f, n);
+       }},
+      {"torch-pipelining", {"torch_pipelining."},
+       [](const ExportInput& in, Files* f, Notes* n) { AddTorchPipelining(in.plan, in.model, in.launch, f, n); }},
+  };
+  return kExports;
+}
+
+}  // namespace codegen_internal
+
+const std::vector<std::string>& ExportTargets() {
+  static const std::vector<std::string> kNames = [] {
+    std::vector<std::string> names;
+    for (const auto& e : codegen_internal::Exports()) names.emplace_back(e.name);
+    return names;
+  }();
+  return kNames;
+}
+
+const std::vector<std::string>& ExportSubdirectories() {
+  static const std::vector<std::string> kDirs = [] {
+    std::vector<std::string> dirs = {""};
+    for (const auto& e : codegen_internal::Exports()) {
+      for (const std::string& p : e.owned) {
+        const size_t slash = p.rfind('/');
+        if (slash == std::string::npos) continue;
+        if (std::find(dirs.begin(), dirs.end(), p.substr(0, slash)) == dirs.end()) dirs.push_back(p.substr(0, slash));
+      }
+    }
+    return dirs;
+  }();
+  return kDirs;
+}
+
+bool ExportOwnsFile(const std::string& target, const std::string& path) {
+  for (const auto& e : codegen_internal::Exports()) {
+    if (target != e.name) continue;
+    return std::any_of(e.owned.begin(), e.owned.end(), [&path](const std::string& p) { return path.rfind(p, 0) == 0; });
+  }
+  return false;
+}
+
+Status ParseExportList(const std::string& list, std::vector<std::string>* out) {
+  const std::vector<std::string>& all = ExportTargets();
+  out->clear();
+  if (list == "all") {
+    *out = all;
+    return Status::OK();
+  }
+  size_t start = 0;
+  while (start <= list.size()) {
+    const size_t end = std::min(list.find(',', start), list.size());
+    const std::string name = list.substr(start, end - start);
+    if (name.empty()) {
+      return Status::InvalidArgument(fmt::format("--export: an empty target name in '{}'; give {} (comma-separated) or all", list, fmt::join(all, ", ")));
+    }
+    if (name == "all") return Status::InvalidArgument("--export: 'all' stands alone; give --export all or a list of targets");
+    if (std::find(all.begin(), all.end(), name) == all.end()) {
+      const std::string hint = DidYouMean(name, all);  // ", did you mean 'x'?" or ""
+      return Status::InvalidArgument(fmt::format("--export: unknown target '{}'{}; choose from {} (comma-separated) or all", name,
+                                                 hint.empty() ? "" : " (" + hint.substr(2) + ")", fmt::join(all, ", ")));
+    }
+    if (std::find(out->begin(), out->end(), name) != out->end()) {
+      return Status::InvalidArgument(fmt::format("--export: '{}' listed twice; name each target once", name));
+    }
+    out->push_back(name);
+    start = end + 1;
+  }
+  return Status::OK();
+}
+
+}  // namespace planner
