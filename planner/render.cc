@@ -13,10 +13,7 @@ std::string RenderPlanSummary(const Plan& p) {
   std::string o;
   o += fmt::format("model {} on {} x {} ({}), global batch {}\n", p.model_name, p.gpus, p.cluster_name,
                    CostSourceKindName(p.cost_source), p.global_batch);
-  o += fmt::format("configuration: tp-pp-dp {} | cp {} | sp {} | replication {} | microbatch {} x {} | schedule {}{} | recompute {} | ZeRO {}{} | ep {} etp {}\n",
-                   p.ParallelString(), p.cp, p.sequence_parallel ? "on" : "off", p.config, p.microbatch_size, p.num_microbatches, ScheduleName(p.schedule),
-                   p.interleave > 1 ? fmt::format(" (v={})", p.interleave) : "", RecomputeLabel(p.recompute, p.recompute_num_layers, p.recompute_modules), ZeroStageNumber(p.zero_stage),
-                   p.grad_dtype ? std::string(" | gradients ") + DTypeName(*p.grad_dtype) : "", p.ep, p.etp);
+  o += "configuration: " + p.Label(p.grad_dtype ? std::string(" | gradients ") + DTypeName(*p.grad_dtype) : "") + "\n";
   const auto& x = p.predicted;
   // Small devices (CPU ranks) read better in GFLOP/s; no figure when the model's FLOPs are unknown (profile only).
   const std::string rate = x.tflops_per_gpu <= 0 ? std::string("FLOP/s n/a (no model file)")
@@ -78,7 +75,7 @@ std::string RenderRunnersUp(const Plan& p) {
     std::string sched = ScheduleName(s.schedule) + (s.interleave > 1 ? fmt::format("/v{}", s.interleave) : "");
     std::string repl = s.config.size() > 12 ? s.config.substr(0, 11) + "~" : s.config;
     o += fmt::format("{:>4} {:>10} {:>3} {:>3} {:>4} {:>3} {:>12} {:>12} {:>6} {:>13} {:>9} {:>5} {:>14.4f} {:>11.2f}  {}\n", i + 2,
-                     fmt::format("{}-{}-{}", s.tp, s.pp, s.dp), s.cp, s.sequence_parallel ? "on" : "off", s.ep, s.etp, repl, s.microbatch_size, s.num_microbatches, sched, RecomputeLabel(s.recompute, s.recompute_num_layers, s.recompute_modules),
+                     s.ParallelString(), s.cp, s.sequence_parallel ? "on" : "off", s.ep, s.etp, repl, s.microbatch_size, s.num_microbatches, sched, RecomputeLabel(s.recompute, s.recompute_num_layers, s.recompute_modules),
                      ZeroStageNumber(s.zero_stage), s.iteration_s, s.samples_per_second, s.why_lost);
   }
   return o;

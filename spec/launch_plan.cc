@@ -295,13 +295,7 @@ Status ParseLaunchPlan(const std::string& path, const std::string& text, LaunchP
   PLANNER_RETURN_IF_ERROR(r.GetEnum(root, "schedule", "schedule", ScheduleNames(), &schedule, true));
   if (!ParseSchedule(schedule, &p.schedule)) return r.FieldError(root["schedule"], "schedule", "unknown schedule " + schedule);
   PLANNER_RETURN_IF_ERROR(GetIntInRange(r, root, "interleave", "interleave", &p.interleave, false, 1, kMaxVirtualStages));
-  PLANNER_RETURN_IF_ERROR(GetIntInRange(r, root, "tp", "tp", &p.tp, true, 1, kMaxRanks));
-  PLANNER_RETURN_IF_ERROR(GetIntInRange(r, root, "pp", "pp", &p.pp, true, 1, kMaxRanks));
-  PLANNER_RETURN_IF_ERROR(GetIntInRange(r, root, "dp", "dp", &p.dp, true, 1, kMaxRanks));
-  PLANNER_RETURN_IF_ERROR(GetIntInRange(r, root, "cp", "cp", &p.cp, false, 1, kMaxRanks));
-  PLANNER_RETURN_IF_ERROR(r.GetBool(root, "sequence_parallel", "sequence_parallel", &p.sequence_parallel, false));
-  PLANNER_RETURN_IF_ERROR(GetIntInRange(r, root, "ep", "ep", &p.ep, false, 1, kMaxRanks));
-  PLANNER_RETURN_IF_ERROR(GetIntInRange(r, root, "etp", "etp", &p.etp, false, 1, kMaxRanks));
+  PLANNER_RETURN_IF_ERROR(ReadLayoutSizes(r, root, "", true, &p));
   if (p.sequence_parallel && p.tp < 2) return r.FieldError(root["sequence_parallel"], "sequence_parallel", "needs tp >= 2; set it false or raise tp");
   std::string dp_comm;
   PLANNER_RETURN_IF_ERROR(r.GetEnum(root, "dp_comm", "dp_comm", DpCommNames(), &dp_comm, false));
@@ -327,8 +321,6 @@ Status ParseLaunchPlan(const std::string& path, const std::string& text, LaunchP
     return r.FieldError(root["vertical_sync"], "vertical_sync", fmt::format("vertical sync needs schedule pipedream, not {}; remove it", ScheduleName(p.schedule)));
   }
   PLANNER_RETURN_IF_ERROR(r.GetString(root, "config", "config", &p.config, false));
-  PLANNER_RETURN_IF_ERROR(GetIntInRange(r, root, "microbatch_size", "microbatch_size", &p.microbatch_size, true, 1, kMaxBatch));
-  PLANNER_RETURN_IF_ERROR(GetIntInRange(r, root, "num_microbatches", "num_microbatches", &p.num_microbatches, true, 1, kMaxMicrobatches));
   PLANNER_RETURN_IF_ERROR(GetIntInRange(r, root, "global_batch", "global_batch", &p.global_batch, true, 1, kMaxBatch));
   PLANNER_RETURN_IF_ERROR(GetIntInRange(r, root, "gpus_per_node", "gpus_per_node", &p.gpus_per_node, false, 1, kMaxRanks));
   if (root["predicted"].IsDefined()) {

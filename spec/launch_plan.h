@@ -16,6 +16,7 @@
 #include "spec/dp_comm.h"
 #include "spec/dtype.h"
 #include "spec/kinds.h"
+#include "spec/layout.h"
 #include "spec/program.h"
 
 namespace planner {
@@ -55,22 +56,18 @@ struct LaunchRun {
   bool overlap_dp = false;          // all-reduce gradients on a second thread during the last backward
 };
 
-struct LaunchPlan {
+// The launch plan: the plan's layout (ParallelLayout; launch.yaml carries its sizes, schedule and
+// microbatching, not recompute or ZeRO, which the runtime does not run) with every rank, its
+// groups and programs. Expert parallelism (MoE layers; MOE.md's folding): within a stage the
+// tp x cp x dp ranks, i = tp_rank + t (cp_rank + cp replica), are read as i = etp_rank + etp (ep_rank
+// + ep edp_rank).
+struct LaunchPlan : ParallelLayout {
   std::string path;
   std::string model_file = "model.yaml";  // relative to launch.yaml
   std::string model_digest;
   std::string plan_digest;
   Device device = Device::kCpu;
-  Schedule schedule = Schedule::k1F1B;
-  int64_t interleave = 1;
-  int64_t tp = 1, pp = 1, dp = 1;
-  int64_t cp = 1;                 // context parallelism (ring attention over the CP group)
-  bool sequence_parallel = false; // Megatron's sequence parallelism with TP
-  // Expert parallelism (MoE layers; MOE.md's folding): within a stage the tp x cp x dp ranks, i = tp_rank + t (cp_rank
-  // + cp replica), are read as i = etp_rank + etp (ep_rank + ep edp_rank).
-  int64_t ep = 1, etp = 1;
-  std::string config;
-  int64_t microbatch_size = 1, num_microbatches = 1, global_batch = 1;
+  int64_t global_batch = 1;
   int64_t gpus_per_node = 1;
   std::vector<LaunchStage> stages;
   std::vector<LaunchRank> ranks;

@@ -13,7 +13,6 @@
 
 namespace planner {
 
-std::string Plan::ParallelString() const { return fmt::format("{}-{}-{}", tp, pp, dp); }
 
 namespace {
 
@@ -318,16 +317,6 @@ Status GetZeroStage(const YamlReader& r, const YAML::Node& map, const std::strin
 
 }  // namespace
 
-std::string RecomputeLabel(Recompute r, int64_t num_layers) {
-  if (r == Recompute::kFull && num_layers > 0) return "full:" + std::to_string(num_layers);
-  return RecomputeName(r);
-}
-
-std::string RecomputeLabel(Recompute r, int64_t num_layers, uint32_t modules) {
-  if (r != Recompute::kSelective || modules == kDefaultRecomputeModules) return RecomputeLabel(r, num_layers);
-  return fmt::format("selective:{}", fmt::join(RecomputeModuleList(modules), "+"));
-}
-
 std::string PlanToYaml(const Plan& plan) {
   YAML::Emitter e;
   EmitYaml(PlanTree(plan), e);
@@ -393,16 +382,10 @@ Status ReadInputs(const YamlReader& r, const YAML::Node& root, Plan* p) {
 Status ReadLayout(const YamlReader& r, const YAML::Node& root, Plan* p) {
   PLANNER_RETURN_IF_ERROR(r.GetString(root, "config", "config", &p->config, true));
   PLANNER_RETURN_IF_ERROR(GetIntInRange(r, root, "gpus_used", "gpus_used", &p->gpus_used, true, 1, kMaxRanks));
-  for (auto [key, out, required] : {std::tuple{"tp", &p->tp, true}, {"pp", &p->pp, true}, {"dp", &p->dp, true}, {"cp", &p->cp, false},
-                                    {"ep", &p->ep, false}, {"etp", &p->etp, false}}) {
-    PLANNER_RETURN_IF_ERROR(GetIntInRange(r, root, key, key, out, required, 1, kMaxRanks));
-  }
-  PLANNER_RETURN_IF_ERROR(r.GetBool(root, "sequence_parallel", "sequence_parallel", &p->sequence_parallel, false));
+  PLANNER_RETURN_IF_ERROR(ReadLayoutSizes(r, root, "", true, p));
   PLANNER_RETURN_IF_ERROR(r.GetDouble(root, "model_parameters", "model_parameters", &p->model_parameters, false, 0, false));
   PLANNER_RETURN_IF_ERROR(r.GetDouble(root, "model_active_parameters", "model_active_parameters", &p->model_active_parameters, false, 0, false));
   PLANNER_RETURN_IF_ERROR(r.GetDouble(root, "mtp_parameters", "mtp_parameters", &p->mtp_parameters, false, 0, false));
-  PLANNER_RETURN_IF_ERROR(GetIntInRange(r, root, "microbatch_size", "microbatch_size", &p->microbatch_size, true, 1, kMaxBatch));
-  PLANNER_RETURN_IF_ERROR(GetIntInRange(r, root, "num_microbatches", "num_microbatches", &p->num_microbatches, true, 1, kMaxMicrobatches));
   PLANNER_RETURN_IF_ERROR(GetSchedule(r, root, "schedule", &p->schedule, true));
   PLANNER_RETURN_IF_ERROR(GetIntInRange(r, root, "interleave", "interleave", &p->interleave, true, 1, kMaxVirtualStages));
   PLANNER_RETURN_IF_ERROR(GetRecompute(r, root, "recompute", &p->recompute, true));
@@ -507,12 +490,7 @@ Status ReadPredicted(const YamlReader& r, const YAML::Node& root, PlanPredicted*
 Status ReadRunnerUp(const YamlReader& r, const YAML::Node& n, const std::string& f, PlanSummary* s) {
   PLANNER_RETURN_IF_ERROR(r.CheckKeys(n, f, kRunnerUpKeys));
   PLANNER_RETURN_IF_ERROR(r.GetString(n, "config", f + ".config", &s->config, false));
-  for (auto [key, out] : {std::pair{"tp", &s->tp}, {"pp", &s->pp}, {"dp", &s->dp}, {"cp", &s->cp}, {"ep", &s->ep}, {"etp", &s->etp}}) {
-    PLANNER_RETURN_IF_ERROR(GetIntInRange(r, n, key, f + "." + key, out, false, 1, kMaxRanks));
-  }
-  PLANNER_RETURN_IF_ERROR(r.GetBool(n, "sequence_parallel", f + ".sequence_parallel", &s->sequence_parallel, false));
-  PLANNER_RETURN_IF_ERROR(GetIntInRange(r, n, "microbatch_size", f + ".microbatch_size", &s->microbatch_size, false, 1, kMaxBatch));
-  PLANNER_RETURN_IF_ERROR(GetIntInRange(r, n, "num_microbatches", f + ".num_microbatches", &s->num_microbatches, false, 1, kMaxMicrobatches));
+  PLANNER_RETURN_IF_ERROR(ReadLayoutSizes(r, n, f + ".", false, s));
   PLANNER_RETURN_IF_ERROR(GetSchedule(r, n, f + ".schedule", &s->schedule, false));
   PLANNER_RETURN_IF_ERROR(GetIntInRange(r, n, "interleave", f + ".interleave", &s->interleave, false, 1, kMaxVirtualStages));
   PLANNER_RETURN_IF_ERROR(GetRecompute(r, n, f + ".recompute", &s->recompute, false));

@@ -13,6 +13,7 @@
 #include "spec/dp_comm.h"
 #include "spec/dtype.h"
 #include "spec/kinds.h"
+#include "spec/layout.h"
 
 namespace planner {
 
@@ -60,22 +61,14 @@ struct PlanPredicted {
   std::vector<std::pair<std::string, double>> dp_comm_seconds;
 };
 
-struct PlanSummary {
-  std::string config;
-  int64_t tp = 1, pp = 1, dp = 1, microbatch_size = 1, num_microbatches = 1, interleave = 1;
-  int64_t cp = 1;
-  int64_t ep = 1, etp = 1;
-  bool sequence_parallel = false;
-  ZeroStage zero_stage = ZeroStage::kNone;
-  Schedule schedule = Schedule::k1F1B;
-  Recompute recompute = Recompute::kNone;
-  int64_t recompute_num_layers = 0;  // as Plan::recompute_num_layers
-  uint32_t recompute_modules = kDefaultRecomputeModules;  // as Plan::recompute_modules
+// A runner-up: its layout, its predictions and why it lost.
+struct PlanSummary : ParallelLayout {
   double iteration_s = 0, samples_per_second = 0, peak_memory_bytes = 0;
   std::string why_lost;
 };
 
-struct Plan {
+// The chosen plan: its layout (ParallelLayout) with its inputs, stages and predictions.
+struct Plan : ParallelLayout {
   PlanMode mode = PlanMode::kAuto;
   std::string model_name, model_path, model_digest;
   std::string cluster_name, cluster_path, cluster_digest;
@@ -86,30 +79,12 @@ struct Plan {
   int64_t gpus = 0;             // GPUs given to the solver
   int64_t gpus_used = 0;
   int64_t global_batch = 0;
-  std::string config;           // "2-1-1": replicas per stage; "tp8-pp8-dp16" style lives in tp/pp/dp
-  int64_t tp = 1, pp = 1, dp = 1;
-  int64_t cp = 1;                 // context-parallel size (Megatron rank order tp-cp-dp-pp)
-  bool sequence_parallel = false; // Megatron's --sequence-parallel (with tp > 1)
-  int64_t ep = 1;                 // expert-parallel size (MoE: folded out of tp x cp x dp, Megatron-Core's MoE parallel folding)
-  int64_t etp = 1;                // expert tensor-parallel size (etp x ep divides tp x cp x dp)
   double model_parameters = 0;    // parameters of the model (tied weights once; MoE: every expert; MTP modules excluded)
   double model_active_parameters = 0;  // parameters one token uses (MoE: top_k routed + shared experts); = model_parameters when dense
   double mtp_parameters = 0;      // parameters of the multi-token-prediction modules (not in model_parameters); 0: none
-  int64_t microbatch_size = 1, num_microbatches = 1;
-  Schedule schedule = Schedule::k1F1B;
-  int64_t interleave = 1;
   // Megatron's --account-for-embedding-in-pipeline-split / --account-for-loss-in-pipeline-split:
   // the embedding and the loss count as one layer each, p v divides blocks + 2 (docs/cost_model.md section 4).
   bool account_embedding_loss = false;
-  Recompute recompute = Recompute::kNone;
-  // Block recompute (recompute full): the first N transformer blocks of every pipeline chunk are
-  // recomputed, the rest keep their activations (Megatron --recompute-method block
-  // --recompute-num-layers N); 0: not applicable (full recompute of every layer, or none / selective).
-  int64_t recompute_num_layers = 0;
-  // Selective recompute's modules (RecomputeBit mask; Megatron --recompute-modules; plan.yaml
-  // `recompute_modules: [core_attn, ...]`, written with recompute: selective). Default core_attn.
-  uint32_t recompute_modules = kDefaultRecomputeModules;
-  ZeroStage zero_stage = ZeroStage::kNone;  // zero_stage: 0..3 in plan.yaml
   bool p2p_overlap = false;     // stage sends hidden behind compute (else the sender waits for them)
   // Gradient buffer dtype (accumulation over microbatches and data-parallel reduction): fp32, or
   // the model's 16-bit dtype (Megatron's default for fp16; --grad-reduce-in-bf16 for bf16); plan.yaml
@@ -132,15 +107,7 @@ struct Plan {
   PlanPredicted predicted;
   std::vector<PlanSummary> runners_up;
   std::vector<std::string> notes;  // assumptions the prediction rests on
-
-  // "8-8-16" style: tp-pp-dp.
-  std::string ParallelString() const;
 };
-
-// The recompute as printed: its name, "full:N" for block recompute of N layers per chunk.
-std::string RecomputeLabel(Recompute r, int64_t num_layers);
-// The same, selective recompute with modules other than core_attn alone as "selective:core_attn+layernorm".
-std::string RecomputeLabel(Recompute r, int64_t num_layers, uint32_t modules);
 
 std::string PlanToYaml(const Plan& plan);
 std::string PlanToJson(const Plan& plan);
