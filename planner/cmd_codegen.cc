@@ -6,6 +6,7 @@
 #include <fmt/ranges.h>
 
 #include "codegen/codegen.h"
+#include "codegen/output_dir.h"
 #include "common/digest.h"
 #include "common/log.h"
 #include "planner/commands.h"
@@ -21,7 +22,7 @@ struct CodegenArgs {
   std::string plan, output = "launch", device = "cpu", optimizer = "adam", planner_path, exports = "all", slurm_mpi = "pmix";
   int64_t iterations = 20, warmup = 2, threads = 1, gpus_per_node = 0, checkpoint_every = 0, seed = 1;
   double lr = 1e-3, timeout_s = 60;
-  bool overlap_dp = false;
+  bool overlap_dp = false, force = false;
 };
 
 // The model file named by the plan: as written, else next to the plan.
@@ -93,27 +94,6 @@ Status PlanGpusPerNode(const std::string& plan_path, const Plan& plan, int64_t* 
   return Status::OK();
 }
 
-// Files an earlier codegen wrote into DIR for the targets written now but not written this time
-// (megatron.args when the target is refused now, megatron.args.refused when it is written):
-// removed, so the directory holds this plan's exports only.
-Status RemoveStaleExports(const std::string& dir, const std::vector<std::string>& targets, const std::vector<std::pair<std::string, std::string>>& files) {
-  namespace fs = std::filesystem;
-  std::error_code ec;
-  for (const std::string& sub : ExportSubdirectories()) {
-    const fs::path d = fs::path(dir) / sub;
-    if (!fs::is_directory(d, ec)) continue;
-    for (const auto& e : fs::directory_iterator(d, ec)) {
-      if (!e.is_regular_file(ec)) continue;
-      const std::string rel = sub.empty() ? e.path().filename().string() : sub + "/" + e.path().filename().string();
-      const bool written = std::any_of(files.begin(), files.end(), [&rel](const auto& f) { return f.first == rel; });
-      const bool owned = std::any_of(targets.begin(), targets.end(), [&rel](const std::string& t) { return ExportOwnsFile(t, rel); });
-      if (!owned || written) continue;
-      if (!fs::remove(e.path(), ec) || ec) return Status::Unavailable(fmt::format("{}: cannot remove the earlier export ({}); remove it or write elsewhere", e.path().string(), ec.message()));
-    }
-  }
-  return Status::OK();
-}
-
 // The programs list every (stage, microbatch) of an iteration, and PipeDream's every one of the whole
 // run: bounded (docs/formats.md, "Limits") so that a huge batch or --iterations cannot make codegen
 // run for minutes and write gigabytes. The factors are bounded where the plan is read.
@@ -154,6 +134,7 @@ Runner RegisterCodegen(CLI::App& app, const std::string& self) {
   cmd->add_option("--export", a->exports,
                   fmt::format("targets written besides launch.yaml, comma-separated: {} (default: all)", fmt::join(ExportTargets(), ", ")));
   cmd->add_option("--slurm-mpi", a->slurm_mpi, "srun's MPI plugin in slurm.sbatch: pmix (default), pmix_vN, pmi2, none, cray_shasta");
+  cmd->add_flag("--force", a->force, "overwrite files in the directory that codegen did not write (or that changed since); see docs/hardening.md");
   cmd->add_option("--gpus-per-node", a->gpus_per_node, "ranks per node (default: the plan's cluster, first topology level)")->check(CLI::PositiveNumber);
   return [a, self]() -> Status {
     Device device;
@@ -208,14 +189,7 @@ Runner RegisterCodegen(CLI::App& app, const std::string& self) {
     std::vector<std::string> notes;
     PLANNER_RETURN_IF_ERROR(GenerateLaunchFiles(plan, model, L, o, &files, &notes));
     files.emplace_back("model.yaml", model_text);
-    namespace fs = std::filesystem;
-    PLANNER_RETURN_IF_ERROR(MakeDirectories(a->output));
-    PLANNER_RETURN_IF_ERROR(RemoveStaleExports(a->output, o.exports, files));
-    for (const auto& [name, text] : files) {
-      if (name.find('/') != std::string::npos) PLANNER_RETURN_IF_ERROR(MakeDirectories((fs::path(a->output) / name).parent_path().string()));
-      const bool script = name.size() > 3 && name.substr(name.size() - 3) == ".sh";
-      PLANNER_RETURN_IF_ERROR(WriteFileAtomic((fs::path(a->output) / name).string(), text, script ? 0755 : 0644));
-    }
+    PLANNER_RETURN_IF_ERROR(WriteOwnedFiles(a->output, files, o.exports, a->force, &notes));
     for (const auto& n : notes) LogNote(n);
     LogNote(fmt::format("wrote {}/: {} ranks ({} per node), {} programs (checked deadlock-free), {} files; run it with: bash {}/run.sh",
                         a->output, L.ranks.size(), L.gpus_per_node, L.programs.size(), files.size(), a->output));

@@ -22,6 +22,11 @@ expect() {  # expect NAME CODE PATTERN -- command...
   fi
   if [ "$code" != 0 ] && [ "$(wc -l < err.txt)" != 1 ]; then echo "FAIL $name: want one error line"; cat err.txt; fail=$((fail+1)); fi
 }
+check() {  # check NAME CMD...: passes when CMD exits 0
+  local name=$1
+  shift
+  if "$@"; then pass=$((pass+1)); else echo "FAIL $name"; fail=$((fail+1)); fi
+}
 M=$SRC/configs/models
 C=$SRC/configs/clusters
 expect "solve gpt3" 0 "configuration: tp-pp-dp" -- $PLANNER solve --gpus 1024 --model $M/gpt3-175b.yaml --cluster $C/dgx-a100.yaml -o plan.yaml
@@ -171,11 +176,40 @@ expect "codegen scripts are executable" 0 "wrote L/" -- $PLANNER codegen p.yaml 
 expect "codegen --export unknown" 2 "planner: error: --export: unknown target 'megatron-lm' (did you mean 'megatron'?); choose from mpirun, slurm, megatron, deepspeed, torchtitan, torch-pipelining (comma-separated) or all" -- $PLANNER codegen p.yaml -o LX --export megatron-lm
 expect "codegen --export twice" 2 "planner: error: --export: 'slurm' listed twice; name each target once" -- $PLANNER codegen p.yaml -o LX --export slurm,slurm
 expect "codegen --export megatron" 0 "wrote LM/" -- $PLANNER codegen p.yaml -o LM --export megatron
-if [ "$(cd LM && find . -type f | sort | tr '\n' ' ')" = "./launch.yaml ./megatron.args ./megatron.sh ./model.yaml " ]; then pass=$((pass+1)); else echo "FAIL --export megatron wrote: $(cd LM && find . -type f | sort | tr '\n' ' ')"; fail=$((fail+1)); fi
-# A target written again replaces its earlier files (a stale refusal goes); other files stay.
-touch L/megatron.args.refused L/deepspeed/refused.txt L/notes.txt
+if [ "$(cd LM && find . -type f | sort | tr '\n' ' ')" = "./codegen.manifest ./launch.yaml ./megatron.args ./megatron.sh ./model.yaml " ]; then pass=$((pass+1)); else echo "FAIL --export megatron wrote: $(cd LM && find . -type f | sort | tr '\n' ' ')"; fail=$((fail+1)); fi
+# Ownership (docs/hardening.md, "Outputs the planner owns"): codegen replaces and removes only the files of its
+# manifest whose content is unchanged; a user's files beside the exports stay, whatever their names.
+touch L/megatron.args.bak L/run.sh.orig L/slurm.sbatch.old L/torchtitan-notes.txt L/deepspeed/notes.txt L/notes.txt
 $PLANNER -q codegen p.yaml -o L --export megatron,deepspeed >/dev/null
-if [ ! -e L/megatron.args.refused ] && [ ! -e L/deepspeed/refused.txt ] && [ -f L/megatron.args ] && [ -f L/deepspeed/ds_config.json ] && [ -f L/notes.txt ] && [ -f L/run.sh ]; then pass=$((pass+1)); else echo "FAIL stale exports: $(ls L L/deepspeed)"; fail=$((fail+1)); fi
+check "user files beside exports stay" test -f L/megatron.args.bak -a -f L/run.sh.orig -a -f L/slurm.sbatch.old -a -f L/torchtitan-notes.txt -a -f L/deepspeed/notes.txt -a -f L/notes.txt
+check "exports rewritten, other targets' kept" test -f L/megatron.args -a -f L/deepspeed/ds_config.json -a -f L/run.sh
+check "the manifest keeps the other targets' files" grep -q '  run.sh$' L/codegen.manifest
+# A refusal replaces the export and the reverse: the earlier one goes (it is in the manifest, unchanged).
+cp -r L LR
+$PLANNER -q codegen $SRC/tests/codegen/plans/vgg16-async.plan.yaml -o LR --export megatron >/dev/null 2>&1
+check "a refusal replaces the earlier export" test -f LR/megatron.args.refused -a ! -e LR/megatron.args -a ! -e LR/megatron.sh
+$PLANNER -q codegen p.yaml -o LR --export megatron >/dev/null 2>&1
+check "an export replaces the earlier refusal" test -f LR/megatron.args -a ! -e LR/megatron.args.refused
+# A file codegen did not write, or one changed since, is not overwritten without --force (exit 2, naming it).
+mkdir -p LH && echo "--my-flags" > LH/megatron.args
+expect "codegen over a user's file" 2 "planner: error: LH/megatron.args: not written by codegen (not in codegen.manifest); codegen does not overwrite it (move it, write elsewhere, or pass --force to replace it)" -- $PLANNER codegen p.yaml -o LH
+check "the user's file is intact" grep -qx -- "--my-flags" LH/megatron.args
+expect "codegen --force replaces it" 0 "wrote LH/" -- $PLANNER codegen p.yaml -o LH --force
+echo "# my edit" >> LH/megatron.args
+expect "codegen over a changed export" 2 "planner: error: LH/megatron.args: changed since codegen wrote it; codegen does not overwrite it" -- $PLANNER codegen p.yaml -o LH
+check "the edit is intact" grep -qx "# my edit" LH/megatron.args
+# A changed file of the manifest that this codegen would remove is kept, and named.
+expect "a changed stale file is kept" 0 "kept LH/megatron.args: changed since codegen wrote it, and this plan does not write it" -- $PLANNER codegen $SRC/tests/codegen/plans/vgg16-async.plan.yaml -o LH --export megatron
+check "the changed file stays, the refusal is written" test -f LH/megatron.args -a -f LH/megatron.args.refused
+# A symbolic link inside the directory is never written or removed through (here: to a user's folder).
+mkdir -p userdir LS && echo keep > userdir/__init__.py && ln -s ../userdir LS/deepspeed
+expect "codegen through a linked folder" 2 "planner: error: LS/deepspeed: a symbolic link; codegen writes only real files and folders inside LS" -- $PLANNER codegen p.yaml -o LS --force
+check "the linked folder is untouched" test "$(ls userdir)" = "__init__.py"
+# A damaged manifest names its line.
+mkdir -p LB && printf 'zz  run.sh\n' > LB/codegen.manifest
+expect "damaged manifest" 2 "planner: error: LB/codegen.manifest:1: not a manifest entry" -- $PLANNER codegen p.yaml -o LB
+printf '0123456789abcdef  ../../etc/passwd\n' > LB/codegen.manifest
+expect "manifest path out of the directory" 2 "planner: error: LB/codegen.manifest:1: not a manifest entry" -- $PLANNER codegen p.yaml -o LB
 # A plan whose cluster file is broken is an error, not a silent 8 ranks per node.
 cp $C/local-cpu.yaml c.yaml
 $PLANNER -q solve --gpus 1 --model $M/tiny-gpt.yaml --cluster c.yaml -o pc.yaml >/dev/null
@@ -188,11 +222,6 @@ $PLANNER -q solve --gpus 1 --model $M/tiny-gpt.yaml --cluster $C/local-cpu.yaml 
 sed '0,/^zero_stage: [0-9]/s//zero_stage: 7/' z.plan.yaml > z7.plan.yaml
 expect "zero stage out of range" 2 "z7.plan.yaml:$(grep -n '^zero_stage:' z.plan.yaml | head -1 | cut -d: -f1): field 'zero_stage': must be 0, 1, 2 or 3 (the ZeRO stage), got 7" -- $PLANNER inspect z7.plan.yaml
 # ---- solve's output figures (issue 12): printed, and consistent with each other and with closed forms ----
-check() {  # check NAME CMD...: passes when CMD exits 0
-  local name=$1
-  shift
-  if "$@"; then pass=$((pass+1)); else echo "FAIL $name"; fail=$((fail+1)); fi
-}
 # Field after a label on the "figures:" / "predicted:" lines of f.txt.
 fig() { grep -o -- "$1 [0-9.e+-]*" f.txt | head -1 | awk '{print $NF}'; }
 expect "figures gpt3" 0 "figures: " -- $PLANNER solve --gpus 1024 --model $M/gpt3-175b.yaml --cluster $C/dgx-a100.yaml --train-tokens 300B

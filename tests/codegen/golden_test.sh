@@ -17,6 +17,20 @@ for plan in "$SRC"/tests/codegen/plans/*.plan.yaml; do
     echo "FAIL $name: codegen"; cat "$T/$name.err"; fail=$((fail+1)); continue
   fi
   # slurm.sbatch names the launch directory by absolute path: the golden holds @LAUNCH_DIR@.
+  # codegen.manifest lists every file written with its FNV-1a 64 digest (docs/hardening.md); checked against the
+  # files as written, then left out of the comparison (slurm.sbatch's digest depends on the launch directory).
+  if python3 - "$T/$name" <<'PY'; then pass=$((pass+1)); else echo "FAIL $name: codegen.manifest does not list the files written"; fail=$((fail+1)); fi
+import os, sys
+d = sys.argv[1]
+def fnv(b):
+    h = 1469598103934665603
+    for c in b: h = ((h ^ c) * 1099511628211) % (1 << 64)
+    return f"{h:016x}"
+listed = {l[18:].rstrip("\n"): l[:16] for l in open(f"{d}/codegen.manifest") if l.strip() and not l.startswith("#")}
+files = {os.path.relpath(os.path.join(r, f), d) for r, _, fs in os.walk(d) for f in fs} - {"codegen.manifest"}
+sys.exit(0 if set(listed) == files and all(fnv(open(f"{d}/{f}", "rb").read()) == listed[f] for f in files) else 1)
+PY
+  rm "$T/$name/codegen.manifest"
   [ -f "$T/$name/slurm.sbatch" ] && sed -i "s|$T/$name|@LAUNCH_DIR@|g" "$T/$name/slurm.sbatch"
   # torch_pipelining.py: the golden keeps what the plan decides (its constants, through the STEPS line); the rest
   # must be codegen/templates/torch_pipelining.py's lines after that line, unchanged.
