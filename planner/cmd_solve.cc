@@ -552,8 +552,9 @@ Status SolveSize(const SolveArgs& a, const SolveInputs& in, Plan* plan) {
     src.profile = in.profile_path.empty() ? nullptr : &in.profile;
     SearchOptions o;
     PLANNER_RETURN_IF_ERROR(BuildSearchOptions(a, in, &o));
-    PLANNER_RETURN_IF_ERROR(SolveAuto(src, o, plan));
-    plan->notes.push_back(fmt::format("searched {} candidates, simulated {}", o.considered, o.simulated));
+    SearchStats stats;
+    PLANNER_RETURN_IF_ERROR(SolveAuto(src, o, plan, &stats));
+    plan->notes.push_back(fmt::format("searched {} candidates, simulated {}", stats.considered, stats.simulated));
     const bool gpt = src.model != nullptr && src.model->is_gpt;
     if (!gpt && a.schedules.empty() && CostSourceLayers(src) > kMaxReplicatedLayers) {
       plan->notes.push_back(fmt::format("PipeDream's per-stage replication was not searched: {} layers is more than the {} its DP is run for (docs/formats.md, \"Limits\")",
