@@ -1,8 +1,6 @@
 // planner solve --gpus N[,N...] [--model M | --profile P] [--cluster C] [--mode auto|pipedream] [-o plan.yaml] [--json]
 // One size prints the best plan; a list prints a scaling table, one row per size (docs/formats.md).
 #include <algorithm>
-#include <functional>
-#include <numeric>
 #include <cctype>
 #include <cmath>
 #include <cstdio>
@@ -17,7 +15,7 @@
 #include "common/edit_distance.h"
 #include "common/log.h"
 #include "common/units.h"
-#include "dp_solver/pipedream_dp.h"
+#include "dp_solver/pipedream_plan.h"
 #include "dp_solver/search.h"
 #include "planner/commands.h"
 #include "planner/render.h"
@@ -98,91 +96,6 @@ Status ParseList(const std::vector<std::string>& in, bool (*parse)(std::string_v
     if (!parse(s, &v)) return Status::InvalidArgument(fmt::format("{}: unknown value '{}'{}", flag, s, DidYouMean(s, names)));
     out->push_back(v);
   }
-  return Status::OK();
-}
-
-Status SolvePipeDreamMode(const SolveArgs& a, const Profile& profile, const ClusterSpec& cluster, Plan* plan) {
-  PipeDreamOptions o;
-  if (!a.pd_machines.empty()) {
-    o.machines = a.pd_machines;
-    o.bandwidths = a.pd_bandwidths;
-    if (o.bandwidths.size() != o.machines.size()) {
-      return Status::InvalidArgument("--pd-bandwidths needs one value (bytes/s) per --pd-machines level");
-    }
-  } else {
-    // From the cluster: whole levels, innermost first, until they hold --gpus.
-    int64_t left = a.gpus;
-    for (const auto& l : cluster.levels) {
-      if (left <= 1) break;
-      int64_t take = std::min(left, l.size);
-      if (left % take != 0) return Status::InvalidArgument(fmt::format("--gpus {} does not fill whole '{}' units of {}; pass --pd-machines", a.gpus, l.name, l.size));
-      o.machines.push_back(take);
-      o.bandwidths.push_back(l.bandwidth_GBps * 1e9);
-      left /= take;
-    }
-    if (o.machines.empty()) { o.machines = {1}; o.bandwidths = {cluster.levels[0].bandwidth_GBps * 1e9}; }
-  }
-  o.straight_pipeline = a.straight;
-  o.use_fewer_machines = a.fewer;
-  o.use_memory_constraint = a.memory_constraint;
-  o.memory_bytes = a.memory_bytes > 0 ? a.memory_bytes : 16e9;  // 0: not given (a given value is checked above 0)
-  o.activation_compression_ratio = a.acr;
-  PipeDreamResult r;
-  PLANNER_RETURN_IF_ERROR(SolvePipeDream(profile, o, &r));
-  plan->mode = "pipedream";
-  plan->config = r.config;
-  plan->gpus_used = r.machines_used;
-  plan->pp = static_cast<int64_t>(r.stages.size());
-  plan->tp = 1;
-  plan->dp = 1;
-  plan->schedule = Schedule::kPipeDream;
-  plan->microbatch_size = profile.reference_microbatch;
-  plan->num_microbatches = 1;
-  plan->global_batch = profile.reference_microbatch;
-  int64_t offset = 0;
-  for (const auto& s : r.stages) {
-    PlanStage ps;
-    int64_t lo = INT64_MAX, hi = -1;
-    for (const auto& name : s.layers) {
-      int64_t idx = profile.FindLayer(name);
-      lo = std::min(lo, idx);
-      hi = std::max(hi, idx);
-    }
-    if (hi < 0) lo = hi = 0;
-    ps.first_layer = lo;
-    ps.last_layer = hi;
-    ps.first_layer_name = s.layers.empty() ? "(empty)" : s.layers.front();
-    ps.last_layer_name = s.layers.empty() ? "(empty)" : s.layers.back();
-    ps.replicas = s.replicas;
-    // Where PipeDream's levels put the replicas (a top-level stage's replicas on different
-    // servers); consecutive from the offset when the levels leave machines unused.
-    ps.devices = s.devices;
-    if (static_cast<int64_t>(ps.devices.size()) != s.replicas || r.machines_used != std::accumulate(o.machines.begin(), o.machines.end(), int64_t{1}, std::multiplies<>())) {
-      ps.devices.clear();
-      for (int64_t k = 0; k < s.replicas; ++k) ps.devices.push_back(offset + k);
-    }
-    ps.device_offset = ps.devices.front();
-    offset += s.replicas;
-    // PipeDream's cost: seconds per minibatch of the stage, split by the profile's fwd/bwd ratio.
-    double f = 0, bwd = 0;
-    for (const auto& name : s.layers) {
-      const auto& t = profile.layers[static_cast<size_t>(profile.FindLayer(name))].timings[0];
-      f += t.forward_s;
-      bwd += t.backward_s;
-    }
-    ps.forward_s = f / static_cast<double>(s.replicas);
-    ps.backward_input_s = bwd / 2 / static_cast<double>(s.replicas);
-    ps.backward_weight_s = bwd / 2 / static_cast<double>(s.replicas);
-    plan->stages.push_back(std::move(ps));
-  }
-  plan->predicted.iteration_s = r.objective_s;
-  plan->predicted.pipeline_s = r.objective_s;
-  plan->predicted.samples_per_second = static_cast<double>(profile.reference_microbatch) / r.objective_s;
-  plan->notes.push_back(fmt::format("PipeDream objective: {:.10g} s per minibatch of {} ({} antichain states); single machine {:.6g} s, PipeDream's data-parallel baseline {:.6g} s",
-                                    r.objective_s, profile.reference_microbatch, r.num_states, r.single_machine_s, r.data_parallel_s));
-  std::string levels;
-  for (size_t i = 0; i < o.machines.size(); ++i) levels += fmt::format("{}{} x {:.4g} B/s", i ? ", " : "", o.machines[i], o.bandwidths[i]);
-  plan->notes.push_back("levels (innermost first): " + levels);
   return Status::OK();
 }
 
@@ -544,7 +457,15 @@ void NoteUnappliedFlags(const SolveArgs& a, Plan* plan) {
 // One size: the search (or PipeDream's optimizer), then the plan's provenance and figures.
 Status SolveSize(const SolveArgs& a, const SolveInputs& in, Plan* plan) {
   if (a.mode == "pipedream") {
-    PLANNER_RETURN_IF_ERROR(SolvePipeDreamMode(a, in.profile, in.cluster, plan));
+    PipeDreamOptions o;  // --pd-machines with its --pd-bandwidths (checked to match), else the cluster's levels
+    o.machines = a.pd_machines;
+    o.bandwidths = a.pd_bandwidths;
+    o.straight_pipeline = a.straight;
+    o.use_fewer_machines = a.fewer;
+    o.use_memory_constraint = a.memory_constraint;
+    o.memory_bytes = a.memory_bytes > 0 ? a.memory_bytes : 16e9;  // 0: not given (a given value is checked above 0)
+    o.activation_compression_ratio = a.acr;
+    PLANNER_RETURN_IF_ERROR(BuildPipeDreamPlan(in.profile, in.cluster, a.gpus, o, plan));
   } else {
     CostSource src;
     src.cluster = &in.cluster;
