@@ -323,7 +323,8 @@ Status SmallestBlockRecompute(const SearchSpace& sp, size_t full_table, Evaluato
 // lower bound on its iteration time (cheap: no simulation). Candidates with
 // no ZeRO stage that fits go to the ranking's binding constraint. A recompute-none
 // candidate that does not fit (or is not ranked itself) also gives its block-recompute one.
-Status EnumerateUniform(const SearchSpace& sp, SearchOptions& o, Evaluator* ev, Ranking* rank, std::vector<Candidate>* out) {
+Status EnumerateUniform(const SearchSpace& sp, const SearchOptions& o, Evaluator* ev, Ranking* rank,
+                        std::vector<Candidate>* out, SearchStats* stats) {
   const bool forced_replication = !o.replication.empty();  // the uniform family is not ranked
   Rejections unused;
   Evaluation x;
@@ -334,7 +335,7 @@ Status EnumerateUniform(const SearchSpace& sp, SearchOptions& o, Evaluator* ev, 
     if (!ranked && full < 0) continue;
     Rejections* why = forced_replication ? &unused : &rank->rejections();
     for (Candidate k : UniformCandidates(sp, o, ti, ev->tables()[ti], why)) {
-      ++o.considered;
+      ++stats->considered;
       PLANNER_RETURN_IF_ERROR(ev->Evaluate(k, &x));
       const bool fits = x.zero >= 0;
       if (ranked && !fits && !forced_replication) rank->NoFit(k, x, ev->state_bytes().usable);
@@ -355,7 +356,8 @@ Status EnumerateUniform(const SearchSpace& sp, SearchOptions& o, Evaluator* ev, 
 
 // Phase 2: best first. Simulate in increasing lower bound and stop once the
 // bound cannot beat the k-th best plan (SearchOptions::exhaustive: simulate all).
-Status SimulateBestFirst(std::vector<Candidate>& cands, SearchOptions& o, Evaluator* ev, Ranking* rank) {
+Status SimulateBestFirst(std::vector<Candidate>& cands, const SearchOptions& o, Evaluator* ev, Ranking* rank,
+                         SearchStats* stats) {
   std::stable_sort(cands.begin(), cands.end(), [](const Candidate& a, const Candidate& b) { return a.bound < b.bound; });
   Evaluation x;
   for (const Candidate& k : cands) {
@@ -363,7 +365,7 @@ Status SimulateBestFirst(std::vector<Candidate>& cands, SearchOptions& o, Evalua
     PLANNER_RETURN_IF_ERROR(ev->Evaluate(k, &x));
     SimResult res;
     PLANNER_RETURN_IF_ERROR(ev->Simulate(k, x, &res));
-    ++o.simulated;
+    ++stats->simulated;
     const double iter = res.makespan_s + x.dp_s + x.optimizer_s;
     if (iter >= rank->WorstKept() && !o.exhaustive) continue;
     rank->Keep(ev->UniformPlan(k, x, res));
@@ -390,11 +392,11 @@ Status ReplicationMismatch(const std::vector<int64_t>& forced, int64_t t, int64_
 }
 
 // One run of the per-stage replication DP over `table` with options `ro`; its plan kept when it ranks.
-Status SolveReplicatedWith(const CostSource& src, const SearchSpace& sp, SearchOptions& o, const Evaluator& ev, const CostTable& table,
-                           const ReplicatedOptions& ro, Ranking* rank) {
+Status SolveReplicatedWith(const CostSource& src, const SearchSpace& sp, const SearchOptions& o, const Evaluator& ev,
+                           const CostTable& table, const ReplicatedOptions& ro, Ranking* rank, SearchStats* stats) {
   const int64_t t = table.tp, b = table.microbatch, workers = sp.gpus / t;
   ReplicatedResult rr;
-  ++o.considered;
+  ++stats->considered;
   Status s = SolveReplicated(table, *src.cluster, ro, &rr);
   if (s.code() == StatusCode::kInvalidArgument) {
     if (o.replication.empty()) return Status::Internal(s.message());  // the search's own options: a bug
@@ -415,7 +417,8 @@ Status SolveReplicatedWith(const CostSource& src, const SearchSpace& sp, SearchO
 // table without recompute (PipeDream has none), run with PipeDream's
 // asynchronous 1F1B, at cp = 1 and only when --zero allows ZeRO-0. A forced --replication that does not match a table's
 // worker count skips it; memory that does not fit drops it.
-Status SearchReplicated(const CostSource& src, const SearchSpace& sp, SearchOptions& o, const Evaluator& ev, Ranking* rank) {
+Status SearchReplicated(const CostSource& src, const SearchSpace& sp, const SearchOptions& o, const Evaluator& ev,
+                        Ranking* rank, SearchStats* stats) {
   if (!o.zero.empty() && std::find(o.zero.begin(), o.zero.end(), 0) == o.zero.end()) return Status::OK();  // PipeDream runs no ZeRO
   for (const CostTable& table : ev.tables()) {
     if (table.recompute != Recompute::kNone || table.cp != 1 || table.ep != 1 || table.etp != 1) continue;  // no CP, no EP in PipeDream's family
@@ -430,7 +433,7 @@ Status SearchReplicated(const CostSource& src, const SearchSpace& sp, SearchOpti
     for (DpComm d : o.dp_comms.empty() ? std::vector<DpComm>{DpComm::kHierAllReduce} : o.dp_comms) {
       ReplicatedOptions ro = ev.ReplicatedOptionsFor(table);
       ro.dp_comm = d;
-      PLANNER_RETURN_IF_ERROR(SolveReplicatedWith(src, sp, o, ev, table, ro, rank));
+      PLANNER_RETURN_IF_ERROR(SolveReplicatedWith(src, sp, o, ev, table, ro, rank, stats));
     }
   }
   return Status::OK();
@@ -442,7 +445,8 @@ namespace {
 
 // One search; `extra_modules` (non-zero) adds selective tables with that module set besides the
 // default's (SearchSpace::selective_modules).
-Status SearchOnce(const CostSource& src, SearchOptions& o, uint32_t extra_modules, Plan* out) {
+Status SearchOnce(const CostSource& src, const SearchOptions& o, uint32_t extra_modules, Plan* out,
+                  SearchStats* stats) {
   int64_t batch = 0;
   PLANNER_RETURN_IF_ERROR(CheckRequest(src, o, &batch));
   SearchSpace space = MakeSearchSpace(src, o, batch);
@@ -456,12 +460,12 @@ Status SearchOnce(const CostSource& src, SearchOptions& o, uint32_t extra_module
   // The uniform (Megatron-style) family: enumerate with lower bounds, then
   // simulate best first. A forced per-stage replication ranks no uniform plan.
   std::vector<Candidate> uniform;
-  PLANNER_RETURN_IF_ERROR(EnumerateUniform(space, o, &ev, &rank, &uniform));
+  PLANNER_RETURN_IF_ERROR(EnumerateUniform(space, o, &ev, &rank, &uniform, stats));
   if (!o.replication.empty()) uniform.clear();
-  PLANNER_RETURN_IF_ERROR(SimulateBestFirst(uniform, o, &ev, &rank));
+  PLANNER_RETURN_IF_ERROR(SimulateBestFirst(uniform, o, &ev, &rank, stats));
 
   // The per-stage replication family (asynchronous PipeDream schedule).
-  if (space.replicated) PLANNER_RETURN_IF_ERROR(SearchReplicated(src, space, o, ev, &rank));
+  if (space.replicated) PLANNER_RETURN_IF_ERROR(SearchReplicated(src, space, o, ev, &rank, stats));
 
   // The best plan, runners-up and why each lost; or why there is none.
   return rank.Finish(o.gpus, batch, out);
@@ -483,12 +487,15 @@ uint32_t SecondPassModules(const CostSource& src, const SearchOptions& o) {
 
 // The search; MLA / MoE models are searched again with DeepSeek-V3's modules besides, and the
 // faster plan is kept (docs/cost_model.md section 5).
-Status SolveAuto(const CostSource& src, SearchOptions& o, Plan* out) {
-  Status first = SearchOnce(src, o, 0, out);
+Status SolveAuto(const CostSource& src, const SearchOptions& o, Plan* out, SearchStats* stats) {
+  SearchStats unused;
+  if (stats == nullptr) stats = &unused;
+  *stats = SearchStats();
+  Status first = SearchOnce(src, o, 0, out, stats);
   const uint32_t second_set = first.ok() || first.code() == StatusCode::kInfeasible ? SecondPassModules(src, o) : 0;
   if (second_set == 0) return first;
   Plan second;
-  if (!SearchOnce(src, o, second_set, &second).ok()) return first;
+  if (!SearchOnce(src, o, second_set, &second, stats).ok()) return first;
   // The faster of the two (the second's space holds the first's but for selective with core_attn alone).
   if (first.ok() && out->predicted.iteration_s <= second.predicted.iteration_s) return first;
   if (second.recompute == Recompute::kSelective && second.recompute_modules == second_set) {

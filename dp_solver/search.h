@@ -73,8 +73,13 @@ struct SearchOptions {
   bool ps_colocated = false;
   bool ps_placement_named = false;  // --ps-placement given (either value): ps must be among the architectures
   bool exhaustive = false;              // simulate every feasible candidate (tests of the pruning)
-  int64_t simulated = 0;                // out: candidates simulated (for bench/)
-  int64_t considered = 0;               // out: candidates enumerated
+};
+
+// What a search did (its output beside the plan; the CLI's "searched N candidates, simulated M" note):
+// counted over both passes when MLA / MoE models are searched again with DeepSeek-V3's modules.
+struct SearchStats {
+  int64_t considered = 0;  // candidates enumerated (uniform ones and per-stage replication DP runs)
+  int64_t simulated = 0;   // uniform candidates simulated (all of them with SearchOptions::exhaustive)
 };
 
 // Fills *plan (mode "auto") on success. Errors: InvalidArgument (or NotFound)
@@ -82,8 +87,9 @@ struct SearchOptions {
 // peak for the model's dtype, a profile without timings at a --tp asked for,
 // a --replication no tp matches); Infeasible naming the binding constraint
 // (memory, else what left the layouts out) when nothing fits; Internal for
-// the simulator's failures, which the candidates' checks rule out.
-Status SolveAuto(const CostSource& src, SearchOptions& options, Plan* plan);
+// the simulator's failures, which the candidates' checks rule out. `stats` (may be null) receives
+// the counts, on failure too.
+Status SolveAuto(const CostSource& src, const SearchOptions& options, Plan* plan, SearchStats* stats = nullptr);
 
 // Balanced contiguous partition of layers [0, n) into k non-empty parts that
 // minimises the largest part's time (exact: binary search over the answer

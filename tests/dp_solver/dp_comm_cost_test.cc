@@ -238,7 +238,7 @@ struct Vgg {
     REQUIRE_OK(LoadModelSpec(testing::SourcePath("configs/models/vgg16.yaml"), &model));
     REQUIRE_OK(LoadClusterSpec(testing::SourcePath("configs/clusters/byteps.yaml"), &cluster));
   }
-  Status Solve(SearchOptions& o, Plan* p) const {
+  Status Solve(const SearchOptions& o, Plan* p) const {
     CostSource s;
     s.model = &model;
     s.cluster = &cluster;

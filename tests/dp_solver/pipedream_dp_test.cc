@@ -5,6 +5,8 @@
 #include <filesystem>
 
 #include "dp_solver/pipedream_dp.h"
+#include "dp_solver/pipedream_plan.h"
+#include "spec/cluster_spec.h"
 #include "spec/pipedream_import.h"
 #include "tests/test_util.h"
 
@@ -76,6 +78,53 @@ TEST_CASE("PipeDream mode reproduces PipeDream's optimizer on its shipped profil
     CHECK(r.objective_s == doctest::Approx(c.objective).epsilon(1e-9));
     if (std::string(c.config).size() > 0) CHECK(r.config == c.config);
   }
+}
+
+TEST_CASE("PipeDream mode's levels come from whole topology levels of the cluster") {
+  ClusterSpec cluster;
+  REQUIRE_OK(LoadClusterSpec(testing::SourcePath("configs/clusters/dgx-a100.yaml"), &cluster));
+  std::vector<int64_t> machines;
+  std::vector<double> bandwidths;
+  REQUIRE_OK(PipeDreamLevels(cluster, 16, &machines, &bandwidths));
+  CHECK(machines == std::vector<int64_t>{8, 2});
+  CHECK(bandwidths == std::vector<double>{230e9, 24e9});
+  REQUIRE_OK(PipeDreamLevels(cluster, 1, &machines, &bandwidths));
+  CHECK(machines == std::vector<int64_t>{1});
+  Status s = PipeDreamLevels(cluster, 12, &machines, &bandwidths);
+  CHECK(s.code() == StatusCode::kInvalidArgument);
+  CHECK(s.message() == "--gpus 12 does not fill whole 'node' units of 8; pass --pd-machines");
+}
+
+TEST_CASE("PipeDream mode's plan holds the optimizer's stages, replicas on the machines used") {
+  Profile p;
+  REQUIRE_OK(ImportPipeDreamFile(testing::SourcePath("tests/data/pipedream/vgg16/graph.txt"), 0, &p));
+  ClusterSpec cluster;
+  REQUIRE_OK(LoadClusterSpec(testing::SourcePath("configs/clusters/dgx-a100.yaml"), &cluster));
+  PipeDreamOptions o;
+  o.machines = {4, 2};
+  o.bandwidths = {1.2e10, 1.25e9};
+  PipeDreamResult r;
+  REQUIRE_OK(SolvePipeDream(p, o, &r));
+  Plan plan;
+  REQUIRE_OK(BuildPipeDreamPlan(p, cluster, 8, o, &plan));
+  CHECK(plan.mode == PlanMode::kPipeDream);
+  CHECK(plan.schedule == Schedule::kPipeDream);
+  CHECK(plan.config == r.config);
+  CHECK(plan.predicted.iteration_s == r.objective_s);
+  REQUIRE(plan.stages.size() == r.stages.size());
+  CHECK(plan.pp == static_cast<int64_t>(r.stages.size()));
+  int64_t replicas = 0;
+  for (size_t i = 0; i < plan.stages.size(); ++i) {
+    const PlanStage& st = plan.stages[i];
+    CHECK(st.replicas == r.stages[i].replicas);
+    CHECK(st.first_layer_name == r.stages[i].layers.front());
+    CHECK(st.last_layer_name == r.stages[i].layers.back());
+    CHECK(static_cast<int64_t>(st.devices.size()) == st.replicas);
+    replicas += st.replicas;
+  }
+  CHECK(replicas == plan.gpus_used);
+  REQUIRE(plan.notes.size() == 2);
+  CHECK(plan.notes[1] == "levels (innermost first): 4 x 1.2e+10 B/s, 2 x 1.25e+09 B/s");
 }
 
 }  // namespace

@@ -232,9 +232,10 @@ TEST_CASE("best-first pruning returns the exhaustive search's ranking") {
     pruned.gpus = full.gpus = gpus;
     full.exhaustive = true;
     Plan a, b;
-    REQUIRE_OK(SolveAuto(src, pruned, &a));
-    REQUIRE_OK(SolveAuto(src, full, &b));
-    CHECK(pruned.simulated < full.simulated);
+    SearchStats pruned_stats, full_stats;
+    REQUIRE_OK(SolveAuto(src, pruned, &a, &pruned_stats));
+    REQUIRE_OK(SolveAuto(src, full, &b, &full_stats));
+    CHECK(pruned_stats.simulated < full_stats.simulated);
     CHECK(a.predicted.iteration_s == b.predicted.iteration_s);
     CHECK(a.ParallelString() == b.ParallelString());
     REQUIRE(a.runners_up.size() == b.runners_up.size());

@@ -51,7 +51,8 @@ Profile TpOneProfile(size_t layers) {
   return p;
 }
 
-Status Solve(const ModelSpec* model, const Profile* profile, const ClusterSpec& cluster, SearchOptions& o, Plan* plan) {
+Status Solve(const ModelSpec* model, const Profile* profile, const ClusterSpec& cluster, const SearchOptions& o,
+             Plan* plan) {
   CostSource src;
   src.model = model;
   src.profile = profile;

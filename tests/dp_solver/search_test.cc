@@ -14,7 +14,7 @@ struct Fixture {
     REQUIRE_OK(LoadModelSpec(testing::SourcePath(std::string("configs/models/") + m), &model));
     REQUIRE_OK(LoadClusterSpec(testing::SourcePath(std::string("configs/clusters/") + c), &cluster));
   }
-  Status Solve(SearchOptions& o, Plan* p) {
+  Status Solve(const SearchOptions& o, Plan* p) {
     CostSource s;
     s.model = &model;
     s.cluster = &cluster;
