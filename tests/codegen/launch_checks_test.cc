@@ -135,6 +135,32 @@ TEST_CASE("codegen's ranks and pipeline neighbours are the rank formula's") {
   }
 }
 
+// Groups that pass the ranks-table rules but are not the rank generator's (regrouped, or listed in another order)
+// are refused where launch.yaml is read, naming the group, the generator's sizes and order, and its group.
+TEST_CASE("groups that are not the rank generator's are refused") {
+  LaunchPlan L = Launch(2, 1, 2, 2);  // tp groups {0, 1}, {2, 3}, ...
+  std::swap(L.tp_groups[0], L.tp_groups[1]);
+  CHECK(Has(ReadBack(L), "field 'groups.tensor_parallel': group 0 is [2, 3] but tp 2, cp 1, dp 2, pp 2 in order "
+                         "tp-cp-dp-pp make [0, 1]; codegen the plan again"));
+  L = Launch(2, 1, 2, 2);  // dp groups {0, 2}, {1, 3}, ...: members in another order
+  std::swap(L.dp_groups[1][0], L.dp_groups[1][1]);
+  CHECK(Has(ReadBack(L), "field 'groups.data_parallel': group 1 is [3, 1] but tp 2, cp 1, dp 2, pp 2 in order "
+                         "tp-cp-dp-pp make [1, 3]"));
+  L = Launch(1, 2, 1, 2);
+  std::swap(L.pp_groups[0], L.pp_groups[1]);
+  CHECK(Has(ReadBack(L), "field 'groups.pipeline': group 0 is [1, 3] but tp 1, cp 2, dp 1, pp 2 in order tp-cp-dp-pp "
+                         "make [0, 2]"));
+  L = Launch(1, 2, 2, 1);
+  std::swap(L.cp_groups[0], L.cp_groups[1]);
+  CHECK(Has(ReadBack(L), "field 'groups.context_parallel': group 0 is [2, 3] but"));
+  // MoE: tp 1, dp 4, ep 2: the EP groups {0, 1}, {2, 3} and the expert-DP groups {0, 2}, {1, 3}, swapped.
+  L = LaunchOf(VirtualPlan(1, 1, 4, 1, Schedule::k1F1B, 1, 2, 1));
+  REQUIRE(L.ep_groups == RankGroups{{0, 1}, {2, 3}});
+  std::swap(L.ep_groups, L.edp_groups);
+  CHECK(Has(ReadBack(L), "field 'groups.expert_parallel': group 0 is [0, 2] but expert tp 1, ep 2, dp 2, pp 1 in order "
+                         "tp-ep-dp-pp make [0, 1]; codegen the plan again"));
+}
+
 TEST_CASE("a rank in no data-parallel group is refused before any communicator split") {
   LaunchPlan L = Launch(2, 1, 2, 2);
   L.dp_groups.clear();
