@@ -8,6 +8,7 @@
 #include <fmt/ranges.h>
 
 #include "dp_solver/programs.h"
+#include "spec/rank_generator.h"
 
 namespace planner {
 
@@ -87,84 +88,56 @@ void Place(const LaunchPlan& L, LaunchRank* r) {
 }
 
 // MoE parallel folding (Megatron-Core; MOE.md): a stage's n = t cp d ranks, i = tp_rank + t (cp_rank + cp
-// replica) (its ranks are stage n + i), read as i = etp_rank + etp (ep_rank + ep edp_rank). EP groups per
-// (stage, edp rank, etp rank) in ep rank order; expert-data-parallel groups per (stage, ep rank, etp rank).
-void ExpertGroups(int64_t p, int64_t n, LaunchPlan* L) {
+// replica) (its ranks are stage n + i), read as i = etp_rank + etp (ep_rank + ep edp_rank): the expert generator's
+// layout (kExpertOrder over etp, ep, edp and pp). EP groups (token "ep") per (stage, edp rank, etp rank) in ep rank
+// order; expert-data-parallel groups (token "dp") per (stage, ep rank, etp rank).
+Status ExpertGroups(int64_t p, int64_t n, LaunchPlan* L) {
   const int64_t ep = L->ep, etp = L->etp;
-  if (ep <= 1 || n % (ep * etp) != 0) return;
-  const int64_t edp = n / (ep * etp);
-  for (int64_t r = 0; r < p; ++r)
-    for (int64_t e = 0; e < edp; ++e)
-      for (int64_t j = 0; j < etp; ++j) {
-        std::vector<int64_t> g;
-        for (int64_t q = 0; q < ep; ++q) g.push_back(r * n + j + etp * (q + ep * e));
-        L->ep_groups.push_back(g);
-      }
-  for (int64_t r = 0; r < p; ++r)
-    for (int64_t q = 0; q < ep; ++q)
-      for (int64_t j = 0; j < etp; ++j) {
-        std::vector<int64_t> g;
-        for (int64_t e = 0; e < edp; ++e) g.push_back(r * n + j + etp * (q + ep * e));
-        L->edp_groups.push_back(g);
-      }
+  if (ep <= 1 || n % (ep * etp) != 0) return Status::OK();
+  RankGenerator experts;
+  const ParallelSizes sizes{.tp = etp, .ep = ep, .dp = n / (ep * etp), .pp = p};
+  PLANNER_RETURN_IF_ERROR(RankGenerator::Make(sizes, kExpertOrder, &experts));
+  PLANNER_RETURN_IF_ERROR(experts.Ranks("ep", &L->ep_groups));
+  return experts.Ranks("dp", &L->edp_groups);
 }
 
-// Uniform plans: Megatron's order tp-cp-dp-pp, rank = ((position x d + replica) x cp + cp rank) x t
-// + tp rank, and the groups of that order: TP per (position, replica, cp rank); the gradient
-// ("data_parallel") group per (position, tp rank) spans replicas and CP ranks, which hold the same
-// weights (Megatron's data-parallel group with context parallelism); PP per (replica, cp, tp rank);
-// CP per (position, replica, tp rank).
-void UniformRanks(int64_t p, int64_t d, int64_t t, LaunchPlan* L) {
+// Uniform plans: the dense generator's layout (Megatron's order tp-cp-dp-pp), rank = ((position x d + replica) x cp
+// + cp rank) x t + tp rank, and its groups: TP (token "tp") per (position, replica, cp rank); the gradient
+// ("data_parallel") group (token "dp-cp") per (position, tp rank) spans replicas and CP ranks, which hold the same
+// weights (Megatron's data-parallel group with context parallelism); PP ("pp") per (replica, cp, tp rank); CP
+// ("cp", written with cp > 1 only) per (position, replica, tp rank). A rank's neighbours are its pipeline group's.
+Status UniformRanks(int64_t p, int64_t d, int64_t t, LaunchPlan* L) {
   const int64_t cp = std::max<int64_t>(1, L->cp);
-  auto rank_of = [&](int64_t r, int64_t k, int64_t c, int64_t j) { return ((r * d + k) * cp + c) * t + j; };
-  for (int64_t r = 0; r < p; ++r)
-    for (int64_t k = 0; k < d; ++k)
-      for (int64_t c = 0; c < cp; ++c)
-        for (int64_t j = 0; j < t; ++j) {
-          LaunchRank x;
-          x.rank = rank_of(r, k, c, j);
-          x.stage = r;
-          x.replica = k;
-          x.tp_rank = j;
-          x.cp_rank = c;
-          // Interleaved chunks wrap around: the last device feeds the first's next chunk (DualPipeV's V does not: its last device feeds itself).
-          if (r > 0) x.prev = {rank_of(r - 1, k, c, j)};
-          else if (L->interleave > 1 && p > 1 && L->schedule != Schedule::kDualPipeV) x.prev = {rank_of(p - 1, k, c, j)};
-          if (r + 1 < p) x.next = {rank_of(r + 1, k, c, j)};
-          else if (L->interleave > 1 && p > 1 && L->schedule != Schedule::kDualPipeV) x.next = {rank_of(0, k, c, j)};
-          Place(*L, &x);
-          L->ranks.push_back(x);
-        }
-  for (int64_t r = 0; r < p; ++r)
-    for (int64_t k = 0; k < d; ++k)
-      for (int64_t c = 0; c < cp; ++c) {
-        std::vector<int64_t> g;
-        for (int64_t j = 0; j < t; ++j) g.push_back(rank_of(r, k, c, j));
-        L->tp_groups.push_back(g);
-      }
-  for (int64_t r = 0; r < p; ++r)
-    for (int64_t j = 0; j < t; ++j) {
-      std::vector<int64_t> g;
-      for (int64_t k = 0; k < d; ++k)
-        for (int64_t c = 0; c < cp; ++c) g.push_back(rank_of(r, k, c, j));
-      L->dp_groups.push_back(g);
+  RankGenerator dense;
+  PLANNER_RETURN_IF_ERROR(RankGenerator::Make({.tp = t, .cp = cp, .dp = d, .pp = p}, kDenseOrder, &dense));
+  for (int64_t rank = 0; rank < dense.world_size(); ++rank) {
+    LaunchRank x;
+    x.rank = rank;
+    x.stage = dense.Coordinate(rank, ParallelDim::kPp);
+    x.replica = dense.Coordinate(rank, ParallelDim::kDp);
+    x.tp_rank = dense.Coordinate(rank, ParallelDim::kTp);
+    x.cp_rank = dense.Coordinate(rank, ParallelDim::kCp);
+    Place(*L, &x);
+    L->ranks.push_back(x);
+  }
+  PLANNER_RETURN_IF_ERROR(dense.Ranks("tp", &L->tp_groups));
+  PLANNER_RETURN_IF_ERROR(dense.Ranks("dp-cp", &L->dp_groups));
+  PLANNER_RETURN_IF_ERROR(dense.Ranks("pp", &L->pp_groups));
+  // Interleaved chunks wrap around: the last device feeds the first's next chunk (DualPipeV's V does not: its last
+  // device feeds itself).
+  const bool wrap = L->interleave > 1 && p > 1 && L->schedule != Schedule::kDualPipeV;
+  for (const auto& g : L->pp_groups) {
+    for (int64_t r = 0; r < p; ++r) {
+      LaunchRank& x = L->ranks[static_cast<size_t>(g[static_cast<size_t>(r)])];
+      if (r > 0) x.prev = {g[static_cast<size_t>(r - 1)]};
+      else if (wrap) x.prev = {g.back()};
+      if (r + 1 < p) x.next = {g[static_cast<size_t>(r + 1)]};
+      else if (wrap) x.next = {g.front()};
     }
-  for (int64_t k = 0; k < d; ++k)
-    for (int64_t c = 0; c < cp; ++c)
-      for (int64_t j = 0; j < t; ++j) {
-        std::vector<int64_t> g;
-        for (int64_t r = 0; r < p; ++r) g.push_back(rank_of(r, k, c, j));
-        L->pp_groups.push_back(g);
-      }
-  ExpertGroups(p, d * cp * t, L);
-  if (cp == 1) return;
-  for (int64_t r = 0; r < p; ++r)
-    for (int64_t k = 0; k < d; ++k)
-      for (int64_t j = 0; j < t; ++j) {
-        std::vector<int64_t> g;
-        for (int64_t c = 0; c < cp; ++c) g.push_back(rank_of(r, k, c, j));
-        L->cp_groups.push_back(g);
-      }
+  }
+  PLANNER_RETURN_IF_ERROR(ExpertGroups(p, d * cp * t, L));
+  if (cp == 1) return Status::OK();
+  return dense.Ranks("cp", &L->cp_groups);
 }
 
 // Rank of replica k's tp rank j of a stage: its devices as the plan lists them (PipeDream's
@@ -252,7 +225,7 @@ Status BuildLaunchPlan(const Plan& plan, const std::string& model_digest, const 
     if (plan.pp * L.interleave != static_cast<int64_t>(plan.stages.size())) {
       return Status::InvalidArgument(fmt::format("plan: pp {} x interleave {} does not match its {} stages", plan.pp, L.interleave, plan.stages.size()));
     }
-    UniformRanks(plan.pp, plan.dp, t, &L);
+    PLANNER_RETURN_IF_ERROR(UniformRanks(plan.pp, plan.dp, t, &L));
   } else if (L.cp > 1) {
     return Status::NotSupported("plan: context parallelism runs with uniform stages (no per-stage replication, not pipedream); solve with cp 1");
   } else {

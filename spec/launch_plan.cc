@@ -9,6 +9,7 @@
 
 #include "spec/input_limits.h"
 #include "spec/program_check.h"
+#include "spec/rank_generator.h"
 #include "spec/yaml_reader.h"
 
 namespace planner {
@@ -158,6 +159,61 @@ Status CheckGroups(const YamlReader& r, const YAML::Node& root, const LaunchPlan
   for (const GroupRule& rule : rules) {
     if (replicated && std::string(rule.key) == "pipeline") continue;  // per-stage replication has no pipeline groups (codegen writes [])
     PLANNER_RETURN_IF_ERROR(CheckGroupRule(r, g, p, rule));
+  }
+  return Status::OK();
+}
+
+// Uniform launches (no per-stage replication, which has its own layout): every group list equals the rank
+// generator's for the file's sizes, group for group and in its order (spec/rank_generator.h: kDenseOrder over tp,
+// cp, dp, pp; the expert lists kExpertOrder over etp, ep, edp, pp), so that groups edited consistently with the
+// ranks table but not with the layout, or listed in another order, are refused. An optional list left empty
+// (pipeline, context_parallel with cp 1, the expert lists with ep 1) is not compared.
+Status CheckGroupsAgainstGenerator(const YamlReader& r, const YAML::Node& root, const LaunchPlan& p) {
+  if (PerStageReplication(p)) return Status::OK();
+  const YAML::Node g = root["groups"];
+  RankGenerator dense, experts;
+  Status made = RankGenerator::Make({.tp = p.tp, .cp = p.cp, .dp = p.dp, .pp = p.pp}, kDenseOrder, &dense);
+  if (!made.ok()) return r.FieldError(g, "groups", made.message());
+  if (!p.ep_groups.empty() || !p.edp_groups.empty()) {
+    const int64_t stage_ranks = p.tp * p.cp * p.dp;  // bounded: the ranks table has this many per stage
+    if (stage_ranks % (p.ep * p.etp) != 0) {
+      const std::string why = fmt::format("ep {} x etp {} does not divide a stage's tp x cp x dp = {} ranks (MoE "
+                                          "parallel folding); codegen the plan again", p.ep, p.etp, stage_ranks);
+      return r.FieldError(root["ep"], "ep", why);
+    }
+    const ParallelSizes sizes{.tp = p.etp, .ep = p.ep, .dp = stage_ranks / (p.ep * p.etp), .pp = p.pp};
+    made = RankGenerator::Make(sizes, kExpertOrder, &experts);
+    if (!made.ok()) return r.FieldError(root["ep"], "ep", made.message());
+  }
+  struct Source {
+    const char* key;
+    const RankGroups* groups;
+    const RankGenerator* generator;
+    const char* token;
+  };
+  const Source sources[] = {{"tensor_parallel", &p.tp_groups, &dense, "tp"},
+                            {"data_parallel", &p.dp_groups, &dense, "dp-cp"},
+                            {"pipeline", &p.pp_groups, &dense, "pp"},
+                            {"context_parallel", &p.cp_groups, &dense, "cp"},
+                            {"expert_parallel", &p.ep_groups, &experts, "ep"},
+                            {"expert_data_parallel", &p.edp_groups, &experts, "dp"}};
+  for (const Source& x : sources) {
+    if (x.groups->empty()) continue;
+    RankGroups want;
+    PLANNER_RETURN_IF_ERROR(x.generator->Ranks(x.token, &want));
+    const std::string f = fmt::format("groups.{}", x.key);
+    const std::string made_by = (x.generator == &experts ? "expert " : "") + x.generator->Describe();
+    const YAML::Node node = g[x.key];
+    if (want.size() != x.groups->size()) {
+      return r.FieldError(node, f, fmt::format("{} groups but {} make {}; codegen the plan again", x.groups->size(),
+                                               made_by, want.size()));
+    }
+    for (size_t i = 0; i < want.size(); ++i) {
+      if ((*x.groups)[i] == want[i]) continue;
+      const YAML::Node at = node.IsSequence() && i < node.size() ? node[i] : node;
+      return r.FieldError(at, f, fmt::format("group {} is {} but {} make {}; codegen the plan again", i,
+                                             List((*x.groups)[i]), made_by, List(want[i])));
+    }
   }
   return Status::OK();
 }
@@ -454,6 +510,7 @@ Status ParseLaunchPlan(const std::string& path, const std::string& text, LaunchP
   for (const auto& eg : p.ep_groups) {
     if (static_cast<int64_t>(eg.size()) != p.ep) return r.FieldError(root["groups"], "groups.expert_parallel", fmt::format("a group of {} ranks, not ep = {}", eg.size(), p.ep));
   }
+  PLANNER_RETURN_IF_ERROR(CheckGroupsAgainstGenerator(r, root, p));
   PLANNER_RETURN_IF_ERROR(ReadPrograms(r, root, &p));
   // Checked where launch.yaml is read: a hand-edited program is refused here, naming the action
   // that breaks it, rather than hanging the job or training on wrong gradients.

@@ -2,7 +2,8 @@
 // `planner codegen` and read by every rank of `planner run` (docs/formats.md).
 // One entry per rank (node slot, local device, stage, replica, tp rank, its
 // pipeline neighbours) and every communicator group. Validated on read:
-// ranks cover 0..N-1 once, stages and groups reference real ranks, the
+// ranks cover 0..N-1 once, stages and groups reference real ranks, a
+// uniform plan's groups are the rank generator's (spec/rank_generator.h), the
 // model file matches its digest, every rank has exactly one program (the
 // ordered actions it executes, spec/program.h). Plain value type.
 #pragma once

@@ -9,6 +9,7 @@
 #include "runtime/launch_layout.h"
 #include "spec/input_limits.h"
 #include "spec/launch_plan.h"
+#include "spec/rank_generator.h"
 #include "tests/test_util.h"
 
 namespace planner {
@@ -38,14 +39,39 @@ Plan UniformPlan(int64_t tp, int64_t cp, int64_t dp, int64_t pp) {
   return p;
 }
 
-LaunchPlan Launch(int64_t tp, int64_t cp, int64_t dp, int64_t pp) {
+LaunchPlan LaunchOf(const Plan& plan) {
   LaunchPlan L;
   CodegenOptions o;
   o.gpus_per_node = 8;
-  const Status s = BuildLaunchPlan(UniformPlan(tp, cp, dp, pp), "digest", o, &L);
+  const Status s = BuildLaunchPlan(plan, "digest", o, &L);
   INFO(s.ToString());
   REQUIRE(s.ok());
   return L;
+}
+
+LaunchPlan Launch(int64_t tp, int64_t cp, int64_t dp, int64_t pp) { return LaunchOf(UniformPlan(tp, cp, dp, pp)); }
+
+// The same with `v` virtual stages per position (8 / (pp v) layers each) under `schedule`, and MoE folding ep x etp.
+Plan VirtualPlan(int64_t tp, int64_t cp, int64_t dp, int64_t pp, Schedule schedule, int64_t v, int64_t ep,
+                 int64_t etp) {
+  Plan p = UniformPlan(tp, cp, dp, pp);
+  p.schedule = schedule;
+  p.interleave = v;
+  p.ep = ep;
+  p.etp = etp;
+  p.stages.clear();
+  const int64_t per = 8 / (pp * v);
+  for (int64_t q = 0; q < pp * v; ++q) {
+    PlanStage st;
+    st.first_layer = q * per;
+    st.last_layer = q * per + per - 1;
+    st.replicas = dp;
+    st.tp = tp;
+    st.chunk = q / pp;
+    st.forward_s = st.backward_input_s = st.backward_weight_s = 1e-3;
+    p.stages.push_back(st);
+  }
+  return p;
 }
 
 // The error of reading `L` back from its text ("" when it reads).
@@ -64,6 +90,75 @@ TEST_CASE("launch files codegen writes read back, groups and all") {
   CHECK(ReadBack(Launch(2, 1, 2, 2)) == "");
   CHECK(ReadBack(Launch(2, 2, 1, 2)) == "");
   CHECK(ReadBack(Launch(1, 1, 4, 1)) == "");
+}
+
+// Codegen's ranks from the rank generator (spec/rank_generator.h) are the ones of its earlier loop nest: rank =
+// ((position x dp + replica) x cp + cp rank) x tp + tp rank, neighbours at the adjacent positions, wrapping around
+// with interleaved chunks but not with DualPipeV's V; and they read back.
+TEST_CASE("codegen's ranks and pipeline neighbours are the rank formula's") {
+  struct Case {
+    int64_t tp, cp, dp, pp;
+    Schedule schedule;
+    int64_t v, ep, etp;
+  };
+  const Case cases[] = {{2, 1, 2, 2, Schedule::k1F1B, 1, 1, 1},        {1, 2, 2, 2, Schedule::k1F1B, 1, 1, 1},
+                        {2, 2, 1, 2, Schedule::kInterleaved, 2, 1, 1}, {1, 1, 2, 4, Schedule::kInterleaved, 2, 1, 1},
+                        {1, 1, 1, 2, Schedule::kDualPipeV, 2, 1, 1},  {2, 1, 2, 2, Schedule::kGpipe, 1, 2, 1},
+                        {2, 1, 4, 1, Schedule::k1F1B, 1, 2, 2},        {1, 2, 2, 2, Schedule::kInterleaved, 2, 4, 1}};
+  for (const Case& c : cases) {
+    CAPTURE(c.tp);
+    CAPTURE(c.cp);
+    CAPTURE(c.dp);
+    CAPTURE(c.pp);
+    CAPTURE(ScheduleName(c.schedule));
+    const LaunchPlan L = LaunchOf(VirtualPlan(c.tp, c.cp, c.dp, c.pp, c.schedule, c.v, c.ep, c.etp));
+    CHECK(ReadBack(L) == "");
+    auto rank_of = [&](int64_t r, int64_t k, int64_t cp_rank, int64_t j) {
+      return ((r * c.dp + k) * c.cp + cp_rank) * c.tp + j;
+    };
+    const bool wrap = c.v > 1 && c.pp > 1 && c.schedule != Schedule::kDualPipeV;
+    REQUIRE(static_cast<int64_t>(L.ranks.size()) == c.tp * c.cp * c.dp * c.pp);
+    for (const LaunchRank& x : L.ranks) {
+      CHECK(x.rank == rank_of(x.stage, x.replica, x.cp_rank, x.tp_rank));
+      std::vector<int64_t> prev, next;
+      if (x.stage > 0) prev = {rank_of(x.stage - 1, x.replica, x.cp_rank, x.tp_rank)};
+      else if (wrap) prev = {rank_of(c.pp - 1, x.replica, x.cp_rank, x.tp_rank)};
+      if (x.stage + 1 < c.pp) next = {rank_of(x.stage + 1, x.replica, x.cp_rank, x.tp_rank)};
+      else if (wrap) next = {rank_of(0, x.replica, x.cp_rank, x.tp_rank)};
+      CHECK(x.prev == prev);
+      CHECK(x.next == next);
+      CHECK(x.node == x.rank / 8);
+      CHECK(x.local_device == x.rank % 8);
+    }
+    CHECK(L.cp_groups.empty() == (c.cp == 1));
+    CHECK(L.ep_groups.empty() == (c.ep == 1));
+  }
+}
+
+// Groups that pass the ranks-table rules but are not the rank generator's (regrouped, or listed in another order)
+// are refused where launch.yaml is read, naming the group, the generator's sizes and order, and its group.
+TEST_CASE("groups that are not the rank generator's are refused") {
+  LaunchPlan L = Launch(2, 1, 2, 2);  // tp groups {0, 1}, {2, 3}, ...
+  std::swap(L.tp_groups[0], L.tp_groups[1]);
+  CHECK(Has(ReadBack(L), "field 'groups.tensor_parallel': group 0 is [2, 3] but tp 2, cp 1, dp 2, pp 2 in order "
+                         "tp-cp-dp-pp make [0, 1]; codegen the plan again"));
+  L = Launch(2, 1, 2, 2);  // dp groups {0, 2}, {1, 3}, ...: members in another order
+  std::swap(L.dp_groups[1][0], L.dp_groups[1][1]);
+  CHECK(Has(ReadBack(L), "field 'groups.data_parallel': group 1 is [3, 1] but tp 2, cp 1, dp 2, pp 2 in order "
+                         "tp-cp-dp-pp make [1, 3]"));
+  L = Launch(1, 2, 1, 2);
+  std::swap(L.pp_groups[0], L.pp_groups[1]);
+  CHECK(Has(ReadBack(L), "field 'groups.pipeline': group 0 is [1, 3] but tp 1, cp 2, dp 1, pp 2 in order tp-cp-dp-pp "
+                         "make [0, 2]"));
+  L = Launch(1, 2, 2, 1);
+  std::swap(L.cp_groups[0], L.cp_groups[1]);
+  CHECK(Has(ReadBack(L), "field 'groups.context_parallel': group 0 is [2, 3] but"));
+  // MoE: tp 1, dp 4, ep 2: the EP groups {0, 1}, {2, 3} and the expert-DP groups {0, 2}, {1, 3}, swapped.
+  L = LaunchOf(VirtualPlan(1, 1, 4, 1, Schedule::k1F1B, 1, 2, 1));
+  REQUIRE(L.ep_groups == RankGroups{{0, 1}, {2, 3}});
+  std::swap(L.ep_groups, L.edp_groups);
+  CHECK(Has(ReadBack(L), "field 'groups.expert_parallel': group 0 is [0, 2] but expert tp 1, ep 2, dp 2, pp 1 in order "
+                         "tp-ep-dp-pp make [0, 1]; codegen the plan again"));
 }
 
 TEST_CASE("a rank in no data-parallel group is refused before any communicator split") {
