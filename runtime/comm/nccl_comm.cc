@@ -1,3 +1,5 @@
+// The NCCL backend, built into the CUDA module libplanner_cuda.so and reached through the table at the end
+// (nccl_module_api.h; nccl_loader.cc is the caller).
 #include "runtime/comm/nccl_comm.h"
 
 #include <cuda_runtime.h>
@@ -8,6 +10,8 @@
 #include <thread>
 
 #include <fmt/format.h>
+
+#include "runtime/comm/nccl_module_api.h"
 
 namespace planner {
 
@@ -166,7 +170,6 @@ class NcclComm final : public Communicator {
 
 }  // namespace
 
-bool NcclBuilt() { return true; }
 std::string NcclVersion() {
   int v = 0;
   ncclGetVersion(&v);
@@ -199,3 +202,9 @@ Status MakeNcclComm(Communicator* bootstrap, int device, std::unique_ptr<Communi
 }
 
 }  // namespace planner
+
+extern "C" __attribute__((visibility("default"))) const planner::PlannerNcclApi* planner_nccl_api_v1() {
+  static const planner::PlannerNcclApi api = {planner::kPlannerNcclApiVersion, sizeof(planner::PlannerNcclApi),
+                                              planner::NcclVersion, planner::MakeNcclComm};
+  return &api;
+}

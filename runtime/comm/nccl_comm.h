@@ -4,6 +4,8 @@
 // operation is enqueued on the communicator's stream and then polled until
 // it finishes, its asynchronous error is checked, and past the timeout the
 // communicator is aborted (ncclCommAbort) and CommError returned.
+// With NCCL, nccl_comm.cc is in the CUDA module libplanner_cuda.so and nccl_loader.cc
+// loads it on first use; without NCCL, nccl_stub.cc.
 #pragma once
 
 #include <memory>
@@ -14,6 +16,7 @@
 
 namespace planner {
 
+// Whether the build has NCCL (the CUDA module may still be missing: MakeNcclComm says why).
 bool NcclBuilt();
 // "NCCL 2.28.9" (the library's version), or "no NCCL".
 std::string NcclVersion();

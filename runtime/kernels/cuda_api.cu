@@ -1,5 +1,6 @@
-// CUDA runtime entry points (see cuda_api.h). Runtime API only: never the
-// driver API (toolchain.md: linking -lcuda breaks start-up without a driver).
+// CUDA runtime entry points (see cuda_api.h), built into the CUDA module libplanner_cuda.so and reached
+// through the table at the end (cuda_module_api.h; cuda_loader.cc is the caller). Runtime API only: never
+// the driver API (toolchain.md: linking -lcuda breaks start-up without a driver).
 #include <cublas_v2.h>
 #include <cuda_bf16.h>
 #include <cuda_fp16.h>
@@ -11,6 +12,8 @@
 #include <string>
 
 #include "runtime/kernels/cuda_api.h"
+#include "runtime/kernels/cuda_module_api.h"
+#include "runtime/kernels/device_ops.h"
 #include "spec/layer.h"
 
 namespace planner {
@@ -20,8 +23,6 @@ void Check(cudaError_t e, const char* what) {
   if (e != cudaSuccess) throw std::runtime_error(std::string(what) + ": " + cudaGetErrorString(e));
 }
 }  // namespace
-
-bool CudaBuilt() { return true; }
 
 int CudaDeviceCount(std::string* why) {
   int n = 0;
@@ -114,25 +115,30 @@ void CudaOptimizerStep(int kind, float* w, const float* g, float* m, float* v, i
   Check(cudaGetLastError(), "optimizer kernel");
 }
 
-CudaTimer::CudaTimer() {
+namespace {
+
+void TimerCreate(void** start, void** stop) {
   cudaEvent_t a, b;
   Check(cudaEventCreate(&a), "cudaEventCreate");
   Check(cudaEventCreate(&b), "cudaEventCreate");
-  start_ = a;
-  stop_ = b;
+  *start = a;
+  *stop = b;
 }
-CudaTimer::~CudaTimer() {
-  cudaEventDestroy(static_cast<cudaEvent_t>(start_));
-  cudaEventDestroy(static_cast<cudaEvent_t>(stop_));
+void TimerDestroy(void* start, void* stop) {
+  cudaEventDestroy(static_cast<cudaEvent_t>(start));
+  cudaEventDestroy(static_cast<cudaEvent_t>(stop));
 }
-void CudaTimer::Start() { Check(cudaEventRecord(static_cast<cudaEvent_t>(start_)), "cudaEventRecord"); }
-double CudaTimer::StopSeconds() {
-  Check(cudaEventRecord(static_cast<cudaEvent_t>(stop_)), "cudaEventRecord");
-  Check(cudaEventSynchronize(static_cast<cudaEvent_t>(stop_)), "cudaEventSynchronize");
+void TimerRecord(void* event) { Check(cudaEventRecord(static_cast<cudaEvent_t>(event)), "cudaEventRecord"); }
+double TimerElapsedSeconds(void* start, void* stop) {
+  Check(cudaEventRecord(static_cast<cudaEvent_t>(stop)), "cudaEventRecord");
+  Check(cudaEventSynchronize(static_cast<cudaEvent_t>(stop)), "cudaEventSynchronize");
   float ms = 0;
-  Check(cudaEventElapsedTime(&ms, static_cast<cudaEvent_t>(start_), static_cast<cudaEvent_t>(stop_)), "cudaEventElapsedTime");
+  Check(cudaEventElapsedTime(&ms, static_cast<cudaEvent_t>(start), static_cast<cudaEvent_t>(stop)),
+        "cudaEventElapsedTime");
   return ms * 1e-3;
 }
+
+}  // namespace
 
 namespace {
 
@@ -174,3 +180,14 @@ Status CudaConvert(const void* src, DType from, void* dst, DType to, int64_t n) 
 }
 
 }  // namespace planner
+
+extern "C" __attribute__((visibility("default"))) const planner::PlannerCudaApi* planner_cuda_api_v1() {
+  using namespace planner;
+  static const PlannerCudaApi api = {
+      kPlannerCudaApiVersion, sizeof(PlannerCudaApi), CudaDeviceCount, CudaDescribeDevice, CudaComputeCapability,
+      CudaDeviceName, CudaMalloc, CudaFree, CudaMemset, CudaCopyToHost, CudaCopyToDevice, CudaSynchronize,
+      CudaSetDevice, CudaOptimizerStep, CudaConvert, TimerCreate, TimerDestroy, TimerRecord, TimerElapsedSeconds,
+      CudaOps,
+  };
+  return &api;
+}

@@ -1,6 +1,9 @@
 // The few CUDA runtime calls the rest of the code needs, behind plain C++
-// declarations: implemented by cuda_api.cu when Meson finds CUDA, and by
-// cuda_stub.cc otherwise (every call then reports "built without CUDA").
+// declarations. When Meson finds CUDA they are implemented by cuda_api.cu inside
+// the CUDA module libplanner_cuda.so (common/cuda_module.h), which cuda_loader.cc
+// loads on the first call that needs it; without the module or the CUDA libraries
+// the loader answers as the stub does, naming what is missing. Without CUDA,
+// cuda_stub.cc (every call then reports "built without CUDA").
 // No CUDA header leaks out of this file's implementations.
 #pragma once
 
@@ -14,10 +17,12 @@ namespace planner {
 enum class DType;  // spec/layer.h
 
 // Number of usable CUDA devices; 0 with *why set ("no CUDA device: ..."
-// or "built without CUDA") when there is none. Never throws.
+// or "built without CUDA", or why the CUDA module did not load) when there is none.
+// The first call loads the CUDA module. Never throws.
 int CudaDeviceCount(std::string* why);
 // "NVIDIA H100 80GB HBM3, driver 13.0, CUDA runtime 13.0, cuBLAS 13.1, cuDNN 9.19.0, NCCL 2.28.9".
 std::string CudaDescribeDevice(int device);
+// Whether the build has CUDA (the CUDA module may still be missing: CudaDeviceCount says why).
 bool CudaBuilt();
 // The device's compute capability as major * 10 + minor (90: Hopper, 89: Ada, 80: A100); 0 when
 // there is no such device or the build has no CUDA.

@@ -2,8 +2,8 @@
 # Builds the project for a lent GPU machine and packs what must travel into .gpu/ (git-excluded).
 # The GPU machine has nvcc and the CUDA, cuBLAS(Lt), cuDNN and NCCL libraries (cuDNN and NCCL as Python
 # wheels) and PyTorch, but no apt, no yaml-cpp / fmt / CLI11 / Eigen / MPI: so build HERE (CUDA 13 is
-# installed for compile and link), without MPI, and carry the three executables the check runs plus the
-# non-CUDA shared libraries they need (docs/gpu.md).
+# installed for compile and link), without MPI, and carry the three executables the check runs, the CUDA
+# module they load (libplanner_cuda.so) and the non-CUDA shared libraries they need (docs/gpu.md).
 #   bash tools/gpu/bundle.sh
 #   device run: command "bash .gpu/check.sh", carry [".gpu"], timeout_s 600
 # GPU_BUILD names another build directory (default build-gpu); GPU_ARCH the CUDA architectures (default 9.0:
@@ -22,9 +22,12 @@ for p in /.gpu/ "/$build/"; do grep -qx "$p" "$exclude" 2>/dev/null || echo "$p"
 for o in $(find "$build" -name '*.cu.o' 2>/dev/null); do
   [ -n "$(find . -path "./$build" -prune -o -path ./.git -prune -o -name '*.h' -newer "$o" -print -quit)" ] && rm -f "$o"
 done
-ninja -C "$build" -j"${JOBS:-2}" planner/planner tests/kernels_gpu_test tests/nccl_test
+ninja -C "$build" -j"${JOBS:-2}" planner/planner planner/libplanner_cuda.so tests/kernels_gpu_test tests/nccl_test
 rm -rf .gpu; mkdir -p .gpu/bin .gpu/lib
-cp "$build/planner/planner" "$build/tests/kernels_gpu_test" "$build/tests/nccl_test" .gpu/bin/
+# The CUDA module goes next to the executables: the loader looks in the executable's directory first
+# (common/cuda_module.h).
+cp "$build/planner/planner" "$build/planner/libplanner_cuda.so" "$build/tests/kernels_gpu_test" "$build/tests/nccl_test" \
+  .gpu/bin/
 # Shared libraries that are neither CUDA's (the GPU machine has its own) nor the C/C++ runtime's.
 for b in .gpu/bin/*; do ldd "$b"; done | awk '/=> \//{print $3}' | sort -u | \
   grep -v -E '/(libc|libm|libdl|libpthread|librt|libgcc_s|libstdc\+\+|libgomp|ld-linux)[.-]|cuda|cudnn|nccl|cublas' | \

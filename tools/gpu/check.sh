@@ -31,7 +31,9 @@ PY
 )
 export LD_LIBRARY_PATH="$PWD/.gpu/lib:${wheel_libs}:/usr/local/cuda/lib64:/usr/local/cuda/lib:${LD_LIBRARY_PATH:-}"
 echo "LD_LIBRARY_PATH=$LD_LIBRARY_PATH" > "$OUT/env.txt"
-ldd "$P" > "$OUT/ldd.txt" 2>&1; grep -q 'not found' "$OUT/ldd.txt" && log "MISSING LIBRARIES: $(grep 'not found' "$OUT/ldd.txt" | tr -s ' ' | tr '\n' ';')"
+# The CUDA libraries are the module's (libplanner_cuda.so next to the planner), not the planner's.
+ldd "$P" "$B/libplanner_cuda.so" > "$OUT/ldd.txt" 2>&1
+grep -q 'not found' "$OUT/ldd.txt" && log "MISSING LIBRARIES: $(grep 'not found' "$OUT/ldd.txt" | tr -s ' ' | tr '\n' ';')"
 
 # 2. CUDA kernels against the CPU ones, each GEMM precision (fp32 = TF32, bf16, fp16, fp8), and NCCL on one rank.
 for p in fp32 bf16 fp16 fp8; do
