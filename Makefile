@@ -1,7 +1,7 @@
 # Thin wrapper over Meson (HACKING.md). Installs missing Debian packages first.
 BUILD ?= build
 PLANNER := $(BUILD)/planner/planner
-DEPS := meson ninja-build pkg-config g++ libcli11-dev libyaml-cpp-dev libfmt-dev libeigen3-dev doctest-dev cmake libopenmpi-dev openmpi-bin python3 python3-venv python3-pyflakes slurm-wlm munge
+DEPS := meson ninja-build pkg-config g++ libcli11-dev libyaml-cpp-dev libfmt-dev libeigen3-dev doctest-dev cmake libopenmpi-dev openmpi-bin python3 python3-venv python3-pyflakes clang-format slurm-wlm munge
 MESON_FLAGS ?=
 
 .PHONY: all deps build demo test test-sanitize bench clean exports-venv

@@ -37,8 +37,9 @@ int Gemm(int n) {
   }
   t.erase(t.begin(), t.begin() + 2);  // warm-up
   double flops = 2.0 * n * n * n;
-  std::printf("eigen sgemm %d^3: best %.1f GFLOP/s, median %.1f GFLOP/s (checksum %.3f)\n", n, flops / *std::min_element(t.begin(), t.end()) / 1e9,
-              flops / Median(t) / 1e9, static_cast<double>(c(0, 0)));
+  std::printf("eigen sgemm %d^3: best %.1f GFLOP/s, median %.1f GFLOP/s (checksum %.3f)\n", n,
+              flops / *std::min_element(t.begin(), t.end()) / 1e9, flops / Median(t) / 1e9,
+              static_cast<double>(c(0, 0)));
   return 0;
 }
 
@@ -55,7 +56,8 @@ Tensor Input(const Layer& l, int64_t b) {
 }
 
 int Kernels(const ModelSpec& m, int64_t b) {
-  std::printf("%-22s %10s %10s %10s   (GFLOP/s, median of 20, b=%lld)\n", "layer", "forward", "bwd-input", "bwd-weight", static_cast<long long>(b));
+  std::printf("%-22s %10s %10s %10s   (GFLOP/s, median of 20, b=%lld)\n", "layer", "forward", "bwd-input", "bwd-weight",
+              static_cast<long long>(b));
   std::vector<std::string> seen;
   for (const auto& l : m.layers) {
     if (l.fwd_flops == 0 || std::find(seen.begin(), seen.end(), l.signature) != seen.end()) continue;
@@ -85,8 +87,8 @@ int Kernels(const ModelSpec& m, int64_t b) {
       tw.push_back(t3 - t2);
     }
     KernelFlops f = k->Flops(b);
-    std::printf("%-22s %10.1f %10.1f %10.1f   %s\n", LayerKindName(l.kind), f.forward / Median(tf) / 1e9, f.backward_input / Median(tb) / 1e9,
-                f.backward_weight / Median(tw) / 1e9, l.signature.c_str());
+    std::printf("%-22s %10.1f %10.1f %10.1f   %s\n", LayerKindName(l.kind), f.forward / Median(tf) / 1e9,
+                f.backward_input / Median(tb) / 1e9, f.backward_weight / Median(tw) / 1e9, l.signature.c_str());
   }
   return 0;
 }
@@ -141,13 +143,13 @@ int FullPass(const ModelSpec& m, const Profile& p, int64_t b) {
     }
   }
   // Per layer: the pass's median F and B + W against the profile's, so a gap can be placed.
-  std::printf("%-18s %12s %12s %12s %12s   (b=%lld; ms, medians)\n", "layer", "F in pass", "F profile", "B+W in pass", "B+W profile",
-              static_cast<long long>(b));
+  std::printf("%-18s %12s %12s %12s %12s   (b=%lld; ms, medians)\n", "layer", "F in pass", "F profile", "B+W in pass",
+              "B+W profile", static_cast<long long>(b));
   for (size_t i = 0; i < ks.size() && i < p.layers.size(); ++i) {
     for (const auto& t : p.layers[i].timings) {
       if (t.microbatch != b || t.tp != 1) continue;
-      std::printf("%-18s %12.4f %12.4f %12.4f %12.4f\n", m.layers[i].name.c_str(), Median(layer_f[i]) * 1e3, t.forward_s * 1e3,
-                  Median(layer_b[i]) * 1e3, t.backward_s * 1e3);
+      std::printf("%-18s %12.4f %12.4f %12.4f %12.4f\n", m.layers[i].name.c_str(), Median(layer_f[i]) * 1e3,
+                  t.forward_s * 1e3, Median(layer_b[i]) * 1e3, t.backward_s * 1e3);
     }
   }
   double predicted = 0;
@@ -157,8 +159,8 @@ int FullPass(const ModelSpec& m, const Profile& p, int64_t b) {
     }
   }
   double measured = Median(times);
-  std::printf("%s b=%lld: measured full pass %.3f ms (median of 30), profile predicts %.3f ms, ratio %.3f\n", m.name.c_str(),
-              static_cast<long long>(b), measured * 1e3, predicted * 1e3, predicted / measured);
+  std::printf("%s b=%lld: measured full pass %.3f ms (median of 30), profile predicts %.3f ms, ratio %.3f\n",
+              m.name.c_str(), static_cast<long long>(b), measured * 1e3, predicted * 1e3, predicted / measured);
   return 0;
 }
 
@@ -173,7 +175,8 @@ int main(int argc, char** argv) {
   SetCpuThreads(threads);
   KeepFreedHostMemory();  // the runtime's and the profiler's host memory policy (runtime/kernels/tensor.h)
   if (argc < 2) {
-    std::fprintf(stderr, "usage: kernels_bench gemm [N] | kernels MODEL [b] | fullpass MODEL PROFILE [b] [--threads N]\n");
+    std::fprintf(stderr,
+                 "usage: kernels_bench gemm [N] | kernels MODEL [b] | fullpass MODEL PROFILE [b] [--threads N]\n");
     return 2;
   }
   std::string what = argv[1];

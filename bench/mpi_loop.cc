@@ -21,14 +21,20 @@ int main(int argc, char** argv) {
     double best[2];
     for (int which = 0; which < 2; ++which) {
       for (int w = 0; w < 3; ++w) {
-        if (which == 0) MPI_Allreduce(MPI_IN_PLACE, a.data(), static_cast<int>(count), MPI_FLOAT, MPI_SUM, MPI_COMM_WORLD);
-        else MPI_Sendrecv(a.data(), static_cast<int>(count), MPI_FLOAT, (rank + 1) % n, 0, b.data(), static_cast<int>(count), MPI_FLOAT, (rank + n - 1) % n, 0, MPI_COMM_WORLD, MPI_STATUS_IGNORE);
+        if (which == 0)
+          MPI_Allreduce(MPI_IN_PLACE, a.data(), static_cast<int>(count), MPI_FLOAT, MPI_SUM, MPI_COMM_WORLD);
+        else
+          MPI_Sendrecv(a.data(), static_cast<int>(count), MPI_FLOAT, (rank + 1) % n, 0, b.data(),
+                       static_cast<int>(count), MPI_FLOAT, (rank + n - 1) % n, 0, MPI_COMM_WORLD, MPI_STATUS_IGNORE);
       }
       MPI_Barrier(MPI_COMM_WORLD);
       double t0 = MPI_Wtime();
       for (int i = 0; i < iters; ++i) {
-        if (which == 0) MPI_Allreduce(MPI_IN_PLACE, a.data(), static_cast<int>(count), MPI_FLOAT, MPI_SUM, MPI_COMM_WORLD);
-        else MPI_Sendrecv(a.data(), static_cast<int>(count), MPI_FLOAT, (rank + 1) % n, 0, b.data(), static_cast<int>(count), MPI_FLOAT, (rank + n - 1) % n, 0, MPI_COMM_WORLD, MPI_STATUS_IGNORE);
+        if (which == 0)
+          MPI_Allreduce(MPI_IN_PLACE, a.data(), static_cast<int>(count), MPI_FLOAT, MPI_SUM, MPI_COMM_WORLD);
+        else
+          MPI_Sendrecv(a.data(), static_cast<int>(count), MPI_FLOAT, (rank + 1) % n, 0, b.data(),
+                       static_cast<int>(count), MPI_FLOAT, (rank + n - 1) % n, 0, MPI_COMM_WORLD, MPI_STATUS_IGNORE);
       }
       double t = (MPI_Wtime() - t0) / iters;
       MPI_Allreduce(MPI_IN_PLACE, &t, 1, MPI_DOUBLE, MPI_MAX, MPI_COMM_WORLD);

@@ -60,7 +60,11 @@ int main(int argc, char** argv) {
   }
   const int iters = argc > 1 ? std::max(5, std::atoi(argv[1])) : 200;
   const char* names[] = {"idle", "receiver-cold", "sender-busy", "both"};
-  if (rank == 1) std::printf("# one-way MPI transfer, rank 0 -> rank 1, median of %d: size (B), then receive time (us) per condition: idle, receiver-cold, sender-busy, both\n", iters);
+  if (rank == 1)
+    std::printf(
+        "# one-way MPI transfer, rank 0 -> rank 1, median of %d: size (B), then receive time (us) per condition: idle, "
+        "receiver-cold, sender-busy, both\n",
+        iters);
   for (long bytes : {32768L, 131072L, 524288L}) {
     std::vector<char> sbuf(static_cast<size_t>(bytes), 1), rbuf(static_cast<size_t>(bytes), 0);
     double med[4];
@@ -89,7 +93,8 @@ int main(int argc, char** argv) {
     }
     if (rank == 1) {
       std::printf("%ld", bytes);
-      for (int c = 0; c < 4; ++c) std::printf("  %s %.1f us (%.2f GB/s)", names[c], med[c] * 1e6, static_cast<double>(bytes) / med[c] / 1e9);
+      for (int c = 0; c < 4; ++c)
+        std::printf("  %s %.1f us (%.2f GB/s)", names[c], med[c] * 1e6, static_cast<double>(bytes) / med[c] / 1e9);
       std::printf("\n");
     }
   }

@@ -22,15 +22,17 @@ double AsWritten(double x) { return std::strtod(fmt::format("{:.9g}", x).c_str()
 Status AddPrograms(LaunchPlan* L) {
   LaunchPlan carried = *L;
   for (auto& s : carried.stages) {
-    for (double* x : {&s.predicted_compute_s, &s.predicted_forward_s, &s.predicted_backward_input_s, &s.predicted_backward_weight_s,
-                      &s.predicted_p2p_s}) {
+    for (double* x : {&s.predicted_compute_s, &s.predicted_forward_s, &s.predicted_backward_input_s,
+                      &s.predicted_backward_weight_s, &s.predicted_p2p_s}) {
       *x = AsWritten(*x);
     }
   }
   PLANNER_RETURN_IF_ERROR(BuildPrograms(carried, &L->programs));
   PLANNER_RETURN_IF_ERROR(AssignPrograms(L));
   Status s = CheckPrograms(*L);
-  if (!s.ok()) return Status::Internal("the plan's programs are not deadlock-free, so no launch directory is written: " + s.message());
+  if (!s.ok())
+    return Status::Internal("the plan's programs are not deadlock-free, so no launch directory is written: " +
+                            s.message());
   return Status::OK();
 }
 
@@ -45,7 +47,8 @@ LaunchPlan LaunchHeader(const Plan& plan, const std::string& model_digest, const
   L.device = o.device;
   L.schedule = plan.schedule;
   L.grad_dtype = plan.grad_dtype;
-  L.vertical_sync = plan.vertical_sync;  // PipeDream's vertical sync (the plan reader allows it with schedule pipedream only)
+  L.vertical_sync =
+      plan.vertical_sync;  // PipeDream's vertical sync (the plan reader allows it with schedule pipedream only)
   L.interleave = std::max<int64_t>(1, plan.interleave);
   L.tp = plan.tp;
   L.pp = plan.pp;
@@ -74,7 +77,8 @@ LaunchPlan LaunchHeader(const Plan& plan, const std::string& model_digest, const
     ls.predicted_backward_weight_s = s.backward_weight_s;
     ls.predicted_p2p_s = s.p2p_s;
     ls.predicted_dp_allreduce_s = s.dp_allreduce_s;
-    ls.predicted_ep_comm_s = s.ep_comm_s * static_cast<double>(plan.num_microbatches);  // per microbatch in the plan, per iteration here
+    ls.predicted_ep_comm_s =
+        s.ep_comm_s * static_cast<double>(plan.num_microbatches);  // per microbatch in the plan, per iteration here
     ls.predicted_peak_memory_bytes = s.peak_memory_bytes;
     L.stages.push_back(ls);
   }
@@ -197,13 +201,15 @@ Status AddServers(const Plan& plan, LaunchPlan* L) {
   L->dp_comm = plan.dp_comm;
   if (!DpCommUsesServers(plan.dp_comm)) return Status::OK();
   if (plan.dp_comm == DpComm::kParameterServer && plan.dp_servers < 1 && !plan.ps_colocated) {
-    return Status::InvalidArgument("plan: dp_comm ps needs dp_servers >= 1; set dp_servers in plan.yaml or solve again");
+    return Status::InvalidArgument(
+        "plan: dp_comm ps needs dp_servers >= 1; set dp_servers in plan.yaml or solve again");
   }
   if (!AnyDpSync(*L)) {
     L->dp_comm = DpComm::kHierAllReduce;
     return Status::OK();
   }
-  L->ps_colocated = plan.dp_comm == DpComm::kParameterServer && plan.ps_colocated;  // servers: [] (every worker sums its shard)
+  L->ps_colocated =
+      plan.dp_comm == DpComm::kParameterServer && plan.ps_colocated;  // servers: [] (every worker sums its shard)
   const int64_t n = static_cast<int64_t>(L->ranks.size());
   for (int64_t i = 0; i < plan.dp_servers; ++i) L->servers.push_back(n + i);
   return Status::OK();
@@ -218,22 +224,28 @@ Status BuildLaunchPlan(const Plan& plan, const std::string& model_digest, const 
   bool uniform = plan.schedule != Schedule::kPipeDream;
   for (const auto& s : plan.stages) uniform = uniform && s.replicas == plan.dp;
   if (L.ep > 1 && (!uniform || (t * L.cp * plan.dp) % (L.ep * L.etp) != 0)) {
-    return Status::InvalidArgument(fmt::format("plan: ep {} x etp {} must divide each stage's tp x cp x dp = {} ranks, with uniform stages (MoE parallel folding)",
-                                               L.ep, L.etp, t * L.cp * plan.dp));
+    return Status::InvalidArgument(
+        fmt::format("plan: ep {} x etp {} must divide each stage's tp x cp x dp = {} ranks, with uniform stages (MoE "
+                    "parallel folding)",
+                    L.ep, L.etp, t * L.cp * plan.dp));
   }
   if (uniform) {
     if (plan.pp * L.interleave != static_cast<int64_t>(plan.stages.size())) {
-      return Status::InvalidArgument(fmt::format("plan: pp {} x interleave {} does not match its {} stages", plan.pp, L.interleave, plan.stages.size()));
+      return Status::InvalidArgument(fmt::format("plan: pp {} x interleave {} does not match its {} stages", plan.pp,
+                                                 L.interleave, plan.stages.size()));
     }
     PLANNER_RETURN_IF_ERROR(UniformRanks(plan.pp, plan.dp, t, &L));
   } else if (L.cp > 1) {
-    return Status::NotSupported("plan: context parallelism runs with uniform stages (no per-stage replication, not pipedream); solve with cp 1");
+    return Status::NotSupported(
+        "plan: context parallelism runs with uniform stages (no per-stage replication, not pipedream); solve with cp "
+        "1");
   } else {
     ReplicatedRanks(plan, t, &L);
   }
   std::sort(L.ranks.begin(), L.ranks.end(), [](const LaunchRank& a, const LaunchRank& b) { return a.rank < b.rank; });
   for (size_t i = 0; i < L.ranks.size(); ++i) {
-    if (L.ranks[i].rank != static_cast<int64_t>(i)) return Status::InvalidArgument("plan: its stages do not place every rank exactly once");
+    if (L.ranks[i].rank != static_cast<int64_t>(i))
+      return Status::InvalidArgument("plan: its stages do not place every rank exactly once");
   }
   PLANNER_RETURN_IF_ERROR(AddServers(plan, &L));
   PLANNER_RETURN_IF_ERROR(AddPrograms(&L));
@@ -245,8 +257,10 @@ Status GenerateLaunchFiles(const Plan& plan, const ModelSpec& model, const Launc
                            std::vector<std::pair<std::string, std::string>>* files, std::vector<std::string>* notes) {
   files->emplace_back("launch.yaml", LaunchPlanToYaml(L));
   if (DpCommUsesServers(plan.dp_comm) && !DpCommUsesServers(L.dp_comm)) {
-    notes->push_back(fmt::format("dp_comm {}: every data-parallel group has one rank, so there are no gradients to synchronise; launch.yaml "
-                                 "runs dp_comm allreduce-hier without server ranks", DpCommName(plan.dp_comm)));
+    notes->push_back(fmt::format(
+        "dp_comm {}: every data-parallel group has one rank, so there are no gradients to synchronise; launch.yaml "
+        "runs dp_comm allreduce-hier without server ranks",
+        DpCommName(plan.dp_comm)));
   }
   const codegen_internal::ExportInput in{plan, model, L, o};
   for (const codegen_internal::ExportTarget& e : codegen_internal::Exports()) {

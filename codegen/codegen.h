@@ -18,11 +18,11 @@
 namespace planner {
 
 struct CodegenOptions {
-  int64_t gpus_per_node = 8;     // from the cluster's first level
-  Device device = Device::kCpu;  // what `planner run` executes on
+  int64_t gpus_per_node = 8;             // from the cluster's first level
+  Device device = Device::kCpu;          // what `planner run` executes on
   std::string planner_path = "planner";  // executable run.sh launches
-  std::string launch_dir;        // absolute launch directory slurm.sbatch runs ("": the submit directory)
-  std::string slurm_mpi = "pmix";  // srun --mpi plugin of slurm.sbatch
+  std::string launch_dir;                // absolute launch directory slurm.sbatch runs ("": the submit directory)
+  std::string slurm_mpi = "pmix";        // srun --mpi plugin of slurm.sbatch
   LaunchRun run;
   std::vector<std::string> exports;  // targets to write besides launch.yaml (ExportTargets()); empty: all
 };
@@ -47,7 +47,8 @@ bool ValidSlurmMpi(const std::string& name);
 
 // Also each rank's program (dp_solver/programs.h), proved deadlock-free: a plan whose
 // programs fail the check is refused (Internal, naming the stuck ranks).
-Status BuildLaunchPlan(const Plan& plan, const std::string& model_digest, const CodegenOptions& options, LaunchPlan* out);
+Status BuildLaunchPlan(const Plan& plan, const std::string& model_digest, const CodegenOptions& options,
+                       LaunchPlan* out);
 
 // Megatron-LM's --pipeline-model-parallel-layout of the stages, given in model order: per stage E
 // (embedding), t (transformer block, dense or MoE), m (MTP module), L (loss) in layer order, stages
@@ -58,7 +59,8 @@ std::string MegatronPipelineLayout(const ModelSpec& model, const std::vector<Lau
 
 // (relative path, contents) of every artifact, launch.yaml first. Notes
 // (e.g. what an export cannot express) are appended to *notes.
-Status GenerateLaunchFiles(const Plan& plan, const ModelSpec& model, const LaunchPlan& launch, const CodegenOptions& options,
-                           std::vector<std::pair<std::string, std::string>>* files, std::vector<std::string>* notes);
+Status GenerateLaunchFiles(const Plan& plan, const ModelSpec& model, const LaunchPlan& launch,
+                           const CodegenOptions& options, std::vector<std::pair<std::string, std::string>>* files,
+                           std::vector<std::string>* notes);
 
 }  // namespace planner

@@ -15,19 +15,25 @@ namespace codegen_internal {
 // In writing order; owned: path prefixes relative to the launch directory (a target's .refused file included).
 const std::vector<ExportTarget>& Exports() {
   static const std::vector<ExportTarget> kExports = {
-      {"mpirun", {"run.sh"},
+      {"mpirun",
+       {"run.sh"},
        [](const ExportInput& in, Files* f, Notes*) { AddRunScript(in.model, in.launch, in.options, f); }},
-      {"slurm", {"slurm.sbatch"},
+      {"slurm",
+       {"slurm.sbatch"},
        [](const ExportInput& in, Files* f, Notes* n) { AddSlurmScript(in.model, in.launch, in.options, f, n); }},
-      {"megatron", {"megatron."},
+      {"megatron",
+       {"megatron."},
        [](const ExportInput& in, Files* f, Notes* n) { AddMegatronArgs(in.plan, in.model, in.launch, f, n); }},
-      {"deepspeed", {"deepspeed/"},
+      {"deepspeed",
+       {"deepspeed/"},
        [](const ExportInput& in, Files* f, Notes* n) { AddDeepSpeedFiles(in.plan, in.model, in.launch, f, n); }},
-      {"torchtitan", {"torchtitan"},
+      {"torchtitan",
+       {"torchtitan"},
        [](const ExportInput& in, Files* f, Notes* n) {
          AddTorchtitan(in.plan, in.model, in.launch, in.options, f, n);
        }},
-      {"torch-pipelining", {"torch_pipelining."},
+      {"torch-pipelining",
+       {"torch_pipelining."},
        [](const ExportInput& in, Files* f, Notes* n) { AddTorchPipelining(in.plan, in.model, in.launch, f, n); }},
   };
   return kExports;
@@ -79,13 +85,16 @@ Status ParseExportList(const std::string& list, std::vector<std::string>* out) {
     const size_t end = std::min(list.find(',', start), list.size());
     const std::string name = list.substr(start, end - start);
     if (name.empty()) {
-      return Status::InvalidArgument(fmt::format("--export: an empty target name in '{}'; give {} (comma-separated) or all", list, fmt::join(all, ", ")));
+      return Status::InvalidArgument(fmt::format(
+          "--export: an empty target name in '{}'; give {} (comma-separated) or all", list, fmt::join(all, ", ")));
     }
-    if (name == "all") return Status::InvalidArgument("--export: 'all' stands alone; give --export all or a list of targets");
+    if (name == "all")
+      return Status::InvalidArgument("--export: 'all' stands alone; give --export all or a list of targets");
     if (std::find(all.begin(), all.end(), name) == all.end()) {
       const std::string hint = DidYouMean(name, all);  // ", did you mean 'x'?" or ""
-      return Status::InvalidArgument(fmt::format("--export: unknown target '{}'{}; choose from {} (comma-separated) or all", name,
-                                                 hint.empty() ? "" : " (" + hint.substr(2) + ")", fmt::join(all, ", ")));
+      return Status::InvalidArgument(
+          fmt::format("--export: unknown target '{}'{}; choose from {} (comma-separated) or all", name,
+                      hint.empty() ? "" : " (" + hint.substr(2) + ")", fmt::join(all, ", ")));
     }
     if (std::find(out->begin(), out->end(), name) != out->end()) {
       return Status::InvalidArgument(fmt::format("--export: '{}' listed twice; name each target once", name));

@@ -28,8 +28,8 @@ struct ExportInput {
 // target owns (ExportOwnsFile: what a new codegen of it replaces) and the dispatch (GenerateLaunchFiles) all
 // read it. Adding a target is adding a row (HACKING.md, "How to add an export").
 struct ExportTarget {
-  const char* name;                   // its --export name
-  std::vector<std::string> owned;     // launch-directory paths it owns: each a prefix of a relative path
+  const char* name;                // its --export name
+  std::vector<std::string> owned;  // launch-directory paths it owns: each a prefix of a relative path
   void (*write)(const ExportInput& in, Files* files, Notes* notes);  // appends its files or its refusal
 };
 // The table, in writing order (export_table.cc).
@@ -56,20 +56,21 @@ std::string ServersNote(const LaunchPlan& L);
 // slurm.sbatch's job and step shape: every rank (workers, then summation servers) is one task,
 // task i on node i / gpus_per_node of the allocation, as launch.yaml places it.
 struct SlurmLayout {
-  int64_t tasks = 0;                    // srun --ntasks and #SBATCH --ntasks
-  int64_t nodes = 0;                    // #SBATCH --nodes
-  int64_t tasks_per_node = 0;           // #SBATCH --ntasks-per-node: the most tasks a node runs
-  int64_t cpus_per_task = 1;            // #SBATCH and srun --cpus-per-task
-  int64_t gpus_per_node = 0;            // #SBATCH --gpus-per-node (0: CPU ranks)
-  std::vector<int64_t> node_tasks;      // tasks on node k, in node order (srun's host list)
-  std::string mpi;                      // srun --mpi plugin
+  int64_t tasks = 0;                // srun --ntasks and #SBATCH --ntasks
+  int64_t nodes = 0;                // #SBATCH --nodes
+  int64_t tasks_per_node = 0;       // #SBATCH --ntasks-per-node: the most tasks a node runs
+  int64_t cpus_per_task = 1;        // #SBATCH and srun --cpus-per-task
+  int64_t gpus_per_node = 0;        // #SBATCH --gpus-per-node (0: CPU ranks)
+  std::vector<int64_t> node_tasks;  // tasks on node k, in node order (srun's host list)
+  std::string mpi;                  // srun --mpi plugin
 };
 SlurmLayout PlanSlurmLayout(const LaunchPlan& L, const CodegenOptions& o);
 // The first rule of Slurm's (and launch.yaml's) the layout breaks, "" when none (docs/exports.md).
 std::string CheckSlurmLayout(const LaunchPlan& L, const SlurmLayout& s);
 
 void AddRunScript(const ModelSpec& model, const LaunchPlan& L, const CodegenOptions& o, Files* files);
-void AddSlurmScript(const ModelSpec& model, const LaunchPlan& L, const CodegenOptions& o, Files* files, std::vector<std::string>* notes);
+void AddSlurmScript(const ModelSpec& model, const LaunchPlan& L, const CodegenOptions& o, Files* files,
+                    std::vector<std::string>* notes);
 
 // megatron.cc
 const Layer* MlaLayer(const ModelSpec& model);
@@ -83,7 +84,8 @@ struct MegatronCheck {
 // validate_layer_layout, the microbatch calculator) that the megatron.args text `args` breaks for
 // the plan `c`, or "" (docs/exports.md, "Megatron-LM", lists them).
 std::string MegatronRuleViolation(const std::string& args, const MegatronCheck& c);
-void AddMegatronArgs(const Plan& plan, const ModelSpec& model, const LaunchPlan& L, Files* files, std::vector<std::string>* notes);
+void AddMegatronArgs(const Plan& plan, const ModelSpec& model, const LaunchPlan& L, Files* files,
+                     std::vector<std::string>* notes);
 
 // deepspeed.cc
 // What DeepSpeed is given: the topology, the batch settings, ZeRO, precision, the stage boundaries.
@@ -92,21 +94,24 @@ struct DeepSpeedCheck {
   int64_t train_batch = 0, micro_batch = 1, grad_accum = 1;  // train_batch 0: not written (AutoTP)
   int64_t zero_stage = 0, autotp = 0, num_layers = 0;
   bool fp16 = false, bf16 = false;
-  std::string grad_accum_dtype;  // data_types.grad_accum_dtype ("": not written, DeepSpeed's default: the model's dtype)
+  std::string
+      grad_accum_dtype;  // data_types.grad_accum_dtype ("": not written, DeepSpeed's default: the model's dtype)
   std::vector<int64_t> parts = {};
 };
 // The first of DeepSpeed's rules (DeepSpeedConfig's batch assertion, PipeModelDataParallelTopology's
 // world, PipelineEngine's ZeRO limit, PipelineModule's parts) that `c` breaks, or "".
 std::string DeepSpeedRuleViolation(const DeepSpeedCheck& c);
 std::vector<int64_t> DeepSpeedParts(const ModelSpec& model, const LaunchPlan& L);
-void AddDeepSpeedFiles(const Plan& plan, const ModelSpec& model, const LaunchPlan& L, Files* files, std::vector<std::string>* notes);
+void AddDeepSpeedFiles(const Plan& plan, const ModelSpec& model, const LaunchPlan& L, Files* files,
+                       std::vector<std::string>* notes);
 
 // torch_pipelining.cc
 // The torch.distributed.pipelining class the plan runs with (Schedule1F1B, ScheduleGPipe, ...).
 std::string TorchScheduleClass(const LaunchPlan& L);
 // The first torch.distributed.pipelining rule the plan breaks with schedule class `cls` ("" when none).
 std::string TorchPipeliningRuleViolation(const ModelSpec& model, const LaunchPlan& L, const std::string& cls);
-void AddTorchPipelining(const Plan& plan, const ModelSpec& model, const LaunchPlan& L, Files* files, std::vector<std::string>* notes);
+void AddTorchPipelining(const Plan& plan, const ModelSpec& model, const LaunchPlan& L, Files* files,
+                        std::vector<std::string>* notes);
 
 // torchtitan.cc
 // What torchtitan is given: the parallel degrees, the batch, the pipeline's model parts (FQNs).
@@ -120,6 +125,7 @@ struct TorchtitanCheck {
 // The first of torchtitan's rules (ParallelDims, pipeline_parallel.py's stage and batch checks, the
 // trainer's batch, TP and CP divisibility) that `c` breaks, or "".
 std::string TorchtitanRuleViolation(const TorchtitanCheck& c);
-void AddTorchtitan(const Plan& plan, const ModelSpec& model, const LaunchPlan& L, const CodegenOptions& o, Files* files, std::vector<std::string>* notes);
+void AddTorchtitan(const Plan& plan, const ModelSpec& model, const LaunchPlan& L, const CodegenOptions& o, Files* files,
+                   std::vector<std::string>* notes);
 
 }  // namespace planner::codegen_internal

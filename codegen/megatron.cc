@@ -17,12 +17,15 @@ namespace codegen_internal {
 // TransformerConfig fields it turns into flags; versions checked in docs/formats.md).
 std::string MegatronModelArgs(const ModelSpec& model, std::vector<std::string>* notes) {
   const GptConfig& g = model.gpt;
-  std::string mg = fmt::format("--num-layers {}\n--hidden-size {}\n--num-attention-heads {}\n--seq-length {}\n--max-position-embeddings {}\n",
-                               g.layers, g.hidden, g.heads, g.seq, g.seq);
+  std::string mg = fmt::format(
+      "--num-layers {}\n--hidden-size {}\n--num-attention-heads {}\n--seq-length {}\n--max-position-embeddings {}\n",
+      g.layers, g.hidden, g.heads, g.seq, g.seq);
   // MLA has no query groups (kv_heads is ignored with it).
-  if (g.kv_heads > 0 && g.kv_heads < g.heads && MlaLayer(model) == nullptr) mg += fmt::format("--group-query-attention\n--num-query-groups {}\n", g.kv_heads);
+  if (g.kv_heads > 0 && g.kv_heads < g.heads && MlaLayer(model) == nullptr)
+    mg += fmt::format("--group-query-attention\n--num-query-groups {}\n", g.kv_heads);
   // A head width other than hidden / heads (Qwen3: 128 at h 2048, 32 heads): Megatron's kv_channels.
-  if (g.head_dim > 0 && g.head_dim * g.heads != g.hidden && MlaLayer(model) == nullptr) mg += fmt::format("--kv-channels {}\n", g.head_dim);
+  if (g.head_dim > 0 && g.head_dim * g.heads != g.hidden && MlaLayer(model) == nullptr)
+    mg += fmt::format("--kv-channels {}\n", g.head_dim);
   // Megatron derives its own default for SwiGLU (8h/3 rounded to 64), so the width is always written then.
   if (g.ffn > 0 && (g.ffn != 4 * g.hidden || g.ffn_act == "swiglu")) mg += fmt::format("--ffn-hidden-size {}\n", g.ffn);
   if (g.ffn_act == "swiglu") mg += "--swiglu\n";
@@ -37,8 +40,11 @@ std::string MegatronModelArgs(const ModelSpec& model, std::vector<std::string>* 
   const bool fp32_flash = g.attention != "unfused" && model.dtype == DType::kFp32;
   mg += fmt::format("--attention-backend {}\n", g.attention == "unfused" || fp32_flash ? "unfused" : "flash");
   if (fp32_flash) {
-    notes->push_back("megatron.args: flash attention has no fp32 kernel (Transformer Engine's flash-attn backend, which --attention-backend flash "
-                     "forces, takes fp16/bf16 only): this fp32 model is exported with --attention-backend unfused, slower than the plan's flash attention");
+    notes->push_back(
+        "megatron.args: flash attention has no fp32 kernel (Transformer Engine's flash-attn backend, which "
+        "--attention-backend flash "
+        "forces, takes fp16/bf16 only): this fp32 model is exported with --attention-backend unfused, slower than the "
+        "plan's flash attention");
   }
   return mg;
 }
@@ -72,20 +78,28 @@ std::string MegatronRouterArgs(const LayerAttrs& a, std::vector<std::string>* no
   const std::string router = a.String("router", "softmax");
   std::string mg = fmt::format("--moe-router-score-function {}\n", router);
   const double aux = a.Real("aux_loss", 0);
-  if (aux > 0) mg += fmt::format("--moe-router-load-balancing-type {}\n--moe-aux-loss-coeff {}\n", router == "sigmoid" ? "seq_aux_loss" : "aux_loss", aux);
+  if (aux > 0)
+    mg += fmt::format("--moe-router-load-balancing-type {}\n--moe-aux-loss-coeff {}\n",
+                      router == "sigmoid" ? "seq_aux_loss" : "aux_loss", aux);
   else mg += "--moe-router-load-balancing-type none\n";
   if (router == "sigmoid") {
     mg += "--moe-router-enable-expert-bias\n";
-    notes->push_back("megatron.args: sigmoid router exported with --moe-router-enable-expert-bias (DeepSeek-V3's auxiliary-loss-free balancing, "
-                     "the sequence-wise aux loss only complementing it); drop the flag for plain sigmoid routing");
-    notes->push_back("megatron.args: the model file carries no routed-expert scaling factor, so Megatron's default (none) runs; DeepSeek-V3 scales "
-                     "its routed weights by 2.5 (its routed_scaling_factor): add --moe-router-topk-scaling-factor 2.5 for it");
+    notes->push_back(
+        "megatron.args: sigmoid router exported with --moe-router-enable-expert-bias (DeepSeek-V3's "
+        "auxiliary-loss-free balancing, "
+        "the sequence-wise aux loss only complementing it); drop the flag for plain sigmoid routing");
+    notes->push_back(
+        "megatron.args: the model file carries no routed-expert scaling factor, so Megatron's default (none) runs; "
+        "DeepSeek-V3 scales "
+        "its routed weights by 2.5 (its routed_scaling_factor): add --moe-router-topk-scaling-factor 2.5 for it");
   }
   if (a.Int("route_groups", 0) > 0) {
-    mg += fmt::format("--moe-router-num-groups {}\n--moe-router-group-topk {}\n", a.Int("route_groups", 0), a.Int("route_group_limit", 0));
+    mg += fmt::format("--moe-router-num-groups {}\n--moe-router-group-topk {}\n", a.Int("route_groups", 0),
+                      a.Int("route_group_limit", 0));
   }
   const double capacity = a.Real("capacity_factor", 0);
-  if (capacity > 0) mg += fmt::format("--moe-expert-capacity-factor {}\n--moe-pad-expert-input-to-capacity\n", capacity);
+  if (capacity > 0)
+    mg += fmt::format("--moe-expert-capacity-factor {}\n--moe-pad-expert-input-to-capacity\n", capacity);
   return mg;
 }
 
@@ -104,20 +118,26 @@ std::string MegatronMoeArgs(const ModelSpec& model, const Plan& plan, std::vecto
   }
   if (moe != nullptr) {
     const LayerAttrs& a = moe->attrs;
-    mg += fmt::format("--num-experts {}\n--moe-router-topk {}\n--moe-ffn-hidden-size {}\n", moe->experts, moe->top_k, a.Int("expert_ffn", 0));
-    if (a.Int("shared_ffn", 0) > 0) mg += fmt::format("--moe-shared-expert-intermediate-size {}\n", a.Int("shared_ffn", 0));
-    mg += fmt::format("--moe-layer-freq {}\n--expert-model-parallel-size {}\n--expert-tensor-parallel-size {}\n", MoeLayerFreq(pattern),
-                      std::max<int64_t>(1, plan.ep), std::max<int64_t>(1, plan.etp));
+    mg += fmt::format("--num-experts {}\n--moe-router-topk {}\n--moe-ffn-hidden-size {}\n", moe->experts, moe->top_k,
+                      a.Int("expert_ffn", 0));
+    if (a.Int("shared_ffn", 0) > 0)
+      mg += fmt::format("--moe-shared-expert-intermediate-size {}\n", a.Int("shared_ffn", 0));
+    mg += fmt::format("--moe-layer-freq {}\n--expert-model-parallel-size {}\n--expert-tensor-parallel-size {}\n",
+                      MoeLayerFreq(pattern), std::max<int64_t>(1, plan.ep), std::max<int64_t>(1, plan.etp));
     mg += "--moe-token-dispatcher-type alltoall\n--moe-grouped-gemm\n" + MegatronRouterArgs(a, notes);
-    const bool overlapped = std::any_of(plan.notes.begin(), plan.notes.end(), [](const std::string& n) { return n.find("all-to-all overlapped") != std::string::npos; });
-    if (overlapped && plan.ep > 1) mg += "--overlap-moe-expert-parallel-comm\n--delay-wgrad-compute\n";  // costed with --moe-overlap on
+    const bool overlapped = std::any_of(plan.notes.begin(), plan.notes.end(), [](const std::string& n) {
+      return n.find("all-to-all overlapped") != std::string::npos;
+    });
+    if (overlapped && plan.ep > 1)
+      mg += "--overlap-moe-expert-parallel-comm\n--delay-wgrad-compute\n";  // costed with --moe-overlap on
   }
   if (const Layer* mla = MlaLayer(model)) {
     const LayerAttrs& a = mla->attrs;
     mg += "--multi-latent-attention\n";
     if (a.Int("q_lora_rank", 0) > 0) mg += fmt::format("--q-lora-rank {}\n", a.Int("q_lora_rank", 0));
-    mg += fmt::format("--kv-lora-rank {}\n--qk-head-dim {}\n--qk-pos-emb-head-dim {}\n--v-head-dim {}\n", a.Int("kv_lora_rank", 0),
-                      a.Int("qk_nope_head_dim", 0), a.Int("qk_rope_head_dim", 0), a.Int("v_head_dim", 0));
+    mg += fmt::format("--kv-lora-rank {}\n--qk-head-dim {}\n--qk-pos-emb-head-dim {}\n--v-head-dim {}\n",
+                      a.Int("kv_lora_rank", 0), a.Int("qk_nope_head_dim", 0), a.Int("qk_rope_head_dim", 0),
+                      a.Int("v_head_dim", 0));
     // The RMSNorms on the compressed query and KV latents (DeepSeek-V2/V3, counted in the layer's
     // parameters): Megatron-Core's MLA builds them into its q / kv up-projections under --qk-layernorm.
     mg += "--qk-layernorm\n";
@@ -169,7 +189,9 @@ std::vector<std::string> LayoutChunks(const ModelSpec& model, const std::vector<
 
 // Whether Megatron-LM's pipeline layout is needed: the export has a pipeline Megatron splits itself
 // (not pipedream's per-stage replicas) of a GPT model.
-bool SplitExported(const ModelSpec& model, const LaunchPlan& L) { return model.is_gpt && L.pp > 1 && L.schedule != Schedule::kPipeDream; }
+bool SplitExported(const ModelSpec& model, const LaunchPlan& L) {
+  return model.is_gpt && L.pp > 1 && L.schedule != Schedule::kPipeDream;
+}
 
 // Why Megatron-LM refuses the plan's MTP placement ("" when it takes it): its layout puts every MTP
 // module in one virtual stage, the last one of its pipeline rank (pipeline_parallel_layer_layout.py,
@@ -185,10 +207,16 @@ std::string MegatronMtpPlacement(const ModelSpec& model, const LaunchPlan& L) {
   }
   if (holders == 0) return "";
   const int64_t v = static_cast<int64_t>(chunks.size()) / L.pp;
-  if (holders > 1) return fmt::format("the plan splits its MTP modules over {} pipeline chunks: Megatron-LM's pipeline layout keeps them in one", holders);
+  if (holders > 1)
+    return fmt::format(
+        "the plan splits its MTP modules over {} pipeline chunks: Megatron-LM's pipeline layout keeps them in one",
+        holders);
   if (last / L.pp != v - 1) {
-    return fmt::format("the plan puts its MTP module in chunk {} (virtual stage {} of pipeline rank {}): Megatron-LM's pipeline layout places MTP "
-                       "only in a rank's last virtual stage ({})", last, last / L.pp, last % L.pp, v - 1);
+    return fmt::format(
+        "the plan puts its MTP module in chunk {} (virtual stage {} of pipeline rank {}): Megatron-LM's pipeline "
+        "layout places MTP "
+        "only in a rank's last virtual stage ({})",
+        last, last / L.pp, last % L.pp, v - 1);
   }
   return "";
 }
@@ -207,7 +235,8 @@ std::string MegatronSplitArgs(const Plan& plan, const ModelSpec& model, const La
   // written only when that is the plan's interleave exactly (else the layout says it).
   const int64_t b = blocks(chunks.front()), layers = model.gpt.layers;
   const bool exact_vp = b > 0 && layers % L.pp == 0 && (layers / L.pp) % b == 0 && (layers / L.pp) / b == L.interleave;
-  if (!even || (L.interleave > 1 && !exact_vp)) return fmt::format("--pipeline-model-parallel-layout {}\n", MegatronPipelineLayout(model, L.stages));
+  if (!even || (L.interleave > 1 && !exact_vp))
+    return fmt::format("--pipeline-model-parallel-layout {}\n", MegatronPipelineLayout(model, L.stages));
   if (L.interleave > 1) return fmt::format("--num-layers-per-virtual-pipeline-stage {}\n", b);
   return "";
 }
@@ -221,17 +250,21 @@ std::string MegatronGroupArgs(const LaunchPlan& L, std::vector<std::string>* not
   if (L.pp <= 1 || L.interleave <= 1 || m % L.pp == 0 || m < L.pp) return "";
   int64_t g = L.pp;
   while (m % g != 0 && m % g < L.pp) ++g;
-  notes->push_back(fmt::format("megatron.args: {} microbatches are not a multiple of pp {}, which Megatron-LM's interleaved schedule needs with its default "
-                               "groups of pp microbatches per virtual stage; exported with groups of {} "
-                               "(--microbatch-group-size-per-virtual-pipeline-stage): Megatron-LM runs {} microbatches per virtual stage at a time, not pp",
-                               m, L.pp, g, g));
+  notes->push_back(
+      fmt::format("megatron.args: {} microbatches are not a multiple of pp {}, which Megatron-LM's interleaved "
+                  "schedule needs with its default "
+                  "groups of pp microbatches per virtual stage; exported with groups of {} "
+                  "(--microbatch-group-size-per-virtual-pipeline-stage): Megatron-LM runs {} microbatches per virtual "
+                  "stage at a time, not pp",
+                  m, L.pp, g, g));
   return fmt::format("--microbatch-group-size-per-virtual-pipeline-stage {}\n", g);
 }
 
 // Whether the plan was costed with a collective overlapped (its notes say "X not overlapped"
 // when the solve turned the overlap off; the cost model's default is on).
 bool Overlapped(const Plan& plan, const std::string& what) {
-  return std::none_of(plan.notes.begin(), plan.notes.end(), [&](const std::string& n) { return n.find(what + " not overlapped") != std::string::npos; });
+  return std::none_of(plan.notes.begin(), plan.notes.end(),
+                      [&](const std::string& n) { return n.find(what + " not overlapped") != std::string::npos; });
 }
 
 // Why Megatron-LM cannot express the plan at all ("" when it can): a model other than a GPT
@@ -241,10 +274,15 @@ bool Overlapped(const Plan& plan, const std::string& what) {
 std::string MegatronInexpressible(const Plan& plan, const ModelSpec& model, const LaunchPlan& L) {
   std::vector<std::string> why;
   if (!model.is_gpt) {
-    why.push_back(fmt::format("model {} is not a GPT (gpt: template) model: Megatron-LM's pretrain_gpt.py trains decoder-only transformers only", model.name));
+    why.push_back(
+        fmt::format("model {} is not a GPT (gpt: template) model: Megatron-LM's pretrain_gpt.py trains decoder-only "
+                    "transformers only",
+                    model.name));
   }
   if (L.schedule == Schedule::kPipeDream) {
-    why.push_back("PipeDream's asynchronous schedule (weight stashing, no flush) has no Megatron-LM equivalent: its schedules flush every iteration");
+    why.push_back(
+        "PipeDream's asynchronous schedule (weight stashing, no flush) has no Megatron-LM equivalent: its schedules "
+        "flush every iteration");
   }
   std::vector<std::string> replicas;
   bool per_stage = false;
@@ -253,8 +291,10 @@ std::string MegatronInexpressible(const Plan& plan, const ModelSpec& model, cons
     per_stage = per_stage || s.replicas != plan.dp;
   }
   if (per_stage) {
-    why.push_back(fmt::format("per-stage replication ({} replicas per stage): Megatron-LM gives every pipeline stage the same data-parallel width",
-                              fmt::join(replicas, "-")));
+    why.push_back(
+        fmt::format("per-stage replication ({} replicas per stage): Megatron-LM gives every pipeline stage the same "
+                    "data-parallel width",
+                    fmt::join(replicas, "-")));
   }
   return fmt::format("{}", fmt::join(why, "; "));
 }
@@ -264,9 +304,11 @@ std::string MegatronInexpressible(const Plan& plan, const ModelSpec& model, cons
 std::string MegatronRefusal(const Plan& plan, const ModelSpec& model, const LaunchPlan& L) {
   const bool zero23 = plan.zero_stage == ZeroStage::kGradients || plan.zero_stage == ZeroStage::kParameters;
   if (zero23 && L.pp > 1) {
-    return fmt::format("ZeRO-{} with pipelining (pp {}): Megatron-LM's distributed optimizer is ZeRO-1 and Megatron-FSDP / torch FSDP2 do not "
-                       "run with pipeline parallelism; solve with --zero 0,1 for a plan Megatron-LM runs",
-                       plan.zero_stage == ZeroStage::kGradients ? 2 : 3, L.pp);
+    return fmt::format(
+        "ZeRO-{} with pipelining (pp {}): Megatron-LM's distributed optimizer is ZeRO-1 and Megatron-FSDP / torch "
+        "FSDP2 do not "
+        "run with pipeline parallelism; solve with --zero 0,1 for a plan Megatron-LM runs",
+        plan.zero_stage == ZeroStage::kGradients ? 2 : 3, L.pp);
   }
   return MegatronMtpPlacement(model, L);
 }
@@ -291,10 +333,12 @@ std::map<std::string, std::string> ArgsFlags(const std::string& args) {
 // Megatron-LM's decoder blocks per virtual stage (model order) from the split flags, as
 // validate_args and TransformerConfig derive them: the layout's t per chunk; pp x vp chunks of
 // --num-layers-per-virtual-pipeline-stage; else num_layers / pp per stage. "" or the rule broken.
-std::string MegatronSplit(const std::map<std::string, std::string>& f, int64_t pp, int64_t layers, std::vector<int64_t>* blocks) {
+std::string MegatronSplit(const std::map<std::string, std::string>& f, int64_t pp, int64_t layers,
+                          std::vector<int64_t>* blocks) {
   auto num = [&](const char* k) { return f.count(k) ? std::stoll(f.at(k)) : int64_t{0}; };
   for (const char* k : {"--decoder-first-pipeline-num-layers", "--decoder-last-pipeline-num-layers"}) {
-    if (f.count(k) && num(k) <= 0) return fmt::format("{} {}: Megatron-LM needs a positive layer count there", k, f.at(k));
+    if (f.count(k) && num(k) <= 0)
+      return fmt::format("{} {}: Megatron-LM needs a positive layer count there", k, f.at(k));
   }
   if (f.count("--pipeline-model-parallel-layout")) {
     const std::string& lay = f.at("--pipeline-model-parallel-layout");
@@ -305,19 +349,28 @@ std::string MegatronSplit(const std::map<std::string, std::string>& f, int64_t p
     }
     blocks->push_back(t);
     const auto n = static_cast<int64_t>(blocks->size());
-    if (n % pp != 0) return fmt::format("the pipeline layout has {} chunks, not a multiple of pp {} (validate_args)", n, pp);
+    if (n % pp != 0)
+      return fmt::format("the pipeline layout has {} chunks, not a multiple of pp {} (validate_args)", n, pp);
     const auto count = [&](char c) { return std::count(lay.begin(), lay.end(), c); };
     if (lay.empty() || lay.front() != 'E' || lay.back() != 'L' || count('E') != 1 || count('L') != 1) {
-      return "the pipeline layout must start with the embedding (E) and end with the loss (L), each once (validate_layer_layout)";
+      return "the pipeline layout must start with the embedding (E) and end with the loss (L), each once "
+             "(validate_layer_layout)";
     }
-    if (count('t') != layers) return fmt::format("the pipeline layout places {} decoder blocks, the model has {} (validate_layer_layout)", count('t'), layers);
-    if (count('m') != num("--mtp-num-layers")) return fmt::format("the pipeline layout places {} MTP modules, --mtp-num-layers is {}", count('m'), num("--mtp-num-layers"));
+    if (count('t') != layers)
+      return fmt::format("the pipeline layout places {} decoder blocks, the model has {} (validate_layer_layout)",
+                         count('t'), layers);
+    if (count('m') != num("--mtp-num-layers"))
+      return fmt::format("the pipeline layout places {} MTP modules, --mtp-num-layers is {}", count('m'),
+                         num("--mtp-num-layers"));
     return "";
   }
-  if (layers % pp != 0) return fmt::format("{} layers are not divisible by pp {} without a pipeline layout (validate_args)", layers, pp);
+  if (layers % pp != 0)
+    return fmt::format("{} layers are not divisible by pp {} without a pipeline layout (validate_args)", layers, pp);
   const int64_t per_rank = layers / pp, v = num("--num-layers-per-virtual-pipeline-stage");
   if (v > 0 && per_rank % v != 0) {
-    return fmt::format("{} layers per pipeline rank are not divisible by --num-layers-per-virtual-pipeline-stage {} (validate_args)", per_rank, v);
+    return fmt::format(
+        "{} layers per pipeline rank are not divisible by --num-layers-per-virtual-pipeline-stage {} (validate_args)",
+        per_rank, v);
   }
   blocks->assign(static_cast<size_t>(v > 0 ? pp * (per_rank / v) : pp), v > 0 ? v : per_rank);
   return "";
@@ -330,42 +383,63 @@ std::string MegatronSplit(const std::map<std::string, std::string>& f, int64_t p
 std::string MegatronRuleViolation(const std::string& args, const MegatronCheck& c) {
   const std::map<std::string, std::string> f = ArgsFlags(args);
   auto num = [&](const char* k, int64_t dflt) { return f.count(k) ? std::stoll(f.at(k)) : dflt; };
-  const int64_t tp = num("--tensor-model-parallel-size", 1), pp = num("--pipeline-model-parallel-size", 1), cp = num("--context-parallel-size", 1);
-  const int64_t heads = num("--num-attention-heads", 0), layers = num("--num-layers", 0), ep = num("--expert-model-parallel-size", 1);
-  if (c.world % (tp * pp * cp) != 0) return fmt::format("world size {} is not divisible by tp x pp x cp = {} (validate_args)", c.world, tp * pp * cp);
+  const int64_t tp = num("--tensor-model-parallel-size", 1), pp = num("--pipeline-model-parallel-size", 1),
+                cp = num("--context-parallel-size", 1);
+  const int64_t heads = num("--num-attention-heads", 0), layers = num("--num-layers", 0),
+                ep = num("--expert-model-parallel-size", 1);
+  if (c.world % (tp * pp * cp) != 0)
+    return fmt::format("world size {} is not divisible by tp x pp x cp = {} (validate_args)", c.world, tp * pp * cp);
   const int64_t dp = c.world / (tp * pp * cp);
-  if (dp != c.dp) return fmt::format("Megatron-LM derives dp = world / (tp x pp x cp) = {}, the plan has dp {}", dp, c.dp);
-  if (heads % tp != 0) return fmt::format("{} attention heads are not divisible by tp {} (TransformerConfig)", heads, tp);
+  if (dp != c.dp)
+    return fmt::format("Megatron-LM derives dp = world / (tp x pp x cp) = {}, the plan has dp {}", dp, c.dp);
+  if (heads % tp != 0)
+    return fmt::format("{} attention heads are not divisible by tp {} (TransformerConfig)", heads, tp);
   const int64_t groups = num("--num-query-groups", heads);
   if (!f.count("--multi-latent-attention") && tp > 1 && groups % tp != 0 && tp % groups != 0) {
-    return fmt::format("{} query groups with tp {}: Megatron-LM needs the query groups to be a multiple or a divisor of tp (TransformerConfig)", groups, tp);
+    return fmt::format(
+        "{} query groups with tp {}: Megatron-LM needs the query groups to be a multiple or a divisor of tp "
+        "(TransformerConfig)",
+        groups, tp);
   }
   if (!f.count("--kv-channels") && heads > 0 && num("--hidden-size", 0) % heads != 0) {
-    return fmt::format("hidden size {} is not divisible by {} heads and no --kv-channels (validate_args)", num("--hidden-size", 0), heads);
+    return fmt::format("hidden size {} is not divisible by {} heads and no --kv-channels (validate_args)",
+                       num("--hidden-size", 0), heads);
   }
   if (cp > 1 && num("--seq-length", 0) % (2 * cp) != 0) {
-    return fmt::format("sequence length {} is not a multiple of 2 x cp = {} (validate_args)", num("--seq-length", 0), 2 * cp);
+    return fmt::format("sequence length {} is not a multiple of 2 x cp = {} (validate_args)", num("--seq-length", 0),
+                       2 * cp);
   }
-  if (f.count("--sequence-parallel") && tp == 1) return "sequence parallelism with tp 1: Megatron-LM turns --sequence-parallel off (validate_args)";
-  if (ep > 1 && num("--num-experts", 0) % ep != 0) return fmt::format("{} experts are not divisible by ep {} (validate_args)", num("--num-experts", 0), ep);
+  if (f.count("--sequence-parallel") && tp == 1)
+    return "sequence parallelism with tp 1: Megatron-LM turns --sequence-parallel off (validate_args)";
+  if (ep > 1 && num("--num-experts", 0) % ep != 0)
+    return fmt::format("{} experts are not divisible by ep {} (validate_args)", num("--num-experts", 0), ep);
   const int64_t mbs = num("--micro-batch-size", 1), gbs = num("--global-batch-size", 0);
   if (gbs % (mbs * dp) != 0) {
-    return fmt::format("global batch {} is not divisible by micro batch {} x dp {} (num_microbatches_calculator)", gbs, mbs, dp);
+    return fmt::format("global batch {} is not divisible by micro batch {} x dp {} (num_microbatches_calculator)", gbs,
+                       mbs, dp);
   }
   std::vector<int64_t> blocks;
   if (std::string e = MegatronSplit(f, pp, layers, &blocks); !e.empty()) return e;
   const int64_t vp = static_cast<int64_t>(blocks.size()) / pp;
-  if (vp > 1 && pp == 1) return fmt::format("{} virtual stages per rank with pp 1: Megatron-LM's interleaved schedule needs pp > 1 (validate_args)", vp);
+  if (vp > 1 && pp == 1)
+    return fmt::format(
+        "{} virtual stages per rank with pp 1: Megatron-LM's interleaved schedule needs pp > 1 (validate_args)", vp);
   // forward_backward_pipelining_with_interleaving (schedules.py): groups of G microbatches per virtual
   // stage (--microbatch-group-size-per-virtual-pipeline-stage, default pp), pp <= G <= m, and the last
   // group (m mod G) empty or at least pp.
-  if (const int64_t m = gbs / (mbs * dp), g = num("--microbatch-group-size-per-virtual-pipeline-stage", pp); vp > 1 && (g < pp || g > m || (m % g > 0 && m % g < pp))) {
-    return fmt::format("{} microbatches in groups of {} with pp {} and {} virtual stages: Megatron-LM's interleaved schedule needs pp <= group <= "
-                       "microbatches and the last group empty or at least pp (schedules.py)", m, g, pp, vp);
+  if (const int64_t m = gbs / (mbs * dp), g = num("--microbatch-group-size-per-virtual-pipeline-stage", pp);
+      vp > 1 && (g < pp || g > m || (m % g > 0 && m % g < pp))) {
+    return fmt::format(
+        "{} microbatches in groups of {} with pp {} and {} virtual stages: Megatron-LM's interleaved schedule needs pp "
+        "<= group <= "
+        "microbatches and the last group empty or at least pp (schedules.py)",
+        m, g, pp, vp);
   }
-  if (vp != c.interleave) return fmt::format("Megatron-LM would run {} virtual stages per pipeline rank, the plan {}", vp, c.interleave);
+  if (vp != c.interleave)
+    return fmt::format("Megatron-LM would run {} virtual stages per pipeline rank, the plan {}", vp, c.interleave);
   if (blocks != c.blocks) {
-    return fmt::format("Megatron-LM's split ({} blocks per virtual stage) differs from the plan's ({})", fmt::join(blocks, " "), fmt::join(c.blocks, " "));
+    return fmt::format("Megatron-LM's split ({} blocks per virtual stage) differs from the plan's ({})",
+                       fmt::join(blocks, " "), fmt::join(c.blocks, " "));
   }
   return "";
 }
@@ -386,10 +460,13 @@ void MegatronShardingArgs(const Plan& plan, const LaunchPlan& L, std::string* mg
 }
 
 // The flags of the plan's settings Megatron-LM runs as they are (no check, no note).
-std::string MegatronFlags(const Plan& plan, const ModelSpec& model, const LaunchPlan& L, std::vector<std::string>* notes) {
+std::string MegatronFlags(const Plan& plan, const ModelSpec& model, const LaunchPlan& L,
+                          std::vector<std::string>* notes) {
   std::string mg;
   mg += fmt::format("--tensor-model-parallel-size {}\n--pipeline-model-parallel-size {}\n", L.tp, L.pp);
-  if (L.cp > 1) mg += fmt::format("--context-parallel-size {}\n--cp-comm-type p2p\n", L.cp);  // ring attention, as planner run executes it
+  if (L.cp > 1)
+    mg += fmt::format("--context-parallel-size {}\n--cp-comm-type p2p\n",
+                      L.cp);  // ring attention, as planner run executes it
   if (L.sequence_parallel) mg += "--sequence-parallel\n";
   mg += MegatronModelArgs(model, notes);
   mg += MegatronMoeArgs(model, plan, notes);
@@ -398,26 +475,32 @@ std::string MegatronFlags(const Plan& plan, const ModelSpec& model, const Launch
   mg += MegatronGroupArgs(L, notes);
   if (plan.recompute == Recompute::kFull && plan.recompute_num_layers > 0) {
     // Block recompute: the first N layers of every chunk (megatron/core/recompute.py, method 'block').
-    mg += fmt::format("--recompute-granularity full\n--recompute-method block\n--recompute-num-layers {}\n", plan.recompute_num_layers);
+    mg += fmt::format("--recompute-granularity full\n--recompute-method block\n--recompute-num-layers {}\n",
+                      plan.recompute_num_layers);
   } else if (plan.recompute == Recompute::kFull) {
     mg += "--recompute-granularity full\n--recompute-method uniform\n--recompute-num-layers 1\n";
   }
   if (plan.recompute == Recompute::kSelective) {
     mg += "--recompute-granularity selective\n";
-    if (plan.recompute_modules != kDefaultRecomputeModules) mg += fmt::format("--recompute-modules {}\n", fmt::join(RecomputeModuleList(plan.recompute_modules), " "));
+    if (plan.recompute_modules != kDefaultRecomputeModules)
+      mg += fmt::format("--recompute-modules {}\n", fmt::join(RecomputeModuleList(plan.recompute_modules), " "));
   }
   MegatronShardingArgs(plan, L, &mg);
   if (model.dtype == DType::kFp16) mg += "--fp16\n";
   if (model.dtype == DType::kBf16) mg += "--bf16\n";
-  if (model.dtype == DType::kFp8) mg += "--bf16\n--fp8-format hybrid\n";  // Transformer Engine FP8 GEMMs, bf16 elsewhere
+  if (model.dtype == DType::kFp8)
+    mg += "--bf16\n--fp8-format hybrid\n";  // Transformer Engine FP8 GEMMs, bf16 elsewhere
   // The gradient buffer where it differs from Megatron's default for the precision (fp16: fp16, bf16: fp32).
   const DType grad = EffectiveGradDType(model.dtype, plan.grad_dtype);
   if (model.dtype == DType::kFp16 && grad == DType::kFp32) mg += "--accumulate-allreduce-grads-in-fp32\n";
-  if ((model.dtype == DType::kBf16 || model.dtype == DType::kFp8) && grad == DType::kBf16) mg += "--grad-reduce-in-bf16\n";
+  if ((model.dtype == DType::kBf16 || model.dtype == DType::kFp8) && grad == DType::kBf16)
+    mg += "--grad-reduce-in-bf16\n";
   // moe_act / layernorm recompute under FP8: Megatron-Core refuses its default delayed-scaling recipe there
   // (transformer_config.py); blockwise is DeepSeek-V3's fine-grained (1 x 128, 128 x 128) quantization.
   const uint32_t fp8_refused = RecomputeBit(RecomputeModule::kMoeAct) | RecomputeBit(RecomputeModule::kLayernorm);
-  if (model.dtype == DType::kFp8 && plan.recompute == Recompute::kSelective && (plan.recompute_modules & fp8_refused) != 0) mg += "--fp8-recipe blockwise\n";
+  if (model.dtype == DType::kFp8 && plan.recompute == Recompute::kSelective &&
+      (plan.recompute_modules & fp8_refused) != 0)
+    mg += "--fp8-recipe blockwise\n";
   return mg;
 }
 
@@ -428,7 +511,8 @@ MegatronCheck MegatronCheckOf(const ModelSpec& model, const LaunchPlan& L) {
   c.world = static_cast<int64_t>(L.ranks.size());
   c.dp = L.dp;
   c.interleave = std::max<int64_t>(1, L.interleave);
-  for (const auto& chunk : LayoutChunks(model, L.stages)) c.blocks.push_back(std::count(chunk.begin(), chunk.end(), 't'));
+  for (const auto& chunk : LayoutChunks(model, L.stages))
+    c.blocks.push_back(std::count(chunk.begin(), chunk.end(), 't'));
   return c;
 }
 
@@ -436,7 +520,8 @@ MegatronCheck MegatronCheckOf(const ModelSpec& model, const LaunchPlan& L) {
 // torchrun at the plan's world size, reading megatron.args beside it.
 void AddMegatronScript(const ModelSpec& model, const LaunchPlan& L, bool fsdp, Files* files) {
   const int64_t world = static_cast<int64_t>(L.ranks.size()), gpn = std::max<int64_t>(1, L.gpus_per_node);
-  int64_t nodes = (world + gpn - 1) / gpn;  // the fewest nodes with an equal count per node (torchrun's --nproc-per-node)
+  int64_t nodes =
+      (world + gpn - 1) / gpn;  // the fewest nodes with an equal count per node (torchrun's --nproc-per-node)
   while (world % nodes != 0) ++nodes;
   // validate_args asks for one hardware queue with tp / cp > 1 before Blackwell, and for more than one
   // with Megatron-FSDP on Blackwell: set only without FSDP.
@@ -457,10 +542,15 @@ if [ $((NNODES * NPROC_PER_NODE)) -ne {world} ]; then
   echo "megatron.sh: NNODES ($NNODES) x NPROC_PER_NODE ($NPROC_PER_NODE) must be the plan's world size {world}" >&2
   exit 2
 fi
-)SH", fmt::arg("world", world), fmt::arg("nodes", nodes), fmt::arg("per_node", world / nodes));
-  if (one_connection) sh += "export CUDA_DEVICE_MAX_CONNECTIONS=1  # tp or cp > 1 (Megatron-LM's validate_args asks for it before Blackwell)\n";
+)SH",
+                               fmt::arg("world", world), fmt::arg("nodes", nodes), fmt::arg("per_node", world / nodes));
+  if (one_connection)
+    sh +=
+        "export CUDA_DEVICE_MAX_CONNECTIONS=1  # tp or cp > 1 (Megatron-LM's validate_args asks for it before "
+        "Blackwell)\n";
   // NullTokenizer's vocabulary is --vocab-size plus its end-of-document token.
-  sh += fmt::format(R"SH(# NullTokenizer adds an end-of-document token to --vocab-size: the model's vocabulary is {vocab_model}.
+  sh += fmt::format(
+      R"SH(# NullTokenizer adds an end-of-document token to --vocab-size: the model's vocabulary is {vocab_model}.
 set -f  # the flags hold brackets and stars (--moe-layer-freq): no globbing
 FLAGS=($(grep -v '^#' "$HERE/megatron.args"))
 set +f
@@ -469,7 +559,8 @@ exec torchrun --nproc-per-node "$NPROC_PER_NODE" --nnodes "$NNODES" --node-rank 
   "$MEGATRON_LM/pretrain_gpt.py" "${{FLAGS[@]}}" \
   --mock-data --tokenizer-type NullTokenizer --vocab-size {vocab} \
   --train-iters "$ITERS" --lr 1.0e-4 --log-interval 1 --eval-iters 0
-)SH", fmt::arg("vocab", model.gpt.vocab - 1), fmt::arg("vocab_model", model.gpt.vocab));
+)SH",
+      fmt::arg("vocab", model.gpt.vocab - 1), fmt::arg("vocab_model", model.gpt.vocab));
   files->emplace_back("megatron.sh", sh);
 }
 
@@ -477,11 +568,16 @@ exec torchrun --nproc-per-node "$NPROC_PER_NODE" --nnodes "$NNODES" --node-rank 
 // planned). One stage: forward_backward_no_pipelining, as every schedule is with one stage.
 std::string MegatronScheduleNote(const LaunchPlan& L) {
   if (L.pp == 1) return "";
-  if (L.schedule == Schedule::kZbH1) return "ZB-H1 has no Megatron-LM flag; the exported settings run 1F1B (the same stages, without ZB-H1's split backward)";
-  if (L.schedule == Schedule::kGpipe) return "Megatron-LM has no GPipe schedule; the exported settings run 1F1B (same bubble, more memory in GPipe)";
+  if (L.schedule == Schedule::kZbH1)
+    return "ZB-H1 has no Megatron-LM flag; the exported settings run 1F1B (the same stages, without ZB-H1's split "
+           "backward)";
+  if (L.schedule == Schedule::kGpipe)
+    return "Megatron-LM has no GPipe schedule; the exported settings run 1F1B (same bubble, more memory in GPipe)";
   if (L.schedule == Schedule::kDualPipeV) {
-    return "Megatron-LM has no DualPipeV schedule; the exported settings run interleaved 1F1B with 2 chunks per rank (the same chunks, "
-           "Megatron's looped placement: chunk q on pipeline rank q mod pp, not the V; a pipeline layout lists the chunks in that model order)";
+    return "Megatron-LM has no DualPipeV schedule; the exported settings run interleaved 1F1B with 2 chunks per rank "
+           "(the same chunks, "
+           "Megatron's looped placement: chunk q on pipeline rank q mod pp, not the V; a pipeline layout lists the "
+           "chunks in that model order)";
   }
   return "";
 }
@@ -489,7 +585,8 @@ std::string MegatronScheduleNote(const LaunchPlan& L) {
 // megatron.args (and megatron.sh): Megatron-LM flags, and a note for each setting it runs
 // differently. A plan Megatron-LM cannot express or run, or whose flags break one of its rules,
 // gets megatron.args.refused (the reason) and one note instead.
-void AddMegatronArgs(const Plan& plan, const ModelSpec& model, const LaunchPlan& L, Files* files, std::vector<std::string>* notes) {
+void AddMegatronArgs(const Plan& plan, const ModelSpec& model, const LaunchPlan& L, Files* files,
+                     std::vector<std::string>* notes) {
   std::string refused = MegatronInexpressible(plan, model, L);
   std::vector<std::string> flag_notes;
   std::string mg;
@@ -506,8 +603,11 @@ void AddMegatronArgs(const Plan& plan, const ModelSpec& model, const LaunchPlan&
   notes->insert(notes->end(), flag_notes.begin(), flag_notes.end());
   if (const std::string n = MegatronScheduleNote(L); !n.empty()) notes->push_back("megatron.args: " + n);
   if (DpCommUsesServers(L.dp_comm)) {
-    notes->push_back(fmt::format("megatron.args: dp_comm {} has no Megatron-LM equivalent: Megatron-LM all-reduces the gradients over NCCL in its "
-                                 "data-parallel groups, without the plan's {} summation server(s)", DpCommName(L.dp_comm), L.servers.size()));
+    notes->push_back(
+        fmt::format("megatron.args: dp_comm {} has no Megatron-LM equivalent: Megatron-LM all-reduces the gradients "
+                    "over NCCL in its "
+                    "data-parallel groups, without the plan's {} summation server(s)",
+                    DpCommName(L.dp_comm), L.servers.size()));
   }
   files->emplace_back("megatron.args", mg);
   AddMegatronScript(model, L, mg.find("--use-megatron-fsdp\n") != std::string::npos, files);

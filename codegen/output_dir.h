@@ -26,6 +26,7 @@ Status WriteOwnedFiles(const std::string& dir, const std::vector<std::pair<std::
 // order, and its parse (entries: digest, relative path); a damaged manifest names its line and the fix.
 std::string ManifestText(const std::vector<std::pair<std::string, std::string>>& files,
                          const std::vector<std::pair<std::string, std::string>>& kept);
-Status ParseManifest(const std::string& path, const std::string& text, std::vector<std::pair<std::string, std::string>>* entries);
+Status ParseManifest(const std::string& path, const std::string& text,
+                     std::vector<std::pair<std::string, std::string>>* entries);
 
 }  // namespace planner

@@ -30,25 +30,33 @@ constexpr TitanFlavor kLlama3Flavors[] = {
 // The flavor the model is, or why none: llama3's blocks are RMSNorm, SwiGLU, RoPE, GQA, no biases,
 // untied embeddings; dense (MoE, MLA and MTP models have other torchtitan models, not mapped here).
 std::string TitanFlavorOf(const ModelSpec& model, std::string* flavor) {
-  if (!model.is_gpt) return fmt::format("model {} is not a GPT (gpt: template) model: torchtitan trains its registered transformer models", model.name);
+  if (!model.is_gpt)
+    return fmt::format(
+        "model {} is not a GPT (gpt: template) model: torchtitan trains its registered transformer models", model.name);
   const GptConfig& g = model.gpt;
   if (g.moe.experts > 0 || g.mla.kv_lora_rank > 0 || g.mtp > 0) {
-    return fmt::format("model {} has MoE / MLA / MTP layers: the export maps dense Llama 3 models only (torchtitan's deepseek_v3 and qwen3 models are not mapped)", model.name);
+    return fmt::format(
+        "model {} has MoE / MLA / MTP layers: the export maps dense Llama 3 models only (torchtitan's deepseek_v3 and "
+        "qwen3 models are not mapped)",
+        model.name);
   }
   const int64_t kv = g.kv_heads > 0 ? g.kv_heads : g.heads;
   const int64_t ffn = g.ffn > 0 ? g.ffn : 4 * g.hidden;
-  const bool llama = g.ffn_act == "swiglu" && g.norm == "rmsnorm" && g.position == "rope" && !g.bias && !g.tie_embeddings &&
-                     (g.head_dim == 0 || g.head_dim * g.heads == g.hidden);
+  const bool llama = g.ffn_act == "swiglu" && g.norm == "rmsnorm" && g.position == "rope" && !g.bias &&
+                     !g.tie_embeddings && (g.head_dim == 0 || g.head_dim * g.heads == g.hidden);
   for (const TitanFlavor& f : kLlama3Flavors) {
-    if (llama && g.layers == f.layers && g.hidden == f.hidden && g.heads == f.heads && kv == f.kv_heads && ffn == f.ffn && g.vocab == f.vocab &&
-        g.rope_theta == f.rope_theta) {
+    if (llama && g.layers == f.layers && g.hidden == f.hidden && g.heads == f.heads && kv == f.kv_heads &&
+        ffn == f.ffn && g.vocab == f.vocab && g.rope_theta == f.rope_theta) {
       *flavor = f.name;
       return "";
     }
   }
-  return fmt::format("model {} ({} layers, hidden {}, {} heads, {} KV heads, ffn {}, vocab {}) is none of torchtitan's llama3 flavors 8B, 70B, "
-                     "405B: torchtitan builds the model from [model] name and flavor, so a model it does not register cannot be written",
-                     model.name, g.layers, g.hidden, g.heads, kv, ffn, g.vocab);
+  return fmt::format(
+      "model {} ({} layers, hidden {}, {} heads, {} KV heads, ffn {}, vocab {}) is none of torchtitan's llama3 flavors "
+      "8B, 70B, "
+      "405B: torchtitan builds the model from [model] name and flavor, so a model it does not register cannot be "
+      "written",
+      model.name, g.layers, g.hidden, g.heads, kv, ffn, g.vocab);
 }
 
 // torchtitan's module for a planner layer ("" for the loss, which rides with the output layer).
@@ -75,27 +83,42 @@ const char* TitanSchedule(Schedule s) {
 
 std::string TorchtitanRuleViolation(const TorchtitanCheck& c) {
   if (c.dp_replicate * c.dp_shard * c.cp * c.tp * c.pp != c.world) {
-    return fmt::format("dp_replicate {} x dp_shard {} x cp {} x tp {} x pp {} != world size {} (ParallelDims._validate)", c.dp_replicate, c.dp_shard, c.cp,
-                       c.tp, c.pp, c.world);
+    return fmt::format(
+        "dp_replicate {} x dp_shard {} x cp {} x tp {} x pp {} != world size {} (ParallelDims._validate)",
+        c.dp_replicate, c.dp_shard, c.cp, c.tp, c.pp, c.world);
   }
   if (c.microbatch < 1 || c.local_batch % c.microbatch != 0) {
-    return fmt::format("local_batch_size {} is not a multiple of pipeline_parallel_microbatch_size {} (pipeline_parallel.py)", c.local_batch, c.microbatch);
+    return fmt::format(
+        "local_batch_size {} is not a multiple of pipeline_parallel_microbatch_size {} (pipeline_parallel.py)",
+        c.local_batch, c.microbatch);
   }
   if (c.global_batch != c.local_batch * c.dp_replicate * c.dp_shard) {
-    return fmt::format("global_batch_size {} != local_batch_size {} x data-parallel {} (the trainer's gradient accumulation is global / (local x dp) = 1 "
-                       "step per microbatch group)", c.global_batch, c.local_batch, c.dp_replicate * c.dp_shard);
+    return fmt::format(
+        "global_batch_size {} != local_batch_size {} x data-parallel {} (the trainer's gradient accumulation is global "
+        "/ (local x dp) = 1 "
+        "step per microbatch group)",
+        c.global_batch, c.local_batch, c.dp_replicate * c.dp_shard);
   }
   if (c.pp > 1) {
     const int64_t parts = static_cast<int64_t>(c.parts.size());
-    if (parts % c.pp != 0) return fmt::format("{} model parts for pp {}: num_stages must be evenly divisible by pp_degree", parts, c.pp);
-    if (c.single_stage && parts != c.pp) return fmt::format("{} model parts for pp {}: a single-stage schedule takes exactly 1 stage per rank", parts, c.pp);
-    if (c.v_style && parts != 2 * c.pp) return fmt::format("{} model parts for pp {}: V schedules assume 2 stages per rank", parts, c.pp);
+    if (parts % c.pp != 0)
+      return fmt::format("{} model parts for pp {}: num_stages must be evenly divisible by pp_degree", parts, c.pp);
+    if (c.single_stage && parts != c.pp)
+      return fmt::format("{} model parts for pp {}: a single-stage schedule takes exactly 1 stage per rank", parts,
+                         c.pp);
+    if (c.v_style && parts != 2 * c.pp)
+      return fmt::format("{} model parts for pp {}: V schedules assume 2 stages per rank", parts, c.pp);
     for (size_t i = 0; i < c.parts.size(); ++i) {
       if (c.parts[i].empty()) return fmt::format("model part {} names no module (a stage holding only the loss)", i);
     }
   }
-  if (c.heads % c.tp != 0 || c.kv_heads % c.tp != 0) return fmt::format("{} heads / {} KV heads are not divisible by tp {} (torchtitan's TP shards whole heads)", c.heads, c.kv_heads, c.tp);
-  if (c.cp > 1 && c.seq % (2 * c.cp) != 0) return fmt::format("seq_len {} is not a multiple of 2 x cp = {} (the head-tail load balancer splits each sequence in 2 cp chunks)", c.seq, 2 * c.cp);
+  if (c.heads % c.tp != 0 || c.kv_heads % c.tp != 0)
+    return fmt::format("{} heads / {} KV heads are not divisible by tp {} (torchtitan's TP shards whole heads)",
+                       c.heads, c.kv_heads, c.tp);
+  if (c.cp > 1 && c.seq % (2 * c.cp) != 0)
+    return fmt::format(
+        "seq_len {} is not a multiple of 2 x cp = {} (the head-tail load balancer splits each sequence in 2 cp chunks)",
+        c.seq, 2 * c.cp);
   return "";
 }
 
@@ -104,7 +127,8 @@ namespace {
 // Why torchtitan cannot run the plan ("" when it can), and the model's flavor.
 std::string TitanRefusal(const ModelSpec& model, const LaunchPlan& L, std::string* flavor) {
   if (L.schedule == Schedule::kPipeDream || PerStageReplication(L)) {
-    return "PipeDream's asynchronous schedule / per-stage replication: torchtitan's pipeline schedules (torch.distributed.pipelining) flush every "
+    return "PipeDream's asynchronous schedule / per-stage replication: torchtitan's pipeline schedules "
+           "(torch.distributed.pipelining) flush every "
            "step and replicate every stage over the same data-parallel degree";
   }
   return TitanFlavorOf(model, flavor);
@@ -116,8 +140,9 @@ namespace {
 
 // The same settings as torchtitan 0.3's Python config module (0.3 reads no TOML): a function of
 // torchtitan.models.llama3.config_registry edited field by field; the output layer is `lm_head` there.
-std::string TitanConfigModule(const ModelSpec& model, const LaunchPlan& L, const CodegenOptions& o, const TorchtitanCheck& c,
-                              const std::string& flavor, const std::string& fsdp, const std::string& ac) {
+std::string TitanConfigModule(const ModelSpec& model, const LaunchPlan& L, const CodegenOptions& o,
+                              const TorchtitanCheck& c, const std::string& flavor, const std::string& fsdp,
+                              const std::string& ac) {
   std::string parts;
   for (const auto& p : c.parts) {
     std::vector<std::string> q;
@@ -127,15 +152,17 @@ std::string TitanConfigModule(const ModelSpec& model, const LaunchPlan& L, const
   const std::string flavor_fn = flavor == "8B" ? "llama3_8b" : flavor == "70B" ? "llama3_70b" : "llama3_405b";
   std::string fp8_lines, pipeline_lines;
   if (model.dtype == DType::kFp8) {
-    fp8_lines = fmt::format("    from torchtitan.components.quantization import Float8LinearConverter\n"
-                            "    c.model_spec = model_registry(\"{}\", converters=[Float8LinearConverter.Config()])\n",
-                            flavor);
+    fp8_lines = fmt::format(
+        "    from torchtitan.components.quantization import Float8LinearConverter\n"
+        "    c.model_spec = model_registry(\"{}\", converters=[Float8LinearConverter.Config()])\n",
+        flavor);
   }
   if (L.pp > 1) {
-    pipeline_lines = fmt::format("    p.pipeline_parallel_schedule = \"{}\"\n"
-                                 "    p.pipeline_parallel_microbatch_size = {}\n"
-                                 "    p.module_fqns_per_model_part = [\n{}    ]\n",
-                                 TitanSchedule(L.schedule), L.microbatch_size, parts);
+    pipeline_lines = fmt::format(
+        "    p.pipeline_parallel_schedule = \"{}\"\n"
+        "    p.pipeline_parallel_microbatch_size = {}\n"
+        "    p.module_fqns_per_model_part = [\n{}    ]\n",
+        TitanSchedule(L.schedule), L.microbatch_size, parts);
   }
   const char* cuda_graph_lines =
       "    t.disable_cuda_graphs = True  # torchtitan 0.3: CUDA graphs do not run with pipeline parallelism\n";
@@ -143,19 +170,32 @@ std::string TitanConfigModule(const ModelSpec& model, const LaunchPlan& L, const
                          : ac == "selective" ? "SelectiveAC.Config()  # 0.3: op-level selective AC"
                                              : "None";
   auto str = [](auto x) { return fmt::format("{}", x); };  // a value as fmt writes it
-  return FillTemplate(codegen_templates::kTorchtitanConfig, {
-      {"world", str(c.world)}, {"tp", str(L.tp)}, {"cp", str(L.cp)}, {"pp", str(L.pp)}, {"dp", str(L.dp)},
-      {"sched", ScheduleName(L.schedule)}, {"flavor_fn", flavor_fn}, {"fp8_lines", fp8_lines},
-      {"dp_replicate", str(c.dp_replicate)}, {"dp_shard", str(c.dp_shard)}, {"fsdp", fsdp},
-      {"pipeline_lines", pipeline_lines},
-      {"local_batch", str(c.local_batch)}, {"global_batch", str(c.global_batch)}, {"seq", str(c.seq)},
-      {"steps", str(o.run.iterations)}, {"param_dtype", model.dtype == DType::kFp32 ? "float32" : "bfloat16"},
-      {"cuda_graph_lines", L.pp > 1 ? cuda_graph_lines : ""}, {"ac", ac_value}});
+  return FillTemplate(codegen_templates::kTorchtitanConfig,
+                      {{"world", str(c.world)},
+                       {"tp", str(L.tp)},
+                       {"cp", str(L.cp)},
+                       {"pp", str(L.pp)},
+                       {"dp", str(L.dp)},
+                       {"sched", ScheduleName(L.schedule)},
+                       {"flavor_fn", flavor_fn},
+                       {"fp8_lines", fp8_lines},
+                       {"dp_replicate", str(c.dp_replicate)},
+                       {"dp_shard", str(c.dp_shard)},
+                       {"fsdp", fsdp},
+                       {"pipeline_lines", pipeline_lines},
+                       {"local_batch", str(c.local_batch)},
+                       {"global_batch", str(c.global_batch)},
+                       {"seq", str(c.seq)},
+                       {"steps", str(o.run.iterations)},
+                       {"param_dtype", model.dtype == DType::kFp32 ? "float32" : "bfloat16"},
+                       {"cuda_graph_lines", L.pp > 1 ? cuda_graph_lines : ""},
+                       {"ac", ac_value}});
 }
 
 }  // namespace
 
-void AddTorchtitan(const Plan& plan, const ModelSpec& model, const LaunchPlan& L, const CodegenOptions& o, Files* files, std::vector<std::string>* notes) {
+void AddTorchtitan(const Plan& plan, const ModelSpec& model, const LaunchPlan& L, const CodegenOptions& o, Files* files,
+                   std::vector<std::string>* notes) {
   std::string flavor;
   std::string refused = TitanRefusal(model, L, &flavor);
   TorchtitanCheck c;
@@ -195,50 +235,78 @@ void AddTorchtitan(const Plan& plan, const ModelSpec& model, const LaunchPlan& L
   if (plan.zero_stage == ZeroStage::kParameters) fsdp = "always";
   if (plan.zero_stage == ZeroStage::kOptimizer || plan.zero_stage == ZeroStage::kGradients) {
     fsdp = "never";
-    notes->push_back(fmt::format("torchtitan.toml: ZeRO-{} as FSDP2 with fsdp_reshard_after_forward \"never\": torchtitan shards parameters, gradients and "
-                                 "optimizer state over dp {} and gathers the parameters once per microbatch's forward (ZeRO-2/3-like traffic; the plan "
-                                 "costed ZeRO-{}'s)", plan.zero_stage == ZeroStage::kOptimizer ? 1 : 2, L.dp, plan.zero_stage == ZeroStage::kOptimizer ? 1 : 2));
+    notes->push_back(fmt::format(
+        "torchtitan.toml: ZeRO-{} as FSDP2 with fsdp_reshard_after_forward \"never\": torchtitan shards parameters, "
+        "gradients and "
+        "optimizer state over dp {} and gathers the parameters once per microbatch's forward (ZeRO-2/3-like traffic; "
+        "the plan "
+        "costed ZeRO-{}'s)",
+        plan.zero_stage == ZeroStage::kOptimizer ? 1 : 2, L.dp, plan.zero_stage == ZeroStage::kOptimizer ? 1 : 2));
   }
   std::string ac = "none";
   if (plan.recompute == Recompute::kFull) ac = "full";
   if (plan.recompute == Recompute::kSelective) {
     ac = "selective";
-    notes->push_back("torchtitan.toml: selective recompute as torchtitan's op-level selective AC (selective_ac_option \"op\": saves matmul outputs, "
-                     "recomputes the rest), not Megatron's core-attention recompute the plan costed");
+    notes->push_back(
+        "torchtitan.toml: selective recompute as torchtitan's op-level selective AC (selective_ac_option \"op\": saves "
+        "matmul outputs, "
+        "recomputes the rest), not Megatron's core-attention recompute the plan costed");
   }
   if (plan.recompute == Recompute::kFull && plan.recompute_num_layers > 0) {
-    notes->push_back(fmt::format("torchtitan.toml: block recompute ({} layers per chunk) has no torchtitan mode; written as full recompute (slower than predicted)",
-                                 plan.recompute_num_layers));
+    notes->push_back(
+        fmt::format("torchtitan.toml: block recompute ({} layers per chunk) has no torchtitan mode; written as full "
+                    "recompute (slower than predicted)",
+                    plan.recompute_num_layers));
   }
-  if (L.tp > 1 && !L.sequence_parallel) notes->push_back("torchtitan.toml: torchtitan's TP always runs sequence parallelism; the plan costed TP without it");
-  if (L.schedule == Schedule::kZbH1) notes->push_back("torchtitan.toml: zb-h1 as InterleavedZeroBubble with one stage per rank (torch's ZB1P)");
-  if (model.dtype == DType::kFp16) notes->push_back("torchtitan.toml: torchtitan has no fp16 mixed precision; written bfloat16");
-  if (model.dtype == DType::kFp32) notes->push_back("torchtitan.toml: mixed_precision_param float32 (the plan is fp32)");
+  if (L.tp > 1 && !L.sequence_parallel)
+    notes->push_back(
+        "torchtitan.toml: torchtitan's TP always runs sequence parallelism; the plan costed TP without it");
+  if (L.schedule == Schedule::kZbH1)
+    notes->push_back("torchtitan.toml: zb-h1 as InterleavedZeroBubble with one stage per rank (torch's ZB1P)");
+  if (model.dtype == DType::kFp16)
+    notes->push_back("torchtitan.toml: torchtitan has no fp16 mixed precision; written bfloat16");
+  if (model.dtype == DType::kFp32)
+    notes->push_back("torchtitan.toml: mixed_precision_param float32 (the plan is fp32)");
   if (const DType grad = EffectiveGradDType(model.dtype, plan.grad_dtype); grad != DType::kFp32) {
-    notes->push_back(fmt::format("torchtitan.toml: torchtitan reduces gradients in float32 only (training.mixed_precision_reduce); the plan's {} gradients "
-                                 "(2 bytes per parameter, half the reduction bytes) run as fp32 there", DTypeName(grad)));
+    notes->push_back(
+        fmt::format("torchtitan.toml: torchtitan reduces gradients in float32 only (training.mixed_precision_reduce); "
+                    "the plan's {} gradients "
+                    "(2 bytes per parameter, half the reduction bytes) run as fp32 there",
+                    DTypeName(grad)));
   }
-  if (DpCommUsesServers(plan.dp_comm)) notes->push_back(fmt::format("torchtitan.toml: dp_comm {} has no torchtitan equivalent: its data parallelism all-reduces / reduce-scatters over NCCL", DpCommName(plan.dp_comm)));
+  if (DpCommUsesServers(plan.dp_comm))
+    notes->push_back(
+        fmt::format("torchtitan.toml: dp_comm {} has no torchtitan equivalent: its data parallelism all-reduces / "
+                    "reduce-scatters over NCCL",
+                    DpCommName(plan.dp_comm)));
   std::string quoted;
   for (const auto& p : c.parts) {
     std::vector<std::string> q;
     for (const auto& f : p) q.push_back("\"" + f + "\"");
     quoted += fmt::format("{}[{}]", quoted.empty() ? "" : ", ", fmt::join(q, ", "));
   }
-  std::string t = fmt::format("# torchtitan 0.2 job configuration of the plan ({} ranks, tp-cp-pp-dp {}-{}-{}-{}, {}). Written by planner codegen.\n"
-                              "# torchrun --nproc-per-node N -m torchtitan.train --job.config_file torchtitan.toml (docs/exports.md)\n",
-                              c.world, L.tp, L.cp, L.pp, L.dp, ScheduleName(L.schedule));
+  std::string t = fmt::format(
+      "# torchtitan 0.2 job configuration of the plan ({} ranks, tp-cp-pp-dp {}-{}-{}-{}, {}). Written by planner "
+      "codegen.\n"
+      "# torchrun --nproc-per-node N -m torchtitan.train --job.config_file torchtitan.toml (docs/exports.md)\n",
+      c.world, L.tp, L.cp, L.pp, L.dp, ScheduleName(L.schedule));
   t += fmt::format("[job]\ndump_folder = \"./outputs\"\ndescription = \"planner plan {}\"\n\n", model.name);
   t += fmt::format("[model]\nname = \"llama3\"\nflavor = \"{}\"\n", flavor);
   if (model.dtype == DType::kFp8) t += "converters = [\"float8\"]\n";
-  t += fmt::format("\n[training]\nlocal_batch_size = {}\nglobal_batch_size = {}\nseq_len = {}\nsteps = {}\nmixed_precision_param = \"{}\"\n\n", c.local_batch,
-                   c.global_batch, c.seq, o.run.iterations, model.dtype == DType::kFp32 ? "float32" : "bfloat16");
-  t += fmt::format("[parallelism]\ndata_parallel_replicate_degree = {}\ndata_parallel_shard_degree = {}\nfsdp_reshard_after_forward = \"{}\"\n"
-                   "tensor_parallel_degree = {}\ncontext_parallel_degree = {}\npipeline_parallel_degree = {}\n",
-                   c.dp_replicate, c.dp_shard, fsdp, L.tp, L.cp, L.pp);
+  t += fmt::format(
+      "\n[training]\nlocal_batch_size = {}\nglobal_batch_size = {}\nseq_len = {}\nsteps = {}\nmixed_precision_param = "
+      "\"{}\"\n\n",
+      c.local_batch, c.global_batch, c.seq, o.run.iterations, model.dtype == DType::kFp32 ? "float32" : "bfloat16");
+  t += fmt::format(
+      "[parallelism]\ndata_parallel_replicate_degree = {}\ndata_parallel_shard_degree = {}\nfsdp_reshard_after_forward "
+      "= \"{}\"\n"
+      "tensor_parallel_degree = {}\ncontext_parallel_degree = {}\npipeline_parallel_degree = {}\n",
+      c.dp_replicate, c.dp_shard, fsdp, L.tp, L.cp, L.pp);
   if (L.pp > 1) {
-    t += fmt::format("pipeline_parallel_schedule = \"{}\"\npipeline_parallel_microbatch_size = {}\nmodule_fqns_per_model_part = [{}]\n", TitanSchedule(L.schedule),
-                     L.microbatch_size, quoted);
+    t += fmt::format(
+        "pipeline_parallel_schedule = \"{}\"\npipeline_parallel_microbatch_size = {}\nmodule_fqns_per_model_part = "
+        "[{}]\n",
+        TitanSchedule(L.schedule), L.microbatch_size, quoted);
   }
   t += fmt::format("\n[activation_checkpoint]\nmode = \"{}\"\n", ac);
   if (ac == "selective") t += "selective_ac_option = \"op\"\n";

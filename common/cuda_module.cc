@@ -59,9 +59,10 @@ Loaded Open() {
     return l;
   }
   const std::string dir = ExeDir();
-  l.error = fmt::format("the CUDA module {} is not in {} nor in {}/../lib/planner; copy it from the build directory "
-                        "(beside build/planner/planner) next to the executable, or set {} to its path", kCudaModuleFile,
-                        dir, dir, kCudaModuleEnv);
+  l.error = fmt::format(
+      "the CUDA module {} is not in {} nor in {}/../lib/planner; copy it from the build directory "
+      "(beside build/planner/planner) next to the executable, or set {} to its path",
+      kCudaModuleFile, dir, dir, kCudaModuleEnv);
   return l;
 }
 
@@ -75,8 +76,8 @@ void* CudaModuleSymbol(const char* symbol, std::string* why) {
   }
   void* p = dlsym(loaded.handle, symbol);
   if (p == nullptr && why != nullptr) {
-    *why = fmt::format("the CUDA module {} has no {} (built from another version of planner?); rebuild it",
-                       loaded.path, symbol);
+    *why = fmt::format("the CUDA module {} has no {} (built from another version of planner?); rebuild it", loaded.path,
+                       symbol);
   }
   return p;
 }

@@ -81,12 +81,14 @@ Status AtomicFile::Open(const std::string& path, unsigned mode) {
   struct stat st {};
   const bool exists = ::stat(path.c_str(), &st) == 0;
   if (exists && !S_ISREG(st.st_mode)) {
-    return Status::InvalidArgument(fmt::format("{}: exists and is not a regular file; write to a file path instead", path));
+    return Status::InvalidArgument(
+        fmt::format("{}: exists and is not a regular file; write to a file path instead", path));
   }
   const std::string dir = DirectoryOf(path);
   struct stat dst {};
   if (::stat(dir.c_str(), &dst) != 0 || !S_ISDIR(dst.st_mode)) {
-    return Status::NotFound(fmt::format("{}: cannot write the file: directory '{}' does not exist; create it first", path, dir));
+    return Status::NotFound(
+        fmt::format("{}: cannot write the file: directory '{}' does not exist; create it first", path, dir));
   }
   // A temporary left by a process that died with the same pid holds its name: take the next.
   for (int attempt = 0; attempt < 100 && fd_ < 0; ++attempt) {
@@ -144,7 +146,8 @@ Status AtomicFile::Commit() {
   struct stat st {};
   if (::stat(path_.c_str(), &st) == 0 && !S_ISREG(st.st_mode)) {
     Discard();
-    return Status::InvalidArgument(fmt::format("{}: exists and is not a regular file; write to a file path instead", path_));
+    return Status::InvalidArgument(
+        fmt::format("{}: exists and is not a regular file; write to a file path instead", path_));
   }
   if (::rename(tmp_.c_str(), path_.c_str()) != 0) {
     const int e = errno;
@@ -160,7 +163,8 @@ Status AtomicFile::Commit() {
     const int e = errno;
     ::close(dfd);
     // Some file systems (tmpfs on old kernels) refuse fsync on a directory; the rename stands.
-    if (rc != 0 && e != EINVAL && e != EROFS) return Status::Unavailable(fmt::format("{}: fsync of its directory failed: {}", path_, ErrnoText(e)));
+    if (rc != 0 && e != EINVAL && e != EROFS)
+      return Status::Unavailable(fmt::format("{}: fsync of its directory failed: {}", path_, ErrnoText(e)));
   }
   return Status::OK();
 }

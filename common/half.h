@@ -14,7 +14,8 @@ namespace planner {
 
 inline uint16_t FloatToBf16(float f) {
   const uint32_t u = std::bit_cast<uint32_t>(f);
-  if ((u & 0x7fffffffu) > 0x7f800000u) return static_cast<uint16_t>((u >> 16) | 0x0040u);  // NaN: keep sign, force quiet
+  if ((u & 0x7fffffffu) > 0x7f800000u)
+    return static_cast<uint16_t>((u >> 16) | 0x0040u);  // NaN: keep sign, force quiet
   // Round to nearest even on the 16 dropped bits; carries into the exponent (and to inf) are correct.
   const uint32_t bias = 0x7fffu + ((u >> 16) & 1u);
   return static_cast<uint16_t>((u + bias) >> 16);
@@ -28,7 +29,7 @@ inline uint16_t FloatToHalf(float f) {
   const uint32_t a = u & 0x7fffffffu;
   if (a > 0x7f800000u) return static_cast<uint16_t>(sign | 0x7e00u | ((a >> 13) & 0x3ffu));  // NaN (quiet)
   if (a >= 0x477ff000u) return static_cast<uint16_t>(sign | 0x7c00u);  // >= 65520 rounds to inf (and inf)
-  if (a >= 0x38800000u) {  // normal in fp16 (>= 2^-14): rebias the exponent, round 13 bits away
+  if (a >= 0x38800000u) {                // normal in fp16 (>= 2^-14): rebias the exponent, round 13 bits away
     const uint32_t r = a - 0x38000000u;  // exponent 127 -> 15 bias, still 23-bit mantissa
     const uint32_t bias = 0xfffu + ((r >> 13) & 1u);
     return static_cast<uint16_t>(sign | ((r + bias) >> 13));

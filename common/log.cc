@@ -26,4 +26,6 @@ void LogNote(std::string_view message) {
 void SetQuiet(bool quiet) { g_quiet.store(quiet); }
 
 }  // namespace planner
-namespace planner { bool IsQuiet() { return g_quiet.load(); } }
+namespace planner {
+bool IsQuiet() { return g_quiet.load(); }
+}  // namespace planner

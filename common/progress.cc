@@ -27,12 +27,15 @@ void OnStopSignal(int sig) {
   const bool first = g_interrupted == 0;
   if (first) g_interrupted = sig;
   const int mode = g_mode;
-  if (first && (mode == static_cast<int>(StopMode::kSafePoints) || mode == static_cast<int>(StopMode::kDeferred))) return;
+  if (first && (mode == static_cast<int>(StopMode::kSafePoints) || mode == static_cast<int>(StopMode::kDeferred)))
+    return;
   if (mode != static_cast<int>(StopMode::kSilent)) {
-    const char* text = sig == SIGINT ? (first ? "planner: error: interrupted (SIGINT) outside training; stopping at once, nothing to save\n"
-                                              : "planner: error: interrupted again (SIGINT); stopping at once\n")
-                                     : (first ? "planner: error: terminated (SIGTERM) outside training; stopping at once, nothing to save\n"
-                                              : "planner: error: terminated again (SIGTERM); stopping at once\n");
+    const char* text =
+        sig == SIGINT
+            ? (first ? "planner: error: interrupted (SIGINT) outside training; stopping at once, nothing to save\n"
+                     : "planner: error: interrupted again (SIGINT); stopping at once\n")
+            : (first ? "planner: error: terminated (SIGTERM) outside training; stopping at once, nothing to save\n"
+                     : "planner: error: terminated again (SIGTERM); stopping at once\n");
     size_t n = 0;
     while (text[n] != '\0') ++n;
     ssize_t ignored = ::write(STDERR_FILENO, text, n);
@@ -64,7 +67,10 @@ void InstallStopHandlers() {
 }
 
 Progress::Progress(std::string what, int total)
-    : what_(std::move(what)), total_(total), tty_(isatty(STDERR_FILENO) != 0), start_(std::chrono::steady_clock::now()) {}
+    : what_(std::move(what)),
+      total_(total),
+      tty_(isatty(STDERR_FILENO) != 0),
+      start_(std::chrono::steady_clock::now()) {}
 
 Progress::~Progress() { Done(); }
 
@@ -77,9 +83,11 @@ void Progress::Update(int k, const std::string& item) {
     int filled = total_ > 0 ? width * k / total_ : width;
     std::string bar(static_cast<size_t>(filled), '#');
     bar += std::string(static_cast<size_t>(width - filled), '.');
-    std::fprintf(stderr, "\r%s [%s] %d/%d %-28.28s left %-10s", what_.c_str(), bar.c_str(), k + 1, total_, item.c_str(), left.c_str());
+    std::fprintf(stderr, "\r%s [%s] %d/%d %-28.28s left %-10s", what_.c_str(), bar.c_str(), k + 1, total_, item.c_str(),
+                 left.c_str());
   } else {
-    std::fprintf(stderr, "planner: %s %d/%d: %s (time left %s)\n", what_.c_str(), k + 1, total_, item.c_str(), left.c_str());
+    std::fprintf(stderr, "planner: %s %d/%d: %s (time left %s)\n", what_.c_str(), k + 1, total_, item.c_str(),
+                 left.c_str());
   }
   std::fflush(stderr);
 }

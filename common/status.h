@@ -25,9 +25,9 @@ enum class StatusCode {
 // Process exit codes documented in README.md.
 enum ExitCode : int {
   kExitOk = 0,
-  kExitFailure = 1,     // runtime failure (I/O, CUDA, NCCL, MPI)
-  kExitInput = 2,       // usage or input error
-  kExitInfeasible = 3,  // no feasible plan
+  kExitFailure = 1,        // runtime failure (I/O, CUDA, NCCL, MPI)
+  kExitInput = 2,          // usage or input error
+  kExitInfeasible = 3,     // no feasible plan
   kExitInterrupted = 130,  // SIGINT (Ctrl-C): 128 + 2
   kExitTerminated = 143,   // SIGTERM (kill, a batch system's time limit, mpirun forwarding Ctrl-C): 128 + 15
 };
@@ -70,8 +70,8 @@ Status StatusFromException(const std::exception& e);
 
 }  // namespace planner
 
-#define PLANNER_RETURN_IF_ERROR(expr)        \
-  do {                                       \
-    ::planner::Status status_ = (expr);      \
-    if (!status_.ok()) return status_;       \
+#define PLANNER_RETURN_IF_ERROR(expr)   \
+  do {                                  \
+    ::planner::Status status_ = (expr); \
+    if (!status_.ok()) return status_;  \
   } while (0)

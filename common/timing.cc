@@ -5,7 +5,9 @@
 
 namespace planner {
 
-double MonotonicSeconds() { return std::chrono::duration<double>(std::chrono::steady_clock::now().time_since_epoch()).count(); }
+double MonotonicSeconds() {
+  return std::chrono::duration<double>(std::chrono::steady_clock::now().time_since_epoch()).count();
+}
 
 double Median(std::vector<double> v) {
   if (v.empty()) return 0;

@@ -36,9 +36,12 @@ std::optional<uint64_t> ParseByteSize(std::string_view text) {
   if (i + 1 != text.size()) return std::nullopt;
   int shift = 0;
   switch (text[i]) {
-    case 'K': case 'k': shift = 10; break;
-    case 'M': case 'm': shift = 20; break;
-    case 'G': case 'g': shift = 30; break;
+    case 'K':
+    case 'k': shift = 10; break;
+    case 'M':
+    case 'm': shift = 20; break;
+    case 'G':
+    case 'g': shift = 30; break;
     default: return std::nullopt;
   }
   if (value > (UINT64_MAX >> shift)) return std::nullopt;

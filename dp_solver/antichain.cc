@@ -17,9 +17,9 @@ using NodeSet = std::vector<int>;  // sorted node indices
 
 struct Dag {
   int n = 0;
-  std::vector<std::vector<int>> out;     // alive successors (with multiplicity as in the file)
-  std::vector<std::vector<char>> anc;    // strict ancestors
-  std::vector<std::vector<char>> desc;   // strict descendants
+  std::vector<std::vector<int>> out;    // alive successors (with multiplicity as in the file)
+  std::vector<std::vector<char>> anc;   // strict ancestors
+  std::vector<std::vector<char>> desc;  // strict descendants
 };
 
 NodeSet Sorted(NodeSet v) {
@@ -33,14 +33,17 @@ NodeSet Sorted(NodeSet v) {
 std::vector<int> TopologicalOrder(const std::vector<std::vector<int>>& succ, const std::vector<char>& include) {
   const int n = static_cast<int>(succ.size());
   std::vector<int> indeg(n, 0), order;
-  for (int v = 0; v < n; ++v) for (int w : succ[v]) ++indeg[w];
+  for (int v = 0; v < n; ++v)
+    for (int w : succ[v]) ++indeg[w];
   std::queue<int> q;
-  for (int v = 0; v < n; ++v) if (include[v] && indeg[v] == 0) q.push(v);
+  for (int v = 0; v < n; ++v)
+    if (include[v] && indeg[v] == 0) q.push(v);
   while (!q.empty()) {
     int v = q.front();
     q.pop();
     order.push_back(v);
-    for (int w : succ[v]) if (--indeg[w] == 0) q.push(w);
+    for (int w : succ[v])
+      if (--indeg[w] == 0) q.push(w);
   }
   return order;
 }
@@ -52,7 +55,8 @@ std::vector<std::vector<char>> Ancestors(const std::vector<std::vector<int>>& su
   for (int v : order) {
     for (int w : succ[v]) {
       anc[w][v] = 1;
-      for (size_t a = 0; a < n; ++a) if (anc[v][a]) anc[w][a] = 1;
+      for (size_t a = 0; a < n; ++a)
+        if (anc[v][a]) anc[w][a] = 1;
     }
   }
   return anc;
@@ -71,7 +75,9 @@ Dag BuildDag(const std::vector<std::vector<int>>& inputs, const std::vector<char
   }
   g.anc = Ancestors(g.out, TopologicalOrder(g.out, alive));
   g.desc.assign(g.n, std::vector<char>(g.n, 0));
-  for (int v = 0; v < g.n; ++v) for (int a = 0; a < g.n; ++a) if (g.anc[v][a]) g.desc[a][v] = 1;
+  for (int v = 0; v < g.n; ++v)
+    for (int a = 0; a < g.n; ++a)
+      if (g.anc[v][a]) g.desc[a][v] = 1;
   return g;
 }
 
@@ -117,7 +123,8 @@ std::vector<NodeSet> NextAntichains(const Dag& g, const NodeSet& a) {
       for (int z : aug) next_ok = next_ok && !g.desc[y][z];
       if (!next_ok) continue;
       NodeSet replaced = aug;
-      for (int& z : replaced) if (z == x) z = y;
+      for (int& z : replaced)
+        if (z == x) z = y;
       result.push_back(Deaugment(g, Sorted(replaced)));
     }
   }
@@ -150,10 +157,10 @@ Status EnumerateStates(const Dag& g, int start, int64_t max_states, StateDag* ou
       auto it = id.find(next);
       if (it == id.end()) {
         if (static_cast<int64_t>(d.antichains.size()) >= max_states) {
-          return Status::NotSupported(fmt::format(
-              "the graph has more than {} antichain states; compress its branches first "
-              "(PipeDream's compress_graph_branches.py) or use --mode auto",
-              max_states));
+          return Status::NotSupported(
+              fmt::format("the graph has more than {} antichain states; compress its branches first "
+                          "(PipeDream's compress_graph_branches.py) or use --mode auto",
+                          max_states));
         }
         it = id.emplace(next, static_cast<int>(d.antichains.size())).first;
         d.antichains.push_back(next);
@@ -179,10 +186,12 @@ AntichainStates OrderStates(const Dag& g, const StateDag& d) {
     std::vector<char> members(g.n, 0);
     for (int x : aug) {
       members[x] = 1;
-      for (int p = 0; p < g.n; ++p) if (g.anc[x][p]) members[p] = 1;
+      for (int p = 0; p < g.n; ++p)
+        if (g.anc[x][p]) members[p] = 1;
     }
     std::vector<int> pred;
-    for (int j = 0; j < s_count; ++j) if (sanc[sorder[k]][sorder[j]]) pred.push_back(j);
+    for (int j = 0; j < s_count; ++j)
+      if (sanc[sorder[k]][sorder[j]]) pred.push_back(j);
     r.frontier.push_back(aug);
     r.members.push_back(std::move(members));
     r.pred.push_back(std::move(pred));

@@ -19,7 +19,8 @@ namespace {
 
 std::vector<int64_t> Divisors(int64_t n) {
   std::vector<int64_t> d;
-  for (int64_t i = 1; i <= n; ++i) if (n % i == 0) d.push_back(i);
+  for (int64_t i = 1; i <= n; ++i)
+    if (n % i == 0) d.push_back(i);
   return d;
 }
 
@@ -38,15 +39,20 @@ std::vector<int64_t> ProfiledMicrobatches(const Profile& profile) {
 
 // DualPipeV: 2 chunks per device, p >= 2, m >= 2p microbatches (torch's ScheduleDualPipeV), 2p chunks
 // of a gpt model's blocks (or blocks + 2 with the embedding and the loss counted as a layer each).
-std::vector<std::pair<int64_t, bool>> DualPipeVChunks(int64_t p, int64_t m, int64_t layers, int64_t blocks, Rejections* why) {
+std::vector<std::pair<int64_t, bool>> DualPipeVChunks(int64_t p, int64_t m, int64_t layers, int64_t blocks,
+                                                      Rejections* why) {
   const bool whole = blocks > 0 && blocks % (2 * p) == 0, account = blocks > 0 && !whole && (blocks + 2) % (2 * p) == 0;
   std::string no;
   if (p < 2) no = "dualpipev needs pp >= 2";
-  else if (!CheckDualPipeV(p, 2, m).ok()) no = fmt::format("dualpipev needs at least 2 x pp = {} microbatches, not {}", 2 * p, m);
+  else if (!CheckDualPipeV(p, 2, m).ok())
+    no = fmt::format("dualpipev needs at least 2 x pp = {} microbatches, not {}", 2 * p, m);
   else if (2 * p > layers || (blocks > 0 && !whole && !account)) {
-    no = blocks > 0 ? fmt::format("dualpipev with pp={}: its 2 x pp = {} stages must divide the {} layers (or {} with the embedding and the loss counted as a layer each)",
-                                  p, 2 * p, blocks, blocks + 2)
-                    : fmt::format("dualpipev with pp={}: its 2 x pp = {} stages exceed the {} layers", p, 2 * p, layers);
+    no = blocks > 0
+             ? fmt::format(
+                   "dualpipev with pp={}: its 2 x pp = {} stages must divide the {} layers (or {} with the embedding "
+                   "and the loss counted as a layer each)",
+                   p, 2 * p, blocks, blocks + 2)
+             : fmt::format("dualpipev with pp={}: its 2 x pp = {} stages exceed the {} layers", p, 2 * p, layers);
   }
   if (no.empty()) return {{2, account}};
   if (why->interleave.empty()) why->interleave = no;
@@ -56,8 +62,8 @@ std::vector<std::pair<int64_t, bool>> DualPipeVChunks(int64_t p, int64_t m, int6
 // The interleave factors of schedule s at depth p (1 for all but interleaved), each with whether the
 // split counts the embedding and the loss as a layer each (p v divides blocks + 2; Megatron's
 // --account-for-embedding-in-pipeline-split --account-for-loss-in-pipeline-split).
-std::vector<std::pair<int64_t, bool>> Interleaves(const SearchOptions& o, Schedule s, int64_t p, int64_t m, int64_t layers, int64_t blocks,
-                                                  Rejections* why) {
+std::vector<std::pair<int64_t, bool>> Interleaves(const SearchOptions& o, Schedule s, int64_t p, int64_t m,
+                                                  int64_t layers, int64_t blocks, Rejections* why) {
   if (s == Schedule::kDualPipeV) return DualPipeVChunks(p, m, layers, blocks, why);
   if (s != Schedule::kInterleaved) {
     // Uneven stages: also the split Megatron runs with the account-for flags, where p divides blocks + 2, not blocks.
@@ -73,15 +79,19 @@ std::vector<std::pair<int64_t, bool>> Interleaves(const SearchOptions& o, Schedu
   }
   // A gpt model: Megatron's rule, p v divides the transformer blocks (or blocks + 2). Else v in 2..4 over the table's rows.
   std::vector<int64_t> tried = o.interleave;
-  if (tried.empty() && blocks > 0) for (int64_t v = 2; v * p <= blocks + 2; ++v) tried.push_back(v);
+  if (tried.empty() && blocks > 0)
+    for (int64_t v = 2; v * p <= blocks + 2; ++v) tried.push_back(v);
   if (tried.empty() && blocks == 0) tried = {2, 3, 4};
   for (int64_t v : tried) {
-    const bool whole = blocks > 0 && blocks % (p * v) == 0, account = blocks > 0 && !whole && (blocks + 2) % (p * v) == 0;
+    const bool whole = blocks > 0 && blocks % (p * v) == 0,
+               account = blocks > 0 && !whole && (blocks + 2) % (p * v) == 0;
     bool ok = v >= 2 && p * v <= layers && (blocks == 0 || whole || account);
     if (ok) vs.emplace_back(v, account);
     else if (why->interleave.empty() && v >= 2 && blocks > 0 && o.interleave.size() > 0) {
-      why->interleave = fmt::format("interleave v={} with pp={}: pp x v must divide the {} layers (or {} with the embedding and the loss counted as a layer each)",
-                                    v, p, blocks, blocks + 2);
+      why->interleave = fmt::format(
+          "interleave v={} with pp={}: pp x v must divide the {} layers (or {} with the embedding and the loss counted "
+          "as a layer each)",
+          v, p, blocks, blocks + 2);
     }
   }
   return vs;
@@ -95,11 +105,13 @@ SearchSpace MakeSearchSpace(const CostSource& src, const SearchOptions& o, int64
   sp.global_batch = global_batch;
   sp.node = src.cluster->levels[0].size;
   sp.tp = o.tp;
-  if (sp.tp.empty()) for (int64_t t = 1; t <= sp.node; t *= 2) sp.tp.push_back(t);
+  if (sp.tp.empty())
+    for (int64_t t = 1; t <= sp.node; t *= 2) sp.tp.push_back(t);
   sp.microbatch = o.microbatch;
   if (sp.microbatch.empty()) {
     if (src.profile) sp.microbatch = ProfiledMicrobatches(*src.profile);
-    else for (int64_t b = 1; b <= 64; b *= 2) sp.microbatch.push_back(b);
+    else
+      for (int64_t b = 1; b <= 64; b *= 2) sp.microbatch.push_back(b);
   }
   sp.schedules = o.schedules;
   if (sp.schedules.empty()) {
@@ -109,7 +121,8 @@ SearchSpace MakeSearchSpace(const CostSource& src, const SearchOptions& o, int64
     // --mode pipedream). Other models keep it: PipeDream's setting (docs/cost_model.md section 8).
     const bool llm = src.model != nullptr && src.model->is_gpt;
     sp.schedules = {Schedule::kGpipe, Schedule::k1F1B, Schedule::kInterleaved, Schedule::kZbH1, Schedule::kDualPipeV};
-    if (!llm && CostSourceLayers(src) <= kMaxReplicatedLayers) sp.schedules.insert(sp.schedules.begin() + 4, Schedule::kPipeDream);
+    if (!llm && CostSourceLayers(src) <= kMaxReplicatedLayers)
+      sp.schedules.insert(sp.schedules.begin() + 4, Schedule::kPipeDream);
   }
   sp.replicated = !o.replication.empty() ||
                   std::find(sp.schedules.begin(), sp.schedules.end(), Schedule::kPipeDream) != sp.schedules.end();
@@ -137,10 +150,12 @@ SearchSpace MakeSearchSpace(const CostSource& src, const SearchOptions& o, int64
     sp.ranked = {Recompute::kNone, Recompute::kFull};
     if (HasAttention(src.model)) sp.ranked.insert(sp.ranked.begin() + 1, Recompute::kSelective);
   }
-  sp.block = sp.blocks > 0 && src.profile == nullptr && (o.recompute_block == 1 || (o.recompute_block < 0 && o.recompute.empty()));
+  sp.block = sp.blocks > 0 && src.profile == nullptr &&
+             (o.recompute_block == 1 || (o.recompute_block < 0 && o.recompute.empty()));
   sp.recompute = sp.ranked;
   for (Recompute rc : {Recompute::kNone, Recompute::kFull}) {
-    if (sp.block && std::find(sp.recompute.begin(), sp.recompute.end(), rc) == sp.recompute.end()) sp.recompute.push_back(rc);
+    if (sp.block && std::find(sp.recompute.begin(), sp.recompute.end(), rc) == sp.recompute.end())
+      sp.recompute.push_back(rc);
   }
   // Selective recompute: the forced modules, else core_attn (Megatron's default).
   sp.selective_modules = {o.recompute_modules != 0 ? o.recompute_modules : kDefaultRecomputeModules};
@@ -150,7 +165,8 @@ SearchSpace MakeSearchSpace(const CostSource& src, const SearchOptions& o, int64
 std::string TpRejection(const SearchSpace& sp, const ModelSpec* model, int64_t t) {
   if (t < 1 || sp.gpus % t != 0) return fmt::format("tp={} does not divide the {} GPUs", t, sp.gpus);
   if (t > sp.node) return fmt::format("tp={} exceeds the {} GPUs of a node", t, sp.node);
-  if (model && !TpDegreeValid(*model, t)) return fmt::format("tp={} does not divide every tensor-parallel layer of {}", t, model->name);
+  if (model && !TpDegreeValid(*model, t))
+    return fmt::format("tp={} does not divide every tensor-parallel layer of {}", t, model->name);
   return "";
 }
 
@@ -173,7 +189,8 @@ std::string EpRejection(const SearchSpace& sp, const ModelSpec* model, int64_t e
   if (model != nullptr && etp > 1) {
     for (const auto& l : model->layers) {
       const int64_t width = l.attrs.Int("expert_ffn", 0);
-      if (l.experts > 0 && width > 0 && width % etp != 0) return fmt::format("etp={} does not divide the expert FFN width {}", etp, width);
+      if (l.experts > 0 && width > 0 && width % etp != 0)
+        return fmt::format("etp={} does not divide the expert FFN width {}", etp, width);
     }
   }
   return "";
@@ -182,18 +199,24 @@ std::string EpRejection(const SearchSpace& sp, const ModelSpec* model, int64_t e
 std::string CpRejection(const SearchSpace& sp, const CostSource& src, int64_t cp) {
   if (cp < 1) return fmt::format("cp={}: must be at least 1", cp);
   if (cp == 1) return "";
-  if (src.profile != nullptr) return fmt::format("cp={}: a measured profile has no context-parallel timings; plan it with --cp 1", cp);
+  if (src.profile != nullptr)
+    return fmt::format("cp={}: a measured profile has no context-parallel timings; plan it with --cp 1", cp);
   if (sp.seq <= 0 || sp.seq % (2 * cp) != 0) {
-    return fmt::format("cp={}: causal load balancing cuts the sequence ({} tokens) into 2cp = {} chunks, which must divide it; choose a cp with 2cp dividing the sequence",
-                       cp, sp.seq, 2 * cp);
+    return fmt::format(
+        "cp={}: causal load balancing cuts the sequence ({} tokens) into 2cp = {} chunks, which must divide it; choose "
+        "a cp with 2cp dividing the sequence",
+        cp, sp.seq, 2 * cp);
   }
   if (sp.gpus % cp != 0) return fmt::format("cp={} does not divide the {} GPUs", cp, sp.gpus);
   if (src.model != nullptr) {
     for (const auto& l : src.model->layers) {
       if (l.attrs.String("attention", "flash") == "unfused" && HasAttention(l.kind)) {
-        return fmt::format("cp={}: {} has unfused attention; Megatron-Core runs context parallelism only in Transformer Engine's fused "
-                           "attention (its local DotProductAttention asserts context_parallel_size == 1); use attention: flash or --cp 1",
-                           cp, src.model->name);
+        return fmt::format(
+            "cp={}: {} has unfused attention; Megatron-Core runs context parallelism only in Transformer Engine's "
+            "fused "
+            "attention (its local DotProductAttention asserts context_parallel_size == 1); use attention: flash or "
+            "--cp 1",
+            cp, src.model->name);
       }
     }
   }
@@ -211,7 +234,8 @@ std::string Rejections::Summary() const {
 std::vector<Candidate> UniformCandidates(const SearchSpace& sp, const SearchOptions& o, size_t table_index,
                                          const CostTable& table, Rejections* why) {
   std::vector<Candidate> out;
-  const int64_t n = sp.gpus, t = table.tp, cp = table.cp, b = table.microbatch, layers = static_cast<int64_t>(table.rows.size());
+  const int64_t n = sp.gpus, t = table.tp, cp = table.cp, b = table.microbatch,
+                layers = static_cast<int64_t>(table.rows.size());
   if (n % (t * cp) != 0) {
     if (why->cp.empty()) why->cp = fmt::format("tp={} x cp={} does not divide the {} GPUs", t, cp, n);
     return out;
@@ -228,20 +252,24 @@ std::vector<Candidate> UniformCandidates(const SearchSpace& sp, const SearchOpti
     const int64_t d = n / (t * cp * p);
     if ((t * cp * d) % (table.ep * table.etp) != 0) {  // Megatron-Core's MoE parallel folding
       if (why->ep.empty()) {
-        why->ep = fmt::format("ep={} x etp={} does not divide tp x cp x dp = {} x {} x {} at pp={} (the expert groups are folded out of a stage's GPUs)",
-                              table.ep, table.etp, t, cp, d, p);
+        why->ep = fmt::format(
+            "ep={} x etp={} does not divide tp x cp x dp = {} x {} x {} at pp={} (the expert groups are folded out of "
+            "a stage's GPUs)",
+            table.ep, table.etp, t, cp, d, p);
       }
       continue;
     }
     if (sp.global_batch % (b * d) != 0) {
       if (why->batch.empty()) {
-        why->batch = fmt::format("tp={} pp={}: the global batch {} is not a multiple of microbatch {} x data-parallel {}", t, p, sp.global_batch, b, d);
+        why->batch =
+            fmt::format("tp={} pp={}: the global batch {} is not a multiple of microbatch {} x data-parallel {}", t, p,
+                        sp.global_batch, b, d);
       }
       continue;
     }
     const int64_t m = sp.global_batch / (b * d);
     for (Schedule s : sp.schedules) {
-      if (s == Schedule::kPipeDream) continue;  // the replicated family
+      if (s == Schedule::kPipeDream) continue;                                  // the replicated family
       if ((s == Schedule::kZbH1 || s == Schedule::kGpipe) && p == 1) continue;  // same as 1f1b at p = 1
       for (auto [v, account] : Interleaves(o, s, p, m, layers, sp.blocks, why)) {
         Candidate k{table_index, t, b, p, d, m, v, s, table.recompute, 0, cp, table.sp};

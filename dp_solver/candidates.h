@@ -21,22 +21,22 @@ namespace planner {
 struct SearchSpace {
   int64_t gpus = 0;
   int64_t global_batch = 0;
-  int64_t node = 1;                   // GPUs in one node (level 0): the largest tp
-  std::vector<int64_t> tp;            // in the order tried
+  int64_t node = 1;         // GPUs in one node (level 0): the largest tp
+  std::vector<int64_t> tp;  // in the order tried
   std::vector<int64_t> microbatch;
   std::vector<Schedule> schedules;
-  std::vector<Recompute> recompute;   // the cost tables built (block recompute needs none and full)
-  std::vector<Recompute> ranked;      // the recomputes ranked as themselves
-  bool block = false;                 // block recompute (gpt models: the first N blocks of each chunk)
+  std::vector<Recompute> recompute;         // the cost tables built (block recompute needs none and full)
+  std::vector<Recompute> ranked;            // the recomputes ranked as themselves
+  bool block = false;                       // block recompute (gpt models: the first N blocks of each chunk)
   std::vector<uint32_t> selective_modules;  // the module sets selective recompute's tables are built with
-  std::vector<int64_t> cp;            // context-parallel sizes
-  std::vector<int> sp;                // sequence parallelism off (0) / on (1); on only applies at tp > 1
-  int64_t seq = 0;                    // tokens per sample (0: not a sequence model)
-  bool replicated = false;            // search the per-stage replication family too
-  int64_t blocks = 0;                 // transformer blocks of a gpt: model (Megatron's interleave rule), else 0
-  int64_t experts = 0;                // routed experts of an MoE model, else 0
-  std::vector<int64_t> ep;            // expert-parallel sizes ({1} for a dense model)
-  std::vector<int64_t> etp;           // expert tensor-parallel sizes; 0 stands for the table's tp
+  std::vector<int64_t> cp;                  // context-parallel sizes
+  std::vector<int> sp;                      // sequence parallelism off (0) / on (1); on only applies at tp > 1
+  int64_t seq = 0;                          // tokens per sample (0: not a sequence model)
+  bool replicated = false;                  // search the per-stage replication family too
+  int64_t blocks = 0;                       // transformer blocks of a gpt: model (Megatron's interleave rule), else 0
+  int64_t experts = 0;                      // routed experts of an MoE model, else 0
+  std::vector<int64_t> ep;                  // expert-parallel sizes ({1} for a dense model)
+  std::vector<int64_t> etp;                 // expert tensor-parallel sizes; 0 stands for the table's tp
 };
 
 // Defaults: tp powers of two up to the node; microbatch every size the profile

@@ -14,7 +14,8 @@ namespace planner {
 
 void CostTable::BuildPrefix() {
   size_t n = rows.size();
-  for (auto* v : {&pre_time, &pre_params, &pre_stash, &pre_f, &pre_bi, &pre_bw, &pre_tp, &pre_ep, &pre_expert}) v->assign(n + 1, 0.0);
+  for (auto* v : {&pre_time, &pre_params, &pre_stash, &pre_f, &pre_bi, &pre_bw, &pre_tp, &pre_ep, &pre_expert})
+    v->assign(n + 1, 0.0);
   tied_rows.clear();
   for (size_t i = 0; i < n; ++i) {
     const auto& r = rows[i];
@@ -33,8 +34,7 @@ void CostTable::BuildPrefix() {
 
 bool HasAttention(const ModelSpec* model) {
   if (model == nullptr) return false;
-  return std::any_of(model->layers.begin(), model->layers.end(),
-                     [](const Layer& l) { return HasAttention(l.kind); });
+  return std::any_of(model->layers.begin(), model->layers.end(), [](const Layer& l) { return HasAttention(l.kind); });
 }
 
 uint32_t ApplicableRecomputeModules(const ModelSpec* model) {
@@ -103,7 +103,8 @@ std::vector<int64_t> GroupSpreadAt(const ClusterSpec& c, int64_t first, int64_t 
         const int64_t lo_rank = std::max(first, u * unit), hi_rank = std::min(last, (u + 1) * unit - 1);
         const int64_t k_lo = (lo_rank - first + stride - 1) / stride, k_hi = (hi_rank - first) / stride;
         if (k_hi < k_lo) continue;
-        const int64_t n = stride <= inner ? (first + k_hi * stride) / inner - (first + k_lo * stride) / inner + 1 : k_hi - k_lo + 1;
+        const int64_t n =
+            stride <= inner ? (first + k_hi * stride) / inner - (first + k_lo * stride) / inner + 1 : k_hi - k_lo + 1;
         most = std::max(most, n);
       }
     }
@@ -140,7 +141,8 @@ double AllReduceSeconds(const ClusterSpec& c, double bytes, const std::vector<in
       // smallest size it has no measurement there and takes the general curve); a tensor-parallel
       // one on the warm curve where the profile has one besides the cold.
       const MeasuredCurve* curve = &lv.measured_allreduce;
-      if (use == AllReduceUse::kGradient && lv.measured_grad_allreduce.usable() && shard >= lv.measured_grad_allreduce.points.front().first) {
+      if (use == AllReduceUse::kGradient && lv.measured_grad_allreduce.usable() &&
+          shard >= lv.measured_grad_allreduce.points.front().first) {
         curve = &lv.measured_grad_allreduce;
       } else if (use == AllReduceUse::kTensorParallel && lv.measured_tp_allreduce.usable()) {
         curve = &lv.measured_tp_allreduce;
@@ -167,13 +169,16 @@ double AllGatherSeconds(const ClusterSpec& c, double bytes, const std::vector<in
   return 0.5 * AllReduceSeconds(c, bytes, members, use);
 }
 
-double AllToAllSeconds(const ClusterSpec& c, double bytes_per_rank, const std::vector<int64_t>& members, const AllToAllRouting& routing) {
+double AllToAllSeconds(const ClusterSpec& c, double bytes_per_rank, const std::vector<int64_t>& members,
+                       const AllToAllRouting& routing) {
   double total = 1;  // N: the group's ranks
-  for (size_t l = 0; l < members.size() && l < c.levels.size(); ++l) total *= static_cast<double>(std::max<int64_t>(1, members[l]));
+  for (size_t l = 0; l < members.size() && l < c.levels.size(); ++l)
+    total *= static_cast<double>(std::max<int64_t>(1, members[l]));
   // Node-limited routing: each token crosses a level above the node once per node reached.
-  const double limited = routing.max_nodes > 0 && routing.top_k > 0
-                             ? std::min(1.0, static_cast<double>(routing.max_nodes) / static_cast<double>(routing.top_k))
-                             : 1.0;
+  const double limited =
+      routing.max_nodes > 0 && routing.top_k > 0
+          ? std::min(1.0, static_cast<double>(routing.max_nodes) / static_cast<double>(routing.top_k))
+          : 1.0;
   double t = 0, inside = 1;  // inside: U_{l-1}, the group's ranks in one level-(l-1) unit
   for (size_t l = 0; l < members.size() && l < c.levels.size(); ++l) {
     const double n = static_cast<double>(std::max<int64_t>(1, members[l]));
@@ -218,16 +223,21 @@ void ApplyCommCurves(const Profile& comm, const std::string& path, ClusterSpec* 
     TopologyLevel& lv = c->levels[l];
     const std::string measured = l == 0 ? "node" : (l == 1 ? "cluster" : "");
     const CommCurve* ar = measured.empty() ? nullptr : comm.FindComm("all_reduce", measured);
-    const CommCurve* grad = measured.empty() ? nullptr : comm.FindComm("all_reduce", measured, Profile::Conditions::kAfterCompute);
-    const CommCurve* warm = measured.empty() ? nullptr : comm.FindComm("all_reduce", measured, Profile::Conditions::kWarm);
+    const CommCurve* grad =
+        measured.empty() ? nullptr : comm.FindComm("all_reduce", measured, Profile::Conditions::kAfterCompute);
+    const CommCurve* warm =
+        measured.empty() ? nullptr : comm.FindComm("all_reduce", measured, Profile::Conditions::kWarm);
     const CommCurve* p2p = measured.empty() ? nullptr : comm.FindComm("send_recv", measured);
     // Dispatch sends what the router just computed: the warm curve first, as tensor parallelism's.
-    const CommCurve* a2a = measured.empty() ? nullptr : comm.FindComm("all_to_all", measured, Profile::Conditions::kWarm);
+    const CommCurve* a2a =
+        measured.empty() ? nullptr : comm.FindComm("all_to_all", measured, Profile::Conditions::kWarm);
     if (a2a != nullptr && a2a->group_size > 1 && !a2a->points.empty()) lv.measured_alltoall = Measured(*a2a);
-    const std::string a2a_note =
-        lv.measured_alltoall.usable() ? fmt::format("; all-to-all measured ({}, {} {} ranks)", path, a2a->backend, a2a->group_size) : std::string();
+    const std::string a2a_note = lv.measured_alltoall.usable() ? fmt::format("; all-to-all measured ({}, {} {} ranks)",
+                                                                             path, a2a->backend, a2a->group_size)
+                                                               : std::string();
     if (ar == nullptr || !(ar->busbw_GBps > 0)) {
-      notes->push_back(fmt::format("level '{}': {} GB/s, {} us from the cluster file (not measured){}", lv.name, lv.bandwidth_GBps, lv.latency_us, a2a_note));
+      notes->push_back(fmt::format("level '{}': {} GB/s, {} us from the cluster file (not measured){}", lv.name,
+                                   lv.bandwidth_GBps, lv.latency_us, a2a_note));
       continue;
     }
     lv.bandwidth_GBps = ar->busbw_GBps;
@@ -236,8 +246,8 @@ void ApplyCommCurves(const Profile& comm, const std::string& path, ClusterSpec* 
     std::string use_notes;  // the uses timed on other curves than the general one
     if (grad != nullptr && grad != ar && !grad->points.empty()) {
       lv.measured_grad_allreduce = Measured(*grad);
-      use_notes = fmt::format("; gradient all-reduces from {} on the curve{}", FormatBytes(lv.measured_grad_allreduce.points.front().first),
-                              CurveConditions(*grad));
+      use_notes = fmt::format("; gradient all-reduces from {} on the curve{}",
+                              FormatBytes(lv.measured_grad_allreduce.points.front().first), CurveConditions(*grad));
     }
     if (warm != nullptr && warm != ar && !warm->cold && !warm->points.empty()) {
       lv.measured_tp_allreduce = Measured(*warm);
@@ -247,14 +257,15 @@ void ApplyCommCurves(const Profile& comm, const std::string& path, ClusterSpec* 
       lv.p2p_bandwidth_GBps = p2p->busbw_GBps;
       lv.measured_p2p = Measured(*p2p).points;
     }
-    notes->push_back(fmt::format("level '{}': measured ({}, {} {} ranks): all-reduce busbw {:.3g} GB/s, latency {:.3g} us{}{}{}", lv.name,
-                                 path, ar->backend, ar->group_size, lv.bandwidth_GBps, lv.latency_us,
-                                 p2p ? fmt::format(", send/recv {:.3g} GB/s", lv.p2p_bandwidth_GBps) : std::string(),
-                                 lv.measured_allreduce.points.empty()
-                                     ? std::string()
-                                     : fmt::format("; times interpolated from {} measured sizes{}", lv.measured_allreduce.points.size(),
-                                                   CurveConditions(*ar)) + use_notes,
-                                 a2a_note));
+    notes->push_back(fmt::format(
+        "level '{}': measured ({}, {} {} ranks): all-reduce busbw {:.3g} GB/s, latency {:.3g} us{}{}{}", lv.name, path,
+        ar->backend, ar->group_size, lv.bandwidth_GBps, lv.latency_us,
+        p2p ? fmt::format(", send/recv {:.3g} GB/s", lv.p2p_bandwidth_GBps) : std::string(),
+        lv.measured_allreduce.points.empty() ? std::string()
+                                             : fmt::format("; times interpolated from {} measured sizes{}",
+                                                           lv.measured_allreduce.points.size(), CurveConditions(*ar)) +
+                                                   use_notes,
+        a2a_note));
   }
 }
 
@@ -279,9 +290,10 @@ Status CheckCostSource(const CostSource& src) {
   const ClusterSpec& c = *src.cluster;
   const std::string dtype = DTypeName(src.model->dtype);
   if (!(c.PeakFlops(src.model->dtype) > 0)) {
-    return Status::InvalidArgument(fmt::format("{}: cluster '{}' has no peak for dtype {} (the dtype of model '{}'); add gpu.peak_tflops.{} to it{}",
-                                               c.path, c.name, dtype, src.model->name, dtype,
-                                               src.model->dtype == DType::kFp8 ? ", or train in bf16 (this GPU may have no FP8 tensor cores)" : ""));
+    return Status::InvalidArgument(fmt::format(
+        "{}: cluster '{}' has no peak for dtype {} (the dtype of model '{}'); add gpu.peak_tflops.{} to it{}", c.path,
+        c.name, dtype, src.model->name, dtype,
+        src.model->dtype == DType::kFp8 ? ", or train in bf16 (this GPU may have no FP8 tensor cores)" : ""));
   }
   return Status::OK();
 }
@@ -290,14 +302,14 @@ namespace {
 
 // What every row of one analytic table shares: the parallel sizes and the rates.
 struct RowRates {
-  double bd = 1, td = 1, cpd = 1;   // microbatch, tp, cp as doubles
+  double bd = 1, td = 1, cpd = 1;  // microbatch, tp, cp as doubles
   int64_t t = 1, cp = 1;
   bool sp = false;
   Recompute rc = Recompute::kNone;
   uint32_t modules = kDefaultRecomputeModules;  // selective recompute's (RecomputeBit mask)
-  double peak_gemm = 0;             // FLOP/s of the GEMMs: the dtype's peak x its efficiency (fp8: the fp8 ones)
-  double peak_other = 0;            // FLOP/s of the attention core (bf16 under fp8)
-  double hbm = 0;                   // bytes/s of memory-bound work
+  double peak_gemm = 0;   // FLOP/s of the GEMMs: the dtype's peak x its efficiency (fp8: the fp8 ones)
+  double peak_other = 0;  // FLOP/s of the attention core (bf16 under fp8)
+  double hbm = 0;         // bytes/s of memory-bound work
   std::vector<int64_t> tp_group;
   int64_t ep = 1, etp = 1;
   double moe_imbalance = 1;
@@ -315,7 +327,8 @@ double PassSeconds(const RowRates& q, double shard, double gemm_flops, double co
 // rank's heads) over the CP group's widest level, each hidden behind one step of attention core.
 // Backward moves twice the bytes per step (K, V forward and dK, dV back) behind the backward core,
 // `core_ratio` x the forward's (flash 2.5, unfused 2).
-double CpExposed(const ClusterSpec& c, const Layer& l, const RowRates& q, double shard, double bytes_ratio, double core_ratio) {
+double CpExposed(const ClusterSpec& c, const Layer& l, const RowRates& q, double shard, double bytes_ratio,
+                 double core_ratio) {
   if (q.cp <= 1 || !(l.cp_kv_bytes > 0)) return 0;
   const double step_bytes = q.bd * l.cp_kv_bytes / q.cpd / shard;
   const double comm = bytes_ratio * P2PSeconds(c, step_bytes, 0, q.t * (q.cp - 1));
@@ -334,7 +347,8 @@ bool InSequenceParallelRegion(const Layer& l) {
 // moe_act's and shared_experts' (counted once, under moe).
 bool DropsStash(uint32_t modules, RecomputeModule m) {
   if (!HasRecomputeModule(modules, m)) return false;
-  return !((m == RecomputeModule::kMoeAct || m == RecomputeModule::kSharedExperts) && HasRecomputeModule(modules, RecomputeModule::kMoe));
+  return !((m == RecomputeModule::kMoeAct || m == RecomputeModule::kSharedExperts) &&
+           HasRecomputeModule(modules, RecomputeModule::kMoe));
 }
 
 // What selective recompute with `modules` drops beyond core_attn's default (negative: core_attn
@@ -357,7 +371,8 @@ double StashBytes(const Layer& l, const RowRates& q, double tp_shard) {
   const bool sp = q.sp && InSequenceParallelRegion(l);
   const double seq_shard = (sp ? q.td : 1.0) * q.cpd;  // SP splits the replicated regions, CP every token
   const Recompute rc = q.rc;
-  double stash = rc == Recompute::kFull ? l.stash_bytes_full : (rc == Recompute::kSelective ? l.stash_bytes_selective : l.stash_bytes);
+  double stash = rc == Recompute::kFull ? l.stash_bytes_full
+                                        : (rc == Recompute::kSelective ? l.stash_bytes_selective : l.stash_bytes);
   double tp_replicated = l.stash_bytes_tp_replicated;
   if (rc == Recompute::kSelective && q.modules != kDefaultRecomputeModules) {
     const std::array<double, 3> drop = ModuleStashDrop(l, q.modules);
@@ -366,7 +381,8 @@ double StashBytes(const Layer& l, const RowRates& q, double tp_shard) {
   }
   // Full recompute keeps each layer's input whole on every TP rank (Korthikanti Table 2: 2sbh,
   // /t with SP); the lm_head is not recomputed and keeps its input, replicated without SP.
-  if ((rc == Recompute::kFull && l.kind != LayerKind::kLoss) || l.kind == LayerKind::kLmHead) return q.bd * stash / seq_shard;
+  if ((rc == Recompute::kFull && l.kind != LayerKind::kLoss) || l.kind == LayerKind::kLmHead)
+    return q.bd * stash / seq_shard;
   // The loss is not recomputed either: its fp32 logits stay split over the TP ranks as without
   // recompute (vocab-parallel cross-entropy, 4sbV/t; Korthikanti 4.3).
   const double replicated = std::min(stash, tp_replicated);
@@ -375,11 +391,13 @@ double StashBytes(const Layer& l, const RowRates& q, double tp_shard) {
 
 // Selective recompute's MoE modules beyond the balanced FLOPs AnalyticRow costs: the busiest EP
 // rank's extra tokens in the re-run expert GEMMs, and moe's re-run all-to-alls and expert TP collectives.
-void AddMoeModuleRecompute(const Layer& l, const RowRates& q, const MoeLayerCost& m, double shard, double a2a_f, LayerCostRow* r) {
+void AddMoeModuleRecompute(const Layer& l, const RowRates& q, const MoeLayerCost& m, double shard, double a2a_f,
+                           LayerCostRow* r) {
   const double extra = m.token_factor - 1;
   double expert_gemm = 0;
   for (int i = 1; i < kRecomputeModuleCount; ++i) {
-    if (HasRecomputeModule(q.modules, static_cast<RecomputeModule>(i))) expert_gemm += l.recompute_modules[static_cast<size_t>(i)].expert_gemm_flops;
+    if (HasRecomputeModule(q.modules, static_cast<RecomputeModule>(i)))
+      expert_gemm += l.recompute_modules[static_cast<size_t>(i)].expert_gemm_flops;
   }
   r->backward_input_s += PassSeconds(q, shard, extra * expert_gemm, 0, 0);
   if (!HasRecomputeModule(q.modules, RecomputeModule::kMoe)) return;
@@ -393,7 +411,8 @@ void AddMoeModuleRecompute(const Layer& l, const RowRates& q, const MoeLayerCost
 // dispatch and combine all-to-alls of each pass (exposed, or less what the pass's compute hides with
 // --moe-overlap), the expert TP all-gather / reduce-scatter, full recompute's forward again, and the
 // expert parameters / (ep etp) in place of / t (docs/cost_model.md, "Expert parallelism").
-void AddMoeCosts(const ClusterSpec& c, const Layer& l, const RowRates& q, double tp_shard, double shard, LayerCostRow* r) {
+void AddMoeCosts(const ClusterSpec& c, const Layer& l, const RowRates& q, double tp_shard, double shard,
+                 LayerCostRow* r) {
   if (l.experts <= 0) return;
   const MoeLayerCost m = MoeLayerCosts(c, l, MoeShape{q.bd, q.td, q.cpd, q.ep, q.etp, q.moe_imbalance, q.moe_overlap});
   const double extra = m.token_factor - 1, core = l.attention_core_fwd_flops;
@@ -401,8 +420,11 @@ void AddMoeCosts(const ClusterSpec& c, const Layer& l, const RowRates& q, double
   const double bi_extra = PassSeconds(q, shard, extra * l.expert_bwd_input_flops, 0, 0);
   const double bw_extra = PassSeconds(q, shard, extra * l.expert_bwd_weight_flops, 0, 0);
   const double f_compute = PassSeconds(q, shard, l.fwd_flops - core, core, l.fwd_mem_bytes) + f_extra;
-  const double b_compute = PassSeconds(q, shard, l.bwd_input_flops - 2 * core + l.bwd_weight_flops, 2 * core, l.bwd_mem_bytes) + bi_extra + bw_extra;
-  const double a2a_f = MoeExposed(m.a2a_pass_s, f_compute, q.moe_overlap), a2a_b = MoeExposed(m.a2a_pass_s, b_compute, q.moe_overlap);
+  const double b_compute =
+      PassSeconds(q, shard, l.bwd_input_flops - 2 * core + l.bwd_weight_flops, 2 * core, l.bwd_mem_bytes) + bi_extra +
+      bw_extra;
+  const double a2a_f = MoeExposed(m.a2a_pass_s, f_compute, q.moe_overlap),
+               a2a_b = MoeExposed(m.a2a_pass_s, b_compute, q.moe_overlap);
   r->forward_s += f_extra + a2a_f + m.etp_pass_s;
   r->backward_input_s += bi_extra + a2a_b + m.etp_pass_s;
   r->backward_weight_s += bw_extra;
@@ -443,7 +465,8 @@ double ModuleRecomputeSeconds(const Layer& l, const RowRates& q, double shard, d
 LayerCostRow AnalyticRow(const ClusterSpec& c, const Layer& l, const RowRates& q) {
   LayerCostRow r;
   const double tp_shard = (l.tp_shardable && q.t > 1) ? q.td : 1.0;
-  const double shard = q.sp && InSequenceParallelRegion(l) ? q.td : tp_shard;  // SP: the norm / dropout regions work on s/t tokens
+  const double shard =
+      q.sp && InSequenceParallelRegion(l) ? q.td : tp_shard;  // SP: the norm / dropout regions work on s/t tokens
   const double core = l.attention_core_fwd_flops;
   r.forward_s = PassSeconds(q, shard, l.fwd_flops - core, core, l.fwd_mem_bytes);
   r.backward_input_s = PassSeconds(q, shard, l.bwd_input_flops - 2 * core, 2 * core, l.bwd_mem_bytes * 0.5);
@@ -454,7 +477,8 @@ LayerCostRow AnalyticRow(const ClusterSpec& c, const Layer& l, const RowRates& q
   double ar = 0;
   if (q.t > 1 && l.tp_shardable && l.tp_allreduces_fwd > 0) {
     const double bytes = q.bd * l.tp_allreduce_bytes / q.cpd;
-    ar = q.sp ? ReduceScatterSeconds(c, bytes, q.tp_group) + AllGatherSeconds(c, bytes, q.tp_group) : AllReduceSeconds(c, bytes, q.tp_group);
+    ar = q.sp ? ReduceScatterSeconds(c, bytes, q.tp_group) + AllGatherSeconds(c, bytes, q.tp_group)
+              : AllReduceSeconds(c, bytes, q.tp_group);
   }
   const double n_fwd = l.tp_allreduces_fwd;
   const double cp_fwd = CpExposed(c, l, q, tp_shard, 1, 1);
@@ -479,7 +503,8 @@ LayerCostRow AnalyticRow(const ClusterSpec& c, const Layer& l, const RowRates& q
 
 // Analytic rows: FLOPs / (peak x efficiency) + bytes / (HBM x efficiency), TP
 // collectives on the level holding the TP group, recompute added to backward.
-void AnalyticRows(const ModelSpec& m, const ClusterSpec& c, const TableShape& shape, const CostOptions& o, CostTable* table) {
+void AnalyticRows(const ModelSpec& m, const ClusterSpec& c, const TableShape& shape, const CostOptions& o,
+                  CostTable* table) {
   RowRates q;
   q.t = shape.tp;
   q.cp = shape.cp;
@@ -518,8 +543,9 @@ Status ProfileRows(const Profile& p, const ClusterSpec& c, int64_t b, int64_t t,
     const auto& l = p.layers[i];
     ProfileTiming pt;
     if (!p.TimingAt(i, b, t, &pt)) {
-      return Status::NotFound(fmt::format("{}: layer '{}' has no timing at tp={}; {}", p.path, l.name, t,
-                                          t == 1 ? "profile the model without --tp" : fmt::format("profile it with --tp {} or plan with --tp 1", t)));
+      return Status::NotFound(fmt::format(
+          "{}: layer '{}' has no timing at tp={}; {}", p.path, l.name, t,
+          t == 1 ? "profile the model without --tp" : fmt::format("profile it with --tp {} or plan with --tp 1", t)));
     }
     LayerCostRow r;
     r.forward_s = pt.forward_s;
@@ -561,16 +587,24 @@ namespace {
 // The expert sizes a table can be costed at: ep and etp at least 1, ep dividing the experts, an
 // MoE model at tp > 1 with sequence parallelism; a profile (no experts in it) at ep = etp = 1.
 Status CheckExpertShape(const CostSource& src, const TableShape& shape) {
-  if (shape.ep < 1 || shape.etp < 1) return Status::InvalidArgument(fmt::format("ep={} etp={}: expert parallel sizes start at 1", shape.ep, shape.etp));
+  if (shape.ep < 1 || shape.etp < 1)
+    return Status::InvalidArgument(fmt::format("ep={} etp={}: expert parallel sizes start at 1", shape.ep, shape.etp));
   const int64_t experts = src.profile == nullptr ? ModelExperts(src.model) : 0;
   if (experts == 0 && (shape.ep > 1 || shape.etp > 1)) {
-    return Status::InvalidArgument(fmt::format("--ep {} --etp {}: the model has no MoE layers (no experts to split); use --ep 1 --etp 1", shape.ep, shape.etp));
+    return Status::InvalidArgument(
+        fmt::format("--ep {} --etp {}: the model has no MoE layers (no experts to split); use --ep 1 --etp 1", shape.ep,
+                    shape.etp));
   }
   if (experts > 0 && experts % shape.ep != 0) {
-    return Status::InvalidArgument(fmt::format("--ep {}: does not divide the {} experts of {}; choose an --ep dividing {}", shape.ep, experts, src.model->name, experts));
+    return Status::InvalidArgument(
+        fmt::format("--ep {}: does not divide the {} experts of {}; choose an --ep dividing {}", shape.ep, experts,
+                    src.model->name, experts));
   }
   if (experts > 0 && shape.tp > 1 && !shape.sp) {
-    return Status::InvalidArgument(fmt::format("tp={} without sequence parallelism: Megatron-Core's MoE layers need --sequence-parallel with tp > 1; use --sp on or --tp 1", shape.tp));
+    return Status::InvalidArgument(
+        fmt::format("tp={} without sequence parallelism: Megatron-Core's MoE layers need --sequence-parallel with tp > "
+                    "1; use --sp on or --tp 1",
+                    shape.tp));
   }
   return Status::OK();
 }
@@ -584,7 +618,8 @@ Status BuildCostTable(const CostSource& src, const TableShape& shape, const Cost
   table.microbatch = shape.microbatch;
   table.tp = shape.tp;
   table.recompute = shape.recompute;
-  table.recompute_modules = shape.recompute == Recompute::kSelective ? shape.recompute_modules : kDefaultRecomputeModules;
+  table.recompute_modules =
+      shape.recompute == Recompute::kSelective ? shape.recompute_modules : kDefaultRecomputeModules;
   table.ep = shape.ep;
   table.etp = shape.etp;
   if (src.profile == nullptr) {
@@ -593,10 +628,12 @@ Status BuildCostTable(const CostSource& src, const TableShape& shape, const Cost
     AnalyticRows(*src.model, *src.cluster, shape, o, &table);
   } else {
     if (shape.cp != 1 || (shape.sp && shape.tp > 1)) {
-      return Status::InvalidArgument(fmt::format("{}: a measured profile has no timings with sequence or context parallelism; plan it with --cp 1 --sp off",
-                                                 src.profile->path));
+      return Status::InvalidArgument(fmt::format(
+          "{}: a measured profile has no timings with sequence or context parallelism; plan it with --cp 1 --sp off",
+          src.profile->path));
     }
-    PLANNER_RETURN_IF_ERROR(ProfileRows(*src.profile, *src.cluster, shape.microbatch, shape.tp, shape.recompute, &table));
+    PLANNER_RETURN_IF_ERROR(
+        ProfileRows(*src.profile, *src.cluster, shape.microbatch, shape.tp, shape.recompute, &table));
   }
   table.BuildPrefix();
   *out = std::move(table);

@@ -18,43 +18,43 @@
 
 namespace planner {
 
-
 struct CostOptions {
-  bool scatter_gather = true;     // p2p of bsh/t per GPU when t > 1 (Megatron 4.1)
-  bool dp_overlap = false;        // legacy --dp-overlap: same as overlap_grad_reduce
+  bool scatter_gather = true;  // p2p of bsh/t per GPU when t > 1 (Megatron 4.1)
+  bool dp_overlap = false;     // legacy --dp-overlap: same as overlap_grad_reduce
   // Megatron --overlap-grad-reduce / --overlap-param-gather (bucketed; docs/cost_model.md section 3).
   bool overlap_grad_reduce = true;   // gradient reduce overlapped with the last microbatch's backward
   bool overlap_param_gather = true;  // parameter all-gather overlapped with the first forward
-  bool p2p_overlap = false;       // p2p hidden behind compute (not added to stage time)
-  double bytes_per_param = 0;     // model-state bytes per parameter; 0: weights + gradients + optimizer (18 bf16 / fp8, 16 fp16 / fp32)
+  bool p2p_overlap = false;          // p2p hidden behind compute (not added to stage time)
+  double bytes_per_param =
+      0;  // model-state bytes per parameter; 0: weights + gradients + optimizer (18 bf16 / fp8, 16 fp16 / fp32)
   // Gradient buffer dtype (accumulation over microbatches, data-parallel reduction; --grad-dtype);
   // unset: DefaultGradDType(model), Megatron-LM's default (fp16 for fp16, else fp32).
   std::optional<DType> grad_dtype;
   double optimizer_bytes_per_param = 30;  // HBM traffic of the optimizer step per parameter
   // Mixture of experts (docs/cost_model.md, "Expert parallelism"; dp_solver/moe_cost.h).
-  double moe_imbalance = 1.0;     // busiest EP rank's routed tokens / the mean, dropless routing (--moe-imbalance)
-  bool moe_overlap = false;       // all-to-all hidden behind the MoE layer's compute of the same pass (--moe-overlap)
+  double moe_imbalance = 1.0;  // busiest EP rank's routed tokens / the mean, dropless routing (--moe-imbalance)
+  bool moe_overlap = false;    // all-to-all hidden behind the MoE layer's compute of the same pass (--moe-overlap)
 };
 
 // Costs of one layer for one microbatch on one GPU of its tensor-parallel group.
 struct LayerCostRow {
   double forward_s = 0;
-  double backward_input_s = 0;    // includes recompute work and the backward TP all-reduces
+  double backward_input_s = 0;  // includes recompute work and the backward TP all-reduces
   double backward_weight_s = 0;
-  double tp_comm_s = 0;           // exposed TP all-reduce time inside forward + backward
-  double cp_comm_s = 0;           // exposed ring-attention KV exchange inside forward + backward
-  double ep_comm_s = 0;           // exposed expert-parallel all-to-all (dispatch + combine) inside forward + backward
-  double params = 0;              // parameters held on this GPU (tied weights included)
-  double expert_params = 0;       // the part of params that is routed experts' (expert_params / (ep etp))
-  int64_t tied_to = -1;           // the row whose weights these are (a tied lm_head: its embedding); -1: none
-  double stash_bytes = 0;         // activations kept for backward on this GPU
-  double out_bytes = 0;           // output activation of the whole microbatch (before TP split)
+  double tp_comm_s = 0;      // exposed TP all-reduce time inside forward + backward
+  double cp_comm_s = 0;      // exposed ring-attention KV exchange inside forward + backward
+  double ep_comm_s = 0;      // exposed expert-parallel all-to-all (dispatch + combine) inside forward + backward
+  double params = 0;         // parameters held on this GPU (tied weights included)
+  double expert_params = 0;  // the part of params that is routed experts' (expert_params / (ep etp))
+  int64_t tied_to = -1;      // the row whose weights these are (a tied lm_head: its embedding); -1: none
+  double stash_bytes = 0;    // activations kept for backward on this GPU
+  double out_bytes = 0;      // output activation of the whole microbatch (before TP split)
 };
 
 struct CostTable {
   int64_t microbatch = 1, tp = 1;
-  int64_t cp = 1;          // context-parallel size the rows are costed at
-  bool sp = false;         // sequence parallelism the rows are costed with
+  int64_t cp = 1;   // context-parallel size the rows are costed at
+  bool sp = false;  // sequence parallelism the rows are costed with
   Recompute recompute = Recompute::kNone;
   uint32_t recompute_modules = kDefaultRecomputeModules;  // selective recompute's modules (RecomputeBit mask)
   int64_t ep = 1, etp = 1;  // expert-parallel and expert tensor-parallel sizes the rows are costed at
@@ -82,9 +82,9 @@ struct CostTable {
 
 // Where layer costs come from.
 struct CostSource {
-  const ModelSpec* model = nullptr;     // required for analytic costs and for TP
-  const ClusterSpec* cluster = nullptr; // required
-  const Profile* profile = nullptr;     // measured times; nullptr: analytic
+  const ModelSpec* model = nullptr;      // required for analytic costs and for TP
+  const ClusterSpec* cluster = nullptr;  // required
+  const Profile* profile = nullptr;      // measured times; nullptr: analytic
 };
 
 // True when every TP-shardable layer accepts degree t.
@@ -104,10 +104,10 @@ Status CheckCostSource(const CostSource& src);
 // The point a cost table is costed at.
 struct TableShape {
   int64_t microbatch = 1, tp = 1;
-  int64_t cp = 1;                 // context-parallel size
-  bool sp = false;                // sequence parallelism (only with tp > 1)
+  int64_t cp = 1;   // context-parallel size
+  bool sp = false;  // sequence parallelism (only with tp > 1)
   Recompute recompute = Recompute::kNone;
-  int64_t ep = 1, etp = 1;        // expert-parallel / expert tensor-parallel sizes (MoE layers)
+  int64_t ep = 1, etp = 1;  // expert-parallel / expert tensor-parallel sizes (MoE layers)
   // Selective recompute's modules (RecomputeBit mask; docs/cost_model.md section 5, "Recompute modules").
   uint32_t recompute_modules = kDefaultRecomputeModules;
 };
@@ -162,8 +162,8 @@ double AllGatherSeconds(const ClusterSpec& cluster, double bytes, const std::vec
 // l >= 1 once per node reached beyond the sender's unit, so D_l (l >= 1) is scaled by
 // min(1, max_nodes / top_k). docs/cost_model.md section 3.
 struct AllToAllRouting {
-  int64_t top_k = 1;       // copies of each token in bytes_per_rank (routed experts per token)
-  int64_t max_nodes = 0;   // each token reaches at most this many nodes; 0: no limit
+  int64_t top_k = 1;      // copies of each token in bytes_per_rank (routed experts per token)
+  int64_t max_nodes = 0;  // each token reaches at most this many nodes; 0: no limit
 };
 double AllToAllSeconds(const ClusterSpec& cluster, double bytes_per_rank, const std::vector<int64_t>& members_per_level,
                        const AllToAllRouting& routing = {});
@@ -173,7 +173,8 @@ double AllToAllSeconds(const ClusterSpec& cluster, double bytes_per_rank, const 
 // latency_us (the ring's 2 (g - 1) steps), send/recv busbw ->
 // p2p_bandwidth_GBps, the all-to-all curve -> measured_alltoall. Appends one note per level
 // saying which source it used.
-void ApplyCommCurves(const Profile& comm, const std::string& comm_path, ClusterSpec* cluster, std::vector<std::string>* notes);
+void ApplyCommCurves(const Profile& comm, const std::string& comm_path, ClusterSpec* cluster,
+                     std::vector<std::string>* notes);
 
 // Send/recv of `bytes` between two ranks `distance` apart: bytes / B_p2p(level) + alpha(level).
 double P2PSeconds(const ClusterSpec& cluster, double bytes, int64_t rank_a, int64_t rank_b);

@@ -16,7 +16,8 @@ int SlowestLevel(const ClusterSpec& c, const std::vector<int64_t>& members) {
   int slowest = -1;
   for (size_t l = 0; l < members.size() && l < c.levels.size(); ++l) {
     if (members[l] <= 1) continue;
-    if (slowest < 0 || c.levels[l].bandwidth_GBps <= c.levels[static_cast<size_t>(slowest)].bandwidth_GBps) slowest = static_cast<int>(l);
+    if (slowest < 0 || c.levels[l].bandwidth_GBps <= c.levels[static_cast<size_t>(slowest)].bandwidth_GBps)
+      slowest = static_cast<int>(l);
   }
   return slowest;
 }
@@ -31,7 +32,8 @@ double Ranks(const std::vector<int64_t>& members) {
 // picks its curve for AllReduceUse::kGradient); negative when the level has no measured curve.
 double MeasuredRing(const TopologyLevel& lv, double bytes, double n) {
   const MeasuredCurve* curve = &lv.measured_allreduce;
-  if (lv.measured_grad_allreduce.usable() && bytes >= lv.measured_grad_allreduce.points.front().first) curve = &lv.measured_grad_allreduce;
+  if (lv.measured_grad_allreduce.usable() && bytes >= lv.measured_grad_allreduce.points.front().first)
+    curve = &lv.measured_grad_allreduce;
   if (!curve->usable()) return -1;
   const double g = static_cast<double>(curve->group);
   return MeasuredSeconds(curve->points, bytes) * ((n - 1) / n) / ((g - 1) / g);
@@ -103,7 +105,8 @@ double RingAllReduceSeconds(const ClusterSpec& c, double bytes, const std::vecto
   // implementation spreads its channels over them, as NCCL does), not a GPU's 1/c share of them: the
   // NICs of the group's GPUs on the node (GroupMachines), and no faster than a GPU's node link.
   double edge_Bps = f.level->bandwidth_GBps * 1e9;
-  if (f.level != &c.levels.front()) edge_Bps = std::min(c.levels.front().bandwidth_GBps * 1e9, GroupMachines(c, members).network_Bps);
+  if (f.level != &c.levels.front())
+    edge_Bps = std::min(c.levels.front().bandwidth_GBps * 1e9, GroupMachines(c, members).network_Bps);
   return 2 * (n - 1) / n * bytes / edge_Bps + 2 * (n - 1) * f.level->latency_us * 1e-6;
 }
 
@@ -127,20 +130,24 @@ DpMachines GroupMachines(const ClusterSpec& c, const std::vector<int64_t>& membe
   }
   m.gpus_per_machine = members.empty() ? 1 : std::max<int64_t>(1, members[0]);
   m.machines = static_cast<int64_t>(Ranks(members) / static_cast<double>(m.gpus_per_machine));
-  m.network_Bps = c.NodeNetworkGBps() * 1e9 * static_cast<double>(m.gpus_per_machine) / static_cast<double>(c.levels[0].size);
+  m.network_Bps =
+      c.NodeNetworkGBps() * 1e9 * static_cast<double>(m.gpus_per_machine) / static_cast<double>(c.levels[0].size);
   return m;
 }
 
-double ParameterServerSeconds(const ClusterSpec& c, double bytes, const std::vector<int64_t>& members, int64_t servers, int64_t siblings) {
+double ParameterServerSeconds(const ClusterSpec& c, double bytes, const std::vector<int64_t>& members, int64_t servers,
+                              int64_t siblings) {
   if (servers < 1 || c.cpu_machines.count < 1) return kInf;
   const DpMachines m = GroupMachines(c, members);
   if (m.machines * m.gpus_per_machine <= 1) return 0;
-  const double n = static_cast<double>(m.machines), k = static_cast<double>(servers) / static_cast<double>(std::max<int64_t>(1, siblings));
+  const double n = static_cast<double>(m.machines),
+               k = static_cast<double>(servers) / static_cast<double>(std::max<int64_t>(1, siblings));
   const double server_bytes = n * bytes / k;
   // A server sums each key's pushes as they arrive, pipelined with the network as BytePS's summation
   // service is: the slowest of the worker's link, the server's link and the server's summation.
   const double sum_Bps = SummationBps(c);
-  const double net = std::max({bytes / m.network_Bps, server_bytes / (c.cpu_machines.bandwidth_GBps * 1e9), server_bytes / sum_Bps});
+  const double net =
+      std::max({bytes / m.network_Bps, server_bytes / (c.cpu_machines.bandwidth_GBps * 1e9), server_bytes / sum_Bps});
   return IntraNodeAllReduce(c, bytes, m.gpus_per_machine) + net + 2 * c.NetworkLatencySeconds();
 }
 
@@ -166,30 +173,37 @@ double BytePsPcieIntraSeconds(const ClusterSpec& c, double bytes, int64_t gpus) 
   return 2 * rs + 2 * copy + reduce;
 }
 
-double BytePsSeconds(const ClusterSpec& c, double bytes, const std::vector<int64_t>& members, int64_t servers, int64_t siblings) {
+double BytePsSeconds(const ClusterSpec& c, double bytes, const std::vector<int64_t>& members, int64_t servers,
+                     int64_t siblings) {
   const DpMachines m = GroupMachines(c, members);
   const bool pcie = c.intra_node == IntraNode::kPcie && c.levels.size() > 1;
   // PCIe-only nodes: CPU-assisted aggregation where it beats the node's own reduce-scatter + all-gather.
   const double plain = IntraNodeAllReduce(c, bytes, m.gpus_per_machine);
   const double intra = pcie ? std::min(plain, BytePsPcieIntraSeconds(c, bytes, m.gpus_per_machine)) : plain;
   if (m.machines <= 1) return plain;
-  const double k = static_cast<double>(std::max<int64_t>(0, servers)) / static_cast<double>(std::max<int64_t>(1, siblings));
+  const double k =
+      static_cast<double>(std::max<int64_t>(0, servers)) / static_cast<double>(std::max<int64_t>(1, siblings));
   const double n = static_cast<double>(m.machines);
   const BytePsSplit split = BytePsSplitAt(n, k);
   const double sum_Bps = SummationBps(c);
-  const double t_g = std::max((1 + (n - 2) * split.gpu_share) * bytes / m.network_Bps, n * split.gpu_share * bytes / sum_Bps);
+  const double t_g =
+      std::max((1 + (n - 2) * split.gpu_share) * bytes / m.network_Bps, n * split.gpu_share * bytes / sum_Bps);
   double t_c = 0;
-  if (k > 0) t_c = std::max(n * split.cpu_share * bytes / (c.cpu_machines.bandwidth_GBps * 1e9), n * split.cpu_share * bytes / sum_Bps);
+  if (k > 0)
+    t_c = std::max(n * split.cpu_share * bytes / (c.cpu_machines.bandwidth_GBps * 1e9),
+                   n * split.cpu_share * bytes / sum_Bps);
   return intra + std::max(t_g, t_c) + 2 * c.NetworkLatencySeconds();
 }
 
-double DpSyncSeconds(const ClusterSpec& c, DpComm d, double bytes, const std::vector<int64_t>& members, int64_t servers, int64_t siblings) {
+double DpSyncSeconds(const ClusterSpec& c, DpComm d, double bytes, const std::vector<int64_t>& members, int64_t servers,
+                     int64_t siblings) {
   switch (d) {
     case DpComm::kRingAllReduce: return RingAllReduceSeconds(c, bytes, members);
     case DpComm::kTreeAllReduce: return TreeAllReduceSeconds(c, bytes, members);
     case DpComm::kHierAllReduce: return AllReduceSeconds(c, bytes, members, AllReduceUse::kGradient);
     case DpComm::kParameterServer:
-      return servers < 1 ? ColocatedPsSeconds(c, bytes, members) : ParameterServerSeconds(c, bytes, members, servers, siblings);
+      return servers < 1 ? ColocatedPsSeconds(c, bytes, members)
+                         : ParameterServerSeconds(c, bytes, members, servers, siblings);
     case DpComm::kBytePS: return BytePsSeconds(c, bytes, members, servers, siblings);
   }
   return kInf;

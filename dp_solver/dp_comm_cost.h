@@ -56,8 +56,8 @@ DpMachines GroupMachines(const ClusterSpec& cluster, const std::vector<int64_t>&
 // `sibling_groups` G: the data-parallel groups that synchronise at the same time as this one and push
 // to the same k servers (the group's ranks are G apart: its TP / EP siblings); each has k / G servers'
 // worth of bandwidth, k / G in place of k in every formula here (the GPU side is the group's own).
-double ParameterServerSeconds(const ClusterSpec& cluster, double bytes, const std::vector<int64_t>& members, int64_t servers,
-                              int64_t sibling_groups = 1);
+double ParameterServerSeconds(const ClusterSpec& cluster, double bytes, const std::vector<int64_t>& members,
+                              int64_t servers, int64_t sibling_groups = 1);
 // Parameter server co-located with the workers (the seed's "(b) Colocated mode"; ps with k = 0):
 // a server process on each of the group's n machines owns 1/n of the model. After the c GPUs of a
 // machine reduce-scatter (level 0), each machine pushes the n-1 shards it does not own and pulls
@@ -69,7 +69,9 @@ double ParameterServerSeconds(const ClusterSpec& cluster, double bytes, const st
 // memory, the ring between machines with 2 alpha for its 2(n-1) alpha.
 double ColocatedPsSeconds(const ClusterSpec& cluster, double bytes, const std::vector<int64_t>& members);
 // The servers `d` sums on: ps co-located runs with k = 0 (DpSyncSeconds then costs ColocatedPsSeconds).
-inline int64_t DpServersFor(DpComm d, int64_t servers, bool ps_colocated) { return d == DpComm::kParameterServer && ps_colocated ? 0 : servers; }
+inline int64_t DpServersFor(DpComm d, int64_t servers, bool ps_colocated) {
+  return d == DpComm::kParameterServer && ps_colocated ? 0 : servers;
+}
 
 // BytePS with k CPU machines (k = 0: the all-reduce's split) over n machines, summation pipelined
 // with the network (BytePS's multi-stage pipeline): split s = BytePsOptimalSplit(n, k),
@@ -91,7 +93,7 @@ double BytePsPcieIntraSeconds(const ClusterSpec& cluster, double bytes, int64_t 
 // The per-iteration synchronisation of `bytes` of gradients under `d` (k = servers for ps / byteps);
 // allreduce-hier is AllReduceSeconds(kGradient), bit for bit; ps with servers = 0 is co-located
 // (ColocatedPsSeconds).
-double DpSyncSeconds(const ClusterSpec& cluster, DpComm d, double bytes, const std::vector<int64_t>& members, int64_t servers,
-                     int64_t sibling_groups = 1);
+double DpSyncSeconds(const ClusterSpec& cluster, DpComm d, double bytes, const std::vector<int64_t>& members,
+                     int64_t servers, int64_t sibling_groups = 1);
 
 }  // namespace planner

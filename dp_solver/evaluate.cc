@@ -26,8 +26,8 @@ bool HasRow(const std::vector<std::pair<std::string, double>>& rows, DpComm d) {
 struct DpCollectives {
   double ar = 0, rs = 0, ag = 0;
 };
-DpCollectives Collectives(const ClusterSpec& c, const StateBytes& sb, double params, int64_t size, int64_t stride, DpComm d, int64_t servers,
-                          int64_t positions) {
+DpCollectives Collectives(const ClusterSpec& c, const StateBytes& sb, double params, int64_t size, int64_t stride,
+                          DpComm d, int64_t servers, int64_t positions) {
   DpCollectives x;
   if (size <= 1 || !(params > 0)) return x;
   const std::vector<int64_t> group = GroupSpread(c, size, stride);
@@ -64,10 +64,17 @@ double ExposedBucketed(double comm_s, double bucket_fraction, double window_s, b
 
 std::string ZeroEngineSetting(int64_t zero) {
   switch (zero) {
-    case 0: return "ZeRO-0: Megatron without --use-distributed-optimizer (gradient all-reduce); DeepSpeed zero_optimization.stage 0; FSDP NO_SHARD";
-    case 1: return "ZeRO-1: Megatron --use-distributed-optimizer (gradient reduce-scatter, parameter all-gather once per iteration); DeepSpeed zero_optimization.stage 1";
-    case 2: return "ZeRO-2: DeepSpeed zero_optimization.stage 2; FSDP SHARD_GRAD_OP (gradient reduce-scatter per microbatch)";
-    default: return "ZeRO-3: DeepSpeed zero_optimization.stage 3; FSDP FULL_SHARD (parameter all-gathers in forward and backward and gradient reduce-scatter per microbatch)";
+    case 0:
+      return "ZeRO-0: Megatron without --use-distributed-optimizer (gradient all-reduce); DeepSpeed "
+             "zero_optimization.stage 0; FSDP NO_SHARD";
+    case 1:
+      return "ZeRO-1: Megatron --use-distributed-optimizer (gradient reduce-scatter, parameter all-gather once per "
+             "iteration); DeepSpeed zero_optimization.stage 1";
+    case 2:
+      return "ZeRO-2: DeepSpeed zero_optimization.stage 2; FSDP SHARD_GRAD_OP (gradient reduce-scatter per microbatch)";
+    default:
+      return "ZeRO-3: DeepSpeed zero_optimization.stage 3; FSDP FULL_SHARD (parameter all-gathers in forward and "
+             "backward and gradient reduce-scatter per microbatch)";
   }
 }
 
@@ -98,7 +105,8 @@ double InterleavedPeakActivations(const std::vector<double>& chunk_stash, int64_
   auto sum = [&](const std::vector<double>& pre, int64_t n) {
     int64_t in = n % period, c = in / p;
     double partial = c < v ? (pre[Z(c + 1)] - pre[Z(c)]) * static_cast<double>(in % p) : 0.0;
-    return static_cast<double>(n / period) * static_cast<double>(p) * pre[Z(v)] + static_cast<double>(p) * pre[Z(c)] + partial;
+    return static_cast<double>(n / period) * static_cast<double>(p) * pre[Z(v)] + static_cast<double>(p) * pre[Z(c)] +
+           partial;
   };
   const int64_t warm = std::min((p - r - 1) * 2 + (v - 1) * p, total);
   if (warm >= total) return sum(pre_f, total);
@@ -136,8 +144,10 @@ Evaluator::Evaluator(const CostSource& src, const SearchOptions& o, int64_t glob
   // ps is dedicated (servers_ CPU machines) or, with --ps-placement colocated, co-located (Servers(ps) = 0).
   const std::vector<DpComm> asked = o.dp_comms.empty() ? DefaultDpComms(*src.cluster) : o.dp_comms;
   servers_ = o.ps_servers >= 0 ? o.ps_servers : src.cluster->cpu_machines.count;
-  for (DpComm d : {DpComm::kHierAllReduce, DpComm::kRingAllReduce, DpComm::kTreeAllReduce, DpComm::kParameterServer, DpComm::kBytePS}) {
-    if (d == DpComm::kParameterServer && servers_ < 1 && !o.ps_colocated) continue;  // a PS needs a server (named: an error before this)
+  for (DpComm d : {DpComm::kHierAllReduce, DpComm::kRingAllReduce, DpComm::kTreeAllReduce, DpComm::kParameterServer,
+                   DpComm::kBytePS}) {
+    if (d == DpComm::kParameterServer && servers_ < 1 && !o.ps_colocated)
+      continue;  // a PS needs a server (named: an error before this)
     if (std::find(asked.begin(), asked.end(), d) != asked.end()) comms_.push_back(d);
   }
   if (src.model == nullptr || !src.model->is_gpt) return;
@@ -159,8 +169,10 @@ const std::vector<int64_t>& Evaluator::Partition(size_t table, int64_t k, bool a
   auto it = partitions_.find(key);
   if (it != partitions_.end()) return it->second;
   const int64_t rows = static_cast<int64_t>(tables_[table].rows.size());
-  return partitions_.emplace(key, account ? AccountedPartition(rows, block_begin_, block_end_ - block_begin_, k)
-                                          : BalancedPartition(tables_[table], k)).first->second;
+  return partitions_
+      .emplace(key, account ? AccountedPartition(rows, block_begin_, block_end_ - block_begin_, k)
+                            : BalancedPartition(tables_[table], k))
+      .first->second;
 }
 
 std::pair<int64_t, int64_t> Evaluator::RecomputedRows(const Candidate& k, int64_t a, int64_t e) const {
@@ -229,8 +241,8 @@ void Evaluator::DeviceLoads(const Candidate& k, Evaluation* x) const {
   const CostTable& table = tables_[k.table];
   const int64_t p = k.p, t = k.t, q_count = p * k.v;
   const auto& cuts = *x->cuts;
-  for (auto* v : {&x->params, &x->stash, &x->acts, &x->work, &x->forward_s, &x->backward_s, &x->peak, &x->allreduce_s, &x->largest_layer_params,
-                  &x->expert_params}) {
+  for (auto* v : {&x->params, &x->stash, &x->acts, &x->work, &x->forward_s, &x->backward_s, &x->peak, &x->allreduce_s,
+                  &x->largest_layer_params, &x->expert_params}) {
     v->assign(Z(p), 0);
   }
   for (int64_t q = 0; q < q_count; ++q) {
@@ -275,7 +287,8 @@ bool Evaluator::ZeroAllowed(int64_t z) const {
 // that hold the same weights, the routed experts' over the expert-data-parallel group (MoE folding).
 double Evaluator::StatesBytes(const Candidate& k, int64_t z, size_t r, const Evaluation& x) const {
   const double expert = x.expert_params[r], dense = x.params[r] - expert;
-  return dense * StateBytesPerParam(sb_, z, k.d * k.cp) + (expert > 0 ? expert * StateBytesPerParam(sb_, z, k.Edp()) : 0.0);
+  return dense * StateBytesPerParam(sb_, z, k.d * k.cp) +
+         (expert > 0 ? expert * StateBytesPerParam(sb_, z, k.Edp()) : 0.0);
 }
 
 // Peak bytes per device at ZeRO stage z (StatesBytes, activations, working buffers).
@@ -288,8 +301,9 @@ double Evaluator::PeakBytes(const Candidate& k, int64_t z, Evaluation* x) const 
     // The optimizer step's fp32 copy of a 16-bit gradient buffer (its shard from ZeRO-1 on), after
     // the flush has freed the activations: it raises the peak only where it outgrows them.
     const double expert = x->expert_params[Z(r)], dense = x->params[Z(r)] - expert;
-    const double step_copy = sb_.step_grad_copy * (z >= 1 ? dense / static_cast<double>(k.d * k.cp) + expert / static_cast<double>(k.Edp())
-                                                          : dense + expert);
+    const double step_copy =
+        sb_.step_grad_copy *
+        (z >= 1 ? dense / static_cast<double>(k.d * k.cp) + expert / static_cast<double>(k.Edp()) : dense + expert);
     x->peak[Z(r)] = states + std::max(x->acts[Z(r)] + x->work[Z(r)], step_copy);
     x->peak_bytes = std::max(x->peak_bytes, x->peak[Z(r)]);
   }
@@ -328,7 +342,8 @@ void Evaluator::SettleMemory(const Candidate& k, Evaluation* x) const {
 // gets the whole communication. The group holding the same dense weights is d x cp ranks t apart
 // (rank order tp-cp-dp-pp: CP ranks replicate the weights, so gradients reduce over both); the
 // routed experts' is the expert-data-parallel group, edp ranks ep x etp apart (MoE parallel folding).
-double Evaluator::DeviceDpSeconds(const Candidate& k, const Evaluation& x, int64_t z, size_t r, DpComm d, double* total_s) const {
+double Evaluator::DeviceDpSeconds(const Candidate& k, const Evaluation& x, int64_t z, size_t r, DpComm d,
+                                  double* total_s) const {
   const ClusterSpec& c = *src_.cluster;
   const int64_t g = k.d * k.cp;
   *total_s = 0;
@@ -341,12 +356,8 @@ double Evaluator::DeviceDpSeconds(const Candidate& k, const Evaluation& x, int64
   const bool og = o_.cost.overlap_grad_reduce || o_.cost.dp_overlap, opg = o_.cost.overlap_param_gather;
   const double fwd = x.forward_s[r], bwd = x.backward_s[r];
   switch (z) {
-    case 0:
-      *total_s = ar;
-      return ExposedBucketed(ar, bucket, bwd, og);
-    case 1:
-      *total_s = rs + ag;
-      return ExposedBucketed(rs, bucket, bwd, og) + ExposedBucketed(ag, bucket, fwd, opg);
+    case 0: *total_s = ar; return ExposedBucketed(ar, bucket, bwd, og);
+    case 1: *total_s = rs + ag; return ExposedBucketed(rs, bucket, bwd, og) + ExposedBucketed(ag, bucket, fwd, opg);
     case 2:  // gradients reduce-scattered after every microbatch's backward; parameters gathered once after the step
       *total_s = m * rs + ag;
       return m * ExposedBucketed(rs, bucket, bwd, og) + ExposedBucketed(ag, bucket, fwd, opg);
@@ -354,8 +365,9 @@ double Evaluator::DeviceDpSeconds(const Candidate& k, const Evaluation& x, int64
               // the backward's gather and reduce-scatter share its window (and the links); what is left after it
               // is the reduce-scatter's last bucket, half the fraction of AG + RS (AG = RS)
       *total_s = m * (2 * ag + rs);
-      return m * (ExposedBucketed(ag, bucket, fwd, opg) + (og && opg ? ExposedBucketed(ag + rs, bucket / 2, bwd, true)
-                                                                       : ExposedBucketed(ag, bucket, bwd, opg) + ExposedBucketed(rs, bucket, bwd, og)));
+      return m * (ExposedBucketed(ag, bucket, fwd, opg) +
+                  (og && opg ? ExposedBucketed(ag + rs, bucket / 2, bwd, true)
+                             : ExposedBucketed(ag, bucket, bwd, opg) + ExposedBucketed(rs, bucket, bwd, og)));
   }
 }
 
@@ -366,11 +378,13 @@ void Evaluator::DataParallelTimes(const Candidate& k, int64_t z, Evaluation* x) 
   x->dp_s = 0;
   x->optimizer_s = 0;
   x->dp_comm = DpComm::kHierAllReduce;
-  const double shard = z >= 1 ? static_cast<double>(k.d * k.cp) : 1.0, expert_shard = z >= 1 ? static_cast<double>(k.Edp()) : 1.0;
+  const double shard = z >= 1 ? static_cast<double>(k.d * k.cp) : 1.0,
+               expert_shard = z >= 1 ? static_cast<double>(k.Edp()) : 1.0;
   for (int64_t r = 0; r < k.p; ++r) {
     const size_t ru = Z(r);
     const double stepped = (x->params[ru] - x->expert_params[ru]) / shard + x->expert_params[ru] / expert_shard;
-    x->optimizer_s = std::max(x->optimizer_s, stepped * o_.cost.optimizer_bytes_per_param / (c.hbm_bandwidth_GBps * 1e9 * c.hbm_efficiency));
+    x->optimizer_s = std::max(
+        x->optimizer_s, stepped * o_.cost.optimizer_bytes_per_param / (c.hbm_bandwidth_GBps * 1e9 * c.hbm_efficiency));
   }
   std::vector<double> totals(Z(k.p), 0.0);
   double best = INFINITY;
@@ -396,7 +410,9 @@ std::vector<std::pair<std::string, double>> Evaluator::DpCommComparison(const Ca
   double busiest = 0, total = 0;
   for (DpComm d : kAllDpComms) {
     const bool tried = std::find(comms_.begin(), comms_.end(), d) != comms_.end();
-    if ((!tried && std::find(runnable.begin(), runnable.end(), d) == runnable.end()) || (x.zero >= 1 && !DpCommIsAllReduce(d))) continue;
+    if ((!tried && std::find(runnable.begin(), runnable.end(), d) == runnable.end()) ||
+        (x.zero >= 1 && !DpCommIsAllReduce(d)))
+      continue;
     if (d == DpComm::kParameterServer && !tried && servers_ < 1) continue;
     double most = 0;
     for (int64_t r = 0; r < k.p; ++r) {
@@ -414,8 +430,8 @@ Status Evaluator::Simulate(const Candidate& k, const Evaluation& x, SimResult* r
   Status s = SimulateSchedule(k.s, x.sim, k.p, k.m, false, res);
   if (s.ok()) return s;
   // Candidates meet the schedules' preconditions: a failure here is a bug.
-  return Status::Internal(fmt::format("simulating tp={} pp={} dp={} microbatch={} {} interleave={}: {}", k.t, k.p, k.d, k.b,
-                                      ScheduleName(k.s), k.v, s.message()));
+  return Status::Internal(fmt::format("simulating tp={} pp={} dp={} microbatch={} {} interleave={}: {}", k.t, k.p, k.d,
+                                      k.b, ScheduleName(k.s), k.v, s.message()));
 }
 
 PlanStage Evaluator::UniformStage(const Candidate& k, const Evaluation& x, int64_t q) const {
@@ -442,7 +458,8 @@ PlanStage Evaluator::UniformStage(const Candidate& k, const Evaluation& x, int64
   ps.ep_comm_s = table.pre_ep[Z(e)] - table.pre_ep[Z(a)] + BlockDelta(k, &CostTable::pre_ep, a, e);
   ps.p2p_s = x.send[Z(q)];
   ps.dp_allreduce_s = x.allreduce_s[r];
-  ps.in_flight = k.s == Schedule::kDualPipeV ? DualPipeVInFlight(p, static_cast<int64_t>(r), q / p) : InFlight(k, static_cast<int64_t>(r));
+  ps.in_flight = k.s == Schedule::kDualPipeV ? DualPipeVInFlight(p, static_cast<int64_t>(r), q / p)
+                                             : InFlight(k, static_cast<int64_t>(r));
   const double expert = x.expert_params[r], w = sb_.weight + sb_.fp8_weight_copy;
   ps.weights_bytes = (x.params[r] - expert) * w / (x.zero == 3 ? static_cast<double>(d * k.cp) : 1.0) +
                      expert * w / (x.zero == 3 ? static_cast<double>(k.Edp()) : 1.0);
@@ -457,28 +474,45 @@ namespace {
 // The engine settings a uniform plan stands for.
 void PlanNotes(const Candidate& k, int64_t zero, const CostOptions& o, std::vector<std::string>* notes) {
   notes->push_back(ZeroEngineSetting(zero));
-  if (k.sp && k.t > 1) notes->push_back("Megatron --sequence-parallel: TP all-reduces as reduce-scatter + all-gather, norm and dropout activations / tp");
+  if (k.sp && k.t > 1)
+    notes->push_back(
+        "Megatron --sequence-parallel: TP all-reduces as reduce-scatter + all-gather, norm and dropout activations / "
+        "tp");
   if (k.rc_layers > 0) {
-    notes->push_back(fmt::format("block recompute: the first {} transformer blocks of every pipeline chunk recomputed, the rest keep their activations (Megatron --recompute-granularity full --recompute-method block --recompute-num-layers {})",
-                                 k.rc_layers, k.rc_layers));
+    notes->push_back(fmt::format(
+        "block recompute: the first {} transformer blocks of every pipeline chunk recomputed, the rest keep their "
+        "activations (Megatron --recompute-granularity full --recompute-method block --recompute-num-layers {})",
+        k.rc_layers, k.rc_layers));
   }
   if (k.account) {
-    notes->push_back("the embedding and the loss counted as a layer each in the pipeline split (Megatron --account-for-embedding-in-pipeline-split --account-for-loss-in-pipeline-split): the first and last chunks hold one block fewer");
+    notes->push_back(
+        "the embedding and the loss counted as a layer each in the pipeline split (Megatron "
+        "--account-for-embedding-in-pipeline-split --account-for-loss-in-pipeline-split): the first and last chunks "
+        "hold one block fewer");
   }
   if (k.cp > 1) {
-    notes->push_back(fmt::format("Megatron --context-parallel-size {}: ring attention, causal load balancing ({} chunks), rank order tp-cp-dp-pp", k.cp, 2 * k.cp));
+    notes->push_back(
+        fmt::format("Megatron --context-parallel-size {}: ring attention, causal load balancing ({} chunks), rank "
+                    "order tp-cp-dp-pp",
+                    k.cp, 2 * k.cp));
   }
   if (k.ep > 1 || k.etp > 1) {
-    notes->push_back(fmt::format("Megatron-Core MoE parallel folding: each stage's tp x cp x dp = {} GPUs re-read as etp {} x ep {} x edp {} for the expert layers; "
-                                 "token dispatch and combine as all-to-all over the EP group (--moe-token-dispatcher-type alltoall), load imbalance {:.3g}, "
-                                 "all-to-all {}; expert optimizer states sharded over the EDP group",
-                                 k.t * k.cp * k.d, k.etp, k.ep, k.Edp(), o.moe_imbalance,
-                                 o.moe_overlap ? "overlapped with the layer's compute (Megatron --overlap-moe-expert-parallel-comm)" : "exposed"));
+    notes->push_back(
+        fmt::format("Megatron-Core MoE parallel folding: each stage's tp x cp x dp = {} GPUs re-read as etp {} x ep {} "
+                    "x edp {} for the expert layers; "
+                    "token dispatch and combine as all-to-all over the EP group (--moe-token-dispatcher-type "
+                    "alltoall), load imbalance {:.3g}, "
+                    "all-to-all {}; expert optimizer states sharded over the EDP group",
+                    k.t * k.cp * k.d, k.etp, k.ep, k.Edp(), o.moe_imbalance,
+                    o.moe_overlap ? "overlapped with the layer's compute (Megatron --overlap-moe-expert-parallel-comm)"
+                                  : "exposed"));
   }
   if (k.d * k.cp > 1) {
-    notes->push_back(fmt::format("gradient reduce {}, parameter gather {} (Megatron --overlap-grad-reduce / --overlap-param-gather, buckets of max(40M, 1M x dp) parameters)",
-                                 o.overlap_grad_reduce || o.dp_overlap ? "overlapped with backward" : "not overlapped",
-                                 o.overlap_param_gather ? "overlapped with forward" : "not overlapped"));
+    notes->push_back(
+        fmt::format("gradient reduce {}, parameter gather {} (Megatron --overlap-grad-reduce / --overlap-param-gather, "
+                    "buckets of max(40M, 1M x dp) parameters)",
+                    o.overlap_grad_reduce || o.dp_overlap ? "overlapped with backward" : "not overlapped",
+                    o.overlap_param_gather ? "overlapped with forward" : "not overlapped"));
   }
 }
 
@@ -505,17 +539,23 @@ Plan Evaluator::UniformPlan(const Candidate& k, const Evaluation& x, const SimRe
   pl.recompute = k.rc;
   pl.recompute_num_layers = k.rc_layers;
   pl.recompute_modules = tables_[k.table].recompute_modules;
-  const uint32_t idle = k.rc == Recompute::kSelective ? pl.recompute_modules & ~ApplicableRecomputeModules(src_.model) : 0;
+  const uint32_t idle =
+      k.rc == Recompute::kSelective ? pl.recompute_modules & ~ApplicableRecomputeModules(src_.model) : 0;
   if (idle != 0 && src_.model != nullptr) {
-    pl.notes.push_back(fmt::format("recompute modules {} change nothing on model {} (no layer they apply to); Megatron-Core ignores them there too",
-                                   fmt::join(RecomputeModuleList(idle), ", "), src_.model->name));
+    pl.notes.push_back(
+        fmt::format("recompute modules {} change nothing on model {} (no layer they apply to); Megatron-Core ignores "
+                    "them there too",
+                    fmt::join(RecomputeModuleList(idle), ", "), src_.model->name));
   }
   pl.account_embedding_loss = k.account;
   pl.zero_stage = static_cast<ZeroStage>(x.zero);  // 0..3: the fastest stage that fits (x.zero >= 0 here)
   PlanNotes(k, x.zero, o_.cost, &pl.notes);
   if (src_.model != nullptr && src_.model->dtype == DType::kFp8) {
-    pl.notes.push_back(fmt::format("FP8 (Megatron --fp8-format hybrid, Transformer Engine): GEMMs at {:.0f} TFLOP/s x {:.2f}, attention core and the rest in bf16; "
-                                   "MFU against the bf16 peak", src_.cluster->PeakFlops(DType::kFp8) / 1e12, src_.cluster->Efficiency(DType::kFp8)));
+    pl.notes.push_back(
+        fmt::format("FP8 (Megatron --fp8-format hybrid, Transformer Engine): GEMMs at {:.0f} TFLOP/s x {:.2f}, "
+                    "attention core and the rest in bf16; "
+                    "MFU against the bf16 peak",
+                    src_.cluster->PeakFlops(DType::kFp8) / 1e12, src_.cluster->Efficiency(DType::kFp8)));
   }
   pl.p2p_overlap = o_.cost.p2p_overlap;
   pl.grad_dtype = sb_.grad_dtype;
@@ -532,13 +572,18 @@ Plan Evaluator::UniformPlan(const Candidate& k, const Evaluation& x, const SimRe
   pl.predicted.dp_comm_seconds = DpCommComparison(k, x);
   pl.dp_comm = x.dp_comm;
   pl.dp_servers = DpCommUsesServers(x.dp_comm) ? Servers(x.dp_comm) : 0;
-  pl.ps_colocated = o_.ps_colocated && (x.dp_comm == DpComm::kParameterServer || HasRow(pl.predicted.dp_comm_seconds, DpComm::kParameterServer));
+  pl.ps_colocated = o_.ps_colocated && (x.dp_comm == DpComm::kParameterServer ||
+                                        HasRow(pl.predicted.dp_comm_seconds, DpComm::kParameterServer));
   if (pl.ps_colocated && x.dp_comm == DpComm::kParameterServer && !pl.predicted.dp_comm_seconds.empty()) {
-    pl.notes.push_back("gradients synchronised by ps co-located with the workers (a server on every GPU machine, the model sharded over them; "
-                       "ZeRO-0; docs/cost_model.md, \"Data-parallel communication architectures\")");
+    pl.notes.push_back(
+        "gradients synchronised by ps co-located with the workers (a server on every GPU machine, the model sharded "
+        "over them; "
+        "ZeRO-0; docs/cost_model.md, \"Data-parallel communication architectures\")");
   } else if (DpCommUsesServers(x.dp_comm) && !pl.predicted.dp_comm_seconds.empty()) {
-    pl.notes.push_back(fmt::format("gradients synchronised by {} over {} CPU machine(s) of the cluster file (ZeRO-0; docs/cost_model.md, "
-                                   "\"Data-parallel communication architectures\")", DpCommName(x.dp_comm), pl.dp_servers));
+    pl.notes.push_back(fmt::format(
+        "gradients synchronised by {} over {} CPU machine(s) of the cluster file (ZeRO-0; docs/cost_model.md, "
+        "\"Data-parallel communication architectures\")",
+        DpCommName(x.dp_comm), pl.dp_servers));
   }
   pl.predicted.bubble_fraction = res.bubble_fraction;
   pl.predicted.samples_per_second = static_cast<double>(batch_) / iter;
@@ -553,7 +598,8 @@ Plan Evaluator::UniformPlan(const Candidate& k, const Evaluation& x, const SimRe
 void Evaluator::BlockRecomputeFlops(const Candidate& k, const Evaluation& x, Plan* pl) const {
   const ModelSpec* model = src_.model;
   const double blocks = static_cast<double>(block_end_ - block_begin_);
-  if (model == nullptr || !(blocks > 0) || !(pl->predicted.iteration_s > 0) || !(pl->predicted.tflops_per_gpu > 0)) return;
+  if (model == nullptr || !(blocks > 0) || !(pl->predicted.iteration_s > 0) || !(pl->predicted.tflops_per_gpu > 0))
+    return;
   double recomputed = 0;
   for (int64_t q = 0; q < k.p * k.v; ++q) {
     const auto [ra, rb] = RecomputedRows(k, (*x.cuts)[Z(q)], (*x.cuts)[Z(q + 1)]);
@@ -563,7 +609,8 @@ void Evaluator::BlockRecomputeFlops(const Candidate& k, const Evaluation& x, Pla
   double extra = 0;
   for (int64_t i = block_begin_; i < block_end_; ++i) extra += batch * model->layers[Z(i)].fwd_flops;
   const double hw = model->IterationFlops(batch, false) + extra * recomputed / blocks;
-  const double scale = hw / (pl->predicted.tflops_per_gpu * 1e12 * static_cast<double>(pl->gpus_used) * pl->predicted.iteration_s);
+  const double scale =
+      hw / (pl->predicted.tflops_per_gpu * 1e12 * static_cast<double>(pl->gpus_used) * pl->predicted.iteration_s);
   pl->predicted.tflops_per_gpu *= scale;
   pl->predicted.hfu *= scale;
 }
@@ -595,7 +642,8 @@ ReplicatedOptions Evaluator::ReplicatedOptionsFor(const CostTable& table) const 
 
 namespace {
 
-PlanStage ReplicatedStagePlan(const CostTable& table, const StateBytes& sb, const ReplicatedStage& st, int64_t t, int64_t m) {
+PlanStage ReplicatedStagePlan(const CostTable& table, const StateBytes& sb, const ReplicatedStage& st, int64_t t,
+                              int64_t m) {
   PlanStage ps;
   ps.first_layer = st.first;
   ps.last_layer = st.end - 1;
@@ -623,19 +671,23 @@ PlanStage ReplicatedStagePlan(const CostTable& table, const StateBytes& sb, cons
 // A per-stage replication plan's comparison: each architecture's per-iteration sync of the busiest
 // stage, as the stage's dp_allreduce_s (m / r all-reduces of one replica's group per iteration);
 // every one the cluster can run and the one used, kAllDpComms order; empty when no stage is replicated.
-std::vector<std::pair<std::string, double>> ReplicatedDpComparison(const CostTable& table, const ClusterSpec& c, const ReplicatedOptions& ro,
+std::vector<std::pair<std::string, double>> ReplicatedDpComparison(const CostTable& table, const ClusterSpec& c,
+                                                                   const ReplicatedOptions& ro,
                                                                    const ReplicatedResult& rr, int64_t m) {
   std::vector<std::pair<std::string, double>> out;
   const std::vector<DpComm> runnable = RunnableDpComms(c);
   double busiest = 0;
   for (DpComm d : kAllDpComms) {
     const int64_t servers = DpServersFor(d, ro.servers, ro.ps_colocated);
-    if ((d != ro.dp_comm && std::find(runnable.begin(), runnable.end(), d) == runnable.end()) || (d == DpComm::kParameterServer && servers < 1 && !ro.ps_colocated)) continue;
+    if ((d != ro.dp_comm && std::find(runnable.begin(), runnable.end(), d) == runnable.end()) ||
+        (d == DpComm::kParameterServer && servers < 1 && !ro.ps_colocated))
+      continue;
     double most = 0;
     for (const auto& st : rr.stages) {
       if (st.replicas < 2) continue;
       const double bytes = table.Params(st.first, st.end) * ro.grad_bytes_per_param;
-      const double s = DpSyncSeconds(c, d, bytes, GroupSpreadAt(c, st.offset * ro.tp, st.replicas, ro.tp), servers, ro.tp);
+      const double s =
+          DpSyncSeconds(c, d, bytes, GroupSpreadAt(c, st.offset * ro.tp, st.replicas, ro.tp), servers, ro.tp);
       most = std::max(most, s * static_cast<double>(m) / static_cast<double>(st.replicas));
     }
     busiest = std::max(busiest, most);
@@ -678,7 +730,8 @@ Plan Evaluator::ReplicatedPlan(const CostTable& table, const ReplicatedOptions& 
   pl.usable_memory_bytes = sb_.usable;
   pl.dp_comm = ro.dp_comm;
   pl.dp_servers = DpCommUsesServers(ro.dp_comm) ? DpServersFor(ro.dp_comm, ro.servers, ro.ps_colocated) : 0;
-  pl.ps_colocated = ro.ps_colocated && (ro.dp_comm == DpComm::kParameterServer || HasRow(pl.predicted.dp_comm_seconds, DpComm::kParameterServer));
+  pl.ps_colocated = ro.ps_colocated && (ro.dp_comm == DpComm::kParameterServer ||
+                                        HasRow(pl.predicted.dp_comm_seconds, DpComm::kParameterServer));
   pl.predicted.dp_comm_seconds = ReplicatedDpComparison(table, *src_.cluster, ro, rr, m);
   double peak = 0;
   for (const auto& st : rr.stages) {
@@ -692,13 +745,17 @@ Plan Evaluator::ReplicatedPlan(const CostTable& table, const ReplicatedOptions& 
   pl.predicted.bubble_fraction = std::max(0.0, 1.0 - busy / (static_cast<double>(n) * iter));
   pl.predicted.samples_per_second = static_cast<double>(batch_) / iter;
   pl.predicted.peak_memory_bytes = peak;
-  pl.notes.push_back(fmt::format("asynchronous (PipeDream): weights up to {} microbatch(es) stale; bottleneck {} per microbatch; "
-                                 "pipeline fill {} once per run (not in the iteration time)",
-                                 rr.stages.front().in_flight - 1, FormatSeconds(rr.bottleneck_s), FormatSeconds(fill)));
+  pl.notes.push_back(
+      fmt::format("asynchronous (PipeDream): weights up to {} microbatch(es) stale; bottleneck {} per microbatch; "
+                  "pipeline fill {} once per run (not in the iteration time)",
+                  rr.stages.front().in_flight - 1, FormatSeconds(rr.bottleneck_s), FormatSeconds(fill)));
   if (ro.worker_unit > 1) pl.notes.push_back(fmt::format("replicas searched in units of {} workers", ro.worker_unit));
   if (ro.dp_comm != DpComm::kHierAllReduce) {
     pl.notes.push_back(fmt::format("replicas synchronise gradients by {} (--dp-comm){}", DpCommName(ro.dp_comm),
-                                   pl.ps_colocated && ro.dp_comm == DpComm::kParameterServer ? " co-located with the workers" : pl.dp_servers > 0 ? fmt::format(" over {} CPU machine(s)", pl.dp_servers) : ""));
+                                   pl.ps_colocated && ro.dp_comm == DpComm::kParameterServer
+                                       ? " co-located with the workers"
+                                   : pl.dp_servers > 0 ? fmt::format(" over {} CPU machine(s)", pl.dp_servers)
+                                                       : ""));
   }
   FillFlops(Recompute::kNone, &pl);
   return pl;
@@ -715,10 +772,12 @@ void Evaluator::FillFlops(Recompute rc, Plan* pl) const {
   double hw = model->IterationFlops(batch, rc == Recompute::kFull);
   if (rc == Recompute::kSelective) {  // each module's re-run FLOPs (docs/cost_model.md section 5)
     for (const auto& l : model->layers) {
-      if (HasRecomputeModule(pl->recompute_modules, RecomputeModule::kCoreAttn)) hw += batch * l.selective_recompute_flops;
+      if (HasRecomputeModule(pl->recompute_modules, RecomputeModule::kCoreAttn))
+        hw += batch * l.selective_recompute_flops;
       for (int i = 1; i < kRecomputeModuleCount; ++i) {
         const RecomputeModuleCost& c = l.recompute_modules[static_cast<size_t>(i)];
-        if (HasRecomputeModule(pl->recompute_modules, static_cast<RecomputeModule>(i))) hw += batch * (c.gemm_flops + c.core_flops);
+        if (HasRecomputeModule(pl->recompute_modules, static_cast<RecomputeModule>(i)))
+          hw += batch * (c.gemm_flops + c.core_flops);
       }
     }
   }
@@ -736,8 +795,9 @@ void Evaluator::FillFlops(Recompute rc, Plan* pl) const {
   const double peak = src_.cluster->PeakFlops(peak_dtype);
   if (!(peak > 0)) {  // times from a profile need no peak; the MFU does
     const std::string dtype = DTypeName(peak_dtype);
-    pl->notes.push_back(fmt::format("MFU unknown: {}: cluster '{}' has no peak for dtype {}; add gpu.peak_tflops.{} to it",
-                                    src_.cluster->path, src_.cluster->name, dtype, dtype));
+    pl->notes.push_back(
+        fmt::format("MFU unknown: {}: cluster '{}' has no peak for dtype {}; add gpu.peak_tflops.{} to it",
+                    src_.cluster->path, src_.cluster->name, dtype, dtype));
     return;
   }
   pl->predicted.mfu = mf / (gpus * peak * iter);

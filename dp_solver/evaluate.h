@@ -42,15 +42,16 @@ int64_t MaxZeroStage(int64_t max_zero_stage, int64_t p, int64_t d);
 
 // Everything the plan needs about a uniform candidate, short of its simulation.
 struct Evaluation {
-  const std::vector<int64_t>* cuts = nullptr;   // stage boundaries, p v + 1 of them
-  std::vector<SimStage> sim;                    // per virtual stage
-  std::vector<double> send;                     // per virtual stage: p2p to the next
+  const std::vector<int64_t>* cuts = nullptr;  // stage boundaries, p v + 1 of them
+  std::vector<SimStage> sim;                   // per virtual stage
+  std::vector<double> send;                    // per virtual stage: p2p to the next
   // Per device (pipeline position):
-  std::vector<double> params, stash, acts, work, forward_s, backward_s, peak, allreduce_s;  // stash: the largest chunk's; acts: peak activations
-  std::vector<double> largest_layer_params;     // per device: its largest layer's parameters (ZeRO-3 gathers one whole)
-  std::vector<double> expert_params;            // per device: the routed experts' part of params (sharded over the EDP group)
-  int64_t zero = -1;                            // the fastest ZeRO stage that fits; -1: none fits
-  int64_t zero_max = 0;                         // the highest ZeRO stage tried (MaxZeroStage); -1: --zero allowed none
+  std::vector<double> params, stash, acts, work, forward_s, backward_s, peak,
+      allreduce_s;                           // stash: the largest chunk's; acts: peak activations
+  std::vector<double> largest_layer_params;  // per device: its largest layer's parameters (ZeRO-3 gathers one whole)
+  std::vector<double> expert_params;  // per device: the routed experts' part of params (sharded over the EDP group)
+  int64_t zero = -1;                  // the fastest ZeRO stage that fits; -1: none fits
+  int64_t zero_max = 0;               // the highest ZeRO stage tried (MaxZeroStage); -1: --zero allowed none
   double peak_bytes = 0, dp_s = 0, optimizer_s = 0;
   // The fastest data-parallel architecture of those tried at the settled ZeRO stage (ties: hier, ring,
   // tree, ps, byteps); allreduce_s and dp_s are its.
@@ -101,9 +102,11 @@ class Evaluator {
 
   const CostSource src_;
   const SearchOptions& o_;
-  std::vector<DpComm> comms_;   // the architectures tried, in tie order (hier first)
-  int64_t servers_ = 0;         // CPU machines of ps / byteps
-  int64_t Servers(DpComm d) const { return d == DpComm::kParameterServer && o_.ps_colocated ? 0 : servers_; }  // ps co-located: 0 (DpServersFor)
+  std::vector<DpComm> comms_;  // the architectures tried, in tie order (hier first)
+  int64_t servers_ = 0;        // CPU machines of ps / byteps
+  int64_t Servers(DpComm d) const {
+    return d == DpComm::kParameterServer && o_.ps_colocated ? 0 : servers_;
+  }  // ps co-located: 0 (DpServersFor)
   int64_t batch_ = 0;
   StateBytes sb_;
   std::vector<CostTable> tables_;

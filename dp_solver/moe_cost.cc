@@ -25,7 +25,8 @@ MoeLayerCost MoeLayerCosts(const ClusterSpec& c, const Layer& l, const MoeShape&
   const double ep = static_cast<double>(s.ep), etp = static_cast<double>(s.etp);
   m.params = l.expert_params / (ep * etp);
   // Each rank dispatches the top_k copies of its s / (t cp) tokens (sequence parallelism with t > 1).
-  const double per_rank = s.microbatch * l.moe_dispatch_bytes / (s.tp * s.cp) * (capacity > 0 ? capacity : m.token_factor);
+  const double per_rank =
+      s.microbatch * l.moe_dispatch_bytes / (s.tp * s.cp) * (capacity > 0 ? capacity : m.token_factor);
   if (s.ep > 1) {
     const std::vector<int64_t> spread = GroupSpread(c, s.ep, s.etp);  // EP ranks sit etp apart in the fold
     int64_t units = 1;

@@ -22,16 +22,17 @@ int64_t MoeUnitLimit(const Layer& l, int64_t units_spanned);
 struct MoeShape {
   double microbatch = 1, tp = 1, cp = 1;
   int64_t ep = 1, etp = 1;
-  double imbalance = 1;   // busiest EP rank's tokens / the mean (dropless routing); `--moe-imbalance`
-  bool overlap = false;   // all-to-all hidden behind the layer's compute of the same pass; `--moe-overlap`
+  double imbalance = 1;  // busiest EP rank's tokens / the mean (dropless routing); `--moe-imbalance`
+  bool overlap = false;  // all-to-all hidden behind the layer's compute of the same pass; `--moe-overlap`
 };
 
 // What one MoE layer's experts cost per microbatch on one GPU, per pass (forward, or backward).
 struct MoeLayerCost {
-  double token_factor = 1;    // tokens the busiest rank handles / the balanced count: imbalance (dropless) or 1 (capacity)
-  double a2a_pass_s = 0;      // dispatch + combine all-to-all of one pass
-  double etp_pass_s = 0;      // expert TP all-gather + reduce-scatter of one pass (etp > 1)
-  double params = 0;          // expert parameters on this GPU: expert_params / (ep etp)
+  double token_factor =
+      1;                  // tokens the busiest rank handles / the balanced count: imbalance (dropless) or 1 (capacity)
+  double a2a_pass_s = 0;  // dispatch + combine all-to-all of one pass
+  double etp_pass_s = 0;  // expert TP all-gather + reduce-scatter of one pass (etp > 1)
+  double params = 0;      // expert parameters on this GPU: expert_params / (ep etp)
 };
 // Zero for a layer without experts.
 MoeLayerCost MoeLayerCosts(const ClusterSpec& cluster, const Layer& l, const MoeShape& s);

@@ -35,7 +35,9 @@ struct Table {
   int64_t rows = 0, cols = 0, machines = 0;
   std::vector<Entry> e;
   Entry& at(int64_t i, int64_t j, int64_t m) { return e[static_cast<size_t>((i * cols + j) * machines + m)]; }
-  const Entry& at(int64_t i, int64_t j, int64_t m) const { return e[static_cast<size_t>((i * cols + j) * machines + m)]; }
+  const Entry& at(int64_t i, int64_t j, int64_t m) const {
+    return e[static_cast<size_t>((i * cols + j) * machines + m)];
+  }
 };
 
 double CeilDiv(double a, double b) { return std::ceil(a / b); }
@@ -49,8 +51,15 @@ class LevelSolver {
   LevelSolver(const Segments& seg, const std::vector<double>& compute_times, const std::vector<std::vector<int>>& pred,
               const std::vector<std::vector<char>>& is_pred, int64_t num_machines, int64_t machines_within,
               double bandwidth, const PipeDreamOptions& o)
-      : seg_(seg), compute_times_(compute_times), pred_(pred), is_pred_(is_pred), num_machines_(num_machines),
-        machines_within_(machines_within), bandwidth_(bandwidth), o_(o), M_(static_cast<double>(num_machines)) {}
+      : seg_(seg),
+        compute_times_(compute_times),
+        pred_(pred),
+        is_pred_(is_pred),
+        num_machines_(num_machines),
+        machines_within_(machines_within),
+        bandwidth_(bandwidth),
+        o_(o),
+        M_(static_cast<double>(num_machines)) {}
 
   void Solve(bool final_level, Table* out) const {
     Table& a = *out;
@@ -193,13 +202,15 @@ void DropInputsAndUnusedGetitems(const Profile& profile, LayerDag* g) {
   g->alive.assign(static_cast<size_t>(n), 1);
   for (int v = 0; v < n; ++v) {
     const auto& l = profile.layers[static_cast<size_t>(v)];
-    if (g->inputs[static_cast<size_t>(v)].empty() && l.desc.rfind("Input", 0) == 0) g->alive[static_cast<size_t>(v)] = 0;
+    if (g->inputs[static_cast<size_t>(v)].empty() && l.desc.rfind("Input", 0) == 0)
+      g->alive[static_cast<size_t>(v)] = 0;
   }
   for (int v = 0; v < n; ++v) {
     if (!g->alive[static_cast<size_t>(v)]) continue;
     bool sink = true;
     for (int w : g->outs[static_cast<size_t>(v)]) sink = sink && !g->alive[static_cast<size_t>(w)];
-    if (sink && profile.layers[static_cast<size_t>(v)].desc.rfind("__getitem__", 0) == 0) g->alive[static_cast<size_t>(v)] = 0;
+    if (sink && profile.layers[static_cast<size_t>(v)].desc.rfind("__getitem__", 0) == 0)
+      g->alive[static_cast<size_t>(v)] = 0;
   }
 }
 
@@ -222,7 +233,8 @@ Status BuildLayerDag(const Profile& profile, LayerDag* out) {
     for (int u : g.inputs[static_cast<size_t>(v)]) source = source && !g.alive[static_cast<size_t>(u)];
     if (source) g.start = v;
   }
-  if (g.start < 0) return Status::InvalidArgument(profile.path + ": the profile has no layer left after removing Input nodes");
+  if (g.start < 0)
+    return Status::InvalidArgument(profile.path + ": the profile has no layer left after removing Input nodes");
   *out = std::move(g);
   return Status::OK();
 }
@@ -259,18 +271,21 @@ Segments BuildSegments(const Profile& profile, const AntichainStates& st) {
 std::vector<Table> SolveLevels(const Segments& seg, const AntichainStates& st, const PipeDreamOptions& o) {
   const int64_t S = seg.s;
   std::vector<std::vector<char>> is_pred(static_cast<size_t>(S), std::vector<char>(static_cast<size_t>(S), 0));
-  for (int64_t s = 0; s < S; ++s) for (int k : st.pred[static_cast<size_t>(s)]) is_pred[static_cast<size_t>(s)][static_cast<size_t>(k)] = 1;
+  for (int64_t s = 0; s < S; ++s)
+    for (int k : st.pred[static_cast<size_t>(s)]) is_pred[static_cast<size_t>(s)][static_cast<size_t>(k)] = 1;
   const size_t levels = o.machines.size();
   std::vector<Table> tables(levels);
   std::vector<double> compute;  // empty: level 1 uses raw compute
   int64_t within = 1;
   for (size_t l = 0; l < levels; ++l) {
-    LevelSolver(seg, compute, st.pred, is_pred, o.machines[l], within, o.bandwidths[l], o).Solve(l + 1 == levels, &tables[l]);
+    LevelSolver(seg, compute, st.pred, is_pred, o.machines[l], within, o.bandwidths[l], o)
+        .Solve(l + 1 == levels, &tables[l]);
     within = o.machines[l];
     if (l + 1 < levels) {
       compute.assign(static_cast<size_t>((S + 1) * S), kNone);
       for (int64_t i = 0; i <= S; ++i)
-        for (int64_t j = 0; j < S; ++j) compute[static_cast<size_t>(i * S + j)] = tables[l].at(i, j, o.machines[l] - 1).value;
+        for (int64_t j = 0; j < S; ++j)
+          compute[static_cast<size_t>(i * S + j)] = tables[l].at(i, j, o.machines[l] - 1).value;
     }
   }
   return tables;
@@ -334,7 +349,8 @@ void AssignLayers(const Profile& profile, const LayerDag& g, const AntichainStat
                   const std::vector<StateRange>& segs, PipeDreamResult* r) {
   const int n = static_cast<int>(profile.layers.size());
   std::vector<char> assigned(static_cast<size_t>(n), 0);
-  for (int v = 0; v < n; ++v) if (!g.alive[static_cast<size_t>(v)]) assigned[static_cast<size_t>(v)] = 1;
+  for (int v = 0; v < n; ++v)
+    if (!g.alive[static_cast<size_t>(v)]) assigned[static_cast<size_t>(v)] = 1;
   for (const auto& sg : segs) {
     PipeDreamStage ps;
     ps.first_state = sg.start;
@@ -343,7 +359,8 @@ void AssignLayers(const Profile& profile, const LayerDag& g, const AntichainStat
     ps.devices = sg.units;
     ps.compute_s = seg.Get(seg.t, sg.start, sg.end - 1);
     for (int v = 0; v < n; ++v) {
-      if (assigned[static_cast<size_t>(v)] || !st.members[static_cast<size_t>(sg.end - 1)][static_cast<size_t>(v)]) continue;
+      if (assigned[static_cast<size_t>(v)] || !st.members[static_cast<size_t>(sg.end - 1)][static_cast<size_t>(v)])
+        continue;
       assigned[static_cast<size_t>(v)] = 1;
       ps.layers.push_back(profile.layers[static_cast<size_t>(v)].name);
     }
@@ -360,8 +377,10 @@ Status SolvePipeDream(const Profile& profile, const PipeDreamOptions& o, PipeDre
   PLANNER_RETURN_IF_ERROR(ValidateOptions(o));
   // Every layer is at least one antichain state; past this many the tables below would be refused anyway.
   if (profile.layers.size() > kMaxPipeDreamLayers) {
-    return Status::InvalidArgument(fmt::format("pipedream mode: {} layers is more than the {} PipeDream's optimizer is run for; use --mode auto "
-                                               "or merge layers", profile.layers.size(), kMaxPipeDreamLayers));
+    return Status::InvalidArgument(
+        fmt::format("pipedream mode: {} layers is more than the {} PipeDream's optimizer is run for; use --mode auto "
+                    "or merge layers",
+                    profile.layers.size(), kMaxPipeDreamLayers));
   }
   LayerDag g;
   PLANNER_RETURN_IF_ERROR(BuildLayerDag(profile, &g));
@@ -374,16 +393,18 @@ Status SolvePipeDream(const Profile& profile, const PipeDreamOptions& o, PipeDre
   const double max_m = static_cast<double>(*std::max_element(o.machines.begin(), o.machines.end()));
   const double entries = static_cast<double>(S + 1) * static_cast<double>(S) * max_m;
   if (entries > kMaxPipeDreamEntries || entries * max_m > kMaxPipeDreamWork) {
-    return Status::InvalidArgument(fmt::format("pipedream mode: {} antichain states x {} machines needs {:.3g} table entries, more than the {:.3g} "
-                                               "this planner allocates (or as many split trials); use fewer machines per level (--pd-machines) or --mode auto",
-                                               S, *std::max_element(o.machines.begin(), o.machines.end()), entries, kMaxPipeDreamEntries));
+    return Status::InvalidArgument(fmt::format(
+        "pipedream mode: {} antichain states x {} machines needs {:.3g} table entries, more than the {:.3g} "
+        "this planner allocates (or as many split trials); use fewer machines per level (--pd-machines) or --mode auto",
+        S, *std::max_element(o.machines.begin(), o.machines.end()), entries, kMaxPipeDreamEntries));
   }
   const std::vector<Table> tables = SolveLevels(seg, st, o);
   const Entry& top = tables.back().at(0, S - 1, o.machines.back() - 1);
   if (IsNone(top.value)) {
-    return Status::Infeasible(fmt::format("no PipeDream configuration fits: every stage needs more than the {:.3g} bytes "
-                                          "of memory per machine (-s); raise it or drop --use-memory-constraint",
-                                          o.memory_bytes));
+    return Status::Infeasible(
+        fmt::format("no PipeDream configuration fits: every stage needs more than the {:.3g} bytes "
+                    "of memory per machine (-s); raise it or drop --use-memory-constraint",
+                    o.memory_bytes));
   }
   std::vector<StateRange> segs;
   PLANNER_RETURN_IF_ERROR(FlattenStages(tables, o, S, &segs));

@@ -98,10 +98,10 @@ Status BuildPipeDreamPlan(const Profile& profile, const ClusterSpec& cluster, in
   plan->predicted.iteration_s = r.objective_s;
   plan->predicted.pipeline_s = r.objective_s;
   plan->predicted.samples_per_second = static_cast<double>(profile.reference_microbatch) / r.objective_s;
-  plan->notes.push_back(fmt::format("PipeDream objective: {:.10g} s per minibatch of {} ({} antichain states); "
-                                    "single machine {:.6g} s, PipeDream's data-parallel baseline {:.6g} s",
-                                    r.objective_s, profile.reference_microbatch, r.num_states, r.single_machine_s,
-                                    r.data_parallel_s));
+  plan->notes.push_back(
+      fmt::format("PipeDream objective: {:.10g} s per minibatch of {} ({} antichain states); "
+                  "single machine {:.6g} s, PipeDream's data-parallel baseline {:.6g} s",
+                  r.objective_s, profile.reference_microbatch, r.num_states, r.single_machine_s, r.data_parallel_s));
   std::string levels;
   for (size_t i = 0; i < o.machines.size(); ++i) {
     levels += fmt::format("{}{} x {:.4g} B/s", i ? ", " : "", o.machines[i], o.bandwidths[i]);

@@ -26,7 +26,8 @@ std::vector<SimStage> SimStagesOf(const LaunchPlan& L) {
     x.backward_input_s = split ? s.predicted_backward_input_s : s.predicted_compute_s / 3;
     x.backward_weight_s = split ? s.predicted_backward_weight_s : s.predicted_compute_s / 3;
     x.send_s = s.predicted_p2p_s;
-    if (x.forward_s + x.backward_input_s + x.backward_weight_s <= 0) x.forward_s = x.backward_input_s = x.backward_weight_s = 1;
+    if (x.forward_s + x.backward_input_s + x.backward_weight_s <= 0)
+      x.forward_s = x.backward_input_s = x.backward_weight_s = 1;
     st.push_back(x);
   }
   return st;
@@ -53,11 +54,11 @@ Action Act(ActionKind k, int64_t stage, int64_t mb, int32_t peer = Action::kSame
 
 // How one device's compute events become actions.
 struct Emitter {
-  int64_t stages = 1;                                  // Q, virtual stages
-  std::function<int32_t(int64_t, int64_t)> peer;      // (stage, microbatch) -> replica of that stage, or kSameReplica
-  bool async = false;                                  // per-backward AR<stage> (when replicated) and OPT
-  bool reduce_after_backward = false;                  // async: the stage has more than one replica
-  std::vector<Action> held;                            // sends of held events (SimEvent::held), posted after the next unheld one
+  int64_t stages = 1;                             // Q, virtual stages
+  std::function<int32_t(int64_t, int64_t)> peer;  // (stage, microbatch) -> replica of that stage, or kSameReplica
+  bool async = false;                             // per-backward AR<stage> (when replicated) and OPT
+  bool reduce_after_backward = false;             // async: the stage has more than one replica
+  std::vector<Action> held;  // sends of held events (SimEvent::held), posted after the next unheld one
 
   void Append(const SimEvent& e, std::vector<Action>* out) {
     const int64_t q = e.stage, j = e.microbatch;
@@ -114,7 +115,8 @@ void AlignReceives(const LaunchPlan& L, std::vector<RankProgram>* progs) {
         const bool r = x.kind == ActionKind::kRecvActivation || x.kind == ActionKind::kRecvGrad;
         return r && StagePosition(L.schedule, PeerStage(x), L.pp) == a;
       };
-      for (const Action& x : acts) if (from_a(x)) recv[MessageOf(x)] = x;
+      for (const Action& x : acts)
+        if (from_a(x)) recv[MessageOf(x)] = x;
       std::vector<Action> out;
       size_t k = 0;
       std::set<std::tuple<bool, int64_t, int64_t>> done;

@@ -20,12 +20,15 @@ void Ranking::Keep(Plan&& pl) {
   // One runner-up per layout and time.
   for (const auto& k : best_) {
     const Plan& q = k.plan;
-    if (q.config == pl.config && q.tp == pl.tp && q.pp == pl.pp && q.cp == pl.cp && q.ep == pl.ep && q.etp == pl.etp && q.sequence_parallel == pl.sequence_parallel &&
-        q.schedule == pl.schedule && q.interleave == pl.interleave && q.recompute == pl.recompute && q.recompute_modules == pl.recompute_modules && q.zero_stage == pl.zero_stage && std::fabs(k.iteration_s - iter) <= 1e-9 * iter) {
+    if (q.config == pl.config && q.tp == pl.tp && q.pp == pl.pp && q.cp == pl.cp && q.ep == pl.ep && q.etp == pl.etp &&
+        q.sequence_parallel == pl.sequence_parallel && q.schedule == pl.schedule && q.interleave == pl.interleave &&
+        q.recompute == pl.recompute && q.recompute_modules == pl.recompute_modules && q.zero_stage == pl.zero_stage &&
+        std::fabs(k.iteration_s - iter) <= 1e-9 * iter) {
       return;
     }
   }
-  auto pos = std::upper_bound(best_.begin(), best_.end(), iter, [](double x, const Scored& y) { return x < y.iteration_s; });
+  auto pos =
+      std::upper_bound(best_.begin(), best_.end(), iter, [](double x, const Scored& y) { return x < y.iteration_s; });
   best_.insert(pos, Scored{std::move(pl), iter});
   if (best_.size() > top_k_) best_.pop_back();
 }
@@ -35,7 +38,8 @@ void Ranking::NoFit(const Candidate& k, const Evaluation& x, double usable) {
     if (zero_conflict_.empty()) {
       zero_conflict_ = fmt::format("tp={} cp={} pp={} dp={}: {}", k.t, k.cp, k.p, k.d,
                                    k.d * k.cp <= 1 ? "ZeRO-1..3 shard over data-parallel ranks and there are none"
-                                                   : "ZeRO-2/3 are not run with pipelining (DeepSpeed refuses them; Megatron's distributed optimizer is ZeRO-1)");
+                                                   : "ZeRO-2/3 are not run with pipelining (DeepSpeed refuses them; "
+                                                     "Megatron's distributed optimizer is ZeRO-1)");
     }
     return;
   }
@@ -43,10 +47,14 @@ void Ranking::NoFit(const Candidate& k, const Evaluation& x, double usable) {
   if (!(over < least_overflow_bytes_)) return;
   least_overflow_bytes_ = over;
   size_t worst = static_cast<size_t>(std::max_element(x.peak.begin(), x.peak.end()) - x.peak.begin());
-  binding_ = fmt::format("stage {} needs {:.1f} GiB > {:.1f} GiB usable ({:.0f} bytes; best try: tp={} cp={} pp={} dp={}{} microbatch={} {} recompute={}, ZeRO-{}{})",
-                         worst, x.peak[worst] / kGiB, usable / kGiB, x.peak[worst], k.t, k.cp, k.p, k.d,
-                         (k.sp && k.t > 1 ? " sp" : "") + (k.ep > 1 || k.etp > 1 ? fmt::format(" ep={} etp={}", k.ep, k.etp) : std::string()), k.b, ScheduleName(k.s), RecomputeLabel(k.rc, 0, k.rc_modules), x.zero_max,
-                         k.p > 1 && k.d > 1 && x.zero_max == 1 ? "; ZeRO-2/3 are not run with pipelining" : "");
+  binding_ = fmt::format(
+      "stage {} needs {:.1f} GiB > {:.1f} GiB usable ({:.0f} bytes; best try: tp={} cp={} pp={} dp={}{} microbatch={} "
+      "{} recompute={}, ZeRO-{}{})",
+      worst, x.peak[worst] / kGiB, usable / kGiB, x.peak[worst], k.t, k.cp, k.p, k.d,
+      (k.sp && k.t > 1 ? " sp" : "") +
+          (k.ep > 1 || k.etp > 1 ? fmt::format(" ep={} etp={}", k.ep, k.etp) : std::string()),
+      k.b, ScheduleName(k.s), RecomputeLabel(k.rc, 0, k.rc_modules), x.zero_max,
+      k.p > 1 && k.d > 1 && x.zero_max == 1 ? "; ZeRO-2/3 are not run with pipelining" : "");
 }
 
 void Ranking::Dropped(const Status& why) {
@@ -79,11 +87,11 @@ PlanSummary RunnerUp(const Plan& r, const Plan& win) {
   s.iteration_s = r.predicted.iteration_s;
   s.samples_per_second = r.predicted.samples_per_second;
   s.peak_memory_bytes = r.predicted.peak_memory_bytes;
-  s.why_lost = fmt::format("{:.1f}% slower: pipeline {} vs {}, bubble {:.1f}% vs {:.1f}%, exposed DP all-reduce {} vs {}",
-                           100.0 * (r.predicted.iteration_s / win.predicted.iteration_s - 1.0),
-                           FormatSeconds(r.predicted.pipeline_s), FormatSeconds(win.predicted.pipeline_s),
-                           100 * r.predicted.bubble_fraction, 100 * win.predicted.bubble_fraction,
-                           FormatSeconds(r.predicted.dp_allreduce_s), FormatSeconds(win.predicted.dp_allreduce_s));
+  s.why_lost = fmt::format(
+      "{:.1f}% slower: pipeline {} vs {}, bubble {:.1f}% vs {:.1f}%, exposed DP all-reduce {} vs {}",
+      100.0 * (r.predicted.iteration_s / win.predicted.iteration_s - 1.0), FormatSeconds(r.predicted.pipeline_s),
+      FormatSeconds(win.predicted.pipeline_s), 100 * r.predicted.bubble_fraction, 100 * win.predicted.bubble_fraction,
+      FormatSeconds(r.predicted.dp_allreduce_s), FormatSeconds(win.predicted.dp_allreduce_s));
   return s;
 }
 
@@ -93,16 +101,19 @@ Status Ranking::Finish(int64_t gpus, int64_t batch, Plan* out) {
   if (best_.empty()) {
     if (!binding_.empty()) return Status::Infeasible("no plan fits in memory: " + binding_);
     if (!zero_conflict_.empty()) {
-      return Status::InvalidArgument(fmt::format("--zero allows no ZeRO stage the layouts can run ({}); allow --zero 0 or 1, or other --pp / --tp",
-                                                 zero_conflict_));
+      return Status::InvalidArgument(
+          fmt::format("--zero allows no ZeRO stage the layouts can run ({}); allow --zero 0 or 1, or other --pp / --tp",
+                      zero_conflict_));
     }
     std::string why = rejections_.Summary();
-    if (why.empty() && dropped_.code() == StatusCode::kInfeasible) return dropped_.WithContext("no plan fits in memory");
+    if (why.empty() && dropped_.code() == StatusCode::kInfeasible)
+      return dropped_.WithContext("no plan fits in memory");
     if (why.empty() && !dropped_.ok()) return dropped_;
     if (!dropped_.ok()) why += "; " + dropped_.message();
-    return Status::Infeasible(fmt::format("no configuration divides the problem: {} GPUs, global batch {}{}; "
-                                          "choose a batch divisible by microbatch x data-parallel size, or other --tp/--pp",
-                                          gpus, batch, why.empty() ? "" : " (" + why + ")"));
+    return Status::Infeasible(
+        fmt::format("no configuration divides the problem: {} GPUs, global batch {}{}; "
+                    "choose a batch divisible by microbatch x data-parallel size, or other --tp/--pp",
+                    gpus, batch, why.empty() ? "" : " (" + why + ")"));
   }
   Plan win = std::move(best_.front().plan);
   for (size_t i = 1; i < best_.size(); ++i) win.runners_up.push_back(RunnerUp(best_[i].plan, win));

@@ -52,8 +52,9 @@ class Ranking {
   size_t top_k_;
   std::vector<Scored> best_;  // by iteration time, at most top_k_
   double least_overflow_bytes_ = INFINITY;
-  std::string binding_;       // the uniform candidate closest to fitting
-  std::string zero_conflict_; // a layout --zero left no stage for (ZeRO-2/3 with pipelining, ZeRO >= 1 without replicas)
+  std::string binding_;  // the uniform candidate closest to fitting
+  std::string
+      zero_conflict_;  // a layout --zero left no stage for (ZeRO-2/3 with pipelining, ZeRO >= 1 without replicas)
   Status dropped_ = Status::OK();
   Rejections rejections_;
 };

@@ -37,7 +37,8 @@ void ReplicatedCoster::PrecomputeCommunication(const ClusterSpec& cluster) {
       if (r > 1) {
         auto spread = GroupSpreadAt(cluster, off * o_.tp, r, o_.tp);
         const int64_t servers = DpServersFor(o_.dp_comm, o_.servers, o_.ps_colocated);
-        ar_alpha_[k] = DpSyncSeconds(cluster, o_.dp_comm, 0.0, spread, servers, o_.tp);  // the tp sibling groups share the servers
+        ar_alpha_[k] =
+            DpSyncSeconds(cluster, o_.dp_comm, 0.0, spread, servers, o_.tp);  // the tp sibling groups share the servers
         ar_beta_[k] = (DpSyncSeconds(cluster, o_.dp_comm, 1e9, spread, servers, o_.tp) - ar_alpha_[k]) / 1e9;
       }
       if (off + r < o_.workers) {
@@ -57,7 +58,8 @@ void ReplicatedCoster::BuildMaxOutTable() {
   for (size_t lg = 1; (size_t{1} << lg) <= n; ++lg) {
     const size_t half = size_t{1} << (lg - 1);
     max_out_.emplace_back(n - (size_t{1} << lg) + 1);
-    for (size_t i = 0; i + (size_t{1} << lg) <= n; ++i) max_out_[lg][i] = std::max(max_out_[lg - 1][i], max_out_[lg - 1][i + half]);
+    for (size_t i = 0; i + (size_t{1} << lg) <= n; ++i)
+      max_out_[lg][i] = std::max(max_out_[lg - 1][i], max_out_[lg - 1][i + half]);
   }
 }
 
@@ -94,7 +96,8 @@ bool ReplicatedCoster::Cost(int64_t a, int64_t e, int64_t offset, int64_t r, Rep
   // Vertical sync: later stages hold the versions back to the input stage's (docs/cost_model.md).
   s.weight_versions = o_.vertical_sync ? VerticalSyncStageVersions(o_.workers, offset, r) : s.in_flight;
   const double working = 2 * MaxOutBytes(a, e) / static_cast<double>(o_.tp);
-  s.peak_memory_bytes = params * (o_.state_bytes_per_param + o_.step_copy_bytes_per_param) + static_cast<double>(s.in_flight) * t.Stash(a, e) +
+  s.peak_memory_bytes = params * (o_.state_bytes_per_param + o_.step_copy_bytes_per_param) +
+                        static_cast<double>(s.in_flight) * t.Stash(a, e) +
                         static_cast<double>(s.weight_versions - 1) * params * o_.weight_bytes_per_param + working;
   if (out) *out = s;
   return o_.usable_bytes <= 0 || s.peak_memory_bytes <= o_.usable_bytes;
@@ -109,7 +112,10 @@ constexpr double kInf = std::numeric_limits<double>::infinity();
 class ForcedReplicationDp {
  public:
   ForcedReplicationDp(const ReplicatedCoster& coster, const std::vector<int64_t>& forced, int64_t layers)
-      : coster_(coster), forced_(forced), layers_(layers), S_(static_cast<int64_t>(forced.size())),
+      : coster_(coster),
+        forced_(forced),
+        layers_(layers),
+        S_(static_cast<int64_t>(forced.size())),
         best_(static_cast<size_t>(S_ + 1), std::vector<double>(static_cast<size_t>(layers + 1), kInf)),
         arg_(static_cast<size_t>(S_ + 1), std::vector<int64_t>(static_cast<size_t>(layers + 1), -1)) {}
 
@@ -170,13 +176,15 @@ Status SolveForced(const CostTable& table, const ReplicatedCoster& coster, const
   int64_t sum = 0;
   for (int64_t r : o.forced) sum += r;
   if (sum != o.workers || S > layers) {
-    return Status::InvalidArgument(fmt::format("replication {}: the replicas sum to {} but there are {} workers (or more stages than {} layers)",
-                                               S, sum, o.workers, layers));
+    return Status::InvalidArgument(
+        fmt::format("replication {}: the replicas sum to {} but there are {} workers (or more stages than {} layers)",
+                    S, sum, o.workers, layers));
   }
   ForcedReplicationDp dp(coster, o.forced, layers);
   dp.Fill();
   if (!dp.Feasible()) {
-    return Status::Infeasible(fmt::format("replication with {} stages does not fit in {:.1f} GiB", S, o.usable_bytes / kGiB));
+    return Status::Infeasible(
+        fmt::format("replication with {} stages does not fit in {:.1f} GiB", S, o.usable_bytes / kGiB));
   }
   *out = dp.Backtrack();
   return Status::OK();
@@ -188,9 +196,16 @@ class FreeReplicationDp {
  public:
   FreeReplicationDp(const CostTable& table, const ReplicatedCoster& coster, const ReplicatedOptions& o, int64_t unit,
                     int64_t units)
-      : table_(table), coster_(coster), o_(o), layers_(static_cast<int64_t>(table.rows.size())), unit_(unit),
-        units_(units), cols_(static_cast<size_t>(units + 1)), opt_(static_cast<size_t>(layers_ + 1) * cols_, kInf),
-        arg_i_(opt_.size(), -1), arg_r_(opt_.size(), -1) {}
+      : table_(table),
+        coster_(coster),
+        o_(o),
+        layers_(static_cast<int64_t>(table.rows.size())),
+        unit_(unit),
+        units_(units),
+        cols_(static_cast<size_t>(units + 1)),
+        opt_(static_cast<size_t>(layers_ + 1) * cols_, kInf),
+        arg_i_(opt_.size(), -1),
+        arg_r_(opt_.size(), -1) {}
 
   void Fill() {
     opt_[At(0, 0)] = 0;

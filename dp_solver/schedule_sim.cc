@@ -43,7 +43,8 @@ double MakespanLowerBound(Schedule s, const std::vector<SimStage>& st, int64_t p
     best = std::max(best, head + static_cast<double>(m) * work + (no_tail ? 0.0 : tail));
     const SimStage& x = st[static_cast<size_t>(r)];
     head += x.forward_s + x.send_s + x.exposed_send_s;
-    tail += x.backward_input_s + x.backward_weight_s + x.send_s + (r > 0 ? st[static_cast<size_t>(r - 1)].exposed_send_s : 0.0);
+    tail += x.backward_input_s + x.backward_weight_s + x.send_s +
+            (r > 0 ? st[static_cast<size_t>(r - 1)].exposed_send_s : 0.0);
   }
   return best;
 }
@@ -180,9 +181,10 @@ class Engine {
   // operation that holds nothing: then every held output leaves, each after its exposed send.
   void Run(int64_t dev, char kind, int64_t q, int64_t i, double ready, bool hold = false) {
     const SimStage& x = st_[static_cast<size_t>(q)];
-    double dur = kind == 'F' ? x.forward_s
-                             : (kind == 'W' ? x.backward_weight_s
-                                            : (split_w_ ? x.backward_input_s : x.backward_input_s + x.backward_weight_s));
+    double dur = kind == 'F'
+                     ? x.forward_s
+                     : (kind == 'W' ? x.backward_weight_s
+                                    : (split_w_ ? x.backward_input_s : x.backward_input_s + x.backward_weight_s));
     double end = Put(dev, kind, q, i, std::max(FreeAt(dev), ready), dur, hold);
     auto& held = held_[static_cast<size_t>(dev)];
     held.push_back({kind, static_cast<int32_t>(q), static_cast<int32_t>(i)});
@@ -229,8 +231,10 @@ class Engine {
   double Publish(int64_t dev, const Op& h, double end) {
     const int64_t q = h.stage, i = h.mb;
     const SimStage& x = st_[static_cast<size_t>(q)];
-    if (h.kind == 'F' && q + 1 < q_count_ && !local_[static_cast<size_t>(q)] && x.exposed_send_s > 0) end = Put(dev, 'C', q, i, end, x.exposed_send_s);
-    if (h.kind == 'B' && q > 0 && !local_[static_cast<size_t>(q - 1)] && st_[static_cast<size_t>(q - 1)].exposed_send_s > 0) {
+    if (h.kind == 'F' && q + 1 < q_count_ && !local_[static_cast<size_t>(q)] && x.exposed_send_s > 0)
+      end = Put(dev, 'C', q, i, end, x.exposed_send_s);
+    if (h.kind == 'B' && q > 0 && !local_[static_cast<size_t>(q - 1)] &&
+        st_[static_cast<size_t>(q - 1)].exposed_send_s > 0) {
       end = Put(dev, 'C', q, i, end, st_[static_cast<size_t>(q - 1)].exposed_send_s);
     }
     if (h.kind == 'F') f_end_[Idx(q, i)] = end;
@@ -242,7 +246,9 @@ class Engine {
     double end = start + dur;
     free_at_[static_cast<size_t>(dev)] = end;
     r_.busy_s[static_cast<size_t>(dev)] += dur;
-    if (record_) r_.events.push_back({static_cast<int32_t>(dev), static_cast<int32_t>(q), static_cast<int32_t>(i), kind, start, end, hold});
+    if (record_)
+      r_.events.push_back(
+          {static_cast<int32_t>(dev), static_cast<int32_t>(q), static_cast<int32_t>(i), kind, start, end, hold});
     r_.makespan_s = std::max(r_.makespan_s, end);
     return end;
   }
@@ -296,7 +302,10 @@ class ZbH1Scheduler {
   Choice Choose(const Engine& eng, int64_t d) const {
     size_t du = static_cast<size_t>(d);
     double fa = eng.FreeAt(d);
-    struct Cand { char kind; double ready; };
+    struct Cand {
+      char kind;
+      double ready;
+    };
     Cand cands[3];
     int nc = 0;
     if (nb_[du] < m_ && nb_[du] - nw_[du] < d + 1 && nb_[du] < nf_[du]) cands[nc++] = {'B', eng.BReady(d, nb_[du])};
@@ -336,21 +345,27 @@ std::vector<Op> ReplicaOrder(int32_t stage, int64_t k, int64_t r, int64_t in_fli
 }  // namespace
 
 Status CheckDualPipeV(int64_t p, int64_t v, int64_t m) {
-  if (v != 2) return Status::InvalidArgument(fmt::format("the dualpipev schedule runs 2 chunks per device (2p stages), not {}", v));
+  if (v != 2)
+    return Status::InvalidArgument(
+        fmt::format("the dualpipev schedule runs 2 chunks per device (2p stages), not {}", v));
   if (m < 2 * p) {
-    return Status::InvalidArgument(fmt::format("the dualpipev schedule needs at least as many microbatches ({}) as stages (2 x pp = {})", m, 2 * p));
+    return Status::InvalidArgument(fmt::format(
+        "the dualpipev schedule needs at least as many microbatches ({}) as stages (2 x pp = {})", m, 2 * p));
   }
   return Status::OK();
 }
 
-Status SimulateSchedule(Schedule s, const std::vector<SimStage>& st, int64_t p, int64_t m, bool record, SimResult* out) {
+Status SimulateSchedule(Schedule s, const std::vector<SimStage>& st, int64_t p, int64_t m, bool record,
+                        SimResult* out) {
   if (p < 1 || m < 1 || st.empty() || static_cast<int64_t>(st.size()) % p != 0) {
     return Status::InvalidArgument("schedule simulation needs p >= 1, m >= 1 and p * v stages");
   }
   const int64_t q_count = static_cast<int64_t>(st.size());
   const int64_t v = q_count / p;
   if (s == Schedule::kInterleaved && m % p != 0) {
-    return Status::InvalidArgument(fmt::format("the interleaved schedule needs the number of microbatches ({}) to be a multiple of the pipeline depth ({})", m, p));
+    return Status::InvalidArgument(fmt::format(
+        "the interleaved schedule needs the number of microbatches ({}) to be a multiple of the pipeline depth ({})", m,
+        p));
   }
   if (s == Schedule::kDualPipeV) PLANNER_RETURN_IF_ERROR(CheckDualPipeV(p, v, m));
   if (s != Schedule::kInterleaved && s != Schedule::kDualPipeV && v != 1) {
@@ -376,7 +391,8 @@ Status SimulateReplicated(const std::vector<SimStage>& st, const std::vector<int
                           const std::vector<int64_t>& in_flight, int64_t m, bool record, SimResult* out) {
   const size_t stages = st.size();
   if (stages == 0 || replicas.size() != stages || in_flight.size() != stages || m < 1) {
-    return Status::InvalidArgument("replicated simulation needs one replica count and in-flight count per stage, and m >= 1");
+    return Status::InvalidArgument(
+        "replicated simulation needs one replica count and in-flight count per stage, and m >= 1");
   }
   std::vector<std::vector<Op>> orders;
   for (size_t q = 0; q < stages; ++q) {

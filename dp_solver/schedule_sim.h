@@ -17,31 +17,31 @@
 
 namespace planner {
 
-
 struct SimStage {
   double forward_s = 0;
   double backward_input_s = 0;
   double backward_weight_s = 0;
-  double send_s = 0;          // overlapped p2p of this stage's output to the next (link latency only); the gradient costs the same
+  double send_s =
+      0;  // overlapped p2p of this stage's output to the next (link latency only); the gradient costs the same
   double exposed_send_s = 0;  // exposed p2p: the sender is busy ('C' event) after F of this stage, and
                               // the next stage's device after its B, sending the gradient back
 };
 
 struct SimEvent {
   int32_t device = 0;
-  int32_t stage = 0;   // virtual stage
+  int32_t stage = 0;  // virtual stage
   int32_t microbatch = 0;
-  char kind = 'F';     // 'F', 'B' (backward-input, or the whole backward), 'W', 'C' (exposed send)
+  char kind = 'F';  // 'F', 'B' (backward-input, or the whole backward), 'W', 'C' (exposed send)
   double start_s = 0, end_s = 0;
-  bool held = false;   // its output (activation or gradient) leaves with the device's next event that is not
-                       // held: DualPipeV's overlapped F&B pairs and full backwards (B, then its W) send at their end
+  bool held = false;  // its output (activation or gradient) leaves with the device's next event that is not
+                      // held: DualPipeV's overlapped F&B pairs and full backwards (B, then its W) send at their end
 };
 
 struct SimResult {
   double makespan_s = 0;
-  std::vector<double> busy_s;   // per device
-  double bubble_fraction = 0;   // 1 - sum(busy) / (devices x makespan)
-  std::vector<SimEvent> events; // filled when requested
+  std::vector<double> busy_s;    // per device
+  double bubble_fraction = 0;    // 1 - sum(busy) / (devices x makespan)
+  std::vector<SimEvent> events;  // filled when requested
 };
 
 // `stages` holds p * v virtual stages; virtual stage q runs on device
@@ -64,7 +64,8 @@ Status SimulateSchedule(Schedule schedule, const std::vector<SimStage>& stages, 
 // many microbatches as stages, m >= 2p. InvalidArgument naming the rule otherwise.
 Status CheckDualPipeV(int64_t p, int64_t v, int64_t m);
 
-double MakespanLowerBound(Schedule schedule, const std::vector<SimStage>& stages, int64_t devices, int64_t microbatches);
+double MakespanLowerBound(Schedule schedule, const std::vector<SimStage>& stages, int64_t devices,
+                          int64_t microbatches);
 
 // PipeDream's asynchronous 1F1B over replicated stages: stage s has
 // replicas[s] devices (numbered stage by stage), microbatch j runs on replica
@@ -73,7 +74,8 @@ double MakespanLowerBound(Schedule schedule, const std::vector<SimStage>& stages
 // in_flight[s] - 1 forwards, then one forward one backward). `stages` holds
 // one entry per stage (no interleaving).
 Status SimulateReplicated(const std::vector<SimStage>& stages, const std::vector<int64_t>& replicas,
-                          const std::vector<int64_t>& in_flight, int64_t microbatches, bool record_events, SimResult* out);
+                          const std::vector<int64_t>& in_flight, int64_t microbatches, bool record_events,
+                          SimResult* out);
 
 // Closed forms on uniform stages (tests compare the simulator with them):
 // GPipe/1F1B: (m + p - 1)(F + B + W); interleaved: (m + (p - 1)/v)(F + B + W)

@@ -74,33 +74,43 @@ Status CheckExpertFlags(const CostSource& src, const SearchOptions& o) {
                       std::any_of(o.etp.begin(), o.etp.end(), [](int64_t v) { return v > 1; });
   if (experts == 0) {
     if (!forced) return Status::OK();
-    return Status::InvalidArgument(fmt::format("--ep {} --etp {}: {} has no MoE layers (no experts to split); drop --ep / --etp",
-                                               o.ep.empty() ? "1" : JoinValues(o.ep), o.etp.empty() ? "1" : JoinValues(o.etp),
-                                               src.model != nullptr && src.profile == nullptr ? src.model->name : "a measured profile"));
+    return Status::InvalidArgument(
+        fmt::format("--ep {} --etp {}: {} has no MoE layers (no experts to split); drop --ep / --etp",
+                    o.ep.empty() ? "1" : JoinValues(o.ep), o.etp.empty() ? "1" : JoinValues(o.etp),
+                    src.model != nullptr && src.profile == nullptr ? src.model->name : "a measured profile"));
   }
-  const bool sp_off = !o.sequence_parallel.empty() && std::none_of(o.sequence_parallel.begin(), o.sequence_parallel.end(), [](int v) { return v != 0; });
+  const bool sp_off =
+      !o.sequence_parallel.empty() &&
+      std::none_of(o.sequence_parallel.begin(), o.sequence_parallel.end(), [](int v) { return v != 0; });
   if (sp_off && !o.tp.empty() && std::all_of(o.tp.begin(), o.tp.end(), [](int64_t t) { return t > 1; })) {
-    return Status::InvalidArgument(fmt::format("--sp off with --tp {}: Megatron-Core's MoE layers need sequence parallelism with tp > 1; use --sp on or --tp 1",
-                                               JoinValues(o.tp)));
+    return Status::InvalidArgument(
+        fmt::format("--sp off with --tp {}: Megatron-Core's MoE layers need sequence parallelism with tp > 1; use --sp "
+                    "on or --tp 1",
+                    JoinValues(o.tp)));
   }
   std::vector<int64_t> divisors;
-  for (int64_t d = 1; d <= experts; ++d) if (experts % d == 0) divisors.push_back(d);
+  for (int64_t d = 1; d <= experts; ++d)
+    if (experts % d == 0) divisors.push_back(d);
   for (int64_t v : o.ep) {
     if (experts % v != 0) {
-      return Status::InvalidArgument(fmt::format("--ep {}: does not divide the {} experts of {}; choose a divisor of {} ({})", v, experts,
-                                                 src.model->name, experts, JoinValues(divisors)));
+      return Status::InvalidArgument(
+          fmt::format("--ep {}: does not divide the {} experts of {}; choose a divisor of {} ({})", v, experts,
+                      src.model->name, experts, JoinValues(divisors)));
     }
   }
   if (o.ep.empty()) return Status::OK();
-  const std::vector<int64_t> etps = o.etp.empty() ? std::vector<int64_t>{1} : o.etp, pps = o.pp.empty() ? std::vector<int64_t>{1} : o.pp;
+  const std::vector<int64_t> etps = o.etp.empty() ? std::vector<int64_t>{1} : o.etp,
+                             pps = o.pp.empty() ? std::vector<int64_t>{1} : o.pp;
   for (int64_t ep : o.ep)
     for (int64_t etp : etps)
       for (int64_t p : pps)
         if (o.gpus % p == 0 && (o.gpus / p) % (ep * std::max<int64_t>(1, etp)) == 0) return Status::OK();
-  return Status::InvalidArgument(fmt::format("--ep {}{}: ep x etp divides no stage's GPUs (--gpus {}{}): Megatron-Core folds the expert groups out of "
-                                             "a pipeline stage's tp x cp x dp GPUs; choose --ep (x --etp) dividing {}",
-                                             JoinValues(o.ep), o.etp.empty() ? "" : " --etp " + JoinValues(o.etp), o.gpus,
-                                             o.pp.empty() ? "" : " / --pp " + JoinValues(o.pp), o.pp.size() == 1 ? o.gpus / std::max<int64_t>(1, o.pp[0]) : o.gpus));
+  return Status::InvalidArgument(fmt::format(
+      "--ep {}{}: ep x etp divides no stage's GPUs (--gpus {}{}): Megatron-Core folds the expert groups out of "
+      "a pipeline stage's tp x cp x dp GPUs; choose --ep (x --etp) dividing {}",
+      JoinValues(o.ep), o.etp.empty() ? "" : " --etp " + JoinValues(o.etp), o.gpus,
+      o.pp.empty() ? "" : " / --pp " + JoinValues(o.pp),
+      o.pp.size() == 1 ? o.gpus / std::max<int64_t>(1, o.pp[0]) : o.gpus));
 }
 
 // What the search cannot serve, before any candidate: InvalidArgument naming
@@ -110,17 +120,23 @@ Status CheckExpertFlags(const CostSource& src, const SearchOptions& o) {
 // multi_latent_attention"); the MoE modules on a dense model change nothing, as in Megatron-Core.
 Status CheckRecomputeModules(const CostSource& src, const SearchOptions& o) {
   if (o.recompute_modules == 0) return Status::OK();
-  const std::string flag = fmt::format("--recompute-modules {}", fmt::join(RecomputeModuleList(o.recompute_modules), ","));
-  if (!o.recompute.empty() && std::find(o.recompute.begin(), o.recompute.end(), Recompute::kSelective) == o.recompute.end()) {
-    return Status::InvalidArgument(fmt::format("{}: the modules are selective recompute's, which --recompute leaves out; add --recompute selective", flag));
+  const std::string flag =
+      fmt::format("--recompute-modules {}", fmt::join(RecomputeModuleList(o.recompute_modules), ","));
+  if (!o.recompute.empty() &&
+      std::find(o.recompute.begin(), o.recompute.end(), Recompute::kSelective) == o.recompute.end()) {
+    return Status::InvalidArgument(fmt::format(
+        "{}: the modules are selective recompute's, which --recompute leaves out; add --recompute selective", flag));
   }
   if (src.profile != nullptr || src.model == nullptr) {
-    return Status::InvalidArgument(fmt::format("{}: a measured profile has no per-module costs; plan with --model", flag));
+    return Status::InvalidArgument(
+        fmt::format("{}: a measured profile has no per-module costs; plan with --model", flag));
   }
   if (HasRecomputeModule(o.recompute_modules, RecomputeModule::kMlaUpProj) &&
       !HasRecomputeModule(ApplicableRecomputeModules(src.model), RecomputeModule::kMlaUpProj)) {
-    return Status::InvalidArgument(fmt::format("{}: mla_up_proj recomputes multi-latent attention's up projections and model '{}' has no MLA "
-                                               "(Megatron-Core refuses it too); drop mla_up_proj", flag, src.model->name));
+    return Status::InvalidArgument(
+        fmt::format("{}: mla_up_proj recomputes multi-latent attention's up projections and model '{}' has no MLA "
+                    "(Megatron-Core refuses it too); drop mla_up_proj",
+                    flag, src.model->name));
   }
   return Status::OK();
 }
@@ -131,61 +147,82 @@ Status CheckRecomputeModules(const CostSource& src, const SearchOptions& o) {
 Status CheckDpComm(const ClusterSpec& c, const SearchOptions& o) {
   const int64_t machines = c.cpu_machines.count;
   const std::vector<DpComm> tried = o.dp_comms.empty() ? DefaultDpComms(c) : o.dp_comms;
-  if ((o.ps_placement_named || o.ps_colocated) && std::find(tried.begin(), tried.end(), DpComm::kParameterServer) == tried.end()) {
-    return Status::InvalidArgument(fmt::format("--ps-placement: ps is not among the architectures tried ({}); add ps to --dp-comm or drop --ps-placement",
-                                               fmt::join(NamesOf(tried), ",")));
+  if ((o.ps_placement_named || o.ps_colocated) &&
+      std::find(tried.begin(), tried.end(), DpComm::kParameterServer) == tried.end()) {
+    return Status::InvalidArgument(fmt::format(
+        "--ps-placement: ps is not among the architectures tried ({}); add ps to --dp-comm or drop --ps-placement",
+        fmt::join(NamesOf(tried), ",")));
   }
   for (DpComm d : o.dp_comms) {
     if (DpCommUsesServers(d) && machines < 1 && !(d == DpComm::kParameterServer && o.ps_colocated)) {
-      return Status::InvalidArgument(fmt::format("--dp-comm {}: {} declares no CPU machines to sum on; add 'cpu_machines: {{count, bandwidth_GBps, sum_GBps}}' "
-                                                 "to it{} or choose allreduce-ring, allreduce-tree or allreduce-hier", DpCommName(d), c.path,
-                                                 d == DpComm::kParameterServer ? ", add --ps-placement colocated (a server on every GPU machine)" : ""));
+      return Status::InvalidArgument(fmt::format(
+          "--dp-comm {}: {} declares no CPU machines to sum on; add 'cpu_machines: {{count, bandwidth_GBps, "
+          "sum_GBps}}' "
+          "to it{} or choose allreduce-ring, allreduce-tree or allreduce-hier",
+          DpCommName(d), c.path,
+          d == DpComm::kParameterServer ? ", add --ps-placement colocated (a server on every GPU machine)" : ""));
     }
   }
-  const bool servers_only = !o.dp_comms.empty() && std::none_of(o.dp_comms.begin(), o.dp_comms.end(), DpCommIsAllReduce);
+  const bool servers_only =
+      !o.dp_comms.empty() && std::none_of(o.dp_comms.begin(), o.dp_comms.end(), DpCommIsAllReduce);
   if (servers_only && !o.zero.empty() && std::find(o.zero.begin(), o.zero.end(), 0) == o.zero.end()) {
-    return Status::InvalidArgument(fmt::format("--dp-comm {} with --zero {}: ps and byteps synchronise ZeRO-0 gradients only; add --zero 0 or an "
-                                               "all-reduce (--dp-comm allreduce-hier)", DpCommName(o.dp_comms[0]), JoinValues(o.zero)));
+    return Status::InvalidArgument(
+        fmt::format("--dp-comm {} with --zero {}: ps and byteps synchronise ZeRO-0 gradients only; add --zero 0 or an "
+                    "all-reduce (--dp-comm allreduce-hier)",
+                    DpCommName(o.dp_comms[0]), JoinValues(o.zero)));
   }
   if (o.ps_servers < 0) return Status::OK();
   if (o.ps_servers > 0 && machines < 1) {
-    return Status::InvalidArgument(fmt::format("--ps-servers {}: {} declares no CPU machines; add 'cpu_machines: {{count, bandwidth_GBps, sum_GBps}}' "
-                                               "to it or drop --ps-servers", o.ps_servers, c.path));
+    return Status::InvalidArgument(fmt::format(
+        "--ps-servers {}: {} declares no CPU machines; add 'cpu_machines: {{count, bandwidth_GBps, sum_GBps}}' "
+        "to it or drop --ps-servers",
+        o.ps_servers, c.path));
   }
   if (o.ps_servers > machines) {
-    return Status::InvalidArgument(fmt::format("--ps-servers {}: {} declares {} CPU machine(s); give at most {} (the default is all of them)",
-                                               o.ps_servers, c.path, machines, machines));
+    return Status::InvalidArgument(
+        fmt::format("--ps-servers {}: {} declares {} CPU machine(s); give at most {} (the default is all of them)",
+                    o.ps_servers, c.path, machines, machines));
   }
   const bool ps = std::find(o.dp_comms.begin(), o.dp_comms.end(), DpComm::kParameterServer) != o.dp_comms.end();
   if (o.ps_servers == 0 && ps && !o.ps_colocated) {  // without --dp-comm, --ps-servers 0 leaves ps out of the defaults
-    return Status::InvalidArgument("--ps-servers 0: a parameter server (ps) needs at least 1 server; give --ps-servers 1 or more, "
-                                   "or --dp-comm byteps (0 servers is its all-reduce split)");
+    return Status::InvalidArgument(
+        "--ps-servers 0: a parameter server (ps) needs at least 1 server; give --ps-servers 1 or more, "
+        "or --dp-comm byteps (0 servers is its all-reduce split)");
   }
   return Status::OK();
 }
 
 Status CheckRequest(const CostSource& src, const SearchOptions& o, int64_t* batch) {
   if (src.cluster == nullptr) return Status::InvalidArgument("the search needs a cluster (--cluster)");
-  if (src.model == nullptr && src.profile == nullptr) return Status::InvalidArgument("the search needs a model (--model) or a profile (--profile)");
+  if (src.model == nullptr && src.profile == nullptr)
+    return Status::InvalidArgument("the search needs a model (--model) or a profile (--profile)");
   const ClusterSpec& c = *src.cluster;
-  if (c.levels.empty()) return Status::InvalidArgument(fmt::format("{}: the cluster has no topology; add 'topology:' with one entry per level, innermost first", c.path));
+  if (c.levels.empty())
+    return Status::InvalidArgument(fmt::format(
+        "{}: the cluster has no topology; add 'topology:' with one entry per level, innermost first", c.path));
   const int64_t n = o.gpus;
   if (n < 1) return Status::InvalidArgument("--gpus must be at least 1");
   if (n > c.TotalGpus()) {
-    return Status::InvalidArgument(fmt::format("{}: the cluster holds {} GPUs but --gpus is {}; lower --gpus or add topology levels",
-                                               c.path, c.TotalGpus(), n));
+    return Status::InvalidArgument(
+        fmt::format("{}: the cluster holds {} GPUs but --gpus is {}; lower --gpus or add topology levels", c.path,
+                    c.TotalGpus(), n));
   }
   if (o.top_k < 1) return Status::InvalidArgument(fmt::format("--top {}: rank at least 1 plan", o.top_k));
-  for (const auto& [flag, values] : {std::pair{"--tp", &o.tp}, {"--pp", &o.pp}, {"--microbatch", &o.microbatch}, {"--replication", &o.replication}}) {
+  for (const auto& [flag, values] : {std::pair{"--tp", &o.tp},
+                                     {"--pp", &o.pp},
+                                     {"--microbatch", &o.microbatch},
+                                     {"--replication", &o.replication}}) {
     for (int64_t v : *values) {
       if (v < 1) return Status::InvalidArgument(fmt::format("{} {}: every value must be at least 1", flag, v));
     }
   }
-  const bool pipedream_named = std::find(o.schedules.begin(), o.schedules.end(), Schedule::kPipeDream) != o.schedules.end();
+  const bool pipedream_named =
+      std::find(o.schedules.begin(), o.schedules.end(), Schedule::kPipeDream) != o.schedules.end();
   if ((pipedream_named || !o.replication.empty()) && CostSourceLayers(src) > kMaxReplicatedLayers) {
-    return Status::InvalidArgument(fmt::format("{}: per-stage replication (PipeDream's schedule) is searched for models of at most {} layers, "
-                                               "this one has {}; drop it or merge layers", pipedream_named ? "--schedule pipedream" : "--replication",
-                                               kMaxReplicatedLayers, CostSourceLayers(src)));
+    return Status::InvalidArgument(fmt::format(
+        "{}: per-stage replication (PipeDream's schedule) is searched for models of at most {} layers, "
+        "this one has {}; drop it or merge layers",
+        pipedream_named ? "--schedule pipedream" : "--replication", kMaxReplicatedLayers, CostSourceLayers(src)));
   }
   *batch = o.global_batch > 0 ? o.global_batch : (src.model ? src.model->global_batch : 0);
   if (*batch < 1) return Status::InvalidArgument("the global batch is unknown; pass --global-batch");
@@ -196,7 +233,8 @@ Status CheckRequest(const CostSource& src, const SearchOptions& o, int64_t* batc
 }
 
 // The (cp, sp) pairs tried at tensor-parallel degree t: sp only changes anything at t > 1.
-std::vector<std::pair<int64_t, bool>> SequenceSplits(const CostSource& src, const SearchSpace& sp, int64_t t, Ranking* rank) {
+std::vector<std::pair<int64_t, bool>> SequenceSplits(const CostSource& src, const SearchSpace& sp, int64_t t,
+                                                     Ranking* rank) {
   std::vector<std::pair<int64_t, bool>> out;
   for (int64_t cp : sp.cp) {
     std::string rejected = CpRejection(sp, src, cp);
@@ -207,7 +245,9 @@ std::vector<std::pair<int64_t, bool>> SequenceSplits(const CostSource& src, cons
     bool off = false, on = false;
     for (int s : sp.sp) (s != 0 && t > 1 ? on : off) = true;
     if (off && t > 1 && sp.experts > 0) {  // Megatron-Core's MoE layers assert sequence parallelism with TP
-      if (rank->rejections().tp.empty()) rank->rejections().tp = fmt::format("tp={} without sequence parallelism: MoE layers need --sp on with tp > 1", t);
+      if (rank->rejections().tp.empty())
+        rank->rejections().tp =
+            fmt::format("tp={} without sequence parallelism: MoE layers need --sp on with tp > 1", t);
       off = false;
     }
     if (off) out.emplace_back(cp, false);
@@ -218,7 +258,8 @@ std::vector<std::pair<int64_t, bool>> SequenceSplits(const CostSource& src, cons
 
 // The tables at one (tp, cp, sp, ep, etp): one per microbatch and recompute. A table the inputs
 // cannot cost is an error when --tp asked for its tp, else noted in *first_error.
-Status BuildTablesAt(const CostSource& src, const SearchSpace& sp, const SearchOptions& o, TableShape shape, Evaluator* ev, Status* first_error) {
+Status BuildTablesAt(const CostSource& src, const SearchSpace& sp, const SearchOptions& o, TableShape shape,
+                     Evaluator* ev, Status* first_error) {
   for (int64_t b : sp.microbatch) {
     for (Recompute rc : sp.recompute) {
       const size_t sets = rc == Recompute::kSelective ? sp.selective_modules.size() : 1;
@@ -244,7 +285,8 @@ Status BuildTablesAt(const CostSource& src, const SearchSpace& sp, const SearchO
 // A table the inputs cannot cost (a profile without timings at a tp) is an
 // error when --tp asked for that tp or when no table can be costed; else the
 // search goes on without it (the cause is named if no plan is found).
-Status BuildCostTables(const CostSource& src, const SearchSpace& sp, const SearchOptions& o, Evaluator* ev, Ranking* rank) {
+Status BuildCostTables(const CostSource& src, const SearchSpace& sp, const SearchOptions& o, Evaluator* ev,
+                       Ranking* rank) {
   Status first_error = Status::OK();
   for (int64_t t : sp.tp) {
     std::string rejected = TpRejection(sp, src.model, t);
@@ -259,7 +301,8 @@ Status BuildCostTables(const CostSource& src, const SearchSpace& sp, const Searc
           if (rank->rejections().ep.empty()) rank->rejections().ep = std::move(ep_rejected);
           continue;
         }
-        PLANNER_RETURN_IF_ERROR(BuildTablesAt(src, sp, o, TableShape{1, t, cp, seq_par, Recompute::kNone, ep, etp}, ev, &first_error));
+        PLANNER_RETURN_IF_ERROR(
+            BuildTablesAt(src, sp, o, TableShape{1, t, cp, seq_par, Recompute::kNone, ep, etp}, ev, &first_error));
       }
     }
   }
@@ -273,7 +316,8 @@ int64_t FullTableOf(const std::vector<CostTable>& tables, size_t ti) {
   const CostTable& a = tables[ti];
   for (size_t j = 0; j < tables.size(); ++j) {
     const CostTable& f = tables[j];
-    if (f.recompute == Recompute::kFull && f.tp == a.tp && f.cp == a.cp && f.sp == a.sp && f.microbatch == a.microbatch && f.ep == a.ep && f.etp == a.etp) {
+    if (f.recompute == Recompute::kFull && f.tp == a.tp && f.cp == a.cp && f.sp == a.sp &&
+        f.microbatch == a.microbatch && f.ep == a.ep && f.etp == a.etp) {
       return static_cast<int64_t>(j);
     }
   }
@@ -284,7 +328,8 @@ int64_t FullTableOf(const std::vector<CostTable>& tables, size_t ti) {
 // chunk that fits. Memory does not grow with N (a recomputed block keeps only its input), so a
 // binary search over N in [1, the largest chunk's blocks, less one when full recompute is ranked
 // itself]. False (*k unchanged in its table) when no N fits.
-Status SmallestBlockRecompute(const SearchSpace& sp, size_t full_table, Evaluator* ev, Candidate* k, Evaluation* x, bool* found) {
+Status SmallestBlockRecompute(const SearchSpace& sp, size_t full_table, Evaluator* ev, Candidate* k, Evaluation* x,
+                              bool* found) {
   *found = false;
   const std::vector<int64_t> cuts = *x->cuts;
   int64_t most = 0;
@@ -358,7 +403,8 @@ Status EnumerateUniform(const SearchSpace& sp, const SearchOptions& o, Evaluator
 // bound cannot beat the k-th best plan (SearchOptions::exhaustive: simulate all).
 Status SimulateBestFirst(std::vector<Candidate>& cands, const SearchOptions& o, Evaluator* ev, Ranking* rank,
                          SearchStats* stats) {
-  std::stable_sort(cands.begin(), cands.end(), [](const Candidate& a, const Candidate& b) { return a.bound < b.bound; });
+  std::stable_sort(cands.begin(), cands.end(),
+                   [](const Candidate& a, const Candidate& b) { return a.bound < b.bound; });
   Evaluation x;
   for (const Candidate& k : cands) {
     if (!o.exhaustive && k.bound >= rank->WorstKept()) break;
@@ -383,12 +429,14 @@ Status ReplicationMismatch(const std::vector<int64_t>& forced, int64_t t, int64_
     sum += r;
   }
   if (forced.size() > layers) {
-    return Status::InvalidArgument(fmt::format("--replication {}: {} stages but the model has {} layers; give at most {} stages",
-                                               vec, forced.size(), layers, layers));
+    return Status::InvalidArgument(
+        fmt::format("--replication {}: {} stages but the model has {} layers; give at most {} stages", vec,
+                    forced.size(), layers, layers));
   }
-  return Status::InvalidArgument(fmt::format("--replication {}: the replicas sum to {} TP groups but tp={} makes {}; "
-                                             "give replicas that sum to {} or pass the --tp that makes {} groups",
-                                             vec, sum, t, workers, workers, sum));
+  return Status::InvalidArgument(
+      fmt::format("--replication {}: the replicas sum to {} TP groups but tp={} makes {}; "
+                  "give replicas that sum to {} or pass the --tp that makes {} groups",
+                  vec, sum, t, workers, workers, sum));
 }
 
 // One run of the per-stage replication DP over `table` with options `ro`; its plan kept when it ranks.
@@ -419,10 +467,13 @@ Status SolveReplicatedWith(const CostSource& src, const SearchSpace& sp, const S
 // worker count skips it; memory that does not fit drops it.
 Status SearchReplicated(const CostSource& src, const SearchSpace& sp, const SearchOptions& o, const Evaluator& ev,
                         Ranking* rank, SearchStats* stats) {
-  if (!o.zero.empty() && std::find(o.zero.begin(), o.zero.end(), 0) == o.zero.end()) return Status::OK();  // PipeDream runs no ZeRO
+  if (!o.zero.empty() && std::find(o.zero.begin(), o.zero.end(), 0) == o.zero.end())
+    return Status::OK();  // PipeDream runs no ZeRO
   for (const CostTable& table : ev.tables()) {
-    if (table.recompute != Recompute::kNone || table.cp != 1 || table.ep != 1 || table.etp != 1) continue;  // no CP, no EP in PipeDream's family
-    if (std::find(sp.ranked.begin(), sp.ranked.end(), Recompute::kNone) == sp.ranked.end()) continue;  // built for block recompute only
+    if (table.recompute != Recompute::kNone || table.cp != 1 || table.ep != 1 || table.etp != 1)
+      continue;  // no CP, no EP in PipeDream's family
+    if (std::find(sp.ranked.begin(), sp.ranked.end(), Recompute::kNone) == sp.ranked.end())
+      continue;  // built for block recompute only
     const int64_t t = table.tp, b = table.microbatch, workers = sp.gpus / t;
     if (sp.global_batch % b != 0 || workers < 2) continue;
     // The DP is quadratic in layers x workers: a deep model on many workers is left out unless asked for.
@@ -475,7 +526,9 @@ Status SearchOnce(const CostSource& src, const SearchOptions& o, uint32_t extra_
 // --recompute-modules and with selective recompute among those tried; 0: none to try.
 uint32_t SecondPassModules(const CostSource& src, const SearchOptions& o) {
   if (o.recompute_modules != 0 || src.profile != nullptr || src.model == nullptr) return 0;
-  if (!o.recompute.empty() && std::find(o.recompute.begin(), o.recompute.end(), Recompute::kSelective) == o.recompute.end()) return 0;
+  if (!o.recompute.empty() &&
+      std::find(o.recompute.begin(), o.recompute.end(), Recompute::kSelective) == o.recompute.end())
+    return 0;
   if (o.recompute.empty() && o.recompute_block == 1) return 0;  // --recompute block alone
   const uint32_t applicable = ApplicableRecomputeModules(src.model);
   const bool mla_or_moe = HasRecomputeModule(applicable, RecomputeModule::kMlaUpProj) || ModelExperts(src.model) > 0;
@@ -499,11 +552,13 @@ Status SolveAuto(const CostSource& src, const SearchOptions& o, Plan* out, Searc
   // The faster of the two (the second's space holds the first's but for selective with core_attn alone).
   if (first.ok() && out->predicted.iteration_s <= second.predicted.iteration_s) return first;
   if (second.recompute == Recompute::kSelective && second.recompute_modules == second_set) {
-    const std::string versus = first.ok() ? fmt::format("{:.1f}% faster than the best plan with core_attn alone",
-                                                         100 * (out->predicted.iteration_s / second.predicted.iteration_s - 1))
-                                          : std::string("with core_attn alone no plan fits");
-    second.notes.push_back(fmt::format("selective recompute of {} (DeepSeek-V3's recompute, Megatron --recompute-modules): {}",
-                                       fmt::join(RecomputeModuleList(second_set), ", "), versus));
+    const std::string versus = first.ok()
+                                   ? fmt::format("{:.1f}% faster than the best plan with core_attn alone",
+                                                 100 * (out->predicted.iteration_s / second.predicted.iteration_s - 1))
+                                   : std::string("with core_attn alone no plan fits");
+    second.notes.push_back(
+        fmt::format("selective recompute of {} (DeepSeek-V3's recompute, Megatron --recompute-modules): {}",
+                    fmt::join(RecomputeModuleList(second_set), ", "), versus));
   }
   *out = std::move(second);
   return Status::OK();

@@ -33,13 +33,14 @@ int64_t CostSourceLayers(const CostSource& src);
 
 struct SearchOptions {
   int64_t gpus = 0;
-  int64_t global_batch = 0;             // 0: the model's
+  int64_t global_batch = 0;  // 0: the model's
   int top_k = 5;
-  std::vector<int64_t> tp;              // empty: powers of two up to the node size
-  std::vector<int64_t> pp;              // empty: every depth that divides the GPUs
-  std::vector<int64_t> microbatch;      // empty: powers of two up to 64 (or the profile's size)
-  std::vector<Schedule> schedules;      // empty: gpipe, 1f1b, interleaved, zb-h1, pipedream (per-stage replication), dualpipev
-  std::vector<Recompute> recompute;     // empty: none, selective (transformers), full
+  std::vector<int64_t> tp;          // empty: powers of two up to the node size
+  std::vector<int64_t> pp;          // empty: every depth that divides the GPUs
+  std::vector<int64_t> microbatch;  // empty: powers of two up to 64 (or the profile's size)
+  std::vector<Schedule>
+      schedules;  // empty: gpipe, 1f1b, interleaved, zb-h1, pipedream (per-stage replication), dualpipev
+  std::vector<Recompute> recompute;  // empty: none, selective (transformers), full
   // Block recompute (`--recompute block`): the first N blocks of each chunk recomputed, N the
   // smallest that fits (gpt models; docs/cost_model.md section 5). -1: on when `recompute` is
   // empty (the default list), 0: off, 1: on.
@@ -49,18 +50,20 @@ struct SearchOptions {
   // DeepSeek-V3's set (core_attn, layernorm, mla_up_proj, moe_act) besides (docs/cost_model.md
   // section 5, "Recompute modules").
   uint32_t recompute_modules = 0;
-  std::vector<int64_t> interleave;      // empty: every v >= 2 with p v dividing a gpt model's blocks (Megatron's rule); else 2, 3, 4
+  std::vector<int64_t>
+      interleave;  // empty: every v >= 2 with p v dividing a gpt model's blocks (Megatron's rule); else 2, 3, 4
   int64_t max_zero_stage = 3;
-  std::vector<int64_t> cp;              // context-parallel sizes; empty: the search's defaults (docs/cost_model.md)
-  std::vector<int> sequence_parallel;   // 0 (off) / 1 (on, tp > 1 only); empty: the search's defaults
+  std::vector<int64_t> cp;             // context-parallel sizes; empty: the search's defaults (docs/cost_model.md)
+  std::vector<int> sequence_parallel;  // 0 (off) / 1 (on, tp > 1 only); empty: the search's defaults
   // Expert parallelism (MoE models; docs/cost_model.md, "Expert parallelism"): expert-parallel sizes
   // (empty: every divisor of the experts) and expert tensor-parallel sizes (empty: 1 and tp; 0 in
   // the list stands for tp, Megatron's default). ep x etp must divide tp x cp x dp.
   std::vector<int64_t> ep, etp;
-  std::vector<int64_t> zero;            // ZeRO stages allowed (0..3, `--zero`); empty: all
-  int64_t max_replicated_units = 32;    // per-stage replication DP: workers grouped to at most this many units
-  std::vector<int64_t> replication;     // non-empty: only this per-stage replica vector ("2-1-1", in TP groups), pipedream schedule
-  bool vertical_sync = false;           // pipedream schedule: PipeDream's vertical sync (more weight versions at later stages)
+  std::vector<int64_t> zero;          // ZeRO stages allowed (0..3, `--zero`); empty: all
+  int64_t max_replicated_units = 32;  // per-stage replication DP: workers grouped to at most this many units
+  std::vector<int64_t>
+      replication;  // non-empty: only this per-stage replica vector ("2-1-1", in TP groups), pipedream schedule
+  bool vertical_sync = false;  // pipedream schedule: PipeDream's vertical sync (more weight versions at later stages)
   CostOptions cost;
   // Data-parallel gradient synchronisation (`--dp-comm`, docs/cost_model.md "Data-parallel
   // communication architectures"): the architectures tried, the fastest per candidate kept; empty:
@@ -72,7 +75,7 @@ struct SearchOptions {
   int64_t ps_servers = -1;
   bool ps_colocated = false;
   bool ps_placement_named = false;  // --ps-placement given (either value): ps must be among the architectures
-  bool exhaustive = false;              // simulate every feasible candidate (tests of the pruning)
+  bool exhaustive = false;          // simulate every feasible candidate (tests of the pruning)
 };
 
 // What a search did (its output beside the plan; the CLI's "searched N candidates, simulated M" note):

@@ -36,8 +36,8 @@ Status ImportHf(const ImportArgs& a) {
   PLANNER_RETURN_IF_ERROR(ImportHfConfigFile(a.input, o, &m));
   PLANNER_RETURN_IF_ERROR(WriteFileAtomic(a.output, HfModelYaml(m, a.input)));
   for (const auto& n : m.notes) LogNote(n);
-  LogNote(fmt::format("wrote {}: {} ({}), {} layers, seq {}, global_batch {}", a.output, m.name, m.architecture, m.gpt.layers,
-                      m.gpt.seq, m.global_batch));
+  LogNote(fmt::format("wrote {}: {} ({}), {} layers, seq {}, global_batch {}", a.output, m.name, m.architecture,
+                      m.gpt.layers, m.gpt.seq, m.global_batch));
   return Status::OK();
 }
 
@@ -46,7 +46,9 @@ Status ImportPipeDream(const ImportArgs& a) {
     return Status::InvalidArgument("--seq, --global-batch and --name: apply to 'import hf' only; remove them");
   }
   if (a.minibatch_given && (a.minibatch < 1 || a.minibatch > (int64_t{1} << 24))) {
-    return Status::InvalidArgument(fmt::format("--minibatch {}: must be between 1 and {} (or leave it out: the Input node's size)", a.minibatch, int64_t{1} << 24));
+    return Status::InvalidArgument(
+        fmt::format("--minibatch {}: must be between 1 and {} (or leave it out: the Input node's size)", a.minibatch,
+                    int64_t{1} << 24));
   }
   Profile p;
   PLANNER_RETURN_IF_ERROR(ImportPipeDreamFile(a.input, a.minibatch, &p));
@@ -61,14 +63,18 @@ Status ImportPipeDream(const ImportArgs& a) {
 }  // namespace
 
 Runner RegisterImport(CLI::App& app) {
-  auto* cmd = app.add_subcommand("import", "convert another tool's file: a PipeDream profile or a Hugging Face config.json");
+  auto* cmd =
+      app.add_subcommand("import", "convert another tool's file: a PipeDream profile or a Hugging Face config.json");
   auto args = std::make_shared<ImportArgs>();
   cmd->add_option("format", args->format, "source format: pipedream (a profile) | hf (a model)")->required();
   cmd->add_option("input", args->input, "the file to import (PipeDream: graph.txt; hf: config.json)")->required();
   cmd->add_option("-o,--output", args->output, "file to write (pipedream: profile YAML; hf: model YAML)")->required();
-  auto* mb = cmd->add_option("--minibatch", args->minibatch, "pipedream: batch size the graph was profiled at (default: from the Input node)");
-  auto* seq = cmd->add_option("--seq", args->seq, "hf: training sequence length (default: min(max_position_embeddings, 4096))");
-  auto* gb = cmd->add_option("--global-batch", args->global_batch, "hf: sequences per iteration (default: 2^22 tokens / seq)");
+  auto* mb = cmd->add_option("--minibatch", args->minibatch,
+                             "pipedream: batch size the graph was profiled at (default: from the Input node)");
+  auto* seq =
+      cmd->add_option("--seq", args->seq, "hf: training sequence length (default: min(max_position_embeddings, 4096))");
+  auto* gb =
+      cmd->add_option("--global-batch", args->global_batch, "hf: sequences per iteration (default: 2^22 tokens / seq)");
   cmd->add_option("--name", args->name, "hf: model name (default: the output file's name without .yaml)");
   return [args, seq, gb, mb]() -> Status {
     args->seq_given = seq->count() > 0;

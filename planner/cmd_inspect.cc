@@ -26,14 +26,16 @@ namespace {
 
 // Measured events of the run's last iteration (from its first forward of microbatch 0 on rank 0),
 // one row per rank; communication (receive waits, all-reduces) as 'C'.
-Status MeasuredTimeline(const std::string& dir, std::vector<std::string>* labels, std::vector<SimEvent>* events, double* makespan) {
+Status MeasuredTimeline(const std::string& dir, std::vector<std::string>* labels, std::vector<SimEvent>* events,
+                        double* makespan) {
   namespace fs = std::filesystem;
   YAML::Node root;
   std::string text;
   const std::string path = (fs::path(dir) / "trace.json").string();
   PLANNER_RETURN_IF_ERROR(ReadTextFile(path, &text));
   PLANNER_RETURN_IF_ERROR(ParseYamlText(path, text, &root));
-  if (!root.IsMap() || !root["traceEvents"].IsSequence()) return Status::InvalidArgument(path + ": no traceEvents list");
+  if (!root.IsMap() || !root["traceEvents"].IsSequence())
+    return Status::InvalidArgument(path + ": no traceEvents list");
   const YAML::Node& ev = root["traceEvents"];
   struct Raw {
     int pid;
@@ -56,7 +58,8 @@ Status MeasuredTimeline(const std::string& dir, std::vector<std::string>* labels
     r.pid = static_cast<int>(pid);
     PLANNER_RETURN_IF_ERROR(reader.GetString(e, "name", f + ".name", &r.name, true));
     if (r.name.empty()) return reader.FieldError(e["name"], f + ".name", "must not be empty");
-    PLANNER_RETURN_IF_ERROR(reader.GetDouble(e, "ts", f + ".ts", &r.ts, true, -std::numeric_limits<double>::max(), false));
+    PLANNER_RETURN_IF_ERROR(
+        reader.GetDouble(e, "ts", f + ".ts", &r.ts, true, -std::numeric_limits<double>::max(), false));
     PLANNER_RETURN_IF_ERROR(reader.GetDouble(e, "dur", f + ".dur", &r.dur, true, 0.0, false));
     r.ts *= 1e-6;
     r.dur *= 1e-6;
@@ -87,8 +90,10 @@ Status InspectRun(const std::string& dir, int width, const std::string& svg_path
   std::string report, metrics;
   std::error_code ec;
   if (!fs::exists(fs::path(dir) / "report.md", ec) && !fs::exists(fs::path(dir) / "metrics.csv", ec)) {
-    return Status::InvalidArgument(fmt::format("{}: not a run directory (no report.md or metrics.csv) nor a launch directory (no launch.yaml); "
-                                               "give a plan.yaml, LAUNCH --rank N, or LAUNCH/runs/<id>", dir));
+    return Status::InvalidArgument(
+        fmt::format("{}: not a run directory (no report.md or metrics.csv) nor a launch directory (no launch.yaml); "
+                    "give a plan.yaml, LAUNCH --rank N, or LAUNCH/runs/<id>",
+                    dir));
   }
   PLANNER_RETURN_IF_ERROR(ReadTextFile((fs::path(dir) / "report.md").string(), &report));
   PLANNER_RETURN_IF_ERROR(ReadTextFile((fs::path(dir) / "metrics.csv").string(), &metrics));
@@ -97,20 +102,25 @@ Status InspectRun(const std::string& dir, int width, const std::string& svg_path
   std::string line;
   std::getline(in, line);
   if (line.rfind("iteration,loss", 0) != 0) {
-    return Status::InvalidArgument(fmt::format("{}/metrics.csv:1: the header is not 'iteration,loss,iteration_seconds'; the file is not planner run's metrics", dir));
+    return Status::InvalidArgument(fmt::format(
+        "{}/metrics.csv:1: the header is not 'iteration,loss,iteration_seconds'; the file is not planner run's metrics",
+        dir));
   }
   for (int line_no = 2; std::getline(in, line); ++line_no) {
     size_t a = line.find(','), b = line.find(',', a + 1);
     if (line.empty()) continue;
     if (a == std::string::npos || b == std::string::npos) {
-      return Status::InvalidArgument(fmt::format("{}/metrics.csv:{}: not 'iteration,loss,iteration_seconds': '{}'", dir, line_no, line.substr(0, 80)));
+      return Status::InvalidArgument(fmt::format("{}/metrics.csv:{}: not 'iteration,loss,iteration_seconds': '{}'", dir,
+                                                 line_no, line.substr(0, 80)));
     }
     const std::string field = line.substr(a + 1, b - a - 1);
     // A diverged run writes nan or inf losses (fmt's spelling): kept, and drawn as '?' below.
     const bool diverged = field == "nan" || field == "-nan" || field == "inf" || field == "-inf";
-    const std::optional<double> v = diverged ? std::optional<double>(std::numeric_limits<double>::quiet_NaN()) : ParseDouble(field);
+    const std::optional<double> v =
+        diverged ? std::optional<double>(std::numeric_limits<double>::quiet_NaN()) : ParseDouble(field);
     if (!v) {
-      return Status::InvalidArgument(fmt::format("{}/metrics.csv:{}: field 'loss': must be a number, got '{}'", dir, line_no, field));
+      return Status::InvalidArgument(
+          fmt::format("{}/metrics.csv:{}: field 'loss': must be a number, got '{}'", dir, line_no, field));
     }
     loss.push_back(*v);
   }
@@ -123,8 +133,10 @@ Status InspectRun(const std::string& dir, int width, const std::string& svg_path
     }
     const char* bars = " .:-=+*#%@";
     std::string curve;
-    for (double v : loss) curve += !std::isfinite(v) ? '?' : bars[hi > lo ? static_cast<int>((v - lo) / (hi - lo) * 9.0 + 0.5) : 5];
-    text += fmt::format("\nloss per iteration ({} iterations, {:.4f} .. {:.4f}; higher = taller): |{}|\n", loss.size(), lo, hi, curve);
+    for (double v : loss)
+      curve += !std::isfinite(v) ? '?' : bars[hi > lo ? static_cast<int>((v - lo) / (hi - lo) * 9.0 + 0.5) : 5];
+    text += fmt::format("\nloss per iteration ({} iterations, {:.4f} .. {:.4f}; higher = taller): |{}|\n", loss.size(),
+                        lo, hi, curve);
   }
   std::vector<std::string> labels;
   std::vector<SimEvent> events;
@@ -134,8 +146,9 @@ Status InspectRun(const std::string& dir, int width, const std::string& svg_path
   text += fmt::format("trace: {}/trace.json (chrome://tracing or ui.perfetto.dev)\n", dir);
   std::fwrite(text.data(), 1, text.size(), stdout);
   if (!svg_path.empty()) {
-    PLANNER_RETURN_IF_ERROR(WriteFileAtomic(svg_path, RenderEventsSvg(fmt::format("{}: measured, last iteration, {}", dir, FormatSeconds(makespan)),
-                                                                      labels, events, makespan)));
+    PLANNER_RETURN_IF_ERROR(WriteFileAtomic(
+        svg_path, RenderEventsSvg(fmt::format("{}: measured, last iteration, {}", dir, FormatSeconds(makespan)), labels,
+                                  events, makespan)));
     LogNote("wrote " + svg_path);
   }
   return Status::OK();
@@ -147,7 +160,10 @@ std::string DescribeAction(const LaunchPlan& L, const LaunchRank& me, const Acti
   const std::string at = fmt::format("stage {}, microbatch {}", a.stage, a.microbatch);
   switch (a.kind) {
     case ActionKind::kForward: return fmt::format("forward of {}", at);
-    case ActionKind::kBackwardInput: return fmt::format("{} of {}", L.schedule == Schedule::kZbH1 || L.schedule == Schedule::kDualPipeV ? "backward-input" : "backward", at);
+    case ActionKind::kBackwardInput:
+      return fmt::format(
+          "{} of {}",
+          L.schedule == Schedule::kZbH1 || L.schedule == Schedule::kDualPipeV ? "backward-input" : "backward", at);
     case ActionKind::kBackwardWeight: return fmt::format("backward-weight of {}", at);
     case ActionKind::kRecvActivation: return fmt::format("receive the activation entering {} from rank {}", at, peer);
     case ActionKind::kSendActivation: return fmt::format("send the activation leaving {} to rank {}", at, peer);
@@ -161,7 +177,8 @@ std::string DescribeAction(const LaunchPlan& L, const LaunchRank& me, const Acti
     if (std::find(g.begin(), g.end(), me.rank) == g.end()) continue;
     for (size_t i = 0; i < g.size(); ++i) group += fmt::format("{}{}", i ? ", " : "", g[i]);
   }
-  return fmt::format("all-reduce {} gradients over ranks [{}]", a.stage < 0 ? "all of this rank's" : fmt::format("stage {}'s", a.stage), group);
+  return fmt::format("all-reduce {} gradients over ranks [{}]",
+                     a.stage < 0 ? "all of this rank's" : fmt::format("stage {}'s", a.stage), group);
 }
 
 // Rank `rank`'s program from a launch.yaml (or a launch directory).
@@ -172,14 +189,18 @@ Status InspectProgram(const std::string& path, int64_t rank) {
   LaunchPlan L;
   PLANNER_RETURN_IF_ERROR(LoadLaunchPlan(file, &L));
   const int64_t n = static_cast<int64_t>(L.ranks.size());
-  if (rank < 0 || rank >= n) return Status::InvalidArgument(fmt::format("--rank {}: {} has ranks 0..{}", rank, file, n - 1));
+  if (rank < 0 || rank >= n)
+    return Status::InvalidArgument(fmt::format("--rank {}: {} has ranks 0..{}", rank, file, n - 1));
   const LaunchRank& me = L.ranks[static_cast<size_t>(rank)];
   const RankProgram& g = L.programs[static_cast<size_t>(me.program)];
   int64_t sharing = 0;
   for (const auto& r : L.ranks) sharing += r.program == me.program;
-  std::string text = fmt::format("rank {}: stage {}, replica {}, tp rank {}; program {} of {} (position {}, replica {}) run by {} rank{}; {} actions\n",
-                                 me.rank, me.stage, me.replica, me.tp_rank, me.program + 1, L.programs.size(), g.position,
-                                 g.replica < 0 ? std::string("any") : std::to_string(g.replica), sharing, sharing == 1 ? "" : "s", g.actions.size());
+  std::string text = fmt::format(
+      "rank {}: stage {}, replica {}, tp rank {}; program {} of {} (position {}, replica {}) run by {} rank{}; {} "
+      "actions\n",
+      me.rank, me.stage, me.replica, me.tp_rank, me.program + 1, L.programs.size(), g.position,
+      g.replica < 0 ? std::string("any") : std::to_string(g.replica), sharing, sharing == 1 ? "" : "s",
+      g.actions.size());
   for (size_t i = 0; i < g.actions.size(); ++i) {
     text += fmt::format("{:6}  {:<12} {}\n", i + 1, ActionToString(g.actions[i]), DescribeAction(L, me, g.actions[i]));
   }
@@ -191,18 +212,29 @@ Status InspectProgram(const std::string& path, int64_t rank) {
 
 Runner RegisterInspect(CLI::App& app) {
   auto* cmd = app.add_subcommand("inspect", "show a plan: configuration, per-stage table, memory, predicted timeline");
-  struct Args { std::string plan, svg; int width = 100; int64_t rank = -1; };
+  struct Args {
+    std::string plan, svg;
+    int width = 100;
+    int64_t rank = -1;
+  };
   auto args = std::make_shared<Args>();
-  cmd->add_option("plan", args->plan, "plan.yaml written by planner solve, a run directory (launch/runs/<id>), or launch/launch.yaml with --rank")->required();
-  cmd->add_option("--rank", args->rank, "with a launch.yaml (or launch directory): print this rank's program, one action a line")
+  cmd->add_option(
+         "plan", args->plan,
+         "plan.yaml written by planner solve, a run directory (launch/runs/<id>), or launch/launch.yaml with --rank")
+      ->required();
+  cmd->add_option("--rank", args->rank,
+                  "with a launch.yaml (or launch directory): print this rank's program, one action a line")
       ->check(CLI::NonNegativeNumber);
   cmd->add_option("--svg", args->svg, "also write the timeline as an SVG file");
   cmd->add_option("--width", args->width, "columns of the text timeline")->check(CLI::Range(20, 1000));
   return [args]() -> Status {
     namespace fs = std::filesystem;
     std::error_code ec;  // a path that cannot be examined is no run directory; LoadPlan names why it cannot be read
-    if (args->rank >= 0 || fs::path(args->plan).filename() == "launch.yaml" || fs::exists(fs::path(args->plan) / "launch.yaml", ec)) {
-      if (args->rank < 0) return Status::InvalidArgument(fmt::format("{} is a launch plan; add --rank N to print rank N's program", args->plan));
+    if (args->rank >= 0 || fs::path(args->plan).filename() == "launch.yaml" ||
+        fs::exists(fs::path(args->plan) / "launch.yaml", ec)) {
+      if (args->rank < 0)
+        return Status::InvalidArgument(
+            fmt::format("{} is a launch plan; add --rank N to print rank N's program", args->plan));
       return InspectProgram(args->plan, args->rank);
     }
     if (fs::is_directory(args->plan, ec)) return InspectRun(args->plan, args->width, args->svg);

@@ -43,16 +43,20 @@ std::string Stamp(int64_t secs) {
 // --run-id and --resume name a directory under LAUNCH/runs: a plain name, never a path that
 // would leave it ("..", "/") or hide it.
 Status CheckRunId(const char* flag, const std::string& id) {
-  const bool plain = !id.empty() && id[0] != '.' && id.size() <= 200 &&
-                     std::all_of(id.begin(), id.end(), [](char c) { return std::isalnum(static_cast<unsigned char>(c)) || c == '-' || c == '_' || c == '.'; });
+  const bool plain = !id.empty() && id[0] != '.' && id.size() <= 200 && std::all_of(id.begin(), id.end(), [](char c) {
+    return std::isalnum(static_cast<unsigned char>(c)) || c == '-' || c == '_' || c == '.';
+  });
   if (plain) return Status::OK();
-  return Status::InvalidArgument(fmt::format("{} '{}': must be a plain name of letters, digits, '-', '_' and '.' (not starting with '.'), not a path; "
-                                             "it names LAUNCH/runs/<id>", flag, id));
+  return Status::InvalidArgument(fmt::format(
+      "{} '{}': must be a plain name of letters, digits, '-', '_' and '.' (not starting with '.'), not a path; "
+      "it names LAUNCH/runs/<id>",
+      flag, id));
 }
 
 // Everything about the launch directory and the flags that one process can check, before any MPI
 // call: the run ids, the model against the stages, the layout, the checkpoint to resume.
-Status CheckLaunchDir(const RunArgs& a, const std::string& lpath, const std::string& mpath, const LaunchPlan& L, const ModelSpec& model) {
+Status CheckLaunchDir(const RunArgs& a, const std::string& lpath, const std::string& mpath, const LaunchPlan& L,
+                      const ModelSpec& model) {
   namespace fs = std::filesystem;
   if (!a.run_id.empty()) PLANNER_RETURN_IF_ERROR(CheckRunId("--run-id", a.run_id));
   if (!a.resume.empty()) PLANNER_RETURN_IF_ERROR(CheckRunId("--resume", a.resume));
@@ -70,8 +74,9 @@ Status CheckLaunchDir(const RunArgs& a, const std::string& lpath, const std::str
   const std::string run_dir = (fs::path(a.dir) / "runs" / a.resume).string();
   std::error_code ec;
   if (!fs::exists(fs::path(run_dir) / "ckpt", ec)) {
-    return Status::NotFound(fmt::format("{}: no checkpoint to resume{}; run with --checkpoint-every N first", run_dir,
-                                        ec && ec != std::errc::no_such_file_or_directory ? " (" + ec.message() + ")" : std::string()));
+    return Status::NotFound(
+        fmt::format("{}: no checkpoint to resume{}; run with --checkpoint-every N first", run_dir,
+                    ec && ec != std::errc::no_such_file_or_directory ? " (" + ec.message() + ")" : std::string()));
   }
   return Status::OK();
 }
@@ -84,18 +89,24 @@ Runner RegisterRun(CLI::App& app) {
   cmd->add_option("launch", a->dir, "launch directory from planner codegen")->required();
   cmd->add_option("--iterations", a->iterations, "iterations (default: launch.yaml's)")->check(CLI::Range(1, 10000000));
   cmd->add_flag("--dump-gradients", a->dump, "write the first iteration's gradients to runs/<id>/grads/ (tests)");
-  cmd->add_flag("--reference", a->reference, "run the same training in this one process (whole model, same data), for comparison");
+  cmd->add_flag("--reference", a->reference,
+                "run the same training in this one process (whole model, same data), for comparison");
   cmd->add_flag("--comm-only", a->comm_only,
-                "the plan's transfers and all-reduces only, with zeros instead of every layer (no compute): the transfer path alone");
+                "the plan's transfers and all-reduces only, with zeros instead of every layer (no compute): the "
+                "transfer path alone");
   cmd->add_option("--run-id", a->run_id, "name of runs/<id> (default: the start time)");
-  cmd->add_option("--checkpoint-every", a->checkpoint_every, "write runs/<id>/ckpt/ every N iterations (default: launch.yaml's)")->check(CLI::NonNegativeNumber);
+  cmd->add_option("--checkpoint-every", a->checkpoint_every,
+                  "write runs/<id>/ckpt/ every N iterations (default: launch.yaml's)")
+      ->check(CLI::NonNegativeNumber);
   cmd->add_option("--initial-loss-scale", a->initial_loss_scale,
                   "fp16 runs: the dynamic loss scale to start from (Megatron's --initial-loss-scale; default 65536)")
       ->check(CLI::Validator(
           [](std::string& v) {
             char* end = nullptr;
             const double x = std::strtod(v.c_str(), &end);
-            return end != v.c_str() && *end == '\0' && x >= 1 && x <= 1e38 ? std::string() : "'" + v + "' is not a scale from 1 to 1e38 (e.g. 65536)";
+            return end != v.c_str() && *end == '\0' && x >= 1 && x <= 1e38
+                       ? std::string()
+                       : "'" + v + "' is not a scale from 1 to 1e38 (e.g. 65536)";
           },
           "SCALE"));
   cmd->add_option("--resume", a->resume, "continue runs/<ID> from its last checkpoint (into the same directory)");
@@ -110,8 +121,9 @@ Runner RegisterRun(CLI::App& app) {
     ModelSpec model;
     PLANNER_RETURN_IF_ERROR(ParseModelSpec(mpath, text, &model));
     if (!L.model_digest.empty() && model.digest != L.model_digest) {
-      return Status::InvalidArgument(fmt::format("{}: model_digest {} does not match {} ({}); run planner codegen again", lpath, L.model_digest,
-                                                 mpath, model.digest));
+      return Status::InvalidArgument(
+          fmt::format("{}: model_digest {} does not match {} ({}); run planner codegen again", lpath, L.model_digest,
+                      mpath, model.digest));
     }
     PLANNER_RETURN_IF_ERROR(CheckLaunchDir(*a, lpath, mpath, L, model));
     if (a->reference) L = SingleProcessPlan(L, model);
@@ -126,8 +138,11 @@ Runner RegisterRun(CLI::App& app) {
         stamp[1] = static_cast<float>(now & 0xFFFF);
       }
       PLANNER_RETURN_IF_ERROR(world.Broadcast(stamp, 2, 0));
-      std::string id = !a->resume.empty() ? a->resume : a->run_id.empty() ? Stamp((static_cast<int64_t>(stamp[0]) << 16) | static_cast<int64_t>(stamp[1])) + (a->reference ? "-reference" : "")
-                                         : a->run_id;
+      std::string id = !a->resume.empty() ? a->resume
+                       : a->run_id.empty()
+                           ? Stamp((static_cast<int64_t>(stamp[0]) << 16) | static_cast<int64_t>(stamp[1])) +
+                                 (a->reference ? "-reference" : "")
+                           : a->run_id;
       RunOptions o;
       o.run_dir = (fs::path(a->dir) / "runs" / id).string();
       o.iterations = a->iterations;
@@ -145,22 +160,27 @@ Runner RegisterRun(CLI::App& app) {
       RunSummary s;
       PLANNER_RETURN_IF_ERROR(RunLaunch(L, model, world, o, &s));
       if (world.rank() == 0) {
-        LogNote(fmt::format("run {}: loss {:.4f} -> {:.4f}; iteration {} measured vs {} predicted; bubble {:.1f}% vs {:.1f}%; report {}/report.md",
-                            id, s.loss.front(), s.loss.back(), FormatSeconds(s.median_iteration_s), FormatSeconds(L.predicted_iteration_s),
-                            100 * s.measured_bubble_fraction, 100 * L.predicted_bubble_fraction, o.run_dir));
+        LogNote(
+            fmt::format("run {}: loss {:.4f} -> {:.4f}; iteration {} measured vs {} predicted; bubble {:.1f}% vs "
+                        "{:.1f}%; report {}/report.md",
+                        id, s.loss.front(), s.loss.back(), FormatSeconds(s.median_iteration_s),
+                        FormatSeconds(L.predicted_iteration_s), 100 * s.measured_bubble_fraction,
+                        100 * L.predicted_bubble_fraction, o.run_dir));
       }
       return Status::OK();
     };
     // Ctrl-C / SIGTERM (mpirun forwards both as SIGTERM): the ranks stop together at an iteration boundary.
     InstallStopHandlers();
     if (LaunchedUnderMpi()) {
-      SetStopMode(StopMode::kDeferred);  // outside the training loop: the watchdog thread ends the rank (after its peer check)
+      SetStopMode(
+          StopMode::kDeferred);  // outside the training loop: the watchdog thread ends the rank (after its peer check)
       std::unique_ptr<Communicator> world;
       PLANNER_RETURN_IF_ERROR(MakeMpiWorld(&world, L.run.timeout_s));
       return body(*world);
     }
     if (n != 1) {
-      return Status::InvalidArgument(fmt::format("{} has {} ranks; start them with bash {}/run.sh (mpirun -np {})", lpath, n, a->dir, n));
+      return Status::InvalidArgument(
+          fmt::format("{} has {} ranks; start them with bash {}/run.sh (mpirun -np {})", lpath, n, a->dir, n));
     }
     return RunThreadRanks(1, body, L.run.timeout_s);
   };

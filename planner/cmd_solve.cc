@@ -33,10 +33,12 @@ Status DiscoverProfile(std::string* path) {
   for (std::filesystem::directory_iterator it(".", ec), end; !ec && it != end; it.increment(ec)) {
     std::string name = it->path().filename().string();
     std::error_code type_ec;  // an entry that cannot be examined is no profile
-    if (it->is_regular_file(type_ec) && name.size() > 13 && name.substr(name.size() - 13) == ".profile.yaml") found.push_back(name);
+    if (it->is_regular_file(type_ec) && name.size() > 13 && name.substr(name.size() - 13) == ".profile.yaml")
+      found.push_back(name);
   }
   if (ec) {
-    return Status::Unavailable(fmt::format(".: cannot list the working directory to find a profile: {}; pass --model or --profile", ec.message()));
+    return Status::Unavailable(fmt::format(
+        ".: cannot list the working directory to find a profile: {}; pass --model or --profile", ec.message()));
   }
   std::sort(found.begin(), found.end());
   if (found.size() == 1) {
@@ -44,7 +46,9 @@ Status DiscoverProfile(std::string* path) {
     return Status::OK();
   }
   if (found.empty()) {
-    return Status::InvalidArgument("no model or profile given and no *.profile.yaml in this directory; pass --model configs/models/<name>.yaml or --profile <file>");
+    return Status::InvalidArgument(
+        "no model or profile given and no *.profile.yaml in this directory; pass --model configs/models/<name>.yaml or "
+        "--profile <file>");
   }
   std::string list;
   for (const auto& f : found) list += (list.empty() ? "" : ", ") + f;
@@ -84,23 +88,30 @@ Status SolveSize(const SolveArgs& a, const SolveInputs& in, Plan* plan) {
     plan->notes.push_back(fmt::format("searched {} candidates, simulated {}", stats.considered, stats.simulated));
     const bool gpt = src.model != nullptr && src.model->is_gpt;
     if (!gpt && a.schedules.empty() && CostSourceLayers(src) > kMaxReplicatedLayers) {
-      plan->notes.push_back(fmt::format("PipeDream's per-stage replication was not searched: {} layers is more than the {} its DP is run for (docs/formats.md, \"Limits\")",
-                                        CostSourceLayers(src), kMaxReplicatedLayers));
+      plan->notes.push_back(
+          fmt::format("PipeDream's per-stage replication was not searched: {} layers is more than the {} its DP is run "
+                      "for (docs/formats.md, \"Limits\")",
+                      CostSourceLayers(src), kMaxReplicatedLayers));
     }
     NoteUnappliedFlags(a, plan);
   }
   if (a.vertical_sync) {
-    if (plan->schedule != Schedule::kPipeDream) return Status::Internal("--vertical-sync: the search returned a synchronous plan for --schedule pipedream");
+    if (plan->schedule != Schedule::kPipeDream)
+      return Status::Internal("--vertical-sync: the search returned a synchronous plan for --schedule pipedream");
     plan->vertical_sync = true;
-    if (a.mode == "pipedream") plan->notes.push_back("vertical sync: PipeDream mode keeps PipeDream's own memory check (--memory-constraint: one weight version per in-flight minibatch); "
-                                     "the extra versions vertical sync holds at later stages are not in it (docs/cost_model.md)");
+    if (a.mode == "pipedream")
+      plan->notes.push_back(
+          "vertical sync: PipeDream mode keeps PipeDream's own memory check (--memory-constraint: one weight version "
+          "per in-flight minibatch); "
+          "the extra versions vertical sync holds at later stages are not in it (docs/cost_model.md)");
   }
   for (const auto& n : in.notes) plan->notes.push_back(n);
   plan->gpus = a.gpus;
   plan->cluster_name = in.cluster.name;
   plan->cluster_path = in.cluster_path;
   plan->cluster_digest = in.cluster.digest;
-  plan->usable_memory_bytes = plan->usable_memory_bytes > 0 ? plan->usable_memory_bytes : in.cluster.UsableMemoryBytes();
+  plan->usable_memory_bytes =
+      plan->usable_memory_bytes > 0 ? plan->usable_memory_bytes : in.cluster.UsableMemoryBytes();
   if (!a.model.empty()) {
     plan->model_name = in.model.name;
     plan->model_path = a.model;
@@ -132,17 +143,19 @@ Status CheckClusterPeak(const SolveArgs& a, const SolveInputs& in) {
   std::string have;
   for (const auto& [k, v] : in.cluster.peak_tflops) have += (have.empty() ? "" : ", ") + k;
   const char* dtype = DTypeName(in.model.dtype);
-  return Status::InvalidArgument(fmt::format("{}: cluster '{}' ({}) has no {} peak (gpu.peak_tflops gives {}) for model {} in {}; add gpu.peak_tflops.{} "
-                                             "to the cluster or pass --precision {}", in.cluster_path, in.cluster.name, in.cluster.gpu_name, dtype,
-                                             have.empty() ? "none" : have, in.model.name, dtype, dtype, PrecisionWithPeak(in.cluster)));
+  return Status::InvalidArgument(fmt::format(
+      "{}: cluster '{}' ({}) has no {} peak (gpu.peak_tflops gives {}) for model {} in {}; add gpu.peak_tflops.{} "
+      "to the cluster or pass --precision {}",
+      in.cluster_path, in.cluster.name, in.cluster.gpu_name, dtype, have.empty() ? "none" : have, in.model.name, dtype,
+      dtype, PrecisionWithPeak(in.cluster)));
 }
 
 // A layer profile measured in another precision than a gpt: template model's, without --precision:
 // the model is planned in the profile's precision (its times are that precision's), and a note says so.
 SolveArgs WithProfilePrecision(const SolveArgs& a, const SolveInputs& in) {
   DType measured;
-  if (!a.precision.empty() || a.model.empty() || in.profile_path.empty() || !in.model.is_gpt || in.profile.layers.empty() ||
-      !ParseDType(in.profile.dtype, &measured) || measured == in.model.dtype) {
+  if (!a.precision.empty() || a.model.empty() || in.profile_path.empty() || !in.model.is_gpt ||
+      in.profile.layers.empty() || !ParseDType(in.profile.dtype, &measured) || measured == in.model.dtype) {
     return a;
   }
   SolveArgs b = a;
@@ -170,34 +183,46 @@ Status LoadSolveInputs(const SolveArgs& a, SolveInputs* in) {
   const Profile& profile = in->profile;
   const ModelSpec& model = in->model;
   if (!profile_path.empty() && profile.layers.empty()) {
-    return Status::InvalidArgument(fmt::format("{} holds only collective curves; pass it as --comm-profile and give --model or a layer profile", profile_path));
+    return Status::InvalidArgument(
+        fmt::format("{} holds only collective curves; pass it as --comm-profile and give --model or a layer profile",
+                    profile_path));
   }
   const SolveArgs eff = WithProfilePrecision(a, *in);
   if (eff.precision != a.precision) {
-    in->notes.push_back(fmt::format("model {} planned in {}, the precision {} was measured in (the model file says {}; --precision {} plans "
-                                    "in that with these times)", model.name, eff.precision, profile_path, DTypeName(model.dtype), DTypeName(model.dtype)));
+    in->notes.push_back(fmt::format(
+        "model {} planned in {}, the precision {} was measured in (the model file says {}; --precision {} plans "
+        "in that with these times)",
+        model.name, eff.precision, profile_path, DTypeName(model.dtype), DTypeName(model.dtype)));
   }
   PLANNER_RETURN_IF_ERROR(ApplyModelOverrides(eff, &in->model, &in->notes));
-  if (!a.precision.empty() && profile_path.empty() && model.dtype == DType::kFp8 && cluster.peak_tflops.count("fp8") == 0) {
-    return Status::InvalidArgument(fmt::format("--precision fp8: {}: cluster '{}' ({}) has no FP8 peak; add gpu.peak_tflops.fp8 to it or choose --precision bf16",
-                                               in->cluster_path, cluster.name, cluster.gpu_name));
+  if (!a.precision.empty() && profile_path.empty() && model.dtype == DType::kFp8 &&
+      cluster.peak_tflops.count("fp8") == 0) {
+    return Status::InvalidArgument(
+        fmt::format("--precision fp8: {}: cluster '{}' ({}) has no FP8 peak; add gpu.peak_tflops.fp8 to it or choose "
+                    "--precision bf16",
+                    in->cluster_path, cluster.name, cluster.gpu_name));
   }
   PLANNER_RETURN_IF_ERROR(CheckClusterPeak(a, *in));
   if (!a.comm_profile.empty()) {
     Profile comm;
     PLANNER_RETURN_IF_ERROR(LoadProfile(a.comm_profile, &comm));
-    if (comm.comm.empty()) return Status::InvalidArgument(a.comm_profile + " has no collective curves; make one with mpirun -np 2 planner profile --comm");
+    if (comm.comm.empty())
+      return Status::InvalidArgument(a.comm_profile +
+                                     " has no collective curves; make one with mpirun -np 2 planner profile --comm");
     ApplyCommCurves(comm, a.comm_profile, &cluster, &in->notes);
   } else if (!profile.comm.empty()) {
     ApplyCommCurves(profile, profile_path, &cluster, &in->notes);
   }
   for (int64_t n : a.gpu_list) {
     if (n > cluster.TotalGpus()) {
-      return Status::InvalidArgument(fmt::format("--gpus {}: {} holds {} GPUs; lower --gpus or enlarge the cluster's topology", n, in->cluster_path, cluster.TotalGpus()));
+      return Status::InvalidArgument(
+          fmt::format("--gpus {}: {} holds {} GPUs; lower --gpus or enlarge the cluster's topology", n,
+                      in->cluster_path, cluster.TotalGpus()));
     }
   }
   if (a.mode == "pipedream") {
-    if (profile_path.empty()) return Status::InvalidArgument("pipedream mode needs --profile (e.g. from planner import pipedream)");
+    if (profile_path.empty())
+      return Status::InvalidArgument("pipedream mode needs --profile (e.g. from planner import pipedream)");
     return Status::OK();
   }
   if (!profile_path.empty() && !a.model.empty() && profile.layers.size() != model.layers.size()) {
@@ -205,11 +230,14 @@ Status LoadSolveInputs(const SolveArgs& a, SolveInputs* in) {
                                                profile_path, profile.layers.size(), a.model, model.layers.size()));
   }
   if (!profile_path.empty() && !a.model.empty() && profile.dtype != DTypeName(model.dtype)) {
-    LogWarning(fmt::format("{} was measured in {} but the model trains in {}; the times may not transfer", profile_path, profile.dtype, DTypeName(model.dtype)));
+    LogWarning(fmt::format("{} was measured in {} but the model trains in {}; the times may not transfer", profile_path,
+                           profile.dtype, DTypeName(model.dtype)));
   }
   const bool cpu_profile = profile.backend == "cpu", cpu_cluster = cluster.gpu_name.rfind("cpu", 0) == 0;
-  if (!profile_path.empty() && !profile.device.empty() && profile.device.find(cluster.gpu_name) == std::string::npos && !(cpu_profile && cpu_cluster)) {
-    LogWarning(fmt::format("{} was measured on '{}', not on the cluster's {}; its times are used as they are", profile_path, profile.device, cluster.gpu_name));
+  if (!profile_path.empty() && !profile.device.empty() && profile.device.find(cluster.gpu_name) == std::string::npos &&
+      !(cpu_profile && cpu_cluster)) {
+    LogWarning(fmt::format("{} was measured on '{}', not on the cluster's {}; its times are used as they are",
+                           profile_path, profile.device, cluster.gpu_name));
   }
   return Status::OK();
 }
@@ -217,59 +245,122 @@ Status LoadSolveInputs(const SolveArgs& a, SolveInputs* in) {
 }  // namespace
 
 Runner RegisterSolve(CLI::App& app) {
-  auto* cmd = app.add_subcommand("solve", "choose stages, replication, TP/CP/PP/DP, microbatching, schedule, recompute and ZeRO");
+  auto* cmd = app.add_subcommand(
+      "solve", "choose stages, replication, TP/CP/PP/DP, microbatching, schedule, recompute and ZeRO");
   auto a = std::make_shared<SolveArgs>();
-  cmd->add_option("--gpus", a->gpus_text, "GPUs to plan for; a list (1024,2048,4096) solves each size and prints a scaling table")->required();
+  cmd->add_option("--gpus", a->gpus_text,
+                  "GPUs to plan for; a list (1024,2048,4096) solves each size and prints a scaling table")
+      ->required();
   cmd->add_option("--model", a->model, "model.yaml (analytic costs)");
   cmd->add_option("--profile", a->profile, "measured profile (planner profile / planner import)");
   cmd->add_option("--cluster", a->cluster, "cluster.yaml (default: configs/clusters/dgx-a100.yaml)");
-  cmd->add_option("--comm-profile", a->comm_profile, "measured collectives (planner profile --comm) replacing the cluster file's figures for the levels they cover");
+  cmd->add_option(
+      "--comm-profile", a->comm_profile,
+      "measured collectives (planner profile --comm) replacing the cluster file's figures for the levels they cover");
   cmd->add_option("--mode", a->mode, "auto (joint TP/PP/DP search) or pipedream (PipeDream's optimizer, exactly)");
-  cmd->add_option("-o,--output", a->output, "write the best plan to this YAML file; with a --gpus list, one plan per size with the size before the extension (p.yaml: p.1024.yaml, p.2048.yaml)");
-  cmd->add_flag("--json", a->json, "print the plan as JSON on stdout instead of the table (a --gpus list: a JSON array, one plan per size)");
+  cmd->add_option("-o,--output", a->output,
+                  "write the best plan to this YAML file; with a --gpus list, one plan per size with the size before "
+                  "the extension (p.yaml: p.1024.yaml, p.2048.yaml)");
+  cmd->add_flag(
+      "--json", a->json,
+      "print the plan as JSON on stdout instead of the table (a --gpus list: a JSON array, one plan per size)");
   cmd->add_option("--top", a->top, "plans to rank (best plus runners-up)")->check(CLI::Range(1, 100));
-  cmd->add_option("--global-batch", a->global_batch, "samples per iteration (default: the model's)")->check(CLI::PositiveNumber);
-  cmd->add_option("--seq", a->seq, "sequence length (tokens per sample) replacing a gpt: model's seq")->check(CLI::PositiveNumber);
-  cmd->add_option("--precision", a->precision, "bf16, fp16, fp8 or fp32, replacing a gpt: model's dtype (fp8 needs the cluster's gpu.peak_tflops.fp8)");
-  cmd->add_option("--train-tokens", a->train_tokens_text, "tokens to train on (suffixes K M B T: 300B, 15T): adds days and GPU-hours");
+  cmd->add_option("--global-batch", a->global_batch, "samples per iteration (default: the model's)")
+      ->check(CLI::PositiveNumber);
+  cmd->add_option("--seq", a->seq, "sequence length (tokens per sample) replacing a gpt: model's seq")
+      ->check(CLI::PositiveNumber);
+  cmd->add_option(
+      "--precision", a->precision,
+      "bf16, fp16, fp8 or fp32, replacing a gpt: model's dtype (fp8 needs the cluster's gpu.peak_tflops.fp8)");
+  cmd->add_option("--train-tokens", a->train_tokens_text,
+                  "tokens to train on (suffixes K M B T: 300B, 15T): adds days and GPU-hours");
   cmd->add_option("--tp", a->tp, "tensor-parallel degrees to try")->delimiter(',');
   cmd->add_option("--pp", a->pp, "pipeline depths to try")->delimiter(',');
-  cmd->add_option("--cp", a->cp, "context-parallel sizes to try (2 x cp must divide the sequence; tp x cp x pp must divide --gpus)")->delimiter(',');
-  cmd->add_option("--ep", a->ep, "expert-parallel sizes to try (MoE models; each divides the experts; ep x etp divides tp x cp x dp; default: every divisor of the experts)")->delimiter(',');
-  cmd->add_option("--etp", a->etp, "expert tensor-parallel sizes to try (MoE models; default: 1 and tp, Megatron's default being tp)")->delimiter(',');
-  cmd->add_option("--moe-imbalance", a->moe_imbalance, "busiest expert-parallel rank's routed tokens over the mean, dropless routing (default 1: balanced; set the measured ratio)");
-  cmd->add_option("--moe-overlap", a->moe_overlap, "on: the MoE all-to-all hidden behind the layer's compute of the same pass (DualPipe / Megatron's EP overlap), off (default): exposed");
+  cmd->add_option("--cp", a->cp,
+                  "context-parallel sizes to try (2 x cp must divide the sequence; tp x cp x pp must divide --gpus)")
+      ->delimiter(',');
+  cmd->add_option("--ep", a->ep,
+                  "expert-parallel sizes to try (MoE models; each divides the experts; ep x etp divides tp x cp x dp; "
+                  "default: every divisor of the experts)")
+      ->delimiter(',');
+  cmd->add_option("--etp", a->etp,
+                  "expert tensor-parallel sizes to try (MoE models; default: 1 and tp, Megatron's default being tp)")
+      ->delimiter(',');
+  cmd->add_option("--moe-imbalance", a->moe_imbalance,
+                  "busiest expert-parallel rank's routed tokens over the mean, dropless routing (default 1: balanced; "
+                  "set the measured ratio)");
+  cmd->add_option("--moe-overlap", a->moe_overlap,
+                  "on: the MoE all-to-all hidden behind the layer's compute of the same pass (DualPipe / Megatron's EP "
+                  "overlap), off (default): exposed");
   cmd->add_option("--sp", a->sp, "sequence parallelism with tp > 1: on, off or both (default: the search's)");
-  cmd->add_option("--zero", a->zero, "ZeRO stages to try: 0,1,2,3 (1 is Megatron's distributed optimizer, 3 FSDP; default all)")->delimiter(',');
+  cmd->add_option("--zero", a->zero,
+                  "ZeRO stages to try: 0,1,2,3 (1 is Megatron's distributed optimizer, 3 FSDP; default all)")
+      ->delimiter(',');
   cmd->add_option("--microbatch", a->microbatch, "microbatch sizes to try")->delimiter(',');
-  cmd->add_option("--interleave", a->interleave, "interleaved schedule: chunks per device v to try (default: every v with pp x v dividing the layers)")->delimiter(',');
-  cmd->add_option("--vp", a->vp, "Megatron's virtual pipeline size: --interleave's values, and without --schedule the interleaved schedule only")->delimiter(',');
-  cmd->add_option("--replication", a->replication, "evaluate this per-stage replication only, e.g. 2-1-1 (TP groups per stage; PipeDream schedule)");
-  cmd->add_option("--schedule", a->schedules, "schedules to try: gpipe,1f1b,interleaved,zb-h1,pipedream (asynchronous, per-stage replication),dualpipev (V-shaped, 2 chunks per rank)")->delimiter(',');
-  cmd->add_option("--recompute-modules", a->recompute_modules, "selective recompute's modules (Megatron --recompute-modules): core_attn,layernorm,mla_up_proj,moe_act,mlp,moe,shared_experts; default core_attn, and on MLA / MoE models DeepSeek-V3's core_attn,layernorm,mla_up_proj,moe_act tried when core_attn leaves only full recompute fitting")->delimiter(',');
-  cmd->add_option("--recompute", a->recompute, "recompute modes to try: none,selective,full,block (block: the first N blocks of each chunk, N the smallest that fits)")->delimiter(',');
-  cmd->add_option("--dp-comm", a->dp_comm, "data-parallel gradient sync architectures to choose from: allreduce-ring,allreduce-tree,allreduce-hier,ps,byteps "
-                 "(default: every one the cluster can run: the three all-reduces, and ps,byteps when the cluster declares cpu_machines; each is compared in the output)")->delimiter(',');
-  cmd->add_option("--ps-servers", a->ps_servers, "CPU machines ps / byteps sum on (default: all the cluster's cpu_machines; ps needs at least 1)");
-  cmd->add_option("--ps-placement", a->ps_placement, "where ps's servers run: dedicated (on --ps-servers CPU machines; the default) or colocated "
-                 "(a server on every GPU machine, the model sharded over them; needs ps among --dp-comm's architectures)");
+  cmd->add_option("--interleave", a->interleave,
+                  "interleaved schedule: chunks per device v to try (default: every v with pp x v dividing the layers)")
+      ->delimiter(',');
+  cmd->add_option("--vp", a->vp,
+                  "Megatron's virtual pipeline size: --interleave's values, and without --schedule the interleaved "
+                  "schedule only")
+      ->delimiter(',');
+  cmd->add_option("--replication", a->replication,
+                  "evaluate this per-stage replication only, e.g. 2-1-1 (TP groups per stage; PipeDream schedule)");
+  cmd->add_option("--schedule", a->schedules,
+                  "schedules to try: gpipe,1f1b,interleaved,zb-h1,pipedream (asynchronous, per-stage "
+                  "replication),dualpipev (V-shaped, 2 chunks per rank)")
+      ->delimiter(',');
+  cmd->add_option("--recompute-modules", a->recompute_modules,
+                  "selective recompute's modules (Megatron --recompute-modules): "
+                  "core_attn,layernorm,mla_up_proj,moe_act,mlp,moe,shared_experts; default core_attn, and on MLA / MoE "
+                  "models DeepSeek-V3's core_attn,layernorm,mla_up_proj,moe_act tried when core_attn leaves only full "
+                  "recompute fitting")
+      ->delimiter(',');
+  cmd->add_option("--recompute", a->recompute,
+                  "recompute modes to try: none,selective,full,block (block: the first N blocks of each chunk, N the "
+                  "smallest that fits)")
+      ->delimiter(',');
+  cmd->add_option("--dp-comm", a->dp_comm,
+                  "data-parallel gradient sync architectures to choose from: "
+                  "allreduce-ring,allreduce-tree,allreduce-hier,ps,byteps "
+                  "(default: every one the cluster can run: the three all-reduces, and ps,byteps when the cluster "
+                  "declares cpu_machines; each is compared in the output)")
+      ->delimiter(',');
+  cmd->add_option("--ps-servers", a->ps_servers,
+                  "CPU machines ps / byteps sum on (default: all the cluster's cpu_machines; ps needs at least 1)");
+  cmd->add_option(
+      "--ps-placement", a->ps_placement,
+      "where ps's servers run: dedicated (on --ps-servers CPU machines; the default) or colocated "
+      "(a server on every GPU machine, the model sharded over them; needs ps among --dp-comm's architectures)");
   cmd->add_flag("--dp-overlap", a->dp_overlap, "overlap the gradient all-reduce with backward");
-  cmd->add_option("--overlap-grad-reduce", a->overlap_grad_reduce, "on (default; Megatron --overlap-grad-reduce: bucketed, behind the last backward) or off (the whole gradient reduction exposed)");
-  cmd->add_option("--overlap-param-gather", a->overlap_param_gather, "on (default; Megatron --overlap-param-gather: behind the first forward) or off (exposed)");
+  cmd->add_option("--overlap-grad-reduce", a->overlap_grad_reduce,
+                  "on (default; Megatron --overlap-grad-reduce: bucketed, behind the last backward) or off (the whole "
+                  "gradient reduction exposed)");
+  cmd->add_option("--overlap-param-gather", a->overlap_param_gather,
+                  "on (default; Megatron --overlap-param-gather: behind the first forward) or off (exposed)");
   cmd->add_flag("--p2p-overlap", a->p2p_overlap, "hide pipeline sends behind compute");
   cmd->add_flag("--no-scatter-gather", a->no_scatter_gather, "send whole activations between stages when tp > 1");
-  cmd->add_option("--bytes-per-param", a->bytes_per_param, "model-state bytes per parameter (default: weights + gradients + optimizer: 18 bf16 / fp8, 16 fp16 / fp32)");
+  cmd->add_option(
+      "--bytes-per-param", a->bytes_per_param,
+      "model-state bytes per parameter (default: weights + gradients + optimizer: 18 bf16 / fp8, 16 fp16 / fp32)");
   cmd->add_option("--grad-dtype", a->grad_dtype,
-                  "gradient buffer dtype, accumulated over microbatches and reduced in it: fp32, or the model's 16-bit dtype (default Megatron's: "
-                  "fp16 for fp16 models, fp32 otherwise; fp32 with fp16 is --accumulate-allreduce-grads-in-fp32, bf16 is --grad-reduce-in-bf16)");
-  cmd->add_option("--pd-machines", a->pd_machines, "pipedream mode: machines per level, innermost first (-n)")->delimiter(',');
+                  "gradient buffer dtype, accumulated over microbatches and reduced in it: fp32, or the model's 16-bit "
+                  "dtype (default Megatron's: "
+                  "fp16 for fp16 models, fp32 otherwise; fp32 with fp16 is --accumulate-allreduce-grads-in-fp32, bf16 "
+                  "is --grad-reduce-in-bf16)");
+  cmd->add_option("--pd-machines", a->pd_machines, "pipedream mode: machines per level, innermost first (-n)")
+      ->delimiter(',');
   cmd->add_option("--pd-bandwidths", a->pd_bandwidths, "pipedream mode: bytes/s per level (-b)")->delimiter(',');
-  CLI::Option* memory_opt = cmd->add_option("--memory-bytes", a->memory_bytes, "pipedream mode: memory per machine (-s, default 16e9)");
+  CLI::Option* memory_opt =
+      cmd->add_option("--memory-bytes", a->memory_bytes, "pipedream mode: memory per machine (-s, default 16e9)");
   cmd->add_flag("--memory-constraint", a->memory_constraint, "pipedream mode: --use_memory_constraint");
   cmd->add_flag("--straight", a->straight, "pipedream mode: --straight_pipeline");
   cmd->add_flag("--fewer-machines", a->fewer, "pipedream mode: --use_fewer_machines");
-  cmd->add_flag("--vertical-sync", a->vertical_sync, "PipeDream's vertical sync: every stage runs a minibatch on the input stage's weight version (with --schedule pipedream or --mode pipedream)");
-  cmd->add_option("--activation-compression-ratio", a->acr, "pipedream mode: count activation transfers divided by this (0: ignore them; default 1)");
+  cmd->add_flag("--vertical-sync", a->vertical_sync,
+                "PipeDream's vertical sync: every stage runs a minibatch on the input stage's weight version (with "
+                "--schedule pipedream or --mode pipedream)");
+  cmd->add_option("--activation-compression-ratio", a->acr,
+                  "pipedream mode: count activation transfers divided by this (0: ignore them; default 1)");
   return [a, memory_opt]() -> Status {
     PLANNER_RETURN_IF_ERROR(ValidateSolveArgs(a.get(), memory_opt->count() > 0));
     SolveInputs in;
@@ -287,7 +378,8 @@ Runner RegisterSolve(CLI::App& app) {
       rows.push_back(std::move(row));
     }
     if (several && std::none_of(rows.begin(), rows.end(), [](const ScalingRow& r) { return r.error.empty(); })) {
-      return Status::Infeasible(fmt::format("no size of --gpus {} has a plan; --gpus {}: {}", a->gpus_text, rows[0].gpus, rows[0].error));
+      return Status::Infeasible(
+          fmt::format("no size of --gpus {} has a plan; --gpus {}: {}", a->gpus_text, rows[0].gpus, rows[0].error));
     }
     if (!a->output.empty()) {
       for (const auto& r : rows) {
@@ -307,7 +399,8 @@ Runner RegisterSolve(CLI::App& app) {
       text = RenderScalingTable(rows, a->train_tokens);
     } else {
       const Plan& plan = rows[0].plan;
-      text = RenderPlanSummary(plan) + (a->train_tokens > 0 ? RenderTrainingTime(plan, a->train_tokens) : "") + "\n" + RenderStageTable(plan);
+      text = RenderPlanSummary(plan) + (a->train_tokens > 0 ? RenderTrainingTime(plan, a->train_tokens) : "") + "\n" +
+             RenderStageTable(plan);
       const std::string dp_table = RenderDpCommTable(plan);
       if (!dp_table.empty()) text += "\n" + dp_table;
       std::string runners = RenderRunnersUp(plan);

@@ -45,10 +45,10 @@ std::string RenderScalingTable(const std::vector<ScalingRow>& rows, double train
 // Timeline of the plan's schedule, one row per pipeline device, `width` columns.
 Status RenderTimelineText(const Plan& plan, int width, std::string* out);
 // Any timeline (predicted or measured): one row per label, events by device index.
-std::string RenderEventsText(const std::string& title, const std::vector<std::string>& labels, const std::vector<SimEvent>& events,
-                             double makespan_s, int width);
-std::string RenderEventsSvg(const std::string& title, const std::vector<std::string>& labels, const std::vector<SimEvent>& events,
-                            double makespan_s);
+std::string RenderEventsText(const std::string& title, const std::vector<std::string>& labels,
+                             const std::vector<SimEvent>& events, double makespan_s, int width);
+std::string RenderEventsSvg(const std::string& title, const std::vector<std::string>& labels,
+                            const std::vector<SimEvent>& events, double makespan_s);
 Status RenderTimelineSvg(const Plan& plan, std::string* out);
 
 }  // namespace planner

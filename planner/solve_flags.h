@@ -23,8 +23,8 @@ namespace planner {
 
 // The flags as CLI11 reads them (RegisterSolve in cmd_solve.cc); `gpus` is the one size being solved.
 struct SolveArgs {
-  int64_t gpus = 0;                  // the size being solved (one of gpu_list)
-  std::string gpus_text;             // --gpus as given: "1024" or "1024,2048,4096"
+  int64_t gpus = 0;       // the size being solved (one of gpu_list)
+  std::string gpus_text;  // --gpus as given: "1024" or "1024,2048,4096"
   std::vector<int64_t> gpu_list;
   std::string model, profile, cluster, mode = "auto", output, comm_profile;
   bool json = false;

@@ -75,10 +75,19 @@ class CollectiveBuffers {
     const size_t n = static_cast<size_t>(g.size()), k = static_cast<size_t>(count);
     on_device_ = g.backend() == "nccl";
     if (c == "all_reduce" || c == "broadcast") a_.resize(k);
-    else if (c == "all_gather") { a_.resize(k); b_.resize(k * n); }
-    else if (c == "reduce_scatter") { a_.resize(k * n); b_.resize(k); }
-    else if (c == "all_to_all") { a_.resize(k * n); b_.resize(k * n); }
-    else { a_.resize(k); b_.resize(k); }
+    else if (c == "all_gather") {
+      a_.resize(k);
+      b_.resize(k * n);
+    } else if (c == "reduce_scatter") {
+      a_.resize(k * n);
+      b_.resize(k);
+    } else if (c == "all_to_all") {
+      a_.resize(k * n);
+      b_.resize(k * n);
+    } else {
+      a_.resize(k);
+      b_.resize(k);
+    }
     if (on_device_) {
       da_ = AllocateTensor({static_cast<int64_t>(a_.size())}, Device::kCuda);
       if (!b_.empty()) db_ = AllocateTensor({static_cast<int64_t>(b_.size())}, Device::kCuda);
@@ -128,11 +137,19 @@ class CollectiveBuffers {
     const double sum_ranks = n * (n + 1) / 2.0;
     for (int64_t i = 0; i < count_; ++i) {
       double want, got;
-      if (c_ == "all_reduce") { want = sum_ranks + n * (i % 7); got = a_[static_cast<size_t>(i)]; }
-      else if (c_ == "broadcast") { want = Value(0, i); got = a_[static_cast<size_t>(i)]; }
-      else if (c_ == "reduce_scatter") { want = sum_ranks + n * ((r * count_ + i) % 7); got = b_[static_cast<size_t>(i)]; }
-      else if (c_ == "send_recv") { want = Value((r + n - 1) % n, i); got = b_[static_cast<size_t>(i)]; }
-      else if (c_ == "all_to_all") {  // block q: rank q's block for me
+      if (c_ == "all_reduce") {
+        want = sum_ranks + n * (i % 7);
+        got = a_[static_cast<size_t>(i)];
+      } else if (c_ == "broadcast") {
+        want = Value(0, i);
+        got = a_[static_cast<size_t>(i)];
+      } else if (c_ == "reduce_scatter") {
+        want = sum_ranks + n * ((r * count_ + i) % 7);
+        got = b_[static_cast<size_t>(i)];
+      } else if (c_ == "send_recv") {
+        want = Value((r + n - 1) % n, i);
+        got = b_[static_cast<size_t>(i)];
+      } else if (c_ == "all_to_all") {  // block q: rank q's block for me
         for (int q = 0; q < n; ++q) bad += b_[static_cast<size_t>(q * count_ + i)] != Value(q, r * count_ + i);
         continue;
       } else {
@@ -186,7 +203,8 @@ Status TimeOperations(Communicator& g, CollectiveBuffers& buf, int iters, bool c
 
 // Runs `iters` of one collective on group `g` and checks the last result; *seconds is the
 // group's max, *wrong the group's count of wrong elements.
-Status RunOne(Communicator& g, const std::string& c, int64_t count, int iters, bool cold, double gap_s, double* seconds, int64_t* wrong) {
+Status RunOne(Communicator& g, const std::string& c, int64_t count, int iters, bool cold, double gap_s, double* seconds,
+              int64_t* wrong) {
   CollectiveBuffers buf(g, c, count);
   buf.Fill();
   PLANNER_RETURN_IF_ERROR(g.Barrier());
@@ -220,14 +238,15 @@ std::vector<GroupSpec> GroupSpecs(int local_size, int nodes) {
   return specs;
 }
 
-void PrintTableHeader(const std::function<void(const std::string&)>& print, const std::string& c, const GroupSpec& spec, const std::string& backend,
-                      const CommProfileOptions& o) {
-  print(fmt::format("# {} on {} ranks, level {} ({}, {} caches{})", c, spec.size, spec.level, backend, o.cold ? "cold" : "warm",
+void PrintTableHeader(const std::function<void(const std::string&)>& print, const std::string& c, const GroupSpec& spec,
+                      const std::string& backend, const CommProfileOptions& o) {
+  print(fmt::format("# {} on {} ranks, level {} ({}, {} caches{})", c, spec.size, spec.level, backend,
+                    o.cold ? "cold" : "warm",
                     o.gap_s > 0 ? fmt::format(", {:.3g} ms of compute before each", o.gap_s * 1e3) : std::string()));
-  print(fmt::format("# {:>12} {:>12} {:>6} {:>6} {:>6} {:>10} {:>8} {:>8} {:>6}", "size", "count", "type", "redop", "root", "time", "algbw",
-                    "busbw", "#wrong"));
-  print(fmt::format("# {:>12} {:>12} {:>6} {:>6} {:>6} {:>10} {:>8} {:>8} {:>6}", "(B)", "(elements)", "", "", "", "(us)", "(GB/s)", "(GB/s)",
-                    ""));
+  print(fmt::format("# {:>12} {:>12} {:>6} {:>6} {:>6} {:>10} {:>8} {:>8} {:>6}", "size", "count", "type", "redop",
+                    "root", "time", "algbw", "busbw", "#wrong"));
+  print(fmt::format("# {:>12} {:>12} {:>6} {:>6} {:>6} {:>10} {:>8} {:>8} {:>6}", "(B)", "(elements)", "", "", "",
+                    "(us)", "(GB/s)", "(GB/s)", ""));
 }
 
 // One size of one collective on group `g`: a warm-up run, the timed run, and rank 0's row
@@ -241,7 +260,8 @@ Status MeasureSize(Communicator& g, Communicator& host, const std::string& c, co
   *skipped = count < 1;
   if (*skipped) return Status::OK();
   const int64_t real_bytes = count * 4 * (split ? spec.size : 1);
-  const int iters = static_cast<int>(std::clamp<int64_t>((int64_t{64} << 20) / std::max<int64_t>(real_bytes, 1), 3, o.iterations));
+  const int iters =
+      static_cast<int>(std::clamp<int64_t>((int64_t{64} << 20) / std::max<int64_t>(real_bytes, 1), 3, o.iterations));
   double secs = 0, warm = 0;
   int64_t wrong = 0, w0 = 0;
   PLANNER_RETURN_IF_ERROR(RunOne(g, c, count, o.warmup, false, 0, &warm, &w0));
@@ -262,8 +282,10 @@ Status MeasureSize(Communicator& g, Communicator& host, const std::string& c, co
 }
 
 // Every size of collective `c` on group `g`: the rows and the fitted curve.
-Status ProfileCurve(Communicator& world, Communicator& g, Communicator& host, const std::string& c, const GroupSpec& spec, const CommProfileOptions& o,
-                    const std::function<void(const std::string&)>& print, std::vector<CommRow>* rows, CommCurve* curve) {
+Status ProfileCurve(Communicator& world, Communicator& g, Communicator& host, const std::string& c,
+                    const GroupSpec& spec, const CommProfileOptions& o,
+                    const std::function<void(const std::string&)>& print, std::vector<CommRow>* rows,
+                    CommCurve* curve) {
   const bool reporter = world.rank() == 0;
   if (reporter) PrintTableHeader(print, c, spec, world.backend(), o);
   curve->collective = c;
@@ -280,8 +302,9 @@ Status ProfileCurve(Communicator& world, Communicator& g, Communicator& host, co
     if (skipped) continue;
     if (reporter) {
       const bool reduces = c == "all_reduce" || c == "reduce_scatter";
-      print(fmt::format("  {:>12} {:>12} {:>6} {:>6} {:>6} {:>10.2f} {:>8.3f} {:>8.3f} {:>6}", row.bytes, row.count, "float",
-                        reduces ? "sum" : "none", c == "broadcast" ? "0" : "-1", row.time_s * 1e6, row.algbw_GBps, row.busbw_GBps, row.wrong));
+      print(fmt::format("  {:>12} {:>12} {:>6} {:>6} {:>6} {:>10.2f} {:>8.3f} {:>8.3f} {:>6}", row.bytes, row.count,
+                        "float", reduces ? "sum" : "none", c == "broadcast" ? "0" : "-1", row.time_s * 1e6,
+                        row.algbw_GBps, row.busbw_GBps, row.wrong));
     }
     curve->points.emplace_back(static_cast<double>(row.bytes), row.time_s);
     rows->push_back(row);
@@ -289,25 +312,31 @@ Status ProfileCurve(Communicator& world, Communicator& g, Communicator& host, co
   double beta = 0;
   FitAlphaBeta(curve->points, &curve->alpha_s, &beta);
   curve->busbw_GBps = beta > 0 ? BusBandwidthFactor(c, spec.size) / beta / 1e9 : 0;
-  if (reporter) print(fmt::format("# fit: alpha {:.2f} us, asymptotic busbw {:.3f} GB/s", curve->alpha_s * 1e6, curve->busbw_GBps));
+  if (reporter)
+    print(fmt::format("# fit: alpha {:.2f} us, asymptotic busbw {:.3f} GB/s", curve->alpha_s * 1e6, curve->busbw_GBps));
   return Status::OK();
 }
 
 }  // namespace
 
 Status ProfileCollectives(Communicator& world, const CommProfileOptions& o, std::vector<CommRow>* rows,
-                          std::vector<CommCurve>* curves, const std::function<void(const std::string&)>& print, Communicator* host) {
+                          std::vector<CommCurve>* curves, const std::function<void(const std::string&)>& print,
+                          Communicator* host) {
   const int n = world.size();
-  if (n < 2) return Status::InvalidArgument("collective profiling needs two or more ranks: mpirun -np 2 planner profile --comm");
-  if (o.min_bytes < 4 || o.max_bytes < o.min_bytes) return Status::InvalidArgument("--min-bytes must be at least 4 and at most --max-bytes");
+  if (n < 2)
+    return Status::InvalidArgument("collective profiling needs two or more ranks: mpirun -np 2 planner profile --comm");
+  if (o.min_bytes < 4 || o.max_bytes < o.min_bytes)
+    return Status::InvalidArgument("--min-bytes must be at least 4 and at most --max-bytes");
   if (!(o.gap_s >= 0)) return Status::InvalidArgument("--gap-ms must be 0 or more");
-  if (o.gap_s > 0 && !o.cold) return Status::InvalidArgument("--gap-ms applies to cold-cache timing only; add --cache cold");
+  if (o.gap_s > 0 && !o.cold)
+    return Status::InvalidArgument("--gap-ms applies to cold-cache timing only; add --cache cold");
   Communicator& host_comm = host ? *host : world;
   int local_rank = 0, local_size = n, nodes = 1;
   PLANNER_RETURN_IF_ERROR(MpiNodeLayout(host_comm, &local_rank, &local_size, &nodes));
   for (const auto& spec : GroupSpecs(local_size, nodes)) {
     // Node level: consecutive ranks of one node; cluster level: one rank per node (same local rank).
-    const int color = spec.level == "node" ? world.rank() / spec.size : local_rank * 100000 + (world.rank() / local_size) / spec.size;
+    const int color =
+        spec.level == "node" ? world.rank() / spec.size : local_rank * 100000 + (world.rank() / local_size) / spec.size;
     std::unique_ptr<Communicator> g;
     PLANNER_RETURN_IF_ERROR(world.Split(color, world.rank(), &g));
     g->set_timeout_seconds(world.timeout_seconds());

@@ -21,9 +21,9 @@ namespace planner {
 struct CommProfileOptions {
   int64_t min_bytes = 8;
   int64_t max_bytes = 16 << 20;
-  int64_t step_factor = 2;       // sizes min, min*f, ..., max
+  int64_t step_factor = 2;  // sizes min, min*f, ..., max
   int warmup = 3;
-  int iterations = 20;           // timed per size (fewer for large sizes, at least 3)
+  int iterations = 20;  // timed per size (fewer for large sizes, at least 3)
   // cold: before every timed operation each rank writes a 32 MiB buffer (evicting its caches,
   // as a training step's compute does before the gradient all-reduce) and the group meets at a
   // barrier; each operation is timed alone. warm (default): back to back, as nccl-tests.
@@ -33,7 +33,8 @@ struct CommProfileOptions {
   // all-reduce after 20 ms of compute ran 1.2-1.9x slower than after the eviction alone, the
   // ranks meeting at a barrier either way (docs/performance.md).
   double gap_s = 0;
-  std::vector<std::string> collectives = {"all_reduce", "all_gather", "reduce_scatter", "broadcast", "send_recv", "all_to_all"};
+  std::vector<std::string> collectives = {"all_reduce", "all_gather", "reduce_scatter",
+                                          "broadcast",  "send_recv",  "all_to_all"};
 };
 
 struct CommRow {

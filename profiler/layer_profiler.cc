@@ -52,7 +52,9 @@ Tensor MakeInput(const Layer& l, int64_t b, uint64_t seed) {
   Tensor x = Tensor::Zeros(shape);
   if (l.kind == LayerKind::kEmbedding) {
     int64_t vocab = l.attrs.Int("vocab", 1);
-    for (int64_t i = 0; i < x.numel(); ++i) x.data()[i] = static_cast<float>((seed * 2654435761u + static_cast<uint64_t>(i) * 40503u) % static_cast<uint64_t>(vocab));
+    for (int64_t i = 0; i < x.numel(); ++i)
+      x.data()[i] =
+          static_cast<float>((seed * 2654435761u + static_cast<uint64_t>(i) * 40503u) % static_cast<uint64_t>(vocab));
   } else {
     FillUniform(&x, seed, 1.7f);
   }
@@ -107,7 +109,8 @@ namespace {
 
 // `copies` instances of the layer (a TP shard for tp > 1), seeded apart, storing weights and
 // activations in `storage` as a run of that precision does (mixed_precision.h; fp32: unwrapped).
-Status MakeKernels(const Layer& layer, int64_t tp, Device device, DType storage, int copies, std::vector<std::unique_ptr<LayerKernel>>* kernels) {
+Status MakeKernels(const Layer& layer, int64_t tp, Device device, DType storage, int copies,
+                   std::vector<std::unique_ptr<LayerKernel>>* kernels) {
   kernels->resize(static_cast<size_t>(std::max(1, copies)));
   for (size_t c = 0; c < kernels->size(); ++c) {
     KernelOptions ko;
@@ -123,7 +126,8 @@ Status MakeKernels(const Layer& layer, int64_t tp, Device device, DType storage,
 
 // The layer's input at microbatch b (the TP shard of the loss sees V / t logits), in the storage
 // dtype but for token ids (exact: fp32); a loss gets its targets.
-Tensor PrepareInput(const Layer& layer, int64_t b, int64_t tp, Device device, DType storage, const std::vector<std::unique_ptr<LayerKernel>>& kernels) {
+Tensor PrepareInput(const Layer& layer, int64_t b, int64_t tp, Device device, DType storage,
+                    const std::vector<std::unique_ptr<LayerKernel>>& kernels) {
   Layer in_layer = layer;
   if (layer.kind == LayerKind::kLoss && tp > 1) in_layer.in_shape.back() /= tp;
   Tensor x = MakeInput(in_layer, b, 7).To(device);
@@ -190,8 +194,8 @@ struct Repetitions {
 
 }  // namespace
 
-Status TimeLayer(const Layer& layer, int64_t b, int64_t tp, const LayerProfileOptions& round_options, LayerTiming* out, int copies, LayerSamples* samples,
-                 const LayerProfileOptions* whole, bool* used_whole) {
+Status TimeLayer(const Layer& layer, int64_t b, int64_t tp, const LayerProfileOptions& round_options, LayerTiming* out,
+                 int copies, LayerSamples* samples, const LayerProfileOptions* whole, bool* used_whole) {
   const LayerProfileOptions* cur = &round_options;  // switches to `whole` for a slow layer (below)
   const Device device = round_options.device;
   // `copies` instances used round robin: their weights rotate through the
@@ -216,7 +220,8 @@ Status TimeLayer(const Layer& layer, int64_t b, int64_t tp, const LayerProfileOp
   for (int rep = 0; static_cast<int>(reps.f.size()) < cur->max_repetitions; ++rep) {
     if (Interrupted()) return Status::Unavailable("interrupted");
     PassTimes t;
-    PLANNER_RETURN_IF_ERROR(TimePass(kernels[static_cast<size_t>(rep) % kernels.size()].get(), x, device, &clock, &dy, &t));
+    PLANNER_RETURN_IF_ERROR(
+        TimePass(kernels[static_cast<size_t>(rep) % kernels.size()].get(), x, device, &clock, &dy, &t));
     // A pass longer than 1/20 of a round's budget: rounds would mostly repeat warm-ups and kernel
     // set-up, and 20 such passes already span a burst of noise, so this point is timed whole now.
     if (rep == 0 && whole != nullptr && t.total_s() > cur->budget_s / 20) {
@@ -295,8 +300,8 @@ LayerProfileOptions PerRound(const LayerProfileOptions& o, int rounds) {
 
 // Every point of every signature timed in o.rounds passes over all points; the samples are
 // pooled in measured[sig][point].
-Status TimeAllPoints(const ModelSpec& m, const LayerProfileOptions& o, const Signatures& sigs, const std::vector<Point>& points,
-                     std::vector<std::vector<Measured>>* measured) {
+Status TimeAllPoints(const ModelSpec& m, const LayerProfileOptions& o, const Signatures& sigs,
+                     const std::vector<Point>& points, std::vector<std::vector<Measured>>* measured) {
   const int rounds = std::max(1, o.rounds);
   const LayerProfileOptions per_round = PerRound(o, rounds);
   measured->assign(sigs.first_of.size(), std::vector<Measured>(points.size()));
@@ -308,7 +313,9 @@ Status TimeAllPoints(const ModelSpec& m, const LayerProfileOptions& o, const Sig
       for (size_t pi = 0; pi < points.size(); ++pi) {
         const Point& pt = points[pi];
         Measured& me = (*measured)[s][pi];
-        if (o.progress) progress.Update(step, fmt::format("{} b={} tp={} (round {} of {})", LayerKindName(l.kind), pt.b, pt.tp, round + 1, rounds));
+        if (o.progress)
+          progress.Update(step, fmt::format("{} b={} tp={} (round {} of {})", LayerKindName(l.kind), pt.b, pt.tp,
+                                            round + 1, rounds));
         ++step;
         if (o.sync) PLANNER_RETURN_IF_ERROR(o.sync());  // on every rank for every point, skipped or not
         if (me.whole) continue;
@@ -319,7 +326,8 @@ Status TimeAllPoints(const ModelSpec& m, const LayerProfileOptions& o, const Sig
                               rounds > 1 && round == 0 ? &o : nullptr, &me.whole);
         if (!st.ok()) {
           if (Interrupted()) return Status::Unavailable("interrupted by Ctrl-C; no profile written");
-          return st.WithContext(fmt::format("layer '{}' ({}) at microbatch {} tp {}", l.name, LayerKindName(l.kind), pt.b, pt.tp));
+          return st.WithContext(
+              fmt::format("layer '{}' ({}) at microbatch {} tp {}", l.name, LayerKindName(l.kind), pt.b, pt.tp));
         }
         me.peak_memory_bytes = std::max(me.peak_memory_bytes, lt.peak_memory_bytes);
         me.flops = lt.flops;
@@ -335,7 +343,8 @@ ProfileTiming PooledTiming(const Measured& me, const Point& pt) {
   const LayerSamples& ls = me.samples;
   std::vector<double> bb(ls.forward_s.size());
   for (size_t i = 0; i < bb.size(); ++i) bb[i] = ls.backward_input_s[i] + ls.backward_weight_s[i];
-  const PassStats f = Stats(ls.forward_s), bi = Stats(ls.backward_input_s), bw = Stats(ls.backward_weight_s), b = Stats(bb);
+  const PassStats f = Stats(ls.forward_s), bi = Stats(ls.backward_input_s), bw = Stats(ls.backward_weight_s),
+                  b = Stats(bb);
   ProfileTiming t;
   t.microbatch = pt.b;
   t.tp = pt.tp;
@@ -361,7 +370,8 @@ ProfileTiming PooledTiming(const Measured& me, const Point& pt) {
 double KernelElementBytes(DType precision) { return DTypeBytes(StorageDType(precision)); }
 
 // The profile's layer entry for model layer i; sizes in the kernels' storage dtype at the reference microbatch.
-ProfileLayer ProfileLayerOf(const ModelSpec& m, size_t i, double bref, DType precision, std::vector<ProfileTiming> timings) {
+ProfileLayer ProfileLayerOf(const ModelSpec& m, size_t i, double bref, DType precision,
+                            std::vector<ProfileTiming> timings) {
   const Layer& l = m.layers[i];
   ProfileLayer pl;
   pl.name = l.name;
@@ -398,7 +408,8 @@ Status ProfileModel(const ModelSpec& m, const LayerProfileOptions& o, Profile* o
   GemmPrecisionScope precision(o.precision);
   const Signatures sigs = DistinctSignatures(m);
   std::vector<Point> points;
-  for (int64_t tp : o.tps) for (int64_t b : o.microbatches) points.push_back({b, tp});
+  for (int64_t tp : o.tps)
+    for (int64_t b : o.microbatches) points.push_back({b, tp});
   std::vector<std::vector<Measured>> measured;
   PLANNER_RETURN_IF_ERROR(TimeAllPoints(m, o, sigs, points, &measured));
   // timings[sig][point], from the pooled samples
@@ -408,7 +419,8 @@ Status ProfileModel(const ModelSpec& m, const LayerProfileOptions& o, Profile* o
   }
   Profile p;
   p.model = m.name;
-  p.dtype = DTypeName(o.precision);  // the GEMM precision timed (fp32: TF32 GEMMs on CUDA); the solver warns when the model's differs
+  p.dtype = DTypeName(
+      o.precision);  // the GEMM precision timed (fp32: TF32 GEMMs on CUDA); the solver warns when the model's differs
   p.device = DescribeHost(o.device, o.threads);
   p.backend = DeviceName(o.device);
   p.tool = std::string("planner ") + PLANNER_VERSION;
@@ -417,7 +429,8 @@ Status ProfileModel(const ModelSpec& m, const LayerProfileOptions& o, Profile* o
   p.threads = o.threads;
   p.reference_microbatch = o.microbatches.front();
   const double bref = static_cast<double>(p.reference_microbatch);
-  for (size_t i = 0; i < m.layers.size(); ++i) p.layers.push_back(ProfileLayerOf(m, i, bref, o.precision, timings[sigs.layer_sig[i]]));
+  for (size_t i = 0; i < m.layers.size(); ++i)
+    p.layers.push_back(ProfileLayerOf(m, i, bref, o.precision, timings[sigs.layer_sig[i]]));
   *out = std::move(p);
   return Status::OK();
 }

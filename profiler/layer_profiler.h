@@ -28,11 +28,11 @@ struct LayerProfileOptions {
   int warmup = 2;
   int min_repetitions = 20;
   int max_repetitions = 200;
-  double budget_s = 2.0;            // per (signature, microbatch, tp) once min_repetitions are done
-  int budget_floor = 5;             // timed repetitions at least before the budget may end a point
-  double target_rel_error = 0.01;   // stop when the median's standard error / median is below this
+  double budget_s = 2.0;           // per (signature, microbatch, tp) once min_repetitions are done
+  int budget_floor = 5;            // timed repetitions at least before the budget may end a point
+  double target_rel_error = 0.01;  // stop when the median's standard error / median is below this
   bool progress = true;
-  int max_copies = 16;              // a signature shared by k layers is timed on min(k, this) instances in turn
+  int max_copies = 16;  // a signature shared by k layers is timed on min(k, this) instances in turn
   // ProfileModel times every point in `rounds` passes over all points, each with
   // 1/rounds of the repetitions and budget, and pools the samples: a burst of
   // host noise (or a peer rank still starting) lands in one round of one point
@@ -42,7 +42,7 @@ struct LayerProfileOptions {
   // Called before every point of every round: under mpirun the ranks meet at a
   // barrier, so each point is timed while the other ranks time the same one.
   std::function<Status()> sync;
-  std::string command;              // recorded in the profile
+  std::string command;  // recorded in the profile
 };
 
 struct PassStats {
@@ -69,8 +69,9 @@ struct LayerTiming {
 // timed with `whole`'s repetitions and budget instead (*used_whole = true):
 // ProfileModel's first round passes its whole-profile settings so that slow
 // layers are timed once rather than in rounds.
-Status TimeLayer(const Layer& layer, int64_t microbatch, int64_t tp, const LayerProfileOptions& options, LayerTiming* out, int copies = 1,
-                 LayerSamples* samples = nullptr, const LayerProfileOptions* whole = nullptr, bool* used_whole = nullptr);
+Status TimeLayer(const Layer& layer, int64_t microbatch, int64_t tp, const LayerProfileOptions& options,
+                 LayerTiming* out, int copies = 1, LayerSamples* samples = nullptr,
+                 const LayerProfileOptions* whole = nullptr, bool* used_whole = nullptr);
 
 // Profiles every distinct signature of the model per (microbatch, tp), in
 // options.rounds interleaved rounds.

@@ -35,7 +35,8 @@ Status AgreeOnStatus(Communicator& comm, const Status& mine) {
   const int64_t n = std::min<int64_t>(kMessageBytes, static_cast<int64_t>(msg.size()));
   slot[0] = static_cast<float>(static_cast<int>(mine.code()));
   slot[1] = static_cast<float>(n);
-  for (int64_t i = 0; i < n; ++i) slot[static_cast<size_t>(2 + i)] = static_cast<float>(static_cast<unsigned char>(msg[static_cast<size_t>(i)]));
+  for (int64_t i = 0; i < n; ++i)
+    slot[static_cast<size_t>(2 + i)] = static_cast<float>(static_cast<unsigned char>(msg[static_cast<size_t>(i)]));
   std::vector<float> all(static_cast<size_t>(kSlot * comm.size()));
   PLANNER_RETURN_IF_ERROR(comm.AllGather(slot.data(), all.data(), kSlot));
   for (int r = 0; r < comm.size(); ++r) {

@@ -77,10 +77,12 @@ struct ChecksummedFile {
 CheckpointIdentity IdentityOf(const LaunchPlan& L, const ModelSpec& model) {
   CheckpointIdentity id;
   id.model_digest = !L.model_digest.empty() ? L.model_digest : model.digest;
-  std::string layout = fmt::format("tp {} pp {} dp {} cp {} sp {} ep {} etp {} interleave {} schedule {} optimizer {} ranks {} servers {} stages",
-                                   L.tp, L.pp, L.dp, L.cp, L.sequence_parallel, L.ep, L.etp, L.interleave, static_cast<int>(L.schedule),
-                                   L.run.optimizer, L.ranks.size(), L.servers.size());
-  for (const LaunchStage& s : L.stages) layout += fmt::format(" {}-{}x{}c{}", s.first_layer, s.last_layer, s.replicas, s.chunk);
+  std::string layout = fmt::format(
+      "tp {} pp {} dp {} cp {} sp {} ep {} etp {} interleave {} schedule {} optimizer {} ranks {} servers {} stages",
+      L.tp, L.pp, L.dp, L.cp, L.sequence_parallel, L.ep, L.etp, L.interleave, static_cast<int>(L.schedule),
+      L.run.optimizer, L.ranks.size(), L.servers.size());
+  for (const LaunchStage& s : L.stages)
+    layout += fmt::format(" {}-{}x{}c{}", s.first_layer, s.last_layer, s.replicas, s.chunk);
   id.layout_digest = DigestHex(layout);
   id.ranks = static_cast<int64_t>(L.ranks.size());
   return id;
@@ -93,7 +95,8 @@ std::string RankFilePath(const std::string& run_dir, int64_t iteration, int64_t 
 }
 
 Status WriteCheckpoint(const std::string& run_dir, const CheckpointIdentity& id, int64_t rank, int64_t iteration,
-                       const std::vector<Param*>& params, const Optimizer& optimizer, CheckpointFile* written, const LossScaler* scaler) {
+                       const std::vector<Param*>& params, const Optimizer& optimizer, CheckpointFile* written,
+                       const LossScaler* scaler) {
   const std::string path = RankFilePath(run_dir, iteration, rank);
   PLANNER_RETURN_IF_ERROR(MakeDirectories(fs::path(path).parent_path().string()));
   std::vector<float> state = optimizer.State();
@@ -122,10 +125,12 @@ Status WriteCheckpoint(const std::string& run_dir, const CheckpointIdentity& id,
 }
 
 std::string ManifestText(const CheckpointManifest& m) {
-  std::string t = "# planner checkpoint manifest, written after every rank file was durable (docs/runtime.md, \"Checkpoints\")\n";
-  t += fmt::format("format: 1\niteration: {}\ndirectory: {}\nmodel_digest: {}\nlayout_digest: {}\nranks: {}\n", m.iteration, m.directory,
-                   m.model_digest, m.layout_digest, m.files.size());
-  for (size_t r = 0; r < m.files.size(); ++r) t += fmt::format("rank{}: {{bytes: {}, crc32c: {:08x}}}\n", r, m.files[r].bytes, m.files[r].crc32c);
+  std::string t =
+      "# planner checkpoint manifest, written after every rank file was durable (docs/runtime.md, \"Checkpoints\")\n";
+  t += fmt::format("format: 1\niteration: {}\ndirectory: {}\nmodel_digest: {}\nlayout_digest: {}\nranks: {}\n",
+                   m.iteration, m.directory, m.model_digest, m.layout_digest, m.files.size());
+  for (size_t r = 0; r < m.files.size(); ++r)
+    t += fmt::format("rank{}: {{bytes: {}, crc32c: {:08x}}}\n", r, m.files[r].bytes, m.files[r].crc32c);
   return t;
 }
 
@@ -152,7 +157,9 @@ bool ParseFileEntry(std::string_view v, CheckpointFile* f) {
   const size_t comma = v.find(kB);
   int64_t crc = 0;
   if (comma == std::string_view::npos || v.size() - comma - kB.size() != 8) return false;
-  if (!ParseInt(v.substr(0, comma), &f->bytes) || f->bytes < static_cast<int64_t>(sizeof(Header)) || !ParseInt(v.substr(comma + kB.size()), &crc, 16) || crc < 0) return false;
+  if (!ParseInt(v.substr(0, comma), &f->bytes) || f->bytes < static_cast<int64_t>(sizeof(Header)) ||
+      !ParseInt(v.substr(comma + kB.size()), &crc, 16) || crc < 0)
+    return false;
   f->crc32c = static_cast<uint32_t>(crc);
   return true;
 }
@@ -169,10 +176,13 @@ Status ReadFields(const std::string& path, const std::string& text, std::map<std
     if (line.empty() || line[0] == '#') continue;
     const size_t colon = line.find(": ");
     if (colon == std::string::npos || colon == 0) {
-      return Status::InvalidArgument(fmt::format("{}:{}: not 'key: value': {}; the manifest is damaged", path, n, line.substr(0, 80)));
+      return Status::InvalidArgument(
+          fmt::format("{}:{}: not 'key: value': {}; the manifest is damaged", path, n, line.substr(0, 80)));
     }
     const std::string key = line.substr(0, colon);
-    if (fields->count(key)) return Status::InvalidArgument(fmt::format("{}:{}: {} appears twice (first on line {}); the manifest is damaged", path, n, key, (*fields)[key].line));
+    if (fields->count(key))
+      return Status::InvalidArgument(fmt::format("{}:{}: {} appears twice (first on line {}); the manifest is damaged",
+                                                 path, n, key, (*fields)[key].line));
     (*fields)[key] = {line.substr(colon + 2), n};
   }
   return Status::OK();
@@ -184,22 +194,27 @@ Status ParseManifest(const std::string& path, const std::string& text, Checkpoin
   std::map<std::string, Field> f;
   PLANNER_RETURN_IF_ERROR(ReadFields(path, text, &f));
   auto need = [&](const std::string& key) -> Status {
-    return f.count(key) ? Status::OK() : Status::InvalidArgument(fmt::format("{}: no '{}' field; the manifest is damaged", path, key));
+    return f.count(key) ? Status::OK()
+                        : Status::InvalidArgument(fmt::format("{}: no '{}' field; the manifest is damaged", path, key));
   };
   auto bad = [&](const std::string& key, const std::string& want) {
-    return Status::InvalidArgument(fmt::format("{}:{}: {}: '{}' is not {}; the manifest is damaged", path, f[key].line, key, f[key].value.substr(0, 80), want));
+    return Status::InvalidArgument(fmt::format("{}:{}: {}: '{}' is not {}; the manifest is damaged", path, f[key].line,
+                                               key, f[key].value.substr(0, 80), want));
   };
-  for (const char* k : {"format", "iteration", "directory", "model_digest", "layout_digest", "ranks"}) PLANNER_RETURN_IF_ERROR(need(k));
+  for (const char* k : {"format", "iteration", "directory", "model_digest", "layout_digest", "ranks"})
+    PLANNER_RETURN_IF_ERROR(need(k));
   if (f["format"].value != "1") return bad("format", "1 (a manifest of another planner version)");
   CheckpointManifest m;
   int64_t ranks = 0;
-  if (!ParseInt(f["iteration"].value, &m.iteration) || m.iteration < 1 || m.iteration > kMaxIteration) return bad("iteration", "an iteration from 1 to 10000000");
+  if (!ParseInt(f["iteration"].value, &m.iteration) || m.iteration < 1 || m.iteration > kMaxIteration)
+    return bad("iteration", "an iteration from 1 to 10000000");
   m.directory = f["directory"].value;
   if (m.directory != fmt::format("iter-{}", m.iteration)) return bad("directory", fmt::format("iter-{}", m.iteration));
   m.model_digest = f["model_digest"].value, m.layout_digest = f["layout_digest"].value;
   if (!IsDigest(m.model_digest)) return bad("model_digest", "16 hex digits");
   if (!IsDigest(m.layout_digest)) return bad("layout_digest", "16 hex digits");
-  if (!ParseInt(f["ranks"].value, &ranks) || ranks < 1 || ranks > 1000000) return bad("ranks", "a rank count from 1 to 1000000");
+  if (!ParseInt(f["ranks"].value, &ranks) || ranks < 1 || ranks > 1000000)
+    return bad("ranks", "a rank count from 1 to 1000000");
   for (int64_t r = 0; r < ranks; ++r) {
     const std::string key = fmt::format("rank{}", r);
     PLANNER_RETURN_IF_ERROR(need(key));
@@ -211,8 +226,11 @@ Status ParseManifest(const std::string& path, const std::string& text, Checkpoin
     for (const auto& [key, field] : f) {
       int64_t r = -1;
       if (key.rfind("rank", 0) == 0 && ParseInt(std::string_view(key).substr(4), &r) && r >= 0 && r < ranks) continue;
-      if (key == "format" || key == "iteration" || key == "directory" || key == "model_digest" || key == "layout_digest" || key == "ranks") continue;
-      return Status::InvalidArgument(fmt::format("{}:{}: unknown field '{}'; the manifest is damaged", path, field.line, key.substr(0, 40)));
+      if (key == "format" || key == "iteration" || key == "directory" || key == "model_digest" ||
+          key == "layout_digest" || key == "ranks")
+        continue;
+      return Status::InvalidArgument(
+          fmt::format("{}:{}: unknown field '{}'; the manifest is damaged", path, field.line, key.substr(0, 40)));
     }
   }
   *out = std::move(m);
@@ -234,21 +252,32 @@ Status CommitCheckpoint(const std::string& run_dir, const CheckpointManifest& m)
 namespace {
 
 // The header against the manifest and this launch; `bytes`: the file's size.
-Status CheckHeader(const std::string& path, const Header& h, const CheckpointManifest& m, const CheckpointIdentity& id, int64_t rank, int64_t bytes) {
+Status CheckHeader(const std::string& path, const Header& h, const CheckpointManifest& m, const CheckpointIdentity& id,
+                   int64_t rank, int64_t bytes) {
   auto refuse = [&](const std::string& why) { return Status::InvalidArgument(fmt::format("{}: {}", path, why)); };
-  if (std::memcmp(h.magic, kMagic, sizeof kMagic) != 0) return refuse("not a planner checkpoint file (no PLNCKPT2 magic): corrupt, or from an older planner");
+  if (std::memcmp(h.magic, kMagic, sizeof kMagic) != 0)
+    return refuse("not a planner checkpoint file (no PLNCKPT2 magic): corrupt, or from an older planner");
   if (h.iteration != m.iteration) {
-    return refuse(fmt::format("holds iteration {}, the manifest names {}: a rank file of another checkpoint (ranks would train on different iterations)",
-                              h.iteration, m.iteration));
+    return refuse(
+        fmt::format("holds iteration {}, the manifest names {}: a rank file of another checkpoint (ranks would train "
+                    "on different iterations)",
+                    h.iteration, m.iteration));
   }
-  if (h.rank != rank || h.ranks != id.ranks) return refuse(fmt::format("is rank {} of {}, wanted rank {} of {}: files swapped or copied", h.rank, h.ranks, rank, id.ranks));
-  if (DigestField(h.model_digest) != m.model_digest) return refuse(fmt::format("holds model digest {}, the manifest {}: a file of another model", DigestField(h.model_digest), m.model_digest));
-  if (DigestField(h.layout_digest) != m.layout_digest) return refuse(fmt::format("holds layout digest {}, the manifest {}: a file of another launch", DigestField(h.layout_digest), m.layout_digest));
+  if (h.rank != rank || h.ranks != id.ranks)
+    return refuse(fmt::format("is rank {} of {}, wanted rank {} of {}: files swapped or copied", h.rank, h.ranks, rank,
+                              id.ranks));
+  if (DigestField(h.model_digest) != m.model_digest)
+    return refuse(fmt::format("holds model digest {}, the manifest {}: a file of another model",
+                              DigestField(h.model_digest), m.model_digest));
+  if (DigestField(h.layout_digest) != m.layout_digest)
+    return refuse(fmt::format("holds layout digest {}, the manifest {}: a file of another launch",
+                              DigestField(h.layout_digest), m.layout_digest));
   const int64_t room = (bytes - static_cast<int64_t>(sizeof h)) / 4;
-  if (h.param_floats < 0 || h.state_floats < 0 || h.param_floats > room || h.state_floats > room || h.param_floats + h.state_floats != room ||
-      (bytes - static_cast<int64_t>(sizeof h)) % 4 != 0) {
-    return refuse(fmt::format("header counts {} parameters and {} optimizer values, the file holds {} bytes of values: corrupt header", h.param_floats,
-                              h.state_floats, bytes - static_cast<int64_t>(sizeof h)));
+  if (h.param_floats < 0 || h.state_floats < 0 || h.param_floats > room || h.state_floats > room ||
+      h.param_floats + h.state_floats != room || (bytes - static_cast<int64_t>(sizeof h)) % 4 != 0) {
+    return refuse(fmt::format(
+        "header counts {} parameters and {} optimizer values, the file holds {} bytes of values: corrupt header",
+        h.param_floats, h.state_floats, bytes - static_cast<int64_t>(sizeof h)));
   }
   return Status::OK();
 }
@@ -257,8 +286,9 @@ Status CheckHeader(const std::string& path, const Header& h, const CheckpointMan
 Status CheckFinite(const std::string& path, const std::vector<float>& v, const char* what) {
   for (size_t i = 0; i < v.size(); ++i) {
     if (!std::isfinite(v[i])) {
-      return Status::InvalidArgument(fmt::format("{}: {} value {} of {} is {}: the checkpoint is not usable; resume from another run or start again",
-                                                 path, what, i, v.size(), std::isnan(v[i]) ? "NaN" : "infinite"));
+      return Status::InvalidArgument(fmt::format(
+          "{}: {} value {} of {} is {}: the checkpoint is not usable; resume from another run or start again", path,
+          what, i, v.size(), std::isnan(v[i]) ? "NaN" : "infinite"));
     }
   }
   return Status::OK();
@@ -269,8 +299,10 @@ Status ReadManifest(const std::string& run_dir, CheckpointManifest* m) {
   std::string text;
   std::error_code ec;
   if (!fs::is_regular_file(mpath, ec) || !ReadBytes(mpath, &text)) {
-    return Status::NotFound(fmt::format("{}: missing: no complete checkpoint (the job ended before its first checkpoint completed, or the "
-                                        "manifest was deleted); run again without --resume", mpath));
+    return Status::NotFound(
+        fmt::format("{}: missing: no complete checkpoint (the job ended before its first checkpoint completed, or the "
+                    "manifest was deleted); run again without --resume",
+                    mpath));
   }
   return ParseManifest(mpath, text, m);
 }
@@ -282,30 +314,39 @@ Status VerifyCheckpoint(const std::string& run_dir, const CheckpointIdentity& id
   PLANNER_RETURN_IF_ERROR(ReadManifest(run_dir, &m));
   const std::string mpath = ManifestPath(run_dir);
   if (m.model_digest != id.model_digest) {
-    return Status::InvalidArgument(fmt::format("{}: a checkpoint of another model (model_digest {}, this launch's model {}); resume it with the launch "
-                                               "directory that wrote it", mpath, m.model_digest, id.model_digest));
+    return Status::InvalidArgument(fmt::format(
+        "{}: a checkpoint of another model (model_digest {}, this launch's model {}); resume it with the launch "
+        "directory that wrote it",
+        mpath, m.model_digest, id.model_digest));
   }
   if (m.layout_digest != id.layout_digest || static_cast<int64_t>(m.files.size()) != id.ranks) {
-    return Status::InvalidArgument(fmt::format("{}: a checkpoint of another layout (layout_digest {}, {} ranks; this launch: {}, {} ranks); resume it "
-                                               "with the launch directory that wrote it", mpath, m.layout_digest, m.files.size(), id.layout_digest, id.ranks));
+    return Status::InvalidArgument(fmt::format(
+        "{}: a checkpoint of another layout (layout_digest {}, {} ranks; this launch: {}, {} ranks); resume it "
+        "with the launch directory that wrote it",
+        mpath, m.layout_digest, m.files.size(), id.layout_digest, id.ranks));
   }
   const std::string path = RankFilePath(run_dir, m.iteration, rank);
   const CheckpointFile& want = m.files[static_cast<size_t>(rank)];
   std::error_code ec;
   const bool regular = fs::is_regular_file(path, ec);
   const uintmax_t size = regular ? fs::file_size(path, ec) : 0;
-  if (!regular || ec) return Status::NotFound(fmt::format("{}: missing, but {} names it: the checkpoint is damaged", path, mpath));
+  if (!regular || ec)
+    return Status::NotFound(fmt::format("{}: missing, but {} names it: the checkpoint is damaged", path, mpath));
   if (static_cast<int64_t>(size) != want.bytes) {
-    return Status::InvalidArgument(fmt::format("{}: {} bytes, the manifest says {}: truncated or replaced", path, size, want.bytes));
+    return Status::InvalidArgument(
+        fmt::format("{}: {} bytes, the manifest says {}: truncated or replaced", path, size, want.bytes));
   }
   std::string bytes;
-  if (!ReadBytes(path, &bytes) || static_cast<int64_t>(bytes.size()) != want.bytes) return Status::Unavailable(fmt::format("{}: cannot read the file", path));
+  if (!ReadBytes(path, &bytes) || static_cast<int64_t>(bytes.size()) != want.bytes)
+    return Status::Unavailable(fmt::format("{}: cannot read the file", path));
   Header h;
   std::memcpy(&h, bytes.data(), sizeof h);
   PLANNER_RETURN_IF_ERROR(CheckHeader(path, h, m, id, rank, want.bytes));
   const uint32_t crc = Crc32c(bytes.data(), bytes.size());
   if (crc != want.crc32c) {
-    return Status::InvalidArgument(fmt::format("{}: checksum mismatch (CRC-32C {:08x}, the manifest says {:08x}): the file is corrupt", path, crc, want.crc32c));
+    return Status::InvalidArgument(
+        fmt::format("{}: checksum mismatch (CRC-32C {:08x}, the manifest says {:08x}): the file is corrupt", path, crc,
+                    want.crc32c));
   }
   out->path = path;
   out->iteration = h.iteration;
@@ -317,15 +358,18 @@ Status VerifyCheckpoint(const std::string& run_dir, const CheckpointIdentity& id
   return CheckFinite(path, out->state, "optimizer state");
 }
 
-Status ApplyCheckpoint(const LoadedCheckpoint& ck, const std::vector<Param*>& params, Optimizer* optimizer, LossScaler* scaler) {
+Status ApplyCheckpoint(const LoadedCheckpoint& ck, const std::vector<Param*>& params, Optimizer* optimizer,
+                       LossScaler* scaler) {
   const int64_t want = ParameterFloats(params);
   if (static_cast<int64_t>(ck.params.size()) != want) {
-    return Status::InvalidArgument(fmt::format("{} holds {} parameters, this stage has {}; it belongs to another launch", ck.path, ck.params.size(), want));
+    return Status::InvalidArgument(fmt::format(
+        "{} holds {} parameters, this stage has {}; it belongs to another launch", ck.path, ck.params.size(), want));
   }
   size_t at = 0;
   for (Param* prm : params) {
     const size_t n = static_cast<size_t>(prm->value.numel());
-    const std::vector<float> v(ck.params.begin() + static_cast<long>(at), ck.params.begin() + static_cast<long>(at + n));
+    const std::vector<float> v(ck.params.begin() + static_cast<long>(at),
+                               ck.params.begin() + static_cast<long>(at + n));
     if (prm->master.empty()) {
       CopyIntoTensor(v, &prm->value);
     } else {  // the fp32 master restored; the weight its rounded copy, as the optimizer writes it
@@ -337,8 +381,11 @@ Status ApplyCheckpoint(const LoadedCheckpoint& ck, const std::vector<Param*>& pa
   std::vector<float> state = ck.state;
   if (scaler != nullptr) {
     const size_t n = scaler->State().size();
-    if (state.size() < n) return Status::InvalidArgument(fmt::format("{}: no loss scaler state (an fp16 run's checkpoint has one)", ck.path));
-    PLANNER_RETURN_IF_ERROR(scaler->SetState(std::vector<float>(state.end() - static_cast<long>(n), state.end())).WithContext(ck.path));
+    if (state.size() < n)
+      return Status::InvalidArgument(
+          fmt::format("{}: no loss scaler state (an fp16 run's checkpoint has one)", ck.path));
+    PLANNER_RETURN_IF_ERROR(
+        scaler->SetState(std::vector<float>(state.end() - static_cast<long>(n), state.end())).WithContext(ck.path));
     state.resize(state.size() - n);
   }
   return optimizer->SetState(state, params).WithContext(ck.path);

@@ -47,8 +47,8 @@ struct CheckpointManifest {
   std::vector<CheckpointFile> files;  // one per rank, in rank order
 };
 
-std::string CheckpointDirectory(const std::string& run_dir);          // <run_dir>/ckpt
-std::string ManifestPath(const std::string& run_dir);                 // <run_dir>/ckpt/manifest.yaml
+std::string CheckpointDirectory(const std::string& run_dir);  // <run_dir>/ckpt
+std::string ManifestPath(const std::string& run_dir);         // <run_dir>/ckpt/manifest.yaml
 std::string RankFilePath(const std::string& run_dir, int64_t iteration, int64_t rank);
 
 // Writes rank `rank`'s file of the checkpoint after `iteration` iterations (durable when it
@@ -82,6 +82,7 @@ Status VerifyCheckpoint(const std::string& run_dir, const CheckpointIdentity& id
 // Puts a verified checkpoint into the stage's parameters and the optimizer: InvalidArgument when
 // its counts are not this stage's.
 // fp16 runs: `scaler` takes the loss scaler's state written after the optimizer's.
-Status ApplyCheckpoint(const LoadedCheckpoint& ck, const std::vector<Param*>& params, Optimizer* optimizer, LossScaler* scaler = nullptr);
+Status ApplyCheckpoint(const LoadedCheckpoint& ck, const std::vector<Param*>& params, Optimizer* optimizer,
+                       LossScaler* scaler = nullptr);
 
 }  // namespace planner

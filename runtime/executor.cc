@@ -40,32 +40,42 @@ namespace fs = std::filesystem;
 
 // What can be checked before any communication: the job's size, the layout, --comm-only with the
 // asynchronous schedule, the model's loss, the stages' layers.
-Status CheckLaunch(const LaunchPlan& L, const ModelSpec& model, int world_size, const RunOptions& opt, LaunchLayout* layout) {
+Status CheckLaunch(const LaunchPlan& L, const ModelSpec& model, int world_size, const RunOptions& opt,
+                   LaunchLayout* layout) {
   const int64_t n = static_cast<int64_t>(L.ranks.size() + L.servers.size());
   if (world_size != n) {
-    return Status::InvalidArgument(fmt::format("{} has {} ranks{} but this job has {}; start it with mpirun -np {} (bash run.sh)", L.path, n,
-                                               L.servers.empty() ? "" : fmt::format(" ({} summation servers)", L.servers.size()), world_size, n));
+    return Status::InvalidArgument(
+        fmt::format("{} has {} ranks{} but this job has {}; start it with mpirun -np {} (bash run.sh)", L.path, n,
+                    L.servers.empty() ? "" : fmt::format(" ({} summation servers)", L.servers.size()), world_size, n));
   }
   if (DpCommUsesServers(L.dp_comm) && L.device != Device::kCpu) {
-    return Status::NotSupported(fmt::format("{}: dp_comm {} runs on CPU ranks only (device cpu); codegen with --device cpu or an all-reduce dp_comm",
-                                            L.path, DpCommName(L.dp_comm)));
+    return Status::NotSupported(fmt::format(
+        "{}: dp_comm {} runs on CPU ranks only (device cpu); codegen with --device cpu or an all-reduce dp_comm",
+        L.path, DpCommName(L.dp_comm)));
   }
   PLANNER_RETURN_IF_ERROR(LayoutOf(L, layout));
   if (opt.comm_only && layout->async) {
-    return Status::NotSupported(fmt::format("{}: schedule pipedream: --comm-only runs the synchronous schedules only (gpipe, 1f1b, interleaved, "
-                                            "zb-h1, dualpipev); drop --comm-only, or solve with one of them and codegen again", L.path));
+    return Status::NotSupported(fmt::format(
+        "{}: schedule pipedream: --comm-only runs the synchronous schedules only (gpipe, 1f1b, interleaved, "
+        "zb-h1, dualpipev); drop --comm-only, or solve with one of them and codegen again",
+        L.path));
   }
-  if (model.layers.back().kind != LayerKind::kLoss) return Status::InvalidArgument("the model's last layer must be a loss to train it");
+  if (model.layers.back().kind != LayerKind::kLoss)
+    return Status::InvalidArgument("the model's last layer must be a loss to train it");
   PLANNER_RETURN_IF_ERROR(CheckRunPrecision(L, model));
-  PLANNER_RETURN_IF_ERROR(CheckSeqParallelLaunch(L.path, L.device, L.tp, L.cp, L.sequence_parallel, model.layers.front()));
+  PLANNER_RETURN_IF_ERROR(
+      CheckSeqParallelLaunch(L.path, L.device, L.tp, L.cp, L.sequence_parallel, model.layers.front()));
   const bool etp_ok = L.etp == 1 || (L.etp == L.tp && !L.sequence_parallel);
   if (L.ep > 1 && (!etp_ok || L.cp > 1 || layout->replicated || layout->async)) {
-    return Status::NotSupported(fmt::format("{}: ep {} runs with etp 1 (or etp = tp without sequence parallelism), cp 1 and uniform synchronous "
-                                            "stages on CPU ranks (got etp {}, cp {}); solve with those and codegen again", L.path, L.ep, L.etp, L.cp));
+    return Status::NotSupported(fmt::format(
+        "{}: ep {} runs with etp 1 (or etp = tp without sequence parallelism), cp 1 and uniform synchronous "
+        "stages on CPU ranks (got etp {}, cp {}); solve with those and codegen again",
+        L.path, L.ep, L.etp, L.cp));
   }
   for (const auto& s : L.stages) {
     if (s.last_layer >= static_cast<int64_t>(model.layers.size())) {
-      return Status::InvalidArgument(fmt::format("{}: a stage ends at layer {} but the model has {}", L.path, s.last_layer, model.layers.size()));
+      return Status::InvalidArgument(
+          fmt::format("{}: a stage ends at layer {} but the model has {}", L.path, s.last_layer, model.layers.size()));
     }
   }
   return Status::OK();
@@ -79,7 +89,8 @@ struct ResumePoint {
 
 // Everything a rank checks alone before it trusts a checkpoint (runtime/checkpoint.h
 // VerifyCheckpoint, the metrics it continues); summation servers hold none.
-Status VerifyResume(const LaunchPlan& L, const ModelSpec& model, int64_t job_rank, const RunOptions& opt, ResumePoint* out) {
+Status VerifyResume(const LaunchPlan& L, const ModelSpec& model, int64_t job_rank, const RunOptions& opt,
+                    ResumePoint* out) {
   if (job_rank >= static_cast<int64_t>(L.ranks.size())) return Status::OK();
   PLANNER_RETURN_IF_ERROR(VerifyCheckpoint(opt.resume_from, IdentityOf(L, model), job_rank, &out->checkpoint));
   return ReadMetrics(opt.resume_from, out->checkpoint.iteration, &out->loss, &out->iteration_s);
@@ -132,10 +143,19 @@ Status ServeRank(const LaunchPlan& L, Communicator& job, DpSyncComms& sync, RunS
 class RankRun {
  public:
   // `world`: the workers; `job`: every process (the workers and the summation servers, if any).
-  RankRun(const LaunchPlan& L, const ModelSpec& model, const LaunchLayout& layout, Communicator& world, Communicator& job, SummationClient* service,
-          const RunOptions& opt, const ResumePoint* resume)
-      : L_(L), model_(model), y_(layout), world_(world), job_(job), service_(service), opt_(opt), resume_(resume), rank_(world.rank()),
-        me_(L.ranks[static_cast<size_t>(world.rank())]), id_(IdentityOf(L, model)) {}
+  RankRun(const LaunchPlan& L, const ModelSpec& model, const LaunchLayout& layout, Communicator& world,
+          Communicator& job, SummationClient* service, const RunOptions& opt, const ResumePoint* resume)
+      : L_(L),
+        model_(model),
+        y_(layout),
+        world_(world),
+        job_(job),
+        service_(service),
+        opt_(opt),
+        resume_(resume),
+        rank_(world.rank()),
+        me_(L.ranks[static_cast<size_t>(world.rank())]),
+        id_(IdentityOf(L, model)) {}
   Status Setup();
   Status Train();
   Status Finish(RunSummary* out);
@@ -172,12 +192,12 @@ class RankRun {
   RankComms comms_;
   RunRecord record_;
   std::unique_ptr<CommTpGroup> tp_group_;
-  std::vector<double> a2a_calls_s_;               // every all-to-all of the MoE layers since the last iteration's end
-  std::vector<double> a2a_s_, a2a_count_;         // per iteration: their summed seconds and number
+  std::vector<double> a2a_calls_s_;        // every all-to-all of the MoE layers since the last iteration's end
+  std::vector<double> a2a_s_, a2a_count_;  // per iteration: their summed seconds and number
   std::unique_ptr<CommExpertGroup> ep_group_;
   Stage stage_;
   std::unique_ptr<Optimizer> optimizer_;
-  std::unique_ptr<LossScaler> scaler_;  // fp16 runs
+  std::unique_ptr<LossScaler> scaler_;            // fp16 runs
   std::unique_ptr<DataParallelReducer> reducer_;  // after the stage and the comms: its thread ends first
   ProgramInterpreter interpreter_;
   std::vector<NamedGradient> gradients_;
@@ -203,7 +223,8 @@ Status RankRun::Setup() {
   iterations_ = opt_.iterations > 0 ? opt_.iterations : L_.run.iterations;
   checkpoint_every_ = opt_.checkpoint_every >= 0 ? opt_.checkpoint_every : L_.run.checkpoint_every;
   if (model_.dtype == DType::kFp16) {  // dynamic loss scaling, Megatron's defaults (mixed_precision.h)
-    scaler_ = opt_.initial_loss_scale > 0 ? std::make_unique<LossScaler>(opt_.initial_loss_scale) : std::make_unique<LossScaler>();
+    scaler_ = opt_.initial_loss_scale > 0 ? std::make_unique<LossScaler>(opt_.initial_loss_scale)
+                                          : std::make_unique<LossScaler>();
   }
   if (resume_ != nullptr) PLANNER_RETURN_IF_ERROR(Resume());
   return StartInterpreter();
@@ -215,13 +236,16 @@ Status RankRun::Resume() {
   PLANNER_RETURN_IF_ERROR(ApplyCheckpoint(resume_->checkpoint, stage_.params(), optimizer_.get(), scaler_.get()));
   start_ = resume_->checkpoint.iteration;
   last_checkpoint_ = start_;
-  for (size_t i = 0; i < resume_->loss.size(); ++i) record_.AddIteration(resume_->loss[i], resume_->iteration_s[i], 0, 0);
+  for (size_t i = 0; i < resume_->loss.size(); ++i)
+    record_.AddIteration(resume_->loss[i], resume_->iteration_s[i], 0, 0);
   return Status::OK();
 }
 
 Status RankRun::StartInterpreter() {
-  const bool sync_dp = !y_.async && (y_.replicated ? L_.stages[static_cast<size_t>(me_.stage)].replicas > 1 : L_.dp * L_.cp > 1);
-  const bool overlap = L_.run.overlap_dp && sync_dp && stage_.grad_elems() > 0 && ConcurrentCommunicatorsSafe(*comms_.dp);
+  const bool sync_dp =
+      !y_.async && (y_.replicated ? L_.stages[static_cast<size_t>(me_.stage)].replicas > 1 : L_.dp * L_.cp > 1);
+  const bool overlap =
+      L_.run.overlap_dp && sync_dp && stage_.grad_elems() > 0 && ConcurrentCommunicatorsSafe(*comms_.dp);
   reducer_ = std::make_unique<DataParallelReducer>(comms_.dp.get(), stage_.bucket(), overlap, service_);
   std::vector<Action> program;
   const int64_t covers = y_.async ? iterations_ - start_ : 1;
@@ -301,16 +325,19 @@ Status RankRun::Stopped(int64_t done) {
 
 std::string RankRun::StopMessage(int64_t done) const {
   const fs::path run_dir(opt_.run_dir);
-  const std::string resume = fmt::format("planner run {} --resume {}", run_dir.parent_path().parent_path().string(), run_dir.filename().string());
+  const std::string resume = fmt::format("planner run {} --resume {}", run_dir.parent_path().parent_path().string(),
+                                         run_dir.filename().string());
   std::string ckpt;
   if (last_checkpoint_ > 0) {
-    ckpt = fmt::format("the last complete checkpoint is iteration {} ({}/ckpt); continue with {}", last_checkpoint_, opt_.run_dir, resume);
+    ckpt = fmt::format("the last complete checkpoint is iteration {} ({}/ckpt); continue with {}", last_checkpoint_,
+                       opt_.run_dir, resume);
   } else {
     ckpt = checkpoint_every_ > 0 ? fmt::format("no checkpoint yet (every {} iterations)", checkpoint_every_)
                                  : "no checkpoint (checkpoint_every 0; --checkpoint-every N writes them)";
   }
-  return fmt::format("{} ({}) after iteration {} of {}; {}; metrics so far in {}/metrics.csv", stop_signal_ == SIGTERM ? "terminated" : "interrupted",
-                     SignalName(stop_signal_), done, iterations_, ckpt, opt_.run_dir);
+  return fmt::format("{} ({}) after iteration {} of {}; {}; metrics so far in {}/metrics.csv",
+                     stop_signal_ == SIGTERM ? "terminated" : "interrupted", SignalName(stop_signal_), done,
+                     iterations_, ckpt, opt_.run_dir);
 }
 
 // Mean loss of the global batch (last-stage, tp-rank-0 ranks contribute their sum) and the
@@ -332,7 +359,8 @@ Status RankRun::EndIteration(int64_t it, const PassFigures& f) {
   a2a_s_.push_back(std::accumulate(a2a_calls_s_.begin(), a2a_calls_s_.end(), 0.0));
   a2a_count_.push_back(static_cast<double>(a2a_calls_s_.size()));
   a2a_calls_s_.clear();
-  if (rank_ == 0 && !opt_.quiet) LogNote(fmt::format("iteration {}: loss {:.5f}, {}", it + 1, record_.loss().back(), FormatSeconds(it_time[0])));
+  if (rank_ == 0 && !opt_.quiet)
+    LogNote(fmt::format("iteration {}: loss {:.5f}, {}", it + 1, record_.loss().back(), FormatSeconds(it_time[0])));
   return Status::OK();
 }
 
@@ -348,10 +376,11 @@ Status RankRun::EndAsyncPass(int64_t it, const PassFigures& f) {
   stop_signal_ = static_cast<int>(df.back());
   for (int64_t k = 0; k < span; ++k) {
     const size_t i = static_cast<size_t>(k);
-    record_.AddIteration(lf[i] / static_cast<double>(L_.global_batch), df[i] - (k > 0 ? df[i - 1] : 0.0f), f.compute_s / static_cast<double>(span),
-                         f.comm_s / static_cast<double>(span));
+    record_.AddIteration(lf[i] / static_cast<double>(L_.global_batch), df[i] - (k > 0 ? df[i - 1] : 0.0f),
+                         f.compute_s / static_cast<double>(span), f.comm_s / static_cast<double>(span));
     if (rank_ == 0 && !opt_.quiet) {
-      LogNote(fmt::format("iteration {}: loss {:.5f}, {}", it + k + 1, record_.loss().back(), FormatSeconds(record_.iteration_s().back())));
+      LogNote(fmt::format("iteration {}: loss {:.5f}, {}", it + k + 1, record_.loss().back(),
+                          FormatSeconds(record_.iteration_s().back())));
     }
   }
   return Status::OK();
@@ -362,15 +391,20 @@ Status RankRun::AfterFirstStep() {
   // CP ranks hold the summed gradients like replicas: only cp rank 0 of replica 0 counts.
   // Expert gradients (MoE): each EP rank of EDP rank 0 holds its experts' sum.
   const int64_t edp_rank = RankInGroup(L_.edp_groups, rank_);
-  PLANNER_RETURN_IF_ERROR(GlobalGradientNorm(world_, me_.replica + me_.cp_rank, me_.tp_rank, gradients_, &gradient_norm_, edp_rank));
+  PLANNER_RETURN_IF_ERROR(
+      GlobalGradientNorm(world_, me_.replica + me_.cp_rank, me_.tp_rank, gradients_, &gradient_norm_, edp_rank));
   if (opt_.dump_gradients) {
     std::vector<NamedGradient> mine;
     for (const NamedGradient& g : gradients_) {
       // an expert cut over TP (etp > 1): tp rank 0's cut, as for the dense shards
-      if (g.expert ? edp_rank == 0 && (!g.tp_sharded || me_.tp_rank == 0) : (me_.replica == 0 && me_.tp_rank == 0 && me_.cp_rank == 0)) mine.push_back(g);
+      if (g.expert ? edp_rank == 0 && (!g.tp_sharded || me_.tp_rank == 0)
+                   : (me_.replica == 0 && me_.tp_rank == 0 && me_.cp_rank == 0))
+        mine.push_back(g);
     }
     if (!mine.empty()) PLANNER_RETURN_IF_ERROR(WriteGradients(opt_.run_dir, mine));
-    if (rank_ == 0) PLANNER_RETURN_IF_ERROR(WriteFileAtomic((fs::path(opt_.run_dir) / "grad_norm.txt").string(), fmt::format("{:.9e}\n", gradient_norm_)));
+    if (rank_ == 0)
+      PLANNER_RETURN_IF_ERROR(WriteFileAtomic((fs::path(opt_.run_dir) / "grad_norm.txt").string(),
+                                              fmt::format("{:.9e}\n", gradient_norm_)));
   }
   if (!opt_.keep_gradients) gradients_.clear();
   return Status::OK();
@@ -399,7 +433,8 @@ uint64_t UnpackU64(const float* in) {
 // manifest, the checkpoint's last write; every rank learns that it landed.
 Status RankRun::Checkpoint(int64_t done) {
   CheckpointFile mine;
-  const Status wrote = WriteCheckpoint(opt_.run_dir, id_, rank_, done, stage_.params(), *optimizer_, &mine, scaler_.get());
+  const Status wrote =
+      WriteCheckpoint(opt_.run_dir, id_, rank_, done, stage_.params(), *optimizer_, &mine, scaler_.get());
   float packed[9] = {};
   packed[0] = wrote.ok() ? 1.0f : 0.0f;
   PackU64(static_cast<uint64_t>(mine.bytes), packed + 1);
@@ -407,11 +442,14 @@ Status RankRun::Checkpoint(int64_t done) {
   std::vector<float> every(static_cast<size_t>(9 * world_.size()));
   PLANNER_RETURN_IF_ERROR(world_.AllGather(packed, every.data(), 9));
   CheckpointManifest m;
-  m.iteration = done, m.directory = fmt::format("iter-{}", done), m.model_digest = id_.model_digest, m.layout_digest = id_.layout_digest;
+  m.iteration = done, m.directory = fmt::format("iter-{}", done), m.model_digest = id_.model_digest,
+  m.layout_digest = id_.layout_digest;
   if (!wrote.ok()) return wrote;
   for (int64_t r = 0; r < world_.size(); ++r) {
     const float* p = every.data() + 9 * r;
-    if (p[0] != 1.0f) return Status::Unavailable(fmt::format("checkpoint after iteration {}: rank {} could not write its file (its error above)", done, r));
+    if (p[0] != 1.0f)
+      return Status::Unavailable(
+          fmt::format("checkpoint after iteration {}: rank {} could not write its file (its error above)", done, r));
     m.files.push_back({static_cast<int64_t>(UnpackU64(p + 1)), static_cast<uint32_t>(UnpackU64(p + 5))});
   }
   Status committed;
@@ -437,7 +475,8 @@ ModelState MeasureModelState(const std::vector<Param*>& params, const Optimizer*
     st.weight_bytes += static_cast<double>(p->value.bytes());
     st.bytes += static_cast<double>(p->value.bytes() + p->grad.bytes() + p->master.bytes());
   }
-  if (optimizer != nullptr) st.bytes += static_cast<double>(optimizer->StateBytes());  // fp32 moments (and the step count)
+  if (optimizer != nullptr)
+    st.bytes += static_cast<double>(optimizer->StateBytes());  // fp32 moments (and the step count)
   return st;
 }
 
@@ -451,13 +490,18 @@ double PlanStateBytesPerParam(const ModelSpec& model, DType grad_dtype) {
 // every rank; the transfer table (rank 0).
 Status RankRun::Summarise(RunSummary* sum, ReportInputs* rep) {
   const int64_t n = world_.size();
-  const size_t warm = static_cast<size_t>(std::min<int64_t>(L_.run.warmup_iterations, std::max<int64_t>(0, iterations_ - 1)));
-  auto tail = [&](const std::vector<double>& v) { return std::vector<double>(v.begin() + static_cast<long>(warm), v.end()); };
-  const double it_med = Median(tail(record_.iteration_s())), comp_med = Median(tail(record_.compute_s())), comm_med = Median(tail(record_.comm_s()));
+  const size_t warm =
+      static_cast<size_t>(std::min<int64_t>(L_.run.warmup_iterations, std::max<int64_t>(0, iterations_ - 1)));
+  auto tail = [&](const std::vector<double>& v) {
+    return std::vector<double>(v.begin() + static_cast<long>(warm), v.end());
+  };
+  const double it_med = Median(tail(record_.iteration_s())), comp_med = Median(tail(record_.compute_s())),
+               comm_med = Median(tail(record_.comm_s()));
   const ModelState st = MeasureModelState(stage_.params(), optimizer_.get());
   constexpr int64_t kFigures = 6;
-  std::vector<float> mine = {static_cast<float>(comp_med), static_cast<float>(comm_med), static_cast<float>(peak_bytes_ / kGiB),
-                             static_cast<float>(st.bytes),  static_cast<float>(st.params),  static_cast<float>(st.weight_bytes)};
+  std::vector<float> mine = {static_cast<float>(comp_med),           static_cast<float>(comm_med),
+                             static_cast<float>(peak_bytes_ / kGiB), static_cast<float>(st.bytes),
+                             static_cast<float>(st.params),          static_cast<float>(st.weight_bytes)};
   std::vector<float> all(static_cast<size_t>(kFigures * n));
   PLANNER_RETURN_IF_ERROR(world_.AllGather(mine.data(), all.data(), kFigures));
   double busy = 0;
@@ -471,19 +515,25 @@ Status RankRun::Summarise(RunSummary* sum, ReportInputs* rep) {
   const DType plan_grad = EffectiveGradDType(model_.dtype, L_.grad_dtype);
   rep->plan_bytes_per_param = PlanStateBytesPerParam(model_, plan_grad);
   if (plan_grad != DType::kFp32) {
-    rep->grad_note = fmt::format("The plan keeps gradients in {} ({} bytes per parameter; Megatron's default for fp16, --grad-reduce-in-bf16 for bf16); "
-                                 "this runtime accumulates and reduces them in fp32, 2 bytes per parameter more.",
-                                 DTypeName(plan_grad), DTypeBytes(plan_grad));
+    rep->grad_note = fmt::format(
+        "The plan keeps gradients in {} ({} bytes per parameter; Megatron's default for fp16, --grad-reduce-in-bf16 "
+        "for bf16); "
+        "this runtime accumulates and reduces them in fp32, 2 bytes per parameter more.",
+        DTypeName(plan_grad), DTypeBytes(plan_grad));
   }
   if (scaler_ != nullptr) {
-    rep->loss_scaling = fmt::format("fp16 dynamic loss scaling: {} of {} optimizer steps skipped on overflow; loss scale {:g} at the end "
-                                    "(initial {:g}, halved after 2 overflows, doubled after 1000 clean steps).",
-                                    scaler_->skipped(), iterations_ - start_, scaler_->scale(), opt_.initial_loss_scale > 0 ? opt_.initial_loss_scale : 65536.0);
+    rep->loss_scaling = fmt::format(
+        "fp16 dynamic loss scaling: {} of {} optimizer steps skipped on overflow; loss scale {:g} at the end "
+        "(initial {:g}, halved after 2 overflows, doubled after 1000 clean steps).",
+        scaler_->skipped(), iterations_ - start_, scaler_->scale(),
+        opt_.initial_loss_scale > 0 ? opt_.initial_loss_scale : 65536.0);
   }
   if (L_.ep > 1) {  // the MoE layers' all-to-alls: every rank's medians
-    std::vector<float> a = {static_cast<float>(Median(tail(a2a_count_))), static_cast<float>(Median(tail(a2a_s_)))}, every(static_cast<size_t>(2 * n));
+    std::vector<float> a = {static_cast<float>(Median(tail(a2a_count_))), static_cast<float>(Median(tail(a2a_s_)))},
+                       every(static_cast<size_t>(2 * n));
     PLANNER_RETURN_IF_ERROR(world_.AllGather(a.data(), every.data(), 2));
-    for (int64_t r = 0; r < n; ++r) rep->a2a.push_back({every[static_cast<size_t>(2 * r)], every[static_cast<size_t>(2 * r + 1)]});
+    for (int64_t r = 0; r < n; ++r)
+      rep->a2a.push_back({every[static_cast<size_t>(2 * r)], every[static_cast<size_t>(2 * r + 1)]});
   }
   sum->loss = record_.loss();
   sum->iteration_s = record_.iteration_s();
@@ -521,8 +571,8 @@ Status RankRun::Finish(RunSummary* out) {
   if (y_.async) {
     const StashCounts mine = interpreter_.stash() ? interpreter_.stash()->counts() : StashCounts();
     PLANNER_RETURN_IF_ERROR(WriteStashCounts(world_, mine, opt_.run_dir, &stash_));
-    PLANNER_RETURN_IF_ERROR(WriteVersionSummary(world_, interpreter_.stash(), L_.vertical_sync, y_.stages, iterations_ * y_.microbatches, opt_.run_dir,
-                                                &versions_));
+    PLANNER_RETURN_IF_ERROR(WriteVersionSummary(world_, interpreter_.stash(), L_.vertical_sync, y_.stages,
+                                                iterations_ * y_.microbatches, opt_.run_dir, &versions_));
   }
   RunSummary sum;
   ReportInputs rep;
@@ -538,13 +588,16 @@ Status RankRun::Finish(RunSummary* out) {
 
 Status CheckRunPrecision(const LaunchPlan& L, const ModelSpec& model) {
   if (StorageDType(model.dtype) != DType::kFp32 && (L.schedule == Schedule::kPipeDream || L.vertical_sync)) {
-    return Status::NotSupported(fmt::format("{}: schedule {} with precision {}: weight stashing keeps fp32 weights only; solve with "
-                                            "--precision fp32 or a synchronous schedule and codegen again", L.path, ScheduleName(L.schedule),
-                                            DTypeName(model.dtype)));
+    return Status::NotSupported(
+        fmt::format("{}: schedule {} with precision {}: weight stashing keeps fp32 weights only; solve with "
+                    "--precision fp32 or a synchronous schedule and codegen again",
+                    L.path, ScheduleName(L.schedule), DTypeName(model.dtype)));
   }
   if (L.grad_dtype && !GradDTypeAllowed(model.dtype, *L.grad_dtype)) {
-    return Status::InvalidArgument(fmt::format("{}: field 'grad_dtype': {} gradients do not go with the model's {}; set grad_dtype: {} "
-                                               "(or codegen the plan again)", L.path, DTypeName(*L.grad_dtype), DTypeName(model.dtype), GradDTypeChoices(model.dtype)));
+    return Status::InvalidArgument(
+        fmt::format("{}: field 'grad_dtype': {} gradients do not go with the model's {}; set grad_dtype: {} "
+                    "(or codegen the plan again)",
+                    L.path, DTypeName(*L.grad_dtype), DTypeName(model.dtype), GradDTypeChoices(model.dtype)));
   }
   return Status::OK();
 }
@@ -573,7 +626,8 @@ LaunchPlan SingleProcessPlan(const LaunchPlan& L, const ModelSpec& model) {
   return s;
 }
 
-Status RunLaunch(const LaunchPlan& L, const ModelSpec& model, Communicator& world, const RunOptions& opt, RunSummary* out) {
+Status RunLaunch(const LaunchPlan& L, const ModelSpec& model, Communicator& world, const RunOptions& opt,
+                 RunSummary* out) {
   KeepFreedHostMemory();
   LaunchLayout layout;
   PLANNER_RETURN_IF_ERROR(CheckLaunch(L, model, world.size(), opt, &layout));
@@ -581,11 +635,13 @@ Status RunLaunch(const LaunchPlan& L, const ModelSpec& model, Communicator& worl
   // A resumed run: every process checks its own part of the checkpoint first, then one agreement
   // step, so that when any refuses, all end now with its line (not at a later collective's timeout).
   ResumePoint resume;
-  if (!opt.resume_from.empty()) PLANNER_RETURN_IF_ERROR(AgreeOnStatus(world, VerifyResume(L, model, world.rank(), opt, &resume)));
+  if (!opt.resume_from.empty())
+    PLANNER_RETURN_IF_ERROR(AgreeOnStatus(world, VerifyResume(L, model, world.rank(), opt, &resume)));
   DpSyncComms sync;
   PLANNER_RETURN_IF_ERROR(OpenDpSync(L, world, &sync));
   if (sync.server) return ServeRank(L, world, sync, out);
-  RankRun run(L, model, layout, sync.workers ? *sync.workers : world, world, sync.client.get(), opt, opt.resume_from.empty() ? nullptr : &resume);
+  RankRun run(L, model, layout, sync.workers ? *sync.workers : world, world, sync.client.get(), opt,
+              opt.resume_from.empty() ? nullptr : &resume);
   PLANNER_RETURN_IF_ERROR(run.Setup());
   PLANNER_RETURN_IF_ERROR(run.Train());
   if (sync.client) PLANNER_RETURN_IF_ERROR(sync.client->Done());  // the servers' loops end

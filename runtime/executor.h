@@ -47,20 +47,20 @@ struct RunOptions {
 };
 
 struct RunSummary {
-  std::vector<double> loss;            // per iteration (mean over the global batch)
-  std::vector<double> iteration_s;     // per iteration, max over ranks
-  double median_iteration_s = 0;       // after warm-up
-  double measured_bubble_fraction = 0; // 1 - sum(compute) / (ranks x iteration), medians
+  std::vector<double> loss;             // per iteration (mean over the global batch)
+  std::vector<double> iteration_s;      // per iteration, max over ranks
+  double median_iteration_s = 0;        // after warm-up
+  double measured_bubble_fraction = 0;  // 1 - sum(compute) / (ranks x iteration), medians
   // With dump_gradients or keep_gradients, from a run that starts at iteration 0: this rank's
   // gradients as the run's first optimizer step applies them (after the data-parallel reduce;
   // kept only with keep_gradients), and the model's global gradient norm (every rank).
   std::vector<NamedGradient> gradients;
   double gradient_norm = 0;
-  StashCounts stash;                   // PipeDream: summed over ranks
-  VersionSummary versions;             // PipeDream: the stages' weight versions per minibatch (vertical_sync.txt)
+  StashCounts stash;        // PipeDream: summed over ranks
+  VersionSummary versions;  // PipeDream: the stages' weight versions per minibatch (vertical_sync.txt)
   std::vector<VersionRecord> version_records;  // PipeDream: this rank's, one per (microbatch, stage) it ran
-  SyncTraffic dp_traffic;              // dp_comm ps / byteps: this rank's data bytes in the gradient syncs (servers too)
-  bool server = false;                 // this rank was a summation server (no stage, no losses)
+  SyncTraffic dp_traffic;  // dp_comm ps / byteps: this rank's data bytes in the gradient syncs (servers too)
+  bool server = false;     // this rank was a summation server (no stage, no losses)
 };
 
 // The run's precision is the launch directory's model file's (`precision:`; codegen writes the plan's
@@ -72,7 +72,8 @@ Status CheckRunPrecision(const LaunchPlan& launch, const ModelSpec& model);
 
 // Runs on `world` (its size must equal the plan's ranks plus its summation servers; a server
 // rank serves the workers' gradient syncs until they are done: runtime/summation_service.h).
-Status RunLaunch(const LaunchPlan& launch, const ModelSpec& model, Communicator& world, const RunOptions& options, RunSummary* out);
+Status RunLaunch(const LaunchPlan& launch, const ModelSpec& model, Communicator& world, const RunOptions& options,
+                 RunSummary* out);
 
 // The same training in one process: the whole model as one stage, the global
 // batch as consecutive microbatches (the reference of the gradient tests).

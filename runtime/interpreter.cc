@@ -28,7 +28,9 @@ const char* KindName(ActionKind k) {
   return "?";
 }
 
-std::string Describe(size_t index, const Action& a) { return fmt::format("program action {} ({}{}.{})", index, KindName(a.kind), a.stage, a.microbatch); }
+std::string Describe(size_t index, const Action& a) {
+  return fmt::format("program action {} ({}{}.{})", index, KindName(a.kind), a.stage, a.microbatch);
+}
 
 // Whether the optimizer steps inside the program, before its last action (PipeDream): a
 // microbatch's forward and its backward may then meet different weight versions.
@@ -107,8 +109,10 @@ Status ProgramInterpreter::Init(const InterpreterContext& context, std::vector<A
     const int64_t q = ctx_.stage->chunks().front().q, r = ctx_.launch->stages[static_cast<size_t>(q)].replicas;
     stash_ = std::make_unique<WeightStash>(ctx_.stage->params(), vsync_, q, me.replica, std::max<int64_t>(1, r));
   } else if (vsync_) {
-    return Status::InvalidArgument(fmt::format("{}: vertical_sync: rank {}'s program does not step inside the pass (the pipedream schedule's "
-                                               "programs do); remove vertical_sync or codegen a pipedream plan", ctx_.launch->path, ctx_.rank));
+    return Status::InvalidArgument(
+        fmt::format("{}: vertical_sync: rank {}'s program does not step inside the pass (the pipedream schedule's "
+                    "programs do); remove vertical_sync or codegen a pipedream plan",
+                    ctx_.launch->path, ctx_.rank));
   }
   PlanReduces();
   return Status::OK();
@@ -121,18 +125,21 @@ Status ProgramInterpreter::CheckAction(size_t index, const Action& a, const Rank
   if (a.kind == ActionKind::kOptimizerStep) return Status::OK();
   if (a.kind == ActionKind::kGradReduce && q == -1) return Status::OK();
   if (q < 0 || q >= Q || !ctx_.stage->Holds(q) || a.microbatch < 0) {
-    return Status::InvalidArgument(fmt::format("{}: stage {} is not one of rank {}'s", Describe(index, a), q, ctx_.rank));
+    return Status::InvalidArgument(
+        fmt::format("{}: stage {} is not one of rank {}'s", Describe(index, a), q, ctx_.rank));
   }
   if (!IsTransfer(a)) return Status::OK();
   const int64_t peer_stage = PeerStage(a);
-  if (peer_stage < 0 || peer_stage >= Q) return Status::InvalidArgument(fmt::format("{}: stage {} has no neighbour there", Describe(index, a), q));
+  if (peer_stage < 0 || peer_stage >= Q)
+    return Status::InvalidArgument(fmt::format("{}: stage {} has no neighbour there", Describe(index, a), q));
   const LaunchRank& me = ctx_.launch->ranks[static_cast<size_t>(ctx_.rank)];
   const int64_t replica = a.peer_replica == Action::kSameReplica ? me.replica : a.peer_replica;
   const int64_t position = StagePosition(ctx_.layout.schedule, peer_stage, ctx_.layout.positions);
   const int64_t peer = ranks.At(position, replica, me.tp_rank, me.cp_rank);
   if (peer < 0) {
-    return Status::InvalidArgument(fmt::format("{}: launch.yaml has no rank at pipeline position {}, replica {}, tp rank {}", Describe(index, a),
-                                               position, replica, me.tp_rank));
+    return Status::InvalidArgument(
+        fmt::format("{}: launch.yaml has no rank at pipeline position {}, replica {}, tp rank {}", Describe(index, a),
+                    position, replica, me.tp_rank));
   }
   peer_[index] = static_cast<int>(peer);
   return Status::OK();
@@ -150,7 +157,8 @@ void ProgramInterpreter::PlanReduces() {
     const Action& ar = program_[a];
     if (ar.kind != ActionKind::kGradReduce) continue;
     if (!ctx_.reducer->overlapped()) {
-      reduce_now_[a].push_back(ar.stage == -1 ? BucketSegment{0, ctx_.stage->grad_elems()} : ctx_.stage->ChunkOf(ar.stage).segment);
+      reduce_now_[a].push_back(ar.stage == -1 ? BucketSegment{0, ctx_.stage->grad_elems()}
+                                              : ctx_.stage->ChunkOf(ar.stage).segment);
       continue;
     }
     for (const Stage::Chunk& c : ctx_.stage->chunks()) {
@@ -158,7 +166,8 @@ void ProgramInterpreter::PlanReduces() {
       bool found = false;
       for (size_t i = a; i-- > since[c.q] && !found;) {
         const Action& x = program_[i];
-        found = x.stage == c.q && (x.kind == ActionKind::kBackwardWeight || (x.kind == ActionKind::kBackwardInput && !split_w_));
+        found = x.stage == c.q &&
+                (x.kind == ActionKind::kBackwardWeight || (x.kind == ActionKind::kBackwardInput && !split_w_));
         if (found) last_backward_[i] = true;
       }
       if (!found) reduce_now_[a].push_back(c.segment);
@@ -174,7 +183,8 @@ int64_t ProgramInterpreter::Tag(int64_t stage, int dir, int64_t j) const {
 
 std::vector<Saved>& ProgramInterpreter::SavedOf(int64_t q, int64_t j) {
   auto it = saved_.find({q, j});
-  if (it == saved_.end()) it = saved_.emplace(Key{q, j}, std::vector<Saved>(ctx_.stage->ChunkOf(q).kernels.size())).first;
+  if (it == saved_.end())
+    it = saved_.emplace(Key{q, j}, std::vector<Saved>(ctx_.stage->ChunkOf(q).kernels.size())).first;
   return it->second;
 }
 
@@ -186,8 +196,9 @@ void ProgramInterpreter::ZeroGradsIfStepped() {
 
 Status ProgramInterpreter::RunPass(const PassSpec& pass, PassFigures* figures) {
   if (microbatches_ > pass.iterations * ctx_.layout.microbatches) {
-    return Status::InvalidArgument(fmt::format("the program of rank {} names microbatch {}, but a pass of {} iteration(s) has {}", ctx_.rank,
-                                               microbatches_ - 1, pass.iterations, pass.iterations * ctx_.layout.microbatches));
+    return Status::InvalidArgument(
+        fmt::format("the program of rank {} names microbatch {}, but a pass of {} iteration(s) has {}", ctx_.rank,
+                    microbatches_ - 1, pass.iterations, pass.iterations * ctx_.layout.microbatches));
   }
   pass_ = pass;
   fig_ = figures;
@@ -195,8 +206,11 @@ Status ProgramInterpreter::RunPass(const PassSpec& pass, PassFigures* figures) {
   fig_->loss_sum.assign(static_cast<size_t>(pass.iterations), 0.0);
   fig_->done_s.assign(static_cast<size_t>(pass.iterations), 0.0);
   ZeroGradsIfStepped();
-  if (stash_) stash_->Begin(pass.first_iteration * ctx_.layout.microbatches);  // a resumed run's weights hold the earlier minibatches
-  forwards_left_ = std::count_if(program_.begin(), program_.end(), [](const Action& x) { return x.kind == ActionKind::kForward; });
+  if (stash_)
+    stash_->Begin(pass.first_iteration *
+                  ctx_.layout.microbatches);  // a resumed run's weights hold the earlier minibatches
+  forwards_left_ =
+      std::count_if(program_.begin(), program_.end(), [](const Action& x) { return x.kind == ActionKind::kForward; });
   fig_->start_s = MonotonicSeconds();
   for (size_t i = 0; i < program_.size(); ++i) {
     Status s = Execute(i, program_[i]);
@@ -228,12 +242,16 @@ Status ProgramInterpreter::FinishPass() {
   ctx_.record->Trace("flush sends", c0, MonotonicSeconds() - c0, 1);
   sent_.clear();
   saved_.clear();
-  if (!local_.empty()) return Status::Internal("the program leaves a transfer between this rank's own chunks unpaired (a send without its receive)");
+  if (!local_.empty())
+    return Status::Internal(
+        "the program leaves a transfer between this rank's own chunks unpaired (a send without its receive)");
   for (const auto* box : {&activations_in_, &activations_out_, &grads_in_, &grads_out_}) {
     if (!box->empty()) {
       const Key k = box->begin()->first;
-      return Status::Internal(fmt::format("the program leaves a transfer of stage {} microbatch {} unpaired (a receive without its compute, or "
-                                          "a computed output without its send)", k.first, k.second));
+      return Status::Internal(fmt::format(
+          "the program leaves a transfer of stage {} microbatch {} unpaired (a receive without its compute, or "
+          "a computed output without its send)",
+          k.first, k.second));
     }
   }
   return Status::OK();
@@ -260,7 +278,8 @@ Status ProgramInterpreter::Forward(const Action& a) {
   const int64_t q = a.stage, j = a.microbatch, Q = ctx_.layout.stages;
   Stage::Chunk& ch = ctx_.stage->ChunkOf(q);
   std::vector<Saved>& sv = SavedOf(q, j);
-  ctx_.tp_group->SetIteration(IterationOf(j));  // PipeDream's pass spans iterations: label each microbatch's calls with its own
+  ctx_.tp_group->SetIteration(
+      IterationOf(j));  // PipeDream's pass spans iterations: label each microbatch's calls with its own
   std::vector<float> inputs, targets;
   if (q == 0 || q == Q - 1) TeacherBatch(j, &inputs, &targets);
   Tensor x;
@@ -276,7 +295,8 @@ Status ProgramInterpreter::Forward(const Action& a) {
   if (stash_) PLANNER_RETURN_IF_ERROR(SaveWeights(q, j));
   const double c0 = MonotonicSeconds();
   if (ctx_.comm_only) {
-    x = Tensor::Zeros(ctx_.stage->OutShape(q), ctx_.stage->device(), ctx_.stage->storage());  // what the stage would send, without computing it
+    x = Tensor::Zeros(ctx_.stage->OutShape(q), ctx_.stage->device(),
+                      ctx_.stage->storage());  // what the stage would send, without computing it
   } else {
     for (size_t i = 0; i < ch.kernels.size(); ++i) {
       Tensor y;
@@ -289,7 +309,9 @@ Status ProgramInterpreter::Forward(const Action& a) {
   ctx_.record->Trace(fmt::format("F{}", j), c0, MonotonicSeconds() - c0, 0);
   if (q == Q - 1 && !ctx_.comm_only) {
     const std::vector<float> per_sample = x.ToVector();
-    for (int64_t smp = 0; smp < ctx_.launch->microbatch_size; ++smp) fig_->loss_sum[static_cast<size_t>(IterationOf(j) - pass_.first_iteration)] += per_sample[static_cast<size_t>(smp)];
+    for (int64_t smp = 0; smp < ctx_.launch->microbatch_size; ++smp)
+      fig_->loss_sum[static_cast<size_t>(IterationOf(j) - pass_.first_iteration)] +=
+          per_sample[static_cast<size_t>(smp)];
   } else if (q < Q - 1) {
     activations_out_[{q, j}] = x;
   }
@@ -305,7 +327,9 @@ Status ProgramInterpreter::Backward(size_t index, const Action& a) {
   if (q == Q - 1) {
     dy = Tensor::Zeros({b, 1});
     const double scale = ctx_.scaler != nullptr ? ctx_.scaler->scale() : 1.0;  // fp16: the loss scale
-    for (int64_t smp = 0; smp < b; ++smp) dy.data()[smp] = static_cast<float>(scale / static_cast<double>(ctx_.launch->global_batch));  // d(mean loss) / d(sample loss)
+    for (int64_t smp = 0; smp < b; ++smp)
+      dy.data()[smp] =
+          static_cast<float>(scale / static_cast<double>(ctx_.launch->global_batch));  // d(mean loss) / d(sample loss)
     dy = dy.To(ctx_.stage->device());
   } else {
     auto it = grads_in_.find({q, j});
@@ -313,8 +337,9 @@ Status ProgramInterpreter::Backward(size_t index, const Action& a) {
     dy = std::move(it->second);
     grads_in_.erase(it);
     if (vsync_ && TakeTag(&grad_tags_, q, j) != stash_->TagOf(j)) {
-      return Status::Internal(fmt::format("vertical sync: the gradient of microbatch {} came back without the version tag its forward ran with ({})", j,
-                                          stash_->TagOf(j)));
+      return Status::Internal(fmt::format(
+          "vertical sync: the gradient of microbatch {} came back without the version tag its forward ran with ({})", j,
+          stash_->TagOf(j)));
     }
   }
   if (stash_) PLANNER_RETURN_IF_ERROR(stash_->Enter(j));  // backward on the weights its forward used
@@ -322,7 +347,8 @@ Status ProgramInterpreter::Backward(size_t index, const Action& a) {
   const double c0 = MonotonicSeconds();
   if (ctx_.comm_only) {
     dy = q > 0 ? Tensor::Zeros(ctx_.stage->InShape(q), ctx_.stage->device(), ctx_.stage->storage()) : Tensor();
-    if (last_backward_[index]) for (const BucketSegment& s : ch.layer_segments) ctx_.reducer->Enqueue(s);
+    if (last_backward_[index])
+      for (const BucketSegment& s : ch.layer_segments) ctx_.reducer->Enqueue(s);
   } else {
     for (size_t i = ch.kernels.size(); i-- > 0;) {
       Tensor dx;
@@ -339,7 +365,8 @@ Status ProgramInterpreter::Backward(size_t index, const Action& a) {
   ctx_.record->Trace(fmt::format("B{}", j), c0, MonotonicSeconds() - c0, 0);
   if (!split_w_) saved_.erase({q, j});
   const int64_t m = ctx_.layout.microbatches;
-  if (q == 0 && j % m == m - 1) fig_->done_s[static_cast<size_t>(IterationOf(j) - pass_.first_iteration)] = MonotonicSeconds() - fig_->start_s;
+  if (q == 0 && j % m == m - 1)
+    fig_->done_s[static_cast<size_t>(IterationOf(j) - pass_.first_iteration)] = MonotonicSeconds() - fig_->start_s;
   if (q > 0) grads_out_[{q, j}] = dy;
   return Status::OK();
 }
@@ -370,7 +397,8 @@ Status ProgramInterpreter::Receive(size_t index, const Action& a, bool activatio
   const std::vector<int64_t> shape = activation ? ctx_.stage->InShape(q) : ctx_.stage->OutShape(q);
   if (peer == ctx_.rank) {  // from this rank's other chunk (DualPipeV's stages p - 1 and p): handed over, never posted
     auto it = local_.find(tag);
-    if (it == local_.end()) return Status::Internal("a receive from this rank's own chunk before the send that produces it");
+    if (it == local_.end())
+      return Status::Internal("a receive from this rank's own chunk before the send that produces it");
     Keep(activation, q, j, shape, std::move(it->second));
     local_.erase(it);
     return Status::OK();
@@ -380,7 +408,10 @@ Status ProgramInterpreter::Receive(size_t index, const Action& a, bool activatio
   const DType dt = vsync_ ? DType::kFp32 : ctx_.stage->storage();
   const int64_t n = vsync_ ? Elements(shape) + 1 : Elements(shape);
   const bool pad = DTypeBytes(dt) == 2 && n % 2 == 1;
-  Tensor t = pool_.Get(vsync_ ? std::vector<int64_t>{n} : pad ? std::vector<int64_t>{n + 1} : shape, ctx_.stage->device(), dt);
+  Tensor t = pool_.Get(vsync_ ? std::vector<int64_t>{n}
+                       : pad  ? std::vector<int64_t>{n + 1}
+                              : shape,
+                       ctx_.stage->device(), dt);
   const double c0 = MonotonicSeconds();
   PLANNER_RETURN_IF_ERROR(ctx_.pipe->Recv(static_cast<float*>(t.raw()), MessageWords(t), peer, tag));
   if (pad) t = t.View(0, shape);
@@ -416,10 +447,13 @@ Status ProgramInterpreter::SaveWeights(int64_t q, int64_t j) {
   int64_t tag = stash_->version();
   if (vsync_ && q > 0) {
     tag = TakeTag(&act_tags_, q, j);
-    if (tag < 0) return Status::Internal(fmt::format("vertical sync: the activation of microbatch {} came without its version tag", j));
+    if (tag < 0)
+      return Status::Internal(
+          fmt::format("vertical sync: the activation of microbatch {} came without its version tag", j));
   }
   if (vsync_ && tag >= (int64_t{1} << 24)) {
-    return Status::NotSupported(fmt::format("vertical sync: version {} does not fit the tag's float (2^24 minibatches); run fewer iterations", tag));
+    return Status::NotSupported(fmt::format(
+        "vertical sync: version {} does not fit the tag's float (2^24 minibatches); run fewer iterations", tag));
   }
   return stash_->Save(j, tag);
 }
@@ -431,7 +465,9 @@ Status ProgramInterpreter::Send(size_t index, const Action& a, bool activation) 
   const int64_t q = a.stage, j = a.microbatch;
   auto& box = activation ? activations_out_ : grads_out_;
   auto it = box.find({q, j});
-  if (it == box.end()) return Status::Internal(activation ? "send before the forward that computes it" : "send before the backward that computes it");
+  if (it == box.end())
+    return Status::Internal(activation ? "send before the forward that computes it"
+                                       : "send before the backward that computes it");
   Tensor t = std::move(it->second);
   box.erase(it);
   if (vsync_) t = WithTag(t, stash_->TagOf(j));  // the minibatch's version travels with it
@@ -443,13 +479,16 @@ Status ProgramInterpreter::Send(size_t index, const Action& a, bool activation) 
   }
   const double s0 = MonotonicSeconds();
   if (t.dtype() != (vsync_ ? DType::kFp32 : ctx_.stage->storage())) {
-    return Status::Internal(fmt::format("a pipeline message in {} where the run's transfers are {}", DTypeName(t.dtype()), DTypeName(ctx_.stage->storage())));
+    return Status::Internal(fmt::format("a pipeline message in {} where the run's transfers are {}",
+                                        DTypeName(t.dtype()), DTypeName(ctx_.stage->storage())));
   }
   t = WordAligned(t);
-  ctx_.record->transfers().sends.push_back({tag, IterationOf(j), q, t.bytes(), activation ? 0 : 1, peer, s0 - ctx_.clock_offset_s});
+  ctx_.record->transfers().sends.push_back(
+      {tag, IterationOf(j), q, t.bytes(), activation ? 0 : 1, peer, s0 - ctx_.clock_offset_s});
   PLANNER_RETURN_IF_ERROR(ctx_.pipe->Send(static_cast<const float*>(t.raw()), MessageWords(t), peer, tag));
   const double s1 = MonotonicSeconds();
-  ctx_.record->Trace(fmt::format("send {}{}.{} {}B", activation ? 'F' : 'B', activation ? q + 1 : q - 1, j, t.bytes()), s0, s1 - s0, 1);
+  ctx_.record->Trace(fmt::format("send {}{}.{} {}B", activation ? 'F' : 'B', activation ? q + 1 : q - 1, j, t.bytes()),
+                     s0, s1 - s0, 1);
   fig_->comm_s += s1 - s0;
   sent_.push_back(std::move(t));
   return Status::OK();
@@ -465,10 +504,13 @@ Status ProgramInterpreter::Reduce(size_t index, const Action& a) {
   fig_->comm_s += dur;
   // The transfer table times the iteration's reduce of the whole bucket.
   if (a.stage == -1 && !red.overlapped() && ctx_.stage->grad_elems() > 0) {
-    ctx_.record->transfers().allreduces.push_back({pass_.first_iteration, ctx_.stage->grad_elems() * 4, c0 - ctx_.clock_offset_s, dur});
+    ctx_.record->transfers().allreduces.push_back(
+        {pass_.first_iteration, ctx_.stage->grad_elems() * 4, c0 - ctx_.clock_offset_s, dur});
   }
   ctx_.record->Trace(red.overlapped() ? "dp all-reduce (exposed wait)" : "dp all-reduce", c0, dur, 1);
-  if (red.overlapped()) ctx_.record->Trace("dp all-reduce busy", c0, red.TakeBusySeconds(), 2);  // summed segment time on the reducer thread
+  if (red.overlapped())
+    ctx_.record->Trace("dp all-reduce busy", c0, red.TakeBusySeconds(),
+                       2);  // summed segment time on the reducer thread
   return Status::OK();
 }
 
@@ -477,14 +519,16 @@ Status ProgramInterpreter::Reduce(size_t index, const Action& a) {
 // scaler then skips the step (and halves the scale past its hysteresis) or applies it.
 Status ProgramInterpreter::UnscaleAgreed(bool* apply) {
   float found = UnscaleAndCheck(ctx_.stage->params(), 1.0 / ctx_.scaler->scale()) ? 1.0f : 0.0f;
-  if (ctx_.workers != nullptr && ctx_.workers->size() > 1) PLANNER_RETURN_IF_ERROR(ctx_.workers->AllReduce(&found, 1, ReduceOp::kMax));
+  if (ctx_.workers != nullptr && ctx_.workers->size() > 1)
+    PLANNER_RETURN_IF_ERROR(ctx_.workers->AllReduce(&found, 1, ReduceOp::kMax));
   *apply = ctx_.scaler->Update(found > 0);
   return Status::OK();
 }
 
 Status ProgramInterpreter::Step() {
   Stage& st = *ctx_.stage;
-  if (ctx_.edp != nullptr && ctx_.edp->size() > 1 && st.expert_grad_elems() > 0) {  // expert gradients: over the EDP group
+  if (ctx_.edp != nullptr && ctx_.edp->size() > 1 &&
+      st.expert_grad_elems() > 0) {  // expert gradients: over the EDP group
     const double e0 = MonotonicSeconds();
     PLANNER_RETURN_IF_ERROR(ctx_.edp->AllReduce(st.expert_bucket(), st.expert_grad_elems(), ReduceOp::kSum));
     fig_->comm_s += MonotonicSeconds() - e0;
@@ -492,7 +536,8 @@ Status ProgramInterpreter::Step() {
   }
   if (capture_ != nullptr) {
     capture_->clear();
-    for (Param* prm : ctx_.stage->params()) capture_->push_back({prm->name, prm->tp_sharded, prm->grad.ToVector(), prm->expert});
+    for (Param* prm : ctx_.stage->params())
+      capture_->push_back({prm->name, prm->tp_sharded, prm->grad.ToVector(), prm->expert});
     capture_ = nullptr;
   }
   const double c0 = MonotonicSeconds();

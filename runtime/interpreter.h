@@ -131,25 +131,25 @@ class ProgramInterpreter {
 
   InterpreterContext ctx_;
   std::vector<Action> program_;
-  std::vector<int> peer_;                 // per action: the peer rank of a transfer
-  std::vector<bool> last_backward_;       // per action: queue its layers' segments (overlapped reducer)
+  std::vector<int> peer_;            // per action: the peer rank of a transfer
+  std::vector<bool> last_backward_;  // per action: queue its layers' segments (overlapped reducer)
   std::map<size_t, std::vector<BucketSegment>> reduce_now_;  // per reduce: the segments it sums itself
   bool split_w_ = false;
-  int64_t microbatches_ = 0;              // the program's: its largest microbatch + 1
-  bool zero_grads_ = true;                // the optimizer stepped since the gradients were last zeroed
+  int64_t microbatches_ = 0;  // the program's: its largest microbatch + 1
+  bool zero_grads_ = true;    // the optimizer stepped since the gradients were last zeroed
   std::unique_ptr<WeightStash> stash_;
-  int64_t forwards_left_ = 0;             // F actions still to run in the pass
-  bool vsync_ = false;                    // vertical sync: messages carry their minibatch's version tag
+  int64_t forwards_left_ = 0;                    // F actions still to run in the pass
+  bool vsync_ = false;                           // vertical sync: messages carry their minibatch's version tag
   std::map<Key, int64_t> act_tags_, grad_tags_;  // vertical sync: the tags received with activations_in_ / grads_in_
   std::vector<NamedGradient>* capture_ = nullptr;
-  int64_t sample_offset_ = 0;             // microbatches of the lower replicas (data parallelism)
+  int64_t sample_offset_ = 0;  // microbatches of the lower replicas (data parallelism)
   // The pass being run.
   PassSpec pass_;
   PassFigures* fig_ = nullptr;
   std::map<Key, std::vector<Saved>> saved_;
   std::map<Key, Tensor> activations_in_, activations_out_, grads_in_, grads_out_;
-  std::vector<Tensor> sent_;              // alive until FlushSends
-  std::map<int64_t, Tensor> local_;       // by tag: sent to this rank itself (DualPipeV's stages p - 1 and p share a rank)
+  std::vector<Tensor> sent_;         // alive until FlushSends
+  std::map<int64_t, Tensor> local_;  // by tag: sent to this rank itself (DualPipeV's stages p - 1 and p share a rank)
   BufferPool pool_;
 };
 

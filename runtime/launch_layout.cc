@@ -13,27 +13,34 @@ Status LayoutOf(const LaunchPlan& L, LaunchLayout* out) {
   y.replicated = y.async;
   for (const auto& st : L.stages) y.replicated = y.replicated || st.replicas != L.dp;
   if (y.replicated && (L.interleave != 1 || (y.schedule != Schedule::k1F1B && !y.async))) {
-    return Status::NotSupported(fmt::format("{}: per-stage replication runs with the 1F1B (flush) or PipeDream (asynchronous) schedule and interleave 1; regenerate with planner codegen", L.path));
+    return Status::NotSupported(
+        fmt::format("{}: per-stage replication runs with the 1F1B (flush) or PipeDream (asynchronous) schedule and "
+                    "interleave 1; regenerate with planner codegen",
+                    L.path));
   }
   int64_t batch = 0;  // the sizes are bounded where launch.yaml is read; the product is checked all the same
-  if (!y.replicated && (!CheckedProduct({L.microbatch_size, L.num_microbatches, L.dp}, &batch) || L.global_batch != batch)) {
-    return Status::InvalidArgument(fmt::format("{}: global_batch {} != microbatch_size {} x num_microbatches {} x dp {}", L.path, L.global_batch,
-                                               L.microbatch_size, L.num_microbatches, L.dp));
+  if (!y.replicated &&
+      (!CheckedProduct({L.microbatch_size, L.num_microbatches, L.dp}, &batch) || L.global_batch != batch)) {
+    return Status::InvalidArgument(
+        fmt::format("{}: global_batch {} != microbatch_size {} x num_microbatches {} x dp {}", L.path, L.global_batch,
+                    L.microbatch_size, L.num_microbatches, L.dp));
   }
   y.stages = static_cast<int64_t>(L.stages.size());
   y.positions = y.replicated ? y.stages : L.pp;
   int64_t virtual_stages = 0;
   if (!CheckedProduct({y.positions, L.interleave}, &virtual_stages) || y.stages != virtual_stages) {
-    return Status::InvalidArgument(fmt::format("{}: {} stages for pp {} x interleave {}", L.path, y.stages, y.positions, L.interleave));
+    return Status::InvalidArgument(
+        fmt::format("{}: {} stages for pp {} x interleave {}", L.path, y.stages, y.positions, L.interleave));
   }
   if (y.replicated) {
     if (L.global_batch % L.microbatch_size != 0) {
-      return Status::InvalidArgument(fmt::format("{}: microbatch_size {} does not divide global_batch {}", L.path, L.microbatch_size, L.global_batch));
+      return Status::InvalidArgument(fmt::format("{}: microbatch_size {} does not divide global_batch {}", L.path,
+                                                 L.microbatch_size, L.global_batch));
     }
     for (const auto& st : L.stages) {
       if ((L.global_batch / L.microbatch_size) % st.replicas != 0) {
-        return Status::InvalidArgument(fmt::format("{}: {} microbatches do not split evenly over a stage's {} replicas", L.path,
-                                                   L.global_batch / L.microbatch_size, st.replicas));
+        return Status::InvalidArgument(fmt::format("{}: {} microbatches do not split evenly over a stage's {} replicas",
+                                                   L.path, L.global_batch / L.microbatch_size, st.replicas));
       }
     }
   }

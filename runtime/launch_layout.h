@@ -17,11 +17,12 @@ namespace planner {
 
 struct LaunchLayout {
   Schedule schedule = Schedule::k1F1B;
-  bool async = false;        // PipeDream: no flush; one program covers the run's remaining microbatches
-  bool replicated = false;   // per-stage replication ("2-1-1", PipeDream): microbatch j on replica j mod r of each stage
-  int64_t stages = 1;        // Q: virtual stages
-  int64_t positions = 1;     // p: pipeline positions; a rank holds the virtual stages ChunkStage(schedule, c, its position, p):
-                             // q = c p + its position, or DualPipeV's V (its position and 2p - 1 - it)
+  bool async = false;       // PipeDream: no flush; one program covers the run's remaining microbatches
+  bool replicated = false;  // per-stage replication ("2-1-1", PipeDream): microbatch j on replica j mod r of each stage
+  int64_t stages = 1;       // Q: virtual stages
+  int64_t positions =
+      1;  // p: pipeline positions; a rank holds the virtual stages ChunkStage(schedule, c, its position, p):
+          // q = c p + its position, or DualPipeV's V (its position and 2p - 1 - it)
   // Microbatches per iteration in a program's numbering: replicated, all of the global batch (round
   // robin over each stage's replicas); else this replica's (its samples follow the lower replicas').
   int64_t microbatches = 1;

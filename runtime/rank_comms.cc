@@ -29,7 +29,8 @@ Status CommTpGroup::Timed(float* d, int64_t n, ReduceOp op) {
   return s;
 }
 
-Status CommExpertGroup::AllToAllV(const float* send, const std::vector<int64_t>& send_counts, const std::vector<int64_t>& send_displs, float* recv,
+Status CommExpertGroup::AllToAllV(const float* send, const std::vector<int64_t>& send_counts,
+                                  const std::vector<int64_t>& send_displs, float* recv,
                                   const std::vector<int64_t>& recv_counts, const std::vector<int64_t>& recv_displs) {
   const double t0 = MonotonicSeconds();
   Status s = c_->AllToAllV(send, send_counts, send_displs, recv, recv_counts, recv_displs);

@@ -18,7 +18,7 @@ namespace planner {
 
 struct RankComms {
   Communicator* world = nullptr;
-  Communicator* pipe = nullptr;  // the world, or `nccl`
+  Communicator* pipe = nullptr;                    // the world, or `nccl`
   std::unique_ptr<Communicator> nccl, tp, dp, cp;  // cp: launch.yaml's context_parallel group (cp > 1)
   std::unique_ptr<Communicator> ep, edp;           // expert_parallel and expert_data_parallel groups (ep > 1)
   // Trace and transfer times go on rank 0's clock (the ranks of one node share theirs; other nodes' differ).
@@ -30,7 +30,8 @@ struct RankComms {
 // exits is a lost rank) and estimates its clock offset. Collective.
 // `job`: the whole job's world when it holds summation servers beside the workers' `world`
 // (the peer watch covers every process of the job); null: `world`.
-Status OpenRankComms(const LaunchPlan& launch, Device device, Communicator& world, RankComms* out, Communicator* job = nullptr);
+Status OpenRankComms(const LaunchPlan& launch, Device device, Communicator& world, RankComms* out,
+                     Communicator* job = nullptr);
 
 // A TP group over a Communicator, for the kernels' all-reduces; each call timed into `log`
 // under the iteration of the microbatch being computed, numbered in call order (the ranks of a
@@ -56,8 +57,9 @@ class CommTpGroup final : public TpGroup {
 class CommExpertGroup final : public ExpertGroup {
  public:
   explicit CommExpertGroup(Communicator* c, std::vector<double>* log = nullptr) : c_(c), log_(log) {}
-  Status AllToAllV(const float* send, const std::vector<int64_t>& send_counts, const std::vector<int64_t>& send_displs, float* recv,
-                   const std::vector<int64_t>& recv_counts, const std::vector<int64_t>& recv_displs) override;
+  Status AllToAllV(const float* send, const std::vector<int64_t>& send_counts, const std::vector<int64_t>& send_displs,
+                   float* recv, const std::vector<int64_t>& recv_counts,
+                   const std::vector<int64_t>& recv_displs) override;
 
  private:
   Communicator* c_;

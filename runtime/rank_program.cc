@@ -6,11 +6,13 @@
 
 namespace planner {
 
-Status RankProgramOf(const LaunchPlan& L, const LaunchLayout& y, int64_t rank, int64_t start, int64_t end, std::vector<Action>* out) {
+Status RankProgramOf(const LaunchPlan& L, const LaunchLayout& y, int64_t rank, int64_t start, int64_t end,
+                     std::vector<Action>* out) {
   out->clear();
   const LaunchRank& me = L.ranks[static_cast<size_t>(rank)];
   if (me.program < 0 || me.program >= static_cast<int64_t>(L.programs.size())) {
-    return Status::InvalidArgument(fmt::format("{}: rank {} has no program; regenerate the launch directory with planner codegen", L.path, rank));
+    return Status::InvalidArgument(
+        fmt::format("{}: rank {} has no program; regenerate the launch directory with planner codegen", L.path, rank));
   }
   const std::vector<Action>& all = L.programs[static_cast<size_t>(me.program)].actions;
   if (!y.async) {
@@ -27,14 +29,16 @@ Status RankProgramOf(const LaunchPlan& L, const LaunchLayout& y, int64_t rank, i
   }
   const int64_t m = y.microbatches;
   if (covered != L.run.iterations * m) {
-    return Status::InvalidArgument(fmt::format("{}: the asynchronous (pipedream) programs cover {} microbatches but run.iterations {} x {} per "
-                                               "iteration is {}; regenerate the launch directory with planner codegen",
-                                               L.path, covered, L.run.iterations, m, L.run.iterations * m));
+    return Status::InvalidArgument(
+        fmt::format("{}: the asynchronous (pipedream) programs cover {} microbatches but run.iterations {} x {} per "
+                    "iteration is {}; regenerate the launch directory with planner codegen",
+                    L.path, covered, L.run.iterations, m, L.run.iterations * m));
   }
   if (end > L.run.iterations) {
-    return Status::InvalidArgument(fmt::format("{}: the asynchronous (pipedream) programs cover {} iterations, the run asks for {}; "
-                                               "run planner codegen again with --iterations {}",
-                                               L.path, L.run.iterations, end, end));
+    return Status::InvalidArgument(
+        fmt::format("{}: the asynchronous (pipedream) programs cover {} iterations, the run asks for {}; "
+                    "run planner codegen again with --iterations {}",
+                    L.path, L.run.iterations, end, end));
   }
   *out = WindowOfRun(all, start * m, end * m);
   return Status::OK();

@@ -21,7 +21,8 @@ namespace planner {
 // removing every action of some microbatches keeps a valid schedule valid,
 // dp_solver/programs.h). An error names launch.yaml: a rank without a
 // program, or a run longer than the asynchronous program covers.
-Status RankProgramOf(const LaunchPlan& launch, const LaunchLayout& layout, int64_t rank, int64_t start, int64_t end, std::vector<Action>* out);
+Status RankProgramOf(const LaunchPlan& launch, const LaunchLayout& layout, int64_t rank, int64_t start, int64_t end,
+                     std::vector<Action>* out);
 
 // A one-rank GPipe program over m microbatches of stage 0 (F0.0..F0.m-1,
 // B0.0..B0.m-1, OPT): the simulator's order on one device, for the

@@ -38,7 +38,8 @@ std::string Me() {
 void RemoveStaleTemporaries(const fs::path& dir) {
   std::error_code ec;
   for (fs::recursive_directory_iterator it(dir, ec), end; !ec && it != end; it.increment(ec)) {
-    if (it->is_regular_file(ec) && it->path().filename().string().find(".tmp.") != std::string::npos) fs::remove(it->path(), ec);
+    if (it->is_regular_file(ec) && it->path().filename().string().find(".tmp.") != std::string::npos)
+      fs::remove(it->path(), ec);
   }
 }
 
@@ -51,18 +52,22 @@ RunDirLock::~RunDirLock() {
 Status RunDirLock::Acquire(const std::string& run_dir) {
   const std::string path = (fs::path(run_dir) / "lock").string();
   const int fd = ::open(path.c_str(), O_RDWR | O_CREAT | O_CLOEXEC, 0644);
-  if (fd < 0) return Status::Unavailable(fmt::format("{}: cannot open the run directory's lock: {}", path, std::strerror(errno)));
+  if (fd < 0)
+    return Status::Unavailable(fmt::format("{}: cannot open the run directory's lock: {}", path, std::strerror(errno)));
   if (::flock(fd, LOCK_EX | LOCK_NB) != 0) {
     const int e = errno;
     const std::string holder = e == EWOULDBLOCK ? Holder(fd) : std::string();
     ::close(fd);
-    if (e != EWOULDBLOCK) return Status::Unavailable(fmt::format("{}: cannot lock the run directory: {}", path, std::strerror(e)));
-    return Status::InvalidArgument(fmt::format("{}: in use by another job ({}); wait for it to end, or choose another --run-id", run_dir, holder));
+    if (e != EWOULDBLOCK)
+      return Status::Unavailable(fmt::format("{}: cannot lock the run directory: {}", path, std::strerror(e)));
+    return Status::InvalidArgument(
+        fmt::format("{}: in use by another job ({}); wait for it to end, or choose another --run-id", run_dir, holder));
   }
   fd_ = fd;
   const std::string me = Me();
   // Best effort: the lock holds without the note.
-  if (::ftruncate(fd_, 0) == 0 && ::pwrite(fd_, me.data(), me.size(), 0) == static_cast<ssize_t>(me.size())) ::fsync(fd_);
+  if (::ftruncate(fd_, 0) == 0 && ::pwrite(fd_, me.data(), me.size(), 0) == static_cast<ssize_t>(me.size()))
+    ::fsync(fd_);
   RemoveStaleTemporaries(run_dir);
   return Status::OK();
 }

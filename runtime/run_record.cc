@@ -34,32 +34,41 @@ constexpr std::string_view kMetricsHeader = "iteration,loss,iteration_seconds";
 
 }  // namespace
 
-Status ReadMetrics(const std::string& run_dir, int64_t iterations, std::vector<double>* loss, std::vector<double>* iteration_s) {
+Status ReadMetrics(const std::string& run_dir, int64_t iterations, std::vector<double>* loss,
+                   std::vector<double>* iteration_s) {
   const std::string path = (fs::path(run_dir) / "metrics.csv").string();
   std::error_code ec;
   std::ifstream in(path);
   if (!fs::is_regular_file(path, ec) || !in) {
-    return Status::NotFound(fmt::format("{}: missing: a resumed run needs the losses of its first {} iterations; restore the file or run again "
-                                        "without --resume", path, iterations));
+    return Status::NotFound(fmt::format(
+        "{}: missing: a resumed run needs the losses of its first {} iterations; restore the file or run again "
+        "without --resume",
+        path, iterations));
   }
   std::string line;
   if (!std::getline(in, line) || line != kMetricsHeader) {
-    return Status::InvalidArgument(fmt::format("{}:1: not the header '{}': the file is damaged; restore it or run again without --resume", path, kMetricsHeader));
+    return Status::InvalidArgument(
+        fmt::format("{}:1: not the header '{}': the file is damaged; restore it or run again without --resume", path,
+                    kMetricsHeader));
   }
   loss->clear(), iteration_s->clear();
   for (int64_t row = 1; row <= iterations; ++row) {
     if (!std::getline(in, line)) {
-      return Status::InvalidArgument(fmt::format("{}:{}: ends after iteration {}, the checkpoint is at iteration {}; restore the file or run again "
-                                                 "without --resume", path, row + 1, row - 1, iterations));
+      return Status::InvalidArgument(fmt::format(
+          "{}:{}: ends after iteration {}, the checkpoint is at iteration {}; restore the file or run again "
+          "without --resume",
+          path, row + 1, row - 1, iterations));
     }
     const std::string_view v(line);
     const size_t a = v.find(','), b = a == std::string_view::npos ? a : v.find(',', a + 1);
     int64_t number = 0;
     double l = 0, s = 0;
-    if (b == std::string_view::npos || !ParseRowNumber(v.substr(0, a), &number) || number != row || !ParseNumber(v.substr(a + 1, b - a - 1), &l) ||
-        !ParseNumber(v.substr(b + 1), &s) || s < 0) {
-      return Status::InvalidArgument(fmt::format("{}:{}: not '{},<finite loss>,<seconds>': '{}'; the file is damaged; restore it or run again without "
-                                                 "--resume", path, row + 1, row, line.substr(0, 80)));
+    if (b == std::string_view::npos || !ParseRowNumber(v.substr(0, a), &number) || number != row ||
+        !ParseNumber(v.substr(a + 1, b - a - 1), &l) || !ParseNumber(v.substr(b + 1), &s) || s < 0) {
+      return Status::InvalidArgument(fmt::format(
+          "{}:{}: not '{},<finite loss>,<seconds>': '{}'; the file is damaged; restore it or run again without "
+          "--resume",
+          path, row + 1, row, line.substr(0, 80)));
     }
     loss->push_back(l), iteration_s->push_back(s);
   }
@@ -90,8 +99,9 @@ Status RunRecord::WriteRankTrace(const std::string& run_dir, int64_t rank, doubl
   std::string text;
   for (size_t i = 0; i < trace_.size(); ++i) {
     const TraceEvent& e = trace_[i];
-    text += fmt::format("{}{{\"name\": \"{}\", \"ph\": \"X\", \"pid\": {}, \"tid\": {}, \"ts\": {:.1f}, \"dur\": {:.1f}}}\n", i ? "," : "", e.name,
-                        rank, e.tid, (e.start_s - clock_offset_s) * 1e6, e.dur_s * 1e6);
+    text += fmt::format(
+        "{}{{\"name\": \"{}\", \"ph\": \"X\", \"pid\": {}, \"tid\": {}, \"ts\": {:.1f}, \"dur\": {:.1f}}}\n",
+        i ? "," : "", e.name, rank, e.tid, (e.start_s - clock_offset_s) * 1e6, e.dur_s * 1e6);
   }
   return WriteFileAtomic((fs::path(run_dir) / fmt::format("trace.rank{}.json", rank)).string(), text);
 }
@@ -108,8 +118,9 @@ Status MergeTraces(const std::string& run_dir, const LaunchPlan& L) {
     if (any) text += ",";
     text += ss.str();
     any = true;
-    text += fmt::format(",{{\"name\": \"process_name\", \"ph\": \"M\", \"pid\": {}, \"args\": {{\"name\": \"rank {} (stage {})\"}}}}\n", r, r,
-                        L.ranks[r].stage);
+    text += fmt::format(
+        ",{{\"name\": \"process_name\", \"ph\": \"M\", \"pid\": {}, \"args\": {{\"name\": \"rank {} (stage {})\"}}}}\n",
+        r, r, L.ranks[r].stage);
   }
   text += "]}\n";
   return WriteFileAtomic((fs::path(run_dir) / "trace.json").string(), text);
@@ -127,8 +138,8 @@ Status WriteGradients(const std::string& run_dir, const std::vector<NamedGradien
   return Status::OK();
 }
 
-Status GlobalGradientNorm(Communicator& world, int64_t replica, int64_t tp_rank, const std::vector<NamedGradient>& mine, double* norm,
-                          int64_t edp_rank) {
+Status GlobalGradientNorm(Communicator& world, int64_t replica, int64_t tp_rank, const std::vector<NamedGradient>& mine,
+                          double* norm, int64_t edp_rank) {
   double sq = 0;
   for (const NamedGradient& g : mine) {
     if (g.expert ? edp_rank != 0 : (replica != 0 || (!g.tp_sharded && tp_rank != 0))) continue;

@@ -24,7 +24,8 @@ namespace planner {
 // "iteration,loss,iteration_seconds", then rows numbered 1, 2, ... with a finite loss and a
 // finite, non-negative time. A missing file, a garbled row or too few rows is InvalidArgument /
 // NotFound (exit 2) naming the file and line: a resumed run never renumbers its iterations.
-Status ReadMetrics(const std::string& run_dir, int64_t iterations, std::vector<double>* loss, std::vector<double>* iteration_s);
+Status ReadMetrics(const std::string& run_dir, int64_t iterations, std::vector<double>* loss,
+                   std::vector<double>* iteration_s);
 
 struct TraceEvent {
   std::string name;
@@ -37,12 +38,14 @@ struct NamedGradient {
   std::string name;
   bool tp_sharded = false;  // each TP rank holds a different part
   std::vector<float> values;
-  bool expert = false;      // a routed expert's (MoE): one EP rank holds it, every rank of its EDP group a copy
+  bool expert = false;  // a routed expert's (MoE): one EP rank holds it, every rank of its EDP group a copy
 };
 
 class RunRecord {
  public:
-  void Trace(std::string name, double start_s, double dur_s, int tid) { trace_.push_back({std::move(name), start_s, dur_s, tid}); }
+  void Trace(std::string name, double start_s, double dur_s, int tid) {
+    trace_.push_back({std::move(name), start_s, dur_s, tid});
+  }
   TransferLog& transfers() { return transfers_; }
   const TransferLog& transfers() const { return transfers_; }
 
@@ -76,7 +79,7 @@ Status WriteGradients(const std::string& run_dir, const std::vector<NamedGradien
 // The model's global gradient norm from every rank's gradients: sharded parameters summed over TP
 // ranks, replicated ones once, data-parallel replicas (equal after the reduce) once. Collective.
 // Expert gradients count on the ranks of EDP rank 0 (every tp rank: with etp 1 they hold different experts).
-Status GlobalGradientNorm(Communicator& world, int64_t replica, int64_t tp_rank, const std::vector<NamedGradient>& mine, double* norm,
-                          int64_t edp_rank = 0);
+Status GlobalGradientNorm(Communicator& world, int64_t replica, int64_t tp_rank, const std::vector<NamedGradient>& mine,
+                          double* norm, int64_t edp_rank = 0);
 
 }  // namespace planner

@@ -29,10 +29,13 @@ Status GatherSeq(const SeqParallel& sp, const Tensor& x, Tensor* y) {
   Communicator* c = sp.tp_comm;
   const int64_t t = c->size(), b = x.dim(0), n = x.dim(1), w = x.numel() / (b * n);
   Tensor all = Tensor::Zeros({t * x.numel()});
-  PLANNER_RETURN_IF_ERROR(Timed(sp, TransferLog::kSpAllGather, t * x.numel() * 4, [&] { return c->AllGather(x.data(), all.data(), x.numel()); }));
+  PLANNER_RETURN_IF_ERROR(Timed(sp, TransferLog::kSpAllGather, t * x.numel() * 4,
+                                [&] { return c->AllGather(x.data(), all.data(), x.numel()); }));
   *y = Tensor::Zeros({b, t * n, w});
   for (int64_t r = 0; r < t; ++r)
-    for (int64_t s = 0; s < b; ++s) std::memcpy(y->data() + (s * t * n + r * n) * w, all.data() + (r * b + s) * n * w, static_cast<size_t>(n * w) * 4);
+    for (int64_t s = 0; s < b; ++s)
+      std::memcpy(y->data() + (s * t * n + r * n) * w, all.data() + (r * b + s) * n * w,
+                  static_cast<size_t>(n * w) * 4);
   return Status::OK();
 }
 
@@ -42,9 +45,12 @@ Status ReduceScatterSeq(const SeqParallel& sp, const Tensor& x, Tensor* y) {
   const int64_t t = c->size(), b = x.dim(0), n = x.dim(1) / t, w = x.numel() / (b * t * n);
   Tensor blocks = Tensor::Zeros({x.numel()});
   for (int64_t r = 0; r < t; ++r)
-    for (int64_t s = 0; s < b; ++s) std::memcpy(blocks.data() + (r * b + s) * n * w, x.data() + (s * t * n + r * n) * w, static_cast<size_t>(n * w) * 4);
+    for (int64_t s = 0; s < b; ++s)
+      std::memcpy(blocks.data() + (r * b + s) * n * w, x.data() + (s * t * n + r * n) * w,
+                  static_cast<size_t>(n * w) * 4);
   *y = Tensor::Zeros({b, n, w});
-  return Timed(sp, TransferLog::kSpReduceScatter, x.numel() * 4, [&] { return c->ReduceScatter(blocks.data(), y->data(), b * n * w, ReduceOp::kSum); });
+  return Timed(sp, TransferLog::kSpReduceScatter, x.numel() * 4,
+               [&] { return c->ReduceScatter(blocks.data(), y->data(), b * n * w, ReduceOp::kSum); });
 }
 
 void AddInto(const Tensor& a, Tensor* y) {
@@ -69,7 +75,8 @@ class CpRing final : public RingExchange {
     Communicator* c = sp_.cp_comm;
     const int r = c->rank(), p = c->size();
     return Timed(sp_, TransferLog::kCpRingShift, n * 4, [&] {
-      return c->GroupSendRecv({P2POp{true, (r + 1) % p, const_cast<float*>(send), n}, P2POp{false, (r + p - 1) % p, recv, n}});
+      return c->GroupSendRecv(
+          {P2POp{true, (r + 1) % p, const_cast<float*>(send), n}, P2POp{false, (r + p - 1) % p, recv, n}});
     });
   }
 
@@ -114,7 +121,8 @@ class SeqNorm final : public SeqWrapper {
       std::vector<float> delta(b.size());
       for (size_t k = 0; k < b.size(); ++k) delta[k] = p->grad.data()[k] - b[k];
       const int64_t n = static_cast<int64_t>(delta.size());
-      PLANNER_RETURN_IF_ERROR(Timed(sp_, TransferLog::kTpAllReduce, n * 4, [&] { return sp_.tp_comm->AllReduce(delta.data(), n, ReduceOp::kSum); }));
+      PLANNER_RETURN_IF_ERROR(Timed(sp_, TransferLog::kTpAllReduce, n * 4,
+                                    [&] { return sp_.tp_comm->AllReduce(delta.data(), n, ReduceOp::kSum); }));
       for (size_t k = 0; k < b.size(); ++k) p->grad.data()[k] = b[k] + delta[k];
     }
     return Status::OK();
@@ -130,7 +138,8 @@ class SeqEmbedding final : public SeqWrapper {
       : SeqWrapper(std::move(inner), sp), group_(tp_group), seq_(seq), pos_(CpTokenPositions(seq, sp.cp, sp.cp_rank)) {}
   Status Forward(const Tensor& x, Tensor* y, Saved* s) override {
     const int64_t b = x.dim(0), n = static_cast<int64_t>(pos_.size());
-    if (x.numel() != b * n) return Status::InvalidArgument(fmt::format("embedding: {} token ids per sample, expected {}", x.numel() / b, n));
+    if (x.numel() != b * n)
+      return Status::InvalidArgument(fmt::format("embedding: {} token ids per sample, expected {}", x.numel() / b, n));
     Tensor ids = Tensor::Zeros({b, seq_}), full;
     for (int64_t s0 = 0; s0 < b; ++s0)
       for (int64_t i = 0; i < n; ++i) ids.data()[s0 * seq_ + pos_[static_cast<size_t>(i)]] = x.data()[s0 * n + i];
@@ -140,7 +149,8 @@ class SeqEmbedding final : public SeqWrapper {
     Tensor mine = Tensor::Zeros({b, n, h});
     for (int64_t s0 = 0; s0 < b; ++s0)
       for (int64_t i = 0; i < n; ++i)
-        std::memcpy(mine.data() + (s0 * n + i) * h, full.data() + (s0 * seq_ + pos_[static_cast<size_t>(i)]) * h, static_cast<size_t>(h) * 4);
+        std::memcpy(mine.data() + (s0 * n + i) * h, full.data() + (s0 * seq_ + pos_[static_cast<size_t>(i)]) * h,
+                    static_cast<size_t>(h) * 4);
     if (sp_.sp) return ReduceScatterSeq(sp_, mine, y);
     *y = mine;
     return group_ ? group_->AllReduceSum(y->data(), y->numel()) : Status::OK();
@@ -152,7 +162,8 @@ class SeqEmbedding final : public SeqWrapper {
     Tensor full = Tensor::Zeros({b, seq_, h});
     for (int64_t s0 = 0; s0 < b; ++s0)
       for (int64_t i = 0; i < n; ++i)
-        std::memcpy(full.data() + (s0 * seq_ + pos_[static_cast<size_t>(i)]) * h, g.data() + (s0 * n + i) * h, static_cast<size_t>(h) * 4);
+        std::memcpy(full.data() + (s0 * seq_ + pos_[static_cast<size_t>(i)]) * h, g.data() + (s0 * n + i) * h,
+                    static_cast<size_t>(h) * 4);
     return inner_->BackwardInput(full, dx, &s->children[0]);
   }
   Status BackwardWeight(Saved* s) override { return inner_->BackwardWeight(&s->children[0]); }
@@ -165,8 +176,8 @@ class SeqEmbedding final : public SeqWrapper {
 
 // A Linear from runtime/kernels carrying the single-process weight's TP cut (the cut Attention
 // uses: same seed, same slice), so that the CP attention's parameters equal the block's.
-Status CutLinear(const Layer& base, const std::string& name, int64_t in, int64_t out, bool bias, uint64_t seed, const WeightSlice& slice,
-                 bool sharded_bias, const KernelOptions& o, std::unique_ptr<LayerKernel>* k) {
+Status CutLinear(const Layer& base, const std::string& name, int64_t in, int64_t out, bool bias, uint64_t seed,
+                 const WeightSlice& slice, bool sharded_bias, const KernelOptions& o, std::unique_ptr<LayerKernel>* k) {
   Layer l = SubLayer(base, LayerKind::kLinear, name, {1, in}, {1, out});
   l.attrs.bools["bias"] = bias;
   KernelOptions lo = o;
@@ -195,14 +206,19 @@ Status ReadCpAttn(const Layer& l, int64_t hidden, int64_t tp, CpAttnConfig* c) {
   c->theta = static_cast<double>(a.Int("rope_theta", 10000));
   const std::string pos = a.String("position", "learned");
   c->rope = pos == "rope";
-  auto bad = [&](const std::string& what) { return Status::InvalidArgument(fmt::format("layer '{}': {}", l.name, what)); };
+  auto bad = [&](const std::string& what) {
+    return Status::InvalidArgument(fmt::format("layer '{}': {}", l.name, what));
+  };
   if (pos != "learned" && pos != "rope") return bad(fmt::format("position '{}' is not learned or rope", pos));
   if (c->heads < 1 || c->kv_heads < 1 || hidden % c->heads != 0 || c->heads % c->kv_heads != 0) {
-    return bad(fmt::format("heads ({}) must divide the hidden size {} and kv_heads ({}) must divide heads", c->heads, hidden, c->kv_heads));
+    return bad(fmt::format("heads ({}) must divide the hidden size {} and kv_heads ({}) must divide heads", c->heads,
+                           hidden, c->kv_heads));
   }
-  if (c->rope && (hidden / c->heads) % 2 != 0) return bad(fmt::format("rope needs an even head dimension, not {}", hidden / c->heads));
+  if (c->rope && (hidden / c->heads) % 2 != 0)
+    return bad(fmt::format("rope needs an even head dimension, not {}", hidden / c->heads));
   if (c->heads % tp != 0 || c->kv_heads % tp != 0) {
-    return bad(fmt::format("tensor-parallel degree {} does not divide its heads ({}) and kv_heads ({})", tp, c->heads, c->kv_heads));
+    return bad(fmt::format("tensor-parallel degree {} does not divide its heads ({}) and kv_heads ({})", tp, c->heads,
+                           c->kv_heads));
   }
   return Status::OK();
 }
@@ -218,12 +234,15 @@ class CpAttention final : public LayerKernel {
     PLANNER_RETURN_IF_ERROR(ReadCpAttn(l, hidden, sp.tp, &c));
     ring_ = std::make_unique<CpRing>(sp);
     group_ = sp.sp ? nullptr : o.tp_group;
-    dims_.seq = seq, dims_.heads = c.heads / sp.tp, dims_.kv_heads = c.kv_heads / sp.tp, dims_.head_dim = hidden / c.heads;
+    dims_.seq = seq, dims_.heads = c.heads / sp.tp, dims_.kv_heads = c.kv_heads / sp.tp,
+    dims_.head_dim = hidden / c.heads;
     dims_.cp = sp.cp, dims_.cp_rank = sp.cp_rank, dims_.causal = o.causal;
     rope_ = c.rope, theta_ = c.theta;
     hl_ = dims_.heads * dims_.head_dim, kvc_ = dims_.kv_heads * dims_.head_dim, ld_ = hl_ + 2 * kvc_;
-    PLANNER_RETURN_IF_ERROR(CutLinear(l, l.name + ".qkv", hidden, ld_, c.bias, o.seed * 31 + 1, QkvShard(hidden, c.heads, c.kv_heads, o), true, o, &qkv_));
-    return CutLinear(l, l.name + ".out", hl_, hidden, c.bias && o.tp_rank == 0, o.seed * 31 + 2, AttnOutShard(hidden, c.heads, o), false, o, &out_);
+    PLANNER_RETURN_IF_ERROR(CutLinear(l, l.name + ".qkv", hidden, ld_, c.bias, o.seed * 31 + 1,
+                                      QkvShard(hidden, c.heads, c.kv_heads, o), true, o, &qkv_));
+    return CutLinear(l, l.name + ".out", hl_, hidden, c.bias && o.tp_rank == 0, o.seed * 31 + 2,
+                     AttnOutShard(hidden, c.heads, o), false, o, &out_);
   }
   Status Forward(const Tensor& x, Tensor* y, Saved* sv) override {
     sv->children.assign(2, Saved{});
@@ -234,11 +253,13 @@ class CpAttention final : public LayerKernel {
     PLANNER_RETURN_IF_ERROR(RotateQk(&qkv, d.batch, false));
     Tensor o = Tensor::Zeros({d.batch, d.tokens(), hl_}), lse = Tensor::Zeros({d.batch, d.heads, d.tokens()});
     const float* q = qkv.data();
-    PLANNER_RETURN_IF_ERROR(RingAttentionForward(d, ring_.get(), q, q + hl_, q + hl_ + kvc_, ld_, o.data(), lse.data()));
+    PLANNER_RETURN_IF_ERROR(
+        RingAttentionForward(d, ring_.get(), q, q + hl_, q + hl_ + kvc_, ld_, o.data(), lse.data()));
     PLANNER_RETURN_IF_ERROR(out_->Forward(o, y, &sv->children[1]));
     if (group_) PLANNER_RETURN_IF_ERROR(group_->AllReduceSum(y->data(), y->numel()));
     sv->t = {qkv, o, lse};
-    sv->exact = {2};  // the softmax log-sum-exp stays fp32 (FlashAttention keeps softmax_lse fp32: its rounding would scale every probability)
+    sv->exact = {
+        2};  // the softmax log-sum-exp stays fp32 (FlashAttention keeps softmax_lse fp32: its rounding would scale every probability)
     return Status::OK();
   }
   Status BackwardInput(const Tensor& dy, Tensor* dx, Saved* sv) override {
@@ -251,8 +272,8 @@ class CpAttention final : public LayerKernel {
     Tensor dqkv = Tensor::Zeros(qkv.shape());
     const float* q = qkv.data();
     float* g = dqkv.data();
-    PLANNER_RETURN_IF_ERROR(RingAttentionBackward(d, ring_.get(), q, q + hl_, q + hl_ + kvc_, ld_, sv->t[1].data(), sv->t[2].data(), dout.data(), g,
-                                                  g + hl_, g + hl_ + kvc_));
+    PLANNER_RETURN_IF_ERROR(RingAttentionBackward(d, ring_.get(), q, q + hl_, q + hl_ + kvc_, ld_, sv->t[1].data(),
+                                                  sv->t[2].data(), dout.data(), g, g + hl_, g + hl_ + kvc_));
     PLANNER_RETURN_IF_ERROR(RotateQk(&dqkv, d.batch, true));
     PLANNER_RETURN_IF_ERROR(qkv_->BackwardInput(dqkv, dx, &sv->children[0]));
     if (group_) PLANNER_RETURN_IF_ERROR(group_->AllReduceSum(dx->data(), dx->numel()));
@@ -268,7 +289,8 @@ class CpAttention final : public LayerKernel {
   std::vector<Param*> Params() override { return JoinParams({qkv_.get(), out_.get()}); }
   KernelFlops Flops(int64_t b) const override {
     KernelFlops a = SumFlops({qkv_.get(), out_.get()}, b);
-    const double core = 2.0 * static_cast<double>(b) * static_cast<double>(dims_.tokens()) * static_cast<double>(dims_.seq) * static_cast<double>(hl_) / 2;
+    const double core = 2.0 * static_cast<double>(b) * static_cast<double>(dims_.tokens()) *
+                        static_cast<double>(dims_.seq) * static_cast<double>(hl_) / 2;
     return {a.forward + 2 * core, a.backward_input + 4 * core, a.backward_weight};
   }
 
@@ -335,11 +357,15 @@ class SeqMoe final : public LayerKernel {
  public:
   Status Init(const Layer& l, const KernelOptions& o, const SeqParallel& sp, int64_t n) {
     sp_ = sp;
-    if (o.etp > 1) return Status::NotSupported(fmt::format("layer '{}': expert tensor parallelism (etp {}) runs without sequence parallelism on CPU ranks", l.name, o.etp));
+    if (o.etp > 1)
+      return Status::NotSupported(
+          fmt::format("layer '{}': expert tensor parallelism (etp {}) runs without sequence parallelism on CPU ranks",
+                      l.name, o.etp));
     sum_ = std::make_unique<SeqSum>(sp);
     const int64_t h = l.in_shape[1], shared = l.attrs.Int("shared_ffn", 0);
     KernelOptions ko = o;  // the routed experts: whole on their EP rank, on this rank's tokens
-    ko.tp_size = 1, ko.tp_rank = 0, ko.tp_group = nullptr, ko.token_group = sp.sp ? sum_.get() : nullptr, ko.token_group_size = sp.sp ? sp.tp : 1;
+    ko.tp_size = 1, ko.tp_rank = 0, ko.tp_group = nullptr, ko.token_group = sp.sp ? sum_.get() : nullptr,
+    ko.token_group_size = sp.sp ? sp.tp : 1;
     Layer routed = SubLayer(l, LayerKind::kMoe, l.name + ".moe", {n, h}, {n, h});
     routed.attrs.ints["shared_ffn"] = 0;
     std::unique_ptr<LayerKernel> k;
@@ -378,8 +404,12 @@ class SeqMoe final : public LayerKernel {
     sv->Clear();
     return Status::OK();
   }
-  std::vector<Param*> Params() override { return shared_ ? JoinParams({routed_.get(), shared_.get()}) : routed_->Params(); }
-  KernelFlops Flops(int64_t b) const override { return shared_ ? SumFlops({routed_.get(), shared_.get()}, b) : routed_->Flops(b); }
+  std::vector<Param*> Params() override {
+    return shared_ ? JoinParams({routed_.get(), shared_.get()}) : routed_->Params();
+  }
+  KernelFlops Flops(int64_t b) const override {
+    return shared_ ? SumFlops({routed_.get(), shared_.get()}, b) : routed_->Flops(b);
+  }
   double TakeAuxLoss() override { return routed_->TakeAuxLoss(); }
 
  private:
@@ -400,7 +430,8 @@ class SeqBlock final : public PreNormBlockKernel {
     if (sp.sp) ro.tp_group = nullptr;
     std::unique_ptr<LayerKernel> k;
     const std::string norm = l.attrs.String("norm", "layernorm");  // the block's pre-norms: layernorm or rmsnorm
-    if (norm != "layernorm" && norm != "rmsnorm") return Status::InvalidArgument(fmt::format("layer '{}': norm '{}' is not layernorm or rmsnorm", l.name, norm));
+    if (norm != "layernorm" && norm != "rmsnorm")
+      return Status::InvalidArgument(fmt::format("layer '{}': norm '{}' is not layernorm or rmsnorm", l.name, norm));
     const LayerKind norm_kind = norm == "rmsnorm" ? LayerKind::kRmsnorm : LayerKind::kLayernorm;
     PLANNER_RETURN_IF_ERROR(MakeKernel(SubLayer(l, norm_kind, l.name + ".ln1", {n, h}, {n, h}), o, &k));
     ln1_ = std::make_unique<SeqNorm>(std::move(k), sp);
@@ -412,16 +443,19 @@ class SeqBlock final : public PreNormBlockKernel {
       PLANNER_RETURN_IF_ERROR(moe->Init(l, o, sp, n));
       mlp_ = std::move(moe);
     } else {
-      PLANNER_RETURN_IF_ERROR(MakeKernel(SubLayer(l, LayerKind::kMlp, l.name + ".mlp", {n_cp, h}, {n_cp, h}), ro, &mlp_));
+      PLANNER_RETURN_IF_ERROR(
+          MakeKernel(SubLayer(l, LayerKind::kMlp, l.name + ".mlp", {n_cp, h}, {n_cp, h}), ro, &mlp_));
     }
-    if (sp.cp == 1 && l.attrs.Int("kv_lora_rank", 0) > 0) {  // MLA: its replicated down projections see the rank's heads only
+    if (sp.cp == 1 &&
+        l.attrs.Int("kv_lora_rank", 0) > 0) {  // MLA: its replicated down projections see the rank's heads only
       PLANNER_RETURN_IF_ERROR(MakeKernel(SubLayer(l, LayerKind::kAttention, l.name + ".attn", {s, h}, {s, h}), ro, &k));
       attn_ = std::make_unique<SeqNorm>(std::move(k), sp);
       return Status::OK();
     }
     if (sp.cp == 1) return MakeKernel(SubLayer(l, LayerKind::kAttention, l.name + ".attn", {s, h}, {s, h}), ro, &attn_);
     auto a = std::make_unique<CpAttention>();
-    PLANNER_RETURN_IF_ERROR(a->Init(SubLayer(l, LayerKind::kAttention, l.name + ".attn", {n_cp, h}, {n_cp, h}), ro, sp, s, h));
+    PLANNER_RETURN_IF_ERROR(
+        a->Init(SubLayer(l, LayerKind::kAttention, l.name + ".attn", {n_cp, h}, {n_cp, h}), ro, sp, s, h));
     attn_ = std::move(a);
     return Status::OK();
   }
@@ -432,7 +466,8 @@ class SeqBlock final : public PreNormBlockKernel {
     PLANNER_RETURN_IF_ERROR(EnterRegion(sp_, attn_.get(), a, &u, &sv->children[1]));
     AddInto(x, &u);  // r = x + attn
     PLANNER_RETURN_IF_ERROR(ln2_->Forward(u, &c, &sv->children[2]));
-    PLANNER_RETURN_IF_ERROR(moe_ ? mlp_->Forward(c, &v, &sv->children[3]) : EnterRegion(sp_, mlp_.get(), c, &v, &sv->children[3]));  // SeqMoe: its own regions
+    PLANNER_RETURN_IF_ERROR(moe_ ? mlp_->Forward(c, &v, &sv->children[3])
+                                 : EnterRegion(sp_, mlp_.get(), c, &v, &sv->children[3]));  // SeqMoe: its own regions
     AddInto(u, &v);
     *y = v;
     return Status::OK();
@@ -440,7 +475,8 @@ class SeqBlock final : public PreNormBlockKernel {
   Status BackwardInput(const Tensor& dy, Tensor* dx, Saved* sv) override {
     if (sv->children.size() != 4) return Status::Internal("transformer_block: backward without forward");
     Tensor dc, dr, da, dxa;
-    PLANNER_RETURN_IF_ERROR(moe_ ? mlp_->BackwardInput(dy, &dc, &sv->children[3]) : LeaveRegionBackward(sp_, mlp_.get(), dy, &dc, &sv->children[3]));
+    PLANNER_RETURN_IF_ERROR(moe_ ? mlp_->BackwardInput(dy, &dc, &sv->children[3])
+                                 : LeaveRegionBackward(sp_, mlp_.get(), dy, &dc, &sv->children[3]));
     PLANNER_RETURN_IF_ERROR(ln2_->BackwardInput(dc, &dr, &sv->children[2]));
     AddInto(dy, &dr);
     PLANNER_RETURN_IF_ERROR(LeaveRegionBackward(sp_, attn_.get(), dr, &da, &sv->children[1]));
@@ -484,7 +520,8 @@ class CpLoss final : public SeqWrapper {
   Status Forward(const Tensor& x, Tensor* y, Saved* s) override {
     PLANNER_RETURN_IF_ERROR(inner_->Forward(x, y, s));
     for (int64_t i = 0; i < y->numel(); ++i) y->data()[i] /= static_cast<float>(sp_.cp);
-    return Timed(sp_, TransferLog::kCpAllReduce, y->numel() * 4, [&] { return sp_.cp_comm->AllReduce(y->data(), y->numel(), ReduceOp::kSum); });
+    return Timed(sp_, TransferLog::kCpAllReduce, y->numel() * 4,
+                 [&] { return sp_.cp_comm->AllReduce(y->data(), y->numel(), ReduceOp::kSum); });
   }
   Status BackwardInput(const Tensor& dy, Tensor* dx, Saved* s) override {
     Tensor g = Tensor::Zeros(dy.shape());
@@ -504,21 +541,28 @@ Layer LocalLayer(const Layer& l, const SeqParallel& sp) {
 
 }  // namespace
 
-Status CheckSeqParallelLaunch(const std::string& path, Device device, int64_t tp, int64_t cp, bool sp, const Layer& first) {
+Status CheckSeqParallelLaunch(const std::string& path, Device device, int64_t tp, int64_t cp, bool sp,
+                              const Layer& first) {
   if (cp <= 1 && !sp) return Status::OK();
-  if (device != Device::kCpu) return Status::NotSupported(fmt::format("{}: cp / sequence_parallel run on CPU ranks only; codegen with --device cpu", path));
+  if (device != Device::kCpu)
+    return Status::NotSupported(
+        fmt::format("{}: cp / sequence_parallel run on CPU ranks only; codegen with --device cpu", path));
   if (first.kind != LayerKind::kEmbedding || first.in_shape.size() != 1) {
-    return Status::InvalidArgument(fmt::format("{}: cp / sequence_parallel need a GPT model (token ids into an embedding); this model starts with '{}'",
-                                               path, LayerKindName(first.kind)));
+    return Status::InvalidArgument(fmt::format(
+        "{}: cp / sequence_parallel need a GPT model (token ids into an embedding); this model starts with '{}'", path,
+        LayerKindName(first.kind)));
   }
   const int64_t s = first.in_shape[0], split = std::max<int64_t>(2 * cp, cp * (sp ? tp : 1));
   if (cp > 1 && s % (2 * cp) != 0) {
-    return Status::InvalidArgument(fmt::format("{}: field 'cp': {} does not split the sequence of {} tokens into 2 x cp = {} chunks (causal load "
-                                               "balancing); choose cp with 2 cp dividing {}", path, cp, s, 2 * cp, s));
+    return Status::InvalidArgument(
+        fmt::format("{}: field 'cp': {} does not split the sequence of {} tokens into 2 x cp = {} chunks (causal load "
+                    "balancing); choose cp with 2 cp dividing {}",
+                    path, cp, s, 2 * cp, s));
   }
   if (s % split != 0 || s % (cp * (sp ? tp : 1)) != 0) {
-    return Status::InvalidArgument(fmt::format("{}: field 'sequence_parallel': {} tokens do not split over cp {} x tp {}; choose tp dividing {}", path,
-                                               s, cp, tp, s / cp));
+    return Status::InvalidArgument(
+        fmt::format("{}: field 'sequence_parallel': {} tokens do not split over cp {} x tp {}; choose tp dividing {}",
+                    path, s, cp, tp, s / cp));
   }
   return Status::OK();
 }
@@ -540,15 +584,19 @@ std::vector<float> CpSliceTokens(const std::vector<float>& rows, int64_t seq, in
   return out;
 }
 
-Status MakeSeqParallelKernel(const Layer& l, const KernelOptions& o, const SeqParallel& sp, std::unique_ptr<LayerKernel>* out) {
-  if (o.device != Device::kCpu) return Status::NotSupported("sequence and context parallelism run on CPU ranks only (codegen --device cpu)");
+Status MakeSeqParallelKernel(const Layer& l, const KernelOptions& o, const SeqParallel& sp,
+                             std::unique_ptr<LayerKernel>* out) {
+  if (o.device != Device::kCpu)
+    return Status::NotSupported("sequence and context parallelism run on CPU ranks only (codegen --device cpu)");
   const int64_t s = l.in_shape.empty() ? 0 : l.in_shape[0];
   if (sp.cp > 1 && l.kind == LayerKind::kEmbedding && s % (2 * sp.cp) != 0) {
-    return Status::InvalidArgument(fmt::format("layer '{}': cp {} needs the sequence ({}) to split into 2 x cp = {} chunks; choose cp dividing {}",
-                                               l.name, sp.cp, s, 2 * sp.cp, s / 2));
+    return Status::InvalidArgument(
+        fmt::format("layer '{}': cp {} needs the sequence ({}) to split into 2 x cp = {} chunks; choose cp dividing {}",
+                    l.name, sp.cp, s, 2 * sp.cp, s / 2));
   }
   if (s % (sp.cp * (sp.sp ? sp.tp : 1)) != 0) {
-    return Status::InvalidArgument(fmt::format("layer '{}': {} tokens do not split over cp {} x sp {}", l.name, s, sp.cp, sp.sp ? sp.tp : 1));
+    return Status::InvalidArgument(
+        fmt::format("layer '{}': {} tokens do not split over cp {} x sp {}", l.name, s, sp.cp, sp.sp ? sp.tp : 1));
   }
   KernelOptions ro = o;
   if (sp.sp) ro.tp_group = nullptr;
@@ -602,10 +650,12 @@ Status MakeSeqParallelKernel(const Layer& l, const KernelOptions& o, const SeqPa
     case LayerKind::kMtp:
     case LayerKind::kMoe: break;
   }
-  return Status::NotSupported(fmt::format("layer '{}': type '{}' has no sequence- or context-parallel kernel "
-                                          "(embedding, transformer_block, moe_block, layernorm, rmsnorm, dropout, "
-                                          "lm_head and loss have); use transformer_block layers or cp 1 and "
-                                          "sequence_parallel false", l.name, LayerKindName(l.kind)));
+  return Status::NotSupported(
+      fmt::format("layer '{}': type '{}' has no sequence- or context-parallel kernel "
+                  "(embedding, transformer_block, moe_block, layernorm, rmsnorm, dropout, "
+                  "lm_head and loss have); use transformer_block layers or cp 1 and "
+                  "sequence_parallel false",
+                  l.name, LayerKindName(l.kind)));
 }
 
 }  // namespace planner

@@ -47,11 +47,13 @@ struct SeqParallel {
 
 // The kernel of `layer` on this rank's share of the sequence (sp.active(); CPU). Layer types:
 // embedding, transformer_block, layernorm, rmsnorm, dropout, lm_head, loss; others are NotSupported.
-Status MakeSeqParallelKernel(const Layer& layer, const KernelOptions& options, const SeqParallel& sp, std::unique_ptr<LayerKernel>* out);
+Status MakeSeqParallelKernel(const Layer& layer, const KernelOptions& options, const SeqParallel& sp,
+                             std::unique_ptr<LayerKernel>* out);
 
 // Before any communication: the launch's cp and SP fit the model (GPT token sequences that split
 // into 2 cp chunks, and into cp x t with SP) and the device (CPU); the error names launch.yaml.
-Status CheckSeqParallelLaunch(const std::string& launch_path, Device device, int64_t tp, int64_t cp, bool sp, const Layer& first_layer);
+Status CheckSeqParallelLaunch(const std::string& launch_path, Device device, int64_t tp, int64_t cp, bool sp,
+                              const Layer& first_layer);
 
 // What the first per-sample dimension (tokens) of `layer`'s input (or output) is divided by on
 // this rank: cp for token ids, logits and the loss's input; cp x t (SP) for hidden states.

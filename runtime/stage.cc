@@ -14,8 +14,8 @@ void CopyIntoTensor(const std::vector<float>& v, Tensor* t) {
 
 DType Stage::storage() const { return model_ == nullptr ? DType::kFp32 : StorageDType(model_->dtype); }
 
-Status Stage::Build(const LaunchPlan& L, const ModelSpec& model, const LaunchLayout& layout, int64_t rank, Device dev, TpGroup* tp_group,
-                    const SeqParallel& seq, ExpertGroup* ep_group) {
+Status Stage::Build(const LaunchPlan& L, const ModelSpec& model, const LaunchLayout& layout, int64_t rank, Device dev,
+                    TpGroup* tp_group, const SeqParallel& seq, ExpertGroup* ep_group) {
   launch_ = &L;
   seq_ = seq;
   model_ = &model;
@@ -32,8 +32,10 @@ Status Stage::Build(const LaunchPlan& L, const ModelSpec& model, const LaunchLay
   base.ep_group = L.ep > 1 ? ep_group : nullptr;
   base.etp = L.etp;
   // A microbatch's aux loss weighs b / B in the global batch's mean loss (Megatron: 1 / microbatches, averaged over DP).
-  base.aux_loss_scale = static_cast<double>(L.microbatch_size) / static_cast<double>(std::max<int64_t>(1, L.global_batch));
-  for (int64_t c = 0; c * layout.positions < layout.stages; ++c) PLANNER_RETURN_IF_ERROR(BuildChunk(ChunkStage(layout.schedule, c, me.stage, layout.positions), base));
+  base.aux_loss_scale =
+      static_cast<double>(L.microbatch_size) / static_cast<double>(std::max<int64_t>(1, L.global_batch));
+  for (int64_t c = 0; c * layout.positions < layout.stages; ++c)
+    PLANNER_RETURN_IF_ERROR(BuildChunk(ChunkStage(layout.schedule, c, me.stage, layout.positions), base));
   MakeBucket();
   return Status::OK();
 }

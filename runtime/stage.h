@@ -40,8 +40,8 @@ class Stage {
   // With ep > 1 the MoE layers hold the rank's experts (its index in launch.yaml's expert_parallel group) and
   // dispatch over `ep_group`; their gradients live in a second bucket (expert_bucket), summed over the
   // expert-data-parallel group instead of the data-parallel one.
-  Status Build(const LaunchPlan& launch, const ModelSpec& model, const LaunchLayout& layout, int64_t rank, Device device, TpGroup* tp_group,
-               const SeqParallel& seq = {}, ExpertGroup* ep_group = nullptr);
+  Status Build(const LaunchPlan& launch, const ModelSpec& model, const LaunchLayout& layout, int64_t rank,
+               Device device, TpGroup* tp_group, const SeqParallel& seq = {}, ExpertGroup* ep_group = nullptr);
 
   Device device() const { return device_; }
   // The dtype activations and their gradients travel in between stages (StorageDType of the model's precision).

@@ -51,7 +51,8 @@ Status ServeOne(Communicator* g, DpComm mode, int64_t n, int64_t k, SyncTraffic*
   std::vector<float> headers(static_cast<size_t>(n * kHeaderFloats)), buf, sum;
   while (true) {
     std::vector<P2POp> ops;
-    for (int64_t w = 0; w < n; ++w) ops.push_back({false, static_cast<int>(w), headers.data() + w * kHeaderFloats, kHeaderFloats});
+    for (int64_t w = 0; w < n; ++w)
+      ops.push_back({false, static_cast<int>(w), headers.data() + w * kHeaderFloats, kHeaderFloats});
     PLANNER_RETURN_IF_ERROR(g->GroupSendRecv(ops));
     int64_t op0 = 0, count = 0;
     DecodeHeader(headers.data(), &op0, &count);
@@ -59,7 +60,9 @@ Status ServeOne(Communicator* g, DpComm mode, int64_t n, int64_t k, SyncTraffic*
       int64_t op = 0, cw = 0;
       DecodeHeader(headers.data() + w * kHeaderFloats, &op, &cw);
       if (op != op0 || cw != count) {
-        return Status::CommError(fmt::format("summation server {}: worker 0 sent ({}, {} floats) but worker {} ({}, {} floats)", c, op0, count, w, op, cw));
+        return Status::CommError(
+            fmt::format("summation server {}: worker 0 sent ({}, {} floats) but worker {} ({}, {} floats)", c, op0,
+                        count, w, op, cw));
       }
     }
     if (op0 == 0) return Status::OK();
@@ -200,8 +203,9 @@ Status ServeGroups(DpSyncComms& sync, DpComm mode, int64_t servers, SyncTraffic*
   std::vector<SyncTraffic> t(groups);
   std::vector<Status> st(groups);
   if (groups > 1 && !ConcurrentCommunicatorsSafe(*sync.served[0])) {
-    return Status::NotSupported("a summation server serves each data-parallel group on its own thread, which needs MPI_THREAD_MULTIPLE; "
-                                "this MPI library did not grant it: use one data-parallel group (pp 1, tp 1) or an all-reduce dp_comm");
+    return Status::NotSupported(
+        "a summation server serves each data-parallel group on its own thread, which needs MPI_THREAD_MULTIPLE; "
+        "this MPI library did not grant it: use one data-parallel group (pp 1, tp 1) or an all-reduce dp_comm");
   }
   std::vector<std::thread> threads;
   for (size_t i = 0; i < groups; ++i) {

@@ -72,10 +72,10 @@ class SummationClient {
 // from the job's, workers first) and whether this rank is a server; the groups' communicators.
 struct DpSyncComms {
   bool server = false;
-  std::unique_ptr<Communicator> workers;          // with servers: ranks 0..n-1 of the job; else null (the job's world)
-  std::unique_ptr<SummationClient> client;        // a worker in a group of size > 1 under ps / byteps
+  std::unique_ptr<Communicator> workers;    // with servers: ranks 0..n-1 of the job; else null (the job's world)
+  std::unique_ptr<SummationClient> client;  // a worker in a group of size > 1 under ps / byteps
   std::vector<std::unique_ptr<Communicator>> served;  // a server: every group's communicator
-  std::vector<int64_t> served_workers;            // their worker counts
+  std::vector<int64_t> served_workers;                // their worker counts
 };
 // Collective over the job's world (every rank, servers too, in the same order). Nothing for the
 // all-reduce family.

@@ -22,7 +22,8 @@ int64_t Product(const std::vector<int64_t>& v) {
 
 }  // namespace
 
-void TeacherSample(const ModelSpec& m, uint64_t seed, int64_t index, std::vector<float>* input, std::vector<float>* targets) {
+void TeacherSample(const ModelSpec& m, uint64_t seed, int64_t index, std::vector<float>* input,
+                   std::vector<float>* targets) {
   const Layer& first = m.layers.front();
   const Layer& last = m.layers.back();
   const int64_t classes = last.in_shape.back();
@@ -42,13 +43,15 @@ void TeacherSample(const ModelSpec& m, uint64_t seed, int64_t index, std::vector
                                                   : static_cast<int64_t>(Mix(h) % static_cast<uint64_t>(vocab));
     }
     for (int64_t i = 0; i < seq; ++i) input->push_back(static_cast<float>(tok[static_cast<size_t>(i)]));
-    for (int64_t r = 0; r < rows; ++r) targets->push_back(static_cast<float>(tok[static_cast<size_t>(std::min(r + 1, seq))] % classes));
+    for (int64_t r = 0; r < rows; ++r)
+      targets->push_back(static_cast<float>(tok[static_cast<size_t>(std::min(r + 1, seq))] % classes));
     return;
   }
   // Features in [-1, 1]; the teacher is a fixed random linear map to the
   // classes, the label its argmax (per loss row).
   const int64_t n = Product(first.in_shape);
-  for (int64_t i = 0; i < n; ++i) input->push_back(static_cast<float>(2 * Unit(Mix(base + static_cast<uint64_t>(i))) - 1));
+  for (int64_t i = 0; i < n; ++i)
+    input->push_back(static_cast<float>(2 * Unit(Mix(base + static_cast<uint64_t>(i))) - 1));
   for (int64_t r = 0; r < rows; ++r) {
     int64_t best = 0;
     double best_v = -1e300;

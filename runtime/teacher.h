@@ -14,6 +14,7 @@ namespace planner {
 
 // Deterministic synthetic data of sample `index` for `model`: inputs (token
 // ids or features) and the teacher's targets (one class id per loss row).
-void TeacherSample(const ModelSpec& model, uint64_t seed, int64_t index, std::vector<float>* input, std::vector<float>* targets);
+void TeacherSample(const ModelSpec& model, uint64_t seed, int64_t index, std::vector<float>* input,
+                   std::vector<float>* targets);
 
 }  // namespace planner

@@ -102,8 +102,8 @@ struct GatheredLogs {
 Status GatherLogs(Communicator& world, const TransferLog& mine, int64_t first_iteration, GatheredLogs* out) {
   std::vector<double> s, r, a, tp;
   for (const auto& x : mine.sends) {
-    for (double v : {static_cast<double>(x.tag), static_cast<double>(x.iteration), static_cast<double>(x.stage), static_cast<double>(x.bytes),
-                     static_cast<double>(x.dir), static_cast<double>(x.peer), x.post_s}) {
+    for (double v : {static_cast<double>(x.tag), static_cast<double>(x.iteration), static_cast<double>(x.stage),
+                     static_cast<double>(x.bytes), static_cast<double>(x.dir), static_cast<double>(x.peer), x.post_s}) {
       s.push_back(v);
     }
   }
@@ -111,11 +111,13 @@ Status GatherLogs(Communicator& world, const TransferLog& mine, int64_t first_it
     for (double v : {static_cast<double>(x.tag), static_cast<double>(x.peer), x.start_s, x.end_s}) r.push_back(v);
   }
   for (const auto& x : mine.allreduces) {
-    for (double v : {static_cast<double>(x.iteration), static_cast<double>(x.bytes), x.start_s, x.dur_s}) a.push_back(v);
+    for (double v : {static_cast<double>(x.iteration), static_cast<double>(x.bytes), x.start_s, x.dur_s})
+      a.push_back(v);
   }
   for (const auto& x : mine.tp_allreduces) {
     if (x.iteration < first_iteration) continue;
-    for (double v : {static_cast<double>(x.iteration), static_cast<double>(x.seq), static_cast<double>(x.bytes), x.dur_s, static_cast<double>(x.kind)}) {
+    for (double v : {static_cast<double>(x.iteration), static_cast<double>(x.seq), static_cast<double>(x.bytes),
+                     x.dur_s, static_cast<double>(x.kind)}) {
       tp.push_back(v);
     }
   }
@@ -139,8 +141,8 @@ P2PTimes PairMessages(const GatheredLogs& g, int64_t first_iteration) {
     const auto& v = g.sends[static_cast<size_t>(src)];
     for (size_t i = 0; i + 7 <= v.size(); i += 7) {
       sends[{static_cast<int64_t>(v[i]), src, static_cast<int64_t>(v[i + 5])}] =
-          SendAt{static_cast<int64_t>(v[i + 1]), static_cast<int64_t>(v[i + 2]), static_cast<int64_t>(v[i + 3]), static_cast<int64_t>(v[i + 4]),
-                 v[i + 6]};
+          SendAt{static_cast<int64_t>(v[i + 1]), static_cast<int64_t>(v[i + 2]), static_cast<int64_t>(v[i + 3]),
+                 static_cast<int64_t>(v[i + 4]), v[i + 6]};
     }
   }
   P2PTimes p2p;
@@ -228,10 +230,10 @@ std::string P2PRows(const LaunchPlan& plan, const P2PTimes& p2p) {
       predicted = plan.stages[static_cast<size_t>(predicted_from)].predicted_p2p_s;
     }
     const double med = Median(times);
-    md += fmt::format("| {} stage {} -> {} | {} | {} | {} | {:.2f} GB/s | {} | {} |\n", dir == 0 ? "activation" : "gradient", stage, to,
-                      FormatBytes(static_cast<double>(bytes)), times.size(), FormatSeconds(med),
-                      med > 0 ? static_cast<double>(bytes) / med / 1e9 : 0.0, predicted > 0 ? FormatSeconds(predicted) : "n/a",
-                      Share(predicted, med));
+    md += fmt::format("| {} stage {} -> {} | {} | {} | {} | {:.2f} GB/s | {} | {} |\n",
+                      dir == 0 ? "activation" : "gradient", stage, to, FormatBytes(static_cast<double>(bytes)),
+                      times.size(), FormatSeconds(med), med > 0 ? static_cast<double>(bytes) / med / 1e9 : 0.0,
+                      predicted > 0 ? FormatSeconds(predicted) : "n/a", Share(predicted, med));
   }
   return md;
 }
@@ -251,22 +253,30 @@ double SyncTrafficFactor(const LaunchPlan& plan, double g) {
 std::string DpSyncName(const LaunchPlan& plan) {
   if (!DpCommUsesServers(plan.dp_comm)) return "dp all-reduce";
   if (plan.ps_colocated) return "dp ps (colocated)";
-  return fmt::format("dp {} ({} server{})", DpCommName(plan.dp_comm), plan.servers.size(), plan.servers.size() == 1 ? "" : "s");
+  return fmt::format("dp {} ({} server{})", DpCommName(plan.dp_comm), plan.servers.size(),
+                     plan.servers.size() == 1 ? "" : "s");
 }
 
 // Per stage: the measured sync seconds per iteration (median of the fastest rank per group and
 // iteration) against the plan's prediction for its architecture, in plain seconds.
 std::string DpSyncTable(const LaunchPlan& plan, const GroupTimes& dp) {
   if (dp.times.empty()) return "";
-  std::string md = fmt::format("Data-parallel gradient sync per iteration, dp_comm {}{} (the all-reduce family runs as the MPI library's "
-                               "MPI_Allreduce, which picks its own algorithm; the prediction is the plan's for the named architecture).\n\n",
-                               DpCommName(plan.dp_comm), plan.servers.empty() ? "" : fmt::format(" with {} server rank{}", plan.servers.size(), plan.servers.size() == 1 ? "" : "s"));
-  md += "| stage | workers | gradient bytes per sync (B) | measured (s/iteration) | predicted (s/iteration) | measured / predicted |\n|---|---|---|---|---|---|\n";
+  std::string md = fmt::format(
+      "Data-parallel gradient sync per iteration, dp_comm {}{} (the all-reduce family runs as the MPI library's "
+      "MPI_Allreduce, which picks its own algorithm; the prediction is the plan's for the named architecture).\n\n",
+      DpCommName(plan.dp_comm),
+      plan.servers.empty()
+          ? ""
+          : fmt::format(" with {} server rank{}", plan.servers.size(), plan.servers.size() == 1 ? "" : "s"));
+  md +=
+      "| stage | workers | gradient bytes per sync (B) | measured (s/iteration) | predicted (s/iteration) | measured / "
+      "predicted |\n|---|---|---|---|---|---|\n";
   for (const auto& [key, times] : dp.times) {
     const int64_t stage = key.first;
     const double med = Median(times), predicted = plan.stages[static_cast<size_t>(stage)].predicted_dp_allreduce_s;
     md += fmt::format("| {} | {} | {} | {:.6f} | {} | {} |\n", stage, dp.size.at(stage), dp.bytes.at(stage), med,
-                      predicted > 0 ? fmt::format("{:.6f}", predicted) : "n/a", predicted > 0 ? fmt::format("{:.2f}", med / predicted) : "n/a");
+                      predicted > 0 ? fmt::format("{:.6f}", predicted) : "n/a",
+                      predicted > 0 ? fmt::format("{:.2f}", med / predicted) : "n/a");
   }
   return md + "\n";
 }
@@ -277,21 +287,27 @@ std::string CollectiveRows(const LaunchPlan& plan, const GroupTimes& dp, const s
   std::string md;
   for (const auto& [key, times] : dp.times) {
     const int64_t stage = key.first;
-    const double med = Median(times), bytes = static_cast<double>(dp.bytes.at(stage)), g = static_cast<double>(dp.size.at(stage));
+    const double med = Median(times), bytes = static_cast<double>(dp.bytes.at(stage)),
+                 g = static_cast<double>(dp.size.at(stage));
     const double predicted = plan.stages[static_cast<size_t>(stage)].predicted_dp_allreduce_s;
-    md += fmt::format("| {} stage {} ({} ranks) | {} | {} | {} | {:.2f} GB/s | {} | {} |\n", DpSyncName(plan), stage, dp.size.at(stage), FormatBytes(bytes),
-                      times.size(), FormatSeconds(med), med > 0 ? bytes / med * SyncTrafficFactor(plan, g) / 1e9 : 0.0,
+    md += fmt::format("| {} stage {} ({} ranks) | {} | {} | {} | {:.2f} GB/s | {} | {} |\n", DpSyncName(plan), stage,
+                      dp.size.at(stage), FormatBytes(bytes), times.size(), FormatSeconds(med),
+                      med > 0 ? bytes / med * SyncTrafficFactor(plan, g) / 1e9 : 0.0,
                       predicted > 0 ? FormatSeconds(predicted) : "n/a", Share(predicted, med));
   }
-  static const char* const kNames[] = {"tp all-reduce", "sp all-gather", "sp reduce-scatter", "cp ring shift", "cp all-reduce"};
+  static const char* const kNames[] = {"tp all-reduce", "sp all-gather", "sp reduce-scatter", "cp ring shift",
+                                       "cp all-reduce"};
   for (size_t kind = 0; kind < in_layers.size(); ++kind) {
     const GroupTimes& tp = in_layers[kind];
     for (const auto& [key, times] : tp.times) {
       const auto [stage, bytes] = key;
       const double med = Median(times), g = static_cast<double>(tp.size.at(stage));
-      const double bus = kind == TransferLog::kCpRingShift ? 1.0 : (kind == TransferLog::kSpAllGather || kind == TransferLog::kSpReduceScatter ? 1.0 : 2.0) * (g - 1) / g;
-      md += fmt::format("| {} stage {} ({} ranks) | {} | {} | {} | {:.2f} GB/s | n/a | n/a |\n", kNames[kind], stage, tp.size.at(stage),
-                        FormatBytes(static_cast<double>(bytes)), times.size(), FormatSeconds(med),
+      const double bus =
+          kind == TransferLog::kCpRingShift
+              ? 1.0
+              : (kind == TransferLog::kSpAllGather || kind == TransferLog::kSpReduceScatter ? 1.0 : 2.0) * (g - 1) / g;
+      md += fmt::format("| {} stage {} ({} ranks) | {} | {} | {} | {:.2f} GB/s | n/a | n/a |\n", kNames[kind], stage,
+                        tp.size.at(stage), FormatBytes(static_cast<double>(bytes)), times.size(), FormatSeconds(med),
                         med > 0 ? static_cast<double>(bytes) / med * bus / 1e9 : 0.0);
     }
   }
@@ -300,7 +316,8 @@ std::string CollectiveRows(const LaunchPlan& plan, const GroupTimes& dp, const s
 
 }  // namespace
 
-Status SummariseTransfers(Communicator& world, const LaunchPlan& plan, const TransferLog& mine, int64_t first_iteration, std::string* markdown) {
+Status SummariseTransfers(Communicator& world, const LaunchPlan& plan, const TransferLog& mine, int64_t first_iteration,
+                          std::string* markdown) {
   markdown->clear();
   GatheredLogs g;
   PLANNER_RETURN_IF_ERROR(GatherLogs(world, mine, first_iteration, &g));
@@ -315,14 +332,22 @@ Status SummariseTransfers(Communicator& world, const LaunchPlan& plan, const Tra
   }
   if (!any) return Status::OK();
   std::string& md = *markdown;
-  md += "Transfers after warm-up against the plan's predictions (from the comm profile when the plan was solved with "
-        "`--comm-profile`, else the cluster's datasheet). Pipeline message: the receive's end minus the later of the send's "
-        "and the receive's post, all ranks on rank 0's clock. Data-parallel all-reduce: per replica group and iteration the "
-        "fastest rank (the last to arrive waits for nobody); bandwidth as nccl-tests' busbw. Collectives inside layers (tensor-"
-        "parallel all-reduce, sequence parallelism's all-gather and reduce-scatter, context parallelism's ring shift and loss "
-        "all-reduce): per TP or CP group and call the fastest rank, per stage and size (the plan predicts their sum per layer, "
-        "not each call).\n\n";
-  md += "| transfer | size | count | measured median | achieved | predicted | share of the predicted rate |\n|---|---|---|---|---|---|---|\n";
+  md +=
+      "Transfers after warm-up against the plan's predictions (from the comm profile when the plan was solved with "
+      "`--comm-profile`, else the cluster's datasheet). Pipeline message: the receive's end minus the later of the "
+      "send's "
+      "and the receive's post, all ranks on rank 0's clock. Data-parallel all-reduce: per replica group and iteration "
+      "the "
+      "fastest rank (the last to arrive waits for nobody); bandwidth as nccl-tests' busbw. Collectives inside layers "
+      "(tensor-"
+      "parallel all-reduce, sequence parallelism's all-gather and reduce-scatter, context parallelism's ring shift and "
+      "loss "
+      "all-reduce): per TP or CP group and call the fastest rank, per stage and size (the plan predicts their sum per "
+      "layer, "
+      "not each call).\n\n";
+  md +=
+      "| transfer | size | count | measured median | achieved | predicted | share of the predicted rate "
+      "|\n|---|---|---|---|---|---|---|\n";
   md += P2PRows(plan, p2p) + CollectiveRows(plan, dp, in_layers) + "\n" + DpSyncTable(plan, dp);
   return Status::OK();
 }

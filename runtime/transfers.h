@@ -63,6 +63,7 @@ struct TransferLog {
 // plan's, and per stage, kind and size the collectives inside layers (per call
 // the fastest rank of the TP or CP group; measured only: the plan predicts their
 // sum per layer, not each call). Iterations before `first_iteration` are left out.
-Status SummariseTransfers(Communicator& world, const LaunchPlan& plan, const TransferLog& mine, int64_t first_iteration, std::string* markdown);
+Status SummariseTransfers(Communicator& world, const LaunchPlan& plan, const TransferLog& mine, int64_t first_iteration,
+                          std::string* markdown);
 
 }  // namespace planner

@@ -24,7 +24,8 @@ void WeightStash::Restore(const std::vector<float>& v) {
   size_t off = 0;
   for (Param* prm : params_) {
     const size_t n = static_cast<size_t>(prm->value.numel());
-    CopyIntoTensor(std::vector<float>(v.begin() + static_cast<long>(off), v.begin() + static_cast<long>(off + n)), &prm->value);
+    CopyIntoTensor(std::vector<float>(v.begin() + static_cast<long>(off), v.begin() + static_cast<long>(off + n)),
+                   &prm->value);
     off += n;
   }
 }
@@ -58,8 +59,9 @@ Status WeightStash::Save(int64_t j, int64_t tag) {
     // The newest version holding no more minibatches than the tag (a stage of r replicas has every r-th).
     auto it = versions_.upper_bound(tag);
     if (tag > latest_version_ || it == versions_.begin()) {
-      return Status::NotFound(fmt::format("vertical sync: stage {} has no weight version {} for microbatch {} (latest {}, oldest kept {})", stage_, tag, j,
-                                          latest_version_, versions_.empty() ? -1 : versions_.begin()->first));
+      return Status::NotFound(
+          fmt::format("vertical sync: stage {} has no weight version {} for microbatch {} (latest {}, oldest kept {})",
+                      stage_, tag, j, latest_version_, versions_.empty() ? -1 : versions_.begin()->first));
     }
     --it;
     r.forward_version = it->first;
@@ -89,7 +91,8 @@ void WeightStash::AfterForward(bool last) {
 
 Status WeightStash::Enter(int64_t j) {
   auto it = stash_.find(j);
-  if (it == stash_.end()) return Status::Internal(fmt::format("weight stash: backward of microbatch {} without its forward's stash", j));
+  if (it == stash_.end())
+    return Status::Internal(fmt::format("weight stash: backward of microbatch {} without its forward's stash", j));
   latest_ = Snapshot();
   const double latest_sum = Checksum();
   Restore(*it->second);
@@ -135,7 +138,8 @@ void WeightStash::Prune() {
 }
 
 Status WriteStashCounts(Communicator& world, const StashCounts& mine, const std::string& run_dir, StashCounts* total) {
-  float c[3] = {static_cast<float>(mine.backward_passes), static_cast<float>(mine.mismatches), static_cast<float>(mine.stale)};
+  float c[3] = {static_cast<float>(mine.backward_passes), static_cast<float>(mine.mismatches),
+                static_cast<float>(mine.stale)};
   PLANNER_RETURN_IF_ERROR(world.AllReduce(c, 3, ReduceOp::kSum));
   *total = {static_cast<int64_t>(c[0]), static_cast<int64_t>(c[1]), static_cast<int64_t>(c[2])};
   if (world.rank() != 0) return Status::OK();
@@ -149,12 +153,14 @@ namespace {
 
 // Per run microbatch and stage: the version its forward used (-1: not on this rank), and per stage
 // the peak versions held; then the maxima over ranks (a microbatch runs on one replica of a stage).
-Status GatherVersions(Communicator& world, const WeightStash* mine, int64_t Q, int64_t M, std::vector<float>* used, std::vector<float>* peak) {
+Status GatherVersions(Communicator& world, const WeightStash* mine, int64_t Q, int64_t M, std::vector<float>* used,
+                      std::vector<float>* peak) {
   used->assign(static_cast<size_t>(Q * M), -1.0f);
   peak->assign(static_cast<size_t>(Q), 0.0f);
   if (mine != nullptr) {
     for (const VersionRecord& r : mine->records()) {
-      if (r.microbatch < M && r.stage < Q) (*used)[static_cast<size_t>(r.microbatch * Q + r.stage)] = static_cast<float>(r.forward_version);
+      if (r.microbatch < M && r.stage < Q)
+        (*used)[static_cast<size_t>(r.microbatch * Q + r.stage)] = static_cast<float>(r.forward_version);
     }
     (*peak)[static_cast<size_t>(mine->stage())] = static_cast<float>(mine->peak_versions());
   }
@@ -164,8 +170,8 @@ Status GatherVersions(Communicator& world, const WeightStash* mine, int64_t Q, i
 
 }  // namespace
 
-Status WriteVersionSummary(Communicator& world, const WeightStash* mine, bool vertical_sync, int64_t Q, int64_t M, const std::string& run_dir,
-                           VersionSummary* out) {
+Status WriteVersionSummary(Communicator& world, const WeightStash* mine, bool vertical_sync, int64_t Q, int64_t M,
+                           const std::string& run_dir, VersionSummary* out) {
   std::vector<float> used, peak;
   PLANNER_RETURN_IF_ERROR(GatherVersions(world, mine, Q, M, &used, &peak));
   float off_tag = 0;
@@ -188,10 +194,12 @@ Status WriteVersionSummary(Communicator& world, const WeightStash* mine, bool ve
   for (float p : peak) s.peak_versions.push_back(static_cast<int64_t>(p));
   if (out) *out = s;
   if (world.rank() != 0) return Status::OK();
-  std::string t = fmt::format("vertical sync {}\nminibatches {}\nminibatches whose stages ran on different weight versions {}\n"
-                              "of them with a later stage on a newer version {}\nforwards not on their tag's version {}\n",
-                              vertical_sync ? "on" : "off", s.minibatches, s.split, s.later_newer, s.off_tag);
-  for (int64_t q = 0; q < Q; ++q) t += fmt::format("stage {}: weight versions held at most {}\n", q, s.peak_versions[static_cast<size_t>(q)]);
+  std::string t = fmt::format(
+      "vertical sync {}\nminibatches {}\nminibatches whose stages ran on different weight versions {}\n"
+      "of them with a later stage on a newer version {}\nforwards not on their tag's version {}\n",
+      vertical_sync ? "on" : "off", s.minibatches, s.split, s.later_newer, s.off_tag);
+  for (int64_t q = 0; q < Q; ++q)
+    t += fmt::format("stage {}: weight versions held at most {}\n", q, s.peak_versions[static_cast<size_t>(q)]);
   return WriteFileAtomic((std::filesystem::path(run_dir) / "vertical_sync.txt").string(), t);
 }
 

@@ -37,10 +37,10 @@ struct StashCounts {
 // One microbatch on one stage (one rank's record).
 struct VersionRecord {
   int64_t microbatch = 0, stage = 0, replica = 0;
-  int64_t tag = -1;               // the input stage's version the minibatch carried (-1: vertical sync off)
-  int64_t forward_version = -1;   // minibatches applied in the weights its forward used
-  int64_t backward_version = -1;  // and its backward
-  int64_t latest_version = -1;    // the stage's latest when its backward ran
+  int64_t tag = -1;                          // the input stage's version the minibatch carried (-1: vertical sync off)
+  int64_t forward_version = -1;              // minibatches applied in the weights its forward used
+  int64_t backward_version = -1;             // and its backward
+  int64_t latest_version = -1;               // the stage's latest when its backward ran
   double forward_sum = 0, backward_sum = 0;  // checksums of the weights each used
 };
 
@@ -84,9 +84,9 @@ class WeightStash {
   const bool vsync_;
   const int64_t stage_, replica_, step_;
   int64_t latest_version_ = 0, last_tag_ = 0, peak_versions_ = 1;
-  std::map<int64_t, Weights> versions_;     // vertical sync: version -> weights
-  std::map<int64_t, Weights> stash_;        // microbatch -> the weights its forward used
-  std::map<int64_t, size_t> record_of_;     // microbatch -> its record
+  std::map<int64_t, Weights> versions_;  // vertical sync: version -> weights
+  std::map<int64_t, Weights> stash_;     // microbatch -> the weights its forward used
+  std::map<int64_t, size_t> record_of_;  // microbatch -> its record
   std::vector<float> latest_;
   bool swapped_ = false;
   bool forwards_left_ = true;
@@ -99,16 +99,16 @@ Status WriteStashCounts(Communicator& world, const StashCounts& mine, const std:
 
 // What vertical_sync.txt reports (every rank's records gathered).
 struct VersionSummary {
-  int64_t minibatches = 0;       // run microbatches seen by every stage
-  int64_t split = 0;             // whose stages ran their forwards on different versions
-  int64_t later_newer = 0;       // of them, with a later stage on a newer version than an earlier one
-  int64_t off_tag = 0;           // (vertical sync) forwards not on their tag's version
+  int64_t minibatches = 0;             // run microbatches seen by every stage
+  int64_t split = 0;                   // whose stages ran their forwards on different versions
+  int64_t later_newer = 0;             // of them, with a later stage on a newer version than an earlier one
+  int64_t off_tag = 0;                 // (vertical sync) forwards not on their tag's version
   std::vector<int64_t> peak_versions;  // per stage: most weight versions a rank of it held at once
 };
 
 // Gathers the records of `stages` stages over `microbatches` run microbatches (collective);
 // rank 0 writes `run_dir`/vertical_sync.txt.
-Status WriteVersionSummary(Communicator& world, const WeightStash* mine, bool vertical_sync, int64_t stages, int64_t microbatches,
-                           const std::string& run_dir, VersionSummary* out);
+Status WriteVersionSummary(Communicator& world, const WeightStash* mine, bool vertical_sync, int64_t stages,
+                           int64_t microbatches, const std::string& run_dir, VersionSummary* out);
 
 }  // namespace planner

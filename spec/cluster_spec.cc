@@ -68,7 +68,9 @@ Status ParseEfficiency(YamlReader& r, const YAML::Node& root, ClusterSpec* c) {
     return Status::OK();
   }
   PLANNER_RETURN_IF_ERROR(r.GetDouble(root, "efficiency", "efficiency", &c->efficiency, false, 0.0, true));
-  if (c->efficiency > 1) return r.FieldError(e, "efficiency", "is a fraction of peak; must be at most 1; or give one per precision: {bf16: 0.6, fp8: 0.5}");
+  if (c->efficiency > 1)
+    return r.FieldError(e, "efficiency",
+                        "is a fraction of peak; must be at most 1; or give one per precision: {bf16: 0.6, fp8: 0.5}");
   return Status::OK();
 }
 
@@ -81,7 +83,8 @@ Status ParseCpuMachines(YamlReader& r, const YAML::Node& root, ClusterSpec* c) {
   CpuMachines& cm = c->cpu_machines;
   PLANNER_RETURN_IF_ERROR(r.GetInt(m, "count", "cpu_machines.count", &cm.count, true, 1));
   if (cm.count > (int64_t{1} << 20)) return r.FieldError(m["count"], "cpu_machines.count", "must be at most 1048576");
-  PLANNER_RETURN_IF_ERROR(r.GetDouble(m, "bandwidth_GBps", "cpu_machines.bandwidth_GBps", &cm.bandwidth_GBps, true, 0.0, true));
+  PLANNER_RETURN_IF_ERROR(
+      r.GetDouble(m, "bandwidth_GBps", "cpu_machines.bandwidth_GBps", &cm.bandwidth_GBps, true, 0.0, true));
   PLANNER_RETURN_IF_ERROR(r.GetDouble(m, "sum_GBps", "cpu_machines.sum_GBps", &cm.sum_GBps, true, 0.0, true));
   return Status::OK();
 }
@@ -92,7 +95,9 @@ Status ParseNodeKeys(YamlReader& r, const YAML::Node& level, size_t i, ClusterSp
   const std::string f = fmt::format("topology[{}]", i);
   if (i > 0) {
     for (const char* key : {"intra_node", "pcie_GBps", "gpus_per_pcie_switch", "network_GBps"}) {
-      if (level[key].IsDefined()) return r.FieldError(level[key], f + "." + key, "describes a node; give it on topology[0] (the node level) only");
+      if (level[key].IsDefined())
+        return r.FieldError(level[key], f + "." + key,
+                            "describes a node; give it on topology[0] (the node level) only");
     }
     return Status::OK();
   }
@@ -103,17 +108,25 @@ Status ParseNodeKeys(YamlReader& r, const YAML::Node& level, size_t i, ClusterSp
   PLANNER_RETURN_IF_ERROR(r.GetDouble(level, "network_GBps", f + ".network_GBps", &c->network_GBps, false, 0.0, true));
   if (c->intra_node == IntraNode::kNvlink) {
     for (const char* key : {"pcie_GBps", "gpus_per_pcie_switch"}) {
-      if (level[key].IsDefined()) return r.FieldError(level[key], f + "." + key, "applies to PCIe-only nodes; add 'intra_node: pcie' or remove it");
+      if (level[key].IsDefined())
+        return r.FieldError(level[key], f + "." + key,
+                            "applies to PCIe-only nodes; add 'intra_node: pcie' or remove it");
     }
     return Status::OK();
   }
-  if (!level["pcie_GBps"].IsDefined()) return r.FieldError(level, f + ".pcie_GBps", "missing: a PCIe-only node needs its GPU<->CPU copy bandwidth per PCIe switch; add 'pcie_GBps: <GB/s>'");
+  if (!level["pcie_GBps"].IsDefined())
+    return r.FieldError(
+        level, f + ".pcie_GBps",
+        "missing: a PCIe-only node needs its GPU<->CPU copy bandwidth per PCIe switch; add 'pcie_GBps: <GB/s>'");
   PLANNER_RETURN_IF_ERROR(r.GetDouble(level, "pcie_GBps", f + ".pcie_GBps", &c->pcie_GBps, true, 0.0, true));
   const int64_t size = c->levels.empty() ? 1 : c->levels[0].size;
   c->gpus_per_pcie_switch = std::max<int64_t>(1, size / 2);
-  PLANNER_RETURN_IF_ERROR(r.GetInt(level, "gpus_per_pcie_switch", f + ".gpus_per_pcie_switch", &c->gpus_per_pcie_switch, false, 1));
+  PLANNER_RETURN_IF_ERROR(
+      r.GetInt(level, "gpus_per_pcie_switch", f + ".gpus_per_pcie_switch", &c->gpus_per_pcie_switch, false, 1));
   if (size % c->gpus_per_pcie_switch != 0) {
-    return r.FieldError(level["gpus_per_pcie_switch"], f + ".gpus_per_pcie_switch", fmt::format("{} does not divide the node's {} GPUs; give a divisor of {}", c->gpus_per_pcie_switch, size, size));
+    return r.FieldError(level["gpus_per_pcie_switch"], f + ".gpus_per_pcie_switch",
+                        fmt::format("{} does not divide the node's {} GPUs; give a divisor of {}",
+                                    c->gpus_per_pcie_switch, size, size));
   }
   return Status::OK();
 }
@@ -123,31 +136,41 @@ Status ParseClusterSpecUnguarded(const std::string& path, const std::string& tex
   YAML::Node root;
   PLANNER_RETURN_IF_ERROR(ParseYamlText(path, text, &root));
   YamlReader r(path);
-  PLANNER_RETURN_IF_ERROR(r.CheckKeys(root, "", {"format_version", "name", "gpu", "efficiency", "hbm_efficiency", "topology", "cpu_machines"}));
+  PLANNER_RETURN_IF_ERROR(r.CheckKeys(
+      root, "", {"format_version", "name", "gpu", "efficiency", "hbm_efficiency", "topology", "cpu_machines"}));
   ClusterSpec c;
   c.path = path;
   c.digest = DigestHex(text);
   int64_t version = 1;
   PLANNER_RETURN_IF_ERROR(r.GetInt(root, "format_version", "format_version", &version, false, 1));
-  if (version != 1) return r.FieldError(root["format_version"], "format_version", fmt::format("version {} is not supported; this planner reads version 1", version));
+  if (version != 1)
+    return r.FieldError(root["format_version"], "format_version",
+                        fmt::format("version {} is not supported; this planner reads version 1", version));
   PLANNER_RETURN_IF_ERROR(r.GetString(root, "name", "name", &c.name, true));
   PLANNER_RETURN_IF_ERROR(ParseEfficiency(r, root, &c));
   PLANNER_RETURN_IF_ERROR(r.GetDouble(root, "hbm_efficiency", "hbm_efficiency", &c.hbm_efficiency, false, 0.0, true));
-  if (c.hbm_efficiency > 1) return r.FieldError(root["hbm_efficiency"], "hbm_efficiency", "is a fraction of peak; must be at most 1");
+  if (c.hbm_efficiency > 1)
+    return r.FieldError(root["hbm_efficiency"], "hbm_efficiency", "is a fraction of peak; must be at most 1");
 
-  if (!root["gpu"].IsDefined()) return r.FieldError(root, "gpu", "missing required field; add 'gpu:' with name, peak_tflops, memory_GiB");
+  if (!root["gpu"].IsDefined())
+    return r.FieldError(root, "gpu", "missing required field; add 'gpu:' with name, peak_tflops, memory_GiB");
   const YAML::Node& g = root["gpu"];
-  PLANNER_RETURN_IF_ERROR(r.CheckKeys(g, "gpu", {"name", "peak_tflops", "memory_GiB", "usable_memory_GiB", "hbm_bandwidth_GBps"}));
+  PLANNER_RETURN_IF_ERROR(
+      r.CheckKeys(g, "gpu", {"name", "peak_tflops", "memory_GiB", "usable_memory_GiB", "hbm_bandwidth_GBps"}));
   PLANNER_RETURN_IF_ERROR(r.GetString(g, "name", "gpu.name", &c.gpu_name, true));
   PLANNER_RETURN_IF_ERROR(r.GetDouble(g, "memory_GiB", "gpu.memory_GiB", &c.memory_GiB, true, 0.0, true));
   c.usable_memory_GiB = c.memory_GiB;
-  PLANNER_RETURN_IF_ERROR(r.GetDouble(g, "usable_memory_GiB", "gpu.usable_memory_GiB", &c.usable_memory_GiB, false, 0.0, true));
+  PLANNER_RETURN_IF_ERROR(
+      r.GetDouble(g, "usable_memory_GiB", "gpu.usable_memory_GiB", &c.usable_memory_GiB, false, 0.0, true));
   if (c.usable_memory_GiB > c.memory_GiB) {
-    return r.FieldError(g["usable_memory_GiB"], "gpu.usable_memory_GiB", fmt::format("{} exceeds memory_GiB ({})", c.usable_memory_GiB, c.memory_GiB));
+    return r.FieldError(g["usable_memory_GiB"], "gpu.usable_memory_GiB",
+                        fmt::format("{} exceeds memory_GiB ({})", c.usable_memory_GiB, c.memory_GiB));
   }
-  PLANNER_RETURN_IF_ERROR(r.GetDouble(g, "hbm_bandwidth_GBps", "gpu.hbm_bandwidth_GBps", &c.hbm_bandwidth_GBps, true, 0.0, true));
+  PLANNER_RETURN_IF_ERROR(
+      r.GetDouble(g, "hbm_bandwidth_GBps", "gpu.hbm_bandwidth_GBps", &c.hbm_bandwidth_GBps, true, 0.0, true));
   const YAML::Node& peaks = g["peak_tflops"];
-  if (!peaks.IsDefined()) return r.FieldError(g, "gpu.peak_tflops", "missing required field; add 'peak_tflops: {fp16: <TFLOP/s>}'");
+  if (!peaks.IsDefined())
+    return r.FieldError(g, "gpu.peak_tflops", "missing required field; add 'peak_tflops: {fp16: <TFLOP/s>}'");
   PLANNER_RETURN_IF_ERROR(r.CheckKeys(peaks, "gpu.peak_tflops", {"fp32", "tf32", "fp16", "bf16", "fp8"}));
   for (const auto& kv : peaks) {
     double v = 0;
@@ -157,29 +180,38 @@ Status ParseClusterSpecUnguarded(const std::string& path, const std::string& tex
   }
 
   const YAML::Node& topo = root["topology"];
-  if (!topo.IsDefined()) return r.FieldError(root, "topology", "missing required field; add 'topology:' with one entry per level, innermost first");
+  if (!topo.IsDefined())
+    return r.FieldError(root, "topology",
+                        "missing required field; add 'topology:' with one entry per level, innermost first");
   PLANNER_RETURN_IF_ERROR(r.RequireSequence(topo, "topology"));
   if (topo.size() == 0) return r.FieldError(topo, "topology", "needs at least one level (the node)");
   for (size_t i = 0; i < topo.size(); ++i) {
     std::string f = fmt::format("topology[{}]", i);
-    PLANNER_RETURN_IF_ERROR(r.CheckKeys(topo[i], f, {"name", "size", "bandwidth_GBps", "p2p_bandwidth_GBps", "latency_us",
-                                                          "intra_node", "pcie_GBps", "gpus_per_pcie_switch", "network_GBps"}));
+    PLANNER_RETURN_IF_ERROR(r.CheckKeys(topo[i], f,
+                                        {"name", "size", "bandwidth_GBps", "p2p_bandwidth_GBps", "latency_us",
+                                         "intra_node", "pcie_GBps", "gpus_per_pcie_switch", "network_GBps"}));
     TopologyLevel level;
     PLANNER_RETURN_IF_ERROR(r.GetString(topo[i], "name", f + ".name", &level.name, true));
     for (const auto& other : c.levels) {
-      if (other.name == level.name) return r.FieldError(topo[i]["name"], f + ".name", "level '" + level.name + "' is named twice; give every level its own name");
+      if (other.name == level.name)
+        return r.FieldError(topo[i]["name"], f + ".name",
+                            "level '" + level.name + "' is named twice; give every level its own name");
     }
     PLANNER_RETURN_IF_ERROR(r.GetInt(topo[i], "size", f + ".size", &level.size, true, 1));
     if (level.size > (int64_t{1} << 20)) return r.FieldError(topo[i]["size"], f + ".size", "must be at most 1048576");
-    PLANNER_RETURN_IF_ERROR(r.GetDouble(topo[i], "bandwidth_GBps", f + ".bandwidth_GBps", &level.bandwidth_GBps, true, 0.0, true));
-    PLANNER_RETURN_IF_ERROR(r.GetDouble(topo[i], "p2p_bandwidth_GBps", f + ".p2p_bandwidth_GBps", &level.p2p_bandwidth_GBps, false, 0.0, true));
+    PLANNER_RETURN_IF_ERROR(
+        r.GetDouble(topo[i], "bandwidth_GBps", f + ".bandwidth_GBps", &level.bandwidth_GBps, true, 0.0, true));
+    PLANNER_RETURN_IF_ERROR(r.GetDouble(topo[i], "p2p_bandwidth_GBps", f + ".p2p_bandwidth_GBps",
+                                        &level.p2p_bandwidth_GBps, false, 0.0, true));
     if (level.p2p_bandwidth_GBps == 0) level.p2p_bandwidth_GBps = level.bandwidth_GBps;
-    PLANNER_RETURN_IF_ERROR(r.GetDouble(topo[i], "latency_us", f + ".latency_us", &level.latency_us, false, 0.0, false));
+    PLANNER_RETURN_IF_ERROR(
+        r.GetDouble(topo[i], "latency_us", f + ".latency_us", &level.latency_us, false, 0.0, false));
     c.levels.push_back(level);
     PLANNER_RETURN_IF_ERROR(ParseNodeKeys(r, topo[i], i, &c));
     // Checked level by level: the product so far is at most 2^24 and a size at most 2^20, so it cannot overflow.
     if (c.GpusPerUnit(c.levels.size() - 1) > (int64_t{1} << 24)) {
-      return r.FieldError(topo[i]["size"], f + ".size", "the levels multiply to more than 16M GPUs (16777216); check the sizes");
+      return r.FieldError(topo[i]["size"], f + ".size",
+                          "the levels multiply to more than 16M GPUs (16777216); check the sizes");
     }
   }
   PLANNER_RETURN_IF_ERROR(ParseCpuMachines(r, root, &c));

@@ -25,10 +25,10 @@ struct MeasuredCurve {
 
 struct TopologyLevel {
   std::string name;
-  int64_t size = 1;              // units of the level below in one unit of this level
-  double bandwidth_GBps = 0;     // per-GPU bus bandwidth of a collective on this level
-  double p2p_bandwidth_GBps = 0; // per-GPU send/recv bandwidth (0: same as bandwidth_GBps)
-  double latency_us = 0;         // per-step latency (alpha) on this level
+  int64_t size = 1;               // units of the level below in one unit of this level
+  double bandwidth_GBps = 0;      // per-GPU bus bandwidth of a collective on this level
+  double p2p_bandwidth_GBps = 0;  // per-GPU send/recv bandwidth (0: same as bandwidth_GBps)
+  double latency_us = 0;          // per-step latency (alpha) on this level
   // Measured curves from a comm profile (planner solve --comm-profile); when present the cost
   // model interpolates them instead of the alpha-beta line (docs/cost_model.md section 3).
   MeasuredCurve measured_allreduce;
@@ -65,9 +65,10 @@ struct ClusterSpec {
   double memory_GiB = 0;
   double usable_memory_GiB = 0;
   double hbm_bandwidth_GBps = 0;
-  double efficiency = 0.5;       // sustained fraction of peak for matrix FLOPs (analytic costs), every precision
-  std::map<std::string, double> efficiency_by_dtype;  // `efficiency: {bf16: x, fp8: y}`: per precision, else `efficiency`
-  double hbm_efficiency = 0.8;   // sustained fraction of HBM bandwidth for memory-bound work
+  double efficiency = 0.5;  // sustained fraction of peak for matrix FLOPs (analytic costs), every precision
+  std::map<std::string, double>
+      efficiency_by_dtype;      // `efficiency: {bf16: x, fp8: y}`: per precision, else `efficiency`
+  double hbm_efficiency = 0.8;  // sustained fraction of HBM bandwidth for memory-bound work
   std::vector<TopologyLevel> levels;
   CpuMachines cpu_machines;
   // The node (topology[0]'s unit): its intra-node topology, for pcie the bandwidth of one PCIe

@@ -49,7 +49,9 @@ BytePsSplit BytePsSplitAt(double n, double k) {
   return s;
 }
 
-BytePsSplit BytePsOptimalSplit(int64_t n, int64_t k) { return BytePsSplitAt(static_cast<double>(n), static_cast<double>(k)); }
+BytePsSplit BytePsOptimalSplit(int64_t n, int64_t k) {
+  return BytePsSplitAt(static_cast<double>(n), static_cast<double>(k));
+}
 
 double BytePsTrafficFactor(int64_t n, int64_t k) {
   if (n <= 1) return 0;

@@ -18,7 +18,7 @@ inline constexpr DpComm kAllDpComms[] = {DpComm::kRingAllReduce, DpComm::kTreeAl
                                          DpComm::kParameterServer, DpComm::kBytePS};
 const char* DpCommName(DpComm d);  // allreduce-ring | allreduce-tree | allreduce-hier | ps | byteps
 bool ParseDpComm(std::string_view text, DpComm* out);
-std::string DpCommChoices();        // "allreduce-ring, allreduce-tree, allreduce-hier, ps or byteps"
+std::string DpCommChoices();             // "allreduce-ring, allreduce-tree, allreduce-hier, ps or byteps"
 std::vector<std::string> DpCommNames();  // in kAllDpComms order
 // Parameter server and BytePS need summation servers outside the all-reduce's ranks.
 inline bool DpCommUsesServers(DpComm d) { return d == DpComm::kParameterServer || d == DpComm::kBytePS; }

@@ -22,13 +22,26 @@ DType EffectiveGradDType(DType model, std::optional<DType> stated) {
   return stated && GradDTypeAllowed(model, *stated) ? *stated : DefaultGradDType(model);
 }
 std::string GradDTypeChoices(DType model) {
-  return model == DType::kFp32 ? "fp32" : std::string("fp32 or ") + DTypeName(model == DType::kFp8 ? DType::kBf16 : model);
+  return model == DType::kFp32 ? "fp32"
+                               : std::string("fp32 or ") + DTypeName(model == DType::kFp8 ? DType::kBf16 : model);
 }
 bool ParseDType(const std::string& text, DType* out) {
-  if (text == "fp32") { *out = DType::kFp32; return true; }
-  if (text == "fp16") { *out = DType::kFp16; return true; }
-  if (text == "bf16") { *out = DType::kBf16; return true; }
-  if (text == "fp8") { *out = DType::kFp8; return true; }
+  if (text == "fp32") {
+    *out = DType::kFp32;
+    return true;
+  }
+  if (text == "fp16") {
+    *out = DType::kFp16;
+    return true;
+  }
+  if (text == "bf16") {
+    *out = DType::kBf16;
+    return true;
+  }
+  if (text == "fp8") {
+    *out = DType::kFp8;
+    return true;
+  }
   return false;
 }
 

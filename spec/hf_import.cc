@@ -21,12 +21,11 @@ struct Arch {
 };
 
 const Arch kArchs[] = {
-    {"LlamaForCausalLM", Family::kLlama, false},   {"MistralForCausalLM", Family::kMistral, false},
-    {"Qwen2ForCausalLM", Family::kQwen2, false},   {"Qwen3ForCausalLM", Family::kQwen3, false},
-    {"GPT2LMHeadModel", Family::kGpt2, true},      {"GPTNeoXForCausalLM", Family::kNeoX, false},
-    {"NemotronForCausalLM", Family::kNemotron, false},
-    {"MixtralForCausalLM", Family::kMixtral, false},  {"Qwen3MoeForCausalLM", Family::kQwen3Moe, false},
-    {"DeepseekV3ForCausalLM", Family::kDeepSeekV3, false},
+    {"LlamaForCausalLM", Family::kLlama, false},       {"MistralForCausalLM", Family::kMistral, false},
+    {"Qwen2ForCausalLM", Family::kQwen2, false},       {"Qwen3ForCausalLM", Family::kQwen3, false},
+    {"GPT2LMHeadModel", Family::kGpt2, true},          {"GPTNeoXForCausalLM", Family::kNeoX, false},
+    {"NemotronForCausalLM", Family::kNemotron, false}, {"MixtralForCausalLM", Family::kMixtral, false},
+    {"Qwen3MoeForCausalLM", Family::kQwen3Moe, false}, {"DeepseekV3ForCausalLM", Family::kDeepSeekV3, false},
 };
 
 bool IsMoe(Family fam) { return fam == Family::kMixtral || fam == Family::kQwen3Moe || fam == Family::kDeepSeekV3; }
@@ -42,21 +41,24 @@ struct Fields {
 
   bool Has(const std::string& key) const { return root[key].IsDefined() && !root[key].IsNull(); }
   Status Missing(const std::string& key) const {
-    return r.FieldError(root, key, fmt::format("missing; every {} config.json has it: add it, or check that this is the "
-                                               "model's Hugging Face config.json", arch));
+    return r.FieldError(root, key,
+                        fmt::format("missing; every {} config.json has it: add it, or check that this is the "
+                                    "model's Hugging Face config.json",
+                                    arch));
   }
   Status Int(const std::string& key, int64_t* out) const {
     if (!Has(key)) return Missing(key);
     return Bounded(key, out);
   }
-  Status OptInt(const std::string& key, int64_t* out) const {
-    return Has(key) ? Bounded(key, out) : Status::OK();
-  }
+  Status OptInt(const std::string& key, int64_t* out) const { return Has(key) ? Bounded(key, out) : Status::OK(); }
   // A size: 1 .. 2^24, the bound model.yaml has (docs/formats.md, "Limits").
   Status Bounded(const std::string& key, int64_t* out) const {
     int64_t v = 0;
     PLANNER_RETURN_IF_ERROR(r.AsInt(root[key], key, &v, 1));
-    if (v > kMaxSize) return r.FieldError(root[key], key, fmt::format("{} is more than the largest size this planner reads ({}); check the value", v, kMaxSize));
+    if (v > kMaxSize)
+      return r.FieldError(
+          root[key], key,
+          fmt::format("{} is more than the largest size this planner reads ({}); check the value", v, kMaxSize));
     *out = v;
     return Status::OK();
   }
@@ -117,7 +119,8 @@ Status ReadShape(const Fields& f, Family fam, GptConfig* g, int64_t* max_positio
   }
   PLANNER_RETURN_IF_ERROR(f.Int("hidden_size", &g->hidden));
   PLANNER_RETURN_IF_ERROR(f.Int("num_hidden_layers", &g->layers));
-  if (g->layers > 100000) return f.Error("num_hidden_layers", fmt::format("{} layers; a model has at most 100000", g->layers));
+  if (g->layers > 100000)
+    return f.Error("num_hidden_layers", fmt::format("{} layers; a model has at most 100000", g->layers));
   PLANNER_RETURN_IF_ERROR(f.Int("num_attention_heads", &g->heads));
   PLANNER_RETURN_IF_ERROR(f.Int("intermediate_size", &g->ffn));
   PLANNER_RETURN_IF_ERROR(f.Int("vocab_size", &g->vocab));
@@ -129,7 +132,8 @@ Status ReadShape(const Fields& f, Family fam, GptConfig* g, int64_t* max_positio
   }
   if (g->heads % g->kv_heads != 0) {
     return f.Error("num_key_value_heads", fmt::format("{} does not divide num_attention_heads {}; the config is not a "
-                                                      "valid grouped-query model", g->kv_heads, g->heads));
+                                                      "valid grouped-query model",
+                                                      g->kv_heads, g->heads));
   }
   int64_t head_dim = g->hidden / g->heads;
   if (fam == Family::kDeepSeekV3) return Status::OK();  // MLA: the head dims are qk_nope + qk_rope and v_head_dim
@@ -139,9 +143,11 @@ Status ReadShape(const Fields& f, Family fam, GptConfig* g, int64_t* max_positio
     return Status::OK();
   }
   if (head_dim != g->hidden / g->heads) {
-    return f.Error("head_dim", fmt::format("{} differs from hidden_size / num_attention_heads = {}; the planner's attention "
-                                           "has head dim hidden / heads (Q and the output projection h x h), so this "
-                                           "model cannot be costed; not imported", head_dim, g->hidden / g->heads));
+    return f.Error("head_dim",
+                   fmt::format("{} differs from hidden_size / num_attention_heads = {}; the planner's attention "
+                               "has head dim hidden / heads (Q and the output projection h x h), so this "
+                               "model cannot be costed; not imported",
+                               head_dim, g->hidden / g->heads));
   }
   return Status::OK();
 }
@@ -154,14 +160,23 @@ Status ReadActivation(const Fields& f, Family fam, GptConfig* g) {
   PLANNER_RETURN_IF_ERROR(f.OptString(key, &act));
   const bool gelu = act == "gelu" || act == "gelu_new" || act == "gelu_fast" || act == "gelu_pytorch_tanh";
   if (fam == Family::kGpt2 || fam == Family::kNeoX) {
-    if (!gelu) return f.Error(key, fmt::format("'{}' is not supported for {}; the planner costs gelu (gelu, gelu_new, gelu_fast, gelu_pytorch_tanh)", act, f.arch));
+    if (!gelu)
+      return f.Error(
+          key,
+          fmt::format(
+              "'{}' is not supported for {}; the planner costs gelu (gelu, gelu_new, gelu_fast, gelu_pytorch_tanh)",
+              act, f.arch));
     g->ffn_act = "gelu";
   } else if (fam == Family::kNemotron) {
-    if (act != "relu2") return f.Error(key, fmt::format("'{}' is not supported for {}; the planner costs relu2 (squared ReLU)", act, f.arch));
+    if (act != "relu2")
+      return f.Error(key,
+                     fmt::format("'{}' is not supported for {}; the planner costs relu2 (squared ReLU)", act, f.arch));
     g->ffn_act = "relu2";
   } else {
     if (act != "silu" && act != "swish") {
-      return f.Error(key, fmt::format("'{}' is not supported for {}: its gated MLP is costed as SwiGLU, hidden_act silu", act, f.arch));
+      return f.Error(
+          key,
+          fmt::format("'{}' is not supported for {}: its gated MLP is costed as SwiGLU, hidden_act silu", act, f.arch));
     }
     g->ffn_act = "swiglu";
   }
@@ -170,11 +185,13 @@ Status ReadActivation(const Fields& f, Family fam, GptConfig* g) {
 
 // Norm, position, biases, RoPE base and partial rotary.
 Status ReadLayerChoices(const Fields& f, Family fam, GptConfig* g, std::vector<std::string>* notes) {
-  const bool llama_like = fam == Family::kLlama || fam == Family::kMistral || fam == Family::kQwen2 || fam == Family::kQwen3 || IsMoe(fam);
+  const bool llama_like =
+      fam == Family::kLlama || fam == Family::kMistral || fam == Family::kQwen2 || fam == Family::kQwen3 || IsMoe(fam);
   g->norm = llama_like ? "rmsnorm" : "layernorm";
   g->position = fam == Family::kGpt2 ? "learned" : "rope";
   double theta = 10000;
-  PLANNER_RETURN_IF_ERROR(f.OptDouble(fam == Family::kNeoX && !f.Has("rope_theta") ? "rotary_emb_base" : "rope_theta", &theta));
+  PLANNER_RETURN_IF_ERROR(
+      f.OptDouble(fam == Family::kNeoX && !f.Has("rope_theta") ? "rotary_emb_base" : "rope_theta", &theta));
   g->rope_theta = std::max<int64_t>(1, std::llround(theta));
   if (fam == Family::kGpt2 || fam == Family::kNeoX) {
     g->bias = true;
@@ -184,29 +201,45 @@ Status ReadLayerChoices(const Fields& f, Family fam, GptConfig* g, std::vector<s
     PLANNER_RETURN_IF_ERROR(f.OptBool("mlp_bias", &mlp_bias));
     g->bias = attention_bias && mlp_bias;
     if (attention_bias != mlp_bias) {
-      notes->push_back(fmt::format("attention_bias {} and mlp_bias {} differ; the template's bias covers both, so bias: false leaves the {} biases out",
-                                   attention_bias, mlp_bias, attention_bias ? "attention" : "MLP"));
+      notes->push_back(
+          fmt::format("attention_bias {} and mlp_bias {} differ; the template's bias covers both, so bias: false "
+                      "leaves the {} biases out",
+                      attention_bias, mlp_bias, attention_bias ? "attention" : "MLP"));
     }
   }
   const double d = static_cast<double>(g->head_dim > 0 ? g->head_dim : g->hidden / g->heads);
   const double l = static_cast<double>(g->layers);
   if (fam == Family::kQwen2) {
-    notes->push_back(fmt::format("Qwen2's q/k/v biases ({:.0f} parameters) are left out: the template's bias covers QKV, projection and MLP together",
-                                 l * (g->heads + 2 * g->kv_heads) * d));
+    notes->push_back(
+        fmt::format("Qwen2's q/k/v biases ({:.0f} parameters) are left out: the template's bias covers QKV, projection "
+                    "and MLP together",
+                    l * (g->heads + 2 * g->kv_heads) * d));
   }
   if (fam == Family::kQwen3 || fam == Family::kQwen3Moe) {
-    notes->push_back(fmt::format("Qwen3's q_norm and k_norm (RMSNorm over the head dim, {:.0f} parameters) are left out", l * 2 * d));
+    notes->push_back(fmt::format(
+        "Qwen3's q_norm and k_norm (RMSNorm over the head dim, {:.0f} parameters) are left out", l * 2 * d));
   }
   double rotary = 1.0;
-  if (fam == Family::kNeoX) { rotary = 0.25; PLANNER_RETURN_IF_ERROR(f.OptDouble("rotary_pct", &rotary)); }
-  if (fam == Family::kNemotron) { rotary = 0.5; PLANNER_RETURN_IF_ERROR(f.OptDouble("partial_rotary_factor", &rotary)); }
+  if (fam == Family::kNeoX) {
+    rotary = 0.25;
+    PLANNER_RETURN_IF_ERROR(f.OptDouble("rotary_pct", &rotary));
+  }
+  if (fam == Family::kNemotron) {
+    rotary = 0.5;
+    PLANNER_RETURN_IF_ERROR(f.OptDouble("partial_rotary_factor", &rotary));
+  }
   if (rotary < 1.0) {
-    notes->push_back(fmt::format("partial rotary: RoPE on {:g}% of the head dim; costed over the whole head dim (a memory-bound term)", 100 * rotary));
+    notes->push_back(fmt::format(
+        "partial rotary: RoPE on {:g}% of the head dim; costed over the whole head dim (a memory-bound term)",
+        100 * rotary));
   }
   if (fam == Family::kNeoX) {
     bool parallel = true;
     PLANNER_RETURN_IF_ERROR(f.OptBool("use_parallel_residual", &parallel));
-    if (parallel) notes->push_back("use_parallel_residual: attention and MLP read the same input; the parameters and FLOPs are a sequential block's");
+    if (parallel)
+      notes->push_back(
+          "use_parallel_residual: attention and MLP read the same input; the parameters and FLOPs are a sequential "
+          "block's");
   }
   if (fam == Family::kNemotron) notes->push_back("Nemotron's LayerNorm1p is costed as a LayerNorm (weight and bias)");
   return Status::OK();
@@ -232,23 +265,28 @@ Status ReadDtype(const Fields& f, DType* dtype, std::vector<std::string>* notes)
 Status ChooseRun(const Fields& f, Family fam, int64_t max_positions, const HfImportOptions& o, HfImport* out) {
   const std::string limit_key = fam == Family::kGpt2 ? "n_positions" : "max_position_embeddings";
   if (o.seq > max_positions) {
-    return Status::InvalidArgument(fmt::format("--seq {}: above {} {} of {}; the model has no positions past it: use --seq {} or less",
-                                               o.seq, limit_key, max_positions, f.r.Where(f.root[limit_key]), max_positions));
+    return Status::InvalidArgument(
+        fmt::format("--seq {}: above {} {} of {}; the model has no positions past it: use --seq {} or less", o.seq,
+                    limit_key, max_positions, f.r.Where(f.root[limit_key]), max_positions));
   }
   out->gpt.seq = o.seq > 0 ? o.seq : std::min(max_positions, kDefaultSeqCap);
   if (o.seq <= 0) {
-    out->notes.push_back(fmt::format("seq {}: no --seq given, min({} {}, {}); the training length is the run's choice, pass --seq",
-                                     out->gpt.seq, limit_key, max_positions, kDefaultSeqCap));
+    out->notes.push_back(
+        fmt::format("seq {}: no --seq given, min({} {}, {}); the training length is the run's choice, pass --seq",
+                    out->gpt.seq, limit_key, max_positions, kDefaultSeqCap));
   }
-  out->global_batch = o.global_batch > 0 ? o.global_batch
-                                         : std::max<int64_t>(1, std::llround(kDefaultBatchTokens / static_cast<double>(out->gpt.seq)));
+  out->global_batch = o.global_batch > 0
+                          ? o.global_batch
+                          : std::max<int64_t>(1, std::llround(kDefaultBatchTokens / static_cast<double>(out->gpt.seq)));
   if (o.global_batch <= 0) {
-    out->notes.push_back(fmt::format("global_batch {}: no --global-batch given, 2^22 tokens (4M, Llama 2 and 3's batch) / seq {}",
-                                     out->global_batch, out->gpt.seq));
+    out->notes.push_back(
+        fmt::format("global_batch {}: no --global-batch given, 2^22 tokens (4M, Llama 2 and 3's batch) / seq {}",
+                    out->global_batch, out->gpt.seq));
   }
   if (fam == Family::kGpt2 && out->gpt.seq < max_positions) {
-    out->notes.push_back(fmt::format("the position table holds seq {} rows (the config has {}): parameters count {} fewer",
-                                     out->gpt.seq, max_positions, (max_positions - out->gpt.seq) * out->gpt.hidden));
+    out->notes.push_back(
+        fmt::format("the position table holds seq {} rows (the config has {}): parameters count {} fewer", out->gpt.seq,
+                    max_positions, (max_positions - out->gpt.seq) * out->gpt.hidden));
   }
   return Status::OK();
 }
@@ -259,14 +297,16 @@ void OtherNotes(const Fields& f, HfImport* out) {
     (void)f.OptBool("use_sliding_window", &used);
     int64_t window = 0;
     if (used && f.r.AsInt(f.root["sliding_window"], "sliding_window", &window, 1).ok() && window < out->gpt.seq) {
-      out->notes.push_back(fmt::format("sliding_window {} is shorter than seq {}: costed as full causal attention", window, out->gpt.seq));
+      out->notes.push_back(fmt::format("sliding_window {} is shorter than seq {}: costed as full causal attention",
+                                       window, out->gpt.seq));
     }
   }
   if (f.Has("rope_scaling")) out->notes.push_back("rope_scaling changes the RoPE frequencies, not the costs");
   if (out->gpt.vocab % 128 != 0) {
-    out->notes.push_back(fmt::format("vocab {} is not a multiple of 128: tensor parallelism needs tp to divide it (Megatron pads it "
-                                     "with --make-vocab-size-divisible-by 128 to {})",
-                                     out->gpt.vocab, (out->gpt.vocab + 127) / 128 * 128));
+    out->notes.push_back(
+        fmt::format("vocab {} is not a multiple of 128: tensor parallelism needs tp to divide it (Megatron pads it "
+                    "with --make-vocab-size-divisible-by 128 to {})",
+                    out->gpt.vocab, (out->gpt.vocab + 127) / 128 * 128));
   }
 }
 
@@ -275,9 +315,10 @@ Status ReadQwen3MoeLayers(const Fields& f, GptConfig* g) {
   int64_t step = 1;
   PLANNER_RETURN_IF_ERROR(f.OptInt("decoder_sparse_step", &step));
   if (step != 1) {
-    return f.Error("decoder_sparse_step", fmt::format("{}: every {}th block is MoE, the others dense; the planner's template has "
-                                                      "dense blocks only before the first MoE block (moe.dense_layers): not imported",
-                                                      step, step));
+    return f.Error("decoder_sparse_step",
+                   fmt::format("{}: every {}th block is MoE, the others dense; the planner's template has "
+                               "dense blocks only before the first MoE block (moe.dense_layers): not imported",
+                               step, step));
   }
   const YAML::Node& only = f.root["mlp_only_layers"];
   if (!f.Has("mlp_only_layers")) return Status::OK();
@@ -286,8 +327,10 @@ Status ReadQwen3MoeLayers(const Fields& f, GptConfig* g) {
     int64_t index = -1;
     PLANNER_RETURN_IF_ERROR(f.r.AsInt(only[i], fmt::format("mlp_only_layers[{}]", i), &index, 0));
     if (index != static_cast<int64_t>(i)) {
-      return f.Error("mlp_only_layers", fmt::format("dense layer {} is not part of a leading run 0, 1, ...; the planner's template has "
-                                                    "dense blocks only before the first MoE block (moe.dense_layers): not imported", index));
+      return f.Error("mlp_only_layers",
+                     fmt::format("dense layer {} is not part of a leading run 0, 1, ...; the planner's template has "
+                                 "dense blocks only before the first MoE block (moe.dense_layers): not imported",
+                                 index));
     }
   }
   g->moe.dense_layers = static_cast<int64_t>(only.size());
@@ -301,12 +344,15 @@ Status ReadDeepSeek(const Fields& f, HfImport* imp) {
   int64_t freq = 1;
   PLANNER_RETURN_IF_ERROR(f.OptInt("moe_layer_freq", &freq));
   if (freq != 1) {
-    return f.Error("moe_layer_freq", fmt::format("{}: MoE every {}th block; the planner's template has dense blocks only before the "
-                                                 "first MoE block (first_k_dense_replace): not imported", freq, freq));
+    return f.Error("moe_layer_freq",
+                   fmt::format("{}: MoE every {}th block; the planner's template has dense blocks only before the "
+                               "first MoE block (first_k_dense_replace): not imported",
+                               freq, freq));
   }
   PLANNER_RETURN_IF_ERROR(f.Int("n_routed_experts", &m.experts));
   PLANNER_RETURN_IF_ERROR(f.Int("moe_intermediate_size", &m.expert_ffn));
-  if (f.Has("n_shared_experts")) PLANNER_RETURN_IF_ERROR(f.r.AsInt(f.root["n_shared_experts"], "n_shared_experts", &m.shared_experts, 0));
+  if (f.Has("n_shared_experts"))
+    PLANNER_RETURN_IF_ERROR(f.r.AsInt(f.root["n_shared_experts"], "n_shared_experts", &m.shared_experts, 0));
   if (f.Has("first_k_dense_replace")) {
     PLANNER_RETURN_IF_ERROR(f.r.AsInt(f.root["first_k_dense_replace"], "first_k_dense_replace", &m.dense_layers, 0));
   }
@@ -318,7 +364,8 @@ Status ReadDeepSeek(const Fields& f, HfImport* imp) {
   std::string scoring = "softmax";
   PLANNER_RETURN_IF_ERROR(f.OptString("scoring_func", &scoring));
   if (scoring != "softmax" && scoring != "sigmoid") {
-    return f.Error("scoring_func", fmt::format("'{}' is not softmax or sigmoid, the routers the planner costs", scoring));
+    return f.Error("scoring_func",
+                   fmt::format("'{}' is not softmax or sigmoid, the routers the planner costs", scoring));
   }
   m.router = scoring;
   PLANNER_RETURN_IF_ERROR(f.OptProbability("aux_loss_alpha", &m.aux_loss));
@@ -328,15 +375,19 @@ Status ReadDeepSeek(const Fields& f, HfImport* imp) {
   PLANNER_RETURN_IF_ERROR(f.Int("qk_rope_head_dim", &a.qk_rope_head_dim));
   PLANNER_RETURN_IF_ERROR(f.Int("qk_nope_head_dim", &a.qk_nope_head_dim));
   PLANNER_RETURN_IF_ERROR(f.Int("v_head_dim", &a.v_head_dim));
-  if (a.qk_rope_head_dim % 2 != 0) return f.Error("qk_rope_head_dim", fmt::format("{} is odd: RoPE rotates pairs; not a valid MLA config", a.qk_rope_head_dim));
+  if (a.qk_rope_head_dim % 2 != 0)
+    return f.Error("qk_rope_head_dim",
+                   fmt::format("{} is odd: RoPE rotates pairs; not a valid MLA config", a.qk_rope_head_dim));
   if (f.Has("num_nextn_predict_layers")) {
     PLANNER_RETURN_IF_ERROR(f.r.AsInt(f.root["num_nextn_predict_layers"], "num_nextn_predict_layers", &g->mtp, 0));
   }
   if (f.Has("quantization_config")) {
-    imp->notes.push_back("quantization_config: the released weights are quantized; precision follows torch_dtype: set precision: fp8 "
-                         "for FP8 training (DeepSeek-V3's)");
+    imp->notes.push_back(
+        "quantization_config: the released weights are quantized; precision follows torch_dtype: set precision: fp8 "
+        "for FP8 training (DeepSeek-V3's)");
   }
-  imp->notes.push_back("routed_scaling_factor, topk_method and norm_topk_prob change the routing weights, not the costs");
+  imp->notes.push_back(
+      "routed_scaling_factor, topk_method and norm_topk_prob change the routing weights, not the costs");
   return Status::OK();
 }
 
@@ -355,18 +406,24 @@ Status ReadMoe(const Fields& f, Family fam, HfImport* imp) {
   }
   PLANNER_RETURN_IF_ERROR(f.Int("num_experts_per_tok", &m.top_k));
   if (fam != Family::kDeepSeekV3) PLANNER_RETURN_IF_ERROR(f.OptProbability("router_aux_loss_coef", &m.aux_loss));
-  const std::string experts_key = fam == Family::kMixtral ? "num_local_experts" : (fam == Family::kQwen3Moe ? "num_experts" : "n_routed_experts");
-  if (m.experts < 2) return f.Error(experts_key, fmt::format("{} expert: a dense model; import it as its dense architecture", m.experts));
+  const std::string experts_key =
+      fam == Family::kMixtral ? "num_local_experts" : (fam == Family::kQwen3Moe ? "num_experts" : "n_routed_experts");
+  if (m.experts < 2)
+    return f.Error(experts_key,
+                   fmt::format("{} expert: a dense model; import it as its dense architecture", m.experts));
   if (m.top_k > m.experts) {
-    return f.Error("num_experts_per_tok", fmt::format("{} is more than the {} experts ({}); not a valid config", m.top_k, m.experts, experts_key));
+    return f.Error("num_experts_per_tok", fmt::format("{} is more than the {} experts ({}); not a valid config",
+                                                      m.top_k, m.experts, experts_key));
   }
   if (m.dense_layers > imp->gpt.layers) {
     return f.Error(fam == Family::kDeepSeekV3 ? "first_k_dense_replace" : "mlp_only_layers",
                    fmt::format("{} dense layers of {}; not a valid config", m.dense_layers, imp->gpt.layers));
   }
   if (m.route_groups > 0 && (m.experts % m.route_groups != 0 || m.route_group_limit > m.route_groups)) {
-    return f.Error("n_group", fmt::format("n_group {} with topk_group {} does not split the {} experts into groups; not a valid config",
-                                          m.route_groups, m.route_group_limit, m.experts));
+    return f.Error(
+        "n_group",
+        fmt::format("n_group {} with topk_group {} does not split the {} experts into groups; not a valid config",
+                    m.route_groups, m.route_group_limit, m.experts));
   }
   return Status::OK();
 }
@@ -390,7 +447,8 @@ Status ImportUnguarded(const std::string& path, const std::string& text, const H
   // Dropout: the largest probability the config names (GPT-2's resid/attn/embd_pdrop 0.1; Llama-class
   // configs' attention_dropout 0.0); none named: 0, as modern pretraining runs.
   imp.gpt.dropout = 0;
-  for (const char* key : {"hidden_dropout", "attention_dropout", "resid_pdrop", "attn_pdrop", "embd_pdrop", "hidden_dropout_prob"}) {
+  for (const char* key :
+       {"hidden_dropout", "attention_dropout", "resid_pdrop", "attn_pdrop", "embd_pdrop", "hidden_dropout_prob"}) {
     double p = 0;
     PLANNER_RETURN_IF_ERROR(f.OptProbability(key, &p));
     if (p >= 0 && p < 1) imp.gpt.dropout = std::max(imp.gpt.dropout, p);
@@ -434,7 +492,8 @@ namespace {
 // A YAML scalar: plain when it is a simple name, else double-quoted with escapes.
 std::string YamlScalar(const std::string& text) {
   bool plain = !text.empty() && std::isalpha(static_cast<unsigned char>(text[0]));
-  for (char c : text) plain = plain && (std::isalnum(static_cast<unsigned char>(c)) || c == '-' || c == '_' || c == '.');
+  for (char c : text)
+    plain = plain && (std::isalnum(static_cast<unsigned char>(c)) || c == '-' || c == '_' || c == '.');
   if (plain) return text;
   std::string q = "\"";
   for (char c : text) {
@@ -451,7 +510,8 @@ std::string YamlScalar(const std::string& text) {
 
 std::string HfModelYaml(const HfImport& m, const std::string& source_path) {
   const GptConfig& g = m.gpt;
-  std::string o = fmt::format("# {}: imported by `planner import hf` from {} ({}).\n", m.name, source_path, m.architecture);
+  std::string o =
+      fmt::format("# {}: imported by `planner import hf` from {} ({}).\n", m.name, source_path, m.architecture);
   o += "# seq and global_batch describe the training run, which a config.json does not; max_position_embeddings\n";
   o += fmt::format("# ({}) is the model's limit, not the training length.\n", m.max_positions);
   for (const auto& n : m.notes) o += "# note: " + n + "\n";
@@ -460,24 +520,30 @@ std::string HfModelYaml(const HfImport& m, const std::string& source_path) {
   o += fmt::format("precision: {}\n", DTypeName(m.dtype));
   o += fmt::format("global_batch: {}\n", m.global_batch);
   o += "gpt:\n";
-  o += fmt::format("  layers: {}\n  hidden: {}\n  heads: {}\n  kv_heads: {}\n", g.layers, g.hidden, g.heads, g.kv_heads);
-  o += fmt::format("  ffn: {}\n  ffn_act: {}\n  norm: {}\n  position: {}\n", g.ffn > 0 ? g.ffn : 4 * g.hidden, g.ffn_act,
-                   g.norm, g.position);
+  o +=
+      fmt::format("  layers: {}\n  hidden: {}\n  heads: {}\n  kv_heads: {}\n", g.layers, g.hidden, g.heads, g.kv_heads);
+  o += fmt::format("  ffn: {}\n  ffn_act: {}\n  norm: {}\n  position: {}\n", g.ffn > 0 ? g.ffn : 4 * g.hidden,
+                   g.ffn_act, g.norm, g.position);
   if (g.position == "rope") o += fmt::format("  rope_theta: {}\n", g.rope_theta);
-  o += fmt::format("  bias: {}\n  tie_embeddings: {}\n  attention: {}\n  dropout: {}\n", g.bias, g.tie_embeddings, g.attention, g.dropout);
+  o += fmt::format("  bias: {}\n  tie_embeddings: {}\n  attention: {}\n  dropout: {}\n", g.bias, g.tie_embeddings,
+                   g.attention, g.dropout);
   o += fmt::format("  seq: {}\n  vocab: {}\n", g.seq, g.vocab);
   if (g.head_dim > 0) o += fmt::format("  head_dim: {}\n", g.head_dim);
   const MoeConfig& moe = g.moe;
   if (moe.experts > 0) {
-    o += fmt::format("  moe: {{experts: {}, top_k: {}, expert_ffn: {}, shared_experts: {}, dense_layers: {}, router: {}, aux_loss: {}",
-                     moe.experts, moe.top_k, moe.expert_ffn, moe.shared_experts, moe.dense_layers, moe.router, moe.aux_loss);
-    if (moe.route_groups > 0) o += fmt::format(", route_groups: {}, route_group_limit: {}", moe.route_groups, moe.route_group_limit);
+    o += fmt::format(
+        "  moe: {{experts: {}, top_k: {}, expert_ffn: {}, shared_experts: {}, dense_layers: {}, router: {}, aux_loss: "
+        "{}",
+        moe.experts, moe.top_k, moe.expert_ffn, moe.shared_experts, moe.dense_layers, moe.router, moe.aux_loss);
+    if (moe.route_groups > 0)
+      o += fmt::format(", route_groups: {}, route_group_limit: {}", moe.route_groups, moe.route_group_limit);
     o += "}\n";
   }
   const MlaConfig& a = g.mla;
   if (a.kv_lora_rank > 0) {
-    o += fmt::format("  mla: {{q_lora_rank: {}, kv_lora_rank: {}, qk_rope_head_dim: {}, qk_nope_head_dim: {}, v_head_dim: {}}}\n",
-                     a.q_lora_rank, a.kv_lora_rank, a.qk_rope_head_dim, a.qk_nope_head_dim, a.v_head_dim);
+    o += fmt::format(
+        "  mla: {{q_lora_rank: {}, kv_lora_rank: {}, qk_rope_head_dim: {}, qk_nope_head_dim: {}, v_head_dim: {}}}\n",
+        a.q_lora_rank, a.kv_lora_rank, a.qk_rope_head_dim, a.qk_nope_head_dim, a.v_head_dim);
   }
   if (g.mtp > 0) o += fmt::format("  mtp: {}\n", g.mtp);
   return o;

@@ -17,9 +17,10 @@ namespace planner {
 
 // The training run, which a config.json does not describe.
 struct HfImportOptions {
-  int64_t seq = 0;           // training sequence length; 0: min(max_position_embeddings, 4096)
-  int64_t global_batch = 0;  // sequences per iteration; 0: 2^22 tokens / seq (4M tokens, Llama 2 and 3's batch), at least 1
-  std::string name;          // model name written to the file; "" keeps HfImport::name as given by the caller
+  int64_t seq = 0;  // training sequence length; 0: min(max_position_embeddings, 4096)
+  int64_t global_batch =
+      0;             // sequences per iteration; 0: 2^22 tokens / seq (4M tokens, Llama 2 and 3's batch), at least 1
+  std::string name;  // model name written to the file; "" keeps HfImport::name as given by the caller
 };
 
 struct HfImport {
@@ -27,7 +28,7 @@ struct HfImport {
   GptConfig gpt;               // the template the config maps onto
   DType dtype = DType::kBf16;  // from torch_dtype (bf16 when absent)
   int64_t global_batch = 0;
-  int64_t max_positions = 0;   // the config's max_position_embeddings (GPT-2: n_positions)
+  int64_t max_positions = 0;  // the config's max_position_embeddings (GPT-2: n_positions)
   std::string name;
   std::vector<std::string> notes;  // what was defaulted or left out, one sentence each
 };

@@ -108,22 +108,40 @@ bool ZeroStageFromNumber(long long n, ZeroStage* out) {
 
 const char* PlanModeName(PlanMode m) { return m == PlanMode::kPipeDream ? "pipedream" : "auto"; }
 bool ParsePlanMode(std::string_view text, PlanMode* out) {
-  if (text == "auto") { *out = PlanMode::kAuto; return true; }
-  if (text == "pipedream") { *out = PlanMode::kPipeDream; return true; }
+  if (text == "auto") {
+    *out = PlanMode::kAuto;
+    return true;
+  }
+  if (text == "pipedream") {
+    *out = PlanMode::kPipeDream;
+    return true;
+  }
   return false;
 }
 
 const char* CostSourceKindName(CostSourceKind c) { return c == CostSourceKind::kProfile ? "profile" : "analytic"; }
 bool ParseCostSourceKind(std::string_view text, CostSourceKind* out) {
-  if (text == "analytic") { *out = CostSourceKind::kAnalytic; return true; }
-  if (text == "profile") { *out = CostSourceKind::kProfile; return true; }
+  if (text == "analytic") {
+    *out = CostSourceKind::kAnalytic;
+    return true;
+  }
+  if (text == "profile") {
+    *out = CostSourceKind::kProfile;
+    return true;
+  }
   return false;
 }
 
 const char* DeviceName(Device d) { return d == Device::kCuda ? "cuda" : "cpu"; }
 bool ParseDevice(std::string_view text, Device* out) {
-  if (text == "cpu") { *out = Device::kCpu; return true; }
-  if (text == "cuda") { *out = Device::kCuda; return true; }
+  if (text == "cpu") {
+    *out = Device::kCpu;
+    return true;
+  }
+  if (text == "cuda") {
+    *out = Device::kCuda;
+    return true;
+  }
   return false;
 }
 

@@ -12,8 +12,8 @@
 namespace planner {
 
 enum class Schedule { kGpipe, k1F1B, kInterleaved, kZbH1, kPipeDream, kDualPipeV };
-inline constexpr Schedule kAllSchedules[] = {Schedule::kGpipe, Schedule::k1F1B, Schedule::kInterleaved, Schedule::kZbH1,
-                                             Schedule::kPipeDream, Schedule::kDualPipeV};
+inline constexpr Schedule kAllSchedules[] = {Schedule::kGpipe, Schedule::k1F1B,      Schedule::kInterleaved,
+                                             Schedule::kZbH1,  Schedule::kPipeDream, Schedule::kDualPipeV};
 const char* ScheduleName(Schedule s);  // gpipe | 1f1b | interleaved | zb-h1 | pipedream | dualpipev
 bool ParseSchedule(std::string_view text, Schedule* out);
 // "gpipe, 1f1b, interleaved, zb-h1, pipedream or dualpipev": for error messages.
@@ -45,11 +45,13 @@ inline constexpr int kRecomputeModuleCount = 7;
 inline constexpr uint32_t RecomputeBit(RecomputeModule m) { return 1u << static_cast<int>(m); }
 inline constexpr uint32_t kDefaultRecomputeModules = RecomputeBit(RecomputeModule::kCoreAttn);
 // DeepSeek-V3's set (section 3.2.3): core_attn, layernorm, mla_up_proj, moe_act.
-inline constexpr uint32_t kDeepSeekRecomputeModules = RecomputeBit(RecomputeModule::kCoreAttn) | RecomputeBit(RecomputeModule::kLayernorm) |
-                                                      RecomputeBit(RecomputeModule::kMlaUpProj) | RecomputeBit(RecomputeModule::kMoeAct);
-const char* RecomputeModuleName(RecomputeModule m);  // core_attn | layernorm | mla_up_proj | moe_act | mlp | moe | shared_experts
+inline constexpr uint32_t kDeepSeekRecomputeModules =
+    RecomputeBit(RecomputeModule::kCoreAttn) | RecomputeBit(RecomputeModule::kLayernorm) |
+    RecomputeBit(RecomputeModule::kMlaUpProj) | RecomputeBit(RecomputeModule::kMoeAct);
+const char* RecomputeModuleName(
+    RecomputeModule m);  // core_attn | layernorm | mla_up_proj | moe_act | mlp | moe | shared_experts
 bool ParseRecomputeModule(std::string_view text, RecomputeModule* out);
-std::vector<std::string> RecomputeModuleNames();  // in enum order
+std::vector<std::string> RecomputeModuleNames();              // in enum order
 std::vector<std::string> RecomputeModuleList(uint32_t mask);  // the names of the set, in enum order
 inline bool HasRecomputeModule(uint32_t mask, RecomputeModule m) { return (mask & RecomputeBit(m)) != 0; }
 

@@ -32,7 +32,9 @@ std::string Groups(const char* name, const std::vector<std::vector<int64_t>>& g)
 // programs: [{position, replica, actions: "F0.0 SA0.0 ..."}]; every rank gets exactly one.
 Status ReadPrograms(const YamlReader& r, const YAML::Node& root, LaunchPlan* p) {
   const YAML::Node& pg = root["programs"];
-  if (!pg.IsDefined()) return r.FieldError(root, "programs", "missing required field; regenerate the launch directory with planner codegen");
+  if (!pg.IsDefined())
+    return r.FieldError(root, "programs",
+                        "missing required field; regenerate the launch directory with planner codegen");
   PLANNER_RETURN_IF_ERROR(r.RequireSequence(pg, "programs"));
   for (size_t i = 0; i < pg.size(); ++i) {
     std::string f = fmt::format("programs[{}]", i);
@@ -65,24 +67,35 @@ Status CheckRankTable(const YamlReader& r, const YAML::Node& rk, const LaunchPla
   const int64_t positions = Positions(p);
   std::set<std::tuple<int64_t, int64_t, int64_t, int64_t>> slots;
   int64_t expected = 0;
-  for (int64_t s = 0; s < positions && PerStageReplication(p); ++s) expected += p.stages[static_cast<size_t>(s)].replicas * p.tp;
+  for (int64_t s = 0; s < positions && PerStageReplication(p); ++s)
+    expected += p.stages[static_cast<size_t>(s)].replicas * p.tp;
   if (!PerStageReplication(p) && !CheckedProduct({p.tp, p.cp, p.dp, p.pp}, &expected)) expected = -1;
   for (size_t i = 0; i < p.ranks.size(); ++i) {
     const LaunchRank& x = p.ranks[i];
     const std::string f = fmt::format("ranks[{}]", i);
     if (x.stage >= positions || x.stage >= static_cast<int64_t>(p.stages.size())) {
-      return r.FieldError(rk[i]["stage"], f + ".stage", fmt::format("stage {} does not exist: the launch has pipeline positions 0..{}", x.stage, positions - 1));
+      return r.FieldError(
+          rk[i]["stage"], f + ".stage",
+          fmt::format("stage {} does not exist: the launch has pipeline positions 0..{}", x.stage, positions - 1));
     }
     if (x.replica >= ReplicasAt(p, x.stage)) {
-      return r.FieldError(rk[i]["replica"], f + ".replica", fmt::format("replica {} does not exist: stage {} has {} replicas", x.replica, x.stage, ReplicasAt(p, x.stage)));
+      return r.FieldError(rk[i]["replica"], f + ".replica",
+                          fmt::format("replica {} does not exist: stage {} has {} replicas", x.replica, x.stage,
+                                      ReplicasAt(p, x.stage)));
     }
     if (!slots.insert({x.stage, x.replica, x.tp_rank, x.cp_rank}).second) {
-      return r.FieldError(rk[i], f, fmt::format("rank {} has the same stage {}, replica {}, tp_rank {} and cp_rank {} as an earlier rank", x.rank, x.stage, x.replica, x.tp_rank, x.cp_rank));
+      return r.FieldError(
+          rk[i], f,
+          fmt::format("rank {} has the same stage {}, replica {}, tp_rank {} and cp_rank {} as an earlier rank", x.rank,
+                      x.stage, x.replica, x.tp_rank, x.cp_rank));
     }
   }
   if (static_cast<int64_t>(p.ranks.size()) != expected) {
-    return r.FieldError(rk, "ranks", fmt::format("{} ranks, but the layout (tp {}, cp {}, dp {}, pp {}, stage replicas) has {}; regenerate with planner codegen",
-                                                 p.ranks.size(), p.tp, p.cp, p.dp, p.pp, expected < 0 ? std::string("more than 2^63") : std::to_string(expected)));
+    return r.FieldError(rk, "ranks",
+                        fmt::format("{} ranks, but the layout (tp {}, cp {}, dp {}, pp {}, stage replicas) has {}; "
+                                    "regenerate with planner codegen",
+                                    p.ranks.size(), p.tp, p.cp, p.dp, p.pp,
+                                    expected < 0 ? std::string("more than 2^63") : std::to_string(expected)));
   }
   return Status::OK();
 }
@@ -111,24 +124,35 @@ Status CheckGroupRule(const YamlReader& r, const YAML::Node& groups, const Launc
     if (members.empty()) return r.FieldError(at, fi, "an empty group; every group holds at least one rank");
     const LaunchRank& first = p.ranks[static_cast<size_t>(members[0])];
     if (static_cast<int64_t>(members.size()) != g.size(first)) {
-      return r.FieldError(at, fi, fmt::format("{} ranks, but a {} group of this launch has {}; regenerate with planner codegen", members.size(), g.key, g.size(first)));
+      return r.FieldError(at, fi,
+                          fmt::format("{} ranks, but a {} group of this launch has {}; regenerate with planner codegen",
+                                      members.size(), g.key, g.size(first)));
     }
     for (size_t k = 0; k < members.size(); ++k) {
       const LaunchRank& m = p.ranks[static_cast<size_t>(members[k])];
       if (seen[static_cast<size_t>(m.rank)] >= 0) {
-        return r.FieldError(at, fi, fmt::format("rank {} is already in {}[{}]; each rank is in one {} group", m.rank, f, seen[static_cast<size_t>(m.rank)], g.key));
+        return r.FieldError(at, fi,
+                            fmt::format("rank {} is already in {}[{}]; each rank is in one {} group", m.rank, f,
+                                        seen[static_cast<size_t>(m.rank)], g.key));
       }
       seen[static_cast<size_t>(m.rank)] = static_cast<int64_t>(i);
       if (g.same(m) != g.same(first)) {
-        return r.FieldError(at, fi, fmt::format("ranks {} and {} do not share {}; the group contradicts the ranks table", first.rank, m.rank, g.what));
+        return r.FieldError(at, fi,
+                            fmt::format("ranks {} and {} do not share {}; the group contradicts the ranks table",
+                                        first.rank, m.rank, g.what));
       }
       if (g.index && g.index(m) != static_cast<int64_t>(k)) {
-        return r.FieldError(at, fi, fmt::format("rank {} is member {} of the group but its ranks entry says {}; list the members in that order", m.rank, k, g.index(m)));
+        return r.FieldError(
+            at, fi,
+            fmt::format("rank {} is member {} of the group but its ranks entry says {}; list the members in that order",
+                        m.rank, k, g.index(m)));
       }
     }
   }
   for (size_t q = 0; q < seen.size(); ++q) {
-    if (seen[q] < 0) return r.FieldError(node.IsDefined() ? node : groups, f, fmt::format("rank {} is in no {} group; every rank needs one", q, g.key));
+    if (seen[q] < 0)
+      return r.FieldError(node.IsDefined() ? node : groups, f,
+                          fmt::format("rank {} is in no {} group; every rank needs one", q, g.key));
   }
   return Status::OK();
 }
@@ -138,26 +162,49 @@ Status CheckGroupRule(const YamlReader& r, const YAML::Node& groups, const Launc
 // MPI_Comm_split with a wrong colour, and groups that contradict the layout make replicas diverge.
 Status CheckGroups(const YamlReader& r, const YAML::Node& root, const LaunchPlan& p) {
   const YAML::Node g = root["groups"];
-  if (!g.IsDefined()) return r.FieldError(root, "groups", "missing required field; regenerate the launch directory with planner codegen");
+  if (!g.IsDefined())
+    return r.FieldError(root, "groups", "missing required field; regenerate the launch directory with planner codegen");
   const bool replicated = PerStageReplication(p);
   const int64_t positions = Positions(p);
   const int64_t experts = p.ep * p.etp;
   const std::vector<GroupRule> rules = {
-      {"tensor_parallel", &p.tp_groups, true, [](const LaunchRank& x) { return std::tuple{x.stage, x.replica, x.cp_rank}; },
-       [](const LaunchRank& x) { return x.tp_rank; }, [&p](const LaunchRank&) { return p.tp; }, "a stage, replica and cp rank"},
-      {"data_parallel", &p.dp_groups, true, [](const LaunchRank& x) { return std::tuple{x.stage, x.tp_rank, int64_t{0}}; }, nullptr,
-       [&p](const LaunchRank& x) { return ReplicasAt(p, x.stage) * p.cp; }, "a stage and tp rank"},
-      {"pipeline", &p.pp_groups, false, [](const LaunchRank& x) { return std::tuple{x.replica, x.tp_rank, x.cp_rank}; },
-       [](const LaunchRank& x) { return x.stage; }, [positions](const LaunchRank&) { return positions; }, "a replica, tp rank and cp rank"},
-      {"context_parallel", &p.cp_groups, p.cp > 1, [](const LaunchRank& x) { return std::tuple{x.stage, x.replica, x.tp_rank}; },
-       [](const LaunchRank& x) { return x.cp_rank; }, [&p](const LaunchRank&) { return p.cp; }, "a stage, replica and tp rank"},
-      {"expert_parallel", &p.ep_groups, p.ep > 1, [](const LaunchRank& x) { return std::tuple{x.stage, int64_t{0}, int64_t{0}}; }, nullptr,
-       [&p](const LaunchRank&) { return p.ep; }, "a stage"},
-      {"expert_data_parallel", &p.edp_groups, p.ep > 1, [](const LaunchRank& x) { return std::tuple{x.stage, int64_t{0}, int64_t{0}}; }, nullptr,
-       [&p, experts](const LaunchRank&) { return p.tp * p.cp * p.dp / experts; }, "a stage"},
+      {"tensor_parallel", &p.tp_groups, true,
+       [](const LaunchRank& x) {
+         return std::tuple{x.stage, x.replica, x.cp_rank};
+       },
+       [](const LaunchRank& x) { return x.tp_rank; }, [&p](const LaunchRank&) { return p.tp; },
+       "a stage, replica and cp rank"},
+      {"data_parallel", &p.dp_groups, true,
+       [](const LaunchRank& x) {
+         return std::tuple{x.stage, x.tp_rank, int64_t{0}};
+       },
+       nullptr, [&p](const LaunchRank& x) { return ReplicasAt(p, x.stage) * p.cp; }, "a stage and tp rank"},
+      {"pipeline", &p.pp_groups, false,
+       [](const LaunchRank& x) {
+         return std::tuple{x.replica, x.tp_rank, x.cp_rank};
+       },
+       [](const LaunchRank& x) { return x.stage; }, [positions](const LaunchRank&) { return positions; },
+       "a replica, tp rank and cp rank"},
+      {"context_parallel", &p.cp_groups, p.cp > 1,
+       [](const LaunchRank& x) {
+         return std::tuple{x.stage, x.replica, x.tp_rank};
+       },
+       [](const LaunchRank& x) { return x.cp_rank; }, [&p](const LaunchRank&) { return p.cp; },
+       "a stage, replica and tp rank"},
+      {"expert_parallel", &p.ep_groups, p.ep > 1,
+       [](const LaunchRank& x) {
+         return std::tuple{x.stage, int64_t{0}, int64_t{0}};
+       },
+       nullptr, [&p](const LaunchRank&) { return p.ep; }, "a stage"},
+      {"expert_data_parallel", &p.edp_groups, p.ep > 1,
+       [](const LaunchRank& x) {
+         return std::tuple{x.stage, int64_t{0}, int64_t{0}};
+       },
+       nullptr, [&p, experts](const LaunchRank&) { return p.tp * p.cp * p.dp / experts; }, "a stage"},
   };
   for (const GroupRule& rule : rules) {
-    if (replicated && std::string(rule.key) == "pipeline") continue;  // per-stage replication has no pipeline groups (codegen writes [])
+    if (replicated && std::string(rule.key) == "pipeline")
+      continue;  // per-stage replication has no pipeline groups (codegen writes [])
     PLANNER_RETURN_IF_ERROR(CheckGroupRule(r, g, p, rule));
   }
   return Status::OK();
@@ -177,8 +224,10 @@ Status CheckGroupsAgainstGenerator(const YamlReader& r, const YAML::Node& root, 
   if (!p.ep_groups.empty() || !p.edp_groups.empty()) {
     const int64_t stage_ranks = p.tp * p.cp * p.dp;  // bounded: the ranks table has this many per stage
     if (stage_ranks % (p.ep * p.etp) != 0) {
-      const std::string why = fmt::format("ep {} x etp {} does not divide a stage's tp x cp x dp = {} ranks (MoE "
-                                          "parallel folding); codegen the plan again", p.ep, p.etp, stage_ranks);
+      const std::string why = fmt::format(
+          "ep {} x etp {} does not divide a stage's tp x cp x dp = {} ranks (MoE "
+          "parallel folding); codegen the plan again",
+          p.ep, p.etp, stage_ranks);
       return r.FieldError(root["ep"], "ep", why);
     }
     const ParallelSizes sizes{.tp = p.etp, .ep = p.ep, .dp = stage_ranks / (p.ep * p.etp), .pp = p.pp};
@@ -191,12 +240,10 @@ Status CheckGroupsAgainstGenerator(const YamlReader& r, const YAML::Node& root, 
     const RankGenerator* generator;
     const char* token;
   };
-  const Source sources[] = {{"tensor_parallel", &p.tp_groups, &dense, "tp"},
-                            {"data_parallel", &p.dp_groups, &dense, "dp-cp"},
-                            {"pipeline", &p.pp_groups, &dense, "pp"},
-                            {"context_parallel", &p.cp_groups, &dense, "cp"},
-                            {"expert_parallel", &p.ep_groups, &experts, "ep"},
-                            {"expert_data_parallel", &p.edp_groups, &experts, "dp"}};
+  const Source sources[] = {
+      {"tensor_parallel", &p.tp_groups, &dense, "tp"},   {"data_parallel", &p.dp_groups, &dense, "dp-cp"},
+      {"pipeline", &p.pp_groups, &dense, "pp"},          {"context_parallel", &p.cp_groups, &dense, "cp"},
+      {"expert_parallel", &p.ep_groups, &experts, "ep"}, {"expert_data_parallel", &p.edp_groups, &experts, "dp"}};
   for (const Source& x : sources) {
     if (x.groups->empty()) continue;
     RankGroups want;
@@ -205,14 +252,16 @@ Status CheckGroupsAgainstGenerator(const YamlReader& r, const YAML::Node& root, 
     const std::string made_by = (x.generator == &experts ? "expert " : "") + x.generator->Describe();
     const YAML::Node node = g[x.key];
     if (want.size() != x.groups->size()) {
-      return r.FieldError(node, f, fmt::format("{} groups but {} make {}; codegen the plan again", x.groups->size(),
-                                               made_by, want.size()));
+      return r.FieldError(
+          node, f,
+          fmt::format("{} groups but {} make {}; codegen the plan again", x.groups->size(), made_by, want.size()));
     }
     for (size_t i = 0; i < want.size(); ++i) {
       if ((*x.groups)[i] == want[i]) continue;
       const YAML::Node at = node.IsSequence() && i < node.size() ? node[i] : node;
-      return r.FieldError(at, f, fmt::format("group {} is {} but {} make {}; codegen the plan again", i,
-                                             List((*x.groups)[i]), made_by, List(want[i])));
+      return r.FieldError(at, f,
+                          fmt::format("group {} is {} but {} make {}; codegen the plan again", i, List((*x.groups)[i]),
+                                      made_by, List(want[i])));
     }
   }
   return Status::OK();
@@ -234,7 +283,8 @@ int64_t PeerRank(const LaunchPlan& L, const LaunchRank& me, const Action& a) {
   const int64_t position = PerStageReplication(L) ? to : StagePosition(L.schedule, to, L.pp);
   const int64_t replica = a.peer_replica == Action::kSameReplica ? me.replica : a.peer_replica;
   for (const auto& r : L.ranks) {
-    if (r.stage == position && r.replica == replica && r.tp_rank == me.tp_rank && r.cp_rank == me.cp_rank) return r.rank;
+    if (r.stage == position && r.replica == replica && r.tp_rank == me.tp_rank && r.cp_rank == me.cp_rank)
+      return r.rank;
   }
   return -1;
 }
@@ -254,16 +304,20 @@ Status AssignPrograms(LaunchPlan* L) {
   std::vector<bool> used(L->programs.size(), false);
   for (auto& r : L->ranks) {
     r.program = FindProgram(*L, r);
-    if (r.program == -1) return Status::InvalidArgument(fmt::format("no program for rank {} (stage {}, replica {})", r.rank, r.stage, r.replica));
+    if (r.program == -1)
+      return Status::InvalidArgument(
+          fmt::format("no program for rank {} (stage {}, replica {})", r.rank, r.stage, r.replica));
     if (r.program == -2) {
-      return Status::InvalidArgument(fmt::format("several programs for rank {} (stage {}, replica {}); each rank has exactly one", r.rank, r.stage, r.replica));
+      return Status::InvalidArgument(
+          fmt::format("several programs for rank {} (stage {}, replica {}); each rank has exactly one", r.rank, r.stage,
+                      r.replica));
     }
     used[static_cast<size_t>(r.program)] = true;
   }
   for (size_t i = 0; i < used.size(); ++i) {
     if (!used[i]) {
-      return Status::InvalidArgument(fmt::format("program {} (position {}, replica {}) is run by no rank; remove it", i, L->programs[i].position,
-                                                 L->programs[i].replica));
+      return Status::InvalidArgument(fmt::format("program {} (position {}, replica {}) is run by no rank; remove it", i,
+                                                 L->programs[i].position, L->programs[i].replica));
     }
   }
   return Status::OK();
@@ -280,46 +334,61 @@ int64_t RankInGroup(const std::vector<std::vector<int64_t>>& groups, int64_t ran
 std::string LaunchPlanToYaml(const LaunchPlan& p) {
   std::string o = "# Written by planner codegen; read by every rank of planner run (docs/formats.md).\n";
   o += "format_version: 1\n";
-  o += fmt::format("model_file: \"{}\"\nmodel_digest: \"{}\"\nplan_digest: \"{}\"\n", p.model_file, p.model_digest, p.plan_digest);
-  o += fmt::format("device: {}\nschedule: {}\ninterleave: {}\n", DeviceName(p.device), ScheduleName(p.schedule), p.interleave);
+  o += fmt::format("model_file: \"{}\"\nmodel_digest: \"{}\"\nplan_digest: \"{}\"\n", p.model_file, p.model_digest,
+                   p.plan_digest);
+  o += fmt::format("device: {}\nschedule: {}\ninterleave: {}\n", DeviceName(p.device), ScheduleName(p.schedule),
+                   p.interleave);
   o += fmt::format("tp: {}\npp: {}\ndp: {}\n", p.tp, p.pp, p.dp);
   // Written only when used, so that launch files of plans without them keep their form.
-  if (p.cp > 1 || p.sequence_parallel) o += fmt::format("cp: {}\nsequence_parallel: {}\n", p.cp, p.sequence_parallel ? "true" : "false");
+  if (p.cp > 1 || p.sequence_parallel)
+    o += fmt::format("cp: {}\nsequence_parallel: {}\n", p.cp, p.sequence_parallel ? "true" : "false");
   if (p.ep > 1) o += fmt::format("ep: {}\netp: {}\n", p.ep, p.etp);
-  if (p.dp_comm != DpComm::kHierAllReduce || !p.servers.empty()) o += fmt::format("dp_comm: {}\nservers: {}\n", DpCommName(p.dp_comm), List(p.servers));
+  if (p.dp_comm != DpComm::kHierAllReduce || !p.servers.empty())
+    o += fmt::format("dp_comm: {}\nservers: {}\n", DpCommName(p.dp_comm), List(p.servers));
   if (p.ps_colocated) o += "ps_placement: colocated\n";
   if (p.vertical_sync) o += "vertical_sync: true\n";
   if (p.grad_dtype) o += fmt::format("grad_dtype: {}\n", DTypeName(*p.grad_dtype));
   o += fmt::format("config: \"{}\"\n", p.config);
-  o += fmt::format("microbatch_size: {}\nnum_microbatches: {}\nglobal_batch: {}\ngpus_per_node: {}\n", p.microbatch_size,
-                   p.num_microbatches, p.global_batch, p.gpus_per_node);
-  o += fmt::format("predicted: {{iteration_seconds: {:.9g}, bubble_fraction: {:.6g}}}\n", p.predicted_iteration_s, p.predicted_bubble_fraction);
-  o += fmt::format("run: {{iterations: {}, warmup_iterations: {}, optimizer: {}, learning_rate: {:.9g}, seed: {}, checkpoint_every: {}, "
-                   "timeout_seconds: {:.9g}, threads: {}, overlap_dp: {}}}\n",
-                   p.run.iterations, p.run.warmup_iterations, p.run.optimizer, p.run.learning_rate, p.run.seed, p.run.checkpoint_every,
-                   p.run.timeout_s, p.run.threads, p.run.overlap_dp ? "true" : "false");
+  o += fmt::format("microbatch_size: {}\nnum_microbatches: {}\nglobal_batch: {}\ngpus_per_node: {}\n",
+                   p.microbatch_size, p.num_microbatches, p.global_batch, p.gpus_per_node);
+  o += fmt::format("predicted: {{iteration_seconds: {:.9g}, bubble_fraction: {:.6g}}}\n", p.predicted_iteration_s,
+                   p.predicted_bubble_fraction);
+  o += fmt::format(
+      "run: {{iterations: {}, warmup_iterations: {}, optimizer: {}, learning_rate: {:.9g}, seed: {}, checkpoint_every: "
+      "{}, "
+      "timeout_seconds: {:.9g}, threads: {}, overlap_dp: {}}}\n",
+      p.run.iterations, p.run.warmup_iterations, p.run.optimizer, p.run.learning_rate, p.run.seed,
+      p.run.checkpoint_every, p.run.timeout_s, p.run.threads, p.run.overlap_dp ? "true" : "false");
   o += "stages:\n";
   for (const auto& s : p.stages) {
-    o += fmt::format("  - {{first_layer: {}, last_layer: {}, replicas: {}, chunk: {}, predicted_compute_seconds: {:.9g}, "
-                     "predicted_forward_seconds: {:.9g}, predicted_backward_input_seconds: {:.9g}, predicted_backward_weight_seconds: {:.9g}, "
-                     "predicted_p2p_seconds: {:.9g}, predicted_dp_allreduce_seconds: {:.9g}, predicted_peak_memory_bytes: {:.9g}}}\n",
-                     s.first_layer, s.last_layer, s.replicas, s.chunk, s.predicted_compute_s, s.predicted_forward_s, s.predicted_backward_input_s,
-                     s.predicted_backward_weight_s, s.predicted_p2p_s, s.predicted_dp_allreduce_s, s.predicted_peak_memory_bytes);
-    if (s.predicted_ep_comm_s > 0) o.insert(o.size() - 2, fmt::format(", predicted_ep_comm_seconds: {:.9g}", s.predicted_ep_comm_s));
+    o += fmt::format(
+        "  - {{first_layer: {}, last_layer: {}, replicas: {}, chunk: {}, predicted_compute_seconds: {:.9g}, "
+        "predicted_forward_seconds: {:.9g}, predicted_backward_input_seconds: {:.9g}, "
+        "predicted_backward_weight_seconds: {:.9g}, "
+        "predicted_p2p_seconds: {:.9g}, predicted_dp_allreduce_seconds: {:.9g}, predicted_peak_memory_bytes: "
+        "{:.9g}}}\n",
+        s.first_layer, s.last_layer, s.replicas, s.chunk, s.predicted_compute_s, s.predicted_forward_s,
+        s.predicted_backward_input_s, s.predicted_backward_weight_s, s.predicted_p2p_s, s.predicted_dp_allreduce_s,
+        s.predicted_peak_memory_bytes);
+    if (s.predicted_ep_comm_s > 0)
+      o.insert(o.size() - 2, fmt::format(", predicted_ep_comm_seconds: {:.9g}", s.predicted_ep_comm_s));
   }
   o += "ranks:\n";
   for (const auto& r : p.ranks) {
     const std::string cp_rank = p.cp > 1 ? fmt::format(", cp_rank: {}", r.cp_rank) : "";
-    o += fmt::format("  - {{rank: {}, node: {}, local_device: {}, stage: {}, replica: {}, tp_rank: {}{}, prev: {}, next: {}}}\n", r.rank, r.node,
-                     r.local_device, r.stage, r.replica, r.tp_rank, cp_rank, List(r.prev), List(r.next));
+    o += fmt::format(
+        "  - {{rank: {}, node: {}, local_device: {}, stage: {}, replica: {}, tp_rank: {}{}, prev: {}, next: {}}}\n",
+        r.rank, r.node, r.local_device, r.stage, r.replica, r.tp_rank, cp_rank, List(r.prev), List(r.next));
   }
-  o += "groups:\n" + Groups("tensor_parallel", p.tp_groups) + Groups("data_parallel", p.dp_groups) + Groups("pipeline", p.pp_groups) +
-       (p.cp_groups.empty() ? "" : Groups("context_parallel", p.cp_groups)) + (p.ep_groups.empty() ? "" : Groups("expert_parallel", p.ep_groups)) +
+  o += "groups:\n" + Groups("tensor_parallel", p.tp_groups) + Groups("data_parallel", p.dp_groups) +
+       Groups("pipeline", p.pp_groups) + (p.cp_groups.empty() ? "" : Groups("context_parallel", p.cp_groups)) +
+       (p.ep_groups.empty() ? "" : Groups("expert_parallel", p.ep_groups)) +
        (p.edp_groups.empty() ? "" : Groups("expert_data_parallel", p.edp_groups));
   // The actions of each distinct program (docs/formats.md has the grammar).
   o += p.programs.empty() ? "programs: []\n" : "programs:\n";
   for (const auto& g : p.programs) {
-    o += fmt::format("  - {{position: {}, replica: {}, actions: \"{}\"}}\n", g.position, g.replica, ActionsToString(g.actions));
+    o += fmt::format("  - {{position: {}, replica: {}, actions: \"{}\"}}\n", g.position, g.replica,
+                     ActionsToString(g.actions));
   }
   return o;
 }
@@ -330,17 +399,48 @@ Status ParseLaunchPlan(const std::string& path, const std::string& text, LaunchP
   YamlReader r(path);
   PLANNER_RETURN_IF_ERROR(r.RequireMap(root, "launch plan"));
   if (!root["ranks"].IsDefined() && !root["programs"].IsDefined()) {
-    return Status::InvalidArgument(fmt::format("{}: not a launch plan (no ranks or programs{}); give LAUNCH/launch.yaml written by planner codegen", path,
-                                               root["inputs"].IsDefined() ? ": a plan.yaml? run planner codegen on it first" : ""));
+    return Status::InvalidArgument(fmt::format(
+        "{}: not a launch plan (no ranks or programs{}); give LAUNCH/launch.yaml written by planner codegen", path,
+        root["inputs"].IsDefined() ? ": a plan.yaml? run planner codegen on it first" : ""));
   }
-  PLANNER_RETURN_IF_ERROR(r.CheckKeys(root, "", {"format_version", "model_file", "model_digest", "plan_digest", "device", "schedule", "interleave",
-                                                 "tp", "pp", "dp", "cp", "sequence_parallel", "ep", "etp", "dp_comm", "servers", "ps_placement", "vertical_sync", "grad_dtype", "config", "microbatch_size", "num_microbatches", "global_batch",
-                                                 "gpus_per_node", "predicted", "run", "stages", "ranks", "groups", "programs"}));
+  PLANNER_RETURN_IF_ERROR(r.CheckKeys(root, "",
+                                      {"format_version",
+                                       "model_file",
+                                       "model_digest",
+                                       "plan_digest",
+                                       "device",
+                                       "schedule",
+                                       "interleave",
+                                       "tp",
+                                       "pp",
+                                       "dp",
+                                       "cp",
+                                       "sequence_parallel",
+                                       "ep",
+                                       "etp",
+                                       "dp_comm",
+                                       "servers",
+                                       "ps_placement",
+                                       "vertical_sync",
+                                       "grad_dtype",
+                                       "config",
+                                       "microbatch_size",
+                                       "num_microbatches",
+                                       "global_batch",
+                                       "gpus_per_node",
+                                       "predicted",
+                                       "run",
+                                       "stages",
+                                       "ranks",
+                                       "groups",
+                                       "programs"}));
   LaunchPlan p;
   p.path = path;
   int64_t version = 0;
   PLANNER_RETURN_IF_ERROR(r.GetInt(root, "format_version", "format_version", &version, true, 1));
-  if (version != 1) return r.FieldError(root["format_version"], "format_version", fmt::format("version {} is not supported; regenerate with planner codegen", version));
+  if (version != 1)
+    return r.FieldError(root["format_version"], "format_version",
+                        fmt::format("version {} is not supported; regenerate with planner codegen", version));
   PLANNER_RETURN_IF_ERROR(r.GetString(root, "model_file", "model_file", &p.model_file, true));
   PLANNER_RETURN_IF_ERROR(r.GetString(root, "model_digest", "model_digest", &p.model_digest, false));
   PLANNER_RETURN_IF_ERROR(r.GetString(root, "plan_digest", "plan_digest", &p.plan_digest, false));
@@ -349,57 +449,77 @@ Status ParseLaunchPlan(const std::string& path, const std::string& text, LaunchP
   ParseDevice(device, &p.device);
   std::string schedule;
   PLANNER_RETURN_IF_ERROR(r.GetEnum(root, "schedule", "schedule", ScheduleNames(), &schedule, true));
-  if (!ParseSchedule(schedule, &p.schedule)) return r.FieldError(root["schedule"], "schedule", "unknown schedule " + schedule);
-  PLANNER_RETURN_IF_ERROR(GetIntInRange(r, root, "interleave", "interleave", &p.interleave, false, 1, kMaxVirtualStages));
+  if (!ParseSchedule(schedule, &p.schedule))
+    return r.FieldError(root["schedule"], "schedule", "unknown schedule " + schedule);
+  PLANNER_RETURN_IF_ERROR(
+      GetIntInRange(r, root, "interleave", "interleave", &p.interleave, false, 1, kMaxVirtualStages));
   PLANNER_RETURN_IF_ERROR(ReadLayoutSizes(r, root, "", true, &p));
-  if (p.sequence_parallel && p.tp < 2) return r.FieldError(root["sequence_parallel"], "sequence_parallel", "needs tp >= 2; set it false or raise tp");
+  if (p.sequence_parallel && p.tp < 2)
+    return r.FieldError(root["sequence_parallel"], "sequence_parallel", "needs tp >= 2; set it false or raise tp");
   std::string dp_comm;
   PLANNER_RETURN_IF_ERROR(r.GetEnum(root, "dp_comm", "dp_comm", DpCommNames(), &dp_comm, false));
-  if (!dp_comm.empty() && !ParseDpComm(dp_comm, &p.dp_comm)) return r.FieldError(root["dp_comm"], "dp_comm", "unknown dp_comm " + dp_comm);
+  if (!dp_comm.empty() && !ParseDpComm(dp_comm, &p.dp_comm))
+    return r.FieldError(root["dp_comm"], "dp_comm", "unknown dp_comm " + dp_comm);
   PLANNER_RETURN_IF_ERROR(r.GetIntList(root, "servers", "servers", &p.servers, false, 0));
   std::string placement;
-  PLANNER_RETURN_IF_ERROR(r.GetEnum(root, "ps_placement", "ps_placement", {"dedicated", "colocated"}, &placement, false));
+  PLANNER_RETURN_IF_ERROR(
+      r.GetEnum(root, "ps_placement", "ps_placement", {"dedicated", "colocated"}, &placement, false));
   p.ps_colocated = placement == "colocated";
   if (p.ps_colocated && (p.dp_comm != DpComm::kParameterServer || !p.servers.empty())) {
-    return r.FieldError(root["ps_placement"], "ps_placement", "colocated is for dp_comm ps with servers: [] (every worker sums a shard); remove it or regenerate with planner codegen");
+    return r.FieldError(root["ps_placement"], "ps_placement",
+                        "colocated is for dp_comm ps with servers: [] (every worker sums a shard); remove it or "
+                        "regenerate with planner codegen");
   }
   if (p.dp_comm == DpComm::kParameterServer && p.servers.empty() && !p.ps_colocated) {
-    return r.FieldError(root["dp_comm"], "servers", "dp_comm ps needs at least one server rank (or ps_placement: colocated); regenerate with planner codegen");
+    return r.FieldError(
+        root["dp_comm"], "servers",
+        "dp_comm ps needs at least one server rank (or ps_placement: colocated); regenerate with planner codegen");
   }
   if (!DpCommUsesServers(p.dp_comm) && !p.servers.empty()) {
-    return r.FieldError(root["servers"], "servers", fmt::format("dp_comm {} has no servers; remove servers", DpCommName(p.dp_comm)));
+    return r.FieldError(root["servers"], "servers",
+                        fmt::format("dp_comm {} has no servers; remove servers", DpCommName(p.dp_comm)));
   }
   PLANNER_RETURN_IF_ERROR(r.GetBool(root, "vertical_sync", "vertical_sync", &p.vertical_sync, false));
   std::string grad_dtype;
   PLANNER_RETURN_IF_ERROR(r.GetEnum(root, "grad_dtype", "grad_dtype", {"fp32", "fp16", "bf16"}, &grad_dtype, false));
   if (DType g; ParseDType(grad_dtype, &g)) p.grad_dtype = g;
   if (p.vertical_sync && p.schedule != Schedule::kPipeDream) {
-    return r.FieldError(root["vertical_sync"], "vertical_sync", fmt::format("vertical sync needs schedule pipedream, not {}; remove it", ScheduleName(p.schedule)));
+    return r.FieldError(
+        root["vertical_sync"], "vertical_sync",
+        fmt::format("vertical sync needs schedule pipedream, not {}; remove it", ScheduleName(p.schedule)));
   }
   PLANNER_RETURN_IF_ERROR(r.GetString(root, "config", "config", &p.config, false));
   PLANNER_RETURN_IF_ERROR(GetIntInRange(r, root, "global_batch", "global_batch", &p.global_batch, true, 1, kMaxBatch));
-  PLANNER_RETURN_IF_ERROR(GetIntInRange(r, root, "gpus_per_node", "gpus_per_node", &p.gpus_per_node, false, 1, kMaxRanks));
+  PLANNER_RETURN_IF_ERROR(
+      GetIntInRange(r, root, "gpus_per_node", "gpus_per_node", &p.gpus_per_node, false, 1, kMaxRanks));
   if (root["predicted"].IsDefined()) {
     PLANNER_RETURN_IF_ERROR(r.RequireMap(root["predicted"], "predicted"));
-    PLANNER_RETURN_IF_ERROR(r.GetDouble(root["predicted"], "iteration_seconds", "predicted.iteration_seconds", &p.predicted_iteration_s, false, 0, false));
-    PLANNER_RETURN_IF_ERROR(r.GetDouble(root["predicted"], "bubble_fraction", "predicted.bubble_fraction", &p.predicted_bubble_fraction, false, 0, false));
+    PLANNER_RETURN_IF_ERROR(r.GetDouble(root["predicted"], "iteration_seconds", "predicted.iteration_seconds",
+                                        &p.predicted_iteration_s, false, 0, false));
+    PLANNER_RETURN_IF_ERROR(r.GetDouble(root["predicted"], "bubble_fraction", "predicted.bubble_fraction",
+                                        &p.predicted_bubble_fraction, false, 0, false));
   }
   if (root["run"].IsDefined()) {
     const YAML::Node& n = root["run"];
     PLANNER_RETURN_IF_ERROR(r.RequireMap(n, "run"));
-    PLANNER_RETURN_IF_ERROR(r.CheckKeys(n, "run", {"iterations", "warmup_iterations", "optimizer", "learning_rate", "seed", "checkpoint_every",
-                                                   "timeout_seconds", "threads", "overlap_dp"}));
-    PLANNER_RETURN_IF_ERROR(GetIntInRange(r, n, "iterations", "run.iterations", &p.run.iterations, false, 1, kMaxIterations));
-    PLANNER_RETURN_IF_ERROR(GetIntInRange(r, n, "warmup_iterations", "run.warmup_iterations", &p.run.warmup_iterations, false, 0, kMaxIterations));
+    PLANNER_RETURN_IF_ERROR(r.CheckKeys(n, "run",
+                                        {"iterations", "warmup_iterations", "optimizer", "learning_rate", "seed",
+                                         "checkpoint_every", "timeout_seconds", "threads", "overlap_dp"}));
+    PLANNER_RETURN_IF_ERROR(
+        GetIntInRange(r, n, "iterations", "run.iterations", &p.run.iterations, false, 1, kMaxIterations));
+    PLANNER_RETURN_IF_ERROR(GetIntInRange(r, n, "warmup_iterations", "run.warmup_iterations", &p.run.warmup_iterations,
+                                          false, 0, kMaxIterations));
     PLANNER_RETURN_IF_ERROR(r.GetEnum(n, "optimizer", "run.optimizer", {"adam", "sgd"}, &p.run.optimizer, false));
     PLANNER_RETURN_IF_ERROR(r.GetDouble(n, "learning_rate", "run.learning_rate", &p.run.learning_rate, false, 0, true));
     int64_t seed = 1;
     PLANNER_RETURN_IF_ERROR(r.GetInt(n, "seed", "run.seed", &seed, false, 0));
     p.run.seed = static_cast<uint64_t>(seed);
-    PLANNER_RETURN_IF_ERROR(GetIntInRange(r, n, "checkpoint_every", "run.checkpoint_every", &p.run.checkpoint_every, false, 0, kMaxIterations));
+    PLANNER_RETURN_IF_ERROR(GetIntInRange(r, n, "checkpoint_every", "run.checkpoint_every", &p.run.checkpoint_every,
+                                          false, 0, kMaxIterations));
     PLANNER_RETURN_IF_ERROR(r.GetDouble(n, "timeout_seconds", "run.timeout_seconds", &p.run.timeout_s, false, 0, true));
     if (p.run.timeout_s > kMaxTimeoutSeconds) {
-      return r.FieldError(n["timeout_seconds"], "run.timeout_seconds", fmt::format("must be at most {} (a week), got {}", kMaxTimeoutSeconds, p.run.timeout_s));
+      return r.FieldError(n["timeout_seconds"], "run.timeout_seconds",
+                          fmt::format("must be at most {} (a week), got {}", kMaxTimeoutSeconds, p.run.timeout_s));
     }
     PLANNER_RETURN_IF_ERROR(GetIntInRange(r, n, "threads", "run.threads", &p.run.threads, false, 1, 256));
     PLANNER_RETURN_IF_ERROR(r.GetBool(n, "overlap_dp", "run.overlap_dp", &p.run.overlap_dp, false));
@@ -410,28 +530,40 @@ Status ParseLaunchPlan(const std::string& path, const std::string& text, LaunchP
   for (size_t i = 0; i < st.size(); ++i) {
     std::string f = fmt::format("stages[{}]", i);
     PLANNER_RETURN_IF_ERROR(r.RequireMap(st[i], f));
-    PLANNER_RETURN_IF_ERROR(r.CheckKeys(st[i], f, {"first_layer", "last_layer", "replicas", "chunk", "predicted_compute_seconds",
-                                                   "predicted_forward_seconds", "predicted_backward_input_seconds",
-                                                   "predicted_backward_weight_seconds", "predicted_p2p_seconds",
-                                                   "predicted_dp_allreduce_seconds", "predicted_peak_memory_bytes", "predicted_ep_comm_seconds"}));
+    PLANNER_RETURN_IF_ERROR(r.CheckKeys(
+        st[i], f,
+        {"first_layer", "last_layer", "replicas", "chunk", "predicted_compute_seconds", "predicted_forward_seconds",
+         "predicted_backward_input_seconds", "predicted_backward_weight_seconds", "predicted_p2p_seconds",
+         "predicted_dp_allreduce_seconds", "predicted_peak_memory_bytes", "predicted_ep_comm_seconds"}));
     LaunchStage s;
-    PLANNER_RETURN_IF_ERROR(GetIntInRange(r, st[i], "first_layer", f + ".first_layer", &s.first_layer, true, 0, kMaxVirtualStages));
-    PLANNER_RETURN_IF_ERROR(GetIntInRange(r, st[i], "last_layer", f + ".last_layer", &s.last_layer, true, 0, kMaxVirtualStages));
+    PLANNER_RETURN_IF_ERROR(
+        GetIntInRange(r, st[i], "first_layer", f + ".first_layer", &s.first_layer, true, 0, kMaxVirtualStages));
+    PLANNER_RETURN_IF_ERROR(
+        GetIntInRange(r, st[i], "last_layer", f + ".last_layer", &s.last_layer, true, 0, kMaxVirtualStages));
     PLANNER_RETURN_IF_ERROR(GetIntInRange(r, st[i], "replicas", f + ".replicas", &s.replicas, true, 1, kMaxRanks));
     PLANNER_RETURN_IF_ERROR(GetIntInRange(r, st[i], "chunk", f + ".chunk", &s.chunk, false, 0, kMaxVirtualStages));
-    PLANNER_RETURN_IF_ERROR(r.GetDouble(st[i], "predicted_compute_seconds", f + ".predicted_compute_seconds", &s.predicted_compute_s, false, 0, false));
-    PLANNER_RETURN_IF_ERROR(r.GetDouble(st[i], "predicted_forward_seconds", f + ".predicted_forward_seconds", &s.predicted_forward_s, false, 0, false));
-    PLANNER_RETURN_IF_ERROR(r.GetDouble(st[i], "predicted_backward_input_seconds", f + ".predicted_backward_input_seconds", &s.predicted_backward_input_s, false, 0, false));
-    PLANNER_RETURN_IF_ERROR(r.GetDouble(st[i], "predicted_backward_weight_seconds", f + ".predicted_backward_weight_seconds", &s.predicted_backward_weight_s, false, 0, false));
-    PLANNER_RETURN_IF_ERROR(r.GetDouble(st[i], "predicted_p2p_seconds", f + ".predicted_p2p_seconds", &s.predicted_p2p_s, false, 0, false));
-    PLANNER_RETURN_IF_ERROR(r.GetDouble(st[i], "predicted_dp_allreduce_seconds", f + ".predicted_dp_allreduce_seconds", &s.predicted_dp_allreduce_s,
-                                        false, 0, false));
-    PLANNER_RETURN_IF_ERROR(r.GetDouble(st[i], "predicted_peak_memory_bytes", f + ".predicted_peak_memory_bytes", &s.predicted_peak_memory_bytes,
-                                        false, 0, false));
-    PLANNER_RETURN_IF_ERROR(r.GetDouble(st[i], "predicted_ep_comm_seconds", f + ".predicted_ep_comm_seconds", &s.predicted_ep_comm_s, false, 0, false));
+    PLANNER_RETURN_IF_ERROR(r.GetDouble(st[i], "predicted_compute_seconds", f + ".predicted_compute_seconds",
+                                        &s.predicted_compute_s, false, 0, false));
+    PLANNER_RETURN_IF_ERROR(r.GetDouble(st[i], "predicted_forward_seconds", f + ".predicted_forward_seconds",
+                                        &s.predicted_forward_s, false, 0, false));
+    PLANNER_RETURN_IF_ERROR(r.GetDouble(st[i], "predicted_backward_input_seconds",
+                                        f + ".predicted_backward_input_seconds", &s.predicted_backward_input_s, false,
+                                        0, false));
+    PLANNER_RETURN_IF_ERROR(r.GetDouble(st[i], "predicted_backward_weight_seconds",
+                                        f + ".predicted_backward_weight_seconds", &s.predicted_backward_weight_s, false,
+                                        0, false));
+    PLANNER_RETURN_IF_ERROR(
+        r.GetDouble(st[i], "predicted_p2p_seconds", f + ".predicted_p2p_seconds", &s.predicted_p2p_s, false, 0, false));
+    PLANNER_RETURN_IF_ERROR(r.GetDouble(st[i], "predicted_dp_allreduce_seconds", f + ".predicted_dp_allreduce_seconds",
+                                        &s.predicted_dp_allreduce_s, false, 0, false));
+    PLANNER_RETURN_IF_ERROR(r.GetDouble(st[i], "predicted_peak_memory_bytes", f + ".predicted_peak_memory_bytes",
+                                        &s.predicted_peak_memory_bytes, false, 0, false));
+    PLANNER_RETURN_IF_ERROR(r.GetDouble(st[i], "predicted_ep_comm_seconds", f + ".predicted_ep_comm_seconds",
+                                        &s.predicted_ep_comm_s, false, 0, false));
     if (s.last_layer < s.first_layer) return r.FieldError(st[i], f + ".last_layer", "is before first_layer");
     if (!p.stages.empty() && s.first_layer != p.stages.back().last_layer + 1 && s.chunk == p.stages.back().chunk) {
-      return r.FieldError(st[i], f + ".first_layer", fmt::format("stages must be contiguous: expected {}", p.stages.back().last_layer + 1));
+      return r.FieldError(st[i], f + ".first_layer",
+                          fmt::format("stages must be contiguous: expected {}", p.stages.back().last_layer + 1));
     }
     p.stages.push_back(s);
   }
@@ -443,39 +575,53 @@ Status ParseLaunchPlan(const std::string& path, const std::string& text, LaunchP
   for (size_t i = 0; i < rk.size(); ++i) {
     std::string f = fmt::format("ranks[{}]", i);
     PLANNER_RETURN_IF_ERROR(r.RequireMap(rk[i], f));
-    PLANNER_RETURN_IF_ERROR(r.CheckKeys(rk[i], f, {"rank", "node", "local_device", "stage", "replica", "tp_rank", "cp_rank", "prev", "next"}));
+    PLANNER_RETURN_IF_ERROR(r.CheckKeys(
+        rk[i], f, {"rank", "node", "local_device", "stage", "replica", "tp_rank", "cp_rank", "prev", "next"}));
     LaunchRank x;
     PLANNER_RETURN_IF_ERROR(GetIntInRange(r, rk[i], "rank", f + ".rank", &x.rank, true, 0, kMaxRanks));
     PLANNER_RETURN_IF_ERROR(GetIntInRange(r, rk[i], "node", f + ".node", &x.node, false, 0, kMaxRanks));
-    PLANNER_RETURN_IF_ERROR(GetIntInRange(r, rk[i], "local_device", f + ".local_device", &x.local_device, false, 0, kMaxRanks));
+    PLANNER_RETURN_IF_ERROR(
+        GetIntInRange(r, rk[i], "local_device", f + ".local_device", &x.local_device, false, 0, kMaxRanks));
     PLANNER_RETURN_IF_ERROR(GetIntInRange(r, rk[i], "stage", f + ".stage", &x.stage, true, 0, kMaxVirtualStages));
     PLANNER_RETURN_IF_ERROR(GetIntInRange(r, rk[i], "replica", f + ".replica", &x.replica, false, 0, kMaxRanks));
     PLANNER_RETURN_IF_ERROR(r.GetInt(rk[i], "tp_rank", f + ".tp_rank", &x.tp_rank, false, 0));
     PLANNER_RETURN_IF_ERROR(r.GetInt(rk[i], "cp_rank", f + ".cp_rank", &x.cp_rank, false, 0));
     PLANNER_RETURN_IF_ERROR(r.GetIntList(rk[i], "prev", f + ".prev", &x.prev, false, 0));
     PLANNER_RETURN_IF_ERROR(r.GetIntList(rk[i], "next", f + ".next", &x.next, false, 0));
-    if (!seen.insert(x.rank).second) return r.FieldError(rk[i]["rank"], f + ".rank", fmt::format("rank {} appears twice", x.rank));
-    if (x.tp_rank >= p.tp) return r.FieldError(rk[i]["tp_rank"], f + ".tp_rank", fmt::format("tp_rank {} >= tp {}", x.tp_rank, p.tp));
-    if (x.cp_rank >= p.cp) return r.FieldError(rk[i]["cp_rank"], f + ".cp_rank", fmt::format("cp_rank {} >= cp {}", x.cp_rank, p.cp));
+    if (!seen.insert(x.rank).second)
+      return r.FieldError(rk[i]["rank"], f + ".rank", fmt::format("rank {} appears twice", x.rank));
+    if (x.tp_rank >= p.tp)
+      return r.FieldError(rk[i]["tp_rank"], f + ".tp_rank", fmt::format("tp_rank {} >= tp {}", x.tp_rank, p.tp));
+    if (x.cp_rank >= p.cp)
+      return r.FieldError(rk[i]["cp_rank"], f + ".cp_rank", fmt::format("cp_rank {} >= cp {}", x.cp_rank, p.cp));
     p.ranks.push_back(x);
   }
   const int64_t n = static_cast<int64_t>(p.ranks.size());
-  if (n == 0 || *seen.rbegin() != n - 1) return r.FieldError(rk, "ranks", fmt::format("ranks must be 0..{} each once", n - 1));
+  if (n == 0 || *seen.rbegin() != n - 1)
+    return r.FieldError(rk, "ranks", fmt::format("ranks must be 0..{} each once", n - 1));
   PLANNER_RETURN_IF_ERROR(CheckRankTable(r, rk, p));
   for (const auto& x : p.ranks) {
-    for (int64_t q : x.prev) if (q >= n) return r.FieldError(rk, "ranks", fmt::format("rank {} names neighbour {} that does not exist", x.rank, q));
-    for (int64_t q : x.next) if (q >= n) return r.FieldError(rk, "ranks", fmt::format("rank {} names neighbour {} that does not exist", x.rank, q));
+    for (int64_t q : x.prev)
+      if (q >= n)
+        return r.FieldError(rk, "ranks", fmt::format("rank {} names neighbour {} that does not exist", x.rank, q));
+    for (int64_t q : x.next)
+      if (q >= n)
+        return r.FieldError(rk, "ranks", fmt::format("rank {} names neighbour {} that does not exist", x.rank, q));
   }
   for (size_t i = 0; i < p.servers.size(); ++i) {
     if (p.servers[i] != n + static_cast<int64_t>(i)) {
-      return r.FieldError(root["servers"], fmt::format("servers[{}]", i),
-                          fmt::format("server ranks follow the {} worker ranks: expected {}; regenerate with planner codegen", n, n + static_cast<int64_t>(i)));
+      return r.FieldError(
+          root["servers"], fmt::format("servers[{}]", i),
+          fmt::format("server ranks follow the {} worker ranks: expected {}; regenerate with planner codegen", n,
+                      n + static_cast<int64_t>(i)));
     }
   }
   std::sort(p.ranks.begin(), p.ranks.end(), [](const LaunchRank& a, const LaunchRank& b) { return a.rank < b.rank; });
   const YAML::Node& g = root["groups"];
   if (g.IsDefined()) {
-    PLANNER_RETURN_IF_ERROR(r.CheckKeys(g, "groups", {"tensor_parallel", "data_parallel", "pipeline", "context_parallel", "expert_parallel", "expert_data_parallel"}));
+    PLANNER_RETURN_IF_ERROR(r.CheckKeys(g, "groups",
+                                        {"tensor_parallel", "data_parallel", "pipeline", "context_parallel",
+                                         "expert_parallel", "expert_data_parallel"}));
     auto read = [&](const char* key, std::vector<std::vector<int64_t>>* groups) -> Status {
       const YAML::Node& x = g[key];
       if (!x.IsDefined()) return Status::OK();
@@ -502,13 +648,18 @@ Status ParseLaunchPlan(const std::string& path, const std::string& text, LaunchP
     PLANNER_RETURN_IF_ERROR(read("expert_parallel", &p.ep_groups));
     PLANNER_RETURN_IF_ERROR(read("expert_data_parallel", &p.edp_groups));
   }
-  if (p.ep < 1 || p.etp < 1) return r.FieldError(root["ep"], "ep", fmt::format("ep {} and etp {} must be >= 1", p.ep, p.etp));
+  if (p.ep < 1 || p.etp < 1)
+    return r.FieldError(root["ep"], "ep", fmt::format("ep {} and etp {} must be >= 1", p.ep, p.etp));
   PLANNER_RETURN_IF_ERROR(CheckGroups(r, root, p));
   if (p.ep > 1 && (p.ep_groups.empty() || p.edp_groups.empty())) {
-    return r.FieldError(root["ep"], "ep", "ep > 1 needs groups.expert_parallel and groups.expert_data_parallel; regenerate with planner codegen");
+    return r.FieldError(
+        root["ep"], "ep",
+        "ep > 1 needs groups.expert_parallel and groups.expert_data_parallel; regenerate with planner codegen");
   }
   for (const auto& eg : p.ep_groups) {
-    if (static_cast<int64_t>(eg.size()) != p.ep) return r.FieldError(root["groups"], "groups.expert_parallel", fmt::format("a group of {} ranks, not ep = {}", eg.size(), p.ep));
+    if (static_cast<int64_t>(eg.size()) != p.ep)
+      return r.FieldError(root["groups"], "groups.expert_parallel",
+                          fmt::format("a group of {} ranks, not ep = {}", eg.size(), p.ep));
   }
   PLANNER_RETURN_IF_ERROR(CheckGroupsAgainstGenerator(r, root, p));
   PLANNER_RETURN_IF_ERROR(ReadPrograms(r, root, &p));

@@ -27,34 +27,34 @@ struct LaunchRank {
   int64_t node = 0;          // host slot: index of the node in the hostfile / allocation
   int64_t local_device = 0;  // GPU index on the node (CPU runs: the core)
   int64_t stage = 0;
-  int64_t replica = 0;       // index within the stage's replicas
+  int64_t replica = 0;  // index within the stage's replicas
   int64_t tp_rank = 0;
-  int64_t cp_rank = 0;       // context-parallel rank (holds sequence chunks cp_rank and 2 cp - 1 - cp_rank)
+  int64_t cp_rank = 0;              // context-parallel rank (holds sequence chunks cp_rank and 2 cp - 1 - cp_rank)
   std::vector<int64_t> prev, next;  // ranks of the previous / next stage with the same tp and cp rank
-  int64_t program = -1;      // index into LaunchPlan::programs (derived, not written: see AssignPrograms)
+  int64_t program = -1;             // index into LaunchPlan::programs (derived, not written: see AssignPrograms)
 };
 
 struct LaunchStage {
   int64_t first_layer = 0, last_layer = 0;  // inclusive, model layer indices
   int64_t replicas = 1;
-  int64_t chunk = 0;                        // interleaved: model chunk on its device
-  double predicted_compute_s = 0;           // per microbatch (F + B + W) from the plan
+  int64_t chunk = 0;               // interleaved: model chunk on its device
+  double predicted_compute_s = 0;  // per microbatch (F + B + W) from the plan
   double predicted_forward_s = 0, predicted_backward_input_s = 0, predicted_backward_weight_s = 0, predicted_p2p_s = 0;
-  double predicted_dp_allreduce_s = 0;      // per iteration, the gradient all-reduce of the stage's replica group
-  double predicted_peak_memory_bytes = 0;   // per device, in the plan's dtype and optimizer state
-  double predicted_ep_comm_s = 0;           // per iteration, the MoE layers' all-to-alls (0: the plan has no prediction)
+  double predicted_dp_allreduce_s = 0;     // per iteration, the gradient all-reduce of the stage's replica group
+  double predicted_peak_memory_bytes = 0;  // per device, in the plan's dtype and optimizer state
+  double predicted_ep_comm_s = 0;          // per iteration, the MoE layers' all-to-alls (0: the plan has no prediction)
 };
 
 struct LaunchRun {
   int64_t iterations = 20;
   int64_t warmup_iterations = 2;
-  std::string optimizer = "adam";   // adam | sgd
+  std::string optimizer = "adam";  // adam | sgd
   double learning_rate = 1e-3;
   uint64_t seed = 1;
-  int64_t checkpoint_every = 0;     // 0: never
+  int64_t checkpoint_every = 0;  // 0: never
   double timeout_s = 60;
   int64_t threads = 1;
-  bool overlap_dp = false;          // all-reduce gradients on a second thread during the last backward
+  bool overlap_dp = false;  // all-reduce gradients on a second thread during the last backward
 };
 
 // The launch plan: the plan's layout (ParallelLayout; launch.yaml carries its sizes, schedule and
@@ -86,7 +86,7 @@ struct LaunchPlan : ParallelLayout {
   // ps co-located (`ps_placement: colocated`, with `servers: []`): every worker is the summation
   // server of its 1/n shard of its group's gradients; no extra ranks.
   bool ps_colocated = false;
-  bool vertical_sync = false;     // PipeDream's vertical sync (schedule pipedream only)
+  bool vertical_sync = false;  // PipeDream's vertical sync (schedule pipedream only)
   // The plan's gradient buffer dtype (plan.yaml grad_dtype: fp32, fp16 or bf16; none: the default
   // for the model's precision). The runtime accumulates and reduces in fp32 whatever it says; the
   // run report prices the plan's model state with it.

@@ -47,50 +47,52 @@ struct LayerAttrs {
 // "Recompute modules"). Dropped bytes are parts of stash_bytes; core_attn's are what
 // stash_bytes_selective leaves out and selective_recompute_*.
 struct RecomputeModuleCost {
-  double stash_bytes = 0;           // activations the module no longer keeps
-  double stash_tp_replicated = 0;   // the part of them in stash_bytes_tp_replicated
-  double expert_stash_bytes = 0;    // the part of them in expert_stash_bytes
-  double gemm_flops = 0;            // GEMM FLOPs re-run in backward (the GEMM rate)
-  double expert_gemm_flops = 0;     // the part of them on the routed experts (scaled by the imbalance)
-  double core_flops = 0;            // attention-core FLOPs re-run (the attention-core rate)
-  double mem_bytes = 0;             // memory-bound HBM traffic re-run
-  int tp_collectives = 0;           // forward TP all-reduces re-run (the recomputed region's output)
-  bool alltoall = false;            // the dispatch and combine all-to-alls re-run (moe)
+  double stash_bytes = 0;          // activations the module no longer keeps
+  double stash_tp_replicated = 0;  // the part of them in stash_bytes_tp_replicated
+  double expert_stash_bytes = 0;   // the part of them in expert_stash_bytes
+  double gemm_flops = 0;           // GEMM FLOPs re-run in backward (the GEMM rate)
+  double expert_gemm_flops = 0;    // the part of them on the routed experts (scaled by the imbalance)
+  double core_flops = 0;           // attention-core FLOPs re-run (the attention-core rate)
+  double mem_bytes = 0;            // memory-bound HBM traffic re-run
+  int tp_collectives = 0;          // forward TP all-reduces re-run (the recomputed region's output)
+  bool alltoall = false;           // the dispatch and combine all-to-alls re-run (moe)
 };
 
 struct Layer {
-  std::string name;                 // unique within the model, e.g. "block7"
+  std::string name;                     // unique within the model, e.g. "block7"
   LayerKind kind = LayerKind::kLinear;  // e.g. kTransformerBlock; LayerKindName(kind) is its name in files and messages
-  std::vector<int64_t> in_shape;    // per sample
-  std::vector<int64_t> out_shape;   // per sample
-  std::string signature;            // kind name + shapes + attributes: equal signatures cost the same
-  int source_line = 0;              // 1-based line in the model file (0: from a template)
-  LayerAttrs attrs;                 // resolved attributes (the kernels are built from them)
+  std::vector<int64_t> in_shape;        // per sample
+  std::vector<int64_t> out_shape;       // per sample
+  std::string signature;                // kind name + shapes + attributes: equal signatures cost the same
+  int source_line = 0;                  // 1-based line in the model file (0: from a template)
+  LayerAttrs attrs;                     // resolved attributes (the kernels are built from them)
 
   // Per-sample analytic costs.
-  double params = 0;                // trainable parameters owned by this layer
-  bool params_tied = false;         // shares its weights with another layer (tied lm_head): not in totals
-  double fwd_flops = 0;             // matrix (tensor-core) FLOPs of the forward pass
-  double bwd_input_flops = 0;       // backward, gradient w.r.t. the input ("B")
-  double bwd_weight_flops = 0;      // backward, gradient w.r.t. the weights ("W")
-  double fwd_mem_bytes = 0;         // HBM traffic of memory-bound (elementwise) work, forward
-  double bwd_mem_bytes = 0;         // same, backward
-  double out_bytes = 0;             // output activation
-  double stash_bytes = 0;           // activations kept for backward, no recompute
-  double stash_bytes_selective = 0; // kept with selective recompute (attention core dropped)
-  double stash_bytes_full = 0;      // kept with full recompute (the layer input only)
-  double selective_recompute_flops = 0;  // FLOPs re-run in backward by selective recompute
+  double params = 0;                         // trainable parameters owned by this layer
+  bool params_tied = false;                  // shares its weights with another layer (tied lm_head): not in totals
+  double fwd_flops = 0;                      // matrix (tensor-core) FLOPs of the forward pass
+  double bwd_input_flops = 0;                // backward, gradient w.r.t. the input ("B")
+  double bwd_weight_flops = 0;               // backward, gradient w.r.t. the weights ("W")
+  double fwd_mem_bytes = 0;                  // HBM traffic of memory-bound (elementwise) work, forward
+  double bwd_mem_bytes = 0;                  // same, backward
+  double out_bytes = 0;                      // output activation
+  double stash_bytes = 0;                    // activations kept for backward, no recompute
+  double stash_bytes_selective = 0;          // kept with selective recompute (attention core dropped)
+  double stash_bytes_full = 0;               // kept with full recompute (the layer input only)
+  double selective_recompute_flops = 0;      // FLOPs re-run in backward by selective recompute
   double selective_recompute_mem_bytes = 0;  // HBM traffic re-run in backward by selective recompute
   std::array<RecomputeModuleCost, kRecomputeModuleCount> recompute_modules{};  // index: RecomputeModule
-  double model_flops = 0;           // per sample, forward + backward, as the MFU counts them (no recompute of any kind)
-  double attention_core_fwd_flops = 0;  // the s^2 part of forward (Q K^T and scores x V): what context parallelism splits and overlaps
-  double cp_kv_bytes = 0;           // K and V of the whole sequence (2 s kv_heads d, dtype bytes): what ring attention passes round the CP group
+  double model_flops = 0;  // per sample, forward + backward, as the MFU counts them (no recompute of any kind)
+  double attention_core_fwd_flops =
+      0;  // the s^2 part of forward (Q K^T and scores x V): what context parallelism splits and overlaps
+  double cp_kv_bytes =
+      0;  // K and V of the whole sequence (2 s kv_heads d, dtype bytes): what ring attention passes round the CP group
 
   // Tensor parallelism (Megatron-style sharding of this layer across t GPUs).
-  bool tp_shardable = false;        // FLOPs, params and the sharded stash divide by t
-  int64_t tp_divisor = 0;           // t must divide this (heads, vocab); 0: any t
-  int tp_allreduces_fwd = 0;        // all-reduces of tp_allreduce_bytes in forward (same in backward)
-  double tp_allreduce_bytes = 0;    // bytes of one such all-reduce
+  bool tp_shardable = false;             // FLOPs, params and the sharded stash divide by t
+  int64_t tp_divisor = 0;                // t must divide this (heads, vocab); 0: any t
+  int tp_allreduces_fwd = 0;             // all-reduces of tp_allreduce_bytes in forward (same in backward)
+  double tp_allreduce_bytes = 0;         // bytes of one such all-reduce
   double stash_bytes_tp_replicated = 0;  // part of stash_bytes that is not divided by t
   // Parts of params and of the forward FLOPs that every TP rank holds and runs whole (MLA's q and kv
   // down-projections and their norms, the MoE router: replicated in Megatron-Core). Included in params
@@ -100,13 +102,15 @@ struct Layer {
 
   // Mixture of experts (moe_block; docs/cost_model.md, MoE). All zero on other layers. The
   // routed experts' parts below are included in the totals above (params, *_flops, stash_bytes*).
-  int64_t experts = 0;              // routed experts E; 0: not an MoE layer
-  int64_t top_k = 0;                // routed experts per token
-  double expert_params = 0;         // parameters of all E routed experts: split over EP x ETP (the rest of params over TP)
-  double expert_fwd_flops = 0;      // forward FLOPs of the routed experts (balanced, per sample): scaled by the imbalance factor
+  int64_t experts = 0;       // routed experts E; 0: not an MoE layer
+  int64_t top_k = 0;         // routed experts per token
+  double expert_params = 0;  // parameters of all E routed experts: split over EP x ETP (the rest of params over TP)
+  double expert_fwd_flops =
+      0;  // forward FLOPs of the routed experts (balanced, per sample): scaled by the imbalance factor
   double expert_bwd_input_flops = 0, expert_bwd_weight_flops = 0;
-  double expert_stash_bytes = 0;    // part of stash_bytes and stash_bytes_selective held by the routed experts
-  double moe_dispatch_bytes = 0;    // one dispatch all-to-all, per sample: s x top_k x h x dtype bytes (combine: the same back)
+  double expert_stash_bytes = 0;  // part of stash_bytes and stash_bytes_selective held by the routed experts
+  double moe_dispatch_bytes =
+      0;  // one dispatch all-to-all, per sample: s x top_k x h x dtype bytes (combine: the same back)
 
   double bwd_flops() const { return bwd_input_flops + bwd_weight_flops; }
 };

@@ -25,16 +25,20 @@ std::vector<std::string> Join(std::initializer_list<std::vector<std::string>> pa
   return all;
 }
 // Multi-head latent attention (DeepSeek-V2/V3): kv_lora_rank > 0 turns it on.
-const std::vector<std::string> kMlaKeys = {"q_lora_rank", "kv_lora_rank", "qk_rope_head_dim", "qk_nope_head_dim", "v_head_dim"};
-const std::vector<std::string> kMoeKeys = {"heads", "kv_heads", "head_dim", "experts", "top_k", "expert_ffn", "shared_ffn",
-                                           "route_groups", "route_group_limit", "rope_theta"};
+const std::vector<std::string> kMlaKeys = {"q_lora_rank", "kv_lora_rank", "qk_rope_head_dim", "qk_nope_head_dim",
+                                           "v_head_dim"};
+const std::vector<std::string> kMoeKeys = {
+    "heads",      "kv_heads",   "head_dim",     "experts",           "top_k",
+    "expert_ffn", "shared_ffn", "route_groups", "route_group_limit", "rope_theta"};
 const std::vector<std::string> kMoeZeroOk = {"q_lora_rank", "shared_ffn", "route_groups", "route_group_limit"};
 }  // namespace
 
 const std::vector<LayerTypeInfo>& LayerTypes() {
   static const std::vector<LayerTypeInfo> types = {
       {LayerKind::kLinear, {"in_features", "out_features"}, {"bias"}, {"out_features"}},
-      {LayerKind::kConv2d, {"in_channels", "out_channels", "kernel", "stride", "padding"}, {"bias"},
+      {LayerKind::kConv2d,
+       {"in_channels", "out_channels", "kernel", "stride", "padding"},
+       {"bias"},
        {"out_channels", "kernel"}},
       {LayerKind::kRelu, {}, {}, {}},
       {LayerKind::kGelu, {}, {}, {}},
@@ -45,18 +49,41 @@ const std::vector<LayerTypeInfo>& LayerTypes() {
       {LayerKind::kLayernorm, {}, {}, {}},
       {LayerKind::kRmsnorm, {}, {}, {}},
       {LayerKind::kEmbedding, {"vocab", "hidden", "positions"}, {"dropout"}, {"vocab", "hidden"}},
-      {LayerKind::kAttention, Join({{"heads", "kv_heads", "rope_theta", "head_dim"}, kMlaKeys}), {"bias", "dropout"},
-       {"heads"}, false, {kPositionKey, kAttentionKey}, {}, {"q_lora_rank"}},
+      {LayerKind::kAttention,
+       Join({{"heads", "kv_heads", "rope_theta", "head_dim"}, kMlaKeys}),
+       {"bias", "dropout"},
+       {"heads"},
+       false,
+       {kPositionKey, kAttentionKey},
+       {},
+       {"q_lora_rank"}},
       {LayerKind::kMlp, {"ffn"}, {"bias", "dropout"}, {}, false, {kActKey}},
-      {LayerKind::kTransformerBlock, Join({{"heads", "kv_heads", "ffn", "rope_theta", "head_dim"}, kMlaKeys}),
-       {"bias", "dropout"}, {"heads"}, false, {kActKey, kNormKey, kPositionKey, kAttentionKey}, {}, {"q_lora_rank"}},
-      {LayerKind::kMoeBlock, Join({kMoeKeys, kMlaKeys}), {"bias", "dropout"},
-       {"heads", "experts", "top_k", "expert_ffn"}, false, {kActKey, kNormKey, kPositionKey, kAttentionKey, kRouterKey},
-       {"capacity_factor", "aux_loss"}, kMoeZeroOk},
+      {LayerKind::kTransformerBlock,
+       Join({{"heads", "kv_heads", "ffn", "rope_theta", "head_dim"}, kMlaKeys}),
+       {"bias", "dropout"},
+       {"heads"},
+       false,
+       {kActKey, kNormKey, kPositionKey, kAttentionKey},
+       {},
+       {"q_lora_rank"}},
+      {LayerKind::kMoeBlock,
+       Join({kMoeKeys, kMlaKeys}),
+       {"bias", "dropout"},
+       {"heads", "experts", "top_k", "expert_ffn"},
+       false,
+       {kActKey, kNormKey, kPositionKey, kAttentionKey, kRouterKey},
+       {"capacity_factor", "aux_loss"},
+       kMoeZeroOk},
       // One multi-token-prediction module (DeepSeek-V3): a moe_block's keys when experts is set, else a
       // transformer_block's (ffn), and the vocab of the shared output head.
-      {LayerKind::kMtp, Join({kMoeKeys, kMlaKeys, {"ffn", "vocab"}}), {"bias", "dropout"}, {"heads", "vocab"}, false,
-       {kActKey, kNormKey, kPositionKey, kAttentionKey, kRouterKey}, {"capacity_factor", "aux_loss"}, kMoeZeroOk},
+      {LayerKind::kMtp,
+       Join({kMoeKeys, kMlaKeys, {"ffn", "vocab"}}),
+       {"bias", "dropout"},
+       {"heads", "vocab"},
+       false,
+       {kActKey, kNormKey, kPositionKey, kAttentionKey, kRouterKey},
+       {"capacity_factor", "aux_loss"},
+       kMoeZeroOk},
       {LayerKind::kLmHead, {"vocab"}, {"tied"}, {"vocab"}},
       {LayerKind::kLoss, {}, {}, {}},
   };
@@ -159,7 +186,7 @@ struct Transformer {
 struct AttnGeom {
   double weights = 0, params = 0;
   double replicated_weights = 0, replicated_params = 0;  // MLA's down projections and latent norms (not split by TP)
-  double kept = 0, kept_replicated = 0;  // elements kept for backward (no masks, no log-sum-exp)
+  double kept = 0, kept_replicated = 0;                  // elements kept for backward (no masks, no log-sum-exp)
   // Of them: the inputs kept only for an FP8 GEMM (QKV or MLA's down and up projections), the output
   // projection's input (flash's backward reads it too, as the attention output), in kept_replicated.
   double kept_gemm_in = 0, proj_in = 0, replicated_gemm_in = 0;
@@ -216,7 +243,7 @@ void AttentionCosts(const Transformer& t, double dt, double gi, Layer* l) {
   l->params += geo.params;
   l->tp_replicated_params += geo.replicated_params;
   l->tp_replicated_fwd_flops += 2 * s * geo.replicated_weights;
-  const double gemm = 2 * s * geo.weights;            // QKV (MLA: down and up) and output projections
+  const double gemm = 2 * s * geo.weights;                  // QKV (MLA: down and up) and output projections
   const double core_full = 2 * s * s * a * (t.dqk + t.dv);  // Q K^T (2 s^2 a dqk) and scores x V (2 s^2 a dv)
   // Flash: the causal kernel skips the masked blocks (half of s^2); its backward
   // re-runs Q K^T and adds dV, dP, dQ, dK: 5 s^2 GEMMs against forward's 2.
@@ -236,7 +263,7 @@ void AttentionCosts(const Transformer& t, double dt, double gi, Layer* l) {
   const double gemm_saved = (dt - gi) * s * (geo.kept_gemm_in + (t.flash() ? 0 : geo.proj_in));  // 0 unless fp8
   const double kept = dt * s * geo.kept - gemm_saved + mask;
   double mem_fwd = dt * 4 * s * h, mem_bwd = dt * 8 * s * h;  // dropout + residual on s h
-  if (t.position == "rope") {  // rotate Q and K: read + write, the same in backward
+  if (t.position == "rope") {                                 // rotate Q and K: read + write, the same in backward
     mem_fwd += dt * 2 * s * geo.rope;
     mem_bwd += dt * 2 * s * geo.rope;
   }
@@ -266,7 +293,8 @@ void AttentionCosts(const Transformer& t, double dt, double gi, Layer* l) {
   l->fwd_mem_bytes += mem_fwd;
   l->bwd_mem_bytes += mem_bwd;
   RecomputeModuleCost& core = Module(l, RecomputeModule::kCoreAttn);  // what stash_bytes_selective leaves out
-  core.stash_bytes = t.flash() ? (dt - gi) * s * geo.proj_in : (t.dropout ? dt * 2 * a * s * s + a * s * s : dt * a * s * s);
+  core.stash_bytes =
+      t.flash() ? (dt - gi) * s * geo.proj_in : (t.dropout ? dt * 2 * a * s * s + a * s * s : dt * a * s * s);
   core.core_flops = t.flash() ? core_fwd : core_full;
   core.mem_bytes = t.flash() ? 0 : dt * 4 * a * s * s;
   // QKV input (MLA: and the latents), the mask
@@ -317,12 +345,12 @@ void MlpCosts(const Transformer& t, double dt, double gi, Layer* l) {
   const MlpPart m = Mlp(t.act, t.bias, h, t.f, s);
   l->params += m.params;
   AddGemm(m.gemm, l);
-  const double mask = t.dropout ? s * h : 0;  // the dropout mask
+  const double mask = t.dropout ? s * h : 0;     // the dropout mask
   const double kept = m.StashBytes(dt, gi, gi);  // fc1's input is the norm's output, read by fc1 alone
   l->stash_bytes += kept + mask;
   l->stash_bytes_selective += kept + mask;
   l->stash_bytes_tp_replicated += gi * s * h + mask;  // fc1 input and the dropout mask
-  l->fwd_mem_bytes += dt * (m.act_fwd + 4 * s * h);  // + dropout and residual on s h
+  l->fwd_mem_bytes += dt * (m.act_fwd + 4 * s * h);   // + dropout and residual on s h
   l->bwd_mem_bytes += dt * (m.act_bwd + 8 * s * h);
   l->tp_allreduces_fwd += 1;
   // mlp: the sub-layer checkpointed whole; it keeps its input (fc1's, as the checkpoint got it: dt),
@@ -347,7 +375,8 @@ struct Moe {
 void MoeRecomputeModules(double dt, double gi, double s, double h, const MlpPart* shared, const MlpPart& ex,
                          double router_flops, double stash, double mem_fwd, Layer* l) {
   RecomputeModuleCost& moe = Module(l, RecomputeModule::kMoe);
-  const double shared_kept = shared ? shared->StashBytes(dt, gi, dt) - dt * s * h : 0, ex_kept = ex.StashBytes(dt, gi, gi);
+  const double shared_kept = shared ? shared->StashBytes(dt, gi, dt) - dt * s * h : 0,
+               ex_kept = ex.StashBytes(dt, gi, gi);
   moe.stash_bytes = stash - dt * s * h;
   moe.stash_tp_replicated = stash - dt * s * h - shared_kept - ex_kept;  // the fp32 scores
   moe.expert_stash_bytes = ex_kept;
@@ -380,7 +409,7 @@ void MoeCosts(const Transformer& t, const Moe& m, double dt, double gi, Layer* l
   l->tp_replicated_params += m.e * h;
   l->tp_replicated_fwd_flops += router;
   AddGemm(router, l);
-  double stash = 4 * s * m.e;                         // fp32 routing scores
+  double stash = 4 * s * m.e;                                   // fp32 routing scores
   double mem_fwd = 4 * 2 * s * m.e, mem_bwd = 4 * 3 * s * m.e;  // softmax | sigmoid and top-k over them
   MlpPart shared;
   if (m.fs > 0) {
@@ -414,7 +443,7 @@ void MoeCosts(const Transformer& t, const Moe& m, double dt, double gi, Layer* l
   l->stash_bytes += stash;
   l->stash_bytes_selective += stash;
   l->stash_bytes_tp_replicated += dt * s * h + mask + 4 * s * m.e;  // MLP input, mask, routing scores
-  l->fwd_mem_bytes += mem_fwd + dt * 4 * s * h;  // + dropout and residual on s h
+  l->fwd_mem_bytes += mem_fwd + dt * 4 * s * h;                     // + dropout and residual on s h
   l->bwd_mem_bytes += mem_bwd + dt * 8 * s * h;
   l->tp_allreduces_fwd += 1;
   l->experts = static_cast<int64_t>(m.e);
@@ -452,19 +481,28 @@ Status ResolveMla(const LayerAttrs& attrs, Transformer* t, Layer* l) {
   }
   if (!any) return Status::OK();
   const int64_t ql = attrs.Int("q_lora_rank", 0), kvl = attrs.Int("kv_lora_rank", 0);
-  const int64_t rope = attrs.Int("qk_rope_head_dim", 0), nope = attrs.Int("qk_nope_head_dim", 0), dv = attrs.Int("v_head_dim", 0);
+  const int64_t rope = attrs.Int("qk_rope_head_dim", 0), nope = attrs.Int("qk_nope_head_dim", 0),
+                dv = attrs.Int("v_head_dim", 0);
   if (kvl < 1) {
-    return ShapeError(fmt::format("kv_lora_rank ({}) must be at least 1: MLA compresses K and V to that width; set "
-                                  "kv_lora_rank (DeepSeek-V3: 512) or remove the MLA keys", kvl));
+    return ShapeError(
+        fmt::format("kv_lora_rank ({}) must be at least 1: MLA compresses K and V to that width; set "
+                    "kv_lora_rank (DeepSeek-V3: 512) or remove the MLA keys",
+                    kvl));
   }
-  if (ql < 0) return ShapeError(fmt::format("q_lora_rank ({}) must be at least 0; set q_lora_rank: 0 (no query compression)", ql));
+  if (ql < 0)
+    return ShapeError(
+        fmt::format("q_lora_rank ({}) must be at least 0; set q_lora_rank: 0 (no query compression)", ql));
   if (rope < 2 || rope % 2 != 0) {
-    return ShapeError(fmt::format("qk_rope_head_dim ({}) must be even and at least 2: RoPE rotates pairs; set "
-                                  "qk_rope_head_dim: 64 (DeepSeek-V3)", rope));
+    return ShapeError(
+        fmt::format("qk_rope_head_dim ({}) must be even and at least 2: RoPE rotates pairs; set "
+                    "qk_rope_head_dim: 64 (DeepSeek-V3)",
+                    rope));
   }
   if (nope < 1 || dv < 1) {
-    return ShapeError(fmt::format("MLA needs qk_nope_head_dim and v_head_dim of at least 1 (got {} and {}); set them "
-                                  "(DeepSeek-V3: 128 and 128)", nope, dv));
+    return ShapeError(
+        fmt::format("MLA needs qk_nope_head_dim and v_head_dim of at least 1 (got {} and {}); set them "
+                    "(DeepSeek-V3: 128 and 128)",
+                    nope, dv));
   }
   t->mla = true;
   t->q_lora = static_cast<double>(ql);
@@ -484,31 +522,47 @@ Status ResolveMla(const LayerAttrs& attrs, Transformer* t, Layer* l) {
 // A moe_block's MoE attributes, checked and written into l->attrs.
 Status ResolveMoe(const LayerAttrs& attrs, Moe* m, Layer* l) {
   const int64_t e = attrs.Int("experts", 0), k = attrs.Int("top_k", 0), fe = attrs.Int("expert_ffn", 0);
-  const int64_t fs = attrs.Int("shared_ffn", 0), groups = attrs.Int("route_groups", 0), limit = attrs.Int("route_group_limit", 0);
+  const int64_t fs = attrs.Int("shared_ffn", 0), groups = attrs.Int("route_groups", 0),
+                limit = attrs.Int("route_group_limit", 0);
   const double cap = attrs.Real("capacity_factor", 0), aux = attrs.Real("aux_loss", 0);
   if (e < 2) {
-    return ShapeError(fmt::format("experts ({}) must be at least 2; one expert is a dense MLP: use a transformer_block with ffn", e));
+    return ShapeError(
+        fmt::format("experts ({}) must be at least 2; one expert is a dense MLP: use a transformer_block with ffn", e));
   }
-  if (k < 1 || k > e) return ShapeError(fmt::format("top_k ({}) must be between 1 and experts ({}); set top_k: {} or less", k, e, e));
-  if (fe < 1) return ShapeError("expert_ffn (one expert's FFN hidden size) is missing; set expert_ffn: <size> (DeepSeek-V3: 2048)");
-  if (fs < 0) return ShapeError(fmt::format("shared_ffn ({}) must be at least 0; set shared_ffn: 0 (no shared expert)", fs));
+  if (k < 1 || k > e)
+    return ShapeError(fmt::format("top_k ({}) must be between 1 and experts ({}); set top_k: {} or less", k, e, e));
+  if (fe < 1)
+    return ShapeError(
+        "expert_ffn (one expert's FFN hidden size) is missing; set expert_ffn: <size> (DeepSeek-V3: 2048)");
+  if (fs < 0)
+    return ShapeError(fmt::format("shared_ffn ({}) must be at least 0; set shared_ffn: 0 (no shared expert)", fs));
   if (!(cap >= 0)) {
-    return ShapeError(fmt::format("capacity_factor ({}) is below 0; set capacity_factor: 0 (dropless) or a capacity "
-                                  "above 0 (e.g. 1.25)", cap));
+    return ShapeError(
+        fmt::format("capacity_factor ({}) is below 0; set capacity_factor: 0 (dropless) or a capacity "
+                    "above 0 (e.g. 1.25)",
+                    cap));
   }
-  if (!(aux >= 0)) return ShapeError(fmt::format("aux_loss ({}) is below 0; set aux_loss: 0 (none) or a coefficient (e.g. 0.01)", aux));
+  if (!(aux >= 0))
+    return ShapeError(
+        fmt::format("aux_loss ({}) is below 0; set aux_loss: 0 (none) or a coefficient (e.g. 0.01)", aux));
   if (groups != 0 || limit != 0) {
     if (groups < 1 || e % groups != 0) {
-      return ShapeError(fmt::format("route_groups ({}) must divide experts ({}); set route_groups to a divisor of {} "
-                                    "(DeepSeek-V3: 8 groups of 32)", groups, e, e));
+      return ShapeError(
+          fmt::format("route_groups ({}) must divide experts ({}); set route_groups to a divisor of {} "
+                      "(DeepSeek-V3: 8 groups of 32)",
+                      groups, e, e));
     }
     if (limit < 1 || limit > groups) {
-      return ShapeError(fmt::format("route_group_limit ({}) must be between 1 and route_groups ({}); set "
-                                    "route_group_limit: {} or less (DeepSeek-V3: 4 of 8)", limit, groups, groups));
+      return ShapeError(
+          fmt::format("route_group_limit ({}) must be between 1 and route_groups ({}); set "
+                      "route_group_limit: {} or less (DeepSeek-V3: 4 of 8)",
+                      limit, groups, groups));
     }
     if (k > limit * (e / groups)) {
-      return ShapeError(fmt::format("top_k ({}) exceeds the {} experts of route_group_limit ({}) groups of {}; raise "
-                                    "route_group_limit or lower top_k", k, limit * (e / groups), limit, e / groups));
+      return ShapeError(
+          fmt::format("top_k ({}) exceeds the {} experts of route_group_limit ({}) groups of {}; raise "
+                      "route_group_limit or lower top_k",
+                      k, limit * (e / groups), limit, e / groups));
     }
   }
   m->e = static_cast<double>(e);
@@ -516,8 +570,9 @@ Status ResolveMoe(const LayerAttrs& attrs, Moe* m, Layer* l) {
   m->fe = static_cast<double>(fe);
   m->fs = static_cast<double>(fs);
   m->capacity = cap;
-  const std::pair<const char*, int64_t> resolved[] = {{"experts", e},     {"top_k", k},           {"expert_ffn", fe},
-                                                       {"shared_ffn", fs}, {"route_groups", groups}, {"route_group_limit", limit}};
+  const std::pair<const char*, int64_t> resolved[] = {{"experts", e},           {"top_k", k},
+                                                      {"expert_ffn", fe},       {"shared_ffn", fs},
+                                                      {"route_groups", groups}, {"route_group_limit", limit}};
   for (const auto& [key, v] : resolved) l->attrs.ints[key] = v;
   l->attrs.reals["capacity_factor"] = cap;
   l->attrs.reals["aux_loss"] = aux;
@@ -555,12 +610,16 @@ Status ResolveTransformer(LayerKind kind, const LayerAttrs& attrs, const std::ve
       return ShapeError(fmt::format("heads ({}) must divide the hidden size {}", heads, hidden));
     }
     if (!t->mla && heads % kv != 0) {
-      return ShapeError(fmt::format("kv_heads ({}) must divide heads ({}); set kv_heads to a divisor of {} (1: MQA, {}: "
-                                    "MHA)", kv, heads, heads, heads));
+      return ShapeError(
+          fmt::format("kv_heads ({}) must divide heads ({}); set kv_heads to a divisor of {} (1: MQA, {}: "
+                      "MHA)",
+                      kv, heads, heads, heads));
     }
     if (!t->mla && t->position == "rope" && head_dim % 2 != 0) {
-      return ShapeError(fmt::format("rope rotates pairs of the head dimension, which is odd ({}); use an even "
-                                    "hidden / heads or position: learned", head_dim));
+      return ShapeError(
+          fmt::format("rope rotates pairs of the head dimension, which is odd ({}); use an even "
+                      "hidden / heads or position: learned",
+                      head_dim));
     }
     if (theta < 1) return ShapeError("rope_theta must be at least 1");
     l->attrs.ints["kv_heads"] = kv;
@@ -614,16 +673,16 @@ Status MtpCosts(const LayerAttrs& attrs, const std::vector<int64_t>& in, DType d
   l->in_shape = in;
   l->attrs.ints["vocab"] = vocab;
   for (int i = 0; i < 3; ++i) NormCosts(s * h, h, rms, dt, l);  // hnorm, enorm, the output head's norm
-  l->params += 2 * h * h + (bias ? h : 0);                    // eh_proj [2h, h]
+  l->params += 2 * h * h + (bias ? h : 0);                      // eh_proj [2h, h]
   AddGemm(2 * s * 2 * h * h, l);
-  AddGemm(2 * s * h * v, l);                                  // the shared output head
+  AddGemm(2 * s * h * v, l);  // the shared output head
   // eh_proj's input (an FP8 GEMM's: gi), the head's input (the output head stays bf16, DeepSeek-V3
   // section 3.3.1), fp32 logits, token ids
   const double extra = GemmInputBytes(dtype) * 2 * s * h + dt * s * h + 4 * s * v + 4 * s;
   l->stash_bytes += extra;
   l->stash_bytes_selective += extra;
   l->stash_bytes_tp_replicated += 4 * s;
-  l->stash_bytes_full = dt * s * h + 4 * s * v;  // the input; the loss's logits are never recomputed
+  l->stash_bytes_full = dt * s * h + 4 * s * v;        // the input; the loss's logits are never recomputed
   l->fwd_mem_bytes += dt * 2 * s * h + 4 * 3 * s * v;  // embedding gather and its copy; cross-entropy
   l->bwd_mem_bytes += dt * 2 * s * h + 4 * 2 * s * v;
   l->tp_divisor = std::gcd(b.tp_divisor, vocab);
@@ -638,7 +697,8 @@ Status PoolShape(LayerKind kind, const LayerAttrs& attrs, const std::vector<int6
   int64_t k = attrs.Int("kernel", 2), st = attrs.Int("stride", k), p = attrs.Int("padding", 0);
   if (k < 1 || st < 1 || p < 0) return ShapeError("kernel and stride must be at least 1, padding at least 0");
   // PyTorch's pooling rule: a window must overlap the input, so padding is at most half the kernel.
-  if (2 * p > k) return ShapeError(fmt::format("padding {} is more than half the kernel {}; use padding {} or less", p, k, k / 2));
+  if (2 * p > k)
+    return ShapeError(fmt::format("padding {} is more than half the kernel {}; use padding {} or less", p, k, k / 2));
   int64_t ho = (in[1] + 2 * p - k) / st + 1, wo = (in[2] + 2 * p - k) / st + 1;
   if (in[1] + 2 * p < k || in[2] + 2 * p < k || ho < 1 || wo < 1) {
     return ShapeError(fmt::format("kernel {} does not fit the {}x{} input; use a smaller kernel", k, in[1], in[2]));
@@ -668,9 +728,10 @@ Status InferLayer(LayerKind kind, const LayerAttrs& attrs, const std::vector<int
       int64_t fin = in.back();
       int64_t want = attrs.Int("in_features", fin);
       if (want != fin) {
-        return ShapeError(fmt::format("in_features is {} but the input is {} (last dimension {}); set in_features: {} "
-                                      "or fix the previous layer",
-                                      want, ShapeString(in), fin, fin));
+        return ShapeError(
+            fmt::format("in_features is {} but the input is {} (last dimension {}); set in_features: {} "
+                        "or fix the previous layer",
+                        want, ShapeString(in), fin, fin));
       }
       int64_t fout = attrs.Int("out_features", 0);
       l.attrs.ints["in_features"] = fin;

@@ -22,16 +22,16 @@ struct StringKey {
 };
 
 struct LayerTypeInfo {
-  LayerKind kind;                       // LayerKindName(kind): the `type:` of a model file
-  std::vector<std::string> int_keys;    // integer attributes (all optional unless in `required`)
-  std::vector<std::string> bool_keys;   // boolean attributes
-  std::vector<std::string> required;    // required integer attributes
-  bool has_probability = false;         // dropout's `p`
+  LayerKind kind;                           // LayerKindName(kind): the `type:` of a model file
+  std::vector<std::string> int_keys;        // integer attributes (all optional unless in `required`)
+  std::vector<std::string> bool_keys;       // boolean attributes
+  std::vector<std::string> required;        // required integer attributes
+  bool has_probability = false;             // dropout's `p`
   std::vector<StringKey> string_keys = {};  // enumerated string attributes (optional; default: the first choice)
-  std::vector<std::string> real_keys = {};  // real-valued attributes, at least 0 (moe_block's capacity_factor, aux_loss)
-  std::vector<std::string> zero_ok = {};    // integer attributes that may be 0 (0: off; e.g. q_lora_rank, shared_ffn)
+  std::vector<std::string> real_keys =
+      {};                                 // real-valued attributes, at least 0 (moe_block's capacity_factor, aux_loss)
+  std::vector<std::string> zero_ok = {};  // integer attributes that may be 0 (0: off; e.g. q_lora_rank, shared_ffn)
 };
-
 
 // The kinds a model file may name, in LayerKind order (every kind but kMoe).
 const std::vector<LayerTypeInfo>& LayerTypes();
@@ -66,8 +66,8 @@ Status InferLayer(LayerKind kind, const LayerAttrs& attrs, const std::vector<int
                   Layer* out);
 // The same for a kind given by its name (tests build layers so): a name that is no kind, or kMoe's,
 // returns InvalidArgument "unknown layer type '<name>'".
-Status InferLayer(const std::string& type, const LayerAttrs& attrs, const std::vector<int64_t>& in_shape,
-                  DType dtype, Layer* out);
+Status InferLayer(const std::string& type, const LayerAttrs& attrs, const std::vector<int64_t>& in_shape, DType dtype,
+                  Layer* out);
 
 std::string ShapeString(const std::vector<int64_t>& shape);
 

@@ -35,11 +35,13 @@ enum class LayerKind {
   // entry in LayerTypes(), so the model reader and InferLayer refuse it).
   kMoe,
 };
-inline constexpr LayerKind kAllLayerKinds[] = {
-    LayerKind::kLinear,    LayerKind::kConv2d,    LayerKind::kRelu,      LayerKind::kGelu,     LayerKind::kMaxpool,
-    LayerKind::kAvgpool,   LayerKind::kFlatten,   LayerKind::kDropout,   LayerKind::kLayernorm, LayerKind::kRmsnorm,
-    LayerKind::kEmbedding, LayerKind::kAttention, LayerKind::kMlp,       LayerKind::kTransformerBlock,
-    LayerKind::kMoeBlock,  LayerKind::kMtp,       LayerKind::kLmHead,    LayerKind::kLoss,     LayerKind::kMoe};
+inline constexpr LayerKind kAllLayerKinds[] = {LayerKind::kLinear,  LayerKind::kConv2d,           LayerKind::kRelu,
+                                               LayerKind::kGelu,    LayerKind::kMaxpool,          LayerKind::kAvgpool,
+                                               LayerKind::kFlatten, LayerKind::kDropout,          LayerKind::kLayernorm,
+                                               LayerKind::kRmsnorm, LayerKind::kEmbedding,        LayerKind::kAttention,
+                                               LayerKind::kMlp,     LayerKind::kTransformerBlock, LayerKind::kMoeBlock,
+                                               LayerKind::kMtp,     LayerKind::kLmHead,           LayerKind::kLoss,
+                                               LayerKind::kMoe};
 
 // linear | conv2d | relu | gelu | maxpool | avgpool | flatten | dropout | layernorm | rmsnorm | embedding |
 // attention | mlp | transformer_block | moe_block | mtp | lm_head | loss | moe

@@ -25,11 +25,11 @@ struct ParallelLayout {
   int64_t tp = 1, pp = 1, dp = 1;  // tensor-, pipeline- and data-parallel sizes
   int64_t cp = 1;                  // context-parallel size (Megatron rank order tp-cp-dp-pp)
   bool sequence_parallel = false;  // Megatron's --sequence-parallel (with tp > 1)
-  int64_t ep = 1;                  // expert-parallel size (MoE: folded out of tp x cp x dp, Megatron-Core's MoE parallel folding)
-  int64_t etp = 1;                 // expert tensor-parallel size (etp x ep divides tp x cp x dp)
+  int64_t ep = 1;   // expert-parallel size (MoE: folded out of tp x cp x dp, Megatron-Core's MoE parallel folding)
+  int64_t etp = 1;  // expert tensor-parallel size (etp x ep divides tp x cp x dp)
   int64_t microbatch_size = 1, num_microbatches = 1;
   Schedule schedule = Schedule::k1F1B;
-  int64_t interleave = 1;          // virtual pipeline stages per device (v)
+  int64_t interleave = 1;  // virtual pipeline stages per device (v)
   Recompute recompute = Recompute::kNone;
   // Block recompute (recompute full): the first N transformer blocks of every pipeline chunk are
   // recomputed, the rest keep their activations (Megatron --recompute-method block
@@ -51,7 +51,8 @@ struct ParallelLayout {
 // The layout's sizes as plan.yaml, its runners_up and launch.yaml write them: tp, pp, dp (and microbatch_size,
 // num_microbatches) required where `required`, cp, ep, etp and sequence_parallel optional, each bounded
 // (spec/input_limits.h); fields named `prefix` + key ("runners_up[2].tp"). The one reader of these fields.
-Status ReadLayoutSizes(const YamlReader& r, const YAML::Node& map, const std::string& prefix, bool required, ParallelLayout* out);
+Status ReadLayoutSizes(const YamlReader& r, const YAML::Node& map, const std::string& prefix, bool required,
+                       ParallelLayout* out);
 
 // The recompute as printed: its name, "full:N" for block recompute of N layers per chunk.
 std::string RecomputeLabel(Recompute r, int64_t num_layers);

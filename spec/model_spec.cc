@@ -79,13 +79,17 @@ double ModelFlopsPerIteration(const GptConfig& g, double batch) {
 
 namespace {
 
-const std::vector<std::string> kTopKeys = {"format_version", "name", "dtype", "precision", "global_batch", "input", "gpt", "layers"};
-const std::vector<std::string> kGptKeys = {"layers", "hidden", "heads", "seq", "vocab", "ffn", "tie_embeddings", "kv_heads",
-                                           "ffn_act", "norm", "position", "rope_theta", "bias", "attention", "dropout",
-                                           "head_dim", "moe", "mla", "mtp"};
-const std::vector<std::string> kMoeKeys = {"experts", "top_k", "expert_ffn", "shared_experts", "shared_ffn", "dense_layers",
-                                           "router", "aux_loss", "capacity_factor", "route_groups", "route_group_limit"};
-const std::vector<std::string> kMlaKeys = {"q_lora_rank", "kv_lora_rank", "qk_rope_head_dim", "qk_nope_head_dim", "v_head_dim"};
+const std::vector<std::string> kTopKeys = {"format_version", "name",  "dtype", "precision",
+                                           "global_batch",   "input", "gpt",   "layers"};
+const std::vector<std::string> kGptKeys = {
+    "layers",   "hidden",   "heads", "seq",      "vocab",      "ffn",  "tie_embeddings",
+    "kv_heads", "ffn_act",  "norm",  "position", "rope_theta", "bias", "attention",
+    "dropout",  "head_dim", "moe",   "mla",      "mtp"};
+const std::vector<std::string> kMoeKeys = {"experts",         "top_k",        "expert_ffn",       "shared_experts",
+                                           "shared_ffn",      "dense_layers", "router",           "aux_loss",
+                                           "capacity_factor", "route_groups", "route_group_limit"};
+const std::vector<std::string> kMlaKeys = {"q_lora_rank", "kv_lora_rank", "qk_rope_head_dim", "qk_nope_head_dim",
+                                           "v_head_dim"};
 const std::vector<std::string> kPrecisions = {"fp32", "fp16", "bf16", "fp8"};
 
 // A string that must be one of `choices`: the error lists them all (and a did-you-mean).
@@ -100,7 +104,8 @@ Status GetChoice(const YamlReader& r, const YAML::Node& map, const std::string& 
   }
   std::string list;
   for (const auto& c : choices) list += (list.empty() ? "" : ", ") + c;
-  return r.FieldError(map[key], field, fmt::format("unknown value '{}'{}; choose one of: {}", value, DidYouMean(value, choices), list));
+  return r.FieldError(map[key], field,
+                      fmt::format("unknown value '{}'{}; choose one of: {}", value, DidYouMean(value, choices), list));
 }
 constexpr int64_t kMaxLayers = 100000;
 // Every size in a model file (hidden, ffn, heads, seq, vocab, a layer's features, an input dimension)
@@ -109,9 +114,12 @@ constexpr int64_t kMaxLayers = 100000;
 constexpr int64_t kMaxModelSize = int64_t{1} << 24;
 constexpr int64_t kMaxRopeTheta = int64_t{1} << 40;
 
-Status CheckAtMost(const YamlReader& r, const YAML::Node& map, const char* key, const std::string& field, int64_t v, int64_t max_value) {
+Status CheckAtMost(const YamlReader& r, const YAML::Node& map, const char* key, const std::string& field, int64_t v,
+                   int64_t max_value) {
   if (v <= max_value) return Status::OK();
-  return r.FieldError(map[key].IsDefined() ? map[key] : map, field, fmt::format("{} is more than the largest size this planner reads ({}); check the value", v, max_value));
+  return r.FieldError(
+      map[key].IsDefined() ? map[key] : map, field,
+      fmt::format("{} is more than the largest size this planner reads ({}); check the value", v, max_value));
 }
 
 struct Builder {
@@ -122,11 +130,12 @@ struct Builder {
   int depth = 0;
   std::unordered_set<std::string> names;  // every layer name so far: duplicates refused in O(1)
 
-  Status AddLayer(LayerKind kind, const LayerAttrs& attrs, const std::string& name, int line,
-                  const YAML::Node& node, const std::string& field) {
+  Status AddLayer(LayerKind kind, const LayerAttrs& attrs, const std::string& name, int line, const YAML::Node& node,
+                  const std::string& field) {
     // 100000 layers of a list, or 100000 gpt blocks with the template's embedding, norm, head, loss and mtp modules.
     if (static_cast<int64_t>(layers->size()) >= kMaxLayers + (line == 0 ? 32 : 0)) {
-      return reader.FieldError(node, field, fmt::format("the model expands to more than {} layers; lower the repeat counts", kMaxLayers));
+      return reader.FieldError(
+          node, field, fmt::format("the model expands to more than {} layers; lower the repeat counts", kMaxLayers));
     }
     Layer layer;
     Status st = InferLayer(kind, attrs, shape, dtype, &layer);
@@ -137,7 +146,8 @@ struct Builder {
     }
     layer.name = name.empty() ? fmt::format("{}{}", LayerKindName(kind), layers->size()) : name;
     if (!names.insert(layer.name).second) {
-      return reader.FieldError(node, field + ".name", "duplicate layer name '" + layer.name + "'; names must be unique");
+      return reader.FieldError(node, field + ".name",
+                               "duplicate layer name '" + layer.name + "'; names must be unique");
     }
     layer.source_line = line;
     shape = layer.out_shape;
@@ -156,7 +166,8 @@ struct Builder {
         PLANNER_RETURN_IF_ERROR(reader.CheckKeys(item, f, {"repeat", "layers", "name"}));
         int64_t count = 0;
         PLANNER_RETURN_IF_ERROR(reader.GetInt(item, "repeat", f + ".repeat", &count, true, 1));
-        if (count > kMaxLayers) return reader.FieldError(item["repeat"], f + ".repeat", fmt::format("must be at most {}", kMaxLayers));
+        if (count > kMaxLayers)
+          return reader.FieldError(item["repeat"], f + ".repeat", fmt::format("must be at most {}", kMaxLayers));
         if (++depth > 8) return reader.FieldError(item, f, "repeat blocks nest more than 8 deep");
         std::string block_name;
         PLANNER_RETURN_IF_ERROR(reader.GetString(item, "name", f + ".name", &block_name, false));
@@ -193,7 +204,8 @@ struct Builder {
         int64_t min_value = (k == "padding" || k == "positions" || zero_ok) ? 0 : 1;  // positions 0: no table (RoPE)
         if (item[k].IsDefined() || required) {
           PLANNER_RETURN_IF_ERROR(reader.GetInt(item, k, f + "." + k, &v, required, min_value));
-          PLANNER_RETURN_IF_ERROR(CheckAtMost(reader, item, k.c_str(), f + "." + k, v, k == "rope_theta" ? kMaxRopeTheta : kMaxModelSize));
+          PLANNER_RETURN_IF_ERROR(
+              CheckAtMost(reader, item, k.c_str(), f + "." + k, v, k == "rope_theta" ? kMaxRopeTheta : kMaxModelSize));
           attrs.ints[k] = v;
         }
       }
@@ -258,8 +270,10 @@ Status BuildGptModel(const GptConfig& g, DType dtype, ModelSpec* out) {
   emb.bools = {{"dropout", g.dropout > 0}};
   PLANNER_RETURN_IF_ERROR(add(LayerKind::kEmbedding, emb, "embedding"));
   LayerAttrs blk;
-  blk.ints = {{"heads", g.heads}, {"kv_heads", g.kv_heads > 0 ? g.kv_heads : g.heads},
-              {"ffn", g.ffn > 0 ? g.ffn : 4 * g.hidden}, {"rope_theta", g.rope_theta}};
+  blk.ints = {{"heads", g.heads},
+              {"kv_heads", g.kv_heads > 0 ? g.kv_heads : g.heads},
+              {"ffn", g.ffn > 0 ? g.ffn : 4 * g.hidden},
+              {"rope_theta", g.rope_theta}};
   if (g.head_dim > 0) blk.ints["head_dim"] = g.head_dim;
   if (g.mla.kv_lora_rank > 0) {
     blk.ints["q_lora_rank"] = g.mla.q_lora_rank;
@@ -275,9 +289,10 @@ Status BuildGptModel(const GptConfig& g, DType dtype, ModelSpec* out) {
   moe_blk.ints.erase("ffn");
   if (moe.experts > 0) {
     const int64_t shared = moe.shared_ffn > 0 ? moe.shared_ffn : moe.shared_experts * moe.expert_ffn;
-    const std::pair<const char*, int64_t> ints[] = {{"experts", moe.experts},        {"top_k", moe.top_k},
-                                                    {"expert_ffn", moe.expert_ffn},  {"shared_ffn", shared},
-                                                    {"route_groups", moe.route_groups}, {"route_group_limit", moe.route_group_limit}};
+    const std::pair<const char*, int64_t> ints[] = {
+        {"experts", moe.experts},           {"top_k", moe.top_k},
+        {"expert_ffn", moe.expert_ffn},     {"shared_ffn", shared},
+        {"route_groups", moe.route_groups}, {"route_group_limit", moe.route_group_limit}};
     for (const auto& [k, v] : ints) moe_blk.ints[k] = v;
     moe_blk.strings["router"] = moe.router;
     moe_blk.reals = {{"capacity_factor", moe.capacity_factor}, {"aux_loss", moe.aux_loss}};
@@ -310,10 +325,17 @@ Status ParseGptExtras(const YamlReader& r, const YAML::Node& g, GptConfig* c) {
   PLANNER_RETURN_IF_ERROR(r.GetInt(g, "rope_theta", "gpt.rope_theta", &c->rope_theta, false, 1));
   PLANNER_RETURN_IF_ERROR(r.GetBool(g, "bias", "gpt.bias", &c->bias, false));
   PLANNER_RETURN_IF_ERROR(r.GetDouble(g, "dropout", "gpt.dropout", &c->dropout, false, 0.0, false));
-  if (c->dropout >= 1.0) return r.FieldError(g["dropout"], "gpt.dropout", "must be below 1 (a probability; 0: no dropout)");
-  struct Choice { const char* key; const char* string_key; std::string* out; };
-  const Choice choices[] = {{"ffn_act", "act", &c->ffn_act}, {"norm", "norm", &c->norm},
-                            {"position", "position", &c->position}, {"attention", "attention", &c->attention}};
+  if (c->dropout >= 1.0)
+    return r.FieldError(g["dropout"], "gpt.dropout", "must be below 1 (a probability; 0: no dropout)");
+  struct Choice {
+    const char* key;
+    const char* string_key;
+    std::string* out;
+  };
+  const Choice choices[] = {{"ffn_act", "act", &c->ffn_act},
+                            {"norm", "norm", &c->norm},
+                            {"position", "position", &c->position},
+                            {"attention", "attention", &c->attention}};
   for (const auto& ch : choices) {
     const StringKey* k = FindStringKey(LayerKind::kTransformerBlock, ch.string_key);
     PLANNER_RETURN_IF_ERROR(GetChoice(r, g, ch.key, std::string("gpt.") + ch.key, k->choices, ch.out));
@@ -329,43 +351,61 @@ Status ParseGptMoe(const YamlReader& r, const YAML::Node& g, GptConfig* c) {
   MoeConfig& m = c->moe;
   PLANNER_RETURN_IF_ERROR(r.GetInt(n, "experts", "gpt.moe.experts", &m.experts, true, -1000000000));
   if (m.experts < 2) {
-    return r.FieldError(n["experts"], "gpt.moe.experts", fmt::format("experts ({}) must be at least 2 (one expert is a dense MLP); set experts: 2 or more, or remove moe: and set ffn", m.experts));
+    return r.FieldError(n["experts"], "gpt.moe.experts",
+                        fmt::format("experts ({}) must be at least 2 (one expert is a dense MLP); set experts: 2 or "
+                                    "more, or remove moe: and set ffn",
+                                    m.experts));
   }
   PLANNER_RETURN_IF_ERROR(r.GetInt(n, "top_k", "gpt.moe.top_k", &m.top_k, true, 1));
   if (m.top_k > m.experts) {
-    return r.FieldError(n["top_k"], "gpt.moe.top_k", fmt::format("top_k ({}) is larger than experts ({}); set top_k: {} or less", m.top_k, m.experts, m.experts));
+    return r.FieldError(
+        n["top_k"], "gpt.moe.top_k",
+        fmt::format("top_k ({}) is larger than experts ({}); set top_k: {} or less", m.top_k, m.experts, m.experts));
   }
   if (!n["expert_ffn"].IsDefined()) {
-    return r.FieldError(n, "gpt.moe.expert_ffn", "missing: the MoE block needs its expert size; add 'expert_ffn: <one expert's FFN hidden size>' (DeepSeek-V3: 2048)");
+    return r.FieldError(n, "gpt.moe.expert_ffn",
+                        "missing: the MoE block needs its expert size; add 'expert_ffn: <one expert's FFN hidden "
+                        "size>' (DeepSeek-V3: 2048)");
   }
   PLANNER_RETURN_IF_ERROR(r.GetInt(n, "expert_ffn", "gpt.moe.expert_ffn", &m.expert_ffn, true, 1));
-  const std::pair<const char*, int64_t*> ints[] = {{"shared_experts", &m.shared_experts}, {"shared_ffn", &m.shared_ffn},
-                                                   {"dense_layers", &m.dense_layers},     {"route_groups", &m.route_groups},
+  const std::pair<const char*, int64_t*> ints[] = {{"shared_experts", &m.shared_experts},
+                                                   {"shared_ffn", &m.shared_ffn},
+                                                   {"dense_layers", &m.dense_layers},
+                                                   {"route_groups", &m.route_groups},
                                                    {"route_group_limit", &m.route_group_limit}};
   for (const auto& [key, out] : ints) {
     PLANNER_RETURN_IF_ERROR(r.GetInt(n, key, std::string("gpt.moe.") + key, out, false, 0));
   }
   if (m.dense_layers > c->layers) {
-    return r.FieldError(n["dense_layers"], "gpt.moe.dense_layers", fmt::format("{} is more than the {} layers; set dense_layers: {} or less", m.dense_layers, c->layers, c->layers));
+    return r.FieldError(n["dense_layers"], "gpt.moe.dense_layers",
+                        fmt::format("{} is more than the {} layers; set dense_layers: {} or less", m.dense_layers,
+                                    c->layers, c->layers));
   }
   const std::pair<const char*, double*> reals[] = {{"capacity_factor", &m.capacity_factor}, {"aux_loss", &m.aux_loss}};
   for (const auto& [key, out] : reals) {
     const std::string field = std::string("gpt.moe.") + key;
     PLANNER_RETURN_IF_ERROR(r.GetDouble(n, key, field, out, false, -1e300, false));
     if (*out < 0) {
-      return r.FieldError(n[key], field, fmt::format("{} is below 0; set {}: 0 ({}) or a positive value", *out, key,
-                                                     std::string(key) == "aux_loss" ? "no auxiliary loss" : "dropless"));
+      return r.FieldError(n[key], field,
+                          fmt::format("{} is below 0; set {}: 0 ({}) or a positive value", *out, key,
+                                      std::string(key) == "aux_loss" ? "no auxiliary loss" : "dropless"));
     }
   }
-  PLANNER_RETURN_IF_ERROR(GetChoice(r, n, "router", "gpt.moe.router", FindStringKey(LayerKind::kMoeBlock, "router")->choices, &m.router));
+  PLANNER_RETURN_IF_ERROR(
+      GetChoice(r, n, "router", "gpt.moe.router", FindStringKey(LayerKind::kMoeBlock, "router")->choices, &m.router));
   if (m.route_groups > 0 || m.route_group_limit > 0) {
     if (m.route_groups < 1 || m.experts % m.route_groups != 0) {
-      return r.FieldError(n["route_groups"].IsDefined() ? n["route_groups"] : n, "gpt.moe.route_groups",
-                          fmt::format("route_groups ({}) must divide experts ({}); set route_groups to a divisor of {} (DeepSeek-V3: 8)", m.route_groups, m.experts, m.experts));
+      return r.FieldError(
+          n["route_groups"].IsDefined() ? n["route_groups"] : n, "gpt.moe.route_groups",
+          fmt::format(
+              "route_groups ({}) must divide experts ({}); set route_groups to a divisor of {} (DeepSeek-V3: 8)",
+              m.route_groups, m.experts, m.experts));
     }
     if (m.route_group_limit < 1 || m.route_group_limit > m.route_groups) {
       return r.FieldError(n["route_group_limit"].IsDefined() ? n["route_group_limit"] : n, "gpt.moe.route_group_limit",
-                          fmt::format("route_group_limit ({}) must be between 1 and route_groups ({}); set route_group_limit: {} or less (DeepSeek-V3: 4)", m.route_group_limit, m.route_groups, m.route_groups));
+                          fmt::format("route_group_limit ({}) must be between 1 and route_groups ({}); set "
+                                      "route_group_limit: {} or less (DeepSeek-V3: 4)",
+                                      m.route_group_limit, m.route_groups, m.route_groups));
     }
   }
   return Status::OK();
@@ -380,11 +420,17 @@ Status ParseGptMla(const YamlReader& r, const YAML::Node& g, GptConfig* c) {
   PLANNER_RETURN_IF_ERROR(r.GetInt(n, "q_lora_rank", "gpt.mla.q_lora_rank", &m.q_lora_rank, false, 0));
   PLANNER_RETURN_IF_ERROR(r.GetInt(n, "kv_lora_rank", "gpt.mla.kv_lora_rank", &m.kv_lora_rank, true, -1000000000));
   if (m.kv_lora_rank < 1) {
-    return r.FieldError(n["kv_lora_rank"], "gpt.mla.kv_lora_rank", fmt::format("{} is below 1: MLA compresses K and V to kv_lora_rank columns; set kv_lora_rank: 512 (DeepSeek-V3) or remove mla:", m.kv_lora_rank));
+    return r.FieldError(n["kv_lora_rank"], "gpt.mla.kv_lora_rank",
+                        fmt::format("{} is below 1: MLA compresses K and V to kv_lora_rank columns; set kv_lora_rank: "
+                                    "512 (DeepSeek-V3) or remove mla:",
+                                    m.kv_lora_rank));
   }
   PLANNER_RETURN_IF_ERROR(r.GetInt(n, "qk_rope_head_dim", "gpt.mla.qk_rope_head_dim", &m.qk_rope_head_dim, true, 1));
   if (m.qk_rope_head_dim % 2 != 0) {
-    return r.FieldError(n["qk_rope_head_dim"], "gpt.mla.qk_rope_head_dim", fmt::format("{} is odd: RoPE rotates pairs; set qk_rope_head_dim to an even size (DeepSeek-V3: 64)", m.qk_rope_head_dim));
+    return r.FieldError(
+        n["qk_rope_head_dim"], "gpt.mla.qk_rope_head_dim",
+        fmt::format("{} is odd: RoPE rotates pairs; set qk_rope_head_dim to an even size (DeepSeek-V3: 64)",
+                    m.qk_rope_head_dim));
   }
   PLANNER_RETURN_IF_ERROR(r.GetInt(n, "qk_nope_head_dim", "gpt.mla.qk_nope_head_dim", &m.qk_nope_head_dim, true, 1));
   PLANNER_RETURN_IF_ERROR(r.GetInt(n, "v_head_dim", "gpt.mla.v_head_dim", &m.v_head_dim, true, 1));
@@ -393,24 +439,33 @@ Status ParseGptMla(const YamlReader& r, const YAML::Node& g, GptConfig* c) {
 
 // Every size of the template at most kMaxModelSize (the products the builder forms cannot overflow).
 Status CheckGptSizes(const YamlReader& r, const YAML::Node& g, const GptConfig& c) {
-  const std::pair<const char*, int64_t> sizes[] = {{"hidden", c.hidden}, {"heads", c.heads}, {"seq", c.seq}, {"vocab", c.vocab},
-                                                   {"ffn", c.ffn}, {"kv_heads", c.kv_heads}, {"head_dim", c.head_dim}};
-  for (const auto& [key, v] : sizes) PLANNER_RETURN_IF_ERROR(CheckAtMost(r, g, key, std::string("gpt.") + key, v, kMaxModelSize));
+  const std::pair<const char*, int64_t> sizes[] = {
+      {"hidden", c.hidden}, {"heads", c.heads},       {"seq", c.seq},          {"vocab", c.vocab},
+      {"ffn", c.ffn},       {"kv_heads", c.kv_heads}, {"head_dim", c.head_dim}};
+  for (const auto& [key, v] : sizes)
+    PLANNER_RETURN_IF_ERROR(CheckAtMost(r, g, key, std::string("gpt.") + key, v, kMaxModelSize));
   PLANNER_RETURN_IF_ERROR(CheckAtMost(r, g, "rope_theta", "gpt.rope_theta", c.rope_theta, kMaxRopeTheta));
   // Absent blocks hold zeros (never over the bound); their nodes are looked up only when present.
   const YAML::Node moe = g["moe"].IsDefined() && g["moe"].IsMap() ? g["moe"] : g;
-  const std::pair<const char*, int64_t> moe_sizes[] = {{"experts", c.moe.experts}, {"expert_ffn", c.moe.expert_ffn},
-                                                       {"shared_experts", c.moe.shared_experts}, {"shared_ffn", c.moe.shared_ffn},
+  const std::pair<const char*, int64_t> moe_sizes[] = {{"experts", c.moe.experts},
+                                                       {"expert_ffn", c.moe.expert_ffn},
+                                                       {"shared_experts", c.moe.shared_experts},
+                                                       {"shared_ffn", c.moe.shared_ffn},
                                                        {"route_groups", c.moe.route_groups}};
-  for (const auto& [key, v] : moe_sizes) PLANNER_RETURN_IF_ERROR(CheckAtMost(r, moe, key, std::string("gpt.moe.") + key, v, kMaxModelSize));
+  for (const auto& [key, v] : moe_sizes)
+    PLANNER_RETURN_IF_ERROR(CheckAtMost(r, moe, key, std::string("gpt.moe.") + key, v, kMaxModelSize));
   if (c.moe.shared_experts > 0 && c.moe.shared_ffn == 0) {  // shared_ffn defaults to shared_experts x expert_ffn
-    PLANNER_RETURN_IF_ERROR(CheckAtMost(r, moe, "shared_experts", "gpt.moe.shared_experts", c.moe.shared_experts * c.moe.expert_ffn, kMaxModelSize));
+    PLANNER_RETURN_IF_ERROR(CheckAtMost(r, moe, "shared_experts", "gpt.moe.shared_experts",
+                                        c.moe.shared_experts * c.moe.expert_ffn, kMaxModelSize));
   }
   const YAML::Node mla = g["mla"].IsDefined() && g["mla"].IsMap() ? g["mla"] : g;
-  const std::pair<const char*, int64_t> mla_sizes[] = {{"q_lora_rank", c.mla.q_lora_rank}, {"kv_lora_rank", c.mla.kv_lora_rank},
-                                                       {"qk_rope_head_dim", c.mla.qk_rope_head_dim}, {"qk_nope_head_dim", c.mla.qk_nope_head_dim},
+  const std::pair<const char*, int64_t> mla_sizes[] = {{"q_lora_rank", c.mla.q_lora_rank},
+                                                       {"kv_lora_rank", c.mla.kv_lora_rank},
+                                                       {"qk_rope_head_dim", c.mla.qk_rope_head_dim},
+                                                       {"qk_nope_head_dim", c.mla.qk_nope_head_dim},
                                                        {"v_head_dim", c.mla.v_head_dim}};
-  for (const auto& [key, v] : mla_sizes) PLANNER_RETURN_IF_ERROR(CheckAtMost(r, mla, key, std::string("gpt.mla.") + key, v, kMaxModelSize));
+  for (const auto& [key, v] : mla_sizes)
+    PLANNER_RETURN_IF_ERROR(CheckAtMost(r, mla, key, std::string("gpt.mla.") + key, v, kMaxModelSize));
   return Status::OK();
 }
 
@@ -425,11 +480,14 @@ Status ParseModelSpecUnguarded(const std::string& path, const std::string& text,
   m.digest = DigestHex(text);
   int64_t version = 1;
   PLANNER_RETURN_IF_ERROR(r.GetInt(root, "format_version", "format_version", &version, false, 1));
-  if (version != 1) return r.FieldError(root["format_version"], "format_version", fmt::format("version {} is not supported; this planner reads version 1", version));
+  if (version != 1)
+    return r.FieldError(root["format_version"], "format_version",
+                        fmt::format("version {} is not supported; this planner reads version 1", version));
   PLANNER_RETURN_IF_ERROR(r.GetString(root, "name", "name", &m.name, true));
   // `precision:` is the newer name of `dtype:`; a file gives at most one of them.
   if (root["dtype"].IsDefined() && root["precision"].IsDefined()) {
-    return r.FieldError(root["precision"], "precision", "'precision' and 'dtype' name the same setting; keep 'precision' and remove 'dtype'");
+    return r.FieldError(root["precision"], "precision",
+                        "'precision' and 'dtype' name the same setting; keep 'precision' and remove 'dtype'");
   }
   std::string dtype = "fp16";
   const char* dtype_key = root["precision"].IsDefined() ? "precision" : "dtype";
@@ -438,12 +496,14 @@ Status ParseModelSpecUnguarded(const std::string& path, const std::string& text,
   PLANNER_RETURN_IF_ERROR(r.GetInt(root, "global_batch", "global_batch", &m.global_batch, true, 1));
   bool has_gpt = root["gpt"].IsDefined(), has_layers = root["layers"].IsDefined();
   if (has_gpt == has_layers) {
-    return r.FieldError(root, has_gpt ? "gpt" : "layers", "give exactly one of 'gpt:' (a template) or 'layers:' (an explicit list)");
+    return r.FieldError(root, has_gpt ? "gpt" : "layers",
+                        "give exactly one of 'gpt:' (a template) or 'layers:' (an explicit list)");
   }
   if (has_gpt) {
     const YAML::Node& g = root["gpt"];
     PLANNER_RETURN_IF_ERROR(r.CheckKeys(g, "gpt", kGptKeys));
-    if (root["input"].IsDefined()) return r.FieldError(root["input"], "input", "a gpt template takes its input from gpt.seq; remove 'input:'");
+    if (root["input"].IsDefined())
+      return r.FieldError(root["input"], "input", "a gpt template takes its input from gpt.seq; remove 'input:'");
     GptConfig c;
     PLANNER_RETURN_IF_ERROR(r.GetInt(g, "layers", "gpt.layers", &c.layers, true, 1));
     PLANNER_RETURN_IF_ERROR(r.GetInt(g, "hidden", "gpt.hidden", &c.hidden, true, 1));
@@ -455,21 +515,30 @@ Status ParseModelSpecUnguarded(const std::string& path, const std::string& text,
     PLANNER_RETURN_IF_ERROR(ParseGptExtras(r, g, &c));
     PLANNER_RETURN_IF_ERROR(r.GetInt(g, "head_dim", "gpt.head_dim", &c.head_dim, false, 1));
     PLANNER_RETURN_IF_ERROR(r.GetInt(g, "mtp", "gpt.mtp", &c.mtp, false, 0));
-    if (c.mtp > 16) return r.FieldError(g["mtp"], "gpt.mtp", fmt::format("{} modules; set mtp: 16 or fewer (DeepSeek-V3: 1)", c.mtp));
+    if (c.mtp > 16)
+      return r.FieldError(g["mtp"], "gpt.mtp", fmt::format("{} modules; set mtp: 16 or fewer (DeepSeek-V3: 1)", c.mtp));
     PLANNER_RETURN_IF_ERROR(ParseGptMoe(r, g, &c));
     PLANNER_RETURN_IF_ERROR(ParseGptMla(r, g, &c));
-    if (c.layers > kMaxLayers) return r.FieldError(g["layers"], "gpt.layers", fmt::format("must be at most {}", kMaxLayers));
+    if (c.layers > kMaxLayers)
+      return r.FieldError(g["layers"], "gpt.layers", fmt::format("must be at most {}", kMaxLayers));
     PLANNER_RETURN_IF_ERROR(CheckGptSizes(r, g, c));
     const bool own_head_dim = c.head_dim > 0 || c.mla.kv_lora_rank > 0;  // attention's width need not be hidden
     if (!own_head_dim && c.hidden % c.heads != 0) {
-      return r.FieldError(g["heads"], "gpt.heads", fmt::format("heads ({}) must divide hidden ({})", c.heads, c.hidden));
+      return r.FieldError(g["heads"], "gpt.heads",
+                          fmt::format("heads ({}) must divide hidden ({})", c.heads, c.hidden));
     }
     if (c.mla.kv_lora_rank == 0 && c.kv_heads > 0 && c.heads % c.kv_heads != 0) {
-      return r.FieldError(g["kv_heads"], "gpt.kv_heads", fmt::format("kv_heads ({}) must divide heads ({}); set kv_heads to a divisor of {} (1: MQA, {}: MHA)", c.kv_heads, c.heads, c.heads, c.heads));
+      return r.FieldError(
+          g["kv_heads"], "gpt.kv_heads",
+          fmt::format("kv_heads ({}) must divide heads ({}); set kv_heads to a divisor of {} (1: MQA, {}: MHA)",
+                      c.kv_heads, c.heads, c.heads, c.heads));
     }
     const int64_t head_dim = c.head_dim > 0 ? c.head_dim : c.hidden / c.heads;
     if (c.mla.kv_lora_rank == 0 && c.position == "rope" && head_dim % 2 != 0) {
-      return r.FieldError(g["position"], "gpt.position", fmt::format("rope rotates pairs of the head dimension, which is odd ({}); use an even hidden / heads or position: learned", head_dim));
+      return r.FieldError(g["position"], "gpt.position",
+                          fmt::format("rope rotates pairs of the head dimension, which is odd ({}); use an even hidden "
+                                      "/ heads or position: learned",
+                                      head_dim));
     }
     PLANNER_RETURN_IF_ERROR(BuildGptModel(c, m.dtype, &m));
   } else {
@@ -477,7 +546,10 @@ Status ParseModelSpecUnguarded(const std::string& path, const std::string& text,
     if (m.input_shape.empty()) return r.FieldError(root["input"], "input", "must list at least one dimension");
     if (m.input_shape.size() > 8) return r.FieldError(root["input"], "input", "has more than 8 dimensions");
     for (size_t i = 0; i < m.input_shape.size(); ++i) {
-      if (m.input_shape[i] > kMaxModelSize) return r.FieldError(root["input"][i], fmt::format("input[{}]", i), fmt::format("{} is more than the largest size this planner reads ({}); check the value", m.input_shape[i], kMaxModelSize));
+      if (m.input_shape[i] > kMaxModelSize)
+        return r.FieldError(root["input"][i], fmt::format("input[{}]", i),
+                            fmt::format("{} is more than the largest size this planner reads ({}); check the value",
+                                        m.input_shape[i], kMaxModelSize));
     }
     Builder b{r, m.dtype, &m.layers, m.input_shape, 0, {}};
     PLANNER_RETURN_IF_ERROR(b.ParseList(root["layers"], "layers", ""));

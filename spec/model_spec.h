@@ -16,10 +16,10 @@ namespace planner {
 // The gpt template's `moe:` block (docs/formats.md): experts = 0 means a dense model.
 struct MoeConfig {
   int64_t experts = 0, top_k = 0, expert_ffn = 0;
-  int64_t shared_experts = 0, shared_ffn = 0;  // shared_ffn 0: shared_experts x expert_ffn
-  int64_t dense_layers = 0;                    // the first N blocks are dense transformer_blocks with `ffn`
-  std::string router = "softmax";              // softmax | sigmoid
-  double aux_loss = 0, capacity_factor = 0;    // 0: no auxiliary loss; 0: dropless
+  int64_t shared_experts = 0, shared_ffn = 0;       // shared_ffn 0: shared_experts x expert_ffn
+  int64_t dense_layers = 0;                         // the first N blocks are dense transformer_blocks with `ffn`
+  std::string router = "softmax";                   // softmax | sigmoid
+  double aux_loss = 0, capacity_factor = 0;         // 0: no auxiliary loss; 0: dropless
   int64_t route_groups = 0, route_group_limit = 0;  // node-limited routing: M of G groups per token; 0: none
 };
 
@@ -33,30 +33,30 @@ struct MlaConfig {
 // rope, bias false and tie_embeddings false.
 struct GptConfig {
   int64_t layers = 0, hidden = 0, heads = 0, seq = 0, vocab = 0, ffn = 0;  // ffn 0: 4 hidden
-  int64_t kv_heads = 0;               // 0: heads (multi-head attention); 1: MQA; else GQA
-  std::string ffn_act = "gelu";       // gelu | swiglu | relu2
-  std::string norm = "layernorm";     // layernorm | rmsnorm
-  std::string position = "learned";   // learned (a position table) | rope
-  int64_t rope_theta = 10000;         // RoPE base
-  bool bias = true;                   // biases on QKV, projection, fc1, fc2
+  int64_t kv_heads = 0;              // 0: heads (multi-head attention); 1: MQA; else GQA
+  std::string ffn_act = "gelu";      // gelu | swiglu | relu2
+  std::string norm = "layernorm";    // layernorm | rmsnorm
+  std::string position = "learned";  // learned (a position table) | rope
+  int64_t rope_theta = 10000;        // RoPE base
+  bool bias = true;                  // biases on QKV, projection, fc1, fc2
   bool tie_embeddings = true;
-  double dropout = 0.1;               // hidden and attention dropout probability (Megatron GPT: 0.1; Llama-class: 0)
-  std::string attention = "flash";    // flash | unfused (a cost-model choice)
-  int64_t head_dim = 0;               // 0: hidden / heads (Qwen3: 128 whatever hidden / heads is)
+  double dropout = 0.1;             // hidden and attention dropout probability (Megatron GPT: 0.1; Llama-class: 0)
+  std::string attention = "flash";  // flash | unfused (a cost-model choice)
+  int64_t head_dim = 0;             // 0: hidden / heads (Qwen3: 128 whatever hidden / heads is)
   MoeConfig moe;
   MlaConfig mla;
-  int64_t mtp = 0;                    // multi-token-prediction modules (DeepSeek-V3: 1)
+  int64_t mtp = 0;  // multi-token-prediction modules (DeepSeek-V3: 1)
 };
 
 struct ModelSpec {
   std::string name;
-  std::string path;                 // file it was read from ("" when built in code)
-  std::string digest;               // DigestHex of the file contents
+  std::string path;    // file it was read from ("" when built in code)
+  std::string digest;  // DigestHex of the file contents
   DType dtype = DType::kFp16;
-  int64_t global_batch = 0;         // samples (sequences / images) per iteration
-  std::vector<int64_t> input_shape; // per sample
+  int64_t global_batch = 0;          // samples (sequences / images) per iteration
+  std::vector<int64_t> input_shape;  // per sample
   bool is_gpt = false;
-  GptConfig gpt;                    // valid when is_gpt
+  GptConfig gpt;  // valid when is_gpt
   std::vector<Layer> layers;
 
   // Sum of params over layers, counting tied weights once; MoE: every expert; mtp layers excluded.

@@ -19,7 +19,7 @@ struct StateBytes {
   double weight = 2, optimizer = 12, total = 18;
   // The gradient buffer's dtype; none without a model (a profile alone: the old 18-byte default's figures).
   std::optional<DType> grad_dtype;
-  double grad = 4;             // gradient buffer bytes per parameter (fp32, or the 16-bit dtype: --grad-dtype)
+  double grad = 4;  // gradient buffer bytes per parameter (fp32, or the 16-bit dtype: --grad-dtype)
   // A 16-bit gradient buffer is cast to fp32 for the optimizer step (Megatron's Float16Optimizer
   // _copy_model_grads_to_main_grads: main_param.grad = main_grad.float(), freed by zero_grad):
   // 4 bytes per parameter of the (sharded) optimizer state, while the activations are freed.

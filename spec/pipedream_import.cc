@@ -51,17 +51,22 @@ bool ParseNumber(const std::string& s, double* out) {
 // cut at a line boundary loses edges, leaving a node other than a source (an Input, or a
 // recurrent model's initial `hidden` state) with no producer, or, cut among the node lines, no
 // edge at all. Such a fragment would otherwise plan as a smaller model.
-Status CheckGraphComplete(const std::string& path, const Profile& p, const std::vector<int>& node_lines, bool has_edges) {
+Status CheckGraphComplete(const std::string& path, const Profile& p, const std::vector<int>& node_lines,
+                          bool has_edges) {
   if (p.layers.size() > 1 && !has_edges) {
-    return Status::InvalidArgument(fmt::format("{}:{}: {} node lines and no edge line (a tab, '<src> -- <dst>'); the file looks truncated: "
-                                               "give the whole graph.txt", path, node_lines.back(), p.layers.size()));
+    return Status::InvalidArgument(
+        fmt::format("{}:{}: {} node lines and no edge line (a tab, '<src> -- <dst>'); the file looks truncated: "
+                    "give the whole graph.txt",
+                    path, node_lines.back(), p.layers.size()));
   }
   for (size_t i = 0; i < p.layers.size(); ++i) {
     const ProfileLayer& l = p.layers[i];
     // PipeDream's sources are its Input nodes and, in recurrent models (GNMT), their initial `hidden` state.
     if (l.inputs.empty() && l.desc.rfind("Input", 0) != 0 && l.desc != "hidden") {
-      return Status::InvalidArgument(fmt::format("{}:{}: node '{}' ({}) has no incoming edge and is not an Input node; the file looks "
-                                                 "truncated (edge lines missing): give the whole graph.txt", path, node_lines[i], l.name, l.desc));
+      return Status::InvalidArgument(
+          fmt::format("{}:{}: node '{}' ({}) has no incoming edge and is not an Input node; the file looks "
+                      "truncated (edge lines missing): give the whole graph.txt",
+                      path, node_lines[i], l.name, l.desc));
     }
   }
   return Status::OK();
@@ -96,7 +101,8 @@ Status ImportPipeDreamGraph(const std::string& path, const std::string& text, in
       auto a = index.find(parts[0]), b = index.find(parts[1]);
       if (a == index.end()) return err("edge from unknown node '" + parts[0] + "'; node lines must come first");
       if (b == index.end()) return err("edge to unknown node '" + parts[1] + "'; node lines must come first");
-      if (std::find(p.layers[b->second].inputs.begin(), p.layers[b->second].inputs.end(), parts[0]) != p.layers[b->second].inputs.end()) {
+      if (std::find(p.layers[b->second].inputs.begin(), p.layers[b->second].inputs.end(), parts[0]) !=
+          p.layers[b->second].inputs.end()) {
         return err("edge '" + parts[0] + " -- " + parts[1] + "' is listed twice; keep one");
       }
       p.layers[b->second].inputs.push_back(parts[0]);
@@ -105,19 +111,23 @@ Status ImportPipeDreamGraph(const std::string& path, const std::string& text, in
     if (edges_started) return err("a node line after the edge lines; node lines must come first");
     auto parts = SplitOn(Trim(line), " -- ");
     if (parts.size() < 3 || parts.size() > 4) {
-      return err("a node line must read '<id> -- <desc> -- forward_compute_time=..., backward_compute_time=..., activation_size=..., parameter_size=...'");
+      return err(
+          "a node line must read '<id> -- <desc> -- forward_compute_time=..., backward_compute_time=..., "
+          "activation_size=..., parameter_size=...'");
     }
     ProfileLayer l;
     l.name = parts[0];
     l.desc = parts[1];
     if (index.count(l.name)) return err("duplicate node id '" + l.name + "'");
     auto fields = SplitOn(parts[2], ", ");
-    if (fields.size() != 4) return err("expected 4 comma-separated metadata fields, got " + std::to_string(fields.size()));
+    if (fields.size() != 4)
+      return err("expected 4 comma-separated metadata fields, got " + std::to_string(fields.size()));
     const char* names[4] = {"forward_compute_time", "backward_compute_time", "activation_size", "parameter_size"};
     double values[4] = {0, 0, 0, 0};
     for (int k = 0; k < 4; ++k) {
       auto kv = SplitOn(fields[k], "=");
-      if (kv.size() != 2 || Trim(kv[0]) != names[k]) return err(std::string("expected '") + names[k] + "=<number>', got '" + fields[k] + "'");
+      if (kv.size() != 2 || Trim(kv[0]) != names[k])
+        return err(std::string("expected '") + names[k] + "=<number>', got '" + fields[k] + "'");
       std::string v = Trim(kv[1]);
       if (!v.empty() && v.front() == '[') {
         if (v.back() != ']') return err(std::string("unterminated list in ") + names[k]);
@@ -147,8 +157,9 @@ Status ImportPipeDreamGraph(const std::string& path, const std::string& text, in
   PLANNER_RETURN_IF_ERROR(CheckGraphComplete(path, p, node_lines, edges_started));
   if (const auto cycle = FindInputCycle(p.layers, index)) {  // a cycle is reported at graph.txt's line of a node on it
     const auto [u, v] = *cycle;
-    return Status::InvalidArgument(fmt::format("{}:{}: node '{}' is on a cycle of edges (through '{}'); the edges must form a DAG", path,
-                                               node_lines[u], p.layers[u].name, p.layers[v].name));
+    return Status::InvalidArgument(
+        fmt::format("{}:{}: node '{}' is on a cycle of edges (through '{}'); the edges must form a DAG", path,
+                    node_lines[u], p.layers[u].name, p.layers[v].name));
   }
   if (minibatch <= 0) {
     minibatch = 1;

@@ -13,7 +13,6 @@
 
 namespace planner {
 
-
 namespace {
 
 // A small ordered tree that both emitters walk; numbers keep their type so
@@ -27,11 +26,35 @@ struct Tree {
   std::vector<Tree> values;       // would need Tree complete, which clang's libstdc++ checks)
   std::vector<Tree> list;
 
-  static Tree Str(std::string v) { Tree t; t.kind = kString; t.s = std::move(v); return t; }
-  static Tree Num(double v) { Tree t; t.kind = kNumber; t.d = v; return t; }
-  static Tree Int(int64_t v) { Tree t; t.kind = kInt; t.i = v; return t; }
-  static Tree Bool(bool v) { Tree t; t.kind = kBool; t.i = v ? 1 : 0; return t; }
-  static Tree List() { Tree t; t.kind = kList; return t; }
+  static Tree Str(std::string v) {
+    Tree t;
+    t.kind = kString;
+    t.s = std::move(v);
+    return t;
+  }
+  static Tree Num(double v) {
+    Tree t;
+    t.kind = kNumber;
+    t.d = v;
+    return t;
+  }
+  static Tree Int(int64_t v) {
+    Tree t;
+    t.kind = kInt;
+    t.i = v;
+    return t;
+  }
+  static Tree Bool(bool v) {
+    Tree t;
+    t.kind = kBool;
+    t.i = v ? 1 : 0;
+    return t;
+  }
+  static Tree List() {
+    Tree t;
+    t.kind = kList;
+    return t;
+  }
   Tree& Add(std::string key, Tree v) {
     keys.push_back(std::move(key));
     values.push_back(std::move(v));
@@ -69,8 +92,10 @@ void EmitYaml(const Tree& t, YAML::Emitter& e) {
 std::string JsonEscape(const std::string& s) {
   std::string o = "\"";
   for (unsigned char c : s) {
-    if (c == '"' || c == '\\') { o += '\\'; o += static_cast<char>(c); }
-    else if (c == '\n') o += "\\n";
+    if (c == '"' || c == '\\') {
+      o += '\\';
+      o += static_cast<char>(c);
+    } else if (c == '\n') o += "\\n";
     else if (c < 0x20) o += fmt::format("\\u{:04x}", c);
     else o += static_cast<char>(c);
   }
@@ -91,7 +116,10 @@ void EmitJson(const Tree& t, std::string& o, int indent) {
       o += pad + "}";
       break;
     case Tree::kList:
-      if (t.list.empty()) { o += "[]"; break; }
+      if (t.list.empty()) {
+        o += "[]";
+        break;
+      }
       o += "[\n";
       for (size_t k = 0; k < t.list.size(); ++k) {
         o += pad2;
@@ -247,27 +275,39 @@ Tree PlanTree(const Plan& p) {
 Status GetDpComm(const YamlReader& r, const YAML::Node& root, Plan* p) {
   std::string name;
   PLANNER_RETURN_IF_ERROR(r.GetEnum(root, "dp_comm", "dp_comm", DpCommNames(), &name, false));
-  if (!name.empty() && !ParseDpComm(name, &p->dp_comm)) return r.FieldError(root["dp_comm"], "dp_comm", "unknown dp_comm " + name);
+  if (!name.empty() && !ParseDpComm(name, &p->dp_comm))
+    return r.FieldError(root["dp_comm"], "dp_comm", "unknown dp_comm " + name);
   PLANNER_RETURN_IF_ERROR(r.GetInt(root, "dp_servers", "dp_servers", &p->dp_servers, false, 0));
   if (p->dp_servers > (int64_t{1} << 20)) {
-    return r.FieldError(root["dp_servers"], "dp_servers", fmt::format("{} servers is more than the 1048576 a cluster file may declare; lower it", p->dp_servers));
+    return r.FieldError(
+        root["dp_servers"], "dp_servers",
+        fmt::format("{} servers is more than the 1048576 a cluster file may declare; lower it", p->dp_servers));
   }
   std::string placement;
-  PLANNER_RETURN_IF_ERROR(r.GetEnum(root, "ps_placement", "ps_placement", {"dedicated", "colocated"}, &placement, false));
+  PLANNER_RETURN_IF_ERROR(
+      r.GetEnum(root, "ps_placement", "ps_placement", {"dedicated", "colocated"}, &placement, false));
   p->ps_colocated = placement == "colocated";
   if (p->ps_colocated && p->dp_comm == DpComm::kParameterServer && p->dp_servers > 0) {
-    return r.FieldError(root["dp_servers"], "dp_servers", "a co-located ps runs its servers on the GPU machines; remove dp_servers or set ps_placement: dedicated");
+    return r.FieldError(
+        root["dp_servers"], "dp_servers",
+        "a co-located ps runs its servers on the GPU machines; remove dp_servers or set ps_placement: dedicated");
   }
   if (p->dp_comm == DpComm::kParameterServer && p->dp_servers < 1 && !p->ps_colocated) {
-    return r.FieldError(root["dp_comm"], "dp_servers", "a parameter server needs dp_servers >= 1; set dp_servers or choose another dp_comm");
+    return r.FieldError(root["dp_comm"], "dp_servers",
+                        "a parameter server needs dp_servers >= 1; set dp_servers or choose another dp_comm");
   }
   if (!DpCommUsesServers(p->dp_comm) && p->dp_servers > 0) {
-    return r.FieldError(root["dp_servers"], "dp_servers", fmt::format("dp_comm {} has no servers; remove dp_servers or set dp_comm ps or byteps", DpCommName(p->dp_comm)));
+    return r.FieldError(root["dp_servers"], "dp_servers",
+                        fmt::format("dp_comm {} has no servers; remove dp_servers or set dp_comm ps or byteps",
+                                    DpCommName(p->dp_comm)));
   }
   PLANNER_RETURN_IF_ERROR(r.GetBool(root, "vertical_sync", "vertical_sync", &p->vertical_sync, false));
   if (p->vertical_sync && p->schedule != Schedule::kPipeDream) {
-    return r.FieldError(root["vertical_sync"], "vertical_sync",
-                        fmt::format("vertical sync is for the asynchronous pipedream schedule, not {}; remove it or set schedule: pipedream", ScheduleName(p->schedule)));
+    return r.FieldError(
+        root["vertical_sync"], "vertical_sync",
+        fmt::format(
+            "vertical sync is for the asynchronous pipedream schedule, not {}; remove it or set schedule: pipedream",
+            ScheduleName(p->schedule)));
   }
   return Status::OK();
 }
@@ -280,7 +320,8 @@ Status GetSchedule(const YamlReader& r, const YAML::Node& map, const std::string
   return Status::OK();
 }
 
-Status GetRecompute(const YamlReader& r, const YAML::Node& map, const std::string& field, Recompute* out, bool required) {
+Status GetRecompute(const YamlReader& r, const YAML::Node& map, const std::string& field, Recompute* out,
+                    bool required) {
   std::string name;
   PLANNER_RETURN_IF_ERROR(r.GetEnum(map, field.substr(field.rfind('.') + 1), field, RecomputeNames(), &name, required));
   if (!name.empty() && !ParseRecompute(name, out)) return r.FieldError(map, field, "unknown recompute " + name);
@@ -297,7 +338,9 @@ Status GetRecomputeModules(const YamlReader& r, const YAML::Node& map, const std
     RecomputeModule m;
     const std::string name = node[i].IsScalar() ? node[i].Scalar() : std::string();
     if (!ParseRecomputeModule(name, &m)) {
-      return r.FieldError(node[i], fmt::format("{}[{}]", field, i), fmt::format("unknown recompute module '{}'; choose from {}", name, fmt::join(RecomputeModuleNames(), ", ")));
+      return r.FieldError(
+          node[i], fmt::format("{}[{}]", field, i),
+          fmt::format("unknown recompute module '{}'; choose from {}", name, fmt::join(RecomputeModuleNames(), ", ")));
     }
     mask |= RecomputeBit(m);
   }
@@ -310,7 +353,8 @@ Status GetZeroStage(const YamlReader& r, const YAML::Node& map, const std::strin
   int64_t n = 0;
   PLANNER_RETURN_IF_ERROR(r.GetInt(map, field.substr(field.rfind('.') + 1), field, &n, false, 0));
   if (!ZeroStageFromNumber(n, out)) {
-    return r.FieldError(map[field.substr(field.rfind('.') + 1)], field, fmt::format("must be 0, 1, 2 or 3 (the ZeRO stage), got {}", n));
+    return r.FieldError(map[field.substr(field.rfind('.') + 1)], field,
+                        fmt::format("must be 0, 1, 2 or 3 (the ZeRO stage), got {}", n));
   }
   return Status::OK();
 }
@@ -334,28 +378,104 @@ namespace {
 constexpr double kGiB = 1024.0 * 1024 * 1024;
 
 // The keys PlanTree writes, per mapping: anything else is a typo or a field of another file.
-const std::vector<std::string> kTopKeys = {
-    "format_version", "mode", "inputs", "config", "parallel", "gpus_used", "tp", "pp", "dp", "cp", "ep", "etp", "sequence_parallel",
-    "model_parameters", "model_active_parameters", "mtp_parameters", "microbatch_size", "num_microbatches", "schedule", "interleave",
-    "account_embedding_loss", "recompute", "recompute_num_layers", "recompute_modules", "zero_stage", "p2p_overlap", "grad_dtype", "dp_comm", "dp_servers",
-    "ps_placement", "vertical_sync", "stages", "predicted", "runners_up", "notes"};
-const std::vector<std::string> kInputKeys = {"model", "model_path", "model_digest", "cluster", "cluster_path", "cluster_digest", "profile_path",
-                                             "profile_digest", "cost_source", "dtype", "seq", "gpus", "global_batch", "usable_memory_GiB"};
-const std::vector<std::string> kStageKeys = {
-    "first_layer", "last_layer", "first_layer_name", "last_layer_name", "replicas", "tp", "chunk", "device_offset", "devices", "forward_seconds",
-    "backward_input_seconds", "backward_weight_seconds", "tp_comm_seconds", "ep_comm_seconds", "p2p_seconds", "dp_allreduce_seconds",
-    "in_flight_microbatches", "weights_GiB", "optimizer_GiB", "activations_GiB", "peak_memory_GiB"};
-const std::vector<std::string> kPredictedKeys = {
-    "iteration_seconds", "samples_per_second", "tflops_per_gpu", "mfu", "hfu", "model_tflops_per_gpu", "model_flops_per_iteration",
-    "tokens_per_second_per_gpu", "bubble_fraction", "pipeline_seconds", "dp_allreduce_seconds", "optimizer_seconds", "peak_memory_GiB",
-    "dp_comm_seconds"};
-const std::vector<std::string> kRunnerUpKeys = {
-    "config", "tp", "pp", "dp", "cp", "ep", "etp", "sequence_parallel", "microbatch_size", "num_microbatches", "schedule", "interleave", "recompute",
-    "recompute_num_layers", "recompute_modules", "zero_stage", "iteration_seconds", "samples_per_second", "peak_memory_GiB", "why_lost"};
+const std::vector<std::string> kTopKeys = {"format_version",
+                                           "mode",
+                                           "inputs",
+                                           "config",
+                                           "parallel",
+                                           "gpus_used",
+                                           "tp",
+                                           "pp",
+                                           "dp",
+                                           "cp",
+                                           "ep",
+                                           "etp",
+                                           "sequence_parallel",
+                                           "model_parameters",
+                                           "model_active_parameters",
+                                           "mtp_parameters",
+                                           "microbatch_size",
+                                           "num_microbatches",
+                                           "schedule",
+                                           "interleave",
+                                           "account_embedding_loss",
+                                           "recompute",
+                                           "recompute_num_layers",
+                                           "recompute_modules",
+                                           "zero_stage",
+                                           "p2p_overlap",
+                                           "grad_dtype",
+                                           "dp_comm",
+                                           "dp_servers",
+                                           "ps_placement",
+                                           "vertical_sync",
+                                           "stages",
+                                           "predicted",
+                                           "runners_up",
+                                           "notes"};
+const std::vector<std::string> kInputKeys = {
+    "model",          "model_path",  "model_digest", "cluster", "cluster_path", "cluster_digest", "profile_path",
+    "profile_digest", "cost_source", "dtype",        "seq",     "gpus",         "global_batch",   "usable_memory_GiB"};
+const std::vector<std::string> kStageKeys = {"first_layer",
+                                             "last_layer",
+                                             "first_layer_name",
+                                             "last_layer_name",
+                                             "replicas",
+                                             "tp",
+                                             "chunk",
+                                             "device_offset",
+                                             "devices",
+                                             "forward_seconds",
+                                             "backward_input_seconds",
+                                             "backward_weight_seconds",
+                                             "tp_comm_seconds",
+                                             "ep_comm_seconds",
+                                             "p2p_seconds",
+                                             "dp_allreduce_seconds",
+                                             "in_flight_microbatches",
+                                             "weights_GiB",
+                                             "optimizer_GiB",
+                                             "activations_GiB",
+                                             "peak_memory_GiB"};
+const std::vector<std::string> kPredictedKeys = {"iteration_seconds",
+                                                 "samples_per_second",
+                                                 "tflops_per_gpu",
+                                                 "mfu",
+                                                 "hfu",
+                                                 "model_tflops_per_gpu",
+                                                 "model_flops_per_iteration",
+                                                 "tokens_per_second_per_gpu",
+                                                 "bubble_fraction",
+                                                 "pipeline_seconds",
+                                                 "dp_allreduce_seconds",
+                                                 "optimizer_seconds",
+                                                 "peak_memory_GiB",
+                                                 "dp_comm_seconds"};
+const std::vector<std::string> kRunnerUpKeys = {"config",
+                                                "tp",
+                                                "pp",
+                                                "dp",
+                                                "cp",
+                                                "ep",
+                                                "etp",
+                                                "sequence_parallel",
+                                                "microbatch_size",
+                                                "num_microbatches",
+                                                "schedule",
+                                                "interleave",
+                                                "recompute",
+                                                "recompute_num_layers",
+                                                "recompute_modules",
+                                                "zero_stage",
+                                                "iteration_seconds",
+                                                "samples_per_second",
+                                                "peak_memory_GiB",
+                                                "why_lost"};
 
 Status ReadInputs(const YamlReader& r, const YAML::Node& root, Plan* p) {
   const YAML::Node& in = root["inputs"];
-  if (!in.IsDefined()) return r.FieldError(root, "inputs", "missing required field; is this a plan.yaml written by planner solve?");
+  if (!in.IsDefined())
+    return r.FieldError(root, "inputs", "missing required field; is this a plan.yaml written by planner solve?");
   PLANNER_RETURN_IF_ERROR(r.CheckKeys(in, "inputs", kInputKeys));
   PLANNER_RETURN_IF_ERROR(r.GetString(in, "model", "inputs.model", &p->model_name, true));
   PLANNER_RETURN_IF_ERROR(r.GetString(in, "model_path", "inputs.model_path", &p->model_path, false));
@@ -366,12 +486,14 @@ Status ReadInputs(const YamlReader& r, const YAML::Node& root, Plan* p) {
   PLANNER_RETURN_IF_ERROR(r.GetString(in, "profile_path", "inputs.profile_path", &p->profile_path, false));
   PLANNER_RETURN_IF_ERROR(r.GetString(in, "profile_digest", "inputs.profile_digest", &p->profile_digest, false));
   std::string cost_source = "analytic";
-  PLANNER_RETURN_IF_ERROR(r.GetEnum(in, "cost_source", "inputs.cost_source", {"analytic", "profile"}, &cost_source, false));
+  PLANNER_RETURN_IF_ERROR(
+      r.GetEnum(in, "cost_source", "inputs.cost_source", {"analytic", "profile"}, &cost_source, false));
   ParseCostSourceKind(cost_source, &p->cost_source);
   PLANNER_RETURN_IF_ERROR(r.GetString(in, "dtype", "inputs.dtype", &p->dtype, false));
   PLANNER_RETURN_IF_ERROR(GetIntInRange(r, in, "seq", "inputs.seq", &p->seq, false, 1, kMaxBatch));
   PLANNER_RETURN_IF_ERROR(GetIntInRange(r, in, "gpus", "inputs.gpus", &p->gpus, true, 1, kMaxRanks));
-  PLANNER_RETURN_IF_ERROR(GetIntInRange(r, in, "global_batch", "inputs.global_batch", &p->global_batch, true, 1, kMaxBatch));
+  PLANNER_RETURN_IF_ERROR(
+      GetIntInRange(r, in, "global_batch", "inputs.global_batch", &p->global_batch, true, 1, kMaxBatch));
   double usable = 0;
   PLANNER_RETURN_IF_ERROR(r.GetDouble(in, "usable_memory_GiB", "inputs.usable_memory_GiB", &usable, false, 0, false));
   p->usable_memory_bytes = usable * kGiB;
@@ -383,15 +505,20 @@ Status ReadLayout(const YamlReader& r, const YAML::Node& root, Plan* p) {
   PLANNER_RETURN_IF_ERROR(r.GetString(root, "config", "config", &p->config, true));
   PLANNER_RETURN_IF_ERROR(GetIntInRange(r, root, "gpus_used", "gpus_used", &p->gpus_used, true, 1, kMaxRanks));
   PLANNER_RETURN_IF_ERROR(ReadLayoutSizes(r, root, "", true, p));
-  PLANNER_RETURN_IF_ERROR(r.GetDouble(root, "model_parameters", "model_parameters", &p->model_parameters, false, 0, false));
-  PLANNER_RETURN_IF_ERROR(r.GetDouble(root, "model_active_parameters", "model_active_parameters", &p->model_active_parameters, false, 0, false));
+  PLANNER_RETURN_IF_ERROR(
+      r.GetDouble(root, "model_parameters", "model_parameters", &p->model_parameters, false, 0, false));
+  PLANNER_RETURN_IF_ERROR(r.GetDouble(root, "model_active_parameters", "model_active_parameters",
+                                      &p->model_active_parameters, false, 0, false));
   PLANNER_RETURN_IF_ERROR(r.GetDouble(root, "mtp_parameters", "mtp_parameters", &p->mtp_parameters, false, 0, false));
   PLANNER_RETURN_IF_ERROR(GetSchedule(r, root, "schedule", &p->schedule, true));
-  PLANNER_RETURN_IF_ERROR(GetIntInRange(r, root, "interleave", "interleave", &p->interleave, true, 1, kMaxVirtualStages));
+  PLANNER_RETURN_IF_ERROR(
+      GetIntInRange(r, root, "interleave", "interleave", &p->interleave, true, 1, kMaxVirtualStages));
   PLANNER_RETURN_IF_ERROR(GetRecompute(r, root, "recompute", &p->recompute, true));
-  PLANNER_RETURN_IF_ERROR(GetIntInRange(r, root, "recompute_num_layers", "recompute_num_layers", &p->recompute_num_layers, false, 0, kMaxVirtualStages));
+  PLANNER_RETURN_IF_ERROR(GetIntInRange(r, root, "recompute_num_layers", "recompute_num_layers",
+                                        &p->recompute_num_layers, false, 0, kMaxVirtualStages));
   PLANNER_RETURN_IF_ERROR(GetRecomputeModules(r, root, "recompute_modules", &p->recompute_modules));
-  PLANNER_RETURN_IF_ERROR(r.GetBool(root, "account_embedding_loss", "account_embedding_loss", &p->account_embedding_loss, false));
+  PLANNER_RETURN_IF_ERROR(
+      r.GetBool(root, "account_embedding_loss", "account_embedding_loss", &p->account_embedding_loss, false));
   PLANNER_RETURN_IF_ERROR(GetZeroStage(r, root, "zero_stage", &p->zero_stage));
   PLANNER_RETURN_IF_ERROR(r.GetBool(root, "p2p_overlap", "p2p_overlap", &p->p2p_overlap, false));
   std::string grad_text;
@@ -399,42 +526,58 @@ Status ReadLayout(const YamlReader& r, const YAML::Node& root, Plan* p) {
   DType run_dtype, grad_dtype;
   if (!grad_text.empty() && ParseDType(grad_text, &grad_dtype)) p->grad_dtype = grad_dtype;
   if (p->grad_dtype && ParseDType(p->dtype, &run_dtype) && !GradDTypeAllowed(run_dtype, *p->grad_dtype)) {
-    return r.FieldError(root["grad_dtype"], "grad_dtype", fmt::format("{} gradients do not go with inputs.dtype {} (fp32, or the weights' 16-bit dtype); use {}",
-                                                                      grad_text, p->dtype, GradDTypeChoices(run_dtype)));
+    return r.FieldError(
+        root["grad_dtype"], "grad_dtype",
+        fmt::format("{} gradients do not go with inputs.dtype {} (fp32, or the weights' 16-bit dtype); use {}",
+                    grad_text, p->dtype, GradDTypeChoices(run_dtype)));
   }
   PLANNER_RETURN_IF_ERROR(GetDpComm(r, root, p));
   std::string parallel;
   PLANNER_RETURN_IF_ERROR(r.GetString(root, "parallel", "parallel", &parallel, false));
   if (!parallel.empty() && parallel != p->ParallelString()) {
-    return r.FieldError(root["parallel"], "parallel", fmt::format("'{}' contradicts tp {}, pp {}, dp {} ('{}'); make them agree or solve again", parallel,
-                                                                  p->tp, p->pp, p->dp, p->ParallelString()));
+    return r.FieldError(root["parallel"], "parallel",
+                        fmt::format("'{}' contradicts tp {}, pp {}, dp {} ('{}'); make them agree or solve again",
+                                    parallel, p->tp, p->pp, p->dp, p->ParallelString()));
   }
   return Status::OK();
 }
 
 Status ReadStage(const YamlReader& r, const YAML::Node& n, const std::string& f, PlanStage* s) {
   PLANNER_RETURN_IF_ERROR(r.CheckKeys(n, f, kStageKeys));
-  PLANNER_RETURN_IF_ERROR(GetIntInRange(r, n, "first_layer", f + ".first_layer", &s->first_layer, true, 0, kMaxVirtualStages));
-  PLANNER_RETURN_IF_ERROR(GetIntInRange(r, n, "last_layer", f + ".last_layer", &s->last_layer, true, 0, kMaxVirtualStages));
-  if (s->last_layer < s->first_layer) return r.FieldError(n["last_layer"], f + ".last_layer", fmt::format("{} is before first_layer {}", s->last_layer, s->first_layer));
+  PLANNER_RETURN_IF_ERROR(
+      GetIntInRange(r, n, "first_layer", f + ".first_layer", &s->first_layer, true, 0, kMaxVirtualStages));
+  PLANNER_RETURN_IF_ERROR(
+      GetIntInRange(r, n, "last_layer", f + ".last_layer", &s->last_layer, true, 0, kMaxVirtualStages));
+  if (s->last_layer < s->first_layer)
+    return r.FieldError(n["last_layer"], f + ".last_layer",
+                        fmt::format("{} is before first_layer {}", s->last_layer, s->first_layer));
   PLANNER_RETURN_IF_ERROR(r.GetString(n, "first_layer_name", f + ".first_layer_name", &s->first_layer_name, false));
   PLANNER_RETURN_IF_ERROR(r.GetString(n, "last_layer_name", f + ".last_layer_name", &s->last_layer_name, false));
   PLANNER_RETURN_IF_ERROR(GetIntInRange(r, n, "replicas", f + ".replicas", &s->replicas, true, 1, kMaxRanks));
   PLANNER_RETURN_IF_ERROR(GetIntInRange(r, n, "tp", f + ".tp", &s->tp, true, 1, kMaxRanks));
   PLANNER_RETURN_IF_ERROR(GetIntInRange(r, n, "chunk", f + ".chunk", &s->chunk, false, 0, kMaxVirtualStages));
-  PLANNER_RETURN_IF_ERROR(GetIntInRange(r, n, "device_offset", f + ".device_offset", &s->device_offset, false, 0, kMaxRanks));
+  PLANNER_RETURN_IF_ERROR(
+      GetIntInRange(r, n, "device_offset", f + ".device_offset", &s->device_offset, false, 0, kMaxRanks));
   PLANNER_RETURN_IF_ERROR(r.GetIntList(n, "devices", f + ".devices", &s->devices, false, 0));
   for (size_t k = 0; k < s->devices.size(); ++k) {
-    if (s->devices[k] >= kMaxRanks) return r.FieldError(n["devices"][k], fmt::format("{}.devices[{}]", f, k), fmt::format("must be below {}, got {}", kMaxRanks, s->devices[k]));
+    if (s->devices[k] >= kMaxRanks)
+      return r.FieldError(n["devices"][k], fmt::format("{}.devices[{}]", f, k),
+                          fmt::format("must be below {}, got {}", kMaxRanks, s->devices[k]));
   }
-  for (auto [key, out, required] : {std::tuple{"forward_seconds", &s->forward_s, true}, {"backward_input_seconds", &s->backward_input_s, true},
-                                    {"backward_weight_seconds", &s->backward_weight_s, true}, {"tp_comm_seconds", &s->tp_comm_s, false},
-                                    {"ep_comm_seconds", &s->ep_comm_s, false}, {"p2p_seconds", &s->p2p_s, false},
+  for (auto [key, out, required] : {std::tuple{"forward_seconds", &s->forward_s, true},
+                                    {"backward_input_seconds", &s->backward_input_s, true},
+                                    {"backward_weight_seconds", &s->backward_weight_s, true},
+                                    {"tp_comm_seconds", &s->tp_comm_s, false},
+                                    {"ep_comm_seconds", &s->ep_comm_s, false},
+                                    {"p2p_seconds", &s->p2p_s, false},
                                     {"dp_allreduce_seconds", &s->dp_allreduce_s, false}}) {
     PLANNER_RETURN_IF_ERROR(r.GetDouble(n, key, f + "." + key, out, required, 0, false));
   }
-  PLANNER_RETURN_IF_ERROR(GetIntInRange(r, n, "in_flight_microbatches", f + ".in_flight_microbatches", &s->in_flight, false, 0, kMaxBatch));
-  for (auto [key, out] : {std::pair{"weights_GiB", &s->weights_bytes}, {"optimizer_GiB", &s->optimizer_bytes}, {"activations_GiB", &s->activations_bytes},
+  PLANNER_RETURN_IF_ERROR(
+      GetIntInRange(r, n, "in_flight_microbatches", f + ".in_flight_microbatches", &s->in_flight, false, 0, kMaxBatch));
+  for (auto [key, out] : {std::pair{"weights_GiB", &s->weights_bytes},
+                          {"optimizer_GiB", &s->optimizer_bytes},
+                          {"activations_GiB", &s->activations_bytes},
                           {"peak_memory_GiB", &s->peak_memory_bytes}}) {
     double gib = 0;
     PLANNER_RETURN_IF_ERROR(r.GetDouble(n, key, f + "." + key, &gib, false, 0, false));
@@ -449,7 +592,9 @@ Status ReadStages(const YamlReader& r, const YAML::Node& root, Plan* p) {
   PLANNER_RETURN_IF_ERROR(r.RequireSequence(stages, "stages"));
   if (stages.size() == 0) return r.FieldError(stages, "stages", "a plan has at least one stage");
   if (static_cast<int64_t>(stages.size()) > kMaxVirtualStages) {
-    return r.FieldError(stages, "stages", fmt::format("{} stages is more than {} (one per layer of the largest model)", stages.size(), kMaxVirtualStages));
+    return r.FieldError(stages, "stages",
+                        fmt::format("{} stages is more than {} (one per layer of the largest model)", stages.size(),
+                                    kMaxVirtualStages));
   }
   for (size_t i = 0; i < stages.size(); ++i) {
     PlanStage s;
@@ -463,12 +608,19 @@ Status ReadPredicted(const YamlReader& r, const YAML::Node& root, PlanPredicted*
   const YAML::Node& pr = root["predicted"];
   if (!pr.IsDefined()) return r.FieldError(root, "predicted", "missing required field");
   PLANNER_RETURN_IF_ERROR(r.CheckKeys(pr, "predicted", kPredictedKeys));
-  PLANNER_RETURN_IF_ERROR(r.GetDouble(pr, "iteration_seconds", "predicted.iteration_seconds", &out->iteration_s, true, 0, false));
-  for (auto [key, v] : {std::pair{"samples_per_second", &out->samples_per_second}, {"tflops_per_gpu", &out->tflops_per_gpu}, {"mfu", &out->mfu},
-                        {"hfu", &out->hfu}, {"model_tflops_per_gpu", &out->model_tflops_per_gpu},
-                        {"model_flops_per_iteration", &out->model_flops_per_iteration}, {"tokens_per_second_per_gpu", &out->tokens_per_second_per_gpu},
-                        {"bubble_fraction", &out->bubble_fraction}, {"pipeline_seconds", &out->pipeline_s},
-                        {"dp_allreduce_seconds", &out->dp_allreduce_s}, {"optimizer_seconds", &out->optimizer_s}}) {
+  PLANNER_RETURN_IF_ERROR(
+      r.GetDouble(pr, "iteration_seconds", "predicted.iteration_seconds", &out->iteration_s, true, 0, false));
+  for (auto [key, v] : {std::pair{"samples_per_second", &out->samples_per_second},
+                        {"tflops_per_gpu", &out->tflops_per_gpu},
+                        {"mfu", &out->mfu},
+                        {"hfu", &out->hfu},
+                        {"model_tflops_per_gpu", &out->model_tflops_per_gpu},
+                        {"model_flops_per_iteration", &out->model_flops_per_iteration},
+                        {"tokens_per_second_per_gpu", &out->tokens_per_second_per_gpu},
+                        {"bubble_fraction", &out->bubble_fraction},
+                        {"pipeline_seconds", &out->pipeline_s},
+                        {"dp_allreduce_seconds", &out->dp_allreduce_s},
+                        {"optimizer_seconds", &out->optimizer_s}}) {
     PLANNER_RETURN_IF_ERROR(r.GetDouble(pr, key, std::string("predicted.") + key, v, false, 0, false));
   }
   double gib = 0;
@@ -492,12 +644,16 @@ Status ReadRunnerUp(const YamlReader& r, const YAML::Node& n, const std::string&
   PLANNER_RETURN_IF_ERROR(r.GetString(n, "config", f + ".config", &s->config, false));
   PLANNER_RETURN_IF_ERROR(ReadLayoutSizes(r, n, f + ".", false, s));
   PLANNER_RETURN_IF_ERROR(GetSchedule(r, n, f + ".schedule", &s->schedule, false));
-  PLANNER_RETURN_IF_ERROR(GetIntInRange(r, n, "interleave", f + ".interleave", &s->interleave, false, 1, kMaxVirtualStages));
+  PLANNER_RETURN_IF_ERROR(
+      GetIntInRange(r, n, "interleave", f + ".interleave", &s->interleave, false, 1, kMaxVirtualStages));
   PLANNER_RETURN_IF_ERROR(GetRecompute(r, n, f + ".recompute", &s->recompute, false));
-  PLANNER_RETURN_IF_ERROR(GetIntInRange(r, n, "recompute_num_layers", f + ".recompute_num_layers", &s->recompute_num_layers, false, 0, kMaxVirtualStages));
+  PLANNER_RETURN_IF_ERROR(GetIntInRange(r, n, "recompute_num_layers", f + ".recompute_num_layers",
+                                        &s->recompute_num_layers, false, 0, kMaxVirtualStages));
   PLANNER_RETURN_IF_ERROR(GetRecomputeModules(r, n, f + ".recompute_modules", &s->recompute_modules));
-  PLANNER_RETURN_IF_ERROR(r.GetDouble(n, "iteration_seconds", f + ".iteration_seconds", &s->iteration_s, false, 0, false));
-  PLANNER_RETURN_IF_ERROR(r.GetDouble(n, "samples_per_second", f + ".samples_per_second", &s->samples_per_second, false, 0, false));
+  PLANNER_RETURN_IF_ERROR(
+      r.GetDouble(n, "iteration_seconds", f + ".iteration_seconds", &s->iteration_s, false, 0, false));
+  PLANNER_RETURN_IF_ERROR(
+      r.GetDouble(n, "samples_per_second", f + ".samples_per_second", &s->samples_per_second, false, 0, false));
   PLANNER_RETURN_IF_ERROR(GetZeroStage(r, n, f + ".zero_stage", &s->zero_stage));
   double gib = 0;
   PLANNER_RETURN_IF_ERROR(r.GetDouble(n, "peak_memory_GiB", f + ".peak_memory_GiB", &gib, false, 0, false));
@@ -528,11 +684,16 @@ Status ReadRunnersUp(const YamlReader& r, const YAML::Node& root, Plan* p) {
 // devices (or device_offset); each GPU of gpus_used holds one.
 Status CheckReplicatedStages(const YamlReader& r, const YAML::Node& root, const Plan& p) {
   if (p.interleave != 1 || p.cp != 1 || p.ep != 1) {
-    return r.FieldError(root["config"], "config", fmt::format("per-stage replication (config {}) runs with interleave, cp and ep 1, not {}, {} and {}; solve again",
-                                                              p.config, p.interleave, p.cp, p.ep));
+    return r.FieldError(
+        root["config"], "config",
+        fmt::format(
+            "per-stage replication (config {}) runs with interleave, cp and ep 1, not {}, {} and {}; solve again",
+            p.config, p.interleave, p.cp, p.ep));
   }
   if (p.global_batch % p.microbatch_size != 0) {
-    return r.FieldError(root["microbatch_size"], "microbatch_size", fmt::format("{} does not divide inputs.global_batch {}; make it a divisor", p.microbatch_size, p.global_batch));
+    return r.FieldError(
+        root["microbatch_size"], "microbatch_size",
+        fmt::format("{} does not divide inputs.global_batch {}; make it a divisor", p.microbatch_size, p.global_batch));
   }
   std::vector<bool> used(static_cast<size_t>(p.gpus_used), false);
   for (size_t i = 0; i < p.stages.size(); ++i) {
@@ -543,13 +704,25 @@ Status CheckReplicatedStages(const YamlReader& r, const YAML::Node& root, const 
     const bool listed = static_cast<int64_t>(s.devices.size()) == width;
     for (int64_t k = 0; k < width; ++k) {
       const int64_t d = listed ? s.devices[static_cast<size_t>(k)] : s.device_offset + k;
-      if (d >= p.gpus_used) return r.FieldError(n, f + ".devices", fmt::format("device {} is outside gpus_used {} (0..{}); fix devices / device_offset or solve again", d, p.gpus_used, p.gpus_used - 1));
-      if (used[static_cast<size_t>(d)]) return r.FieldError(n, f + ".devices", fmt::format("device {} is already used by an earlier stage; every device holds one stage replica", d));
+      if (d >= p.gpus_used)
+        return r.FieldError(
+            n, f + ".devices",
+            fmt::format("device {} is outside gpus_used {} (0..{}); fix devices / device_offset or solve again", d,
+                        p.gpus_used, p.gpus_used - 1));
+      if (used[static_cast<size_t>(d)])
+        return r.FieldError(
+            n, f + ".devices",
+            fmt::format("device {} is already used by an earlier stage; every device holds one stage replica", d));
       used[static_cast<size_t>(d)] = true;
     }
   }
   for (size_t d = 0; d < used.size(); ++d) {
-    if (!used[d]) return r.FieldError(root["gpus_used"], "gpus_used", fmt::format("{} GPUs but no stage replica is on device {}; the stages' replicas x tp must add up to gpus_used", p.gpus_used, d));
+    if (!used[d])
+      return r.FieldError(
+          root["gpus_used"], "gpus_used",
+          fmt::format(
+              "{} GPUs but no stage replica is on device {}; the stages' replicas x tp must add up to gpus_used",
+              p.gpus_used, d));
   }
   return Status::OK();
 }
@@ -558,21 +731,34 @@ Status CheckReplicatedStages(const YamlReader& r, const YAML::Node& root, const 
 Status CheckUniformStages(const YamlReader& r, const YAML::Node& root, const Plan& p) {
   int64_t stages = 0, gpus = 0, batch = 0;
   if (!CheckedProduct({p.pp, p.interleave}, &stages) || stages != static_cast<int64_t>(p.stages.size())) {
-    return r.FieldError(root["stages"], "stages", fmt::format("{} stages, but pp {} x interleave {} virtual stages are needed; fix pp / interleave or solve again", p.stages.size(), p.pp, p.interleave));
+    return r.FieldError(
+        root["stages"], "stages",
+        fmt::format(
+            "{} stages, but pp {} x interleave {} virtual stages are needed; fix pp / interleave or solve again",
+            p.stages.size(), p.pp, p.interleave));
   }
   if (!CheckedProduct({p.tp, p.cp, p.dp, p.pp}, &gpus) || gpus != p.gpus_used) {
-    return r.FieldError(root["gpus_used"], "gpus_used", fmt::format("{} contradicts tp {} x cp {} x dp {} x pp {}; make them agree or solve again", p.gpus_used, p.tp, p.cp, p.dp, p.pp));
+    return r.FieldError(root["gpus_used"], "gpus_used",
+                        fmt::format("{} contradicts tp {} x cp {} x dp {} x pp {}; make them agree or solve again",
+                                    p.gpus_used, p.tp, p.cp, p.dp, p.pp));
   }
   if (!CheckedProduct({p.microbatch_size, p.num_microbatches, p.dp}, &batch) || batch != p.global_batch) {
-    return r.FieldError(root["num_microbatches"], "num_microbatches", fmt::format("microbatch_size {} x num_microbatches {} x dp {} must be inputs.global_batch {}; fix them or solve again", p.microbatch_size, p.num_microbatches, p.dp, p.global_batch));
+    return r.FieldError(
+        root["num_microbatches"], "num_microbatches",
+        fmt::format(
+            "microbatch_size {} x num_microbatches {} x dp {} must be inputs.global_batch {}; fix them or solve again",
+            p.microbatch_size, p.num_microbatches, p.dp, p.global_batch));
   }
   if ((p.tp * p.cp * p.dp) % (p.ep * p.etp) != 0) {  // each at most 2^20, and tp x cp x dp <= gpus_used: no overflow
-    return r.FieldError(root["ep"], "ep", fmt::format("ep {} x etp {} must divide tp x cp x dp = {} (MoE parallel folding); fix ep / etp or solve again",
-                                                      p.ep, p.etp, p.tp * p.cp * p.dp));
+    return r.FieldError(
+        root["ep"], "ep",
+        fmt::format("ep {} x etp {} must divide tp x cp x dp = {} (MoE parallel folding); fix ep / etp or solve again",
+                    p.ep, p.etp, p.tp * p.cp * p.dp));
   }
   for (size_t i = 0; i < p.stages.size(); ++i) {
     if (p.stages[i].chunk >= p.interleave) {
-      return r.FieldError(root["stages"][i]["chunk"], fmt::format("stages[{}].chunk", i), fmt::format("{} is not below interleave {}", p.stages[i].chunk, p.interleave));
+      return r.FieldError(root["stages"][i]["chunk"], fmt::format("stages[{}].chunk", i),
+                          fmt::format("{} is not below interleave {}", p.stages[i].chunk, p.interleave));
     }
   }
   return Status::OK();
@@ -582,24 +768,34 @@ Status CheckUniformStages(const YamlReader& r, const YAML::Node& root, const Pla
 // stages that follow each other layer by layer, a batch that splits.
 Status CheckPlanConsistency(const YamlReader& r, const YAML::Node& root, const Plan& p) {
   if (p.gpus_used > p.gpus) {
-    return r.FieldError(root["gpus_used"], "gpus_used", fmt::format("{} is more than inputs.gpus {}; solve again", p.gpus_used, p.gpus));
+    return r.FieldError(root["gpus_used"], "gpus_used",
+                        fmt::format("{} is more than inputs.gpus {}; solve again", p.gpus_used, p.gpus));
   }
   std::string chunks;  // what the schedule runs per device, when interleave says otherwise
-  if (p.schedule == Schedule::kDualPipeV && p.interleave != 2) chunks = "2 chunks per device (its V): interleave must be 2";
-  if (p.schedule == Schedule::kInterleaved && p.interleave < 2) chunks = "at least 2 chunks per device: interleave must be 2 or more";
-  if (p.schedule != Schedule::kDualPipeV && p.schedule != Schedule::kInterleaved && p.interleave != 1) chunks = "one chunk per device: interleave must be 1";
+  if (p.schedule == Schedule::kDualPipeV && p.interleave != 2)
+    chunks = "2 chunks per device (its V): interleave must be 2";
+  if (p.schedule == Schedule::kInterleaved && p.interleave < 2)
+    chunks = "at least 2 chunks per device: interleave must be 2 or more";
+  if (p.schedule != Schedule::kDualPipeV && p.schedule != Schedule::kInterleaved && p.interleave != 1)
+    chunks = "one chunk per device: interleave must be 1";
   if (!chunks.empty()) {
-    return r.FieldError(root["interleave"], "interleave", fmt::format("schedule {} runs {}, got {}; fix interleave or the schedule", ScheduleName(p.schedule), chunks, p.interleave));
+    return r.FieldError(root["interleave"], "interleave",
+                        fmt::format("schedule {} runs {}, got {}; fix interleave or the schedule",
+                                    ScheduleName(p.schedule), chunks, p.interleave));
   }
   bool uniform = p.schedule != Schedule::kPipeDream;
   for (size_t i = 0; i < p.stages.size(); ++i) {
     const PlanStage& s = p.stages[i];
     const YAML::Node n = root["stages"][i];
     const std::string f = fmt::format("stages[{}]", i);
-    if (s.tp != p.tp) return r.FieldError(n["tp"], f + ".tp", fmt::format("{} contradicts the plan's tp {}; make them agree", s.tp, p.tp));
+    if (s.tp != p.tp)
+      return r.FieldError(n["tp"], f + ".tp",
+                          fmt::format("{} contradicts the plan's tp {}; make them agree", s.tp, p.tp));
     const int64_t expected = i == 0 ? 0 : p.stages[i - 1].last_layer + 1;
     if (s.first_layer != expected) {
-      return r.FieldError(n["first_layer"], f + ".first_layer", fmt::format("{} leaves a gap or overlaps: stages cover the layers in order, so it must be {}", s.first_layer, expected));
+      return r.FieldError(n["first_layer"], f + ".first_layer",
+                          fmt::format("{} leaves a gap or overlaps: stages cover the layers in order, so it must be {}",
+                                      s.first_layer, expected));
     }
     uniform = uniform && s.replicas == p.dp;
   }
@@ -610,13 +806,19 @@ Status ParsePlanTree(const std::string& path, const YAML::Node& root, Plan* out)
   YamlReader r(path);
   PLANNER_RETURN_IF_ERROR(r.RequireMap(root, "(top level)"));
   if (!root["format_version"].IsDefined() && !root["inputs"].IsDefined() && !root["stages"].IsDefined()) {
-    return Status::InvalidArgument(fmt::format("{}: not a plan (no format_version, inputs or stages); give a plan.yaml written by planner solve", path));
+    return Status::InvalidArgument(fmt::format(
+        "{}: not a plan (no format_version, inputs or stages); give a plan.yaml written by planner solve", path));
   }
   int64_t version = 0;
   PLANNER_RETURN_IF_ERROR(r.GetInt(root, "format_version", "format_version", &version, true, 1));
-  if (version != 1) return r.FieldError(root["format_version"], "format_version", fmt::format("version {} is not supported; this planner reads version 1", version));
+  if (version != 1)
+    return r.FieldError(root["format_version"], "format_version",
+                        fmt::format("version {} is not supported; this planner reads version 1", version));
   if (!root["inputs"].IsDefined() && !root["stages"].IsDefined()) {
-    return Status::InvalidArgument(fmt::format("{}: not a plan (no inputs and no stages: a model, cluster or launch file?); give a plan.yaml written by planner solve", path));
+    return Status::InvalidArgument(
+        fmt::format("{}: not a plan (no inputs and no stages: a model, cluster or launch file?); give a plan.yaml "
+                    "written by planner solve",
+                    path));
   }
   PLANNER_RETURN_IF_ERROR(r.CheckKeys(root, "", kTopKeys));
   Plan p;

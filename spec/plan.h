@@ -18,42 +18,42 @@
 namespace planner {
 
 struct PlanStage {
-  int64_t first_layer = 0;      // index into the model's (or profile's) layer list
-  int64_t last_layer = 0;       // inclusive
+  int64_t first_layer = 0;  // index into the model's (or profile's) layer list
+  int64_t last_layer = 0;   // inclusive
   std::string first_layer_name;
   std::string last_layer_name;
-  int64_t replicas = 1;         // data-parallel width of this stage
+  int64_t replicas = 1;  // data-parallel width of this stage
   int64_t tp = 1;
-  int64_t device_offset = 0;    // first device (rank) of this stage's first replica
-  std::vector<int64_t> devices; // all devices of the stage
-  int64_t chunk = 0;            // interleaved: model chunk index on its device
+  int64_t device_offset = 0;     // first device (rank) of this stage's first replica
+  std::vector<int64_t> devices;  // all devices of the stage
+  int64_t chunk = 0;             // interleaved: model chunk index on its device
   // Per microbatch on one device of the stage (seconds).
   double forward_s = 0;
   double backward_input_s = 0;
   double backward_weight_s = 0;
-  double tp_comm_s = 0;         // exposed tensor-parallel all-reduces (inside forward/backward above)
-  double ep_comm_s = 0;         // exposed expert-parallel all-to-all, dispatch + combine (inside forward/backward above)
-  double p2p_s = 0;             // send of this stage's output activation to the next stage (not in forward_s)
-  double dp_allreduce_s = 0;    // per iteration, gradient all-reduce of the replica group
+  double tp_comm_s = 0;       // exposed tensor-parallel all-reduces (inside forward/backward above)
+  double ep_comm_s = 0;       // exposed expert-parallel all-to-all, dispatch + combine (inside forward/backward above)
+  double p2p_s = 0;           // send of this stage's output activation to the next stage (not in forward_s)
+  double dp_allreduce_s = 0;  // per iteration, gradient all-reduce of the replica group
   double peak_memory_bytes = 0;
   double weights_bytes = 0, optimizer_bytes = 0, activations_bytes = 0;
-  int64_t in_flight = 0;        // microbatches whose activations are held at the peak
+  int64_t in_flight = 0;  // microbatches whose activations are held at the peak
 };
 
 struct PlanPredicted {
   double iteration_s = 0;
   double samples_per_second = 0;
-  double tflops_per_gpu = 0;    // hardware FLOPs (Megatron eq. (3) convention when recompute)
-  double mfu = 0;               // model FLOPs (no recompute) / (GPUs x peak x time)
-  double hfu = 0;               // hardware FLOPs (recompute included) / (GPUs x peak x time)
-  double model_tflops_per_gpu = 0;      // model FLOPs per second per GPU (the MFU numerator), TFLOP/s
-  double model_flops_per_iteration = 0; // model FLOPs of one iteration (docs/cost_model.md, MFU)
-  double tokens_per_second_per_gpu = 0; // samples x sequence / time / GPUs (0: not a sequence model)
-  double bubble_fraction = 0;   // idle share of the pipeline part of the iteration
-  double pipeline_s = 0;        // makespan of the schedule
-  double dp_allreduce_s = 0;    // exposed data-parallel time
+  double tflops_per_gpu = 0;             // hardware FLOPs (Megatron eq. (3) convention when recompute)
+  double mfu = 0;                        // model FLOPs (no recompute) / (GPUs x peak x time)
+  double hfu = 0;                        // hardware FLOPs (recompute included) / (GPUs x peak x time)
+  double model_tflops_per_gpu = 0;       // model FLOPs per second per GPU (the MFU numerator), TFLOP/s
+  double model_flops_per_iteration = 0;  // model FLOPs of one iteration (docs/cost_model.md, MFU)
+  double tokens_per_second_per_gpu = 0;  // samples x sequence / time / GPUs (0: not a sequence model)
+  double bubble_fraction = 0;            // idle share of the pipeline part of the iteration
+  double pipeline_s = 0;                 // makespan of the schedule
+  double dp_allreduce_s = 0;             // exposed data-parallel time
   double optimizer_s = 0;
-  double peak_memory_bytes = 0; // max over stages
+  double peak_memory_bytes = 0;  // max over stages
   // Raw (not overlapped) data-parallel synchronisation seconds per iteration of the busiest stage
   // under each architecture the cluster can run, for the chosen layout (name, seconds), in
   // kAllDpComms order: the lecture's comparison (docs/cost_model.md, "Data-parallel communication
@@ -74,18 +74,19 @@ struct Plan : ParallelLayout {
   std::string cluster_name, cluster_path, cluster_digest;
   std::string profile_path, profile_digest;
   CostSourceKind cost_source = CostSourceKind::kAnalytic;
-  std::string dtype;             // the precision solved with (`solve --precision` may differ from the model file's)
-  int64_t seq = 0;               // sequence length solved with (gpt: models; `solve --seq` may differ from the file's); 0: none
-  int64_t gpus = 0;             // GPUs given to the solver
+  std::string dtype;  // the precision solved with (`solve --precision` may differ from the model file's)
+  int64_t seq = 0;    // sequence length solved with (gpt: models; `solve --seq` may differ from the file's); 0: none
+  int64_t gpus = 0;   // GPUs given to the solver
   int64_t gpus_used = 0;
   int64_t global_batch = 0;
-  double model_parameters = 0;    // parameters of the model (tied weights once; MoE: every expert; MTP modules excluded)
-  double model_active_parameters = 0;  // parameters one token uses (MoE: top_k routed + shared experts); = model_parameters when dense
-  double mtp_parameters = 0;      // parameters of the multi-token-prediction modules (not in model_parameters); 0: none
+  double model_parameters = 0;  // parameters of the model (tied weights once; MoE: every expert; MTP modules excluded)
+  double model_active_parameters =
+      0;  // parameters one token uses (MoE: top_k routed + shared experts); = model_parameters when dense
+  double mtp_parameters = 0;  // parameters of the multi-token-prediction modules (not in model_parameters); 0: none
   // Megatron's --account-for-embedding-in-pipeline-split / --account-for-loss-in-pipeline-split:
   // the embedding and the loss count as one layer each, p v divides blocks + 2 (docs/cost_model.md section 4).
   bool account_embedding_loss = false;
-  bool p2p_overlap = false;     // stage sends hidden behind compute (else the sender waits for them)
+  bool p2p_overlap = false;  // stage sends hidden behind compute (else the sender waits for them)
   // Gradient buffer dtype (accumulation over microbatches and data-parallel reduction): fp32, or
   // the model's 16-bit dtype (Megatron's default for fp16; --grad-reduce-in-bf16 for bf16); plan.yaml
   // `grad_dtype`. None in plans written before it (readers take DefaultGradDType of the precision).

@@ -64,10 +64,13 @@ std::string ProfileToYaml(const Profile& p) {
   if (!p.comm.empty()) {
     o += "comm:\n";
     for (const auto& c : p.comm) {
-      o += fmt::format("  - {{collective: {}, level: {}, group_size: {}, backend: {}, cache: {}, {}alpha_s: {}, busbw_GBps: {},\n     points: [",
-                       c.collective, Quote(c.level), c.group_size, c.backend, c.cold ? "cold" : "warm",
-                       c.gap_s > 0 ? fmt::format("gap_s: {}, ", c.gap_s) : std::string(), Num(c.alpha_s), Num(c.busbw_GBps));
-      for (size_t i = 0; i < c.points.size(); ++i) o += fmt::format("{}[{}, {}]", i ? ", " : "", Num(c.points[i].first), Num(c.points[i].second));
+      o += fmt::format(
+          "  - {{collective: {}, level: {}, group_size: {}, backend: {}, cache: {}, {}alpha_s: {}, busbw_GBps: {},\n   "
+          "  points: [",
+          c.collective, Quote(c.level), c.group_size, c.backend, c.cold ? "cold" : "warm",
+          c.gap_s > 0 ? fmt::format("gap_s: {}, ", c.gap_s) : std::string(), Num(c.alpha_s), Num(c.busbw_GBps));
+      for (size_t i = 0; i < c.points.size(); ++i)
+        o += fmt::format("{}[{}, {}]", i ? ", " : "", Num(c.points[i].first), Num(c.points[i].second));
       o += "]}\n";
     }
   }
@@ -80,7 +83,9 @@ std::string ProfileToYaml(const Profile& p) {
     for (size_t i = 0; i < l.inputs.size(); ++i) o += (i ? ", " : "") + Quote(l.inputs[i]);
     o += "]\n";
     if (!l.type.empty()) o += "    type: " + Quote(l.type) + "\n";
-    if (l.tp_allreduces > 0) o += fmt::format("    tp_allreduces: {}\n    tp_allreduce_bytes: {}\n", l.tp_allreduces, Num(l.tp_allreduce_bytes));
+    if (l.tp_allreduces > 0)
+      o += fmt::format("    tp_allreduces: {}\n    tp_allreduce_bytes: {}\n", l.tp_allreduces,
+                       Num(l.tp_allreduce_bytes));
     o += "    params_bytes: " + Num(l.params_bytes) + "\n";
     o += "    output_bytes: " + Num(l.output_bytes) + "\n";
     o += "    stash_bytes: " + Num(l.stash_bytes) + "\n";
@@ -93,8 +98,9 @@ std::string ProfileToYaml(const Profile& p) {
       o += ", forward_spread_s: " + Num(t.forward_spread_s) + ", backward_spread_s: " + Num(t.backward_spread_s);
       if (t.repetitions > 0) {
         o += ", forward_min_s: " + Num(t.forward_min_s) + ", backward_input_min_s: " + Num(t.backward_input_min_s) +
-             ", backward_weight_min_s: " + Num(t.backward_weight_min_s) + fmt::format(", repetitions: {}", t.repetitions) +
-             ", peak_memory_bytes: " + Num(t.peak_memory_bytes) + ", achieved_gflops: " + Num(t.achieved_gflops);
+             ", backward_weight_min_s: " + Num(t.backward_weight_min_s) +
+             fmt::format(", repetitions: {}", t.repetitions) + ", peak_memory_bytes: " + Num(t.peak_memory_bytes) +
+             ", achieved_gflops: " + Num(t.achieved_gflops);
       }
       o += "}\n";
     }
@@ -108,14 +114,17 @@ Status ParseProfileUnguarded(const std::string& path, const std::string& text, P
   YAML::Node root;
   PLANNER_RETURN_IF_ERROR(ParseYamlText(path, text, &root));
   YamlReader r(path);
-  PLANNER_RETURN_IF_ERROR(r.CheckKeys(root, "", {"format_version", "model", "dtype", "device", "backend", "tool", "command",
-                                                 "date", "threads", "reference_microbatch", "layers", "comm"}));
+  PLANNER_RETURN_IF_ERROR(r.CheckKeys(root, "",
+                                      {"format_version", "model", "dtype", "device", "backend", "tool", "command",
+                                       "date", "threads", "reference_microbatch", "layers", "comm"}));
   Profile p;
   p.path = path;
   p.digest = DigestHex(text);
   int64_t version = 1;
   PLANNER_RETURN_IF_ERROR(r.GetInt(root, "format_version", "format_version", &version, true, 1));
-  if (version != 1) return r.FieldError(root["format_version"], "format_version", fmt::format("version {} is not supported; this planner reads version 1", version));
+  if (version != 1)
+    return r.FieldError(root["format_version"], "format_version",
+                        fmt::format("version {} is not supported; this planner reads version 1", version));
   PLANNER_RETURN_IF_ERROR(r.GetString(root, "model", "model", &p.model, true));
   PLANNER_RETURN_IF_ERROR(r.GetEnum(root, "dtype", "dtype", {"fp32", "fp16", "bf16", "fp8"}, &p.dtype, false));
   PLANNER_RETURN_IF_ERROR(r.GetString(root, "device", "device", &p.device, false));
@@ -124,16 +133,20 @@ Status ParseProfileUnguarded(const std::string& path, const std::string& text, P
   PLANNER_RETURN_IF_ERROR(r.GetString(root, "command", "command", &p.command, false));
   PLANNER_RETURN_IF_ERROR(r.GetString(root, "date", "date", &p.date, false));
   PLANNER_RETURN_IF_ERROR(r.GetInt(root, "threads", "threads", &p.threads, false, 0));
-  PLANNER_RETURN_IF_ERROR(r.GetInt(root, "reference_microbatch", "reference_microbatch", &p.reference_microbatch, true, 1));
+  PLANNER_RETURN_IF_ERROR(
+      r.GetInt(root, "reference_microbatch", "reference_microbatch", &p.reference_microbatch, true, 1));
   const YAML::Node& comm = root["comm"];
   if (comm.IsDefined()) {
     PLANNER_RETURN_IF_ERROR(r.RequireSequence(comm, "comm"));
     for (size_t i = 0; i < comm.size(); ++i) {
       const YAML::Node& n = comm[i];
       std::string f = fmt::format("comm[{}]", i);
-      PLANNER_RETURN_IF_ERROR(r.CheckKeys(n, f, {"collective", "level", "group_size", "backend", "cache", "gap_s", "alpha_s", "busbw_GBps", "points"}));
+      PLANNER_RETURN_IF_ERROR(r.CheckKeys(
+          n, f, {"collective", "level", "group_size", "backend", "cache", "gap_s", "alpha_s", "busbw_GBps", "points"}));
       CommCurve c;
-      PLANNER_RETURN_IF_ERROR(r.GetEnum(n, "collective", f + ".collective", {"all_reduce", "all_gather", "reduce_scatter", "broadcast", "send_recv", "all_to_all"}, &c.collective, true));
+      PLANNER_RETURN_IF_ERROR(r.GetEnum(
+          n, "collective", f + ".collective",
+          {"all_reduce", "all_gather", "reduce_scatter", "broadcast", "send_recv", "all_to_all"}, &c.collective, true));
       PLANNER_RETURN_IF_ERROR(r.GetString(n, "level", f + ".level", &c.level, true));
       PLANNER_RETURN_IF_ERROR(r.GetInt(n, "group_size", f + ".group_size", &c.group_size, true, 2));
       PLANNER_RETURN_IF_ERROR(r.GetString(n, "backend", f + ".backend", &c.backend, false));
@@ -141,7 +154,8 @@ Status ParseProfileUnguarded(const std::string& path, const std::string& text, P
       PLANNER_RETURN_IF_ERROR(r.GetEnum(n, "cache", f + ".cache", {"warm", "cold"}, &cache, false));
       c.cold = cache == "cold";
       PLANNER_RETURN_IF_ERROR(r.GetDouble(n, "gap_s", f + ".gap_s", &c.gap_s, false, 0.0, false));
-      if (c.gap_s > 0 && !c.cold) return r.FieldError(n["gap_s"], f + ".gap_s", "applies to cold curves only; set cache: cold or remove gap_s");
+      if (c.gap_s > 0 && !c.cold)
+        return r.FieldError(n["gap_s"], f + ".gap_s", "applies to cold curves only; set cache: cold or remove gap_s");
       PLANNER_RETURN_IF_ERROR(r.GetDouble(n, "alpha_s", f + ".alpha_s", &c.alpha_s, true, 0.0, false));
       PLANNER_RETURN_IF_ERROR(r.GetDouble(n, "busbw_GBps", f + ".busbw_GBps", &c.busbw_GBps, true, 0.0, false));
       const YAML::Node& pts = n["points"];
@@ -168,7 +182,8 @@ Status ParseProfileUnguarded(const std::string& path, const std::string& text, P
     *out = std::move(p);
     return Status::OK();
   }
-  if (!layers.IsDefined()) return r.FieldError(root, "layers", "missing required field; a profile lists its layers (or comm curves)");
+  if (!layers.IsDefined())
+    return r.FieldError(root, "layers", "missing required field; a profile lists its layers (or comm curves)");
   PLANNER_RETURN_IF_ERROR(r.RequireSequence(layers, "layers"));
   if (layers.size() == 0) return r.FieldError(layers, "layers", "the list is empty");
   std::map<std::string, size_t> seen;
@@ -176,15 +191,17 @@ Status ParseProfileUnguarded(const std::string& path, const std::string& text, P
   for (size_t i = 0; i < layers.size(); ++i) {
     const YAML::Node& n = layers[i];
     std::string f = fmt::format("layers[{}]", i);
-    PLANNER_RETURN_IF_ERROR(r.CheckKeys(n, f, {"name", "desc", "type", "tp_allreduces", "tp_allreduce_bytes", "inputs", "params_bytes",
-                                               "output_bytes", "stash_bytes", "timings"}));
+    PLANNER_RETURN_IF_ERROR(r.CheckKeys(n, f,
+                                        {"name", "desc", "type", "tp_allreduces", "tp_allreduce_bytes", "inputs",
+                                         "params_bytes", "output_bytes", "stash_bytes", "timings"}));
     ProfileLayer l;
     PLANNER_RETURN_IF_ERROR(r.GetString(n, "name", f + ".name", &l.name, true));
     if (seen.count(l.name)) return r.FieldError(n["name"], f + ".name", "duplicate layer name '" + l.name + "'");
     PLANNER_RETURN_IF_ERROR(r.GetString(n, "desc", f + ".desc", &l.desc, false));
     PLANNER_RETURN_IF_ERROR(r.GetString(n, "type", f + ".type", &l.type, false));
     PLANNER_RETURN_IF_ERROR(r.GetInt(n, "tp_allreduces", f + ".tp_allreduces", &l.tp_allreduces, false, 0));
-    PLANNER_RETURN_IF_ERROR(r.GetDouble(n, "tp_allreduce_bytes", f + ".tp_allreduce_bytes", &l.tp_allreduce_bytes, false, 0.0, false));
+    PLANNER_RETURN_IF_ERROR(
+        r.GetDouble(n, "tp_allreduce_bytes", f + ".tp_allreduce_bytes", &l.tp_allreduce_bytes, false, 0.0, false));
     if (n["inputs"].IsDefined()) {
       PLANNER_RETURN_IF_ERROR(r.RequireSequence(n["inputs"], f + ".inputs"));
       for (size_t k = 0; k < n["inputs"].size(); ++k) {
@@ -208,25 +225,35 @@ Status ParseProfileUnguarded(const std::string& path, const std::string& text, P
     for (size_t k = 0; k < ts.size(); ++k) {
       std::string ft = fmt::format("{}.timings[{}]", f, k);
       const YAML::Node& t = ts[k];
-      PLANNER_RETURN_IF_ERROR(r.CheckKeys(t, ft, {"microbatch", "tp", "forward_s", "backward_s", "backward_input_s",
-                                                  "backward_weight_s", "forward_spread_s", "backward_spread_s", "forward_min_s",
-                                                  "backward_input_min_s", "backward_weight_min_s", "repetitions", "peak_memory_bytes",
-                                                  "achieved_gflops"}));
+      PLANNER_RETURN_IF_ERROR(
+          r.CheckKeys(t, ft,
+                      {"microbatch", "tp", "forward_s", "backward_s", "backward_input_s", "backward_weight_s",
+                       "forward_spread_s", "backward_spread_s", "forward_min_s", "backward_input_min_s",
+                       "backward_weight_min_s", "repetitions", "peak_memory_bytes", "achieved_gflops"}));
       ProfileTiming pt;
       PLANNER_RETURN_IF_ERROR(r.GetInt(t, "microbatch", ft + ".microbatch", &pt.microbatch, true, 1));
       PLANNER_RETURN_IF_ERROR(r.GetInt(t, "tp", ft + ".tp", &pt.tp, false, 1));
       PLANNER_RETURN_IF_ERROR(r.GetDouble(t, "forward_s", ft + ".forward_s", &pt.forward_s, true, 0.0, false));
       PLANNER_RETURN_IF_ERROR(r.GetDouble(t, "backward_s", ft + ".backward_s", &pt.backward_s, true, 0.0, false));
-      PLANNER_RETURN_IF_ERROR(r.GetDouble(t, "backward_input_s", ft + ".backward_input_s", &pt.backward_input_s, false, 0.0, false));
-      PLANNER_RETURN_IF_ERROR(r.GetDouble(t, "backward_weight_s", ft + ".backward_weight_s", &pt.backward_weight_s, false, 0.0, false));
-      PLANNER_RETURN_IF_ERROR(r.GetDouble(t, "forward_spread_s", ft + ".forward_spread_s", &pt.forward_spread_s, false, 0.0, false));
-      PLANNER_RETURN_IF_ERROR(r.GetDouble(t, "backward_spread_s", ft + ".backward_spread_s", &pt.backward_spread_s, false, 0.0, false));
-      PLANNER_RETURN_IF_ERROR(r.GetDouble(t, "forward_min_s", ft + ".forward_min_s", &pt.forward_min_s, false, 0.0, false));
-      PLANNER_RETURN_IF_ERROR(r.GetDouble(t, "backward_input_min_s", ft + ".backward_input_min_s", &pt.backward_input_min_s, false, 0.0, false));
-      PLANNER_RETURN_IF_ERROR(r.GetDouble(t, "backward_weight_min_s", ft + ".backward_weight_min_s", &pt.backward_weight_min_s, false, 0.0, false));
+      PLANNER_RETURN_IF_ERROR(
+          r.GetDouble(t, "backward_input_s", ft + ".backward_input_s", &pt.backward_input_s, false, 0.0, false));
+      PLANNER_RETURN_IF_ERROR(
+          r.GetDouble(t, "backward_weight_s", ft + ".backward_weight_s", &pt.backward_weight_s, false, 0.0, false));
+      PLANNER_RETURN_IF_ERROR(
+          r.GetDouble(t, "forward_spread_s", ft + ".forward_spread_s", &pt.forward_spread_s, false, 0.0, false));
+      PLANNER_RETURN_IF_ERROR(
+          r.GetDouble(t, "backward_spread_s", ft + ".backward_spread_s", &pt.backward_spread_s, false, 0.0, false));
+      PLANNER_RETURN_IF_ERROR(
+          r.GetDouble(t, "forward_min_s", ft + ".forward_min_s", &pt.forward_min_s, false, 0.0, false));
+      PLANNER_RETURN_IF_ERROR(r.GetDouble(t, "backward_input_min_s", ft + ".backward_input_min_s",
+                                          &pt.backward_input_min_s, false, 0.0, false));
+      PLANNER_RETURN_IF_ERROR(r.GetDouble(t, "backward_weight_min_s", ft + ".backward_weight_min_s",
+                                          &pt.backward_weight_min_s, false, 0.0, false));
       PLANNER_RETURN_IF_ERROR(r.GetInt(t, "repetitions", ft + ".repetitions", &pt.repetitions, false, 0));
-      PLANNER_RETURN_IF_ERROR(r.GetDouble(t, "peak_memory_bytes", ft + ".peak_memory_bytes", &pt.peak_memory_bytes, false, 0.0, false));
-      PLANNER_RETURN_IF_ERROR(r.GetDouble(t, "achieved_gflops", ft + ".achieved_gflops", &pt.achieved_gflops, false, 0.0, false));
+      PLANNER_RETURN_IF_ERROR(
+          r.GetDouble(t, "peak_memory_bytes", ft + ".peak_memory_bytes", &pt.peak_memory_bytes, false, 0.0, false));
+      PLANNER_RETURN_IF_ERROR(
+          r.GetDouble(t, "achieved_gflops", ft + ".achieved_gflops", &pt.achieved_gflops, false, 0.0, false));
       l.timings.push_back(pt);
     }
     seen[l.name] = i;
@@ -240,14 +267,16 @@ Status ParseProfileUnguarded(const std::string& path, const std::string& text, P
   }
   if (const auto cycle = FindInputCycle(p.layers, seen)) {
     const auto [u, v] = *cycle;
-    return r.FieldError(layers[v], fmt::format("layers[{}].inputs", v), "the layer graph has a cycle through '" + p.layers[u].name + "'; inputs must form a DAG");
+    return r.FieldError(layers[v], fmt::format("layers[{}].inputs", v),
+                        "the layer graph has a cycle through '" + p.layers[u].name + "'; inputs must form a DAG");
   }
   *out = std::move(p);
   return Status::OK();
 }
 }  // namespace
 
-std::optional<std::pair<size_t, size_t>> FindInputCycle(const std::vector<ProfileLayer>& layers, const std::map<std::string, size_t>& index) {
+std::optional<std::pair<size_t, size_t>> FindInputCycle(const std::vector<ProfileLayer>& layers,
+                                                        const std::map<std::string, size_t>& index) {
   std::vector<int> state(layers.size(), 0);  // 0 new, 1 on the path, 2 done
   for (size_t start = 0; start < layers.size(); ++start) {
     if (state[start]) continue;

@@ -21,30 +21,31 @@ struct ProfileTiming {
   int64_t microbatch = 1;
   int64_t tp = 1;
   double forward_s = 0;
-  double backward_s = 0;           // backward-input + backward-weight
-  double backward_input_s = -1;    // -1: not measured separately
+  double backward_s = 0;         // backward-input + backward-weight
+  double backward_input_s = -1;  // -1: not measured separately
   double backward_weight_s = -1;
-  double forward_spread_s = 0;     // p90 - p10 of the timed repetitions
-  double backward_spread_s = 0;    // same, of backward-input + backward-weight
+  double forward_spread_s = 0;   // p90 - p10 of the timed repetitions
+  double backward_spread_s = 0;  // same, of backward-input + backward-weight
   // Measured by `planner profile` (0 when absent, e.g. imported profiles).
   double forward_min_s = 0, backward_input_min_s = 0, backward_weight_min_s = 0;
   int64_t repetitions = 0;
-  double peak_memory_bytes = 0;    // allocator peak during one step of the layer
-  double achieved_gflops = 0;      // kernel FLOPs (F + B + W) / (forward + backward) time
+  double peak_memory_bytes = 0;  // allocator peak during one step of the layer
+  double achieved_gflops = 0;    // kernel FLOPs (F + B + W) / (forward + backward) time
 };
 
 // A measured collective on one group size and topology level, with its
 // alpha-beta fit: time(bytes) = alpha + bytes / algbw_asymptotic, and the
 // bus bandwidth as nccl-tests defines it (cost-model-facts.md section 3).
 struct CommCurve {
-  std::string collective;          // all_reduce | all_gather | reduce_scatter | broadcast | send_recv | all_to_all
-  std::string level;               // topology level the group spans ("node", "cluster")
+  std::string collective;  // all_reduce | all_gather | reduce_scatter | broadcast | send_recv | all_to_all
+  std::string level;       // topology level the group spans ("node", "cluster")
   int64_t group_size = 2;
-  std::string backend;             // mpi | nccl
-  bool cold = false;               // measured with caches evicted before each operation
-  double gap_s = 0;                // cold only: seconds each rank computed (registers only) before each operation's eviction
+  std::string backend;  // mpi | nccl
+  bool cold = false;    // measured with caches evicted before each operation
+  double gap_s = 0;     // cold only: seconds each rank computed (registers only) before each operation's eviction
   double alpha_s = 0;
-  double busbw_GBps = 0;           // asymptotic bus bandwidth of the fit (decimal GB/s); 0: no usable fit (ignored by the solver)
+  double busbw_GBps =
+      0;  // asymptotic bus bandwidth of the fit (decimal GB/s); 0: no usable fit (ignored by the solver)
   std::vector<std::pair<double, double>> points;  // (bytes, seconds)
 };
 
@@ -56,8 +57,8 @@ struct ProfileLayer {
   double tp_allreduce_bytes = 0;    // bytes of one, at reference_microbatch
   std::vector<std::string> inputs;  // producer layer names; empty for a source
   double params_bytes = 0;
-  double output_bytes = 0;          // at reference_microbatch
-  double stash_bytes = 0;           // at reference_microbatch (PipeDream: = output_bytes)
+  double output_bytes = 0;  // at reference_microbatch
+  double stash_bytes = 0;   // at reference_microbatch (PipeDream: = output_bytes)
   std::vector<ProfileTiming> timings;
 };
 
@@ -66,10 +67,10 @@ struct Profile {
   std::string digest;
   std::string model;
   std::string dtype = "fp32";
-  std::string device;               // where it was measured
-  std::string backend;              // "cuda", "cpu", "pipedream-import"
-  std::string tool;                 // tool and version that wrote it
-  std::string command;              // command line that produced it
+  std::string device;   // where it was measured
+  std::string backend;  // "cuda", "cpu", "pipedream-import"
+  std::string tool;     // tool and version that wrote it
+  std::string command;  // command line that produced it
   std::string date;
   int64_t threads = 0;
   int64_t reference_microbatch = 1;
@@ -83,7 +84,8 @@ struct Profile {
     kWarm,          // warm before cold (a tensor-parallel all-reduce of the output just computed)
   };
   // The curve of the largest group on that level under those conditions.
-  const CommCurve* FindComm(const std::string& collective, const std::string& level, Conditions want = Conditions::kCold) const;
+  const CommCurve* FindComm(const std::string& collective, const std::string& level,
+                            Conditions want = Conditions::kCold) const;
 
   // Index of layer `name`, or -1.
   int FindLayer(const std::string& name) const;
@@ -101,6 +103,7 @@ std::string ProfileToYaml(const Profile& profile);
 // the stack): {u, v} with v listing u as an input and u already on the search's path; nullopt for a
 // DAG. `index` maps every input name to its layer's position (the caller has checked they all exist).
 // The profile reader and the PipeDream importer both refuse a cycle through it, each citing its own file.
-std::optional<std::pair<size_t, size_t>> FindInputCycle(const std::vector<ProfileLayer>& layers, const std::map<std::string, size_t>& index);
+std::optional<std::pair<size_t, size_t>> FindInputCycle(const std::vector<ProfileLayer>& layers,
+                                                        const std::map<std::string, size_t>& index);
 
 }  // namespace planner

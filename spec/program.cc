@@ -18,9 +18,9 @@ struct Prefix {
 };
 // Longest first where one prefix starts another ("AR" before nothing shorter; "RA" etc. are distinct).
 constexpr Prefix kPrefixes[] = {
-    {"OPT", ActionKind::kOptimizerStep}, {"AR", ActionKind::kGradReduce},     {"RA", ActionKind::kRecvActivation},
-    {"SA", ActionKind::kSendActivation}, {"RG", ActionKind::kRecvGrad},       {"SG", ActionKind::kSendGrad},
-    {"F", ActionKind::kForward},         {"B", ActionKind::kBackwardInput},   {"W", ActionKind::kBackwardWeight},
+    {"OPT", ActionKind::kOptimizerStep}, {"AR", ActionKind::kGradReduce},   {"RA", ActionKind::kRecvActivation},
+    {"SA", ActionKind::kSendActivation}, {"RG", ActionKind::kRecvGrad},     {"SG", ActionKind::kSendGrad},
+    {"F", ActionKind::kForward},         {"B", ActionKind::kBackwardInput}, {"W", ActionKind::kBackwardWeight},
 };
 
 const char* PrefixOf(ActionKind k) {
@@ -31,7 +31,8 @@ const char* PrefixOf(ActionKind k) {
 }
 
 bool IsTransfer(ActionKind k) {
-  return k == ActionKind::kRecvActivation || k == ActionKind::kSendActivation || k == ActionKind::kRecvGrad || k == ActionKind::kSendGrad;
+  return k == ActionKind::kRecvActivation || k == ActionKind::kSendActivation || k == ActionKind::kRecvGrad ||
+         k == ActionKind::kSendGrad;
 }
 
 Status Bad(std::string_view token, const std::string& why) {
@@ -139,15 +140,18 @@ Status ParseActions(std::string_view text, std::vector<Action>* out) {
   return Status::OK();
 }
 
-bool HasMicrobatch(const Action& a) { return a.kind != ActionKind::kGradReduce && a.kind != ActionKind::kOptimizerStep; }
+bool HasMicrobatch(const Action& a) {
+  return a.kind != ActionKind::kGradReduce && a.kind != ActionKind::kOptimizerStep;
+}
 
 bool IsTransfer(const Action& a) {
-  return a.kind == ActionKind::kRecvActivation || a.kind == ActionKind::kSendActivation || a.kind == ActionKind::kRecvGrad ||
-         a.kind == ActionKind::kSendGrad;
+  return a.kind == ActionKind::kRecvActivation || a.kind == ActionKind::kSendActivation ||
+         a.kind == ActionKind::kRecvGrad || a.kind == ActionKind::kSendGrad;
 }
 
 int64_t PeerStage(const Action& a) {
-  return a.kind == ActionKind::kSendActivation || a.kind == ActionKind::kRecvGrad ? int64_t{a.stage} + 1 : int64_t{a.stage} - 1;
+  return a.kind == ActionKind::kSendActivation || a.kind == ActionKind::kRecvGrad ? int64_t{a.stage} + 1
+                                                                                  : int64_t{a.stage} - 1;
 }
 
 std::vector<Action> ActionsOfMicrobatches(const std::vector<Action>& actions, int64_t first, int64_t end) {

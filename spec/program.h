@@ -47,8 +47,8 @@ enum class ActionKind : uint8_t {
 struct Action {
   static constexpr int32_t kSameReplica = -1;
   ActionKind kind = ActionKind::kForward;
-  int32_t stage = 0;       // virtual stage (chunk x p + position); -1 for AR over all, OPT
-  int32_t microbatch = 0;  // within the iteration (the run, for the asynchronous schedule)
+  int32_t stage = 0;                    // virtual stage (chunk x p + position); -1 for AR over all, OPT
+  int32_t microbatch = 0;               // within the iteration (the run, for the asynchronous schedule)
   int32_t peer_replica = kSameReplica;  // sends and receives only
 
   bool operator==(const Action&) const = default;

@@ -13,13 +13,15 @@ namespace {
 
 using MessageKey = std::tuple<int32_t, int32_t, int64_t>;  // sender, receiver, tag
 
-std::string StepText(const std::vector<CheckProcess>& procs, const std::vector<std::vector<int32_t>>& groups, const CheckStep& s) {
+std::string StepText(const std::vector<CheckProcess>& procs, const std::vector<std::vector<int32_t>>& groups,
+                     const CheckStep& s) {
   switch (s.kind) {
     case CheckStep::Kind::kSend: return fmt::format("{} (to {})", s.label, procs[static_cast<size_t>(s.peer)].name);
     case CheckStep::Kind::kRecv: return fmt::format("{} (from {})", s.label, procs[static_cast<size_t>(s.peer)].name);
     case CheckStep::Kind::kCollective: {
       const auto& g = groups[static_cast<size_t>(s.tag)];
-      return fmt::format("{} (a collective of {} rank{}, group {})", s.label, g.size(), g.size() == 1 ? "" : "s", s.tag);
+      return fmt::format("{} (a collective of {} rank{}, group {})", s.label, g.size(), g.size() == 1 ? "" : "s",
+                         s.tag);
     }
     case CheckStep::Kind::kLocal: break;
   }
@@ -30,7 +32,8 @@ std::string StepText(const std::vector<CheckProcess>& procs, const std::vector<s
 // k-th it receives from it. NCCL matches point-to-point messages in posting order, not by tag,
 // so on GPUs another order would hand a stage another microbatch's tensor.
 Status CheckPairOrder(const std::vector<CheckProcess>& procs, const std::vector<std::vector<int32_t>>& groups) {
-  std::map<std::pair<int32_t, int32_t>, std::vector<std::pair<int64_t, size_t>>> sent, received;  // (from, to) -> (tag, step)
+  std::map<std::pair<int32_t, int32_t>, std::vector<std::pair<int64_t, size_t>>> sent,
+      received;  // (from, to) -> (tag, step)
   for (int32_t p = 0; p < static_cast<int32_t>(procs.size()); ++p) {
     const auto& steps = procs[static_cast<size_t>(p)].steps;
     for (size_t i = 0; i < steps.size(); ++i) {
@@ -39,16 +42,18 @@ Status CheckPairOrder(const std::vector<CheckProcess>& procs, const std::vector<
     }
   }
   for (const auto& [pair, sends] : sent) {
-    if (pair.first == pair.second) continue;  // a rank's message to itself (DualPipeV's stages p - 1 -> p) is handed over locally, never posted
+    if (pair.first == pair.second)
+      continue;  // a rank's message to itself (DualPipeV's stages p - 1 -> p) is handed over locally, never posted
     const auto& recvs = received[pair];
     for (size_t k = 0; k < sends.size() && k < recvs.size(); ++k) {
       if (sends[k].first == recvs[k].first) continue;
       const CheckProcess& from = procs[static_cast<size_t>(pair.first)];
       const CheckProcess& to = procs[static_cast<size_t>(pair.second)];
-      return Status::InvalidArgument(fmt::format("{}: message {} to {} is {}, but {} receives {} as its message {} from it; a pair of ranks "
-                                                 "must exchange messages in one order (NCCL matches them in posting order)",
-                                                 from.name, k + 1, to.name, StepText(procs, groups, from.steps[sends[k].second]), to.name,
-                                                 StepText(procs, groups, to.steps[recvs[k].second]), k + 1));
+      return Status::InvalidArgument(
+          fmt::format("{}: message {} to {} is {}, but {} receives {} as its message {} from it; a pair of ranks "
+                      "must exchange messages in one order (NCCL matches them in posting order)",
+                      from.name, k + 1, to.name, StepText(procs, groups, from.steps[sends[k].second]), to.name,
+                      StepText(procs, groups, to.steps[recvs[k].second]), k + 1));
     }
   }
   return Status::OK();
@@ -56,7 +61,7 @@ Status CheckPairOrder(const std::vector<CheckProcess>& procs, const std::vector<
 
 // Every send has exactly one receive and every receive exactly one send.
 Status CheckMatching(const std::vector<CheckProcess>& procs, const std::vector<std::vector<int32_t>>& groups) {
-  std::map<MessageKey, std::pair<int, int>> count;  // key -> (sends, receives)
+  std::map<MessageKey, std::pair<int, int>> count;        // key -> (sends, receives)
   std::map<MessageKey, std::pair<size_t, size_t>> where;  // key -> (process, step) of its first occurrence
   const int32_t n = static_cast<int32_t>(procs.size());
   for (int32_t p = 0; p < n; ++p) {
@@ -64,14 +69,18 @@ Status CheckMatching(const std::vector<CheckProcess>& procs, const std::vector<s
     for (size_t i = 0; i < steps.size(); ++i) {
       const CheckStep& s = steps[i];
       if (s.kind == CheckStep::Kind::kCollective) {
-        const bool member = s.tag >= 0 && s.tag < static_cast<int64_t>(groups.size()) &&
-                            std::count(groups[static_cast<size_t>(s.tag)].begin(), groups[static_cast<size_t>(s.tag)].end(), p) == 1;
-        if (!member) return Status::InvalidArgument(fmt::format("{}: {} is a collective of a group it is not in", procs[static_cast<size_t>(p)].name, s.label));
+        const bool member =
+            s.tag >= 0 && s.tag < static_cast<int64_t>(groups.size()) &&
+            std::count(groups[static_cast<size_t>(s.tag)].begin(), groups[static_cast<size_t>(s.tag)].end(), p) == 1;
+        if (!member)
+          return Status::InvalidArgument(fmt::format("{}: {} is a collective of a group it is not in",
+                                                     procs[static_cast<size_t>(p)].name, s.label));
         continue;
       }
       if (s.kind == CheckStep::Kind::kLocal) continue;
       if (s.peer < 0 || s.peer >= n) {
-        return Status::InvalidArgument(fmt::format("{}: {} names no rank", procs[static_cast<size_t>(p)].name, s.label));
+        return Status::InvalidArgument(
+            fmt::format("{}: {} names no rank", procs[static_cast<size_t>(p)].name, s.label));
       }
       const bool send = s.kind == CheckStep::Kind::kSend;
       MessageKey k = send ? MessageKey{p, s.peer, s.tag} : MessageKey{s.peer, p, s.tag};
@@ -86,23 +95,27 @@ Status CheckMatching(const std::vector<CheckProcess>& procs, const std::vector<s
     const std::string at = fmt::format("{}: {}", procs[p].name, StepText(procs, groups, procs[p].steps[i]));
     if (c.first == 0) return Status::InvalidArgument(at + ": no rank sends it");
     if (c.second == 0) return Status::InvalidArgument(at + ": no rank receives it");
-    return Status::InvalidArgument(fmt::format("{}: sent {} times and received {} times; each message goes once", at, c.first, c.second));
+    return Status::InvalidArgument(
+        fmt::format("{}: sent {} times and received {} times; each message goes once", at, c.first, c.second));
   }
   return Status::OK();
 }
 
 // The processes that cannot move, each with the step it waits at (at most 8 named).
-Status Deadlock(const std::vector<CheckProcess>& procs, const std::vector<std::vector<int32_t>>& groups, const std::vector<size_t>& pc,
-                size_t finished) {
+Status Deadlock(const std::vector<CheckProcess>& procs, const std::vector<std::vector<int32_t>>& groups,
+                const std::vector<size_t>& pc, size_t finished) {
   std::string why;
   int named = 0, stuck = 0;
   for (size_t p = 0; p < procs.size(); ++p) {
     if (pc[p] >= procs[p].steps.size()) continue;
     ++stuck;
-    if (named++ < 8) why += fmt::format("; {} waits at action {}: {}", procs[p].name, pc[p] + 1, StepText(procs, groups, procs[p].steps[pc[p]]));
+    if (named++ < 8)
+      why += fmt::format("; {} waits at action {}: {}", procs[p].name, pc[p] + 1,
+                         StepText(procs, groups, procs[p].steps[pc[p]]));
   }
   if (named > 8) why += fmt::format("; and {} more", named - 8);
-  return Status::InvalidArgument(fmt::format("deadlock: {} of {} ranks cannot finish ({} finished){}", stuck, procs.size(), finished, why));
+  return Status::InvalidArgument(
+      fmt::format("deadlock: {} of {} ranks cannot finish ({} finished){}", stuck, procs.size(), finished, why));
 }
 
 }  // namespace
@@ -195,7 +208,8 @@ struct Expansion {
   int64_t PositionOf(int64_t q) const { return replicated ? q : StagePosition(L.schedule, q, positions); }
   std::string Name(int64_t pos, int64_t k) const {
     for (const auto& r : L.ranks) {
-      if (r.stage == pos && r.replica == k && r.tp_rank == 0) return fmt::format("rank {} (stage {}, replica {})", r.rank, pos, k);
+      if (r.stage == pos && r.replica == k && r.tp_rank == 0)
+        return fmt::format("rank {} (stage {}, replica {})", r.rank, pos, k);
     }
     return fmt::format("stage {} replica {}", pos, k);
   }
@@ -207,14 +221,17 @@ Status Expansion::Step(int64_t pos, int64_t k, const Action& a, CheckStep* out) 
   out->label = ActionToString(a);
   const std::string who = Name(pos, k);
   if (a.kind == ActionKind::kOptimizerStep) return Status::OK();
-  if (a.stage >= stages || (a.stage >= 0 && PositionOf(a.stage) != pos) || (a.stage < 0 && a.kind != ActionKind::kGradReduce)) {
-    return Status::InvalidArgument(fmt::format("{}: {} names stage {}, which does not run on this rank", who, out->label, a.stage));
+  if (a.stage >= stages || (a.stage >= 0 && PositionOf(a.stage) != pos) ||
+      (a.stage < 0 && a.kind != ActionKind::kGradReduce)) {
+    return Status::InvalidArgument(
+        fmt::format("{}: {} names stage {}, which does not run on this rank", who, out->label, a.stage));
   }
   if (a.kind == ActionKind::kGradReduce) {
     auto [it, fresh] = group_of.try_emplace({pos, a.stage}, static_cast<int64_t>(groups.size()));
     if (fresh) {
       std::vector<int32_t> members;
-      for (int32_t p : process_of[static_cast<size_t>(pos)]) if (p >= 0) members.push_back(p);
+      for (int32_t p : process_of[static_cast<size_t>(pos)])
+        if (p >= 0) members.push_back(p);
       groups.push_back(members);
     }
     out->kind = CheckStep::Kind::kCollective;
@@ -225,10 +242,14 @@ Status Expansion::Step(int64_t pos, int64_t k, const Action& a, CheckStep* out) 
   const bool send = a.kind == ActionKind::kSendActivation || a.kind == ActionKind::kSendGrad;
   const bool grad = a.kind == ActionKind::kRecvGrad || a.kind == ActionKind::kSendGrad;
   const int64_t to = PeerStage(a);
-  if (to < 0 || to >= stages) return Status::InvalidArgument(fmt::format("{}: {} has no peer stage {}", who, out->label, to));
+  if (to < 0 || to >= stages)
+    return Status::InvalidArgument(fmt::format("{}: {} has no peer stage {}", who, out->label, to));
   const int64_t peer_pos = PositionOf(to), peer_k = a.peer_replica == Action::kSameReplica ? k : a.peer_replica;
-  const int32_t peer = peer_k < Replicas(peer_pos) ? process_of[static_cast<size_t>(peer_pos)][static_cast<size_t>(peer_k)] : -1;
-  if (peer < 0) return Status::InvalidArgument(fmt::format("{}: {} names replica {} of stage {}, which does not exist", who, out->label, peer_k, peer_pos));
+  const int32_t peer =
+      peer_k < Replicas(peer_pos) ? process_of[static_cast<size_t>(peer_pos)][static_cast<size_t>(peer_k)] : -1;
+  if (peer < 0)
+    return Status::InvalidArgument(
+        fmt::format("{}: {} names replica {} of stage {}, which does not exist", who, out->label, peer_k, peer_pos));
   out->kind = send ? CheckStep::Kind::kSend : CheckStep::Kind::kRecv;
   out->peer = peer;
   // The message: direction, the stage it enters (activation) or leaves (gradient), microbatch.
@@ -265,19 +286,31 @@ Status Record(const LaunchPlan& L, int64_t g, int64_t m, std::map<std::pair<int6
     const Action& a = actions[i];
     if (!HasMicrobatch(a)) continue;
     if (a.microbatch < 0 || a.microbatch >= m) {
-      return Status::InvalidArgument(fmt::format("program {} action {} ({}): microbatch {} is outside the {} this launch runs (0..{})", g, i + 1,
-                                                 ActionToString(a), a.microbatch, m, m - 1));
+      return Status::InvalidArgument(
+          fmt::format("program {} action {} ({}): microbatch {} is outside the {} this launch runs (0..{})", g, i + 1,
+                      ActionToString(a), a.microbatch, m, m - 1));
     }
     Slots& x = (*at)[{a.stage, a.microbatch}];
     if (x.program >= 0 && x.program != g) {
-      return Status::InvalidArgument(fmt::format("program {} action {} ({}): stage {} microbatch {} already runs in program {}; a microbatch "
-                                                 "of a stage runs on one replica", g, i + 1, ActionToString(a), a.stage, a.microbatch, x.program));
+      return Status::InvalidArgument(
+          fmt::format("program {} action {} ({}): stage {} microbatch {} already runs in program {}; a microbatch "
+                      "of a stage runs on one replica",
+                      g, i + 1, ActionToString(a), a.stage, a.microbatch, x.program));
     }
     x.program = g;
     switch (a.kind) {
-      case ActionKind::kForward: x.f = i + 1; ++x.fs; break;
-      case ActionKind::kBackwardInput: x.b = i + 1; ++x.bs; break;
-      case ActionKind::kBackwardWeight: x.w = i + 1; ++x.ws; break;
+      case ActionKind::kForward:
+        x.f = i + 1;
+        ++x.fs;
+        break;
+      case ActionKind::kBackwardInput:
+        x.b = i + 1;
+        ++x.bs;
+        break;
+      case ActionKind::kBackwardWeight:
+        x.w = i + 1;
+        ++x.ws;
+        break;
       case ActionKind::kRecvActivation: x.ra = i + 1; break;
       case ActionKind::kSendActivation: x.sa = i + 1; break;
       case ActionKind::kRecvGrad: x.rg = i + 1; break;
@@ -292,16 +325,22 @@ Status Record(const LaunchPlan& L, int64_t g, int64_t m, std::map<std::pair<int6
 // the compute that needs it and each send after the compute that produces it.
 Status CheckSlot(int64_t q, int64_t j, int64_t stages, const Slots& x, bool split_w) {
   const std::string what = fmt::format("stage {} microbatch {}", q, j);
-  if (x.fs != 1 || x.bs != 1) return Status::InvalidArgument(fmt::format("{} has {} forward and {} backward actions; it needs one of each", what, x.fs, x.bs));
+  if (x.fs != 1 || x.bs != 1)
+    return Status::InvalidArgument(
+        fmt::format("{} has {} forward and {} backward actions; it needs one of each", what, x.fs, x.bs));
   if (x.ws != (split_w ? 1 : 0)) {
-    return Status::InvalidArgument(fmt::format("{} has {} backward-weight actions where every other microbatch has {}", what, x.ws, split_w ? 1 : 0));
+    return Status::InvalidArgument(fmt::format("{} has {} backward-weight actions where every other microbatch has {}",
+                                               what, x.ws, split_w ? 1 : 0));
   }
-  if (x.b < x.f || (split_w && x.w < x.b)) return Status::InvalidArgument(fmt::format("{}: its backward comes before its forward, or W before B", what));
+  if (x.b < x.f || (split_w && x.w < x.b))
+    return Status::InvalidArgument(fmt::format("{}: its backward comes before its forward, or W before B", what));
   if (q > 0 && (x.ra == 0 || x.ra > x.f || x.sg < x.b)) {
-    return Status::InvalidArgument(fmt::format("{}: needs RA{}.{} before its forward and SG{}.{} after its backward", what, q, j, q, j));
+    return Status::InvalidArgument(
+        fmt::format("{}: needs RA{}.{} before its forward and SG{}.{} after its backward", what, q, j, q, j));
   }
   if (q + 1 < stages && (x.rg == 0 || x.rg > x.b || x.sa < x.f)) {
-    return Status::InvalidArgument(fmt::format("{}: needs SA{}.{} after its forward and RG{}.{} before its backward", what, q, j, q, j));
+    return Status::InvalidArgument(
+        fmt::format("{}: needs SA{}.{} after its forward and RG{}.{} before its backward", what, q, j, q, j));
   }
   return Status::OK();
 }
@@ -310,7 +349,8 @@ Status CheckSlot(int64_t q, int64_t j, int64_t stages, const Slots& x, bool spli
 // (uniform) programs, over the replicas' programs together under per-stage replication.
 Status CheckCompleteness(const LaunchPlan& L, bool replicated, int64_t positions) {
   const int64_t stages = static_cast<int64_t>(L.stages.size()), m = ProgramMicrobatches(L, replicated);
-  if (m < 0) return Status::InvalidArgument(fmt::format("{}: run.iterations x microbatches per iteration overflows", L.path));
+  if (m < 0)
+    return Status::InvalidArgument(fmt::format("{}: run.iterations x microbatches per iteration overflows", L.path));
   std::vector<std::vector<int64_t>> sets;  // program indices that together cover a position's stages
   for (int64_t pos = 0; pos < positions; ++pos) {
     std::vector<int64_t> mine;
@@ -318,7 +358,8 @@ Status CheckCompleteness(const LaunchPlan& L, bool replicated, int64_t positions
       if (r.stage == pos && std::find(mine.begin(), mine.end(), r.program) == mine.end()) mine.push_back(r.program);
     }
     if (replicated) sets.push_back(mine);
-    else for (int64_t g : mine) sets.push_back({g});
+    else
+      for (int64_t g : mine) sets.push_back({g});
   }
   bool any_w = false;
   for (const auto& g : L.programs) {
@@ -334,8 +375,10 @@ Status CheckCompleteness(const LaunchPlan& L, bool replicated, int64_t positions
       // the actions the file holds.
       for (int64_t j = 0; j < m; ++j) {
         auto it = at.find({q, j});
-        Status st = it == at.end() ? Status::InvalidArgument(fmt::format("stage {} microbatch {} is never run; every microbatch of a stage runs once", q, j))
-                                   : CheckSlot(q, j, stages, it->second, any_w);
+        Status st = it == at.end()
+                        ? Status::InvalidArgument(fmt::format(
+                              "stage {} microbatch {} is never run; every microbatch of a stage runs once", q, j))
+                        : CheckSlot(q, j, stages, it->second, any_w);
         if (!st.ok()) return st.WithContext(fmt::format("{}: program {} (position {})", L.path, set.front(), pos));
       }
     }
@@ -350,7 +393,8 @@ Status CheckPrograms(const LaunchPlan& L) {
   x.replicated = PerStageReplication(L);
   x.stages = static_cast<int64_t>(L.stages.size());
   x.positions = x.replicated ? x.stages : L.pp;
-  if (x.positions < 1 || x.stages % x.positions != 0) return Status::InvalidArgument(fmt::format("launch plan: {} stages for pp {}", x.stages, L.pp));
+  if (x.positions < 1 || x.stages % x.positions != 0)
+    return Status::InvalidArgument(fmt::format("launch plan: {} stages for pp {}", x.stages, L.pp));
   bool shared = true;  // every program is shared by all replicas of its position and names no peer replica
   for (const auto& g : L.programs) {
     shared = shared && g.replica == -1;
@@ -359,8 +403,11 @@ Status CheckPrograms(const LaunchPlan& L) {
   const bool one_chain = !x.replicated && shared;
   for (const auto& r : L.ranks) {
     const int64_t idx = FindProgram(L, r);
-    if (idx < 0) return Status::InvalidArgument(fmt::format("rank {} (stage {}, replica {}) has {} program", r.rank, r.stage, r.replica, idx == -1 ? "no" : "more than one"));
-    if (idx != r.program) return Status::InvalidArgument(fmt::format("rank {}: its program is not assigned; call AssignPrograms", r.rank));
+    if (idx < 0)
+      return Status::InvalidArgument(fmt::format("rank {} (stage {}, replica {}) has {} program", r.rank, r.stage,
+                                                 r.replica, idx == -1 ? "no" : "more than one"));
+    if (idx != r.program)
+      return Status::InvalidArgument(fmt::format("rank {}: its program is not assigned; call AssignPrograms", r.rank));
   }
   x.process_of.resize(static_cast<size_t>(x.positions));
   for (int64_t pos = 0; pos < x.positions; ++pos) {
@@ -378,7 +425,9 @@ Status CheckPrograms(const LaunchPlan& L) {
       key.stage = pos;
       key.replica = k;
       const int64_t idx = FindProgram(L, key);
-      if (idx < 0) return Status::InvalidArgument(fmt::format("{} has {} program", x.Name(pos, k), idx == -1 ? "no" : "more than one"));
+      if (idx < 0)
+        return Status::InvalidArgument(
+            fmt::format("{} has {} program", x.Name(pos, k), idx == -1 ? "no" : "more than one"));
       for (const Action& a : L.programs[static_cast<size_t>(idx)].actions) {
         CheckStep s;
         PLANNER_RETURN_IF_ERROR(x.Step(pos, k, a, &s));

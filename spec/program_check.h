@@ -27,12 +27,12 @@ namespace planner {
 struct CheckStep {
   enum class Kind : uint8_t { kLocal, kSend, kRecv, kCollective };
   Kind kind = Kind::kLocal;
-  int32_t peer = -1;      // send: the receiver; receive: the sender (process index)
-  int64_t tag = 0;        // send / receive: the message; collective: its group id
-  std::string label;      // printed in errors ("SA0.3")
+  int32_t peer = -1;  // send: the receiver; receive: the sender (process index)
+  int64_t tag = 0;    // send / receive: the message; collective: its group id
+  std::string label;  // printed in errors ("SA0.3")
 };
 struct CheckProcess {
-  std::string name;       // "rank 3 (stage 1, replica 0)"
+  std::string name;  // "rank 3 (stage 1, replica 0)"
   std::vector<CheckStep> steps;
 };
 // Every send is matched by exactly one receive (same sender, receiver and tag)

@@ -99,9 +99,10 @@ Status RankGenerator::Make(const ParallelSizes& sizes, std::string_view order, R
     g.world_size_ *= s;
   }
   if (sizes.ep > 1 && sizes.cp > 1) {
-    return Status::InvalidArgument(fmt::format("rank generator: ep {} and cp {} are both above 1; cp belongs to the "
-                                               "dense generator and ep to the expert one (Megatron-Core)",
-                                               sizes.ep, sizes.cp));
+    return Status::InvalidArgument(
+        fmt::format("rank generator: ep {} and cp {} are both above 1; cp belongs to the "
+                    "dense generator and ep to the expert one (Megatron-Core)",
+                    sizes.ep, sizes.cp));
   }
   if (!ParseDims(order, &g.layout_)) {
     return Status::InvalidArgument(

@@ -24,7 +24,7 @@ using RankGroups = std::vector<std::vector<int64_t>>;
 // A parallel dimension as the order and tokens name it.
 enum class ParallelDim { kTp, kCp, kEp, kDp, kPp };
 constexpr std::array<ParallelDim, 5> kAllParallelDims = {ParallelDim::kTp, ParallelDim::kCp, ParallelDim::kEp,
-                                                        ParallelDim::kDp, ParallelDim::kPp};
+                                                         ParallelDim::kDp, ParallelDim::kPp};
 const char* ParallelDimName(ParallelDim d);  // "tp", "cp", "ep", "dp", "pp"
 
 // Megatron-Core's default order, and the two this project writes: the dense layout (tp, cp, dp over pp positions)
@@ -64,8 +64,8 @@ class RankGenerator {
 
  private:
   std::array<int64_t, 5> sizes_{1, 1, 1, 1, 1};  // by ParallelDim
-  std::vector<ParallelDim> layout_;                // the order with the left-out dimensions appended
-  size_t named_ = 0;                               // how many of layout_ the order named
+  std::vector<ParallelDim> layout_;              // the order with the left-out dimensions appended
+  size_t named_ = 0;                             // how many of layout_ the order named
   std::string order_;
   int64_t world_size_ = 1;
 };

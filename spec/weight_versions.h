@@ -43,7 +43,9 @@ inline int64_t VerticalSyncStageVersions(int64_t workers, int64_t offset, int64_
   return (span + r - 1) / r + 1 + (stashed == 1 ? 1 : 0);
 }
 
-inline int64_t VerticalSyncStageVersions(int64_t workers, int64_t offset, int64_t r) { return VerticalSyncStageVersions(workers, offset, r, workers); }
+inline int64_t VerticalSyncStageVersions(int64_t workers, int64_t offset, int64_t r) {
+  return VerticalSyncStageVersions(workers, offset, r, workers);
+}
 
 inline std::vector<int64_t> VerticalSyncWeightVersions(const std::vector<int64_t>& replicas) {
   std::vector<int64_t> v;

@@ -78,12 +78,14 @@ int LineOf(const std::string& text, size_t offset) {
 // a second `name:` would be silently ignored. Refused here, for every file read through this module.
 Status CheckDuplicateKeys(const std::string& path, const YAML::Node& node, const std::string& field, int depth) {
   if (depth > kMaxYamlDepth) {
-    return Status::InvalidArgument(fmt::format("{}:{}: field '{}': nested more than {} levels deep; see docs/formats.md for the layout",
-                                               path, node.Mark().line + 1, field, kMaxYamlDepth));
+    return Status::InvalidArgument(
+        fmt::format("{}:{}: field '{}': nested more than {} levels deep; see docs/formats.md for the layout", path,
+                    node.Mark().line + 1, field, kMaxYamlDepth));
   }
   if (node.IsSequence()) {
     size_t i = 0;
-    for (const auto& item : node) PLANNER_RETURN_IF_ERROR(CheckDuplicateKeys(path, item, fmt::format("{}[{}]", field, i++), depth + 1));
+    for (const auto& item : node)
+      PLANNER_RETURN_IF_ERROR(CheckDuplicateKeys(path, item, fmt::format("{}[{}]", field, i++), depth + 1));
     return Status::OK();
   }
   if (!node.IsMap()) return Status::OK();
@@ -95,8 +97,9 @@ Status CheckDuplicateKeys(const std::string& path, const YAML::Node& node, const
       const int line = kv.first.Mark().line + 1;
       auto [it, fresh] = first_line.emplace(key, line);
       if (!fresh) {
-        return Status::InvalidArgument(fmt::format("{}:{}: field '{}': duplicate key '{}' (first given at line {}); keep one of them",
-                                                   path, line, full, key, it->second));
+        return Status::InvalidArgument(
+            fmt::format("{}:{}: field '{}': duplicate key '{}' (first given at line {}); keep one of them", path, line,
+                        full, key, it->second));
       }
     }
     PLANNER_RETURN_IF_ERROR(CheckDuplicateKeys(path, kv.second, full, depth + 1));
@@ -108,11 +111,13 @@ Status CheckDuplicateKeys(const std::string& path, const YAML::Node& node, const
 Status CheckTextInput(const std::string& path, const std::string& text) {
   const size_t nul = text.find('\0');
   if (nul != std::string::npos) {
-    return Status::InvalidArgument(fmt::format("{}:{}: a NUL byte: this is a binary file, not text; give the YAML file", path, LineOf(text, nul)));
+    return Status::InvalidArgument(
+        fmt::format("{}:{}: a NUL byte: this is a binary file, not text; give the YAML file", path, LineOf(text, nul)));
   }
   const size_t bad = FirstInvalidUtf8(text);
   if (bad != std::string::npos) {
-    return Status::InvalidArgument(fmt::format("{}:{}: byte {} is not UTF-8 text; save the file as UTF-8", path, LineOf(text, bad), bad + 1));
+    return Status::InvalidArgument(
+        fmt::format("{}:{}: byte {} is not UTF-8 text; save the file as UTF-8", path, LineOf(text, bad), bad + 1));
   }
   return Status::OK();
 }
@@ -122,8 +127,8 @@ Status ParseYamlText(const std::string& path, const std::string& text, YAML::Nod
   try {
     *root = YAML::Load(text);
   } catch (const YAML::Exception& e) {
-    return Status::InvalidArgument(fmt::format("{}:{}:{}: YAML syntax error: {}; fix the syntax at that position",
-                                               path, e.mark.line + 1, e.mark.column + 1, e.msg));
+    return Status::InvalidArgument(fmt::format("{}:{}:{}: YAML syntax error: {}; fix the syntax at that position", path,
+                                               e.mark.line + 1, e.mark.column + 1, e.msg));
   }
   if (!root->IsDefined() || root->IsNull()) {
     return Status::InvalidArgument(fmt::format("{}: the file is empty; see docs/formats.md for its layout", path));
@@ -142,12 +147,14 @@ Status ReadTextFile(const std::string& path, std::string* text) {
     const bool dir = S_ISDIR(st.st_mode);
     ::close(fd);
     if (dir) return Status::InvalidArgument(fmt::format("{}: is a directory; give the path of a file", path));
-    return Status::InvalidArgument(fmt::format("{}: is not a regular file (a FIFO, socket or device); give the path of a file", path));
+    return Status::InvalidArgument(
+        fmt::format("{}: is not a regular file (a FIFO, socket or device); give the path of a file", path));
   }
   if (st.st_size > kMaxInputFileBytes) {
     ::close(fd);
-    return Status::InvalidArgument(fmt::format("{}: {} bytes is more than the {} MiB an input file may hold; check the path", path,
-                                               static_cast<int64_t>(st.st_size), kMaxInputFileBytes >> 20));
+    return Status::InvalidArgument(
+        fmt::format("{}: {} bytes is more than the {} MiB an input file may hold; check the path", path,
+                    static_cast<int64_t>(st.st_size), kMaxInputFileBytes >> 20));
   }
   std::string data;
   char buf[1 << 16];
@@ -163,7 +170,8 @@ Status ReadTextFile(const std::string& path, std::string* text) {
     data.append(buf, static_cast<size_t>(n));
     if (static_cast<int64_t>(data.size()) > kMaxInputFileBytes) {  // the file grew while read
       ::close(fd);
-      return Status::InvalidArgument(fmt::format("{}: more than the {} MiB an input file may hold", path, kMaxInputFileBytes >> 20));
+      return Status::InvalidArgument(
+          fmt::format("{}: more than the {} MiB an input file may hold", path, kMaxInputFileBytes >> 20));
     }
   }
   ::close(fd);
@@ -172,8 +180,10 @@ Status ReadTextFile(const std::string& path, std::string* text) {
 }
 
 Status YamlExceptionStatus(const std::string& path, const YAML::Exception& e) {
-  if (e.mark.is_null()) return Status::InvalidArgument(fmt::format("{}: {}; see docs/formats.md for its layout", path, e.msg));
-  return Status::InvalidArgument(fmt::format("{}:{}:{}: {}; see docs/formats.md for its layout", path, e.mark.line + 1, e.mark.column + 1, e.msg));
+  if (e.mark.is_null())
+    return Status::InvalidArgument(fmt::format("{}: {}; see docs/formats.md for its layout", path, e.msg));
+  return Status::InvalidArgument(
+      fmt::format("{}:{}:{}: {}; see docs/formats.md for its layout", path, e.mark.line + 1, e.mark.column + 1, e.msg));
 }
 
 Status LoadYamlFile(const std::string& path, YAML::Node* root, std::string* contents) {
@@ -202,7 +212,8 @@ Status YamlReader::RequireSequence(const YAML::Node& node, const std::string& fi
   return Status::OK();
 }
 
-Status YamlReader::CheckKeys(const YAML::Node& map, const std::string& field, const std::vector<std::string>& allowed) const {
+Status YamlReader::CheckKeys(const YAML::Node& map, const std::string& field,
+                             const std::vector<std::string>& allowed) const {
   PLANNER_RETURN_IF_ERROR(RequireMap(map, field.empty() ? "(top level)" : field));
   for (const auto& kv : map) {
     if (!kv.first.IsScalar()) return FieldError(kv.first, field, "keys must be plain names");
@@ -217,13 +228,15 @@ Status YamlReader::CheckKeys(const YAML::Node& map, const std::string& field, co
         for (const auto& a : allowed) list += (list.empty() ? "" : ", ") + a;
         hint = "; allowed keys: " + list;
       }
-      return Status::InvalidArgument(fmt::format("{}: field '{}': unknown key '{}'{}", Where(kv.first), full, key, hint));
+      return Status::InvalidArgument(
+          fmt::format("{}: field '{}': unknown key '{}'{}", Where(kv.first), full, key, hint));
     }
   }
   return Status::OK();
 }
 
-Status YamlReader::GetString(const YAML::Node& map, const std::string& key, const std::string& field, std::string* out, bool required) const {
+Status YamlReader::GetString(const YAML::Node& map, const std::string& key, const std::string& field, std::string* out,
+                             bool required) const {
   YAML::Node n = map[key];
   if (!n.IsDefined() || n.IsNull()) {
     if (required) return FieldError(map, field, "missing required field; add '" + key + ": <value>'");
@@ -237,8 +250,10 @@ Status YamlReader::GetString(const YAML::Node& map, const std::string& key, cons
 Status YamlReader::AsInt(const YAML::Node& n, const std::string& field, int64_t* out, int64_t min_value) const {
   int64_t v = 0;
   if (!n.IsScalar() || !ParseIntStrict(n.Scalar(), &v)) {
-    const bool digits = n.IsScalar() && !n.Scalar().empty() && n.Scalar().find_first_not_of("+-0123456789_") == std::string::npos;
-    return FieldError(n, field, (digits ? "is out of range (more than 18 digits), got " : "must be an integer, got ") + Describe(n));
+    const bool digits =
+        n.IsScalar() && !n.Scalar().empty() && n.Scalar().find_first_not_of("+-0123456789_") == std::string::npos;
+    return FieldError(
+        n, field, (digits ? "is out of range (more than 18 digits), got " : "must be an integer, got ") + Describe(n));
   }
   if (v < min_value) {
     return FieldError(n, field, fmt::format("must be at least {}, got {}", min_value, v));
@@ -247,18 +262,23 @@ Status YamlReader::AsInt(const YAML::Node& n, const std::string& field, int64_t*
   return Status::OK();
 }
 
-Status YamlReader::AsDouble(const YAML::Node& n, const std::string& field, double* out, double min_value, bool min_exclusive) const {
+Status YamlReader::AsDouble(const YAML::Node& n, const std::string& field, double* out, double min_value,
+                            bool min_exclusive) const {
   double v = 0;
-  if (!n.IsScalar() || !ParseDoubleStrict(n.Scalar(), &v)) return FieldError(n, field, "must be a number, got " + Describe(n));
+  if (!n.IsScalar() || !ParseDoubleStrict(n.Scalar(), &v))
+    return FieldError(n, field, "must be a number, got " + Describe(n));
   if (!std::isfinite(v)) return FieldError(n, field, "must be a finite number, got " + Describe(n));
   if (min_exclusive ? !(v > min_value) : !(v >= min_value)) {
-    return FieldError(n, field, fmt::format("must be {} {}, got {}", min_exclusive ? "greater than" : "at least", min_value, n.Scalar()));
+    return FieldError(
+        n, field,
+        fmt::format("must be {} {}, got {}", min_exclusive ? "greater than" : "at least", min_value, n.Scalar()));
   }
   *out = v;
   return Status::OK();
 }
 
-Status YamlReader::GetInt(const YAML::Node& map, const std::string& key, const std::string& field, int64_t* out, bool required, int64_t min_value) const {
+Status YamlReader::GetInt(const YAML::Node& map, const std::string& key, const std::string& field, int64_t* out,
+                          bool required, int64_t min_value) const {
   YAML::Node n = map[key];
   if (!n.IsDefined() || n.IsNull()) {
     if (required) return FieldError(map, field, "missing required field; add '" + key + ": <integer>'");
@@ -267,7 +287,8 @@ Status YamlReader::GetInt(const YAML::Node& map, const std::string& key, const s
   return AsInt(n, field, out, min_value);
 }
 
-Status YamlReader::GetDouble(const YAML::Node& map, const std::string& key, const std::string& field, double* out, bool required, double min_value, bool min_exclusive) const {
+Status YamlReader::GetDouble(const YAML::Node& map, const std::string& key, const std::string& field, double* out,
+                             bool required, double min_value, bool min_exclusive) const {
   YAML::Node n = map[key];
   if (!n.IsDefined() || n.IsNull()) {
     if (required) return FieldError(map, field, "missing required field; add '" + key + ": <number>'");
@@ -276,19 +297,27 @@ Status YamlReader::GetDouble(const YAML::Node& map, const std::string& key, cons
   return AsDouble(n, field, out, min_value, min_exclusive);
 }
 
-Status YamlReader::GetBool(const YAML::Node& map, const std::string& key, const std::string& field, bool* out, bool required) const {
+Status YamlReader::GetBool(const YAML::Node& map, const std::string& key, const std::string& field, bool* out,
+                           bool required) const {
   YAML::Node n = map[key];
   if (!n.IsDefined() || n.IsNull()) {
     if (required) return FieldError(map, field, "missing required field; add '" + key + ": true|false'");
     return Status::OK();
   }
   const std::string s = n.IsScalar() ? n.Scalar() : "";
-  if (s == "true" || s == "True" || s == "yes") { *out = true; return Status::OK(); }
-  if (s == "false" || s == "False" || s == "no") { *out = false; return Status::OK(); }
+  if (s == "true" || s == "True" || s == "yes") {
+    *out = true;
+    return Status::OK();
+  }
+  if (s == "false" || s == "False" || s == "no") {
+    *out = false;
+    return Status::OK();
+  }
   return FieldError(n, field, "must be true or false, got " + Describe(n));
 }
 
-Status YamlReader::GetIntList(const YAML::Node& map, const std::string& key, const std::string& field, std::vector<int64_t>* out, bool required, int64_t min_value) const {
+Status YamlReader::GetIntList(const YAML::Node& map, const std::string& key, const std::string& field,
+                              std::vector<int64_t>* out, bool required, int64_t min_value) const {
   YAML::Node n = map[key];
   if (!n.IsDefined() || n.IsNull()) {
     if (required) return FieldError(map, field, "missing required field; add '" + key + ": [<integers>]'");
@@ -305,7 +334,8 @@ Status YamlReader::GetIntList(const YAML::Node& map, const std::string& key, con
   return Status::OK();
 }
 
-Status YamlReader::GetEnum(const YAML::Node& map, const std::string& key, const std::string& field, const std::vector<std::string>& choices, std::string* out, bool required) const {
+Status YamlReader::GetEnum(const YAML::Node& map, const std::string& key, const std::string& field,
+                           const std::vector<std::string>& choices, std::string* out, bool required) const {
   std::string value;
   bool present = map[key].IsDefined() && !map[key].IsNull();
   PLANNER_RETURN_IF_ERROR(GetString(map, key, field, &value, required));

@@ -71,17 +71,24 @@ class YamlReader {
   // Typed getters. `field` is the full dotted name used in messages.
   // Required variants fail with "missing required field"; optional ones leave
   // *out unchanged when the key is absent.
-  Status GetString(const YAML::Node& map, const std::string& key, const std::string& field, std::string* out, bool required) const;
-  Status GetInt(const YAML::Node& map, const std::string& key, const std::string& field, int64_t* out, bool required, int64_t min_value) const;
-  Status GetDouble(const YAML::Node& map, const std::string& key, const std::string& field, double* out, bool required, double min_value, bool min_exclusive) const;
-  Status GetBool(const YAML::Node& map, const std::string& key, const std::string& field, bool* out, bool required) const;
-  Status GetIntList(const YAML::Node& map, const std::string& key, const std::string& field, std::vector<int64_t>* out, bool required, int64_t min_value) const;
+  Status GetString(const YAML::Node& map, const std::string& key, const std::string& field, std::string* out,
+                   bool required) const;
+  Status GetInt(const YAML::Node& map, const std::string& key, const std::string& field, int64_t* out, bool required,
+                int64_t min_value) const;
+  Status GetDouble(const YAML::Node& map, const std::string& key, const std::string& field, double* out, bool required,
+                   double min_value, bool min_exclusive) const;
+  Status GetBool(const YAML::Node& map, const std::string& key, const std::string& field, bool* out,
+                 bool required) const;
+  Status GetIntList(const YAML::Node& map, const std::string& key, const std::string& field, std::vector<int64_t>* out,
+                    bool required, int64_t min_value) const;
   // One of `choices`; fails with a did-you-mean otherwise.
-  Status GetEnum(const YAML::Node& map, const std::string& key, const std::string& field, const std::vector<std::string>& choices, std::string* out, bool required) const;
+  Status GetEnum(const YAML::Node& map, const std::string& key, const std::string& field,
+                 const std::vector<std::string>& choices, std::string* out, bool required) const;
 
   // Scalar conversions on a node already looked up.
   Status AsInt(const YAML::Node& node, const std::string& field, int64_t* out, int64_t min_value) const;
-  Status AsDouble(const YAML::Node& node, const std::string& field, double* out, double min_value, bool min_exclusive) const;
+  Status AsDouble(const YAML::Node& node, const std::string& field, double* out, double min_value,
+                  bool min_exclusive) const;
 
  private:
   std::string path_;

@@ -7,17 +7,17 @@
 
 #include "common/status.h"
 
-#define CHECK_OK(expr)                                   \
-  do {                                                   \
-    ::planner::Status s_ = (expr);                       \
-    INFO(s_.ToString());                                 \
-    CHECK(s_.ok());                                      \
+#define CHECK_OK(expr)             \
+  do {                             \
+    ::planner::Status s_ = (expr); \
+    INFO(s_.ToString());           \
+    CHECK(s_.ok());                \
   } while (0)
-#define REQUIRE_OK(expr)                                 \
-  do {                                                   \
-    ::planner::Status s_ = (expr);                       \
-    INFO(s_.ToString());                                 \
-    REQUIRE(s_.ok());                                    \
+#define REQUIRE_OK(expr)           \
+  do {                             \
+    ::planner::Status s_ = (expr); \
+    INFO(s_.ToString());           \
+    REQUIRE(s_.ok());              \
   } while (0)
 
 namespace planner::testing {

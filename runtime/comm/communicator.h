@@ -40,7 +40,7 @@ class Communicator {
   virtual ~Communicator() = default;
   virtual int rank() const = 0;
   virtual int size() const = 0;
-  virtual std::string backend() const = 0;   // "mpi", "nccl", "threads"
+  virtual std::string backend() const = 0;  // "mpi", "nccl", "threads"
   // The library and the settings that carry the traffic, for comm profiles
   // and run reports ("Open MPI v4.1.4, shared-memory eager limit 1048576 B").
   virtual std::string transport() const { return backend(); }
@@ -58,8 +58,9 @@ class Communicator {
   // (threads return CommError otherwise; MPI's own error is fatal, NCCL's behaviour undefined).
   // Zero counts move nothing; the entry for this rank itself is a local copy. MPI refuses counts
   // and displacements beyond 2^31 - 1 floats (InvalidArgument).
-  virtual Status AllToAllV(const float* send, const std::vector<int64_t>& send_counts, const std::vector<int64_t>& send_displs,
-                           float* recv, const std::vector<int64_t>& recv_counts, const std::vector<int64_t>& recv_displs) = 0;
+  virtual Status AllToAllV(const float* send, const std::vector<int64_t>& send_counts,
+                           const std::vector<int64_t>& send_displs, float* recv,
+                           const std::vector<int64_t>& recv_counts, const std::vector<int64_t>& recv_displs) = 0;
   // Equal blocks: send and recv hold size() x count floats, rank-major (block j goes to / comes from rank j).
   Status AllToAll(const float* send, float* recv, int64_t count);
   // All sends and receives of the group are posted together (no ordering deadlock).

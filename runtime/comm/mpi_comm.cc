@@ -177,7 +177,9 @@ class Watchdog {
   Slot* Arm(const char* what, int rank, int size, double seconds, bool mpi_usable = true) {
     for (Slot& s : slots_) {
       bool expected = false;
-      if (s.busy.load(std::memory_order_relaxed) || !s.busy.compare_exchange_strong(expected, true, std::memory_order_acquire)) continue;
+      if (s.busy.load(std::memory_order_relaxed) ||
+          !s.busy.compare_exchange_strong(expected, true, std::memory_order_acquire))
+        continue;
       s.what.store(what, std::memory_order_release);
       s.rank.store(rank, std::memory_order_release);
       s.size.store(size, std::memory_order_release);
@@ -187,7 +189,9 @@ class Watchdog {
       return &s;
     }
     if (!full_said_.exchange(true)) {
-      std::fprintf(stderr, "planner: warning: more than %d MPI calls at once; the watchdog does not time the extra ones\n", kSlots);
+      std::fprintf(stderr,
+                   "planner: warning: more than %d MPI calls at once; the watchdog does not time the extra ones\n",
+                   kSlots);
     }
     return nullptr;
   }
@@ -213,7 +217,8 @@ class Watchdog {
     std::thread([this] { Loop(); }).detach();
   }
   static int64_t NowNs() {
-    return std::chrono::duration_cast<std::chrono::nanoseconds>(std::chrono::steady_clock::now().time_since_epoch()).count();
+    return std::chrono::duration_cast<std::chrono::nanoseconds>(std::chrono::steady_clock::now().time_since_epoch())
+        .count();
   }
   // A process that exists and is not a zombie waiting for its parent to reap it.
   static bool Alive(long pid) {
@@ -239,8 +244,10 @@ class Watchdog {
       if (peer_gone_ns_.load() == 0) peer_gone_ns_.store(NowNs());
       if (NowNs() - peer_gone_ns_.load() < kPeerGraceNs) return;
       SetStopMode(StopMode::kSilent);  // mpirun's SIGTERM, coming next, adds no line
-      std::fprintf(stderr, "planner: error: rank %d (pid %ld, on this node) exited while rank %d of %d was running; aborting all ranks\n", peer, pid,
-                   me_.load(), world_size_.load());
+      std::fprintf(stderr,
+                   "planner: error: rank %d (pid %ld, on this node) exited while rank %d of %d was running; aborting "
+                   "all ranks\n",
+                   peer, pid, me_.load(), world_size_.load());
       std::fflush(stderr);
       RemoveOpenTemporaries();
       MPI_Abort(MPI_COMM_WORLD, 1);
@@ -264,8 +271,9 @@ class Watchdog {
       std::atomic_thread_fence(std::memory_order_acquire);
       if (s.deadline_ns.load(std::memory_order_relaxed) != d) continue;
       SetStopMode(StopMode::kSilent);
-      std::fprintf(stderr, "planner: error: MPI %s on rank %d of %d timed out after %.0f s: a peer rank died or is stuck; %s\n", what, rank, size,
-                   timeout, mpi_usable ? "aborting all ranks" : "ending this rank (mpirun ends the others)");
+      std::fprintf(
+          stderr, "planner: error: MPI %s on rank %d of %d timed out after %.0f s: a peer rank died or is stuck; %s\n",
+          what, rank, size, timeout, mpi_usable ? "aborting all ranks" : "ending this rank (mpirun ends the others)");
       std::fflush(stderr);
       RemoveOpenTemporaries();
       // Outside MPI_Init .. MPI_Finalize MPI_Abort is undefined: this process exits, and mpirun,
@@ -285,8 +293,10 @@ class Watchdog {
       RemoveOpenTemporaries();
       std::_Exit(128 + sig);
     }
-    std::fprintf(stderr, "planner: error: %s (%s) on rank %s of %s outside training; stopping at once, nothing to save\n",
-                 sig == SIGTERM ? "terminated" : "interrupted", SignalName(sig), EnvOr("OMPI_COMM_WORLD_RANK", "?"), EnvOr("OMPI_COMM_WORLD_SIZE", "?"));
+    std::fprintf(stderr,
+                 "planner: error: %s (%s) on rank %s of %s outside training; stopping at once, nothing to save\n",
+                 sig == SIGTERM ? "terminated" : "interrupted", SignalName(sig), EnvOr("OMPI_COMM_WORLD_RANK", "?"),
+                 EnvOr("OMPI_COMM_WORLD_SIZE", "?"));
     std::fflush(stderr);
     RemoveOpenTemporaries();
     std::_Exit(128 + sig);
@@ -369,8 +379,9 @@ class MpiComm final : public Communicator {
     Guard g("broadcast", rank_, size_, timeout_s_);
     return Check(MPI_Bcast(data, Int(count), MPI_FLOAT, root, comm_), "broadcast");
   }
-  Status AllToAllV(const float* send, const std::vector<int64_t>& send_counts, const std::vector<int64_t>& send_displs, float* recv,
-                   const std::vector<int64_t>& recv_counts, const std::vector<int64_t>& recv_displs) override {
+  Status AllToAllV(const float* send, const std::vector<int64_t>& send_counts, const std::vector<int64_t>& send_displs,
+                   float* recv, const std::vector<int64_t>& recv_counts,
+                   const std::vector<int64_t>& recv_displs) override {
     PLANNER_RETURN_IF_ERROR(CheckAllToAllV(size_, send_counts, send_displs, recv_counts, recv_displs));
     std::vector<int> sc, sd, rc, rd;
     PLANNER_RETURN_IF_ERROR(Ints(send_counts, "send_counts", &sc));
@@ -378,12 +389,14 @@ class MpiComm final : public Communicator {
     PLANNER_RETURN_IF_ERROR(Ints(recv_counts, "recv_counts", &rc));
     PLANNER_RETURN_IF_ERROR(Ints(recv_displs, "recv_displs", &rd));
     Guard g("all-to-all", rank_, size_, timeout_s_);
-    return Check(MPI_Alltoallv(send, sc.data(), sd.data(), MPI_FLOAT, recv, rc.data(), rd.data(), MPI_FLOAT, comm_), "all-to-all");
+    return Check(MPI_Alltoallv(send, sc.data(), sd.data(), MPI_FLOAT, recv, rc.data(), rd.data(), MPI_FLOAT, comm_),
+                 "all-to-all");
   }
   Status GroupSendRecv(const std::vector<P2POp>& ops) override {
     std::vector<MPI_Request> rs(ops.size());
     for (const P2POp& o : ops) {
-      if (o.peer < 0 || o.peer >= size_) return Status::InvalidArgument(fmt::format("send/recv peer {} outside [0, {})", o.peer, size_));
+      if (o.peer < 0 || o.peer >= size_)
+        return Status::InvalidArgument(fmt::format("send/recv peer {} outside [0, {})", o.peer, size_));
     }
     Guard g("send/recv", rank_, size_, timeout_s_);
     for (size_t i = 0; i < ops.size(); ++i) {
@@ -398,31 +411,37 @@ class MpiComm final : public Communicator {
     return Check(MPI_Barrier(comm_), "barrier");
   }
   Status Send(const float* data, int64_t count, int peer, int64_t tag) override {
-    if (peer < 0 || peer >= size_) return Status::InvalidArgument(fmt::format("send peer {} outside [0, {})", peer, size_));
+    if (peer < 0 || peer >= size_)
+      return Status::InvalidArgument(fmt::format("send peer {} outside [0, {})", peer, size_));
     if (tag < 0) return Status::InvalidArgument(fmt::format("send tag {} is negative", tag));
     pending_.emplace_back();
-    PLANNER_RETURN_IF_ERROR(Check(MPI_Isend(data, Int(count), MPI_FLOAT, peer, MpiTag(tag), comm_, &pending_.back()), "send"));
+    PLANNER_RETURN_IF_ERROR(
+        Check(MPI_Isend(data, Int(count), MPI_FLOAT, peer, MpiTag(tag), comm_, &pending_.back()), "send"));
     // One progress call: completes the sends the peers have taken (their eager fragments go back
     // to the shared segment's free list) and pushes queued ones, so a schedule that posts many
     // sends between receives (GPipe's forward) never waits for a fragment until its next Recv.
     int done = 0;
     std::vector<int>& idx = done_scratch_;
     idx.resize(pending_.size());
-    PLANNER_RETURN_IF_ERROR(Check(MPI_Testsome(static_cast<int>(pending_.size()), pending_.data(), &done, idx.data(), MPI_STATUSES_IGNORE), "send"));
+    PLANNER_RETURN_IF_ERROR(
+        Check(MPI_Testsome(static_cast<int>(pending_.size()), pending_.data(), &done, idx.data(), MPI_STATUSES_IGNORE),
+              "send"));
     if (done > 0 && done != MPI_UNDEFINED) {
       pending_.erase(std::remove(pending_.begin(), pending_.end(), MPI_REQUEST_NULL), pending_.end());
     }
     return Status::OK();
   }
   Status Recv(float* data, int64_t count, int peer, int64_t tag) override {
-    if (peer < 0 || peer >= size_) return Status::InvalidArgument(fmt::format("recv peer {} outside [0, {})", peer, size_));
+    if (peer < 0 || peer >= size_)
+      return Status::InvalidArgument(fmt::format("recv peer {} outside [0, {})", peer, size_));
     if (tag < 0) return Status::InvalidArgument(fmt::format("recv tag {} is negative", tag));
     Guard g("recv", rank_, size_, timeout_s_);
     MPI_Status st;
     PLANNER_RETURN_IF_ERROR(Check(MPI_Recv(data, Int(count), MPI_FLOAT, peer, MpiTag(tag), comm_, &st), "recv"));
     int got = 0;
     MPI_Get_count(&st, MPI_FLOAT, &got);
-    if (got != count) return Status::CommError(fmt::format("rank {} sent {} floats, rank {} expected {}", peer, got, rank_, count));
+    if (got != count)
+      return Status::CommError(fmt::format("rank {} sent {} floats, rank {} expected {}", peer, got, rank_, count));
     return Status::OK();
   }
   Status FlushSends() override {
@@ -457,8 +476,8 @@ class MpiComm final : public Communicator {
     out->resize(v.size());
     for (size_t j = 0; j < v.size(); ++j) {
       if (v[j] > std::numeric_limits<int>::max()) {
-        return Status::InvalidArgument(fmt::format("all-to-all: {}[{}] is {} floats; MPI_Alltoallv takes at most {}", name, j, v[j],
-                                                   std::numeric_limits<int>::max()));
+        return Status::InvalidArgument(fmt::format("all-to-all: {}[{}] is {} floats; MPI_Alltoallv takes at most {}",
+                                                   name, j, v[j], std::numeric_limits<int>::max()));
       }
       (*out)[j] = static_cast<int>(v[j]);
     }
@@ -582,7 +601,8 @@ Status StartPeerWatch(Communicator& world) {
   PLANNER_RETURN_IF_ERROR(Check(rc, "all-gather of the node's pids"));
   std::vector<std::pair<int, long>> peers;
   for (int i = 0; i < local_size; ++i) {
-    if (all[static_cast<size_t>(2 * i)] != world.rank()) peers.emplace_back(static_cast<int>(all[static_cast<size_t>(2 * i)]), all[static_cast<size_t>(2 * i + 1)]);
+    if (all[static_cast<size_t>(2 * i)] != world.rank())
+      peers.emplace_back(static_cast<int>(all[static_cast<size_t>(2 * i)]), all[static_cast<size_t>(2 * i + 1)]);
   }
   Watchdog::Get().Watch(std::move(peers), world.rank(), world.size());
   return Status::OK();

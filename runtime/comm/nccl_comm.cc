@@ -49,7 +49,8 @@ class NcclComm final : public Communicator {
 
   Status AllReduce(float* d, int64_t n, ReduceOp op) override {
     PLANNER_RETURN_IF_ERROR(After(stream_));
-    PLANNER_RETURN_IF_ERROR(Nccl(ncclAllReduce(d, d, static_cast<size_t>(n), ncclFloat, Op(op), comm_, stream_), "all-reduce"));
+    PLANNER_RETURN_IF_ERROR(
+        Nccl(ncclAllReduce(d, d, static_cast<size_t>(n), ncclFloat, Op(op), comm_, stream_), "all-reduce"));
     return Wait(stream_, "all-reduce");
   }
   Status AllGather(const float* s, float* r, int64_t n) override {
@@ -59,31 +60,39 @@ class NcclComm final : public Communicator {
   }
   Status ReduceScatter(const float* s, float* r, int64_t n, ReduceOp op) override {
     PLANNER_RETURN_IF_ERROR(After(stream_));
-    PLANNER_RETURN_IF_ERROR(Nccl(ncclReduceScatter(s, r, static_cast<size_t>(n), ncclFloat, Op(op), comm_, stream_), "reduce-scatter"));
+    PLANNER_RETURN_IF_ERROR(
+        Nccl(ncclReduceScatter(s, r, static_cast<size_t>(n), ncclFloat, Op(op), comm_, stream_), "reduce-scatter"));
     return Wait(stream_, "reduce-scatter");
   }
   Status Broadcast(float* d, int64_t n, int root) override {
     PLANNER_RETURN_IF_ERROR(After(stream_));
-    PLANNER_RETURN_IF_ERROR(Nccl(ncclBroadcast(d, d, static_cast<size_t>(n), ncclFloat, root, comm_, stream_), "broadcast"));
+    PLANNER_RETURN_IF_ERROR(
+        Nccl(ncclBroadcast(d, d, static_cast<size_t>(n), ncclFloat, root, comm_, stream_), "broadcast"));
     return Wait(stream_, "broadcast");
   }
   Status GroupSendRecv(const std::vector<P2POp>& ops) override {
     for (const auto& o : ops) {
-      if (o.peer < 0 || o.peer >= size_) return Status::InvalidArgument(fmt::format("send/recv peer {} outside [0, {})", o.peer, size_));
+      if (o.peer < 0 || o.peer >= size_)
+        return Status::InvalidArgument(fmt::format("send/recv peer {} outside [0, {})", o.peer, size_));
     }
     PLANNER_RETURN_IF_ERROR(After(stream_));
     PLANNER_RETURN_IF_ERROR(Nccl(ncclGroupStart(), "group start"));
     for (const auto& o : ops) {
-      if (o.send) PLANNER_RETURN_IF_ERROR(Nccl(ncclSend(o.data, static_cast<size_t>(o.count), ncclFloat, o.peer, comm_, stream_), "send"));
-      else PLANNER_RETURN_IF_ERROR(Nccl(ncclRecv(o.data, static_cast<size_t>(o.count), ncclFloat, o.peer, comm_, stream_), "recv"));
+      if (o.send)
+        PLANNER_RETURN_IF_ERROR(
+            Nccl(ncclSend(o.data, static_cast<size_t>(o.count), ncclFloat, o.peer, comm_, stream_), "send"));
+      else
+        PLANNER_RETURN_IF_ERROR(
+            Nccl(ncclRecv(o.data, static_cast<size_t>(o.count), ncclFloat, o.peer, comm_, stream_), "recv"));
     }
     PLANNER_RETURN_IF_ERROR(Nccl(ncclGroupEnd(), "group end"));
     return Wait(stream_, "send/recv");
   }
   // One group of ncclSend / ncclRecv, one per peer with a nonzero count (this rank included: NCCL
   // copies a self-send). The group is always closed, also after a failed call inside it.
-  Status AllToAllV(const float* s, const std::vector<int64_t>& send_counts, const std::vector<int64_t>& send_displs, float* r,
-                   const std::vector<int64_t>& recv_counts, const std::vector<int64_t>& recv_displs) override {
+  Status AllToAllV(const float* s, const std::vector<int64_t>& send_counts, const std::vector<int64_t>& send_displs,
+                   float* r, const std::vector<int64_t>& recv_counts,
+                   const std::vector<int64_t>& recv_displs) override {
     PLANNER_RETURN_IF_ERROR(CheckAllToAllV(size_, send_counts, send_displs, recv_counts, recv_displs));
     PLANNER_RETURN_IF_ERROR(After(stream_));
     PLANNER_RETURN_IF_ERROR(Nccl(ncclGroupStart(), "group start"));
@@ -91,10 +100,14 @@ class NcclComm final : public Communicator {
     for (size_t j = 0; j < send_counts.size() && posted.ok(); ++j) {
       const int peer = static_cast<int>(j);
       if (send_counts[j] > 0) {
-        posted = Nccl(ncclSend(s + send_displs[j], static_cast<size_t>(send_counts[j]), ncclFloat, peer, comm_, stream_), "all-to-all send");
+        posted =
+            Nccl(ncclSend(s + send_displs[j], static_cast<size_t>(send_counts[j]), ncclFloat, peer, comm_, stream_),
+                 "all-to-all send");
       }
       if (posted.ok() && recv_counts[j] > 0) {
-        posted = Nccl(ncclRecv(r + recv_displs[j], static_cast<size_t>(recv_counts[j]), ncclFloat, peer, comm_, stream_), "all-to-all recv");
+        posted =
+            Nccl(ncclRecv(r + recv_displs[j], static_cast<size_t>(recv_counts[j]), ncclFloat, peer, comm_, stream_),
+                 "all-to-all recv");
       }
     }
     const Status ended = Nccl(ncclGroupEnd(), "group end");
@@ -149,13 +162,15 @@ class NcclComm final : public Communicator {
       if (async != ncclSuccess && async != ncclInProgress) {
         ncclCommAbort(comm_);
         aborted_ = true;
-        return Status::CommError(fmt::format("NCCL {} on rank {} of {}: {}", what, rank_, size_, ncclGetErrorString(async)));
+        return Status::CommError(
+            fmt::format("NCCL {} on rank {} of {}: {}", what, rank_, size_, ncclGetErrorString(async)));
       }
       if (std::chrono::steady_clock::now() > deadline) {
         ncclCommAbort(comm_);
         aborted_ = true;
-        return Status::CommError(fmt::format("NCCL {} on rank {} of {} timed out after {:.0f} s: a peer rank died or is stuck; communicator aborted",
-                                             what, rank_, size_, timeout_s_));
+        return Status::CommError(fmt::format(
+            "NCCL {} on rank {} of {} timed out after {:.0f} s: a peer rank died or is stuck; communicator aborted",
+            what, rank_, size_, timeout_s_));
       }
       std::this_thread::yield();
     }

@@ -20,8 +20,12 @@ namespace planner {
 namespace {
 
 struct World {
-  explicit World(int n) : size(n), in(static_cast<size_t>(n)), ints(static_cast<size_t>(2 * n)), counts(static_cast<size_t>(n)),
-                          displs(static_cast<size_t>(n)) {}
+  explicit World(int n)
+      : size(n),
+        in(static_cast<size_t>(n)),
+        ints(static_cast<size_t>(2 * n)),
+        counts(static_cast<size_t>(n)),
+        displs(static_cast<size_t>(n)) {}
   int size;
   std::mutex mu;
   std::condition_variable cv;
@@ -38,7 +42,9 @@ struct World {
 
 class ThreadComm final : public Communicator {
  public:
-  ThreadComm(std::shared_ptr<World> w, int rank, double timeout) : w_(std::move(w)), rank_(rank) { timeout_s_ = timeout; }
+  ThreadComm(std::shared_ptr<World> w, int rank, double timeout) : w_(std::move(w)), rank_(rank) {
+    timeout_s_ = timeout;
+  }
   int rank() const override { return rank_; }
   int size() const override { return w_->size; }
   std::string backend() const override { return "threads"; }
@@ -48,7 +54,9 @@ class ThreadComm final : public Communicator {
     std::vector<float> acc(w_->in[0], w_->in[0] + count);
     for (int r = 1; r < size(); ++r) {
       const float* x = w_->in[static_cast<size_t>(r)];
-      for (int64_t i = 0; i < count; ++i) acc[static_cast<size_t>(i)] = op == ReduceOp::kSum ? acc[static_cast<size_t>(i)] + x[i] : std::max(acc[static_cast<size_t>(i)], x[i]);
+      for (int64_t i = 0; i < count; ++i)
+        acc[static_cast<size_t>(i)] =
+            op == ReduceOp::kSum ? acc[static_cast<size_t>(i)] + x[i] : std::max(acc[static_cast<size_t>(i)], x[i]);
     }
     PLANNER_RETURN_IF_ERROR(Meet("all-reduce"));
     std::memcpy(data, acc.data(), static_cast<size_t>(count) * 4);
@@ -56,7 +64,8 @@ class ThreadComm final : public Communicator {
   }
   Status AllGather(const float* send, float* recv, int64_t count) override {
     PLANNER_RETURN_IF_ERROR(Post(send, "all-gather"));
-    for (int r = 0; r < size(); ++r) std::memcpy(recv + r * count, w_->in[static_cast<size_t>(r)], static_cast<size_t>(count) * 4);
+    for (int r = 0; r < size(); ++r)
+      std::memcpy(recv + r * count, w_->in[static_cast<size_t>(r)], static_cast<size_t>(count) * 4);
     return Meet("all-gather");
   }
   Status ReduceScatter(const float* send, float* recv, int64_t count, ReduceOp op) override {
@@ -80,8 +89,9 @@ class ThreadComm final : public Communicator {
   }
   // Each rank posts its send buffer, counts and displacements, then copies its block out of
   // every peer's buffer; a count that differs from the peer's is CommError (after the ranks met).
-  Status AllToAllV(const float* send, const std::vector<int64_t>& send_counts, const std::vector<int64_t>& send_displs, float* recv,
-                   const std::vector<int64_t>& recv_counts, const std::vector<int64_t>& recv_displs) override {
+  Status AllToAllV(const float* send, const std::vector<int64_t>& send_counts, const std::vector<int64_t>& send_displs,
+                   float* recv, const std::vector<int64_t>& recv_counts,
+                   const std::vector<int64_t>& recv_displs) override {
     PLANNER_RETURN_IF_ERROR(CheckAllToAllV(size(), send_counts, send_displs, recv_counts, recv_displs));
     w_->counts[static_cast<size_t>(rank_)] = &send_counts;
     w_->displs[static_cast<size_t>(rank_)] = &send_displs;
@@ -91,7 +101,9 @@ class ThreadComm final : public Communicator {
       const size_t q = static_cast<size_t>(j), me = static_cast<size_t>(rank_);
       const int64_t sent = (*w_->counts[q])[me];
       if (sent != recv_counts[q]) {
-        if (mismatch.empty()) mismatch = fmt::format("all-to-all: rank {} sends {} floats to rank {}, which expects {}", j, sent, rank_, recv_counts[q]);
+        if (mismatch.empty())
+          mismatch = fmt::format("all-to-all: rank {} sends {} floats to rank {}, which expects {}", j, sent, rank_,
+                                 recv_counts[q]);
         continue;
       }
       if (sent > 0) std::memcpy(recv + recv_displs[q], w_->in[q] + (*w_->displs[q])[me], static_cast<size_t>(sent) * 4);
@@ -103,7 +115,8 @@ class ThreadComm final : public Communicator {
   Status GroupSendRecv(const std::vector<P2POp>& ops) override {
     std::unique_lock<std::mutex> lk(w_->mu);
     for (const auto& o : ops) {
-      if (o.peer < 0 || o.peer >= size()) return Status::InvalidArgument(fmt::format("send/recv peer {} outside [0, {})", o.peer, size()));
+      if (o.peer < 0 || o.peer >= size())
+        return Status::InvalidArgument(fmt::format("send/recv peer {} outside [0, {})", o.peer, size()));
       if (o.send) w_->box[{rank_, o.peer}].emplace_back(o.data, o.data + o.count);
     }
     w_->cv.notify_all();
@@ -114,11 +127,13 @@ class ThreadComm final : public Communicator {
       while (q.empty()) {
         if (!w_->failed.empty()) return Status::CommError(w_->failed);
         if (w_->cv.wait_until(lk, deadline) == std::cv_status::timeout && q.empty()) {
-          return Status::CommError(fmt::format("recv from rank {} on rank {} timed out after {:.0f} s", o.peer, rank_, timeout_s_));
+          return Status::CommError(
+              fmt::format("recv from rank {} on rank {} timed out after {:.0f} s", o.peer, rank_, timeout_s_));
         }
       }
       if (static_cast<int64_t>(q.front().size()) != o.count) {
-        return Status::CommError(fmt::format("rank {} sent {} floats but rank {} expected {}", o.peer, q.front().size(), rank_, o.count));
+        return Status::CommError(
+            fmt::format("rank {} sent {} floats but rank {} expected {}", o.peer, q.front().size(), rank_, o.count));
       }
       std::memcpy(o.data, q.front().data(), static_cast<size_t>(o.count) * 4);
       q.pop_front();
@@ -127,7 +142,8 @@ class ThreadComm final : public Communicator {
   }
   Status Barrier() override { return Meet("barrier"); }
   Status Send(const float* data, int64_t count, int peer, int64_t tag) override {
-    if (peer < 0 || peer >= size()) return Status::InvalidArgument(fmt::format("send peer {} outside [0, {})", peer, size()));
+    if (peer < 0 || peer >= size())
+      return Status::InvalidArgument(fmt::format("send peer {} outside [0, {})", peer, size()));
     if (tag < 0) return Status::InvalidArgument(fmt::format("send tag {} is negative", tag));
     std::lock_guard<std::mutex> lk(w_->mu);
     w_->tagged[{rank_, peer, tag}].emplace_back(data, data + count);
@@ -135,7 +151,8 @@ class ThreadComm final : public Communicator {
     return Status::OK();
   }
   Status Recv(float* data, int64_t count, int peer, int64_t tag) override {
-    if (peer < 0 || peer >= size()) return Status::InvalidArgument(fmt::format("recv peer {} outside [0, {})", peer, size()));
+    if (peer < 0 || peer >= size())
+      return Status::InvalidArgument(fmt::format("recv peer {} outside [0, {})", peer, size()));
     if (tag < 0) return Status::InvalidArgument(fmt::format("recv tag {} is negative", tag));
     std::unique_lock<std::mutex> lk(w_->mu);
     auto& q = w_->tagged[{peer, rank_, tag}];
@@ -143,11 +160,13 @@ class ThreadComm final : public Communicator {
     while (q.empty()) {
       if (!w_->failed.empty()) return Status::CommError(w_->failed);
       if (w_->cv.wait_until(lk, deadline) == std::cv_status::timeout && q.empty()) {
-        return Status::CommError(fmt::format("recv from rank {} on rank {} timed out after {:.0f} s", peer, rank_, timeout_s_));
+        return Status::CommError(
+            fmt::format("recv from rank {} on rank {} timed out after {:.0f} s", peer, rank_, timeout_s_));
       }
     }
     if (static_cast<int64_t>(q.front().size()) != count) {
-      return Status::CommError(fmt::format("rank {} sent {} floats but rank {} expected {}", peer, q.front().size(), rank_, count));
+      return Status::CommError(
+          fmt::format("rank {} sent {} floats but rank {} expected {}", peer, q.front().size(), rank_, count));
     }
     std::memcpy(data, q.front().data(), static_cast<size_t>(count) * 4);
     q.pop_front();
@@ -161,7 +180,8 @@ class ThreadComm final : public Communicator {
     PLANNER_RETURN_IF_ERROR(Meet("split"));
     std::vector<std::pair<int, int>> members;  // (key, rank) of my color
     for (int r = 0; r < size(); ++r) {
-      if (w_->ints[static_cast<size_t>(2 * r)] == color) members.push_back({w_->ints[static_cast<size_t>(2 * r + 1)], r});
+      if (w_->ints[static_cast<size_t>(2 * r)] == color)
+        members.push_back({w_->ints[static_cast<size_t>(2 * r + 1)], r});
     }
     std::sort(members.begin(), members.end());
     int my = static_cast<int>(std::find(members.begin(), members.end(), std::make_pair(key, rank_)) - members.begin());
@@ -201,8 +221,8 @@ class ThreadComm final : public Communicator {
     while (w_->generation == gen) {
       if (!w_->failed.empty()) return Status::CommError(w_->failed);
       if (w_->cv.wait_until(lk, deadline) == std::cv_status::timeout && w_->generation == gen) {
-        return Status::CommError(fmt::format("{} on rank {} of {} timed out after {:.0f} s waiting for the other ranks", what, rank_,
-                                             w_->size, timeout_s_));
+        return Status::CommError(fmt::format("{} on rank {} of {} timed out after {:.0f} s waiting for the other ranks",
+                                             what, rank_, w_->size, timeout_s_));
       }
     }
     return Status::OK();
@@ -230,7 +250,8 @@ Status RunThreadRanks(int n, const std::function<Status(Communicator&)>& run, do
       } catch (...) {
         results[static_cast<size_t>(r)] = Status::Internal("internal error: an exception of unknown type");
       }
-      if (!results[static_cast<size_t>(r)].ok()) c.Fail(fmt::format("rank {} failed: {}", r, results[static_cast<size_t>(r)].message()));
+      if (!results[static_cast<size_t>(r)].ok())
+        c.Fail(fmt::format("rank {} failed: {}", r, results[static_cast<size_t>(r)].message()));
     });
   }
   for (auto& t : threads) t.join();

@@ -28,7 +28,8 @@ int CudaDeviceCount(std::string* why) {
   int n = 0;
   cudaError_t e = cudaGetDeviceCount(&n);
   if (e != cudaSuccess || n == 0) {
-    if (why) *why = std::string("no CUDA device: ") + (e != cudaSuccess ? cudaGetErrorString(e) : "the driver reports none");
+    if (why)
+      *why = std::string("no CUDA device: ") + (e != cudaSuccess ? cudaGetErrorString(e) : "the driver reports none");
     cudaGetLastError();  // clear the sticky error
     return 0;
   }
@@ -70,9 +71,10 @@ std::string CudaDescribeDevice(int device) {
   cublasGetProperty(MINOR_VERSION, &cub_minor);
   size_t dnn = cudnnGetVersion();
   return std::string(p.name) + ", " + std::to_string(p.multiProcessorCount) + " SMs, " +
-         std::to_string(p.totalGlobalMem >> 20) + " MiB, driver " + std::to_string(drv / 1000) + "." + std::to_string(drv % 1000 / 10) +
-         ", CUDA runtime " + std::to_string(rt / 1000) + "." + std::to_string(rt % 1000 / 10) + ", cuBLAS " + std::to_string(cub_major) +
-         "." + std::to_string(cub_minor) + ", cuDNN " + std::to_string(dnn / 10000) + "." + std::to_string(dnn / 100 % 100) + "." +
+         std::to_string(p.totalGlobalMem >> 20) + " MiB, driver " + std::to_string(drv / 1000) + "." +
+         std::to_string(drv % 1000 / 10) + ", CUDA runtime " + std::to_string(rt / 1000) + "." +
+         std::to_string(rt % 1000 / 10) + ", cuBLAS " + std::to_string(cub_major) + "." + std::to_string(cub_minor) +
+         ", cuDNN " + std::to_string(dnn / 10000) + "." + std::to_string(dnn / 100 % 100) + "." +
          std::to_string(dnn % 100);
 }
 
@@ -93,8 +95,8 @@ void CudaSynchronize() { Check(cudaDeviceSynchronize(), "cudaDeviceSynchronize")
 void CudaSetDevice(int device) { Check(cudaSetDevice(device), "cudaSetDevice"); }
 
 namespace {
-__global__ void OptimizerKernel(int kind, float* w, const float* g, float* m, float* v, int64_t n, float lr, float momentum, float b1,
-                                float b2, float eps, float wd, float bc1, float bc2) {
+__global__ void OptimizerKernel(int kind, float* w, const float* g, float* m, float* v, int64_t n, float lr,
+                                float momentum, float b1, float b2, float eps, float wd, float bc1, float bc2) {
   int64_t i = blockIdx.x * static_cast<int64_t>(blockDim.x) + threadIdx.x;
   if (i >= n) return;
   if (kind == 0) {
@@ -109,9 +111,10 @@ __global__ void OptimizerKernel(int kind, float* w, const float* g, float* m, fl
 }
 }  // namespace
 
-void CudaOptimizerStep(int kind, float* w, const float* g, float* m, float* v, int64_t n, float lr, float momentum, float beta1,
-                       float beta2, float eps, float weight_decay, float bc1, float bc2) {
-  OptimizerKernel<<<static_cast<unsigned>((n + 255) / 256), 256>>>(kind, w, g, m, v, n, lr, momentum, beta1, beta2, eps, weight_decay, bc1, bc2);
+void CudaOptimizerStep(int kind, float* w, const float* g, float* m, float* v, int64_t n, float lr, float momentum,
+                       float beta1, float beta2, float eps, float weight_decay, float bc1, float bc2) {
+  OptimizerKernel<<<static_cast<unsigned>((n + 255) / 256), 256>>>(kind, w, g, m, v, n, lr, momentum, beta1, beta2, eps,
+                                                                   weight_decay, bc1, bc2);
   Check(cudaGetLastError(), "optimizer kernel");
 }
 
@@ -150,7 +153,8 @@ __device__ float LoadAsFloat(const void* p, int code, int64_t i) {
 }
 
 __global__ void ConvertKernel(const void* src, int from, void* dst, int to, int64_t n) {
-  for (int64_t i = blockIdx.x * static_cast<int64_t>(blockDim.x) + threadIdx.x; i < n; i += static_cast<int64_t>(gridDim.x) * blockDim.x) {
+  for (int64_t i = blockIdx.x * static_cast<int64_t>(blockDim.x) + threadIdx.x; i < n;
+       i += static_cast<int64_t>(gridDim.x) * blockDim.x) {
     const float f = LoadAsFloat(src, from, i);
     if (to == 1) static_cast<__nv_bfloat16*>(dst)[i] = __float2bfloat16_rn(f);
     else if (to == 2) static_cast<__half*>(dst)[i] = __float2half_rn(f);
@@ -163,10 +167,12 @@ int ConvertCode(DType d) { return d == DType::kBf16 ? 1 : d == DType::kFp16 ? 2 
 }  // namespace
 
 Status CudaConvert(const void* src, DType from, void* dst, DType to, int64_t n) {
-  if (from == DType::kFp8 || to == DType::kFp8) return Status::InvalidArgument("CudaConvert: fp8 is not a storage dtype");
+  if (from == DType::kFp8 || to == DType::kFp8)
+    return Status::InvalidArgument("CudaConvert: fp8 is not a storage dtype");
   if (n <= 0) return Status::OK();
   if (from == to) {
-    cudaError_t e = cudaMemcpy(dst, src, static_cast<size_t>(n) * (from == DType::kFp32 ? 4u : 2u), cudaMemcpyDeviceToDevice);
+    cudaError_t e =
+        cudaMemcpy(dst, src, static_cast<size_t>(n) * (from == DType::kFp32 ? 4u : 2u), cudaMemcpyDeviceToDevice);
     if (e != cudaSuccess) return Status::Unavailable(std::string("CudaConvert: cudaMemcpy: ") + cudaGetErrorString(e));
     return Status::OK();
   }
@@ -184,9 +190,25 @@ Status CudaConvert(const void* src, DType from, void* dst, DType to, int64_t n) 
 extern "C" __attribute__((visibility("default"))) const planner::PlannerCudaApi* planner_cuda_api_v1() {
   using namespace planner;
   static const PlannerCudaApi api = {
-      kPlannerCudaApiVersion, sizeof(PlannerCudaApi), CudaDeviceCount, CudaDescribeDevice, CudaComputeCapability,
-      CudaDeviceName, CudaMalloc, CudaFree, CudaMemset, CudaCopyToHost, CudaCopyToDevice, CudaSynchronize,
-      CudaSetDevice, CudaOptimizerStep, CudaConvert, TimerCreate, TimerDestroy, TimerRecord, TimerElapsedSeconds,
+      kPlannerCudaApiVersion,
+      sizeof(PlannerCudaApi),
+      CudaDeviceCount,
+      CudaDescribeDevice,
+      CudaComputeCapability,
+      CudaDeviceName,
+      CudaMalloc,
+      CudaFree,
+      CudaMemset,
+      CudaCopyToHost,
+      CudaCopyToDevice,
+      CudaSynchronize,
+      CudaSetDevice,
+      CudaOptimizerStep,
+      CudaConvert,
+      TimerCreate,
+      TimerDestroy,
+      TimerRecord,
+      TimerElapsedSeconds,
       CudaOps,
   };
   return &api;

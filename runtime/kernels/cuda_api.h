@@ -43,8 +43,8 @@ void CudaSetDevice(int device);
 
 // One optimizer update of n parameters on the device (kind 0: SGD with momentum buffer m;
 // 1: Adam with moments m, v and bias corrections bc1, bc2). Throws without CUDA.
-void CudaOptimizerStep(int kind, float* w, const float* g, float* m, float* v, int64_t n, float lr, float momentum, float beta1,
-                       float beta2, float eps, float weight_decay, float bc1, float bc2);
+void CudaOptimizerStep(int kind, float* w, const float* g, float* m, float* v, int64_t n, float lr, float momentum,
+                       float beta1, float beta2, float eps, float weight_decay, float bc1, float bc2);
 
 // n elements at src (dtype `from`) converted into dst (dtype `to`) on the device: fp32 <-> bf16 / fp16
 // with round to nearest even (cuda_bf16.h / cuda_fp16.h intrinsics, bit-identical to common/half.h),

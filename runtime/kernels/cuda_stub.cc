@@ -7,7 +7,9 @@
 namespace planner {
 
 namespace {
-[[noreturn]] void NoCuda() { throw std::runtime_error("built without CUDA; rebuild with -Dcuda=enabled on a machine with the CUDA toolkit"); }
+[[noreturn]] void NoCuda() {
+  throw std::runtime_error("built without CUDA; rebuild with -Dcuda=enabled on a machine with the CUDA toolkit");
+}
 }  // namespace
 
 int CudaDeviceCount(std::string* why) {
@@ -26,7 +28,10 @@ void CudaCopyToHost(void*, const void*, int64_t) { NoCuda(); }
 void CudaCopyToDevice(void*, const void*, int64_t) { NoCuda(); }
 void CudaSynchronize() {}
 void CudaSetDevice(int) { NoCuda(); }
-void CudaOptimizerStep(int, float*, const float*, float*, float*, int64_t, float, float, float, float, float, float, float, float) { NoCuda(); }
+void CudaOptimizerStep(int, float*, const float*, float*, float*, int64_t, float, float, float, float, float, float,
+                       float, float) {
+  NoCuda();
+}
 CudaTimer::CudaTimer() = default;
 CudaTimer::~CudaTimer() = default;
 void CudaTimer::Start() { NoCuda(); }

@@ -101,15 +101,19 @@ class DeviceOps {
 
   // ---- normalisation and softmax (per row of h / cols values)
   // LayerNorm (eps 1e-5): xhat = (x - mean) rstd, y = xhat o gamma + beta; keeps xhat [n, h] and rstd [n].
-  virtual Status LayerNormForward(const float* x, const float* gamma, const float* beta, float* y, float* xhat, float* rstd, int64_t n,
-                                  int64_t h) = 0;
-  virtual Status LayerNormBackward(const float* dy, const float* gamma, const float* xhat, const float* rstd, float* dx, int64_t n, int64_t h) = 0;
+  virtual Status LayerNormForward(const float* x, const float* gamma, const float* beta, float* y, float* xhat,
+                                  float* rstd, int64_t n, int64_t h) = 0;
+  virtual Status LayerNormBackward(const float* dy, const float* gamma, const float* xhat, const float* rstd, float* dx,
+                                   int64_t n, int64_t h) = 0;
   // Accumulates dgamma += sum_r dy o xhat, dbeta += sum_r dy.
-  virtual Status LayerNormParamGrads(const float* dy, const float* xhat, float* dgamma, float* dbeta, int64_t n, int64_t h) = 0;
+  virtual Status LayerNormParamGrads(const float* dy, const float* xhat, float* dgamma, float* dbeta, int64_t n,
+                                     int64_t h) = 0;
   // RMSNorm (eps 1e-5): rstd = 1 / sqrt(mean(x^2) + eps), xhat = x rstd, y = xhat o weight; keeps xhat [n, h]
   // and rstd [n]. Backward: dx = rstd (g - xhat mean(g o xhat)) with g = dy o weight.
-  virtual Status RmsNormForward(const float* x, const float* weight, float* y, float* xhat, float* rstd, int64_t n, int64_t h) = 0;
-  virtual Status RmsNormBackward(const float* dy, const float* weight, const float* xhat, const float* rstd, float* dx, int64_t n, int64_t h) = 0;
+  virtual Status RmsNormForward(const float* x, const float* weight, float* y, float* xhat, float* rstd, int64_t n,
+                                int64_t h) = 0;
+  virtual Status RmsNormBackward(const float* dy, const float* weight, const float* xhat, const float* rstd, float* dx,
+                                 int64_t n, int64_t h) = 0;
   // Accumulates dweight += sum_r dy o xhat.
   virtual Status RmsNormParamGrads(const float* dy, const float* xhat, float* dweight, int64_t n, int64_t h) = 0;
   // In place softmax of each row; causal: row r (of each cols x cols block) keeps its first r % cols + 1
@@ -128,40 +132,45 @@ class DeviceOps {
   // (consecutive from the row's start) becomes, for j < d/2 with a = position theta^(-2j/d),
   // x[j] cos a - x[j + d/2] sin a and x[j + d/2] cos a + x[j] sin a. inverse: the rotation by -a (its
   // transpose, the backward).
-  virtual Status Rope(float* x, int64_t rows, int64_t ld, int64_t seq, int64_t pos0, int64_t heads, int64_t d, double theta, bool inverse) = 0;
+  virtual Status Rope(float* x, int64_t rows, int64_t ld, int64_t seq, int64_t pos0, int64_t heads, int64_t d,
+                      double theta, bool inverse) = 0;
 
   // ---- embedding (vocabulary shard: table rows [start, start + local); other ids contribute 0)
   // y (zero-filled by the caller) [rows, h]: table row of each id, plus positions[r % seq] when given.
-  virtual Status EmbeddingForward(const float* ids, const float* table, const float* positions, float* y, int64_t rows, int64_t seq,
-                                  int64_t h, int64_t start, int64_t local) = 0;
+  virtual Status EmbeddingForward(const float* ids, const float* table, const float* positions, float* y, int64_t rows,
+                                  int64_t seq, int64_t h, int64_t start, int64_t local) = 0;
   // Accumulates the scatter of dy into dtable (and dpositions when given).
-  virtual Status EmbeddingBackward(const float* ids, const float* dy, float* dtable, float* dpositions, int64_t rows, int64_t seq,
-                                   int64_t h, int64_t start, int64_t local) = 0;
+  virtual Status EmbeddingBackward(const float* ids, const float* dy, float* dtable, float* dpositions, int64_t rows,
+                                   int64_t seq, int64_t h, int64_t start, int64_t local) = 0;
 
   // ---- softmax cross-entropy over a shard of v classes per row starting at class `start`, in steps
   // around the tensor-parallel all-reduces. 1: row max, and the target's logit where the shard holds
   // it (else 0). 2: probs = exp(x - max) and their row sums. 3: probs /= sum and loss[s] (zero-filled
   // by the caller) = mean over the sample's rows of log(sum) + max - target logit.
-  virtual Status CrossEntropyMax(const float* x, const float* targets, float* mx, float* target_logit, int64_t rows, int64_t v,
-                                 int64_t start) = 0;
-  virtual Status CrossEntropyExp(const float* x, const float* mx, float* probs, float* sum, int64_t rows, int64_t v) = 0;
-  virtual Status CrossEntropyFinish(float* probs, const float* sum, const float* mx, const float* target_logit, float* loss, int64_t rows,
-                                    int64_t v, int64_t rows_per_sample) = 0;
+  virtual Status CrossEntropyMax(const float* x, const float* targets, float* mx, float* target_logit, int64_t rows,
+                                 int64_t v, int64_t start) = 0;
+  virtual Status CrossEntropyExp(const float* x, const float* mx, float* probs, float* sum, int64_t rows,
+                                 int64_t v) = 0;
+  virtual Status CrossEntropyFinish(float* probs, const float* sum, const float* mx, const float* target_logit,
+                                    float* loss, int64_t rows, int64_t v, int64_t rows_per_sample) = 0;
   // dx = (probs - onehot(target)) dy[sample] / rows_per_sample.
-  virtual Status CrossEntropyBackward(const float* probs, const float* targets, const float* dy, float* dx, int64_t rows, int64_t v,
-                                      int64_t rows_per_sample, int64_t start) = 0;
+  virtual Status CrossEntropyBackward(const float* probs, const float* targets, const float* dy, float* dx,
+                                      int64_t rows, int64_t v, int64_t rows_per_sample, int64_t start) = 0;
 
   // ---- pooling over samples x channels planes; arg (max only) keeps each output's input index in
   // its plane (-1: none). The backward accumulates into dx (zero-filled by the caller). Average
   // pooling counts the padding (count_include_pad).
   virtual Status PoolForward(bool max, const Window& w, int64_t samples, const float* x, float* y, float* arg) = 0;
-  virtual Status PoolBackward(bool max, const Window& w, int64_t samples, const float* dy, const float* arg, float* dx) = 0;
+  virtual Status PoolBackward(bool max, const Window& w, int64_t samples, const float* dy, const float* arg,
+                              float* dx) = 0;
 
   // ---- convolution (NCHW cross-correlation, weight [cout, channels, k, k], no bias): each device
   // keeps what its backward needs in *kept (CPU: the im2col columns; CUDA: the input). The backward
   // writes dx (the input's shape); the filter gradient accumulates into dw.
-  virtual Status ConvForward(const Window& w, int64_t cout, const Tensor& x, const float* weight, float* y, Tensor* kept) = 0;
-  virtual Status ConvBackwardData(const Window& w, int64_t cout, const Tensor& kept, const float* weight, const float* dy, Tensor* dx) = 0;
+  virtual Status ConvForward(const Window& w, int64_t cout, const Tensor& x, const float* weight, float* y,
+                             Tensor* kept) = 0;
+  virtual Status ConvBackwardData(const Window& w, int64_t cout, const Tensor& kept, const float* weight,
+                                  const float* dy, Tensor* dx) = 0;
   virtual Status ConvBackwardFilter(const Window& w, int64_t cout, const Tensor& kept, const float* dy, float* dw) = 0;
 };
 

@@ -76,7 +76,8 @@ void GemmOne(const GemmArgs& g, const float* a, const float* b, float* c) {
 std::vector<float> RoundedCopy(const float* p, int64_t rows, int64_t cols, int64_t ld, DType precision) {
   std::vector<float> out(static_cast<size_t>(rows * cols));
   for (int64_t r = 0; r < rows; ++r) {
-    for (int64_t c = 0; c < cols; ++c) out[static_cast<size_t>(r * cols + c)] = RoundGemmOperand(precision, p[r * ld + c]);
+    for (int64_t c = 0; c < cols; ++c)
+      out[static_cast<size_t>(r * cols + c)] = RoundGemmOperand(precision, p[r * ld + c]);
   }
   return out;
 }
@@ -142,11 +143,13 @@ class CpuDeviceOps final : public DeviceOps {
     return Status::OK();
   }
   Status AddBiasChannels(float* y, const float* bias, int64_t samples, int64_t channels, int64_t hw) override {
-    for (int64_t s = 0; s < samples; ++s) MapRM(y + s * channels * hw, channels, hw).colwise() += Eigen::Map<const Eigen::VectorXf>(bias, channels);
+    for (int64_t s = 0; s < samples; ++s)
+      MapRM(y + s * channels * hw, channels, hw).colwise() += Eigen::Map<const Eigen::VectorXf>(bias, channels);
     return Status::OK();
   }
   Status SumChannelsInto(const float* dy, float* acc, int64_t samples, int64_t channels, int64_t hw) override {
-    for (int64_t s = 0; s < samples; ++s) Eigen::Map<Eigen::VectorXf>(acc, channels) += CMapRM(dy + s * channels * hw, channels, hw).rowwise().sum();
+    for (int64_t s = 0; s < samples; ++s)
+      Eigen::Map<Eigen::VectorXf>(acc, channels) += CMapRM(dy + s * channels * hw, channels, hw).rowwise().sum();
     return Status::OK();
   }
 
@@ -178,7 +181,8 @@ class CpuDeviceOps final : public DeviceOps {
     } else {
       Eigen::Map<const Eigen::ArrayXf> v(kept, n), gg(dy, n);
       Eigen::ArrayXf t = (kGeluC * (v + 0.044715f * v.cube())).tanh();
-      Eigen::Map<Eigen::ArrayXf>(dx, n) = gg * (0.5f * (1.0f + t) + 0.5f * v * (1.0f - t.square()) * (kGeluC * (1.0f + 3 * 0.044715f * v.square())));
+      Eigen::Map<Eigen::ArrayXf>(dx, n) =
+          gg * (0.5f * (1.0f + t) + 0.5f * v * (1.0f - t.square()) * (kGeluC * (1.0f + 3 * 0.044715f * v.square())));
     }
     return Status::OK();
   }
@@ -191,8 +195,8 @@ class CpuDeviceOps final : public DeviceOps {
     return Status::OK();
   }
 
-  Status LayerNormForward(const float* x, const float* gamma, const float* beta, float* y, float* xhat, float* rstd, int64_t n,
-                          int64_t h) override {
+  Status LayerNormForward(const float* x, const float* gamma, const float* beta, float* y, float* xhat, float* rstd,
+                          int64_t n, int64_t h) override {
     CMapRM X(x, n, h);
     MapRM XH(xhat, n, h), Y(y, n, h);
     Eigen::Map<const Eigen::RowVectorXf> g(gamma, h), b(beta, h);
@@ -206,7 +210,8 @@ class CpuDeviceOps final : public DeviceOps {
     }
     return Status::OK();
   }
-  Status LayerNormBackward(const float* dy, const float* gamma, const float* xhat, const float* rstd, float* dx, int64_t n, int64_t h) override {
+  Status LayerNormBackward(const float* dy, const float* gamma, const float* xhat, const float* rstd, float* dx,
+                           int64_t n, int64_t h) override {
     CMapRM XH(xhat, n, h), DY(dy, n, h);
     MapRM DX(dx, n, h);
     Eigen::Map<const Eigen::RowVectorXf> gm(gamma, h);
@@ -218,13 +223,15 @@ class CpuDeviceOps final : public DeviceOps {
     }
     return Status::OK();
   }
-  Status LayerNormParamGrads(const float* dy, const float* xhat, float* dgamma, float* dbeta, int64_t n, int64_t h) override {
+  Status LayerNormParamGrads(const float* dy, const float* xhat, float* dgamma, float* dbeta, int64_t n,
+                             int64_t h) override {
     CMapRM XH(xhat, n, h), DY(dy, n, h);
     Eigen::Map<Eigen::RowVectorXf>(dgamma, h) += DY.cwiseProduct(XH).colwise().sum();
     Eigen::Map<Eigen::RowVectorXf>(dbeta, h) += DY.colwise().sum();
     return Status::OK();
   }
-  Status RmsNormForward(const float* x, const float* weight, float* y, float* xhat, float* rstd, int64_t n, int64_t h) override {
+  Status RmsNormForward(const float* x, const float* weight, float* y, float* xhat, float* rstd, int64_t n,
+                        int64_t h) override {
     CMapRM X(x, n, h);
     MapRM XH(xhat, n, h), Y(y, n, h);
     Eigen::Map<const Eigen::RowVectorXf> w(weight, h);
@@ -236,7 +243,8 @@ class CpuDeviceOps final : public DeviceOps {
     }
     return Status::OK();
   }
-  Status RmsNormBackward(const float* dy, const float* weight, const float* xhat, const float* rstd, float* dx, int64_t n, int64_t h) override {
+  Status RmsNormBackward(const float* dy, const float* weight, const float* xhat, const float* rstd, float* dx,
+                         int64_t n, int64_t h) override {
     CMapRM XH(xhat, n, h), DY(dy, n, h);
     MapRM DX(dx, n, h);
     Eigen::Map<const Eigen::RowVectorXf> w(weight, h);
@@ -271,11 +279,13 @@ class CpuDeviceOps final : public DeviceOps {
     }
     return Status::OK();
   }
-  Status Rope(float* x, int64_t rows, int64_t ld, int64_t seq, int64_t pos0, int64_t heads, int64_t d, double theta, bool inverse) override {
+  Status Rope(float* x, int64_t rows, int64_t ld, int64_t seq, int64_t pos0, int64_t heads, int64_t d, double theta,
+              bool inverse) override {
     const int64_t half = d / 2;
     std::vector<float> cs(static_cast<size_t>(half)), sn(static_cast<size_t>(half));
     std::vector<double> inv_freq(static_cast<size_t>(half));
-    for (int64_t j = 0; j < half; ++j) inv_freq[static_cast<size_t>(j)] = std::pow(theta, -2.0 * static_cast<double>(j) / static_cast<double>(d));
+    for (int64_t j = 0; j < half; ++j)
+      inv_freq[static_cast<size_t>(j)] = std::pow(theta, -2.0 * static_cast<double>(j) / static_cast<double>(d));
     for (int64_t r = 0; r < rows; ++r) {
       const double pos = static_cast<double>(pos0 + r % seq);
       for (int64_t j = 0; j < half; ++j) {
@@ -317,8 +327,8 @@ class CpuDeviceOps final : public DeviceOps {
     return Status::OK();
   }
 
-  Status EmbeddingForward(const float* ids, const float* table, const float* positions, float* y, int64_t rows, int64_t seq, int64_t h,
-                          int64_t start, int64_t local) override {
+  Status EmbeddingForward(const float* ids, const float* table, const float* positions, float* y, int64_t rows,
+                          int64_t seq, int64_t h, int64_t start, int64_t local) override {
     MapRM Y(y, rows, h);
     CMapRM W(table, local, h);
     for (int64_t r = 0; r < rows; ++r) {
@@ -328,8 +338,8 @@ class CpuDeviceOps final : public DeviceOps {
     }
     return Status::OK();
   }
-  Status EmbeddingBackward(const float* ids, const float* dy, float* dtable, float* dpositions, int64_t rows, int64_t seq, int64_t h,
-                           int64_t start, int64_t local) override {
+  Status EmbeddingBackward(const float* ids, const float* dy, float* dtable, float* dpositions, int64_t rows,
+                           int64_t seq, int64_t h, int64_t start, int64_t local) override {
     CMapRM DY(dy, rows, h);
     MapRM GW(dtable, local, h);
     for (int64_t r = 0; r < rows; ++r) {
@@ -340,7 +350,8 @@ class CpuDeviceOps final : public DeviceOps {
     return Status::OK();
   }
 
-  Status CrossEntropyMax(const float* x, const float* targets, float* mx, float* target_logit, int64_t rows, int64_t v, int64_t start) override {
+  Status CrossEntropyMax(const float* x, const float* targets, float* mx, float* target_logit, int64_t rows, int64_t v,
+                         int64_t start) override {
     CMapRM X(x, rows, v);
     for (int64_t r = 0; r < rows; ++r) {
       mx[r] = X.row(r).maxCoeff();
@@ -358,8 +369,8 @@ class CpuDeviceOps final : public DeviceOps {
     }
     return Status::OK();
   }
-  Status CrossEntropyFinish(float* probs, const float* sum, const float* mx, const float* target_logit, float* loss, int64_t rows, int64_t v,
-                            int64_t rows_per_sample) override {
+  Status CrossEntropyFinish(float* probs, const float* sum, const float* mx, const float* target_logit, float* loss,
+                            int64_t rows, int64_t v, int64_t rows_per_sample) override {
     MapRM P(probs, rows, v);
     for (int64_t r = 0; r < rows; ++r) {
       P.row(r) /= sum[r];
@@ -367,8 +378,8 @@ class CpuDeviceOps final : public DeviceOps {
     }
     return Status::OK();
   }
-  Status CrossEntropyBackward(const float* probs, const float* targets, const float* dy, float* dx, int64_t rows, int64_t v,
-                              int64_t rows_per_sample, int64_t start) override {
+  Status CrossEntropyBackward(const float* probs, const float* targets, const float* dy, float* dx, int64_t rows,
+                              int64_t v, int64_t rows_per_sample, int64_t start) override {
     MapRM DX(dx, rows, v);
     DX = CMapRM(probs, rows, v);
     for (int64_t r = 0; r < rows; ++r) {
@@ -380,9 +391,12 @@ class CpuDeviceOps final : public DeviceOps {
   }
 
   Status PoolForward(bool max, const Window& w, int64_t samples, const float* x, float* y, float* arg) override;
-  Status PoolBackward(bool max, const Window& w, int64_t samples, const float* dy, const float* arg, float* dx) override;
-  Status ConvForward(const Window& w, int64_t cout, const Tensor& x, const float* weight, float* y, Tensor* kept) override;
-  Status ConvBackwardData(const Window& w, int64_t cout, const Tensor& kept, const float* weight, const float* dy, Tensor* dx) override;
+  Status PoolBackward(bool max, const Window& w, int64_t samples, const float* dy, const float* arg,
+                      float* dx) override;
+  Status ConvForward(const Window& w, int64_t cout, const Tensor& x, const float* weight, float* y,
+                     Tensor* kept) override;
+  Status ConvBackwardData(const Window& w, int64_t cout, const Tensor& kept, const float* weight, const float* dy,
+                          Tensor* dx) override;
   Status ConvBackwardFilter(const Window& w, int64_t cout, const Tensor& kept, const float* dy, float* dw) override;
 };
 
@@ -417,7 +431,8 @@ Status CpuDeviceOps::PoolForward(bool max, const Window& w, int64_t samples, con
   return Status::OK();
 }
 
-Status CpuDeviceOps::PoolBackward(bool max, const Window& w, int64_t samples, const float* dy, const float* arg, float* dx) {
+Status CpuDeviceOps::PoolBackward(bool max, const Window& w, int64_t samples, const float* dy, const float* arg,
+                                  float* dx) {
   const int64_t H = w.height, W = w.width, ho = w.out_h(), wo = w.out_w(), k = w.kernel;
   for (int64_t bc = 0; bc < samples * w.channels; ++bc) {
     float* d = dx + bc * H * W;
@@ -474,18 +489,23 @@ void Col2Im(const Window& w, const float* col, float* dx) {
       }
 }
 
-Status CpuDeviceOps::ConvForward(const Window& w, int64_t cout, const Tensor& x, const float* weight, float* y, Tensor* kept) {
-  const int64_t b = x.dim(0), hw = w.out_h() * w.out_w(), ckk = w.channels * w.kernel * w.kernel, in = w.channels * w.height * w.width;
+Status CpuDeviceOps::ConvForward(const Window& w, int64_t cout, const Tensor& x, const float* weight, float* y,
+                                 Tensor* kept) {
+  const int64_t b = x.dim(0), hw = w.out_h() * w.out_w(), ckk = w.channels * w.kernel * w.kernel,
+                in = w.channels * w.height * w.width;
   *kept = AllocateTensor({b, ckk, hw}, Device::kCpu);
   for (int64_t bi = 0; bi < b; ++bi) {
     Im2Col(w, x.data() + bi * in, kept->data() + bi * ckk * hw);
-    MapRM(y + bi * cout * hw, cout, hw).noalias() = CMapRM(weight, cout, ckk) * CMapRM(kept->data() + bi * ckk * hw, ckk, hw);
+    MapRM(y + bi * cout * hw, cout, hw).noalias() =
+        CMapRM(weight, cout, ckk) * CMapRM(kept->data() + bi * ckk * hw, ckk, hw);
   }
   return Status::OK();
 }
 
-Status CpuDeviceOps::ConvBackwardData(const Window& w, int64_t cout, const Tensor& kept, const float* weight, const float* dy, Tensor* dx) {
-  const int64_t b = kept.dim(0), hw = w.out_h() * w.out_w(), ckk = w.channels * w.kernel * w.kernel, in = w.channels * w.height * w.width;
+Status CpuDeviceOps::ConvBackwardData(const Window& w, int64_t cout, const Tensor& kept, const float* weight,
+                                      const float* dy, Tensor* dx) {
+  const int64_t b = kept.dim(0), hw = w.out_h() * w.out_w(), ckk = w.channels * w.kernel * w.kernel,
+                in = w.channels * w.height * w.width;
   *dx = Tensor::Zeros({b, w.channels, w.height, w.width});
   RM dcol(ckk, hw);
   for (int64_t bi = 0; bi < b; ++bi) {
@@ -498,7 +518,8 @@ Status CpuDeviceOps::ConvBackwardData(const Window& w, int64_t cout, const Tenso
 Status CpuDeviceOps::ConvBackwardFilter(const Window& w, int64_t cout, const Tensor& kept, const float* dy, float* dw) {
   const int64_t b = kept.dim(0), hw = w.out_h() * w.out_w(), ckk = w.channels * w.kernel * w.kernel;
   MapRM GW(dw, cout, ckk);
-  for (int64_t bi = 0; bi < b; ++bi) GW.noalias() += CMapRM(dy + bi * cout * hw, cout, hw) * CMapRM(kept.data() + bi * ckk * hw, ckk, hw).transpose();
+  for (int64_t bi = 0; bi < b; ++bi)
+    GW.noalias() += CMapRM(dy + bi * cout * hw, cout, hw) * CMapRM(kept.data() + bi * ckk * hw, ckk, hw).transpose();
   return Status::OK();
 }
 

@@ -105,8 +105,8 @@ __device__ void BlockSum2(float* sh, float a, float b) {
 }
 
 // One block per row: mean / variance by a shared-memory reduction.
-__global__ void LayerNormForward_(const float* x, const float* gamma, const float* beta, float* y, float* xhat, float* rstd,
-                                 int64_t h) {
+__global__ void LayerNormForward_(const float* x, const float* gamma, const float* beta, float* y, float* xhat,
+                                  float* rstd, int64_t h) {
   extern __shared__ float sh[];
   const float* xr = x + blockIdx.x * h;
   float s = 0, s2 = 0;
@@ -123,7 +123,8 @@ __global__ void LayerNormForward_(const float* x, const float* gamma, const floa
     y[blockIdx.x * h + i] = xh * gamma[i] + beta[i];
   }
 }
-__global__ void LayerNormBackward_(const float* dy, const float* gamma, const float* xhat, const float* rstd, float* dx, int64_t h) {
+__global__ void LayerNormBackward_(const float* dy, const float* gamma, const float* xhat, const float* rstd, float* dx,
+                                   int64_t h) {
   extern __shared__ float sh[];
   const float* g = dy + blockIdx.x * h;
   const float* xh = xhat + blockIdx.x * h;
@@ -135,9 +136,11 @@ __global__ void LayerNormBackward_(const float* dy, const float* gamma, const fl
   }
   BlockSum2(sh, s1, s2);
   float m1 = sh[0] / h, m2 = sh[blockDim.x] / h, rs = rstd[blockIdx.x];
-  for (int64_t i = threadIdx.x; i < h; i += blockDim.x) dx[blockIdx.x * h + i] = rs * (g[i] * gamma[i] - m1 - xh[i] * m2);
+  for (int64_t i = threadIdx.x; i < h; i += blockDim.x)
+    dx[blockIdx.x * h + i] = rs * (g[i] * gamma[i] - m1 - xh[i] * m2);
 }
-__global__ void LayerNormParamGrads_(const float* dy, const float* xhat, float* dgamma, float* dbeta, int64_t n, int64_t h) {
+__global__ void LayerNormParamGrads_(const float* dy, const float* xhat, float* dgamma, float* dbeta, int64_t n,
+                                     int64_t h) {
   int64_t c = blockIdx.x * static_cast<int64_t>(blockDim.x) + threadIdx.x;
   if (c >= h) return;
   float a = 0, b = 0;
@@ -164,7 +167,8 @@ __global__ void RmsNormForward_(const float* x, const float* w, float* y, float*
     y[blockIdx.x * h + i] = xh * w[i];
   }
 }
-__global__ void RmsNormBackward_(const float* dy, const float* w, const float* xhat, const float* rstd, float* dx, int64_t h) {
+__global__ void RmsNormBackward_(const float* dy, const float* w, const float* xhat, const float* rstd, float* dx,
+                                 int64_t h) {
   extern __shared__ float sh[];
   const float* g = dy + blockIdx.x * h;
   const float* xh = xhat + blockIdx.x * h;
@@ -198,7 +202,8 @@ __global__ void SwiGluBackward_(const float* gu, const float* da, float* dgu, in
   dgu[r * 2 * f + f + c] = d * z * sg;
 }
 // RoPE: one thread per (row, head, j < d/2) pair, angles in double as on the CPU.
-__global__ void Rope_(float* x, int64_t rows, int64_t ld, int64_t seq, int64_t pos0, int64_t heads, int64_t d, double theta, int inverse) {
+__global__ void Rope_(float* x, int64_t rows, int64_t ld, int64_t seq, int64_t pos0, int64_t heads, int64_t d,
+                      double theta, int inverse) {
   int64_t half = d / 2, i = blockIdx.x * static_cast<int64_t>(blockDim.x) + threadIdx.x;
   if (i >= rows * heads * half) return;
   int64_t j = i % half, hd = (i / half) % heads, r = i / (half * heads);
@@ -276,15 +281,15 @@ __global__ void AddInto(float* y, const float* a, const float* b, int64_t n) {
 }
 // Vocabulary-parallel embedding: this shard holds table rows [start, start + local); tokens
 // outside contribute zero (the shards' outputs are summed).
-__global__ void EmbeddingForward_(const float* tok, const float* w, const float* pos, float* y, int64_t rows, int64_t seq, int64_t h,
-                                 int64_t start, int64_t local) {
+__global__ void EmbeddingForward_(const float* tok, const float* w, const float* pos, float* y, int64_t rows,
+                                  int64_t seq, int64_t h, int64_t start, int64_t local) {
   int64_t i = blockIdx.x * static_cast<int64_t>(blockDim.x) + threadIdx.x;
   if (i >= rows * h) return;
   int64_t r = i / h, c = i % h, t = static_cast<int64_t>(tok[r]) - start;
   y[i] = (t >= 0 && t < local ? w[t * h + c] : 0.0f) + (pos ? pos[(r % seq) * h + c] : 0.0f);
 }
-__global__ void EmbeddingBackward_(const float* tok, const float* dy, float* dw, float* dpos, int64_t rows, int64_t seq, int64_t h,
-                                  int64_t start, int64_t local) {
+__global__ void EmbeddingBackward_(const float* tok, const float* dy, float* dw, float* dpos, int64_t rows, int64_t seq,
+                                   int64_t h, int64_t start, int64_t local) {
   int64_t i = blockIdx.x * static_cast<int64_t>(blockDim.x) + threadIdx.x;
   if (i >= rows * h) return;
   int64_t r = i / h, c = i % h, t = static_cast<int64_t>(tok[r]) - start;
@@ -321,7 +326,8 @@ __global__ void LossExpRows(const float* x, const float* mx, float* probs, float
   if (threadIdx.x == 0) sum[blockIdx.x] = acc;
 }
 // 3: probabilities and the row loss log(sum) + max - target logit (global sum and target logit).
-__global__ void LossFinish(float* probs, const float* sum, const float* mx, const float* tl, float* row_loss, int64_t v) {
+__global__ void LossFinish(float* probs, const float* sum, const float* mx, const float* tl, float* row_loss,
+                           int64_t v) {
   float* pr = probs + blockIdx.x * v;
   const float total = sum[blockIdx.x];
   for (int64_t i = threadIdx.x; i < v; i += blockDim.x) pr[i] /= total;
@@ -334,8 +340,8 @@ __global__ void SampleMean(const float* row_loss, float* y, int64_t rows_per_sam
   for (int64_t r = 0; r < rows_per_sample; ++r) acc += row_loss[i * rows_per_sample + r];
   y[i] = acc / rows_per_sample;
 }
-__global__ void CrossEntropyBackward_(const float* probs, const float* tgt, const float* dy, float* dx, int64_t rows, int64_t v, int64_t rows_per_sample,
-                                     int64_t start) {
+__global__ void CrossEntropyBackward_(const float* probs, const float* tgt, const float* dy, float* dx, int64_t rows,
+                                      int64_t v, int64_t rows_per_sample, int64_t start) {
   int64_t i = blockIdx.x * static_cast<int64_t>(blockDim.x) + threadIdx.x;
   if (i >= rows * v) return;
   int64_t r = i / v, c = i % v;
@@ -348,7 +354,8 @@ __device__ unsigned long long Mix64(unsigned long long x) {
   x = (x ^ (x >> 27)) * 0x94D049BB133111EBull;
   return x ^ (x >> 31);
 }
-__global__ void DropoutForward(const float* x, float* y, float* mask, int64_t n, unsigned long long base, double p, float scale) {
+__global__ void DropoutForward(const float* x, float* y, float* mask, int64_t n, unsigned long long base, double p,
+                               float scale) {
   int64_t i = blockIdx.x * static_cast<int64_t>(blockDim.x) + threadIdx.x;
   if (i >= n) return;
   double u = static_cast<double>(Mix64(base + static_cast<unsigned long long>(i)) >> 11) * 0x1.0p-53;
@@ -360,8 +367,8 @@ __global__ void Multiply_(const float* a, const float* b, float* y, int64_t n) {
   if (i < n) y[i] = a[i] * b[i];
 }
 // Pools over [b*C, H, W]: one thread per output element.
-__global__ void PoolForward_(const float* x, float* y, float* arg, int64_t planes, int64_t H, int64_t W, int64_t ho, int64_t wo, int64_t k,
-                            int64_t st, int64_t pad, int is_max) {
+__global__ void PoolForward_(const float* x, float* y, float* arg, int64_t planes, int64_t H, int64_t W, int64_t ho,
+                             int64_t wo, int64_t k, int64_t st, int64_t pad, int is_max) {
   int64_t o = blockIdx.x * static_cast<int64_t>(blockDim.x) + threadIdx.x;
   if (o >= planes * ho * wo) return;
   int64_t pl = o / (ho * wo), oi = o / wo % ho, oj = o % wo;
@@ -386,8 +393,8 @@ __global__ void PoolForward_(const float* x, float* y, float* arg, int64_t plane
     y[o] = acc / static_cast<float>(k * k);
   }
 }
-__global__ void PoolBackward_(const float* dy, const float* arg, float* dx, int64_t planes, int64_t H, int64_t W, int64_t ho, int64_t wo,
-                             int64_t k, int64_t st, int64_t pad, int is_max) {
+__global__ void PoolBackward_(const float* dy, const float* arg, float* dx, int64_t planes, int64_t H, int64_t W,
+                              int64_t ho, int64_t wo, int64_t k, int64_t st, int64_t pad, int is_max) {
   int64_t o = blockIdx.x * static_cast<int64_t>(blockDim.x) + threadIdx.x;
   if (o >= planes * ho * wo) return;
   int64_t pl = o / (ho * wo), oi = o / wo % ho, oj = o % wo;
@@ -438,14 +445,19 @@ class ConvDescriptors {
   ConvDescriptors& operator=(const ConvDescriptors&) = delete;
   Status Set(const Window& win, int64_t cout, int64_t samples) {
     auto I = [](int64_t v) { return static_cast<int>(v); };
-    PLANNER_RETURN_IF_ERROR(Dnn(cudnnSetTensor4dDescriptor(x, CUDNN_TENSOR_NCHW, CUDNN_DATA_FLOAT, I(samples), I(win.channels), I(win.height),
-                                                           I(win.width)), "input descriptor"));
-    PLANNER_RETURN_IF_ERROR(Dnn(cudnnSetTensor4dDescriptor(y, CUDNN_TENSOR_NCHW, CUDNN_DATA_FLOAT, I(samples), I(cout), I(win.out_h()),
-                                                           I(win.out_w())), "output descriptor"));
-    PLANNER_RETURN_IF_ERROR(Dnn(cudnnSetFilter4dDescriptor(w, CUDNN_DATA_FLOAT, CUDNN_TENSOR_NCHW, I(cout), I(win.channels), I(win.kernel),
-                                                           I(win.kernel)), "filter descriptor"));
-    PLANNER_RETURN_IF_ERROR(Dnn(cudnnSetConvolution2dDescriptor(conv, I(win.pad), I(win.pad), I(win.stride), I(win.stride), 1, 1,
-                                                                CUDNN_CROSS_CORRELATION, CUDNN_DATA_FLOAT), "convolution descriptor"));
+    PLANNER_RETURN_IF_ERROR(Dnn(cudnnSetTensor4dDescriptor(x, CUDNN_TENSOR_NCHW, CUDNN_DATA_FLOAT, I(samples),
+                                                           I(win.channels), I(win.height), I(win.width)),
+                                "input descriptor"));
+    PLANNER_RETURN_IF_ERROR(Dnn(cudnnSetTensor4dDescriptor(y, CUDNN_TENSOR_NCHW, CUDNN_DATA_FLOAT, I(samples), I(cout),
+                                                           I(win.out_h()), I(win.out_w())),
+                                "output descriptor"));
+    PLANNER_RETURN_IF_ERROR(Dnn(cudnnSetFilter4dDescriptor(w, CUDNN_DATA_FLOAT, CUDNN_TENSOR_NCHW, I(cout),
+                                                           I(win.channels), I(win.kernel), I(win.kernel)),
+                                "filter descriptor"));
+    PLANNER_RETURN_IF_ERROR(
+        Dnn(cudnnSetConvolution2dDescriptor(conv, I(win.pad), I(win.pad), I(win.stride), I(win.stride), 1, 1,
+                                            CUDNN_CROSS_CORRELATION, CUDNN_DATA_FLOAT),
+            "convolution descriptor"));
     return Dnn(cudnnSetConvolutionMathType(conv, CUDNN_TENSOR_OP_MATH_ALLOW_CONVERSION), "math type");
   }
   cudnnTensorDescriptor_t x = nullptr, y = nullptr;
@@ -467,13 +479,16 @@ __global__ void ToHalf(const float* x, __half* y, int64_t n) {
 }
 
 // An operand as R x K values, K contiguous in the quantised copy: (r, j) is p[j ld + r] when trans, else p[r ld + j].
-__device__ float OperandAt(const float* p, int64_t ld, int trans, int64_t r, int64_t j) { return trans ? p[j * ld + r] : p[r * ld + j]; }
+__device__ float OperandAt(const float* p, int64_t ld, int trans, int64_t r, int64_t j) {
+  return trans ? p[j * ld + r] : p[r * ld + j];
+}
 
 // *amax (float bits, zeroed by the caller) = max |value| of the R x K operand: per-warp maxima, one atomic each
 // (non-negative floats order as their bit patterns).
 __global__ void AbsMax(const float* p, int64_t ld, int trans, int64_t rows, int64_t k, unsigned* amax) {
   float m = 0;
-  for (int64_t i = blockIdx.x * static_cast<int64_t>(blockDim.x) + threadIdx.x; i < rows * k; i += static_cast<int64_t>(gridDim.x) * blockDim.x) {
+  for (int64_t i = blockIdx.x * static_cast<int64_t>(blockDim.x) + threadIdx.x; i < rows * k;
+       i += static_cast<int64_t>(gridDim.x) * blockDim.x) {
     m = fmaxf(m, fabsf(OperandAt(p, ld, trans, i / k, i % k)));
   }
   for (int off = 16; off > 0; off >>= 1) m = fmaxf(m, __shfl_down_sync(0xffffffffu, m, off));
@@ -487,7 +502,8 @@ __global__ void Fp8Scales(const unsigned* amax, float* scale, int n) {
   scale[i] = a > 0 ? a / 448.0f : 1.0f;
 }
 // q[r K + j] = e4m3(value / scale), round to nearest even, saturating (the CPU's RoundToE4m3).
-__global__ void QuantiseE4m3(const float* p, int64_t ld, int trans, int64_t rows, int64_t k, const float* scale, __nv_fp8_storage_t* q) {
+__global__ void QuantiseE4m3(const float* p, int64_t ld, int trans, int64_t rows, int64_t k, const float* scale,
+                             __nv_fp8_storage_t* q) {
   int64_t i = blockIdx.x * static_cast<int64_t>(blockDim.x) + threadIdx.x;
   if (i >= rows * k) return;
   q[i] = __nv_cvt_float_to_fp8(__fdiv_rn(OperandAt(p, ld, trans, i / k, i % k), *scale), __NV_SATFINITE, __NV_E4M3);
@@ -517,13 +533,16 @@ struct LtDescriptors {
   cublasLtMatmulPreference_t pref = nullptr;
   ~LtDescriptors() {
     if (pref) cublasLtMatmulPreferenceDestroy(pref);
-    for (auto l : {a, b, c}) if (l) cublasLtMatrixLayoutDestroy(l);
+    for (auto l : {a, b, c})
+      if (l) cublasLtMatrixLayoutDestroy(l);
     if (op) cublasLtMatmulDescDestroy(op);
   }
 };
 
 // Elements of a stored operand a GEMM reads (rows x cols with row length ld, batch items stride apart).
-int64_t StoredExtent(int64_t rows, int64_t cols, int64_t ld, int64_t batch, int64_t stride) { return (batch - 1) * stride + (rows - 1) * ld + cols; }
+int64_t StoredExtent(int64_t rows, int64_t cols, int64_t ld, int64_t batch, int64_t stride) {
+  return (batch - 1) * stride + (rows - 1) * ld + cols;
+}
 
 // Per-thread device working memory of the GEMM precisions (converted operands, FP8 copies, scales, the
 // cuBLASLt workspace), grown on demand and kept: a cudaMalloc / cudaFree per GEMM would cost more than a
@@ -585,14 +604,16 @@ Status Gemm16(const GemmArgs& g, DType precision, const float* a, const float* b
   Convert16(precision, b, nb, r[1]);
   PLANNER_RETURN_IF_ERROR(CudaStatus("16-bit operand conversion"));
   if (g.batch == 1) {
-    return CublasStatus(cublasGemmEx(Handle(), opb, opa, I(g.n), I(g.m), I(g.k), &g.alpha, r[1], t, I(g.ldb), r[0], t, I(g.lda), &g.beta, c,
-                                     CUDA_R_32F, I(g.ldc), CUBLAS_COMPUTE_32F, CUBLAS_GEMM_DEFAULT),
-                        "cublasGemmEx");
+    return CublasStatus(
+        cublasGemmEx(Handle(), opb, opa, I(g.n), I(g.m), I(g.k), &g.alpha, r[1], t, I(g.ldb), r[0], t, I(g.lda),
+                     &g.beta, c, CUDA_R_32F, I(g.ldc), CUBLAS_COMPUTE_32F, CUBLAS_GEMM_DEFAULT),
+        "cublasGemmEx");
   }
-  return CublasStatus(cublasGemmStridedBatchedEx(Handle(), opb, opa, I(g.n), I(g.m), I(g.k), &g.alpha, r[1], t, I(g.ldb), g.stride_b, r[0], t,
-                                                 I(g.lda), g.stride_a, &g.beta, c, CUDA_R_32F, I(g.ldc), g.stride_c, I(g.batch),
-                                                 CUBLAS_COMPUTE_32F, CUBLAS_GEMM_DEFAULT),
-                      "cublasGemmStridedBatchedEx");
+  return CublasStatus(
+      cublasGemmStridedBatchedEx(Handle(), opb, opa, I(g.n), I(g.m), I(g.k), &g.alpha, r[1], t, I(g.ldb), g.stride_b,
+                                 r[0], t, I(g.lda), g.stride_a, &g.beta, c, CUDA_R_32F, I(g.ldc), g.stride_c,
+                                 I(g.batch), CUBLAS_COMPUTE_32F, CUBLAS_GEMM_DEFAULT),
+      "cublasGemmStridedBatchedEx");
 }
 
 constexpr size_t kLtWorkspaceBytes = size_t{32} << 20;
@@ -600,31 +621,46 @@ constexpr size_t kLtWorkspaceBytes = size_t{32} << 20;
 // The cuBLASLt FP8 product of quantised copies qa [m, k] and qb [n, k] (both K-major: Hopper's FP8 kernels
 // take only the "TN" layout). Column-major, D^T [n, m] = (Lt's A = qb, stored k x n, transposed) (Lt's B = qa,
 // stored k x m) scaled by the two per-tensor scales (device pointers), fp32 accumulation, fp32 C = D.
-Status LtFp8Matmul(const GemmArgs& g, const void* qa, const void* qb, const float* scales, float beta, float* c, int64_t ldc, void* ws) {
+Status LtFp8Matmul(const GemmArgs& g, const void* qa, const void* qb, const float* scales, float beta, float* c,
+                   int64_t ldc, void* ws) {
   LtDescriptors d;
   const cublasOperation_t tn[2] = {CUBLAS_OP_T, CUBLAS_OP_N};
   const size_t ws_bytes = kLtWorkspaceBytes;
-  PLANNER_RETURN_IF_ERROR(CublasStatus(cublasLtMatmulDescCreate(&d.op, CUBLAS_COMPUTE_32F, CUDA_R_32F), "cublasLtMatmulDescCreate"));
-  PLANNER_RETURN_IF_ERROR(CublasStatus(cublasLtMatmulDescSetAttribute(d.op, CUBLASLT_MATMUL_DESC_TRANSA, &tn[0], sizeof tn[0]), "FP8 TRANSA"));
-  PLANNER_RETURN_IF_ERROR(CublasStatus(cublasLtMatmulDescSetAttribute(d.op, CUBLASLT_MATMUL_DESC_TRANSB, &tn[1], sizeof tn[1]), "FP8 TRANSB"));
+  PLANNER_RETURN_IF_ERROR(
+      CublasStatus(cublasLtMatmulDescCreate(&d.op, CUBLAS_COMPUTE_32F, CUDA_R_32F), "cublasLtMatmulDescCreate"));
+  PLANNER_RETURN_IF_ERROR(CublasStatus(
+      cublasLtMatmulDescSetAttribute(d.op, CUBLASLT_MATMUL_DESC_TRANSA, &tn[0], sizeof tn[0]), "FP8 TRANSA"));
+  PLANNER_RETURN_IF_ERROR(CublasStatus(
+      cublasLtMatmulDescSetAttribute(d.op, CUBLASLT_MATMUL_DESC_TRANSB, &tn[1], sizeof tn[1]), "FP8 TRANSB"));
   const float* scale_lt_a = scales + 1;  // Lt's A is our B
   const float* scale_lt_b = scales;
-  PLANNER_RETURN_IF_ERROR(CublasStatus(cublasLtMatmulDescSetAttribute(d.op, CUBLASLT_MATMUL_DESC_A_SCALE_POINTER, &scale_lt_a, sizeof scale_lt_a), "FP8 A scale"));
-  PLANNER_RETURN_IF_ERROR(CublasStatus(cublasLtMatmulDescSetAttribute(d.op, CUBLASLT_MATMUL_DESC_B_SCALE_POINTER, &scale_lt_b, sizeof scale_lt_b), "FP8 B scale"));
-  PLANNER_RETURN_IF_ERROR(CublasStatus(cublasLtMatrixLayoutCreate(&d.a, CUDA_R_8F_E4M3, g.k, g.n, g.k), "FP8 A layout"));
-  PLANNER_RETURN_IF_ERROR(CublasStatus(cublasLtMatrixLayoutCreate(&d.b, CUDA_R_8F_E4M3, g.k, g.m, g.k), "FP8 B layout"));
+  PLANNER_RETURN_IF_ERROR(CublasStatus(
+      cublasLtMatmulDescSetAttribute(d.op, CUBLASLT_MATMUL_DESC_A_SCALE_POINTER, &scale_lt_a, sizeof scale_lt_a),
+      "FP8 A scale"));
+  PLANNER_RETURN_IF_ERROR(CublasStatus(
+      cublasLtMatmulDescSetAttribute(d.op, CUBLASLT_MATMUL_DESC_B_SCALE_POINTER, &scale_lt_b, sizeof scale_lt_b),
+      "FP8 B scale"));
+  PLANNER_RETURN_IF_ERROR(
+      CublasStatus(cublasLtMatrixLayoutCreate(&d.a, CUDA_R_8F_E4M3, g.k, g.n, g.k), "FP8 A layout"));
+  PLANNER_RETURN_IF_ERROR(
+      CublasStatus(cublasLtMatrixLayoutCreate(&d.b, CUDA_R_8F_E4M3, g.k, g.m, g.k), "FP8 B layout"));
   PLANNER_RETURN_IF_ERROR(CublasStatus(cublasLtMatrixLayoutCreate(&d.c, CUDA_R_32F, g.n, g.m, ldc), "FP8 C layout"));
   PLANNER_RETURN_IF_ERROR(CublasStatus(cublasLtMatmulPreferenceCreate(&d.pref), "cublasLtMatmulPreferenceCreate"));
-  PLANNER_RETURN_IF_ERROR(CublasStatus(cublasLtMatmulPreferenceSetAttribute(d.pref, CUBLASLT_MATMUL_PREF_MAX_WORKSPACE_BYTES, &ws_bytes, sizeof ws_bytes),
-                                       "FP8 workspace preference"));
+  PLANNER_RETURN_IF_ERROR(
+      CublasStatus(cublasLtMatmulPreferenceSetAttribute(d.pref, CUBLASLT_MATMUL_PREF_MAX_WORKSPACE_BYTES, &ws_bytes,
+                                                        sizeof ws_bytes),
+                   "FP8 workspace preference"));
   cublasLtMatmulHeuristicResult_t heuristic{};
   int found = 0;
-  PLANNER_RETURN_IF_ERROR(CublasStatus(cublasLtMatmulAlgoGetHeuristic(LtHandle(), d.op, d.a, d.b, d.c, d.c, d.pref, 1, &heuristic, &found),
-                                       "cublasLtMatmulAlgoGetHeuristic"));
+  PLANNER_RETURN_IF_ERROR(
+      CublasStatus(cublasLtMatmulAlgoGetHeuristic(LtHandle(), d.op, d.a, d.b, d.c, d.c, d.pref, 1, &heuristic, &found),
+                   "cublasLtMatmulAlgoGetHeuristic"));
   if (found == 0) {
-    return Status::Unavailable("cuBLASLt offers no FP8 algorithm for m " + std::to_string(g.m) + ", n " + std::to_string(g.n) + ", k " + std::to_string(g.k));
+    return Status::Unavailable("cuBLASLt offers no FP8 algorithm for m " + std::to_string(g.m) + ", n " +
+                               std::to_string(g.n) + ", k " + std::to_string(g.k));
   }
-  return CublasStatus(cublasLtMatmul(LtHandle(), d.op, &g.alpha, qb, d.a, qa, d.b, &beta, c, d.c, c, d.c, &heuristic.algo, ws, ws_bytes, 0),
+  return CublasStatus(cublasLtMatmul(LtHandle(), d.op, &g.alpha, qb, d.a, qa, d.b, &beta, c, d.c, c, d.c,
+                                     &heuristic.algo, ws, ws_bytes, 0),
                       "cublasLtMatmul (FP8)");
 }
 
@@ -634,16 +670,18 @@ Status GemmFp8(const GemmArgs& g, const float* a, const float* b, float* c) {
   cudaGetDevice(&device);
   if (!CudaSupportsFp8(device)) {
     const int cc = CudaComputeCapability(device);
-    return Status::Unavailable("FP8 GEMMs need compute capability 8.9 or newer (Ada, Hopper); this device is " + std::to_string(cc / 10) + "." +
-                               std::to_string(cc % 10) + "; use precision bf16");
+    return Status::Unavailable("FP8 GEMMs need compute capability 8.9 or newer (Ada, Hopper); this device is " +
+                               std::to_string(cc / 10) + "." + std::to_string(cc % 10) + "; use precision bf16");
   }
   // cuBLASLt's FP8 kernels need C and D 16-byte aligned with 16-byte row strides; otherwise the product
   // goes to a dense scratch D and is combined into C here (the same C = alpha D' + beta C).
   const bool direct = g.ldc % 4 == 0 && reinterpret_cast<uintptr_t>(c) % 16 == 0;
-  std::vector<char*> r;  // qa [m, k], qb [n, k] (e4m3 bytes), amax bits of A and B then their scales, the Lt workspace, D
-  PLANNER_RETURN_IF_ERROR(gemm_workspace.Carve({static_cast<size_t>(g.m * g.k), static_cast<size_t>(g.n * g.k), 4 * sizeof(float), kLtWorkspaceBytes,
-                                                direct ? 0 : static_cast<size_t>(g.m * g.n) * sizeof(float)},
-                                               &r));
+  std::vector<char*>
+      r;  // qa [m, k], qb [n, k] (e4m3 bytes), amax bits of A and B then their scales, the Lt workspace, D
+  PLANNER_RETURN_IF_ERROR(
+      gemm_workspace.Carve({static_cast<size_t>(g.m * g.k), static_cast<size_t>(g.n * g.k), 4 * sizeof(float),
+                            kLtWorkspaceBytes, direct ? 0 : static_cast<size_t>(g.m * g.n) * sizeof(float)},
+                           &r));
   auto* qa = reinterpret_cast<__nv_fp8_storage_t*>(r[0]);
   auto* qb = reinterpret_cast<__nv_fp8_storage_t*>(r[1]);
   auto* amax = reinterpret_cast<unsigned*>(r[2]);
@@ -678,12 +716,14 @@ class CudaDeviceOps final : public DeviceOps {
     const cublasOperation_t opb = g.tb ? CUBLAS_OP_T : CUBLAS_OP_N, opa = g.ta ? CUBLAS_OP_T : CUBLAS_OP_N;
     auto I = [](int64_t v) { return static_cast<int>(v); };
     if (g.batch == 1) {
-      return CublasStatus(cublasSgemm(Handle(), opb, opa, I(g.n), I(g.m), I(g.k), &g.alpha, b, I(g.ldb), a, I(g.lda), &g.beta, c, I(g.ldc)),
+      return CublasStatus(cublasSgemm(Handle(), opb, opa, I(g.n), I(g.m), I(g.k), &g.alpha, b, I(g.ldb), a, I(g.lda),
+                                      &g.beta, c, I(g.ldc)),
                           "cublasSgemm");
     }
-    return CublasStatus(cublasSgemmStridedBatched(Handle(), opb, opa, I(g.n), I(g.m), I(g.k), &g.alpha, b, I(g.ldb), g.stride_b, a, I(g.lda),
-                                                  g.stride_a, &g.beta, c, I(g.ldc), g.stride_c, I(g.batch)),
-                        "cublasSgemmStridedBatched");
+    return CublasStatus(
+        cublasSgemmStridedBatched(Handle(), opb, opa, I(g.n), I(g.m), I(g.k), &g.alpha, b, I(g.ldb), g.stride_b, a,
+                                  I(g.lda), g.stride_a, &g.beta, c, I(g.ldc), g.stride_c, I(g.batch)),
+        "cublasSgemmStridedBatched");
   }
   Status AddBiasRows(float* y, const float* bias, int64_t rows, int64_t cols) override {
     AddBiasRows_<<<Blocks(rows * cols), 256>>>(y, bias, rows, cols);
@@ -721,25 +761,33 @@ class CudaDeviceOps final : public DeviceOps {
     DropoutForward<<<Blocks(n), 256>>>(x, y, mask, n, base, p, scale);
     return CudaStatus("dropout");
   }
-  Status LayerNormForward(const float* x, const float* gamma, const float* beta, float* y, float* xhat, float* rstd, int64_t n,
-                          int64_t h) override {
-    LayerNormForward_<<<static_cast<unsigned>(n), kRowThreads, 2 * kRowThreads * sizeof(float)>>>(x, gamma, beta, y, xhat, rstd, h);
+  Status LayerNormForward(const float* x, const float* gamma, const float* beta, float* y, float* xhat, float* rstd,
+                          int64_t n, int64_t h) override {
+    LayerNormForward_<<<static_cast<unsigned>(n), kRowThreads, 2 * kRowThreads * sizeof(float)>>>(x, gamma, beta, y,
+                                                                                                  xhat, rstd, h);
     return CudaStatus("layernorm forward");
   }
-  Status LayerNormBackward(const float* dy, const float* gamma, const float* xhat, const float* rstd, float* dx, int64_t n, int64_t h) override {
-    LayerNormBackward_<<<static_cast<unsigned>(n), kRowThreads, 2 * kRowThreads * sizeof(float)>>>(dy, gamma, xhat, rstd, dx, h);
+  Status LayerNormBackward(const float* dy, const float* gamma, const float* xhat, const float* rstd, float* dx,
+                           int64_t n, int64_t h) override {
+    LayerNormBackward_<<<static_cast<unsigned>(n), kRowThreads, 2 * kRowThreads * sizeof(float)>>>(dy, gamma, xhat,
+                                                                                                   rstd, dx, h);
     return CudaStatus("layernorm backward");
   }
-  Status LayerNormParamGrads(const float* dy, const float* xhat, float* dgamma, float* dbeta, int64_t n, int64_t h) override {
+  Status LayerNormParamGrads(const float* dy, const float* xhat, float* dgamma, float* dbeta, int64_t n,
+                             int64_t h) override {
     LayerNormParamGrads_<<<Blocks(h), 256>>>(dy, xhat, dgamma, dbeta, n, h);
     return CudaStatus("layernorm parameter gradients");
   }
-  Status RmsNormForward(const float* x, const float* weight, float* y, float* xhat, float* rstd, int64_t n, int64_t h) override {
-    RmsNormForward_<<<static_cast<unsigned>(n), kRowThreads, 2 * kRowThreads * sizeof(float)>>>(x, weight, y, xhat, rstd, h);
+  Status RmsNormForward(const float* x, const float* weight, float* y, float* xhat, float* rstd, int64_t n,
+                        int64_t h) override {
+    RmsNormForward_<<<static_cast<unsigned>(n), kRowThreads, 2 * kRowThreads * sizeof(float)>>>(x, weight, y, xhat,
+                                                                                                rstd, h);
     return CudaStatus("rmsnorm forward");
   }
-  Status RmsNormBackward(const float* dy, const float* weight, const float* xhat, const float* rstd, float* dx, int64_t n, int64_t h) override {
-    RmsNormBackward_<<<static_cast<unsigned>(n), kRowThreads, 2 * kRowThreads * sizeof(float)>>>(dy, weight, xhat, rstd, dx, h);
+  Status RmsNormBackward(const float* dy, const float* weight, const float* xhat, const float* rstd, float* dx,
+                         int64_t n, int64_t h) override {
+    RmsNormBackward_<<<static_cast<unsigned>(n), kRowThreads, 2 * kRowThreads * sizeof(float)>>>(dy, weight, xhat, rstd,
+                                                                                                 dx, h);
     return CudaStatus("rmsnorm backward");
   }
   Status RmsNormParamGrads(const float* dy, const float* xhat, float* dweight, int64_t n, int64_t h) override {
@@ -754,7 +802,8 @@ class CudaDeviceOps final : public DeviceOps {
     SwiGluBackward_<<<Blocks(rows * f), 256>>>(gu, da, dgu, rows, f);
     return CudaStatus("swiglu backward");
   }
-  Status Rope(float* x, int64_t rows, int64_t ld, int64_t seq, int64_t pos0, int64_t heads, int64_t d, double theta, bool inverse) override {
+  Status Rope(float* x, int64_t rows, int64_t ld, int64_t seq, int64_t pos0, int64_t heads, int64_t d, double theta,
+              bool inverse) override {
     Rope_<<<Blocks(rows * heads * (d / 2)), 256>>>(x, rows, ld, seq, pos0, heads, d, theta, inverse ? 1 : 0);
     return CudaStatus("rope");
   }
@@ -766,26 +815,28 @@ class CudaDeviceOps final : public DeviceOps {
     SoftmaxBackwardRows_<<<static_cast<unsigned>(rows), kRowThreads, kRowThreads * sizeof(float)>>>(p, dp, cols, scale);
     return CudaStatus("softmax backward");
   }
-  Status EmbeddingForward(const float* ids, const float* table, const float* positions, float* y, int64_t rows, int64_t seq, int64_t h,
-                          int64_t start, int64_t local) override {
+  Status EmbeddingForward(const float* ids, const float* table, const float* positions, float* y, int64_t rows,
+                          int64_t seq, int64_t h, int64_t start, int64_t local) override {
     EmbeddingForward_<<<Blocks(rows * h), 256>>>(ids, table, positions, y, rows, seq, h, start, local);
     return CudaStatus("embedding forward");
   }
-  Status EmbeddingBackward(const float* ids, const float* dy, float* dtable, float* dpositions, int64_t rows, int64_t seq, int64_t h,
-                           int64_t start, int64_t local) override {
+  Status EmbeddingBackward(const float* ids, const float* dy, float* dtable, float* dpositions, int64_t rows,
+                           int64_t seq, int64_t h, int64_t start, int64_t local) override {
     EmbeddingBackward_<<<Blocks(rows * h), 256>>>(ids, dy, dtable, dpositions, rows, seq, h, start, local);
     return CudaStatus("embedding backward");
   }
-  Status CrossEntropyMax(const float* x, const float* targets, float* mx, float* target_logit, int64_t rows, int64_t v, int64_t start) override {
-    LossRowMax<<<static_cast<unsigned>(rows), kRowThreads, kRowThreads * sizeof(float)>>>(x, targets, mx, target_logit, v, start);
+  Status CrossEntropyMax(const float* x, const float* targets, float* mx, float* target_logit, int64_t rows, int64_t v,
+                         int64_t start) override {
+    LossRowMax<<<static_cast<unsigned>(rows), kRowThreads, kRowThreads * sizeof(float)>>>(x, targets, mx, target_logit,
+                                                                                          v, start);
     return CudaStatus("cross-entropy max");
   }
   Status CrossEntropyExp(const float* x, const float* mx, float* probs, float* sum, int64_t rows, int64_t v) override {
     LossExpRows<<<static_cast<unsigned>(rows), kRowThreads, kRowThreads * sizeof(float)>>>(x, mx, probs, sum, v);
     return CudaStatus("cross-entropy exp");
   }
-  Status CrossEntropyFinish(float* probs, const float* sum, const float* mx, const float* target_logit, float* loss, int64_t rows, int64_t v,
-                            int64_t rows_per_sample) override {
+  Status CrossEntropyFinish(float* probs, const float* sum, const float* mx, const float* target_logit, float* loss,
+                            int64_t rows, int64_t v, int64_t rows_per_sample) override {
     Tensor row_loss = AllocateScratch({rows}, Device::kCuda);
     LossFinish<<<static_cast<unsigned>(rows), kRowThreads>>>(probs, sum, mx, target_logit, row_loss.data(), v);
     PLANNER_RETURN_IF_ERROR(CudaStatus("cross-entropy finish"));
@@ -793,53 +844,64 @@ class CudaDeviceOps final : public DeviceOps {
     SampleMean<<<Blocks(samples), 256>>>(row_loss.data(), loss, rows_per_sample, samples);
     return CudaStatus("cross-entropy mean");
   }
-  Status CrossEntropyBackward(const float* probs, const float* targets, const float* dy, float* dx, int64_t rows, int64_t v,
-                              int64_t rows_per_sample, int64_t start) override {
+  Status CrossEntropyBackward(const float* probs, const float* targets, const float* dy, float* dx, int64_t rows,
+                              int64_t v, int64_t rows_per_sample, int64_t start) override {
     CrossEntropyBackward_<<<Blocks(rows * v), 256>>>(probs, targets, dy, dx, rows, v, rows_per_sample, start);
     return CudaStatus("cross-entropy backward");
   }
   Status PoolForward(bool max, const Window& w, int64_t samples, const float* x, float* y, float* arg) override {
     const int64_t planes = samples * w.channels;
-    PoolForward_<<<Blocks(planes * w.out_h() * w.out_w()), 256>>>(x, y, arg, planes, w.height, w.width, w.out_h(), w.out_w(), w.kernel, w.stride,
-                                                                   w.pad, max ? 1 : 0);
+    PoolForward_<<<Blocks(planes * w.out_h() * w.out_w()), 256>>>(x, y, arg, planes, w.height, w.width, w.out_h(),
+                                                                  w.out_w(), w.kernel, w.stride, w.pad, max ? 1 : 0);
     return CudaStatus("pool forward");
   }
-  Status PoolBackward(bool max, const Window& w, int64_t samples, const float* dy, const float* arg, float* dx) override {
+  Status PoolBackward(bool max, const Window& w, int64_t samples, const float* dy, const float* arg,
+                      float* dx) override {
     const int64_t planes = samples * w.channels;
-    PoolBackward_<<<Blocks(planes * w.out_h() * w.out_w()), 256>>>(dy, arg, dx, planes, w.height, w.width, w.out_h(), w.out_w(), w.kernel,
-                                                                    w.stride, w.pad, max ? 1 : 0);
+    PoolBackward_<<<Blocks(planes * w.out_h() * w.out_w()), 256>>>(dy, arg, dx, planes, w.height, w.width, w.out_h(),
+                                                                   w.out_w(), w.kernel, w.stride, w.pad, max ? 1 : 0);
     return CudaStatus("pool backward");
   }
 
   // Convolutions: the algorithms cuDNN's heuristics rank first; the input is what the backward needs.
-  Status ConvForward(const Window& win, int64_t cout, const Tensor& x, const float* weight, float* y, Tensor* kept) override {
+  Status ConvForward(const Window& win, int64_t cout, const Tensor& x, const float* weight, float* y,
+                     Tensor* kept) override {
     ConvDescriptors d;
     PLANNER_RETURN_IF_ERROR(d.Set(win, cout, x.dim(0)));
     cudnnConvolutionFwdAlgoPerf_t perf[4];
     int got = 0;
-    PLANNER_RETURN_IF_ERROR(Dnn(cudnnGetConvolutionForwardAlgorithm_v7(DnnHandle(), d.x, d.w, d.conv, d.y, 4, &got, perf), "forward algorithm"));
+    PLANNER_RETURN_IF_ERROR(
+        Dnn(cudnnGetConvolutionForwardAlgorithm_v7(DnnHandle(), d.x, d.w, d.conv, d.y, 4, &got, perf),
+            "forward algorithm"));
     size_t ws = 0;
-    PLANNER_RETURN_IF_ERROR(Dnn(cudnnGetConvolutionForwardWorkspaceSize(DnnHandle(), d.x, d.w, d.conv, d.y, perf[0].algo, &ws), "workspace"));
+    PLANNER_RETURN_IF_ERROR(Dnn(
+        cudnnGetConvolutionForwardWorkspaceSize(DnnHandle(), d.x, d.w, d.conv, d.y, perf[0].algo, &ws), "workspace"));
     Tensor work = Workspace(ws);
     const float one = 1, zero = 0;
-    PLANNER_RETURN_IF_ERROR(Dnn(cudnnConvolutionForward(DnnHandle(), &one, d.x, x.data(), d.w, weight, d.conv, perf[0].algo, work.data(), ws,
-                                                        &zero, d.y, y), "convolution forward"));
+    PLANNER_RETURN_IF_ERROR(Dnn(cudnnConvolutionForward(DnnHandle(), &one, d.x, x.data(), d.w, weight, d.conv,
+                                                        perf[0].algo, work.data(), ws, &zero, d.y, y),
+                                "convolution forward"));
     *kept = x;
     return Status::OK();
   }
-  Status ConvBackwardData(const Window& win, int64_t cout, const Tensor& kept, const float* weight, const float* dy, Tensor* dx) override {
+  Status ConvBackwardData(const Window& win, int64_t cout, const Tensor& kept, const float* weight, const float* dy,
+                          Tensor* dx) override {
     ConvDescriptors d;
     PLANNER_RETURN_IF_ERROR(d.Set(win, cout, kept.dim(0)));
     *dx = AllocateTensor(kept.shape(), Device::kCuda);
     cudnnConvolutionBwdDataAlgoPerf_t perf[4];
     int got = 0;
-    PLANNER_RETURN_IF_ERROR(Dnn(cudnnGetConvolutionBackwardDataAlgorithm_v7(DnnHandle(), d.w, d.y, d.conv, d.x, 4, &got, perf),
-                                "backward-data algorithm"));
+    PLANNER_RETURN_IF_ERROR(
+        Dnn(cudnnGetConvolutionBackwardDataAlgorithm_v7(DnnHandle(), d.w, d.y, d.conv, d.x, 4, &got, perf),
+            "backward-data algorithm"));
     size_t ws = 0;
-    PLANNER_RETURN_IF_ERROR(Dnn(cudnnGetConvolutionBackwardDataWorkspaceSize(DnnHandle(), d.w, d.y, d.conv, d.x, perf[0].algo, &ws), "workspace"));
+    PLANNER_RETURN_IF_ERROR(
+        Dnn(cudnnGetConvolutionBackwardDataWorkspaceSize(DnnHandle(), d.w, d.y, d.conv, d.x, perf[0].algo, &ws),
+            "workspace"));
     Tensor work = Workspace(ws);
     const float one = 1, zero = 0;
-    return Dnn(cudnnConvolutionBackwardData(DnnHandle(), &one, d.w, weight, d.y, dy, d.conv, perf[0].algo, work.data(), ws, &zero, d.x, dx->data()),
+    return Dnn(cudnnConvolutionBackwardData(DnnHandle(), &one, d.w, weight, d.y, dy, d.conv, perf[0].algo, work.data(),
+                                            ws, &zero, d.x, dx->data()),
                "convolution backward-data");
   }
   Status ConvBackwardFilter(const Window& win, int64_t cout, const Tensor& kept, const float* dy, float* dw) override {
@@ -847,13 +909,17 @@ class CudaDeviceOps final : public DeviceOps {
     PLANNER_RETURN_IF_ERROR(d.Set(win, cout, kept.dim(0)));
     cudnnConvolutionBwdFilterAlgoPerf_t perf[4];
     int got = 0;
-    PLANNER_RETURN_IF_ERROR(Dnn(cudnnGetConvolutionBackwardFilterAlgorithm_v7(DnnHandle(), d.x, d.y, d.conv, d.w, 4, &got, perf),
-                                "backward-filter algorithm"));
+    PLANNER_RETURN_IF_ERROR(
+        Dnn(cudnnGetConvolutionBackwardFilterAlgorithm_v7(DnnHandle(), d.x, d.y, d.conv, d.w, 4, &got, perf),
+            "backward-filter algorithm"));
     size_t ws = 0;
-    PLANNER_RETURN_IF_ERROR(Dnn(cudnnGetConvolutionBackwardFilterWorkspaceSize(DnnHandle(), d.x, d.y, d.conv, d.w, perf[0].algo, &ws), "workspace"));
+    PLANNER_RETURN_IF_ERROR(
+        Dnn(cudnnGetConvolutionBackwardFilterWorkspaceSize(DnnHandle(), d.x, d.y, d.conv, d.w, perf[0].algo, &ws),
+            "workspace"));
     Tensor work = Workspace(ws);
     const float one = 1;
-    return Dnn(cudnnConvolutionBackwardFilter(DnnHandle(), &one, d.x, kept.data(), d.y, dy, d.conv, perf[0].algo, work.data(), ws, &one, d.w, dw),
+    return Dnn(cudnnConvolutionBackwardFilter(DnnHandle(), &one, d.x, kept.data(), d.y, dy, d.conv, perf[0].algo,
+                                              work.data(), ws, &one, d.w, dw),
                "convolution backward-filter");
   }
 };

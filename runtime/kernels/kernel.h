@@ -44,17 +44,19 @@ class TpGroup {
 class ExpertGroup {
  public:
   virtual ~ExpertGroup() = default;
-  virtual Status AllToAllV(const float* send, const std::vector<int64_t>& send_counts, const std::vector<int64_t>& send_displs, float* recv,
+  virtual Status AllToAllV(const float* send, const std::vector<int64_t>& send_counts,
+                           const std::vector<int64_t>& send_displs, float* recv,
                            const std::vector<int64_t>& recv_counts, const std::vector<int64_t>& recv_displs) = 0;
 };
 
 struct Param {
   std::string name;
-  Tensor value;   // the weight the model computes with: fp32, or bf16 / fp16 in a mixed-precision run
-  Tensor grad;    // fp32 always (gradients accumulate over microbatches in fp32)
-  Tensor master;  // fp32 master weight when `value` is 16-bit (the optimizer steps it); empty otherwise
+  Tensor value;             // the weight the model computes with: fp32, or bf16 / fp16 in a mixed-precision run
+  Tensor grad;              // fp32 always (gradients accumulate over microbatches in fp32)
+  Tensor master;            // fp32 master weight when `value` is 16-bit (the optimizer steps it); empty otherwise
   bool tp_sharded = false;  // each TP rank holds a different part (else a replica, equal on all TP ranks)
-  bool expert = false;      // a routed expert's weight: held by one EP rank; gradients summed over the expert-data-parallel group
+  bool expert =
+      false;  // a routed expert's weight: held by one EP rank; gradients summed over the expert-data-parallel group
 };
 
 struct Saved {
@@ -86,9 +88,9 @@ struct KernelOptions {
   Device device = Device::kCpu;
   int64_t tp_rank = 0;
   int64_t tp_size = 1;
-  TpGroup* tp_group = nullptr;   // nullptr: shard alone, all-reduces skipped
-  uint64_t seed = 1;             // parameter init and dropout masks
-  bool causal = true;            // attention mask (GPT)
+  TpGroup* tp_group = nullptr;  // nullptr: shard alone, all-reduces skipped
+  uint64_t seed = 1;            // parameter init and dropout masks
+  bool causal = true;           // attention mask (GPT)
   // Expert parallelism (moe_block): rank ep_rank of ep holds experts [ep_rank E / ep, (ep_rank + 1) E / ep)
   // and dispatches tokens over ep_group (nullptr only when ep == 1).
   int64_t ep_rank = 0;

@@ -41,17 +41,20 @@ Status CheckShape(const char* what, const Tensor& x, const std::vector<int64_t>&
       !std::equal(shape.begin(), shape.end(), x.shape().begin() + 1)) {
     std::string want = "[b";
     for (int64_t d : shape) want += ", " + std::to_string(d);
-    return Status::InvalidArgument(fmt::format("{}: input is {}, expected {}]", what, x.empty() ? "empty" : x.ShapeString(), want));
+    return Status::InvalidArgument(
+        fmt::format("{}: input is {}, expected {}]", what, x.empty() ? "empty" : x.ShapeString(), want));
   }
   *b = x.dim(0);
   return Status::OK();
 }
 Status CheckDevice(const char* what, const DeviceOps& ops, const Tensor& x) {
   if (x.device() == ops.device()) return Status::OK();
-  return Status::InvalidArgument(fmt::format("{}: input is on the {}, the kernel on the {}", what, DeviceName(x.device()), DeviceName(ops.device())));
+  return Status::InvalidArgument(fmt::format("{}: input is on the {}, the kernel on the {}", what,
+                                             DeviceName(x.device()), DeviceName(ops.device())));
 }
 // ... and on the kernel's device.
-Status CheckInput(const char* what, const DeviceOps& ops, const Tensor& x, const std::vector<int64_t>& shape, int64_t* b) {
+Status CheckInput(const char* what, const DeviceOps& ops, const Tensor& x, const std::vector<int64_t>& shape,
+                  int64_t* b) {
   PLANNER_RETURN_IF_ERROR(CheckShape(what, x, shape, b));
   return CheckDevice(what, ops, x);
 }
@@ -69,17 +72,21 @@ Param FilledParam(const DeviceOps& ops, const std::string& name, const std::vect
   if (value != 0.0f) std::fill(host.data(), host.data() + host.numel(), value);
   return MakeParam(ops, name, host);
 }
-Param UniformParam(const DeviceOps& ops, const std::string& name, const std::vector<int64_t>& shape, uint64_t seed, float scale) {
+Param UniformParam(const DeviceOps& ops, const std::string& name, const std::vector<int64_t>& shape, uint64_t seed,
+                   float scale) {
   Tensor host = Tensor::Zeros(shape);
   FillUniform(&host, seed, scale);
   return MakeParam(ops, name, host);
 }
 
-Status AllReduceSum(TpGroup* group, Tensor* t) { return group ? group->AllReduceSum(t->data(), t->numel()) : Status::OK(); }
+Status AllReduceSum(TpGroup* group, Tensor* t) {
+  return group ? group->AllReduceSum(t->data(), t->numel()) : Status::OK();
+}
 
 // ------------------------------------------------------------ MLA / MoE helpers (CPU)
 // dst[r, d0 : d0 + w] = src[r, c0 : c0 + w] (add: +=) for n rows of row lengths lds and ldd.
-void CopyCols(const float* src, int64_t lds, int64_t c0, float* dst, int64_t ldd, int64_t d0, int64_t w, int64_t n, bool add) {
+void CopyCols(const float* src, int64_t lds, int64_t c0, float* dst, int64_t ldd, int64_t d0, int64_t w, int64_t n,
+              bool add) {
   for (int64_t r = 0; r < n; ++r) {
     const float* s = src + r * lds + c0;
     float* d = dst + r * ldd + d0;
@@ -106,7 +113,8 @@ WeightSlice HeadCols(int64_t hidden, int64_t heads, int64_t v, const KernelOptio
 namespace {
 
 // attention, mlp, transformer_block, moe_block and moe (MLA and MoE: CPU only).
-Status BuildTransformerKernel(const Layer& l, const KernelOptions& o, DeviceOps* ops, std::unique_ptr<LayerKernel>* out) {
+Status BuildTransformerKernel(const Layer& l, const KernelOptions& o, DeviceOps* ops,
+                              std::unique_ptr<LayerKernel>* out) {
   const auto& in = l.in_shape;
   TransformerConfig c;
   PLANNER_RETURN_IF_ERROR(ReadTransformerConfig(l, std::max<int64_t>(1, o.tp_size), &c));
@@ -122,13 +130,15 @@ Status BuildTransformerKernel(const Layer& l, const KernelOptions& o, DeviceOps*
   } else if (l.kind == LayerKind::kMlp) {
     *out = MakeMlp(ops, l.name, in[0], in[1], c, o);
   } else if (l.kind == LayerKind::kTransformerBlock) {
-    *out = MakeTransformerBlock(ops, l.name, in[0], in[1], c.rms, MakeAttention(ops, l.name + ".attn", in[0], in[1], c, o),
-                                MakeMlp(ops, l.name + ".mlp", in[0], in[1], c, o));
+    *out =
+        MakeTransformerBlock(ops, l.name, in[0], in[1], c.rms, MakeAttention(ops, l.name + ".attn", in[0], in[1], c, o),
+                             MakeMlp(ops, l.name + ".mlp", in[0], in[1], c, o));
   } else if (l.kind == LayerKind::kMoe) {  // the MoE feed-forward alone (tests, SP), as mlp is a block's dense one
     *out = MakeMoeFfn(ops, l.name, in[0], in[1], c, m, o);
   } else {
-    *out = MakeTransformerBlock(ops, l.name, in[0], in[1], c.rms, MakeAttention(ops, l.name + ".attn", in[0], in[1], c, o),
-                                MakeMoeFfn(ops, l.name + ".moe", in[0], in[1], c, m, o));
+    *out =
+        MakeTransformerBlock(ops, l.name, in[0], in[1], c.rms, MakeAttention(ops, l.name + ".attn", in[0], in[1], c, o),
+                             MakeMoeFfn(ops, l.name + ".moe", in[0], in[1], c, m, o));
   }
   return Status::OK();
 }
@@ -140,7 +150,8 @@ Status BuildKernel(const Layer& l, const KernelOptions& o, DeviceOps* ops, std::
   const int64_t t = std::max<int64_t>(1, o.tp_size);
   auto divides = [&](int64_t what, const char* name) -> Status {
     if (t > 1 && (what % t != 0)) {
-      return Status::InvalidArgument(fmt::format("layer '{}': tensor-parallel degree {} does not divide its {} ({})", l.name, t, name, what));
+      return Status::InvalidArgument(
+          fmt::format("layer '{}': tensor-parallel degree {} does not divide its {} ({})", l.name, t, name, what));
     }
     return Status::OK();
   };
@@ -158,9 +169,7 @@ Status BuildKernel(const Layer& l, const KernelOptions& o, DeviceOps* ops, std::
       return Status::OK();
     }
     case LayerKind::kLayernorm:
-    case LayerKind::kRmsnorm:
-      *out = MakeNorm(ops, l.name, in, l.kind == LayerKind::kRmsnorm);
-      return Status::OK();
+    case LayerKind::kRmsnorm: *out = MakeNorm(ops, l.name, in, l.kind == LayerKind::kRmsnorm); return Status::OK();
     case LayerKind::kEmbedding: {
       const int64_t vocab = a.Int("vocab", 0);
       PLANNER_RETURN_IF_ERROR(divides(vocab, "vocab"));
@@ -189,8 +198,8 @@ Status BuildKernel(const Layer& l, const KernelOptions& o, DeviceOps* ops, std::
       return Status::OK();
     }
     case LayerKind::kConv2d:
-      *out = MakeConv2d(ops, l.name, in, l.out_shape[0], a.Int("kernel", 3), a.Int("stride", 1),
-                                      a.Int("padding", 0), a.Bool("bias", true), o.seed);
+      *out = MakeConv2d(ops, l.name, in, l.out_shape[0], a.Int("kernel", 3), a.Int("stride", 1), a.Int("padding", 0),
+                        a.Bool("bias", true), o.seed);
       return Status::OK();
     case LayerKind::kMaxpool:
     case LayerKind::kAvgpool: {
@@ -200,8 +209,10 @@ Status BuildKernel(const Layer& l, const KernelOptions& o, DeviceOps* ops, std::
     }
     case LayerKind::kFlatten: *out = MakeFlatten(ops, in); return Status::OK();
     case LayerKind::kMtp:
-      return Status::NotSupported(fmt::format("layer '{}': multi-token prediction modules are costed, not trained, "
-                                              "by the runtime; remove mtp: from the model to run it", l.name));
+      return Status::NotSupported(
+          fmt::format("layer '{}': multi-token prediction modules are costed, not trained, "
+                      "by the runtime; remove mtp: from the model to run it",
+                      l.name));
   }
   return Status::Internal(fmt::format("layer '{}': no kernel for its kind", l.name));  // not a LayerKind
 }
@@ -228,14 +239,16 @@ void LayerKernel::ZeroGrads() {
 
 Status MakeKernel(const Layer& layer, const KernelOptions& options, std::unique_ptr<LayerKernel>* out) {
   if (options.tp_size < 1 || options.tp_rank < 0 || options.tp_rank >= options.tp_size) {
-    return Status::InvalidArgument(fmt::format("tensor-parallel rank {} of {} is not valid", options.tp_rank, options.tp_size));
+    return Status::InvalidArgument(
+        fmt::format("tensor-parallel rank {} of {} is not valid", options.tp_rank, options.tp_size));
   }
   if (options.device != Device::kCpu) {
     std::string why;
     if (CudaDeviceCount(&why) == 0) return Status::Unavailable(why);
   }
   DeviceOps* ops = OpsFor(options.device);
-  if (ops == nullptr) return Status::Unavailable("built without CUDA; rebuild with -Dcuda=enabled on a machine with the CUDA toolkit");
+  if (ops == nullptr)
+    return Status::Unavailable("built without CUDA; rebuild with -Dcuda=enabled on a machine with the CUDA toolkit");
   try {
     return kernels_internal::BuildKernel(layer, options, ops, out);
   } catch (const std::exception& e) {  // device allocation failures

@@ -27,18 +27,30 @@ namespace {
 // all-reduced before their backward, so their weight gradients are equal on every TP rank.
 class Mla final : public LayerKernel {
  public:
-  Mla(DeviceOps* ops, const std::string& name, int64_t seq, int64_t hidden, int64_t heads, double theta, const MlaDims& m, const KernelOptions& o)
-      : ops_(ops), s_(seq), h_(hidden), hl_(heads / o.tp_size), m_(m), dq_(m.nope + m.rope), theta_(theta), causal_(o.causal), group_(o.tp_group),
+  Mla(DeviceOps* ops, const std::string& name, int64_t seq, int64_t hidden, int64_t heads, double theta,
+      const MlaDims& m, const KernelOptions& o)
+      : ops_(ops),
+        s_(seq),
+        h_(hidden),
+        hl_(heads / o.tp_size),
+        m_(m),
+        dq_(m.nope + m.rope),
+        theta_(theta),
+        causal_(o.causal),
+        group_(o.tp_group),
         kva_(ops, name + ".kv_a", hidden, m.kv_lora + m.rope, false, seq, o.seed * 43 + 3),
         kvnorm_(MakeNorm(ops, name + ".kv_norm", {seq, m.kv_lora}, true)),
-        kvb_(ops, name + ".kv_b", m.kv_lora, hl_ * (m.nope + m.v), false, seq, o.seed * 43 + 4, HeadRows(m.kv_lora, heads, m.nope + m.v, o)),
+        kvb_(ops, name + ".kv_b", m.kv_lora, hl_ * (m.nope + m.v), false, seq, o.seed * 43 + 4,
+             HeadRows(m.kv_lora, heads, m.nope + m.v, o)),
         out_(ops, name + ".out", hl_ * m.v, hidden, false, seq, o.seed * 43 + 5, HeadCols(hidden, heads, m.v, o)) {
     if (m.q_lora > 0) {
       qa_ = std::make_unique<Linear>(ops, name + ".q_a", hidden, m.q_lora, false, seq, o.seed * 43 + 1);
       qnorm_ = MakeNorm(ops, name + ".q_norm", {seq, m.q_lora}, true);
-      q_ = std::make_unique<Linear>(ops, name + ".q_b", m.q_lora, hl_ * dq_, false, seq, o.seed * 43 + 2, HeadRows(m.q_lora, heads, dq_, o));
+      q_ = std::make_unique<Linear>(ops, name + ".q_b", m.q_lora, hl_ * dq_, false, seq, o.seed * 43 + 2,
+                                    HeadRows(m.q_lora, heads, dq_, o));
     } else {
-      q_ = std::make_unique<Linear>(ops, name + ".q", hidden, hl_ * dq_, false, seq, o.seed * 43 + 2, HeadRows(hidden, heads, dq_, o));
+      q_ = std::make_unique<Linear>(ops, name + ".q", hidden, hl_ * dq_, false, seq, o.seed * 43 + 2,
+                                    HeadRows(hidden, heads, dq_, o));
     }
   }
   Status Forward(const Tensor& x, Tensor* y, Saved* sv) override {
@@ -105,7 +117,8 @@ class Mla final : public LayerKernel {
       KernelFlops f = qa_->Flops(b);
       a.forward += f.forward, a.backward_input += f.backward_input, a.backward_weight += f.backward_weight;
     }
-    const double ss = static_cast<double>(b) * static_cast<double>(s_) * static_cast<double>(s_) * static_cast<double>(hl_);
+    const double ss =
+        static_cast<double>(b) * static_cast<double>(s_) * static_cast<double>(s_) * static_cast<double>(hl_);
     const double core = 2.0 * ss * static_cast<double>(dq_ + m_.v);  // Q K^T and P V
     return {a.forward + core, a.backward_input + 2 * core, a.backward_weight};
   }
@@ -113,8 +126,8 @@ class Mla final : public LayerKernel {
  private:
   float Scale() const { return 1.0f / std::sqrt(static_cast<float>(dq_)); }
   // Per-head GEMM batched over the local heads: operand i's head j starts j * stride in.
-  GemmArgs Heads(bool ta, bool tb, int64_t m, int64_t n, int64_t k, int64_t lda, int64_t sa, int64_t ldb, int64_t sb, int64_t ldc, int64_t sc,
-                 float alpha = 1.0f) const {
+  GemmArgs Heads(bool ta, bool tb, int64_t m, int64_t n, int64_t k, int64_t lda, int64_t sa, int64_t ldb, int64_t sb,
+                 int64_t ldc, int64_t sc, float alpha = 1.0f) const {
     GemmArgs g;
     g.ta = ta, g.tb = tb, g.m = m, g.n = n, g.k = k, g.lda = lda, g.ldb = ldb, g.ldc = ldc, g.alpha = alpha;
     g.batch = hl_, g.stride_a = sa, g.stride_b = sb, g.stride_c = sc;
@@ -122,7 +135,8 @@ class Mla final : public LayerKernel {
   }
   Status RotateQ(Tensor* q, int64_t n, bool inverse) {
     for (int64_t hd = 0; hd < hl_; ++hd) {
-      PLANNER_RETURN_IF_ERROR(ops_->Rope(q->data() + hd * dq_ + m_.nope, n, hl_ * dq_, s_, 0, 1, m_.rope, theta_, inverse));
+      PLANNER_RETURN_IF_ERROR(
+          ops_->Rope(q->data() + hd * dq_ + m_.nope, n, hl_ * dq_, s_, 0, 1, m_.rope, theta_, inverse));
     }
     return Status::OK();
   }
@@ -169,27 +183,32 @@ class Mla final : public LayerKernel {
     const int64_t ss = s_ * s_, lq = hl_ * dq_, lv = hl_ * m_.v;
     for (int64_t bi = 0; bi < b; ++bi) {
       float* p = probs->data() + bi * hl_ * ss;
-      PLANNER_RETURN_IF_ERROR(ops_->Gemm(Heads(false, true, s_, s_, dq_, lq, dq_, lq, dq_, s_, ss, Scale()), q.data() + bi * s_ * lq,
-                                         k.data() + bi * s_ * lq, p));  // S = Q K^T / sqrt(dq)
+      PLANNER_RETURN_IF_ERROR(ops_->Gemm(Heads(false, true, s_, s_, dq_, lq, dq_, lq, dq_, s_, ss, Scale()),
+                                         q.data() + bi * s_ * lq, k.data() + bi * s_ * lq, p));  // S = Q K^T / sqrt(dq)
       PLANNER_RETURN_IF_ERROR(ops_->SoftmaxRows(p, hl_ * s_, s_, causal_));
-      PLANNER_RETURN_IF_ERROR(ops_->Gemm(Heads(false, false, s_, m_.v, s_, s_, ss, lv, m_.v, lv, m_.v), p, v.data() + bi * s_ * lv,
+      PLANNER_RETURN_IF_ERROR(ops_->Gemm(Heads(false, false, s_, m_.v, s_, s_, ss, lv, m_.v, lv, m_.v), p,
+                                         v.data() + bi * s_ * lv,
                                          o->data() + bi * s_ * lv));  // O = P V
     }
     return Status::OK();
   }
-  Status CoreBackward(const Tensor& q, const Tensor& k, const Tensor& v, const Tensor& probs, const Tensor& dout, Tensor* dq, Tensor* dk, Tensor* dv,
-                      int64_t b) {
+  Status CoreBackward(const Tensor& q, const Tensor& k, const Tensor& v, const Tensor& probs, const Tensor& dout,
+                      Tensor* dq, Tensor* dk, Tensor* dv, int64_t b) {
     const int64_t ss = s_ * s_, lq = hl_ * dq_, lv = hl_ * m_.v;
     Tensor dp = ops_->Scratch({hl_, ss});
     for (int64_t bi = 0; bi < b; ++bi) {
       const float* p = probs.data() + bi * hl_ * ss;
       const float* dob = dout.data() + bi * s_ * lv;
       const float *qb = q.data() + bi * s_ * lq, *kb = k.data() + bi * s_ * lq, *vb = v.data() + bi * s_ * lv;
-      PLANNER_RETURN_IF_ERROR(ops_->Gemm(Heads(true, false, s_, m_.v, s_, s_, ss, lv, m_.v, lv, m_.v), p, dob, dv->data() + bi * s_ * lv));  // dV = P^T dO
-      PLANNER_RETURN_IF_ERROR(ops_->Gemm(Heads(false, true, s_, s_, m_.v, lv, m_.v, lv, m_.v, s_, ss), dob, vb, dp.data()));  // dP = dO V^T
+      PLANNER_RETURN_IF_ERROR(ops_->Gemm(Heads(true, false, s_, m_.v, s_, s_, ss, lv, m_.v, lv, m_.v), p, dob,
+                                         dv->data() + bi * s_ * lv));  // dV = P^T dO
+      PLANNER_RETURN_IF_ERROR(
+          ops_->Gemm(Heads(false, true, s_, s_, m_.v, lv, m_.v, lv, m_.v, s_, ss), dob, vb, dp.data()));  // dP = dO V^T
       PLANNER_RETURN_IF_ERROR(ops_->SoftmaxBackwardRows(p, dp.data(), hl_ * s_, s_, Scale()));
-      PLANNER_RETURN_IF_ERROR(ops_->Gemm(Heads(false, false, s_, dq_, s_, s_, ss, lq, dq_, lq, dq_), dp.data(), kb, dq->data() + bi * s_ * lq));  // dQ = dS K
-      PLANNER_RETURN_IF_ERROR(ops_->Gemm(Heads(true, false, s_, dq_, s_, s_, ss, lq, dq_, lq, dq_), dp.data(), qb, dk->data() + bi * s_ * lq));  // dK = dS^T Q
+      PLANNER_RETURN_IF_ERROR(ops_->Gemm(Heads(false, false, s_, dq_, s_, s_, ss, lq, dq_, lq, dq_), dp.data(), kb,
+                                         dq->data() + bi * s_ * lq));  // dQ = dS K
+      PLANNER_RETURN_IF_ERROR(ops_->Gemm(Heads(true, false, s_, dq_, s_, s_, ss, lq, dq_, lq, dq_), dp.data(), qb,
+                                         dk->data() + bi * s_ * lq));  // dK = dS^T Q
     }
     return Status::OK();
   }
@@ -217,11 +236,25 @@ class Mla final : public LayerKernel {
 // in place before the scores, and their gradients back after.
 class Attention final : public LayerKernel {
  public:
-  Attention(DeviceOps* ops, const std::string& name, int64_t seq, int64_t hidden, const TransformerConfig& c, const KernelOptions& o)
-      : ops_(ops), s_(seq), h_(hidden), nl_(c.heads / o.tp_size), kvl_(c.kv_heads / o.tp_size), grp_(c.heads / c.kv_heads), d_(hidden / c.heads),
-        hl_(nl_ * d_), kvc_(kvl_ * d_), ld_(hl_ + 2 * kvc_), rope_(c.rope), theta_(c.rope_theta), causal_(o.causal), group_(o.tp_group),
+  Attention(DeviceOps* ops, const std::string& name, int64_t seq, int64_t hidden, const TransformerConfig& c,
+            const KernelOptions& o)
+      : ops_(ops),
+        s_(seq),
+        h_(hidden),
+        nl_(c.heads / o.tp_size),
+        kvl_(c.kv_heads / o.tp_size),
+        grp_(c.heads / c.kv_heads),
+        d_(hidden / c.heads),
+        hl_(nl_ * d_),
+        kvc_(kvl_ * d_),
+        ld_(hl_ + 2 * kvc_),
+        rope_(c.rope),
+        theta_(c.rope_theta),
+        causal_(o.causal),
+        group_(o.tp_group),
         qkv_(ops, name + ".qkv", hidden, ld_, c.bias, seq, o.seed * 31 + 1, QkvShard(hidden, c.heads, c.kv_heads, o)),
-        out_(ops, name + ".out", hl_, hidden, c.bias && o.tp_rank == 0, seq, o.seed * 31 + 2, AttnOutShard(hidden, c.heads, o)) {}
+        out_(ops, name + ".out", hl_, hidden, c.bias && o.tp_rank == 0, seq, o.seed * 31 + 2,
+             AttnOutShard(hidden, c.heads, o)) {}
   Status Forward(const Tensor& x, Tensor* y, Saved* sv) override {
     int64_t b = 0;
     PLANNER_RETURN_IF_ERROR(CheckInput("attention", *ops_, x, {s_, h_}, &b));
@@ -235,13 +268,15 @@ class Attention final : public LayerKernel {
       const float* q = qkv.data() + bi * s_ * ld_;
       float* p = probs.data() + bi * nl_ * ss;
       for (int64_t i = 0; i < grp_; ++i) {  // S = Q K^T, head i of every group
-        PLANNER_RETURN_IF_ERROR(ops_->Gemm(HeadGemm(false, true, s_, s_, d_, {ld_, grp_ * d_}, {ld_, d_}, {s_, grp_ * ss}, Scale()), q + i * d_,
-                                           q + hl_, p + i * ss));
+        PLANNER_RETURN_IF_ERROR(
+            ops_->Gemm(HeadGemm(false, true, s_, s_, d_, {ld_, grp_ * d_}, {ld_, d_}, {s_, grp_ * ss}, Scale()),
+                       q + i * d_, q + hl_, p + i * ss));
       }
       PLANNER_RETURN_IF_ERROR(ops_->SoftmaxRows(p, nl_ * s_, s_, causal_));
       for (int64_t i = 0; i < grp_; ++i) {  // O = P V
-        PLANNER_RETURN_IF_ERROR(ops_->Gemm(HeadGemm(false, false, s_, d_, s_, {s_, grp_ * ss}, {ld_, d_}, {hl_, grp_ * d_}), p + i * ss,
-                                           q + hl_ + kvc_, o.data() + bi * s_ * hl_ + i * d_));
+        PLANNER_RETURN_IF_ERROR(
+            ops_->Gemm(HeadGemm(false, false, s_, d_, s_, {s_, grp_ * ss}, {ld_, d_}, {hl_, grp_ * d_}), p + i * ss,
+                       q + hl_ + kvc_, o.data() + bi * s_ * hl_ + i * d_));
       }
     }
     PLANNER_RETURN_IF_ERROR(out_.Forward(o, y, &sv->children[1]));
@@ -273,7 +308,8 @@ class Attention final : public LayerKernel {
   std::vector<Param*> Params() override { return JoinParams({&qkv_, &out_}); }
   KernelFlops Flops(int64_t b) const override {
     KernelFlops a = SumFlops({&qkv_, &out_}, b);
-    double core = 2.0 * static_cast<double>(b) * static_cast<double>(s_) * static_cast<double>(s_) * static_cast<double>(hl_);
+    double core =
+        2.0 * static_cast<double>(b) * static_cast<double>(s_) * static_cast<double>(s_) * static_cast<double>(hl_);
     return {a.forward + 2 * core, a.backward_input + 4 * core, a.backward_weight};
   }
 
@@ -283,10 +319,11 @@ class Attention final : public LayerKernel {
   };
   float Scale() const { return 1.0f / std::sqrt(static_cast<float>(d_)); }
   // One GEMM per local KV group (batch kvl): operand i's group g starts g * stride in.
-  GemmArgs HeadGemm(bool ta, bool tb, int64_t m, int64_t n, int64_t k, Operand a, Operand bb, Operand c, float alpha = 1.0f,
-                    float beta = 0.0f) const {
+  GemmArgs HeadGemm(bool ta, bool tb, int64_t m, int64_t n, int64_t k, Operand a, Operand bb, Operand c,
+                    float alpha = 1.0f, float beta = 0.0f) const {
     GemmArgs g;
-    g.ta = ta, g.tb = tb, g.m = m, g.n = n, g.k = k, g.lda = a.ld, g.ldb = bb.ld, g.ldc = c.ld, g.alpha = alpha, g.beta = beta;
+    g.ta = ta, g.tb = tb, g.m = m, g.n = n, g.k = k, g.lda = a.ld, g.ldb = bb.ld, g.ldc = c.ld, g.alpha = alpha,
+    g.beta = beta;
     g.batch = kvl_, g.stride_a = a.stride, g.stride_b = bb.stride, g.stride_c = c.stride;
     return g;
   }
@@ -306,22 +343,27 @@ class Attention final : public LayerKernel {
       const float* dob = dout.data() + bi * s_ * hl_;
       for (int64_t i = 0; i < grp_; ++i) {
         const float acc = i == 0 ? 0.0f : 1.0f;
-        PLANNER_RETURN_IF_ERROR(ops_->Gemm(HeadGemm(true, false, s_, d_, s_, {s_, grp_ * pp}, {hl_, grp_ * d_}, {ld_, d_}, 1.0f, acc), p + i * pp,
-                                           dob + i * d_, dq + hl_ + kvc_));  // dV += P^T dO
-        PLANNER_RETURN_IF_ERROR(ops_->Gemm(HeadGemm(false, true, s_, s_, d_, {hl_, grp_ * d_}, {ld_, d_}, {s_, grp_ * ss}), dob + i * d_,
-                                           q + hl_ + kvc_, dp.data() + i * ss));  // dP = dO V^T
+        PLANNER_RETURN_IF_ERROR(
+            ops_->Gemm(HeadGemm(true, false, s_, d_, s_, {s_, grp_ * pp}, {hl_, grp_ * d_}, {ld_, d_}, 1.0f, acc),
+                       p + i * pp, dob + i * d_, dq + hl_ + kvc_));  // dV += P^T dO
+        PLANNER_RETURN_IF_ERROR(
+            ops_->Gemm(HeadGemm(false, true, s_, s_, d_, {hl_, grp_ * d_}, {ld_, d_}, {s_, grp_ * ss}), dob + i * d_,
+                       q + hl_ + kvc_, dp.data() + i * ss));  // dP = dO V^T
       }
       if (ss == pp) {
         PLANNER_RETURN_IF_ERROR(ops_->SoftmaxBackwardRows(p, dp.data(), nl_ * s_, s_, Scale()));
       } else {
-        for (int64_t j = 0; j < nl_; ++j) PLANNER_RETURN_IF_ERROR(ops_->SoftmaxBackwardRows(p + j * pp, dp.data() + j * ss, s_, s_, Scale()));
+        for (int64_t j = 0; j < nl_; ++j)
+          PLANNER_RETURN_IF_ERROR(ops_->SoftmaxBackwardRows(p + j * pp, dp.data() + j * ss, s_, s_, Scale()));
       }
       for (int64_t i = 0; i < grp_; ++i) {
         const float acc = i == 0 ? 0.0f : 1.0f;
-        PLANNER_RETURN_IF_ERROR(ops_->Gemm(HeadGemm(false, false, s_, d_, s_, {s_, grp_ * ss}, {ld_, d_}, {ld_, grp_ * d_}), dp.data() + i * ss,
-                                           q + hl_, dq + i * d_));  // dQ = dS K
-        PLANNER_RETURN_IF_ERROR(ops_->Gemm(HeadGemm(true, false, s_, d_, s_, {s_, grp_ * ss}, {ld_, grp_ * d_}, {ld_, d_}, 1.0f, acc),
-                                           dp.data() + i * ss, q + i * d_, dq + hl_));  // dK += dS^T Q
+        PLANNER_RETURN_IF_ERROR(
+            ops_->Gemm(HeadGemm(false, false, s_, d_, s_, {s_, grp_ * ss}, {ld_, d_}, {ld_, grp_ * d_}),
+                       dp.data() + i * ss, q + hl_, dq + i * d_));  // dQ = dS K
+        PLANNER_RETURN_IF_ERROR(
+            ops_->Gemm(HeadGemm(true, false, s_, d_, s_, {s_, grp_ * ss}, {ld_, grp_ * d_}, {ld_, d_}, 1.0f, acc),
+                       dp.data() + i * ss, q + i * d_, dq + hl_));  // dK += dS^T Q
       }
     }
     return Status::OK();
@@ -340,12 +382,19 @@ class Attention final : public LayerKernel {
 // [gate | up] (2 ffn / t, each rank its matching columns of both) and a = silu(gate) o up.
 class Mlp final : public LayerKernel {
  public:
-  Mlp(DeviceOps* ops, const std::string& name, int64_t seq, int64_t hidden, const TransformerConfig& c, const KernelOptions& o)
-      : ops_(ops), s_(seq), h_(hidden), fl_(c.ffn / o.tp_size), gated_(c.gated), group_(o.tp_group),
+  Mlp(DeviceOps* ops, const std::string& name, int64_t seq, int64_t hidden, const TransformerConfig& c,
+      const KernelOptions& o)
+      : ops_(ops),
+        s_(seq),
+        h_(hidden),
+        fl_(c.ffn / o.tp_size),
+        gated_(c.gated),
+        group_(o.tp_group),
         fc1_(ops, name + ".fc1", hidden, (c.gated ? 2 : 1) * fl_, c.bias, seq, o.seed * 37 + 1,
              c.gated ? GatedFc1Shard(hidden, c.ffn, o) : Fc1Shard(hidden, c.ffn, o)),
         act_(ops, c.act, {seq, fl_}, 0, 0),
-        fc2_(ops, name + ".fc2", fl_, hidden, c.bias && o.tp_rank == 0, seq, o.seed * 37 + 2, Fc2Shard(hidden, c.ffn, o)) {}
+        fc2_(ops, name + ".fc2", fl_, hidden, c.bias && o.tp_rank == 0, seq, o.seed * 37 + 2,
+             Fc2Shard(hidden, c.ffn, o)) {}
   Status Forward(const Tensor& x, Tensor* y, Saved* sv) override {
     int64_t b = 0;
     PLANNER_RETURN_IF_ERROR(CheckInput("mlp", *ops_, x, {s_, h_}, &b));
@@ -403,8 +452,8 @@ class Mlp final : public LayerKernel {
 // GQA attention or MLA, ffn a dense MLP (transformer_block) or the MoE feed-forward (moe_block).
 class TransformerBlock final : public PreNormBlockKernel {
  public:
-  TransformerBlock(DeviceOps* ops, const std::string& name, int64_t seq, int64_t hidden, bool rms, std::unique_ptr<LayerKernel> attn,
-                   std::unique_ptr<LayerKernel> mlp)
+  TransformerBlock(DeviceOps* ops, const std::string& name, int64_t seq, int64_t hidden, bool rms,
+                   std::unique_ptr<LayerKernel> attn, std::unique_ptr<LayerKernel> mlp)
       : ops_(ops), s_(seq), h_(hidden) {
     ln1_ = MakeNorm(ops, name + ".ln1", {seq, hidden}, rms);
     attn_ = std::move(attn);
@@ -446,21 +495,19 @@ class TransformerBlock final : public PreNormBlockKernel {
 }  // namespace
 
 std::unique_ptr<LayerKernel> MakeAttention(DeviceOps* ops, const std::string& name, int64_t seq, int64_t hidden,
-                                           const TransformerConfig& c,
-                                           const KernelOptions& o) {
+                                           const TransformerConfig& c, const KernelOptions& o) {
   if (c.mla.kv_lora > 0) return std::make_unique<Mla>(ops, name, seq, hidden, c.heads, c.rope_theta, c.mla, o);
   return std::make_unique<Attention>(ops, name, seq, hidden, c, o);
 }
 
 std::unique_ptr<LayerKernel> MakeMlp(DeviceOps* ops, const std::string& name, int64_t seq, int64_t hidden,
-                                     const TransformerConfig& c,
-                                     const KernelOptions& o) {
+                                     const TransformerConfig& c, const KernelOptions& o) {
   return std::make_unique<Mlp>(ops, name, seq, hidden, c, o);
 }
 
-std::unique_ptr<LayerKernel> MakeTransformerBlock(DeviceOps* ops, const std::string& name, int64_t seq,
-                                                  int64_t hidden, bool rms,
-                                                  std::unique_ptr<LayerKernel> attn, std::unique_ptr<LayerKernel> mlp) {
+std::unique_ptr<LayerKernel> MakeTransformerBlock(DeviceOps* ops, const std::string& name, int64_t seq, int64_t hidden,
+                                                  bool rms, std::unique_ptr<LayerKernel> attn,
+                                                  std::unique_ptr<LayerKernel> mlp) {
   return std::make_unique<TransformerBlock>(ops, name, seq, hidden, rms, std::move(attn), std::move(mlp));
 }
 
@@ -472,34 +519,48 @@ Status ReadTransformerConfig(const Layer& l, int64_t t, TransformerConfig* c) {
   c->ffn = a.Int("ffn", 4 * hidden);
   c->bias = a.Bool("bias", true);
   c->rope_theta = static_cast<double>(a.Int("rope_theta", 10000));
-  const std::string act = a.String("act", "gelu"), norm = a.String("norm", "layernorm"), pos = a.String("position", "learned");
-  auto bad = [&](const std::string& what) { return Status::InvalidArgument(fmt::format("layer '{}': {}", l.name, what)); };
-  if (hidden == 0 || c->heads < 1 || c->kv_heads < 1 || c->ffn < 1) return bad("needs a [sequence, hidden] input and positive heads, kv_heads, ffn");
-  if (act != "gelu" && act != "swiglu" && act != "relu2") return bad(fmt::format("act '{}' is not gelu, swiglu or relu2", act));
+  const std::string act = a.String("act", "gelu"), norm = a.String("norm", "layernorm"),
+                    pos = a.String("position", "learned");
+  auto bad = [&](const std::string& what) {
+    return Status::InvalidArgument(fmt::format("layer '{}': {}", l.name, what));
+  };
+  if (hidden == 0 || c->heads < 1 || c->kv_heads < 1 || c->ffn < 1)
+    return bad("needs a [sequence, hidden] input and positive heads, kv_heads, ffn");
+  if (act != "gelu" && act != "swiglu" && act != "relu2")
+    return bad(fmt::format("act '{}' is not gelu, swiglu or relu2", act));
   if (norm != "layernorm" && norm != "rmsnorm") return bad(fmt::format("norm '{}' is not layernorm or rmsnorm", norm));
   if (pos != "learned" && pos != "rope") return bad(fmt::format("position '{}' is not learned or rope", pos));
   c->gated = act == "swiglu";
   c->act = act == "relu2" ? Elementwise::kRelu2 : Elementwise::kGelu;
   c->rms = norm == "rmsnorm";
   c->rope = pos == "rope";
-  c->mla = {a.Int("q_lora_rank", 0), a.Int("kv_lora_rank", 0), a.Int("qk_rope_head_dim", 0), a.Int("qk_nope_head_dim", 0), a.Int("v_head_dim", 0)};
+  c->mla = {a.Int("q_lora_rank", 0), a.Int("kv_lora_rank", 0), a.Int("qk_rope_head_dim", 0),
+            a.Int("qk_nope_head_dim", 0), a.Int("v_head_dim", 0)};
   const bool mla = c->mla.kv_lora > 0, attn = HasAttention(l.kind) && !mla, mlp = HasDenseMlp(l.kind);
   if (mla && (c->mla.q_lora < 0 || c->mla.rope < 2 || c->mla.rope % 2 != 0 || c->mla.nope < 1 || c->mla.v < 1)) {
-    return bad(fmt::format("MLA needs q_lora_rank >= 0, an even qk_rope_head_dim >= 2 and positive qk_nope_head_dim and v_head_dim (got {}, {}, {}, {})",
-                           c->mla.q_lora, c->mla.rope, c->mla.nope, c->mla.v));
+    return bad(
+        fmt::format("MLA needs q_lora_rank >= 0, an even qk_rope_head_dim >= 2 and positive qk_nope_head_dim and "
+                    "v_head_dim (got {}, {}, {}, {})",
+                    c->mla.q_lora, c->mla.rope, c->mla.nope, c->mla.v));
   }
-  if (mla && t > 1 && c->heads % t != 0) return bad(fmt::format("tensor-parallel degree {} does not divide its heads ({})", t, c->heads));
-  const int64_t head_dim = a.Int("head_dim", 0);  // an attention width other than hidden (Qwen3): not in the runtime's kernels
+  if (mla && t > 1 && c->heads % t != 0)
+    return bad(fmt::format("tensor-parallel degree {} does not divide its heads ({})", t, c->heads));
+  const int64_t head_dim =
+      a.Int("head_dim", 0);  // an attention width other than hidden (Qwen3): not in the runtime's kernels
   if (attn && head_dim > 0 && head_dim * c->heads != hidden) {
-    return bad(fmt::format("head_dim {} x heads {} is not the hidden size {}: the runtime's attention uses head_dim = hidden / heads", head_dim, c->heads,
-                           hidden));
+    return bad(fmt::format(
+        "head_dim {} x heads {} is not the hidden size {}: the runtime's attention uses head_dim = hidden / heads",
+        head_dim, c->heads, hidden));
   }
   if (attn && (hidden % c->heads != 0 || c->heads % c->kv_heads != 0)) {
-    return bad(fmt::format("heads ({}) must divide the hidden size {} and kv_heads ({}) must divide heads", c->heads, hidden, c->kv_heads));
+    return bad(fmt::format("heads ({}) must divide the hidden size {} and kv_heads ({}) must divide heads", c->heads,
+                           hidden, c->kv_heads));
   }
-  if (attn && c->rope && (hidden / c->heads) % 2 != 0) return bad(fmt::format("rope needs an even head dimension, not {}", hidden / c->heads));
+  if (attn && c->rope && (hidden / c->heads) % 2 != 0)
+    return bad(fmt::format("rope needs an even head dimension, not {}", hidden / c->heads));
   auto divides = [&](int64_t what, const char* name) -> Status {
-    if (t > 1 && what % t != 0) return bad(fmt::format("tensor-parallel degree {} does not divide its {} ({})", t, name, what));
+    if (t > 1 && what % t != 0)
+      return bad(fmt::format("tensor-parallel degree {} does not divide its {} ({})", t, name, what));
     return Status::OK();
   };
   if (attn) PLANNER_RETURN_IF_ERROR(divides(c->heads, "heads"));

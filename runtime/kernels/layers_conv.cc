@@ -19,10 +19,15 @@ namespace {
 // NCHW cross-correlation; the device keeps what its backward needs (ConvForward).
 class Conv2d final : public LayerKernel {
  public:
-  Conv2d(DeviceOps* ops, const std::string& name, const std::vector<int64_t>& in, int64_t cout, int64_t k, int64_t stride, int64_t pad, bool bias,
-         uint64_t seed)
-      : ops_(ops), in_(in), win_{in[0], in[1], in[2], k, stride, pad}, cout_(cout), ckk_(in[0] * k * k),
-        w_(UniformParam(*ops, name + ".weight", {cout, in[0], k, k}, seed, 1.0f / std::sqrt(static_cast<float>(ckk_)))) {
+  Conv2d(DeviceOps* ops, const std::string& name, const std::vector<int64_t>& in, int64_t cout, int64_t k,
+         int64_t stride, int64_t pad, bool bias, uint64_t seed)
+      : ops_(ops),
+        in_(in),
+        win_{in[0], in[1], in[2], k, stride, pad},
+        cout_(cout),
+        ckk_(in[0] * k * k),
+        w_(UniformParam(*ops, name + ".weight", {cout, in[0], k, k}, seed,
+                        1.0f / std::sqrt(static_cast<float>(ckk_)))) {
     if (bias) b_ = FilledParam(*ops, name + ".bias", {cout}, 0.0f);
   }
   Status Forward(const Tensor& x, Tensor* y, Saved* sv) override {
@@ -38,7 +43,8 @@ class Conv2d final : public LayerKernel {
   Status BackwardInput(const Tensor& dy, Tensor* dx, Saved* sv) override {
     if (sv->t.size() != 1) return Status::Internal("conv2d: backward without forward");
     const int64_t b = sv->t[0].dim(0);
-    if (dy.numel() != b * cout_ * HW()) return Status::InvalidArgument("conv2d: gradient shape does not match the output");
+    if (dy.numel() != b * cout_ * HW())
+      return Status::InvalidArgument("conv2d: gradient shape does not match the output");
     PLANNER_RETURN_IF_ERROR(ops_->ConvBackwardData(win_, cout_, sv->t[0], w_.value.data(), dy.data(), dx));
     sv->t.push_back(dy);
     return Status::OK();
@@ -47,7 +53,8 @@ class Conv2d final : public LayerKernel {
     if (sv->t.size() != 2) return Status::Internal("conv2d: backward-weight before backward-input");
     const int64_t b = sv->t[0].dim(0);
     PLANNER_RETURN_IF_ERROR(ops_->ConvBackwardFilter(win_, cout_, sv->t[0], sv->t[1].data(), w_.grad.data()));
-    if (!b_.value.empty()) PLANNER_RETURN_IF_ERROR(ops_->SumChannelsInto(sv->t[1].data(), b_.grad.data(), b, cout_, HW()));
+    if (!b_.value.empty())
+      PLANNER_RETURN_IF_ERROR(ops_->SumChannelsInto(sv->t[1].data(), b_.grad.data(), b, cout_, HW()));
     sv->Clear();
     return Status::OK();
   }
@@ -56,7 +63,8 @@ class Conv2d final : public LayerKernel {
     return {&w_, &b_};
   }
   KernelFlops Flops(int64_t b) const override {
-    double f = 2.0 * static_cast<double>(b) * static_cast<double>(cout_) * static_cast<double>(ckk_) * static_cast<double>(HW());
+    double f = 2.0 * static_cast<double>(b) * static_cast<double>(cout_) * static_cast<double>(ckk_) *
+               static_cast<double>(HW());
     return {f, f, f};
   }
 
@@ -83,13 +91,14 @@ class Pool final : public LayerKernel {
     PLANNER_RETURN_IF_ERROR(ops_->PoolForward(max_, win_, b, x.data(), y->data(), max_ ? arg.data() : nullptr));
     sv->t = {arg};
     sv->t.push_back(Tensor::Zeros({b}));  // remembers b
-    sv->exact = {0, 1};  // argmax indices; b
+    sv->exact = {0, 1};                   // argmax indices; b
     return Status::OK();
   }
   Status BackwardInput(const Tensor& dy, Tensor* dx, Saved* sv) override {
     if (sv->t.size() != 2) return Status::Internal("pool: backward without forward");
     const int64_t b = sv->t[1].dim(0);
-    if (dy.numel() != b * in_[0] * win_.out_h() * win_.out_w()) return Status::InvalidArgument("pool: gradient shape does not match the output");
+    if (dy.numel() != b * in_[0] * win_.out_h() * win_.out_w())
+      return Status::InvalidArgument("pool: gradient shape does not match the output");
     *dx = ops_->Zeros(WithBatch(b, in_));
     PLANNER_RETURN_IF_ERROR(ops_->PoolBackward(max_, win_, b, dy.data(), max_ ? sv->t[0].data() : nullptr, dx->data()));
     sv->Clear();
@@ -108,8 +117,8 @@ class Pool final : public LayerKernel {
 }  // namespace
 
 std::unique_ptr<LayerKernel> MakeConv2d(DeviceOps* ops, const std::string& name, const std::vector<int64_t>& in,
-                                        int64_t cout, int64_t k, int64_t stride,
-                                        int64_t pad, bool bias, uint64_t seed) {
+                                        int64_t cout, int64_t k, int64_t stride, int64_t pad, bool bias,
+                                        uint64_t seed) {
   return std::make_unique<Conv2d>(ops, name, in, cout, k, stride, pad, bias, seed);
 }
 

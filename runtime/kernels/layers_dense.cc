@@ -24,7 +24,10 @@ namespace {
 class Norm final : public LayerKernel {
  public:
   Norm(DeviceOps* ops, const std::string& name, std::vector<int64_t> shape, bool rms)
-      : ops_(ops), rms_(rms), shape_(std::move(shape)), h_(shape_.back()),
+      : ops_(ops),
+        rms_(rms),
+        shape_(std::move(shape)),
+        h_(shape_.back()),
         g_(FilledParam(*ops, name + (rms ? ".weight" : ".gamma"), {h_}, 1.0f)),
         b_(rms ? Param{} : FilledParam(*ops, name + ".beta", {h_}, 0.0f)) {}
   Status Forward(const Tensor& x, Tensor* y, Saved* s) override {
@@ -33,8 +36,10 @@ class Norm final : public LayerKernel {
     const int64_t n = x.numel() / h_;
     *y = ops_->Alloc(x.shape());
     Tensor xhat = ops_->Alloc({n, h_}), rstd = ops_->Alloc({n});
-    PLANNER_RETURN_IF_ERROR(rms_ ? ops_->RmsNormForward(x.data(), g_.value.data(), y->data(), xhat.data(), rstd.data(), n, h_)
-                                 : ops_->LayerNormForward(x.data(), g_.value.data(), b_.value.data(), y->data(), xhat.data(), rstd.data(), n, h_));
+    PLANNER_RETURN_IF_ERROR(
+        rms_ ? ops_->RmsNormForward(x.data(), g_.value.data(), y->data(), xhat.data(), rstd.data(), n, h_)
+             : ops_->LayerNormForward(x.data(), g_.value.data(), b_.value.data(), y->data(), xhat.data(), rstd.data(),
+                                      n, h_));
     s->t = {xhat, rstd};
     return Status::OK();
   }
@@ -42,18 +47,21 @@ class Norm final : public LayerKernel {
     if (s->t.size() != 2) return Status::Internal(std::string(Name()) + ": backward without forward");
     const Tensor& xhat = s->t[0];
     const int64_t n = xhat.dim(0);
-    if (dy.numel() != n * h_) return Status::InvalidArgument(std::string(Name()) + ": gradient shape does not match the output");
+    if (dy.numel() != n * h_)
+      return Status::InvalidArgument(std::string(Name()) + ": gradient shape does not match the output");
     *dx = ops_->Alloc(dy.shape());
-    PLANNER_RETURN_IF_ERROR(rms_ ? ops_->RmsNormBackward(dy.data(), g_.value.data(), xhat.data(), s->t[1].data(), dx->data(), n, h_)
-                                 : ops_->LayerNormBackward(dy.data(), g_.value.data(), xhat.data(), s->t[1].data(), dx->data(), n, h_));
+    PLANNER_RETURN_IF_ERROR(
+        rms_ ? ops_->RmsNormBackward(dy.data(), g_.value.data(), xhat.data(), s->t[1].data(), dx->data(), n, h_)
+             : ops_->LayerNormBackward(dy.data(), g_.value.data(), xhat.data(), s->t[1].data(), dx->data(), n, h_));
     s->t.push_back(dy);
     return Status::OK();
   }
   Status BackwardWeight(Saved* s) override {
     if (s->t.size() != 3) return Status::Internal(std::string(Name()) + ": backward-weight before backward-input");
     const int64_t n = s->t[0].dim(0);
-    PLANNER_RETURN_IF_ERROR(rms_ ? ops_->RmsNormParamGrads(s->t[2].data(), s->t[0].data(), g_.grad.data(), n, h_)
-                                 : ops_->LayerNormParamGrads(s->t[2].data(), s->t[0].data(), g_.grad.data(), b_.grad.data(), n, h_));
+    PLANNER_RETURN_IF_ERROR(
+        rms_ ? ops_->RmsNormParamGrads(s->t[2].data(), s->t[0].data(), g_.grad.data(), n, h_)
+             : ops_->LayerNormParamGrads(s->t[2].data(), s->t[0].data(), g_.grad.data(), b_.grad.data(), n, h_));
     s->Clear();
     return Status::OK();
   }
@@ -75,9 +83,16 @@ class Norm final : public LayerKernel {
 // over ranks is all-reduced.
 class Embedding final : public LayerKernel {
  public:
-  Embedding(DeviceOps* ops, const std::string& name, int64_t seq, int64_t vocab, int64_t hidden, int64_t positions, const KernelOptions& o)
-      : ops_(ops), seq_(seq), vocab_(vocab), h_(hidden), local_(vocab / o.tp_size), start_(o.tp_rank * (vocab / o.tp_size)),
-        use_pos_(positions > 0 && o.tp_rank == 0), group_(o.tp_group),
+  Embedding(DeviceOps* ops, const std::string& name, int64_t seq, int64_t vocab, int64_t hidden, int64_t positions,
+            const KernelOptions& o)
+      : ops_(ops),
+        seq_(seq),
+        vocab_(vocab),
+        h_(hidden),
+        local_(vocab / o.tp_size),
+        start_(o.tp_rank * (vocab / o.tp_size)),
+        use_pos_(positions > 0 && o.tp_rank == 0),
+        group_(o.tp_group),
         w_(MakeParam(*ops, name + ".word", EmbeddingRows(vocab, hidden, o.seed, start_, local_))) {
     w_.tp_sharded = o.tp_size > 1;
     if (positions > 0) {
@@ -91,8 +106,8 @@ class Embedding final : public LayerKernel {
     PLANNER_RETURN_IF_ERROR(CheckIds(x));
     const Tensor ids = ops_->Upload(x);
     *y = ops_->Zeros({b, seq_, h_});
-    PLANNER_RETURN_IF_ERROR(ops_->EmbeddingForward(ids.data(), w_.value.data(), use_pos_ ? p_.value.data() : nullptr, y->data(), b * seq_, seq_, h_,
-                                                   start_, local_));
+    PLANNER_RETURN_IF_ERROR(ops_->EmbeddingForward(ids.data(), w_.value.data(), use_pos_ ? p_.value.data() : nullptr,
+                                                   y->data(), b * seq_, seq_, h_, start_, local_));
     PLANNER_RETURN_IF_ERROR(AllReduceSum(group_, y));
     s->t = {ids};
     s->exact = {0};  // token ids
@@ -107,8 +122,9 @@ class Embedding final : public LayerKernel {
   Status BackwardWeight(Saved* s) override {
     if (s->t.size() != 2) return Status::Internal("embedding: backward-weight before backward-input");
     const Tensor& ids = s->t[0];
-    PLANNER_RETURN_IF_ERROR(ops_->EmbeddingBackward(ids.data(), s->t[1].data(), w_.grad.data(), use_pos_ ? p_.grad.data() : nullptr, ids.numel(),
-                                                    seq_, h_, start_, local_));
+    PLANNER_RETURN_IF_ERROR(ops_->EmbeddingBackward(ids.data(), s->t[1].data(), w_.grad.data(),
+                                                    use_pos_ ? p_.grad.data() : nullptr, ids.numel(), seq_, h_, start_,
+                                                    local_));
     s->Clear();
     return Status::OK();
   }
@@ -128,7 +144,8 @@ class Embedding final : public LayerKernel {
     }
     for (int64_t r = 0; r < x.numel(); ++r) {
       float tf = ids[r];
-      if (!(tf >= 0) || static_cast<int64_t>(tf) >= vocab_) return Status::InvalidArgument(fmt::format("embedding: token id {} outside [0, {})", tf, vocab_));
+      if (!(tf >= 0) || static_cast<int64_t>(tf) >= vocab_)
+        return Status::InvalidArgument(fmt::format("embedding: token id {} outside [0, {})", tf, vocab_));
     }
     return Status::OK();
   }
@@ -146,14 +163,20 @@ class Embedding final : public LayerKernel {
 class Loss final : public LayerKernel {
  public:
   Loss(DeviceOps* ops, std::vector<int64_t> shape, const KernelOptions& o)
-      : ops_(ops), shape_(std::move(shape)), v_(shape_.back()), rows_(Product(shape_) / v_), start_(o.tp_rank * v_), group_(o.tp_group) {}
+      : ops_(ops),
+        shape_(std::move(shape)),
+        v_(shape_.back()),
+        rows_(Product(shape_) / v_),
+        start_(o.tp_rank * v_),
+        group_(o.tp_group) {}
   void SetTargets(const Tensor& targets) override { targets_ = ops_->Upload(targets); }
   Status Forward(const Tensor& x, Tensor* y, Saved* sv) override {
     int64_t b = 0;
     PLANNER_RETURN_IF_ERROR(CheckInput("loss", *ops_, x, shape_, &b));
     const int64_t n = b * rows_;
     if (targets_.numel() != n) {
-      return Status::InvalidArgument(fmt::format("loss: {} targets for {} rows; set one class id per row", targets_.numel(), n));
+      return Status::InvalidArgument(
+          fmt::format("loss: {} targets for {} rows; set one class id per row", targets_.numel(), n));
     }
     Tensor probs = ops_->Alloc({n, v_});
     Tensor mx = ops_->Scratch({n}), sum = ops_->Scratch({n}), tl = ops_->Scratch({n});
@@ -163,7 +186,8 @@ class Loss final : public LayerKernel {
     PLANNER_RETURN_IF_ERROR(AllReduceSum(group_, &sum));
     PLANNER_RETURN_IF_ERROR(AllReduceSum(group_, &tl));
     *y = ops_->Zeros({b, 1});
-    PLANNER_RETURN_IF_ERROR(ops_->CrossEntropyFinish(probs.data(), sum.data(), mx.data(), tl.data(), y->data(), n, v_, rows_));
+    PLANNER_RETURN_IF_ERROR(
+        ops_->CrossEntropyFinish(probs.data(), sum.data(), mx.data(), tl.data(), y->data(), n, v_, rows_));
     sv->t = {probs, targets_};
     sv->exact = {1};  // class ids
     return Status::OK();
@@ -174,7 +198,8 @@ class Loss final : public LayerKernel {
     const int64_t n = probs.dim(0), b = n / rows_;
     if (dy.numel() != b) return Status::InvalidArgument("loss: the gradient needs one value per sample");
     *dx = ops_->Alloc(WithBatch(b, shape_));
-    PLANNER_RETURN_IF_ERROR(ops_->CrossEntropyBackward(probs.data(), sv->t[1].data(), dy.data(), dx->data(), n, v_, rows_, start_));
+    PLANNER_RETURN_IF_ERROR(
+        ops_->CrossEntropyBackward(probs.data(), sv->t[1].data(), dy.data(), dx->data(), n, v_, rows_, start_));
     sv->Clear();
     return Status::OK();
   }
@@ -217,18 +242,24 @@ class Flatten final : public LayerKernel {
 
 }  // namespace
 
-Linear::Linear(DeviceOps* ops, const std::string& name, int64_t in, int64_t out, bool bias, int64_t tokens_per_sample, uint64_t seed,
-               const WeightSlice& slice)
-    : ops_(ops), in_(in), out_(out), tokens_(tokens_per_sample), w_(MakeParam(*ops, name + ".weight", LinearWeight(out, in, seed, slice))) {
+Linear::Linear(DeviceOps* ops, const std::string& name, int64_t in, int64_t out, bool bias, int64_t tokens_per_sample,
+               uint64_t seed, const WeightSlice& slice)
+    : ops_(ops),
+      in_(in),
+      out_(out),
+      tokens_(tokens_per_sample),
+      w_(MakeParam(*ops, name + ".weight", LinearWeight(out, in, seed, slice))) {
   w_.tp_sharded = slice.cut();
   if (bias) {
     b_ = FilledParam(*ops, name + ".bias", {out}, 0.0f);
-    b_.tp_sharded = slice.cut() && out != slice.full_out;  // column-parallel bias is sharded; row-parallel lives on rank 0
+    b_.tp_sharded =
+        slice.cut() && out != slice.full_out;  // column-parallel bias is sharded; row-parallel lives on rank 0
   }
 }
 
 Status Linear::Forward(const Tensor& x, Tensor* y, Saved* s) {
-  if (x.empty() || x.dim(-1) != in_) return Status::InvalidArgument(fmt::format("linear: input {} does not end in {}", x.ShapeString(), in_));
+  if (x.empty() || x.dim(-1) != in_)
+    return Status::InvalidArgument(fmt::format("linear: input {} does not end in {}", x.ShapeString(), in_));
   PLANNER_RETURN_IF_ERROR(CheckDevice("linear", *ops_, x));
   const int64_t n = x.numel() / in_;
   std::vector<int64_t> shape = x.shape();
@@ -303,7 +334,8 @@ Status Elementwise::Forward(const Tensor& x, Tensor* y, Saved* s) {
 }
 
 Status Elementwise::BackwardInput(const Tensor& dy, Tensor* dx, Saved* s) {
-  if (s->t.size() != 1 || dy.numel() != s->t[0].numel()) return Status::Internal(fmt::format("{}: backward without a matching forward", Name()));
+  if (s->t.size() != 1 || dy.numel() != s->t[0].numel())
+    return Status::Internal(fmt::format("{}: backward without a matching forward", Name()));
   const Tensor& z = s->t[0];
   *dx = ops_->Alloc(z.shape());
   if (kind_ == kDropout) PLANNER_RETURN_IF_ERROR(ops_->Multiply(dy.data(), z.data(), dx->data(), z.numel()));

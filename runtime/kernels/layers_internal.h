@@ -49,8 +49,7 @@ WeightSlice HeadCols(int64_t hidden, int64_t heads, int64_t v, const KernelOptio
 class Linear final : public LayerKernel {
  public:
   Linear(DeviceOps* ops, const std::string& name, int64_t in, int64_t out, bool bias, int64_t tokens_per_sample,
-         uint64_t seed,
-         const WeightSlice& slice = {});
+         uint64_t seed, const WeightSlice& slice = {});
   Status Forward(const Tensor& x, Tensor* y, Saved* s) override;
   Status BackwardInput(const Tensor& dy, Tensor* dx, Saved* s) override;
   Status BackwardWeight(Saved* s) override;
@@ -74,8 +73,12 @@ class Elementwise final : public LayerKernel {
   KernelFlops Flops(int64_t) const override { return {}; }
 
  private:
-  const char* Name() const { return kind_ == kRelu ? "relu" : (kind_ == kGelu ? "gelu" : (kind_ == kRelu2 ? "relu2" : "dropout")); }
-  Activation Act() const { return kind_ == kRelu ? Activation::kRelu : (kind_ == kRelu2 ? Activation::kRelu2 : Activation::kGelu); }
+  const char* Name() const {
+    return kind_ == kRelu ? "relu" : (kind_ == kGelu ? "gelu" : (kind_ == kRelu2 ? "relu2" : "dropout"));
+  }
+  Activation Act() const {
+    return kind_ == kRelu ? Activation::kRelu : (kind_ == kRelu2 ? Activation::kRelu2 : Activation::kGelu);
+  }
   DeviceOps* ops_;
   Kind kind_;
   std::vector<int64_t> shape_;
@@ -87,16 +90,14 @@ class Elementwise final : public LayerKernel {
 // LayerNorm, or RMSNorm (rms), over the last dimension.
 std::unique_ptr<LayerKernel> MakeNorm(DeviceOps* ops, const std::string& name, std::vector<int64_t> shape, bool rms);
 std::unique_ptr<LayerKernel> MakeEmbedding(DeviceOps* ops, const std::string& name, int64_t seq, int64_t vocab,
-                                           int64_t hidden, int64_t positions,
-                                           const KernelOptions& o);
+                                           int64_t hidden, int64_t positions, const KernelOptions& o);
 // shape: the rank's logits
 std::unique_ptr<LayerKernel> MakeLoss(DeviceOps* ops, std::vector<int64_t> shape, const KernelOptions& o);
 std::unique_ptr<LayerKernel> MakeFlatten(DeviceOps* ops, std::vector<int64_t> in);
 
 // ---------------------------------------------------------------- convolution (layers_conv.cc)
 std::unique_ptr<LayerKernel> MakeConv2d(DeviceOps* ops, const std::string& name, const std::vector<int64_t>& in,
-                                        int64_t cout, int64_t k, int64_t stride,
-                                        int64_t pad, bool bias, uint64_t seed);
+                                        int64_t cout, int64_t k, int64_t stride, int64_t pad, bool bias, uint64_t seed);
 std::unique_ptr<LayerKernel> MakePool(DeviceOps* ops, bool max, const std::vector<int64_t>& in, int64_t k,
                                       int64_t stride, int64_t pad);
 
@@ -109,13 +110,13 @@ struct MlaDims {
 // What a transformer's attention and MLP are made of (docs/runtime.md, "Llama-class layers").
 struct TransformerConfig {
   int64_t heads = 1, kv_heads = 1, ffn = 0;
-  bool bias = true;                         // QKV, output, fc1, fc2 biases (Megatron GPT); Llama: none
-  bool rope = false;                        // rotary embedding on Q and K
+  bool bias = true;   // QKV, output, fc1, fc2 biases (Megatron GPT); Llama: none
+  bool rope = false;  // rotary embedding on Q and K
   double rope_theta = 10000;
   Elementwise::Kind act = Elementwise::kGelu;  // kGelu or kRelu2; swiglu: gated
-  bool gated = false;                       // SwiGLU: fc1 [2 ffn, h] = gate and up halves
-  bool rms = false;                         // the block's norms: RMSNorm (else LayerNorm)
-  MlaDims mla;                              // kv_lora > 0: multi-head latent attention (DeepSeek-V2/V3)
+  bool gated = false;                          // SwiGLU: fc1 [2 ffn, h] = gate and up halves
+  bool rms = false;                            // the block's norms: RMSNorm (else LayerNorm)
+  MlaDims mla;                                 // kv_lora > 0: multi-head latent attention (DeepSeek-V2/V3)
 };
 
 // The attributes of an attention, mlp or transformer_block layer (ATTRS.md's names and defaults),
@@ -123,28 +124,25 @@ struct TransformerConfig {
 Status ReadTransformerConfig(const Layer& l, int64_t t, TransformerConfig* c);
 // GQA attention, or MLA when c.mla.kv_lora > 0.
 std::unique_ptr<LayerKernel> MakeAttention(DeviceOps* ops, const std::string& name, int64_t seq, int64_t hidden,
-                                           const TransformerConfig& c,
-                                           const KernelOptions& o);
+                                           const TransformerConfig& c, const KernelOptions& o);
 std::unique_ptr<LayerKernel> MakeMlp(DeviceOps* ops, const std::string& name, int64_t seq, int64_t hidden,
-                                     const TransformerConfig& c,
-                                     const KernelOptions& o);
+                                     const TransformerConfig& c, const KernelOptions& o);
 // Pre-norm block: y = r + mlp(norm2(r)), r = x + attn(norm1(x)) (rms: RMSNorm, else LayerNorm).
-std::unique_ptr<LayerKernel> MakeTransformerBlock(DeviceOps* ops, const std::string& name, int64_t seq,
-                                                  int64_t hidden, bool rms,
-                                                  std::unique_ptr<LayerKernel> attn, std::unique_ptr<LayerKernel> mlp);
+std::unique_ptr<LayerKernel> MakeTransformerBlock(DeviceOps* ops, const std::string& name, int64_t seq, int64_t hidden,
+                                                  bool rms, std::unique_ptr<LayerKernel> attn,
+                                                  std::unique_ptr<LayerKernel> mlp);
 
 // ---------------------------------------------------------------- MoE (layers_moe.cc)
 struct MoeConfig {
   int64_t experts = 2, top_k = 1, expert_ffn = 0, shared_ffn = 0, groups = 0, group_limit = 0;
-  bool sigmoid = false;   // router: sigmoid scores (DeepSeek-V3), else softmax (Mixtral)
-  double aux_loss = 0;    // coefficient of the Switch-style load-balancing loss (0: none)
+  bool sigmoid = false;  // router: sigmoid scores (DeepSeek-V3), else softmax (Mixtral)
+  double aux_loss = 0;   // coefficient of the Switch-style load-balancing loss (0: none)
 };
 
 // The attributes of a moe_block (MOE.md's names and defaults), checked against the EP and TP degrees.
 Status ReadMoeConfig(const Layer& l, const KernelOptions& o, MoeConfig* m);
 // A moe_block's MoE feed-forward (routed experts over the EP group, the shared experts' MLP).
 std::unique_ptr<LayerKernel> MakeMoeFfn(DeviceOps* ops, const std::string& name, int64_t seq, int64_t hidden,
-                                        const TransformerConfig& c,
-                                        const MoeConfig& m, const KernelOptions& o);
+                                        const TransformerConfig& c, const MoeConfig& m, const KernelOptions& o);
 
 }  // namespace planner::kernels_internal

@@ -22,10 +22,14 @@ namespace {
 // it as the dense MLP's (fc1 column-parallel, fc2 row-parallel: its output is a partial sum over the TP group).
 class ExpertMlp final : public LayerKernel {
  public:
-  ExpertMlp(DeviceOps* ops, const std::string& name, int64_t hidden, int64_t ffn, bool gated, Activation act, bool bias, uint64_t seed,
-            const KernelOptions& o)
-      : ops_(ops), f_(ffn / o.tp_size), gated_(gated), act_(act),
-        fc1_(ops, name + ".fc1", hidden, (gated ? 2 : 1) * f_, bias, 1, seed * 37 + 1, gated ? GatedFc1Shard(hidden, ffn, o) : Fc1Shard(hidden, ffn, o)),
+  ExpertMlp(DeviceOps* ops, const std::string& name, int64_t hidden, int64_t ffn, bool gated, Activation act, bool bias,
+            uint64_t seed, const KernelOptions& o)
+      : ops_(ops),
+        f_(ffn / o.tp_size),
+        gated_(gated),
+        act_(act),
+        fc1_(ops, name + ".fc1", hidden, (gated ? 2 : 1) * f_, bias, 1, seed * 37 + 1,
+             gated ? GatedFc1Shard(hidden, ffn, o) : Fc1Shard(hidden, ffn, o)),
         fc2_(ops, name + ".fc2", f_, hidden, bias && o.tp_rank == 0, 1, seed * 37 + 2, Fc2Shard(hidden, ffn, o)) {
     for (Param* p : Params()) p->expert = true;
   }
@@ -34,7 +38,8 @@ class ExpertMlp final : public LayerKernel {
     sv->children.assign(2, Saved{});
     Tensor a, g = ops_->Alloc({rows, f_});
     PLANNER_RETURN_IF_ERROR(fc1_.Forward(x, &a, &sv->children[0]));
-    PLANNER_RETURN_IF_ERROR(gated_ ? ops_->SwiGluForward(a.data(), g.data(), rows, f_) : ops_->ActivationForward(act_, a.data(), g.data(), a.numel()));
+    PLANNER_RETURN_IF_ERROR(gated_ ? ops_->SwiGluForward(a.data(), g.data(), rows, f_)
+                                   : ops_->ActivationForward(act_, a.data(), g.data(), a.numel()));
     sv->t = {a};
     return fc2_.Forward(g, y, &sv->children[1]);
   }
@@ -56,7 +61,9 @@ class ExpertMlp final : public LayerKernel {
     return Status::OK();
   }
   std::vector<Param*> Params() override { return JoinParams({&fc1_, &fc2_}); }
-  KernelFlops Flops(int64_t rows) const override { return SumFlops({&fc1_, &fc2_}, rows); }  // rows: tokens routed to it
+  KernelFlops Flops(int64_t rows) const override {
+    return SumFlops({&fc1_, &fc2_}, rows);
+  }  // rows: tokens routed to it
 
  private:
   DeviceOps* ops_;
@@ -82,12 +89,14 @@ void SelectExperts(const float* sc, const MoeConfig& m, int64_t* sel) {
     }
     std::sort(gs.begin(), gs.end());  // best first, ties: the lower group
     std::fill(allowed.begin(), allowed.end(), 0);
-    for (int64_t i = 0; i < m.group_limit; ++i) std::fill_n(allowed.begin() + gs[static_cast<size_t>(i)].second * per, per, 1);
+    for (int64_t i = 0; i < m.group_limit; ++i)
+      std::fill_n(allowed.begin() + gs[static_cast<size_t>(i)].second * per, per, 1);
   }
   for (int64_t e = 0; e < E; ++e) {
     if (allowed[static_cast<size_t>(e)]) idx.push_back(e);
   }
-  std::partial_sort(idx.begin(), idx.begin() + m.top_k, idx.end(), [&](int64_t a, int64_t b) { return sc[a] > sc[b] || (sc[a] == sc[b] && a < b); });
+  std::partial_sort(idx.begin(), idx.begin() + m.top_k, idx.end(),
+                    [&](int64_t a, int64_t b) { return sc[a] > sc[b] || (sc[a] == sc[b] && a < b); });
   std::copy(idx.begin(), idx.begin() + m.top_k, sel);
 }
 
@@ -130,13 +139,14 @@ double AuxProb(const float* s, int64_t e, int64_t E, bool sigmoid) {
 // Switch Transformer's load-balancing loss over the N tokens of a microbatch (n here; N = n x the ranks sharing
 // the sequence under SP, whose statistics are summed): coef E sum_i f_i P_i, f_i the share of the N k routes that
 // chose expert i, P_i the mean over the tokens of AuxProb. Fills f (E values) and returns the loss.
-Status AuxLoss(const float* scores, const float* sel, int64_t n, const MoeConfig& m, TpGroup* token_group, int64_t group_size, float* f,
-               double* loss) {
+Status AuxLoss(const float* scores, const float* sel, int64_t n, const MoeConfig& m, TpGroup* token_group,
+               int64_t group_size, float* f, double* loss) {
   const int64_t E = m.experts, k = m.top_k;
   std::vector<float> stats(static_cast<size_t>(2 * E), 0.0f);  // route counts, probability sums
   for (int64_t t = 0; t < n; ++t) {
     for (int64_t j = 0; j < k; ++j) stats[static_cast<size_t>(sel[t * k + j])] += 1.0f;
-    for (int64_t e = 0; e < E; ++e) stats[static_cast<size_t>(E + e)] += static_cast<float>(AuxProb(scores + t * E, e, E, m.sigmoid));
+    for (int64_t e = 0; e < E; ++e)
+      stats[static_cast<size_t>(E + e)] += static_cast<float>(AuxProb(scores + t * E, e, E, m.sigmoid));
   }
   if (token_group != nullptr) PLANNER_RETURN_IF_ERROR(token_group->AllReduceSum(stats.data(), 2 * E));
   const double N = static_cast<double>(n * group_size);
@@ -151,15 +161,16 @@ Status AuxLoss(const float* scores, const float* sel, int64_t n, const MoeConfig
 
 // dlogits [n, E] (accumulated) from the gate weights' gradient dw [n, k] and, with aux_scale > 0, the scaled
 // load-balancing loss (dL/dP_ti = coef E f_i / N, through the softmax or the normalised sigmoid).
-void RouterGrad(const float* scores, const float* sel, const float* w, const float* dw, int64_t n, const MoeConfig& m, double aux_scale,
-                const float* f, double N, float* dlogits) {
+void RouterGrad(const float* scores, const float* sel, const float* w, const float* dw, int64_t n, const MoeConfig& m,
+                double aux_scale, const float* f, double N, float* dlogits) {
   const int64_t E = m.experts, k = m.top_k;
   std::vector<double> dp(static_cast<size_t>(E));
   for (int64_t t = 0; t < n; ++t) {
     const float* s = scores + t * E;
     float* dl = dlogits + t * E;
     double wdw = 0, ssum = 0;
-    for (int64_t j = 0; j < k; ++j) wdw += static_cast<double>(w[t * k + j]) * dw[t * k + j], ssum += s[static_cast<int64_t>(sel[t * k + j])];
+    for (int64_t j = 0; j < k; ++j)
+      wdw += static_cast<double>(w[t * k + j]) * dw[t * k + j], ssum += s[static_cast<int64_t>(sel[t * k + j])];
     for (int64_t j = 0; j < k; ++j) {
       const int64_t e = static_cast<int64_t>(sel[t * k + j]);
       const double g = dw[t * k + j] - wdw;  // d(normalised weight) -> d(selected score) x S
@@ -181,8 +192,8 @@ void RouterGrad(const float* scores, const float* sel, const float* w, const flo
 
 // The exchange of rows between the EP ranks: rank j gets send_rows[j] rows of `width` floats (consecutive, by
 // destination) and this rank recv_rows[j] from rank j (by source). Without a group (ep 1) a copy.
-Status ExchangeRows(ExpertGroup* g, const float* send, const std::vector<int64_t>& send_rows, float* recv, const std::vector<int64_t>& recv_rows,
-                    int64_t width) {
+Status ExchangeRows(ExpertGroup* g, const float* send, const std::vector<int64_t>& send_rows, float* recv,
+                    const std::vector<int64_t>& recv_rows, int64_t width) {
   std::vector<int64_t> sc, sd, rc, rd;
   int64_t so = 0, ro = 0;
   for (size_t j = 0; j < send_rows.size(); ++j) {
@@ -209,10 +220,22 @@ Status ExchangeRows(ExpertGroup* g, const float* send, const std::vector<int64_t
 // outputs (send order), the received rows' local expert ids, and the send / receive row counts.
 class MoeFfn final : public LayerKernel {
  public:
-  MoeFfn(DeviceOps* ops, const std::string& name, int64_t seq, int64_t hidden, const TransformerConfig& c, const MoeConfig& m, const KernelOptions& o)
-      : ops_(ops), s_(seq), h_(hidden), m_(m), el_(m.experts / o.ep_size), e0_(o.ep_rank * el_), ep_(o.ep_size), t_(o.tp_size), tp_rank_(o.tp_rank),
+  MoeFfn(DeviceOps* ops, const std::string& name, int64_t seq, int64_t hidden, const TransformerConfig& c,
+         const MoeConfig& m, const KernelOptions& o)
+      : ops_(ops),
+        s_(seq),
+        h_(hidden),
+        m_(m),
+        el_(m.experts / o.ep_size),
+        e0_(o.ep_rank * el_),
+        ep_(o.ep_size),
+        t_(o.tp_size),
+        tp_rank_(o.tp_rank),
         split_(o.etp > 1 ? 1 : o.tp_size),
-        aux_scale_(m.aux_loss > 0 ? o.aux_loss_scale : 0.0), tp_group_(o.tp_group), ep_group_(o.ep_group), token_group_(o.token_group),
+        aux_scale_(m.aux_loss > 0 ? o.aux_loss_scale : 0.0),
+        tp_group_(o.tp_group),
+        ep_group_(o.ep_group),
+        token_group_(o.token_group),
         token_size_(o.token_group ? o.token_group_size : 1),
         router_(ops, name + ".router", hidden, m.experts, false, seq, o.seed * 47 + 1) {
     if (m.shared_ffn > 0) {
@@ -226,8 +249,9 @@ class MoeFfn final : public LayerKernel {
     KernelOptions eo = o;  // expert tensor parallelism: the experts cut over the TP group (etp = t), else whole
     if (o.etp <= 1) eo.tp_size = 1, eo.tp_rank = 0;
     for (int64_t e = e0_; e < e0_ + el_; ++e) {
-      experts_.push_back(std::make_unique<ExpertMlp>(ops, fmt::format("{}.experts.{}", name, e), hidden, m.expert_ffn, c.gated, act, c.bias,
-                                                     o.seed * 47 + 100 + static_cast<uint64_t>(e), eo));
+      experts_.push_back(std::make_unique<ExpertMlp>(ops, fmt::format("{}.experts.{}", name, e), hidden, m.expert_ffn,
+                                                     c.gated, act, c.bias, o.seed * 47 + 100 + static_cast<uint64_t>(e),
+                                                     eo));
     }
   }
   Status Forward(const Tensor& x, Tensor* y, Saved* sv) override {
@@ -241,7 +265,8 @@ class MoeFfn final : public LayerKernel {
     Route(logits.data(), n, m_, scores.data(), sel.data(), w.data());
     Tensor f = ops_->Zeros({m_.experts});  // the aux loss's route shares (global over the token group)
     double aux = 0;
-    if (aux_scale_ > 0) PLANNER_RETURN_IF_ERROR(AuxLoss(scores.data(), sel.data(), n, m_, token_group_, token_size_, f.data(), &aux));
+    if (aux_scale_ > 0)
+      PLANNER_RETURN_IF_ERROR(AuxLoss(scores.data(), sel.data(), n, m_, token_group_, token_size_, f.data(), &aux));
     aux_sum_ += aux;
     sv->t = {scores, sel, w, f};
     sv->exact = {1, 3};  // routing: the selected experts and their route counts
@@ -258,7 +283,8 @@ class MoeFfn final : public LayerKernel {
     Tensor dw = ops_->Zeros({n, m_.top_k});
     PLANNER_RETURN_IF_ERROR(RoutedBackward(dy, b, &dw, dx, sv));
     Tensor dlogits = ops_->Zeros({n, m_.experts}), dxr;
-    RouterGrad(scores.data(), sel.data(), w.data(), dw.data(), n, m_, aux_scale_, sv->t[3].data(), static_cast<double>(n * token_size_), dlogits.data());
+    RouterGrad(scores.data(), sel.data(), w.data(), dw.data(), n, m_, aux_scale_, sv->t[3].data(),
+               static_cast<double>(n * token_size_), dlogits.data());
     PLANNER_RETURN_IF_ERROR(router_.BackwardInput(dlogits, &dxr, &sv->children[0]));
     PLANNER_RETURN_IF_ERROR(ops_->Add(dx->data(), dxr.data(), dx->data(), dx->numel()));
     if (shared_) {
@@ -270,26 +296,32 @@ class MoeFfn final : public LayerKernel {
     return Status::OK();
   }
   Status BackwardWeight(Saved* sv) override {
-    if (sv->children.size() != static_cast<size_t>(2 + el_)) return Status::Internal("moe: backward-weight before backward-input");
+    if (sv->children.size() != static_cast<size_t>(2 + el_))
+      return Status::Internal("moe: backward-weight before backward-input");
     PLANNER_RETURN_IF_ERROR(router_.BackwardWeight(&sv->children[0]));
     if (shared_) PLANNER_RETURN_IF_ERROR(shared_->BackwardWeight(&sv->children[1]));
     for (int64_t e = 0; e < el_; ++e) {
       Saved& es = sv->children[static_cast<size_t>(2 + e)];
-      if (!es.children.empty()) PLANNER_RETURN_IF_ERROR(experts_[static_cast<size_t>(e)]->BackwardWeight(&es));  // no tokens: no gradient
+      if (!es.children.empty())
+        PLANNER_RETURN_IF_ERROR(experts_[static_cast<size_t>(e)]->BackwardWeight(&es));  // no tokens: no gradient
     }
     sv->Clear();
     return Status::OK();
   }
   std::vector<Param*> Params() override {
     std::vector<Param*> ps = router_.Params();
-    if (shared_) for (Param* p : shared_->Params()) ps.push_back(p);
-    for (auto& e : experts_) for (Param* p : e->Params()) ps.push_back(p);
+    if (shared_)
+      for (Param* p : shared_->Params()) ps.push_back(p);
+    for (auto& e : experts_)
+      for (Param* p : e->Params()) ps.push_back(p);
     return ps;
   }
   // Router, shared expert, and the routed experts at their balanced load: this rank's share of the tokens, top_k each.
   KernelFlops Flops(int64_t b) const override {
     KernelFlops f = router_.Flops(b);
-    auto add = [&f](const KernelFlops& g) { f.forward += g.forward, f.backward_input += g.backward_input, f.backward_weight += g.backward_weight; };
+    auto add = [&f](const KernelFlops& g) {
+      f.forward += g.forward, f.backward_input += g.backward_input, f.backward_weight += g.backward_weight;
+    };
     if (shared_) add(shared_->Flops(b));
     if (!experts_.empty()) add(experts_[0]->Flops(b * s_ / split_ * m_.top_k));
     return f;
@@ -298,7 +330,8 @@ class MoeFfn final : public LayerKernel {
 
  private:
   // The send order of this rank's routes: route (token - t0) k + j -> its row, and the rows per destination.
-  void PlanSend(const float* sel, int64_t t0, int64_t nl, std::vector<int64_t>* route_row, std::vector<int64_t>* send_rows) const {
+  void PlanSend(const float* sel, int64_t t0, int64_t nl, std::vector<int64_t>* route_row,
+                std::vector<int64_t>* send_rows) const {
     const int64_t k = m_.top_k;
     route_row->assign(static_cast<size_t>(nl * k), 0);
     send_rows->assign(static_cast<size_t>(ep_), 0);
@@ -322,17 +355,20 @@ class MoeFfn final : public LayerKernel {
   int64_t Total(const std::vector<int64_t>& v) const { return std::accumulate(v.begin(), v.end(), int64_t{0}); }
   Status RoutedForward(const Tensor& x, int64_t b, Tensor* y, Saved* sv);
   Status RoutedBackward(const Tensor& dy, int64_t b, Tensor* dw, Tensor* dx, Saved* sv);
-  Status ExpertsPass(bool forward, const float* in, int64_t width, const std::vector<int64_t>& ids, Tensor* out, Saved* sv);
+  Status ExpertsPass(bool forward, const float* in, int64_t width, const std::vector<int64_t>& ids, Tensor* out,
+                     Saved* sv);
 
   DeviceOps* ops_;
   int64_t s_, h_;
   MoeConfig m_;
   int64_t el_, e0_, ep_, t_, tp_rank_;
-  int64_t split_;  // TP ranks sharing the tokens' dispatch (t without expert TP; 1 with it: every rank sends all, experts cut)
+  int64_t
+      split_;  // TP ranks sharing the tokens' dispatch (t without expert TP; 1 with it: every rank sends all, experts cut)
   double aux_scale_;
   TpGroup* tp_group_;
   ExpertGroup* ep_group_;
-  TpGroup* token_group_;  // SP: the ranks sharing the microbatch's sequence (the aux loss's statistics are summed over it)
+  TpGroup*
+      token_group_;  // SP: the ranks sharing the microbatch's sequence (the aux loss's statistics are summed over it)
   int64_t token_size_;
   Linear router_;
   std::unique_ptr<LayerKernel> shared_;  // MakeMlp: the shared experts' dense MLP
@@ -342,7 +378,8 @@ class MoeFfn final : public LayerKernel {
 
 // Each local expert on its received rows (in arrival order): forward reads [id | x] rows of width h + 1, backward
 // the output gradients (width h); results scattered back to the rows' positions in `out` [R, h].
-Status MoeFfn::ExpertsPass(bool forward, const float* in, int64_t width, const std::vector<int64_t>& ids, Tensor* out, Saved* sv) {
+Status MoeFfn::ExpertsPass(bool forward, const float* in, int64_t width, const std::vector<int64_t>& ids, Tensor* out,
+                           Saved* sv) {
   const int64_t R = static_cast<int64_t>(ids.size()), off = width - h_;
   *out = ops_->Alloc({std::max<int64_t>(R, 1), h_});
   for (int64_t e = 0; e < el_; ++e) {
@@ -353,11 +390,13 @@ Status MoeFfn::ExpertsPass(bool forward, const float* in, int64_t width, const s
     if (rows.empty()) continue;
     const int64_t cnt = static_cast<int64_t>(rows.size());
     Tensor xin = ops_->Alloc({cnt, h_}), yout;
-    for (int64_t i = 0; i < cnt; ++i) std::memcpy(xin.data() + i * h_, in + rows[static_cast<size_t>(i)] * width + off, static_cast<size_t>(h_) * 4);
+    for (int64_t i = 0; i < cnt; ++i)
+      std::memcpy(xin.data() + i * h_, in + rows[static_cast<size_t>(i)] * width + off, static_cast<size_t>(h_) * 4);
     Saved& es = sv->children[static_cast<size_t>(2 + e)];
     LayerKernel* ex = experts_[static_cast<size_t>(e)].get();
     PLANNER_RETURN_IF_ERROR(forward ? ex->Forward(xin, &yout, &es) : ex->BackwardInput(xin, &yout, &es));
-    for (int64_t i = 0; i < cnt; ++i) std::memcpy(out->data() + rows[static_cast<size_t>(i)] * h_, yout.data() + i * h_, static_cast<size_t>(h_) * 4);
+    for (int64_t i = 0; i < cnt; ++i)
+      std::memcpy(out->data() + rows[static_cast<size_t>(i)] * h_, yout.data() + i * h_, static_cast<size_t>(h_) * 4);
   }
   return Status::OK();
 }
@@ -401,7 +440,8 @@ Status MoeFfn::RoutedForward(const Tensor& x, int64_t b, Tensor* y, Saved* sv) {
 
 Status MoeFfn::RoutedBackward(const Tensor& dy, int64_t b, Tensor* dw, Tensor* dx, Saved* sv) {
   const float *sel = sv->t[1].data(), *w = sv->t[2].data(), *out_send = sv->t[4].data(), *meta = sv->t[5].data();
-  const int64_t n = b * s_, k = m_.top_k, nl = n / split_, t0 = split_ > 1 ? tp_rank_ * nl : 0, S = nl * k, R = static_cast<int64_t>(meta[0]);
+  const int64_t n = b * s_, k = m_.top_k, nl = n / split_, t0 = split_ > 1 ? tp_rank_ * nl : 0, S = nl * k,
+                R = static_cast<int64_t>(meta[0]);
   std::vector<int64_t> route_row, send_rows, recv_rows(meta + 1 + R, meta + 1 + R + ep_), ids(meta + 1, meta + 1 + R);
   PlanSend(sel, t0, nl, &route_row, &send_rows);
   Tensor dsend = ops_->Alloc({std::max<int64_t>(S, 1), h_}), drecv = ops_->Alloc({std::max<int64_t>(R, 1), h_});
@@ -420,7 +460,9 @@ Status MoeFfn::RoutedBackward(const Tensor& dy, int64_t b, Tensor* dw, Tensor* d
   PLANNER_RETURN_IF_ERROR(ExpertsPass(false, drecv.data(), h_, ids, &din_recv, sv));
   PLANNER_RETURN_IF_ERROR(ExchangeRows(ep_group_, din_recv.data(), recv_rows, din_send.data(), send_rows, h_));
   *dx = ops_->Zeros({b, s_, h_});
-  for (int64_t i = 0; i < S; ++i) CopyCols(din_send.data() + route_row[static_cast<size_t>(i)] * h_, h_, 0, dx->data() + (t0 + i / k) * h_, h_, 0, h_, 1, true);
+  for (int64_t i = 0; i < S; ++i)
+    CopyCols(din_send.data() + route_row[static_cast<size_t>(i)] * h_, h_, 0, dx->data() + (t0 + i / k) * h_, h_, 0, h_,
+             1, true);
   if (t_ > 1) PLANNER_RETURN_IF_ERROR(AllReduceSum(tp_group_, dx));
   return Status::OK();
 }
@@ -428,38 +470,52 @@ Status MoeFfn::RoutedBackward(const Tensor& dy, int64_t b, Tensor* dw, Tensor* d
 }  // namespace
 
 std::unique_ptr<LayerKernel> MakeMoeFfn(DeviceOps* ops, const std::string& name, int64_t seq, int64_t hidden,
-                                        const TransformerConfig& c,
-                                        const MoeConfig& m, const KernelOptions& o) {
+                                        const TransformerConfig& c, const MoeConfig& m, const KernelOptions& o) {
   return std::make_unique<MoeFfn>(ops, name, seq, hidden, c, m, o);
 }
 
 Status ReadMoeConfig(const Layer& l, const KernelOptions& o, MoeConfig* m) {
   const LayerAttrs& a = l.attrs;
-  m->experts = a.Int("experts", 0), m->top_k = a.Int("top_k", 1), m->expert_ffn = a.Int("expert_ffn", 0), m->shared_ffn = a.Int("shared_ffn", 0);
-  m->groups = a.Int("route_groups", 0), m->group_limit = a.Int("route_group_limit", 0), m->aux_loss = a.Real("aux_loss", 0.0);
+  m->experts = a.Int("experts", 0), m->top_k = a.Int("top_k", 1), m->expert_ffn = a.Int("expert_ffn", 0),
+  m->shared_ffn = a.Int("shared_ffn", 0);
+  m->groups = a.Int("route_groups", 0), m->group_limit = a.Int("route_group_limit", 0),
+  m->aux_loss = a.Real("aux_loss", 0.0);
   const std::string router = a.String("router", "softmax");
   const double capacity = a.Real("capacity_factor", 0.0);
   m->sigmoid = router == "sigmoid";
-  auto bad = [&](const std::string& what) { return Status::InvalidArgument(fmt::format("layer '{}': {}", l.name, what)); };
-  if (m->experts < 2 || m->top_k < 1 || m->top_k > m->experts) return bad(fmt::format("needs experts >= 2 and 1 <= top_k <= experts (got {} and {})", m->experts, m->top_k));
-  if (m->expert_ffn < 1 || m->shared_ffn < 0) return bad(fmt::format("needs expert_ffn >= 1 and shared_ffn >= 0 (got {} and {})", m->expert_ffn, m->shared_ffn));
-  if (router != "softmax" && router != "sigmoid") return bad(fmt::format("router '{}' is not softmax or sigmoid", router));
-  if (capacity != 0) return bad(fmt::format("capacity_factor {} is not 0: the runtime runs dropless MoE only (set capacity_factor: 0)", capacity));
+  auto bad = [&](const std::string& what) {
+    return Status::InvalidArgument(fmt::format("layer '{}': {}", l.name, what));
+  };
+  if (m->experts < 2 || m->top_k < 1 || m->top_k > m->experts)
+    return bad(fmt::format("needs experts >= 2 and 1 <= top_k <= experts (got {} and {})", m->experts, m->top_k));
+  if (m->expert_ffn < 1 || m->shared_ffn < 0)
+    return bad(fmt::format("needs expert_ffn >= 1 and shared_ffn >= 0 (got {} and {})", m->expert_ffn, m->shared_ffn));
+  if (router != "softmax" && router != "sigmoid")
+    return bad(fmt::format("router '{}' is not softmax or sigmoid", router));
+  if (capacity != 0)
+    return bad(fmt::format("capacity_factor {} is not 0: the runtime runs dropless MoE only (set capacity_factor: 0)",
+                           capacity));
   if (m->aux_loss < 0) return bad(fmt::format("aux_loss {} is negative", m->aux_loss));
   if (m->groups > 0 && (m->experts % m->groups != 0 || m->group_limit < 1 || m->group_limit > m->groups ||
                         m->group_limit * (m->experts / m->groups) < m->top_k)) {
-    return bad(fmt::format("route_groups {} must divide the {} experts and route_group_limit {} keep at least top_k {} of them", m->groups, m->experts,
-                           m->group_limit, m->top_k));
+    return bad(fmt::format(
+        "route_groups {} must divide the {} experts and route_group_limit {} keep at least top_k {} of them", m->groups,
+        m->experts, m->group_limit, m->top_k));
   }
-  if (o.ep_size < 1 || m->experts % o.ep_size != 0 || o.ep_rank < 0 || o.ep_rank >= o.ep_size || (o.ep_size > 1 && o.ep_group == nullptr)) {
-    return bad(fmt::format("expert-parallel rank {} of {} does not fit its {} experts (ep must divide them and have a group)", o.ep_rank, o.ep_size, m->experts));
+  if (o.ep_size < 1 || m->experts % o.ep_size != 0 || o.ep_rank < 0 || o.ep_rank >= o.ep_size ||
+      (o.ep_size > 1 && o.ep_group == nullptr)) {
+    return bad(
+        fmt::format("expert-parallel rank {} of {} does not fit its {} experts (ep must divide them and have a group)",
+                    o.ep_rank, o.ep_size, m->experts));
   }
   const int64_t seq = l.in_shape.empty() ? 0 : l.in_shape[0];
   if (o.etp > 1 && (o.etp != o.tp_size || m->expert_ffn % o.etp != 0)) {
-    return bad(fmt::format("expert tensor parallelism etp {} must equal tp {} and divide expert_ffn {}", o.etp, o.tp_size, m->expert_ffn));
+    return bad(fmt::format("expert tensor parallelism etp {} must equal tp {} and divide expert_ffn {}", o.etp,
+                           o.tp_size, m->expert_ffn));
   }
   if (o.tp_size > 1 && (seq % o.tp_size != 0 || m->shared_ffn % o.tp_size != 0)) {
-    return bad(fmt::format("tensor-parallel degree {} must divide the sequence {} and shared_ffn {}", o.tp_size, seq, m->shared_ffn));
+    return bad(fmt::format("tensor-parallel degree {} must divide the sequence {} and shared_ffn {}", o.tp_size, seq,
+                           m->shared_ffn));
   }
   return Status::OK();
 }

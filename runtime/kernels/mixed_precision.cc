@@ -107,7 +107,8 @@ class MixedPrecisionKernel : public LayerKernel {
     explicit WorkingWeights(MixedPrecisionKernel* k) : k_(k) {
       for (size_t i = 0; i < k_->params_.size(); ++i) {
         Param& p = k_->params_[i];
-        k_->inner_params_[i]->value = p.value.dtype() == DType::kFp32 ? p.value : p.value.ConvertedScratch(DType::kFp32);
+        k_->inner_params_[i]->value =
+            p.value.dtype() == DType::kFp32 ? p.value : p.value.ConvertedScratch(DType::kFp32);
         k_->inner_params_[i]->grad = p.grad;  // a caller may have replaced the gradient tensor
       }
     }
@@ -117,7 +118,9 @@ class MixedPrecisionKernel : public LayerKernel {
     MixedPrecisionKernel* k_;
   };
 
-  static Tensor Decode(const Tensor& t) { return t.empty() || t.dtype() == DType::kFp32 ? t : t.ConvertedScratch(DType::kFp32); }
+  static Tensor Decode(const Tensor& t) {
+    return t.empty() || t.dtype() == DType::kFp32 ? t : t.ConvertedScratch(DType::kFp32);
+  }
   // The Saved's 16-bit entries decoded in place; returns each decoded copy's key -> the stored
   // tensor it came from, and keeps the copies alive, so the encode after the pass hands back the
   // stored tensors themselves (no new copy; the input stays shared with the caller's).
@@ -148,23 +151,30 @@ class MixedPrecisionKernel : public LayerKernel {
 
 Status WrapMixedPrecision(DType storage, bool loss_layer, std::unique_ptr<LayerKernel>* k) {
   if (storage == DType::kFp32) return Status::OK();
-  if (storage == DType::kFp8) return Status::InvalidArgument("WrapMixedPrecision: fp8 is not a storage dtype (store bf16: StorageDType(fp8))");
+  if (storage == DType::kFp8)
+    return Status::InvalidArgument("WrapMixedPrecision: fp8 is not a storage dtype (store bf16: StorageDType(fp8))");
   if (*k == nullptr) return Status::InvalidArgument("WrapMixedPrecision: no kernel");
   *k = std::make_unique<MixedPrecisionKernel>(storage, loss_layer, std::move(*k));
   return Status::OK();
 }
 
 LossScaler::LossScaler(double initial, int growth_interval, int hysteresis)
-    : scale_(initial), growth_interval_(std::max(1, growth_interval)), hysteresis_(std::max(1, hysteresis)), tolerance_(hysteresis_) {}
+    : scale_(initial),
+      growth_interval_(std::max(1, growth_interval)),
+      hysteresis_(std::max(1, hysteresis)),
+      tolerance_(hysteresis_) {}
 
 std::vector<float> LossScaler::State() const {
   return {static_cast<float>(scale_), static_cast<float>(clean_), static_cast<float>(tolerance_)};
 }
 
 Status LossScaler::SetState(const std::vector<float>& s) {
-  const bool ok = s.size() == 3 && std::isfinite(s[0]) && s[0] >= 1 && s[1] >= 0 && s[1] < static_cast<float>(growth_interval_) &&
-                  s[2] >= 0 && s[2] <= static_cast<float>(hysteresis_) && s[1] == std::floor(s[1]) && s[2] == std::floor(s[2]);
-  if (!ok) return Status::InvalidArgument("the loss scaler's state is not {scale >= 1, clean steps, overflows left}: the checkpoint is damaged");
+  const bool ok = s.size() == 3 && std::isfinite(s[0]) && s[0] >= 1 && s[1] >= 0 &&
+                  s[1] < static_cast<float>(growth_interval_) && s[2] >= 0 && s[2] <= static_cast<float>(hysteresis_) &&
+                  s[1] == std::floor(s[1]) && s[2] == std::floor(s[2]);
+  if (!ok)
+    return Status::InvalidArgument(
+        "the loss scaler's state is not {scale >= 1, clean steps, overflows left}: the checkpoint is damaged");
   scale_ = s[0], clean_ = static_cast<int>(s[1]), tolerance_ = static_cast<int>(s[2]);
   return Status::OK();
 }

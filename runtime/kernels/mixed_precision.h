@@ -50,8 +50,8 @@ class LossScaler {
  private:
   double scale_;
   int growth_interval_, hysteresis_;
-  int clean_ = 0;      // clean steps since the last overflow or growth
-  int tolerance_;      // overflows left before the scale halves
+  int clean_ = 0;  // clean steps since the last overflow or growth
+  int tolerance_;  // overflows left before the scale halves
   int64_t skipped_ = 0;
 };
 

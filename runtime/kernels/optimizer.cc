@@ -18,7 +18,8 @@ Status Optimizer::Step(const std::vector<Param*>& params) {
   }
   if (m_.size() != params.size()) return Status::Internal("optimizer stepped with a different parameter list");
   ++t_;
-  const double bc1 = 1 - std::pow(c_.beta1, static_cast<double>(t_)), bc2 = 1 - std::pow(c_.beta2, static_cast<double>(t_));
+  const double bc1 = 1 - std::pow(c_.beta1, static_cast<double>(t_)),
+               bc2 = 1 - std::pow(c_.beta2, static_cast<double>(t_));
   for (size_t k = 0; k < params.size(); ++k) {
     Param* p = params[k];
     const int64_t n = p->value.numel();
@@ -28,16 +29,17 @@ Status Optimizer::Step(const std::vector<Param*>& params) {
     // A 16-bit weight steps its fp32 master, then takes the master rounded (RNE) to its dtype.
     Tensor& target = p->master.empty() ? p->value : p->master;
     if (target.dtype() != DType::kFp32 || target.numel() != n) {
-      return Status::Internal(fmt::format("optimizer: parameter {} has a {} weight and no fp32 master", p->name, DTypeName(p->value.dtype())));
+      return Status::Internal(fmt::format("optimizer: parameter {} has a {} weight and no fp32 master", p->name,
+                                          DTypeName(p->value.dtype())));
     }
     float* w = target.data();
     const float* g = p->grad.data();
     float* m = m_[k].data();
     float* v = adam ? v_[k].data() : nullptr;
     if (p->value.device() == Device::kCuda) {
-      CudaOptimizerStep(adam ? 1 : 0, w, g, m, v, n, static_cast<float>(c_.lr), static_cast<float>(c_.momentum), static_cast<float>(c_.beta1),
-                        static_cast<float>(c_.beta2), static_cast<float>(c_.eps), static_cast<float>(c_.weight_decay), static_cast<float>(bc1),
-                        static_cast<float>(bc2));
+      CudaOptimizerStep(adam ? 1 : 0, w, g, m, v, n, static_cast<float>(c_.lr), static_cast<float>(c_.momentum),
+                        static_cast<float>(c_.beta1), static_cast<float>(c_.beta2), static_cast<float>(c_.eps),
+                        static_cast<float>(c_.weight_decay), static_cast<float>(bc1), static_cast<float>(bc2));
     } else if (!adam) {
       const float mu = static_cast<float>(c_.momentum), lr = static_cast<float>(c_.lr);
       for (int64_t i = 0; i < n; ++i) {
@@ -85,7 +87,8 @@ Status Optimizer::SetState(const std::vector<float>& s, const std::vector<Param*
   size_t need = 1;
   for (Param* p : params) need += static_cast<size_t>(p->value.numel()) * (adam ? 2 : 1);
   if (s.size() != need) {
-    return Status::InvalidArgument(fmt::format("optimizer state holds {} values, the parameters need {}", s.size(), need));
+    return Status::InvalidArgument(
+        fmt::format("optimizer state holds {} values, the parameters need {}", s.size(), need));
   }
   m_.clear();
   v_.clear();

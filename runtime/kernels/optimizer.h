@@ -17,7 +17,7 @@ namespace planner {
 struct OptimizerConfig {
   enum Kind { kSgd, kAdam } kind = kAdam;
   double lr = 1e-3;
-  double momentum = 0;        // SGD
+  double momentum = 0;                                              // SGD
   double beta1 = 0.9, beta2 = 0.999, eps = 1e-8, weight_decay = 0;  // Adam
 };
 

@@ -17,11 +17,13 @@ int64_t GlobalChunk(int64_t cp, int64_t rank, int64_t c) { return c == 0 ? rank 
 
 Status CheckDims(const RingAttentionDims& d, RingExchange* ring) {
   if (d.cp < 1 || d.cp_rank < 0 || d.cp_rank >= d.cp || d.seq % (2 * d.cp) != 0) {
-    return Status::InvalidArgument(fmt::format("ring attention: a sequence of {} tokens does not split into 2 x cp = {} chunks (cp rank {})", d.seq,
-                                               2 * d.cp, d.cp_rank));
+    return Status::InvalidArgument(
+        fmt::format("ring attention: a sequence of {} tokens does not split into 2 x cp = {} chunks (cp rank {})",
+                    d.seq, 2 * d.cp, d.cp_rank));
   }
   if (d.heads < 1 || d.kv() < 1 || d.heads % d.kv() != 0) {
-    return Status::InvalidArgument(fmt::format("ring attention: {} KV groups do not divide {} query heads", d.kv(), d.heads));
+    return Status::InvalidArgument(
+        fmt::format("ring attention: {} KV groups do not divide {} query heads", d.kv(), d.heads));
   }
   if (d.cp > 1 && ring == nullptr) return Status::InvalidArgument("ring attention: cp > 1 needs the CP group's ring");
   return Status::OK();
@@ -37,8 +39,10 @@ int64_t VisibleKeys(const RingAttentionDims& d, int64_t src, int64_t qc, int64_t
 
 // The block held (k, v rows at stride ldkv from kv) against the local queries: per row its
 // log-sum-exp and normalised output, merged into (o, lse) by the online-softmax rule.
-void ForwardBlock(const RingAttentionDims& d, int64_t src, const float* q, int64_t ld, const float* kv, int64_t ldkv, float* o, float* lse) {
-  const int64_t n = d.tokens(), c = n / 2, hd = d.heads * d.head_dim, e_n = d.head_dim, kvd = d.kv() * e_n, grp = d.heads / d.kv();
+void ForwardBlock(const RingAttentionDims& d, int64_t src, const float* q, int64_t ld, const float* kv, int64_t ldkv,
+                  float* o, float* lse) {
+  const int64_t n = d.tokens(), c = n / 2, hd = d.heads * d.head_dim, e_n = d.head_dim, kvd = d.kv() * e_n,
+                grp = d.heads / d.kv();
   const float scale = 1.0f / std::sqrt(static_cast<float>(e_n));
   std::vector<float> s(static_cast<size_t>(n)), acc(static_cast<size_t>(e_n));
   for (int64_t b = 0; b < d.batch; ++b)
@@ -98,8 +102,8 @@ std::vector<int64_t> CpTokenPositions(int64_t seq, int64_t cp, int64_t rank) {
   return pos;
 }
 
-Status RingAttentionForward(const RingAttentionDims& d, RingExchange* ring, const float* q, const float* k, const float* v, int64_t ld, float* o,
-                            float* lse) {
+Status RingAttentionForward(const RingAttentionDims& d, RingExchange* ring, const float* q, const float* k,
+                            const float* v, int64_t ld, float* o, float* lse) {
   PLANNER_RETURN_IF_ERROR(CheckDims(d, ring));
   const int64_t n = d.tokens(), hd = d.heads * d.head_dim, kvd = d.kv() * d.head_dim, count = d.batch * n * 2 * kvd;
   std::vector<float> cur(static_cast<size_t>(count)), next(static_cast<size_t>(count));
@@ -122,9 +126,10 @@ namespace {
 // One held block's gradients: dq accumulated locally, dk and dv into the travelling rows (k, v,
 // dk, dv of kv() d each per token at stride 4 kv() d; query head h reads group h / (heads / kv()),
 // so a group's dk and dv sum over its heads). dsum: rowsum(dO o O) per (b, head, query).
-void BackwardBlock(const RingAttentionDims& d, int64_t src, const float* q, int64_t ld, const float* lse, const float* dout, const float* dsum,
-                   float* kvg, float* dq) {
-  const int64_t n = d.tokens(), c = n / 2, hd = d.heads * d.head_dim, e_n = d.head_dim, kvd = d.kv() * e_n, w = 4 * kvd, grp = d.heads / d.kv();
+void BackwardBlock(const RingAttentionDims& d, int64_t src, const float* q, int64_t ld, const float* lse,
+                   const float* dout, const float* dsum, float* kvg, float* dq) {
+  const int64_t n = d.tokens(), c = n / 2, hd = d.heads * d.head_dim, e_n = d.head_dim, kvd = d.kv() * e_n, w = 4 * kvd,
+                grp = d.heads / d.kv();
   const float scale = 1.0f / std::sqrt(static_cast<float>(e_n));
   for (int64_t b = 0; b < d.batch; ++b)
     for (int64_t h = 0; h < d.heads; ++h)
@@ -158,8 +163,9 @@ void BackwardBlock(const RingAttentionDims& d, int64_t src, const float* q, int6
 
 }  // namespace
 
-Status RingAttentionBackward(const RingAttentionDims& d, RingExchange* ring, const float* q, const float* k, const float* v, int64_t ld,
-                             const float* o, const float* lse, const float* dout, float* dq, float* dk, float* dv) {
+Status RingAttentionBackward(const RingAttentionDims& d, RingExchange* ring, const float* q, const float* k,
+                             const float* v, int64_t ld, const float* o, const float* lse, const float* dout, float* dq,
+                             float* dk, float* dv) {
   PLANNER_RETURN_IF_ERROR(CheckDims(d, ring));
   const int64_t n = d.tokens(), hd = d.heads * d.head_dim, kvd = d.kv() * d.head_dim, count = d.batch * n * 4 * kvd;
   std::vector<float> dsum(static_cast<size_t>(d.batch * d.heads * n), 0.0f);
@@ -167,7 +173,8 @@ Status RingAttentionBackward(const RingAttentionDims& d, RingExchange* ring, con
     for (int64_t h = 0; h < d.heads; ++h)
       for (int64_t i = 0; i < n; ++i) {
         float s = 0;
-        for (int64_t e = 0; e < d.head_dim; ++e) s += dout[(b * n + i) * hd + h * d.head_dim + e] * o[(b * n + i) * hd + h * d.head_dim + e];
+        for (int64_t e = 0; e < d.head_dim; ++e)
+          s += dout[(b * n + i) * hd + h * d.head_dim + e] * o[(b * n + i) * hd + h * d.head_dim + e];
         dsum[static_cast<size_t>((b * d.heads + h) * n + i)] = s;
       }
   std::vector<float> cur(static_cast<size_t>(count)), next(static_cast<size_t>(count));

@@ -45,11 +45,12 @@ struct RingAttentionDims {
 // q: element (b, i, h, e) at [(b tokens + i) ld + h d + e] (ld >= heads d); k and v likewise with
 // kv() groups (GQA); o: [b, tokens, heads d]; lse: [b, heads, tokens] (natural log). `ring` may be
 // null when cp == 1. Only K and V travel the ring (kv() d floats each per token).
-Status RingAttentionForward(const RingAttentionDims& dims, RingExchange* ring, const float* q, const float* k, const float* v, int64_t ld,
-                            float* o, float* lse);
+Status RingAttentionForward(const RingAttentionDims& dims, RingExchange* ring, const float* q, const float* k,
+                            const float* v, int64_t ld, float* o, float* lse);
 // dq, dk, dv: written (not accumulated) in the layout of q, k, v (the same ld); a KV group's dk and
 // dv sum over the query heads that read it.
-Status RingAttentionBackward(const RingAttentionDims& dims, RingExchange* ring, const float* q, const float* k, const float* v, int64_t ld,
-                             const float* o, const float* lse, const float* dout, float* dq, float* dk, float* dv);
+Status RingAttentionBackward(const RingAttentionDims& dims, RingExchange* ring, const float* q, const float* k,
+                             const float* v, int64_t ld, const float* o, const float* lse, const float* dout, float* dq,
+                             float* dk, float* dv);
 
 }  // namespace planner

@@ -33,8 +33,8 @@ WeightSlice Fc1Shard(int64_t hidden, int64_t ffn, const KernelOptions& o);      
 // SwiGLU's fc1, full [2 ffn, h] (gate rows, then up rows): rank r keeps its ffn / t gate rows and the
 // matching up rows, [2 ffn / t, h] (gate then up), so silu(gate) o up needs no communication.
 WeightSlice GatedFc1Shard(int64_t hidden, int64_t ffn, const KernelOptions& o);
-WeightSlice Fc2Shard(int64_t hidden, int64_t ffn, const KernelOptions& o);        // [h, ffn/t]
-WeightSlice VocabShard(int64_t hidden, int64_t vocab, const KernelOptions& o);    // [V/t, h]
+WeightSlice Fc2Shard(int64_t hidden, int64_t ffn, const KernelOptions& o);      // [h, ffn/t]
+WeightSlice VocabShard(int64_t hidden, int64_t vocab, const KernelOptions& o);  // [V/t, h]
 
 // lm_head on either device: a (vocabulary-parallel) projection kernel whose input gradient is
 // summed over the TP group (each rank's logits depend on the whole input).

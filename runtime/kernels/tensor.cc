@@ -32,12 +32,10 @@ void Count(Device d, int64_t bytes) {
   Counters& c = CountersFor(d);
   int64_t now = c.current.fetch_add(bytes) + bytes;
   int64_t peak = c.peak.load();
-  while (now > peak && !c.peak.compare_exchange_weak(peak, now)) {
-  }
+  while (now > peak && !c.peak.compare_exchange_weak(peak, now)) {}
 }
 
 }  // namespace
-
 
 MemoryStats GetMemoryStats(Device d) {
   Counters& c = CountersFor(d);
@@ -110,12 +108,16 @@ Tensor Tensor::Allocate(const std::vector<int64_t>& shape, Device device, bool c
   return t;
 }
 
-Tensor AllocateTensor(const std::vector<int64_t>& shape, Device device, DType dtype) { return Tensor::Allocate(shape, device, true, dtype); }
-Tensor AllocateScratch(const std::vector<int64_t>& shape, Device device, DType dtype) { return Tensor::Allocate(shape, device, false, dtype); }
+Tensor AllocateTensor(const std::vector<int64_t>& shape, Device device, DType dtype) {
+  return Tensor::Allocate(shape, device, true, dtype);
+}
+Tensor AllocateScratch(const std::vector<int64_t>& shape, Device device, DType dtype) {
+  return Tensor::Allocate(shape, device, false, dtype);
+}
 
 void Tensor::AbortNotFp32() const {
-  std::fprintf(stderr, "planner: internal error: data() of a %s tensor %s (fp32 only; use raw() or a conversion)\n", DTypeName(dtype_),
-               ShapeString().c_str());
+  std::fprintf(stderr, "planner: internal error: data() of a %s tensor %s (fp32 only; use raw() or a conversion)\n",
+               DTypeName(dtype_), ShapeString().c_str());
   std::abort();
 }
 
@@ -139,7 +141,8 @@ void ConvertHost(const void* src, DType from, void* dst, DType to, int64_t n) {
   if (from != DType::kFp32) {
     tmp.resize(static_cast<size_t>(n));
     const uint16_t* h = static_cast<const uint16_t*>(src);
-    for (int64_t i = 0; i < n; ++i) tmp[static_cast<size_t>(i)] = from == DType::kFp16 ? HalfToFloat(h[i]) : Bf16ToFloat(h[i]);
+    for (int64_t i = 0; i < n; ++i)
+      tmp[static_cast<size_t>(i)] = from == DType::kFp16 ? HalfToFloat(h[i]) : Bf16ToFloat(h[i]);
     f = tmp.data();
   }
   if (to == DType::kFp32) {
@@ -154,7 +157,8 @@ void ConvertHost(const void* src, DType from, void* dst, DType to, int64_t n) {
 
 Tensor Tensor::FromVector(const std::vector<int64_t>& shape, const std::vector<float>& values, DType dtype) {
   Tensor t = AllocateTensor(shape, Device::kCpu, dtype);
-  if (static_cast<int64_t>(values.size()) != t.numel()) throw std::invalid_argument("FromVector: size does not match the shape");
+  if (static_cast<int64_t>(values.size()) != t.numel())
+    throw std::invalid_argument("FromVector: size does not match the shape");
   ConvertHost(values.data(), DType::kFp32, t.data_, dtype, t.numel());
   return t;
 }
@@ -186,7 +190,8 @@ Tensor Tensor::Reshaped(const std::vector<int64_t>& shape) const {
 Tensor Tensor::View(int64_t offset, const std::vector<int64_t>& shape) const {
   int64_t n = 1;
   for (int64_t d : shape) n *= d;
-  if (offset < 0 || offset + n > numel()) throw std::invalid_argument(fmt::format("view of {} elements at {} exceeds {}", n, offset, ShapeString()));
+  if (offset < 0 || offset + n > numel())
+    throw std::invalid_argument(fmt::format("view of {} elements at {} exceeds {}", n, offset, ShapeString()));
   Tensor t = *this;
   t.shape_ = shape;
   t.data_ = static_cast<char*>(data_) + offset * DTypeBytes(dtype_);

@@ -38,7 +38,8 @@ class Tensor {
   // Zero-filled.
   static Tensor Zeros(const std::vector<int64_t>& shape, Device device = Device::kCpu, DType dtype = DType::kFp32);
   // Host data copied in (CPU), rounded to `dtype` (round to nearest even; fp16 overflow -> inf).
-  static Tensor FromVector(const std::vector<int64_t>& shape, const std::vector<float>& values, DType dtype = DType::kFp32);
+  static Tensor FromVector(const std::vector<int64_t>& shape, const std::vector<float>& values,
+                           DType dtype = DType::kFp32);
 
   bool empty() const { return storage_ == nullptr; }
   Device device() const { return device_; }

@@ -39,13 +39,16 @@ TEST_CASE("deepspeed rules: the reference settings break none") { CHECK(DeepSpee
 TEST_CASE("deepspeed rule: the topology spans every rank (world = pp x tp x dp)") {
   DeepSpeedCheck c = Good();
   c.world = 12;
-  CHECK(DeepSpeedRuleViolation(c) == "world size 12 is not pipe 2 x model 2 x data 2 (PipeModelDataParallelTopology spans every rank)");
+  CHECK(DeepSpeedRuleViolation(c) ==
+        "world size 12 is not pipe 2 x model 2 x data 2 (PipeModelDataParallelTopology spans every rank)");
 }
 
 TEST_CASE("deepspeed rule: train_batch_size = micro x accumulation x data-parallel size") {
   DeepSpeedCheck c = Good();
   c.train_batch = 32;  // 2 x 4 x 2 = 16: the tp ranks do not multiply it
-  CHECK(Says(DeepSpeedRuleViolation(c), "train_batch_size 32 != train_micro_batch_size_per_gpu 2 x gradient_accumulation_steps 4 x data-parallel size 2"));
+  CHECK(Says(DeepSpeedRuleViolation(c),
+             "train_batch_size 32 != train_micro_batch_size_per_gpu 2 x gradient_accumulation_steps 4 x data-parallel "
+             "size 2"));
   c.train_batch = 0;  // not written (AutoTP): nothing to check
   CHECK(DeepSpeedRuleViolation(c) == "");
 }
@@ -66,7 +69,8 @@ TEST_CASE("deepspeed rule: ZeRO stage 0-3") {
 TEST_CASE("deepspeed rule: the pipeline engine runs ZeRO-0 or 1") {
   DeepSpeedCheck c = Good();
   c.zero_stage = 2;
-  CHECK(DeepSpeedRuleViolation(c) == "zero_optimization.stage 2 with 2 pipeline stages: PipelineEngine allows ZeRO-0 or 1");
+  CHECK(DeepSpeedRuleViolation(c) ==
+        "zero_optimization.stage 2 with 2 pipeline stages: PipelineEngine allows ZeRO-0 or 1");
   c.pp = 1;
   c.dp = 4;
   c.parts = {0, 8};
@@ -91,7 +95,8 @@ TEST_CASE("deepspeed rule: pp + 1 boundaries from 0 to the layer count") {
 TEST_CASE("deepspeed rule: every stage holds a layer") {
   DeepSpeedCheck c = Good();
   c.parts = {0, 8, 8};
-  CHECK(DeepSpeedRuleViolation(c) == "parts [0, 8, 8]: stage 1 holds no layer (PipelineModule needs every stage non-empty)");
+  CHECK(DeepSpeedRuleViolation(c) ==
+        "parts [0, 8, 8]: stage 1 holds no layer (PipelineModule needs every stage non-empty)");
 }
 
 TEST_CASE("deepspeed rule: AutoTP runs without PipelineModule") {
@@ -129,9 +134,11 @@ TEST_CASE("deepspeed parts: one stage per rank keeps the plan's boundaries") {
 
 TEST_CASE("deepspeed parts: interleaved chunks become one stage per rank with the rank's layer count") {
   // chunks 1, 2, 3, 4 layers: rank 0 holds chunks 0 and 2 (1 + 3), rank 1 chunks 1 and 3 (2 + 4).
-  CHECK(codegen_internal::DeepSpeedParts(Layers(10), Stages(Schedule::kInterleaved, {1, 2, 3, 4})) == std::vector<int64_t>{0, 4, 10});
+  CHECK(codegen_internal::DeepSpeedParts(Layers(10), Stages(Schedule::kInterleaved, {1, 2, 3, 4})) ==
+        std::vector<int64_t>{0, 4, 10});
   // the V: rank 0 holds chunks 0 and 3 (1 + 4), rank 1 chunks 1 and 2 (2 + 3).
-  CHECK(codegen_internal::DeepSpeedParts(Layers(10), Stages(Schedule::kDualPipeV, {1, 2, 3, 4})) == std::vector<int64_t>{0, 5, 10});
+  CHECK(codegen_internal::DeepSpeedParts(Layers(10), Stages(Schedule::kDualPipeV, {1, 2, 3, 4})) ==
+        std::vector<int64_t>{0, 5, 10});
 }
 
 TEST_CASE("deepspeed export: PipeDream's asynchronous schedule is refused in a file and one note") {

@@ -103,7 +103,7 @@ TEST_CASE("codegen's ranks and pipeline neighbours are the rank formula's") {
   };
   const Case cases[] = {{2, 1, 2, 2, Schedule::k1F1B, 1, 1, 1},        {1, 2, 2, 2, Schedule::k1F1B, 1, 1, 1},
                         {2, 2, 1, 2, Schedule::kInterleaved, 2, 1, 1}, {1, 1, 2, 4, Schedule::kInterleaved, 2, 1, 1},
-                        {1, 1, 1, 2, Schedule::kDualPipeV, 2, 1, 1},  {2, 1, 2, 2, Schedule::kGpipe, 1, 2, 1},
+                        {1, 1, 1, 2, Schedule::kDualPipeV, 2, 1, 1},   {2, 1, 2, 2, Schedule::kGpipe, 1, 2, 1},
                         {2, 1, 4, 1, Schedule::k1F1B, 1, 2, 2},        {1, 2, 2, 2, Schedule::kInterleaved, 2, 4, 1}};
   for (const Case& c : cases) {
     CAPTURE(c.tp);
@@ -140,16 +140,19 @@ TEST_CASE("codegen's ranks and pipeline neighbours are the rank formula's") {
 TEST_CASE("groups that are not the rank generator's are refused") {
   LaunchPlan L = Launch(2, 1, 2, 2);  // tp groups {0, 1}, {2, 3}, ...
   std::swap(L.tp_groups[0], L.tp_groups[1]);
-  CHECK(Has(ReadBack(L), "field 'groups.tensor_parallel': group 0 is [2, 3] but tp 2, cp 1, dp 2, pp 2 in order "
-                         "tp-cp-dp-pp make [0, 1]; codegen the plan again"));
+  CHECK(Has(ReadBack(L),
+            "field 'groups.tensor_parallel': group 0 is [2, 3] but tp 2, cp 1, dp 2, pp 2 in order "
+            "tp-cp-dp-pp make [0, 1]; codegen the plan again"));
   L = Launch(2, 1, 2, 2);  // dp groups {0, 2}, {1, 3}, ...: members in another order
   std::swap(L.dp_groups[1][0], L.dp_groups[1][1]);
-  CHECK(Has(ReadBack(L), "field 'groups.data_parallel': group 1 is [3, 1] but tp 2, cp 1, dp 2, pp 2 in order "
-                         "tp-cp-dp-pp make [1, 3]"));
+  CHECK(Has(ReadBack(L),
+            "field 'groups.data_parallel': group 1 is [3, 1] but tp 2, cp 1, dp 2, pp 2 in order "
+            "tp-cp-dp-pp make [1, 3]"));
   L = Launch(1, 2, 1, 2);
   std::swap(L.pp_groups[0], L.pp_groups[1]);
-  CHECK(Has(ReadBack(L), "field 'groups.pipeline': group 0 is [1, 3] but tp 1, cp 2, dp 1, pp 2 in order tp-cp-dp-pp "
-                         "make [0, 2]"));
+  CHECK(Has(ReadBack(L),
+            "field 'groups.pipeline': group 0 is [1, 3] but tp 1, cp 2, dp 1, pp 2 in order tp-cp-dp-pp "
+            "make [0, 2]"));
   L = Launch(1, 2, 2, 1);
   std::swap(L.cp_groups[0], L.cp_groups[1]);
   CHECK(Has(ReadBack(L), "field 'groups.context_parallel': group 0 is [2, 3] but"));
@@ -157,8 +160,9 @@ TEST_CASE("groups that are not the rank generator's are refused") {
   L = LaunchOf(VirtualPlan(1, 1, 4, 1, Schedule::k1F1B, 1, 2, 1));
   REQUIRE(L.ep_groups == RankGroups{{0, 1}, {2, 3}});
   std::swap(L.ep_groups, L.edp_groups);
-  CHECK(Has(ReadBack(L), "field 'groups.expert_parallel': group 0 is [0, 2] but expert tp 1, ep 2, dp 2, pp 1 in order "
-                         "tp-ep-dp-pp make [0, 1]; codegen the plan again"));
+  CHECK(Has(ReadBack(L),
+            "field 'groups.expert_parallel': group 0 is [0, 2] but expert tp 1, ep 2, dp 2, pp 1 in order "
+            "tp-ep-dp-pp make [0, 1]; codegen the plan again"));
 }
 
 TEST_CASE("a rank in no data-parallel group is refused before any communicator split") {
@@ -195,7 +199,8 @@ TEST_CASE("a rank in two groups of a kind is refused") {
 TEST_CASE("tensor-parallel members must be listed in tp-rank order") {
   LaunchPlan L = Launch(2, 1, 2, 2);
   std::swap(L.tp_groups[0][0], L.tp_groups[0][1]);
-  CHECK(Has(ReadBack(L), "field 'groups.tensor_parallel[0]': rank 1 is member 0 of the group but its ranks entry says 1"));
+  CHECK(Has(ReadBack(L),
+            "field 'groups.tensor_parallel[0]': rank 1 is member 0 of the group but its ranks entry says 1"));
 }
 
 TEST_CASE("pipeline groups hold one replica's stages in order") {
@@ -219,13 +224,14 @@ TEST_CASE("context-parallel groups are required with cp > 1 and checked against 
 TEST_CASE("the ranks table must fill the layout exactly") {
   LaunchPlan L = Launch(1, 1, 2, 2);
   L.ranks[1].replica = 0;  // rank 1 now claims rank 0's slot
-  CHECK(Has(ReadBack(L), "field 'ranks[1]': rank 1 has the same stage 0, replica 0, tp_rank 0 and cp_rank 0 as an earlier rank"));
+  CHECK(Has(ReadBack(L),
+            "field 'ranks[1]': rank 1 has the same stage 0, replica 0, tp_rank 0 and cp_rank 0 as an earlier rank"));
   L = Launch(1, 1, 2, 2);
   L.ranks[3].replica = 5;
   CHECK(Has(ReadBack(L), "field 'ranks[3].replica': replica 5 does not exist: stage 1 has 2 replicas"));
   L = Launch(1, 1, 2, 2);
   L.dp = 1;  // with tp 2 below: the ranks, written for dp 2 and tp 1, no longer fill the layout
-  L.tp = 2;   // (stage replicas 2 != dp 1 reads as per-stage replication: (2 + 2) x tp 2 ranks)
+  L.tp = 2;  // (stage replicas 2 != dp 1 reads as per-stage replication: (2 + 2) x tp 2 ranks)
   CHECK(Has(ReadBack(L), "4 ranks, but the layout (tp 2, cp 1, dp 1, pp 2, stage replicas) has 8"));
 }
 
@@ -235,7 +241,7 @@ TEST_CASE("LayoutOf checks the batch split with a product that cannot overflow")
   CHECK_OK(LayoutOf(L, &y));
   CHECK(y.microbatches == 4);
   L.num_microbatches = int64_t{1} << 40;
-  L.dp = int64_t{1} << 40;  // the product overflows int64: refused, not wrapped into a match
+  L.dp = int64_t{1} << 40;                       // the product overflows int64: refused, not wrapped into a match
   for (auto& st : L.stages) st.replicas = L.dp;  // still uniform (replicas = dp)
   L.global_batch = 0;
   const Status s = LayoutOf(L, &y);
@@ -263,10 +269,13 @@ TEST_CASE("CheckLayerCover names the gap, the overlap and the layer past the mod
   CHECK_OK(CheckLayerCover("p.yaml", {{0, 3}, {4, 7}}, 8, "m.yaml"));
   CHECK_OK(CheckLayerCover("p.yaml", {{4, 7}, {0, 3}}, 8, "m.yaml"));  // listed by virtual stage, not by layer
   CHECK(CheckLayerCover("p.yaml", {{0, 3}, {4, 9}}, 8, "m.yaml").message() ==
-        "p.yaml: field 'stages[1].last_layer': layer 9 does not exist: m.yaml has 8 layers (0..7); solve again for this model");
-  CHECK(Has(CheckLayerCover("p.yaml", {{0, 3}, {3, 7}}, 8, "m.yaml").message(), "field 'stages[1].first_layer': stage starts at layer 3, but layer 3 is already in another stage"));
+        "p.yaml: field 'stages[1].last_layer': layer 9 does not exist: m.yaml has 8 layers (0..7); solve again for "
+        "this model");
+  CHECK(Has(CheckLayerCover("p.yaml", {{0, 3}, {3, 7}}, 8, "m.yaml").message(),
+            "field 'stages[1].first_layer': stage starts at layer 3, but layer 3 is already in another stage"));
   CHECK(Has(CheckLayerCover("p.yaml", {{0, 3}, {5, 7}}, 8, "m.yaml").message(), "layers 4..4 are in no stage"));
-  CHECK(Has(CheckLayerCover("p.yaml", {{0, 3}}, 8, "m.yaml").message(), "field 'stages': layers 4..7 of m.yaml are in no stage"));
+  CHECK(Has(CheckLayerCover("p.yaml", {{0, 3}}, 8, "m.yaml").message(),
+            "field 'stages': layers 4..7 of m.yaml are in no stage"));
 }
 
 }  // namespace

@@ -25,7 +25,11 @@ TEST_CASE("megatron.args of an MoE plan: experts, router, layer pattern, EP / ET
   ModelSpec m = testing::MoeModel(4, 8, 2, 1408, 1, 32);
   for (Layer& l : m.layers) {
     if (l.kind != LayerKind::kTransformerBlock && l.kind != LayerKind::kMoeBlock) continue;
-    for (auto [key, v] : {std::pair{"q_lora_rank", 0}, {"kv_lora_rank", 256}, {"qk_rope_head_dim", 32}, {"qk_nope_head_dim", 64}, {"v_head_dim", 64}}) {
+    for (auto [key, v] : {std::pair{"q_lora_rank", 0},
+                          {"kv_lora_rank", 256},
+                          {"qk_rope_head_dim", 32},
+                          {"qk_nope_head_dim", 64},
+                          {"v_head_dim", 64}}) {
       l.attrs.ints[key] = v;
     }
     if (l.kind != LayerKind::kMoeBlock) continue;
@@ -67,25 +71,44 @@ TEST_CASE("megatron.args of an MoE plan: experts, router, layer pattern, EP / ET
   REQUIRE_OK(GenerateLaunchFiles(plan, m, L, co, &files, &notes));
   const std::string mg = FileOf(files, "megatron.args");
   REQUIRE(!mg.empty());
-  for (const char* flag : {"--num-experts 8\n", "--moe-router-topk 2\n", "--moe-ffn-hidden-size 1408\n", "--moe-shared-expert-intermediate-size 1408\n",
-                           "--moe-layer-freq ([0]*1+[1]*3)\n", "--expert-model-parallel-size 4\n", "--expert-tensor-parallel-size 1\n",
-                           "--moe-token-dispatcher-type alltoall\n", "--moe-grouped-gemm\n", "--moe-router-score-function sigmoid\n",
-                           "--moe-router-load-balancing-type seq_aux_loss\n", "--moe-aux-loss-coeff 0.0001\n", "--moe-router-enable-expert-bias\n",
-                           "--moe-router-num-groups 4\n", "--moe-router-group-topk 2\n", "--overlap-moe-expert-parallel-comm\n",
-                           "--delay-wgrad-compute\n", "--multi-latent-attention\n", "--kv-lora-rank 256\n", "--qk-head-dim 64\n",
-                           "--qk-pos-emb-head-dim 32\n", "--v-head-dim 64\n", "--mtp-num-layers 1\n", "--sequence-parallel\n",
+  for (const char* flag : {"--num-experts 8\n",
+                           "--moe-router-topk 2\n",
+                           "--moe-ffn-hidden-size 1408\n",
+                           "--moe-shared-expert-intermediate-size 1408\n",
+                           "--moe-layer-freq ([0]*1+[1]*3)\n",
+                           "--expert-model-parallel-size 4\n",
+                           "--expert-tensor-parallel-size 1\n",
+                           "--moe-token-dispatcher-type alltoall\n",
+                           "--moe-grouped-gemm\n",
+                           "--moe-router-score-function sigmoid\n",
+                           "--moe-router-load-balancing-type seq_aux_loss\n",
+                           "--moe-aux-loss-coeff 0.0001\n",
+                           "--moe-router-enable-expert-bias\n",
+                           "--moe-router-num-groups 4\n",
+                           "--moe-router-group-topk 2\n",
+                           "--overlap-moe-expert-parallel-comm\n",
+                           "--delay-wgrad-compute\n",
+                           "--multi-latent-attention\n",
+                           "--kv-lora-rank 256\n",
+                           "--qk-head-dim 64\n",
+                           "--qk-pos-emb-head-dim 32\n",
+                           "--v-head-dim 64\n",
+                           "--mtp-num-layers 1\n",
+                           "--sequence-parallel\n",
                            "--tensor-model-parallel-size 2\n"}) {
     CHECK_MESSAGE(mg.find(flag) != std::string::npos, flag);
   }
-  CHECK(mg.find("--q-lora-rank") == std::string::npos);          // q_lora_rank 0: no query compression
-  CHECK(mg.find("--group-query-attention") == std::string::npos);  // MLA has no query groups
+  CHECK(mg.find("--q-lora-rank") == std::string::npos);                 // q_lora_rank 0: no query compression
+  CHECK(mg.find("--group-query-attention") == std::string::npos);       // MLA has no query groups
   CHECK(mg.find("--moe-expert-capacity-factor") == std::string::npos);  // dropless
   const std::string refused = FileOf(files, "deepspeed/refused.txt");
   CHECK(refused.find("mixture of experts (8 experts, top 2, ep 4)") != std::string::npos);
   CHECK(FileOf(files, "deepspeed/ds_config.json").empty());
 }
 
-TEST_CASE("megatron.args of an all-MoE softmax model: --moe-layer-freq 1, aux_loss, capacity; no MoE flags for a dense model") {
+TEST_CASE(
+    "megatron.args of an all-MoE softmax model: --moe-layer-freq 1, aux_loss, capacity; no MoE flags for a dense "
+    "model") {
   ModelSpec m = testing::MoeModel(2, 4, 1, 1024, 0, 16);
   for (Layer& l : m.layers) {
     if (l.kind != LayerKind::kMoeBlock) continue;
@@ -122,9 +145,10 @@ TEST_CASE("megatron.args of an all-MoE softmax model: --moe-layer-freq 1, aux_lo
       CHECK(FileOf(files, "deepspeed/refused.txt").empty());
       continue;
     }
-    for (const char* flag : {"--moe-layer-freq 1\n", "--expert-model-parallel-size 2\n", "--moe-router-score-function softmax\n",
-                             "--moe-router-load-balancing-type aux_loss\n", "--moe-aux-loss-coeff 0.01\n", "--moe-expert-capacity-factor 1.25\n",
-                             "--moe-pad-expert-input-to-capacity\n"}) {
+    for (const char* flag :
+         {"--moe-layer-freq 1\n", "--expert-model-parallel-size 2\n", "--moe-router-score-function softmax\n",
+          "--moe-router-load-balancing-type aux_loss\n", "--moe-aux-loss-coeff 0.01\n",
+          "--moe-expert-capacity-factor 1.25\n", "--moe-pad-expert-input-to-capacity\n"}) {
       CHECK_MESSAGE(mg.find(flag) != std::string::npos, flag);
     }
     CHECK(mg.find("--moe-router-enable-expert-bias") == std::string::npos);
@@ -159,7 +183,8 @@ ModelSpec SmallGpt(int64_t blocks, int64_t mtp) {
 
 // megatron.args (or megatron.args.refused, prefixed "refused: ") of a hand-made plan whose stages
 // (model order) end at the given last layers.
-std::string ExportSplit(const ModelSpec& m, Schedule schedule, int64_t pp, bool account, const std::vector<int64_t>& last_layers) {
+std::string ExportSplit(const ModelSpec& m, Schedule schedule, int64_t pp, bool account,
+                        const std::vector<int64_t>& last_layers) {
   Plan plan;
   plan.schedule = schedule;
   plan.pp = pp;
@@ -175,7 +200,11 @@ std::string ExportSplit(const ModelSpec& m, Schedule schedule, int64_t pp, bool 
   L.interleave = plan.interleave;
   L.microbatch_size = 1;
   L.global_batch = 64;
-  for (int64_t r = 0; r < pp; ++r) { LaunchRank x; x.rank = r; L.ranks.push_back(x); }  // the world Megatron-LM's rules are checked at
+  for (int64_t r = 0; r < pp; ++r) {
+    LaunchRank x;
+    x.rank = r;
+    L.ranks.push_back(x);
+  }  // the world Megatron-LM's rules are checked at
   int64_t first = 0;
   for (size_t q = 0; q < last_layers.size(); ++q) {
     LaunchStage s;
@@ -195,7 +224,9 @@ std::string ExportSplit(const ModelSpec& m, Schedule schedule, int64_t pp, bool 
 
 bool Has(const std::string& text, const std::string& what) { return text.find(what) != std::string::npos; }
 
-TEST_CASE("the pipeline split as Megatron-LM flags: its even split as such, any other split as the plan's layout in model order") {
+TEST_CASE(
+    "the pipeline split as Megatron-LM flags: its even split as such, any other split as the plan's layout in model "
+    "order") {
   // 8 blocks: layers 0 embedding, 1..8 block0..7, 9 final norm, 10 lm_head, 11 loss.
   const ModelSpec m = SmallGpt(8, 0);
   REQUIRE(m.layers.size() == 12);
@@ -220,7 +251,9 @@ TEST_CASE("the pipeline split as Megatron-LM flags: its even split as such, any 
     CHECK(Has(mg, "--pipeline-model-parallel-layout Ett|t|ttt|ttL\n"));
     CHECK(!Has(mg, "--num-layers-per-virtual-pipeline-stage"));
   }
-  SUBCASE("embedding and loss counted as a unit each (6 blocks + 2 = 4 chunks of 2): the layout, not Megatron's account flags") {
+  SUBCASE(
+      "embedding and loss counted as a unit each (6 blocks + 2 = 4 chunks of 2): the layout, not Megatron's account "
+      "flags") {
     const ModelSpec six = SmallGpt(6, 0);  // 0 embedding, 1..6 blocks, 7 norm, 8 head, 9 loss
     const std::string mg = ExportSplit(six, Schedule::kInterleaved, 2, true, {1, 3, 5, 9});
     CHECK(Has(mg, "--pipeline-model-parallel-layout Et|tt|tt|tL\n"));
@@ -245,18 +278,24 @@ TEST_CASE("an MTP module in the split: the layout places it (m), in the last vir
     CHECK(Has(mg, "--pipeline-model-parallel-layout Ettt|tttmL\n"));
     CHECK(Has(mg, "--mtp-num-layers 1\n"));
   }
-  SUBCASE("dualpipev, 2 x 2 chunks with the MTP module beside the loss: the chunks in model order (Megatron's looped placement)") {
+  SUBCASE(
+      "dualpipev, 2 x 2 chunks with the MTP module beside the loss: the chunks in model order (Megatron's looped "
+      "placement)") {
     const std::string mg = ExportSplit(m, Schedule::kDualPipeV, 2, true, {2, 4, 6, 10});
     CHECK(Has(mg, "--pipeline-model-parallel-layout Ett|tt|tt|mL\n"));
     CHECK(!Has(mg, "--account-for"));
   }
-  SUBCASE("interleaved with the MTP module in rank 1's first virtual stage: Megatron-LM refuses, so megatron.args.refused") {
+  SUBCASE(
+      "interleaved with the MTP module in rank 1's first virtual stage: Megatron-LM refuses, so "
+      "megatron.args.refused") {
     const std::string mg = ExportSplit(m, Schedule::kInterleaved, 2, false, {3, 7, 8, 10});
     CHECK(Has(mg, "refused: the plan puts its MTP module in chunk 1 (virtual stage 0 of pipeline rank 1)"));
   }
 }
 
-TEST_CASE("DeepSeek-V3 at pp 16, dualpipev: the layout holds the plan's 32 chunks (embedding + 1 block, 30 x 2 blocks, MTP + loss) in model order") {
+TEST_CASE(
+    "DeepSeek-V3 at pp 16, dualpipev: the layout holds the plan's 32 chunks (embedding + 1 block, 30 x 2 blocks, MTP + "
+    "loss) in model order") {
   ModelSpec m;
   REQUIRE_OK(LoadModelSpec(testing::SourcePath("configs/models/deepseek-v3.yaml"), &m));
   ClusterSpec c;
@@ -278,11 +317,14 @@ TEST_CASE("DeepSeek-V3 at pp 16, dualpipev: the layout holds the plan's 32 chunk
   for (int i = 0; i < 30; ++i) layout += "|tt";
   layout += "|mL";
   CHECK(Has(mg, "--pipeline-model-parallel-layout " + layout + "\n"));
-  for (const char* flag : {"--num-layers 61\n", "--mtp-num-layers 1\n", "--moe-layer-freq ([0]*3+[1]*58)\n", "--qk-layernorm\n", "--qk-head-dim 128\n",
-                           "--qk-pos-emb-head-dim 64\n", "--pipeline-model-parallel-size 16\n"}) {
+  for (const char* flag :
+       {"--num-layers 61\n", "--mtp-num-layers 1\n", "--moe-layer-freq ([0]*3+[1]*58)\n", "--qk-layernorm\n",
+        "--qk-head-dim 128\n", "--qk-pos-emb-head-dim 64\n", "--pipeline-model-parallel-size 16\n"}) {
     CHECK_MESSAGE(Has(mg, flag), flag);
   }
-  for (const char* flag : {"--account-for", "--num-layers-per-virtual-pipeline-stage", "--kv-channels", "--group-query-attention"}) CHECK_MESSAGE(!Has(mg, flag), flag);
+  for (const char* flag :
+       {"--account-for", "--num-layers-per-virtual-pipeline-stage", "--kv-channels", "--group-query-attention"})
+    CHECK_MESSAGE(!Has(mg, flag), flag);
   bool looped_note = false;
   for (const auto& n : notes) looped_note = looped_note || Has(n, "chunk q on pipeline rank q mod pp, not the V");
   CHECK(looped_note);
@@ -292,10 +334,13 @@ TEST_CASE("DeepSeek-V3 at pp 16, dualpipev: the layout holds the plan's 32 chunk
   CHECK(!Has(mg, "--moe-router-topk-scaling-factor"));  // the model file does not carry it
 }
 
-TEST_CASE("a head width other than hidden / heads is --kv-channels (Qwen3-30B-A3B: 128 at h 2048 and 32 heads); none when it is hidden / heads") {
+TEST_CASE(
+    "a head width other than hidden / heads is --kv-channels (Qwen3-30B-A3B: 128 at h 2048 and 32 heads); none when it "
+    "is hidden / heads") {
   ModelSpec qwen;
   REQUIRE_OK(LoadModelSpec(testing::SourcePath("configs/models/qwen3-30b-a3b.yaml"), &qwen));
-  CHECK(Has(ExportSplit(qwen, Schedule::k1F1B, 1, false, {static_cast<int64_t>(qwen.layers.size()) - 1}), "--kv-channels 128\n"));
+  CHECK(Has(ExportSplit(qwen, Schedule::k1F1B, 1, false, {static_cast<int64_t>(qwen.layers.size()) - 1}),
+            "--kv-channels 128\n"));
   CHECK(!Has(ExportSplit(SmallGpt(8, 0), Schedule::k1F1B, 1, false, {11}), "--kv-channels"));
 }
 

@@ -160,7 +160,9 @@ TEST_CASE("a valid plan passes every rule: megatron.args and megatron.sh written
   CHECK(MegatronRuleViolation(ValidArgs(), ValidCheck()).empty());
 }
 
-TEST_CASE("approximations are written with exactly one note each: GPipe and ZB-H1 run 1F1B, ps runs Megatron's all-reduce; none with one stage") {
+TEST_CASE(
+    "approximations are written with exactly one note each: GPipe and ZB-H1 run 1F1B, ps runs Megatron's all-reduce; "
+    "none with one stage") {
   auto megatron_notes = [](const Export& e) {
     std::vector<std::string> out;
     for (const auto& n : e.notes) {
@@ -177,8 +179,10 @@ TEST_CASE("approximations are written with exactly one note each: GPipe and ZB-H
   CHECK(megatron_notes(Run(Gpt(8), Shape{.schedule = Schedule::kGpipe, .last_layers = {11}})).empty());
   const Export ps = Run(Gpt(8), Shape{.dp = 2, .last_layers = {11}, .dp_comm = DpComm::kParameterServer});
   REQUIRE(megatron_notes(ps).size() == 1);
-  CHECK(Has(megatron_notes(ps)[0], "dp_comm ps has no Megatron-LM equivalent: Megatron-LM all-reduces the gradients over NCCL in its data-parallel groups, "
-                                   "without the plan's 1 summation server(s)"));
+  CHECK(Has(megatron_notes(ps)[0],
+            "dp_comm ps has no Megatron-LM equivalent: Megatron-LM all-reduces the gradients over NCCL in its "
+            "data-parallel groups, "
+            "without the plan's 1 summation server(s)"));
   CHECK(!ps.args.empty());
 }
 
@@ -200,7 +204,8 @@ TEST_CASE("rule: per-stage replication (2-1, one schedule for all) is refused") 
 }
 
 TEST_CASE("rule: ZeRO-2/3 with pipelining is refused (Megatron-FSDP has no pipeline)") {
-  CheckRefused(Run(Gpt(8), Shape{.pp = 2, .zero = ZeroStage::kParameters, .last_layers = {4, 11}}), "ZeRO-3 with pipelining (pp 2)");
+  CheckRefused(Run(Gpt(8), Shape{.pp = 2, .zero = ZeroStage::kParameters, .last_layers = {4, 11}}),
+               "ZeRO-3 with pipelining (pp 2)");
   const Export fsdp = Run(Gpt(8), Shape{.dp = 2, .zero = ZeroStage::kParameters, .last_layers = {11}});
   CHECK(Has(fsdp.args, "--use-megatron-fsdp\n--data-parallel-sharding-strategy optim_grads_params\n"));
   CHECK(!Has(fsdp.args, "--use-distributed-optimizer"));
@@ -228,7 +233,8 @@ TEST_CASE("rule: query groups a multiple or a divisor of tp (TransformerConfig)"
 
 TEST_CASE("rule: hidden size divisible by the heads without --kv-channels (validate_args)") {
   const std::string args = Replace(ValidArgs(), "--hidden-size 1024\n", "--hidden-size 1000\n");
-  CHECK(MegatronRuleViolation(args, ValidCheck()) == "hidden size 1000 is not divisible by 16 heads and no --kv-channels (validate_args)");
+  CHECK(MegatronRuleViolation(args, ValidCheck()) ==
+        "hidden size 1000 is not divisible by 16 heads and no --kv-channels (validate_args)");
   CHECK(MegatronRuleViolation(args + "--kv-channels 64\n", ValidCheck()).empty());
 }
 
@@ -266,19 +272,23 @@ TEST_CASE("rule: the pipeline layout starts with E and ends with L, each once (v
 }
 
 TEST_CASE("rule: the pipeline layout places every decoder block once (validate_layer_layout)") {
-  const std::string args = Replace(ValidArgs(), "--micro-batch-size", "--pipeline-model-parallel-layout Ett|ttttL\n--micro-batch-size");
-  CHECK(MegatronRuleViolation(args, ValidCheck()) == "the pipeline layout places 6 decoder blocks, the model has 8 (validate_layer_layout)");
+  const std::string args =
+      Replace(ValidArgs(), "--micro-batch-size", "--pipeline-model-parallel-layout Ett|ttttL\n--micro-batch-size");
+  CHECK(MegatronRuleViolation(args, ValidCheck()) ==
+        "the pipeline layout places 6 decoder blocks, the model has 8 (validate_layer_layout)");
 }
 
 TEST_CASE("rule: the pipeline layout's MTP modules equal --mtp-num-layers (validate_layer_layout)") {
-  const std::string args = Replace(ValidArgs(), "--micro-batch-size", "--pipeline-model-parallel-layout Etttt|ttttmL\n--micro-batch-size");
+  const std::string args =
+      Replace(ValidArgs(), "--micro-batch-size", "--pipeline-model-parallel-layout Etttt|ttttmL\n--micro-batch-size");
   CHECK(MegatronRuleViolation(args, ValidCheck()) == "the pipeline layout places 1 MTP modules, --mtp-num-layers is 0");
   CHECK(MegatronRuleViolation(args + "--mtp-num-layers 1\n", ValidCheck()).empty());
 }
 
 TEST_CASE("rule: without a layout the layers divisible by pp (validate_args)") {
   const std::string args = Replace(ValidArgs(), "--num-layers 8\n", "--num-layers 9\n");
-  CHECK(MegatronRuleViolation(args, ValidCheck()) == "9 layers are not divisible by pp 2 without a pipeline layout (validate_args)");
+  CHECK(MegatronRuleViolation(args, ValidCheck()) ==
+        "9 layers are not divisible by pp 2 without a pipeline layout (validate_args)");
 }
 
 TEST_CASE("rule: layers per pipeline rank divisible by --num-layers-per-virtual-pipeline-stage (validate_args)") {
@@ -288,31 +298,43 @@ TEST_CASE("rule: layers per pipeline rank divisible by --num-layers-per-virtual-
 }
 
 TEST_CASE("rule: virtual stages need pp > 1 (validate_args)") {
-  const std::string args = Replace(Replace(ValidArgs(), "--pipeline-model-parallel-size 2\n", "--pipeline-model-parallel-size 1\n"), "--micro-batch-size",
-                                   "--pipeline-model-parallel-layout Etttt|ttttL\n--micro-batch-size");
+  const std::string args =
+      Replace(Replace(ValidArgs(), "--pipeline-model-parallel-size 2\n", "--pipeline-model-parallel-size 1\n"),
+              "--micro-batch-size", "--pipeline-model-parallel-layout Etttt|ttttL\n--micro-batch-size");
   const MegatronCheck c{.world = 1, .dp = 1, .interleave = 2, .blocks = {4, 4}};
-  CHECK(MegatronRuleViolation(args, c) == "2 virtual stages per rank with pp 1: Megatron-LM's interleaved schedule needs pp > 1 (validate_args)");
+  CHECK(MegatronRuleViolation(args, c) ==
+        "2 virtual stages per rank with pp 1: Megatron-LM's interleaved schedule needs pp > 1 (validate_args)");
 }
 
-TEST_CASE("rule: Megatron-LM's virtual pipeline equals the plan's interleave exactly (no rounding: a v=2 plan never runs v=3)") {
+TEST_CASE(
+    "rule: Megatron-LM's virtual pipeline equals the plan's interleave exactly (no rounding: a v=2 plan never runs "
+    "v=3)") {
   // 12 blocks, pp 2: --num-layers-per-virtual-pipeline-stage 2 is vp (12 / 2) / 2 = 3, the plan has 2.
   const ModelSpec m = Gpt(12);
   const std::string base = Run(m, Shape{.pp = 2, .last_layers = {6, 15}}).args;
   const MegatronCheck c{.world = 2, .dp = 1, .interleave = 2, .blocks = {3, 3, 3, 3}};
-  CHECK(MegatronRuleViolation(base + "--num-layers-per-virtual-pipeline-stage 2\n", c) == "Megatron-LM would run 3 virtual stages per pipeline rank, the plan 2");
+  CHECK(MegatronRuleViolation(base + "--num-layers-per-virtual-pipeline-stage 2\n", c) ==
+        "Megatron-LM would run 3 virtual stages per pipeline rank, the plan 2");
   CHECK(MegatronRuleViolation(base + "--num-layers-per-virtual-pipeline-stage 3\n", c).empty());
   // Through codegen: a pp 1 plan with 2 chunks per rank has no Megatron-LM flag for them.
-  CheckRefused(Run(Gpt(8), Shape{.interleave = 2, .last_layers = {4, 11}}), "Megatron-LM would run 1 virtual stages per pipeline rank, the plan 2");
+  CheckRefused(Run(Gpt(8), Shape{.interleave = 2, .last_layers = {4, 11}}),
+               "Megatron-LM would run 1 virtual stages per pipeline rank, the plan 2");
   // An uneven interleaved plan (3 + 1 + 2 + 2 blocks) is its layout, never the rounded-down flag.
-  const Export e = Run(Gpt(8), Shape{.pp = 2, .interleave = 2, .schedule = Schedule::kInterleaved, .last_layers = {3, 4, 6, 11}});
+  const Export e =
+      Run(Gpt(8), Shape{.pp = 2, .interleave = 2, .schedule = Schedule::kInterleaved, .last_layers = {3, 4, 6, 11}});
   CHECK(Has(e.args, "--pipeline-model-parallel-layout Ettt|t|tt|ttL\n"));
   CHECK(!Has(e.args, "--num-layers-per-virtual-pipeline-stage"));
 }
 
-TEST_CASE("rule: interleaved, microbatches in groups Megatron-LM's schedule takes (forward_backward_pipelining_with_interleaving)") {
+TEST_CASE(
+    "rule: interleaved, microbatches in groups Megatron-LM's schedule takes "
+    "(forward_backward_pipelining_with_interleaving)") {
   // 8 blocks, pp 2 x v 2 of 2 blocks. One microbatch for pp 2: no group fits, refused.
-  const Shape one{.pp = 2, .interleave = 2, .global_batch = 1, .schedule = Schedule::kInterleaved, .last_layers = {2, 4, 6, 11}};
-  CheckRefused(Run(Gpt(8), one), "1 microbatches in groups of 2 with pp 2 and 2 virtual stages: Megatron-LM's interleaved schedule needs pp <= group");
+  const Shape one{
+      .pp = 2, .interleave = 2, .global_batch = 1, .schedule = Schedule::kInterleaved, .last_layers = {2, 4, 6, 11}};
+  CheckRefused(Run(Gpt(8), one),
+               "1 microbatches in groups of 2 with pp 2 and 2 virtual stages: Megatron-LM's interleaved schedule needs "
+               "pp <= group");
   // 3 microbatches: Megatron's default groups of pp = 2 leave 1 (< pp): groups of 3, with a note.
   Shape three = one;
   three.global_batch = 3;
@@ -323,7 +345,8 @@ TEST_CASE("rule: interleaved, microbatches in groups Megatron-LM's schedule take
   CHECK(noted);
   CHECK(MegatronRuleViolation(Replace(e.args, "--microbatch-group-size-per-virtual-pipeline-stage 3\n", ""),
                               MegatronCheck{.world = 2, .dp = 1, .interleave = 2, .blocks = {2, 2, 2, 2}}) ==
-        "3 microbatches in groups of 2 with pp 2 and 2 virtual stages: Megatron-LM's interleaved schedule needs pp <= group <= microbatches "
+        "3 microbatches in groups of 2 with pp 2 and 2 virtual stages: Megatron-LM's interleaved schedule needs pp <= "
+        "group <= microbatches "
         "and the last group empty or at least pp (schedules.py)");
   // 4 microbatches: the default groups, no flag.
   three.global_batch = 4;
@@ -332,7 +355,8 @@ TEST_CASE("rule: interleaved, microbatches in groups Megatron-LM's schedule take
 
 TEST_CASE("rule: Megatron-LM's split equals the plan's blocks per stage") {
   const MegatronCheck c{.world = 2, .dp = 1, .interleave = 1, .blocks = {3, 5}};
-  CHECK(MegatronRuleViolation(ValidArgs(), c) == "Megatron-LM's split (4 4 blocks per virtual stage) differs from the plan's (3 5)");
+  CHECK(MegatronRuleViolation(ValidArgs(), c) ==
+        "Megatron-LM's split (4 4 blocks per virtual stage) differs from the plan's (3 5)");
 }
 
 TEST_CASE("rule: never a 0 in --decoder-first/last-pipeline-num-layers") {

@@ -23,7 +23,8 @@ namespace planner {
 namespace {
 
 // PipeDream's optimizer on a vendored profile graph (tests/data/pipedream/).
-PipeDreamResult Solve(const std::string& model, const std::vector<int64_t>& machines, const std::vector<double>& bandwidths) {
+PipeDreamResult Solve(const std::string& model, const std::vector<int64_t>& machines,
+                      const std::vector<double>& bandwidths) {
   const std::string path = testing::SourcePath("tests/data/pipedream/" + model + "/graph.txt");
   REQUIRE(std::filesystem::is_regular_file(path));
   Profile p;
@@ -75,7 +76,8 @@ TEST_CASE("resnet50 on 2 servers x 4 GPUs (PipeDream -n 4 2): 2-2-2-2 with each 
   // the level below splits each server's 4 GPUs into 4 stages: stage s on GPU s of server 0 and 1.
   const PipeDreamResult r = Solve("resnet50", {4, 2}, {1.2e10, 1.25e9});
   REQUIRE(r.config == "2-2-2-2");
-  for (size_t s = 0; s < 4; ++s) CHECK(r.stages[s].devices == std::vector<int64_t>{static_cast<int64_t>(s), static_cast<int64_t>(s) + 4});
+  for (size_t s = 0; s < 4; ++s)
+    CHECK(r.stages[s].devices == std::vector<int64_t>{static_cast<int64_t>(s), static_cast<int64_t>(s) + 4});
   CodegenOptions o;
   o.gpus_per_node = 4;
   LaunchPlan L;
@@ -90,7 +92,9 @@ TEST_CASE("resnet50 on 2 servers x 4 GPUs (PipeDream -n 4 2): 2-2-2-2 with each 
   CHECK(L.dp_groups[0] == std::vector<int64_t>{0, 4});
 }
 
-TEST_CASE("vgg16 on 2 servers x 4 GPUs (PipeDream -n 4 2): 4-1-1-1-1, the replicated stage on server 0, the rest on server 1") {
+TEST_CASE(
+    "vgg16 on 2 servers x 4 GPUs (PipeDream -n 4 2): 4-1-1-1-1, the replicated stage on server 0, the rest on server "
+    "1") {
   // Top level: (0, a) on server 0, the rest on server 1; inside server 0 one stage on 4 GPUs.
   const PipeDreamResult r = Solve("vgg16", {4, 2}, {1.2e10, 1.25e9});
   REQUIRE(r.config == "4-1-1-1-1");
@@ -105,8 +109,11 @@ TEST_CASE("vgg16 on 2 servers x 4 GPUs (PipeDream -n 4 2): 4-1-1-1-1, the replic
   for (size_t s = 1; s < 5; ++s) CHECK(nodes[s] == std::set<int64_t>{1});
 }
 
-TEST_CASE("every PipeDream hierarchical result's devices: each device once, replicas = devices, a top-level stage's sub-stages alike on each of its servers") {
-  for (const auto& [model, m1, m2] : {std::tuple{"resnet50", 4, 2}, {"resnet18", 4, 2}, {"vgg16", 4, 4}, {"vgg16", 8, 2}, {"resnet101", 4, 2}}) {
+TEST_CASE(
+    "every PipeDream hierarchical result's devices: each device once, replicas = devices, a top-level stage's "
+    "sub-stages alike on each of its servers") {
+  for (const auto& [model, m1, m2] :
+       {std::tuple{"resnet50", 4, 2}, {"resnet18", 4, 2}, {"vgg16", 4, 4}, {"vgg16", 8, 2}, {"resnet101", 4, 2}}) {
     INFO(model, " ", m1, "x", m2);
     const PipeDreamResult r = Solve(model, {m1, m2}, {1.2e10, 1.25e9});
     std::set<int64_t> seen;
@@ -156,7 +163,8 @@ TEST_CASE("auto mode's per-stage replication (no devices list) keeps consecutive
 // as auto mode places them) or across both (devices {0, 2} and {1, 3}, as PipeDream's hierarchy
 // with one top-level stage on both servers puts them). planner run on thread ranks trains the same
 // losses either way (a replica's data follows its replica index, not its rank), and they fall.
-TEST_CASE("planner run of a 2-2 plan with its replicas across nodes trains the same losses as with them within a node") {
+TEST_CASE(
+    "planner run of a 2-2 plan with its replicas across nodes trains the same losses as with them within a node") {
   ClusterSpec cluster;
   REQUIRE_OK(LoadClusterSpec(testing::SourcePath("configs/clusters/dgx-a100.yaml"), &cluster));
   ModelSpec model;
@@ -200,7 +208,8 @@ TEST_CASE("planner run of a 2-2 plan with its replicas across nodes trains the s
   }
   REQUIRE(losses[0].size() == 10);
   CHECK(losses[0] == losses[1]);
-  const double first = (losses[1][0] + losses[1][1] + losses[1][2]) / 3, last = (losses[1][7] + losses[1][8] + losses[1][9]) / 3;
+  const double first = (losses[1][0] + losses[1][1] + losses[1][2]) / 3,
+               last = (losses[1][7] + losses[1][8] + losses[1][9]) / 3;
   MESSAGE("2-2 across nodes: loss, first 3 mean " << first << ", last 3 mean " << last);
   CHECK(last < first - 0.05);
 }

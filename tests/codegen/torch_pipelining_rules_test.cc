@@ -52,7 +52,9 @@ LaunchPlan Launch(Schedule s, int64_t pp, int64_t dp, int64_t tp, int64_t stages
   return L;
 }
 
-std::string Violation(const ModelSpec& m, const LaunchPlan& L) { return TorchPipeliningRuleViolation(m, L, TorchScheduleClass(L)); }
+std::string Violation(const ModelSpec& m, const LaunchPlan& L) {
+  return TorchPipeliningRuleViolation(m, L, TorchScheduleClass(L));
+}
 
 std::pair<codegen_internal::Files, std::vector<std::string>> Export(const ModelSpec& m, const LaunchPlan& L) {
   codegen_internal::Files files;
@@ -78,18 +80,23 @@ TEST_CASE("torch_pipelining rule: world size = pp x dp x tp") {
 
 TEST_CASE("torch_pipelining rule: stages per rank of the schedule class (DualPipeV takes 2)") {
   const LaunchPlan L = Launch(Schedule::kDualPipeV, 2, 1, 1, 2, 4);
-  CHECK(Violation(Tiny(), L) == "stages per rank: ScheduleDualPipeV takes 2 stage(s) per rank, so pp 2 needs 4 stages, not 2");
+  CHECK(Violation(Tiny(), L) ==
+        "stages per rank: ScheduleDualPipeV takes 2 stage(s) per rank, so pp 2 needs 4 stages, not 2");
 }
 
 TEST_CASE("torch_pipelining rule: stages cover the layers in order") {
   LaunchPlan L = Launch(Schedule::k1F1B, 2, 1, 1, 2, 4);
   L.stages[1].first_layer = 5;  // layer 4 in no stage
-  CHECK(Violation(Tiny(), L) == "stage boundaries: a stage starts at layer 5, not 4 (stages must cover the layers in order)");
+  CHECK(Violation(Tiny(), L) ==
+        "stage boundaries: a stage starts at layer 5, not 4 (stages must cover the layers in order)");
 }
 
-TEST_CASE("torch_pipelining rule: Schedule1F1B needs n_microbatches >= stages; a 1f1b plan below it is written as ScheduleGPipe") {
+TEST_CASE(
+    "torch_pipelining rule: Schedule1F1B needs n_microbatches >= stages; a 1f1b plan below it is written as "
+    "ScheduleGPipe") {
   const LaunchPlan L = Launch(Schedule::k1F1B, 2, 1, 1, 2, 1);
-  CHECK(TorchPipeliningRuleViolation(Tiny(), L, "Schedule1F1B") == "microbatches: Schedule1F1B needs n_microbatches >= stages (1 < 2)");
+  CHECK(TorchPipeliningRuleViolation(Tiny(), L, "Schedule1F1B") ==
+        "microbatches: Schedule1F1B needs n_microbatches >= stages (1 < 2)");
   CHECK(TorchScheduleClass(L) == "ScheduleGPipe");
   CHECK(Violation(Tiny(), L) == "");
   auto [files, notes] = Export(Tiny(), L);
@@ -106,10 +113,15 @@ TEST_CASE("torch_pipelining rule: ScheduleDualPipeV needs n_microbatches >= stag
 
 TEST_CASE("torch_pipelining rule: interleaved schedules need n_microbatches a multiple of max(1, m / pp)") {
   const LaunchPlan L = Launch(Schedule::kInterleaved, 4, 1, 1, 8, 9);
-  CHECK(Violation(Tiny(), L) == "microbatches: ScheduleInterleaved1F1B needs n_microbatches a multiple of its rounds max(1, m / pp) = 2 (m = 9)");
+  CHECK(
+      Violation(Tiny(), L) ==
+      "microbatches: ScheduleInterleaved1F1B needs n_microbatches a multiple of its rounds max(1, m / pp) = 2 (m = 9)");
   const LaunchPlan Z = Launch(Schedule::kZbH1, 4, 1, 1, 4, 9);
-  CHECK(Violation(Tiny(), Z) == "microbatches: ScheduleInterleavedZeroBubble needs n_microbatches a multiple of its rounds max(1, m / pp) = 2 (m = 9)");
-  CHECK(Violation(Tiny(), Launch(Schedule::kZbH1, 4, 1, 1, 4, 3)) == "");  // fewer than pp: one round (torch's docstring example)
+  CHECK(Violation(Tiny(), Z) ==
+        "microbatches: ScheduleInterleavedZeroBubble needs n_microbatches a multiple of its rounds max(1, m / pp) = 2 "
+        "(m = 9)");
+  CHECK(Violation(Tiny(), Launch(Schedule::kZbH1, 4, 1, 1, 4, 3)) ==
+        "");  // fewer than pp: one round (torch's docstring example)
 }
 
 TEST_CASE("torch_pipelining rule: microbatch x microbatches x dp = global batch") {
@@ -119,15 +131,18 @@ TEST_CASE("torch_pipelining rule: microbatch x microbatches x dp = global batch"
 }
 
 TEST_CASE("torch_pipelining rule: heads divisible by tp") {
-  CHECK(Violation(Tiny(), Launch(Schedule::k1F1B, 2, 1, 3, 2, 4)) == "tensor parallelism: 4 heads not divisible by tp 3 (ColwiseParallel splits the heads)");
+  CHECK(Violation(Tiny(), Launch(Schedule::k1F1B, 2, 1, 3, 2, 4)) ==
+        "tensor parallelism: 4 heads not divisible by tp 3 (ColwiseParallel splits the heads)");
 }
 
 TEST_CASE("torch_pipelining rule: KV heads divisible by tp") {
-  CHECK(Violation(Tiny(4, 2), Launch(Schedule::k1F1B, 2, 1, 4, 2, 4)) == "tensor parallelism: 2 KV heads not divisible by tp 4");
+  CHECK(Violation(Tiny(4, 2), Launch(Schedule::k1F1B, 2, 1, 4, 2, 4)) ==
+        "tensor parallelism: 2 KV heads not divisible by tp 4");
 }
 
 TEST_CASE("torch_pipelining rule: ffn divisible by tp") {
-  CHECK(Violation(Tiny(4, 0, 511), Launch(Schedule::k1F1B, 2, 1, 2, 2, 4)) == "tensor parallelism: ffn 511 not divisible by tp 2");
+  CHECK(Violation(Tiny(4, 0, 511), Launch(Schedule::k1F1B, 2, 1, 2, 2, 4)) ==
+        "tensor parallelism: ffn 511 not divisible by tp 2");
 }
 
 TEST_CASE("torch_pipelining refuses what torch.distributed.pipelining cannot run as planned, in a file and a note") {
@@ -139,9 +154,11 @@ TEST_CASE("torch_pipelining refuses what torch.distributed.pipelining cannot run
   rep.stages[0].replicas = 2;  // 2-1: per-stage replication
   rep.ranks.resize(3);
   LaunchPlan bad = Launch(Schedule::kDualPipeV, 2, 1, 1, 4, 3);
-  for (const auto& [L, why] : std::vector<std::pair<LaunchPlan, std::string>>{
-           {pd, "PipeDream's asynchronous schedule"}, {cp, "context parallelism (cp 2)"}, {rep, "per-stage replication"},
-           {bad, "ScheduleDualPipeV needs n_microbatches >= stages"}}) {
+  for (const auto& [L, why] :
+       std::vector<std::pair<LaunchPlan, std::string>>{{pd, "PipeDream's asynchronous schedule"},
+                                                       {cp, "context parallelism (cp 2)"},
+                                                       {rep, "per-stage replication"},
+                                                       {bad, "ScheduleDualPipeV needs n_microbatches >= stages"}}) {
     auto [files, notes] = Export(m, L);
     REQUIRE(files.size() == 1);
     CHECK(files[0].first == "torch_pipelining.py.refused");
@@ -160,10 +177,13 @@ TEST_CASE("torch_pipelining.py: the mesh, the stage list and the stages' layer n
   auto [files, notes] = Export(Tiny(), Launch(Schedule::kDualPipeV, 2, 2, 2, 4, 4));
   REQUIRE(files.size() == 1);
   const std::string& py = files[0].second;
-  for (const char* want : {"WORLD, PP, DP, TP = 8, 2, 2, 2\n", "SCHEDULE = \"ScheduleDualPipeV\"\n", "STAGES_PER_RANK = 2\n", "STAGE_STYLE = \"v\"",
-                           "    [\"embedding\", \"block0\"],\n    [\"block1\", \"block2\"],\n    [\"block3\", \"final_layernorm\"],\n    [\"lm_head\", \"loss\"],\n",
-                           "init_device_mesh(\"cuda\" if cuda else \"cpu\", (PP, DP, TP), mesh_dim_names=(\"pp\", \"dp\", \"tp\"))",
-                           "cls(stages[0] if single else stages, n_microbatches=N_MICROBATCHES, loss_fn=loss_fn)"}) {
+  for (const char* want :
+       {"WORLD, PP, DP, TP = 8, 2, 2, 2\n", "SCHEDULE = \"ScheduleDualPipeV\"\n", "STAGES_PER_RANK = 2\n",
+        "STAGE_STYLE = \"v\"",
+        "    [\"embedding\", \"block0\"],\n    [\"block1\", \"block2\"],\n    [\"block3\", \"final_layernorm\"],\n    "
+        "[\"lm_head\", \"loss\"],\n",
+        "init_device_mesh(\"cuda\" if cuda else \"cpu\", (PP, DP, TP), mesh_dim_names=(\"pp\", \"dp\", \"tp\"))",
+        "cls(stages[0] if single else stages, n_microbatches=N_MICROBATCHES, loss_fn=loss_fn)"}) {
     CHECK_MESSAGE(py.find(want) != std::string::npos, want);
   }
 }

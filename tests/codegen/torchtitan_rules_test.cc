@@ -37,13 +37,15 @@ TEST_CASE("torchtitan rules: the reference settings break none") { CHECK(Torchti
 TEST_CASE("torchtitan rule: the degrees multiply to the world size") {
   TorchtitanCheck c = Good();
   c.dp_replicate = 2;
-  CHECK(TorchtitanRuleViolation(c) == "dp_replicate 2 x dp_shard 2 x cp 1 x tp 8 x pp 2 != world size 32 (ParallelDims._validate)");
+  CHECK(TorchtitanRuleViolation(c) ==
+        "dp_replicate 2 x dp_shard 2 x cp 1 x tp 8 x pp 2 != world size 32 (ParallelDims._validate)");
 }
 
 TEST_CASE("torchtitan rule: local batch a multiple of the pipeline microbatch") {
   TorchtitanCheck c = Good();
   c.microbatch = 3;
-  CHECK(Says(TorchtitanRuleViolation(c), "local_batch_size 16 is not a multiple of pipeline_parallel_microbatch_size 3"));
+  CHECK(
+      Says(TorchtitanRuleViolation(c), "local_batch_size 16 is not a multiple of pipeline_parallel_microbatch_size 3"));
 }
 
 TEST_CASE("torchtitan rule: global batch = local x data parallel") {
@@ -82,7 +84,8 @@ TEST_CASE("torchtitan rule: TP shards whole heads and KV heads") {
   TorchtitanCheck c = Good();
   c.tp = 16;
   c.world = 64;
-  CHECK(TorchtitanRuleViolation(c) == "32 heads / 8 KV heads are not divisible by tp 16 (torchtitan's TP shards whole heads)");
+  CHECK(TorchtitanRuleViolation(c) ==
+        "32 heads / 8 KV heads are not divisible by tp 16 (torchtitan's TP shards whole heads)");
 }
 
 TEST_CASE("torchtitan rule: seq a multiple of 2 cp") {

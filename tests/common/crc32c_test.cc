@@ -30,7 +30,8 @@ TEST_CASE("CRC-32C matches the published check values") {
   CHECK(Crc32c("a") == 0xC1D04330u);
   // RFC 3720 appendix B.4: 32 bytes of zeros, of ones, ascending and descending.
   std::string zeros(32, '\0'), ones(32, '\xff'), up(32, '\0'), down(32, '\0');
-  for (int i = 0; i < 32; ++i) up[static_cast<size_t>(i)] = static_cast<char>(i), down[static_cast<size_t>(i)] = static_cast<char>(31 - i);
+  for (int i = 0; i < 32; ++i)
+    up[static_cast<size_t>(i)] = static_cast<char>(i), down[static_cast<size_t>(i)] = static_cast<char>(31 - i);
   CHECK(Crc32c(zeros) == 0x8A9136AAu);
   CHECK(Crc32c(ones) == 0x62A8AB43u);
   CHECK(Crc32c(up) == 0x46DD794Eu);
@@ -74,7 +75,8 @@ TEST_CASE("two threads writing one path at once: every commit whole, no temporar
   std::vector<int> failures(4, 0);
   for (int id = 0; id < 4; ++id) {
     threads.emplace_back([&, id] {
-      for (int k = 0; k < 50; ++k) failures[static_cast<size_t>(id)] += !WriteFileAtomic(target.string(), Content(id)).ok();
+      for (int k = 0; k < 50; ++k)
+        failures[static_cast<size_t>(id)] += !WriteFileAtomic(target.string(), Content(id)).ok();
     });
   }
   for (auto& t : threads) t.join();

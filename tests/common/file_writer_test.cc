@@ -98,7 +98,8 @@ TEST_CASE("AtomicFile: a missing directory, a directory and a device are refused
   Status s = WriteFileAtomic(d / "no/such/dir/p.yaml", "x");
   CHECK(s.code() == StatusCode::kNotFound);
   CHECK(ExitCodeFor(s) == kExitInput);
-  CHECK(s.message() == (d / "no/such/dir/p.yaml") + ": cannot write the file: directory '" + (d / "no/such/dir") + "' does not exist; create it first");
+  CHECK(s.message() == (d / "no/such/dir/p.yaml") + ": cannot write the file: directory '" + (d / "no/such/dir") +
+                           "' does not exist; create it first");
 
   s = WriteFileAtomic(d.path, "x");
   CHECK(s.code() == StatusCode::kInvalidArgument);
@@ -126,7 +127,9 @@ TEST_CASE("AtomicFile: a write that fails (file size limit) is an error naming t
   if (pid == 0) {
     // The child: 4 KiB is the most any file may grow to; writing 64 KiB fails with EFBIG.
     ::signal(SIGXFSZ, SIG_IGN);
-    struct rlimit lim {4096, 4096};
+    struct rlimit lim {
+      4096, 4096
+    };
     if (::setrlimit(RLIMIT_FSIZE, &lim) != 0) ::_exit(10);
     const std::string big(64 << 10, 'y');
     Status s = WriteFileAtomic(d / "new.yaml", big);

@@ -18,11 +18,13 @@ TEST_CASE("StatusFromException: filesystem errors name the path, exit 1") {
   const Status s = StatusFromException(e);
   CHECK(s.code() == StatusCode::kUnavailable);
   CHECK(ExitCodeFor(s) == kExitFailure);
-  CHECK(s.message() == "some/dir/file.yaml: " + std::make_error_code(std::errc::too_many_symbolic_link_levels).message());
+  CHECK(s.message() ==
+        "some/dir/file.yaml: " + std::make_error_code(std::errc::too_many_symbolic_link_levels).message());
 
   const std::filesystem::filesystem_error two("rename", std::filesystem::path("a"), std::filesystem::path("b"),
                                               std::make_error_code(std::errc::permission_denied));
-  CHECK(StatusFromException(two).message() == "a -> b: " + std::make_error_code(std::errc::permission_denied).message());
+  CHECK(StatusFromException(two).message() ==
+        "a -> b: " + std::make_error_code(std::errc::permission_denied).message());
 }
 
 TEST_CASE("StatusFromException: out of memory and anything else") {

@@ -78,7 +78,8 @@ TEST_CASE("node-limited routing: the bytes leaving the node scale by min(1, max_
   deepseek.max_nodes = 1;
   CHECK(AllToAllSeconds(c, m, {8, 1}, deepseek) == AllToAllSeconds(c, m, {8, 1}));
   // With one node reached the network carries one copy per token: 1/8 of the plain share.
-  CHECK(AllToAllSeconds(c, m, {8, 8}, deepseek) == doctest::Approx(std::max(m * 56 / 64 / 8 / 50e9 + 7 * 5e-6, nvlink)).epsilon(1e-12));
+  CHECK(AllToAllSeconds(c, m, {8, 8}, deepseek) ==
+        doctest::Approx(std::max(m * 56 / 64 / 8 / 50e9 + 7 * 5e-6, nvlink)).epsilon(1e-12));
 }
 
 TEST_CASE("a measured all-to-all curve times its level at the size with the same crossing share") {
@@ -90,7 +91,8 @@ TEST_CASE("a measured all-to-all curve times its level at the size with the same
   CHECK(AllToAllSeconds(c, 4e6 / 3, {4, 1}) == doctest::Approx(std::sqrt(10e-6 * 30e-6)).epsilon(1e-9));
   // The network level without a curve keeps the alpha-beta line: 16 ranks, 4 nodes.
   const double net = 8e6 * 12 / 16 / 50e9 + 3 * 5e-6;
-  CHECK(AllToAllSeconds(c, 8e6, {4, 4}) == doctest::Approx(std::max(net, MeasuredSeconds(c.levels[0].measured_alltoall.points, 8e6 * 15 / 16 * 2))));
+  CHECK(AllToAllSeconds(c, 8e6, {4, 4}) ==
+        doctest::Approx(std::max(net, MeasuredSeconds(c.levels[0].measured_alltoall.points, 8e6 * 15 / 16 * 2))));
 }
 
 TEST_CASE("an all-to-all curve in a comm profile reaches the cost model for its level") {
@@ -110,7 +112,9 @@ TEST_CASE("an all-to-all curve in a comm profile reaches the cost model for its 
   CHECK(c.levels[1].measured_alltoall.points.front().first == 1e6);
   CHECK(c.levels[1].bandwidth_GBps == 50);  // no all-reduce curve: the file's figures stay
   REQUIRE(notes.size() == 2);
-  CHECK(notes[1] == "level 'cluster': 50 GB/s, 5 us from the cluster file (not measured); all-to-all measured (comm.profile.yaml, nccl 4 ranks)");
+  CHECK(notes[1] ==
+        "level 'cluster': 50 GB/s, 5 us from the cluster file (not measured); all-to-all measured (comm.profile.yaml, "
+        "nccl 4 ranks)");
   // One rank per node on the 4 nodes: 4 MB sent, 3 MB crossing: the 4 MB point.
   CHECK(AllToAllSeconds(c, 4e6, {1, 4}) == doctest::Approx(80e-6));
 }

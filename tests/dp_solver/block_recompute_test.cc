@@ -22,7 +22,8 @@ struct GptFixture {
   ClusterSpec cluster;
   GptFixture(int64_t layers, int64_t batch) {
     const std::string text = "format_version: 1\nname: blk\ndtype: bf16\nglobal_batch: " + std::to_string(batch) +
-                             "\ngpt: {layers: " + std::to_string(layers) + ", hidden: 4096, heads: 32, seq: 4096, vocab: 32000}\n";
+                             "\ngpt: {layers: " + std::to_string(layers) +
+                             ", hidden: 4096, heads: 32, seq: 4096, vocab: 32000}\n";
     REQUIRE_OK(ParseModelSpec("blk.yaml", text, &model));
     REQUIRE_OK(LoadClusterSpec(testing::SourcePath("configs/clusters/dgx-h100.yaml"), &cluster));
   }
@@ -55,7 +56,9 @@ RowSums ByRows(const CostTable& none, const CostTable& full, const ModelSpec& m,
   return s;
 }
 
-TEST_CASE("block recompute: stage times and stash are the none rows with the first N blocks' full rows; N = 0 is none, N = all is full") {
+TEST_CASE(
+    "block recompute: stage times and stash are the none rows with the first N blocks' full rows; N = 0 is none, N = "
+    "all is full") {
   GptFixture fx(8, 64);
   SearchOptions o;
   o.gpus = 16;
@@ -81,7 +84,8 @@ TEST_CASE("block recompute: stage times and stash are the none rows with the fir
       CHECK(x.sim[Z(q)].forward_s == doctest::Approx(want.f).epsilon(1e-12));
       CHECK(x.sim[Z(q)].backward_input_s == doctest::Approx(want.bi).epsilon(1e-12));
       CHECK(x.stash[Z(q)] == doctest::Approx(want.stash).epsilon(1e-12));
-      CHECK(x.acts[Z(q)] == doctest::Approx(static_cast<double>(std::min<int64_t>(2 - q, 64)) * want.stash).epsilon(1e-12));
+      CHECK(x.acts[Z(q)] ==
+            doctest::Approx(static_cast<double>(std::min<int64_t>(2 - q, 64)) * want.stash).epsilon(1e-12));
       if (n == 0) CHECK(want.stash == doctest::Approx(ev.tables()[tn].Stash(cuts[Z(q)], cuts[Z(q + 1)])));
     }
     // Monotone: more recomputed blocks, more backward time, less activation memory (until every block is).
@@ -140,10 +144,12 @@ TEST_CASE("the search takes the smallest N that fits, where recompute none does 
     double recomputed = 0, block_fwd = 0;
     for (const auto& st : p.stages) {
       int64_t blocks = 0;
-      for (int64_t i = st.first_layer; i <= st.last_layer; ++i) blocks += fx.model.layers[Z(i)].kind == LayerKind::kTransformerBlock;
+      for (int64_t i = st.first_layer; i <= st.last_layer; ++i)
+        blocks += fx.model.layers[Z(i)].kind == LayerKind::kTransformerBlock;
       recomputed += static_cast<double>(std::min(blocks, want));
     }
-    for (const auto& l : fx.model.layers) if (l.kind == LayerKind::kTransformerBlock) block_fwd += 64 * l.fwd_flops;
+    for (const auto& l : fx.model.layers)
+      if (l.kind == LayerKind::kTransformerBlock) block_fwd += 64 * l.fwd_flops;
     const double hw = fx.model.IterationFlops(64, false) + block_fwd * recomputed / 8;
     CHECK(p.predicted.tflops_per_gpu * 1e12 * 16 * p.predicted.iteration_s == doctest::Approx(hw).epsilon(1e-9));
     // Block recompute of fewer layers is faster than full recompute of every layer.
@@ -165,19 +171,20 @@ TEST_CASE("the search takes the smallest N that fits, where recompute none does 
   CHECK(p.recompute_num_layers == 0);
 }
 
-TEST_CASE("Megatron's embedding-and-loss split: chunks of (blocks + 2) / (p v) units, the first and last one block fewer") {
+TEST_CASE(
+    "Megatron's embedding-and-loss split: chunks of (blocks + 2) / (p v) units, the first and last one block fewer") {
   // 8 rows before/after: embedding, blocks 1..6, final norm, lm_head, loss (10 rows); k = 4 chunks, u = 2.
   CHECK(AccountedPartition(10, 1, 6, 4) == std::vector<int64_t>{0, 2, 4, 6, 10});
   // u = 1: chunk 0 is the embedding alone (Megatron builds 0 layers there), the last holds the head rows alone.
   CHECK(AccountedPartition(10, 1, 6, 8) == std::vector<int64_t>{0, 1, 2, 3, 4, 5, 6, 7, 10});
-  CHECK(AccountedPartition(10, 1, 6, 3).empty());   // 3 does not divide 8
+  CHECK(AccountedPartition(10, 1, 6, 3).empty());  // 3 does not divide 8
   CHECK(AccountedPartition(10, 1, 6, 2) == std::vector<int64_t>{0, 4, 10});
   // Llama 3 405B's 126 blocks at p = 16, v = 2: 128 / 32 = 4 units per chunk.
   const std::vector<int64_t> llama = AccountedPartition(130, 1, 126, 32);
   REQUIRE(llama.size() == 33);
-  CHECK(llama[1] - llama[0] == 4);   // embedding + 3 blocks
-  CHECK(llama[2] - llama[1] == 4);   // 4 blocks
-  CHECK(llama[32] - llama[31] == 6); // 3 blocks + final norm, lm_head, loss
+  CHECK(llama[1] - llama[0] == 4);    // embedding + 3 blocks
+  CHECK(llama[2] - llama[1] == 4);    // 4 blocks
+  CHECK(llama[32] - llama[31] == 6);  // 3 blocks + final norm, lm_head, loss
 
   GptFixture fx(6, 64);  // p v = 4 does not divide 6 but divides 6 + 2
   SearchOptions o;
@@ -206,7 +213,9 @@ TEST_CASE("Megatron's embedding-and-loss split: chunks of (blocks + 2) / (p v) u
   CHECK(SolveAuto(fx.Source(), o, &none).code() == StatusCode::kInfeasible);
 }
 
-TEST_CASE("1F1B with p dividing blocks + 2, not blocks: the balanced split and Megatron's account-for split are both candidates") {
+TEST_CASE(
+    "1F1B with p dividing blocks + 2, not blocks: the balanced split and Megatron's account-for split are both "
+    "candidates") {
   GptFixture fx(6, 64);
   SearchOptions o;
   o.gpus = 32;

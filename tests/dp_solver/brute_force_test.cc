@@ -42,7 +42,8 @@ double BruteForcePipeDream(const Profile& p, int64_t M, double bw, double acr) {
   auto comp = [&](int a, int b) {  // layers [a, b)
     double t = 0, w = 0;
     for (int i = a; i < b; ++i) {
-      t += p.layers[static_cast<size_t>(i)].timings[0].forward_s + p.layers[static_cast<size_t>(i)].timings[0].backward_s;
+      t += p.layers[static_cast<size_t>(i)].timings[0].forward_s +
+           p.layers[static_cast<size_t>(i)].timings[0].backward_s;
       w += p.layers[static_cast<size_t>(i)].params_bytes;
     }
     return std::make_pair(t, w);
@@ -72,8 +73,8 @@ double BruteForcePipeDream(const Profile& p, int64_t M, double bw, double acr) {
 TEST_CASE("PipeDream DP equals brute force on random chains") {
   std::mt19937 rng(12345);
   for (int trial = 0; trial < 60; ++trial) {
-    int n = 2 + static_cast<int>(rng() % 9);            // 2..10 layers
-    int64_t M = 2 + static_cast<int64_t>(rng() % 7);    // 2..8 machines
+    int n = 2 + static_cast<int>(rng() % 9);          // 2..10 layers
+    int64_t M = 2 + static_cast<int64_t>(rng() % 7);  // 2..8 machines
     double bw = std::uniform_real_distribution<double>(1e9, 3e10)(rng);
     double acr = trial % 2 ? 1.0 : 0.0;
     Profile p = RandomChain(rng, n);
@@ -110,7 +111,10 @@ TEST_CASE("balanced partition equals brute-force min-max") {
     }
     double best = INFINITY;
     std::function<void(int64_t, int64_t, double)> rec = [&](int64_t start, int64_t parts, double cur) {
-      if (parts == 1) { best = std::min(best, std::max(cur, t.Time(start, n))); return; }
+      if (parts == 1) {
+        best = std::min(best, std::max(cur, t.Time(start, n)));
+        return;
+      }
       for (int64_t e = start + 1; e <= n - (parts - 1); ++e) rec(e, parts - 1, std::max(cur, t.Time(start, e)));
     };
     rec(0, k, 0);

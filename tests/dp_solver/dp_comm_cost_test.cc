@@ -32,14 +32,16 @@ const char* kHead = "name: t\ngpu: {name: g, peak_tflops: {fp16: 100}, memory_Gi
 // One level of ranks, each a machine (B = 10 GB/s, no latency), CPU machines of the same bandwidth.
 ClusterSpec Flat(int64_t ranks, int64_t cpus, double sum_GBps) {
   return Parse(std::string(kHead) + "topology:\n  - {name: host, size: " + std::to_string(ranks) +
-               ", bandwidth_GBps: 10}\ncpu_machines: {count: " + std::to_string(cpus) + ", bandwidth_GBps: 10, sum_GBps: " +
-               std::to_string(sum_GBps) + "}\n");
+               ", bandwidth_GBps: 10}\ncpu_machines: {count: " + std::to_string(cpus) +
+               ", bandwidth_GBps: 10, sum_GBps: " + std::to_string(sum_GBps) + "}\n");
 }
 
 // Two levels: nodes of 4 GPUs at 100 GB/s (alpha 2 us), 8 nodes at 10 GB/s per GPU (alpha 5 us).
 ClusterSpec TwoLevel(const std::string& node_extra = "", const std::string& node_GBps = "100") {
-  return Parse(std::string(kHead) + "topology:\n  - {name: node, size: 4, bandwidth_GBps: " + node_GBps + ", latency_us: 2" + node_extra +
-               "}\n  - {name: cluster, size: 8, bandwidth_GBps: 10, latency_us: 5}\ncpu_machines: {count: 8, bandwidth_GBps: 40, sum_GBps: 1000}\n");
+  return Parse(std::string(kHead) + "topology:\n  - {name: node, size: 4, bandwidth_GBps: " + node_GBps +
+               ", latency_us: 2" + node_extra +
+               "}\n  - {name: cluster, size: 8, bandwidth_GBps: 10, latency_us: 5}\ncpu_machines: {count: 8, "
+               "bandwidth_GBps: 40, sum_GBps: 1000}\n");
 }
 
 constexpr double kM = 1e9;  // bytes of gradients
@@ -56,9 +58,11 @@ TEST_CASE("allreduce-hier is AllReduceSeconds bit for bit (random groups on ship
   for (const ClusterSpec& c : clusters) {
     for (int i = 0; i < 50; ++i) {
       std::vector<int64_t> members;
-      for (const auto& lv : c.levels) members.push_back(1 + static_cast<int64_t>(rng() % static_cast<unsigned>(lv.size)));
+      for (const auto& lv : c.levels)
+        members.push_back(1 + static_cast<int64_t>(rng() % static_cast<unsigned>(lv.size)));
       const double bytes = std::ldexp(1.0, static_cast<int>(rng() % 34));
-      CHECK(DpSyncSeconds(c, DpComm::kHierAllReduce, bytes, members, 0) == AllReduceSeconds(c, bytes, members, AllReduceUse::kGradient));
+      CHECK(DpSyncSeconds(c, DpComm::kHierAllReduce, bytes, members, 0) ==
+            AllReduceSeconds(c, bytes, members, AllReduceUse::kGradient));
     }
   }
 }
@@ -72,7 +76,8 @@ TEST_CASE("ring: one flat ring at the slowest level the group spans; tree: halvi
   CHECK(RingAllReduceSeconds(c, kM, {1, 8}) == doctest::Approx(2.0 * 7 / 8 * kM / 10e9 + 14 * 5e-6).epsilon(1e-12));
   // Inside one node: the node's 100 GB/s and 2 us; equal to hier there.
   CHECK(RingAllReduceSeconds(c, kM, {4, 1}) == doctest::Approx(2.0 * 3 / 4 * kM / 100e9 + 6 * 2e-6).epsilon(1e-12));
-  CHECK(RingAllReduceSeconds(c, kM, {4, 1}) == doctest::Approx(AllReduceSeconds(c, kM, {4, 1}, AllReduceUse::kGradient)).epsilon(1e-12));
+  CHECK(RingAllReduceSeconds(c, kM, {4, 1}) ==
+        doctest::Approx(AllReduceSeconds(c, kM, {4, 1}, AllReduceUse::kGradient)).epsilon(1e-12));
   // Hier runs its levels one after the other (the node's 2 (3/4) M at 100 GB/s, then 2 (2/3) M / 4 per GPU
   // at 10 GB/s); the flat ring pipelines them, so here, with the node's links only 2.5x its NICs, it wins.
   const double hier = 2.0 * 3 / 4 * kM / 100e9 + 6 * 2e-6 + 2.0 * 2 / 3 * kM / 4 / 10e9 + 4 * 5e-6;
@@ -81,7 +86,8 @@ TEST_CASE("ring: one flat ring at the slowest level the group spans; tree: halvi
   // Tree, power of two (8 nodes, one GPU each): 2 log2(8) alpha + 2 (7/8) M / B.
   CHECK(TreeAllReduceSeconds(c, kM, {1, 8}) == doctest::Approx(6 * 5e-6 + 2.0 * 7 / 8 * kM / 10e9).epsilon(1e-12));
   // Non-power of two, 12 = 8 + 4: the folded ranks add one exchange of M each way.
-  CHECK(TreeAllReduceSeconds(c, kM, {4, 3}) == doctest::Approx(6 * 5e-6 + 2.0 * 7 / 8 * kM / 10e9 + 2 * (5e-6 + kM / 10e9)).epsilon(1e-12));
+  CHECK(TreeAllReduceSeconds(c, kM, {4, 3}) ==
+        doctest::Approx(6 * 5e-6 + 2.0 * 7 / 8 * kM / 10e9 + 2 * (5e-6 + kM / 10e9)).epsilon(1e-12));
   // Latency terms alone (M = 0): ring 2(N-1) alpha, tree 2 log2 N alpha.
   CHECK(RingAllReduceSeconds(c, 0, {1, 8}) == doctest::Approx(14 * 5e-6).epsilon(1e-12));
   CHECK(TreeAllReduceSeconds(c, 0, {1, 8}) == doctest::Approx(6 * 5e-6).epsilon(1e-12));
@@ -95,7 +101,8 @@ TEST_CASE("a measured level: ring and tree take its curve as hier does") {
   const double hier = AllReduceSeconds(c, 5e8, {1, 8}, AllReduceUse::kGradient);
   CHECK(RingAllReduceSeconds(c, 5e8, {1, 8}) == hier);
   CHECK(TreeAllReduceSeconds(c, 5e8, {1, 8}) == hier);
-  CHECK(hier == doctest::Approx(MeasuredSeconds(c.levels[1].measured_allreduce.points, 5e8) * (7.0 / 8) / 0.5).epsilon(1e-12));
+  CHECK(hier ==
+        doctest::Approx(MeasuredSeconds(c.levels[1].measured_allreduce.points, 5e8) * (7.0 / 8) / 0.5).epsilon(1e-12));
 }
 
 TEST_CASE("parameter server: max(M/B, nM/(kB)) + the summation, the server's nM/k the bottleneck") {
@@ -119,7 +126,9 @@ TEST_CASE("parameter server: max(M/B, nM/(kB)) + the summation, the server's nM/
   // Nodes of 4 GPUs: reduce-scatter inside the node first, then the machine (4 NICs of 10 GB/s) pushes M.
   const ClusterSpec two = TwoLevel();
   const double intra = 2 * (0.75 * kM / 100e9 + 3 * 2e-6);
-  CHECK(ParameterServerSeconds(two, kM, {4, 8}, 2) == doctest::Approx(intra + std::max({kM / 40e9, 8 * kM / (2 * 40e9), 8 * kM / (2 * 1000e9)}) + 2 * 5e-6).epsilon(1e-12));
+  CHECK(ParameterServerSeconds(two, kM, {4, 8}, 2) ==
+        doctest::Approx(intra + std::max({kM / 40e9, 8 * kM / (2 * 40e9), 8 * kM / (2 * 1000e9)}) + 2 * 5e-6)
+            .epsilon(1e-12));
 }
 
 TEST_CASE("BytePS: k = 0 is the ring all-reduce between machines; the time falls as k grows until k = n") {
@@ -138,10 +147,12 @@ TEST_CASE("BytePS: k = 0 is the ring all-reduce between machines; the time falls
   }
   CHECK(last == doctest::Approx(kM / 10e9).epsilon(1e-12));
   // Against the plain PS with the same servers: BytePS is never slower (it can put work on GPU machines).
-  for (int64_t k = 1; k <= n; ++k) CHECK(BytePsSeconds(c, kM, {n}, k) <= ParameterServerSeconds(c, kM, {n}, k) * (1 + 1e-12));
+  for (int64_t k = 1; k <= n; ++k)
+    CHECK(BytePsSeconds(c, kM, {n}, k) <= ParameterServerSeconds(c, kM, {n}, k) * (1 + 1e-12));
   // G sibling groups (TP ranks' groups) pushing to the same k servers at once: k / G servers each.
   CHECK(BytePsSeconds(c, kM, {n}, 8, 2) == doctest::Approx(BytePsSeconds(c, kM, {n}, 4)).epsilon(1e-12));
-  CHECK(ParameterServerSeconds(c, kM, {n}, 8, 4) == doctest::Approx(ParameterServerSeconds(c, kM, {n}, 2)).epsilon(1e-12));
+  CHECK(ParameterServerSeconds(c, kM, {n}, 8, 4) ==
+        doctest::Approx(ParameterServerSeconds(c, kM, {n}, 2)).epsilon(1e-12));
   // k / G = 1/2: the split formula at a real k, 2n(n-1)/(n^2 + kn - 2k) M / B.
   CHECK(BytePsSeconds(c, kM, {n}, 1, 2) == doctest::Approx(2.0 * 8 * 7 / (64 + 4 - 1) * kM / 10e9).epsilon(1e-12));
   CHECK(BytePsSeconds(c, kM, {n}, 1, 2) > BytePsSeconds(c, kM, {n}, 1));
@@ -170,7 +181,8 @@ TEST_CASE("ps co-located (k = 0): 2(n-1)/n M / B, BytePS with k = 0 and the ring
   // 4 x 10 GB/s, 2 alpha of the network; equal to BytePS at k = 0; on the ring's latency the two differ.
   const ClusterSpec two = TwoLevel();
   const double intra = 2 * (0.75 * kM / 100e9 + 3 * 2e-6);
-  CHECK(ColocatedPsSeconds(two, kM, {4, 8}) == doctest::Approx(intra + 2 * 7.0 / 8 * kM / 40e9 + 2 * 5e-6).epsilon(1e-12));
+  CHECK(ColocatedPsSeconds(two, kM, {4, 8}) ==
+        doctest::Approx(intra + 2 * 7.0 / 8 * kM / 40e9 + 2 * 5e-6).epsilon(1e-12));
   CHECK(ColocatedPsSeconds(two, kM, {4, 8}) == doctest::Approx(BytePsSeconds(two, kM, {4, 8}, 0)).epsilon(1e-12));
   // One machine: the node's all-reduce alone; no CPU machines: the summation at the GPUs' HBM (2000 x 0.8 GB/s).
   CHECK(ColocatedPsSeconds(two, kM, {4, 1}) == AllReduceSeconds(two, kM, {4, 1}, AllReduceUse::kGradient));
@@ -220,15 +232,21 @@ TEST_CASE("cluster files: cpu_machines and the node's keys, derived network band
   const std::string lvl1 = "}\n  - {name: c, size: 2, bandwidth_GBps: 10}\n";
   CHECK(Error(kHead + topo + lvl1 + "cpu_machines: {count: 2, bandwith_GBps: 1, sum_GBps: 1}\n") ==
         "c.yaml:6: field 'cpu_machines.bandwith_GBps': unknown key 'bandwith_GBps', did you mean 'bandwidth_GBps'?");
-  CHECK(Error(kHead + topo + lvl1 + "cpu_machines: {count: 0, bandwidth_GBps: 1, sum_GBps: 1}\n").find("field 'cpu_machines.count'") != std::string::npos);
-  CHECK(Error(kHead + topo + lvl1 + "cpu_machines: {count: 2, bandwidth_GBps: 1}\n").find("field 'cpu_machines.sum_GBps'") != std::string::npos);
+  CHECK(Error(kHead + topo + lvl1 + "cpu_machines: {count: 0, bandwidth_GBps: 1, sum_GBps: 1}\n")
+            .find("field 'cpu_machines.count'") != std::string::npos);
+  CHECK(Error(kHead + topo + lvl1 + "cpu_machines: {count: 2, bandwidth_GBps: 1}\n")
+            .find("field 'cpu_machines.sum_GBps'") != std::string::npos);
   CHECK(Error(kHead + topo + lvl1 + "cpu_machines: [1]\n").find("field 'cpu_machines'") != std::string::npos);
   CHECK(Error(kHead + topo + ", intra_node: nvlnk" + lvl1).find("field 'topology[0].intra_node'") != std::string::npos);
-  CHECK(Error(kHead + topo + ", intra_node: pcie" + lvl1).find("field 'topology[0].pcie_GBps': missing") != std::string::npos);
+  CHECK(Error(kHead + topo + ", intra_node: pcie" + lvl1).find("field 'topology[0].pcie_GBps': missing") !=
+        std::string::npos);
   CHECK(Error(kHead + topo + ", pcie_GBps: 16" + lvl1).find("add 'intra_node: pcie'") != std::string::npos);
-  CHECK(Error(kHead + topo + ", intra_node: pcie, pcie_GBps: 16, gpus_per_pcie_switch: 3" + lvl1).find("does not divide the node's 4 GPUs") != std::string::npos);
-  CHECK(Error(kHead + topo + "}\n  - {name: c, size: 2, bandwidth_GBps: 10, network_GBps: 5}\n").find("field 'topology[1].network_GBps': describes a node") != std::string::npos);
-  CHECK(Error(kHead + topo + ", network_GBps: -1" + lvl1).find("field 'topology[0].network_GBps'") != std::string::npos);
+  CHECK(Error(kHead + topo + ", intra_node: pcie, pcie_GBps: 16, gpus_per_pcie_switch: 3" + lvl1)
+            .find("does not divide the node's 4 GPUs") != std::string::npos);
+  CHECK(Error(kHead + topo + "}\n  - {name: c, size: 2, bandwidth_GBps: 10, network_GBps: 5}\n")
+            .find("field 'topology[1].network_GBps': describes a node") != std::string::npos);
+  CHECK(Error(kHead + topo + ", network_GBps: -1" + lvl1).find("field 'topology[0].network_GBps'") !=
+        std::string::npos);
 }
 
 struct Vgg {
@@ -253,7 +271,9 @@ double Seconds(const Plan& p, const std::string& name) {
   return -1;
 }
 
-TEST_CASE("VGG-16 on byteps.yaml (64 V100, 8 CPU machines): the search picks BytePS, below the all-reduces by the closed forms") {
+TEST_CASE(
+    "VGG-16 on byteps.yaml (64 V100, 8 CPU machines): the search picks BytePS, below the all-reduces by the closed "
+    "forms") {
   Vgg f;
   SearchOptions o;
   o.gpus = 64;
@@ -280,7 +300,8 @@ TEST_CASE("VGG-16 on byteps.yaml (64 V100, 8 CPU machines): the search picks Byt
   CHECK(Seconds(p, "allreduce-hier") == doctest::Approx(hier).epsilon(1e-9));
   CHECK(Seconds(p, "allreduce-ring") == doctest::Approx(ring).epsilon(1e-9));
   // The network parts stand as the closed forms say: 2(n-1)/n = 1.75 for hier's inter-node ring against BytePS's 112/88.
-  CHECK((Seconds(p, "allreduce-hier") - intra - 14 * 15e-6) / (Seconds(p, "byteps") - intra - 2 * 15e-6) == doctest::Approx(1.75 * 88 / 112).epsilon(1e-9));
+  CHECK((Seconds(p, "allreduce-hier") - intra - 14 * 15e-6) / (Seconds(p, "byteps") - intra - 2 * 15e-6) ==
+        doctest::Approx(1.75 * 88 / 112).epsilon(1e-9));
   CHECK(p.stages[0].dp_allreduce_s == doctest::Approx(byteps).epsilon(1e-9));
   // Only the all-reduce family named: hier (the fastest of them), the exposed DP time higher.
   SearchOptions ar = o;
@@ -333,12 +354,15 @@ TEST_CASE("ZeRO >= 1 keeps to the all-reduce family; bad --dp-comm / --ps-server
   for (const auto& [name, s] : p.predicted.dp_comm_seconds) CHECK(name.rfind("allreduce-", 0) == 0);
   SearchOptions only_ps = o;
   only_ps.dp_comms = {DpComm::kParameterServer};
-  CHECK(f.Solve(only_ps, &p).message() == "--dp-comm ps with --zero 1: ps and byteps synchronise ZeRO-0 gradients only; add --zero 0 or an all-reduce (--dp-comm allreduce-hier)");
+  CHECK(f.Solve(only_ps, &p).message() ==
+        "--dp-comm ps with --zero 1: ps and byteps synchronise ZeRO-0 gradients only; add --zero 0 or an all-reduce "
+        "(--dp-comm allreduce-hier)");
   SearchOptions zero_servers;
   zero_servers.gpus = 64;
   zero_servers.dp_comms = {DpComm::kParameterServer};
   zero_servers.ps_servers = 0;
-  CHECK(f.Solve(zero_servers, &p).message().find("--ps-servers 0: a parameter server (ps) needs at least 1 server") != std::string::npos);
+  CHECK(f.Solve(zero_servers, &p).message().find("--ps-servers 0: a parameter server (ps) needs at least 1 server") !=
+        std::string::npos);
   zero_servers.ps_servers = 33;
   CHECK(f.Solve(zero_servers, &p).message().find("--ps-servers 33:") != std::string::npos);
   ClusterSpec dgx;
@@ -352,7 +376,8 @@ TEST_CASE("ZeRO >= 1 keeps to the all-reduce family; bad --dp-comm / --ps-server
   CHECK(SolveAuto(s, bp, &p).message().find("--dp-comm byteps:") != std::string::npos);
 }
 
-TEST_CASE("--ps-placement colocated: ps with dp_servers 0, its row BytePS's at k = 0; plan.yaml round trip; reader rules") {
+TEST_CASE(
+    "--ps-placement colocated: ps with dp_servers 0, its row BytePS's at k = 0; plan.yaml round trip; reader rules") {
   Vgg f;
   SearchOptions o;
   o.gpus = 64;
@@ -377,9 +402,12 @@ TEST_CASE("--ps-placement colocated: ps with dp_servers 0, its row BytePS's at k
   CHECK(back.dp_servers == 0);
   const size_t at = yaml.find("ps_placement: \"colocated\"\n");
   const std::string dedicated = yaml.substr(0, at) + yaml.substr(at + 26);
-  CHECK(ParsePlan("plan.yaml", dedicated, &back).message().find("field 'dp_servers': a parameter server needs dp_servers >= 1") != std::string::npos);
+  CHECK(ParsePlan("plan.yaml", dedicated, &back)
+            .message()
+            .find("field 'dp_servers': a parameter server needs dp_servers >= 1") != std::string::npos);
   const std::string both = yaml.substr(0, at) + "dp_servers: 2\n" + yaml.substr(at);
-  CHECK(ParsePlan("plan.yaml", both, &back).message().find("a co-located ps runs its servers on the GPU machines") != std::string::npos);
+  CHECK(ParsePlan("plan.yaml", both, &back).message().find("a co-located ps runs its servers on the GPU machines") !=
+        std::string::npos);
   // Dedicated placement (the default): the same search puts ps on the CPU machines, so no ps_placement.
   SearchOptions d = o;
   d.ps_colocated = false;
@@ -390,7 +418,9 @@ TEST_CASE("--ps-placement colocated: ps with dp_servers 0, its row BytePS's at k
   // --ps-placement without ps among the architectures tried.
   SearchOptions none = o;
   none.dp_comms = {DpComm::kRingAllReduce};
-  CHECK(f.Solve(none, &p).message() == "--ps-placement: ps is not among the architectures tried (allreduce-ring); add ps to --dp-comm or drop --ps-placement");
+  CHECK(f.Solve(none, &p).message() ==
+        "--ps-placement: ps is not among the architectures tried (allreduce-ring); add ps to --dp-comm or drop "
+        "--ps-placement");
 }
 
 }  // namespace
@@ -400,7 +430,8 @@ namespace planner {
 namespace {
 
 TEST_CASE("the default architectures: every one the cluster can run; tree inside a level, hier across levels") {
-  const ClusterSpec plain = Parse(std::string(kHead) + "topology:\n  - {name: node, size: 4, bandwidth_GBps: 100, latency_us: 2}\n"
+  const ClusterSpec plain = Parse(std::string(kHead) +
+                                  "topology:\n  - {name: node, size: 4, bandwidth_GBps: 100, latency_us: 2}\n"
                                   "  - {name: cluster, size: 8, bandwidth_GBps: 10, latency_us: 5}\n");
   const std::vector<DpComm> d = DefaultDpComms(plain);
   REQUIRE(d.size() == 3);

@@ -70,9 +70,11 @@ TEST_CASE("dualpipev's per-rank order is torch's ScheduleDualPipeV's (p = 2, m =
   SimResult r;
   REQUIRE_OK(SimulateSchedule(Schedule::kDualPipeV, UniformStages(2, 1, 1, 1), 2, 4, true, &r));
   CHECK(OrderText(DeviceEvents(r, 0)) ==
-        "F0.0 F0.1 F0.2 F3.0 B3.0 W3.0 F3.1 F0.3 B3.1 W3.1 F3.2 B0.0 W0.0 B3.2 W3.2 F3.3 B0.1 W0.1 B3.3 W3.3 B0.2 W0.2 B0.3 W0.3");
+        "F0.0 F0.1 F0.2 F3.0 B3.0 W3.0 F3.1 F0.3 B3.1 W3.1 F3.2 B0.0 W0.0 B3.2 W3.2 F3.3 B0.1 W0.1 B3.3 W3.3 B0.2 W0.2 "
+        "B0.3 W0.3");
   CHECK(OrderText(DeviceEvents(r, 1)) ==
-        "F1.0 F2.0 F1.1 F2.1 F1.2 B2.0 W2.0 F2.2 B1.0 W1.0 F1.3 B2.1 W2.1 F2.3 B1.1 W1.1 B2.2 W2.2 B1.2 W1.2 B2.3 B1.3 W2.3 W1.3");
+        "F1.0 F2.0 F1.1 F2.1 F1.2 B2.0 W2.0 F2.2 B1.0 W1.0 F1.3 B2.1 W2.1 F2.3 B1.1 W1.1 B2.2 W2.2 B1.2 W1.2 B2.3 B1.3 "
+        "W2.3 W1.3");
   // The overlapped pairs hold their outputs until the pair's end: rank 1's second F1 (F1.3) is
   // paired with B2.1, its first (F1.2, the last rank's first step-4 F0) is not.
   for (const auto& e : DeviceEvents(r, 1)) {
@@ -115,7 +117,8 @@ TEST_CASE("dualpipev's makespan is DeepSeek-V3's bubble formula where it applies
           CAPTURE(w);
           SimResult r;
           REQUIRE_OK(SimulateSchedule(Schedule::kDualPipeV, UniformStages(p, fb, fb, w), p, m, false, &r));
-          const double work = 2.0 * static_cast<double>(m) * (fb + fb + w), bubble = static_cast<double>(p - 1) * (fb + 2 * fb - w);
+          const double work = 2.0 * static_cast<double>(m) * (fb + fb + w),
+                       bubble = static_cast<double>(p - 1) * (fb + 2 * fb - w);
           CHECK(r.makespan_s == doctest::Approx(work + bubble));
           CHECK(r.makespan_s == doctest::Approx(ClosedFormMakespan(Schedule::kDualPipeV, fb, fb, w, p, m, 2)));
           CHECK(r.bubble_fraction == doctest::Approx(bubble / (work + bubble)));
@@ -131,7 +134,8 @@ double Bubble(Schedule s, int64_t p, int64_t m, double f, double b, double w) {
   const int64_t v = s == Schedule::kInterleaved || s == Schedule::kDualPipeV ? 2 : 1;
   const double k = 2.0 / static_cast<double>(v);
   SimResult r;
-  REQUIRE_OK(SimulateSchedule(s, std::vector<SimStage>(static_cast<size_t>(p * v), SimStage{f * k, b * k, w * k, 0, 0}), p, m, false, &r));
+  REQUIRE_OK(SimulateSchedule(s, std::vector<SimStage>(static_cast<size_t>(p * v), SimStage{f * k, b * k, w * k, 0, 0}),
+                              p, m, false, &r));
   return r.bubble_fraction;
 }
 
@@ -142,7 +146,8 @@ TEST_CASE("dualpipev against 1F1B, ZB-H1 and interleaved on one model (docs/cost
   CHECK(Bubble(Schedule::kInterleaved, 8, 32, 1, 1, 1) == doctest::Approx(21.0 / 213));
   CHECK(Bubble(Schedule::kDualPipeV, 8, 32, 1, 1, 1) == doctest::Approx(14.0 / 206));
   // W = B/2: DualPipeV's (p - 1)(F + 2B - W) = interleaved's (p - 1)(F + B + W), below ZB-H1's.
-  CHECK(Bubble(Schedule::kDualPipeV, 8, 32, 1, 1, 0.5) == doctest::Approx(Bubble(Schedule::kInterleaved, 8, 32, 1, 1, 0.5)));
+  CHECK(Bubble(Schedule::kDualPipeV, 8, 32, 1, 1, 0.5) ==
+        doctest::Approx(Bubble(Schedule::kInterleaved, 8, 32, 1, 1, 0.5)));
   CHECK(Bubble(Schedule::kDualPipeV, 8, 32, 1, 1, 0.5) < Bubble(Schedule::kZbH1, 8, 32, 1, 1, 0.5));
   CHECK(Bubble(Schedule::kDualPipeV, 4, 8, 1, 1, 1) == doctest::Approx(6.0 / 54));
   CHECK(Bubble(Schedule::k1F1B, 4, 8, 1, 1, 1) == doctest::Approx(18.0 / 66));
@@ -168,7 +173,11 @@ std::map<std::tuple<char, int, int>, double> Replay(const std::vector<SimStage>&
           ready = std::max(ready, it == leave.end() ? 1e300 : it->second + send);
         };
         const int q = e.stage, Q = static_cast<int>(st.size());
-        auto send = [&](int a) { return StagePosition(Schedule::kDualPipeV, a, p) == StagePosition(Schedule::kDualPipeV, a + 1, p) ? 0.0 : st[static_cast<size_t>(a)].send_s; };
+        auto send = [&](int a) {
+          return StagePosition(Schedule::kDualPipeV, a, p) == StagePosition(Schedule::kDualPipeV, a + 1, p)
+                     ? 0.0
+                     : st[static_cast<size_t>(a)].send_s;
+        };
         if (e.kind == 'F' && q > 0) need('F', q - 1, e.microbatch, send(q - 1));
         if (e.kind == 'B') need('F', q, e.microbatch, 0.0);
         if (e.kind == 'B' && q + 1 < Q) need('B', q + 1, e.microbatch, send(q));
@@ -198,8 +207,8 @@ TEST_CASE("dualpipev's simulated times equal a brute-force replay on uneven stag
     for (int64_t m : {2 * p, 3 * p + 1}) {
       std::vector<SimStage> st(static_cast<size_t>(2 * p));
       for (size_t q = 0; q < st.size(); ++q) {
-        st[q] = SimStage{0.8 + 0.3 * static_cast<double>(q % 3), 1.1 + 0.2 * static_cast<double>((q + 1) % 4), 0.4 + 0.5 * static_cast<double>(q % 2),
-                         0.05 * static_cast<double>(1 + q % 2), 0};
+        st[q] = SimStage{0.8 + 0.3 * static_cast<double>(q % 3), 1.1 + 0.2 * static_cast<double>((q + 1) % 4),
+                         0.4 + 0.5 * static_cast<double>(q % 2), 0.05 * static_cast<double>(1 + q % 2), 0};
       }
       SimResult r;
       REQUIRE_OK(SimulateSchedule(Schedule::kDualPipeV, st, p, m, true, &r));
@@ -240,7 +249,8 @@ TEST_CASE("dualpipev's peak in-flight activations per rank: 2p - r of chunk 0 an
         }
         CHECK(most[0] == DualPipeVInFlight(p, d, 0));
         CHECK(most[1] == DualPipeVInFlight(p, d, 1));
-        CHECK(peak == doctest::Approx(static_cast<double>(DualPipeVInFlight(p, d, 0)) * s0 + static_cast<double>(DualPipeVInFlight(p, d, 1)) * s1));
+        CHECK(peak == doctest::Approx(static_cast<double>(DualPipeVInFlight(p, d, 0)) * s0 +
+                                      static_cast<double>(DualPipeVInFlight(p, d, 1)) * s1));
       }
     }
   }
@@ -251,7 +261,8 @@ TEST_CASE("dualpipev refuses fewer microbatches than stages and other chunk coun
   Status s = SimulateSchedule(Schedule::kDualPipeV, UniformStages(4, 1, 1, 1), 4, 7, false, &r);
   CHECK(s.code() == StatusCode::kInvalidArgument);
   CHECK(s.message().find("at least as many microbatches (7) as stages (2 x pp = 8)") != std::string::npos);
-  CHECK(SimulateSchedule(Schedule::kDualPipeV, std::vector<SimStage>(12, SimStage{1, 1, 1, 0, 0}), 4, 8, false, &r).code() == StatusCode::kInvalidArgument);
+  CHECK(SimulateSchedule(Schedule::kDualPipeV, std::vector<SimStage>(12, SimStage{1, 1, 1, 0, 0}), 4, 8, false, &r)
+            .code() == StatusCode::kInvalidArgument);
   CHECK_OK(SimulateSchedule(Schedule::kDualPipeV, UniformStages(4, 1, 1, 1), 4, 8, false, &r));
 }
 
@@ -270,7 +281,8 @@ LaunchPlan DualPipeVLaunch(int64_t p, int64_t m, int64_t dp) {
     st.predicted_forward_s = 1.0 + 0.25 * static_cast<double>(q % 3);
     st.predicted_backward_input_s = 1.2 + 0.1 * static_cast<double>(q % 2);
     st.predicted_backward_weight_s = 0.7;
-    st.predicted_p2p_s = StagePosition(Schedule::kDualPipeV, q, p) == StagePosition(Schedule::kDualPipeV, q + 1, p) ? 0.0 : 0.05;
+    st.predicted_p2p_s =
+        StagePosition(Schedule::kDualPipeV, q, p) == StagePosition(Schedule::kDualPipeV, q + 1, p) ? 0.0 : 0.05;
     st.replicas = dp;
     st.chunk = q / p;
     L.stages.push_back(st);
@@ -381,7 +393,8 @@ TEST_CASE("the search runs dualpipev when asked: V placement, per-chunk in-fligh
   // The pipeline time is the simulator's on the plan's stage times.
   std::vector<SimStage> st;
   for (const auto& s : v.stages) {
-    st.push_back(SimStage{s.forward_s, s.backward_input_s, s.backward_weight_s, v.p2p_overlap ? s.p2p_s : 0, v.p2p_overlap ? 0 : s.p2p_s});
+    st.push_back(SimStage{s.forward_s, s.backward_input_s, s.backward_weight_s, v.p2p_overlap ? s.p2p_s : 0,
+                          v.p2p_overlap ? 0 : s.p2p_s});
   }
   SimResult r;
   REQUIRE_OK(SimulateSchedule(Schedule::kDualPipeV, st, 2, v.num_microbatches, false, &r));
@@ -421,7 +434,9 @@ TEST_CASE("the default search tries dualpipev: its pick is never slower than a f
   CHECK(st.message().find("dualpipev needs pp >= 2") != std::string::npos);
 }
 
-TEST_CASE("an MTP module is split as one block: DeepSeek-V3's 61 blocks + 1 MTP + embedding + loss = 64 units = 2 x 16 chunks of 2") {
+TEST_CASE(
+    "an MTP module is split as one block: DeepSeek-V3's 61 blocks + 1 MTP + embedding + loss = 64 units = 2 x 16 "
+    "chunks of 2") {
   SolveCase f;
   REQUIRE_OK(LoadModelSpec(testing::SourcePath("configs/models/deepseek-v3.yaml"), &f.model));
   REQUIRE_OK(LoadClusterSpec(testing::SourcePath("configs/clusters/h800.yaml"), &f.cluster));

@@ -17,10 +17,10 @@
 namespace planner {
 namespace {
 
-using testing::MoeModel;
 using testing::kDt;
 using testing::kH;
 using testing::kSeq;
+using testing::MoeModel;
 
 ClusterSpec Cluster(const char* file) {
   ClusterSpec c;
@@ -45,7 +45,9 @@ CostTable Table(const ModelSpec& m, const ClusterSpec& c, TableShape shape, Cost
   return t;
 }
 
-TEST_CASE("node-limited routing: the nodes a token reaches from the layer's route groups, and the MoE layer's dispatch + combine") {
+TEST_CASE(
+    "node-limited routing: the nodes a token reaches from the layer's route groups, and the MoE layer's dispatch + "
+    "combine") {
   const ClusterSpec c = Cluster("dgx-h100.yaml");
   const std::vector<int64_t> spread = GroupSpread(c, 64, 1);
   // The layer's groups: 8 groups over 8 nodes with limit 4 reach 4 nodes; over 16 nodes a group spans 2, so 8 = top_k: no limit.
@@ -65,14 +67,18 @@ TEST_CASE("node-limited routing: the nodes a token reaches from the layer's rout
   l.moe_dispatch_bytes = 4096.0 * 8 * 7168 * 2;
   const MoeLayerCost m = MoeLayerCosts(c, l, MoeShape{1, 1, 1, 64, 1, 1.3, false});
   CHECK(m.token_factor == 1.3);
-  CHECK(m.a2a_pass_s == doctest::Approx(2 * AllToAllSeconds(c, 1.3 * l.moe_dispatch_bytes, spread, {8, 4})).epsilon(1e-12));
+  CHECK(m.a2a_pass_s ==
+        doctest::Approx(2 * AllToAllSeconds(c, 1.3 * l.moe_dispatch_bytes, spread, {8, 4})).epsilon(1e-12));
   l.attrs.reals["capacity_factor"] = 1.25;
   const MoeLayerCost cap = MoeLayerCosts(c, l, MoeShape{1, 1, 1, 64, 1, 1.3, false});
   CHECK(cap.token_factor == 1);  // the layer's FLOPs already count the padded capacity
-  CHECK(cap.a2a_pass_s == doctest::Approx(2 * AllToAllSeconds(c, 1.25 * l.moe_dispatch_bytes, spread, {8, 4})).epsilon(1e-12));
+  CHECK(cap.a2a_pass_s ==
+        doctest::Approx(2 * AllToAllSeconds(c, 1.25 * l.moe_dispatch_bytes, spread, {8, 4})).epsilon(1e-12));
 }
 
-TEST_CASE("an MoE row: expert parameters / (ep etp), dispatch + combine in forward and backward, full recompute's third, imbalance, overlap, ETP") {
+TEST_CASE(
+    "an MoE row: expert parameters / (ep etp), dispatch + combine in forward and backward, full recompute's third, "
+    "imbalance, overlap, ETP") {
   const ModelSpec m = MoeModel(4, 16, 2, 1408, 1);
   const ClusterSpec c = Cluster("dgx-h100.yaml");
   const size_t row = FirstMoeRow(m);
@@ -88,42 +94,52 @@ TEST_CASE("an MoE row: expert parameters / (ep etp), dispatch + combine in forwa
     CHECK(at.rows[row].backward_input_s - base.rows[row].backward_input_s == doctest::Approx(2 * a2a).epsilon(1e-9));
     CHECK(at.rows[row].backward_weight_s == doctest::Approx(base.rows[row].backward_weight_s).epsilon(1e-12));
     CHECK(at.rows[row].expert_params == doctest::Approx(l.expert_params / static_cast<double>(ep)).epsilon(1e-12));
-    CHECK(at.rows[row].params == doctest::Approx((l.params - l.expert_params) / t + l.expert_params / static_cast<double>(ep)).epsilon(1e-12));
-    CHECK(at.rows[0].forward_s == doctest::Approx(base.rows[0].forward_s).epsilon(1e-15));  // the embedding has no experts
+    CHECK(at.rows[row].params ==
+          doctest::Approx((l.params - l.expert_params) / t + l.expert_params / static_cast<double>(ep)).epsilon(1e-12));
+    CHECK(at.rows[0].forward_s ==
+          doctest::Approx(base.rows[0].forward_s).epsilon(1e-15));  // the embedding has no experts
     const CostTable full = Table(m, c, {b, t, 1, true, Recompute::kFull, ep, 1});
     CHECK(full.rows[row].ep_comm_s == doctest::Approx(6 * a2a).epsilon(1e-12));
   }
   // Imbalance: the busiest rank computes 1.5x the mean expert work and keeps 1.5x the expert stash.
   CostOptions o;
   o.moe_imbalance = 1.5;
-  const CostTable bal = Table(m, c, {b, t, 1, true, Recompute::kNone, 4, 1}), imb = Table(m, c, {b, t, 1, true, Recompute::kNone, 4, 1}, o);
+  const CostTable bal = Table(m, c, {b, t, 1, true, Recompute::kNone, 4, 1}),
+                  imb = Table(m, c, {b, t, 1, true, Recompute::kNone, 4, 1}, o);
   const double rate = c.PeakFlops(DType::kBf16) * c.Efficiency(DType::kBf16);
   const double extra_f = 0.5 * b * l.expert_fwd_flops / t / rate;
-  CHECK(imb.rows[row].forward_s - bal.rows[row].forward_s == doctest::Approx(extra_f + (imb.rows[row].ep_comm_s - bal.rows[row].ep_comm_s) / 2).epsilon(1e-9));
+  CHECK(imb.rows[row].forward_s - bal.rows[row].forward_s ==
+        doctest::Approx(extra_f + (imb.rows[row].ep_comm_s - bal.rows[row].ep_comm_s) / 2).epsilon(1e-9));
   CHECK(imb.rows[row].ep_comm_s > bal.rows[row].ep_comm_s);  // the busiest rank receives 1.5x the bytes
-  CHECK(imb.rows[row].stash_bytes - bal.rows[row].stash_bytes == doctest::Approx(0.5 * b * l.expert_stash_bytes / t).epsilon(1e-9));
+  CHECK(imb.rows[row].stash_bytes - bal.rows[row].stash_bytes ==
+        doctest::Approx(0.5 * b * l.expert_stash_bytes / t).epsilon(1e-9));
   // At ep = 1 every rank computes its own tokens: no imbalance.
-  CHECK(Table(m, c, {b, t, 1, true, Recompute::kNone, 1, 1}, o).rows[row].forward_s == doctest::Approx(base.rows[row].forward_s).epsilon(1e-15));
+  CHECK(Table(m, c, {b, t, 1, true, Recompute::kNone, 1, 1}, o).rows[row].forward_s ==
+        doctest::Approx(base.rows[row].forward_s).epsilon(1e-15));
   // Overlap: ep = 2 inside a node is hidden behind the compute; what remains is the compute the
   // communication's 20 of 132 SMs take away, 20/132 of the all-to-all.
   CostOptions ov;
   ov.moe_overlap = true;
-  const CostTable hidden = Table(m, c, {b, t, 1, true, Recompute::kNone, 2, 1}, ov), shown = Table(m, c, {b, t, 1, true, Recompute::kNone, 2, 1});
+  const CostTable hidden = Table(m, c, {b, t, 1, true, Recompute::kNone, 2, 1}, ov),
+                  shown = Table(m, c, {b, t, 1, true, Recompute::kNone, 2, 1});
   CHECK(hidden.rows[row].ep_comm_s == doctest::Approx(shown.rows[row].ep_comm_s * 20.0 / 132).epsilon(1e-12));
-  CHECK(MoeExposed(3, 1, true) == 2);  // the all-to-all outlasts the compute
+  CHECK(MoeExposed(3, 1, true) == 2);                                // the all-to-all outlasts the compute
   CHECK(MoeExposed(3, 5, true) == doctest::Approx(3 * 20.0 / 132));  // hidden, but its 20 of 132 SMs slow the compute
-  CHECK(MoeExposed(3, 3.3, true) == doctest::Approx(3 * 20.0 / 132));  // 3.3 s of compute at 112/132 speed ends 0.4545 s after the 3 s
+  CHECK(MoeExposed(3, 3.3, true) ==
+        doctest::Approx(3 * 20.0 / 132));  // 3.3 s of compute at 112/132 speed ends 0.4545 s after the 3 s
   CHECK(MoeExposed(3, 2.5, true) == doctest::Approx(0.5));  // below T_c (1 - share) of compute, T_c - T_p sets it
   CHECK(MoeExposed(3, 5, false) == 3);
   // Expert TP (etp = t = 2): all-gather and reduce-scatter of the etp x received tokens per pass, in the TP time.
-  const CostTable etp = Table(m, c, {b, t, 1, true, Recompute::kNone, 4, 2}), etp1 = Table(m, c, {b, t, 1, true, Recompute::kNone, 4, 1});
+  const CostTable etp = Table(m, c, {b, t, 1, true, Recompute::kNone, 4, 2}),
+                  etp1 = Table(m, c, {b, t, 1, true, Recompute::kNone, 4, 1});
   const double per_rank = b * l.moe_dispatch_bytes / t, group_bytes = 2 * per_rank;
   const std::vector<int64_t> g2 = GroupSpread(c, 2, 1);
   const double etp_pass = AllGatherSeconds(c, group_bytes, g2) + ReduceScatterSeconds(c, group_bytes, g2);
   CHECK(etp.rows[row].tp_comm_s - etp1.rows[row].tp_comm_s == doctest::Approx(2 * etp_pass).epsilon(1e-9));
   CHECK(etp.rows[row].expert_params == doctest::Approx(l.expert_params / 8).epsilon(1e-12));
   // EP ranks sit etp apart: ep 4 at etp 2 spans 8 consecutive GPUs.
-  CHECK(etp.rows[row].ep_comm_s == doctest::Approx(4 * AllToAllSeconds(c, per_rank, GroupSpread(c, 4, 2), {2, 0})).epsilon(1e-12));
+  CHECK(etp.rows[row].ep_comm_s ==
+        doctest::Approx(4 * AllToAllSeconds(c, per_rank, GroupSpread(c, 4, 2), {2, 0})).epsilon(1e-12));
 }
 
 TEST_CASE("memory of an MoE stage: dense states sharded over dp x cp, expert states over edp = t cp dp / (ep etp)") {
@@ -167,7 +183,8 @@ TEST_CASE("memory of an MoE stage: dense states sharded over dp x cp, expert sta
       CHECK(x.allreduce_s[r] == doctest::Approx(comm).epsilon(1e-12));
       // By hand from the layers: the MoE blocks' experts / (ep etp), the rest / t.
       double hand_expert = 0;
-      for (int64_t i = cuts[r]; i < cuts[r + 1]; ++i) hand_expert += m.layers[static_cast<size_t>(i)].expert_params / static_cast<double>(ep * etp);
+      for (int64_t i = cuts[r]; i < cuts[r + 1]; ++i)
+        hand_expert += m.layers[static_cast<size_t>(i)].expert_params / static_cast<double>(ep * etp);
       CHECK(expert == doctest::Approx(hand_expert).epsilon(1e-12));
     }
   }
@@ -184,7 +201,9 @@ SearchOptions Small(int64_t gpus) {
   return o;
 }
 
-TEST_CASE("the search's constraints: --ep must divide the experts and fold into a stage's GPUs; a dense model takes ep 1; MoE needs SP with TP") {
+TEST_CASE(
+    "the search's constraints: --ep must divide the experts and fold into a stage's GPUs; a dense model takes ep 1; "
+    "MoE needs SP with TP") {
   const ModelSpec moe = MoeModel(4, 8, 2, 1408, 1), dense = MoeModel(4, 8, 2, 1408, 4);
   const ClusterSpec c = Cluster("dgx-h100.yaml");
   CostSource src;

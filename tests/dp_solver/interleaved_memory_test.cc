@@ -22,7 +22,8 @@ double BruteForcePeak(const std::vector<std::vector<double>>& stash, int64_t p, 
   SimResult res;
   REQUIRE_OK(SimulateSchedule(Schedule::kInterleaved, st, p, m, true, &res));
   std::vector<SimEvent> ev;
-  for (const auto& e : res.events) if (e.device == r && (e.kind == 'F' || e.kind == 'B')) ev.push_back(e);
+  for (const auto& e : res.events)
+    if (e.device == r && (e.kind == 'F' || e.kind == 'B')) ev.push_back(e);
   std::sort(ev.begin(), ev.end(), [](const SimEvent& a, const SimEvent& b) { return a.start_s < b.start_s; });
   double alive = 0, peak = 0;
   for (const auto& e : ev) {
@@ -39,9 +40,14 @@ TEST_CASE("interleaved peak activations: the closed form equals the count over t
       for (int64_t m : {p, 2 * p, 3 * p, 5 * p}) {
         std::vector<std::vector<double>> stash(static_cast<size_t>(p), std::vector<double>(static_cast<size_t>(v)));
         for (int64_t r = 0; r < p; ++r)
-          for (int64_t c = 0; c < v; ++c) stash[static_cast<size_t>(r)][static_cast<size_t>(c)] = 1.0 + static_cast<double>((7 * r + 3 * c * c + c) % 5);
+          for (int64_t c = 0; c < v; ++c)
+            stash[static_cast<size_t>(r)][static_cast<size_t>(c)] =
+                1.0 + static_cast<double>((7 * r + 3 * c * c + c) % 5);
         for (int64_t r = 0; r < p; ++r) {
-          CAPTURE(p); CAPTURE(v); CAPTURE(m); CAPTURE(r);
+          CAPTURE(p);
+          CAPTURE(v);
+          CAPTURE(m);
+          CAPTURE(r);
           double closed = InterleavedPeakActivations(stash[static_cast<size_t>(r)], p, m, r);
           CHECK(closed == doctest::Approx(BruteForcePeak(stash, p, v, m, r)));
         }
@@ -107,27 +113,33 @@ Plan SolveMegatron(const std::string& text, int64_t gpus, int64_t pp, Status* st
 
 TEST_CASE("Megatron's 530B (p = 35, v = 3) and 1T (p = 64, v = 2) interleaved runs fit without ZeRO") {
   Status s;
-  Plan p530 = SolveMegatron("format_version: 1\nname: megatron-530b\ndtype: fp16\nglobal_batch: 2240\n"
-                            "gpt: {layers: 105, hidden: 20480, heads: 128, seq: 2048, vocab: 51200}\n", 2240, 35, &s);
+  Plan p530 = SolveMegatron(
+      "format_version: 1\nname: megatron-530b\ndtype: fp16\nglobal_batch: 2240\n"
+      "gpt: {layers: 105, hidden: 20480, heads: 128, seq: 2048, vocab: 51200}\n",
+      2240, 35, &s);
   REQUIRE_OK(s);
   CHECK(p530.schedule == Schedule::kInterleaved);
   CHECK(p530.interleave == 3);
   CHECK(p530.zero_stage == ZeroStage::kNone);
-  Plan p1t = SolveMegatron("format_version: 1\nname: megatron-1t\ndtype: fp16\nglobal_batch: 3072\n"
-                           "gpt: {layers: 128, hidden: 25600, heads: 160, seq: 2048, vocab: 51200}\n", 3072, 64, &s);
+  Plan p1t = SolveMegatron(
+      "format_version: 1\nname: megatron-1t\ndtype: fp16\nglobal_batch: 3072\n"
+      "gpt: {layers: 128, hidden: 25600, heads: 160, seq: 2048, vocab: 51200}\n",
+      3072, 64, &s);
   REQUIRE_OK(s);
   CHECK(p1t.schedule == Schedule::kInterleaved);
   CHECK(p1t.interleave == 2);
   CHECK(p1t.zero_stage == ZeroStage::kNone);
 }
 
-TEST_CASE("Korthikanti's 1T with selective recompute and SP fits interleaved (v = 2) with Megatron's fp16 gradient buffer") {
+TEST_CASE(
+    "Korthikanti's 1T with selective recompute and SP fits interleaved (v = 2) with Megatron's fp16 gradient buffer") {
   // Korthikanti et al. 2022 Table 5: t 8, p 64, 512 microbatches of 1, fp16, no distributed optimizer.
   // Megatron keeps fp16 models' gradients in fp16 (accumulate_allreduce_grads_in_fp32 is off unless bf16):
   // 16 bytes per parameter. Costed with 4-byte gradients (18 per parameter) the interleaved schedule
   // needs 76.3 GiB of the 75 usable, and the search fell back to 1F1B (-13% against the published MFU).
-  const OnA100 f("format_version: 1\nname: k-1t\ndtype: fp16\nglobal_batch: 512\n"
-                 "gpt: {layers: 128, hidden: 25600, heads: 160, seq: 2048, vocab: 51200, attention: unfused}\n");
+  const OnA100 f(
+      "format_version: 1\nname: k-1t\ndtype: fp16\nglobal_batch: 512\n"
+      "gpt: {layers: 128, hidden: 25600, heads: 160, seq: 2048, vocab: 51200, attention: unfused}\n");
   SearchOptions o;
   o.gpus = 512;
   o.tp = {8};

@@ -42,7 +42,8 @@ TEST_CASE("full recompute keeps the fp32 logits split over the TP ranks (vocab-p
         CostTable table;
         REQUIRE_OK(BuildCostTable(f.Source(), b, t, rc, CostOptions{}, &table));
         INFO("recompute " << static_cast<int>(rc) << " t " << t << " b " << b);
-        CHECK(table.rows[loss].stash_bytes == doctest::Approx(4 * s * static_cast<double>(b) * v / static_cast<double>(t)).epsilon(1e-12));
+        CHECK(table.rows[loss].stash_bytes ==
+              doctest::Approx(4 * s * static_cast<double>(b) * v / static_cast<double>(t)).epsilon(1e-12));
       }
     }
   }
@@ -51,7 +52,6 @@ TEST_CASE("full recompute keeps the fp32 logits split over the TP ranks (vocab-p
   REQUIRE_OK(BuildCostTable(f.Source(), 1, 8, Recompute::kFull, CostOptions{}, &table));
   CHECK(table.rows[f.Row("block0")].stash_bytes == doctest::Approx(2 * s * 12288).epsilon(1e-12));
 }
-
 
 TEST_CASE("a tied embedding is held once on the stage that holds both it and the lm_head, twice across stages") {
   MemFixture f("tiny-gpt.yaml", "local-cpu.yaml");
@@ -89,10 +89,12 @@ TEST_CASE("a tied embedding is held once on the stage that holds both it and the
   REQUIRE_OK(SolveAuto(f.Source(), o, &p));
   REQUIRE(p.stages.size() == 1);
   CHECK(p.stages[0].weights_bytes == doctest::Approx(f.model.TotalParams() * 4).epsilon(1e-12));
-  CHECK(p.stages[0].weights_bytes + p.stages[0].optimizer_bytes == doctest::Approx(f.model.TotalParams() * 16).epsilon(1e-12));
+  CHECK(p.stages[0].weights_bytes + p.stages[0].optimizer_bytes ==
+        doctest::Approx(f.model.TotalParams() * 16).epsilon(1e-12));
 }
 
-TEST_CASE("the search takes no ZeRO-2/3 with pipelining (DeepSpeed refuses it, Megatron's distributed optimizer is ZeRO-1)") {
+TEST_CASE(
+    "the search takes no ZeRO-2/3 with pipelining (DeepSpeed refuses it, Megatron's distributed optimizer is ZeRO-1)") {
   MemFixture f("gpt3-175b.yaml", "dgx-a100.yaml");
   // 256 GPUs: the fastest plan was tp=2 pp=4 dp=32 with ZeRO-3 and one gradient all-reduce per iteration.
   for (bool forced_pp : {false, true}) {

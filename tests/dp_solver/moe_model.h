@@ -16,7 +16,8 @@ inline constexpr double kH = 1024, kSeq = 2048, kDt = 2;
 // A Llama-like bf16 gpt of `layers` blocks whose blocks after the first `dense` become moe_block:
 // E routed SwiGLU experts of width fe (top_k per token) on top of the block's own costs (its MLP
 // standing for a shared expert), with the MoE fields as the model side fills them (spec/layer.h).
-inline ModelSpec MoeModel(int64_t layers, int64_t experts, int64_t top_k, int64_t fe, int64_t dense, int64_t batch = 64) {
+inline ModelSpec MoeModel(int64_t layers, int64_t experts, int64_t top_k, int64_t fe, int64_t dense,
+                          int64_t batch = 64) {
   GptConfig g;
   g.layers = layers;
   g.hidden = static_cast<int64_t>(kH);

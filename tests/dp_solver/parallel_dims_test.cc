@@ -98,7 +98,8 @@ void SetAttentionFields(ModelSpec* m, double s, double h, double dt) {
   }
 }
 
-TEST_CASE("context parallelism: work and activations / cp, ring KV exchange exposed where it outruns the attention core") {
+TEST_CASE(
+    "context parallelism: work and activations / cp, ring KV exchange exposed where it outruns the attention core") {
   ParFixture f("gpt3-175b.yaml", "dgx-a100.yaml");
   const double s = 2048, h = 12288, dt = 2;
   SetAttentionFields(&f.model, s, h, dt);
@@ -115,8 +116,10 @@ TEST_CASE("context parallelism: work and activations / cp, ring KV exchange expo
     const double compute = bd * l.attention_core_fwd_flops / (cpd * cpd) / peak;
     const double exposed = (cpd - 1) * std::max(0.0, comm - compute);
     CHECK(two.rows[block].forward_s == doctest::Approx(one.rows[block].forward_s / cpd + exposed).epsilon(1e-12));
-    CHECK(two.rows[block].backward_input_s == doctest::Approx(one.rows[block].backward_input_s / cpd + 2 * exposed).epsilon(1e-12));
-    CHECK(two.rows[block].cp_comm_s == doctest::Approx(3 * exposed).epsilon(1e-12));  // unfused: backward core 2x, 2x the bytes
+    CHECK(two.rows[block].backward_input_s ==
+          doctest::Approx(one.rows[block].backward_input_s / cpd + 2 * exposed).epsilon(1e-12));
+    CHECK(two.rows[block].cp_comm_s ==
+          doctest::Approx(3 * exposed).epsilon(1e-12));  // unfused: backward core 2x, 2x the bytes
     CHECK(two.rows[block].stash_bytes == doctest::Approx(one.rows[block].stash_bytes / cpd).epsilon(1e-12));
     CHECK(two.rows[block].params == doctest::Approx(one.rows[block].params));  // CP ranks replicate the weights
     if (net_GBps < 10) CHECK(exposed > 0);
@@ -124,10 +127,13 @@ TEST_CASE("context parallelism: work and activations / cp, ring KV exchange expo
   }
 }
 
-TEST_CASE("context parallelism in Megatron's rank order tp-cp-dp-pp: CP pairs t apart, pipeline neighbours t cp d apart") {
+TEST_CASE(
+    "context parallelism in Megatron's rank order tp-cp-dp-pp: CP pairs t apart, pipeline neighbours t cp d apart") {
   ParFixture f("gpt3-175b.yaml", "dgx-a100.yaml");
-  REQUIRE_OK(ParseModelSpec("m.yaml", "format_version: 1\nname: m\ndtype: bf16\nglobal_batch: 64\n"
-                                      "gpt: {layers: 8, hidden: 1024, heads: 16, seq: 4096, vocab: 32768}\n", &f.model));
+  REQUIRE_OK(ParseModelSpec("m.yaml",
+                            "format_version: 1\nname: m\ndtype: bf16\nglobal_batch: 64\n"
+                            "gpt: {layers: 8, hidden: 1024, heads: 16, seq: 4096, vocab: 32768}\n",
+                            &f.model));
   const double s = 4096, h = 1024;
   SetAttentionFields(&f.model, s, h, 2);
   const size_t block = f.Row("block0");
@@ -175,7 +181,8 @@ TEST_CASE("context and sequence parallelism: defaults and rejections") {
   f.model.gpt.attention = "flash";
   REQUIRE_OK(BuildGptModel(f.model.gpt, f.model.dtype, &f.model));
   CHECK(CpRejection(sp, f.Source(), 4) == "");
-  CHECK(CpRejection(sp, f.Source(), 3).find("cp=3: causal load balancing cuts the sequence (2048 tokens) into 2cp = 6 chunks") == 0);
+  CHECK(CpRejection(sp, f.Source(), 3)
+            .find("cp=3: causal load balancing cuts the sequence (2048 tokens) into 2cp = 6 chunks") == 0);
   sp.gpus = 48;
   CHECK(CpRejection(sp, f.Source(), 32).find("cp=32 does not divide the 48 GPUs") == 0);
 
@@ -198,7 +205,8 @@ TEST_CASE("context and sequence parallelism: defaults and rejections") {
   CHECK(s.code() == StatusCode::kInfeasible);
   CHECK(ExitCodeFor(s) == 3);
   CHECK(s.message().find("no plan fits in memory: stage ") == 0);
-  CHECK(s.message().find(" bytes; best try: tp=8 cp=1 pp=4 dp=1 sp microbatch=1 1f1b recompute=full, ZeRO-0") != std::string::npos);
+  CHECK(s.message().find(" bytes; best try: tp=8 cp=1 pp=4 dp=1 sp microbatch=1 1f1b recompute=full, ZeRO-0") !=
+        std::string::npos);
 
   // SP asked for at tp = 1 means nothing: the plan says off. At tp > 1 it is on by default.
   ParFixture g("tiny-gpt.yaml", "dgx-a100.yaml");
@@ -220,7 +228,8 @@ TEST_CASE("context and sequence parallelism: defaults and rejections") {
 }
 
 // A candidate evaluated on its own (p = 1, d replicas, m microbatches) at ZeRO stage z.
-Evaluation EvaluateAt(const ParFixture& f, SearchOptions& o, int64_t d, int64_t m, int64_t z, Evaluator** keep = nullptr) {
+Evaluation EvaluateAt(const ParFixture& f, SearchOptions& o, int64_t d, int64_t m, int64_t z,
+                      Evaluator** keep = nullptr) {
   (void)keep;
   o.zero = {z};
   Evaluator ev(f.Source(), o, d * m);
@@ -250,7 +259,7 @@ TEST_CASE("ZeRO-2 and ZeRO-3 pay their collectives per microbatch, ZeRO-0/1 per 
     CHECK(EvaluateAt(f, o, d, m, 0).dp_s == doctest::Approx(ar).epsilon(1e-12));
     CHECK(EvaluateAt(f, o, d, m, 1).dp_s == doctest::Approx(2 * half).epsilon(1e-12));          // RS + AG once
     CHECK(EvaluateAt(f, o, d, m, 2).dp_s == doctest::Approx(md * half + half).epsilon(1e-12));  // RS per microbatch
-    CHECK(EvaluateAt(f, o, d, m, 3).dp_s == doctest::Approx(md * 3 * half).epsilon(1e-12));     // 2 AG + RS per microbatch
+    CHECK(EvaluateAt(f, o, d, m, 3).dp_s == doctest::Approx(md * 3 * half).epsilon(1e-12));  // 2 AG + RS per microbatch
   }
   // Sharded states over d (Megatron's distributed-optimizer table: 6 + 12/d for bf16 params, fp32 grads).
   StateBytes sb;
@@ -259,7 +268,8 @@ TEST_CASE("ZeRO-2 and ZeRO-3 pay their collectives per microbatch, ZeRO-0/1 per 
   CHECK(StateBytesPerParam(sb, 3, 8) == doctest::Approx(18.0 / 8));
 }
 
-TEST_CASE("bf16 gradients are reduced in fp32 (Megatron's accumulate_allreduce_grads_in_fp32), parameters gathered in bf16") {
+TEST_CASE(
+    "bf16 gradients are reduced in fp32 (Megatron's accumulate_allreduce_grads_in_fp32), parameters gathered in bf16") {
   ParFixture f("gpt2-small.yaml", "dgx-a100.yaml");
   f.model.dtype = DType::kBf16;
   REQUIRE_OK(BuildGptModel(f.model.gpt, f.model.dtype, &f.model));
@@ -288,7 +298,11 @@ TEST_CASE("gradient buffer dtype: Megatron's defaults per precision, --grad-dtyp
     return MakeStateBytes(f.Source(), o);
   };
   // weights + gradients + fp32 masters and moments (12; fp32: 8), gradients reduced in their buffer's dtype.
-  struct Row { DType model; std::optional<DType> grad; double total, grad_comm, step_copy; };
+  struct Row {
+    DType model;
+    std::optional<DType> grad;
+    double total, grad_comm, step_copy;
+  };
   for (const Row& r : {Row{DType::kFp16, std::nullopt, 16, 2, 4}, Row{DType::kFp16, DType::kFp32, 18, 4, 0},
                        Row{DType::kBf16, std::nullopt, 18, 4, 0}, Row{DType::kBf16, DType::kBf16, 16, 2, 4},
                        Row{DType::kFp8, std::nullopt, 18, 4, 0}, Row{DType::kFp32, std::nullopt, 16, 4, 0}}) {
@@ -328,7 +342,9 @@ TEST_CASE("gradient buffer dtype: Megatron's defaults per precision, --grad-dtyp
   CHECK(x32.peak[0] == doctest::Approx(x32.params[0] * 18 + x32.acts[0] + x32.work[0]).epsilon(1e-12));
 }
 
-TEST_CASE("per-stage replication costs the gradient buffer too: its bytes in the all-reduce, the fp16 step copy beside live activations") {
+TEST_CASE(
+    "per-stage replication costs the gradient buffer too: its bytes in the all-reduce, the fp16 step copy beside live "
+    "activations") {
   ParFixture f("gpt2-small.yaml", "dgx-a100.yaml");
   REQUIRE(f.model.dtype == DType::kFp16);
   SearchOptions o;
@@ -365,14 +381,19 @@ TEST_CASE("ZeRO-3 memory holds the largest layer gathered whole and the next one
   for (const auto& l : f.model.layers) largest = std::max(largest, l.params);
   const Evaluation z3 = EvaluateAt(f, o, 8, 1, 3), z1 = EvaluateAt(f, o, 8, 1, 1);
   const StateBytes sb = MakeStateBytes(f.Source(), o);
-  REQUIRE(f.model.dtype == DType::kFp16);  // fp16 gradients: the step's fp32 copy of the shard (4 / 8 bytes per parameter)
-  const double base3 = z3.params[0] * StateBytesPerParam(sb, 3, 8) + std::max(z3.acts[0] + z3.work[0], z3.params[0] * 4 / 8);
-  const double base1 = z1.params[0] * StateBytesPerParam(sb, 1, 8) + std::max(z1.acts[0] + z1.work[0], z1.params[0] * 4 / 8);
+  REQUIRE(f.model.dtype ==
+          DType::kFp16);  // fp16 gradients: the step's fp32 copy of the shard (4 / 8 bytes per parameter)
+  const double base3 =
+      z3.params[0] * StateBytesPerParam(sb, 3, 8) + std::max(z3.acts[0] + z3.work[0], z3.params[0] * 4 / 8);
+  const double base1 =
+      z1.params[0] * StateBytesPerParam(sb, 1, 8) + std::max(z1.acts[0] + z1.work[0], z1.params[0] * 4 / 8);
   CHECK(z3.peak[0] == doctest::Approx(base3 + 2 * largest * 2).epsilon(1e-12));
   CHECK(z1.peak[0] == doctest::Approx(base1).epsilon(1e-12));  // ZeRO-1 keeps whole weights: no gather buffer
 }
 
-TEST_CASE("sequence parallelism splits only a transformer's regions: a CNN's layers are not divided, and SP is off by default") {
+TEST_CASE(
+    "sequence parallelism splits only a transformer's regions: a CNN's layers are not divided, and SP is off by "
+    "default") {
   ParFixture f("vgg16.yaml", "dgx-h100.yaml");
   TableShape off{1, 2, 1, false, Recompute::kNone}, on{1, 2, 1, true, Recompute::kNone};
   const CostTable a = f.Table(off), b = f.Table(on);
@@ -408,7 +429,8 @@ TEST_CASE("overlapped data-parallel communication: the last bucket plus what out
   const double ag = x.allreduce_s[0] / (2 * 3), rs = ag;  // m (2 AG + RS), AG = RS
   const double bucket = BucketParams(8) / x.params[0];
   CHECK(x.dp_s == doctest::Approx(2 * (ExposedBucketed(ag, bucket, x.forward_s[0], true) +
-                                       ExposedBucketed(ag + rs, bucket / 2, x.backward_s[0], true))).epsilon(1e-12));
+                                       ExposedBucketed(ag + rs, bucket / 2, x.backward_s[0], true)))
+                      .epsilon(1e-12));
 }
 
 TEST_CASE("the search keeps the fastest ZeRO stage that fits, not the lowest; never ZeRO-2/3 with pipelining") {
@@ -447,7 +469,8 @@ TEST_CASE("the search keeps the fastest ZeRO stage that fits, not the lowest; ne
   Plan p;
   Status s = SolveAuto(f.Source(), piped, &p);
   CHECK(s.code() == StatusCode::kInvalidArgument);
-  CHECK(s.message().find("--zero allows no ZeRO stage the layouts can run (tp=1 cp=1 pp=2 dp=4: ZeRO-2/3 are not run with pipelining") == 0);
+  CHECK(s.message().find("--zero allows no ZeRO stage the layouts can run (tp=1 cp=1 pp=2 dp=4: ZeRO-2/3 are not run "
+                         "with pipelining") == 0);
   piped.zero = {2, 3};
   piped.pp = {};
   REQUIRE_OK(SolveAuto(f.Source(), piped, &p));
@@ -467,14 +490,17 @@ TEST_CASE("selective recompute re-runs the attention core's memory-bound work to
   CHECK(sel.rows[block].backward_input_s - none.rows[block].backward_input_s == doctest::Approx(extra).epsilon(1e-9));
 }
 
-TEST_CASE("FP8: GEMMs at the fp8 peak x its efficiency, the attention core at bf16; a cluster without an fp8 peak is an error") {
+TEST_CASE(
+    "FP8: GEMMs at the fp8 peak x its efficiency, the attention core at bf16; a cluster without an fp8 peak is an "
+    "error") {
   ParFixture f("gpt3-175b.yaml", "dgx-h100.yaml");
   const double s = 2048, h = 12288;
   SetAttentionFields(&f.model, s, h, 2);
-  REQUIRE_OK(ParseClusterSpec("h.yaml",
-                              "name: h\ngpu: {name: g, peak_tflops: {bf16: 1000, fp8: 2000}, memory_GiB: 80, hbm_bandwidth_GBps: 3000}\n"
-                              "efficiency: {bf16: 0.6, fp8: 0.5}\ntopology: [{name: n, size: 8, bandwidth_GBps: 300}]\n",
-                              &f.cluster));
+  REQUIRE_OK(ParseClusterSpec(
+      "h.yaml",
+      "name: h\ngpu: {name: g, peak_tflops: {bf16: 1000, fp8: 2000}, memory_GiB: 80, hbm_bandwidth_GBps: 3000}\n"
+      "efficiency: {bf16: 0.6, fp8: 0.5}\ntopology: [{name: n, size: 8, bandwidth_GBps: 300}]\n",
+      &f.cluster));
   CHECK(f.cluster.Efficiency(DType::kBf16) == doctest::Approx(0.6));
   CHECK(f.cluster.Efficiency(DType::kFp16) == doctest::Approx(0.6));
   CHECK(f.cluster.Efficiency(DType::kFp8) == doctest::Approx(0.5));
@@ -485,23 +511,34 @@ TEST_CASE("FP8: GEMMs at the fp8 peak x its efficiency, the attention core at bf
   const double core = l.attention_core_fwd_flops;
   const double hbm = 3000e9 * f.cluster.hbm_efficiency;
   CHECK(t.rows[block].forward_s ==
-        doctest::Approx((l.fwd_flops - core) / (2000e12 * 0.5) + core / (1000e12 * 0.6) + l.fwd_mem_bytes / hbm).epsilon(1e-12));
-  CHECK(StateBytesPerParam(MakeStateBytes(f.Source(), SearchOptions{}), 0, 1) == doctest::Approx(20));  // + TE's fp8 weight copies
+        doctest::Approx((l.fwd_flops - core) / (2000e12 * 0.5) + core / (1000e12 * 0.6) + l.fwd_mem_bytes / hbm)
+            .epsilon(1e-12));
+  CHECK(StateBytesPerParam(MakeStateBytes(f.Source(), SearchOptions{}), 0, 1) ==
+        doctest::Approx(20));  // + TE's fp8 weight copies
 
   ClusterSpec no_fp8;
-  REQUIRE_OK(ParseClusterSpec("a.yaml", "name: a\ngpu: {name: g, peak_tflops: {bf16: 312}, memory_GiB: 80, hbm_bandwidth_GBps: 2000}\n"
-                                        "topology: [{name: n, size: 8, bandwidth_GBps: 300}]\n", &no_fp8));
+  REQUIRE_OK(
+      ParseClusterSpec("a.yaml",
+                       "name: a\ngpu: {name: g, peak_tflops: {bf16: 312}, memory_GiB: 80, hbm_bandwidth_GBps: 2000}\n"
+                       "topology: [{name: n, size: 8, bandwidth_GBps: 300}]\n",
+                       &no_fp8));
   CostSource src = f.Source();
   src.cluster = &no_fp8;
   Status st = CheckCostSource(src);
   CHECK(st.code() == StatusCode::kInvalidArgument);
   CHECK(st.message().find("a.yaml: cluster 'a' has no peak for dtype fp8") == 0);
   CHECK(st.message().find("add gpu.peak_tflops.fp8 to it, or train in bf16") != std::string::npos);
-  REQUIRE_OK(ParseClusterSpec("m.yaml", "name: m\ngpu: {name: g, peak_tflops: {bf16: 1, fp8: 2}, memory_GiB: 80, hbm_bandwidth_GBps: 1}\n"
-                                        "efficiency: {bf16: 0.7}\ntopology: [{name: n, size: 8, bandwidth_GBps: 1}]\n", &no_fp8));
+  REQUIRE_OK(ParseClusterSpec(
+      "m.yaml",
+      "name: m\ngpu: {name: g, peak_tflops: {bf16: 1, fp8: 2}, memory_GiB: 80, hbm_bandwidth_GBps: 1}\n"
+      "efficiency: {bf16: 0.7}\ntopology: [{name: n, size: 8, bandwidth_GBps: 1}]\n",
+      &no_fp8));
   CHECK(no_fp8.Efficiency(DType::kFp8) == doctest::Approx(0.7));  // a map without fp8: bf16's
-  Status bad = ParseClusterSpec("e.yaml", "name: e\ngpu: {name: g, peak_tflops: {bf16: 1}, memory_GiB: 80, hbm_bandwidth_GBps: 1}\n"
-                                          "efficiency: {bf16: 1.5}\ntopology: [{name: n, size: 8, bandwidth_GBps: 1}]\n", &no_fp8);
+  Status bad =
+      ParseClusterSpec("e.yaml",
+                       "name: e\ngpu: {name: g, peak_tflops: {bf16: 1}, memory_GiB: 80, hbm_bandwidth_GBps: 1}\n"
+                       "efficiency: {bf16: 1.5}\ntopology: [{name: n, size: 8, bandwidth_GBps: 1}]\n",
+                       &no_fp8);
   CHECK(bad.message().find("e.yaml:3: field 'efficiency.bf16': is a fraction of peak") != std::string::npos);
 }
 
@@ -521,9 +558,12 @@ TEST_CASE("the plan's FLOPs figures: GPT-3 175B against Megatron's formulas") {
     const double B = 1536, n = 1024, iter = p.predicted.iteration_s, peak = 312e12;
     const double model = CausalModelFlopsPerIteration(f.model.gpt, B);  // eq. (7) with the causal half of the s^2 core
     // Hardware (unfused: the whole s^2 core runs): eq. (3) with full recompute, else eq. (7).
-    double hw = rc == Recompute::kFull ? MegatronFlopsPerIteration(f.model.gpt, B) : ModelFlopsPerIteration(f.model.gpt, B);
-    if (rc == Recompute::kSelective) hw += B * 96 * 4 * 2048.0 * 2048.0 * 12288.0;  // the attention core's forward again
-    CHECK(p.model_parameters - 2 * 12288 == doctest::Approx(MegatronParamCount(f.model.gpt)).epsilon(1e-12));  // eq. (2) has no final layernorm
+    double hw =
+        rc == Recompute::kFull ? MegatronFlopsPerIteration(f.model.gpt, B) : ModelFlopsPerIteration(f.model.gpt, B);
+    if (rc == Recompute::kSelective)
+      hw += B * 96 * 4 * 2048.0 * 2048.0 * 12288.0;  // the attention core's forward again
+    CHECK(p.model_parameters - 2 * 12288 ==
+          doctest::Approx(MegatronParamCount(f.model.gpt)).epsilon(1e-12));  // eq. (2) has no final layernorm
     CHECK(p.predicted.model_flops_per_iteration == doctest::Approx(model).epsilon(1e-9));
     CHECK(p.predicted.mfu == doctest::Approx(model / (n * peak * iter)).epsilon(1e-9));
     CHECK(p.predicted.hfu == doctest::Approx(hw / (n * peak * iter)).epsilon(1e-9));

@@ -18,8 +18,8 @@ struct RefCase {
   const char* model;
   std::vector<int64_t> machines;
   std::vector<double> bandwidths;
-  double acr;          // 0: activation transfers off
-  double memory;       // 0: no memory constraint
+  double acr;     // 0: activation transfers off
+  double memory;  // 0: no memory constraint
   bool straight, fewer;
   double objective;    // PipeDream's "Time per stage in pipeline", seconds
   const char* config;  // flattened, "" when not checked

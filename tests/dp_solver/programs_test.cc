@@ -95,7 +95,8 @@ LaunchPlan Replicated(Schedule s, const std::vector<int64_t>& replicas, int64_t 
       L.ranks.push_back(x);
     }
   }
-  if (std::any_of(replicas.begin(), replicas.end(), [](int64_t r) { return r != 1; })) L.dp = 0;  // force "replicas != dp"
+  if (std::any_of(replicas.begin(), replicas.end(), [](int64_t r) { return r != 1; }))
+    L.dp = 0;  // force "replicas != dp"
   return L;
 }
 
@@ -149,7 +150,8 @@ std::vector<std::string> RuntimeOrder(const LaunchPlan& L, int64_t position, int
 std::vector<std::string> ComputeOrder(const RankProgram& g) {
   std::vector<std::string> out;
   for (const Action& a : g.actions) {
-    if (a.kind == ActionKind::kForward || a.kind == ActionKind::kBackwardInput || a.kind == ActionKind::kBackwardWeight) {
+    if (a.kind == ActionKind::kForward || a.kind == ActionKind::kBackwardInput ||
+        a.kind == ActionKind::kBackwardWeight) {
       out.push_back(ActionToString(a));
     }
   }
@@ -296,9 +298,20 @@ TEST_CASE("every schedule's programs pass the checker over a grid of p, m, v and
     }
   }
   for (Schedule s : {Schedule::k1F1B, Schedule::kPipeDream}) {
-    for (const std::vector<int64_t>& reps : std::vector<std::vector<int64_t>>{{2, 1, 1}, {1, 2}, {3, 1, 2}, {2, 2, 2}, {4, 2, 1}, {1, 1, 1, 1},
-                                                                                     // a replicated stage after a single one (the solver picks such)
-                                                                                     {1, 3, 1}, {2, 3, 1}, {1, 3, 2, 2}, {1, 3, 1, 3}, {8, 5, 2, 1}, {7, 1, 7, 1}}) {
+    for (const std::vector<int64_t>& reps :
+         std::vector<std::vector<int64_t>>{{2, 1, 1},
+                                           {1, 2},
+                                           {3, 1, 2},
+                                           {2, 2, 2},
+                                           {4, 2, 1},
+                                           {1, 1, 1, 1},
+                                           // a replicated stage after a single one (the solver picks such)
+                                           {1, 3, 1},
+                                           {2, 3, 1},
+                                           {1, 3, 2, 2},
+                                           {1, 3, 1, 3},
+                                           {8, 5, 2, 1},
+                                           {7, 1, 7, 1}}) {
       for (int64_t m : {12, 24}) {
         LaunchPlan L = Replicated(s, reps, m, 3);
         BuildAndCheck(&L);
@@ -402,8 +415,11 @@ TEST_CASE("the checker catches a replica that misses a gradient reduce") {
   v.erase(v.end() - 2);
   Status s = CheckPrograms(L);
   REQUIRE_FALSE(s.ok());
-  CHECK(s.message() == fmt::format("deadlock: 1 of 3 ranks cannot finish (2 finished); rank 0 (stage 0, replica 0) waits at action {}: "
-                                   "AR (a collective of 2 ranks, group 0)", L.programs[0].actions.size() - 1));
+  CHECK(
+      s.message() ==
+      fmt::format("deadlock: 1 of 3 ranks cannot finish (2 finished); rank 0 (stage 0, replica 0) waits at action {}: "
+                  "AR (a collective of 2 ranks, group 0)",
+                  L.programs[0].actions.size() - 1));
 }
 
 TEST_CASE("a uniform plan with per-replica programs is checked replica by replica") {
@@ -455,7 +471,8 @@ RandomSet MakeRandom(std::mt19937& rng) {
       r.procs[static_cast<size_t>(a)].steps.push_back({CheckStep::Kind::kLocal, -1, 0, "local"});
     } else {
       const int g = static_cast<int>(rng() % 2);
-      for (int32_t p : r.groups[static_cast<size_t>(g)]) r.procs[static_cast<size_t>(p)].steps.push_back({CheckStep::Kind::kCollective, -1, g, "AR"});
+      for (int32_t p : r.groups[static_cast<size_t>(g)])
+        r.procs[static_cast<size_t>(p)].steps.push_back({CheckStep::Kind::kCollective, -1, g, "AR"});
     }
   }
   return r;
@@ -478,7 +495,8 @@ TEST_CASE("random valid program sets pass; their perturbations are caught") {
     {  // a dropped send
       RandomSet d = r;
       for (auto& p : d.procs) {
-        auto it = std::find_if(p.steps.begin(), p.steps.end(), [](const CheckStep& s) { return s.kind == CheckStep::Kind::kSend; });
+        auto it = std::find_if(p.steps.begin(), p.steps.end(),
+                               [](const CheckStep& s) { return s.kind == CheckStep::Kind::kSend; });
         if (it == p.steps.end()) continue;
         p.steps.erase(it);
         Status s = CheckDeadlockFree(d.procs, d.groups);
@@ -498,7 +516,8 @@ TEST_CASE("random valid program sets pass; their perturbations are caught") {
         const size_t r1 = IndexOf(pb, CheckStep::Kind::kRecv, pa.steps[i].tag);
         for (size_t k = i + 1; k < pa.steps.size(); ++k) {
           const CheckStep& s2 = pa.steps[k];
-          if (s2.kind != CheckStep::Kind::kRecv || s2.peer != b || IndexOf(pb, CheckStep::Kind::kSend, s2.tag) < r1) continue;
+          if (s2.kind != CheckStep::Kind::kRecv || s2.peer != b || IndexOf(pb, CheckStep::Kind::kSend, s2.tag) < r1)
+            continue;
           RandomSet w = r;
           std::swap(w.procs[static_cast<size_t>(a)].steps[i], w.procs[static_cast<size_t>(a)].steps[k]);
           Status s = CheckDeadlockFree(w.procs, w.groups);
@@ -515,7 +534,8 @@ TEST_CASE("random valid program sets pass; their perturbations are caught") {
       if (s1.kind != CheckStep::Kind::kRecv) continue;
       const int32_t b = s1.peer;
       auto& pb = r.procs[static_cast<size_t>(b)].steps;
-      auto it = std::find_if(pb.begin(), pb.end(), [](const CheckStep& s) { return s.kind == CheckStep::Kind::kRecv && s.peer == 0; });
+      auto it = std::find_if(pb.begin(), pb.end(),
+                             [](const CheckStep& s) { return s.kind == CheckStep::Kind::kRecv && s.peer == 0; });
       if (it == pb.end()) continue;
       RandomSet c = r;
       auto& sa = c.procs[0].steps;
@@ -552,7 +572,6 @@ TEST_CASE("a 16384-GPU plan carries one program per pipeline position") {
   CHECK(back.ranks[0].program == 0);
 }
 
-
 // ---------------------------------------------------------------------------
 // What the checker refuses beyond deadlocks: programs that would run but compute the wrong thing,
 // or match messages wrongly on NCCL; and launch.yaml is checked where it is read.
@@ -565,11 +584,13 @@ TEST_CASE("the checker refuses incomplete programs, a second W, reordered sends 
     L.programs[0].actions.insert(L.programs[0].actions.end() - 1, Action{ActionKind::kBackwardWeight, 0, 0});
     Status s = CheckPrograms(L);
     REQUIRE_FALSE(s.ok());
-    CHECK(s.message().find("stage 0 microbatch 1 has 0 backward-weight actions where every other microbatch has 1") != std::string::npos);
+    CHECK(s.message().find("stage 0 microbatch 1 has 0 backward-weight actions where every other microbatch has 1") !=
+          std::string::npos);
   }
   SUBCASE("a microbatch dropped on both ranks: no deadlock, but half the batch never trains") {
     for (auto& g : L.programs) {
-      std::erase_if(g.actions, [](const Action& a) { return a.microbatch == 1 && a.kind != ActionKind::kOptimizerStep; });
+      std::erase_if(g.actions,
+                    [](const Action& a) { return a.microbatch == 1 && a.kind != ActionKind::kOptimizerStep; });
     }
     Status s = CheckPrograms(L);
     REQUIRE_FALSE(s.ok());

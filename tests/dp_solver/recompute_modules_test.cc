@@ -19,7 +19,9 @@
 namespace planner {
 namespace {
 
-const RecomputeModuleCost& Mod(const Layer& l, RecomputeModule m) { return l.recompute_modules[static_cast<size_t>(m)]; }
+const RecomputeModuleCost& Mod(const Layer& l, RecomputeModule m) {
+  return l.recompute_modules[static_cast<size_t>(m)];
+}
 
 // s 16, h 32, 4 heads of 8 (2 KV heads), 4 SwiGLU experts of 24, top-2, a shared expert of 16.
 LayerAttrs SmallMoe() {
@@ -33,7 +35,11 @@ LayerAttrs SmallMoe() {
 // The same with MLA: q_lora 24, kv_lora 16, rope 8, nope 16, v 12 per head.
 LayerAttrs SmallMlaMoe() {
   LayerAttrs a = SmallMoe();
-  a.ints.insert({{"q_lora_rank", 24}, {"kv_lora_rank", 16}, {"qk_rope_head_dim", 8}, {"qk_nope_head_dim", 16}, {"v_head_dim", 12}});
+  a.ints.insert({{"q_lora_rank", 24},
+                 {"kv_lora_rank", 16},
+                 {"qk_rope_head_dim", 8},
+                 {"qk_nope_head_dim", 16},
+                 {"v_head_dim", 12}});
   return a;
 }
 
@@ -76,19 +82,21 @@ TEST_CASE("recompute modules of one moe_block: what each drops and re-runs, by h
   CHECK(Mod(l, RecomputeModule::kCoreAttn).core_flops == l.attention_core_fwd_flops);
 }
 
-TEST_CASE("recompute modules of one MLA block: mla_up_proj drops Q, K, V and re-runs the up projections; mlp the dense MLP") {
+TEST_CASE(
+    "recompute modules of one MLA block: mla_up_proj drops Q, K, V and re-runs the up projections; mlp the dense MLP") {
   const double s = 32, h = 64, a = 4, ql = 24, kvl = 16, dr = 8, dn = 16, dv = 12, f = 48, dt = 2;
   LayerAttrs attrs;
-  attrs.ints = {{"heads", 4}, {"q_lora_rank", 24}, {"kv_lora_rank", 16}, {"qk_rope_head_dim", 8}, {"qk_nope_head_dim", 16},
-                {"v_head_dim", 12}, {"ffn", 48}};
+  attrs.ints = {
+      {"heads", 4},       {"q_lora_rank", 24}, {"kv_lora_rank", 16}, {"qk_rope_head_dim", 8}, {"qk_nope_head_dim", 16},
+      {"v_head_dim", 12}, {"ffn", 48}};
   attrs.strings = {{"act", "swiglu"}, {"norm", "rmsnorm"}, {"position", "rope"}, {"attention", "flash"}};
   attrs.bools = {{"bias", false}, {"dropout", false}};
   Layer l;
   REQUIRE_OK(InferLayer("transformer_block", attrs, {32, 64}, DType::kBf16, &l));
   const RecomputeModuleCost& up = Mod(l, RecomputeModule::kMlaUpProj);
-  CHECK(up.stash_bytes == dt * s * (2 * a * (dn + dr) + a * dv));                // Q, K (nope + rope), V
+  CHECK(up.stash_bytes == dt * s * (2 * a * (dn + dr) + a * dv));                    // Q, K (nope + rope), V
   CHECK(up.gemm_flops == 2 * s * ql * a * (dn + dr) + 2 * s * kvl * a * (dn + dv));  // q_b and kv_b
-  CHECK(up.mem_bytes == dt * 2 * s * (a * dr + dr));                              // RoPE on q_pe and the shared k_pe
+  CHECK(up.mem_bytes == dt * 2 * s * (a * dr + dr));                                 // RoPE on q_pe and the shared k_pe
   CHECK(up.stash_tp_replicated == 0);
   const RecomputeModuleCost& mlp = Mod(l, RecomputeModule::kMlp);
   CHECK(mlp.stash_bytes == dt * s * 3 * f);  // fc1 output (2f) and fc2 input (f); fc1's input stays
@@ -134,35 +142,41 @@ TEST_CASE("cost table: each module's stash leaves the row and its work joins bac
   const LayerCostRow none = f.Row(Recompute::kNone, kDefaultRecomputeModules);
   CHECK(base.stash_bytes == doctest::Approx(l.stash_bytes_selective));
   CHECK(none.stash_bytes == doctest::Approx(l.stash_bytes));
-  for (RecomputeModule m : {RecomputeModule::kLayernorm, RecomputeModule::kMlaUpProj, RecomputeModule::kMoeAct, RecomputeModule::kSharedExperts}) {
+  for (RecomputeModule m : {RecomputeModule::kLayernorm, RecomputeModule::kMlaUpProj, RecomputeModule::kMoeAct,
+                            RecomputeModule::kSharedExperts}) {
     CAPTURE(RecomputeModuleName(m));
     const RecomputeModuleCost& c = Mod(l, m);
     const LayerCostRow r = f.Row(Recompute::kSelective, kDefaultRecomputeModules | RecomputeBit(m));
     CHECK(c.stash_bytes > 0);
     CHECK(base.stash_bytes - r.stash_bytes == doctest::Approx(c.stash_bytes));
-    CHECK(r.backward_input_s - base.backward_input_s == doctest::Approx(c.gemm_flops / gemm_rate + c.mem_bytes / hbm).epsilon(1e-9));
+    CHECK(r.backward_input_s - base.backward_input_s ==
+          doctest::Approx(c.gemm_flops / gemm_rate + c.mem_bytes / hbm).epsilon(1e-9));
     CHECK(r.forward_s == base.forward_s);
     CHECK(r.backward_weight_s == base.backward_weight_s);
   }
   // moe holds moe_act's and shared_experts' stash: adding them to moe drops nothing more, re-runs more.
   const LayerCostRow moe = f.Row(Recompute::kSelective, kDefaultRecomputeModules | RecomputeBit(RecomputeModule::kMoe));
   const LayerCostRow all = f.Row(Recompute::kSelective, kDefaultRecomputeModules | RecomputeBit(RecomputeModule::kMoe) |
-                                                            RecomputeBit(RecomputeModule::kMoeAct) | RecomputeBit(RecomputeModule::kSharedExperts));
+                                                            RecomputeBit(RecomputeModule::kMoeAct) |
+                                                            RecomputeBit(RecomputeModule::kSharedExperts));
   CHECK(base.stash_bytes - moe.stash_bytes == doctest::Approx(Mod(l, RecomputeModule::kMoe).stash_bytes));
   CHECK(all.stash_bytes == moe.stash_bytes);
   CHECK(all.backward_input_s > moe.backward_input_s);
   // Without core_attn, selective keeps what core_attn drops (flash: nothing) and skips its re-run.
   const LayerCostRow no_core = f.Row(Recompute::kSelective, RecomputeBit(RecomputeModule::kLayernorm));
-  const LayerCostRow ln = f.Row(Recompute::kSelective, kDefaultRecomputeModules | RecomputeBit(RecomputeModule::kLayernorm));
+  const LayerCostRow ln =
+      f.Row(Recompute::kSelective, kDefaultRecomputeModules | RecomputeBit(RecomputeModule::kLayernorm));
   CHECK(no_core.stash_bytes == ln.stash_bytes);
   CHECK(ln.backward_input_s - no_core.backward_input_s ==
-        doctest::Approx(l.selective_recompute_flops / (f.cluster.PeakFlops(DType::kBf16) * f.cluster.Efficiency(DType::kBf16))).epsilon(1e-9));
+        doctest::Approx(l.selective_recompute_flops /
+                        (f.cluster.PeakFlops(DType::kBf16) * f.cluster.Efficiency(DType::kBf16)))
+            .epsilon(1e-9));
 }
 
 TEST_CASE("more modules: less memory, more backward time (MLA moe_block)") {
   OneLayer f(SmallMlaMoe());
-  const RecomputeModule order[] = {RecomputeModule::kLayernorm, RecomputeModule::kMlaUpProj, RecomputeModule::kMoeAct, RecomputeModule::kSharedExperts,
-                                   RecomputeModule::kMoe};
+  const RecomputeModule order[] = {RecomputeModule::kLayernorm, RecomputeModule::kMlaUpProj, RecomputeModule::kMoeAct,
+                                   RecomputeModule::kSharedExperts, RecomputeModule::kMoe};
   uint32_t mask = kDefaultRecomputeModules;
   LayerCostRow prev = f.Row(Recompute::kSelective, mask);
   const LayerCostRow none = f.Row(Recompute::kNone, mask);
@@ -193,7 +207,9 @@ Status SolveDeepSeek(const ModelSpec& model, const ClusterSpec& cluster, uint32_
   return SolveAuto(src, o, p);
 }
 
-TEST_CASE("DeepSeek-V3 forced layout: DeepSeek's modules cut each stage's activations by in-flight x the blocks' dropped bytes") {
+TEST_CASE(
+    "DeepSeek-V3 forced layout: DeepSeek's modules cut each stage's activations by in-flight x the blocks' dropped "
+    "bytes") {
   ModelSpec model;
   ClusterSpec cluster;
   REQUIRE_OK(LoadModelSpec(testing::SourcePath("configs/models/deepseek-v3.yaml"), &model));
@@ -228,12 +244,14 @@ TEST_CASE("DeepSeek-V3 forced layout: DeepSeek's modules cut each stage's activa
       if (l.kind == LayerKind::kMoeBlock || (l.kind == LayerKind::kMtp && l.experts > 0)) chunk_drop[i] += moe_drop;
       else if (l.kind == LayerKind::kTransformerBlock) chunk_drop[i] += dense_drop;
     }
-    rank_drop[static_cast<size_t>(StagePosition(Schedule::kDualPipeV, static_cast<int64_t>(i), 16))] += static_cast<double>(a_st.in_flight) * chunk_drop[i];
+    rank_drop[static_cast<size_t>(StagePosition(Schedule::kDualPipeV, static_cast<int64_t>(i), 16))] +=
+        static_cast<double>(a_st.in_flight) * chunk_drop[i];
   }
   for (size_t i = 0; i < ds.stages.size(); ++i) {
     CAPTURE(i);
     const size_t r = static_cast<size_t>(StagePosition(Schedule::kDualPipeV, static_cast<int64_t>(i), 16));
-    CHECK(sel.stages[i].activations_bytes - ds.stages[i].activations_bytes == doctest::Approx(rank_drop[r]).epsilon(1e-6));
+    CHECK(sel.stages[i].activations_bytes - ds.stages[i].activations_bytes ==
+          doctest::Approx(rank_drop[r]).epsilon(1e-6));
     CHECK(ds.stages[i].backward_input_s > sel.stages[i].backward_input_s);
   }
   // The worst rank by hand: rank 2 holds stages 2 and 29 (two MoE blocks each), 30 and 3 microbatches in
@@ -259,7 +277,8 @@ TEST_CASE("DeepSeek-V3 forced layout: DeepSeek's modules cut each stage's activa
         doctest::Approx(66 * s * (ql + kvl + a * dv + fs + k * h) / (1024.0 * 1024 * 1024)).epsilon(1e-3));
   CHECK(ds.predicted.peak_memory_bytes < sel.predicted.peak_memory_bytes);
   CHECK(ds.predicted.iteration_s > sel.predicted.iteration_s);
-  CHECK(ds.predicted.hfu > sel.predicted.hfu * (sel.predicted.iteration_s / ds.predicted.iteration_s));  // more hardware FLOPs run
+  CHECK(ds.predicted.hfu >
+        sel.predicted.hfu * (sel.predicted.iteration_s / ds.predicted.iteration_s));  // more hardware FLOPs run
 }
 
 struct DeepSeekFp8 {
@@ -286,7 +305,8 @@ TEST_CASE("the search also tries DeepSeek's modules on an MLA / MoE model and ke
   CHECK(fallback.recompute == Recompute::kSelective);
   CHECK(fallback.recompute_modules == kDeepSeekRecomputeModules);
   CHECK(std::any_of(fallback.notes.begin(), fallback.notes.end(), [](const std::string& n) {
-    return n.find("selective recompute of core_attn, layernorm, mla_up_proj, moe_act (DeepSeek-V3's recompute") != std::string::npos &&
+    return n.find("selective recompute of core_attn, layernorm, mla_up_proj, moe_act (DeepSeek-V3's recompute") !=
+               std::string::npos &&
            n.find("faster than the best plan with core_attn alone") != std::string::npos;
   }));
   // Forced core_attn: no fallback, full recompute wins; and slower than the fallback's plan.
@@ -312,7 +332,9 @@ TEST_CASE("the search also tries DeepSeek's modules on an MLA / MoE model and ke
   REQUIRE_OK(SolveDeepSeek(h800.model, h800.cluster, 0, &only, {Recompute::kSelective}));
   CHECK(only.recompute_modules == kDeepSeekRecomputeModules);
   CHECK(std::any_of(only.notes.begin(), only.notes.end(), [](const std::string& n) {
-    return n.find("moe_act (DeepSeek-V3's recompute, Megatron --recompute-modules): with core_attn alone no plan fits") != std::string::npos;
+    return n.find(
+               "moe_act (DeepSeek-V3's recompute, Megatron --recompute-modules): with core_attn alone no plan fits") !=
+           std::string::npos;
   }));
   // Forced modules at 60 GiB: nothing fits, the error names the stage's 63.1 GiB.
   DeepSeekFp8 small(60);
@@ -339,15 +361,19 @@ TEST_CASE("modules that apply to no layer of the model change nothing and are no
   o.recompute = {Recompute::kSelective};
   Plan plain, idle;
   REQUIRE_OK(SolveAuto(src, o, &plain));
-  o.recompute_modules = kDefaultRecomputeModules | RecomputeBit(RecomputeModule::kMoeAct) | RecomputeBit(RecomputeModule::kMoe);
+  o.recompute_modules =
+      kDefaultRecomputeModules | RecomputeBit(RecomputeModule::kMoeAct) | RecomputeBit(RecomputeModule::kMoe);
   REQUIRE_OK(SolveAuto(src, o, &idle));
   CHECK(idle.predicted.iteration_s == plain.predicted.iteration_s);
   CHECK(idle.predicted.peak_memory_bytes == plain.predicted.peak_memory_bytes);
   CHECK(idle.recompute_modules == o.recompute_modules);
   CHECK(std::any_of(idle.notes.begin(), idle.notes.end(), [](const std::string& n) {
-    return n == "recompute modules moe_act, moe change nothing on model gpt2-small (no layer they apply to); Megatron-Core ignores them there too";
+    return n ==
+           "recompute modules moe_act, moe change nothing on model gpt2-small (no layer they apply to); Megatron-Core "
+           "ignores them there too";
   }));
-  CHECK(std::none_of(plain.notes.begin(), plain.notes.end(), [](const std::string& n) { return n.find("change nothing") != std::string::npos; }));
+  CHECK(std::none_of(plain.notes.begin(), plain.notes.end(),
+                     [](const std::string& n) { return n.find("change nothing") != std::string::npos; }));
 }
 
 TEST_CASE("plan field recompute_modules: written with selective recompute, read back, unknown names refused") {
@@ -360,7 +386,8 @@ TEST_CASE("plan field recompute_modules: written with selective recompute, read 
   stage.devices = {0};
   p.stages = {stage};
   const std::string text = PlanToYaml(p);
-  CHECK(text.find("recompute_modules:\n  - \"core_attn\"\n  - \"layernorm\"\n  - \"mla_up_proj\"\n  - \"moe_act\"\n") != std::string::npos);
+  CHECK(text.find("recompute_modules:\n  - \"core_attn\"\n  - \"layernorm\"\n  - \"mla_up_proj\"\n  - \"moe_act\"\n") !=
+        std::string::npos);
   Plan q;
   REQUIRE_OK(ParsePlan("p.plan.yaml", text, &q));
   CHECK(q.recompute_modules == kDeepSeekRecomputeModules);
@@ -374,7 +401,8 @@ TEST_CASE("plan field recompute_modules: written with selective recompute, read 
   const Status st = ParsePlan("p.plan.yaml", bad, &r);
   CHECK(st.code() == StatusCode::kInvalidArgument);
   CHECK(st.message().find("recompute_modules[1]") != std::string::npos);
-  CHECK(st.message().find("unknown recompute module 'layernom'; choose from core_attn, layernorm, mla_up_proj, moe_act, mlp, moe, shared_experts") != std::string::npos);
+  CHECK(st.message().find("unknown recompute module 'layernom'; choose from core_attn, layernorm, mla_up_proj, "
+                          "moe_act, mlp, moe, shared_experts") != std::string::npos);
 }
 
 }  // namespace

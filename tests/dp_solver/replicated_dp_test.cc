@@ -181,8 +181,13 @@ TEST_CASE("GroupSpreadAt's per-unit count equals listing the ranks (three levels
   for (int it = 0; it < 3000; ++it) {
     ClusterSpec c = TwoLevels(rng, 1 + static_cast<int64_t>(rng() % 8), 1 + static_cast<int64_t>(rng() % 6));
     c.levels.push_back(TopologyLevel{"pod", 1 + static_cast<int64_t>(rng() % 4), 10, 10, 1, {}, {}, {}, {}, {}});
-    const int64_t first = static_cast<int64_t>(rng() % 40), size = 1 + static_cast<int64_t>(rng() % 30), stride = static_cast<int64_t>(rng() % 12);
-    CAPTURE(first); CAPTURE(size); CAPTURE(stride); CAPTURE(c.levels[0].size); CAPTURE(c.levels[1].size);
+    const int64_t first = static_cast<int64_t>(rng() % 40), size = 1 + static_cast<int64_t>(rng() % 30),
+                  stride = static_cast<int64_t>(rng() % 12);
+    CAPTURE(first);
+    CAPTURE(size);
+    CAPTURE(stride);
+    CAPTURE(c.levels[0].size);
+    CAPTURE(c.levels[1].size);
     CHECK(GroupSpreadAt(c, first, size, stride) == SpreadByListing(c, first, size, stride));
   }
 }

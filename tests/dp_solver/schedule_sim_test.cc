@@ -11,7 +11,8 @@ namespace {
 
 double Sim(Schedule s, double f, double b, double w, int64_t p, int64_t m, int64_t v, SimResult* out = nullptr) {
   // Interleaved: a device's F, B, W are split evenly over its v chunks.
-  std::vector<SimStage> st(static_cast<size_t>(p * v), SimStage{f / static_cast<double>(v), b / static_cast<double>(v), w / static_cast<double>(v), 0});
+  std::vector<SimStage> st(static_cast<size_t>(p * v), SimStage{f / static_cast<double>(v), b / static_cast<double>(v),
+                                                                w / static_cast<double>(v), 0});
   SimResult r;
   REQUIRE_OK(SimulateSchedule(s, st, p, m, false, &r));
   if (out) *out = r;
@@ -36,7 +37,8 @@ TEST_CASE("interleaved 1F1B takes (m + (p - 1)/v)(F + B + W)") {
   for (int64_t p : {2, 4}) {
     for (int64_t v : {2, 3, 4}) {
       for (int64_t m : {p, 2 * p, 4 * p}) {
-        CHECK(Sim(Schedule::kInterleaved, 1.0, 1.0, 1.0, p, m, v) == doctest::Approx(ClosedFormMakespan(Schedule::kInterleaved, 1.0, 1.0, 1.0, p, m, v)));
+        CHECK(Sim(Schedule::kInterleaved, 1.0, 1.0, 1.0, p, m, v) ==
+              doctest::Approx(ClosedFormMakespan(Schedule::kInterleaved, 1.0, 1.0, 1.0, p, m, v)));
       }
     }
   }
@@ -48,7 +50,8 @@ TEST_CASE("interleaved 1F1B takes (m + (p - 1)/v)(F + B + W)") {
 TEST_CASE("ZB-H1 takes m (F + B + W) + (p - 1)(F + B - W)") {
   for (int64_t p : {2, 3, 4, 6}) {
     for (int64_t m : {2 * p, 3 * p}) {
-      CHECK(Sim(Schedule::kZbH1, 1.0, 1.0, 1.0, p, m, 1) == doctest::Approx(ClosedFormMakespan(Schedule::kZbH1, 1.0, 1.0, 1.0, p, m, 1)));
+      CHECK(Sim(Schedule::kZbH1, 1.0, 1.0, 1.0, p, m, 1) ==
+            doctest::Approx(ClosedFormMakespan(Schedule::kZbH1, 1.0, 1.0, 1.0, p, m, 1)));
     }
   }
   // Its bubble is a third of 1F1B's when F = B = W.
@@ -78,7 +81,7 @@ TEST_CASE("the slowest stage sets the 1F1B steady state on non-uniform stages") 
     CHECK(e.device == e.stage);
     CHECK((e.kind == 'F' || e.kind == 'B'));
     CHECK(e.end_s - e.start_s == doctest::Approx(e.kind == 'F' ? st[static_cast<size_t>(e.stage)].forward_s
-                                                                : st[static_cast<size_t>(e.stage)].backward_input_s));
+                                                               : st[static_cast<size_t>(e.stage)].backward_input_s));
     CHECK(ev.emplace(std::make_tuple(e.stage, e.microbatch, e.kind), e).second);
   }
   REQUIRE(ev.size() == r.events.size());
@@ -96,7 +99,8 @@ TEST_CASE("the slowest stage sets the 1F1B steady state on non-uniform stages") 
   // the remaining backwards), no overlap, and stage 1 never idle.
   for (int d = 0; d < 3; ++d) {
     std::vector<SimEvent> mine;
-    for (const auto& e : r.events) if (e.device == d) mine.push_back(e);
+    for (const auto& e : r.events)
+      if (e.device == d) mine.push_back(e);
     std::sort(mine.begin(), mine.end(), [](const SimEvent& a, const SimEvent& b) { return a.start_s < b.start_s; });
     std::vector<std::pair<char, int>> want;
     const int warm = 2 - d;

@@ -87,7 +87,9 @@ TEST_CASE("a profile-costed plan on a cluster without the model's peak has no MF
   CHECK(std::isfinite(p.predicted.mfu));
   CHECK(p.predicted.mfu == 0);
   bool noted = false;
-  for (const auto& n : p.notes) noted = noted || (n.find("MFU unknown") != std::string::npos && n.find("gpu.peak_tflops.fp32") != std::string::npos);
+  for (const auto& n : p.notes)
+    noted =
+        noted || (n.find("MFU unknown") != std::string::npos && n.find("gpu.peak_tflops.fp32") != std::string::npos);
   CHECK(noted);
 }
 

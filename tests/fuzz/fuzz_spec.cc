@@ -116,7 +116,8 @@ void RunOne(const uint8_t* data, size_t size) {
         const std::string yaml = HfModelYaml(h, "config.json");
         ModelSpec m;
         const Status st = ParseModelSpec("imported.yaml", yaml, &m);
-        if (!st.ok()) RoundTripFailed("hf import", "the written model file does not read back: " + st.ToString(), yaml, "");
+        if (!st.ok())
+          RoundTripFailed("hf import", "the written model file does not read back: " + st.ToString(), yaml, "");
         // 0 for kv_heads and ffn means heads and 4 hidden (the file writes them out).
         auto normal = [](GptConfig g) {
           if (g.kv_heads == 0) g.kv_heads = g.heads;
@@ -125,9 +126,11 @@ void RunOne(const uint8_t* data, size_t size) {
         };
         const GptConfig a = normal(h.gpt);
         const GptConfig b = normal(m.gpt);
-        if (!m.is_gpt || a.layers != b.layers || a.hidden != b.hidden || a.heads != b.heads || a.kv_heads != b.kv_heads || a.ffn != b.ffn ||
-            a.vocab != b.vocab || a.seq != b.seq || a.ffn_act != b.ffn_act || a.norm != b.norm || a.position != b.position ||
-            (a.position == "rope" && a.rope_theta != b.rope_theta) || a.bias != b.bias || a.tie_embeddings != b.tie_embeddings) {
+        if (!m.is_gpt || a.layers != b.layers || a.hidden != b.hidden || a.heads != b.heads ||
+            a.kv_heads != b.kv_heads || a.ffn != b.ffn || a.vocab != b.vocab || a.seq != b.seq ||
+            a.ffn_act != b.ffn_act || a.norm != b.norm || a.position != b.position ||
+            (a.position == "rope" && a.rope_theta != b.rope_theta) || a.bias != b.bias ||
+            a.tie_embeddings != b.tie_embeddings) {
           RoundTripFailed("hf import", "the model file read back has another template", yaml, "");
         }
       }
@@ -141,7 +144,8 @@ void RunOne(const uint8_t* data, size_t size) {
         const Status st = ParseLaunchPlan("launch2.yaml", first, &again);
         if (!st.ok()) RoundTripFailed("launch plan", "re-parse failed: " + st.ToString(), first, "");
         const std::string second = LaunchPlanToYaml(again);
-        if (second != first) RoundTripFailed("launch plan", "YAML differs after parse -> serialize -> parse", first, second);
+        if (second != first)
+          RoundTripFailed("launch plan", "YAML differs after parse -> serialize -> parse", first, second);
       }
       break;
     }

@@ -66,17 +66,23 @@ std::string Edit(std::string text, const std::string& from, const std::string& t
 
 TEST_CASE("a damaged manifest is refused with its line") {
   const std::string t = ManifestText(Sample());
-  CHECK(Refusal(Edit(t, "iteration: 6", "iteration: 6x")) == "ck/manifest.yaml:3: iteration: '6x' is not an iteration from 1 to 10000000; the manifest is damaged");
+  CHECK(Refusal(Edit(t, "iteration: 6", "iteration: 6x")) ==
+        "ck/manifest.yaml:3: iteration: '6x' is not an iteration from 1 to 10000000; the manifest is damaged");
   CHECK(Refusal(Edit(t, "iteration: 6", "iteration: -1")).find("ck/manifest.yaml:3: iteration") == 0);
-  CHECK(Refusal(Edit(t, "directory: iter-6", "directory: ../../etc")).find(":4: directory: '../../etc' is not iter-6") != std::string::npos);
+  CHECK(
+      Refusal(Edit(t, "directory: iter-6", "directory: ../../etc")).find(":4: directory: '../../etc' is not iter-6") !=
+      std::string::npos);
   CHECK(Refusal(Edit(t, "format: 1", "format: 2")).find(":2: format") != std::string::npos);
   CHECK(Refusal(Edit(t, "crc32c: 00000001", "crc32c: 0000001")).find(":9: rank1:") != std::string::npos);
   CHECK(Refusal(Edit(t, "crc32c: 00000001", "crc32c: 0000000g")).find(":9: rank1:") != std::string::npos);
   CHECK(Refusal(Edit(t, "crc32c: 00000001", "crc32c: -0000001")).find(":9: rank1:") != std::string::npos);
-  CHECK(Refusal(Edit(t, "{bytes: 80", "{bytes: 79")).find(":9: rank1:") != std::string::npos);  // below the header's size
+  CHECK(Refusal(Edit(t, "{bytes: 80", "{bytes: 79")).find(":9: rank1:") !=
+        std::string::npos);  // below the header's size
   CHECK(Refusal(Edit(t, "ranks: 2", "ranks: 3")) == "ck/manifest.yaml: no 'rank2' field; the manifest is damaged");
-  CHECK(Refusal(Edit(t, "model_digest: 0123456789abcdef", "model_digest: 0123")).find(":5: model_digest") != std::string::npos);
-  CHECK(Refusal(t + "rank0: {bytes: 1, crc32c: 00000000}\n").find(":10: rank0 appears twice (first on line 8)") != std::string::npos);
+  CHECK(Refusal(Edit(t, "model_digest: 0123456789abcdef", "model_digest: 0123")).find(":5: model_digest") !=
+        std::string::npos);
+  CHECK(Refusal(t + "rank0: {bytes: 1, crc32c: 00000000}\n").find(":10: rank0 appears twice (first on line 8)") !=
+        std::string::npos);
   CHECK(Refusal(t + "extra: 1\n").find(":10: unknown field 'extra'") != std::string::npos);
   CHECK(Refusal(t + "garbage\n").find(":10: not 'key: value'") != std::string::npos);
   CHECK(Refusal("").find("no 'format' field") != std::string::npos);
@@ -91,7 +97,8 @@ Status Metrics(const std::string& text, int64_t n, std::vector<double>* loss) {
 }
 
 TEST_CASE("metrics.csv is read back strictly: missing, garbled or short is an error with its line") {
-  const std::string good = "iteration,loss,iteration_seconds\n1,2.500000,0.010000\n2,2.250000,0.020000\n3,2.000000,0.010000\n";
+  const std::string good =
+      "iteration,loss,iteration_seconds\n1,2.500000,0.010000\n2,2.250000,0.020000\n3,2.000000,0.010000\n";
   std::vector<double> loss;
   REQUIRE_OK(Metrics(good, 2, &loss));
   CHECK(loss == std::vector<double>{2.5, 2.25});  // extra rows (after the checkpoint) are not read
@@ -111,7 +118,8 @@ TEST_CASE("metrics.csv is read back strictly: missing, garbled or short is an er
   CHECK(line_of(Edit(good, "0.020000", "1e999"), 3) == "metrics.csv:3:");  // out of range: no exception
   CHECK(line_of(Edit(good, "iteration,loss", "iter,loss"), 1) == "metrics.csv:1:");
   CHECK(line_of(good, 5) == "metrics.csv:5:");  // ends after iteration 3
-  CHECK(Metrics(good, 5, &loss).message().find("ends after iteration 3, the checkpoint is at iteration 5") != std::string::npos);
+  CHECK(Metrics(good, 5, &loss).message().find("ends after iteration 3, the checkpoint is at iteration 5") !=
+        std::string::npos);
 }
 
 TEST_CASE("the run directory's lock: a second holder is refused with the first's pid; released at the end") {
@@ -124,7 +132,7 @@ TEST_CASE("the run directory's lock: a second holder is refused with the first's
     REQUIRE_OK(first.Acquire(dir));
     CHECK(first.held());
     CHECK(!fs::exists(stale));  // a dead job's temporary, removed under the lock
-    RunDirLock second;  // another open file description: flock refuses it as it would another process
+    RunDirLock second;          // another open file description: flock refuses it as it would another process
     const Status s = second.Acquire(dir);
     CHECK(s.code() == StatusCode::kInvalidArgument);
     CHECK(s.message().find(dir + ": in use by another job (pid " + std::to_string(::getpid()) + " on ") == 0);
@@ -138,17 +146,21 @@ TEST_CASE("the run directory's lock: a second holder is refused with the first's
 TEST_CASE("the agreement step: one rank's refusal reaches every rank at once, with its rank") {
   std::vector<Status> got(3);
   const double t0 = MonotonicSeconds();
-  REQUIRE_OK(RunThreadRanks(3, [&](Communicator& world) -> Status {
-    const Status mine = world.rank() == 1 ? Status::NotFound("ck/iter-3/rank1.bin: missing") : Status::OK();
-    got[static_cast<size_t>(world.rank())] = AgreeOnStatus(world, mine);
-    return Status::OK();
-  }, 30));
+  REQUIRE_OK(RunThreadRanks(
+      3,
+      [&](Communicator& world) -> Status {
+        const Status mine = world.rank() == 1 ? Status::NotFound("ck/iter-3/rank1.bin: missing") : Status::OK();
+        got[static_cast<size_t>(world.rank())] = AgreeOnStatus(world, mine);
+        return Status::OK();
+      },
+      30));
   CHECK(MonotonicSeconds() - t0 < 5);
   for (const Status& s : got) {
     CHECK(s.code() == StatusCode::kNotFound);
     CHECK(s.message() == "rank 1: ck/iter-3/rank1.bin: missing");
   }
-  REQUIRE_OK(RunThreadRanks(2, [&](Communicator& world) -> Status { return AgreeOnStatus(world, Status::OK()); }, 30));
+  REQUIRE_OK(RunThreadRanks(
+      2, [&](Communicator& world) -> Status { return AgreeOnStatus(world, Status::OK()); }, 30));
 }
 
 }  // namespace

@@ -38,7 +38,8 @@ inline Status RunAllToAllConformance(Communicator& c) {
     }
     std::vector<float> send(static_cast<size_t>(at), -7.0f);
     for (int d = 0; d < n; ++d) {
-      for (int64_t i = 0; i < sc[static_cast<size_t>(d)]; ++i) send[static_cast<size_t>(sd[static_cast<size_t>(d)] + i)] = static_cast<float>(1000 * r + 100 * d + i % 97);
+      for (int64_t i = 0; i < sc[static_cast<size_t>(d)]; ++i)
+        send[static_cast<size_t>(sd[static_cast<size_t>(d)] + i)] = static_cast<float>(1000 * r + 100 * d + i % 97);
     }
     at = 2;
     for (int s = 0; s < n; ++s) {  // receive blocks in rank order, two floats apart
@@ -50,9 +51,11 @@ inline Status RunAllToAllConformance(Communicator& c) {
     PLANNER_RETURN_IF_ERROR(c.AllToAllV(send.data(), sc, sd, recv.data(), rc, rd));
     std::vector<float> want(recv.size(), -1.0f);
     for (int s = 0; s < n; ++s) {
-      for (int64_t i = 0; i < rc[static_cast<size_t>(s)]; ++i) want[static_cast<size_t>(rd[static_cast<size_t>(s)] + i)] = static_cast<float>(1000 * s + 100 * r + i % 97);
+      for (int64_t i = 0; i < rc[static_cast<size_t>(s)]; ++i)
+        want[static_cast<size_t>(rd[static_cast<size_t>(s)] + i)] = static_cast<float>(1000 * s + 100 * r + i % 97);
     }
-    PLANNER_RETURN_IF_ERROR(Expect(recv == want, c, fmt::format("all-to-allv with uneven counts (base {}): values or untouched gaps", base)));
+    PLANNER_RETURN_IF_ERROR(Expect(
+        recv == want, c, fmt::format("all-to-allv with uneven counts (base {}): values or untouched gaps", base)));
   }
   // Equal blocks of 3: block j of the result is rank j's block for me.
   {
@@ -71,21 +74,31 @@ inline Status RunAllToAllConformance(Communicator& c) {
   PLANNER_RETURN_IF_ERROR(c.AllToAllV(nullptr, zeros, zeros, nullptr, zeros, zeros));
   // Bad arguments, on every rank at once: InvalidArgument, no traffic, nothing hangs.
   float x = 0;
-  const std::vector<int64_t> longer(un + 1, 0), negative = [&] { auto v = zeros; v[0] = -1; return v; }();
-  PLANNER_RETURN_IF_ERROR(Expect(c.AllToAllV(&x, longer, zeros, &x, zeros, zeros).code() == StatusCode::kInvalidArgument, c,
-                                 "all-to-allv with size() + 1 send counts is InvalidArgument"));
-  PLANNER_RETURN_IF_ERROR(Expect(c.AllToAllV(&x, zeros, zeros, &x, zeros, std::vector<int64_t>(un - 1, 0)).code() == StatusCode::kInvalidArgument,
-                                 c, "all-to-allv with size() - 1 receive displacements is InvalidArgument"));
-  PLANNER_RETURN_IF_ERROR(Expect(c.AllToAllV(&x, zeros, zeros, &x, negative, zeros).code() == StatusCode::kInvalidArgument, c,
-                                 "all-to-allv with a negative count is InvalidArgument"));
-  PLANNER_RETURN_IF_ERROR(Expect(c.AllToAll(&x, &x, -1).code() == StatusCode::kInvalidArgument, c, "all-to-all with a negative count is InvalidArgument"));
+  const std::vector<int64_t> longer(un + 1, 0), negative = [&] {
+    auto v = zeros;
+    v[0] = -1;
+    return v;
+  }();
+  PLANNER_RETURN_IF_ERROR(
+      Expect(c.AllToAllV(&x, longer, zeros, &x, zeros, zeros).code() == StatusCode::kInvalidArgument, c,
+             "all-to-allv with size() + 1 send counts is InvalidArgument"));
+  PLANNER_RETURN_IF_ERROR(Expect(
+      c.AllToAllV(&x, zeros, zeros, &x, zeros, std::vector<int64_t>(un - 1, 0)).code() == StatusCode::kInvalidArgument,
+      c, "all-to-allv with size() - 1 receive displacements is InvalidArgument"));
+  PLANNER_RETURN_IF_ERROR(
+      Expect(c.AllToAllV(&x, zeros, zeros, &x, negative, zeros).code() == StatusCode::kInvalidArgument, c,
+             "all-to-allv with a negative count is InvalidArgument"));
+  PLANNER_RETURN_IF_ERROR(Expect(c.AllToAll(&x, &x, -1).code() == StatusCode::kInvalidArgument, c,
+                                 "all-to-all with a negative count is InvalidArgument"));
   if (c.backend() == "mpi") {  // MPI_Alltoallv's int counts: 2^31 floats is refused, not truncated
     std::vector<int64_t> huge = zeros;
     huge[0] = int64_t{1} << 31;
-    PLANNER_RETURN_IF_ERROR(Expect(c.AllToAllV(&x, huge, zeros, &x, zeros, zeros).code() == StatusCode::kInvalidArgument, c,
-                                   "MPI all-to-allv with a count of 2^31 floats is InvalidArgument"));
-    PLANNER_RETURN_IF_ERROR(Expect(c.AllToAllV(&x, zeros, zeros, &x, zeros, huge).code() == StatusCode::kInvalidArgument, c,
-                                   "MPI all-to-allv with a displacement of 2^31 floats is InvalidArgument"));
+    PLANNER_RETURN_IF_ERROR(
+        Expect(c.AllToAllV(&x, huge, zeros, &x, zeros, zeros).code() == StatusCode::kInvalidArgument, c,
+               "MPI all-to-allv with a count of 2^31 floats is InvalidArgument"));
+    PLANNER_RETURN_IF_ERROR(
+        Expect(c.AllToAllV(&x, zeros, zeros, &x, zeros, huge).code() == StatusCode::kInvalidArgument, c,
+               "MPI all-to-allv with a displacement of 2^31 floats is InvalidArgument"));
   }
   return Status::OK();
 }
@@ -93,12 +106,14 @@ inline Status RunAllToAllConformance(Communicator& c) {
 inline Status RunConformance(Communicator& c) {
   const int n = c.size(), r = c.rank();
   // all-reduce sum and max, odd counts.
-  for (int64_t count : {int64_t{1}, int64_t{7}, int64_t{1000}, int64_t{700001}}) {  // 700001: 2.8 MB, a segmented ring on MPI
+  for (int64_t count :
+       {int64_t{1}, int64_t{7}, int64_t{1000}, int64_t{700001}}) {  // 700001: 2.8 MB, a segmented ring on MPI
     std::vector<float> a(static_cast<size_t>(count));
     for (int64_t i = 0; i < count; ++i) a[static_cast<size_t>(i)] = static_cast<float>(r + i);
     PLANNER_RETURN_IF_ERROR(c.AllReduce(a.data(), count, ReduceOp::kSum));
     bool ok = true;
-    for (int64_t i = 0; i < count; ++i) ok = ok && a[static_cast<size_t>(i)] == static_cast<float>(n * (n - 1) / 2 + n * i);
+    for (int64_t i = 0; i < count; ++i)
+      ok = ok && a[static_cast<size_t>(i)] == static_cast<float>(n * (n - 1) / 2 + n * i);
     PLANNER_RETURN_IF_ERROR(Expect(ok, c, fmt::format("all-reduce sum of {} floats", count)));
     for (int64_t i = 0; i < count; ++i) a[static_cast<size_t>(i)] = static_cast<float>((r * 7 + i) % n);
     PLANNER_RETURN_IF_ERROR(c.AllReduce(a.data(), count, ReduceOp::kMax));
@@ -115,7 +130,8 @@ inline Status RunConformance(Communicator& c) {
     std::vector<float> s = {static_cast<float>(r), static_cast<float>(10 * r)}, g(static_cast<size_t>(2 * n));
     PLANNER_RETURN_IF_ERROR(c.AllGather(s.data(), g.data(), 2));
     bool ok = true;
-    for (int q = 0; q < n; ++q) ok = ok && g[static_cast<size_t>(2 * q)] == q && g[static_cast<size_t>(2 * q + 1)] == 10 * q;
+    for (int q = 0; q < n; ++q)
+      ok = ok && g[static_cast<size_t>(2 * q)] == q && g[static_cast<size_t>(2 * q + 1)] == 10 * q;
     PLANNER_RETURN_IF_ERROR(Expect(ok, c, "all-gather"));
   }
   // reduce-scatter: block q of the sum lands on rank q.
@@ -124,7 +140,8 @@ inline Status RunConformance(Communicator& c) {
     for (int i = 0; i < 3 * n; ++i) s[static_cast<size_t>(i)] = static_cast<float>(i + r);
     PLANNER_RETURN_IF_ERROR(c.ReduceScatter(s.data(), out.data(), 3, ReduceOp::kSum));
     bool ok = true;
-    for (int i = 0; i < 3; ++i) ok = ok && out[static_cast<size_t>(i)] == static_cast<float>(n * (3 * r + i) + n * (n - 1) / 2);
+    for (int i = 0; i < 3; ++i)
+      ok = ok && out[static_cast<size_t>(i)] == static_cast<float>(n * (3 * r + i) + n * (n - 1) / 2);
     PLANNER_RETURN_IF_ERROR(Expect(ok, c, "reduce-scatter"));
   }
   // broadcast from the last rank.
@@ -137,13 +154,18 @@ inline Status RunConformance(Communicator& c) {
   }
   // grouped send/recv around the ring, both directions at once.
   if (n > 1) {
-    std::vector<float> to_next(4, static_cast<float>(r)), to_prev(4, static_cast<float>(100 + r)), from_prev(4), from_next(4);
-    PLANNER_RETURN_IF_ERROR(c.GroupSendRecv({{true, (r + 1) % n, to_next.data(), 4}, {true, (r + n - 1) % n, to_prev.data(), 4},
-                                             {false, (r + n - 1) % n, from_prev.data(), 4}, {false, (r + 1) % n, from_next.data(), 4}}));
-    PLANNER_RETURN_IF_ERROR(Expect(from_prev[0] == static_cast<float>((r + n - 1) % n) && from_next[3] == static_cast<float>(100 + (r + 1) % n),
-                                   c, "send/recv around the ring"));
-    PLANNER_RETURN_IF_ERROR(Expect(c.GroupSendRecv({{true, n, to_next.data(), 1}}).code() == StatusCode::kInvalidArgument, c,
-                                   "a peer outside the group is InvalidArgument"));
+    std::vector<float> to_next(4, static_cast<float>(r)), to_prev(4, static_cast<float>(100 + r)), from_prev(4),
+        from_next(4);
+    PLANNER_RETURN_IF_ERROR(c.GroupSendRecv({{true, (r + 1) % n, to_next.data(), 4},
+                                             {true, (r + n - 1) % n, to_prev.data(), 4},
+                                             {false, (r + n - 1) % n, from_prev.data(), 4},
+                                             {false, (r + 1) % n, from_next.data(), 4}}));
+    PLANNER_RETURN_IF_ERROR(Expect(
+        from_prev[0] == static_cast<float>((r + n - 1) % n) && from_next[3] == static_cast<float>(100 + (r + 1) % n), c,
+        "send/recv around the ring"));
+    PLANNER_RETURN_IF_ERROR(
+        Expect(c.GroupSendRecv({{true, n, to_next.data(), 1}}).code() == StatusCode::kInvalidArgument, c,
+               "a peer outside the group is InvalidArgument"));
   }
   // tagged pipeline messages received in the reverse order of sending: each receive gets the
   // message with its own tag, also for tags that collide modulo 2^15 and tags above 2^31
@@ -155,10 +177,12 @@ inline Status RunConformance(Communicator& c) {
       out[static_cast<size_t>(k)].assign(3, static_cast<float>(10 * r + k));
       PLANNER_RETURN_IF_ERROR(c.Send(out[static_cast<size_t>(k)].data(), 3, (r + 1) % n, tags[k]));
     }
-    for (int k = 2; k >= 0; --k) PLANNER_RETURN_IF_ERROR(c.Recv(in[static_cast<size_t>(k)].data(), 3, (r + n - 1) % n, tags[k]));
+    for (int k = 2; k >= 0; --k)
+      PLANNER_RETURN_IF_ERROR(c.Recv(in[static_cast<size_t>(k)].data(), 3, (r + n - 1) % n, tags[k]));
     PLANNER_RETURN_IF_ERROR(c.FlushSends());
     bool ok = true;
-    for (int k = 0; k < 3; ++k) ok = ok && in[static_cast<size_t>(k)][2] == static_cast<float>(10 * ((r + n - 1) % n) + k);
+    for (int k = 0; k < 3; ++k)
+      ok = ok && in[static_cast<size_t>(k)][2] == static_cast<float>(10 * ((r + n - 1) % n) + k);
     PLANNER_RETURN_IF_ERROR(Expect(ok, c, "tagged send/recv matched by tag, out of order"));
     // Tags are non-negative (communicator.h) on every backend that matches by tag.
     float x = 0;
@@ -172,7 +196,8 @@ inline Status RunConformance(Communicator& c) {
   {
     std::unique_ptr<Communicator> half;
     PLANNER_RETURN_IF_ERROR(c.Split(r % 2, r, &half));
-    PLANNER_RETURN_IF_ERROR(Expect(half->size() == (n + 1 - r % 2) / 2 && half->rank() == r / 2, c, "split sizes and ranks"));
+    PLANNER_RETURN_IF_ERROR(
+        Expect(half->size() == (n + 1 - r % 2) / 2 && half->rank() == r / 2, c, "split sizes and ranks"));
     float x = static_cast<float>(r);
     PLANNER_RETURN_IF_ERROR(half->AllReduce(&x, 1, ReduceOp::kSum));
     float want = 0;

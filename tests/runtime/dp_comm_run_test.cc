@@ -27,9 +27,9 @@ struct DpCase {
   std::string model = "mlp-small", cluster = "dgx-a100";
   int64_t gpus = 2, pp = 1, tp = 1, global_batch = 64, iterations = 1, servers = 0;
   DpComm comm = DpComm::kHierAllReduce;
-  bool colocated = false;                       // ps_placement: colocated (servers 0)
+  bool colocated = false;  // ps_placement: colocated (servers 0)
   std::string optimizer = "adam";
-  std::vector<int64_t> replication;             // per-stage replication (solve --replication)
+  std::vector<int64_t> replication;  // per-stage replication (solve --replication)
   Schedule schedule = Schedule::k1F1B;
   int64_t microbatch = 0;
 };
@@ -78,14 +78,18 @@ Status RunJob(const LaunchPlan& L, const ModelSpec& model, std::vector<RunSummar
   opt.run_dir = testing::FreshRunDir("dp-comm-test", DpCommName(L.dp_comm));
   const int n = static_cast<int>(L.ranks.size() + L.servers.size());
   out->assign(static_cast<size_t>(n), RunSummary());
-  return RunThreadRanks(n, [&](Communicator& world) -> Status {
-    world.set_timeout_seconds(L.run.timeout_s);
-    return RunLaunch(L, model, world, opt, &(*out)[static_cast<size_t>(world.rank())]);
-  }, L.run.timeout_s);
+  return RunThreadRanks(
+      n,
+      [&](Communicator& world) -> Status {
+        world.set_timeout_seconds(L.run.timeout_s);
+        return RunLaunch(L, model, world, opt, &(*out)[static_cast<size_t>(world.rank())]);
+      },
+      L.run.timeout_s);
 }
 
 // Largest |a - b| over every gradient of every worker (by rank and name), and the largest |a|.
-void GradientDiff(const std::vector<RunSummary>& a, const std::vector<RunSummary>& b, size_t workers, double* diff, double* scale) {
+void GradientDiff(const std::vector<RunSummary>& a, const std::vector<RunSummary>& b, size_t workers, double* diff,
+                  double* scale) {
   *diff = 0, *scale = 0;
   for (size_t r = 0; r < workers; ++r) {
     REQUIRE(a[r].gradients.size() == b[r].gradients.size());
@@ -119,17 +123,20 @@ std::vector<RunSummary> CheckAgainstAllReduce(DpCase c) {
   REQUIRE_OK(RunJob(R, model, &want));
   double diff = 0, scale = 0;
   GradientDiff(got, want, L.ranks.size(), &diff, &scale);
-  MESSAGE(fmt::format("{} with {} servers, {}: max abs gradient difference {:.3g} (largest gradient {:.3g})", DpCommName(c.comm), c.servers,
-                      c.optimizer, diff, scale));
+  MESSAGE(fmt::format("{} with {} servers, {}: max abs gradient difference {:.3g} (largest gradient {:.3g})",
+                      DpCommName(c.comm), c.servers, c.optimizer, diff, scale));
   CHECK(scale > 0);
   CHECK(diff <= 1e-6 * scale);
   REQUIRE(got[0].loss.size() == want[0].loss.size());
-  for (size_t i = 0; i < want[0].loss.size(); ++i) CHECK(std::fabs(got[0].loss[i] - want[0].loss[i]) <= 1e-6 * std::fabs(want[0].loss[i]));
+  for (size_t i = 0; i < want[0].loss.size(); ++i)
+    CHECK(std::fabs(got[0].loss[i] - want[0].loss[i]) <= 1e-6 * std::fabs(want[0].loss[i]));
   for (size_t s = L.ranks.size(); s < got.size(); ++s) CHECK(got[s].server);
   return got;
 }
 
-TEST_CASE("SplitForSync: ps shards the bucket over the servers; byteps gives each server cpu_share and each worker gpu_share") {
+TEST_CASE(
+    "SplitForSync: ps shards the bucket over the servers; byteps gives each server cpu_share and each worker "
+    "gpu_share") {
   const SyncParts ps = SplitForSync(DpComm::kParameterServer, 10, 4, 3);
   REQUIRE(ps.server.size() == 3);
   CHECK(ps.server[0].count == 4);
@@ -190,13 +197,14 @@ void CheckColocated(int64_t n) {
   CHECK(L.servers.empty());
   const std::vector<RunSummary> got = CheckAgainstAllReduce(c);
   REQUIRE(static_cast<int64_t>(got.size()) == n);  // no server ranks
-  double m_bytes = 0;  // the bucket: every parameter of the one stage
+  double m_bytes = 0;                              // the bucket: every parameter of the one stage
   for (const NamedGradient& g : got[0].gradients) m_bytes += 4.0 * static_cast<double>(g.values.size());
   const double nn = static_cast<double>(n), want = 2 * (nn - 1) / nn * m_bytes;
   for (int64_t r = 0; r < n; ++r) {
     const SyncTraffic& t = got[static_cast<size_t>(r)].dp_traffic;
     CHECK(t.syncs == 2);
-    MESSAGE(fmt::format("dp {} worker {}: {:.0f} bytes sent per sync, 2(n-1)/n M = {:.0f}", n, r, t.sent_bytes / 2, want));
+    MESSAGE(
+        fmt::format("dp {} worker {}: {:.0f} bytes sent per sync, 2(n-1)/n M = {:.0f}", n, r, t.sent_bytes / 2, want));
     CHECK(std::fabs(t.sent_bytes / 2 - want) <= 2 * (nn - 1) * 4);  // the shards' rounding: under a float each
     CHECK(std::fabs(t.received_bytes / 2 - want) <= 2 * (nn - 1) * 4);
   }
@@ -224,7 +232,8 @@ TEST_CASE("ps co-located: codegen writes servers: [] and ps_placement: colocated
   CHECK(back.servers.empty());
   const std::string text = f["launch.yaml"];
   const size_t at = text.find("ps_placement: colocated\n");
-  Status s = ParseLaunchPlan("launch.yaml", text.substr(0, at) + text.substr(at + 24), &back);  // ps, no servers, not colocated
+  Status s = ParseLaunchPlan("launch.yaml", text.substr(0, at) + text.substr(at + 24),
+                             &back);  // ps, no servers, not colocated
   CHECK(s.message().find("field 'servers': dp_comm ps needs at least one server rank") != std::string::npos);
   std::string with_server = text;
   with_server.replace(with_server.find("servers: []"), 11, "servers: [2]");
@@ -243,7 +252,9 @@ TEST_CASE("ps, dp 2 + 1 server: gradients and 3 losses equal the all-reduce run'
   }
 }
 
-TEST_CASE("byteps, dp 4 + 2 servers: gradients equal the all-reduce run's; each process moves BytePsOptimalSplit's bytes per sync") {
+TEST_CASE(
+    "byteps, dp 4 + 2 servers: gradients equal the all-reduce run's; each process moves BytePsOptimalSplit's bytes per "
+    "sync") {
   DpCase c;
   c.gpus = 4;
   c.comm = DpComm::kBytePS;
@@ -271,7 +282,9 @@ TEST_CASE("byteps, dp 4 + 2 servers: gradients equal the all-reduce run's; each 
   }
 }
 
-TEST_CASE("byteps without servers (k = 0, the all-reduce's split) and pp 2 x dp 2 under ps with 1 server serving both groups") {
+TEST_CASE(
+    "byteps without servers (k = 0, the all-reduce's split) and pp 2 x dp 2 under ps with 1 server serving both "
+    "groups") {
   DpCase c;
   c.comm = DpComm::kBytePS;
   c.servers = 0;
@@ -288,7 +301,9 @@ TEST_CASE("byteps without servers (k = 0, the all-reduce's split) and pp 2 x dp 
   CHECK(b[4].dp_traffic.syncs == 4);  // 2 groups x 2 iterations
 }
 
-TEST_CASE("tp 2 x dp 2 (tiny-gpt) under byteps with 1 server: one group per tp rank, both served; gradients equal the all-reduce run's") {
+TEST_CASE(
+    "tp 2 x dp 2 (tiny-gpt) under byteps with 1 server: one group per tp rank, both served; gradients equal the "
+    "all-reduce run's") {
   DpCase c;
   c.model = "tiny-gpt";
   c.gpus = 4;
@@ -301,7 +316,9 @@ TEST_CASE("tp 2 x dp 2 (tiny-gpt) under byteps with 1 server: one group per tp r
   CHECK(got[4].dp_traffic.syncs == 2);  // the tp ranks' two groups, one iteration
 }
 
-TEST_CASE("PipeDream 2-1-1 under ps with 1 server: stage 0's replicas sync after every backward; losses equal the all-reduce run's") {
+TEST_CASE(
+    "PipeDream 2-1-1 under ps with 1 server: stage 0's replicas sync after every backward; losses equal the all-reduce "
+    "run's") {
   DpCase c;
   c.model = "tiny-gpt";
   c.gpus = 4;
@@ -331,7 +348,9 @@ TEST_CASE("byteps dp 2 + 1 server: the loss falls over 20 iterations") {
   CHECK(got[0].loss.back() < got[0].loss.front() - 0.01);
 }
 
-TEST_CASE("codegen: launch.yaml carries dp_comm and the servers after the workers; run.sh and slurm.sbatch start them; dp 1 needs no servers") {
+TEST_CASE(
+    "codegen: launch.yaml carries dp_comm and the servers after the workers; run.sh and slurm.sbatch start them; dp 1 "
+    "needs no servers") {
   DpCase c;
   c.comm = DpComm::kParameterServer;
   c.servers = 2;
@@ -357,10 +376,13 @@ TEST_CASE("codegen: launch.yaml carries dp_comm and the servers after the worker
   CHECK(L.dp_comm == DpComm::kHierAllReduce);
   CHECK(L.servers.empty());
   REQUIRE(!notes.empty());
-  CHECK(std::any_of(notes.begin(), notes.end(), [](const std::string& n) { return n.find("no gradients to synchronise") != std::string::npos; }));
+  CHECK(std::any_of(notes.begin(), notes.end(),
+                    [](const std::string& n) { return n.find("no gradients to synchronise") != std::string::npos; }));
 }
 
-TEST_CASE("launch.yaml: ps without servers is refused naming the field; a job without its servers is refused before any traffic") {
+TEST_CASE(
+    "launch.yaml: ps without servers is refused naming the field; a job without its servers is refused before any "
+    "traffic") {
   DpCase c;
   c.comm = DpComm::kParameterServer;
   c.servers = 1;
@@ -378,7 +400,8 @@ TEST_CASE("launch.yaml: ps without servers is refused naming the field; a job wi
   RunOptions o;
   o.quiet = true;
   o.run_dir = testing::FreshRunDir("dp-comm-test", "size");
-  s = RunThreadRanks(2, [&](Communicator& w) { return RunLaunch(L, model, w, o, nullptr); }, 10);
+  s = RunThreadRanks(
+      2, [&](Communicator& w) { return RunLaunch(L, model, w, o, nullptr); }, 10);
   CHECK(!s.ok());
   CHECK(s.message().find("has 3 ranks (1 summation servers) but this job has 2") != std::string::npos);
 }

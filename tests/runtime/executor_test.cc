@@ -48,10 +48,11 @@ struct Case {
   int64_t iterations = 1;
   double lr = 1e-3;
   bool overlap_dp = false;
-  int64_t cp = 1;     // the solved plan's cp / sequence_parallel set before codegen (the search does not choose them yet)
+  int64_t cp = 1;  // the solved plan's cp / sequence_parallel set before codegen (the search does not choose them yet)
   bool sp = false;
-  std::optional<Schedule> plan_schedule;  // the solved plan's schedule replaced before codegen (as run_test.sh edits plan.yaml)
-  std::function<void(ModelSpec*)> edit;   // applied to the loaded model before solving (a variant of a shipped model)
+  std::optional<Schedule>
+      plan_schedule;  // the solved plan's schedule replaced before codegen (as run_test.sh edits plan.yaml)
+  std::function<void(ModelSpec*)> edit;  // applied to the loaded model before solving (a variant of a shipped model)
 };
 
 // A fresh directory for one run's files.
@@ -105,7 +106,8 @@ std::map<std::string, std::vector<float>> ModelGradients(const LaunchPlan& L, co
 }
 
 // Every reference gradient has its like in `got`, within relative L2 1e-5 (run_test.sh's compare).
-void CheckSameGradients(const std::map<std::string, std::vector<float>>& want, const std::map<std::string, std::vector<float>>& got) {
+void CheckSameGradients(const std::map<std::string, std::vector<float>>& want,
+                        const std::map<std::string, std::vector<float>>& got) {
   REQUIRE(!want.empty());
   CHECK(got.size() == want.size());
   double worst = 0;
@@ -126,7 +128,8 @@ void CheckSameGradients(const std::map<std::string, std::vector<float>>& want, c
 }
 
 // The launch's gradients after one step against one process's; returns the multi-rank runs.
-std::vector<RunSummary> CheckAgainstOneProcess(const LaunchPlan& L, const ModelSpec& model, const RunOptions& opt = {}) {
+std::vector<RunSummary> CheckAgainstOneProcess(const LaunchPlan& L, const ModelSpec& model,
+                                               const RunOptions& opt = {}) {
   std::vector<RunSummary> multi, single;
   REQUIRE_OK(RunOnThreads(L, model, opt, &multi));
   REQUIRE_OK(RunOnThreads(SingleProcessPlan(L, model), model, {}, &single));
@@ -157,13 +160,9 @@ void CheckGradients(const Case& c) {
   CheckAgainstOneProcess(L, model);
 }
 
-TEST_CASE("pp=2 GPipe: the gradients equal one process's") {
-  CheckGradients(Pipeline(Schedule::kGpipe));
-}
+TEST_CASE("pp=2 GPipe: the gradients equal one process's") { CheckGradients(Pipeline(Schedule::kGpipe)); }
 
-TEST_CASE("pp=2 1F1B: the gradients equal one process's") {
-  CheckGradients(Pipeline(Schedule::k1F1B));
-}
+TEST_CASE("pp=2 1F1B: the gradients equal one process's") { CheckGradients(Pipeline(Schedule::k1F1B)); }
 
 TEST_CASE("pp=2 interleaved 1F1B: the gradients equal one process's") {
   ModelSpec model;
@@ -177,7 +176,8 @@ TEST_CASE("pp=2 ZB-H1 (W split from B): the gradients equal one process's") {
   CheckGradients(Pipeline(Schedule::kZbH1));
 }
 
-TEST_CASE("pp=2 DualPipeV (the V: rank 0 holds stages 0 and 3, rank 1 stages 1 and 2): the gradients equal one process's") {
+TEST_CASE(
+    "pp=2 DualPipeV (the V: rank 0 holds stages 0 and 3, rank 1 stages 1 and 2): the gradients equal one process's") {
   ModelSpec model;
   LaunchPlan L;
   REQUIRE_OK(MakeLaunch(Pipeline(Schedule::kDualPipeV), &model, &L));
@@ -186,7 +186,8 @@ TEST_CASE("pp=2 DualPipeV (the V: rank 0 holds stages 0 and 3, rank 1 stages 1 a
   // Rank 1 hands stage 1's output to its own stage 2 in memory: no message leaves for it.
   bool local = false;
   for (const RankProgram& g : L.programs) {
-    for (const Action& a : g.actions) local = local || (g.position == 1 && a.kind == ActionKind::kSendActivation && a.stage == 1);
+    for (const Action& a : g.actions)
+      local = local || (g.position == 1 && a.kind == ActionKind::kSendActivation && a.stage == 1);
   }
   CHECK(local);
   CheckAgainstOneProcess(L, model);
@@ -209,9 +210,7 @@ TEST_CASE("pp=4 DualPipeV (mlp-small, 8 stages in a V over 4 ranks): the gradien
   CheckAgainstOneProcess(L, model);
 }
 
-TEST_CASE("dp=2: the gradients equal one process's") {
-  CheckGradients(DataParallel());
-}
+TEST_CASE("dp=2: the gradients equal one process's") { CheckGradients(DataParallel()); }
 
 TEST_CASE("dp=2 with the all-reduce overlapped with backward: the gradients equal one process's") {
   ModelSpec model;
@@ -276,7 +275,8 @@ TEST_CASE("tp=2: the global gradient norm and 3 steps' losses equal one process'
   REQUIRE_OK(RunOnThreads(L, model, {}, &multi));
   REQUIRE_OK(RunOnThreads(SingleProcessPlan(L, model), model, {}, &single));
   const double rel = std::abs(multi[0].gradient_norm - single[0].gradient_norm) / single[0].gradient_norm;
-  MESSAGE(fmt::format("gradient norm {:.6e} vs {:.6e} (rel {:.1e})", multi[0].gradient_norm, single[0].gradient_norm, rel));
+  MESSAGE(
+      fmt::format("gradient norm {:.6e} vs {:.6e} (rel {:.1e})", multi[0].gradient_norm, single[0].gradient_norm, rel));
   CHECK(rel < 1e-5);
   REQUIRE(multi[0].loss.size() == 3);
   REQUIRE(single[0].loss.size() == 3);
@@ -316,10 +316,12 @@ TEST_CASE("PipeDream programs that do not cover the launch's iterations are refu
   std::vector<RunSummary> runs;
   const Status st = RunOnThreads(L, model, {}, &runs);
   CHECK_FALSE(st.ok());
-  CHECK(st.message().find("programs cover 48 microbatches but run.iterations 4 x 24 per iteration is 96") != std::string::npos);
+  CHECK(st.message().find("programs cover 48 microbatches but run.iterations 4 x 24 per iteration is 96") !=
+        std::string::npos);
 }
 
-TEST_CASE("PipeDream 2-1-1: weight stashing keeps each microbatch on one version, newer weights exist, the loss falls") {
+TEST_CASE(
+    "PipeDream 2-1-1: weight stashing keeps each microbatch on one version, newer weights exist, the loss falls") {
   Case c = Replicated211();
   c.iterations = 12;
   c.lr = 3e-3;
@@ -331,7 +333,8 @@ TEST_CASE("PipeDream 2-1-1: weight stashing keeps each microbatch on one version
   o.run_dir = RunDir("a211");
   REQUIRE_OK(RunOnThreads(L, model, o, &runs));
   const StashCounts& s = runs[0].stash;
-  MESSAGE(fmt::format("{} backward passes, {} version mismatches, {} with newer weights", s.backward_passes, s.mismatches, s.stale));
+  MESSAGE(fmt::format("{} backward passes, {} version mismatches, {} with newer weights", s.backward_passes,
+                      s.mismatches, s.stale));
   CHECK(s.backward_passes == 12 * 24 * 3);  // every microbatch's backward on each of the 3 stages
   CHECK(s.mismatches == 0);
   CHECK(s.stale > 0);
@@ -361,7 +364,8 @@ TEST_CASE("a run checkpointed after 3 iterations and resumed to 6 follows the un
   REQUIRE(full[0].loss.size() == 6);
   REQUIRE(resumed[0].loss.size() == 6);
   // As metrics.csv writes them (the resumed run reads its first 3 from there).
-  for (size_t i = 0; i < 6; ++i) CHECK(fmt::format("{:.6f}", resumed[0].loss[i]) == fmt::format("{:.6f}", full[0].loss[i]));
+  for (size_t i = 0; i < 6; ++i)
+    CHECK(fmt::format("{:.6f}", resumed[0].loss[i]) == fmt::format("{:.6f}", full[0].loss[i]));
 }
 
 // The checkpoint refusals (runtime/checkpoint.h): a run checkpointed after 3 iterations, copied,
@@ -382,7 +386,8 @@ struct Damaged {
     REQUIRE_OK(RunOnThreads(L, model, o, &part));
   }
   // A copy of the run, `damage` applied to it, resumed; the status every rank ended with.
-  Status Resume(const std::function<void(const fs::path&)>& damage, const ModelSpec* other = nullptr, const LaunchPlan* other_launch = nullptr) {
+  Status Resume(const std::function<void(const fs::path&)>& damage, const ModelSpec* other = nullptr,
+                const LaunchPlan* other_launch = nullptr) {
     const std::string copy = RunDir("ck-copy");
     fs::copy(dir, copy, fs::copy_options::recursive | fs::copy_options::overwrite_existing);
     damage(copy);
@@ -400,7 +405,9 @@ std::string ReadAll(const fs::path& p) {
   return ss.str();
 }
 
-void WriteAll(const fs::path& p, const std::string& bytes) { std::ofstream(p, std::ios::binary | std::ios::trunc) << bytes; }
+void WriteAll(const fs::path& p, const std::string& bytes) {
+  std::ofstream(p, std::ios::binary | std::ios::trunc) << bytes;
+}
 
 // Rank 1's file with `edit` applied, and the manifest's checksum fixed to match (a damage the
 // checksum alone cannot see).
@@ -428,28 +435,41 @@ TEST_CASE("a resumed checkpoint is verified: every damage is refused on every ra
     std::string b = ReadAll(r / "ckpt/iter-3/rank1.bin");
     b[b.size() / 2] = static_cast<char>(b[b.size() / 2] ^ 0x5a);
     WriteAll(r / "ckpt/iter-3/rank1.bin", b);
-  }), StatusCode::kInvalidArgument, {"rank 1: ", "iter-3/rank1.bin: checksum mismatch"});
+  }),
+               StatusCode::kInvalidArgument, {"rank 1: ", "iter-3/rank1.bin: checksum mismatch"});
   CHECK(MonotonicSeconds() - t0 < 10);  // an agreement step, not a timeout (60 s)
   const float nan = std::nanf("");
-  CheckRefused(d.Resume([&](const fs::path& r) { EditRank1FixingChecksum(r, [&](std::string* b) { std::memcpy(b->data() + 80 + 8, &nan, 4); }); }),
+  CheckRefused(d.Resume([&](const fs::path& r) {
+    EditRank1FixingChecksum(r, [&](std::string* b) { std::memcpy(b->data() + 80 + 8, &nan, 4); });
+  }),
                StatusCode::kInvalidArgument, {"rank 1: ", "rank1.bin: parameter value 2 of ", " is NaN"});
   const float inf = INFINITY;
-  CheckRefused(d.Resume([&](const fs::path& r) { EditRank1FixingChecksum(r, [&](std::string* b) { std::memcpy(b->data() + b->size() - 4, &inf, 4); }); }),
+  CheckRefused(d.Resume([&](const fs::path& r) {
+    EditRank1FixingChecksum(r, [&](std::string* b) { std::memcpy(b->data() + b->size() - 4, &inf, 4); });
+  }),
                StatusCode::kInvalidArgument, {"rank1.bin: optimizer state value", "is infinite"});
   const int64_t bad_iteration = 2, bad_count = -5;
-  CheckRefused(d.Resume([&](const fs::path& r) { EditRank1FixingChecksum(r, [&](std::string* b) { std::memcpy(b->data() + 8, &bad_iteration, 8); }); }),
+  CheckRefused(d.Resume([&](const fs::path& r) {
+    EditRank1FixingChecksum(r, [&](std::string* b) { std::memcpy(b->data() + 8, &bad_iteration, 8); });
+  }),
                StatusCode::kInvalidArgument, {"rank1.bin: holds iteration 2, the manifest names 3"});
-  CheckRefused(d.Resume([&](const fs::path& r) { EditRank1FixingChecksum(r, [&](std::string* b) { std::memcpy(b->data() + 40, &bad_count, 8); }); }),
+  CheckRefused(d.Resume([&](const fs::path& r) {
+    EditRank1FixingChecksum(r, [&](std::string* b) { std::memcpy(b->data() + 40, &bad_count, 8); });
+  }),
                StatusCode::kInvalidArgument, {"rank1.bin: header counts", "corrupt header"});
-  CheckRefused(d.Resume([](const fs::path& r) { fs::resize_file(r / "ckpt/iter-3/rank0.bin", 100); }), StatusCode::kInvalidArgument,
-               {"rank 0: ", "rank0.bin: 100 bytes, the manifest says", "truncated"});
-  CheckRefused(d.Resume([](const fs::path& r) { fs::remove(r / "ckpt/manifest.yaml"); }), StatusCode::kNotFound, {"rank 0: ", "manifest.yaml: missing"});
-  CheckRefused(d.Resume([](const fs::path& r) { fs::remove(r / "ckpt/iter-3/rank1.bin"); }), StatusCode::kNotFound, {"rank 1: ", "rank1.bin: missing"});
-  CheckRefused(d.Resume([](const fs::path& r) { fs::remove(r / "metrics.csv"); }), StatusCode::kNotFound, {"rank 0: ", "metrics.csv: missing"});
+  CheckRefused(d.Resume([](const fs::path& r) { fs::resize_file(r / "ckpt/iter-3/rank0.bin", 100); }),
+               StatusCode::kInvalidArgument, {"rank 0: ", "rank0.bin: 100 bytes, the manifest says", "truncated"});
+  CheckRefused(d.Resume([](const fs::path& r) { fs::remove(r / "ckpt/manifest.yaml"); }), StatusCode::kNotFound,
+               {"rank 0: ", "manifest.yaml: missing"});
+  CheckRefused(d.Resume([](const fs::path& r) { fs::remove(r / "ckpt/iter-3/rank1.bin"); }), StatusCode::kNotFound,
+               {"rank 1: ", "rank1.bin: missing"});
+  CheckRefused(d.Resume([](const fs::path& r) { fs::remove(r / "metrics.csv"); }), StatusCode::kNotFound,
+               {"rank 0: ", "metrics.csv: missing"});
   CheckRefused(d.Resume([](const fs::path& r) {
     std::string m = ReadAll(r / "metrics.csv");
     WriteAll(r / "metrics.csv", m.replace(m.find("\n2,") + 3, 1, "x"));
-  }), StatusCode::kInvalidArgument, {"metrics.csv:3: not '2,<finite loss>,<seconds>'"});
+  }),
+               StatusCode::kInvalidArgument, {"metrics.csv:3: not '2,<finite loss>,<seconds>'"});
 }
 
 TEST_CASE("a checkpoint of another model with the same parameter count, or of another layout, is refused") {
@@ -458,14 +478,17 @@ TEST_CASE("a checkpoint of another model with the same parameter count, or of an
   LaunchPlan other_launch = d.L;
   other_launch.model_digest = "00000000000000ff";
   const auto nothing = [](const fs::path&) {};
-  CheckRefused(d.Resume(nothing, &other, &other_launch), StatusCode::kInvalidArgument, {"manifest.yaml: a checkpoint of another model (model_digest"});
+  CheckRefused(d.Resume(nothing, &other, &other_launch), StatusCode::kInvalidArgument,
+               {"manifest.yaml: a checkpoint of another model (model_digest"});
   LaunchPlan sgd = d.L;
   sgd.run.optimizer = "sgd";
-  CheckRefused(d.Resume(nothing, nullptr, &sgd), StatusCode::kInvalidArgument, {"manifest.yaml: a checkpoint of another layout"});
+  CheckRefused(d.Resume(nothing, nullptr, &sgd), StatusCode::kInvalidArgument,
+               {"manifest.yaml: a checkpoint of another layout"});
   REQUIRE_OK(d.Resume(nothing));  // and the undamaged copy resumes
 }
 
-TEST_CASE("rank files of two checkpoints are never mixed; a newer manifest removes the older directory only once it lands") {
+TEST_CASE(
+    "rank files of two checkpoints are never mixed; a newer manifest removes the older directory only once it lands") {
   Damaged d;
   const std::string old_rank1 = ReadAll(fs::path(d.dir) / "ckpt/iter-3/rank1.bin");
   RunOptions o;
@@ -479,7 +502,8 @@ TEST_CASE("rank files of two checkpoints are never mixed; a newer manifest remov
   // rank 1 from the older checkpoint (a job killed between two ranks' renames, in the old layout)
   WriteAll(fs::path(d.dir) / "ckpt/iter-6/rank1.bin", old_rank1);
   o.checkpoint_every = 0;
-  CheckRefused(RunOnThreads(d.L, d.model, o, &runs), StatusCode::kInvalidArgument, {"rank 1: ", "iter-6/rank1.bin: holds iteration 3, the manifest names 6"});
+  CheckRefused(RunOnThreads(d.L, d.model, o, &runs), StatusCode::kInvalidArgument,
+               {"rank 1: ", "iter-6/rank1.bin: holds iteration 3, the manifest names 6"});
 }
 
 Action Act(ActionKind kind, int32_t stage, int32_t microbatch) {
@@ -493,7 +517,8 @@ Action Act(ActionKind kind, int32_t stage, int32_t microbatch) {
 // GPipe on pp=2 written by hand: every forward, then every backward in reverse, then the step.
 Status HandGpipe(const LaunchPlan& L, int64_t rank, int64_t, std::vector<Action>* out) {
   out->clear();
-  const int32_t m = static_cast<int32_t>(L.num_microbatches), q = static_cast<int32_t>(L.ranks[static_cast<size_t>(rank)].stage);
+  const int32_t m = static_cast<int32_t>(L.num_microbatches),
+                q = static_cast<int32_t>(L.ranks[static_cast<size_t>(rank)].stage);
   for (int32_t j = 0; j < m; ++j) {
     if (q == 1) out->push_back(Act(ActionKind::kRecvActivation, 1, j));
     out->push_back(Act(ActionKind::kForward, q, j));
@@ -592,24 +617,30 @@ Case SeqCase(int64_t gpus, int64_t pp, int64_t tp, int64_t cp, bool sp) {
 
 // The part of the single-process gradient `full` that TP rank j holds of parameter `name` (the
 // cuts of runtime/kernels/shards.h for the model's dimensions), or the whole when it is not cut.
-std::vector<float> TpSlice(const std::string& name, const std::vector<float>& full, int64_t j, int64_t t, const GptConfig& gpt) {
-  const int64_t h = gpt.hidden, heads = gpt.heads, kv = gpt.kv_heads > 0 ? gpt.kv_heads : heads, ffn = gpt.ffn > 0 ? gpt.ffn : 4 * h,
-                vocab = gpt.vocab;
+std::vector<float> TpSlice(const std::string& name, const std::vector<float>& full, int64_t j, int64_t t,
+                           const GptConfig& gpt) {
+  const int64_t h = gpt.hidden, heads = gpt.heads, kv = gpt.kv_heads > 0 ? gpt.kv_heads : heads,
+                ffn = gpt.ffn > 0 ? gpt.ffn : 4 * h, vocab = gpt.vocab;
   if (t == 1) return full;
   KernelOptions o;
   o.tp_size = t, o.tp_rank = j;
-  auto ends = [&](const char* suffix) { return name.size() >= std::strlen(suffix) && name.compare(name.size() - std::strlen(suffix), std::string::npos, suffix) == 0; };
+  auto ends = [&](const char* suffix) {
+    return name.size() >= std::strlen(suffix) &&
+           name.compare(name.size() - std::strlen(suffix), std::string::npos, suffix) == 0;
+  };
   auto cut = [&](const WeightSlice& w, int64_t cols) {
     std::vector<float> out;
     const std::vector<int64_t> rows = w.rows.empty() ? IndexRange(0, w.full_out) : w.rows;
     const int64_t width = static_cast<int64_t>(full.size()) / w.full_out;  // 1 for a bias
     for (int64_t r : rows)
-      for (int64_t k = 0; k < (width == 1 ? 1 : cols); ++k) out.push_back(full[static_cast<size_t>(r * width + (width == 1 ? 0 : w.col0 + k))]);
+      for (int64_t k = 0; k < (width == 1 ? 1 : cols); ++k)
+        out.push_back(full[static_cast<size_t>(r * width + (width == 1 ? 0 : w.col0 + k))]);
     return out;
   };
   if (ends(".attn.qkv.weight") || ends(".attn.qkv.bias")) return cut(QkvShard(h, heads, kv, o), h);
   if (ends(".attn.out.weight")) return cut(AttnOutShard(h, heads, o), h / t);
-  if (ends(".mlp.fc1.weight") || ends(".mlp.fc1.bias")) return cut(gpt.ffn_act == "swiglu" ? GatedFc1Shard(h, ffn, o) : Fc1Shard(h, ffn, o), h);
+  if (ends(".mlp.fc1.weight") || ends(".mlp.fc1.bias"))
+    return cut(gpt.ffn_act == "swiglu" ? GatedFc1Shard(h, ffn, o) : Fc1Shard(h, ffn, o), h);
   if (ends(".mlp.fc2.weight")) return cut(Fc2Shard(h, ffn, o), ffn / t);
   if (ends(".word") || ends("lm_head.weight")) return cut(VocabShard(h, vocab, o), h);
   if (ends(".position") && j > 0) return std::vector<float>(full.size(), 0.0f);  // positions live on TP rank 0
@@ -647,7 +678,8 @@ double CheckEveryParameter(const LaunchPlan& L, const ModelSpec& model) {
     }
   }
   CHECK(seen.size() == want.size());  // every parameter of the model is held by some rank
-  MESSAGE(fmt::format("{}: {} parameter gradients on {} ranks, worst relative L2 difference {:.2e}", L.config, compared, multi.size(), worst));
+  MESSAGE(fmt::format("{}: {} parameter gradients on {} ranks, worst relative L2 difference {:.2e}", L.config, compared,
+                      multi.size(), worst));
   // The losses agree too (each CP rank's share summed over the group).
   CHECK(std::abs(multi[0].loss[0] - single[0].loss[0]) < 1e-5);
   return worst;
@@ -677,7 +709,8 @@ TEST_CASE("pp=2 x cp=2: every parameter's gradient equals one process's; ranks i
   LaunchPlan L;
   REQUIRE_OK(MakeLaunch(SeqCase(2, 2, 1, 2, false), &model, &L));
   REQUIRE(L.ranks.size() == 4);
-  for (const LaunchRank& r : L.ranks) CHECK(r.rank == r.stage * 2 + r.cp_rank);  // rank = cp_rank + cp (dp_rank + d stage), t = d = 1
+  for (const LaunchRank& r : L.ranks)
+    CHECK(r.rank == r.stage * 2 + r.cp_rank);         // rank = cp_rank + cp (dp_rank + d stage), t = d = 1
   CHECK(L.ranks[0].next == std::vector<int64_t>{2});  // pipeline neighbours keep the cp rank
   CHECK(L.ranks[1].next == std::vector<int64_t>{3});
   CheckEveryParameter(L, model);
@@ -694,8 +727,11 @@ TEST_CASE("tp=2 x cp=2, with and without sequence parallelism: every parameter's
   }
 }
 
-TEST_CASE("pp=2 x tp=2 with SP under ZB-H1 (W split from B) and pp=2 interleaved x cp=2: every parameter's gradient equals one process's") {
-  for (auto [schedule, tp, cp, sp] : {std::tuple{Schedule::kZbH1, 2, 1, true}, std::tuple{Schedule::kInterleaved, 1, 2, false}}) {
+TEST_CASE(
+    "pp=2 x tp=2 with SP under ZB-H1 (W split from B) and pp=2 interleaved x cp=2: every parameter's gradient equals "
+    "one process's") {
+  for (auto [schedule, tp, cp, sp] :
+       {std::tuple{Schedule::kZbH1, 2, 1, true}, std::tuple{Schedule::kInterleaved, 1, 2, false}}) {
     ModelSpec model;
     LaunchPlan L;
     Case c = SeqCase(2 * tp, 2, tp, cp, sp);
@@ -715,20 +751,23 @@ TEST_CASE("dp=2 x cp=2: every parameter's gradient equals one process's; gradien
   c.cluster = "dgx-a100";
   REQUIRE_OK(MakeLaunch(c, &model, &L));
   REQUIRE(L.dp == 2);
-  REQUIRE(L.dp_groups == std::vector<std::vector<int64_t>>{{0, 1, 2, 3}});          // replicas x cp ranks
-  REQUIRE(L.cp_groups == std::vector<std::vector<int64_t>>{{0, 1}, {2, 3}});        // per replica
+  REQUIRE(L.dp_groups == std::vector<std::vector<int64_t>>{{0, 1, 2, 3}});    // replicas x cp ranks
+  REQUIRE(L.cp_groups == std::vector<std::vector<int64_t>>{{0, 1}, {2, 3}});  // per replica
   CheckEveryParameter(L, model);
 }
 
 // tiny-llama (configs/models/tiny-llama.yaml: 2 blocks, s 32, h 64, 4 query heads sharing 2 KV
 // heads, SwiGLU ffn 96, RMSNorm, RoPE, no biases, untied embeddings): tp 2 (query heads and KV
 // groups split), tp 2 + SP, cp 2, pp 2 x cp 2 and tp 2 x cp 2 + SP.
-TEST_CASE("tiny-llama (GQA, RoPE, SwiGLU, RMSNorm, no bias): tp2, tp2+SP, cp2, pp2 x cp2, tp2 x cp2 + SP give one process's gradients") {
+TEST_CASE(
+    "tiny-llama (GQA, RoPE, SwiGLU, RMSNorm, no bias): tp2, tp2+SP, cp2, pp2 x cp2, tp2 x cp2 + SP give one process's "
+    "gradients") {
   struct L4 {
     int64_t gpus, pp, tp, cp;
     bool sp;
   };
-  for (const L4& x : {L4{2, 1, 2, 1, false}, L4{2, 1, 2, 1, true}, L4{1, 1, 1, 2, false}, L4{2, 2, 1, 2, false}, L4{2, 1, 2, 2, true}}) {
+  for (const L4& x : {L4{2, 1, 2, 1, false}, L4{2, 1, 2, 1, true}, L4{1, 1, 1, 2, false}, L4{2, 2, 1, 2, false},
+                      L4{2, 1, 2, 2, true}}) {
     INFO(fmt::format("pp {} tp {} cp {} sp {}", x.pp, x.tp, x.cp, x.sp));
     Case c = SeqCase(x.gpus, x.pp, x.tp, x.cp, x.sp);
     c.model = "tiny-llama";
@@ -745,7 +784,9 @@ TEST_CASE("tiny-llama (GQA, RoPE, SwiGLU, RMSNorm, no bias): tp2, tp2+SP, cp2, p
   }
 }
 
-TEST_CASE("tiny-llama variants under tp2 x cp2 + SP and cp2: relu2 with biases and 4 KV heads; LayerNorm with 1 KV head (MQA, cp only)") {
+TEST_CASE(
+    "tiny-llama variants under tp2 x cp2 + SP and cp2: relu2 with biases and 4 KV heads; LayerNorm with 1 KV head "
+    "(MQA, cp only)") {
   struct Variant {
     const char* act;
     bool bias;
@@ -797,7 +838,8 @@ namespace {
 
 // The run report of an SP plan and of a CP plan: the heading names the parallelism, and the
 // iteration row gives the measured median against the plan's prediction.
-void CheckReport(const Case& c, const std::string& heading, const std::vector<std::tuple<std::string, int64_t, int64_t>>& rows) {
+void CheckReport(const Case& c, const std::string& heading,
+                 const std::vector<std::tuple<std::string, int64_t, int64_t>>& rows) {
   ModelSpec model;
   LaunchPlan L;
   REQUIRE_OK(MakeLaunch(c, &model, &L));
@@ -812,14 +854,16 @@ void CheckReport(const Case& c, const std::string& heading, const std::vector<st
   const std::string rep = ss.str();
   INFO(rep);
   CHECK(rep.find(heading) != std::string::npos);
-  const std::string row = fmt::format("| iteration | {} | {} |", FormatSeconds(runs[0].median_iteration_s), FormatSeconds(L.predicted_iteration_s));
+  const std::string row = fmt::format("| iteration | {} | {} |", FormatSeconds(runs[0].median_iteration_s),
+                                      FormatSeconds(L.predicted_iteration_s));
   CHECK(rep.find(row) != std::string::npos);
   CHECK(runs[0].median_iteration_s > 0);
   CHECK(runs[0].loss.back() < runs[0].loss.front());  // 3 steps of Adam at 1e-3 on the teacher's data
   // The collectives inside layers, per kind and size: (row label, bytes per microbatch sample, calls per microbatch).
   const int64_t b = L.microbatch_size, m = L.num_microbatches, measured = c.iterations - L.run.warmup_iterations;
   for (const auto& [label, bytes, calls] : rows) {
-    const std::string want = fmt::format("| {} | {} | {} |", label, FormatBytes(static_cast<double>(b * bytes)), calls * m * measured);
+    const std::string want =
+        fmt::format("| {} | {} | {} |", label, FormatBytes(static_cast<double>(b * bytes)), calls * m * measured);
     INFO(want);
     CHECK(rep.find(want) != std::string::npos);
   }
@@ -836,7 +880,8 @@ TEST_CASE("the run report compares an SP plan and a CP plan with their predictio
   CheckReport(sp, "tp-pp-dp 2-1-1, sequence parallel,",
               {{"sp all-gather stage 0 (2 ranks)", act, 18}, {"sp reduce-scatter stage 0 (2 ranks)", act, 18}});
   CheckReport(cp, "tp-pp-dp 1-1-1, cp 2 (ring attention),",
-              {{"cp ring shift stage 0 (2 ranks)", 32 * 256 * 4, 4}, {"cp ring shift stage 0 (2 ranks)", 32 * 512 * 4, 8},
+              {{"cp ring shift stage 0 (2 ranks)", 32 * 256 * 4, 4},
+               {"cp ring shift stage 0 (2 ranks)", 32 * 512 * 4, 8},
                {"cp all-reduce stage 0 (2 ranks)", 4, 1}});
 }
 
@@ -846,14 +891,17 @@ TEST_CASE("the run report compares an SP plan and a CP plan with their predictio
 namespace planner {
 namespace {
 
-TEST_CASE("a cp that does not split the sequence into 2 cp chunks is refused before any communication, naming launch.yaml") {
+TEST_CASE(
+    "a cp that does not split the sequence into 2 cp chunks is refused before any communication, naming launch.yaml") {
   ModelSpec model;
   LaunchPlan L;
   REQUIRE_OK(MakeLaunch(SeqCase(1, 1, 1, 3, false), &model, &L));  // tiny-gpt: s = 64, 2 cp = 6
   std::vector<RunSummary> runs;
   Status s = RunOnThreads(L, model, {}, &runs);
   CHECK(!s.ok());
-  CHECK(s.message().find("tiny-gpt/launch.yaml: field 'cp': 3 does not split the sequence of 64 tokens into 2 x cp = 6 chunks") != std::string::npos);
+  CHECK(s.message().find(
+            "tiny-gpt/launch.yaml: field 'cp': 3 does not split the sequence of 64 tokens into 2 x cp = 6 chunks") !=
+        std::string::npos);
 }
 
 }  // namespace

@@ -98,15 +98,19 @@ Problem MakeProblem(bool ta, bool tb, int64_t m, int64_t n, int64_t k, float bet
     const double u = static_cast<double>(s >> 11) / 9007199254740992.0;
     return static_cast<float>((u - 0.5) * std::exp2(std::floor(u * 97) / 97 * 8 - 4));
   };
-  for (auto* v : {&p.a, &p.b, &p.c}) for (float& x : *v) x = next();
+  for (auto* v : {&p.a, &p.b, &p.c})
+    for (float& x : *v) x = next();
   return p;
 }
 
-float At(const std::vector<float>& v, bool t, int64_t ld, int64_t r, int64_t c) { return t ? v[static_cast<size_t>(c * ld + r)] : v[static_cast<size_t>(r * ld + c)]; }
+float At(const std::vector<float>& v, bool t, int64_t ld, int64_t r, int64_t c) {
+  return t ? v[static_cast<size_t>(c * ld + r)] : v[static_cast<size_t>(r * ld + c)];
+}
 
 // op(A)[i][j] and op(B)[i][j] after `round` (per element), in double; the result and sum |a||b|.
 template <class RoundA, class RoundB>
-void BruteForce(const Problem& p, RoundA ra, RoundB rb, double scale, std::vector<double>* c, std::vector<double>* mag) {
+void BruteForce(const Problem& p, RoundA ra, RoundB rb, double scale, std::vector<double>* c,
+                std::vector<double>* mag) {
   const GemmArgs& g = p.g;
   c->assign(static_cast<size_t>(g.m * g.n), 0);
   mag->assign(c->size(), 0);
@@ -119,7 +123,8 @@ void BruteForce(const Problem& p, RoundA ra, RoundB rb, double scale, std::vecto
         abs += std::fabs(x * y);
       }
       (*c)[static_cast<size_t>(i * g.n + j)] = g.alpha * scale * acc + g.beta * p.c[static_cast<size_t>(i * g.ldc + j)];
-      (*mag)[static_cast<size_t>(i * g.n + j)] = std::fabs(g.alpha * scale) * abs + std::fabs(g.beta * p.c[static_cast<size_t>(i * g.ldc + j)]);
+      (*mag)[static_cast<size_t>(i * g.n + j)] =
+          std::fabs(g.alpha * scale) * abs + std::fabs(g.beta * p.c[static_cast<size_t>(i * g.ldc + j)]);
     }
   }
 }
@@ -131,7 +136,8 @@ std::vector<float> Run(Problem p, DType precision) {
 }
 
 // |got - want| <= tol * mag per element, and returns the largest |got - want| seen.
-double CheckAgainst(const Problem& p, const std::vector<float>& got, const std::vector<double>& want, const std::vector<double>& mag, double tol) {
+double CheckAgainst(const Problem& p, const std::vector<float>& got, const std::vector<double>& want,
+                    const std::vector<double>& mag, double tol) {
   double worst = 0;
   for (int64_t i = 0; i < p.g.m; ++i) {
     for (int64_t j = 0; j < p.g.n; ++j) {
@@ -150,12 +156,12 @@ double SumTol(int64_t k) { return static_cast<double>(k + 2) * std::ldexp(1.0, -
 
 TEST_CASE("RoundToE4m3: ties to even, saturation, subnormals, NaN; equal to the reference search") {
   CHECK(RoundToE4m3(0.0f) == 0.0f);
-  CHECK(RoundToE4m3(1.0625f) == 1.0f);    // between 1 and 1.125: the even mantissa
-  CHECK(RoundToE4m3(1.1875f) == 1.25f);   // between 1.125 and 1.25: the even mantissa
-  CHECK(RoundToE4m3(232.0f) == 224.0f);   // between 224 (1.110) and 240 (1.111)
+  CHECK(RoundToE4m3(1.0625f) == 1.0f);   // between 1 and 1.125: the even mantissa
+  CHECK(RoundToE4m3(1.1875f) == 1.25f);  // between 1.125 and 1.25: the even mantissa
+  CHECK(RoundToE4m3(232.0f) == 224.0f);  // between 224 (1.110) and 240 (1.111)
   CHECK(RoundToE4m3(-500.0f) == -448.0f);
   CHECK(RoundToE4m3(std::numeric_limits<float>::infinity()) == 448.0f);
-  CHECK(RoundToE4m3(std::ldexp(1.0f, -10)) == 0.0f);                     // half the smallest subnormal: to 0 (even)
+  CHECK(RoundToE4m3(std::ldexp(1.0f, -10)) == 0.0f);                      // half the smallest subnormal: to 0 (even)
   CHECK(RoundToE4m3(3 * std::ldexp(1.0f, -10)) == std::ldexp(1.0f, -8));  // 1.5 subnormal quanta: to 2 (even)
   CHECK(std::isnan(RoundToE4m3(std::nanf(""))));
   for (float x = -470; x < 470; x += 0.0371f) REQUIRE(RoundToE4m3(x) == ReferenceE4m3(x));
@@ -174,12 +180,15 @@ TEST_CASE("RoundGemmOperand: bf16 and fp16 round to nearest even; fp32 unchanged
   CHECK(std::isnan(RoundGemmOperand(DType::kBf16, std::nanf(""))));
   for (float x = -3e4f; x < 3e4f; x += 1.37f) REQUIRE(RoundGemmOperand(DType::kBf16, x) == ReferenceBf16(x));
   for (float x = -7e4f; x < 7e4f; x += 1.37f) REQUIRE(RoundGemmOperand(DType::kFp16, x) == ReferenceHalf(x));
-  for (float x = 1e-9f; x < 1e-3f; x *= 1.0173f) REQUIRE(RoundGemmOperand(DType::kFp16, x) == ReferenceHalf(x));  // subnormals
+  for (float x = 1e-9f; x < 1e-3f; x *= 1.0173f)
+    REQUIRE(RoundGemmOperand(DType::kFp16, x) == ReferenceHalf(x));  // subnormals
   CHECK(RoundGemmOperand(DType::kFp16, 65519.0f) == 65504.0f);
-  CHECK(RoundGemmOperand(DType::kFp16, 3 * std::ldexp(1.0f, -25)) == std::ldexp(1.0f, -23));  // 1.5 subnormal quanta: to 2 (even)
+  CHECK(RoundGemmOperand(DType::kFp16, 3 * std::ldexp(1.0f, -25)) ==
+        std::ldexp(1.0f, -23));  // 1.5 subnormal quanta: to 2 (even)
 }
 
-TEST_CASE("16-bit GEMMs: the rounded operands' exact product up to fp32 summation, and within the format's bound of fp32") {
+TEST_CASE(
+    "16-bit GEMMs: the rounded operands' exact product up to fp32 summation, and within the format's bound of fp32") {
   for (DType precision : {DType::kBf16, DType::kFp16}) {
     // u: the unit roundoff of the operands (8 and 11 significant bits).
     const double u = precision == DType::kBf16 ? std::ldexp(1.0, -9) : std::ldexp(1.0, -12);
@@ -195,7 +204,8 @@ TEST_CASE("16-bit GEMMs: the rounded operands' exact product up to fp32 summatio
         BruteForce(p, round, round, 1.0, &want, &mag);
         CheckAgainst(p, got, want, mag, SumTol(p.g.k));
         std::vector<double> exact;
-        BruteForce(p, [](float x) { return x; }, [](float x) { return x; }, 1.0, &exact, &mag);
+        BruteForce(
+            p, [](float x) { return x; }, [](float x) { return x; }, 1.0, &exact, &mag);
         const double worst = CheckAgainst(p, got, exact, mag, 2 * u + u * u + SumTol(p.g.k));
         CHECK(worst > 1e-7);  // the operands were rounded: not the fp32 product
         CHECK(CheckAgainst(p, fp32, exact, mag, SumTol(p.g.k)) < worst);
@@ -212,12 +222,15 @@ TEST_CASE("FP8 GEMMs: per-tensor scaled e4m3 operands, fp32 accumulation; batche
       const Problem p = MakeProblem(ta, tb, 32, 48, 64, 1.0f);
       REQUIRE(EffectiveGemmPrecision(p.g) == DType::kFp32);
       float amax_a = 0, amax_b = 0;
-      for (int64_t i = 0; i < p.g.m; ++i) for (int64_t l = 0; l < p.g.k; ++l) amax_a = std::max(amax_a, std::fabs(At(p.a, ta, p.g.lda, i, l)));
-      for (int64_t l = 0; l < p.g.k; ++l) for (int64_t j = 0; j < p.g.n; ++j) amax_b = std::max(amax_b, std::fabs(At(p.b, tb, p.g.ldb, l, j)));
+      for (int64_t i = 0; i < p.g.m; ++i)
+        for (int64_t l = 0; l < p.g.k; ++l) amax_a = std::max(amax_a, std::fabs(At(p.a, ta, p.g.lda, i, l)));
+      for (int64_t l = 0; l < p.g.k; ++l)
+        for (int64_t j = 0; j < p.g.n; ++j) amax_b = std::max(amax_b, std::fabs(At(p.b, tb, p.g.ldb, l, j)));
       const float sa = amax_a / 448, sb = amax_b / 448;
       std::vector<double> want, mag, exact, mag_exact;
-      BruteForce(p, [sa](float x) { return ReferenceE4m3(x / sa); }, [sb](float x) { return ReferenceE4m3(x / sb); },
-                 static_cast<double>(sa) * sb, &want, &mag);
+      BruteForce(
+          p, [sa](float x) { return ReferenceE4m3(x / sa); }, [sb](float x) { return ReferenceE4m3(x / sb); },
+          static_cast<double>(sa) * sb, &want, &mag);
       {
         PrecisionGuard guard(DType::kFp8);
         CHECK(EffectiveGemmPrecision(p.g) == DType::kFp8);
@@ -226,18 +239,21 @@ TEST_CASE("FP8 GEMMs: per-tensor scaled e4m3 operands, fp32 accumulation; batche
       CheckAgainst(p, got, want, mag, SumTol(p.g.k) + 1e-6);
       // Against fp32: each operand off by at most 2^-4 of itself (3 mantissa bits) or half a subnormal
       // quantum (2^-10 of its scale); the bound per element sums those over k.
-      BruteForce(p, [](float x) { return x; }, [](float x) { return x; }, 1.0, &exact, &mag_exact);
+      BruteForce(
+          p, [](float x) { return x; }, [](float x) { return x; }, 1.0, &exact, &mag_exact);
       double worst_ratio = 0;
       for (int64_t i = 0; i < p.g.m; ++i) {
         for (int64_t j = 0; j < p.g.n; ++j) {
           double bound = 0;
           for (int64_t l = 0; l < p.g.k; ++l) {
             const double x = At(p.a, ta, p.g.lda, i, l), y = At(p.b, tb, p.g.ldb, l, j);
-            const double ex = std::max(std::fabs(x) / 16, std::ldexp(static_cast<double>(sa), -10)), ey = std::max(std::fabs(y) / 16, std::ldexp(static_cast<double>(sb), -10));
+            const double ex = std::max(std::fabs(x) / 16, std::ldexp(static_cast<double>(sa), -10)),
+                         ey = std::max(std::fabs(y) / 16, std::ldexp(static_cast<double>(sb), -10));
             bound += ex * std::fabs(y) + std::fabs(x) * ey + ex * ey;
           }
           bound = p.g.alpha * bound + SumTol(p.g.k) * mag_exact[static_cast<size_t>(i * p.g.n + j)];
-          const double d = std::fabs(got[static_cast<size_t>(i * p.g.ldc + j)] - exact[static_cast<size_t>(i * p.g.n + j)]);
+          const double d =
+              std::fabs(got[static_cast<size_t>(i * p.g.ldc + j)] - exact[static_cast<size_t>(i * p.g.n + j)]);
           CHECK(d <= bound);
           worst_ratio = std::max(worst_ratio, d / bound);
         }

@@ -128,87 +128,118 @@ void CheckGemms() {
       for (int64_t batch : {1, 3, -1}) {
         const bool aligned = batch == -1;
         if (aligned) batch = 1;
-        const int64_t m = aligned ? 64 : 37, n = aligned ? 48 : 29, k = aligned ? 96 : 45, lda = (ta ? m : k) + 3, ldb = (tb ? k : n) + 5, ldc = n + 2;
+        const int64_t m = aligned ? 64 : 37, n = aligned ? 48 : 29, k = aligned ? 96 : 45, lda = (ta ? m : k) + 3,
+                      ldb = (tb ? k : n) + 5, ldc = n + 2;
         GemmArgs g;
-        g.ta = ta, g.tb = tb, g.m = m, g.n = n, g.k = k, g.lda = lda, g.ldb = ldb, g.ldc = ldc, g.alpha = 0.5f, g.beta = batch == 1 ? 1.0f : 0.0f;
+        g.ta = ta, g.tb = tb, g.m = m, g.n = n, g.k = k, g.lda = lda, g.ldb = ldb, g.ldc = ldc, g.alpha = 0.5f,
+        g.beta = batch == 1 ? 1.0f : 0.0f;
         g.batch = batch, g.stride_a = (ta ? k : m) * lda, g.stride_b = (tb ? n : k) * ldb, g.stride_c = m * ldc;
         Pair a = Rand({batch * g.stride_a}, 1), b = Rand({batch * g.stride_b}, 2), c = Rand({batch * g.stride_c}, 3);
-        Leaf(std::string("gemm ") + DTypeName(EffectiveGemmPrecision(g)) + (ta ? " A^T" : " A") + (tb ? " B^T" : " B") + " batch " +
-                 std::to_string(batch) + (aligned ? " m,n,k % 16 = 0" : ""), {&c}, tol.gemm,
-             [&](DeviceOps& o, bool gpu) { return gpu ? o.Gemm(g, a.g(), b.g(), c.g()) : o.Gemm(g, a.c(), b.c(), c.c()); });
+        Leaf(std::string("gemm ") + DTypeName(EffectiveGemmPrecision(g)) + (ta ? " A^T" : " A") + (tb ? " B^T" : " B") +
+                 " batch " + std::to_string(batch) + (aligned ? " m,n,k % 16 = 0" : ""),
+             {&c}, tol.gemm, [&](DeviceOps& o, bool gpu) {
+               return gpu ? o.Gemm(g, a.g(), b.g(), c.g()) : o.Gemm(g, a.c(), b.c(), c.c());
+             });
       }
 }
 
 void CheckElementwise() {
   const int64_t rows = 50, cols = 70, n = rows * cols;
   Pair x = Rand({rows, cols}, 4, 2.0f), bias = Rand({cols}, 5), y = Rand({rows, cols}, 6), acc = Rand({cols}, 7);
-  Leaf("bias rows", {&y}, 1e-6, [&](DeviceOps& o, bool gpu) { return o.AddBiasRows(gpu ? y.g() : y.c(), gpu ? bias.g() : bias.c(), rows, cols); });
-  Leaf("row sums", {&acc}, 1e-5, [&](DeviceOps& o, bool gpu) { return o.SumRowsInto(gpu ? x.g() : x.c(), gpu ? acc.g() : acc.c(), rows, cols); });
+  Leaf("bias rows", {&y}, 1e-6, [&](DeviceOps& o, bool gpu) {
+    return o.AddBiasRows(gpu ? y.g() : y.c(), gpu ? bias.g() : bias.c(), rows, cols);
+  });
+  Leaf("row sums", {&acc}, 1e-5,
+       [&](DeviceOps& o, bool gpu) { return o.SumRowsInto(gpu ? x.g() : x.c(), gpu ? acc.g() : acc.c(), rows, cols); });
   Pair cb = Rand({5}, 8), cy = Rand({2, 5, 30}, 9), cacc = Rand({5}, 10);
-  Leaf("bias channels", {&cy}, 1e-6, [&](DeviceOps& o, bool gpu) { return o.AddBiasChannels(gpu ? cy.g() : cy.c(), gpu ? cb.g() : cb.c(), 2, 5, 30); });
-  Leaf("channel sums", {&cacc}, 1e-5, [&](DeviceOps& o, bool gpu) { return o.SumChannelsInto(gpu ? cy.g() : cy.c(), gpu ? cacc.g() : cacc.c(), 2, 5, 30); });
+  Leaf("bias channels", {&cy}, 1e-6, [&](DeviceOps& o, bool gpu) {
+    return o.AddBiasChannels(gpu ? cy.g() : cy.c(), gpu ? cb.g() : cb.c(), 2, 5, 30);
+  });
+  Leaf("channel sums", {&cacc}, 1e-5, [&](DeviceOps& o, bool gpu) {
+    return o.SumChannelsInto(gpu ? cy.g() : cy.c(), gpu ? cacc.g() : cacc.c(), 2, 5, 30);
+  });
   Pair z = Rand({rows, cols}, 11), out = Filled({rows, cols}, 0);
-  Leaf("add", {&out}, 1e-7, [&](DeviceOps& o, bool gpu) { return gpu ? o.Add(x.g(), z.g(), out.g(), n) : o.Add(x.c(), z.c(), out.c(), n); });
-  Leaf("multiply", {&out}, 1e-7, [&](DeviceOps& o, bool gpu) { return gpu ? o.Multiply(x.g(), z.g(), out.g(), n) : o.Multiply(x.c(), z.c(), out.c(), n); });
+  Leaf("add", {&out}, 1e-7,
+       [&](DeviceOps& o, bool gpu) { return gpu ? o.Add(x.g(), z.g(), out.g(), n) : o.Add(x.c(), z.c(), out.c(), n); });
+  Leaf("multiply", {&out}, 1e-7, [&](DeviceOps& o, bool gpu) {
+    return gpu ? o.Multiply(x.g(), z.g(), out.g(), n) : o.Multiply(x.c(), z.c(), out.c(), n);
+  });
   for (Activation a : {Activation::kRelu, Activation::kGelu, Activation::kRelu2}) {
     const std::string name = a == Activation::kRelu ? "relu" : (a == Activation::kGelu ? "gelu" : "relu2");
-    Leaf(name + " forward", {&out}, 1e-5,
-         [&](DeviceOps& o, bool gpu) { return gpu ? o.ActivationForward(a, x.g(), out.g(), n) : o.ActivationForward(a, x.c(), out.c(), n); });
+    Leaf(name + " forward", {&out}, 1e-5, [&](DeviceOps& o, bool gpu) {
+      return gpu ? o.ActivationForward(a, x.g(), out.g(), n) : o.ActivationForward(a, x.c(), out.c(), n);
+    });
     Leaf(name + " backward", {&out}, 1e-5, [&](DeviceOps& o, bool gpu) {
-      return gpu ? o.ActivationBackward(a, x.g(), z.g(), out.g(), n) : o.ActivationBackward(a, x.c(), z.c(), out.c(), n);
+      return gpu ? o.ActivationBackward(a, x.g(), z.g(), out.g(), n)
+                 : o.ActivationBackward(a, x.c(), z.c(), out.c(), n);
     });
   }
   Pair mask = Filled({rows, cols}, 0);
   Leaf("dropout (the same mask)", {&out, &mask}, 0, [&](DeviceOps& o, bool gpu) {
-    return gpu ? o.Dropout(x.g(), out.g(), mask.g(), n, 12345, 0.3, 1 / 0.7f) : o.Dropout(x.c(), out.c(), mask.c(), n, 12345, 0.3, 1 / 0.7f);
+    return gpu ? o.Dropout(x.g(), out.g(), mask.g(), n, 12345, 0.3, 1 / 0.7f)
+               : o.Dropout(x.c(), out.c(), mask.c(), n, 12345, 0.3, 1 / 0.7f);
   });
 }
 
 void CheckNorms() {
   const int64_t n = 40, h = 300;
-  Pair x = Rand({n, h}, 12, 3.0f), gamma = Rand({h}, 13), beta = Rand({h}, 14), y = Filled({n, h}, 0), xhat = Filled({n, h}, 0), rstd = Filled({n}, 0);
+  Pair x = Rand({n, h}, 12, 3.0f), gamma = Rand({h}, 13), beta = Rand({h}, 14), y = Filled({n, h}, 0),
+       xhat = Filled({n, h}, 0), rstd = Filled({n}, 0);
   Leaf("layernorm forward", {&y, &xhat, &rstd}, 1e-5, [&](DeviceOps& o, bool gpu) {
     return gpu ? o.LayerNormForward(x.g(), gamma.g(), beta.g(), y.g(), xhat.g(), rstd.g(), n, h)
                : o.LayerNormForward(x.c(), gamma.c(), beta.c(), y.c(), xhat.c(), rstd.c(), n, h);
   });
   Pair dy = Rand({n, h}, 15), dx = Filled({n, h}, 0), dg = Rand({h}, 16), db = Rand({h}, 17);
   Leaf("layernorm backward", {&dx}, 1e-4, [&](DeviceOps& o, bool gpu) {
-    return gpu ? o.LayerNormBackward(dy.g(), gamma.g(), xhat.g(), rstd.g(), dx.g(), n, h) : o.LayerNormBackward(dy.c(), gamma.c(), xhat.c(), rstd.c(), dx.c(), n, h);
+    return gpu ? o.LayerNormBackward(dy.g(), gamma.g(), xhat.g(), rstd.g(), dx.g(), n, h)
+               : o.LayerNormBackward(dy.c(), gamma.c(), xhat.c(), rstd.c(), dx.c(), n, h);
   });
   Leaf("layernorm parameter gradients", {&dg, &db}, 1e-5, [&](DeviceOps& o, bool gpu) {
-    return gpu ? o.LayerNormParamGrads(dy.g(), xhat.g(), dg.g(), db.g(), n, h) : o.LayerNormParamGrads(dy.c(), xhat.c(), dg.c(), db.c(), n, h);
+    return gpu ? o.LayerNormParamGrads(dy.g(), xhat.g(), dg.g(), db.g(), n, h)
+               : o.LayerNormParamGrads(dy.c(), xhat.c(), dg.c(), db.c(), n, h);
   });
   for (bool causal : {false, true}) {
     const int64_t s = 48, rows = 3 * s;
     Pair p = Rand({rows, s}, 18, 4.0f), dp = Rand({rows, s}, 19);
     Leaf(std::string("softmax") + (causal ? " causal" : ""), {&p}, 1e-5,
          [&](DeviceOps& o, bool gpu) { return o.SoftmaxRows(gpu ? p.g() : p.c(), rows, s, causal); });
-    Leaf(std::string("softmax backward") + (causal ? " causal" : ""), {&dp}, 1e-4,
-         [&](DeviceOps& o, bool gpu) { return gpu ? o.SoftmaxBackwardRows(p.g(), dp.g(), rows, s, 0.25f) : o.SoftmaxBackwardRows(p.c(), dp.c(), rows, s, 0.25f); });
+    Leaf(std::string("softmax backward") + (causal ? " causal" : ""), {&dp}, 1e-4, [&](DeviceOps& o, bool gpu) {
+      return gpu ? o.SoftmaxBackwardRows(p.g(), dp.g(), rows, s, 0.25f)
+                 : o.SoftmaxBackwardRows(p.c(), dp.c(), rows, s, 0.25f);
+    });
   }
 }
 
 // RMSNorm, SwiGLU and RoPE (the Llama-class layers' own operations).
 void CheckLlamaOps() {
   const int64_t n = 40, h = 300;
-  Pair x = Rand({n, h}, 40, 3.0f), w = Rand({h}, 41), y = Filled({n, h}, 0), xhat = Filled({n, h}, 0), rstd = Filled({n}, 0);
+  Pair x = Rand({n, h}, 40, 3.0f), w = Rand({h}, 41), y = Filled({n, h}, 0), xhat = Filled({n, h}, 0),
+       rstd = Filled({n}, 0);
   Leaf("rmsnorm forward", {&y, &xhat, &rstd}, 1e-5, [&](DeviceOps& o, bool gpu) {
-    return gpu ? o.RmsNormForward(x.g(), w.g(), y.g(), xhat.g(), rstd.g(), n, h) : o.RmsNormForward(x.c(), w.c(), y.c(), xhat.c(), rstd.c(), n, h);
+    return gpu ? o.RmsNormForward(x.g(), w.g(), y.g(), xhat.g(), rstd.g(), n, h)
+               : o.RmsNormForward(x.c(), w.c(), y.c(), xhat.c(), rstd.c(), n, h);
   });
   Pair dy = Rand({n, h}, 42), dx = Filled({n, h}, 0), dw = Rand({h}, 43);
   Leaf("rmsnorm backward", {&dx}, 1e-4, [&](DeviceOps& o, bool gpu) {
-    return gpu ? o.RmsNormBackward(dy.g(), w.g(), xhat.g(), rstd.g(), dx.g(), n, h) : o.RmsNormBackward(dy.c(), w.c(), xhat.c(), rstd.c(), dx.c(), n, h);
+    return gpu ? o.RmsNormBackward(dy.g(), w.g(), xhat.g(), rstd.g(), dx.g(), n, h)
+               : o.RmsNormBackward(dy.c(), w.c(), xhat.c(), rstd.c(), dx.c(), n, h);
   });
   Leaf("rmsnorm weight gradient", {&dw}, 1e-5, [&](DeviceOps& o, bool gpu) {
-    return gpu ? o.RmsNormParamGrads(dy.g(), xhat.g(), dw.g(), n, h) : o.RmsNormParamGrads(dy.c(), xhat.c(), dw.c(), n, h);
+    return gpu ? o.RmsNormParamGrads(dy.g(), xhat.g(), dw.g(), n, h)
+               : o.RmsNormParamGrads(dy.c(), xhat.c(), dw.c(), n, h);
   });
   const int64_t rows = 50, f = 70;
-  Pair gu = Rand({rows, 2 * f}, 44, 3.0f), a = Filled({rows, f}, 0), da = Rand({rows, f}, 45), dgu = Filled({rows, 2 * f}, 0);
-  Leaf("swiglu forward", {&a}, 1e-5, [&](DeviceOps& o, bool gpu) { return gpu ? o.SwiGluForward(gu.g(), a.g(), rows, f) : o.SwiGluForward(gu.c(), a.c(), rows, f); });
-  Leaf("swiglu backward", {&dgu}, 1e-5, [&](DeviceOps& o, bool gpu) {
-    return gpu ? o.SwiGluBackward(gu.g(), da.g(), dgu.g(), rows, f) : o.SwiGluBackward(gu.c(), da.c(), dgu.c(), rows, f);
+  Pair gu = Rand({rows, 2 * f}, 44, 3.0f), a = Filled({rows, f}, 0), da = Rand({rows, f}, 45),
+       dgu = Filled({rows, 2 * f}, 0);
+  Leaf("swiglu forward", {&a}, 1e-5, [&](DeviceOps& o, bool gpu) {
+    return gpu ? o.SwiGluForward(gu.g(), a.g(), rows, f) : o.SwiGluForward(gu.c(), a.c(), rows, f);
   });
-  const int64_t seq = 32, heads = 3, d = 16, ld = heads * d + 8;  // rows wider than the rotated heads: the rest untouched
+  Leaf("swiglu backward", {&dgu}, 1e-5, [&](DeviceOps& o, bool gpu) {
+    return gpu ? o.SwiGluBackward(gu.g(), da.g(), dgu.g(), rows, f)
+               : o.SwiGluBackward(gu.c(), da.c(), dgu.c(), rows, f);
+  });
+  const int64_t seq = 32, heads = 3, d = 16,
+                ld = heads * d + 8;  // rows wider than the rotated heads: the rest untouched
   for (bool inverse : {false, true}) {
     Pair q = Rand({2 * seq, ld}, 46);
     Leaf(std::string("rope") + (inverse ? " inverse" : ""), {&q}, 1e-5, [&](DeviceOps& o, bool gpu) {
@@ -230,13 +261,15 @@ void CheckEmbeddingAndLoss() {
                : o.EmbeddingBackward(ids.c(), dy.c(), dt.c(), dpos.c(), rows, seq, h, start, local);
   });
   const int64_t n = 24, v = 130, rps = 6, cstart = 130;
-  Pair x = Rand({n, v}, 25, 3.0f), tgt = Ids(n, 2 * v, 29), mx = Filled({n}, 0), tl = Filled({n}, 0), probs = Filled({n, v}, 0),
-       sum = Filled({n}, 0), loss = Filled({n / rps}, 0);
+  Pair x = Rand({n, v}, 25, 3.0f), tgt = Ids(n, 2 * v, 29), mx = Filled({n}, 0), tl = Filled({n}, 0),
+       probs = Filled({n, v}, 0), sum = Filled({n}, 0), loss = Filled({n / rps}, 0);
   Leaf("cross-entropy max", {&mx, &tl}, 0, [&](DeviceOps& o, bool gpu) {
-    return gpu ? o.CrossEntropyMax(x.g(), tgt.g(), mx.g(), tl.g(), n, v, cstart) : o.CrossEntropyMax(x.c(), tgt.c(), mx.c(), tl.c(), n, v, cstart);
+    return gpu ? o.CrossEntropyMax(x.g(), tgt.g(), mx.g(), tl.g(), n, v, cstart)
+               : o.CrossEntropyMax(x.c(), tgt.c(), mx.c(), tl.c(), n, v, cstart);
   });
   Leaf("cross-entropy exp", {&probs, &sum}, 1e-5, [&](DeviceOps& o, bool gpu) {
-    return gpu ? o.CrossEntropyExp(x.g(), mx.g(), probs.g(), sum.g(), n, v) : o.CrossEntropyExp(x.c(), mx.c(), probs.c(), sum.c(), n, v);
+    return gpu ? o.CrossEntropyExp(x.g(), mx.g(), probs.g(), sum.g(), n, v)
+               : o.CrossEntropyExp(x.c(), mx.c(), probs.c(), sum.c(), n, v);
   });
   Leaf("cross-entropy finish", {&probs, &loss}, 1e-5, [&](DeviceOps& o, bool gpu) {
     return gpu ? o.CrossEntropyFinish(probs.g(), sum.g(), mx.g(), tl.g(), loss.g(), n, v, rps)
@@ -257,7 +290,8 @@ void CheckWindows() {
     const std::string name = max ? "maxpool" : "avgpool";
     Pair y = Filled({out}, 0), arg = Filled({out}, 0), dy = Rand({out}, 28), dx = Filled({x.cpu.numel()}, 0);
     Leaf(name + " forward", {&y, &arg}, 1e-6, [&](DeviceOps& o, bool gpu) {
-      return gpu ? o.PoolForward(max, w, samples, x.g(), y.g(), max ? arg.g() : nullptr) : o.PoolForward(max, w, samples, x.c(), y.c(), max ? arg.c() : nullptr);
+      return gpu ? o.PoolForward(max, w, samples, x.g(), y.g(), max ? arg.g() : nullptr)
+                 : o.PoolForward(max, w, samples, x.c(), y.c(), max ? arg.c() : nullptr);
     });
     Leaf(name + " backward", {&dx}, 1e-6, [&](DeviceOps& o, bool gpu) {
       return gpu ? o.PoolBackward(max, w, samples, dy.g(), max ? arg.g() : nullptr, dx.g())
@@ -269,21 +303,24 @@ void CheckWindows() {
   Pair dw = Rand({weight.cpu.numel()}, 31), dx;
   Tensor kept_c, kept_g;
   Leaf("conv forward", {&y}, 1e-3, [&](DeviceOps& o, bool gpu) {
-    return gpu ? o.ConvForward(w, cout, x.gpu, weight.g(), y.g(), &kept_g) : o.ConvForward(w, cout, x.cpu, weight.c(), y.c(), &kept_c);
+    return gpu ? o.ConvForward(w, cout, x.gpu, weight.g(), y.g(), &kept_g)
+               : o.ConvForward(w, cout, x.cpu, weight.c(), y.c(), &kept_c);
   });
   Leaf("conv backward-data", {}, 0, [&](DeviceOps& o, bool gpu) {
-    return gpu ? o.ConvBackwardData(w, cout, kept_g, weight.g(), dy.g(), &dx.gpu) : o.ConvBackwardData(w, cout, kept_c, weight.c(), dy.c(), &dx.cpu);
+    return gpu ? o.ConvBackwardData(w, cout, kept_g, weight.g(), dy.g(), &dx.gpu)
+               : o.ConvBackwardData(w, cout, kept_c, weight.c(), dy.c(), &dx.cpu);
   });
   Compare("op conv backward-data output 0", dx.cpu, dx.gpu, 1e-3);
   Leaf("conv backward-filter", {&dw}, 1e-3, [&](DeviceOps& o, bool gpu) {
-    return gpu ? o.ConvBackwardFilter(w, cout, kept_g, dy.g(), dw.g()) : o.ConvBackwardFilter(w, cout, kept_c, dy.c(), dw.c());
+    return gpu ? o.ConvBackwardFilter(w, cout, kept_g, dy.g(), dw.g())
+               : o.ConvBackwardFilter(w, cout, kept_c, dy.c(), dw.c());
   });
 }
 
 // ---------------------------------------------------------------- layers
 // One shard (tp_rank of tp_size; the whole layer when tp_size is 1) on both devices.
-void CheckShard(const std::string& type, const Layer& l, std::vector<int64_t> in, int64_t b, bool ids, int64_t tp_rank, int64_t tp_size,
-                TpGroup* cpu_group, TpGroup* gpu_group) {
+void CheckShard(const std::string& type, const Layer& l, std::vector<int64_t> in, int64_t b, bool ids, int64_t tp_rank,
+                int64_t tp_size, TpGroup* cpu_group, TpGroup* gpu_group) {
   KernelOptions oc, og;
   og.device = Device::kCuda;
   for (KernelOptions* o : {&oc, &og}) {
@@ -292,7 +329,8 @@ void CheckShard(const std::string& type, const Layer& l, std::vector<int64_t> in
   }
   oc.tp_group = cpu_group;
   og.tp_group = gpu_group;
-  const std::string name = tp_size == 1 ? type : type + " tp " + std::to_string(tp_rank) + "/" + std::to_string(tp_size);
+  const std::string name =
+      tp_size == 1 ? type : type + " tp " + std::to_string(tp_rank) + "/" + std::to_string(tp_size);
   std::unique_ptr<LayerKernel> kc, kg;
   Status sc = MakeKernel(l, oc, &kc), sg = MakeKernel(l, og, &kg);
   if (!sc.ok() || !sg.ok()) {
@@ -305,8 +343,10 @@ void CheckShard(const std::string& type, const Layer& l, std::vector<int64_t> in
   std::vector<int64_t> shape = {b};
   shape.insert(shape.end(), in.begin(), in.end());
   Tensor x = Tensor::Zeros(shape);
-  FillUniform(&x, 17 + static_cast<uint64_t>(type == "loss" ? tp_rank : 0), 1.5f);  // loss shards: each rank its own logits
-  if (ids) for (int64_t i = 0; i < x.numel(); ++i) x.data()[i] = static_cast<float>((i * 7) % l.attrs.Int("vocab", 1));
+  FillUniform(&x, 17 + static_cast<uint64_t>(type == "loss" ? tp_rank : 0),
+              1.5f);  // loss shards: each rank its own logits
+  if (ids)
+    for (int64_t i = 0; i < x.numel(); ++i) x.data()[i] = static_cast<float>((i * 7) % l.attrs.Int("vocab", 1));
   if (type == "loss") {
     int64_t rows = x.numel() / in.back();
     Tensor t = Tensor::Zeros({rows});
@@ -351,7 +391,8 @@ void CheckLayer(const std::string& type, const Layer& l, const std::vector<int64
   }
 }
 
-void Check(const std::string& type, std::vector<int64_t> in, LayerAttrs attrs, int64_t b, bool ids = false, int tp = 1) {
+void Check(const std::string& type, std::vector<int64_t> in, LayerAttrs attrs, int64_t b, bool ids = false,
+           int tp = 1) {
   Layer l;
   if (!InferLayer(type, attrs, in, DType::kFp32, &l).ok()) {
     std::printf("FAIL %s: shape inference\n", type.c_str());
@@ -364,7 +405,8 @@ void Check(const std::string& type, std::vector<int64_t> in, LayerAttrs attrs, i
 
 // Llama-class layers, built by hand (type, shapes and ATTRS.md's attributes) so that this test
 // does not depend on spec/'s inference of them.
-void CheckLlama(const std::string& type, std::vector<int64_t> in, const std::string& act, int64_t kv, int64_t b, int tp = 1) {
+void CheckLlama(const std::string& type, std::vector<int64_t> in, const std::string& act, int64_t kv, int64_t b,
+                int tp = 1) {
   Layer l;
   l.name = type + " " + act + " kv " + std::to_string(kv);
   if (!ParseLayerKind(type, &l.kind)) {
@@ -378,7 +420,6 @@ void CheckLlama(const std::string& type, std::vector<int64_t> in, const std::str
   l.attrs.bools = {{"bias", false}};
   CheckLayer(l.name, l, in, b, false, tp);
 }
-
 
 // Every layer type, unsharded and as TP shards, in the current GEMM precision.
 void CheckLayers() {
@@ -442,7 +483,8 @@ bool Fp8Refused() {
   Pair a = Rand({256}, 1), b = Rand({256}, 2), c = Filled({256}, 0);
   Status s = CudaOps()->Gemm(g, a.g(), b.g(), c.g());
   const bool named = !s.ok() && s.message().find("compute capability 8.9") != std::string::npos;
-  std::printf("fp8 on compute capability %d: %s (%s)\n", CudaComputeCapability(0), named ? "refused, ok" : "FAIL", s.message().c_str());
+  std::printf("fp8 on compute capability %d: %s (%s)\n", CudaComputeCapability(0), named ? "refused, ok" : "FAIL",
+              s.message().c_str());
   if (!named) ++failures;
   return true;
 }
@@ -484,6 +526,8 @@ int main(int argc, char** argv) {
     CheckLayers();
   }
   SetGemmPrecision(DType::kFp32);
-  std::printf("%s\n", failures.load() == 0 ? "CUDA == CPU on every leaf operation, layer and shard, in each precision run" : "CUDA and CPU differ");
+  std::printf("%s\n", failures.load() == 0
+                          ? "CUDA == CPU on every leaf operation, layer and shard, in each precision run"
+                          : "CUDA and CPU differ");
   return failures.load() == 0 ? 0 : 1;
 }

@@ -66,9 +66,11 @@ void CheckGradients(const Layer& l, int64_t b, const Tensor& x, const Tensor* ta
   for (Param* p : k->Params()) {
     Tensor v = Random(p->value.shape(), 31);
     std::vector<float> orig = p->value.ToVector();
-    for (int64_t i = 0; i < p->value.numel(); ++i) p->value.data()[i] = orig[static_cast<size_t>(i)] + static_cast<float>(eps) * v.data()[i];
+    for (int64_t i = 0; i < p->value.numel(); ++i)
+      p->value.data()[i] = orig[static_cast<size_t>(i)] + static_cast<float>(eps) * v.data()[i];
     double plus = phi(x);
-    for (int64_t i = 0; i < p->value.numel(); ++i) p->value.data()[i] = orig[static_cast<size_t>(i)] - static_cast<float>(eps) * v.data()[i];
+    for (int64_t i = 0; i < p->value.numel(); ++i)
+      p->value.data()[i] = orig[static_cast<size_t>(i)] - static_cast<float>(eps) * v.data()[i];
     double minus = phi(x);
     for (int64_t i = 0; i < p->value.numel(); ++i) p->value.data()[i] = orig[static_cast<size_t>(i)];
     double num = (plus - minus) / (2 * eps), ana = Dot(p->grad, v);
@@ -93,7 +95,8 @@ TEST_CASE("linear, relu, gelu, layernorm: backward == finite differences") {
 TEST_CASE("attention, mlp, transformer_block: backward == finite differences") {
   CheckGradients(MakeLayer("attention", {6, 16}, Ints({{"heads", 4}})), 2, Random({2, 6, 16}, 5));
   CheckGradients(MakeLayer("mlp", {6, 16}, Ints({{"ffn", 32}})), 2, Random({2, 6, 16}, 6));
-  CheckGradients(MakeLayer("transformer_block", {6, 16}, Ints({{"heads", 2}, {"ffn", 32}})), 2, Random({2, 6, 16}, 7), nullptr, 2e-3);
+  CheckGradients(MakeLayer("transformer_block", {6, 16}, Ints({{"heads", 2}, {"ffn", 32}})), 2, Random({2, 6, 16}, 7),
+                 nullptr, 2e-3);
 }
 
 TEST_CASE("embedding, lm_head, loss: backward == finite differences") {
@@ -107,10 +110,13 @@ TEST_CASE("embedding, lm_head, loss: backward == finite differences") {
 }
 
 TEST_CASE("conv2d, maxpool, avgpool, flatten: backward == finite differences") {
-  CheckGradients(MakeLayer("conv2d", {3, 7, 7}, Ints({{"out_channels", 4}, {"kernel", 3}, {"stride", 2}, {"padding", 1}})), 2,
-                 Random({2, 3, 7, 7}, 10));
-  CheckGradients(MakeLayer("maxpool", {2, 6, 6}, Ints({{"kernel", 2}, {"stride", 2}})), 2, Random({2, 2, 6, 6}, 11), nullptr, 1e-3);
-  CheckGradients(MakeLayer("avgpool", {2, 5, 5}, Ints({{"kernel", 3}, {"stride", 2}, {"padding", 1}})), 2, Random({2, 2, 5, 5}, 12));
+  CheckGradients(
+      MakeLayer("conv2d", {3, 7, 7}, Ints({{"out_channels", 4}, {"kernel", 3}, {"stride", 2}, {"padding", 1}})), 2,
+      Random({2, 3, 7, 7}, 10));
+  CheckGradients(MakeLayer("maxpool", {2, 6, 6}, Ints({{"kernel", 2}, {"stride", 2}})), 2, Random({2, 2, 6, 6}, 11),
+                 nullptr, 1e-3);
+  CheckGradients(MakeLayer("avgpool", {2, 5, 5}, Ints({{"kernel", 3}, {"stride", 2}, {"padding", 1}})), 2,
+                 Random({2, 2, 5, 5}, 12));
   CheckGradients(MakeLayer("flatten", {2, 3, 3}, {}), 2, Random({2, 2, 3, 3}, 13));
 }
 
@@ -158,15 +164,17 @@ TEST_CASE("kernel FLOPs equal spec/'s analytic counts") {
     std::vector<int64_t> in;
     LayerAttrs a;
   };
-  std::vector<Case> cases = {{"linear", {7, 12}, Ints({{"out_features", 9}})},
-                             {"attention", {16, 32}, Ints({{"heads", 4}})},
-                             {"mlp", {16, 32}, Ints({{"ffn", 96}})},
-                             {"transformer_block", {16, 32}, Ints({{"heads", 4}, {"ffn", 128}})},
-                             {"lm_head", {16, 32}, Ints({{"vocab", 50}})},
-                             {"conv2d", {3, 9, 9}, Ints({{"out_channels", 5}, {"kernel", 3}, {"stride", 2}, {"padding", 1}})}};
+  std::vector<Case> cases = {
+      {"linear", {7, 12}, Ints({{"out_features", 9}})},
+      {"attention", {16, 32}, Ints({{"heads", 4}})},
+      {"mlp", {16, 32}, Ints({{"ffn", 96}})},
+      {"transformer_block", {16, 32}, Ints({{"heads", 4}, {"ffn", 128}})},
+      {"lm_head", {16, 32}, Ints({{"vocab", 50}})},
+      {"conv2d", {3, 9, 9}, Ints({{"out_channels", 5}, {"kernel", 3}, {"stride", 2}, {"padding", 1}})}};
   for (const auto& c : cases) {
     LayerAttrs a = c.a;
-    if (c.type == "attention" || c.type == "transformer_block") a.strings["attention"] = "unfused";  // the CPU kernels compute all of s^2
+    if (c.type == "attention" || c.type == "transformer_block")
+      a.strings["attention"] = "unfused";  // the CPU kernels compute all of s^2
     Layer l = MakeLayer(c.type, c.in, a);
     std::unique_ptr<LayerKernel> k;
     REQUIRE_OK(MakeKernel(l, {}, &k));
@@ -263,7 +271,8 @@ TEST_CASE("--device cuda: a CUDA kernel with a GPU, a clear error without one") 
   } else {
     INFO(why);
     CHECK(s.code() == StatusCode::kUnavailable);
-    CHECK((s.message().find("no CUDA device") != std::string::npos || s.message().find("built without CUDA") != std::string::npos));
+    CHECK((s.message().find("no CUDA device") != std::string::npos ||
+           s.message().find("built without CUDA") != std::string::npos));
     CHECK(s.message() == why);  // the reason CudaDeviceCount gives, word for word
   }
 }

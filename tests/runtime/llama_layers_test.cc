@@ -53,7 +53,8 @@ std::unique_ptr<LayerKernel> Build(const Layer& l, const KernelOptions& o = {}) 
   REQUIRE(s.ok());
   int i = 0;
   for (Param* p : k->Params()) {
-    if (p->name.find("bias") != std::string::npos || p->name.find("ln") != std::string::npos || l.kind == LayerKind::kRmsnorm) {
+    if (p->name.find("bias") != std::string::npos || p->name.find("ln") != std::string::npos ||
+        l.kind == LayerKind::kRmsnorm) {
       Tensor r = Random(p->value.shape(), 900 + static_cast<uint64_t>(i), 0.5f);
       for (int64_t j = 0; j < r.numel(); ++j) p->value.data()[j] += r.data()[j];
     }
@@ -91,7 +92,8 @@ void CheckGradients(const Layer& l, const Tensor& x, double eps = 1e-2, double t
     Tensor vp = Random(p->value.shape(), 31);
     std::vector<float> orig = p->value.ToVector();
     auto shift = [&](double sign) {
-      for (int64_t i = 0; i < p->value.numel(); ++i) p->value.data()[i] = orig[static_cast<size_t>(i)] + static_cast<float>(sign * eps) * vp.data()[i];
+      for (int64_t i = 0; i < p->value.numel(); ++i)
+        p->value.data()[i] = orig[static_cast<size_t>(i)] + static_cast<float>(sign * eps) * vp.data()[i];
     };
     shift(1);
     double plus = phi(x);
@@ -193,7 +195,8 @@ Attrs AttrsOf(const Spec& c, int64_t ffn) {
 // Params of a kernel by name suffix (nullptr when absent).
 const Param* Find(LayerKernel& k, const std::string& suffix) {
   for (Param* p : k.Params()) {
-    if (p->name.size() >= suffix.size() && p->name.compare(p->name.size() - suffix.size(), suffix.size(), suffix) == 0) return p;
+    if (p->name.size() >= suffix.size() && p->name.compare(p->name.size() - suffix.size(), suffix.size(), suffix) == 0)
+      return p;
   }
   return nullptr;
 }
@@ -246,7 +249,8 @@ double ForwardError(LayerKernel& k, const Tensor& x, Ref ref) {
 TEST_CASE("GQA / MQA attention with RoPE, SwiGLU and relu2 MLPs, RMSNorm: forward == a direct double implementation") {
   const int64_t s = 6, h = 16, d = 4;
   const Tensor x = Random({2, s, h}, 3, 1.5f);
-  for (Spec c : {Spec{4, 2, true, false, "swiglu"}, Spec{4, 1, true, true, "swiglu"}, Spec{4, 4, false, true, "gelu"}, Spec{4, 2, false, false, "relu2"}}) {
+  for (Spec c : {Spec{4, 2, true, false, "swiglu"}, Spec{4, 1, true, true, "swiglu"}, Spec{4, 4, false, true, "gelu"},
+                 Spec{4, 2, false, false, "relu2"}}) {
     INFO("heads " << c.heads << " kv " << c.kv << " rope " << c.rope << " bias " << c.bias << " act " << c.act);
     auto attn = Build(Hand("attention", {s, h}, AttrsOf(c, 24)));
     CHECK(ForwardError(*attn, x, [&](const Mat& m) { return RefAttention(*attn, m, c, d); }) < 1e-5);
@@ -285,7 +289,8 @@ TEST_CASE("GQA: the reference with the KV groups swapped disagrees with the kern
 TEST_CASE("GQA (kv 2, kv 1), RoPE, SwiGLU, relu2, RMSNorm, no-bias: backward == finite differences") {
   const int64_t s = 6, h = 16;
   const Tensor x = Random({2, s, h}, 5);
-  for (Spec c : {Spec{4, 2, true, false, "swiglu"}, Spec{4, 1, true, true, "relu2"}, Spec{4, 2, false, true, "swiglu"}}) {
+  for (Spec c :
+       {Spec{4, 2, true, false, "swiglu"}, Spec{4, 1, true, true, "relu2"}, Spec{4, 2, false, true, "swiglu"}}) {
     INFO("heads " << c.heads << " kv " << c.kv << " rope " << c.rope << " bias " << c.bias << " act " << c.act);
     // relu(z)^2 has a kink in its second derivative at 0: smaller steps keep the differences' error small.
     const double eps = c.act == "relu2" ? 1e-3 : 1e-2;
@@ -311,7 +316,8 @@ TEST_CASE("RoPE: the rotation keeps norms, q(m).k(n) depends on m - n only, the 
   REQUIRE_OK(ops->Rope(ks.data(), seq, ld, seq, 0, heads, d, 10000, false));
   auto dot = [&](const Tensor& a, int64_t m, const Tensor& b, int64_t n, int64_t head) {
     double acc = 0;
-    for (int64_t c = 0; c < d; ++c) acc += static_cast<double>(a.data()[m * ld + head * d + c]) * b.data()[n * ld + head * d + c];
+    for (int64_t c = 0; c < d; ++c)
+      acc += static_cast<double>(a.data()[m * ld + head * d + c]) * b.data()[n * ld + head * d + c];
     return acc;
   };
   for (int64_t head = 0; head < heads; ++head) {
@@ -322,23 +328,26 @@ TEST_CASE("RoPE: the rotation keeps norms, q(m).k(n) depends on m - n only, the 
         CHECK(dot(qs, m, ks, n, head) == doctest::Approx(dot(qs, m0, ks, n0, head)).epsilon(1e-4));
       }
     }
-    CHECK(dot(qs, 3, ks, 3, head) == doctest::Approx(dot(q, 0, k, 0, head)).epsilon(1e-5));  // same position: no rotation left
+    CHECK(dot(qs, 3, ks, 3, head) ==
+          doctest::Approx(dot(q, 0, k, 0, head)).epsilon(1e-5));  // same position: no rotation left
   }
   // The positions matter (else the above would hold trivially).
   CHECK(std::fabs(dot(qs, 0, ks, 5, 0) - dot(qs, 0, ks, 1, 0)) > 1e-3);
   // Closed form at position 1, j = 0: angle 1 radian.
-  CHECK(qs.data()[1 * ld + 0] == doctest::Approx(q.data()[0] * std::cos(1.0) - q.data()[d / 2] * std::sin(1.0)).epsilon(1e-6));
+  CHECK(qs.data()[1 * ld + 0] ==
+        doctest::Approx(q.data()[0] * std::cos(1.0) - q.data()[d / 2] * std::sin(1.0)).epsilon(1e-6));
   // j = 1: angle theta^(-2/8) = 0.1 radian at position 1.
-  CHECK(qs.data()[1 * ld + 1] == doctest::Approx(q.data()[1] * std::cos(0.1) - q.data()[1 + d / 2] * std::sin(0.1)).epsilon(1e-6));
+  CHECK(qs.data()[1 * ld + 1] ==
+        doctest::Approx(q.data()[1] * std::cos(0.1) - q.data()[1 + d / 2] * std::sin(0.1)).epsilon(1e-6));
   // Position offset pos0: rows are tokens pos0, pos0 + 1, ...
   Tensor tail = Tensor::Zeros({2, ld});
   for (int64_t c = 0; c < 2 * ld; ++c) tail.data()[c] = orig[static_cast<size_t>(c)];
   REQUIRE_OK(ops->Rope(tail.data(), 2, ld, 2, 7, heads, d, 10000, false));
   for (int64_t c = 0; c < 2 * ld; ++c) CHECK(tail.data()[c] == doctest::Approx(qs.data()[7 * ld + c]).epsilon(1e-6));
   REQUIRE_OK(ops->Rope(qs.data(), seq, ld, seq, 0, heads, d, 10000, true));
-  for (int64_t i = 0; i < qs.numel(); ++i) CHECK(qs.data()[i] == doctest::Approx(orig[static_cast<size_t>(i)]).epsilon(1e-5));
+  for (int64_t i = 0; i < qs.numel(); ++i)
+    CHECK(qs.data()[i] == doctest::Approx(orig[static_cast<size_t>(i)]).epsilon(1e-5));
 }
-
 
 // ---------------------------------------------------------------- tensor parallelism
 class ThreadTp final : public TpGroup {
@@ -412,9 +421,9 @@ TEST_CASE("tp=2: a GQA + SwiGLU + RMSNorm + RoPE block (no bias) equals one proc
     auto place = [&](const std::string& name, int64_t r, int64_t i, int64_t j, int64_t* gi, int64_t* gj) {
       *gi = i, *gj = j;
       if (name.ends_with("qkv.weight")) {
-        if (i < nl * d) *gi = r * nl * d + i;                                               // its query heads
-        else if (i < (nl + kvl) * d) *gi = heads * d + r * kvl * d + (i - nl * d);          // its K groups
-        else *gi = (heads + kv) * d + r * kvl * d + (i - (nl + kvl) * d);                   // its V groups
+        if (i < nl * d) *gi = r * nl * d + i;                                       // its query heads
+        else if (i < (nl + kvl) * d) *gi = heads * d + r * kvl * d + (i - nl * d);  // its K groups
+        else *gi = (heads + kv) * d + r * kvl * d + (i - (nl + kvl) * d);           // its V groups
       } else if (name.ends_with("out.weight")) {
         *gj = r * nl * d + j;
       } else if (name.ends_with("fc1.weight")) {
@@ -467,9 +476,11 @@ TEST_CASE("tp=2: a GQA + SwiGLU + RMSNorm + RoPE block (no bias) equals one proc
 }
 
 // ---------------------------------------------------------------- FLOPs and parameters
-TEST_CASE("kernel FLOPs and parameters equal the closed forms for GQA, SwiGLU, relu2 and RMSNorm (and 1/t per TP shard)") {
+TEST_CASE(
+    "kernel FLOPs and parameters equal the closed forms for GQA, SwiGLU, relu2 and RMSNorm (and 1/t per TP shard)") {
   const double s = 16, h = 64, heads = 8, kv = 2, d = h / heads, ffn = 96, b = 3;
-  const double qkv = 2 * s * h * (heads + 2 * kv) * d, out = 2 * s * heads * d * h, core = 2 * s * s * heads * d;  // core: Q K^T, and P V
+  const double qkv = 2 * s * h * (heads + 2 * kv) * d, out = 2 * s * heads * d * h,
+               core = 2 * s * s * heads * d;  // core: Q K^T, and P V
   const double swiglu = 2 * s * h * (2 * ffn) + 2 * s * ffn * h, relu2 = 2 * 2 * s * h * ffn;
   struct Case {
     std::string type, act;
@@ -479,12 +490,13 @@ TEST_CASE("kernel FLOPs and parameters equal the closed forms for GQA, SwiGLU, r
   const double attn_params = h * (heads + 2 * kv) * d + heads * d * h;
   const std::vector<Case> cases = {
       {"attention", "swiglu", false, qkv + out + 2 * core, qkv + out + 4 * core, qkv + out, attn_params},
-      {"attention", "swiglu", true, qkv + out + 2 * core, qkv + out + 4 * core, qkv + out, attn_params + (heads + 2 * kv) * d + h},
+      {"attention", "swiglu", true, qkv + out + 2 * core, qkv + out + 4 * core, qkv + out,
+       attn_params + (heads + 2 * kv) * d + h},
       {"mlp", "swiglu", false, swiglu, swiglu, swiglu, 3 * h * ffn},
       {"mlp", "swiglu", true, swiglu, swiglu, swiglu, 3 * h * ffn + 2 * ffn + h},
       {"mlp", "relu2", true, relu2, relu2, relu2, 2 * h * ffn + ffn + h},
-      {"transformer_block", "swiglu", false, qkv + out + 2 * core + swiglu, qkv + out + 4 * core + swiglu, qkv + out + swiglu,
-       attn_params + 3 * h * ffn + 2 * h},
+      {"transformer_block", "swiglu", false, qkv + out + 2 * core + swiglu, qkv + out + 4 * core + swiglu,
+       qkv + out + swiglu, attn_params + 3 * h * ffn + 2 * h},
       {"rmsnorm", "", false, 0, 0, 0, h}};
   for (const Case& c : cases) {
     INFO(c.type << " " << c.act << " bias " << c.bias);
@@ -508,16 +520,17 @@ TEST_CASE("kernel FLOPs and parameters equal the closed forms for GQA, SwiGLU, r
   }
 }
 
-
 TEST_CASE("the profiler times the Llama-class layers like the others (whole and as tp 2 shards), with their FLOPs") {
   LayerProfileOptions o;
   o.warmup = 1, o.min_repetitions = 2, o.max_repetitions = 3, o.budget_s = 0.05, o.budget_floor = 2, o.progress = false;
   const double s = 16, h = 32, heads = 4, kv = 2, d = h / heads, ffn = 48;
-  const double fwd = 2 * s * h * (heads + 2 * kv) * d + 2 * s * h * h + 4 * s * s * h + 6 * s * h * ffn;  // block: QKV, proj, core, SwiGLU
+  const double fwd = 2 * s * h * (heads + 2 * kv) * d + 2 * s * h * h + 4 * s * s * h +
+                     6 * s * h * ffn;  // block: QKV, proj, core, SwiGLU
   for (int64_t tp : {1, 2}) {
     INFO("tp " << tp);
     LayerTiming t;
-    REQUIRE_OK(TimeLayer(Hand("transformer_block", {16, 32}, AttrsOf(Spec{4, 2, true, false, "swiglu"}, 48)), 2, tp, o, &t));
+    REQUIRE_OK(
+        TimeLayer(Hand("transformer_block", {16, 32}, AttrsOf(Spec{4, 2, true, false, "swiglu"}, 48)), 2, tp, o, &t));
     CHECK(t.forward.median_s > 0);
     CHECK(t.backward.median_s > 0);
     CHECK(t.repetitions >= 2);

@@ -24,7 +24,7 @@ namespace {
 TEST_CASE("half.h: bf16 and fp16 bit patterns, round to nearest even, NaN, inf, overflow, subnormals") {
   CHECK(FloatToBf16(1.0f) == 0x3f80);
   CHECK(FloatToBf16(-2.0f) == 0xc000);
-  CHECK(FloatToBf16(3.14159265f) == 0x4049);        // 0x40490fdb rounds down
+  CHECK(FloatToBf16(3.14159265f) == 0x4049);                        // 0x40490fdb rounds down
   CHECK(FloatToBf16(std::bit_cast<float>(0x3f808000u)) == 0x3f80);  // tie, even stays
   CHECK(FloatToBf16(std::bit_cast<float>(0x3f818000u)) == 0x3f82);  // tie, odd rounds up
   CHECK(FloatToBf16(std::bit_cast<float>(0x3f808001u)) == 0x3f81);  // above the tie
@@ -40,8 +40,8 @@ TEST_CASE("half.h: bf16 and fp16 bit patterns, round to nearest even, NaN, inf, 
   CHECK(FloatToHalf(1e10f) == 0x7c00);
   CHECK(FloatToHalf(-1e10f) == 0xfc00);
   CHECK(FloatToHalf(0.1f) == 0x2e66);
-  CHECK(FloatToHalf(1.0f + 1.0f / 2048) == 0x3c00);  // tie to even
-  CHECK(FloatToHalf(1.0f + 3.0f / 2048) == 0x3c02);  // tie, odd rounds up
+  CHECK(FloatToHalf(1.0f + 1.0f / 2048) == 0x3c00);     // tie to even
+  CHECK(FloatToHalf(1.0f + 3.0f / 2048) == 0x3c02);     // tie, odd rounds up
   CHECK(FloatToHalf(std::ldexp(1.0f, -14)) == 0x0400);  // smallest normal
   CHECK(FloatToHalf(std::ldexp(1.0f, -24)) == 0x0001);  // smallest subnormal
   CHECK(FloatToHalf(std::ldexp(1.0f, -25)) == 0x0000);  // half of it: tie to even -> 0
@@ -96,7 +96,8 @@ TEST_CASE("data() of a 16-bit tensor aborts the process (a kernel must never rea
   REQUIRE(pid >= 0);
   if (pid == 0) {
     std::signal(SIGABRT, SIG_DFL);  // doctest's crash handler would report the expected abort
-    if (std::freopen("/dev/null", "w", stderr) == nullptr || std::freopen("/dev/null", "w", stdout) == nullptr) _exit(3);
+    if (std::freopen("/dev/null", "w", stderr) == nullptr || std::freopen("/dev/null", "w", stdout) == nullptr)
+      _exit(3);
     volatile float f = t.data()[0];
     (void)f;
     _exit(0);  // not reached
@@ -149,11 +150,15 @@ std::vector<Case> Cases() {
       {Make("attention", {6, 16}, {{"heads", 4}, {"kv_heads", 2}}), Random({2, 6, 16}, 5), {}},
       {Make("mlp", {6, 16}, {{"ffn", 32}}), Random({2, 6, 16}, 6), {}},
       {Make("transformer_block", {6, 16}, {{"heads", 2}, {"ffn", 32}}), Random({2, 6, 16}, 7), {}},
-      {Make("moe_block", {6, 16}, {{"heads", 2}, {"experts", 4}, {"top_k", 2}, {"expert_ffn", 8}}), Random({2, 6, 16}, 7), {}},
+      {Make("moe_block", {6, 16}, {{"heads", 2}, {"experts", 4}, {"top_k", 2}, {"expert_ffn", 8}}),
+       Random({2, 6, 16}, 7),
+       {}},
       {Make("embedding", {5}, {{"vocab", 11}, {"hidden", 8}, {"positions", 5}}), ids, {}},
       {Make("lm_head", {5, 8}, {{"vocab", 11}}), Random({2, 5, 8}, 8), {}},
       {Make("loss", {5, 11}, {}), Random({2, 5, 11}, 9, 3.0f), targets},
-      {Make("conv2d", {3, 7, 7}, {{"out_channels", 4}, {"kernel", 3}, {"stride", 2}, {"padding", 1}}), Random({2, 3, 7, 7}, 10), {}},
+      {Make("conv2d", {3, 7, 7}, {{"out_channels", 4}, {"kernel", 3}, {"stride", 2}, {"padding", 1}}),
+       Random({2, 3, 7, 7}, 10),
+       {}},
       {Make("maxpool", {2, 6, 6}, {{"kernel", 2}, {"stride", 2}}), Random({2, 2, 6, 6}, 11), {}},
       {Make("avgpool", {2, 5, 5}, {{"kernel", 3}, {"stride", 2}, {"padding", 1}}), Random({2, 2, 5, 5}, 12), {}},
       {Make("flatten", {2, 3, 3}, {}), Random({2, 2, 3, 3}, 13), {}},
@@ -281,7 +286,8 @@ TEST_CASE("memory: a wrapped kernel holds 2 B value + 4 B grad + 4 B master per 
   };
   const auto [f32, b32] = held(full.get(), x, dy);
   const auto [f16, b16] = held(mp.get(), x16, dy16);
-  INFO("forward: fp32 " << f32 << " B, bf16 " << f16 << " B; backward-input: fp32 " << b32 << " B, bf16 " << b16 << " B");
+  INFO("forward: fp32 " << f32 << " B, bf16 " << f16 << " B; backward-input: fp32 " << b32 << " B, bf16 " << b16
+                        << " B");
   CHECK(f32 > 0);
   CHECK(f16 * 2 == f32);
   CHECK(b16 * 2 == b32);  // the input and dy stay shared with the caller's tensors, as in fp32
@@ -308,7 +314,8 @@ TEST_CASE("LossScaler: overflow skips, hysteresis 2 halves on the second, 1000 c
   CHECK(tiny.scale() == 1);  // never below 1
 }
 
-TEST_CASE("LossScaler: State / SetState carry the scale, the clean steps and the hysteresis left; damaged states refused") {
+TEST_CASE(
+    "LossScaler: State / SetState carry the scale, the clean steps and the hysteresis left; damaged states refused") {
   LossScaler a(1e7);
   CHECK_FALSE(a.Update(true));  // spends the hysteresis
   CHECK_FALSE(a.Update(true));  // halves: 5e6
@@ -330,7 +337,8 @@ TEST_CASE("LossScaler: State / SetState carry the scale, the clean steps and the
   LossScaler r;
   REQUIRE(r.SetState(b.State()).ok());
   CHECK(r.scale() == 1.25e6);
-  for (const std::vector<float>& bad : std::vector<std::vector<float>>{{0.5f, 0, 1}, {65536, 1000, 1}, {65536, 0, 3}, {65536, 1.5f, 1}, {65536, 0}}) {
+  for (const std::vector<float>& bad :
+       std::vector<std::vector<float>>{{0.5f, 0, 1}, {65536, 1000, 1}, {65536, 0, 3}, {65536, 1.5f, 1}, {65536, 0}}) {
     LossScaler c;
     CHECK_FALSE(c.SetState(bad).ok());
     CHECK(c.scale() == 65536);  // untouched

@@ -39,8 +39,11 @@ std::string RunDir(const std::string& name) { return testing::FreshRunDir("moe-t
 
 Status MakeLaunch(const MoeCase& c, ModelSpec* model, LaunchPlan* out) {
   ClusterSpec cluster;
-  PLANNER_RETURN_IF_ERROR(LoadClusterSpec(testing::SourcePath(c.gpus > 2 ? "configs/clusters/dgx-a100.yaml" : "configs/clusters/local-cpu.yaml"), &cluster));
-  PLANNER_RETURN_IF_ERROR(LoadModelSpec(testing::SourcePath(c.mla ? "configs/models/tiny-moe-mla.yaml" : "configs/models/tiny-moe.yaml"), model));
+  PLANNER_RETURN_IF_ERROR(LoadClusterSpec(
+      testing::SourcePath(c.gpus > 2 ? "configs/clusters/dgx-a100.yaml" : "configs/clusters/local-cpu.yaml"),
+      &cluster));
+  PLANNER_RETURN_IF_ERROR(LoadModelSpec(
+      testing::SourcePath(c.mla ? "configs/models/tiny-moe-mla.yaml" : "configs/models/tiny-moe.yaml"), model));
   CostSource src;
   src.cluster = &cluster;
   src.model = model;
@@ -78,7 +81,8 @@ Grads Gather(const LaunchPlan& L, const std::vector<RunSummary>& runs) {
     const bool edp0 = RankInGroup(L.edp_groups, static_cast<int64_t>(r)) == 0;
     for (const NamedGradient& x : runs[r].gradients) {
       if (x.expert && x.tp_sharded) {  // an expert's TP cut (etp > 1): each cut on one rank of EDP group 0
-        if (edp0) for (float v : x.values) g.sharded_sq[x.name] += static_cast<double>(v) * v;
+        if (edp0)
+          for (float v : x.values) g.sharded_sq[x.name] += static_cast<double>(v) * v;
       } else if (x.expert) {
         g.whole[x.name] = x.values;
       } else if (L.ranks[r].replica == 0 && x.tp_sharded) {
@@ -114,7 +118,8 @@ double Compare(const LaunchPlan& L, const ModelSpec& model, const std::string& r
     const std::vector<float>& x = got.whole.at(name);
     REQUIRE(x.size() == w.size());
     double num = 0, den = 0;
-    for (size_t i = 0; i < w.size(); ++i) num += (static_cast<double>(x[i]) - w[i]) * (x[i] - w[i]), den += static_cast<double>(w[i]) * w[i];
+    for (size_t i = 0; i < w.size(); ++i)
+      num += (static_cast<double>(x[i]) - w[i]) * (x[i] - w[i]), den += static_cast<double>(w[i]) * w[i];
     worst = std::max(worst, std::sqrt(num / std::max(den, 1e-30)));
   }
   CHECK(experts == 16);  // 2 MoE blocks x 4 experts x fc1, fc2
@@ -125,11 +130,14 @@ double Compare(const LaunchPlan& L, const ModelSpec& model, const std::string& r
   return worst;
 }
 
-TEST_CASE("moe: ep 2 (dp 2 folded), tp 2 x ep 2 (with and without SP, etp 1 and 2), pp 2 x ep 2 and dp 4 x ep 2 (edp 2) give one process's gradients, each expert's on its rank") {
+TEST_CASE(
+    "moe: ep 2 (dp 2 folded), tp 2 x ep 2 (with and without SP, etp 1 and 2), pp 2 x ep 2 and dp 4 x ep 2 (edp 2) give "
+    "one process's gradients, each expert's on its rank") {
   // dp 4 with ep 2: edp 2, the expert gradients summed over the EDP group. SP: each TP rank routes its own tokens.
-  for (const MoeCase& c : {MoeCase{2, 1, 1, 2, false}, MoeCase{4, 2, 1, 2, false}, MoeCase{4, 1, 2, 2, false}, MoeCase{4, 2, 1, 2, true},
-                           MoeCase{4, 1, 1, 2, false}, MoeCase{4, 2, 1, 2, false, true}, MoeCase{4, 2, 1, 2, true, true},
-                           MoeCase{4, 2, 1, 2, false, false, 2}, MoeCase{4, 2, 1, 2, true, false, 2}}) {
+  for (const MoeCase& c :
+       {MoeCase{2, 1, 1, 2, false}, MoeCase{4, 2, 1, 2, false}, MoeCase{4, 1, 2, 2, false}, MoeCase{4, 2, 1, 2, true},
+        MoeCase{4, 1, 1, 2, false}, MoeCase{4, 2, 1, 2, false, true}, MoeCase{4, 2, 1, 2, true, true},
+        MoeCase{4, 2, 1, 2, false, false, 2}, MoeCase{4, 2, 1, 2, true, false, 2}}) {
     INFO(fmt::format("gpus {} tp {} pp {} ep {} mla {} sp {} etp {}", c.gpus, c.tp, c.pp, c.ep, c.mla, c.sp, c.etp));
     ModelSpec model;
     LaunchPlan L;
@@ -178,7 +186,8 @@ TEST_CASE("moe: launch.yaml carries ep and MOE.md's folding (EP and EDP groups);
   std::vector<RunSummary> runs;
   Status s = RunOnThreads(L, model, {}, &runs);
   CHECK(s.code() == StatusCode::kNotSupported);
-  CHECK(s.message().find("tiny-moe/launch.yaml: ep 2 runs with etp 1 (or etp = tp without sequence parallelism)") != std::string::npos);
+  CHECK(s.message().find("tiny-moe/launch.yaml: ep 2 runs with etp 1 (or etp = tp without sequence parallelism)") !=
+        std::string::npos);
 }
 
 }  // namespace

@@ -25,8 +25,8 @@ namespace {
 using Vec = std::vector<double>;
 using Weights = std::map<std::string, Vec>;
 
-Layer MoeLayer(const std::string& type, int64_t s, int64_t h, std::map<std::string, int64_t> ints, std::map<std::string, std::string> strings = {},
-               double aux = 0) {
+Layer MoeLayer(const std::string& type, int64_t s, int64_t h, std::map<std::string, int64_t> ints,
+               std::map<std::string, std::string> strings = {}, double aux = 0) {
   Layer l;
   l.name = type;
   l.kind = KindNamed(type);
@@ -71,7 +71,8 @@ Vec Lin(const Vec& x, int64_t n, int64_t in, const Vec& W, int64_t out) {
   Vec y(static_cast<size_t>(n * out), 0.0);
   for (int64_t r = 0; r < n; ++r)
     for (int64_t o = 0; o < out; ++o)
-      for (int64_t i = 0; i < in; ++i) y[static_cast<size_t>(r * out + o)] += x[static_cast<size_t>(r * in + i)] * W[static_cast<size_t>(o * in + i)];
+      for (int64_t i = 0; i < in; ++i)
+        y[static_cast<size_t>(r * out + o)] += x[static_cast<size_t>(r * in + i)] * W[static_cast<size_t>(o * in + i)];
   return y;
 }
 Vec SwiGluMlp(const Vec& x, int64_t n, int64_t h, const Vec& fc1, const Vec& fc2, int64_t f) {
@@ -94,7 +95,8 @@ struct MoeRef {
 // y = sum_j w_j expert_{e_j}(x) + shared(x) per token; returns coef E sum_i f_i P_i.
 double RefMoe(const MoeRef& c, const Vec& x, int64_t n, int64_t h, const Weights& w, const std::string& nm, Vec* y) {
   Vec logits = Lin(x, n, h, w.at(nm + ".router.weight"), c.E);
-  *y = c.fs > 0 ? SwiGluMlp(x, n, h, w.at(nm + ".shared.fc1.weight"), w.at(nm + ".shared.fc2.weight"), c.fs) : Vec(static_cast<size_t>(n * h), 0.0);
+  *y = c.fs > 0 ? SwiGluMlp(x, n, h, w.at(nm + ".shared.fc1.weight"), w.at(nm + ".shared.fc2.weight"), c.fs)
+                : Vec(static_cast<size_t>(n * h), 0.0);
   Vec fcount(static_cast<size_t>(c.E), 0.0), P(static_cast<size_t>(c.E), 0.0);
   for (int64_t t = 0; t < n; ++t) {
     Vec s(static_cast<size_t>(c.E));
@@ -104,7 +106,8 @@ double RefMoe(const MoeRef& c, const Vec& x, int64_t n, int64_t h, const Weights
       s[static_cast<size_t>(e)] = c.sigmoid ? 1 / (1 + std::exp(-l)) : std::exp(l - mx);
       z += s[static_cast<size_t>(e)];
     }
-    if (!c.sigmoid) for (double& v : s) v /= z;
+    if (!c.sigmoid)
+      for (double& v : s) v /= z;
     std::vector<int64_t> cand;
     std::vector<int64_t> order(static_cast<size_t>(c.groups > 0 ? c.groups : 1));
     std::iota(order.begin(), order.end(), 0);
@@ -117,9 +120,11 @@ double RefMoe(const MoeRef& c, const Vec& x, int64_t n, int64_t h, const Weights
     std::stable_sort(order.begin(), order.end(), [&](int64_t a, int64_t b) { return gscore(a) > gscore(b); });
     const int64_t keep = c.groups > 0 ? c.limit : 1;
     for (int64_t i = 0; i < keep; ++i)
-      for (int64_t e = order[static_cast<size_t>(i)] * per; e < (order[static_cast<size_t>(i)] + 1) * per; ++e) cand.push_back(e);
+      for (int64_t e = order[static_cast<size_t>(i)] * per; e < (order[static_cast<size_t>(i)] + 1) * per; ++e)
+        cand.push_back(e);
     std::sort(cand.begin(), cand.end());
-    std::stable_sort(cand.begin(), cand.end(), [&](int64_t a, int64_t b) { return s[static_cast<size_t>(a)] > s[static_cast<size_t>(b)]; });
+    std::stable_sort(cand.begin(), cand.end(),
+                     [&](int64_t a, int64_t b) { return s[static_cast<size_t>(a)] > s[static_cast<size_t>(b)]; });
     double ssel = 0;
     for (int64_t j = 0; j < c.k; ++j) ssel += s[static_cast<size_t>(cand[static_cast<size_t>(j)])];
     Vec xt(x.begin() + t * h, x.begin() + (t + 1) * h);
@@ -127,18 +132,25 @@ double RefMoe(const MoeRef& c, const Vec& x, int64_t n, int64_t h, const Weights
       const int64_t e = cand[static_cast<size_t>(j)];
       const std::string en = nm + ".experts." + std::to_string(e);
       Vec ye = SwiGluMlp(xt, 1, h, w.at(en + ".fc1.weight"), w.at(en + ".fc2.weight"), c.f);
-      for (int64_t i = 0; i < h; ++i) (*y)[static_cast<size_t>(t * h + i)] += s[static_cast<size_t>(e)] / ssel * ye[static_cast<size_t>(i)];
+      for (int64_t i = 0; i < h; ++i)
+        (*y)[static_cast<size_t>(t * h + i)] += s[static_cast<size_t>(e)] / ssel * ye[static_cast<size_t>(i)];
       fcount[static_cast<size_t>(e)] += 1.0 / static_cast<double>(n * c.k);
     }
     double zs = c.sigmoid ? std::accumulate(s.begin(), s.end(), 0.0) : 1.0;
-    for (int64_t e = 0; e < c.E; ++e) P[static_cast<size_t>(e)] += s[static_cast<size_t>(e)] / zs / static_cast<double>(n);
+    for (int64_t e = 0; e < c.E; ++e)
+      P[static_cast<size_t>(e)] += s[static_cast<size_t>(e)] / zs / static_cast<double>(n);
   }
   return c.coef * static_cast<double>(c.E) * Dot(fcount, P);
 }
 
 Layer LayerOf(const MoeRef& c, int64_t s, int64_t h, const std::string& type = "moe") {
-  std::map<std::string, int64_t> ints = {{"experts", c.E}, {"top_k", c.k}, {"expert_ffn", c.f}, {"shared_ffn", c.fs}, {"route_groups", c.groups},
-                                         {"route_group_limit", c.limit}, {"heads", 2}};
+  std::map<std::string, int64_t> ints = {{"experts", c.E},
+                                         {"top_k", c.k},
+                                         {"expert_ffn", c.f},
+                                         {"shared_ffn", c.fs},
+                                         {"route_groups", c.groups},
+                                         {"route_group_limit", c.limit},
+                                         {"heads", 2}};
   return MoeLayer(type, s, h, ints, {{"router", c.sigmoid ? "sigmoid" : "softmax"}}, c.coef);
 }
 
@@ -161,7 +173,8 @@ Pass RunPasses(LayerKernel& k, const std::vector<std::pair<Tensor, Tensor>>& mbs
     p.y.insert(p.y.end(), yy.begin(), yy.end());
     p.dx.insert(p.dx.end(), dd.begin(), dd.end());
   }
-  for (Param* q : k.Params()) p.grads[q->name] = ToD(q->grad), p.expert[q->name] = q->expert, p.sharded[q->name] = q->tp_sharded;
+  for (Param* q : k.Params())
+    p.grads[q->name] = ToD(q->grad), p.expert[q->name] = q->expert, p.sharded[q->name] = q->tp_sharded;
   return p;
 }
 
@@ -208,11 +221,14 @@ TEST_CASE("moe: ties go to the lower expert index, each weighted 1 / k (closed f
   CHECK(RelErr(ToD(y), want) < 1e-5);
 }
 
-TEST_CASE("moe: input, router, expert and shared gradients with the aux loss equal central differences of the reference") {
+TEST_CASE(
+    "moe: input, router, expert and shared gradients with the aux loss equal central differences of the reference") {
   const int64_t s = 4, h = 8, b = 2, n = b * s;
   const double scale = 0.5, eps = 1e-6;
   for (bool sigmoid : {false, true}) {
-    MoeRef c{sigmoid ? 6 : 4, 2, 6, 10, sigmoid ? 2 : 0, sigmoid ? 1 : 0, sigmoid, 2.0};  // 16 routes cannot balance over 6 experts (balanced ones zero the aux gradient)
+    MoeRef c{
+        sigmoid ? 6 : 4, 2,       6,  10, sigmoid ? 2 : 0,
+        sigmoid ? 1 : 0, sigmoid, 2.0};  // 16 routes cannot balance over 6 experts (balanced ones zero the aux gradient)
     KernelOptions o;
     o.seed = 11;
     o.aux_loss_scale = scale;
@@ -275,7 +291,8 @@ void CheckTwoRanks(const Layer& l, bool tp) {
   KernelOptions one;
   one.seed = 21;
   one.aux_loss_scale = 0.25;
-  std::vector<std::pair<Tensor, Tensor>> mbs = {{Random({2, s, h}, 31), Random({2, s, h}, 32)}, {Random({2, s, h}, 33), Random({2, s, h}, 34)}};
+  std::vector<std::pair<Tensor, Tensor>> mbs = {{Random({2, s, h}, 31), Random({2, s, h}, 32)},
+                                                {Random({2, s, h}, 33), Random({2, s, h}, 34)}};
   if (tp) mbs.resize(1);
   auto k1 = Make(l, one);
   const Pass full = RunPasses(*k1, mbs);
@@ -297,8 +314,10 @@ void CheckTwoRanks(const Layer& l, bool tp) {
   const size_t half = full.y.size() / (tp ? 1 : 2);
   for (size_t r = 0; r < 2; ++r) {
     const size_t off = tp ? 0 : r * half;
-    CHECK(RelErr(rank[r].y, Vec(full.y.begin() + static_cast<long>(off), full.y.begin() + static_cast<long>(off + half))) < 1e-5);
-    CHECK(RelErr(rank[r].dx, Vec(full.dx.begin() + static_cast<long>(off), full.dx.begin() + static_cast<long>(off + half))) < 1e-5);
+    CHECK(RelErr(rank[r].y,
+                 Vec(full.y.begin() + static_cast<long>(off), full.y.begin() + static_cast<long>(off + half))) < 1e-5);
+    CHECK(RelErr(rank[r].dx, Vec(full.dx.begin() + static_cast<long>(off),
+                                 full.dx.begin() + static_cast<long>(off + half))) < 1e-5);
   }
   int experts_seen = 0;
   for (const auto& [name, g] : full.grads) {
@@ -310,7 +329,8 @@ void CheckTwoRanks(const Layer& l, bool tp) {
       CHECK(RelErr(rank[owner].grads.at(name), g) < 1e-5);
       ++experts_seen;
     } else if (rank[0].sharded.at(name)) {
-      const double a = Dot(rank[0].grads.at(name), rank[0].grads.at(name)) + Dot(rank[1].grads.at(name), rank[1].grads.at(name));
+      const double a =
+          Dot(rank[0].grads.at(name), rank[0].grads.at(name)) + Dot(rank[1].grads.at(name), rank[1].grads.at(name));
       CHECK(std::fabs(a - Dot(g, g)) < 1e-5 * Dot(g, g));
     } else {
       Vec sum = rank[0].grads.at(name);
@@ -340,8 +360,11 @@ Vec Rms(const Vec& x, int64_t n, int64_t d, const Vec& w) {
   Vec y(x.size());
   for (int64_t r = 0; r < n; ++r) {
     double ms = 0;
-    for (int64_t i = 0; i < d; ++i) ms += x[static_cast<size_t>(r * d + i)] * x[static_cast<size_t>(r * d + i)] / static_cast<double>(d);
-    for (int64_t i = 0; i < d; ++i) y[static_cast<size_t>(r * d + i)] = x[static_cast<size_t>(r * d + i)] / std::sqrt(ms + 1e-5) * w[static_cast<size_t>(i)];
+    for (int64_t i = 0; i < d; ++i)
+      ms += x[static_cast<size_t>(r * d + i)] * x[static_cast<size_t>(r * d + i)] / static_cast<double>(d);
+    for (int64_t i = 0; i < d; ++i)
+      y[static_cast<size_t>(r * d + i)] =
+          x[static_cast<size_t>(r * d + i)] / std::sqrt(ms + 1e-5) * w[static_cast<size_t>(i)];
   }
   return y;
 }
@@ -349,7 +372,8 @@ Vec Rms(const Vec& x, int64_t n, int64_t d, const Vec& w) {
 Vec Rope(Vec v, int64_t pos) {
   const int64_t d = static_cast<int64_t>(v.size());
   for (int64_t j = 0; j < d / 2; ++j) {
-    const double a = static_cast<double>(pos) * std::pow(10000.0, -2.0 * static_cast<double>(j) / static_cast<double>(d));
+    const double a =
+        static_cast<double>(pos) * std::pow(10000.0, -2.0 * static_cast<double>(j) / static_cast<double>(d));
     const double x0 = v[static_cast<size_t>(j)], x1 = v[static_cast<size_t>(j + d / 2)];
     v[static_cast<size_t>(j)] = x0 * std::cos(a) - x1 * std::sin(a);
     v[static_cast<size_t>(j + d / 2)] = x1 * std::cos(a) + x0 * std::sin(a);
@@ -360,7 +384,8 @@ Vec Slice(const Vec& v, int64_t at, int64_t n) { return Vec(v.begin() + at, v.be
 
 Vec RefMla(const MlaRef& c, const Vec& x, int64_t b, int64_t s, int64_t h, const Weights& w, const std::string& nm) {
   const int64_t n = b * s, dq = c.dn + c.dr, lk = c.kr + c.dr, lw = c.dn + c.dv;
-  Vec q = c.qr > 0 ? Lin(Rms(Lin(x, n, h, w.at(nm + ".q_a.weight"), c.qr), n, c.qr, w.at(nm + ".q_norm.weight")), n, c.qr, w.at(nm + ".q_b.weight"), c.H * dq)
+  Vec q = c.qr > 0 ? Lin(Rms(Lin(x, n, h, w.at(nm + ".q_a.weight"), c.qr), n, c.qr, w.at(nm + ".q_norm.weight")), n,
+                         c.qr, w.at(nm + ".q_b.weight"), c.H * dq)
                    : Lin(x, n, h, w.at(nm + ".q.weight"), c.H * dq);
   Vec kva = Lin(x, n, h, w.at(nm + ".kv_a.weight"), lk), cc(static_cast<size_t>(n * c.kr));
   for (int64_t t = 0; t < n; ++t) std::copy_n(kva.begin() + t * lk, c.kr, cc.begin() + t * c.kr);
@@ -382,14 +407,25 @@ Vec RefMla(const MlaRef& c, const Vec& x, int64_t b, int64_t s, int64_t h, const
         for (double& v : sc) z += (v = std::exp(v - mx));
         for (int64_t j = 0; j <= i; ++j)
           for (int64_t e = 0; e < c.dv; ++e)
-            o[static_cast<size_t>(ti * c.H * c.dv + hd * c.dv + e)] += sc[static_cast<size_t>(j)] / z * kv[static_cast<size_t>((bi * s + j) * c.H * lw + hd * lw + c.dn + e)];
+            o[static_cast<size_t>(ti * c.H * c.dv + hd * c.dv + e)] +=
+                sc[static_cast<size_t>(j)] / z * kv[static_cast<size_t>((bi * s + j) * c.H * lw + hd * lw + c.dn + e)];
       }
   return Lin(o, n, c.H * c.dv, w.at(nm + ".out.weight"), h);
 }
 
 Layer MlaLayer(const MlaRef& c, int64_t s, int64_t h, const std::string& type = "attention") {
-  return MoeLayer(type, s, h, {{"heads", c.H}, {"q_lora_rank", c.qr}, {"kv_lora_rank", c.kr}, {"qk_rope_head_dim", c.dr}, {"qk_nope_head_dim", c.dn},
-                               {"v_head_dim", c.dv}, {"experts", 4}, {"top_k", 2}, {"expert_ffn", 6}, {"shared_ffn", 8}}, {{"position", "rope"}});
+  return MoeLayer(type, s, h,
+                  {{"heads", c.H},
+                   {"q_lora_rank", c.qr},
+                   {"kv_lora_rank", c.kr},
+                   {"qk_rope_head_dim", c.dr},
+                   {"qk_nope_head_dim", c.dn},
+                   {"v_head_dim", c.dv},
+                   {"experts", 4},
+                   {"top_k", 2},
+                   {"expert_ffn", 6},
+                   {"shared_ffn", 8}},
+                  {{"position", "rope"}});
 }
 
 TEST_CASE("mla: the forward and every gradient equal a double-precision reference and its central differences") {
@@ -457,7 +493,8 @@ TEST_CASE("mla: tp 2 (heads split, down projections replicated) equals one proce
     if (name.ends_with("out.weight")) {  // columns [r H/t dv, (r+1) H/t dv) of each row
       const int64_t cols = c.H * c.dv, half = cols / t;
       for (int64_t row = 0; row < h; ++row)
-        for (int64_t j = 0; j < cols; ++j) put[static_cast<size_t>(row * cols + j)] = (j < half ? g0 : g1)[static_cast<size_t>(row * half + j % half)];
+        for (int64_t j = 0; j < cols; ++j)
+          put[static_cast<size_t>(row * cols + j)] = (j < half ? g0 : g1)[static_cast<size_t>(row * half + j % half)];
     } else if (rank[0].sharded.at(name)) {  // q_b, kv_b: rank r's heads are consecutive rows
       put = g0;
       put.insert(put.end(), g1.begin(), g1.end());
@@ -476,7 +513,9 @@ TEST_CASE("moe_block with MLA: ep 2 and tp 2 x ep 2 equal one process") {
   SUBCASE("tp 2 x ep 2") { CheckTwoRanks(MlaLayer(c, 4, 8, "moe_block"), true); }
 }
 
-TEST_CASE("moe: capacity_factor > 0, ep not dividing the experts, top_k > experts, an mtp layer and a head_dim other than h / heads are refused") {
+TEST_CASE(
+    "moe: capacity_factor > 0, ep not dividing the experts, top_k > experts, an mtp layer and a head_dim other than h "
+    "/ heads are refused") {
   MoeRef c{4, 2, 6, 0, 0, 0, false, 0};
   std::unique_ptr<LayerKernel> k;
   Layer l = LayerOf(c, 4, 8, "moe_block");

@@ -22,18 +22,23 @@ int main() {
     return 77;
   }
   if (preset == nullptr && MpiEagerLimitSet() != 262144) {
-    std::fprintf(stderr, "rank %d: planner set no 256 KiB eager limit (%ld); is /dev/shm full?\n", world->rank(), static_cast<long>(MpiEagerLimitSet()));
+    std::fprintf(stderr, "rank %d: planner set no 256 KiB eager limit (%ld); is /dev/shm full?\n", world->rank(),
+                 static_cast<long>(MpiEagerLimitSet()));
   }
-  const std::string want_eager = (preset != nullptr ? std::string(preset) : std::to_string(MpiEagerLimitSet() > 0 ? MpiEagerLimitSet() : 4096)) + " B";
+  const std::string want_eager =
+      (preset != nullptr ? std::string(preset) : std::to_string(MpiEagerLimitSet() > 0 ? MpiEagerLimitSet() : 4096)) +
+      " B";
   const std::string transport = world->transport();
   if (transport.rfind("Open MPI", 0) == 0) {
     // Planner's all-reduce rule (segmented ring from 1 MiB) is in force unless the user set dynamic rules.
     if (!rules_preset && transport.find("all-reduce from 1048576 B as a segmented ring") == std::string::npos) {
-      std::fprintf(stderr, "rank %d: transport '%s' lacks the segmented-ring all-reduce rule\n", world->rank(), transport.c_str());
+      std::fprintf(stderr, "rank %d: transport '%s' lacks the segmented-ring all-reduce rule\n", world->rank(),
+                   transport.c_str());
       return 1;
     }
     if (transport.find("eager limit " + want_eager) == std::string::npos) {
-      std::fprintf(stderr, "rank %d: transport '%s' does not carry the eager limit %s\n", world->rank(), transport.c_str(), want_eager.c_str());
+      std::fprintf(stderr, "rank %d: transport '%s' does not carry the eager limit %s\n", world->rank(),
+                   transport.c_str(), want_eager.c_str());
       return 1;
     }
   }
@@ -48,7 +53,8 @@ int main() {
     s = ProfileCollectives(*world, o, &rows, &curves, [](const std::string&) {});
     int64_t wrong = 0;
     for (const auto& r : rows) wrong += r.wrong;
-    if (s.ok() && (wrong != 0 || curves.empty() || curves.size() % 6 != 0)) s = Status::Internal("collective profile: wrong results or missing curves");
+    if (s.ok() && (wrong != 0 || curves.empty() || curves.size() % 6 != 0))
+      s = Status::Internal("collective profile: wrong results or missing curves");
   }
   if (!s.ok()) {
     std::fprintf(stderr, "rank %d: %s\n", world->rank(), s.message().c_str());

@@ -55,6 +55,9 @@ int main() {
     }
     ++calls;
   }
-  std::fprintf(stderr, "FAIL: the receive with a 1 s timeout was still running after 12 s (%ld all-reduces finished beside it)\n", calls);
+  std::fprintf(
+      stderr,
+      "FAIL: the receive with a 1 s timeout was still running after 12 s (%ld all-reduces finished beside it)\n",
+      calls);
   std::_Exit(1);
 }

@@ -52,7 +52,8 @@ int main() {
     if (!s.ok()) std::printf("all-to-all: %s\n", s.message().c_str()), ++failures;
     check("all-to-all", e);
     s = c->AllToAllV(d, {n, 1}, displs, e, counts, displs);
-    if (s.code() != StatusCode::kInvalidArgument) std::printf("all-to-all with 2 counts on 1 rank: not InvalidArgument\n"), ++failures;
+    if (s.code() != StatusCode::kInvalidArgument)
+      std::printf("all-to-all with 2 counts on 1 rank: not InvalidArgument\n"), ++failures;
   }
   s = c->Barrier();
   if (!s.ok()) ++failures;

@@ -26,7 +26,8 @@ TEST_CASE("a bf16 profile records dtype bf16, times in bf16 and restores the GEM
   CHECK(p.dtype == "bf16");
   CHECK(GemmPrecision() == DType::kFp32);
   // Weights stored in bf16 (WrapMixedPrecision): 2 bytes per parameter in the profile's sizes.
-  for (size_t i = 0; i < p.layers.size(); ++i) CHECK(p.layers[i].params_bytes == 2.0 * static_cast<double>(m.layers[i].params));
+  for (size_t i = 0; i < p.layers.size(); ++i)
+    CHECK(p.layers[i].params_bytes == 2.0 * static_cast<double>(m.layers[i].params));
   // The file round trip keeps it (an fp8 one too: profiles may now be timed in fp8).
   for (const char* dtype : {"bf16", "fp8"}) {
     p.dtype = dtype;

@@ -42,7 +42,8 @@ TEST_CASE("profiling tiny-gpt times each signature once and fills every layer") 
   int b0 = p.FindLayer("block0"), b3 = p.FindLayer("block3");
   REQUIRE(b0 >= 0);
   REQUIRE(b3 >= 0);
-  CHECK(p.layers[static_cast<size_t>(b0)].timings[0].forward_s == p.layers[static_cast<size_t>(b3)].timings[0].forward_s);
+  CHECK(p.layers[static_cast<size_t>(b0)].timings[0].forward_s ==
+        p.layers[static_cast<size_t>(b3)].timings[0].forward_s);
   // GEMM-bound layers report their achieved FLOP/s; a TP shard does half the work.
   const auto& blk = p.layers[static_cast<size_t>(b0)].timings;
   CHECK(blk[0].achieved_gflops > 0.5);
@@ -60,10 +61,10 @@ TEST_CASE("profiling in rounds: every point once per round, samples pooled, the 
   REQUIRE_OK(LoadModelSpec(testing::SourcePath("configs/models/tiny-gpt.yaml"), &m));
   LayerProfileOptions o;
   o.microbatches = {1, 2};
-  o.min_repetitions = 7;    // 3 per round in 3 rounds
-  o.max_repetitions = 9;    // 3 per round: exactly 9 pooled
-  o.target_rel_error = 0;   // never "stable": every round runs to its maximum
-  o.budget_s = 3;           // 1 s a round: no pass here is over 1/20 of it
+  o.min_repetitions = 7;   // 3 per round in 3 rounds
+  o.max_repetitions = 9;   // 3 per round: exactly 9 pooled
+  o.target_rel_error = 0;  // never "stable": every round runs to its maximum
+  o.budget_s = 3;          // 1 s a round: no pass here is over 1/20 of it
   o.rounds = 3;
   o.progress = false;
   int calls = 0;
@@ -197,8 +198,8 @@ TEST_CASE("measured curves replace the cluster file's figures for the levels the
   ApplyCommCurves(comm, "comm.profile.yaml", &c, &notes);
   CHECK(c.levels[0].bandwidth_GBps == 180);
   CHECK(c.levels[0].latency_us == doctest::Approx(1.0));  // 14 us over 2 (8 - 1) ring steps
-  CHECK(c.levels[1].bandwidth_GBps == 24);               // not measured: the file's
-  CHECK(c.levels[0].measured_allreduce.points.empty());         // a fit without points: the alpha-beta line
+  CHECK(c.levels[1].bandwidth_GBps == 24);                // not measured: the file's
+  CHECK(c.levels[0].measured_allreduce.points.empty());   // a fit without points: the alpha-beta line
   REQUIRE(notes.size() == 2);
   CHECK(notes[0].find("measured (comm.profile.yaml") != std::string::npos);
   CHECK(notes[1].find("from the cluster file") != std::string::npos);
@@ -206,10 +207,10 @@ TEST_CASE("measured curves replace the cluster file's figures for the levels the
 
 TEST_CASE("measured comm curves: the cost model interpolates their points") {
   const std::vector<std::pair<double, double>> pts = {{1024, 4e-6}, {4096, 8e-6}, {16384, 32e-6}};
-  CHECK(MeasuredSeconds(pts, 4096) == doctest::Approx(8e-6));                  // at a point
+  CHECK(MeasuredSeconds(pts, 4096) == doctest::Approx(8e-6));                    // at a point
   CHECK(MeasuredSeconds(pts, 2048) == doctest::Approx(std::sqrt(4e-6 * 8e-6)));  // log-log midpoint
-  CHECK(MeasuredSeconds(pts, 100) == doctest::Approx(4e-6));                   // below: latency-bound
-  CHECK(MeasuredSeconds(pts, 65536) == doctest::Approx(128e-6));               // above: the last bandwidth
+  CHECK(MeasuredSeconds(pts, 100) == doctest::Approx(4e-6));                     // below: latency-bound
+  CHECK(MeasuredSeconds(pts, 65536) == doctest::Approx(128e-6));                 // above: the last bandwidth
   CHECK(MeasuredSeconds({}, 4096) == 0);
   ClusterSpec c;
   REQUIRE_OK(LoadClusterSpec(testing::SourcePath("configs/clusters/local-cpu.yaml"), &c));
@@ -228,8 +229,8 @@ TEST_CASE("measured comm curves: the cost model interpolates their points") {
   std::vector<std::string> notes;
   ApplyCommCurves(comm, "comm.profile.yaml", &c, &notes);
   CHECK(P2PSeconds(c, 2048, 0, 1) == doctest::Approx(std::sqrt(4e-6 * 8e-6)));
-  CHECK(AllReduceSeconds(c, 4096, {2}) == doctest::Approx(6e-6));              // the measured group size: the point
-  CHECK(AllReduceSeconds(c, 4096, {4}) == doctest::Approx(6e-6 * 1.5));        // 4 ranks at the same busbw: (3/4) / (1/2)
+  CHECK(AllReduceSeconds(c, 4096, {2}) == doctest::Approx(6e-6));        // the measured group size: the point
+  CHECK(AllReduceSeconds(c, 4096, {4}) == doctest::Approx(6e-6 * 1.5));  // 4 ranks at the same busbw: (3/4) / (1/2)
 }
 
 TEST_CASE("cold profile with compute before each operation (--gap-ms): the gap is spent, recorded and read back") {
@@ -270,13 +271,16 @@ TEST_CASE("cold profile with compute before each operation (--gap-ms): the gap i
   REQUIRE(q.comm.size() == 1);
   CHECK(q.comm[0].gap_s == 0.05);
   // A gap without cold caches is refused: by the profiler and in a profile file.
-  CHECK(RunThreadRanks(2, [&](Communicator& c) -> Status {
-          CommProfileOptions o;
-          o.gap_s = 0.01;
-          std::vector<CommRow> r;
-          std::vector<CommCurve> cv;
-          return ProfileCollectives(c, o, &r, &cv, [](const std::string&) {});
-        }).message().find("add --cache cold") != std::string::npos);
+  CHECK(RunThreadRanks(2,
+                       [&](Communicator& c) -> Status {
+                         CommProfileOptions o;
+                         o.gap_s = 0.01;
+                         std::vector<CommRow> r;
+                         std::vector<CommCurve> cv;
+                         return ProfileCollectives(c, o, &r, &cv, [](const std::string&) {});
+                       })
+            .message()
+            .find("add --cache cold") != std::string::npos);
   std::string text = ProfileToYaml(p);
   const size_t at = text.find("cache: cold");
   REQUIRE(at != std::string::npos);
@@ -287,7 +291,8 @@ TEST_CASE("cold profile with compute before each operation (--gap-ms): the gap i
   CHECK(st.message().find("set cache: cold or remove gap_s") != std::string::npos);
 }
 
-TEST_CASE("curves of several conditions: gradient all-reduces on the after-compute curve, TP all-reduces on the warm one") {
+TEST_CASE(
+    "curves of several conditions: gradient all-reduces on the after-compute curve, TP all-reduces on the warm one") {
   CommCurve warm, cold0, cold20;
   warm.collective = cold0.collective = cold20.collective = "all_reduce";
   warm.level = cold0.level = cold20.level = "node";
@@ -313,11 +318,14 @@ TEST_CASE("curves of several conditions: gradient all-reduces on the after-compu
   ApplyCommCurves(comm, "comm.profile.yaml", &c, &notes);
   // Tensor parallel: the warm curve, measured on 4 ranks, moved to 2 at the same busbw.
   CHECK(AllReduceSeconds(c, 4 << 20, {2}) == doctest::Approx(400e-6 * (1.0 / 2) / (3.0 / 4)));
-  CHECK(AllReduceSeconds(c, 4 << 20, {2}, AllReduceUse::kGradient) == doctest::Approx(800e-6));  // gradient: after compute
-  CHECK(AllReduceSeconds(c, 1 << 20, {2}, AllReduceUse::kGradient) == doctest::Approx(200e-6));  // below its sizes: cold, gap 0
+  CHECK(AllReduceSeconds(c, 4 << 20, {2}, AllReduceUse::kGradient) ==
+        doctest::Approx(800e-6));  // gradient: after compute
+  CHECK(AllReduceSeconds(c, 1 << 20, {2}, AllReduceUse::kGradient) ==
+        doctest::Approx(200e-6));  // below its sizes: cold, gap 0
   REQUIRE_FALSE(notes.empty());
   CHECK(notes[0].find("times interpolated from 2 measured sizes (cold caches)") != std::string::npos);
-  CHECK(notes[0].find("gradient all-reduces from 2.00 MiB on the curve (cold caches, 20 ms of compute before each)") != std::string::npos);
+  CHECK(notes[0].find("gradient all-reduces from 2.00 MiB on the curve (cold caches, 20 ms of compute before each)") !=
+        std::string::npos);
   CHECK(notes[0].find("tensor-parallel all-reduces on the warm curve") != std::string::npos);
   // With one curve every use takes it.
   Profile one;

@@ -26,7 +26,9 @@ namespace {
 struct Reference {
   int64_t b, s, heads, d;
   std::vector<double> q, k, v;
-  size_t At(int64_t bi, int64_t i, int64_t h, int64_t e) const { return static_cast<size_t>(((bi * s + i) * heads + h) * d + e); }
+  size_t At(int64_t bi, int64_t i, int64_t h, int64_t e) const {
+    return static_cast<size_t>(((bi * s + i) * heads + h) * d + e);
+  }
   // Probabilities of (bi, h) row i over keys j <= i.
   std::vector<double> Probs(int64_t bi, int64_t h, int64_t i) const {
     std::vector<double> p(static_cast<size_t>(i + 1));
@@ -53,7 +55,8 @@ struct Reference {
     return o;
   }
   // dQ, dK, dV for the output gradient dout: dV = P^T dO, dP = dO V^T, dS = P o (dP - rowsum(P o dP)).
-  void Grads(const std::vector<double>& dout, std::vector<double>* dq, std::vector<double>* dk, std::vector<double>* dv) const {
+  void Grads(const std::vector<double>& dout, std::vector<double>* dq, std::vector<double>* dk,
+             std::vector<double>* dv) const {
     dq->assign(q.size(), 0.0), dk->assign(q.size(), 0.0), dv->assign(q.size(), 0.0);
     const double scale = 1.0 / std::sqrt(static_cast<double>(d));
     for (int64_t bi = 0; bi < b; ++bi)
@@ -103,7 +106,8 @@ class CommRing final : public RingExchange {
   explicit CommRing(Communicator& c) : c_(c) {}
   Status Shift(const float* send, float* recv, int64_t n) override {
     const int r = c_.rank(), p = c_.size();
-    return c_.GroupSendRecv({P2POp{true, (r + 1) % p, const_cast<float*>(send), n}, P2POp{false, (r + p - 1) % p, recv, n}});
+    return c_.GroupSendRecv(
+        {P2POp{true, (r + 1) % p, const_cast<float*>(send), n}, P2POp{false, (r + p - 1) % p, recv, n}});
   }
 
  private:
@@ -160,8 +164,10 @@ void CheckRing(int64_t cp) {
     for (int64_t bi = 0; bi < b; ++bi)
       for (int64_t i = 0; i < n; ++i)
         for (int64_t x = 0; x < hd; ++x) {
-          const size_t g = static_cast<size_t>((bi * s + pos[static_cast<size_t>(i)]) * hd + x), row = static_cast<size_t>((bi * n + i) * 3 * hd + x);
-          qkv[row] = static_cast<float>(r.q[g]), qkv[row + hd] = static_cast<float>(r.k[g]), qkv[row + 2 * hd] = static_cast<float>(r.v[g]);
+          const size_t g = static_cast<size_t>((bi * s + pos[static_cast<size_t>(i)]) * hd + x),
+                       row = static_cast<size_t>((bi * n + i) * 3 * hd + x);
+          qkv[row] = static_cast<float>(r.q[g]), qkv[row + hd] = static_cast<float>(r.k[g]),
+          qkv[row + 2 * hd] = static_cast<float>(r.v[g]);
           dl[static_cast<size_t>((bi * n + i) * hd + x)] = static_cast<float>(dout[g]);
         }
     RingAttentionDims dims;
@@ -170,13 +176,14 @@ void CheckRing(int64_t cp) {
     std::vector<float> o(dl.size()), lse(static_cast<size_t>(b * heads * n)), g(qkv.size());
     const float* q = qkv.data();
     PLANNER_RETURN_IF_ERROR(RingAttentionForward(dims, &ring, q, q + hd, q + 2 * hd, 3 * hd, o.data(), lse.data()));
-    PLANNER_RETURN_IF_ERROR(RingAttentionBackward(dims, &ring, q, q + hd, q + 2 * hd, 3 * hd, o.data(), lse.data(), dl.data(), g.data(),
-                                                  g.data() + hd, g.data() + 2 * hd));
+    PLANNER_RETURN_IF_ERROR(RingAttentionBackward(dims, &ring, q, q + hd, q + 2 * hd, 3 * hd, o.data(), lse.data(),
+                                                  dl.data(), g.data(), g.data() + hd, g.data() + 2 * hd));
     std::lock_guard<std::mutex> lock(mu);
     for (int64_t bi = 0; bi < b; ++bi)
       for (int64_t i = 0; i < n; ++i)
         for (int64_t x = 0; x < hd; ++x) {
-          const size_t gi = static_cast<size_t>((bi * s + pos[static_cast<size_t>(i)]) * hd + x), row = static_cast<size_t>((bi * n + i) * 3 * hd + x);
+          const size_t gi = static_cast<size_t>((bi * s + pos[static_cast<size_t>(i)]) * hd + x),
+                       row = static_cast<size_t>((bi * n + i) * 3 * hd + x);
           const double got[4] = {o[static_cast<size_t>((bi * n + i) * hd + x)], g[row], g[row + hd], g[row + 2 * hd]};
           const double want[4] = {o_ref[gi], dq_ref[gi], dk_ref[gi], dv_ref[gi]};
           for (int k = 0; k < 4; ++k) {
@@ -186,8 +193,8 @@ void CheckRing(int64_t cp) {
         }
     return Status::OK();
   }));
-  MESSAGE(fmt::format("cp {}: max |error| / max |value|: out {:.1e}, dq {:.1e}, dk {:.1e}, dv {:.1e}", cp, worst[0] / scale[0], worst[1] / scale[1],
-                      worst[2] / scale[2], worst[3] / scale[3]));
+  MESSAGE(fmt::format("cp {}: max |error| / max |value|: out {:.1e}, dq {:.1e}, dk {:.1e}, dv {:.1e}", cp,
+                      worst[0] / scale[0], worst[1] / scale[1], worst[2] / scale[2], worst[3] / scale[3]));
   // float32 sums of at most s = 16 terms of size ~1 against double: a few ulps (1.2e-7) each.
   for (int k = 0; k < 4; ++k) CHECK(worst[static_cast<size_t>(k)] < 2e-5 * scale[static_cast<size_t>(k)]);
 }
@@ -205,14 +212,14 @@ TEST_CASE("ring attention refuses a sequence that does not split into 2 cp chunk
   CHECK(s.message().find("2 x cp = 4 chunks") != std::string::npos);
 }
 
-
 // RoPE (rotate-half, theta 10000) in double on rows of `heads` heads of d at token `pos` (inverse:
 // the opposite angle).
 void RopeDouble(double* x, int64_t heads, int64_t d, int64_t pos, bool inverse) {
   const int64_t half = d / 2;
   for (int64_t h = 0; h < heads; ++h)
     for (int64_t j = 0; j < half; ++j) {
-      const double a = static_cast<double>(pos) * std::pow(10000.0, -2.0 * static_cast<double>(j) / static_cast<double>(d));
+      const double a =
+          static_cast<double>(pos) * std::pow(10000.0, -2.0 * static_cast<double>(j) / static_cast<double>(d));
       const double c = std::cos(a), sn = inverse ? -std::sin(a) : std::sin(a);
       double* v = x + h * d;
       const double x1 = v[j], x2 = v[j + half];
@@ -224,10 +231,12 @@ void RopeDouble(double* x, int64_t heads, int64_t d, int64_t pos, bool inverse) 
 // chunk's global first position (local_positions: at the local token index, wrong) and its inverse
 // to dQ and dK; the largest error over out, dq, dk, dv relative to the largest value.
 double RingGqaRopeError(int64_t cp, int64_t kv, bool local_positions) {
-  const int64_t b = 2, s = 16, heads = 4, d = 4, grp = heads / kv, n = s / cp, c = n / 2, hd = heads * d, kvd = kv * d, ld = hd + 2 * kvd;
+  const int64_t b = 2, s = 16, heads = 4, d = 4, grp = heads / kv, n = s / cp, c = n / 2, hd = heads * d, kvd = kv * d,
+                ld = hd + 2 * kvd;
   std::mt19937 gen(11);
   std::uniform_real_distribution<double> u(-1.0, 1.0);
-  std::vector<double> q(static_cast<size_t>(b * s * hd)), k(static_cast<size_t>(b * s * kvd)), v(k.size()), dout(q.size());
+  std::vector<double> q(static_cast<size_t>(b * s * hd)), k(static_cast<size_t>(b * s * kvd)), v(k.size()),
+      dout(q.size());
   for (auto* x : {&q, &k, &v, &dout})
     for (double& y : *x) y = u(gen);
   // The reference: rotated Q, rotated K and V repeated for every query head of a group.
@@ -261,8 +270,10 @@ double RingGqaRopeError(int64_t cp, int64_t kv, bool local_positions) {
     for (int64_t bi = 0; bi < b; ++bi)
       for (int64_t i = 0; i < n; ++i) {
         const int64_t t = bi * s + pos[static_cast<size_t>(i)], row = (bi * n + i) * ld;
-        for (int64_t x = 0; x < hd; ++x) qkv[static_cast<size_t>(row + x)] = static_cast<float>(q[static_cast<size_t>(t * hd + x)]);
-        for (int64_t x = 0; x < hd; ++x) dl[static_cast<size_t>((bi * n + i) * hd + x)] = static_cast<float>(dout[static_cast<size_t>(t * hd + x)]);
+        for (int64_t x = 0; x < hd; ++x)
+          qkv[static_cast<size_t>(row + x)] = static_cast<float>(q[static_cast<size_t>(t * hd + x)]);
+        for (int64_t x = 0; x < hd; ++x)
+          dl[static_cast<size_t>((bi * n + i) * hd + x)] = static_cast<float>(dout[static_cast<size_t>(t * hd + x)]);
         for (int64_t x = 0; x < kvd; ++x) {
           qkv[static_cast<size_t>(row + hd + x)] = static_cast<float>(k[static_cast<size_t>(t * kvd + x)]);
           qkv[static_cast<size_t>(row + hd + kvd + x)] = static_cast<float>(v[static_cast<size_t>(t * kvd + x)]);
@@ -281,13 +292,14 @@ double RingGqaRopeError(int64_t cp, int64_t kv, bool local_positions) {
     };
     PLANNER_RETURN_IF_ERROR(rotate(&qkv, false));
     RingAttentionDims dims;
-    dims.batch = b, dims.seq = s, dims.heads = heads, dims.kv_heads = kv, dims.head_dim = d, dims.cp = cp, dims.cp_rank = comm.rank();
+    dims.batch = b, dims.seq = s, dims.heads = heads, dims.kv_heads = kv, dims.head_dim = d, dims.cp = cp,
+    dims.cp_rank = comm.rank();
     CommRing ring(comm);
     std::vector<float> o(dl.size()), lse(static_cast<size_t>(b * heads * n)), g(qkv.size());
     const float* x = qkv.data();
     PLANNER_RETURN_IF_ERROR(RingAttentionForward(dims, &ring, x, x + hd, x + hd + kvd, ld, o.data(), lse.data()));
-    PLANNER_RETURN_IF_ERROR(RingAttentionBackward(dims, &ring, x, x + hd, x + hd + kvd, ld, o.data(), lse.data(), dl.data(), g.data(),
-                                                  g.data() + hd, g.data() + hd + kvd));
+    PLANNER_RETURN_IF_ERROR(RingAttentionBackward(dims, &ring, x, x + hd, x + hd + kvd, ld, o.data(), lse.data(),
+                                                  dl.data(), g.data(), g.data() + hd, g.data() + hd + kvd));
     PLANNER_RETURN_IF_ERROR(rotate(&g, true));
     std::lock_guard<std::mutex> lock(mu);
     auto cmp = [&](double got, double want) {
@@ -311,7 +323,8 @@ double RingGqaRopeError(int64_t cp, int64_t kv, bool local_positions) {
   return worst / scale;
 }
 
-TEST_CASE("ring attention with GQA / MQA and RoPE at global positions equals full causal attention; local positions do not") {
+TEST_CASE(
+    "ring attention with GQA / MQA and RoPE at global positions equals full causal attention; local positions do not") {
   for (int64_t cp : {1, 2, 4})
     for (int64_t kv : {2, 1}) {
       const double e = RingGqaRopeError(cp, kv, false);
@@ -328,7 +341,8 @@ TEST_CASE("ring attention with GQA / MQA and RoPE at global positions equals ful
 
 // What SP / CP still refuse: MQA under TP (Megatron-Core needs t | kv_heads, as without CP) and
 // layer types without a sequence-split kernel.
-TEST_CASE("sequence / context parallelism refuse MQA under tp 2 and layer types they have no kernel for, naming the layer") {
+TEST_CASE(
+    "sequence / context parallelism refuse MQA under tp 2 and layer types they have no kernel for, naming the layer") {
   Layer blk;
   blk.kind = LayerKind::kTransformerBlock, blk.name = "block0", blk.in_shape = {32, 64}, blk.out_shape = {32, 64};
   blk.attrs.ints = {{"heads", 4}, {"kv_heads", 1}, {"ffn", 96}};
@@ -355,7 +369,8 @@ TEST_CASE("sequence / context parallelism refuse MQA under tp 2 and layer types 
   lin.kind = LayerKind::kLinear, lin.name = "proj";
   Status st = MakeSeqParallelKernel(lin, o, p, &k);
   CHECK(st.code() == StatusCode::kNotSupported);
-  CHECK(st.message().find("layer 'proj': type 'linear' has no sequence- or context-parallel kernel") != std::string::npos);
+  CHECK(st.message().find("layer 'proj': type 'linear' has no sequence- or context-parallel kernel") !=
+        std::string::npos);
 }
 
 }  // namespace

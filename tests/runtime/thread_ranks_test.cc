@@ -11,11 +11,14 @@ namespace planner {
 namespace {
 
 TEST_CASE("thread ranks: an exception on one rank is its failure, and the others stop") {
-  Status s = RunThreadRanks(3, [](Communicator& c) -> Status {
-    if (c.rank() == 2) throw std::runtime_error("rank 2 broke");
-    float x = 1;
-    return c.AllReduce(&x, 1, ReduceOp::kSum);
-  }, 30);
+  Status s = RunThreadRanks(
+      3,
+      [](Communicator& c) -> Status {
+        if (c.rank() == 2) throw std::runtime_error("rank 2 broke");
+        float x = 1;
+        return c.AllReduce(&x, 1, ReduceOp::kSum);
+      },
+      30);
   CHECK(s.code() == StatusCode::kInternal);
   CHECK(s.message() == "internal error: rank 2 broke");
 }
@@ -27,11 +30,14 @@ TEST_CASE("thread ranks: a filesystem error names its path; out of memory says s
   });
   CHECK(s.code() == StatusCode::kUnavailable);
   CHECK(s.message() == "runs/x/ckpt: " + std::make_error_code(std::errc::no_space_on_device).message());
-  s = RunThreadRanks(2, [](Communicator& c) -> Status {
-    if (c.rank() == 0) throw std::bad_alloc();
-    float x = 0;
-    return c.Recv(&x, 1, 0, 0);
-  }, 30);
+  s = RunThreadRanks(
+      2,
+      [](Communicator& c) -> Status {
+        if (c.rank() == 0) throw std::bad_alloc();
+        float x = 0;
+        return c.Recv(&x, 1, 0, 0);
+      },
+      30);
   CHECK(s.code() == StatusCode::kUnavailable);
   CHECK(s.message() == "out of memory");
 }

@@ -19,7 +19,8 @@ namespace planner::testing {
 // An empty directory <tmp>/planner-<prefix>-<pid>-<n>-<name>, n counting up per process.
 inline std::string FreshRunDir(const std::string& prefix, const std::string& name) {
   static std::atomic<int> n{0};
-  const std::filesystem::path d = std::filesystem::temp_directory_path() / fmt::format("planner-{}-{}-{}-{}", prefix, ::getpid(), n++, name);
+  const std::filesystem::path d =
+      std::filesystem::temp_directory_path() / fmt::format("planner-{}-{}-{}-{}", prefix, ::getpid(), n++, name);
   std::filesystem::remove_all(d);
   std::filesystem::create_directories(d);
   return d.string();
@@ -32,10 +33,13 @@ inline Status RunOnThreads(const LaunchPlan& L, const ModelSpec& model, RunOptio
   opt.keep_gradients = true;
   if (opt.run_dir.empty()) opt.run_dir = FreshRunDir(prefix, "run");
   out->assign(L.ranks.size(), RunSummary());
-  return RunThreadRanks(static_cast<int>(L.ranks.size()), [&](Communicator& world) -> Status {
-    world.set_timeout_seconds(L.run.timeout_s);
-    return RunLaunch(L, model, world, opt, &(*out)[static_cast<size_t>(world.rank())]);
-  }, L.run.timeout_s);
+  return RunThreadRanks(
+      static_cast<int>(L.ranks.size()),
+      [&](Communicator& world) -> Status {
+        world.set_timeout_seconds(L.run.timeout_s);
+        return RunLaunch(L, model, world, opt, &(*out)[static_cast<size_t>(world.rank())]);
+      },
+      L.run.timeout_s);
 }
 
 }  // namespace planner::testing

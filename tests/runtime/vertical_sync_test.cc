@@ -33,7 +33,8 @@ namespace {
 
 // planner solve --schedule pipedream --replication R (tiny-gpt, dgx-a100), the plan's vertical_sync
 // set as --vertical-sync does, then planner codegen.
-Status MakeLaunch(const std::vector<int64_t>& replication, int64_t iterations, bool vsync, ModelSpec* model, LaunchPlan* out) {
+Status MakeLaunch(const std::vector<int64_t>& replication, int64_t iterations, bool vsync, ModelSpec* model,
+                  LaunchPlan* out) {
   ClusterSpec cluster;
   PLANNER_RETURN_IF_ERROR(LoadClusterSpec(testing::SourcePath("configs/clusters/dgx-a100.yaml"), &cluster));
   PLANNER_RETURN_IF_ERROR(LoadModelSpec(testing::SourcePath("configs/models/tiny-gpt.yaml"), model));
@@ -112,7 +113,8 @@ void CheckStashOnly(const Versions& v) {
     CHECK(x.backward_sum == x.forward_sum);
     if (key.second > 0) newer += x.forward_version > v.at.at({key.first, key.second - 1}).forward_version;
   }
-  MESSAGE(fmt::format("weight stashing alone: {} (minibatch, stage) passes on a newer version than the stage before", newer));
+  MESSAGE(fmt::format("weight stashing alone: {} (minibatch, stage) passes on a newer version than the stage before",
+                      newer));
   CHECK(newer > 0);
   CHECK(v.runs[0].versions.split > 0);
   CHECK(v.runs[0].versions.later_newer == v.runs[0].versions.split);
@@ -130,14 +132,17 @@ void CheckLossFalls(const std::vector<double>& loss, size_t k) {
 
 // The peak versions each stage held against the cost model's count.
 void CheckPeakVersions(const Versions& v, const std::vector<int64_t>& replication, bool vsync) {
-  const std::vector<int64_t> want = vsync ? VerticalSyncWeightVersions(replication) : StashedWeightVersions(replication);
+  const std::vector<int64_t> want =
+      vsync ? VerticalSyncWeightVersions(replication) : StashedWeightVersions(replication);
   const std::vector<int64_t>& got = v.runs[0].versions.peak_versions;
-  MESSAGE(fmt::format("weight versions held per stage (vertical sync {}): measured {}, modelled {}", vsync ? "on" : "off", fmt::join(got, ","),
-                      fmt::join(want, ",")));
+  MESSAGE(fmt::format("weight versions held per stage (vertical sync {}): measured {}, modelled {}",
+                      vsync ? "on" : "off", fmt::join(got, ","), fmt::join(want, ",")));
   CHECK(got == want);
 }
 
-TEST_CASE("vertical sync on 2 stages: every stage on the input stage version and weight stashing alone is not; the loss falls") {
+TEST_CASE(
+    "vertical sync on 2 stages: every stage on the input stage version and weight stashing alone is not; the loss "
+    "falls") {
   const std::vector<int64_t> rep = {1, 1};
   const Versions on = Run(rep, 8, true), off = Run(rep, 8, false);
   CheckSynced(on, 2);
@@ -147,7 +152,9 @@ TEST_CASE("vertical sync on 2 stages: every stage on the input stage version and
   CheckPeakVersions(off, rep, false);
 }
 
-TEST_CASE("vertical sync on 4 stages: every stage on the input stage version and weight stashing alone is not; the loss falls") {
+TEST_CASE(
+    "vertical sync on 4 stages: every stage on the input stage version and weight stashing alone is not; the loss "
+    "falls") {
   const std::vector<int64_t> rep = {1, 1, 1, 1};
   const Versions on = Run(rep, 6, true), off = Run(rep, 6, false);
   CheckSynced(on, 4);
@@ -157,7 +164,8 @@ TEST_CASE("vertical sync on 4 stages: every stage on the input stage version and
   CheckPeakVersions(off, rep, false);
 }
 
-TEST_CASE("vertical sync on 2-1-1 (a replicated input stage): every stage on the input stage's version, the loss falls") {
+TEST_CASE(
+    "vertical sync on 2-1-1 (a replicated input stage): every stage on the input stage's version, the loss falls") {
   const std::vector<int64_t> rep = {2, 1, 1};
   const Versions on = Run(rep, 6, true), off = Run(rep, 6, false);
   CheckSynced(on, 3);
@@ -170,7 +178,8 @@ TEST_CASE("vertical sync on 2-1-1 (a replicated input stage): every stage on the
 // A replicated stage after a single one (1-2-1): its replicas step once per round of 2, so it has
 // a version for every even tag only; an odd tag runs on the round below (tag - 1), never on a newer
 // one, and forward and backward still agree.
-TEST_CASE("vertical sync on 1-2-1: a replicated later stage runs each minibatch on its newest version not above the tag") {
+TEST_CASE(
+    "vertical sync on 1-2-1: a replicated later stage runs each minibatch on its newest version not above the tag") {
   const std::vector<int64_t> rep = {1, 2, 1};
   const Versions on = Run(rep, 6, true);
   MESSAGE(fmt::format("losses {:.4f}", fmt::join(on.runs[0].loss, " ")));
@@ -264,7 +273,8 @@ void CheckAgainstDelayedSgd(const std::vector<int64_t>& replication, int64_t ite
     }
     if (vs == 0) continue;
     tags.assign(static_cast<size_t>(iterations * 24), -1);
-    for (const VersionRecord& x : runs[0].version_records) tags[static_cast<size_t>(x.microbatch)] = x.tag;  // rank 0: the input stage
+    for (const VersionRecord& x : runs[0].version_records)
+      tags[static_cast<size_t>(x.microbatch)] = x.tag;  // rank 0: the input stage
   }
   LaunchPlan S = SingleProcessPlan(L, model);
   S.schedule = Schedule::kPipeDream;  // one pass over the run, the optimizer stepping inside it
@@ -281,15 +291,21 @@ void CheckAgainstDelayedSgd(const std::vector<int64_t>& replication, int64_t ite
   REQUIRE(ref.size() == pipelined[1].size());
   double err[2] = {0, 0};
   for (size_t i = 0; i < ref.size(); ++i) {
-    for (int vs = 0; vs < 2; ++vs) err[vs] = std::max(err[vs], std::abs(static_cast<double>(pipelined[vs][i]) - ref[i]));
+    for (int vs = 0; vs < 2; ++vs)
+      err[vs] = std::max(err[vs], std::abs(static_cast<double>(pipelined[vs][i]) - ref[i]));
   }
-  MESSAGE(fmt::format("{} parameters after {} minibatches of SGD: max |pipelined - reference| {:.2e} with vertical sync, {:.2e} with weight "
-                      "stashing alone", ref.size(), tags.size(), err[1], err[0]));
+  MESSAGE(
+      fmt::format("{} parameters after {} minibatches of SGD: max |pipelined - reference| {:.2e} with vertical sync, "
+                  "{:.2e} with weight "
+                  "stashing alone",
+                  ref.size(), tags.size(), err[1], err[0]));
   CHECK(err[1] < 1e-6);  // measured 0: the same float operations in the same order
   CHECK(err[0] > 1e-5);  // weight stashing alone follows another rule (measured 2.7e-5 and 6.6e-5)
 }
 
-TEST_CASE("vertical sync against brute force: the pipelined SGD run's weights equal one process applying each minibatch's gradient at its tag's version") {
+TEST_CASE(
+    "vertical sync against brute force: the pipelined SGD run's weights equal one process applying each minibatch's "
+    "gradient at its tag's version") {
   CheckAgainstDelayedSgd({1, 1}, 2);
   CheckAgainstDelayedSgd({1, 1, 1, 1}, 2);
 }
@@ -301,7 +317,8 @@ TEST_CASE("vertical sync's weight versions: the closed forms, and the solver cha
   CHECK(VerticalSyncWeightVersions({1, 1, 1, 1}) == std::vector<int64_t>{4, 4, 4, 5});
   CHECK(VerticalSyncWeightVersions({1, 1}) == std::vector<int64_t>{2, 3});
   CHECK(VerticalSyncWeightVersions({2, 1, 1}) == std::vector<int64_t>{2, 4, 5});
-  CHECK(VerticalSyncWeightVersions({1, 2, 1}) == std::vector<int64_t>{4, 3, 5});  // span 3 over rounds of 2: ceil(3 / 2) + 1
+  CHECK(VerticalSyncWeightVersions({1, 2, 1}) ==
+        std::vector<int64_t>{4, 3, 5});  // span 3 over rounds of 2: ceil(3 / 2) + 1
   // The solver costs stage i > 0 with N_0 = W (exact when r_0 divides W, as in 2-1-1).
   CHECK(VerticalSyncStageVersions(4, 2, 1) == VerticalSyncWeightVersions({2, 1, 1})[1]);
   ClusterSpec cluster;
@@ -329,8 +346,11 @@ TEST_CASE("vertical sync's weight versions: the closed forms, and the solver cha
     const PlanStage &a = plan[0].stages[i], &b = plan[1].stages[i];
     REQUIRE(a.first_layer == b.first_layer);
     REQUIRE(a.weights_bytes > 0);
-    CHECK(b.weights_bytes / a.weights_bytes == doctest::Approx(static_cast<double>(synced[i]) / static_cast<double>(stashed[i])));
-    CHECK(b.peak_memory_bytes - a.peak_memory_bytes == doctest::Approx(a.weights_bytes / static_cast<double>(stashed[i]) * static_cast<double>(synced[i] - stashed[i])));
+    CHECK(b.weights_bytes / a.weights_bytes ==
+          doctest::Approx(static_cast<double>(synced[i]) / static_cast<double>(stashed[i])));
+    CHECK(b.peak_memory_bytes - a.peak_memory_bytes ==
+          doctest::Approx(a.weights_bytes / static_cast<double>(stashed[i]) *
+                          static_cast<double>(synced[i] - stashed[i])));
   }
   CHECK(plan[1].predicted.peak_memory_bytes > plan[0].predicted.peak_memory_bytes);
 }

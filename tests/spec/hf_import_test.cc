@@ -40,9 +40,9 @@ TEST_CASE("every fixture round-trips to its published parameter count") {
     double expected;   // what the template counts (published less what the notes say is left out)
   };
   const Row rows[] = {
-      {"gpt2.json", 1024, 124439808.0, 124439808.0},             // GPT-2 small, tied, learned 1024 positions
-      {"pythia-160m.json", 2048, 162322944.0, 162322944.0},      // Pythia paper Table: 162,322,944 total
-      {"mistral-7b.json", 8192, 7241732096.0, 7241732096.0},     // Mistral 7B
+      {"gpt2.json", 1024, 124439808.0, 124439808.0},                      // GPT-2 small, tied, learned 1024 positions
+      {"pythia-160m.json", 2048, 162322944.0, 162322944.0},               // Pythia paper Table: 162,322,944 total
+      {"mistral-7b.json", 8192, 7241732096.0, 7241732096.0},              // Mistral 7B
       {"qwen2-7b.json", 8192, 7615616512.0, 7615616512.0 - 28 * 4608.0},  // q/k/v biases left out
       {"qwen3-8b.json", 8192, 8190735360.0, 8190735360.0 - 36 * 256.0},   // q_norm, k_norm left out
       {"llama3-8b.json", 8192, 8.03e9, 8030261248.0},
@@ -73,9 +73,14 @@ TEST_CASE("MoE field mapping: Mixtral, Qwen3-MoE, DeepSeek-V3 import as the ship
   HfImportOptions o;
   o.seq = 4096;
   o.name = "m";
-  struct Row { const char* fixture; const char* config; };
-  const Row rows[] = {{"mixtral-8x7b.json", "mixtral-8x7b.yaml"}, {"qwen3-30b-a3b.json", "qwen3-30b-a3b.yaml"},
-                      {"qwen3-235b-a22b.json", "qwen3-235b-a22b.yaml"}, {"deepseek-v3.json", "deepseek-v3.yaml"}};
+  struct Row {
+    const char* fixture;
+    const char* config;
+  };
+  const Row rows[] = {{"mixtral-8x7b.json", "mixtral-8x7b.yaml"},
+                      {"qwen3-30b-a3b.json", "qwen3-30b-a3b.yaml"},
+                      {"qwen3-235b-a22b.json", "qwen3-235b-a22b.yaml"},
+                      {"deepseek-v3.json", "deepseek-v3.yaml"}};
   for (const auto& r : rows) {
     INFO(r.fixture);
     HfImport imp;
@@ -151,7 +156,7 @@ TEST_CASE("field mapping: Llama 3.1 405B, GPT-2, Pythia, Nemotron, Mistral") {
 
   HfImport gpt2;
   ModelSpec g = RoundTrip("gpt2.json", HfImportOptions{}, &gpt2);
-  CHECK(g.gpt.seq == 1024);  // min(n_positions 1024, 4096)
+  CHECK(g.gpt.seq == 1024);       // min(n_positions 1024, 4096)
   CHECK(g.global_batch == 4096);  // 2^22 tokens / 1024
   CHECK(g.gpt.position == "learned");
   CHECK(g.gpt.ffn_act == "gelu");
@@ -203,21 +208,29 @@ std::string Edited(const std::string& fixture, const std::string& from, const st
 }
 
 TEST_CASE("bad configs: one message naming the file, the field and the fix") {
-  struct Case { std::string text; int64_t seq; const char* expect; };
+  struct Case {
+    std::string text;
+    int64_t seq;
+    const char* expect;
+  };
   const Case cases[] = {
       {Edited("llama3-8b.json", "LlamaForCausalLM", "PhiForCausalLM"), 0,
        "c.json:2: field 'architectures': 'PhiForCausalLM' is not supported; planner import hf reads LlamaForCausalLM, "
-       "MistralForCausalLM, Qwen2ForCausalLM, Qwen3ForCausalLM, GPT2LMHeadModel, GPTNeoXForCausalLM, NemotronForCausalLM, "
+       "MistralForCausalLM, Qwen2ForCausalLM, Qwen3ForCausalLM, GPT2LMHeadModel, GPTNeoXForCausalLM, "
+       "NemotronForCausalLM, "
        "MixtralForCausalLM, Qwen3MoeForCausalLM, DeepseekV3ForCausalLM"},
       {Edited("qwen3-30b-a3b.json", "\"decoder_sparse_step\": 1", "\"decoder_sparse_step\": 2"), 0,
-       "c.json:6: field 'decoder_sparse_step': 2: every 2th block is MoE, the others dense; the planner's template has dense "
+       "c.json:6: field 'decoder_sparse_step': 2: every 2th block is MoE, the others dense; the planner's template has "
+       "dense "
        "blocks only before the first MoE block (moe.dense_layers): not imported"},
       {Edited("qwen3-30b-a3b.json", "\"mlp_only_layers\": []", "\"mlp_only_layers\": [0, 5]"), 0,
-       "c.json:15: field 'mlp_only_layers': dense layer 5 is not part of a leading run 0, 1, ...; the planner's template has"},
+       "c.json:15: field 'mlp_only_layers': dense layer 5 is not part of a leading run 0, 1, ...; the planner's "
+       "template has"},
       {Edited("qwen3-30b-a3b.json", "\"num_experts_per_tok\": 8", "\"num_experts_per_tok\": 200"), 0,
        "c.json:21: field 'num_experts_per_tok': 200 is more than the 128 experts (num_experts); not a valid config"},
       {Edited("deepseek-v3.json", "\"moe_layer_freq\": 1", "\"moe_layer_freq\": 2"), 0,
-       "field 'moe_layer_freq': 2: MoE every 2th block; the planner's template has dense blocks only before the first MoE block"},
+       "field 'moe_layer_freq': 2: MoE every 2th block; the planner's template has dense blocks only before the first "
+       "MoE block"},
       {Edited("deepseek-v3.json", "\"scoring_func\": \"sigmoid\"", "\"scoring_func\": \"sparsemixer\""), 0,
        "field 'scoring_func': 'sparsemixer' is not softmax or sigmoid"},
       {Edited("deepseek-v3.json", "\"kv_lora_rank\": 512,", ""), 0,
@@ -226,16 +239,21 @@ TEST_CASE("bad configs: one message naming the file, the field and the fix") {
        "field 'n_group': n_group 7 with topk_group 4 does not split the 256 experts into groups"},
       {Edited("llama3-8b.json", "\"intermediate_size\": 14336,", ""), 0,
        "c.json:1: field 'intermediate_size': missing; every LlamaForCausalLM config.json has it"},
-      {Edited("llama3-8b.json", "\"architectures\": [\"LlamaForCausalLM\"],", ""), 0, "c.json:1: field 'architectures': missing"},
+      {Edited("llama3-8b.json", "\"architectures\": [\"LlamaForCausalLM\"],", ""), 0,
+       "c.json:1: field 'architectures': missing"},
       {Edited("llama3-8b.json", "\"num_key_value_heads\": 8", "\"num_key_value_heads\": 5"), 0,
        "c.json:15: field 'num_key_value_heads': 5 does not divide num_attention_heads 32"},
       {Edited("qwen3-8b.json", "\"head_dim\": 128", "\"head_dim\": 256"), 0,
        "c.json:7: field 'head_dim': 256 differs from hidden_size / num_attention_heads = 128"},
-      {Edited("llama3-8b.json", "\"silu\"", "\"gelu\""), 0, "field 'hidden_act': 'gelu' is not supported for LlamaForCausalLM"},
-      {Edited("llama3-8b.json", "\"bfloat16\"", "\"int8\""), 0, "field 'torch_dtype': 'int8' is not one of bfloat16, float16, float32"},
-      {Edited("llama3-8b.json", "\"hidden_size\": 4096", "\"hidden_size\": \"big\""), 0, "c.json:8: field 'hidden_size': must be an integer"},
+      {Edited("llama3-8b.json", "\"silu\"", "\"gelu\""), 0,
+       "field 'hidden_act': 'gelu' is not supported for LlamaForCausalLM"},
+      {Edited("llama3-8b.json", "\"bfloat16\"", "\"int8\""), 0,
+       "field 'torch_dtype': 'int8' is not one of bfloat16, float16, float32"},
+      {Edited("llama3-8b.json", "\"hidden_size\": 4096", "\"hidden_size\": \"big\""), 0,
+       "c.json:8: field 'hidden_size': must be an integer"},
       {Edited("llama3-8b.json", "", ""), 16384,
-       "--seq 16384: above max_position_embeddings 8192 of c.json:11; the model has no positions past it: use --seq 8192 or less"},
+       "--seq 16384: above max_position_embeddings 8192 of c.json:11; the model has no positions past it: use --seq "
+       "8192 or less"},
       {"{\"architectures\": [\"LlamaForCausalLM\"", 0, "c.json"},
       {"[1, 2]", 0, "c.json:1: field '(top level)': must be a mapping"},
   };

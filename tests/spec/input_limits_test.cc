@@ -15,7 +15,8 @@
 namespace planner {
 namespace {
 
-TEST_CASE("CheckTextInput: UTF-8 accepted, NUL, stray, truncated, overlong and surrogate bytes refused with their line") {
+TEST_CASE(
+    "CheckTextInput: UTF-8 accepted, NUL, stray, truncated, overlong and surrogate bytes refused with their line") {
   CHECK_OK(CheckTextInput("f", "name: caf\xc3\xa9 \xe2\x82\xac \xf0\x9f\x98\x80\n"));
   CHECK_OK(CheckTextInput("f", ""));
   Status s = CheckTextInput("f", std::string("a: 1\nb: \0\n", 10));
@@ -23,10 +24,14 @@ TEST_CASE("CheckTextInput: UTF-8 accepted, NUL, stray, truncated, overlong and s
   CHECK(s.message() == "f:2: a NUL byte: this is a binary file, not text; give the YAML file");
   s = CheckTextInput("f", std::string("a: 1\nb: 2\nc: \xff\n"));
   CHECK(s.message() == "f:3: byte 14 is not UTF-8 text; save the file as UTF-8");
-  CHECK(CheckTextInput("f", "x\xc3").message() == "f:1: byte 2 is not UTF-8 text; save the file as UTF-8");        // truncated
-  CHECK(CheckTextInput("f", "\xc0\xaf").message() == "f:1: byte 1 is not UTF-8 text; save the file as UTF-8");      // overlong '/'
-  CHECK(CheckTextInput("f", "\xed\xa0\x80").message() == "f:1: byte 1 is not UTF-8 text; save the file as UTF-8");  // a surrogate
-  CHECK(CheckTextInput("f", "\xf4\x90\x80\x80").message() == "f:1: byte 1 is not UTF-8 text; save the file as UTF-8");  // above U+10FFFF
+  CHECK(CheckTextInput("f", "x\xc3").message() ==
+        "f:1: byte 2 is not UTF-8 text; save the file as UTF-8");  // truncated
+  CHECK(CheckTextInput("f", "\xc0\xaf").message() ==
+        "f:1: byte 1 is not UTF-8 text; save the file as UTF-8");  // overlong '/'
+  CHECK(CheckTextInput("f", "\xed\xa0\x80").message() ==
+        "f:1: byte 1 is not UTF-8 text; save the file as UTF-8");  // a surrogate
+  CHECK(CheckTextInput("f", "\xf4\x90\x80\x80").message() ==
+        "f:1: byte 1 is not UTF-8 text; save the file as UTF-8");  // above U+10FFFF
 }
 
 TEST_CASE("ParseYamlText: a duplicate key at any depth names both lines; the same key in two mappings is fine") {
@@ -43,7 +48,9 @@ TEST_CASE("ParseYamlText: a duplicate key at any depth names both lines; the sam
 
 TEST_CASE("ParseYamlText: nesting past kMaxYamlDepth is refused, at the limit accepted") {
   YAML::Node root;
-  auto nested = [](int depth) { return "a: " + std::string(static_cast<size_t>(depth), '[') + std::string(static_cast<size_t>(depth), ']') + "\n"; };
+  auto nested = [](int depth) {
+    return "a: " + std::string(static_cast<size_t>(depth), '[') + std::string(static_cast<size_t>(depth), ']') + "\n";
+  };
   CHECK_OK(ParseYamlText("n.yaml", nested(kMaxYamlDepth - 1), &root));
   Status s = ParseYamlText("n.yaml", nested(kMaxYamlDepth + 5), &root);
   CHECK(s.code() == StatusCode::kInvalidArgument);
@@ -58,18 +65,22 @@ TEST_CASE("AsDouble and AsInt: non-finite numbers and 19-digit integers are refu
   YamlReader r("v.yaml");
   double d = 7;
   CHECK(r.GetDouble(root, "a", "a", &d, true, -1e300, false).message().rfind("v.yaml:1: field 'a': must be", 0) == 0);
-  CHECK(r.GetDouble(root, "b", "b", &d, true, 0.0, false).message() == "v.yaml:2: field 'b': must be a number, got '.inf'");
-  CHECK(r.GetDouble(root, "c", "c", &d, true, -1e300, false).message() == "v.yaml:3: field 'c': must be a number, got '-.inf'");
+  CHECK(r.GetDouble(root, "b", "b", &d, true, 0.0, false).message() ==
+        "v.yaml:2: field 'b': must be a number, got '.inf'");
+  CHECK(r.GetDouble(root, "c", "c", &d, true, -1e300, false).message() ==
+        "v.yaml:3: field 'c': must be a number, got '-.inf'");
   CHECK_FALSE(r.GetDouble(root, "d", "d", &d, true, 0.0, false).ok());
   CHECK(d == 7);  // unchanged by a refused value
   REQUIRE_OK(r.GetDouble(root, "f", "f", &d, true, 0.0, false));
   CHECK(d == 2.5);
   int64_t i = 0;
-  CHECK(r.GetInt(root, "e", "e", &i, true, 1).message() == "v.yaml:5: field 'e': is out of range (more than 18 digits), got '99999999999999999999'");
+  CHECK(r.GetInt(root, "e", "e", &i, true, 1).message() ==
+        "v.yaml:5: field 'e': is out of range (more than 18 digits), got '99999999999999999999'");
 }
 
 TEST_CASE("ReadTextFile: a FIFO without a writer is refused at once, not waited on") {
-  const std::string path = (std::filesystem::temp_directory_path() / ("planner-fifo-" + std::to_string(::getpid()))).string();
+  const std::string path =
+      (std::filesystem::temp_directory_path() / ("planner-fifo-" + std::to_string(::getpid()))).string();
   std::filesystem::remove(path);
   REQUIRE(::mkfifo(path.c_str(), 0600) == 0);
   std::string text;
@@ -80,19 +91,24 @@ TEST_CASE("ReadTextFile: a FIFO without a writer is refused at once, not waited 
   CHECK(s.code() == StatusCode::kInvalidArgument);
   CHECK(s.message() == path + ": is not a regular file (a FIFO, socket or device); give the path of a file");
   CHECK(seconds < 1.0);
-  CHECK(ReadTextFile("/dev/null", &text).message() == "/dev/null: is not a regular file (a FIFO, socket or device); give the path of a file");
+  CHECK(ReadTextFile("/dev/null", &text).message() ==
+        "/dev/null: is not a regular file (a FIFO, socket or device); give the path of a file");
 }
 
 TEST_CASE("ParseModelSpec: 100000 layers (the maximum) load in linear time; sizes above 2^24 are refused") {
   ModelSpec m;
   const auto start = std::chrono::steady_clock::now();
-  REQUIRE_OK(ParseModelSpec("deep.yaml", "name: d\nglobal_batch: 8\ngpt: {layers: 100000, hidden: 64, heads: 4, seq: 32, vocab: 128}\n", &m));
+  REQUIRE_OK(ParseModelSpec(
+      "deep.yaml", "name: d\nglobal_batch: 8\ngpt: {layers: 100000, hidden: 64, heads: 4, seq: 32, vocab: 128}\n", &m));
   const double seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
   CHECK(m.layers.size() == 100000 + 4);  // embedding, blocks, final norm, lm_head, loss
   CHECK(m.layers[100000].name == "block99999");
   CHECK(seconds < 10.0);  // was quadratic (every name compared with every earlier one): minutes
-  Status s = ParseModelSpec("big.yaml", "name: d\nglobal_batch: 8\ngpt: {layers: 2, hidden: 16777217, heads: 1, seq: 32, vocab: 128}\n", &m);
-  CHECK(s.message() == "big.yaml:3: field 'gpt.hidden': 16777217 is more than the largest size this planner reads (16777216); check the value");
+  Status s = ParseModelSpec(
+      "big.yaml", "name: d\nglobal_batch: 8\ngpt: {layers: 2, hidden: 16777217, heads: 1, seq: 32, vocab: 128}\n", &m);
+  CHECK(s.message() ==
+        "big.yaml:3: field 'gpt.hidden': 16777217 is more than the largest size this planner reads (16777216); check "
+        "the value");
   REQUIRE_OK(ParseModelSpec("edge.yaml", "name: d\nglobal_batch: 8\ninput: [16777216]\nlayers: [{type: relu}]\n", &m));
   CHECK(m.layers[0].out_shape == std::vector<int64_t>{16777216});
 }

@@ -20,7 +20,8 @@ ModelSpec Load(const std::string& file) {
   return m;
 }
 
-Layer Block(int64_t s, int64_t h, const LayerAttrs& attrs, DType dtype = DType::kBf16, const std::string& type = "transformer_block") {
+Layer Block(int64_t s, int64_t h, const LayerAttrs& attrs, DType dtype = DType::kBf16,
+            const std::string& type = "transformer_block") {
   Layer l;
   REQUIRE_OK(InferLayer(type, attrs, {s, h}, dtype, &l));
   return l;
@@ -45,7 +46,11 @@ double MegatronMfuFlops(const GptConfig& g, double batch) {
 }
 
 TEST_CASE("Llama 3 and Nemotron-4 model files give the published parameter counts") {
-  struct Row { const char* file; double exact; double published; };
+  struct Row {
+    const char* file;
+    double exact;
+    double published;
+  };
   // exact: the tensor sums (embedding V h, lm_head V h untied, per layer h (a + 2g) d + h^2 + 3 h f + 2 h, final norm h).
   const Row rows[] = {{"llama3-8b.yaml", 8030261248.0, 8.03e9},
                       {"llama3-70b.yaml", 70553706496.0, 70.55e9},
@@ -74,11 +79,11 @@ TEST_CASE("GQA, SwiGLU, RMSNorm, no-bias block parameters equal the tensor-by-te
         Layer l = Block(16, h, Attrs(a, g, f, act, norm, "rope", bias, "flash"));
         const bool swiglu = std::string(act) == "swiglu";
         double want = 0;
-        want += h * a * d + (bias ? a * d : 0);        // W_q [h, a d] (+ b_q)
-        want += 2 * (h * g * d + (bias ? g * d : 0));  // W_k, W_v [h, g d]
-        want += a * d * h + (bias ? h : 0);            // W_o [a d, h]
-        want += (swiglu ? 2 : 1) * (h * f + (bias ? f : 0));  // fc1 (gate and up for SwiGLU)
-        want += f * h + (bias ? h : 0);                // fc2
+        want += h * a * d + (bias ? a * d : 0);                    // W_q [h, a d] (+ b_q)
+        want += 2 * (h * g * d + (bias ? g * d : 0));              // W_k, W_v [h, g d]
+        want += a * d * h + (bias ? h : 0);                        // W_o [a d, h]
+        want += (swiglu ? 2 : 1) * (h * f + (bias ? f : 0));       // fc1 (gate and up for SwiGLU)
+        want += f * h + (bias ? h : 0);                            // fc2
         want += 2 * (std::string(norm) == "rmsnorm" ? h : 2 * h);  // two pre-norms
         INFO(act, " ", norm, " bias ", bias);
         CHECK(l.params == want);
@@ -97,8 +102,10 @@ TEST_CASE("GQA, SwiGLU, RMSNorm, no-bias block parameters equal the tensor-by-te
 
 TEST_CASE("GQA attention FLOPs: QKV GEMM 2 s h (a + 2g) d; flash core causal half, backward 2.5x") {
   const double s = 256, h = 512, a = 8, g = 2, d = h / a;
-  Layer flash = Block(256, 512, Attrs(8, 2, 1024, "swiglu", "rmsnorm", "rope", false, "flash"), DType::kBf16, "attention");
-  Layer unfused = Block(256, 512, Attrs(8, 2, 1024, "swiglu", "rmsnorm", "rope", false, "unfused"), DType::kBf16, "attention");
+  Layer flash =
+      Block(256, 512, Attrs(8, 2, 1024, "swiglu", "rmsnorm", "rope", false, "flash"), DType::kBf16, "attention");
+  Layer unfused =
+      Block(256, 512, Attrs(8, 2, 1024, "swiglu", "rmsnorm", "rope", false, "unfused"), DType::kBf16, "attention");
   const double gemm = 2 * s * h * (a + 2 * g) * d + 2 * s * h * h;
   CHECK(unfused.fwd_flops == gemm + 4 * s * s * h);
   CHECK(unfused.bwd_input_flops == gemm + 8 * s * s * h);
@@ -112,7 +119,8 @@ TEST_CASE("GQA attention FLOPs: QKV GEMM 2 s h (a + 2g) d; flash core causal hal
   CHECK(unfused.model_flops == flash.model_flops);
   CHECK(flash.cp_kv_bytes == 2 * 2 * s * g * d);
   // Multi-head attention: the QKV GEMM is 6 s h^2 again.
-  Layer mha = Block(256, 512, Attrs(8, 8, 1024, "gelu", "layernorm", "learned", true, "unfused"), DType::kBf16, "attention");
+  Layer mha =
+      Block(256, 512, Attrs(8, 8, 1024, "gelu", "layernorm", "learned", true, "unfused"), DType::kBf16, "attention");
   CHECK(mha.fwd_flops == 8 * s * h * h + 4 * s * s * h);
 }
 
@@ -145,7 +153,7 @@ TEST_CASE("flash attention stash: no s^2 term, Q K V O and the log-sum-exp kept;
   const double attn = dt * (s * h + s * h + 2 * s * g * d + s * h) + 4 * a * s + s * h;
   const double mlp = dt * (s * h + 2 * s * f + s * f) + s * h;
   CHECK(fl.stash_bytes == attn + mlp + 2 * dt * s * h);
-  CHECK(fl.stash_bytes_selective == fl.stash_bytes);  // nothing s^2 to drop
+  CHECK(fl.stash_bytes_selective == fl.stash_bytes);                   // nothing s^2 to drop
   CHECK(fl.selective_recompute_flops == fl.attention_core_fwd_flops);  // the core forward re-run
   CHECK(fl.selective_recompute_mem_bytes == 0);
   CHECK(fl.stash_bytes_tp_replicated == 2 * (dt * s * h + s * h) + 2 * dt * s * h);  // QKV / fc1 inputs, masks, norms
@@ -174,9 +182,9 @@ TEST_CASE("fp8 transformer_block: the GEMM-only inputs (QKV, fc1, fc2; unfused: 
   const double attn = (s * h + dt * (s * h + 2 * s * g * d + s * h)) + 4 * a * s + s * h;
   const double mlp = (s * h + dt * 2 * s * f + s * f) + s * h;
   CHECK(f8.stash_bytes == attn + mlp + 2 * dt * s * h);
-  CHECK(bf.stash_bytes - f8.stash_bytes == 2 * s * h + s * f);  // GEMM-input elements x 1 byte
+  CHECK(bf.stash_bytes - f8.stash_bytes == 2 * s * h + s * f);    // GEMM-input elements x 1 byte
   CHECK(f8.stash_bytes_selective == f8.stash_bytes - s * a * d);  // core_attn: O's bf16 copy dropped
-  CHECK(f8.stash_bytes_full == bf.stash_bytes_full);  // the layer input, dt
+  CHECK(f8.stash_bytes_full == bf.stash_bytes_full);              // the layer input, dt
   CHECK(f8.stash_bytes_tp_replicated == 2 * (s * h + s * h) + 2 * dt * s * h);
   // Module drops, each at the bytes it was kept: core_attn under flash the bf16 O (the projection's
   // 1-byte copy stays), layernorm the QKV and fc1 inputs (1 byte each), mlp all but its input (dt).
@@ -222,28 +230,34 @@ TEST_CASE("memory-bound bytes of RoPE and SwiGLU") {
   CHECK(rope.fwd_mem_bytes - learned.fwd_mem_bytes == dt * 2 * (s * h + s * g * d));  // read + write Q and K
   CHECK(rope.bwd_mem_bytes - learned.bwd_mem_bytes == dt * 2 * (s * h + s * g * d));
   Layer gelu = Block(512, 256, Attrs(8, 2, 640, "gelu", "rmsnorm", "learned", false, "flash"));
-  CHECK(learned.fwd_mem_bytes - gelu.fwd_mem_bytes == dt * s * f);      // SwiGLU reads 2 s f, writes s f; GeLU s f and s f
-  CHECK(learned.bwd_mem_bytes - gelu.bwd_mem_bytes == dt * s * f);      // 5 s f against 4 s f
+  CHECK(learned.fwd_mem_bytes - gelu.fwd_mem_bytes == dt * s * f);  // SwiGLU reads 2 s f, writes s f; GeLU s f and s f
+  CHECK(learned.bwd_mem_bytes - gelu.bwd_mem_bytes == dt * s * f);  // 5 s f against 4 s f
 }
 
 TEST_CASE("tensor parallelism: t divides heads, kv_heads and ffn") {
   CHECK(Load("llama3-70b.yaml").layers[1].tp_divisor == 8);  // gcd(64 heads, 8 KV heads, 28672)
   CHECK(Block(64, 96, Attrs(12, 4, 384, "gelu", "layernorm", "learned", true, "flash")).tp_divisor == 4);
   CHECK(Block(64, 96, Attrs(12, 12, 384, "gelu", "layernorm", "learned", true, "flash")).tp_divisor == 12);
-  CHECK(Block(64, 96, Attrs(12, 12, 384, "gelu", "layernorm", "learned", true, "flash"), DType::kBf16, "attention").tp_divisor == 12);
-  CHECK(Block(64, 96, Attrs(12, 1, 384, "gelu", "layernorm", "learned", true, "flash"), DType::kBf16, "attention").tp_divisor == 1);  // MQA
+  CHECK(Block(64, 96, Attrs(12, 12, 384, "gelu", "layernorm", "learned", true, "flash"), DType::kBf16, "attention")
+            .tp_divisor == 12);
+  CHECK(Block(64, 96, Attrs(12, 1, 384, "gelu", "layernorm", "learned", true, "flash"), DType::kBf16, "attention")
+            .tp_divisor == 1);  // MQA
 }
 
 Status Parse(const std::string& text, ModelSpec* m) { return ParseModelSpec("m.yaml", text, m); }
 
 TEST_CASE("explicit layer lists take the same keys and cost the same as the template") {
-  const std::string gpt = "name: x\nprecision: bf16\nglobal_batch: 8\ngpt: {layers: 2, hidden: 64, heads: 8, kv_heads: 2, ffn: 160, "
-                          "ffn_act: swiglu, norm: rmsnorm, position: rope, rope_theta: 500000, bias: false, tie_embeddings: false, seq: 32, vocab: 100}\n";
-  const std::string list = "name: x\nprecision: bf16\nglobal_batch: 8\ninput: [32]\nlayers:\n"
-                           "  - {type: embedding, vocab: 100, hidden: 64, positions: 0}\n"
-                           "  - repeat: 2\n    layers:\n"
-                           "      - {type: transformer_block, heads: 8, kv_heads: 2, ffn: 160, act: swiglu, norm: rmsnorm, position: rope, rope_theta: 500000, bias: false, attention: flash}\n"
-                           "  - {type: rmsnorm}\n  - {type: lm_head, vocab: 100, tied: false}\n  - {type: loss}\n";
+  const std::string gpt =
+      "name: x\nprecision: bf16\nglobal_batch: 8\ngpt: {layers: 2, hidden: 64, heads: 8, kv_heads: 2, ffn: 160, "
+      "ffn_act: swiglu, norm: rmsnorm, position: rope, rope_theta: 500000, bias: false, tie_embeddings: false, seq: "
+      "32, vocab: 100}\n";
+  const std::string list =
+      "name: x\nprecision: bf16\nglobal_batch: 8\ninput: [32]\nlayers:\n"
+      "  - {type: embedding, vocab: 100, hidden: 64, positions: 0}\n"
+      "  - repeat: 2\n    layers:\n"
+      "      - {type: transformer_block, heads: 8, kv_heads: 2, ffn: 160, act: swiglu, norm: rmsnorm, position: rope, "
+      "rope_theta: 500000, bias: false, attention: flash}\n"
+      "  - {type: rmsnorm}\n  - {type: lm_head, vocab: 100, tied: false}\n  - {type: loss}\n";
   ModelSpec a, b;
   REQUIRE_OK(Parse(gpt, &a));
   REQUIRE_OK(Parse(list, &b));
@@ -267,40 +281,52 @@ TEST_CASE("explicit layer lists take the same keys and cost the same as the temp
   CHECK(def.layers[1].attrs.String("attention", "") == "flash");
   CHECK(def.layers[1].attrs.String("norm", "") == "layernorm");
   CHECK(def.layers[1].attrs.Int("kv_heads", 0) == 8);
-  CHECK(def.layers[0].params == 100 * 64 + 32 * 64);  // learned positions
+  CHECK(def.layers[0].params == 100 * 64 + 32 * 64);      // learned positions
   CHECK(def.layers[0].fwd_mem_bytes == 2 * 3 * 32 * 64);  // gather, position add, dropout (fp16)
   CHECK(a.layers[0].fwd_mem_bytes == 2 * 2 * 32 * 64);    // RoPE: no position add (bf16)
   ModelSpec fp8;
-  REQUIRE_OK(Parse("name: x\nprecision: fp8\nglobal_batch: 8\ngpt: {layers: 1, hidden: 64, heads: 8, seq: 32, vocab: 100}\n", &fp8));
+  REQUIRE_OK(Parse(
+      "name: x\nprecision: fp8\nglobal_batch: 8\ngpt: {layers: 1, hidden: 64, heads: 8, seq: 32, vocab: 100}\n", &fp8));
   CHECK(fp8.dtype == DType::kFp8);
   // fp8 GEMMs: the QKV, fc1 and fc2 inputs (s h, s h, s 4h) kept at 1 byte, the rest at 2
   CHECK(def.layers[1].stash_bytes - fp8.layers[1].stash_bytes == 32 * 64 + 32 * 64 + 32 * 256);
 }
 
 TEST_CASE("bad transformer keys: one message naming file, line, field, choices and fix") {
-  struct Case { const char* text; const char* expect; };
+  struct Case {
+    const char* text;
+    const char* expect;
+  };
   const Case cases[] = {
       {"name: x\nglobal_batch: 8\ngpt: {layers: 2, hidden: 64, heads: 8, kv_heads: 3, seq: 8, vocab: 10}\n",
        "m.yaml:3: field 'gpt.kv_heads': kv_heads (3) must divide heads (8); set kv_heads to a divisor of 8"},
       {"name: x\nglobal_batch: 8\ngpt: {layers: 2, hidden: 64, heads: 8,\n  ffn_act: geglu, seq: 8, vocab: 10}\n",
-       "m.yaml:4: field 'gpt.ffn_act': unknown value 'geglu', did you mean 'gelu'?; choose one of: gelu, swiglu, relu2"},
+       "m.yaml:4: field 'gpt.ffn_act': unknown value 'geglu', did you mean 'gelu'?; choose one of: gelu, swiglu, "
+       "relu2"},
       {"name: x\nglobal_batch: 8\ngpt: {layers: 2, hidden: 64, heads: 8, norm: rmsnrom, seq: 8, vocab: 10}\n",
-       "m.yaml:3: field 'gpt.norm': unknown value 'rmsnrom', did you mean 'rmsnorm'?; choose one of: layernorm, rmsnorm"},
+       "m.yaml:3: field 'gpt.norm': unknown value 'rmsnrom', did you mean 'rmsnorm'?; choose one of: layernorm, "
+       "rmsnorm"},
       {"name: x\nglobal_batch: 8\ngpt: {layers: 2, hidden: 64, heads: 8, position: alibi, seq: 8, vocab: 10}\n",
        "field 'gpt.position': unknown value 'alibi'; choose one of: learned, rope"},
       {"name: x\nglobal_batch: 8\ngpt: {layers: 2, hidden: 64, heads: 8, attention: sdpa, seq: 8, vocab: 10}\n",
        "field 'gpt.attention': unknown value 'sdpa'; choose one of: flash, unfused"},
-      {"name: x\ndtype: fp16\nprecision: bf16\nglobal_batch: 8\ngpt: {layers: 2, hidden: 64, heads: 8, seq: 8, vocab: 10}\n",
-       "m.yaml:3: field 'precision': 'precision' and 'dtype' name the same setting; keep 'precision' and remove 'dtype'"},
+      {"name: x\ndtype: fp16\nprecision: bf16\nglobal_batch: 8\ngpt: {layers: 2, hidden: 64, heads: 8, seq: 8, vocab: "
+       "10}\n",
+       "m.yaml:3: field 'precision': 'precision' and 'dtype' name the same setting; keep 'precision' and remove "
+       "'dtype'"},
       {"name: x\nprecision: fp4\nglobal_batch: 8\ngpt: {layers: 2, hidden: 64, heads: 8, seq: 8, vocab: 10}\n",
        "m.yaml:2: field 'precision': unknown value 'fp4', did you mean 'fp8'?; choose one of: fp32, fp16, bf16, fp8"},
       {"name: x\nglobal_batch: 8\ngpt: {layers: 2, hidden: 60, heads: 20, position: rope, seq: 8, vocab: 10}\n",
        "field 'gpt.position': rope rotates pairs of the head dimension, which is odd (3)"},
-      {"name: x\nglobal_batch: 8\ninput: [8]\nlayers:\n  - {type: embedding, vocab: 10, hidden: 64}\n  - {type: attention, heads: 8, kv_heads: 5}\n",
+      {"name: x\nglobal_batch: 8\ninput: [8]\nlayers:\n  - {type: embedding, vocab: 10, hidden: 64}\n  - {type: "
+       "attention, heads: 8, kv_heads: 5}\n",
        "m.yaml:6: field 'layers[1]' (attention): kv_heads (5) must divide heads (8)"},
-      {"name: x\nglobal_batch: 8\ninput: [8]\nlayers:\n  - {type: embedding, vocab: 10, hidden: 64}\n  - {type: mlp, act: silu}\n",
-       "m.yaml:6: field 'layers[1].act': unknown value 'silu', did you mean 'gelu'?; choose one of: gelu, swiglu, relu2"},
-      {"name: x\nglobal_batch: 8\ninput: [8]\nlayers:\n  - {type: embedding, vocab: 10, hidden: 64}\n  - {type: mlp, norm: rmsnorm}\n",
+      {"name: x\nglobal_batch: 8\ninput: [8]\nlayers:\n  - {type: embedding, vocab: 10, hidden: 64}\n  - {type: mlp, "
+       "act: silu}\n",
+       "m.yaml:6: field 'layers[1].act': unknown value 'silu', did you mean 'gelu'?; choose one of: gelu, swiglu, "
+       "relu2"},
+      {"name: x\nglobal_batch: 8\ninput: [8]\nlayers:\n  - {type: embedding, vocab: 10, hidden: 64}\n  - {type: mlp, "
+       "norm: rmsnorm}\n",
        "m.yaml:6: field 'layers[1].norm': unknown key 'norm'"},
   };
   for (const auto& c : cases) {
@@ -353,12 +379,17 @@ TEST_CASE("dropout: 0 drops exactly the masks and the attention dropout's output
   CHECK(e1.stash_bytes - e0.stash_bytes == doctest::Approx(sd * hd));
   // The template: gpt.dropout 0 reaches every block and the embedding; 1 is refused.
   ModelSpec m;
-  const std::string text = "format_version: 1\nname: d\nglobal_batch: 8\ngpt: {layers: 2, hidden: 256, heads: 8, seq: 512, vocab: 1000, dropout: 0}\n";
+  const std::string text =
+      "format_version: 1\nname: d\nglobal_batch: 8\ngpt: {layers: 2, hidden: 256, heads: 8, seq: 512, vocab: 1000, "
+      "dropout: 0}\n";
   REQUIRE_OK(ParseModelSpec("d.yaml", text, &m));
   CHECK(m.gpt.dropout == 0);
   CHECK(m.layers[0].attrs.Bool("dropout", true) == false);
   CHECK(m.layers[1].attrs.Bool("dropout", true) == false);
-  Status bad = ParseModelSpec("d.yaml", "format_version: 1\nname: d\nglobal_batch: 8\ngpt: {layers: 2, hidden: 256, heads: 8, seq: 512, vocab: 1000, dropout: 1}\n", &m);
+  Status bad = ParseModelSpec("d.yaml",
+                              "format_version: 1\nname: d\nglobal_batch: 8\ngpt: {layers: 2, hidden: 256, heads: 8, "
+                              "seq: 512, vocab: 1000, dropout: 1}\n",
+                              &m);
   CHECK(bad.message().find("d.yaml:4: field 'gpt.dropout': must be below 1") != std::string::npos);
 }
 

@@ -48,7 +48,8 @@ TEST_CASE("a name that is no layer kind is refused with the existing messages") 
   CHECK(s.code() == StatusCode::kInvalidArgument);
   CHECK(s.message() == "unknown layer type 'moe'");
   ModelSpec m;
-  s = ParseModelSpec("m.yaml", "name: x\nglobal_batch: 8\ninput: [16]\nlayers:\n  - {type: lineer, out_features: 8}\n", &m);
+  s = ParseModelSpec("m.yaml", "name: x\nglobal_batch: 8\ninput: [16]\nlayers:\n  - {type: lineer, out_features: 8}\n",
+                     &m);
   CHECK(s.message() == "m.yaml:5: field 'layers[0].type': unknown layer type 'lineer', did you mean 'linear'?");
   s = ParseModelSpec("m.yaml", "name: x\nglobal_batch: 8\ninput: [16, 32]\nlayers:\n  - {type: moe, experts: 4}\n", &m);
   CHECK(s.message().find("m.yaml:5: field 'layers[0].type': unknown layer type 'moe'") == 0);

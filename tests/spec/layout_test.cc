@@ -18,11 +18,14 @@ TEST_CASE("the layout label: every dimension, the interleave and the state after
   l.microbatch_size = 1, l.num_microbatches = 128, l.schedule = Schedule::kInterleaved, l.interleave = 2;
   l.recompute = Recompute::kFull, l.recompute_num_layers = 3, l.zero_stage = ZeroStage::kOptimizer;
   CHECK(l.ParallelString() == "8-8-16");
-  CHECK(l.Label() == "tp-pp-dp 8-8-16 | cp 2 | sp on | replication 16 | microbatch 1 x 128 | schedule interleaved (v=2) | "
-                     "recompute full:3 | ZeRO 1 | ep 4 etp 1");
-  CHECK(l.Label(" | gradients fp32") == "tp-pp-dp 8-8-16 | cp 2 | sp on | replication 16 | microbatch 1 x 128 | schedule interleaved "
-                                        "(v=2) | recompute full:3 | ZeRO 1 | gradients fp32 | ep 4 etp 1");
-  l.interleave = 1, l.schedule = Schedule::k1F1B, l.recompute = Recompute::kSelective, l.recompute_modules = kDefaultRecomputeModules;
+  CHECK(l.Label() ==
+        "tp-pp-dp 8-8-16 | cp 2 | sp on | replication 16 | microbatch 1 x 128 | schedule interleaved (v=2) | "
+        "recompute full:3 | ZeRO 1 | ep 4 etp 1");
+  CHECK(l.Label(" | gradients fp32") ==
+        "tp-pp-dp 8-8-16 | cp 2 | sp on | replication 16 | microbatch 1 x 128 | schedule interleaved "
+        "(v=2) | recompute full:3 | ZeRO 1 | gradients fp32 | ep 4 etp 1");
+  l.interleave = 1, l.schedule = Schedule::k1F1B, l.recompute = Recompute::kSelective,
+  l.recompute_modules = kDefaultRecomputeModules;
   CHECK(l.Label().find("| schedule 1f1b | recompute selective | ZeRO 1 |") != std::string::npos);
 }
 
@@ -46,7 +49,9 @@ Status Read(const std::string& text, const std::string& prefix, bool required, P
 
 TEST_CASE("ReadLayoutSizes: values, defaults, required fields and bounds, each named with its prefix") {
   ParallelLayout l;
-  REQUIRE(Read("{tp: 2, pp: 4, dp: 8, cp: 2, sequence_parallel: true, microbatch_size: 2, num_microbatches: 16}", "", true, &l).ok());
+  REQUIRE(Read("{tp: 2, pp: 4, dp: 8, cp: 2, sequence_parallel: true, microbatch_size: 2, num_microbatches: 16}", "",
+               true, &l)
+              .ok());
   CHECK(l.tp == 2);
   CHECK(l.pp == 4);
   CHECK(l.dp == 8);

@@ -22,25 +22,27 @@ ModelSpec Load(const std::string& file) {
 // Tensor-by-tensor counts of a SwiGLU MoE decoder without biases (RMSNorm, untied embeddings).
 struct MoeShape {
   double layers, h, v;
-  double attention;                     // one layer's attention parameters
-  double dense_layers, ffn;             // dense blocks and their FFN
+  double attention;          // one layer's attention parameters
+  double dense_layers, ffn;  // dense blocks and their FFN
   double experts, top_k, expert_ffn, shared_ffn;
 };
 double Swiglu(double h, double f) { return 3 * h * f; }
 double MoeLayer(const MoeShape& m, double experts_counted) {
-  return m.attention + 2 * m.h + m.experts * m.h + Swiglu(m.h, m.shared_ffn) + experts_counted * Swiglu(m.h, m.expert_ffn);
+  return m.attention + 2 * m.h + m.experts * m.h + Swiglu(m.h, m.shared_ffn) +
+         experts_counted * Swiglu(m.h, m.expert_ffn);
 }
 double Count(const MoeShape& m, bool active) {
   const double dense = m.attention + Swiglu(m.h, m.ffn) + 2 * m.h;
   const double moe = MoeLayer(m, active ? m.top_k : m.experts);
-  return m.dense_layers * dense + (m.layers - m.dense_layers) * moe + 2 * m.v * m.h + m.h;  // + embedding, lm_head, final norm
+  return m.dense_layers * dense + (m.layers - m.dense_layers) * moe + 2 * m.v * m.h +
+         m.h;  // + embedding, lm_head, final norm
 }
 // Standard (GQA) attention without biases: Q [h, a d], K and V [h, g d], output [a d, h].
 double Gqa(double h, double a, double g, double d) { return h * a * d + 2 * h * g * d + a * d * h; }
 // DeepSeek-V3's MLA, by hand: q_a [7168, 1536] + q_a_layernorm 1536, q_b [1536, 128 x 192],
 // kv_a_proj_with_mqa [7168, 512 + 64] + kv_a_layernorm 512, kv_b [512, 128 x (128 + 128)], o [128 x 128, 7168].
-constexpr double kDeepSeekMla = 7168.0 * 1536 + 1536 + 1536.0 * 128 * 192 + 7168.0 * 576 + 512 + 512.0 * 128 * 256 +
-                                128.0 * 128 * 7168;
+constexpr double kDeepSeekMla =
+    7168.0 * 1536 + 1536 + 1536.0 * 128 * 192 + 7168.0 * 576 + 512 + 512.0 * 128 * 256 + 128.0 * 128 * 7168;
 
 TEST_CASE("DeepSeek-V3 MLA layer: 187,107,328 parameters, down projections replicated over TP") {
   CHECK(kDeepSeekMla == 187107328.0);
@@ -57,7 +59,7 @@ TEST_CASE("DeepSeek-V3 MLA layer: 187,107,328 parameters, down projections repli
   CHECK(moe.experts == 256);
   CHECK(moe.top_k == 8);
   CHECK(moe.tp_replicated_params == dense.tp_replicated_params + 256 * 7168.0);  // + the router
-  CHECK(moe.tp_divisor == 128);  // gcd(heads, shared_ffn 2048)
+  CHECK(moe.tp_divisor == 128);                                                  // gcd(heads, shared_ffn 2048)
   CHECK(moe.moe_dispatch_bytes == 2.0 * 4096 * 8 * 7168);  // the dispatch is costed at dt (2 bytes) under fp8
   // Ring attention passes K (a x 192) and V (a x 128) per token.
   CHECK(moe.cp_kv_bytes == 2.0 * 4096 * 128 * (192 + 128));
@@ -67,18 +69,28 @@ TEST_CASE("MoE models: total and active parameters against tensor sums and the p
   struct Row {
     const char* file;
     MoeShape shape;
-    double total, active;            // published
-    double total_tol, active_tol;    // relative
+    double total, active;          // published
+    double total_tol, active_tol;  // relative
   };
   const double ds_attn = kDeepSeekMla;
   const Row rows[] = {
       // Mixtral paper: 46.7B total, 12.9B active (embeddings included).
       {"mixtral-8x7b.yaml", {32, 4096, 32000, Gqa(4096, 32, 8, 128), 0, 0, 8, 2, 14336, 0}, 46.7e9, 12.9e9, 0.01, 0.01},
       // Qwen3 report: 235B total, 22B activated.
-      {"qwen3-235b-a22b.yaml", {94, 4096, 151936, Gqa(4096, 64, 4, 128), 0, 0, 128, 8, 1536, 0}, 235e9, 22e9, 0.01, 0.01},
+      {"qwen3-235b-a22b.yaml",
+       {94, 4096, 151936, Gqa(4096, 64, 4, 128), 0, 0, 128, 8, 1536, 0},
+       235e9,
+       22e9,
+       0.01,
+       0.01},
       // Qwen3 report: 30.5B total, 3.3B activated. The tensor sum is 3.35B (embedding and lm_head
       // included, as Mixtral's 12.9B includes them): the published 3.3B is that figure cut to two digits.
-      {"qwen3-30b-a3b.yaml", {48, 2048, 151936, Gqa(2048, 32, 4, 128), 0, 0, 128, 8, 768, 0}, 30.5e9, 3.3e9, 0.01, 0.02},
+      {"qwen3-30b-a3b.yaml",
+       {48, 2048, 151936, Gqa(2048, 32, 4, 128), 0, 0, 128, 8, 768, 0},
+       30.5e9,
+       3.3e9,
+       0.01,
+       0.02},
       // DeepSeek-V3 report: 671B total, 37B activated. The tensor sum is 37.55B with the embedding
       // and lm_head (36.63B without the input embedding): 37B is the sum cut to two digits.
       {"deepseek-v3.yaml", {61, 7168, 129280, ds_attn, 3, 18432, 256, 8, 2048, 2048}, 671e9, 37e9, 0.01, 0.02},
@@ -123,7 +135,8 @@ TEST_CASE("DeepSeek-V3's MTP module: counted apart, one MoE block, norms, the 2h
   ModelSpec bf = m;
   REQUIRE_OK(BuildGptModel(m.gpt, DType::kBf16, &bf));
   CHECK(mtp.stash_bytes - block.stash_bytes == 2 * 3 * s * h + 1 * 2 * s * h + 2 * s * h + 4 * s * v + 4 * s);
-  CHECK(bf.layers[62].stash_bytes - bf.layers[61].stash_bytes == 2 * 3 * s * h + 2 * 2 * s * h + 2 * s * h + 4 * s * v + 4 * s);
+  CHECK(bf.layers[62].stash_bytes - bf.layers[61].stash_bytes ==
+        2 * 3 * s * h + 2 * 2 * s * h + 2 * s * h + 4 * s * v + 4 * s);
   // One MoE block, bf16 less fp8: x (the QKV-down input), the up projections' inputs, the shared fc2
   // input and every routed copy's permuted and fc2 inputs, 1 byte each (flash: O stays 2 bytes).
   CHECK(bf.layers[61].stash_bytes - block.stash_bytes == s * (h + 1536 + 512 + 2048 + 8 * (h + 2048)));
@@ -178,10 +191,11 @@ TEST_CASE("moe_block FLOPs equal the brute-force sum of its GEMMs; capacity pads
   const double s = 16, h = 32, a = 4, g = 2, d = 8, e = 4, k = 2, fe = 24, fs = 16;
   std::vector<Gemm> weight_gemms = {{s, h, a * d}, {s, h, g * d}, {s, h, g * d}, {s, a * d, h},  // Q, K, V, output
                                     {s, h, e},                                                   // router
-                                    {s, h, fs}, {s, h, fs}, {s, fs, h}};                          // shared gate, up, down
+                                    {s, h, fs},    {s, h, fs},    {s, fs, h}};  // shared gate, up, down
   const double per_expert = s * k / e;  // balanced routing: every expert gets s k / E tokens
   for (int x = 0; x < 4; ++x) {
-    for (const Gemm& gm : {Gemm{per_expert, h, fe}, Gemm{per_expert, h, fe}, Gemm{per_expert, fe, h}}) weight_gemms.push_back(gm);
+    for (const Gemm& gm : {Gemm{per_expert, h, fe}, Gemm{per_expert, h, fe}, Gemm{per_expert, fe, h}})
+      weight_gemms.push_back(gm);
   }
   double weights = 0, experts = 0;
   for (size_t i = 0; i < weight_gemms.size(); ++i) {
@@ -276,13 +290,15 @@ TEST_CASE("fp8 moe_block: QKV input, experts' permuted and fc2 inputs, shared fc
 TEST_CASE("MLA FLOPs: the sum of its projections' GEMMs and a core over qk dim nope + rope and v dim") {
   const double s = 32, h = 64, a = 4, ql = 24, kvl = 16, dr = 8, dn = 16, dv = 12;
   LayerAttrs attrs;
-  attrs.ints = {{"heads", 4}, {"q_lora_rank", 24}, {"kv_lora_rank", 16}, {"qk_rope_head_dim", 8}, {"qk_nope_head_dim", 16},
-                {"v_head_dim", 12}};
+  attrs.ints = {
+      {"heads", 4},      {"q_lora_rank", 24}, {"kv_lora_rank", 16}, {"qk_rope_head_dim", 8}, {"qk_nope_head_dim", 16},
+      {"v_head_dim", 12}};
   attrs.strings = {{"position", "rope"}, {"attention", "unfused"}};
   attrs.bools = {{"bias", false}, {"dropout", false}};
   Layer l;
   REQUIRE_OK(InferLayer("attention", attrs, {32, 64}, DType::kBf16, &l));
-  const std::vector<Gemm> gemms = {{s, h, ql}, {s, ql, a * (dn + dr)}, {s, h, kvl + dr}, {s, kvl, a * (dn + dv)}, {s, a * dv, h}};
+  const std::vector<Gemm> gemms = {
+      {s, h, ql}, {s, ql, a * (dn + dr)}, {s, h, kvl + dr}, {s, kvl, a * (dn + dv)}, {s, a * dv, h}};
   double weights = 0;
   for (const auto& g : gemms) weights += g.Flops();
   const double core = a * (Gemm{s, dn + dr, s}.Flops() + Gemm{s, s, dv}.Flops());  // unfused: the whole s^2
@@ -298,7 +314,8 @@ TEST_CASE("MLA FLOPs: the sum of its projections' GEMMs and a core over qk dim n
   attrs.ints["q_lora_rank"] = 0;
   Layer nq;
   REQUIRE_OK(InferLayer("attention", attrs, {32, 64}, DType::kBf16, &nq));
-  CHECK(nq.fwd_flops == weights - Gemm{s, h, ql}.Flops() - Gemm{s, ql, a * (dn + dr)}.Flops() + Gemm{s, h, a * (dn + dr)}.Flops() + core);
+  CHECK(nq.fwd_flops == weights - Gemm{s, h, ql}.Flops() - Gemm{s, ql, a * (dn + dr)}.Flops() +
+                            Gemm{s, h, a * (dn + dr)}.Flops() + core);
   CHECK(nq.tp_replicated_fwd_flops == Gemm{s, h, kvl + dr}.Flops());
   // fp8: x, the up projections' inputs (the normed latents) and (unfused) the output projection's
   // input are 1 byte; the latent norms' inputs, Q, K, V and the s^2 tensors keep 2; mla_up_proj's
@@ -317,17 +334,29 @@ TEST_CASE("layer lists: moe_block and mtp cost as the template's blocks") {
   const std::string gpt =
       "name: x\nglobal_batch: 8\ngpt:\n  layers: 3\n  hidden: 64\n  heads: 4\n  seq: 16\n  vocab: 128\n  ffn: 96\n"
       "  ffn_act: swiglu\n  norm: rmsnorm\n  position: rope\n  bias: false\n  dropout: 0\n  tie_embeddings: false\n"
-      "  moe: {experts: 8, top_k: 2, expert_ffn: 32, shared_experts: 1, dense_layers: 1, router: sigmoid, capacity_factor: 1.25}\n"
-      "  mla: {q_lora_rank: 32, kv_lora_rank: 16, qk_rope_head_dim: 8, qk_nope_head_dim: 16, v_head_dim: 16}\n  mtp: 1\n";
-  const std::string mla = "q_lora_rank: 32, kv_lora_rank: 16, qk_rope_head_dim: 8, qk_nope_head_dim: 16, v_head_dim: 16";
-  const std::string common = "heads: 4, act: swiglu, norm: rmsnorm, position: rope, bias: false, dropout: false, " + mla;
-  const std::string moe = "experts: 8, top_k: 2, expert_ffn: 32, shared_ffn: 32, router: sigmoid, capacity_factor: 1.25";
-  const std::string list = "name: x\nglobal_batch: 8\ninput: [16]\nlayers:\n"
-                           "  - {type: embedding, vocab: 128, hidden: 64, dropout: false}\n"
-                           "  - {type: transformer_block, ffn: 96, " + common + "}\n"
-                           "  - {repeat: 2, layers: [{type: moe_block, " + common + ", " + moe + "}]}\n"
-                           "  - {type: mtp, vocab: 128, " + common + ", " + moe + "}\n"
-                           "  - {type: rmsnorm}\n  - {type: lm_head, vocab: 128, tied: false}\n  - {type: loss}\n";
+      "  moe: {experts: 8, top_k: 2, expert_ffn: 32, shared_experts: 1, dense_layers: 1, router: sigmoid, "
+      "capacity_factor: 1.25}\n"
+      "  mla: {q_lora_rank: 32, kv_lora_rank: 16, qk_rope_head_dim: 8, qk_nope_head_dim: 16, v_head_dim: 16}\n  mtp: "
+      "1\n";
+  const std::string mla =
+      "q_lora_rank: 32, kv_lora_rank: 16, qk_rope_head_dim: 8, qk_nope_head_dim: 16, v_head_dim: 16";
+  const std::string common =
+      "heads: 4, act: swiglu, norm: rmsnorm, position: rope, bias: false, dropout: false, " + mla;
+  const std::string moe =
+      "experts: 8, top_k: 2, expert_ffn: 32, shared_ffn: 32, router: sigmoid, capacity_factor: 1.25";
+  const std::string list =
+      "name: x\nglobal_batch: 8\ninput: [16]\nlayers:\n"
+      "  - {type: embedding, vocab: 128, hidden: 64, dropout: false}\n"
+      "  - {type: transformer_block, ffn: 96, " +
+      common +
+      "}\n"
+      "  - {repeat: 2, layers: [{type: moe_block, " +
+      common + ", " + moe +
+      "}]}\n"
+      "  - {type: mtp, vocab: 128, " +
+      common + ", " + moe +
+      "}\n"
+      "  - {type: rmsnorm}\n  - {type: lm_head, vocab: 128, tied: false}\n  - {type: loss}\n";
   ModelSpec a, b;
   REQUIRE_OK(ParseModelSpec("a.yaml", gpt, &a));
   REQUIRE_OK(ParseModelSpec("b.yaml", list, &b));
@@ -346,24 +375,37 @@ TEST_CASE("layer lists: moe_block and mtp cost as the template's blocks") {
   CHECK(a.TotalParams() == b.TotalParams());
   CHECK(a.ActiveParams() == b.ActiveParams());
   CHECK(a.MtpParams() == a.layers[4].params);
-  CHECK(a.TotalParams() + a.MtpParams() ==
-        a.layers[0].params + a.layers[1].params + a.layers[2].params + a.layers[3].params + a.layers[4].params +
-            a.layers[5].params + a.layers[6].params);
+  CHECK(a.TotalParams() + a.MtpParams() == a.layers[0].params + a.layers[1].params + a.layers[2].params +
+                                               a.layers[3].params + a.layers[4].params + a.layers[5].params +
+                                               a.layers[6].params);
 }
 
 TEST_CASE("bad MoE and MLA input: one message with file, line, field and fix") {
-  const std::string head = "name: x\nglobal_batch: 8\ngpt:\n  layers: 2\n  hidden: 64\n  heads: 4\n  seq: 16\n  vocab: 128\n";
-  struct Case { std::string text; const char* expect; };
+  const std::string head =
+      "name: x\nglobal_batch: 8\ngpt:\n  layers: 2\n  hidden: 64\n  heads: 4\n  seq: 16\n  vocab: 128\n";
+  struct Case {
+    std::string text;
+    const char* expect;
+  };
   const Case cases[] = {
-      {head + "  moe: {experts: 4,\n    top_k: 6, expert_ffn: 32}\n", "m.yaml:10: field 'gpt.moe.top_k': top_k (6) is larger than experts (4); set top_k: 4 or less"},
-      {head + "  moe: {experts: 4, top_k: 2, expert_ffn: 32,\n    capacity_factor: -1}\n", "m.yaml:10: field 'gpt.moe.capacity_factor': -1 is below 0; set capacity_factor: 0 (dropless)"},
-      {head + "  moe: {experts: 4, top_k: 2}\n", "m.yaml:9: field 'gpt.moe.expert_ffn': missing: the MoE block needs its expert size; add 'expert_ffn:"},
-      {head + "  moe: {experts: 1, top_k: 1, expert_ffn: 32}\n", "field 'gpt.moe.experts': experts (1) must be at least 2 (one expert is a dense MLP); set experts: 2 or more"},
-      {head + "  moe: {experts: 8, top_k: 2, expert_ffn: 32, route_groups: 3, route_group_limit: 2}\n", "field 'gpt.moe.route_groups': route_groups (3) must divide experts (8)"},
-      {head + "  moe: {experts: 8, top_k: 2, expert_ffn: 32, route_groups: 4, route_group_limit: 5}\n", "field 'gpt.moe.route_group_limit': route_group_limit (5) must be between 1 and route_groups (4)"},
-      {head + "  mla: {kv_lora_rank: 0, qk_rope_head_dim: 8, qk_nope_head_dim: 16, v_head_dim: 16}\n", "m.yaml:9: field 'gpt.mla.kv_lora_rank': 0 is below 1"},
-      {head + "  mla: {kv_lora_rank: 16, qk_rope_head_dim: 7, qk_nope_head_dim: 16, v_head_dim: 16}\n", "field 'gpt.mla.qk_rope_head_dim': 7 is odd: RoPE rotates pairs; set qk_rope_head_dim to an even size"},
-      {head + "  moe: {experts: 4, top_k: 2, expert_fn: 32}\n", "field 'gpt.moe.expert_fn': unknown key 'expert_fn', did you mean 'expert_ffn'?"},
+      {head + "  moe: {experts: 4,\n    top_k: 6, expert_ffn: 32}\n",
+       "m.yaml:10: field 'gpt.moe.top_k': top_k (6) is larger than experts (4); set top_k: 4 or less"},
+      {head + "  moe: {experts: 4, top_k: 2, expert_ffn: 32,\n    capacity_factor: -1}\n",
+       "m.yaml:10: field 'gpt.moe.capacity_factor': -1 is below 0; set capacity_factor: 0 (dropless)"},
+      {head + "  moe: {experts: 4, top_k: 2}\n",
+       "m.yaml:9: field 'gpt.moe.expert_ffn': missing: the MoE block needs its expert size; add 'expert_ffn:"},
+      {head + "  moe: {experts: 1, top_k: 1, expert_ffn: 32}\n",
+       "field 'gpt.moe.experts': experts (1) must be at least 2 (one expert is a dense MLP); set experts: 2 or more"},
+      {head + "  moe: {experts: 8, top_k: 2, expert_ffn: 32, route_groups: 3, route_group_limit: 2}\n",
+       "field 'gpt.moe.route_groups': route_groups (3) must divide experts (8)"},
+      {head + "  moe: {experts: 8, top_k: 2, expert_ffn: 32, route_groups: 4, route_group_limit: 5}\n",
+       "field 'gpt.moe.route_group_limit': route_group_limit (5) must be between 1 and route_groups (4)"},
+      {head + "  mla: {kv_lora_rank: 0, qk_rope_head_dim: 8, qk_nope_head_dim: 16, v_head_dim: 16}\n",
+       "m.yaml:9: field 'gpt.mla.kv_lora_rank': 0 is below 1"},
+      {head + "  mla: {kv_lora_rank: 16, qk_rope_head_dim: 7, qk_nope_head_dim: 16, v_head_dim: 16}\n",
+       "field 'gpt.mla.qk_rope_head_dim': 7 is odd: RoPE rotates pairs; set qk_rope_head_dim to an even size"},
+      {head + "  moe: {experts: 4, top_k: 2, expert_fn: 32}\n",
+       "field 'gpt.moe.expert_fn': unknown key 'expert_fn', did you mean 'expert_ffn'?"},
       {"name: x\nglobal_batch: 8\ninput: [16]\nlayers:\n  - {type: embedding, vocab: 128, hidden: 64}\n"
        "  - {type: moe_block, heads: 4, experts: 4, top_k: 5, expert_ffn: 32}\n",
        "m.yaml:6: field 'layers[1]' (moe_block): top_k (5) must be between 1 and experts (4); set top_k: 4 or less"},
@@ -389,10 +431,13 @@ TEST_CASE("bad MoE and MLA input: one message with file, line, field and fix") {
 
 TEST_CASE("truncated and corrupted MoE model files never crash the reader") {
   const std::string text =
-      "name: x\nglobal_batch: 8\ngpt:\n  layers: 3\n  hidden: 64\n  heads: 4\n  seq: 16\n  vocab: 128\n  ffn_act: swiglu\n"
-      "  moe: {experts: 8, top_k: 2, expert_ffn: 32, shared_experts: 1, dense_layers: 1, route_groups: 4, route_group_limit: 2,\n"
+      "name: x\nglobal_batch: 8\ngpt:\n  layers: 3\n  hidden: 64\n  heads: 4\n  seq: 16\n  vocab: 128\n  ffn_act: "
+      "swiglu\n"
+      "  moe: {experts: 8, top_k: 2, expert_ffn: 32, shared_experts: 1, dense_layers: 1, route_groups: 4, "
+      "route_group_limit: 2,\n"
       "        capacity_factor: 1.5, aux_loss: 0.01, router: sigmoid}\n"
-      "  mla: {q_lora_rank: 32, kv_lora_rank: 16, qk_rope_head_dim: 8, qk_nope_head_dim: 16, v_head_dim: 16}\n  mtp: 2\n";
+      "  mla: {q_lora_rank: 32, kv_lora_rank: 16, qk_rope_head_dim: 8, qk_nope_head_dim: 16, v_head_dim: 16}\n  mtp: "
+      "2\n";
   ModelSpec m;
   REQUIRE_OK(ParseModelSpec("m.yaml", text, &m));
   CHECK(m.MtpParams() > 0);

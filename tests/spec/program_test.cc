@@ -46,9 +46,9 @@ TEST_CASE("every action kind prints as its token and parses back") {
 
 TEST_CASE("a list of actions round-trips through its text") {
   std::vector<Action> v = {Make(ActionKind::kRecvActivation, 1, 0, 2), Make(ActionKind::kForward, 1, 0),
-                           Make(ActionKind::kSendActivation, 1, 0),     Make(ActionKind::kRecvGrad, 1, 0),
-                           Make(ActionKind::kBackwardInput, 1, 0),      Make(ActionKind::kSendGrad, 1, 0, 1),
-                           Make(ActionKind::kBackwardWeight, 1, 0),     Make(ActionKind::kGradReduce, -1, 0),
+                           Make(ActionKind::kSendActivation, 1, 0),    Make(ActionKind::kRecvGrad, 1, 0),
+                           Make(ActionKind::kBackwardInput, 1, 0),     Make(ActionKind::kSendGrad, 1, 0, 1),
+                           Make(ActionKind::kBackwardWeight, 1, 0),    Make(ActionKind::kGradReduce, -1, 0),
                            Make(ActionKind::kOptimizerStep, -1, 0)};
   const std::string text = ActionsToString(v);
   CHECK(text == "RA1.0@2 F1.0 SA1.0 RG1.0 B1.0 SG1.0@1 W1.0 AR OPT");
@@ -155,7 +155,8 @@ LaunchPlan TwoStages() {
 TEST_CASE("launch.yaml carries the programs; every rank gets exactly one") {
   LaunchPlan L = TwoStages();
   const std::string yaml = LaunchPlanToYaml(L);
-  CHECK(yaml.find("programs:\n  - {position: 0, replica: -1, actions: \"F0.0 SA0.0 RG0.0 B0.0 AR OPT\"}\n") != std::string::npos);
+  CHECK(yaml.find("programs:\n  - {position: 0, replica: -1, actions: \"F0.0 SA0.0 RG0.0 B0.0 AR OPT\"}\n") !=
+        std::string::npos);
   LaunchPlan back;
   REQUIRE_OK(ParseLaunchPlan("launch.yaml", yaml, &back));
   REQUIRE(back.programs.size() == 2);
@@ -176,8 +177,10 @@ TEST_CASE("launch.yaml carries the programs; every rank gets exactly one") {
       {"programs:\n", "progs:\n", "unknown key 'progs'"},
       {"  - {position: 0, replica: -1, actions: \"F0.0 SA0.0", "  - {position: 0, replica: -1, actions: \"F0.0 XA0.0",
        "field 'programs[0].actions': action 2: action 'XA0.0': unknown kind"},
-      {"{position: 1, replica: -1,", "{position: 1, replica: 0,", "programs': no program for rank 6 (stage 1, replica 1)"},
-      {"{position: 1, replica: -1,", "{position: 0, replica: 1,", "programs': several programs for rank 2 (stage 0, replica 1)"},
+      {"{position: 1, replica: -1,", "{position: 1, replica: 0,",
+       "programs': no program for rank 6 (stage 1, replica 1)"},
+      {"{position: 1, replica: -1,", "{position: 0, replica: 1,",
+       "programs': several programs for rank 2 (stage 0, replica 1)"},
       {"{position: 1, replica: -1,", "{position: 1, replica: -2,", "programs[1].replica': must be at least -1"},
       {"{position: 1, replica: -1,", "{position: 1, replica: -1, steps: 1,", "unknown key 'steps'"},
   };
@@ -193,7 +196,9 @@ TEST_CASE("launch.yaml carries the programs; every rank gets exactly one") {
   }
   // A launch file without programs (from an older codegen) is refused with the fix.
   Status s = ParseLaunchPlan("launch.yaml", yaml.substr(0, yaml.find("programs:")), &back);
-  CHECK(s.message().find("field 'programs': missing required field; regenerate the launch directory with planner codegen") != std::string::npos);
+  CHECK(s.message().find(
+            "field 'programs': missing required field; regenerate the launch directory with planner codegen") !=
+        std::string::npos);
 }
 
 }  // namespace

@@ -144,8 +144,12 @@ TEST_CASE("rank generator: Megatron-Core's documented examples") {
 TEST_CASE("rank generator: dense layouts against the coordinates and the old loop nests") {
   const std::vector<ParallelDim> layout = {ParallelDim::kTp, ParallelDim::kCp, ParallelDim::kDp, ParallelDim::kPp};
   const std::vector<std::pair<std::string, std::vector<ParallelDim>>> tokens = {
-      {"tp", {ParallelDim::kTp}}, {"cp", {ParallelDim::kCp}}, {"dp", {ParallelDim::kDp}}, {"pp", {ParallelDim::kPp}},
-      {"tp-cp", {ParallelDim::kTp, ParallelDim::kCp}}, {"dp-cp", {ParallelDim::kDp, ParallelDim::kCp}},
+      {"tp", {ParallelDim::kTp}},
+      {"cp", {ParallelDim::kCp}},
+      {"dp", {ParallelDim::kDp}},
+      {"pp", {ParallelDim::kPp}},
+      {"tp-cp", {ParallelDim::kTp, ParallelDim::kCp}},
+      {"dp-cp", {ParallelDim::kDp, ParallelDim::kCp}},
       {"tp-pp", {ParallelDim::kTp, ParallelDim::kPp}},
       {"tp-dp-cp", {ParallelDim::kTp, ParallelDim::kDp, ParallelDim::kCp}}};
   int cases = 0;
@@ -187,7 +191,9 @@ TEST_CASE("rank generator: dense layouts against the coordinates and the old loo
 TEST_CASE("rank generator: MoE folding against the coordinates and the old loop nests") {
   const std::vector<ParallelDim> layout = {ParallelDim::kTp, ParallelDim::kEp, ParallelDim::kDp, ParallelDim::kPp};
   const std::vector<std::pair<std::string, std::vector<ParallelDim>>> tokens = {
-      {"ep", {ParallelDim::kEp}}, {"tp", {ParallelDim::kTp}}, {"dp", {ParallelDim::kDp}},
+      {"ep", {ParallelDim::kEp}},
+      {"tp", {ParallelDim::kTp}},
+      {"dp", {ParallelDim::kDp}},
       {"tp-ep", {ParallelDim::kTp, ParallelDim::kEp}},
       {"tp-ep-pp", {ParallelDim::kTp, ParallelDim::kEp, ParallelDim::kPp}}};
   int foldings = 0;

@@ -65,10 +65,16 @@ TEST_CASE("CatchYamlErrors: a yaml-cpp exception is an input error at its positi
 
 TEST_CASE("readers: documents of the wrong kind are input errors, not exceptions") {
   // Scalars and lists where mappings belong, at every level a reader descends into.
-  const char* docs[] = {"5", "[1, 2]", "name: x\ngpu: 5\n", "name: x\ngpu: {name: g, peak_tflops: 3}\n", "layers: [5]\n",
-                        "name: x\nglobal_batch: 1\nlayers: [[1]]\n", "name: x\nglobal_batch: 1\ninput: [3]\nlayers: [{repeat: 2, layers: 5}]\n",
-                        "format_version: 1\nmodel: m\nreference_microbatch: 1\ncomm: [5]\n",
-                        "format_version: 1\nmodel: m\nreference_microbatch: 1\nlayers: [{name: a, output_bytes: 1, timings: [5]}]\n"};
+  const char* docs[] = {
+      "5",
+      "[1, 2]",
+      "name: x\ngpu: 5\n",
+      "name: x\ngpu: {name: g, peak_tflops: 3}\n",
+      "layers: [5]\n",
+      "name: x\nglobal_batch: 1\nlayers: [[1]]\n",
+      "name: x\nglobal_batch: 1\ninput: [3]\nlayers: [{repeat: 2, layers: 5}]\n",
+      "format_version: 1\nmodel: m\nreference_microbatch: 1\ncomm: [5]\n",
+      "format_version: 1\nmodel: m\nreference_microbatch: 1\nlayers: [{name: a, output_bytes: 1, timings: [5]}]\n"};
   for (const char* d : docs) {
     INFO(d);
     ClusterSpec c;
