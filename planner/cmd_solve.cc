@@ -74,7 +74,7 @@ struct SolveInputs {
 
 // One size: the search (or PipeDream's optimizer), then the plan's provenance and figures.
 Status SolveSize(const SolveArgs& a, const SolveInputs& in, Plan* plan) {
-  if (a.mode == "pipedream") {
+  if (a.mode == PlanMode::kPipeDream) {
     PLANNER_RETURN_IF_ERROR(BuildPipeDreamPlan(in.profile, in.cluster, a.gpus, PipeDreamOptionsOf(a), plan));
   } else {
     CostSource src;
@@ -99,7 +99,7 @@ Status SolveSize(const SolveArgs& a, const SolveInputs& in, Plan* plan) {
     if (plan->schedule != Schedule::kPipeDream)
       return Status::Internal("--vertical-sync: the search returned a synchronous plan for --schedule pipedream");
     plan->vertical_sync = true;
-    if (a.mode == "pipedream")
+    if (a.mode == PlanMode::kPipeDream)
       plan->notes.push_back(
           "vertical sync: PipeDream mode keeps PipeDream's own memory check (--memory-constraint: one weight version "
           "per in-flight minibatch); "
@@ -220,7 +220,7 @@ Status LoadSolveInputs(const SolveArgs& a, SolveInputs* in) {
                       in->cluster_path, cluster.TotalGpus()));
     }
   }
-  if (a.mode == "pipedream") {
+  if (a.mode == PlanMode::kPipeDream) {
     if (profile_path.empty())
       return Status::InvalidArgument("pipedream mode needs --profile (e.g. from planner import pipedream)");
     return Status::OK();
@@ -257,7 +257,7 @@ Runner RegisterSolve(CLI::App& app) {
   cmd->add_option(
       "--comm-profile", a->comm_profile,
       "measured collectives (planner profile --comm) replacing the cluster file's figures for the levels they cover");
-  cmd->add_option("--mode", a->mode, "auto (joint TP/PP/DP search) or pipedream (PipeDream's optimizer, exactly)");
+  cmd->add_option("--mode", a->mode_text, "auto (joint TP/PP/DP search) or pipedream (PipeDream's optimizer, exactly)");
   cmd->add_option("-o,--output", a->output,
                   "write the best plan to this YAML file; with a --gpus list, one plan per size with the size before "
                   "the extension (p.yaml: p.1024.yaml, p.2048.yaml)");

@@ -82,7 +82,7 @@ Status CheckNumericFlags(const SolveArgs& a, bool memory_given) {
   for (double b : a.pd_bandwidths)
     PLANNER_RETURN_IF_ERROR(CheckRealFlag("--pd-bandwidths", b, 0, true, "give bytes/s per level, e.g. 1.25e10"));
   if (!a.pd_machines.empty()) {
-    if (a.mode != "pipedream")
+    if (a.mode != PlanMode::kPipeDream)
       return Status::InvalidArgument(
           "--pd-machines: applies to --mode pipedream only; drop it or add --mode pipedream");
     if (a.pd_bandwidths.size() != a.pd_machines.size()) {
@@ -296,26 +296,26 @@ Status DpCommFlags(const SolveArgs& a, SearchOptions* o) {
 
 Status ValidateSolveArgs(SolveArgs* a, bool memory_bytes_given) {
   PLANNER_RETURN_IF_ERROR(ParseGpuList(a->gpus_text, &a->gpu_list));
-  if (a->mode != "auto" && a->mode != "pipedream") {
-    return Status::InvalidArgument(fmt::format("--mode: unknown value '{}'{}; use auto or pipedream", a->mode,
-                                               DidYouMean(a->mode, {"auto", "pipedream"})));
+  if (!ParsePlanMode(a->mode_text, &a->mode)) {
+    return Status::InvalidArgument(fmt::format("--mode: unknown value '{}'{}; use auto or pipedream", a->mode_text,
+                                               DidYouMean(a->mode_text, {"auto", "pipedream"})));
   }
   PLANNER_RETURN_IF_ERROR(CheckNumericFlags(*a, memory_bytes_given));
-  if (a->mode == "pipedream" && (!a->dp_comm.empty() || a->ps_servers >= 0 || !a->ps_placement.empty())) {
+  if (a->mode == PlanMode::kPipeDream && (!a->dp_comm.empty() || a->ps_servers >= 0 || !a->ps_placement.empty())) {
     return Status::InvalidArgument(
         "--dp-comm / --ps-servers / --ps-placement: pipedream mode runs PipeDream's optimizer with its "
         "own all-reduce; drop them or use --mode auto");
   }
-  if (a->mode == "pipedream" && !a->grad_dtype.empty()) {
+  if (a->mode == PlanMode::kPipeDream && !a->grad_dtype.empty()) {
     return Status::InvalidArgument(
         "--grad-dtype: pipedream mode costs PipeDream's fixed bytes per parameter from the profile; "
         "drop it or use --mode auto --model M");
   }
-  if (!a->model.empty() && !a->profile.empty() && a->mode == "pipedream") {
+  if (!a->model.empty() && !a->profile.empty() && a->mode == PlanMode::kPipeDream) {
     return Status::InvalidArgument("pipedream mode reads a profile; drop --model");
   }
   if (!a->train_tokens_text.empty()) PLANNER_RETURN_IF_ERROR(ParseTokenCount(a->train_tokens_text, &a->train_tokens));
-  if (a->vertical_sync && a->mode != "pipedream" && a->schedules != std::vector<std::string>{"pipedream"}) {
+  if (a->vertical_sync && a->mode != PlanMode::kPipeDream && a->schedules != std::vector<std::string>{"pipedream"}) {
     const std::string asked = a->schedules.empty() ? std::string("the search's synchronous ones")
                                                    : fmt::format("--schedule {}", fmt::join(a->schedules, ","));
     return Status::InvalidArgument(

@@ -1,6 +1,7 @@
 #include "spec/plan.h"
 
 #include <cmath>
+#include <functional>
 #include <tuple>
 
 #include <fmt/format.h>
@@ -142,24 +143,36 @@ Tree ModulesTree(uint32_t modules) {
   return list;
 }
 
+// Where a document adds its own keys among the layout's: after config, after sequence_parallel,
+// after interleave (plan.yaml: parallel and gpus_used; the parameter counts; account_embedding_loss).
+enum class LayoutSlot { kAfterConfig, kAfterSequenceParallel, kAfterInterleave };
+
+// The one writer of a layout's fields (plan.yaml's and each runner-up's), in their order; `extra`
+// adds the document's own keys at each slot.
+void AddLayout(
+    const ParallelLayout& l, Tree* t, const std::function<void(LayoutSlot)>& extra = [](LayoutSlot) {}) {
+  t->Add("config", Tree::Str(l.config));
+  extra(LayoutSlot::kAfterConfig);
+  for (auto [key, v] :
+       {std::pair{"tp", l.tp}, {"pp", l.pp}, {"dp", l.dp}, {"cp", l.cp}, {"ep", l.ep}, {"etp", l.etp}}) {
+    t->Add(key, Tree::Int(v));
+  }
+  t->Add("sequence_parallel", Tree::Bool(l.sequence_parallel));
+  extra(LayoutSlot::kAfterSequenceParallel);
+  t->Add("microbatch_size", Tree::Int(l.microbatch_size));
+  t->Add("num_microbatches", Tree::Int(l.num_microbatches));
+  t->Add("schedule", Tree::Str(ScheduleName(l.schedule)));
+  t->Add("interleave", Tree::Int(l.interleave));
+  extra(LayoutSlot::kAfterInterleave);
+  t->Add("recompute", Tree::Str(RecomputeName(l.recompute)));
+  if (l.recompute_num_layers > 0) t->Add("recompute_num_layers", Tree::Int(l.recompute_num_layers));
+  if (l.recompute == Recompute::kSelective) t->Add("recompute_modules", ModulesTree(l.recompute_modules));
+  t->Add("zero_stage", Tree::Int(ZeroStageNumber(l.zero_stage)));
+}
+
 Tree SummaryTree(const PlanSummary& s) {
   Tree t;
-  t.Add("config", Tree::Str(s.config));
-  t.Add("tp", Tree::Int(s.tp));
-  t.Add("pp", Tree::Int(s.pp));
-  t.Add("dp", Tree::Int(s.dp));
-  t.Add("cp", Tree::Int(s.cp));
-  t.Add("ep", Tree::Int(s.ep));
-  t.Add("etp", Tree::Int(s.etp));
-  t.Add("sequence_parallel", Tree::Bool(s.sequence_parallel));
-  t.Add("microbatch_size", Tree::Int(s.microbatch_size));
-  t.Add("num_microbatches", Tree::Int(s.num_microbatches));
-  t.Add("schedule", Tree::Str(ScheduleName(s.schedule)));
-  t.Add("interleave", Tree::Int(s.interleave));
-  t.Add("recompute", Tree::Str(RecomputeName(s.recompute)));
-  if (s.recompute_num_layers > 0) t.Add("recompute_num_layers", Tree::Int(s.recompute_num_layers));
-  if (s.recompute == Recompute::kSelective) t.Add("recompute_modules", ModulesTree(s.recompute_modules));
-  t.Add("zero_stage", Tree::Int(ZeroStageNumber(s.zero_stage)));
+  AddLayout(s, &t);
   t.Add("iteration_seconds", Tree::Num(s.iteration_s));
   t.Add("samples_per_second", Tree::Num(s.samples_per_second));
   t.Add("peak_memory_GiB", Tree::Num(s.peak_memory_bytes / (1024.0 * 1024 * 1024)));
@@ -187,28 +200,22 @@ Tree PlanTree(const Plan& p) {
   in.Add("gpus", Tree::Int(p.gpus));
   in.Add("global_batch", Tree::Int(p.global_batch));
   in.Add("usable_memory_GiB", Tree::Num(p.usable_memory_bytes / kGiB));
-  t.Add("config", Tree::Str(p.config));
-  t.Add("parallel", Tree::Str(p.ParallelString()));
-  t.Add("gpus_used", Tree::Int(p.gpus_used));
-  t.Add("tp", Tree::Int(p.tp));
-  t.Add("pp", Tree::Int(p.pp));
-  t.Add("dp", Tree::Int(p.dp));
-  t.Add("cp", Tree::Int(p.cp));
-  t.Add("ep", Tree::Int(p.ep));
-  t.Add("etp", Tree::Int(p.etp));
-  t.Add("sequence_parallel", Tree::Bool(p.sequence_parallel));
-  t.Add("model_parameters", Tree::Num(p.model_parameters));
-  t.Add("model_active_parameters", Tree::Num(p.model_active_parameters));
-  if (p.mtp_parameters > 0) t.Add("mtp_parameters", Tree::Num(p.mtp_parameters));
-  t.Add("microbatch_size", Tree::Int(p.microbatch_size));
-  t.Add("num_microbatches", Tree::Int(p.num_microbatches));
-  t.Add("schedule", Tree::Str(ScheduleName(p.schedule)));
-  t.Add("interleave", Tree::Int(p.interleave));
-  if (p.account_embedding_loss) t.Add("account_embedding_loss", Tree::Bool(true));
-  t.Add("recompute", Tree::Str(RecomputeName(p.recompute)));
-  if (p.recompute_num_layers > 0) t.Add("recompute_num_layers", Tree::Int(p.recompute_num_layers));
-  if (p.recompute == Recompute::kSelective) t.Add("recompute_modules", ModulesTree(p.recompute_modules));
-  t.Add("zero_stage", Tree::Int(ZeroStageNumber(p.zero_stage)));
+  AddLayout(p, &t, [&p, &t](LayoutSlot slot) {
+    switch (slot) {
+      case LayoutSlot::kAfterConfig:
+        t.Add("parallel", Tree::Str(p.ParallelString()));
+        t.Add("gpus_used", Tree::Int(p.gpus_used));
+        break;
+      case LayoutSlot::kAfterSequenceParallel:
+        t.Add("model_parameters", Tree::Num(p.model_parameters));
+        t.Add("model_active_parameters", Tree::Num(p.model_active_parameters));
+        if (p.mtp_parameters > 0) t.Add("mtp_parameters", Tree::Num(p.mtp_parameters));
+        break;
+      case LayoutSlot::kAfterInterleave:
+        if (p.account_embedding_loss) t.Add("account_embedding_loss", Tree::Bool(true));
+        break;
+    }
+  });
   t.Add("p2p_overlap", Tree::Bool(p.p2p_overlap));
   if (p.grad_dtype) t.Add("grad_dtype", Tree::Str(DTypeName(*p.grad_dtype)));
   t.Add("dp_comm", Tree::Str(DpCommName(p.dp_comm)));
