@@ -43,23 +43,16 @@ namespace {
 // launch.yaml's header and stages from the plan.
 LaunchPlan LaunchHeader(const Plan& plan, const std::string& model_digest, const CodegenOptions& o) {
   LaunchPlan L;
+  static_cast<ParallelLayout&>(L) = plan;  // the plan's layout, then what launch.yaml holds of it
   L.model_digest = model_digest;
   L.device = o.device;
-  L.schedule = plan.schedule;
   L.grad_dtype = plan.grad_dtype;
   L.vertical_sync =
       plan.vertical_sync;  // PipeDream's vertical sync (the plan reader allows it with schedule pipedream only)
   L.interleave = std::max<int64_t>(1, plan.interleave);
-  L.tp = plan.tp;
-  L.pp = plan.pp;
-  L.dp = plan.dp;
   L.cp = std::max<int64_t>(1, plan.cp);
-  L.sequence_parallel = plan.sequence_parallel;
   L.ep = std::max<int64_t>(1, plan.ep);
   L.etp = std::max<int64_t>(1, plan.etp);
-  L.config = plan.config;
-  L.microbatch_size = plan.microbatch_size;
-  L.num_microbatches = plan.num_microbatches;
   L.global_batch = plan.global_batch;
   L.gpus_per_node = std::max<int64_t>(1, o.gpus_per_node);
   L.run = o.run;

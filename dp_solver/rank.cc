@@ -68,22 +68,7 @@ namespace {
 
 PlanSummary RunnerUp(const Plan& r, const Plan& win) {
   PlanSummary s;
-  s.config = r.config;
-  s.tp = r.tp;
-  s.cp = r.cp;
-  s.ep = r.ep;
-  s.etp = r.etp;
-  s.sequence_parallel = r.sequence_parallel;
-  s.pp = r.pp;
-  s.dp = r.dp;
-  s.microbatch_size = r.microbatch_size;
-  s.num_microbatches = r.num_microbatches;
-  s.schedule = r.schedule;
-  s.interleave = r.interleave;
-  s.recompute = r.recompute;
-  s.recompute_num_layers = r.recompute_num_layers;
-  s.recompute_modules = r.recompute_modules;
-  s.zero_stage = r.zero_stage;
+  static_cast<ParallelLayout&>(s) = r;  // the runner-up's layout
   s.iteration_s = r.predicted.iteration_s;
   s.samples_per_second = r.predicted.samples_per_second;
   s.peak_memory_bytes = r.predicted.peak_memory_bytes;
