@@ -44,17 +44,13 @@ std::string ResolveModel(const std::string& plan_path, const std::string& model_
 // back as the rebuilt model, so megatron.args (--seq-length, --fp8-format, ...) and the run are
 // the plan's. A layer list cannot take them (solve refuses that too).
 Status ApplyPlanOverrides(const std::string& plan_path, const Plan& plan, ModelSpec* model, std::string* model_text) {
-  DType dtype = model->dtype;
-  if (!plan.dtype.empty() && !ParseDType(plan.dtype, &dtype)) {
-    return Status::InvalidArgument(fmt::format(
-        "{}: field 'inputs.dtype': unknown precision '{}'; use bf16, fp16, fp8 or fp32", plan_path, plan.dtype));
-  }
+  const DType dtype = plan.dtype.value_or(model->dtype);
   const bool seq_differs = model->is_gpt && plan.seq > 0 && plan.seq != model->gpt.seq;
   if (!seq_differs && dtype == model->dtype) return Status::OK();
   if (!model->is_gpt) {
     return Status::InvalidArgument(fmt::format(
         "{}: field 'inputs.dtype': {} but {} is an explicit layer list of dtype {}; set its dtype: and solve again",
-        plan_path, plan.dtype, model->path, DTypeName(model->dtype)));
+        plan_path, DTypeName(dtype), model->path, DTypeName(model->dtype)));
   }
   std::string text = *model_text;
   // Replaces the value (group 2) of the first match of `re` with `value`.

@@ -116,11 +116,11 @@ Status SolveSize(const SolveArgs& a, const SolveInputs& in, Plan* plan) {
     plan->model_name = in.model.name;
     plan->model_path = a.model;
     plan->model_digest = in.model.digest;
-    plan->dtype = DTypeName(in.model.dtype);
+    plan->dtype = in.model.dtype;
     if (in.model.is_gpt) plan->seq = in.model.gpt.seq;
   } else {
     plan->model_name = in.profile.model;
-    plan->dtype = in.profile.dtype;
+    if (DType d; ParseDType(in.profile.dtype, &d)) plan->dtype = d;
   }
   plan->profile_path = in.profile_path;
   plan->profile_digest = in.profile_path.empty() ? "" : in.profile.digest;

@@ -195,7 +195,7 @@ Tree PlanTree(const Plan& p) {
   in.Add("profile_path", Tree::Str(p.profile_path));
   in.Add("profile_digest", Tree::Str(p.profile_digest));
   in.Add("cost_source", Tree::Str(CostSourceKindName(p.cost_source)));
-  in.Add("dtype", Tree::Str(p.dtype));
+  in.Add("dtype", Tree::Str(p.dtype ? DTypeName(*p.dtype) : ""));
   if (p.seq > 0) in.Add("seq", Tree::Int(p.seq));
   in.Add("gpus", Tree::Int(p.gpus));
   in.Add("global_batch", Tree::Int(p.global_batch));
@@ -496,7 +496,14 @@ Status ReadInputs(const YamlReader& r, const YAML::Node& root, Plan* p) {
   PLANNER_RETURN_IF_ERROR(
       r.GetEnum(in, "cost_source", "inputs.cost_source", {"analytic", "profile"}, &cost_source, false));
   ParseCostSourceKind(cost_source, &p->cost_source);
-  PLANNER_RETURN_IF_ERROR(r.GetString(in, "dtype", "inputs.dtype", &p->dtype, false));
+  std::string dtype;
+  PLANNER_RETURN_IF_ERROR(r.GetString(in, "dtype", "inputs.dtype", &dtype, false));
+  if (DType d; ParseDType(dtype, &d)) {
+    p->dtype = d;
+  } else if (!dtype.empty()) {
+    return r.FieldError(in["dtype"], "inputs.dtype",
+                        fmt::format("unknown precision '{}'; use bf16, fp16, fp8 or fp32", dtype));
+  }
   PLANNER_RETURN_IF_ERROR(GetIntInRange(r, in, "seq", "inputs.seq", &p->seq, false, 1, kMaxBatch));
   PLANNER_RETURN_IF_ERROR(GetIntInRange(r, in, "gpus", "inputs.gpus", &p->gpus, true, 1, kMaxRanks));
   PLANNER_RETURN_IF_ERROR(
@@ -530,13 +537,12 @@ Status ReadLayout(const YamlReader& r, const YAML::Node& root, Plan* p) {
   PLANNER_RETURN_IF_ERROR(r.GetBool(root, "p2p_overlap", "p2p_overlap", &p->p2p_overlap, false));
   std::string grad_text;
   PLANNER_RETURN_IF_ERROR(r.GetEnum(root, "grad_dtype", "grad_dtype", {"fp32", "fp16", "bf16"}, &grad_text, false));
-  DType run_dtype, grad_dtype;
-  if (!grad_text.empty() && ParseDType(grad_text, &grad_dtype)) p->grad_dtype = grad_dtype;
-  if (p->grad_dtype && ParseDType(p->dtype, &run_dtype) && !GradDTypeAllowed(run_dtype, *p->grad_dtype)) {
+  if (DType grad_dtype; ParseDType(grad_text, &grad_dtype)) p->grad_dtype = grad_dtype;
+  if (p->grad_dtype && p->dtype && !GradDTypeAllowed(*p->dtype, *p->grad_dtype)) {
     return r.FieldError(
         root["grad_dtype"], "grad_dtype",
         fmt::format("{} gradients do not go with inputs.dtype {} (fp32, or the weights' 16-bit dtype); use {}",
-                    grad_text, p->dtype, GradDTypeChoices(run_dtype)));
+                    grad_text, DTypeName(*p->dtype), GradDTypeChoices(*p->dtype)));
   }
   PLANNER_RETURN_IF_ERROR(GetDpComm(r, root, p));
   std::string parallel;

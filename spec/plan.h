@@ -74,9 +74,10 @@ struct Plan : ParallelLayout {
   std::string cluster_name, cluster_path, cluster_digest;
   std::string profile_path, profile_digest;
   CostSourceKind cost_source = CostSourceKind::kAnalytic;
-  std::string dtype;  // the precision solved with (`solve --precision` may differ from the model file's)
-  int64_t seq = 0;    // sequence length solved with (gpt: models; `solve --seq` may differ from the file's); 0: none
-  int64_t gpus = 0;   // GPUs given to the solver
+  std::optional<DType>
+      dtype;  // the precision solved with (`solve --precision` may differ from the model file's); none: not stated
+  int64_t seq = 0;   // sequence length solved with (gpt: models; `solve --seq` may differ from the file's); 0: none
+  int64_t gpus = 0;  // GPUs given to the solver
   int64_t gpus_used = 0;
   int64_t global_batch = 0;
   double model_parameters = 0;  // parameters of the model (tied weights once; MoE: every expert; MTP modules excluded)
