@@ -333,7 +333,7 @@ Runner RegisterProfile(CLI::App& app, int argc, char** argv) {
     }
     PrintGemmRates(model, p, o.precision, peak);
     LogNote(fmt::format("wrote {}: {} layers, {} distinct signatures timed in {} on {}", out, p.layers.size(),
-                        printed.size(), p.dtype, p.device));
+                        printed.size(), DTypeName(p.dtype), p.device));
     return Status::OK();
   };
 }

@@ -120,7 +120,7 @@ Status SolveSize(const SolveArgs& a, const SolveInputs& in, Plan* plan) {
     if (in.model.is_gpt) plan->seq = in.model.gpt.seq;
   } else {
     plan->model_name = in.profile.model;
-    if (DType d; ParseDType(in.profile.dtype, &d)) plan->dtype = d;
+    plan->dtype = in.profile.dtype;
   }
   plan->profile_path = in.profile_path;
   plan->profile_digest = in.profile_path.empty() ? "" : in.profile.digest;
@@ -153,13 +153,12 @@ Status CheckClusterPeak(const SolveArgs& a, const SolveInputs& in) {
 // A layer profile measured in another precision than a gpt: template model's, without --precision:
 // the model is planned in the profile's precision (its times are that precision's), and a note says so.
 SolveArgs WithProfilePrecision(const SolveArgs& a, const SolveInputs& in) {
-  DType measured;
   if (!a.precision.empty() || a.model.empty() || in.profile_path.empty() || !in.model.is_gpt ||
-      in.profile.layers.empty() || !ParseDType(in.profile.dtype, &measured) || measured == in.model.dtype) {
+      in.profile.layers.empty() || in.profile.dtype == in.model.dtype) {
     return a;
   }
   SolveArgs b = a;
-  b.precision = in.profile.dtype;
+  b.precision = DTypeName(in.profile.dtype);
   return b;
 }
 
@@ -229,9 +228,9 @@ Status LoadSolveInputs(const SolveArgs& a, SolveInputs* in) {
     return Status::InvalidArgument(fmt::format("{} has {} layers but {} has {}; profile this model or drop one of them",
                                                profile_path, profile.layers.size(), a.model, model.layers.size()));
   }
-  if (!profile_path.empty() && !a.model.empty() && profile.dtype != DTypeName(model.dtype)) {
+  if (!profile_path.empty() && !a.model.empty() && profile.dtype != model.dtype) {
     LogWarning(fmt::format("{} was measured in {} but the model trains in {}; the times may not transfer", profile_path,
-                           profile.dtype, DTypeName(model.dtype)));
+                           DTypeName(profile.dtype), DTypeName(model.dtype)));
   }
   const bool cpu_profile = profile.backend == "cpu", cpu_cluster = cluster.gpu_name.rfind("cpu", 0) == 0;
   if (!profile_path.empty() && !profile.device.empty() && profile.device.find(cluster.gpu_name) == std::string::npos &&

@@ -419,8 +419,8 @@ Status ProfileModel(const ModelSpec& m, const LayerProfileOptions& o, Profile* o
   }
   Profile p;
   p.model = m.name;
-  p.dtype = DTypeName(
-      o.precision);  // the GEMM precision timed (fp32: TF32 GEMMs on CUDA); the solver warns when the model's differs
+  p.dtype =
+      o.precision;  // the GEMM precision timed (fp32: TF32 GEMMs on CUDA); the solver warns when the model's differs
   p.device = DescribeHost(o.device, o.threads);
   p.backend = DeviceName(o.device);
   p.tool = std::string("planner ") + PLANNER_VERSION;

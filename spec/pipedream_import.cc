@@ -79,7 +79,7 @@ Status ImportPipeDreamGraph(const std::string& path, const std::string& text, in
   p.path = path;
   p.digest = DigestHex(text);
   p.backend = "pipedream-import";
-  p.dtype = "fp32";
+  p.dtype = DType::kFp32;
   p.device = "unknown GPU (PipeDream profile; the paper used V100s)";
   std::map<std::string, size_t> index;
   std::vector<int> node_lines;  // graph.txt's line of every node: errors cite graph.txt, never the YAML made from it

@@ -53,7 +53,7 @@ std::string ProfileToYaml(const Profile& p) {
   std::string o;
   o += "format_version: 1\n";
   o += "model: " + Quote(p.model) + "\n";
-  o += "dtype: " + p.dtype + "\n";
+  o += std::string("dtype: ") + DTypeName(p.dtype) + "\n";
   o += "device: " + Quote(p.device) + "\n";
   o += "backend: " + Quote(p.backend) + "\n";
   o += "tool: " + Quote(p.tool) + "\n";
@@ -126,7 +126,9 @@ Status ParseProfileUnguarded(const std::string& path, const std::string& text, P
     return r.FieldError(root["format_version"], "format_version",
                         fmt::format("version {} is not supported; this planner reads version 1", version));
   PLANNER_RETURN_IF_ERROR(r.GetString(root, "model", "model", &p.model, true));
-  PLANNER_RETURN_IF_ERROR(r.GetEnum(root, "dtype", "dtype", {"fp32", "fp16", "bf16", "fp8"}, &p.dtype, false));
+  std::string dtype;
+  PLANNER_RETURN_IF_ERROR(r.GetEnum(root, "dtype", "dtype", {"fp32", "fp16", "bf16", "fp8"}, &dtype, false));
+  ParseDType(dtype, &p.dtype);  // absent: fp32
   PLANNER_RETURN_IF_ERROR(r.GetString(root, "device", "device", &p.device, false));
   PLANNER_RETURN_IF_ERROR(r.GetString(root, "backend", "backend", &p.backend, false));
   PLANNER_RETURN_IF_ERROR(r.GetString(root, "tool", "tool", &p.tool, false));

@@ -14,6 +14,7 @@
 #include <vector>
 
 #include "common/status.h"
+#include "spec/dtype.h"
 
 namespace planner {
 
@@ -66,11 +67,11 @@ struct Profile {
   std::string path;
   std::string digest;
   std::string model;
-  std::string dtype = "fp32";
-  std::string device;   // where it was measured
-  std::string backend;  // "cuda", "cpu", "pipedream-import"
-  std::string tool;     // tool and version that wrote it
-  std::string command;  // command line that produced it
+  DType dtype = DType::kFp32;  // the GEMM precision the layers were timed in (`dtype:`)
+  std::string device;          // where it was measured
+  std::string backend;         // "cuda", "cpu", "pipedream-import"
+  std::string tool;            // tool and version that wrote it
+  std::string command;         // command line that produced it
   std::string date;
   int64_t threads = 0;
   int64_t reference_microbatch = 1;

@@ -23,13 +23,13 @@ TEST_CASE("a bf16 profile records dtype bf16, times in bf16 and restores the GEM
   REQUIRE(GemmPrecision() == DType::kFp32);
   Profile p;
   REQUIRE_OK(ProfileModel(m, o, &p));
-  CHECK(p.dtype == "bf16");
+  CHECK(p.dtype == DType::kBf16);
   CHECK(GemmPrecision() == DType::kFp32);
   // Weights stored in bf16 (WrapMixedPrecision): 2 bytes per parameter in the profile's sizes.
   for (size_t i = 0; i < p.layers.size(); ++i)
     CHECK(p.layers[i].params_bytes == 2.0 * static_cast<double>(m.layers[i].params));
   // The file round trip keeps it (an fp8 one too: profiles may now be timed in fp8).
-  for (const char* dtype : {"bf16", "fp8"}) {
+  for (DType dtype : {DType::kBf16, DType::kFp8}) {
     p.dtype = dtype;
     Profile back;
     REQUIRE_OK(ParseProfile("p.yaml", ProfileToYaml(p), &back));
