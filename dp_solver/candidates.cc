@@ -272,16 +272,28 @@ std::vector<Candidate> UniformCandidates(const SearchSpace& sp, const SearchOpti
       if (s == Schedule::kPipeDream) continue;                                  // the replicated family
       if ((s == Schedule::kZbH1 || s == Schedule::kGpipe) && p == 1) continue;  // same as 1f1b at p = 1
       for (auto [v, account] : Interleaves(o, s, p, m, layers, sp.blocks, why)) {
-        Candidate k{table_index, t, b, p, d, m, v, s, table.recompute, 0, cp, table.sp};
+        Candidate k = MakeCandidate(table_index, t, b, p, d, m, v, s, table.recompute, cp, table.sp);
         k.account = account;
         k.ep = table.ep;
         k.etp = table.etp;
-        k.rc_modules = table.recompute_modules;
+        k.recompute_modules = table.recompute_modules;
         out.push_back(k);
       }
     }
   }
   return out;
+}
+
+Candidate MakeCandidate(size_t table, int64_t t, int64_t b, int64_t p, int64_t d, int64_t m, int64_t v, Schedule s,
+                        Recompute rc, int64_t cp, bool sp) {
+  Candidate k;
+  k.table = table;
+  k.tp = t, k.microbatch_size = b, k.pp = p, k.dp = d, k.num_microbatches = m, k.interleave = v;
+  k.schedule = s;
+  k.recompute = rc;
+  k.cp = cp;
+  k.sequence_parallel = sp;
+  return k;
 }
 
 }  // namespace planner

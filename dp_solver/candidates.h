@@ -13,6 +13,7 @@
 #include "dp_solver/cost_model.h"
 #include "dp_solver/search.h"
 #include "spec/kinds.h"
+#include "spec/layout.h"
 
 namespace planner {
 
@@ -62,26 +63,25 @@ std::string CpRejection(const SearchSpace& space, const CostSource& src, int64_t
 
 // One point of the uniform family: cost table `table` (its t, b, recompute),
 // p stages of v chunks each, d = gpus / (t cp p) replicas, m microbatches.
-struct Candidate {
+// A candidate of the uniform search: a layout (spec/layout.h; its sizes are the cost model's t = tp,
+// p = pp, d = dp, b = microbatch_size, m = num_microbatches, v = interleave of docs/cost_model.md)
+// with the cost table it is costed from. The ZeRO stage and the replication are settled by the
+// evaluation, the recompute modules by the table.
+struct Candidate : ParallelLayout {
   size_t table = 0;
-  int64_t t = 1, b = 1, p = 1, d = 1, m = 1, v = 1;
-  Schedule s = Schedule::k1F1B;
-  Recompute rc = Recompute::kNone;
   double bound = 0;  // lower bound on the iteration time (set by the ranking)
-  int64_t cp = 1;    // context-parallel size: d = gpus / (t cp p)
-  bool sp = false;   // sequence parallelism (t > 1)
-  // Block recompute: `table` is the recompute-none table, the first rc_layers blocks of every
-  // chunk are costed from `full_table` (rc = kFull). 0: the table's own recompute.
-  int64_t rc_layers = 0;
+  // Block recompute: `table` is the recompute-none table, the first recompute_num_layers blocks of
+  // every chunk are costed from `full_table` (recompute = kFull). 0: the table's own recompute.
   size_t full_table = 0;
   // The embedding and the loss count as a layer each in the split (Megatron's account-for flags):
   // p v divides blocks + 2; chunk 0 has one block fewer, the last chunk too.
   bool account = false;
   // Expert parallelism (the table's): ep x etp x edp = t x cp x d, edp the expert-data-parallel size.
-  int64_t ep = 1, etp = 1;
-  uint32_t rc_modules = kDefaultRecomputeModules;  // selective recompute's modules (the table's)
-  int64_t Edp() const { return t * cp * d / (ep * etp); }
+  int64_t Edp() const { return tp * cp * dp / (ep * etp); }
 };
+// A candidate of table `table`: t x cp x p x d GPUs, microbatches of b, m of them, v chunks per device.
+Candidate MakeCandidate(size_t table, int64_t t, int64_t b, int64_t p, int64_t d, int64_t m, int64_t v, Schedule s,
+                        Recompute rc, int64_t cp, bool sp);
 
 // Why values were left out, the first reason of each kind; named in the
 // Infeasible message when nothing divides the problem.

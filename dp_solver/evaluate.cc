@@ -84,11 +84,12 @@ int64_t MaxZeroStage(int64_t max_zero_stage, int64_t p, int64_t d) {
 }
 
 int64_t InFlight(const Candidate& k, int64_t r) {
-  switch (k.s) {
-    case Schedule::kGpipe: return k.m;
-    case Schedule::kInterleaved: return std::min(k.m * k.v, (k.p - r - 1) * 2 + (k.v - 1) * k.p + 1);
-    case Schedule::kDualPipeV: return DualPipeVInFlight(k.p, r, 0) + DualPipeVInFlight(k.p, r, 1);
-    default: return std::min(k.p - r, k.m);
+  switch (k.schedule) {
+    case Schedule::kGpipe: return k.num_microbatches;
+    case Schedule::kInterleaved:
+      return std::min(k.num_microbatches * k.interleave, (k.pp - r - 1) * 2 + (k.interleave - 1) * k.pp + 1);
+    case Schedule::kDualPipeV: return DualPipeVInFlight(k.pp, r, 0) + DualPipeVInFlight(k.pp, r, 1);
+    default: return std::min(k.pp - r, k.num_microbatches);
   }
 }
 
@@ -177,12 +178,12 @@ const std::vector<int64_t>& Evaluator::Partition(size_t table, int64_t k, bool a
 
 std::pair<int64_t, int64_t> Evaluator::RecomputedRows(const Candidate& k, int64_t a, int64_t e) const {
   const int64_t lo = std::max(a, block_begin_), hi = std::min(e, block_end_);
-  if (k.rc_layers <= 0 || lo >= hi) return {a, a};
-  return {lo, std::min(hi, lo + k.rc_layers)};
+  if (k.recompute_num_layers <= 0 || lo >= hi) return {a, a};
+  return {lo, std::min(hi, lo + k.recompute_num_layers)};
 }
 
 double Evaluator::BlockDelta(const Candidate& k, std::vector<double> CostTable::*column, int64_t a, int64_t e) const {
-  if (k.rc_layers <= 0) return 0;
+  if (k.recompute_num_layers <= 0) return 0;
   const auto [ra, rb] = RecomputedRows(k, a, e);
   const std::vector<double>& full = tables_[k.full_table].*column;
   const std::vector<double>& none = tables_[k.table].*column;
@@ -194,10 +195,10 @@ double Evaluator::ChunkStash(const Candidate& k, int64_t a, int64_t e) const {
 }
 
 Status Evaluator::Evaluate(const Candidate& k, Evaluation* x) {
-  x->cuts = &Partition(k.table, k.p * k.v, k.account);
+  x->cuts = &Partition(k.table, k.pp * k.interleave, k.account);
   if (x->cuts->empty()) {
     return Status::Internal(fmt::format("no partition of {} layers into {} stages (tp={} pp={} interleave={})",
-                                        tables_[k.table].rows.size(), k.p * k.v, k.t, k.p, k.v));
+                                        tables_[k.table].rows.size(), k.pp * k.interleave, k.tp, k.pp, k.interleave));
   }
   StageTimes(k, x);
   DeviceLoads(k, x);
@@ -209,7 +210,7 @@ Status Evaluator::Evaluate(const Candidate& k, Evaluation* x) {
 void Evaluator::StageTimes(const Candidate& k, Evaluation* x) const {
   const CostTable& table = tables_[k.table];
   const ClusterSpec& c = *src_.cluster;
-  const int64_t p = k.p, t = k.t, d = k.d, q_count = p * k.v;
+  const int64_t p = k.pp, t = k.tp, d = k.dp, q_count = p * k.interleave;
   const auto& cuts = *x->cuts;
   x->sim.assign(Z(q_count), SimStage{});
   x->send.assign(Z(q_count), 0.0);
@@ -224,7 +225,7 @@ void Evaluator::StageTimes(const Candidate& k, Evaluation* x) const {
       if (o_.cost.scatter_gather && t > 1) bytes /= static_cast<double>(t);
       // Megatron's rank order tp-cp-dp-pp: pipeline neighbours are t cp d apart. DualPipeV's stages p - 1
       // and p share a device: no transfer.
-      const int64_t pa = StagePosition(k.s, q, p), pb = StagePosition(k.s, q + 1, p);
+      const int64_t pa = StagePosition(k.schedule, q, p), pb = StagePosition(k.schedule, q + 1, p);
       x->send[Z(q)] = pa == pb ? 0.0 : P2PSeconds(c, bytes, pa * t * k.cp * d, pb * t * k.cp * d);
     }
   }
@@ -239,14 +240,14 @@ void Evaluator::StageTimes(const Candidate& k, Evaluation* x) const {
 // Per device: parameters, the largest stash of its chunks, peak activations, working buffers, backward time.
 void Evaluator::DeviceLoads(const Candidate& k, Evaluation* x) const {
   const CostTable& table = tables_[k.table];
-  const int64_t p = k.p, t = k.t, q_count = p * k.v;
+  const int64_t p = k.pp, t = k.tp, q_count = p * k.interleave;
   const auto& cuts = *x->cuts;
   for (auto* v : {&x->params, &x->stash, &x->acts, &x->work, &x->forward_s, &x->backward_s, &x->peak, &x->allreduce_s,
                   &x->largest_layer_params, &x->expert_params}) {
     v->assign(Z(p), 0);
   }
   for (int64_t q = 0; q < q_count; ++q) {
-    size_t r = Z(StagePosition(k.s, q, p));
+    size_t r = Z(StagePosition(k.schedule, q, p));
     int64_t a = cuts[Z(q)], e = cuts[Z(q + 1)];
     x->params[r] += table.Params(a, e);
     x->expert_params[r] += table.ExpertParams(a, e);
@@ -259,21 +260,22 @@ void Evaluator::DeviceLoads(const Candidate& k, Evaluation* x) const {
       x->work[r] = std::max(x->work[r], 2 * ob);
     }
   }
-  std::vector<double> chunk_stash(Z(k.v));
+  std::vector<double> chunk_stash(Z(k.interleave));
   for (int64_t r = 0; r < p; ++r) {
-    if (k.s == Schedule::kDualPipeV) {  // each chunk's in-flight count times its own stash (both peak together)
+    if (k.schedule == Schedule::kDualPipeV) {  // each chunk's in-flight count times its own stash (both peak together)
       for (int64_t c = 0; c < 2; ++c) {
-        const int64_t q = ChunkStage(k.s, c, r, p);
+        const int64_t q = ChunkStage(k.schedule, c, r, p);
         x->acts[Z(r)] += static_cast<double>(DualPipeVInFlight(p, r, c)) * ChunkStash(k, cuts[Z(q)], cuts[Z(q + 1)]);
       }
       continue;
     }
-    if (k.s != Schedule::kInterleaved) {
+    if (k.schedule != Schedule::kInterleaved) {
       x->acts[Z(r)] = static_cast<double>(InFlight(k, r)) * x->stash[Z(r)];
       continue;
     }
-    for (int64_t c = 0; c < k.v; ++c) chunk_stash[Z(c)] = ChunkStash(k, cuts[Z(c * p + r)], cuts[Z(c * p + r + 1)]);
-    x->acts[Z(r)] = InterleavedPeakActivations(chunk_stash, p, k.m, r);
+    for (int64_t c = 0; c < k.interleave; ++c)
+      chunk_stash[Z(c)] = ChunkStash(k, cuts[Z(c * p + r)], cuts[Z(c * p + r + 1)]);
+    x->acts[Z(r)] = InterleavedPeakActivations(chunk_stash, p, k.num_microbatches, r);
   }
 }
 
@@ -287,23 +289,23 @@ bool Evaluator::ZeroAllowed(int64_t z) const {
 // that hold the same weights, the routed experts' over the expert-data-parallel group (MoE folding).
 double Evaluator::StatesBytes(const Candidate& k, int64_t z, size_t r, const Evaluation& x) const {
   const double expert = x.expert_params[r], dense = x.params[r] - expert;
-  return dense * StateBytesPerParam(sb_, z, k.d * k.cp) +
+  return dense * StateBytesPerParam(sb_, z, k.dp * k.cp) +
          (expert > 0 ? expert * StateBytesPerParam(sb_, z, k.Edp()) : 0.0);
 }
 
 // Peak bytes per device at ZeRO stage z (StatesBytes, activations, working buffers).
 double Evaluator::PeakBytes(const Candidate& k, int64_t z, Evaluation* x) const {
   x->peak_bytes = 0;
-  for (int64_t r = 0; r < k.p; ++r) {
+  for (int64_t r = 0; r < k.pp; ++r) {
     double states = StatesBytes(k, z, Z(r), *x);
     // ZeRO-3 / FSDP holds the layer it computes gathered whole, and prefetches the next one.
-    if (z == 3 && k.d * k.cp > 1) states += 2 * x->largest_layer_params[Z(r)] * sb_.weight;
+    if (z == 3 && k.dp * k.cp > 1) states += 2 * x->largest_layer_params[Z(r)] * sb_.weight;
     // The optimizer step's fp32 copy of a 16-bit gradient buffer (its shard from ZeRO-1 on), after
     // the flush has freed the activations: it raises the peak only where it outgrows them.
     const double expert = x->expert_params[Z(r)], dense = x->params[Z(r)] - expert;
     const double step_copy =
         sb_.step_grad_copy *
-        (z >= 1 ? dense / static_cast<double>(k.d * k.cp) + expert / static_cast<double>(k.Edp()) : dense + expert);
+        (z >= 1 ? dense / static_cast<double>(k.dp * k.cp) + expert / static_cast<double>(k.Edp()) : dense + expert);
     x->peak[Z(r)] = states + std::max(x->acts[Z(r)] + x->work[Z(r)], step_copy);
     x->peak_bytes = std::max(x->peak_bytes, x->peak[Z(r)]);
   }
@@ -314,7 +316,7 @@ double Evaluator::PeakBytes(const Candidate& k, int64_t z, Evaluation* x) const 
 // none fits, the peaks then the highest stage tried's).
 void Evaluator::SettleMemory(const Candidate& k, Evaluation* x) const {
   x->zero = -1;
-  x->zero_max = MaxZeroStage(o_.max_zero_stage, k.p, k.d * k.cp);
+  x->zero_max = MaxZeroStage(o_.max_zero_stage, k.pp, k.dp * k.cp);
   double best = INFINITY;
   int64_t last_tried = -1;
   for (int64_t z = 0; z <= x->zero_max; ++z) {
@@ -345,14 +347,14 @@ void Evaluator::SettleMemory(const Candidate& k, Evaluation* x) const {
 double Evaluator::DeviceDpSeconds(const Candidate& k, const Evaluation& x, int64_t z, size_t r, DpComm d,
                                   double* total_s) const {
   const ClusterSpec& c = *src_.cluster;
-  const int64_t g = k.d * k.cp;
+  const int64_t g = k.dp * k.cp;
   *total_s = 0;
   const double expert = x.expert_params[r];
-  const DpCollectives dense_c = Collectives(c, sb_, x.params[r] - expert, g, k.t, d, Servers(d), k.p);
-  const DpCollectives expert_c = Collectives(c, sb_, expert, k.Edp(), k.ep * k.etp, d, Servers(d), k.p);
+  const DpCollectives dense_c = Collectives(c, sb_, x.params[r] - expert, g, k.tp, d, Servers(d), k.pp);
+  const DpCollectives expert_c = Collectives(c, sb_, expert, k.Edp(), k.ep * k.etp, d, Servers(d), k.pp);
   const double ar = dense_c.ar + expert_c.ar, rs = dense_c.rs + expert_c.rs, ag = dense_c.ag + expert_c.ag;
   if (!(ar > 0)) return 0;
-  const double bucket = BucketParams(g) / x.params[r], m = static_cast<double>(k.m);
+  const double bucket = BucketParams(g) / x.params[r], m = static_cast<double>(k.num_microbatches);
   const bool og = o_.cost.overlap_grad_reduce || o_.cost.dp_overlap, opg = o_.cost.overlap_param_gather;
   const double fwd = x.forward_s[r], bwd = x.backward_s[r];
   switch (z) {
@@ -378,20 +380,20 @@ void Evaluator::DataParallelTimes(const Candidate& k, int64_t z, Evaluation* x) 
   x->dp_s = 0;
   x->optimizer_s = 0;
   x->dp_comm = DpComm::kHierAllReduce;
-  const double shard = z >= 1 ? static_cast<double>(k.d * k.cp) : 1.0,
+  const double shard = z >= 1 ? static_cast<double>(k.dp * k.cp) : 1.0,
                expert_shard = z >= 1 ? static_cast<double>(k.Edp()) : 1.0;
-  for (int64_t r = 0; r < k.p; ++r) {
+  for (int64_t r = 0; r < k.pp; ++r) {
     const size_t ru = Z(r);
     const double stepped = (x->params[ru] - x->expert_params[ru]) / shard + x->expert_params[ru] / expert_shard;
     x->optimizer_s = std::max(
         x->optimizer_s, stepped * o_.cost.optimizer_bytes_per_param / (c.hbm_bandwidth_GBps * 1e9 * c.hbm_efficiency));
   }
-  std::vector<double> totals(Z(k.p), 0.0);
+  std::vector<double> totals(Z(k.pp), 0.0);
   double best = INFINITY;
   for (DpComm d : comms_) {
     if (z >= 1 && !DpCommIsAllReduce(d)) continue;
     double dp = 0;
-    for (int64_t r = 0; r < k.p; ++r) dp = std::max(dp, DeviceDpSeconds(k, *x, z, Z(r), d, &totals[Z(r)]));
+    for (int64_t r = 0; r < k.pp; ++r) dp = std::max(dp, DeviceDpSeconds(k, *x, z, Z(r), d, &totals[Z(r)]));
     if (dp < best * (1 - 1e-12)) {
       best = dp;
       x->dp_s = dp;
@@ -415,7 +417,7 @@ std::vector<std::pair<std::string, double>> Evaluator::DpCommComparison(const Ca
       continue;
     if (d == DpComm::kParameterServer && !tried && servers_ < 1) continue;
     double most = 0;
-    for (int64_t r = 0; r < k.p; ++r) {
+    for (int64_t r = 0; r < k.pp; ++r) {
       DeviceDpSeconds(k, x, x.zero, Z(r), d, &total);
       most = std::max(most, total);
     }
@@ -427,20 +429,20 @@ std::vector<std::pair<std::string, double>> Evaluator::DpCommComparison(const Ca
 }
 
 Status Evaluator::Simulate(const Candidate& k, const Evaluation& x, SimResult* res) const {
-  Status s = SimulateSchedule(k.s, x.sim, k.p, k.m, false, res);
+  Status s = SimulateSchedule(k.schedule, x.sim, k.pp, k.num_microbatches, false, res);
   if (s.ok()) return s;
   // Candidates meet the schedules' preconditions: a failure here is a bug.
-  return Status::Internal(fmt::format("simulating tp={} pp={} dp={} microbatch={} {} interleave={}: {}", k.t, k.p, k.d,
-                                      k.b, ScheduleName(k.s), k.v, s.message()));
+  return Status::Internal(fmt::format("simulating tp={} pp={} dp={} microbatch={} {} interleave={}: {}", k.tp, k.pp,
+                                      k.dp, k.microbatch_size, ScheduleName(k.schedule), k.interleave, s.message()));
 }
 
 PlanStage Evaluator::UniformStage(const Candidate& k, const Evaluation& x, int64_t q) const {
   const CostTable& table = tables_[k.table];
-  const int64_t t = k.t, p = k.p, d = k.d;
+  const int64_t t = k.tp, p = k.pp, d = k.dp;
   const auto& cuts = *x.cuts;
   PlanStage ps;
   int64_t a = cuts[Z(q)], e = cuts[Z(q + 1)];
-  size_t r = Z(StagePosition(k.s, q, p));
+  size_t r = Z(StagePosition(k.schedule, q, p));
   ps.first_layer = a;
   ps.last_layer = e - 1;
   ps.first_layer_name = table.names[Z(a)];
@@ -458,8 +460,8 @@ PlanStage Evaluator::UniformStage(const Candidate& k, const Evaluation& x, int64
   ps.ep_comm_s = table.pre_ep[Z(e)] - table.pre_ep[Z(a)] + BlockDelta(k, &CostTable::pre_ep, a, e);
   ps.p2p_s = x.send[Z(q)];
   ps.dp_allreduce_s = x.allreduce_s[r];
-  ps.in_flight = k.s == Schedule::kDualPipeV ? DualPipeVInFlight(p, static_cast<int64_t>(r), q / p)
-                                             : InFlight(k, static_cast<int64_t>(r));
+  ps.in_flight = k.schedule == Schedule::kDualPipeV ? DualPipeVInFlight(p, static_cast<int64_t>(r), q / p)
+                                                    : InFlight(k, static_cast<int64_t>(r));
   const double expert = x.expert_params[r], w = sb_.weight + sb_.fp8_weight_copy;
   ps.weights_bytes = (x.params[r] - expert) * w / (x.zero == 3 ? static_cast<double>(d * k.cp) : 1.0) +
                      expert * w / (x.zero == 3 ? static_cast<double>(k.Edp()) : 1.0);
@@ -474,15 +476,15 @@ namespace {
 // The engine settings a uniform plan stands for.
 void PlanNotes(const Candidate& k, int64_t zero, const CostOptions& o, std::vector<std::string>* notes) {
   notes->push_back(ZeroEngineSetting(zero));
-  if (k.sp && k.t > 1)
+  if (k.sequence_parallel && k.tp > 1)
     notes->push_back(
         "Megatron --sequence-parallel: TP all-reduces as reduce-scatter + all-gather, norm and dropout activations / "
         "tp");
-  if (k.rc_layers > 0) {
+  if (k.recompute_num_layers > 0) {
     notes->push_back(fmt::format(
         "block recompute: the first {} transformer blocks of every pipeline chunk recomputed, the rest keep their "
         "activations (Megatron --recompute-granularity full --recompute-method block --recompute-num-layers {})",
-        k.rc_layers, k.rc_layers));
+        k.recompute_num_layers, k.recompute_num_layers));
   }
   if (k.account) {
     notes->push_back(
@@ -503,11 +505,11 @@ void PlanNotes(const Candidate& k, int64_t zero, const CostOptions& o, std::vect
                     "token dispatch and combine as all-to-all over the EP group (--moe-token-dispatcher-type "
                     "alltoall), load imbalance {:.3g}, "
                     "all-to-all {}; expert optimizer states sharded over the EDP group",
-                    k.t * k.cp * k.d, k.etp, k.ep, k.Edp(), o.moe_imbalance,
+                    k.tp * k.cp * k.dp, k.etp, k.ep, k.Edp(), o.moe_imbalance,
                     o.moe_overlap ? "overlapped with the layer's compute (Megatron --overlap-moe-expert-parallel-comm)"
                                   : "exposed"));
   }
-  if (k.d * k.cp > 1) {
+  if (k.dp * k.cp > 1) {
     notes->push_back(
         fmt::format("gradient reduce {}, parameter gather {} (Megatron --overlap-grad-reduce / --overlap-param-gather, "
                     "buckets of max(40M, 1M x dp) parameters)",
@@ -523,24 +525,24 @@ Plan Evaluator::UniformPlan(const Candidate& k, const Evaluation& x, const SimRe
   Plan pl;
   pl.mode = PlanMode::kAuto;
   pl.gpus = o_.gpus;
-  pl.gpus_used = k.t * k.cp * k.p * k.d;
+  pl.gpus_used = k.tp * k.cp * k.pp * k.dp;
   pl.global_batch = batch_;
-  pl.tp = k.t;
+  pl.tp = k.tp;
   pl.cp = k.cp;
-  pl.sequence_parallel = k.sp && k.t > 1;
+  pl.sequence_parallel = k.sequence_parallel && k.tp > 1;
   pl.ep = k.ep;
   pl.etp = k.etp;
-  pl.pp = k.p;
-  pl.dp = k.d;
-  pl.microbatch_size = k.b;
-  pl.num_microbatches = k.m;
-  pl.schedule = k.s;
-  pl.interleave = k.v;
-  pl.recompute = k.rc;
-  pl.recompute_num_layers = k.rc_layers;
+  pl.pp = k.pp;
+  pl.dp = k.dp;
+  pl.microbatch_size = k.microbatch_size;
+  pl.num_microbatches = k.num_microbatches;
+  pl.schedule = k.schedule;
+  pl.interleave = k.interleave;
+  pl.recompute = k.recompute;
+  pl.recompute_num_layers = k.recompute_num_layers;
   pl.recompute_modules = tables_[k.table].recompute_modules;
   const uint32_t idle =
-      k.rc == Recompute::kSelective ? pl.recompute_modules & ~ApplicableRecomputeModules(src_.model) : 0;
+      k.recompute == Recompute::kSelective ? pl.recompute_modules & ~ApplicableRecomputeModules(src_.model) : 0;
   if (idle != 0 && src_.model != nullptr) {
     pl.notes.push_back(
         fmt::format("recompute modules {} change nothing on model {} (no layer they apply to); Megatron-Core ignores "
@@ -560,10 +562,10 @@ Plan Evaluator::UniformPlan(const Candidate& k, const Evaluation& x, const SimRe
   pl.p2p_overlap = o_.cost.p2p_overlap;
   pl.grad_dtype = sb_.grad_dtype;
   pl.usable_memory_bytes = sb_.usable;
-  for (int64_t q = 0; q < k.p * k.v; ++q) pl.stages.push_back(UniformStage(k, x, q));
-  for (int64_t q = 0; q < k.p; ++q) {
+  for (int64_t q = 0; q < k.pp * k.interleave; ++q) pl.stages.push_back(UniformStage(k, x, q));
+  for (int64_t q = 0; q < k.pp; ++q) {
     if (q > 0) pl.config += '-';
-    pl.config += std::to_string(k.d);
+    pl.config += std::to_string(k.dp);
   }
   pl.predicted.iteration_s = iter;
   pl.predicted.pipeline_s = res.makespan_s;
@@ -588,8 +590,8 @@ Plan Evaluator::UniformPlan(const Candidate& k, const Evaluation& x, const SimRe
   pl.predicted.bubble_fraction = res.bubble_fraction;
   pl.predicted.samples_per_second = static_cast<double>(batch_) / iter;
   pl.predicted.peak_memory_bytes = x.peak_bytes;
-  FillFlops(k.rc, &pl);
-  if (k.rc_layers > 0) BlockRecomputeFlops(k, x, &pl);
+  FillFlops(k.recompute, &pl);
+  if (k.recompute_num_layers > 0) BlockRecomputeFlops(k, x, &pl);
   return pl;
 }
 
@@ -601,7 +603,7 @@ void Evaluator::BlockRecomputeFlops(const Candidate& k, const Evaluation& x, Pla
   if (model == nullptr || !(blocks > 0) || !(pl->predicted.iteration_s > 0) || !(pl->predicted.tflops_per_gpu > 0))
     return;
   double recomputed = 0;
-  for (int64_t q = 0; q < k.p * k.v; ++q) {
+  for (int64_t q = 0; q < k.pp * k.interleave; ++q) {
     const auto [ra, rb] = RecomputedRows(k, (*x.cuts)[Z(q)], (*x.cuts)[Z(q + 1)]);
     recomputed += static_cast<double>(rb - ra);
   }

@@ -10,7 +10,7 @@
 namespace planner {
 
 double IterationLowerBound(const Candidate& k, const Evaluation& x) {
-  return MakespanLowerBound(k.s, x.sim, k.p, k.m) + x.dp_s + x.optimizer_s;
+  return MakespanLowerBound(k.schedule, x.sim, k.pp, k.num_microbatches) + x.dp_s + x.optimizer_s;
 }
 
 double Ranking::WorstKept() const { return best_.size() < top_k_ ? INFINITY : best_.back().iteration_s; }
@@ -36,10 +36,10 @@ void Ranking::Keep(Plan&& pl) {
 void Ranking::NoFit(const Candidate& k, const Evaluation& x, double usable) {
   if (x.zero_max < 0) {
     if (zero_conflict_.empty()) {
-      zero_conflict_ = fmt::format("tp={} cp={} pp={} dp={}: {}", k.t, k.cp, k.p, k.d,
-                                   k.d * k.cp <= 1 ? "ZeRO-1..3 shard over data-parallel ranks and there are none"
-                                                   : "ZeRO-2/3 are not run with pipelining (DeepSpeed refuses them; "
-                                                     "Megatron's distributed optimizer is ZeRO-1)");
+      zero_conflict_ = fmt::format("tp={} cp={} pp={} dp={}: {}", k.tp, k.cp, k.pp, k.dp,
+                                   k.dp * k.cp <= 1 ? "ZeRO-1..3 shard over data-parallel ranks and there are none"
+                                                    : "ZeRO-2/3 are not run with pipelining (DeepSpeed refuses them; "
+                                                      "Megatron's distributed optimizer is ZeRO-1)");
     }
     return;
   }
@@ -50,11 +50,11 @@ void Ranking::NoFit(const Candidate& k, const Evaluation& x, double usable) {
   binding_ = fmt::format(
       "stage {} needs {:.1f} GiB > {:.1f} GiB usable ({:.0f} bytes; best try: tp={} cp={} pp={} dp={}{} microbatch={} "
       "{} recompute={}, ZeRO-{}{})",
-      worst, x.peak[worst] / kGiB, usable / kGiB, x.peak[worst], k.t, k.cp, k.p, k.d,
-      (k.sp && k.t > 1 ? " sp" : "") +
+      worst, x.peak[worst] / kGiB, usable / kGiB, x.peak[worst], k.tp, k.cp, k.pp, k.dp,
+      (k.sequence_parallel && k.tp > 1 ? " sp" : "") +
           (k.ep > 1 || k.etp > 1 ? fmt::format(" ep={} etp={}", k.ep, k.etp) : std::string()),
-      k.b, ScheduleName(k.s), RecomputeLabel(k.rc, 0, k.rc_modules), x.zero_max,
-      k.p > 1 && k.d > 1 && x.zero_max == 1 ? "; ZeRO-2/3 are not run with pipelining" : "");
+      k.microbatch_size, ScheduleName(k.schedule), RecomputeLabel(k.recompute, 0, k.recompute_modules), x.zero_max,
+      k.pp > 1 && k.dp > 1 && x.zero_max == 1 ? "; ZeRO-2/3 are not run with pipelining" : "");
 }
 
 void Ranking::Dropped(const Status& why) {

@@ -341,10 +341,10 @@ Status SmallestBlockRecompute(const SearchSpace& sp, size_t full_table, Evaluato
   int64_t lo = 1, hi = most - (full_ranked ? 1 : 0);
   if (hi < lo) return Status::OK();
   Candidate b = *k;
-  b.rc = Recompute::kFull;
+  b.recompute = Recompute::kFull;
   b.full_table = full_table;
   auto fits = [&](int64_t n) {
-    b.rc_layers = n;
+    b.recompute_num_layers = n;
     Status s = ev->Evaluate(b, x);
     return s.ok() ? Status(x->zero >= 0 ? Status::OK() : Status::Infeasible("")) : s;
   };

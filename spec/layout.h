@@ -1,7 +1,6 @@
 // ParallelLayout: the parallel layout of a training run, declared once. The plan (Plan), each
-// runner-up (PlanSummary) and the launch plan (LaunchPlan) are a ParallelLayout plus what each adds;
-// the search's candidates carry the same sizes under the cost model's short names (dp_solver
-// Candidate: t, p, d, m, v). Adding a parallel dimension touches this type, the cost model
+// runner-up (PlanSummary), the launch plan (LaunchPlan) and the search's candidates (dp_solver
+// Candidate) are a ParallelLayout plus what each adds. Adding a parallel dimension touches this type, the cost model
 // (dp_solver/cost_model.cc, evaluate.cc), the rank generator and the files that write it
 // (docs/design.md, "Adding a parallel dimension"). Plain value type.
 #pragma once

@@ -67,7 +67,7 @@ TEST_CASE(
   REQUIRE_OK(BuildCostTable(fx.Source(), TableShape{1, 8, 1, true, Recompute::kNone}, o.cost, &none));
   REQUIRE_OK(BuildCostTable(fx.Source(), TableShape{1, 8, 1, true, Recompute::kFull}, o.cost, &full));
   const size_t tn = ev.AddTable(none), tf = ev.AddTable(full);
-  Candidate k{tn, 8, 1, 2, 1, 64, 1, Schedule::k1F1B, Recompute::kFull, 0, 1, true};
+  Candidate k = MakeCandidate(tn, 8, 1, 2, 1, 64, 1, Schedule::k1F1B, Recompute::kFull, 1, true);
   k.full_table = tf;
   Evaluation x;
   REQUIRE_OK(ev.Evaluate(k, &x));
@@ -76,7 +76,7 @@ TEST_CASE(
   double last_bi = 0, last_acts = INFINITY;
   for (int64_t n = 0; n <= blocks0 + 1; ++n) {
     CAPTURE(n);
-    k.rc_layers = n;
+    k.recompute_num_layers = n;
     REQUIRE_OK(ev.Evaluate(k, &x));
     const auto cuts = *x.cuts;
     for (int64_t q = 0; q < 2; ++q) {
@@ -122,12 +122,12 @@ TEST_CASE("the search takes the smallest N that fits, where recompute none does 
   REQUIRE_OK(BuildCostTable(fx.Source(), TableShape{1, 8, 1, true, Recompute::kNone}, o.cost, &none));
   REQUIRE_OK(BuildCostTable(fx.Source(), TableShape{1, 8, 1, true, Recompute::kFull}, o.cost, &full));
   const size_t tn = ev.AddTable(none), tf = ev.AddTable(full);
-  Candidate k{tn, 8, 1, 2, 1, 64, 1, Schedule::k1F1B, Recompute::kFull, 0, 1, true};
+  Candidate k = MakeCandidate(tn, 8, 1, 2, 1, 64, 1, Schedule::k1F1B, Recompute::kFull, 1, true);
   k.full_table = tf;
   std::vector<double> peak;
   Evaluation x;
   for (int64_t n = 0; n <= 4; ++n) {
-    k.rc_layers = n;
+    k.recompute_num_layers = n;
     REQUIRE_OK(ev.Evaluate(k, &x));
     peak.push_back(x.peak_bytes);
   }

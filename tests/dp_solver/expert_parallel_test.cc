@@ -154,7 +154,7 @@ TEST_CASE("memory of an MoE stage: dense states sharded over dp x cp, expert sta
   for (auto [t, ep, etp] : {std::tuple{2, 4, 1}, {2, 8, 2}, {1, 16, 1}, {4, 2, 4}}) {
     Evaluator ev(src, o, 64);
     const size_t ti = ev.AddTable(Table(m, c, {1, t, 1, t > 1, Recompute::kNone, ep, etp}));
-    Candidate k{ti, t, 1, 2, 16 / t, 64 / (16 / t), 1, Schedule::k1F1B, Recompute::kNone, 0, 1, t > 1};
+    Candidate k = MakeCandidate(ti, t, 1, 2, 16 / t, 64 / (16 / t), 1, Schedule::k1F1B, Recompute::kNone, 1, t > 1);
     k.ep = ep;
     k.etp = etp;
     Evaluation x;

@@ -60,10 +60,10 @@ TEST_CASE("interleaved peak activations: uneven chunks are not all charged as th
   // p = 4, v = 2, m = 8, device 0: a 3-unit first chunk (embedding and a block), a 1-unit second.
   // Warm-up (p-1)2 + (v-1)p = 10 forwards, 11 alive at most: 4 + 4 + 2 of chunk 0 ... counted exactly.
   Candidate k;
-  k.p = 4;
-  k.v = 2;
-  k.m = 8;
-  k.s = Schedule::kInterleaved;
+  k.pp = 4;
+  k.interleave = 2;
+  k.num_microbatches = 8;
+  k.schedule = Schedule::kInterleaved;
   std::vector<double> stash = {3.0, 1.0};
   double exact = InterleavedPeakActivations(stash, 4, 8, 0);
   double old_charge = static_cast<double>(InFlight(k, 0)) * 3.0;

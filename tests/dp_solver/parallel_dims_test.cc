@@ -236,7 +236,7 @@ Evaluation EvaluateAt(const ParFixture& f, SearchOptions& o, int64_t d, int64_t 
   CostTable table;
   REQUIRE_OK(BuildCostTable(f.Source(), 1, 1, Recompute::kNone, o.cost, &table));
   ev.AddTable(std::move(table));
-  Candidate k{0, 1, 1, 1, d, m, 1, Schedule::k1F1B, Recompute::kNone, 0, 1, false};
+  Candidate k = MakeCandidate(0, 1, 1, 1, d, m, 1, Schedule::k1F1B, Recompute::kNone, 1, false);
   Evaluation x;
   REQUIRE_OK(ev.Evaluate(k, &x));
   return x;
@@ -453,10 +453,10 @@ TEST_CASE("the search keeps the fastest ZeRO stage that fits, not the lowest; ne
   REQUIRE_OK(BuildCostTable(f.Source(), 1, 1, Recompute::kNone, o.cost, &table));
   ev.AddTable(std::move(table));
   Evaluation x;
-  REQUIRE_OK(ev.Evaluate(Candidate{0, 1, 1, 1, 8, 4, 1, Schedule::k1F1B, Recompute::kNone, 0, 1, false}, &x));
+  REQUIRE_OK(ev.Evaluate(MakeCandidate(0, 1, 1, 1, 8, 4, 1, Schedule::k1F1B, Recompute::kNone, 1, false), &x));
   CHECK(x.zero == fastest);
   CHECK(x.dp_s + x.optimizer_s == doctest::Approx(best));
-  REQUIRE_OK(ev.Evaluate(Candidate{0, 1, 1, 2, 4, 8, 1, Schedule::k1F1B, Recompute::kNone, 0, 1, false}, &x));
+  REQUIRE_OK(ev.Evaluate(MakeCandidate(0, 1, 1, 2, 4, 8, 1, Schedule::k1F1B, Recompute::kNone, 1, false), &x));
   CHECK(x.zero_max == 1);
   CHECK(x.zero <= 1);
 
