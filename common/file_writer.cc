@@ -4,6 +4,7 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <atomic>
 #include <cerrno>
 #include <cstring>
@@ -21,6 +22,10 @@ std::string ErrnoText(int e) { return std::strerror(e); }
 std::string TemporaryName(const std::string& path) {
   static std::atomic<unsigned> counter{0};
   return fmt::format("{}.tmp.{}.{}", path, static_cast<long>(::getpid()), counter.fetch_add(1));
+}
+
+bool AllDigits(std::string_view s) {
+  return !s.empty() && std::all_of(s.begin(), s.end(), [](char c) { return c >= '0' && c <= '9'; });
 }
 
 std::string DirectoryOf(const std::string& path) {
@@ -191,6 +196,16 @@ Status MakeDirectories(const std::string& dir) {
     return input ? Status::InvalidArgument(text + "; a part of the path is a file") : Status::Unavailable(text);
   }
   return Status::OK();
+}
+
+bool IsAtomicFileTemporary(const std::string& filename) {
+  const std::string_view f = filename;
+  const size_t n_dot = f.rfind('.');
+  if (n_dot == std::string_view::npos || n_dot == 0) return false;
+  const size_t pid_dot = f.rfind('.', n_dot - 1);
+  if (pid_dot == std::string_view::npos) return false;
+  return AllDigits(f.substr(n_dot + 1)) && AllDigits(f.substr(pid_dot + 1, n_dot - pid_dot - 1)) && pid_dot > 4 &&
+         f.substr(pid_dot - 4, 4) == ".tmp";
 }
 
 }  // namespace planner

@@ -62,4 +62,9 @@ void RemoveOpenTemporaries();
 // InvalidArgument (exit 2) when it exists and is not a directory.
 [[nodiscard]] Status MakeDirectories(const std::string& dir);
 
+// Whether `filename` (no directory) is one of AtomicFile's temporaries, <name>.tmp.<pid>.<n> with
+// <pid> and <n> decimal: what a job that died mid-write leaves, and the only names a clean-up may
+// remove (a user's notes.tmp.txt or plot.tmp.py is none).
+bool IsAtomicFileTemporary(const std::string& filename);
+
 }  // namespace planner

@@ -11,6 +11,8 @@
 
 #include <fmt/format.h>
 
+#include "common/file_writer.h"
+
 namespace planner {
 
 namespace {
@@ -38,8 +40,7 @@ std::string Me() {
 void RemoveStaleTemporaries(const fs::path& dir) {
   std::error_code ec;
   for (fs::recursive_directory_iterator it(dir, ec), end; !ec && it != end; it.increment(ec)) {
-    if (it->is_regular_file(ec) && it->path().filename().string().find(".tmp.") != std::string::npos)
-      fs::remove(it->path(), ec);
+    if (it->is_regular_file(ec) && IsAtomicFileTemporary(it->path().filename().string())) fs::remove(it->path(), ec);
   }
 }
 

@@ -49,6 +49,18 @@ std::string Slurp(const std::string& path) {
   return ss.str();
 }
 
+TEST_CASE("IsAtomicFileTemporary: the writer's own temporaries, not names that merely contain .tmp.") {
+  CHECK(IsAtomicFileTemporary("rank1.bin.tmp.4242.0"));
+  CHECK(IsAtomicFileTemporary("metrics.csv.tmp.1.17"));
+  CHECK(!IsAtomicFileTemporary("notes.tmp.txt"));
+  CHECK(!IsAtomicFileTemporary("plot.tmp.py"));
+  CHECK(!IsAtomicFileTemporary("x.tmp.12.3a"));
+  CHECK(!IsAtomicFileTemporary("x.tmp..3"));
+  CHECK(!IsAtomicFileTemporary(".tmp.1.2"));
+  CHECK(!IsAtomicFileTemporary("x.tmp.1"));
+  CHECK(!IsAtomicFileTemporary("x.tmpx.1.2"));
+}
+
 TEST_CASE("WriteFileAtomic writes the whole file and leaves only it") {
   TempDir d;
   REQUIRE_OK(WriteFileAtomic(d / "a.yaml", "one\n"));

@@ -127,12 +127,19 @@ TEST_CASE("the run directory's lock: a second holder is refused with the first's
   fs::create_directories(fs::path(dir) / "ckpt" / "iter-3");
   const fs::path stale = fs::path(dir) / "ckpt" / "iter-3" / "rank1.bin.tmp.4242.0";
   std::ofstream(stale) << "half";
+  // A user's files whose names merely contain ".tmp." are not the job's temporaries: they stay.
+  fs::create_directories(fs::path(dir) / "analysis");
+  const fs::path notes = fs::path(dir) / "notes.tmp.txt", plot = fs::path(dir) / "analysis" / "plot.tmp.py";
+  std::ofstream(notes) << "mine";
+  std::ofstream(plot) << "mine";
   {
     RunDirLock first;
     REQUIRE_OK(first.Acquire(dir));
     CHECK(first.held());
     CHECK(!fs::exists(stale));  // a dead job's temporary, removed under the lock
-    RunDirLock second;          // another open file description: flock refuses it as it would another process
+    CHECK(fs::exists(notes));
+    CHECK(fs::exists(plot));
+    RunDirLock second;  // another open file description: flock refuses it as it would another process
     const Status s = second.Acquire(dir);
     CHECK(s.code() == StatusCode::kInvalidArgument);
     CHECK(s.message().find(dir + ": in use by another job (pid " + std::to_string(::getpid()) + " on ") == 0);
