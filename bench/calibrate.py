@@ -17,6 +17,12 @@ Published figures are compared on their own definitions:
   llama3          MFU as the plan reports it (predicted.mfu: model FLOPs / (n peak T)).
   deepseek-v3     tokens/s per GPU (predicted.tokens_per_second_per_gpu), against the report's 180K
                   H800 GPU-hours per trillion tokens: 1e12 / (180e3 x 3600) = 1543 tokens/s/GPU.
+  issue27         tokens/s per GPU (predicted.tokens_per_second_per_gpu) against five published H100 runs:
+                  torchtitan's performance doc (Dec 2024; tokens/s/GPU as published, and the peak memory
+                  in GiB beside predicted.peak_memory_GiB), NeMo's long-context table (TFLOP/s/GPU in
+                  NeMo's llama2 FLOPs formula of the time, full s^2 attention, turned into tokens/s/GPU:
+                  TFLOP/s / FLOPs per token) and MLPerf Training v3.1 GPT-3 175B (global batch x seq /
+                  (step seconds x GPUs)). Rows pass `--engine` only where `planner solve --help` lists it.
 """
 import argparse
 import json
@@ -62,6 +68,40 @@ DEEPSEEK = [
     ("DeepSeek-V3 671B n2048 pp16 ep64 dualpipev fp8",
      ["--pp", "16", "--ep", "64", "--etp", "1", "--tp", "1", "--cp", "1", "--zero", "1", "--schedule", "dualpipev",
       "--precision", "fp8"], 1e12 / (180e3 * 3600)),
+]
+
+# Issue 27: five published H100 runs, each forced to its published layout. (run, model file, cluster key,
+# GPUs, flags, engine, published tokens/s/GPU, published peak memory GiB or None). Rows 1-2 (torchtitan
+# performance doc, Dec 2024): Llama 3.1 8B (llama3-8b.yaml: the same architecture) on H100 96 GB HBM2e at
+# 500 W, FSDP2 over every GPU (ZeRO-3, tp 1, pp 1), local batch 2, seq 8192, selective activation
+# checkpointing (the planner's closest: --recompute selective); row 2 adds torch.compile and float8
+# linears (tensorwise). Rows 3-4 (NeMo long-context table, Llama 2 7B, H100 SXM 80GB, FP8). Row 5
+# (MLPerf Training v3.1, NVIDIA Eos, GPT-3 175B): TP 4, PP 8, interleave 12, DP 16, microbatch 1,
+# distributed optimizer, sequence parallel, no recompute.
+
+
+def nemo_llama2_flops_per_token(s, l=32, h=4096, ffn=11008, heads=32, groups=32, v=32000):
+    """NeMo's llama2 FLOPs formula (full s^2 attention) per token: l h^2 (12 + 12 g/a + 18 f/h + 12 s/h + 6 V/(l h))."""
+    return l * h * h * (12 + 12 * groups / heads + 18 * ffn / h + 12 * s / h + 6 * v / (l * h))
+
+
+ISSUE27 = [
+    ("torchtitan Llama 3.1 8B n8 FSDP2(zero3) b2 seq8192 bf16 selective-AC", "llama3-8b.yaml", "h100_96", 8,
+     ["--tp", "1", "--pp", "1", "--cp", "1", "--zero", "3", "--microbatch", "2", "--global-batch", "16", "--seq", "8192",
+      "--precision", "bf16", "--recompute", "selective"], "torchtitan", 5762, 82.4),
+    ("torchtitan Llama 3.1 8B n128 FSDP2(zero3) b2 seq8192 compile+float8 selective-AC", "llama3-8b.yaml", "h100_96", 128,
+     ["--tp", "1", "--pp", "1", "--cp", "1", "--zero", "3", "--microbatch", "2", "--global-batch", "256", "--seq", "8192",
+      "--precision", "fp8", "--recompute", "selective"], "torchtitan-compile", 8380, 61.8),
+    ("NeMo Llama 2 7B n4 tp1 pp1 cp1 dp4 B1024 seq4096 fp8 (768 TFLOP/s)", "llama2-7b.yaml", "h100", 4,
+     ["--tp", "1", "--pp", "1", "--cp", "1", "--global-batch", "1024", "--seq", "4096", "--precision", "fp8"],
+     "megatron-core", 768e12 / nemo_llama2_flops_per_token(4096), None),
+    ("NeMo Llama 2 7B n64 tp4 pp1 cp2 dp8 B64 seq65536 fp8 (574 TFLOP/s)", "llama2-7b.yaml", "h100", 64,
+     ["--tp", "4", "--pp", "1", "--cp", "2", "--global-batch", "64", "--seq", "65536", "--precision", "fp8"],
+     "megatron-core", 574e12 / nemo_llama2_flops_per_token(65536), None),
+    ("MLPerf v3.1 GPT-3 175B n512 tp4 pp8 v12 dp16 B2048 b1 fp8 zero1 sp (11.054 s/step)", "gpt3-175b.yaml", "h100", 512,
+     ["--tp", "4", "--pp", "8", "--cp", "1", "--schedule", "interleaved", "--interleave", "12", "--microbatch", "1",
+      "--global-batch", "2048", "--seq", "2048", "--precision", "fp8", "--zero", "1", "--sp", "on", "--recompute", "none"],
+     "megatron-core", 2048 * 2048 / (11.054 * 512), None),
 ]
 
 MEGATRON_2021 = ["--zero", "0", "--overlap-grad-reduce", "off", "--overlap-param-gather", "off"]
@@ -179,6 +219,46 @@ def run_deepseek(tmp, cluster):
     return rows
 
 
+_ENGINE_FLAG = None
+
+
+def engine_flag_listed():
+    """Whether `planner solve --help` lists --engine (asked once)."""
+    global _ENGINE_FLAG
+    if _ENGINE_FLAG is None:
+        r = subprocess.run([PLANNER, "solve", "--help"], capture_output=True, text=True)
+        _ENGINE_FLAG = "--engine" in r.stdout + r.stderr
+    return _ENGINE_FLAG
+
+
+def run_issue27(tmp, clusters):
+    rows = []
+    for name, model, cluster, n, flags, engine, pub, pub_mem in ISSUE27:
+        eng = ["--engine", engine] if engine_flag_listed() else []
+        plan, err = solve(os.path.join(ROOT, "configs", "models", model), clusters[cluster], n, flags + eng)
+        pred = plan["predicted"]["tokens_per_second_per_gpu"] if plan else None
+        mem = plan["predicted"]["peak_memory_GiB"] if plan else None
+        rows.append((name, pub, pred, pub_mem, mem, (layout(plan) if plan else "REFUSED: " + err)
+                     + (f" engine={engine}" if eng else "")))
+    return rows
+
+
+def table_mem(title, unit, rows):
+    """table() with the published and predicted peak memory (GiB) beside the figure."""
+    print(f"\n### {title}\n\n| run | published {unit} | predicted | error | published GiB | predicted GiB | plan |\n"
+          "|---|---|---|---|---|---|---|")
+    errs = []
+    for run, pub, pred, pub_mem, mem, plan in rows:
+        pm = f"{pub_mem:.1f}" if pub_mem is not None else "-"
+        if pred is None:
+            print(f"| {run} | {pub:.1f} | - | - | {pm} | - | {plan} |")
+            continue
+        e = (pred - pub) / pub
+        errs.append(e)
+        print(f"| {run} | {pub:.1f} | {pred:.1f} | {100 * e:+.1f}% | {pm} | {mem:.1f} | {plan} |")
+    return errs
+
+
 def table(title, unit, rows):
     print(f"\n### {title}\n\n| run | published {unit} | predicted | error | plan |\n|---|---|---|---|---|")
     errs = []
@@ -210,6 +290,7 @@ def main():
     ap.add_argument("--a100", default=os.path.join(ROOT, "configs", "clusters", "dgx-a100.yaml"))
     ap.add_argument("--h100", default=os.path.join(ROOT, "configs", "clusters", "dgx-h100.yaml"))
     ap.add_argument("--h800", default=os.path.join(ROOT, "configs", "clusters", "h800.yaml"))
+    ap.add_argument("--h100-96gb", default=os.path.join(ROOT, "configs", "clusters", "h100-96gb-500w.yaml"))
     ap.add_argument("--fit", action="store_true", help="scan efficiencies and print the mean |error| of each")
     ap.add_argument("--grid", default="0.50,0.55,0.60,0.65,0.70,0.75,0.80")
     args = ap.parse_args()
@@ -220,6 +301,8 @@ def main():
         a100 += table("Korthikanti et al. 2022 (A100, fp16)", "MFU %", run_korthikanti(tmp, args.a100))
         h100 = table("Llama 3 Table 4 (H100, bf16)", "MFU %", run_llama(tmp, args.h100))
         h800 = table("DeepSeek-V3 report (H800, fp8)", "tokens/s/GPU", run_deepseek(tmp, args.h800))
+        issue27 = table_mem("issue27: torchtitan, NeMo long context, MLPerf v3.1 GPT-3 (H100)", "tokens/s/GPU",
+                            run_issue27(tmp, {"h100": args.h100, "h100_96": args.h100_96gb}))
         print("\n### Free search against the published layout (H100 bf16, H800 fp8)\n\n"
               "| run | free: tp-pp-dp | cp | plan | MFU % | published layout's time / free search's |\n|---|---|---|---|---|---|")
         for run, par, cpv, lay, mfu, ratio in FREE:
@@ -228,6 +311,7 @@ def main():
         summary("A100 fp16 (dgx-a100)", a100, len(MEGATRON_T1) + 2 * len(KORTHIKANTI))
         summary("H100 bf16 (dgx-h100)", h100, len(LLAMA3))
         summary("H800 fp8 (h800)", h800, len(DEEPSEEK))
+        summary("issue27 H100 bf16/fp8 (h100-96gb-500w, dgx-h100)", issue27, len(ISSUE27))
         if args.fit:
             print("\n### Fit: mean |error| (worst row) per efficiency\n\n| efficiency | A100 fp16 | H100 bf16 |\n|---|---|---|")
             for eff in [float(x) for x in args.grid.split(",")]:

@@ -283,6 +283,14 @@ double P2PSeconds(const ClusterSpec& c, double bytes, int64_t a, int64_t b) {
   return bytes / (top.p2p_bandwidth_GBps * 1e9) + top.latency_us * 1e-6;
 }
 
+std::string AttentionKernel(const KernelTable& kernels, const EngineSpec& engine) {
+  if (kernels.HasKernel(engine.attention)) return engine.attention;
+  for (const auto& k : engine.attention_fallback) {
+    if (kernels.HasKernel(k)) return k;
+  }
+  return kernels.curves.empty() ? std::string() : kernels.curves.front().kernel;
+}
+
 Status CheckCostSource(const CostSource& src) {
   if (src.cluster == nullptr) return Status::InvalidArgument("costs need a cluster (--cluster)");
   if (src.profile != nullptr) return Status::OK();
@@ -294,6 +302,16 @@ Status CheckCostSource(const CostSource& src) {
         "{}: cluster '{}' has no peak for dtype {} (the dtype of model '{}'); add gpu.peak_tflops.{} to it{}", c.path,
         c.name, dtype, src.model->name, dtype,
         src.model->dtype == DType::kFp8 ? ", or train in bf16 (this GPU may have no FP8 tensor cores)" : ""));
+  }
+  if (KernelLevel(src)) {
+    const KernelTable& kt = *src.kernels;
+    if (kt.Gemm(src.model->dtype) == nullptr || kt.Gemm(DType::kBf16) == nullptr) {
+      return Status::InvalidArgument(fmt::format(
+          "{}: kernel table '{}' has no GEMM figures for {}{}; add gemm.{} to it, or plan with --kernels none (the "
+          "cluster's flat efficiency)",
+          kt.path, kt.name, dtype, kt.Gemm(DType::kBf16) == nullptr ? " (nor bf16, which FP8 models use too)" : "",
+          kt.Gemm(src.model->dtype) == nullptr ? dtype : "bf16"));
+    }
   }
   return Status::OK();
 }
@@ -314,12 +332,120 @@ struct RowRates {
   int64_t ep = 1, etp = 1;
   double moe_imbalance = 1;
   bool moe_overlap = false;
+  // Kernel-level costs (nullptr kt: the flat model above).
+  const KernelTable* kt = nullptr;
+  std::string attention_kernel;                // the engine's flash-attention kernel on this table
+  const GemmEfficiency* gemm_model = nullptr;  // the model precision's GEMM figures
+  const GemmEfficiency* gemm_high = nullptr;   // bf16's, for GEMMs outside fp8_autocast
+  double peak_model = 0, peak_high = 0;        // dense peaks (FLOP/s), x the engine's sustained GEMM share
+  double recipe_gemm = 1;                      // the FP8 recipe's GEMM rate
+  double cast_bytes = 0;                       // HBM bytes per element of an FP8 GEMM input cast (0: no FP8)
+  double attention_share = 1;                  // the engine's sustained share of the attention tables
+  double tp_hidden = 0, slowdown = 0;          // TP collectives hidden; compute lost per hidden second
+  double hbm_raw = 0;                          // HBM bytes/s of one fused kernel (GEMM operands, no elementwise factor)
 };
 
-// Seconds of one pass of a layer for the microbatch on one GPU: work / (t or 1) / cp.
-double PassSeconds(const RowRates& q, double shard, double gemm_flops, double core_flops, double bytes) {
+// Rates of one layer's attention core (FLOP/s), forward and backward.
+struct CoreRates {
+  double fwd = 0, bwd = 0;
+};
+
+// Seconds of one pass of a layer for the microbatch on one GPU: work / (t or 1) / cp. `core_rate`:
+// the attention core's FLOP/s (0: q.peak_other).
+double PassSeconds(const RowRates& q, double shard, double gemm_flops, double core_flops, double bytes,
+                   double core_rate = 0) {
   const double w = q.bd / (shard * q.cpd);
-  return w * (std::max(0.0, gemm_flops) / q.peak_gemm + core_flops / q.peak_other + bytes / q.hbm);
+  return w * (std::max(0.0, gemm_flops) / q.peak_gemm + core_flops / (core_rate > 0 ? core_rate : q.peak_other) +
+              bytes / q.hbm);
+}
+
+// Fill of the last wave of `ctas` thread blocks on `sms` multiprocessors.
+double WaveFill(double ctas, double sms) {
+  if (!(ctas > 0) || !(sms > 0)) return 1;
+  return ctas / (std::ceil(ctas / sms) * sms);
+}
+
+// The attention core's rates on the kernel table (docs/cost_model.md section 2, "Kernel-level
+// compute"): the engine's kernel at the layer's head dim, forward and backward; without context
+// parallelism the causal curve at s; with cp ring steps, of which 1/cp are the causal diagonal at s/cp
+// and the rest non-causal blocks at s/(2cp) (load-balanced chunks), blended by their equal work. The
+// FlashAttention benchmarks ran 16k tokens per batch (thousands of thread blocks); a microbatch with
+// fewer blocks (b x heads/t x s/(cp 128)) than multiprocessors fills the last wave only partly.
+CoreRates AttentionRates(const Layer& l, const RowRates& q, double tp_shard) {
+  CoreRates r;
+  const KernelTable& kt = *q.kt;
+  if (l.attrs.String("attention", "flash") != "flash" || q.attention_kernel.empty()) {
+    r.fwd = r.bwd = q.peak_high * kt.GemmFraction(*q.gemm_high, l.attention_seq, l.attention_seq,
+                                                  std::max(1.0, l.attention_head_dim));
+    return r;
+  }
+  const double s = l.attention_seq / q.cpd, d = l.attention_head_dim;
+  auto rate = [&](const char* pass) {
+    const double causal = kt.AttentionTflops(q.attention_kernel, pass, true, d, s);
+    if (q.cp <= 1) return causal;
+    const double open = kt.AttentionTflops(q.attention_kernel, pass, false, d, s / 2);
+    return 1.0 / ((1.0 / q.cpd) / causal + (1.0 - 1.0 / q.cpd) / open);
+  };
+  const double fill =
+      WaveFill(q.bd * std::max(1.0, l.attention_heads / tp_shard) * std::ceil(s / 128), static_cast<double>(kt.sms));
+  r.fwd = rate("fwd") * 1e12 * q.attention_share * fill;
+  r.bwd = rate("bwd") * 1e12 * q.attention_share * fill;
+  return r;
+}
+
+// Seconds of one GEMM on one GPU at the table's efficiency for its shape (output m x n, reduction k),
+// or of its operands' HBM traffic if that is longer (a small-K or small-M GEMM is memory-bound).
+double GemmSeconds(const RowRates& q, bool high, double m, double n, double k) {
+  const GemmEfficiency& g = high ? *q.gemm_high : *q.gemm_model;
+  const double peak = high ? q.peak_high : q.peak_model * q.recipe_gemm;
+  const double in_bytes = high || q.cast_bytes == 0 ? 2.0 : 1.0;
+  const double compute = 2 * m * n * k / (peak * q.kt->GemmFraction(g, m, n, k));
+  const double traffic = ((m * k + k * n) * in_bytes + 2 * m * n) / (q.hbm_raw);
+  return std::max(compute, traffic);
+}
+
+// One pass (0 forward, 1 input gradient, 2 weight gradient) of a layer's listed GEMMs on one GPU:
+// seconds, *flops_per_sample their FLOPs per sample (whole layer), *cast_s the FP8 casts of their
+// inputs (forward: the input; input gradient: the output gradient, which the weight gradient reuses).
+double ListedGemmSeconds(const Layer& l, const RowRates& q, double shard, int pass, double* flops_per_sample,
+                         double* cast_s) {
+  double seconds = 0;
+  *flops_per_sample = 0;
+  *cast_s = 0;
+  const bool tp = l.tp_shardable && q.t > 1;
+  for (const GemmShape& g : l.gemms) {
+    *flops_per_sample += g.Flops();
+    double m = q.bd * g.rows / q.cpd, n = g.n, k = g.k, count = 1;
+    if (g.expert) {  // E/ep experts, each on its share of the EP group's token copies, n or k over ETP
+      const double ep = static_cast<double>(q.ep), etp = static_cast<double>(q.etp);
+      count = g.count / ep;
+      m = q.bd * g.rows * ep * etp / (q.cpd * shard * g.count);
+      if (g.split == GemmSplit::kColumn) n /= etp;
+      if (g.split == GemmSplit::kRow) k /= etp;
+    } else if (tp && g.split == GemmSplit::kColumn) {
+      n /= q.td;
+    } else if (tp && g.split == GemmSplit::kRow) {
+      k /= q.td;
+    }
+    const double dims[3][3] = {{m, n, k}, {m, k, n}, {k, n, m}};
+    const double* x = dims[pass];
+    seconds += count * GemmSeconds(q, g.high_precision, x[0], x[1], x[2]);
+    if (q.cast_bytes > 0 && !g.high_precision && pass < 2)
+      *cast_s += count * m * (pass == 0 ? k : n) * q.cast_bytes / q.hbm;
+  }
+  return seconds;
+}
+
+// A pass's compute on the kernel tables: the listed GEMMs at their shapes' rates, the GEMM FLOPs not
+// listed at the precision's large-shape rate, the core at the attention rate, memory-bound bytes
+// (x the engine's elementwise traffic) and FP8 casts at HBM's.
+double KernelPassSeconds(const Layer& l, const RowRates& q, double shard, int pass, double gemm_flops,
+                         double core_flops, double core_rate, double bytes) {
+  double listed = 0, cast = 0;
+  const double gemm_s = ListedGemmSeconds(l, q, shard, pass, &listed, &cast);
+  const double w = q.bd / (shard * q.cpd);
+  const double rest = std::max(0.0, gemm_flops - listed);
+  return gemm_s + cast + w * (rest / q.peak_gemm + (core_flops > 0 ? core_flops / core_rate : 0) + bytes / q.hbm);
 }
 
 // Exposed ring-attention KV exchange of one layer (forward; backward moves KV and dKV: twice):
@@ -328,12 +454,13 @@ double PassSeconds(const RowRates& q, double shard, double gemm_flops, double co
 // Backward moves twice the bytes per step (K, V forward and dK, dV back) behind the backward core,
 // `core_ratio` x the forward's (flash 2.5, unfused 2).
 double CpExposed(const ClusterSpec& c, const Layer& l, const RowRates& q, double shard, double bytes_ratio,
-                 double core_ratio) {
+                 double core_ratio, double core_rate) {
   if (q.cp <= 1 || !(l.cp_kv_bytes > 0)) return 0;
   const double step_bytes = q.bd * l.cp_kv_bytes / q.cpd / shard;
   const double comm = bytes_ratio * P2PSeconds(c, step_bytes, 0, q.t * (q.cp - 1));
-  const double compute = core_ratio * q.bd * l.attention_core_fwd_flops / (shard * q.cpd * q.cpd) / q.peak_other;
-  return static_cast<double>(q.cp - 1) * std::max(0.0, comm - compute);
+  const double compute = core_ratio * q.bd * l.attention_core_fwd_flops / (shard * q.cpd * q.cpd) / core_rate;
+  // The engine's compute slowdown on the part the ring hides (kernel-level costs; 0 in the flat model).
+  return static_cast<double>(q.cp - 1) * (std::max(0.0, comm - compute) + q.slowdown * std::min(comm, compute));
 }
 
 // Whether sequence parallelism splits this layer's tokens over the TP ranks: Megatron's SP regions
@@ -446,10 +573,11 @@ void AddMoeCosts(const ClusterSpec& c, const Layer& l, const RowRates& q, double
 // Selective recompute's backward work: each module's re-run forward (core_attn: the attention core
 // and its softmax / dropout; the others their GEMMs at the GEMM rate, their memory-bound work and the
 // TP all-reduces of the regions they re-run, `ar` each). Adds those collectives to *tp_comm_s.
-double ModuleRecomputeSeconds(const Layer& l, const RowRates& q, double shard, double ar, double* tp_comm_s) {
+double ModuleRecomputeSeconds(const Layer& l, const RowRates& q, double shard, double ar, double core_rate,
+                              double* tp_comm_s) {
   double seconds = 0;
   if (HasRecomputeModule(q.modules, RecomputeModule::kCoreAttn)) {
-    seconds += PassSeconds(q, shard, 0, l.selective_recompute_flops, l.selective_recompute_mem_bytes);
+    seconds += PassSeconds(q, shard, 0, l.selective_recompute_flops, l.selective_recompute_mem_bytes, core_rate);
   }
   for (int i = 1; i < kRecomputeModuleCount; ++i) {
     if (!HasRecomputeModule(q.modules, static_cast<RecomputeModule>(i))) continue;
@@ -468,9 +596,22 @@ LayerCostRow AnalyticRow(const ClusterSpec& c, const Layer& l, const RowRates& q
   const double shard =
       q.sp && InSequenceParallelRegion(l) ? q.td : tp_shard;  // SP: the norm / dropout regions work on s/t tokens
   const double core = l.attention_core_fwd_flops;
-  r.forward_s = PassSeconds(q, shard, l.fwd_flops - core, core, l.fwd_mem_bytes);
-  r.backward_input_s = PassSeconds(q, shard, l.bwd_input_flops - 2 * core, 2 * core, l.bwd_mem_bytes * 0.5);
-  r.backward_weight_s = PassSeconds(q, shard, l.bwd_weight_flops, 0, l.bwd_mem_bytes * 0.5);
+  const bool flash = l.attrs.String("attention", "flash") == "flash";
+  const double core_ratio = flash ? 2.5 : 2.0;  // backward core / forward core
+  CoreRates rates{q.peak_other, q.peak_other};
+  double forward_compute = 0;
+  if (q.kt == nullptr) {
+    forward_compute = PassSeconds(q, shard, l.fwd_flops - core, core, l.fwd_mem_bytes);
+    r.backward_input_s = PassSeconds(q, shard, l.bwd_input_flops - 2 * core, 2 * core, l.bwd_mem_bytes * 0.5);
+    r.backward_weight_s = PassSeconds(q, shard, l.bwd_weight_flops, 0, l.bwd_mem_bytes * 0.5);
+  } else {
+    if (core > 0) rates = AttentionRates(l, q, tp_shard);
+    forward_compute = KernelPassSeconds(l, q, shard, 0, l.fwd_flops - core, core, rates.fwd, l.fwd_mem_bytes);
+    r.backward_input_s = KernelPassSeconds(l, q, shard, 1, l.bwd_input_flops - core_ratio * core, core_ratio * core,
+                                           rates.bwd, l.bwd_mem_bytes * 0.5);
+    r.backward_weight_s = KernelPassSeconds(l, q, shard, 2, l.bwd_weight_flops, 0, 0, l.bwd_mem_bytes * 0.5);
+  }
+  r.forward_s = forward_compute;
   // Megatron: the forward's all-reduces (g) and as many in backward (f); with SP each is a
   // reduce-scatter plus an all-gather of the same ring volume. Full recompute re-runs the forward
   // and its collectives.
@@ -480,19 +621,22 @@ LayerCostRow AnalyticRow(const ClusterSpec& c, const Layer& l, const RowRates& q
     ar = q.sp ? ReduceScatterSeconds(c, bytes, q.tp_group) + AllGatherSeconds(c, bytes, q.tp_group)
               : AllReduceSeconds(c, bytes, q.tp_group);
   }
+  // TP communication overlap (kernel-level costs with --tp-comm-overlap): the engine's hidden share
+  // of each collective costs only the compute it slows.
+  ar *= (1 - q.tp_hidden) + q.tp_hidden * q.slowdown;
   const double n_fwd = l.tp_allreduces_fwd;
-  const double cp_fwd = CpExposed(c, l, q, tp_shard, 1, 1);
-  const double cp_bwd = CpExposed(c, l, q, tp_shard, 2, l.attrs.String("attention", "flash") == "flash" ? 2.5 : 2.0);
+  const double cp_fwd = CpExposed(c, l, q, tp_shard, 1, 1, rates.fwd);
+  const double cp_bwd = CpExposed(c, l, q, tp_shard, 2, core_ratio, rates.bwd);
   r.forward_s += n_fwd * ar + cp_fwd;
   r.backward_input_s += n_fwd * ar + cp_bwd;
   r.tp_comm_s = 2 * n_fwd * ar;
   r.cp_comm_s = cp_fwd + cp_bwd;
   if (q.rc == Recompute::kFull && RecomputedInFull(l.kind)) {
-    r.backward_input_s += PassSeconds(q, shard, l.fwd_flops - core, core, l.fwd_mem_bytes) + n_fwd * ar + cp_fwd;
+    r.backward_input_s += forward_compute + n_fwd * ar + cp_fwd;
     r.tp_comm_s += n_fwd * ar;
     r.cp_comm_s += cp_fwd;
   } else if (q.rc == Recompute::kSelective) {
-    r.backward_input_s += ModuleRecomputeSeconds(l, q, shard, n_fwd > 0 ? ar : 0, &r.tp_comm_s);
+    r.backward_input_s += ModuleRecomputeSeconds(l, q, shard, n_fwd > 0 ? ar : 0, rates.fwd, &r.tp_comm_s);
   }
   r.params = l.params / tp_shard;
   r.stash_bytes = StashBytes(l, q, tp_shard);
@@ -503,8 +647,36 @@ LayerCostRow AnalyticRow(const ClusterSpec& c, const Layer& l, const RowRates& q
 
 // Analytic rows: FLOPs / (peak x efficiency) + bytes / (HBM x efficiency), TP
 // collectives on the level holding the TP group, recompute added to backward.
-void AnalyticRows(const ModelSpec& m, const ClusterSpec& c, const TableShape& shape, const CostOptions& o,
-                  CostTable* table) {
+void KernelRates(const CostSource& src, const ModelSpec& m, const CostOptions& o, RowRates* q) {
+  const ClusterSpec& c = *src.cluster;
+  const KernelTable& kt = *src.kernels;
+  const EngineSpec& e = *src.engine;
+  q->kt = &kt;
+  q->attention_kernel = AttentionKernel(kt, e);
+  q->gemm_model = kt.Gemm(m.dtype);
+  q->gemm_high = kt.Gemm(DType::kBf16);
+  q->peak_model = c.PeakFlops(m.dtype) * e.sustained_gemm;
+  q->peak_high = c.PeakFlops(DType::kBf16) * e.sustained_gemm;
+  if (m.dtype == DType::kFp8) {
+    auto it = kt.fp8_recipes.find(e.fp8_recipe);
+    const Fp8Recipe recipe = it == kt.fp8_recipes.end() ? Fp8Recipe{} : it->second;
+    q->recipe_gemm = recipe.gemm;
+    // Read the bf16 input (again per amax pass), write its FP8 copy and the transposed copy the other
+    // GEMM reads; the engine fuses a share of the casts into the producing kernel.
+    q->cast_bytes = (1 - e.fp8_cast_fused) * (2.0 * (1 + recipe.amax_passes) + 2.0);
+  }
+  q->peak_gemm = q->peak_model * q->recipe_gemm * q->gemm_model->ceiling;
+  q->peak_other = q->peak_high * q->gemm_high->ceiling;
+  q->hbm_raw = c.hbm_bandwidth_GBps * 1e9 * kt.memory_efficiency * e.sustained_memory;
+  q->hbm = q->hbm_raw / e.elementwise_traffic;
+  q->attention_share = e.sustained_attention;
+  q->tp_hidden = o.tp_comm_overlap ? e.tp_comm_overlap_hidden : 0;
+  q->slowdown = o.compute_slowdown;
+}
+
+void AnalyticRows(const CostSource& src, const TableShape& shape, const CostOptions& o, CostTable* table) {
+  const ModelSpec& m = *src.model;
+  const ClusterSpec& c = *src.cluster;
   RowRates q;
   q.t = shape.tp;
   q.cp = shape.cp;
@@ -524,6 +696,7 @@ void AnalyticRows(const ModelSpec& m, const ClusterSpec& c, const TableShape& sh
   q.etp = shape.etp;
   q.moe_imbalance = o.moe_imbalance;
   q.moe_overlap = o.moe_overlap;
+  if (KernelLevel(src)) KernelRates(src, m, o, &q);
   int64_t embedding = -1;  // the last embedding row: the one a tied lm_head after it shares
   for (const auto& l : m.layers) {
     LayerCostRow r = AnalyticRow(c, l, q);
@@ -625,7 +798,7 @@ Status BuildCostTable(const CostSource& src, const TableShape& shape, const Cost
   if (src.profile == nullptr) {
     table.cp = shape.cp;
     table.sp = shape.sp && shape.tp > 1;
-    AnalyticRows(*src.model, *src.cluster, shape, o, &table);
+    AnalyticRows(src, shape, o, &table);
   } else {
     if (shape.cp != 1 || (shape.sp && shape.tp > 1)) {
       return Status::InvalidArgument(fmt::format(

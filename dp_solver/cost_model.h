@@ -12,6 +12,8 @@
 
 #include "common/status.h"
 #include "spec/cluster_spec.h"
+#include "spec/engine_spec.h"
+#include "spec/kernel_table.h"
 #include "spec/model_spec.h"
 #include "spec/kinds.h"
 #include "spec/profile.h"
@@ -34,6 +36,10 @@ struct CostOptions {
   // Mixture of experts (docs/cost_model.md, "Expert parallelism"; dp_solver/moe_cost.h).
   double moe_imbalance = 1.0;  // busiest EP rank's routed tokens / the mean, dropless routing (--moe-imbalance)
   bool moe_overlap = false;    // all-to-all hidden behind the MoE layer's compute of the same pass (--moe-overlap)
+  // Kernel-level costs (a kernel table and an engine; docs/cost_model.md section 2, "Engines"), else unused:
+  bool tp_comm_overlap = false;  // TP collectives overlapped with the GEMMs (Megatron --tp-comm-overlap, async TP)
+  double compute_slowdown = 0;   // compute seconds lost per second of communication hidden behind it (the engine's)
+  double fp8_weight_bytes = -1;  // cached FP8 weight copies per parameter (the engine's); < 0: ModelStateBytes' 2
 };
 
 // Costs of one layer for one microbatch on one GPU of its tensor-parallel group.
@@ -85,7 +91,19 @@ struct CostSource {
   const ModelSpec* model = nullptr;      // required for analytic costs and for TP
   const ClusterSpec* cluster = nullptr;  // required
   const Profile* profile = nullptr;      // measured times; nullptr: analytic
+  // Kernel-level analytic costs (docs/cost_model.md section 2, "Kernel-level compute"): both set, the
+  // table's per-operation-class rates times the engine's sustained shares replace the cluster's flat
+  // `efficiency`; either nullptr: the flat model.
+  const KernelTable* kernels = nullptr;
+  const EngineSpec* engine = nullptr;
 };
+// Whether a source's analytic costs are kernel-level (a kernel table and an engine, no profile).
+inline bool KernelLevel(const CostSource& src) {
+  return src.kernels != nullptr && src.engine != nullptr && src.profile == nullptr;
+}
+// The attention kernel `engine` runs on `kernels`: its own when the table has curves of it, else the
+// first of its fallbacks the table has, else the table's first kernel; "" when the table has none.
+std::string AttentionKernel(const KernelTable& kernels, const EngineSpec& engine);
 
 // True when every TP-shardable layer accepts degree t.
 bool TpDegreeValid(const ModelSpec& model, int64_t t);

@@ -51,15 +51,18 @@ DpCollectives Collectives(const ClusterSpec& c, const StateBytes& sb, double par
 StateBytes MakeStateBytes(const CostSource& src, const SearchOptions& o) {
   StateBytes sb = ModelStateBytes(src.model, o.cost.grad_dtype, o.cost.bytes_per_param);
   sb.usable = src.cluster->UsableMemoryBytes();
+  if (sb.fp8_weight_copy > 0 && o.cost.fp8_weight_bytes >= 0 && o.cost.bytes_per_param <= 0)
+    sb.fp8_weight_copy = o.cost.fp8_weight_bytes;  // the engine's cached FP8 weight copies
   return sb;
 }
 
 double BucketParams(int64_t dp) { return std::max(40e6, 1e6 * static_cast<double>(dp)); }
 
-double ExposedBucketed(double comm_s, double bucket_fraction, double window_s, bool overlap) {
+double ExposedBucketed(double comm_s, double bucket_fraction, double window_s, bool overlap, double slowdown) {
   if (!overlap) return comm_s;
   const double last = comm_s * std::min(1.0, bucket_fraction);
-  return last + std::max(0.0, comm_s - last - window_s);
+  const double hidden = std::min(comm_s - last, window_s);
+  return last + std::max(0.0, comm_s - last - window_s) + slowdown * std::max(0.0, hidden);
 }
 
 std::string ZeroEngineSetting(int64_t zero) {
@@ -356,20 +359,22 @@ double Evaluator::DeviceDpSeconds(const Candidate& k, const Evaluation& x, int64
   if (!(ar > 0)) return 0;
   const double bucket = BucketParams(g) / x.params[r], m = static_cast<double>(k.num_microbatches);
   const bool og = o_.cost.overlap_grad_reduce || o_.cost.dp_overlap, opg = o_.cost.overlap_param_gather;
-  const double fwd = x.forward_s[r], bwd = x.backward_s[r];
+  const double fwd = x.forward_s[r], bwd = x.backward_s[r], sd = o_.cost.compute_slowdown;
   switch (z) {
-    case 0: *total_s = ar; return ExposedBucketed(ar, bucket, bwd, og);
-    case 1: *total_s = rs + ag; return ExposedBucketed(rs, bucket, bwd, og) + ExposedBucketed(ag, bucket, fwd, opg);
+    case 0: *total_s = ar; return ExposedBucketed(ar, bucket, bwd, og, sd);
+    case 1:
+      *total_s = rs + ag;
+      return ExposedBucketed(rs, bucket, bwd, og, sd) + ExposedBucketed(ag, bucket, fwd, opg, sd);
     case 2:  // gradients reduce-scattered after every microbatch's backward; parameters gathered once after the step
       *total_s = m * rs + ag;
-      return m * ExposedBucketed(rs, bucket, bwd, og) + ExposedBucketed(ag, bucket, fwd, opg);
+      return m * ExposedBucketed(rs, bucket, bwd, og, sd) + ExposedBucketed(ag, bucket, fwd, opg, sd);
     default:  // parameters gathered for every microbatch's forward and backward, gradients reduce-scattered after it;
               // the backward's gather and reduce-scatter share its window (and the links); what is left after it
               // is the reduce-scatter's last bucket, half the fraction of AG + RS (AG = RS)
       *total_s = m * (2 * ag + rs);
-      return m * (ExposedBucketed(ag, bucket, fwd, opg) +
-                  (og && opg ? ExposedBucketed(ag + rs, bucket / 2, bwd, true)
-                             : ExposedBucketed(ag, bucket, bwd, opg) + ExposedBucketed(rs, bucket, bwd, og)));
+      return m * (ExposedBucketed(ag, bucket, fwd, opg, sd) +
+                  (og && opg ? ExposedBucketed(ag + rs, bucket / 2, bwd, true, sd)
+                             : ExposedBucketed(ag, bucket, bwd, opg, sd) + ExposedBucketed(rs, bucket, bwd, og, sd)));
   }
 }
 

@@ -31,7 +31,8 @@ StateBytes MakeStateBytes(const CostSource& src, const SearchOptions& o);
 double BucketParams(int64_t dp);
 // Exposed seconds of `comm_s` split into buckets of `bucket_fraction` of it, overlapped with a
 // compute window: the last bucket + max(0, the rest - window). Without overlap: comm_s.
-double ExposedBucketed(double comm_s, double bucket_fraction, double window_s, bool overlap);
+// `slowdown`: compute seconds lost per second of the hidden part (the engine's; 0 in the flat model).
+double ExposedBucketed(double comm_s, double bucket_fraction, double window_s, bool overlap, double slowdown = 0);
 // What a ZeRO stage stands for in the engines (the plan's note).
 std::string ZeroEngineSetting(int64_t zero);
 // The highest ZeRO stage the search may take at p pipeline stages and d replicas: none

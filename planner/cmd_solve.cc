@@ -5,6 +5,7 @@
 #include <filesystem>
 
 #include <fmt/format.h>
+#include <fmt/ranges.h>
 
 #include "common/log.h"
 #include "dp_solver/pipedream_plan.h"
@@ -13,6 +14,8 @@
 #include "planner/render.h"
 #include "planner/solve_flags.h"
 #include "spec/cluster_spec.h"
+#include "spec/engine_spec.h"
+#include "spec/kernel_table.h"
 #include "spec/model_spec.h"
 #include "spec/profile.h"
 
@@ -66,11 +69,76 @@ std::string OutputPathForSize(const std::string& path, int64_t gpus, bool severa
 // What every size of a --gpus list shares: the files read, with --seq / --precision applied.
 struct SolveInputs {
   ClusterSpec cluster;
+  KernelTable kernels;
+  bool kernel_level = false;        // a kernel table applies (else the cluster's flat efficiency)
+  std::vector<EngineSpec> engines;  // the engine the plan is for first; every built-in one with --engine all
   std::string cluster_path, profile_path;
   ModelSpec model;
   Profile profile;
   std::vector<std::string> notes;  // comm curves applied, model overrides
 };
+
+// The engines (--engine; every built-in one for `all`, the default first) and the kernel table
+// (--kernels, else the cluster GPU's built-in one; none: the cluster's flat efficiency).
+Status LoadEngines(const SolveArgs& a, const ClusterSpec& cluster, SolveInputs* in) {
+  std::vector<std::string> names{a.engine};
+  if (a.engine == "all") names = BuiltinEngines();
+  for (const auto& n : names) {
+    EngineSpec e;
+    PLANNER_RETURN_IF_ERROR(LoadEngineSpec(n, &e));
+    in->engines.push_back(std::move(e));
+  }
+  if (a.tp_comm_overlap != "on" && a.tp_comm_overlap != "off") {
+    return Status::InvalidArgument(
+        fmt::format("--tp-comm-overlap: unknown value '{}'; use on or off", a.tp_comm_overlap));
+  }
+  if (a.kernels == "none") return Status::OK();
+  if (!a.kernels.empty()) {
+    Status st = LoadKernelTable(a.kernels, &in->kernels);
+    if (st.code() == StatusCode::kNotFound) return Status::InvalidArgument("--kernels: " + st.message());
+    PLANNER_RETURN_IF_ERROR(st);
+    in->kernel_level = true;
+  } else {
+    in->kernel_level = BuiltinKernelTableFor(cluster.gpu_name, &in->kernels);
+  }
+  return Status::OK();
+}
+
+// What the engine changes in the search: the ZeRO stages and schedules it runs (a forced one it does not
+// run is an input error naming the reason), and with a kernel table its overlap behaviour and memory.
+Status ApplyEngine(const SolveArgs& a, const CostSource& src, SearchOptions* o) {
+  const EngineSpec& e = *src.engine;
+  if (!e.zero.empty()) {
+    if (o->zero.empty()) o->zero = e.zero;
+    for (int64_t z : o->zero) {
+      if (std::find(e.zero.begin(), e.zero.end(), z) == e.zero.end())
+        return Status::InvalidArgument(
+            fmt::format("--zero {}: engine {} does not run ZeRO-{} ({}); choose --zero {} or "
+                        "another --engine",
+                        z, e.name, z, e.zero_reason, fmt::join(e.zero, ",")));
+    }
+  }
+  if (!e.schedules.empty()) {
+    std::vector<Schedule> runs;
+    for (const auto& name : e.schedules) {
+      Schedule s;
+      if (ParseSchedule(name, &s)) runs.push_back(s);
+    }
+    if (o->schedules.empty()) o->schedules = runs;
+    for (Schedule s : o->schedules) {
+      if (std::find(runs.begin(), runs.end(), s) == runs.end())
+        return Status::InvalidArgument(
+            fmt::format("--schedule {}: engine {} does not run it; choose one of {} or "
+                        "another --engine",
+                        ScheduleName(s), e.name, fmt::join(e.schedules, ", ")));
+    }
+  }
+  if (!KernelLevel(src)) return Status::OK();
+  o->cost.compute_slowdown = e.compute_slowdown;
+  o->cost.fp8_weight_bytes = e.fp8_weight_bytes;
+  o->cost.tp_comm_overlap = a.tp_comm_overlap == "on";
+  return Status::OK();
+}
 
 // One size: the search (or PipeDream's optimizer), then the plan's provenance and figures.
 Status SolveSize(const SolveArgs& a, const SolveInputs& in, Plan* plan) {
@@ -81,8 +149,11 @@ Status SolveSize(const SolveArgs& a, const SolveInputs& in, Plan* plan) {
     src.cluster = &in.cluster;
     src.model = a.model.empty() ? nullptr : &in.model;
     src.profile = in.profile_path.empty() ? nullptr : &in.profile;
+    src.kernels = in.kernel_level ? &in.kernels : nullptr;
+    src.engine = &in.engines.front();
     SearchOptions o;
     PLANNER_RETURN_IF_ERROR(BuildSearchOptions(a, in.model, in.profile, &o));
+    PLANNER_RETURN_IF_ERROR(ApplyEngine(a, src, &o));
     SearchStats stats;
     PLANNER_RETURN_IF_ERROR(SolveAuto(src, o, plan, &stats));
     plan->notes.push_back(fmt::format("searched {} candidates, simulated {}", stats.considered, stats.simulated));
@@ -125,6 +196,10 @@ Status SolveSize(const SolveArgs& a, const SolveInputs& in, Plan* plan) {
   plan->profile_path = in.profile_path;
   plan->profile_digest = in.profile_path.empty() ? "" : in.profile.digest;
   plan->cost_source = in.profile_path.empty() ? CostSourceKind::kAnalytic : CostSourceKind::kProfile;
+  if (a.mode != PlanMode::kPipeDream && in.profile_path.empty()) {
+    plan->engine = in.engines.front().name;
+    plan->kernels = in.kernel_level ? in.kernels.name : "";
+  }
   return Status::OK();
 }
 
@@ -176,6 +251,7 @@ Status LoadSolveInputs(const SolveArgs& a, SolveInputs* in) {
   }
   ClusterSpec& cluster = in->cluster;
   PLANNER_RETURN_IF_ERROR(LoadClusterSpec(in->cluster_path, &cluster));
+  PLANNER_RETURN_IF_ERROR(LoadEngines(a, cluster, in));
   const std::string& profile_path = in->profile_path;
   if (!a.model.empty()) PLANNER_RETURN_IF_ERROR(LoadModelSpec(a.model, &in->model));
   if (!profile_path.empty()) PLANNER_RETURN_IF_ERROR(LoadProfile(profile_path, &in->profile));
@@ -194,6 +270,17 @@ Status LoadSolveInputs(const SolveArgs& a, SolveInputs* in) {
         model.name, eff.precision, profile_path, DTypeName(model.dtype), DTypeName(model.dtype)));
   }
   PLANNER_RETURN_IF_ERROR(ApplyModelOverrides(eff, &in->model, &in->notes));
+  if (in->kernel_level && a.kernels.empty() && !a.model.empty() && in->kernels.Gemm(model.dtype) == nullptr) {
+    in->kernel_level = false;  // the GPU's built-in table has no figures for this precision: the flat model
+    in->notes.push_back(fmt::format("kernel table {} has no {} GEMM figures: costed at the cluster's flat efficiency",
+                                    in->kernels.name, DTypeName(model.dtype)));
+  }
+  if (in->kernel_level && a.profile.empty()) {
+    in->notes.push_back(fmt::format(
+        "kernel-level costs: kernel table {} ({}) x engine {} ({}); the cluster's flat efficiency is not used "
+        "(--kernels none uses it)",
+        in->kernels.name, in->kernels.path, in->engines.front().name, in->engines.front().path));
+  }
   if (!a.precision.empty() && profile_path.empty() && model.dtype == DType::kFp8 &&
       cluster.peak_tflops.count("fp8") == 0) {
     return Status::InvalidArgument(
@@ -292,6 +379,15 @@ Runner RegisterSolve(CLI::App& app) {
                   "on: the MoE all-to-all hidden behind the layer's compute of the same pass (DualPipe / Megatron's EP "
                   "overlap), off (default): exposed");
   cmd->add_option("--sp", a->sp, "sequence parallelism with tp > 1: on, off or both (default: the search's)");
+  cmd->add_option("--engine", a->engine,
+                  "the engine the plan is costed for: megatron-core (default), torchtitan, torchtitan-compile, "
+                  "deepspeed, an engine file, or all (the chosen layout on every engine side by side)");
+  cmd->add_option("--kernels", a->kernels,
+                  "kernel table (per-operation-class rates): a built-in name (h100, a100), a file, or none (the "
+                  "cluster's flat efficiency); default: the cluster GPU's built-in table");
+  cmd->add_option("--tp-comm-overlap", a->tp_comm_overlap,
+                  "on: TP collectives overlapped with the GEMMs as the engine does it (Megatron --tp-comm-overlap, "
+                  "torchtitan async TP), off (default)");
   cmd->add_option("--zero", a->zero,
                   "ZeRO stages to try: 0,1,2,3 (1 is Megatron's distributed optimizer, 3 FSDP; default all)")
       ->delimiter(',');

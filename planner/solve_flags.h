@@ -34,6 +34,9 @@ struct SolveArgs {
   std::vector<int64_t> tp, pp, microbatch, interleave, vp, cp, zero, ep, etp;
   double moe_imbalance = 1.0;
   std::string moe_overlap = "off";
+  // Kernel-level costs (docs/cost_model.md section 2, "Engines"): --engine NAME|FILE|all, --kernels
+  // NAME|FILE|none (empty: the cluster's GPU's built-in table), --tp-comm-overlap on|off.
+  std::string engine = "megatron-core", kernels, tp_comm_overlap = "off";
   std::string replication, sp, precision, train_tokens_text;
   std::string overlap_grad_reduce = "on", overlap_param_gather = "on";
   std::string grad_dtype;

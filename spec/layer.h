@@ -58,6 +58,26 @@ struct RecomputeModuleCost {
   bool alltoall = false;           // the dispatch and combine all-to-alls re-run (moe)
 };
 
+// How tensor parallelism splits one GEMM's weight (Megatron-Core's parallel linears).
+enum class GemmSplit : uint8_t {
+  kNone,        // a layer outside tensor parallelism
+  kColumn,      // ColumnParallelLinear: n / t (QKV, fc1, the lm_head)
+  kRow,         // RowParallelLinear: k / t (the attention output projection, fc2)
+  kReplicated,  // whole on every TP rank (the MoE router, MLA's down projections)
+};
+
+// One GEMM of a layer, per sample: [rows x k] x [k x n] in forward; dX is [rows x n] x [n x k] and dW
+// [k x rows] x [rows x n], the same FLOPs (docs/cost_model.md section 2, "Kernel-level compute").
+struct GemmShape {
+  double rows = 0;  // tokens per sample (the routed experts: every token copy, over all `count` experts)
+  double n = 0, k = 0;
+  GemmSplit split = GemmSplit::kNone;
+  bool expert = false;          // a routed expert's: `count` experts split over EP, n or k over ETP
+  double count = 1;             // experts sharing `rows` (1 for a dense GEMM)
+  bool high_precision = false;  // runs in bf16 in an FP8 model (the router, the lm_head: outside fp8_autocast)
+  double Flops() const { return 2 * rows * n * k; }
+};
+
 struct Layer {
   std::string name;                     // unique within the model, e.g. "block7"
   LayerKind kind = LayerKind::kLinear;  // e.g. kTransformerBlock; LayerKindName(kind) is its name in files and messages
@@ -111,6 +131,13 @@ struct Layer {
   double expert_stash_bytes = 0;  // part of stash_bytes and stash_bytes_selective held by the routed experts
   double moe_dispatch_bytes =
       0;  // one dispatch all-to-all, per sample: s x top_k x h x dtype bytes (combine: the same back)
+
+  // The GEMMs behind fwd_flops (each also once in bwd_input_flops and bwd_weight_flops); GEMM FLOPs
+  // not listed (convolutions) are costed at the precision's large-shape rate.
+  std::vector<GemmShape> gemms;
+  // The attention core's shape (0: no attention): the sequence, the head dim its FLOPs count
+  // ((dqk + dv) / 2), its query heads.
+  double attention_seq = 0, attention_head_dim = 0, attention_heads = 0;
 
   double bwd_flops() const { return bwd_input_flops + bwd_weight_flops; }
 };

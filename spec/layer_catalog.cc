@@ -229,6 +229,34 @@ AttnGeom Geometry(const Transformer& t) {
   return g;
 }
 
+// The GEMMs of Megatron-Core's SelfAttention (linear_qkv column-parallel, linear_proj row-parallel) or
+// MLASelfAttention (the down projections replicated, the up projections column-parallel, the output row).
+void AddAttentionGemms(const Transformer& t, Layer* l) {
+  const double s = t.s, h = t.h, a = t.a;
+  if (!t.mla) {
+    const double q = a * t.d, kv = t.g * t.d;
+    l->gemms.push_back({s, q + 2 * kv, h, GemmSplit::kColumn});
+    l->gemms.push_back({s, h, q, GemmSplit::kRow});
+    return;
+  }
+  l->gemms.push_back({s, t.q_lora + t.kv_lora + t.rope_dim, h, GemmSplit::kReplicated});
+  l->gemms.push_back({s, a * t.dqk, t.q_lora > 0 ? t.q_lora : h, GemmSplit::kColumn});
+  l->gemms.push_back({s, a * (t.nope_dim + t.dv), t.kv_lora, GemmSplit::kColumn});
+  l->gemms.push_back({s, h, a * t.dv, GemmSplit::kRow});
+}
+
+// An MLP's fc1 (column-parallel) and fc2 (row-parallel); a routed expert's when `experts` > 0.
+void AddMlpGemms(const std::string& act, double h, double f, double tokens, double experts, Layer* l) {
+  const double fc1_cols = act == "swiglu" ? 2 * f : f;
+  GemmShape fc1{tokens, fc1_cols, h, GemmSplit::kColumn}, fc2{tokens, h, f, GemmSplit::kRow};
+  if (experts > 0) {
+    fc1.expert = fc2.expert = true;
+    fc1.count = fc2.count = experts;
+  }
+  l->gemms.push_back(fc1);
+  l->gemms.push_back(fc2);
+}
+
 RecomputeModuleCost& Module(Layer* l, RecomputeModule m) { return l->recompute_modules[static_cast<size_t>(m)]; }
 
 // Attention (Megatron-Core SelfAttention, or MLASelfAttention) on a [s, h] input, per sample. dt:
@@ -251,6 +279,10 @@ void AttentionCosts(const Transformer& t, double dt, double gi, Layer* l) {
   const double core_fwd = t.flash() ? core_full / 2 : core_full;
   const double core_bwd = t.flash() ? 2.5 * core_fwd : 2 * core_full;
   l->fwd_flops += gemm + core_fwd;
+  AddAttentionGemms(t, l);
+  l->attention_seq = s;
+  l->attention_head_dim = (t.dqk + t.dv) / 2;
+  l->attention_heads = a;
   l->bwd_weight_flops += gemm;
   l->bwd_input_flops += gemm + core_bwd;
   // Model FLOPs: 3 x forward with the causal half of the s^2 core, as Megatron-LM's
@@ -345,6 +377,7 @@ void MlpCosts(const Transformer& t, double dt, double gi, Layer* l) {
   const MlpPart m = Mlp(t.act, t.bias, h, t.f, s);
   l->params += m.params;
   AddGemm(m.gemm, l);
+  AddMlpGemms(t.act, h, t.f, s, 0, l);
   const double mask = t.dropout ? s * h : 0;     // the dropout mask
   const double kept = m.StashBytes(dt, gi, gi);  // fc1's input is the norm's output, read by fc1 alone
   l->stash_bytes += kept + mask;
@@ -409,6 +442,7 @@ void MoeCosts(const Transformer& t, const Moe& m, double dt, double gi, Layer* l
   l->tp_replicated_params += m.e * h;
   l->tp_replicated_fwd_flops += router;
   AddGemm(router, l);
+  l->gemms.push_back({s, m.e, h, GemmSplit::kReplicated, false, 1, true});
   double stash = 4 * s * m.e;                                   // fp32 routing scores
   double mem_fwd = 4 * 2 * s * m.e, mem_bwd = 4 * 3 * s * m.e;  // softmax | sigmoid and top-k over them
   MlpPart shared;
@@ -416,6 +450,7 @@ void MoeCosts(const Transformer& t, const Moe& m, double dt, double gi, Layer* l
     shared = Mlp(t.act, t.bias, h, m.fs, s);
     l->params += shared.params;
     AddGemm(shared.gemm, l);
+    AddMlpGemms(t.act, h, m.fs, s, 0, l);
     stash += shared.StashBytes(dt, gi, dt);  // holds the MLP input the router's weight gradient reads too
     mem_fwd += dt * shared.act_fwd;
     mem_bwd += dt * shared.act_bwd;
@@ -428,6 +463,7 @@ void MoeCosts(const Transformer& t, const Moe& m, double dt, double gi, Layer* l
   l->params += m.e * ex.params;
   l->expert_params = m.e * ex.params;
   l->fwd_flops += ex.gemm;
+  AddMlpGemms(t.act, h, m.fe, routed, m.e, l);
   l->bwd_input_flops += ex.gemm;
   l->bwd_weight_flops += ex.gemm;
   l->model_flops += 3 * active.gemm;
@@ -741,6 +777,7 @@ Status InferLayer(LayerKind kind, const LayerAttrs& attrs, const std::vector<int
       l.out_shape.back() = fout;
       l.params = static_cast<double>(fin) * fout + (attrs.Bool("bias", true) ? fout : 0);
       l.fwd_flops = 2 * tokens * fin * fout;
+      l.gemms.push_back({tokens, static_cast<double>(fout), static_cast<double>(fin)});
       l.bwd_input_flops = l.fwd_flops;
       l.bwd_weight_flops = l.fwd_flops;
       l.stash_bytes = l.stash_bytes_selective = dt * n_in;
@@ -891,6 +928,7 @@ Status InferLayer(LayerKind kind, const LayerAttrs& attrs, const std::vector<int
       l.params = static_cast<double>(v) * h;
       l.params_tied = attrs.Bool("tied", true);
       l.fwd_flops = 2 * s * h * v;
+      l.gemms.push_back({s, static_cast<double>(v), h, GemmSplit::kColumn, false, 1, true});
       l.bwd_input_flops = 2 * s * h * v;
       l.bwd_weight_flops = 2 * s * h * v;
       l.stash_bytes = l.stash_bytes_selective = dt * s * h;

@@ -73,6 +73,9 @@ struct Plan : ParallelLayout {
   std::string model_name, model_path, model_digest;
   std::string cluster_name, cluster_path, cluster_digest;
   std::string profile_path, profile_digest;
+  // Kernel-level analytic costs (docs/cost_model.md section 2, "Engines"): the engine the prediction is
+  // for and the kernel table it used; kernels empty: the cluster's flat efficiency.
+  std::string engine, kernels;
   CostSourceKind cost_source = CostSourceKind::kAnalytic;
   std::optional<DType>
       dtype;  // the precision solved with (`solve --precision` may differ from the model file's); none: not stated

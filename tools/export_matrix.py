@@ -22,7 +22,7 @@ FEATURES = [
     # (feature, model, cluster, gpus, solve flags[, (regex, replacement) applied to the plan file])
     ("TP 8 + SP, DP 2, distributed optimizer (ZeRO-1)", *L8, 16, "--tp 8 --pp 1 --cp 1 --sp on --zero 1"),
     ("TP 8 without SP, ZeRO-0", *L8, 16, "--tp 8 --pp 1 --cp 1 --sp off --zero 0"),
-    ("ZeRO-2, no pipelining", *L8, 16, "--tp 8 --pp 1 --cp 1 --sp on --zero 2"),
+    ("ZeRO-2, no pipelining", *L8, 16, "--tp 8 --pp 1 --cp 1 --sp on --zero 2 --engine deepspeed"),
     ("ZeRO-3 / FSDP, no pipelining", *L8, 16, "--tp 8 --pp 1 --cp 1 --sp on --zero 3"),
     ("context parallelism (CP 2)", *L8, 16, "--tp 4 --pp 1 --cp 2 --sp on --zero 1"),
     ("PP 2, 1F1B, ZeRO-1", *L8, 32, "--tp 8 --pp 2 --cp 1 --sp on --zero 1 --schedule 1f1b"),

@@ -316,7 +316,7 @@ expect "vertical sync plan" 0 "schedule pipedream" -- $PLANNER solve --gpus 2 --
 check "plan.yaml vertical_sync" grep -qx "vertical_sync: true" vs.plan.yaml
 check "launch.yaml vertical_sync" bash -c "$PLANNER -q codegen vs.plan.yaml -o vs --iterations 1 && grep -qx 'vertical_sync: true' vs/launch.yaml"
 sed 's/^schedule: "pipedream"/schedule: "1f1b"/' vs.plan.yaml > vs1.plan.yaml
-expect "vertical sync in a 1f1b plan" 2 "planner: error: vs1.plan.yaml:39: field 'vertical_sync': vertical sync is for the asynchronous pipedream schedule, not 1f1b; remove it or set schedule: pipedream" -- $PLANNER codegen vs1.plan.yaml -o vs1
+expect "vertical sync in a 1f1b plan" 2 "planner: error: vs1.plan.yaml:40: field 'vertical_sync': vertical sync is for the asynchronous pipedream schedule, not 1f1b; remove it or set schedule: pipedream" -- $PLANNER codegen vs1.plan.yaml -o vs1
 # solve --seq / --precision reach the launch directory: megatron.args and the model.yaml `planner run` reads
 # carry the plan's sequence and precision (the model file keeps its own); the run trains at seq 32.
 $PLANNER -q solve --gpus 1 --model $M/tiny-gpt.yaml --cluster $C/local-cpu.yaml --seq 32 --precision fp32 -o ov.plan.yaml >/dev/null

@@ -1,0 +1,137 @@
+#include "spec/engine_spec.h"
+
+#include <fmt/format.h>
+#include <fmt/ranges.h>
+
+#include "spec/embedded_tables.h"
+#include "spec/yaml_reader.h"
+
+namespace planner {
+
+namespace {
+
+struct Builtin {
+  const char* name;
+  std::string_view text;
+};
+const Builtin kBuiltinEngines[] = {{"megatron-core", spec_tables::kMegatronCore},
+                                   {"torchtitan", spec_tables::kTorchtitan},
+                                   {"torchtitan-compile", spec_tables::kTorchtitanCompile},
+                                   {"deepspeed", spec_tables::kDeepspeed}};
+
+Status Fraction(const YamlReader& r, const YAML::Node& map, const std::string& key, const std::string& field,
+                double* out, double max_value) {
+  PLANNER_RETURN_IF_ERROR(r.GetDouble(map, key, field, out, false, 0.0, false));
+  if (*out > max_value)
+    return r.FieldError(map[key], field, fmt::format("must be at most {}, got {}", max_value, *out));
+  return Status::OK();
+}
+
+Status ParseUnguarded(const std::string& path, const std::string& text, EngineSpec* out) {
+  YAML::Node root;
+  PLANNER_RETURN_IF_ERROR(ParseYamlText(path, text, &root));
+  YamlReader r(path);
+  PLANNER_RETURN_IF_ERROR(
+      r.CheckKeys(root, "",
+                  {"format_version", "name", "attention", "attention_fallback", "fp8_recipe", "sustained",
+                   "elementwise_traffic", "fp8_cast_fused", "overlap", "memory", "zero", "zero_reason", "schedules"}));
+  EngineSpec e;
+  e.path = path;
+  int64_t version = 1;
+  PLANNER_RETURN_IF_ERROR(r.GetInt(root, "format_version", "format_version", &version, false, 1));
+  if (version != 1)
+    return r.FieldError(root["format_version"], "format_version",
+                        fmt::format("version {} is not supported; this planner reads version 1", version));
+  PLANNER_RETURN_IF_ERROR(r.GetString(root, "name", "name", &e.name, true));
+  PLANNER_RETURN_IF_ERROR(r.GetEnum(root, "attention", "attention", {"fa2", "fa3", "cudnn"}, &e.attention, true));
+  if (root["attention_fallback"].IsDefined()) {
+    PLANNER_RETURN_IF_ERROR(r.RequireSequence(root["attention_fallback"], "attention_fallback"));
+    for (const auto& k : root["attention_fallback"]) {
+      const std::string name = k.as<std::string>();
+      if (name != "fa2" && name != "fa3" && name != "cudnn")
+        return r.FieldError(k, "attention_fallback", fmt::format("unknown kernel '{}'; use fa2, fa3 or cudnn", name));
+      e.attention_fallback.push_back(name);
+    }
+  }
+  PLANNER_RETURN_IF_ERROR(r.GetEnum(root, "fp8_recipe", "fp8_recipe",
+                                    {"delayed", "current", "tensorwise", "rowwise", "blockwise"}, &e.fp8_recipe,
+                                    false));
+  const YAML::Node& s = root["sustained"];
+  if (s.IsDefined()) {
+    PLANNER_RETURN_IF_ERROR(r.CheckKeys(s, "sustained", {"gemm", "attention", "memory"}));
+    PLANNER_RETURN_IF_ERROR(Fraction(r, s, "gemm", "sustained.gemm", &e.sustained_gemm, 1));
+    PLANNER_RETURN_IF_ERROR(Fraction(r, s, "attention", "sustained.attention", &e.sustained_attention, 1));
+    PLANNER_RETURN_IF_ERROR(Fraction(r, s, "memory", "sustained.memory", &e.sustained_memory, 1));
+    if (!(e.sustained_gemm > 0 && e.sustained_attention > 0 && e.sustained_memory > 0))
+      return r.FieldError(s, "sustained", "every share must be above 0");
+  }
+  PLANNER_RETURN_IF_ERROR(
+      r.GetDouble(root, "elementwise_traffic", "elementwise_traffic", &e.elementwise_traffic, false, 0.0, true));
+  if (e.elementwise_traffic > 100)
+    return r.FieldError(root["elementwise_traffic"], "elementwise_traffic", "must be at most 100");
+  PLANNER_RETURN_IF_ERROR(Fraction(r, root, "fp8_cast_fused", "fp8_cast_fused", &e.fp8_cast_fused, 1));
+  const YAML::Node& o = root["overlap"];
+  if (o.IsDefined()) {
+    PLANNER_RETURN_IF_ERROR(
+        r.CheckKeys(o, "overlap", {"grad_reduce", "param_gather", "tp_comm_overlap_hidden", "compute_slowdown"}));
+    PLANNER_RETURN_IF_ERROR(r.GetBool(o, "grad_reduce", "overlap.grad_reduce", &e.grad_reduce_overlap, false));
+    PLANNER_RETURN_IF_ERROR(r.GetBool(o, "param_gather", "overlap.param_gather", &e.param_gather_overlap, false));
+    PLANNER_RETURN_IF_ERROR(
+        Fraction(r, o, "tp_comm_overlap_hidden", "overlap.tp_comm_overlap_hidden", &e.tp_comm_overlap_hidden, 1));
+    PLANNER_RETURN_IF_ERROR(Fraction(r, o, "compute_slowdown", "overlap.compute_slowdown", &e.compute_slowdown, 1));
+  }
+  PLANNER_RETURN_IF_ERROR(r.GetIntList(root, "zero", "zero", &e.zero, false, 0));
+  for (int64_t z : e.zero) {
+    if (z > 3) return r.FieldError(root["zero"], "zero", fmt::format("ZeRO stages are 0 to 3, got {}", z));
+  }
+  PLANNER_RETURN_IF_ERROR(r.GetString(root, "zero_reason", "zero_reason", &e.zero_reason, false));
+  if (root["schedules"].IsDefined()) {
+    PLANNER_RETURN_IF_ERROR(r.RequireSequence(root["schedules"], "schedules"));
+    for (const auto& n : root["schedules"]) {
+      const std::string name = n.as<std::string>();
+      if (name != "gpipe" && name != "1f1b" && name != "interleaved" && name != "zb-h1" && name != "dualpipev" &&
+          name != "pipedream")
+        return r.FieldError(n, "schedules",
+                            fmt::format("unknown schedule '{}'; use gpipe, 1f1b, interleaved, zb-h1, dualpipev or "
+                                        "pipedream",
+                                        name));
+      e.schedules.push_back(name);
+    }
+  }
+  const YAML::Node& m = root["memory"];
+  if (m.IsDefined()) {
+    PLANNER_RETURN_IF_ERROR(r.CheckKeys(m, "memory", {"fp8_weight_bytes"}));
+    PLANNER_RETURN_IF_ERROR(Fraction(r, m, "fp8_weight_bytes", "memory.fp8_weight_bytes", &e.fp8_weight_bytes, 4));
+  }
+  *out = std::move(e);
+  return Status::OK();
+}
+
+}  // namespace
+
+std::vector<std::string> BuiltinEngines() {
+  std::vector<std::string> out;
+  for (const auto& b : kBuiltinEngines) out.emplace_back(b.name);
+  return out;
+}
+
+const char* DefaultEngineName() { return "megatron-core"; }
+
+Status ParseEngineSpec(const std::string& path, const std::string& text, EngineSpec* out) {
+  return CatchYamlErrors(path, [&] { return ParseUnguarded(path, text, out); });
+}
+
+Status LoadEngineSpec(const std::string& name_or_path, EngineSpec* out) {
+  for (const auto& b : kBuiltinEngines) {
+    if (name_or_path == b.name) return ParseEngineSpec(std::string("builtin:") + b.name, std::string(b.text), out);
+  }
+  if (name_or_path.find('/') == std::string::npos && name_or_path.find(".yaml") == std::string::npos) {
+    return Status::InvalidArgument(fmt::format("--engine: unknown engine '{}'; use one of {}, all, or an engine file",
+                                               name_or_path, fmt::join(BuiltinEngines(), ", ")));
+  }
+  std::string text;
+  PLANNER_RETURN_IF_ERROR(ReadTextFile(name_or_path, &text));
+  return ParseEngineSpec(name_or_path, text, out);
+}
+
+}  // namespace planner

@@ -1,0 +1,42 @@
+// EngineSpec: how one training engine runs a plan (configs/engines/*.yaml, embedded in the binary;
+// docs/formats.md "Engine files"; docs/cost_model.md section 2, "Engines"): the attention kernel it
+// calls, its FP8 recipe, the share of the kernel tables' rates it sustains per operation class, the
+// elementwise traffic of its unfused kernels, what its overlaps hide and what they cost, its memory
+// behaviour. Plain value type.
+#pragma once
+
+#include <string>
+#include <vector>
+
+#include "common/status.h"
+
+namespace planner {
+
+struct EngineSpec {
+  std::string name;                             // "megatron-core"
+  std::string path;                             // "builtin:megatron-core" or the file read
+  std::string attention = "cudnn";              // the flash-attention kernel it calls (a kernel table's name)
+  std::vector<std::string> attention_fallback;  // tried in order when the table lacks `attention`
+  std::string fp8_recipe = "delayed";
+  double sustained_gemm = 1, sustained_attention = 1, sustained_memory = 1;
+  double elementwise_traffic = 1;  // memory-bound bytes relative to the fused kernels the layer model counts
+  double fp8_cast_fused = 0.5;     // share of FP8 input casts fused into the producing kernel
+  bool grad_reduce_overlap = true, param_gather_overlap = true;
+  double tp_comm_overlap_hidden = 0;   // share of TP collectives hidden when TP communication overlap is on
+  double compute_slowdown = 0;         // compute seconds lost per second of communication hidden behind it
+  double fp8_weight_bytes = 0;         // bytes per parameter of cached FP8 weight copies
+  std::vector<int64_t> zero;           // ZeRO stages it runs (empty: any)
+  std::string zero_reason;             // why the others are not (the error's words)
+  std::vector<std::string> schedules;  // pipeline schedules it runs (empty: any)
+};
+
+// The built-in engines' names (configs/engines/*.yaml), in the order `--engine all` prints them.
+std::vector<std::string> BuiltinEngines();
+// The default engine's name: "megatron-core".
+const char* DefaultEngineName();
+// Reads an engine: a built-in name, or a path to a file in the same format. NotFound for an unknown
+// name that is no file (naming the built-ins); InvalidArgument naming the file, line, field and the fix.
+Status LoadEngineSpec(const std::string& name_or_path, EngineSpec* out);
+Status ParseEngineSpec(const std::string& path, const std::string& text, EngineSpec* out);
+
+}  // namespace planner

@@ -1,0 +1,245 @@
+#include "spec/kernel_table.h"
+
+#include <algorithm>
+#include <cmath>
+
+#include <fmt/format.h>
+
+#include "spec/embedded_tables.h"
+#include "spec/yaml_reader.h"
+
+namespace planner {
+
+namespace {
+
+struct Builtin {
+  const char* name;
+  std::string_view text;
+};
+const Builtin kBuiltinKernels[] = {{"a100", spec_tables::kA100}, {"h100", spec_tables::kH100}};
+
+// Linear interpolation of y over x at `at` in log space of x, clamped at the ends.
+double LogInterp(const std::vector<double>& x, const std::vector<double>& y, double at) {
+  if (x.empty() || y.size() != x.size()) return 0;
+  if (at <= x.front()) return y.front();
+  if (at >= x.back()) return y.back();
+  for (size_t i = 1; i < x.size(); ++i) {
+    if (at <= x[i]) {
+      const double f = std::log(at / x[i - 1]) / std::log(x[i] / x[i - 1]);
+      return y[i - 1] + f * (y[i] - y[i - 1]);
+    }
+  }
+  return y.back();
+}
+
+Status ParseGemm(const YamlReader& r, const YAML::Node& g, KernelTable* t) {
+  PLANNER_RETURN_IF_ERROR(r.CheckKeys(g, "gemm", {"tiles", "bf16", "fp16", "fp8", "fp32", "tf32"}));
+  const YAML::Node& tiles = g["tiles"];
+  PLANNER_RETURN_IF_ERROR(r.RequireSequence(tiles, "gemm.tiles"));
+  for (const auto& tile : tiles) {
+    if (!tile.IsSequence() || tile.size() != 2)
+      return r.FieldError(tile, "gemm.tiles", "each tile is [rows, columns], e.g. [128, 256]");
+    int64_t tm = 0, tn = 0;
+    PLANNER_RETURN_IF_ERROR(r.AsInt(tile[0], "gemm.tiles", &tm, 1));
+    PLANNER_RETURN_IF_ERROR(r.AsInt(tile[1], "gemm.tiles", &tn, 1));
+    t->tiles.emplace_back(tm, tn);
+  }
+  if (t->tiles.empty()) return r.FieldError(tiles, "gemm.tiles", "needs at least one tile, e.g. [[128, 256]]");
+  for (const char* prec : {"bf16", "fp16", "fp8", "fp32", "tf32"}) {
+    const YAML::Node& p = g[prec];
+    if (!p.IsDefined()) continue;
+    const std::string field = fmt::format("gemm.{}", prec);
+    PLANNER_RETURN_IF_ERROR(r.CheckKeys(p, field, {"ceiling", "k_half"}));
+    GemmEfficiency e;
+    PLANNER_RETURN_IF_ERROR(r.GetDouble(p, "ceiling", field + ".ceiling", &e.ceiling, true, 0.0, true));
+    if (e.ceiling > 1)
+      return r.FieldError(p["ceiling"], field + ".ceiling", "is a fraction of peak; must be at most 1");
+    PLANNER_RETURN_IF_ERROR(r.GetDouble(p, "k_half", field + ".k_half", &e.k_half, true, 0.0, false));
+    t->gemm[prec] = e;
+  }
+  return Status::OK();
+}
+
+Status ParseRecipes(const YamlReader& r, const YAML::Node& n, KernelTable* t) {
+  if (!n.IsDefined()) return Status::OK();
+  PLANNER_RETURN_IF_ERROR(r.RequireMap(n, "fp8_recipes"));
+  for (const auto& kv : n) {
+    const std::string name = kv.first.as<std::string>(), field = "fp8_recipes." + name;
+    PLANNER_RETURN_IF_ERROR(r.CheckKeys(kv.second, field, {"gemm", "amax_passes"}));
+    Fp8Recipe rec;
+    PLANNER_RETURN_IF_ERROR(r.GetDouble(kv.second, "gemm", field + ".gemm", &rec.gemm, true, 0.0, true));
+    int64_t passes = 0;
+    PLANNER_RETURN_IF_ERROR(r.GetInt(kv.second, "amax_passes", field + ".amax_passes", &passes, false, 0));
+    rec.amax_passes = static_cast<int>(std::min<int64_t>(passes, 4));
+    t->fp8_recipes[name] = rec;
+  }
+  return Status::OK();
+}
+
+Status ParseAttention(const YamlReader& r, const YAML::Node& a, KernelTable* t) {
+  PLANNER_RETURN_IF_ERROR(r.CheckKeys(a, "attention", {"seq", "curves"}));
+  const YAML::Node& seq = a["seq"];
+  PLANNER_RETURN_IF_ERROR(r.RequireSequence(seq, "attention.seq"));
+  for (const auto& s : seq) {
+    double v = 0;
+    PLANNER_RETURN_IF_ERROR(r.AsDouble(s, "attention.seq", &v, 0.0, true));
+    if (!t->attention_seq.empty() && v <= t->attention_seq.back())
+      return r.FieldError(s, "attention.seq", "must increase, e.g. [512, 1024, 2048]");
+    t->attention_seq.push_back(v);
+  }
+  const YAML::Node& curves = a["curves"];
+  PLANNER_RETURN_IF_ERROR(r.RequireSequence(curves, "attention.curves"));
+  for (const auto& c : curves) {
+    PLANNER_RETURN_IF_ERROR(r.CheckKeys(c, "attention.curves[]", {"kernel", "pass", "causal", "head_dim", "tflops"}));
+    AttentionCurve curve;
+    PLANNER_RETURN_IF_ERROR(
+        r.GetEnum(c, "kernel", "attention.curves[].kernel", {"fa2", "fa3", "cudnn"}, &curve.kernel, true));
+    PLANNER_RETURN_IF_ERROR(r.GetEnum(c, "pass", "attention.curves[].pass", {"fwd", "bwd", "both"}, &curve.pass, true));
+    PLANNER_RETURN_IF_ERROR(r.GetBool(c, "causal", "attention.curves[].causal", &curve.causal, true));
+    PLANNER_RETURN_IF_ERROR(r.GetInt(c, "head_dim", "attention.curves[].head_dim", &curve.head_dim, true, 1));
+    const YAML::Node& tf = c["tflops"];
+    PLANNER_RETURN_IF_ERROR(r.RequireSequence(tf, "attention.curves[].tflops"));
+    for (const auto& v : tf) {
+      double x = 0;
+      PLANNER_RETURN_IF_ERROR(r.AsDouble(v, "attention.curves[].tflops", &x, 0.0, true));
+      curve.tflops.push_back(x);
+    }
+    if (curve.tflops.size() != t->attention_seq.size())
+      return r.FieldError(tf, "attention.curves[].tflops",
+                          fmt::format("has {} values; give one per attention.seq point ({})", curve.tflops.size(),
+                                      t->attention_seq.size()));
+    t->curves.push_back(curve);
+  }
+  return Status::OK();
+}
+
+Status ParseUnguarded(const std::string& path, const std::string& text, KernelTable* out) {
+  YAML::Node root;
+  PLANNER_RETURN_IF_ERROR(ParseYamlText(path, text, &root));
+  YamlReader r(path);
+  PLANNER_RETURN_IF_ERROR(r.CheckKeys(
+      root, "", {"format_version", "name", "gpus", "sms", "memory_efficiency", "gemm", "fp8_recipes", "attention"}));
+  KernelTable t;
+  t.path = path;
+  int64_t version = 1;
+  PLANNER_RETURN_IF_ERROR(r.GetInt(root, "format_version", "format_version", &version, false, 1));
+  if (version != 1)
+    return r.FieldError(root["format_version"], "format_version",
+                        fmt::format("version {} is not supported; this planner reads version 1", version));
+  PLANNER_RETURN_IF_ERROR(r.GetString(root, "name", "name", &t.name, true));
+  if (root["gpus"].IsDefined()) {
+    PLANNER_RETURN_IF_ERROR(r.RequireSequence(root["gpus"], "gpus"));
+    for (const auto& g : root["gpus"]) t.gpus.push_back(g.as<std::string>());
+  }
+  PLANNER_RETURN_IF_ERROR(r.GetInt(root, "sms", "sms", &t.sms, true, 1));
+  PLANNER_RETURN_IF_ERROR(
+      r.GetDouble(root, "memory_efficiency", "memory_efficiency", &t.memory_efficiency, true, 0.0, true));
+  if (t.memory_efficiency > 1)
+    return r.FieldError(root["memory_efficiency"], "memory_efficiency", "is a fraction of HBM bandwidth; at most 1");
+  if (!root["gemm"].IsDefined())
+    return r.FieldError(root, "gemm", "missing required field; add 'gemm:' with tiles and bf16");
+  PLANNER_RETURN_IF_ERROR(ParseGemm(r, root["gemm"], &t));
+  PLANNER_RETURN_IF_ERROR(ParseRecipes(r, root["fp8_recipes"], &t));
+  if (root["attention"].IsDefined()) PLANNER_RETURN_IF_ERROR(ParseAttention(r, root["attention"], &t));
+  *out = std::move(t);
+  return Status::OK();
+}
+
+}  // namespace
+
+const GemmEfficiency* KernelTable::Gemm(DType dtype) const {
+  auto it = gemm.find(DTypeName(dtype));
+  if (it == gemm.end() && dtype == DType::kBf16) it = gemm.find("fp16");
+  if (it == gemm.end() && dtype == DType::kFp16) it = gemm.find("bf16");
+  return it == gemm.end() ? nullptr : &it->second;
+}
+
+double KernelTable::GemmFraction(const GemmEfficiency& g, double m, double n, double k) const {
+  if (!(m > 0 && n > 0 && k > 0)) return g.ceiling;
+  double fill = 0;
+  const double sm = static_cast<double>(std::max<int64_t>(1, sms));
+  for (const auto& [tm, tn] : tiles) {
+    const double count = std::ceil(m / static_cast<double>(tm)) * std::ceil(n / static_cast<double>(tn));
+    fill = std::max(fill, count / (std::ceil(count / sm) * sm));
+  }
+  if (tiles.empty()) fill = 1;
+  return g.ceiling * k / (k + g.k_half) * fill;
+}
+
+bool KernelTable::HasKernel(const std::string& kernel) const {
+  return std::any_of(curves.begin(), curves.end(), [&](const AttentionCurve& c) { return c.kernel == kernel; });
+}
+
+double KernelTable::AttentionTflops(const std::string& kernel, const std::string& pass, bool causal, double head_dim,
+                                    double seq) const {
+  // (head_dim, tflops at seq) of the curves that match exactly.
+  auto points = [&](const std::string& p, bool c) {
+    std::vector<std::pair<double, double>> out;
+    for (const auto& curve : curves) {
+      if (curve.kernel != kernel || curve.causal != c || (curve.pass != p && curve.pass != "both")) continue;
+      out.emplace_back(static_cast<double>(curve.head_dim), LogInterp(attention_seq, curve.tflops, seq));
+    }
+    std::sort(out.begin(), out.end());
+    return out;
+  };
+  auto at_dim = [&](const std::vector<std::pair<double, double>>& pts) {
+    if (pts.empty()) return 0.0;
+    if (head_dim <= pts.front().first) return pts.front().second;
+    if (head_dim >= pts.back().first) return pts.back().second;
+    for (size_t i = 1; i < pts.size(); ++i) {
+      if (head_dim <= pts[i].first) {
+        const double f = std::log2(head_dim / pts[i - 1].first) / std::log2(pts[i].first / pts[i - 1].first);
+        return pts[i - 1].second + f * (pts[i].second - pts[i - 1].second);
+      }
+    }
+    return pts.back().second;
+  };
+  const double direct = at_dim(points(pass, causal));
+  if (direct > 0 || pass != "bwd" || !causal) return direct;
+  const double nc_bwd = at_dim(points("bwd", false)), c_fwd = at_dim(points("fwd", true)),
+               nc_fwd = at_dim(points("fwd", false));
+  return nc_fwd > 0 ? nc_bwd * c_fwd / nc_fwd : 0;
+}
+
+std::vector<std::string> BuiltinKernelTables() {
+  std::vector<std::string> out;
+  for (const auto& b : kBuiltinKernels) out.emplace_back(b.name);
+  return out;
+}
+
+Status ParseKernelTable(const std::string& path, const std::string& text, KernelTable* out) {
+  return CatchYamlErrors(path, [&] { return ParseUnguarded(path, text, out); });
+}
+
+Status LoadKernelTable(const std::string& name_or_path, KernelTable* out) {
+  for (const auto& b : kBuiltinKernels) {
+    if (name_or_path == b.name) return ParseKernelTable(std::string("builtin:") + b.name, std::string(b.text), out);
+  }
+  std::string text;
+  Status st = ReadTextFile(name_or_path, &text);
+  if (st.code() == StatusCode::kNotFound && name_or_path.find('/') == std::string::npos &&
+      name_or_path.find(".yaml") == std::string::npos) {
+    return Status::NotFound(
+        fmt::format("kernel table '{}' is neither a built-in table ({}) nor a file; name one of "
+                    "them or a kernel table file",
+                    name_or_path, fmt::join(BuiltinKernelTables(), ", ")));
+  }
+  PLANNER_RETURN_IF_ERROR(st);
+  return ParseKernelTable(name_or_path, text, out);
+}
+
+bool BuiltinKernelTableFor(const std::string& gpu_name, KernelTable* out) {
+  for (const auto& b : kBuiltinKernels) {
+    KernelTable t;
+    if (!ParseKernelTable(std::string("builtin:") + b.name, std::string(b.text), &t).ok()) continue;
+    for (const auto& g : t.gpus) {
+      if (gpu_name.find(g) != std::string::npos) {
+        *out = std::move(t);
+        return true;
+      }
+    }
+  }
+  return false;
+}
+
+}  // namespace planner

@@ -1,0 +1,156 @@
+// Kernel-level costs (docs/cost_model.md section 2, "Kernel-level compute" and "Engines"): the kernel
+// tables' lookups against the published figures they hold, the engines' files, and what the cost
+// model does with them: closed forms where there are some, orderings where the physics gives one.
+#include <cmath>
+#include <string>
+
+#include "dp_solver/cost_model.h"
+#include "dp_solver/evaluate.h"
+#include "spec/engine_spec.h"
+#include "spec/kernel_table.h"
+#include "tests/test_util.h"
+
+namespace planner {
+namespace {
+
+KernelTable Table(const char* name) {
+  KernelTable t;
+  REQUIRE_OK(LoadKernelTable(name, &t));
+  return t;
+}
+
+EngineSpec Engine(const char* name) {
+  EngineSpec e;
+  REQUIRE_OK(LoadEngineSpec(name, &e));
+  return e;
+}
+
+TEST_CASE("attention lookups return the published points and interpolate between them") {
+  const KernelTable h = Table("h100");
+  // FlashAttention-3 paper, BF16 forward, causal, head dim 128 (configs/kernels/h100.yaml).
+  CHECK(h.AttentionTflops("fa3", "fwd", true, 128, 4096) == doctest::Approx(579));
+  CHECK(h.AttentionTflops("fa3", "fwd", true, 128, 16384) == doctest::Approx(616));
+  CHECK(h.AttentionTflops("fa3", "fwd", true, 128, 1 << 20) == doctest::Approx(616));  // clamped past the table
+  CHECK(h.AttentionTflops("fa3", "fwd", true, 128, 256) == doctest::Approx(292));      // clamped before it
+  // log-linear in seq: halfway in log between 2k and 4k
+  CHECK(h.AttentionTflops("cudnn", "fwd", true, 128, std::sqrt(2048.0 * 4096.0)) == doctest::Approx((484 + 518) / 2.0));
+  // linear in log2(head_dim): 64 -> 128 at 2^6.5
+  CHECK(h.AttentionTflops("fa2", "fwd", false, std::pow(2.0, 6.5), 8192) == doctest::Approx((322 + 370) / 2.0));
+  // an unpublished causal backward: non-causal backward x causal forward / non-causal forward
+  CHECK(h.AttentionTflops("fa3", "bwd", true, 128, 16384) == doctest::Approx(561.0 * 616 / 648));
+  CHECK(h.AttentionTflops("fa3", "bwd", false, 128, 16384) == doctest::Approx(561));
+  CHECK(h.AttentionTflops("triton", "fwd", true, 128, 4096) == 0);
+  // A100 publishes forward + backward only: the curve serves both passes.
+  const KernelTable a = Table("a100");
+  CHECK(a.AttentionTflops("fa2", "fwd", true, 128, 8192) == doctest::Approx(182));
+  CHECK(a.AttentionTflops("fa2", "bwd", true, 128, 8192) == doctest::Approx(182));
+  CHECK_FALSE(a.HasKernel("cudnn"));
+}
+
+TEST_CASE("the GEMM model reproduces DeepGEMM's published efficiencies it was not fitted to") {
+  const KernelTable h = Table("h100");
+  const GemmEfficiency& fp8 = *h.Gemm(DType::kFp8);
+  // 4096 x 7168 x 16384: 896 tiles in 7 waves of 132 (fill 0.9697), K factor 16384 / 16896.
+  CHECK(h.GemmFraction(fp8, 4096, 7168, 16384) == doctest::Approx(0.77 * 16384 / 16896 * 896 / 924.0));
+  // DeepGEMM README (H800, 1979 peak): 4096x24576x1536 1125 TFLOP/s, 4096x7168x2048 1168, 4096x4096x7168 1265.
+  CHECK(h.GemmFraction(fp8, 4096, 24576, 1536) == doctest::Approx(1125 / 1979.0).epsilon(0.05));
+  CHECK(h.GemmFraction(fp8, 4096, 7168, 2048) == doctest::Approx(1168 / 1979.0).epsilon(0.05));
+  CHECK(h.GemmFraction(fp8, 4096, 4096, 7168) == doctest::Approx(1265 / 1979.0).epsilon(0.08));
+  // Smaller K and fewer tiles never speed a GEMM up.
+  const GemmEfficiency& bf16 = *h.Gemm(DType::kBf16);
+  CHECK(h.GemmFraction(bf16, 8192, 8192, 512) < h.GemmFraction(bf16, 8192, 8192, 8192));
+  CHECK(h.GemmFraction(bf16, 128, 256, 8192) < h.GemmFraction(bf16, 8192, 8192, 8192));
+  CHECK(h.Gemm(DType::kFp32) == nullptr);
+  CHECK(h.Gemm(DType::kFp16) != nullptr);
+}
+
+TEST_CASE("built-in engines parse and say what they run") {
+  CHECK(BuiltinEngines() == std::vector<std::string>{"megatron-core", "torchtitan", "torchtitan-compile", "deepspeed"});
+  CHECK(std::string(DefaultEngineName()) == "megatron-core");
+  const EngineSpec m = Engine("megatron-core"), t = Engine("torchtitan"), c = Engine("torchtitan-compile");
+  CHECK(m.attention == "cudnn");
+  CHECK(t.attention == "fa2");
+  CHECK(t.elementwise_traffic > c.elementwise_traffic);
+  CHECK(m.zero == std::vector<int64_t>{0, 1, 3});
+  CHECK(AttentionKernel(Table("h100"), m) == "cudnn");
+  CHECK(AttentionKernel(Table("a100"), m) == "fa2");  // no cuDNN or FA-3 curves on A100: the fallback
+  EngineSpec bad;
+  CHECK(LoadEngineSpec("nope", &bad).code() == StatusCode::kInvalidArgument);
+}
+
+TEST_CASE("compute slowdown: the hidden part of a bucketed collective costs its share") {
+  CHECK(ExposedBucketed(1.0, 0.1, 0.5, true, 0.2) == doctest::Approx(0.1 + 0.4 + 0.2 * 0.5));
+  CHECK(ExposedBucketed(1.0, 0.1, 5.0, true, 0.2) == doctest::Approx(0.1 + 0.2 * 0.9));
+  CHECK(ExposedBucketed(1.0, 0.1, 5.0, false, 0.2) == doctest::Approx(1.0));
+}
+
+struct KernelFixture {
+  ModelSpec model;
+  ClusterSpec cluster;
+  KernelTable kernels = Table("h100");
+  EngineSpec engine = Engine("megatron-core");
+  explicit KernelFixture(int64_t seq = 8192, DType dtype = DType::kBf16) {
+    REQUIRE_OK(LoadModelSpec(testing::SourcePath("configs/models/llama3-8b.yaml"), &model));
+    model.gpt.seq = seq;
+    REQUIRE_OK(BuildGptModel(model.gpt, dtype, &model));
+    REQUIRE_OK(LoadClusterSpec(testing::SourcePath("configs/clusters/dgx-h100.yaml"), &cluster));
+  }
+  double BlockSeconds(const EngineSpec& e, int64_t tp = 1, int64_t cp = 1) const {
+    CostSource s;
+    s.model = &model;
+    s.cluster = &cluster;
+    s.kernels = &kernels;
+    s.engine = &e;
+    CostTable t;
+    REQUIRE_OK(BuildCostTable(s, TableShape{1, tp, cp, tp > 1}, CostOptions{}, &t));
+    for (size_t i = 0; i < model.layers.size(); ++i) {
+      if (model.layers[i].kind == LayerKind::kTransformerBlock) {
+        const LayerCostRow& r = t.rows[i];
+        return r.forward_s + r.backward_input_s + r.backward_weight_s - r.tp_comm_s - r.cp_comm_s;
+      }
+    }
+    FAIL("no transformer block");
+    return 0;
+  }
+};
+
+TEST_CASE("kernel-level block times: engines, precisions and sequence lengths order as the kernels do") {
+  const KernelFixture f;
+  const double megatron = f.BlockSeconds(f.engine), titan = f.BlockSeconds(Engine("torchtitan")),
+               compiled = f.BlockSeconds(Engine("torchtitan-compile"));
+  CHECK(titan > compiled);     // eager elementwise traffic
+  CHECK(compiled > megatron);  // FlashAttention-2 against cuDNN's fused attention on Hopper
+  // The block is slower than its GEMMs alone at the large-shape rate, and not by more than 2x at 8k.
+  const Layer* block = nullptr;
+  for (const auto& l : f.model.layers) {
+    if (l.kind == LayerKind::kTransformerBlock) block = &l;
+  }
+  REQUIRE(block != nullptr);
+  const double peak = 989.4e12 * f.engine.sustained_gemm * 0.84;
+  const double gemm_only = (block->fwd_flops + block->bwd_flops() - 3.5 * block->attention_core_fwd_flops) / peak;
+  CHECK(megatron > gemm_only);
+  CHECK(megatron < 2 * gemm_only);
+  // FP8: faster than bf16, far from the 2x of the peaks (bf16 attention, casts).
+  const KernelFixture f8(8192, DType::kFp8);
+  const double fp8 = f8.BlockSeconds(f8.engine);
+  CHECK(fp8 < megatron);
+  CHECK(fp8 > 0.55 * megatron);
+  // Attention's share grows with the sequence: per token, 32k costs more than 4k.
+  const KernelFixture s4(4096), s32(32768);
+  CHECK(s32.BlockSeconds(s32.engine) / 32768 > 1.3 * s4.BlockSeconds(s4.engine) / 4096);
+}
+
+TEST_CASE("ring attention's steps: full off-diagonal blocks at long chunks, short chunks' low rates") {
+  // 64k over cp 4: the diagonal step is causal at 16k, the other three non-causal at 8k (full blocks, a
+  // higher rate than the causal kernel's): a little faster than a quarter of the whole sequence's time.
+  const KernelFixture f(65536);
+  const double one = f.BlockSeconds(f.engine, 1, 1), four = f.BlockSeconds(f.engine, 1, 4);
+  CHECK(four < one / 4);
+  CHECK(four > 0.85 * one / 4);
+  // 8k over cp 8: 1k causal and 512-token non-causal steps, far below the 8k rate: slower than an eighth.
+  const KernelFixture g(8192);
+  CHECK(g.BlockSeconds(g.engine, 1, 8) > g.BlockSeconds(g.engine, 1, 1) / 8);
+}
+
+}  // namespace
+}  // namespace planner
