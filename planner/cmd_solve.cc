@@ -140,6 +140,49 @@ Status ApplyEngine(const SolveArgs& a, const CostSource& src, SearchOptions* o) 
   return Status::OK();
 }
 
+// --engine all: the chosen layout costed again on every engine, forced (sizes, microbatch, schedule,
+// recompute, ZeRO), one note per engine: its iteration time, tokens/s/GPU, MFU and peak memory, or
+// why it cannot run the layout.
+void CompareEngines(const SolveArgs& a, const SolveInputs& in, const CostSource& src, const SearchOptions& o,
+                    Plan* plan) {
+  if (in.engines.size() < 2 || src.profile != nullptr || plan->schedule == Schedule::kPipeDream) return;
+  plan->notes.push_back(fmt::format("the chosen layout on every engine ({}):",
+                                    KernelLevel(src) ? "kernel-level costs, docs/cost_model.md \"Engines\""
+                                                     : "no kernel table: the engines differ only in what they run"));
+  for (const EngineSpec& e : in.engines) {
+    CostSource s = src;
+    s.engine = &e;
+    SearchOptions f = o;
+    f.tp = {plan->tp};
+    f.pp = {plan->pp};
+    f.cp = {plan->cp};
+    f.ep = {plan->ep};
+    f.etp = {plan->etp};
+    f.microbatch = {plan->microbatch_size};
+    f.schedules = {plan->schedule};
+    f.interleave =
+        plan->schedule == Schedule::kInterleaved ? std::vector<int64_t>{plan->interleave} : std::vector<int64_t>{};
+    f.recompute = {plan->recompute};
+    f.recompute_block = plan->recompute_num_layers > 0 ? 1 : 0;
+    f.recompute_modules = plan->recompute == Recompute::kSelective ? plan->recompute_modules : 0;
+    f.sequence_parallel = {plan->sequence_parallel ? 1 : 0};
+    f.zero = {static_cast<int64_t>(plan->zero_stage)};
+    f.top_k = 1;
+    Plan p;
+    SearchStats stats;
+    Status st = ApplyEngine(a, s, &f);
+    if (st.ok()) st = SolveAuto(s, f, &p, &stats);
+    if (!st.ok()) {
+      plan->notes.push_back(fmt::format("  engine {:<18} cannot run it: {}", e.name, st.message()));
+      continue;
+    }
+    plan->notes.push_back(
+        fmt::format("  engine {:<18} iteration {:.3f} s | tokens/s/GPU {:.1f} | MFU {:.1f}% | peak memory {:.2f} GiB",
+                    e.name, p.predicted.iteration_s, p.predicted.tokens_per_second_per_gpu, 100 * p.predicted.mfu,
+                    p.predicted.peak_memory_bytes / (1024.0 * 1024 * 1024)));
+  }
+}
+
 // One size: the search (or PipeDream's optimizer), then the plan's provenance and figures.
 Status SolveSize(const SolveArgs& a, const SolveInputs& in, Plan* plan) {
   if (a.mode == PlanMode::kPipeDream) {
@@ -156,6 +199,7 @@ Status SolveSize(const SolveArgs& a, const SolveInputs& in, Plan* plan) {
     PLANNER_RETURN_IF_ERROR(ApplyEngine(a, src, &o));
     SearchStats stats;
     PLANNER_RETURN_IF_ERROR(SolveAuto(src, o, plan, &stats));
+    CompareEngines(a, in, src, o, plan);
     plan->notes.push_back(fmt::format("searched {} candidates, simulated {}", stats.considered, stats.simulated));
     const bool gpt = src.model != nullptr && src.model->is_gpt;
     if (!gpt && a.schedules.empty() && CostSourceLayers(src) > kMaxReplicatedLayers) {

@@ -53,6 +53,15 @@ expect "deepseek modules on an MLA MoE model" 0 "recompute selective:core_attn+l
 expect "fp8 layernorm recompute" 0 "recompute selective:core_attn+layernorm" -- $PLANNER solve --gpus 8 --model $M/gpt2-small.yaml --cluster $C/h800.yaml --precision fp8 --recompute selective --recompute-modules core_attn,layernorm -o rm8.plan.yaml
 expect "fp8 layernorm recompute codegen" 0 "" -- $PLANNER codegen rm8.plan.yaml -o rm8L
 grep -qF -- "--fp8-recipe blockwise" rm8L/megatron.args && ! grep -qF -- "--fp8-recipe" rmL/megatron.args && pass=$((pass+1)) || { echo "FAIL megatron.args fp8 recipe for layernorm recompute"; grep fp8 rm8L/megatron.args; fail=$((fail+1)); }
+# Engines (docs/cost_model.md section 2, "Engines"): the plan records the engine and kernel table;
+# --engine all costs the chosen layout on every engine, eager torchtitan slowest, Megatron-Core fastest.
+expect "engine recorded" 0 "configuration: tp-pp-dp 1-1-8" -- $PLANNER solve --gpus 8 --model $M/llama3-8b.yaml --cluster $C/dgx-h100.yaml --engine torchtitan --tp 1 --pp 1 --zero 3 -o tt.plan.yaml
+check "plan records engine and kernels" grep -qE '^  engine: "?torchtitan"?$' tt.plan.yaml
+check "plan records the kernel table" grep -qE '^  kernels: "?h100"?$' tt.plan.yaml
+expect "engine all" 0 "engine torchtitan-compile iteration" -- $PLANNER solve --gpus 8 --model $M/llama3-8b.yaml --cluster $C/dgx-h100.yaml --engine all --tp 1 --pp 1 --zero 3
+awk '/engine megatron-core +iteration/ {m=$5} /engine torchtitan +iteration/ {t=$5} /engine torchtitan-compile +iteration/ {c=$5} END {exit !(m > 0 && m < c && c < t)}' out.txt && pass=$((pass+1)) || { echo "FAIL engine all ordering"; grep engine out.txt; fail=$((fail+1)); }
+expect "flat model without a table" 0 "configuration:" -- $PLANNER solve --gpus 8 --model $M/llama3-8b.yaml --cluster $C/dgx-h100.yaml --kernels none --tp 1 --pp 1 --zero 1 -o flat.plan.yaml
+check "flat plan names no kernel table" sh -c '! grep -q "^  kernels:" flat.plan.yaml'
 expect "bad subcommand" 2 "unknown subcommand 'slove', did you mean 'solve'?" -- $PLANNER slove --gpus 8
 expect "bad schedule" 2 "--schedule: unknown value '1f1f', did you mean '1f1b'?" -- $PLANNER solve --gpus 8 --model $M/gpt2-small.yaml --cluster $C/dgx-a100.yaml --schedule 1f1f
 expect "interleave v=8" 0 "schedule interleaved (v=8)" -- $PLANNER solve --gpus 1024 --model $M/gpt3-175b.yaml --cluster $C/dgx-a100.yaml --tp 8 --pp 4 --schedule interleaved --interleave 8
