@@ -81,7 +81,7 @@ struct SolveInputs {
 // The engines (--engine; every built-in one for `all`, the default first) and the kernel table
 // (--kernels, else the cluster GPU's built-in one; none: the cluster's flat efficiency).
 Status LoadEngines(const SolveArgs& a, const ClusterSpec& cluster, SolveInputs* in) {
-  std::vector<std::string> names{a.engine};
+  std::vector<std::string> names{a.engine.empty() ? std::string(DefaultEngineName()) : a.engine};
   if (a.engine == "all") names = BuiltinEngines();
   for (const auto& n : names) {
     EngineSpec e;
@@ -108,7 +108,10 @@ Status LoadEngines(const SolveArgs& a, const ClusterSpec& cluster, SolveInputs* 
 // run is an input error naming the reason), and with a kernel table its overlap behaviour and memory.
 Status ApplyEngine(const SolveArgs& a, const CostSource& src, SearchOptions* o) {
   const EngineSpec& e = *src.engine;
-  if (!e.zero.empty()) {
+  // What the engine runs restricts the search when it was named or the costs are kernel-level; the
+  // flat model with the default engine searches what it always did (CPU clusters, GPUs without a table).
+  const bool restrict = !a.engine.empty() || KernelLevel(src);
+  if (restrict && !e.zero.empty()) {
     if (o->zero.empty()) o->zero = e.zero;
     for (int64_t z : o->zero) {
       if (std::find(e.zero.begin(), e.zero.end(), z) == e.zero.end())
@@ -118,7 +121,7 @@ Status ApplyEngine(const SolveArgs& a, const CostSource& src, SearchOptions* o) 
                         z, e.name, z, e.zero_reason, fmt::join(e.zero, ",")));
     }
   }
-  if (!e.schedules.empty()) {
+  if (restrict && !e.schedules.empty()) {
     std::vector<Schedule> runs;
     for (const auto& name : e.schedules) {
       Schedule s;

@@ -36,7 +36,7 @@ struct SolveArgs {
   std::string moe_overlap = "off";
   // Kernel-level costs (docs/cost_model.md section 2, "Engines"): --engine NAME|FILE|all, --kernels
   // NAME|FILE|none (empty: the cluster's GPU's built-in table), --tp-comm-overlap on|off.
-  std::string engine = "megatron-core", kernels, tp_comm_overlap = "off";
+  std::string engine, kernels, tp_comm_overlap = "off";  // engine empty: megatron-core, not named
   std::string replication, sp, precision, train_tokens_text;
   std::string overlap_grad_reduce = "on", overlap_param_gather = "on";
   std::string grad_dtype;
