@@ -400,7 +400,7 @@ double GemmSeconds(const RowRates& q, bool high, double m, double n, double k) {
   const double peak = high ? q.peak_high : q.peak_model * q.recipe_gemm;
   const double in_bytes = high || q.cast_bytes == 0 ? 2.0 : 1.0;
   const double compute = 2 * m * n * k / (peak * q.kt->GemmFraction(g, m, n, k));
-  const double traffic = ((m * k + k * n) * in_bytes + 2 * m * n) / (q.hbm_raw);
+  const double traffic = ((m * k + k * n) * in_bytes + 2 * m * n) / q.hbm_raw;
   return std::max(compute, traffic);
 }
 
@@ -645,8 +645,10 @@ LayerCostRow AnalyticRow(const ClusterSpec& c, const Layer& l, const RowRates& q
   return r;
 }
 
-// Analytic rows: FLOPs / (peak x efficiency) + bytes / (HBM x efficiency), TP
-// collectives on the level holding the TP group, recompute added to backward.
+// The kernel-level rates of a table (docs/cost_model.md section 2, "Kernel-level compute"): the
+// kernel table's GEMM and attention figures x the engine's sustained shares, HBM x the table's memory
+// efficiency / the engine's elementwise traffic, the FP8 recipe's GEMM rate and cast bytes, the
+// engine's TP overlap and compute slowdown.
 void KernelRates(const CostSource& src, const ModelSpec& m, const CostOptions& o, RowRates* q) {
   const ClusterSpec& c = *src.cluster;
   const KernelTable& kt = *src.kernels;
@@ -674,6 +676,8 @@ void KernelRates(const CostSource& src, const ModelSpec& m, const CostOptions& o
   q->slowdown = o.compute_slowdown;
 }
 
+// Analytic rows: FLOPs / (peak x efficiency) + bytes / (HBM x efficiency) (kernel-level: each operation
+// class at its own rate), TP collectives on the level holding the TP group, recompute added to backward.
 void AnalyticRows(const CostSource& src, const TableShape& shape, const CostOptions& o, CostTable* table) {
   const ModelSpec& m = *src.model;
   const ClusterSpec& c = *src.cluster;

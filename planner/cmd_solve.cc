@@ -8,6 +8,7 @@
 #include <fmt/ranges.h>
 
 #include "common/log.h"
+#include "common/units.h"
 #include "dp_solver/pipedream_plan.h"
 #include "dp_solver/search.h"
 #include "planner/commands.h"
@@ -137,10 +138,18 @@ Status ApplyEngine(const SolveArgs& a, const CostSource& src, SearchOptions* o) 
     }
   }
   if (!KernelLevel(src)) return Status::OK();
+  o->cost.overlap_grad_reduce = o->cost.overlap_grad_reduce && e.grad_reduce_overlap;
+  o->cost.overlap_param_gather = o->cost.overlap_param_gather && e.param_gather_overlap;
   o->cost.compute_slowdown = e.compute_slowdown;
   o->cost.fp8_weight_bytes = e.fp8_weight_bytes;
   o->cost.tp_comm_overlap = a.tp_comm_overlap == "on";
   return Status::OK();
+}
+
+// One engine's line of --engine all.
+std::string EngineLine(const std::string& engine, const PlanPredicted& p) {
+  return fmt::format("  engine {:<18} iteration {:.3f} s | tokens/s/GPU {:.1f} | MFU {:.1f}% | peak memory {:.2f} GiB",
+                     engine, p.iteration_s, p.tokens_per_second_per_gpu, 100 * p.mfu, p.peak_memory_bytes / kGiB);
 }
 
 // --engine all: the chosen layout costed again on every engine, forced (sizes, microbatch, schedule,
@@ -153,6 +162,10 @@ void CompareEngines(const SolveArgs& a, const SolveInputs& in, const CostSource&
                                     KernelLevel(src) ? "kernel-level costs, docs/cost_model.md \"Engines\""
                                                      : "no kernel table: the engines differ only in what they run"));
   for (const EngineSpec& e : in.engines) {
+    if (&e == src.engine) {  // the plan's own engine: its figures are the plan's
+      plan->notes.push_back(EngineLine(e.name, plan->predicted));
+      continue;
+    }
     CostSource s = src;
     s.engine = &e;
     SearchOptions f = o;
@@ -179,10 +192,7 @@ void CompareEngines(const SolveArgs& a, const SolveInputs& in, const CostSource&
       plan->notes.push_back(fmt::format("  engine {:<18} cannot run it: {}", e.name, st.message()));
       continue;
     }
-    plan->notes.push_back(
-        fmt::format("  engine {:<18} iteration {:.3f} s | tokens/s/GPU {:.1f} | MFU {:.1f}% | peak memory {:.2f} GiB",
-                    e.name, p.predicted.iteration_s, p.predicted.tokens_per_second_per_gpu, 100 * p.predicted.mfu,
-                    p.predicted.peak_memory_bytes / (1024.0 * 1024 * 1024)));
+    plan->notes.push_back(EngineLine(e.name, p.predicted));
   }
 }
 

@@ -172,32 +172,27 @@ bool KernelTable::HasKernel(const std::string& kernel) const {
 
 double KernelTable::AttentionTflops(const std::string& kernel, const std::string& pass, bool causal, double head_dim,
                                     double seq) const {
-  // (head_dim, tflops at seq) of the curves that match exactly.
-  auto points = [&](const std::string& p, bool c) {
-    std::vector<std::pair<double, double>> out;
+  // The matching curves nearest below and above head_dim (no allocation: the search calls this per layer
+  // and cost table), interpolated linearly in log2(head_dim) and clamped outside them.
+  auto at_dim = [&](const std::string& p, bool c) {
+    const AttentionCurve *lo = nullptr, *hi = nullptr;
     for (const auto& curve : curves) {
       if (curve.kernel != kernel || curve.causal != c || (curve.pass != p && curve.pass != "both")) continue;
-      out.emplace_back(static_cast<double>(curve.head_dim), LogInterp(attention_seq, curve.tflops, seq));
+      const double dim = static_cast<double>(curve.head_dim);
+      if (dim <= head_dim && (lo == nullptr || curve.head_dim > lo->head_dim)) lo = &curve;
+      if (dim >= head_dim && (hi == nullptr || curve.head_dim < hi->head_dim)) hi = &curve;
     }
-    std::sort(out.begin(), out.end());
-    return out;
+    if (lo == nullptr && hi == nullptr) return 0.0;
+    if (lo == nullptr || hi == nullptr || lo->head_dim == hi->head_dim)
+      return LogInterp(attention_seq, (lo != nullptr ? lo : hi)->tflops, seq);
+    const double y0 = LogInterp(attention_seq, lo->tflops, seq), y1 = LogInterp(attention_seq, hi->tflops, seq);
+    const double f = std::log2(head_dim / static_cast<double>(lo->head_dim)) /
+                     std::log2(static_cast<double>(hi->head_dim) / static_cast<double>(lo->head_dim));
+    return y0 + f * (y1 - y0);
   };
-  auto at_dim = [&](const std::vector<std::pair<double, double>>& pts) {
-    if (pts.empty()) return 0.0;
-    if (head_dim <= pts.front().first) return pts.front().second;
-    if (head_dim >= pts.back().first) return pts.back().second;
-    for (size_t i = 1; i < pts.size(); ++i) {
-      if (head_dim <= pts[i].first) {
-        const double f = std::log2(head_dim / pts[i - 1].first) / std::log2(pts[i].first / pts[i - 1].first);
-        return pts[i - 1].second + f * (pts[i].second - pts[i - 1].second);
-      }
-    }
-    return pts.back().second;
-  };
-  const double direct = at_dim(points(pass, causal));
+  const double direct = at_dim(pass, causal);
   if (direct > 0 || pass != "bwd" || !causal) return direct;
-  const double nc_bwd = at_dim(points("bwd", false)), c_fwd = at_dim(points("fwd", true)),
-               nc_fwd = at_dim(points("fwd", false));
+  const double nc_bwd = at_dim("bwd", false), c_fwd = at_dim("fwd", true), nc_fwd = at_dim("fwd", false);
   return nc_fwd > 0 ? nc_bwd * c_fwd / nc_fwd : 0;
 }
 
