@@ -339,7 +339,8 @@ struct RowRates {
   const GemmEfficiency* gemm_high = nullptr;   // bf16's, for GEMMs outside fp8_autocast
   double peak_model = 0, peak_high = 0;        // dense peaks (FLOP/s), x the engine's sustained GEMM share
   double recipe_gemm = 1;                      // the FP8 recipe's GEMM rate
-  double cast_bytes = 0;                       // HBM bytes per element of an FP8 GEMM input cast (0: no FP8)
+  double cast_bytes = 0;                       // HBM bytes per element of an FP8 GEMM input cast (0: none costed)
+  double gemm_in_bytes = 2;                    // bytes per operand element of the model precision's GEMMs (FP8: 1)
   double attention_share = 1;                  // the engine's sustained share of the attention tables
   double tp_hidden = 0, slowdown = 0;          // TP collectives hidden; compute lost per hidden second
   double hbm_raw = 0;                          // HBM bytes/s of one fused kernel (GEMM operands, no elementwise factor)
@@ -398,7 +399,7 @@ CoreRates AttentionRates(const Layer& l, const RowRates& q, double tp_shard) {
 double GemmSeconds(const RowRates& q, bool high, double m, double n, double k) {
   const GemmEfficiency& g = high ? *q.gemm_high : *q.gemm_model;
   const double peak = high ? q.peak_high : q.peak_model * q.recipe_gemm;
-  const double in_bytes = high || q.cast_bytes == 0 ? 2.0 : 1.0;
+  const double in_bytes = high ? 2.0 : q.gemm_in_bytes;
   const double compute = 2 * m * n * k / (peak * q.kt->GemmFraction(g, m, n, k));
   const double traffic = ((m * k + k * n) * in_bytes + 2 * m * n) / q.hbm_raw;
   return std::max(compute, traffic);
@@ -663,6 +664,7 @@ void KernelRates(const CostSource& src, const ModelSpec& m, const CostOptions& o
     auto it = kt.fp8_recipes.find(e.fp8_recipe);
     const Fp8Recipe recipe = it == kt.fp8_recipes.end() ? Fp8Recipe{} : it->second;
     q->recipe_gemm = recipe.gemm;
+    q->gemm_in_bytes = 1;
     // Read the bf16 input (again per amax pass), write its FP8 copy and the transposed copy the other
     // GEMM reads; the engine fuses a share of the casts into the producing kernel.
     q->cast_bytes = (1 - e.fp8_cast_fused) * (2.0 * (1 + recipe.amax_passes) + 2.0);
