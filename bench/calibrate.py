@@ -9,6 +9,14 @@ scale and the error, then the mean absolute error per GPU type and precision.
 
   python3 bench/calibrate.py                       # the tables, the clusters' efficiencies as they are
   python3 bench/calibrate.py --fit                 # also: the error at each efficiency on a grid, per GPU type
+  python3 bench/calibrate.py --bands               # also: each engine's band per precision, as configs/engines/*.yaml write it
+  python3 bench/calibrate.py --write-bands         # rewrite the `band:` block of configs/engines/*.yaml from this run
+  python3 bench/calibrate.py --check-bands         # exit 1 when an engine file's band differs from this run (tests)
+
+Bands (docs/cost_model.md section 2, "Bands"): per engine and precision, the signed errors
+(predicted - published) / published of the rows run on that engine at that precision (fp16 and bf16
+together: the same tensor-core rate and kernels), widened to include 0; an engine and precision with fewer
+than 3 rows joins them with the whole set's spread (every engine, every precision). Rounded outwards to 0.001.
 
 Published figures are compared on their own definitions:
   megatron-sc21   TFLOP/s per GPU with Megatron eq. (3) FLOPs (full recompute counted), i.e.
@@ -109,6 +117,7 @@ MEGATRON_2021 = ["--zero", "0", "--overlap-grad-reduce", "off", "--overlap-param
 MEGATRON_SCHEDULES = ["--schedule", "1f1b,interleaved"]
 
 
+BAND_ROWS = []  # (engine, precision, signed error) of every row in the summaries
 FREE = []  # free-search rows: (run, tp-pp-dp, cp, plan, MFU %, published layout's time / free time)
 
 
@@ -238,6 +247,8 @@ def run_issue27(tmp, clusters):
         plan, err = solve(os.path.join(ROOT, "configs", "models", model), clusters[cluster], n, flags + eng)
         pred = plan["predicted"]["tokens_per_second_per_gpu"] if plan else None
         mem = plan["predicted"]["peak_memory_GiB"] if plan else None
+        if pred is not None:
+            BAND_ROWS.append((engine, flags[flags.index("--precision") + 1], (pred - pub) / pub))
         rows.append((name, pub, pred, pub_mem, mem, (layout(plan) if plan else "REFUSED: " + err)
                      + (f" engine={engine}" if eng else "")))
     return rows
@@ -285,7 +296,71 @@ def summary(name, errs, expected):
     return mae if not missing else float("inf")
 
 
+ENGINES_DIR = os.path.join(ROOT, "configs", "engines")
+BAND_PRECISIONS = ("bf16", "fp16", "fp8")
+
+
+def bands():
+    """{engine: [(precision, low, high, runs)]} for every engine file, by the rule in the module docstring."""
+    every = [e for _, _, e in BAND_ROWS]
+    out = {}
+    for f in sorted(os.listdir(ENGINES_DIR)):
+        if not f.endswith(".yaml"):
+            continue
+        engine = f[:-5]
+        rows = []
+        for p in BAND_PRECISIONS:
+            group = ("bf16", "fp16") if p in ("bf16", "fp16") else (p,)
+            errs = [e for eng, pr, e in BAND_ROWS if eng == engine and pr in group]
+            pool = errs + [0.0] + (every if len(errs) < 3 else [])
+            rows.append((p, math.floor(1000 * min(pool)) / 1000, math.ceil(1000 * max(pool)) / 1000, len(errs)))
+        out[engine] = rows
+    return out
+
+
+def band_block(rows):
+    lines = ["band:  # bench/calibrate.py --write-bands: signed error of predicted tokens/s on the calibration runs "
+             "(docs/cost_model.md \"Bands\")"]
+    lines += [f"  {p}: {{low: {lo:.3f}, high: {hi:.3f}, runs: {n}}}" for p, lo, hi, n in rows]
+    return "\n".join(lines) + "\n"
+
+
+def engine_file_band(text):
+    """The `band:` block of an engine file as [(precision, low, high, runs)] (the format band_block writes)."""
+    import re
+    rows = []
+    for m in re.finditer(r"^  (bf16|fp16|fp8): \{low: (-?[0-9.]+), high: (-?[0-9.]+), runs: ([0-9]+)\}", text, re.M):
+        rows.append((m.group(1), float(m.group(2)), float(m.group(3)), int(m.group(4))))
+    return rows
+
+
+def handle_bands(args):
+    computed = bands()
+    status = 0
+    for engine, rows in computed.items():
+        path = os.path.join(ENGINES_DIR, engine + ".yaml")
+        text = open(path).read()
+        if args.bands:
+            print(f"\n# {engine}\n" + band_block(rows), end="")
+        if args.write_bands:
+            head = text.split("\nband:")[0].rstrip("\n") + "\n"
+            open(path, "w").write(head + band_block(rows))
+        if args.check_bands:
+            have = engine_file_band(text)
+            ok = len(have) == len(rows) and all(
+                a[0] == b[0] and a[3] == b[3] and abs(a[1] - b[1]) < 0.0015 and abs(a[2] - b[2]) < 0.0015
+                for a, b in zip(have, rows))
+            if not ok:
+                status = 1
+                print(f"calibrate.py: {path}: band {have} differs from this run's {rows}; "
+                      "run python3 bench/calibrate.py --write-bands", file=sys.stderr)
+    if args.check_bands and status == 0:
+        print(f"bands: {len(computed)} engine files agree with {len(BAND_ROWS)} calibration rows")
+    return status
+
+
 def main():
+    global PLANNER
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--a100", default=os.path.join(ROOT, "configs", "clusters", "dgx-a100.yaml"))
     ap.add_argument("--h100", default=os.path.join(ROOT, "configs", "clusters", "dgx-h100.yaml"))
@@ -293,7 +368,12 @@ def main():
     ap.add_argument("--h100-96gb", default=os.path.join(ROOT, "configs", "clusters", "h100-96gb-500w.yaml"))
     ap.add_argument("--fit", action="store_true", help="scan efficiencies and print the mean |error| of each")
     ap.add_argument("--grid", default="0.50,0.55,0.60,0.65,0.70,0.75,0.80")
+    ap.add_argument("--planner", default=PLANNER, help="the planner binary (default: build/planner/planner)")
+    ap.add_argument("--bands", action="store_true", help="print each engine's band per precision")
+    ap.add_argument("--write-bands", action="store_true", help="rewrite configs/engines/*.yaml's band blocks")
+    ap.add_argument("--check-bands", action="store_true", help="exit 1 when an engine file's band differs")
     args = ap.parse_args()
+    PLANNER = args.planner
     if not os.path.exists(PLANNER):
         sys.exit("calibrate.py: build the planner first (make build)")
     with tempfile.TemporaryDirectory() as tmp:
@@ -312,6 +392,12 @@ def main():
         summary("H100 bf16 (dgx-h100)", h100, len(LLAMA3))
         summary("H800 fp8 (h800)", h800, len(DEEPSEEK))
         summary("issue27 H100 bf16/fp8 (h100-96gb-500w, dgx-h100)", issue27, len(ISSUE27))
+        BAND_ROWS.extend([("megatron-core", "fp16", e) for e in a100] + [("megatron-core", "bf16", e) for e in h100]
+                         + [("megatron-core", "fp8", e) for e in h800])
+        if args.bands or args.write_bands or args.check_bands:
+            status = handle_bands(args)
+            if status:
+                sys.exit(status)
         if args.fit:
             print("\n### Fit: mean |error| (worst row) per efficiency\n\n| efficiency | A100 fp16 | H100 bf16 |\n|---|---|---|")
             for eff in [float(x) for x in args.grid.split(",")]:

@@ -332,6 +332,7 @@ struct RowRates {
   int64_t ep = 1, etp = 1;
   double moe_imbalance = 1;
   bool moe_overlap = false;
+  bool cp_overlap = true;  // ring attention's exchange hidden behind its steps (CostOptions::cp_overlap)
   // Kernel-level costs (nullptr kt: the flat model above).
   const KernelTable* kt = nullptr;
   std::string attention_kernel;                // the engine's flash-attention kernel on this table
@@ -459,6 +460,7 @@ double CpExposed(const ClusterSpec& c, const Layer& l, const RowRates& q, double
   if (q.cp <= 1 || !(l.cp_kv_bytes > 0)) return 0;
   const double step_bytes = q.bd * l.cp_kv_bytes / q.cpd / shard;
   const double comm = bytes_ratio * P2PSeconds(c, step_bytes, 0, q.t * (q.cp - 1));
+  if (!q.cp_overlap) return static_cast<double>(q.cp - 1) * comm;
   const double compute = core_ratio * q.bd * l.attention_core_fwd_flops / (shard * q.cpd * q.cpd) / core_rate;
   // The engine's compute slowdown on the part the ring hides (kernel-level costs; 0 in the flat model).
   return static_cast<double>(q.cp - 1) * (std::max(0.0, comm - compute) + q.slowdown * std::min(comm, compute));
@@ -702,6 +704,7 @@ void AnalyticRows(const CostSource& src, const TableShape& shape, const CostOpti
   q.etp = shape.etp;
   q.moe_imbalance = o.moe_imbalance;
   q.moe_overlap = o.moe_overlap;
+  q.cp_overlap = o.cp_overlap;
   if (KernelLevel(src)) KernelRates(src, m, o, &q);
   int64_t embedding = -1;  // the last embedding row: the one a tied lm_head after it shares
   for (const auto& l : m.layers) {

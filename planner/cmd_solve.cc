@@ -152,6 +152,68 @@ std::string EngineLine(const std::string& engine, const PlanPredicted& p) {
                      engine, p.iteration_s, p.tokens_per_second_per_gpu, 100 * p.mfu, p.peak_memory_bytes / kGiB);
 }
 
+// Options that cost exactly layout `l` (sizes, microbatch, schedule, recompute, SP, ZeRO) and keep one plan.
+void ForceLayout(const ParallelLayout& l, SearchOptions* f) {
+  f->tp = {l.tp};
+  f->pp = {l.pp};
+  f->cp = {l.cp};
+  f->ep = {l.ep};
+  f->etp = {l.etp};
+  f->microbatch = {l.microbatch_size};
+  f->schedules = {l.schedule};
+  f->interleave = l.schedule == Schedule::kInterleaved ? std::vector<int64_t>{l.interleave} : std::vector<int64_t>{};
+  f->recompute = {l.recompute};
+  f->recompute_block = l.recompute_num_layers > 0 ? 1 : 0;
+  f->recompute_modules = l.recompute == Recompute::kSelective ? l.recompute_modules : 0;
+  f->sequence_parallel = {l.sequence_parallel ? 1 : 0};
+  f->zero = {static_cast<int64_t>(l.zero_stage)};
+  f->top_k = 1;
+}
+
+// The plan's calibration band (docs/cost_model.md section 2, "Bands"): its engine's for the precision
+// solved with, kernel-level analytic costs only (the flat efficiency and measured profiles have none).
+void SetBand(const SolveInputs& in, const CostSource& src, Plan* plan) {
+  if (!KernelLevel(src) || src.profile != nullptr || plan->schedule == Schedule::kPipeDream) return;
+  const EngineSpec& e = *src.engine;
+  const std::string precision = DTypeName(in.model.dtype);
+  const EngineBand* b = e.BandFor(precision);
+  if (b == nullptr) {
+    plan->notes.push_back(fmt::format(
+        "no band: engine {} has no calibration band for {} (docs/cost_model.md \"Bands\")", e.name, precision));
+    return;
+  }
+  plan->predicted.band = PlanBand{fmt::format("{} {}", e.name, precision), b->low, b->high, b->runs};
+}
+
+// The winner's lead over the runner-up with every overlap off (DP buckets, parameter gathers, TP, CP,
+// p2p and MoE communication exposed, no compute slowdown): how much of the lead rests on what the
+// overlaps are assumed to hide; and how many runners-up the band cannot tell from the winner.
+void CostLead(const CostSource& src, const SearchOptions& o, Plan* plan) {
+  if (plan->runners_up.empty() || src.profile != nullptr || plan->schedule == Schedule::kPipeDream) return;
+  const PlanSummary& r = plan->runners_up.front();
+  if (r.schedule == Schedule::kPipeDream) return;
+  SearchOptions bare = o;
+  bare.cost.overlap_grad_reduce = bare.cost.overlap_param_gather = bare.cost.dp_overlap = false;
+  bare.cost.p2p_overlap = bare.cost.moe_overlap = bare.cost.tp_comm_overlap = bare.cost.cp_overlap = false;
+  bare.cost.compute_slowdown = 0;
+  PlanLead lead;
+  lead.runner_up_s = r.iteration_s;
+  for (auto [layout, out] : {std::pair<const ParallelLayout*, double*>{plan, &lead.chosen_no_overlap_s},
+                             {&r, &lead.runner_up_no_overlap_s}}) {
+    SearchOptions f = bare;
+    ForceLayout(*layout, &f);
+    Plan p;
+    if (!SolveAuto(src, f, &p, nullptr).ok()) return;
+    *out = p.predicted.iteration_s;
+  }
+  const double t = plan->predicted.iteration_s;
+  if (plan->predicted.band) {
+    for (const PlanSummary& s : plan->runners_up)
+      lead.runners_up_within_band += plan->predicted.band->Overlaps(t, s.iteration_s);
+  }
+  plan->predicted.lead = lead;
+}
+
 // --engine all: the chosen layout costed again on every engine, forced (sizes, microbatch, schedule,
 // recompute, ZeRO), one note per engine: its iteration time, tokens/s/GPU, MFU and peak memory, or
 // why it cannot run the layout.
@@ -169,21 +231,7 @@ void CompareEngines(const SolveArgs& a, const SolveInputs& in, const CostSource&
     CostSource s = src;
     s.engine = &e;
     SearchOptions f = o;
-    f.tp = {plan->tp};
-    f.pp = {plan->pp};
-    f.cp = {plan->cp};
-    f.ep = {plan->ep};
-    f.etp = {plan->etp};
-    f.microbatch = {plan->microbatch_size};
-    f.schedules = {plan->schedule};
-    f.interleave =
-        plan->schedule == Schedule::kInterleaved ? std::vector<int64_t>{plan->interleave} : std::vector<int64_t>{};
-    f.recompute = {plan->recompute};
-    f.recompute_block = plan->recompute_num_layers > 0 ? 1 : 0;
-    f.recompute_modules = plan->recompute == Recompute::kSelective ? plan->recompute_modules : 0;
-    f.sequence_parallel = {plan->sequence_parallel ? 1 : 0};
-    f.zero = {static_cast<int64_t>(plan->zero_stage)};
-    f.top_k = 1;
+    ForceLayout(*plan, &f);
     Plan p;
     SearchStats stats;
     Status st = ApplyEngine(a, s, &f);
@@ -213,6 +261,8 @@ Status SolveSize(const SolveArgs& a, const SolveInputs& in, Plan* plan) {
     SearchStats stats;
     PLANNER_RETURN_IF_ERROR(SolveAuto(src, o, plan, &stats));
     CompareEngines(a, in, src, o, plan);
+    SetBand(in, src, plan);
+    CostLead(src, o, plan);
     plan->notes.push_back(fmt::format("searched {} candidates, simulated {}", stats.considered, stats.simulated));
     const bool gpt = src.model != nullptr && src.model->is_gpt;
     if (!gpt && a.schedules.empty() && CostSourceLayers(src) > kMaxReplicatedLayers) {

@@ -9,6 +9,38 @@
 
 namespace planner {
 
+std::string RenderBandAndLead(const Plan& p) {
+  const auto& x = p.predicted;
+  std::string o;
+  if (x.band) {
+    const PlanBand& b = *x.band;
+    o += fmt::format(
+        "band: tokens/s/GPU {:.1f}..{:.1f} | MFU {:.1f}..{:.1f}% | iteration {:.3f}..{:.3f} s ({}: {} calibration "
+        "run{}, errors {:+.1f}%..{:+.1f}%{})\n",
+        b.RateLow(x.tokens_per_second_per_gpu), b.RateHigh(x.tokens_per_second_per_gpu), 100 * b.RateLow(x.mfu),
+        100 * b.RateHigh(x.mfu), b.IterationLow(x.iteration_s), b.IterationHigh(x.iteration_s), b.basis, b.runs,
+        b.runs == 1 ? "" : "s", 100 * b.error_low, 100 * b.error_high,
+        b.runs < 3 ? "; fewer than 3: joined with every engine's spread" : "");
+  }
+  if (x.lead) {
+    const PlanLead& l = *x.lead;
+    const double lead = l.runner_up_s - x.iteration_s, bare = l.runner_up_no_overlap_s - l.chosen_no_overlap_s;
+    o += fmt::format("lead over rank 2: {:.3f} s ({:.1f}%); with every overlap off {:.3f} s", lead,
+                     100 * lead / x.iteration_s, bare);
+    if (lead > 0 && bare < 0) o += " (rank 2 faster: the lead rests wholly on overlap assumptions)";
+    else if (lead > 0)
+      o += fmt::format(" ({:.0f}% of the lead rests on overlap assumptions)",
+                       100 * std::max(0.0, l.OverlapShare(x.iteration_s)));
+    if (x.band) {
+      o += l.runners_up_within_band > 0 ? fmt::format(" | {} of {} runners-up within the band: no clear winner",
+                                                      l.runners_up_within_band, p.runners_up.size())
+                                        : " | every runner-up outside the band";
+    }
+    o += "\n";
+  }
+  return o;
+}
+
 std::string RenderPlanSummary(const Plan& p) {
   std::string o;
   o += fmt::format("model {} on {} x {} ({}), global batch {}\n", p.model_name, p.gpus, p.cluster_name,
@@ -29,7 +61,7 @@ std::string RenderPlanSummary(const Plan& p) {
       FormatBytes(x.peak_memory_bytes), FormatBytes(p.usable_memory_bytes));
   o += fmt::format("           pipeline {} + exposed DP all-reduce {} + optimizer {}\n", FormatSeconds(x.pipeline_s),
                    FormatSeconds(x.dp_allreduce_s), FormatSeconds(x.optimizer_s));
-  return o + RenderPlanFigures(p);
+  return o + RenderPlanFigures(p) + RenderBandAndLead(p);
 }
 
 std::string RenderStageTable(const Plan& p) {

@@ -13,8 +13,11 @@
 
 namespace planner {
 
-// Model, configuration, predictions and the output figures (RenderPlanFigures).
+// Model, configuration, predictions, the output figures (RenderPlanFigures), then the band and lead lines.
 std::string RenderPlanSummary(const Plan& plan);
+// The calibration band line and the lead line (docs/cost_model.md section 2, "Bands"); empty when the plan
+// has neither; the last lines of RenderPlanSummary.
+std::string RenderBandAndLead(const Plan& plan);
 std::string RenderStageTable(const Plan& plan);
 std::string RenderRunnersUp(const Plan& plan);
 // "DP gradient sync per architecture (chosen layout)": predicted.dp_comm_seconds, one row each, the
@@ -25,7 +28,7 @@ std::string FormatCount(double count);
 // The plan's output figures on one line: parameters, model FLOPs per
 // iteration, tokens/s/GPU, model and hardware TFLOP/s/GPU, MFU, HFU. "n/a" for a figure
 // that is 0 (unknown: a profile without a model, a model without a sequence);
-// the last line of RenderPlanSummary.
+// in RenderPlanSummary before the band and lead lines.
 std::string RenderPlanFigures(const Plan& plan);
 // "training on 300.0B tokens: 22.24 days on 1024 GPUs, 546594 GPU-hours" (or why n/a).
 std::string RenderTrainingTime(const Plan& plan, double train_tokens);

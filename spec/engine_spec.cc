@@ -27,14 +27,39 @@ Status Fraction(const YamlReader& r, const YAML::Node& map, const std::string& k
   return Status::OK();
 }
 
+// `band: {bf16: {low, high, runs}, ...}`: -1 < low <= 0 <= high, runs >= 0 (bench/calibrate.py --bands writes it).
+Status ParseBands(const YamlReader& r, const YAML::Node& b, std::vector<EngineBand>* out) {
+  if (!b.IsDefined()) return Status::OK();
+  PLANNER_RETURN_IF_ERROR(r.CheckKeys(b, "band", {"bf16", "fp16", "fp8"}));
+  for (const char* p : {"bf16", "fp16", "fp8"}) {
+    const YAML::Node& n = b[p];
+    if (!n.IsDefined()) continue;
+    const std::string f = std::string("band.") + p;
+    PLANNER_RETURN_IF_ERROR(r.CheckKeys(n, f, {"low", "high", "runs"}));
+    EngineBand e;
+    e.precision = p;
+    PLANNER_RETURN_IF_ERROR(r.GetDouble(n, "low", f + ".low", &e.low, true, -1e300, true));
+    PLANNER_RETURN_IF_ERROR(r.GetDouble(n, "high", f + ".high", &e.high, true, 0.0, false));
+    PLANNER_RETURN_IF_ERROR(r.GetInt(n, "runs", f + ".runs", &e.runs, true, 0));
+    if (!(e.low > -1 && e.low <= 0))
+      return r.FieldError(
+          n["low"], f + ".low",
+          fmt::format("is a signed error of predicted throughput, above -1 and at most 0, got {}", e.low));
+    if (e.high > 10)
+      return r.FieldError(n["high"], f + ".high", fmt::format("must be at most 10 (a 1000% error), got {}", e.high));
+    out->push_back(e);
+  }
+  return Status::OK();
+}
+
 Status ParseUnguarded(const std::string& path, const std::string& text, EngineSpec* out) {
   YAML::Node root;
   PLANNER_RETURN_IF_ERROR(ParseYamlText(path, text, &root));
   YamlReader r(path);
-  PLANNER_RETURN_IF_ERROR(
-      r.CheckKeys(root, "",
-                  {"format_version", "name", "attention", "attention_fallback", "fp8_recipe", "sustained",
-                   "elementwise_traffic", "fp8_cast_fused", "overlap", "memory", "zero", "zero_reason", "schedules"}));
+  PLANNER_RETURN_IF_ERROR(r.CheckKeys(
+      root, "",
+      {"format_version", "name", "attention", "attention_fallback", "fp8_recipe", "sustained", "elementwise_traffic",
+       "fp8_cast_fused", "overlap", "memory", "zero", "zero_reason", "schedules", "band"}));
   EngineSpec e;
   e.path = path;
   int64_t version = 1;
@@ -103,11 +128,19 @@ Status ParseUnguarded(const std::string& path, const std::string& text, EngineSp
     PLANNER_RETURN_IF_ERROR(r.CheckKeys(m, "memory", {"fp8_weight_bytes"}));
     PLANNER_RETURN_IF_ERROR(Fraction(r, m, "fp8_weight_bytes", "memory.fp8_weight_bytes", &e.fp8_weight_bytes, 4));
   }
+  PLANNER_RETURN_IF_ERROR(ParseBands(r, root["band"], &e.bands));
   *out = std::move(e);
   return Status::OK();
 }
 
 }  // namespace
+
+const EngineBand* EngineSpec::BandFor(const std::string& precision) const {
+  for (const auto& b : bands) {
+    if (b.precision == precision) return &b;
+  }
+  return nullptr;
+}
 
 std::vector<std::string> BuiltinEngines() {
   std::vector<std::string> out;

@@ -5,12 +5,23 @@
 // behaviour. Plain value type.
 #pragma once
 
+#include <cstdint>
 #include <string>
 #include <vector>
 
 #include "common/status.h"
 
 namespace planner {
+
+// The calibration band of one precision on an engine (docs/cost_model.md section 2, "Bands"): the signed
+// errors of predicted throughput, (predicted - published) / published, that bench/calibrate.py's runs span
+// (widened to include 0; fewer than 3 runs: joined with the whole set's spread). Measured throughput is
+// expected between predicted / (1 + high) and predicted / (1 + low).
+struct EngineBand {
+  std::string precision;  // "bf16", "fp16", "fp8"
+  double low = 0, high = 0;
+  int64_t runs = 0;  // the engine's calibration runs at this precision
+};
 
 struct EngineSpec {
   std::string name;                             // "megatron-core"
@@ -28,6 +39,9 @@ struct EngineSpec {
   std::vector<int64_t> zero;           // ZeRO stages it runs (empty: any)
   std::string zero_reason;             // why the others are not (the error's words)
   std::vector<std::string> schedules;  // pipeline schedules it runs (empty: any)
+  std::vector<EngineBand> bands;       // per precision (file key `band`); empty: not calibrated
+  // The band of `precision` ("bf16"), nullptr when the file has none.
+  const EngineBand* BandFor(const std::string& precision) const;
 };
 
 // The built-in engines' names (configs/engines/*.yaml), in the order `--engine all` prints them.

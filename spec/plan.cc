@@ -271,6 +271,30 @@ Tree PlanTree(const Plan& p) {
     Tree& dc = pr.Add("dp_comm_seconds", Tree());
     for (const auto& [name, seconds] : p.predicted.dp_comm_seconds) dc.Add(name, Tree::Num(seconds));
   }
+  if (p.predicted.band) {
+    const PlanBand& b = *p.predicted.band;
+    const PlanPredicted& x = p.predicted;
+    Tree& bt = pr.Add("band", Tree());
+    bt.Add("basis", Tree::Str(b.basis));
+    bt.Add("runs", Tree::Int(b.runs));
+    bt.Add("error_low", Tree::Num(b.error_low));
+    bt.Add("error_high", Tree::Num(b.error_high));
+    bt.Add("iteration_seconds_low", Tree::Num(b.IterationLow(x.iteration_s)));
+    bt.Add("iteration_seconds_high", Tree::Num(b.IterationHigh(x.iteration_s)));
+    bt.Add("tokens_per_second_per_gpu_low", Tree::Num(b.RateLow(x.tokens_per_second_per_gpu)));
+    bt.Add("tokens_per_second_per_gpu_high", Tree::Num(b.RateHigh(x.tokens_per_second_per_gpu)));
+    bt.Add("mfu_low", Tree::Num(b.RateLow(x.mfu)));
+    bt.Add("mfu_high", Tree::Num(b.RateHigh(x.mfu)));
+  }
+  if (p.predicted.lead) {
+    const PlanLead& l = *p.predicted.lead;
+    Tree& lt = pr.Add("lead", Tree());
+    lt.Add("runner_up_iteration_seconds", Tree::Num(l.runner_up_s));
+    lt.Add("chosen_no_overlap_seconds", Tree::Num(l.chosen_no_overlap_s));
+    lt.Add("runner_up_no_overlap_seconds", Tree::Num(l.runner_up_no_overlap_s));
+    lt.Add("overlap_share", Tree::Num(l.OverlapShare(p.predicted.iteration_s)));
+    lt.Add("runners_up_within_band", Tree::Int(l.runners_up_within_band));
+  }
   Tree ru = Tree::List();
   for (const auto& s : p.runners_up) ru.list.push_back(SummaryTree(s));
   t.Add("runners_up", ru);
@@ -460,7 +484,9 @@ const std::vector<std::string> kPredictedKeys = {"iteration_seconds",
                                                  "dp_allreduce_seconds",
                                                  "optimizer_seconds",
                                                  "peak_memory_GiB",
-                                                 "dp_comm_seconds"};
+                                                 "dp_comm_seconds",
+                                                 "band",
+                                                 "lead"};
 const std::vector<std::string> kRunnerUpKeys = {"config",
                                                 "tp",
                                                 "pp",
@@ -622,6 +648,41 @@ Status ReadStages(const YamlReader& r, const YAML::Node& root, Plan* p) {
   return Status::OK();
 }
 
+// predicted.band and predicted.lead (optional): the stored figures; the derived ranges are written for
+// readers of the file and recomputed from the errors here.
+Status ReadBandAndLead(const YamlReader& r, const YAML::Node& pr, PlanPredicted* out) {
+  const YAML::Node& b = pr["band"];
+  if (b.IsDefined()) {
+    PLANNER_RETURN_IF_ERROR(
+        r.CheckKeys(b, "predicted.band",
+                    {"basis", "runs", "error_low", "error_high", "iteration_seconds_low", "iteration_seconds_high",
+                     "tokens_per_second_per_gpu_low", "tokens_per_second_per_gpu_high", "mfu_low", "mfu_high"}));
+    PlanBand band;
+    PLANNER_RETURN_IF_ERROR(r.GetString(b, "basis", "predicted.band.basis", &band.basis, true));
+    PLANNER_RETURN_IF_ERROR(r.GetInt(b, "runs", "predicted.band.runs", &band.runs, true, 0));
+    PLANNER_RETURN_IF_ERROR(r.GetDouble(b, "error_low", "predicted.band.error_low", &band.error_low, true, -1, true));
+    PLANNER_RETURN_IF_ERROR(
+        r.GetDouble(b, "error_high", "predicted.band.error_high", &band.error_high, true, band.error_low, false));
+    out->band = band;
+  }
+  const YAML::Node& l = pr["lead"];
+  if (l.IsDefined()) {
+    PLANNER_RETURN_IF_ERROR(r.CheckKeys(l, "predicted.lead",
+                                        {"runner_up_iteration_seconds", "chosen_no_overlap_seconds",
+                                         "runner_up_no_overlap_seconds", "overlap_share", "runners_up_within_band"}));
+    PlanLead lead;
+    for (auto [key, v] : {std::pair{"runner_up_iteration_seconds", &lead.runner_up_s},
+                          {"chosen_no_overlap_seconds", &lead.chosen_no_overlap_s},
+                          {"runner_up_no_overlap_seconds", &lead.runner_up_no_overlap_s}}) {
+      PLANNER_RETURN_IF_ERROR(r.GetDouble(l, key, std::string("predicted.lead.") + key, v, true, 0, false));
+    }
+    PLANNER_RETURN_IF_ERROR(r.GetInt(l, "runners_up_within_band", "predicted.lead.runners_up_within_band",
+                                     &lead.runners_up_within_band, false, 0));
+    out->lead = lead;
+  }
+  return Status::OK();
+}
+
 Status ReadPredicted(const YamlReader& r, const YAML::Node& root, PlanPredicted* out) {
   const YAML::Node& pr = root["predicted"];
   if (!pr.IsDefined()) return r.FieldError(root, "predicted", "missing required field");
@@ -654,7 +715,7 @@ Status ReadPredicted(const YamlReader& r, const YAML::Node& root, PlanPredicted*
       out->dp_comm_seconds.emplace_back(name, seconds);
     }
   }
-  return Status::OK();
+  return ReadBandAndLead(r, pr, out);
 }
 
 Status ReadRunnerUp(const YamlReader& r, const YAML::Node& n, const std::string& f, PlanSummary* s) {

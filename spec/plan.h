@@ -40,6 +40,39 @@ struct PlanStage {
   int64_t in_flight = 0;  // microbatches whose activations are held at the peak
 };
 
+// The calibration band of a prediction (docs/cost_model.md section 2, "Bands"): the signed errors of
+// predicted throughput, (predicted - measured) / measured, that the calibration runs of the plan's engine
+// and precision span. Measured tokens/s is expected within predicted / (1 + high) .. predicted / (1 + low).
+struct PlanBand {
+  std::string basis;  // "megatron-core bf16": the engine and precision whose runs gave it
+  double error_low = 0, error_high = 0;
+  int64_t runs = 0;  // calibration runs of that engine and precision (< 3: joined with the whole set's spread)
+  // Iteration seconds within the band: t (1 + low) .. t (1 + high).
+  double IterationLow(double t) const { return t * (1 + error_low); }
+  double IterationHigh(double t) const { return t * (1 + error_high); }
+  // A throughput figure x (tokens/s, MFU) within the band: x / (1 + high) .. x / (1 + low).
+  double RateLow(double x) const { return x / (1 + error_high); }
+  double RateHigh(double x) const { return x / (1 + error_low); }
+  // Whether a plan predicted at `other_s` cannot be told from one at `t`: their bands overlap.
+  bool Overlaps(double t, double other_s) const { return IterationHigh(t) >= IterationLow(other_s); }
+};
+
+// The chosen plan's lead over the runner-up, and what of it rests on overlap assumptions: both layouts
+// costed again with every overlap off (DP buckets, parameter gathers, TP and CP communication, p2p,
+// MoE all-to-all exposed; no compute slowdown).
+struct PlanLead {
+  double runner_up_s = 0;              // the runner-up's predicted iteration
+  double chosen_no_overlap_s = 0;      // the chosen layout, every overlap off
+  double runner_up_no_overlap_s = 0;   // the runner-up, every overlap off
+  int64_t runners_up_within_band = 0;  // runners-up whose band overlaps the chosen plan's
+  // The share of the lead (runner_up_s - chosen) that the overlap assumptions give; above 1: without them
+  // the runner-up would be faster.
+  double OverlapShare(double chosen_s) const {
+    const double lead = runner_up_s - chosen_s, bare = runner_up_no_overlap_s - chosen_no_overlap_s;
+    return lead > 0 ? (lead - bare) / lead : 0;
+  }
+};
+
 struct PlanPredicted {
   double iteration_s = 0;
   double samples_per_second = 0;
@@ -59,6 +92,8 @@ struct PlanPredicted {
   // kAllDpComms order: the lecture's comparison (docs/cost_model.md, "Data-parallel communication
   // architectures"). Empty: not computed (dp = 1, or a plan of an older planner).
   std::vector<std::pair<std::string, double>> dp_comm_seconds;
+  std::optional<PlanBand> band;  // none: not calibrated (flat efficiency, a profile, fp32 / tf32, no engine band)
+  std::optional<PlanLead> lead;  // none: no runner-up, or not costed
 };
 
 // A runner-up: its layout, its predictions and why it lost.

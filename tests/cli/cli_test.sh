@@ -62,6 +62,16 @@ expect "engine all" 0 "engine torchtitan-compile iteration" -- $PLANNER solve --
 awk '/engine megatron-core +iteration/ {m=$5} /engine torchtitan +iteration/ {t=$5} /engine torchtitan-compile +iteration/ {c=$5} END {exit !(m > 0 && m < c && c < t)}' out.txt && pass=$((pass+1)) || { echo "FAIL engine all ordering"; grep engine out.txt; fail=$((fail+1)); }
 expect "flat model without a table" 0 "configuration:" -- $PLANNER solve --gpus 8 --model $M/llama3-8b.yaml --cluster $C/dgx-h100.yaml --kernels none --tp 1 --pp 1 --zero 1 -o flat.plan.yaml
 check "flat plan names no kernel table" sh -c '! grep -q "^  kernels:" flat.plan.yaml'
+# Bands and the lead (docs/cost_model.md section 2, "Bands"): the engine file's band per precision, every range
+# in closed form; the lead costed with every overlap off is no faster; an engine without runs gets the set's spread;
+# the flat model has no band.
+expect "band line" 0 "band: tokens/s/GPU" -- $PLANNER solve --gpus 64 --model $M/llama3-70b.yaml --cluster $C/dgx-h100.yaml
+check "lead line" grep -qE "^lead over rank 2: .* with every overlap off" out.txt
+$PLANNER solve --gpus 64 --model $M/llama3-70b.yaml --cluster $C/dgx-h100.yaml --json > band.json 2>/dev/null
+check "band figures, megatron-core bf16" python3 $SRC/tests/cli/check_band.py band.json $SRC/configs/engines/megatron-core.yaml bf16
+$PLANNER solve --gpus 8 --model $M/llama3-8b.yaml --cluster $C/dgx-h100.yaml --precision fp8 --engine deepspeed --pp 1 --json > band8.json 2>/dev/null
+check "band figures, deepspeed fp8" python3 $SRC/tests/cli/check_band.py band8.json $SRC/configs/engines/deepspeed.yaml fp8
+check "flat model: no band" sh -c '! grep -q "^  band:" flat.plan.yaml'
 expect "bad subcommand" 2 "unknown subcommand 'slove', did you mean 'solve'?" -- $PLANNER slove --gpus 8
 expect "bad schedule" 2 "--schedule: unknown value '1f1f', did you mean '1f1b'?" -- $PLANNER solve --gpus 8 --model $M/gpt2-small.yaml --cluster $C/dgx-a100.yaml --schedule 1f1f
 expect "interleave v=8" 0 "schedule interleaved (v=8)" -- $PLANNER solve --gpus 1024 --model $M/gpt3-175b.yaml --cluster $C/dgx-a100.yaml --tp 8 --pp 4 --schedule interleaved --interleave 8
@@ -246,7 +256,7 @@ check "tokens/s/GPU = samples/s x seq / GPUs ($sps, $tps)" awk -v a="$sps" -v b=
 mf=$(fig "model FLOPs per iteration")
 check "model FLOPs per iteration ($mf)" awk -v f="$mf" 'BEGIN { B=1536; s=2048; l=96; h=12288; V=51200; w = 72*B*s*l*h*h*(1 + s/(12*h) + V/(12*l*h)); exit !(f > 0.99*w && f < 1.01*w) }'
 mt=$(grep -o 'TFLOP/s/GPU model [0-9.]*, hardware [0-9.]*' f.txt | awk '{print $3, $5}' | tr -d ,)
-mfu=$(grep -o '| MFU [0-9.]*%' f.txt | tail -1 | tr -dc '0-9.')
+mfu=$(grep '^figures:' f.txt | grep -o '| MFU [0-9.]*%' | tail -1 | tr -dc '0-9.')
 hfu=$(grep -o '| HFU [0-9.]*%' f.txt | tr -dc '0-9.')
 check "MFU, HFU = TFLOP/s / 312 ($mt, $mfu%, $hfu%)" awk -v t="$mt" -v m="$mfu" -v h="$hfu" 'BEGIN { split(t, x, " "); d1 = 100*x[1]/312 - m; d2 = 100*x[2]/312 - h; exit !(m > 0 && h > 0 && d1*d1 < 0.01 && d2*d2 < 0.01) }'
 days=$(grep -o 'tokens: [0-9.]* days on 1024 GPUs, [0-9]* GPU-hours' f.txt | awk '{print $2, $7}')
