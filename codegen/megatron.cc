@@ -300,7 +300,7 @@ std::string MegatronInexpressible(const Plan& plan, const ModelSpec& model, cons
 }
 
 // Why Megatron-LM cannot run the plan ("" when it can): ZeRO-2/3 (Megatron-FSDP) with
-// pipelining, or an MTP placement its layout refuses.
+// pipelining, torchtitan's op-level selective recompute, or an MTP placement its layout refuses.
 std::string MegatronRefusal(const Plan& plan, const ModelSpec& model, const LaunchPlan& L) {
   const bool zero23 = plan.zero_stage == ZeroStage::kGradients || plan.zero_stage == ZeroStage::kParameters;
   if (zero23 && L.pp > 1) {
@@ -309,6 +309,11 @@ std::string MegatronRefusal(const Plan& plan, const ModelSpec& model, const Laun
         "FSDP2 do not "
         "run with pipeline parallelism; solve with --zero 0,1 for a plan Megatron-LM runs",
         plan.zero_stage == ZeroStage::kGradients ? 2 : 3, L.pp);
+  }
+  if (plan.recompute == Recompute::kSelective && HasRecomputeModule(plan.recompute_modules, RecomputeModule::kOpSac)) {
+    return "selective recompute op_sac is torchtitan's op-level activation checkpointing (every other matmul's "
+           "output kept), which Megatron-LM has no flag for; solve with --engine megatron-core for Megatron's "
+           "--recompute-modules";
   }
   return MegatronMtpPlacement(model, L);
 }

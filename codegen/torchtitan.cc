@@ -247,10 +247,12 @@ void AddTorchtitan(const Plan& plan, const ModelSpec& model, const LaunchPlan& L
   if (plan.recompute == Recompute::kFull) ac = "full";
   if (plan.recompute == Recompute::kSelective) {
     ac = "selective";
-    notes->push_back(
-        "torchtitan.toml: selective recompute as torchtitan's op-level selective AC (selective_ac_option \"op\": saves "
-        "matmul outputs, "
-        "recomputes the rest), not Megatron's core-attention recompute the plan costed");
+    if (!HasRecomputeModule(plan.recompute_modules, RecomputeModule::kOpSac))
+      notes->push_back(
+          "torchtitan.toml: selective recompute as torchtitan's op-level selective AC (selective_ac_option \"op\": "
+          "saves "
+          "matmul outputs, "
+          "recomputes the rest), not Megatron's core-attention recompute the plan costed");
   }
   if (plan.recompute == Recompute::kFull && plan.recompute_num_layers > 0) {
     notes->push_back(

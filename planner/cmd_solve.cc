@@ -105,6 +105,31 @@ Status LoadEngines(const SolveArgs& a, const ClusterSpec& cluster, SolveInputs* 
   return Status::OK();
 }
 
+// Selective recompute as the engine runs it: its modules by default (torchtitan: op_sac), and a module set
+// it does not run refused (op_sac outside torchtitan; Megatron's modules on torchtitan).
+Status ApplyEngineRecompute(const EngineSpec& e, SearchOptions* o) {
+  const uint32_t op = RecomputeBit(RecomputeModule::kOpSac);
+  const uint32_t runs = e.recompute_modules != 0 ? e.recompute_modules : ~op;
+  if (o->recompute_modules == 0) {
+    const bool selective = o->recompute.empty() || std::find(o->recompute.begin(), o->recompute.end(),
+                                                             Recompute::kSelective) != o->recompute.end();
+    if (selective) o->recompute_modules = e.recompute_modules;
+    return Status::OK();
+  }
+  if ((o->recompute_modules & ~runs) == 0) return Status::OK();
+  const std::string names = fmt::format("{}", fmt::join(RecomputeModuleList(o->recompute_modules & ~runs), ","));
+  if (e.recompute_modules == 0)
+    return Status::InvalidArgument(
+        fmt::format("--recompute-modules {}: engine {} does not run it (op_sac is torchtitan's op-level selective "
+                    "checkpointing); choose Megatron's modules or --engine torchtitan",
+                    names, e.name));
+  return Status::InvalidArgument(
+      fmt::format("--recompute-modules {}: engine {} does not run it; its selective recompute is {}; choose "
+                  "--recompute-modules {} or another --engine",
+                  names, e.name, fmt::join(RecomputeModuleList(e.recompute_modules), ","),
+                  fmt::join(RecomputeModuleList(e.recompute_modules), ",")));
+}
+
 // What the engine changes in the search: the ZeRO stages and schedules it runs (a forced one it does not
 // run is an input error naming the reason), and with a kernel table its overlap behaviour and memory.
 Status ApplyEngine(const SolveArgs& a, const CostSource& src, SearchOptions* o) {
@@ -137,6 +162,7 @@ Status ApplyEngine(const SolveArgs& a, const CostSource& src, SearchOptions* o) 
                         ScheduleName(s), e.name, fmt::join(e.schedules, ", ")));
     }
   }
+  if (restrict) PLANNER_RETURN_IF_ERROR(ApplyEngineRecompute(e, o));
   if (!KernelLevel(src)) return Status::OK();
   o->cost.overlap_grad_reduce = o->cost.overlap_grad_reduce && e.grad_reduce_overlap;
   o->cost.overlap_param_gather = o->cost.overlap_param_gather && e.param_gather_overlap;
@@ -232,6 +258,9 @@ void CompareEngines(const SolveArgs& a, const SolveInputs& in, const CostSource&
     s.engine = &e;
     SearchOptions f = o;
     ForceLayout(*plan, &f);
+    // Selective recompute as this engine runs it when it does not run the plan's modules (torchtitan: op_sac).
+    const uint32_t runs = e.recompute_modules != 0 ? e.recompute_modules : ~RecomputeBit(RecomputeModule::kOpSac);
+    if (plan->recompute == Recompute::kSelective && (f.recompute_modules & ~runs) != 0) f.recompute_modules = 0;
     Plan p;
     SearchStats stats;
     Status st = ApplyEngine(a, s, &f);

@@ -418,6 +418,13 @@ Status BuildSearchOptions(const SolveArgs& a, const ModelSpec& model, const Prof
     }
     o->recompute_modules |= RecomputeBit(m);
   }
+  if (HasRecomputeModule(o->recompute_modules, RecomputeModule::kOpSac) &&
+      o->recompute_modules != RecomputeBit(RecomputeModule::kOpSac)) {
+    return Status::InvalidArgument(fmt::format(
+        "--recompute-modules {}: op_sac is torchtitan's op-level policy for the whole block and stands alone; give "
+        "op_sac or Megatron's modules",
+        fmt::join(a.recompute_modules, ",")));
+  }
   o->cost.dp_overlap = a.dp_overlap;
   for (const auto& [flag, text, out] :
        {std::tuple{"--overlap-grad-reduce", &a.overlap_grad_reduce, &o->cost.overlap_grad_reduce},

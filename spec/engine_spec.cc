@@ -4,6 +4,7 @@
 #include <fmt/ranges.h>
 
 #include "spec/embedded_tables.h"
+#include "spec/kinds.h"
 #include "spec/yaml_reader.h"
 
 namespace planner {
@@ -59,7 +60,7 @@ Status ParseUnguarded(const std::string& path, const std::string& text, EngineSp
   PLANNER_RETURN_IF_ERROR(r.CheckKeys(
       root, "",
       {"format_version", "name", "attention", "attention_fallback", "fp8_recipe", "sustained", "elementwise_traffic",
-       "fp8_cast_fused", "overlap", "memory", "zero", "zero_reason", "schedules", "band"}));
+       "fp8_cast_fused", "overlap", "memory", "zero", "zero_reason", "schedules", "recompute_modules", "band"}));
   EngineSpec e;
   e.path = path;
   int64_t version = 1;
@@ -127,6 +128,17 @@ Status ParseUnguarded(const std::string& path, const std::string& text, EngineSp
   if (m.IsDefined()) {
     PLANNER_RETURN_IF_ERROR(r.CheckKeys(m, "memory", {"fp8_weight_bytes"}));
     PLANNER_RETURN_IF_ERROR(Fraction(r, m, "fp8_weight_bytes", "memory.fp8_weight_bytes", &e.fp8_weight_bytes, 4));
+  }
+  if (root["recompute_modules"].IsDefined()) {
+    PLANNER_RETURN_IF_ERROR(r.RequireSequence(root["recompute_modules"], "recompute_modules"));
+    for (const auto& n : root["recompute_modules"]) {
+      RecomputeModule mod;
+      if (!ParseRecomputeModule(n.as<std::string>(), &mod))
+        return r.FieldError(
+            n, "recompute_modules",
+            fmt::format("unknown module '{}'; use {}", n.as<std::string>(), fmt::join(RecomputeModuleNames(), ", ")));
+      e.recompute_modules |= RecomputeBit(mod);
+    }
   }
   PLANNER_RETURN_IF_ERROR(ParseBands(r, root["band"], &e.bands));
   *out = std::move(e);

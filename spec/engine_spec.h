@@ -39,7 +39,10 @@ struct EngineSpec {
   std::vector<int64_t> zero;           // ZeRO stages it runs (empty: any)
   std::string zero_reason;             // why the others are not (the error's words)
   std::vector<std::string> schedules;  // pipeline schedules it runs (empty: any)
-  std::vector<EngineBand> bands;       // per precision (file key `band`); empty: not calibrated
+  // Selective recompute's modules it runs (file key `recompute_modules`, RecomputeBit mask): its default
+  // for `--recompute selective`; 0: Megatron's modules (op_sac excluded).
+  uint32_t recompute_modules = 0;
+  std::vector<EngineBand> bands;  // per precision (file key `band`); empty: not calibrated
   // The band of `precision` ("bf16"), nullptr when the file has none.
   const EngineBand* BandFor(const std::string& precision) const;
 };

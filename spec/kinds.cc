@@ -76,6 +76,7 @@ const char* RecomputeModuleName(RecomputeModule m) {
     case RecomputeModule::kMlp: return "mlp";
     case RecomputeModule::kMoe: return "moe";
     case RecomputeModule::kSharedExperts: return "shared_experts";
+    case RecomputeModule::kOpSac: return "op_sac";
   }
   return "core_attn";
 }

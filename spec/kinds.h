@@ -40,8 +40,11 @@ std::vector<std::string> RecomputeNames();  // in kAllRecomputes order
 // Megatron-Core's selective recompute modules (--recompute-modules; docs/cost_model.md section 5,
 // "Recompute modules"). A set of them is a bit mask (1 << module); selective recompute's default
 // is core_attn alone.
-enum class RecomputeModule { kCoreAttn, kLayernorm, kMlaUpProj, kMoeAct, kMlp, kMoe, kSharedExperts };
-inline constexpr int kRecomputeModuleCount = 7;
+// kOpSac: torchtitan's op-level selective activation checkpointing (selective_ac_option "op"): a policy, not
+// a module; it keeps every other matmul's output and the attention kernel's, recomputes the rest. Alone in a
+// set, and run only by an engine that lists it (configs/engines/torchtitan*.yaml `recompute_modules`).
+enum class RecomputeModule { kCoreAttn, kLayernorm, kMlaUpProj, kMoeAct, kMlp, kMoe, kSharedExperts, kOpSac };
+inline constexpr int kRecomputeModuleCount = 8;
 inline constexpr uint32_t RecomputeBit(RecomputeModule m) { return 1u << static_cast<int>(m); }
 inline constexpr uint32_t kDefaultRecomputeModules = RecomputeBit(RecomputeModule::kCoreAttn);
 // DeepSeek-V3's set (section 3.2.3): core_attn, layernorm, mla_up_proj, moe_act.
@@ -49,7 +52,7 @@ inline constexpr uint32_t kDeepSeekRecomputeModules =
     RecomputeBit(RecomputeModule::kCoreAttn) | RecomputeBit(RecomputeModule::kLayernorm) |
     RecomputeBit(RecomputeModule::kMlaUpProj) | RecomputeBit(RecomputeModule::kMoeAct);
 const char* RecomputeModuleName(
-    RecomputeModule m);  // core_attn | layernorm | mla_up_proj | moe_act | mlp | moe | shared_experts
+    RecomputeModule m);  // core_attn | layernorm | mla_up_proj | moe_act | mlp | moe | shared_experts | op_sac
 bool ParseRecomputeModule(std::string_view text, RecomputeModule* out);
 std::vector<std::string> RecomputeModuleNames();              // in enum order
 std::vector<std::string> RecomputeModuleList(uint32_t mask);  // the names of the set, in enum order

@@ -497,6 +497,42 @@ void NormCosts(double n, double last_dim, bool rms, double dt, Layer* l) {
   l->bwd_mem_bytes += dt * 4 * n;
 }
 
+// torchtitan's op-level selective activation checkpointing on a dense block (kOpSac; torchtitan
+// distributed/activation_checkpoint.py, _save_list and _custom_policy): the block keeps its input, every
+// odd-numbered matmul's output in forward order (wq, wk, wv, wo, w1, w3, w2: wq, wv, w1 and w2), the attention
+// kernel's output and log-sum-exp, and recomputes in backward the other matmuls and every memory-bound
+// op of its forward (norms, RoPE, the activation, residuals). Relative to no recompute: `stash_bytes` is
+// what the block stops keeping, `stash_tp_replicated` of it the TP-replicated part (the input and the
+// row-parallel outputs wo and w2 are whole on each TP rank). MLA blocks and MoE blocks: not costed (nothing
+// dropped, nothing re-run; docs/cost_model.md section 5).
+void OpSacCosts(const Transformer& t, double dt, Layer* l) {
+  if (t.mla) return;
+  const double s = t.s, h = t.h, q = t.a * t.d, kv = t.g * t.d;
+  struct Mm {
+    double k, n;
+    bool row_parallel;
+  };
+  std::vector<Mm> mms = {{h, q, false}, {h, kv, false}, {h, kv, false}, {q, h, true}, {h, t.f, false}};
+  if (t.act == "swiglu") mms.push_back({h, t.f, false});
+  mms.push_back({t.f, h, true});
+  double kept = h, kept_replicated = h, recompute_flops = 0;  // the block's input, whole on each TP rank
+  for (size_t i = 0; i < mms.size(); ++i) {
+    if (i % 2 == 0) {
+      kept += mms[i].n;
+      if (mms[i].row_parallel) kept_replicated += mms[i].n;
+    } else {
+      recompute_flops += 2 * s * mms[i].k * mms[i].n;
+    }
+  }
+  kept += t.a * t.dv;  // the attention output
+  RecomputeModuleCost& op = Module(l, RecomputeModule::kOpSac);
+  const double lse = t.flash() ? 4 * t.a * s : 0;
+  op.stash_bytes = std::max(0.0, l->stash_bytes - dt * s * kept - lse);
+  op.stash_tp_replicated = std::max(0.0, l->stash_bytes_tp_replicated - dt * s * kept_replicated);
+  op.gemm_flops = recompute_flops;
+  op.mem_bytes = l->fwd_mem_bytes;
+}
+
 // The string attribute `key` of a transformer layer: its value or the default, checked.
 Status ChoiceAttr(LayerKind kind, const LayerAttrs& attrs, const std::string& key, std::string* out) {
   const StringKey* k = FindStringKey(kind, key);
@@ -904,6 +940,7 @@ Status InferLayer(LayerKind kind, const LayerAttrs& attrs, const std::vector<int
         const double mlp_in = kind == LayerKind::kMoeBlock ? dt : gi;
         norms.stash_bytes = norms.stash_tp_replicated = gi == dt ? dt * 2 * t.s * t.h : (gi + mlp_in) * t.s * t.h;
         norms.mem_bytes = dt * 2 * 2 * t.s * t.h;
+        if (kind == LayerKind::kTransformerBlock) OpSacCosts(t, dt, &l);
       }
       l.tp_shardable = true;
       l.stash_bytes_full = dt * t.s * t.h;

@@ -62,6 +62,12 @@ expect "engine all" 0 "engine torchtitan-compile iteration" -- $PLANNER solve --
 awk '/engine megatron-core +iteration/ {m=$5} /engine torchtitan +iteration/ {t=$5} /engine torchtitan-compile +iteration/ {c=$5} END {exit !(m > 0 && m < c && c < t)}' out.txt && pass=$((pass+1)) || { echo "FAIL engine all ordering"; grep engine out.txt; fail=$((fail+1)); }
 expect "flat model without a table" 0 "configuration:" -- $PLANNER solve --gpus 8 --model $M/llama3-8b.yaml --cluster $C/dgx-h100.yaml --kernels none --tp 1 --pp 1 --zero 1 -o flat.plan.yaml
 check "flat plan names no kernel table" sh -c '! grep -q "^  kernels:" flat.plan.yaml'
+# torchtitan's selective recompute is its op-level SAC (op_sac): the published 8B run on 8 H100 96 GB fits
+# (torchtitan's benchmarks: 82.4 GiB measured); the export runs it as selective_ac_option "op"; Megatron refuses it.
+expect "torchtitan op_sac fits" 0 "recompute selective:op_sac" -- $PLANNER solve --gpus 8 --model $M/llama3-8b.yaml --cluster $C/h100-96gb-500w.yaml --engine torchtitan --tp 1 --pp 1 --zero 3 --microbatch 2 --global-batch 16 --seq 8192 --recompute selective -o opsac.plan.yaml
+expect "torchtitan op_sac codegen" 0 "megatron.args: not written: selective recompute op_sac" -- $PLANNER codegen opsac.plan.yaml -o opsacL
+check "op_sac as selective_ac_option op" grep -qx 'selective_ac_option = "op"' opsacL/torchtitan.toml
+check "op_sac: no costed-differently note" sh -c '! grep -q "not Megatron.s core-attention recompute" out.txt'
 # Bands and the lead (docs/cost_model.md section 2, "Bands"): the engine file's band per precision, every range
 # in closed form; the lead costed with every overlap off is no faster; an engine without runs gets the set's spread;
 # the flat model has no band.

@@ -171,6 +171,29 @@ TEST_CASE("flash attention stash: no s^2 term, Q K V O and the log-sum-exp kept;
   CHECK(un.bwd_mem_bytes - fl.bwd_mem_bytes == dt * 8 * a * s * s);
 }
 
+TEST_CASE("op_sac (torchtitan's op-level SAC): keeps the input, wq, wv, w1, w2, the attention output and LSE") {
+  const double s = 1024, h = 512, a = 8, g = 2, d = h / a, f = 1536, dt = 2;
+  Layer l = Block(1024, 512, Attrs(8, 2, 1536, "swiglu", "rmsnorm", "rope", false, "flash"));
+  const RecomputeModuleCost& op = l.recompute_modules[static_cast<size_t>(RecomputeModule::kOpSac)];
+  // Forward matmuls wq [h, a d], wk [h, g d], wv [h, g d], wo [a d, h], w1 [h, f], w3 [h, f], w2 [f, h]: the
+  // odd-numbered outputs (wq, wv, w1, w2) kept, wk, wo and w3 re-run.
+  const double kept = dt * s * (h + a * d + g * d + f + h + a * d) + 4 * a * s;
+  CHECK(op.stash_bytes == doctest::Approx(l.stash_bytes - kept));
+  CHECK(op.gemm_flops == doctest::Approx(2 * s * (h * g * d + a * d * h + h * f)));
+  CHECK(op.mem_bytes == l.fwd_mem_bytes);  // every memory-bound op of the forward re-run
+  CHECK(op.core_flops == 0);               // the attention kernel's output is kept
+  // TP-replicated: the block input and w2's row-parallel output stay whole per TP rank.
+  CHECK(op.stash_tp_replicated == doctest::Approx(l.stash_bytes_tp_replicated - dt * s * 2 * h));
+  // Between Megatron's selective (core_attn) and full recompute in memory.
+  CHECK(l.stash_bytes - op.stash_bytes < l.stash_bytes_selective);
+  CHECK(l.stash_bytes - op.stash_bytes > l.stash_bytes_full);
+  // GeLU MLP (no w3): wq, wk, wv, wo, w1, w2; wq, wv, w1 kept; wk, wo, w2 re-run.
+  Layer gl = Block(1024, 512, Attrs(8, 2, 1536, "gelu", "layernorm", "rope", false, "flash"));
+  const RecomputeModuleCost& gop = gl.recompute_modules[static_cast<size_t>(RecomputeModule::kOpSac)];
+  CHECK(gop.gemm_flops == doctest::Approx(2 * s * (h * g * d + a * d * h + f * h)));
+  CHECK(gop.stash_bytes == doctest::Approx(gl.stash_bytes - dt * s * (h + a * d + g * d + f + a * d) - 4 * a * s));
+}
+
 TEST_CASE("fp8 transformer_block: the GEMM-only inputs (QKV, fc1, fc2; unfused: the projection) kept at 1 byte") {
   const double s = 1024, h = 512, a = 8, g = 2, d = h / a, f = 1536, dt = 2;
   const LayerAttrs fa = Attrs(8, 2, 1536, "swiglu", "rmsnorm", "rope", false, "flash");
