@@ -305,9 +305,9 @@ std::string MegatronRefusal(const Plan& plan, const ModelSpec& model, const Laun
   const bool zero23 = plan.zero_stage == ZeroStage::kGradients || plan.zero_stage == ZeroStage::kParameters;
   if (zero23 && L.pp > 1) {
     return fmt::format(
-        "ZeRO-{} with pipelining (pp {}): Megatron-LM's distributed optimizer is ZeRO-1 and Megatron-FSDP / torch "
-        "FSDP2 do not "
-        "run with pipeline parallelism; solve with --zero 0,1 for a plan Megatron-LM runs",
+        "ZeRO-{} with pipelining (pp {}): Megatron-LM's distributed optimizer is ZeRO-1 and Megatron-FSDP does not "
+        "run with pipeline parallelism (torchtitan's FSDP2 does: the torchtitan export); solve with --zero 0,1 for a "
+        "plan Megatron-LM runs",
         plan.zero_stage == ZeroStage::kGradients ? 2 : 3, L.pp);
   }
   if (plan.recompute == Recompute::kSelective && HasRecomputeModule(plan.recompute_modules, RecomputeModule::kOpSac)) {

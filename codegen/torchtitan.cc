@@ -232,7 +232,8 @@ void AddTorchtitan(const Plan& plan, const ModelSpec& model, const LaunchPlan& L
     return;
   }
   std::string fsdp = "default";
-  if (plan.zero_stage == ZeroStage::kParameters) fsdp = "always";
+  // ZeRO-3 under pipelining is torchtitan's default there (no reshard after forward), as the plan costs it.
+  if (plan.zero_stage == ZeroStage::kParameters && L.pp == 1) fsdp = "always";
   if (plan.zero_stage == ZeroStage::kOptimizer || plan.zero_stage == ZeroStage::kGradients) {
     fsdp = "never";
     notes->push_back(fmt::format(

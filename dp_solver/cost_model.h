@@ -40,6 +40,7 @@ struct CostOptions {
   // Kernel-level costs (a kernel table and an engine; docs/cost_model.md section 2, "Engines"), else unused:
   bool tp_comm_overlap = false;  // TP collectives overlapped with the GEMMs (Megatron --tp-comm-overlap, async TP)
   double compute_slowdown = 0;   // compute seconds lost per second of communication hidden behind it (the engine's)
+  bool fsdp_with_pp = false;     // ZeRO-3 under pipelining as torchtitan runs FSDP2 there (the engine's fsdp_with_pp)
   double fp8_weight_bytes = -1;  // cached FP8 weight copies per parameter (the engine's); < 0: ModelStateBytes' 2
 };
 

@@ -81,9 +81,9 @@ std::string ZeroEngineSetting(int64_t zero) {
   }
 }
 
-int64_t MaxZeroStage(int64_t max_zero_stage, int64_t p, int64_t d) {
+int64_t MaxZeroStage(int64_t max_zero_stage, int64_t p, int64_t d, bool fsdp_with_pp) {
   if (d <= 1) return 0;
-  return std::min<int64_t>(max_zero_stage, p > 1 ? 1 : 3);
+  return std::min<int64_t>(max_zero_stage, p > 1 && !fsdp_with_pp ? 1 : 3);
 }
 
 int64_t InFlight(const Candidate& k, int64_t r) {
@@ -292,6 +292,13 @@ bool Evaluator::ZeroAllowed(int64_t z) const {
 // that hold the same weights, the routed experts' over the expert-data-parallel group (MoE folding).
 double Evaluator::StatesBytes(const Candidate& k, int64_t z, size_t r, const Evaluation& x) const {
   const double expert = x.expert_params[r], dense = x.params[r] - expert;
+  if (FsdpUnderPp(z, k.pp, o_.cost.fsdp_with_pp)) {
+    // Whole: the 16-bit parameters and the gradients accumulated in their dtype; sharded: the fp32
+    // parameters and optimizer state, and the fp32 gradient the reduce-scatter leaves.
+    const double whole = 2 * sb_.weight + sb_.fp8_weight_copy, sharded = sb_.optimizer + 4;
+    return dense * (whole + sharded / static_cast<double>(k.dp * k.cp)) +
+           expert * (whole + sharded / static_cast<double>(k.Edp()));
+  }
   return dense * StateBytesPerParam(sb_, z, k.dp * k.cp) +
          (expert > 0 ? expert * StateBytesPerParam(sb_, z, k.Edp()) : 0.0);
 }
@@ -302,7 +309,8 @@ double Evaluator::PeakBytes(const Candidate& k, int64_t z, Evaluation* x) const 
   for (int64_t r = 0; r < k.pp; ++r) {
     double states = StatesBytes(k, z, Z(r), *x);
     // ZeRO-3 / FSDP holds the layer it computes gathered whole, and prefetches the next one.
-    if (z == 3 && k.dp * k.cp > 1) states += 2 * x->largest_layer_params[Z(r)] * sb_.weight;
+    if (z == 3 && k.dp * k.cp > 1 && !FsdpUnderPp(z, k.pp, o_.cost.fsdp_with_pp))
+      states += 2 * x->largest_layer_params[Z(r)] * sb_.weight;
     // The optimizer step's fp32 copy of a 16-bit gradient buffer (its shard from ZeRO-1 on), after
     // the flush has freed the activations: it raises the peak only where it outgrows them.
     const double expert = x->expert_params[Z(r)], dense = x->params[Z(r)] - expert;
@@ -319,11 +327,12 @@ double Evaluator::PeakBytes(const Candidate& k, int64_t z, Evaluation* x) const 
 // none fits, the peaks then the highest stage tried's).
 void Evaluator::SettleMemory(const Candidate& k, Evaluation* x) const {
   x->zero = -1;
-  x->zero_max = MaxZeroStage(o_.max_zero_stage, k.pp, k.dp * k.cp);
+  x->zero_max = MaxZeroStage(o_.max_zero_stage, k.pp, k.dp * k.cp, o_.cost.fsdp_with_pp);
   double best = INFINITY;
   int64_t last_tried = -1;
   for (int64_t z = 0; z <= x->zero_max; ++z) {
     if (!ZeroAllowed(z)) continue;
+    if (k.pp > 1 && (z == 1 || z == 2) && o_.cost.fsdp_with_pp) continue;  // FSDP under PP: ZeRO-3 only
     last_tried = z;
     if (PeakBytes(k, z, x) > sb_.usable) continue;
     DataParallelTimes(k, z, x);
@@ -360,7 +369,8 @@ double Evaluator::DeviceDpSeconds(const Candidate& k, const Evaluation& x, int64
   const double bucket = BucketParams(g) / x.params[r], m = static_cast<double>(k.num_microbatches);
   const bool og = o_.cost.overlap_grad_reduce || o_.cost.dp_overlap, opg = o_.cost.overlap_param_gather;
   const double fwd = x.forward_s[r], bwd = x.backward_s[r], sd = o_.cost.compute_slowdown;
-  switch (z) {
+  // FSDP under PP: one gather at the first forward, one reduce-scatter at the last backward (ZeRO-1's traffic).
+  switch (FsdpUnderPp(z, k.pp, o_.cost.fsdp_with_pp) ? 1 : z) {
     case 0: *total_s = ar; return ExposedBucketed(ar, bucket, bwd, og, sd);
     case 1:
       *total_s = rs + ag;
@@ -468,8 +478,9 @@ PlanStage Evaluator::UniformStage(const Candidate& k, const Evaluation& x, int64
   ps.in_flight = k.schedule == Schedule::kDualPipeV ? DualPipeVInFlight(p, static_cast<int64_t>(r), q / p)
                                                     : InFlight(k, static_cast<int64_t>(r));
   const double expert = x.expert_params[r], w = sb_.weight + sb_.fp8_weight_copy;
-  ps.weights_bytes = (x.params[r] - expert) * w / (x.zero == 3 ? static_cast<double>(d * k.cp) : 1.0) +
-                     expert * w / (x.zero == 3 ? static_cast<double>(k.Edp()) : 1.0);
+  const bool sharded = x.zero == 3 && !FsdpUnderPp(x.zero, k.pp, o_.cost.fsdp_with_pp);  // weights sharded
+  ps.weights_bytes = (x.params[r] - expert) * w / (sharded ? static_cast<double>(d * k.cp) : 1.0) +
+                     expert * w / (sharded ? static_cast<double>(k.Edp()) : 1.0);
   ps.optimizer_bytes = StatesBytes(k, x.zero, r, x) - ps.weights_bytes;
   ps.activations_bytes = x.acts[r];
   ps.peak_memory_bytes = x.peak[r];

@@ -38,8 +38,13 @@ std::string ZeroEngineSetting(int64_t zero);
 // The highest ZeRO stage the search may take at p pipeline stages and d replicas: none
 // without data parallelism; at most ZeRO-1 with pipelining, the only stage an engine runs
 // there (DeepSpeed refuses pipelining with ZeRO-2/3; Megatron's distributed optimizer is ZeRO-1);
-// else --zero's limit (docs/cost_model.md section 5).
-int64_t MaxZeroStage(int64_t max_zero_stage, int64_t p, int64_t d);
+// else --zero's limit (docs/cost_model.md section 5). `fsdp_with_pp`: the engine runs FSDP under
+// pipelining (torchtitan): ZeRO-3 there too, costed as FsdpUnderPp says.
+int64_t MaxZeroStage(int64_t max_zero_stage, int64_t p, int64_t d, bool fsdp_with_pp = false);
+// Whether ZeRO stage z at p pipeline stages is torchtitan's FSDP under pipelining: parameters gathered at
+// the step's first forward and kept whole through it (no reshard after forward or backward), gradients
+// accumulated whole in the parameter dtype and reduce-scattered once at its last backward.
+inline bool FsdpUnderPp(int64_t z, int64_t p, bool fsdp_with_pp) { return fsdp_with_pp && p > 1 && z == 3; }
 
 // Everything the plan needs about a uniform candidate, short of its simulation.
 struct Evaluation {

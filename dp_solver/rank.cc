@@ -39,7 +39,8 @@ void Ranking::NoFit(const Candidate& k, const Evaluation& x, double usable) {
       zero_conflict_ = fmt::format("tp={} cp={} pp={} dp={}: {}", k.tp, k.cp, k.pp, k.dp,
                                    k.dp * k.cp <= 1 ? "ZeRO-1..3 shard over data-parallel ranks and there are none"
                                                     : "ZeRO-2/3 are not run with pipelining (DeepSpeed refuses them; "
-                                                      "Megatron's distributed optimizer is ZeRO-1)");
+                                                      "Megatron's distributed optimizer is ZeRO-1; torchtitan runs "
+                                                      "FSDP under pipelining: --engine torchtitan)");
     }
     return;
   }

@@ -163,6 +163,7 @@ Status ApplyEngine(const SolveArgs& a, const CostSource& src, SearchOptions* o) 
     }
   }
   if (restrict) PLANNER_RETURN_IF_ERROR(ApplyEngineRecompute(e, o));
+  if (restrict) o->cost.fsdp_with_pp = e.fsdp_with_pp;
   if (!KernelLevel(src)) return Status::OK();
   o->cost.overlap_grad_reduce = o->cost.overlap_grad_reduce && e.grad_reduce_overlap;
   o->cost.overlap_param_gather = o->cost.overlap_param_gather && e.param_gather_overlap;

@@ -57,10 +57,11 @@ Status ParseUnguarded(const std::string& path, const std::string& text, EngineSp
   YAML::Node root;
   PLANNER_RETURN_IF_ERROR(ParseYamlText(path, text, &root));
   YamlReader r(path);
-  PLANNER_RETURN_IF_ERROR(r.CheckKeys(
-      root, "",
-      {"format_version", "name", "attention", "attention_fallback", "fp8_recipe", "sustained", "elementwise_traffic",
-       "fp8_cast_fused", "overlap", "memory", "zero", "zero_reason", "schedules", "recompute_modules", "band"}));
+  PLANNER_RETURN_IF_ERROR(
+      r.CheckKeys(root, "",
+                  {"format_version", "name", "attention", "attention_fallback", "fp8_recipe", "sustained",
+                   "elementwise_traffic", "fp8_cast_fused", "overlap", "memory", "zero", "zero_reason", "fsdp_with_pp",
+                   "schedules", "recompute_modules", "band"}));
   EngineSpec e;
   e.path = path;
   int64_t version = 1;
@@ -111,6 +112,7 @@ Status ParseUnguarded(const std::string& path, const std::string& text, EngineSp
     if (z > 3) return r.FieldError(root["zero"], "zero", fmt::format("ZeRO stages are 0 to 3, got {}", z));
   }
   PLANNER_RETURN_IF_ERROR(r.GetString(root, "zero_reason", "zero_reason", &e.zero_reason, false));
+  PLANNER_RETURN_IF_ERROR(r.GetBool(root, "fsdp_with_pp", "fsdp_with_pp", &e.fsdp_with_pp, false));
   if (root["schedules"].IsDefined()) {
     PLANNER_RETURN_IF_ERROR(r.RequireSequence(root["schedules"], "schedules"));
     for (const auto& n : root["schedules"]) {

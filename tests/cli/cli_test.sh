@@ -68,6 +68,13 @@ expect "torchtitan op_sac fits" 0 "recompute selective:op_sac" -- $PLANNER solve
 expect "torchtitan op_sac codegen" 0 "megatron.args: not written: selective recompute op_sac" -- $PLANNER codegen opsac.plan.yaml -o opsacL
 check "op_sac as selective_ac_option op" grep -qx 'selective_ac_option = "op"' opsacL/torchtitan.toml
 check "op_sac: no costed-differently note" sh -c '! grep -q "not Megatron.s core-attention recompute" out.txt'
+# FSDP under pipelining: torchtitan runs it (ZeRO-3 with pp, exported with fsdp_reshard_after_forward "default", its
+# no-reshard rule under PP); Megatron-Core does not (the error names torchtitan).
+expect "fsdp with pp on torchtitan" 0 "ZeRO 3" -- $PLANNER solve --gpus 64 --model $M/llama3-70b.yaml --cluster $C/dgx-h100.yaml --pp 2 --zero 3 --engine torchtitan -o fsdppp.plan.yaml
+expect "fsdp with pp codegen" 0 "" -- $PLANNER codegen fsdppp.plan.yaml -o fsdpppL
+check "fsdp with pp: torchtitan's default reshard" grep -qx 'fsdp_reshard_after_forward = "default"' fsdpppL/torchtitan.toml
+check "fsdp with pp: megatron refused" test -f fsdpppL/megatron.args.refused
+expect "fsdp with pp not on megatron-core" 2 "torchtitan runs FSDP under pipelining: --engine torchtitan" -- $PLANNER solve --gpus 64 --model $M/llama3-70b.yaml --cluster $C/dgx-h100.yaml --pp 2 --zero 3
 # Bands and the lead (docs/cost_model.md section 2, "Bands"): the engine file's band per precision, every range
 # in closed form; the lead costed with every overlap off is no faster; an engine without runs gets the set's spread;
 # the flat model has no band.
