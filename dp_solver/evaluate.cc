@@ -169,6 +169,8 @@ size_t Evaluator::AddTable(CostTable table) {
 }
 
 const std::vector<int64_t>& Evaluator::Partition(size_t table, int64_t k, bool account) {
+  static const std::vector<int64_t> kNone;
+  if (!o_.forced_cuts.empty()) return static_cast<int64_t>(o_.forced_cuts.size()) == k + 1 ? o_.forced_cuts : kNone;
   auto key = std::make_tuple(table, k, account);
   auto it = partitions_.find(key);
   if (it != partitions_.end()) return it->second;

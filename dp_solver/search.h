@@ -76,6 +76,9 @@ struct SearchOptions {
   bool ps_colocated = false;
   bool ps_placement_named = false;  // --ps-placement given (either value): ps must be among the architectures
   bool exhaustive = false;          // simulate every feasible candidate (tests of the pruning)
+  // Stage boundaries forced by Megatron's --pipeline-model-parallel-layout (spec/pipeline_layout.h): pp x v + 1
+  // rows; candidates with another pp x v have no partition. Empty: the search balances the stages.
+  std::vector<int64_t> forced_cuts;
 };
 
 // What a search did (its output beside the plan; the CLI's "searched N candidates, simulated M" note):

@@ -291,6 +291,11 @@ Status SolveSize(const SolveArgs& a, const SolveInputs& in, Plan* plan) {
     SearchStats stats;
     PLANNER_RETURN_IF_ERROR(SolveAuto(src, o, plan, &stats));
     CompareEngines(a, in, src, o, plan);
+    if (!a.pipeline_layout.empty())
+      plan->notes.push_back(fmt::format(
+          "stages as --pipeline-model-parallel-layout {} places the layers (Megatron's chunk order: chunk q on "
+          "pipeline rank q % pp)",
+          a.pipeline_layout));
     SetBand(in, src, plan);
     CostLead(src, o, plan);
     plan->notes.push_back(fmt::format("searched {} candidates, simulated {}", stats.considered, stats.simulated));
@@ -532,6 +537,9 @@ Runner RegisterSolve(CLI::App& app) {
   cmd->add_option("--interleave", a->interleave,
                   "interleaved schedule: chunks per device v to try (default: every v with pp x v dividing the layers)")
       ->delimiter(',');
+  cmd->add_option("--pipeline-model-parallel-layout", a->pipeline_layout,
+                  "Megatron's layout forced: chunks of E (embedding), t (decoder layer), m (MTP), L (loss) "
+                  "separated by '|', (...)*n and x*n repeat; pp x vp chunks, chunk q on rank q % pp (needs one --pp)");
   cmd->add_option("--vp", a->vp,
                   "Megatron's virtual pipeline size: --interleave's values, and without --schedule the interleaved "
                   "schedule only")

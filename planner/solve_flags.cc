@@ -1,5 +1,7 @@
 #include "planner/solve_flags.h"
 
+#include "spec/pipeline_layout.h"
+
 #include <algorithm>
 #include <cctype>
 #include <cmath>
@@ -160,7 +162,8 @@ Status ParseTokenCount(const std::string& text, double* out) {
 // --interleave / --vp: v >= 2 and pp x v dividing a gpt model's layers (Megatron's rule).
 Status CheckInterleave(const SolveArgs& a, const ModelSpec* model, const std::vector<int64_t>& values,
                        const char* flag) {
-  const int64_t blocks = model != nullptr && model->is_gpt ? model->gpt.layers : 0;
+  // A --pipeline-model-parallel-layout places the layers itself (PipelineLayoutFlag checks its vp).
+  const int64_t blocks = model != nullptr && model->is_gpt && a.pipeline_layout.empty() ? model->gpt.layers : 0;
   for (int64_t v : values) {
     if (v < 2)
       return Status::InvalidArgument(
@@ -367,6 +370,41 @@ Status ApplyModelOverrides(const SolveArgs& a, ModelSpec* model, std::vector<std
   return Status::OK();
 }
 
+// --pipeline-model-parallel-layout: the stage boundaries, pp and vp it gives, and the schedules that run them.
+Status PipelineLayoutFlag(const SolveArgs& a, const ModelSpec& model, SearchOptions* o) {
+  if (a.pipeline_layout.empty()) return Status::OK();
+  if (a.model.empty())
+    return Status::InvalidArgument("--pipeline-model-parallel-layout: places a model's layers; give --model");
+  if (a.pp.size() != 1)
+    return Status::InvalidArgument(
+        "--pipeline-model-parallel-layout: needs one --pp (chunk q runs on pipeline rank q % pp), as Megatron's "
+        "--pipeline-model-parallel-size");
+  PipelineLayout L;
+  PLANNER_RETURN_IF_ERROR(ResolvePipelineLayout(a.pipeline_layout, model, a.pp.front(), &L));
+  for (int64_t v : o->interleave) {
+    if (v != L.vp)
+      return Status::InvalidArgument(fmt::format(
+          "--pipeline-model-parallel-layout: {} chunks on --pp {} are vp {}, not the --interleave / --vp {} given",
+          L.chunks.size(), L.pp, L.vp, v));
+  }
+  o->interleave = L.vp > 1 ? std::vector<int64_t>{L.vp} : std::vector<int64_t>{};
+  const std::vector<Schedule> runs = L.vp > 1
+                                         ? std::vector<Schedule>{Schedule::kInterleaved, Schedule::kDualPipeV}
+                                         : std::vector<Schedule>{Schedule::kGpipe, Schedule::k1F1B, Schedule::kZbH1};
+  if (o->schedules.empty()) {
+    o->schedules = L.vp > 1 ? std::vector<Schedule>{Schedule::kInterleaved} : runs;
+  }
+  for (Schedule s : o->schedules) {
+    if (std::find(runs.begin(), runs.end(), s) == runs.end() || (s == Schedule::kDualPipeV && L.vp != 2))
+      return Status::InvalidArgument(
+          fmt::format("--pipeline-model-parallel-layout: {} chunks per rank do not run with --schedule {}; use {}",
+                      L.vp, ScheduleName(s),
+                      L.vp > 1 ? (L.vp == 2 ? "interleaved or dualpipev" : "interleaved") : "gpipe, 1f1b or zb-h1"));
+  }
+  o->forced_cuts = L.cuts;
+  return Status::OK();
+}
+
 Status BuildSearchOptions(const SolveArgs& a, const ModelSpec& model, const Profile& profile, SearchOptions* o) {
   o->gpus = a.gpus;
   o->global_batch = a.global_batch;
@@ -461,7 +499,7 @@ Status BuildSearchOptions(const SolveArgs& a, const ModelSpec& model, const Prof
   }
   if (a.model.empty() && o->tp.empty()) o->tp = {1};
   o->vertical_sync = a.vertical_sync;
-  return Status::OK();
+  return PipelineLayoutFlag(a, model, o);
 }
 
 void NoteUnappliedFlags(const SolveArgs& a, Plan* plan) {

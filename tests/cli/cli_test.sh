@@ -75,6 +75,12 @@ expect "fsdp with pp codegen" 0 "" -- $PLANNER codegen fsdppp.plan.yaml -o fsdpp
 check "fsdp with pp: torchtitan's default reshard" grep -qx 'fsdp_reshard_after_forward = "default"' fsdpppL/torchtitan.toml
 check "fsdp with pp: megatron refused" test -f fsdpppL/megatron.args.refused
 expect "fsdp with pp not on megatron-core" 2 "torchtitan runs FSDP under pipelining: --engine torchtitan" -- $PLANNER solve --gpus 64 --model $M/llama3-70b.yaml --cluster $C/dgx-h100.yaml --pp 2 --zero 3
+# Megatron's --pipeline-model-parallel-layout as an input: Megatron-Bridge's DeepSeek-V3 split (pp 8 x vp 4 over 61
+# layers and the MTP module), costed on those stages and exported back unchanged.
+expect "pp layout forced" 0 "schedule interleaved (v=4)" -- $PLANNER solve --gpus 2048 --model $M/deepseek-v3.yaml --cluster $C/h800.yaml --pp 8 --tp 1 --ep 64 --precision fp8 --pipeline-model-parallel-layout 'Et|(tt|)*30mL' -o ppl.plan.yaml
+check "pp layout: the last chunk holds the MTP module and the loss" grep -qE '^ +31 +3 +62-65 +mtp0..loss' out.txt
+expect "pp layout codegen" 0 "" -- $PLANNER codegen ppl.plan.yaml -o pplL
+check "pp layout exported as given" grep -qx -- "--pipeline-model-parallel-layout Et|$(printf 'tt|%.0s' $(seq 30))mL" pplL/megatron.args
 # Bands and the lead (docs/cost_model.md section 2, "Bands"): the engine file's band per precision, every range
 # in closed form; the lead costed with every overlap off is no faster; an engine without runs gets the set's spread;
 # the flat model has no band.
