@@ -1,7 +1,7 @@
 // Megatron-LM's --pipeline-model-parallel-layout as an input (megatron/core/transformer/
 // pipeline_parallel_layer_layout.py): the model's layers placed on pipeline chunks by hand, uneven
-// stages, any virtual size, the embedding and the loss where the user puts them (docs/formats.md,
-// "Pipeline layouts"). Pure functions.
+// stages, any virtual size, the embedding and the loss where the user puts them (docs/cost_model.md
+// section 5, "--pipeline-model-parallel-layout"). Pure functions.
 #pragma once
 
 #include <cstdint>
