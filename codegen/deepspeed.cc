@@ -29,6 +29,11 @@ std::vector<std::string> DeepSpeedModelRequirements(const ModelSpec& model) {
 
 // Why DeepSpeed cannot run the plan ("" when it can).
 std::string DeepSpeedRefusal(const Plan& plan, const ModelSpec& model, const LaunchPlan& L) {
+  if (plan.dp_replicate > 1)
+    return fmt::format(
+        "HSDP ({} replicas): DeepSpeed 0.19 removed MiCS, its hybrid sharding (zero_optimization.mics_shard_size is "
+        "refused); solve with --engine deepspeed, which shards over every data-parallel rank",
+        plan.dp_replicate);
   if (L.schedule == Schedule::kPipeDream || PerStageReplication(L)) {
     return fmt::format(
         "{}: DeepSpeed's pipeline engine runs one synchronous schedule (it flushes every batch) with every stage "

@@ -315,6 +315,11 @@ std::string MegatronRefusal(const Plan& plan, const ModelSpec& model, const Laun
            "output kept), which Megatron-LM has no flag for; solve with --engine megatron-core for Megatron's "
            "--recompute-modules";
   }
+  if (plan.dp_replicate > 1 && plan.zero_stage != ZeroStage::kOptimizer)
+    return fmt::format(
+        "HSDP ({} replicas) at ZeRO-{}: Megatron-LM shards hierarchically only its distributed optimizer "
+        "(--num-distributed-optimizer-instances, ZeRO-1); solve with --engine megatron-core",
+        plan.dp_replicate, ZeroStageNumber(plan.zero_stage));
   return MegatronMtpPlacement(model, L);
 }
 
@@ -454,6 +459,8 @@ std::string MegatronRuleViolation(const std::string& args, const MegatronCheck& 
 void MegatronShardingArgs(const Plan& plan, const LaunchPlan& L, std::string* mg) {
   const bool zero23 = plan.zero_stage == ZeroStage::kGradients || plan.zero_stage == ZeroStage::kParameters;
   if (plan.zero_stage == ZeroStage::kOptimizer) *mg += "--use-distributed-optimizer\n";
+  if (plan.zero_stage == ZeroStage::kOptimizer && plan.dp_replicate > 1)
+    *mg += fmt::format("--num-distributed-optimizer-instances {}\n", plan.dp_replicate);
   if (zero23) {
     *mg += fmt::format("--use-megatron-fsdp\n--data-parallel-sharding-strategy {}\n--ckpt-format fsdp_dtensor\n",
                        plan.zero_stage == ZeroStage::kGradients ? "optim_grads" : "optim_grads_params");

@@ -204,8 +204,16 @@ void AddTorchtitan(const Plan& plan, const ModelSpec& model, const LaunchPlan& L
   c.tp = L.tp;
   c.cp = L.cp;
   const bool ddp = plan.zero_stage == ZeroStage::kNone;  // ZeRO-0: DDP (replicate); else FSDP2 (shard)
-  c.dp_replicate = ddp ? L.dp : 1;
-  c.dp_shard = ddp ? 1 : L.dp;
+  // HSDP: plan.dp_replicate replicas of a state sharded over dp_shard x cp ranks (torchtitan's dp_shard_cp mesh).
+  const int64_t hsdp = ddp ? 1 : plan.dp_replicate;
+  c.dp_replicate = ddp ? L.dp : hsdp;
+  c.dp_shard = ddp ? 1 : L.dp / std::max<int64_t>(1, hsdp);
+  if (refused.empty() && L.dp % std::max<int64_t>(1, hsdp) != 0)
+    refused = fmt::format(
+        "HSDP {} x {}: torchtitan replicates whole data-parallel groups (data_parallel_replicate_degree divides dp "
+        "{}); "
+        "solve with --dp-replicate dividing {}",
+        hsdp, L.dp * L.cp / hsdp, L.dp, L.dp);
   // torchtitan's batch is per data-parallel rank; context-parallel ranks share it.
   c.microbatch = L.microbatch_size;
   c.local_batch = L.microbatch_size * L.num_microbatches;

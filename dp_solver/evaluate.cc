@@ -294,15 +294,15 @@ bool Evaluator::ZeroAllowed(int64_t z) const {
 // that hold the same weights, the routed experts' over the expert-data-parallel group (MoE folding).
 double Evaluator::StatesBytes(const Candidate& k, int64_t z, size_t r, const Evaluation& x) const {
   const double expert = x.expert_params[r], dense = x.params[r] - expert;
+  const int64_t shard = k.dp * k.cp / x.replicate;  // HSDP: the dense state's shard group
   if (FsdpUnderPp(z, k.pp, o_.cost.fsdp_with_pp)) {
     // Whole: the 16-bit parameters and the gradients accumulated in their dtype; sharded: the fp32
     // parameters and optimizer state, and the fp32 gradient the reduce-scatter leaves.
     const double whole = 2 * sb_.weight + sb_.fp8_weight_copy, sharded = sb_.optimizer + 4;
-    return dense * (whole + sharded / static_cast<double>(k.dp * k.cp)) +
+    return dense * (whole + sharded / static_cast<double>(shard)) +
            expert * (whole + sharded / static_cast<double>(k.Edp()));
   }
-  return dense * StateBytesPerParam(sb_, z, k.dp * k.cp) +
-         (expert > 0 ? expert * StateBytesPerParam(sb_, z, k.Edp()) : 0.0);
+  return dense * StateBytesPerParam(sb_, z, shard) + (expert > 0 ? expert * StateBytesPerParam(sb_, z, k.Edp()) : 0.0);
 }
 
 // Peak bytes per device at ZeRO stage z (StatesBytes, activations, working buffers).
@@ -316,13 +316,39 @@ double Evaluator::PeakBytes(const Candidate& k, int64_t z, Evaluation* x) const 
     // The optimizer step's fp32 copy of a 16-bit gradient buffer (its shard from ZeRO-1 on), after
     // the flush has freed the activations: it raises the peak only where it outgrows them.
     const double expert = x->expert_params[Z(r)], dense = x->params[Z(r)] - expert;
-    const double step_copy =
-        sb_.step_grad_copy *
-        (z >= 1 ? dense / static_cast<double>(k.dp * k.cp) + expert / static_cast<double>(k.Edp()) : dense + expert);
+    const double step_copy = sb_.step_grad_copy * (z >= 1 ? dense / static_cast<double>(k.dp * k.cp / x->replicate) +
+                                                                expert / static_cast<double>(k.Edp())
+                                                          : dense + expert);
     x->peak[Z(r)] = states + std::max(x->acts[Z(r)] + x->work[Z(r)], step_copy);
     x->peak_bytes = std::max(x->peak_bytes, x->peak[Z(r)]);
   }
   return x->peak_bytes;
+}
+
+std::vector<int64_t> Evaluator::Replicates(const Candidate& k, int64_t z) const {
+  const int64_t g = k.dp * k.cp;
+  const bool forced = !o_.dp_replicate.empty();
+  const bool one = !forced || std::find(o_.dp_replicate.begin(), o_.dp_replicate.end(), 1) != o_.dp_replicate.end();
+  if (z < 1) return {1};
+  if ((o_.hsdp_zero & (1u << z)) == 0 || g < 4) return one ? std::vector<int64_t>{1} : std::vector<int64_t>{};
+  std::vector<int64_t> out;
+  if (forced) {
+    for (int64_t r : o_.dp_replicate) {
+      if (r == 1 || (r > 1 && g % r == 0 && g / r >= 2)) out.push_back(r);
+    }
+    return out;
+  }
+  out.push_back(1);
+  // The largest shard group inside one node: t x shard GPUs of consecutive ranks (rank order tp-cp-dp).
+  const ClusterSpec& c = *src_.cluster;
+  const int64_t node = c.levels.empty() ? 1 : c.levels.front().size;
+  for (int64_t s = std::min(g / 2, node / k.tp); s >= 2; --s) {
+    if (g % s == 0) {
+      out.push_back(g / s);
+      break;
+    }
+  }
+  return out;
 }
 
 // The fastest allowed ZeRO stage whose peak fits in usable memory (ties: the lowest; zero = -1:
@@ -332,17 +358,23 @@ void Evaluator::SettleMemory(const Candidate& k, Evaluation* x) const {
   x->zero_max = MaxZeroStage(o_.max_zero_stage, k.pp, k.dp * k.cp, o_.cost.fsdp_with_pp);
   double best = INFINITY;
   int64_t last_tried = -1;
+  int64_t best_replicate = 1;
   for (int64_t z = 0; z <= x->zero_max; ++z) {
     if (!ZeroAllowed(z)) continue;
     if (k.pp > 1 && (z == 1 || z == 2) && o_.cost.fsdp_with_pp) continue;  // FSDP under PP: ZeRO-3 only
-    last_tried = z;
-    if (PeakBytes(k, z, x) > sb_.usable) continue;
-    DataParallelTimes(k, z, x);
-    if (x->dp_s + x->optimizer_s < best * (1 - 1e-12)) {
-      best = x->dp_s + x->optimizer_s;
-      x->zero = z;
+    for (int64_t rep : Replicates(k, z)) {
+      x->replicate = rep;
+      last_tried = z;
+      if (PeakBytes(k, z, x) > sb_.usable) continue;
+      DataParallelTimes(k, z, x);
+      if (x->dp_s + x->optimizer_s < best * (1 - 1e-12)) {
+        best = x->dp_s + x->optimizer_s;
+        x->zero = z;
+        best_replicate = rep;
+      }
     }
   }
+  x->replicate = x->zero >= 0 ? best_replicate : 1;
   if (x->zero >= 0) {
     PeakBytes(k, x->zero, x);
     DataParallelTimes(k, x->zero, x);
@@ -361,12 +393,17 @@ void Evaluator::SettleMemory(const Candidate& k, Evaluation* x) const {
 double Evaluator::DeviceDpSeconds(const Candidate& k, const Evaluation& x, int64_t z, size_t r, DpComm d,
                                   double* total_s) const {
   const ClusterSpec& c = *src_.cluster;
-  const int64_t g = k.dp * k.cp;
+  const int64_t g = k.dp * k.cp, shard = z >= 1 ? g / x.replicate : g;
   *total_s = 0;
   const double expert = x.expert_params[r];
-  const DpCollectives dense_c = Collectives(c, sb_, x.params[r] - expert, g, k.tp, d, Servers(d), k.pp);
+  const DpCollectives dense_c = Collectives(c, sb_, x.params[r] - expert, shard, k.tp, d, Servers(d), k.pp);
   const DpCollectives expert_c = Collectives(c, sb_, expert, k.Edp(), k.ep * k.etp, d, Servers(d), k.pp);
-  const double ar = dense_c.ar + expert_c.ar, rs = dense_c.rs + expert_c.rs, ag = dense_c.ag + expert_c.ag;
+  // HSDP: each shard's gradient all-reduced over the replicas (ranks t x shard apart), with every reduce-scatter.
+  const DpCollectives cross = z >= 1 && x.replicate > 1 ? Collectives(c, sb_, (x.params[r] - expert) / shard,
+                                                                      x.replicate, k.tp * shard, d, Servers(d), k.pp)
+                                                        : DpCollectives{};
+  const double ar = dense_c.ar + expert_c.ar + cross.ar, rs = dense_c.rs + expert_c.rs + cross.ar,
+               ag = dense_c.ag + expert_c.ag;
   if (!(ar > 0)) return 0;
   const double bucket = BucketParams(g) / x.params[r], m = static_cast<double>(k.num_microbatches);
   const bool og = o_.cost.overlap_grad_reduce || o_.cost.dp_overlap, opg = o_.cost.overlap_param_gather;
@@ -397,7 +434,7 @@ void Evaluator::DataParallelTimes(const Candidate& k, int64_t z, Evaluation* x) 
   x->dp_s = 0;
   x->optimizer_s = 0;
   x->dp_comm = DpComm::kHierAllReduce;
-  const double shard = z >= 1 ? static_cast<double>(k.dp * k.cp) : 1.0,
+  const double shard = z >= 1 ? static_cast<double>(k.dp * k.cp / x->replicate) : 1.0,
                expert_shard = z >= 1 ? static_cast<double>(k.Edp()) : 1.0;
   for (int64_t r = 0; r < k.pp; ++r) {
     const size_t ru = Z(r);
@@ -481,7 +518,7 @@ PlanStage Evaluator::UniformStage(const Candidate& k, const Evaluation& x, int64
                                                     : InFlight(k, static_cast<int64_t>(r));
   const double expert = x.expert_params[r], w = sb_.weight + sb_.fp8_weight_copy;
   const bool sharded = x.zero == 3 && !FsdpUnderPp(x.zero, k.pp, o_.cost.fsdp_with_pp);  // weights sharded
-  ps.weights_bytes = (x.params[r] - expert) * w / (sharded ? static_cast<double>(d * k.cp) : 1.0) +
+  ps.weights_bytes = (x.params[r] - expert) * w / (sharded ? static_cast<double>(d * k.cp / x.replicate) : 1.0) +
                      expert * w / (sharded ? static_cast<double>(k.Edp()) : 1.0);
   ps.optimizer_bytes = StatesBytes(k, x.zero, r, x) - ps.weights_bytes;
   ps.activations_bytes = x.acts[r];
@@ -569,6 +606,7 @@ Plan Evaluator::UniformPlan(const Candidate& k, const Evaluation& x, const SimRe
   }
   pl.account_embedding_loss = k.account;
   pl.zero_stage = static_cast<ZeroStage>(x.zero);  // 0..3: the fastest stage that fits (x.zero >= 0 here)
+  pl.dp_replicate = x.replicate;
   PlanNotes(k, x.zero, o_.cost, &pl.notes);
   if (src_.model != nullptr && src_.model->dtype == DType::kFp8) {
     pl.notes.push_back(

@@ -58,6 +58,7 @@ struct Evaluation {
   std::vector<double> expert_params;  // per device: the routed experts' part of params (sharded over the EDP group)
   int64_t zero = -1;                  // the fastest ZeRO stage that fits; -1: none fits
   int64_t zero_max = 0;               // the highest ZeRO stage tried (MaxZeroStage); -1: --zero allowed none
+  int64_t replicate = 1;  // HSDP: the ZeRO-sharded dense state replicated this many times (sharded over dp cp / it)
   double peak_bytes = 0, dp_s = 0, optimizer_s = 0;
   // The fastest data-parallel architecture of those tried at the settled ZeRO stage (ties: hier, ring,
   // tree, ps, byteps); allreduce_s and dp_s are its.
@@ -100,6 +101,9 @@ class Evaluator {
   double StatesBytes(const Candidate& k, int64_t z, size_t r, const Evaluation& x) const;
   double DeviceDpSeconds(const Candidate& k, const Evaluation& x, int64_t z, size_t r, DpComm d, double* total_s) const;
   void DataParallelTimes(const Candidate& k, int64_t z, Evaluation* x) const;
+  // HSDP replicate degrees tried at ZeRO stage z (SearchOptions::dp_replicate, hsdp_zero): {1} unless the
+  // engine runs z hierarchically; by default 1 and the degree that keeps one shard group inside a node.
+  std::vector<int64_t> Replicates(const Candidate& k, int64_t z) const;
   std::vector<std::pair<std::string, double>> DpCommComparison(const Candidate& k, const Evaluation& x) const;
   PlanStage UniformStage(const Candidate& k, const Evaluation& x, int64_t q) const;
   void FillFlops(Recompute rc, Plan* pl) const;

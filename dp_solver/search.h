@@ -59,7 +59,12 @@ struct SearchOptions {
   // (empty: every divisor of the experts) and expert tensor-parallel sizes (empty: 1 and tp; 0 in
   // the list stands for tp, Megatron's default). ep x etp must divide tp x cp x dp.
   std::vector<int64_t> ep, etp;
-  std::vector<int64_t> zero;          // ZeRO stages allowed (0..3, `--zero`); empty: all
+  std::vector<int64_t> zero;  // ZeRO stages allowed (0..3, `--zero`); empty: all
+  // HSDP (ParallelLayout::dp_replicate): the ZeRO stages the engine shards hierarchically (bit z; 0: none,
+  // the flat model's default) and the replicate degrees tried (`--dp-replicate`; empty: 1 and the degree
+  // whose shard group fills one node).
+  uint32_t hsdp_zero = 0;
+  std::vector<int64_t> dp_replicate;
   int64_t max_replicated_units = 32;  // per-stage replication DP: workers grouped to at most this many units
   std::vector<int64_t>
       replication;  // non-empty: only this per-stage replica vector ("2-1-1", in TP groups), pipedream schedule

@@ -164,6 +164,22 @@ Status ApplyEngine(const SolveArgs& a, const CostSource& src, SearchOptions* o) 
   }
   if (restrict) PLANNER_RETURN_IF_ERROR(ApplyEngineRecompute(e, o));
   if (restrict) o->cost.fsdp_with_pp = e.fsdp_with_pp;
+  if (restrict) {
+    for (int64_t z : e.hsdp) o->hsdp_zero |= 1u << z;
+  }
+  const bool hybrid_forced =
+      !o->dp_replicate.empty() && std::find(o->dp_replicate.begin(), o->dp_replicate.end(), 1) == o->dp_replicate.end();
+  if (hybrid_forced && o->hsdp_zero != 0 && !o->zero.empty() &&
+      std::none_of(o->zero.begin(), o->zero.end(), [&](int64_t z) { return z >= 1 && (o->hsdp_zero >> z & 1u); }))
+    return Status::InvalidArgument(fmt::format(
+        "--dp-replicate with --zero {}: engine {} shards hierarchically only ZeRO-{}; choose --zero {} or another "
+        "--engine",
+        fmt::join(o->zero, ","), e.name, fmt::join(e.hsdp, "/"), fmt::join(e.hsdp, ",")));
+  if (!o->dp_replicate.empty() && o->hsdp_zero == 0 &&
+      std::any_of(o->dp_replicate.begin(), o->dp_replicate.end(), [](int64_t r) { return r > 1; }))
+    return Status::InvalidArgument(fmt::format(
+        "--dp-replicate: engine {} shards no ZeRO stage hierarchically{}; drop the flag or choose another --engine",
+        e.name, restrict ? "" : " in the flat model (name --engine, or use a GPU with a kernel table)"));
   if (!KernelLevel(src)) return Status::OK();
   o->cost.overlap_grad_reduce = o->cost.overlap_grad_reduce && e.grad_reduce_overlap;
   o->cost.overlap_param_gather = o->cost.overlap_param_gather && e.param_gather_overlap;
@@ -194,6 +210,7 @@ void ForceLayout(const ParallelLayout& l, SearchOptions* f) {
   f->recompute_modules = l.recompute == Recompute::kSelective ? l.recompute_modules : 0;
   f->sequence_parallel = {l.sequence_parallel ? 1 : 0};
   f->zero = {static_cast<int64_t>(l.zero_stage)};
+  f->dp_replicate = {l.dp_replicate};
   f->top_k = 1;
 }
 
@@ -540,6 +557,11 @@ Runner RegisterSolve(CLI::App& app) {
   cmd->add_option("--pipeline-model-parallel-layout", a->pipeline_layout,
                   "Megatron's layout forced: chunks of E (embedding), t (decoder layer), m (MTP), L (loss) "
                   "separated by '|', (...)*n and x*n repeat; pp x vp chunks, chunk q on rank q % pp (needs one --pp)");
+  cmd->add_option("--dp-replicate", a->dp_replicate,
+                  "HSDP replicate degrees to try (the ZeRO state sharded over dp x cp / r, replicated r times; "
+                  "torchtitan data_parallel_replicate_degree, Megatron --num-distributed-optimizer-instances); "
+                  "default: 1 and the degree keeping a shard group in one node, where the engine shards so")
+      ->delimiter(',');
   cmd->add_option("--vp", a->vp,
                   "Megatron's virtual pipeline size: --interleave's values, and without --schedule the interleaved "
                   "schedule only")

@@ -70,6 +70,7 @@ Status CheckNumericFlags(const SolveArgs& a, bool memory_given) {
   PLANNER_RETURN_IF_ERROR(CheckIntFlag("--microbatch", a.microbatch, kMaxMicrobatch));
   PLANNER_RETURN_IF_ERROR(CheckIntFlag("--interleave", a.interleave, kMaxDegree));
   PLANNER_RETURN_IF_ERROR(CheckIntFlag("--vp", a.vp, kMaxDegree));
+  PLANNER_RETURN_IF_ERROR(CheckIntFlag("--dp-replicate", a.dp_replicate, kMaxDegree));
   if (a.global_batch > (int64_t{1} << 40))
     return Status::InvalidArgument(fmt::format("--global-batch {}: must be at most 2^40 samples", a.global_batch));
   if (a.seq > (int64_t{1} << 24))
@@ -414,6 +415,7 @@ Status BuildSearchOptions(const SolveArgs& a, const ModelSpec& model, const Prof
   o->pp = a.pp;
   o->cp = a.cp;
   o->zero = a.zero;
+  o->dp_replicate = a.dp_replicate;
   o->ep = a.ep;
   o->etp = a.etp;
   o->microbatch = a.microbatch;

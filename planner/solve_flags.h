@@ -38,7 +38,9 @@ struct SolveArgs {
   // NAME|FILE|none (empty: the cluster's GPU's built-in table), --tp-comm-overlap on|off.
   std::string engine, kernels, tp_comm_overlap = "off";  // engine empty: megatron-core, not named
   std::string replication, sp, precision, train_tokens_text;
-  std::string pipeline_layout;  // Megatron's --pipeline-model-parallel-layout (spec/pipeline_layout.h); empty: none
+  std::string pipeline_layout;
+  std::vector<int64_t>
+      dp_replicate;  // --dp-replicate (HSDP); empty: the search's defaults  // Megatron's --pipeline-model-parallel-layout (spec/pipeline_layout.h); empty: none
   std::string overlap_grad_reduce = "on", overlap_param_gather = "on";
   std::string grad_dtype;
   int64_t seq = 0;

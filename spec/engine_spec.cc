@@ -60,8 +60,8 @@ Status ParseUnguarded(const std::string& path, const std::string& text, EngineSp
   PLANNER_RETURN_IF_ERROR(
       r.CheckKeys(root, "",
                   {"format_version", "name", "attention", "attention_fallback", "fp8_recipe", "sustained",
-                   "elementwise_traffic", "fp8_cast_fused", "overlap", "memory", "zero", "zero_reason", "fsdp_with_pp",
-                   "schedules", "recompute_modules", "band"}));
+                   "elementwise_traffic", "fp8_cast_fused", "overlap", "memory", "zero", "zero_reason", "hsdp",
+                   "fsdp_with_pp", "schedules", "recompute_modules", "band"}));
   EngineSpec e;
   e.path = path;
   int64_t version = 1;
@@ -113,6 +113,10 @@ Status ParseUnguarded(const std::string& path, const std::string& text, EngineSp
   }
   PLANNER_RETURN_IF_ERROR(r.GetString(root, "zero_reason", "zero_reason", &e.zero_reason, false));
   PLANNER_RETURN_IF_ERROR(r.GetBool(root, "fsdp_with_pp", "fsdp_with_pp", &e.fsdp_with_pp, false));
+  PLANNER_RETURN_IF_ERROR(r.GetIntList(root, "hsdp", "hsdp", &e.hsdp, false, 1));
+  for (int64_t z : e.hsdp) {
+    if (z > 3) return r.FieldError(root["hsdp"], "hsdp", fmt::format("ZeRO stages are 1 to 3, got {}", z));
+  }
   if (root["schedules"].IsDefined()) {
     PLANNER_RETURN_IF_ERROR(r.RequireSequence(root["schedules"], "schedules"));
     for (const auto& n : root["schedules"]) {

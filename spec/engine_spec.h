@@ -36,6 +36,7 @@ struct EngineSpec {
   double tp_comm_overlap_hidden = 0;   // share of TP collectives hidden when TP communication overlap is on
   double compute_slowdown = 0;         // compute seconds lost per second of communication hidden behind it
   double fp8_weight_bytes = 0;         // bytes per parameter of cached FP8 weight copies
+  std::vector<int64_t> hsdp;           // ZeRO stages it shards hierarchically (HSDP: replicate x shard); empty: none
   bool fsdp_with_pp = false;           // runs FSDP (ZeRO-3) under pipelining, unsharded through the step (torchtitan)
   std::vector<int64_t> zero;           // ZeRO stages it runs (empty: any)
   std::string zero_reason;             // why the others are not (the error's words)

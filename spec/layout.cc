@@ -18,7 +18,11 @@ std::string ParallelLayout::Label(const std::string& state) const {
       "ep {} etp {}",
       ParallelString(), cp, sequence_parallel ? "on" : "off", config, microbatch_size, num_microbatches,
       ScheduleName(schedule), interleave > 1 ? fmt::format(" (v={})", interleave) : "",
-      RecomputeLabel(recompute, recompute_num_layers, recompute_modules), ZeroStageNumber(zero_stage), state, ep, etp);
+      RecomputeLabel(recompute, recompute_num_layers, recompute_modules),
+      dp_replicate > 1
+          ? fmt::format("{} (HSDP {} x {})", ZeroStageNumber(zero_stage), dp_replicate, dp * cp / dp_replicate)
+          : std::to_string(ZeroStageNumber(zero_stage)),
+      state, ep, etp);
 }
 
 Status ReadLayoutSizes(const YamlReader& r, const YAML::Node& map, const std::string& prefix, bool required,
@@ -28,9 +32,14 @@ Status ReadLayoutSizes(const YamlReader& r, const YAML::Node& map, const std::st
                                  {"dp", &out->dp, required},
                                  {"cp", &out->cp, false},
                                  {"ep", &out->ep, false},
-                                 {"etp", &out->etp, false}}) {
+                                 {"etp", &out->etp, false},
+                                 {"dp_replicate", &out->dp_replicate, false}}) {
     PLANNER_RETURN_IF_ERROR(GetIntInRange(r, map, key, prefix + key, size, need, 1, kMaxRanks));
   }
+  if ((out->dp * out->cp) % out->dp_replicate != 0)
+    return r.FieldError(
+        map["dp_replicate"], prefix + "dp_replicate",
+        fmt::format("{} does not divide dp x cp = {}; give a divisor", out->dp_replicate, out->dp * out->cp));
   PLANNER_RETURN_IF_ERROR(
       r.GetBool(map, "sequence_parallel", prefix + "sequence_parallel", &out->sequence_parallel, false));
   PLANNER_RETURN_IF_ERROR(GetIntInRange(r, map, "microbatch_size", prefix + "microbatch_size", &out->microbatch_size,

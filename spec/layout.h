@@ -38,6 +38,10 @@ struct ParallelLayout {
   // `recompute_modules: [core_attn, ...]`, written with recompute: selective). Default core_attn.
   uint32_t recompute_modules = kDefaultRecomputeModules;
   ZeroStage zero_stage = ZeroStage::kNone;  // zero_stage: 0..3 in plan.yaml
+  // Hybrid sharding (HSDP; torchtitan data_parallel_replicate_degree, Megatron
+  // --num-distributed-optimizer-instances, DeepSpeed MiCS): the ZeRO-sharded state is sharded over
+  // dp cp / dp_replicate ranks and replicated dp_replicate times; 1: sharded over all dp cp ranks.
+  int64_t dp_replicate = 1;
 
   // "tp-pp-dp", as plan.yaml's `parallel` and every printed configuration name it.
   std::string ParallelString() const;

@@ -168,6 +168,7 @@ void AddLayout(
   if (l.recompute_num_layers > 0) t->Add("recompute_num_layers", Tree::Int(l.recompute_num_layers));
   if (l.recompute == Recompute::kSelective) t->Add("recompute_modules", ModulesTree(l.recompute_modules));
   t->Add("zero_stage", Tree::Int(ZeroStageNumber(l.zero_stage)));
+  if (l.dp_replicate > 1) t->Add("dp_replicate", Tree::Int(l.dp_replicate));
 }
 
 Tree SummaryTree(const PlanSummary& s) {
@@ -436,6 +437,7 @@ const std::vector<std::string> kTopKeys = {"format_version",
                                            "recompute_num_layers",
                                            "recompute_modules",
                                            "zero_stage",
+                                           "dp_replicate",
                                            "p2p_overlap",
                                            "grad_dtype",
                                            "dp_comm",
@@ -503,6 +505,7 @@ const std::vector<std::string> kRunnerUpKeys = {"config",
                                                 "recompute_num_layers",
                                                 "recompute_modules",
                                                 "zero_stage",
+                                                "dp_replicate",
                                                 "iteration_seconds",
                                                 "samples_per_second",
                                                 "peak_memory_GiB",

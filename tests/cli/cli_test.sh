@@ -81,6 +81,17 @@ expect "pp layout forced" 0 "schedule interleaved (v=4)" -- $PLANNER solve --gpu
 check "pp layout: the last chunk holds the MTP module and the loss" grep -qE '^ +31 +3 +62-65 +mtp0..loss' out.txt
 expect "pp layout codegen" 0 "" -- $PLANNER codegen ppl.plan.yaml -o pplL
 check "pp layout exported as given" grep -qx -- "--pipeline-model-parallel-layout Et|$(printf 'tt|%.0s' $(seq 30))mL" pplL/megatron.args
+# HSDP (--dp-replicate): torchtitan's replicate x shard, Megatron's distributed-optimizer instances; the plan
+# records it, inspect prints it, the exports carry it or refuse it.
+expect "hsdp torchtitan" 0 "ZeRO 3 (HSDP 32 x 8)" -- $PLANNER solve --gpus 256 --model $M/llama3-8b.yaml --cluster $C/dgx-h100.yaml --engine torchtitan --tp 1 --pp 1 --zero 3 --global-batch 512 --dp-replicate 32 -o hsdp.plan.yaml
+check "hsdp in plan.yaml" grep -qx "dp_replicate: 32" hsdp.plan.yaml
+expect "hsdp inspect" 0 "ZeRO 3 (HSDP 32 x 8)" -- $PLANNER inspect hsdp.plan.yaml
+expect "hsdp codegen" 0 "megatron.args: not written: HSDP (32 replicas) at ZeRO-3" -- $PLANNER codegen hsdp.plan.yaml -o hsdpL
+check "hsdp torchtitan degrees" sh -c 'grep -qx "data_parallel_replicate_degree = 32" hsdpL/torchtitan.toml && grep -qx "data_parallel_shard_degree = 8" hsdpL/torchtitan.toml'
+check "hsdp deepspeed refused" grep -q "DeepSpeed 0.19 removed MiCS" hsdpL/deepspeed/refused.txt
+expect "hsdp megatron zero-1" 0 "ZeRO 1 (HSDP 16 x 8)" -- $PLANNER solve --gpus 1024 --model $M/llama3-70b.yaml --cluster $C/dgx-h100.yaml --tp 8 --pp 1 --zero 1 --dp-replicate 16 --global-batch 1024 -o mhsdp.plan.yaml
+expect "hsdp megatron codegen" 0 "" -- $PLANNER codegen mhsdp.plan.yaml -o mhsdpL --export megatron
+check "hsdp megatron instances" grep -qx -- "--num-distributed-optimizer-instances 16" mhsdpL/megatron.args
 # Bands and the lead (docs/cost_model.md section 2, "Bands"): the engine file's band per precision, every range
 # in closed form; the lead costed with every overlap off is no faster; an engine without runs gets the set's spread;
 # the flat model has no band.

@@ -170,5 +170,51 @@ TEST_CASE("FSDP under pipelining (torchtitan's fsdp_with_pp): ZeRO-3 with pp, wh
   }
 }
 
+TEST_CASE("HSDP: the ZeRO state sharded over dp cp / r ranks and replicated r times; the replicas all-reduce") {
+  MemFixture f("llama3-8b.yaml", "dgx-h100.yaml");
+  SearchOptions o;
+  o.gpus = 64;
+  o.tp = {1};
+  o.pp = {1};
+  o.cp = {1};
+  o.microbatch = {1};
+  o.recompute = {Recompute::kNone};
+  o.schedules = {Schedule::k1F1B};
+  o.zero = {3};
+  o.top_k = 1;
+  o.hsdp_zero = 1u << 3;
+  auto solve = [&](int64_t r) {
+    SearchOptions x = o;
+    x.dp_replicate = {r};
+    Plan p;
+    REQUIRE_OK(SolveAuto(f.Source(), x, &p));
+    return p;
+  };
+  const Plan full = solve(1), hsdp = solve(8);
+  CHECK(full.dp_replicate == 1);
+  CHECK(hsdp.dp_replicate == 8);
+  CHECK(hsdp.Label().find("ZeRO 3 (HSDP 8 x 8)") != std::string::npos);
+  // ZeRO-3's 18 bytes per parameter (2 + 4 + 12) over the shard group: 64 ranks, then 8.
+  const double params = f.model.TotalParams();
+  CHECK(full.stages[0].weights_bytes + full.stages[0].optimizer_bytes == doctest::Approx(params * 18 / 64));
+  CHECK(hsdp.stages[0].weights_bytes + hsdp.stages[0].optimizer_bytes == doctest::Approx(params * 18 / 8));
+  CHECK(hsdp.stages[0].weights_bytes == doctest::Approx(params * 2 / 8));
+  // Its traffic: gathers and reduce-scatters inside a node (8 ranks) plus each shard's all-reduce over the
+  // 8 replicas; the all-reduce crosses nodes, so it costs more than nothing and the plans differ.
+  CHECK(hsdp.stages[0].dp_allreduce_s != doctest::Approx(full.stages[0].dp_allreduce_s));
+  // Without the engine's hierarchical stages a forced r > 1 leaves no ZeRO-3 plan.
+  SearchOptions none = o;
+  none.hsdp_zero = 0;
+  none.dp_replicate = {8};
+  Plan p;
+  CHECK(!SolveAuto(f.Source(), none, &p).ok());
+  // By default the search tries 1 and the degree whose shard group fills one node (8 GPUs / tp 1).
+  SearchOptions def = o;
+  Plan d;
+  REQUIRE_OK(SolveAuto(f.Source(), def, &d));
+  CHECK((d.dp_replicate == 1 || d.dp_replicate == 8));
+  CHECK(d.predicted.iteration_s == doctest::Approx(std::min(full.predicted.iteration_s, hsdp.predicted.iteration_s)));
+}
+
 }  // namespace
 }  // namespace planner
