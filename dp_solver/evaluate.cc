@@ -26,8 +26,11 @@ bool HasRow(const std::vector<std::pair<std::string, double>>& rows, DpComm d) {
 struct DpCollectives {
   double ar = 0, rs = 0, ag = 0;
 };
+// `calls`: the collectives each is issued as (buckets, FSDP's per-layer units): every call past the first
+// adds the collective's latency (its time for one byte; a reduce-scatter or gather half an all-reduce's).
+// MoE stages split the calls evenly between the dense and the expert parameters (DeviceDpSeconds).
 DpCollectives Collectives(const ClusterSpec& c, const StateBytes& sb, double params, int64_t size, int64_t stride,
-                          DpComm d, int64_t servers, int64_t positions) {
+                          DpComm d, int64_t servers, int64_t positions, double calls = 1) {
   DpCollectives x;
   if (size <= 1 || !(params > 0)) return x;
   const std::vector<int64_t> group = GroupSpread(c, size, stride);
@@ -38,10 +41,14 @@ DpCollectives Collectives(const ClusterSpec& c, const StateBytes& sb, double par
   // The `stride` sibling groups (the other TP / EP ranks' groups) of each of the `positions` pipeline
   // stages synchronise at the same flush and share ps / byteps's servers: stride x positions groups.
   const int64_t siblings = stride * std::max<int64_t>(1, positions);
-  x.ar = DpSyncSeconds(c, d, params * sb.grad_comm, group, servers, siblings);
+  // The latency of a call: the all-reduce family's as NCCL pays it, steps inside a node at the node's alpha and
+  // across nodes at the network's (the hierarchical line), whichever algorithm moves the bytes.
+  const double extra = std::max(0.0, calls - 1) *
+                       DpSyncSeconds(c, DpCommIsAllReduce(d) ? DpComm::kHierAllReduce : d, 1, group, servers, siblings);
+  x.ar = DpSyncSeconds(c, d, params * sb.grad_comm, group, servers, siblings) + extra;
   if (DpCommIsAllReduce(d)) {
     x.rs = 0.5 * x.ar;
-    x.ag = 0.5 * DpSyncSeconds(c, d, params * sb.weight, group, servers, siblings);
+    x.ag = 0.5 * (DpSyncSeconds(c, d, params * sb.weight, group, servers, siblings) + extra);
   }
   return x;
 }
@@ -248,7 +255,7 @@ void Evaluator::DeviceLoads(const Candidate& k, Evaluation* x) const {
   const int64_t p = k.pp, t = k.tp, q_count = p * k.interleave;
   const auto& cuts = *x->cuts;
   for (auto* v : {&x->params, &x->stash, &x->acts, &x->work, &x->forward_s, &x->backward_s, &x->peak, &x->allreduce_s,
-                  &x->largest_layer_params, &x->expert_params}) {
+                  &x->largest_layer_params, &x->expert_params, &x->param_layers}) {
     v->assign(Z(p), 0);
   }
   for (int64_t q = 0; q < q_count; ++q) {
@@ -261,6 +268,7 @@ void Evaluator::DeviceLoads(const Candidate& k, Evaluation* x) const {
     x->backward_s[r] += x->sim[Z(q)].backward_input_s + x->sim[Z(q)].backward_weight_s;
     for (int64_t i = a; i < e; ++i) {
       x->largest_layer_params[r] = std::max(x->largest_layer_params[r], table.rows[Z(i)].params);
+      if (table.rows[Z(i)].params > 0) x->param_layers[r] += 1;
       double ob = table.rows[Z(i)].out_bytes / static_cast<double>(t);
       x->work[r] = std::max(x->work[r], 2 * ob);
     }
@@ -396,8 +404,13 @@ double Evaluator::DeviceDpSeconds(const Candidate& k, const Evaluation& x, int64
   const int64_t g = k.dp * k.cp, shard = z >= 1 ? g / x.replicate : g;
   *total_s = 0;
   const double expert = x.expert_params[r];
-  const DpCollectives dense_c = Collectives(c, sb_, x.params[r] - expert, shard, k.tp, d, Servers(d), k.pp);
-  const DpCollectives expert_c = Collectives(c, sb_, expert, k.Edp(), k.ep * k.etp, d, Servers(d), k.pp);
+  // Calls: Megatron's buckets of BucketParams(g), or FSDP's one unit per layer (ZeRO-3, per microbatch and pass).
+  const bool per_layer = z == 3 && !FsdpUnderPp(z, k.pp, o_.cost.fsdp_with_pp);
+  const double calls = per_layer ? x.param_layers[r] : std::ceil(x.params[r] / BucketParams(g));
+  const DpCollectives dense_c =
+      Collectives(c, sb_, x.params[r] - expert, shard, k.tp, d, Servers(d), k.pp, expert > 0 ? calls / 2 : calls);
+  const DpCollectives expert_c =
+      Collectives(c, sb_, expert, k.Edp(), k.ep * k.etp, d, Servers(d), k.pp, std::max(1.0, calls / 2));
   // HSDP: each shard's gradient all-reduced over the replicas (ranks t x shard apart), with every reduce-scatter.
   const DpCollectives cross = z >= 1 && x.replicate > 1 ? Collectives(c, sb_, (x.params[r] - expert) / shard,
                                                                       x.replicate, k.tp * shard, d, Servers(d), k.pp)

@@ -55,6 +55,7 @@ struct Evaluation {
   std::vector<double> params, stash, acts, work, forward_s, backward_s, peak,
       allreduce_s;                           // stash: the largest chunk's; acts: peak activations
   std::vector<double> largest_layer_params;  // per device: its largest layer's parameters (ZeRO-3 gathers one whole)
+  std::vector<double> param_layers;   // per device: layers holding parameters (FSDP's units: one gather call each)
   std::vector<double> expert_params;  // per device: the routed experts' part of params (sharded over the EDP group)
   int64_t zero = -1;                  // the fastest ZeRO stage that fits; -1: none fits
   int64_t zero_max = 0;               // the highest ZeRO stage tried (MaxZeroStage); -1: --zero allowed none

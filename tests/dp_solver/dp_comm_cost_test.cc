@@ -295,14 +295,20 @@ TEST_CASE(
   const double hier = intra + 2 * 7.0 / 8 * (M / 8) / 1.5625e9 + 14 * 15e-6;
   // The flat ring: every edge 2(N-1)/N M, a node's network edge through its one 12.5 GB/s NIC.
   const double ring = 2 * 63.0 / 64 * M / 12.5e9 + 126 * 15e-6;
-  CHECK(Seconds(p, "ps") == doctest::Approx(ps).epsilon(1e-9));
-  CHECK(Seconds(p, "byteps") == doctest::Approx(byteps).epsilon(1e-9));
-  CHECK(Seconds(p, "allreduce-hier") == doctest::Approx(hier).epsilon(1e-9));
-  CHECK(Seconds(p, "allreduce-ring") == doctest::Approx(ring).epsilon(1e-9));
+  // Every bucket past the first (max(40M, 1M x 64) parameters each) adds a call's latency: the all-reduce
+  // family's as NCCL pays it (hier's steps), ps and byteps their own (one byte's time; 1e-6 covers its bytes).
+  const double calls = std::ceil(f.model.TotalParams() / 64e6) - 1;
+  REQUIRE(calls == 2);
+  const double lat_ar = 2 * 7 * 10e-6 + 14 * 15e-6, lat_ps = 2 * 7 * 10e-6 + 2 * 15e-6;
+  CHECK(Seconds(p, "ps") == doctest::Approx(ps + calls * lat_ps).epsilon(1e-6));
+  CHECK(Seconds(p, "byteps") == doctest::Approx(byteps + calls * lat_ps).epsilon(1e-6));
+  CHECK(Seconds(p, "allreduce-hier") == doctest::Approx(hier + calls * lat_ar).epsilon(1e-6));
+  CHECK(Seconds(p, "allreduce-ring") == doctest::Approx(ring + calls * lat_ar).epsilon(1e-6));
   // The network parts stand as the closed forms say: 2(n-1)/n = 1.75 for hier's inter-node ring against BytePS's 112/88.
-  CHECK((Seconds(p, "allreduce-hier") - intra - 14 * 15e-6) / (Seconds(p, "byteps") - intra - 2 * 15e-6) ==
-        doctest::Approx(1.75 * 88 / 112).epsilon(1e-9));
-  CHECK(p.stages[0].dp_allreduce_s == doctest::Approx(byteps).epsilon(1e-9));
+  CHECK((Seconds(p, "allreduce-hier") - calls * lat_ar - intra - 14 * 15e-6) /
+            (Seconds(p, "byteps") - calls * lat_ps - intra - 2 * 15e-6) ==
+        doctest::Approx(1.75 * 88 / 112).epsilon(1e-6));
+  CHECK(p.stages[0].dp_allreduce_s == doctest::Approx(byteps + calls * lat_ps).epsilon(1e-6));
   // Only the all-reduce family named: hier (the fastest of them), the exposed DP time higher.
   SearchOptions ar = o;
   ar.dp_comms = {DpComm::kRingAllReduce, DpComm::kTreeAllReduce, DpComm::kHierAllReduce};

@@ -253,13 +253,21 @@ TEST_CASE("ZeRO-2 and ZeRO-3 pay their collectives per microbatch, ZeRO-0/1 per 
   Evaluation x = EvaluateAt(f, o, d, 1, 0);
   const double bytes = x.params[0] * 2;
   const std::vector<int64_t> group = GroupSpread(f.cluster, d, 1);
-  const double ar = AllReduceSeconds(f.cluster, bytes, group, AllReduceUse::kGradient), half = ar / 2;
+  // Each call past the first adds the latency (the all-reduce of one byte; a reduce-scatter or gather half of it):
+  // Megatron's buckets of max(40M, 1M d) parameters, FSDP's one call per layer holding parameters.
+  const double lat = AllReduceSeconds(f.cluster, 1, group, AllReduceUse::kGradient);
+  const double buckets = std::ceil(x.params[0] / BucketParams(d)), layers = x.param_layers[0];
+  REQUIRE(buckets == 4);  // 124M parameters in 40M buckets
+  REQUIRE(layers > 12);   // 12 blocks and the embeddings
+  const double ar0 = AllReduceSeconds(f.cluster, bytes, group, AllReduceUse::kGradient);
+  const double ar = ar0 + (buckets - 1) * lat, half = ar / 2, half3 = ar0 / 2 + (layers - 1) * lat / 2;
   for (int64_t m : {1, 4}) {
     const double md = static_cast<double>(m);
     CHECK(EvaluateAt(f, o, d, m, 0).dp_s == doctest::Approx(ar).epsilon(1e-12));
     CHECK(EvaluateAt(f, o, d, m, 1).dp_s == doctest::Approx(2 * half).epsilon(1e-12));          // RS + AG once
     CHECK(EvaluateAt(f, o, d, m, 2).dp_s == doctest::Approx(md * half + half).epsilon(1e-12));  // RS per microbatch
-    CHECK(EvaluateAt(f, o, d, m, 3).dp_s == doctest::Approx(md * 3 * half).epsilon(1e-12));  // 2 AG + RS per microbatch
+    CHECK(EvaluateAt(f, o, d, m, 3).dp_s ==
+          doctest::Approx(md * 3 * half3).epsilon(1e-12));  // 2 AG + RS per microbatch
   }
   // Sharded states over d (Megatron's distributed-optimizer table: 6 + 12/d for bf16 params, fp32 grads).
   StateBytes sb;
@@ -282,11 +290,14 @@ TEST_CASE(
   const Evaluation x0 = EvaluateAt(f, o, d, 1, 0);
   const std::vector<int64_t> group = GroupSpread(f.cluster, d, 1);
   const double grads = x0.params[0] * 4, params = x0.params[0] * 2;
-  CHECK(x0.dp_s == doctest::Approx(AllReduceSeconds(f.cluster, grads, group, AllReduceUse::kGradient)).epsilon(1e-12));
+  const double lat = AllReduceSeconds(f.cluster, 1, group, AllReduceUse::kGradient);  // per call past the first
+  const double nb = std::ceil(x0.params[0] / BucketParams(d)) - 1, nl = x0.param_layers[0] - 1;
+  CHECK(x0.dp_s ==
+        doctest::Approx(AllReduceSeconds(f.cluster, grads, group, AllReduceUse::kGradient) + nb * lat).epsilon(1e-12));
   const double rs = ReduceScatterSeconds(f.cluster, grads, group, AllReduceUse::kGradient);
   const double ag = AllGatherSeconds(f.cluster, params, group, AllReduceUse::kGradient);
-  CHECK(EvaluateAt(f, o, d, 1, 1).dp_s == doctest::Approx(rs + ag).epsilon(1e-12));
-  CHECK(EvaluateAt(f, o, d, 4, 3).dp_s == doctest::Approx(4 * (2 * ag + rs)).epsilon(1e-12));
+  CHECK(EvaluateAt(f, o, d, 1, 1).dp_s == doctest::Approx(rs + ag + nb * lat).epsilon(1e-12));
+  CHECK(EvaluateAt(f, o, d, 4, 3).dp_s == doctest::Approx(4 * (2 * ag + rs + 1.5 * nl * lat)).epsilon(1e-12));
 }
 
 TEST_CASE("gradient buffer dtype: Megatron's defaults per precision, --grad-dtype, and the fp16 step's fp32 copy") {
