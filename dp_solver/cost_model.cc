@@ -14,7 +14,8 @@ namespace planner {
 
 void CostTable::BuildPrefix() {
   size_t n = rows.size();
-  for (auto* v : {&pre_time, &pre_params, &pre_stash, &pre_f, &pre_bi, &pre_bw, &pre_tp, &pre_ep, &pre_expert})
+  for (auto* v : {&pre_time, &pre_params, &pre_stash, &pre_f, &pre_bi, &pre_bw, &pre_tp, &pre_ep, &pre_expert, &pre_cp,
+                  &pre_tp_total, &pre_cp_total, &pre_ep_total})
     v->assign(n + 1, 0.0);
   tied_rows.clear();
   for (size_t i = 0; i < n; ++i) {
@@ -25,6 +26,10 @@ void CostTable::BuildPrefix() {
     pre_bw[i + 1] = pre_bw[i] + r.backward_weight_s;
     pre_tp[i + 1] = pre_tp[i] + r.tp_comm_s;
     pre_ep[i + 1] = pre_ep[i] + r.ep_comm_s;
+    pre_cp[i + 1] = pre_cp[i] + r.cp_comm_s;
+    pre_tp_total[i + 1] = pre_tp_total[i] + std::max(r.tp_total_s, r.tp_comm_s);
+    pre_cp_total[i + 1] = pre_cp_total[i] + std::max(r.cp_total_s, r.cp_comm_s);
+    pre_ep_total[i + 1] = pre_ep_total[i] + std::max(r.ep_total_s, r.ep_comm_s);
     pre_expert[i + 1] = pre_expert[i] + r.expert_params;
     pre_time[i + 1] = pre_time[i] + r.forward_s + r.backward_input_s + r.backward_weight_s;
     pre_params[i + 1] = pre_params[i] + r.params;
@@ -455,6 +460,13 @@ double KernelPassSeconds(const Layer& l, const RowRates& q, double shard, int pa
 // rank's heads) over the CP group's widest level, each hidden behind one step of attention core.
 // Backward moves twice the bytes per step (K, V forward and dK, dV back) behind the backward core,
 // `core_ratio` x the forward's (flash 2.5, unfused 2).
+// Ring attention's KV exchange of one pass whole, hidden or not: (cp - 1) steps (bytes_ratio: 2 in backward).
+double CpTotal(const ClusterSpec& c, const Layer& l, const RowRates& q, double shard, double bytes_ratio) {
+  if (q.cp <= 1 || !(l.cp_kv_bytes > 0)) return 0;
+  const double step_bytes = q.bd * l.cp_kv_bytes / q.cpd / shard;
+  return static_cast<double>(q.cp - 1) * bytes_ratio * P2PSeconds(c, step_bytes, 0, q.t * (q.cp - 1));
+}
+
 double CpExposed(const ClusterSpec& c, const Layer& l, const RowRates& q, double shard, double bytes_ratio,
                  double core_ratio, double core_rate) {
   if (q.cp <= 1 || !(l.cp_kv_bytes > 0)) return 0;
@@ -533,7 +545,9 @@ void AddMoeModuleRecompute(const Layer& l, const RowRates& q, const MoeLayerCost
   if (!HasRecomputeModule(q.modules, RecomputeModule::kMoe)) return;
   r->backward_input_s += a2a_f + m.etp_pass_s;
   r->ep_comm_s += a2a_f;
+  r->ep_total_s += m.a2a_pass_s;
   r->tp_comm_s += m.etp_pass_s;
+  r->tp_total_s += m.etp_pass_s;
 }
 
 // An MoE layer's expert parallelism on top of its row costed as a layer of its totals (which hold the
@@ -559,11 +573,15 @@ void AddMoeCosts(const ClusterSpec& c, const Layer& l, const RowRates& q, double
   r->backward_input_s += bi_extra + a2a_b + m.etp_pass_s;
   r->backward_weight_s += bw_extra;
   r->ep_comm_s = a2a_f + a2a_b;
+  r->ep_total_s = 2 * m.a2a_pass_s;
   r->tp_comm_s += 2 * m.etp_pass_s;
+  r->tp_total_s += 2 * m.etp_pass_s;
   if (q.rc == Recompute::kFull) {  // the forward re-run, its all-to-alls and expert TP collectives with it
     r->backward_input_s += f_extra + a2a_f + m.etp_pass_s;
     r->ep_comm_s += a2a_f;
+    r->ep_total_s += m.a2a_pass_s;
     r->tp_comm_s += m.etp_pass_s;
+    r->tp_total_s += m.etp_pass_s;
   } else {
     const double expert_drop = q.rc == Recompute::kSelective ? ModuleStashDrop(l, q.modules)[2] : 0;
     r->stash_bytes += extra * q.bd * (l.expert_stash_bytes - expert_drop) / (tp_shard * q.cpd);
@@ -634,13 +652,19 @@ LayerCostRow AnalyticRow(const ClusterSpec& c, const Layer& l, const RowRates& q
   r.backward_input_s += n_fwd * ar + cp_bwd;
   r.tp_comm_s = 2 * n_fwd * ar;
   r.cp_comm_s = cp_fwd + cp_bwd;
+  const double cp_whole_fwd = CpTotal(c, l, q, tp_shard, 1);
+  r.cp_total_s = cp_whole_fwd + CpTotal(c, l, q, tp_shard, 2);
   if (q.rc == Recompute::kFull && RecomputedInFull(l.kind)) {
     r.backward_input_s += forward_compute + n_fwd * ar + cp_fwd;
     r.tp_comm_s += n_fwd * ar;
     r.cp_comm_s += cp_fwd;
+    r.cp_total_s += cp_whole_fwd;
   } else if (q.rc == Recompute::kSelective) {
     r.backward_input_s += ModuleRecomputeSeconds(l, q, shard, n_fwd > 0 ? ar : 0, rates.fwd, &r.tp_comm_s);
   }
+  // Every TP collective above was scaled by the same hidden share: the whole is the exposed over it.
+  const double tp_factor = (1 - q.tp_hidden) + q.tp_hidden * q.slowdown;
+  r.tp_total_s = tp_factor > 0 ? r.tp_comm_s / tp_factor : r.tp_comm_s;
   r.params = l.params / tp_shard;
   r.stash_bytes = StashBytes(l, q, tp_shard);
   r.out_bytes = q.bd * l.out_bytes / q.cpd;

@@ -49,9 +49,11 @@ struct LayerCostRow {
   double forward_s = 0;
   double backward_input_s = 0;  // includes recompute work and the backward TP all-reduces
   double backward_weight_s = 0;
-  double tp_comm_s = 0;      // exposed TP all-reduce time inside forward + backward
-  double cp_comm_s = 0;      // exposed ring-attention KV exchange inside forward + backward
-  double ep_comm_s = 0;      // exposed expert-parallel all-to-all (dispatch + combine) inside forward + backward
+  double tp_comm_s = 0;  // exposed TP all-reduce time inside forward + backward
+  double cp_comm_s = 0;  // exposed ring-attention KV exchange inside forward + backward
+  double ep_comm_s = 0;  // exposed expert-parallel all-to-all (dispatch + combine) inside forward + backward
+  // The same communication whole, hidden or not (the plan's hidden / exposed split per kind).
+  double tp_total_s = 0, cp_total_s = 0, ep_total_s = 0;
   double params = 0;         // parameters held on this GPU (tied weights included)
   double expert_params = 0;  // the part of params that is routed experts' (expert_params / (ep etp))
   int64_t tied_to = -1;      // the row whose weights these are (a tied lm_head: its embedding); -1: none
@@ -70,7 +72,8 @@ struct CostTable {
   std::vector<std::string> names;
   // Prefix sums for O(1) range queries; index i holds rows [0, i).
   std::vector<double> pre_time, pre_params, pre_stash, pre_f, pre_bi, pre_bw, pre_tp, pre_ep, pre_expert;
-  std::vector<int64_t> tied_rows;  // rows with tied_to >= 0
+  std::vector<double> pre_cp, pre_tp_total, pre_cp_total, pre_ep_total;  // communication, exposed and whole
+  std::vector<int64_t> tied_rows;                                        // rows with tied_to >= 0
   void BuildPrefix();
   double Time(int64_t a, int64_t b) const { return pre_time[b] - pre_time[a]; }  // layers [a, b)
   // Parameters of layers [a, b) on one GPU: a tied row whose partner is in the range too shares

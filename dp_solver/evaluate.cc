@@ -359,6 +359,41 @@ std::vector<int64_t> Evaluator::Replicates(const Candidate& k, int64_t z) const 
   return out;
 }
 
+std::vector<PlanComm> Evaluator::CommunicationByKind(const Candidate& k, const Evaluation& x) const {
+  const CostTable& t = tables_[k.table];
+  const double m = static_cast<double>(k.num_microbatches);
+  std::vector<PlanComm> best;
+  double best_exposed = -1;
+  for (int64_t r = 0; r < k.pp; ++r) {
+    std::vector<PlanComm> v = {
+        {"tensor_parallel", 0, 0}, {"context_parallel", 0, 0}, {"expert_all_to_all", 0, 0}, {"pipeline_p2p", 0, 0}};
+    for (int64_t q = 0; q < k.pp * k.interleave; ++q) {
+      if (StagePosition(k.schedule, q, k.pp) != r) continue;
+      const int64_t a = (*x.cuts)[Z(q)], e = (*x.cuts)[Z(q + 1)];
+      v[0].total_s += m * (t.pre_tp_total[Z(e)] - t.pre_tp_total[Z(a)]);
+      v[0].exposed_s += m * (t.pre_tp[Z(e)] - t.pre_tp[Z(a)]);
+      v[1].total_s += m * (t.pre_cp_total[Z(e)] - t.pre_cp_total[Z(a)]);
+      v[1].exposed_s += m * (t.pre_cp[Z(e)] - t.pre_cp[Z(a)]);
+      v[2].total_s += m * (t.pre_ep_total[Z(e)] - t.pre_ep_total[Z(a)]);
+      v[2].exposed_s += m * (t.pre_ep[Z(e)] - t.pre_ep[Z(a)]);
+      v[3].total_s += 2 * m * x.send[Z(q)];  // the activation forward, its gradient back
+    }
+    v[3].exposed_s = o_.cost.p2p_overlap ? 0 : v[3].total_s;
+    v.push_back({"data_parallel", x.allreduce_s[Z(r)], x.dp_s});
+    double exposed = 0;
+    for (const auto& c : v) exposed += c.exposed_s;
+    if (exposed > best_exposed) {
+      best_exposed = exposed;
+      best = v;
+    }
+  }
+  std::vector<PlanComm> out;
+  for (const auto& c : best) {
+    if (c.total_s > 0) out.push_back(c);
+  }
+  return out;
+}
+
 // The fastest allowed ZeRO stage whose peak fits in usable memory (ties: the lowest; zero = -1:
 // none fits, the peaks then the highest stage tried's).
 void Evaluator::SettleMemory(const Candidate& k, Evaluation* x) const {
@@ -641,6 +676,7 @@ Plan Evaluator::UniformPlan(const Candidate& k, const Evaluation& x, const SimRe
   pl.predicted.dp_allreduce_s = x.dp_s;
   pl.predicted.optimizer_s = x.optimizer_s;
   pl.predicted.dp_comm_seconds = DpCommComparison(k, x);
+  pl.predicted.communication = CommunicationByKind(k, x);
   pl.dp_comm = x.dp_comm;
   pl.dp_servers = DpCommUsesServers(x.dp_comm) ? Servers(x.dp_comm) : 0;
   pl.ps_colocated = o_.ps_colocated && (x.dp_comm == DpComm::kParameterServer ||

@@ -105,6 +105,8 @@ class Evaluator {
   // HSDP replicate degrees tried at ZeRO stage z (SearchOptions::dp_replicate, hsdp_zero): {1} unless the
   // engine runs z hierarchically; by default 1 and the degree that keeps one shard group inside a node.
   std::vector<int64_t> Replicates(const Candidate& k, int64_t z) const;
+  // Each communication kind's seconds per iteration on the device that exposes the most, whole and exposed.
+  std::vector<PlanComm> CommunicationByKind(const Candidate& k, const Evaluation& x) const;
   std::vector<std::pair<std::string, double>> DpCommComparison(const Candidate& k, const Evaluation& x) const;
   PlanStage UniformStage(const Candidate& k, const Evaluation& x, int64_t q) const;
   void FillFlops(Recompute rc, Plan* pl) const;

@@ -241,6 +241,8 @@ Runner RegisterInspect(CLI::App& app) {
     Plan p;
     PLANNER_RETURN_IF_ERROR(LoadPlan(args->plan, &p));
     std::string text = RenderPlanSummary(p) + "\n" + RenderStageTable(p);
+    const std::string comm = RenderCommunication(p);
+    if (!comm.empty()) text += "\n" + comm;
     std::string runners = RenderRunnersUp(p);
     if (!runners.empty()) text += "\nrunners-up:\n" + runners;
     std::string timeline;

@@ -663,6 +663,8 @@ Runner RegisterSolve(CLI::App& app) {
       const Plan& plan = rows[0].plan;
       text = RenderPlanSummary(plan) + (a->train_tokens > 0 ? RenderTrainingTime(plan, a->train_tokens) : "") + "\n" +
              RenderStageTable(plan);
+      const std::string comm = RenderCommunication(plan);
+      if (!comm.empty()) text += "\n" + comm;
       const std::string dp_table = RenderDpCommTable(plan);
       if (!dp_table.empty()) text += "\n" + dp_table;
       std::string runners = RenderRunnersUp(plan);

@@ -104,6 +104,18 @@ std::string RenderDpCommTable(const Plan& p) {
   return o;
 }
 
+std::string RenderCommunication(const Plan& p) {
+  const auto& rows = p.predicted.communication;
+  if (rows.empty()) return "";
+  std::string o = "communication per iteration (device exposing the most; seconds):\n";
+  o += fmt::format("{:<20} {:>12} {:>12} {:>12}\n", "kind", "total (s)", "hidden (s)", "exposed (s)");
+  for (const PlanComm& c : rows) {
+    o += fmt::format("{:<20} {:>12.6f} {:>12.6f} {:>12.6f}\n", c.kind, c.total_s,
+                     std::max(0.0, c.total_s - c.exposed_s), c.exposed_s);
+  }
+  return o;
+}
+
 std::string RenderRunnersUp(const Plan& p) {
   if (p.runners_up.empty()) return "";
   std::string o =

@@ -20,6 +20,9 @@ std::string RenderPlanSummary(const Plan& plan);
 std::string RenderBandAndLead(const Plan& plan);
 std::string RenderStageTable(const Plan& plan);
 std::string RenderRunnersUp(const Plan& plan);
+// "communication per iteration": predicted.communication, one row per kind with its total, hidden and
+// exposed seconds; "" when the plan has none.
+std::string RenderCommunication(const Plan& plan);
 // "DP gradient sync per architecture (chosen layout)": predicted.dp_comm_seconds, one row each, the
 // chosen one marked, with its ratio to the chosen; "" when the plan has none (dp = 1).
 std::string RenderDpCommTable(const Plan& plan);

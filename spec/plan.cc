@@ -272,6 +272,14 @@ Tree PlanTree(const Plan& p) {
     Tree& dc = pr.Add("dp_comm_seconds", Tree());
     for (const auto& [name, seconds] : p.predicted.dp_comm_seconds) dc.Add(name, Tree::Num(seconds));
   }
+  if (!p.predicted.communication.empty()) {
+    Tree& cm = pr.Add("communication", Tree());
+    for (const PlanComm& c : p.predicted.communication) {
+      Tree& k = cm.Add(c.kind, Tree());
+      k.Add("total_seconds", Tree::Num(c.total_s));
+      k.Add("exposed_seconds", Tree::Num(c.exposed_s));
+    }
+  }
   if (p.predicted.band) {
     const PlanBand& b = *p.predicted.band;
     const PlanPredicted& x = p.predicted;
@@ -487,6 +495,7 @@ const std::vector<std::string> kPredictedKeys = {"iteration_seconds",
                                                  "optimizer_seconds",
                                                  "peak_memory_GiB",
                                                  "dp_comm_seconds",
+                                                 "communication",
                                                  "band",
                                                  "lead"};
 const std::vector<std::string> kRunnerUpKeys = {"config",
@@ -654,6 +663,23 @@ Status ReadStages(const YamlReader& r, const YAML::Node& root, Plan* p) {
 // predicted.band and predicted.lead (optional): the stored figures; the derived ranges are written for
 // readers of the file and recomputed from the errors here.
 Status ReadBandAndLead(const YamlReader& r, const YAML::Node& pr, PlanPredicted* out) {
+  const YAML::Node& cm = pr["communication"];
+  if (cm.IsDefined()) {
+    const std::vector<std::string> kinds = {"tensor_parallel", "context_parallel", "expert_all_to_all", "pipeline_p2p",
+                                            "data_parallel"};
+    PLANNER_RETURN_IF_ERROR(r.CheckKeys(cm, "predicted.communication", kinds));
+    for (const std::string& k : kinds) {
+      if (!cm[k].IsDefined()) continue;
+      const std::string f = "predicted.communication." + k;
+      PLANNER_RETURN_IF_ERROR(r.CheckKeys(cm[k], f, {"total_seconds", "exposed_seconds"}));
+      PlanComm c;
+      c.kind = k;
+      PLANNER_RETURN_IF_ERROR(r.GetDouble(cm[k], "total_seconds", f + ".total_seconds", &c.total_s, true, 0, false));
+      PLANNER_RETURN_IF_ERROR(
+          r.GetDouble(cm[k], "exposed_seconds", f + ".exposed_seconds", &c.exposed_s, true, 0, false));
+      out->communication.push_back(c);
+    }
+  }
   const YAML::Node& b = pr["band"];
   if (b.IsDefined()) {
     PLANNER_RETURN_IF_ERROR(

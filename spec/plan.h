@@ -73,6 +73,13 @@ struct PlanLead {
   }
 };
 
+// One kind of communication per iteration on the busiest device: all of it, and what the overlaps leave
+// exposed (docs/cost_model.md section 3, "Hidden and exposed").
+struct PlanComm {
+  std::string kind;  // tensor_parallel | context_parallel | expert_all_to_all | pipeline_p2p | data_parallel
+  double total_s = 0, exposed_s = 0;
+};
+
 struct PlanPredicted {
   double iteration_s = 0;
   double samples_per_second = 0;
@@ -92,6 +99,7 @@ struct PlanPredicted {
   // kAllDpComms order: the lecture's comparison (docs/cost_model.md, "Data-parallel communication
   // architectures"). Empty: not computed (dp = 1, or a plan of an older planner).
   std::vector<std::pair<std::string, double>> dp_comm_seconds;
+  std::vector<PlanComm> communication;  // kinds with any communication; empty: not computed (older plans)
   std::optional<PlanBand> band;  // none: not calibrated (flat efficiency, a profile, fp32 / tf32, no engine band)
   std::optional<PlanLead> lead;  // none: no runner-up, or not costed
 };

@@ -92,6 +92,12 @@ check "hsdp deepspeed refused" grep -q "DeepSpeed 0.19 removed MiCS" hsdpL/deeps
 expect "hsdp megatron zero-1" 0 "ZeRO 1 (HSDP 16 x 8)" -- $PLANNER solve --gpus 1024 --model $M/llama3-70b.yaml --cluster $C/dgx-h100.yaml --tp 8 --pp 1 --zero 1 --dp-replicate 16 --global-batch 1024 -o mhsdp.plan.yaml
 expect "hsdp megatron codegen" 0 "" -- $PLANNER codegen mhsdp.plan.yaml -o mhsdpL --export megatron
 check "hsdp megatron instances" grep -qx -- "--num-distributed-optimizer-instances 16" mhsdpL/megatron.args
+# Hidden and exposed communication per kind: printed, in plan.yaml, exposed within total, DP's exposed the plan's,
+# TP with --tp-comm-overlap on exposed by the engine's share (megatron-core: 1 - 0.8 + 0.8 x 0.19 = 0.352).
+expect "communication table" 0 "communication per iteration (device exposing the most; seconds):" -- $PLANNER solve --gpus 64 --model $M/llama2-7b.yaml --cluster $C/dgx-h100.yaml --tp 4 --pp 1 --cp 2 --global-batch 64 --seq 65536 --precision fp8
+check "communication kinds" sh -c 'grep -qE "^tensor_parallel +[0-9.]+ +0.000000 " out.txt && grep -qE "^context_parallel " out.txt'
+$PLANNER solve --gpus 64 --model $M/llama2-7b.yaml --cluster $C/dgx-h100.yaml --tp 4 --pp 1 --cp 2 --global-batch 64 --seq 65536 --precision fp8 --tp-comm-overlap on --json > comm.json 2>/dev/null
+check "communication figures" python3 $SRC/tests/cli/check_comm.py comm.json 0.352
 # Bands and the lead (docs/cost_model.md section 2, "Bands"): the engine file's band per precision, every range
 # in closed form; the lead costed with every overlap off is no faster; an engine without runs gets the set's spread;
 # the flat model has no band.
