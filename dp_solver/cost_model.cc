@@ -1,6 +1,7 @@
 #include "dp_solver/cost_model.h"
 
 #include <algorithm>
+#include <unordered_map>
 #include <array>
 #include <cmath>
 
@@ -731,8 +732,17 @@ void AnalyticRows(const CostSource& src, const TableShape& shape, const CostOpti
   q.cp_overlap = o.cp_overlap;
   if (KernelLevel(src)) KernelRates(src, m, o, &q);
   int64_t embedding = -1;  // the last embedding row: the one a tied lm_head after it shares
+  // Equal layers cost the same at one (b, t, recompute, ...) point: a row is computed once per layer
+  // signature (with the figures it is costed from, so a layer edited without its signature is not merged).
+  std::unordered_map<std::string, LayerCostRow> seen;
   for (const auto& l : m.layers) {
-    LayerCostRow r = AnalyticRow(c, l, q);
+    const std::string key =
+        l.signature.empty() ? std::string()
+                            : fmt::format("{}|{}|{}|{}|{}|{}|{}|{}", l.signature, LayerKindName(l.kind), l.fwd_flops,
+                                          l.bwd_input_flops, l.params, l.stash_bytes, l.experts, l.fwd_mem_bytes);
+    auto it = key.empty() ? seen.end() : seen.find(key);
+    LayerCostRow r = it != seen.end() ? it->second : AnalyticRow(c, l, q);
+    if (!key.empty() && it == seen.end()) seen.emplace(key, r);
     if (l.kind == LayerKind::kEmbedding) embedding = static_cast<int64_t>(table->rows.size());
     if (l.params_tied && embedding >= 0) r.tied_to = embedding;
     table->rows.push_back(r);

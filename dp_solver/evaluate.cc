@@ -1,6 +1,7 @@
 #include "dp_solver/evaluate.h"
 
 #include <algorithm>
+#include <cstring>
 
 #include <fmt/format.h>
 #include <fmt/ranges.h>
@@ -333,6 +334,28 @@ double Evaluator::PeakBytes(const Candidate& k, int64_t z, Evaluation* x) const 
   return x->peak_bytes;
 }
 
+size_t Evaluator::CollectiveHash::operator()(const CollectiveKey& k) const {
+  uint64_t a = 0, b = 0;
+  std::memcpy(&a, &k.params, sizeof a);
+  std::memcpy(&b, &k.calls, sizeof b);
+  uint64_t h = a * 0x9E3779B97F4A7C15ull;
+  for (uint64_t v : {b, static_cast<uint64_t>(k.size), static_cast<uint64_t>(k.stride),
+                     static_cast<uint64_t>(k.positions), static_cast<uint64_t>(k.d)})
+    h = (h ^ (v + 0x9E3779B97F4A7C15ull + (h << 6) + (h >> 2))) * 0xBF58476D1CE4E5B9ull;
+  return static_cast<size_t>(h ^ (h >> 31));
+}
+
+std::array<double, 3> Evaluator::MemoCollectives(double params, int64_t size, int64_t stride, DpComm d,
+                                                 int64_t positions, double calls) const {
+  const CollectiveKey key{params, calls, size, stride, positions, static_cast<int>(d)};
+  CollectiveSlot& slot = collectives_[CollectiveHash()(key) & (collectives_.size() - 1)];
+  if (slot.key == key) return slot.value;
+  const DpCollectives x = Collectives(*src_.cluster, sb_, params, size, stride, d, Servers(d), positions, calls);
+  slot.key = key;
+  slot.value = {x.ar, x.rs, x.ag};
+  return slot.value;
+}
+
 std::vector<int64_t> Evaluator::Replicates(const Candidate& k, int64_t z) const {
   const int64_t g = k.dp * k.cp;
   const bool forced = !o_.dp_replicate.empty();
@@ -435,21 +458,20 @@ void Evaluator::SettleMemory(const Candidate& k, Evaluation* x) const {
 // routed experts' is the expert-data-parallel group, edp ranks ep x etp apart (MoE parallel folding).
 double Evaluator::DeviceDpSeconds(const Candidate& k, const Evaluation& x, int64_t z, size_t r, DpComm d,
                                   double* total_s) const {
-  const ClusterSpec& c = *src_.cluster;
   const int64_t g = k.dp * k.cp, shard = z >= 1 ? g / x.replicate : g;
   *total_s = 0;
   const double expert = x.expert_params[r];
   // Calls: Megatron's buckets of BucketParams(g), or FSDP's one unit per layer (ZeRO-3, per microbatch and pass).
   const bool per_layer = z == 3 && !FsdpUnderPp(z, k.pp, o_.cost.fsdp_with_pp);
   const double calls = per_layer ? x.param_layers[r] : std::ceil(x.params[r] / BucketParams(g));
-  const DpCollectives dense_c =
-      Collectives(c, sb_, x.params[r] - expert, shard, k.tp, d, Servers(d), k.pp, expert > 0 ? calls / 2 : calls);
-  const DpCollectives expert_c =
-      Collectives(c, sb_, expert, k.Edp(), k.ep * k.etp, d, Servers(d), k.pp, std::max(1.0, calls / 2));
+  const auto dense_a = MemoCollectives(x.params[r] - expert, shard, k.tp, d, k.pp, expert > 0 ? calls / 2 : calls);
+  const auto expert_a = MemoCollectives(expert, k.Edp(), k.ep * k.etp, d, k.pp, std::max(1.0, calls / 2));
+  const DpCollectives dense_c{dense_a[0], dense_a[1], dense_a[2]}, expert_c{expert_a[0], expert_a[1], expert_a[2]};
   // HSDP: each shard's gradient all-reduced over the replicas (ranks t x shard apart), with every reduce-scatter.
-  const DpCollectives cross = z >= 1 && x.replicate > 1 ? Collectives(c, sb_, (x.params[r] - expert) / shard,
-                                                                      x.replicate, k.tp * shard, d, Servers(d), k.pp)
-                                                        : DpCollectives{};
+  const auto cross_a = z >= 1 && x.replicate > 1
+                           ? MemoCollectives((x.params[r] - expert) / shard, x.replicate, k.tp * shard, d, k.pp, 1)
+                           : std::array<double, 3>{0, 0, 0};
+  const DpCollectives cross{cross_a[0], cross_a[1], cross_a[2]};
   const double ar = dense_c.ar + expert_c.ar + cross.ar, rs = dense_c.rs + expert_c.rs + cross.ar,
                ag = dense_c.ag + expert_c.ag;
   if (!(ar > 0)) return 0;

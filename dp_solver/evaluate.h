@@ -6,7 +6,9 @@
 #pragma once
 
 #include <cstdint>
+#include <array>
 #include <map>
+#include <unordered_map>
 #include <optional>
 #include <string>
 #include <tuple>
@@ -124,6 +126,28 @@ class Evaluator {
   StateBytes sb_;
   std::vector<CostTable> tables_;
   std::map<std::tuple<size_t, int64_t, bool>, std::vector<int64_t>> partitions_;
+  // Data-parallel collectives memoised by their inputs (parameters, group size and stride, architecture,
+  // pipeline positions, calls): candidates that differ in microbatching, schedule or recompute share them.
+  struct CollectiveKey {
+    double params, calls;
+    int64_t size, stride, positions;
+    int d;
+    bool operator==(const CollectiveKey& o) const {
+      return params == o.params && calls == o.calls && size == o.size && stride == o.stride &&
+             positions == o.positions && d == o.d;
+    }
+  };
+  struct CollectiveHash {
+    size_t operator()(const CollectiveKey& k) const;
+  };
+  // A direct-mapped cache (one slot per hash; a miss recomputes and overwrites): no chains, no allocation.
+  struct CollectiveSlot {
+    CollectiveKey key{-1, 0, 0, 0, 0, -1};
+    std::array<double, 3> value{0, 0, 0};
+  };
+  mutable std::vector<CollectiveSlot> collectives_ = std::vector<CollectiveSlot>(1u << 14);
+  std::array<double, 3> MemoCollectives(double params, int64_t size, int64_t stride, DpComm d, int64_t positions,
+                                        double calls) const;
   int64_t block_begin_ = 0, block_end_ = 0;  // a gpt model's transformer-block rows
 };
 

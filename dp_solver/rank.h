@@ -44,6 +44,14 @@ class Ranking {
   // the layouts out), or the one cause that dropped candidates as it is.
   Status Finish(int64_t gpus, int64_t global_batch, Plan* out);
 
+  // One pass over two selective module sets (SolveAuto): whether any candidate that fits uses another
+  // recompute than selective with `set` (the note's "with core_attn alone no plan fits").
+  void Watch(uint32_t set) { watch_set_ = set; }
+  void Fits(Recompute rc, uint32_t modules) {
+    if (!(rc == Recompute::kSelective && modules == watch_set_)) other_fits_ = true;
+  }
+  bool OtherFits() const { return other_fits_; }
+
  private:
   struct Scored {
     Plan plan;
@@ -56,6 +64,8 @@ class Ranking {
   std::string
       zero_conflict_;  // a layout --zero left no stage for (ZeRO-2/3 with pipelining, ZeRO >= 1 without replicas)
   Status dropped_ = Status::OK();
+  uint32_t watch_set_ = 0;
+  bool other_fits_ = false;
   Rejections rejections_;
 };
 

@@ -383,6 +383,7 @@ Status EnumerateUniform(const SearchSpace& sp, const SearchOptions& o, Evaluator
       ++stats->considered;
       PLANNER_RETURN_IF_ERROR(ev->Evaluate(k, &x));
       const bool fits = x.zero >= 0;
+      if (fits && ranked) rank->Fits(rc, ev->tables()[ti].recompute_modules);
       if (ranked && !fits && !forced_replication) rank->NoFit(k, x, ev->state_bytes().usable);
       if (ranked && fits) {
         k.bound = IterationLowerBound(k, x);
@@ -496,14 +497,15 @@ namespace {
 
 // One search; `extra_modules` (non-zero) adds selective tables with that module set besides the
 // default's (SearchSpace::selective_modules).
-Status SearchOnce(const CostSource& src, const SearchOptions& o, uint32_t extra_modules, Plan* out,
-                  SearchStats* stats) {
+Status SearchOnce(const CostSource& src, const SearchOptions& o, uint32_t extra_modules, Plan* out, SearchStats* stats,
+                  bool* other_fits = nullptr) {
   int64_t batch = 0;
   PLANNER_RETURN_IF_ERROR(CheckRequest(src, o, &batch));
   SearchSpace space = MakeSearchSpace(src, o, batch);
   if (extra_modules != 0) space.selective_modules.push_back(extra_modules);
   Evaluator ev(src, o, batch);
   Ranking rank(o.top_k);
+  rank.Watch(extra_modules);
 
   // The layer costs at every (tp, microbatch, recompute) the search tries.
   PLANNER_RETURN_IF_ERROR(BuildCostTables(src, space, o, &ev, &rank));
@@ -519,6 +521,7 @@ Status SearchOnce(const CostSource& src, const SearchOptions& o, uint32_t extra_
   if (space.replicated) PLANNER_RETURN_IF_ERROR(SearchReplicated(src, space, o, ev, &rank, stats));
 
   // The best plan, runners-up and why each lost; or why there is none.
+  if (other_fits != nullptr) *other_fits = rank.OtherFits();
   return rank.Finish(o.gpus, batch, out);
 }
 
@@ -538,29 +541,32 @@ uint32_t SecondPassModules(const CostSource& src, const SearchOptions& o) {
 
 }  // namespace
 
-// The search; MLA / MoE models are searched again with DeepSeek-V3's modules besides, and the
-// faster plan is kept (docs/cost_model.md section 5).
+// The search; MLA / MoE models are searched with DeepSeek-V3's modules besides core_attn alone, one pass
+// over both sets (docs/cost_model.md section 5, "Recompute modules").
 Status SolveAuto(const CostSource& src, const SearchOptions& o, Plan* out, SearchStats* stats) {
   SearchStats unused;
   if (stats == nullptr) stats = &unused;
   *stats = SearchStats();
-  Status first = SearchOnce(src, o, 0, out, stats);
-  const uint32_t second_set = first.ok() || first.code() == StatusCode::kInfeasible ? SecondPassModules(src, o) : 0;
-  if (second_set == 0) return first;
-  Plan second;
-  if (!SearchOnce(src, o, second_set, &second, stats).ok()) return first;
-  // The faster of the two (the second's space holds the first's but for selective with core_attn alone).
-  if (first.ok() && out->predicted.iteration_s <= second.predicted.iteration_s) return first;
-  if (second.recompute == Recompute::kSelective && second.recompute_modules == second_set) {
-    const std::string versus = first.ok()
-                                   ? fmt::format("{:.1f}% faster than the best plan with core_attn alone",
-                                                 100 * (out->predicted.iteration_s / second.predicted.iteration_s - 1))
-                                   : std::string("with core_attn alone no plan fits");
-    second.notes.push_back(
-        fmt::format("selective recompute of {} (DeepSeek-V3's recompute, Megatron --recompute-modules): {}",
-                    fmt::join(RecomputeModuleList(second_set), ", "), versus));
+  const uint32_t set = SecondPassModules(src, o);
+  if (set == 0) return SearchOnce(src, o, 0, out, stats);
+  bool other_fits = false;
+  PLANNER_RETURN_IF_ERROR(SearchOnce(src, o, set, out, stats, &other_fits));
+  if (out->recompute != Recompute::kSelective || out->recompute_modules != set) return Status::OK();
+  // The best plan without the set: the first runner-up that does not use it (the runners-up are the
+  // fastest of the whole space).
+  std::string versus;
+  for (const PlanSummary& r : out->runners_up) {
+    if (r.recompute == Recompute::kSelective && r.recompute_modules == set) continue;
+    versus = fmt::format("{:.1f}% faster than the best plan with core_attn alone",
+                         100 * (r.iteration_s / out->predicted.iteration_s - 1));
+    break;
   }
-  *out = std::move(second);
+  if (versus.empty())
+    versus = other_fits ? fmt::format("the plans with core_attn alone are not among the {} fastest", o.top_k)
+                        : std::string("with core_attn alone no plan fits");
+  out->notes.push_back(
+      fmt::format("selective recompute of {} (DeepSeek-V3's recompute, Megatron --recompute-modules): {}",
+                  fmt::join(RecomputeModuleList(set), ", "), versus));
   return Status::OK();
 }
 
