@@ -142,7 +142,7 @@ namespace {
 // torchtitan.models.llama3.config_registry edited field by field; the output layer is `lm_head` there.
 std::string TitanConfigModule(const ModelSpec& model, const LaunchPlan& L, const CodegenOptions& o,
                               const TorchtitanCheck& c, const std::string& flavor, const std::string& fsdp,
-                              const std::string& ac) {
+                              const std::string& ac, bool compile, bool async_tp) {
   std::string parts;
   for (const auto& p : c.parts) {
     std::vector<std::string> q;
@@ -150,13 +150,10 @@ std::string TitanConfigModule(const ModelSpec& model, const LaunchPlan& L, const
     parts += fmt::format("        [{}],\n", fmt::join(q, ", "));
   }
   const std::string flavor_fn = flavor == "8B" ? "llama3_8b" : flavor == "70B" ? "llama3_70b" : "llama3_405b";
-  std::string fp8_lines, pipeline_lines;
-  if (model.dtype == DType::kFp8) {
-    fp8_lines = fmt::format(
-        "    from torchtitan.components.quantization import Float8LinearConverter\n"
-        "    c.model_spec = model_registry(\"{}\", converters=[Float8LinearConverter.Config()])\n",
-        flavor);
-  }
+  std::string pipeline_lines;
+  // Float8 linears only in an FP8 plan, the output layer kept in bf16 as the plan costs it (high precision).
+  const std::string converters =
+      model.dtype == DType::kFp8 ? "[Float8LinearConverter.Config(filter_fqns=[\"lm_head\"])]" : "[]";
   if (L.pp > 1) {
     pipeline_lines = fmt::format(
         "    p.pipeline_parallel_schedule = \"{}\"\n"
@@ -178,7 +175,10 @@ std::string TitanConfigModule(const ModelSpec& model, const LaunchPlan& L, const
                        {"dp", str(L.dp)},
                        {"sched", ScheduleName(L.schedule)},
                        {"flavor_fn", flavor_fn},
-                       {"fp8_lines", fp8_lines},
+                       {"flavor", flavor},
+                       {"converters", converters},
+                       {"compile", compile ? "True" : "False"},
+                       {"async_tp", compile && async_tp ? "True" : "False"},
                        {"dp_replicate", str(c.dp_replicate)},
                        {"dp_shard", str(c.dp_shard)},
                        {"fsdp", fsdp},
@@ -319,10 +319,15 @@ void AddTorchtitan(const Plan& plan, const ModelSpec& model, const LaunchPlan& L
         "[{}]\n",
         TitanSchedule(L.schedule), L.microbatch_size, quoted);
   }
+  // torch.compile when the plan was costed for it (engine torchtitan-compile), else eager as its engine
+  // runs; async TP off (the plan does not record --tp-comm-overlap).
+  const bool compile = plan.engine == "torchtitan-compile";
+  const bool async_tp = false;
+  if (compile) t += "\n[compile]\nenable = true\n";
   t += fmt::format("\n[activation_checkpoint]\nmode = \"{}\"\n", ac);
   if (ac == "selective") t += "selective_ac_option = \"op\"\n";
   files->emplace_back("torchtitan.toml", t);
-  files->emplace_back("torchtitan_config.py", TitanConfigModule(model, L, o, c, flavor, fsdp, ac));
+  files->emplace_back("torchtitan_config.py", TitanConfigModule(model, L, o, c, flavor, fsdp, ac, compile, async_tp));
 }
 
 }  // namespace codegen_internal

@@ -2,13 +2,16 @@
 # "planner template" markers, each PLAN_<name> replaced by the plan's value (a line holding only one
 # stands for whole lines, possibly none). The lines outside the markers define the names so that the
 # template is a module Python tools check (tests/codegen/templates_lint.sh); docs/exports.md, "Templates".
-PLAN_fp8_lines = PLAN_pipeline_lines = PLAN_cuda_graph_lines = PLAN_ac = None
+PLAN_pipeline_lines = PLAN_cuda_graph_lines = PLAN_ac = PLAN_converters = None
+PLAN_compile = PLAN_async_tp = False
 PLAN_dp_replicate = PLAN_dp_shard = PLAN_tp = PLAN_cp = PLAN_pp = PLAN_local_batch = PLAN_global_batch = 1
 PLAN_seq, PLAN_steps = 8192, 10
 # ---- planner template begins ----
 # torchtitan 0.3 config module of the plan (PLAN_world ranks, tp-cp-pp-dp PLAN_tp-PLAN_cp-PLAN_pp-PLAN_dp, PLAN_sched); the same settings as
 # torchtitan.toml (torchtitan 0.2). Written by planner codegen. Run from this directory:
 #   PYTHONPATH=. torchrun --nproc-per-node N -m torchtitan.train --module torchtitan_config --config plan
+from torchtitan.components.quantization import Float8LinearConverter
+from torchtitan.config import CompileConfig
 from torchtitan.distributed.activation_checkpoint import FullAC, SelectiveAC
 from torchtitan.models.llama3 import model_registry
 from torchtitan.models.llama3.config_registry import PLAN_flavor_fn
@@ -16,7 +19,10 @@ from torchtitan.models.llama3.config_registry import PLAN_flavor_fn
 
 def plan():
     c = PLAN_flavor_fn()
-    PLAN_fp8_lines
+    # The preset's model, compile and float8 settings replaced by the plan's (the 405B preset turns on
+    # float8, torch.compile and async TP): the same as torchtitan.toml.
+    c.model_spec = model_registry("PLAN_flavor", converters=PLAN_converters)
+    c.compile = CompileConfig(enable=PLAN_compile, enable_async_tensor_parallel=PLAN_async_tp)
     p = c.parallelism
     p.data_parallel_replicate_degree = PLAN_dp_replicate
     p.data_parallel_shard_degree = PLAN_dp_shard
@@ -35,5 +41,5 @@ def plan():
     c.activation_checkpoint = PLAN_ac
     return c
 # ---- planner template ends ----
-# The names PLAN_fp8_lines and PLAN_ac may use (codegen/torchtitan.cc): model_registry and the checkpoint classes.
-_USED_BY_PLACEHOLDERS = (model_registry, FullAC, SelectiveAC)
+# The names PLAN_converters and PLAN_ac may use (codegen/torchtitan.cc): the float8 converter and the checkpoint classes.
+_USED_BY_PLACEHOLDERS = (Float8LinearConverter, FullAC, SelectiveAC)

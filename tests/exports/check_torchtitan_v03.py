@@ -9,7 +9,8 @@ validates the degrees at launch.yaml's world size; the schedule resolves (get_sc
 model parts fit it; the model, built on the meta device from the config's model_spec, holds every FQN of
 module_fqns_per_model_part, each top-level module once; and every setting equals the same directory's
 torchtitan.toml (degrees, batch, seq_len, schedule, parts with `output` named `lm_head`, activation
-checkpointing, precision), so the two files are one plan. Prints "ok DIR" / "FAIL DIR: reason".
+checkpointing, precision, float8 linears counted in the built model, torch.compile, async TP off), so the
+two files are one plan. Prints "ok DIR" / "FAIL DIR: reason".
 torchtitan's float8 converter asks the GPU's compute capability when the config is built: without a GPU
 the checker answers sm_90 (H100, the clusters the FP8 plans are solved for) and says so.
 """
@@ -59,6 +60,16 @@ def check(d):
         return f"global batch {t.global_batch_size} not divisible by local {t.local_batch_size} x dp {dp}"
     with torch.device("meta"):
         model = c.model_spec.model.build()
+    # What changes training beyond the sizes: float8 linears (counted in the built model) and torch.compile.
+    want_fp8 = "float8" in toml.get("model", {}).get("converters", [])
+    n8 = sum(1 for m in model.modules() if "Float8" in type(m).__name__)
+    if want_fp8 != (n8 > 0):
+        return f"{n8} float8 linears in the model, torchtitan.toml converters {toml.get('model', {}).get('converters', [])}"
+    want_compile = bool(toml.get("compile", {}).get("enable", False))
+    if c.compile.enable != want_compile:
+        return f"compile.enable {c.compile.enable}, torchtitan.toml {want_compile}"
+    if c.compile.enable_async_tensor_parallel:
+        return "compile.enable_async_tensor_parallel on: the plan did not cost async TP"
     if pd.pp > 1:
         parts = p.module_fqns_per_model_part
         if [[("output" if f == "lm_head" else f) for f in part] for part in parts] != tp_["module_fqns_per_model_part"]:

@@ -50,13 +50,16 @@ echo "torchtitan: $n_ok of $(echo "$dirs" | wc -w) directories as expected (torc
 # torchtitan 0.3 (the venv's): torchtitan_config.py loaded by its ConfigManager, the same plan as the TOML.
 pos=$(for d in "$G"/* "$T"/demo-*; do [ -f "$d/torchtitan_config.py" ] && echo "$d"; done)
 cp -r "$G/llama3-8b-64" "$T/neg03-tp"; sed -i 's/^    p.tensor_parallel_degree = 4$/    p.tensor_parallel_degree = 2/' "$T/neg03-tp/torchtitan_config.py"
-"$PY" "$SRC/tests/exports/check_torchtitan_v03.py" $pos "$T/neg03-tp" > "$T/out03" 2>"$T/err03"
+# The issue-32 defect: a bf16 plan whose module keeps a preset's float8 converter (405B's) trains FP8.
+cp -r "$G/llama3-8b-64" "$T/neg03-fp8"; sed -i 's/converters=\[\])/converters=[Float8LinearConverter.Config(filter_fqns=["lm_head"])])/' "$T/neg03-fp8/torchtitan_config.py"
+"$PY" "$SRC/tests/exports/check_torchtitan_v03.py" $pos "$T/neg03-tp" "$T/neg03-fp8" > "$T/out03" 2>"$T/err03"
 n03=0
 for d in $pos; do
   if grep -qxF "ok $d" "$T/out03"; then n03=$((n03+1)); else echo "FAIL torchtitan 0.3 $d: $(grep -F " $d" "$T/out03")"; tail -3 "$T/err03"; fail=1; fi
 done
 grep -F " $T/neg03-tp" "$T/out03" | grep -q "^FAIL.*ParallelDims\|^FAIL.*tensor_parallel_degree\|^FAIL.*Invalid parallel dims" && n03=$((n03+1)) || { echo "FAIL torchtitan 0.3: a module off its TOML not rejected: $(grep -F "neg03" "$T/out03")"; fail=1; }
-echo "torchtitan 0.3: $n03 of $(( $(echo "$pos" | wc -w) + 1 )) directories as expected (torchtitan $("$PY" -c 'import importlib.metadata as m; print(m.version("torchtitan"))' 2>/dev/null))"
+grep -F " $T/neg03-fp8" "$T/out03" | grep -q "^FAIL.*float8 linears in the model" && n03=$((n03+1)) || { echo "FAIL torchtitan 0.3: a bf16 plan's module with float8 linears not rejected: $(grep -F "neg03-fp8" "$T/out03")"; fail=1; }
+echo "torchtitan 0.3: $n03 of $(( $(echo "$pos" | wc -w) + 2 )) directories as expected (torchtitan $("$PY" -c 'import importlib.metadata as m; print(m.version("torchtitan"))' 2>/dev/null))"
 # Refused: models torchtitan does not register, PipeDream's schedule.
 for name in gpt3-64 tiny-gpt-pp2 vgg16-async; do
   [ -f "$G/$name/torchtitan.toml.refused" ] && [ ! -e "$G/$name/torchtitan.toml" ] || { echo "FAIL $name: torchtitan.toml written for a plan torchtitan cannot run"; fail=1; }

@@ -1,6 +1,8 @@
 # torchtitan 0.3 config module of the plan (64 ranks, tp-cp-pp-dp 4-1-2-8, interleaved); the same settings as
 # torchtitan.toml (torchtitan 0.2). Written by planner codegen. Run from this directory:
 #   PYTHONPATH=. torchrun --nproc-per-node N -m torchtitan.train --module torchtitan_config --config plan
+from torchtitan.components.quantization import Float8LinearConverter
+from torchtitan.config import CompileConfig
 from torchtitan.distributed.activation_checkpoint import FullAC, SelectiveAC
 from torchtitan.models.llama3 import model_registry
 from torchtitan.models.llama3.config_registry import llama3_8b
@@ -8,6 +10,10 @@ from torchtitan.models.llama3.config_registry import llama3_8b
 
 def plan():
     c = llama3_8b()
+    # The preset's model, compile and float8 settings replaced by the plan's (the 405B preset turns on
+    # float8, torch.compile and async TP): the same as torchtitan.toml.
+    c.model_spec = model_registry("8B", converters=[])
+    c.compile = CompileConfig(enable=False, enable_async_tensor_parallel=False)
     p = c.parallelism
     p.data_parallel_replicate_degree = 1
     p.data_parallel_shard_degree = 8
