@@ -6,6 +6,7 @@
 #include <tuple>
 
 #include <fmt/format.h>
+#include <fmt/ranges.h>
 
 namespace planner {
 
@@ -386,6 +387,119 @@ Status CheckCompleteness(const LaunchPlan& L, bool replicated, int64_t positions
   return Status::OK();
 }
 
+// Each program's optimizer steps (issue 32: a program without its OPT trains that stage wrong with exit 0).
+// Synchronous schedules: exactly one OPT, the program's last action, after one AR when the program's
+// gradient group has more than one member (dp x cp for uniform plans, the stage's replicas under per-stage
+// replication) and none otherwise. The asynchronous schedule: after every backward an OPT before the next
+// compute, with an AR between them on a replicated stage; a replica without a microbatch in the last round
+// ends with one more AR and OPT (dp_solver/programs.cc).
+Status CheckOptimizerSteps(const LaunchPlan& L, bool replicated) {
+  const bool async = L.schedule == Schedule::kPipeDream;
+  const int64_t m = ProgramMicrobatches(L, replicated);
+  for (size_t g = 0; g < L.programs.size(); ++g) {
+    const RankProgram& prog = L.programs[g];
+    const auto& a = prog.actions;
+    const int64_t group = replicated ? L.stages[static_cast<size_t>(prog.position)].replicas : L.dp * L.cp;
+    const std::string where = fmt::format("{}: program {} (position {})", L.path, g, prog.position);
+    auto count = [&](ActionKind k) {
+      return std::count_if(a.begin(), a.end(), [k](const Action& x) { return x.kind == k; });
+    };
+    if (!async) {
+      const int64_t want_ar = group > 1 ? 1 : 0;
+      if (count(ActionKind::kOptimizerStep) != 1 || a.empty() || a.back().kind != ActionKind::kOptimizerStep)
+        return Status::InvalidArgument(fmt::format(
+            "{}: {} optimizer steps; a synchronous program ends with exactly one OPT after its last backward "
+            "(regenerate with planner codegen)",
+            where, count(ActionKind::kOptimizerStep)));
+      if (count(ActionKind::kGradReduce) != want_ar ||
+          (want_ar == 1 && (a.size() < 2 || a[a.size() - 2].kind != ActionKind::kGradReduce)))
+        return Status::InvalidArgument(fmt::format(
+            "{}: {} gradient reduces; its {} replicas need {} AR right before the OPT (regenerate with planner "
+            "codegen)",
+            where, count(ActionKind::kGradReduce), group, want_ar));
+      continue;
+    }
+    int64_t pending = -1;  // index of a backward still waiting for its OPT
+    bool reduced = false;
+    for (size_t i = 0; i < a.size(); ++i) {
+      const ActionKind k = a[i].kind;
+      const bool compute =
+          k == ActionKind::kForward || k == ActionKind::kBackwardInput || k == ActionKind::kBackwardWeight;
+      if (compute && pending >= 0)
+        return Status::InvalidArgument(fmt::format(
+            "{}: action {} ({}) runs before the OPT of the backward at action {}; the asynchronous schedule "
+            "steps after every backward (regenerate with planner codegen)",
+            where, i + 1, ActionToString(a[i]), pending + 1));
+      if (k == ActionKind::kBackwardInput) pending = static_cast<int64_t>(i), reduced = false;
+      if (k == ActionKind::kGradReduce) reduced = true;
+      if (k == ActionKind::kOptimizerStep && pending >= 0) {
+        if (group > 1 && !reduced)
+          return Status::InvalidArgument(
+              fmt::format("{}: the OPT at action {} follows no AR; the stage's {} replicas reduce before every step",
+                          where, i + 1, group));
+        pending = -1;
+      }
+    }
+    const int64_t reps = std::max<int64_t>(1, group), extra = reps > 1 && m % reps != 0 && prog.replica >= m % reps;
+    const int64_t want = count(ActionKind::kBackwardInput) + extra;
+    if (pending >= 0 || count(ActionKind::kOptimizerStep) != want)
+      return Status::InvalidArgument(fmt::format(
+          "{}: {} optimizer steps for {} backwards; the asynchronous schedule steps once after each{} (regenerate "
+          "with planner codegen)",
+          where, count(ActionKind::kOptimizerStep), count(ActionKind::kBackwardInput),
+          extra ? ", and once more at the end for a replica without a microbatch in the last round" : ""));
+  }
+  return Status::OK();
+}
+
+// Every rank's prev / next: the ranks of its neighbouring pipeline stage, as codegen lays them out
+// (uniform: the pp group's neighbours, wrapping for the interleaved schedule; per-stage replication: every
+// replica of the neighbouring stage at its tp rank). A rank naming itself or another rank is refused; a
+// rank that states neither (programmatic plans) is not checked.
+Status CheckNeighbours(const LaunchPlan& L, bool replicated) {
+  std::map<std::tuple<int64_t, int64_t, int64_t>, std::vector<const LaunchRank*>> chains;  // uniform: by (dp, tp, cp)
+  std::map<std::pair<int64_t, int64_t>, std::vector<int64_t>> of;                          // replicated: (stage, tp)
+  for (const auto& r : L.ranks) {
+    if (replicated) of[{r.stage, r.tp_rank}].push_back(r.rank);
+    else chains[{r.replica, r.tp_rank, r.cp_rank}].push_back(&r);
+  }
+  auto mismatch = [&](const LaunchRank& r, const std::vector<int64_t>& prev, const std::vector<int64_t>& next) {
+    // Both omitted: not stated (the runtime takes its peers from the programs and the stages).
+    if ((r.prev.empty() && r.next.empty()) || (r.prev == prev && r.next == next)) return Status::OK();
+    return Status::InvalidArgument(fmt::format(
+        "{}: rank {} (stage {}, replica {}) has prev [{}] next [{}]; the rank table gives prev [{}] next [{}] "
+        "(regenerate with planner codegen)",
+        L.path, r.rank, r.stage, r.replica, fmt::join(r.prev, ", "), fmt::join(r.next, ", "), fmt::join(prev, ", "),
+        fmt::join(next, ", ")));
+  };
+  if (replicated) {
+    for (auto& [k, v] : of) std::sort(v.begin(), v.end());
+    for (const auto& r : L.ranks) {
+      auto get = [&](int64_t s) {
+        auto it = of.find({s, r.tp_rank});
+        return it == of.end() ? std::vector<int64_t>{} : it->second;
+      };
+      PLANNER_RETURN_IF_ERROR(mismatch(r, r.stage > 0 ? get(r.stage - 1) : std::vector<int64_t>{}, get(r.stage + 1)));
+    }
+    return Status::OK();
+  }
+  const int64_t p = L.pp;
+  const bool wrap = L.interleave > 1 && p > 1 && L.schedule != Schedule::kDualPipeV;
+  for (auto& [k, chain] : chains) {
+    std::sort(chain.begin(), chain.end(), [](const LaunchRank* a, const LaunchRank* b) { return a->stage < b->stage; });
+    if (static_cast<int64_t>(chain.size()) != p) continue;  // the rank table's own checks name it
+    for (int64_t s = 0; s < p; ++s) {
+      std::vector<int64_t> prev, next;
+      if (s > 0) prev = {chain[static_cast<size_t>(s - 1)]->rank};
+      else if (wrap) prev = {chain.back()->rank};
+      if (s + 1 < p) next = {chain[static_cast<size_t>(s + 1)]->rank};
+      else if (wrap) next = {chain.front()->rank};
+      PLANNER_RETURN_IF_ERROR(mismatch(*chain[static_cast<size_t>(s)], prev, next));
+    }
+  }
+  return Status::OK();
+}
+
 }  // namespace
 
 Status CheckPrograms(const LaunchPlan& L) {
@@ -435,8 +549,10 @@ Status CheckPrograms(const LaunchPlan& L) {
       }
     }
   }
+  PLANNER_RETURN_IF_ERROR(CheckNeighbours(L, x.replicated));
   PLANNER_RETURN_IF_ERROR(CheckDeadlockFree(x.procs, x.groups));
   PLANNER_RETURN_IF_ERROR(CheckCompleteness(L, x.replicated, x.positions));
+  PLANNER_RETURN_IF_ERROR(CheckOptimizerSteps(L, x.replicated));
   return CheckPairOrder(x.procs, x.groups);
 }
 

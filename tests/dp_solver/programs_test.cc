@@ -635,5 +635,53 @@ TEST_CASE("launch.yaml's programs are checked where the file is read") {
   CHECK(s.message().find("RA1.0 (from rank 0 (stage 0, replica 0)): no rank sends it") != std::string::npos);
 }
 
+// Issue 32: a program that passes the checker trains as the plan says. Every single-action deletion and
+// duplication of a generated program set is refused (each schedule, uniform and per-stage replicated, the
+// asynchronous one included); the unedited set passes.
+TEST_CASE("every single-action deletion or duplication of a generated program is refused") {
+  std::vector<LaunchPlan> plans = {Uniform(Schedule::kGpipe, 2, 1, 4, 2),
+                                   Uniform(Schedule::k1F1B, 3, 1, 6, 2),
+                                   Uniform(Schedule::kZbH1, 2, 1, 4, 1),
+                                   Uniform(Schedule::kInterleaved, 2, 2, 4, 2),
+                                   Uniform(Schedule::k1F1B, 2, 1, 4, 1),
+                                   Replicated(Schedule::k1F1B, {2, 1, 1}, 4),
+                                   Replicated(Schedule::kPipeDream, {2, 1, 1}, 4, 2)};
+  int refused = 0;
+  for (LaunchPlan& L : plans) {
+    BuildAndCheck(&L);
+    const std::string name = ScheduleName(L.schedule);
+    for (size_t g = 0; g < L.programs.size(); ++g) {
+      for (size_t i = 0; i < L.programs[g].actions.size(); ++i) {
+        for (bool dup : {false, true}) {
+          LaunchPlan e = L;
+          auto& acts = e.programs[g].actions;
+          const std::string what = ActionToString(acts[i]);
+          if (dup) acts.insert(acts.begin() + static_cast<std::ptrdiff_t>(i), acts[i]);
+          else acts.erase(acts.begin() + static_cast<std::ptrdiff_t>(i));
+          CAPTURE(name);
+          CAPTURE(g);
+          CAPTURE(what);
+          CAPTURE(dup);
+          CHECK(!CheckPrograms(e).ok());
+          ++refused;
+        }
+      }
+    }
+  }
+  CHECK(refused > 200);
+}
+
+TEST_CASE("prev and next: the rank table's neighbours, or none stated") {
+  LaunchPlan L = Uniform(Schedule::k1F1B, 2, 1, 4, 1);
+  BuildAndCheck(&L);
+  L.ranks[0].next = {1};
+  L.ranks[1].prev = {0};
+  CHECK_OK(CheckPrograms(L));
+  L.ranks[0].next = {0};  // a rank naming itself as its neighbour
+  const Status st = CheckPrograms(L);
+  CHECK(st.message().find("rank 0 (stage 0, replica 0) has prev [] next [0]; the rank table gives prev [] next [1]") !=
+        std::string::npos);
+}
+
 }  // namespace
 }  // namespace planner
