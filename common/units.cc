@@ -48,8 +48,47 @@ std::optional<uint64_t> ParseByteSize(std::string_view text) {
   return value << shift;
 }
 
+namespace {
+
+// Whether `t` is a plain decimal number: [+-] digits [. digits] [e [+-] digits] (a leading or trailing
+// point allowed with digits beside it); no hexadecimal, no spaces, no "inf" or "nan".
+bool PlainDecimal(std::string_view t) {
+  size_t i = 0;
+  auto digits = [&] {
+    const size_t from = i;
+    while (i < t.size() && t[i] >= '0' && t[i] <= '9') ++i;
+    return i - from;
+  };
+  if (i < t.size() && (t[i] == '+' || t[i] == '-')) ++i;
+  size_t n = digits();
+  if (i < t.size() && t[i] == '.') {
+    ++i;
+    n += digits();
+  }
+  if (n == 0) return false;
+  if (i < t.size() && (t[i] == 'e' || t[i] == 'E')) {
+    ++i;
+    if (i < t.size() && (t[i] == '+' || t[i] == '-')) ++i;
+    if (digits() == 0) return false;
+  }
+  return i == t.size();
+}
+
+}  // namespace
+
+std::string Printable(std::string_view text) {
+  std::string out;
+  for (char ch : text) {
+    const auto c = static_cast<unsigned char>(ch);
+    if (c == '\\') out += "\\\\";
+    else if (c < 0x20 || c > 0x7e) out += fmt::format("\\x{:02x}", c);
+    else out += ch;
+  }
+  return out;
+}
+
 std::optional<double> ParseDouble(std::string_view text) {
-  if (text.empty()) return std::nullopt;
+  if (text.empty() || !PlainDecimal(text)) return std::nullopt;
   const std::string s(text);  // strtod needs a terminated string
   char* end = nullptr;
   errno = 0;

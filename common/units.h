@@ -23,8 +23,11 @@ std::string FormatSeconds(double seconds);
 // Returns nullopt on malformed input.
 std::optional<uint64_t> ParseByteSize(std::string_view text);
 // Parses a whole decimal number ("3", "-0.25", "1e-3"): nullopt on anything
-// else (empty, trailing text, out of range, inf, nan). Never throws, unlike
+// else (empty, trailing text, out of range, inf, nan, hexadecimal "0x10", spaces). Never throws, unlike
 // std::stod; readers of numbers in files use it and name the file and line.
 std::optional<double> ParseDouble(std::string_view text);
+// `text` fit for one message line: control characters and bytes above 0x7e written as \xNN, backslash as
+// "\\" (a name with a newline would split the `planner: error:` line).
+std::string Printable(std::string_view text);
 
 }  // namespace planner

@@ -1,10 +1,12 @@
 // planner import pipedream GRAPH.txt -o PROFILE.yaml
 // planner import hf CONFIG.json -o MODEL.yaml [--seq N] [--global-batch N] [--name X]
+#include <algorithm>
 #include <filesystem>
 
 #include <fmt/format.h>
 
 #include "common/log.h"
+#include "common/units.h"
 #include "planner/commands.h"
 #include "spec/hf_import.h"
 #include "spec/pipedream_import.h"
@@ -32,6 +34,15 @@ Status ImportHf(const ImportArgs& a) {
   o.seq = a.seq;
   o.global_batch = a.global_batch;
   o.name = a.name.empty() ? std::filesystem::path(a.output).stem().string() : a.name;
+  // The name is written into the model file and every message: printable characters only.
+  if (o.name.empty() || std::any_of(o.name.begin(), o.name.end(), [](char ch) {
+        const auto c = static_cast<unsigned char>(ch);
+        return c < 0x20 || c == 0x7f || c == '"' || c == '\\';
+      }))
+    return Status::InvalidArgument(fmt::format(
+        "--name '{}': a model name is printable text without quotes or backslashes (it is written into the model "
+        "file); choose another",
+        Printable(o.name)));
   HfImport m;
   PLANNER_RETURN_IF_ERROR(ImportHfConfigFile(a.input, o, &m));
   PLANNER_RETURN_IF_ERROR(WriteFileAtomic(a.output, HfModelYaml(m, a.input)));

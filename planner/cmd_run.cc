@@ -50,7 +50,7 @@ Status CheckRunId(const char* flag, const std::string& id) {
   return Status::InvalidArgument(fmt::format(
       "{} '{}': must be a plain name of letters, digits, '-', '_' and '.' (not starting with '.'), not a path; "
       "it names LAUNCH/runs/<id>",
-      flag, id));
+      flag, Printable(id)));
 }
 
 // Everything about the launch directory and the flags that one process can check, before any MPI

@@ -409,7 +409,11 @@ Status PipelineLayoutFlag(const SolveArgs& a, const ModelSpec& model, SearchOpti
 Status BuildSearchOptions(const SolveArgs& a, const ModelSpec& model, const Profile& profile, SearchOptions* o) {
   o->gpus = a.gpus;
   o->global_batch = a.global_batch;
-  if (o->global_batch == 0 && a.model.empty()) o->global_batch = profile.reference_microbatch * a.gpus;
+  if (o->global_batch == 0 && a.model.empty() &&
+      __builtin_mul_overflow(profile.reference_microbatch, a.gpus, &o->global_batch))
+    return Status::InvalidArgument(
+        fmt::format("the profile's reference_microbatch {} x --gpus {} overflows; give --global-batch",
+                    profile.reference_microbatch, a.gpus));
   o->top_k = a.top;
   o->tp = a.tp;
   o->pp = a.pp;
@@ -444,6 +448,13 @@ Status BuildSearchOptions(const SolveArgs& a, const ModelSpec& model, const Prof
   PLANNER_RETURN_IF_ERROR(ParseList<Schedule>(a.schedules, ParseSchedule, snames, "--schedule", &o->schedules));
   if (!a.vp.empty() && a.schedules.empty())
     o->schedules = {Schedule::kInterleaved};  // --vp V forces Megatron's interleaved layout
+  if (!a.vp.empty() && std::none_of(o->schedules.begin(), o->schedules.end(), [](Schedule s) {
+        return s == Schedule::kInterleaved || s == Schedule::kDualPipeV;
+      }))
+    return Status::InvalidArgument(
+        fmt::format("--vp {}: virtual stages run only with --schedule interleaved (or dualpipev at 2); --schedule {} "
+                    "has one chunk per device: add interleaved or drop --vp",
+                    fmt::join(a.vp, ","), fmt::join(a.schedules, ",")));
   std::vector<std::string> rc_names;  // "block": block recompute, not a Recompute kind (docs/cost_model.md section 5)
   for (const auto& r : a.recompute) (r == "block" ? o->recompute_block = 1 : (rc_names.push_back(r), 0));
   if (!a.recompute.empty() && o->recompute_block != 1) o->recompute_block = 0;

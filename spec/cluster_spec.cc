@@ -226,7 +226,7 @@ Status ParseClusterSpec(const std::string& path, const std::string& text, Cluste
 
 Status LoadClusterSpec(const std::string& path, ClusterSpec* out) {
   std::string text;
-  PLANNER_RETURN_IF_ERROR(ReadTextFile(path, &text));
+  PLANNER_RETURN_IF_ERROR(ReadTextFile(path, &text, kMaxConfigFileBytes));
   return ParseClusterSpec(path, text, out);
 }
 

@@ -181,7 +181,7 @@ Status LoadEngineSpec(const std::string& name_or_path, EngineSpec* out) {
                                                name_or_path, fmt::join(BuiltinEngines(), ", ")));
   }
   std::string text;
-  PLANNER_RETURN_IF_ERROR(ReadTextFile(name_or_path, &text));
+  PLANNER_RETURN_IF_ERROR(ReadTextFile(name_or_path, &text, kMaxConfigFileBytes));
   return ParseEngineSpec(name_or_path, text, out);
 }
 

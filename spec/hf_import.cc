@@ -484,7 +484,7 @@ Status ImportHfConfig(const std::string& path, const std::string& text, const Hf
 
 Status ImportHfConfigFile(const std::string& path, const HfImportOptions& o, HfImport* out) {
   std::string text;
-  PLANNER_RETURN_IF_ERROR(ReadTextFile(path, &text));
+  PLANNER_RETURN_IF_ERROR(ReadTextFile(path, &text, kMaxConfigFileBytes));
   return ImportHfConfig(path, text, o, out);
 }
 

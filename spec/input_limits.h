@@ -21,6 +21,7 @@ inline constexpr int64_t kMaxMicrobatches = int64_t{1} << 20;  // microbatches o
 inline constexpr int64_t kMaxBatch = int64_t{1} << 40;         // samples of an iteration or a microbatch
 inline constexpr int64_t kMaxIterations = 10000000;            // planner run --iterations' range
 inline constexpr double kMaxTimeoutSeconds = 7 * 86400.0;      // a collective's timeout: a week
+inline constexpr double kMaxStageSeconds = 1e9;  // a stage's predicted time per microbatch or iteration (31 years)
 inline constexpr int64_t kMaxProgramSlots = int64_t{1}
                                             << 20;  // (stage, microbatch) pairs the programs of a launch list
 

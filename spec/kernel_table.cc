@@ -211,7 +211,7 @@ Status LoadKernelTable(const std::string& name_or_path, KernelTable* out) {
     if (name_or_path == b.name) return ParseKernelTable(std::string("builtin:") + b.name, std::string(b.text), out);
   }
   std::string text;
-  Status st = ReadTextFile(name_or_path, &text);
+  Status st = ReadTextFile(name_or_path, &text, kMaxConfigFileBytes);
   if (st.code() == StatusCode::kNotFound && name_or_path.find('/') == std::string::npos &&
       name_or_path.find(".yaml") == std::string::npos) {
     return Status::NotFound(

@@ -560,6 +560,18 @@ Status ParseLaunchPlan(const std::string& path, const std::string& text, LaunchP
                                         &s.predicted_peak_memory_bytes, false, 0, false));
     PLANNER_RETURN_IF_ERROR(r.GetDouble(st[i], "predicted_ep_comm_seconds", f + ".predicted_ep_comm_seconds",
                                         &s.predicted_ep_comm_s, false, 0, false));
+    for (auto [key, v] : {std::pair{"predicted_compute_seconds", s.predicted_compute_s},
+                          {"predicted_forward_seconds", s.predicted_forward_s},
+                          {"predicted_backward_input_seconds", s.predicted_backward_input_s},
+                          {"predicted_backward_weight_seconds", s.predicted_backward_weight_s},
+                          {"predicted_p2p_seconds", s.predicted_p2p_s},
+                          {"predicted_dp_allreduce_seconds", s.predicted_dp_allreduce_s},
+                          {"predicted_ep_comm_seconds", s.predicted_ep_comm_s}}) {
+      if (v > kMaxStageSeconds)
+        return r.FieldError(st[i][key], f + "." + key,
+                            fmt::format("{} s is not a stage time (at most {:g} s); regenerate with planner codegen", v,
+                                        kMaxStageSeconds));
+    }
     if (s.last_layer < s.first_layer) return r.FieldError(st[i], f + ".last_layer", "is before first_layer");
     if (!p.stages.empty() && s.first_layer != p.stages.back().last_layer + 1 && s.chunk == p.stages.back().chunk) {
       return r.FieldError(st[i], f + ".first_layer",

@@ -565,7 +565,7 @@ Status ParseModelSpec(const std::string& path, const std::string& text, ModelSpe
 
 Status LoadModelSpec(const std::string& path, ModelSpec* out) {
   std::string text;
-  PLANNER_RETURN_IF_ERROR(ReadTextFile(path, &text));
+  PLANNER_RETURN_IF_ERROR(ReadTextFile(path, &text, kMaxConfigFileBytes));
   return ParseModelSpec(path, text, out);
 }
 

@@ -628,6 +628,11 @@ Status ReadStage(const YamlReader& r, const YAML::Node& n, const std::string& f,
                                     {"p2p_seconds", &s->p2p_s, false},
                                     {"dp_allreduce_seconds", &s->dp_allreduce_s, false}}) {
     PLANNER_RETURN_IF_ERROR(r.GetDouble(n, key, f + "." + key, out, required, 0, false));
+    if (*out > kMaxStageSeconds)
+      return r.FieldError(n[key], f + "." + key,
+                          fmt::format("{} s is not a stage time (at most {:g} s); regenerate the plan with planner "
+                                      "solve",
+                                      *out, kMaxStageSeconds));
   }
   PLANNER_RETURN_IF_ERROR(
       GetIntInRange(r, n, "in_flight_microbatches", f + ".in_flight_microbatches", &s->in_flight, false, 0, kMaxBatch));
@@ -953,7 +958,7 @@ Status ParsePlan(const std::string& path, const std::string& text, Plan* out) {
 
 Status LoadPlan(const std::string& path, Plan* out) {
   std::string text;
-  PLANNER_RETURN_IF_ERROR(ReadTextFile(path, &text));
+  PLANNER_RETURN_IF_ERROR(ReadTextFile(path, &text, kMaxConfigFileBytes));
   return ParsePlan(path, text, out);
 }
 

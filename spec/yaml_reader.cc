@@ -136,7 +136,7 @@ Status ParseYamlText(const std::string& path, const std::string& text, YAML::Nod
   return CheckDuplicateKeys(path, *root, "", 0);
 }
 
-Status ReadTextFile(const std::string& path, std::string* text) {
+Status ReadTextFile(const std::string& path, std::string* text, int64_t max_bytes) {
   // O_NONBLOCK: opening a FIFO with no writer would block; the type is checked before any read.
   const int fd = ::open(path.c_str(), O_RDONLY | O_CLOEXEC | O_NONBLOCK);
   if (fd < 0) {
@@ -150,11 +150,11 @@ Status ReadTextFile(const std::string& path, std::string* text) {
     return Status::InvalidArgument(
         fmt::format("{}: is not a regular file (a FIFO, socket or device); give the path of a file", path));
   }
-  if (st.st_size > kMaxInputFileBytes) {
+  if (st.st_size > max_bytes) {
     ::close(fd);
-    return Status::InvalidArgument(
-        fmt::format("{}: {} bytes is more than the {} MiB an input file may hold; check the path", path,
-                    static_cast<int64_t>(st.st_size), kMaxInputFileBytes >> 20));
+    return Status::InvalidArgument(fmt::format(
+        "{}: {} bytes is more than the {} MiB {} may hold; check the path", path, static_cast<int64_t>(st.st_size),
+        max_bytes >> 20, max_bytes < kMaxInputFileBytes ? "a configuration file" : "an input file"));
   }
   std::string data;
   char buf[1 << 16];
@@ -168,10 +168,9 @@ Status ReadTextFile(const std::string& path, std::string* text) {
     }
     if (n == 0) break;
     data.append(buf, static_cast<size_t>(n));
-    if (static_cast<int64_t>(data.size()) > kMaxInputFileBytes) {  // the file grew while read
+    if (static_cast<int64_t>(data.size()) > max_bytes) {  // the file grew while read
       ::close(fd);
-      return Status::InvalidArgument(
-          fmt::format("{}: more than the {} MiB an input file may hold", path, kMaxInputFileBytes >> 20));
+      return Status::InvalidArgument(fmt::format("{}: more than the {} MiB it may hold", path, max_bytes >> 20));
     }
   }
   ::close(fd);

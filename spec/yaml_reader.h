@@ -18,6 +18,9 @@ namespace planner {
 
 // Limits on every input file read through this module (docs/formats.md, "Limits").
 constexpr int64_t kMaxInputFileBytes = int64_t{256} << 20;
+// Configuration files a person writes (model, cluster, engine, kernel table, plan, Hugging Face config.json):
+// far below kMaxInputFileBytes, so that a pasted-in blob is refused at once instead of parsed for seconds.
+constexpr int64_t kMaxConfigFileBytes = int64_t{16} << 20;
 constexpr int kMaxYamlDepth = 64;
 
 // InvalidArgument "path:line: ..." when `text` holds a NUL byte (a binary file) or is not UTF-8.
@@ -27,7 +30,8 @@ Status CheckTextInput(const std::string& path, const std::string& text);
 // regular file (a directory, a FIFO, a device) and files over kMaxInputFileBytes. NotFound "path: cannot open
 // file (reason); check the path" when it cannot be opened, InvalidArgument
 // when it is a directory, Unavailable when a read fails.
-Status ReadTextFile(const std::string& path, std::string* text);
+// `max_bytes`: the cap (kMaxConfigFileBytes for configuration files).
+Status ReadTextFile(const std::string& path, std::string* text, int64_t max_bytes = kMaxInputFileBytes);
 // Reads and parses `path`. NotFound when the file cannot be opened,
 // InvalidArgument "path:line:col: YAML syntax error: ..." on bad syntax, "path:line: field 'f':
 // duplicate key" for a key given twice in one mapping, and nesting deeper than kMaxYamlDepth.

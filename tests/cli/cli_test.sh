@@ -98,6 +98,9 @@ expect "communication table" 0 "communication per iteration (device exposing the
 check "communication kinds" sh -c 'grep -qE "^tensor_parallel +[0-9.]+ +0.000000 " out.txt && grep -qE "^context_parallel " out.txt'
 $PLANNER solve --gpus 64 --model $M/llama2-7b.yaml --cluster $C/dgx-h100.yaml --tp 4 --pp 1 --cp 2 --global-batch 64 --seq 65536 --precision fp8 --tp-comm-overlap on --json > comm.json 2>/dev/null
 check "communication figures" python3 $SRC/tests/cli/check_comm.py comm.json 0.352
+# Issue 32's loose ends: a newline in a name is refused and shown escaped on one line.
+expect "import hf name with a newline" 2 "planner: error: --name 'a\x0ab': a model name is printable text" -- $PLANNER import hf $SRC/tests/data/hf/llama3-70b.json -o nl.yaml --name $'a\nb'
+check "no model file written for it" test ! -e nl.yaml
 # Bands and the lead (docs/cost_model.md section 2, "Bands"): the engine file's band per precision, every range
 # in closed form; the lead costed with every overlap off is no faster; an engine without runs gets the set's spread;
 # the flat model has no band.

@@ -41,7 +41,11 @@ TEST_CASE("ParseDouble: whole numbers only, never throws") {
   CHECK(ParseDouble("2.5") == 2.5);
   CHECK(ParseDouble("-1e-3") == -1e-3);
   CHECK(ParseDouble("7") == 7.0);
-  for (const char* bad : {"", "x", "1.5x", "1,5", "nan", "inf", "-inf", "1e999", "--1", "."}) {
+  CHECK(ParseDouble(".5") == 0.5);
+  CHECK(ParseDouble("3.") == 3.0);
+  CHECK(ParseDouble("+2E+3") == 2000.0);
+  for (const char* bad :
+       {"", "x", "1.5x", "1,5", "nan", "inf", "-inf", "1e999", "--1", ".", "0x10", " 5", "5 ", "1e", "0x1p3", "e5"}) {
     INFO(bad);
     CHECK_FALSE(ParseDouble(bad).has_value());
   }
