@@ -347,10 +347,11 @@ struct RowRates {
   double peak_model = 0, peak_high = 0;        // dense peaks (FLOP/s), x the engine's sustained GEMM share
   double recipe_gemm = 1;                      // the FP8 recipe's GEMM rate
   double cast_bytes = 0;                       // HBM bytes per element of an FP8 GEMM input cast (0: none costed)
-  double gemm_in_bytes = 2;                    // bytes per operand element of the model precision's GEMMs (FP8: 1)
-  double attention_share = 1;                  // the engine's sustained share of the attention tables
-  double tp_hidden = 0, slowdown = 0;          // TP collectives hidden; compute lost per hidden second
-  double hbm_raw = 0;                          // HBM bytes/s of one fused kernel (GEMM operands, no elementwise factor)
+  double weight_cast_bytes = 0;  // HBM bytes per weight element cast per microbatch (engines without a cached FP8 copy)
+  double gemm_in_bytes = 2;      // bytes per operand element of the model precision's GEMMs (FP8: 1)
+  double attention_share = 1;    // the engine's sustained share of the attention tables
+  double tp_hidden = 0, slowdown = 0;  // TP collectives hidden; compute lost per hidden second
+  double hbm_raw = 0;                  // HBM bytes/s of one fused kernel (GEMM operands, no elementwise factor)
 };
 
 // Rates of one layer's attention core (FLOP/s), forward and backward.
@@ -440,6 +441,8 @@ double ListedGemmSeconds(const Layer& l, const RowRates& q, double shard, int pa
     seconds += count * GemmSeconds(q, g.high_precision, x[0], x[1], x[2]);
     if (q.cast_bytes > 0 && !g.high_precision && pass < 2)
       *cast_s += count * m * (pass == 0 ? k : n) * q.cast_bytes / q.hbm;
+    if (q.weight_cast_bytes > 0 && !g.high_precision && pass == 0)
+      *cast_s += count * k * n * q.weight_cast_bytes / q.hbm;
   }
   return seconds;
 }
@@ -695,6 +698,11 @@ void KernelRates(const CostSource& src, const ModelSpec& m, const CostOptions& o
     // Read the bf16 input (again per amax pass), write its FP8 copy and the transposed copy the other
     // GEMM reads; the engine fuses a share of the casts into the producing kernel.
     q->cast_bytes = (1 - e.fp8_cast_fused) * (2.0 * (1 + recipe.amax_passes) + 2.0);
+    // An engine that keeps no FP8 weight copy (torchao float8: memory.fp8_weight_bytes 0) casts every weight
+    // in each microbatch's forward, it and its transpose, from its bf16 copy: no producer to fuse into.
+    // Transformer Engine casts once per iteration into its cached copy: amortised over the microbatches, not
+    // costed.
+    if (!(e.fp8_weight_bytes > 0)) q->weight_cast_bytes = 2.0 * (1 + recipe.amax_passes) + 2.0;
   }
   q->peak_gemm = q->peak_model * q->recipe_gemm * q->gemm_model->ceiling;
   q->peak_other = q->peak_high * q->gemm_high->ceiling;

@@ -140,6 +140,28 @@ TEST_CASE("kernel-level block times: engines, precisions and sequence lengths or
   CHECK(s32.BlockSeconds(s32.engine) / 32768 > 1.3 * s4.BlockSeconds(s4.engine) / 4096);
 }
 
+TEST_CASE("FP8 weights cast per microbatch where the engine keeps no FP8 copy: its GEMMs' k x n x the cast bytes") {
+  const KernelFixture f(8192, DType::kFp8);
+  EngineSpec casting = Engine("torchtitan"), cached = casting;
+  cached.fp8_weight_bytes = 1;  // the same engine with Transformer Engine's cached copy
+  const Layer* block = nullptr;
+  for (const auto& l : f.model.layers) {
+    if (l.kind == LayerKind::kTransformerBlock) block = &l;
+  }
+  REQUIRE(block != nullptr);
+  double weights = 0;
+  for (const GemmShape& g : block->gemms) weights += g.high_precision ? 0 : g.count * g.k * g.n;
+  REQUIRE(weights > 200e6);  // Llama 3 8B's block: 218M weights
+  // tensorwise (current scaling): read the bf16 weight twice (amax, cast), write it and its transpose in FP8.
+  const double bytes = 2.0 * 2 + 2.0;
+  const double hbm = f.cluster.hbm_bandwidth_GBps * 1e9 * f.kernels.memory_efficiency * casting.sustained_memory /
+                     casting.elementwise_traffic;
+  CHECK(f.BlockSeconds(casting) - f.BlockSeconds(cached) == doctest::Approx(weights * bytes / hbm).epsilon(1e-9));
+  // bf16 models cast nothing.
+  const KernelFixture b(8192, DType::kBf16);
+  CHECK(b.BlockSeconds(casting) == b.BlockSeconds(cached));
+}
+
 TEST_CASE("ring attention's steps: full off-diagonal blocks at long chunks, short chunks' low rates") {
   // 64k over cp 4: the diagonal step is causal at 16k, the other three non-causal at 8k (full blocks, a
   // higher rate than the causal kernel's): a little faster than a quarter of the whole sequence's time.
