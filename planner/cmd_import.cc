@@ -8,6 +8,7 @@
 #include "common/log.h"
 #include "common/units.h"
 #include "planner/commands.h"
+#include "planner/output_guard.h"
 #include "spec/hf_import.h"
 #include "spec/pipedream_import.h"
 
@@ -17,6 +18,7 @@ namespace {
 
 struct ImportArgs {
   std::string format, input, output, name;
+  bool force = false;  // -o may replace a file the planner did not write
   int64_t minibatch = 0, seq = 0, global_batch = 0;
   bool seq_given = false, global_batch_given = false, minibatch_given = false;
 };
@@ -43,6 +45,7 @@ Status ImportHf(const ImportArgs& a) {
         "--name '{}': a model name is printable text without quotes or backslashes (it is written into the model "
         "file); choose another",
         Printable(o.name)));
+  PLANNER_RETURN_IF_ERROR(CheckReplaceable("-o", a.output, OutputKind::kImportedModel, a.force));
   HfImport m;
   PLANNER_RETURN_IF_ERROR(ImportHfConfigFile(a.input, o, &m));
   PLANNER_RETURN_IF_ERROR(WriteFileAtomic(a.output, HfModelYaml(m, a.input)));
@@ -61,6 +64,7 @@ Status ImportPipeDream(const ImportArgs& a) {
         fmt::format("--minibatch {}: must be between 1 and {} (or leave it out: the Input node's size)", a.minibatch,
                     int64_t{1} << 24));
   }
+  PLANNER_RETURN_IF_ERROR(CheckReplaceable("-o", a.output, OutputKind::kProfile, a.force));
   Profile p;
   PLANNER_RETURN_IF_ERROR(ImportPipeDreamFile(a.input, a.minibatch, &p));
   p.model = a.input;
@@ -87,6 +91,7 @@ Runner RegisterImport(CLI::App& app) {
   auto* gb =
       cmd->add_option("--global-batch", args->global_batch, "hf: sequences per iteration (default: 2^22 tokens / seq)");
   cmd->add_option("--name", args->name, "hf: model name (default: the output file's name without .yaml)");
+  cmd->add_flag("--force", args->force, "let -o replace a file the planner did not write");
   return [args, seq, gb, mb]() -> Status {
     args->seq_given = seq->count() > 0;
     args->minibatch_given = mb->count() > 0;

@@ -15,6 +15,7 @@
 
 #include "common/log.h"
 #include "planner/commands.h"
+#include "planner/output_guard.h"
 #include "planner/render.h"
 #include "common/units.h"
 #include "spec/launch_plan.h"
@@ -216,6 +217,7 @@ Runner RegisterInspect(CLI::App& app) {
     std::string plan, svg;
     int width = 100;
     int64_t rank = -1;
+    bool force = false;  // --svg may replace a file the planner did not write
   };
   auto args = std::make_shared<Args>();
   cmd->add_option(
@@ -227,8 +229,11 @@ Runner RegisterInspect(CLI::App& app) {
       ->check(CLI::NonNegativeNumber);
   cmd->add_option("--svg", args->svg, "also write the timeline as an SVG file");
   cmd->add_option("--width", args->width, "columns of the text timeline")->check(CLI::Range(20, 1000));
+  cmd->add_flag("--force", args->force, "let --svg replace a file the planner did not write");
   return [args]() -> Status {
     namespace fs = std::filesystem;
+    if (!args->svg.empty())
+      PLANNER_RETURN_IF_ERROR(CheckReplaceable("--svg", args->svg, OutputKind::kSvg, args->force));
     std::error_code ec;  // a path that cannot be examined is no run directory; LoadPlan names why it cannot be read
     if (args->rank >= 0 || fs::path(args->plan).filename() == "launch.yaml" ||
         fs::exists(fs::path(args->plan) / "launch.yaml", ec)) {

@@ -13,6 +13,7 @@
 #include "common/units.h"
 #include "dp_solver/cost_model.h"
 #include "planner/commands.h"
+#include "planner/output_guard.h"
 #include "profiler/comm_profiler.h"
 #include "runtime/comm/nccl_comm.h"
 #include "profiler/layer_profiler.h"
@@ -33,6 +34,7 @@ struct ProfileArgs {
   double budget_s = 2.0;
   int min_reps = 20, warmup = 2, rounds = 3;
   bool comm = false;
+  bool force = false;  // -o may replace a file the planner did not write
   std::string max_bytes = "16M", min_bytes = "8";
   int iterations = 20;
   std::vector<std::string> collectives;
@@ -50,6 +52,8 @@ std::string CommandLine(int argc, char** argv) {
 Status RunComm(const ProfileArgs& a, const std::string& cmdline) {
   if (!a.model.empty())
     return Status::InvalidArgument("--comm profiles collectives only; profile the model's layers in a separate run");
+  PLANNER_RETURN_IF_ERROR(
+      CheckReplaceable("-o", a.output.empty() ? "comm.profile.yaml" : a.output, OutputKind::kProfile, a.force));
   const std::vector<std::string> caches = a.caches.empty() ? std::vector<std::string>{"warm"} : a.caches;
   for (const auto& c : caches) {
     if (c != "warm" && c != "cold")
@@ -230,6 +234,7 @@ Runner RegisterProfile(CLI::App& app, int argc, char** argv) {
                   "passes over all points, each with 1/rounds of the repetitions; samples pooled (default 3)")
       ->check(CLI::Range(1, 100));
   cmd->add_flag("--comm", a->comm, "profile collectives (run under mpirun / srun with two or more ranks)");
+  cmd->add_flag("--force", a->force, "let -o replace a file the planner did not write");
   cmd->add_option("--min-bytes", a->min_bytes, "--comm: smallest size (default 8)");
   cmd->add_option("--max-bytes", a->max_bytes, "--comm: largest size (default 16M)");
   cmd->add_option("--iterations", a->iterations, "--comm: timed iterations per size")->check(CLI::Range(1, 100000));
@@ -276,6 +281,8 @@ Runner RegisterProfile(CLI::App& app, int argc, char** argv) {
     }
     ModelSpec model;
     PLANNER_RETURN_IF_ERROR(LoadModelSpec(a->model, &model));
+    PLANNER_RETURN_IF_ERROR(CheckReplaceable("-o", a->output.empty() ? model.name + ".profile.yaml" : a->output,
+                                             OutputKind::kProfile, a->force));
     PLANNER_RETURN_IF_ERROR(ChoosePrecision(*a, model, o.device, &o.precision));
     DevicePeak peak;
     PLANNER_RETURN_IF_ERROR(ChoosePeak(*a, o.device, o.precision, &peak));

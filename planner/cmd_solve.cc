@@ -12,6 +12,7 @@
 #include "dp_solver/pipedream_plan.h"
 #include "dp_solver/search.h"
 #include "planner/commands.h"
+#include "planner/output_guard.h"
 #include "planner/render.h"
 #include "planner/solve_flags.h"
 #include "spec/cluster_spec.h"
@@ -623,8 +624,14 @@ Runner RegisterSolve(CLI::App& app) {
                 "--schedule pipedream or --mode pipedream)");
   cmd->add_option("--activation-compression-ratio", a->acr,
                   "pipedream mode: count activation transfers divided by this (0: ignore them; default 1)");
+  cmd->add_flag("--force", a->force, "let -o replace a file the planner did not write");
   return [a, memory_opt]() -> Status {
     PLANNER_RETURN_IF_ERROR(ValidateSolveArgs(a.get(), memory_opt->count() > 0));
+    if (!a->output.empty()) {  // before any work: a user's file at an output path is kept (exit 2)
+      for (int64_t n : a->gpu_list)
+        PLANNER_RETURN_IF_ERROR(CheckReplaceable("-o", OutputPathForSize(a->output, n, a->gpu_list.size() > 1),
+                                                 OutputKind::kPlan, a->force));
+    }
     SolveInputs in;
     PLANNER_RETURN_IF_ERROR(LoadSolveInputs(*a, &in));
     const bool several = a->gpu_list.size() > 1;

@@ -56,6 +56,7 @@ struct SolveArgs {
   double memory_bytes = 0;
   bool straight = false, fewer = false, memory_constraint = false;
   bool vertical_sync = false;
+  bool force = false;  // -o may replace a file the planner did not write (planner/output_guard.h)
   double acr = 1;
 };
 

@@ -101,6 +101,21 @@ check "communication figures" python3 $SRC/tests/cli/check_comm.py comm.json 0.3
 # Issue 32's loose ends: a newline in a name is refused and shown escaped on one line.
 expect "import hf name with a newline" 2 "planner: error: --name 'a\x0ab': a model name is printable text" -- $PLANNER import hf $SRC/tests/data/hf/llama3-70b.json -o nl.yaml --name $'a\nb'
 check "no model file written for it" test ! -e nl.yaml
+# Issue 32: single-file outputs replace only what the planner wrote (plan, profile, imported model, timeline);
+# a user's file at the path is kept (exit 2) unless --force.
+cp $M/llama3-8b.yaml users-model.yaml
+expect "solve -o over a user's model file" 2 "planner: error: -o users-model.yaml: exists and is not a plan the planner wrote; it is kept" -- $PLANNER solve --gpus 8 --model $M/llama3-8b.yaml --cluster $C/dgx-h100.yaml -o users-model.yaml
+check "the user's file is intact" cmp -s users-model.yaml $M/llama3-8b.yaml
+expect "solve -o over its own plan" 0 "configuration:" -- $PLANNER solve --gpus 8 --model $M/llama3-8b.yaml --cluster $C/dgx-h100.yaml -o own.plan.yaml
+expect "solve -o over its own plan again" 0 "configuration:" -- $PLANNER solve --gpus 8 --model $M/llama3-8b.yaml --cluster $C/dgx-h100.yaml -o own.plan.yaml
+expect "import hf over a user's model file" 2 "planner: error: -o users-model.yaml: exists and is not a model file the planner wrote" -- $PLANNER import hf $SRC/tests/data/hf/llama3-70b.json -o users-model.yaml
+printf '<svg>my drawing</svg>\n' > drawing.svg
+expect "inspect --svg over a user's image" 2 "planner: error: --svg drawing.svg: exists and is not a timeline the planner wrote" -- $PLANNER inspect own.plan.yaml --svg drawing.svg
+check "the user's image is intact" grep -qx '<svg>my drawing</svg>' drawing.svg
+expect "--force replaces it" 0 "" -- $PLANNER inspect own.plan.yaml --svg drawing.svg --force
+check "now the timeline" grep -q 'font-family="monospace"' drawing.svg
+ln -s users-model.yaml link.yaml
+expect "solve -o through a link" 2 "planner: error: -o link.yaml: is a symbolic link" -- $PLANNER solve --gpus 8 --model $M/llama3-8b.yaml --cluster $C/dgx-h100.yaml -o link.yaml
 # Bands and the lead (docs/cost_model.md section 2, "Bands"): the engine file's band per precision, every range
 # in closed form; the lead costed with every overlap off is no faster; an engine without runs gets the set's spread;
 # the flat model has no band.
