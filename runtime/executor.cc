@@ -490,8 +490,12 @@ double PlanStateBytesPerParam(const ModelSpec& model, DType grad_dtype) {
 // every rank; the transfer table (rank 0).
 Status RankRun::Summarise(RunSummary* sum, ReportInputs* rep) {
   const int64_t n = world_.size();
-  const size_t warm =
-      static_cast<size_t>(std::min<int64_t>(L_.run.warmup_iterations, std::max<int64_t>(0, iterations_ - 1)));
+  // A resumed run's first start_ iterations come from metrics.csv, without compute or communication times:
+  // the medians are over the iterations this job ran, after its own warm-up (they were over all of them, so
+  // a resume reported a bubble of 100%: issue 32).
+  const int64_t ran = iterations_ - start_, first = ran > 0 ? start_ : 0;
+  const size_t warm = static_cast<size_t>(
+      first + std::min<int64_t>(L_.run.warmup_iterations, std::max<int64_t>(0, (ran > 0 ? ran : iterations_) - 1)));
   auto tail = [&](const std::vector<double>& v) {
     return std::vector<double>(v.begin() + static_cast<long>(warm), v.end());
   };
