@@ -9,6 +9,7 @@
 
 #include "dp_solver/programs.h"
 #include "spec/layer_catalog.h"
+#include "spec/pipeline_layout.h"
 
 namespace planner {
 namespace codegen_internal {
@@ -146,41 +147,16 @@ std::string MegatronMoeArgs(const ModelSpec& model, const Plan& plan, std::vecto
   return mg;
 }
 
-// The Megatron-LM pipeline-layout symbol of a layer kind: E the embedding, t a transformer block
-// (dense or MoE), m an MTP module, L the loss; 0 for the layers Megatron places beside them (final
-// norm, output layer) and for those a GPT has none of.
-char LayoutSymbol(LayerKind kind) {
-  switch (kind) {
-    case LayerKind::kEmbedding: return 'E';
-    case LayerKind::kTransformerBlock:
-    case LayerKind::kMoeBlock: return 't';
-    case LayerKind::kMtp: return 'm';
-    case LayerKind::kLoss: return 'L';
-    case LayerKind::kLayernorm:
-    case LayerKind::kRmsnorm:
-    case LayerKind::kLmHead: return 0;
-    case LayerKind::kLinear:
-    case LayerKind::kConv2d:
-    case LayerKind::kRelu:
-    case LayerKind::kGelu:
-    case LayerKind::kMaxpool:
-    case LayerKind::kAvgpool:
-    case LayerKind::kFlatten:
-    case LayerKind::kDropout:
-    case LayerKind::kAttention:
-    case LayerKind::kMlp:
-    case LayerKind::kMoe: return 0;
-  }
-  return 0;
-}
-
 // Each stage's layout symbols, in the stages' (model) order.
 std::vector<std::string> LayoutChunks(const ModelSpec& model, const std::vector<LaunchStage>& stages) {
   std::vector<std::string> chunks;
   for (const auto& s : stages) {
     std::string c;
     for (int64_t i = s.first_layer; i <= s.last_layer && i < static_cast<int64_t>(model.layers.size()); ++i) {
-      if (const char x = LayoutSymbol(model.layers[static_cast<size_t>(i)].kind)) c += x;
+      // The layout's symbols (spec/pipeline_layout.h); layers Megatron places beside them (0) and kinds a GPT
+      // has none of ('?') add nothing.
+      const char x = PipelineLayoutSymbol(model.layers[static_cast<size_t>(i)].kind);
+      if (x != 0 && x != '?') c += x;
     }
     chunks.push_back(c);
   }

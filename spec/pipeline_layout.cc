@@ -87,8 +87,19 @@ char PipelineLayoutSymbol(LayerKind kind) {
     case LayerKind::kLayernorm:
     case LayerKind::kRmsnorm:
     case LayerKind::kLmHead: return 0;
-    default: return '?';
+    case LayerKind::kLinear:
+    case LayerKind::kConv2d:
+    case LayerKind::kRelu:
+    case LayerKind::kGelu:
+    case LayerKind::kMaxpool:
+    case LayerKind::kAvgpool:
+    case LayerKind::kFlatten:
+    case LayerKind::kDropout:
+    case LayerKind::kAttention:
+    case LayerKind::kMlp:
+    case LayerKind::kMoe: return '?';
   }
+  return '?';
 }
 
 Status ExpandPipelineLayout(const std::string& text, std::vector<std::string>* chunks) {
