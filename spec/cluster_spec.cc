@@ -141,11 +141,7 @@ Status ParseClusterSpecUnguarded(const std::string& path, const std::string& tex
   ClusterSpec c;
   c.path = path;
   c.digest = DigestHex(text);
-  int64_t version = 1;
-  PLANNER_RETURN_IF_ERROR(r.GetInt(root, "format_version", "format_version", &version, false, 1));
-  if (version != 1)
-    return r.FieldError(root["format_version"], "format_version",
-                        fmt::format("version {} is not supported; this planner reads version 1", version));
+  PLANNER_RETURN_IF_ERROR(r.CheckFormatVersion(root, false));
   PLANNER_RETURN_IF_ERROR(r.GetString(root, "name", "name", &c.name, true));
   PLANNER_RETURN_IF_ERROR(ParseEfficiency(r, root, &c));
   PLANNER_RETURN_IF_ERROR(r.GetDouble(root, "hbm_efficiency", "hbm_efficiency", &c.hbm_efficiency, false, 0.0, true));

@@ -64,11 +64,7 @@ Status ParseUnguarded(const std::string& path, const std::string& text, EngineSp
                    "fsdp_with_pp", "schedules", "recompute_modules", "band"}));
   EngineSpec e;
   e.path = path;
-  int64_t version = 1;
-  PLANNER_RETURN_IF_ERROR(r.GetInt(root, "format_version", "format_version", &version, false, 1));
-  if (version != 1)
-    return r.FieldError(root["format_version"], "format_version",
-                        fmt::format("version {} is not supported; this planner reads version 1", version));
+  PLANNER_RETURN_IF_ERROR(r.CheckFormatVersion(root, false));
   PLANNER_RETURN_IF_ERROR(r.GetString(root, "name", "name", &e.name, true));
   PLANNER_RETURN_IF_ERROR(r.GetEnum(root, "attention", "attention", {"fa2", "fa3", "cudnn"}, &e.attention, true));
   if (root["attention_fallback"].IsDefined()) {

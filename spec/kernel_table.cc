@@ -121,11 +121,7 @@ Status ParseUnguarded(const std::string& path, const std::string& text, KernelTa
       root, "", {"format_version", "name", "gpus", "sms", "memory_efficiency", "gemm", "fp8_recipes", "attention"}));
   KernelTable t;
   t.path = path;
-  int64_t version = 1;
-  PLANNER_RETURN_IF_ERROR(r.GetInt(root, "format_version", "format_version", &version, false, 1));
-  if (version != 1)
-    return r.FieldError(root["format_version"], "format_version",
-                        fmt::format("version {} is not supported; this planner reads version 1", version));
+  PLANNER_RETURN_IF_ERROR(r.CheckFormatVersion(root, false));
   PLANNER_RETURN_IF_ERROR(r.GetString(root, "name", "name", &t.name, true));
   if (root["gpus"].IsDefined()) {
     PLANNER_RETURN_IF_ERROR(r.RequireSequence(root["gpus"], "gpus"));

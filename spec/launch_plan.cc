@@ -436,11 +436,7 @@ Status ParseLaunchPlan(const std::string& path, const std::string& text, LaunchP
                                        "programs"}));
   LaunchPlan p;
   p.path = path;
-  int64_t version = 0;
-  PLANNER_RETURN_IF_ERROR(r.GetInt(root, "format_version", "format_version", &version, true, 1));
-  if (version != 1)
-    return r.FieldError(root["format_version"], "format_version",
-                        fmt::format("version {} is not supported; regenerate with planner codegen", version));
+  PLANNER_RETURN_IF_ERROR(r.CheckFormatVersion(root, true, "regenerate with planner codegen"));
   PLANNER_RETURN_IF_ERROR(r.GetString(root, "model_file", "model_file", &p.model_file, true));
   PLANNER_RETURN_IF_ERROR(r.GetString(root, "model_digest", "model_digest", &p.model_digest, false));
   PLANNER_RETURN_IF_ERROR(r.GetString(root, "plan_digest", "plan_digest", &p.plan_digest, false));

@@ -478,11 +478,7 @@ Status ParseModelSpecUnguarded(const std::string& path, const std::string& text,
   ModelSpec m;
   m.path = path;
   m.digest = DigestHex(text);
-  int64_t version = 1;
-  PLANNER_RETURN_IF_ERROR(r.GetInt(root, "format_version", "format_version", &version, false, 1));
-  if (version != 1)
-    return r.FieldError(root["format_version"], "format_version",
-                        fmt::format("version {} is not supported; this planner reads version 1", version));
+  PLANNER_RETURN_IF_ERROR(r.CheckFormatVersion(root, false));
   PLANNER_RETURN_IF_ERROR(r.GetString(root, "name", "name", &m.name, true));
   // `precision:` is the newer name of `dtype:`; a file gives at most one of them.
   if (root["dtype"].IsDefined() && root["precision"].IsDefined()) {

@@ -922,11 +922,7 @@ Status ParsePlanTree(const std::string& path, const YAML::Node& root, Plan* out)
     return Status::InvalidArgument(fmt::format(
         "{}: not a plan (no format_version, inputs or stages); give a plan.yaml written by planner solve", path));
   }
-  int64_t version = 0;
-  PLANNER_RETURN_IF_ERROR(r.GetInt(root, "format_version", "format_version", &version, true, 1));
-  if (version != 1)
-    return r.FieldError(root["format_version"], "format_version",
-                        fmt::format("version {} is not supported; this planner reads version 1", version));
+  PLANNER_RETURN_IF_ERROR(r.CheckFormatVersion(root, true));
   if (!root["inputs"].IsDefined() && !root["stages"].IsDefined()) {
     return Status::InvalidArgument(
         fmt::format("{}: not a plan (no inputs and no stages: a model, cluster or launch file?); give a plan.yaml "

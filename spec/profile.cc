@@ -120,11 +120,7 @@ Status ParseProfileUnguarded(const std::string& path, const std::string& text, P
   Profile p;
   p.path = path;
   p.digest = DigestHex(text);
-  int64_t version = 1;
-  PLANNER_RETURN_IF_ERROR(r.GetInt(root, "format_version", "format_version", &version, true, 1));
-  if (version != 1)
-    return r.FieldError(root["format_version"], "format_version",
-                        fmt::format("version {} is not supported; this planner reads version 1", version));
+  PLANNER_RETURN_IF_ERROR(r.CheckFormatVersion(root, true));
   PLANNER_RETURN_IF_ERROR(r.GetString(root, "model", "model", &p.model, true));
   std::string dtype;
   PLANNER_RETURN_IF_ERROR(r.GetEnum(root, "dtype", "dtype", {"fp32", "fp16", "bf16", "fp8"}, &dtype, false));

@@ -333,6 +333,14 @@ Status YamlReader::GetIntList(const YAML::Node& map, const std::string& key, con
   return Status::OK();
 }
 
+Status YamlReader::CheckFormatVersion(const YAML::Node& root, bool required, const std::string& fix) const {
+  int64_t version = 1;
+  PLANNER_RETURN_IF_ERROR(GetInt(root, "format_version", "format_version", &version, required, 1));
+  if (version == 1) return Status::OK();
+  return FieldError(root["format_version"], "format_version",
+                    fmt::format("version {} is not supported; {}", version, fix));
+}
+
 Status YamlReader::GetEnum(const YAML::Node& map, const std::string& key, const std::string& field,
                            const std::vector<std::string>& choices, std::string* out, bool required) const {
   std::string value;

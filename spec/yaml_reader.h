@@ -85,6 +85,10 @@ class YamlReader {
                  bool required) const;
   Status GetIntList(const YAML::Node& map, const std::string& key, const std::string& field, std::vector<int64_t>* out,
                     bool required, int64_t min_value) const;
+  // `format_version` of a file this planner reads (version 1; absent counts as 1 unless `required`): any
+  // other value is "version N is not supported; " + `fix`.
+  Status CheckFormatVersion(const YAML::Node& root, bool required,
+                            const std::string& fix = "this planner reads version 1") const;
   // One of `choices`; fails with a did-you-mean otherwise.
   Status GetEnum(const YAML::Node& map, const std::string& key, const std::string& field,
                  const std::vector<std::string>& choices, std::string* out, bool required) const;
