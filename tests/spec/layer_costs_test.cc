@@ -9,16 +9,13 @@
 #include "spec/layer_catalog.h"
 #include "spec/model_spec.h"
 #include "spec/yaml_reader.h"
+#include "tests/spec/bundled_models.h"
 #include "tests/test_util.h"
 
 namespace planner {
 namespace {
 
-ModelSpec Load(const std::string& file) {
-  ModelSpec m;
-  REQUIRE_OK(LoadModelSpec(testing::SourcePath("configs/models/" + file), &m));
-  return m;
-}
+ModelSpec Load(const std::string& file) { return testing::LoadBundledModel(file); }
 
 Layer Block(int64_t s, int64_t h, const LayerAttrs& attrs, DType dtype = DType::kBf16,
             const std::string& type = "transformer_block") {

@@ -8,16 +8,13 @@
 #include "spec/layer_catalog.h"
 #include "spec/model_spec.h"
 #include "spec/plan.h"
+#include "tests/spec/bundled_models.h"
 #include "tests/test_util.h"
 
 namespace planner {
 namespace {
 
-ModelSpec Load(const std::string& file) {
-  ModelSpec m;
-  REQUIRE_OK(LoadModelSpec(testing::SourcePath("configs/models/" + file), &m));
-  return m;
-}
+ModelSpec Load(const std::string& file) { return testing::LoadBundledModel(file); }
 
 // Tensor-by-tensor counts of a SwiGLU MoE decoder without biases (RMSNorm, untied embeddings).
 struct MoeShape {

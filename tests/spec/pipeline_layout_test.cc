@@ -2,16 +2,13 @@
 // Megatron's parse_str_to_list does, resolved on model files into stage boundaries, and every refusal.
 #include "spec/pipeline_layout.h"
 
+#include "tests/spec/bundled_models.h"
 #include "tests/test_util.h"
 
 namespace planner {
 namespace {
 
-ModelSpec Load(const std::string& file) {
-  ModelSpec m;
-  REQUIRE_OK(LoadModelSpec(testing::SourcePath("configs/models/" + file), &m));
-  return m;
-}
+ModelSpec Load(const std::string& file) { return testing::LoadBundledModel(file); }
 
 std::vector<std::string> Expand(const std::string& s) {
   std::vector<std::string> c;
