@@ -385,22 +385,8 @@ Status CheckDualPipeV(int64_t p, int64_t v, int64_t m) {
   return Status::OK();
 }
 
-namespace {
-
-Status CheckSimulation(Schedule s, const std::vector<SimStage>& st, int64_t p, int64_t m);
-Status SimulateFull(Schedule s, const std::vector<SimStage>& st, int64_t p, int64_t m, bool record, SimResult* out);
-
-}  // namespace
-
 Status SimulateSchedule(Schedule s, const std::vector<SimStage>& st, int64_t p, int64_t m, bool record,
                         SimResult* out) {
-  return SimulateFull(s, st, p, m, record, out);
-}
-
-namespace {
-
-// The schedules' preconditions (SimulateSchedule's errors).
-Status CheckSimulation(Schedule s, const std::vector<SimStage>& st, int64_t p, int64_t m) {
   if (p < 1 || m < 1 || st.empty() || static_cast<int64_t>(st.size()) % p != 0) {
     return Status::InvalidArgument("schedule simulation needs p >= 1, m >= 1 and p * v stages");
   }
@@ -415,12 +401,6 @@ Status CheckSimulation(Schedule s, const std::vector<SimStage>& st, int64_t p, i
   if (s != Schedule::kInterleaved && s != Schedule::kDualPipeV && v != 1) {
     return Status::InvalidArgument("only the interleaved and dualpipev schedules take several chunks per device");
   }
-  return Status::OK();
-}
-
-Status SimulateFull(Schedule s, const std::vector<SimStage>& st, int64_t p, int64_t m, bool record, SimResult* out) {
-  PLANNER_RETURN_IF_ERROR(CheckSimulation(s, st, p, m));
-  const int64_t v = static_cast<int64_t>(st.size()) / p;
   const bool split_w = s == Schedule::kZbH1 || s == Schedule::kDualPipeV;
   Engine eng(st, p, m, split_w, record);
   if (s == Schedule::kDualPipeV) {
@@ -436,8 +416,6 @@ Status SimulateFull(Schedule s, const std::vector<SimStage>& st, int64_t p, int6
   *out = eng.Finish();
   return Status::OK();
 }
-
-}  // namespace
 
 Status SimulateReplicated(const std::vector<SimStage>& st, const std::vector<int64_t>& replicas,
                           const std::vector<int64_t>& in_flight, int64_t m, bool record, SimResult* out) {
