@@ -109,8 +109,7 @@ Status LoadEngines(const SolveArgs& a, const ClusterSpec& cluster, SolveInputs* 
 // Selective recompute as the engine runs it: its modules by default (torchtitan: op_sac), and a module set
 // it does not run refused (op_sac outside torchtitan; Megatron's modules on torchtitan).
 Status ApplyEngineRecompute(const EngineSpec& e, SearchOptions* o) {
-  const uint32_t op = RecomputeBit(RecomputeModule::kOpSac);
-  const uint32_t runs = e.recompute_modules != 0 ? e.recompute_modules : ~op;
+  const uint32_t runs = e.RunsRecomputeModules();
   if (o->recompute_modules == 0) {
     const bool selective = o->recompute.empty() || std::find(o->recompute.begin(), o->recompute.end(),
                                                              Recompute::kSelective) != o->recompute.end();
@@ -278,7 +277,7 @@ void CompareEngines(const SolveArgs& a, const SolveInputs& in, const CostSource&
     SearchOptions f = o;
     ForceLayout(*plan, &f);
     // Selective recompute as this engine runs it when it does not run the plan's modules (torchtitan: op_sac).
-    const uint32_t runs = e.recompute_modules != 0 ? e.recompute_modules : ~RecomputeBit(RecomputeModule::kOpSac);
+    const uint32_t runs = e.RunsRecomputeModules();
     if (plan->recompute == Recompute::kSelective && (f.recompute_modules & ~runs) != 0) f.recompute_modules = 0;
     Plan p;
     SearchStats stats;

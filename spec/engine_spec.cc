@@ -156,6 +156,10 @@ const EngineBand* EngineSpec::BandFor(const std::string& precision) const {
   return nullptr;
 }
 
+uint32_t EngineSpec::RunsRecomputeModules() const {
+  return recompute_modules != 0 ? recompute_modules : ~RecomputeBit(RecomputeModule::kOpSac);
+}
+
 std::vector<std::string> BuiltinEngines() {
   std::vector<std::string> out;
   for (const auto& b : kBuiltinEngines) out.emplace_back(b.name);

@@ -44,6 +44,8 @@ struct EngineSpec {
   // Selective recompute's modules it runs (file key `recompute_modules`, RecomputeBit mask): its default
   // for `--recompute selective`; 0: Megatron's modules (op_sac excluded).
   uint32_t recompute_modules = 0;
+  // The selective-recompute modules it runs: its own list, else every Megatron module (op_sac excluded).
+  uint32_t RunsRecomputeModules() const;
   std::vector<EngineBand> bands;  // per precision (file key `band`); empty: not calibrated
   // The band of `precision` ("bf16"), nullptr when the file has none.
   const EngineBand* BandFor(const std::string& precision) const;
