@@ -371,8 +371,7 @@ std::vector<int64_t> Evaluator::Replicates(const Candidate& k, int64_t z) const 
   }
   out.push_back(1);
   // The largest shard group inside one node: t x shard GPUs of consecutive ranks (rank order tp-cp-dp).
-  const ClusterSpec& c = *src_.cluster;
-  const int64_t node = c.levels.empty() ? 1 : c.levels.front().size;
+  const int64_t node = src_.cluster->GpusPerUnit(0);
   for (int64_t s = std::min(g / 2, node / k.tp); s >= 2; --s) {
     if (g % s == 0) {
       out.push_back(g / s);
