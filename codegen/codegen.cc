@@ -102,7 +102,7 @@ Status ExpertGroups(int64_t p, int64_t n, LaunchPlan* L) {
 // + cp rank) x t + tp rank, and its groups: TP (token "tp") per (position, replica, cp rank); the gradient
 // ("data_parallel") group (token "dp-cp") per (position, tp rank) spans replicas and CP ranks, which hold the same
 // weights (Megatron's data-parallel group with context parallelism); PP ("pp") per (replica, cp, tp rank); CP
-// ("cp", written with cp > 1 only) per (position, replica, tp rank). A rank's neighbours are its pipeline group's.
+// ("cp", written with cp > 1 only) per (position, replica, tp rank). Neighbours: PipelineNeighbours.
 Status UniformRanks(int64_t p, int64_t d, int64_t t, LaunchPlan* L) {
   const int64_t cp = std::max<int64_t>(1, L->cp);
   RankGenerator dense;
@@ -120,18 +120,6 @@ Status UniformRanks(int64_t p, int64_t d, int64_t t, LaunchPlan* L) {
   PLANNER_RETURN_IF_ERROR(dense.Ranks("tp", &L->tp_groups));
   PLANNER_RETURN_IF_ERROR(dense.Ranks("dp-cp", &L->dp_groups));
   PLANNER_RETURN_IF_ERROR(dense.Ranks("pp", &L->pp_groups));
-  // Interleaved chunks wrap around: the last device feeds the first's next chunk (DualPipeV's V does not: its last
-  // device feeds itself).
-  const bool wrap = L->interleave > 1 && p > 1 && L->schedule != Schedule::kDualPipeV;
-  for (const auto& g : L->pp_groups) {
-    for (int64_t r = 0; r < p; ++r) {
-      LaunchRank& x = L->ranks[static_cast<size_t>(g[static_cast<size_t>(r)])];
-      if (r > 0) x.prev = {g[static_cast<size_t>(r - 1)]};
-      else if (wrap) x.prev = {g.back()};
-      if (r + 1 < p) x.next = {g[static_cast<size_t>(r + 1)]};
-      else if (wrap) x.next = {g.front()};
-    }
-  }
   PLANNER_RETURN_IF_ERROR(ExpertGroups(p, d * cp * t, L));
   if (cp == 1) return Status::OK();
   return dense.Ranks("cp", &L->cp_groups);
@@ -166,8 +154,6 @@ void ReplicatedRanks(const Plan& plan, int64_t t, LaunchPlan* L) {
         x.stage = static_cast<int64_t>(s);
         x.replica = k;
         x.tp_rank = j;
-        if (s > 0) x.prev = ranks_of[s - 1][static_cast<size_t>(j)];
-        if (s + 1 < plan.stages.size()) x.next = ranks_of[s + 1][static_cast<size_t>(j)];
         Place(*L, &x);
         L->ranks.push_back(x);
         g.push_back(x.rank);
@@ -239,6 +225,12 @@ Status BuildLaunchPlan(const Plan& plan, const std::string& model_digest, const 
   for (size_t i = 0; i < L.ranks.size(); ++i) {
     if (L.ranks[i].rank != static_cast<int64_t>(i))
       return Status::InvalidArgument("plan: its stages do not place every rank exactly once");
+  }
+  std::vector<std::vector<int64_t>> prev, next;  // the pipeline group's neighbours (spec/launch_plan.h)
+  PipelineNeighbours(L, &prev, &next);
+  for (size_t i = 0; i < L.ranks.size(); ++i) {
+    L.ranks[i].prev = std::move(prev[i]);
+    L.ranks[i].next = std::move(next[i]);
   }
   PLANNER_RETURN_IF_ERROR(AddServers(plan, &L));
   PLANNER_RETURN_IF_ERROR(AddPrograms(&L));

@@ -2,6 +2,7 @@
 
 #include <algorithm>
 #include <functional>
+#include <map>
 #include <set>
 #include <tuple>
 
@@ -268,6 +269,49 @@ Status CheckGroupsAgainstGenerator(const YamlReader& r, const YAML::Node& root, 
 }
 
 }  // namespace
+
+void PipelineNeighbours(const LaunchPlan& L, std::vector<std::vector<int64_t>>* prev,
+                        std::vector<std::vector<int64_t>>* next) {
+  const size_t n = L.ranks.size();
+  prev->assign(n, {});
+  next->assign(n, {});
+  if (PerStageReplication(L)) {
+    std::map<std::pair<int64_t, int64_t>, std::vector<std::pair<int64_t, int64_t>>>
+        of;  // (stage, tp) -> (replica, rank)
+    for (const auto& r : L.ranks) of[{r.stage, r.tp_rank}].push_back({r.replica, r.rank});
+    auto ranks = [&](int64_t stage, int64_t tp) {
+      std::vector<int64_t> v;
+      auto it = of.find({stage, tp});
+      if (it == of.end()) return v;
+      std::vector<std::pair<int64_t, int64_t>> x = it->second;
+      std::sort(x.begin(), x.end());
+      for (const auto& [k, rank] : x) v.push_back(rank);
+      return v;
+    };
+    for (size_t i = 0; i < n; ++i) {
+      const LaunchRank& r = L.ranks[i];
+      if (r.stage > 0) (*prev)[i] = ranks(r.stage - 1, r.tp_rank);
+      (*next)[i] = ranks(r.stage + 1, r.tp_rank);
+    }
+    return;
+  }
+  std::map<std::tuple<int64_t, int64_t, int64_t>, std::vector<std::pair<int64_t, size_t>>> chains;  // -> (stage, i)
+  for (size_t i = 0; i < n; ++i)
+    chains[{L.ranks[i].replica, L.ranks[i].tp_rank, L.ranks[i].cp_rank}].push_back({L.ranks[i].stage, i});
+  const int64_t p = L.pp;
+  const bool wrap = L.interleave > 1 && p > 1 && L.schedule != Schedule::kDualPipeV;
+  for (auto& [key, chain] : chains) {
+    std::sort(chain.begin(), chain.end());
+    const size_t c = chain.size();
+    for (size_t s = 0; s < c; ++s) {
+      const size_t i = chain[s].second;
+      if (s > 0) (*prev)[i] = {L.ranks[chain[s - 1].second].rank};
+      else if (wrap && c > 1) (*prev)[i] = {L.ranks[chain.back().second].rank};
+      if (s + 1 < c) (*next)[i] = {L.ranks[chain[s + 1].second].rank};
+      else if (wrap && c > 1) (*next)[i] = {L.ranks[chain.front().second].rank};
+    }
+  }
+}
 
 bool PerStageReplication(const LaunchPlan& L) {
   bool replicated = L.schedule == Schedule::kPipeDream;

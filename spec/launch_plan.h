@@ -103,6 +103,13 @@ struct LaunchPlan : ParallelLayout {
 // pipedream schedule): programs are per (stage, replica) and a pipeline
 // position is a stage; otherwise virtual stage q runs on position q % pp.
 bool PerStageReplication(const LaunchPlan& L);
+// Every rank's pipeline neighbours, indexed like L.ranks: uniform plans, the ranks of the same (replica,
+// tp rank, cp rank) at the previous / next position, wrapping from the last to the first for the
+// interleaved schedule (DualPipeV's V feeds its own last device); per-stage replication, every replica of
+// the previous / next stage at the same tp rank, in replica order. Codegen writes them as prev / next;
+// the program checker compares stated ones with them.
+void PipelineNeighbours(const LaunchPlan& L, std::vector<std::vector<int64_t>>* prev,
+                        std::vector<std::vector<int64_t>>* next);
 // The rank that `me`'s send or receive `a` talks to: the rank at the peer
 // stage's position with the action's peer replica (this rank's replica when
 // it names none) and this rank's tp and cp ranks; -1 for other actions or when no

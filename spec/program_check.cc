@@ -456,46 +456,18 @@ Status CheckOptimizerSteps(const LaunchPlan& L, bool replicated) {
 // (uniform: the pp group's neighbours, wrapping for the interleaved schedule; per-stage replication: every
 // replica of the neighbouring stage at its tp rank). A rank naming itself or another rank is refused; a
 // rank that states neither (programmatic plans) is not checked.
-Status CheckNeighbours(const LaunchPlan& L, bool replicated) {
-  std::map<std::tuple<int64_t, int64_t, int64_t>, std::vector<const LaunchRank*>> chains;  // uniform: by (dp, tp, cp)
-  std::map<std::pair<int64_t, int64_t>, std::vector<int64_t>> of;                          // replicated: (stage, tp)
-  for (const auto& r : L.ranks) {
-    if (replicated) of[{r.stage, r.tp_rank}].push_back(r.rank);
-    else chains[{r.replica, r.tp_rank, r.cp_rank}].push_back(&r);
-  }
-  auto mismatch = [&](const LaunchRank& r, const std::vector<int64_t>& prev, const std::vector<int64_t>& next) {
+Status CheckNeighbours(const LaunchPlan& L) {
+  std::vector<std::vector<int64_t>> prev, next;
+  PipelineNeighbours(L, &prev, &next);
+  for (size_t i = 0; i < L.ranks.size(); ++i) {
+    const LaunchRank& r = L.ranks[i];
     // Both omitted: not stated (the runtime takes its peers from the programs and the stages).
-    if ((r.prev.empty() && r.next.empty()) || (r.prev == prev && r.next == next)) return Status::OK();
+    if ((r.prev.empty() && r.next.empty()) || (r.prev == prev[i] && r.next == next[i])) continue;
     return Status::InvalidArgument(fmt::format(
         "{}: rank {} (stage {}, replica {}) has prev [{}] next [{}]; the rank table gives prev [{}] next [{}] "
         "(regenerate with planner codegen)",
-        L.path, r.rank, r.stage, r.replica, fmt::join(r.prev, ", "), fmt::join(r.next, ", "), fmt::join(prev, ", "),
-        fmt::join(next, ", ")));
-  };
-  if (replicated) {
-    for (auto& [k, v] : of) std::sort(v.begin(), v.end());
-    for (const auto& r : L.ranks) {
-      auto get = [&](int64_t s) {
-        auto it = of.find({s, r.tp_rank});
-        return it == of.end() ? std::vector<int64_t>{} : it->second;
-      };
-      PLANNER_RETURN_IF_ERROR(mismatch(r, r.stage > 0 ? get(r.stage - 1) : std::vector<int64_t>{}, get(r.stage + 1)));
-    }
-    return Status::OK();
-  }
-  const int64_t p = L.pp;
-  const bool wrap = L.interleave > 1 && p > 1 && L.schedule != Schedule::kDualPipeV;
-  for (auto& [k, chain] : chains) {
-    std::sort(chain.begin(), chain.end(), [](const LaunchRank* a, const LaunchRank* b) { return a->stage < b->stage; });
-    if (static_cast<int64_t>(chain.size()) != p) continue;  // the rank table's own checks name it
-    for (int64_t s = 0; s < p; ++s) {
-      std::vector<int64_t> prev, next;
-      if (s > 0) prev = {chain[static_cast<size_t>(s - 1)]->rank};
-      else if (wrap) prev = {chain.back()->rank};
-      if (s + 1 < p) next = {chain[static_cast<size_t>(s + 1)]->rank};
-      else if (wrap) next = {chain.front()->rank};
-      PLANNER_RETURN_IF_ERROR(mismatch(*chain[static_cast<size_t>(s)], prev, next));
-    }
+        L.path, r.rank, r.stage, r.replica, fmt::join(r.prev, ", "), fmt::join(r.next, ", "), fmt::join(prev[i], ", "),
+        fmt::join(next[i], ", ")));
   }
   return Status::OK();
 }
@@ -549,7 +521,7 @@ Status CheckPrograms(const LaunchPlan& L) {
       }
     }
   }
-  PLANNER_RETURN_IF_ERROR(CheckNeighbours(L, x.replicated));
+  PLANNER_RETURN_IF_ERROR(CheckNeighbours(L));
   PLANNER_RETURN_IF_ERROR(CheckDeadlockFree(x.procs, x.groups));
   PLANNER_RETURN_IF_ERROR(CheckCompleteness(L, x.replicated, x.positions));
   PLANNER_RETURN_IF_ERROR(CheckOptimizerSteps(L, x.replicated));
