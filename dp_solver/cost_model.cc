@@ -744,10 +744,14 @@ void AnalyticRows(const CostSource& src, const TableShape& shape, const CostOpti
   // signature (with the figures it is costed from, so a layer edited without its signature is not merged).
   std::unordered_map<std::string, LayerCostRow> seen;
   for (const auto& l : m.layers) {
-    const std::string key =
-        l.signature.empty() ? std::string()
-                            : fmt::format("{}|{}|{}|{}|{}|{}|{}|{}", l.signature, LayerKindName(l.kind), l.fwd_flops,
-                                          l.bwd_input_flops, l.params, l.stash_bytes, l.experts, l.fwd_mem_bytes);
+    std::string key;  // the signature, then the figures' bytes (no decimal formatting on this path)
+    if (!l.signature.empty()) {
+      key = l.signature;
+      const double figures[] = {
+          static_cast<double>(l.kind),    l.fwd_flops,    l.bwd_input_flops, l.params, l.stash_bytes,
+          static_cast<double>(l.experts), l.fwd_mem_bytes};
+      key.append(reinterpret_cast<const char*>(figures), sizeof figures);
+    }
     auto it = key.empty() ? seen.end() : seen.find(key);
     LayerCostRow r = it != seen.end() ? it->second : AnalyticRow(c, l, q);
     if (!key.empty() && it == seen.end()) seen.emplace(key, r);
