@@ -665,9 +665,9 @@ Status ReadStages(const YamlReader& r, const YAML::Node& root, Plan* p) {
   return Status::OK();
 }
 
-// predicted.band and predicted.lead (optional): the stored figures; the derived ranges are written for
+// predicted.communication, predicted.band and predicted.lead (optional): the stored figures; the derived ranges are written for
 // readers of the file and recomputed from the errors here.
-Status ReadBandAndLead(const YamlReader& r, const YAML::Node& pr, PlanPredicted* out) {
+Status ReadPredictedSections(const YamlReader& r, const YAML::Node& pr, PlanPredicted* out) {
   const YAML::Node& cm = pr["communication"];
   if (cm.IsDefined()) {
     const std::vector<std::string> kinds = {"tensor_parallel", "context_parallel", "expert_all_to_all", "pipeline_p2p",
@@ -749,7 +749,7 @@ Status ReadPredicted(const YamlReader& r, const YAML::Node& root, PlanPredicted*
       out->dp_comm_seconds.emplace_back(name, seconds);
     }
   }
-  return ReadBandAndLead(r, pr, out);
+  return ReadPredictedSections(r, pr, out);
 }
 
 Status ReadRunnerUp(const YamlReader& r, const YAML::Node& n, const std::string& f, PlanSummary* s) {
