@@ -6,11 +6,13 @@
 # 4096) are written to a temporary directory from the bundled ones.
 #   bash bench/run_solver_bench.sh            # every case
 #   RUNS=1 bash bench/run_solver_bench.sh     # one run each
+#   THREADS=2 bash bench/run_solver_bench.sh  # the searches with --threads 2 (the plans are the same)
 set -eu
 cd "$(dirname "$0")/.."
 P=build/planner/planner
 REF=tests/data/pipedream   # vendored PipeDream profile graphs (tests/data/pipedream/README.md)
 RUNS=${RUNS:-3}
+TH="--threads ${THREADS:-1}"
 T=$(mktemp -d)
 trap 'rm -rf "$T"' EXIT
 median() { sort -n | awk '{a[NR]=$1} END {print a[int((NR+1)/2)]}'; }
@@ -34,21 +36,21 @@ grep -q "size: 2048" "$T/h800-16k.yaml" && grep -q "size: 16384" "$T/h100-131k.y
 for L in 125 250 500 1000; do
   printf 'format_version: 1\nname: gpt-%s-layers\nprecision: bf16\nglobal_batch: 1024\ngpt: {layers: %s, hidden: 4096, heads: 32, seq: 2048, vocab: 51200}\n' "$L" "$L" > "$T/gpt-$L.yaml"
 done
-run "gpt3-175b 1024 x dgx-a100" -- $P solve --gpus 1024 --model configs/models/gpt3-175b.yaml --cluster configs/clusters/dgx-a100.yaml
-run "megatron-1t 3072 x dgx-a100" -- $P solve --gpus 3072 --model configs/models/megatron-1t.yaml --cluster configs/clusters/dgx-a100.yaml
-run "llama3.1-405b 16384 x dgx-h100" -- $P solve --gpus 16384 --model configs/models/llama3.1-405b.yaml --cluster configs/clusters/dgx-h100.yaml
-run "llama3.1-405b 16384 x dgx-h100 seq 131072" -- $P solve --gpus 16384 --model configs/models/llama3.1-405b.yaml --cluster configs/clusters/dgx-h100.yaml --seq 131072 --global-batch 128
-run "llama3.1-405b 131072 x h100" -- $P solve --gpus 131072 --model configs/models/llama3.1-405b.yaml --cluster "$T/h100-131k.yaml"
-run "deepseek-v3 2048 x h800 (EP, recompute modules)" -- $P solve --gpus 2048 --model configs/models/deepseek-v3.yaml --cluster configs/clusters/h800.yaml
-run "deepseek-v3 16384 x h800" -- $P solve --gpus 16384 --model configs/models/deepseek-v3.yaml --cluster "$T/h800-16k.yaml"
-run "mixtral-8x7b 256 x dgx-h100 (EP)" -- $P solve --gpus 256 --model configs/models/mixtral-8x7b.yaml --cluster configs/clusters/dgx-h100.yaml
-run "megatron-1t 8192 x dgx-h100" -- $P solve --gpus 8192 --model configs/models/megatron-1t.yaml --cluster configs/clusters/dgx-h100.yaml
+run "gpt3-175b 1024 x dgx-a100" -- $P solve $TH --gpus 1024 --model configs/models/gpt3-175b.yaml --cluster configs/clusters/dgx-a100.yaml
+run "megatron-1t 3072 x dgx-a100" -- $P solve $TH --gpus 3072 --model configs/models/megatron-1t.yaml --cluster configs/clusters/dgx-a100.yaml
+run "llama3.1-405b 16384 x dgx-h100" -- $P solve $TH --gpus 16384 --model configs/models/llama3.1-405b.yaml --cluster configs/clusters/dgx-h100.yaml
+run "llama3.1-405b 16384 x dgx-h100 seq 131072" -- $P solve $TH --gpus 16384 --model configs/models/llama3.1-405b.yaml --cluster configs/clusters/dgx-h100.yaml --seq 131072 --global-batch 128
+run "llama3.1-405b 131072 x h100" -- $P solve $TH --gpus 131072 --model configs/models/llama3.1-405b.yaml --cluster "$T/h100-131k.yaml"
+run "deepseek-v3 2048 x h800 (EP, recompute modules)" -- $P solve $TH --gpus 2048 --model configs/models/deepseek-v3.yaml --cluster configs/clusters/h800.yaml
+run "deepseek-v3 16384 x h800" -- $P solve $TH --gpus 16384 --model configs/models/deepseek-v3.yaml --cluster "$T/h800-16k.yaml"
+run "mixtral-8x7b 256 x dgx-h100 (EP)" -- $P solve $TH --gpus 256 --model configs/models/mixtral-8x7b.yaml --cluster configs/clusters/dgx-h100.yaml
+run "megatron-1t 8192 x dgx-h100" -- $P solve $TH --gpus 8192 --model configs/models/megatron-1t.yaml --cluster configs/clusters/dgx-h100.yaml
 for L in 125 250 500 1000; do
-  run "gpt $L layers (h 4096) 4096 x dgx-h100" -- $P solve --gpus 4096 --model "$T/gpt-$L.yaml" --cluster configs/clusters/dgx-h100.yaml
+  run "gpt $L layers (h 4096) 4096 x dgx-h100" -- $P solve $TH --gpus 4096 --model "$T/gpt-$L.yaml" --cluster configs/clusters/dgx-h100.yaml
 done
 if [ -f $REF/resnet101/graph.txt ]; then
   $P import pipedream $REF/resnet101/graph.txt -o "$T/resnet101.profile.yaml" 2>/dev/null
-  run "resnet101 pipedream 4x2" -- $P solve --gpus 8 --profile "$T/resnet101.profile.yaml" --mode pipedream --pd-machines 4,2 --pd-bandwidths 1.2e10,1.25e9
+  run "resnet101 pipedream 4x2" -- $P solve $TH --gpus 8 --profile "$T/resnet101.profile.yaml" --mode pipedream --pd-machines 4,2 --pd-bandwidths 1.2e10,1.25e9
 fi
 /usr/bin/time -f "%M" -o "$T/time" $P --help > /dev/null 2>&1
 printf "%-52s %10s\n" "planner --help: peak resident memory (MiB)" "$(awk '{printf "%.1f", $1 / 1024}' "$T/time")"

@@ -65,6 +65,24 @@ void Ranking::Dropped(const Status& why) {
   if (dropped_.ok() || (infeasible && dropped_.code() != StatusCode::kInfeasible)) dropped_ = why;
 }
 
+// Absorb names every field of Rejections: a new one must be added there too.
+static_assert(sizeof(Rejections) == 6 * sizeof(std::string), "Ranking::Absorb: merge the new Rejections field");
+
+void Ranking::Absorb(Ranking&& later) {
+  if (later.least_overflow_bytes_ < least_overflow_bytes_) {
+    least_overflow_bytes_ = later.least_overflow_bytes_;
+    binding_ = std::move(later.binding_);
+  }
+  if (zero_conflict_.empty()) zero_conflict_ = std::move(later.zero_conflict_);
+  if (!later.dropped_.ok()) Dropped(later.dropped_);
+  other_fits_ = other_fits_ || later.other_fits_;
+  for (auto field : {&Rejections::tp, &Rejections::pp, &Rejections::batch, &Rejections::interleave, &Rejections::cp,
+                     &Rejections::ep}) {
+    if ((rejections_.*field).empty()) rejections_.*field = std::move(later.rejections_.*field);
+  }
+  for (Scored& s : later.best_) Keep(std::move(s.plan));
+}
+
 namespace {
 
 PlanSummary RunnerUp(const Plan& r, const Plan& win) {

@@ -52,6 +52,17 @@ class Ranking {
   }
   bool OtherFits() const { return other_fits_; }
 
+  // A ranking with the same K and watched set and nothing recorded: one part of the search run apart
+  // (a thread's share), absorbed afterwards in the order the parts would have run one after another.
+  Ranking Fresh() const {
+    Ranking r(static_cast<int>(top_k_));
+    r.watch_set_ = watch_set_;
+    return r;
+  }
+  // What `later` recorded, as if its calls had followed this one's: the first rejection of each kind
+  // and the first zero conflict stay, the closest misfit is the earlier one on ties, its plans are kept.
+  void Absorb(Ranking&& later);
+
  private:
   struct Scored {
     Plan plan;

@@ -1,10 +1,12 @@
 #include "dp_solver/search.h"
 
 #include <algorithm>
+#include <optional>
 
 #include <fmt/format.h>
 #include <fmt/ranges.h>
 
+#include "common/parallel.h"
 #include "dp_solver/candidates.h"
 #include "dp_solver/dp_comm_cost.h"
 #include "dp_solver/evaluate.h"
@@ -364,58 +366,128 @@ Status SmallestBlockRecompute(const SearchSpace& sp, size_t full_table, Evaluato
   return Status::OK();
 }
 
-// Phase 1: the uniform family, each candidate with its memory settled and a
-// lower bound on its iteration time (cheap: no simulation). Candidates with
-// no ZeRO stage that fits go to the ranking's binding constraint. A recompute-none
-// candidate that does not fit (or is not ranked itself) also gives its block-recompute one.
-Status EnumerateUniform(const SearchSpace& sp, const SearchOptions& o, Evaluator* ev, Ranking* rank,
-                        std::vector<Candidate>* out, SearchStats* stats) {
+// The evaluators of SearchOptions::threads: the search's own (worker 0) and one copy per further
+// thread, made once the cost tables are built. Evaluations are pure functions of the candidate (the
+// caches only memoise), so any worker's result is the one the search's own evaluator would give.
+class EvaluatorPool {
+ public:
+  EvaluatorPool(Evaluator* own, int threads)
+      : own_(own), copies_(static_cast<size_t>(std::max(threads, 1) - 1), *own) {}
+  int size() const { return static_cast<int>(copies_.size()) + 1; }
+  Evaluator* at(int worker) { return worker == 0 ? own_ : &copies_[static_cast<size_t>(worker - 1)]; }
+
+ private:
+  Evaluator* own_;
+  std::vector<Evaluator> copies_;
+};
+
+// One table's share of phase 1: its candidates in order, what its misfits and rejections say (a
+// Ranking::Fresh, absorbed in table order), the candidates it considered and its first error.
+struct TableScan {
+  explicit TableScan(Ranking r) : rank(std::move(r)) {}
+  std::vector<Candidate> cands;
+  Ranking rank;
+  int64_t considered = 0;
+  Status status = Status::OK();
+};
+
+// Phase 1 over table ti: each candidate with its memory settled and a lower bound on its iteration
+// time (cheap: no simulation). Candidates with no ZeRO stage that fits go to the ranking's binding
+// constraint. A recompute-none candidate that does not fit (or is not ranked itself) also gives its
+// block-recompute one.
+Status ScanTable(const SearchSpace& sp, const SearchOptions& o, size_t ti, Evaluator* ev, TableScan* out) {
   const bool forced_replication = !o.replication.empty();  // the uniform family is not ranked
+  const Recompute rc = ev->tables()[ti].recompute;
+  const bool ranked = std::find(sp.ranked.begin(), sp.ranked.end(), rc) != sp.ranked.end();
+  const int64_t full = sp.block && rc == Recompute::kNone ? FullTableOf(ev->tables(), ti) : -1;
+  if (!ranked && full < 0) return Status::OK();
   Rejections unused;
+  Rejections* why = forced_replication ? &unused : &out->rank.rejections();
   Evaluation x;
-  for (size_t ti = 0; ti < ev->tables().size(); ++ti) {
-    const Recompute rc = ev->tables()[ti].recompute;
-    const bool ranked = std::find(sp.ranked.begin(), sp.ranked.end(), rc) != sp.ranked.end();
-    const int64_t full = sp.block && rc == Recompute::kNone ? FullTableOf(ev->tables(), ti) : -1;
-    if (!ranked && full < 0) continue;
-    Rejections* why = forced_replication ? &unused : &rank->rejections();
-    for (Candidate k : UniformCandidates(sp, o, ti, ev->tables()[ti], why)) {
-      ++stats->considered;
-      PLANNER_RETURN_IF_ERROR(ev->Evaluate(k, &x));
-      const bool fits = x.zero >= 0;
-      if (fits && ranked) rank->Fits(rc, ev->tables()[ti].recompute_modules);
-      if (ranked && !fits && !forced_replication) rank->NoFit(k, x, ev->state_bytes().usable);
-      if (ranked && fits) {
-        k.bound = IterationLowerBound(k, x);
-        out->push_back(k);
-      }
-      if (full < 0 || (fits && ranked)) continue;
-      bool found = false;
-      PLANNER_RETURN_IF_ERROR(SmallestBlockRecompute(sp, static_cast<size_t>(full), ev, &k, &x, &found));
-      if (!found) continue;
+  for (Candidate k : UniformCandidates(sp, o, ti, ev->tables()[ti], why)) {
+    ++out->considered;
+    PLANNER_RETURN_IF_ERROR(ev->Evaluate(k, &x));
+    const bool fits = x.zero >= 0;
+    if (fits && ranked) out->rank.Fits(rc, ev->tables()[ti].recompute_modules);
+    if (ranked && !fits && !forced_replication) out->rank.NoFit(k, x, ev->state_bytes().usable);
+    if (ranked && fits) {
       k.bound = IterationLowerBound(k, x);
-      out->push_back(k);
+      out->cands.push_back(k);
     }
+    if (full < 0 || (fits && ranked)) continue;
+    bool found = false;
+    PLANNER_RETURN_IF_ERROR(SmallestBlockRecompute(sp, static_cast<size_t>(full), ev, &k, &x, &found));
+    if (!found) continue;
+    k.bound = IterationLowerBound(k, x);
+    out->cands.push_back(k);
   }
   return Status::OK();
 }
 
-// Phase 2: best first. Simulate in increasing lower bound and stop once the
-// bound cannot beat the k-th best plan (SearchOptions::exhaustive: simulate all).
-Status SimulateBestFirst(std::vector<Candidate>& cands, const SearchOptions& o, Evaluator* ev, Ranking* rank,
+// Phase 1: the uniform family, table by table (in parallel over the pool's workers), combined in
+// table order as one thread would have produced it.
+Status EnumerateUniform(const SearchSpace& sp, const SearchOptions& o, EvaluatorPool* pool, Ranking* rank,
+                        std::vector<Candidate>* out, SearchStats* stats) {
+  const size_t n = pool->at(0)->tables().size();
+  std::vector<TableScan> scans;
+  scans.reserve(n);
+  for (size_t ti = 0; ti < n; ++ti) scans.emplace_back(rank->Fresh());
+  ParallelFor(static_cast<int64_t>(n), pool->size(), [&](int64_t ti, int worker) {
+    TableScan& scan = scans[static_cast<size_t>(ti)];
+    scan.status = ScanTable(sp, o, static_cast<size_t>(ti), pool->at(worker), &scan);
+  });
+  for (TableScan& scan : scans) {
+    stats->considered += scan.considered;
+    rank->Absorb(std::move(scan.rank));
+    PLANNER_RETURN_IF_ERROR(scan.status);
+    out->insert(out->end(), scan.cands.begin(), scan.cands.end());
+  }
+  return Status::OK();
+}
+
+// One simulated candidate of phase 2: its error, iteration time, and plan when it may rank.
+struct Simulated {
+  Status status = Status::OK();
+  double iteration_s = 0;
+  std::optional<Plan> plan;
+};
+
+// Phase 2: best first. Simulate in increasing lower bound and stop once the bound cannot beat the
+// k-th best plan (SearchOptions::exhaustive: simulate all). With several workers, windows of
+// candidates below the current k-th best are simulated in parallel, then ranked in order exactly as
+// one thread would (a candidate past the point one thread would stop at is simulated but not counted).
+Status SimulateBestFirst(std::vector<Candidate>& cands, const SearchOptions& o, EvaluatorPool* pool, Ranking* rank,
                          SearchStats* stats) {
   std::stable_sort(cands.begin(), cands.end(),
                    [](const Candidate& a, const Candidate& b) { return a.bound < b.bound; });
-  Evaluation x;
-  for (const Candidate& k : cands) {
-    if (!o.exhaustive && k.bound >= rank->WorstKept()) break;
-    PLANNER_RETURN_IF_ERROR(ev->Evaluate(k, &x));
-    SimResult res;
-    PLANNER_RETURN_IF_ERROR(ev->Simulate(k, x, &res));
-    ++stats->simulated;
-    const double iter = res.makespan_s + x.dp_s + x.optimizer_s;
-    if (iter >= rank->WorstKept() && !o.exhaustive) continue;
-    rank->Keep(ev->UniformPlan(k, x, res));
+  const size_t window = pool->size() <= 1 ? 1 : 4 * static_cast<size_t>(pool->size());
+  std::vector<Evaluation> xs(static_cast<size_t>(pool->size()));
+  for (size_t i = 0; i < cands.size();) {
+    const double worst = rank->WorstKept();
+    size_t end = i;
+    while (end < cands.size() && end - i < window && (o.exhaustive || cands[end].bound < worst)) ++end;
+    std::vector<Simulated> sims(end - i);
+    ParallelFor(static_cast<int64_t>(end - i), pool->size(), [&](int64_t j, int worker) {
+      const Candidate& k = cands[i + static_cast<size_t>(j)];
+      Evaluator* ev = pool->at(worker);
+      Evaluation& x = xs[static_cast<size_t>(worker)];
+      Simulated& r = sims[static_cast<size_t>(j)];
+      SimResult res;
+      r.status = ev->Evaluate(k, &x);
+      if (r.status.ok()) r.status = ev->Simulate(k, x, &res);
+      if (!r.status.ok()) return;
+      r.iteration_s = res.makespan_s + x.dp_s + x.optimizer_s;
+      if (o.exhaustive || r.iteration_s < worst) r.plan = ev->UniformPlan(k, x, res);
+    });
+    for (size_t j = 0; j < sims.size(); ++j) {
+      if (!o.exhaustive && cands[i + j].bound >= rank->WorstKept()) return Status::OK();
+      PLANNER_RETURN_IF_ERROR(sims[j].status);
+      ++stats->simulated;
+      if (sims[j].iteration_s >= rank->WorstKept() && !o.exhaustive) continue;
+      rank->Keep(std::move(*sims[j].plan));
+    }
+    if (end == i) break;  // the next candidate's bound reaches the k-th best
+    i = end;
   }
   return Status::OK();
 }
@@ -512,10 +584,11 @@ Status SearchOnce(const CostSource& src, const SearchOptions& o, uint32_t extra_
 
   // The uniform (Megatron-style) family: enumerate with lower bounds, then
   // simulate best first. A forced per-stage replication ranks no uniform plan.
+  EvaluatorPool pool(&ev, o.threads);
   std::vector<Candidate> uniform;
-  PLANNER_RETURN_IF_ERROR(EnumerateUniform(space, o, &ev, &rank, &uniform, stats));
+  PLANNER_RETURN_IF_ERROR(EnumerateUniform(space, o, &pool, &rank, &uniform, stats));
   if (!o.replication.empty()) uniform.clear();
-  PLANNER_RETURN_IF_ERROR(SimulateBestFirst(uniform, o, &ev, &rank, stats));
+  PLANNER_RETURN_IF_ERROR(SimulateBestFirst(uniform, o, &pool, &rank, stats));
 
   // The per-stage replication family (asynchronous PipeDream schedule).
   if (space.replicated) PLANNER_RETURN_IF_ERROR(SearchReplicated(src, space, o, ev, &rank, stats));

@@ -8,7 +8,8 @@
 // Its parts: candidates.h (the values tried and the uniform family),
 // evaluate.h (times, memory, simulation, the plan of a candidate), rank.h
 // (lower bounds, top K, runners-up, the error when no plan is left).
-// Pure function of its inputs; thread-compatible.
+// Pure function of its inputs; thread-compatible; SearchOptions::threads runs its
+// evaluations in parallel with the same results.
 #pragma once
 
 #include <cstdint>
@@ -84,6 +85,10 @@ struct SearchOptions {
   // Stage boundaries forced by Megatron's --pipeline-model-parallel-layout (spec/pipeline_layout.h): pp x v + 1
   // rows; candidates with another pp x v have no partition. Empty: the search balances the stages.
   std::vector<int64_t> forced_cuts;
+  // Threads that evaluate and simulate candidates (`--threads`): each has its own Evaluator (a copy made
+  // once the cost tables are built); their results are combined in candidate order, so the plan, the
+  // runners-up, the messages and SearchStats are identical at every thread count.
+  int threads = 1;
 };
 
 // What a search did (its output beside the plan; the CLI's "searched N candidates, simulated M" note):

@@ -510,6 +510,10 @@ Runner RegisterSolve(CLI::App& app) {
       "--json", a->json,
       "print the plan as JSON on stdout instead of the table (a --gpus list: a JSON array, one plan per size)");
   cmd->add_option("--top", a->top, "plans to rank (best plus runners-up)")->check(CLI::Range(1, 100));
+  cmd->add_option("--threads", a->threads,
+                  "threads that evaluate and simulate candidates (default 1); the plan, runners-up and notes are the "
+                  "same at every count")
+      ->check(CLI::Range(1, 256));
   cmd->add_option("--global-batch", a->global_batch, "samples per iteration (default: the model's)")
       ->check(CLI::PositiveNumber);
   cmd->add_option("--seq", a->seq, "sequence length (tokens per sample) replacing a gpt: model's seq")

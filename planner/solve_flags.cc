@@ -415,6 +415,7 @@ Status BuildSearchOptions(const SolveArgs& a, const ModelSpec& model, const Prof
         fmt::format("the profile's reference_microbatch {} x --gpus {} overflows; give --global-batch",
                     profile.reference_microbatch, a.gpus));
   o->top_k = a.top;
+  o->threads = a.threads;
   o->tp = a.tp;
   o->pp = a.pp;
   o->cp = a.cp;

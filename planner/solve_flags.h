@@ -30,6 +30,7 @@ struct SolveArgs {
   PlanMode mode = PlanMode::kAuto;                                                // --mode, parsed by ValidateSolveArgs
   bool json = false;
   int top = 5;
+  int threads = 1;  // --threads: the search's worker threads (same plan at every count)
   int64_t global_batch = 0;
   std::vector<int64_t> tp, pp, microbatch, interleave, vp, cp, zero, ep, etp;
   double moe_imbalance = 1.0;

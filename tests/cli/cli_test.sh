@@ -413,5 +413,14 @@ expect "bf16 plan with --precision bf16" 0 "MFU n/a" -- $PLANNER solve --gpus 2 
 check "bf16 profile: same layout with --precision" diff <(grep -v '^  - "' bf16.plan.yaml) <(grep -v '^  - "' bf16b.plan.yaml)
 check "bf16 profile: codegen's model trains bf16" sh -c "$PLANNER -q codegen bf16.plan.yaml -o bf16launch > /dev/null 2>&1 && grep -qx 'dtype: bf16' bf16launch/model.yaml"
 expect "bf16 without a profile needs the peak" 2 "has no bf16 peak (gpu.peak_tflops gives fp32) for model tiny-gpt in bf16" -- $PLANNER solve --gpus 2 --model $M/tiny-gpt.yaml --precision bf16 --cluster $C/local-cpu.yaml
+# --threads: the same output, byte for byte, as one thread (DeepSeek-V3's full joint search; an infeasible request).
+$PLANNER solve --gpus 2048 --model $M/deepseek-v3.yaml --cluster $C/h800.yaml --top 8 > th1.txt 2>&1
+$PLANNER solve --gpus 2048 --model $M/deepseek-v3.yaml --cluster $C/h800.yaml --top 8 --threads 3 > th3.txt 2>&1
+check "--threads 3: DeepSeek-V3's search prints what one thread prints" cmp th1.txt th3.txt
+check "--threads 3: the output is a search's" grep -q "searched [0-9]* candidates" th3.txt
+$PLANNER solve --gpus 8 --model $M/gpt3-175b.yaml --cluster $C/dgx-a100.yaml > th1.txt 2>&1
+$PLANNER solve --gpus 8 --model $M/gpt3-175b.yaml --cluster $C/dgx-a100.yaml --threads 2 > th2.txt 2>&1
+check "--threads 2: the same binding constraint" cmp th1.txt th2.txt
+expect "--threads 0" 2 "--threads: Value 0 not in range 1 to 256" -- $PLANNER solve --gpus 8 --model $M/gpt3-175b.yaml --cluster $C/dgx-a100.yaml --threads 0
 echo "cli: $pass passed, $fail failed"
 [ "$fail" = 0 ]
