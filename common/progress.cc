@@ -3,8 +3,11 @@
 #include <signal.h>
 #include <unistd.h>
 
+#include <atomic>
 #include <csignal>
 #include <cstdio>
+#include <ctime>
+#include <mutex>
 
 #include <fmt/format.h>
 
@@ -17,6 +20,16 @@ namespace planner {
 
 namespace {
 volatile std::sig_atomic_t g_interrupted = 0;  // the first signal's number
+std::atomic<int64_t> g_signal_ns{0};           // CLOCK_MONOTONIC when it came (lock-free: signal-safe)
+std::atomic<bool> g_line_claimed{false};
+std::mutex g_late_mu;
+std::string g_late_text;  // SetLateStopText's
+
+int64_t MonotonicNs() {
+  timespec ts{};
+  clock_gettime(CLOCK_MONOTONIC, &ts);  // async-signal-safe
+  return static_cast<int64_t>(ts.tv_sec) * 1'000'000'000 + ts.tv_nsec;
+}
 void OnSigint(int sig) {
   if (g_interrupted == 0) g_interrupted = sig;
 }
@@ -25,7 +38,10 @@ void OnSigint(int sig) {
 volatile std::sig_atomic_t g_mode = 0;  // StopMode
 void OnStopSignal(int sig) {
   const bool first = g_interrupted == 0;
-  if (first) g_interrupted = sig;
+  if (first) {
+    g_interrupted = sig;
+    g_signal_ns.store(MonotonicNs());
+  }
   const int mode = g_mode;
   if (first && (mode == static_cast<int>(StopMode::kSafePoints) || mode == static_cast<int>(StopMode::kDeferred)))
     return;
@@ -56,6 +72,29 @@ void SetStopMode(StopMode mode) { g_mode = static_cast<int>(mode); }
 StopMode CurrentStopMode() { return static_cast<StopMode>(static_cast<int>(g_mode)); }
 int InterruptExitCode() { return g_interrupted == SIGTERM ? kExitTerminated : kExitInterrupted; }
 const char* SignalName(int sig) { return sig == SIGINT ? "SIGINT" : sig == SIGTERM ? "SIGTERM" : "a signal"; }
+
+void SetLateStopText(const std::string& text) {
+  std::lock_guard<std::mutex> lk(g_late_mu);
+  g_late_text = text;
+}
+
+bool ClaimStopLine() { return !g_line_claimed.exchange(true); }
+
+void PrintLateStopLine(int64_t after_ns) {
+  const int sig = g_interrupted;
+  if (sig == 0 || g_mode != static_cast<int>(StopMode::kSafePoints) || g_line_claimed.load()) return;
+  const int64_t at = g_signal_ns.load();
+  if (at == 0 || MonotonicNs() - at < after_ns) return;
+  std::string text;
+  {
+    std::lock_guard<std::mutex> lk(g_late_mu);
+    text = g_late_text;
+  }
+  if (text.empty() || !ClaimStopLine()) return;
+  std::fprintf(stderr, "planner: error: %s (%s) %s\n", sig == SIGTERM ? "terminated" : "interrupted", SignalName(sig),
+               text.c_str());
+  std::fflush(stderr);
+}
 
 void InstallStopHandlers() {
   struct sigaction sa {};

@@ -3,6 +3,7 @@
 #pragma once
 
 #include <chrono>
+#include <cstdint>
 #include <string>
 
 namespace planner {
@@ -49,5 +50,18 @@ int InterruptExitCode();
 void NoteInterrupt(int sig);
 // "SIGINT", "SIGTERM", or "a signal".
 const char* SignalName(int sig);
+
+// The stop line when the iteration boundary comes late. mpirun (Open MPI) SIGKILLs signalled ranks
+// 1 s after it forwards a signal (odls_base_sigkill_timeout), so a long iteration would end the job
+// without a line. The training loop (rank 0) sets, after each boundary, what the line says if the
+// running iteration does not end in time: the text after "planner: error: interrupted (SIGINT) ";
+// "" clears it. PrintLateStopLine (the MPI watchdog thread, every 20 ms) prints it once a stop signal
+// has waited `after_ns` in StopMode::kSafePoints. ClaimStopLine: true for the first caller only, the
+// late line or the boundary's own, so the job prints one line either way.
+void SetLateStopText(const std::string& text);
+// How long a stop signal waits for the boundary before the late line: 0.6 of mpirun's 1 s.
+constexpr int64_t kLateStopNs = 600'000'000;
+void PrintLateStopLine(int64_t after_ns);
+bool ClaimStopLine();
 
 }  // namespace planner

@@ -170,6 +170,9 @@ class RankRun {
   Status Checkpoint(int64_t done);
   Status Stopped(int64_t done);
   std::string StopMessage(int64_t done) const;
+  // The stop line's text if iteration done + 1 does not reach its end before mpirun's kill (SetLateStopText).
+  std::string LateStopText(int64_t done) const;
+  std::string CheckpointClause() const;
   Status Summarise(RunSummary* sum, ReportInputs* report);
   Status WriteRunFiles(const ReportInputs& report);
 
@@ -284,10 +287,12 @@ Status RankRun::Train() {
     StopMode before = CurrentStopMode();
     SafePoints() { SetStopMode(StopMode::kSafePoints); }
     ~SafePoints() {
+      SetLateStopText("");
       if (CurrentStopMode() == StopMode::kSafePoints) SetStopMode(before);
     }
   } safe_points;
   for (int64_t it = start_; it < iterations_;) {
+    if (rank_ == 0 && !y_.async) SetLateStopText(LateStopText(it));
     ResetPeakMemory(dev_);
     const int64_t span = y_.async ? iterations_ - it : 1;
     if (it == 0 && WantGradients()) interpreter_.CaptureNextStep(&gradients_);
@@ -309,8 +314,9 @@ Status RankRun::Train() {
 Status RankRun::Stopped(int64_t done) {
   NoteInterrupt(stop_signal_);
   if (rank_ == 0) {
-    // The line first: mpirun gives signalled ranks 1 s (odls_base_sigkill_timeout) before SIGKILL.
-    LogError(StopMessage(done));
+    // The line first: mpirun gives signalled ranks 1 s (odls_base_sigkill_timeout) before SIGKILL. The
+    // watchdog printed it already when this boundary came late (PrintLateStopLine).
+    if (ClaimStopLine()) LogError(StopMessage(done));
     const Status m = record_.WriteMetrics(opt_.run_dir);
     if (!m.ok()) LogWarning(m.message());
   }
@@ -323,21 +329,31 @@ Status RankRun::Stopped(int64_t done) {
   return Status::Unavailable("");  // printed above; main prints nothing more
 }
 
-std::string RankRun::StopMessage(int64_t done) const {
+std::string RankRun::CheckpointClause() const {
   const fs::path run_dir(opt_.run_dir);
   const std::string resume = fmt::format("planner run {} --resume {}", run_dir.parent_path().parent_path().string(),
                                          run_dir.filename().string());
-  std::string ckpt;
   if (last_checkpoint_ > 0) {
-    ckpt = fmt::format("the last complete checkpoint is iteration {} ({}/ckpt); continue with {}", last_checkpoint_,
+    return fmt::format("the last complete checkpoint is iteration {} ({}/ckpt); continue with {}", last_checkpoint_,
                        opt_.run_dir, resume);
-  } else {
-    ckpt = checkpoint_every_ > 0 ? fmt::format("no checkpoint yet (every {} iterations)", checkpoint_every_)
-                                 : "no checkpoint (checkpoint_every 0; --checkpoint-every N writes them)";
   }
+  return checkpoint_every_ > 0 ? fmt::format("no checkpoint yet (every {} iterations)", checkpoint_every_)
+                               : "no checkpoint (checkpoint_every 0; --checkpoint-every N writes them)";
+}
+
+std::string RankRun::StopMessage(int64_t done) const {
   return fmt::format("{} ({}) after iteration {} of {}; {}; metrics so far in {}/metrics.csv",
                      stop_signal_ == SIGTERM ? "terminated" : "interrupted", SignalName(stop_signal_), done,
-                     iterations_, ckpt, opt_.run_dir);
+                     iterations_, CheckpointClause(), opt_.run_dir);
+}
+
+std::string RankRun::LateStopText(int64_t done) const {
+  const bool due = checkpoint_every_ > 0 && (done + 1) % checkpoint_every_ == 0;
+  return fmt::format(
+      "in iteration {} of {}, not ended {:.1f} s after the signal (mpirun kills signalled ranks 1 s after forwarding "
+      "it); {}{}; {}/metrics.csv is written only if the iteration ends before that",
+      done + 1, iterations_, kLateStopNs / 1e9, CheckpointClause(),
+      due ? fmt::format(" (iteration {}'s, due at its end, if it ends before the kill)", done + 1) : "", opt_.run_dir);
 }
 
 // Mean loss of the global batch (last-stage, tp-rank-0 ranks contribute their sum) and the

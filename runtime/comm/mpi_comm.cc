@@ -311,6 +311,7 @@ class Watchdog {
       CheckPeers();
       CheckDeadlines();
       CheckDeferredSignal();
+      PrintLateStopLine(kLateStopNs);  // rank 0's training loop sets its text (common/progress.h)
     }
   }
   Slot slots_[kSlots];

@@ -159,7 +159,7 @@ sig_mpi() {
   wait $job; local rc=$?
   local took=$(( $(now_ms) - sent ))
   if [ $rc = $want ] && [ $took -lt 4000 ] && [ "$(errors $id.err)" = 1 ] &&
-     grep -qE '^planner: error: (interrupted|terminated) \(SIG(INT|TERM)\) after iteration [0-9]+ of 100000; no checkpoint' $id.err; then
+     grep -qE '^planner: error: (interrupted|terminated) \(SIG(INT|TERM)\) (after iteration [0-9]+ of 100000; no checkpoint|in iteration [0-9]+ of 100000, not ended 0.6 s after the signal)' $id.err; then
     ok "SIG$sig to $target: exit $rc after $took ms: $(grep '^planner: error:' $id.err)"
   else
     bad "SIG$sig to $target: exit $rc (want $want) after $took ms: $(head -5 $id.err)"
@@ -169,6 +169,25 @@ sig_mpi INT mpirun 1
 sig_mpi TERM mpirun 1
 sig_mpi TERM rank1 143
 sig_mpi INT rank1 130
+# An iteration longer than mpirun's 1 s before SIGKILL (global batch 4096 of tiny-gpt: about 12 s): rank 0's
+# watchdog prints the line 0.6 s after the signal, naming the iteration that did not end; one line, exit 1.
+$PLANNER -q solve --gpus 2 --pp 2 --schedule 1f1b --model $M/tiny-gpt.yaml --cluster $C/local-cpu.yaml --global-batch 4096 \
+  --microbatch 8 -o long-iter.plan.yaml >/dev/null && $PLANNER -q codegen long-iter.plan.yaml -o longiter --iterations 100000 --timeout 60 ||
+  bad "long-iteration plan"
+timeout 60 mpirun --oversubscribe -np 2 $PLANNER -q run longiter --run-id late >/dev/null 2>late.err &
+job=$!
+v=$(wait_pid longiter late 1)
+sleep 3
+sent=$(now_ms)
+kill -INT $(pgrep -P $job -x mpirun)
+wait $job; rc=$?
+took=$(( $(now_ms) - sent ))
+if [ $rc = 1 ] && [ $took -lt 4000 ] && [ "$(errors late.err)" = 1 ] &&
+   grep -qE '^planner: error: terminated \(SIGTERM\) in iteration 1 of 100000, not ended 0.6 s after the signal \(mpirun kills signalled ranks 1 s after forwarding it\); no checkpoint' late.err; then
+  ok "SIGINT to mpirun during a 12 s iteration: exit $rc after $took ms: $(grep '^planner: error:' late.err)"
+else
+  bad "SIGINT to mpirun during a 12 s iteration: exit $rc after $took ms: $(head -5 late.err)"
+fi
 
 # --- 7. A full disk: the run directory on a 1 MiB tmpfs (a private mount namespace; root only).
 # (256 KiB: tiny-gpt's traces take 5.4 KB per iteration and rank, 11 KB on 2 ranks)
