@@ -237,14 +237,71 @@ Status ParseManifest(const std::string& path, const std::string& text, Checkpoin
   return Status::OK();
 }
 
-Status CommitCheckpoint(const std::string& run_dir, const CheckpointManifest& m) {
-  PLANNER_RETURN_IF_ERROR(WriteFileAtomic(ManifestPath(run_dir), ManifestText(m)));
-  // The new checkpoint is complete: the others (older, or half-written by a killed job) go.
+namespace {
+
+// Whether `name` is iter-<n>, n decimal without a leading zero: the only checkpoint directory names the
+// planner writes.
+bool IsIterationDirectoryName(const std::string& name) {
+  if (name.rfind("iter-", 0) != 0 || name.size() == 5 || name.size() > 13 || name[5] == '0') return false;
+  return std::all_of(name.begin() + 5, name.end(), [](char c) { return c >= '0' && c <= '9'; });
+}
+
+// Whether `name` is rank<k>.bin, k decimal.
+bool IsRankFileName(const std::string& name) {
+  if (name.rfind("rank", 0) != 0 || name.size() <= 8 || name.compare(name.size() - 4, 4, ".bin") != 0) return false;
+  return std::all_of(name.begin() + 4, name.end() - 4, [](char c) { return c >= '0' && c <= '9'; });
+}
+
+// Whether the regular file `path` starts with a planner checkpoint's magic.
+bool HasCheckpointMagic(const fs::path& path) {
+  std::ifstream in(path, std::ios::binary);
+  char magic[sizeof kMagic] = {};
+  return in.read(magic, sizeof magic) && std::memcmp(magic, kMagic, sizeof kMagic) == 0;
+}
+
+// Removes an older checkpoint directory's planner files: rank<k>.bin files with the checkpoint magic and
+// AtomicFile's temporaries; then the directory if nothing else is left. A symbolic link, another file
+// or a subdirectory is the user's: kept, and named in *kept.
+void RemoveOwnCheckpointFiles(const fs::path& dir, std::vector<std::string>* kept) {
   std::error_code ec;
+  std::vector<fs::path> own;
+  bool foreign = false;
+  for (fs::directory_iterator it(dir, ec), end; !ec && it != end; it.increment(ec)) {
+    const std::string name = it->path().filename().string();
+    std::error_code st;
+    const bool regular = it->symlink_status(st).type() == fs::file_type::regular;
+    if (regular && (IsAtomicFileTemporary(name) || (IsRankFileName(name) && HasCheckpointMagic(it->path())))) {
+      own.push_back(it->path());
+    } else {
+      foreign = true;
+      if (kept->size() < 3) kept->push_back((dir / name).string());
+    }
+  }
+  if (ec) return;
+  for (const fs::path& p : own) {
+    std::error_code rm;
+    fs::remove(p, rm);
+  }
+  std::error_code rm;
+  if (!foreign) fs::remove(dir, rm);  // empty now: remove, not remove_all
+}
+
+}  // namespace
+
+Status CommitCheckpoint(const std::string& run_dir, const CheckpointManifest& m, std::vector<std::string>* kept) {
+  PLANNER_RETURN_IF_ERROR(WriteFileAtomic(ManifestPath(run_dir), ManifestText(m)));
+  // The new checkpoint is complete: the older ones (or half-written ones of a killed job) go, the planner's
+  // files only: iter-<n> directories that are directories (not links), their rank files and temporaries.
+  std::error_code ec;
+  std::vector<std::string> unused;
+  if (kept == nullptr) kept = &unused;
   for (fs::directory_iterator it(CheckpointDirectory(run_dir), ec), end; !ec && it != end; it.increment(ec)) {
     const std::string name = it->path().filename().string();
-    std::error_code rm;
-    if (name.rfind("iter-", 0) == 0 && name != m.directory) fs::remove_all(it->path(), rm);
+    std::error_code st;
+    if (!IsIterationDirectoryName(name) || name == m.directory ||
+        it->symlink_status(st).type() != fs::file_type::directory)
+      continue;
+    RemoveOwnCheckpointFiles(it->path(), kept);
   }
   return Status::OK();
 }

@@ -62,9 +62,14 @@ Status WriteCheckpoint(const std::string& run_dir, const CheckpointIdentity& id,
 std::string ManifestText(const CheckpointManifest& m);
 Status ParseManifest(const std::string& path, const std::string& text, CheckpointManifest* out);
 
-// Writes the manifest atomically (the checkpoint is complete from here on), then removes every
-// other iter-* directory of ckpt/ (older checkpoints, a newer one a killed job left half-written).
-Status CommitCheckpoint(const std::string& run_dir, const CheckpointManifest& m);
+// Writes the manifest atomically (the checkpoint is complete from here on), then removes the other
+// checkpoints (older ones, a newer one a killed job left half-written), the planner's files only
+// (docs/hardening.md, "Ownership of outputs"): in each other iter-<n> directory (a directory, not a
+// link) its rank<k>.bin files that carry the checkpoint magic and AtomicFile's temporaries, then the
+// directory when nothing else is left. Anything else (a user's file, a link, a subdirectory, an
+// iter-best directory) is kept; up to three such paths are appended to *kept (may be null).
+Status CommitCheckpoint(const std::string& run_dir, const CheckpointManifest& m,
+                        std::vector<std::string>* kept = nullptr);
 
 // A rank's verified checkpoint, in memory.
 struct LoadedCheckpoint {

@@ -10,6 +10,7 @@
 #include <memory>
 
 #include <fmt/format.h>
+#include <fmt/ranges.h>
 
 #include "common/file_writer.h"
 #include "common/log.h"
@@ -189,6 +190,7 @@ class RankRun {
   const CheckpointIdentity id_;
   Device dev_ = Device::kCpu;
   int64_t iterations_ = 0, start_ = 0, checkpoint_every_ = 0;
+  bool warned_kept_ = false;     // CommitCheckpoint kept a file the planner did not write (said once)
   int64_t last_checkpoint_ = 0;  // iterations the newest complete checkpoint holds (0: none)
   int stop_signal_ = 0;          // SIGINT / SIGTERM some rank received, agreed at the iteration's end
   double peak_bytes_ = 0;
@@ -472,7 +474,15 @@ Status RankRun::Checkpoint(int64_t done) {
   if (rank_ == 0) {
     committed = record_.WriteMetrics(opt_.run_dir);
     MaybeDieBeforeManifest(done);
-    if (committed.ok()) committed = CommitCheckpoint(opt_.run_dir, m);
+    std::vector<std::string> kept;
+    if (committed.ok()) committed = CommitCheckpoint(opt_.run_dir, m, &kept);
+    if (!kept.empty() && !warned_kept_) {  // once per run: the next rotations keep them too
+      warned_kept_ = true;
+      LogWarning(
+          fmt::format("kept {} in an older checkpoint directory: not written by the planner (only its rank "
+                      "files and temporaries are removed)",
+                      fmt::join(kept, ", ")));
+    }
   }
   PLANNER_RETURN_IF_ERROR(AgreeOnStatus(world_, committed));
   last_checkpoint_ = done;

@@ -150,6 +150,53 @@ TEST_CASE("the run directory's lock: a second holder is refused with the first's
   CHECK(again.Acquire(dir).ok());
 }
 
+// A file of `bytes` whose first 8 are the checkpoint magic when `magic`.
+void WriteRankFile(const fs::path& path, bool magic) {
+  std::ofstream(path, std::ios::binary) << (magic ? std::string("PLNCKPT2") : std::string("MYWEIGHT"))
+                                        << std::string(72, 'x');
+}
+
+TEST_CASE("rotation removes only the planner's older checkpoint files; a user's files, links and names stay") {
+  const fs::path dir = testing::FreshRunDir("checkpoint-test", "rotation");
+  const fs::path ck = dir / "ckpt";
+  for (const char* d : {"iter-10", "iter-20", "iter-5", "iter-15", "iter-best", "iter-07", "iter-3"})
+    fs::create_directories(ck / d);
+  WriteRankFile(ck / "iter-10" / "rank0.bin", true);  // an older checkpoint: goes
+  WriteRankFile(ck / "iter-10" / "rank1.bin", true);
+  std::ofstream(ck / "iter-3" / "rank1.bin.tmp.4242.0") << "half";  // a killed job's temporary: goes
+  WriteRankFile(ck / "iter-20" / "rank0.bin", true);                // the new one: stays
+  WriteRankFile(ck / "iter-5" / "rank0.bin", true);                 // goes; the user's note beside it stays
+  std::ofstream(ck / "iter-5" / "notes.txt") << "loss spike here";
+  WriteRankFile(ck / "iter-15" / "rank0.bin", false);   // the planner's name, not its content: stays
+  WriteRankFile(ck / "iter-best" / "rank0.bin", true);  // not an iter-<n> name: stays
+  WriteRankFile(ck / "iter-07" / "rank0.bin", true);    // not a name the planner writes: stays
+  const fs::path outside = dir / "elsewhere";
+  fs::create_directories(outside);
+  WriteRankFile(outside / "rank0.bin", true);
+  fs::create_directory_symlink(outside, ck / "iter-30");  // a link: neither it nor its target is touched
+  CheckpointManifest m = Sample();
+  m.iteration = 20;
+  m.directory = "iter-20";
+  std::vector<std::string> kept;
+  REQUIRE_OK(CommitCheckpoint(dir.string(), m, &kept));
+  CHECK(!fs::exists(ck / "iter-10"));
+  CHECK(!fs::exists(ck / "iter-3"));
+  CHECK(fs::exists(ck / "iter-20" / "rank0.bin"));
+  CHECK(!fs::exists(ck / "iter-5" / "rank0.bin"));
+  CHECK(fs::exists(ck / "iter-5" / "notes.txt"));
+  CHECK(fs::exists(ck / "iter-15" / "rank0.bin"));
+  CHECK(fs::exists(ck / "iter-best" / "rank0.bin"));
+  CHECK(fs::exists(ck / "iter-07" / "rank0.bin"));
+  CHECK(fs::is_symlink(ck / "iter-30"));
+  CHECK(fs::exists(outside / "rank0.bin"));
+  CHECK(fs::exists(ck / "manifest.yaml"));
+  // The kept paths are named (the run warns once).
+  std::string all;
+  for (const std::string& k : kept) all += k + ";";
+  CHECK(all.find("iter-5/notes.txt") != std::string::npos);
+  CHECK(all.find("iter-15/rank0.bin") != std::string::npos);
+}
+
 TEST_CASE("the agreement step: one rank's refusal reaches every rank at once, with its rank") {
   std::vector<Status> got(3);
   const double t0 = MonotonicSeconds();
