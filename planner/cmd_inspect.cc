@@ -15,6 +15,7 @@
 
 #include "common/log.h"
 #include "planner/commands.h"
+#include "spec/calibration.h"
 #include "planner/output_guard.h"
 #include "planner/render.h"
 #include "common/units.h"
@@ -209,6 +210,13 @@ Status InspectProgram(const std::string& path, int64_t rank) {
   return Status::OK();
 }
 
+// Whether `path` starts with the calibration file's first line (planner calibrate's output).
+bool IsCalibrationFile(const std::string& path) {
+  std::ifstream in(path);
+  std::string first;
+  return in && std::getline(in, first) && first == kCalibrationHeader;
+}
+
 }  // namespace
 
 Runner RegisterInspect(CLI::App& app) {
@@ -222,7 +230,8 @@ Runner RegisterInspect(CLI::App& app) {
   auto args = std::make_shared<Args>();
   cmd->add_option(
          "plan", args->plan,
-         "plan.yaml written by planner solve, a run directory (launch/runs/<id>), or launch/launch.yaml with --rank")
+         "plan.yaml written by planner solve, a run directory (launch/runs/<id>), launch/launch.yaml with --rank, or a "
+         "calibration written by planner calibrate")
       ->required();
   cmd->add_option("--rank", args->rank,
                   "with a launch.yaml (or launch directory): print this rank's program, one action a line")
@@ -243,6 +252,16 @@ Runner RegisterInspect(CLI::App& app) {
       return InspectProgram(args->plan, args->rank);
     }
     if (fs::is_directory(args->plan, ec)) return InspectRun(args->plan, args->width, args->svg);
+    if (IsCalibrationFile(args->plan)) {
+      if (!args->svg.empty())
+        return Status::InvalidArgument(
+            fmt::format("--svg: {} is a calibration, which has no timeline; drop --svg", args->plan));
+      Calibration c;
+      PLANNER_RETURN_IF_ERROR(LoadCalibration(args->plan, &c));
+      const std::string text = RenderCalibration(c);
+      std::fwrite(text.data(), 1, text.size(), stdout);
+      return Status::OK();
+    }
     Plan p;
     PLANNER_RETURN_IF_ERROR(LoadPlan(args->plan, &p));
     std::string text = RenderPlanSummary(p) + "\n" + RenderStageTable(p);

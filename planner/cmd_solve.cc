@@ -13,8 +13,10 @@
 #include "dp_solver/search.h"
 #include "planner/commands.h"
 #include "planner/output_guard.h"
+#include "planner/predict_plan.h"
 #include "planner/render.h"
 #include "planner/solve_flags.h"
+#include "spec/calibration.h"
 #include "spec/cluster_spec.h"
 #include "spec/engine_spec.h"
 #include "spec/kernel_table.h"
@@ -78,6 +80,7 @@ struct SolveInputs {
   ModelSpec model;
   Profile profile;
   std::vector<std::string> notes;  // comm curves applied, model overrides
+  Calibration calibration;         // --calibration: the one that applies (path empty: none)
 };
 
 // The engines (--engine; every built-in one for `all`, the default first) and the kernel table
@@ -217,7 +220,14 @@ void ForceLayout(const ParallelLayout& l, SearchOptions* f) {
 // The plan's calibration band (docs/cost_model.md section 2, "Bands"): its engine's for the precision
 // solved with, kernel-level analytic costs only (the flat efficiency and measured profiles have none).
 void SetBand(const SolveInputs& in, const CostSource& src, Plan* plan) {
-  if (!KernelLevel(src) || src.profile != nullptr || plan->schedule == Schedule::kPipeDream) return;
+  if (src.profile != nullptr || plan->schedule == Schedule::kPipeDream) return;
+  const Calibration& c = in.calibration;
+  if (!c.path.empty() && c.runs.size() >= 3) {  // the user's own runs' residuals (docs/calibration.md)
+    plan->predicted.band = PlanBand{fmt::format("calibration {}", Printable(c.path)), c.band_low, c.band_high,
+                                    static_cast<int64_t>(c.runs.size())};
+    return;
+  }
+  if (!KernelLevel(src)) return;
   const EngineSpec& e = *src.engine;
   const std::string precision = DTypeName(in.model.dtype);
   const EngineBand* b = e.BandFor(precision);
@@ -355,6 +365,7 @@ Status SolveSize(const SolveArgs& a, const SolveInputs& in, Plan* plan) {
   plan->profile_path = in.profile_path;
   plan->profile_digest = in.profile_path.empty() ? "" : in.profile.digest;
   plan->cost_source = in.profile_path.empty() ? CostSourceKind::kAnalytic : CostSourceKind::kProfile;
+  plan->calibration = in.calibration.path;
   if (a.mode != PlanMode::kPipeDream && in.profile_path.empty()) {
     plan->engine = in.engines.front().name;
     plan->kernels = in.kernel_level ? in.kernels.name : "";
@@ -397,6 +408,67 @@ SolveArgs WithProfilePrecision(const SolveArgs& a, const SolveInputs& in) {
 }
 
 // Reads the cluster, model and profile files and checks them against each other and the flags.
+// --calibration: the file for this solve's engine, GPU, precision and cost kind, its scales applied to the
+// engine's sustained shares (kernel-level) or the cluster's efficiencies (flat), checked against the
+// physical bounds. InvalidArgument naming the file and the fix when none matches or two do.
+Status ApplyCalibrations(const SolveArgs& a, SolveInputs* in) {
+  if (a.calibrations.empty()) return Status::OK();
+  if (!a.profile.empty())
+    return Status::InvalidArgument("--calibration: a measured profile's times are not scaled; plan with --model");
+  EngineSpec& e = in->engines.front();
+  const std::string precision = DTypeName(in->model.dtype), costs = in->kernel_level ? "kernel-level" : "flat";
+  std::string seen;
+  for (const std::string& path : a.calibrations) {
+    Calibration c;
+    PLANNER_RETURN_IF_ERROR(LoadCalibration(path, &c));
+    const bool fits =
+        c.engine == e.name && c.gpu == in->cluster.gpu_name && c.precision == precision && c.costs == costs;
+    if (!fits) {
+      seen += fmt::format("{}{}: engine {} on {} in {} ({})", seen.empty() ? "" : "; ", path, c.engine, c.gpu,
+                          c.precision, c.costs);
+      continue;
+    }
+    if (!in->calibration.path.empty())
+      return Status::InvalidArgument(fmt::format(
+          "--calibration {} and {}: both calibrate engine {} on {} in {}; give one (calibrate their runs together)",
+          in->calibration.path, path, e.name, c.gpu, precision));
+    in->calibration = std::move(c);
+  }
+  if (in->calibration.path.empty())
+    return Status::InvalidArgument(fmt::format(
+        "--calibration: none is for this solve's engine {} on {} in {} ({} costs): {}; calibrate runs of this engine, "
+        "GPU and precision, or drop --calibration",
+        e.name, in->cluster.gpu_name, precision, costs, seen));
+  const Calibration& c = in->calibration;
+  const double shares[3] = {in->kernel_level ? e.sustained_gemm : in->cluster.Efficiency(in->model.dtype),
+                            in->kernel_level ? e.sustained_attention : 1.0,
+                            in->kernel_level ? e.sustained_memory : in->cluster.hbm_efficiency},
+               scales[3] = {c.gemm, c.attention, c.memory};
+  const char* names[3] = {"gemm", "attention", "memory"};
+  for (int k = 0; k < 3; ++k) {
+    if (shares[k] * scales[k] > kMaxCalibratedShare)
+      return Status::InvalidArgument(fmt::format(
+          "--calibration {}: scale.{} {} puts the sustained share at {:.3f}, above 1 (faster than the kernels' "
+          "benchmarks); the engine or kernel table changed since it was fitted: calibrate again",
+          c.path, names[k], scales[k], shares[k] * scales[k]));
+  }
+  if (in->kernel_level) {
+    e.sustained_gemm *= c.gemm;
+    e.sustained_attention *= c.attention;
+    e.sustained_memory *= c.memory;
+  } else {
+    in->cluster.efficiency *= c.gemm;
+    for (auto& [dtype, eff] : in->cluster.efficiency_by_dtype) eff *= c.gemm;
+    in->cluster.hbm_efficiency *= c.memory;
+  }
+  in->notes.push_back(fmt::format(
+      "calibrated with {} (engine {} on {} in {}, fitted {} from {} run(s) of your cluster): gemm x{:.3f}, attention "
+      "x{:.3f}, memory-bound x{:.3f}; residuals after {:+.1f}% .. {:+.1f}%",
+      c.path, c.engine, c.gpu, c.precision, c.fitted, c.runs.size(), c.gemm, c.attention, c.memory, 100 * c.band_low,
+      100 * c.band_high));
+  return Status::OK();
+}
+
 Status LoadSolveInputs(const SolveArgs& a, SolveInputs* in) {
   in->profile_path = a.profile;
   if (a.model.empty() && in->profile_path.empty()) {
@@ -448,6 +520,7 @@ Status LoadSolveInputs(const SolveArgs& a, SolveInputs* in) {
                     in->cluster_path, cluster.name, cluster.gpu_name));
   }
   PLANNER_RETURN_IF_ERROR(CheckClusterPeak(a, *in));
+  PLANNER_RETURN_IF_ERROR(ApplyCalibrations(a, in));
   if (!a.comm_profile.empty()) {
     Profile comm;
     PLANNER_RETURN_IF_ERROR(LoadProfile(a.comm_profile, &comm));
@@ -487,7 +560,109 @@ Status LoadSolveInputs(const SolveArgs& a, SolveInputs* in) {
   return Status::OK();
 }
 
+// A plan's file path given relative to the plan (a launch copied elsewhere), else as written.
+std::string BesidePlan(const std::string& plan_path, const std::string& path) {
+  std::error_code ec;
+  if (path.empty() || std::filesystem::exists(path, ec)) return path;
+  const std::filesystem::path alt = std::filesystem::path(plan_path).parent_path() / path;
+  return std::filesystem::exists(alt, ec) ? alt.string() : path;
+}
+
 }  // namespace
+
+struct PlanPredictor::Impl {
+  SolveArgs a;
+  SolveInputs in;
+  Plan plan;
+  SearchOptions o;
+};
+
+PlanPredictor::PlanPredictor() : impl_(std::make_unique<Impl>()) {}
+PlanPredictor::~PlanPredictor() = default;
+
+Status PlanPredictor::Init(const std::string& plan_path, const Plan& plan) {
+  Impl& m = *impl_;
+  if (plan.mode != PlanMode::kAuto || plan.schedule == Schedule::kPipeDream)
+    return Status::InvalidArgument(fmt::format(
+        "{}: a PipeDream plan is costed from its profile's measured times; calibrate plans of `planner solve` (mode "
+        "auto, a synchronous schedule)",
+        plan_path));
+  if (!plan.profile_path.empty() || plan.model_path.empty())
+    return Status::InvalidArgument(fmt::format(
+        "{}: planned from a measured profile ({}); its times are already measured: calibrate plans solved with --model",
+        plan_path, plan.profile_path));
+  SolveArgs& a = m.a;
+  a.gpus = plan.gpus;
+  a.gpus_text = std::to_string(plan.gpus);
+  a.gpu_list = {plan.gpus};
+  a.model = BesidePlan(plan_path, plan.model_path);
+  a.cluster = BesidePlan(plan_path, plan.cluster_path);
+  a.engine = plan.engine;
+  a.kernels = plan.kernels.empty() ? "none" : plan.kernels;
+  if (plan.dtype) a.precision = DTypeName(*plan.dtype);
+  a.seq = plan.seq;
+  a.global_batch = plan.global_batch;
+  if (plan.grad_dtype) a.grad_dtype = DTypeName(*plan.grad_dtype);
+  a.p2p_overlap = plan.p2p_overlap;
+  a.dp_comm = {DpCommName(plan.dp_comm)};
+  PLANNER_RETURN_IF_ERROR(LoadSolveInputs(a, &m.in).WithContext(fmt::format("the inputs of {}", plan_path)));
+  if (m.in.model.digest != plan.model_digest)
+    return Status::InvalidArgument(fmt::format(
+        "{}: {} changed since the plan was solved (digest {}, the plan says {}); solve again or restore the model file",
+        plan_path, a.model, m.in.model.digest, plan.model_digest));
+  CostSource src;
+  src.cluster = &m.in.cluster;
+  src.model = &m.in.model;
+  src.kernels = m.in.kernel_level ? &m.in.kernels : nullptr;
+  src.engine = &m.in.engines.front();
+  PLANNER_RETURN_IF_ERROR(BuildSearchOptions(a, m.in.model, m.in.profile, &m.o));
+  PLANNER_RETURN_IF_ERROR(ApplyEngine(a, src, &m.o));
+  ForceLayout(plan, &m.o);
+  m.o.recompute_modules = plan.recompute == Recompute::kSelective ? plan.recompute_modules : 0;
+  m.plan = plan;
+  PlanPredicted check;
+  return Predict(CostScales{}, &check);
+}
+
+Status PlanPredictor::Predict(const CostScales& k, PlanPredicted* out) const {
+  const Impl& m = *impl_;
+  EngineSpec engine = m.in.engines.front();
+  ClusterSpec cluster = m.in.cluster;
+  if (m.in.kernel_level) {
+    engine.sustained_gemm *= k.gemm;
+    engine.sustained_attention *= k.attention;
+    engine.sustained_memory *= k.memory;
+  } else {
+    cluster.efficiency *= k.gemm;
+    for (auto& [dtype, e] : cluster.efficiency_by_dtype) e *= k.gemm;
+    cluster.hbm_efficiency *= k.memory;
+  }
+  CostSource src;
+  src.cluster = &cluster;
+  src.model = &m.in.model;
+  src.kernels = m.in.kernel_level ? &m.in.kernels : nullptr;
+  src.engine = &engine;
+  Plan p;
+  PLANNER_RETURN_IF_ERROR(SolveAuto(src, m.o, &p, nullptr));
+  if (p.ParallelString() != m.plan.ParallelString())
+    return Status::Internal(
+        fmt::format("the forced layout {} came back as {}", m.plan.ParallelString(), p.ParallelString()));
+  *out = p.predicted;
+  return Status::OK();
+}
+
+bool PlanPredictor::kernel_level() const { return impl_->in.kernel_level; }
+const std::string& PlanPredictor::engine() const { return impl_->in.engines.front().name; }
+const std::string& PlanPredictor::gpu() const { return impl_->in.cluster.gpu_name; }
+CostScales PlanPredictor::base() const {
+  const Impl& m = *impl_;
+  if (m.in.kernel_level) {
+    const EngineSpec& e = m.in.engines.front();
+    return CostScales{e.sustained_gemm, e.sustained_attention, e.sustained_memory};
+  }
+  return CostScales{m.in.cluster.Efficiency(m.in.model.dtype), m.in.cluster.Efficiency(m.in.model.dtype),
+                    m.in.cluster.hbm_efficiency};
+}
 
 Runner RegisterSolve(CLI::App& app) {
   auto* cmd = app.add_subcommand(
@@ -510,6 +685,11 @@ Runner RegisterSolve(CLI::App& app) {
       "--json", a->json,
       "print the plan as JSON on stdout instead of the table (a --gpus list: a JSON array, one plan per size)");
   cmd->add_option("--top", a->top, "plans to rank (best plus runners-up)")->check(CLI::Range(1, 100));
+  cmd->add_option("--calibration", a->calibrations,
+                  "planner calibrate's file(s): the one for this engine, GPU and precision scales its rates "
+                  "(docs/calibration.md)")
+      ->allow_extra_args(false)
+      ->multi_option_policy(CLI::MultiOptionPolicy::TakeAll);
   cmd->add_option("--threads", a->threads,
                   "threads that evaluate and simulate candidates (default 1); the plan, runners-up and notes are the "
                   "same at every count")

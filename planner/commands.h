@@ -20,5 +20,10 @@ Runner RegisterProfile(CLI::App& app, int argc, char** argv);
 // `self`: this executable's path, for the scripts codegen writes.
 Runner RegisterCodegen(CLI::App& app, const std::string& self);
 Runner RegisterRun(CLI::App& app);
+Runner RegisterCalibrate(CLI::App& app);
+
+struct Calibration;
+// The calibration's table (planner calibrate prints it; planner inspect CALIBRATION too).
+std::string RenderCalibration(const Calibration& c);
 
 }  // namespace planner

@@ -35,6 +35,7 @@ int RunCli(int argc, char** argv) {
   add(RegisterInspect);
   add(RegisterImport);
   add(RegisterRun);
+  add(RegisterCalibrate);
   {
     size_t before = app.get_subcommands({}).size();
     Runner r = RegisterProfile(app, argc, argv);

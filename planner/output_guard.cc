@@ -6,6 +6,7 @@
 #include <fmt/format.h>
 
 #include "common/units.h"
+#include "spec/calibration.h"
 
 namespace planner {
 
@@ -17,6 +18,7 @@ const char* KindName(OutputKind k) {
     case OutputKind::kProfile: return "profile";
     case OutputKind::kImportedModel: return "model file";
     case OutputKind::kSvg: return "timeline";
+    case OutputKind::kCalibration: return "calibration";
   }
   return "file";
 }
@@ -40,6 +42,7 @@ bool Written(OutputKind kind, const std::string& head) {
     case OutputKind::kImportedModel:
       return first.find("imported by `planner import hf`") != std::string::npos ||
              head.rfind("format_version: 1\nmodel: ", 0) == 0;  // import pipedream writes a profile
+    case OutputKind::kCalibration: return first == kCalibrationHeader;
     case OutputKind::kSvg:
       return first.rfind("<svg xmlns=\"http://www.w3.org/2000/svg\" width=\"", 0) == 0 &&
              first.find("font-family=\"monospace\"") != std::string::npos;

@@ -45,7 +45,8 @@ std::string RenderPlanSummary(const Plan& p) {
   std::string o;
   o += fmt::format("model {} on {} x {} ({}), global batch {}\n", p.model_name, p.gpus, p.cluster_name,
                    CostSourceKindName(p.cost_source), p.global_batch);
-  o += "configuration: " + p.Label(p.grad_dtype ? std::string(" | gradients ") + DTypeName(*p.grad_dtype) : "") + "\n";
+  o += "configuration: " + p.Label(p.grad_dtype ? std::string(" | gradients ") + DTypeName(*p.grad_dtype) : "") +
+       (p.calibration.empty() ? std::string() : " | calibrated: " + Printable(p.calibration)) + "\n";
   const auto& x = p.predicted;
   // Small devices (CPU ranks) read better in GFLOP/s; no figure when the model's FLOPs are unknown (profile only).
   const std::string rate = x.tflops_per_gpu <= 0  ? std::string("FLOP/s n/a (no model file)")

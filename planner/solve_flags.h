@@ -44,6 +44,7 @@ struct SolveArgs {
       dp_replicate;  // --dp-replicate (HSDP); empty: the search's defaults  // Megatron's --pipeline-model-parallel-layout (spec/pipeline_layout.h); empty: none
   std::string overlap_grad_reduce = "on", overlap_param_gather = "on";
   std::string grad_dtype;
+  std::vector<std::string> calibrations;  // --calibration FILE...: planner calibrate's files (the matching one applies)
   int64_t seq = 0;
   double train_tokens = 0;
   std::vector<std::string> schedules, recompute, recompute_modules, dp_comm;

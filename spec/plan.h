@@ -119,6 +119,7 @@ struct Plan : ParallelLayout {
   // Kernel-level analytic costs (docs/cost_model.md section 2, "Engines"): the engine the prediction is
   // for and the kernel table it used; kernels empty: the cluster's flat efficiency.
   std::string engine, kernels;
+  std::string calibration;  // solve --calibration: the calibration file the engine's rates were scaled by ("": none)
   CostSourceKind cost_source = CostSourceKind::kAnalytic;
   std::optional<DType>
       dtype;  // the precision solved with (`solve --precision` may differ from the model file's); none: not stated

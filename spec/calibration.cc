@@ -1,0 +1,133 @@
+#include "spec/calibration.h"
+
+#include <cmath>
+
+#include <fmt/format.h>
+
+#include "spec/yaml_reader.h"
+
+namespace planner {
+
+const char kCalibrationHeader[] = "# planner calibration: written by planner calibrate (docs/calibration.md)";
+
+namespace {
+
+std::string Quoted(const std::string& s) {
+  std::string o = "\"";
+  for (char c : s) {
+    if (c == '"' || c == '\\') o += '\\';
+    if (static_cast<unsigned char>(c) < 0x20) {
+      o += fmt::format("\\x{:02x}", static_cast<unsigned char>(c));
+      continue;
+    }
+    o += c;
+  }
+  return o + "\"";
+}
+
+std::string Num(double v) { return fmt::format("{:.6g}", v); }
+
+}  // namespace
+
+std::string CalibrationToYaml(const Calibration& c) {
+  std::string o = std::string(kCalibrationHeader) + "\n";
+  o += "format_version: 1\nkind: calibration\n";
+  o += fmt::format("engine: {}\ngpu: {}\nprecision: {}\ncosts: {}\nfitted: {}\n", Quoted(c.engine), Quoted(c.gpu),
+                   Quoted(c.precision), c.costs, c.fitted);
+  o += fmt::format("scale: {{gemm: {}, attention: {}, memory: {}}}\n", Num(c.gemm), Num(c.attention), Num(c.memory));
+  o += fmt::format("band: {{low: {}, high: {}}}\n", Num(c.band_low), Num(c.band_high));
+  o += "runs:\n";
+  for (const CalibrationRun& r : c.runs) {
+    o += fmt::format("  - source: {}\n    format: {}\n    plan: {}\n    layout: {}\n    iterations: {}\n",
+                     Quoted(r.source), r.format, Quoted(r.plan), Quoted(r.layout), r.iterations);
+    o += fmt::format("    measured_s: {}\n    before_s: {}\n    after_s: {}\n", Num(r.measured_s), Num(r.before_s),
+                     Num(r.after_s));
+    o += fmt::format("    measured_memory_GiB: {}\n    predicted_memory_GiB: {}\n", Num(r.measured_memory_GiB),
+                     Num(r.predicted_memory_GiB));
+  }
+  return o;
+}
+
+namespace {
+
+Status ParseRuns(const YamlReader& r, const YAML::Node& runs, Calibration* c) {
+  PLANNER_RETURN_IF_ERROR(r.RequireSequence(runs, "runs"));
+  if (runs.size() == 0) return r.FieldError(runs, "runs", "is empty; a calibration rests on at least one run");
+  for (size_t i = 0; i < runs.size(); ++i) {
+    const YAML::Node& n = runs[i];
+    const std::string f = fmt::format("runs[{}]", i);
+    PLANNER_RETURN_IF_ERROR(r.CheckKeys(n, f,
+                                        {"source", "format", "plan", "layout", "iterations", "measured_s", "before_s",
+                                         "after_s", "measured_memory_GiB", "predicted_memory_GiB"}));
+    CalibrationRun run;
+    PLANNER_RETURN_IF_ERROR(r.GetString(n, "source", f + ".source", &run.source, true));
+    PLANNER_RETURN_IF_ERROR(
+        r.GetEnum(n, "format", f + ".format", {"megatron-lm", "torchtitan", "planner-run"}, &run.format, true));
+    PLANNER_RETURN_IF_ERROR(r.GetString(n, "plan", f + ".plan", &run.plan, true));
+    PLANNER_RETURN_IF_ERROR(r.GetString(n, "layout", f + ".layout", &run.layout, false));
+    PLANNER_RETURN_IF_ERROR(r.GetInt(n, "iterations", f + ".iterations", &run.iterations, true, 1));
+    PLANNER_RETURN_IF_ERROR(r.GetDouble(n, "measured_s", f + ".measured_s", &run.measured_s, true, 0.0, true));
+    PLANNER_RETURN_IF_ERROR(r.GetDouble(n, "before_s", f + ".before_s", &run.before_s, true, 0.0, true));
+    PLANNER_RETURN_IF_ERROR(r.GetDouble(n, "after_s", f + ".after_s", &run.after_s, true, 0.0, true));
+    PLANNER_RETURN_IF_ERROR(
+        r.GetDouble(n, "measured_memory_GiB", f + ".measured_memory_GiB", &run.measured_memory_GiB, false, 0.0, false));
+    PLANNER_RETURN_IF_ERROR(r.GetDouble(n, "predicted_memory_GiB", f + ".predicted_memory_GiB",
+                                        &run.predicted_memory_GiB, false, 0.0, false));
+    c->runs.push_back(std::move(run));
+  }
+  return Status::OK();
+}
+
+Status ParseRoot(const YamlReader& r, const YAML::Node& root, Calibration* c) {
+  PLANNER_RETURN_IF_ERROR(r.RequireMap(root, ""));
+  PLANNER_RETURN_IF_ERROR(r.CheckKeys(
+      root, "", {"format_version", "kind", "engine", "gpu", "precision", "costs", "fitted", "scale", "band", "runs"}));
+  PLANNER_RETURN_IF_ERROR(r.CheckFormatVersion(root, true));
+  std::string kind;
+  PLANNER_RETURN_IF_ERROR(r.GetEnum(root, "kind", "kind", {"calibration"}, &kind, true));
+  PLANNER_RETURN_IF_ERROR(r.GetString(root, "engine", "engine", &c->engine, true));
+  PLANNER_RETURN_IF_ERROR(r.GetString(root, "gpu", "gpu", &c->gpu, true));
+  PLANNER_RETURN_IF_ERROR(
+      r.GetEnum(root, "precision", "precision", {"bf16", "fp16", "fp8", "fp32"}, &c->precision, true));
+  PLANNER_RETURN_IF_ERROR(r.GetEnum(root, "costs", "costs", {"kernel-level", "flat"}, &c->costs, true));
+  PLANNER_RETURN_IF_ERROR(r.GetEnum(root, "fitted", "fitted", {"per-class", "one-scale"}, &c->fitted, true));
+  const YAML::Node& s = root["scale"];
+  PLANNER_RETURN_IF_ERROR(r.RequireMap(s, "scale"));
+  PLANNER_RETURN_IF_ERROR(r.CheckKeys(s, "scale", {"gemm", "attention", "memory"}));
+  for (auto [key, out] : {std::pair{"gemm", &c->gemm}, {"attention", &c->attention}, {"memory", &c->memory}}) {
+    const std::string f = std::string("scale.") + key;
+    PLANNER_RETURN_IF_ERROR(r.GetDouble(s, key, f, out, true, 0.0, true));
+    if (*out < kMinCalibrationScale || *out > 1 / kMinCalibrationScale)
+      return r.FieldError(s[key], f,
+                          fmt::format("{} is outside [{}, {}]: not a calibration of this engine's rates; calibrate "
+                                      "again from runs of the plans given",
+                                      *out, kMinCalibrationScale, 1 / kMinCalibrationScale));
+  }
+  const YAML::Node& b = root["band"];
+  PLANNER_RETURN_IF_ERROR(r.RequireMap(b, "band"));
+  PLANNER_RETURN_IF_ERROR(r.CheckKeys(b, "band", {"low", "high"}));
+  PLANNER_RETURN_IF_ERROR(r.GetDouble(b, "low", "band.low", &c->band_low, true, -1.0, true));
+  PLANNER_RETURN_IF_ERROR(r.GetDouble(b, "high", "band.high", &c->band_high, true, c->band_low, false));
+  return ParseRuns(r, root["runs"], c);
+}
+
+}  // namespace
+
+Status ParseCalibration(const std::string& path, const std::string& text, Calibration* out) {
+  YAML::Node root;
+  PLANNER_RETURN_IF_ERROR(ParseYamlText(path, text, &root));
+  YamlReader r(path);
+  Calibration c;
+  c.path = path;
+  PLANNER_RETURN_IF_ERROR(CatchYamlErrors(path, [&] { return ParseRoot(r, root, &c); }));
+  *out = std::move(c);
+  return Status::OK();
+}
+
+Status LoadCalibration(const std::string& path, Calibration* out) {
+  std::string text;
+  PLANNER_RETURN_IF_ERROR(ReadTextFile(path, &text, kMaxConfigFileBytes));
+  return ParseCalibration(path, text, out);
+}
+
+}  // namespace planner
