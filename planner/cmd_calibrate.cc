@@ -19,8 +19,10 @@
 #include "planner/output_guard.h"
 #include "planner/predict_plan.h"
 #include "spec/calibration.h"
+#include "spec/kernel_table.h"
 #include "spec/launch_plan.h"
 #include "spec/plan.h"
+#include "spec/profiler_trace.h"
 #include "spec/run_logs.h"
 #include "spec/yaml_reader.h"
 
@@ -304,12 +306,80 @@ Status Calibrate(const std::vector<Measured>& runs, Calibration* c) {
   return Status::OK();
 }
 
+// A PyTorch profiler trace, read into *traces when `path` is one (*is_trace); a gzip-compressed one is refused.
+Status ReadTraceIfOne(const std::string& path, std::vector<ProfilerTrace>* traces, bool* is_trace) {
+  *is_trace = false;
+  std::error_code ec;
+  if (fs::is_directory(path, ec)) return Status::OK();
+  if (path.size() > 3 && path.compare(path.size() - 3, 3, ".gz") == 0)
+    return Status::InvalidArgument(fmt::format(
+        "{}: a gzip-compressed trace (torchtitan 0.3, Megatron-LM main write .json.gz); gunzip it and give the .json",
+        path));
+  std::string text;
+  PLANNER_RETURN_IF_ERROR(ReadTextFile(path, &text));
+  if (!LooksLikeProfilerTrace(text)) return Status::OK();
+  ProfilerTrace t;
+  PLANNER_RETURN_IF_ERROR(ReadProfilerTrace(path, text, &t));
+  traces->push_back(std::move(t));
+  *is_trace = true;
+  return Status::OK();
+}
+
+// -o cal.yaml's measured kernel table: cal.kernels.yaml beside it.
+std::string KernelsOutput(const std::string& output) {
+  fs::path p(output);
+  const std::string stem =
+      p.extension() == ".yaml" || p.extension() == ".yml" ? p.stem().string() : p.filename().string();
+  return (p.parent_path() / (stem + ".kernels.yaml")).string();
+}
+
+// The kernel table measured by the traces, on top of the published table of the plan's GPU; the
+// calibration's identity (engine, GPU, precision) from that plan when no log sets it.
+Status MeasureKernels(const std::string& plan_path, const std::vector<ProfilerTrace>& traces, KernelTable* out,
+                      Calibration* c) {
+  Plan plan;
+  PLANNER_RETURN_IF_ERROR(LoadPlan(plan_path, &plan));
+  PlanPredictor pred;
+  PLANNER_RETURN_IF_ERROR(pred.Init(plan_path, plan));
+  if (pred.kernels() == nullptr)
+    return Status::InvalidArgument(fmt::format(
+        "{}: planned with the cluster's flat efficiency (no kernel table for its GPU {}); a trace measures a kernel "
+        "table: solve with --kernels h100 (or a100) for a GPU of that family",
+        plan_path, pred.gpu()));
+  for (const ProfilerTrace& t : traces) {
+    const bool same =
+        t.device.empty() || std::any_of(pred.kernels()->gpus.begin(), pred.kernels()->gpus.end(),
+                                        [&](const std::string& g) { return t.device.find(g) != std::string::npos; });
+    if (!same)
+      return Status::InvalidArgument(fmt::format(
+          "{}: a trace of a {}, plan {} is for {} (kernel table {}): give the plan of the run the trace is of", t.path,
+          t.device, plan_path, pred.gpu(), pred.kernels()->name));
+    c->traces.push_back(t.path);
+  }
+  std::vector<std::string> notes;
+  PLANNER_RETURN_IF_ERROR(MeasuredKernelTable(traces, *pred.kernels(), pred.peaks(), out, &notes));
+  for (const std::string& n : notes) LogNote("measured " + n);
+  c->engine = pred.engine();
+  c->gpu = pred.gpu();
+  c->precision = plan.dtype ? DTypeName(*plan.dtype) : "fp32";
+  c->costs = "kernel-level";
+  c->fitted = "none";
+  return Status::OK();
+}
+
 }  // namespace
 
 std::string RenderCalibration(const Calibration& c) {
   std::string o = fmt::format(
-      "calibration of engine {} on {} ({}), {} costs, fitted {} from {} run(s)\n", c.engine, c.gpu, c.precision,
-      c.costs, c.fitted == "per-class" ? "per operation class" : "as one scale over every class", c.runs.size());
+      "calibration of engine {} on {} ({}), {} costs, {}\n", c.engine, c.gpu, c.precision, c.costs,
+      c.fitted == "per-class"   ? fmt::format("fitted per operation class from {} run(s)", c.runs.size())
+      : c.fitted == "one-scale" ? fmt::format("fitted as one scale over every class from {} run(s)", c.runs.size())
+                                : std::string("no run fitted (traces only)"));
+  if (!c.kernels.empty())
+    o += fmt::format(
+        "kernel table measured from {} trace(s): {} (replaces the published table in solve --calibration)\n",
+        c.traces.size(), c.KernelsPath());
+  if (c.runs.empty()) return o;
   o += fmt::format("scales of the sustained rates: gemm x{:.4f} | attention x{:.4f} | memory-bound x{:.4f}\n", c.gemm,
                    c.attention, c.memory);
   o += fmt::format("band after (signed error of predicted tokens/s): {:+.1f}% .. {:+.1f}%\n", 100 * c.band_low,
@@ -360,11 +430,33 @@ Runner RegisterCalibrate(CLI::App& app) {
           "--plan given {} times for {} logs: give it once (every log is of that plan) or once per log, in order",
           a->plans.size(), a->logs.size()));
     PLANNER_RETURN_IF_ERROR(CheckReplaceable("-o", a->output, OutputKind::kCalibration, a->force));
-    std::vector<Measured> runs(a->logs.size());
-    for (size_t i = 0; i < a->logs.size(); ++i)
-      PLANNER_RETURN_IF_ERROR(ReadRun(a->plans.size() == 1 ? a->plans[0] : a->plans[i], a->logs[i], &runs[i]));
+    std::vector<Measured> runs;
+    std::vector<ProfilerTrace> traces;
+    std::string trace_plan;
+    for (size_t i = 0; i < a->logs.size(); ++i) {
+      const std::string& plan = a->plans.size() == 1 ? a->plans[0] : a->plans[i];
+      bool is_trace = false;
+      PLANNER_RETURN_IF_ERROR(ReadTraceIfOne(a->logs[i], &traces, &is_trace));
+      if (is_trace) {
+        if (trace_plan.empty()) trace_plan = plan;
+        continue;
+      }
+      runs.emplace_back();
+      PLANNER_RETURN_IF_ERROR(ReadRun(plan, a->logs[i], &runs.back()));
+    }
     Calibration c;
-    PLANNER_RETURN_IF_ERROR(Calibrate(runs, &c));
+    if (!traces.empty()) {
+      const std::string kernels_path = KernelsOutput(a->output);
+      PLANNER_RETURN_IF_ERROR(CheckReplaceable("-o", kernels_path, OutputKind::kKernelTable, a->force));
+      KernelTable measured;
+      PLANNER_RETURN_IF_ERROR(MeasureKernels(trace_plan, traces, &measured, &c));
+      for (Measured& m : runs) m.predictor->UseKernels(measured);
+      PLANNER_RETURN_IF_ERROR(
+          WriteFileAtomic(kernels_path, KernelTableToYaml(measured, std::string(kMeasuredKernelsHeader) + "\n")));
+      c.kernels = fs::path(kernels_path).filename().string();
+      LogNote("wrote " + kernels_path);
+    }
+    if (!runs.empty()) PLANNER_RETURN_IF_ERROR(Calibrate(runs, &c));
     PLANNER_RETURN_IF_ERROR(WriteFileAtomic(a->output, CalibrationToYaml(c)));
     std::fputs(RenderCalibration(c).c_str(), stdout);
     std::fflush(stdout);

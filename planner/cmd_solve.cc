@@ -452,6 +452,15 @@ Status ApplyCalibrations(const SolveArgs& a, SolveInputs* in) {
           "benchmarks); the engine or kernel table changed since it was fitted: calibrate again",
           c.path, names[k], scales[k], shares[k] * scales[k]));
   }
+  if (!c.kernels.empty()) {  // the kernel table measured from the user's traces replaces the published one
+    KernelTable measured;
+    PLANNER_RETURN_IF_ERROR(LoadKernelTable(c.KernelsPath(), &measured).WithContext("--calibration " + c.path));
+    in->notes.push_back(fmt::format("kernel table {} measured from {} trace(s) ({}) replaces the published {}",
+                                    c.KernelsPath(), c.traces.size(), fmt::join(c.traces, ", "),
+                                    in->kernel_level ? in->kernels.name : std::string("flat efficiency")));
+    in->kernels = std::move(measured);
+    in->kernel_level = true;
+  }
   if (in->kernel_level) {
     e.sustained_gemm *= c.gemm;
     e.sustained_attention *= c.attention;
@@ -652,6 +661,12 @@ Status PlanPredictor::Predict(const CostScales& k, PlanPredicted* out) const {
 }
 
 bool PlanPredictor::kernel_level() const { return impl_->in.kernel_level; }
+const KernelTable* PlanPredictor::kernels() const { return impl_->in.kernel_level ? &impl_->in.kernels : nullptr; }
+const std::map<std::string, double>& PlanPredictor::peaks() const { return impl_->in.cluster.peak_tflops; }
+void PlanPredictor::UseKernels(const KernelTable& table) {
+  impl_->in.kernels = table;
+  impl_->in.kernel_level = true;
+}
 const std::string& PlanPredictor::engine() const { return impl_->in.engines.front().name; }
 const std::string& PlanPredictor::gpu() const { return impl_->in.cluster.gpu_name; }
 CostScales PlanPredictor::base() const {

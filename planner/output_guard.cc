@@ -19,6 +19,7 @@ const char* KindName(OutputKind k) {
     case OutputKind::kImportedModel: return "model file";
     case OutputKind::kSvg: return "timeline";
     case OutputKind::kCalibration: return "calibration";
+    case OutputKind::kKernelTable: return "measured kernel table";
   }
   return "file";
 }
@@ -43,6 +44,7 @@ bool Written(OutputKind kind, const std::string& head) {
       return first.find("imported by `planner import hf`") != std::string::npos ||
              head.rfind("format_version: 1\nmodel: ", 0) == 0;  // import pipedream writes a profile
     case OutputKind::kCalibration: return first == kCalibrationHeader;
+    case OutputKind::kKernelTable: return first == kMeasuredKernelsHeader;
     case OutputKind::kSvg:
       return first.rfind("<svg xmlns=\"http://www.w3.org/2000/svg\" width=\"", 0) == 0 &&
              first.find("font-family=\"monospace\"") != std::string::npos;

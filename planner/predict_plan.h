@@ -5,10 +5,12 @@
 // flat model. Implemented in cmd_solve.cc, beside the solve it repeats.
 #pragma once
 
+#include <map>
 #include <memory>
 #include <string>
 
 #include "common/status.h"
+#include "spec/kernel_table.h"
 #include "spec/plan.h"
 
 namespace planner {
@@ -31,6 +33,11 @@ class PlanPredictor {
   // The shares the scales multiply (kernel-level: the engine's sustained gemm / attention / memory;
   // flat: the cluster's efficiency for the precision, and its HBM efficiency for memory).
   CostScales base() const;
+  // The kernel table the plan is costed with (nullptr: the flat model), the cluster's peaks (TFLOP/s by
+  // precision name); UseKernels replaces the table (a measured one) for the predictions after it.
+  const KernelTable* kernels() const;
+  const std::map<std::string, double>& peaks() const;
+  void UseKernels(const KernelTable& table);
 
  private:
   struct Impl;

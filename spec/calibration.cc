@@ -9,6 +9,8 @@
 namespace planner {
 
 const char kCalibrationHeader[] = "# planner calibration: written by planner calibrate (docs/calibration.md)";
+const char kMeasuredKernelsHeader[] =
+    "# planner kernel table: measured by planner calibrate from PyTorch profiler traces (docs/calibration.md)";
 
 namespace {
 
@@ -36,7 +38,11 @@ std::string CalibrationToYaml(const Calibration& c) {
                    Quoted(c.precision), c.costs, c.fitted);
   o += fmt::format("scale: {{gemm: {}, attention: {}, memory: {}}}\n", Num(c.gemm), Num(c.attention), Num(c.memory));
   o += fmt::format("band: {{low: {}, high: {}}}\n", Num(c.band_low), Num(c.band_high));
-  o += "runs:\n";
+  if (!c.kernels.empty()) {
+    o += fmt::format("kernels: {}\ntraces:\n", Quoted(c.kernels));
+    for (const std::string& t : c.traces) o += fmt::format("  - {}\n", Quoted(t));
+  }
+  o += c.runs.empty() ? "runs: []\n" : "runs:\n";
   for (const CalibrationRun& r : c.runs) {
     o += fmt::format("  - source: {}\n    format: {}\n    plan: {}\n    layout: {}\n    iterations: {}\n",
                      Quoted(r.source), r.format, Quoted(r.plan), Quoted(r.layout), r.iterations);
@@ -52,7 +58,8 @@ namespace {
 
 Status ParseRuns(const YamlReader& r, const YAML::Node& runs, Calibration* c) {
   PLANNER_RETURN_IF_ERROR(r.RequireSequence(runs, "runs"));
-  if (runs.size() == 0) return r.FieldError(runs, "runs", "is empty; a calibration rests on at least one run");
+  if (runs.size() == 0 && c->kernels.empty())
+    return r.FieldError(runs, "runs", "is empty; a calibration rests on at least one run or a measured kernel table");
   for (size_t i = 0; i < runs.size(); ++i) {
     const YAML::Node& n = runs[i];
     const std::string f = fmt::format("runs[{}]", i);
@@ -80,8 +87,9 @@ Status ParseRuns(const YamlReader& r, const YAML::Node& runs, Calibration* c) {
 
 Status ParseRoot(const YamlReader& r, const YAML::Node& root, Calibration* c) {
   PLANNER_RETURN_IF_ERROR(r.RequireMap(root, ""));
-  PLANNER_RETURN_IF_ERROR(r.CheckKeys(
-      root, "", {"format_version", "kind", "engine", "gpu", "precision", "costs", "fitted", "scale", "band", "runs"}));
+  PLANNER_RETURN_IF_ERROR(r.CheckKeys(root, "",
+                                      {"format_version", "kind", "engine", "gpu", "precision", "costs", "fitted",
+                                       "scale", "band", "kernels", "traces", "runs"}));
   PLANNER_RETURN_IF_ERROR(r.CheckFormatVersion(root, true));
   std::string kind;
   PLANNER_RETURN_IF_ERROR(r.GetEnum(root, "kind", "kind", {"calibration"}, &kind, true));
@@ -90,7 +98,14 @@ Status ParseRoot(const YamlReader& r, const YAML::Node& root, Calibration* c) {
   PLANNER_RETURN_IF_ERROR(
       r.GetEnum(root, "precision", "precision", {"bf16", "fp16", "fp8", "fp32"}, &c->precision, true));
   PLANNER_RETURN_IF_ERROR(r.GetEnum(root, "costs", "costs", {"kernel-level", "flat"}, &c->costs, true));
-  PLANNER_RETURN_IF_ERROR(r.GetEnum(root, "fitted", "fitted", {"per-class", "one-scale"}, &c->fitted, true));
+  PLANNER_RETURN_IF_ERROR(r.GetEnum(root, "fitted", "fitted", {"per-class", "one-scale", "none"}, &c->fitted, true));
+  PLANNER_RETURN_IF_ERROR(r.GetString(root, "kernels", "kernels", &c->kernels, false));
+  if (c->kernels.find('/') != std::string::npos || c->kernels == "." || c->kernels == "..")
+    return r.FieldError(root["kernels"], "kernels", "must be a file name beside the calibration file");
+  if (root["traces"].IsDefined()) {
+    PLANNER_RETURN_IF_ERROR(r.RequireSequence(root["traces"], "traces"));
+    for (const auto& t : root["traces"]) c->traces.push_back(t.as<std::string>());
+  }
   const YAML::Node& s = root["scale"];
   PLANNER_RETURN_IF_ERROR(r.RequireMap(s, "scale"));
   PLANNER_RETURN_IF_ERROR(r.CheckKeys(s, "scale", {"gemm", "attention", "memory"}));
@@ -122,6 +137,12 @@ Status ParseCalibration(const std::string& path, const std::string& text, Calibr
   PLANNER_RETURN_IF_ERROR(CatchYamlErrors(path, [&] { return ParseRoot(r, root, &c); }));
   *out = std::move(c);
   return Status::OK();
+}
+
+std::string Calibration::KernelsPath() const {
+  if (kernels.empty()) return "";
+  const size_t slash = path.rfind('/');
+  return slash == std::string::npos ? kernels : path.substr(0, slash + 1) + kernels;
 }
 
 Status LoadCalibration(const std::string& path, Calibration* out) {

@@ -39,10 +39,16 @@ struct Calibration {
   std::string gpu;        // ClusterSpec::gpu_name
   std::string precision;  // "bf16", "fp16", "fp8", "fp32"
   std::string costs;      // "kernel-level" (engine shares scaled) or "flat" (the cluster's efficiencies)
-  std::string fitted;     // "per-class" (the runs separate the classes) or "one-scale"
+  std::string fitted;     // "per-class" (the runs separate the classes), "one-scale", or "none" (traces only)
   double gemm = 1, attention = 1, memory = 1;  // scales of the engine's sustained shares
-  double band_low = 0, band_high = 0;          // signed errors after, (predicted - measured) / measured
-  std::vector<CalibrationRun> runs;
+  double band_low = 0, band_high = 0;  // signed errors of predicted tokens/s after: measured s / predicted s - 1
+  std::vector<CalibrationRun> runs;    // may be empty when traces gave the kernel table alone
+  // The kernel table measured from PyTorch profiler traces (spec/profiler_trace.h), a file beside this one
+  // ("" when no trace was given), and the traces it was measured from.
+  std::string kernels;
+  std::vector<std::string> traces;
+  // `kernels` as a path: beside the calibration file.
+  std::string KernelsPath() const;
 };
 
 // The file's text: a first line the output guard recognises, then YAML.
@@ -54,5 +60,7 @@ Status ParseCalibration(const std::string& path, const std::string& text, Calibr
 Status LoadCalibration(const std::string& path, Calibration* out);
 // The first line of every calibration file (the output guard recognises it).
 extern const char kCalibrationHeader[];
+// The first line of the kernel table calibrate measures from traces (the output guard recognises it).
+extern const char kMeasuredKernelsHeader[];
 
 }  // namespace planner

@@ -1,0 +1,329 @@
+#include "spec/profiler_trace.h"
+
+#include <algorithm>
+#include <cmath>
+#include <map>
+#include <set>
+#include <unordered_map>
+
+#include <fmt/format.h>
+
+#include "spec/json.h"
+
+namespace planner {
+
+double TraceAttention::Flops() const {
+  const double fwd = 4 * batch * heads * seq * seq * head_dim * (causal ? 0.5 : 1.0);
+  return pass == "bwd" ? 2.5 * fwd : fwd;
+}
+
+bool LooksLikeProfilerTrace(const std::string& text) {
+  const size_t start = text.find_first_not_of(" \t\r\n");
+  return start != std::string::npos && text[start] == '{' && text.find("\"traceEvents\"") != std::string::npos;
+}
+
+namespace {
+
+// One operator of interest: which input holds which shape, where is_causal sits in "Concrete Inputs".
+struct OpKind {
+  const char* name;
+  const char* kernel;  // "" for GEMMs
+  const char* pass;
+  int a, b;    // GEMM: the A and B inputs; attention: a = the query
+  int causal;  // attention: the index of is_causal
+};
+constexpr OpKind kOps[] = {
+    {"aten::mm", "", "", 0, 1, -1},
+    {"aten::addmm", "", "", 1, 2, -1},
+    {"aten::bmm", "", "", 0, 1, -1},
+    {"aten::_scaled_mm", "", "", 0, 1, -1},
+    // (query, key, value, dropout_p, is_causal, return_debug_mask, scale)
+    {"aten::_scaled_dot_product_flash_attention", "fa2", "fwd", 0, -1, 4},
+    // (grad_out, query, key, value, out, logsumexp, cum_seq_q, cum_seq_k, max_q, max_k, dropout_p, is_causal, ...)
+    {"aten::_scaled_dot_product_flash_attention_backward", "fa2", "bwd", 1, -1, 11},
+    // (query, key, value, attn_bias, compute_log_sumexp, dropout_p, is_causal, return_debug_mask, scale)
+    {"aten::_scaled_dot_product_cudnn_attention", "cudnn", "fwd", 0, -1, 6},
+    // (grad_out, query, key, value, out, logsumexp, philox_seed, philox_offset, attn_bias, cum_seq_q, cum_seq_k,
+    //  max_q, max_k, dropout_p, is_causal, scale)
+    {"aten::_scaled_dot_product_cudnn_attention_backward", "cudnn", "bwd", 1, -1, 14},
+    // (query, key, value, attn_bias, compute_log_sumexp, dropout_p, is_causal, scale)
+    {"aten::_scaled_dot_product_efficient_attention", "efficient", "fwd", 0, -1, 6},
+    // (grad_out, query, key, value, attn_bias, out, logsumexp, philox_seed, philox_offset, dropout_p,
+    //  grad_input_mask, is_causal, scale)
+    {"aten::_scaled_dot_product_efficient_attention_backward", "efficient", "bwd", 1, -1, 11},
+    // The CPU's SDPA (a CPU trace): read, but no kernel table has its curve.
+    {"aten::_scaled_dot_product_flash_attention_for_cpu", "cpu", "fwd", 0, -1, 4},
+};
+
+std::string DTypeOf(const std::string& t) {
+  if (t == "c10::BFloat16") return "bf16";
+  if (t == "c10::Half") return "fp16";
+  if (t == "float") return "fp32";
+  if (t.find("Float8") != std::string::npos) return "fp8";
+  return "";
+}
+
+// The dims of input `i` of an operator's args; empty when absent.
+std::vector<double> Dims(const JsonValue& args, int i) {
+  std::vector<double> out;
+  const JsonValue* d = args.Get("Input Dims");
+  if (d == nullptr || !d->IsArray() || i < 0 || static_cast<size_t>(i) >= d->items.size()) return out;
+  for (const JsonValue& x : d->items[static_cast<size_t>(i)].items)
+    if (x.IsNumber()) out.push_back(x.number);
+  return out;
+}
+
+std::string Type(const JsonValue& args, int i) {
+  const JsonValue* t = args.Get("Input type");
+  if (t == nullptr || !t->IsArray() || i < 0 || static_cast<size_t>(i) >= t->items.size()) return "";
+  return t->items[static_cast<size_t>(i)].str;
+}
+
+std::string Concrete(const JsonValue& args, int i) {
+  const JsonValue* c = args.Get("Concrete Inputs");
+  if (c == nullptr || !c->IsArray() || i < 0 || static_cast<size_t>(i) >= c->items.size()) return "";
+  return c->items[static_cast<size_t>(i)].str;
+}
+
+int64_t ExternalId(const JsonValue& e) {
+  const JsonValue* args = e.Get("args");
+  const JsonValue* id = args != nullptr ? args->Get("External id") : nullptr;
+  return id != nullptr && id->IsNumber() ? static_cast<int64_t>(id->number) : -1;
+}
+
+// One operator's GEMM or attention record; false when its shapes cannot be read.
+bool Record(const OpKind& k, const JsonValue& args, double seconds, ProfilerTrace* t) {
+  if (k.kernel[0] == '\0') {
+    const std::vector<double> a = Dims(args, k.a), b = Dims(args, k.b);
+    if (a.size() < 2 || b.size() < 2) return false;
+    TraceGemm g;
+    g.m = a[a.size() - 2] * (a.size() == 3 ? a[0] : 1);
+    g.k = a.back();
+    g.n = b.back();
+    g.dtype = DTypeOf(Type(args, k.a));
+    g.seconds = seconds;
+    if (g.dtype.empty() || g.m <= 0 || g.n <= 0 || g.k <= 0) return false;
+    t->gemms.push_back(g);
+    return true;
+  }
+  const std::vector<double> q = Dims(args, k.a);
+  const std::string causal = Concrete(args, k.causal);
+  if (q.size() != 4 || (causal != "True" && causal != "False")) return false;
+  TraceAttention a;
+  a.kernel = k.kernel;
+  a.pass = k.pass;
+  a.causal = causal == "True";
+  a.batch = q[0], a.heads = q[1], a.seq = q[2], a.head_dim = q[3];
+  a.seconds = seconds;
+  t->attention.push_back(a);
+  return true;
+}
+
+}  // namespace
+
+Status ReadProfilerTrace(const std::string& path, const std::string& text, ProfilerTrace* out) {
+  JsonValue root;
+  PLANNER_RETURN_IF_ERROR(ParseJson(path, text, &root));
+  const JsonValue* events = root.Get("traceEvents");
+  if (events == nullptr || !events->IsArray())
+    return Status::InvalidArgument(fmt::format(
+        "{}: not a PyTorch profiler trace (no traceEvents array); write one with prof.export_chrome_trace(...)", path));
+  ProfilerTrace t;
+  t.path = path;
+  const JsonValue* props = root.Get("deviceProperties");
+  if (props != nullptr && props->IsArray() && !props->items.empty() && props->items[0].Get("name") != nullptr)
+    t.device = props->items[0].Get("name")->str;
+  std::unordered_map<int64_t, double> kernel_us;  // External id -> the kernels' summed microseconds
+  bool shapes = false;
+  for (const JsonValue& e : events->items) {
+    const JsonValue* cat = e.Get("cat");
+    if (cat == nullptr || !cat->IsString()) continue;
+    if (cat->str == "kernel") {
+      ++t.kernels;
+      const JsonValue* dur = e.Get("dur");
+      const int64_t id = ExternalId(e);
+      if (dur != nullptr && dur->IsNumber() && id >= 0) kernel_us[id] += dur->number;
+    } else if (cat->str == "cpu_op") {
+      ++t.operators;
+      const JsonValue* args = e.Get("args");
+      shapes = shapes || (args != nullptr && args->Get("Input Dims") != nullptr);
+    }
+  }
+  if (t.operators == 0 || !shapes)
+    return Status::InvalidArgument(fmt::format(
+        "{}: {} without operator shapes; profile with torch.profiler.profile(record_shapes=True) (torchtitan records "
+        "them; Megatron-LM main: --pytorch-profiler-collect-shapes)",
+        path, t.operators == 0 ? "no CPU operators" : "operators"));
+  if (t.kernels == 0)
+    return Status::InvalidArgument(fmt::format(
+        "{}: no GPU kernels (a CPU-only trace); profile with activities=[ProfilerActivity.CPU, ProfilerActivity.CUDA] "
+        "on the GPU",
+        path));
+  for (const JsonValue& e : events->items) {
+    const JsonValue* cat = e.Get("cat");
+    const JsonValue* name = e.Get("name");
+    const JsonValue* args = e.Get("args");
+    if (cat == nullptr || cat->str != "cpu_op" || name == nullptr || args == nullptr) continue;
+    const OpKind* k = nullptr;
+    for (const OpKind& o : kOps)
+      if (name->str == o.name) k = &o;
+    if (k == nullptr) continue;
+    auto it = kernel_us.find(ExternalId(e));
+    if (it == kernel_us.end() || it->second <= 0) continue;
+    Record(*k, *args, it->second * 1e-6, &t);
+  }
+  if (t.gemms.empty() && t.attention.empty())
+    return Status::InvalidArgument(fmt::format(
+        "{}: {} kernels, but none launched by a GEMM (aten::mm, addmm, bmm, _scaled_mm) or attention operator "
+        "(aten::_scaled_dot_product_*_attention) with its shapes; profile the training steps themselves",
+        path, t.kernels));
+  *out = std::move(t);
+  return Status::OK();
+}
+
+namespace {
+
+double Wave(const KernelTable& t, double m, double n) {
+  const GemmEfficiency unit{1.0, 0.0};
+  return t.GemmFraction(unit, m, n, 1e30);  // the wave fill alone (K factor 1)
+}
+
+// Fits {ceiling, k_half} of one precision to measured fractions.
+GemmEfficiency FitGemm(const KernelTable& t, const std::vector<TraceGemm>& g, double peak, double k_half_published,
+                       bool* fitted_k_half) {
+  std::set<double> ks;
+  for (const TraceGemm& x : g) ks.insert(x.k);
+  *fitted_k_half = ks.size() >= 3;
+  std::vector<double> candidates;
+  if (*fitted_k_half) {
+    for (double kh = 0; kh <= 8192; kh = kh < 16 ? kh + 16 : kh * 1.02) candidates.push_back(kh);
+  } else {
+    candidates.push_back(k_half_published);
+  }
+  GemmEfficiency best{0, 0};
+  double best_sse = INFINITY;
+  for (double kh : candidates) {
+    double sum = 0;
+    for (const TraceGemm& x : g) {
+      const double frac = 2 * x.m * x.n * x.k / x.seconds / (peak * 1e12);
+      sum += std::log(frac / (x.k / (x.k + kh) * Wave(t, x.m, x.n)));
+    }
+    const double c = std::exp(sum / static_cast<double>(g.size()));
+    double sse = 0;
+    for (const TraceGemm& x : g) {
+      const double frac = 2 * x.m * x.n * x.k / x.seconds / (peak * 1e12);
+      const double r = std::log(frac / (c * x.k / (x.k + kh) * Wave(t, x.m, x.n)));
+      sse += r * r;
+    }
+    if (sse < best_sse) best_sse = sse, best = {c, kh};
+  }
+  return best;
+}
+
+}  // namespace
+
+Status MeasuredKernelTable(const std::vector<ProfilerTrace>& traces, const KernelTable& published,
+                           const std::map<std::string, double>& peak_tflops, KernelTable* out,
+                           std::vector<std::string>* notes) {
+  KernelTable t = published;
+  t.name = published.name + "-measured";
+  std::map<std::string, std::vector<TraceGemm>> by_dtype;
+  std::map<std::tuple<std::string, std::string, bool, double>, std::vector<TraceAttention>> by_curve;
+  for (const ProfilerTrace& tr : traces) {
+    for (const TraceGemm& g : tr.gemms) by_dtype[g.dtype].push_back(g);
+    for (const TraceAttention& a : tr.attention) by_curve[{a.kernel, a.pass, a.causal, a.head_dim}].push_back(a);
+  }
+  for (const auto& [dtype, g] : by_dtype) {
+    auto peak = peak_tflops.find(dtype);
+    if (peak == peak_tflops.end() || dtype == "fp32") {
+      notes->push_back(
+          fmt::format("{} {} GEMM(s) measured, no {} entry to fit (no peak or an fp32 GEMM)", g.size(), dtype, dtype));
+      continue;
+    }
+    auto old = t.gemm.find(dtype);
+    const double k_half = old != t.gemm.end() ? old->second.k_half : 256;
+    bool fitted_k_half = false;
+    const GemmEfficiency e = FitGemm(t, g, peak->second, k_half, &fitted_k_half);
+    if (!(e.ceiling > 0) || e.ceiling > 1)
+      return Status::InvalidArgument(fmt::format(
+          "{}: the trace's {} GEMMs run at {:.2f} of the cluster's {} peak {} TFLOP/s once waves and K are divided out "
+          "(above 1 is faster than the GPU): the cluster's peak or the trace's GPU is wrong; give the plan of a run on "
+          "this GPU",
+          traces.front().path, dtype, e.ceiling, dtype, peak->second));
+    notes->push_back(
+        fmt::format("gemm {}: measured from {} GEMM(s): ceiling {:.3f} (published {:.3f}), k_half {:.0f} ({})", dtype,
+                    g.size(), e.ceiling, old != t.gemm.end() ? old->second.ceiling : 0.0, e.k_half,
+                    fitted_k_half ? "fitted" : "kept: fewer than 3 distinct K"));
+    t.gemm[dtype] = e;
+  }
+  for (const auto& [key, list] : by_curve) {
+    const auto& [kernel, pass, causal, head_dim] = key;
+    if (kernel == "cpu" || kernel == "efficient") {
+      notes->push_back(fmt::format("attention {} {}: {} call(s) not tabled (no engine runs it on a GPU)", kernel, pass,
+                                   list.size()));
+      continue;
+    }
+    double log_ratio = 0, log_rate = 0;
+    bool published_curve = true;
+    for (const TraceAttention& a : list) {
+      const double measured = a.Flops() / a.seconds / 1e12;
+      const double pub = published.AttentionTflops(kernel, pass, causal, head_dim, a.seq);
+      published_curve = published_curve && pub > 0;
+      log_ratio += pub > 0 ? std::log(measured / pub) : 0;
+      log_rate += std::log(measured);
+    }
+    const double n = static_cast<double>(list.size());
+    AttentionCurve c;
+    c.kernel = kernel;
+    c.pass = pass;
+    c.causal = causal;
+    c.head_dim = static_cast<int64_t>(head_dim);
+    for (double s : t.attention_seq)
+      c.tflops.push_back(published_curve
+                             ? published.AttentionTflops(kernel, pass, causal, head_dim, s) * std::exp(log_ratio / n)
+                             : std::exp(log_rate / n));
+    t.curves.erase(std::remove_if(t.curves.begin(), t.curves.end(),
+                                  [&](const AttentionCurve& x) {
+                                    return x.kernel == kernel && x.pass == pass && x.causal == causal &&
+                                           x.head_dim == c.head_dim;
+                                  }),
+                   t.curves.end());
+    t.curves.push_back(c);
+    notes->push_back(fmt::format(
+        "attention {} {} {} d={:.0f}: {} call(s), {}", kernel, pass, causal ? "causal" : "non-causal", head_dim,
+        list.size(),
+        published_curve ? fmt::format("the published curve x{:.3f}", std::exp(log_ratio / n))
+                        : fmt::format("flat at {:.0f} TFLOP/s (no published curve)", std::exp(log_rate / n))));
+  }
+  *out = std::move(t);
+  return Status::OK();
+}
+
+std::string KernelTableToYaml(const KernelTable& t, const std::string& header_comment) {
+  std::string o = header_comment;
+  o += fmt::format("format_version: 1\nname: {}\ngpus: [", t.name);
+  for (size_t i = 0; i < t.gpus.size(); ++i) o += (i ? ", " : "") + t.gpus[i];
+  o += fmt::format("]\nsms: {}\nmemory_efficiency: {:.6g}\ngemm:\n  tiles: [", t.sms, t.memory_efficiency);
+  for (size_t i = 0; i < t.tiles.size(); ++i)
+    o += fmt::format("{}[{}, {}]", i ? ", " : "", t.tiles[i].first, t.tiles[i].second);
+  o += "]\n";
+  for (const auto& [p, g] : t.gemm)
+    o += fmt::format("  {}: {{ceiling: {:.6g}, k_half: {:.6g}}}\n", p, g.ceiling, g.k_half);
+  if (!t.fp8_recipes.empty()) {
+    o += "fp8_recipes:\n";
+    for (const auto& [name, r] : t.fp8_recipes)
+      o += fmt::format("  {}: {{gemm: {:.6g}, amax_passes: {}}}\n", name, r.gemm, r.amax_passes);
+  }
+  o += "attention:\n  seq: [";
+  for (size_t i = 0; i < t.attention_seq.size(); ++i) o += fmt::format("{}{:.0f}", i ? ", " : "", t.attention_seq[i]);
+  o += "]\n  curves:\n";
+  for (const AttentionCurve& c : t.curves) {
+    o += fmt::format("    - {{kernel: {}, pass: {}, causal: {}, head_dim: {}, tflops: [", c.kernel, c.pass,
+                     c.causal ? "true" : "false", c.head_dim);
+    for (size_t i = 0; i < c.tflops.size(); ++i) o += fmt::format("{}{:.6g}", i ? ", " : "", c.tflops[i]);
+    o += "]}\n";
+  }
+  return o;
+}
+
+}  // namespace planner

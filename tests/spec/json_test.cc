@@ -1,0 +1,45 @@
+// The JSON reader planner calibrate reads profiler traces with (spec/json.h): values, escapes, and errors
+// with their line and column.
+#include <string>
+
+#include "spec/json.h"
+#include "tests/test_util.h"
+
+namespace planner {
+namespace {
+
+TEST_CASE("JSON values, escapes and member lookup") {
+  JsonValue v;
+  REQUIRE_OK(ParseJson("t.json",
+                       R"({"a": [1, -2.5e3, true, false, null], "s": "x\"\\\n\u00e9", "o": {"k": {}}, "a": 0})", &v));
+  REQUIRE(v.IsObject());
+  const JsonValue* a = v.Get("a");  // the first of a repeated key
+  REQUIRE(a != nullptr);
+  REQUIRE(a->IsArray());
+  CHECK(a->items.size() == 5);
+  CHECK(a->items[1].number == -2500);
+  CHECK(a->items[2].boolean);
+  CHECK_FALSE(a->items[3].boolean);
+  CHECK(a->items[4].kind == JsonValue::Kind::kNull);
+  CHECK(v.Get("s")->str == "x\"\\\n\xc3\xa9");
+  CHECK(v.Get("o")->Get("k")->IsObject());
+  CHECK(v.Get("missing") == nullptr);
+}
+
+std::string Error(const std::string& text) {
+  JsonValue v;
+  const Status s = ParseJson("t.json", text, &v);
+  CHECK(s.code() == StatusCode::kInvalidArgument);
+  return s.message();
+}
+
+TEST_CASE("JSON errors name the line and column") {
+  CHECK(Error("{\"a\": [1, 2,\n") == "t.json:2:1: JSON syntax error: unexpected end of file (truncated?)");
+  CHECK(Error("{\"a\" 1}") == "t.json:1:6: JSON syntax error: expected ':' after a key");
+  CHECK(Error("[1] x") == "t.json:1:5: JSON syntax error: text after the JSON value");
+  CHECK(Error("\"abc") == "t.json:1:5: JSON syntax error: a string without its closing quote (truncated?)");
+  CHECK(Error(std::string(70, '[') + std::string(70, ']')).find("nested deeper than 64 levels") != std::string::npos);
+}
+
+}  // namespace
+}  // namespace planner
