@@ -456,7 +456,15 @@ Runner RegisterCalibrate(CLI::App& app) {
       c.kernels = fs::path(kernels_path).filename().string();
       LogNote("wrote " + kernels_path);
     }
-    if (!runs.empty()) PLANNER_RETURN_IF_ERROR(Calibrate(runs, &c));
+    if (!runs.empty()) {
+      const Calibration traced = c;
+      PLANNER_RETURN_IF_ERROR(Calibrate(runs, &c));
+      if (!traces.empty() && (traced.engine != c.engine || traced.gpu != c.gpu || traced.precision != c.precision))
+        return Status::InvalidArgument(fmt::format(
+            "{}: the traces' plan is engine {} on {} in {}, the logs' engine {} on {} in {}: a calibration is for one "
+            "engine, GPU and precision; calibrate each apart",
+            trace_plan, traced.engine, traced.gpu, traced.precision, c.engine, c.gpu, c.precision));
+    }
     PLANNER_RETURN_IF_ERROR(WriteFileAtomic(a->output, CalibrationToYaml(c)));
     std::fputs(RenderCalibration(c).c_str(), stdout);
     std::fflush(stdout);

@@ -260,6 +260,11 @@ Status ParseRunLog(const std::string& path, const std::string& text, RunLog* out
   } else if (text.find(kMegatronElapsed) != std::string::npos || text.find("consumed samples:") != std::string::npos) {
     log.format = "megatron-lm";
     s = ParseMegatron(path, text, &log);
+  } else if (text.find("wps:") != std::string::npos && text.find("step:") != std::string::npos) {
+    return Status::InvalidArgument(fmt::format(
+        "{}: a torchtitan log of a release before 0.2 ('wps:' words per second); calibrate reads the 'tps:' lines of "
+        "torchtitan 0.2.2 and 0.3.0: run the job with one of those (docs/exports.md)",
+        path));
   } else if (text.find("tps:") != std::string::npos && text.find("step:") != std::string::npos) {
     log.format = "torchtitan";
     s = ParseTorchtitan(path, text, &log);
