@@ -688,8 +688,10 @@ void KernelRates(const CostSource& src, const ModelSpec& m, const CostOptions& o
   q->attention_kernel = AttentionKernel(kt, e);
   q->gemm_model = kt.Gemm(m.dtype);
   q->gemm_high = kt.Gemm(DType::kBf16);
-  q->peak_model = c.PeakFlops(m.dtype) * e.sustained_gemm;
-  q->peak_high = c.PeakFlops(DType::kBf16) * e.sustained_gemm;
+  // A power cap lowers the SM clock (compute-bound kernels), not the memory clock (docs/cost_model.md "Power caps").
+  const double clock = kt.ClockUnderCap(c.power_cap_W);
+  q->peak_model = c.PeakFlops(m.dtype) * e.sustained_gemm * clock;
+  q->peak_high = c.PeakFlops(DType::kBf16) * e.sustained_gemm * clock;
   if (m.dtype == DType::kFp8) {
     auto it = kt.fp8_recipes.find(e.fp8_recipe);
     const Fp8Recipe recipe = it == kt.fp8_recipes.end() ? Fp8Recipe{} : it->second;
@@ -708,7 +710,7 @@ void KernelRates(const CostSource& src, const ModelSpec& m, const CostOptions& o
   q->peak_other = q->peak_high * q->gemm_high->ceiling;
   q->hbm_raw = c.hbm_bandwidth_GBps * 1e9 * kt.memory_efficiency * e.sustained_memory;
   q->hbm = q->hbm_raw / e.elementwise_traffic;
-  q->attention_share = e.sustained_attention;
+  q->attention_share = e.sustained_attention * clock;
   q->tp_hidden = o.tp_comm_overlap ? e.tp_comm_overlap_hidden : 0;
   q->slowdown = o.compute_slowdown;
 }

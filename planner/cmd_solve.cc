@@ -530,6 +530,19 @@ Status LoadSolveInputs(const SolveArgs& a, SolveInputs* in) {
   }
   PLANNER_RETURN_IF_ERROR(CheckClusterPeak(a, *in));
   PLANNER_RETURN_IF_ERROR(ApplyCalibrations(a, in));
+  if (in->kernel_level && a.profile.empty() && cluster.power_cap_W > 0) {
+    const KernelTable& k = in->kernels;
+    in->notes.push_back(
+        k.power_watts.empty()
+            ? fmt::format("power cap {} W ({}) not modelled: kernel table {} has no power_clock (a measured table runs "
+                          "at the power its trace ran at)",
+                          cluster.power_cap_W, in->cluster_path, k.name)
+            : fmt::format("power cap {} W ({}): GEMMs and attention at {:.3f} of the {} W clock (kernel table {} "
+                          "power_clock; assumption: the SM clock scales compute-bound kernels, the memory clock is "
+                          "kept; docs/cost_model.md \"Power caps\")",
+                          cluster.power_cap_W, in->cluster_path, k.ClockUnderCap(cluster.power_cap_W),
+                          k.power_watts.back(), k.name));
+  }
   if (!a.comm_profile.empty()) {
     Profile comm;
     PLANNER_RETURN_IF_ERROR(LoadProfile(a.comm_profile, &comm));

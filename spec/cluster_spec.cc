@@ -151,8 +151,9 @@ Status ParseClusterSpecUnguarded(const std::string& path, const std::string& tex
   if (!root["gpu"].IsDefined())
     return r.FieldError(root, "gpu", "missing required field; add 'gpu:' with name, peak_tflops, memory_GiB");
   const YAML::Node& g = root["gpu"];
-  PLANNER_RETURN_IF_ERROR(
-      r.CheckKeys(g, "gpu", {"name", "peak_tflops", "memory_GiB", "usable_memory_GiB", "hbm_bandwidth_GBps"}));
+  PLANNER_RETURN_IF_ERROR(r.CheckKeys(
+      g, "gpu", {"name", "peak_tflops", "memory_GiB", "usable_memory_GiB", "hbm_bandwidth_GBps", "power_cap_W"}));
+  PLANNER_RETURN_IF_ERROR(r.GetDouble(g, "power_cap_W", "gpu.power_cap_W", &c.power_cap_W, false, 0.0, true));
   PLANNER_RETURN_IF_ERROR(r.GetString(g, "name", "gpu.name", &c.gpu_name, true));
   PLANNER_RETURN_IF_ERROR(r.GetDouble(g, "memory_GiB", "gpu.memory_GiB", &c.memory_GiB, true, 0.0, true));
   c.usable_memory_GiB = c.memory_GiB;

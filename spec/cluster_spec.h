@@ -65,6 +65,7 @@ struct ClusterSpec {
   double memory_GiB = 0;
   double usable_memory_GiB = 0;
   double hbm_bandwidth_GBps = 0;
+  double power_cap_W = 0;   // gpu.power_cap_W: the GPUs' power limit below their TDP (nvidia-smi -pl); 0: none
   double efficiency = 0.5;  // sustained fraction of peak for matrix FLOPs (analytic costs), every precision
   std::map<std::string, double>
       efficiency_by_dtype;      // `efficiency: {bf16: x, fp8: y}`: per precision, else `efficiency`

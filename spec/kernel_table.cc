@@ -113,12 +113,41 @@ Status ParseAttention(const YamlReader& r, const YAML::Node& a, KernelTable* t) 
   return Status::OK();
 }
 
+// `power_clock: {watts: [500, 600, 700], clock: [0.879, 0.959, 1.0]}`: increasing watts, clock fractions in
+// (0, 1], the last 1 (the TDP's clock).
+Status ParsePowerClock(const YamlReader& r, const YAML::Node& p, KernelTable* t) {
+  if (!p.IsDefined()) return Status::OK();
+  PLANNER_RETURN_IF_ERROR(r.CheckKeys(p, "power_clock", {"watts", "clock"}));
+  for (auto [key, out] : {std::pair{"watts", &t->power_watts}, {"clock", &t->power_clock}}) {
+    const std::string f = std::string("power_clock.") + key;
+    if (!p[key].IsDefined()) return r.FieldError(p, f, "missing required field");
+    PLANNER_RETURN_IF_ERROR(r.RequireSequence(p[key], f));
+    for (const auto& v : p[key]) {
+      double x = 0;
+      PLANNER_RETURN_IF_ERROR(r.AsDouble(v, f, &x, 0.0, true));
+      out->push_back(x);
+    }
+  }
+  const auto& w = t->power_watts;
+  const auto& c = t->power_clock;
+  if (w.empty() || w.size() != c.size())
+    return r.FieldError(p, "power_clock", "watts and clock need the same number of points, at least one");
+  for (size_t i = 0; i < w.size(); ++i) {
+    if (i > 0 && !(w[i] > w[i - 1])) return r.FieldError(p["watts"], "power_clock.watts", "must increase");
+    if (c[i] > 1) return r.FieldError(p["clock"], "power_clock.clock", "fractions of the TDP's clock: at most 1");
+  }
+  if (c.back() != 1)
+    return r.FieldError(p["clock"], "power_clock.clock", "the last point is the TDP: its clock fraction is 1");
+  return Status::OK();
+}
+
 Status ParseUnguarded(const std::string& path, const std::string& text, KernelTable* out) {
   YAML::Node root;
   PLANNER_RETURN_IF_ERROR(ParseYamlText(path, text, &root));
   YamlReader r(path);
-  PLANNER_RETURN_IF_ERROR(r.CheckKeys(
-      root, "", {"format_version", "name", "gpus", "sms", "memory_efficiency", "gemm", "fp8_recipes", "attention"}));
+  PLANNER_RETURN_IF_ERROR(r.CheckKeys(root, "",
+                                      {"format_version", "name", "gpus", "sms", "memory_efficiency", "gemm",
+                                       "fp8_recipes", "attention", "power_clock"}));
   KernelTable t;
   t.path = path;
   PLANNER_RETURN_IF_ERROR(r.CheckFormatVersion(root, false));
@@ -137,6 +166,7 @@ Status ParseUnguarded(const std::string& path, const std::string& text, KernelTa
   PLANNER_RETURN_IF_ERROR(ParseGemm(r, root["gemm"], &t));
   PLANNER_RETURN_IF_ERROR(ParseRecipes(r, root["fp8_recipes"], &t));
   if (root["attention"].IsDefined()) PLANNER_RETURN_IF_ERROR(ParseAttention(r, root["attention"], &t));
+  PLANNER_RETURN_IF_ERROR(ParsePowerClock(r, root["power_clock"], &t));
   *out = std::move(t);
   return Status::OK();
 }
@@ -160,6 +190,17 @@ double KernelTable::GemmFraction(const GemmEfficiency& g, double m, double n, do
   }
   if (tiles.empty()) fill = 1;
   return g.ceiling * k / (k + g.k_half) * fill;
+}
+
+double KernelTable::ClockUnderCap(double cap) const {
+  if (!(cap > 0) || power_watts.empty() || cap >= power_watts.back()) return 1;
+  if (cap <= power_watts.front()) return power_clock.front();
+  for (size_t i = 1; i < power_watts.size(); ++i) {
+    if (cap > power_watts[i]) continue;
+    const double f = (cap - power_watts[i - 1]) / (power_watts[i] - power_watts[i - 1]);
+    return power_clock[i - 1] + f * (power_clock[i] - power_clock[i - 1]);
+  }
+  return 1;
 }
 
 bool KernelTable::HasKernel(const std::string& kernel) const {

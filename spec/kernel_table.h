@@ -44,12 +44,19 @@ struct KernelTable {
   std::map<std::string, Fp8Recipe> fp8_recipes;
   std::vector<double> attention_seq;
   std::vector<AttentionCurve> curves;
+  // The GPU's SM clock under a power cap (file key `power_clock`, docs/cost_model.md section 2, "Power caps"):
+  // at `power_watts` (increasing, the last the TDP), the sustained clock as a fraction of the clock at the TDP.
+  // Empty: not published for this table's GPUs (a cap is then not modelled, and solve says so).
+  std::vector<double> power_watts, power_clock;
 
   // The precision's GEMM figures; nullptr when the table has none (fp16 and bf16 stand in for each other).
   const GemmEfficiency* Gemm(DType dtype) const;
   // Fraction of peak one GEMM of M x K by K x N sustains: ceiling x K / (K + k_half) x the best
   // tile's wave fill, fill = tiles / (ceil(tiles / sms) sms), tiles = ceil(M / tm) ceil(N / tn).
   double GemmFraction(const GemmEfficiency& g, double m, double n, double k) const;
+  // The compute clock's fraction under a power cap of `cap_watts`: 1 at or above the TDP (the last point) or with no
+  // cap (0); linear between the points; below the first point, the first point's (the curve is not extended).
+  double ClockUnderCap(double cap_watts) const;
   // Whether the table has a curve of `kernel`.
   bool HasKernel(const std::string& kernel) const;
   // TFLOP/s of `kernel`'s attention (FlashAttention's FLOP count: 4 s^2 a d, halved causal, backward

@@ -7,6 +7,7 @@
 #include <unordered_map>
 
 #include <fmt/format.h>
+#include <fmt/ranges.h>
 
 #include "spec/json.h"
 
@@ -227,6 +228,9 @@ Status MeasuredKernelTable(const std::vector<ProfilerTrace>& traces, const Kerne
                            std::vector<std::string>* notes) {
   KernelTable t = published;
   t.name = published.name + "-measured";
+  // The trace ran at its GPUs' power: its rates already carry any cap, which must not be applied again.
+  t.power_watts.clear();
+  t.power_clock.clear();
   std::map<std::string, std::vector<TraceGemm>> by_dtype;
   std::map<std::tuple<std::string, std::string, bool, double>, std::vector<TraceAttention>> by_curve;
   for (const ProfilerTrace& tr : traces) {
@@ -303,7 +307,11 @@ std::string KernelTableToYaml(const KernelTable& t, const std::string& header_co
   std::string o = header_comment;
   o += fmt::format("format_version: 1\nname: {}\ngpus: [", t.name);
   for (size_t i = 0; i < t.gpus.size(); ++i) o += (i ? ", " : "") + t.gpus[i];
-  o += fmt::format("]\nsms: {}\nmemory_efficiency: {:.6g}\ngemm:\n  tiles: [", t.sms, t.memory_efficiency);
+  o += fmt::format("]\nsms: {}\nmemory_efficiency: {:.6g}\n", t.sms, t.memory_efficiency);
+  if (!t.power_watts.empty())
+    o += fmt::format("power_clock: {{watts: [{}], clock: [{}]}}\n", fmt::join(t.power_watts, ", "),
+                     fmt::join(t.power_clock, ", "));
+  o += "gemm:\n  tiles: [";
   for (size_t i = 0; i < t.tiles.size(); ++i)
     o += fmt::format("{}[{}, {}]", i ? ", " : "", t.tiles[i].first, t.tiles[i].second);
   o += "]\n";

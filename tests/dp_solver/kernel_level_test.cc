@@ -140,6 +140,29 @@ TEST_CASE("kernel-level block times: engines, precisions and sequence lengths or
   CHECK(s32.BlockSeconds(s32.engine) / 32768 > 1.3 * s4.BlockSeconds(s4.engine) / 4096);
 }
 
+TEST_CASE("a power cap slows GEMMs and attention by the SM clock at that cap, not memory-bound work") {
+  KernelFixture f;
+  // configs/kernels/h100.yaml power_clock: 500 W 0.879, 600 W 0.959, 700 W (the TDP) 1.
+  CHECK(f.kernels.ClockUnderCap(0) == 1);
+  CHECK(f.kernels.ClockUnderCap(700) == 1);
+  CHECK(f.kernels.ClockUnderCap(800) == 1);
+  CHECK(f.kernels.ClockUnderCap(500) == doctest::Approx(0.879));
+  CHECK(f.kernels.ClockUnderCap(550) == doctest::Approx((0.879 + 0.959) / 2));
+  CHECK(f.kernels.ClockUnderCap(300) == doctest::Approx(0.879));  // not extended below the first point
+  const double full = f.BlockSeconds(f.engine);
+  f.cluster.power_cap_W = 700;
+  CHECK(f.BlockSeconds(f.engine) == full);
+  f.cluster.power_cap_W = 500;
+  const double capped = f.BlockSeconds(f.engine);
+  CHECK(capped > full * 1.05);
+  CHECK(capped < full / 0.879);  // the memory-bound part keeps its speed
+  // With the memory-bound work made free, the block slows by exactly the clock.
+  f.cluster.hbm_bandwidth_GBps = 1e15;
+  const double compute_capped = f.BlockSeconds(f.engine);
+  f.cluster.power_cap_W = 0;
+  CHECK(compute_capped / f.BlockSeconds(f.engine) == doctest::Approx(1 / 0.879).epsilon(1e-6));
+}
+
 TEST_CASE("FP8 weights cast per microbatch where the engine keeps no FP8 copy: its GEMMs' k x n x the cast bytes") {
   const KernelFixture f(8192, DType::kFp8);
   EngineSpec casting = Engine("torchtitan"), cached = casting;
