@@ -58,7 +58,7 @@ test-sanitize: deps
 	[ -f $(SAN_BUILD)/build.ninja ] || meson setup $(SAN_BUILD) -Dcuda=disabled -Dbench=false -Db_sanitize=address,undefined -Dbuildtype=debugoptimized
 	ninja -C $(SAN_BUILD)
 	PLANNER_CORPUS_LIMIT_S=120 LSAN_OPTIONS=suppressions=$(CURDIR)/tests/lsan.supp:print_suppressions=0 UBSAN_OPTIONS=halt_on_error=1:abort_on_error=1:print_stacktrace=1:print_summary=1 \
-	  meson test -C $(SAN_BUILD) --print-errorlogs --timeout-multiplier 4 --suite unit --suite training --suite badinput
+	  meson test -C $(SAN_BUILD) --print-errorlogs --timeout-multiplier 4 --suite unit --suite training --suite badinput --suite mpi_leaks
 
 bench: build
 	bash bench/run_solver_bench.sh
