@@ -1,7 +1,7 @@
 # Thin wrapper over Meson (HACKING.md). Installs missing Debian packages first.
 BUILD ?= build
 PLANNER := $(BUILD)/planner/planner
-DEPS := meson ninja-build pkg-config g++ libcli11-dev libyaml-cpp-dev libfmt-dev libeigen3-dev doctest-dev cmake libopenmpi-dev openmpi-bin python3 python3-venv python3-pyflakes clang-format slurm-wlm munge
+DEPS := meson ninja-build pkg-config g++ libcli11-dev libyaml-cpp-dev libfmt-dev libeigen3-dev doctest-dev cmake libopenmpi-dev openmpi-bin python3 python3-venv python3-pyflakes python3-yaml clang-format slurm-wlm munge chromium
 MESON_FLAGS ?=
 
 .PHONY: all deps build demo test test-sanitize bench clean exports-venv
@@ -33,8 +33,9 @@ demo: build
 	OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1 bash launch/run.sh --run-id demo
 	$(PLANNER) inspect launch/runs/demo
 	$(PLANNER) solve --gpus 1024 --model configs/models/gpt3-175b.yaml --cluster configs/clusters/dgx-a100.yaml -o gpt3-175b.plan.yaml
-	$(PLANNER) inspect gpt3-175b.plan.yaml --svg gpt3-175b.timeline.svg
-	$(PLANNER) solve --gpus 1024,2048,4096,8192 --model configs/models/llama3-70b.yaml --cluster configs/clusters/dgx-h100.yaml --train-tokens 15T
+	$(PLANNER) inspect gpt3-175b.plan.yaml --svg gpt3-175b.timeline.svg --html gpt3-175b.html
+	$(PLANNER) solve --gpus 1024,2048,4096,8192 --model configs/models/llama3-70b.yaml --cluster configs/clusters/dgx-h100.yaml --train-tokens 15T --html llama3-70b.html
+	@echo "demo: HTML reports in $(CURDIR)/gpt3-175b.html and $(CURDIR)/llama3-70b.html (one file each; open in a browser)"
 
 # The engines the export tests run for real (torch, megatron-core, deepspeed, torchtitan from
 # PyPI, pinned in tests/exports/requirements.txt; reused while the pins are unchanged).

@@ -15,6 +15,7 @@
 
 #include "common/log.h"
 #include "planner/commands.h"
+#include "planner/html_report.h"
 #include "spec/calibration.h"
 #include "planner/output_guard.h"
 #include "planner/render.h"
@@ -222,7 +223,7 @@ bool IsCalibrationFile(const std::string& path) {
 Runner RegisterInspect(CLI::App& app) {
   auto* cmd = app.add_subcommand("inspect", "show a plan: configuration, per-stage table, memory, predicted timeline");
   struct Args {
-    std::string plan, svg;
+    std::string plan, svg, html;
     int width = 100;
     int64_t rank = -1;
     bool force = false;  // --svg may replace a file the planner did not write
@@ -237,12 +238,17 @@ Runner RegisterInspect(CLI::App& app) {
                   "with a launch.yaml (or launch directory): print this rank's program, one action a line")
       ->check(CLI::NonNegativeNumber);
   cmd->add_option("--svg", args->svg, "also write the timeline as an SVG file");
+  cmd->add_option("--html", args->html,
+                  "with a plan: also write one self-contained HTML page (configuration, memory per stage, timeline, "
+                  "communication, runners-up)");
   cmd->add_option("--width", args->width, "columns of the text timeline")->check(CLI::Range(20, 1000));
   cmd->add_flag("--force", args->force, "let --svg replace a file the planner did not write");
   return [args]() -> Status {
     namespace fs = std::filesystem;
     if (!args->svg.empty())
       PLANNER_RETURN_IF_ERROR(CheckReplaceable("--svg", args->svg, OutputKind::kSvg, args->force));
+    if (!args->html.empty())
+      PLANNER_RETURN_IF_ERROR(CheckReplaceable("--html", args->html, OutputKind::kHtml, args->force));
     std::error_code ec;  // a path that cannot be examined is no run directory; LoadPlan names why it cannot be read
     if (args->rank >= 0 || fs::path(args->plan).filename() == "launch.yaml" ||
         fs::exists(fs::path(args->plan) / "launch.yaml", ec)) {
@@ -273,6 +279,12 @@ Runner RegisterInspect(CLI::App& app) {
     PLANNER_RETURN_IF_ERROR(RenderTimelineText(p, args->width, &timeline));
     text += "\n" + timeline;
     std::fwrite(text.data(), 1, text.size(), stdout);
+    if (!args->html.empty()) {
+      std::string page;
+      PLANNER_RETURN_IF_ERROR(RenderPlanHtml(p, "planner inspect " + args->plan, &page));
+      PLANNER_RETURN_IF_ERROR(WriteFileAtomic(args->html, page));
+      LogNote("wrote " + args->html);
+    }
     if (!args->svg.empty()) {
       std::string svg;
       PLANNER_RETURN_IF_ERROR(RenderTimelineSvg(p, &svg));

@@ -12,6 +12,7 @@
 #include "dp_solver/pipedream_plan.h"
 #include "dp_solver/search.h"
 #include "planner/commands.h"
+#include "planner/html_report.h"
 #include "planner/output_guard.h"
 #include "planner/predict_plan.h"
 #include "planner/render.h"
@@ -835,7 +836,10 @@ Runner RegisterSolve(CLI::App& app) {
                 "--schedule pipedream or --mode pipedream)");
   cmd->add_option("--activation-compression-ratio", a->acr,
                   "pipedream mode: count activation transfers divided by this (0: ignore them; default 1)");
-  cmd->add_flag("--force", a->force, "let -o replace a file the planner did not write");
+  cmd->add_option("--html", a->html,
+                  "also write one self-contained HTML page: the plan (configuration, memory per stage, timeline, "
+                  "communication, runners-up), with a --gpus list the scaling table and every size's plan");
+  cmd->add_flag("--force", a->force, "let -o / --html replace a file the planner did not write");
   return [a, memory_opt]() -> Status {
     PLANNER_RETURN_IF_ERROR(ValidateSolveArgs(a.get(), memory_opt->count() > 0));
     if (!a->output.empty()) {  // before any work: a user's file at an output path is kept (exit 2)
@@ -843,6 +847,7 @@ Runner RegisterSolve(CLI::App& app) {
         PLANNER_RETURN_IF_ERROR(CheckReplaceable("-o", OutputPathForSize(a->output, n, a->gpu_list.size() > 1),
                                                  OutputKind::kPlan, a->force));
     }
+    if (!a->html.empty()) PLANNER_RETURN_IF_ERROR(CheckReplaceable("--html", a->html, OutputKind::kHtml, a->force));
     SolveInputs in;
     PLANNER_RETURN_IF_ERROR(LoadSolveInputs(*a, &in));
     const bool several = a->gpu_list.size() > 1;
@@ -868,6 +873,18 @@ Runner RegisterSolve(CLI::App& app) {
         PLANNER_RETURN_IF_ERROR(WriteFileAtomic(path, PlanToYaml(r.plan)));
         LogNote("wrote " + path);
       }
+    }
+    if (!a->html.empty()) {  // one page: the plan, or with a --gpus list the scaling table and every size's plan
+      std::vector<Plan> plans;
+      for (const auto& r : rows)
+        if (r.error.empty()) plans.push_back(r.plan);
+      std::string page;
+      const std::string title = fmt::format("planner solve: {} on --gpus {} x {}", plans.front().model_name,
+                                            a->gpus_text, plans.front().cluster_name);
+      PLANNER_RETURN_IF_ERROR(several ? RenderPlansHtml(plans, title, &page)
+                                      : RenderPlanHtml(plans.front(), title, &page));
+      PLANNER_RETURN_IF_ERROR(WriteFileAtomic(a->html, page));
+      LogNote("wrote " + a->html);
     }
     std::string text;
     if (a->json) {

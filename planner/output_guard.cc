@@ -6,6 +6,7 @@
 #include <fmt/format.h>
 
 #include "common/units.h"
+#include "planner/html_report.h"
 #include "spec/calibration.h"
 
 namespace planner {
@@ -20,6 +21,7 @@ const char* KindName(OutputKind k) {
     case OutputKind::kSvg: return "timeline";
     case OutputKind::kCalibration: return "calibration";
     case OutputKind::kKernelTable: return "measured kernel table";
+    case OutputKind::kHtml: return "HTML report";
   }
   return "file";
 }
@@ -45,6 +47,7 @@ bool Written(OutputKind kind, const std::string& head) {
              head.rfind("format_version: 1\nmodel: ", 0) == 0;  // import pipedream writes a profile
     case OutputKind::kCalibration: return first == kCalibrationHeader;
     case OutputKind::kKernelTable: return first == kMeasuredKernelsHeader;
+    case OutputKind::kHtml: return head.rfind(kHtmlHeader, 0) == 0;
     case OutputKind::kSvg:
       return first.rfind("<svg xmlns=\"http://www.w3.org/2000/svg\" width=\"", 0) == 0 &&
              first.find("font-family=\"monospace\"") != std::string::npos;

@@ -10,7 +10,7 @@
 
 namespace planner {
 
-enum class OutputKind { kPlan, kProfile, kImportedModel, kSvg, kCalibration, kKernelTable };
+enum class OutputKind { kPlan, kProfile, kImportedModel, kSvg, kCalibration, kKernelTable, kHtml };
 
 // OK when `path` does not exist, or holds what the planner writes as `kind`, or `force`; else
 // InvalidArgument "FLAG PATH: exists and is not a ... the planner wrote; ...". A directory or another

@@ -26,8 +26,8 @@ struct SolveArgs {
   int64_t gpus = 0;       // the size being solved (one of gpu_list)
   std::string gpus_text;  // --gpus as given: "1024" or "1024,2048,4096"
   std::vector<int64_t> gpu_list;
-  std::string model, profile, cluster, mode_text = "auto", output, comm_profile;  // mode_text: --mode as given
-  PlanMode mode = PlanMode::kAuto;                                                // --mode, parsed by ValidateSolveArgs
+  std::string model, profile, cluster, mode_text = "auto", output, comm_profile, html;  // mode_text: --mode as given
+  PlanMode mode = PlanMode::kAuto;  // --mode, parsed by ValidateSolveArgs
   bool json = false;
   int top = 5;
   int threads = 1;  // --threads: the search's worker threads (same plan at every count)

@@ -790,6 +790,7 @@ Status ReadRunnersUp(const YamlReader& r, const YAML::Node& root, Plan* p) {
     PLANNER_RETURN_IF_ERROR(r.RequireSequence(notes, "notes"));
     for (size_t i = 0; i < notes.size(); ++i) {
       if (!notes[i].IsScalar()) return r.FieldError(notes[i], fmt::format("notes[{}]", i), "must be a string");
+      p->notes.push_back(notes[i].Scalar());
     }
   }
   return Status::OK();

@@ -1,0 +1,208 @@
+#include "planner/html_report.h"
+
+#include <algorithm>
+#include <cmath>
+
+#include <fmt/format.h>
+
+#include "common/units.h"
+#include "planner/render.h"
+
+namespace planner {
+
+const char kHtmlHeader[] = "<!DOCTYPE html>\n<!-- written by planner (docs/formats.md, \"HTML reports\") -->";
+
+namespace {
+
+std::string Esc(const std::string& s) {
+  std::string o;
+  for (char c : s) {
+    switch (c) {
+      case '&': o += "&amp;"; break;
+      case '<': o += "&lt;"; break;
+      case '>': o += "&gt;"; break;
+      case '"': o += "&quot;"; break;
+      default: o += c;
+    }
+  }
+  return o;
+}
+
+// A figure of plan.yaml: its text, and the key and value a test reads back.
+std::string Fig(const std::string& field, double value, const std::string& text) {
+  return fmt::format("<span class=\"fig\" data-field=\"{}\" data-value=\"{:.10g}\">{}</span>", Esc(field), value,
+                     Esc(text));
+}
+
+// The same inside SVG text (a tspan: HTML elements are not rendered there).
+std::string FigSvg(const std::string& field, double value, const std::string& text) {
+  return fmt::format("<tspan class=\"fig\" data-field=\"{}\" data-value=\"{:.10g}\">{}</tspan>", Esc(field), value,
+                     Esc(text));
+}
+
+constexpr const char* kStyle =
+    "body{font-family:sans-serif;margin:24px;color:#222;max-width:1200px}"
+    "h1{font-size:20px}h2{font-size:16px;margin-top:28px;border-bottom:1px solid #ccc}"
+    "table{border-collapse:collapse;font-size:13px}td,th{border:1px solid #ddd;padding:3px 8px;text-align:right}"
+    "th{background:#f3f3f3}td.l,th.l{text-align:left}"
+    ".card{display:grid;grid-template-columns:max-content auto;gap:4px 16px;font-size:14px}"
+    ".card dt{color:#666}.card dd{margin:0;font-weight:600}.note{font-size:12px;color:#444}"
+    ".legend span{display:inline-block;width:12px;height:12px;margin:0 4px 0 12px;vertical-align:middle}";
+
+const char* kMemoryColors[4] = {"#4e79a7", "#f28e2b", "#59a14f", "#bab0ac"};
+const char* kMemoryNames[4] = {"weights", "gradients and optimizer state", "activations", "buffers and the rest"};
+
+std::string Card(const Plan& p) {
+  const PlanPredicted& x = p.predicted;
+  std::string o = "<section id=\"card\"><h2>Configuration</h2><dl class=\"card\">";
+  auto row = [&](const std::string& k, const std::string& v) { o += "<dt>" + Esc(k) + "</dt><dd>" + v + "</dd>"; };
+  row("model",
+      Esc(fmt::format("{} on {} x {} ({})", p.model_name, p.gpus, p.cluster_name, CostSourceKindName(p.cost_source))));
+  row("layout", Esc(p.Label("")));
+  if (!p.engine.empty()) row("engine", Esc(p.engine + (p.kernels.empty() ? "" : " x kernel table " + p.kernels)));
+  if (p.dtype) row("precision", Esc(DTypeName(*p.dtype)));
+  if (!p.calibration.empty()) row("calibrated with", Esc(p.calibration));
+  row("iteration (s)", Fig("predicted.iteration_seconds", x.iteration_s, fmt::format("{:.4f}", x.iteration_s)));
+  if (x.tokens_per_second_per_gpu > 0)
+    row("tokens/s/GPU", Fig("predicted.tokens_per_second_per_gpu", x.tokens_per_second_per_gpu,
+                            fmt::format("{:.1f}", x.tokens_per_second_per_gpu)));
+  if (x.mfu > 0) row("MFU (%)", Fig("predicted.mfu", x.mfu, fmt::format("{:.1f}", 100 * x.mfu)));
+  row("bubble (%)",
+      Fig("predicted.bubble_fraction", x.bubble_fraction, fmt::format("{:.1f}", 100 * x.bubble_fraction)));
+  row("peak memory (GiB)",
+      Fig("predicted.peak_memory_GiB", x.peak_memory_bytes / kGiB, fmt::format("{:.2f}", x.peak_memory_bytes / kGiB)));
+  if (x.band) {
+    const PlanBand& b = *x.band;
+    row("band", Fig("predicted.band.iteration_seconds_low", b.IterationLow(x.iteration_s),
+                    fmt::format("{:.4f}", b.IterationLow(x.iteration_s))) +
+                    " .. " +
+                    Fig("predicted.band.iteration_seconds_high", b.IterationHigh(x.iteration_s),
+                        fmt::format("{:.4f}", b.IterationHigh(x.iteration_s))) +
+                    Esc(fmt::format(" s ({}: {} runs, errors {:+.1f}%..{:+.1f}%)", b.basis, b.runs, 100 * b.error_low,
+                                    100 * b.error_high)));
+  }
+  return o + "</dl></section>\n";
+}
+
+// Memory per stage: weights, optimizer, activations and the rest as stacked horizontal bars (GiB), with
+// the usable memory as a red line.
+std::string MemoryBars(const Plan& p) {
+  const double usable = p.usable_memory_bytes / kGiB;
+  double most = usable;
+  for (const PlanStage& s : p.stages) most = std::max(most, s.peak_memory_bytes / kGiB);
+  if (!(most > 0)) return "";
+  const double left = 90, width = 760, bar = 18, gap = 8;
+  const double height = 40 + static_cast<double>(p.stages.size()) * (bar + gap);
+  auto x = [&](double gib) { return left + width * gib / (most * 1.05); };
+  std::string o = fmt::format(
+      "<section id=\"memory\"><h2>Memory per stage (GiB)</h2><svg xmlns=\"http://www.w3.org/2000/svg\" "
+      "width=\"{:.0f}\" height=\"{:.0f}\" font-family=\"sans-serif\" font-size=\"11\">",
+      left + width + 60, height);
+  for (size_t i = 0; i < p.stages.size(); ++i) {
+    const PlanStage& s = p.stages[i];
+    const double y = 10 + static_cast<double>(i) * (bar + gap);
+    const double rest = std::max(0.0, s.peak_memory_bytes - s.weights_bytes - s.optimizer_bytes - s.activations_bytes);
+    const double parts[4] = {s.weights_bytes / kGiB, s.optimizer_bytes / kGiB, s.activations_bytes / kGiB, rest / kGiB};
+    o += fmt::format("<text x=\"{:.0f}\" y=\"{:.0f}\" text-anchor=\"end\">stage {} c{}</text>", left - 6, y + bar - 5,
+                     i, s.chunk);
+    double at = 0;
+    for (int k = 0; k < 4; ++k) {
+      if (parts[k] <= 0) continue;
+      o += fmt::format(
+          "<rect class=\"mem\" data-stage=\"{}\" data-part=\"{}\" x=\"{:.2f}\" y=\"{:.0f}\" width=\"{:.2f}\" "
+          "height=\"{:.0f}\" fill=\"{}\"><title>{}: {:.2f} GiB</title></rect>",
+          i, kMemoryNames[k], x(at), y, x(at + parts[k]) - x(at), bar, kMemoryColors[k], kMemoryNames[k], parts[k]);
+      at += parts[k];
+    }
+    o += fmt::format("<text x=\"{:.2f}\" y=\"{:.0f}\">{}</text>", x(at) + 4, y + bar - 5,
+                     FigSvg(fmt::format("stages[{}].peak_memory_GiB", i), s.peak_memory_bytes / kGiB,
+                            fmt::format("{:.2f}", s.peak_memory_bytes / kGiB)));
+  }
+  if (usable > 0)
+    o += fmt::format(
+        "<line x1=\"{0:.2f}\" x2=\"{0:.2f}\" y1=\"4\" y2=\"{1:.0f}\" stroke=\"#d62728\" stroke-width=\"2\"/>"
+        "<text x=\"{0:.2f}\" y=\"{2:.0f}\" fill=\"#d62728\" text-anchor=\"middle\">usable {3:.1f}</text>",
+        x(usable), height - 18, height - 4, usable);
+  o += "</svg><div class=\"legend note\">";
+  for (int k = 0; k < 4; ++k)
+    o += fmt::format("<span style=\"background:{}\"></span>{}", kMemoryColors[k], kMemoryNames[k]);
+  return o + "</div></section>\n";
+}
+
+std::string Communication(const Plan& p) {
+  if (p.predicted.communication.empty()) return "";
+  std::string o =
+      "<section id=\"communication\"><h2>Communication per iteration (device exposing the most)</h2><table><tr>"
+      "<th class=\"l\">kind</th><th>total (s)</th><th>hidden (s)</th><th>exposed (s)</th></tr>";
+  for (const PlanComm& c : p.predicted.communication) {
+    o += fmt::format(
+        "<tr><td class=\"l\">{}</td><td>{}</td><td>{}</td><td>{}</td></tr>", Esc(c.kind),
+        Fig("predicted.communication." + c.kind + ".total_seconds", c.total_s, fmt::format("{:.6f}", c.total_s)),
+        fmt::format("{:.6f}", c.total_s - c.exposed_s),
+        Fig("predicted.communication." + c.kind + ".exposed_seconds", c.exposed_s, fmt::format("{:.6f}", c.exposed_s)));
+  }
+  return o + "</table></section>\n";
+}
+
+std::string RunnersUp(const Plan& p) {
+  if (p.runners_up.empty()) return "";
+  std::string o =
+      "<section id=\"runners-up\"><h2>Runners-up</h2><table><tr><th>rank</th><th class=\"l\">layout</th>"
+      "<th>iteration (s)</th><th>samples/s</th><th class=\"l\">why it lost</th></tr>";
+  for (size_t i = 0; i < p.runners_up.size(); ++i) {
+    const PlanSummary& r = p.runners_up[i];
+    o += fmt::format(
+        "<tr><td>{}</td><td class=\"l\">{}</td><td>{}</td><td>{:.2f}</td><td class=\"l\">{}</td></tr>", i + 2,
+        Esc(r.Label("")),
+        Fig(fmt::format("runners_up[{}].iteration_seconds", i), r.iteration_s, fmt::format("{:.4f}", r.iteration_s)),
+        r.samples_per_second, Esc(r.why_lost));
+  }
+  return o + "</table></section>\n";
+}
+
+Status PlanSection(const Plan& p, std::string* o) {
+  *o += Card(p) + MemoryBars(p);
+  std::string svg;
+  if (RenderTimelineSvg(p, &svg).ok())
+    *o += "<section id=\"timeline\"><h2>Predicted timeline (one iteration, per device)</h2>" + svg + "</section>\n";
+  *o += Communication(p) + RunnersUp(p);
+  if (!p.notes.empty()) {
+    *o += "<section id=\"notes\"><h2>Notes</h2><ul class=\"note\">";
+    for (const std::string& n : p.notes) *o += "<li>" + Esc(n) + "</li>";
+    *o += "</ul></section>\n";
+  }
+  return Status::OK();
+}
+
+std::string Head(const std::string& title) {
+  return std::string(kHtmlHeader) + "\n<html lang=\"en\"><head><meta charset=\"utf-8\"><title>" + Esc(title) +
+         "</title><style>" + kStyle + "</style></head><body><h1>" + Esc(title) + "</h1>\n";
+}
+
+}  // namespace
+
+Status RenderPlanHtml(const Plan& plan, const std::string& title, std::string* out) {
+  std::string o = Head(title);
+  PLANNER_RETURN_IF_ERROR(PlanSection(plan, &o));
+  *out = o + "</body></html>\n";
+  return Status::OK();
+}
+
+Status RenderPlansHtml(const std::vector<Plan>& plans, const std::string& title, std::string* out) {
+  std::string o = Head(title);
+  o += "<section id=\"scaling\"><h2>Scaling</h2><table><tr><th>GPUs</th><th class=\"l\">layout</th>"
+       "<th>iteration (s)</th><th>tokens/s/GPU</th><th>MFU (%)</th></tr>";
+  for (const Plan& p : plans)
+    o += fmt::format("<tr><td>{}</td><td class=\"l\">{}</td><td>{:.4f}</td><td>{:.1f}</td><td>{:.1f}</td></tr>", p.gpus,
+                     Esc(p.ParallelString()), p.predicted.iteration_s, p.predicted.tokens_per_second_per_gpu,
+                     100 * p.predicted.mfu);
+  o += "</table></section>\n";
+  for (const Plan& p : plans) {
+    o += fmt::format("<h1 id=\"gpus-{}\">{} GPUs</h1>\n", p.gpus, p.gpus);
+    PLANNER_RETURN_IF_ERROR(PlanSection(p, &o));
+  }
+  *out = o + "</body></html>\n";
+  return Status::OK();
+}
+
+}  // namespace planner

@@ -1,0 +1,92 @@
+#!/usr/bin/env bash
+# HTML reports in a real browser (issue 31; docs/formats.md "HTML reports"): headless Chromium (Debian's
+# chromium, installed by `make deps`) renders every kind of page planner writes (solve's plan, solve's --gpus
+# list, inspect's plan); the test reads the DOM Chromium built (--dump-dom): every section present, every
+# figure marked data-field equal to plan.yaml's value, no console message, no request leaving the file (the
+# page has no src / href / url() / @import, and Chromium runs with the network mapped to nowhere), and keeps a
+# PNG screenshot per page under ARTIFACTS.
+#   bash tests/html/html_test.sh PLANNER SOURCE_DIR ARTIFACTS
+set -u
+PLANNER=$1
+SRC=$2
+ART=$3
+T=$(mktemp -d)
+trap 'rm -rf "$T"' EXIT
+cd "$T"
+mkdir -p "$ART"
+pass=0
+fail=0
+check() {  # check NAME CMD...
+  local name=$1
+  shift
+  if "$@"; then pass=$((pass+1)); else echo "FAIL $name"; fail=$((fail+1)); fi
+}
+CHROMIUM=$(command -v chromium || command -v chromium-browser || true)
+[ -n "$CHROMIUM" ] || { echo "FAIL chromium is not installed (make deps installs Debian's chromium)"; exit 1; }
+M=$SRC/configs/models
+C=$SRC/configs/clusters
+$PLANNER -q solve --gpus 64 --model $M/llama3-70b.yaml --cluster $C/dgx-h100.yaml -o solve.yaml --html solve.html > /dev/null 2>&1
+check "solve --html writes the page" test -s solve.html
+$PLANNER -q inspect solve.yaml --html inspect.html > /dev/null 2>&1
+check "inspect --html writes the page" test -s inspect.html
+$PLANNER -q solve --gpus 64,128 --model $M/llama3-70b.yaml --cluster $C/dgx-h100.yaml -o scale.yaml --html scale.html > /dev/null 2>&1
+check "solve --gpus a list --html writes the page" test -s scale.html
+browse() {  # browse PAGE: the DOM and a screenshot, console messages logged
+  local page=$1
+  timeout 120 "$CHROMIUM" --headless=new --no-sandbox --disable-gpu --no-first-run --disable-extensions \
+    --host-resolver-rules="MAP * ~NOTFOUND" --enable-logging=stderr --v=0 --dump-dom "file://$T/$page.html" \
+    > "$page.dom" 2> "$page.log"
+  timeout 120 "$CHROMIUM" --headless=new --no-sandbox --disable-gpu --no-first-run --disable-extensions \
+    --host-resolver-rules="MAP * ~NOTFOUND" --window-size=1280,1600 --screenshot="$ART/$page.png" "file://$T/$page.html" \
+    > /dev/null 2>&1
+}
+for page in solve inspect scale; do
+  browse $page
+  check "$page: Chromium built the DOM" grep -q "</html>" $page.dom
+  check "$page: no console message" bash -c "! grep -qi 'CONSOLE' $page.log"
+  check "$page: a PNG screenshot" test -s "$ART/$page.png"
+  check "$page: no request leaves the file" python3 - "$page.html" <<'PY'
+import re, sys
+t = open(sys.argv[1]).read()
+t = t.replace('xmlns="http://www.w3.org/2000/svg"', '')  # a namespace name, not a request
+bad = re.findall(r'(?i)(https?://|\bsrc=|\bhref=|url\(|@import|<script|<link|<img|<iframe)', t)
+if bad: print("found:", bad)
+sys.exit(1 if bad else 0)
+PY
+done
+# The figures against plan.yaml (the DOM Chromium built, not the file: what a reader sees).
+figures() {  # figures DOM PLAN.yaml [SECTION_IDS...]
+  python3 - "$@" <<'PY'
+import re, sys, yaml
+dom, plan_path, ids = open(sys.argv[1]).read(), sys.argv[2], sys.argv[3:]
+plan = yaml.safe_load(open(plan_path))
+def get(path):
+    node = plan
+    for part in re.findall(r'[^.\[\]]+|\[\d+\]', path):
+        node = node[int(part[1:-1])] if part.startswith('[') else node[part]
+    return float(node)
+figs = re.findall(r'data-field="([^"]+)" data-value="([^"]+)"', dom)
+bad = [(f, v, get(f)) for f, v in figs if abs(float(v) - get(f)) > 1e-9 * max(1.0, abs(get(f)))]
+missing = [i for i in ids if f'id="{i}"' not in dom]
+need = {"predicted.iteration_seconds", "predicted.peak_memory_GiB", "predicted.mfu", "stages[0].peak_memory_GiB",
+        "runners_up[0].iteration_seconds", "predicted.band.iteration_seconds_low"}
+absent = need - {f for f, _ in figs}
+if bad or missing or absent or len(figs) < 15:
+    print("mismatched:", bad[:5], "missing sections:", missing, "absent figures:", absent, "figures:", len(figs))
+    sys.exit(1)
+PY
+}
+SECTIONS="card memory timeline communication runners-up notes"
+check "solve: every figure equals plan.yaml's, every section present" figures solve.dom solve.yaml $SECTIONS
+check "inspect: every figure equals plan.yaml's" figures inspect.dom solve.yaml $SECTIONS
+check "scale: the 64-GPU plan's figures (the first section) equal scale.64.yaml's" bash -c "
+  python3 -c \"import re,sys; d=open('scale.dom').read(); s=d.index('id=\\\"gpus-64\\\"'); e=d.index('id=\\\"gpus-128\\\"'); open('s64.dom','w').write(d[s:e]); open('s128.dom','w').write(d[e:])\" &&
+  $(declare -f figures); figures s64.dom scale.64.yaml card memory && figures s128.dom scale.128.yaml"
+check "scale: the scaling table" grep -q 'id="scaling"' scale.dom
+# The output guard: --html over a user's page is refused, over planner's own it is replaced.
+echo "<html>my notes</html>" > mine.html
+if $PLANNER -q inspect solve.yaml --html mine.html > /dev/null 2> guard.err; then echo "FAIL --html over a user's file"; fail=$((fail+1));
+else check "--html over a user's file: one line naming it" grep -q "planner: error: --html mine.html: exists and is not a HTML report the planner wrote" guard.err; fi
+check "--html over its own page" $PLANNER -q inspect solve.yaml --html inspect.html
+echo "html: $pass passed, $fail failed"
+[ "$fail" = 0 ]
