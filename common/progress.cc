@@ -19,8 +19,11 @@
 namespace planner {
 
 namespace {
-volatile std::sig_atomic_t g_interrupted = 0;  // the first signal's number
-std::atomic<int64_t> g_signal_ns{0};           // CLOCK_MONOTONIC when it came (lock-free: signal-safe)
+// Lock-free atomics: read by the handler, the loop and the MPI watchdog thread.
+std::atomic<int> g_interrupted{0};  // the first signal's number
+static_assert(std::atomic<int>::is_always_lock_free && std::atomic<int64_t>::is_always_lock_free,
+              "the signal handler uses these atomics");
+std::atomic<int64_t> g_signal_ns{0};  // CLOCK_MONOTONIC when it came (lock-free: signal-safe)
 std::atomic<bool> g_line_claimed{false};
 std::mutex g_late_mu;
 std::string g_late_text;  // SetLateStopText's
@@ -31,18 +34,19 @@ int64_t MonotonicNs() {
   return static_cast<int64_t>(ts.tv_sec) * 1'000'000'000 + ts.tv_nsec;
 }
 void OnSigint(int sig) {
-  if (g_interrupted == 0) g_interrupted = sig;
+  int none = 0;
+  g_interrupted.compare_exchange_strong(none, sig);
 }
 
 // Async-signal-safe: write(2), unlink(2) (RemoveOpenTemporaries), _exit(2).
-volatile std::sig_atomic_t g_mode = 0;  // StopMode
+std::atomic<int> g_mode{0};  // StopMode
 void OnStopSignal(int sig) {
-  const bool first = g_interrupted == 0;
+  int none = 0;
+  const bool first = g_interrupted.compare_exchange_strong(none, sig);
   if (first) {
-    g_interrupted = sig;
     g_signal_ns.store(MonotonicNs());
   }
-  const int mode = g_mode;
+  const int mode = g_mode.load();
   if (first && (mode == static_cast<int>(StopMode::kSafePoints) || mode == static_cast<int>(StopMode::kDeferred)))
     return;
   if (mode != static_cast<int>(StopMode::kSilent)) {
@@ -62,15 +66,16 @@ void OnStopSignal(int sig) {
 }
 }  // namespace
 
-bool Interrupted() { return g_interrupted != 0; }
+bool Interrupted() { return g_interrupted.load() != 0; }
 void InstallInterruptHandler() { std::signal(SIGINT, OnSigint); }
-int InterruptSignal() { return g_interrupted; }
+int InterruptSignal() { return g_interrupted.load(); }
 void NoteInterrupt(int sig) {
-  if (g_interrupted == 0) g_interrupted = sig;
+  int none = 0;
+  g_interrupted.compare_exchange_strong(none, sig);
 }
-void SetStopMode(StopMode mode) { g_mode = static_cast<int>(mode); }
-StopMode CurrentStopMode() { return static_cast<StopMode>(static_cast<int>(g_mode)); }
-int InterruptExitCode() { return g_interrupted == SIGTERM ? kExitTerminated : kExitInterrupted; }
+void SetStopMode(StopMode mode) { g_mode.store(static_cast<int>(mode)); }
+StopMode CurrentStopMode() { return static_cast<StopMode>(g_mode.load()); }
+int InterruptExitCode() { return g_interrupted.load() == SIGTERM ? kExitTerminated : kExitInterrupted; }
 const char* SignalName(int sig) { return sig == SIGINT ? "SIGINT" : sig == SIGTERM ? "SIGTERM" : "a signal"; }
 
 void SetLateStopText(const std::string& text) {
@@ -81,8 +86,8 @@ void SetLateStopText(const std::string& text) {
 bool ClaimStopLine() { return !g_line_claimed.exchange(true); }
 
 void PrintLateStopLine(int64_t after_ns) {
-  const int sig = g_interrupted;
-  if (sig == 0 || g_mode != static_cast<int>(StopMode::kSafePoints) || g_line_claimed.load()) return;
+  const int sig = g_interrupted.load();
+  if (sig == 0 || g_mode.load() != static_cast<int>(StopMode::kSafePoints) || g_line_claimed.load()) return;
   const int64_t at = g_signal_ns.load();
   if (at == 0 || MonotonicNs() - at < after_ns) return;
   std::string text;

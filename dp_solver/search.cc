@@ -2,6 +2,7 @@
 
 #include <algorithm>
 #include <optional>
+#include <thread>
 
 #include <fmt/format.h>
 #include <fmt/ranges.h>
@@ -371,8 +372,13 @@ Status SmallestBlockRecompute(const SearchSpace& sp, size_t full_table, Evaluato
 // caches only memoise), so any worker's result is the one the search's own evaluator would give.
 class EvaluatorPool {
  public:
+  // At most as many threads as the machine runs at once: a copy holds every cost table.
   EvaluatorPool(Evaluator* own, int threads)
-      : own_(own), copies_(static_cast<size_t>(std::max(threads, 1) - 1), *own) {}
+      : own_(own), copies_(static_cast<size_t>(std::clamp(threads, 1, MaxThreads()) - 1), *own) {}
+  static int MaxThreads() {
+    const unsigned n = std::thread::hardware_concurrency();
+    return n == 0 ? 1 : static_cast<int>(std::min(n, 256u));
+  }
   int size() const { return static_cast<int>(copies_.size()) + 1; }
   Evaluator* at(int worker) { return worker == 0 ? own_ : &copies_[static_cast<size_t>(worker - 1)]; }
 
@@ -477,7 +483,8 @@ Status SimulateBestFirst(std::vector<Candidate>& cands, const SearchOptions& o, 
       if (r.status.ok()) r.status = ev->Simulate(k, x, &res);
       if (!r.status.ok()) return;
       r.iteration_s = res.makespan_s + x.dp_s + x.optimizer_s;
-      if (o.exhaustive || r.iteration_s < worst) r.plan = ev->UniformPlan(k, x, res);
+      // Not `< worst`: a NaN time, which one thread would keep, must have its plan too.
+      if (o.exhaustive || !(r.iteration_s >= worst)) r.plan = ev->UniformPlan(k, x, res);
     });
     for (size_t j = 0; j < sims.size(); ++j) {
       if (!o.exhaustive && cands[i + j].bound >= rank->WorstKept()) return Status::OK();

@@ -62,15 +62,17 @@ Status PlannerRunFiles(const std::string& path, std::string* metrics, std::strin
 
 // The layout and model settings a log states, against the plan: InvalidArgument naming both.
 Status CheckLogAgainstPlan(const RunLog& log, const std::string& plan_path, const Plan& p) {
-  const std::pair<const char*, int64_t> want[] = {{"tensor_model_parallel_size", p.tp},
-                                                  {"pipeline_model_parallel_size", p.pp},
-                                                  {"context_parallel_size", p.cp},
-                                                  {"data_parallel_size", p.dp},
-                                                  {"expert_model_parallel_size", p.ep},
-                                                  {"global_batch_size", p.global_batch},
-                                                  {"micro_batch_size", p.microbatch_size},
-                                                  {"seq_length", p.seq},
-                                                  {"world_size", p.gpus_used}};
+  const std::pair<const char*, int64_t> want[] = {
+      {"tensor_model_parallel_size", p.tp},
+      {"pipeline_model_parallel_size", p.pp},
+      {"context_parallel_size", p.cp},
+      {"data_parallel_size", p.dp},
+      {"expert_model_parallel_size", p.ep},
+      {"global_batch_size", p.global_batch},
+      {"micro_batch_size", p.microbatch_size},
+      {"seq_length", p.seq},
+      {"world_size", p.gpus_used},
+      {"virtual_pipeline_model_parallel_size", p.schedule == Schedule::kInterleaved ? p.interleave : 0}};
   for (const auto& [key, value] : want) {
     auto it = log.settings.find(key);
     if (it == log.settings.end() || value <= 0 || it->second == value) continue;
@@ -239,13 +241,18 @@ Status CheckBounds(const Calibration& c, const CostScales& base, const std::stri
   for (int k = 0; k < 3; ++k) {
     if (scale[k] == 1) continue;
     const double now = share[k] * scale[k];
-    if (scale[k] < kMinCalibrationScale)
+    if (!std::isfinite(scale[k]))
+      return Status::InvalidArgument(fmt::format(
+          "calibrate: the fit of {}'s scale did not converge (not a number): the runs contradict one another; check "
+          "each log against its plan",
+          kClassNames[k]));
+    if (!(scale[k] >= kMinCalibrationScale))
       return Status::InvalidArgument(fmt::format(
           "calibrate: the runs put {}'s sustained share at {:.3f}, {:.2f}x {}'s {:.3f}: below the floor of {}x "
           "(docs/calibration.md, \"Bounds\"); the runs measured something else than the plans' training (a data "
           "loader, stragglers, another layout or model): check each log against its plan",
           kClassNames[k], now, scale[k], flat_note, share[k], kMinCalibrationScale));
-    if (now > kMaxCalibratedShare)
+    if (!(now <= kMaxCalibratedShare))
       return Status::InvalidArgument(fmt::format(
           "calibrate: the runs put {}'s sustained share at {:.3f} ({:.2f}x {}'s {:.3f}): above 1, faster than the "
           "kernels' own benchmarks (docs/calibration.md, \"Bounds\"); the logs are of a smaller model or layout than "
@@ -445,16 +452,15 @@ Runner RegisterCalibrate(CLI::App& app) {
       PLANNER_RETURN_IF_ERROR(ReadRun(plan, a->logs[i], &runs.back()));
     }
     Calibration c;
+    std::string kernels_path, kernels_text;  // written last, with the calibration, once every check passed
     if (!traces.empty()) {
-      const std::string kernels_path = KernelsOutput(a->output);
+      kernels_path = KernelsOutput(a->output);
       PLANNER_RETURN_IF_ERROR(CheckReplaceable("-o", kernels_path, OutputKind::kKernelTable, a->force));
       KernelTable measured;
       PLANNER_RETURN_IF_ERROR(MeasureKernels(trace_plan, traces, &measured, &c));
       for (Measured& m : runs) m.predictor->UseKernels(measured);
-      PLANNER_RETURN_IF_ERROR(
-          WriteFileAtomic(kernels_path, KernelTableToYaml(measured, std::string(kMeasuredKernelsHeader) + "\n")));
+      kernels_text = KernelTableToYaml(measured, std::string(kMeasuredKernelsHeader) + "\n");
       c.kernels = fs::path(kernels_path).filename().string();
-      LogNote("wrote " + kernels_path);
     }
     if (!runs.empty()) {
       const Calibration traced = c;
@@ -464,6 +470,10 @@ Runner RegisterCalibrate(CLI::App& app) {
             "{}: the traces' plan is engine {} on {} in {}, the logs' engine {} on {} in {}: a calibration is for one "
             "engine, GPU and precision; calibrate each apart",
             trace_plan, traced.engine, traced.gpu, traced.precision, c.engine, c.gpu, c.precision));
+    }
+    if (!kernels_path.empty()) {
+      PLANNER_RETURN_IF_ERROR(WriteFileAtomic(kernels_path, kernels_text));
+      LogNote("wrote " + kernels_path);
     }
     PLANNER_RETURN_IF_ERROR(WriteFileAtomic(a->output, CalibrationToYaml(c)));
     std::fputs(RenderCalibration(c).c_str(), stdout);

@@ -249,6 +249,13 @@ Runner RegisterInspect(CLI::App& app) {
       PLANNER_RETURN_IF_ERROR(CheckReplaceable("--svg", args->svg, OutputKind::kSvg, args->force));
     if (!args->html.empty())
       PLANNER_RETURN_IF_ERROR(CheckReplaceable("--html", args->html, OutputKind::kHtml, args->force));
+    std::error_code html_ec;
+    if (!args->html.empty() && (args->rank >= 0 || fs::is_directory(args->plan, html_ec) ||
+                                fs::path(args->plan).filename() == "launch.yaml" || IsCalibrationFile(args->plan)))
+      return Status::InvalidArgument(
+          fmt::format("--html: {} is not a plan; pages are written for plans so far (run directories, launch plans and "
+                      "calibrations print as text); drop --html",
+                      args->plan));
     std::error_code ec;  // a path that cannot be examined is no run directory; LoadPlan names why it cannot be read
     if (args->rank >= 0 || fs::path(args->plan).filename() == "launch.yaml" ||
         fs::exists(fs::path(args->plan) / "launch.yaml", ec)) {

@@ -369,7 +369,11 @@ Status SolveSize(const SolveArgs& a, const SolveInputs& in, Plan* plan) {
   plan->calibration = in.calibration.path;
   if (a.mode != PlanMode::kPipeDream && in.profile_path.empty()) {
     plan->engine = in.engines.front().name;
-    plan->kernels = in.kernel_level ? in.kernels.name : "";
+    // A built-in table by its name; a file (--kernels FILE, a calibration's measured table) by its path, so that
+    // the plan can be costed again (planner calibrate's PlanPredictor).
+    plan->kernels = !in.kernel_level                            ? ""
+                    : in.kernels.path.rfind("builtin:", 0) == 0 ? in.kernels.name
+                                                                : in.kernels.path;
   }
   return Status::OK();
 }
@@ -442,7 +446,7 @@ Status ApplyCalibrations(const SolveArgs& a, SolveInputs* in) {
         e.name, in->cluster.gpu_name, precision, costs, seen));
   const Calibration& c = in->calibration;
   const double shares[3] = {in->kernel_level ? e.sustained_gemm : in->cluster.Efficiency(in->model.dtype),
-                            in->kernel_level ? e.sustained_attention : 1.0,
+                            in->kernel_level ? e.sustained_attention : in->cluster.Efficiency(in->model.dtype),
                             in->kernel_level ? e.sustained_memory : in->cluster.hbm_efficiency},
                scales[3] = {c.gemm, c.attention, c.memory};
   const char* names[3] = {"gemm", "attention", "memory"};
@@ -473,9 +477,9 @@ Status ApplyCalibrations(const SolveArgs& a, SolveInputs* in) {
   }
   in->notes.push_back(fmt::format(
       "calibrated with {} (engine {} on {} in {}, fitted {} from {} run(s) of your cluster): gemm x{:.3f}, attention "
-      "x{:.3f}, memory-bound x{:.3f}; residuals after {:+.1f}% .. {:+.1f}%",
+      "x{:.3f}, memory-bound x{:.3f}; residuals after {:+.1f}% .. {:+.1f}%{}",
       c.path, c.engine, c.gpu, c.precision, c.fitted, c.runs.size(), c.gemm, c.attention, c.memory, 100 * c.band_low,
-      100 * c.band_high));
+      100 * c.band_high, in->engines.size() > 1 ? fmt::format(" (--engine all: only {} is calibrated)", e.name) : ""));
   return Status::OK();
 }
 
@@ -621,7 +625,11 @@ Status PlanPredictor::Init(const std::string& plan_path, const Plan& plan) {
   a.model = BesidePlan(plan_path, plan.model_path);
   a.cluster = BesidePlan(plan_path, plan.cluster_path);
   a.engine = plan.engine;
-  a.kernels = plan.kernels.empty() ? "none" : plan.kernels;
+  const std::vector<std::string> builtin = BuiltinKernelTables();
+  a.kernels = plan.kernels.empty() ? "none"
+              : std::find(builtin.begin(), builtin.end(), plan.kernels) != builtin.end()
+                  ? plan.kernels
+                  : BesidePlan(plan_path, plan.kernels);  // a file: where the plan was solved, else beside it
   if (plan.dtype) a.precision = DTypeName(*plan.dtype);
   a.seq = plan.seq;
   a.global_batch = plan.global_batch;

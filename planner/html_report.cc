@@ -52,9 +52,9 @@ constexpr const char* kStyle =
 const char* kMemoryColors[4] = {"#4e79a7", "#f28e2b", "#59a14f", "#bab0ac"};
 const char* kMemoryNames[4] = {"weights", "gradients and optimizer state", "activations", "buffers and the rest"};
 
-std::string Card(const Plan& p) {
+std::string Card(const Plan& p, const std::string& sfx) {
   const PlanPredicted& x = p.predicted;
-  std::string o = "<section id=\"card\"><h2>Configuration</h2><dl class=\"card\">";
+  std::string o = "<section id=\"card" + sfx + "\"><h2>Configuration</h2><dl class=\"card\">";
   auto row = [&](const std::string& k, const std::string& v) { o += "<dt>" + Esc(k) + "</dt><dd>" + v + "</dd>"; };
   row("model",
       Esc(fmt::format("{} on {} x {} ({})", p.model_name, p.gpus, p.cluster_name, CostSourceKindName(p.cost_source))));
@@ -86,7 +86,7 @@ std::string Card(const Plan& p) {
 
 // Memory per stage: weights, optimizer, activations and the rest as stacked horizontal bars (GiB), with
 // the usable memory as a red line.
-std::string MemoryBars(const Plan& p) {
+std::string MemoryBars(const Plan& p, const std::string& sfx) {
   const double usable = p.usable_memory_bytes / kGiB;
   double most = usable;
   for (const PlanStage& s : p.stages) most = std::max(most, s.peak_memory_bytes / kGiB);
@@ -95,9 +95,9 @@ std::string MemoryBars(const Plan& p) {
   const double height = 40 + static_cast<double>(p.stages.size()) * (bar + gap);
   auto x = [&](double gib) { return left + width * gib / (most * 1.05); };
   std::string o = fmt::format(
-      "<section id=\"memory\"><h2>Memory per stage (GiB)</h2><svg xmlns=\"http://www.w3.org/2000/svg\" "
+      "<section id=\"memory{}\"><h2>Memory per stage (GiB)</h2><svg xmlns=\"http://www.w3.org/2000/svg\" "
       "width=\"{:.0f}\" height=\"{:.0f}\" font-family=\"sans-serif\" font-size=\"11\">",
-      left + width + 60, height);
+      sfx, left + width + 60, height);
   for (size_t i = 0; i < p.stages.size(); ++i) {
     const PlanStage& s = p.stages[i];
     const double y = 10 + static_cast<double>(i) * (bar + gap);
@@ -129,11 +129,11 @@ std::string MemoryBars(const Plan& p) {
   return o + "</div></section>\n";
 }
 
-std::string Communication(const Plan& p) {
+std::string Communication(const Plan& p, const std::string& sfx) {
   if (p.predicted.communication.empty()) return "";
-  std::string o =
-      "<section id=\"communication\"><h2>Communication per iteration (device exposing the most)</h2><table><tr>"
-      "<th class=\"l\">kind</th><th>total (s)</th><th>hidden (s)</th><th>exposed (s)</th></tr>";
+  std::string o = "<section id=\"communication" + sfx +
+                  "\"><h2>Communication per iteration (device exposing the most)</h2><table><tr>"
+                  "<th class=\"l\">kind</th><th>total (s)</th><th>hidden (s)</th><th>exposed (s)</th></tr>";
   for (const PlanComm& c : p.predicted.communication) {
     o += fmt::format(
         "<tr><td class=\"l\">{}</td><td>{}</td><td>{}</td><td>{}</td></tr>", Esc(c.kind),
@@ -144,11 +144,11 @@ std::string Communication(const Plan& p) {
   return o + "</table></section>\n";
 }
 
-std::string RunnersUp(const Plan& p) {
+std::string RunnersUp(const Plan& p, const std::string& sfx) {
   if (p.runners_up.empty()) return "";
-  std::string o =
-      "<section id=\"runners-up\"><h2>Runners-up</h2><table><tr><th>rank</th><th class=\"l\">layout</th>"
-      "<th>iteration (s)</th><th>samples/s</th><th class=\"l\">why it lost</th></tr>";
+  std::string o = "<section id=\"runners-up" + sfx +
+                  "\"><h2>Runners-up</h2><table><tr><th>rank</th><th class=\"l\">layout</th>"
+                  "<th>iteration (s)</th><th>samples/s</th><th class=\"l\">why it lost</th></tr>";
   for (size_t i = 0; i < p.runners_up.size(); ++i) {
     const PlanSummary& r = p.runners_up[i];
     o += fmt::format(
@@ -160,14 +160,15 @@ std::string RunnersUp(const Plan& p) {
   return o + "</table></section>\n";
 }
 
-Status PlanSection(const Plan& p, std::string* o) {
-  *o += Card(p) + MemoryBars(p);
+Status PlanSection(const Plan& p, const std::string& sfx, std::string* o) {
+  *o += Card(p, sfx) + MemoryBars(p, sfx);
   std::string svg;
   if (RenderTimelineSvg(p, &svg).ok())
-    *o += "<section id=\"timeline\"><h2>Predicted timeline (one iteration, per device)</h2>" + svg + "</section>\n";
-  *o += Communication(p) + RunnersUp(p);
+    *o += "<section id=\"timeline" + sfx + "\"><h2>Predicted timeline (one iteration, per device)</h2>" + svg +
+          "</section>\n";
+  *o += Communication(p, sfx) + RunnersUp(p, sfx);
   if (!p.notes.empty()) {
-    *o += "<section id=\"notes\"><h2>Notes</h2><ul class=\"note\">";
+    *o += "<section id=\"notes" + sfx + "\"><h2>Notes</h2><ul class=\"note\">";
     for (const std::string& n : p.notes) *o += "<li>" + Esc(n) + "</li>";
     *o += "</ul></section>\n";
   }
@@ -183,7 +184,7 @@ std::string Head(const std::string& title) {
 
 Status RenderPlanHtml(const Plan& plan, const std::string& title, std::string* out) {
   std::string o = Head(title);
-  PLANNER_RETURN_IF_ERROR(PlanSection(plan, &o));
+  PLANNER_RETURN_IF_ERROR(PlanSection(plan, "", &o));
   *out = o + "</body></html>\n";
   return Status::OK();
 }
@@ -199,7 +200,7 @@ Status RenderPlansHtml(const std::vector<Plan>& plans, const std::string& title,
   o += "</table></section>\n";
   for (const Plan& p : plans) {
     o += fmt::format("<h1 id=\"gpus-{}\">{} GPUs</h1>\n", p.gpus, p.gpus);
-    PLANNER_RETURN_IF_ERROR(PlanSection(p, &o));
+    PLANNER_RETURN_IF_ERROR(PlanSection(p, fmt::format("-gpus-{}", p.gpus), &o));
   }
   *out = o + "</body></html>\n";
   return Status::OK();

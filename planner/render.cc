@@ -296,6 +296,21 @@ std::string RenderEventsText(const std::string& title, const std::vector<std::st
   return o;
 }
 
+namespace {
+// Text inside the SVG: a model or cluster name with <, & or " must not break the markup.
+std::string XmlText(const std::string& s) {
+  std::string o;
+  for (char c : s) {
+    if (c == '&') o += "&amp;";
+    else if (c == '<') o += "&lt;";
+    else if (c == '>') o += "&gt;";
+    else if (c == '"') o += "&quot;";
+    else o += c;
+  }
+  return o;
+}
+}  // namespace
+
 std::string RenderEventsSvg(const std::string& title, const std::vector<std::string>& labels,
                             const std::vector<SimEvent>& events, double makespan_s) {
   const int64_t dev = static_cast<int64_t>(labels.size());
@@ -306,12 +321,12 @@ std::string RenderEventsSvg(const std::string& title, const std::vector<std::str
       "<svg xmlns=\"http://www.w3.org/2000/svg\" width=\"{}\" height=\"{}\" font-family=\"monospace\" "
       "font-size=\"12\">\n",
       width, height);
-  o += fmt::format("<text x=\"10\" y=\"20\">{}</text>\n", title);
+  o += fmt::format("<text x=\"10\" y=\"20\">{}</text>\n", XmlText(title));
   for (int64_t d = 0; d < dev; ++d) {
     double y = top + static_cast<double>(d) * row_h;
     o += fmt::format("<rect x=\"{}\" y=\"{}\" width=\"{:.1f}\" height=\"{}\" fill=\"#eeeeee\"/>\n", left, y,
                      makespan_s * scale, row_h - 4);
-    o += fmt::format("<text x=\"10\" y=\"{}\">{}</text>\n", y + 16, labels[static_cast<size_t>(d)]);
+    o += fmt::format("<text x=\"10\" y=\"{}\">{}</text>\n", y + 16, XmlText(labels[static_cast<size_t>(d)]));
   }
   for (const auto& e : events) {
     if (e.device < 0 || e.device >= dev) continue;

@@ -270,7 +270,11 @@ void RemoveOwnCheckpointFiles(const fs::path& dir, std::vector<std::string>* kep
     const std::string name = it->path().filename().string();
     std::error_code st;
     const bool regular = it->symlink_status(st).type() == fs::file_type::regular;
-    if (regular && (IsAtomicFileTemporary(name) || (IsRankFileName(name) && HasCheckpointMagic(it->path())))) {
+    // A temporary of a rank file (rank<k>.bin.tmp.<pid>.<n>), or a rank file with the checkpoint magic.
+    const size_t tmp = name.find(".tmp.");
+    const bool rank_temporary =
+        IsAtomicFileTemporary(name) && tmp != std::string::npos && IsRankFileName(name.substr(0, tmp));
+    if (regular && (rank_temporary || (IsRankFileName(name) && HasCheckpointMagic(it->path())))) {
       own.push_back(it->path());
     } else {
       foreign = true;

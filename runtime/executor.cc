@@ -174,6 +174,8 @@ class RankRun {
   // The stop line's text if iteration done + 1 does not reach its end before mpirun's kill (SetLateStopText).
   std::string LateStopText(int64_t done) const;
   std::string CheckpointClause() const;
+  // The late line's text while iteration `done`'s checkpoint is written.
+  std::string LateCheckpointText(int64_t done) const;
   Status Summarise(RunSummary* sum, ReportInputs* report);
   Status WriteRunFiles(const ReportInputs& report);
 
@@ -304,7 +306,10 @@ Status RankRun::Train() {
     peak_bytes_ = std::max(peak_bytes_, static_cast<double>(GetMemoryStats(dev_).peak_bytes));
     if (it == 0 && WantGradients()) PLANNER_RETURN_IF_ERROR(AfterFirstStep());
     it += span;
-    if (checkpoint_every_ > 0 && (it % checkpoint_every_ == 0 || y_.async)) PLANNER_RETURN_IF_ERROR(Checkpoint(it));
+    const bool due = checkpoint_every_ > 0 && (it % checkpoint_every_ == 0 || y_.async);
+    // The iteration has ended: a late line now can only be about its checkpoint (none due: the boundary is here).
+    if (rank_ == 0 && !y_.async) SetLateStopText(due ? LateCheckpointText(it) : std::string());
+    if (due) PLANNER_RETURN_IF_ERROR(Checkpoint(it));
     if (stop_signal_ != 0) return Stopped(it);
   }
   return Status::OK();
@@ -347,6 +352,14 @@ std::string RankRun::StopMessage(int64_t done) const {
   return fmt::format("{} ({}) after iteration {} of {}; {}; metrics so far in {}/metrics.csv",
                      stop_signal_ == SIGTERM ? "terminated" : "interrupted", SignalName(stop_signal_), done,
                      iterations_, CheckpointClause(), opt_.run_dir);
+}
+
+std::string RankRun::LateCheckpointText(int64_t done) const {
+  return fmt::format(
+      "after iteration {} of {}, writing its checkpoint, not done {:.1f} s after the signal (mpirun kills signalled "
+      "ranks 1 s after forwarding it); {} (iteration {}'s, if it completes before the kill); {}/metrics.csv is "
+      "written only if it does",
+      done, iterations_, kLateStopNs / 1e9, CheckpointClause(), done, opt_.run_dir);
 }
 
 std::string RankRun::LateStopText(int64_t done) const {

@@ -1,5 +1,6 @@
 #include "spec/json.h"
 
+#include <cmath>
 #include <cstdlib>
 
 #include <fmt/format.h>
@@ -71,19 +72,38 @@ class Parser {
     }
     return Number(v);
   }
+  // RFC 8259's number: -?(0|[1-9][0-9]*)(.[0-9]+)?([eE][+-]?[0-9]+)?, finite.
   Status Number(JsonValue* v) {
     const size_t start = i_;
+    auto digits = [&] {
+      const size_t from = i_;
+      while (i_ < t_.size() && t_[i_] >= '0' && t_[i_] <= '9') ++i_;
+      return i_ > from;
+    };
+    bool ok = true;
     if (i_ < t_.size() && t_[i_] == '-') ++i_;
-    while (i_ < t_.size() && ((t_[i_] >= '0' && t_[i_] <= '9') || t_[i_] == '.' || t_[i_] == 'e' || t_[i_] == 'E' ||
-                              t_[i_] == '+' || t_[i_] == '-'))
+    if (i_ < t_.size() && t_[i_] == '0') {
       ++i_;
-    if (i_ == start) return Error(fmt::format("unexpected character '{}'", t_[i_]));
-    const std::string s = t_.substr(start, i_ - start);
-    char* end = nullptr;
-    v->number = std::strtod(s.c_str(), &end);
-    if (end != s.c_str() + s.size()) {
+    } else {
+      ok = i_ < t_.size() && t_[i_] >= '1' && t_[i_] <= '9' && digits();
+    }
+    if (ok && i_ < t_.size() && t_[i_] == '.') {
+      ++i_;
+      ok = digits();
+    }
+    if (ok && i_ < t_.size() && (t_[i_] == 'e' || t_[i_] == 'E')) {
+      ++i_;
+      if (i_ < t_.size() && (t_[i_] == '+' || t_[i_] == '-')) ++i_;
+      ok = digits();
+    }
+    if (!ok || i_ == start) {
+      if (i_ == start) return Error(fmt::format("unexpected character '{}'", t_[i_]));
+      return Error(fmt::format("'{}' is not a JSON number", t_.substr(start, std::min<size_t>(i_ - start + 1, 40))));
+    }
+    v->number = std::strtod(t_.substr(start, i_ - start).c_str(), nullptr);
+    if (!std::isfinite(v->number)) {
       i_ = start;
-      return Error(fmt::format("'{}' is not a number", s.substr(0, 40)));
+      return Error(fmt::format("'{}' is out of the range of a double", t_.substr(start, 40)));
     }
     v->kind = JsonValue::Kind::kNumber;
     return Status::OK();
@@ -94,11 +114,31 @@ class Parser {
     } else if (cp < 0x800) {
       *out += static_cast<char>(0xC0 | (cp >> 6));
       *out += static_cast<char>(0x80 | (cp & 0x3F));
-    } else {
+    } else if (cp < 0x10000) {
       *out += static_cast<char>(0xE0 | (cp >> 12));
       *out += static_cast<char>(0x80 | ((cp >> 6) & 0x3F));
       *out += static_cast<char>(0x80 | (cp & 0x3F));
+    } else {
+      *out += static_cast<char>(0xF0 | (cp >> 18));
+      *out += static_cast<char>(0x80 | ((cp >> 12) & 0x3F));
+      *out += static_cast<char>(0x80 | ((cp >> 6) & 0x3F));
+      *out += static_cast<char>(0x80 | (cp & 0x3F));
     }
+  }
+  // Four hex digits of a \u escape.
+  Status Hex4(unsigned* cp) {
+    if (i_ + 4 > t_.size()) return Error("a \\u escape cut short");
+    *cp = 0;
+    for (int k = 0; k < 4; ++k) {
+      const char h = t_[i_++];
+      const int d = h >= '0' && h <= '9'   ? h - '0'
+                    : h >= 'a' && h <= 'f' ? h - 'a' + 10
+                    : h >= 'A' && h <= 'F' ? h - 'A' + 10
+                                           : -1;
+      if (d < 0) return Error("a \\u escape with a non-hex digit");
+      *cp = *cp * 16 + static_cast<unsigned>(d);
+    }
+    return Status::OK();
   }
   Status String(std::string* out) {
     ++i_;  // the opening quote
@@ -121,16 +161,18 @@ class Parser {
         case 'r': *out += '\r'; break;
         case 't': *out += '\t'; break;
         case 'u': {
-          if (i_ + 4 > t_.size()) return Error("a \\u escape cut short");
           unsigned cp = 0;
-          for (int k = 0; k < 4; ++k) {
-            const char h = t_[i_++];
-            cp = cp * 16 + static_cast<unsigned>(h >= '0' && h <= '9'   ? h - '0'
-                                                 : h >= 'a' && h <= 'f' ? h - 'a' + 10
-                                                 : h >= 'A' && h <= 'F' ? h - 'A' + 10
-                                                                        : 99);
+          PLANNER_RETURN_IF_ERROR(Hex4(&cp));
+          if (cp >= 0xD800 && cp <= 0xDBFF) {  // a high surrogate: its low one must follow
+            unsigned low = 0;
+            if (t_.compare(i_, 2, "\\u") != 0) return Error("a high surrogate \\u escape without its low one");
+            i_ += 2;
+            PLANNER_RETURN_IF_ERROR(Hex4(&low));
+            if (low < 0xDC00 || low > 0xDFFF) return Error("a high surrogate \\u escape without its low one");
+            cp = 0x10000 + ((cp - 0xD800) << 10) + (low - 0xDC00);
+          } else if (cp >= 0xDC00 && cp <= 0xDFFF) {
+            return Error("a low surrogate \\u escape without its high one");
           }
-          if (cp > 0xFFFF) return Error("a \\u escape with a non-hex digit");
           Utf8(cp, out);
           break;
         }

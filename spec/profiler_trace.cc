@@ -89,7 +89,8 @@ std::string Concrete(const JsonValue& args, int i) {
 int64_t ExternalId(const JsonValue& e) {
   const JsonValue* args = e.Get("args");
   const JsonValue* id = args != nullptr ? args->Get("External id") : nullptr;
-  return id != nullptr && id->IsNumber() ? static_cast<int64_t>(id->number) : -1;
+  if (id == nullptr || !id->IsNumber() || !(id->number >= 0 && id->number < 9e15)) return -1;
+  return static_cast<int64_t>(id->number);
 }
 
 // One operator's GEMM or attention record; false when its shapes cannot be read.
@@ -110,6 +111,7 @@ bool Record(const OpKind& k, const JsonValue& args, double seconds, ProfilerTrac
   const std::vector<double> q = Dims(args, k.a);
   const std::string causal = Concrete(args, k.causal);
   if (q.size() != 4 || (causal != "True" && causal != "False")) return false;
+  if (!(q[0] > 0 && q[1] > 0 && q[2] > 0 && q[3] > 0)) return false;
   TraceAttention a;
   a.kernel = k.kernel;
   a.pass = k.pass;
@@ -143,7 +145,7 @@ Status ReadProfilerTrace(const std::string& path, const std::string& text, Profi
       ++t.kernels;
       const JsonValue* dur = e.Get("dur");
       const int64_t id = ExternalId(e);
-      if (dur != nullptr && dur->IsNumber() && id >= 0) kernel_us[id] += dur->number;
+      if (dur != nullptr && dur->IsNumber() && dur->number > 0 && id >= 0) kernel_us[id] += dur->number;
     } else if (cat->str == "cpu_op") {
       ++t.operators;
       const JsonValue* args = e.Get("args");
@@ -269,8 +271,14 @@ Status MeasuredKernelTable(const std::vector<ProfilerTrace>& traces, const Kerne
     }
     double log_ratio = 0, log_rate = 0;
     bool published_curve = true;
+    auto bf16 = peak_tflops.find("bf16");
     for (const TraceAttention& a : list) {
       const double measured = a.Flops() / a.seconds / 1e12;
+      if (bf16 != peak_tflops.end() && !(measured <= bf16->second))
+        return Status::InvalidArgument(fmt::format(
+            "{}: attention {} {} at {:.0f} TFLOP/s, above the cluster's bf16 peak {} TFLOP/s (faster than the GPU): "
+            "the trace's shapes or durations are not of one call, or the plan is of another GPU",
+            traces.front().path, kernel, pass, measured, bf16->second));
       const double pub = published.AttentionTflops(kernel, pass, causal, head_dim, a.seq);
       published_curve = published_curve && pub > 0;
       log_ratio += pub > 0 ? std::log(measured / pub) : 0;

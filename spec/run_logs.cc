@@ -83,6 +83,11 @@ constexpr std::string_view kMegatronElapsed = "elapsed time per iteration (ms):"
 
 // Megatron-LM's argument dump: "  tensor_model_parallel_size ...................... 2".
 void MegatronSetting(std::string_view line, RunLog* log) {
+  // torchrun --tee prefixes every line with "[rankN]:"
+  if (line.size() > 1 && line[0] == '[') {
+    const size_t close = line.find("]:");
+    if (close != std::string_view::npos && close < 16 && line.substr(1, 4) == "rank") line.remove_prefix(close + 2);
+  }
   static const char* kKeys[] = {"tensor_model_parallel_size",
                                 "pipeline_model_parallel_size",
                                 "context_parallel_size",
@@ -218,6 +223,7 @@ Status ParseTorchtitan(const std::string& path, const std::string& text, RunLog*
   for (size_t i = 0; i < lines.size(); ++i) {
     const std::string line = StripAnsi(lines[i]);
     if (line.find("step:") == std::string::npos || line.find("loss:") == std::string::npos) continue;
+    if (line.find("validate step:") != std::string::npos) continue;  // torchtitan's validation: not training
     PLANNER_RETURN_IF_ERROR(ParseTorchtitanRecord(path, i + 1, line, unterminated && i + 1 == lines.size(), log));
   }
   return Status::OK();

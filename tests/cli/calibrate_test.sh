@@ -152,5 +152,12 @@ check "trace: solve --calibration says the measured table replaces the published
 check "trace: the measured table is slower than the published (0.70 < 0.84)" python3 -c "
 import re, sys; a = float(re.search(r'^  iteration_seconds: ([0-9.e+-]+)', open('tr.plan.yaml').read(), re.M).group(1))
 b = float(re.search(r'predicted: iteration ([0-9.]+) s', open('tr.solve').read()).group(1)); sys.exit(0 if b > a * 1.1 else 1)"
+# The loop's second round: a plan solved with the measured table is costed again with it (its path is in the plan).
+$PLANNER -q solve --gpus 8 --model $M/llama3-8b.yaml --cluster $C/dgx-h100.yaml --tp 1 --pp 1 --calibration tr.cal.yaml \
+  -o tr2.plan.yaml > /dev/null 2>&1
+check "second round: the plan records the measured table's path" grep -q 'kernels: ".*tr.cal.kernels.yaml"' tr2.plan.yaml
+megatron_log "$(seconds tr2.plan.yaml)" "$(sed -n 's/^  global_batch: //p' tr2.plan.yaml | head -1)" > tr2.log
+$PLANNER calibrate --plan tr2.plan.yaml tr2.log -o tr2.cal.yaml > tr2.out 2>&1
+check "second round: calibrate re-costs it on the measured table (scale 1, error 0)" grep -q "gemm x1.0000 | attention x1.0000" tr2.out
 echo "calibrate: $pass passed, $fail failed"
 [ "$fail" = 0 ]

@@ -81,7 +81,7 @@ check "solve: every figure equals plan.yaml's, every section present" figures so
 check "inspect: every figure equals plan.yaml's" figures inspect.dom solve.yaml $SECTIONS
 check "scale: the 64-GPU plan's figures (the first section) equal scale.64.yaml's" bash -c "
   python3 -c \"import re,sys; d=open('scale.dom').read(); s=d.index('id=\\\"gpus-64\\\"'); e=d.index('id=\\\"gpus-128\\\"'); open('s64.dom','w').write(d[s:e]); open('s128.dom','w').write(d[e:])\" &&
-  $(declare -f figures); figures s64.dom scale.64.yaml card memory && figures s128.dom scale.128.yaml"
+  $(declare -f figures); figures s64.dom scale.64.yaml card-gpus-64 memory-gpus-64 && figures s128.dom scale.128.yaml card-gpus-128"
 check "scale: the scaling table" grep -q 'id="scaling"' scale.dom
 # The output guard: --html over a user's page is refused, over planner's own it is replaced.
 echo "<html>my notes</html>" > mine.html

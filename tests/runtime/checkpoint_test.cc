@@ -167,6 +167,7 @@ TEST_CASE("rotation removes only the planner's older checkpoint files; a user's 
   WriteRankFile(ck / "iter-20" / "rank0.bin", true);                // the new one: stays
   WriteRankFile(ck / "iter-5" / "rank0.bin", true);                 // goes; the user's note beside it stays
   std::ofstream(ck / "iter-5" / "notes.txt") << "loss spike here";
+  std::ofstream(ck / "iter-5" / "plot.tmp.12.3") << "mine";  // a temporary's form, not of a rank file: stays
   WriteRankFile(ck / "iter-15" / "rank0.bin", false);   // the planner's name, not its content: stays
   WriteRankFile(ck / "iter-best" / "rank0.bin", true);  // not an iter-<n> name: stays
   WriteRankFile(ck / "iter-07" / "rank0.bin", true);    // not a name the planner writes: stays
@@ -184,6 +185,7 @@ TEST_CASE("rotation removes only the planner's older checkpoint files; a user's 
   CHECK(fs::exists(ck / "iter-20" / "rank0.bin"));
   CHECK(!fs::exists(ck / "iter-5" / "rank0.bin"));
   CHECK(fs::exists(ck / "iter-5" / "notes.txt"));
+  CHECK(fs::exists(ck / "iter-5" / "plot.tmp.12.3"));
   CHECK(fs::exists(ck / "iter-15" / "rank0.bin"));
   CHECK(fs::exists(ck / "iter-best" / "rank0.bin"));
   CHECK(fs::exists(ck / "iter-07" / "rank0.bin"));

@@ -39,6 +39,17 @@ TEST_CASE("JSON errors name the line and column") {
   CHECK(Error("[1] x") == "t.json:1:5: JSON syntax error: text after the JSON value");
   CHECK(Error("\"abc") == "t.json:1:5: JSON syntax error: a string without its closing quote (truncated?)");
   CHECK(Error(std::string(70, '[') + std::string(70, ']')).find("nested deeper than 64 levels") != std::string::npos);
+  // RFC 8259's grammar: no leading zero, no bare fraction or plus sign, finite, four hex digits, paired surrogates.
+  CHECK(Error("[01]").find("JSON syntax error") != std::string::npos);
+  CHECK(Error("[.5]").find("unexpected character '.'") != std::string::npos);
+  CHECK(Error("[+1]").find("unexpected character '+'") != std::string::npos);
+  CHECK(Error("[1e999]") == "t.json:1:2: JSON syntax error: '1e999]' is out of the range of a double");
+  CHECK(Error(R"(["\u000g"])") == "t.json:1:9: JSON syntax error: a \\u escape with a non-hex digit");
+  CHECK(Error(R"(["\ud83d"])").find("a high surrogate") != std::string::npos);
+  JsonValue v;
+  REQUIRE_OK(ParseJson("t.json", R"(["\ud83d\ude00", -0.5e-3, 0])", &v));
+  CHECK(v.items[0].str == "\xf0\x9f\x98\x80");  // U+1F600 in UTF-8
+  CHECK(v.items[1].number == -0.0005);
 }
 
 }  // namespace
