@@ -88,7 +88,7 @@ Status MeasuredTimeline(const std::string& dir, std::vector<std::string>* labels
 }
 
 // A run directory: its report, the loss curve as text, the measured timeline, where the trace is.
-Status InspectRun(const std::string& dir, int width, const std::string& svg_path) {
+Status InspectRun(const std::string& dir, int width, const std::string& svg_path, const std::string& html_path) {
   namespace fs = std::filesystem;
   std::string report, metrics;
   std::error_code ec;
@@ -100,7 +100,7 @@ Status InspectRun(const std::string& dir, int width, const std::string& svg_path
   }
   PLANNER_RETURN_IF_ERROR(ReadTextFile((fs::path(dir) / "report.md").string(), &report));
   PLANNER_RETURN_IF_ERROR(ReadTextFile((fs::path(dir) / "metrics.csv").string(), &metrics));
-  std::vector<double> loss;
+  std::vector<double> loss, seconds;
   std::istringstream in(metrics);
   std::string line;
   std::getline(in, line);
@@ -126,6 +126,8 @@ Status InspectRun(const std::string& dir, int width, const std::string& svg_path
           fmt::format("{}/metrics.csv:{}: field 'loss': must be a number, got '{}'", dir, line_no, field));
     }
     loss.push_back(*v);
+    const std::optional<double> t = ParseDouble(line.substr(b + 1));
+    seconds.push_back(t ? *t : std::numeric_limits<double>::quiet_NaN());
   }
   std::string text = report;
   if (!loss.empty()) {
@@ -148,11 +150,17 @@ Status InspectRun(const std::string& dir, int width, const std::string& svg_path
   text += "\n" + RenderEventsText("measured timeline of the last iteration", labels, events, makespan, width);
   text += fmt::format("trace: {}/trace.json (chrome://tracing or ui.perfetto.dev)\n", dir);
   std::fwrite(text.data(), 1, text.size(), stdout);
+  const std::string svg = RenderEventsSvg(fmt::format("{}: measured, last iteration, {}", dir, FormatSeconds(makespan)),
+                                          labels, events, makespan);
   if (!svg_path.empty()) {
-    PLANNER_RETURN_IF_ERROR(WriteFileAtomic(
-        svg_path, RenderEventsSvg(fmt::format("{}: measured, last iteration, {}", dir, FormatSeconds(makespan)), labels,
-                                  events, makespan)));
+    PLANNER_RETURN_IF_ERROR(WriteFileAtomic(svg_path, svg));
     LogNote("wrote " + svg_path);
+  }
+  if (!html_path.empty()) {
+    std::string page;
+    PLANNER_RETURN_IF_ERROR(RenderRunHtml("planner inspect " + dir, report, loss, seconds, svg, &page));
+    PLANNER_RETURN_IF_ERROR(WriteFileAtomic(html_path, page));
+    LogNote("wrote " + html_path);
   }
   return Status::OK();
 }
@@ -250,12 +258,12 @@ Runner RegisterInspect(CLI::App& app) {
     if (!args->html.empty())
       PLANNER_RETURN_IF_ERROR(CheckReplaceable("--html", args->html, OutputKind::kHtml, args->force));
     std::error_code html_ec;
-    if (!args->html.empty() && (args->rank >= 0 || fs::is_directory(args->plan, html_ec) ||
-                                fs::path(args->plan).filename() == "launch.yaml" || IsCalibrationFile(args->plan)))
-      return Status::InvalidArgument(
-          fmt::format("--html: {} is not a plan; pages are written for plans so far (run directories, launch plans and "
-                      "calibrations print as text); drop --html",
-                      args->plan));
+    if (!args->html.empty() && (args->rank >= 0 || fs::path(args->plan).filename() == "launch.yaml" ||
+                                fs::exists(fs::path(args->plan) / "launch.yaml", html_ec)))
+      return Status::InvalidArgument(fmt::format(
+          "--html: {} is a launch plan, whose programs print as text; pages are written for plans, run directories "
+          "and calibrations; drop --html",
+          args->plan));
     std::error_code ec;  // a path that cannot be examined is no run directory; LoadPlan names why it cannot be read
     if (args->rank >= 0 || fs::path(args->plan).filename() == "launch.yaml" ||
         fs::exists(fs::path(args->plan) / "launch.yaml", ec)) {
@@ -264,7 +272,7 @@ Runner RegisterInspect(CLI::App& app) {
             fmt::format("{} is a launch plan; add --rank N to print rank N's program", args->plan));
       return InspectProgram(args->plan, args->rank);
     }
-    if (fs::is_directory(args->plan, ec)) return InspectRun(args->plan, args->width, args->svg);
+    if (fs::is_directory(args->plan, ec)) return InspectRun(args->plan, args->width, args->svg, args->html);
     if (IsCalibrationFile(args->plan)) {
       if (!args->svg.empty())
         return Status::InvalidArgument(
@@ -273,6 +281,12 @@ Runner RegisterInspect(CLI::App& app) {
       PLANNER_RETURN_IF_ERROR(LoadCalibration(args->plan, &c));
       const std::string text = RenderCalibration(c);
       std::fwrite(text.data(), 1, text.size(), stdout);
+      if (!args->html.empty()) {
+        std::string page;
+        PLANNER_RETURN_IF_ERROR(RenderCalibrationHtml(c, "planner inspect " + args->plan, &page));
+        PLANNER_RETURN_IF_ERROR(WriteFileAtomic(args->html, page));
+        LogNote("wrote " + args->html);
+      }
       return Status::OK();
     }
     Plan p;

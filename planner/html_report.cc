@@ -47,7 +47,7 @@ constexpr const char* kStyle =
     "th{background:#f3f3f3}td.l,th.l{text-align:left}"
     ".card{display:grid;grid-template-columns:max-content auto;gap:4px 16px;font-size:14px}"
     ".card dt{color:#666}.card dd{margin:0;font-weight:600}.note{font-size:12px;color:#444}"
-    ".legend span{display:inline-block;width:12px;height:12px;margin:0 4px 0 12px;vertical-align:middle}";
+    "pre{white-space:pre-wrap;font-size:12px}.legend span{display:inline-block;width:12px;height:12px;margin:0 4px 0 12px;vertical-align:middle}";
 
 const char* kMemoryColors[4] = {"#4e79a7", "#f28e2b", "#59a14f", "#bab0ac"};
 const char* kMemoryNames[4] = {"weights", "gradients and optimizer state", "activations", "buffers and the rest"};
@@ -201,6 +201,122 @@ Status RenderPlansHtml(const std::vector<Plan>& plans, const std::string& title,
   for (const Plan& p : plans) {
     o += fmt::format("<h1 id=\"gpus-{}\">{} GPUs</h1>\n", p.gpus, p.gpus);
     PLANNER_RETURN_IF_ERROR(PlanSection(p, fmt::format("-gpus-{}", p.gpus), &o));
+  }
+  *out = o + "</body></html>\n";
+  return Status::OK();
+}
+
+namespace {
+
+// One curve as an SVG line plot: x the iteration (1-based), y the value; non-finite points left out.
+std::string Curve(const std::string& id, const std::string& what, const std::string& unit,
+                  const std::vector<double>& v) {
+  double lo = INFINITY, hi = -INFINITY;
+  size_t finite = 0;
+  for (double x : v) {
+    if (!std::isfinite(x)) continue;
+    lo = std::min(lo, x), hi = std::max(hi, x);
+    ++finite;
+  }
+  if (finite == 0) return "";
+  if (hi == lo) hi = lo + 1;
+  const double left = 70, width = 700, top = 10, height = 180;
+  std::string points;
+  for (size_t i = 0; i < v.size(); ++i) {
+    if (!std::isfinite(v[i])) continue;
+    const double x = left + width * (v.size() > 1 ? static_cast<double>(i) / static_cast<double>(v.size() - 1) : 0.5);
+    const double y = top + height * (1 - (v[i] - lo) / (hi - lo));
+    points += fmt::format("{:.1f},{:.1f} ", x, y);
+  }
+  return fmt::format(
+      "<section id=\"{0}\"><h2>{1} per iteration ({2})</h2><svg xmlns=\"http://www.w3.org/2000/svg\" width=\"{3:.0f}\" "
+      "height=\"{4:.0f}\" font-family=\"sans-serif\" font-size=\"11\"><rect x=\"{5:.0f}\" y=\"{6:.0f}\" "
+      "width=\"{7:.0f}\" "
+      "height=\"{8:.0f}\" fill=\"none\" stroke=\"#ccc\"/><polyline class=\"curve\" data-points=\"{9}\" fill=\"none\" "
+      "stroke=\"#4e79a7\" stroke-width=\"1.5\" points=\"{10}\"/><text x=\"{11:.0f}\" y=\"{12:.0f}\" "
+      "text-anchor=\"end\">{13:.4g}</text><text x=\"{11:.0f}\" y=\"{14:.0f}\" text-anchor=\"end\">{15:.4g}</text>"
+      "<text x=\"{5:.0f}\" y=\"{16:.0f}\">1</text><text x=\"{17:.0f}\" y=\"{16:.0f}\" text-anchor=\"end\">{18} "
+      "iterations</text></svg>{19}</section>\n",
+      id, what, unit, left + width + 20, top + height + 30, left, top, width, height, finite, points, left - 4,
+      top + 10, hi, top + height, lo, top + height + 16, left + width, v.size(),
+      finite < v.size()
+          ? fmt::format("<p class=\"note\">{} non-finite value(s) left out (a diverged run)</p>", v.size() - finite)
+          : std::string());
+}
+
+}  // namespace
+
+Status RenderRunHtml(const std::string& title, const std::string& report_md, const std::vector<double>& loss,
+                     const std::vector<double>& iteration_s, const std::string& timeline_svg, std::string* out) {
+  std::string o = Head(title);
+  o += "<section id=\"report\"><h2>Measured against predicted (report.md)</h2><pre>" + Esc(report_md) +
+       "</pre></section>\n";
+  o += Curve("loss", "Loss", "metrics.csv", loss);
+  o += Curve("iteration-seconds", "Iteration time", "s, metrics.csv", iteration_s);
+  if (!timeline_svg.empty())
+    o += "<section id=\"timeline\"><h2>Measured timeline (the last iteration, per rank)</h2>" + timeline_svg +
+         "</section>\n";
+  *out = o + "</body></html>\n";
+  return Status::OK();
+}
+
+Status RenderCalibrationHtml(const Calibration& c, const std::string& title, std::string* out) {
+  std::string o = Head(title);
+  o += "<section id=\"card\"><h2>Calibration</h2><dl class=\"card\">";
+  auto row = [&](const std::string& k, const std::string& v) { o += "<dt>" + Esc(k) + "</dt><dd>" + v + "</dd>"; };
+  row("engine on GPU", Esc(fmt::format("{} on {} ({}, {} costs)", c.engine, c.gpu, c.precision, c.costs)));
+  row("fitted", Esc(c.fitted == "per-class" ? "per operation class" : c.fitted == "one-scale" ? "one scale" : "none"));
+  row("GEMM scale", Fig("scale.gemm", c.gemm, fmt::format("x{:.4f}", c.gemm)));
+  row("attention scale", Fig("scale.attention", c.attention, fmt::format("x{:.4f}", c.attention)));
+  row("memory-bound scale", Fig("scale.memory", c.memory, fmt::format("x{:.4f}", c.memory)));
+  row("band after (%)", Fig("band.low", c.band_low, fmt::format("{:+.1f}", 100 * c.band_low)) + " .. " +
+                            Fig("band.high", c.band_high, fmt::format("{:+.1f}", 100 * c.band_high)));
+  if (!c.kernels.empty()) row("measured kernel table", Esc(c.KernelsPath()));
+  o += "</dl></section>\n";
+  if (!c.runs.empty()) {
+    o += "<section id=\"runs\"><h2>Runs: measured against predicted</h2><table><tr><th>run</th><th "
+         "class=\"l\">format</th>"
+         "<th class=\"l\">layout</th><th>iterations</th><th>measured (s)</th><th>before (s)</th><th>error (%)</th>"
+         "<th>after (s)</th><th>error (%)</th><th class=\"l\">source</th></tr>";
+    for (size_t i = 0; i < c.runs.size(); ++i) {
+      const CalibrationRun& r = c.runs[i];
+      const std::string f = fmt::format("runs[{}].", i);
+      o += fmt::format(
+          "<tr><td>{}</td><td class=\"l\">{}</td><td "
+          "class=\"l\">{}</td><td>{}</td><td>{}</td><td>{}</td><td>{:+.1f}</td>"
+          "<td>{}</td><td>{:+.1f}</td><td class=\"l\">{}</td></tr>",
+          i + 1, Esc(r.format), Esc(r.layout), r.iterations,
+          Fig(f + "measured_s", r.measured_s, fmt::format("{:.4f}", r.measured_s)),
+          Fig(f + "before_s", r.before_s, fmt::format("{:.4f}", r.before_s)), 100 * (r.measured_s / r.before_s - 1),
+          Fig(f + "after_s", r.after_s, fmt::format("{:.4f}", r.after_s)), 100 * (r.measured_s / r.after_s - 1),
+          Esc(r.source));
+    }
+    o += "</table>";
+    // The errors as bars: before (grey) and after (blue), signed, per run.
+    double most = 0.01;
+    for (const CalibrationRun& r : c.runs)
+      most = std::max({most, std::fabs(r.measured_s / r.before_s - 1), std::fabs(r.measured_s / r.after_s - 1)});
+    const double mid = 380, half = 300, bar = 10;
+    o += fmt::format(
+        "<svg xmlns=\"http://www.w3.org/2000/svg\" width=\"760\" height=\"{:.0f}\" font-family=\"sans-serif\" "
+        "font-size=\"11\"><line x1=\"{:.0f}\" x2=\"{:.0f}\" y1=\"0\" y2=\"{:.0f}\" stroke=\"#999\"/>",
+        c.runs.size() * (2 * bar + 8) + 20, mid, mid, c.runs.size() * (2 * bar + 8) + 4);
+    for (size_t i = 0; i < c.runs.size(); ++i) {
+      const CalibrationRun& r = c.runs[i];
+      const double y = 4 + static_cast<double>(i) * (2 * bar + 8);
+      for (int k = 0; k < 2; ++k) {
+        const double e = r.measured_s / (k == 0 ? r.before_s : r.after_s) - 1, w = half * std::fabs(e) / most;
+        o += fmt::format(
+            "<rect class=\"err\" x=\"{:.1f}\" y=\"{:.0f}\" width=\"{:.1f}\" height=\"{:.0f}\" fill=\"{}\">"
+            "<title>run {} {}: {:+.1f}%</title></rect>",
+            e < 0 ? mid - w : mid, y + k * bar, w, bar, k == 0 ? "#bab0ac" : "#4e79a7", i + 1,
+            k == 0 ? "before" : "after", 100 * e);
+      }
+      o += fmt::format("<text x=\"4\" y=\"{:.0f}\">run {}</text>", y + 1.5 * bar, i + 1);
+    }
+    o +=
+        "</svg><div class=\"legend note\"><span style=\"background:#bab0ac\"></span>error before"
+        "<span style=\"background:#4e79a7\"></span>error after (measured tokens/s against predicted)</div></section>\n";
   }
   *out = o + "</body></html>\n";
   return Status::OK();

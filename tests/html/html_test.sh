@@ -83,6 +83,33 @@ check "scale: the 64-GPU plan's figures (the first section) equal scale.64.yaml'
   python3 -c \"import re,sys; d=open('scale.dom').read(); s=d.index('id=\\\"gpus-64\\\"'); e=d.index('id=\\\"gpus-128\\\"'); open('s64.dom','w').write(d[s:e]); open('s128.dom','w').write(d[e:])\" &&
   $(declare -f figures); figures s64.dom scale.64.yaml card-gpus-64 memory-gpus-64 && figures s128.dom scale.128.yaml card-gpus-128"
 check "scale: the scaling table" grep -q 'id="scaling"' scale.dom
+# A run directory's page and a calibration's: a real 1-rank run of tiny-gpt (20 iterations), calibrated.
+$PLANNER -q solve --gpus 1 --model $M/tiny-gpt.yaml --cluster $C/local-cpu.yaml -o tiny.yaml > /dev/null 2>&1 &&
+  $PLANNER -q codegen tiny.yaml -o L --iterations 20 > /dev/null 2>&1 && $PLANNER -q run L --run-id r > /dev/null 2>&1
+$PLANNER -q inspect L/runs/r --html run.html > /dev/null 2>&1
+$PLANNER -q calibrate --plan tiny.yaml L/runs/r -o cal.yaml > /dev/null 2>&1
+$PLANNER -q inspect cal.yaml --html cal.html > /dev/null 2>&1
+for page in run cal; do
+  browse $page
+  check "$page: Chromium built the DOM" grep -q "</html>" $page.dom
+  check "$page: no console message" bash -c "! grep -qi 'CONSOLE' $page.log"
+  check "$page: a PNG screenshot" test -s "$ART/$page.png"
+done
+check "run: report, loss, iteration time and timeline sections" bash -c \
+  "grep -q 'id=\"report\"' run.dom && grep -q 'id=\"loss\"' run.dom && grep -q 'id=\"iteration-seconds\"' run.dom && grep -q 'id=\"timeline\"' run.dom"
+check "run: the loss curve has one point per metrics.csv row" grep -q "data-points=\"$(( $(wc -l < L/runs/r/metrics.csv) - 1 ))\"" run.dom
+check "calibration: every figure equals cal.yaml's" python3 - cal.dom cal.yaml <<'PY'
+import re, sys, yaml
+dom, cal = open(sys.argv[1]).read(), yaml.safe_load(open(sys.argv[2]))
+def get(path):
+    node = cal
+    for part in re.findall(r'[^.\[\]]+|\[\d+\]', path):
+        node = node[int(part[1:-1])] if part.startswith('[') else node[part]
+    return float(node)
+figs = re.findall(r'data-field="([^"]+)" data-value="([^"]+)"', dom)
+ok = len(figs) >= 8 and all(abs(float(v) - get(f)) <= 1e-5 * max(1.0, abs(get(f))) for f, v in figs)
+sys.exit(0 if ok and 'id="runs"' in dom else 1)
+PY
 # The output guard: --html over a user's page is refused, over planner's own it is replaced.
 echo "<html>my notes</html>" > mine.html
 if $PLANNER -q inspect solve.yaml --html mine.html > /dev/null 2> guard.err; then echo "FAIL --html over a user's file"; fail=$((fail+1));
