@@ -47,7 +47,8 @@ constexpr const char* kStyle =
     "th{background:#f3f3f3}td.l,th.l{text-align:left}"
     ".card{display:grid;grid-template-columns:max-content auto;gap:4px 16px;font-size:14px}"
     ".card dt{color:#666}.card dd{margin:0;font-weight:600}.note{font-size:12px;color:#444}"
-    "pre{white-space:pre-wrap;font-size:12px}.legend span{display:inline-block;width:12px;height:12px;margin:0 4px 0 12px;vertical-align:middle}";
+    "pre{white-space:pre-wrap;font-size:12px}.legend span{display:inline-block;width:12px;height:12px;margin:0 4px 0 "
+    "12px;vertical-align:middle}";
 
 const char* kMemoryColors[4] = {"#4e79a7", "#f28e2b", "#59a14f", "#bab0ac"};
 const char* kMemoryNames[4] = {"weights", "gradients and optimizer state", "activations", "buffers and the rest"};
@@ -189,6 +190,48 @@ Status RenderPlanHtml(const Plan& plan, const std::string& title, std::string* o
   return Status::OK();
 }
 
+namespace {
+
+// Tokens/s/GPU (left axis, blue) and MFU (right axis, orange) against the GPUs, on a log2 x axis.
+std::string ScalingPlot(const std::vector<Plan>& plans) {
+  if (plans.size() < 2) return "";
+  double lo = INFINITY, hi = 0, top = 0;
+  for (const Plan& p : plans) {
+    lo = std::min(lo, std::log2(static_cast<double>(p.gpus)));
+    hi = std::max(hi, std::log2(static_cast<double>(p.gpus)));
+    top = std::max(top, p.predicted.tokens_per_second_per_gpu);
+  }
+  if (!(top > 0) || hi == lo) return "";
+  const double left = 80, width = 600, y0 = 10, height = 200;
+  auto x = [&](const Plan& p) { return left + width * (std::log2(static_cast<double>(p.gpus)) - lo) / (hi - lo); };
+  std::string tok, mfu, marks;
+  for (const Plan& p : plans) {
+    const double yt = y0 + height * (1 - p.predicted.tokens_per_second_per_gpu / (top * 1.1));
+    const double ym = y0 + height * (1 - p.predicted.mfu);
+    tok += fmt::format("{:.1f},{:.1f} ", x(p), yt);
+    mfu += fmt::format("{:.1f},{:.1f} ", x(p), ym);
+    marks += fmt::format(
+        "<circle cx=\"{:.1f}\" cy=\"{:.1f}\" r=\"3\" fill=\"#4e79a7\"><title>{} GPUs: {:.1f} tokens/s/GPU</title>"
+        "</circle><text x=\"{:.1f}\" y=\"{:.0f}\" text-anchor=\"middle\">{}</text>",
+        x(p), yt, p.gpus, p.predicted.tokens_per_second_per_gpu, x(p), y0 + height + 16, p.gpus);
+  }
+  return fmt::format(
+      "<svg id=\"scaling-plot\" xmlns=\"http://www.w3.org/2000/svg\" width=\"{:.0f}\" height=\"{:.0f}\" "
+      "font-family=\"sans-serif\" font-size=\"11\"><rect x=\"{:.0f}\" y=\"{:.0f}\" width=\"{:.0f}\" height=\"{:.0f}\" "
+      "fill=\"none\" stroke=\"#ccc\"/><polyline fill=\"none\" stroke=\"#4e79a7\" stroke-width=\"2\" points=\"{}\"/>"
+      "<polyline fill=\"none\" stroke=\"#f28e2b\" stroke-width=\"2\" stroke-dasharray=\"4 3\" points=\"{}\"/>{}"
+      "<text x=\"{:.0f}\" y=\"{:.0f}\" text-anchor=\"end\">{:.0f}</text><text x=\"{:.0f}\" y=\"{:.0f}\" "
+      "text-anchor=\"end\">0"
+      "</text><text x=\"{:.0f}\" y=\"{:.0f}\">100% MFU</text><text x=\"{:.0f}\" y=\"{:.0f}\" "
+      "text-anchor=\"middle\">GPUs"
+      "</text></svg><div class=\"legend note\"><span style=\"background:#4e79a7\"></span>tokens/s/GPU (left axis)"
+      "<span style=\"background:#f28e2b\"></span>MFU (right axis, 0 to 100%)</div>",
+      left + width + 80, y0 + height + 40, left, y0, width, height, tok, mfu, marks, left - 4, y0 + 10, top * 1.1,
+      left - 4, y0 + height, left + width + 4, y0 + 10, left + width / 2, y0 + height + 32);
+}
+
+}  // namespace
+
 Status RenderPlansHtml(const std::vector<Plan>& plans, const std::string& title, std::string* out) {
   std::string o = Head(title);
   o += "<section id=\"scaling\"><h2>Scaling</h2><table><tr><th>GPUs</th><th class=\"l\">layout</th>"
@@ -197,7 +240,7 @@ Status RenderPlansHtml(const std::vector<Plan>& plans, const std::string& title,
     o += fmt::format("<tr><td>{}</td><td class=\"l\">{}</td><td>{:.4f}</td><td>{:.1f}</td><td>{:.1f}</td></tr>", p.gpus,
                      Esc(p.ParallelString()), p.predicted.iteration_s, p.predicted.tokens_per_second_per_gpu,
                      100 * p.predicted.mfu);
-  o += "</table></section>\n";
+  o += "</table>" + ScalingPlot(plans) + "</section>\n";
   for (const Plan& p : plans) {
     o += fmt::format("<h1 id=\"gpus-{}\">{} GPUs</h1>\n", p.gpus, p.gpus);
     PLANNER_RETURN_IF_ERROR(PlanSection(p, fmt::format("-gpus-{}", p.gpus), &o));

@@ -82,7 +82,7 @@ check "inspect: every figure equals plan.yaml's" figures inspect.dom solve.yaml 
 check "scale: the 64-GPU plan's figures (the first section) equal scale.64.yaml's" bash -c "
   python3 -c \"import re,sys; d=open('scale.dom').read(); s=d.index('id=\\\"gpus-64\\\"'); e=d.index('id=\\\"gpus-128\\\"'); open('s64.dom','w').write(d[s:e]); open('s128.dom','w').write(d[e:])\" &&
   $(declare -f figures); figures s64.dom scale.64.yaml card-gpus-64 memory-gpus-64 && figures s128.dom scale.128.yaml card-gpus-128"
-check "scale: the scaling table" grep -q 'id="scaling"' scale.dom
+check "scale: the scaling table and its plot" bash -c "grep -q 'id=\"scaling\"' scale.dom && grep -q 'id=\"scaling-plot\"' scale.dom"
 # A run directory's page and a calibration's: a real 1-rank run of tiny-gpt (20 iterations), calibrated.
 $PLANNER -q solve --gpus 1 --model $M/tiny-gpt.yaml --cluster $C/local-cpu.yaml -o tiny.yaml > /dev/null 2>&1 &&
   $PLANNER -q codegen tiny.yaml -o L --iterations 20 > /dev/null 2>&1 && $PLANNER -q run L --run-id r > /dev/null 2>&1
