@@ -168,9 +168,9 @@ TEST_CASE("rotation removes only the planner's older checkpoint files; a user's 
   WriteRankFile(ck / "iter-5" / "rank0.bin", true);                 // goes; the user's note beside it stays
   std::ofstream(ck / "iter-5" / "notes.txt") << "loss spike here";
   std::ofstream(ck / "iter-5" / "plot.tmp.12.3") << "mine";  // a temporary's form, not of a rank file: stays
-  WriteRankFile(ck / "iter-15" / "rank0.bin", false);   // the planner's name, not its content: stays
-  WriteRankFile(ck / "iter-best" / "rank0.bin", true);  // not an iter-<n> name: stays
-  WriteRankFile(ck / "iter-07" / "rank0.bin", true);    // not a name the planner writes: stays
+  WriteRankFile(ck / "iter-15" / "rank0.bin", false);        // the planner's name, not its content: stays
+  WriteRankFile(ck / "iter-best" / "rank0.bin", true);       // not an iter-<n> name: stays
+  WriteRankFile(ck / "iter-07" / "rank0.bin", true);         // not a name the planner writes: stays
   const fs::path outside = dir / "elsewhere";
   fs::create_directories(outside);
   WriteRankFile(outside / "rank0.bin", true);

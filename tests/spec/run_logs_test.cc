@@ -69,8 +69,9 @@ TEST_CASE("torchtitan 0.2.2 / 0.3.0 logs: colours stripped, tps with commas, sec
   text += TitanLine(1, "1,024");
   for (int step = 10; step <= 50; step += 10) text += TitanLine(step, "5,762", step == 50 ? "N/A" : "54.92%");
   // Validation (0.2.2 metrics.py log_validation): same step numbers, not training; skipped.
-  text += "[rank0]:[titan] 2025-06-01 12:35:00,000 - root - INFO - \x1b[33mvalidate step: 50  \x1b[32mloss:  7.0000  "
-          "\x1b[38;2;54;234;195mmemory: 35.12GiB(25.20%)  \x1b[34mtps: 99,999\x1b[39m\n";
+  text +=
+      "[rank0]:[titan] 2025-06-01 12:35:00,000 - root - INFO - \x1b[33mvalidate step: 50  \x1b[32mloss:  7.0000  "
+      "\x1b[38;2;54;234;195mmemory: 35.12GiB(25.20%)  \x1b[34mtps: 99,999\x1b[39m\n";
   RunLog log;
   REQUIRE_OK(ParseRunLog("titan.log", text, &log));
   CHECK(log.format == "torchtitan");
