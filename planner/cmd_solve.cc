@@ -413,6 +413,27 @@ SolveArgs WithProfilePrecision(const SolveArgs& a, const SolveInputs& in) {
 }
 
 // Reads the cluster, model and profile files and checks them against each other and the flags.
+// The shares a calibration's scales multiply (docs/calibration.md): kernel-level costs, the engine's sustained
+// GEMM / attention / memory shares; the flat model, the cluster's efficiency for `dtype` (attention is costed
+// as GEMMs there) and its HBM efficiency.
+CostScales RateShares(bool kernel_level, const EngineSpec& e, const ClusterSpec& c, DType dtype) {
+  if (kernel_level) return CostScales{e.sustained_gemm, e.sustained_attention, e.sustained_memory};
+  return CostScales{c.Efficiency(dtype), c.Efficiency(dtype), c.hbm_efficiency};
+}
+
+// Multiplies those shares by `k` (the flat model: every precision's efficiency by k.gemm, HBM by k.memory).
+void ScaleRates(const CostScales& k, bool kernel_level, EngineSpec* e, ClusterSpec* c) {
+  if (kernel_level) {
+    e->sustained_gemm *= k.gemm;
+    e->sustained_attention *= k.attention;
+    e->sustained_memory *= k.memory;
+    return;
+  }
+  c->efficiency *= k.gemm;
+  for (auto& [dtype, eff] : c->efficiency_by_dtype) eff *= k.gemm;
+  c->hbm_efficiency *= k.memory;
+}
+
 // --calibration: the file for this solve's engine, GPU, precision and cost kind, its scales applied to the
 // engine's sustained shares (kernel-level) or the cluster's efficiencies (flat), checked against the
 // physical bounds. InvalidArgument naming the file and the fix when none matches or two do.
@@ -445,10 +466,8 @@ Status ApplyCalibrations(const SolveArgs& a, SolveInputs* in) {
         "GPU and precision, or drop --calibration",
         e.name, in->cluster.gpu_name, precision, costs, seen));
   const Calibration& c = in->calibration;
-  const double shares[3] = {in->kernel_level ? e.sustained_gemm : in->cluster.Efficiency(in->model.dtype),
-                            in->kernel_level ? e.sustained_attention : in->cluster.Efficiency(in->model.dtype),
-                            in->kernel_level ? e.sustained_memory : in->cluster.hbm_efficiency},
-               scales[3] = {c.gemm, c.attention, c.memory};
+  const CostScales share = RateShares(in->kernel_level, e, in->cluster, in->model.dtype);
+  const double shares[3] = {share.gemm, share.attention, share.memory}, scales[3] = {c.gemm, c.attention, c.memory};
   const char* names[3] = {"gemm", "attention", "memory"};
   for (int k = 0; k < 3; ++k) {
     if (shares[k] * scales[k] > kMaxCalibratedShare)
@@ -466,15 +485,7 @@ Status ApplyCalibrations(const SolveArgs& a, SolveInputs* in) {
     in->kernels = std::move(measured);
     in->kernel_level = true;
   }
-  if (in->kernel_level) {
-    e.sustained_gemm *= c.gemm;
-    e.sustained_attention *= c.attention;
-    e.sustained_memory *= c.memory;
-  } else {
-    in->cluster.efficiency *= c.gemm;
-    for (auto& [dtype, eff] : in->cluster.efficiency_by_dtype) eff *= c.gemm;
-    in->cluster.hbm_efficiency *= c.memory;
-  }
+  ScaleRates(CostScales{c.gemm, c.attention, c.memory}, in->kernel_level, &e, &in->cluster);
   in->notes.push_back(fmt::format(
       "calibrated with {} (engine {} on {} in {}, fitted {} from {} run(s) of your cluster): gemm x{:.3f}, attention "
       "x{:.3f}, memory-bound x{:.3f}; residuals after {:+.1f}% .. {:+.1f}%{}",
@@ -659,15 +670,7 @@ Status PlanPredictor::Predict(const CostScales& k, PlanPredicted* out) const {
   const Impl& m = *impl_;
   EngineSpec engine = m.in.engines.front();
   ClusterSpec cluster = m.in.cluster;
-  if (m.in.kernel_level) {
-    engine.sustained_gemm *= k.gemm;
-    engine.sustained_attention *= k.attention;
-    engine.sustained_memory *= k.memory;
-  } else {
-    cluster.efficiency *= k.gemm;
-    for (auto& [dtype, e] : cluster.efficiency_by_dtype) e *= k.gemm;
-    cluster.hbm_efficiency *= k.memory;
-  }
+  ScaleRates(k, m.in.kernel_level, &engine, &cluster);
   CostSource src;
   src.cluster = &cluster;
   src.model = &m.in.model;
@@ -693,12 +696,7 @@ const std::string& PlanPredictor::engine() const { return impl_->in.engines.fron
 const std::string& PlanPredictor::gpu() const { return impl_->in.cluster.gpu_name; }
 CostScales PlanPredictor::base() const {
   const Impl& m = *impl_;
-  if (m.in.kernel_level) {
-    const EngineSpec& e = m.in.engines.front();
-    return CostScales{e.sustained_gemm, e.sustained_attention, e.sustained_memory};
-  }
-  return CostScales{m.in.cluster.Efficiency(m.in.model.dtype), m.in.cluster.Efficiency(m.in.model.dtype),
-                    m.in.cluster.hbm_efficiency};
+  return RateShares(m.in.kernel_level, m.in.engines.front(), m.in.cluster, m.in.model.dtype);
 }
 
 Runner RegisterSolve(CLI::App& app) {

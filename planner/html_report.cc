@@ -14,30 +14,16 @@ const char kHtmlHeader[] = "<!DOCTYPE html>\n<!-- written by planner (docs/forma
 
 namespace {
 
-std::string Esc(const std::string& s) {
-  std::string o;
-  for (char c : s) {
-    switch (c) {
-      case '&': o += "&amp;"; break;
-      case '<': o += "&lt;"; break;
-      case '>': o += "&gt;"; break;
-      case '"': o += "&quot;"; break;
-      default: o += c;
-    }
-  }
-  return o;
-}
-
 // A figure of plan.yaml: its text, and the key and value a test reads back.
 std::string Fig(const std::string& field, double value, const std::string& text) {
-  return fmt::format("<span class=\"fig\" data-field=\"{}\" data-value=\"{:.10g}\">{}</span>", Esc(field), value,
-                     Esc(text));
+  return fmt::format("<span class=\"fig\" data-field=\"{}\" data-value=\"{:.10g}\">{}</span>", XmlText(field), value,
+                     XmlText(text));
 }
 
 // The same inside SVG text (a tspan: HTML elements are not rendered there).
 std::string FigSvg(const std::string& field, double value, const std::string& text) {
-  return fmt::format("<tspan class=\"fig\" data-field=\"{}\" data-value=\"{:.10g}\">{}</tspan>", Esc(field), value,
-                     Esc(text));
+  return fmt::format("<tspan class=\"fig\" data-field=\"{}\" data-value=\"{:.10g}\">{}</tspan>", XmlText(field), value,
+                     XmlText(text));
 }
 
 constexpr const char* kStyle =
@@ -56,13 +42,13 @@ const char* kMemoryNames[4] = {"weights", "gradients and optimizer state", "acti
 std::string Card(const Plan& p, const std::string& sfx) {
   const PlanPredicted& x = p.predicted;
   std::string o = "<section id=\"card" + sfx + "\"><h2>Configuration</h2><dl class=\"card\">";
-  auto row = [&](const std::string& k, const std::string& v) { o += "<dt>" + Esc(k) + "</dt><dd>" + v + "</dd>"; };
-  row("model",
-      Esc(fmt::format("{} on {} x {} ({})", p.model_name, p.gpus, p.cluster_name, CostSourceKindName(p.cost_source))));
-  row("layout", Esc(p.Label("")));
-  if (!p.engine.empty()) row("engine", Esc(p.engine + (p.kernels.empty() ? "" : " x kernel table " + p.kernels)));
-  if (p.dtype) row("precision", Esc(DTypeName(*p.dtype)));
-  if (!p.calibration.empty()) row("calibrated with", Esc(p.calibration));
+  auto row = [&](const std::string& k, const std::string& v) { o += "<dt>" + XmlText(k) + "</dt><dd>" + v + "</dd>"; };
+  row("model", XmlText(fmt::format("{} on {} x {} ({})", p.model_name, p.gpus, p.cluster_name,
+                                   CostSourceKindName(p.cost_source))));
+  row("layout", XmlText(p.Label("")));
+  if (!p.engine.empty()) row("engine", XmlText(p.engine + (p.kernels.empty() ? "" : " x kernel table " + p.kernels)));
+  if (p.dtype) row("precision", XmlText(DTypeName(*p.dtype)));
+  if (!p.calibration.empty()) row("calibrated with", XmlText(p.calibration));
   row("iteration (s)", Fig("predicted.iteration_seconds", x.iteration_s, fmt::format("{:.4f}", x.iteration_s)));
   if (x.tokens_per_second_per_gpu > 0)
     row("tokens/s/GPU", Fig("predicted.tokens_per_second_per_gpu", x.tokens_per_second_per_gpu,
@@ -79,8 +65,8 @@ std::string Card(const Plan& p, const std::string& sfx) {
                     " .. " +
                     Fig("predicted.band.iteration_seconds_high", b.IterationHigh(x.iteration_s),
                         fmt::format("{:.4f}", b.IterationHigh(x.iteration_s))) +
-                    Esc(fmt::format(" s ({}: {} runs, errors {:+.1f}%..{:+.1f}%)", b.basis, b.runs, 100 * b.error_low,
-                                    100 * b.error_high)));
+                    XmlText(fmt::format(" s ({}: {} runs, errors {:+.1f}%..{:+.1f}%)", b.basis, b.runs,
+                                        100 * b.error_low, 100 * b.error_high)));
   }
   return o + "</dl></section>\n";
 }
@@ -137,7 +123,7 @@ std::string Communication(const Plan& p, const std::string& sfx) {
                   "<th class=\"l\">kind</th><th>total (s)</th><th>hidden (s)</th><th>exposed (s)</th></tr>";
   for (const PlanComm& c : p.predicted.communication) {
     o += fmt::format(
-        "<tr><td class=\"l\">{}</td><td>{}</td><td>{}</td><td>{}</td></tr>", Esc(c.kind),
+        "<tr><td class=\"l\">{}</td><td>{}</td><td>{}</td><td>{}</td></tr>", XmlText(c.kind),
         Fig("predicted.communication." + c.kind + ".total_seconds", c.total_s, fmt::format("{:.6f}", c.total_s)),
         fmt::format("{:.6f}", c.total_s - c.exposed_s),
         Fig("predicted.communication." + c.kind + ".exposed_seconds", c.exposed_s, fmt::format("{:.6f}", c.exposed_s)));
@@ -154,9 +140,9 @@ std::string RunnersUp(const Plan& p, const std::string& sfx) {
     const PlanSummary& r = p.runners_up[i];
     o += fmt::format(
         "<tr><td>{}</td><td class=\"l\">{}</td><td>{}</td><td>{:.2f}</td><td class=\"l\">{}</td></tr>", i + 2,
-        Esc(r.Label("")),
+        XmlText(r.Label("")),
         Fig(fmt::format("runners_up[{}].iteration_seconds", i), r.iteration_s, fmt::format("{:.4f}", r.iteration_s)),
-        r.samples_per_second, Esc(r.why_lost));
+        r.samples_per_second, XmlText(r.why_lost));
   }
   return o + "</table></section>\n";
 }
@@ -170,15 +156,15 @@ Status PlanSection(const Plan& p, const std::string& sfx, std::string* o) {
   *o += Communication(p, sfx) + RunnersUp(p, sfx);
   if (!p.notes.empty()) {
     *o += "<section id=\"notes" + sfx + "\"><h2>Notes</h2><ul class=\"note\">";
-    for (const std::string& n : p.notes) *o += "<li>" + Esc(n) + "</li>";
+    for (const std::string& n : p.notes) *o += "<li>" + XmlText(n) + "</li>";
     *o += "</ul></section>\n";
   }
   return Status::OK();
 }
 
 std::string Head(const std::string& title) {
-  return std::string(kHtmlHeader) + "\n<html lang=\"en\"><head><meta charset=\"utf-8\"><title>" + Esc(title) +
-         "</title><style>" + kStyle + "</style></head><body><h1>" + Esc(title) + "</h1>\n";
+  return std::string(kHtmlHeader) + "\n<html lang=\"en\"><head><meta charset=\"utf-8\"><title>" + XmlText(title) +
+         "</title><style>" + kStyle + "</style></head><body><h1>" + XmlText(title) + "</h1>\n";
 }
 
 }  // namespace
@@ -238,7 +224,7 @@ Status RenderPlansHtml(const std::vector<Plan>& plans, const std::string& title,
        "<th>iteration (s)</th><th>tokens/s/GPU</th><th>MFU (%)</th></tr>";
   for (const Plan& p : plans)
     o += fmt::format("<tr><td>{}</td><td class=\"l\">{}</td><td>{:.4f}</td><td>{:.1f}</td><td>{:.1f}</td></tr>", p.gpus,
-                     Esc(p.ParallelString()), p.predicted.iteration_s, p.predicted.tokens_per_second_per_gpu,
+                     XmlText(p.ParallelString()), p.predicted.iteration_s, p.predicted.tokens_per_second_per_gpu,
                      100 * p.predicted.mfu);
   o += "</table>" + ScalingPlot(plans) + "</section>\n";
   for (const Plan& p : plans) {
@@ -292,7 +278,7 @@ std::string Curve(const std::string& id, const std::string& what, const std::str
 Status RenderRunHtml(const std::string& title, const std::string& report_md, const std::vector<double>& loss,
                      const std::vector<double>& iteration_s, const std::string& timeline_svg, std::string* out) {
   std::string o = Head(title);
-  o += "<section id=\"report\"><h2>Measured against predicted (report.md)</h2><pre>" + Esc(report_md) +
+  o += "<section id=\"report\"><h2>Measured against predicted (report.md)</h2><pre>" + XmlText(report_md) +
        "</pre></section>\n";
   o += Curve("loss", "Loss", "metrics.csv", loss);
   o += Curve("iteration-seconds", "Iteration time", "s, metrics.csv", iteration_s);
@@ -306,15 +292,17 @@ Status RenderRunHtml(const std::string& title, const std::string& report_md, con
 Status RenderCalibrationHtml(const Calibration& c, const std::string& title, std::string* out) {
   std::string o = Head(title);
   o += "<section id=\"card\"><h2>Calibration</h2><dl class=\"card\">";
-  auto row = [&](const std::string& k, const std::string& v) { o += "<dt>" + Esc(k) + "</dt><dd>" + v + "</dd>"; };
-  row("engine on GPU", Esc(fmt::format("{} on {} ({}, {} costs)", c.engine, c.gpu, c.precision, c.costs)));
-  row("fitted", Esc(c.fitted == "per-class" ? "per operation class" : c.fitted == "one-scale" ? "one scale" : "none"));
+  auto row = [&](const std::string& k, const std::string& v) { o += "<dt>" + XmlText(k) + "</dt><dd>" + v + "</dd>"; };
+  row("engine on GPU", XmlText(fmt::format("{} on {} ({}, {} costs)", c.engine, c.gpu, c.precision, c.costs)));
+  row("fitted", XmlText(c.fitted == "per-class"   ? "per operation class"
+                        : c.fitted == "one-scale" ? "one scale"
+                                                  : "none"));
   row("GEMM scale", Fig("scale.gemm", c.gemm, fmt::format("x{:.4f}", c.gemm)));
   row("attention scale", Fig("scale.attention", c.attention, fmt::format("x{:.4f}", c.attention)));
   row("memory-bound scale", Fig("scale.memory", c.memory, fmt::format("x{:.4f}", c.memory)));
   row("band after (%)", Fig("band.low", c.band_low, fmt::format("{:+.1f}", 100 * c.band_low)) + " .. " +
                             Fig("band.high", c.band_high, fmt::format("{:+.1f}", 100 * c.band_high)));
-  if (!c.kernels.empty()) row("measured kernel table", Esc(c.KernelsPath()));
+  if (!c.kernels.empty()) row("measured kernel table", XmlText(c.KernelsPath()));
   o += "</dl></section>\n";
   if (!c.runs.empty()) {
     o += "<section id=\"runs\"><h2>Runs: measured against predicted</h2><table><tr><th>run</th><th "
@@ -328,11 +316,11 @@ Status RenderCalibrationHtml(const Calibration& c, const std::string& title, std
           "<tr><td>{}</td><td class=\"l\">{}</td><td "
           "class=\"l\">{}</td><td>{}</td><td>{}</td><td>{}</td><td>{:+.1f}</td>"
           "<td>{}</td><td>{:+.1f}</td><td class=\"l\">{}</td></tr>",
-          i + 1, Esc(r.format), Esc(r.layout), r.iterations,
+          i + 1, XmlText(r.format), XmlText(r.layout), r.iterations,
           Fig(f + "measured_s", r.measured_s, fmt::format("{:.4f}", r.measured_s)),
           Fig(f + "before_s", r.before_s, fmt::format("{:.4f}", r.before_s)), 100 * (r.measured_s / r.before_s - 1),
           Fig(f + "after_s", r.after_s, fmt::format("{:.4f}", r.after_s)), 100 * (r.measured_s / r.after_s - 1),
-          Esc(r.source));
+          XmlText(r.source));
     }
     o += "</table>";
     // The errors as bars: before (grey) and after (blue), signed, per run.

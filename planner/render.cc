@@ -296,8 +296,6 @@ std::string RenderEventsText(const std::string& title, const std::vector<std::st
   return o;
 }
 
-namespace {
-// Text inside the SVG: a model or cluster name with <, & or " must not break the markup.
 std::string XmlText(const std::string& s) {
   std::string o;
   for (char c : s) {
@@ -309,7 +307,6 @@ std::string XmlText(const std::string& s) {
   }
   return o;
 }
-}  // namespace
 
 std::string RenderEventsSvg(const std::string& title, const std::vector<std::string>& labels,
                             const std::vector<SimEvent>& events, double makespan_s) {

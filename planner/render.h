@@ -13,6 +13,9 @@
 
 namespace planner {
 
+// `s` as XML / HTML text or attribute value: &, <, > and " escaped (the SVG and HTML writers' one escaping).
+std::string XmlText(const std::string& s);
+
 // Model, configuration, predictions, the output figures (RenderPlanFigures), then the band and lead lines.
 std::string RenderPlanSummary(const Plan& plan);
 // The calibration band line and the lead line (docs/cost_model.md section 2, "Bands"); empty when the plan
