@@ -14,19 +14,6 @@ const char kMeasuredKernelsHeader[] =
 
 namespace {
 
-std::string Quoted(const std::string& s) {
-  std::string o = "\"";
-  for (char c : s) {
-    if (c == '"' || c == '\\') o += '\\';
-    if (static_cast<unsigned char>(c) < 0x20) {
-      o += fmt::format("\\x{:02x}", static_cast<unsigned char>(c));
-      continue;
-    }
-    o += c;
-  }
-  return o + "\"";
-}
-
 std::string Num(double v) { return fmt::format("{:.6g}", v); }
 
 }  // namespace
@@ -34,18 +21,18 @@ std::string Num(double v) { return fmt::format("{:.6g}", v); }
 std::string CalibrationToYaml(const Calibration& c) {
   std::string o = std::string(kCalibrationHeader) + "\n";
   o += "format_version: 1\nkind: calibration\n";
-  o += fmt::format("engine: {}\ngpu: {}\nprecision: {}\ncosts: {}\nfitted: {}\n", Quoted(c.engine), Quoted(c.gpu),
-                   Quoted(c.precision), c.costs, c.fitted);
+  o += fmt::format("engine: {}\ngpu: {}\nprecision: {}\ncosts: {}\nfitted: {}\n", YamlQuoted(c.engine),
+                   YamlQuoted(c.gpu), YamlQuoted(c.precision), c.costs, c.fitted);
   o += fmt::format("scale: {{gemm: {}, attention: {}, memory: {}}}\n", Num(c.gemm), Num(c.attention), Num(c.memory));
   o += fmt::format("band: {{low: {}, high: {}}}\n", Num(c.band_low), Num(c.band_high));
   if (!c.kernels.empty()) {
-    o += fmt::format("kernels: {}\ntraces:\n", Quoted(c.kernels));
-    for (const std::string& t : c.traces) o += fmt::format("  - {}\n", Quoted(t));
+    o += fmt::format("kernels: {}\ntraces:\n", YamlQuoted(c.kernels));
+    for (const std::string& t : c.traces) o += fmt::format("  - {}\n", YamlQuoted(t));
   }
   o += c.runs.empty() ? "runs: []\n" : "runs:\n";
   for (const CalibrationRun& r : c.runs) {
     o += fmt::format("  - source: {}\n    format: {}\n    plan: {}\n    layout: {}\n    iterations: {}\n",
-                     Quoted(r.source), r.format, Quoted(r.plan), Quoted(r.layout), r.iterations);
+                     YamlQuoted(r.source), r.format, YamlQuoted(r.plan), YamlQuoted(r.layout), r.iterations);
     o += fmt::format("    measured_s: {}\n    before_s: {}\n    after_s: {}\n", Num(r.measured_s), Num(r.before_s),
                      Num(r.after_s));
     o += fmt::format("    measured_memory_GiB: {}\n    predicted_memory_GiB: {}\n", Num(r.measured_memory_GiB),

@@ -494,17 +494,7 @@ std::string YamlScalar(const std::string& text) {
   bool plain = !text.empty() && std::isalpha(static_cast<unsigned char>(text[0]));
   for (char c : text)
     plain = plain && (std::isalnum(static_cast<unsigned char>(c)) || c == '-' || c == '_' || c == '.');
-  if (plain) return text;
-  std::string q = "\"";
-  for (char c : text) {
-    if (c == '"' || c == '\\') q += '\\';
-    if (static_cast<unsigned char>(c) < 0x20) {
-      q += fmt::format("\\x{:02x}", static_cast<unsigned char>(c));
-      continue;
-    }
-    q += c;
-  }
-  return q + "\"";
+  return plain ? text : YamlQuoted(text);
 }
 }  // namespace
 

@@ -362,4 +362,17 @@ Status YamlReader::GetEnum(const YAML::Node& map, const std::string& key, const 
   return FieldError(map[key], field, "unknown value '" + value + "'" + hint);
 }
 
+std::string YamlQuoted(const std::string& text) {
+  std::string q = "\"";
+  for (char c : text) {
+    if (c == '"' || c == '\\') q += '\\';
+    if (static_cast<unsigned char>(c) < 0x20) {
+      q += fmt::format("\\x{:02x}", static_cast<unsigned char>(c));
+      continue;
+    }
+    q += c;
+  }
+  return q + "\"";
+}
+
 }  // namespace planner

@@ -56,6 +56,10 @@ Status CatchYamlErrors(const std::string& path, Walk&& walk) {
   }
 }
 
+// `text` as a double-quoted YAML scalar: " and \ escaped, control characters as \xNN (the writers of imported
+// model files and calibration files).
+std::string YamlQuoted(const std::string& text);
+
 class YamlReader {
  public:
   explicit YamlReader(std::string path) : path_(std::move(path)) {}
