@@ -551,8 +551,8 @@ std::vector<std::pair<std::string, double>> Evaluator::DpCommComparison(const Ca
   return out;
 }
 
-Status Evaluator::Simulate(const Candidate& k, const Evaluation& x, SimResult* res) const {
-  Status s = SimulateSchedule(k.schedule, x.sim, k.pp, k.num_microbatches, false, res);
+Status Evaluator::Simulate(const Candidate& k, const Evaluation& x, SimResult* res, double cutoff_s) const {
+  Status s = SimulateSchedule(k.schedule, x.sim, k.pp, k.num_microbatches, false, res, cutoff_s);
   if (s.ok()) return s;
   // Candidates meet the schedules' preconditions: a failure here is a bug.
   return Status::Internal(fmt::format("simulating tp={} pp={} dp={} microbatch={} {} interleave={}: {}", k.tp, k.pp,

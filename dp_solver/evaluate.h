@@ -6,6 +6,7 @@
 #pragma once
 
 #include <cstdint>
+#include <limits>
 #include <array>
 #include <map>
 #include <unordered_map>
@@ -81,7 +82,9 @@ class Evaluator {
   // Internal when the candidate's partition does not exist.
   Status Evaluate(const Candidate& k, Evaluation* x);
   // The pipeline's makespan and bubble; the simulator's errors name the candidate.
-  Status Simulate(const Candidate& k, const Evaluation& x, SimResult* res) const;
+  // cutoff_s: the simulation may stop once the makespan is bound to exceed it (SimResult::cut).
+  Status Simulate(const Candidate& k, const Evaluation& x, SimResult* res,
+                  double cutoff_s = std::numeric_limits<double>::infinity()) const;
   // The plan of a simulated candidate (mode auto, without runners-up).
   Plan UniformPlan(const Candidate& k, const Evaluation& x, const SimResult& res) const;
 

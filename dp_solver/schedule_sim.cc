@@ -162,6 +162,15 @@ class Engine {
     held_.assign(static_cast<size_t>(devices), {});
     r_.busy_s.assign(static_cast<size_t>(devices), 0.0);
   }
+  // Stop once some device's end is bound to pass cutoff_s: its free time plus the compute it has left
+  // (`work_s`: per device, the F + B + W of its stages over every microbatch). SimResult::cut then.
+  // The bound is a running difference of sums; the 1e-9 relative margin keeps its rounding from
+  // cutting a run that ends exactly at the cutoff.
+  void SetCutoff(double cutoff_s, std::vector<double> work_s) {
+    cutoff_s_ = cutoff_s * (1 + 1e-9);
+    left_s_ = std::move(work_s);
+  }
+  bool cut() const { return r_.cut; }
   // Boundary q -> q + 1 stays on one device (DualPipeV's stages p - 1 and p): no transfer there.
   void SetLocalBoundary(int64_t q) { local_.at(static_cast<size_t>(q)) = true; }
   double FReady(int64_t q, int64_t i) const {
@@ -194,9 +203,18 @@ class Engine {
     double end = Put(dev, kind, q, i, std::max(FreeAt(dev), ready), dur, hold);
     auto& held = held_[static_cast<size_t>(dev)];
     held.push_back({kind, static_cast<int32_t>(q), static_cast<int32_t>(i)});
-    if (hold) return;
-    for (const Op& h : held) end = Publish(dev, h, end);
-    held.clear();
+    if (!hold) {
+      for (const Op& h : held) end = Publish(dev, h, end);
+      held.clear();
+    }
+    if (left_s_.empty()) return;
+    double& left = left_s_[static_cast<size_t>(dev)];
+    left -= dur;
+    const double bound = FreeAt(dev) + std::max(0.0, left);
+    if (bound > cutoff_s_) {
+      r_.cut = true;
+      r_.makespan_s = std::max(r_.makespan_s, bound);
+    }
   }
   // Plays fixed per-device orders to completion.
   Status RunOrders(const std::vector<std::vector<Op>>& orders) {
@@ -204,12 +222,12 @@ class Engine {
     std::vector<size_t> next(static_cast<size_t>(p), 0);
     size_t remaining = 0;
     for (const auto& o : orders) remaining += o.size();
-    while (remaining > 0) {
+    while (remaining > 0 && !cut()) {
       bool progressed = false;
       for (int64_t d = 0; d < p; ++d) {
         auto& k = next[static_cast<size_t>(d)];
         const auto& ord = orders[static_cast<size_t>(d)];
-        while (k < ord.size()) {
+        while (k < ord.size() && !cut()) {
           const Op& op = ord[k];
           double ready = Ready(op);
           if (ready == kInf) break;
@@ -264,6 +282,8 @@ class Engine {
   std::vector<double> f_end_, b_end_, free_at_;
   std::vector<bool> local_ = std::vector<bool>(st_.size(), false);
   std::vector<std::vector<Op>> held_;  // per device: operations whose outputs wait for the next unheld one
+  double cutoff_s_ = kInf;
+  std::vector<double> left_s_;  // per device: compute not yet run (empty: no cutoff)
   SimResult r_;
 };
 
@@ -285,8 +305,9 @@ class ZbH1Scheduler {
     while (leaves < static_cast<size_t>(p_)) leaves *= 2;
     tree_.assign(2 * leaves, -1);
     leaves_ = leaves;
-    for (int64_t d = 0; d < p_; ++d) Update(*eng, d);
-    while (done < total) {
+    for (int64_t d = 0; d < p_; ++d) Choose(*eng, d);
+    Refresh(0, p_ - 1);
+    while (done < total && !eng->cut()) {
       const int64_t best_dev = tree_[1];
       if (best_dev < 0) return Status::Internal("ZB-H1 simulation found no runnable operation");
       const Choice best = choice_[static_cast<size_t>(best_dev)];
@@ -295,7 +316,9 @@ class ZbH1Scheduler {
       eng->Run(best_dev, best.kind, best_dev, counter, best.start);
       ++counter;
       ++done;
-      for (int64_t d = std::max<int64_t>(0, best_dev - 1); d <= std::min(p_ - 1, best_dev + 1); ++d) Update(*eng, d);
+      const int64_t lo = std::max<int64_t>(0, best_dev - 1), hi = std::min(p_ - 1, best_dev + 1);
+      for (int64_t d = lo; d <= hi; ++d) Choose(*eng, d);
+      Refresh(lo, hi);
     }
     return Status::OK();
   }
@@ -308,7 +331,7 @@ class ZbH1Scheduler {
 
   // Device d's next operation: the highest-priority candidate ready when the
   // device is free; else the earliest ready one.
-  Choice Choose(const Engine& eng, int64_t d) const {
+  Choice Next(const Engine& eng, int64_t d) const {
     size_t du = static_cast<size_t>(d);
     double fa = eng.FreeAt(d);
     struct Cand {
@@ -339,13 +362,21 @@ class ZbH1Scheduler {
     if (x.kind == 0) return a < b;
     return x.start < y.start || (x.start == y.start && a < b);
   }
-  void Update(const Engine& eng, int64_t d) {
-    Choice c = Choose(eng, d);
+  // Device d's choice and its leaf; the nodes above wait for Refresh.
+  void Choose(const Engine& eng, int64_t d) {
+    Choice c = Next(eng, d);
     if (c.kind != 0 && !(c.start < kInf)) c.kind = 0;  // as the scan: only a finite start is runnable
     choice_[static_cast<size_t>(d)] = c;
-    size_t i = leaves_ + static_cast<size_t>(d);
-    tree_[i] = c.kind != 0 ? d : -1;
-    for (i /= 2; i >= 1; i /= 2) tree_[i] = Before(tree_[2 * i], tree_[2 * i + 1]) ? tree_[2 * i] : tree_[2 * i + 1];
+    tree_[leaves_ + static_cast<size_t>(d)] = c.kind != 0 ? d : -1;
+  }
+  // The nodes above leaves lo..hi, level by level: adjacent leaves share their ancestors after a level
+  // or two, so three changed devices cost about one path, not three.
+  void Refresh(int64_t lo, int64_t hi) {
+    for (size_t a = (leaves_ + static_cast<size_t>(lo)) / 2, b = (leaves_ + static_cast<size_t>(hi)) / 2; a >= 1;
+         a /= 2, b /= 2) {
+      for (size_t i = a; i <= b; ++i)
+        tree_[i] = Before(tree_[2 * i], tree_[2 * i + 1]) ? tree_[2 * i] : tree_[2 * i + 1];
+    }
   }
 
   int64_t p_, m_;
@@ -385,8 +416,8 @@ Status CheckDualPipeV(int64_t p, int64_t v, int64_t m) {
   return Status::OK();
 }
 
-Status SimulateSchedule(Schedule s, const std::vector<SimStage>& st, int64_t p, int64_t m, bool record,
-                        SimResult* out) {
+Status SimulateSchedule(Schedule s, const std::vector<SimStage>& st, int64_t p, int64_t m, bool record, SimResult* out,
+                        double cutoff_s) {
   if (p < 1 || m < 1 || st.empty() || static_cast<int64_t>(st.size()) % p != 0) {
     return Status::InvalidArgument("schedule simulation needs p >= 1, m >= 1 and p * v stages");
   }
@@ -403,6 +434,15 @@ Status SimulateSchedule(Schedule s, const std::vector<SimStage>& st, int64_t p, 
   }
   const bool split_w = s == Schedule::kZbH1 || s == Schedule::kDualPipeV;
   Engine eng(st, p, m, split_w, record);
+  if (cutoff_s < kInf && !record) {
+    std::vector<double> work(static_cast<size_t>(p), 0.0);
+    for (int64_t q = 0; q < q_count; ++q) {
+      const SimStage& x = st[static_cast<size_t>(q)];
+      work[static_cast<size_t>(StagePosition(s, q, p))] +=
+          static_cast<double>(m) * (x.forward_s + x.backward_input_s + x.backward_weight_s);
+    }
+    eng.SetCutoff(cutoff_s, std::move(work));
+  }
   if (s == Schedule::kDualPipeV) {
     eng.SetLocalBoundary(p - 1);  // stages p - 1 and p are both on the last rank
     std::vector<std::vector<Op>> orders;

@@ -9,6 +9,7 @@
 #pragma once
 
 #include <cstdint>
+#include <limits>
 #include <string>
 #include <vector>
 
@@ -42,6 +43,10 @@ struct SimResult {
   std::vector<double> busy_s;    // per device
   double bubble_fraction = 0;    // 1 - sum(busy) / (devices x makespan)
   std::vector<SimEvent> events;  // filled when requested
+  // The simulation stopped early: some device was bound to end after the cutoff given (its free time
+  // plus the compute it had left). makespan_s is then that bound, a lower bound of the whole run's,
+  // above the cutoff; busy_s and bubble_fraction cover the part played.
+  bool cut = false;
 };
 
 // `stages` holds p * v virtual stages; virtual stage q runs on device
@@ -49,9 +54,11 @@ struct SimResult {
 // for the single-chunk schedules), or DualPipeV's V (v = 2: device r runs stages
 // r and 2p - 1 - r; no transfer between stages p - 1 and p). Returns
 // InvalidArgument when the schedule's preconditions fail (interleaved: m % p ==
-// 0; dualpipev: CheckDualPipeV).
+// 0; dualpipev: CheckDualPipeV). With a finite cutoff_s (and no events
+// recorded) the simulation stops as soon as the makespan is bound to exceed
+// it (SimResult::cut): the search's k-th best, for candidates that cannot rank.
 Status SimulateSchedule(Schedule schedule, const std::vector<SimStage>& stages, int64_t devices, int64_t microbatches,
-                        bool record_events, SimResult* out);
+                        bool record_events, SimResult* out, double cutoff_s = std::numeric_limits<double>::infinity());
 
 // A lower bound on SimulateSchedule's makespan, for pruning: on device r,
 // every operation waits for the first microbatch's forward through the

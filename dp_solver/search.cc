@@ -1,6 +1,7 @@
 #include "dp_solver/search.h"
 
 #include <algorithm>
+#include <limits>
 #include <optional>
 #include <thread>
 
@@ -455,6 +456,7 @@ Status EnumerateUniform(const SearchSpace& sp, const SearchOptions& o, Evaluator
 struct Simulated {
   Status status = Status::OK();
   double iteration_s = 0;
+  bool cut = false;  // stopped past the cutoff (SimResult::cut)
   std::optional<Plan> plan;
 };
 
@@ -462,6 +464,17 @@ struct Simulated {
 // k-th best plan (SearchOptions::exhaustive: simulate all). With several workers, windows of
 // candidates below the current k-th best are simulated in parallel, then ranked in order exactly as
 // one thread would (a candidate past the point one thread would stop at is simulated but not counted).
+constexpr double kNoCutoff = std::numeric_limits<double>::infinity();
+
+// The makespan above which a candidate's iteration (makespan + data-parallel + optimizer seconds) reaches
+// `worst`, the k-th best kept when its window began, which only falls later: a simulation stopped there is
+// a plan that one thread would simulate whole and not keep.
+double CutoffFor(double worst, const Evaluation& x) {
+  if (!(worst < kNoCutoff)) return kNoCutoff;
+  const double cutoff = worst - x.dp_s - x.optimizer_s;
+  return cutoff > 0 ? cutoff : kNoCutoff;
+}
+
 Status SimulateBestFirst(std::vector<Candidate>& cands, const SearchOptions& o, EvaluatorPool* pool, Ranking* rank,
                          SearchStats* stats) {
   std::stable_sort(cands.begin(), cands.end(),
@@ -480,9 +493,11 @@ Status SimulateBestFirst(std::vector<Candidate>& cands, const SearchOptions& o, 
       Simulated& r = sims[static_cast<size_t>(j)];
       SimResult res;
       r.status = ev->Evaluate(k, &x);
-      if (r.status.ok()) r.status = ev->Simulate(k, x, &res);
+      if (r.status.ok()) r.status = ev->Simulate(k, x, &res, o.exhaustive ? kNoCutoff : CutoffFor(worst, x));
       if (!r.status.ok()) return;
-      r.iteration_s = res.makespan_s + x.dp_s + x.optimizer_s;
+      r.cut = res.cut;
+      // A cut simulation's makespan is a bound above the cutoff: the plan cannot rank (not kept below).
+      r.iteration_s = res.cut ? kNoCutoff : res.makespan_s + x.dp_s + x.optimizer_s;
       // Not `< worst`: a NaN time, which one thread would keep, must have its plan too.
       if (o.exhaustive || !(r.iteration_s >= worst)) r.plan = ev->UniformPlan(k, x, res);
     });
@@ -490,6 +505,7 @@ Status SimulateBestFirst(std::vector<Candidate>& cands, const SearchOptions& o, 
       if (!o.exhaustive && cands[i + j].bound >= rank->WorstKept()) return Status::OK();
       PLANNER_RETURN_IF_ERROR(sims[j].status);
       ++stats->simulated;
+      stats->cut += sims[j].cut ? 1 : 0;
       if (sims[j].iteration_s >= rank->WorstKept() && !o.exhaustive) continue;
       rank->Keep(std::move(*sims[j].plan));
     }

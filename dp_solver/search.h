@@ -96,6 +96,10 @@ struct SearchOptions {
 struct SearchStats {
   int64_t considered = 0;  // candidates enumerated (uniform ones and per-stage replication DP runs)
   int64_t simulated = 0;   // uniform candidates simulated (all of them with SearchOptions::exhaustive)
+  // Of those, simulations stopped once bound to end past the k-th best (SimResult::cut). Unlike the counts
+  // above it may differ with SearchOptions::threads (a window's simulations are cut at the k-th best of the
+  // window's start), so it is not printed.
+  int64_t cut = 0;
 };
 
 // Fills *plan (mode "auto") on success. Errors: InvalidArgument (or NotFound)

@@ -1,6 +1,8 @@
 // The schedule simulator against the closed forms on uniform stages.
 #include <algorithm>
+#include <array>
 #include <map>
+#include <random>
 #include <tuple>
 
 #include "dp_solver/schedule_sim.h"
@@ -148,6 +150,47 @@ TEST_CASE("exposed sends as 'C' events time like sends folded into F and B") {
     for (const auto& e : a.events) sends += e.kind == 'C';
     CHECK(sends == 2 * 3 * 8);  // an activation and a gradient per boundary and microbatch
   }
+}
+
+TEST_CASE("a cutoff stops a simulation only past it, at a lower bound of the whole makespan") {
+  // Non-uniform stages with exposed sends, every schedule, cutoffs below, at and above the makespan.
+  std::mt19937_64 rng(29);
+  std::uniform_real_distribution<double> u(0.2, 2.0);
+  int cuts = 0, checked = 0;
+  for (int trial = 0; trial < 60; ++trial) {
+    const Schedule s =
+        std::array<Schedule, 6>{Schedule::kGpipe,       Schedule::k1F1B, Schedule::kPipeDream,
+                                Schedule::kInterleaved, Schedule::kZbH1, Schedule::kDualPipeV}[trial % 6];
+    const int64_t p = 2 + trial % 5;
+    const int64_t v = s == Schedule::kInterleaved || s == Schedule::kDualPipeV ? 2 : 1;
+    const int64_t m = (s == Schedule::kInterleaved ? p : 2 * p) * (1 + trial % 3);
+    std::vector<SimStage> st(static_cast<size_t>(p * v));
+    for (auto& x : st) x = SimStage{u(rng), u(rng), 0.5 * u(rng), 0.01 * u(rng), trial % 2 ? 0.05 * u(rng) : 0.0};
+    SimResult whole;
+    REQUIRE_OK(SimulateSchedule(s, st, p, m, false, &whole));
+    CHECK_FALSE(whole.cut);
+    for (double f : {0.5, 0.9, 0.99, 1.0, 1.01, 2.0}) {
+      SimResult r;
+      REQUIRE_OK(SimulateSchedule(s, st, p, m, false, &r, f * whole.makespan_s));
+      ++checked;
+      if (!r.cut) {  // played whole: the same figures
+        CHECK(r.makespan_s == whole.makespan_s);
+        CHECK(r.busy_s == whole.busy_s);
+        continue;
+      }
+      ++cuts;
+      CHECK(f < 1.0);  // never cut at or above the makespan
+      CHECK(r.makespan_s > f * whole.makespan_s);
+      CHECK(r.makespan_s <= whole.makespan_s * (1 + 1e-9));
+    }
+    // Recording events plays the whole run whatever the cutoff.
+    SimResult rec;
+    REQUIRE_OK(SimulateSchedule(s, st, p, m, true, &rec, 0.5 * whole.makespan_s));
+    CHECK_FALSE(rec.cut);
+    CHECK(rec.makespan_s == whole.makespan_s);
+  }
+  CHECK(checked == 360);
+  CHECK(cuts > 100);
 }
 
 TEST_CASE("replicated async pipeline: steady state runs at the bottleneck stage / replicas") {
