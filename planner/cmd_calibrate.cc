@@ -8,6 +8,7 @@
 #include <cmath>
 #include <filesystem>
 #include <memory>
+#include <optional>
 
 #include <fmt/format.h>
 
@@ -22,6 +23,7 @@
 #include "spec/kernel_table.h"
 #include "spec/launch_plan.h"
 #include "spec/plan.h"
+#include "spec/profile.h"
 #include "spec/profiler_trace.h"
 #include "spec/run_logs.h"
 #include "spec/yaml_reader.h"
@@ -340,23 +342,34 @@ std::string KernelsOutput(const std::string& output) {
   return (p.parent_path() / (stem + ".kernels.yaml")).string();
 }
 
-// The kernel table measured by the traces, on top of the published table of the plan's GPU; the
-// calibration's identity (engine, GPU, precision) from that plan when no log sets it.
-Status MeasureKernels(const std::string& plan_path, const std::vector<ProfilerTrace>& traces, KernelTable* out,
-                      Calibration* c) {
+// -o cal.yaml's measured collectives: cal.comm.yaml beside it.
+std::string CommOutput(const std::string& output) {
+  fs::path p(output);
+  const std::string stem =
+      p.extension() == ".yaml" || p.extension() == ".yml" ? p.stem().string() : p.filename().string();
+  return (p.parent_path() / (stem + ".comm.yaml")).string();
+}
+
+// What the traces measured: the kernel table on top of the published table of the plan's GPU (*kernels,
+// when a trace has GEMMs or attention) and the collectives as comm curves (*comm, when a trace has NCCL
+// kernels); the calibration's identity (engine, GPU, precision) from that plan when no log sets it.
+Status MeasureTraces(const std::string& plan_path, const std::vector<ProfilerTrace>& traces,
+                     std::optional<KernelTable>* kernels, Profile* comm, Calibration* c) {
   Plan plan;
   PLANNER_RETURN_IF_ERROR(LoadPlan(plan_path, &plan));
   PlanPredictor pred;
   PLANNER_RETURN_IF_ERROR(pred.Init(plan_path, plan));
-  if (pred.kernels() == nullptr)
+  const bool compute = std::any_of(traces.begin(), traces.end(),
+                                   [](const ProfilerTrace& t) { return !t.gemms.empty() || !t.attention.empty(); });
+  if (compute && pred.kernels() == nullptr)
     return Status::InvalidArgument(fmt::format(
         "{}: planned with the cluster's flat efficiency (no kernel table for its GPU {}); a trace measures a kernel "
         "table: solve with --kernels h100 (or a100) for a GPU of that family",
         plan_path, pred.gpu()));
   for (const ProfilerTrace& t : traces) {
-    const bool same =
-        t.device.empty() || std::any_of(pred.kernels()->gpus.begin(), pred.kernels()->gpus.end(),
-                                        [&](const std::string& g) { return t.device.find(g) != std::string::npos; });
+    const bool same = t.device.empty() || pred.kernels() == nullptr ||
+                      std::any_of(pred.kernels()->gpus.begin(), pred.kernels()->gpus.end(),
+                                  [&](const std::string& g) { return t.device.find(g) != std::string::npos; });
     if (!same)
       return Status::InvalidArgument(fmt::format(
           "{}: a trace of a {}, plan {} is for {} (kernel table {}): give the plan of the run the trace is of", t.path,
@@ -364,12 +377,20 @@ Status MeasureKernels(const std::string& plan_path, const std::vector<ProfilerTr
     c->traces.push_back(t.path);
   }
   std::vector<std::string> notes;
-  PLANNER_RETURN_IF_ERROR(MeasuredKernelTable(traces, *pred.kernels(), pred.peaks(), out, &notes));
+  if (compute) {
+    kernels->emplace();
+    PLANNER_RETURN_IF_ERROR(MeasuredKernelTable(traces, *pred.kernels(), pred.peaks(), &**kernels, &notes));
+  }
+  comm->comm = TraceCommCurves(traces, pred.gpus_per_node(), &notes);
+  comm->model = plan.model_name;
+  comm->device = traces.front().device;
+  comm->backend = "nccl";
+  comm->tool = fmt::format("planner calibrate: NCCL kernels of {} PyTorch profiler trace(s)", traces.size());
   for (const std::string& n : notes) LogNote("measured " + n);
   c->engine = pred.engine();
   c->gpu = pred.gpu();
   c->precision = plan.dtype ? DTypeName(*plan.dtype) : "fp32";
-  c->costs = "kernel-level";
+  c->costs = pred.kernel_level() || compute ? "kernel-level" : "flat";
   c->fitted = "none";
   return Status::OK();
 }
@@ -386,6 +407,11 @@ std::string RenderCalibration(const Calibration& c) {
     o += fmt::format(
         "kernel table measured from {} trace(s): {} (replaces the published table in solve --calibration)\n",
         c.traces.size(), c.KernelsPath());
+  if (!c.comm.empty())
+    o += fmt::format(
+        "collectives measured from {} trace(s): {} (replace the cluster file's figures for the levels they cover in "
+        "solve --calibration)\n",
+        c.traces.size(), c.CommPath());
   if (c.runs.empty()) return o;
   o += fmt::format("scales of the sustained rates: gemm x{:.4f} | attention x{:.4f} | memory-bound x{:.4f}\n", c.gemm,
                    c.attention, c.memory);
@@ -452,15 +478,31 @@ Runner RegisterCalibrate(CLI::App& app) {
       PLANNER_RETURN_IF_ERROR(ReadRun(plan, a->logs[i], &runs.back()));
     }
     Calibration c;
-    std::string kernels_path, kernels_text;  // written last, with the calibration, once every check passed
+    // Written last, with the calibration, once every check passed.
+    std::string kernels_path, kernels_text, comm_path, comm_text;
     if (!traces.empty()) {
-      kernels_path = KernelsOutput(a->output);
-      PLANNER_RETURN_IF_ERROR(CheckReplaceable("-o", kernels_path, OutputKind::kKernelTable, a->force));
-      KernelTable measured;
-      PLANNER_RETURN_IF_ERROR(MeasureKernels(trace_plan, traces, &measured, &c));
-      for (Measured& m : runs) m.predictor->UseKernels(measured);
-      kernels_text = KernelTableToYaml(measured, std::string(kMeasuredKernelsHeader) + "\n");
-      c.kernels = fs::path(kernels_path).filename().string();
+      std::optional<KernelTable> measured;
+      Profile comm;
+      PLANNER_RETURN_IF_ERROR(MeasureTraces(trace_plan, traces, &measured, &comm, &c));
+      if (!measured && comm.comm.empty() && runs.empty())
+        return Status::InvalidArgument(fmt::format(
+            "{}: its only operators of interest are collectives whose process group's ranks it does not give, so "
+            "nothing is measured; profile with torch 2.2 or later (Process Group Ranks in record_param_comms)",
+            traces.front().path));
+      if (measured) {
+        kernels_path = KernelsOutput(a->output);
+        PLANNER_RETURN_IF_ERROR(CheckReplaceable("-o", kernels_path, OutputKind::kKernelTable, a->force));
+        for (Measured& m : runs) m.predictor->UseKernels(*measured);
+        kernels_text = KernelTableToYaml(*measured, std::string(kMeasuredKernelsHeader) + "\n");
+        c.kernels = fs::path(kernels_path).filename().string();
+      }
+      if (!comm.comm.empty()) {
+        comm_path = CommOutput(a->output);
+        PLANNER_RETURN_IF_ERROR(CheckReplaceable("-o", comm_path, OutputKind::kProfile, a->force));
+        for (Measured& m : runs) m.predictor->UseComm(comm, comm_path);
+        comm_text = ProfileToYaml(comm);
+        c.comm = fs::path(comm_path).filename().string();
+      }
     }
     if (!runs.empty()) {
       const Calibration traced = c;
@@ -471,9 +513,10 @@ Runner RegisterCalibrate(CLI::App& app) {
             "engine, GPU and precision; calibrate each apart",
             trace_plan, traced.engine, traced.gpu, traced.precision, c.engine, c.gpu, c.precision));
     }
-    if (!kernels_path.empty()) {
-      PLANNER_RETURN_IF_ERROR(WriteFileAtomic(kernels_path, kernels_text));
-      LogNote("wrote " + kernels_path);
+    for (const auto& [path, text] : {std::pair{kernels_path, kernels_text}, {comm_path, comm_text}}) {
+      if (path.empty()) continue;
+      PLANNER_RETURN_IF_ERROR(WriteFileAtomic(path, text));
+      LogNote("wrote " + path);
     }
     PLANNER_RETURN_IF_ERROR(WriteFileAtomic(a->output, CalibrationToYaml(c)));
     std::fputs(RenderCalibration(c).c_str(), stdout);

@@ -559,6 +559,7 @@ Status LoadSolveInputs(const SolveArgs& a, SolveInputs* in) {
                           cluster.power_cap_W, in->cluster_path, k.ClockUnderCap(cluster.power_cap_W),
                           k.power_watts.back(), k.name));
   }
+  const std::string traced_comm = in->calibration.CommPath();
   if (!a.comm_profile.empty()) {
     Profile comm;
     PLANNER_RETURN_IF_ERROR(LoadProfile(a.comm_profile, &comm));
@@ -566,6 +567,17 @@ Status LoadSolveInputs(const SolveArgs& a, SolveInputs* in) {
       return Status::InvalidArgument(a.comm_profile +
                                      " has no collective curves; make one with mpirun -np 2 planner profile --comm");
     ApplyCommCurves(comm, a.comm_profile, &cluster, &in->notes);
+    if (!traced_comm.empty())
+      in->notes.push_back(fmt::format("--comm-profile {} is used, not the collectives {} measured from traces",
+                                      a.comm_profile, traced_comm));
+  } else if (!traced_comm.empty()) {  // the collectives of the user's own traces (planner calibrate)
+    Profile comm;
+    PLANNER_RETURN_IF_ERROR(LoadProfile(traced_comm, &comm).WithContext("--calibration " + in->calibration.path));
+    in->notes.push_back(
+        fmt::format("collectives measured from {} trace(s) ({}) replace the cluster file's figures "
+                    "for the levels they cover",
+                    in->calibration.traces.size(), traced_comm));
+    ApplyCommCurves(comm, traced_comm, &cluster, &in->notes);
   } else if (!profile.comm.empty()) {
     ApplyCommCurves(profile, profile_path, &cluster, &in->notes);
   }
@@ -691,6 +703,10 @@ const std::map<std::string, double>& PlanPredictor::peaks() const { return impl_
 void PlanPredictor::UseKernels(const KernelTable& table) {
   impl_->in.kernels = table;
   impl_->in.kernel_level = true;
+}
+int64_t PlanPredictor::gpus_per_node() const { return impl_->in.cluster.GpusPerUnit(0); }
+void PlanPredictor::UseComm(const Profile& comm, const std::string& path) {
+  ApplyCommCurves(comm, path, &impl_->in.cluster, &impl_->in.notes);
 }
 const std::string& PlanPredictor::engine() const { return impl_->in.engines.front().name; }
 const std::string& PlanPredictor::gpu() const { return impl_->in.cluster.gpu_name; }

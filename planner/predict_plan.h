@@ -11,6 +11,7 @@
 
 #include "common/status.h"
 #include "spec/kernel_table.h"
+#include "spec/profile.h"
 #include "spec/plan.h"
 
 namespace planner {
@@ -38,6 +39,10 @@ class PlanPredictor {
   const KernelTable* kernels() const;
   const std::map<std::string, double>& peaks() const;
   void UseKernels(const KernelTable& table);
+  // The cluster's GPUs per node (level 0), and measured collectives replacing its levels' figures for the
+  // predictions after it (ApplyCommCurves, as solve --comm-profile).
+  int64_t gpus_per_node() const;
+  void UseComm(const Profile& comm, const std::string& path);
 
  private:
   struct Impl;

@@ -45,9 +45,6 @@ struct CommRow {
   int64_t wrong = 0;
 };
 
-// busbw / algbw for a collective on n ranks (nccl-tests PERFORMANCE.md).
-double BusBandwidthFactor(const std::string& collective, int n);
-
 // Collective over `world`: every rank takes part; rows and curves are
 // complete on rank 0 (others get theirs too). `print` receives each table
 // line as it is measured (rank 0 prints).
@@ -56,9 +53,5 @@ double BusBandwidthFactor(const std::string& collective, int n);
 Status ProfileCollectives(Communicator& world, const CommProfileOptions& options, std::vector<CommRow>* rows,
                           std::vector<CommCurve>* curves, const std::function<void(const std::string&)>& print,
                           Communicator* host = nullptr);
-
-// Weighted least squares of time = alpha + bytes * beta over the points
-// (weights 1/time^2: relative error, so small and large sizes both count).
-void FitAlphaBeta(const std::vector<std::pair<double, double>>& points, double* alpha_s, double* beta_s_per_byte);
 
 }  // namespace planner

@@ -25,8 +25,10 @@ std::string CalibrationToYaml(const Calibration& c) {
                    YamlQuoted(c.gpu), YamlQuoted(c.precision), c.costs, c.fitted);
   o += fmt::format("scale: {{gemm: {}, attention: {}, memory: {}}}\n", Num(c.gemm), Num(c.attention), Num(c.memory));
   o += fmt::format("band: {{low: {}, high: {}}}\n", Num(c.band_low), Num(c.band_high));
-  if (!c.kernels.empty()) {
-    o += fmt::format("kernels: {}\ntraces:\n", YamlQuoted(c.kernels));
+  if (!c.kernels.empty()) o += fmt::format("kernels: {}\n", YamlQuoted(c.kernels));
+  if (!c.comm.empty()) o += fmt::format("comm: {}\n", YamlQuoted(c.comm));
+  if (!c.kernels.empty() || !c.comm.empty()) {
+    o += "traces:\n";
     for (const std::string& t : c.traces) o += fmt::format("  - {}\n", YamlQuoted(t));
   }
   o += c.runs.empty() ? "runs: []\n" : "runs:\n";
@@ -45,8 +47,10 @@ namespace {
 
 Status ParseRuns(const YamlReader& r, const YAML::Node& runs, Calibration* c) {
   PLANNER_RETURN_IF_ERROR(r.RequireSequence(runs, "runs"));
-  if (runs.size() == 0 && c->kernels.empty())
-    return r.FieldError(runs, "runs", "is empty; a calibration rests on at least one run or a measured kernel table");
+  if (runs.size() == 0 && c->kernels.empty() && c->comm.empty())
+    return r.FieldError(runs, "runs",
+                        "is empty; a calibration rests on at least one run, a measured kernel table or measured "
+                        "collectives");
   for (size_t i = 0; i < runs.size(); ++i) {
     const YAML::Node& n = runs[i];
     const std::string f = fmt::format("runs[{}]", i);
@@ -76,7 +80,7 @@ Status ParseRoot(const YamlReader& r, const YAML::Node& root, Calibration* c) {
   PLANNER_RETURN_IF_ERROR(r.RequireMap(root, ""));
   PLANNER_RETURN_IF_ERROR(r.CheckKeys(root, "",
                                       {"format_version", "kind", "engine", "gpu", "precision", "costs", "fitted",
-                                       "scale", "band", "kernels", "traces", "runs"}));
+                                       "scale", "band", "kernels", "comm", "traces", "runs"}));
   PLANNER_RETURN_IF_ERROR(r.CheckFormatVersion(root, true));
   std::string kind;
   PLANNER_RETURN_IF_ERROR(r.GetEnum(root, "kind", "kind", {"calibration"}, &kind, true));
@@ -87,8 +91,11 @@ Status ParseRoot(const YamlReader& r, const YAML::Node& root, Calibration* c) {
   PLANNER_RETURN_IF_ERROR(r.GetEnum(root, "costs", "costs", {"kernel-level", "flat"}, &c->costs, true));
   PLANNER_RETURN_IF_ERROR(r.GetEnum(root, "fitted", "fitted", {"per-class", "one-scale", "none"}, &c->fitted, true));
   PLANNER_RETURN_IF_ERROR(r.GetString(root, "kernels", "kernels", &c->kernels, false));
-  if (c->kernels.find('/') != std::string::npos || c->kernels == "." || c->kernels == "..")
-    return r.FieldError(root["kernels"], "kernels", "must be a file name beside the calibration file");
+  PLANNER_RETURN_IF_ERROR(r.GetString(root, "comm", "comm", &c->comm, false));
+  for (auto [key, name] : {std::pair{"kernels", &c->kernels}, {"comm", &c->comm}}) {
+    if (name->find('/') != std::string::npos || *name == "." || *name == "..")
+      return r.FieldError(root[key], key, "must be a file name beside the calibration file");
+  }
   if (root["traces"].IsDefined()) {
     PLANNER_RETURN_IF_ERROR(r.RequireSequence(root["traces"], "traces"));
     for (const auto& t : root["traces"]) c->traces.push_back(t.as<std::string>());
@@ -126,11 +133,18 @@ Status ParseCalibration(const std::string& path, const std::string& text, Calibr
   return Status::OK();
 }
 
-std::string Calibration::KernelsPath() const {
-  if (kernels.empty()) return "";
+namespace {
+
+std::string Beside(const std::string& path, const std::string& name) {
+  if (name.empty()) return "";
   const size_t slash = path.rfind('/');
-  return slash == std::string::npos ? kernels : path.substr(0, slash + 1) + kernels;
+  return slash == std::string::npos ? name : path.substr(0, slash + 1) + name;
 }
+
+}  // namespace
+
+std::string Calibration::KernelsPath() const { return Beside(path, kernels); }
+std::string Calibration::CommPath() const { return Beside(path, comm); }
 
 Status LoadCalibration(const std::string& path, Calibration* out) {
   std::string text;

@@ -47,8 +47,12 @@ struct Calibration {
   // ("" when no trace was given), and the traces it was measured from.
   std::string kernels;
   std::vector<std::string> traces;
-  // `kernels` as a path: beside the calibration file.
+  // The collectives the traces' NCCL kernels measured, a comm profile beside this one (spec/profile.h's
+  // `comm:` curves, the format planner profile --comm writes; "" when the traces held none).
+  std::string comm;
+  // `kernels` and `comm` as paths: beside the calibration file.
   std::string KernelsPath() const;
+  std::string CommPath() const;
 };
 
 // The file's text: a first line the output guard recognises, then YAML.

@@ -11,6 +11,39 @@
 
 namespace planner {
 
+double BusBandwidthFactor(const std::string& c, int n) {
+  const double nd = static_cast<double>(n);
+  if (c == "all_reduce") return 2 * (nd - 1) / nd;
+  if (c == "all_gather" || c == "reduce_scatter" || c == "all_to_all") return (nd - 1) / nd;
+  return 1.0;  // broadcast, send_recv
+}
+
+void FitAlphaBeta(const std::vector<std::pair<double, double>>& pts, double* alpha, double* beta) {
+  double sw = 0, sx = 0, sy = 0, sxx = 0, sxy = 0;
+  for (const auto& [x, y] : pts) {
+    if (!(y > 0)) continue;
+    double w = 1 / (y * y);
+    sw += w;
+    sx += w * x;
+    sy += w * y;
+    sxx += w * x * x;
+    sxy += w * x * y;
+  }
+  double det = sw * sxx - sx * sx;
+  if (sw == 0 || std::fabs(det) < 1e-300) {
+    *alpha = pts.empty() ? 0 : pts.front().second;
+    *beta = 0;
+    return;
+  }
+  *beta = (sw * sxy - sx * sy) / det;
+  *alpha = (sy - *beta * sx) / sw;
+  if (*alpha < 0) {  // latency below resolution: refit through the origin
+    *alpha = 0;
+    *beta = sxy / sxx;
+  }
+  if (*beta < 0) *beta = 0;
+}
+
 int Profile::FindLayer(const std::string& name) const {
   for (size_t i = 0; i < layers.size(); ++i) {
     if (layers[i].name == name) return static_cast<int>(i);

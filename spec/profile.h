@@ -50,6 +50,12 @@ struct CommCurve {
   std::vector<std::pair<double, double>> points;  // (bytes, seconds)
 };
 
+// busbw / algbw for a collective on n ranks (nccl-tests PERFORMANCE.md).
+double BusBandwidthFactor(const std::string& collective, int n);
+// Weighted least squares of time = alpha + bytes * beta over the points
+// (weights 1/time^2: relative error, so small and large sizes both count).
+void FitAlphaBeta(const std::vector<std::pair<double, double>>& points, double* alpha_s, double* beta_s_per_byte);
+
 struct ProfileLayer {
   std::string name;
   std::string desc;                 // module description (PipeDream: the PyTorch repr)

@@ -1,9 +1,11 @@
 #include "spec/profiler_trace.h"
 
 #include <algorithm>
+#include <cctype>
 #include <cmath>
 #include <map>
 #include <set>
+#include <tuple>
 #include <unordered_map>
 
 #include <fmt/format.h>
@@ -122,6 +124,99 @@ bool Record(const OpKind& k, const JsonValue& args, double seconds, ProfilerTrac
   return true;
 }
 
+// torch's collective names (ProcessGroupNCCL's RECORD_PARAM_COMMS: "allreduce", "_allgather_base",
+// "allgather_into_tensor_coalesced", "_reduce_scatter_base", "all_to_all", "alltoall_base", "send", "recv",
+// "broadcast", ...) as the comm curves' names; "" for the rest (barrier, init, gather, scatter, reduce).
+std::string CollectiveKind(std::string name) {
+  std::transform(name.begin(), name.end(), name.begin(), [](unsigned char c) { return std::tolower(c); });
+  if (name.find("reduce_scatter") != std::string::npos || name.find("reducescatter") != std::string::npos)
+    return "reduce_scatter";
+  if (name.find("allreduce") != std::string::npos || name.find("all_reduce") != std::string::npos) return "all_reduce";
+  if (name.find("allgather") != std::string::npos || name.find("all_gather") != std::string::npos) return "all_gather";
+  if (name.find("alltoall") != std::string::npos || name.find("all_to_all") != std::string::npos) return "all_to_all";
+  if (name == "send" || name == "recv" || name == "sendrecv") return "send_recv";
+  if (name.find("broadcast") != std::string::npos) return "broadcast";
+  return "";
+}
+
+// Bytes per element of torch's scalar type names (c10::toString of ScalarType); 0 unknown.
+double ScalarBytes(const std::string& t) {
+  static const std::map<std::string, double> kBytes = {{"BFloat16", 2},
+                                                       {"Half", 2},
+                                                       {"Float", 4},
+                                                       {"Double", 8},
+                                                       {"Byte", 1},
+                                                       {"Char", 1},
+                                                       {"Bool", 1},
+                                                       {"Short", 2},
+                                                       {"Int", 4},
+                                                       {"Long", 8},
+                                                       {"Float8_e4m3fn", 1},
+                                                       {"Float8_e5m2", 1},
+                                                       {"Float8_e4m3fnuz", 1},
+                                                       {"Float8_e5m2fnuz", 1}};
+  auto it = kBytes.find(t);
+  return it == kBytes.end() ? 0 : it->second;
+}
+
+double Number(const JsonValue& args, const char* key, double otherwise) {
+  const JsonValue* v = args.Get(key);
+  return v != nullptr && v->IsNumber() ? v->number : otherwise;
+}
+
+// "Process Group Ranks" ("[0, 8, 16]", a string in kineto's traces, or an array); else the ranks from
+// "Global rank start" / "Global rank stride" when set (>= 0); empty when neither says.
+std::vector<int64_t> GroupRanks(const JsonValue& args, int64_t group_size) {
+  std::vector<int64_t> ranks;
+  const JsonValue* r = args.Get("Process Group Ranks");
+  if (r != nullptr && r->IsArray()) {
+    for (const JsonValue& x : r->items)
+      if (x.IsNumber() && x.number >= 0 && x.number < 1e9) ranks.push_back(static_cast<int64_t>(x.number));
+  } else if (r != nullptr && r->IsString() && r->str.find("...") == std::string::npos) {
+    int64_t cur = -1;
+    for (char c : r->str + ",") {
+      if (c >= '0' && c <= '9') {
+        cur = (cur < 0 ? 0 : cur) * 10 + (c - '0');
+        if (cur > 1000000000) return {};
+      } else if (cur >= 0) {
+        ranks.push_back(cur);
+        cur = -1;
+      }
+    }
+  }
+  if (static_cast<int64_t>(ranks.size()) == group_size) return ranks;
+  ranks.clear();
+  const double start = Number(args, "Global rank start", -1), stride = Number(args, "Global rank stride", -1);
+  if (start >= 0 && stride > 0 && start < 1e9 && stride < 1e9)
+    for (int64_t i = 0; i < group_size; ++i)
+      ranks.push_back(static_cast<int64_t>(start) + i * static_cast<int64_t>(stride));
+  return ranks;
+}
+
+// A collective from its metadata and kernel seconds; false when it is not one the curves hold.
+bool RecordCollective(const JsonValue& args, double seconds, ProfilerTrace* t) {
+  const JsonValue* name = args.Get("Collective name");
+  const JsonValue* dtype = args.Get("dtype");
+  if (name == nullptr || !name->IsString() || dtype == nullptr || !dtype->IsString()) return false;
+  TraceCollective c;
+  c.collective = CollectiveKind(name->str);
+  const double n = Number(args, "Group size", 0);
+  const double elements = std::max(Number(args, "In msg nelems", 0), Number(args, "Out msg nelems", 0));
+  if (c.collective.empty() || !(n >= 2 && n < 1e9) || !(elements > 0 && elements < 1e18)) return false;
+  c.group_size = static_cast<int64_t>(n);
+  c.bytes = elements * ScalarBytes(dtype->str);
+  c.ranks = GroupRanks(args, c.group_size);
+  c.seconds = seconds;
+  if (!(c.bytes > 0)) return false;
+  t->collectives.push_back(std::move(c));
+  return true;
+}
+
+bool IsNcclKernel(const JsonValue& e) {
+  const JsonValue* name = e.Get("name");
+  return name != nullptr && name->IsString() && name->str.rfind("nccl", 0) == 0;
+}
+
 }  // namespace
 
 Status ReadProfilerTrace(const std::string& path, const std::string& text, ProfilerTrace* out) {
@@ -136,7 +231,8 @@ Status ReadProfilerTrace(const std::string& path, const std::string& text, Profi
   const JsonValue* props = root.Get("deviceProperties");
   if (props != nullptr && props->IsArray() && !props->items.empty() && props->items[0].Get("name") != nullptr)
     t.device = props->items[0].Get("name")->str;
-  std::unordered_map<int64_t, double> kernel_us;  // External id -> the kernels' summed microseconds
+  std::unordered_map<int64_t, double> kernel_us;            // External id -> the kernels' summed microseconds
+  std::unordered_map<int64_t, const JsonValue*> comm_args;  // External id of NCCL kernels -> their metadata
   bool shapes = false;
   for (const JsonValue& e : events->items) {
     const JsonValue* cat = e.Get("cat");
@@ -145,7 +241,12 @@ Status ReadProfilerTrace(const std::string& path, const std::string& text, Profi
       ++t.kernels;
       const JsonValue* dur = e.Get("dur");
       const int64_t id = ExternalId(e);
-      if (dur != nullptr && dur->IsNumber() && dur->number > 0 && id >= 0) kernel_us[id] += dur->number;
+      if (dur != nullptr && dur->IsNumber() && dur->number > 0 && id >= 0) {
+        kernel_us[id] += dur->number;
+        const JsonValue* args = e.Get("args");
+        if (IsNcclKernel(e))  // its own metadata (torch 2.4 on) or, until the operator is read, none
+          comm_args[id] = args != nullptr && args->Get("Collective name") != nullptr ? args : nullptr;
+      }
     } else if (cat->str == "cpu_op") {
       ++t.operators;
       const JsonValue* args = e.Get("args");
@@ -167,6 +268,11 @@ Status ReadProfilerTrace(const std::string& path, const std::string& text, Profi
     const JsonValue* name = e.Get("name");
     const JsonValue* args = e.Get("args");
     if (cat == nullptr || cat->str != "cpu_op" || name == nullptr || args == nullptr) continue;
+    if (name->str == "record_param_comms") {
+      auto c = comm_args.find(ExternalId(e));
+      if (c != comm_args.end() && c->second == nullptr) c->second = args;
+      continue;
+    }
     const OpKind* k = nullptr;
     for (const OpKind& o : kOps)
       if (name->str == o.name) k = &o;
@@ -175,10 +281,15 @@ Status ReadProfilerTrace(const std::string& path, const std::string& text, Profi
     if (it == kernel_us.end() || it->second <= 0) continue;
     Record(*k, *args, it->second * 1e-6, &t);
   }
-  if (t.gemms.empty() && t.attention.empty())
+  std::vector<std::pair<int64_t, const JsonValue*>> comms(comm_args.begin(), comm_args.end());
+  std::sort(comms.begin(), comms.end(), [](const auto& a, const auto& b) { return a.first < b.first; });
+  for (const auto& [id, args] : comms)
+    if (args != nullptr) RecordCollective(*args, kernel_us[id] * 1e-6, &t);
+  if (t.gemms.empty() && t.attention.empty() && t.collectives.empty())
     return Status::InvalidArgument(fmt::format(
-        "{}: {} kernels, but none launched by a GEMM (aten::mm, addmm, bmm, _scaled_mm) or attention operator "
-        "(aten::_scaled_dot_product_*_attention) with its shapes; profile the training steps themselves",
+        "{}: {} kernels, but none launched by a GEMM (aten::mm, addmm, bmm, _scaled_mm), attention operator "
+        "(aten::_scaled_dot_product_*_attention) with its shapes or NCCL collective with torch's record_param_comms "
+        "metadata; profile the training steps themselves",
         path, t.kernels));
   *out = std::move(t);
   return Status::OK();
@@ -340,6 +451,87 @@ std::string KernelTableToYaml(const KernelTable& t, const std::string& header_co
     o += "]}\n";
   }
   return o;
+}
+
+namespace {
+
+// One curve from (bytes, seconds) samples: the median seconds per size, then the alpha / busbw fit (through
+// the origin when only one size was seen: its latency cannot be told from its bandwidth).
+CommCurve FitTraceCurve(const std::string& collective, const std::string& level, int64_t group_size,
+                        std::vector<std::pair<double, double>> samples) {
+  CommCurve c;
+  c.collective = collective;
+  c.level = level;
+  c.group_size = group_size;
+  c.backend = "nccl";
+  std::sort(samples.begin(), samples.end());
+  for (size_t i = 0; i < samples.size();) {
+    size_t j = i;
+    while (j < samples.size() && samples[j].first == samples[i].first) ++j;
+    const size_t mid = i + (j - i) / 2;
+    const double median = (j - i) % 2 == 1 ? samples[mid].second : (samples[mid - 1].second + samples[mid].second) / 2;
+    c.points.emplace_back(samples[i].first, median);
+    i = j;
+  }
+  double beta = 0;
+  if (c.points.size() == 1) {
+    c.alpha_s = 0;
+    beta = c.points[0].second / c.points[0].first;
+  } else {
+    FitAlphaBeta(c.points, &c.alpha_s, &beta);
+  }
+  c.busbw_GBps = beta > 0 ? BusBandwidthFactor(collective, static_cast<int>(group_size)) / beta / 1e9 : 0;
+  return c;
+}
+
+}  // namespace
+
+std::vector<CommCurve> TraceCommCurves(const std::vector<ProfilerTrace>& traces, int64_t gpus_per_node,
+                                       std::vector<std::string>* notes) {
+  std::map<std::tuple<std::string, std::string, int64_t>, std::vector<std::pair<double, double>>> samples;
+  int64_t unplaced = 0, total = 0;
+  for (const ProfilerTrace& t : traces) {
+    for (const TraceCollective& c : t.collectives) {
+      ++total;
+      if (c.ranks.empty() || gpus_per_node < 1) {
+        ++unplaced;
+        continue;
+      }
+      const bool one_node = std::all_of(c.ranks.begin(), c.ranks.end(), [&](int64_t r) {
+        return r / gpus_per_node == c.ranks.front() / gpus_per_node;
+      });
+      samples[{c.collective, one_node ? "node" : "cluster", c.group_size}].emplace_back(c.bytes, c.seconds);
+    }
+  }
+  if (unplaced > 0)
+    notes->push_back(fmt::format(
+        "{} of {} collective(s) skipped: the trace does not give their group's ranks (Process Group Ranks, torch 2.2 "
+        "on), so their level (node or cluster) is unknown",
+        unplaced, total));
+  std::vector<CommCurve> out;
+  std::set<std::pair<std::string, int64_t>> with_all_reduce;
+  for (const auto& [key, s] : samples) {
+    const auto& [collective, level, n] = key;
+    out.push_back(FitTraceCurve(collective, level, n, s));
+    if (collective == "all_reduce") with_all_reduce.insert({level, n});
+    notes->push_back(fmt::format("{} over {} ranks ({}): {} call(s), {} size(s), busbw {:.1f} GB/s, alpha {:.1f} us",
+                                 collective, n, level, s.size(), out.back().points.size(), out.back().busbw_GBps,
+                                 out.back().alpha_s * 1e6));
+  }
+  std::map<std::pair<std::string, int64_t>, std::vector<std::pair<double, double>>> halves;
+  for (const auto& [key, s] : samples) {
+    const auto& [collective, level, n] = key;
+    if ((collective != "all_gather" && collective != "reduce_scatter") || with_all_reduce.count({level, n})) continue;
+    for (const auto& [bytes, seconds] : s) halves[{level, n}].emplace_back(bytes, 2 * seconds);
+  }
+  for (const auto& [key, s] : halves) {
+    out.push_back(FitTraceCurve("all_reduce", key.first, key.second, s));
+    notes->push_back(fmt::format(
+        "all_reduce over {} ranks ({}): from {} reduce-scatter / all-gather call(s) (a ring all-reduce is the two), "
+        "busbw {:.1f} GB/s",
+        key.second, key.first, s.size(), out.back().busbw_GBps));
+  }
+  return out;
 }
 
 }  // namespace planner

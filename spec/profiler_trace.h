@@ -13,6 +13,7 @@
 
 #include "common/status.h"
 #include "spec/kernel_table.h"
+#include "spec/profile.h"
 
 namespace planner {
 
@@ -32,12 +33,25 @@ struct TraceAttention {
   double Flops() const;
 };
 
+// One collective's NCCL kernel(s) with torch's record_param_comms metadata (torch/csrc/profiler/util.h:
+// "Collective name", "dtype", "In msg nelems", "Out msg nelems", "Group size", "Process Group Ranks",
+// "Global rank start", "Global rank stride"), from the kernel event's own args or the record_param_comms
+// operator of the same External id.
+struct TraceCollective {
+  std::string collective;      // all_reduce | all_gather | reduce_scatter | all_to_all | send_recv | broadcast
+  int64_t group_size = 0;      // ranks in the process group
+  std::vector<int64_t> ranks;  // their global ranks (empty: the trace does not say)
+  double bytes = 0;            // nccl-tests' size: max(in, out) elements x the dtype's bytes
+  double seconds = 0;          // the NCCL kernel(s), summed
+};
+
 struct ProfilerTrace {
   std::string path;
   std::string device;  // deviceProperties[0].name ("" for a CPU-only trace)
   int64_t operators = 0, kernels = 0;
   std::vector<TraceGemm> gemms;
   std::vector<TraceAttention> attention;
+  std::vector<TraceCollective> collectives;
 };
 
 // Whether `text` looks like a Chrome trace (a JSON object with "traceEvents"), to tell it from a log.
@@ -55,6 +69,16 @@ Status ReadProfilerTrace(const std::string& path, const std::string& text, Profi
 Status MeasuredKernelTable(const std::vector<ProfilerTrace>& traces, const KernelTable& published,
                            const std::map<std::string, double>& peak_tflops, KernelTable* out,
                            std::vector<std::string>* notes);
+// The collectives of `traces` as comm curves (spec/profile.h, the format planner profile --comm writes):
+// per (collective, level, group size), the median seconds at each size and the alpha / busbw fit. The level
+// is "node" when the group's ranks share a node of `gpus_per_node` GPUs, else "cluster"; a collective whose
+// ranks the trace does not give is skipped and named in *notes. All-gathers and reduce-scatters (ZeRO,
+// FSDP, sequence parallelism) also give the level's all_reduce curve where the trace has no all-reduce of
+// that group size: a ring all-reduce of M bytes is the reduce-scatter and the all-gather of M bytes, so
+// each point counts twice its time (the same busbw). Empty when the traces hold no NCCL kernel.
+std::vector<CommCurve> TraceCommCurves(const std::vector<ProfilerTrace>& traces, int64_t gpus_per_node,
+                                       std::vector<std::string>* notes);
+
 // The table in the format ParseKernelTable reads (docs/formats.md, "Kernel tables").
 std::string KernelTableToYaml(const KernelTable& t, const std::string& header_comment);
 
