@@ -156,23 +156,32 @@ Status BuildUniform(const LaunchPlan& L, std::vector<RankProgram>* out) {
   return Status::OK();
 }
 
-Status BuildReplicated(const LaunchPlan& L, std::vector<RankProgram>* out) {
+// Per-stage replication simulated: devices go stage by stage, replica by replica (offset[q]: stage q's
+// first), each keeping PipeDream's NOAM microbatches in flight; the asynchronous schedule over the run.
+Status SimulateReplicatedLaunch(const LaunchPlan& L, std::vector<int64_t>* reps, std::vector<int64_t>* offset,
+                                int64_t* microbatches, SimResult* r) {
   const bool async = L.schedule == Schedule::kPipeDream;
   if (L.microbatch_size < 1) return Status::InvalidArgument("launch plan: microbatch_size must be positive");
   const int64_t m = L.global_batch / L.microbatch_size;
-  const int64_t microbatches = async ? std::max<int64_t>(1, L.run.iterations) * m : m;
-  // Devices go stage by stage, replica by replica; each keeps PipeDream's NOAM microbatches in flight.
-  std::vector<int64_t> reps, in_flight, offset;
+  *microbatches = async ? std::max<int64_t>(1, L.run.iterations) * m : m;
+  std::vector<int64_t> in_flight;
   int64_t after = 0;
   for (const auto& x : L.stages) after += x.replicas;
   for (const auto& x : L.stages) {
-    offset.push_back(reps.empty() ? 0 : offset.back() + reps.back());
-    reps.push_back(x.replicas);
+    offset->push_back(reps->empty() ? 0 : offset->back() + reps->back());
+    reps->push_back(x.replicas);
     in_flight.push_back((after + x.replicas - 1) / x.replicas);
     after -= x.replicas;
   }
+  return SimulateReplicated(SimStagesOf(L), *reps, in_flight, *microbatches, true, r);
+}
+
+Status BuildReplicated(const LaunchPlan& L, std::vector<RankProgram>* out) {
+  const bool async = L.schedule == Schedule::kPipeDream;
+  std::vector<int64_t> reps, offset;
+  int64_t microbatches = 0;
   SimResult r;
-  PLANNER_RETURN_IF_ERROR(SimulateReplicated(SimStagesOf(L), reps, in_flight, microbatches, true, &r));
+  PLANNER_RETURN_IF_ERROR(SimulateReplicatedLaunch(L, &reps, &offset, &microbatches, &r));
   Emitter em;
   em.stages = static_cast<int64_t>(L.stages.size());
   em.peer = [&reps](int64_t q, int64_t j) { return static_cast<int32_t>(j % reps[static_cast<size_t>(q)]); };
@@ -200,6 +209,16 @@ Status BuildReplicated(const LaunchPlan& L, std::vector<RankProgram>* out) {
 }
 
 }  // namespace
+
+Status PredictedTimeline(const LaunchPlan& L, SimResult* out) {
+  if (L.stages.empty()) return Status::InvalidArgument("launch plan: no stages");
+  if (PerStageReplication(L)) {
+    std::vector<int64_t> reps, offset;
+    int64_t microbatches = 0;
+    return SimulateReplicatedLaunch(L, &reps, &offset, &microbatches, out);
+  }
+  return SimulateSchedule(L.schedule, SimStagesOf(L), L.pp, L.num_microbatches, true, out);
+}
 
 Status BuildPrograms(const LaunchPlan& L, std::vector<RankProgram>* out) {
   if (L.stages.empty()) return Status::InvalidArgument("launch plan: no stages");

@@ -55,6 +55,7 @@
 #include <vector>
 
 #include "common/status.h"
+#include "dp_solver/schedule_sim.h"
 #include "spec/launch_plan.h"
 #include "spec/program.h"
 #include "spec/program_check.h"  // CheckPrograms, CheckDeadlockFree (the checker lives in spec/: launch.yaml is checked where it is read)
@@ -65,5 +66,9 @@ namespace planner {
 // schedule, microbatching and predicted times; run.iterations for the
 // asynchronous schedule), ordered by position, then replica.
 Status BuildPrograms(const LaunchPlan& L, std::vector<RankProgram>* out);
+
+// The schedule the programs come from, simulated with the launch plan's predicted stage times (events
+// recorded): devices are pipeline positions, or with per-stage replication each stage's replicas in turn.
+Status PredictedTimeline(const LaunchPlan& L, SimResult* out);
 
 }  // namespace planner

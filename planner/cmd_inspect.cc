@@ -14,6 +14,7 @@
 #include <fmt/format.h>
 
 #include "common/log.h"
+#include "dp_solver/programs.h"
 #include "planner/commands.h"
 #include "planner/html_report.h"
 #include "spec/calibration.h"
@@ -88,6 +89,21 @@ Status MeasuredTimeline(const std::string& dir, std::vector<std::string>* labels
 }
 
 // A run directory: its report, the loss curve as text, the measured timeline, where the trace is.
+// The launch plan's predicted timeline as SVG ("" when it cannot be simulated: the page goes without).
+std::string PredictedLaunchSvg(const LaunchPlan& L, const std::string& what) {
+  SimResult r;
+  if (!PredictedTimeline(L, &r).ok()) return "";
+  std::vector<std::string> labels;
+  if (PerStageReplication(L)) {
+    for (size_t q = 0; q < L.stages.size(); ++q)
+      for (int64_t k = 0; k < L.stages[q].replicas; ++k) labels.push_back(fmt::format("stage {} replica {}", q, k));
+  } else {
+    for (int64_t d = 0; d < L.pp; ++d) labels.push_back(fmt::format("position {}", d));
+  }
+  return RenderEventsSvg(fmt::format("{}: predicted, {}", what, FormatSeconds(r.makespan_s)), labels, r.events,
+                         r.makespan_s);
+}
+
 Status InspectRun(const std::string& dir, int width, const std::string& svg_path, const std::string& html_path) {
   namespace fs = std::filesystem;
   std::string report, metrics;
@@ -98,6 +114,11 @@ Status InspectRun(const std::string& dir, int width, const std::string& svg_path
                     "give a plan.yaml, LAUNCH --rank N, or LAUNCH/runs/<id>",
                     dir));
   }
+  if (!fs::exists(fs::path(dir) / "report.md", ec))
+    return Status::InvalidArgument(
+        fmt::format("{}: a run directory without report.md (planner run writes it when the run ends; this run "
+                    "stopped before): run it again to its end, or read {}/metrics.csv as it is",
+                    dir, dir));
   PLANNER_RETURN_IF_ERROR(ReadTextFile((fs::path(dir) / "report.md").string(), &report));
   PLANNER_RETURN_IF_ERROR(ReadTextFile((fs::path(dir) / "metrics.csv").string(), &metrics));
   std::vector<double> loss, seconds;
@@ -157,8 +178,14 @@ Status InspectRun(const std::string& dir, int width, const std::string& svg_path
     LogNote("wrote " + svg_path);
   }
   if (!html_path.empty()) {
+    // The run's launch plan (LAUNCH/runs/<id>/../../launch.yaml): its predicted timeline above the measured one.
+    std::string predicted;
+    const fs::path launch = fs::path(dir) / ".." / ".." / "launch.yaml";
+    LaunchPlan L;
+    if (fs::exists(launch, ec) && LoadLaunchPlan(launch.lexically_normal().string(), &L).ok())
+      predicted = PredictedLaunchSvg(L, launch.lexically_normal().string());
     std::string page;
-    PLANNER_RETURN_IF_ERROR(RenderRunHtml("planner inspect " + dir, report, loss, seconds, svg, &page));
+    PLANNER_RETURN_IF_ERROR(RenderRunHtml("planner inspect " + dir, report, loss, seconds, svg, predicted, &page));
     PLANNER_RETURN_IF_ERROR(WriteFileAtomic(html_path, page));
     LogNote("wrote " + html_path);
   }
@@ -219,6 +246,29 @@ Status InspectProgram(const std::string& path, int64_t rank) {
   return Status::OK();
 }
 
+// A launch plan's page (and its predicted timeline as --svg).
+Status InspectLaunchHtml(const std::string& path, const std::string& svg_path, const std::string& html_path) {
+  namespace fs = std::filesystem;
+  std::error_code ec;
+  const std::string file = fs::is_directory(path, ec) ? (fs::path(path) / "launch.yaml").string() : path;
+  LaunchPlan L;
+  PLANNER_RETURN_IF_ERROR(LoadLaunchPlan(file, &L));
+  const std::string svg = PredictedLaunchSvg(L, file);
+  std::fputs(fmt::format("launch plan {}: {} ranks, {} programs, predicted iteration {:.4f} s\n", file, L.ranks.size(),
+                         L.programs.size(), L.predicted_iteration_s)
+                 .c_str(),
+             stdout);
+  if (!svg_path.empty() && !svg.empty()) {
+    PLANNER_RETURN_IF_ERROR(WriteFileAtomic(svg_path, svg));
+    LogNote("wrote " + svg_path);
+  }
+  std::string page;
+  PLANNER_RETURN_IF_ERROR(RenderLaunchHtml(L, "planner inspect " + file, svg, &page));
+  PLANNER_RETURN_IF_ERROR(WriteFileAtomic(html_path, page));
+  LogNote("wrote " + html_path);
+  return Status::OK();
+}
+
 // Whether `path` starts with the calibration file's first line (planner calibrate's output).
 bool IsCalibrationFile(const std::string& path) {
   std::ifstream in(path);
@@ -247,8 +297,9 @@ Runner RegisterInspect(CLI::App& app) {
       ->check(CLI::NonNegativeNumber);
   cmd->add_option("--svg", args->svg, "also write the timeline as an SVG file");
   cmd->add_option("--html", args->html,
-                  "with a plan: also write one self-contained HTML page (configuration, memory per stage, timeline, "
-                  "communication, runners-up)");
+                  "also write one self-contained HTML page: a plan's (configuration, memory per stage, timeline, "
+                  "communication, runners-up), a run directory's (report, curves, predicted and measured timelines), "
+                  "a launch plan's (groups, ranks, programs, predicted timeline) or a calibration's");
   cmd->add_option("--width", args->width, "columns of the text timeline")->check(CLI::Range(20, 1000));
   cmd->add_flag("--force", args->force, "let --svg replace a file the planner did not write");
   return [args]() -> Status {
@@ -257,19 +308,17 @@ Runner RegisterInspect(CLI::App& app) {
       PLANNER_RETURN_IF_ERROR(CheckReplaceable("--svg", args->svg, OutputKind::kSvg, args->force));
     if (!args->html.empty())
       PLANNER_RETURN_IF_ERROR(CheckReplaceable("--html", args->html, OutputKind::kHtml, args->force));
-    std::error_code html_ec;
-    if (!args->html.empty() && (args->rank >= 0 || fs::path(args->plan).filename() == "launch.yaml" ||
-                                fs::exists(fs::path(args->plan) / "launch.yaml", html_ec)))
-      return Status::InvalidArgument(fmt::format(
-          "--html: {} is a launch plan, whose programs print as text; pages are written for plans, run directories "
-          "and calibrations; drop --html",
-          args->plan));
     std::error_code ec;  // a path that cannot be examined is no run directory; LoadPlan names why it cannot be read
     if (args->rank >= 0 || fs::path(args->plan).filename() == "launch.yaml" ||
         fs::exists(fs::path(args->plan) / "launch.yaml", ec)) {
+      if (!args->html.empty() && args->rank >= 0)
+        return Status::InvalidArgument(fmt::format(
+            "--html with --rank: a launch plan's page holds every rank's program; drop --rank (or drop --html for one "
+            "rank's program as text)"));
+      if (!args->html.empty()) return InspectLaunchHtml(args->plan, args->svg, args->html);
       if (args->rank < 0)
-        return Status::InvalidArgument(
-            fmt::format("{} is a launch plan; add --rank N to print rank N's program", args->plan));
+        return Status::InvalidArgument(fmt::format(
+            "{} is a launch plan; add --rank N to print rank N's program (or --html FILE for its page)", args->plan));
       return InspectProgram(args->plan, args->rank);
     }
     if (fs::is_directory(args->plan, ec)) return InspectRun(args->plan, args->width, args->svg, args->html);

@@ -281,6 +281,9 @@ void CompareEngines(const SolveArgs& a, const SolveInputs& in, const CostSource&
   for (const EngineSpec& e : in.engines) {
     if (&e == src.engine) {  // the plan's own engine: its figures are the plan's
       plan->notes.push_back(EngineLine(e.name, plan->predicted));
+      const PlanPredicted& x = plan->predicted;
+      plan->predicted.engines.push_back(
+          PlanEngine{e.name, x.iteration_s, x.tokens_per_second_per_gpu, x.mfu, x.peak_memory_bytes, ""});
       continue;
     }
     CostSource s = src;
@@ -296,9 +299,13 @@ void CompareEngines(const SolveArgs& a, const SolveInputs& in, const CostSource&
     if (st.ok()) st = SolveAuto(s, f, &p, &stats);
     if (!st.ok()) {
       plan->notes.push_back(fmt::format("  engine {:<18} cannot run it: {}", e.name, st.message()));
+      plan->predicted.engines.push_back(PlanEngine{e.name, 0, 0, 0, 0, std::string(st.message())});
       continue;
     }
     plan->notes.push_back(EngineLine(e.name, p.predicted));
+    const PlanPredicted& x = p.predicted;
+    plan->predicted.engines.push_back(
+        PlanEngine{e.name, x.iteration_s, x.tokens_per_second_per_gpu, x.mfu, x.peak_memory_bytes, ""});
   }
 }
 
@@ -903,7 +910,7 @@ Runner RegisterSolve(CLI::App& app) {
       std::string page;
       const std::string title = fmt::format("planner solve: {} on --gpus {} x {}", plans.front().model_name,
                                             a->gpus_text, plans.front().cluster_name);
-      PLANNER_RETURN_IF_ERROR(several ? RenderPlansHtml(plans, title, &page)
+      PLANNER_RETURN_IF_ERROR(several ? RenderPlansHtml(plans, title, a->train_tokens, &page)
                                       : RenderPlanHtml(plans.front(), title, &page));
       PLANNER_RETURN_IF_ERROR(WriteFileAtomic(a->html, page));
       LogNote("wrote " + a->html);

@@ -131,6 +131,47 @@ std::string Communication(const Plan& p, const std::string& sfx) {
   return o + "</table></section>\n";
 }
 
+// The data-parallel gradient sync per architecture (the chosen layout, busiest stage, not overlapped).
+std::string DpArchitectures(const Plan& p, const std::string& sfx) {
+  const auto& rows = p.predicted.dp_comm_seconds;
+  if (rows.empty()) return "";
+  double chosen = 0;
+  for (const auto& [name, seconds] : rows)
+    if (name == DpCommName(p.dp_comm)) chosen = seconds;
+  std::string o = "<section id=\"dp-comm" + sfx +
+                  "\"><h2>Data-parallel architectures compared (gradient sync per iteration, busiest stage, not "
+                  "overlapped)</h2><table><tr><th class=\"l\">architecture</th><th>seconds</th><th>vs chosen</th></tr>";
+  for (const auto& [name, seconds] : rows)
+    o += fmt::format("<tr><td class=\"l\">{}{}</td><td>{}</td><td>{}</td></tr>", XmlText(name),
+                     name == DpCommName(p.dp_comm) ? " (chosen)" : "",
+                     Fig("predicted.dp_comm_seconds." + name, seconds, fmt::format("{:.6f}", seconds)),
+                     chosen > 0 ? fmt::format("{:.2f}x", seconds / chosen) : std::string("n/a"));
+  return o + "</table></section>\n";
+}
+
+// solve --engine all: the chosen layout on every engine.
+std::string Engines(const Plan& p, const std::string& sfx) {
+  if (p.predicted.engines.empty()) return "";
+  std::string o = "<section id=\"engines" + sfx +
+                  "\"><h2>The chosen layout on every engine</h2><table><tr><th class=\"l\">engine</th>"
+                  "<th>iteration (s)</th><th>tokens/s/GPU</th><th>MFU (%)</th><th>peak memory (GiB)</th></tr>";
+  for (const PlanEngine& e : p.predicted.engines) {
+    if (!e.error.empty()) {
+      o += fmt::format("<tr><td class=\"l\">{}</td><td class=\"l\" colspan=\"4\">cannot run it: {}</td></tr>",
+                       XmlText(e.engine), XmlText(e.error));
+      continue;
+    }
+    const std::string f = "predicted.engines." + e.engine + ".";
+    o += fmt::format("<tr><td class=\"l\">{}</td><td>{}</td><td>{}</td><td>{:.1f}</td><td>{:.2f}</td></tr>",
+                     XmlText(e.engine),
+                     Fig(f + "iteration_seconds", e.iteration_s, fmt::format("{:.4f}", e.iteration_s)),
+                     Fig(f + "tokens_per_second_per_gpu", e.tokens_per_second_per_gpu,
+                         fmt::format("{:.1f}", e.tokens_per_second_per_gpu)),
+                     100 * e.mfu, e.peak_memory_bytes / kGiB);
+  }
+  return o + "</table></section>\n";
+}
+
 std::string RunnersUp(const Plan& p, const std::string& sfx) {
   if (p.runners_up.empty()) return "";
   std::string o = "<section id=\"runners-up" + sfx +
@@ -153,7 +194,7 @@ Status PlanSection(const Plan& p, const std::string& sfx, std::string* o) {
   if (RenderTimelineSvg(p, &svg).ok())
     *o += "<section id=\"timeline" + sfx + "\"><h2>Predicted timeline (one iteration, per device)</h2>" + svg +
           "</section>\n";
-  *o += Communication(p, sfx) + RunnersUp(p, sfx);
+  *o += Communication(p, sfx) + DpArchitectures(p, sfx) + Engines(p, sfx) + RunnersUp(p, sfx);
   if (!p.notes.empty()) {
     *o += "<section id=\"notes" + sfx + "\"><h2>Notes</h2><ul class=\"note\">";
     for (const std::string& n : p.notes) *o += "<li>" + XmlText(n) + "</li>";
@@ -178,55 +219,131 @@ Status RenderPlanHtml(const Plan& plan, const std::string& title, std::string* o
 
 namespace {
 
-// Tokens/s/GPU (left axis, blue) and MFU (right axis, orange) against the GPUs, on a log2 x axis.
-std::string ScalingPlot(const std::vector<Plan>& plans) {
-  if (plans.size() < 2) return "";
-  double lo = INFINITY, hi = 0, top = 0;
+// One line of a plot against the GPU count: its values per plan (NaN: none at that size).
+struct Series {
+  std::string name, color;
+  bool dashed = false, right = false;  // right: on the right axis
+  std::vector<double> values;
+};
+
+// Lines against the GPUs on a log2 x axis; the left axis from 0 to the left series' top, the right one from
+// 0 to the right series' top (`right_unit` names it; "" when none).
+std::string GpuPlot(const std::string& id, const std::vector<Plan>& plans, const std::vector<Series>& series,
+                    const std::string& left_unit, const std::string& right_unit) {
+  double lo = INFINITY, hi = 0, top_l = 0, top_r = 0;
   for (const Plan& p : plans) {
     lo = std::min(lo, std::log2(static_cast<double>(p.gpus)));
     hi = std::max(hi, std::log2(static_cast<double>(p.gpus)));
-    top = std::max(top, p.predicted.tokens_per_second_per_gpu);
   }
-  if (!(top > 0) || hi == lo) return "";
-  const double left = 80, width = 600, y0 = 10, height = 200;
+  for (const Series& s : series)
+    for (double v : s.values)
+      if (std::isfinite(v)) (s.right ? top_r : top_l) = std::max(s.right ? top_r : top_l, v);
+  if (!(top_l > 0) || hi == lo) return "";
+  const double left = 90, width = 600, y0 = 10, height = 200;
   auto x = [&](const Plan& p) { return left + width * (std::log2(static_cast<double>(p.gpus)) - lo) / (hi - lo); };
-  std::string tok, mfu, marks;
-  for (const Plan& p : plans) {
-    const double yt = y0 + height * (1 - p.predicted.tokens_per_second_per_gpu / (top * 1.1));
-    const double ym = y0 + height * (1 - p.predicted.mfu);
-    tok += fmt::format("{:.1f},{:.1f} ", x(p), yt);
-    mfu += fmt::format("{:.1f},{:.1f} ", x(p), ym);
-    marks += fmt::format(
-        "<circle cx=\"{:.1f}\" cy=\"{:.1f}\" r=\"3\" fill=\"#4e79a7\"><title>{} GPUs: {:.1f} tokens/s/GPU</title>"
-        "</circle><text x=\"{:.1f}\" y=\"{:.0f}\" text-anchor=\"middle\">{}</text>",
-        x(p), yt, p.gpus, p.predicted.tokens_per_second_per_gpu, x(p), y0 + height + 16, p.gpus);
+  std::string o = fmt::format(
+      "<svg id=\"{}\" xmlns=\"http://www.w3.org/2000/svg\" width=\"{:.0f}\" height=\"{:.0f}\" "
+      "font-family=\"sans-serif\" "
+      "font-size=\"11\"><rect x=\"{:.0f}\" y=\"{:.0f}\" width=\"{:.0f}\" height=\"{:.0f}\" fill=\"none\" "
+      "stroke=\"#ccc\"/>",
+      id, left + width + 110, y0 + height + 40, left, y0, width, height);
+  std::string legend = "<div class=\"legend note\">";
+  for (const Series& s : series) {
+    const double top = (s.right ? top_r : top_l) * 1.1;
+    std::string points, marks;
+    for (size_t i = 0; i < plans.size() && i < s.values.size(); ++i) {
+      if (!std::isfinite(s.values[i]) || !(top > 0)) continue;
+      const double y = y0 + height * (1 - s.values[i] / top);
+      points += fmt::format("{:.1f},{:.1f} ", x(plans[i]), y);
+      marks += fmt::format(
+          "<circle cx=\"{:.1f}\" cy=\"{:.1f}\" r=\"3\" fill=\"{}\"><title>{}, {} GPUs: {:.4g}</title>"
+          "</circle>",
+          x(plans[i]), y, s.color, XmlText(s.name), plans[i].gpus, s.values[i]);
+    }
+    o += fmt::format(
+        "<polyline class=\"series\" data-series=\"{}\" fill=\"none\" stroke=\"{}\" stroke-width=\"2\"{} "
+        "points=\"{}\"/>{}",
+        XmlText(s.name), s.color, s.dashed ? " stroke-dasharray=\"4 3\"" : "", points, marks);
+    legend += fmt::format("<span style=\"background:{}\"></span>{} ({} axis)", s.color, XmlText(s.name),
+                          s.right ? "right" : "left");
   }
-  return fmt::format(
-      "<svg id=\"scaling-plot\" xmlns=\"http://www.w3.org/2000/svg\" width=\"{:.0f}\" height=\"{:.0f}\" "
-      "font-family=\"sans-serif\" font-size=\"11\"><rect x=\"{:.0f}\" y=\"{:.0f}\" width=\"{:.0f}\" height=\"{:.0f}\" "
-      "fill=\"none\" stroke=\"#ccc\"/><polyline fill=\"none\" stroke=\"#4e79a7\" stroke-width=\"2\" points=\"{}\"/>"
-      "<polyline fill=\"none\" stroke=\"#f28e2b\" stroke-width=\"2\" stroke-dasharray=\"4 3\" points=\"{}\"/>{}"
-      "<text x=\"{:.0f}\" y=\"{:.0f}\" text-anchor=\"end\">{:.0f}</text><text x=\"{:.0f}\" y=\"{:.0f}\" "
-      "text-anchor=\"end\">0"
-      "</text><text x=\"{:.0f}\" y=\"{:.0f}\">100% MFU</text><text x=\"{:.0f}\" y=\"{:.0f}\" "
-      "text-anchor=\"middle\">GPUs"
-      "</text></svg><div class=\"legend note\"><span style=\"background:#4e79a7\"></span>tokens/s/GPU (left axis)"
-      "<span style=\"background:#f28e2b\"></span>MFU (right axis, 0 to 100%)</div>",
-      left + width + 80, y0 + height + 40, left, y0, width, height, tok, mfu, marks, left - 4, y0 + 10, top * 1.1,
-      left - 4, y0 + height, left + width + 4, y0 + 10, left + width / 2, y0 + height + 32);
+  for (const Plan& p : plans)
+    o +=
+        fmt::format("<text x=\"{:.1f}\" y=\"{:.0f}\" text-anchor=\"middle\">{}</text>", x(p), y0 + height + 16, p.gpus);
+  o += fmt::format(
+      "<text x=\"{:.0f}\" y=\"{:.0f}\" text-anchor=\"end\">{:.4g}</text><text x=\"{:.0f}\" y=\"{:.0f}\" "
+      "text-anchor=\"end\">0</text><text x=\"{:.0f}\" y=\"{:.0f}\" text-anchor=\"middle\">GPUs (log2)</text>"
+      "<text x=\"4\" y=\"{:.0f}\">{}</text>",
+      left - 4, y0 + 10, top_l * 1.1, left - 4, y0 + height, left + width / 2, y0 + height + 32, y0 + height / 2,
+      XmlText(left_unit));
+  if (top_r > 0)
+    o += fmt::format("<text x=\"{:.0f}\" y=\"{:.0f}\">{:.4g}</text><text x=\"{:.0f}\" y=\"{:.0f}\">{}</text>",
+                     left + width + 4, y0 + 10, top_r * 1.1, left + width + 4, y0 + height / 2, XmlText(right_unit));
+  return o + "</svg>" + legend + "</div>";
+}
+
+const char* kEngineColors[] = {"#4e79a7", "#59a14f", "#b07aa1", "#9c755f", "#76b7b2", "#edc948"};
+
+// Tokens/s/GPU against the GPUs, one line per engine compared (solve --engine all) or the plan's own, and
+// the plan's MFU; with a training length, days (left) and GPU-hours (right) in a second plot.
+std::string ScalingPlots(const std::vector<Plan>& plans, double train_tokens) {
+  if (plans.size() < 2) return "";
+  std::vector<Series> rate;
+  const std::vector<PlanEngine>& engines = plans.front().predicted.engines;
+  if (engines.empty()) {
+    rate.push_back({"tokens/s/GPU", kEngineColors[0], false, false, {}});
+    for (const Plan& p : plans) rate.back().values.push_back(p.predicted.tokens_per_second_per_gpu);
+  }
+  for (size_t k = 0; k < engines.size(); ++k) {
+    rate.push_back({"tokens/s/GPU on " + engines[k].engine, kEngineColors[k % 6], false, false, {}});
+    for (const Plan& p : plans) {
+      double v = NAN;
+      for (const PlanEngine& e : p.predicted.engines)
+        if (e.engine == engines[k].engine && e.error.empty()) v = e.tokens_per_second_per_gpu;
+      rate.back().values.push_back(v);
+    }
+  }
+  rate.push_back({"MFU (" + (engines.empty() ? std::string("the plan's") : engines.front().engine) + ")",
+                  "#f28e2b",
+                  true,
+                  true,
+                  {}});
+  for (const Plan& p : plans) rate.back().values.push_back(100 * p.predicted.mfu);
+  std::string o = GpuPlot("scaling-plot", plans, rate, "tokens/s/GPU", "MFU (%)");
+  double days = 0, hours = 0;
+  if (train_tokens > 0 && TrainingTime(plans.front(), train_tokens, &days, &hours)) {
+    std::vector<Series> time = {{"days", "#4e79a7", false, false, {}}, {"GPU-hours", "#e15759", true, true, {}}};
+    for (const Plan& p : plans) {
+      const bool ok = TrainingTime(p, train_tokens, &days, &hours);
+      time[0].values.push_back(ok ? days : NAN);
+      time[1].values.push_back(ok ? hours : NAN);
+    }
+    o += GpuPlot("training-plot", plans, time, "days", "GPU-hours");
+  }
+  return o;
 }
 
 }  // namespace
 
-Status RenderPlansHtml(const std::vector<Plan>& plans, const std::string& title, std::string* out) {
+Status RenderPlansHtml(const std::vector<Plan>& plans, const std::string& title, double train_tokens,
+                       std::string* out) {
   std::string o = Head(title);
+  double days = 0, hours = 0;
+  const bool train = !plans.empty() && train_tokens > 0 && TrainingTime(plans.front(), train_tokens, &days, &hours);
   o += "<section id=\"scaling\"><h2>Scaling</h2><table><tr><th>GPUs</th><th class=\"l\">layout</th>"
-       "<th>iteration (s)</th><th>tokens/s/GPU</th><th>MFU (%)</th></tr>";
-  for (const Plan& p : plans)
-    o += fmt::format("<tr><td>{}</td><td class=\"l\">{}</td><td>{:.4f}</td><td>{:.1f}</td><td>{:.1f}</td></tr>", p.gpus,
+       "<th>iteration (s)</th><th>tokens/s/GPU</th><th>MFU (%)</th>";
+  if (train) o += fmt::format("<th>days ({} tokens)</th><th>GPU-hours</th>", FormatCount(train_tokens));
+  o += "</tr>";
+  for (const Plan& p : plans) {
+    o += fmt::format("<tr><td>{}</td><td class=\"l\">{}</td><td>{:.4f}</td><td>{:.1f}</td><td>{:.1f}</td>", p.gpus,
                      XmlText(p.ParallelString()), p.predicted.iteration_s, p.predicted.tokens_per_second_per_gpu,
                      100 * p.predicted.mfu);
-  o += "</table>" + ScalingPlot(plans) + "</section>\n";
+    if (train)
+      o += TrainingTime(p, train_tokens, &days, &hours) ? fmt::format("<td>{:.2f}</td><td>{:.0f}</td>", days, hours)
+                                                        : std::string("<td>-</td><td>-</td>");
+    o += "</tr>";
+  }
+  o += "</table>" + ScalingPlots(plans, train_tokens) + "</section>\n";
   for (const Plan& p : plans) {
     o += fmt::format("<h1 id=\"gpus-{}\">{} GPUs</h1>\n", p.gpus, p.gpus);
     PLANNER_RETURN_IF_ERROR(PlanSection(p, fmt::format("-gpus-{}", p.gpus), &o));
@@ -276,12 +393,17 @@ std::string Curve(const std::string& id, const std::string& what, const std::str
 }  // namespace
 
 Status RenderRunHtml(const std::string& title, const std::string& report_md, const std::vector<double>& loss,
-                     const std::vector<double>& iteration_s, const std::string& timeline_svg, std::string* out) {
+                     const std::vector<double>& iteration_s, const std::string& timeline_svg,
+                     const std::string& predicted_svg, std::string* out) {
   std::string o = Head(title);
   o += "<section id=\"report\"><h2>Measured against predicted (report.md)</h2><pre>" + XmlText(report_md) +
        "</pre></section>\n";
   o += Curve("loss", "Loss", "metrics.csv", loss);
   o += Curve("iteration-seconds", "Iteration time", "s, metrics.csv", iteration_s);
+  if (!predicted_svg.empty())
+    o += "<section id=\"predicted-timeline\"><h2>Predicted timeline (launch.yaml's stage times through the schedule, "
+         "per pipeline device)</h2>" +
+         predicted_svg + "</section>\n";
   if (!timeline_svg.empty())
     o += "<section id=\"timeline\"><h2>Measured timeline (the last iteration, per rank)</h2>" + timeline_svg +
          "</section>\n";
@@ -303,6 +425,7 @@ Status RenderCalibrationHtml(const Calibration& c, const std::string& title, std
   row("band after (%)", Fig("band.low", c.band_low, fmt::format("{:+.1f}", 100 * c.band_low)) + " .. " +
                             Fig("band.high", c.band_high, fmt::format("{:+.1f}", 100 * c.band_high)));
   if (!c.kernels.empty()) row("measured kernel table", XmlText(c.KernelsPath()));
+  if (!c.comm.empty()) row("measured collectives", XmlText(c.CommPath()));
   o += "</dl></section>\n";
   if (!c.runs.empty()) {
     o += "<section id=\"runs\"><h2>Runs: measured against predicted</h2><table><tr><th>run</th><th "
@@ -349,6 +472,120 @@ Status RenderCalibrationHtml(const Calibration& c, const std::string& title, std
         "</svg><div class=\"legend note\"><span style=\"background:#bab0ac\"></span>error before"
         "<span style=\"background:#4e79a7\"></span>error after (measured tokens/s against predicted)</div></section>\n";
   }
+  *out = o + "</body></html>\n";
+  return Status::OK();
+}
+
+namespace {
+
+// The process groups of a launch plan: kind, how many, their size, the first one.
+std::string LaunchGroups(const LaunchPlan& L) {
+  std::string o =
+      "<section id=\"groups\"><h2>Process groups</h2><table><tr><th class=\"l\">kind</th><th>groups</th>"
+      "<th>ranks each</th><th class=\"l\">first group (ranks)</th></tr>";
+  const std::pair<const char*, const std::vector<std::vector<int64_t>>*> kinds[] = {
+      {"tensor parallel", &L.tp_groups},  {"pipeline", &L.pp_groups},        {"data parallel (x cp)", &L.dp_groups},
+      {"context parallel", &L.cp_groups}, {"expert parallel", &L.ep_groups}, {"expert data parallel", &L.edp_groups}};
+  for (const auto& [name, groups] : kinds) {
+    if (groups->empty()) continue;
+    std::string first;
+    for (size_t i = 0; i < groups->front().size() && i < 32; ++i)
+      first += fmt::format("{}{}", i ? ", " : "", groups->front()[i]);
+    if (groups->front().size() > 32) first += ", ...";
+    o += fmt::format("<tr><td class=\"l\">{}</td><td>{}</td><td>{}</td><td class=\"l\">{}</td></tr>", name,
+                     groups->size(), groups->front().size(), first);
+  }
+  return o + "</table></section>\n";
+}
+
+// Each program's actions counted by kind, and in order in a folded list (no script: <details>).
+std::string LaunchPrograms(const LaunchPlan& L) {
+  static const char* kKinds[] = {"F",         "B",         "W",           "recv act", "send act",
+                                 "recv grad", "send grad", "grad reduce", "optimizer"};
+  std::string o =
+      "<section id=\"programs\"><h2>Programs (one per pipeline position and replica)</h2><table><tr><th>program</th>"
+      "<th>position</th><th>replica</th><th>ranks</th><th>actions</th>";
+  for (const char* k : kKinds) o += fmt::format("<th>{}</th>", k);
+  o += "</tr>";
+  for (size_t i = 0; i < L.programs.size(); ++i) {
+    const RankProgram& g = L.programs[i];
+    int64_t count[9] = {0, 0, 0, 0, 0, 0, 0, 0, 0}, ranks = 0;
+    for (const Action& a : g.actions) ++count[static_cast<int>(a.kind)];
+    for (const LaunchRank& r : L.ranks) ranks += r.program == static_cast<int64_t>(i);
+    o += fmt::format("<tr><td>{}</td><td>{}</td><td>{}</td><td>{}</td><td>{}</td>", i + 1, g.position,
+                     g.replica < 0 ? std::string("any") : std::to_string(g.replica), ranks,
+                     Fig(fmt::format("programs[{}].actions", i), static_cast<double>(g.actions.size()),
+                         std::to_string(g.actions.size())));
+    for (int64_t c : count) o += fmt::format("<td>{}</td>", c);
+    o += "</tr>";
+  }
+  o += "</table>";
+  for (size_t i = 0; i < L.programs.size(); ++i) {
+    const RankProgram& g = L.programs[i];
+    o += fmt::format("<details class=\"note\"><summary>program {}: position {}, {} actions</summary><pre>", i + 1,
+                     g.position, g.actions.size());
+    for (size_t k = 0; k < g.actions.size(); ++k) {
+      o += fmt::format("{:6}  {}\n", k + 1, XmlText(ActionToString(g.actions[k])));
+      if (k + 1 == 2000 && g.actions.size() > 2000) {
+        o += fmt::format("... {} more: planner inspect LAUNCH --rank N prints them all\n", g.actions.size() - 2000);
+        break;
+      }
+    }
+    o += "</pre></details>";
+  }
+  return o + "</section>\n";
+}
+
+// The rank map: where each rank runs and what it holds (the first 1024 ranks).
+std::string LaunchRanks(const LaunchPlan& L) {
+  std::string o =
+      "<section id=\"ranks\"><h2>Ranks</h2><table><tr><th>rank</th><th>node</th><th>device</th><th>stage</th>"
+      "<th>replica</th><th>tp rank</th><th>cp rank</th><th>program</th></tr>";
+  for (size_t i = 0; i < L.ranks.size() && i < 1024; ++i) {
+    const LaunchRank& r = L.ranks[i];
+    o +=
+        fmt::format("<tr><td>{}</td><td>{}</td><td>{}</td><td>{}</td><td>{}</td><td>{}</td><td>{}</td><td>{}</td></tr>",
+                    r.rank, r.node, r.local_device, r.stage, r.replica, r.tp_rank, r.cp_rank, r.program + 1);
+  }
+  o += "</table>";
+  if (L.ranks.size() > 1024)
+    o += fmt::format("<p class=\"note\">{} more ranks: launch.yaml lists them all</p>", L.ranks.size() - 1024);
+  return o + "</section>\n";
+}
+
+}  // namespace
+
+Status RenderLaunchHtml(const LaunchPlan& L, const std::string& title, const std::string& predicted_svg,
+                        std::string* out) {
+  std::string o = Head(title);
+  o += "<section id=\"card\"><h2>Launch plan</h2><dl class=\"card\">";
+  auto row = [&](const std::string& k, const std::string& v) { o += "<dt>" + XmlText(k) + "</dt><dd>" + v + "</dd>"; };
+  row("model", XmlText(fmt::format("{} (digest {})", L.model_file, L.model_digest.substr(0, 12))));
+  row("plan digest", XmlText(L.plan_digest.substr(0, 12)));
+  row("device", XmlText(fmt::format("{}, {} per node", DeviceName(L.device), L.gpus_per_node)));
+  row("ranks", Fig("ranks", static_cast<double>(L.ranks.size()), std::to_string(L.ranks.size())) +
+                   XmlText(L.servers.empty() ? "" : fmt::format(" + {} summation servers", L.servers.size())));
+  row("layout", Fig("tp", static_cast<double>(L.tp), "tp " + std::to_string(L.tp)) + " " +
+                    Fig("pp", static_cast<double>(L.pp), "pp " + std::to_string(L.pp)) + " " +
+                    Fig("dp", static_cast<double>(L.dp), "dp " + std::to_string(L.dp)) +
+                    XmlText(fmt::format(" cp {} ep {} | schedule {} (v={})", L.cp, L.ep, ScheduleName(L.schedule),
+                                        L.interleave)));
+  row("batch",
+      Fig("microbatch_size", static_cast<double>(L.microbatch_size), std::to_string(L.microbatch_size)) + " x " +
+          Fig("num_microbatches", static_cast<double>(L.num_microbatches), std::to_string(L.num_microbatches)) +
+          XmlText(" microbatches per replica, global ") +
+          Fig("global_batch", static_cast<double>(L.global_batch), std::to_string(L.global_batch)));
+  row("predicted iteration (s)",
+      Fig("predicted.iteration_seconds", L.predicted_iteration_s, fmt::format("{:.4f}", L.predicted_iteration_s)));
+  row("predicted bubble (%)", Fig("predicted.bubble_fraction", L.predicted_bubble_fraction,
+                                  fmt::format("{:.1f}", 100 * L.predicted_bubble_fraction)));
+  row("run", XmlText(fmt::format("{} iterations", L.run.iterations)));
+  o += "</dl></section>\n";
+  if (!predicted_svg.empty())
+    o += "<section id=\"timeline\"><h2>Predicted timeline (the stage times through the schedule, per pipeline "
+         "device)</h2>" +
+         predicted_svg + "</section>\n";
+  o += LaunchGroups(L) + LaunchPrograms(L) + LaunchRanks(L);
   *out = o + "</body></html>\n";
   return Status::OK();
 }

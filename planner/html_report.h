@@ -12,6 +12,7 @@
 
 #include "common/status.h"
 #include "spec/calibration.h"
+#include "spec/launch_plan.h"
 #include "spec/plan.h"
 
 namespace planner {
@@ -19,12 +20,23 @@ namespace planner {
 // The page of one plan; `title` heads it ("planner solve" / "planner inspect plan.yaml").
 Status RenderPlanHtml(const Plan& plan, const std::string& title, std::string* out);
 // A page of several plans (solve --gpus a list): a scaling table, then each plan's section.
-Status RenderPlansHtml(const std::vector<Plan>& plans, const std::string& title, std::string* out);
+// `train_tokens` > 0 (solve --train-tokens): days and GPU-hours per size in the table and a second plot.
+// Plans costed on every engine (--engine all) plot tokens/s/GPU one line per engine.
+Status RenderPlansHtml(const std::vector<Plan>& plans, const std::string& title, double train_tokens, std::string* out);
 // A run directory's page: its report (measured against predicted, as report.md says it), the loss and
 // iteration-time curves of metrics.csv (non-finite losses left out and counted), and the measured timeline
 // of the last iteration (`timeline_svg`, RenderEventsSvg's).
+// `predicted_svg` (may be empty): the launch plan's predicted timeline (its stage times through the
+// schedule), drawn above the measured one (each across the page's width; their titles give their lengths).
 Status RenderRunHtml(const std::string& title, const std::string& report_md, const std::vector<double>& loss,
-                     const std::vector<double>& iteration_s, const std::string& timeline_svg, std::string* out);
+                     const std::vector<double>& iteration_s, const std::string& timeline_svg,
+                     const std::string& predicted_svg, std::string* out);
+// A launch plan's page (inspect LAUNCH --html): the layout and predictions launch.yaml holds, its process
+// groups, the rank map (node, device, stage, replica, tp / cp rank, program), each program's actions by kind
+// and in order (a folded list), and the predicted timeline (`predicted_svg`); figures marked with
+// launch.yaml's keys.
+Status RenderLaunchHtml(const LaunchPlan& launch, const std::string& title, const std::string& predicted_svg,
+                        std::string* out);
 // A calibration's page: its scales and band, each run's measured against predicted before and after (a
 // table and a bar chart of the errors), what changed most; figures marked with the calibration file's keys.
 Status RenderCalibrationHtml(const Calibration& c, const std::string& title, std::string* out);

@@ -305,6 +305,20 @@ Tree PlanTree(const Plan& p) {
     lt.Add("overlap_share", Tree::Num(l.OverlapShare(p.predicted.iteration_s)));
     lt.Add("runners_up_within_band", Tree::Int(l.runners_up_within_band));
   }
+  if (!p.predicted.engines.empty()) {
+    Tree& et = pr.Add("engines", Tree());
+    for (const PlanEngine& e : p.predicted.engines) {
+      Tree& one = et.Add(e.engine, Tree());
+      if (!e.error.empty()) {
+        one.Add("error", Tree::Str(e.error));
+        continue;
+      }
+      one.Add("iteration_seconds", Tree::Num(e.iteration_s));
+      one.Add("tokens_per_second_per_gpu", Tree::Num(e.tokens_per_second_per_gpu));
+      one.Add("mfu", Tree::Num(e.mfu));
+      one.Add("peak_memory_GiB", Tree::Num(e.peak_memory_bytes / kGiB));
+    }
+  }
   Tree ru = Tree::List();
   for (const auto& s : p.runners_up) ru.list.push_back(SummaryTree(s));
   t.Add("runners_up", ru);
@@ -498,7 +512,8 @@ const std::vector<std::string> kPredictedKeys = {"iteration_seconds",
                                                  "dp_comm_seconds",
                                                  "communication",
                                                  "band",
-                                                 "lead"};
+                                                 "lead",
+                                                 "engines"};
 const std::vector<std::string> kRunnerUpKeys = {"config",
                                                 "tp",
                                                 "pp",
@@ -715,6 +730,29 @@ Status ReadPredictedSections(const YamlReader& r, const YAML::Node& pr, PlanPred
     PLANNER_RETURN_IF_ERROR(r.GetInt(l, "runners_up_within_band", "predicted.lead.runners_up_within_band",
                                      &lead.runners_up_within_band, false, 0));
     out->lead = lead;
+  }
+  const YAML::Node& en = pr["engines"];
+  if (en.IsDefined()) {
+    PLANNER_RETURN_IF_ERROR(r.RequireMap(en, "predicted.engines"));
+    for (const auto& kv : en) {
+      PlanEngine e;
+      e.engine = kv.first.as<std::string>();
+      const std::string f = "predicted.engines." + e.engine;
+      PLANNER_RETURN_IF_ERROR(r.RequireMap(kv.second, f));
+      PLANNER_RETURN_IF_ERROR(r.CheckKeys(
+          kv.second, f, {"error", "iteration_seconds", "tokens_per_second_per_gpu", "mfu", "peak_memory_GiB"}));
+      PLANNER_RETURN_IF_ERROR(r.GetString(kv.second, "error", f + ".error", &e.error, false));
+      const bool runs = e.error.empty();
+      PLANNER_RETURN_IF_ERROR(
+          r.GetDouble(kv.second, "iteration_seconds", f + ".iteration_seconds", &e.iteration_s, runs, 0, true));
+      PLANNER_RETURN_IF_ERROR(r.GetDouble(kv.second, "tokens_per_second_per_gpu", f + ".tokens_per_second_per_gpu",
+                                          &e.tokens_per_second_per_gpu, false, 0, false));
+      PLANNER_RETURN_IF_ERROR(r.GetDouble(kv.second, "mfu", f + ".mfu", &e.mfu, false, 0, false));
+      PLANNER_RETURN_IF_ERROR(
+          r.GetDouble(kv.second, "peak_memory_GiB", f + ".peak_memory_GiB", &e.peak_memory_bytes, false, 0, false));
+      e.peak_memory_bytes *= kGiB;
+      out->engines.push_back(std::move(e));
+    }
   }
   return Status::OK();
 }

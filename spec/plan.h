@@ -73,6 +73,13 @@ struct PlanLead {
   }
 };
 
+// The chosen layout on one engine (solve --engine all): its figures, or why the engine cannot run it.
+struct PlanEngine {
+  std::string engine;
+  double iteration_s = 0, tokens_per_second_per_gpu = 0, mfu = 0, peak_memory_bytes = 0;
+  std::string error;  // non-empty: the engine cannot run the layout (the figures are 0)
+};
+
 // One kind of communication per iteration on the busiest device: all of it, and what the overlaps leave
 // exposed (docs/cost_model.md section 3, "Hidden and exposed").
 struct PlanComm {
@@ -102,6 +109,8 @@ struct PlanPredicted {
   std::vector<PlanComm> communication;  // kinds with any communication; empty: not computed (older plans)
   std::optional<PlanBand> band;  // none: not calibrated (flat efficiency, a profile, fp32 / tf32, no engine band)
   std::optional<PlanLead> lead;  // none: no runner-up, or not costed
+  // --engine all: the chosen layout costed again on every engine (the plan's own first); empty otherwise.
+  std::vector<PlanEngine> engines;
 };
 
 // A runner-up: its layout, its predictions and why it lost.

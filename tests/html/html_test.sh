@@ -29,7 +29,8 @@ $PLANNER -q solve --gpus 64 --model $M/llama3-70b.yaml --cluster $C/dgx-h100.yam
 check "solve --html writes the page" test -s solve.html
 $PLANNER -q inspect solve.yaml --html inspect.html > /dev/null 2>&1
 check "inspect --html writes the page" test -s inspect.html
-$PLANNER -q solve --gpus 64,128 --model $M/llama3-70b.yaml --cluster $C/dgx-h100.yaml -o scale.yaml --html scale.html > /dev/null 2>&1
+$PLANNER -q solve --gpus 64,128 --model $M/llama3-70b.yaml --cluster $C/dgx-h100.yaml --engine all --train-tokens 15T \
+  -o scale.yaml --html scale.html > /dev/null 2>&1
 check "solve --gpus a list --html writes the page" test -s scale.html
 browse() {  # browse PAGE: the DOM and a screenshot, console messages logged
   local page=$1
@@ -83,20 +84,53 @@ check "scale: the 64-GPU plan's figures (the first section) equal scale.64.yaml'
   python3 -c \"import re,sys; d=open('scale.dom').read(); s=d.index('id=\\\"gpus-64\\\"'); e=d.index('id=\\\"gpus-128\\\"'); open('s64.dom','w').write(d[s:e]); open('s128.dom','w').write(d[e:])\" &&
   $(declare -f figures); figures s64.dom scale.64.yaml card-gpus-64 memory-gpus-64 && figures s128.dom scale.128.yaml card-gpus-128"
 check "scale: the scaling table and its plot" bash -c "grep -q 'id=\"scaling\"' scale.dom && grep -q 'id=\"scaling-plot\"' scale.dom"
+check "scale: days and GPU-hours (--train-tokens) in the table and their plot" bash -c \
+  "grep -q '<th>days (15.0T tokens)</th><th>GPU-hours</th>' scale.dom && grep -q 'id=\"training-plot\"' scale.dom"
+check "scale: one tokens/s/GPU line per engine (--engine all) and the MFU line" python3 -c "
+import re, sys; d = open('scale.dom').read(); s = d[d.index('id=\"scaling-plot\"'):]; s = s[:s.index('</svg>')]
+names = re.findall(r'data-series=\"([^\"]+)\"', s)
+sys.exit(0 if names == ['tokens/s/GPU on megatron-core', 'tokens/s/GPU on torchtitan', 'tokens/s/GPU on torchtitan-compile',
+                        'tokens/s/GPU on deepspeed', 'MFU (megatron-core)'] else 1)"
+check "scale: the engines and data-parallel architectures sections, their figures in plan.yaml" bash -c "
+  grep -q 'id=\"engines-gpus-64\"' scale.dom && grep -q 'data-field=\"predicted.engines.deepspeed.iteration_seconds\"' s64.dom &&
+  grep -q 'id=\"dp-comm-gpus-128\"' scale.dom && grep -q 'data-field=\"predicted.dp_comm_seconds.allreduce-ring\"' s128.dom"
 # A run directory's page and a calibration's: a real 1-rank run of tiny-gpt (20 iterations), calibrated.
 $PLANNER -q solve --gpus 1 --model $M/tiny-gpt.yaml --cluster $C/local-cpu.yaml -o tiny.yaml > /dev/null 2>&1 &&
   $PLANNER -q codegen tiny.yaml -o L --iterations 20 > /dev/null 2>&1 && $PLANNER -q run L --run-id r > /dev/null 2>&1
 $PLANNER -q inspect L/runs/r --html run.html > /dev/null 2>&1
 $PLANNER -q calibrate --plan tiny.yaml L/runs/r -o cal.yaml > /dev/null 2>&1
 $PLANNER -q inspect cal.yaml --html cal.html > /dev/null 2>&1
-for page in run cal; do
+# A launch plan's page: tiny-gpt on 2 pipeline stages (ZB-H1), not run.
+$PLANNER -q solve --gpus 2 --pp 2 --model $M/tiny-gpt.yaml --cluster $C/local-cpu.yaml -o pp2.yaml > /dev/null 2>&1 &&
+  $PLANNER -q codegen pp2.yaml -o L2 > /dev/null 2>&1
+$PLANNER -q inspect L2 --html launch.html > /dev/null 2>&1
+for page in run cal launch; do
   browse $page
   check "$page: Chromium built the DOM" grep -q "</html>" $page.dom
   check "$page: no console message" bash -c "! grep -qi 'CONSOLE' $page.log"
   check "$page: a PNG screenshot" test -s "$ART/$page.png"
 done
-check "run: report, loss, iteration time and timeline sections" bash -c \
-  "grep -q 'id=\"report\"' run.dom && grep -q 'id=\"loss\"' run.dom && grep -q 'id=\"iteration-seconds\"' run.dom && grep -q 'id=\"timeline\"' run.dom"
+check "run: report, loss, iteration time, predicted and measured timeline sections" bash -c \
+  "grep -q 'id=\"report\"' run.dom && grep -q 'id=\"loss\"' run.dom && grep -q 'id=\"iteration-seconds\"' run.dom && grep -q 'id=\"timeline\"' run.dom && grep -q 'id=\"predicted-timeline\"' run.dom"
+check "launch: every figure equals launch.yaml's, the action counts inspect --rank's" python3 - launch.dom L2/launch.yaml \
+  "$($PLANNER inspect L2 --rank 0 | tail -n +2 | wc -l)" "$($PLANNER inspect L2 --rank 1 | tail -n +2 | wc -l)" <<'PY'
+import re, sys, yaml
+dom, launch = open(sys.argv[1]).read(), yaml.safe_load(open(sys.argv[2]))
+printed = [int(x) for x in sys.argv[3:]]
+def get(path):
+    if path == "ranks": return len(launch["ranks"])
+    m = re.fullmatch(r'programs\[(\d+)\]\.actions', path)
+    if m: return len(launch["programs"][int(m.group(1))]["actions"].split())
+    node = launch
+    for part in path.split('.'): node = node[part]
+    return float(node)
+figs = re.findall(r'data-field="([^"]+)" data-value="([^"]+)"', dom)
+ok = len(figs) >= 10 and all(abs(float(v) - get(f)) <= 1e-6 * max(1.0, abs(get(f))) for f, v in figs)
+actions = [int(float(v)) for f, v in figs if f.startswith("programs[")]
+ok = ok and actions == printed and all(f'id="{s}"' in dom for s in ("card", "timeline", "groups", "programs", "ranks"))
+if not ok: print(figs, actions, printed)
+sys.exit(0 if ok else 1)
+PY
 check "run: the loss curve has one point per metrics.csv row" grep -q "data-points=\"$(( $(wc -l < L/runs/r/metrics.csv) - 1 ))\"" run.dom
 check "calibration: every figure equals cal.yaml's" python3 - cal.dom cal.yaml <<'PY'
 import re, sys, yaml
