@@ -104,6 +104,46 @@ std::string PredictedLaunchSvg(const LaunchPlan& L, const std::string& what) {
                          r.makespan_s);
 }
 
+// Per rank: the measured last iteration's compute (F, B, W), communication and the rest, and the compute
+// the launch plan predicts for the rank's pipeline device (per iteration: PipeDream's asynchronous
+// schedule is simulated over the whole run).
+std::vector<RankFigures> PerRankFigures(const std::vector<SimEvent>& measured, double makespan, const LaunchPlan* L) {
+  std::vector<RankFigures> out;
+  for (const SimEvent& e : measured) {
+    if (e.device < 0 || e.device >= (1 << 20)) continue;
+    if (static_cast<size_t>(e.device) >= out.size()) out.resize(static_cast<size_t>(e.device) + 1);
+    RankFigures& r = out[static_cast<size_t>(e.device)];
+    (e.kind == 'C' ? r.measured_comm_s : r.measured_compute_s) += e.end_s - e.start_s;
+  }
+  std::vector<double> predicted;  // per device of the predicted timeline
+  SimResult sim;
+  const bool have = L != nullptr && PredictedTimeline(*L, &sim).ok();
+  if (have) {
+    const double runs =
+        L->schedule == Schedule::kPipeDream ? static_cast<double>(std::max<int64_t>(1, L->run.iterations)) : 1.0;
+    for (const SimEvent& e : sim.events) {
+      if (e.kind == 'C' || e.device < 0) continue;
+      if (static_cast<size_t>(e.device) >= predicted.size()) predicted.resize(static_cast<size_t>(e.device) + 1, 0.0);
+      predicted[static_cast<size_t>(e.device)] += (e.end_s - e.start_s) / runs;
+    }
+  }
+  std::vector<int64_t> offset;  // per-stage replication: stage q's first device
+  for (size_t q = 0; have && q < L->stages.size(); ++q)
+    offset.push_back(q == 0 ? 0 : offset[q - 1] + L->stages[q - 1].replicas);
+  for (size_t i = 0; i < out.size(); ++i) {
+    RankFigures& r = out[i];
+    r.rank = static_cast<int64_t>(i);
+    r.measured_idle_s = std::max(0.0, makespan - r.measured_compute_s);
+    if (!have || i >= L->ranks.size()) continue;
+    const LaunchRank& lr = L->ranks[i];
+    r.stage = lr.stage;
+    const int64_t device = PerStageReplication(*L) ? offset[static_cast<size_t>(lr.stage)] + lr.replica : lr.stage;
+    if (device >= 0 && static_cast<size_t>(device) < predicted.size())
+      r.predicted_compute_s = predicted[static_cast<size_t>(device)];
+  }
+  return out;
+}
+
 Status InspectRun(const std::string& dir, int width, const std::string& svg_path, const std::string& html_path) {
   namespace fs = std::filesystem;
   std::string report, metrics;
@@ -182,10 +222,11 @@ Status InspectRun(const std::string& dir, int width, const std::string& svg_path
     std::string predicted;
     const fs::path launch = fs::path(dir) / ".." / ".." / "launch.yaml";
     LaunchPlan L;
-    if (fs::exists(launch, ec) && LoadLaunchPlan(launch.lexically_normal().string(), &L).ok())
-      predicted = PredictedLaunchSvg(L, launch.lexically_normal().string());
+    const bool have = fs::exists(launch, ec) && LoadLaunchPlan(launch.lexically_normal().string(), &L).ok();
+    if (have) predicted = PredictedLaunchSvg(L, launch.lexically_normal().string());
     std::string page;
-    PLANNER_RETURN_IF_ERROR(RenderRunHtml("planner inspect " + dir, report, loss, seconds, svg, predicted, &page));
+    PLANNER_RETURN_IF_ERROR(RenderRunHtml("planner inspect " + dir, report, loss, seconds, svg, predicted,
+                                          PerRankFigures(events, makespan, have ? &L : nullptr), &page));
     PLANNER_RETURN_IF_ERROR(WriteFileAtomic(html_path, page));
     LogNote("wrote " + html_path);
   }

@@ -392,14 +392,73 @@ std::string Curve(const std::string& id, const std::string& what, const std::str
 
 }  // namespace
 
+namespace {
+
+// Measured against predicted per rank: the last iteration's compute, communication and idle, and the
+// compute the launch plan predicts, as a table and as paired bars (measured above, predicted below).
+std::string PerRank(const std::vector<RankFigures>& ranks) {
+  if (ranks.empty()) return "";
+  std::string o =
+      "<section id=\"per-rank\"><h2>Measured against predicted per rank (the last iteration)</h2><table><tr>"
+      "<th>rank</th><th>stage</th><th>compute (ms)</th><th>predicted compute (ms)</th><th>measured / predicted</th>"
+      "<th>communication (ms)</th><th>idle (ms)</th></tr>";
+  double most = 0;
+  for (const RankFigures& r : ranks) {
+    most = std::max({most, r.measured_compute_s + r.measured_idle_s, r.predicted_compute_s});
+    o += fmt::format(
+        "<tr class=\"rank\"><td>{}</td><td>{}</td><td>{:.3f}</td><td>{}</td><td>{}</td><td>{:.3f}</td><td>{:.3f}</td>"
+        "</tr>",
+        r.rank, r.stage, 1e3 * r.measured_compute_s,
+        r.predicted_compute_s >= 0 ? fmt::format("{:.3f}", 1e3 * r.predicted_compute_s) : std::string("-"),
+        r.predicted_compute_s > 0 ? fmt::format("{:.2f}x", r.measured_compute_s / r.predicted_compute_s)
+                                  : std::string("-"),
+        1e3 * r.measured_comm_s, 1e3 * r.measured_idle_s);
+  }
+  o += "</table>";
+  if (!(most > 0)) return o + "</section>\n";
+  const double left = 70, width = 640, bar = 9;
+  const double height = 10 + static_cast<double>(ranks.size()) * (2 * bar + 8);
+  o += fmt::format(
+      "<svg xmlns=\"http://www.w3.org/2000/svg\" width=\"{:.0f}\" height=\"{:.0f}\" font-family=\"sans-serif\" "
+      "font-size=\"11\">",
+      left + width + 90, height + 16);
+  for (size_t i = 0; i < ranks.size(); ++i) {
+    const RankFigures& r = ranks[i];
+    const double y = 6 + static_cast<double>(i) * (2 * bar + 8), k = width / most;
+    o += fmt::format("<text x=\"4\" y=\"{:.0f}\">rank {}</text>", y + 1.6 * bar, r.rank);
+    o += fmt::format(
+        "<rect x=\"{:.0f}\" y=\"{:.0f}\" width=\"{:.1f}\" height=\"{:.0f}\" fill=\"#4e79a7\"><title>measured compute "
+        "{:.3f} ms</title></rect><rect x=\"{:.1f}\" y=\"{:.0f}\" width=\"{:.1f}\" height=\"{:.0f}\" fill=\"#dddddd\">"
+        "<title>idle {:.3f} ms</title></rect>",
+        left, y, k * r.measured_compute_s, bar, 1e3 * r.measured_compute_s, left + k * r.measured_compute_s, y,
+        k * r.measured_idle_s, bar, 1e3 * r.measured_idle_s);
+    if (r.predicted_compute_s >= 0)
+      o += fmt::format(
+          "<rect x=\"{:.0f}\" y=\"{:.0f}\" width=\"{:.1f}\" height=\"{:.0f}\" fill=\"#f28e2b\"><title>predicted "
+          "compute {:.3f} ms</title></rect>",
+          left, y + bar, k * r.predicted_compute_s, bar, 1e3 * r.predicted_compute_s);
+  }
+  o += fmt::format(
+      "<text x=\"{:.0f}\" y=\"{:.0f}\">0</text><text x=\"{:.0f}\" y=\"{:.0f}\" text-anchor=\"end\">"
+      "{:.3f} ms</text></svg>",
+      left, height + 12, left + width, height + 12, 1e3 * most);
+  return o +
+         "<div class=\"legend note\"><span style=\"background:#4e79a7\"></span>measured compute<span "
+         "style=\"background:#dddddd\"></span>measured idle<span style=\"background:#f28e2b\"></span>predicted "
+         "compute (launch.yaml)</div></section>\n";
+}
+
+}  // namespace
+
 Status RenderRunHtml(const std::string& title, const std::string& report_md, const std::vector<double>& loss,
                      const std::vector<double>& iteration_s, const std::string& timeline_svg,
-                     const std::string& predicted_svg, std::string* out) {
+                     const std::string& predicted_svg, const std::vector<RankFigures>& ranks, std::string* out) {
   std::string o = Head(title);
   o += "<section id=\"report\"><h2>Measured against predicted (report.md)</h2><pre>" + XmlText(report_md) +
        "</pre></section>\n";
   o += Curve("loss", "Loss", "metrics.csv", loss);
   o += Curve("iteration-seconds", "Iteration time", "s, metrics.csv", iteration_s);
+  o += PerRank(ranks);
   if (!predicted_svg.empty())
     o += "<section id=\"predicted-timeline\"><h2>Predicted timeline (launch.yaml's stage times through the schedule, "
          "per pipeline device)</h2>" +

@@ -26,11 +26,18 @@ Status RenderPlansHtml(const std::vector<Plan>& plans, const std::string& title,
 // A run directory's page: its report (measured against predicted, as report.md says it), the loss and
 // iteration-time curves of metrics.csv (non-finite losses left out and counted), and the measured timeline
 // of the last iteration (`timeline_svg`, RenderEventsSvg's).
+// One rank of a run: its compute, communication and idle seconds in the measured last iteration, and
+// the compute the launch plan predicts for its pipeline device (negative: no prediction).
+struct RankFigures {
+  int64_t rank = 0, stage = 0;
+  double measured_compute_s = 0, measured_comm_s = 0, measured_idle_s = 0, predicted_compute_s = -1;
+};
 // `predicted_svg` (may be empty): the launch plan's predicted timeline (its stage times through the
-// schedule), drawn above the measured one (each across the page's width; their titles give their lengths).
+// schedule), drawn above the measured one (each across the page's width; their titles give their lengths);
+// `ranks`: measured against predicted per rank (a table and bars).
 Status RenderRunHtml(const std::string& title, const std::string& report_md, const std::vector<double>& loss,
                      const std::vector<double>& iteration_s, const std::string& timeline_svg,
-                     const std::string& predicted_svg, std::string* out);
+                     const std::string& predicted_svg, const std::vector<RankFigures>& ranks, std::string* out);
 // A launch plan's page (inspect LAUNCH --html): the layout and predictions launch.yaml holds, its process
 // groups, the rank map (node, device, stage, replica, tp / cp rank, program), each program's actions by kind
 // and in order (a folded list), and the predicted timeline (`predicted_svg`); figures marked with

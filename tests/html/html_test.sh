@@ -131,6 +131,15 @@ ok = ok and actions == printed and all(f'id="{s}"' in dom for s in ("card", "tim
 if not ok: print(figs, actions, printed)
 sys.exit(0 if ok else 1)
 PY
+check "run: per rank, the predicted compute equals report.md's (one source: launch.yaml through the schedule)" python3 - run.dom L/runs/r/report.md <<'PY'
+import re, sys
+dom, report = open(sys.argv[1]).read(), open(sys.argv[2]).read()
+rows = re.findall(r'<tr class="rank"><td>(\d+)</td><td>\d+</td><td>[0-9.]+</td><td>([0-9.]+)</td>', dom)
+md = re.findall(r'^\| (\d+) \| \d+ \| [^|]+ \| [^|]+ \| [^|]+ \| ([0-9.]+) ms \|', report, re.M)
+ok = len(rows) >= 1 and len(rows) == len(md) and all(abs(float(a[1]) - float(b[1])) < 1e-3 for a, b in zip(rows, md))
+if not ok: print(rows, md)
+sys.exit(0 if ok and 'id="per-rank"' in dom else 1)
+PY
 check "run: the loss curve has one point per metrics.csv row" grep -q "data-points=\"$(( $(wc -l < L/runs/r/metrics.csv) - 1 ))\"" run.dom
 check "calibration: every figure equals cal.yaml's" python3 - cal.dom cal.yaml <<'PY'
 import re, sys, yaml
