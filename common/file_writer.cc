@@ -92,6 +92,9 @@ Status AtomicFile::Open(const std::string& path, unsigned mode) {
   const std::string dir = DirectoryOf(path);
   struct stat dst {};
   if (::stat(dir.c_str(), &dst) != 0 || !S_ISDIR(dst.st_mode)) {
+    if (::stat(dir.c_str(), &dst) == 0)
+      return Status::NotFound(
+          fmt::format("{}: cannot write the file: '{}' is not a directory; choose a path in a directory", path, dir));
     return Status::NotFound(
         fmt::format("{}: cannot write the file: directory '{}' does not exist; create it first", path, dir));
   }

@@ -231,7 +231,7 @@ if [ -w /dev/full ]; then  # a result that cannot be written to stdout is exit 1
   if [ $rc = 1 ] && [ "$(cat err.txt)" = "planner: error: standard output: write failed: No space left on device" ]; then pass=$((pass+1)); else echo "FAIL stdout full: rc=$rc $(cat err.txt)"; fail=$((fail+1)); fi
 fi
 # Every output goes through one writer: a path that cannot be used is exit 2, a failed write exit 1, both naming the path.
-expect "output in a missing directory" 2 "planner: error: no/such/p.yaml: cannot write the file: directory 'no/such' does not exist; create it first" -- $PLANNER solve --gpus 1 --model $M/tiny-gpt.yaml --cluster $C/local-cpu.yaml -o no/such/p.yaml
+expect "output in a missing directory" 2 "planner: error: -o no/such/p.yaml: cannot write the file: directory 'no/such' does not exist; create it first" -- $PLANNER solve --gpus 1 --model $M/tiny-gpt.yaml --cluster $C/local-cpu.yaml -o no/such/p.yaml
 expect "output is a directory" 2 "planner: error: run: exists and is not a regular file; write to a file path instead" -- $PLANNER solve --gpus 1 --model $M/tiny-gpt.yaml --cluster $C/local-cpu.yaml -o run
 if [ "$(id -u)" = 0 ] && [ -c /dev/null ]; then  # as root a rename over /dev/null would succeed: the writer must refuse it
   expect "output is /dev/null" 2 "planner: error: /dev/null: exists and is not a regular file; write to a file path instead" -- $PLANNER solve --gpus 1 --model $M/tiny-gpt.yaml --cluster $C/local-cpu.yaml -o /dev/null
