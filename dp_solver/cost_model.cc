@@ -350,8 +350,9 @@ struct RowRates {
   double weight_cast_bytes = 0;  // HBM bytes per weight element cast per microbatch (engines without a cached FP8 copy)
   double gemm_in_bytes = 2;      // bytes per operand element of the model precision's GEMMs (FP8: 1)
   double attention_share = 1;    // the engine's sustained share of the attention tables
-  double tp_hidden = 0, slowdown = 0;  // TP collectives hidden; compute lost per hidden second
-  double hbm_raw = 0;                  // HBM bytes/s of one fused kernel (GEMM operands, no elementwise factor)
+  double cp_ring_fwd = 1, cp_ring_bwd = 1;  // the engine's ring-attention step rates (cp > 1; EngineSpec)
+  double tp_hidden = 0, slowdown = 0;       // TP collectives hidden; compute lost per hidden second
+  double hbm_raw = 0;                       // HBM bytes/s of one fused kernel (GEMM operands, no elementwise factor)
 };
 
 // Rates of one layer's attention core (FLOP/s), forward and backward.
@@ -377,7 +378,8 @@ double WaveFill(double ctas, double sms) {
 // The attention core's rates on the kernel table (docs/cost_model.md section 2, "Kernel-level
 // compute"): the engine's kernel at the layer's head dim, forward and backward; without context
 // parallelism the causal curve at s; with cp ring steps, of which 1/cp are the causal diagonal at s/cp
-// and the rest non-causal blocks at s/(2cp) (load-balanced chunks), blended by their equal work. The
+// and the rest non-causal blocks at s/(2cp) (load-balanced chunks), blended by their equal work, at the
+// engine's ring-step share of the kernel (cp_ring: the merges and accumulations between steps). The
 // FlashAttention benchmarks ran 16k tokens per batch (thousands of thread blocks); a microbatch with
 // fewer blocks (b x heads/t x s/(cp 128)) than multiprocessors fills the last wave only partly.
 CoreRates AttentionRates(const Layer& l, const RowRates& q, double tp_shard) {
@@ -397,8 +399,8 @@ CoreRates AttentionRates(const Layer& l, const RowRates& q, double tp_shard) {
   };
   const double fill =
       WaveFill(q.bd * std::max(1.0, l.attention_heads / tp_shard) * std::ceil(s / 128), static_cast<double>(kt.sms));
-  r.fwd = rate("fwd") * 1e12 * q.attention_share * fill;
-  r.bwd = rate("bwd") * 1e12 * q.attention_share * fill;
+  r.fwd = rate("fwd") * 1e12 * q.attention_share * fill * (q.cp > 1 ? q.cp_ring_fwd : 1.0);
+  r.bwd = rate("bwd") * 1e12 * q.attention_share * fill * (q.cp > 1 ? q.cp_ring_bwd : 1.0);
   return r;
 }
 
@@ -711,6 +713,8 @@ void KernelRates(const CostSource& src, const ModelSpec& m, const CostOptions& o
   q->hbm_raw = c.hbm_bandwidth_GBps * 1e9 * kt.memory_efficiency * e.sustained_memory;
   q->hbm = q->hbm_raw / e.elementwise_traffic;
   q->attention_share = e.sustained_attention * clock;
+  q->cp_ring_fwd = e.cp_ring_fwd;
+  q->cp_ring_bwd = e.cp_ring_bwd;
   q->tp_hidden = o.tp_comm_overlap ? e.tp_comm_overlap_hidden : 0;
   q->slowdown = o.compute_slowdown;
 }

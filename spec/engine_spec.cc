@@ -60,8 +60,8 @@ Status ParseUnguarded(const std::string& path, const std::string& text, EngineSp
   PLANNER_RETURN_IF_ERROR(
       r.CheckKeys(root, "",
                   {"format_version", "name", "attention", "attention_fallback", "fp8_recipe", "sustained",
-                   "elementwise_traffic", "fp8_cast_fused", "overlap", "memory", "zero", "zero_reason", "hsdp",
-                   "fsdp_with_pp", "schedules", "recompute_modules", "band"}));
+                   "elementwise_traffic", "fp8_cast_fused", "overlap", "cp_ring", "memory", "zero", "zero_reason",
+                   "hsdp", "fsdp_with_pp", "schedules", "recompute_modules", "band"}));
   EngineSpec e;
   e.path = path;
   PLANNER_RETURN_IF_ERROR(r.CheckFormatVersion(root, false));
@@ -102,6 +102,14 @@ Status ParseUnguarded(const std::string& path, const std::string& text, EngineSp
     PLANNER_RETURN_IF_ERROR(
         Fraction(r, o, "tp_comm_overlap_hidden", "overlap.tp_comm_overlap_hidden", &e.tp_comm_overlap_hidden, 1));
     PLANNER_RETURN_IF_ERROR(Fraction(r, o, "compute_slowdown", "overlap.compute_slowdown", &e.compute_slowdown, 1));
+  }
+  const YAML::Node& ring = root["cp_ring"];
+  if (ring.IsDefined()) {
+    PLANNER_RETURN_IF_ERROR(r.CheckKeys(ring, "cp_ring", {"fwd", "bwd"}));
+    PLANNER_RETURN_IF_ERROR(Fraction(r, ring, "fwd", "cp_ring.fwd", &e.cp_ring_fwd, 1));
+    PLANNER_RETURN_IF_ERROR(Fraction(r, ring, "bwd", "cp_ring.bwd", &e.cp_ring_bwd, 1));
+    if (!(e.cp_ring_fwd > 0 && e.cp_ring_bwd > 0))
+      return r.FieldError(ring, "cp_ring", "both shares must be above 0 (1: the steps run as fast as one kernel)");
   }
   PLANNER_RETURN_IF_ERROR(r.GetIntList(root, "zero", "zero", &e.zero, false, 0));
   for (int64_t z : e.zero) {

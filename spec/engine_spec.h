@@ -33,8 +33,12 @@ struct EngineSpec {
   double elementwise_traffic = 1;  // memory-bound bytes relative to the fused kernels the layer model counts
   double fp8_cast_fused = 0.5;     // share of FP8 input casts fused into the producing kernel
   bool grad_reduce_overlap = true, param_gather_overlap = true;
-  double tp_comm_overlap_hidden = 0;   // share of TP collectives hidden when TP communication overlap is on
-  double compute_slowdown = 0;         // compute seconds lost per second of communication hidden behind it
+  double tp_comm_overlap_hidden = 0;  // share of TP collectives hidden when TP communication overlap is on
+  double compute_slowdown = 0;        // compute seconds lost per second of communication hidden behind it
+  // The attention core's rate in ring attention's steps (cp > 1) against one GPU's kernel at the steps'
+  // lengths (file key cp_ring: {fwd, bwd}): per-step softmax-statistics merges and output corrections,
+  // dq / dk / dv accumulation between steps.
+  double cp_ring_fwd = 1, cp_ring_bwd = 1;
   double fp8_weight_bytes = 0;         // bytes per parameter of cached FP8 weight copies
   std::vector<int64_t> hsdp;           // ZeRO stages it shards hierarchically (HSDP: replicate x shard); empty: none
   bool fsdp_with_pp = false;           // runs FSDP (ZeRO-3) under pipelining, unsharded through the step (torchtitan)

@@ -188,13 +188,24 @@ TEST_CASE("FP8 weights cast per microbatch where the engine keeps no FP8 copy: i
 TEST_CASE("ring attention's steps: full off-diagonal blocks at long chunks, short chunks' low rates") {
   // 64k over cp 4: the diagonal step is causal at 16k, the other three non-causal at 8k (full blocks, a
   // higher rate than the causal kernel's): a little faster than a quarter of the whole sequence's time.
+  // The kernels alone: an engine whose ring steps run as fast as one kernel (cp_ring 1).
   const KernelFixture f(65536);
-  const double one = f.BlockSeconds(f.engine, 1, 1), four = f.BlockSeconds(f.engine, 1, 4);
+  EngineSpec kernels_only = f.engine;
+  kernels_only.cp_ring_fwd = kernels_only.cp_ring_bwd = 1;
+  const double one = f.BlockSeconds(kernels_only, 1, 1), four = f.BlockSeconds(kernels_only, 1, 4);
   CHECK(four < one / 4);
   CHECK(four > 0.85 * one / 4);
   // 8k over cp 8: 1k causal and 512-token non-causal steps, far below the 8k rate: slower than an eighth.
   const KernelFixture g(8192);
-  CHECK(g.BlockSeconds(g.engine, 1, 8) > g.BlockSeconds(g.engine, 1, 1) / 8);
+  CHECK(g.BlockSeconds(kernels_only, 1, 8) > g.BlockSeconds(kernels_only, 1, 1) / 8);
+  // The engine's ring (Megatron-Core: 0.852 forward, 0.92 backward) slows only the attention core, only under
+  // cp > 1: slower than the kernels alone, by less than the forward share's whole inverse.
+  REQUIRE(f.engine.cp_ring_fwd == doctest::Approx(0.852));
+  REQUIRE(f.engine.cp_ring_bwd == doctest::Approx(0.92));
+  CHECK(f.BlockSeconds(f.engine, 1, 1) == one);
+  const double ring = f.BlockSeconds(f.engine, 1, 4);
+  CHECK(ring > four * 1.03);
+  CHECK(ring < four / 0.852);
 }
 
 }  // namespace

@@ -92,7 +92,7 @@ names = re.findall(r'data-series=\"([^\"]+)\"', s)
 sys.exit(0 if names == ['tokens/s/GPU on megatron-core', 'tokens/s/GPU on torchtitan', 'tokens/s/GPU on torchtitan-compile',
                         'tokens/s/GPU on deepspeed', 'MFU (megatron-core)'] else 1)"
 check "scale: the engines and data-parallel architectures sections, their figures in plan.yaml" bash -c "
-  grep -q 'id=\"engines-gpus-64\"' scale.dom && grep -q 'data-field=\"predicted.engines.deepspeed.iteration_seconds\"' s64.dom &&
+  grep -q 'id=\"engines-gpus-64\"' scale.dom && grep -q 'data-field=\"predicted.engines.megatron-core.iteration_seconds\"' s64.dom &&
   grep -q 'id=\"dp-comm-gpus-128\"' scale.dom && grep -q 'data-field=\"predicted.dp_comm_seconds.allreduce-ring\"' s128.dom"
 # A run directory's page and a calibration's: a real 1-rank run of tiny-gpt (20 iterations), calibrated.
 $PLANNER -q solve --gpus 1 --model $M/tiny-gpt.yaml --cluster $C/local-cpu.yaml -o tiny.yaml > /dev/null 2>&1 &&
