@@ -212,6 +212,63 @@ bool RecordCollective(const JsonValue& args, double seconds, ProfilerTrace* t) {
   return true;
 }
 
+// Transformer Engine 2.x's layers (TE 2.1 - 2.9 argument order): the autograd Functions are the operators
+// (PyTorch records Function.apply under the class name, its tensor, None and primitive arguments in order),
+// and their GEMM kernels launch under them directly: TE calls cuBLASLt from its own extension
+// (tex.generic_gemm), which records no operator. The forward's GEMM is Y = X W^T, W [N, K], X [..., K].
+struct TeGemmOp {
+  const char* name;
+  int weight, input, fp8_flag;  // Input Dims indices; Concrete Inputs index of the `fp8` argument
+};
+constexpr TeGemmOp kTeGemms[] = {
+    {"_Linear", 0, 1, 4},           // (weight, inp, bias, is_first_microbatch, fp8, ...)
+    {"_LayerNormLinear", 3, 0, 7},  // (inp, ln_weight, ln_bias, weight, bias, eps, is_first_microbatch, fp8, ...)
+};
+
+// A GEMM kernel by its name: cuBLASLt's Hopper kernels (nvjet_*, sm90_xmma_gemm_*) and CUTLASS / cuBLAS *gemm*.
+bool IsGemmKernel(const JsonValue& e) {
+  const JsonValue* name = e.Get("name");
+  if (name == nullptr || !name->IsString()) return false;
+  std::string n = name->str;
+  std::transform(n.begin(), n.end(), n.begin(), [](unsigned char c) { return std::tolower(c); });
+  return n.rfind("nvjet", 0) == 0 || n.find("gemm") != std::string::npos;
+}
+
+bool RecordTeGemm(const TeGemmOp& k, const JsonValue& args, double seconds, ProfilerTrace* t) {
+  const std::vector<double> w = Dims(args, k.weight), x = Dims(args, k.input);
+  if (w.size() != 2 || x.size() < 2 || x.back() != w[1] || !(seconds > 0)) return false;
+  TraceGemm g;
+  g.m = 1;
+  for (size_t i = 0; i + 1 < x.size(); ++i) g.m *= x[i];
+  g.k = x.back();
+  g.n = w[0];
+  g.dtype = Concrete(args, k.fp8_flag) == "True" ? "fp8" : DTypeOf(Type(args, k.input));
+  if (g.dtype.empty() || !(g.m > 0 && g.n > 0 && g.k > 0)) return false;
+  g.seconds = seconds;
+  t->gemms.push_back(g);
+  return true;
+}
+
+// TE's cuDNN fused attention (FusedAttnFunc, its forward): q, k, v at Input Dims 9, 10, 11 (TE 2.4 on: two page
+// tables before them) or 7, 8, 9 (earlier), in Megatron's sbhd layout [s, b, h, d]. The mask type is a string
+// argument, which PyTorch does not record: the attention is taken as causal (GPT training).
+bool RecordTeAttention(const JsonValue& args, double seconds, ProfilerTrace* t) {
+  for (int q : {9, 7}) {
+    const std::vector<double> a = Dims(args, q), b = Dims(args, q + 1), c = Dims(args, q + 2);
+    if (a.size() != 4 || b.size() != 4 || c.size() != 4 || a[3] != b[3] || a[1] != b[1]) continue;
+    if (!(a[0] > 0 && a[1] > 0 && a[2] > 0 && a[3] > 0 && seconds > 0)) return false;
+    TraceAttention x;
+    x.kernel = "cudnn";
+    x.pass = "fwd";
+    x.causal = true;
+    x.seq = a[0], x.batch = a[1], x.heads = a[2], x.head_dim = a[3];
+    x.seconds = seconds;
+    t->attention.push_back(x);
+    return true;
+  }
+  return false;
+}
+
 bool IsNcclKernel(const JsonValue& e) {
   const JsonValue* name = e.Get("name");
   return name != nullptr && name->IsString() && name->str.rfind("nccl", 0) == 0;
@@ -232,6 +289,7 @@ Status ReadProfilerTrace(const std::string& path, const std::string& text, Profi
   if (props != nullptr && props->IsArray() && !props->items.empty() && props->items[0].Get("name") != nullptr)
     t.device = props->items[0].Get("name")->str;
   std::unordered_map<int64_t, double> kernel_us;            // External id -> the kernels' summed microseconds
+  std::unordered_map<int64_t, double> gemm_us;              // the same, GEMM kernels only (TE's layers)
   std::unordered_map<int64_t, const JsonValue*> comm_args;  // External id of NCCL kernels -> their metadata
   bool shapes = false;
   for (const JsonValue& e : events->items) {
@@ -243,6 +301,7 @@ Status ReadProfilerTrace(const std::string& path, const std::string& text, Profi
       const int64_t id = ExternalId(e);
       if (dur != nullptr && dur->IsNumber() && dur->number > 0 && id >= 0) {
         kernel_us[id] += dur->number;
+        if (IsGemmKernel(e)) gemm_us[id] += dur->number;
         const JsonValue* args = e.Get("args");
         if (IsNcclKernel(e))  // its own metadata (torch 2.4 on) or, until the operator is read, none
           comm_args[id] = args != nullptr && args->Get("Collective name") != nullptr ? args : nullptr;
@@ -273,6 +332,15 @@ Status ReadProfilerTrace(const std::string& path, const std::string& text, Profi
       if (c != comm_args.end() && c->second == nullptr) c->second = args;
       continue;
     }
+    for (const TeGemmOp& te : kTeGemms) {
+      auto g = gemm_us.find(ExternalId(e));
+      if (name->str == te.name && g != gemm_us.end()) RecordTeGemm(te, *args, g->second * 1e-6, &t);
+    }
+    if (name->str == "FusedAttnFunc") {
+      auto a = kernel_us.find(ExternalId(e));
+      if (a != kernel_us.end()) RecordTeAttention(*args, a->second * 1e-6, &t);
+      continue;
+    }
     const OpKind* k = nullptr;
     for (const OpKind& o : kOps)
       if (name->str == o.name) k = &o;
@@ -287,9 +355,9 @@ Status ReadProfilerTrace(const std::string& path, const std::string& text, Profi
     if (args != nullptr) RecordCollective(*args, kernel_us[id] * 1e-6, &t);
   if (t.gemms.empty() && t.attention.empty() && t.collectives.empty())
     return Status::InvalidArgument(fmt::format(
-        "{}: {} kernels, but none launched by a GEMM (aten::mm, addmm, bmm, _scaled_mm), attention operator "
-        "(aten::_scaled_dot_product_*_attention) with its shapes or NCCL collective with torch's record_param_comms "
-        "metadata; profile the training steps themselves",
+        "{}: {} kernels, but none launched by a GEMM (aten::mm, addmm, bmm, _scaled_mm; Transformer Engine's _Linear, "
+        "_LayerNormLinear), attention operator (aten::_scaled_dot_product_*_attention, TE's FusedAttnFunc) with its "
+        "shapes or NCCL collective with torch's record_param_comms metadata; profile the training steps themselves",
         path, t.kernels));
   *out = std::move(t);
   return Status::OK();

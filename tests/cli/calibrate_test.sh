@@ -218,5 +218,59 @@ $PLANNER solve --gpus 16 --model $M/llama3-8b.yaml --cluster $C/dgx-h100.yaml --
 check "nccl trace: solve --calibration uses the measured collectives" grep -q "collectives measured from 1 trace(s) (nc.cal.comm.yaml) replace the cluster file's figures" nc.solve
 check "nccl trace: the node level at the measured 150 GB/s" grep -q "level 'node': measured (nc.cal.comm.yaml, nccl 8 ranks): all-reduce busbw 150 GB/s" nc.solve
 check "nccl trace: inspect shows the calibration" sh -c "$PLANNER inspect nc.cal.yaml | grep -q 'collectives measured from 1 trace(s): nc.cal.comm.yaml'"
+# Transformer Engine 2.x layers in a trace, in the shape PyTorch records them (docs/calibration.md "Traces"): the
+# autograd Functions _Linear (weight, inp, bias, is_first_microbatch, fp8, ...) and _LayerNormLinear (inp,
+# ln_weight, ln_bias, weight, bias, eps, is_first_microbatch, fp8, ...) as cpu_ops with their Input Dims and
+# Concrete Inputs, their cuBLASLt kernels (nvjet_*) and a cast kernel under the same External id; FusedAttnFunc
+# with q, k, v at Input Dims 9-11 (sbhd). bf16 GEMMs at ceiling 0.70, k_half 400; FP8 GEMMs (fp8 = True) at
+# ceiling 0.60 of the FP8 peak with the published k_half 512; attention at 0.8x the cuDNN causal curve.
+python3 - > te_trace.json <<'PY'
+import json, math, sys
+peak = {"bf16": 989e12, "fp8": 1979e12}
+def fill(m, n, sms=132, tiles=((128, 256), (256, 128), (128, 128))):
+    return max((math.ceil(m / a) * math.ceil(n / b)) / (math.ceil(math.ceil(m / a) * math.ceil(n / b) / sms) * sms) for a, b in tiles)
+ev, eid, ts = [], [1000], [0.0]
+def op(name, dims, types, concrete, gemm_us, other_us):
+    eid[0] += 1
+    ev.append({"ph": "X", "cat": "cpu_op", "name": name, "pid": 1, "tid": 1, "ts": ts[0], "dur": 5,
+               "args": {"External id": eid[0], "Input Dims": dims, "Input type": types, "Concrete Inputs": concrete}})
+    for kname, us in (("nvjet_tst_128x256_64x4_1x2_h_bz_coopA_NTT", gemm_us),
+                      ("void transformer_engine::cast_transpose_kernel<bf16>", other_us)):
+        if us > 0:
+            ev.append({"ph": "X", "cat": "kernel", "name": kname, "pid": 0, "tid": 7, "ts": ts[0], "dur": us,
+                       "args": {"External id": eid[0], "device": 0, "stream": 7}})
+    ts[0] += 1000
+def gemm_us(m, n, k, dtype, c, kh):
+    return 2 * m * n * k / (peak[dtype] * c * k / (k + kh) * fill(m, n)) * 1e6
+bf, no = "c10::BFloat16", ""
+for s, b, k, n in ((4096, 1, 4096, 6144), (4096, 2, 4096, 4096), (8192, 1, 14336, 4096), (4096, 1, 1024, 4096)):
+    op("_Linear", [[n, k], [s, b, k], [], []], [bf, bf, no, no], [no, no, no, "", "False"],
+       gemm_us(s * b, n, k, "bf16", 0.70, 400), 30.0)
+for s, b, k, n in ((4096, 1, 4096, 6144), (8192, 1, 4096, 28672)):
+    op("_LayerNormLinear", [[s, b, k], [k], [], [n, k], []], [bf, bf, no, bf, no], [no, no, no, no, no, "1e-05", "", "True"],
+       gemm_us(s * b, n, k, "fp8", 0.60, 512), 25.0)
+cudnn_fwd_causal_d128 = {4096: 518, 8192: 529}  # configs/kernels/h100.yaml, the cuDNN forward causal d=128 curve
+for s in (4096, 8192):
+    b, h, d = 1, 32, 128
+    dims = [[], [], [], [], [], [], [], [], [], [s, b, h, d], [s, b, 8, d], [s, b, 8, d]]
+    eid[0] += 1
+    ev.append({"ph": "X", "cat": "cpu_op", "name": "FusedAttnFunc", "pid": 1, "tid": 1, "ts": ts[0], "dur": 5,
+               "args": {"External id": eid[0], "Input Dims": dims}})
+    ev.append({"ph": "X", "cat": "kernel", "name": "cudnn_generated_fort_native_sdpa_sm90_flash_fprop_wgmma_f16_knob_3",
+               "pid": 0, "tid": 7, "ts": ts[0], "args": {"External id": eid[0]},
+               "dur": 4 * b * h * s * s * d * 0.5 / (0.8 * cudnn_fwd_causal_d128[s] * 1e12) * 1e6})
+    ts[0] += 1000
+json.dump({"deviceProperties": [{"id": 0, "name": "NVIDIA H100 80GB HBM3"}], "traceEvents": ev}, sys.stdout)
+PY
+$PLANNER -q solve --gpus 8 --model $M/llama3-8b.yaml --cluster $C/dgx-h100.yaml --tp 1 --pp 1 --precision fp8 -o te.plan.yaml > /dev/null 2>&1
+$PLANNER calibrate --plan te.plan.yaml te_trace.json -o te.cal.yaml > te.out 2>&1
+check "TE trace: bf16 GEMMs (cast kernels left out) at ceiling 0.70 / k_half 400 within 1% / 5%" python3 -c "
+import re, sys; s = open('te.cal.kernels.yaml').read(); m = re.search(r'bf16: \{ceiling: ([0-9.e+-]+), k_half: ([0-9.e+-]+)\}', s)
+sys.exit(0 if m and abs(float(m.group(1)) / 0.70 - 1) < 0.01 and abs(float(m.group(2)) / 400 - 1) < 0.05 else 1)"
+check "TE trace: FP8 GEMMs (fp8 = True) at ceiling 0.60 of the FP8 peak" python3 -c "
+import re, sys; s = open('te.cal.kernels.yaml').read(); m = re.search(r'fp8: \{ceiling: ([0-9.e+-]+), k_half: ([0-9.e+-]+)\}', s)
+sys.exit(0 if m and abs(float(m.group(1)) / 0.60 - 1) < 0.01 and float(m.group(2)) == 512 else 1)"
+check "TE trace: FusedAttnFunc's forward at 0.8x the cuDNN causal curve" grep -q "kernel: cudnn, pass: fwd, causal: true, head_dim: 128, tflops: \[252, 328, 387.2, 414.4, 423.2, 431.2\]" te.cal.kernels.yaml
+check "TE trace: the notes count what was joined" grep -q "planner: measured gemm bf16: measured from 4 GEMM(s)" te.out
 echo "calibrate: $pass passed, $fail failed"
 [ "$fail" = 0 ]
