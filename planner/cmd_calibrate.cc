@@ -378,8 +378,19 @@ Status MeasureTraces(const std::string& plan_path, const std::vector<ProfilerTra
   }
   std::vector<std::string> notes;
   if (compute) {
+    // TE 2.10 on records no fp8 flag: those layers ran in the plan's precision (Megatron's fp8_autocast covers
+    // every TE linear of an FP8 run).
+    std::vector<ProfilerTrace> own = traces;
+    const std::string precision = plan.dtype ? DTypeName(*plan.dtype) : "fp32";
+    int64_t from_plan = 0;
+    for (ProfilerTrace& t : own) from_plan += UsePlanPrecision(precision, &t);
+    if (from_plan > 0)
+      notes.push_back(
+          fmt::format("{} Transformer Engine GEMM(s) without a recorded fp8 flag (TE 2.10 on) taken as "
+                      "the plan's precision, {}",
+                      from_plan, precision));
     kernels->emplace();
-    PLANNER_RETURN_IF_ERROR(MeasuredKernelTable(traces, *pred.kernels(), pred.peaks(), &**kernels, &notes));
+    PLANNER_RETURN_IF_ERROR(MeasuredKernelTable(own, *pred.kernels(), pred.peaks(), &**kernels, &notes));
   }
   comm->comm = TraceCommCurves(traces, pred.gpus_per_node(), &notes);
   comm->model = plan.model_name;

@@ -20,6 +20,16 @@ double TraceAttention::Flops() const {
   return pass == "bwd" ? 2.5 * fwd : fwd;
 }
 
+int64_t UsePlanPrecision(const std::string& plan_dtype, ProfilerTrace* trace) {
+  int64_t n = 0;
+  for (TraceGemm& g : trace->gemms) {
+    if (!g.te_precision_unknown) continue;
+    if (plan_dtype == "fp8") g.dtype = "fp8";
+    ++n;
+  }
+  return n;
+}
+
 bool LooksLikeProfilerTrace(const std::string& text) {
   const size_t start = text.find_first_not_of(" \t\r\n");
   return start != std::string::npos && text[start] == '{' && text.find("\"traceEvents\"") != std::string::npos;
@@ -235,14 +245,23 @@ bool IsGemmKernel(const JsonValue& e) {
 }
 
 bool RecordTeGemm(const TeGemmOp& k, const JsonValue& args, double seconds, ProfilerTrace* t) {
-  const std::vector<double> w = Dims(args, k.weight), x = Dims(args, k.input);
-  if (w.size() != 2 || x.size() < 2 || x.back() != w[1] || !(seconds > 0)) return false;
+  const std::vector<double> w = Dims(args, k.weight);
+  // The input: at k.input, or one later (TE 2.15's _Linear takes a weight workspace, W's shape, before it).
+  int input = -1;
+  for (int i : {k.input, k.input + 1}) {
+    const std::vector<double> x = Dims(args, i);
+    if (input < 0 && x.size() >= 2 && w.size() == 2 && x.back() == w[1] && x != w) input = i;
+  }
+  if (input < 0 || !(seconds > 0)) return false;
+  const std::vector<double> x = Dims(args, input);
   TraceGemm g;
   g.m = 1;
   for (size_t i = 0; i + 1 < x.size(); ++i) g.m *= x[i];
   g.k = x.back();
   g.n = w[0];
-  g.dtype = Concrete(args, k.fp8_flag) == "True" ? "fp8" : DTypeOf(Type(args, k.input));
+  const std::string fp8 = Concrete(args, k.fp8_flag);
+  g.te_precision_unknown = fp8 != "True" && fp8 != "False";
+  g.dtype = fp8 == "True" ? "fp8" : DTypeOf(Type(args, input));
   if (g.dtype.empty() || !(g.m > 0 && g.n > 0 && g.k > 0)) return false;
   g.seconds = seconds;
   t->gemms.push_back(g);

@@ -21,6 +21,9 @@ struct TraceGemm {
   double m = 0, n = 0, k = 0;  // C[m, n] = A[m, k] B[k, n] (bmm: the batch folded into m)
   std::string dtype;           // bf16 | fp16 | fp8 | fp32
   double seconds = 0;          // the GPU kernels it launched, summed
+  // A Transformer Engine layer whose `fp8` argument the trace does not record (TE 2.10 on): dtype is its input's
+  // type, and the run's precision (the plan's) decides whether the GEMM ran in FP8 (UsePlanPrecision).
+  bool te_precision_unknown = false;
 };
 
 struct TraceAttention {
@@ -53,6 +56,10 @@ struct ProfilerTrace {
   std::vector<TraceAttention> attention;
   std::vector<TraceCollective> collectives;
 };
+
+// Transformer Engine GEMMs whose FP8 flag was not recorded take the run's precision (`plan_dtype`, "fp8" or
+// another); returns how many.
+int64_t UsePlanPrecision(const std::string& plan_dtype, ProfilerTrace* trace);
 
 // Whether `text` looks like a Chrome trace (a JSON object with "traceEvents"), to tell it from a log.
 bool LooksLikeProfilerTrace(const std::string& text);

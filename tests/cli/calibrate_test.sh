@@ -249,6 +249,11 @@ for s, b, k, n in ((4096, 1, 4096, 6144), (4096, 2, 4096, 4096), (8192, 1, 14336
 for s, b, k, n in ((4096, 1, 4096, 6144), (8192, 1, 4096, 28672)):
     op("_LayerNormLinear", [[s, b, k], [k], [], [n, k], []], [bf, bf, no, bf, no], [no, no, no, no, no, "1e-05", "", "True"],
        gemm_us(s * b, n, k, "fp8", 0.60, 512), 25.0)
+# TE 2.10 on: the non-tensor arguments in a tuple PyTorch does not record (no fp8 flag: the plan's FP8 decides);
+# TE 2.15's _Linear with its weight workspace (W's shape) before the input.
+op("_Linear", [[4096, 4096], [4096, 1, 4096], []], [bf, bf, no], [no, no, no], gemm_us(4096, 4096, 4096, "fp8", 0.60, 512), 20.0)
+op("_Linear", [[14336, 4096], [14336, 4096], [8192, 1, 4096], []], [bf, "c10::Float8_e4m3fn", bf, no], [no, no, no, no],
+   gemm_us(8192, 14336, 4096, "fp8", 0.60, 512), 20.0)
 cudnn_fwd_causal_d128 = {4096: 518, 8192: 529}  # configs/kernels/h100.yaml, the cuDNN forward causal d=128 curve
 for s in (4096, 8192):
     b, h, d = 1, 32, 128
@@ -272,5 +277,7 @@ import re, sys; s = open('te.cal.kernels.yaml').read(); m = re.search(r'fp8: \{c
 sys.exit(0 if m and abs(float(m.group(1)) / 0.60 - 1) < 0.01 and float(m.group(2)) == 512 else 1)"
 check "TE trace: FusedAttnFunc's forward at 0.8x the cuDNN causal curve" grep -q "kernel: cudnn, pass: fwd, causal: true, head_dim: 128, tflops: \[252, 328, 387.2, 414.4, 423.2, 431.2\]" te.cal.kernels.yaml
 check "TE trace: the notes count what was joined" grep -q "planner: measured gemm bf16: measured from 4 GEMM(s)" te.out
+check "TE trace: TE 2.10+ layers (no fp8 flag) take the plan's FP8" grep -q "planner: measured 2 Transformer Engine GEMM(s) without a recorded fp8 flag (TE 2.10 on) taken as the plan's precision, fp8" te.out
+check "TE trace: four FP8 GEMMs fitted" grep -q "planner: measured gemm fp8: measured from 4 GEMM(s): ceiling 0.60" te.out
 echo "calibrate: $pass passed, $fail failed"
 [ "$fail" = 0 ]
