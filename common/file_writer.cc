@@ -68,6 +68,17 @@ void RemoveOpenTemporaries() {
   }
 }
 
+Status CheckOutputDirectory(const std::string& path, const std::string& shown) {
+  const std::string dir = DirectoryOf(path);
+  struct stat dst {};
+  if (::stat(dir.c_str(), &dst) == 0 && S_ISDIR(dst.st_mode)) return Status::OK();
+  if (::stat(dir.c_str(), &dst) == 0)
+    return Status::NotFound(
+        fmt::format("{}: cannot write the file: '{}' is not a directory; choose a path in a directory", shown, dir));
+  return Status::NotFound(
+      fmt::format("{}: cannot write the file: directory '{}' does not exist; create it first", shown, dir));
+}
+
 AtomicFile::~AtomicFile() { Discard(); }
 
 void AtomicFile::Discard() {
@@ -89,15 +100,7 @@ Status AtomicFile::Open(const std::string& path, unsigned mode) {
     return Status::InvalidArgument(
         fmt::format("{}: exists and is not a regular file; write to a file path instead", path));
   }
-  const std::string dir = DirectoryOf(path);
-  struct stat dst {};
-  if (::stat(dir.c_str(), &dst) != 0 || !S_ISDIR(dst.st_mode)) {
-    if (::stat(dir.c_str(), &dst) == 0)
-      return Status::NotFound(
-          fmt::format("{}: cannot write the file: '{}' is not a directory; choose a path in a directory", path, dir));
-    return Status::NotFound(
-        fmt::format("{}: cannot write the file: directory '{}' does not exist; create it first", path, dir));
-  }
+  PLANNER_RETURN_IF_ERROR(CheckOutputDirectory(path, path));
   // A temporary left by a process that died with the same pid holds its name: take the next.
   for (int attempt = 0; attempt < 100 && fd_ < 0; ++attempt) {
     tmp_ = TemporaryName(path);

@@ -55,6 +55,11 @@ class AtomicFile {
 // watchdog, a rank leaving a failed job), so that no half-written temporary keeps a disk full.
 void RemoveOpenTemporaries();
 
+// The directory `path` would be written in exists and is a directory; NotFound otherwise, beginning with
+// `shown` (the path, or the flag that named it and the path) and naming the fix. AtomicFile::Open checks it,
+// and an output guard can check it before any work is done.
+Status CheckOutputDirectory(const std::string& path, const std::string& shown);
+
 // Writes `text` to `path` through AtomicFile (`mode` as in AtomicFile::Open).
 [[nodiscard]] Status WriteFileAtomic(const std::string& path, std::string_view text, unsigned mode = 0644);
 

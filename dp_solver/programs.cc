@@ -210,12 +210,13 @@ Status BuildReplicated(const LaunchPlan& L, std::vector<RankProgram>* out) {
 
 }  // namespace
 
-Status PredictedTimeline(const LaunchPlan& L, SimResult* out) {
+Status PredictedTimeline(const LaunchPlan& L, SimResult* out, std::vector<int64_t>* stage_first_device) {
+  stage_first_device->clear();
   if (L.stages.empty()) return Status::InvalidArgument("launch plan: no stages");
   if (PerStageReplication(L)) {
-    std::vector<int64_t> reps, offset;
+    std::vector<int64_t> reps;
     int64_t microbatches = 0;
-    return SimulateReplicatedLaunch(L, &reps, &offset, &microbatches, out);
+    return SimulateReplicatedLaunch(L, &reps, stage_first_device, &microbatches, out);
   }
   return SimulateSchedule(L.schedule, SimStagesOf(L), L.pp, L.num_microbatches, true, out);
 }

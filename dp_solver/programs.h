@@ -68,7 +68,9 @@ namespace planner {
 Status BuildPrograms(const LaunchPlan& L, std::vector<RankProgram>* out);
 
 // The schedule the programs come from, simulated with the launch plan's predicted stage times (events
-// recorded): devices are pipeline positions, or with per-stage replication each stage's replicas in turn.
-Status PredictedTimeline(const LaunchPlan& L, SimResult* out);
+// recorded): devices are pipeline positions, or with per-stage replication each stage's replicas in turn,
+// stage q's first at (*stage_first_device)[q] (left empty for the uniform family: a stage's device is its
+// position).
+Status PredictedTimeline(const LaunchPlan& L, SimResult* out, std::vector<int64_t>* stage_first_device);
 
 }  // namespace planner

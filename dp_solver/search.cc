@@ -460,10 +460,6 @@ struct Simulated {
   std::optional<Plan> plan;
 };
 
-// Phase 2: best first. Simulate in increasing lower bound and stop once the bound cannot beat the
-// k-th best plan (SearchOptions::exhaustive: simulate all). With several workers, windows of
-// candidates below the current k-th best are simulated in parallel, then ranked in order exactly as
-// one thread would (a candidate past the point one thread would stop at is simulated but not counted).
 constexpr double kNoCutoff = std::numeric_limits<double>::infinity();
 
 // The makespan above which a candidate's iteration (makespan + data-parallel + optimizer seconds) reaches
@@ -475,6 +471,10 @@ double CutoffFor(double worst, const Evaluation& x) {
   return cutoff > 0 ? cutoff : kNoCutoff;
 }
 
+// Phase 2: best first. Simulate in increasing lower bound and stop once the bound cannot beat the
+// k-th best plan (SearchOptions::exhaustive: simulate all). With several workers, windows of
+// candidates below the current k-th best are simulated in parallel, then ranked in order exactly as
+// one thread would (a candidate past the point one thread would stop at is simulated but not counted).
 Status SimulateBestFirst(std::vector<Candidate>& cands, const SearchOptions& o, EvaluatorPool* pool, Ranking* rank,
                          SearchStats* stats) {
   std::stable_sort(cands.begin(), cands.end(),

@@ -334,20 +334,12 @@ Status ReadTraceIfOne(const std::string& path, std::vector<ProfilerTrace>* trace
   return Status::OK();
 }
 
-// -o cal.yaml's measured kernel table: cal.kernels.yaml beside it.
-std::string KernelsOutput(const std::string& output) {
+// A file beside -o cal.yaml: cal<suffix> (the measured kernel table cal.kernels.yaml, collectives cal.comm.yaml).
+std::string BesideOutput(const std::string& output, const std::string& suffix) {
   fs::path p(output);
   const std::string stem =
       p.extension() == ".yaml" || p.extension() == ".yml" ? p.stem().string() : p.filename().string();
-  return (p.parent_path() / (stem + ".kernels.yaml")).string();
-}
-
-// -o cal.yaml's measured collectives: cal.comm.yaml beside it.
-std::string CommOutput(const std::string& output) {
-  fs::path p(output);
-  const std::string stem =
-      p.extension() == ".yaml" || p.extension() == ".yml" ? p.stem().string() : p.filename().string();
-  return (p.parent_path() / (stem + ".comm.yaml")).string();
+  return (p.parent_path() / (stem + suffix)).string();
 }
 
 // What the traces measured: the kernel table on top of the published table of the plan's GPU (*kernels,
@@ -501,14 +493,14 @@ Runner RegisterCalibrate(CLI::App& app) {
             "nothing is measured; profile with torch 2.2 or later (Process Group Ranks in record_param_comms)",
             traces.front().path));
       if (measured) {
-        kernels_path = KernelsOutput(a->output);
+        kernels_path = BesideOutput(a->output, ".kernels.yaml");
         PLANNER_RETURN_IF_ERROR(CheckReplaceable("-o", kernels_path, OutputKind::kKernelTable, a->force));
         for (Measured& m : runs) m.predictor->UseKernels(*measured);
         kernels_text = KernelTableToYaml(*measured, std::string(kMeasuredKernelsHeader) + "\n");
         c.kernels = fs::path(kernels_path).filename().string();
       }
       if (!comm.comm.empty()) {
-        comm_path = CommOutput(a->output);
+        comm_path = BesideOutput(a->output, ".comm.yaml");
         PLANNER_RETURN_IF_ERROR(CheckReplaceable("-o", comm_path, OutputKind::kProfile, a->force));
         for (Measured& m : runs) m.predictor->UseComm(comm, comm_path);
         comm_text = ProfileToYaml(comm);

@@ -89,10 +89,17 @@ Status MeasuredTimeline(const std::string& dir, std::vector<std::string>* labels
 }
 
 // A run directory: its report, the loss curve as text, the measured timeline, where the trace is.
-// The launch plan's predicted timeline as SVG ("" when it cannot be simulated: the page goes without).
-std::string PredictedLaunchSvg(const LaunchPlan& L, const std::string& what) {
-  SimResult r;
-  if (!PredictedTimeline(L, &r).ok()) return "";
+// A launch plan's predicted timeline (PredictedTimeline), simulated once for the pages that show it.
+struct LaunchPrediction {
+  bool ok = false;  // false: the plan cannot be simulated (the pages go without)
+  SimResult sim;
+  std::vector<int64_t> stage_first_device;
+  explicit LaunchPrediction(const LaunchPlan& L) { ok = PredictedTimeline(L, &sim, &stage_first_device).ok(); }
+};
+
+// The predicted timeline as SVG ("" when it cannot be simulated).
+std::string PredictedLaunchSvg(const LaunchPlan& L, const LaunchPrediction& p, const std::string& what) {
+  if (!p.ok) return "";
   std::vector<std::string> labels;
   if (PerStageReplication(L)) {
     for (size_t q = 0; q < L.stages.size(); ++q)
@@ -100,14 +107,15 @@ std::string PredictedLaunchSvg(const LaunchPlan& L, const std::string& what) {
   } else {
     for (int64_t d = 0; d < L.pp; ++d) labels.push_back(fmt::format("position {}", d));
   }
-  return RenderEventsSvg(fmt::format("{}: predicted, {}", what, FormatSeconds(r.makespan_s)), labels, r.events,
-                         r.makespan_s);
+  return RenderEventsSvg(fmt::format("{}: predicted, {}", what, FormatSeconds(p.sim.makespan_s)), labels, p.sim.events,
+                         p.sim.makespan_s);
 }
 
 // Per rank: the measured last iteration's compute (F, B, W), communication and the rest, and the compute
 // the launch plan predicts for the rank's pipeline device (per iteration: PipeDream's asynchronous
-// schedule is simulated over the whole run).
-std::vector<RankFigures> PerRankFigures(const std::vector<SimEvent>& measured, double makespan, const LaunchPlan* L) {
+// schedule is simulated over the whole run). `L` and `p` may be null (no launch plan beside the run).
+std::vector<RankFigures> PerRankFigures(const std::vector<SimEvent>& measured, double makespan, const LaunchPlan* L,
+                                        const LaunchPrediction* p) {
   std::vector<RankFigures> out;
   for (const SimEvent& e : measured) {
     if (e.device < 0 || e.device >= (1 << 20)) continue;
@@ -115,21 +123,17 @@ std::vector<RankFigures> PerRankFigures(const std::vector<SimEvent>& measured, d
     RankFigures& r = out[static_cast<size_t>(e.device)];
     (e.kind == 'C' ? r.measured_comm_s : r.measured_compute_s) += e.end_s - e.start_s;
   }
+  const bool have = L != nullptr && p != nullptr && p->ok;
   std::vector<double> predicted;  // per device of the predicted timeline
-  SimResult sim;
-  const bool have = L != nullptr && PredictedTimeline(*L, &sim).ok();
   if (have) {
     const double runs =
         L->schedule == Schedule::kPipeDream ? static_cast<double>(std::max<int64_t>(1, L->run.iterations)) : 1.0;
-    for (const SimEvent& e : sim.events) {
+    for (const SimEvent& e : p->sim.events) {
       if (e.kind == 'C' || e.device < 0) continue;
       if (static_cast<size_t>(e.device) >= predicted.size()) predicted.resize(static_cast<size_t>(e.device) + 1, 0.0);
       predicted[static_cast<size_t>(e.device)] += (e.end_s - e.start_s) / runs;
     }
   }
-  std::vector<int64_t> offset;  // per-stage replication: stage q's first device
-  for (size_t q = 0; have && q < L->stages.size(); ++q)
-    offset.push_back(q == 0 ? 0 : offset[q - 1] + L->stages[q - 1].replicas);
   for (size_t i = 0; i < out.size(); ++i) {
     RankFigures& r = out[i];
     r.rank = static_cast<int64_t>(i);
@@ -137,7 +141,12 @@ std::vector<RankFigures> PerRankFigures(const std::vector<SimEvent>& measured, d
     if (!have || i >= L->ranks.size()) continue;
     const LaunchRank& lr = L->ranks[i];
     r.stage = lr.stage;
-    const int64_t device = PerStageReplication(*L) ? offset[static_cast<size_t>(lr.stage)] + lr.replica : lr.stage;
+    const std::vector<int64_t>& first = p->stage_first_device;
+    int64_t device = lr.stage;  // the uniform family: the stage's position
+    if (!first.empty())         // per-stage replication: the stage's first device plus the replica
+      device = lr.stage >= 0 && static_cast<size_t>(lr.stage) < first.size()
+                   ? first[static_cast<size_t>(lr.stage)] + lr.replica
+                   : -1;
     if (device >= 0 && static_cast<size_t>(device) < predicted.size())
       r.predicted_compute_s = predicted[static_cast<size_t>(device)];
   }
@@ -223,10 +232,15 @@ Status InspectRun(const std::string& dir, int width, const std::string& svg_path
     const fs::path launch = fs::path(dir) / ".." / ".." / "launch.yaml";
     LaunchPlan L;
     const bool have = fs::exists(launch, ec) && LoadLaunchPlan(launch.lexically_normal().string(), &L).ok();
-    if (have) predicted = PredictedLaunchSvg(L, launch.lexically_normal().string());
+    std::optional<LaunchPrediction> prediction;
+    if (have) {
+      prediction.emplace(L);
+      predicted = PredictedLaunchSvg(L, *prediction, launch.lexically_normal().string());
+    }
     std::string page;
-    PLANNER_RETURN_IF_ERROR(RenderRunHtml("planner inspect " + dir, report, loss, seconds, svg, predicted,
-                                          PerRankFigures(events, makespan, have ? &L : nullptr), &page));
+    PLANNER_RETURN_IF_ERROR(RenderRunHtml(
+        "planner inspect " + dir, report, loss, seconds, svg, predicted,
+        PerRankFigures(events, makespan, have ? &L : nullptr, prediction ? &*prediction : nullptr), &page));
     PLANNER_RETURN_IF_ERROR(WriteFileAtomic(html_path, page));
     LogNote("wrote " + html_path);
   }
@@ -294,7 +308,7 @@ Status InspectLaunchHtml(const std::string& path, const std::string& svg_path, c
   const std::string file = fs::is_directory(path, ec) ? (fs::path(path) / "launch.yaml").string() : path;
   LaunchPlan L;
   PLANNER_RETURN_IF_ERROR(LoadLaunchPlan(file, &L));
-  const std::string svg = PredictedLaunchSvg(L, file);
+  const std::string svg = PredictedLaunchSvg(L, LaunchPrediction(L), file);
   std::fputs(fmt::format("launch plan {}: {} ranks, {} programs, predicted iteration {:.4f} s\n", file, L.ranks.size(),
                          L.programs.size(), L.predicted_iteration_s)
                  .c_str(),

@@ -199,6 +199,13 @@ std::string EngineLine(const std::string& engine, const PlanPredicted& p) {
                      engine, p.iteration_s, p.tokens_per_second_per_gpu, 100 * p.mfu, p.peak_memory_bytes / kGiB);
 }
 
+// One engine's figures of --engine all: its note line and its plan.yaml record (predicted.engines).
+void AddEngine(const std::string& engine, const PlanPredicted& x, Plan* plan) {
+  plan->notes.push_back(EngineLine(engine, x));
+  plan->predicted.engines.push_back(
+      PlanEngine{engine, x.iteration_s, x.tokens_per_second_per_gpu, x.mfu, x.peak_memory_bytes, ""});
+}
+
 // Options that cost exactly layout `l` (sizes, microbatch, schedule, recompute, SP, ZeRO) and keep one plan.
 void ForceLayout(const ParallelLayout& l, SearchOptions* f) {
   f->tp = {l.tp};
@@ -279,11 +286,8 @@ void CompareEngines(const SolveArgs& a, const SolveInputs& in, const CostSource&
                                     KernelLevel(src) ? "kernel-level costs, docs/cost_model.md \"Engines\""
                                                      : "no kernel table: the engines differ only in what they run"));
   for (const EngineSpec& e : in.engines) {
-    if (&e == src.engine) {  // the plan's own engine: its figures are the plan's
-      plan->notes.push_back(EngineLine(e.name, plan->predicted));
-      const PlanPredicted& x = plan->predicted;
-      plan->predicted.engines.push_back(
-          PlanEngine{e.name, x.iteration_s, x.tokens_per_second_per_gpu, x.mfu, x.peak_memory_bytes, ""});
+    if (&e == src.engine) {                      // the plan's own engine: its figures are the plan's
+      AddEngine(e.name, plan->predicted, plan);  // x aliases plan->predicted: read before the push
       continue;
     }
     CostSource s = src;
@@ -302,10 +306,7 @@ void CompareEngines(const SolveArgs& a, const SolveInputs& in, const CostSource&
       plan->predicted.engines.push_back(PlanEngine{e.name, 0, 0, 0, 0, std::string(st.message())});
       continue;
     }
-    plan->notes.push_back(EngineLine(e.name, p.predicted));
-    const PlanPredicted& x = p.predicted;
-    plan->predicted.engines.push_back(
-        PlanEngine{e.name, x.iteration_s, x.tokens_per_second_per_gpu, x.mfu, x.peak_memory_bytes, ""});
+    AddEngine(e.name, p.predicted, plan);
   }
 }
 

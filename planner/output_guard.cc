@@ -5,6 +5,7 @@
 
 #include <fmt/format.h>
 
+#include "common/file_writer.h"
 #include "common/units.h"
 #include "planner/html_report.h"
 #include "spec/calibration.h"
@@ -61,16 +62,8 @@ Status CheckReplaceable(const std::string& flag, const std::string& path, Output
   namespace fs = std::filesystem;
   std::error_code ec;
   const fs::file_status st = fs::symlink_status(path, ec);
-  if (ec || !fs::exists(st)) {
-    // Refused before any work (a solve, a run): the directory it would go to must be there.
-    const fs::path dir = fs::path(path).parent_path().empty() ? fs::path(".") : fs::path(path).parent_path();
-    std::error_code dec;
-    if (fs::is_directory(dir, dec)) return Status::OK();
-    return Status::NotFound(fmt::format(
-        "{} {}: cannot write the file: {}", flag, Printable(path),
-        fs::exists(dir, dec) ? fmt::format("'{}' is not a directory; choose a path in a directory", dir.string())
-                             : fmt::format("directory '{}' does not exist; create it first", dir.string())));
-  }
+  // Refused before any work (a solve, a run): the directory it would go to must be there.
+  if (ec || !fs::exists(st)) return CheckOutputDirectory(path, flag + " " + Printable(path));
   if (fs::is_symlink(st)) {
     if (force) return Status::OK();  // replaced by a file (the rename never writes through the link)
     return Status::InvalidArgument(fmt::format(

@@ -137,8 +137,13 @@ bool Record(const OpKind& k, const JsonValue& args, double seconds, ProfilerTrac
 // torch's collective names (ProcessGroupNCCL's RECORD_PARAM_COMMS: "allreduce", "_allgather_base",
 // "allgather_into_tensor_coalesced", "_reduce_scatter_base", "all_to_all", "alltoall_base", "send", "recv",
 // "broadcast", ...) as the comm curves' names; "" for the rest (barrier, init, gather, scatter, reduce).
-std::string CollectiveKind(std::string name) {
-  std::transform(name.begin(), name.end(), name.begin(), [](unsigned char c) { return std::tolower(c); });
+std::string Lower(std::string s) {
+  std::transform(s.begin(), s.end(), s.begin(), [](unsigned char c) { return std::tolower(c); });
+  return s;
+}
+
+std::string CollectiveKind(const std::string& raw) {
+  const std::string name = Lower(raw);
   if (name.find("reduce_scatter") != std::string::npos || name.find("reducescatter") != std::string::npos)
     return "reduce_scatter";
   if (name.find("allreduce") != std::string::npos || name.find("all_reduce") != std::string::npos) return "all_reduce";
@@ -239,8 +244,7 @@ constexpr TeGemmOp kTeGemms[] = {
 bool IsGemmKernel(const JsonValue& e) {
   const JsonValue* name = e.Get("name");
   if (name == nullptr || !name->IsString()) return false;
-  std::string n = name->str;
-  std::transform(n.begin(), n.end(), n.begin(), [](unsigned char c) { return std::tolower(c); });
+  const std::string n = Lower(name->str);
   return n.rfind("nvjet", 0) == 0 || n.find("gemm") != std::string::npos;
 }
 
