@@ -25,6 +25,48 @@ double ClosedFormMakespan(Schedule s, double f, double b, double w, int64_t p, i
   return 0;
 }
 
+namespace {
+
+// ZB-H1's last microbatch as a chain, with each device's serial work before its last F and its last B
+// (the caps of ZbH1Scheduler: before F number j, device r has run at least j - (p - r) + 1 B; before B
+// number j, at least j - r W). y: the last microbatch's forward output published from stage r (after
+// its exposed send); x: its input gradient published from stage r. The run ends no earlier than
+// x_r + W_r on any device r (its last W waits for that B). On uniform stages with m >= p and no sends
+// it is ClosedFormMakespan's m (F + B + W) + (p - 1)(F + B - W), reached on device 0; when m < p it
+// charges the fill and drain the per-device bound misses.
+double ZbH1ChainBound(const std::vector<SimStage>& st, int64_t p, int64_t m) {
+  std::vector<double> head(static_cast<size_t>(p), 0.0), y(static_cast<size_t>(p), 0.0);
+  auto es_f = [&](int64_t r) { return r + 1 < p ? st[static_cast<size_t>(r)].exposed_send_s : 0.0; };
+  auto es_b = [&](int64_t r) { return r > 0 ? st[static_cast<size_t>(r - 1)].exposed_send_s : 0.0; };
+  for (int64_t r = 1; r < p; ++r) {
+    const SimStage& e = st[static_cast<size_t>(r - 1)];
+    head[static_cast<size_t>(r)] = head[static_cast<size_t>(r - 1)] + e.forward_s + es_f(r - 1) + e.send_s;
+  }
+  for (int64_t r = 0; r < p; ++r) {
+    const SimStage& x = st[static_cast<size_t>(r)];
+    const double f = x.forward_s + es_f(r), b = x.backward_input_s + es_b(r), w = x.backward_weight_s;
+    const int64_t bs = std::max<int64_t>(0, m - p + r), ws = std::max<int64_t>(0, bs - 1 - r);
+    double start = head[static_cast<size_t>(r)] + static_cast<double>(m - 1) * f + static_cast<double>(bs) * b +
+                   static_cast<double>(ws) * w;
+    if (r > 0) start = std::max(start, y[static_cast<size_t>(r - 1)] + st[static_cast<size_t>(r - 1)].send_s);
+    y[static_cast<size_t>(r)] = start + f;
+  }
+  double best = 0, x_next = 0;
+  for (int64_t r = p - 1; r >= 0; --r) {
+    const SimStage& x = st[static_cast<size_t>(r)];
+    const double f = x.forward_s + es_f(r), b = x.backward_input_s + es_b(r), w = x.backward_weight_s;
+    double start = head[static_cast<size_t>(r)] + static_cast<double>(m) * f + static_cast<double>(m - 1) * b +
+                   static_cast<double>(std::max<int64_t>(0, m - 1 - r)) * w;
+    start = std::max(start, y[static_cast<size_t>(r)]);
+    if (r + 1 < p) start = std::max(start, x_next + x.send_s);
+    x_next = start + b;
+    best = std::max(best, x_next + w);
+  }
+  return best;
+}
+
+}  // namespace
+
 double MakespanLowerBound(Schedule s, const std::vector<SimStage>& st, int64_t p, int64_t m) {
   if (p < 1 || st.empty()) return 0;
   const int64_t q_count = static_cast<int64_t>(st.size());
@@ -52,6 +94,7 @@ double MakespanLowerBound(Schedule s, const std::vector<SimStage>& st, int64_t p
             (r > 0 ? st[static_cast<size_t>(r - 1)].exposed_send_s : 0.0);
     btail += x.backward_input_s + x.send_s;
   }
+  if (s == Schedule::kZbH1 && q_count == p) best = std::max(best, ZbH1ChainBound(st, p, m));
   return best;
 }
 

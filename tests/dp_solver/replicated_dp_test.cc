@@ -224,6 +224,50 @@ TEST_CASE("the makespan lower bound never exceeds the simulated makespan") {
   CHECK(checked > 300);
 }
 
+TEST_CASE(
+    "ZB-H1's chain bound: below the simulation with fill, drain and exposed sends, the closed form on uniform stages") {
+  std::mt19937 rng(7);
+  std::uniform_real_distribution<double> u(0.1, 5);
+  for (int it = 0; it < 400; ++it) {
+    const int64_t p = 1 + static_cast<int64_t>(rng() % 12);
+    const int64_t m =
+        1 + static_cast<int64_t>(rng() % static_cast<uint32_t>(3 * p));  // fewer microbatches than stages too
+    std::vector<SimStage> st(static_cast<size_t>(p));
+    for (auto& s : st) {
+      s.forward_s = u(rng);
+      s.backward_input_s = u(rng);
+      s.backward_weight_s = u(rng);
+      s.send_s = rng() % 2 ? u(rng) / 4 : 0;
+      s.exposed_send_s = rng() % 2 ? u(rng) / 4 : 0;
+    }
+    SimResult r;
+    REQUIRE_OK(SimulateSchedule(Schedule::kZbH1, st, p, m, false, &r));
+    INFO("p=" << p << " m=" << m);
+    CHECK(MakespanLowerBound(Schedule::kZbH1, st, p, m) <= r.makespan_s * (1 + 1e-12));
+  }
+  // Uniform stages, m >= p, no sends: the bound is the closed form, which the simulation reaches when F = B.
+  for (int64_t p : {2, 5, 16, 64}) {
+    for (int64_t m : {p, 2 * p + 1, 4 * p}) {
+      std::vector<SimStage> st(static_cast<size_t>(p), SimStage{1.0, 1.0, 0.5, 0, 0});
+      const double closed = ClosedFormMakespan(Schedule::kZbH1, 1.0, 1.0, 0.5, p, m, 1);
+      CAPTURE(p);
+      CAPTURE(m);
+      CHECK(MakespanLowerBound(Schedule::kZbH1, st, p, m) == doctest::Approx(closed).epsilon(1e-12));
+      SimResult r;
+      REQUIRE_OK(SimulateSchedule(Schedule::kZbH1, st, p, m, false, &r));
+      CHECK(r.makespan_s == doctest::Approx(closed).epsilon(1e-9));
+    }
+  }
+  // Fewer microbatches than stages (p 8, m 2, F = B = W = 1): the last device runs F0 from t = 7, B0 (first
+  // by priority), F1, B1 until 11; B1 runs back through 7 stages and W1 ends at 19, the simulation's
+  // makespan. The per-device bound says 7 + 6 = 13.
+  std::vector<SimStage> st(8, SimStage{1.0, 1.0, 1.0, 0, 0});
+  SimResult r;
+  REQUIRE_OK(SimulateSchedule(Schedule::kZbH1, st, 8, 2, false, &r));
+  CHECK(r.makespan_s == doctest::Approx(19));
+  CHECK(MakespanLowerBound(Schedule::kZbH1, st, 8, 2) == doctest::Approx(19));
+}
+
 TEST_CASE("best-first pruning returns the exhaustive search's ranking") {
   ModelSpec model;
   ClusterSpec cluster;
