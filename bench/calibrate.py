@@ -170,7 +170,8 @@ def layout(plan):
             f"{plan['recompute']}" + (f" N={plan['recompute_num_layers']}" if plan.get('recompute_num_layers') else "")
             + (" acct" if plan.get('account_embedding_loss') else "") + f" zero={plan['zero_stage']}" + (" sp" if plan.get("sequence_parallel") else "")
             + (f" ep={plan['ep']} etp={plan['etp']}" if plan.get("ep", 1) > 1 else "")
-            + (f" modules={','.join(plan['recompute_modules'])}" if plan.get("recompute_modules") else ""))
+            + (f" modules={','.join(plan['recompute_modules'])}" if plan.get("recompute_modules") else "")
+            + (f" cp-comm={plan['inputs']['cp_comm_type']}" if plan.get("inputs", {}).get("cp_comm_type") else ""))
 
 
 def run_megatron(tmp, cluster):
@@ -207,13 +208,17 @@ def run_llama(tmp, cluster):
     rows = []
     model = os.path.join(ROOT, "configs", "models", "llama3.1-405b.yaml")
     for n, t, cp, p, d, s, B, pub in LLAMA3:
+        # Meta's context parallelism all-gathers K and V (Llama 3 paper section 3.3.2): Megatron's --cp-comm-type
+        # allgather, for the forced layout and for the free search beside it.
+        cpc = ["--cp-comm-type", "allgather"] if cp > 1 else []
         plan, err = solve(model, cluster, n, ["--tp", str(t), "--pp", str(p), "--cp", str(cp), "--seq", str(s),
-                                              "--global-batch", str(B), "--precision", "bf16"] + MEGATRON_SCHEDULES)
+                                              "--global-batch", str(B), "--precision", "bf16"] + MEGATRON_SCHEDULES + cpc)
         pred = plan["predicted"]["mfu"] if plan else None
         rows.append((f"405B n{n} tp{t} cp{cp} pp{p} dp{d} seq{s}", 100 * pub, 100 * pred if pred else None,
                      layout(plan) if plan else err))
         # Free search over the same GPUs, sequence and batch: never predicted slower than the published layout.
-        free, ferr = solve(model, cluster, n, ["--seq", str(s), "--global-batch", str(B), "--precision", "bf16"] + MEGATRON_SCHEDULES)
+        free, ferr = solve(model, cluster, n, ["--seq", str(s), "--global-batch", str(B), "--precision", "bf16"]
+                           + MEGATRON_SCHEDULES + cpc)
         if plan and free:
             ratio = plan["predicted"]["iteration_seconds"] / free["predicted"]["iteration_seconds"]
             FREE.append((f"405B n{n} seq{s}", free["parallel"] if "parallel" in free else "", free["cp"], layout(free),

@@ -452,9 +452,8 @@ std::string MegatronFlags(const Plan& plan, const ModelSpec& model, const Launch
                           std::vector<std::string>* notes) {
   std::string mg;
   mg += fmt::format("--tensor-model-parallel-size {}\n--pipeline-model-parallel-size {}\n", L.tp, L.pp);
-  if (L.cp > 1)
-    mg += fmt::format("--context-parallel-size {}\n--cp-comm-type p2p\n",
-                      L.cp);  // ring attention, as planner run executes it
+  if (L.cp > 1)  // the exchange the plan was costed with (planner run executes the ring either way)
+    mg += fmt::format("--context-parallel-size {}\n--cp-comm-type {}\n", L.cp, CpCommTypeName(plan.cp_comm_type));
   if (L.sequence_parallel) mg += "--sequence-parallel\n";
   mg += MegatronModelArgs(model, notes);
   mg += MegatronMoeArgs(model, plan, notes);

@@ -338,7 +338,9 @@ struct RowRates {
   int64_t ep = 1, etp = 1;
   double moe_imbalance = 1;
   bool moe_overlap = false;
-  bool cp_overlap = true;  // ring attention's exchange hidden behind its steps (CostOptions::cp_overlap)
+  bool cp_overlap = true;         // ring attention's exchange hidden behind its steps (CostOptions::cp_overlap)
+  bool cp_allgather = false;      // --cp-comm-type allgather (CostOptions::cp_comm)
+  std::vector<int64_t> cp_group;  // the CP group's spread (ranks t apart)
   // Kernel-level costs (nullptr kt: the flat model above).
   const KernelTable* kt = nullptr;
   std::string attention_kernel;                // the engine's flash-attention kernel on this table
@@ -394,13 +396,22 @@ CoreRates AttentionRates(const Layer& l, const RowRates& q, double tp_shard) {
   auto rate = [&](const char* pass) {
     const double causal = kt.AttentionTflops(q.attention_kernel, pass, true, d, s);
     if (q.cp <= 1) return causal;
+    if (q.cp_allgather) {
+      // Two kernels of s/2 queries (chunks r and 2cp - 1 - r) over the gathered keys before them: their
+      // causal diagonal blocks, 1/(2cp) of the work, at s/2; the rest at the keys' mean length (l.attention_seq / 2).
+      const double diag = kt.AttentionTflops(q.attention_kernel, pass, true, d, s / 2);
+      const double open = kt.AttentionTflops(q.attention_kernel, pass, false, d, l.attention_seq / 2);
+      return 1.0 / ((0.5 / q.cpd) / diag + (1.0 - 0.5 / q.cpd) / open);
+    }
     const double open = kt.AttentionTflops(q.attention_kernel, pass, false, d, s / 2);
     return 1.0 / ((1.0 / q.cpd) / causal + (1.0 - 1.0 / q.cpd) / open);
   };
   const double fill =
       WaveFill(q.bd * std::max(1.0, l.attention_heads / tp_shard) * std::ceil(s / 128), static_cast<double>(kt.sms));
-  r.fwd = rate("fwd") * 1e12 * q.attention_share * fill * (q.cp > 1 ? q.cp_ring_fwd : 1.0);
-  r.bwd = rate("bwd") * 1e12 * q.attention_share * fill * (q.cp > 1 ? q.cp_ring_bwd : 1.0);
+  // The ring's step share (its merges and accumulations) is the ring's; all-gather CP has none.
+  const bool ring = q.cp > 1 && !q.cp_allgather;
+  r.fwd = rate("fwd") * 1e12 * q.attention_share * fill * (ring ? q.cp_ring_fwd : 1.0);
+  r.bwd = rate("bwd") * 1e12 * q.attention_share * fill * (ring ? q.cp_ring_bwd : 1.0);
   return r;
 }
 
@@ -467,8 +478,21 @@ double KernelPassSeconds(const Layer& l, const RowRates& q, double shard, int pa
 // Backward moves twice the bytes per step (K, V forward and dK, dV back) behind the backward core,
 // `core_ratio` x the forward's (flash 2.5, unfused 2).
 // Ring attention's KV exchange of one pass whole, hidden or not: (cp - 1) steps (bytes_ratio: 2 in backward).
+// All-gather context parallelism (--cp-comm-type allgather; Transformer Engine's
+// AttnFuncWithCPAndKVAllGather, whose docstring says the exchange is exposed): the forward all-gathers the
+// sequence's K and V for the rank's heads once per layer; the backward (bytes_ratio 2) gathers them again
+// and reduce-scatters dK and dV. Nothing hidden. The reorder and slice copies of the gathered K, V are not
+// costed (with grouped-query attention a few bytes per token against the layer's activations).
+double CpAllGatherSeconds(const ClusterSpec& c, const Layer& l, const RowRates& q, double shard, double bytes_ratio) {
+  const double bytes = q.bd * l.cp_kv_bytes / shard;
+  const double gather = AllGatherSeconds(c, bytes, q.cp_group);
+  if (bytes_ratio < 2) return gather;
+  return gather + ReduceScatterSeconds(c, bytes, q.cp_group);
+}
+
 double CpTotal(const ClusterSpec& c, const Layer& l, const RowRates& q, double shard, double bytes_ratio) {
   if (q.cp <= 1 || !(l.cp_kv_bytes > 0)) return 0;
+  if (q.cp_allgather) return CpAllGatherSeconds(c, l, q, shard, bytes_ratio);
   const double step_bytes = q.bd * l.cp_kv_bytes / q.cpd / shard;
   return static_cast<double>(q.cp - 1) * bytes_ratio * P2PSeconds(c, step_bytes, 0, q.t * (q.cp - 1));
 }
@@ -476,6 +500,7 @@ double CpTotal(const ClusterSpec& c, const Layer& l, const RowRates& q, double s
 double CpExposed(const ClusterSpec& c, const Layer& l, const RowRates& q, double shard, double bytes_ratio,
                  double core_ratio, double core_rate) {
   if (q.cp <= 1 || !(l.cp_kv_bytes > 0)) return 0;
+  if (q.cp_allgather) return CpAllGatherSeconds(c, l, q, shard, bytes_ratio);
   const double step_bytes = q.bd * l.cp_kv_bytes / q.cpd / shard;
   const double comm = bytes_ratio * P2PSeconds(c, step_bytes, 0, q.t * (q.cp - 1));
   if (!q.cp_overlap) return static_cast<double>(q.cp - 1) * comm;
@@ -744,6 +769,8 @@ void AnalyticRows(const CostSource& src, const TableShape& shape, const CostOpti
   q.moe_imbalance = o.moe_imbalance;
   q.moe_overlap = o.moe_overlap;
   q.cp_overlap = o.cp_overlap;
+  q.cp_allgather = o.cp_comm == CpCommType::kAllGather && q.cp > 1;
+  q.cp_group = GroupSpread(c, q.cp, q.t);
   if (KernelLevel(src)) KernelRates(src, m, o, &q);
   int64_t embedding = -1;  // the last embedding row: the one a tied lm_head after it shares
   // Equal layers cost the same at one (b, t, recompute, ...) point: a row is computed once per layer

@@ -37,6 +37,9 @@ struct CostOptions {
   double moe_imbalance = 1.0;  // busiest EP rank's routed tokens / the mean, dropless routing (--moe-imbalance)
   bool moe_overlap = false;    // all-to-all hidden behind the MoE layer's compute of the same pass (--moe-overlap)
   bool cp_overlap = true;      // ring attention's KV exchange hidden behind its steps' compute (off: the lead analysis)
+  // Context parallelism's KV exchange (--cp-comm-type): the ring (p2p), or one exposed all-gather of K, V
+  // per layer and pass with each local query chunk's attention in one kernel, no merges (allgather).
+  CpCommType cp_comm = CpCommType::kP2P;
   // Kernel-level costs (a kernel table and an engine; docs/cost_model.md section 2, "Engines"), else unused:
   bool tp_comm_overlap = false;  // TP collectives overlapped with the GEMMs (Megatron --tp-comm-overlap, async TP)
   double compute_slowdown = 0;   // compute seconds lost per second of communication hidden behind it (the engine's)

@@ -98,6 +98,11 @@ Status LoadEngines(const SolveArgs& a, const ClusterSpec& cluster, SolveInputs* 
     return Status::InvalidArgument(
         fmt::format("--tp-comm-overlap: unknown value '{}'; use on or off", a.tp_comm_overlap));
   }
+  CpCommType cp_comm;
+  if (!ParseCpCommType(a.cp_comm_type, &cp_comm)) {
+    return Status::InvalidArgument(
+        fmt::format("--cp-comm-type: unknown value '{}'; use p2p or allgather", a.cp_comm_type));
+  }
   if (a.kernels == "none") return Status::OK();
   if (!a.kernels.empty()) {
     Status st = LoadKernelTable(a.kernels, &in->kernels);
@@ -166,6 +171,12 @@ Status ApplyEngine(const SolveArgs& a, const CostSource& src, SearchOptions* o) 
                         ScheduleName(s), e.name, fmt::join(e.schedules, ", ")));
     }
   }
+  ParseCpCommType(a.cp_comm_type, &o->cost.cp_comm);  // checked in LoadEngines
+  if (restrict && std::find(e.cp_comm_types.begin(), e.cp_comm_types.end(), a.cp_comm_type) == e.cp_comm_types.end())
+    return Status::InvalidArgument(
+        fmt::format("--cp-comm-type {}: engine {} does not run it ({}); choose --cp-comm-type {} or another --engine",
+                    a.cp_comm_type, e.name, e.cp_comm_reason.empty() ? "its file's cp_comm_types" : e.cp_comm_reason,
+                    fmt::join(e.cp_comm_types, ",")));
   if (restrict) PLANNER_RETURN_IF_ERROR(ApplyEngineRecompute(e, o));
   if (restrict) o->cost.fsdp_with_pp = e.fsdp_with_pp;
   if (restrict) {
@@ -377,6 +388,7 @@ Status SolveSize(const SolveArgs& a, const SolveInputs& in, Plan* plan) {
   plan->calibration = in.calibration.path;
   if (a.mode != PlanMode::kPipeDream && in.profile_path.empty()) {
     plan->engine = in.engines.front().name;
+    if (plan->cp > 1) ParseCpCommType(a.cp_comm_type, &plan->cp_comm_type);
     // A built-in table by its name; a file (--kernels FILE, a calibration's measured table) by its path, so that
     // the plan can be costed again (planner calibrate's PlanPredictor).
     plan->kernels = !in.kernel_level                            ? ""
@@ -656,6 +668,7 @@ Status PlanPredictor::Init(const std::string& plan_path, const Plan& plan) {
   a.model = BesidePlan(plan_path, plan.model_path);
   a.cluster = BesidePlan(plan_path, plan.cluster_path);
   a.engine = plan.engine;
+  a.cp_comm_type = CpCommTypeName(plan.cp_comm_type);
   const std::vector<std::string> builtin = BuiltinKernelTables();
   a.kernels = plan.kernels.empty() ? "none"
               : std::find(builtin.begin(), builtin.end(), plan.kernels) != builtin.end()
@@ -790,6 +803,9 @@ Runner RegisterSolve(CLI::App& app) {
   cmd->add_option("--tp-comm-overlap", a->tp_comm_overlap,
                   "on: TP collectives overlapped with the GEMMs as the engine does it (Megatron --tp-comm-overlap, "
                   "torchtitan async TP), off (default)");
+  cmd->add_option("--cp-comm-type", a->cp_comm_type,
+                  "context parallelism's KV exchange (Megatron --cp-comm-type): p2p, the ring (default), or allgather "
+                  "(K, V all-gathered once per layer, exposed, one attention kernel per query chunk: Llama 3's CP)");
   cmd->add_option("--zero", a->zero,
                   "ZeRO stages to try: 0,1,2,3 (1 is Megatron's distributed optimizer, 3 FSDP; default all)")
       ->delimiter(',');

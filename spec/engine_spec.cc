@@ -57,11 +57,27 @@ Status ParseUnguarded(const std::string& path, const std::string& text, EngineSp
   YAML::Node root;
   PLANNER_RETURN_IF_ERROR(ParseYamlText(path, text, &root));
   YamlReader r(path);
-  PLANNER_RETURN_IF_ERROR(
-      r.CheckKeys(root, "",
-                  {"format_version", "name", "attention", "attention_fallback", "fp8_recipe", "sustained",
-                   "elementwise_traffic", "fp8_cast_fused", "overlap", "cp_ring", "memory", "zero", "zero_reason",
-                   "hsdp", "fsdp_with_pp", "schedules", "recompute_modules", "band"}));
+  PLANNER_RETURN_IF_ERROR(r.CheckKeys(root, "",
+                                      {"format_version",
+                                       "name",
+                                       "attention",
+                                       "attention_fallback",
+                                       "fp8_recipe",
+                                       "sustained",
+                                       "elementwise_traffic",
+                                       "fp8_cast_fused",
+                                       "overlap",
+                                       "cp_ring",
+                                       "memory",
+                                       "zero",
+                                       "zero_reason",
+                                       "hsdp",
+                                       "fsdp_with_pp",
+                                       "schedules",
+                                       "recompute_modules",
+                                       "band",
+                                       "cp_comm_types",
+                                       "cp_comm_reason"}));
   EngineSpec e;
   e.path = path;
   PLANNER_RETURN_IF_ERROR(r.CheckFormatVersion(root, false));
@@ -134,6 +150,19 @@ Status ParseUnguarded(const std::string& path, const std::string& text, EngineSp
       e.schedules.push_back(name);
     }
   }
+  if (root["cp_comm_types"].IsDefined()) {
+    PLANNER_RETURN_IF_ERROR(r.RequireSequence(root["cp_comm_types"], "cp_comm_types"));
+    e.cp_comm_types.clear();
+    for (const auto& n : root["cp_comm_types"]) {
+      CpCommType type;
+      if (!ParseCpCommType(n.as<std::string>(), &type))
+        return r.FieldError(n, "cp_comm_types",
+                            fmt::format("unknown type '{}'; use p2p or allgather", n.as<std::string>()));
+      e.cp_comm_types.push_back(CpCommTypeName(type));
+    }
+    if (e.cp_comm_types.empty()) return r.FieldError(root["cp_comm_types"], "cp_comm_types", "name at least one (p2p)");
+  }
+  PLANNER_RETURN_IF_ERROR(r.GetString(root, "cp_comm_reason", "cp_comm_reason", &e.cp_comm_reason, false));
   const YAML::Node& m = root["memory"];
   if (m.IsDefined()) {
     PLANNER_RETURN_IF_ERROR(r.CheckKeys(m, "memory", {"fp8_weight_bytes"}));

@@ -39,6 +39,10 @@ struct EngineSpec {
   // lengths (file key cp_ring: {fwd, bwd}): per-step softmax-statistics merges and output corrections,
   // dq / dk / dv accumulation between steps.
   double cp_ring_fwd = 1, cp_ring_bwd = 1;
+  // Context parallelism's KV exchanges it runs as the planner costs them (file key `cp_comm_types`; --cp-comm-type),
+  // and why not the others (`cp_comm_reason`: the error's words).
+  std::vector<std::string> cp_comm_types = {"p2p"};
+  std::string cp_comm_reason;
   double fp8_weight_bytes = 0;         // bytes per parameter of cached FP8 weight copies
   std::vector<int64_t> hsdp;           // ZeRO stages it shards hierarchically (HSDP: replicate x shard); empty: none
   bool fsdp_with_pp = false;           // runs FSDP (ZeRO-3) under pipelining, unsharded through the step (torchtitan)

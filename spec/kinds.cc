@@ -107,6 +107,19 @@ bool ZeroStageFromNumber(long long n, ZeroStage* out) {
   return true;
 }
 
+const char* CpCommTypeName(CpCommType c) { return c == CpCommType::kAllGather ? "allgather" : "p2p"; }
+bool ParseCpCommType(std::string_view text, CpCommType* out) {
+  if (text == "p2p") {
+    *out = CpCommType::kP2P;
+    return true;
+  }
+  if (text == "allgather") {
+    *out = CpCommType::kAllGather;
+    return true;
+  }
+  return false;
+}
+
 const char* PlanModeName(PlanMode m) { return m == PlanMode::kPipeDream ? "pipedream" : "auto"; }
 bool ParsePlanMode(std::string_view text, PlanMode* out) {
   if (text == "auto") {

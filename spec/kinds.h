@@ -68,6 +68,14 @@ enum class PlanMode { kAuto, kPipeDream };
 const char* PlanModeName(PlanMode m);  // auto | pipedream
 bool ParsePlanMode(std::string_view text, PlanMode* out);
 
+// How context parallelism exchanges keys and values (Megatron --cp-comm-type; plan.yaml
+// `inputs.cp_comm_type`): p2p, the ring (one K, V chunk pair per step, partial outputs merged
+// between steps); allgather, K and V all-gathered once per layer and each local query chunk's
+// attention run in one kernel (Transformer Engine's AttnFuncWithCPAndKVAllGather, Llama 3's CP).
+enum class CpCommType { kP2P, kAllGather };
+const char* CpCommTypeName(CpCommType c);  // p2p | allgather
+bool ParseCpCommType(std::string_view text, CpCommType* out);
+
 // Where a plan's layer times came from (plan.yaml `inputs.cost_source`).
 enum class CostSourceKind { kAnalytic, kProfile };
 const char* CostSourceKindName(CostSourceKind c);  // analytic | profile

@@ -199,6 +199,7 @@ Tree PlanTree(const Plan& p) {
   if (!p.engine.empty()) in.Add("engine", Tree::Str(p.engine));
   if (!p.kernels.empty()) in.Add("kernels", Tree::Str(p.kernels));
   if (!p.calibration.empty()) in.Add("calibration", Tree::Str(p.calibration));
+  if (p.cp_comm_type != CpCommType::kP2P) in.Add("cp_comm_type", Tree::Str(CpCommTypeName(p.cp_comm_type)));
   in.Add("dtype", Tree::Str(p.dtype ? DTypeName(*p.dtype) : ""));
   if (p.seq > 0) in.Add("seq", Tree::Int(p.seq));
   in.Add("gpus", Tree::Int(p.gpus));
@@ -474,7 +475,7 @@ const std::vector<std::string> kTopKeys = {"format_version",
 const std::vector<std::string> kInputKeys = {
     "model",        "model_path",        "model_digest", "cluster", "cluster_path", "cluster_digest",
     "profile_path", "profile_digest",    "cost_source",  "dtype",   "seq",          "gpus",
-    "global_batch", "usable_memory_GiB", "engine",       "kernels", "calibration"};
+    "global_batch", "usable_memory_GiB", "engine",       "kernels", "calibration",  "cp_comm_type"};
 const std::vector<std::string> kStageKeys = {"first_layer",
                                              "last_layer",
                                              "first_layer_name",
@@ -552,6 +553,9 @@ Status ReadInputs(const YamlReader& r, const YAML::Node& root, Plan* p) {
   PLANNER_RETURN_IF_ERROR(r.GetString(in, "engine", "inputs.engine", &p->engine, false));
   PLANNER_RETURN_IF_ERROR(r.GetString(in, "kernels", "inputs.kernels", &p->kernels, false));
   PLANNER_RETURN_IF_ERROR(r.GetString(in, "calibration", "inputs.calibration", &p->calibration, false));
+  std::string cp_comm = "p2p";
+  PLANNER_RETURN_IF_ERROR(r.GetEnum(in, "cp_comm_type", "inputs.cp_comm_type", {"p2p", "allgather"}, &cp_comm, false));
+  ParseCpCommType(cp_comm, &p->cp_comm_type);
   std::string cost_source = "analytic";
   PLANNER_RETURN_IF_ERROR(
       r.GetEnum(in, "cost_source", "inputs.cost_source", {"analytic", "profile"}, &cost_source, false));

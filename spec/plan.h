@@ -129,6 +129,7 @@ struct Plan : ParallelLayout {
   // for and the kernel table it used; kernels empty: the cluster's flat efficiency.
   std::string engine, kernels;
   std::string calibration;  // solve --calibration: the calibration file the engine's rates were scaled by ("": none)
+  CpCommType cp_comm_type = CpCommType::kP2P;  // context parallelism's KV exchange (written when not p2p)
   CostSourceKind cost_source = CostSourceKind::kAnalytic;
   std::optional<DType>
       dtype;  // the precision solved with (`solve --precision` may differ from the model file's); none: not stated

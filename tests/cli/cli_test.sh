@@ -98,6 +98,16 @@ expect "communication table" 0 "communication per iteration (device exposing the
 check "communication kinds" sh -c 'grep -qE "^tensor_parallel +[0-9.]+ +0.000000 " out.txt && grep -qE "^context_parallel " out.txt'
 $PLANNER solve --gpus 64 --model $M/llama2-7b.yaml --cluster $C/dgx-h100.yaml --tp 4 --pp 1 --cp 2 --global-batch 64 --seq 65536 --precision fp8 --tp-comm-overlap on --json > comm.json 2>/dev/null
 check "communication figures" python3 $SRC/tests/cli/check_comm.py comm.json 0.352
+# All-gather context parallelism: recorded in plan.yaml (inputs.cp_comm_type), noted, exported to Megatron; the
+# ring is the default and writes no key.
+expect "cp allgather" 0 "--cp-comm-type allgather: K and V all-gathered" -- $PLANNER solve --gpus 64 --model $M/llama2-7b.yaml --cluster $C/dgx-h100.yaml --tp 4 --pp 1 --cp 2 --global-batch 64 --seq 65536 --cp-comm-type allgather -o cpag.plan.yaml
+check "cp allgather in plan.yaml" grep -qx '  cp_comm_type: "allgather"' cpag.plan.yaml
+expect "cp allgather codegen" 0 "" -- $PLANNER codegen cpag.plan.yaml -o cpagL --export megatron
+check "cp allgather megatron.args" grep -qx -- "--cp-comm-type allgather" cpagL/megatron.args
+expect "cp ring" 0 "ring attention" -- $PLANNER solve --gpus 64 --model $M/llama2-7b.yaml --cluster $C/dgx-h100.yaml --tp 4 --pp 1 --cp 2 --global-batch 64 --seq 65536 -o cpring.plan.yaml
+check "cp ring writes no key" sh -c '! grep -q cp_comm_type cpring.plan.yaml'
+expect "cp ring codegen" 0 "" -- $PLANNER codegen cpring.plan.yaml -o cpringL --export megatron
+check "cp ring megatron.args" grep -qx -- "--cp-comm-type p2p" cpringL/megatron.args
 # Issue 32's loose ends: a newline in a name is refused and shown escaped on one line.
 expect "import hf name with a newline" 2 "planner: error: --name 'a\x0ab': a model name is printable text" -- $PLANNER import hf $SRC/tests/data/hf/llama3-70b.json -o nl.yaml --name $'a\nb'
 check "no model file written for it" test ! -e nl.yaml

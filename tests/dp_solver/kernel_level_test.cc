@@ -95,22 +95,27 @@ struct KernelFixture {
     REQUIRE_OK(BuildGptModel(model.gpt, dtype, &model));
     REQUIRE_OK(LoadClusterSpec(testing::SourcePath("configs/clusters/dgx-h100.yaml"), &cluster));
   }
-  double BlockSeconds(const EngineSpec& e, int64_t tp = 1, int64_t cp = 1) const {
+  // The transformer block's row (one microbatch sample, SP with TP).
+  LayerCostRow Block(const EngineSpec& e, int64_t tp, int64_t cp, const CostOptions& o) const {
     CostSource s;
     s.model = &model;
     s.cluster = &cluster;
     s.kernels = &kernels;
     s.engine = &e;
     CostTable t;
-    REQUIRE_OK(BuildCostTable(s, TableShape{1, tp, cp, tp > 1}, CostOptions{}, &t));
+    REQUIRE_OK(BuildCostTable(s, TableShape{1, tp, cp, tp > 1}, o, &t));
     for (size_t i = 0; i < model.layers.size(); ++i) {
-      if (model.layers[i].kind == LayerKind::kTransformerBlock) {
-        const LayerCostRow& r = t.rows[i];
-        return r.forward_s + r.backward_input_s + r.backward_weight_s - r.tp_comm_s - r.cp_comm_s;
-      }
+      if (model.layers[i].kind == LayerKind::kTransformerBlock) return t.rows[i];
     }
     FAIL("no transformer block");
-    return 0;
+    return {};
+  }
+  // Its compute: the row less its exposed TP and CP communication.
+  static double Compute(const LayerCostRow& r) {
+    return r.forward_s + r.backward_input_s + r.backward_weight_s - r.tp_comm_s - r.cp_comm_s;
+  }
+  double BlockSeconds(const EngineSpec& e, int64_t tp = 1, int64_t cp = 1) const {
+    return Compute(Block(e, tp, cp, CostOptions{}));
   }
 };
 
@@ -206,6 +211,51 @@ TEST_CASE("ring attention's steps: full off-diagonal blocks at long chunks, shor
   const double ring = f.BlockSeconds(f.engine, 1, 4);
   CHECK(ring > four * 1.03);
   CHECK(ring < four / 0.852);
+}
+
+TEST_CASE("all-gather context parallelism: K, V gathered per layer and pass, exposed; long kernels, no ring share") {
+  const KernelFixture f(65536);
+  CostOptions ring_o, ag_o;
+  ag_o.cp_comm = CpCommType::kAllGather;
+  const Layer* block = nullptr;
+  for (const auto& l : f.model.layers) {
+    if (l.kind == LayerKind::kTransformerBlock) block = &l;
+  }
+  REQUIRE(block != nullptr);
+  // Llama 3 8B at 64k: K and V of the whole sequence, 8 KV heads x 128 x 2 bytes x 2, 268 MB per sample.
+  REQUIRE(block->cp_kv_bytes == doctest::Approx(2.0 * 65536 * 8 * 128 * 2));
+  for (int64_t tp : {1, 2}) {
+    CAPTURE(tp);
+    const LayerCostRow ag = f.Block(f.engine, tp, 4, ag_o), ring = f.Block(f.engine, tp, 4, ring_o);
+    // Forward: one all-gather of the rank's heads' K, V over the CP group (4 ranks tp apart, one node);
+    // backward: the gather again and a reduce-scatter of dK, dV of the same bytes. Nothing hidden.
+    const std::vector<int64_t> group = GroupSpread(f.cluster, 4, tp);
+    const double bytes = block->cp_kv_bytes / static_cast<double>(tp);
+    const double gather = AllGatherSeconds(f.cluster, bytes, group);
+    CHECK(ReduceScatterSeconds(f.cluster, bytes, group) == doctest::Approx(gather));
+    CHECK(ag.cp_total_s == doctest::Approx(3 * gather));
+    CHECK(ag.cp_comm_s == doctest::Approx(ag.cp_total_s));
+    // The ring hides most of its exchange behind its steps; the all-gather hides none.
+    CHECK(ring.cp_comm_s < ring.cp_total_s);
+    // Its compute: no ring share, kernels over the gathered keys: faster than the ring's steps.
+    const double ag_compute = KernelFixture::Compute(ag), ring_compute = KernelFixture::Compute(ring);
+    CHECK(ag_compute < ring_compute);
+    // Without the ring's share (cp_ring 1) the ring's kernels alone are still slower: 8k blocks against 32k keys.
+    EngineSpec kernels_only = f.engine;
+    kernels_only.cp_ring_fwd = kernels_only.cp_ring_bwd = 1;
+    const LayerCostRow bare = f.Block(kernels_only, tp, 4, ring_o);
+    CHECK(ag_compute <
+          bare.forward_s + bare.backward_input_s + bare.backward_weight_s - bare.tp_comm_s - bare.cp_comm_s);
+    CHECK(ag_compute > 0.9 * ring_compute);  // attention is part of the block
+    // The all-gather ignores the engine's ring share: the same compute with cp_ring 1.
+    const LayerCostRow ag_bare = f.Block(kernels_only, tp, 4, ag_o);
+    CHECK(ag_bare.forward_s == doctest::Approx(ag.forward_s));
+    CHECK(ag_bare.backward_input_s == doctest::Approx(ag.backward_input_s));
+  }
+  // cp 1: nothing to exchange, the same row either way.
+  const LayerCostRow one_ag = f.Block(f.engine, 1, 1, ag_o), one = f.Block(f.engine, 1, 1, ring_o);
+  CHECK(one_ag.forward_s == one.forward_s);
+  CHECK(one_ag.cp_total_s == 0);
 }
 
 }  // namespace

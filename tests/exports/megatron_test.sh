@@ -33,6 +33,10 @@ cp "$SRC/tests/codegen/plans/llama3-8b-fp8.model.yaml" "$T/"
 sed 's/^zero_stage: 1$/zero_stage: 3/' "$SRC/tests/codegen/plans/llama3-8b-fp8-16.plan.yaml" > "$T/llama3-8b-fp8-zero3.plan.yaml"
 $PLANNER -q codegen "$T/llama3-8b-fp8-zero3.plan.yaml" -o "$T/demo-llama3-8b-fp8-zero3" 2>/dev/null && grep -qx -- --use-megatron-fsdp "$T/demo-llama3-8b-fp8-zero3/megatron.args" \
   || { echo "FAIL demo zero3: no Megatron-FSDP megatron.args"; fail=1; }
+# All-gather context parallelism (solve --cp-comm-type allgather): the export names it.
+$PLANNER -q solve --gpus 64 --model "$C/models/llama2-7b.yaml" --cluster "$C/clusters/dgx-h100.yaml" --tp 4 --pp 1 --cp 2 --global-batch 64 --seq 65536 --cp-comm-type allgather -o "$T/cpag.plan.yaml" >/dev/null 2>&1 \
+  && $PLANNER -q codegen "$T/cpag.plan.yaml" -o "$T/demo-cp-allgather" 2>/dev/null && grep -qx -- "--cp-comm-type allgather" "$T/demo-cp-allgather/megatron.args" \
+  || { echo "FAIL demo cp allgather: no --cp-comm-type allgather in megatron.args"; fail=1; }
 # The defects, each in a copy of a golden launch directory: the checker must FAIL them with the reason.
 G=$SRC/tests/codegen/golden
 neg() {  # neg NAME GOLDEN SED-SCRIPT EXPECTED-TEXT
