@@ -245,10 +245,13 @@ class Engine {
                                     : (split_w_ ? x.backward_input_s : x.backward_input_s + x.backward_weight_s));
     double end = Put(dev, kind, q, i, std::max(FreeAt(dev), ready), dur, hold);
     auto& held = held_[static_cast<size_t>(dev)];
-    held.push_back({kind, static_cast<int32_t>(q), static_cast<int32_t>(i)});
-    if (!hold) {
+    const Op op{kind, static_cast<int32_t>(q), static_cast<int32_t>(i)};
+    if (hold) {
+      held.push_back(op);
+    } else {
       for (const Op& h : held) end = Publish(dev, h, end);
       held.clear();
+      Publish(dev, op, end);
     }
     if (left_s_.empty()) return;
     double& left = left_s_[static_cast<size_t>(dev)];
@@ -359,7 +362,9 @@ class ZbH1Scheduler {
       eng->Run(best_dev, best.kind, best_dev, counter, best.start);
       ++counter;
       ++done;
-      const int64_t lo = std::max<int64_t>(0, best_dev - 1), hi = std::min(p_ - 1, best_dev + 1);
+      // Device d - 1 reads d's backward ends, d + 1 its forward ends: a W changes no neighbour's choice.
+      const int64_t lo = best.kind == 'B' ? std::max<int64_t>(0, best_dev - 1) : best_dev,
+                    hi = best.kind == 'F' ? std::min(p_ - 1, best_dev + 1) : best_dev;
       for (int64_t d = lo; d <= hi; ++d) Choose(*eng, d);
       Refresh(lo, hi);
     }
