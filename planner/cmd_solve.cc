@@ -322,6 +322,23 @@ void CompareEngines(const SolveArgs& a, const SolveInputs& in, const CostSource&
 }
 
 // One size: the search (or PipeDream's optimizer), then the plan's provenance and figures.
+// What the caching allocator reserves at the plan's peak (kernel-level costs: the engine's fragmentation), with
+// a note saying what it is and that memory is checked on the allocated peak.
+// It never passes the GPU's memory: the allocator frees its unused cache and retries before it fails.
+void NoteReserved(double fragmentation, double gpu_memory_GiB, Plan* plan) {
+  if (!(fragmentation > 0) || !(plan->predicted.peak_memory_bytes > 0)) return;
+  const double reserved = plan->predicted.peak_memory_bytes / (1 - fragmentation);
+  const bool capped = gpu_memory_GiB > 0 && reserved > gpu_memory_GiB * kGiB;
+  plan->predicted.peak_reserved_bytes = capped ? gpu_memory_GiB * kGiB : reserved;
+  plan->notes.push_back(fmt::format(
+      "memory: peak {:.2f} GiB allocated; PyTorch's caching allocator reserves about {:.2f} GiB at {:.0f}% "
+      "fragmentation{} (the engine's allocator_fragmentation; what nvidia-smi and torchtitan's log show); the fit is "
+      "checked on the allocated peak against the usable memory",
+      plan->predicted.peak_memory_bytes / kGiB, plan->predicted.peak_reserved_bytes / kGiB, 100 * fragmentation,
+      capped ? fmt::format(", at most the GPU's {:g} GiB (it frees its cache before it fails)", gpu_memory_GiB)
+             : std::string()));
+}
+
 Status SolveSize(const SolveArgs& a, const SolveInputs& in, Plan* plan) {
   if (a.mode == PlanMode::kPipeDream) {
     PLANNER_RETURN_IF_ERROR(BuildPipeDreamPlan(in.profile, in.cluster, a.gpus, PipeDreamOptionsOf(a), plan));
@@ -394,6 +411,7 @@ Status SolveSize(const SolveArgs& a, const SolveInputs& in, Plan* plan) {
     plan->kernels = !in.kernel_level                            ? ""
                     : in.kernels.path.rfind("builtin:", 0) == 0 ? in.kernels.name
                                                                 : in.kernels.path;
+    NoteReserved(in.kernel_level ? in.engines.front().allocator_fragmentation : 0, in.cluster.memory_GiB, plan);
   }
   return Status::OK();
 }

@@ -165,8 +165,10 @@ Status ParseUnguarded(const std::string& path, const std::string& text, EngineSp
   PLANNER_RETURN_IF_ERROR(r.GetString(root, "cp_comm_reason", "cp_comm_reason", &e.cp_comm_reason, false));
   const YAML::Node& m = root["memory"];
   if (m.IsDefined()) {
-    PLANNER_RETURN_IF_ERROR(r.CheckKeys(m, "memory", {"fp8_weight_bytes"}));
+    PLANNER_RETURN_IF_ERROR(r.CheckKeys(m, "memory", {"fp8_weight_bytes", "allocator_fragmentation"}));
     PLANNER_RETURN_IF_ERROR(Fraction(r, m, "fp8_weight_bytes", "memory.fp8_weight_bytes", &e.fp8_weight_bytes, 4));
+    PLANNER_RETURN_IF_ERROR(
+        Fraction(r, m, "allocator_fragmentation", "memory.allocator_fragmentation", &e.allocator_fragmentation, 0.9));
   }
   if (root["recompute_modules"].IsDefined()) {
     PLANNER_RETURN_IF_ERROR(r.RequireSequence(root["recompute_modules"], "recompute_modules"));

@@ -43,7 +43,10 @@ struct EngineSpec {
   // and why not the others (`cp_comm_reason`: the error's words).
   std::vector<std::string> cp_comm_types = {"p2p"};
   std::string cp_comm_reason;
-  double fp8_weight_bytes = 0;         // bytes per parameter of cached FP8 weight copies
+  double fp8_weight_bytes = 0;  // bytes per parameter of cached FP8 weight copies
+  // Share of the caching allocator's reserved memory not held by live tensors at the peak (file key
+  // memory.allocator_fragmentation): reserved = allocated / (1 - it). 0: not estimated.
+  double allocator_fragmentation = 0;
   std::vector<int64_t> hsdp;           // ZeRO stages it shards hierarchically (HSDP: replicate x shard); empty: none
   bool fsdp_with_pp = false;           // runs FSDP (ZeRO-3) under pipelining, unsharded through the step (torchtitan)
   std::vector<int64_t> zero;           // ZeRO stages it runs (empty: any)

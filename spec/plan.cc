@@ -270,6 +270,8 @@ Tree PlanTree(const Plan& p) {
   pr.Add("dp_allreduce_seconds", Tree::Num(p.predicted.dp_allreduce_s));
   pr.Add("optimizer_seconds", Tree::Num(p.predicted.optimizer_s));
   pr.Add("peak_memory_GiB", Tree::Num(p.predicted.peak_memory_bytes / kGiB));
+  if (p.predicted.peak_reserved_bytes > 0)
+    pr.Add("peak_reserved_GiB", Tree::Num(p.predicted.peak_reserved_bytes / kGiB));
   if (!p.predicted.dp_comm_seconds.empty()) {
     Tree& dc = pr.Add("dp_comm_seconds", Tree());
     for (const auto& [name, seconds] : p.predicted.dp_comm_seconds) dc.Add(name, Tree::Num(seconds));
@@ -510,6 +512,7 @@ const std::vector<std::string> kPredictedKeys = {"iteration_seconds",
                                                  "dp_allreduce_seconds",
                                                  "optimizer_seconds",
                                                  "peak_memory_GiB",
+                                                 "peak_reserved_GiB",
                                                  "dp_comm_seconds",
                                                  "communication",
                                                  "band",
@@ -783,6 +786,9 @@ Status ReadPredicted(const YamlReader& r, const YAML::Node& root, PlanPredicted*
   double gib = 0;
   PLANNER_RETURN_IF_ERROR(r.GetDouble(pr, "peak_memory_GiB", "predicted.peak_memory_GiB", &gib, false, 0, false));
   out->peak_memory_bytes = gib * kGiB;
+  gib = 0;
+  PLANNER_RETURN_IF_ERROR(r.GetDouble(pr, "peak_reserved_GiB", "predicted.peak_reserved_GiB", &gib, false, 0, false));
+  out->peak_reserved_bytes = gib * kGiB;
   if (pr["dp_comm_seconds"].IsDefined()) {
     const YAML::Node& dc = pr["dp_comm_seconds"];
     PLANNER_RETURN_IF_ERROR(r.CheckKeys(dc, "predicted.dp_comm_seconds", DpCommNames()));

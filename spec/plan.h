@@ -101,6 +101,9 @@ struct PlanPredicted {
   double dp_allreduce_s = 0;             // exposed data-parallel time
   double optimizer_s = 0;
   double peak_memory_bytes = 0;  // max over stages
+  // What PyTorch's caching allocator reserves at that peak (nvidia-smi's figure, torchtitan's logged memory): the
+  // peak / (1 - the engine's allocator_fragmentation); 0: not estimated (no engine figure, a profile, the flat model).
+  double peak_reserved_bytes = 0;
   // Raw (not overlapped) data-parallel synchronisation seconds per iteration of the busiest stage
   // under each architecture the cluster can run, for the chosen layout (name, seconds), in
   // kAllDpComms order: the lecture's comparison (docs/cost_model.md, "Data-parallel communication

@@ -108,6 +108,16 @@ expect "cp ring" 0 "ring attention" -- $PLANNER solve --gpus 64 --model $M/llama
 check "cp ring writes no key" sh -c '! grep -q cp_comm_type cpring.plan.yaml'
 expect "cp ring codegen" 0 "" -- $PLANNER codegen cpring.plan.yaml -o cpringL --export megatron
 check "cp ring megatron.args" grep -qx -- "--cp-comm-type p2p" cpringL/megatron.args
+# The allocator's reserve: plan.yaml's predicted.peak_reserved_GiB is the allocated peak / (1 - 0.15), capped at the
+# GPU's memory (80 GiB on dgx-h100: the NeMo 64k layout at b 2).
+expect "reserved memory" 0 "PyTorch's caching allocator reserves about" -- $PLANNER solve --gpus 8 --model $M/llama3-8b.yaml --cluster $C/h100-96gb-500w.yaml --tp 1 --pp 1 --cp 1 --zero 3 --microbatch 2 --global-batch 16 --seq 8192 --recompute selective --engine torchtitan --json
+check "reserved = allocated / 0.85" python3 -c "
+import json; p = json.load(open('out.txt'))['predicted']
+assert abs(p['peak_reserved_GiB'] - p['peak_memory_GiB'] / 0.85) < 1e-6 * p['peak_reserved_GiB'], p"
+expect "reserved memory capped" 0 "at most the GPU's 80 GiB" -- $PLANNER solve --gpus 64 --model $M/llama2-7b.yaml --cluster $C/dgx-h100.yaml --tp 4 --pp 1 --cp 2 --microbatch 2 --global-batch 64 --seq 65536 --precision fp8 --json
+check "reserved capped at 80 GiB" python3 -c "
+import json; p = json.load(open('out.txt'))['predicted']
+assert p['peak_reserved_GiB'] == 80 and p['peak_memory_GiB'] / 0.85 > 80, p"
 # Issue 32's loose ends: a newline in a name is refused and shown escaped on one line.
 expect "import hf name with a newline" 2 "planner: error: --name 'a\x0ab': a model name is printable text" -- $PLANNER import hf $SRC/tests/data/hf/llama3-70b.json -o nl.yaml --name $'a\nb'
 check "no model file written for it" test ! -e nl.yaml
