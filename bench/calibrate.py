@@ -112,6 +112,14 @@ ISSUE27 = [
      "megatron-core", 2048 * 2048 / (11.054 * 512), None),
 ]
 
+# Checks, not calibration (no band, no summary): NeMo's long-sequence table (NVIDIA/NeMo
+# docs/source/performance/performance_long_sequence.md, added Oct 2024, container NeMo 24.03.01, DGX-H100, FP8,
+# Llama 2 7B, 4M tokens per step), the "with CP" layouts: (seq K, GPUs, global batch, published TFLOP/s/GPU in
+# NeMo's full-attention formula, tp, pp, dp, cp). Rows 4K and 64K are ISSUE27's.
+NEMO_LONG = [(4, 4, 1024, 768, 1, 1, 4, 1), (8, 8, 512, 730, 1, 2, 4, 1), (16, 16, 256, 660, 2, 1, 8, 1),
+             (32, 32, 128, 610, 2, 1, 8, 2), (64, 64, 64, 574, 4, 1, 8, 2), (128, 128, 32, 555, 4, 1, 8, 4),
+             (256, 256, 16, 549, 4, 1, 8, 8), (512, 512, 8, 549, 8, 1, 4, 16), (1024, 1024, 4, 536, 8, 1, 4, 32)]
+
 MEGATRON_2021 = ["--zero", "0", "--overlap-grad-reduce", "off", "--overlap-param-gather", "off"]
 # Schedules Megatron-Core runs.
 MEGATRON_SCHEDULES = ["--schedule", "1f1b,interleaved"]
@@ -277,6 +285,19 @@ def run_issue27(tmp, clusters):
     return rows
 
 
+def run_nemo_long(cluster):
+    rows = []
+    model = os.path.join(ROOT, "configs", "models", "llama2-7b.yaml")
+    for k, n, B, pub, t, p, d, cp in NEMO_LONG:
+        s = 1024 * k
+        plan, err = solve(model, cluster, n, ["--tp", str(t), "--pp", str(p), "--cp", str(cp), "--global-batch", str(B),
+                                              "--seq", str(s), "--precision", "fp8"] + MEGATRON_SCHEDULES)
+        pred = plan["predicted"]["tokens_per_second_per_gpu"] * nemo_llama2_flops_per_token(s) / 1e12 if plan else None
+        rows.append((f"Llama 2 7B {k}K n{n} tp{t} pp{p} cp{cp} dp{d} B{B} fp8", pub, pred,
+                     layout(plan) if plan else "REFUSED: " + err))
+    return rows
+
+
 def table_mem(title, unit, rows):
     """table() with the published and predicted peak memory (GiB) beside the figure."""
     print(f"\n### {title}\n\n| run | published {unit} | predicted | error | published GiB | predicted GiB (reserved) | plan |\n"
@@ -406,6 +427,8 @@ def main():
         h800 = table("DeepSeek-V3 report (H800, fp8)", "tokens/s/GPU", run_deepseek(tmp, args.h800))
         issue27 = table_mem("issue27: torchtitan, NeMo long context, MLPerf v3.1 GPT-3 (H100)", "tokens/s/GPU",
                             run_issue27(tmp, {"h100": args.h100, "h100_96": args.h100_96gb}))
+        table("Checks, not calibration: NeMo long-sequence table (Llama 2 7B, H100, FP8, NeMo 24.03.01; TFLOP/s/GPU "
+              "in NeMo's full-attention formula)", "TFLOP/s/GPU", run_nemo_long(args.h100))
         print("\n### Free search against the published layout (H100 bf16, H800 fp8)\n\n"
               "Above 1.25x the modelled reason is named: the published layout's iteration minus the free plan's, by part "
               "(seconds per iteration, largest first).\n\n"

@@ -254,7 +254,7 @@ Status CheckBounds(const Calibration& c, const CostScales& base, const std::stri
           "(docs/calibration.md, \"Bounds\"); the runs measured something else than the plans' training (a data "
           "loader, stragglers, another layout or model): check each log against its plan",
           kClassNames[k], now, scale[k], flat_note, share[k], kMinCalibrationScale));
-    if (!(now <= kMaxCalibratedShare))
+    if (!(now <= kMaxCalibratedShare + kCalibratedShareRounding))
       return Status::InvalidArgument(fmt::format(
           "calibrate: the runs put {}'s sustained share at {:.3f} ({:.2f}x {}'s {:.3f}): above 1, faster than the "
           "kernels' own benchmarks (docs/calibration.md, \"Bounds\"); the logs are of a smaller model or layout than "

@@ -508,7 +508,7 @@ Status ApplyCalibrations(const SolveArgs& a, SolveInputs* in) {
   const double shares[3] = {share.gemm, share.attention, share.memory}, scales[3] = {c.gemm, c.attention, c.memory};
   const char* names[3] = {"gemm", "attention", "memory"};
   for (int k = 0; k < 3; ++k) {
-    if (shares[k] * scales[k] > kMaxCalibratedShare)
+    if (shares[k] * scales[k] > kMaxCalibratedShare + kCalibratedShareRounding)
       return Status::InvalidArgument(fmt::format(
           "--calibration {}: scale.{} {} puts the sustained share at {:.3f}, above 1 (faster than the kernels' "
           "benchmarks); the engine or kernel table changed since it was fitted: calibrate again",

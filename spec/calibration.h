@@ -20,6 +20,10 @@ namespace planner {
 // kernels' own benchmarks. Both are refused, never clamped.
 constexpr double kMinCalibrationScale = 0.2;
 constexpr double kMaxCalibratedShare = 1.0;
+// The measurement's rounding: a share at most this far above kMaxCalibratedShare is 1. Logs print iteration
+// times to 0.1 ms (Megatron-LM) or coarser, so a run that took exactly the predicted time refits a share of 1 to
+// 1 +- about 1e-6 at a minute per iteration, more for shorter ones.
+constexpr double kCalibratedShareRounding = 1e-4;
 
 // One measured run: the log or record read, the plan that produced it, and the iteration seconds.
 struct CalibrationRun {
