@@ -272,6 +272,11 @@ void AddTorchtitan(const Plan& plan, const ModelSpec& model, const LaunchPlan& L
   if (L.tp > 1 && !L.sequence_parallel)
     notes->push_back(
         "torchtitan.toml: torchtitan's TP always runs sequence parallelism; the plan costed TP without it");
+  if (L.cp > 1 && plan.cp_comm_type == CpCommType::kAllGather)
+    notes->push_back(
+        "torchtitan.toml: context parallelism as torch's (one SDPA per K, V chunk, merged; its rotate method gathers "
+        "the chunks), not Transformer Engine's all-gather the plan costed (--cp-comm-type allgather): slower than "
+        "predicted; solve with --engine torchtitan for its own figure");
   if (L.schedule == Schedule::kZbH1)
     notes->push_back("torchtitan.toml: zb-h1 as InterleavedZeroBubble with one stage per rank (torch's ZB1P)");
   if (model.dtype == DType::kFp16)

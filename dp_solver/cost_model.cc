@@ -480,14 +480,14 @@ double KernelPassSeconds(const Layer& l, const RowRates& q, double shard, int pa
 // Ring attention's KV exchange of one pass whole, hidden or not: (cp - 1) steps (bytes_ratio: 2 in backward).
 // All-gather context parallelism (--cp-comm-type allgather; Transformer Engine's
 // AttnFuncWithCPAndKVAllGather, whose docstring says the exchange is exposed): the forward all-gathers the
-// sequence's K and V for the rank's heads once per layer; the backward (bytes_ratio 2) gathers them again
-// and reduce-scatters dK and dV. Nothing hidden. The reorder and slice copies of the gathered K, V are not
+// sequence's K and V for the rank's heads once per layer (two collectives); the backward (bytes_ratio 2) gathers
+// them again and reduce-scatters dK and dV. Nothing hidden. The reorder and slice copies of the gathered K, V are not
 // costed (with grouped-query attention a few bytes per token against the layer's activations).
 double CpAllGatherSeconds(const ClusterSpec& c, const Layer& l, const RowRates& q, double shard, double bytes_ratio) {
-  const double bytes = q.bd * l.cp_kv_bytes / shard;
-  const double gather = AllGatherSeconds(c, bytes, q.cp_group);
+  const double half = q.bd * l.cp_kv_bytes / shard / 2;  // K and V are gathered (dK, dV reduce-scattered) apart
+  const double gather = 2 * AllGatherSeconds(c, half, q.cp_group);
   if (bytes_ratio < 2) return gather;
-  return gather + ReduceScatterSeconds(c, bytes, q.cp_group);
+  return gather + 2 * ReduceScatterSeconds(c, half, q.cp_group);
 }
 
 double CpTotal(const ClusterSpec& c, const Layer& l, const RowRates& q, double shard, double bytes_ratio) {
@@ -692,6 +692,12 @@ LayerCostRow AnalyticRow(const ClusterSpec& c, const Layer& l, const RowRates& q
     r.cp_total_s += cp_whole_fwd;
   } else if (q.rc == Recompute::kSelective) {
     r.backward_input_s += ModuleRecomputeSeconds(l, q, shard, n_fwd > 0 ? ar : 0, rates.fwd, &r.tp_comm_s);
+    // core_attn's re-run forward is the attention function's whole forward: its CP exchange again.
+    if (HasRecomputeModule(q.modules, RecomputeModule::kCoreAttn) && l.attention_core_fwd_flops > 0) {
+      r.backward_input_s += cp_fwd;
+      r.cp_comm_s += cp_fwd;
+      r.cp_total_s += cp_whole_fwd;
+    }
   }
   // Every TP collective above was scaled by the same hidden share: the whole is the exposed over it.
   const double tp_factor = (1 - q.tp_hidden) + q.tp_hidden * q.slowdown;

@@ -172,7 +172,10 @@ Status ApplyEngine(const SolveArgs& a, const CostSource& src, SearchOptions* o) 
     }
   }
   ParseCpCommType(a.cp_comm_type, &o->cost.cp_comm);  // checked in LoadEngines
-  if (restrict && std::find(e.cp_comm_types.begin(), e.cp_comm_types.end(), a.cp_comm_type) == e.cp_comm_types.end())
+  // Only a layout with cp > 1 exchanges anything: cp forced to 1 (or a cp 1 winner costed on every engine) is not refused.
+  const bool cp_only_1 = !o->cp.empty() && std::all_of(o->cp.begin(), o->cp.end(), [](int64_t c) { return c == 1; });
+  if (restrict && !cp_only_1 &&
+      std::find(e.cp_comm_types.begin(), e.cp_comm_types.end(), a.cp_comm_type) == e.cp_comm_types.end())
     return Status::InvalidArgument(
         fmt::format("--cp-comm-type {}: engine {} does not run it ({}); choose --cp-comm-type {} or another --engine",
                     a.cp_comm_type, e.name, e.cp_comm_reason.empty() ? "its file's cp_comm_types" : e.cp_comm_reason,

@@ -231,9 +231,11 @@ TEST_CASE("all-gather context parallelism: K, V gathered per layer and pass, exp
     // backward: the gather again and a reduce-scatter of dK, dV of the same bytes. Nothing hidden.
     const std::vector<int64_t> group = GroupSpread(f.cluster, 4, tp);
     const double bytes = block->cp_kv_bytes / static_cast<double>(tp);
-    const double gather = AllGatherSeconds(f.cluster, bytes, group);
-    CHECK(ReduceScatterSeconds(f.cluster, bytes, group) == doctest::Approx(gather));
-    CHECK(ag.cp_total_s == doctest::Approx(3 * gather));
+    // K and V apart: two collectives of half the bytes each.
+    const double gather = AllGatherSeconds(f.cluster, bytes / 2, group);
+    CHECK(ReduceScatterSeconds(f.cluster, bytes / 2, group) == doctest::Approx(gather));
+    CHECK(ag.cp_total_s == doctest::Approx(6 * gather));
+    CHECK(2 * gather > AllGatherSeconds(f.cluster, bytes, group));  // each call pays its latency
     CHECK(ag.cp_comm_s == doctest::Approx(ag.cp_total_s));
     // The ring hides most of its exchange behind its steps; the all-gather hides none.
     CHECK(ring.cp_comm_s < ring.cp_total_s);
@@ -252,6 +254,27 @@ TEST_CASE("all-gather context parallelism: K, V gathered per layer and pass, exp
     CHECK(ag_bare.forward_s == doctest::Approx(ag.forward_s));
     CHECK(ag_bare.backward_input_s == doctest::Approx(ag.backward_input_s));
   }
+  // Selective recompute of core_attn re-runs the attention function's forward, its all-gathers with it.
+  CostOptions sel = ag_o;
+  const LayerCostRow plain = f.Block(f.engine, 1, 4, ag_o);
+  LayerCostRow recomputed;
+  {
+    CostSource s;
+    s.model = &f.model;
+    s.cluster = &f.cluster;
+    s.kernels = &f.kernels;
+    s.engine = &f.engine;
+    CostTable t;
+    TableShape shape{1, 1, 4, false};
+    shape.recompute = Recompute::kSelective;
+    shape.recompute_modules = RecomputeBit(RecomputeModule::kCoreAttn);
+    REQUIRE_OK(BuildCostTable(s, shape, sel, &t));
+    for (size_t i = 0; i < f.model.layers.size(); ++i) {
+      if (f.model.layers[i].kind == LayerKind::kTransformerBlock) recomputed = t.rows[i];
+    }
+  }
+  CHECK(recomputed.cp_total_s == doctest::Approx(plain.cp_total_s * 4 / 3));  // a forward's gathers: 2 of 6 halves
+  CHECK(recomputed.cp_comm_s == doctest::Approx(recomputed.cp_total_s));
   // cp 1: nothing to exchange, the same row either way.
   const LayerCostRow one_ag = f.Block(f.engine, 1, 1, ag_o), one = f.Block(f.engine, 1, 1, ring_o);
   CHECK(one_ag.forward_s == one.forward_s);
