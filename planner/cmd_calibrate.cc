@@ -306,7 +306,10 @@ Status Calibrate(const std::vector<Measured>& runs, Calibration* c) {
     PLANNER_RETURN_IF_ERROR(m.predictor->Predict(after, &now));
     r.before_s = before.iteration_s;
     r.after_s = now.iteration_s;
-    r.predicted_memory_GiB = now.peak_memory_bytes / kGiB;
+    // The peak the log reports: Megatron's and planner run's max allocated, torchtitan's max reserved.
+    r.predicted_memory_GiB =
+        (r.format == "torchtitan" && now.peak_reserved_bytes > 0 ? now.peak_reserved_bytes : now.peak_memory_bytes) /
+        kGiB;
     const double e = Err(r.measured_s, r.after_s);
     c->band_low = std::min(c->band_low, e);
     c->band_high = std::max(c->band_high, e);

@@ -328,11 +328,20 @@ void CompareEngines(const SolveArgs& a, const SolveInputs& in, const CostSource&
 // What the caching allocator reserves at the plan's peak (kernel-level costs: the engine's fragmentation), with
 // a note saying what it is and that memory is checked on the allocated peak.
 // It never passes the GPU's memory: the allocator frees its unused cache and retries before it fails.
+// *capped: it was. 0 when not estimated (no fragmentation figure, no peak).
+double ReservedBytes(double allocated_bytes, double fragmentation, double gpu_memory_GiB, bool* capped) {
+  *capped = false;
+  if (!(fragmentation > 0) || !(allocated_bytes > 0)) return 0;
+  const double reserved = allocated_bytes / (1 - fragmentation);
+  *capped = gpu_memory_GiB > 0 && reserved > gpu_memory_GiB * kGiB;
+  return *capped ? gpu_memory_GiB * kGiB : reserved;
+}
+
 void NoteReserved(double fragmentation, double gpu_memory_GiB, Plan* plan) {
-  if (!(fragmentation > 0) || !(plan->predicted.peak_memory_bytes > 0)) return;
-  const double reserved = plan->predicted.peak_memory_bytes / (1 - fragmentation);
-  const bool capped = gpu_memory_GiB > 0 && reserved > gpu_memory_GiB * kGiB;
-  plan->predicted.peak_reserved_bytes = capped ? gpu_memory_GiB * kGiB : reserved;
+  bool capped = false;
+  plan->predicted.peak_reserved_bytes =
+      ReservedBytes(plan->predicted.peak_memory_bytes, fragmentation, gpu_memory_GiB, &capped);
+  if (!(plan->predicted.peak_reserved_bytes > 0)) return;
   plan->notes.push_back(fmt::format(
       "memory: peak {:.2f} GiB allocated; PyTorch's caching allocator reserves about {:.2f} GiB at {:.0f}% "
       "fragmentation{} (the engine's allocator_fragmentation; what nvidia-smi and torchtitan's log show); the fit is "
@@ -736,6 +745,9 @@ Status PlanPredictor::Predict(const CostScales& k, PlanPredicted* out) const {
     return Status::Internal(
         fmt::format("the forced layout {} came back as {}", m.plan.ParallelString(), p.ParallelString()));
   *out = p.predicted;
+  bool capped = false;  // the reserved estimate, as solve writes it (a torchtitan log reports reserved memory)
+  out->peak_reserved_bytes = ReservedBytes(
+      out->peak_memory_bytes, m.in.kernel_level ? engine.allocator_fragmentation : 0, cluster.memory_GiB, &capped);
   return Status::OK();
 }
 

@@ -98,6 +98,14 @@ check "torchtitan log: one scale" grep -q "fitted as one scale over every class 
 check "torchtitan log: x0.8 recovered within 1%" python3 -c "
 import re, sys; s = open('tt.cal.yaml').read(); v = float(re.search(r'gemm: ([0-9.e+-]+)', s).group(1)); sys.exit(0 if abs(v / 0.8 - 1) < 0.01 else 1)"
 check "torchtitan log: the peak memory read" grep -q "measured_memory_GiB: 60.5" tt.cal.yaml
+# torchtitan logs the allocator's reserved peak: compared with the plan's reserved estimate, not its allocated peak.
+check "torchtitan log: predicted memory is the reserved estimate" python3 -c "
+import re, sys
+p, c = open('tt.yaml').read(), open('tt.cal.yaml').read()
+reserved = float(re.search(r'peak_reserved_GiB: ([0-9.e+-]+)', p).group(1))
+allocated = float(re.search(r'^  peak_memory_GiB: ([0-9.e+-]+)', p, re.M).group(1))
+pred = float(re.search(r'predicted_memory_GiB: ([0-9.e+-]+)', c).group(1))
+sys.exit(0 if abs(pred / reserved - 1) < 1e-3 and abs(reserved / min(allocated / 0.85, 80) - 1) < 1e-6 else 1)"
 # A planner run record: tiny-gpt on the CPU, the flat model.
 $PLANNER -q solve --gpus 1 --model $M/tiny-gpt.yaml --cluster $C/local-cpu.yaml -o tiny.yaml > /dev/null 2>&1 &&
   $PLANNER -q codegen tiny.yaml -o L --iterations 20 > /dev/null 2>&1 && $PLANNER -q run L --run-id r > /dev/null 2>&1
