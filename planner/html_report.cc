@@ -59,6 +59,9 @@ std::string Card(const Plan& p, const std::string& sfx) {
       Fig("predicted.bubble_fraction", x.bubble_fraction, fmt::format("{:.1f}", 100 * x.bubble_fraction)));
   row("peak memory (GiB)",
       Fig("predicted.peak_memory_GiB", x.peak_memory_bytes / kGiB, fmt::format("{:.2f}", x.peak_memory_bytes / kGiB)));
+  if (x.peak_reserved_bytes > 0)
+    row("reserved by the allocator (GiB)", Fig("predicted.peak_reserved_GiB", x.peak_reserved_bytes / kGiB,
+                                               fmt::format("{:.2f}", x.peak_reserved_bytes / kGiB)));
   if (x.band) {
     const PlanBand& b = *x.band;
     row("band", Fig("predicted.band.iteration_seconds_low", b.IterationLow(x.iteration_s),

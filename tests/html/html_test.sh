@@ -80,6 +80,8 @@ PY
 SECTIONS="card memory timeline communication runners-up notes"
 check "solve: every figure equals plan.yaml's, every section present" figures solve.dom solve.yaml $SECTIONS
 check "inspect: every figure equals plan.yaml's" figures inspect.dom solve.yaml $SECTIONS
+check "solve: the allocator's reserved memory on the card (checked against plan.yaml above)" \
+  grep -q 'data-field="predicted.peak_reserved_GiB"' solve.dom
 check "scale: the 64-GPU plan's figures (the first section) equal scale.64.yaml's" bash -c "
   python3 -c \"import re,sys; d=open('scale.dom').read(); s=d.index('id=\\\"gpus-64\\\"'); e=d.index('id=\\\"gpus-128\\\"'); open('s64.dom','w').write(d[s:e]); open('s128.dom','w').write(d[e:])\" &&
   $(declare -f figures); figures s64.dom scale.64.yaml card-gpus-64 memory-gpus-64 && figures s128.dom scale.128.yaml card-gpus-128"
