@@ -340,7 +340,7 @@ struct RowRates {
   bool moe_overlap = false;
   bool cp_overlap = true;         // ring attention's exchange hidden behind its steps (CostOptions::cp_overlap)
   bool cp_allgather = false;      // --cp-comm-type allgather (CostOptions::cp_comm)
-  std::vector<int64_t> cp_group;  // the CP group's spread (ranks t apart)
+  std::vector<int64_t> cp_group;  // the CP group's spread (ranks t apart; set for cp_allgather)
   // Kernel-level costs (nullptr kt: the flat model above).
   const KernelTable* kt = nullptr;
   std::string attention_kernel;                // the engine's flash-attention kernel on this table
@@ -776,7 +776,7 @@ void AnalyticRows(const CostSource& src, const TableShape& shape, const CostOpti
   q.moe_overlap = o.moe_overlap;
   q.cp_overlap = o.cp_overlap;
   q.cp_allgather = o.cp_comm == CpCommType::kAllGather && q.cp > 1;
-  q.cp_group = GroupSpread(c, q.cp, q.t);
+  if (q.cp_allgather) q.cp_group = GroupSpread(c, q.cp, q.t);
   if (KernelLevel(src)) KernelRates(src, m, o, &q);
   int64_t embedding = -1;  // the last embedding row: the one a tied lm_head after it shares
   // Equal layers cost the same at one (b, t, recompute, ...) point: a row is computed once per layer

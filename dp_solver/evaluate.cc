@@ -616,17 +616,15 @@ void PlanNotes(const Candidate& k, int64_t zero, const CostOptions& o, std::vect
         "--account-for-embedding-in-pipeline-split --account-for-loss-in-pipeline-split): the first and last chunks "
         "hold one block fewer");
   }
-  if (k.cp > 1 && o.cp_comm == CpCommType::kAllGather) {
+  if (k.cp > 1) {
+    const bool allgather = o.cp_comm == CpCommType::kAllGather;
     notes->push_back(fmt::format(
-        "Megatron --context-parallel-size {} --cp-comm-type allgather: K and V all-gathered once per layer and "
-        "pass, dK and dV reduce-scattered, exposed; one attention kernel per local query chunk, no merges; causal "
-        "load balancing ({} chunks), rank order tp-cp-dp-pp",
-        k.cp, 2 * k.cp));
-  } else if (k.cp > 1) {
-    notes->push_back(
-        fmt::format("Megatron --context-parallel-size {}: ring attention, causal load balancing ({} chunks), rank "
-                    "order tp-cp-dp-pp",
-                    k.cp, 2 * k.cp));
+        "Megatron --context-parallel-size {}{}: {}causal load balancing ({} chunks), rank order tp-cp-dp-pp", k.cp,
+        allgather ? " --cp-comm-type allgather" : "",
+        allgather ? "K and V all-gathered once per layer and pass, dK and dV reduce-scattered, exposed; one attention "
+                    "kernel per local query chunk, no merges; "
+                  : "ring attention, ",
+        2 * k.cp));
   }
   if (k.ep > 1 || k.etp > 1) {
     notes->push_back(

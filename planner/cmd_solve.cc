@@ -324,24 +324,21 @@ void CompareEngines(const SolveArgs& a, const SolveInputs& in, const CostSource&
   }
 }
 
-// One size: the search (or PipeDream's optimizer), then the plan's provenance and figures.
-// What the caching allocator reserves at the plan's peak (kernel-level costs: the engine's fragmentation), with
-// a note saying what it is and that memory is checked on the allocated peak.
+// What the caching allocator reserves at an allocated peak (kernel-level costs: the engine's fragmentation).
 // It never passes the GPU's memory: the allocator frees its unused cache and retries before it fails.
-// *capped: it was. 0 when not estimated (no fragmentation figure, no peak).
-double ReservedBytes(double allocated_bytes, double fragmentation, double gpu_memory_GiB, bool* capped) {
-  *capped = false;
+// 0 when not estimated (no fragmentation figure, no peak).
+double ReservedBytes(double allocated_bytes, double fragmentation, double gpu_memory_GiB) {
   if (!(fragmentation > 0) || !(allocated_bytes > 0)) return 0;
   const double reserved = allocated_bytes / (1 - fragmentation);
-  *capped = gpu_memory_GiB > 0 && reserved > gpu_memory_GiB * kGiB;
-  return *capped ? gpu_memory_GiB * kGiB : reserved;
+  return gpu_memory_GiB > 0 ? std::min(reserved, gpu_memory_GiB * kGiB) : reserved;
 }
 
+// The plan's reserved estimate, with a note saying what it is and that memory is checked on the allocated peak.
 void NoteReserved(double fragmentation, double gpu_memory_GiB, Plan* plan) {
-  bool capped = false;
-  plan->predicted.peak_reserved_bytes =
-      ReservedBytes(plan->predicted.peak_memory_bytes, fragmentation, gpu_memory_GiB, &capped);
+  const double allocated = plan->predicted.peak_memory_bytes;
+  plan->predicted.peak_reserved_bytes = ReservedBytes(allocated, fragmentation, gpu_memory_GiB);
   if (!(plan->predicted.peak_reserved_bytes > 0)) return;
+  const bool capped = plan->predicted.peak_reserved_bytes < allocated / (1 - fragmentation);
   plan->notes.push_back(fmt::format(
       "memory: peak {:.2f} GiB allocated; PyTorch's caching allocator reserves about {:.2f} GiB at {:.0f}% "
       "fragmentation{} (the engine's allocator_fragmentation; what nvidia-smi and torchtitan's log show); the fit is "
@@ -351,6 +348,7 @@ void NoteReserved(double fragmentation, double gpu_memory_GiB, Plan* plan) {
              : std::string()));
 }
 
+// One size: the search (or PipeDream's optimizer), then the plan's provenance and figures.
 Status SolveSize(const SolveArgs& a, const SolveInputs& in, Plan* plan) {
   if (a.mode == PlanMode::kPipeDream) {
     PLANNER_RETURN_IF_ERROR(BuildPipeDreamPlan(in.profile, in.cluster, a.gpus, PipeDreamOptionsOf(a), plan));
@@ -745,9 +743,9 @@ Status PlanPredictor::Predict(const CostScales& k, PlanPredicted* out) const {
     return Status::Internal(
         fmt::format("the forced layout {} came back as {}", m.plan.ParallelString(), p.ParallelString()));
   *out = p.predicted;
-  bool capped = false;  // the reserved estimate, as solve writes it (a torchtitan log reports reserved memory)
-  out->peak_reserved_bytes = ReservedBytes(
-      out->peak_memory_bytes, m.in.kernel_level ? engine.allocator_fragmentation : 0, cluster.memory_GiB, &capped);
+  // The reserved estimate, as solve writes it (a torchtitan log reports reserved memory).
+  out->peak_reserved_bytes =
+      ReservedBytes(out->peak_memory_bytes, m.in.kernel_level ? engine.allocator_fragmentation : 0, cluster.memory_GiB);
   return Status::OK();
 }
 
