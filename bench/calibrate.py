@@ -93,6 +93,16 @@ def nemo_llama2_flops_per_token(s, l=32, h=4096, ffn=11008, heads=32, groups=32,
     return l * h * h * (12 + 12 * groups / heads + 18 * ffn / h + 12 * s / h + 6 * v / (l * h))
 
 
+# NeMo 24.03.01's Llama 2 7B training config as the long-sequence table ran it (NeMo-Framework-Launcher
+# conf/training/llama/llama2_7b.yaml): micro_batch_size 1, no activation checkpointing, the distributed optimizer
+# (distributed_fused_adam: optimizer states sharded over data parallelism, ZeRO-1) with grad_sync_dtype bf16 (the
+# gradient buffer in bf16), virtual_pipeline_model_parallel_size null (plain 1F1B where pp > 1).
+NEMO_2403 = ["--microbatch", "1", "--zero", "1", "--recompute", "none", "--grad-dtype", "bf16", "--schedule", "1f1b"]
+# NVIDIA's MLPerf GPT-3 175B configuration (NeMo-Framework-Launcher conf/training/gpt3/mlperf.yaml, the submission's
+# settings): ub_tp_comm_overlap true (Transformer Engine userbuffers: TP all-gathers / reduce-scatters overlapped with
+# the GEMMs) and grad_sync_dtype bf16 with the Megatron-Core distributed optimizer.
+MLPERF_GPT3 = ["--tp-comm-overlap", "on", "--grad-dtype", "bf16"]
+
 ISSUE27 = [
     ("torchtitan Llama 3.1 8B n8 FSDP2(zero3) b2 seq8192 bf16 selective-AC", "llama3-8b.yaml", "h100_96", 8,
      ["--tp", "1", "--pp", "1", "--cp", "1", "--zero", "3", "--microbatch", "2", "--global-batch", "16", "--seq", "8192",
@@ -101,14 +111,15 @@ ISSUE27 = [
      ["--tp", "1", "--pp", "1", "--cp", "1", "--zero", "3", "--microbatch", "2", "--global-batch", "256", "--seq", "8192",
       "--precision", "fp8", "--recompute", "selective"], "torchtitan-compile", 8380, 61.8),
     ("NeMo Llama 2 7B n4 tp1 pp1 cp1 dp4 B1024 seq4096 fp8 (768 TFLOP/s)", "llama2-7b.yaml", "h100", 4,
-     ["--tp", "1", "--pp", "1", "--cp", "1", "--global-batch", "1024", "--seq", "4096", "--precision", "fp8"],
+     ["--tp", "1", "--pp", "1", "--cp", "1", "--global-batch", "1024", "--seq", "4096", "--precision", "fp8"] + NEMO_2403,
      "megatron-core", 768e12 / nemo_llama2_flops_per_token(4096), None),
     ("NeMo Llama 2 7B n64 tp4 pp1 cp2 dp8 B64 seq65536 fp8 (574 TFLOP/s)", "llama2-7b.yaml", "h100", 64,
-     ["--tp", "4", "--pp", "1", "--cp", "2", "--global-batch", "64", "--seq", "65536", "--precision", "fp8"],
+     ["--tp", "4", "--pp", "1", "--cp", "2", "--global-batch", "64", "--seq", "65536", "--precision", "fp8"] + NEMO_2403,
      "megatron-core", 574e12 / nemo_llama2_flops_per_token(65536), None),
     ("MLPerf v3.1 GPT-3 175B n512 tp4 pp8 v12 dp16 B2048 b1 fp8 zero1 sp (11.054 s/step)", "gpt3-175b.yaml", "h100", 512,
      ["--tp", "4", "--pp", "8", "--cp", "1", "--schedule", "interleaved", "--interleave", "12", "--microbatch", "1",
-      "--global-batch", "2048", "--seq", "2048", "--precision", "fp8", "--zero", "1", "--sp", "on", "--recompute", "none"],
+      "--global-batch", "2048", "--seq", "2048", "--precision", "fp8", "--zero", "1", "--sp", "on", "--recompute", "none"]
+     + MLPERF_GPT3,
      "megatron-core", 2048 * 2048 / (11.054 * 512), None),
 ]
 
@@ -119,6 +130,38 @@ ISSUE27 = [
 NEMO_LONG = [(4, 4, 1024, 768, 1, 1, 4, 1), (8, 8, 512, 730, 1, 2, 4, 1), (16, 16, 256, 660, 2, 1, 8, 1),
              (32, 32, 128, 610, 2, 1, 8, 2), (64, 64, 64, 574, 4, 1, 8, 2), (128, 128, 32, 555, 4, 1, 8, 4),
              (256, 256, 16, 549, 4, 1, 8, 8), (512, 512, 8, 549, 8, 1, 4, 16), (1024, 1024, 4, 536, 8, 1, 4, 32)]
+
+# Checks, not calibration: NeMo's performance summary (NVIDIA/NeMo docs/source/performance/performance_summary.md,
+# container NeMo 24.07, DGX-H100, FP8; tokens/s/GPU as published): (name, model file or NEMO_MODELS key, GPUs,
+# global batch, microbatch, seq, tp, pp, cp, vp, tokens/s/GPU). The recipes' settings (NeMo-Framework-Launcher
+# conf/training): the distributed optimizer with grad_sync_dtype bf16, no activation recompute, sequence parallelism
+# and Transformer Engine's TP communication overlap (ub_tp_comm_overlap) where tp > 1.
+NEMO_2407 = [
+    ("GPT3-5B", "gpt3-5b", 64, 2048, 4, 2048, 1, 1, 1, 1, 22521),
+    ("GPT3-20B", "gpt3-20b", 64, 256, 2, 2048, 2, 1, 1, 1, 5851),
+    ("GPT3-175B", "gpt3-175b.yaml", 128, 256, 1, 2048, 4, 8, 1, 6, 726),
+    ("GPT3-175B", "gpt3-175b.yaml", 512, 2048, 2, 2048, 4, 8, 1, 6, 782),
+    ("LLAMA2-7B", "llama2-7b.yaml", 8, 128, 1, 4096, 1, 1, 1, 1, 16847),
+    ("LLAMA2-13B", "llama2-13b", 16, 128, 1, 4096, 1, 4, 1, 10, 8646),
+    ("LLAMA2-70B", "llama2-70b", 64, 128, 1, 4096, 4, 4, 1, 20, 1707),
+    ("Nemotron-8B", "nemotron-8b", 64, 256, 4, 4096, 2, 1, 1, 1, 12701),
+    ("Nemotron-22B", "nemotron-22b", 64, 256, 2, 4096, 2, 4, 1, 10, 4256),
+    ("Nemotron-340B", "nemotron-4-340b.yaml", 128, 32, 1, 4096, 8, 8, 1, 12, 322),
+    ("LLAMA3-8B", "llama3-8b.yaml", 8, 128, 1, 8192, 1, 1, 2, 1, 12036),
+    ("LLAMA3-70B", "llama3-70b.yaml", 64, 128, 1, 8192, 4, 4, 2, 5, 1533),
+]
+# The models configs/models lacks, as the recipes define them (GPT-3: GPT-2 BPE padded to 50304, GeLU, LayerNorm, learned
+# positions, biases, dropout 0.1; Llama 2: SwiGLU, RMSNorm, RoPE; Nemotron: squared ReLU, LayerNorm, RoPE, 256K vocabulary).
+LLAMA_BLOCK = "ffn_act: swiglu, norm: rmsnorm, position: rope, bias: false, tie_embeddings: false, dropout: 0"
+NEMOTRON_BLOCK = "ffn_act: relu2, norm: layernorm, position: rope, bias: false, tie_embeddings: false, dropout: 0"
+NEMO_MODELS = {
+    "gpt3-5b": "layers: 24, hidden: 4096, heads: 32, ffn: 16384, seq: 2048, vocab: 50304",
+    "gpt3-20b": "layers: 44, hidden: 6144, heads: 48, ffn: 24576, seq: 2048, vocab: 50304",
+    "llama2-13b": f"layers: 40, hidden: 5120, heads: 40, kv_heads: 40, ffn: 13824, {LLAMA_BLOCK}, seq: 4096, vocab: 32000",
+    "llama2-70b": f"layers: 80, hidden: 8192, heads: 64, kv_heads: 8, ffn: 28672, {LLAMA_BLOCK}, seq: 4096, vocab: 32000",
+    "nemotron-8b": f"layers: 32, hidden: 4096, heads: 32, kv_heads: 32, ffn: 16384, {NEMOTRON_BLOCK}, seq: 4096, vocab: 256000",
+    "nemotron-22b": f"layers: 40, hidden: 6144, heads: 48, kv_heads: 48, ffn: 24576, {NEMOTRON_BLOCK}, seq: 4096, vocab: 256000",
+}
 
 MEGATRON_2021 = ["--zero", "0", "--overlap-grad-reduce", "off", "--overlap-param-gather", "off"]
 # Schedules Megatron-Core runs.
@@ -291,9 +334,29 @@ def run_nemo_long(cluster):
     for k, n, B, pub, t, p, d, cp in NEMO_LONG:
         s = 1024 * k
         plan, err = solve(model, cluster, n, ["--tp", str(t), "--pp", str(p), "--cp", str(cp), "--global-batch", str(B),
-                                              "--seq", str(s), "--precision", "fp8"] + MEGATRON_SCHEDULES)
+                                              "--seq", str(s), "--precision", "fp8"] + NEMO_2403)
         pred = plan["predicted"]["tokens_per_second_per_gpu"] * nemo_llama2_flops_per_token(s) / 1e12 if plan else None
         rows.append((f"Llama 2 7B {k}K n{n} tp{t} pp{p} cp{cp} dp{d} B{B} fp8", pub, pred,
+                     layout(plan) if plan else "REFUSED: " + err))
+    return rows
+
+
+def run_nemo_2407(tmp, cluster):
+    rows = []
+    for name, model, n, B, b, seq, t, p, cp, v, pub in NEMO_2407:
+        if model in NEMO_MODELS:
+            path = os.path.join(tmp, model + ".yaml")
+            open(path, "w").write(f"format_version: 1\nname: {model}\nprecision: bf16\nglobal_batch: {B}\n"
+                                  f"gpt: {{{NEMO_MODELS[model]}}}\n")
+        else:
+            path = os.path.join(ROOT, "configs", "models", model)
+        flags = ["--tp", str(t), "--pp", str(p), "--cp", str(cp), "--global-batch", str(B), "--microbatch", str(b),
+                 "--seq", str(seq), "--precision", "fp8", "--zero", "1", "--recompute", "none", "--grad-dtype", "bf16"]
+        flags += ["--schedule", "interleaved", "--interleave", str(v)] if v > 1 else ["--schedule", "1f1b"]
+        flags += ["--sp", "on", "--tp-comm-overlap", "on"] if t > 1 else []
+        plan, err = solve(path, cluster, n, flags)
+        pred = plan["predicted"]["tokens_per_second_per_gpu"] if plan else None
+        rows.append((f"{name} n{n} tp{t} pp{p} cp{cp} vp{v} B{B} b{b} seq{seq} fp8", pub, pred,
                      layout(plan) if plan else "REFUSED: " + err))
     return rows
 
@@ -429,6 +492,8 @@ def main():
                             run_issue27(tmp, {"h100": args.h100, "h100_96": args.h100_96gb}))
         table("Checks, not calibration: NeMo long-sequence table (Llama 2 7B, H100, FP8, NeMo 24.03.01; TFLOP/s/GPU "
               "in NeMo's full-attention formula)", "TFLOP/s/GPU", run_nemo_long(args.h100))
+        nemo = table("Checks, not calibration: NeMo 24.07 performance summary (H100, FP8; the recipes' layouts)",
+                     "tokens/s/GPU", run_nemo_2407(tmp, args.h100))
         print("\n### Free search against the published layout (H100 bf16, H800 fp8)\n\n"
               "Above 1.25x the modelled reason is named: the published layout's iteration minus the free plan's, by part "
               "(seconds per iteration, largest first).\n\n"
@@ -442,6 +507,9 @@ def main():
         summary("H100 bf16 (dgx-h100)", h100, len(LLAMA3))
         summary("H800 fp8 (h800)", h800, len(DEEPSEEK))
         summary("issue27 H100 bf16/fp8 (h100-96gb-500w, dgx-h100)", issue27, len(ISSUE27))
+        summary("checks: NeMo 24.07 H100 fp8", nemo, len(NEMO_2407))
+        if nemo:
+            print(f"checks: NeMo 24.07 H100 fp8: signed mean {100 * sum(nemo) / len(nemo):+.2f}%")
         BAND_ROWS.extend([("megatron-core", "fp16", e) for e in a100] + [("megatron-core", "bf16", e) for e in h100]
                          + [("megatron-core", "fp8", e) for e in h800])
         if args.bands or args.write_bands or args.check_bands:

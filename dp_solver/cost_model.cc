@@ -723,7 +723,7 @@ void KernelRates(const CostSource& src, const ModelSpec& m, const CostOptions& o
   q->gemm_high = kt.Gemm(DType::kBf16);
   // A power cap lowers the SM clock (compute-bound kernels), not the memory clock (docs/cost_model.md "Power caps").
   const double clock = kt.ClockUnderCap(c.power_cap_W);
-  q->peak_model = c.PeakFlops(m.dtype) * e.sustained_gemm * clock;
+  q->peak_model = c.PeakFlops(m.dtype) * e.SustainedGemm(m.dtype) * clock;
   q->peak_high = c.PeakFlops(DType::kBf16) * e.sustained_gemm * clock;
   if (m.dtype == DType::kFp8) {
     auto it = kt.fp8_recipes.find(e.fp8_recipe);

@@ -465,7 +465,7 @@ SolveArgs WithProfilePrecision(const SolveArgs& a, const SolveInputs& in) {
 // GEMM / attention / memory shares; the flat model, the cluster's efficiency for `dtype` (attention is costed
 // as GEMMs there) and its HBM efficiency.
 CostScales RateShares(bool kernel_level, const EngineSpec& e, const ClusterSpec& c, DType dtype) {
-  if (kernel_level) return CostScales{e.sustained_gemm, e.sustained_attention, e.sustained_memory};
+  if (kernel_level) return CostScales{e.SustainedGemm(dtype), e.sustained_attention, e.sustained_memory};
   return CostScales{c.Efficiency(dtype), c.Efficiency(dtype), c.hbm_efficiency};
 }
 
@@ -473,6 +473,7 @@ CostScales RateShares(bool kernel_level, const EngineSpec& e, const ClusterSpec&
 void ScaleRates(const CostScales& k, bool kernel_level, EngineSpec* e, ClusterSpec* c) {
   if (kernel_level) {
     e->sustained_gemm *= k.gemm;
+    if (e->sustained_gemm_fp8 > 0) e->sustained_gemm_fp8 *= k.gemm;
     e->sustained_attention *= k.attention;
     e->sustained_memory *= k.memory;
     return;

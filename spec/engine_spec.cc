@@ -97,8 +97,12 @@ Status ParseUnguarded(const std::string& path, const std::string& text, EngineSp
                                     false));
   const YAML::Node& s = root["sustained"];
   if (s.IsDefined()) {
-    PLANNER_RETURN_IF_ERROR(r.CheckKeys(s, "sustained", {"gemm", "attention", "memory"}));
+    PLANNER_RETURN_IF_ERROR(r.CheckKeys(s, "sustained", {"gemm", "gemm_fp8", "attention", "memory"}));
     PLANNER_RETURN_IF_ERROR(Fraction(r, s, "gemm", "sustained.gemm", &e.sustained_gemm, 1));
+    if (s["gemm_fp8"].IsDefined()) {
+      PLANNER_RETURN_IF_ERROR(Fraction(r, s, "gemm_fp8", "sustained.gemm_fp8", &e.sustained_gemm_fp8, 1));
+      if (!(e.sustained_gemm_fp8 > 0)) return r.FieldError(s["gemm_fp8"], "sustained.gemm_fp8", "must be above 0");
+    }
     PLANNER_RETURN_IF_ERROR(Fraction(r, s, "attention", "sustained.attention", &e.sustained_attention, 1));
     PLANNER_RETURN_IF_ERROR(Fraction(r, s, "memory", "sustained.memory", &e.sustained_memory, 1));
     if (!(e.sustained_gemm > 0 && e.sustained_attention > 0 && e.sustained_memory > 0))

@@ -10,6 +10,7 @@
 #include <vector>
 
 #include "common/status.h"
+#include "spec/dtype.h"
 
 namespace planner {
 
@@ -30,6 +31,11 @@ struct EngineSpec {
   std::vector<std::string> attention_fallback;  // tried in order when the table lacks `attention`
   std::string fp8_recipe = "delayed";
   double sustained_gemm = 1, sustained_attention = 1, sustained_memory = 1;
+  // FP8 GEMMs' sustained share (file key sustained.gemm_fp8); below 0: gemm's.
+  double sustained_gemm_fp8 = -1;
+  double SustainedGemm(DType dtype) const {
+    return dtype == DType::kFp8 && sustained_gemm_fp8 > 0 ? sustained_gemm_fp8 : sustained_gemm;
+  }
   double elementwise_traffic = 1;  // memory-bound bytes relative to the fused kernels the layer model counts
   double fp8_cast_fused = 0.5;     // share of FP8 input casts fused into the producing kernel
   bool grad_reduce_overlap = true, param_gather_overlap = true;

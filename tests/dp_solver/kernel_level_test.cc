@@ -190,6 +190,37 @@ TEST_CASE("FP8 weights cast per microbatch where the engine keeps no FP8 copy: i
   CHECK(b.BlockSeconds(casting) == b.BlockSeconds(cached));
 }
 
+TEST_CASE("FP8 GEMMs run at the engine's FP8 sustained share, bf16 GEMMs and attention at theirs") {
+  const EngineSpec m = Engine("megatron-core");
+  REQUIRE(m.sustained_gemm_fp8 > 0);
+  CHECK(m.sustained_gemm_fp8 < m.sustained_gemm);  // docs/cost_model.md "Engines": calibrated below bf16's
+  CHECK(m.SustainedGemm(DType::kFp8) == m.sustained_gemm_fp8);
+  CHECK(m.SustainedGemm(DType::kBf16) == m.sustained_gemm);
+  CHECK(m.SustainedGemm(DType::kFp16) == m.sustained_gemm);
+  EngineSpec unset = m;
+  unset.sustained_gemm_fp8 = -1;  // a file without gemm_fp8: gemm's share for every precision
+  CHECK(unset.SustainedGemm(DType::kFp8) == m.sustained_gemm);
+  // With memory-bound work made free and the attention core's share made huge, an FP8 block's time is its GEMMs':
+  // halving the FP8 share doubles it exactly (the bf16 lm_head / router are not in the block).
+  KernelFixture f8(8192, DType::kFp8);
+  f8.cluster.hbm_bandwidth_GBps = 1e15;
+  EngineSpec a = f8.engine, b = f8.engine;
+  a.sustained_attention = b.sustained_attention = 1;
+  a.sustained_gemm_fp8 = 0.8;
+  b.sustained_gemm_fp8 = 0.4;
+  const double ta = f8.BlockSeconds(a), tb = f8.BlockSeconds(b);
+  CHECK(tb > 1.5 * ta);
+  CHECK(tb < 2 * ta);  // the attention core (bf16) keeps its time
+  EngineSpec c = b;
+  c.sustained_gemm = 0.2;  // bf16's share does not touch an FP8 block's GEMMs
+  CHECK(f8.BlockSeconds(c) == tb);
+  // A bf16 model ignores the FP8 share.
+  KernelFixture f16(8192, DType::kBf16);
+  EngineSpec d = f16.engine;
+  d.sustained_gemm_fp8 = 0.1;
+  CHECK(f16.BlockSeconds(d) == f16.BlockSeconds(f16.engine));
+}
+
 TEST_CASE("ring attention's steps: full off-diagonal blocks at long chunks, short chunks' low rates") {
   // 64k over cp 4: the diagonal step is causal at 16k, the other three non-causal at 8k (full blocks, a
   // higher rate than the causal kernel's): a little faster than a quarter of the whole sequence's time.
