@@ -128,6 +128,8 @@ SearchSpace MakeSearchSpace(const CostSource& src, const SearchOptions& o, int64
                   std::find(sp.schedules.begin(), sp.schedules.end(), Schedule::kPipeDream) != sp.schedules.end();
   // MTP modules each hold a transformer block and are split like one (Megatron's pipeline layout: a unit each).
   sp.blocks = src.model != nullptr && src.model->is_gpt ? src.model->gpt.layers + src.model->gpt.mtp : 0;
+  if (src.model != nullptr) sp.units = static_cast<int64_t>(PartitionCutPoints(*src.model).size()) - 1;
+  if (sp.units < 0) sp.units = 0;
   sp.seq = src.model != nullptr ? SequenceLength(*src.model) : 0;
   sp.cp = o.cp;
   if (sp.cp.empty()) {
@@ -235,7 +237,7 @@ std::vector<Candidate> UniformCandidates(const SearchSpace& sp, const SearchOpti
                                          const CostTable& table, Rejections* why) {
   std::vector<Candidate> out;
   const int64_t n = sp.gpus, t = table.tp, cp = table.cp, b = table.microbatch,
-                layers = static_cast<int64_t>(table.rows.size());
+                layers = sp.units > 0 ? sp.units : static_cast<int64_t>(table.rows.size());
   if (n % (t * cp) != 0) {
     if (why->cp.empty()) why->cp = fmt::format("tp={} x cp={} does not divide the {} GPUs", t, cp, n);
     return out;

@@ -35,9 +35,10 @@ struct SearchSpace {
   int64_t seq = 0;                          // tokens per sample (0: not a sequence model)
   bool replicated = false;                  // search the per-stage replication family too
   int64_t blocks = 0;                       // transformer blocks of a gpt: model (Megatron's interleave rule), else 0
-  int64_t experts = 0;                      // routed experts of an MoE model, else 0
-  std::vector<int64_t> ep;                  // expert-parallel sizes ({1} for a dense model)
-  std::vector<int64_t> etp;                 // expert tensor-parallel sizes; 0 stands for the table's tp
+  int64_t units = 0;         // parts a partition can cut a gpt: model into (PartitionCutPoints), else 0 (its rows)
+  int64_t experts = 0;       // routed experts of an MoE model, else 0
+  std::vector<int64_t> ep;   // expert-parallel sizes ({1} for a dense model)
+  std::vector<int64_t> etp;  // expert tensor-parallel sizes; 0 stands for the table's tp
 };
 
 // Defaults: tp powers of two up to the node; microbatch every size the profile

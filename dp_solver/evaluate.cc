@@ -2,6 +2,7 @@
 
 #include <algorithm>
 #include <cstring>
+#include <tuple>
 
 #include <fmt/format.h>
 #include <fmt/ranges.h>
@@ -148,6 +149,33 @@ std::vector<int64_t> AccountedPartition(int64_t rows, int64_t first_block, int64
   return cuts;
 }
 
+namespace {
+
+// A gpt model's transformer-block rows, then its MTP modules: [begin, end); {0, 0} when it has none.
+std::pair<int64_t, int64_t> BlockRows(const ModelSpec& model) {
+  int64_t begin = 0, end = 0;
+  for (size_t i = 0; i < model.layers.size(); ++i) {
+    if (!IsBlock(model.layers[i].kind) && model.layers[i].kind != LayerKind::kMtp) continue;
+    if (end == 0) begin = static_cast<int64_t>(i);
+    end = static_cast<int64_t>(i) + 1;
+  }
+  return {begin, end};
+}
+
+}  // namespace
+
+std::vector<int64_t> PartitionCutPoints(const ModelSpec& model) {
+  std::vector<int64_t> at;
+  if (!model.is_gpt) return at;
+  const auto [begin, end] = BlockRows(model);
+  if (end == 0) return at;
+  const auto n = static_cast<int64_t>(model.layers.size());
+  if (begin > 0) at.push_back(0);
+  for (int64_t i = begin; i <= end; ++i) at.push_back(i);
+  if (end < n) at.push_back(n);
+  return at;
+}
+
 Evaluator::Evaluator(const CostSource& src, const SearchOptions& o, int64_t global_batch)
     : src_(src), o_(o), batch_(global_batch), sb_(MakeStateBytes(src, o)) {
   // The architectures tried, hier first so that it stays the choice on a tie (one-level groups:
@@ -163,12 +191,8 @@ Evaluator::Evaluator(const CostSource& src, const SearchOptions& o, int64_t glob
     if (std::find(asked.begin(), asked.end(), d) != asked.end()) comms_.push_back(d);
   }
   if (src.model == nullptr || !src.model->is_gpt) return;
-  const auto& layers = src.model->layers;
-  for (size_t i = 0; i < layers.size(); ++i) {
-    if (!IsBlock(layers[i].kind) && layers[i].kind != LayerKind::kMtp) continue;  // blocks, then mtp modules
-    if (block_end_ == 0) block_begin_ = static_cast<int64_t>(i);
-    block_end_ = static_cast<int64_t>(i) + 1;
-  }
+  std::tie(block_begin_, block_end_) = BlockRows(*src.model);
+  cut_points_ = PartitionCutPoints(*src.model);
 }
 
 size_t Evaluator::AddTable(CostTable table) {
@@ -185,7 +209,7 @@ const std::vector<int64_t>& Evaluator::Partition(size_t table, int64_t k, bool a
   const int64_t rows = static_cast<int64_t>(tables_[table].rows.size());
   return partitions_
       .emplace(key, account ? AccountedPartition(rows, block_begin_, block_end_ - block_begin_, k)
-                            : BalancedPartition(tables_[table], k))
+                            : BalancedPartition(tables_[table], k, cut_points_))
       .first->second;
 }
 

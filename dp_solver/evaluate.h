@@ -152,7 +152,14 @@ class Evaluator {
   std::array<double, 3> MemoCollectives(double params, int64_t size, int64_t stride, DpComm d, int64_t positions,
                                         double calls) const;
   int64_t block_begin_ = 0, block_end_ = 0;  // a gpt model's transformer-block rows
+  std::vector<int64_t> cut_points_;          // PartitionCutPoints of the model
 };
+
+// Where a balanced partition of a gpt model may cut: 0, every boundary from its first transformer block to
+// past its last block or MTP module, and the end. The rows before the blocks (the embedding) and after them
+// (final norm, lm_head, loss) stay together, as Megatron places them (its layout's E and L). Empty for other
+// models (any row boundary).
+std::vector<int64_t> PartitionCutPoints(const ModelSpec& model);
 
 // Tokens per sample of a sequence model: a gpt model's seq, else its embedding's input length; 0: none.
 int64_t SequenceLength(const ModelSpec& model);

@@ -17,29 +17,35 @@
 
 namespace planner {
 
-std::vector<int64_t> BalancedPartition(const CostTable& t, int64_t k) {
+std::vector<int64_t> BalancedPartition(const CostTable& t, int64_t k, std::vector<int64_t> at) {
   const int64_t n = static_cast<int64_t>(t.rows.size());
+  if (at.empty()) {
+    for (int64_t i = 0; i <= n; ++i) at.push_back(i);
+  }
+  const int64_t units = static_cast<int64_t>(at.size()) - 1;
+  auto cut = [&](int64_t i) { return at[static_cast<size_t>(i)]; };
   std::vector<int64_t> cuts;
-  if (k < 1 || k > n) return cuts;
+  if (k < 1 || k > units) return cuts;
+  // Greedy feasibility over the units between cut points: each part extends while it stays within the limit.
   auto greedy = [&](double limit, std::vector<int64_t>* out) {
     std::vector<int64_t> b = {0};
     int64_t pos = 0;
     for (int64_t j = 0; j < k; ++j) {
       int64_t end = pos + 1;
       if (j == k - 1) {
-        end = n;
+        end = units;
       } else {
-        while (end < n - (k - j - 1) && t.Time(pos, end + 1) <= limit) ++end;
+        while (end < units - (k - j - 1) && t.Time(cut(pos), cut(end + 1)) <= limit) ++end;
       }
-      if (t.Time(pos, end) > limit) return false;
-      b.push_back(end);
+      if (t.Time(cut(pos), cut(end)) > limit) return false;
+      b.push_back(cut(end));
       pos = end;
     }
     if (out) *out = b;
     return true;
   };
   double lo = 0, hi = t.Time(0, n);
-  for (int64_t i = 0; i < n; ++i) lo = std::max(lo, t.Time(i, i + 1));
+  for (int64_t i = 0; i < units; ++i) lo = std::max(lo, t.Time(cut(i), cut(i + 1)));
   if (greedy(lo, &cuts)) return cuts;
   for (int it = 0; it < 100 && hi - lo > 1e-13 * hi; ++it) {
     double mid = 0.5 * (lo + hi);

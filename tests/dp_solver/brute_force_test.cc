@@ -1,4 +1,5 @@
 // Exactness: the DPs equal brute-force enumeration on random small instances.
+#include <algorithm>
 #include <cmath>
 #include <functional>
 #include <random>
@@ -116,6 +117,50 @@ TEST_CASE("balanced partition equals brute-force min-max") {
         return;
       }
       for (int64_t e = start + 1; e <= n - (parts - 1); ++e) rec(e, parts - 1, std::max(cur, t.Time(start, e)));
+    };
+    rec(0, k, 0);
+    CHECK(got == doctest::Approx(best).epsilon(1e-9));
+  }
+}
+
+TEST_CASE("balanced partition at allowed cut points equals brute force over those points") {
+  std::mt19937 rng(11);
+  for (int trial = 0; trial < 300; ++trial) {
+    const int n = 3 + static_cast<int>(rng() % 12);
+    CostTable t;
+    for (int i = 0; i < n; ++i) {
+      LayerCostRow row;
+      row.forward_s = std::uniform_real_distribution<double>(0.01, 1)(rng);
+      t.rows.push_back(row);
+    }
+    t.BuildPrefix();
+    std::vector<int64_t> at = {0};
+    for (int64_t i = 1; i < n; ++i)
+      if (rng() % 3 != 0) at.push_back(i);
+    at.push_back(n);
+    const int64_t units = static_cast<int64_t>(at.size()) - 1;
+    const int64_t k = 1 + static_cast<int64_t>(rng() % static_cast<uint32_t>(units + 1));  // up to one too many
+    auto cuts = BalancedPartition(t, k, at);
+    INFO("n=" << n << " k=" << k << " units=" << units);
+    if (k > units) {
+      CHECK(cuts.empty());  // fewer parts can be cut there than asked
+      continue;
+    }
+    REQUIRE(cuts.size() == static_cast<size_t>(k + 1));
+    double got = 0;
+    for (int64_t q = 0; q < k; ++q) {
+      CHECK(std::find(at.begin(), at.end(), cuts[static_cast<size_t>(q)]) != at.end());
+      got = std::max(got, t.Time(cuts[static_cast<size_t>(q)], cuts[static_cast<size_t>(q + 1)]));
+    }
+    CHECK(cuts.back() == n);
+    double best = INFINITY;
+    std::function<void(int64_t, int64_t, double)> rec = [&](int64_t u, int64_t parts, double cur) {
+      if (parts == 1) {
+        best = std::min(best, std::max(cur, t.Time(at[static_cast<size_t>(u)], n)));
+        return;
+      }
+      for (int64_t e = u + 1; e <= units - (parts - 1); ++e)
+        rec(e, parts - 1, std::max(cur, t.Time(at[static_cast<size_t>(u)], at[static_cast<size_t>(e)])));
     };
     rec(0, k, 0);
     CHECK(got == doctest::Approx(best).epsilon(1e-9));

@@ -2,6 +2,7 @@
 #include <cmath>
 
 #include "dp_solver/search.h"
+#include "spec/layer_catalog.h"
 #include "tests/test_util.h"
 
 namespace planner {
@@ -48,6 +49,40 @@ TEST_CASE("more GPUs never predict a slower iteration for a data-parallel-friend
     CHECK(p.predicted.iteration_s < prev);
     prev = p.predicted.iteration_s;
   }
+}
+
+TEST_CASE(
+    "a gpt model's embedding and its final norm, lm_head and loss stay in one chunk each, as Megatron places them") {
+  // Llama 3 8B (vocabulary 128256: the lm_head alone outweighs a block) on pp 4 x v 8: 32 chunks over 32 blocks.
+  // A balance that ignored Megatron's units cut between the lm_head and the loss and sent the logits (what
+  // Megatron's layout cannot express).
+  Fixture f("llama3-8b.yaml", "dgx-h100.yaml");
+  SearchOptions o;
+  o.gpus = 32;
+  o.tp = {1};
+  o.pp = {4};
+  o.cp = {1};
+  o.microbatch = {1};
+  o.schedules = {Schedule::kInterleaved};
+  o.interleave = {8};
+  Plan p;
+  REQUIRE_OK(f.Solve(o, &p));
+  REQUIRE(p.stages.size() == 32);
+  const auto& layers = f.model.layers;
+  const int64_t n = static_cast<int64_t>(layers.size());
+  // No chunk starts inside the tail (final norm, lm_head, loss: Megatron's L, a chunk of its own or with blocks).
+  CHECK(layers[static_cast<size_t>(n - 1)].kind == LayerKind::kLoss);
+  CHECK(layers[static_cast<size_t>(n - 2)].kind == LayerKind::kLmHead);
+  for (const auto& st : p.stages) {
+    CHECK(st.first_layer != n - 1);
+    CHECK(st.first_layer != n - 2);
+  }
+  CHECK(p.stages.back().last_layer == n - 1);
+  // pp x v above the units (32 blocks, the embedding, the tail: 34) is no candidate.
+  o.pp = {4};
+  o.interleave = {16};
+  Plan q;
+  CHECK(!f.Solve(o, &q).ok());
 }
 
 TEST_CASE("a model that fits no GPU count is Infeasible and names the binding constraint") {
