@@ -305,10 +305,25 @@ def run_llama(tmp, cluster):
     return rows
 
 
+def deepseek_engine(tmp):
+    """DeepSeek's engine (HAI-LLM, not public) as the V3 report runs it: Megatron-Core's kernels and shares
+    (configs/engines/megatron-core.yaml) with the report's DualPipe, which Megatron-Core does not run. Written
+    from megatron-core.yaml so the shares cannot drift apart; its rows join megatron-core's band."""
+    text = open(os.path.join(ENGINES_DIR, "megatron-core.yaml")).read()
+    text = text.replace("name: megatron-core", "name: deepseek-v3-report", 1)
+    import re
+    text = re.sub(r"(?m)^schedules: \[[^\]]*\]", "schedules: [1f1b, interleaved, zb-h1, dualpipev]", text)
+    path = os.path.join(tmp, "deepseek-v3-report.yaml")
+    open(path, "w").write(text)
+    return path
+
+
 def run_deepseek(tmp, cluster):
     rows = []
     model = os.path.join(ROOT, "configs", "models", "deepseek-v3.yaml")
+    engine = ["--engine", deepseek_engine(tmp)]
     for name, flags, pub in DEEPSEEK:
+        flags = flags + engine
         # The planner's default costing (--moe-overlap off: the all-to-all exposed); recompute: what fits
         # (the search finds DeepSeek's module set, RMSNorm, MLA up projections and SwiGLU, report
         # section 3.2.3). The row is also printed with --moe-overlap on (DualPipe's overlap as the
@@ -319,7 +334,7 @@ def run_deepseek(tmp, cluster):
             rows.append((name + " (--moe-overlap on)", pub, on["predicted"]["tokens_per_second_per_gpu"], layout(on) + " (not in the summary)"))
         pred = plan["predicted"]["tokens_per_second_per_gpu"] if plan else None
         rows.append((name, pub, pred, layout(plan) if plan else err))
-        free, ferr = solve(model, cluster, 2048, [])
+        free, ferr = solve(model, cluster, 2048, engine)
         if plan and free:
             ratio = plan["predicted"]["iteration_seconds"] / free["predicted"]["iteration_seconds"]
             FREE.append((name.split(" n2048")[0] + " n2048", free["parallel"],

@@ -139,6 +139,20 @@ Status ApplyEngineRecompute(const EngineSpec& e, SearchOptions* o) {
                   fmt::join(RecomputeModuleList(e.recompute_modules), ",")));
 }
 
+// "--engine A or B" naming the built-in engines that run schedule `s` (an engine file without `schedules`
+// runs every one), else "another --engine".
+std::string EnginesRunning(Schedule s) {
+  std::vector<std::string> names;
+  for (const std::string& n : BuiltinEngines()) {
+    EngineSpec e;
+    if (!LoadEngineSpec(n, &e).ok()) continue;
+    if (e.schedules.empty() || std::find(e.schedules.begin(), e.schedules.end(), ScheduleName(s)) != e.schedules.end())
+      names.push_back(n);
+  }
+  if (names.empty()) return "another --engine";
+  return fmt::format("--engine {}", fmt::join(names, " or "));
+}
+
 // What the engine changes in the search: the ZeRO stages and schedules it runs (a forced one it does not
 // run is an input error naming the reason), and with a kernel table its overlap behaviour and memory.
 Status ApplyEngine(const SolveArgs& a, const CostSource& src, SearchOptions* o) {
@@ -165,10 +179,9 @@ Status ApplyEngine(const SolveArgs& a, const CostSource& src, SearchOptions* o) 
     if (o->schedules.empty()) o->schedules = runs;
     for (Schedule s : o->schedules) {
       if (std::find(runs.begin(), runs.end(), s) == runs.end())
-        return Status::InvalidArgument(
-            fmt::format("--schedule {}: engine {} does not run it; choose one of {} or "
-                        "another --engine",
-                        ScheduleName(s), e.name, fmt::join(e.schedules, ", ")));
+        return Status::InvalidArgument(fmt::format("--schedule {}: engine {} does not run it; choose one of {} or {}",
+                                                   ScheduleName(s), e.name, fmt::join(e.schedules, ", "),
+                                                   EnginesRunning(s)));
     }
   }
   ParseCpCommType(a.cp_comm_type, &o->cost.cp_comm);  // checked in LoadEngines

@@ -26,10 +26,12 @@ FEATURES = [
     ("ZeRO-3 / FSDP, no pipelining", *L8, 16, "--tp 8 --pp 1 --cp 1 --sp on --zero 3"),
     ("context parallelism (CP 2)", *L8, 16, "--tp 4 --pp 1 --cp 2 --sp on --zero 1"),
     ("PP 2, 1F1B, ZeRO-1", *L8, 32, "--tp 8 --pp 2 --cp 1 --sp on --zero 1 --schedule 1f1b"),
-    ("PP 2, GPipe", *L8, 32, "--tp 8 --pp 2 --cp 1 --sp on --zero 1 --schedule gpipe --global-batch 16"),
+    # Megatron-Core does not run GPipe, ZB-H1 or DualPipeV: its kernel-level search refuses them; the flat model
+    # (--kernels none: every schedule, as on a cluster without a kernel table) plans them, as a user could.
+    ("PP 2, GPipe", *L8, 32, "--tp 8 --pp 2 --cp 1 --sp on --zero 1 --schedule gpipe --global-batch 16 --kernels none"),
     ("PP 2, interleaved (v 2)", *L8, 32, "--tp 8 --pp 2 --cp 1 --sp on --zero 1 --schedule interleaved --vp 2"),
-    ("PP 2, ZB-H1", *L8, 32, "--tp 8 --pp 2 --cp 1 --sp on --zero 1 --schedule zb-h1"),
-    ("PP 2, DualPipeV", *L8, 32, "--tp 8 --pp 2 --cp 1 --sp on --zero 1 --schedule dualpipev"),
+    ("PP 2, ZB-H1", *L8, 32, "--tp 8 --pp 2 --cp 1 --sp on --zero 1 --schedule zb-h1 --kernels none"),
+    ("PP 2, DualPipeV", *L8, 32, "--tp 8 --pp 2 --cp 1 --sp on --zero 1 --schedule dualpipev --kernels none"),
     # The solver never plans it (no engine runs it); a plan edited to it, as a user could.
     ("ZeRO-2 with pipelining (plan edited)", *L8, 32, "--tp 8 --pp 2 --cp 1 --sp on --zero 1 --schedule 1f1b", (r"(?m)^zero_stage: 1$", "zero_stage: 2")),
     ("full recompute", *L8, 32, "--tp 8 --pp 2 --cp 1 --sp on --zero 1 --schedule 1f1b --recompute full"),

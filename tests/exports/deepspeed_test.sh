@@ -31,13 +31,13 @@ tiny-gpt-pp2dp2 tiny-gpt 4 dgx-a100 --pp 2 --tp 1 --zero 1
 llama3-8b llama3-8b 64 dgx-h100 --cp 1
 gpt3-interleaved gpt3-175b 128 dgx-h100 --tp 8 --pp 8 --vp 2 --zero 1
 llama3-8b-tp8 llama3-8b 16 dgx-h100 --tp 8 --pp 1 --cp 1 --zero 3
-dualpipev llama3-8b 32 dgx-h100 --tp 8 --pp 2 --cp 1 --zero 1 --schedule dualpipev
+dualpipev llama3-8b 32 dgx-h100 --tp 8 --pp 2 --cp 1 --zero 1 --schedule dualpipev --kernels none
 tiny-gpt-pp2 tiny-gpt 2 local-cpu --pp 2
 tiny-gpt-pp2dp2 tiny-gpt 4 dgx-a100 --pp 2 --tp 1 --zero 1
 llama3-8b llama3-8b 64 dgx-h100 --cp 1
 gpt3-interleaved gpt3-175b 128 dgx-h100 --tp 8 --pp 8 --vp 2 --zero 1
 llama3-8b-tp8 llama3-8b 16 dgx-h100 --tp 8 --pp 1 --cp 1 --zero 3
-dualpipev llama3-8b 32 dgx-h100 --tp 8 --pp 2 --cp 1 --zero 1 --schedule dualpipev
+dualpipev llama3-8b 32 dgx-h100 --tp 8 --pp 2 --cp 1 --zero 1 --schedule dualpipev --kernels none
 EOF
 # The defects in copies of golden directories: the checker must FAIL each with the reason.
 neg() {  # neg NAME GOLDEN FILE PYTHON-EDIT EXPECTED-TEXT

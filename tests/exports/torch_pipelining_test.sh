@@ -24,12 +24,12 @@ solve() {  # solve NAME GPUS ARGS...: a tiny-gpt plan and its launch directory
     echo "FAIL $name: no torch_pipelining.py"; cat "$T/$name.err"; fail=1
   fi
 }
-solve gpipe 2 --pp 2 --tp 1 --schedule gpipe --microbatch 8
+solve gpipe 2 --pp 2 --tp 1 --schedule gpipe --microbatch 8 --kernels none
 solve 1f1b 2 --pp 2 --tp 1 --schedule 1f1b --microbatch 8
 solve 1f1b-m1 2 --pp 2 --tp 1 --schedule 1f1b --microbatch 32
 solve interleaved 2 --pp 2 --tp 1 --schedule interleaved --interleave 2 --microbatch 8
-solve zb-h1 2 --pp 2 --tp 1 --schedule zb-h1 --microbatch 8
-solve dualpipev 2 --pp 2 --tp 1 --schedule dualpipev --microbatch 8
+solve zb-h1 2 --pp 2 --tp 1 --schedule zb-h1 --microbatch 8 --kernels none
+solve dualpipev 2 --pp 2 --tp 1 --schedule dualpipev --microbatch 8 --kernels none
 solve pp2-dp2 4 --pp 2 --tp 1 --schedule 1f1b --microbatch 4
 M=$SRC/configs/models/tiny-llama.yaml  # GQA, SwiGLU, RMSNorm, RoPE, untied embeddings
 solve pp2-tp2 4 --pp 2 --tp 2 --schedule 1f1b --microbatch 4 --sp off

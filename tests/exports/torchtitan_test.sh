@@ -25,10 +25,10 @@ while read -r name model gpus flags; do
   [ -f "$T/demo-$name/torchtitan.toml" ] || { echo "FAIL demo $name: no torchtitan.toml ($(cat "$T/demo-$name/torchtitan.toml.refused" 2>/dev/null))"; fail=1; }
 done <<EOF
 l8-1f1b llama3-8b 32 --tp 8 --pp 2 --cp 1 --zero 1 --schedule 1f1b
-l8-zbh1 llama3-8b 32 --tp 8 --pp 2 --cp 1 --zero 1 --schedule zb-h1
+l8-zbh1 llama3-8b 32 --tp 8 --pp 2 --cp 1 --zero 1 --schedule zb-h1 --kernels none
 l8-fsdp llama3-8b 16 --tp 8 --pp 1 --cp 1 --zero 3 --recompute full
 l8-ddp llama3-8b 16 --tp 8 --pp 1 --cp 1 --zero 0 --recompute selective
-l70-dualpipev llama3-70b 128 --tp 8 --pp 4 --cp 1 --zero 1 --schedule dualpipev
+l70-dualpipev llama3-70b 128 --tp 8 --pp 4 --cp 1 --zero 1 --schedule dualpipev --kernels none
 l70-cp llama3-70b 128 --tp 8 --pp 4 --cp 2 --zero 1 --schedule 1f1b
 EOF
 neg() {  # neg NAME GOLDEN SED-SCRIPT FILE EXPECTED-TEXT

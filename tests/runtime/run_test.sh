@@ -71,7 +71,7 @@ else
   bad "overlapped DP run"; tail -3 dp2o.err
 fi
 case_grad pp2-dp2-mlp 4 mlp-small dgx-a100 --pp 2 --tp 1 --schedule 1f1b --global-batch 64
-case_grad pp4-dualpipev-mlp 4 mlp-small dgx-a100 --pp 4 --tp 1 --schedule dualpipev --global-batch 64
+case_grad pp4-dualpipev-mlp 4 mlp-small dgx-a100 --pp 4 --tp 1 --schedule dualpipev --global-batch 64 --kernels none
 
 # MoE (configs/models/tiny-moe.yaml: a dense block, then 2 MoE blocks of 4 experts, top-2, a shared
 # expert and the aux loss; tiny-moe-mla.yaml: MLA in every block, sigmoid router with route groups):
@@ -91,7 +91,7 @@ case_grad moe-mla-ep2 2 tiny-moe-mla local-cpu --ep 2 --tp 1 --pp 1
 # DualPipeV with expert parallelism: 4 blocks (1 dense, 3 MoE) in 2 x pp = 4 chunks, the V over 2
 # pipeline ranks, each stage's 2 ranks one EP group.
 sed 's/  layers: 3/  layers: 4/' $M/tiny-moe.yaml > tiny-moe-4.yaml
-case_grad moe-pp2-ep2-dualpipev 4 tiny-moe-4.yaml dgx-a100 --ep 2 --pp 2 --tp 1 --schedule dualpipev
+case_grad moe-pp2-ep2-dualpipev 4 tiny-moe-4.yaml dgx-a100 --ep 2 --pp 2 --tp 1 --schedule dualpipev --kernels none
 $PLANNER -q solve --gpus 4 --model $M/tiny-moe.yaml --cluster $C/dgx-a100.yaml --tp 2 --pp 1 --ep 2 --etp 1 --sp on -o moetp2.plan.yaml >/dev/null \
   && grep -q '^sequence_parallel: true$' moetp2.plan.yaml && $PLANNER -q codegen moetp2.plan.yaml -o moetp2 --iterations 3 \
   && timeout 180 mpirun --oversubscribe -np 4 $PLANNER -q run moetp2 --dump-gradients --run-id multi >/dev/null 2>moetp2.err \
