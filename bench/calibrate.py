@@ -189,6 +189,31 @@ TORCHTITAN_2412 = [
     ("T6", "405B n512 FSDP1 TP8 PP8 CP8 256K", "llama3.1-405b.yaml", 512, 8, 8, 8, 1, 8, 1, 262144, "fp8", "full", "torchtitan-compile", 1, 16, 84.9),
 ]
 
+# Checks, not calibration: Megatron-Core's newer H100 FP8 recipes (NVIDIA-NeMo/Megatron-Bridge
+# docs/performance-summary-archive.md, releases 25.09 to 26.04.01; NVIDIA/Megatron-LM examples/llama/README.md at
+# core_r0.12; the NeMo 25.02 performance page): (source, model file, GPUs, global batch, microbatch, seq, tp, pp, cp,
+# vp, ep, FP8 recipe: cs current scaling / ds delayed, extra flags, tokens/s/GPU). The recipes (Megatron-Bridge
+# scripts/performance configs): distributed optimizer, grad_reduce_in_fp32 False (bf16 gradients), TP communication
+# overlap (userbuffers) where tp > 1, no recompute unless named, the MoE all-to-all overlapped where
+# moe_a2a_overlap is set, experts force-balanced (dropless). Left out: Qwen3-30B-A3B at 25.11 (5275 tokens/s/GPU,
+# half of 25.09's 10494 for the same layout) and GPT-OSS-120B (no model file).
+MEGATRON_BRIDGE = [
+    ("MB 25.11", "llama3-70b.yaml", 64, 128, 1, 8192, 4, 8, 1, 5, 1, "cs", [], 1602),
+    ("MB 25.11", "llama3.1-405b.yaml", 1024, 512, 1, 8192, 8, 8, 2, 8, 1, "cs", [], 292),
+    ("MB 26.04.01", "llama3-70b.yaml", 64, 256, 1, 8192, 4, 8, 1, 5, 1, "cs", [], 1664),
+    ("MB 26.04.01", "llama3.1-405b.yaml", 1024, 1536, 1, 8192, 8, 8, 2, 8, 1, "cs", [], 328),
+    ("Megatron-LM core_r0.12", "llama3-8b.yaml", 8, 128, 1, 8192, 1, 1, 2, 1, 1, "ds", [], 13812),
+    ("Megatron-LM core_r0.12", "llama3-70b.yaml", 64, 128, 1, 8192, 4, 8, 1, 5, 1, "ds", [], 1621),
+    ("Megatron-LM core_r0.12", "llama3.1-405b.yaml", 1024, 512, 1, 8192, 8, 8, 2, 8, 1, "ds", [], 315),
+    ("NeMo 25.02", "gpt3-175b.yaml", 512, 2048, 2, 2048, 4, 8, 1, 6, 1, "ds", [], 866),
+    ("MB 26.04.01", "qwen3-30b-a3b.yaml", 16, 1024, 1, 4096, 1, 1, 1, 1, 16, "cs", [], 8960),
+    ("MB 25.11", "qwen3-235b-a22b.yaml", 256, 2048, 1, 4096, 2, 8, 1, 4, 32, "cs", ["--moe-overlap", "on"], 1575),
+    ("MB 26.04.01", "qwen3-235b-a22b.yaml", 256, 8192, 1, 4096, 2, 8, 1, 4, 32, "cs", ["--moe-overlap", "on"], 1712),
+    ("MB 25.09", "deepseek-v3.yaml", 1024, 8192, 1, 4096, 2, 8, 1, 4, 64, "cs",
+     ["--moe-overlap", "on", "--pipeline-model-parallel-layout", "Et|(tt|)*30mL", "--recompute", "selective",
+      "--recompute-modules", "mla_up_proj,mlp"], 1297),
+]
+
 MEGATRON_2021 = ["--zero", "0", "--overlap-grad-reduce", "off", "--overlap-param-gather", "off"]
 # Schedules Megatron-Core runs.
 MEGATRON_SCHEDULES = ["--schedule", "1f1b,interleaved"]
@@ -420,6 +445,30 @@ def run_torchtitan_2412(cluster):
     return rows
 
 
+def run_megatron_bridge(tmp, cluster):
+    text = open(os.path.join(ENGINES_DIR, "megatron-core.yaml")).read()
+    import re
+    current = os.path.join(tmp, "megatron-core-fp8-current.yaml")
+    open(current, "w").write(re.sub(r"(?m)^fp8_recipe: delayed", "fp8_recipe: current",
+                                    text.replace("name: megatron-core", "name: megatron-core-fp8-current", 1)))
+    rows = []
+    for src, model, n, B, b, seq, t, p, cp, v, ep, recipe, extra, pub in MEGATRON_BRIDGE:
+        flags = ["--tp", str(t), "--pp", str(p), "--cp", str(cp), "--global-batch", str(B), "--microbatch", str(b),
+                 "--seq", str(seq), "--precision", "fp8", "--zero", "1", "--grad-dtype", "bf16"]
+        if "--recompute" not in extra:
+            flags += ["--recompute", "none"]
+        if "--pipeline-model-parallel-layout" not in extra:
+            flags += ["--schedule", "interleaved", "--interleave", str(v)] if v > 1 else ["--schedule", "1f1b"]
+        flags += ["--sp", "on", "--tp-comm-overlap", "on"] if t > 1 else []
+        flags += ["--ep", str(ep), "--etp", "1"] if ep > 1 else []
+        flags += ["--engine", current] if recipe == "cs" else []
+        plan, err = solve(os.path.join(ROOT, "configs", "models", model), cluster, n, flags + extra)
+        pred = plan["predicted"]["tokens_per_second_per_gpu"] if plan else None
+        rows.append((f"{src} {model[:-5]} n{n} tp{t} pp{p} cp{cp} vp{v} ep{ep} B{B} b{b} seq{seq} fp8-{recipe}", pub, pred,
+                     layout(plan) if plan else "REFUSED: " + err))
+    return rows
+
+
 def table_mem(title, unit, rows):
     """table() with the published and predicted peak memory (GiB) beside the figure."""
     print(f"\n### {title}\n\n| run | published {unit} | predicted | error | published GiB | predicted GiB (reserved) | plan |\n"
@@ -556,6 +605,8 @@ def main():
                      "tokens/s/GPU", run_nemo_2407(tmp, args.h100))
         titan = table_mem("Checks, not calibration: torchtitan's Dec 2024 benchmarks (H100 96 GB, 500 W)", "TPS/GPU",
                           run_torchtitan_2412(args.h100_96gb))
+        bridge = table("Checks, not calibration: Megatron-Core's 2025-26 recipes (Megatron-Bridge, Megatron-LM, NeMo 25.02; "
+                       "H100, FP8)", "tokens/s/GPU", run_megatron_bridge(tmp, args.h100))
         print("\n### Free search against the published layout (H100 bf16, H800 fp8)\n\n"
               "Above 1.25x the modelled reason is named: the published layout's iteration minus the free plan's, by part "
               "(seconds per iteration, largest first).\n\n"
@@ -571,6 +622,9 @@ def main():
         summary("issue27 H100 bf16/fp8 (h100-96gb-500w, dgx-h100)", issue27, len(ISSUE27))
         summary("checks: NeMo 24.07 H100 fp8", nemo, len(NEMO_2407))
         summary("checks: torchtitan Dec 2024 H100", titan, len(TORCHTITAN_2412) - 1)
+        summary("checks: Megatron-Core 2025-26 recipes H100 fp8", bridge, len(MEGATRON_BRIDGE))
+        if bridge:
+            print(f"checks: Megatron-Core 2025-26 recipes H100 fp8: signed mean {100 * sum(bridge) / len(bridge):+.2f}%")
         if titan:
             print(f"checks: torchtitan Dec 2024 H100: signed mean {100 * sum(titan) / len(titan):+.2f}%")
         if nemo:

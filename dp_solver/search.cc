@@ -17,6 +17,55 @@
 
 namespace planner {
 
+namespace {
+
+// The parts of BalancedPartition at its largest part `limit`: many partitions share it (a heavy unit, the lm_head
+// and loss, sets it), and the greedy one packs the front parts to the limit and leaves single units behind.
+// Instead each part ends where the prefix time is closest to its share of the whole, (j + 1) T / k, among the ends
+// that keep it within the limit and leave a rest the remaining parts can cover (parts[u]: the fewest parts covering
+// units [u, units) within the limit, greedy from u, which is optimal; reach[u]: the furthest end of a part starting
+// at u). O(units + k log units). `at`: the cut points (units + 1 of them, from 0 to the table's rows).
+std::vector<int64_t> EqualizedCuts(const CostTable& t, int64_t k, const std::vector<int64_t>& at, double limit) {
+  auto cut = [&](int64_t i) { return at[static_cast<size_t>(i)]; };
+  auto time_to = [&](int64_t u) { return t.Time(0, cut(u)); };
+  const int64_t units = static_cast<int64_t>(at.size()) - 1;
+  const auto U = static_cast<size_t>(units);
+  std::vector<int64_t> reach(U + 1, units), parts(U + 1, 0);
+  for (int64_t u = 0, v = 1; u < units; ++u) {
+    v = std::max(v, u + 1);
+    while (v < units && t.Time(cut(u), cut(v + 1)) <= limit) ++v;
+    reach[static_cast<size_t>(u)] = v;
+  }
+  for (int64_t u = units - 1; u >= 0; --u)
+    parts[static_cast<size_t>(u)] = 1 + parts[static_cast<size_t>(reach[static_cast<size_t>(u)])];
+  // The first u in [l, h] with pred(u) (pred false then true over the range), h when none.
+  auto first = [](int64_t l, int64_t h, const auto& pred) {
+    while (l < h) {
+      const int64_t mid = (l + h) / 2;
+      if (pred(mid)) h = mid;
+      else l = mid + 1;
+    }
+    return l;
+  };
+  std::vector<int64_t> cuts = {0};
+  int64_t pos = 0;
+  for (int64_t j = 0; j < k; ++j) {
+    const int64_t rest = k - j - 1;
+    const int64_t hi = j == k - 1 ? units : std::min(reach[static_cast<size_t>(pos)], units - rest);
+    const int64_t lo =
+        j == k - 1 ? units : first(pos + 1, hi, [&](int64_t u) { return parts[static_cast<size_t>(u)] <= rest; });
+    const double target = t.Time(0, cut(units)) * static_cast<double>(j + 1) / static_cast<double>(k);
+    const int64_t past = first(lo, hi, [&](int64_t u) { return time_to(u) >= target; });
+    int64_t best = past;
+    if (past > lo && std::abs(time_to(past - 1) - target) < std::abs(time_to(past) - target)) best = past - 1;
+    cuts.push_back(cut(best));
+    pos = best;
+  }
+  return cuts;
+}
+
+}  // namespace
+
 std::vector<int64_t> BalancedPartition(const CostTable& t, int64_t k, std::vector<int64_t> at) {
   const int64_t n = static_cast<int64_t>(t.rows.size());
   if (at.empty()) {
@@ -24,11 +73,9 @@ std::vector<int64_t> BalancedPartition(const CostTable& t, int64_t k, std::vecto
   }
   const int64_t units = static_cast<int64_t>(at.size()) - 1;
   auto cut = [&](int64_t i) { return at[static_cast<size_t>(i)]; };
-  std::vector<int64_t> cuts;
-  if (k < 1 || k > units) return cuts;
+  if (k < 1 || k > units) return {};
   // Greedy feasibility over the units between cut points: each part extends while it stays within the limit.
-  auto greedy = [&](double limit, std::vector<int64_t>* out) {
-    std::vector<int64_t> b = {0};
+  auto greedy = [&](double limit) {
     int64_t pos = 0;
     for (int64_t j = 0; j < k; ++j) {
       int64_t end = pos + 1;
@@ -38,22 +85,19 @@ std::vector<int64_t> BalancedPartition(const CostTable& t, int64_t k, std::vecto
         while (end < units - (k - j - 1) && t.Time(cut(pos), cut(end + 1)) <= limit) ++end;
       }
       if (t.Time(cut(pos), cut(end)) > limit) return false;
-      b.push_back(cut(end));
       pos = end;
     }
-    if (out) *out = b;
     return true;
   };
   double lo = 0, hi = t.Time(0, n);
   for (int64_t i = 0; i < units; ++i) lo = std::max(lo, t.Time(cut(i), cut(i + 1)));
-  if (greedy(lo, &cuts)) return cuts;
+  if (greedy(lo)) return EqualizedCuts(t, k, at, lo);
   for (int it = 0; it < 100 && hi - lo > 1e-13 * hi; ++it) {
     double mid = 0.5 * (lo + hi);
-    if (greedy(mid, nullptr)) hi = mid;
+    if (greedy(mid)) hi = mid;
     else lo = mid;
   }
-  greedy(hi, &cuts);
-  return cuts;
+  return EqualizedCuts(t, k, at, hi);
 }
 
 namespace {

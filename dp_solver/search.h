@@ -113,7 +113,8 @@ Status SolveAuto(const CostSource& src, const SearchOptions& options, Plan* plan
 
 // Balanced contiguous partition of layers [0, n) into k non-empty parts that
 // minimises the largest part's time (exact: binary search over the answer
-// with a greedy feasibility check). Returns part boundaries b_0=0 < ... < b_k=n,
+// with a greedy feasibility check) with each part ending as near its share
+// of the whole time as that allows. Returns part boundaries b_0=0 < ... < b_k=n,
 // each one of `cut_points` (sorted, from 0 to n; empty: every position); empty when
 // fewer than k parts can be cut there.
 std::vector<int64_t> BalancedPartition(const CostTable& table, int64_t k, std::vector<int64_t> cut_points = {});

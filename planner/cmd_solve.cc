@@ -287,12 +287,18 @@ void CostLead(const CostSource& src, const SearchOptions& o, Plan* plan) {
   bare.cost.compute_slowdown = 0;
   PlanLead lead;
   lead.runner_up_s = r.iteration_s;
+  // A time counterfactual of layouts that fit: re-solved with overlaps off, a layout's balanced partition
+  // (costed with its communication exposed) may move and overgrow the memory; the memory is not re-checked.
+  ClusterSpec cluster = *src.cluster;
+  cluster.memory_GiB = cluster.usable_memory_GiB = 1e9;
+  CostSource roomy = src;
+  roomy.cluster = &cluster;
   for (auto [layout, out] : {std::pair<const ParallelLayout*, double*>{plan, &lead.chosen_no_overlap_s},
                              {&r, &lead.runner_up_no_overlap_s}}) {
     SearchOptions f = bare;
     ForceLayout(*layout, &f);
     Plan p;
-    if (!SolveAuto(src, f, &p, nullptr).ok()) return;
+    if (!SolveAuto(roomy, f, &p, nullptr).ok()) return;
     *out = p.predicted.iteration_s;
   }
   const double t = plan->predicted.iteration_s;
