@@ -91,18 +91,24 @@ TEST_CASE("PipeDream DP equals brute force on random chains") {
   }
 }
 
+// n rows with forward times uniform in [0.01, 1) s, prefix sums built.
+CostTable RandomForwardTable(std::mt19937& rng, int n) {
+  CostTable t;
+  for (int i = 0; i < n; ++i) {
+    LayerCostRow row;
+    row.forward_s = std::uniform_real_distribution<double>(0.01, 1)(rng);
+    t.rows.push_back(row);
+  }
+  t.BuildPrefix();
+  return t;
+}
+
 TEST_CASE("balanced partition equals brute-force min-max") {
   std::mt19937 rng(7);
   for (int trial = 0; trial < 200; ++trial) {
     int n = 2 + static_cast<int>(rng() % 11);
     int64_t k = 1 + static_cast<int64_t>(rng() % static_cast<uint32_t>(n));
-    CostTable t;
-    for (int i = 0; i < n; ++i) {
-      LayerCostRow row;
-      row.forward_s = std::uniform_real_distribution<double>(0.01, 1)(rng);
-      t.rows.push_back(row);
-    }
-    t.BuildPrefix();
+    const CostTable t = RandomForwardTable(rng, n);
     auto cuts = BalancedPartition(t, k);
     REQUIRE(cuts.size() == static_cast<size_t>(k + 1));
     double got = 0;
@@ -127,13 +133,7 @@ TEST_CASE("balanced partition at allowed cut points equals brute force over thos
   std::mt19937 rng(11);
   for (int trial = 0; trial < 300; ++trial) {
     const int n = 3 + static_cast<int>(rng() % 12);
-    CostTable t;
-    for (int i = 0; i < n; ++i) {
-      LayerCostRow row;
-      row.forward_s = std::uniform_real_distribution<double>(0.01, 1)(rng);
-      t.rows.push_back(row);
-    }
-    t.BuildPrefix();
+    const CostTable t = RandomForwardTable(rng, n);
     std::vector<int64_t> at = {0};
     for (int64_t i = 1; i < n; ++i)
       if (rng() % 3 != 0) at.push_back(i);
