@@ -36,6 +36,7 @@ import argparse
 import json
 import math
 import os
+import re
 import subprocess
 import sys
 import tempfile
@@ -330,17 +331,28 @@ def run_llama(tmp, cluster):
     return rows
 
 
-def deepseek_engine(tmp):
-    """DeepSeek's engine (HAI-LLM, not public) as the V3 report runs it: Megatron-Core's kernels and shares
-    (configs/engines/megatron-core.yaml) with the report's DualPipe, which Megatron-Core does not run. Written
-    from megatron-core.yaml so the shares cannot drift apart; its rows join megatron-core's band."""
-    text = open(os.path.join(ENGINES_DIR, "megatron-core.yaml")).read()
-    text = text.replace("name: megatron-core", "name: deepseek-v3-report", 1)
-    import re
-    text = re.sub(r"(?m)^schedules: \[[^\]]*\]", "schedules: [1f1b, interleaved, zb-h1, dualpipev]", text)
-    path = os.path.join(tmp, "deepseek-v3-report.yaml")
+def megatron_core_variant(tmp, name, pattern, replacement):
+    """configs/engines/megatron-core.yaml renamed `name` with the one line matching `pattern` replaced: a variant
+    whose shares cannot drift from Megatron-Core's. Exits when the line is not there (the file changed)."""
+    text = open(os.path.join(ENGINES_DIR, "megatron-core.yaml")).read().replace("name: megatron-core", f"name: {name}", 1)
+    text, count = re.subn(pattern, replacement, text, count=1, flags=re.M)
+    if count != 1:
+        sys.exit(f"calibrate.py: megatron-core.yaml has no line matching {pattern!r}; update the variant {name}")
+    path = os.path.join(tmp, f"{name}.yaml")
     open(path, "w").write(text)
     return path
+
+
+def deepseek_engine(tmp):
+    """DeepSeek's engine (HAI-LLM, not public) as the V3 report runs it: Megatron-Core's kernels and shares
+    with the report's DualPipe, which Megatron-Core does not run; its rows join megatron-core's band."""
+    return megatron_core_variant(tmp, "deepseek-v3-report", r"^schedules: \[[^\]]*\]",
+                                 "schedules: [1f1b, interleaved, zb-h1, dualpipev]")
+
+
+def schedule_flags(v):
+    """The pipeline schedule of a published layout: interleaved with v chunks per rank, else 1F1B."""
+    return ["--schedule", "interleaved", "--interleave", str(v)] if v > 1 else ["--schedule", "1f1b"]
 
 
 def run_deepseek(tmp, cluster):
@@ -418,7 +430,7 @@ def run_nemo_2407(tmp, cluster):
             path = os.path.join(ROOT, "configs", "models", model)
         flags = ["--tp", str(t), "--pp", str(p), "--cp", str(cp), "--global-batch", str(B), "--microbatch", str(b),
                  "--seq", str(seq), "--precision", "fp8", "--zero", "1", "--recompute", "none", "--grad-dtype", "bf16"]
-        flags += ["--schedule", "interleaved", "--interleave", str(v)] if v > 1 else ["--schedule", "1f1b"]
+        flags += schedule_flags(v)
         flags += ["--sp", "on", "--tp-comm-overlap", "on"] if t > 1 else []
         plan, err = solve(path, cluster, n, flags)
         pred = plan["predicted"]["tokens_per_second_per_gpu"] if plan else None
@@ -434,7 +446,7 @@ def run_torchtitan_2412(cluster):
         flags = ["--tp", str(t), "--pp", str(p), "--cp", str(cp), "--zero", "3", "--microbatch", str(b), "--global-batch",
                  str(dp * lb), "--seq", str(seq), "--precision", prec, "--recompute", rc, "--engine", eng]
         if p > 1:
-            flags += ["--schedule", "interleaved", "--interleave", str(v)] if v > 1 else ["--schedule", "1f1b"]
+            flags += schedule_flags(v)
         if t > 1:
             flags += ["--sp", "on", "--tp-comm-overlap", "on" if atp else "off"]
         plan, err = solve(os.path.join(ROOT, "configs", "models", model), cluster, n, flags)
@@ -446,11 +458,7 @@ def run_torchtitan_2412(cluster):
 
 
 def run_megatron_bridge(tmp, cluster):
-    text = open(os.path.join(ENGINES_DIR, "megatron-core.yaml")).read()
-    import re
-    current = os.path.join(tmp, "megatron-core-fp8-current.yaml")
-    open(current, "w").write(re.sub(r"(?m)^fp8_recipe: delayed", "fp8_recipe: current",
-                                    text.replace("name: megatron-core", "name: megatron-core-fp8-current", 1)))
+    current = megatron_core_variant(tmp, "megatron-core-fp8-current", r"^fp8_recipe: delayed", "fp8_recipe: current")
     rows = []
     for src, model, n, B, b, seq, t, p, cp, v, ep, recipe, extra, pub in MEGATRON_BRIDGE:
         flags = ["--tp", str(t), "--pp", str(p), "--cp", str(cp), "--global-batch", str(B), "--microbatch", str(b),
@@ -458,7 +466,7 @@ def run_megatron_bridge(tmp, cluster):
         if "--recompute" not in extra:
             flags += ["--recompute", "none"]
         if "--pipeline-model-parallel-layout" not in extra:
-            flags += ["--schedule", "interleaved", "--interleave", str(v)] if v > 1 else ["--schedule", "1f1b"]
+            flags += schedule_flags(v)
         flags += ["--sp", "on", "--tp-comm-overlap", "on"] if t > 1 else []
         flags += ["--ep", str(ep), "--etp", "1"] if ep > 1 else []
         flags += ["--engine", current] if recipe == "cs" else []
@@ -543,7 +551,6 @@ def band_block(rows):
 
 def engine_file_band(text):
     """The `band:` block of an engine file as [(precision, low, high, runs)] (the format band_block writes)."""
-    import re
     rows = []
     for m in re.finditer(r"^  (bf16|fp16|fp8): \{low: (-?[0-9.]+), high: (-?[0-9.]+), runs: ([0-9]+)\}", text, re.M):
         rows.append((m.group(1), float(m.group(2)), float(m.group(3)), int(m.group(4))))

@@ -128,8 +128,10 @@ SearchSpace MakeSearchSpace(const CostSource& src, const SearchOptions& o, int64
                   std::find(sp.schedules.begin(), sp.schedules.end(), Schedule::kPipeDream) != sp.schedules.end();
   // MTP modules each hold a transformer block and are split like one (Megatron's pipeline layout: a unit each).
   sp.blocks = src.model != nullptr && src.model->is_gpt ? src.model->gpt.layers + src.model->gpt.mtp : 0;
-  if (src.model != nullptr) sp.units = static_cast<int64_t>(PartitionCutPoints(*src.model).size()) - 1;
-  if (sp.units < 0) sp.units = 0;
+  if (src.model != nullptr) {
+    const std::vector<int64_t> at = PartitionCutPoints(*src.model);  // empty: any row boundary
+    sp.units = at.empty() ? 0 : static_cast<int64_t>(at.size()) - 1;
+  }
   sp.seq = src.model != nullptr ? SequenceLength(*src.model) : 0;
   sp.cp = o.cp;
   if (sp.cp.empty()) {
