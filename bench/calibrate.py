@@ -76,7 +76,7 @@ LLAMA3 = [
 DEEPSEEK = [
     ("DeepSeek-V3 671B n2048 pp16 ep64 dualpipev fp8",
      ["--pp", "16", "--ep", "64", "--etp", "1", "--tp", "1", "--cp", "1", "--zero", "1", "--schedule", "dualpipev",
-      "--precision", "fp8"], 1e12 / (180e3 * 3600)),
+      "--precision", "fp8", "--moe-dispatcher", "flex"], 1e12 / (180e3 * 3600)),
 ]
 
 # Issue 27: five published H100 runs, each forced to its published layout. (run, model file, cluster key,
@@ -195,9 +195,12 @@ TORCHTITAN_2412 = [
 # core_r0.12; the NeMo 25.02 performance page): (source, model file, GPUs, global batch, microbatch, seq, tp, pp, cp,
 # vp, ep, FP8 recipe: cs current scaling / ds delayed, extra flags, tokens/s/GPU). The recipes (Megatron-Bridge
 # scripts/performance configs): distributed optimizer, grad_reduce_in_fp32 False (bf16 gradients), TP communication
-# overlap (userbuffers) where tp > 1, no recompute unless named, the MoE all-to-all overlapped where
-# moe_a2a_overlap is set, experts force-balanced (dropless). Left out: Qwen3-30B-A3B at 25.11 (5275 tokens/s/GPU,
-# half of 25.09's 10494 for the same layout) and GPT-OSS-120B (no model file).
+# overlap (userbuffers) where tp > 1 except where the extra flags turn it off (Qwen3-235B's H100 recipe:
+# CommOverlapConfig(tp_comm_overlap=False); DeepSeek-V3's recipe default), no recompute unless named, the MoE
+# all-to-all overlapped where moe_a2a_overlap is set, experts force-balanced (dropless). Dispatchers: Qwen3-235B
+# alltoall (the recipe's moe_token_dispatcher_type), Qwen3-30B-A3B flex + HybridEP, DeepSeek-V3 25.09 flex + DeepEP
+# (run_script.py enable_deepep on H100, overlap_grad_reduce False). Left out: Qwen3-30B-A3B at 25.11 (5275
+# tokens/s/GPU, half of 25.09's 10494 for the same layout) and GPT-OSS-120B (no model file).
 MEGATRON_BRIDGE = [
     ("MB 25.11", "llama3-70b.yaml", 64, 128, 1, 8192, 4, 8, 1, 5, 1, "cs", [], 1602),
     ("MB 25.11", "llama3.1-405b.yaml", 1024, 512, 1, 8192, 8, 8, 2, 8, 1, "cs", [], 292),
@@ -207,13 +210,59 @@ MEGATRON_BRIDGE = [
     ("Megatron-LM core_r0.12", "llama3-70b.yaml", 64, 128, 1, 8192, 4, 8, 1, 5, 1, "ds", [], 1621),
     ("Megatron-LM core_r0.12", "llama3.1-405b.yaml", 1024, 512, 1, 8192, 8, 8, 2, 8, 1, "ds", [], 315),
     ("NeMo 25.02", "gpt3-175b.yaml", 512, 2048, 2, 2048, 4, 8, 1, 6, 1, "ds", [], 866),
-    ("MB 26.04.01", "qwen3-30b-a3b.yaml", 16, 1024, 1, 4096, 1, 1, 1, 1, 16, "cs", [], 8960),
-    ("MB 25.11", "qwen3-235b-a22b.yaml", 256, 2048, 1, 4096, 2, 8, 1, 4, 32, "cs", ["--moe-overlap", "on"], 1575),
-    ("MB 26.04.01", "qwen3-235b-a22b.yaml", 256, 8192, 1, 4096, 2, 8, 1, 4, 32, "cs", ["--moe-overlap", "on"], 1712),
+    ("MB 26.04.01", "qwen3-30b-a3b.yaml", 16, 1024, 1, 4096, 1, 1, 1, 1, 16, "cs", ["--moe-dispatcher", "flex"], 8960),
+    ("MB 25.11", "qwen3-235b-a22b.yaml", 256, 2048, 1, 4096, 2, 8, 1, 4, 32, "cs",
+     ["--moe-overlap", "on", "--tp-comm-overlap", "off"], 1575),
+    ("MB 26.04.01", "qwen3-235b-a22b.yaml", 256, 8192, 1, 4096, 2, 8, 1, 4, 32, "cs",
+     ["--moe-overlap", "on", "--tp-comm-overlap", "off"], 1712),
     ("MB 25.09", "deepseek-v3.yaml", 1024, 8192, 1, 4096, 2, 8, 1, 4, 64, "cs",
-     ["--moe-overlap", "on", "--pipeline-model-parallel-layout", "Et|(tt|)*30mL", "--recompute", "selective",
+     ["--moe-overlap", "on", "--moe-dispatcher", "flex", "--tp-comm-overlap", "off", "--overlap-grad-reduce", "off",
+      "--pipeline-model-parallel-layout", "Et|(tt|)*30mL", "--recompute", "selective",
       "--recompute-modules", "mla_up_proj,mlp"], 1297),
 ]
+
+# Checks, not calibration: published Megatron-Core MoE runs on H100 in bf16 with their step times, among them
+# two A/B pairs of the EP all-to-all overlap (--overlap-moe-expert-parallel-comm). (source, model file, GPUs, global
+# batch, microbatch, seq, tp, pp, vp, ep, extra flags, published step seconds). Sources: Megatron-Bridge
+# skills/nemo-mbridge-perf-expert-parallel-overlap/SKILL.md ("HybridEP Production-Shape Benchmark", 2026-07-25:
+# 16 H100, TP1 PP1 EP16, MBS1 GBS1024, seq 4096, force-balanced, flex + HybridEP; the Nsight share that
+# megatron-core.yaml's moe_a2a_hidden takes comes from the same pair); yanring/Megatron-MoE-ModelZoo
+# best_practice/qwen3/readme.md (256 H100, seq 4096, GBS 2048, the run scripts' forced balance, distributed
+# optimizer, overlapped DP, no TP communication overlap; recompute "norm, act" = --recompute-modules layernorm
+# moe_act; DeepEP = flex, A2A = alltoall).
+MOE_H100 = [
+    ("Bridge skill", "qwen3-30b-a3b.yaml", 16, 1024, 1, 4096, 1, 1, 1, 16,
+     ["--moe-dispatcher", "flex", "--grad-dtype", "bf16"], 24.7138),
+    ("Bridge skill", "qwen3-30b-a3b.yaml", 16, 1024, 1, 4096, 1, 1, 1, 16,
+     ["--moe-dispatcher", "flex", "--grad-dtype", "bf16", "--moe-overlap", "on"], 20.9920),
+    ("ModelZoo", "qwen3-235b-a22b.yaml", 256, 2048, 1, 4096, 2, 8, 4, 32,
+     ["--moe-dispatcher", "flex", "--recompute", "selective", "--recompute-modules", "layernorm,moe_act"], 19.7),
+    ("ModelZoo", "qwen3-235b-a22b.yaml", 256, 2048, 1, 4096, 2, 8, 4, 32,
+     ["--moe-dispatcher", "flex", "--recompute", "selective", "--recompute-modules", "layernorm,moe_act",
+      "--moe-overlap", "on"], 17.6),
+    ("ModelZoo", "qwen3-235b-a22b.yaml", 256, 2048, 4, 4096, 2, 1, 1, 8,
+     ["--moe-dispatcher", "flex", "--recompute", "full", "--zero", "3"], 17.6),
+    ("ModelZoo", "qwen3-235b-a22b.yaml", 256, 2048, 1, 4096, 2, 32, 3, 8,
+     ["--recompute", "selective", "--recompute-modules", "layernorm,moe_act"], 24.2),
+    ("ModelZoo", "qwen3-235b-a22b.yaml", 256, 2048, 1, 4096, 4, 8, 4, 8,
+     ["--moe-dispatcher", "flex", "--recompute", "none"], 29.0),
+]
+
+
+def run_moe_h100(cluster):
+    rows = []
+    for src, model, n, B, b, seq, t, p, v, ep, extra, step_s in MOE_H100:
+        flags = ["--tp", str(t), "--pp", str(p), "--cp", "1", "--global-batch", str(B), "--microbatch", str(b),
+                 "--seq", str(seq), "--precision", "bf16", "--ep", str(ep), "--etp", "1"] + schedule_flags(v)
+        flags += ["--zero", "1"] if "--zero" not in extra else []
+        flags += ["--sp", "on"] if t > 1 else []
+        plan, err = solve(os.path.join(ROOT, "configs", "models", model), cluster, n, flags + extra)
+        pred = plan["predicted"]["tokens_per_second_per_gpu"] if plan else None
+        name = (f"{src} {model[:-5]} n{n} tp{t} pp{p} vp{v} ep{ep} B{B} b{b} "
+                + ("flex" if "flex" in extra else "alltoall") + (" overlap" if "--moe-overlap" in extra else ""))
+        rows.append((name, B * seq / n / step_s, pred, layout(plan) if plan else "REFUSED: " + err))
+    return rows
+
 
 MEGATRON_2021 = ["--zero", "0", "--overlap-grad-reduce", "off", "--overlap-param-gather", "off"]
 # Schedules Megatron-Core runs.
@@ -331,13 +380,15 @@ def run_llama(tmp, cluster):
     return rows
 
 
-def megatron_core_variant(tmp, name, pattern, replacement):
-    """configs/engines/megatron-core.yaml renamed `name` with the one line matching `pattern` replaced: a variant
-    whose shares cannot drift from Megatron-Core's. Exits when the line is not there (the file changed)."""
+def megatron_core_variant(tmp, name, pattern, replacement, *more):
+    """configs/engines/megatron-core.yaml renamed `name` with the one line matching `pattern` replaced (and each
+    further (pattern, replacement) pair in `more`): a variant whose shares cannot drift from Megatron-Core's. Exits
+    when a line is not there (the file changed)."""
     text = open(os.path.join(ENGINES_DIR, "megatron-core.yaml")).read().replace("name: megatron-core", f"name: {name}", 1)
-    text, count = re.subn(pattern, replacement, text, count=1, flags=re.M)
-    if count != 1:
-        sys.exit(f"calibrate.py: megatron-core.yaml has no line matching {pattern!r}; update the variant {name}")
+    for pat, rep in [(pattern, replacement)] + list(more):
+        text, count = re.subn(pat, rep, text, count=1, flags=re.M)
+        if count != 1:
+            sys.exit(f"calibrate.py: megatron-core.yaml has no line matching {pat!r}; update the variant {name}")
     path = os.path.join(tmp, f"{name}.yaml")
     open(path, "w").write(text)
     return path
@@ -345,9 +396,12 @@ def megatron_core_variant(tmp, name, pattern, replacement):
 
 def deepseek_engine(tmp):
     """DeepSeek's engine (HAI-LLM, not public) as the V3 report runs it: Megatron-Core's kernels and shares
-    with the report's DualPipe, which Megatron-Core does not run; its rows join megatron-core's band."""
+    with the report's DualPipe, which Megatron-Core does not run, and its dispatch kernels, which overlap the IB
+    and NVLink hops (report section 3.2.2: "IB and NVLink communications are fully overlapped"); its rows join
+    megatron-core's band."""
     return megatron_core_variant(tmp, "deepseek-v3-report", r"^schedules: \[[^\]]*\]",
-                                 "schedules: [1f1b, interleaved, zb-h1, dualpipev]")
+                                 "schedules: [1f1b, interleaved, zb-h1, dualpipev]",
+                                 (r"^moe_flex_hops: serial", "moe_flex_hops: overlapped"))
 
 
 def schedule_flags(v):
@@ -467,7 +521,8 @@ def run_megatron_bridge(tmp, cluster):
             flags += ["--recompute", "none"]
         if "--pipeline-model-parallel-layout" not in extra:
             flags += schedule_flags(v)
-        flags += ["--sp", "on", "--tp-comm-overlap", "on"] if t > 1 else []
+        flags += ["--sp", "on"] if t > 1 else []
+        flags += ["--tp-comm-overlap", "on"] if t > 1 and "--tp-comm-overlap" not in extra else []
         flags += ["--ep", str(ep), "--etp", "1"] if ep > 1 else []
         flags += ["--engine", current] if recipe == "cs" else []
         plan, err = solve(os.path.join(ROOT, "configs", "models", model), cluster, n, flags + extra)
@@ -614,6 +669,8 @@ def main():
                           run_torchtitan_2412(args.h100_96gb))
         bridge = table("Checks, not calibration: Megatron-Core's 2025-26 recipes (Megatron-Bridge, Megatron-LM, NeMo 25.02; "
                        "H100, FP8)", "tokens/s/GPU", run_megatron_bridge(tmp, args.h100))
+        moe = table("Checks, not calibration: Megatron-Core MoE runs (Megatron-Bridge, Megatron-MoE-ModelZoo; H100, bf16)",
+                    "tokens/s/GPU", run_moe_h100(args.h100))
         print("\n### Free search against the published layout (H100 bf16, H800 fp8)\n\n"
               "Above 1.25x the modelled reason is named: the published layout's iteration minus the free plan's, by part "
               "(seconds per iteration, largest first).\n\n"
@@ -630,6 +687,9 @@ def main():
         summary("checks: NeMo 24.07 H100 fp8", nemo, len(NEMO_2407))
         summary("checks: torchtitan Dec 2024 H100", titan, len(TORCHTITAN_2412) - 1)
         summary("checks: Megatron-Core 2025-26 recipes H100 fp8", bridge, len(MEGATRON_BRIDGE))
+        summary("checks: Megatron-Core MoE H100 bf16", moe, len(MOE_H100))
+        if moe:
+            print(f"checks: Megatron-Core MoE H100 bf16: signed mean {100 * sum(moe) / len(moe):+.2f}%")
         if bridge:
             print(f"checks: Megatron-Core 2025-26 recipes H100 fp8: signed mean {100 * sum(bridge) / len(bridge):+.2f}%")
         if titan:

@@ -107,7 +107,8 @@ std::string MegatronRouterArgs(const LayerAttrs& a, std::vector<std::string>* no
 // Megatron-LM's MoE, MLA and MTP flags from the model's layers: moe_block attributes, the MLA
 // ranks and head dims, the mtp modules (TransformerConfig's fields as flags, _add_moe_args and
 // _add_mla_args in megatron/training/arguments.py); the plan's ep and etp.
-std::string MegatronMoeArgs(const ModelSpec& model, const Plan& plan, std::vector<std::string>* notes) {
+std::string MegatronMoeArgs(const ModelSpec& model, const Plan& plan, const LaunchPlan& L,
+                            std::vector<std::string>* notes) {
   std::string mg;
   const Layer* moe = nullptr;
   std::vector<int> pattern;
@@ -125,12 +126,25 @@ std::string MegatronMoeArgs(const ModelSpec& model, const Plan& plan, std::vecto
       mg += fmt::format("--moe-shared-expert-intermediate-size {}\n", a.Int("shared_ffn", 0));
     mg += fmt::format("--moe-layer-freq {}\n--expert-model-parallel-size {}\n--expert-tensor-parallel-size {}\n",
                       MoeLayerFreq(pattern), std::max<int64_t>(1, plan.ep), std::max<int64_t>(1, plan.etp));
-    mg += "--moe-token-dispatcher-type alltoall\n--moe-grouped-gemm\n" + MegatronRouterArgs(a, notes);
+    // The dispatcher the plan was costed with: flex is DeepEP (deduplicated per node; Megatron-Core 0.15+'s
+    // backend flag, --moe-enable-deepep before it).
+    mg += plan.moe_dispatcher == "flex" ? "--moe-token-dispatcher-type flex\n--moe-flex-dispatcher-backend deepep\n"
+                                        : "--moe-token-dispatcher-type alltoall\n";
+    mg += "--moe-grouped-gemm\n" + MegatronRouterArgs(a, notes);
     const bool overlapped = std::any_of(plan.notes.begin(), plan.notes.end(), [](const std::string& n) {
       return n.find("all-to-all overlapped") != std::string::npos;
     });
-    if (overlapped && plan.ep > 1)
-      mg += "--overlap-moe-expert-parallel-comm\n--delay-wgrad-compute\n";  // costed with --moe-overlap on
+    // Costed with --moe-overlap on; Megatron-Core runs the overlap with pipelining only under the interleaved
+    // schedule and never with full recompute (TransformerConfig's checks).
+    const bool runs = (L.pp <= 1 || L.interleave > 1) && plan.recompute != Recompute::kFull;
+    if (overlapped && plan.ep > 1 && runs) mg += "--overlap-moe-expert-parallel-comm\n--delay-wgrad-compute\n";
+    if (overlapped && plan.ep > 1 && !runs)
+      notes->push_back(
+          "megatron.args: the plan was costed with the MoE all-to-all overlapped (--moe-overlap on), which "
+          "Megatron-Core "
+          "runs only with pp 1 or the interleaved schedule and without full recompute: written without "
+          "--overlap-moe-expert-parallel-comm (slower than predicted); solve with --moe-overlap off for its own "
+          "figure");
   }
   if (const Layer* mla = MlaLayer(model)) {
     const LayerAttrs& a = mla->attrs;
@@ -456,7 +470,7 @@ std::string MegatronFlags(const Plan& plan, const ModelSpec& model, const Launch
     mg += fmt::format("--context-parallel-size {}\n--cp-comm-type {}\n", L.cp, CpCommTypeName(plan.cp_comm_type));
   if (L.sequence_parallel) mg += "--sequence-parallel\n";
   mg += MegatronModelArgs(model, notes);
-  mg += MegatronMoeArgs(model, plan, notes);
+  mg += MegatronMoeArgs(model, plan, L, notes);
   mg += fmt::format("--micro-batch-size {}\n--global-batch-size {}\n", L.microbatch_size, L.global_batch);
   mg += MegatronSplitArgs(plan, model, L);
   mg += MegatronGroupArgs(L, notes);

@@ -180,11 +180,10 @@ double AllToAllSeconds(const ClusterSpec& c, double bytes_per_rank, const std::v
   double total = 1;  // N: the group's ranks
   for (size_t l = 0; l < members.size() && l < c.levels.size(); ++l)
     total *= static_cast<double>(std::max<int64_t>(1, members[l]));
-  // Node-limited routing: each token crosses a level above the node once per node reached.
-  const double limited =
-      routing.max_nodes > 0 && routing.top_k > 0
-          ? std::min(1.0, static_cast<double>(routing.max_nodes) / static_cast<double>(routing.top_k))
-          : 1.0;
+  // A deduplicating dispatcher: each token crosses a level above the node once per node it reaches.
+  const double limited = routing.node_copies > 0 && routing.top_k > 0
+                             ? std::min(1.0, routing.node_copies / static_cast<double>(routing.top_k))
+                             : 1.0;
   double t = 0, inside = 1;  // inside: U_{l-1}, the group's ranks in one level-(l-1) unit
   for (size_t l = 0; l < members.size() && l < c.levels.size(); ++l) {
     const double n = static_cast<double>(std::max<int64_t>(1, members[l]));
@@ -199,7 +198,7 @@ double AllToAllSeconds(const ClusterSpec& c, double bytes_per_rank, const std::v
       } else {
         level_s = crossing / (lv.bandwidth_GBps * 1e9) + (n - 1) * lv.latency_us * 1e-6;
       }
-      t = std::max(t, level_s);
+      t = routing.node_copies > 0 && routing.serial_hops ? t + level_s : std::max(t, level_s);
     }
     inside *= n;
   }
@@ -338,6 +337,8 @@ struct RowRates {
   int64_t ep = 1, etp = 1;
   double moe_imbalance = 1;
   bool moe_overlap = false;
+  bool moe_dedup = false, moe_flex_serial = true;
+  double moe_hidden = 1;          // share of the all-to-all run beside compute with moe_overlap (the engine's; flat: 1)
   bool cp_overlap = true;         // ring attention's exchange hidden behind its steps (CostOptions::cp_overlap)
   bool cp_allgather = false;      // --cp-comm-type allgather (CostOptions::cp_comm)
   std::vector<int64_t> cp_group;  // the CP group's spread (ranks t apart; set for cp_allgather)
@@ -589,7 +590,8 @@ void AddMoeModuleRecompute(const Layer& l, const RowRates& q, const MoeLayerCost
 void AddMoeCosts(const ClusterSpec& c, const Layer& l, const RowRates& q, double tp_shard, double shard,
                  LayerCostRow* r) {
   if (l.experts <= 0) return;
-  const MoeLayerCost m = MoeLayerCosts(c, l, MoeShape{q.bd, q.td, q.cpd, q.ep, q.etp, q.moe_imbalance, q.moe_overlap});
+  const MoeLayerCost m = MoeLayerCosts(
+      c, l, MoeShape{q.bd, q.td, q.cpd, q.ep, q.etp, q.moe_imbalance, q.moe_overlap, q.moe_dedup, q.moe_flex_serial});
   const double extra = m.token_factor - 1, core = l.attention_core_fwd_flops;
   const double f_extra = PassSeconds(q, shard, extra * l.expert_fwd_flops, 0, 0);
   const double bi_extra = PassSeconds(q, shard, extra * l.expert_bwd_input_flops, 0, 0);
@@ -598,8 +600,8 @@ void AddMoeCosts(const ClusterSpec& c, const Layer& l, const RowRates& q, double
   const double b_compute =
       PassSeconds(q, shard, l.bwd_input_flops - 2 * core + l.bwd_weight_flops, 2 * core, l.bwd_mem_bytes) + bi_extra +
       bw_extra;
-  const double a2a_f = MoeExposed(m.a2a_pass_s, f_compute, q.moe_overlap),
-               a2a_b = MoeExposed(m.a2a_pass_s, b_compute, q.moe_overlap);
+  const double a2a_f = MoeExposed(m.a2a_pass_s, f_compute, q.moe_overlap, q.moe_hidden),
+               a2a_b = MoeExposed(m.a2a_pass_s, b_compute, q.moe_overlap, q.moe_hidden);
   r->forward_s += f_extra + a2a_f + m.etp_pass_s;
   r->backward_input_s += bi_extra + a2a_b + m.etp_pass_s;
   r->backward_weight_s += bw_extra;
@@ -747,6 +749,7 @@ void KernelRates(const CostSource& src, const ModelSpec& m, const CostOptions& o
   q->cp_ring_fwd = e.cp_ring_fwd;
   q->cp_ring_bwd = e.cp_ring_bwd;
   q->tp_hidden = o.tp_comm_overlap ? e.tp_comm_overlap_hidden : 0;
+  q->moe_hidden = e.moe_a2a_hidden;
   q->slowdown = o.compute_slowdown;
 }
 
@@ -774,6 +777,8 @@ void AnalyticRows(const CostSource& src, const TableShape& shape, const CostOpti
   q.etp = shape.etp;
   q.moe_imbalance = o.moe_imbalance;
   q.moe_overlap = o.moe_overlap;
+  q.moe_dedup = o.moe_dedup;
+  q.moe_flex_serial = o.moe_flex_serial;
   q.cp_overlap = o.cp_overlap;
   q.cp_allgather = o.cp_comm == CpCommType::kAllGather && q.cp > 1;
   if (q.cp_allgather) q.cp_group = GroupSpread(c, q.cp, q.t);

@@ -34,9 +34,11 @@ struct CostOptions {
   std::optional<DType> grad_dtype;
   double optimizer_bytes_per_param = 30;  // HBM traffic of the optimizer step per parameter
   // Mixture of experts (docs/cost_model.md, "Expert parallelism"; dp_solver/moe_cost.h).
-  double moe_imbalance = 1.0;  // busiest EP rank's routed tokens / the mean, dropless routing (--moe-imbalance)
-  bool moe_overlap = false;    // all-to-all hidden behind the MoE layer's compute of the same pass (--moe-overlap)
-  bool cp_overlap = true;      // ring attention's KV exchange hidden behind its steps' compute (off: the lead analysis)
+  double moe_imbalance = 1.0;   // busiest EP rank's routed tokens / the mean, dropless routing (--moe-imbalance)
+  bool moe_overlap = false;     // all-to-all hidden behind the MoE layer's compute of the same pass (--moe-overlap)
+  bool moe_dedup = false;       // token dispatch deduplicated per node (--moe-dispatcher flex: DeepEP / HybridEP)
+  bool moe_flex_serial = true;  // flex dispatch's network and NVLink hops add up (the engine's moe_flex_hops)
+  bool cp_overlap = true;  // ring attention's KV exchange hidden behind its steps' compute (off: the lead analysis)
   // Context parallelism's KV exchange (--cp-comm-type): the ring (p2p), or one exposed all-gather of K, V
   // per layer and pass with each local query chunk's attention in one kernel, no merges (allgather).
   CpCommType cp_comm = CpCommType::kP2P;
@@ -183,13 +185,18 @@ double AllGatherSeconds(const ClusterSpec& cluster, double bytes, const std::vec
 //   T = max over levels with c_l > 1 of [ D_l / B_l + (c_l - 1) alpha_l ],
 // where a level with a measured all-to-all curve (TopologyLevel::measured_alltoall, g ranks)
 // takes the curve's time at the size whose crossing share is D_l: D_l g / (g - 1).
-// Node-limited routing (DeepSeek-V3 report sections 2.1.2 and 3.2.2): `bytes_per_rank` holds top_k copies of
-// each token; a token that reaches at most max_nodes nodes (level-0 units) crosses each level
-// l >= 1 once per node reached beyond the sender's unit, so D_l (l >= 1) is scaled by
-// min(1, max_nodes / top_k). docs/cost_model.md section 3.
+// Dispatch (docs/cost_model.md section 3, "All-to-all"): `bytes_per_rank` holds top_k copies of each token.
+// Megatron's alltoall dispatcher (NCCL all_to_all_single) sends every copy to its expert's rank, so each
+// level carries its whole share. A deduplicating dispatcher (DeepSeek's kernels, DeepEP, HybridEP:
+// Megatron's flex) sends a token once to each node (level-0 unit) it reaches and forwards it to the
+// experts there over the node's links: a level l >= 1 carries node_copies / top_k of its share, node_copies
+// being the nodes one token reaches (MoeNodeCopies, dp_solver/moe_cost.h), and the levels' times add up
+// (a copy's NVLink hop waits for its network hop; the engine's moe_flex_hops, serial_hops) or, pipelined, the
+// slowest sets the time as in the plain all-to-all, whose levels run at once.
 struct AllToAllRouting {
-  int64_t top_k = 1;      // copies of each token in bytes_per_rank (routed experts per token)
-  int64_t max_nodes = 0;  // each token reaches at most this many nodes; 0: no limit
+  int64_t top_k = 1;        // copies of each token in bytes_per_rank (routed experts per token)
+  double node_copies = 0;   // nodes one token reaches with a deduplicating dispatcher; 0: every copy sent
+  bool serial_hops = true;  // with node_copies: the levels' times add (false: pipelined, the slowest sets it)
 };
 double AllToAllSeconds(const ClusterSpec& cluster, double bytes_per_rank, const std::vector<int64_t>& members_per_level,
                        const AllToAllRouting& routing = {});

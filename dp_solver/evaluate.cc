@@ -651,15 +651,19 @@ void PlanNotes(const Candidate& k, int64_t zero, const CostOptions& o, std::vect
         2 * k.cp));
   }
   if (k.ep > 1 || k.etp > 1) {
-    notes->push_back(
-        fmt::format("Megatron-Core MoE parallel folding: each stage's tp x cp x dp = {} GPUs re-read as etp {} x ep {} "
-                    "x edp {} for the expert layers; "
-                    "token dispatch and combine as all-to-all over the EP group (--moe-token-dispatcher-type "
-                    "alltoall), load imbalance {:.3g}, "
-                    "all-to-all {}; expert optimizer states sharded over the EDP group",
-                    k.tp * k.cp * k.dp, k.etp, k.ep, k.Edp(), o.moe_imbalance,
-                    o.moe_overlap ? "overlapped with the layer's compute (Megatron --overlap-moe-expert-parallel-comm)"
-                                  : "exposed"));
+    notes->push_back(fmt::format(
+        "Megatron-Core MoE parallel folding: each stage's tp x cp x dp = {} GPUs re-read as etp {} x ep {} "
+        "x edp {} for the expert layers; "
+        "token dispatch and combine {}, load imbalance {:.3g}, "
+        "all-to-all {}; expert optimizer states sharded over the EDP group",
+        k.tp * k.cp * k.dp, k.etp, k.ep, k.Edp(),
+        o.moe_dedup ? "sent once to each node a token reaches and forwarded there (--moe-token-dispatcher-type "
+                      "flex, DeepEP)"
+                    : "as all-to-all over the EP group, one copy per routed expert "
+                      "(--moe-token-dispatcher-type alltoall)",
+        o.moe_imbalance,
+        o.moe_overlap ? "overlapped with the layer's compute (Megatron --overlap-moe-expert-parallel-comm)"
+                      : "exposed"));
   }
   if (k.dp * k.cp > 1) {
     notes->push_back(

@@ -14,6 +14,17 @@ int64_t MoeUnitLimit(const Layer& l, int64_t units) {
   return reach < l.top_k ? reach : 0;
 }
 
+double MoeNodeCopies(const Layer& l, int64_t units) {
+  if (units <= 1) return 1;
+  const int64_t limit = MoeUnitLimit(l, units);
+  if (limit > 0) return static_cast<double>(limit);
+  const double u = static_cast<double>(units), e = static_cast<double>(l.experts), per_unit = e / u;
+  double missed = 1;  // P(a given unit holds none of the token's top_k experts)
+  for (int64_t i = 0; i < l.top_k && missed > 0; ++i)
+    missed *= std::max(0.0, (e - per_unit - static_cast<double>(i)) / (e - static_cast<double>(i)));
+  return u * (1 - missed);
+}
+
 MoeLayerCost MoeLayerCosts(const ClusterSpec& c, const Layer& l, const MoeShape& s) {
   MoeLayerCost m;
   if (l.experts <= 0) return m;
@@ -31,7 +42,9 @@ MoeLayerCost MoeLayerCosts(const ClusterSpec& c, const Layer& l, const MoeShape&
     const std::vector<int64_t> spread = GroupSpread(c, s.ep, s.etp);  // EP ranks sit etp apart in the fold
     int64_t units = 1;
     for (size_t i = 1; i < spread.size(); ++i) units *= spread[i];
-    m.a2a_pass_s = 2 * AllToAllSeconds(c, per_rank, spread, {l.top_k, MoeUnitLimit(l, units)});  // dispatch + combine
+    const double node_copies = s.dedup ? MoeNodeCopies(l, units) : 0;
+    m.a2a_pass_s =
+        2 * AllToAllSeconds(c, per_rank, spread, {l.top_k, node_copies, s.serial_hops});  // dispatch + combine
   }
   if (s.etp > 1) {
     // Megatron's alltoall dispatcher with expert TP: all-gather the received tokens over the ETP
@@ -42,12 +55,15 @@ MoeLayerCost MoeLayerCosts(const ClusterSpec& c, const Layer& l, const MoeShape&
   return m;
 }
 
-double MoeExposed(double a2a_s, double compute_s, bool overlap) {
+double MoeExposed(double a2a_s, double compute_s, bool overlap, double hidden_share) {
   if (!overlap) return a2a_s;
   // The communication kernels hold kOverlapCommSmShare of the SMs while they run: compute under
-  // them progresses at 1 - share. Both start together; compute ends at T_p + share T_c when the
-  // all-to-all ends first (T_c <= T_p / (1 - share)), else the all-to-all sets the time.
-  return std::max(kOverlapCommSmShare * a2a_s, a2a_s - compute_s);
+  // them progresses at 1 - share. Of the all-to-all T_c only hidden_share h runs beside the compute
+  // (the engine's measured share; the rest waits on it or is waited on); that part T_o = h T_c and
+  // the compute start together; compute ends at T_p + share T_o when T_o ends first
+  // (T_o <= T_p / (1 - share)), else T_o sets the time.
+  const double beside = hidden_share * a2a_s;
+  return (a2a_s - beside) + std::max(kOverlapCommSmShare * beside, beside - compute_s);
 }
 
 }  // namespace planner

@@ -18,12 +18,22 @@ namespace planner {
 // units. 0: no limit (no route groups, or a limit that is not below the token's top_k).
 int64_t MoeUnitLimit(const Layer& l, int64_t units_spanned);
 
+// The level-0 units (nodes) one token's top_k copies reach when the EP group spans `units_spanned`
+// of them, each holding experts / units_spanned of the experts: under node-limited routing the
+// limit L (each of the L groups a token is sent to holds one of its top experts: the groups are
+// chosen by their best experts' scores), else the expected distinct units of top_k experts drawn
+// uniformly without replacement, U (1 - C(E - E/U, k) / C(E, k)). What a deduplicating dispatcher
+// sends across the nodes per token (AllToAllRouting::node_copies).
+double MoeNodeCopies(const Layer& l, int64_t units_spanned);
+
 // The parallel point and options an MoE layer is costed at.
 struct MoeShape {
   double microbatch = 1, tp = 1, cp = 1;
   int64_t ep = 1, etp = 1;
-  double imbalance = 1;  // busiest EP rank's tokens / the mean (dropless routing); `--moe-imbalance`
-  bool overlap = false;  // all-to-all hidden behind the layer's compute of the same pass; `--moe-overlap`
+  double imbalance = 1;     // busiest EP rank's tokens / the mean (dropless routing); `--moe-imbalance`
+  bool overlap = false;     // all-to-all hidden behind the layer's compute of the same pass; `--moe-overlap`
+  bool dedup = false;       // a deduplicating dispatcher (`--moe-dispatcher flex`): one copy per node reached
+  bool serial_hops = true;  // with dedup: its network and NVLink hops add up (the engine's moe_flex_hops)
 };
 
 // What one MoE layer's experts cost per microbatch on one GPU, per pass (forward, or backward).
@@ -41,8 +51,9 @@ MoeLayerCost MoeLayerCosts(const ClusterSpec& cluster, const Layer& l, const Moe
 // dedicates 20 of the H800's 132 SMs to dispatch and combine (report §3.2.2; DeepEP's default).
 inline constexpr double kOverlapCommSmShare = 20.0 / 132.0;
 
-// Exposed all-to-all of one pass: all of it, or with overlap max(share T_c, T_c - T_p): what the
-// pass's compute T_p does not hide, and at least the compute the communication's SMs take away.
-double MoeExposed(double a2a_s, double compute_s, bool overlap);
+// Exposed all-to-all of one pass: all of it, or with overlap (1 - h) T_c + max(share h T_c, h T_c - T_p):
+// the part h of T_c the engine runs beside compute (its measured share; 1: all) less what the pass's
+// compute T_p hides, at least the compute the communication's SMs take away, and the rest exposed.
+double MoeExposed(double a2a_s, double compute_s, bool overlap, double hidden_share = 1);
 
 }  // namespace planner

@@ -193,8 +193,15 @@ Status ApplyEngine(const SolveArgs& a, const CostSource& src, SearchOptions* o) 
         fmt::format("--cp-comm-type {}: engine {} does not run it ({}); choose --cp-comm-type {} or another --engine",
                     a.cp_comm_type, e.name, e.cp_comm_reason.empty() ? "its file's cp_comm_types" : e.cp_comm_reason,
                     fmt::join(e.cp_comm_types, ",")));
+  if (restrict &&
+      std::find(e.moe_dispatchers.begin(), e.moe_dispatchers.end(), a.moe_dispatcher) == e.moe_dispatchers.end())
+    return Status::InvalidArgument(
+        fmt::format("--moe-dispatcher {}: engine {} does not run it (its file's moe_dispatchers); choose "
+                    "--moe-dispatcher {} or another --engine",
+                    a.moe_dispatcher, e.name, fmt::join(e.moe_dispatchers, ",")));
   if (restrict) PLANNER_RETURN_IF_ERROR(ApplyEngineRecompute(e, o));
   if (restrict) o->cost.fsdp_with_pp = e.fsdp_with_pp;
+  o->cost.moe_flex_serial = e.moe_flex_serial;
   if (restrict) {
     for (int64_t z : e.hsdp) o->hsdp_zero |= 1u << z;
   }
@@ -435,6 +442,7 @@ Status SolveSize(const SolveArgs& a, const SolveInputs& in, Plan* plan) {
   if (a.mode != PlanMode::kPipeDream && in.profile_path.empty()) {
     plan->engine = in.engines.front().name;
     if (plan->cp > 1) ParseCpCommType(a.cp_comm_type, &plan->cp_comm_type);
+    if (plan->ep > 1) plan->moe_dispatcher = a.moe_dispatcher;
     // A built-in table by its name; a file (--kernels FILE, a calibration's measured table) by its path, so that
     // the plan can be costed again (planner calibrate's PlanPredictor).
     plan->kernels = !in.kernel_level                            ? ""
@@ -717,6 +725,7 @@ Status PlanPredictor::Init(const std::string& plan_path, const Plan& plan) {
   a.cluster = BesidePlan(plan_path, plan.cluster_path);
   a.engine = plan.engine;
   a.cp_comm_type = CpCommTypeName(plan.cp_comm_type);
+  a.moe_dispatcher = plan.moe_dispatcher;
   const std::vector<std::string> builtin = BuiltinKernelTables();
   a.kernels = plan.kernels.empty() ? "none"
               : std::find(builtin.begin(), builtin.end(), plan.kernels) != builtin.end()
@@ -844,6 +853,10 @@ Runner RegisterSolve(CLI::App& app) {
   cmd->add_option("--moe-overlap", a->moe_overlap,
                   "on: the MoE all-to-all hidden behind the layer's compute of the same pass (DualPipe / Megatron's EP "
                   "overlap), off (default): exposed");
+  cmd->add_option("--moe-dispatcher", a->moe_dispatcher,
+                  "MoE token dispatch: alltoall (default; one copy per routed expert, Megatron "
+                  "--moe-token-dispatcher-type alltoall) or flex (one copy per node a token reaches, forwarded there: "
+                  "DeepEP, Megatron --moe-token-dispatcher-type flex)");
   cmd->add_option("--sp", a->sp, "sequence parallelism with tp > 1: on, off or both (default: the search's)");
   cmd->add_option("--engine", a->engine,
                   "the engine the plan is costed for: megatron-core (default), torchtitan, torchtitan-compile, "

@@ -246,7 +246,7 @@ Status CheckLayoutFlags(const SolveArgs& a, const ModelSpec* model, SearchOption
   return Status::OK();
 }
 
-// --moe-imbalance and --moe-overlap (docs/cost_model.md, "Expert parallelism").
+// --moe-imbalance, --moe-overlap and --moe-dispatcher (docs/cost_model.md, "Expert parallelism").
 Status MoeCostFlags(const SolveArgs& a, SearchOptions* o) {
   if (!(a.moe_imbalance >= 1) || !std::isfinite(a.moe_imbalance)) {
     return Status::InvalidArgument(
@@ -261,6 +261,13 @@ Status MoeCostFlags(const SolveArgs& a, SearchOptions* o) {
         a.moe_overlap, DidYouMean(a.moe_overlap, {"on", "off"})));
   }
   o->cost.moe_overlap = a.moe_overlap == "on";
+  if (a.moe_dispatcher != "alltoall" && a.moe_dispatcher != "flex") {
+    return Status::InvalidArgument(
+        fmt::format("--moe-dispatcher: unknown value '{}'{}; use alltoall (one copy per routed expert, NCCL) or flex "
+                    "(one copy per node reached, DeepEP)",
+                    a.moe_dispatcher, DidYouMean(a.moe_dispatcher, {"alltoall", "flex"})));
+  }
+  o->cost.moe_dedup = a.moe_dispatcher == "flex";
   return Status::OK();
 }
 

@@ -35,6 +35,7 @@ struct SolveArgs {
   std::vector<int64_t> tp, pp, microbatch, interleave, vp, cp, zero, ep, etp;
   double moe_imbalance = 1.0;
   std::string moe_overlap = "off";
+  std::string moe_dispatcher = "alltoall";  // --moe-dispatcher alltoall|flex
   // Kernel-level costs (docs/cost_model.md section 2, "Engines"): --engine NAME|FILE|all, --kernels
   // NAME|FILE|none (empty: the cluster's GPU's built-in table), --tp-comm-overlap on|off.
   std::string engine, kernels, tp_comm_overlap = "off";  // engine empty: megatron-core, not named

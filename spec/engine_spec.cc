@@ -77,7 +77,9 @@ Status ParseUnguarded(const std::string& path, const std::string& text, EngineSp
                                        "recompute_modules",
                                        "band",
                                        "cp_comm_types",
-                                       "cp_comm_reason"}));
+                                       "cp_comm_reason",
+                                       "moe_dispatchers",
+                                       "moe_flex_hops"}));
   EngineSpec e;
   e.path = path;
   PLANNER_RETURN_IF_ERROR(r.CheckFormatVersion(root, false));
@@ -115,12 +117,13 @@ Status ParseUnguarded(const std::string& path, const std::string& text, EngineSp
   PLANNER_RETURN_IF_ERROR(Fraction(r, root, "fp8_cast_fused", "fp8_cast_fused", &e.fp8_cast_fused, 1));
   const YAML::Node& o = root["overlap"];
   if (o.IsDefined()) {
-    PLANNER_RETURN_IF_ERROR(
-        r.CheckKeys(o, "overlap", {"grad_reduce", "param_gather", "tp_comm_overlap_hidden", "compute_slowdown"}));
+    PLANNER_RETURN_IF_ERROR(r.CheckKeys(
+        o, "overlap", {"grad_reduce", "param_gather", "tp_comm_overlap_hidden", "moe_a2a_hidden", "compute_slowdown"}));
     PLANNER_RETURN_IF_ERROR(r.GetBool(o, "grad_reduce", "overlap.grad_reduce", &e.grad_reduce_overlap, false));
     PLANNER_RETURN_IF_ERROR(r.GetBool(o, "param_gather", "overlap.param_gather", &e.param_gather_overlap, false));
     PLANNER_RETURN_IF_ERROR(
         Fraction(r, o, "tp_comm_overlap_hidden", "overlap.tp_comm_overlap_hidden", &e.tp_comm_overlap_hidden, 1));
+    PLANNER_RETURN_IF_ERROR(Fraction(r, o, "moe_a2a_hidden", "overlap.moe_a2a_hidden", &e.moe_a2a_hidden, 1));
     PLANNER_RETURN_IF_ERROR(Fraction(r, o, "compute_slowdown", "overlap.compute_slowdown", &e.compute_slowdown, 1));
   }
   const YAML::Node& ring = root["cp_ring"];
@@ -167,6 +170,21 @@ Status ParseUnguarded(const std::string& path, const std::string& text, EngineSp
     if (e.cp_comm_types.empty()) return r.FieldError(root["cp_comm_types"], "cp_comm_types", "name at least one (p2p)");
   }
   PLANNER_RETURN_IF_ERROR(r.GetString(root, "cp_comm_reason", "cp_comm_reason", &e.cp_comm_reason, false));
+  if (root["moe_dispatchers"].IsDefined()) {
+    PLANNER_RETURN_IF_ERROR(r.RequireSequence(root["moe_dispatchers"], "moe_dispatchers"));
+    e.moe_dispatchers.clear();
+    for (const auto& n : root["moe_dispatchers"]) {
+      const std::string name = n.as<std::string>();
+      if (name != "alltoall" && name != "flex")
+        return r.FieldError(n, "moe_dispatchers", fmt::format("unknown dispatcher '{}'; use alltoall or flex", name));
+      e.moe_dispatchers.push_back(name);
+    }
+    if (e.moe_dispatchers.empty())
+      return r.FieldError(root["moe_dispatchers"], "moe_dispatchers", "name at least one (alltoall)");
+  }
+  std::string hops = "serial";
+  PLANNER_RETURN_IF_ERROR(r.GetEnum(root, "moe_flex_hops", "moe_flex_hops", {"serial", "overlapped"}, &hops, false));
+  e.moe_flex_serial = hops == "serial";
   const YAML::Node& m = root["memory"];
   if (m.IsDefined()) {
     PLANNER_RETURN_IF_ERROR(r.CheckKeys(m, "memory", {"fp8_weight_bytes", "allocator_fragmentation"}));

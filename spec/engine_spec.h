@@ -40,7 +40,8 @@ struct EngineSpec {
   double fp8_cast_fused = 0.5;     // share of FP8 input casts fused into the producing kernel
   bool grad_reduce_overlap = true, param_gather_overlap = true;
   double tp_comm_overlap_hidden = 0;  // share of TP collectives hidden when TP communication overlap is on
-  double compute_slowdown = 0;        // compute seconds lost per second of communication hidden behind it
+  double moe_a2a_hidden = 1;    // share of the MoE all-to-all run beside compute with EP overlap (--moe-overlap on)
+  double compute_slowdown = 0;  // compute seconds lost per second of communication hidden behind it
   // The attention core's rate in ring attention's steps (cp > 1) against one GPU's kernel at the steps'
   // lengths (file key cp_ring: {fwd, bwd}): per-step softmax-statistics merges and output corrections,
   // dq / dk / dv accumulation between steps.
@@ -49,6 +50,12 @@ struct EngineSpec {
   // and why not the others (`cp_comm_reason`: the error's words).
   std::vector<std::string> cp_comm_types = {"p2p"};
   std::string cp_comm_reason;
+  // MoE token dispatchers it runs (file key `moe_dispatchers`; --moe-dispatcher): alltoall (one copy per
+  // routed expert) and flex (deduplicated per node, DeepEP).
+  std::vector<std::string> moe_dispatchers = {"alltoall"};
+  // Flex dispatch's two hops (file key `moe_flex_hops`): serial (a copy's NVLink forward after its network
+  // hop, the levels' times add) or overlapped (pipelined so the slowest level sets the time).
+  bool moe_flex_serial = true;
   double fp8_weight_bytes = 0;  // bytes per parameter of cached FP8 weight copies
   // Share of the caching allocator's reserved memory not held by live tensors at the peak (file key
   // memory.allocator_fragmentation): reserved = allocated / (1 - it). 0: not estimated.

@@ -133,6 +133,9 @@ struct Plan : ParallelLayout {
   std::string engine, kernels;
   std::string calibration;  // solve --calibration: the calibration file the engine's rates were scaled by ("": none)
   CpCommType cp_comm_type = CpCommType::kP2P;  // context parallelism's KV exchange (written when not p2p)
+  // MoE token dispatch (written when not alltoall): alltoall (one copy per routed expert, NCCL) or flex
+  // (deduplicated per node: DeepEP; Megatron --moe-token-dispatcher-type flex).
+  std::string moe_dispatcher = "alltoall";
   CostSourceKind cost_source = CostSourceKind::kAnalytic;
   std::optional<DType>
       dtype;  // the precision solved with (`solve --precision` may differ from the model file's); none: not stated

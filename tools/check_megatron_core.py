@@ -72,6 +72,7 @@ FLAGS = {
     "--moe-shared-expert-intermediate-size": [("tc", "moe_shared_expert_intermediate_size", INT)],
     "--moe-layer-freq": [("tc", "moe_layer_freq", "moe_freq")],
     "--moe-token-dispatcher-type": [("tc", "moe_token_dispatcher_type", STR)],
+    "--moe-flex-dispatcher-backend": [("tc", "moe_flex_dispatcher_backend", STR)],
     "--moe-grouped-gemm": [("tc", "moe_grouped_gemm", SWITCH)],
     "--moe-router-score-function": [("tc", "moe_router_score_function", STR)],
     "--moe-router-load-balancing-type": [("tc", "moe_router_load_balancing_type", STR)],

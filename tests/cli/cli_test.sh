@@ -110,6 +110,17 @@ expect "cp ring" 0 "ring attention" -- $PLANNER solve --gpus 64 --model $M/llama
 check "cp ring writes no key" sh -c 'test -s cpring.plan.yaml && ! grep -q cp_comm_type cpring.plan.yaml'
 expect "cp ring codegen" 0 "" -- $PLANNER codegen cpring.plan.yaml -o cpringL --export megatron
 check "cp ring megatron.args" grep -qx -- "--cp-comm-type p2p" cpringL/megatron.args
+# MoE dispatch: flex (DeepEP) recorded in plan.yaml (inputs.moe_dispatcher), noted, exported to Megatron; over 2 nodes
+# with top-8 routing it sends each token across once instead of 4 times on average: less all-to-all than alltoall.
+expect "moe flex" 0 "sent once to each node a token reaches" -- $PLANNER solve --gpus 16 --model $M/qwen3-30b-a3b.yaml --cluster $C/dgx-h100.yaml --tp 1 --pp 1 --ep 16 --etp 1 --moe-dispatcher flex -o flex.plan.yaml
+check "moe flex in plan.yaml" grep -qx '  moe_dispatcher: "flex"' flex.plan.yaml
+expect "moe flex codegen" 0 "" -- $PLANNER codegen flex.plan.yaml -o flexL --export megatron
+check "moe flex megatron.args" grep -qx -- "--moe-flex-dispatcher-backend deepep" flexL/megatron.args
+$PLANNER solve --gpus 16 --model $M/qwen3-30b-a3b.yaml --cluster $C/dgx-h100.yaml --tp 1 --pp 1 --ep 16 --etp 1 --moe-dispatcher flex --json > flex.json 2>/dev/null
+$PLANNER solve --gpus 16 --model $M/qwen3-30b-a3b.yaml --cluster $C/dgx-h100.yaml --tp 1 --pp 1 --ep 16 --etp 1 --json > a2a.json 2>/dev/null
+check "moe flex moves less than alltoall" python3 -c "import json; a=[json.load(open(f))['predicted']['communication']['expert_all_to_all']['total_seconds'] for f in ('flex.json','a2a.json')]; assert 0 < a[0] < 0.6 * a[1], a"
+$PLANNER solve --gpus 16 --model $M/qwen3-30b-a3b.yaml --cluster $C/dgx-h100.yaml --tp 1 --pp 1 --ep 16 --etp 1 -o a2a.plan.yaml >/dev/null 2>&1
+check "moe alltoall writes no key" sh -c 'test -s a2a.plan.yaml && ! grep -q moe_dispatcher a2a.plan.yaml'
 # The allocator's reserve: plan.yaml's predicted.peak_reserved_GiB is the allocated peak / (1 - 0.15), capped at the
 # GPU's memory (80 GiB on dgx-h100: the NeMo 64k layout at b 2).
 expect "reserved memory" 0 "PyTorch's caching allocator reserves about" -- $PLANNER solve --gpus 8 --model $M/llama3-8b.yaml --cluster $C/h100-96gb-500w.yaml --tp 1 --pp 1 --cp 1 --zero 3 --microbatch 2 --global-batch 16 --seq 8192 --recompute selective --engine torchtitan --json

@@ -59,27 +59,35 @@ TEST_CASE("all-to-all over two levels: the slower level's share sets the time") 
   CHECK(AllToAllSeconds(slow, m, {8, 2}) == doctest::Approx(m * 15 / 16 / 10e9 + 7 * 2e-6).epsilon(1e-12));
 }
 
-TEST_CASE("node-limited routing: the bytes leaving the node scale by min(1, max_nodes / top_k)") {
+TEST_CASE("a deduplicating dispatcher: the bytes leaving the node scale by min(1, node_copies / top_k), levels add") {
   const ClusterSpec c = TwoLevels(8);
   const double m = 64e6;  // tokens x top_k x h x dtype bytes
   AllToAllRouting deepseek;
   deepseek.top_k = 8;
-  deepseek.max_nodes = 4;  // DeepSeek-V3: 8 routed experts per token on at most 4 nodes
+  deepseek.node_copies = 4;  // DeepSeek-V3: 8 routed experts per token on at most 4 nodes, sent once to each
   const double network = m * 56 / 64 * 4 / 8 / 50e9 + 7 * 5e-6;
   const double nvlink = m * 63 / 64 / 400e9 + 7 * 2e-6;  // the node level still fans every copy out
-  CHECK(AllToAllSeconds(c, m, {8, 8}, deepseek) == doctest::Approx(std::max(network, nvlink)).epsilon(1e-12));
-  // Unlimited (0) or a limit at or above top_k: the plain all-to-all.
+  // The NVLink forward of a copy follows its network hop: the two levels' times add up.
+  CHECK(AllToAllSeconds(c, m, {8, 8}, deepseek) == doctest::Approx(network + nvlink).epsilon(1e-12));
+  // Every copy sent (0: Megatron's alltoall dispatcher, NCCL): both levels at once, the slowest sets it.
   const double plain = AllToAllSeconds(c, m, {8, 8});
-  deepseek.max_nodes = 0;
+  CHECK(plain == doctest::Approx(std::max(m * 56 / 64 / 50e9 + 7 * 5e-6, nvlink)).epsilon(1e-12));
+  deepseek.node_copies = 0;
   CHECK(AllToAllSeconds(c, m, {8, 8}, deepseek) == plain);
-  deepseek.max_nodes = 8;
-  CHECK(AllToAllSeconds(c, m, {8, 8}, deepseek) == plain);
-  // Inside one node the limit changes nothing.
-  deepseek.max_nodes = 1;
-  CHECK(AllToAllSeconds(c, m, {8, 1}, deepseek) == AllToAllSeconds(c, m, {8, 1}));
-  // With one node reached the network carries one copy per token: 1/8 of the plain share.
+  // Copies at or above top_k: the whole network share, still in two hops.
+  deepseek.node_copies = 8;
   CHECK(AllToAllSeconds(c, m, {8, 8}, deepseek) ==
-        doctest::Approx(std::max(m * 56 / 64 / 8 / 50e9 + 7 * 5e-6, nvlink)).epsilon(1e-12));
+        doctest::Approx(m * 56 / 64 / 50e9 + 7 * 5e-6 + nvlink).epsilon(1e-12));
+  // Inside one node the deduplication changes nothing.
+  deepseek.node_copies = 1;
+  CHECK(AllToAllSeconds(c, m, {8, 1}, deepseek) == AllToAllSeconds(c, m, {8, 1}));
+  // With one node reached the network carries one copy per token: 1/8 of the plain share; a fraction
+  // of a node (an expectation) scales the same way.
+  CHECK(AllToAllSeconds(c, m, {8, 8}, deepseek) ==
+        doctest::Approx(m * 56 / 64 / 8 / 50e9 + 7 * 5e-6 + nvlink).epsilon(1e-12));
+  deepseek.node_copies = 1.5;
+  CHECK(AllToAllSeconds(c, m, {8, 8}, deepseek) ==
+        doctest::Approx(m * 56 / 64 * 1.5 / 8 / 50e9 + 7 * 5e-6 + nvlink).epsilon(1e-12));
 }
 
 TEST_CASE("a measured all-to-all curve times its level at the size with the same crossing share") {

@@ -62,18 +62,50 @@ TEST_CASE(
   l.attrs.ints["route_group_limit"] = 2;
   CHECK(MoeUnitLimit(l, 16) == 4);
   // A layer's dispatch + combine at EP64 over 8 nodes: each pass moves 2 all-to-alls of the rank's
-  // s / (t cp) tokens' copies, node-limited to 4 nodes; a capacity factor c moves c times the bytes.
+  // s / (t cp) tokens' copies; the flex dispatcher sends each token once to each of its 4 nodes, the
+  // alltoall dispatcher every copy; a capacity factor c moves c times the bytes.
   l.attrs.ints["route_group_limit"] = 4;
+  CHECK(MoeNodeCopies(l, 8) == 4);
   l.moe_dispatch_bytes = 4096.0 * 8 * 7168 * 2;
-  const MoeLayerCost m = MoeLayerCosts(c, l, MoeShape{1, 1, 1, 64, 1, 1.3, false});
+  const MoeLayerCost m = MoeLayerCosts(c, l, MoeShape{1, 1, 1, 64, 1, 1.3, false, true});
   CHECK(m.token_factor == 1.3);
   CHECK(m.a2a_pass_s ==
         doctest::Approx(2 * AllToAllSeconds(c, 1.3 * l.moe_dispatch_bytes, spread, {8, 4})).epsilon(1e-12));
+  const MoeLayerCost every = MoeLayerCosts(c, l, MoeShape{1, 1, 1, 64, 1, 1.3, false, false});
+  CHECK(every.a2a_pass_s ==
+        doctest::Approx(2 * AllToAllSeconds(c, 1.3 * l.moe_dispatch_bytes, spread, {8, 0})).epsilon(1e-12));
+  CHECK(every.a2a_pass_s > 1.4 * m.a2a_pass_s);  // the network share: 8 copies against 4 (plus flex's NVLink hop)
   l.attrs.reals["capacity_factor"] = 1.25;
-  const MoeLayerCost cap = MoeLayerCosts(c, l, MoeShape{1, 1, 1, 64, 1, 1.3, false});
+  const MoeLayerCost cap = MoeLayerCosts(c, l, MoeShape{1, 1, 1, 64, 1, 1.3, false, true});
   CHECK(cap.token_factor == 1);  // the layer's FLOPs already count the padded capacity
   CHECK(cap.a2a_pass_s ==
         doctest::Approx(2 * AllToAllSeconds(c, 1.25 * l.moe_dispatch_bytes, spread, {8, 4})).epsilon(1e-12));
+}
+
+TEST_CASE("the nodes a token reaches: the route limit, else the expected distinct nodes of top_k uniform experts") {
+  Layer l;
+  l.experts = 128;
+  l.top_k = 8;
+  // Qwen3-30B-A3B over 2 nodes: P(one node misses all 8) = C(64, 8) / C(128, 8).
+  double miss = 1;
+  for (int i = 0; i < 8; ++i) miss *= (64.0 - i) / (128.0 - i);
+  CHECK(MoeNodeCopies(l, 2) == doctest::Approx(2 * (1 - miss)).epsilon(1e-12));
+  CHECK(MoeNodeCopies(l, 1) == 1);
+  // Brute force over all C(8, 2) = 28 draws of top 2 of 8 experts on 4 nodes (2 experts each).
+  l.experts = 8;
+  l.top_k = 2;
+  int distinct = 0;
+  for (int a = 0; a < 8; ++a)
+    for (int b = a + 1; b < 8; ++b) distinct += a / 2 == b / 2 ? 1 : 2;
+  CHECK(MoeNodeCopies(l, 4) == doctest::Approx(distinct / 28.0).epsilon(1e-12));
+  // One expert per node and top_k = experts: every node.
+  l.top_k = 8;
+  CHECK(MoeNodeCopies(l, 8) == doctest::Approx(8).epsilon(1e-12));
+  // Route groups: the limit (DeepSeek-V3's 4 of 8 groups over 8 nodes).
+  l.experts = 256;
+  l.attrs.ints["route_groups"] = 8;
+  l.attrs.ints["route_group_limit"] = 4;
+  CHECK(MoeNodeCopies(l, 8) == 4);
 }
 
 TEST_CASE(
@@ -129,6 +161,12 @@ TEST_CASE(
         doctest::Approx(3 * 20.0 / 132));  // 3.3 s of compute at 112/132 speed ends 0.4545 s after the 3 s
   CHECK(MoeExposed(3, 2.5, true) == doctest::Approx(0.5));  // below T_c (1 - share) of compute, T_c - T_p sets it
   CHECK(MoeExposed(3, 5, false) == 3);
+  // The engine's hidden share h: only h T_c runs beside the compute, the rest is exposed whole.
+  CHECK(MoeExposed(3, 5, true, 0.37) == doctest::Approx(3 * 0.63 + 20.0 / 132 * 3 * 0.37).epsilon(1e-12));
+  CHECK(MoeExposed(3, 0.5, true, 0.37) == doctest::Approx(3 * 0.63 + (3 * 0.37 - 0.5)).epsilon(1e-12));
+  CHECK(MoeExposed(3, 5, true, 0) == 3);                              // nothing beside the compute
+  CHECK(MoeExposed(3, 5, true, 1) == MoeExposed(3, 5, true));         // the default: all of it
+  CHECK(MoeExposed(3, 5, true, 0.5) < MoeExposed(3, 5, true, 0.25));  // more hidden, less exposed
   // Expert TP (etp = t = 2): all-gather and reduce-scatter of the etp x received tokens per pass, in the TP time.
   const CostTable etp = Table(m, c, {b, t, 1, true, Recompute::kNone, 4, 2}),
                   etp1 = Table(m, c, {b, t, 1, true, Recompute::kNone, 4, 1});

@@ -76,6 +76,13 @@ TEST_CASE("built-in engines parse and say what they run") {
   CHECK(AttentionKernel(Table("a100"), m) == "fa2");  // no cuDNN or FA-3 curves on A100: the fallback
   EngineSpec bad;
   CHECK(LoadEngineSpec("nope", &bad).code() == StatusCode::kInvalidArgument);
+  // MoE dispatch: Megatron-Core runs NCCL's all-to-all and DeepEP (flex, its hops measured serial) and hides the
+  // measured 37% of the all-to-all with its EP overlap; torchtitan's file names no flex dispatcher.
+  CHECK(m.moe_dispatchers == std::vector<std::string>{"alltoall", "flex"});
+  CHECK(m.moe_flex_serial);
+  CHECK(m.moe_a2a_hidden == doctest::Approx(0.37));
+  CHECK(t.moe_dispatchers == std::vector<std::string>{"alltoall"});
+  CHECK(t.moe_a2a_hidden == 1);  // unset: the option's own model (all of it beside the compute)
 }
 
 TEST_CASE("compute slowdown: the hidden part of a bucketed collective costs its share") {

@@ -37,6 +37,14 @@ $PLANNER -q codegen "$T/llama3-8b-fp8-zero3.plan.yaml" -o "$T/demo-llama3-8b-fp8
 $PLANNER -q solve --gpus 64 --model "$C/models/llama2-7b.yaml" --cluster "$C/clusters/dgx-h100.yaml" --tp 4 --pp 1 --cp 2 --global-batch 64 --seq 65536 --cp-comm-type allgather -o "$T/cpag.plan.yaml" >/dev/null 2>&1 \
   && $PLANNER -q codegen "$T/cpag.plan.yaml" -o "$T/demo-cp-allgather" 2>/dev/null && grep -qx -- "--cp-comm-type allgather" "$T/demo-cp-allgather/megatron.args" \
   || { echo "FAIL demo cp allgather: no --cp-comm-type allgather in megatron.args"; fail=1; }
+# The flex dispatcher (DeepEP) with the EP all-to-all overlap under the interleaved schedule: both written, and the
+# file passes Megatron-Core's TransformerConfig checks below with the others.
+$PLANNER -q solve --gpus 64 --model "$C/models/mixtral-8x7b.yaml" --cluster "$C/clusters/dgx-h100.yaml" --tp 2 --pp 4 --ep 8 --etp 1 --schedule interleaved --interleave 2 --recompute selective --moe-dispatcher flex --moe-overlap on -o "$T/flex.plan.yaml" >/dev/null 2>&1 \
+  && $PLANNER -q codegen "$T/flex.plan.yaml" -o "$T/demo-moe-flex" 2>/dev/null \
+  && grep -qx -- "--moe-token-dispatcher-type flex" "$T/demo-moe-flex/megatron.args" \
+  && grep -qx -- "--moe-flex-dispatcher-backend deepep" "$T/demo-moe-flex/megatron.args" \
+  && grep -qx -- "--overlap-moe-expert-parallel-comm" "$T/demo-moe-flex/megatron.args" \
+  || { echo "FAIL demo moe flex: no flex dispatcher or EP overlap in megatron.args"; fail=1; }
 # The issue's defects, each in a copy of a golden launch directory: the checker must FAIL them with the reason.
 G=$SRC/tests/codegen/golden
 neg() {  # neg NAME GOLDEN SED-SCRIPT EXPECTED-TEXT
