@@ -621,6 +621,21 @@ PlanStage Evaluator::UniformStage(const Candidate& k, const Evaluation& x, int64
 
 namespace {
 
+// How an FP8 model's GEMMs are costed: the kernel table's FP8 rates by shape x the engine's FP8 share, or the
+// cluster's flat FP8 efficiency.
+std::string Fp8Note(const CostSource& src) {
+  if (KernelLevel(src))
+    return fmt::format(
+        "FP8 (Megatron --fp8-format hybrid, Transformer Engine, {} scaling): GEMMs at the kernel table's FP8 rates "
+        "by shape (peak {:.0f} TFLOP/s) x the engine's FP8 share {:.2f}, attention core and the rest in bf16; MFU "
+        "against the bf16 peak",
+        src.engine->fp8_recipe, src.cluster->PeakFlops(DType::kFp8) / 1e12, src.engine->SustainedGemm(DType::kFp8));
+  return fmt::format(
+      "FP8 (Megatron --fp8-format hybrid, Transformer Engine): GEMMs at {:.0f} TFLOP/s x {:.2f}, attention core and "
+      "the rest in bf16; MFU against the bf16 peak",
+      src.cluster->PeakFlops(DType::kFp8) / 1e12, src.cluster->Efficiency(DType::kFp8));
+}
+
 // The engine settings a uniform plan stands for.
 void PlanNotes(const Candidate& k, int64_t zero, const CostOptions& o, std::vector<std::string>* notes) {
   notes->push_back(ZeroEngineSetting(zero));
@@ -709,13 +724,7 @@ Plan Evaluator::UniformPlan(const Candidate& k, const Evaluation& x, const SimRe
   pl.zero_stage = static_cast<ZeroStage>(x.zero);  // 0..3: the fastest stage that fits (x.zero >= 0 here)
   pl.dp_replicate = x.replicate;
   PlanNotes(k, x.zero, o_.cost, &pl.notes);
-  if (src_.model != nullptr && src_.model->dtype == DType::kFp8) {
-    pl.notes.push_back(
-        fmt::format("FP8 (Megatron --fp8-format hybrid, Transformer Engine): GEMMs at {:.0f} TFLOP/s x {:.2f}, "
-                    "attention core and the rest in bf16; "
-                    "MFU against the bf16 peak",
-                    src_.cluster->PeakFlops(DType::kFp8) / 1e12, src_.cluster->Efficiency(DType::kFp8)));
-  }
+  if (src_.model != nullptr && src_.model->dtype == DType::kFp8) pl.notes.push_back(Fp8Note(src_));
   pl.p2p_overlap = o_.cost.p2p_overlap;
   pl.grad_dtype = sb_.grad_dtype;
   pl.usable_memory_bytes = sb_.usable;
