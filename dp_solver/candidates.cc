@@ -229,10 +229,22 @@ std::string CpRejection(const SearchSpace& sp, const CostSource& src, int64_t cp
 
 std::string Rejections::Summary() const {
   std::string s;
-  for (const std::string* r : {&tp, &cp, &ep, &pp, &batch, &interleave}) {
+  for (const std::string* r : {&tp, &cp, &ep, &moe_overlap, &pp, &batch, &interleave}) {
     if (!r->empty()) s += (s.empty() ? "" : "; ") + *r;
   }
   return s;
+}
+
+bool MoeOverlapRuns(const SearchOptions& o, const CostTable& table, int64_t p, int64_t v, Rejections* why) {
+  if (!o.cost.moe_overlap || table.ep <= 1) return true;
+  if ((p <= 1 || v > 1) && table.recompute != Recompute::kFull) return true;
+  if (why->moe_overlap.empty()) {
+    why->moe_overlap = fmt::format(
+        "--moe-overlap on: Megatron-Core overlaps the expert all-to-all only with pp 1 or the interleaved schedule "
+        "(or DualPipeV's two chunks) and without full recompute (TransformerConfig's checks); pp={} v={}{} left out",
+        p, v, table.recompute == Recompute::kFull ? " with full recompute" : "");
+  }
+  return false;
 }
 
 std::vector<Candidate> UniformCandidates(const SearchSpace& sp, const SearchOptions& o, size_t table_index,
@@ -276,6 +288,7 @@ std::vector<Candidate> UniformCandidates(const SearchSpace& sp, const SearchOpti
       if (s == Schedule::kPipeDream) continue;                                  // the replicated family
       if ((s == Schedule::kZbH1 || s == Schedule::kGpipe) && p == 1) continue;  // same as 1f1b at p = 1
       for (auto [v, account] : Interleaves(o, s, p, m, layers, sp.blocks, why)) {
+        if (!MoeOverlapRuns(o, table, p, v, why)) continue;
         Candidate k = MakeCandidate(table_index, t, b, p, d, m, v, s, table.recompute, cp, table.sp);
         k.account = account;
         k.ep = table.ep;

@@ -87,9 +87,13 @@ Candidate MakeCandidate(size_t table, int64_t t, int64_t b, int64_t p, int64_t d
 // Why values were left out, the first reason of each kind; named in the
 // Infeasible message when nothing divides the problem.
 struct Rejections {
-  std::string tp, pp, batch, interleave, cp, ep;
+  std::string tp, pp, batch, interleave, cp, ep, moe_overlap;
   std::string Summary() const;  // "; "-joined, "" when nothing was left out
 };
+
+// Whether the expert all-to-all overlap the search costs (--moe-overlap on, ep > 1) runs at depth p with v chunks
+// on the table's recompute: Megatron-Core's EP overlap needs pp 1 or v > 1 and no full recompute. False notes why.
+bool MoeOverlapRuns(const SearchOptions& o, const CostTable& table, int64_t p, int64_t v, Rejections* why);
 
 // The uniform family over one cost table, in the order the search ranks ties:
 // depth p (--pp or every divisor of gpus / t), schedule, interleave. Layouts

@@ -66,7 +66,7 @@ void Ranking::Dropped(const Status& why) {
 }
 
 // Absorb names every field of Rejections: a new one must be added there too.
-static_assert(sizeof(Rejections) == 6 * sizeof(std::string), "Ranking::Absorb: merge the new Rejections field");
+static_assert(sizeof(Rejections) == 7 * sizeof(std::string), "Ranking::Absorb: merge the new Rejections field");
 
 void Ranking::Absorb(Ranking&& later) {
   if (later.least_overflow_bytes_ < least_overflow_bytes_) {
@@ -77,7 +77,7 @@ void Ranking::Absorb(Ranking&& later) {
   if (!later.dropped_.ok()) Dropped(later.dropped_);
   other_fits_ = other_fits_ || later.other_fits_;
   for (auto field : {&Rejections::tp, &Rejections::pp, &Rejections::batch, &Rejections::interleave, &Rejections::cp,
-                     &Rejections::ep}) {
+                     &Rejections::ep, &Rejections::moe_overlap}) {
     if ((rejections_.*field).empty()) rejections_.*field = std::move(later.rejections_.*field);
   }
   for (Scored& s : later.best_) Keep(std::move(s.plan));
@@ -114,10 +114,14 @@ Status Ranking::Finish(int64_t gpus, int64_t batch, Plan* out) {
       return dropped_.WithContext("no plan fits in memory");
     if (why.empty() && !dropped_.ok()) return dropped_;
     if (!dropped_.ok()) why += "; " + dropped_.message();
+    Rejections others = rejections_;
+    others.moe_overlap.clear();
+    const bool overlap_only = !rejections_.moe_overlap.empty() && others.Summary().empty();
     return Status::Infeasible(
-        fmt::format("no configuration divides the problem: {} GPUs, global batch {}{}; "
-                    "choose a batch divisible by microbatch x data-parallel size, or other --tp/--pp",
-                    gpus, batch, why.empty() ? "" : " (" + why + ")"));
+        fmt::format("no configuration divides the problem: {} GPUs, global batch {}{}; {}", gpus, batch,
+                    why.empty() ? "" : " (" + why + ")",
+                    overlap_only ? "allow --schedule interleaved or pp 1, or --moe-overlap off"
+                                 : "choose a batch divisible by microbatch x data-parallel size, or other --tp/--pp"));
   }
   Plan win = std::move(best_.front().plan);
   for (size_t i = 1; i < best_.size(); ++i) win.runners_up.push_back(RunnerUp(best_[i].plan, win));

@@ -471,7 +471,8 @@ Status ScanTable(const SearchSpace& sp, const SearchOptions& o, size_t ti, Evalu
       k.bound = IterationLowerBound(k, x);
       out->cands.push_back(k);
     }
-    if (full < 0 || (fits && ranked)) continue;
+    // Block recompute is full recompute of N blocks: no EP overlap with it (MoeOverlapRuns).
+    if (full < 0 || (fits && ranked) || (o.cost.moe_overlap && k.ep > 1)) continue;
     bool found = false;
     PLANNER_RETURN_IF_ERROR(SmallestBlockRecompute(sp, static_cast<size_t>(full), ev, &k, &x, &found));
     if (!found) continue;

@@ -60,9 +60,19 @@ TEST_CASE("megatron.args of an MoE plan: experts, router, layer pattern, EP / ET
   o.schedules = {Schedule::k1F1B};
   o.recompute = {Recompute::kNone};
   o.cp = {1};
+  // With the all-to-all overlapped, pp 2 under 1F1B is left out (Megatron-Core overlaps only at pp 1 or
+  // interleaved), the reason named.
   o.cost.moe_overlap = true;
   Plan plan;
+  const Status overlap_refused = SolveAuto(src, o, &plan);
+  CHECK(overlap_refused.code() == StatusCode::kInfeasible);
+  CHECK(
+      std::string(overlap_refused.message()).find("overlaps the expert all-to-all only with pp 1 or the interleaved") !=
+      std::string::npos);
+  o.cost.moe_overlap = false;
   REQUIRE_OK(SolveAuto(src, o, &plan));
+  // A plan that says it was costed overlapped (an older planner's) is exported without the flag, with a note.
+  plan.notes.push_back("all-to-all overlapped with the layer's compute (Megatron --overlap-moe-expert-parallel-comm)");
   REQUIRE(plan.ep == 4);
   LaunchPlan L;
   CodegenOptions co;
@@ -100,8 +110,7 @@ TEST_CASE("megatron.args of an MoE plan: experts, router, layer pattern, EP / ET
   CHECK(mg.find("--q-lora-rank") == std::string::npos);                 // q_lora_rank 0: no query compression
   CHECK(mg.find("--group-query-attention") == std::string::npos);       // MLA has no query groups
   CHECK(mg.find("--moe-expert-capacity-factor") == std::string::npos);  // dropless
-  // Costed with the all-to-all overlapped, but pp 2 under 1F1B: Megatron-Core overlaps only with pp 1 or the
-  // interleaved schedule, so the flag is left out and a note says the run is slower than predicted.
+  // Said to be costed overlapped, but pp 2 under 1F1B: the flag is left out, a note says the run is slower.
   CHECK(mg.find("--overlap-moe-expert-parallel-comm") == std::string::npos);
   CHECK(std::any_of(notes.begin(), notes.end(), [](const std::string& n) {
     return n.find("written without --overlap-moe-expert-parallel-comm") != std::string::npos;
@@ -115,6 +124,7 @@ TEST_CASE("megatron.args of an MoE plan: experts, router, layer pattern, EP / ET
   CHECK(fx.find("--moe-token-dispatcher-type flex\n--moe-flex-dispatcher-backend deepep\n") != std::string::npos);
   CHECK(fx.find("--moe-token-dispatcher-type alltoall") == std::string::npos);
   // At pp 1 the overlap is written.
+  o.cost.moe_overlap = true;
   o.pp = {1};
   o.gpus = 8;
   Plan flat;
