@@ -184,7 +184,7 @@ double AllToAllSeconds(const ClusterSpec& c, double bytes_per_rank, const std::v
   const double limited = routing.node_copies > 0 && routing.top_k > 0
                              ? std::min(1.0, routing.node_copies / static_cast<double>(routing.top_k))
                              : 1.0;
-  double t = 0, inside = 1;  // inside: U_{l-1}, the group's ranks in one level-(l-1) unit
+  double t = 0, network = 0, inside = 1;  // inside: U_{l-1}, the group's ranks in one level-(l-1) unit
   for (size_t l = 0; l < members.size() && l < c.levels.size(); ++l) {
     const double n = static_cast<double>(std::max<int64_t>(1, members[l]));
     const TopologyLevel& lv = c.levels[l];
@@ -198,11 +198,13 @@ double AllToAllSeconds(const ClusterSpec& c, double bytes_per_rank, const std::v
       } else {
         level_s = crossing / (lv.bandwidth_GBps * 1e9) + (n - 1) * lv.latency_us * 1e-6;
       }
-      t = routing.node_copies > 0 && routing.serial_hops ? t + level_s : std::max(t, level_s);
+      // Serial hops: the NVLink forward after the one network transfer, which crosses every level above the node.
+      if (routing.node_copies > 0 && routing.serial_hops && l >= 1) network = std::max(network, level_s);
+      else t = std::max(t, level_s);
     }
     inside *= n;
   }
-  return t;
+  return t + network;
 }
 
 namespace {
@@ -749,7 +751,6 @@ void KernelRates(const CostSource& src, const ModelSpec& m, const CostOptions& o
   q->cp_ring_fwd = e.cp_ring_fwd;
   q->cp_ring_bwd = e.cp_ring_bwd;
   q->tp_hidden = o.tp_comm_overlap ? e.tp_comm_overlap_hidden : 0;
-  q->moe_hidden = e.moe_a2a_hidden;
   q->slowdown = o.compute_slowdown;
 }
 
@@ -779,6 +780,7 @@ void AnalyticRows(const CostSource& src, const TableShape& shape, const CostOpti
   q.moe_overlap = o.moe_overlap;
   q.moe_dedup = o.moe_dedup;
   q.moe_flex_serial = o.moe_flex_serial;
+  if (src.engine != nullptr) q.moe_hidden = src.engine->moe_a2a_hidden;  // flat or kernel-level: the engine's
   q.cp_overlap = o.cp_overlap;
   q.cp_allgather = o.cp_comm == CpCommType::kAllGather && q.cp > 1;
   if (q.cp_allgather) q.cp_group = GroupSpread(c, q.cp, q.t);

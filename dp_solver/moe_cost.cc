@@ -14,15 +14,33 @@ int64_t MoeUnitLimit(const Layer& l, int64_t units) {
   return reach < l.top_k ? reach : 0;
 }
 
+namespace {
+
+// Expected distinct units among `draws` items drawn uniformly without replacement from `items` spread evenly over
+// `units`: units (1 - C(items - items / units, draws) / C(items, draws)).
+double ExpectedDistinct(double units, double items, int64_t draws) {
+  if (units <= 1) return units;
+  const double per_unit = items / units;
+  double missed = 1;  // P(a given unit holds none of the draws)
+  for (int64_t i = 0; i < draws && missed > 0; ++i)
+    missed *= std::max(0.0, (items - per_unit - static_cast<double>(i)) / (items - static_cast<double>(i)));
+  return units * (1 - missed);
+}
+
+}  // namespace
+
 double MoeNodeCopies(const Layer& l, int64_t units) {
   if (units <= 1) return 1;
-  const int64_t limit = MoeUnitLimit(l, units);
-  if (limit > 0) return static_cast<double>(limit);
-  const double u = static_cast<double>(units), e = static_cast<double>(l.experts), per_unit = e / u;
-  double missed = 1;  // P(a given unit holds none of the token's top_k experts)
-  for (int64_t i = 0; i < l.top_k && missed > 0; ++i)
-    missed *= std::max(0.0, (e - per_unit - static_cast<double>(i)) / (e - static_cast<double>(i)));
-  return u * (1 - missed);
+  const double u = static_cast<double>(units), experts = static_cast<double>(l.experts);
+  const int64_t groups = l.attrs.Int("route_groups", 0), limit = l.attrs.Int("route_group_limit", 0);
+  if (groups <= 0 || limit <= 0 || limit >= groups) return ExpectedDistinct(u, experts, l.top_k);
+  const double g = static_cast<double>(groups);
+  // Several groups per node: the nodes of the token's `limit` groups (each chosen group holds one of its best
+  // experts by construction: groups are ranked by their experts' affinities).
+  if (groups >= units) return ExpectedDistinct(u, g, limit);
+  // A group spans units / groups nodes: the token's experts fall on the limit groups' nodes.
+  const double reach = std::min(u, static_cast<double>(limit) * u / g);
+  return ExpectedDistinct(reach, experts * reach / u, l.top_k);
 }
 
 MoeLayerCost MoeLayerCosts(const ClusterSpec& c, const Layer& l, const MoeShape& s) {

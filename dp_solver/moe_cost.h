@@ -18,12 +18,13 @@ namespace planner {
 // units. 0: no limit (no route groups, or a limit that is not below the token's top_k).
 int64_t MoeUnitLimit(const Layer& l, int64_t units_spanned);
 
-// The level-0 units (nodes) one token's top_k copies reach when the EP group spans `units_spanned`
-// of them, each holding experts / units_spanned of the experts: under node-limited routing the
-// limit L (each of the L groups a token is sent to holds one of its top experts: the groups are
-// chosen by their best experts' scores), else the expected distinct units of top_k experts drawn
-// uniformly without replacement, U (1 - C(E - E/U, k) / C(E, k)). What a deduplicating dispatcher
-// sends across the nodes per token (AllToAllRouting::node_copies).
+// The level-0 units (nodes) one token's top_k copies reach, expected, when the EP group spans `units_spanned`
+// of them, each holding experts / units_spanned of the experts: the expected distinct units of top_k experts
+// drawn uniformly without replacement, U (1 - C(E - E/U, k) / C(E, k)); under node-limited routing (each token
+// sent to route_group_limit M of route_groups G groups, each chosen group holding one of its best experts: the
+// groups are ranked by their experts' affinities) the distinct nodes of M groups drawn from G when a node holds
+// G / U >= 1 groups, else the first formula over the M U / G nodes the chosen groups span. What a
+// deduplicating dispatcher sends across the nodes per token (AllToAllRouting::node_copies).
 double MoeNodeCopies(const Layer& l, int64_t units_spanned);
 
 // The parallel point and options an MoE layer is costed at.

@@ -117,11 +117,11 @@ Status Ranking::Finish(int64_t gpus, int64_t batch, Plan* out) {
     Rejections others = rejections_;
     others.moe_overlap.clear();
     const bool overlap_only = !rejections_.moe_overlap.empty() && others.Summary().empty();
-    return Status::Infeasible(
-        fmt::format("no configuration divides the problem: {} GPUs, global batch {}{}; {}", gpus, batch,
-                    why.empty() ? "" : " (" + why + ")",
-                    overlap_only ? "allow --schedule interleaved or pp 1, or --moe-overlap off"
-                                 : "choose a batch divisible by microbatch x data-parallel size, or other --tp/--pp"));
+    return Status::Infeasible(fmt::format(
+        "no configuration divides the problem: {} GPUs, global batch {}{}; {}", gpus, batch,
+        why.empty() ? "" : " (" + why + ")",
+        overlap_only ? "allow --schedule interleaved or pp 1 with --recompute none or selective, or --moe-overlap off"
+                     : "choose a batch divisible by microbatch x data-parallel size, or other --tp/--pp"));
   }
   Plan win = std::move(best_.front().plan);
   for (size_t i = 1; i < best_.size(); ++i) win.runners_up.push_back(RunnerUp(best_[i].plan, win));

@@ -153,6 +153,37 @@ std::string EnginesRunning(Schedule s) {
   return fmt::format("--engine {}", fmt::join(names, " or "));
 }
 
+// --moe-dispatcher against the engine and the model (MoE models only): the engine's moe_dispatchers; flex
+// (DeepEP) neither pads to a capacity (Megatron-Core's TransformerConfig refuses moe_pad_expert_input_to_capacity
+// with it) nor is costed with expert TP (its one all-to-all over the TP x EP group is not the alltoall
+// dispatcher's per-ETP collectives): etp 1.
+Status ApplyMoeDispatcher(const SolveArgs& a, const CostSource& src, bool restrict, SearchOptions* o) {
+  const EngineSpec& e = *src.engine;
+  const ModelSpec* m = src.model;
+  if (m == nullptr || ModelExperts(m) == 0) return Status::OK();
+  if (restrict &&
+      std::find(e.moe_dispatchers.begin(), e.moe_dispatchers.end(), a.moe_dispatcher) == e.moe_dispatchers.end())
+    return Status::InvalidArgument(
+        fmt::format("--moe-dispatcher {}: engine {} does not run it (its file's moe_dispatchers); choose "
+                    "--moe-dispatcher {} or another --engine",
+                    a.moe_dispatcher, e.name, fmt::join(e.moe_dispatchers, ",")));
+  if (a.moe_dispatcher != "flex") return Status::OK();
+  for (const auto& l : m->layers) {
+    if (l.experts > 0 && l.attrs.Real("capacity_factor", 0) > 0)
+      return Status::InvalidArgument(fmt::format(
+          "--moe-dispatcher flex: model {} pads experts to capacity factor {} (Megatron-Core's flex dispatcher runs "
+          "dropless only); use --moe-dispatcher alltoall",
+          m->name, l.attrs.Real("capacity_factor", 0)));
+  }
+  if (std::any_of(o->etp.begin(), o->etp.end(), [](int64_t x) { return x > 1; }))
+    return Status::InvalidArgument(
+        "--moe-dispatcher flex: costed at expert tensor-parallel size 1 only (DeepEP dispatches once over the "
+        "TP x EP group, not as the alltoall dispatcher's per-ETP collectives); use --etp 1 or --moe-dispatcher "
+        "alltoall");
+  o->etp = {1};
+  return Status::OK();
+}
+
 // What the engine changes in the search: the ZeRO stages and schedules it runs (a forced one it does not
 // run is an input error naming the reason), and with a kernel table its overlap behaviour and memory.
 Status ApplyEngine(const SolveArgs& a, const CostSource& src, SearchOptions* o) {
@@ -193,12 +224,7 @@ Status ApplyEngine(const SolveArgs& a, const CostSource& src, SearchOptions* o) 
         fmt::format("--cp-comm-type {}: engine {} does not run it ({}); choose --cp-comm-type {} or another --engine",
                     a.cp_comm_type, e.name, e.cp_comm_reason.empty() ? "its file's cp_comm_types" : e.cp_comm_reason,
                     fmt::join(e.cp_comm_types, ",")));
-  if (restrict &&
-      std::find(e.moe_dispatchers.begin(), e.moe_dispatchers.end(), a.moe_dispatcher) == e.moe_dispatchers.end())
-    return Status::InvalidArgument(
-        fmt::format("--moe-dispatcher {}: engine {} does not run it (its file's moe_dispatchers); choose "
-                    "--moe-dispatcher {} or another --engine",
-                    a.moe_dispatcher, e.name, fmt::join(e.moe_dispatchers, ",")));
+  PLANNER_RETURN_IF_ERROR(ApplyMoeDispatcher(a, src, restrict, o));
   if (restrict) PLANNER_RETURN_IF_ERROR(ApplyEngineRecompute(e, o));
   if (restrict) o->cost.fsdp_with_pp = e.fsdp_with_pp;
   o->cost.moe_flex_serial = e.moe_flex_serial;
@@ -851,8 +877,9 @@ Runner RegisterSolve(CLI::App& app) {
                   "busiest expert-parallel rank's routed tokens over the mean, dropless routing (default 1: balanced; "
                   "set the measured ratio)");
   cmd->add_option("--moe-overlap", a->moe_overlap,
-                  "on: the MoE all-to-all hidden behind the layer's compute of the same pass (DualPipe / Megatron's EP "
-                  "overlap), off (default): exposed");
+                  "on: the MoE all-to-all partly hidden behind compute as the engine's EP overlap hides it (Megatron "
+                  "--overlap-moe-expert-parallel-comm; megatron-core: 37%, measured), searched only on the layouts it "
+                  "runs on (pp 1 or interleaved, no full recompute); off (default): exposed");
   cmd->add_option("--moe-dispatcher", a->moe_dispatcher,
                   "MoE token dispatch: alltoall (default; one copy per routed expert, Megatron "
                   "--moe-token-dispatcher-type alltoall) or flex (one copy per node a token reaches, forwarded there: "

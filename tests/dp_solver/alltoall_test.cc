@@ -1,5 +1,6 @@
 // The all-to-all cost (expert parallelism's dispatch and combine) against its closed forms:
-// one level, two levels, node-limited routing, and a measured curve (docs/cost_model.md section 3).
+// one level, two levels, a deduplicating dispatcher (serial and pipelined hops), and a measured curve
+// (docs/cost_model.md section 3).
 #include <cmath>
 #include <vector>
 
@@ -88,6 +89,22 @@ TEST_CASE("a deduplicating dispatcher: the bytes leaving the node scale by min(1
   deepseek.node_copies = 1.5;
   CHECK(AllToAllSeconds(c, m, {8, 8}, deepseek) ==
         doctest::Approx(m * 56 / 64 * 1.5 / 8 / 50e9 + 7 * 5e-6 + nvlink).epsilon(1e-12));
+  // Pipelined hops (DeepSeek's kernels): the slowest level sets the time, as in the plain all-to-all.
+  deepseek.node_copies = 4;
+  deepseek.serial_hops = false;
+  CHECK(AllToAllSeconds(c, m, {8, 8}, deepseek) == doctest::Approx(std::max(network, nvlink)).epsilon(1e-12));
+  // Three levels (node, rack, spine), serial: one network transfer crosses rack and spine at once, so the time
+  // is the node level's plus the slower of the two above it, not their sum.
+  ClusterSpec three = c;
+  TopologyLevel spine = three.levels[1];
+  spine.name = "spine";
+  spine.bandwidth_GBps = 25;
+  three.levels[1].size = 2;
+  three.levels.push_back(spine);
+  deepseek.serial_hops = true;
+  const double rack = m * 56 / 64 * 4 / 8 / 50e9 + 1 * 5e-6, over = m * 48 / 64 * 4 / 8 / 25e9 + 3 * 5e-6;
+  CHECK(AllToAllSeconds(three, m, {8, 2, 4}, deepseek) ==
+        doctest::Approx(nvlink + std::max(rack, over)).epsilon(1e-12));
 }
 
 TEST_CASE("a measured all-to-all curve times its level at the size with the same crossing share") {

@@ -101,11 +101,25 @@ TEST_CASE("the nodes a token reaches: the route limit, else the expected distinc
   // One expert per node and top_k = experts: every node.
   l.top_k = 8;
   CHECK(MoeNodeCopies(l, 8) == doctest::Approx(8).epsilon(1e-12));
-  // Route groups: the limit (DeepSeek-V3's 4 of 8 groups over 8 nodes).
+  // Route groups: DeepSeek-V3's 4 of 8 groups over 8 nodes (a group a node): exactly 4.
   l.experts = 256;
   l.attrs.ints["route_groups"] = 8;
   l.attrs.ints["route_group_limit"] = 4;
-  CHECK(MoeNodeCopies(l, 8) == 4);
+  CHECK(MoeNodeCopies(l, 8) == doctest::Approx(4).epsilon(1e-12));
+  // Over 4 nodes (2 groups a node): the distinct nodes of 4 groups drawn from 8, 4 (1 - C(6, 4) / C(8, 4)), below
+  // the unlimited routing's expectation.
+  CHECK(MoeNodeCopies(l, 4) == doctest::Approx(4 * (1 - 15.0 / 70)).epsilon(1e-12));
+  l.attrs.ints["route_groups"] = 0;
+  const double unlimited4 = MoeNodeCopies(l, 4);
+  l.attrs.ints["route_groups"] = 8;
+  CHECK(MoeNodeCopies(l, 4) < unlimited4);
+  // Over 16 nodes (a group spans 2): the token's 8 experts on its 4 groups' 8 nodes, 128 experts there.
+  double miss16 = 1;
+  for (int i = 0; i < 8; ++i) miss16 *= (112.0 - i) / (128.0 - i);
+  CHECK(MoeNodeCopies(l, 16) == doctest::Approx(8 * (1 - miss16)).epsilon(1e-12));
+  // A limit of every group: no limit.
+  l.attrs.ints["route_group_limit"] = 8;
+  CHECK(MoeNodeCopies(l, 4) == doctest::Approx(unlimited4).epsilon(1e-12));
 }
 
 TEST_CASE(
