@@ -134,9 +134,8 @@ std::string MegatronMoeArgs(const ModelSpec& model, const Plan& plan, const Laun
     const bool overlapped = std::any_of(plan.notes.begin(), plan.notes.end(), [](const std::string& n) {
       return n.find("all-to-all overlapped") != std::string::npos;
     });
-    // Costed with --moe-overlap on; Megatron-Core runs the overlap with pipelining only under the interleaved
-    // schedule and never with full recompute (TransformerConfig's checks).
-    const bool runs = (L.pp <= 1 || L.interleave > 1) && plan.recompute != Recompute::kFull;
+    // Costed with --moe-overlap on; written where Megatron-Core runs it.
+    const bool runs = MegatronOverlapsMoe(L.pp, L.interleave, plan.recompute);
     if (overlapped && plan.ep > 1 && runs) mg += "--overlap-moe-expert-parallel-comm\n--delay-wgrad-compute\n";
     if (overlapped && plan.ep > 1 && !runs)
       notes->push_back(

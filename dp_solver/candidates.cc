@@ -237,7 +237,7 @@ std::string Rejections::Summary() const {
 
 bool MoeOverlapRuns(const SearchOptions& o, const CostTable& table, int64_t p, int64_t v, Rejections* why) {
   if (!o.cost.moe_overlap || table.ep <= 1) return true;
-  if ((p <= 1 || v > 1) && table.recompute != Recompute::kFull) return true;
+  if (MegatronOverlapsMoe(p, v, table.recompute)) return true;
   if (why->moe_overlap.empty()) {
     why->moe_overlap = fmt::format(
         "--moe-overlap on: Megatron-Core overlaps the expert all-to-all only with pp 1 or the interleaved schedule "

@@ -779,8 +779,10 @@ void AnalyticRows(const CostSource& src, const TableShape& shape, const CostOpti
   q.moe_imbalance = o.moe_imbalance;
   q.moe_overlap = o.moe_overlap;
   q.moe_dedup = o.moe_dedup;
-  q.moe_flex_serial = o.moe_flex_serial;
-  if (src.engine != nullptr) q.moe_hidden = src.engine->moe_a2a_hidden;  // flat or kernel-level: the engine's
+  if (src.engine != nullptr) {  // flat or kernel-level: the engine's EP overlap share and flex hops
+    q.moe_hidden = src.engine->moe_a2a_hidden;
+    q.moe_flex_serial = src.engine->moe_flex_serial;
+  }
   q.cp_overlap = o.cp_overlap;
   q.cp_allgather = o.cp_comm == CpCommType::kAllGather && q.cp > 1;
   if (q.cp_allgather) q.cp_group = GroupSpread(c, q.cp, q.t);

@@ -34,11 +34,10 @@ struct CostOptions {
   std::optional<DType> grad_dtype;
   double optimizer_bytes_per_param = 30;  // HBM traffic of the optimizer step per parameter
   // Mixture of experts (docs/cost_model.md, "Expert parallelism"; dp_solver/moe_cost.h).
-  double moe_imbalance = 1.0;   // busiest EP rank's routed tokens / the mean, dropless routing (--moe-imbalance)
-  bool moe_overlap = false;     // all-to-all hidden behind the MoE layer's compute of the same pass (--moe-overlap)
-  bool moe_dedup = false;       // token dispatch deduplicated per node (--moe-dispatcher flex: DeepEP / HybridEP)
-  bool moe_flex_serial = true;  // flex dispatch's network and NVLink hops add up (the engine's moe_flex_hops)
-  bool cp_overlap = true;  // ring attention's KV exchange hidden behind its steps' compute (off: the lead analysis)
+  double moe_imbalance = 1.0;  // busiest EP rank's routed tokens / the mean, dropless routing (--moe-imbalance)
+  bool moe_overlap = false;    // all-to-all hidden behind the MoE layer's compute of the same pass (--moe-overlap)
+  bool moe_dedup = false;      // token dispatch deduplicated per node (--moe-dispatcher flex: DeepEP / HybridEP)
+  bool cp_overlap = true;      // ring attention's KV exchange hidden behind its steps' compute (off: the lead analysis)
   // Context parallelism's KV exchange (--cp-comm-type): the ring (p2p), or one exposed all-gather of K, V
   // per layer and pass with each local query chunk's attention in one kernel, no merges (allgather).
   CpCommType cp_comm = CpCommType::kP2P;

@@ -6,14 +6,6 @@
 
 namespace planner {
 
-int64_t MoeUnitLimit(const Layer& l, int64_t units) {
-  const int64_t groups = l.attrs.Int("route_groups", 0), limit = l.attrs.Int("route_group_limit", 0);
-  if (groups <= 0 || limit <= 0 || units <= 1) return 0;
-  const int64_t per_group = std::max<int64_t>(1, (units + groups - 1) / groups);
-  const int64_t reach = std::min(units, limit * per_group);
-  return reach < l.top_k ? reach : 0;
-}
-
 namespace {
 
 // Expected distinct units among `draws` items drawn uniformly without replacement from `items` spread evenly over

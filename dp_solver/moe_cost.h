@@ -12,12 +12,6 @@
 
 namespace planner {
 
-// The level-0 units (nodes) one token reaches at most under the layer's route groups: each token
-// reaches route_group_limit of route_groups expert groups; with the group's `units_spanned`
-// level-0 units each holding the same share of the experts, a group covers max(1, units / groups)
-// units. 0: no limit (no route groups, or a limit that is not below the token's top_k).
-int64_t MoeUnitLimit(const Layer& l, int64_t units_spanned);
-
 // The level-0 units (nodes) one token's top_k copies reach, expected, when the EP group spans `units_spanned`
 // of them, each holding experts / units_spanned of the experts: the expected distinct units of top_k experts
 // drawn uniformly without replacement, U (1 - C(E - E/U, k) / C(E, k)); under node-limited routing (each token

@@ -227,7 +227,6 @@ Status ApplyEngine(const SolveArgs& a, const CostSource& src, SearchOptions* o) 
   PLANNER_RETURN_IF_ERROR(ApplyMoeDispatcher(a, src, restrict, o));
   if (restrict) PLANNER_RETURN_IF_ERROR(ApplyEngineRecompute(e, o));
   if (restrict) o->cost.fsdp_with_pp = e.fsdp_with_pp;
-  o->cost.moe_flex_serial = e.moe_flex_serial;
   if (restrict) {
     for (int64_t z : e.hsdp) o->hsdp_zero |= 1u << z;
   }

@@ -107,6 +107,8 @@ bool ZeroStageFromNumber(long long n, ZeroStage* out) {
   return true;
 }
 
+bool MegatronOverlapsMoe(int64_t pp, int64_t v, Recompute rc) { return (pp <= 1 || v > 1) && rc != Recompute::kFull; }
+
 const char* CpCommTypeName(CpCommType c) { return c == CpCommType::kAllGather ? "allgather" : "p2p"; }
 bool ParseCpCommType(std::string_view text, CpCommType* out) {
   if (text == "p2p") {

@@ -73,6 +73,11 @@ bool ParsePlanMode(std::string_view text, PlanMode* out);
 // between steps); allgather, K and V all-gathered once per layer and each local query chunk's
 // attention run in one kernel (Transformer Engine's AttnFuncWithCPAndKVAllGather, Llama 3's CP).
 enum class CpCommType { kP2P, kAllGather };
+// Whether Megatron-Core runs its EP all-to-all overlap (--overlap-moe-expert-parallel-comm) on a layout of pp
+// pipeline ranks with v chunks each and recompute rc: pp 1 or v > 1, and no full (or block) recompute
+// (TransformerConfig's checks, megatron-core 0.16).
+bool MegatronOverlapsMoe(int64_t pp, int64_t v, Recompute rc);
+
 const char* CpCommTypeName(CpCommType c);  // p2p | allgather
 bool ParseCpCommType(std::string_view text, CpCommType* out);
 

@@ -50,17 +50,19 @@ TEST_CASE(
     "combine") {
   const ClusterSpec c = Cluster("dgx-h100.yaml");
   const std::vector<int64_t> spread = GroupSpread(c, 64, 1);
-  // The layer's groups: 8 groups over 8 nodes with limit 4 reach 4 nodes; over 16 nodes a group spans 2, so 8 = top_k: no limit.
+  // The layer's groups: 8 groups over 8 nodes with limit 4 reach 4 nodes; one node is one; with limit 2 over 16
+  // nodes (a group spans 2) the token's 8 experts fall on 4 nodes holding 64 experts.
   Layer l;
   l.experts = 256;
   l.top_k = 8;
   l.attrs.ints["route_groups"] = 8;
   l.attrs.ints["route_group_limit"] = 4;
-  CHECK(MoeUnitLimit(l, 8) == 4);
-  CHECK(MoeUnitLimit(l, 16) == 0);
-  CHECK(MoeUnitLimit(l, 1) == 0);
+  CHECK(MoeNodeCopies(l, 8) == doctest::Approx(4).epsilon(1e-12));
+  CHECK(MoeNodeCopies(l, 1) == 1);
   l.attrs.ints["route_group_limit"] = 2;
-  CHECK(MoeUnitLimit(l, 16) == 4);
+  double miss = 1;
+  for (int i = 0; i < 8; ++i) miss *= (48.0 - i) / (64.0 - i);
+  CHECK(MoeNodeCopies(l, 16) == doctest::Approx(4 * (1 - miss)).epsilon(1e-12));
   // A layer's dispatch + combine at EP64 over 8 nodes: each pass moves 2 all-to-alls of the rank's
   // s / (t cp) tokens' copies; the flex dispatcher sends each token once to each of its 4 nodes, the
   // alltoall dispatcher every copy; a capacity factor c moves c times the bytes.
