@@ -264,6 +264,81 @@ def run_moe_h100(cluster):
     return rows
 
 
+# One MoELayer on 8 H100 (EP 8 inside a node, TP 1, sequence 4096, microbatch 1, forced-balanced routing, no
+# attention), forward and backward ms as CUDA events time them: Megatron-LM's MoE performance regression test,
+# tests/functional_tests/test_cases/common/moe_perf/ (test_cases.py: the proxies; __main__.py: TransformerConfig
+# defaults, so an ungated GeLU MLP, permute and router fusion on, TE grouped GEMM; baseline.json, commit 32f2c9cf).
+# deepep and hybridep both run Megatron's flex dispatcher; fp8 is hybrid blockwise. A kernel-level check of the MoE
+# MLP: the prediction is a one-layer model's stage minus the same model with the MoE MLP left out.
+MOE_PROXIES = {
+    "mixtral": {"hidden": 4096, "moe": "experts: 8, top_k: 2, expert_ffn: 14336, router: softmax"},
+    "deepseek": {"hidden": 7168, "moe": "experts: 32, top_k: 8, expert_ffn: 2048, shared_ffn: 2048, route_groups: 8, "
+                                        "route_group_limit: 4, router: sigmoid"},
+}
+MOE_LAYER_H100 = [  # (proxy, backend, precision, forward ms, backward ms)
+    ("mixtral", "alltoall", "bf16", 4.262, 7.825), ("mixtral", "deepep", "bf16", 4.609, 8.030),
+    ("mixtral", "hybridep", "bf16", 4.414, 7.840), ("deepseek", "alltoall", "bf16", 6.943, 10.453),
+    ("deepseek", "deepep", "bf16", 5.425, 9.059), ("deepseek", "hybridep", "bf16", 5.246, 8.846),
+    ("mixtral", "alltoall", "fp8", 3.676, 6.719), ("mixtral", "deepep", "fp8", 4.029, 6.942),
+    ("mixtral", "hybridep", "fp8", 3.738, 6.641), ("deepseek", "alltoall", "fp8", 7.414, 10.088),
+    ("deepseek", "deepep", "fp8", 5.841, 8.589), ("deepseek", "hybridep", "fp8", 5.001, 7.716),
+]
+
+
+def moe_layer_model(tmp, proxy, precision, with_moe):
+    """A one-layer model file: embedding, the proxy's moe_block (or its attention and two norms alone), head, loss."""
+    h, moe = MOE_PROXIES[proxy]["hidden"], MOE_PROXIES[proxy]["moe"]
+    common = "heads: 8, position: rope, bias: false, dropout: false"
+    body = ([f"  - {{type: moe_block, {common}, act: gelu, norm: rmsnorm, {moe}}}"] if with_moe else
+            ["  - {type: rmsnorm}", f"  - {{type: attention, {common}}}", "  - {type: rmsnorm}"])
+    text = "\n".join([f"format_version: 1", f"name: {proxy}-layer", f"dtype: {precision}", "global_batch: 8",
+                      "input: [4096]", "layers:", f"  - {{type: embedding, vocab: 128, hidden: {h}, dropout: false}}"]
+                     + body + ["  - {type: lm_head, vocab: 128, tied: false}", "  - {type: loss}"]) + "\n"
+    path = os.path.join(tmp, f"{proxy}-{precision}-{'moe' if with_moe else 'attn'}.yaml")
+    open(path, "w").write(text)
+    return path
+
+
+def run_moe_layer(tmp, cluster):
+    """(case, measured fwd ms, predicted, measured bwd ms, predicted, note) per MOE_LAYER_H100 row."""
+    blockwise = megatron_core_variant(tmp, "megatron-core-fp8-blockwise", r"^fp8_recipe: delayed", "fp8_recipe: blockwise")
+    base = ["--tp", "1", "--pp", "1", "--cp", "1", "--global-batch", "8", "--microbatch", "1", "--recompute", "none",
+            "--zero", "1", "--schedule", "1f1b"]
+    rows = []
+    for proxy, backend, precision, fwd, bwd in MOE_LAYER_H100:
+        engine = ["--engine", blockwise] if precision == "fp8" else []
+        dispatch = ["--moe-dispatcher", "alltoall" if backend == "alltoall" else "flex"]
+        parts = []
+        for with_moe in (True, False):
+            flags = base + engine + (["--ep", "8", "--etp", "1"] + dispatch if with_moe else [])
+            plan, err = solve(moe_layer_model(tmp, proxy, precision, with_moe), cluster, 8, flags)
+            if plan is None:
+                break
+            st = plan["stages"][0]
+            parts.append((st["forward_seconds"], st["backward_input_seconds"] + st["backward_weight_seconds"]))
+        name = f"{proxy} {backend} {precision}"
+        if len(parts) < 2:
+            rows.append((name, fwd, None, bwd, None, "REFUSED: " + err))
+            continue
+        rows.append((name, fwd, 1e3 * (parts[0][0] - parts[1][0]), bwd, 1e3 * (parts[0][1] - parts[1][1]), ""))
+    return rows
+
+
+def table_layer(title, rows):
+    """Forward and backward ms of one layer, measured and predicted; returns both errors of every row."""
+    print(f"\n### {title}\n\n| case | forward ms | predicted | error | backward ms | predicted | error |\n"
+          "|---|---|---|---|---|---|---|")
+    errs = []
+    for name, fwd, pf, bwd, pb, note in rows:
+        if pf is None:
+            print(f"| {name} | {fwd:.2f} | - | - | {bwd:.2f} | - | {note} |")
+            continue
+        ef, eb = (pf - fwd) / fwd, (pb - bwd) / bwd
+        errs += [ef, eb]
+        print(f"| {name} | {fwd:.2f} | {pf:.2f} | {100 * ef:+.1f}% | {bwd:.2f} | {pb:.2f} | {100 * eb:+.1f}% |")
+    return errs
+
+
 MEGATRON_2021 = ["--zero", "0", "--overlap-grad-reduce", "off", "--overlap-param-gather", "off"]
 # Schedules Megatron-Core runs.
 MEGATRON_SCHEDULES = ["--schedule", "1f1b,interleaved"]
@@ -671,6 +746,8 @@ def main():
                        "H100, FP8)", "tokens/s/GPU", run_megatron_bridge(tmp, args.h100))
         moe = table("Checks, not calibration: Megatron-Core MoE runs (Megatron-Bridge, Megatron-MoE-ModelZoo; H100, bf16)",
                     "tokens/s/GPU", run_moe_h100(args.h100))
+        layer = table_layer("Checks, not calibration: one MoE layer, Megatron-LM's moe_perf test (8 H100, EP 8, seq 4096; "
+                            "ms per pass; error on time: + is slower than measured)", run_moe_layer(tmp, args.h100))
         print("\n### Free search against the published layout (H100 bf16, H800 fp8)\n\n"
               "Above 1.25x the modelled reason is named: the published layout's iteration minus the free plan's, by part "
               "(seconds per iteration, largest first).\n\n"
@@ -690,6 +767,9 @@ def main():
         summary("checks: Megatron-Core MoE H100 bf16", moe, len(MOE_H100))
         if moe:
             print(f"checks: Megatron-Core MoE H100 bf16: signed mean {100 * sum(moe) / len(moe):+.2f}%")
+        summary("checks: one MoE layer H100 (forward and backward ms)", layer, 2 * len(MOE_LAYER_H100))
+        if layer:
+            print(f"checks: one MoE layer H100: signed mean {100 * sum(layer) / len(layer):+.2f}% (on time)")
         if bridge:
             print(f"checks: Megatron-Core 2025-26 recipes H100 fp8: signed mean {100 * sum(bridge) / len(bridge):+.2f}%")
         if titan:

@@ -180,16 +180,18 @@ double AllToAllSeconds(const ClusterSpec& c, double bytes_per_rank, const std::v
   double total = 1;  // N: the group's ranks
   for (size_t l = 0; l < members.size() && l < c.levels.size(); ++l)
     total *= static_cast<double>(std::max<int64_t>(1, members[l]));
-  // A deduplicating dispatcher: each token crosses a level above the node once per node it reaches.
-  const double limited = routing.node_copies > 0 && routing.top_k > 0
-                             ? std::min(1.0, routing.node_copies / static_cast<double>(routing.top_k))
-                             : 1.0;
+  // A deduplicating dispatcher: each token crosses a level above the node once per node it reaches, the node
+  // level once per GPU.
+  const auto share = [&](double copies) {
+    return copies > 0 && routing.top_k > 0 ? std::min(1.0, copies / static_cast<double>(routing.top_k)) : 1.0;
+  };
+  const double limited = share(routing.node_copies), per_gpu = share(routing.rank_copies);
   double t = 0, network = 0, inside = 1;  // inside: U_{l-1}, the group's ranks in one level-(l-1) unit
   for (size_t l = 0; l < members.size() && l < c.levels.size(); ++l) {
     const double n = static_cast<double>(std::max<int64_t>(1, members[l]));
     const TopologyLevel& lv = c.levels[l];
     if (n > 1 && bytes_per_rank > 0) {
-      const double crossing = bytes_per_rank * (total - inside) / total * (l >= 1 ? limited : 1.0);  // D_l
+      const double crossing = bytes_per_rank * (total - inside) / total * (l >= 1 ? limited : per_gpu);  // D_l
       double level_s;
       if (lv.measured_alltoall.usable()) {
         // The curve's time at the size whose crossing share (g - 1)/g is D_l (busbw convention).
@@ -566,7 +568,7 @@ double StashBytes(const Layer& l, const RowRates& q, double tp_shard) {
 }
 
 // Selective recompute's MoE modules beyond the balanced FLOPs AnalyticRow costs: the busiest EP
-// rank's extra tokens in the re-run expert GEMMs, and moe's re-run all-to-alls and expert TP collectives.
+// rank's extra tokens in the re-run expert GEMMs, and moe's re-run regroup, all-to-alls and expert TP collectives.
 void AddMoeModuleRecompute(const Layer& l, const RowRates& q, const MoeLayerCost& m, double shard, double a2a_f,
                            LayerCostRow* r) {
   const double extra = m.token_factor - 1;
@@ -577,7 +579,7 @@ void AddMoeModuleRecompute(const Layer& l, const RowRates& q, const MoeLayerCost
   }
   r->backward_input_s += PassSeconds(q, shard, extra * expert_gemm, 0, 0);
   if (!HasRecomputeModule(q.modules, RecomputeModule::kMoe)) return;
-  r->backward_input_s += a2a_f + m.etp_pass_s;
+  r->backward_input_s += m.regroup_bytes / q.hbm + a2a_f + m.etp_pass_s;
   r->ep_comm_s += a2a_f;
   r->ep_total_s += m.a2a_pass_s;
   r->tp_comm_s += m.etp_pass_s;
@@ -595,17 +597,18 @@ void AddMoeCosts(const ClusterSpec& c, const Layer& l, const RowRates& q, double
   const MoeLayerCost m = MoeLayerCosts(
       c, l, MoeShape{q.bd, q.td, q.cpd, q.ep, q.etp, q.moe_imbalance, q.moe_overlap, q.moe_dedup, q.moe_flex_serial});
   const double extra = m.token_factor - 1, core = l.attention_core_fwd_flops;
-  const double f_extra = PassSeconds(q, shard, extra * l.expert_fwd_flops, 0, 0);
+  const double regroup = m.regroup_bytes / q.hbm;  // the received copies sorted by local expert and back
+  const double f_extra = PassSeconds(q, shard, extra * l.expert_fwd_flops, 0, 0) + regroup;
   const double bi_extra = PassSeconds(q, shard, extra * l.expert_bwd_input_flops, 0, 0);
   const double bw_extra = PassSeconds(q, shard, extra * l.expert_bwd_weight_flops, 0, 0);
   const double f_compute = PassSeconds(q, shard, l.fwd_flops - core, core, l.fwd_mem_bytes) + f_extra;
   const double b_compute =
       PassSeconds(q, shard, l.bwd_input_flops - 2 * core + l.bwd_weight_flops, 2 * core, l.bwd_mem_bytes) + bi_extra +
-      bw_extra;
+      bw_extra + regroup;
   const double a2a_f = MoeExposed(m.a2a_pass_s, f_compute, q.moe_overlap, q.moe_hidden),
                a2a_b = MoeExposed(m.a2a_pass_s, b_compute, q.moe_overlap, q.moe_hidden);
   r->forward_s += f_extra + a2a_f + m.etp_pass_s;
-  r->backward_input_s += bi_extra + a2a_b + m.etp_pass_s;
+  r->backward_input_s += bi_extra + regroup + a2a_b + m.etp_pass_s;
   r->backward_weight_s += bw_extra;
   r->ep_comm_s = a2a_f + a2a_b;
   r->ep_total_s = 2 * m.a2a_pass_s;

@@ -191,11 +191,15 @@ double AllGatherSeconds(const ClusterSpec& cluster, double bytes, const std::vec
 // experts there over the node's links: a level l >= 1 carries node_copies / top_k of its share, node_copies
 // being the nodes one token reaches (MoeNodeCopies, dp_solver/moe_cost.h), and the levels' times add up
 // (a copy's NVLink hop waits for its network hop; the engine's moe_flex_hops, serial_hops) or, pipelined, the
-// slowest sets the time as in the plain all-to-all, whose levels run at once.
+// slowest sets the time as in the plain all-to-all, whose levels run at once. Those dispatchers send a token
+// once to each GPU it reaches as well (DeepEP's and HybridEP's is_token_in_rank: the receiving rank permutes it
+// to its local experts), so the node level carries rank_copies / top_k of its share, rank_copies being the GPUs
+// one token reaches (MoeNodeCopies over the EP group's GPUs).
 struct AllToAllRouting {
   int64_t top_k = 1;        // copies of each token in bytes_per_rank (routed experts per token)
   double node_copies = 0;   // nodes one token reaches with a deduplicating dispatcher; 0: every copy sent
   bool serial_hops = true;  // with node_copies: the levels' times add (false: pipelined, the slowest sets it)
+  double rank_copies = 0;   // GPUs one token reaches with a deduplicating dispatcher; 0: every copy sent
 };
 double AllToAllSeconds(const ClusterSpec& cluster, double bytes_per_rank, const std::vector<int64_t>& members_per_level,
                        const AllToAllRouting& routing = {});

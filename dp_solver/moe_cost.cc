@@ -52,10 +52,12 @@ MoeLayerCost MoeLayerCosts(const ClusterSpec& c, const Layer& l, const MoeShape&
     const std::vector<int64_t> spread = GroupSpread(c, s.ep, s.etp);  // EP ranks sit etp apart in the fold
     int64_t units = 1;
     for (size_t i = 1; i < spread.size(); ++i) units *= spread[i];
-    const double node_copies = s.dedup ? MoeNodeCopies(l, units) : 0;
-    m.a2a_pass_s =
-        2 * AllToAllSeconds(c, per_rank, spread, {l.top_k, node_copies, s.serial_hops});  // dispatch + combine
+    const double node_copies = s.dedup ? MoeNodeCopies(l, units) : 0,
+                 rank_copies = s.dedup ? MoeNodeCopies(l, s.ep) : 0;  // the GPUs as units: E / ep experts each
+    m.a2a_pass_s = 2 * AllToAllSeconds(c, per_rank, spread,
+                                       {l.top_k, node_copies, s.serial_hops, rank_copies});  // dispatch + combine
   }
+  if (!s.dedup && l.experts > s.ep) m.regroup_bytes = 2 * 2 * etp * per_rank;  // sort and unsort, read + write
   if (s.etp > 1) {
     // Megatron's alltoall dispatcher with expert TP: all-gather the received tokens over the ETP
     // group before the experts, reduce-scatter their outputs after (reversed in backward).

@@ -37,7 +37,13 @@ struct MoeLayerCost {
       1;                  // tokens the busiest rank handles / the balanced count: imbalance (dropless) or 1 (capacity)
   double a2a_pass_s = 0;  // dispatch + combine all-to-all of one pass
   double etp_pass_s = 0;  // expert TP all-gather + reduce-scatter of one pass (etp > 1)
-  double params = 0;      // expert parameters on this GPU: expert_params / (ep etp)
+  // HBM bytes one pass reads and writes regrouping the received copies by local expert: an all-to-all dispatcher
+  // (not dedup) on a GPU with more than one expert sorts what it received into one chunk per local expert after
+  // dispatch and back before combine, read + write each (Megatron's sort_chunks_by_idxs, "permutation 2";
+  // torchtitan's permute indices; DeepSpeed's per-expert chunks); a deduplicating dispatcher's receiving rank
+  // permutes its tokens to its experts once, the layer's permute (docs/cost_model.md, "Expert parallelism").
+  double regroup_bytes = 0;
+  double params = 0;  // expert parameters on this GPU: expert_params / (ep etp)
 };
 // Zero for a layer without experts.
 MoeLayerCost MoeLayerCosts(const ClusterSpec& cluster, const Layer& l, const MoeShape& s);

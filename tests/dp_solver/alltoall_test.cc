@@ -107,6 +107,25 @@ TEST_CASE("a deduplicating dispatcher: the bytes leaving the node scale by min(1
         doctest::Approx(nvlink + std::max(rack, over)).epsilon(1e-12));
 }
 
+TEST_CASE(
+    "a deduplicating dispatcher sends a token once to each GPU it reaches: the node level at rank_copies / top_k") {
+  const ClusterSpec c = TwoLevels(8);
+  const double m = 64e6;
+  AllToAllRouting flex;
+  flex.top_k = 8;
+  flex.rank_copies = 4;  // a token's 8 experts on 4 of the 8 GPUs of one node
+  CHECK(AllToAllSeconds(c, m, {8, 1}, flex) == doctest::Approx(m * 7 / 8 * 4 / 8 / 400e9 + 7 * 2e-6).epsilon(1e-12));
+  flex.rank_copies = 8;  // every copy on its own GPU: nothing saved
+  CHECK(AllToAllSeconds(c, m, {8, 1}, flex) == AllToAllSeconds(c, m, {8, 1}));
+  flex.rank_copies = 0;  // not given: every copy (the alltoall dispatcher)
+  CHECK(AllToAllSeconds(c, m, {8, 1}, flex) == AllToAllSeconds(c, m, {8, 1}));
+  // Over nodes, serial: once per node on the network, once per GPU reached on NVLink, the two hops added.
+  flex.node_copies = 4;
+  flex.rank_copies = 6;
+  CHECK(AllToAllSeconds(c, m, {8, 8}, flex) ==
+        doctest::Approx(m * 56 / 64 * 4 / 8 / 50e9 + 7 * 5e-6 + m * 63 / 64 * 6 / 8 / 400e9 + 7 * 2e-6).epsilon(1e-12));
+}
+
 TEST_CASE("a measured all-to-all curve times its level at the size with the same crossing share") {
   ClusterSpec c = TwoLevels(4);
   // Measured on 2 ranks of a node: 1 MB sent in all (0.5 MB crossing) in 10 us, 4 MB in 30 us.

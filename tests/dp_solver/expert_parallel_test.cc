@@ -71,17 +71,63 @@ TEST_CASE(
   l.moe_dispatch_bytes = 4096.0 * 8 * 7168 * 2;
   const MoeLayerCost m = MoeLayerCosts(c, l, MoeShape{1, 1, 1, 64, 1, 1.3, false, true});
   CHECK(m.token_factor == 1.3);
+  // Inside the nodes flex sends a token once to each GPU it reaches: 4 of 8 groups, each spanning 8 GPUs of the 64,
+  // so its 8 experts fall among 32 GPUs holding 128 of the 256 experts.
+  double miss_gpu = 1;
+  for (int i = 0; i < 8; ++i) miss_gpu *= (124.0 - i) / (128.0 - i);
+  CHECK(MoeNodeCopies(l, 64) == doctest::Approx(32 * (1 - miss_gpu)).epsilon(1e-12));
   CHECK(m.a2a_pass_s ==
-        doctest::Approx(2 * AllToAllSeconds(c, 1.3 * l.moe_dispatch_bytes, spread, {8, 4})).epsilon(1e-12));
+        doctest::Approx(2 * AllToAllSeconds(c, 1.3 * l.moe_dispatch_bytes, spread, {8, 4, true, MoeNodeCopies(l, 64)}))
+            .epsilon(1e-12));
+  CHECK(m.regroup_bytes == 0);  // flex's receiving rank permutes its tokens once (the layer's permute)
   const MoeLayerCost every = MoeLayerCosts(c, l, MoeShape{1, 1, 1, 64, 1, 1.3, false, false});
   CHECK(every.a2a_pass_s ==
         doctest::Approx(2 * AllToAllSeconds(c, 1.3 * l.moe_dispatch_bytes, spread, {8, 0})).epsilon(1e-12));
   CHECK(every.a2a_pass_s > 1.4 * m.a2a_pass_s);  // the network share: 8 copies against 4 (plus flex's NVLink hop)
+  // The alltoall dispatcher sorts what a GPU received by its 4 local experts and back: read + write each.
+  CHECK(every.regroup_bytes == doctest::Approx(4 * 1.3 * l.moe_dispatch_bytes).epsilon(1e-12));
   l.attrs.reals["capacity_factor"] = 1.25;
   const MoeLayerCost cap = MoeLayerCosts(c, l, MoeShape{1, 1, 1, 64, 1, 1.3, false, true});
   CHECK(cap.token_factor == 1);  // the layer's FLOPs already count the padded capacity
   CHECK(cap.a2a_pass_s ==
-        doctest::Approx(2 * AllToAllSeconds(c, 1.25 * l.moe_dispatch_bytes, spread, {8, 4})).epsilon(1e-12));
+        doctest::Approx(2 * AllToAllSeconds(c, 1.25 * l.moe_dispatch_bytes, spread, {8, 4, true, MoeNodeCopies(l, 64)}))
+            .epsilon(1e-12));
+}
+
+TEST_CASE("flex inside a node: one copy per GPU reached; alltoall: the received copies regrouped by local expert") {
+  const ClusterSpec c = Cluster("dgx-h100.yaml");
+  const std::vector<int64_t> node = GroupSpread(c, 8, 1);
+  REQUIRE(node.at(0) == 8);  // one node: the NVLink level alone
+  // Megatron-LM's moe_perf DeepSeek proxy: 32 experts top 8 in 8 groups of which 4, EP 8: a group is one GPU's 4
+  // experts, so a token reaches exactly 4 GPUs; flex moves half the alltoall dispatcher's NVLink bytes.
+  Layer ds;
+  ds.experts = 32;
+  ds.top_k = 8;
+  ds.attrs.ints["route_groups"] = 8;
+  ds.attrs.ints["route_group_limit"] = 4;
+  ds.moe_dispatch_bytes = 4096.0 * 8 * 7168 * 2;
+  CHECK(MoeNodeCopies(ds, 8) == doctest::Approx(4).epsilon(1e-12));
+  const MoeLayerCost flex = MoeLayerCosts(c, ds, MoeShape{1, 1, 1, 8, 1, 1, false, true});
+  const MoeLayerCost a2a = MoeLayerCosts(c, ds, MoeShape{1, 1, 1, 8, 1, 1, false, false});
+  const double level0 = c.levels[0].bandwidth_GBps * 1e9, lat = 7 * c.levels[0].latency_us * 1e-6;
+  CHECK(a2a.a2a_pass_s == doctest::Approx(2 * (ds.moe_dispatch_bytes * 7 / 8 / level0 + lat)).epsilon(1e-12));
+  CHECK(flex.a2a_pass_s == doctest::Approx(2 * (ds.moe_dispatch_bytes * 7 / 8 * 4 / 8 / level0 + lat)).epsilon(1e-12));
+  // Permutation 2 of the alltoall dispatcher: 4 local experts, sort after dispatch and unsort before combine.
+  CHECK(a2a.regroup_bytes == doctest::Approx(4 * ds.moe_dispatch_bytes).epsilon(1e-12));
+  CHECK(flex.regroup_bytes == 0);
+  // The Mixtral proxy: 8 experts top 2 on 8 GPUs, one each: a token's 2 experts are 2 GPUs, nothing to deduplicate,
+  // and one local expert has nothing to regroup.
+  Layer mx;
+  mx.experts = 8;
+  mx.top_k = 2;
+  mx.moe_dispatch_bytes = 4096.0 * 2 * 4096 * 2;
+  CHECK(MoeNodeCopies(mx, 8) == doctest::Approx(2).epsilon(1e-12));
+  CHECK(MoeLayerCosts(c, mx, MoeShape{1, 1, 1, 8, 1, 1, false, true}).a2a_pass_s ==
+        doctest::Approx(MoeLayerCosts(c, mx, MoeShape{1, 1, 1, 8, 1, 1, false, false}).a2a_pass_s).epsilon(1e-12));
+  CHECK(MoeLayerCosts(c, mx, MoeShape{1, 1, 1, 8, 1, 1, false, false}).regroup_bytes == 0);
+  // With expert TP the regroup sorts the etp x gathered copies; imbalance scales them as the bytes sent.
+  CHECK(MoeLayerCosts(c, ds, MoeShape{1, 1, 1, 4, 2, 1.5, false, false}).regroup_bytes ==
+        doctest::Approx(4 * 2 * 1.5 * ds.moe_dispatch_bytes).epsilon(1e-12));
 }
 
 TEST_CASE("the nodes a token reaches: the route limit, else the expected distinct nodes of top_k uniform experts") {
@@ -133,13 +179,17 @@ TEST_CASE(
   const Layer& l = m.layers[row];
   const int64_t b = 2, t = 2;
   const CostTable base = Table(m, c, {b, t, 1, true, Recompute::kNone, 1, 1});
+  const double hbm = c.hbm_bandwidth_GBps * 1e9 * c.hbm_efficiency;  // the flat model's memory-bound rate
   for (int64_t ep : {2, 4, 8, 16}) {
     const CostTable at = Table(m, c, {b, t, 1, true, Recompute::kNone, ep, 1});
     const double per_rank = b * l.moe_dispatch_bytes / t;  // each rank's s/t tokens (SP), top_k copies
     const double a2a = AllToAllSeconds(c, per_rank, GroupSpread(c, ep, 1), {l.top_k, 0});
+    // The received copies regrouped by local expert (16 / ep of them; ep 1 too): gone at one expert per GPU.
+    const double regroup_gone = ep == 16 ? 4 * per_rank / hbm : 0;
     CHECK(at.rows[row].ep_comm_s == doctest::Approx(4 * a2a).epsilon(1e-12));  // 2 passes x (dispatch + combine)
-    CHECK(at.rows[row].forward_s - base.rows[row].forward_s == doctest::Approx(2 * a2a).epsilon(1e-9));
-    CHECK(at.rows[row].backward_input_s - base.rows[row].backward_input_s == doctest::Approx(2 * a2a).epsilon(1e-9));
+    CHECK(at.rows[row].forward_s - base.rows[row].forward_s == doctest::Approx(2 * a2a - regroup_gone).epsilon(1e-9));
+    CHECK(at.rows[row].backward_input_s - base.rows[row].backward_input_s ==
+          doctest::Approx(2 * a2a - regroup_gone).epsilon(1e-9));
     CHECK(at.rows[row].backward_weight_s == doctest::Approx(base.rows[row].backward_weight_s).epsilon(1e-12));
     CHECK(at.rows[row].expert_params == doctest::Approx(l.expert_params / static_cast<double>(ep)).epsilon(1e-12));
     CHECK(at.rows[row].params ==
@@ -156,8 +206,10 @@ TEST_CASE(
                   imb = Table(m, c, {b, t, 1, true, Recompute::kNone, 4, 1}, o);
   const double rate = c.PeakFlops(DType::kBf16) * c.Efficiency(DType::kBf16);
   const double extra_f = 0.5 * b * l.expert_fwd_flops / t / rate;
-  CHECK(imb.rows[row].forward_s - bal.rows[row].forward_s ==
-        doctest::Approx(extra_f + (imb.rows[row].ep_comm_s - bal.rows[row].ep_comm_s) / 2).epsilon(1e-9));
+  const double extra_regroup = 0.5 * 4 * b * l.moe_dispatch_bytes / t / hbm;  // the busiest rank sorts 1.5x the copies
+  CHECK(
+      imb.rows[row].forward_s - bal.rows[row].forward_s ==
+      doctest::Approx(extra_f + extra_regroup + (imb.rows[row].ep_comm_s - bal.rows[row].ep_comm_s) / 2).epsilon(1e-9));
   CHECK(imb.rows[row].ep_comm_s > bal.rows[row].ep_comm_s);  // the busiest rank receives 1.5x the bytes
   CHECK(imb.rows[row].stash_bytes - bal.rows[row].stash_bytes ==
         doctest::Approx(0.5 * b * l.expert_stash_bytes / t).epsilon(1e-9));
