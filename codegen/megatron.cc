@@ -128,8 +128,9 @@ std::string MegatronMoeArgs(const ModelSpec& model, const Plan& plan, const Laun
                       MoeLayerFreq(pattern), std::max<int64_t>(1, plan.ep), std::max<int64_t>(1, plan.etp));
     // The dispatcher the plan was costed with: flex is DeepEP (deduplicated per node; Megatron-Core 0.15+'s
     // backend flag, --moe-enable-deepep before it).
-    mg += plan.moe_dispatcher == "flex" ? "--moe-token-dispatcher-type flex\n--moe-flex-dispatcher-backend deepep\n"
-                                        : "--moe-token-dispatcher-type alltoall\n";
+    mg += plan.moe_dispatcher == MoeDispatcher::kFlex
+              ? "--moe-token-dispatcher-type flex\n--moe-flex-dispatcher-backend deepep\n"
+              : "--moe-token-dispatcher-type alltoall\n";
     mg += "--moe-grouped-gemm\n" + MegatronRouterArgs(a, notes);
     const bool overlapped = std::any_of(plan.notes.begin(), plan.notes.end(), [](const std::string& n) {
       return n.find("all-to-all overlapped") != std::string::npos;

@@ -167,7 +167,7 @@ Status ApplyMoeDispatcher(const SolveArgs& a, const CostSource& src, bool restri
         fmt::format("--moe-dispatcher {}: engine {} does not run it (its file's moe_dispatchers); choose "
                     "--moe-dispatcher {} or another --engine",
                     a.moe_dispatcher, e.name, fmt::join(e.moe_dispatchers, ",")));
-  if (a.moe_dispatcher != "flex") return Status::OK();
+  if (!o->cost.moe_dedup) return Status::OK();  // alltoall (the flag parsed in MoeCostFlags)
   for (const auto& l : m->layers) {
     if (l.experts > 0 && l.attrs.Real("capacity_factor", 0) > 0)
       return Status::InvalidArgument(fmt::format(
@@ -467,7 +467,7 @@ Status SolveSize(const SolveArgs& a, const SolveInputs& in, Plan* plan) {
   if (a.mode != PlanMode::kPipeDream && in.profile_path.empty()) {
     plan->engine = in.engines.front().name;
     if (plan->cp > 1) ParseCpCommType(a.cp_comm_type, &plan->cp_comm_type);
-    if (plan->ep > 1) plan->moe_dispatcher = a.moe_dispatcher;
+    if (plan->ep > 1) ParseMoeDispatcher(a.moe_dispatcher, &plan->moe_dispatcher);  // checked in MoeCostFlags
     // A built-in table by its name; a file (--kernels FILE, a calibration's measured table) by its path, so that
     // the plan can be costed again (planner calibrate's PlanPredictor).
     plan->kernels = !in.kernel_level                            ? ""
@@ -750,7 +750,7 @@ Status PlanPredictor::Init(const std::string& plan_path, const Plan& plan) {
   a.cluster = BesidePlan(plan_path, plan.cluster_path);
   a.engine = plan.engine;
   a.cp_comm_type = CpCommTypeName(plan.cp_comm_type);
-  a.moe_dispatcher = plan.moe_dispatcher;
+  a.moe_dispatcher = MoeDispatcherName(plan.moe_dispatcher);
   const std::vector<std::string> builtin = BuiltinKernelTables();
   a.kernels = plan.kernels.empty() ? "none"
               : std::find(builtin.begin(), builtin.end(), plan.kernels) != builtin.end()

@@ -49,7 +49,7 @@ std::string Card(const Plan& p, const std::string& sfx) {
   if (!p.engine.empty()) row("engine", XmlText(p.engine + (p.kernels.empty() ? "" : " x kernel table " + p.kernels)));
   if (p.dtype) row("precision", XmlText(DTypeName(*p.dtype)));
   if (p.cp > 1) row("cp exchange", XmlText(CpCommTypeName(p.cp_comm_type)));
-  if (p.ep > 1) row("moe dispatch", XmlText(p.moe_dispatcher));
+  if (p.ep > 1) row("moe dispatch", XmlText(MoeDispatcherName(p.moe_dispatcher)));
   if (!p.calibration.empty()) row("calibrated with", XmlText(p.calibration));
   row("iteration (s)", Fig("predicted.iteration_seconds", x.iteration_s, fmt::format("{:.4f}", x.iteration_s)));
   if (x.tokens_per_second_per_gpu > 0)

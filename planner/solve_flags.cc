@@ -261,13 +261,14 @@ Status MoeCostFlags(const SolveArgs& a, SearchOptions* o) {
         a.moe_overlap, DidYouMean(a.moe_overlap, {"on", "off"})));
   }
   o->cost.moe_overlap = a.moe_overlap == "on";
-  if (a.moe_dispatcher != "alltoall" && a.moe_dispatcher != "flex") {
+  MoeDispatcher dispatcher;
+  if (!ParseMoeDispatcher(a.moe_dispatcher, &dispatcher)) {
     return Status::InvalidArgument(
         fmt::format("--moe-dispatcher: unknown value '{}'{}; use alltoall (one copy per routed expert, NCCL) or flex "
                     "(one copy per node reached, DeepEP)",
                     a.moe_dispatcher, DidYouMean(a.moe_dispatcher, {"alltoall", "flex"})));
   }
-  o->cost.moe_dedup = a.moe_dispatcher == "flex";
+  o->cost.moe_dedup = dispatcher == MoeDispatcher::kFlex;
   return Status::OK();
 }
 

@@ -175,9 +175,10 @@ Status ParseUnguarded(const std::string& path, const std::string& text, EngineSp
     e.moe_dispatchers.clear();
     for (const auto& n : root["moe_dispatchers"]) {
       const std::string name = n.as<std::string>();
-      if (name != "alltoall" && name != "flex")
+      MoeDispatcher d;
+      if (!ParseMoeDispatcher(name, &d))
         return r.FieldError(n, "moe_dispatchers", fmt::format("unknown dispatcher '{}'; use alltoall or flex", name));
-      e.moe_dispatchers.push_back(name);
+      e.moe_dispatchers.push_back(MoeDispatcherName(d));
     }
     if (e.moe_dispatchers.empty())
       return r.FieldError(root["moe_dispatchers"], "moe_dispatchers", "name at least one (alltoall)");

@@ -122,6 +122,19 @@ bool ParseCpCommType(std::string_view text, CpCommType* out) {
   return false;
 }
 
+const char* MoeDispatcherName(MoeDispatcher d) { return d == MoeDispatcher::kFlex ? "flex" : "alltoall"; }
+bool ParseMoeDispatcher(std::string_view text, MoeDispatcher* out) {
+  if (text == "alltoall") {
+    *out = MoeDispatcher::kAllToAll;
+    return true;
+  }
+  if (text == "flex") {
+    *out = MoeDispatcher::kFlex;
+    return true;
+  }
+  return false;
+}
+
 const char* PlanModeName(PlanMode m) { return m == PlanMode::kPipeDream ? "pipedream" : "auto"; }
 bool ParsePlanMode(std::string_view text, PlanMode* out) {
   if (text == "auto") {

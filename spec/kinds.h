@@ -81,6 +81,14 @@ bool MegatronOverlapsMoe(int64_t pp, int64_t v, Recompute rc);
 const char* CpCommTypeName(CpCommType c);  // p2p | allgather
 bool ParseCpCommType(std::string_view text, CpCommType* out);
 
+// How an MoE layer's tokens reach their experts (--moe-dispatcher; plan.yaml `inputs.moe_dispatcher`; an engine's
+// `moe_dispatchers`): alltoall, Megatron's NCCL all_to_all_single dispatcher (one copy per routed expert, the
+// received copies regrouped by local expert); flex, a deduplicating dispatcher (DeepEP, HybridEP: one copy per node
+// and per GPU reached). docs/cost_model.md section 3, "All-to-all".
+enum class MoeDispatcher { kAllToAll, kFlex };
+const char* MoeDispatcherName(MoeDispatcher d);  // alltoall | flex
+bool ParseMoeDispatcher(std::string_view text, MoeDispatcher* out);
+
 // Where a plan's layer times came from (plan.yaml `inputs.cost_source`).
 enum class CostSourceKind { kAnalytic, kProfile };
 const char* CostSourceKindName(CostSourceKind c);  // analytic | profile

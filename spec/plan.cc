@@ -200,7 +200,8 @@ Tree PlanTree(const Plan& p) {
   if (!p.kernels.empty()) in.Add("kernels", Tree::Str(p.kernels));
   if (!p.calibration.empty()) in.Add("calibration", Tree::Str(p.calibration));
   if (p.cp_comm_type != CpCommType::kP2P) in.Add("cp_comm_type", Tree::Str(CpCommTypeName(p.cp_comm_type)));
-  if (p.moe_dispatcher != "alltoall") in.Add("moe_dispatcher", Tree::Str(p.moe_dispatcher));
+  if (p.moe_dispatcher != MoeDispatcher::kAllToAll)
+    in.Add("moe_dispatcher", Tree::Str(MoeDispatcherName(p.moe_dispatcher)));
   in.Add("dtype", Tree::Str(p.dtype ? DTypeName(*p.dtype) : ""));
   if (p.seq > 0) in.Add("seq", Tree::Int(p.seq));
   in.Add("gpus", Tree::Int(p.gpus));
@@ -561,8 +562,10 @@ Status ReadInputs(const YamlReader& r, const YAML::Node& root, Plan* p) {
   std::string cp_comm = "p2p";
   PLANNER_RETURN_IF_ERROR(r.GetEnum(in, "cp_comm_type", "inputs.cp_comm_type", {"p2p", "allgather"}, &cp_comm, false));
   ParseCpCommType(cp_comm, &p->cp_comm_type);
+  std::string dispatcher = "alltoall";
   PLANNER_RETURN_IF_ERROR(
-      r.GetEnum(in, "moe_dispatcher", "inputs.moe_dispatcher", {"alltoall", "flex"}, &p->moe_dispatcher, false));
+      r.GetEnum(in, "moe_dispatcher", "inputs.moe_dispatcher", {"alltoall", "flex"}, &dispatcher, false));
+  ParseMoeDispatcher(dispatcher, &p->moe_dispatcher);
   std::string cost_source = "analytic";
   PLANNER_RETURN_IF_ERROR(
       r.GetEnum(in, "cost_source", "inputs.cost_source", {"analytic", "profile"}, &cost_source, false));

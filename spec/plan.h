@@ -135,7 +135,7 @@ struct Plan : ParallelLayout {
   CpCommType cp_comm_type = CpCommType::kP2P;  // context parallelism's KV exchange (written when not p2p)
   // MoE token dispatch (written when not alltoall): alltoall (one copy per routed expert, NCCL) or flex
   // (deduplicated per node: DeepEP; Megatron --moe-token-dispatcher-type flex).
-  std::string moe_dispatcher = "alltoall";
+  MoeDispatcher moe_dispatcher = MoeDispatcher::kAllToAll;
   CostSourceKind cost_source = CostSourceKind::kAnalytic;
   std::optional<DType>
       dtype;  // the precision solved with (`solve --precision` may differ from the model file's); none: not stated

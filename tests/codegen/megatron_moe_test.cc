@@ -117,7 +117,7 @@ TEST_CASE("megatron.args of an MoE plan: experts, router, layer pattern, EP / ET
   }));
   // The flex dispatcher (DeepEP) the plan was costed with: Megatron-Core 0.15+'s flags.
   Plan flex = plan;
-  flex.moe_dispatcher = "flex";
+  flex.moe_dispatcher = MoeDispatcher::kFlex;
   files.clear();
   REQUIRE_OK(GenerateLaunchFiles(flex, m, L, co, &files, &notes));
   const std::string fx = FileOf(files, "megatron.args");

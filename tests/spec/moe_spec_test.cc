@@ -3,6 +3,8 @@
 // published figures; one DeepSeek-V3 MLA layer against the hand count; a small moe_block's and MLA
 // layer's FLOPs against the brute-force sum of their GEMMs; the model-file errors.
 #include <cmath>
+#include <fstream>
+#include <iterator>
 
 #include "spec/cluster_spec.h"
 #include "spec/layer_catalog.h"
@@ -168,6 +170,32 @@ TEST_CASE("plan files carry model_active_parameters and mtp_parameters (written 
   CHECK(text.find("mtp_parameters: 1.161006797e+10\n") != std::string::npos);
   p.mtp_parameters = 0;
   CHECK(PlanToYaml(p).find("mtp_parameters") == std::string::npos);
+}
+
+TEST_CASE("the MoE dispatcher: names round-trip, plan files carry flex (alltoall is the default, not written)") {
+  for (MoeDispatcher d : {MoeDispatcher::kAllToAll, MoeDispatcher::kFlex}) {
+    MoeDispatcher back = d == MoeDispatcher::kFlex ? MoeDispatcher::kAllToAll : MoeDispatcher::kFlex;
+    REQUIRE(ParseMoeDispatcher(MoeDispatcherName(d), &back));
+    CHECK(back == d);
+  }
+  MoeDispatcher untouched = MoeDispatcher::kFlex;
+  CHECK_FALSE(ParseMoeDispatcher("deepep", &untouched));  // a flex backend, not a dispatcher
+  CHECK_FALSE(ParseMoeDispatcher("", &untouched));
+  CHECK(untouched == MoeDispatcher::kFlex);
+  // A plan file (the codegen tests' tiny plan) with the key added: read back as the enum, written again as flex.
+  std::ifstream in(testing::SourcePath("tests/codegen/plans/tiny-gpt-pp2.plan.yaml"));
+  REQUIRE(in.good());
+  std::string text((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
+  CHECK(text.find("moe_dispatcher") == std::string::npos);  // alltoall, the default, is not written
+  const size_t at = text.find("  dtype: ");
+  REQUIRE(at != std::string::npos);
+  text.insert(at, "  moe_dispatcher: flex\n");
+  Plan p;
+  REQUIRE_OK(ParsePlan("plan.yaml", text, &p));
+  CHECK(p.moe_dispatcher == MoeDispatcher::kFlex);
+  CHECK(PlanToYaml(p).find("moe_dispatcher: \"flex\"") != std::string::npos);
+  p.moe_dispatcher = MoeDispatcher::kAllToAll;
+  CHECK(PlanToYaml(p).find("moe_dispatcher") == std::string::npos);
 }
 
 // A small moe_block: s 16, h 32, 4 heads of 8, 2 KV heads, 4 experts of SwiGLU 24, top-2, shared 16.
