@@ -291,7 +291,7 @@ def moe_layer_model(tmp, proxy, precision, with_moe):
     common = "heads: 8, position: rope, bias: false, dropout: false"
     body = ([f"  - {{type: moe_block, {common}, act: gelu, norm: rmsnorm, {moe}}}"] if with_moe else
             ["  - {type: rmsnorm}", f"  - {{type: attention, {common}}}", "  - {type: rmsnorm}"])
-    text = "\n".join([f"format_version: 1", f"name: {proxy}-layer", f"dtype: {precision}", "global_batch: 8",
+    text = "\n".join(["format_version: 1", f"name: {proxy}-layer", f"dtype: {precision}", "global_batch: 8",
                       "input: [4096]", "layers:", f"  - {{type: embedding, vocab: 128, hidden: {h}, dropout: false}}"]
                      + body + ["  - {type: lm_head, vocab: 128, tied: false}", "  - {type: loss}"]) + "\n"
     path = os.path.join(tmp, f"{proxy}-{precision}-{'moe' if with_moe else 'attn'}.yaml")

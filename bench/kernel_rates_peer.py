@@ -1,0 +1,196 @@
+#!/usr/bin/env python3
+"""Measured kernel rates for the planner's kernel table (issue 27's GPU section; tools/gpu/check.sh step 8):
+GEMMs in bf16 and FP8 (cuBLASLt through torch.matmul and torch._scaled_mm, per-tensor scales) at the shapes the
+table's sources and the calibration runs use, attention by kernel (scaled_dot_product_attention's cuDNN and
+flash backends; PyTorch's flash backend is FlashAttention-2) forward and backward, causal or not, head dim 64
+and 128, 512 to 16384 tokens at 16384 tokens per batch (the FlashAttention-3 paper's protocol: hidden 2048),
+and the host's cost of launching kernels: one tiny kernel, and one GEMM per expert as Transformer Engine's
+grouped GEMM loops over experts on Hopper (host seconds against the GPU's).
+
+Timing: CUDA events, --warmup untimed runs, the median of --reps. FLOPs: 2 M N K per GEMM; attention
+4 b a s^2 d forward (halved causal), backward 2.5x the forward (the FlashAttention papers' count).
+One line per measurement, the planner's comparison (`build/bench/kernel_table_check CLUSTER FILE`) reads them:
+    device NVIDIA H100 80GB HBM3 cc=9.0
+    gemm bf16 m=8192 n=14336 k=4096 tflops=712.3
+    attention cudnn fwd causal=1 d=128 seq=4096 tflops=512.0
+    launch host_us=6.1 (tiny kernels, queued without a sync)
+    experts e=16 m=512 n=3072 k=4096 host_ms=0.41 gpu_ms=0.36
+
+    python3 bench/kernel_rates_peer.py --device cuda > kernel-rates.txt
+    python3 bench/kernel_rates_peer.py --device cpu --smoke          (a test of the script: tiny shapes, bf16 only)
+"""
+import argparse
+import statistics
+import sys
+import time
+
+import torch
+import torch.nn.functional as F
+
+# (M, N, K): the K sweep at M = N = 4096 (the table's k_half: DeepGEMM's K 512..16384 rows), Llama 3 8B's block at
+# 8192 tokens, and the MoE expert GEMMs of the checks (Megatron-LM moe_perf's Mixtral and DeepSeek proxies, Qwen3-235B
+# at tp 4 ep 8: 512 tokens per expert).
+GEMMS = [(4096, 4096, k) for k in (512, 1024, 2048, 4096, 8192, 16384)] + [
+    (8192, 6144, 4096), (8192, 4096, 4096), (8192, 28672, 4096), (8192, 4096, 14336),
+    (8192, 14336, 4096), (8192, 4096, 14336), (8192, 2048, 7168), (8192, 7168, 2048),
+    (512, 3072, 4096), (512, 4096, 1536), (2048, 3072, 4096)]
+SMOKE_GEMMS = [(64, 64, 32), (32, 48, 64)]
+ATTN_SEQ = [512, 1024, 2048, 4096, 8192, 16384]
+
+
+class Timer:
+    def __init__(self, device, warmup, reps):
+        self.cuda, self.warmup, self.reps = device.type == "cuda", warmup, reps
+
+    def ms(self, fn):
+        """Median milliseconds of fn() over reps runs, after warmup."""
+        for _ in range(self.warmup):
+            fn()
+        times = []
+        for _ in range(self.reps):
+            if self.cuda:
+                a, b = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
+                a.record()
+                fn()
+                b.record()
+                b.synchronize()
+                times.append(a.elapsed_time(b))
+            else:
+                t = time.perf_counter()
+                fn()
+                times.append(1e3 * (time.perf_counter() - t))
+        return statistics.median(times)
+
+
+def fp8_ok(device):
+    return device.type == "cuda" and torch.cuda.get_device_capability(device) >= (8, 9) and hasattr(torch, "_scaled_mm")
+
+
+def gemm_lines(device, timer, shapes, precisions):
+    out = []
+    for p in precisions:
+        for m, n, k in shapes:
+            a = torch.randn(m, k, device=device, dtype=torch.bfloat16)
+            b = torch.randn(n, k, device=device, dtype=torch.bfloat16)
+            if p == "bf16":
+                bt = b.t()
+                fn = lambda: torch.matmul(a, bt)
+            else:  # per-tensor scaled e4m3, the second operand column-major as cuBLASLt wants it
+                a8, b8 = a.to(torch.float8_e4m3fn), b.to(torch.float8_e4m3fn).t()
+                one = torch.ones((), device=device, dtype=torch.float32)
+                fn = lambda: torch._scaled_mm(a8, b8, scale_a=one, scale_b=one, out_dtype=torch.bfloat16)
+            ms = timer.ms(fn)
+            out.append(f"gemm {p} m={m} n={n} k={k} tflops={2.0 * m * n * k / (ms * 1e-3) / 1e12:.1f}")
+    return out
+
+
+def attention_lines(device, timer, seqs, smoke):
+    backends = []
+    if device.type == "cuda":
+        from torch.nn.attention import SDPBackend, sdpa_kernel
+        backends = [("cudnn", SDPBackend.CUDNN_ATTENTION), ("fa2", SDPBackend.FLASH_ATTENTION)]
+    else:
+        backends = [("math", None)]
+    out = []
+    for name, backend in backends:
+        for d in ((16,) if smoke else (64, 128)):
+            heads = (2 if smoke else 2048 // d)
+            for causal in (True, False):
+                for s in seqs:
+                    b = max(1, (64 if smoke else 16384) // s)
+                    q, k, v = (torch.randn(b, heads, s, d, device=device, dtype=torch.bfloat16, requires_grad=True)
+                               for _ in range(3))
+                    g = torch.randn(b, heads, s, d, device=device, dtype=torch.bfloat16)
+
+                    def fwd():
+                        return F.scaled_dot_product_attention(q, k, v, is_causal=causal)
+
+                    def both():
+                        fwd().backward(g)
+
+                    try:
+                        if backend is None:
+                            f_ms, t_ms = timer.ms(fwd), timer.ms(both)
+                        else:
+                            with sdpa_kernel([backend]):
+                                f_ms, t_ms = timer.ms(fwd), timer.ms(both)
+                    except RuntimeError as e:  # the backend refuses the shape (or is not built)
+                        out.append(f"# attention {name} d={d} seq={s} causal={int(causal)}: {str(e).splitlines()[0]}")
+                        continue
+                    flops = 4.0 * b * heads * s * s * d / (2 if causal else 1)
+                    bwd_ms = max(t_ms - f_ms, 1e-6)
+                    out.append(f"attention {name} fwd causal={int(causal)} d={d} seq={s} tflops={flops / f_ms / 1e9:.1f}")
+                    out.append(f"attention {name} bwd causal={int(causal)} d={d} seq={s} "
+                               f"tflops={2.5 * flops / bwd_ms / 1e9:.1f}")
+    return out
+
+
+def host_lines(device, timer, smoke):
+    """Host microseconds per tiny kernel launch, and a per-expert GEMM loop's host time against its GPU time."""
+    x = torch.zeros(1, device=device)
+    y = torch.empty_like(x)
+    n = 200 if smoke else 2000
+    for _ in range(50):
+        torch.add(x, 1, out=y)
+    if device.type == "cuda":
+        torch.cuda.synchronize()
+    t = time.perf_counter()
+    for _ in range(n):
+        torch.add(x, 1, out=y)
+    host_us = 1e6 * (time.perf_counter() - t) / n
+    if device.type == "cuda":
+        torch.cuda.synchronize()
+    out = [f"launch host_us={host_us:.2f} (tiny kernels, queued without a sync)"]
+    e, m, nn, k = (4, 32, 48, 64) if smoke else (16, 512, 3072, 4096)
+    xs = [torch.randn(m, k, device=device, dtype=torch.bfloat16) for _ in range(e)]
+    ws = [torch.randn(k, nn, device=device, dtype=torch.bfloat16) for _ in range(e)]
+
+    def loop():
+        return [torch.matmul(a, w) for a, w in zip(xs, ws)]
+
+    gpu_ms = timer.ms(loop)
+    if device.type == "cuda":
+        torch.cuda.synchronize()
+    t = time.perf_counter()
+    loop()
+    host_ms = 1e3 * (time.perf_counter() - t)
+    if device.type == "cuda":
+        torch.cuda.synchronize()
+    out.append(f"experts e={e} m={m} n={nn} k={k} host_ms={host_ms:.3f} gpu_ms={gpu_ms:.3f}")
+    return out
+
+
+def main():
+    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap.add_argument("--device", default="cuda", choices=["cuda", "cpu"])
+    ap.add_argument("--smoke", action="store_true", help="tiny shapes, bf16 only, 2 repetitions (a test of the script)")
+    ap.add_argument("--warmup", type=int, default=3)
+    ap.add_argument("--reps", type=int, default=20)
+    ap.add_argument("--skip", default="", help="comma list of parts to leave out: gemm, attention, host")
+    args = ap.parse_args()
+    if args.device == "cuda" and not torch.cuda.is_available():
+        sys.exit("kernel_rates_peer.py: no CUDA device; use --device cpu --smoke")
+    device = torch.device(args.device)
+    skip = set(filter(None, args.skip.split(",")))
+    if not skip <= {"gemm", "attention", "host"}:
+        sys.exit(f"kernel_rates_peer.py: --skip takes gemm, attention, host; got {args.skip}")
+    timer = Timer(device, 1 if args.smoke else args.warmup, 2 if args.smoke else args.reps)
+    if device.type == "cuda":
+        cc = torch.cuda.get_device_capability(device)
+        print(f"device {torch.cuda.get_device_name(device)} cc={cc[0]}.{cc[1]}", flush=True)
+    else:
+        print("device cpu", flush=True)
+    if "gemm" not in skip:
+        precisions = ["bf16"] + (["fp8"] if fp8_ok(device) and not args.smoke else [])
+        for line in gemm_lines(device, timer, SMOKE_GEMMS if args.smoke else GEMMS, precisions):
+            print(line, flush=True)
+    if "attention" not in skip:
+        for line in attention_lines(device, timer, [16, 32] if args.smoke else ATTN_SEQ, args.smoke):
+            print(line, flush=True)
+    if "host" not in skip:
+        for line in host_lines(device, timer, args.smoke):
+            print(line, flush=True)
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,56 @@
+#!/usr/bin/env bash
+# bench/kernel_table_check (the kernel table against measured kernel rates, docs/gpu.md step 8) on fixture lines:
+# a table of ceiling 0.5 and no K or wave loss predicts half the cluster's peak; rows, summaries and the host
+# lines printed; a line that does not parse exits 2 naming its line. Then bench/kernel_rates_peer.py (the GPU
+# step's measuring side) on the CPU with tiny shapes piped into it, when a python with torch is there
+# (the exports venv, tests/exports/setup_venv.sh).
+set -u
+check=$1 src=$2
+tmp=$(mktemp -d)
+trap 'rm -rf "$tmp"' EXIT
+cat > "$tmp/half.yaml" <<'T'
+format_version: 1
+name: half
+gpus: [H100]
+sms: 1
+memory_efficiency: 0.8
+gemm:
+  tiles: [[128, 128]]
+  bf16: {ceiling: 0.5, k_half: 0}
+T
+cat > "$tmp/rates.txt" <<'T'
+device NVIDIA H100 80GB HBM3 cc=9.0
+gemm bf16 m=8192 n=14336 k=4096 tflops=742.05
+gemm bf16 m=512 n=512 k=512 tflops=247.35
+gemm fp8 m=4096 n=4096 k=4096 tflops=1000
+attention cudnn fwd causal=1 d=128 seq=4096 tflops=500
+launch host_us=6.10 (tiny kernels, queued without a sync)
+experts e=16 m=512 n=3072 k=4096 host_ms=0.410 gpu_ms=0.360
+T
+out=$("$check" "$src/configs/clusters/dgx-h100.yaml" "$tmp/rates.txt" --kernels "$tmp/half.yaml") || { echo "$out"; exit 1; }
+echo "$out"
+# 989.4 TFLOP/s x 0.5: the first measured 1.5x, the second 0.5x of it; fp8 and attention have no figures here.
+grep -q '^gemm bf16 m=8192 n=14336 k=4096 .* 742.0 .* 494.7 .*-33.3%$' <<< "$out" || { echo "FAIL: row 1"; exit 1; }
+grep -q '^gemm bf16 m=512 n=512 k=512 .* 247.3 .* 494.7 .*+100.0%$' <<< "$out" || { echo "FAIL: row 2"; exit 1; }
+[ "$(grep -c '^gemm [a-z0-9]* m=\|^attention [a-z0-9]* [a-z]* causal=' <<< "$out")" = 2 ] || { echo "FAIL: rows of kernels without figures printed"; exit 1; }
+grep -qx 'gemm bf16: 2 kernels, mean |error| 66.7%, signed +33.3% (table over measured)' <<< "$out" || { echo "FAIL: summary"; exit 1; }
+grep -q '^launch host_us=6.10' <<< "$out" && grep -q '^experts e=16' <<< "$out" || { echo "FAIL: host lines"; exit 1; }
+# The built-in table for the cluster's GPU serves attention (cuDNN's curve).
+"$check" "$src/configs/clusters/dgx-h100.yaml" "$tmp/rates.txt" | grep -q '^attention cudnn fwd causal=1 d=128 seq=4096 ' \
+  || { echo "FAIL: built-in table"; exit 1; }
+printf 'gemm bf16 m=x n=1 k=1 tflops=1\n' > "$tmp/bad.txt"
+if err=$("$check" "$src/configs/clusters/dgx-h100.yaml" "$tmp/bad.txt" 2>&1); then echo "FAIL: bad line accepted"; exit 1; fi
+grep -q 'bad.txt:1: a gemm line needs PRECISION m= n= k= tflops=' <<< "$err" || { echo "FAIL: $err"; exit 1; }
+py=""
+for c in "$HOME/.cache/planner/exports-venv/bin/python" python3; do
+  if command -v "$c" > /dev/null 2>&1 && "$c" -c 'import torch' > /dev/null 2>&1; then py=$c; break; fi
+done
+if [ -z "$py" ]; then echo "ok (the peer skipped: no python with torch)"; exit 0; fi
+"$py" "$src/bench/kernel_rates_peer.py" --device cpu --smoke > "$tmp/cpu.txt" || { cat "$tmp/cpu.txt"; exit 1; }
+cat "$tmp/cpu.txt"
+[ "$(grep -c '^gemm bf16 m=[0-9]* n=[0-9]* k=[0-9]* tflops=[0-9.]*$' "$tmp/cpu.txt")" = 2 ] || { echo "FAIL: peer gemm lines"; exit 1; }
+grep -q '^attention math fwd causal=1 d=16 seq=16 tflops=' "$tmp/cpu.txt" || { echo "FAIL: peer attention lines"; exit 1; }
+grep -q '^experts e=4 m=32 n=48 k=64 host_ms=[0-9.]* gpu_ms=[0-9.]*$' "$tmp/cpu.txt" || { echo "FAIL: peer host lines"; exit 1; }
+"$check" "$src/configs/clusters/dgx-h100.yaml" "$tmp/cpu.txt" > /dev/null || { echo "FAIL: the check refused the peer's lines"; exit 1; }
+if "$py" "$src/bench/kernel_rates_peer.py" --device cpu --smoke --skip gpus > /dev/null 2>&1; then echo "FAIL: --skip gpus accepted"; exit 1; fi
+echo ok
