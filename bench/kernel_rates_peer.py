@@ -80,7 +80,7 @@ def gemm_lines(device, timer, shapes, precisions):
                 one = torch.ones((), device=device, dtype=torch.float32)
                 fn = lambda: torch._scaled_mm(a8, b8, scale_a=one, scale_b=one, out_dtype=torch.bfloat16)
             ms = timer.ms(fn)
-            out.append(f"gemm {p} m={m} n={n} k={k} tflops={2.0 * m * n * k / (ms * 1e-3) / 1e12:.1f}")
+            out.append(f"gemm {p} m={m} n={n} k={k} tflops={2.0 * m * n * k / (ms * 1e-3) / 1e12:.4g}")
     return out
 
 
@@ -119,9 +119,9 @@ def attention_lines(device, timer, seqs, smoke):
                         continue
                     flops = 4.0 * b * heads * s * s * d / (2 if causal else 1)
                     bwd_ms = max(t_ms - f_ms, 1e-6)
-                    out.append(f"attention {name} fwd causal={int(causal)} d={d} seq={s} tflops={flops / f_ms / 1e9:.1f}")
+                    out.append(f"attention {name} fwd causal={int(causal)} d={d} seq={s} tflops={flops / f_ms / 1e9:.4g}")
                     out.append(f"attention {name} bwd causal={int(causal)} d={d} seq={s} "
-                               f"tflops={2.5 * flops / bwd_ms / 1e9:.1f}")
+                               f"tflops={2.5 * flops / bwd_ms / 1e9:.4g}")
     return out
 
 

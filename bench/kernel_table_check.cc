@@ -127,6 +127,10 @@ int main(int argc, char** argv) {
       std::fprintf(stderr, "kernel_table_check: %s:%d: unknown line '%s'\n", argv[2], number, text.c_str());
       return 2;
     }
+    if (!(measured > 0)) {
+      std::fprintf(stderr, "kernel_table_check: %s:%d: tflops must be above 0\n", argv[2], number);
+      return 2;
+    }
     const double err = (predicted - measured) / measured;
     tally[cls].Add(err);
     std::string name = text.substr(0, text.find(" tflops="));

@@ -41,6 +41,9 @@ grep -q '^launch host_us=6.10' <<< "$out" && grep -q '^experts e=16' <<< "$out" 
 printf 'gemm bf16 m=x n=1 k=1 tflops=1\n' > "$tmp/bad.txt"
 if err=$("$check" "$src/configs/clusters/dgx-h100.yaml" "$tmp/bad.txt" 2>&1); then echo "FAIL: bad line accepted"; exit 1; fi
 grep -q 'bad.txt:1: a gemm line needs PRECISION m= n= k= tflops=' <<< "$err" || { echo "FAIL: $err"; exit 1; }
+printf 'device cpu\ngemm bf16 m=1 n=1 k=1 tflops=0\n' > "$tmp/zero.txt"
+if err=$("$check" "$src/configs/clusters/dgx-h100.yaml" "$tmp/zero.txt" 2>&1); then echo "FAIL: tflops 0 accepted"; exit 1; fi
+grep -q 'zero.txt:2: tflops must be above 0' <<< "$err" || { echo "FAIL: $err"; exit 1; }
 py=""
 for c in "$HOME/.cache/planner/exports-venv/bin/python" python3; do
   if command -v "$c" > /dev/null 2>&1 && "$c" -c 'import torch' > /dev/null 2>&1; then py=$c; break; fi
@@ -48,7 +51,7 @@ done
 if [ -z "$py" ]; then echo "ok (the peer skipped: no python with torch)"; exit 0; fi
 "$py" "$src/bench/kernel_rates_peer.py" --device cpu --smoke > "$tmp/cpu.txt" || { cat "$tmp/cpu.txt"; exit 1; }
 cat "$tmp/cpu.txt"
-[ "$(grep -c '^gemm bf16 m=[0-9]* n=[0-9]* k=[0-9]* tflops=[0-9.]*$' "$tmp/cpu.txt")" = 2 ] || { echo "FAIL: peer gemm lines"; exit 1; }
+[ "$(grep -c '^gemm bf16 m=[0-9]* n=[0-9]* k=[0-9]* tflops=[0-9.e+-]*$' "$tmp/cpu.txt")" = 2 ] || { echo "FAIL: peer gemm lines"; exit 1; }
 grep -q '^attention math fwd causal=1 d=16 seq=16 tflops=' "$tmp/cpu.txt" || { echo "FAIL: peer attention lines"; exit 1; }
 grep -q '^experts e=4 m=32 n=48 k=64 host_ms=[0-9.]* gpu_ms=[0-9.]*$' "$tmp/cpu.txt" || { echo "FAIL: peer host lines"; exit 1; }
 "$check" "$src/configs/clusters/dgx-h100.yaml" "$tmp/cpu.txt" > /dev/null || { echo "FAIL: the check refused the peer's lines"; exit 1; }
