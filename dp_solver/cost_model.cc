@@ -81,10 +81,12 @@ std::vector<int64_t> GroupSpread(const ClusterSpec& c, int64_t size, int64_t str
     // Members inside one level-l unit, divided by those already inside one level-(l-1) unit.
     int64_t in_unit = std::max<int64_t>(1, std::min(size, unit / std::max<int64_t>(1, stride)));
     int64_t in_inner = l == 0 ? 1 : std::max<int64_t>(1, std::min(size, inner / std::max<int64_t>(1, stride)));
-    int64_t c_l = std::max<int64_t>(1, in_unit / in_inner);
+    // Rounded up: a group that does not tile its units (12 ranks on 8-GPU nodes) reaches one more unit, charged as
+    // a full one (the fullest unit's share, as GroupSpreadAt charges uneven groups).
+    int64_t c_l = std::max<int64_t>(1, (in_unit + in_inner - 1) / in_inner);
     c_l = std::min(c_l, remaining);
     spread.push_back(c_l);
-    remaining = std::max<int64_t>(1, remaining / c_l);
+    remaining = std::max<int64_t>(1, (remaining + c_l - 1) / c_l);
   }
   if (remaining > 1) spread.back() *= remaining;  // more members than the cluster holds: charge the top level
   return spread;

@@ -1,6 +1,7 @@
 // The all-to-all cost (expert parallelism's dispatch and combine) against its closed forms:
 // one level, two levels, a deduplicating dispatcher (serial and pipelined hops), and a measured curve
 // (docs/cost_model.md section 3).
+#include <algorithm>
 #include <cmath>
 #include <vector>
 
@@ -58,6 +59,33 @@ TEST_CASE("all-to-all over two levels: the slower level's share sets the time") 
   ClusterSpec slow = c;
   slow.levels[0].bandwidth_GBps = 10;
   CHECK(AllToAllSeconds(slow, m, {8, 2}) == doctest::Approx(m * 15 / 16 / 10e9 + 7 * 2e-6).epsilon(1e-12));
+}
+
+TEST_CASE("group spread: a group that does not tile its nodes reaches the next one (brute force over the ranks)") {
+  ClusterSpec c = TwoLevels(16);
+  CHECK(GroupSpread(c, 12, 1) == std::vector<int64_t>{8, 2});  // EP 12 on 8-GPU nodes: two nodes, not one
+  CHECK(GroupSpread(c, 3, 4) == std::vector<int64_t>{2, 2});   // ranks 0, 4, 8
+  CHECK(GroupSpread(c, 6, 1) == std::vector<int64_t>{6, 1});
+  CHECK(GroupSpread(c, 16, 1) == std::vector<int64_t>{8, 2});
+  // Level 0 holds the most members any node holds, level 1 the nodes the group touches (aligned at rank 0). A
+  // stride that neither divides a node nor is a multiple of one (5 on 8-GPU nodes) is not modelled.
+  for (int64_t size = 1; size <= 40; ++size) {
+    for (int64_t stride : {1, 2, 4, 8, 16}) {  // strides that divide a node or are whole nodes (products of sizes)
+      if ((size - 1) * stride >= 8 * 16) continue;
+      std::vector<int64_t> per_node(16, 0);
+      for (int64_t k = 0; k < size; ++k) ++per_node[static_cast<size_t>(k * stride / 8)];
+      int64_t most = 0, nodes = 0;
+      for (int64_t n : per_node) {
+        most = std::max(most, n);
+        nodes += n > 0 ? 1 : 0;
+      }
+      INFO(size << " ranks " << stride << " apart");
+      const std::vector<int64_t> spread = GroupSpread(c, size, stride);
+      CHECK(spread[0] == most);
+      CHECK(spread[1] == nodes);
+      CHECK(spread == GroupSpreadAt(c, 0, size, stride));
+    }
+  }
 }
 
 TEST_CASE("a deduplicating dispatcher: the bytes leaving the node scale by min(1, node_copies / top_k), levels add") {
