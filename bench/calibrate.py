@@ -301,12 +301,16 @@ def moe_layer_model(tmp, proxy, precision, with_moe):
 
 def run_moe_layer(tmp, cluster):
     """(case, measured fwd ms, predicted, measured bwd ms, predicted, note) per MOE_LAYER_H100 row."""
-    blockwise = megatron_core_variant(tmp, "megatron-core-fp8-blockwise", r"^fp8_recipe: delayed", "fp8_recipe: blockwise")
+    # The test's layer has no main_grad (no DDP wrapper; TransformerConfig's gradient_accumulation_fusion False).
+    unfused = (r"^wgrad_accumulation: fused", "wgrad_accumulation: separate")
+    layer = megatron_core_variant(tmp, "megatron-core-layer", *unfused)
+    blockwise = megatron_core_variant(tmp, "megatron-core-layer-fp8-blockwise", r"^fp8_recipe: delayed",
+                                      "fp8_recipe: blockwise", unfused)
     base = ["--tp", "1", "--pp", "1", "--cp", "1", "--global-batch", "8", "--microbatch", "1", "--recompute", "none",
             "--zero", "1", "--schedule", "1f1b"]
     rows = []
     for proxy, backend, precision, fwd, bwd in MOE_LAYER_H100:
-        engine = ["--engine", blockwise] if precision == "fp8" else []
+        engine = ["--engine", blockwise if precision == "fp8" else layer]
         dispatch = ["--moe-dispatcher", "alltoall" if backend == "alltoall" else "flex"]
         parts = []
         for with_moe in (True, False):

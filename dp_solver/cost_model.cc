@@ -358,6 +358,7 @@ struct RowRates {
   double cast_bytes = 0;                       // HBM bytes per element of an FP8 GEMM input cast (0: none costed)
   double weight_cast_bytes = 0;  // HBM bytes per weight element cast per microbatch (engines without a cached FP8 copy)
   double gemm_in_bytes = 2;      // bytes per operand element of the model precision's GEMMs (FP8: 1)
+  double wgrad_out_bytes = 2;    // HBM bytes per weight-gradient element its GEMM moves (fused accumulation: 2 x grad)
   double attention_share = 1;    // the engine's sustained share of the attention tables
   double cp_ring_fwd = 1, cp_ring_bwd = 1;  // the engine's ring-attention step rates (cp > 1; EngineSpec)
   double tp_hidden = 0, slowdown = 0;       // TP collectives hidden; compute lost per hidden second
@@ -423,13 +424,15 @@ CoreRates AttentionRates(const Layer& l, const RowRates& q, double tp_shard) {
 }
 
 // Seconds of one GEMM on one GPU at the table's efficiency for its shape (output m x n, reduction k),
-// or of its operands' HBM traffic if that is longer (a small-K or small-M GEMM is memory-bound).
-double GemmSeconds(const RowRates& q, bool high, double m, double n, double k) {
+// or of its operands' HBM traffic if that is longer (a small-K or small-M GEMM is memory-bound): inputs at the
+// precision's bytes, the output at `out_bytes` per element (2: written in bf16; a fused gradient accumulation
+// reads and writes its buffer).
+double GemmSeconds(const RowRates& q, bool high, double m, double n, double k, double out_bytes) {
   const GemmEfficiency& g = high ? *q.gemm_high : *q.gemm_model;
   const double peak = high ? q.peak_high : q.peak_model * q.recipe_gemm;
   const double in_bytes = high ? 2.0 : q.gemm_in_bytes;
   const double compute = 2 * m * n * k / (peak * q.kt->GemmFraction(g, m, n, k));
-  const double traffic = ((m * k + k * n) * in_bytes + 2 * m * n) / q.hbm_raw;
+  const double traffic = ((m * k + k * n) * in_bytes + out_bytes * m * n) / q.hbm_raw;
   return std::max(compute, traffic);
 }
 
@@ -458,7 +461,8 @@ double ListedGemmSeconds(const Layer& l, const RowRates& q, double shard, int pa
     }
     const double dims[3][3] = {{m, n, k}, {m, k, n}, {k, n, m}};
     const double* x = dims[pass];
-    seconds += count * GemmSeconds(q, g.high_precision, x[0], x[1], x[2]);
+    // The weight gradient's output: accumulated into the gradient buffer by an engine that fuses it.
+    seconds += count * GemmSeconds(q, g.high_precision, x[0], x[1], x[2], pass == 2 ? q.wgrad_out_bytes : 2.0);
     if (q.cast_bytes > 0 && !g.high_precision && pass < 2)
       *cast_s += count * m * (pass == 0 ? k : n) * q.cast_bytes / q.hbm;
     if (q.weight_cast_bytes > 0 && !g.high_precision && pass == 0)
@@ -751,6 +755,9 @@ void KernelRates(const CostSource& src, const ModelSpec& m, const CostOptions& o
   q->peak_gemm = q->peak_model * q->recipe_gemm * q->gemm_model->ceiling;
   q->peak_other = q->peak_high * q->gemm_high->ceiling;
   q->hbm_raw = c.hbm_bandwidth_GBps * 1e9 * kt.memory_efficiency * e.sustained_memory;
+  // Fused gradient accumulation: the weight-gradient GEMM reads and writes the gradient buffer (beta 1).
+  if (e.wgrad_accumulation_fused)
+    q->wgrad_out_bytes = 2.0 * DTypeBytes(o.grad_dtype.value_or(DefaultGradDType(m.dtype)));
   q->hbm = q->hbm_raw / e.elementwise_traffic;
   q->attention_share = e.sustained_attention * clock;
   q->cp_ring_fwd = e.cp_ring_fwd;

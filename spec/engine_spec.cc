@@ -79,7 +79,8 @@ Status ParseUnguarded(const std::string& path, const std::string& text, EngineSp
                                        "cp_comm_types",
                                        "cp_comm_reason",
                                        "moe_dispatchers",
-                                       "moe_flex_hops"}));
+                                       "moe_flex_hops",
+                                       "wgrad_accumulation"}));
   EngineSpec e;
   e.path = path;
   PLANNER_RETURN_IF_ERROR(r.CheckFormatVersion(root, false));
@@ -186,6 +187,10 @@ Status ParseUnguarded(const std::string& path, const std::string& text, EngineSp
   std::string hops = "serial";
   PLANNER_RETURN_IF_ERROR(r.GetEnum(root, "moe_flex_hops", "moe_flex_hops", {"serial", "overlapped"}, &hops, false));
   e.moe_flex_serial = hops == "serial";
+  std::string wgrad = "separate";
+  PLANNER_RETURN_IF_ERROR(
+      r.GetEnum(root, "wgrad_accumulation", "wgrad_accumulation", {"fused", "separate"}, &wgrad, false));
+  e.wgrad_accumulation_fused = wgrad == "fused";
   const YAML::Node& m = root["memory"];
   if (m.IsDefined()) {
     PLANNER_RETURN_IF_ERROR(r.CheckKeys(m, "memory", {"fp8_weight_bytes", "allocator_fragmentation"}));

@@ -56,6 +56,10 @@ struct EngineSpec {
   // Flex dispatch's two hops (file key `moe_flex_hops`): serial (a copy's NVLink forward after its network
   // hop, the levels' times add) or overlapped (pipelined so the slowest level sets the time).
   bool moe_flex_serial = true;
+  // Where a weight-gradient GEMM's output goes (file key `wgrad_accumulation`): fused, accumulated by the GEMM into
+  // the gradient buffer (beta 1: read and write in its dtype; Megatron --gradient-accumulation-fusion), or separate,
+  // written in the model's dtype as a new tensor (autograd's; a later add, with gradient accumulation, not costed).
+  bool wgrad_accumulation_fused = false;
   double fp8_weight_bytes = 0;  // bytes per parameter of cached FP8 weight copies
   // Share of the caching allocator's reserved memory not held by live tensors at the peak (file key
   // memory.allocator_fragmentation): reserved = allocated / (1 - it). 0: not estimated.

@@ -197,6 +197,37 @@ TEST_CASE("FP8 weights cast per microbatch where the engine keeps no FP8 copy: i
   CHECK(b.BlockSeconds(casting) == b.BlockSeconds(cached));
 }
 
+TEST_CASE("fused gradient accumulation: a dW GEMM reads and writes the gradient buffer, memory-bound over few tokens") {
+  KernelFixture f(64);  // 64 tokens, and the tensor cores made free: every GEMM is bound by its HBM traffic
+  f.cluster.peak_tflops["bf16"] = 1e12;
+  EngineSpec fused = Engine("megatron-core"), separate = fused;
+  CHECK(fused.wgrad_accumulation_fused);  // Megatron-LM's --gradient-accumulation-fusion default
+  CHECK_FALSE(Engine("torchtitan").wgrad_accumulation_fused);
+  separate.wgrad_accumulation_fused = false;
+  const Layer* block = nullptr;
+  for (const auto& l : f.model.layers) {
+    if (l.kind == LayerKind::kTransformerBlock) block = &l;
+  }
+  REQUIRE(block != nullptr);
+  double weights = 0;
+  for (const GemmShape& g : block->gemms) weights += g.count * g.k * g.n;
+  const double hbm_raw = f.cluster.hbm_bandwidth_GBps * 1e9 * f.kernels.memory_efficiency * fused.sustained_memory;
+  const LayerCostRow a = f.Block(fused, 1, 1, CostOptions{}), b = f.Block(separate, 1, 1, CostOptions{});
+  // fp32 main_grad (bf16 model's default): 4 bytes read + 4 written against 2 written.
+  CHECK(a.backward_weight_s - b.backward_weight_s == doctest::Approx(weights * (8 - 2) / hbm_raw).epsilon(1e-9));
+  CHECK(a.forward_s == b.forward_s);
+  CHECK(a.backward_input_s == b.backward_input_s);
+  // --grad-dtype bf16 (--grad-reduce-in-bf16): 2 + 2.
+  CostOptions bf16;
+  bf16.grad_dtype = DType::kBf16;
+  CHECK(f.Block(fused, 1, 1, bf16).backward_weight_s - b.backward_weight_s ==
+        doctest::Approx(weights * (4 - 2) / hbm_raw).epsilon(1e-9));
+  // Over 8192 tokens the dW GEMMs are compute-bound: the buffer's traffic costs nothing.
+  const KernelFixture big(8192);
+  CHECK(big.Block(fused, 1, 1, CostOptions{}).backward_weight_s ==
+        big.Block(separate, 1, 1, CostOptions{}).backward_weight_s);
+}
+
 TEST_CASE("FP8 GEMMs run at the engine's FP8 sustained share, bf16 GEMMs and attention at theirs") {
   const EngineSpec m = Engine("megatron-core");
   REQUIRE(m.sustained_gemm_fp8 > 0);
