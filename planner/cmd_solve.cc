@@ -153,6 +153,16 @@ std::string EnginesRunning(Schedule s) {
   return fmt::format("--engine {}", fmt::join(names, " or "));
 }
 
+// The built-in engines with an EP overlap (overlap.moe_a2a_hidden > 0), joined by " or ".
+std::string EnginesOverlappingMoe() {
+  std::vector<std::string> names;
+  for (const std::string& n : BuiltinEngines()) {
+    EngineSpec e;
+    if (LoadEngineSpec(n, &e).ok() && e.moe_a2a_hidden > 0) names.push_back(n);
+  }
+  return fmt::format("{}", fmt::join(names, " or "));
+}
+
 // --moe-dispatcher against the engine and the model (MoE models only): the engine's moe_dispatchers; flex
 // (DeepEP) neither pads to a capacity (Megatron-Core's TransformerConfig refuses moe_pad_expert_input_to_capacity
 // with it) nor is costed with expert TP (its one all-to-all over the TP x EP group is not the alltoall
@@ -225,6 +235,13 @@ Status ApplyEngine(const SolveArgs& a, const CostSource& src, SearchOptions* o) 
                     a.cp_comm_type, e.name, e.cp_comm_reason.empty() ? "its file's cp_comm_types" : e.cp_comm_reason,
                     fmt::join(e.cp_comm_types, ",")));
   PLANNER_RETURN_IF_ERROR(ApplyMoeDispatcher(a, src, restrict, o));
+  // EP overlap: an engine whose file gives no share of the all-to-all it hides has none (under --engine all it is
+  // listed as unable to run the winner's layout with the option on).
+  if (restrict && o->cost.moe_overlap && ModelExperts(src.model) > 0 && !(e.moe_a2a_hidden > 0))
+    return Status::InvalidArgument(
+        fmt::format("--moe-overlap on: engine {} does not overlap the expert all-to-all with compute (its file has no "
+                    "overlap.moe_a2a_hidden); use --moe-overlap off or --engine {}",
+                    e.name, EnginesOverlappingMoe()));
   if (restrict) PLANNER_RETURN_IF_ERROR(ApplyEngineRecompute(e, o));
   if (restrict) o->cost.fsdp_with_pp = e.fsdp_with_pp;
   if (restrict) {

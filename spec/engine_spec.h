@@ -40,7 +40,9 @@ struct EngineSpec {
   double fp8_cast_fused = 0.5;     // share of FP8 input casts fused into the producing kernel
   bool grad_reduce_overlap = true, param_gather_overlap = true;
   double tp_comm_overlap_hidden = 0;  // share of TP collectives hidden when TP communication overlap is on
-  double moe_a2a_hidden = 1;    // share of the MoE all-to-all run beside compute with EP overlap (--moe-overlap on)
+  // Share of the MoE all-to-all run beside compute with EP overlap (--moe-overlap on); 0: the engine has no EP
+  // overlap (the file key absent), and `--moe-overlap on` is refused on it.
+  double moe_a2a_hidden = 0;
   double compute_slowdown = 0;  // compute seconds lost per second of communication hidden behind it
   // The attention core's rate in ring attention's steps (cp > 1) against one GPU's kernel at the steps'
   // lengths (file key cp_ring: {fwd, bwd}): per-step softmax-statistics merges and output corrections,

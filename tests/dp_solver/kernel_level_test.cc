@@ -82,7 +82,7 @@ TEST_CASE("built-in engines parse and say what they run") {
   CHECK(m.moe_flex_serial);
   CHECK(m.moe_a2a_hidden == doctest::Approx(0.37));
   CHECK(t.moe_dispatchers == std::vector<std::string>{"alltoall"});
-  CHECK(t.moe_a2a_hidden == 1);  // unset: the option's own model (all of it beside the compute)
+  CHECK(t.moe_a2a_hidden == 0);  // unset: the engine has no EP overlap (--moe-overlap on is refused on it)
 }
 
 TEST_CASE("compute slowdown: the hidden part of a bucketed collective costs its share") {
