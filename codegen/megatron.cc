@@ -132,9 +132,11 @@ std::string MegatronMoeArgs(const ModelSpec& model, const Plan& plan, const Laun
               ? "--moe-token-dispatcher-type flex\n--moe-flex-dispatcher-backend deepep\n"
               : "--moe-token-dispatcher-type alltoall\n";
     mg += "--moe-grouped-gemm\n" + MegatronRouterArgs(a, notes);
-    const bool overlapped = std::any_of(plan.notes.begin(), plan.notes.end(), [](const std::string& n) {
-      return n.find("all-to-all overlapped") != std::string::npos;
-    });
+    // inputs.moe_overlap; a plan written before that key says it only in its notes.
+    const bool overlapped =
+        plan.moe_overlap || std::any_of(plan.notes.begin(), plan.notes.end(), [](const std::string& n) {
+          return n.find("all-to-all overlapped") != std::string::npos;
+        });
     // Costed with --moe-overlap on; written where Megatron-Core runs it.
     const bool runs = MegatronOverlapsMoe(L.pp, L.interleave, plan.recompute);
     if (overlapped && plan.ep > 1 && runs) mg += "--overlap-moe-expert-parallel-comm\n--delay-wgrad-compute\n";
@@ -469,6 +471,13 @@ std::string MegatronFlags(const Plan& plan, const ModelSpec& model, const Launch
   if (L.cp > 1)  // the exchange the plan was costed with (planner run executes the ring either way)
     mg += fmt::format("--context-parallel-size {}\n--cp-comm-type {}\n", L.cp, CpCommTypeName(plan.cp_comm_type));
   if (L.sequence_parallel) mg += "--sequence-parallel\n";
+  // TP communication overlap as costed (inputs.tp_comm_overlap): Transformer Engine's userbuffers, which Megatron
+  // runs only with sequence parallelism (validate_args).
+  if (plan.tp_comm_overlap && L.tp > 1 && L.sequence_parallel) mg += "--tp-comm-overlap\n";
+  if (plan.tp_comm_overlap && L.tp > 1 && !L.sequence_parallel)
+    notes->push_back(
+        "megatron.args: the plan was costed with TP communication overlapped (--tp-comm-overlap on), which Megatron "
+        "runs only with sequence parallelism: written without --tp-comm-overlap (slower than predicted)");
   mg += MegatronModelArgs(model, notes);
   mg += MegatronMoeArgs(model, plan, L, notes);
   mg += fmt::format("--micro-batch-size {}\n--global-batch-size {}\n", L.microbatch_size, L.global_batch);

@@ -325,9 +325,15 @@ void AddTorchtitan(const Plan& plan, const ModelSpec& model, const LaunchPlan& L
         TitanSchedule(L.schedule), L.microbatch_size, quoted);
   }
   // torch.compile when the plan was costed for it (engine torchtitan-compile), else eager as its engine
-  // runs; async TP off (the plan does not record --tp-comm-overlap).
+  // runs; async TP where the plan was costed with TP communication overlapped (inputs.tp_comm_overlap), which
+  // torchtitan runs compiled only.
   const bool compile = plan.engine == "torchtitan-compile";
-  const bool async_tp = false;
+  const bool async_tp = plan.tp_comm_overlap && L.tp > 1 && compile;
+  if (async_tp) t += "enable_async_tensor_parallel = true\n";
+  if (plan.tp_comm_overlap && L.tp > 1 && !compile)
+    notes->push_back(
+        "torchtitan.toml: the plan was costed with TP communication overlapped, which torchtitan runs (async TP) only "
+        "with torch.compile: written without it (slower than predicted); solve with --engine torchtitan-compile");
   if (compile) t += "\n[compile]\nenable = true\n";
   t += fmt::format("\n[activation_checkpoint]\nmode = \"{}\"\n", ac);
   if (ac == "selective") t += "selective_ac_option = \"op\"\n";

@@ -485,6 +485,9 @@ Status SolveSize(const SolveArgs& a, const SolveInputs& in, Plan* plan) {
     plan->engine = in.engines.front().name;
     if (plan->cp > 1) ParseCpCommType(a.cp_comm_type, &plan->cp_comm_type);
     if (plan->ep > 1) ParseMoeDispatcher(a.moe_dispatcher, &plan->moe_dispatcher);  // checked in MoeCostFlags
+    plan->moe_overlap = plan->ep > 1 && a.moe_overlap == "on";
+    plan->moe_imbalance = plan->ep > 1 ? a.moe_imbalance : 1;
+    plan->tp_comm_overlap = in.kernel_level && a.tp_comm_overlap == "on";  // costed only at the kernel level
     // A built-in table by its name; a file (--kernels FILE, a calibration's measured table) by its path, so that
     // the plan can be costed again (planner calibrate's PlanPredictor).
     plan->kernels = !in.kernel_level                            ? ""
@@ -768,6 +771,9 @@ Status PlanPredictor::Init(const std::string& plan_path, const Plan& plan) {
   a.engine = plan.engine;
   a.cp_comm_type = CpCommTypeName(plan.cp_comm_type);
   a.moe_dispatcher = MoeDispatcherName(plan.moe_dispatcher);
+  a.moe_overlap = plan.moe_overlap ? "on" : "off";
+  a.moe_imbalance = plan.moe_imbalance;
+  a.tp_comm_overlap = plan.tp_comm_overlap ? "on" : "off";
   const std::vector<std::string> builtin = BuiltinKernelTables();
   a.kernels = plan.kernels.empty() ? "none"
               : std::find(builtin.begin(), builtin.end(), plan.kernels) != builtin.end()

@@ -202,6 +202,9 @@ Tree PlanTree(const Plan& p) {
   if (p.cp_comm_type != CpCommType::kP2P) in.Add("cp_comm_type", Tree::Str(CpCommTypeName(p.cp_comm_type)));
   if (p.moe_dispatcher != MoeDispatcher::kAllToAll)
     in.Add("moe_dispatcher", Tree::Str(MoeDispatcherName(p.moe_dispatcher)));
+  if (p.moe_overlap) in.Add("moe_overlap", Tree::Bool(true));
+  if (p.moe_imbalance != 1) in.Add("moe_imbalance", Tree::Num(p.moe_imbalance));
+  if (p.tp_comm_overlap) in.Add("tp_comm_overlap", Tree::Bool(true));
   in.Add("dtype", Tree::Str(p.dtype ? DTypeName(*p.dtype) : ""));
   if (p.seq > 0) in.Add("seq", Tree::Int(p.seq));
   in.Add("gpus", Tree::Int(p.gpus));
@@ -477,10 +480,10 @@ const std::vector<std::string> kTopKeys = {"format_version",
                                            "runners_up",
                                            "notes"};
 const std::vector<std::string> kInputKeys = {
-    "model",         "model_path",        "model_digest", "cluster", "cluster_path", "cluster_digest",
-    "profile_path",  "profile_digest",    "cost_source",  "dtype",   "seq",          "gpus",
-    "global_batch",  "usable_memory_GiB", "engine",       "kernels", "calibration",  "cp_comm_type",
-    "moe_dispatcher"};
+    "model",          "model_path",        "model_digest",  "cluster",        "cluster_path", "cluster_digest",
+    "profile_path",   "profile_digest",    "cost_source",   "dtype",          "seq",          "gpus",
+    "global_batch",   "usable_memory_GiB", "engine",        "kernels",        "calibration",  "cp_comm_type",
+    "moe_dispatcher", "moe_overlap",       "moe_imbalance", "tp_comm_overlap"};
 const std::vector<std::string> kStageKeys = {"first_layer",
                                              "last_layer",
                                              "first_layer_name",
@@ -566,6 +569,9 @@ Status ReadInputs(const YamlReader& r, const YAML::Node& root, Plan* p) {
   PLANNER_RETURN_IF_ERROR(
       r.GetEnum(in, "moe_dispatcher", "inputs.moe_dispatcher", {"alltoall", "flex"}, &dispatcher, false));
   ParseMoeDispatcher(dispatcher, &p->moe_dispatcher);
+  PLANNER_RETURN_IF_ERROR(r.GetBool(in, "moe_overlap", "inputs.moe_overlap", &p->moe_overlap, false));
+  PLANNER_RETURN_IF_ERROR(r.GetDouble(in, "moe_imbalance", "inputs.moe_imbalance", &p->moe_imbalance, false, 1, false));
+  PLANNER_RETURN_IF_ERROR(r.GetBool(in, "tp_comm_overlap", "inputs.tp_comm_overlap", &p->tp_comm_overlap, false));
   std::string cost_source = "analytic";
   PLANNER_RETURN_IF_ERROR(
       r.GetEnum(in, "cost_source", "inputs.cost_source", {"analytic", "profile"}, &cost_source, false));

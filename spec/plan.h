@@ -136,6 +136,11 @@ struct Plan : ParallelLayout {
   // MoE token dispatch (written when not alltoall): alltoall (one copy per routed expert, NCCL) or flex
   // (deduplicated per node: DeepEP; Megatron --moe-token-dispatcher-type flex).
   MoeDispatcher moe_dispatcher = MoeDispatcher::kAllToAll;
+  // The solve options the prediction rests on beyond the layout (inputs.*, written when not the default), so that
+  // `planner calibrate` costs the plan again as it was solved and codegen turns on what was costed:
+  bool moe_overlap = false;      // --moe-overlap on: the EP all-to-all overlapped with compute
+  double moe_imbalance = 1;      // --moe-imbalance: the busiest EP rank's tokens over the mean
+  bool tp_comm_overlap = false;  // --tp-comm-overlap on: TP collectives overlapped with the GEMMs
   CostSourceKind cost_source = CostSourceKind::kAnalytic;
   std::optional<DType>
       dtype;  // the precision solved with (`solve --precision` may differ from the model file's); none: not stated

@@ -47,6 +47,7 @@ FLAGS = {
     "--context-parallel-size": [("tc", "context_parallel_size", INT)],
     "--cp-comm-type": [("tc", "cp_comm_type", STR)],
     "--sequence-parallel": [("tc", "sequence_parallel", SWITCH)],
+    "--tp-comm-overlap": [("tc", "tp_comm_overlap", SWITCH)],
     "--expert-model-parallel-size": [("tc", "expert_model_parallel_size", INT)],
     "--expert-tensor-parallel-size": [("tc", "expert_tensor_parallel_size", INT)],
     "--num-layers": [("tc", "num_layers", INT)],

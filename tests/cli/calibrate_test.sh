@@ -287,5 +287,21 @@ check "TE trace: FusedAttnFunc's forward at 0.8x the cuDNN causal curve" grep -q
 check "TE trace: the notes count what was joined" grep -q "planner: measured gemm bf16: measured from 4 GEMM(s)" te.out
 check "TE trace: TE 2.10+ layers (no fp8 flag) take the plan's FP8" grep -q "planner: measured 2 Transformer Engine GEMM(s) without a recorded fp8 flag (TE 2.10 on) taken as the plan's precision, fp8" te.out
 check "TE trace: four FP8 GEMMs fitted" grep -q "planner: measured gemm fp8: measured from 4 GEMM(s): ceiling 0.60" te.out
+# A plan solved with the overlap and MoE options (inputs.tp_comm_overlap, moe_overlap, moe_imbalance) is costed again
+# as it was solved: a log of its own predicted time is 0.0% off before any fit.
+recost() {  # recost NAME SOLVE-ARGS...: a log at the plan's time, calibrated, shows 0.0% before
+  local name=$1
+  shift
+  $PLANNER -q solve "$@" -o $name.yaml > /dev/null 2>&1 || return 1
+  megatron_log "$(seconds $name.yaml)" "$(sed -n 's/^  global_batch: //p' $name.yaml | head -1)" > $name.log
+  $PLANNER calibrate --plan $name.yaml $name.log -o $name.cal.yaml > $name.out 2>&1 || return 1
+  grep -Eq '^1 +megatron-lm .* [-+]?0\.0% ' $name.out
+}
+check "re-costed as solved: --tp-comm-overlap on" recost tpo --gpus 8 --model $M/llama3-8b.yaml --cluster $C/dgx-h100.yaml \
+  --seq 8192 --tp 2 --pp 1 --tp-comm-overlap on
+check "the plan records it" grep -q "^  tp_comm_overlap: true" tpo.yaml
+check "re-costed as solved: --moe-overlap on --moe-imbalance 1.3" recost moe --gpus 64 --model $M/mixtral-8x7b.yaml \
+  --cluster $C/dgx-h100.yaml --tp 1 --pp 1 --ep 8 --etp 1 --moe-overlap on --moe-imbalance 1.3 --global-batch 256
+check "the plan records them" grep -q "^  moe_imbalance: 1.3" moe.yaml
 echo "calibrate: $pass passed, $fail failed"
 [ "$fail" = 0 ]

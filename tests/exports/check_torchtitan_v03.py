@@ -9,7 +9,7 @@ validates the degrees at launch.yaml's world size; the schedule resolves (get_sc
 model parts fit it; the model, built on the meta device from the config's model_spec, holds every FQN of
 module_fqns_per_model_part, each top-level module once; and every setting equals the same directory's
 torchtitan.toml (degrees, batch, seq_len, schedule, parts with `output` named `lm_head`, activation
-checkpointing, precision, float8 linears counted in the built model, torch.compile, async TP off), so the
+checkpointing, precision, float8 linears counted in the built model, torch.compile, async TP as the TOML says), so the
 two files are one plan. Prints "ok DIR" / "FAIL DIR: reason".
 torchtitan's float8 converter asks the GPU's compute capability when the config is built: without a GPU
 the checker answers sm_90 (H100, the clusters the FP8 plans are solved for) and says so.
@@ -68,8 +68,10 @@ def check(d):
     want_compile = bool(toml.get("compile", {}).get("enable", False))
     if c.compile.enable != want_compile:
         return f"compile.enable {c.compile.enable}, torchtitan.toml {want_compile}"
-    if c.compile.enable_async_tensor_parallel:
-        return "compile.enable_async_tensor_parallel on: the plan did not cost async TP"
+    want_async = bool(toml.get("parallelism", {}).get("enable_async_tensor_parallel", False))
+    if c.compile.enable_async_tensor_parallel != want_async:
+        return (f"compile.enable_async_tensor_parallel {c.compile.enable_async_tensor_parallel}, torchtitan.toml "
+                f"{want_async} (the plan's inputs.tp_comm_overlap)")
     if pd.pp > 1:
         parts = p.module_fqns_per_model_part
         if [[("output" if f == "lm_head" else f) for f in part] for part in parts] != tp_["module_fqns_per_model_part"]:

@@ -45,6 +45,12 @@ $PLANNER -q solve --gpus 64 --model "$C/models/mixtral-8x7b.yaml" --cluster "$C/
   && grep -qx -- "--moe-flex-dispatcher-backend deepep" "$T/demo-moe-flex/megatron.args" \
   && grep -qx -- "--overlap-moe-expert-parallel-comm" "$T/demo-moe-flex/megatron.args" \
   || { echo "FAIL demo moe flex: no flex dispatcher or EP overlap in megatron.args"; fail=1; }
+# TP communication overlap as solved (--tp-comm-overlap on, sequence parallelism with TP): written, and the file passes
+# Megatron-Core's TransformerConfig checks below with the others.
+$PLANNER -q solve --gpus 64 --model "$C/models/llama3-8b.yaml" --cluster "$C/clusters/dgx-h100.yaml" --tp 4 --pp 1 --tp-comm-overlap on -o "$T/tpo.plan.yaml" >/dev/null 2>&1 \
+  && $PLANNER -q codegen "$T/tpo.plan.yaml" -o "$T/demo-tp-comm-overlap" 2>/dev/null \
+  && grep -qx -- "--tp-comm-overlap" "$T/demo-tp-comm-overlap/megatron.args" \
+  || { echo "FAIL demo tp comm overlap: no --tp-comm-overlap in megatron.args"; fail=1; }
 # The issue's defects, each in a copy of a golden launch directory: the checker must FAIL them with the reason.
 G=$SRC/tests/codegen/golden
 neg() {  # neg NAME GOLDEN SED-SCRIPT EXPECTED-TEXT

@@ -30,7 +30,12 @@ l8-fsdp llama3-8b 16 --tp 8 --pp 1 --cp 1 --zero 3 --recompute full
 l8-ddp llama3-8b 16 --tp 8 --pp 1 --cp 1 --zero 0 --recompute selective
 l70-dualpipev llama3-70b 128 --tp 8 --pp 4 --cp 1 --zero 1 --schedule dualpipev --kernels none
 l70-cp llama3-70b 128 --tp 8 --pp 4 --cp 2 --zero 1 --schedule 1f1b
+l8-asynctp llama3-8b 32 --tp 8 --pp 1 --cp 1 --zero 3 --engine torchtitan-compile --tp-comm-overlap on
 EOF
+# Async TP as solved (--tp-comm-overlap on with torch.compile): written in the TOML and in the 0.3 module.
+grep -qx "enable_async_tensor_parallel = true" "$T/demo-l8-asynctp/torchtitan.toml" \
+  && grep -q "enable_async_tensor_parallel=True" "$T/demo-l8-asynctp/torchtitan_config.py" \
+  || { echo "FAIL demo l8-asynctp: async TP not written"; fail=1; }
 neg() {  # neg NAME GOLDEN SED-SCRIPT FILE EXPECTED-TEXT
   cp -r "$G/$2" "$T/neg-$1"
   sed -i "$3" "$T/neg-$1/$4"
