@@ -12,6 +12,7 @@ Timing: CUDA events, --warmup untimed runs, the median of --reps. FLOPs: 2 M N K
 One line per measurement, the planner's comparison (`build/bench/kernel_table_check CLUSTER FILE`) reads them:
     device NVIDIA H100 80GB HBM3 cc=9.0
     gemm bf16 m=8192 n=14336 k=4096 tflops=712.3
+    gemm fp8 m=8192 n=14336 k=4096 accum=split tflops=1203.0      (accum=fast: TE's forward GEMM's setting)
     attention cudnn fwd causal=1 d=128 seq=4096 tflops=512.0
     launch host_us=6.1 (tiny kernels, queued without a sync)
     experts e=16 m=512 n=3072 k=4096 host_ms=0.41 gpu_ms=0.36
@@ -32,7 +33,7 @@ import torch.nn.functional as F
 # at tp 4 ep 8: 512 tokens per expert).
 GEMMS = [(4096, 4096, k) for k in (512, 1024, 2048, 4096, 8192, 16384)] + [
     (8192, 6144, 4096), (8192, 4096, 4096), (8192, 28672, 4096), (8192, 4096, 14336),
-    (8192, 14336, 4096), (8192, 4096, 14336), (8192, 2048, 7168), (8192, 7168, 2048),
+    (8192, 14336, 4096), (8192, 2048, 7168), (8192, 7168, 2048),
     (512, 3072, 4096), (512, 4096, 1536), (2048, 3072, 4096)]
 SMOKE_GEMMS = [(64, 64, 32), (32, 48, 64)]
 ATTN_SEQ = [512, 1024, 2048, 4096, 8192, 16384]
@@ -78,7 +79,12 @@ def gemm_lines(device, timer, shapes, precisions):
             else:  # per-tensor scaled e4m3, the second operand column-major as cuBLASLt wants it
                 a8, b8 = a.to(torch.float8_e4m3fn), b.to(torch.float8_e4m3fn).t()
                 one = torch.ones((), device=device, dtype=torch.float32)
-                fn = lambda: torch._scaled_mm(a8, b8, scale_a=one, scale_b=one, out_dtype=torch.bfloat16)
+                for fast in (False, True):  # TE: fast accumulation in the forward GEMM, split in dgrad / wgrad
+                    ms = timer.ms(lambda: torch._scaled_mm(a8, b8, scale_a=one, scale_b=one, out_dtype=torch.bfloat16,
+                                                           use_fast_accum=fast))
+                    out.append(f"gemm {p} m={m} n={n} k={k} accum={'fast' if fast else 'split'} "
+                               f"tflops={2.0 * m * n * k / (ms * 1e-3) / 1e12:.4g}")
+                continue
             ms = timer.ms(fn)
             out.append(f"gemm {p} m={m} n={n} k={k} tflops={2.0 * m * n * k / (ms * 1e-3) / 1e12:.4g}")
     return out
@@ -105,8 +111,8 @@ def attention_lines(device, timer, seqs, smoke):
                     def fwd():
                         return F.scaled_dot_product_attention(q, k, v, is_causal=causal)
 
-                    def both():
-                        fwd().backward(g)
+                    def both():  # fresh gradients each run: no accumulation adds timed with the backward
+                        torch.autograd.grad(fwd(), (q, k, v), g)
 
                     try:
                         if backend is None:

@@ -112,6 +112,7 @@ int main(int argc, char** argv) {
       if (g == nullptr) continue;  // no figures for this precision in the table
       predicted = cluster.PeakFlops(dt) / 1e12 * table.GemmFraction(*g, m, n, k);
       cls = "gemm " + l.words[1];
+      if (auto acc = l.fields.find("accum"); acc != l.fields.end()) cls += " accum=" + acc->second;
     } else if (kind == "attention" && l.words.size() == 3) {
       double causal = 0, d = 0, seq = 0;
       if (!Number(l, "causal", &causal) || !Number(l, "d", &d) || !Number(l, "seq", &seq) ||

@@ -762,7 +762,9 @@ void KernelRates(const CostSource& src, const ModelSpec& m, const CostOptions& o
   q->attention_share = e.sustained_attention * clock;
   q->cp_ring_fwd = e.cp_ring_fwd;
   q->cp_ring_bwd = e.cp_ring_bwd;
-  q->tp_hidden = o.tp_comm_overlap ? e.tp_comm_overlap_hidden : 0;
+  // TP communication overlap runs on sequence parallelism's all-gather / reduce-scatter (Megatron's validate_args
+  // requires --sequence-parallel for --tp-comm-overlap; torchtitan's async TP fuses SP's collectives): none without SP.
+  q->tp_hidden = o.tp_comm_overlap && q->sp ? e.tp_comm_overlap_hidden : 0;
   q->slowdown = o.compute_slowdown;
 }
 

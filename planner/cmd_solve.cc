@@ -237,7 +237,8 @@ Status ApplyEngine(const SolveArgs& a, const CostSource& src, SearchOptions* o) 
   PLANNER_RETURN_IF_ERROR(ApplyMoeDispatcher(a, src, restrict, o));
   // EP overlap: an engine whose file gives no share of the all-to-all it hides has none (under --engine all it is
   // listed as unable to run the winner's layout with the option on).
-  if (restrict && o->cost.moe_overlap && ModelExperts(src.model) > 0 && !(e.moe_a2a_hidden > 0))
+  const bool ep_only_1 = !o->ep.empty() && std::all_of(o->ep.begin(), o->ep.end(), [](int64_t x) { return x == 1; });
+  if (restrict && o->cost.moe_overlap && ModelExperts(src.model) > 0 && !ep_only_1 && !(e.moe_a2a_hidden > 0))
     return Status::InvalidArgument(
         fmt::format("--moe-overlap on: engine {} does not overlap the expert all-to-all with compute (its file has no "
                     "overlap.moe_a2a_hidden); use --moe-overlap off or --engine {}",
@@ -487,7 +488,9 @@ Status SolveSize(const SolveArgs& a, const SolveInputs& in, Plan* plan) {
     if (plan->ep > 1) ParseMoeDispatcher(a.moe_dispatcher, &plan->moe_dispatcher);  // checked in MoeCostFlags
     plan->moe_overlap = plan->ep > 1 && a.moe_overlap == "on";
     plan->moe_imbalance = plan->ep > 1 ? a.moe_imbalance : 1;
-    plan->tp_comm_overlap = in.kernel_level && a.tp_comm_overlap == "on";  // costed only at the kernel level
+    // Recorded where it was costed: kernel-level costs, an engine that hides a share, TP with sequence parallelism.
+    plan->tp_comm_overlap = in.kernel_level && a.tp_comm_overlap == "on" &&
+                            in.engines.front().tp_comm_overlap_hidden > 0 && plan->sequence_parallel && plan->tp > 1;
     // A built-in table by its name; a file (--kernels FILE, a calibration's measured table) by its path, so that
     // the plan can be costed again (planner calibrate's PlanPredictor).
     plan->kernels = !in.kernel_level                            ? ""
@@ -771,7 +774,11 @@ Status PlanPredictor::Init(const std::string& plan_path, const Plan& plan) {
   a.engine = plan.engine;
   a.cp_comm_type = CpCommTypeName(plan.cp_comm_type);
   a.moe_dispatcher = MoeDispatcherName(plan.moe_dispatcher);
-  a.moe_overlap = plan.moe_overlap ? "on" : "off";
+  // inputs.moe_overlap; a plan written before that key says it in a note (as codegen reads it).
+  const bool noted = std::any_of(plan.notes.begin(), plan.notes.end(), [](const std::string& n) {
+    return n.find("all-to-all overlapped") != std::string::npos;
+  });
+  a.moe_overlap = plan.moe_overlap || noted ? "on" : "off";
   a.moe_imbalance = plan.moe_imbalance;
   a.tp_comm_overlap = plan.tp_comm_overlap ? "on" : "off";
   const std::vector<std::string> builtin = BuiltinKernelTables();

@@ -303,5 +303,12 @@ check "the plan records it" grep -q "^  tp_comm_overlap: true" tpo.yaml
 check "re-costed as solved: --moe-overlap on --moe-imbalance 1.3" recost moe --gpus 64 --model $M/mixtral-8x7b.yaml \
   --cluster $C/dgx-h100.yaml --tp 1 --pp 1 --ep 8 --etp 1 --moe-overlap on --moe-imbalance 1.3 --global-batch 256
 check "the plan records them" grep -q "^  moe_imbalance: 1.3" moe.yaml
+# Recorded only where costed: eager torchtitan hides no TP communication, and the plan does not claim it.
+$PLANNER -q solve --gpus 8 --model $M/llama3-8b.yaml --cluster $C/dgx-h100.yaml --seq 8192 --tp 2 --pp 1 --zero 3 \
+  --engine torchtitan --tp-comm-overlap on -o titan-tpo.yaml > /dev/null 2>&1
+check "eager torchtitan: no tp_comm_overlap recorded" bash -c "[ -s titan-tpo.yaml ] && ! grep -q tp_comm_overlap titan-tpo.yaml"
+# --moe-overlap on with EP forced to 1 has nothing to overlap: not refused on an engine without the overlap.
+check "--moe-overlap on at ep 1 on torchtitan" $PLANNER -q solve --gpus 8 --model $M/tiny-moe.yaml --cluster $C/dgx-h100.yaml \
+  --engine torchtitan --ep 1 --moe-overlap on -o titan-ep1.yaml
 echo "calibrate: $pass passed, $fail failed"
 [ "$fail" = 0 ]

@@ -22,7 +22,7 @@ cat > "$tmp/rates.txt" <<'T'
 device NVIDIA H100 80GB HBM3 cc=9.0
 gemm bf16 m=8192 n=14336 k=4096 tflops=742.05
 gemm bf16 m=512 n=512 k=512 tflops=247.35
-gemm fp8 m=4096 n=4096 k=4096 tflops=1000
+gemm fp8 m=4096 n=4096 k=4096 accum=fast tflops=1000
 attention cudnn fwd causal=1 d=128 seq=4096 tflops=500
 launch host_us=6.10 (tiny kernels, queued without a sync)
 experts e=16 m=512 n=3072 k=4096 host_ms=0.410 gpu_ms=0.360
@@ -36,8 +36,9 @@ grep -q '^gemm bf16 m=512 n=512 k=512 .* 247.3 .* 494.7 .*+100.0%$' <<< "$out" |
 grep -qx 'gemm bf16: 2 kernels, mean |error| 66.7%, signed +33.3% (table over measured)' <<< "$out" || { echo "FAIL: summary"; exit 1; }
 grep -q '^launch host_us=6.10' <<< "$out" && grep -q '^experts e=16' <<< "$out" || { echo "FAIL: host lines"; exit 1; }
 # The built-in table for the cluster's GPU serves attention (cuDNN's curve).
-"$check" "$src/configs/clusters/dgx-h100.yaml" "$tmp/rates.txt" | grep -q '^attention cudnn fwd causal=1 d=128 seq=4096 ' \
-  || { echo "FAIL: built-in table"; exit 1; }
+builtin=$("$check" "$src/configs/clusters/dgx-h100.yaml" "$tmp/rates.txt")
+grep -q '^attention cudnn fwd causal=1 d=128 seq=4096 ' <<< "$builtin" || { echo "FAIL: built-in table"; exit 1; }
+grep -q '^gemm fp8 accum=fast: 1 kernels' <<< "$builtin" || { echo "FAIL: fp8 by accumulation"; exit 1; }
 printf 'gemm bf16 m=x n=1 k=1 tflops=1\n' > "$tmp/bad.txt"
 if err=$("$check" "$src/configs/clusters/dgx-h100.yaml" "$tmp/bad.txt" 2>&1); then echo "FAIL: bad line accepted"; exit 1; fi
 grep -q 'bad.txt:1: a gemm line needs PRECISION m= n= k= tflops=' <<< "$err" || { echo "FAIL: $err"; exit 1; }
