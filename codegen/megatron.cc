@@ -132,12 +132,9 @@ std::string MegatronMoeArgs(const ModelSpec& model, const Plan& plan, const Laun
               ? "--moe-token-dispatcher-type flex\n--moe-flex-dispatcher-backend deepep\n"
               : "--moe-token-dispatcher-type alltoall\n";
     mg += "--moe-grouped-gemm\n" + MegatronRouterArgs(a, notes);
-    // inputs.moe_overlap; a plan written before that key says it only in its notes.
-    const bool overlapped =
-        plan.moe_overlap || std::any_of(plan.notes.begin(), plan.notes.end(), [](const std::string& n) {
-          return n.find("all-to-all overlapped") != std::string::npos;
-        });
-    // Costed with --moe-overlap on; written where Megatron-Core runs it.
+    // Costed with --moe-overlap on (inputs.moe_overlap, or an older plan's note: ParsePlan); written where Megatron-Core
+    // runs it.
+    const bool overlapped = plan.moe_overlap;
     const bool runs = MegatronOverlapsMoe(L.pp, L.interleave, plan.recompute);
     if (overlapped && plan.ep > 1 && runs) mg += "--overlap-moe-expert-parallel-comm\n--delay-wgrad-compute\n";
     if (overlapped && plan.ep > 1 && !runs)

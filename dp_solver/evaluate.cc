@@ -703,6 +703,11 @@ Plan Evaluator::UniformPlan(const Candidate& k, const Evaluation& x, const SimRe
   pl.sequence_parallel = k.sequence_parallel && k.tp > 1;
   pl.ep = k.ep;
   pl.etp = k.etp;
+  if (k.ep > 1) {  // the MoE options the layout was costed with (inputs.*), beside the note that says them
+    pl.moe_dispatcher = o_.cost.moe_dedup ? MoeDispatcher::kFlex : MoeDispatcher::kAllToAll;
+    pl.moe_overlap = o_.cost.moe_overlap;
+    pl.moe_imbalance = o_.cost.moe_imbalance;
+  }
   pl.pp = k.pp;
   pl.dp = k.dp;
   pl.microbatch_size = k.microbatch_size;

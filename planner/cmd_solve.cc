@@ -3,6 +3,7 @@
 #include <algorithm>
 #include <cstdio>
 #include <filesystem>
+#include <functional>
 
 #include <fmt/format.h>
 #include <fmt/ranges.h>
@@ -139,28 +140,23 @@ Status ApplyEngineRecompute(const EngineSpec& e, SearchOptions* o) {
                   fmt::join(RecomputeModuleList(e.recompute_modules), ",")));
 }
 
-// "--engine A or B" naming the built-in engines that run schedule `s` (an engine file without `schedules`
-// runs every one), else "another --engine".
-std::string EnginesRunning(Schedule s) {
+// "--engine A or B" naming the built-in engines whose file satisfies `runs`, else "another --engine".
+std::string EnginesThat(const std::function<bool(const EngineSpec&)>& runs) {
   std::vector<std::string> names;
   for (const std::string& n : BuiltinEngines()) {
     EngineSpec e;
-    if (!LoadEngineSpec(n, &e).ok()) continue;
-    if (e.schedules.empty() || std::find(e.schedules.begin(), e.schedules.end(), ScheduleName(s)) != e.schedules.end())
-      names.push_back(n);
+    if (LoadEngineSpec(n, &e).ok() && runs(e)) names.push_back(n);
   }
   if (names.empty()) return "another --engine";
   return fmt::format("--engine {}", fmt::join(names, " or "));
 }
 
-// The built-in engines with an EP overlap (overlap.moe_a2a_hidden > 0), joined by " or ".
-std::string EnginesOverlappingMoe() {
-  std::vector<std::string> names;
-  for (const std::string& n : BuiltinEngines()) {
-    EngineSpec e;
-    if (LoadEngineSpec(n, &e).ok() && e.moe_a2a_hidden > 0) names.push_back(n);
-  }
-  return fmt::format("{}", fmt::join(names, " or "));
+// The built-in engines that run schedule `s` (an engine file without `schedules` runs every one).
+std::string EnginesRunning(Schedule s) {
+  return EnginesThat([s](const EngineSpec& e) {
+    return e.schedules.empty() ||
+           std::find(e.schedules.begin(), e.schedules.end(), ScheduleName(s)) != e.schedules.end();
+  });
 }
 
 // --moe-dispatcher against the engine and the model (MoE models only): the engine's moe_dispatchers; flex
@@ -241,8 +237,8 @@ Status ApplyEngine(const SolveArgs& a, const CostSource& src, SearchOptions* o) 
   if (restrict && o->cost.moe_overlap && ModelExperts(src.model) > 0 && !ep_only_1 && !(e.moe_a2a_hidden > 0))
     return Status::InvalidArgument(
         fmt::format("--moe-overlap on: engine {} does not overlap the expert all-to-all with compute (its file has no "
-                    "overlap.moe_a2a_hidden); use --moe-overlap off or --engine {}",
-                    e.name, EnginesOverlappingMoe()));
+                    "overlap.moe_a2a_hidden); use --moe-overlap off or {}",
+                    e.name, EnginesThat([](const EngineSpec& x) { return x.moe_a2a_hidden > 0; })));
   if (restrict) PLANNER_RETURN_IF_ERROR(ApplyEngineRecompute(e, o));
   if (restrict) o->cost.fsdp_with_pp = e.fsdp_with_pp;
   if (restrict) {
@@ -485,9 +481,6 @@ Status SolveSize(const SolveArgs& a, const SolveInputs& in, Plan* plan) {
   if (a.mode != PlanMode::kPipeDream && in.profile_path.empty()) {
     plan->engine = in.engines.front().name;
     if (plan->cp > 1) ParseCpCommType(a.cp_comm_type, &plan->cp_comm_type);
-    if (plan->ep > 1) ParseMoeDispatcher(a.moe_dispatcher, &plan->moe_dispatcher);  // checked in MoeCostFlags
-    plan->moe_overlap = plan->ep > 1 && a.moe_overlap == "on";
-    plan->moe_imbalance = plan->ep > 1 ? a.moe_imbalance : 1;
     // Recorded where it was costed: kernel-level costs, an engine that hides a share, TP with sequence parallelism.
     plan->tp_comm_overlap = in.kernel_level && a.tp_comm_overlap == "on" &&
                             in.engines.front().tp_comm_overlap_hidden > 0 && plan->sequence_parallel && plan->tp > 1;
@@ -774,11 +767,7 @@ Status PlanPredictor::Init(const std::string& plan_path, const Plan& plan) {
   a.engine = plan.engine;
   a.cp_comm_type = CpCommTypeName(plan.cp_comm_type);
   a.moe_dispatcher = MoeDispatcherName(plan.moe_dispatcher);
-  // inputs.moe_overlap; a plan written before that key says it in a note (as codegen reads it).
-  const bool noted = std::any_of(plan.notes.begin(), plan.notes.end(), [](const std::string& n) {
-    return n.find("all-to-all overlapped") != std::string::npos;
-  });
-  a.moe_overlap = plan.moe_overlap || noted ? "on" : "off";
+  a.moe_overlap = plan.moe_overlap ? "on" : "off";  // an older plan's note read as the input (ParsePlan)
   a.moe_imbalance = plan.moe_imbalance;
   a.tp_comm_overlap = plan.tp_comm_overlap ? "on" : "off";
   const std::vector<std::string> builtin = BuiltinKernelTables();

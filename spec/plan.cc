@@ -1,5 +1,6 @@
 #include "spec/plan.h"
 
+#include <algorithm>
 #include <cmath>
 #include <functional>
 #include <tuple>
@@ -854,6 +855,12 @@ Status ReadRunnersUp(const YamlReader& r, const YAML::Node& root, Plan* p) {
       p->notes.push_back(notes[i].Scalar());
     }
   }
+  // A plan written before inputs.moe_overlap says the EP overlap only in its solve note ("... all-to-all overlapped
+  // with the layer's compute ..."): read as the input, so codegen and planner calibrate see one flag.
+  if (!p->moe_overlap)
+    p->moe_overlap = std::any_of(p->notes.begin(), p->notes.end(), [](const std::string& n) {
+      return n.find("all-to-all overlapped") != std::string::npos;
+    });
   return Status::OK();
 }
 

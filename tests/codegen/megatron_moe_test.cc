@@ -71,8 +71,16 @@ TEST_CASE("megatron.args of an MoE plan: experts, router, layer pattern, EP / ET
       std::string::npos);
   o.cost.moe_overlap = false;
   REQUIRE_OK(SolveAuto(src, o, &plan));
-  // A plan that says it was costed overlapped (an older planner's) is exported without the flag, with a note.
+  // A plan that says it was costed overlapped only in its note (an older planner's, read back as a file: ParsePlan
+  // takes the note as inputs.moe_overlap) is exported without the flag on this layout, with a note.
   plan.notes.push_back("all-to-all overlapped with the layer's compute (Megatron --overlap-moe-expert-parallel-comm)");
+  REQUIRE_FALSE(plan.moe_overlap);
+  {
+    Plan read;
+    REQUIRE_OK(ParsePlan("old.plan.yaml", PlanToYaml(plan), &read));
+    CHECK(read.moe_overlap);
+    plan = read;
+  }
   REQUIRE(plan.ep == 4);
   LaunchPlan L;
   CodegenOptions co;
