@@ -576,6 +576,7 @@ std::vector<std::pair<std::string, double>> Evaluator::DpCommComparison(const Ca
 }
 
 Status Evaluator::Simulate(const Candidate& k, const Evaluation& x, SimResult* res, double cutoff_s) const {
+  if (UniformMakespan(k.schedule, x.sim, k.pp, k.num_microbatches, res)) return Status::OK();
   Status s = SimulateSchedule(k.schedule, x.sim, k.pp, k.num_microbatches, false, res, cutoff_s);
   if (s.ok()) return s;
   // Candidates meet the schedules' preconditions: a failure here is a bug.

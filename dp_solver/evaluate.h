@@ -81,7 +81,8 @@ class Evaluator {
   // Stage costs, memory, ZeRO stage, exposed DP all-reduce, optimizer step.
   // Internal when the candidate's partition does not exist.
   Status Evaluate(const Candidate& k, Evaluation* x);
-  // The pipeline's makespan and bubble; the simulator's errors name the candidate.
+  // The pipeline's makespan and bubble: the closed form where the stages are uniform and no send
+  // costs time (UniformMakespan), else the simulator, whose errors name the candidate.
   // cutoff_s: the simulation may stop once the makespan is bound to exceed it (SimResult::cut).
   Status Simulate(const Candidate& k, const Evaluation& x, SimResult* res,
                   double cutoff_s = std::numeric_limits<double>::infinity()) const;

@@ -25,6 +25,28 @@ double ClosedFormMakespan(Schedule s, double f, double b, double w, int64_t p, i
   return 0;
 }
 
+bool UniformMakespan(Schedule s, const std::vector<SimStage>& st, int64_t p, int64_t m, SimResult* out) {
+  if (s != Schedule::kGpipe && s != Schedule::k1F1B && s != Schedule::kInterleaved) return false;
+  if (p < 1 || m < 1 || st.empty() || static_cast<int64_t>(st.size()) % p != 0) return false;
+  const int64_t v = static_cast<int64_t>(st.size()) / p;
+  if ((s == Schedule::kInterleaved && m % p != 0) || (s != Schedule::kInterleaved && v != 1)) return false;
+  const SimStage& a = st.front();
+  for (const SimStage& x : st) {
+    if (x.forward_s != a.forward_s || x.backward_input_s != a.backward_input_s ||
+        x.backward_weight_s != a.backward_weight_s || x.send_s != 0 || x.exposed_send_s != 0)
+      return false;
+  }
+  const double vd = static_cast<double>(v);
+  SimResult r;
+  r.makespan_s = ClosedFormMakespan(s, vd * a.forward_s, vd * a.backward_input_s, vd * a.backward_weight_s, p, m, v);
+  const double busy = static_cast<double>(m) * vd * (a.forward_s + a.backward_input_s + a.backward_weight_s);
+  r.busy_s.assign(static_cast<size_t>(p), busy);
+  r.bubble_fraction = r.makespan_s > 0 ? 1.0 - busy / r.makespan_s : 0.0;
+  r.closed_form = true;
+  *out = std::move(r);
+  return true;
+}
+
 namespace {
 
 // ZB-H1's last microbatch as a chain, with each device's serial work before its last F and its last B

@@ -47,6 +47,7 @@ struct SimResult {
   // plus the compute it had left). makespan_s is then that bound, a lower bound of the whole run's,
   // above the cutoff; busy_s and bubble_fraction cover the part played.
   bool cut = false;
+  bool closed_form = false;  // from UniformMakespan, not played
 };
 
 // `stages` holds p * v virtual stages; virtual stage q runs on device
@@ -89,5 +90,14 @@ Status SimulateReplicated(const std::vector<SimStage>& stages, const std::vector
 // with per-device F, B, W; ZB-H1: m (F + B + W) + (p - 1)(F + B - W); DualPipeV (per-chunk F, B, W;
 // for F = B, W <= B): 2m (F + B + W) + (p - 1)(F + 2B - W).
 double ClosedFormMakespan(Schedule schedule, double f, double b, double w, int64_t p, int64_t m, int64_t v);
+
+// The search's shortcut (docs/cost_model.md section 5): where every virtual stage costs the same and
+// no p2p time is charged (one stage, or sends of zero seconds), GPipe, 1F1B and interleaved 1F1B take
+// their closed form above, exact for any F, B, W (tests/dp_solver/schedule_sim_test.cc holds the
+// simulator to it on random instances); *out gets the makespan, each device's busy time and the
+// bubble, as SimulateSchedule would. False, *out untouched, where the stages differ, a send costs
+// time, the schedule has no closed form here (ZB-H1, DualPipeV, PipeDream) or its preconditions fail.
+bool UniformMakespan(Schedule schedule, const std::vector<SimStage>& stages, int64_t devices, int64_t microbatches,
+                     SimResult* out);
 
 }  // namespace planner

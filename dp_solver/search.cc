@@ -507,7 +507,8 @@ Status EnumerateUniform(const SearchSpace& sp, const SearchOptions& o, Evaluator
 struct Simulated {
   Status status = Status::OK();
   double iteration_s = 0;
-  bool cut = false;  // stopped past the cutoff (SimResult::cut)
+  bool cut = false;          // stopped past the cutoff (SimResult::cut)
+  bool closed_form = false;  // timed by UniformMakespan
   std::optional<Plan> plan;
 };
 
@@ -547,6 +548,7 @@ Status SimulateBestFirst(std::vector<Candidate>& cands, const SearchOptions& o, 
       if (r.status.ok()) r.status = ev->Simulate(k, x, &res, o.exhaustive ? kNoCutoff : CutoffFor(worst, x));
       if (!r.status.ok()) return;
       r.cut = res.cut;
+      r.closed_form = res.closed_form;
       // A cut simulation's makespan is a bound above the cutoff: the plan cannot rank (not kept below).
       r.iteration_s = res.cut ? kNoCutoff : res.makespan_s + x.dp_s + x.optimizer_s;
       // Not `< worst`: a NaN time, which one thread would keep, must have its plan too.
@@ -556,6 +558,7 @@ Status SimulateBestFirst(std::vector<Candidate>& cands, const SearchOptions& o, 
       if (!o.exhaustive && cands[i + j].bound >= rank->WorstKept()) return Status::OK();
       PLANNER_RETURN_IF_ERROR(sims[j].status);
       ++stats->simulated;
+      stats->closed_form += sims[j].closed_form ? 1 : 0;
       stats->cut += sims[j].cut ? 1 : 0;
       if (sims[j].iteration_s >= rank->WorstKept() && !o.exhaustive) continue;
       rank->Keep(std::move(*sims[j].plan));

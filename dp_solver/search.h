@@ -94,8 +94,9 @@ struct SearchOptions {
 // What a search did (its output beside the plan; the CLI's "searched N candidates, simulated M" note):
 // counted over both passes when MLA / MoE models are searched again with DeepSeek-V3's modules.
 struct SearchStats {
-  int64_t considered = 0;  // candidates enumerated (uniform ones and per-stage replication DP runs)
-  int64_t simulated = 0;   // uniform candidates simulated (all of them with SearchOptions::exhaustive)
+  int64_t considered = 0;   // candidates enumerated (uniform ones and per-stage replication DP runs)
+  int64_t simulated = 0;    // uniform candidates simulated (all of them with SearchOptions::exhaustive)
+  int64_t closed_form = 0;  // of those, timed by the closed form (uniform stages, no send time: UniformMakespan)
   // Of those, simulations stopped once bound to end past the k-th best (SimResult::cut). Unlike the counts
   // above it may differ with SearchOptions::threads (a window's simulations are cut at the k-th best of the
   // window's start), so it is not printed.

@@ -437,7 +437,11 @@ Status SolveSize(const SolveArgs& a, const SolveInputs& in, Plan* plan) {
           a.pipeline_layout));
     SetBand(in, src, plan);
     CostLead(src, o, plan);
-    plan->notes.push_back(fmt::format("searched {} candidates, simulated {}", stats.considered, stats.simulated));
+    plan->notes.push_back(
+        stats.closed_form > 0
+            ? fmt::format("searched {} candidates, simulated {} ({} of them by the closed form: uniform stages)",
+                          stats.considered, stats.simulated, stats.closed_form)
+            : fmt::format("searched {} candidates, simulated {}", stats.considered, stats.simulated));
     const bool gpt = src.model != nullptr && src.model->is_gpt;
     if (!gpt && a.schedules.empty() && CostSourceLayers(src) > kMaxReplicatedLayers) {
       plan->notes.push_back(

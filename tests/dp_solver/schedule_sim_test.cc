@@ -49,6 +49,61 @@ TEST_CASE("interleaved 1F1B takes (m + (p - 1)/v)(F + B + W)") {
   CHECK(SimulateSchedule(Schedule::kInterleaved, st, 2, 3, false, &r).code() == StatusCode::kInvalidArgument);
 }
 
+// The search's shortcut: on uniform stages without sends the closed form replaces the simulation, and
+// the simulator, played on the same random instances, is its check (makespan, busy time, bubble).
+TEST_CASE("the search's closed form equals the simulation on uniform stages, any F, B, W") {
+  std::mt19937 gen(29);
+  std::uniform_real_distribution<double> t(0.05, 3.0);
+  int taken = 0;
+  for (int it = 0; it < 600; ++it) {
+    const Schedule s = std::array{Schedule::kGpipe, Schedule::k1F1B, Schedule::kInterleaved}[gen() % 3];
+    const int64_t p = 1 + static_cast<int64_t>(gen() % 8);
+    const int64_t v = s == Schedule::kInterleaved ? 1 + static_cast<int64_t>(gen() % 4) : 1;
+    const int64_t m =
+        s == Schedule::kInterleaved ? p * (1 + static_cast<int64_t>(gen() % 4)) : 1 + static_cast<int64_t>(gen() % 20);
+    std::vector<SimStage> st(static_cast<size_t>(p * v), SimStage{t(gen), t(gen), t(gen), 0, 0});
+    for (SimStage& x : st) x = st.front();
+    SimResult sim, closed;
+    REQUIRE_OK(SimulateSchedule(s, st, p, m, false, &sim));
+    REQUIRE(UniformMakespan(s, st, p, m, &closed));
+    ++taken;
+    CHECK(closed.makespan_s == doctest::Approx(sim.makespan_s).epsilon(1e-12));
+    CHECK(closed.bubble_fraction == doctest::Approx(sim.bubble_fraction).epsilon(1e-9));
+    REQUIRE(closed.busy_s.size() == sim.busy_s.size());
+    for (size_t r = 0; r < sim.busy_s.size(); ++r) CHECK(closed.busy_s[r] == doctest::Approx(sim.busy_s[r]));
+  }
+  CHECK(taken == 600);
+}
+
+TEST_CASE("the closed form is not taken where it would not be exact") {
+  const std::vector<SimStage> uniform(8, SimStage{1.0, 1.5, 0.5, 0, 0});
+  SimResult r;
+  r.makespan_s = -1;
+  auto refused = [&](Schedule s, std::vector<SimStage> st, int64_t p, int64_t m) {
+    return !UniformMakespan(s, st, p, m, &r) && r.makespan_s == -1;  // *out untouched
+  };
+  std::vector<SimStage> one_slower = uniform;
+  one_slower[3].forward_s = 1.0 + 1e-12;
+  CHECK(refused(Schedule::k1F1B, one_slower, 8, 16));
+  std::vector<SimStage> sends = uniform, exposed = uniform;
+  sends[0].send_s = 1e-6;  // a p2p latency stalls the steady state: no closed form here
+  exposed[7].exposed_send_s = 1e-6;
+  CHECK(refused(Schedule::k1F1B, sends, 8, 16));
+  CHECK(refused(Schedule::kInterleaved, exposed, 4, 8));
+  CHECK(refused(Schedule::kZbH1, uniform, 8, 16));
+  CHECK(refused(Schedule::kPipeDream, uniform, 8, 16));
+  CHECK(refused(Schedule::kDualPipeV, uniform, 4, 8));
+  CHECK(refused(Schedule::kInterleaved, uniform, 4, 6));  // m not a multiple of p
+  CHECK(refused(Schedule::k1F1B, uniform, 4, 8));         // several chunks without interleaving
+  CHECK(refused(Schedule::k1F1B, uniform, 3, 8));         // stages not p x v
+  CHECK(refused(Schedule::k1F1B, {}, 1, 8));
+  // With a send, the simulation is above the sendless closed form: the shortcut would be optimistic.
+  SimResult sim, closed;
+  std::vector<SimStage> st(4, SimStage{1.0, 2.0, 0.0, 0.1, 0});
+  REQUIRE_OK(SimulateSchedule(Schedule::k1F1B, st, 4, 8, false, &sim));
+  CHECK(sim.makespan_s > ClosedFormMakespan(Schedule::k1F1B, 1.0, 2.0, 0.0, 4, 8, 1) + 2 * 3 * 0.1);
+}
+
 TEST_CASE("ZB-H1 takes m (F + B + W) + (p - 1)(F + B - W)") {
   for (int64_t p : {2, 3, 4, 6}) {
     for (int64_t m : {2 * p, 3 * p}) {
