@@ -179,21 +179,24 @@ double AllGatherSeconds(const ClusterSpec& c, double bytes, const std::vector<in
 
 double AllToAllSeconds(const ClusterSpec& c, double bytes_per_rank, const std::vector<int64_t>& members,
                        const AllToAllRouting& routing) {
-  double total = 1;  // N: the group's ranks
+  double slots = 1;  // the product of the members per level: N when every unit is full
   for (size_t l = 0; l < members.size() && l < c.levels.size(); ++l)
-    total *= static_cast<double>(std::max<int64_t>(1, members[l]));
+    slots *= static_cast<double>(std::max<int64_t>(1, members[l]));
+  const double total = routing.ranks > 0 ? std::min(slots, static_cast<double>(routing.ranks)) : slots;  // N
   // A deduplicating dispatcher: each token crosses a level above the node once per node it reaches, the node
   // level once per GPU.
   const auto share = [&](double copies) {
     return copies > 0 && routing.top_k > 0 ? std::min(1.0, copies / static_cast<double>(routing.top_k)) : 1.0;
   };
   const double limited = share(routing.node_copies), per_gpu = share(routing.rank_copies);
-  double t = 0, network = 0, inside = 1;  // inside: U_{l-1}, the group's ranks in one level-(l-1) unit
+  double t = 0, network = 0, inside = 1;  // inside: U_{l-1}, the group's ranks in a full level-(l-1) unit
   for (size_t l = 0; l < members.size() && l < c.levels.size(); ++l) {
     const double n = static_cast<double>(std::max<int64_t>(1, members[l]));
     const TopologyLevel& lv = c.levels[l];
     if (n > 1 && bytes_per_rank > 0) {
-      const double crossing = bytes_per_rank * (total - inside) / total * (l >= 1 ? limited : per_gpu);  // D_l
+      // The units fill in rank order: the last holds what is left of N (all of `inside` when they tile).
+      const double emptiest = std::max(1.0, total - (std::ceil(total / inside) - 1) * inside);
+      const double crossing = bytes_per_rank * (total - emptiest) / total * (l >= 1 ? limited : per_gpu);  // D_l
       double level_s;
       if (lv.measured_alltoall.usable()) {
         // The curve's time at the size whose crossing share (g - 1)/g is D_l (busbw convention).

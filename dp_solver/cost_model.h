@@ -200,6 +200,10 @@ struct AllToAllRouting {
   double node_copies = 0;   // nodes one token reaches with a deduplicating dispatcher; 0: every copy sent
   bool serial_hops = true;  // with node_copies: the levels' times add (false: pipelined, the slowest sets it)
   double rank_copies = 0;   // GPUs one token reaches with a deduplicating dispatcher; 0: every copy sent
+  // The group's ranks where its units are not all full (GroupSpread charges EP 12 on 8-GPU nodes as {8, 2}: 16
+  // slots for 12 ranks); 0: the product of members_per_level. Each level is then charged for the ranks of its
+  // emptiest unit, which send the most of their bytes out of it (the 4 ranks of the second node: 8 of 12 shares).
+  int64_t ranks = 0;
 };
 double AllToAllSeconds(const ClusterSpec& cluster, double bytes_per_rank, const std::vector<int64_t>& members_per_level,
                        const AllToAllRouting& routing = {});

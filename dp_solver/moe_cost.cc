@@ -55,7 +55,7 @@ MoeLayerCost MoeLayerCosts(const ClusterSpec& c, const Layer& l, const MoeShape&
     const double node_copies = s.dedup ? MoeNodeCopies(l, units) : 0,
                  rank_copies = s.dedup ? MoeNodeCopies(l, s.ep) : 0;  // the GPUs as units: E / ep experts each
     m.a2a_pass_s = 2 * AllToAllSeconds(c, per_rank, spread,
-                                       {l.top_k, node_copies, s.serial_hops, rank_copies});  // dispatch + combine
+                                       {l.top_k, node_copies, s.serial_hops, rank_copies, s.ep});  // dispatch + combine
   }
   if (!s.dedup && l.experts > s.ep) m.regroup_bytes = 2 * 2 * etp * per_rank;  // sort and unsort, read + write
   if (s.etp > 1) {

@@ -88,6 +88,42 @@ TEST_CASE("group spread: a group that does not tile its nodes reaches the next o
   }
 }
 
+TEST_CASE("all-to-all over a group that does not tile its nodes: N is its ranks, the emptiest node sets the time") {
+  const ClusterSpec c = TwoLevels(4);
+  const double m = 64e6;
+  // EP 12 on 8-GPU nodes: 8 ranks on the first node, 4 on the second. Each of those 4 sends 8 of its 12 shares
+  // over the network (the first node's ranks 4 of 12); every rank sends 11 of 12 out of its GPU.
+  AllToAllRouting twelve;
+  twelve.ranks = 12;
+  const std::vector<int64_t> spread = GroupSpread(c, 12, 1);
+  REQUIRE(spread == std::vector<int64_t>{8, 2});
+  const double network = m * 8 / 12 / 50e9 + 1 * 5e-6, nvlink = m * 11 / 12 / 400e9 + 7 * 2e-6;
+  CHECK(network > nvlink);
+  CHECK(AllToAllSeconds(c, m, spread, twelve) == doctest::Approx(network).epsilon(1e-12));
+  // Without the size the 16 slots of {8, 2} were charged: 8 of 16 shares, optimistic for the second node.
+  CHECK(AllToAllSeconds(c, m, spread) == doctest::Approx(m * 8 / 16 / 50e9 + 5e-6).epsilon(1e-12));
+  // Brute force: per rank, the shares it sends out of its node; the most of them is the network level's share.
+  for (int64_t n = 2; n <= 32; ++n) {
+    std::vector<int64_t> per_node(4, 0);
+    for (int64_t r = 0; r < n; ++r) ++per_node[static_cast<size_t>(r / 8)];
+    int64_t fewest = n;
+    for (int64_t k : per_node)
+      if (k > 0) fewest = std::min(fewest, k);
+    AllToAllRouting g;
+    g.ranks = n;
+    const std::vector<int64_t> sp = GroupSpread(c, n, 1);
+    const double want_net =
+        sp[1] > 1 ? static_cast<double>(m) * static_cast<double>(n - fewest) / static_cast<double>(n) / 50e9 +
+                        static_cast<double>(sp[1] - 1) * 5e-6
+                  : 0.0;
+    const double want_gpu =
+        m * static_cast<double>(n - 1) / static_cast<double>(n) / 400e9 + static_cast<double>(sp[0] - 1) * 2e-6;
+    INFO(n << " ranks");
+    CHECK(AllToAllSeconds(c, m, sp, g) == doctest::Approx(std::max(want_net, want_gpu)).epsilon(1e-12));
+    if (n % 8 == 0 || n < 8) CHECK(AllToAllSeconds(c, m, sp, g) == AllToAllSeconds(c, m, sp));  // tiling: unchanged
+  }
+}
+
 TEST_CASE("a deduplicating dispatcher: the bytes leaving the node scale by min(1, node_copies / top_k), levels add") {
   const ClusterSpec c = TwoLevels(8);
   const double m = 64e6;  // tokens x top_k x h x dtype bytes
