@@ -227,9 +227,16 @@ MEGATRON_BRIDGE = [
 # skills/nemo-mbridge-perf-expert-parallel-overlap/SKILL.md ("HybridEP Production-Shape Benchmark", 2026-07-25:
 # 16 H100, TP1 PP1 EP16, MBS1 GBS1024, seq 4096, force-balanced, flex + HybridEP; the Nsight share that
 # megatron-core.yaml's moe_a2a_hidden takes comes from the same pair); yanring/Megatron-MoE-ModelZoo
-# best_practice/qwen3/readme.md (256 H100, seq 4096, GBS 2048, the run scripts' forced balance, distributed
-# optimizer, overlapped DP, no TP communication overlap; recompute "norm, act" = --recompute-modules layernorm
-# moe_act; DeepEP = flex, A2A = alltoall).
+# best_practice/qwen3/readme.md at 020b8136 (256 H100, seq 4096, GBS 2048, distributed optimizer, overlapped DP,
+# no TP communication overlap; recompute "norm, act" = --recompute-modules layernorm moe_act; DeepEP = flex,
+# A2A = alltoall). Two software generations: the EP 32 rows ran the moe_dev branch (f3e6c5), the EP 8 rows Megatron-LM
+# main 1e057005 (May 2025: no moe_router / moe_preprocess CUDA-graph scopes, so an eager MoE path with a host sync per
+# layer in either dispatcher). Forced balance is stated only for the run script's EP 32 command (run_h100_235b.sh:
+# --moe-router-force-load-balancing) and the long-context table; the model config routes by auxiliary loss from a
+# loaded checkpoint (model_configs/benchmarking/Qwen3-235B-A22B.yaml: aux_loss 1e-3, --finetune). The same readme
+# measures dropless at TP 4, EP 8, seq 16K 1.245x slower than forced balance (295 / 237 TFLOP/s), a step ratio the
+# model reaches at --moe-imbalance 1.75: the EP 8 rows are costed balanced here (docs/performance.md says how much of
+# their error that could be).
 MOE_H100 = [
     ("Bridge skill", "qwen3-30b-a3b.yaml", 16, 1024, 1, 4096, 1, 1, 1, 16,
      ["--moe-dispatcher", "flex", "--grad-dtype", "bf16"], 24.7138),
