@@ -335,6 +335,33 @@ def run_moe_layer(tmp, cluster):
     return rows
 
 
+# Checks, not calibration: Megatron-DeepSpeed's largest published runs, on DeepSpeed's PipelineEngine (1F1B, no
+# interleaving). (name, model file text, GPUs, global batch, microbatch, tp, pp, flags, published step seconds).
+# Megatron-Turing NLG 530B (Smith et al. 2022, arXiv 2201.11990 section 2.4 and its Figure/Table of system throughput:
+# 105 layers, h 20480, 128 heads, seq 2048, GBS 1920 on 280 / 350 / 420 DGX A100 80 GB, TP 8, PP 35; 60.1 / 50.2 /
+# 44.4 s per iteration = 126 / 121 / 113 TFLOP/s per GPU in Megatron's eq. 3), full activation checkpointing.
+MTNLG = gpt("mt-nlg-530b", 105, 20480, 128, batch=1920)
+DEEPSPEED_A100 = [
+    ("MT-NLG 530B", MTNLG, 2240, 1920, 1, 8, 35, [], 60.1),
+    ("MT-NLG 530B", MTNLG, 2800, 1920, 1, 8, 35, [], 50.2),
+    ("MT-NLG 530B", MTNLG, 3360, 1920, 1, 8, 35, [], 44.4),
+]
+
+
+def run_deepspeed_a100(tmp, cluster):
+    rows = []
+    for name, text, n, B, b, t, p, extra, step_s in DEEPSPEED_A100:
+        path = os.path.join(tmp, f"ds-{name.split()[0]}.yaml")
+        open(path, "w").write(text)
+        flags = ["--engine", "deepspeed", "--tp", str(t), "--pp", str(p), "--cp", "1", "--sp", "off", "--recompute",
+                 "full", "--microbatch", str(b), "--global-batch", str(B), "--schedule", "1f1b", "--zero", "0,1"] + extra
+        plan, err = solve(path, cluster, n, flags)
+        pred = plan["predicted"]["tokens_per_second_per_gpu"] if plan else None
+        rows.append((f"{name} t{t} p{p} n{n} B{B} b{b}", B * 2048 / n / step_s, pred,
+                     layout(plan) if plan else "REFUSED: " + err))
+    return rows
+
+
 def table_layer(title, rows):
     """Forward and backward ms of one layer, measured and predicted; returns both errors of every row."""
     print(f"\n### {title}\n\n| case | forward ms | predicted | error | backward ms | predicted | error |\n"
@@ -759,6 +786,8 @@ def main():
                     "tokens/s/GPU", run_moe_h100(args.h100))
         layer = table_layer("Checks, not calibration: one MoE layer, Megatron-LM's moe_perf test (8 H100, EP 8, seq 4096; "
                             "ms per pass; error on time: + is slower than measured)", run_moe_layer(tmp, args.h100))
+        deepspeed = table("Checks, not calibration: Megatron-DeepSpeed on DeepSpeed's PipelineEngine (A100, the "
+                          "deepspeed engine)", "tokens/s/GPU", run_deepspeed_a100(tmp, args.a100))
         print("\n### Free search against the published layout (H100 bf16, H800 fp8)\n\n"
               "Above 1.25x the modelled reason is named: the published layout's iteration minus the free plan's, by part "
               "(seconds per iteration, largest first).\n\n"
@@ -778,6 +807,9 @@ def main():
         summary("checks: Megatron-Core MoE H100 bf16", moe, len(MOE_H100))
         if moe:
             print(f"checks: Megatron-Core MoE H100 bf16: signed mean {100 * sum(moe) / len(moe):+.2f}%")
+        summary("checks: Megatron-DeepSpeed A100 (deepspeed engine)", deepspeed, len(DEEPSPEED_A100))
+        if deepspeed:
+            print(f"checks: Megatron-DeepSpeed A100: signed mean {100 * sum(deepspeed) / len(deepspeed):+.2f}%")
         summary("checks: one MoE layer H100 (forward and backward ms)", layer, 2 * len(MOE_LAYER_H100))
         if layer:
             print(f"checks: one MoE layer H100: signed mean {100 * sum(layer) / len(layer):+.2f}% (on time)")
