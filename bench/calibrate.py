@@ -340,8 +340,14 @@ def run_moe_layer(tmp, cluster):
 # Megatron-Turing NLG 530B (Smith et al. 2022, arXiv 2201.11990 section 2.4 and its Figure/Table of system throughput:
 # 105 layers, h 20480, 128 heads, seq 2048, GBS 1920 on 280 / 350 / 420 DGX A100 80 GB, TP 8, PP 35; 60.1 / 50.2 /
 # 44.4 s per iteration = 126 / 121 / 113 TFLOP/s per GPU in Megatron's eq. 3), full activation checkpointing.
+# BLOOM-176B (bigscience-workshop/bigscience README.md at 39ed8110, "Important checkpoints": iteration 85376, "elapsed
+# time per iteration (s): 104.70 ... TFLOPs: 149.77"; train/tr11-176B-ml/tr11-176B-ml.slurm at dc8d99ff: TP 4, PP 12,
+# DP 8 on 384 A100 80 GB, MBS 2, GBS 2048, 70 layers, h 14336, 112 heads, vocab 250880, bf16, full checkpointing,
+# DeepSpeed's bf16 optimizer sharding its states as ZeRO-1 does).
 MTNLG = gpt("mt-nlg-530b", 105, 20480, 128, batch=1920)
+BLOOM = gpt("bloom-176b", 70, 14336, 112, vocab=250880, batch=2048)
 DEEPSPEED_A100 = [
+    ("BLOOM 176B", BLOOM, 384, 2048, 2, 4, 12, [], 104.70),
     ("MT-NLG 530B", MTNLG, 2240, 1920, 1, 8, 35, [], 60.1),
     ("MT-NLG 530B", MTNLG, 2800, 1920, 1, 8, 35, [], 50.2),
     ("MT-NLG 530B", MTNLG, 3360, 1920, 1, 8, 35, [], 44.4),

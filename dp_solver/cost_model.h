@@ -24,9 +24,10 @@ struct CostOptions {
   bool scatter_gather = true;  // p2p of bsh/t per GPU when t > 1 (Megatron 4.1)
   bool dp_overlap = false;     // legacy --dp-overlap: same as overlap_grad_reduce
   // Megatron --overlap-grad-reduce / --overlap-param-gather (bucketed; docs/cost_model.md section 3).
-  bool overlap_grad_reduce = true;   // gradient reduce overlapped with the last microbatch's backward
-  bool overlap_param_gather = true;  // parameter all-gather overlapped with the first forward
-  bool p2p_overlap = false;          // p2p hidden behind compute (not added to stage time)
+  bool overlap_grad_reduce = true;     // gradient reduce overlapped with the last microbatch's backward
+  bool overlap_grad_reduce_pp = true;  // ... with pp > 1 too (false: the engine reduces after the pipeline drains)
+  bool overlap_param_gather = true;    // parameter all-gather overlapped with the first forward
+  bool p2p_overlap = false;            // p2p hidden behind compute (not added to stage time)
   double bytes_per_param =
       0;  // model-state bytes per parameter; 0: weights + gradients + optimizer (18 bf16 / fp8, 16 fp16 / fp32)
   // Gradient buffer dtype (accumulation over microbatches, data-parallel reduction; --grad-dtype);

@@ -499,7 +499,8 @@ double Evaluator::DeviceDpSeconds(const Candidate& k, const Evaluation& x, int64
                ag = dense_c.ag + expert_c.ag;
   if (!(ar > 0)) return 0;
   const double bucket = BucketParams(g) / x.params[r], m = static_cast<double>(k.num_microbatches);
-  const bool og = o_.cost.overlap_grad_reduce || o_.cost.dp_overlap, opg = o_.cost.overlap_param_gather;
+  const bool og = (o_.cost.overlap_grad_reduce || o_.cost.dp_overlap) && (k.pp == 1 || o_.cost.overlap_grad_reduce_pp),
+             opg = o_.cost.overlap_param_gather;
   const double fwd = x.forward_s[r], bwd = x.backward_s[r], sd = o_.cost.compute_slowdown;
   // FSDP under PP: one gather at the first forward, one reduce-scatter at the last backward (ZeRO-1's traffic).
   switch (FsdpUnderPp(z, k.pp, o_.cost.fsdp_with_pp) ? 1 : z) {
@@ -685,7 +686,11 @@ void PlanNotes(const Candidate& k, int64_t zero, const CostOptions& o, std::vect
     notes->push_back(
         fmt::format("gradient reduce {}, parameter gather {} (Megatron --overlap-grad-reduce / --overlap-param-gather, "
                     "buckets of max(40M, 1M x dp) parameters)",
-                    o.overlap_grad_reduce || o.dp_overlap ? "overlapped with backward" : "not overlapped",
+                    !(o.overlap_grad_reduce || o.dp_overlap) ? "not overlapped"
+                    : k.pp > 1 && !o.overlap_grad_reduce_pp
+                        ? "after the pipeline drains, not overlapped (the engine's pipelined runs reduce after the "
+                          "last microbatch)"
+                        : "overlapped with backward",
                     o.overlap_param_gather ? "overlapped with forward" : "not overlapped"));
   }
 }

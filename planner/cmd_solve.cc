@@ -259,6 +259,7 @@ Status ApplyEngine(const SolveArgs& a, const CostSource& src, SearchOptions* o) 
         e.name, restrict ? "" : " in the flat model (name --engine, or use a GPU with a kernel table)"));
   if (!KernelLevel(src)) return Status::OK();
   o->cost.overlap_grad_reduce = o->cost.overlap_grad_reduce && e.grad_reduce_overlap;
+  o->cost.overlap_grad_reduce_pp = e.grad_reduce_overlap_pp;
   o->cost.overlap_param_gather = o->cost.overlap_param_gather && e.param_gather_overlap;
   o->cost.compute_slowdown = e.compute_slowdown;
   o->cost.fp8_weight_bytes = e.fp8_weight_bytes;

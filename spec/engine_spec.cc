@@ -118,9 +118,12 @@ Status ParseUnguarded(const std::string& path, const std::string& text, EngineSp
   PLANNER_RETURN_IF_ERROR(Fraction(r, root, "fp8_cast_fused", "fp8_cast_fused", &e.fp8_cast_fused, 1));
   const YAML::Node& o = root["overlap"];
   if (o.IsDefined()) {
-    PLANNER_RETURN_IF_ERROR(r.CheckKeys(
-        o, "overlap", {"grad_reduce", "param_gather", "tp_comm_overlap_hidden", "moe_a2a_hidden", "compute_slowdown"}));
+    PLANNER_RETURN_IF_ERROR(r.CheckKeys(o, "overlap",
+                                        {"grad_reduce", "grad_reduce_with_pp", "param_gather", "tp_comm_overlap_hidden",
+                                         "moe_a2a_hidden", "compute_slowdown"}));
     PLANNER_RETURN_IF_ERROR(r.GetBool(o, "grad_reduce", "overlap.grad_reduce", &e.grad_reduce_overlap, false));
+    PLANNER_RETURN_IF_ERROR(
+        r.GetBool(o, "grad_reduce_with_pp", "overlap.grad_reduce_with_pp", &e.grad_reduce_overlap_pp, false));
     PLANNER_RETURN_IF_ERROR(r.GetBool(o, "param_gather", "overlap.param_gather", &e.param_gather_overlap, false));
     PLANNER_RETURN_IF_ERROR(
         Fraction(r, o, "tp_comm_overlap_hidden", "overlap.tp_comm_overlap_hidden", &e.tp_comm_overlap_hidden, 1));

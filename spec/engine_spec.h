@@ -39,6 +39,9 @@ struct EngineSpec {
   double elementwise_traffic = 1;  // memory-bound bytes relative to the fused kernels the layer model counts
   double fp8_cast_fused = 0.5;     // share of FP8 input casts fused into the producing kernel
   bool grad_reduce_overlap = true, param_gather_overlap = true;
+  // The gradient reduce overlapped with backward under pipelining too (file key overlap.grad_reduce_with_pp);
+  // false: a pipelined run reduces after its last microbatch, exposed (DeepSpeed's PipelineEngine).
+  bool grad_reduce_overlap_pp = true;
   double tp_comm_overlap_hidden = 0;  // share of TP collectives hidden when TP communication overlap is on
   // Share of the MoE all-to-all run beside compute with EP overlap (--moe-overlap on); 0: the engine has no EP
   // overlap (the file key absent), and `--moe-overlap on` is refused on it.

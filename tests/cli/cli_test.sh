@@ -159,6 +159,13 @@ check "band figures, megatron-core bf16" python3 $SRC/tests/cli/check_band.py ba
 $PLANNER solve --gpus 8 --model $M/llama3-8b.yaml --cluster $C/dgx-h100.yaml --precision fp8 --engine deepspeed --pp 1 --json > band8.json 2>/dev/null
 check "band figures, deepspeed fp8" python3 $SRC/tests/cli/check_band.py band8.json $SRC/configs/engines/deepspeed.yaml fp8
 check "flat model: no band" sh -c '! grep -q "^  band:" flat.plan.yaml'
+# DeepSpeed's PipelineEngine reduces gradients after the last microbatch (overlap.grad_reduce_with_pp false): with
+# pp > 1 the all-reduce is all exposed, with pp 1 its buckets hide behind the backward.
+dpx() { python3 -c "import json,sys; c=json.load(open(sys.argv[1]))['predicted']['communication']['data_parallel']; print(c['exposed_seconds'] / c['total_seconds'])" "$1"; }
+$PLANNER solve --gpus 16 --model $M/gpt2-small.yaml --cluster $C/dgx-h100.yaml --engine deepspeed --tp 1 --pp 2 --zero 0 --schedule 1f1b --json > dspp.json 2>/dev/null
+$PLANNER solve --gpus 16 --model $M/gpt2-small.yaml --cluster $C/dgx-h100.yaml --engine deepspeed --tp 1 --pp 1 --zero 0 --json > dsdp.json 2>/dev/null
+check "deepspeed pp 2: the gradient all-reduce all exposed" test "$(dpx dspp.json)" = "1.0"
+check "deepspeed pp 1: the gradient all-reduce partly hidden" python3 -c "import sys; sys.exit(not float('$(dpx dsdp.json)') < 0.9)"
 expect "bad subcommand" 2 "unknown subcommand 'slove', did you mean 'solve'?" -- $PLANNER slove --gpus 8
 expect "bad schedule" 2 "--schedule: unknown value '1f1f', did you mean '1f1b'?" -- $PLANNER solve --gpus 8 --model $M/gpt2-small.yaml --cluster $C/dgx-a100.yaml --schedule 1f1f
 expect "interleave v=8" 0 "schedule interleaved (v=8)" -- $PLANNER solve --gpus 1024 --model $M/gpt3-175b.yaml --cluster $C/dgx-a100.yaml --tp 8 --pp 4 --schedule interleaved --interleave 8
