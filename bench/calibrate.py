@@ -16,7 +16,9 @@ scale and the error, then the mean absolute error per GPU type and precision.
 Bands (docs/cost_model.md section 2, "Bands"): per engine and precision, the signed errors
 (predicted - published) / published of the rows run on that engine at that precision (fp16 and bf16
 together: the same tensor-core rate and kernels), widened to include 0; an engine and precision with fewer
-than 3 rows joins them with the whole set's spread (every engine, every precision). Rounded outwards to 0.001.
+than 3 rows takes the published check rows run on it too (torchtitan's Dec 2024 benchmarks, Megatron-DeepSpeed's
+runs: `checks` in the band), and with fewer than 3 of both joins them with the whole set's spread (every engine,
+every precision). Rounded outwards to 0.001.
 
 Published figures are compared on their own definitions:
   megatron-sc21   TFLOP/s per GPU with Megatron eq. (3) FLOPs (full recompute counted), i.e.
@@ -363,6 +365,8 @@ def run_deepspeed_a100(tmp, cluster):
                  "full", "--microbatch", str(b), "--global-batch", str(B), "--schedule", "1f1b", "--zero", "0,1"] + extra
         plan, err = solve(path, cluster, n, flags)
         pred = plan["predicted"]["tokens_per_second_per_gpu"] if plan else None
+        if pred is not None:
+            CHECK_ROWS.append(("deepspeed", "fp16", (pred - B * 2048 / n / step_s) / (B * 2048 / n / step_s)))
         rows.append((f"{name} t{t} p{p} n{n} B{B} b{b}", B * 2048 / n / step_s, pred,
                      layout(plan) if plan else "REFUSED: " + err))
     return rows
@@ -389,6 +393,7 @@ MEGATRON_SCHEDULES = ["--schedule", "1f1b,interleaved"]
 
 
 BAND_ROWS = []  # (engine, precision, signed error) of every row in the summaries
+CHECK_ROWS = []  # (engine, precision, signed error) of check rows on the engines other than megatron-core
 FREE = []  # free-search rows: (run, tp-pp-dp, cp, plan, MFU %, published layout's time / free time, modelled reason)
 
 
@@ -626,6 +631,8 @@ def run_torchtitan_2412(cluster):
         pred = plan["predicted"]["tokens_per_second_per_gpu"] if plan else None
         got = plan["predicted"].get("peak_reserved_GiB", plan["predicted"]["peak_memory_GiB"]) if plan else None
         lay = (layout(plan) if plan else "REFUSED: " + err) + f" engine={eng}"
+        if pred is not None and "sets the" not in name:
+            CHECK_ROWS.append((eng, prec, (pred - pub) / pub))
         rows.append((f"{tab} {name}", pub, pred, mem, got, lay + (" (not in the summary)" if "sets the" in name else "")))
     return rows
 
@@ -710,8 +717,10 @@ def bands():
         for p in BAND_PRECISIONS:
             group = ("bf16", "fp16") if p in ("bf16", "fp16") else (p,)
             errs = [e for eng, pr, e in BAND_ROWS if eng == engine and pr in group]
-            pool = errs + [0.0] + (every if len(errs) < 3 else [])
-            rows.append((p, math.floor(1000 * min(pool)) / 1000, math.ceil(1000 * max(pool)) / 1000, len(errs)))
+            checks = [e for eng, pr, e in CHECK_ROWS if eng == engine and pr in group] if len(errs) < 3 else []
+            pool = errs + checks + [0.0] + (every if len(errs) + len(checks) < 3 else [])
+            rows.append((p, math.floor(1000 * min(pool)) / 1000, math.ceil(1000 * max(pool)) / 1000, len(errs),
+                         len(checks)))
         out[engine] = rows
     return out
 
@@ -719,15 +728,17 @@ def bands():
 def band_block(rows):
     lines = ["band:  # bench/calibrate.py --write-bands: signed error of predicted tokens/s on the calibration runs "
              "(docs/cost_model.md \"Bands\")"]
-    lines += [f"  {p}: {{low: {lo:.3f}, high: {hi:.3f}, runs: {n}}}" for p, lo, hi, n in rows]
+    lines += [f"  {p}: {{low: {lo:.3f}, high: {hi:.3f}, runs: {n}" + (f", checks: {c}" if c else "") + "}"
+              for p, lo, hi, n, c in rows]
     return "\n".join(lines) + "\n"
 
 
 def engine_file_band(text):
     """The `band:` block of an engine file as [(precision, low, high, runs)] (the format band_block writes)."""
     rows = []
-    for m in re.finditer(r"^  (bf16|fp16|fp8): \{low: (-?[0-9.]+), high: (-?[0-9.]+), runs: ([0-9]+)\}", text, re.M):
-        rows.append((m.group(1), float(m.group(2)), float(m.group(3)), int(m.group(4))))
+    for m in re.finditer(r"^  (bf16|fp16|fp8): \{low: (-?[0-9.]+), high: (-?[0-9.]+), runs: ([0-9]+)"
+                         r"(?:, checks: ([0-9]+))?\}", text, re.M):
+        rows.append((m.group(1), float(m.group(2)), float(m.group(3)), int(m.group(4)), int(m.group(5) or 0)))
     return rows
 
 
@@ -745,7 +756,7 @@ def handle_bands(args):
         if args.check_bands:
             have = engine_file_band(text)
             ok = len(have) == len(rows) and all(
-                a[0] == b[0] and a[3] == b[3] and abs(a[1] - b[1]) < 0.0015 and abs(a[2] - b[2]) < 0.0015
+                a[0] == b[0] and a[3] == b[3] and a[4] == b[4] and abs(a[1] - b[1]) < 0.0015 and abs(a[2] - b[2]) < 0.0015
                 for a, b in zip(have, rows))
             if not ok:
                 status = 1

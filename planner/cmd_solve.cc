@@ -318,7 +318,7 @@ void SetBand(const SolveInputs& in, const CostSource& src, Plan* plan) {
         "no band: engine {} has no calibration band for {} (docs/cost_model.md \"Bands\")", e.name, precision));
     return;
   }
-  plan->predicted.band = PlanBand{fmt::format("{} {}", e.name, precision), b->low, b->high, b->runs};
+  plan->predicted.band = PlanBand{fmt::format("{} {}", e.name, precision), b->low, b->high, b->runs, b->checks};
 }
 
 // The winner's lead over the runner-up with every overlap off (DP buckets, parameter gathers, TP, CP,

@@ -16,11 +16,13 @@ std::string RenderBandAndLead(const Plan& p) {
     const PlanBand& b = *x.band;
     o += fmt::format(
         "band: tokens/s/GPU {:.1f}..{:.1f} | MFU {:.1f}..{:.1f}% | iteration {:.3f}..{:.3f} s ({}: {} calibration "
-        "run{}, errors {:+.1f}%..{:+.1f}%{})\n",
+        "run{}{}, errors {:+.1f}%..{:+.1f}%{})\n",
         b.RateLow(x.tokens_per_second_per_gpu), b.RateHigh(x.tokens_per_second_per_gpu), 100 * b.RateLow(x.mfu),
         100 * b.RateHigh(x.mfu), b.IterationLow(x.iteration_s), b.IterationHigh(x.iteration_s), b.basis, b.runs,
-        b.runs == 1 ? "" : "s", 100 * b.error_low, 100 * b.error_high,
-        b.runs < 3 ? "; fewer than 3: joined with every engine's spread" : "");
+        b.runs == 1 ? "" : "s",
+        b.checks > 0 ? fmt::format(" and {} published check run{}", b.checks, b.checks == 1 ? "" : "s") : "",
+        100 * b.error_low, 100 * b.error_high,
+        b.runs + b.checks < 3 ? "; fewer than 3: joined with every engine's spread" : "");
   }
   if (x.lead) {
     const PlanLead& l = *x.lead;

@@ -28,7 +28,8 @@ Status Fraction(const YamlReader& r, const YAML::Node& map, const std::string& k
   return Status::OK();
 }
 
-// `band: {bf16: {low, high, runs}, ...}`: -1 < low <= 0 <= high, runs >= 0 (bench/calibrate.py --bands writes it).
+// `band: {bf16: {low, high, runs[, checks]}, ...}`: -1 < low <= 0 <= high, runs >= 0, checks >= 0
+// (bench/calibrate.py --bands writes it).
 Status ParseBands(const YamlReader& r, const YAML::Node& b, std::vector<EngineBand>* out) {
   if (!b.IsDefined()) return Status::OK();
   PLANNER_RETURN_IF_ERROR(r.CheckKeys(b, "band", {"bf16", "fp16", "fp8"}));
@@ -36,12 +37,13 @@ Status ParseBands(const YamlReader& r, const YAML::Node& b, std::vector<EngineBa
     const YAML::Node& n = b[p];
     if (!n.IsDefined()) continue;
     const std::string f = std::string("band.") + p;
-    PLANNER_RETURN_IF_ERROR(r.CheckKeys(n, f, {"low", "high", "runs"}));
+    PLANNER_RETURN_IF_ERROR(r.CheckKeys(n, f, {"low", "high", "runs", "checks"}));
     EngineBand e;
     e.precision = p;
     PLANNER_RETURN_IF_ERROR(r.GetDouble(n, "low", f + ".low", &e.low, true, -1e300, true));
     PLANNER_RETURN_IF_ERROR(r.GetDouble(n, "high", f + ".high", &e.high, true, 0.0, false));
     PLANNER_RETURN_IF_ERROR(r.GetInt(n, "runs", f + ".runs", &e.runs, true, 0));
+    PLANNER_RETURN_IF_ERROR(r.GetInt(n, "checks", f + ".checks", &e.checks, false, 0));
     if (!(e.low > -1 && e.low <= 0))
       return r.FieldError(
           n["low"], f + ".low",

@@ -22,6 +22,9 @@ struct EngineBand {
   std::string precision;  // "bf16", "fp16", "fp8"
   double low = 0, high = 0;
   int64_t runs = 0;  // the engine's calibration runs at this precision
+  // Published runs checked on this engine and precision that joined the band because it has fewer than 3
+  // calibration runs (file key `checks`; absent: 0).
+  int64_t checks = 0;
 };
 
 struct EngineSpec {

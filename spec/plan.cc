@@ -296,6 +296,7 @@ Tree PlanTree(const Plan& p) {
     Tree& bt = pr.Add("band", Tree());
     bt.Add("basis", Tree::Str(b.basis));
     bt.Add("runs", Tree::Int(b.runs));
+    if (b.checks > 0) bt.Add("checks", Tree::Int(b.checks));
     bt.Add("error_low", Tree::Num(b.error_low));
     bt.Add("error_high", Tree::Num(b.error_high));
     bt.Add("iteration_seconds_low", Tree::Num(b.IterationLow(x.iteration_s)));
@@ -725,13 +726,14 @@ Status ReadPredictedSections(const YamlReader& r, const YAML::Node& pr, PlanPred
   }
   const YAML::Node& b = pr["band"];
   if (b.IsDefined()) {
-    PLANNER_RETURN_IF_ERROR(
-        r.CheckKeys(b, "predicted.band",
-                    {"basis", "runs", "error_low", "error_high", "iteration_seconds_low", "iteration_seconds_high",
-                     "tokens_per_second_per_gpu_low", "tokens_per_second_per_gpu_high", "mfu_low", "mfu_high"}));
+    PLANNER_RETURN_IF_ERROR(r.CheckKeys(
+        b, "predicted.band",
+        {"basis", "runs", "checks", "error_low", "error_high", "iteration_seconds_low", "iteration_seconds_high",
+         "tokens_per_second_per_gpu_low", "tokens_per_second_per_gpu_high", "mfu_low", "mfu_high"}));
     PlanBand band;
     PLANNER_RETURN_IF_ERROR(r.GetString(b, "basis", "predicted.band.basis", &band.basis, true));
     PLANNER_RETURN_IF_ERROR(r.GetInt(b, "runs", "predicted.band.runs", &band.runs, true, 0));
+    PLANNER_RETURN_IF_ERROR(r.GetInt(b, "checks", "predicted.band.checks", &band.checks, false, 0));
     PLANNER_RETURN_IF_ERROR(r.GetDouble(b, "error_low", "predicted.band.error_low", &band.error_low, true, -1, true));
     PLANNER_RETURN_IF_ERROR(
         r.GetDouble(b, "error_high", "predicted.band.error_high", &band.error_high, true, band.error_low, false));

@@ -21,16 +21,18 @@ def main():
     plan = json.load(open(sys.argv[1]))
     text = open(sys.argv[2]).read()
     precision = sys.argv[3]
-    m = re.search(r"^  %s: \{low: (-?[0-9.]+), high: (-?[0-9.]+), runs: ([0-9]+)\}" % precision, text, re.M)
+    m = re.search(r"^  %s: \{low: (-?[0-9.]+), high: (-?[0-9.]+), runs: ([0-9]+)(?:, checks: ([0-9]+))?\}" % precision,
+                  text, re.M)
     if not m:
         sys.exit(f"check_band: {sys.argv[2]} has no band for {precision}")
-    low, high, runs = float(m.group(1)), float(m.group(2)), int(m.group(3))
+    low, high, runs, nchecks = float(m.group(1)), float(m.group(2)), int(m.group(3)), int(m.group(4) or 0)
     p = plan["predicted"]
     b = p["band"]
     engine = plan["inputs"]["engine"]
     checks = [
         ("basis", b["basis"] == f"{engine} {precision}"),
         ("runs", b["runs"] == runs),
+        ("checks", b.get("checks", 0) == nchecks),
         ("error_low", close(b["error_low"], low)),
         ("error_high", close(b["error_high"], high)),
         ("iteration_seconds_low", close(b["iteration_seconds_low"], p["iteration_seconds"] * (1 + low))),

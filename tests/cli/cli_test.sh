@@ -158,6 +158,10 @@ $PLANNER solve --gpus 64 --model $M/llama3-70b.yaml --cluster $C/dgx-h100.yaml -
 check "band figures, megatron-core bf16" python3 $SRC/tests/cli/check_band.py band.json $SRC/configs/engines/megatron-core.yaml bf16
 $PLANNER solve --gpus 8 --model $M/llama3-8b.yaml --cluster $C/dgx-h100.yaml --precision fp8 --engine deepspeed --pp 1 --json > band8.json 2>/dev/null
 check "band figures, deepspeed fp8" python3 $SRC/tests/cli/check_band.py band8.json $SRC/configs/engines/deepspeed.yaml fp8
+# An engine with fewer than 3 calibration runs takes its published check runs' spread (deepspeed bf16: its 4 checks).
+expect "band with check runs" 0 "calibration runs and 4 published check runs, errors" -- $PLANNER solve --gpus 8 --model $M/llama3-8b.yaml --cluster $C/dgx-h100.yaml --engine deepspeed --pp 1
+$PLANNER solve --gpus 8 --model $M/llama3-8b.yaml --cluster $C/dgx-h100.yaml --engine deepspeed --pp 1 --json > bandds.json 2>/dev/null
+check "band figures, deepspeed bf16 (checks)" python3 $SRC/tests/cli/check_band.py bandds.json $SRC/configs/engines/deepspeed.yaml bf16
 check "flat model: no band" sh -c '! grep -q "^  band:" flat.plan.yaml'
 # DeepSpeed's PipelineEngine reduces gradients after the last microbatch (overlap.grad_reduce_with_pp false): with
 # pp > 1 the all-reduce is all exposed, with pp 1 its buckets hide behind the backward.
