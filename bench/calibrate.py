@@ -347,9 +347,9 @@ def run_moe_layer(tmp, cluster):
 # DP 8 on 384 A100 80 GB, MBS 2, GBS 2048, 70 layers, h 14336, 112 heads, vocab 250880, bf16, full checkpointing,
 # DeepSpeed's bf16 optimizer sharding its states as ZeRO-1 does).
 MTNLG = gpt("mt-nlg-530b", 105, 20480, 128, batch=1920)
-BLOOM = gpt("bloom-176b", 70, 14336, 112, vocab=250880, batch=2048)
+BLOOM = gpt("bloom-176b", 70, 14336, 112, vocab=250880, batch=2048).replace("precision: fp16", "precision: bf16")
 DEEPSPEED_A100 = [
-    ("BLOOM 176B", BLOOM, 384, 2048, 2, 4, 12, [], 104.70),
+    ("BLOOM 176B", BLOOM, 384, 2048, 2, 4, 12, ["--precision", "bf16"], 104.70),
     ("MT-NLG 530B", MTNLG, 2240, 1920, 1, 8, 35, [], 60.1),
     ("MT-NLG 530B", MTNLG, 2800, 1920, 1, 8, 35, [], 50.2),
     ("MT-NLG 530B", MTNLG, 3360, 1920, 1, 8, 35, [], 44.4),
@@ -366,7 +366,8 @@ def run_deepspeed_a100(tmp, cluster):
         plan, err = solve(path, cluster, n, flags)
         pred = plan["predicted"]["tokens_per_second_per_gpu"] if plan else None
         if pred is not None:
-            CHECK_ROWS.append(("deepspeed", "fp16", (pred - B * 2048 / n / step_s) / (B * 2048 / n / step_s)))
+            prec = extra[extra.index("--precision") + 1] if "--precision" in extra else "fp16"
+            CHECK_ROWS.append(("deepspeed", prec, (pred - B * 2048 / n / step_s) / (B * 2048 / n / step_s)))
         rows.append((f"{name} t{t} p{p} n{n} B{B} b{b}", B * 2048 / n / step_s, pred,
                      layout(plan) if plan else "REFUSED: " + err))
     return rows
@@ -706,7 +707,7 @@ BAND_PRECISIONS = ("bf16", "fp16", "fp8")
 
 
 def bands():
-    """{engine: [(precision, low, high, runs)]} for every engine file, by the rule in the module docstring."""
+    """{engine: [(precision, low, high, runs, checks)]} for every engine file, by the rule in the module docstring."""
     every = [e for _, _, e in BAND_ROWS]
     out = {}
     for f in sorted(os.listdir(ENGINES_DIR)):
@@ -734,7 +735,7 @@ def band_block(rows):
 
 
 def engine_file_band(text):
-    """The `band:` block of an engine file as [(precision, low, high, runs)] (the format band_block writes)."""
+    """The `band:` block of an engine file as [(precision, low, high, runs, checks)] (the format band_block writes)."""
     rows = []
     for m in re.finditer(r"^  (bf16|fp16|fp8): \{low: (-?[0-9.]+), high: (-?[0-9.]+), runs: ([0-9]+)"
                          r"(?:, checks: ([0-9]+))?\}", text, re.M):
@@ -763,7 +764,8 @@ def handle_bands(args):
                 print(f"calibrate.py: {path}: band {have} differs from this run's {rows}; "
                       "run python3 bench/calibrate.py --write-bands", file=sys.stderr)
     if args.check_bands and status == 0:
-        print(f"bands: {len(computed)} engine files agree with {len(BAND_ROWS)} calibration rows")
+        print(f"bands: {len(computed)} engine files agree with {len(BAND_ROWS)} calibration rows and "
+              f"{len(CHECK_ROWS)} check rows")
     return status
 
 

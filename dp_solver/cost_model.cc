@@ -126,6 +126,23 @@ std::vector<int64_t> GroupSpreadAt(const ClusterSpec& c, int64_t first, int64_t 
   return spread;
 }
 
+void GroupUnits(const ClusterSpec& c, int64_t first, int64_t size, int64_t stride, std::vector<int64_t>* fullest,
+                std::vector<int64_t>* fewest) {
+  *fullest = GroupSpreadAt(c, first, size, stride);
+  fewest->assign(fullest->size(), 0);
+  for (size_t l = 1; l < fewest->size() && l < c.levels.size(); ++l) {
+    const int64_t inner = std::max<int64_t>(1, c.GpusPerUnit(l - 1));
+    int64_t least = size, run = 0, unit = -1;  // ranks ascend: one run of equal units at a time
+    for (int64_t k = 0; k < size; ++k) {
+      const int64_t u = (first + k * stride) / inner;
+      if (u != unit && run > 0) least = std::min(least, run);
+      run = u == unit ? run + 1 : 1;
+      unit = u;
+    }
+    (*fewest)[l] = std::min(least, run);
+  }
+}
+
 double MeasuredSeconds(const std::vector<std::pair<double, double>>& points, double bytes) {
   if (points.empty() || !(bytes > 0)) return 0;
   if (bytes <= points.front().first) return points.front().second;  // latency-bound: the smallest measured time
@@ -194,11 +211,16 @@ double AllToAllSeconds(const ClusterSpec& c, double bytes_per_rank, const std::v
     const double n = static_cast<double>(std::max<int64_t>(1, members[l]));
     const TopologyLevel& lv = c.levels[l];
     if (n > 1 && bytes_per_rank > 0) {
-      // The units fill in rank order: the last holds what is left of N (all of `inside` when they tile).
-      const double emptiest = std::max(1.0, total - (std::ceil(total / inside) - 1) * inside);
+      // The units fill in rank order: the last holds what is left of N (all of `inside` when they tile), unless the
+      // caller listed the group's fewest per unit.
+      const double emptiest = l >= 1 && l < routing.fewest.size() && routing.fewest[l] > 0
+                                  ? std::min(inside, static_cast<double>(routing.fewest[l]))
+                                  : std::clamp(total - (std::ceil(total / inside) - 1) * inside, 1.0, total);
       const double crossing = bytes_per_rank * (total - emptiest) / total * (l >= 1 ? limited : per_gpu);  // D_l
-      double level_s;
-      if (lv.measured_alltoall.usable()) {
+      double level_s = 0;
+      if (!(crossing > 0)) {
+        // Nothing leaves the level's units (the group lies within one of them): no transfer, no latency.
+      } else if (lv.measured_alltoall.usable()) {
         // The curve's time at the size whose crossing share (g - 1)/g is D_l (busbw convention).
         const double g = static_cast<double>(lv.measured_alltoall.group);
         level_s = MeasuredSeconds(lv.measured_alltoall.points, crossing * g / (g - 1));

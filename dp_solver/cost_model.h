@@ -205,7 +205,17 @@ struct AllToAllRouting {
   // slots for 12 ranks); 0: the product of members_per_level. Each level is then charged for the ranks of its
   // emptiest unit, which send the most of their bytes out of it (the 4 ranks of the second node: 8 of 12 shares).
   int64_t ranks = 0;
+  // Per level l >= 1, the fewest of the group's ranks in one level-(l-1) unit it touches (GroupUnits), for groups
+  // not aligned to their units (ranks 6-11 on 8-GPU nodes: 2 and 4); empty: the units fill in rank order from the
+  // group's first rank, and the last holds what is left.
+  std::vector<int64_t> fewest;
 };
+// The group {first, first + stride, ..., first + (size - 1) stride} by listing its ranks: per level, the most
+// (*fullest, as GroupSpreadAt) and the fewest (*fewest) members one unit of the level below holds of it; level 0's
+// entries count ranks per level-0 unit, level l's count level-(l-1) units per level-l unit for *fullest, and ranks
+// per level-(l-1) unit for *fewest (AllToAllRouting::fewest).
+void GroupUnits(const ClusterSpec& cluster, int64_t first, int64_t size, int64_t stride, std::vector<int64_t>* fullest,
+                std::vector<int64_t>* fewest);
 double AllToAllSeconds(const ClusterSpec& cluster, double bytes_per_rank, const std::vector<int64_t>& members_per_level,
                        const AllToAllRouting& routing = {});
 // Replaces the cluster file's figures of the levels a collective profile

@@ -1,6 +1,7 @@
 #include "dp_solver/moe_cost.h"
 
 #include <algorithm>
+#include <numeric>
 
 #include "dp_solver/cost_model.h"
 
@@ -49,13 +50,22 @@ MoeLayerCost MoeLayerCosts(const ClusterSpec& c, const Layer& l, const MoeShape&
   const double per_rank =
       s.microbatch * l.moe_dispatch_bytes / (s.tp * s.cp) * (capacity > 0 ? capacity : m.token_factor);
   if (s.ep > 1) {
-    const std::vector<int64_t> spread = GroupSpread(c, s.ep, s.etp);  // EP ranks sit etp apart in the fold
-    int64_t units = 1;
-    for (size_t i = 1; i < spread.size(); ++i) units *= spread[i];
-    const double node_copies = s.dedup ? MoeNodeCopies(l, units) : 0,
-                 rank_copies = s.dedup ? MoeNodeCopies(l, s.ep) : 0;  // the GPUs as units: E / ep experts each
-    m.a2a_pass_s = 2 * AllToAllSeconds(c, per_rank, spread,
-                                       {l.top_k, node_copies, s.serial_hops, rank_copies, s.ep});  // dispatch + combine
+    // EP groups are consecutive blocks of ep x etp ranks (EP ranks etp apart in the fold); where a block does not
+    // align with the nodes some groups straddle two (EP 6 on 8-GPU nodes: ranks 6-11 as 2 + 4). Every group runs in
+    // step with the others, so the slowest sets the time: the worst over the offsets, which repeat every
+    // lcm(ep x etp, node) ranks.
+    const int64_t block = s.ep * s.etp, node = std::max<int64_t>(1, c.GpusPerUnit(0));
+    const int64_t period = std::min<int64_t>(std::lcm(block, node), 64 * block);
+    const double rank_copies = s.dedup ? MoeNodeCopies(l, s.ep) : 0;  // the GPUs as units: E / ep experts each
+    std::vector<int64_t> spread, fewest;
+    for (int64_t first = 0; first < period; first += block) {
+      GroupUnits(c, first, s.ep, s.etp, &spread, &fewest);
+      int64_t units = 1;
+      for (size_t i = 1; i < spread.size(); ++i) units *= spread[i];
+      const double node_copies = s.dedup ? MoeNodeCopies(l, units) : 0;
+      AllToAllRouting route{l.top_k, node_copies, s.serial_hops, rank_copies, s.ep, fewest};
+      m.a2a_pass_s = std::max(m.a2a_pass_s, 2 * AllToAllSeconds(c, per_rank, spread, route));  // dispatch + combine
+    }
   }
   if (!s.dedup && l.experts > s.ep) m.regroup_bytes = 2 * 2 * etp * per_rank;  // sort and unsort, read + write
   if (s.etp > 1) {

@@ -3,6 +3,7 @@
 #include <algorithm>
 #include <deque>
 #include <limits>
+#include <utility>
 
 #include <fmt/format.h>
 

@@ -415,6 +415,14 @@ void NoteReserved(double fragmentation, double gpu_memory_GiB, Plan* plan) {
 }
 
 // One size: the search (or PipeDream's optimizer), then the plan's provenance and figures.
+// What the search did: the candidates it considered and simulated, those timed by the closed form.
+std::string SearchNote(const SearchStats& s) {
+  if (s.closed_form > 0)
+    return fmt::format("searched {} candidates, simulated {} ({} of them by the closed form: uniform stages)",
+                       s.considered, s.simulated, s.closed_form);
+  return fmt::format("searched {} candidates, simulated {}", s.considered, s.simulated);
+}
+
 Status SolveSize(const SolveArgs& a, const SolveInputs& in, Plan* plan) {
   if (a.mode == PlanMode::kPipeDream) {
     PLANNER_RETURN_IF_ERROR(BuildPipeDreamPlan(in.profile, in.cluster, a.gpus, PipeDreamOptionsOf(a), plan));
@@ -438,11 +446,7 @@ Status SolveSize(const SolveArgs& a, const SolveInputs& in, Plan* plan) {
           a.pipeline_layout));
     SetBand(in, src, plan);
     CostLead(src, o, plan);
-    plan->notes.push_back(
-        stats.closed_form > 0
-            ? fmt::format("searched {} candidates, simulated {} ({} of them by the closed form: uniform stages)",
-                          stats.considered, stats.simulated, stats.closed_form)
-            : fmt::format("searched {} candidates, simulated {}", stats.considered, stats.simulated));
+    plan->notes.push_back(SearchNote(stats));
     const bool gpt = src.model != nullptr && src.model->is_gpt;
     if (!gpt && a.schedules.empty() && CostSourceLayers(src) > kMaxReplicatedLayers) {
       plan->notes.push_back(

@@ -70,9 +70,10 @@ std::string Card(const Plan& p, const std::string& sfx) {
                     " .. " +
                     Fig("predicted.band.iteration_seconds_high", b.IterationHigh(x.iteration_s),
                         fmt::format("{:.4f}", b.IterationHigh(x.iteration_s))) +
-                    XmlText(fmt::format(" s ({}: {} runs{}, errors {:+.1f}%..{:+.1f}%)", b.basis, b.runs,
+                    XmlText(fmt::format(" s ({}: {} runs{}, errors {:+.1f}%..{:+.1f}%{})", b.basis, b.runs,
                                         b.checks > 0 ? fmt::format(" and {} checks", b.checks) : "", 100 * b.error_low,
-                                        100 * b.error_high)));
+                                        100 * b.error_high,
+                                        b.runs + b.checks < 3 ? "; joined with every engine's spread" : "")));
   }
   return o + "</dl></section>\n";
 }

@@ -16,7 +16,8 @@ namespace planner {
 
 // The calibration band of one precision on an engine (docs/cost_model.md section 2, "Bands"): the signed
 // errors of predicted throughput, (predicted - published) / published, that bench/calibrate.py's runs span
-// (widened to include 0; fewer than 3 runs: joined with the whole set's spread). Measured throughput is
+// (widened to include 0; fewer than 3 runs: joined with the check runs made on the engine, and with fewer than 3 of
+// both with the whole set's spread). Measured throughput is
 // expected between predicted / (1 + high) and predicted / (1 + low).
 struct EngineBand {
   std::string precision;  // "bf16", "fp16", "fp8"

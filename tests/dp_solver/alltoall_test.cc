@@ -124,6 +124,43 @@ TEST_CASE("all-to-all over a group that does not tile its nodes: N is its ranks,
   }
 }
 
+TEST_CASE("GroupUnits lists a group at any offset: the fullest and the emptiest node (brute force)") {
+  const ClusterSpec c = TwoLevels(8);
+  for (int64_t first = 0; first < 16; ++first) {
+    for (int64_t size = 1; size <= 20; ++size) {
+      for (int64_t stride : {1, 2, 3}) {
+        if (first + (size - 1) * stride >= 64) continue;
+        std::vector<int64_t> per_node(8, 0);
+        for (int64_t k = 0; k < size; ++k) ++per_node[static_cast<size_t>((first + k * stride) / 8)];
+        int64_t most = 0, least = size;
+        for (int64_t n : per_node) {
+          most = std::max(most, n);
+          if (n > 0) least = std::min(least, n);
+        }
+        std::vector<int64_t> fullest, fewest;
+        GroupUnits(c, first, size, stride, &fullest, &fewest);
+        INFO(size << " ranks from " << first << ", " << stride << " apart");
+        CHECK(fullest == GroupSpreadAt(c, first, size, stride));
+        CHECK(fullest[0] == most);
+        CHECK(fewest[1] == least);
+      }
+    }
+  }
+  // Ranks 6-11: 2 on the first node, 4 on the second. The 2 send 4 of their 6 shares over the network.
+  const double m = 64e6;
+  std::vector<int64_t> spread, fewest;
+  GroupUnits(c, 6, 6, 1, &spread, &fewest);
+  AllToAllRouting g;
+  g.ranks = 6;
+  g.fewest = fewest;
+  const double network = m * 4 / 6 / 50e9 + 5e-6, nvlink = m * 5 / 6 / 400e9 + 3 * 2e-6;
+  CHECK(AllToAllSeconds(c, m, spread, g) == doctest::Approx(std::max(network, nvlink)).epsilon(1e-12));
+  // A group inside one node sends nothing over the network and pays no network latency.
+  GroupUnits(c, 0, 6, 1, &spread, &fewest);
+  g.fewest = fewest;
+  CHECK(AllToAllSeconds(c, m, spread, g) == doctest::Approx(m * 5 / 6 / 400e9 + 5 * 2e-6).epsilon(1e-12));
+}
+
 TEST_CASE("a deduplicating dispatcher: the bytes leaving the node scale by min(1, node_copies / top_k), levels add") {
   const ClusterSpec c = TwoLevels(8);
   const double m = 64e6;  // tokens x top_k x h x dtype bytes

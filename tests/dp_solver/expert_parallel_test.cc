@@ -170,6 +170,31 @@ TEST_CASE("the nodes a token reaches: the route limit, else the expected distinc
   CHECK(MoeNodeCopies(l, 4) == doctest::Approx(unlimited4).epsilon(1e-12));
 }
 
+TEST_CASE("EP groups that straddle nodes: the slowest group's all-to-all, its emptiest node sending the most") {
+  // EP 6 on 8-GPU nodes: the groups at ranks 0-5 and 18-23 stay in a node, 6-11 splits 2 + 4 and 12-17 4 + 2; all
+  // run in step, so the layer pays the straddling group's network share, 4 of 6 shares from the 2-rank side.
+  const ModelSpec m = MoeModel(4, 12, 2, 1408, 1);
+  const ClusterSpec c = Cluster("dgx-h100.yaml");
+  const size_t row = FirstMoeRow(m);
+  const Layer& l = m.layers[row];
+  const double per_rank = l.moe_dispatch_bytes;  // b = 1, t = 1
+  std::vector<int64_t> spread, fewest;
+  GroupUnits(c, 6, 6, 1, &spread, &fewest);
+  REQUIRE(spread.size() >= 2);
+  CHECK(spread[0] == 4);
+  CHECK(spread[1] == 2);
+  CHECK(fewest[1] == 2);
+  const double straddling = AllToAllSeconds(c, per_rank, spread, {l.top_k, 0, true, 0, 6, fewest});
+  const double inside = AllToAllSeconds(c, per_rank, GroupSpread(c, 6, 1), {l.top_k, 0, true, 0, 6});
+  CHECK(straddling > inside);
+  const CostTable at = Table(m, c, {1, 1, 1, false, Recompute::kNone, 6, 1});
+  CHECK(at.rows[row].ep_comm_s == doctest::Approx(4 * straddling).epsilon(1e-12));  // 2 passes x (dispatch + combine)
+  // EP 4 tiles the nodes: every group inside one, as GroupSpread from rank 0 says.
+  const CostTable four = Table(m, c, {1, 1, 1, false, Recompute::kNone, 4, 1});
+  CHECK(four.rows[row].ep_comm_s ==
+        doctest::Approx(4 * AllToAllSeconds(c, per_rank, GroupSpread(c, 4, 1), {l.top_k, 0})).epsilon(1e-12));
+}
+
 TEST_CASE(
     "an MoE row: expert parameters / (ep etp), dispatch + combine in forward and backward, full recompute's third, "
     "imbalance, overlap, ETP") {
