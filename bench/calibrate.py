@@ -273,6 +273,28 @@ def run_moe_h100(cluster):
     return rows
 
 
+# The same readme's long-context table (ModelZoo commit b0b92ff, 2025-11-04): Qwen3-235B-A22B on 256 H100, TP 4, PP 8,
+# VPP 4, EP 8, CP 1 / 2 / 4 / 8 at seq 16K / 32K / 64K / 128K, GBS 256, DeepEP (flex), selective recompute of
+# layernorm and moe, forced balance. Its TFLOP/s/GPU (295 / 335 / 368 / 389) are Megatron-LM's
+# num_floating_point_operations (megatron/training/training.py, identical at 1e057005 and d4194b7: causal attention
+# counted as half, no recompute counted): FLOPs per token = 1.29110e11 + 4 620 288 s for this model, so tokens/s/GPU
+# 1440 / 1194 / 852 / 529. (seq, cp, published tokens/s/GPU)
+MOE_LONG_H100 = [(16384, 1, 1440), (32768, 2, 1194), (65536, 4, 852), (131072, 8, 529)]
+
+
+def run_moe_long(cluster):
+    rows = []
+    for seq, cp, pub in MOE_LONG_H100:
+        flags = ["--tp", "4", "--pp", "8", "--cp", str(cp), "--global-batch", "256", "--microbatch", "1", "--seq",
+                 str(seq), "--precision", "bf16", "--ep", "8", "--etp", "1", "--zero", "1", "--sp", "on",
+                 "--moe-dispatcher", "flex", "--recompute", "selective", "--recompute-modules", "layernorm,moe"]
+        plan, err = solve(os.path.join(ROOT, "configs", "models", "qwen3-235b-a22b.yaml"), cluster, 256,
+                          flags + schedule_flags(4))
+        pred = plan["predicted"]["tokens_per_second_per_gpu"] if plan else None
+        rows.append((f"qwen3-235b-a22b seq {seq} cp {cp}", pub, pred, layout(plan) if plan else "REFUSED: " + err))
+    return rows
+
+
 # One MoELayer on 8 H100 (EP 8 inside a node, TP 1, sequence 4096, microbatch 1, forced-balanced routing, no
 # attention), forward and backward ms as CUDA events time them: Megatron-LM's MoE performance regression test,
 # tests/functional_tests/test_cases/common/moe_perf/ (test_cases.py: the proxies; __main__.py: TransformerConfig
@@ -803,6 +825,8 @@ def main():
                        "H100, FP8)", "tokens/s/GPU", run_megatron_bridge(tmp, args.h100))
         moe = table("Checks, not calibration: Megatron-Core MoE runs (Megatron-Bridge, Megatron-MoE-ModelZoo; H100, bf16)",
                     "tokens/s/GPU", run_moe_h100(args.h100))
+        moe_long = table("Checks, not calibration: Qwen3-235B-A22B long context (Megatron-MoE-ModelZoo; 256 H100, TP 4, "
+                         "EP 8, PP 8 x VP 4, forced balance)", "tokens/s/GPU", run_moe_long(args.h100))
         layer = table_layer("Checks, not calibration: one MoE layer, Megatron-LM's moe_perf test (8 H100, EP 8, seq 4096; "
                             "ms per pass; error on time: + is slower than measured)", run_moe_layer(tmp, args.h100))
         deepspeed = table("Checks, not calibration: Megatron-DeepSpeed on DeepSpeed's PipelineEngine (A100, the "
@@ -829,6 +853,9 @@ def main():
         summary("checks: Megatron-DeepSpeed A100 (deepspeed engine)", deepspeed, len(DEEPSPEED_A100))
         if deepspeed:
             print(f"checks: Megatron-DeepSpeed A100: signed mean {100 * sum(deepspeed) / len(deepspeed):+.2f}%")
+        summary("checks: Qwen3-235B long context H100 bf16", moe_long, len(MOE_LONG_H100))
+        if moe_long:
+            print(f"checks: Qwen3-235B long context H100 bf16: signed mean {100 * sum(moe_long) / len(moe_long):+.2f}%")
         summary("checks: one MoE layer H100 (forward and backward ms)", layer, 2 * len(MOE_LAYER_H100))
         if layer:
             print(f"checks: one MoE layer H100: signed mean {100 * sum(layer) / len(layer):+.2f}% (on time)")
