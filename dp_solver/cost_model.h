@@ -208,7 +208,7 @@ struct AllToAllRouting {
   // Per level l >= 1, the fewest of the group's ranks in one level-(l-1) unit it touches (GroupUnits), for groups
   // not aligned to their units (ranks 6-11 on 8-GPU nodes: 2 and 4); empty: the units fill in rank order from the
   // group's first rank, and the last holds what is left.
-  std::vector<int64_t> fewest;
+  std::vector<int64_t> fewest = {};
 };
 // The group {first, first + stride, ..., first + (size - 1) stride} by listing its ranks: per level, the most
 // (*fullest, as GroupSpreadAt) and the fewest (*fewest) members one unit of the level below holds of it; level 0's
