@@ -55,7 +55,9 @@ MoeLayerCost MoeLayerCosts(const ClusterSpec& c, const Layer& l, const MoeShape&
     // step with the others, so the slowest sets the time: the worst over the offsets, which repeat every
     // lcm(ep x etp, node) ranks.
     const int64_t block = s.ep * s.etp, node = std::max<int64_t>(1, c.GpusPerUnit(0));
-    const int64_t period = std::min<int64_t>(std::lcm(block, node), 64 * block);
+    // Blocks that tile the nodes (or whole nodes) are all alike: the one at rank 0 stands for every group.
+    const bool aligned = node % block == 0 || block % node == 0;
+    const int64_t period = aligned ? block : std::min<int64_t>(std::lcm(block, node), 64 * block);
     const double rank_copies = s.dedup ? MoeNodeCopies(l, s.ep) : 0;  // the GPUs as units: E / ep experts each
     std::vector<int64_t> spread, fewest;
     for (int64_t first = 0; first < period; first += block) {
