@@ -115,10 +115,10 @@ ISSUE27 = [
       "--precision", "fp8", "--recompute", "selective"], "torchtitan-compile", 8380, 61.8),
     ("NeMo Llama 2 7B n4 tp1 pp1 cp1 dp4 B1024 seq4096 fp8 (768 TFLOP/s)", "llama2-7b.yaml", "h100", 4,
      ["--tp", "1", "--pp", "1", "--cp", "1", "--global-batch", "1024", "--seq", "4096", "--precision", "fp8"] + NEMO_2403,
-     "megatron-core", 768e12 / nemo_llama2_flops_per_token(4096), None),
+     "nemo-24", 768e12 / nemo_llama2_flops_per_token(4096), None),
     ("NeMo Llama 2 7B n64 tp4 pp1 cp2 dp8 B64 seq65536 fp8 (574 TFLOP/s)", "llama2-7b.yaml", "h100", 64,
      ["--tp", "4", "--pp", "1", "--cp", "2", "--global-batch", "64", "--seq", "65536", "--precision", "fp8"] + NEMO_2403,
-     "megatron-core", 574e12 / nemo_llama2_flops_per_token(65536), None),
+     "nemo-24", 574e12 / nemo_llama2_flops_per_token(65536), None),
     ("MLPerf v3.1 GPT-3 175B n512 tp4 pp8 v12 dp16 B2048 b1 fp8 zero1 sp (11.054 s/step)", "gpt3-175b.yaml", "h100", 512,
      ["--tp", "4", "--pp", "8", "--cp", "1", "--schedule", "interleaved", "--interleave", "12", "--microbatch", "1",
       "--global-batch", "2048", "--seq", "2048", "--precision", "fp8", "--zero", "1", "--sp", "on", "--recompute", "none"]
@@ -129,7 +129,8 @@ ISSUE27 = [
 # Checks, not calibration (no band, no summary): NeMo's long-sequence table (NVIDIA/NeMo
 # docs/source/performance/performance_long_sequence.md, added Oct 2024, container NeMo 24.03.01, DGX-H100, FP8,
 # Llama 2 7B, 4M tokens per step), the "with CP" layouts: (seq K, GPUs, global batch, published TFLOP/s/GPU in
-# NeMo's full-attention formula, tp, pp, dp, cp). Rows 4K and 64K are ISSUE27's.
+# NeMo's full-attention formula, tp, pp, dp, cp). Rows 4K and 64K are ISSUE27's. Costed on Transformer Engine's
+# FlashAttention-2 backend, as the launcher ran them (nemo_engine: NVTE_FUSED_ATTN 0).
 NEMO_LONG = [(4, 4, 1024, 768, 1, 1, 4, 1), (8, 8, 512, 730, 1, 2, 4, 1), (16, 16, 256, 660, 2, 1, 8, 1),
              (32, 32, 128, 610, 2, 1, 8, 2), (64, 64, 64, 574, 4, 1, 8, 2), (128, 128, 32, 555, 4, 1, 8, 4),
              (256, 256, 16, 549, 4, 1, 8, 8), (512, 512, 8, 549, 8, 1, 4, 16), (1024, 1024, 4, 536, 8, 1, 4, 32)]
@@ -551,6 +552,22 @@ def deepseek_engine(tmp):
                                  (r"^moe_flex_hops: serial", "moe_flex_hops: overlapped"))
 
 
+def nemo_engine(tmp):
+    """Megatron-Core as NeMo-Framework-Launcher 24.03.01-24.07 ran it: Transformer Engine with NVTE_FUSED_ATTN 0
+    (launcher_scripts/conf/config.yaml, "Disable cudnn FA until we've tested it more"; removed in 04b8d098,
+    2024-08-29), so TE's DotProductAttention ran the flash-attn package's FlashAttention-2 kernels, not cuDNN's. The
+    NeMo long-sequence (24.03.01) and performance-summary (24.07) rows run on it; they join megatron-core's band."""
+    return megatron_core_variant(tmp, "megatron-core-nemo-24", r"^attention: cudnn .*$",
+                                 "attention: fa2  # NVTE_FUSED_ATTN=0: TE's flash-attn backend (FlashAttention-2)")
+
+
+def engine_args(tmp, engine):
+    """(--engine flags, band engine) of a row's engine: nemo-24 is Megatron-Core with NeMo 24's FA-2 backend."""
+    if engine == "nemo-24":
+        return ["--engine", nemo_engine(tmp)], "megatron-core"
+    return ["--engine", engine], engine
+
+
 def schedule_flags(v):
     """The pipeline schedule of a published layout: interleaved with v chunks per rank, else 1F1B."""
     return ["--schedule", "interleaved", "--interleave", str(v)] if v > 1 else ["--schedule", "1f1b"]
@@ -595,25 +612,27 @@ def engine_flag_listed():
 def run_issue27(tmp, clusters):
     rows = []
     for name, model, cluster, n, flags, engine, pub, pub_mem in ISSUE27:
-        eng = ["--engine", engine] if engine_flag_listed() else []
+        eng, band = engine_args(tmp, engine)
+        eng = eng if engine_flag_listed() else []
         plan, err = solve(os.path.join(ROOT, "configs", "models", model), clusters[cluster], n, flags + eng)
         pred = plan["predicted"]["tokens_per_second_per_gpu"] if plan else None
         # torchtitan logs the allocator's reserved peak (max_reserved): compared with the planner's reserved estimate.
         mem = plan["predicted"].get("peak_reserved_GiB", plan["predicted"]["peak_memory_GiB"]) if plan else None
         if pred is not None:
-            BAND_ROWS.append((engine, flags[flags.index("--precision") + 1], (pred - pub) / pub))
+            BAND_ROWS.append((band, flags[flags.index("--precision") + 1], (pred - pub) / pub))
         rows.append((name, pub, pred, pub_mem, mem, (layout(plan) if plan else "REFUSED: " + err)
-                     + (f" engine={engine}" if eng else "")))
+                     + (f" engine={plan['inputs']['engine'] if plan else band}" if eng else "")))
     return rows
 
 
-def run_nemo_long(cluster):
+def run_nemo_long(tmp, cluster):
     rows = []
+    eng = engine_args(tmp, "nemo-24")[0]
     model = os.path.join(ROOT, "configs", "models", "llama2-7b.yaml")
     for k, n, B, pub, t, p, d, cp in NEMO_LONG:
         s = 1024 * k
         plan, err = solve(model, cluster, n, ["--tp", str(t), "--pp", str(p), "--cp", str(cp), "--global-batch", str(B),
-                                              "--seq", str(s), "--precision", "fp8"] + NEMO_2403)
+                                              "--seq", str(s), "--precision", "fp8"] + NEMO_2403 + eng)
         pred = plan["predicted"]["tokens_per_second_per_gpu"] * nemo_llama2_flops_per_token(s) / 1e12 if plan else None
         rows.append((f"Llama 2 7B {k}K n{n} tp{t} pp{p} cp{cp} dp{d} B{B} fp8", pub, pred,
                      layout(plan) if plan else "REFUSED: " + err))
@@ -633,7 +652,7 @@ def run_nemo_2407(tmp, cluster):
                  "--seq", str(seq), "--precision", "fp8", "--zero", "1", "--recompute", "none", "--grad-dtype", "bf16"]
         flags += schedule_flags(v)
         flags += ["--sp", "on", "--tp-comm-overlap", "on"] if t > 1 else []
-        plan, err = solve(path, cluster, n, flags)
+        plan, err = solve(path, cluster, n, flags + engine_args(tmp, "nemo-24")[0])
         pred = plan["predicted"]["tokens_per_second_per_gpu"] if plan else None
         rows.append((f"{name} n{n} tp{t} pp{p} cp{cp} vp{v} B{B} b{b} seq{seq} fp8", pub, pred,
                      layout(plan) if plan else "REFUSED: " + err))
@@ -816,7 +835,7 @@ def main():
         issue27 = table_mem("issue27: torchtitan, NeMo long context, MLPerf v3.1 GPT-3 (H100)", "tokens/s/GPU",
                             run_issue27(tmp, {"h100": args.h100, "h100_96": args.h100_96gb}))
         table("Checks, not calibration: NeMo long-sequence table (Llama 2 7B, H100, FP8, NeMo 24.03.01; TFLOP/s/GPU "
-              "in NeMo's full-attention formula)", "TFLOP/s/GPU", run_nemo_long(args.h100))
+              "in NeMo's full-attention formula)", "TFLOP/s/GPU", run_nemo_long(tmp, args.h100))
         nemo = table("Checks, not calibration: NeMo 24.07 performance summary (H100, FP8; the recipes' layouts)",
                      "tokens/s/GPU", run_nemo_2407(tmp, args.h100))
         titan = table_mem("Checks, not calibration: torchtitan's Dec 2024 benchmarks (H100 96 GB, 500 W)", "TPS/GPU",
