@@ -283,17 +283,55 @@ def run_moe_h100(cluster):
 MOE_LONG_H100 = [(16384, 1, 1440), (32768, 2, 1194), (65536, 4, 852), (131072, 8, 529)]
 
 
+# The same table's dropless rows (routing by the model's aux loss, no forced balance): 237 / 277 / 320 / 357
+# TFLOP/s/GPU at 16K / 32K / 64K / 128K. (seq, cp, published TFLOP/s/GPU)
+MOE_LONG_DROPLESS_H100 = [(16384, 1, 237), (32768, 2, 277), (65536, 4, 320), (131072, 8, 357)]
+
+
+def qwen3_235b_flops_per_token(seq):
+    """Megatron-LM's num_floating_point_operations per token for Qwen3-235B-A22B (causal attention as half)."""
+    return 1.29110e11 + 4620288 * seq
+
+
+def moe_long_solve(cluster, seq, cp, extra=()):
+    flags = ["--tp", "4", "--pp", "8", "--cp", str(cp), "--global-batch", "256", "--microbatch", "1", "--seq",
+             str(seq), "--precision", "bf16", "--ep", "8", "--etp", "1", "--zero", "1", "--sp", "on",
+             "--moe-dispatcher", "flex", "--recompute", "selective", "--recompute-modules", "layernorm,moe"]
+    return solve(os.path.join(ROOT, "configs", "models", "qwen3-235b-a22b.yaml"), cluster, 256,
+                 flags + schedule_flags(4) + list(extra))
+
+
 def run_moe_long(cluster):
     rows = []
     for seq, cp, pub in MOE_LONG_H100:
-        flags = ["--tp", "4", "--pp", "8", "--cp", str(cp), "--global-batch", "256", "--microbatch", "1", "--seq",
-                 str(seq), "--precision", "bf16", "--ep", "8", "--etp", "1", "--zero", "1", "--sp", "on",
-                 "--moe-dispatcher", "flex", "--recompute", "selective", "--recompute-modules", "layernorm,moe"]
-        plan, err = solve(os.path.join(ROOT, "configs", "models", "qwen3-235b-a22b.yaml"), cluster, 256,
-                          flags + schedule_flags(4))
+        plan, err = moe_long_solve(cluster, seq, cp)
         pred = plan["predicted"]["tokens_per_second_per_gpu"] if plan else None
         rows.append((f"qwen3-235b-a22b seq {seq} cp {cp}", pub, pred, layout(plan) if plan else "REFUSED: " + err))
     return rows
+
+
+def run_moe_long_dropless(cluster):
+    """The dropless rows: the busiest EP rank's token share (--moe-imbalance) solved on the 16K row alone (bisection on
+    the predicted tokens/s), then the 32K-128K rows predicted with it: a check that one imbalance, a property of the
+    routing and not of the sequence, carries across MoE's falling share of the step. Returns (imbalance, rows); the
+    first row is the one the imbalance was solved on."""
+    def tokens(seq, cp, imbalance):
+        plan, err = moe_long_solve(cluster, seq, cp, ["--moe-imbalance", f"{imbalance:.6f}"])
+        return (plan["predicted"]["tokens_per_second_per_gpu"], layout(plan)) if plan else (None, "REFUSED: " + err)
+    seq0, cp0, tf0 = MOE_LONG_DROPLESS_H100[0]
+    target, lo, hi = tf0 * 1e12 / qwen3_235b_flops_per_token(seq0), 1.0, 4.0
+    if tokens(seq0, cp0, lo)[0] is None:
+        return None, []
+    for _ in range(30):  # predicted tokens/s falls as the imbalance grows
+        mid = (lo + hi) / 2
+        lo, hi = (mid, hi) if tokens(seq0, cp0, mid)[0] > target else (lo, mid)
+    imbalance = (lo + hi) / 2
+    rows = []
+    for i, (seq, cp, tf) in enumerate(MOE_LONG_DROPLESS_H100):
+        pred, lay = tokens(seq, cp, imbalance)
+        rows.append((f"qwen3-235b-a22b seq {seq} cp {cp} dropless" + (" (imbalance solved here)" if i == 0 else ""),
+                     tf * 1e12 / qwen3_235b_flops_per_token(seq), pred, lay))
+    return imbalance, rows
 
 
 # One MoELayer on 8 H100 (EP 8 inside a node, TP 1, sequence 4096, microbatch 1, forced-balanced routing, no
@@ -846,6 +884,9 @@ def main():
                     "tokens/s/GPU", run_moe_h100(args.h100))
         moe_long = table("Checks, not calibration: Qwen3-235B-A22B long context (Megatron-MoE-ModelZoo; 256 H100, TP 4, "
                          "EP 8, PP 8 x VP 4, forced balance)", "tokens/s/GPU", run_moe_long(args.h100))
+        imbalance, dropless_rows = run_moe_long_dropless(args.h100)
+        dropless = table(f"Checks, not calibration: the same table's dropless rows (--moe-imbalance "
+                         f"{imbalance or 0:.3f}, solved on the 16K row)", "tokens/s/GPU", dropless_rows)[1:]
         layer = table_layer("Checks, not calibration: one MoE layer, Megatron-LM's moe_perf test (8 H100, EP 8, seq 4096; "
                             "ms per pass; error on time: + is slower than measured)", run_moe_layer(tmp, args.h100))
         deepspeed = table("Checks, not calibration: Megatron-DeepSpeed on DeepSpeed's PipelineEngine (A100, the "
@@ -875,6 +916,8 @@ def main():
         summary("checks: Qwen3-235B long context H100 bf16", moe_long, len(MOE_LONG_H100))
         if moe_long:
             print(f"checks: Qwen3-235B long context H100 bf16: signed mean {100 * sum(moe_long) / len(moe_long):+.2f}%")
+        summary("checks: Qwen3-235B dropless, 32K-128K at the 16K row's imbalance", dropless,
+                len(MOE_LONG_DROPLESS_H100) - 1)
         summary("checks: one MoE layer H100 (forward and backward ms)", layer, 2 * len(MOE_LAYER_H100))
         if layer:
             print(f"checks: one MoE layer H100: signed mean {100 * sum(layer) / len(layer):+.2f}% (on time)")

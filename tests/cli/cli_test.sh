@@ -114,6 +114,10 @@ check "cp ring megatron.args" grep -qx -- "--cp-comm-type p2p" cpringL/megatron.
 # with top-8 routing it sends each token across once instead of 4 times on average: less all-to-all than alltoall.
 expect "moe flex" 0 "sent once to each node a token reaches" -- $PLANNER solve --gpus 16 --model $M/qwen3-30b-a3b.yaml --cluster $C/dgx-h100.yaml --tp 1 --pp 1 --ep 16 --etp 1 --moe-dispatcher flex -o flex.plan.yaml
 check "moe flex in plan.yaml" grep -qx '  moe_dispatcher: "flex"' flex.plan.yaml
+# Balanced routing (imbalance 1) names what it assumes and the measured dropless figure; a given imbalance does not.
+expect "moe imbalance 1 named" 0 "load imbalance 1 (balanced routing, as Megatron --moe-router-force-load-balancing runs it; dropless routing by an aux loss measured 1.84" -- $PLANNER solve --gpus 16 --model $M/qwen3-30b-a3b.yaml --cluster $C/dgx-h100.yaml --tp 1 --pp 1 --ep 16 --etp 1 --moe-dispatcher flex
+$PLANNER solve --gpus 16 --model $M/qwen3-30b-a3b.yaml --cluster $C/dgx-h100.yaml --tp 1 --pp 1 --ep 16 --etp 1 --moe-imbalance 1.5 > imb.out 2>&1
+check "moe imbalance given: no balanced-routing remark" bash -c 'grep -q "load imbalance 1.5, " imb.out && ! grep -q "balanced routing" imb.out'
 expect "moe flex codegen" 0 "" -- $PLANNER codegen flex.plan.yaml -o flexL --export megatron
 check "moe flex megatron.args" grep -qx -- "--moe-flex-dispatcher-backend deepep" flexL/megatron.args
 $PLANNER solve --gpus 16 --model $M/qwen3-30b-a3b.yaml --cluster $C/dgx-h100.yaml --tp 1 --pp 1 --ep 16 --etp 1 --moe-dispatcher flex --json > flex.json 2>/dev/null
