@@ -425,7 +425,10 @@ std::vector<PlanComm> Evaluator::CommunicationByKind(const Candidate& k, const E
       v[3].total_s += 2 * m * x.send[Z(q)];  // the activation forward, its gradient back
     }
     v[3].exposed_s = o_.cost.p2p_overlap ? 0 : v[3].total_s;
-    v.push_back({"data_parallel", x.allreduce_s[Z(r)], x.dp_s});
+    // This device's own exposure (x.dp_s is the slowest device's, which may not be this one).
+    double dp_total = 0;
+    const double dp_exposed = x.zero >= 0 ? DeviceDpSeconds(k, x, x.zero, Z(r), x.dp_comm, &dp_total) : x.dp_s;
+    v.push_back({"data_parallel", x.allreduce_s[Z(r)], dp_exposed});
     double exposed = 0;
     for (const auto& c : v) exposed += c.exposed_s;
     if (exposed > best_exposed) {

@@ -3,7 +3,8 @@
 
   check_comm.py PLAN.json [TP_EXPOSED_SHARE]
 
-Every kind's exposed seconds are within its total; data_parallel's exposed equals predicted.dp_allreduce_seconds;
+Every kind's exposed seconds are within its total (all of one device's: the one exposing the most); data_parallel's
+exposed is at most predicted.dp_allreduce_seconds (the slowest device's exposure);
 with TP_EXPOSED_SHARE (--tp-comm-overlap on: 1 - hidden + hidden x slowdown) tensor_parallel's exposed is that
 share of its total. Exit 1 naming the first figure that differs.
 """
@@ -21,8 +22,8 @@ def main():
         if not (0 <= c["exposed_seconds"] <= c["total_seconds"] * (1 + 1e-9)):
             sys.exit(f"check_comm: {kind}: exposed {c['exposed_seconds']} outside 0..total {c['total_seconds']}")
     dp = comm.get("data_parallel")
-    if dp and abs(dp["exposed_seconds"] - p["dp_allreduce_seconds"]) > 1e-9 * max(1, p["dp_allreduce_seconds"]):
-        sys.exit(f"check_comm: data_parallel exposed {dp['exposed_seconds']} != dp_allreduce_seconds "
+    if dp and dp["exposed_seconds"] > p["dp_allreduce_seconds"] + 1e-9 * max(1, p["dp_allreduce_seconds"]):
+        sys.exit(f"check_comm: data_parallel exposed {dp['exposed_seconds']} > dp_allreduce_seconds "
                  f"{p['dp_allreduce_seconds']}")
     if len(sys.argv) > 2:
         share = float(sys.argv[2])
