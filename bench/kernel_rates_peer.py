@@ -4,6 +4,7 @@ GEMMs in bf16 and FP8 (cuBLASLt through torch.matmul and torch._scaled_mm, per-t
 table's sources and the calibration runs use, attention by kernel (scaled_dot_product_attention's cuDNN and
 flash backends; PyTorch's flash backend is FlashAttention-2) forward and backward, causal or not, head dim 64
 and 128, 512 to 16384 tokens at 16384 tokens per batch (the FlashAttention-3 paper's protocol: hidden 2048),
+one rank's ring-attention steps (context parallelism 2 / 4 / 8 at 32K / 64K / 128K) with and without their merges,
 and the host's cost of launching kernels: one tiny kernel, and one GEMM per expert as Transformer Engine's
 grouped GEMM loops over experts on Hopper (host seconds against the GPU's).
 
@@ -14,6 +15,7 @@ One line per measurement, the planner's comparison (`build/bench/kernel_table_ch
     gemm bf16 m=8192 n=14336 k=4096 tflops=712.3
     gemm fp8 m=8192 n=14336 k=4096 accum=split tflops=1203.0      (accum=fast: TE's forward GEMM's setting)
     attention cudnn fwd causal=1 d=128 seq=4096 tflops=512.0
+    ring cudnn fwd cp=4 d=128 seq=65536 steps_ms=9.1 merges_ms=0.4 tflops=480.0 with_merges_tflops=461.0
     launch host_us=6.1 (tiny kernels, queued without a sync)
     experts e=16 m=512 n=3072 k=4096 host_ms=0.41 gpu_ms=0.36
 
@@ -131,6 +133,78 @@ def attention_lines(device, timer, seqs, smoke):
     return out
 
 
+def ring_lines(device, timer, smoke):
+    """Context parallelism's ring steps on one GPU, serially, as one rank of a load-balanced ring runs them (the
+    planner's cp_ring, docs/cost_model.md "Ring attention's steps"): the rank holds s = S / cp tokens as two chunks of
+    s/2; step 0 is causal over its own s, each later step a non-causal block of s x s/2 (the kv's first chunk) or
+    s/2 x s (the rank's second query chunk): the mean of the two is timed. Beside them the merge a ring does between
+    steps: the output corrected by the new softmax statistics in fp32 (out x exp(lse_old - lse) + out_step x
+    exp(lse_step - lse)), once per later step. Rates are the steps' FLOPs (S^2 / (2 cp) pairs per rank, 4 d per pair
+    forward, backward 2.5x) over their time, kernels alone and with the merges: the planner prices the kernels on
+    its table and multiplies by cp_ring (1 for Transformer Engine, whose merges run beside the next kernel)."""
+    backends = []
+    if device.type == "cuda":
+        from torch.nn.attention import SDPBackend, sdpa_kernel
+        backends = [("cudnn", SDPBackend.CUDNN_ATTENTION), ("fa2", SDPBackend.FLASH_ATTENTION)]
+    else:
+        backends = [("math", None)]
+    cases = [(64, 2), (64, 4)] if smoke else [(32768, 2), (65536, 4), (131072, 8)]
+    d, heads = (16, 2) if smoke else (128, 16)
+    out = []
+    for name, backend in backends:
+        for total, cp in cases:
+            s = total // cp
+
+            def tensors(n):
+                return [torch.randn(1, heads, n, d, device=device, dtype=torch.bfloat16, requires_grad=True)
+                        for _ in range(2)]
+
+            q_full, k_full = tensors(s)
+            v_full = torch.randn_like(k_full, requires_grad=True)
+            q_half, k_half = tensors(s // 2)
+            v_half = torch.randn_like(k_half, requires_grad=True)
+            shapes = {"diag": (q_full, k_full, v_full, True), "kv_half": (q_full, k_half, v_half, False),
+                      "q_half": (q_half, k_full, v_full, False)}
+            acc = torch.zeros(1, heads, s, d, device=device, dtype=torch.float32)
+            lse = torch.zeros(1, heads, s, 1, device=device, dtype=torch.float32)
+            step_out = torch.randn(1, heads, s, d, device=device, dtype=torch.bfloat16)
+            step_lse = torch.randn(1, heads, s, 1, device=device, dtype=torch.float32)
+
+            def merge():
+                new = torch.logaddexp(lse, step_lse)
+                return acc * torch.exp(lse - new) + step_out.float() * torch.exp(step_lse - new)
+
+            try:
+                fwd_ms, bwd_ms = {}, {}
+                for key, (q, k, v, causal) in shapes.items():
+                    g = torch.randn_like(q)
+
+                    def fwd():
+                        return F.scaled_dot_product_attention(q, k, v, is_causal=causal)
+
+                    def both():
+                        torch.autograd.grad(fwd(), (q, k, v), g)
+
+                    if backend is None:
+                        fwd_ms[key], t_ms = timer.ms(fwd), timer.ms(both)
+                    else:
+                        with sdpa_kernel([backend]):
+                            fwd_ms[key], t_ms = timer.ms(fwd), timer.ms(both)
+                    bwd_ms[key] = max(t_ms - fwd_ms[key], 1e-6)
+            except RuntimeError as e:
+                out.append(f"# ring {name} cp={cp} seq={total}: {str(e).splitlines()[0]}")
+                continue
+            merge_ms = timer.ms(merge)
+            flops = 4.0 * heads * d * total * total / (2 * cp)  # one rank's steps, forward
+            for pas, ms, f in (("fwd", fwd_ms, flops), ("bwd", bwd_ms, 2.5 * flops)):
+                steps = ms["diag"] + (cp - 1) * (ms["kv_half"] + ms["q_half"]) / 2
+                # The backward's accumulations (dq, and dk / dv passed along) are about the forward merge's bytes.
+                merges = (cp - 1) * merge_ms
+                out.append(f"ring {name} {pas} cp={cp} d={d} seq={total} steps_ms={steps:.4g} merges_ms={merges:.4g} "
+                           f"tflops={f / steps / 1e9:.4g} with_merges_tflops={f / (steps + merges) / 1e9:.4g}")
+    return out
+
+
 def host_lines(device, timer, smoke):
     """Host microseconds per tiny kernel launch, and a per-expert GEMM loop's host time against its GPU time."""
     x = torch.zeros(1, device=device)
@@ -172,14 +246,14 @@ def main():
     ap.add_argument("--smoke", action="store_true", help="tiny shapes, bf16 only, 2 repetitions (a test of the script)")
     ap.add_argument("--warmup", type=int, default=3)
     ap.add_argument("--reps", type=int, default=20)
-    ap.add_argument("--skip", default="", help="comma list of parts to leave out: gemm, attention, host")
+    ap.add_argument("--skip", default="", help="comma list of parts to leave out: gemm, attention, ring, host")
     args = ap.parse_args()
     if args.device == "cuda" and not torch.cuda.is_available():
         sys.exit("kernel_rates_peer.py: no CUDA device; use --device cpu --smoke")
     device = torch.device(args.device)
     skip = set(filter(None, args.skip.split(",")))
-    if not skip <= {"gemm", "attention", "host"}:
-        sys.exit(f"kernel_rates_peer.py: --skip takes gemm, attention, host; got {args.skip}")
+    if not skip <= {"gemm", "attention", "ring", "host"}:
+        sys.exit(f"kernel_rates_peer.py: --skip takes gemm, attention, ring, host; got {args.skip}")
     timer = Timer(device, 1 if args.smoke else args.warmup, 2 if args.smoke else args.reps)
     if device.type == "cuda":
         cc = torch.cuda.get_device_capability(device)
@@ -192,6 +266,9 @@ def main():
             print(line, flush=True)
     if "attention" not in skip:
         for line in attention_lines(device, timer, [16, 32] if args.smoke else ATTN_SEQ, args.smoke):
+            print(line, flush=True)
+    if "ring" not in skip:
+        for line in ring_lines(device, timer, args.smoke):
             print(line, flush=True)
     if "host" not in skip:
         for line in host_lines(device, timer, args.smoke):

@@ -24,6 +24,7 @@ gemm bf16 m=8192 n=14336 k=4096 tflops=742.05
 gemm bf16 m=512 n=512 k=512 tflops=247.35
 gemm fp8 m=4096 n=4096 k=4096 accum=fast tflops=1000
 attention cudnn fwd causal=1 d=128 seq=4096 tflops=500
+ring cudnn fwd cp=4 d=128 seq=65536 steps_ms=9.1 merges_ms=0.9 tflops=500 with_merges_tflops=450
 launch host_us=6.10 (tiny kernels, queued without a sync)
 experts e=16 m=512 n=3072 k=4096 host_ms=0.410 gpu_ms=0.360
 T
@@ -39,6 +40,14 @@ grep -q '^launch host_us=6.10' <<< "$out" && grep -q '^experts e=16' <<< "$out" 
 builtin=$("$check" "$src/configs/clusters/dgx-h100.yaml" "$tmp/rates.txt")
 grep -q '^attention cudnn fwd causal=1 d=128 seq=4096 ' <<< "$builtin" || { echo "FAIL: built-in table"; exit 1; }
 grep -q '^gemm fp8 accum=fast: 1 kernels' <<< "$builtin" || { echo "FAIL: fp8 by accumulation"; exit 1; }
+# A ring line: the table's step blend, 1/4 causal at 16384 (539) and 3/4 non-causal at 8192 (600): 583.5 TF/s.
+grep -q '^ring cudnn fwd cp=4 d=128 seq=65536 steps_ms=9.1 merges_ms=0.9 .* 500.0 .* 583.5 .*+16.7%$' <<< "$builtin" ||
+  { echo "FAIL: ring row"; exit 1; }
+grep -qx 'ring cudnn fwd with merges: 1 kernels, mean |error| 29.7%, signed +29.7% (table over measured)' <<< "$builtin" ||
+  { echo "FAIL: ring with merges"; exit 1; }
+printf 'ring cudnn fwd cp=1 d=128 seq=4096 tflops=1 with_merges_tflops=1\n' > "$tmp/ring1.txt"
+if err=$("$check" "$src/configs/clusters/dgx-h100.yaml" "$tmp/ring1.txt" 2>&1); then echo "FAIL: ring cp 1 accepted"; exit 1; fi
+grep -q 'ring1.txt:1: a ring line needs KERNEL PASS cp= (2 or more)' <<< "$err" || { echo "FAIL: $err"; exit 1; }
 printf 'gemm bf16 m=x n=1 k=1 tflops=1\n' > "$tmp/bad.txt"
 if err=$("$check" "$src/configs/clusters/dgx-h100.yaml" "$tmp/bad.txt" 2>&1); then echo "FAIL: bad line accepted"; exit 1; fi
 grep -q 'bad.txt:1: a gemm line needs PRECISION m= n= k= tflops=' <<< "$err" || { echo "FAIL: $err"; exit 1; }
@@ -55,6 +64,8 @@ cat "$tmp/cpu.txt"
 [ "$(grep -c '^gemm bf16 m=[0-9]* n=[0-9]* k=[0-9]* tflops=[0-9.e+-]*$' "$tmp/cpu.txt")" = 2 ] || { echo "FAIL: peer gemm lines"; exit 1; }
 grep -q '^attention math fwd causal=1 d=16 seq=16 tflops=' "$tmp/cpu.txt" || { echo "FAIL: peer attention lines"; exit 1; }
 grep -q '^experts e=4 m=32 n=48 k=64 host_ms=[0-9.]* gpu_ms=[0-9.]*$' "$tmp/cpu.txt" || { echo "FAIL: peer host lines"; exit 1; }
+[ "$(grep -c '^ring math [fb]wd cp=[24] d=16 seq=64 steps_ms=[0-9.e+-]* merges_ms=[0-9.e+-]* tflops=[0-9.e+-]* with_merges_tflops=' "$tmp/cpu.txt")" = 4 ] ||
+  { echo "FAIL: peer ring lines"; exit 1; }
 "$check" "$src/configs/clusters/dgx-h100.yaml" "$tmp/cpu.txt" > /dev/null || { echo "FAIL: the check refused the peer's lines"; exit 1; }
 if "$py" "$src/bench/kernel_rates_peer.py" --device cpu --smoke --skip gpus > /dev/null 2>&1; then echo "FAIL: --skip gpus accepted"; exit 1; fi
 echo ok

@@ -46,8 +46,8 @@ step nccl-one-rank $B/nccl_test
 #    kernel (SDPA's cuDNN and flash backends), the host's launch cost; compared here afterwards with
 #    build/bench/kernel_table_check configs/clusters/dgx-h100.yaml kernel-rates.txt (docs/gpu.md step 8).
 STEP_S=240 step kernel-rates python3 bench/kernel_rates_peer.py --device cuda
-grep -v '^#' "$OUT/kernel-rates.log" | grep '^gemm\|^attention\|^launch\|^experts\|^device' > "$OUT/kernel-rates.txt"
-figure "kernel rates: $(grep -c '^gemm' "$OUT/kernel-rates.txt") GEMMs, $(grep -c '^attention' "$OUT/kernel-rates.txt") attention points; $(grep '^launch' "$OUT/kernel-rates.txt")"
+grep -v '^#' "$OUT/kernel-rates.log" | grep '^gemm\|^attention\|^ring\|^launch\|^experts\|^device' > "$OUT/kernel-rates.txt"
+figure "kernel rates: $(grep -c '^gemm' "$OUT/kernel-rates.txt") GEMMs, $(grep -c '^attention' "$OUT/kernel-rates.txt") attention points, $(grep -c '^ring' "$OUT/kernel-rates.txt") ring-step points; $(grep '^launch' "$OUT/kernel-rates.txt")"
 
 # 3. The models: GPT-2 small in bf16 with its vocabulary padded to 50304 (Megatron's padding: 50257 divides by no TP
 #    degree) and Llama 3 8B's layers (h 4096, 32 / 8 heads, SwiGLU 14336, vocabulary 128256) with 2 layers and 2048-token
