@@ -26,7 +26,8 @@ struct CostOptions {
   // Megatron --overlap-grad-reduce / --overlap-param-gather (bucketed; docs/cost_model.md section 3).
   bool overlap_grad_reduce = true;     // gradient reduce overlapped with the last microbatch's backward
   bool overlap_grad_reduce_pp = true;  // ... with pp > 1 too (false: the engine reduces after the pipeline drains)
-  bool overlap_param_gather = true;    // parameter all-gather overlapped with the first forward
+  bool overlap_param_gather = true;    // ZeRO-1/2: the updated parameters' all-gather overlapped with the next forward
+  bool overlap_param_prefetch = true;  // ZeRO-3 (FSDP): each layer's gather prefetched ahead of its use
   bool p2p_overlap = false;            // p2p hidden behind compute (not added to stage time)
   double bytes_per_param =
       0;  // model-state bytes per parameter; 0: weights + gradients + optimizer (18 bf16 / fp8, 16 fp16 / fp32)

@@ -502,8 +502,10 @@ double Evaluator::DeviceDpSeconds(const Candidate& k, const Evaluation& x, int64
                ag = dense_c.ag + expert_c.ag;
   if (!(ar > 0)) return 0;
   const double bucket = BucketParams(g) / x.params[r], m = static_cast<double>(k.num_microbatches);
+  // The parameter gathers: ZeRO-1/2's after the step (the engine's param_gather), ZeRO-3's per layer and FSDP's under
+  // PP at the first forward (its param_prefetch).
   const bool og = (o_.cost.overlap_grad_reduce || o_.cost.dp_overlap) && (k.pp == 1 || o_.cost.overlap_grad_reduce_pp),
-             opg = o_.cost.overlap_param_gather;
+             opg = z == 3 ? o_.cost.overlap_param_prefetch : o_.cost.overlap_param_gather;
   const double fwd = x.forward_s[r], bwd = x.backward_s[r], sd = o_.cost.compute_slowdown;
   // FSDP under PP: one gather at the first forward, one reduce-scatter at the last backward (ZeRO-1's traffic).
   switch (FsdpUnderPp(z, k.pp, o_.cost.fsdp_with_pp) ? 1 : z) {
@@ -698,7 +700,9 @@ void PlanNotes(const Candidate& k, int64_t zero, const CostOptions& o, std::vect
                         ? "after the pipeline drains, not overlapped (the engine's pipelined runs reduce after the "
                           "last microbatch)"
                         : "overlapped with backward",
-                    o.overlap_param_gather ? "overlapped with forward" : "not overlapped"));
+                    (zero == 3 ? o.overlap_param_prefetch : o.overlap_param_gather) ? "overlapped with forward"
+                    : zero == 3                                                     ? "not prefetched, exposed"
+                                : "after the step, not overlapped (the engine gathers inside its step)"));
   }
 }
 

@@ -260,6 +260,7 @@ Status ApplyEngine(const SolveArgs& a, const CostSource& src, SearchOptions* o) 
   if (!KernelLevel(src)) return Status::OK();
   o->cost.overlap_grad_reduce = o->cost.overlap_grad_reduce && e.grad_reduce_overlap;
   o->cost.overlap_grad_reduce_pp = e.grad_reduce_overlap_pp;
+  o->cost.overlap_param_prefetch = o->cost.overlap_param_prefetch && e.param_prefetch_overlap;
   o->cost.overlap_param_gather = o->cost.overlap_param_gather && e.param_gather_overlap;
   o->cost.compute_slowdown = e.compute_slowdown;
   o->cost.fp8_weight_bytes = e.fp8_weight_bytes;
@@ -329,7 +330,8 @@ void CostLead(const CostSource& src, const SearchOptions& o, Plan* plan) {
   const PlanSummary& r = plan->runners_up.front();
   if (r.schedule == Schedule::kPipeDream) return;
   SearchOptions bare = o;
-  bare.cost.overlap_grad_reduce = bare.cost.overlap_param_gather = bare.cost.dp_overlap = false;
+  bare.cost.overlap_grad_reduce = bare.cost.overlap_param_gather = bare.cost.overlap_param_prefetch = false;
+  bare.cost.dp_overlap = false;
   bare.cost.p2p_overlap = bare.cost.moe_overlap = bare.cost.tp_comm_overlap = bare.cost.cp_overlap = false;
   bare.cost.compute_slowdown = 0;
   PlanLead lead;

@@ -495,6 +495,7 @@ Status BuildSearchOptions(const SolveArgs& a, const ModelSpec& model, const Prof
     }
     *out = *text == "on";
   }
+  o->cost.overlap_param_prefetch = o->cost.overlap_param_gather;  // off: ZeRO-3's gathers exposed too
   PLANNER_RETURN_IF_ERROR(MoeCostFlags(a, o));
   PLANNER_RETURN_IF_ERROR(DpCommFlags(a, o));
   o->cost.p2p_overlap = a.p2p_overlap;

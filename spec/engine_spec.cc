@@ -121,12 +121,13 @@ Status ParseUnguarded(const std::string& path, const std::string& text, EngineSp
   const YAML::Node& o = root["overlap"];
   if (o.IsDefined()) {
     PLANNER_RETURN_IF_ERROR(r.CheckKeys(o, "overlap",
-                                        {"grad_reduce", "grad_reduce_with_pp", "param_gather", "tp_comm_overlap_hidden",
-                                         "moe_a2a_hidden", "compute_slowdown"}));
+                                        {"grad_reduce", "grad_reduce_with_pp", "param_gather", "param_prefetch",
+                                         "tp_comm_overlap_hidden", "moe_a2a_hidden", "compute_slowdown"}));
     PLANNER_RETURN_IF_ERROR(r.GetBool(o, "grad_reduce", "overlap.grad_reduce", &e.grad_reduce_overlap, false));
     PLANNER_RETURN_IF_ERROR(
         r.GetBool(o, "grad_reduce_with_pp", "overlap.grad_reduce_with_pp", &e.grad_reduce_overlap_pp, false));
     PLANNER_RETURN_IF_ERROR(r.GetBool(o, "param_gather", "overlap.param_gather", &e.param_gather_overlap, false));
+    PLANNER_RETURN_IF_ERROR(r.GetBool(o, "param_prefetch", "overlap.param_prefetch", &e.param_prefetch_overlap, false));
     PLANNER_RETURN_IF_ERROR(
         Fraction(r, o, "tp_comm_overlap_hidden", "overlap.tp_comm_overlap_hidden", &e.tp_comm_overlap_hidden, 1));
     PLANNER_RETURN_IF_ERROR(Fraction(r, o, "moe_a2a_hidden", "overlap.moe_a2a_hidden", &e.moe_a2a_hidden, 1));

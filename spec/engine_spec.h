@@ -42,7 +42,13 @@ struct EngineSpec {
   }
   double elementwise_traffic = 1;  // memory-bound bytes relative to the fused kernels the layer model counts
   double fp8_cast_fused = 0.5;     // share of FP8 input casts fused into the producing kernel
-  bool grad_reduce_overlap = true, param_gather_overlap = true;
+  bool grad_reduce_overlap = true;
+  // ZeRO-1/2's all-gather of the updated parameters after the step overlapped with the next forward (file key
+  // overlap.param_gather: Megatron --overlap-param-gather; false: DeepSpeed's ZeRO-1/2 gathers in step(), exposed).
+  bool param_gather_overlap = true;
+  // ZeRO-3's per-layer parameter gathers prefetched ahead of their use (overlap.param_prefetch: FSDP2, DeepSpeed's
+  // stage3_prefetch_bucket_size, Megatron FSDP); false: each gathered when its layer runs, exposed.
+  bool param_prefetch_overlap = true;
   // The gradient reduce overlapped with backward under pipelining too (file key overlap.grad_reduce_with_pp);
   // false: a pipelined run reduces after its last microbatch, exposed (DeepSpeed's PipelineEngine).
   bool grad_reduce_overlap_pp = true;

@@ -174,6 +174,18 @@ $PLANNER solve --gpus 16 --model $M/gpt2-small.yaml --cluster $C/dgx-h100.yaml -
 $PLANNER solve --gpus 16 --model $M/gpt2-small.yaml --cluster $C/dgx-h100.yaml --engine deepspeed --tp 1 --pp 1 --zero 0 --json > dsdp.json 2>/dev/null
 check "deepspeed pp 2: the gradient all-reduce all exposed" python3 -c "import sys; sys.exit(not abs(float('$(dpx dspp.json)') - 1) < 1e-9)"
 check "deepspeed pp 1: the gradient all-reduce partly hidden" python3 -c "import sys; sys.exit(not float('$(dpx dsdp.json)') < 0.9)"
+# DeepSpeed's ZeRO-1 gathers the updated parameters inside step() (overlap.param_gather false): the gather exposed,
+# the reduce-scatter's buckets hidden; Megatron's distributed optimizer hides both (--overlap-param-gather);
+# ZeRO-3's per-layer gathers are prefetched on both (overlap.param_prefetch true).
+dpn() { python3 -c "import json,sys; print(json.load(open(sys.argv[1]))['predicted']['communication']['data_parallel']['exposed_seconds'])" "$1"; }
+for e in deepspeed megatron-core; do for z in 1 3; do
+  $PLANNER solve --gpus 16 --model $M/gpt2-small.yaml --cluster $C/dgx-h100.yaml --engine $e --tp 1 --pp 1 --zero $z --json > "z$z$e.json" 2>/dev/null
+  $PLANNER solve --gpus 16 --model $M/gpt2-small.yaml --cluster $C/dgx-h100.yaml --engine $e --tp 1 --pp 1 --zero $z --overlap-param-gather off --json > "z$z${e}off.json" 2>/dev/null
+done; done
+check "deepspeed zero 1: the parameter gather exposed as with --overlap-param-gather off" python3 -c "import sys; sys.exit(not abs($(dpn z1deepspeed.json) - $(dpn z1deepspeedoff.json)) < 1e-12)"
+check "megatron zero 1: the parameter gather hidden" python3 -c "import sys; sys.exit(not $(dpn z1megatron-core.json) < 0.9 * $(dpn z1megatron-coreoff.json))"
+check "deepspeed zero 3: the gathers prefetched" python3 -c "import sys; sys.exit(not $(dpn z3deepspeed.json) < 0.9 * $(dpn z3deepspeedoff.json))"
+expect "deepspeed zero 1 note" 0 "parameter gather after the step, not overlapped" -- $PLANNER solve --gpus 16 --model $M/gpt2-small.yaml --cluster $C/dgx-h100.yaml --engine deepspeed --tp 1 --pp 1 --zero 1
 expect "bad subcommand" 2 "unknown subcommand 'slove', did you mean 'solve'?" -- $PLANNER slove --gpus 8
 expect "bad schedule" 2 "--schedule: unknown value '1f1f', did you mean '1f1b'?" -- $PLANNER solve --gpus 8 --model $M/gpt2-small.yaml --cluster $C/dgx-a100.yaml --schedule 1f1f
 expect "interleave v=8" 0 "schedule interleaved (v=8)" -- $PLANNER solve --gpus 1024 --model $M/gpt3-175b.yaml --cluster $C/dgx-a100.yaml --tp 8 --pp 4 --schedule interleaved --interleave 8

@@ -248,7 +248,7 @@ TEST_CASE("ZeRO-2 and ZeRO-3 pay their collectives per microbatch, ZeRO-0/1 per 
   o.gpus = 8;
   o.dp_comms = {DpComm::kHierAllReduce};  // the per-level rings these closed forms are written with
   o.cost.overlap_grad_reduce = false;
-  o.cost.overlap_param_gather = false;
+  o.cost.overlap_param_gather = o.cost.overlap_param_prefetch = false;
   const int64_t d = 8;
   Evaluation x = EvaluateAt(f, o, d, 1, 0);
   const double bytes = x.params[0] * 2;
@@ -285,7 +285,7 @@ TEST_CASE(
   o.gpus = 8;
   o.dp_comms = {DpComm::kHierAllReduce};  // the per-level rings these closed forms are written with
   o.cost.overlap_grad_reduce = false;
-  o.cost.overlap_param_gather = false;
+  o.cost.overlap_param_gather = o.cost.overlap_param_prefetch = false;
   const int64_t d = 8;
   const Evaluation x0 = EvaluateAt(f, o, d, 1, 0);
   const std::vector<int64_t> group = GroupSpread(f.cluster, d, 1);
@@ -429,7 +429,7 @@ TEST_CASE("overlapped data-parallel communication: the last bucket plus what out
   ParFixture f("gpt2-small.yaml", "dgx-a100.yaml");
   SearchOptions on, off;
   on.gpus = off.gpus = 8;
-  off.cost.overlap_grad_reduce = off.cost.overlap_param_gather = false;
+  off.cost.overlap_grad_reduce = off.cost.overlap_param_gather = off.cost.overlap_param_prefetch = false;
   for (int64_t z : {0, 1, 2, 3}) {
     Evaluation a = EvaluateAt(f, on, 8, 2, z), b = EvaluateAt(f, off, 8, 2, z);
     CHECK(a.dp_s < b.dp_s);
