@@ -685,24 +685,27 @@ void PlanNotes(const Candidate& k, int64_t zero, const CostOptions& o, std::vect
                       "(--moe-token-dispatcher-type alltoall)",
         o.moe_imbalance,
         o.moe_imbalance == 1 && k.ep > 1
-            ? " (balanced routing, as Megatron --moe-router-force-load-balancing runs it; dropless routing by an aux "
-              "loss measured 1.84 on Qwen3-235B at EP 8: --moe-imbalance, docs/cost_model.md)"
+            ? " (balanced routing, as Megatron --moe-router-force-load-balancing runs it; Qwen3-235B's published "
+              "dropless throughput at EP 8 fits 1.84: --moe-imbalance, docs/cost_model.md)"
             : "",
         o.moe_overlap ? "overlapped with the layer's compute (Megatron --overlap-moe-expert-parallel-comm)"
                       : "exposed"));
   }
   if (k.dp * k.cp > 1) {
-    notes->push_back(
-        fmt::format("gradient reduce {}, parameter gather {} (Megatron --overlap-grad-reduce / --overlap-param-gather, "
-                    "buckets of max(40M, 1M x dp) parameters)",
-                    !(o.overlap_grad_reduce || o.dp_overlap) ? "not overlapped"
-                    : k.pp > 1 && !o.overlap_grad_reduce_pp
-                        ? "after the pipeline drains, not overlapped (the engine's pipelined runs reduce after the "
-                          "last microbatch)"
-                        : "overlapped with backward",
-                    (zero == 3 ? o.overlap_param_prefetch : o.overlap_param_gather) ? "overlapped with forward"
-                    : zero == 3                                                     ? "not prefetched, exposed"
-                                : "after the step, not overlapped (the engine gathers inside its step)"));
+    notes->push_back(fmt::format(
+        "gradient reduce {}, parameter gather {} (Megatron --overlap-grad-reduce / --overlap-param-gather, "
+        "buckets of max(40M, 1M x dp) parameters)",
+        !(o.overlap_grad_reduce || o.dp_overlap) ? "not overlapped"
+        : k.pp > 1 && !o.overlap_grad_reduce_pp
+            ? "after the pipeline drains, not overlapped (the engine's pipelined runs reduce after the "
+              "last microbatch)"
+            : "overlapped with backward",
+        zero == 0 ? "none (ZeRO-0: every replica holds whole parameters)"
+        : (zero == 3 ? o.overlap_param_prefetch : o.overlap_param_gather) ? "overlapped with forward"
+        : zero == 3 ? "not overlapped (ZeRO-3's gathers not prefetched: the engine's overlap.param_prefetch "
+                      "false or --overlap-param-gather off)"
+                    : "not overlapped (gathered inside the step: the engine's overlap.param_gather false or "
+                      "--overlap-param-gather off)"));
   }
 }
 

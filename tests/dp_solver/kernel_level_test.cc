@@ -275,7 +275,6 @@ TEST_CASE("ring attention's steps: full off-diagonal blocks at long chunks, shor
   // Megatron-Core's ring (TE: merges beside the next step's kernel) adds nothing to its kernels.
   REQUIRE(f.engine.cp_ring_fwd == 1);
   REQUIRE(f.engine.cp_ring_bwd == 1);
-  CHECK(f.BlockSeconds(f.engine, 1, 4) == four);
   // A ring with a share (torchtitan's: 0.781 forward, 0.859 backward) slows only the attention core, only under
   // cp > 1: slower than the kernels alone, by less than the forward share's whole inverse.
   EngineSpec torch_ring = f.engine;
