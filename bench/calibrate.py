@@ -35,6 +35,7 @@ Published figures are compared on their own definitions:
                   (step seconds x GPUs)). Rows pass `--engine` only where `planner solve --help` lists it.
 """
 import argparse
+import functools
 import json
 import math
 import os
@@ -593,11 +594,13 @@ def deepseek_engine(tmp):
                                  (r"^moe_flex_hops: serial", "moe_flex_hops: overlapped"))
 
 
+@functools.lru_cache(maxsize=None)
 def nemo_engine(tmp):
     """Megatron-Core as NeMo-Framework-Launcher 24.03.01-24.07 ran it: Transformer Engine with NVTE_FUSED_ATTN 0
     (launcher_scripts/conf/config.yaml, "Disable cudnn FA until we've tested it more"; removed in 04b8d098,
     2024-08-29), so TE's DotProductAttention ran the flash-attn package's FlashAttention-2 kernels, not cuDNN's. The
-    NeMo long-sequence (24.03.01) and performance-summary (24.07) rows run on it; they join megatron-core's band."""
+    NeMo long-sequence (24.03.01) and performance-summary (24.07) rows run on it; they join megatron-core's band.
+    Written once per run (cached): every NeMo row names the same file."""
     return megatron_core_variant(tmp, "megatron-core-nemo-24", r"^attention: cudnn .*$",
                                  "attention: fa2  # NVTE_FUSED_ATTN=0: TE's flash-attn backend (FlashAttention-2)")
 

@@ -92,15 +92,34 @@ def gemm_lines(device, timer, shapes, precisions):
     return out
 
 
+def sdpa_backends(device):
+    """(name, backend) of the scaled_dot_product_attention backends timed: cuDNN and flash (FlashAttention-2) on
+    CUDA, the math path on the CPU (backend None)."""
+    if device.type != "cuda":
+        return [("math", None)]
+    from torch.nn.attention import SDPBackend
+    return [("cudnn", SDPBackend.CUDNN_ATTENTION), ("fa2", SDPBackend.FLASH_ATTENTION)]
+
+
+def sdpa_ms(timer, backend, q, k, v, causal, g):
+    """Median ms of the forward and of forward + backward on `backend` (fresh gradients each run: no accumulation
+    adds timed with the backward). RuntimeError when the backend refuses the shape (or is not built)."""
+    def fwd():
+        return F.scaled_dot_product_attention(q, k, v, is_causal=causal)
+
+    def both():
+        torch.autograd.grad(fwd(), (q, k, v), g)
+
+    if backend is None:
+        return timer.ms(fwd), timer.ms(both)
+    from torch.nn.attention import sdpa_kernel
+    with sdpa_kernel([backend]):
+        return timer.ms(fwd), timer.ms(both)
+
+
 def attention_lines(device, timer, seqs, smoke):
-    backends = []
-    if device.type == "cuda":
-        from torch.nn.attention import SDPBackend, sdpa_kernel
-        backends = [("cudnn", SDPBackend.CUDNN_ATTENTION), ("fa2", SDPBackend.FLASH_ATTENTION)]
-    else:
-        backends = [("math", None)]
     out = []
-    for name, backend in backends:
+    for name, backend in sdpa_backends(device):
         for d in ((16,) if smoke else (64, 128)):
             heads = (2 if smoke else 2048 // d)
             for causal in (True, False):
@@ -109,19 +128,8 @@ def attention_lines(device, timer, seqs, smoke):
                     q, k, v = (torch.randn(b, heads, s, d, device=device, dtype=torch.bfloat16, requires_grad=True)
                                for _ in range(3))
                     g = torch.randn(b, heads, s, d, device=device, dtype=torch.bfloat16)
-
-                    def fwd():
-                        return F.scaled_dot_product_attention(q, k, v, is_causal=causal)
-
-                    def both():  # fresh gradients each run: no accumulation adds timed with the backward
-                        torch.autograd.grad(fwd(), (q, k, v), g)
-
                     try:
-                        if backend is None:
-                            f_ms, t_ms = timer.ms(fwd), timer.ms(both)
-                        else:
-                            with sdpa_kernel([backend]):
-                                f_ms, t_ms = timer.ms(fwd), timer.ms(both)
+                        f_ms, t_ms = sdpa_ms(timer, backend, q, k, v, causal, g)
                     except RuntimeError as e:  # the backend refuses the shape (or is not built)
                         out.append(f"# attention {name} d={d} seq={s} causal={int(causal)}: {str(e).splitlines()[0]}")
                         continue
@@ -142,16 +150,10 @@ def ring_lines(device, timer, smoke):
     exp(lse_step - lse)), once per later step. Rates are the steps' FLOPs (S^2 / (2 cp) pairs per rank, 4 d per pair
     forward, backward 2.5x) over their time, kernels alone and with the merges: the planner prices the kernels on
     its table and multiplies by cp_ring (1 for Transformer Engine, whose merges run beside the next kernel)."""
-    backends = []
-    if device.type == "cuda":
-        from torch.nn.attention import SDPBackend, sdpa_kernel
-        backends = [("cudnn", SDPBackend.CUDNN_ATTENTION), ("fa2", SDPBackend.FLASH_ATTENTION)]
-    else:
-        backends = [("math", None)]
     cases = [(64, 2), (64, 4)] if smoke else [(32768, 2), (65536, 4), (131072, 8)]
     d, heads = (16, 2) if smoke else (128, 16)
     out = []
-    for name, backend in backends:
+    for name, backend in sdpa_backends(device):
         for total, cp in cases:
             s = total // cp
 
@@ -177,19 +179,7 @@ def ring_lines(device, timer, smoke):
             try:
                 fwd_ms, bwd_ms = {}, {}
                 for key, (q, k, v, causal) in shapes.items():
-                    g = torch.randn_like(q)
-
-                    def fwd():
-                        return F.scaled_dot_product_attention(q, k, v, is_causal=causal)
-
-                    def both():
-                        torch.autograd.grad(fwd(), (q, k, v), g)
-
-                    if backend is None:
-                        fwd_ms[key], t_ms = timer.ms(fwd), timer.ms(both)
-                    else:
-                        with sdpa_kernel([backend]):
-                            fwd_ms[key], t_ms = timer.ms(fwd), timer.ms(both)
+                    fwd_ms[key], t_ms = sdpa_ms(timer, backend, q, k, v, causal, torch.randn_like(q))
                     bwd_ms[key] = max(t_ms - fwd_ms[key], 1e-6)
             except RuntimeError as e:
                 out.append(f"# ring {name} cp={cp} seq={total}: {str(e).splitlines()[0]}")

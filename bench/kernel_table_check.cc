@@ -125,9 +125,9 @@ int main(int argc, char** argv) {
       if (predicted <= 0) continue;  // the table has no curve of this kernel
       cls = "attention " + l.words[1] + " " + l.words[2];
     } else if (kind == "ring" && l.words.size() == 3) {
-      // One rank's ring-attention steps (kernel_rates_peer.py ring_lines): the planner's blend on the table
-      // (AttentionRates: the causal diagonal at s = seq / cp for 1/cp of the work, the rest non-causal at s / 2),
-      // against the steps alone and against the steps with their merges run serially after each.
+      // One rank's ring-attention steps (kernel_rates_peer.py ring_lines): the planner's step blend on the table
+      // (KernelTable::RingStepTflops, as AttentionRates prices them; no wave fill, no engine share), against the
+      // steps alone and against the steps with their merges run serially after each.
       double cp = 0, d = 0, seq = 0, with_merges = 0;
       if (!Number(l, "cp", &cp) || !Number(l, "d", &d) || !Number(l, "seq", &seq) || !Number(l, "tflops", &measured) ||
           !Number(l, "with_merges_tflops", &with_merges) || !(cp >= 2)) {
@@ -137,11 +137,8 @@ int main(int argc, char** argv) {
                      argv[2], number);
         return 2;
       }
-      const double s_rank = seq / cp;
-      const double diag = table.AttentionTflops(l.words[1], l.words[2], true, d, s_rank);
-      const double open = table.AttentionTflops(l.words[1], l.words[2], false, d, s_rank / 2);
-      if (!(diag > 0) || !(open > 0)) continue;  // the table has no curve of this kernel
-      predicted = 1.0 / ((1.0 / cp) / diag + (1.0 - 1.0 / cp) / open);
+      predicted = table.RingStepTflops(l.words[1], l.words[2], d, seq / cp, cp);
+      if (predicted <= 0) continue;  // the table has no curve of this kernel
       cls = "ring " + l.words[1] + " " + l.words[2];
       if (with_merges > 0) {
         const double err = (predicted - with_merges) / with_merges;

@@ -436,8 +436,7 @@ CoreRates AttentionRates(const Layer& l, const RowRates& q, double tp_shard) {
       const double open = kt.AttentionTflops(q.attention_kernel, pass, false, d, l.attention_seq / 2);
       return 1.0 / ((0.5 / q.cpd) / diag + (1.0 - 0.5 / q.cpd) / open);
     }
-    const double open = kt.AttentionTflops(q.attention_kernel, pass, false, d, s / 2);
-    return 1.0 / ((1.0 / q.cpd) / causal + (1.0 - 1.0 / q.cpd) / open);
+    return kt.RingStepTflops(q.attention_kernel, pass, d, s, q.cpd);
   };
   const double fill =
       WaveFill(q.bd * std::max(1.0, l.attention_heads / tp_shard) * std::ceil(s / 128), static_cast<double>(kt.sms));

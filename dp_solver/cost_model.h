@@ -28,7 +28,10 @@ struct CostOptions {
   bool overlap_grad_reduce_pp = true;  // ... with pp > 1 too (false: the engine reduces after the pipeline drains)
   bool overlap_param_gather = true;    // ZeRO-1/2: the updated parameters' all-gather overlapped with the next forward
   bool overlap_param_prefetch = true;  // ZeRO-3 (FSDP): each layer's gather prefetched ahead of its use
-  bool p2p_overlap = false;            // p2p hidden behind compute (not added to stage time)
+  // Whether ZeRO stage `zero`'s parameter gathers overlap compute: ZeRO-3's (and FSDP's under PP) by prefetch, ZeRO-1/2's
+  // after the step by overlap_param_gather.
+  bool ParamGatherOverlapped(int64_t zero) const { return zero == 3 ? overlap_param_prefetch : overlap_param_gather; }
+  bool p2p_overlap = false;  // p2p hidden behind compute (not added to stage time)
   double bytes_per_param =
       0;  // model-state bytes per parameter; 0: weights + gradients + optimizer (18 bf16 / fp8, 16 fp16 / fp32)
   // Gradient buffer dtype (accumulation over microbatches, data-parallel reduction; --grad-dtype);

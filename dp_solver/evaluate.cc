@@ -502,10 +502,8 @@ double Evaluator::DeviceDpSeconds(const Candidate& k, const Evaluation& x, int64
                ag = dense_c.ag + expert_c.ag;
   if (!(ar > 0)) return 0;
   const double bucket = BucketParams(g) / x.params[r], m = static_cast<double>(k.num_microbatches);
-  // The parameter gathers: ZeRO-1/2's after the step (the engine's param_gather), ZeRO-3's per layer and FSDP's under
-  // PP at the first forward (its param_prefetch).
   const bool og = (o_.cost.overlap_grad_reduce || o_.cost.dp_overlap) && (k.pp == 1 || o_.cost.overlap_grad_reduce_pp),
-             opg = z == 3 ? o_.cost.overlap_param_prefetch : o_.cost.overlap_param_gather;
+             opg = o_.cost.ParamGatherOverlapped(z);
   const double fwd = x.forward_s[r], bwd = x.backward_s[r], sd = o_.cost.compute_slowdown;
   // FSDP under PP: one gather at the first forward, one reduce-scatter at the last backward (ZeRO-1's traffic).
   switch (FsdpUnderPp(z, k.pp, o_.cost.fsdp_with_pp) ? 1 : z) {
@@ -700,8 +698,8 @@ void PlanNotes(const Candidate& k, int64_t zero, const CostOptions& o, std::vect
             ? "after the pipeline drains, not overlapped (the engine's pipelined runs reduce after the "
               "last microbatch)"
             : "overlapped with backward",
-        zero == 0 ? "none (ZeRO-0: every replica holds whole parameters)"
-        : (zero == 3 ? o.overlap_param_prefetch : o.overlap_param_gather) ? "overlapped with forward"
+        zero == 0                       ? "none (ZeRO-0: every replica holds whole parameters)"
+        : o.ParamGatherOverlapped(zero) ? "overlapped with forward"
         : zero == 3 ? "not overlapped (ZeRO-3's gathers not prefetched: the engine's overlap.param_prefetch "
                       "false or --overlap-param-gather off)"
                     : "not overlapped (gathered inside the step: the engine's overlap.param_gather false or "

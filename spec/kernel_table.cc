@@ -233,6 +233,14 @@ double KernelTable::AttentionTflops(const std::string& kernel, const std::string
   return nc_fwd > 0 ? nc_bwd * c_fwd / nc_fwd : 0;
 }
 
+double KernelTable::RingStepTflops(const std::string& kernel, const std::string& pass, double head_dim, double seq_rank,
+                                   double cp) const {
+  const double diag = AttentionTflops(kernel, pass, true, head_dim, seq_rank);
+  const double open = AttentionTflops(kernel, pass, false, head_dim, seq_rank / 2);
+  if (!(diag > 0) || !(open > 0)) return 0;
+  return 1.0 / ((1.0 / cp) / diag + (1.0 - 1.0 / cp) / open);
+}
+
 std::vector<std::string> BuiltinKernelTables() {
   std::vector<std::string> out;
   for (const auto& b : kBuiltinKernels) out.emplace_back(b.name);

@@ -66,6 +66,11 @@ struct KernelTable {
   // / non-causal forward) at the same point; a "both" curve serves either pass. 0 when the kernel has no curve.
   double AttentionTflops(const std::string& kernel, const std::string& pass, bool causal, double head_dim,
                          double seq) const;
+  // TFLOP/s of one rank's ring-attention steps (cp >= 2, load-balanced chunks) holding `seq_rank` tokens: one step
+  // of the cp is the causal diagonal at seq_rank, the others non-causal blocks at seq_rank / 2, all of equal work,
+  // blended by time. 0 when the kernel has no curve.
+  double RingStepTflops(const std::string& kernel, const std::string& pass, double head_dim, double seq_rank,
+                        double cp) const;
 };
 
 // The built-in tables' names (configs/kernels/*.yaml): "a100", "h100".
