@@ -101,7 +101,11 @@ def nemo_llama2_flops_per_token(s, l=32, h=4096, ffn=11008, heads=32, groups=32,
 # conf/training/llama/llama2_7b.yaml): micro_batch_size 1, no activation checkpointing, the distributed optimizer
 # (distributed_fused_adam: optimizer states sharded over data parallelism, ZeRO-1) with grad_sync_dtype bf16 (the
 # gradient buffer in bf16), virtual_pipeline_model_parallel_size null (plain 1F1B where pp > 1).
-NEMO_2403 = ["--microbatch", "1", "--zero", "1", "--recompute", "none", "--grad-dtype", "bf16", "--schedule", "1f1b"]
+# NeMo 1.x (megatron_base_model.py, v2.0.0 L791-812) gives Apex's DistributedFusedAdam store_params false and
+# store_param_remainders true when the optimizer's dtype is fp32 and the weights bf16: 10 B of state per parameter
+# (the int16 remainders and fp32 moments), not 12: --optimizer-state fp32-remainders.
+NEMO_2403 = ["--microbatch", "1", "--zero", "1", "--recompute", "none", "--grad-dtype", "bf16", "--schedule", "1f1b",
+             "--optimizer-state", "fp32-remainders"]
 # NVIDIA's MLPerf GPT-3 175B configuration (NeMo-Framework-Launcher conf/training/gpt3/mlperf.yaml, the submission's
 # settings): ub_tp_comm_overlap true (Transformer Engine userbuffers: TP all-gathers / reduce-scatters overlapped with
 # the GEMMs) and grad_sync_dtype bf16 with the Megatron-Core distributed optimizer.
@@ -155,6 +159,11 @@ NEMO_2407 = [
     ("LLAMA3-8B", "llama3-8b.yaml", 8, 128, 1, 8192, 1, 1, 2, 1, 12036),
     ("LLAMA3-70B", "llama3-70b.yaml", 64, 128, 1, 8192, 4, 4, 2, 5, 1533),
 ]
+# The optimizer state each recipe keeps: distributed_fused_adam with bf16 weights keeps fp32 remainders (10 B per
+# parameter, NEMO_2403's note); launcher 24.07 conf/training/nemotron/nemotron_340b.yaml sets optim.dtype bf16: bf16
+# moments and no master (4 B). That file's layout is not the summary's (pp 12, vp 8, global batch 2304, fp8 off
+# against pp 8, vp 12, 32, FP8): the optimizer's dtype is assumed kept from it.
+NEMO_2407_OPTIM = {"Nemotron-340B": "bf16"}
 # The models configs/models lacks, as the recipes define them (GPT-3: GPT-2 BPE padded to 50304, GeLU, LayerNorm, learned
 # positions, biases, dropout 0.1; Llama 2: SwiGLU, RMSNorm, RoPE; Nemotron: squared ReLU, LayerNorm, RoPE, 256K vocabulary).
 LLAMA_BLOCK = "ffn_act: swiglu, norm: rmsnorm, position: rope, bias: false, tie_embeddings: false, dropout: 0"
@@ -602,7 +611,10 @@ def nemo_engine(tmp):
     NeMo long-sequence (24.03.01) and performance-summary (24.07) rows run on it; they join megatron-core's band.
     Written once per run (cached): every NeMo row names the same file."""
     return megatron_core_variant(tmp, "megatron-core-nemo-24", r"^attention: cudnn .*$",
-                                 "attention: fa2  # NVTE_FUSED_ATTN=0: TE's flash-attn backend (FlashAttention-2)")
+                                 "attention: fa2  # NVTE_FUSED_ATTN=0: TE's flash-attn backend (FlashAttention-2)",
+                                 (r"^  bf16-moments: \[1\].*$",
+                                  "  bf16-moments: [1]\n  bf16: [1]  # optim.dtype bf16: Apex DistributedFusedAdam, bf16 "
+                                  "moments, no master (store_params false)"))
 
 
 def engine_args(tmp, engine):
@@ -696,6 +708,7 @@ def run_nemo_2407(tmp, cluster):
                  "--seq", str(seq), "--precision", "fp8", "--zero", "1", "--recompute", "none", "--grad-dtype", "bf16"]
         flags += schedule_flags(v)
         flags += ["--sp", "on", "--tp-comm-overlap", "on"] if t > 1 else []
+        flags += ["--optimizer-state", NEMO_2407_OPTIM.get(name, "fp32-remainders")]
         plan, err = solve(path, cluster, n, flags + engine_args(tmp, "nemo-24")[0])
         pred = plan["predicted"]["tokens_per_second_per_gpu"] if plan else None
         rows.append((f"{name} n{n} tp{t} pp{p} cp{cp} vp{v} B{B} b{b} seq{seq} fp8", pub, pred,

@@ -12,6 +12,16 @@
 
 namespace planner {
 namespace codegen_internal {
+std::string Fp32OptimizerNote(const Plan& plan, const std::string& target) {
+  if (plan.optimizer_state == OptimizerState::kFp32) return "";
+  return fmt::format(
+      "{}: the optimizer keeps fp32 master weights and moments (12 B per parameter), not the plan's {} ({:g} B): {:g} "
+      "B per parameter more (sharded as the plan's ZeRO stage shards the optimizer state); solve with "
+      "--optimizer-state fp32 to plan what it runs",
+      target, OptimizerStateName(plan.optimizer_state), OptimizerStateBytes(plan.optimizer_state),
+      OptimizerStateBytes(OptimizerState::kFp32) - OptimizerStateBytes(plan.optimizer_state));
+}
+
 // In writing order; owned: path prefixes relative to the launch directory (a target's .refused file included).
 const std::vector<ExportTarget>& Exports() {
   static const std::vector<ExportTarget> kExports = {

@@ -45,6 +45,10 @@ const std::vector<ExportTarget>& Exports();
 using TemplateValues = std::vector<std::pair<std::string, std::string>>;  // (placeholder name without PLAN_, value)
 std::string FillTemplate(std::string_view text, const TemplateValues& values);
 
+// The note of a target that keeps fp32 master weights and Adam moments (12 B per parameter) where the plan keeps
+// less (plan.optimizer_state), "" where the plan keeps fp32 (export_table.cc).
+std::string Fp32OptimizerNote(const Plan& plan, const std::string& target);
+
 inline std::string Join(const std::vector<int64_t>& v, const char* sep) {
   std::string s;
   for (size_t i = 0; i < v.size(); ++i) s += (i ? sep : "") + std::to_string(v[i]);

@@ -410,6 +410,10 @@ std::string MegatronRuleViolation(const std::string& args, const MegatronCheck& 
   }
   if (f.count("--sequence-parallel") && tp == 1)
     return "sequence parallelism with tp 1: Megatron-LM turns --sequence-parallel off (validate_args)";
+  if (f.count("--use-precision-aware-optimizer") && !f.count("--use-distributed-optimizer"))
+    return "--use-precision-aware-optimizer without the distributed optimizer (ZeRO-1): Megatron-Core raises "
+           "\"only supported with distributed optimizer\" (get_megatron_optimizer); solve with --zero 1 or "
+           "--optimizer-state fp32";
   if (ep > 1 && num("--num-experts", 0) % ep != 0)
     return fmt::format("{} experts are not divisible by ep {} (validate_args)", num("--num-experts", 0), ep);
   const int64_t mbs = num("--micro-batch-size", 1), gbs = num("--global-batch-size", 0);
@@ -460,6 +464,38 @@ void MegatronShardingArgs(const Plan& plan, const LaunchPlan& L, std::string* mg
   }
 }
 
+// Whether the export runs --fp8-recipe blockwise: moe_act / layernorm recompute under FP8, where Megatron-Core refuses
+// its default delayed-scaling recipe (transformer_config.py); blockwise is DeepSeek-V3's fine-grained (1 x 128,
+// 128 x 128) quantization.
+bool MegatronBlockwiseFp8(const Plan& plan, const ModelSpec& model) {
+  const uint32_t fp8_refused = RecomputeBit(RecomputeModule::kMoeAct) | RecomputeBit(RecomputeModule::kLayernorm);
+  return model.dtype == DType::kFp8 && plan.recompute == Recompute::kSelective &&
+         (plan.recompute_modules & fp8_refused) != 0;
+}
+
+// The optimizer state (plan.optimizer_state): Transformer Engine's FusedAdam through --use-precision-aware-optimizer,
+// which keeps the fp32 master as int16 remainders beside bf16 weights (OptimizerConfig store_param_remainders,
+// default true) and the moments in --exp-avg-dtype / --exp-avg-sq-dtype. Megatron-Core keeps a master always: the
+// plan's bf16 (none) is written as bf16-moments, with a note; under FP8 recipes other than delayed scaling
+// Megatron-Core keeps the master itself in fp32 (use_precision_aware_optimizer_no_fp8_or_ds_fp8), not as
+// remainders: noted.
+std::string MegatronOptimizerStateArgs(const Plan& plan, const ModelSpec& model, std::vector<std::string>* notes) {
+  const OptimizerState s = plan.optimizer_state;
+  if (s == OptimizerState::kFp32) return "";
+  std::string mg = "--use-precision-aware-optimizer\n";
+  if (s != OptimizerState::kFp32Remainders) mg += "--exp-avg-dtype bf16\n--exp-avg-sq-dtype bf16\n";
+  if (s == OptimizerState::kBf16)
+    notes->push_back(
+        "megatron.args: Megatron-Core keeps a master copy of the weights (TE FusedAdam's int16 remainders): the "
+        "plan's bf16 optimizer state (4 B per parameter, no master) runs as bf16-moments, 2 B per parameter more; "
+        "solve with --optimizer-state bf16-moments to plan what it runs");
+  if (MegatronBlockwiseFp8(plan, model))
+    notes->push_back(
+        "megatron.args: under --fp8-recipe blockwise Megatron-Core keeps the master weights itself in fp32, not as "
+        "TE's remainders: 2 B per parameter more than the plan's optimizer state");
+  return mg;
+}
+
 // The flags of the plan's settings Megatron-LM runs as they are (no check, no note).
 std::string MegatronFlags(const Plan& plan, const ModelSpec& model, const LaunchPlan& L,
                           std::vector<std::string>* notes) {
@@ -502,12 +538,8 @@ std::string MegatronFlags(const Plan& plan, const ModelSpec& model, const Launch
   if (model.dtype == DType::kFp16 && grad == DType::kFp32) mg += "--accumulate-allreduce-grads-in-fp32\n";
   if ((model.dtype == DType::kBf16 || model.dtype == DType::kFp8) && grad == DType::kBf16)
     mg += "--grad-reduce-in-bf16\n";
-  // moe_act / layernorm recompute under FP8: Megatron-Core refuses its default delayed-scaling recipe there
-  // (transformer_config.py); blockwise is DeepSeek-V3's fine-grained (1 x 128, 128 x 128) quantization.
-  const uint32_t fp8_refused = RecomputeBit(RecomputeModule::kMoeAct) | RecomputeBit(RecomputeModule::kLayernorm);
-  if (model.dtype == DType::kFp8 && plan.recompute == Recompute::kSelective &&
-      (plan.recompute_modules & fp8_refused) != 0)
-    mg += "--fp8-recipe blockwise\n";
+  mg += MegatronOptimizerStateArgs(plan, model, notes);
+  if (MegatronBlockwiseFp8(plan, model)) mg += "--fp8-recipe blockwise\n";
   return mg;
 }
 

@@ -290,6 +290,7 @@ void AddTorchtitan(const Plan& plan, const ModelSpec& model, const LaunchPlan& L
                     "(2 bytes per parameter, half the reduction bytes) run as fp32 there",
                     DTypeName(grad)));
   }
+  if (const std::string n = Fp32OptimizerNote(plan, "torchtitan.toml"); !n.empty()) notes->push_back(n);
   if (DpCommUsesServers(plan.dp_comm))
     notes->push_back(
         fmt::format("torchtitan.toml: dp_comm {} has no torchtitan equivalent: its data parallelism all-reduces / "

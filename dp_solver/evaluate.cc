@@ -58,7 +58,7 @@ DpCollectives Collectives(const ClusterSpec& c, const StateBytes& sb, double par
 }  // namespace
 
 StateBytes MakeStateBytes(const CostSource& src, const SearchOptions& o) {
-  StateBytes sb = ModelStateBytes(src.model, o.cost.grad_dtype, o.cost.bytes_per_param);
+  StateBytes sb = ModelStateBytes(src.model, o.cost.grad_dtype, o.cost.bytes_per_param, o.cost.optimizer_state);
   sb.usable = src.cluster->UsableMemoryBytes();
   if (sb.fp8_weight_copy > 0 && o.cost.fp8_weight_bytes >= 0 && o.cost.bytes_per_param <= 0)
     sb.fp8_weight_copy = o.cost.fp8_weight_bytes;  // the engine's cached FP8 weight copies
@@ -750,6 +750,7 @@ Plan Evaluator::UniformPlan(const Candidate& k, const Evaluation& x, const SimRe
   if (src_.model != nullptr && src_.model->dtype == DType::kFp8) pl.notes.push_back(Fp8Note(src_));
   pl.p2p_overlap = o_.cost.p2p_overlap;
   pl.grad_dtype = sb_.grad_dtype;
+  pl.optimizer_state = sb_.optimizer_state;
   pl.usable_memory_bytes = sb_.usable;
   for (int64_t q = 0; q < k.pp * k.interleave; ++q) pl.stages.push_back(UniformStage(k, x, q));
   for (int64_t q = 0; q < k.pp; ++q) {
@@ -919,6 +920,7 @@ Plan Evaluator::ReplicatedPlan(const CostTable& table, const ReplicatedOptions& 
   pl.zero_stage = ZeroStage::kNone;
   pl.p2p_overlap = true;
   pl.grad_dtype = sb_.grad_dtype;
+  pl.optimizer_state = sb_.optimizer_state;
   pl.usable_memory_bytes = sb_.usable;
   pl.dp_comm = ro.dp_comm;
   pl.dp_servers = DpCommUsesServers(ro.dp_comm) ? DpServersFor(ro.dp_comm, ro.servers, ro.ps_colocated) : 0;

@@ -190,6 +190,36 @@ Status ApplyMoeDispatcher(const SolveArgs& a, const CostSource& src, bool restri
   return Status::OK();
 }
 
+// --optimizer-state against the engine: a state it does not keep is an input error; one it keeps at fewer ZeRO
+// stages (Megatron-Core's precision-aware optimizer runs under the distributed optimizer only) narrows the search.
+Status ApplyOptimizerState(const EngineSpec& e, SearchOptions* o) {
+  const OptimizerState s = o->cost.optimizer_state;
+  if (s == OptimizerState::kFp32) return Status::OK();
+  const std::vector<int64_t>* stages = e.OptimizerStateZero(s);
+  if (stages == nullptr) {
+    std::vector<std::string> keeps;
+    for (const auto& kv : e.optimizer_states) keeps.emplace_back(OptimizerStateName(kv.first));
+    return Status::InvalidArgument(
+        fmt::format("--optimizer-state {}: engine {} does not keep it ({}); choose --optimizer-state {} or {}",
+                    OptimizerStateName(s), e.name,
+                    e.optimizer_states_reason.empty() ? "its file's optimizer_states" : e.optimizer_states_reason,
+                    keeps.empty() ? "fp32" : fmt::format("{}", fmt::join(keeps, "|")),
+                    EnginesThat([s](const EngineSpec& x) { return x.OptimizerStateZero(s) != nullptr; })));
+  }
+  if (o->zero.empty()) {
+    o->zero = *stages;
+    return Status::OK();
+  }
+  for (int64_t z : o->zero) {
+    if (std::find(stages->begin(), stages->end(), z) == stages->end())
+      return Status::InvalidArgument(
+          fmt::format("--optimizer-state {} with --zero {}: engine {} keeps it at ZeRO-{} only; choose --zero {} or "
+                      "--optimizer-state fp32",
+                      OptimizerStateName(s), z, e.name, fmt::join(*stages, "/"), fmt::join(*stages, ",")));
+  }
+  return Status::OK();
+}
+
 // What the engine changes in the search: the ZeRO stages and schedules it runs (a forced one it does not
 // run is an input error naming the reason), and with a kernel table its overlap behaviour and memory.
 Status ApplyEngine(const SolveArgs& a, const CostSource& src, SearchOptions* o) {
@@ -197,6 +227,7 @@ Status ApplyEngine(const SolveArgs& a, const CostSource& src, SearchOptions* o) 
   // What the engine runs restricts the search when it was named or the costs are kernel-level; the
   // flat model with the default engine searches what it always did (CPU clusters, GPUs without a table).
   const bool restrict = !a.engine.empty() || KernelLevel(src);
+  if (restrict) PLANNER_RETURN_IF_ERROR(ApplyOptimizerState(e, o));  // before `zero`: it may narrow the stages
   if (restrict && !e.zero.empty()) {
     if (o->zero.empty()) o->zero = e.zero;
     for (int64_t z : o->zero) {
@@ -790,6 +821,7 @@ Status PlanPredictor::Init(const std::string& plan_path, const Plan& plan) {
   a.seq = plan.seq;
   a.global_batch = plan.global_batch;
   if (plan.grad_dtype) a.grad_dtype = DTypeName(*plan.grad_dtype);
+  if (plan.optimizer_state != OptimizerState::kFp32) a.optimizer_state = OptimizerStateName(plan.optimizer_state);
   a.p2p_overlap = plan.p2p_overlap;
   a.dp_comm = {DpCommName(plan.dp_comm)};
   PLANNER_RETURN_IF_ERROR(LoadSolveInputs(a, &m.in).WithContext(fmt::format("the inputs of {}", plan_path)));
@@ -989,6 +1021,12 @@ Runner RegisterSolve(CLI::App& app) {
                   "dtype (default Megatron's: "
                   "fp16 for fp16 models, fp32 otherwise; fp32 with fp16 is --accumulate-allreduce-grads-in-fp32, bf16 "
                   "is --grad-reduce-in-bf16)");
+  cmd->add_option("--optimizer-state", a->optimizer_state,
+                  "how the optimizer keeps Adam's state beside 16-bit weights: fp32 (default; fp32 master and moments, "
+                  "12 B/param), fp32-remainders (10 B: the master's low 16 bits beside the bf16 weight; Megatron "
+                  "--use-precision-aware-optimizer, NeMo's distributed_fused_adam), bf16-moments (6 B: plus "
+                  "--exp-avg-dtype/--exp-avg-sq-dtype bf16) or bf16 (4 B: bf16 moments, no master; NeMo optim.dtype "
+                  "bf16); the engine's file lists what it runs");
   cmd->add_option("--pd-machines", a->pd_machines, "pipedream mode: machines per level, innermost first (-n)")
       ->delimiter(',');
   cmd->add_option("--pd-bandwidths", a->pd_bandwidths, "pipedream mode: bytes/s per level (-b)")->delimiter(',');

@@ -47,7 +47,11 @@ std::string RenderPlanSummary(const Plan& p) {
   std::string o;
   o += fmt::format("model {} on {} x {} ({}), global batch {}\n", p.model_name, p.gpus, p.cluster_name,
                    CostSourceKindName(p.cost_source), p.global_batch);
-  o += "configuration: " + p.Label(p.grad_dtype ? std::string(" | gradients ") + DTypeName(*p.grad_dtype) : "") +
+  std::string state = p.grad_dtype ? std::string(" | gradients ") + DTypeName(*p.grad_dtype) : "";
+  if (p.optimizer_state != OptimizerState::kFp32)
+    state += fmt::format(" | optimizer state {} ({:g} B/param)", OptimizerStateName(p.optimizer_state),
+                         OptimizerStateBytes(p.optimizer_state));
+  o += "configuration: " + p.Label(state) +
        (p.calibration.empty() ? std::string() : " | calibrated: " + Printable(p.calibration)) + "\n";
   const auto& x = p.predicted;
   // Small devices (CPU ranks) read better in GFLOP/s; no figure when the model's FLOPs are unknown (profile only).

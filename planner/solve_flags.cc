@@ -274,6 +274,31 @@ Status MoeCostFlags(const SolveArgs& a, SearchOptions* o) {
 
 // --dp-comm and --ps-servers (docs/cost_model.md, "Data-parallel communication architectures"); the
 // search checks them against the cluster's CPU machines.
+// --optimizer-state: how the optimizer keeps its state (spec/model_state.h), costed from the model's precision; the
+// optimizer step's traffic follows it. The engine's optimizer_states check comes in ApplyEngine.
+Status OptimizerStateFlag(const SolveArgs& a, const ModelSpec& model, SearchOptions* o) {
+  if (a.optimizer_state.empty()) return Status::OK();
+  OptimizerState s;
+  if (!ParseOptimizerState(a.optimizer_state, &s))
+    return Status::InvalidArgument(fmt::format("--optimizer-state: unknown value '{}'{}; use {}", a.optimizer_state,
+                                               DidYouMean(a.optimizer_state, OptimizerStateNameList()),
+                                               OptimizerStateNames()));
+  if (a.model.empty())
+    return Status::InvalidArgument(
+        "--optimizer-state: the optimizer's bytes are costed from a model's precision; pass --model or drop "
+        "--optimizer-state");
+  if (a.bytes_per_param > 0 && s != OptimizerState::kFp32)
+    return Status::InvalidArgument(
+        "--optimizer-state with --bytes-per-param: --bytes-per-param is the whole model state as you count it; drop "
+        "one of them");
+  if (const std::string why = OptimizerStateRefusal(model.dtype, s); !why.empty())
+    return Status::InvalidArgument(fmt::format("--optimizer-state {}: the model trains in {}: {}", a.optimizer_state,
+                                               DTypeName(model.dtype), why));
+  o->cost.optimizer_state = s;
+  o->cost.optimizer_bytes_per_param = OptimizerStepTrafficPerParam(s);
+  return Status::OK();
+}
+
 Status DpCommFlags(const SolveArgs& a, SearchOptions* o) {
   for (const auto& name : a.dp_comm) {
     DpComm d;
@@ -317,6 +342,11 @@ Status ValidateSolveArgs(SolveArgs* a, bool memory_bytes_given) {
     return Status::InvalidArgument(
         "--dp-comm / --ps-servers / --ps-placement: pipedream mode runs PipeDream's optimizer with its "
         "own all-reduce; drop them or use --mode auto");
+  }
+  if (a->mode == PlanMode::kPipeDream && !a->optimizer_state.empty()) {
+    return Status::InvalidArgument(
+        "--optimizer-state: pipedream mode costs PipeDream's fixed bytes per parameter from the profile; "
+        "drop it or use --mode auto --model M");
   }
   if (a->mode == PlanMode::kPipeDream && !a->grad_dtype.empty()) {
     return Status::InvalidArgument(
@@ -520,6 +550,7 @@ Status BuildSearchOptions(const SolveArgs& a, const ModelSpec& model, const Prof
     }
     o->cost.grad_dtype = g;
   }
+  PLANNER_RETURN_IF_ERROR(OptimizerStateFlag(a, model, o));
   if (a.model.empty() && o->tp.empty()) o->tp = {1};
   o->vertical_sync = a.vertical_sync;
   return PipelineLayoutFlag(a, model, o);

@@ -521,8 +521,31 @@ ModelState MeasureModelState(const std::vector<Param*>& params, const Optimizer*
 
 // The plan's model-state bytes per parameter for the model's precision at ZeRO-0 (the runtime keeps
 // every replica's whole optimizer state): the cost model's own figure (spec/model_state.h).
-double PlanStateBytesPerParam(const ModelSpec& model, DType grad_dtype) {
-  return StateBytesPerParam(ModelStateBytes(&model, grad_dtype, 0), 0, 1);
+double PlanStateBytesPerParam(const ModelSpec& model, DType grad_dtype, OptimizerState optimizer_state) {
+  return StateBytesPerParam(ModelStateBytes(&model, grad_dtype, 0, optimizer_state), 0, 1);
+}
+
+// The report's precision, the plan's model-state figure and what this runtime keeps apart from it: fp32
+// gradients whatever the plan's buffer, fp32 master weights and moments whatever its optimizer state.
+void PlanStateNotes(const ModelSpec& model, const LaunchPlan& L, ReportInputs* rep) {
+  rep->precision = DTypeName(model.dtype);
+  const DType plan_grad = EffectiveGradDType(model.dtype, L.grad_dtype);
+  const OptimizerState plan_os = L.optimizer_state;  // checked against the precision (CheckRunPrecision)
+  rep->plan_bytes_per_param = PlanStateBytesPerParam(model, plan_grad, plan_os);
+  if (plan_grad != DType::kFp32) {
+    rep->grad_note = fmt::format(
+        "The plan keeps gradients in {} ({} bytes per parameter; Megatron's default for fp16, --grad-reduce-in-bf16 "
+        "for bf16); "
+        "this runtime accumulates and reduces them in fp32, 2 bytes per parameter more.",
+        DTypeName(plan_grad), DTypeBytes(plan_grad));
+  }
+  if (plan_os != OptimizerState::kFp32) {
+    rep->grad_note += fmt::format(
+        "{}The plan keeps the optimizer state as {} ({:g} bytes per parameter); this runtime keeps fp32 master "
+        "weights and moments, {:g} bytes per parameter more.",
+        rep->grad_note.empty() ? "" : " ", OptimizerStateName(plan_os), OptimizerStateBytes(plan_os),
+        OptimizerStateBytes(OptimizerState::kFp32) - OptimizerStateBytes(plan_os));
+  }
 }
 
 // Medians over the iterations after warm-up; per-rank compute, communication and peak memory to
@@ -554,16 +577,7 @@ Status RankRun::Summarise(RunSummary* sum, ReportInputs* rep) {
     busy += all[i];
     rep->ranks.push_back({all[i], all[i + 1], all[i + 2], all[i + 3], all[i + 4], all[i + 5]});
   }
-  rep->precision = DTypeName(model_.dtype);
-  const DType plan_grad = EffectiveGradDType(model_.dtype, L_.grad_dtype);
-  rep->plan_bytes_per_param = PlanStateBytesPerParam(model_, plan_grad);
-  if (plan_grad != DType::kFp32) {
-    rep->grad_note = fmt::format(
-        "The plan keeps gradients in {} ({} bytes per parameter; Megatron's default for fp16, --grad-reduce-in-bf16 "
-        "for bf16); "
-        "this runtime accumulates and reduces them in fp32, 2 bytes per parameter more.",
-        DTypeName(plan_grad), DTypeBytes(plan_grad));
-  }
+  PlanStateNotes(model_, L_, rep);
   if (scaler_ != nullptr) {
     rep->loss_scaling = fmt::format(
         "fp16 dynamic loss scaling: {} of {} optimizer steps skipped on overflow; loss scale {:g} at the end "
@@ -641,6 +655,11 @@ Status CheckRunPrecision(const LaunchPlan& L, const ModelSpec& model) {
         fmt::format("{}: field 'grad_dtype': {} gradients do not go with the model's {}; set grad_dtype: {} "
                     "(or codegen the plan again)",
                     L.path, DTypeName(*L.grad_dtype), DTypeName(model.dtype), GradDTypeChoices(model.dtype)));
+  }
+  if (const std::string why = OptimizerStateRefusal(model.dtype, L.optimizer_state); !why.empty()) {
+    return Status::InvalidArgument(
+        fmt::format("{}: field 'optimizer_state': {} with the model's {}: {} (or codegen the plan again)", L.path,
+                    OptimizerStateName(L.optimizer_state), DTypeName(model.dtype), why));
   }
   return Status::OK();
 }

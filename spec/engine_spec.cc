@@ -1,5 +1,7 @@
 #include "spec/engine_spec.h"
 
+#include <algorithm>
+
 #include <fmt/format.h>
 #include <fmt/ranges.h>
 
@@ -55,6 +57,33 @@ Status ParseBands(const YamlReader& r, const YAML::Node& b, std::vector<EngineBa
   return Status::OK();
 }
 
+// optimizer_states: {NAME: [ZeRO stages], ...} (absent: fp32 only, at the file's `zero`), and its reason.
+Status ParseOptimizerStates(const YamlReader& r, const YAML::Node& root, EngineSpec* e) {
+  PLANNER_RETURN_IF_ERROR(
+      r.GetString(root, "optimizer_states_reason", "optimizer_states_reason", &e->optimizer_states_reason, false));
+  const YAML::Node& n = root["optimizer_states"];
+  if (!n.IsDefined()) return Status::OK();
+  PLANNER_RETURN_IF_ERROR(r.RequireMap(n, "optimizer_states"));
+  for (const auto& kv : n) {
+    const std::string name = kv.first.as<std::string>(), field = "optimizer_states." + name;
+    OptimizerState s;
+    if (!ParseOptimizerState(name, &s))
+      return r.FieldError(kv.first, "optimizer_states",
+                          fmt::format("unknown optimizer state '{}'; use {}", name, OptimizerStateNames()));
+    std::vector<int64_t> stages;
+    PLANNER_RETURN_IF_ERROR(r.GetIntList(n, name, field, &stages, true, 0));
+    for (int64_t z : stages) {
+      if (z > 3) return r.FieldError(kv.second, field, fmt::format("ZeRO stages are 0 to 3, got {}", z));
+    }
+    if (stages.empty()) return r.FieldError(kv.second, field, "name the ZeRO stages it keeps this state at");
+    e->optimizer_states.emplace_back(s, stages);
+  }
+  std::sort(e->optimizer_states.begin(), e->optimizer_states.end());
+  if (e->optimizer_states.empty() || e->optimizer_states.front().first != OptimizerState::kFp32)
+    return r.FieldError(n, "optimizer_states", "name fp32 too (every engine keeps fp32 master weights and moments)");
+  return Status::OK();
+}
+
 Status ParseUnguarded(const std::string& path, const std::string& text, EngineSpec* out) {
   YAML::Node root;
   PLANNER_RETURN_IF_ERROR(ParseYamlText(path, text, &root));
@@ -73,6 +102,8 @@ Status ParseUnguarded(const std::string& path, const std::string& text, EngineSp
                                        "memory",
                                        "zero",
                                        "zero_reason",
+                                       "optimizer_states",
+                                       "optimizer_states_reason",
                                        "hsdp",
                                        "fsdp_with_pp",
                                        "schedules",
@@ -215,6 +246,7 @@ Status ParseUnguarded(const std::string& path, const std::string& text, EngineSp
       e.recompute_modules |= RecomputeBit(mod);
     }
   }
+  PLANNER_RETURN_IF_ERROR(ParseOptimizerStates(r, root, &e));
   PLANNER_RETURN_IF_ERROR(ParseBands(r, root["band"], &e.bands));
   *out = std::move(e);
   return Status::OK();
@@ -225,6 +257,14 @@ Status ParseUnguarded(const std::string& path, const std::string& text, EngineSp
 const EngineBand* EngineSpec::BandFor(const std::string& precision) const {
   for (const auto& b : bands) {
     if (b.precision == precision) return &b;
+  }
+  return nullptr;
+}
+
+const std::vector<int64_t>* EngineSpec::OptimizerStateZero(OptimizerState s) const {
+  if (optimizer_states.empty()) return s == OptimizerState::kFp32 ? &zero : nullptr;
+  for (const auto& [state, stages] : optimizer_states) {
+    if (state == s) return &stages;
   }
   return nullptr;
 }

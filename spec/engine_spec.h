@@ -7,10 +7,12 @@
 
 #include <cstdint>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include "common/status.h"
 #include "spec/dtype.h"
+#include "spec/model_state.h"
 
 namespace planner {
 
@@ -79,10 +81,16 @@ struct EngineSpec {
   // Share of the caching allocator's reserved memory not held by live tensors at the peak (file key
   // memory.allocator_fragmentation): reserved = allocated / (1 - it). 0: not estimated.
   double allocator_fragmentation = 0;
-  std::vector<int64_t> hsdp;           // ZeRO stages it shards hierarchically (HSDP: replicate x shard); empty: none
-  bool fsdp_with_pp = false;           // runs FSDP (ZeRO-3) under pipelining, unsharded through the step (torchtitan)
-  std::vector<int64_t> zero;           // ZeRO stages it runs (empty: any)
-  std::string zero_reason;             // why the others are not (the error's words)
+  std::vector<int64_t> hsdp;  // ZeRO stages it shards hierarchically (HSDP: replicate x shard); empty: none
+  bool fsdp_with_pp = false;  // runs FSDP (ZeRO-3) under pipelining, unsharded through the step (torchtitan)
+  std::vector<int64_t> zero;  // ZeRO stages it runs (empty: any)
+  std::string zero_reason;    // why the others are not (the error's words)
+  // The optimizer states it keeps (file key `optimizer_states`: name -> the ZeRO stages it keeps it at;
+  // spec/model_state.h) in OptimizerState order; empty: fp32 only, at any of `zero`.
+  std::vector<std::pair<OptimizerState, std::vector<int64_t>>> optimizer_states;
+  std::string optimizer_states_reason;  // why it keeps no other (the error's words)
+  // The ZeRO stages it keeps `s` at (`zero` for fp32 in a file without optimizer_states); nullptr: it does not.
+  const std::vector<int64_t>* OptimizerStateZero(OptimizerState s) const;
   std::vector<std::string> schedules;  // pipeline schedules it runs (empty: any)
   // Selective recompute's modules it runs (file key `recompute_modules`, RecomputeBit mask): its default
   // for `--recompute selective`; 0: Megatron's modules (op_sac excluded).

@@ -392,6 +392,8 @@ std::string LaunchPlanToYaml(const LaunchPlan& p) {
   if (p.ps_colocated) o += "ps_placement: colocated\n";
   if (p.vertical_sync) o += "vertical_sync: true\n";
   if (p.grad_dtype) o += fmt::format("grad_dtype: {}\n", DTypeName(*p.grad_dtype));
+  if (p.optimizer_state != OptimizerState::kFp32)
+    o += fmt::format("optimizer_state: {}\n", OptimizerStateName(p.optimizer_state));
   o += fmt::format("config: \"{}\"\n", p.config);
   o += fmt::format("microbatch_size: {}\nnum_microbatches: {}\nglobal_batch: {}\ngpus_per_node: {}\n",
                    p.microbatch_size, p.num_microbatches, p.global_batch, p.gpus_per_node);
@@ -467,6 +469,7 @@ Status ParseLaunchPlan(const std::string& path, const std::string& text, LaunchP
                                        "ps_placement",
                                        "vertical_sync",
                                        "grad_dtype",
+                                       "optimizer_state",
                                        "config",
                                        "microbatch_size",
                                        "num_microbatches",
@@ -523,6 +526,10 @@ Status ParseLaunchPlan(const std::string& path, const std::string& text, LaunchP
   std::string grad_dtype;
   PLANNER_RETURN_IF_ERROR(r.GetEnum(root, "grad_dtype", "grad_dtype", {"fp32", "fp16", "bf16"}, &grad_dtype, false));
   if (DType g; ParseDType(grad_dtype, &g)) p.grad_dtype = g;
+  std::string optimizer_state;
+  PLANNER_RETURN_IF_ERROR(
+      r.GetEnum(root, "optimizer_state", "optimizer_state", OptimizerStateNameList(), &optimizer_state, false));
+  if (!optimizer_state.empty()) ParseOptimizerState(optimizer_state, &p.optimizer_state);
   if (p.vertical_sync && p.schedule != Schedule::kPipeDream) {
     return r.FieldError(
         root["vertical_sync"], "vertical_sync",

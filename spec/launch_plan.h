@@ -18,6 +18,7 @@
 #include "spec/dtype.h"
 #include "spec/kinds.h"
 #include "spec/layout.h"
+#include "spec/model_state.h"
 #include "spec/program.h"
 
 namespace planner {
@@ -91,6 +92,9 @@ struct LaunchPlan : ParallelLayout {
   // for the model's precision). The runtime accumulates and reduces in fp32 whatever it says; the
   // run report prices the plan's model state with it.
   std::optional<DType> grad_dtype;
+  // The plan's optimizer state (launch.yaml optimizer_state, written when not fp32). The runtime keeps fp32
+  // master weights and moments whatever it says; the run report prices the plan's model state with it.
+  OptimizerState optimizer_state = OptimizerState::kFp32;
   LaunchRun run;
   double predicted_iteration_s = 0, predicted_bubble_fraction = 0;
   // One program per distinct (pipeline position, replica) (dp_solver/programs.h):

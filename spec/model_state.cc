@@ -4,11 +4,62 @@
 
 namespace planner {
 
-StateBytes ModelStateBytes(const ModelSpec* model, std::optional<DType> grad_dtype_opt, double bytes_per_param) {
+const std::vector<std::string>& OptimizerStateNameList() {
+  static const std::vector<std::string> kNames = {"fp32", "fp32-remainders", "bf16-moments", "bf16"};
+  return kNames;
+}
+
+const char* OptimizerStateName(OptimizerState s) { return OptimizerStateNameList()[static_cast<size_t>(s)].c_str(); }
+
+bool ParseOptimizerState(const std::string& text, OptimizerState* out) {
+  const std::vector<std::string>& names = OptimizerStateNameList();
+  for (size_t i = 0; i < names.size(); ++i) {
+    if (text == names[i]) {
+      *out = static_cast<OptimizerState>(i);
+      return true;
+    }
+  }
+  return false;
+}
+
+std::string OptimizerStateNames() {
+  const std::vector<std::string>& names = OptimizerStateNameList();
+  std::string o;
+  for (size_t i = 0; i < names.size(); ++i) o += (i == 0 ? "" : i + 1 == names.size() ? " or " : ", ") + names[i];
+  return o;
+}
+
+double OptimizerStateBytes(OptimizerState s) {
+  switch (s) {
+    case OptimizerState::kFp32: return 12;            // fp32 master 4 + exp_avg 4 + exp_avg_sq 4
+    case OptimizerState::kFp32Remainders: return 10;  // int16 remainder 2 + 4 + 4
+    case OptimizerState::kBf16Moments: return 6;      // int16 remainder 2 + 2 + 2
+    case OptimizerState::kBf16: return 4;             // 2 + 2, no master
+  }
+  return 12;
+}
+
+double OptimizerStepTrafficPerParam(OptimizerState s) {
+  const double weight_read = s == OptimizerState::kFp32 ? 0 : 2;  // the bf16 weight is the master's high half
+  return 4 + 2 * OptimizerStateBytes(s) + 2 + weight_read;
+}
+
+std::string OptimizerStateRefusal(DType model, OptimizerState s) {
+  if (s == OptimizerState::kFp32) return "";
+  if (model == DType::kFp32) return "an fp32 model keeps no master copy (its 8 B of fp32 moments); use fp32";
+  if (model == DType::kFp16)
+    return "it updates bf16 weights (remainders are the low half of an fp32 whose high half is the bf16 weight); an "
+           "fp16 model keeps fp32; use fp32";
+  return "";
+}
+
+StateBytes ModelStateBytes(const ModelSpec* model, std::optional<DType> grad_dtype_opt, double bytes_per_param,
+                           OptimizerState optimizer_state) {
   const bool mixed = model == nullptr || model->dtype != DType::kFp32;
   StateBytes sb;
   sb.weight = model ? DTypeBytes(model->dtype) : 4.0;
-  sb.optimizer = mixed ? 12.0 : 8.0;
+  if (mixed) sb.optimizer_state = optimizer_state;
+  sb.optimizer = mixed ? OptimizerStateBytes(sb.optimizer_state) : 8.0;
   // Gradients in the engine's buffer dtype: fp32 for bf16 / fp8 / fp32, fp16 for fp16 (Megatron's
   // defaults, DefaultGradDType), or --grad-dtype's; accumulated and reduced in it.
   const DType grad_dtype = model ? grad_dtype_opt.value_or(DefaultGradDType(model->dtype)) : DType::kFp16;

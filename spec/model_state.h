@@ -6,6 +6,8 @@
 
 #include <cstdint>
 #include <optional>
+#include <string>
+#include <vector>
 
 #include "spec/dtype.h"
 
@@ -13,10 +15,37 @@ namespace planner {
 
 struct ModelSpec;
 
+// How the optimizer keeps Adam's state per parameter beside 16-bit weights (solve --optimizer-state; plan.yaml
+// `optimizer_state`; docs/cost_model.md section 5):
+//   kFp32            fp32 master weights and fp32 moments, 12 B (Megatron-Core's default, torchtitan, DeepSpeed);
+//   kFp32Remainders  the master's low 16 bits beside the bf16 weight (its high 16 bits) and fp32 moments, 10 B:
+//                    Transformer Engine FusedAdam's store_param_remainders (Megatron --use-precision-aware-optimizer),
+//                    Apex DistributedFusedAdam as NeMo 1.x runs it with bf16 weights;
+//   kBf16Moments     remainders and bf16 moments, 6 B (Megatron --exp-avg-dtype bf16 --exp-avg-sq-dtype bf16);
+//   kBf16            bf16 moments and no master copy (the bf16 weights updated in place), 4 B: NeMo 1.x
+//                    `optim.dtype: bf16` (Apex DistributedFusedAdam with store_params false).
+enum class OptimizerState { kFp32, kFp32Remainders, kBf16Moments, kBf16 };
+const char* OptimizerStateName(OptimizerState s);
+bool ParseOptimizerState(const std::string& text, OptimizerState* out);
+// Every name, in OptimizerState order (the readers' enum choices).
+const std::vector<std::string>& OptimizerStateNameList();
+// "fp32, fp32-remainders, bf16-moments or bf16": every name, as messages list them.
+std::string OptimizerStateNames();
+// Optimizer-state bytes per parameter of a mixed-precision model (12, 10, 6, 4).
+double OptimizerStateBytes(OptimizerState s);
+// HBM bytes the optimizer step moves per parameter: the fp32 gradient read, the state read and written, the
+// 16-bit weight written and, without an fp32 master, read too (30, 28, 20, 16).
+double OptimizerStepTrafficPerParam(OptimizerState s);
+// Why a model trained in `model` cannot keep state `s` (empty: it can). Every state but fp32 keeps 16-bit weights
+// updated through bf16: remainders are the low half of an fp32 whose high half is the bf16 weight, so fp16
+// weights (and fp32 models, which keep no master) take fp32 only.
+std::string OptimizerStateRefusal(DType model, OptimizerState s);
+
 // Model-state bytes per parameter (weights w, optimizer states os, all of
 // them beta; gradients beta - w - os) and the memory budget per GPU.
 struct StateBytes {
   double weight = 2, optimizer = 12, total = 18;
+  OptimizerState optimizer_state = OptimizerState::kFp32;  // how `optimizer` is kept (12 B: kFp32)
   // The gradient buffer's dtype; none without a model (a profile alone: the old 18-byte default's figures).
   std::optional<DType> grad_dtype;
   double grad = 4;  // gradient buffer bytes per parameter (fp32, or the 16-bit dtype: --grad-dtype)
@@ -30,9 +59,11 @@ struct StateBytes {
   double usable = 0;
 };
 // The model state of `model` (nullptr: a profile alone, the 18-byte default) with the gradient buffer
-// in `grad_dtype` (none: DefaultGradDType) and, when bytes_per_param > 0, that total as the user counts
+// in `grad_dtype` (none: DefaultGradDType), the optimizer's state kept as `optimizer_state` (a mixed-precision
+// model's; an fp32 model keeps its 8 B of moments) and, when bytes_per_param > 0, that total as the user counts
 // it (--bytes-per-param: no step copy added). `usable` is left 0 for the caller.
-StateBytes ModelStateBytes(const ModelSpec* model, std::optional<DType> grad_dtype, double bytes_per_param);
+StateBytes ModelStateBytes(const ModelSpec* model, std::optional<DType> grad_dtype, double bytes_per_param,
+                           OptimizerState optimizer_state = OptimizerState::kFp32);
 // Per parameter on one GPU at ZeRO stage z sharded over d ranks (ZeRO section 3; Megatron's
 // distributed-optimizer table for z = 1: 6 + 12/d with bf16 params and fp32 gradients).
 double StateBytesPerParam(const StateBytes& sb, int64_t zero, int64_t d);

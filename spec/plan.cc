@@ -229,6 +229,8 @@ Tree PlanTree(const Plan& p) {
   });
   t.Add("p2p_overlap", Tree::Bool(p.p2p_overlap));
   if (p.grad_dtype) t.Add("grad_dtype", Tree::Str(DTypeName(*p.grad_dtype)));
+  if (p.optimizer_state != OptimizerState::kFp32)
+    t.Add("optimizer_state", Tree::Str(OptimizerStateName(p.optimizer_state)));
   t.Add("dp_comm", Tree::Str(DpCommName(p.dp_comm)));
   if (p.dp_servers > 0) t.Add("dp_servers", Tree::Int(p.dp_servers));
   if (p.ps_colocated) t.Add("ps_placement", Tree::Str("colocated"));
@@ -336,6 +338,19 @@ Tree PlanTree(const Plan& p) {
   for (const auto& n : p.notes) notes.list.push_back(Tree::Str(n));
   t.Add("notes", notes);
   return t;
+}
+
+// optimizer_state (absent: fp32), checked against the precision.
+Status GetOptimizerState(const YamlReader& r, const YAML::Node& root, Plan* p) {
+  std::string text;
+  PLANNER_RETURN_IF_ERROR(
+      r.GetEnum(root, "optimizer_state", "optimizer_state", OptimizerStateNameList(), &text, false));
+  if (text.empty()) return Status::OK();
+  ParseOptimizerState(text, &p->optimizer_state);
+  if (const std::string why = p->dtype ? OptimizerStateRefusal(*p->dtype, p->optimizer_state) : ""; !why.empty())
+    return r.FieldError(root["optimizer_state"], "optimizer_state",
+                        fmt::format("{} with inputs.dtype {}: {}", text, DTypeName(*p->dtype), why));
+  return Status::OK();
 }
 
 // dp_comm, dp_servers and vertical_sync, checked against each other and the schedule.
@@ -473,6 +488,7 @@ const std::vector<std::string> kTopKeys = {"format_version",
                                            "dp_replicate",
                                            "p2p_overlap",
                                            "grad_dtype",
+                                           "optimizer_state",
                                            "dp_comm",
                                            "dp_servers",
                                            "ps_placement",
@@ -626,6 +642,7 @@ Status ReadLayout(const YamlReader& r, const YAML::Node& root, Plan* p) {
         fmt::format("{} gradients do not go with inputs.dtype {} (fp32, or the weights' 16-bit dtype); use {}",
                     grad_text, DTypeName(*p->dtype), GradDTypeChoices(*p->dtype)));
   }
+  PLANNER_RETURN_IF_ERROR(GetOptimizerState(r, root, p));
   PLANNER_RETURN_IF_ERROR(GetDpComm(r, root, p));
   std::string parallel;
   PLANNER_RETURN_IF_ERROR(r.GetString(root, "parallel", "parallel", &parallel, false));

@@ -14,6 +14,7 @@
 #include "spec/dtype.h"
 #include "spec/kinds.h"
 #include "spec/layout.h"
+#include "spec/model_state.h"
 
 namespace planner {
 
@@ -162,6 +163,8 @@ struct Plan : ParallelLayout {
   // the model's 16-bit dtype (Megatron's default for fp16; --grad-reduce-in-bf16 for bf16); plan.yaml
   // `grad_dtype`. None in plans written before it (readers take DefaultGradDType of the precision).
   std::optional<DType> grad_dtype;
+  // How the optimizer keeps its state (plan.yaml `optimizer_state`, written when not fp32; solve --optimizer-state).
+  OptimizerState optimizer_state = OptimizerState::kFp32;
   // How data-parallel replicas synchronise gradients (plan.yaml `dp_comm`, `solve --dp-comm`).
   DpComm dp_comm = DpComm::kHierAllReduce;
   // Summation servers of `ps` and `byteps` (CPU machines of the cluster file; `ps` needs >= 1,

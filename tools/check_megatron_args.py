@@ -154,6 +154,22 @@ def megatron_chunks(config, args):
     return out
 
 
+def optimizer_state_bytes(args):
+    """Adam's state per parameter as Megatron-Core keeps it from the parsed args: the master copy (fp32; with
+    --use-precision-aware-optimizer, TE FusedAdam's int16 remainders beside bf16 weights where OptimizerConfig's
+    store_param_remainders, default true, holds, else --main-params-dtype) and the two moments
+    (--exp-avg-dtype, --exp-avg-sq-dtype; fp32 without the precision-aware optimizer)."""
+    import dataclasses
+    import torch
+    from megatron.core.optimizer.optimizer_config import OptimizerConfig
+    size = lambda d: torch.tensor([], dtype=d).element_size()  # noqa: E731
+    if not getattr(args, "use_precision_aware_optimizer", False):
+        return 12 if (args.bf16 or args.fp16) else 8
+    remainders = {f.name: f.default for f in dataclasses.fields(OptimizerConfig)}.get("store_param_remainders", False)
+    master = 2 if (remainders and args.bf16 and args.main_params_dtype == torch.float32) else size(args.main_params_dtype)
+    return master + size(args.exp_avg_dtype) + size(args.exp_avg_sq_dtype)
+
+
 def main():
     ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     ap.add_argument("megatron_dir")
@@ -210,6 +226,14 @@ def main():
             if m and m.group(1) != runs:
                 raise RuntimeError(f"Megatron keeps gradients in {runs}, the plan in {m.group(1)}")
             print(f"grad_dtype: {runs}" + (", the plan's" if m else " (the plan states none)"))
+            step = "optimizer_state"
+            keeps = optimizer_state_bytes(args)
+            m = re.search(r'(?m)^optimizer_state: "?([\w-]+)"?\s*$', open(o.plan).read())
+            want = {"fp32": 12, "fp32-remainders": 10, "bf16-moments": 6, "bf16": 4}[m.group(1) if m else "fp32"]
+            # Megatron-Core keeps a master always: the plan's bf16 (no master) runs as bf16-moments, noted by codegen.
+            if keeps != want and not (m and m.group(1) == "bf16" and keeps == 6):
+                raise RuntimeError(f"Megatron's optimizer keeps {keeps} B per parameter, the plan {want}")
+            print(f"optimizer_state: {keeps} B per parameter" + (f", the plan's {m.group(1)}" if m else ", fp32"))
     except Exception as e:  # noqa: BLE001 - every failure is the verdict
         print(f"megatron.args: FAIL ({step}: {type(e).__name__}: {e})")
         return 1

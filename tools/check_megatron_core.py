@@ -111,7 +111,10 @@ FLAGS = {
     "--ckpt-format": [("train", "ckpt_format", ("torch", "torch_dist", "zarr", "torch_dcp", "fsdp_dtensor"))],
     "--overlap-grad-reduce": [("ddp", "overlap_grad_reduce", SWITCH)],
     "--overlap-param-gather": [("ddp", "overlap_param_gather", SWITCH)],
-    "--fp16": [("tc", "fp16", SWITCH)],
+    "--use-precision-aware-optimizer": [("opt", "use_precision_aware_optimizer", SWITCH)],
+    "--exp-avg-dtype": [("opt", "exp_avg_dtype", "dtype")],
+    "--exp-avg-sq-dtype": [("opt", "exp_avg_sq_dtype", "dtype")],
+    "--fp16": [("tc", "fp16", SWITCH), ("opt", "fp16", SWITCH)],
     "--bf16": [("tc", "bf16", SWITCH), ("opt", "bf16", SWITCH)],
     "--fp8-format": [("tc", "fp8", STR)],
     "--fp8-recipe": [("tc", "fp8_recipe", STR)],
@@ -178,6 +181,13 @@ def convert(kind, vals, flag):
         from megatron.core.activations import squared_relu
 
         return squared_relu
+    if kind == "dtype":  # Megatron-LM's map_dtype (arguments.py)
+        import torch
+
+        names = {"fp32": torch.float32, "fp16": torch.float16, "bf16": torch.bfloat16}
+        if v not in names:
+            raise ValueError(f"{flag} {v}: not one of {sorted(names)}")
+        return names[v]
     if kind == "attn_backend":
         from megatron.core.transformer.enums import AttnBackend
 
@@ -206,6 +216,57 @@ def stub_te(te_version):
         if R.fused_apply_rotary_pos_emb is None:
             R.fused_apply_rotary_pos_emb = te_kernel
         return f"no Transformer Engine: version {te_version} answered"
+
+
+def optimizer_config(OPT, kw):
+    """OptimizerConfig(**kw). Its __post_init__ checks, with --use-precision-aware-optimizer, that Transformer Engine's
+    FusedAdam takes master_weight_dtype / exp_avg_dtype / exp_avg_sq_dtype / use_decoupled_grad: without TE (it
+    needs CUDA to import) a stand-in with that signature (TE 2.1+'s, store_param_remainders included) answers, for
+    the construction only."""
+    if not kw.get("use_precision_aware_optimizer"):
+        return OPT(**kw)
+    try:
+        import transformer_engine.pytorch.optimizers  # noqa: F401
+
+        return OPT(**kw)
+    except Exception:  # noqa: BLE001 - ImportError, or a CUDA library missing
+        pass
+    import types
+
+    class FusedAdam:  # Transformer Engine stand-in: its constructor's keywords only
+        def __init__(self, params, lr=1e-3, master_weights=False, master_weight_dtype=None, exp_avg_dtype=None,
+                     exp_avg_sq_dtype=None, use_decoupled_grad=False, store_param_remainders=False):
+            raise RuntimeError("Transformer Engine stand-in: FusedAdam does not run in this checker")
+
+    names = ["transformer_engine", "transformer_engine.pytorch", "transformer_engine.pytorch.optimizers"]
+    saved = {n: sys.modules.get(n) for n in names}
+    for n in names:
+        sys.modules[n] = types.ModuleType(n)
+    sys.modules[names[2]].FusedAdam = FusedAdam
+    try:
+        return OPT(**kw)
+    finally:
+        for n in names:
+            if saved[n] is None:
+                del sys.modules[n]
+            else:
+                sys.modules[n] = saved[n]
+
+
+def optimizer_state_bytes(opt, ddp):
+    """Adam's state per parameter as Megatron-Core keeps it (megatron/core/optimizer): the master copy (fp32; with the
+    precision-aware optimizer TE FusedAdam's int16 remainders beside bf16 weights where store_param_remainders holds,
+    else main_params_dtype) and the moments (exp_avg_dtype, exp_avg_sq_dtype); get_megatron_optimizer refuses the
+    precision-aware optimizer without the distributed optimizer."""
+    import torch
+
+    size = lambda d: torch.tensor([], dtype=d).element_size()  # noqa: E731
+    if not opt.use_precision_aware_optimizer:
+        return 12 if (opt.bf16 or opt.fp16) else 8
+    if not (opt.use_distributed_optimizer or ddp.use_megatron_fsdp):
+        raise ValueError("--use-precision-aware-optimizer only supported with distributed optimizer (get_megatron_optimizer)")
+    master = 2 if (opt.store_param_remainders and opt.bf16 and opt.main_params_dtype == torch.float32) else size(opt.main_params_dtype)
+    return master + size(opt.exp_avg_dtype) + size(opt.exp_avg_sq_dtype)
 
 
 def read_launch(args_path):
@@ -322,7 +383,7 @@ def check_file(path, classes):
         tc["params_dtype"] = tc["pipeline_dtype"] = torch.bfloat16 if tc.get("bf16") else torch.float16 if tc.get("fp16") else torch.float32
         config = (MLA if mla else TC)(**tc)
         ddp = DDP(**kw["ddp"])
-        opt = OPT(**kw["opt"])
+        opt = optimizer_config(OPT, kw["opt"])
         if ddp.use_megatron_fsdp and pp > 1:
             raise ValueError("Megatron-FSDP with pipeline parallelism")
         if kw["gpt"].get("max_sequence_length", 0) < kw["batch"].get("seq_length", 0):
@@ -360,6 +421,14 @@ def check_file(path, classes):
         want = plan_split(launch, layers, config.mtp_num_layers or 0)
         if mine != want:
             raise ValueError(f"Megatron's split {mine} differs from the plan's {want}")
+        step = "optimizer_state"
+        keeps = optimizer_state_bytes(opt, ddp)
+        want = {"fp32": 12, "fp32-remainders": 10, "bf16-moments": 6, "bf16": 4}[launch.get("optimizer_state", "fp32")]
+        if not (opt.bf16 or opt.fp16):
+            want -= 4  # an fp32 model: its weights are the master, 8 B of moments
+        # Megatron-Core keeps a master always: the plan's bf16 (none) runs as bf16-moments (codegen's note).
+        if keeps != want and not (launch.get("optimizer_state") == "bf16" and keeps == 6):
+            raise ValueError(f"Megatron-Core's optimizer keeps {keeps} B per parameter, the plan {want}")
     except Exception as e:  # noqa: BLE001 - every failure is the verdict
         print(f"{path}: FAIL ({step}: {type(e).__name__}: {e})")
         return False

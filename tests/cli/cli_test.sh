@@ -190,6 +190,20 @@ expect "deepspeed zero 1 note" 0 "parameter gather not overlapped (gathered insi
 expect "param gather off solved" 0 "parameter gather not overlapped" -- $PLANNER solve --gpus 16 --model $M/gpt2-small.yaml --cluster $C/dgx-h100.yaml --tp 1 --pp 1 --zero 1 --overlap-param-gather off -o pgoff.plan.yaml
 expect "param gather off codegen" 0 "" -- $PLANNER codegen pgoff.plan.yaml -o pgoffL --export megatron
 check "param gather off: not in megatron.args" bash -c '! grep -qx -- "--overlap-param-gather" pgoffL/megatron.args && grep -qx -- "--use-distributed-optimizer" pgoffL/megatron.args'
+# --optimizer-state: the same forced layout (ZeRO-1 over dp 8) with fp32 state and with bf16 moments: the peak falls by
+# exactly (12 - 6) / 8 B per parameter, the optimizer step by its traffic (20 of 30 B per parameter); the plan records
+# it, Megatron's export runs it (TE FusedAdam), torchtitan's notes the fp32 state it keeps.
+for s in fp32 bf16-moments; do
+  $PLANNER solve --gpus 8 --model $M/llama3-8b.yaml --cluster $C/dgx-h100.yaml --global-batch 64 --tp 1 --pp 1 --cp 1 --microbatch 1 --recompute full --zero 1 --optimizer-state $s --json > "os-$s.json" 2>/dev/null
+done
+check "optimizer state: peak memory falls by 6/8 B per parameter, the step by 20/30" python3 -c "
+import json; a, b = (json.load(open(f'os-{s}.json')) for s in ('fp32', 'bf16-moments')); pa, pb = a['predicted'], b['predicted']
+assert abs((pa['peak_memory_GiB'] - pb['peak_memory_GiB']) * 2**30 - 6 / 8 * a['model_parameters']) < 1e-6 * a['model_parameters'], (pa, pb)
+assert abs(pb['optimizer_seconds'] / pa['optimizer_seconds'] - 20 / 30) < 1e-6 and b['optimizer_state'] == 'bf16-moments' and 'optimizer_state' not in a"
+expect "optimizer state solved" 0 "optimizer state fp32-remainders (10 B/param)" -- $PLANNER solve --gpus 8 --model $M/llama3-8b.yaml --cluster $C/dgx-h100.yaml --global-batch 64 --tp 1 --pp 1 --cp 1 --optimizer-state fp32-remainders -o os.plan.yaml
+expect "optimizer state codegen" 0 "torchtitan.toml: the optimizer keeps fp32 master weights and moments (12 B per parameter), not the plan's fp32-remainders (10 B)" -- $PLANNER codegen os.plan.yaml -o osL
+check "optimizer state: megatron.args runs TE's FusedAdam under the distributed optimizer, fp32 moments" bash -c 'grep -qx -- "--use-precision-aware-optimizer" osL/megatron.args && grep -qx -- "--use-distributed-optimizer" osL/megatron.args && ! grep -q -- "--exp-avg-dtype" osL/megatron.args && grep -qx "optimizer_state: fp32-remainders" osL/launch.yaml'
+expect "optimizer state engine all" 0 "engine torchtitan         cannot run it: --optimizer-state fp32-remainders" -- $PLANNER solve --gpus 8 --model $M/llama3-8b.yaml --cluster $C/dgx-h100.yaml --global-batch 64 --tp 1 --pp 1 --cp 1 --zero 1 --optimizer-state fp32-remainders --engine all
 # The communication table's figures on a pipelined plan whose stages differ (embedding and head stages).
 $PLANNER solve --gpus 64 --model $M/gpt2-small.yaml --cluster $C/dgx-a100.yaml --tp 1 --pp 4 --zero 1 --json > commpp.json 2>/dev/null
 check "communication figures, pp 4" python3 $SRC/tests/cli/check_comm.py commpp.json

@@ -276,6 +276,39 @@ TEST_CASE("ZeRO-2 and ZeRO-3 pay their collectives per microbatch, ZeRO-0/1 per 
   CHECK(StateBytesPerParam(sb, 3, 8) == doctest::Approx(18.0 / 8));
 }
 
+TEST_CASE("optimizer states: 12 / 10 / 6 / 4 B per parameter, sharded at ZeRO-1, the step's traffic with them") {
+  ParFixture f("gpt2-small.yaml", "dgx-a100.yaml");
+  f.model.dtype = DType::kBf16;
+  const OptimizerState states[] = {OptimizerState::kFp32, OptimizerState::kFp32Remainders, OptimizerState::kBf16Moments,
+                                   OptimizerState::kBf16};
+  const double bytes[] = {12, 10, 6, 4}, traffic[] = {30, 28, 20, 16};
+  for (int i = 0; i < 4; ++i) {
+    const StateBytes sb = ModelStateBytes(&f.model, std::nullopt, 0, states[i]);
+    CHECK(sb.optimizer == bytes[i]);
+    CHECK(sb.total == doctest::Approx(2 + 4 + bytes[i]));  // bf16 weights, fp32 gradients
+    CHECK(StateBytesPerParam(sb, 1, 8) == doctest::Approx(2 + 4 + bytes[i] / 8));
+    CHECK(OptimizerStepTrafficPerParam(states[i]) == traffic[i]);
+    OptimizerState back;
+    REQUIRE(ParseOptimizerState(OptimizerStateName(states[i]), &back));
+    CHECK(back == states[i]);
+  }
+  // fp32 models keep 8 B of moments whatever is asked (the flag refuses the others); fp16 takes fp32 only.
+  f.model.dtype = DType::kFp32;
+  CHECK(ModelStateBytes(&f.model, std::nullopt, 0, OptimizerState::kBf16).optimizer == 8);
+  CHECK(!OptimizerStateRefusal(DType::kFp32, OptimizerState::kBf16Moments).empty());
+  CHECK(!OptimizerStateRefusal(DType::kFp16, OptimizerState::kFp32Remainders).empty());
+  CHECK(OptimizerStateRefusal(DType::kFp8, OptimizerState::kFp32Remainders).empty());
+  CHECK(OptimizerStateRefusal(DType::kFp16, OptimizerState::kFp32).empty());
+  // The search's memory: ZeRO-1 forced, the peak falls by (12 - 6) / dp bytes per parameter of the stage.
+  f.model.dtype = DType::kBf16;
+  SearchOptions o;
+  o.zero = {1};
+  const StateBytes full = MakeStateBytes(f.Source(), o);
+  o.cost.optimizer_state = OptimizerState::kBf16Moments;
+  const StateBytes small = MakeStateBytes(f.Source(), o);
+  CHECK(StateBytesPerParam(full, 1, 4) - StateBytesPerParam(small, 1, 4) == doctest::Approx(6.0 / 4));
+}
+
 TEST_CASE(
     "bf16 gradients are reduced in fp32 (Megatron's accumulate_allreduce_grads_in_fp32), parameters gathered in bf16") {
   ParFixture f("gpt2-small.yaml", "dgx-a100.yaml");

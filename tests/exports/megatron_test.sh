@@ -51,6 +51,13 @@ $PLANNER -q solve --gpus 64 --model "$C/models/llama3-8b.yaml" --cluster "$C/clu
   && $PLANNER -q codegen "$T/tpo.plan.yaml" -o "$T/demo-tp-comm-overlap" 2>/dev/null \
   && grep -qx -- "--tp-comm-overlap" "$T/demo-tp-comm-overlap/megatron.args" \
   || { echo "FAIL demo tp comm overlap: no --tp-comm-overlap in megatron.args"; fail=1; }
+# The precision-aware optimizer (solve --optimizer-state bf16-moments: TE FusedAdam, bf16 moments, fp32 remainders under
+# the distributed optimizer): written, and Megatron-Core's OptimizerConfig keeps the plan's 6 B per parameter.
+$PLANNER -q solve --gpus 8 --model "$C/models/llama3-8b.yaml" --cluster "$C/clusters/dgx-h100.yaml" --tp 1 --pp 1 --cp 1 --global-batch 64 --optimizer-state bf16-moments -o "$T/optimizer-state.plan.yaml" >/dev/null 2>&1 \
+  && $PLANNER -q codegen "$T/optimizer-state.plan.yaml" -o "$T/demo-optimizer-state" 2>/dev/null \
+  && grep -qx -- "--use-precision-aware-optimizer" "$T/demo-optimizer-state/megatron.args" \
+  && grep -qx -- "--exp-avg-sq-dtype bf16" "$T/demo-optimizer-state/megatron.args" \
+  || { echo "FAIL demo optimizer state: no precision-aware optimizer in megatron.args"; fail=1; }
 # The issue's defects, each in a copy of a golden launch directory: the checker must FAIL them with the reason.
 G=$SRC/tests/codegen/golden
 neg() {  # neg NAME GOLDEN SED-SCRIPT EXPECTED-TEXT
@@ -67,6 +74,9 @@ neg mb-group gpt3-64 's/^--global-batch-size 128$/--global-batch-size 128\n--mic
 neg batch llama3-8b-64 's/^--global-batch-size 512$/--global-batch-size 520/' "is not divisible by micro batch size (2) times data parallel size (8)"
 cp -r "$G/vgg16-async" "$T/neg-vgg16"; printf -- '--tensor-model-parallel-size 1\n--pipeline-model-parallel-size 3\n--micro-batch-size 64\n--global-batch-size 1024\n' > "$T/neg-vgg16/megatron.args"
 echo "vgg16|no --num-layers" >> "$T/expect"
+# A plan that keeps fp32 state run with the bf16 moments (launch.yaml's optimizer_state dropped): 6 B against 12.
+cp -r "$T/demo-optimizer-state" "$T/neg-optimizer-state" && sed -i '/^optimizer_state:/d' "$T/neg-optimizer-state/launch.yaml"
+echo "optimizer-state|keeps 6 B per parameter, the plan 12" >> "$T/expect"
 # megatron.sh's whole command line (megatron.args + the smoke test's mock-data flags), as torchrun
 # receives it: each golden's script run with a fake torchrun that records its argv.
 mkdir -p "$T/bin"

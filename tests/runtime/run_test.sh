@@ -472,6 +472,20 @@ assert "The plan keeps gradients in fp16 (2 bytes per parameter" in rep, rep
 print("fp16: 18.00 bytes per parameter measured against the plan's 16.00 (fp16 gradient buffer), said in the report")
 PY
 
+# A plan whose optimizer keeps bf16 moments beside fp32 remainders (optimizer_state bf16-moments: 2 + 4 + 6 = 12 bytes
+# per parameter predicted) runs with this runtime's fp32 master weights and moments (18 measured); the report says why.
+sed -e 's/^grad_dtype: "fp32"/grad_dtype: "fp32"\noptimizer_state: "bf16-moments"/' bf16-pp2.plan.yaml > bf16os.plan.yaml \
+  && grep -q '^optimizer_state: "bf16-moments"' bf16os.plan.yaml && $PLANNER -q codegen bf16os.plan.yaml -o bf16os --iterations 3 \
+  && timeout 120 mpirun --oversubscribe -np 2 $PLANNER -q run bf16os --run-id r >/dev/null 2>bf16os.err \
+  && python3 - bf16os/runs/r <<'PY' && ok || { bad "bf16 optimizer state run"; tail -3 bf16os.err; }
+import re, sys
+rep = open(sys.argv[1] + "/report.md").read()
+rows = re.findall(r"^\| \d \| (\d+) \| [\d.]+ MiB \| ([\d.]+) \| ([\d.]+) \|$", rep, re.M)
+assert rows and all(r[1] == "18.00" and r[2] == "12.00" for r in rows), rows
+assert "The plan keeps the optimizer state as bf16-moments (6 bytes per parameter); this runtime keeps fp32 master weights and moments, 6 bytes per parameter more." in rep, rep
+print("bf16-moments: 18.00 bytes per parameter measured against the plan's 12.00, said in the report")
+PY
+
 # fp16 overflow: a loss scale too large for fp16 (--initial-loss-scale, Megatron's flag) makes the activation
 # gradients overflow; every rank skips those steps together (no update: the losses up to the first applied
 # step equal a run that skips every step) and the scale halves as Megatron's hysteresis says (the first
