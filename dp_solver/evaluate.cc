@@ -343,9 +343,10 @@ double Evaluator::PeakBytes(const Candidate& k, int64_t z, Evaluation* x) const 
   x->peak_bytes = 0;
   for (int64_t r = 0; r < k.pp; ++r) {
     double states = StatesBytes(k, z, Z(r), *x);
-    // ZeRO-3 / FSDP holds the layer it computes gathered whole, and prefetches the next one.
+    // ZeRO-3 / FSDP holds the layer it computes gathered whole and, where its gathers are prefetched
+    // (overlap.param_prefetch, --overlap-param-gather on), the next one too.
     if (z == 3 && k.dp * k.cp > 1 && !FsdpUnderPp(z, k.pp, o_.cost.fsdp_with_pp))
-      states += 2 * x->largest_layer_params[Z(r)] * sb_.weight;
+      states += (o_.cost.overlap_param_prefetch ? 2 : 1) * x->largest_layer_params[Z(r)] * sb_.weight;
     // The optimizer step's fp32 copy of a 16-bit gradient buffer (its shard from ZeRO-1 on), after
     // the flush has freed the activations: it raises the peak only where it outgrows them.
     const double expert = x->expert_params[Z(r)], dense = x->params[Z(r)] - expert;

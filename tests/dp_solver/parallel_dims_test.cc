@@ -242,6 +242,18 @@ Evaluation EvaluateAt(const ParFixture& f, SearchOptions& o, int64_t d, int64_t 
   return x;
 }
 
+TEST_CASE("ZeRO-3 holds two gathered layers where it prefetches, one where it does not") {
+  ParFixture f("gpt2-small.yaml", "dgx-a100.yaml");
+  SearchOptions o;
+  o.gpus = 8;
+  const Evaluation on = EvaluateAt(f, o, 8, 1, 3);
+  o.cost.overlap_param_prefetch = false;
+  const Evaluation off = EvaluateAt(f, o, 8, 1, 3);
+  REQUIRE(on.largest_layer_params[0] > 0);
+  CHECK(on.peak[0] - off.peak[0] ==
+        doctest::Approx(on.largest_layer_params[0] * DTypeBytes(f.model.dtype)).epsilon(1e-9));
+}
+
 TEST_CASE("ZeRO-2 and ZeRO-3 pay their collectives per microbatch, ZeRO-0/1 per iteration") {
   ParFixture f("gpt2-small.yaml", "dgx-a100.yaml");
   SearchOptions o;
