@@ -386,8 +386,9 @@ struct RowRates {
   double wgrad_out_bytes = 2;    // HBM bytes per weight-gradient element its GEMM moves (fused accumulation: 2 x grad)
   double attention_share = 1;    // the engine's sustained share of the attention tables
   double cp_ring_fwd = 1, cp_ring_bwd = 1;  // the engine's ring-attention step rates (cp > 1; EngineSpec)
-  double tp_hidden = 0, slowdown = 0;       // TP collectives hidden; compute lost per hidden second
-  double hbm_raw = 0;                       // HBM bytes/s of one fused kernel (GEMM operands, no elementwise factor)
+  double cp_slowdown = 0;  // compute lost per second of the ring's hidden exchange (0 where cp_ring carries it)
+  double tp_hidden = 0, slowdown = 0;  // TP collectives hidden; compute lost per hidden second
+  double hbm_raw = 0;                  // HBM bytes/s of one fused kernel (GEMM operands, no elementwise factor)
 };
 
 // Rates of one layer's attention core (FLOP/s), forward and backward.
@@ -540,8 +541,9 @@ double CpExposed(const ClusterSpec& c, const Layer& l, const RowRates& q, double
   const double comm = bytes_ratio * P2PSeconds(c, step_bytes, 0, q.t * (q.cp - 1));
   if (!q.cp_overlap) return static_cast<double>(q.cp - 1) * comm;
   const double compute = core_ratio * q.bd * l.attention_core_fwd_flops / (shard * q.cpd * q.cpd) / core_rate;
-  // The engine's compute slowdown on the part the ring hides (kernel-level costs; 0 in the flat model).
-  return static_cast<double>(q.cp - 1) * (std::max(0.0, comm - compute) + q.slowdown * std::min(comm, compute));
+  // The engine's compute slowdown on the part the ring hides (kernel-level costs; 0 in the flat model, and where the
+  // engine's cp_ring shares were measured with the exchange beside the steps: cp_ring.with_exchange).
+  return static_cast<double>(q.cp - 1) * (std::max(0.0, comm - compute) + q.cp_slowdown * std::min(comm, compute));
 }
 
 // Whether sequence parallelism splits this layer's tokens over the TP ranks: Megatron's SP regions
@@ -790,6 +792,7 @@ void KernelRates(const CostSource& src, const ModelSpec& m, const CostOptions& o
   // requires --sequence-parallel for --tp-comm-overlap; torchtitan's async TP fuses SP's collectives): none without SP.
   q->tp_hidden = o.tp_comm_overlap && q->sp ? e.tp_comm_overlap_hidden : 0;
   q->slowdown = o.compute_slowdown;
+  q->cp_slowdown = e.cp_ring_with_exchange ? 0 : o.compute_slowdown;
 }
 
 // Analytic rows: FLOPs / (peak x efficiency) + bytes / (HBM x efficiency) (kernel-level: each operation

@@ -166,7 +166,8 @@ Status ParseUnguarded(const std::string& path, const std::string& text, EngineSp
   }
   const YAML::Node& ring = root["cp_ring"];
   if (ring.IsDefined()) {
-    PLANNER_RETURN_IF_ERROR(r.CheckKeys(ring, "cp_ring", {"fwd", "bwd"}));
+    PLANNER_RETURN_IF_ERROR(r.CheckKeys(ring, "cp_ring", {"fwd", "bwd", "with_exchange"}));
+    PLANNER_RETURN_IF_ERROR(r.GetBool(ring, "with_exchange", "cp_ring.with_exchange", &e.cp_ring_with_exchange, false));
     PLANNER_RETURN_IF_ERROR(Fraction(r, ring, "fwd", "cp_ring.fwd", &e.cp_ring_fwd, 1));
     PLANNER_RETURN_IF_ERROR(Fraction(r, ring, "bwd", "cp_ring.bwd", &e.cp_ring_bwd, 1));
     if (!(e.cp_ring_fwd > 0 && e.cp_ring_bwd > 0))

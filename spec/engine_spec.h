@@ -63,6 +63,9 @@ struct EngineSpec {
   // lengths (file key cp_ring: {fwd, bwd}): per-step softmax-statistics merges and output corrections,
   // dq / dk / dv accumulation between steps.
   double cp_ring_fwd = 1, cp_ring_bwd = 1;
+  // cp_ring.with_exchange: the shares were measured with the ring's KV exchange running beside the steps, so
+  // they carry its interference: no compute_slowdown is added on the hidden exchange (it would count it twice).
+  bool cp_ring_with_exchange = false;
   // Context parallelism's KV exchanges it runs as the planner costs them (file key `cp_comm_types`; --cp-comm-type),
   // and why not the others (`cp_comm_reason`: the error's words).
   std::vector<std::string> cp_comm_types = {"p2p"};

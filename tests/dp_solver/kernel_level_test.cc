@@ -286,6 +286,23 @@ TEST_CASE("ring attention's steps: full off-diagonal blocks at long chunks, shor
   CHECK(ring < four / 0.781);
 }
 
+TEST_CASE("the ring's hidden exchange pays compute_slowdown unless the engine's cp_ring shares carry it") {
+  // 64k over cp 4 with a 0.19 slowdown: the exposed exchange is the part not hidden plus 0.19 of the hidden part;
+  // an engine whose ring shares were measured with the exchange beside them (cp_ring.with_exchange) pays only
+  // the part not hidden.
+  const KernelFixture f(65536);
+  CostOptions o;
+  o.compute_slowdown = 0.19;
+  EngineSpec plain = f.engine, carried = f.engine;
+  plain.compute_slowdown = carried.compute_slowdown = 0.19;
+  carried.cp_ring_with_exchange = true;
+  const LayerCostRow a = f.Block(plain, 1, 4, o), b = f.Block(carried, 1, 4, o), none = f.Block(plain, 1, 4, {});
+  REQUIRE(a.cp_total_s > 0);
+  CHECK(b.cp_comm_s == doctest::Approx(none.cp_comm_s).epsilon(1e-12));  // no slowdown: as with compute_slowdown 0
+  CHECK(a.cp_comm_s > b.cp_comm_s);
+  CHECK(a.cp_comm_s - b.cp_comm_s <= 0.19 * a.cp_total_s * (1 + 1e-9));  // at most 0.19 of the whole exchange
+}
+
 TEST_CASE("all-gather context parallelism: K, V gathered per layer and pass, exposed; long kernels, no ring share") {
   const KernelFixture f(65536);
   CostOptions ring_o, ag_o;
