@@ -411,8 +411,8 @@ std::string MegatronRuleViolation(const std::string& args, const MegatronCheck& 
   if (f.count("--sequence-parallel") && tp == 1)
     return "sequence parallelism with tp 1: Megatron-LM turns --sequence-parallel off (validate_args)";
   if (f.count("--use-precision-aware-optimizer") && !f.count("--use-distributed-optimizer"))
-    return "--use-precision-aware-optimizer without the distributed optimizer (ZeRO-1): Megatron-Core raises "
-           "\"only supported with distributed optimizer\" (get_megatron_optimizer); solve with --zero 1 or "
+    return "--use-precision-aware-optimizer without the distributed optimizer (ZeRO-1): Megatron-Core refuses it "
+           "(OptimizerConfig: \"only supported with distributed optimizer\"); solve with --zero 1 or "
            "--optimizer-state fp32";
   if (ep > 1 && num("--num-experts", 0) % ep != 0)
     return fmt::format("{} experts are not divisible by ep {} (validate_args)", num("--num-experts", 0), ep);
@@ -451,7 +451,11 @@ std::string MegatronRuleViolation(const std::string& args, const MegatronCheck& 
 // Megatron-FSDP's sharding strategies (pipelining refused above).
 void MegatronShardingArgs(const Plan& plan, const LaunchPlan& L, std::string* mg) {
   const bool zero23 = plan.zero_stage == ZeroStage::kGradients || plan.zero_stage == ZeroStage::kParameters;
-  if (plan.zero_stage == ZeroStage::kOptimizer) *mg += "--use-distributed-optimizer\n";
+  // The precision-aware optimizer (plan.optimizer_state) runs under the distributed optimizer only: over one rank
+  // (dp x cp 1) that is ZeRO-0, which the plan then says.
+  const bool one_rank = L.dp * std::max<int64_t>(1, L.cp) == 1;
+  if (plan.zero_stage == ZeroStage::kOptimizer || (one_rank && plan.optimizer_state != OptimizerState::kFp32))
+    *mg += "--use-distributed-optimizer\n";
   if (plan.zero_stage == ZeroStage::kOptimizer && plan.dp_replicate > 1)
     *mg += fmt::format("--num-distributed-optimizer-instances {}\n", plan.dp_replicate);
   if (zero23) {

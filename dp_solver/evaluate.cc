@@ -452,8 +452,12 @@ void Evaluator::SettleMemory(const Candidate& k, Evaluation* x) const {
   double best = INFINITY;
   int64_t last_tried = -1;
   int64_t best_replicate = 1;
+  // ZeRO-1 over one rank is ZeRO-0: where the optimizer state restricts the stages to ZeRO-1 (Megatron-Core's
+  // precision-aware optimizer, which runs under the distributed optimizer at dp 1 too), a layout without data
+  // parallelism keeps it at ZeRO-0's cost rather than being dropped.
+  const bool one_rank_zero1 = k.dp * k.cp <= 1 && ZeroAllowed(1) && o_.cost.optimizer_state != OptimizerState::kFp32;
   for (int64_t z = 0; z <= x->zero_max; ++z) {
-    if (!ZeroAllowed(z)) continue;
+    if (!ZeroAllowed(z) && !(z == 0 && one_rank_zero1)) continue;
     if (k.pp > 1 && (z == 1 || z == 2) && o_.cost.fsdp_with_pp) continue;  // FSDP under PP: ZeRO-3 only
     for (int64_t rep : Replicates(k, z)) {
       x->replicate = rep;

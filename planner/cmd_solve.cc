@@ -190,8 +190,10 @@ Status ApplyMoeDispatcher(const SolveArgs& a, const CostSource& src, bool restri
   return Status::OK();
 }
 
-// --optimizer-state against the engine: a state it does not keep is an input error; one it keeps at fewer ZeRO
-// stages (Megatron-Core's precision-aware optimizer runs under the distributed optimizer only) narrows the search.
+// --optimizer-state against the engine, whatever the cost level (the default engine's file too): a state it does
+// not keep is an input error; one it keeps at fewer ZeRO stages (Megatron-Core's precision-aware optimizer runs under
+// the distributed optimizer only) narrows the stages searched, the forced ones included (an empty intersection is
+// an error). Runs after the engine's own `zero`, so a stage it never runs is refused with that reason first.
 Status ApplyOptimizerState(const EngineSpec& e, SearchOptions* o) {
   const OptimizerState s = o->cost.optimizer_state;
   if (s == OptimizerState::kFp32) return Status::OK();
@@ -210,13 +212,16 @@ Status ApplyOptimizerState(const EngineSpec& e, SearchOptions* o) {
     o->zero = *stages;
     return Status::OK();
   }
+  std::vector<int64_t> both;
   for (int64_t z : o->zero) {
-    if (std::find(stages->begin(), stages->end(), z) == stages->end())
-      return Status::InvalidArgument(
-          fmt::format("--optimizer-state {} with --zero {}: engine {} keeps it at ZeRO-{} only; choose --zero {} or "
-                      "--optimizer-state fp32",
-                      OptimizerStateName(s), z, e.name, fmt::join(*stages, "/"), fmt::join(*stages, ",")));
+    if (std::find(stages->begin(), stages->end(), z) != stages->end()) both.push_back(z);
   }
+  if (both.empty())
+    return Status::InvalidArgument(fmt::format(
+        "--optimizer-state {} with --zero {}: engine {} keeps it at ZeRO-{} only; choose --zero {} or "
+        "--optimizer-state fp32",
+        OptimizerStateName(s), fmt::join(o->zero, ","), e.name, fmt::join(*stages, "/"), fmt::join(*stages, ",")));
+  o->zero = both;
   return Status::OK();
 }
 
@@ -227,7 +232,6 @@ Status ApplyEngine(const SolveArgs& a, const CostSource& src, SearchOptions* o) 
   // What the engine runs restricts the search when it was named or the costs are kernel-level; the
   // flat model with the default engine searches what it always did (CPU clusters, GPUs without a table).
   const bool restrict = !a.engine.empty() || KernelLevel(src);
-  if (restrict) PLANNER_RETURN_IF_ERROR(ApplyOptimizerState(e, o));  // before `zero`: it may narrow the stages
   if (restrict && !e.zero.empty()) {
     if (o->zero.empty()) o->zero = e.zero;
     for (int64_t z : o->zero) {
@@ -238,6 +242,7 @@ Status ApplyEngine(const SolveArgs& a, const CostSource& src, SearchOptions* o) 
                         z, e.name, z, e.zero_reason, fmt::join(e.zero, ",")));
     }
   }
+  PLANNER_RETURN_IF_ERROR(ApplyOptimizerState(e, o));
   if (restrict && !e.schedules.empty()) {
     std::vector<Schedule> runs;
     for (const auto& name : e.schedules) {
@@ -1015,7 +1020,8 @@ Runner RegisterSolve(CLI::App& app) {
   cmd->add_flag("--no-scatter-gather", a->no_scatter_gather, "send whole activations between stages when tp > 1");
   cmd->add_option(
       "--bytes-per-param", a->bytes_per_param,
-      "model-state bytes per parameter (default: weights + gradients + optimizer: 18 bf16 / fp8, 16 fp16 / fp32)");
+      "model-state bytes per parameter (default: weights + gradients + optimizer: 18 bf16 / fp8, 16 fp16 / fp32, less "
+      "with --grad-dtype or --optimizer-state)");
   cmd->add_option("--grad-dtype", a->grad_dtype,
                   "gradient buffer dtype, accumulated over microbatches and reduced in it: fp32, or the model's 16-bit "
                   "dtype (default Megatron's: "

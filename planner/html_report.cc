@@ -48,6 +48,10 @@ std::string Card(const Plan& p, const std::string& sfx) {
   row("layout", XmlText(p.Label("")));
   if (!p.engine.empty()) row("engine", XmlText(p.engine + (p.kernels.empty() ? "" : " x kernel table " + p.kernels)));
   if (p.dtype) row("precision", XmlText(DTypeName(*p.dtype)));
+  if (p.grad_dtype) row("gradients", XmlText(DTypeName(*p.grad_dtype)));
+  if (p.optimizer_state != OptimizerState::kFp32)
+    row("optimizer state", XmlText(fmt::format("{} ({:g} B/param)", OptimizerStateName(p.optimizer_state),
+                                               OptimizerStateBytes(p.optimizer_state))));
   if (p.cp > 1) row("cp exchange", XmlText(CpCommTypeName(p.cp_comm_type)));
   if (p.ep > 1) row("moe dispatch", XmlText(MoeDispatcherName(p.moe_dispatcher)));
   if (!p.calibration.empty()) row("calibrated with", XmlText(p.calibration));

@@ -272,8 +272,6 @@ Status MoeCostFlags(const SolveArgs& a, SearchOptions* o) {
   return Status::OK();
 }
 
-// --dp-comm and --ps-servers (docs/cost_model.md, "Data-parallel communication architectures"); the
-// search checks them against the cluster's CPU machines.
 // --optimizer-state: how the optimizer keeps its state (spec/model_state.h), costed from the model's precision; the
 // optimizer step's traffic follows it. The engine's optimizer_states check comes in ApplyEngine.
 Status OptimizerStateFlag(const SolveArgs& a, const ModelSpec& model, SearchOptions* o) {
@@ -299,6 +297,8 @@ Status OptimizerStateFlag(const SolveArgs& a, const ModelSpec& model, SearchOpti
   return Status::OK();
 }
 
+// --dp-comm and --ps-servers (docs/cost_model.md, "Data-parallel communication architectures"); the
+// search checks them against the cluster's CPU machines.
 Status DpCommFlags(const SolveArgs& a, SearchOptions* o) {
   for (const auto& name : a.dp_comm) {
     DpComm d;

@@ -81,6 +81,18 @@ Status ParseOptimizerStates(const YamlReader& r, const YAML::Node& root, EngineS
   std::sort(e->optimizer_states.begin(), e->optimizer_states.end());
   if (e->optimizer_states.empty() || e->optimizer_states.front().first != OptimizerState::kFp32)
     return r.FieldError(n, "optimizer_states", "name fp32 too (every engine keeps fp32 master weights and moments)");
+  // Each state's stages are stages the engine runs; fp32's are all of them (the search runs `zero` for it).
+  for (const auto& [state, stages] : e->optimizer_states) {
+    const std::string field = std::string("optimizer_states.") + OptimizerStateName(state);
+    for (int64_t z : stages) {
+      if (!e->zero.empty() && std::find(e->zero.begin(), e->zero.end(), z) == e->zero.end())
+        return r.FieldError(
+            n[OptimizerStateName(state)], field,
+            fmt::format("ZeRO-{} is not one of the stages the file's zero runs ({})", z, fmt::join(e->zero, ", ")));
+    }
+    if (state == OptimizerState::kFp32 && !e->zero.empty() && stages != e->zero)
+      return r.FieldError(n["fp32"], field, fmt::format("list the file's zero stages ({})", fmt::join(e->zero, ", ")));
+  }
   return Status::OK();
 }
 

@@ -157,7 +157,7 @@ def megatron_chunks(config, args):
 def optimizer_state_bytes(args):
     """Adam's state per parameter as Megatron-Core keeps it from the parsed args: the master copy (fp32; with
     --use-precision-aware-optimizer, TE FusedAdam's int16 remainders beside bf16 weights where OptimizerConfig's
-    store_param_remainders, default true, holds, else --main-params-dtype) and the two moments
+    store_param_remainders, default true, holds and no FP8 recipe but delayed scaling runs, else --main-params-dtype) and the two moments
     (--exp-avg-dtype, --exp-avg-sq-dtype; fp32 without the precision-aware optimizer)."""
     import dataclasses
     import torch
@@ -166,7 +166,10 @@ def optimizer_state_bytes(args):
     if not getattr(args, "use_precision_aware_optimizer", False):
         return 12 if (args.bf16 or args.fp16) else 8
     remainders = {f.name: f.default for f in dataclasses.fields(OptimizerConfig)}.get("store_param_remainders", False)
-    master = 2 if (remainders and args.bf16 and args.main_params_dtype == torch.float32) else size(args.main_params_dtype)
+    # TE keeps the master (as remainders) only without an FP8 recipe or with delayed scaling
+    # (OptimizerConfig.use_precision_aware_optimizer_no_fp8_or_ds_fp8); else Megatron-Core keeps it in main_params_dtype.
+    te_master = not args.fp8 or args.fp8_recipe == "delayed"
+    master = 2 if (te_master and remainders and args.bf16 and args.main_params_dtype == torch.float32) else size(args.main_params_dtype)
     return master + size(args.exp_avg_dtype) + size(args.exp_avg_sq_dtype)
 
 
@@ -230,6 +233,10 @@ def main():
             keeps = optimizer_state_bytes(args)
             m = re.search(r'(?m)^optimizer_state: "?([\w-]+)"?\s*$', open(o.plan).read())
             want = {"fp32": 12, "fp32-remainders": 10, "bf16-moments": 6, "bf16": 4}[m.group(1) if m else "fp32"]
+            if not (args.bf16 or args.fp16):
+                want -= 4  # an fp32 model: its weights are the master, 8 B of moments
+            if args.fp8 and args.fp8_recipe != "delayed" and m and m.group(1) in ("fp32-remainders", "bf16-moments"):
+                want += 2  # Megatron-Core keeps an fp32 master itself under these recipes (codegen's note: 2 B more)
             # Megatron-Core keeps a master always: the plan's bf16 (no master) runs as bf16-moments, noted by codegen.
             if keeps != want and not (m and m.group(1) == "bf16" and keeps == 6):
                 raise RuntimeError(f"Megatron's optimizer keeps {keeps} B per parameter, the plan {want}")

@@ -117,7 +117,7 @@ FLAGS = {
     "--fp16": [("tc", "fp16", SWITCH), ("opt", "fp16", SWITCH)],
     "--bf16": [("tc", "bf16", SWITCH), ("opt", "bf16", SWITCH)],
     "--fp8-format": [("tc", "fp8", STR)],
-    "--fp8-recipe": [("tc", "fp8_recipe", STR)],
+    "--fp8-recipe": [("tc", "fp8_recipe", STR), ("opt", "fp8_recipe", STR)],
     # megatron.sh's smoke-test flags
     "--mock-data": [("train", "mock_data", SWITCH)],
     "--tokenizer-type": [("train", "tokenizer_type", ("NullTokenizer",))],
@@ -253,19 +253,22 @@ def optimizer_config(OPT, kw):
                 sys.modules[n] = saved[n]
 
 
-def optimizer_state_bytes(opt, ddp):
+def optimizer_state_bytes(opt):
     """Adam's state per parameter as Megatron-Core keeps it (megatron/core/optimizer): the master copy (fp32; with the
     precision-aware optimizer TE FusedAdam's int16 remainders beside bf16 weights where store_param_remainders holds,
-    else main_params_dtype) and the moments (exp_avg_dtype, exp_avg_sq_dtype); get_megatron_optimizer refuses the
-    precision-aware optimizer without the distributed optimizer."""
+    else main_params_dtype) and the moments (exp_avg_dtype, exp_avg_sq_dtype); Megatron-Core refuses the precision-aware
+    optimizer without the distributed optimizer."""
     import torch
 
     size = lambda d: torch.tensor([], dtype=d).element_size()  # noqa: E731
     if not opt.use_precision_aware_optimizer:
         return 12 if (opt.bf16 or opt.fp16) else 8
-    if not (opt.use_distributed_optimizer or ddp.use_megatron_fsdp):
-        raise ValueError("--use-precision-aware-optimizer only supported with distributed optimizer (get_megatron_optimizer)")
-    master = 2 if (opt.store_param_remainders and opt.bf16 and opt.main_params_dtype == torch.float32) else size(opt.main_params_dtype)
+    if not opt.use_distributed_optimizer:  # OptimizerConfig asserts it on core_v0.16.1; get_megatron_optimizer raises on later ones
+        raise ValueError("--use-precision-aware-optimizer only supported with distributed optimizer")
+    # TE keeps the master (as remainders) only where use_precision_aware_optimizer_no_fp8_or_ds_fp8 holds (no FP8
+    # recipe, or delayed scaling); under the other recipes Megatron-Core keeps it itself in main_params_dtype.
+    te_master = opt.use_precision_aware_optimizer_no_fp8_or_ds_fp8
+    master = 2 if (te_master and opt.store_param_remainders and opt.bf16 and opt.main_params_dtype == torch.float32) else size(opt.main_params_dtype)
     return master + size(opt.exp_avg_dtype) + size(opt.exp_avg_sq_dtype)
 
 
@@ -422,10 +425,12 @@ def check_file(path, classes):
         if mine != want:
             raise ValueError(f"Megatron's split {mine} differs from the plan's {want}")
         step = "optimizer_state"
-        keeps = optimizer_state_bytes(opt, ddp)
+        keeps = optimizer_state_bytes(opt)
         want = {"fp32": 12, "fp32-remainders": 10, "bf16-moments": 6, "bf16": 4}[launch.get("optimizer_state", "fp32")]
         if not (opt.bf16 or opt.fp16):
             want -= 4  # an fp32 model: its weights are the master, 8 B of moments
+        if opt.fp8_recipe not in (None, "delayed") and launch.get("optimizer_state") in ("fp32-remainders", "bf16-moments"):
+            want += 2  # Megatron-Core keeps an fp32 master itself under these recipes (codegen's note: 2 B more)
         # Megatron-Core keeps a master always: the plan's bf16 (none) runs as bf16-moments (codegen's note).
         if keeps != want and not (launch.get("optimizer_state") == "bf16" and keeps == 6):
             raise ValueError(f"Megatron-Core's optimizer keeps {keeps} B per parameter, the plan {want}")

@@ -203,7 +203,12 @@ assert abs(pb['optimizer_seconds'] / pa['optimizer_seconds'] - 20 / 30) < 1e-6 a
 expect "optimizer state solved" 0 "optimizer state fp32-remainders (10 B/param)" -- $PLANNER solve --gpus 8 --model $M/llama3-8b.yaml --cluster $C/dgx-h100.yaml --global-batch 64 --tp 1 --pp 1 --cp 1 --optimizer-state fp32-remainders -o os.plan.yaml
 expect "optimizer state codegen" 0 "torchtitan.toml: the optimizer keeps fp32 master weights and moments (12 B per parameter), not the plan's fp32-remainders (10 B)" -- $PLANNER codegen os.plan.yaml -o osL
 check "optimizer state: megatron.args runs TE's FusedAdam under the distributed optimizer, fp32 moments" bash -c 'grep -qx -- "--use-precision-aware-optimizer" osL/megatron.args && grep -qx -- "--use-distributed-optimizer" osL/megatron.args && ! grep -q -- "--exp-avg-dtype" osL/megatron.args && grep -qx "optimizer_state: fp32-remainders" osL/launch.yaml'
-expect "optimizer state engine all" 0 "engine torchtitan         cannot run it: --optimizer-state fp32-remainders" -- $PLANNER solve --gpus 8 --model $M/llama3-8b.yaml --cluster $C/dgx-h100.yaml --global-batch 64 --tp 1 --pp 1 --cp 1 --zero 1 --optimizer-state fp32-remainders --engine all
+expect "optimizer state engine all" 0 "engine deepspeed          cannot run it: --optimizer-state fp32-remainders: engine deepspeed does not keep it" -- $PLANNER solve --gpus 8 --model $M/llama3-8b.yaml --cluster $C/dgx-h100.yaml --global-batch 64 --tp 1 --pp 1 --cp 1 --zero 1 --optimizer-state fp32-remainders --engine all
+# Without data parallelism (tp 8 on 8 GPUs) the precision-aware optimizer's ZeRO-1 is ZeRO-0: the layout is planned, not
+# dropped, and Megatron's export runs it under the distributed optimizer over one rank.
+expect "optimizer state dp 1 solved" 0 "ZeRO 0 | gradients fp32 | optimizer state bf16-moments (6 B/param)" -- $PLANNER solve --gpus 8 --model $M/llama3-8b.yaml --cluster $C/dgx-h100.yaml --global-batch 16 --tp 8 --pp 1 --cp 1 --optimizer-state bf16-moments -o osdp1.plan.yaml
+expect "optimizer state dp 1 codegen" 0 "" -- $PLANNER codegen osdp1.plan.yaml -o osdp1L --export megatron
+check "optimizer state dp 1: megatron.args under the distributed optimizer" bash -c 'grep -qx -- "--use-distributed-optimizer" osdp1L/megatron.args && grep -qx -- "--use-precision-aware-optimizer" osdp1L/megatron.args'
 # The communication table's figures on a pipelined plan whose stages differ (embedding and head stages).
 $PLANNER solve --gpus 64 --model $M/gpt2-small.yaml --cluster $C/dgx-a100.yaml --tp 1 --pp 4 --zero 1 --json > commpp.json 2>/dev/null
 check "communication figures, pp 4" python3 $SRC/tests/cli/check_comm.py commpp.json
