@@ -244,12 +244,11 @@ MEGATRON_BRIDGE = [
 # no TP communication overlap; recompute "norm, act" = --recompute-modules layernorm moe_act; DeepEP = flex,
 # A2A = alltoall). Two software generations: the EP 32 rows ran the moe_dev branch (f3e6c5), the EP 8 rows Megatron-LM
 # main 1e057005 (May 2025: no moe_router / moe_preprocess CUDA-graph scopes, so an eager MoE path with a host sync per
-# layer in either dispatcher). Forced balance is stated only for the run script's EP 32 command (run_h100_235b.sh:
-# --moe-router-force-load-balancing) and the long-context table; the model config routes by auxiliary loss from a
-# loaded checkpoint (model_configs/benchmarking/Qwen3-235B-A22B.yaml: aux_loss 1e-3, --finetune). The same readme
-# measures dropless at TP 4, EP 8, seq 16K 1.245x slower than forced balance (295 / 237 TFLOP/s), a step ratio the
-# model reaches at --moe-imbalance 1.75: the EP 8 rows are costed balanced here (docs/performance.md says how much of
-# their error that could be).
+# layer in either dispatcher). Every row's command forces balance: examples/qwen3/run_235b.sh at 31c5686 (committed
+# with the readme's table, 2025-05-27) passes --moe-router-force-load-balancing on all five ("for stable
+# benchmarking"), so all are costed balanced and the EP 8 rows' error is not routing. That script's tp 4 command also
+# passes --moe-router-aux-loss-fusion, which Megatron-LM 1e057005 does not parse: the run behind its 29.0 s differs from
+# the script in some unknown way. Its FSDP command runs --no-gradient-accumulation-fusion (not costed: slower).
 MOE_H100 = [
     ("Bridge skill", "qwen3-30b-a3b.yaml", 16, 1024, 1, 4096, 1, 1, 1, 16,
      ["--moe-dispatcher", "flex", "--grad-dtype", "bf16"], 24.7138),
