@@ -209,6 +209,11 @@ expect "optimizer state engine all" 0 "engine deepspeed          cannot run it: 
 expect "optimizer state dp 1 solved" 0 "ZeRO 0 | gradients fp32 | optimizer state bf16-moments (6 B/param)" -- $PLANNER solve --gpus 8 --model $M/llama3-8b.yaml --cluster $C/dgx-h100.yaml --global-batch 16 --tp 8 --pp 1 --cp 1 --optimizer-state bf16-moments -o osdp1.plan.yaml
 expect "optimizer state dp 1 codegen" 0 "" -- $PLANNER codegen osdp1.plan.yaml -o osdp1L --export megatron
 check "optimizer state dp 1: megatron.args under the distributed optimizer" bash -c 'grep -qx -- "--use-distributed-optimizer" osdp1L/megatron.args && grep -qx -- "--use-precision-aware-optimizer" osdp1L/megatron.args'
+# NeMo 1.x's bf16 state (no master) in an engine file that keeps it: Megatron's export runs it as bf16-moments, noted.
+sed -e 's/^name: megatron-core/name: nemo-apex/' -e 's/^  bf16-moments: \[1\].*$/  bf16-moments: [1]\n  bf16: [1]/' $SRC/configs/engines/megatron-core.yaml > nemo-apex.yaml
+expect "optimizer state bf16 solved" 0 "optimizer state bf16 (4 B/param)" -- $PLANNER solve --gpus 8 --model $M/llama3-8b.yaml --cluster $C/dgx-h100.yaml --global-batch 64 --tp 1 --pp 1 --cp 1 --engine ./nemo-apex.yaml --optimizer-state bf16 -o osb16.plan.yaml
+expect "optimizer state bf16 codegen note" 0 "the plan's bf16 optimizer state (4 B per parameter, no master) runs as bf16-moments, 2 B per parameter more" -- $PLANNER codegen osb16.plan.yaml -o osb16L --export megatron
+check "optimizer state bf16: megatron.args with bf16 moments" bash -c 'grep -qx -- "--exp-avg-dtype bf16" osb16L/megatron.args'
 # The communication table's figures on a pipelined plan whose stages differ (embedding and head stages).
 $PLANNER solve --gpus 64 --model $M/gpt2-small.yaml --cluster $C/dgx-a100.yaml --tp 1 --pp 4 --zero 1 --json > commpp.json 2>/dev/null
 check "communication figures, pp 4" python3 $SRC/tests/cli/check_comm.py commpp.json

@@ -58,6 +58,12 @@ $PLANNER -q solve --gpus 8 --model "$C/models/llama3-8b.yaml" --cluster "$C/clus
   && grep -qx -- "--use-precision-aware-optimizer" "$T/demo-optimizer-state/megatron.args" \
   && grep -qx -- "--exp-avg-sq-dtype bf16" "$T/demo-optimizer-state/megatron.args" \
   || { echo "FAIL demo optimizer state: no precision-aware optimizer in megatron.args"; fail=1; }
+# Under --fp8-recipe blockwise (layernorm recompute in FP8) Megatron-Core keeps its own fp32 master, not TE's
+# remainders: 12 B, which the checker expects (the plan's 10 + codegen's noted 2).
+$PLANNER -q solve --gpus 8 --model "$C/models/llama3-8b.yaml" --cluster "$C/clusters/dgx-h100.yaml" --tp 2 --pp 1 --cp 1 --global-batch 64 --precision fp8 --recompute selective --recompute-modules layernorm --optimizer-state fp32-remainders -o "$T/optimizer-state-blockwise.plan.yaml" >/dev/null 2>&1 \
+  && $PLANNER -q codegen "$T/optimizer-state-blockwise.plan.yaml" -o "$T/demo-optimizer-state-blockwise" 2>/dev/null \
+  && grep -qx -- "--fp8-recipe blockwise" "$T/demo-optimizer-state-blockwise/megatron.args" \
+  || { echo "FAIL demo optimizer state blockwise: no blockwise recipe in megatron.args"; fail=1; }
 # The issue's defects, each in a copy of a golden launch directory: the checker must FAIL them with the reason.
 G=$SRC/tests/codegen/golden
 neg() {  # neg NAME GOLDEN SED-SCRIPT EXPECTED-TEXT
