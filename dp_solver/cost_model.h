@@ -38,10 +38,10 @@ struct CostOptions {
   // Gradient buffer dtype (accumulation over microbatches, data-parallel reduction; --grad-dtype);
   // unset: DefaultGradDType(model), Megatron-LM's default (fp16 for fp16, else fp32).
   std::optional<DType> grad_dtype;
-  // How the optimizer keeps its state (--optimizer-state; spec/model_state.h): its bytes per parameter, and the
-  // step's traffic below follows it (OptimizerStepTrafficPerParam).
+  // How the optimizer keeps its state (--optimizer-state; spec/model_state.h): its bytes per parameter and the
+  // step's HBM traffic per parameter, which follows from it (30 B for fp32).
   OptimizerState optimizer_state = OptimizerState::kFp32;
-  double optimizer_bytes_per_param = 30;  // HBM traffic of the optimizer step per parameter
+  double OptimizerStepBytesPerParam() const { return OptimizerStepTrafficPerParam(optimizer_state); }
   // Mixture of experts (docs/cost_model.md, "Expert parallelism"; dp_solver/moe_cost.h).
   double moe_imbalance = 1.0;  // busiest EP rank's routed tokens / the mean, dropless routing (--moe-imbalance)
   bool moe_overlap = false;    // all-to-all hidden behind the MoE layer's compute of the same pass (--moe-overlap)

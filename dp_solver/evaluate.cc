@@ -541,8 +541,8 @@ void Evaluator::DataParallelTimes(const Candidate& k, int64_t z, Evaluation* x) 
   for (int64_t r = 0; r < k.pp; ++r) {
     const size_t ru = Z(r);
     const double stepped = (x->params[ru] - x->expert_params[ru]) / shard + x->expert_params[ru] / expert_shard;
-    x->optimizer_s = std::max(
-        x->optimizer_s, stepped * o_.cost.optimizer_bytes_per_param / (c.hbm_bandwidth_GBps * 1e9 * c.hbm_efficiency));
+    x->optimizer_s = std::max(x->optimizer_s, stepped * o_.cost.OptimizerStepBytesPerParam() /
+                                                  (c.hbm_bandwidth_GBps * 1e9 * c.hbm_efficiency));
   }
   std::vector<double> totals(Z(k.pp), 0.0);
   double best = INFINITY;
@@ -827,7 +827,7 @@ ReplicatedOptions Evaluator::ReplicatedOptionsFor(const CostTable& table) const 
   ro.usable_bytes = sb_.usable;
   ro.p2p_overlap = true;
   ro.scatter_gather = o_.cost.scatter_gather;
-  ro.optimizer_bytes_per_param = o_.cost.optimizer_bytes_per_param;
+  ro.optimizer_bytes_per_param = o_.cost.OptimizerStepBytesPerParam();
   ro.vertical_sync = o_.vertical_sync;
   ro.servers = servers_;
   ro.ps_colocated = o_.ps_colocated;

@@ -292,8 +292,7 @@ Status OptimizerStateFlag(const SolveArgs& a, const ModelSpec& model, SearchOpti
   if (const std::string why = OptimizerStateRefusal(model.dtype, s); !why.empty())
     return Status::InvalidArgument(fmt::format("--optimizer-state {}: the model trains in {}: {}", a.optimizer_state,
                                                DTypeName(model.dtype), why));
-  o->cost.optimizer_state = s;
-  o->cost.optimizer_bytes_per_param = OptimizerStepTrafficPerParam(s);
+  o->cost.optimizer_state = s;  // the step's traffic follows (CostOptions::OptimizerStepBytesPerParam)
   return Status::OK();
 }
 

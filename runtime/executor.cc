@@ -533,17 +533,17 @@ void PlanStateNotes(const ModelSpec& model, const LaunchPlan& L, ReportInputs* r
   const OptimizerState plan_os = L.optimizer_state;  // checked against the precision (CheckRunPrecision)
   rep->plan_bytes_per_param = PlanStateBytesPerParam(model, plan_grad, plan_os);
   if (plan_grad != DType::kFp32) {
-    rep->grad_note = fmt::format(
+    rep->state_note = fmt::format(
         "The plan keeps gradients in {} ({} bytes per parameter; Megatron's default for fp16, --grad-reduce-in-bf16 "
         "for bf16); "
         "this runtime accumulates and reduces them in fp32, 2 bytes per parameter more.",
         DTypeName(plan_grad), DTypeBytes(plan_grad));
   }
   if (plan_os != OptimizerState::kFp32) {
-    rep->grad_note += fmt::format(
+    rep->state_note += fmt::format(
         "{}The plan keeps the optimizer state as {} ({:g} bytes per parameter); this runtime keeps fp32 master "
         "weights and moments, {:g} bytes per parameter more.",
-        rep->grad_note.empty() ? "" : " ", OptimizerStateName(plan_os), OptimizerStateBytes(plan_os),
+        rep->state_note.empty() ? "" : " ", OptimizerStateName(plan_os), OptimizerStateBytes(plan_os),
         OptimizerStateBytes(OptimizerState::kFp32) - OptimizerStateBytes(plan_os));
   }
 }

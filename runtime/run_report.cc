@@ -91,7 +91,7 @@ std::string StateRows(const ReportInputs& in) {
       "the tensors' element sizes at the run's end; predicted = the plan's bytes per parameter (ZeRO-0, as this "
       "runtime keeps it). "
       "{}{}{}\n\n",
-      in.precision, CpuComputeNote(in), in.grad_note.empty() ? "" : " ", in.grad_note);
+      in.precision, CpuComputeNote(in), in.state_note.empty() ? "" : " ", in.state_note);
   rep +=
       "| rank | parameters | model state | bytes per parameter | predicted bytes per parameter "
       "|\n|---|---|---|---|---|\n";

@@ -43,7 +43,7 @@ struct ReportInputs {
   double plan_bytes_per_param =
       0;  // the plan's model-state bytes per parameter (spec/model_state.h StateBytesPerParam, ZeRO-0)
   std::string
-      grad_note;  // the plan's 16-bit gradients or optimizer state against the runtime's fp32 ones (empty: they agree)
+      state_note;  // the plan's 16-bit gradients or optimizer state against the runtime's fp32 ones (empty: they agree)
   std::string loss_scaling;             // fp16: the loss scaler's skipped steps and scale (empty otherwise)
   std::vector<SyncTraffic> dp_traffic;  // dp_comm ps / byteps: per job rank (servers after the workers), bytes per sync
 };
