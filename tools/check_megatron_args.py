@@ -232,14 +232,13 @@ def main():
             step = "optimizer_state"
             keeps = optimizer_state_bytes(args)
             m = re.search(r'(?m)^optimizer_state: "?([\w-]+)"?\s*$', open(o.plan).read())
-            want = {"fp32": 12, "fp32-remainders": 10, "bf16-moments": 6, "bf16": 4}[m.group(1) if m else "fp32"]
-            if not (args.bf16 or args.fp16):
-                want -= 4  # an fp32 model: its weights are the master, 8 B of moments
-            if args.fp8 and args.fp8_recipe != "delayed" and m and m.group(1) in ("fp32-remainders", "bf16-moments"):
-                want += 2  # Megatron-Core keeps an fp32 master itself under these recipes (codegen's note: 2 B more)
-            # Megatron-Core keeps a master always: the plan's bf16 (no master) runs as bf16-moments, noted by codegen.
-            if keeps != want and not (m and m.group(1) == "bf16" and keeps == 6):
-                raise RuntimeError(f"Megatron's optimizer keeps {keeps} B per parameter, the plan {want}")
+            sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+            from check_megatron_core import optimizer_state_mismatch
+
+            why = optimizer_state_mismatch(keeps, m.group(1) if m else None, args.bf16 or args.fp16,
+                                           bool(args.fp8) and args.fp8_recipe != "delayed")
+            if why:
+                raise RuntimeError("Megatron's " + why)
             print(f"optimizer_state: {keeps} B per parameter" + (f", the plan's {m.group(1)}" if m else ", fp32"))
     except Exception as e:  # noqa: BLE001 - every failure is the verdict
         print(f"megatron.args: FAIL ({step}: {type(e).__name__}: {e})")

@@ -253,6 +253,20 @@ def optimizer_config(OPT, kw):
                 sys.modules[n] = saved[n]
 
 
+def optimizer_state_mismatch(keeps, state, mixed, own_master):
+    """'' when Megatron keeping `keeps` B of optimizer state per parameter runs the plan's `state` (None: fp32), else
+    the difference in words. An fp32 model's weights are the master (8 B of moments); under FP8 recipes other than
+    delayed scaling (`own_master`) Megatron-Core keeps its own fp32 master, 2 B beyond the remainders (codegen's
+    note); it keeps a master always, so the plan's bf16 (none) runs as bf16-moments (codegen's note). Shared with
+    tools/check_megatron_args.py."""
+    want = {"fp32": 12, "fp32-remainders": 10, "bf16-moments": 6, "bf16": 4}[state or "fp32"] - (0 if mixed else 4)
+    if own_master and state in ("fp32-remainders", "bf16-moments"):
+        want += 2
+    if keeps == want or (state == "bf16" and keeps == 6):
+        return ""
+    return f"optimizer keeps {keeps} B per parameter, the plan {want}"
+
+
 def optimizer_state_bytes(opt):
     """Adam's state per parameter as Megatron-Core keeps it (megatron/core/optimizer): the master copy (fp32; with the
     precision-aware optimizer TE FusedAdam's int16 remainders beside bf16 weights where store_param_remainders holds,
@@ -425,15 +439,10 @@ def check_file(path, classes):
         if mine != want:
             raise ValueError(f"Megatron's split {mine} differs from the plan's {want}")
         step = "optimizer_state"
-        keeps = optimizer_state_bytes(opt)
-        want = {"fp32": 12, "fp32-remainders": 10, "bf16-moments": 6, "bf16": 4}[launch.get("optimizer_state", "fp32")]
-        if not (opt.bf16 or opt.fp16):
-            want -= 4  # an fp32 model: its weights are the master, 8 B of moments
-        if opt.fp8_recipe not in (None, "delayed") and launch.get("optimizer_state") in ("fp32-remainders", "bf16-moments"):
-            want += 2  # Megatron-Core keeps an fp32 master itself under these recipes (codegen's note: 2 B more)
-        # Megatron-Core keeps a master always: the plan's bf16 (none) runs as bf16-moments (codegen's note).
-        if keeps != want and not (launch.get("optimizer_state") == "bf16" and keeps == 6):
-            raise ValueError(f"Megatron-Core's optimizer keeps {keeps} B per parameter, the plan {want}")
+        why = optimizer_state_mismatch(optimizer_state_bytes(opt), launch.get("optimizer_state"), opt.bf16 or opt.fp16,
+                                       opt.fp8_recipe not in (None, "delayed"))
+        if why:
+            raise ValueError("Megatron-Core's " + why)
     except Exception as e:  # noqa: BLE001 - every failure is the verdict
         print(f"{path}: FAIL ({step}: {type(e).__name__}: {e})")
         return False
