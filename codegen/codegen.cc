@@ -249,10 +249,18 @@ Status GenerateLaunchFiles(const Plan& plan, const ModelSpec& model, const Launc
         DpCommName(plan.dp_comm)));
   }
   const codegen_internal::ExportInput in{plan, model, L, o};
+  std::vector<const codegen_internal::ExportTarget*> written;  // targets that wrote their files, not a refusal
   for (const codegen_internal::ExportTarget& e : codegen_internal::Exports()) {
     const bool wanted = o.exports.empty() || std::find(o.exports.begin(), o.exports.end(), e.name) != o.exports.end();
-    if (wanted) e.write(in, files, notes);
+    if (!wanted) continue;
+    const size_t before = files->size();
+    e.write(in, files, notes);
+    const bool refused = std::any_of(files->begin() + static_cast<std::ptrdiff_t>(before), files->end(),
+                                     [](const auto& f) { return f.first.find("refused") != std::string::npos; });
+    if (!refused) written.push_back(&e);
   }
+  const std::string engine_note = codegen_internal::EngineNote(plan, written);
+  if (!engine_note.empty()) notes->push_back(engine_note);
   return Status::OK();
 }
 

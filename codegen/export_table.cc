@@ -9,6 +9,7 @@
 #include <fmt/ranges.h>
 
 #include "common/edit_distance.h"
+#include "spec/engine_spec.h"
 
 namespace planner {
 namespace codegen_internal {
@@ -22,29 +23,69 @@ std::string Fp32OptimizerNote(const Plan& plan, const std::string& target) {
       OptimizerStateBytes(OptimizerState::kFp32) - OptimizerStateBytes(plan.optimizer_state));
 }
 
+std::string EngineNote(const Plan& plan, const std::vector<const ExportTarget*>& written) {
+  const std::vector<std::string> builtin = BuiltinEngines();
+  const auto has = [](const std::vector<std::string>& v, const std::string& x) {
+    return std::find(v.begin(), v.end(), x) != v.end();
+  };
+  if (plan.kernels.empty() || !has(builtin, plan.engine)) return "";
+  const auto figure = [](double tokens_per_s, double iteration_s) {  // tokens: 0 for a model without a sequence
+    return (tokens_per_s > 0 ? fmt::format("{:.1f} tokens/s/GPU, ", tokens_per_s) : "") +
+           fmt::format("{:.3f} s per iteration", iteration_s);
+  };
+  std::vector<std::string> others;
+  bool uncosted = false;  // a target's engine without a figure in the plan
+  for (const ExportTarget* t : written) {
+    if (t->engines.empty() || has(t->engines, plan.engine)) continue;
+    const std::string& e = t->engines.front();
+    const auto it = std::find_if(plan.predicted.engines.begin(), plan.predicted.engines.end(),
+                                 [&](const PlanEngine& p) { return p.engine == e; });
+    std::string costed = "not costed";
+    uncosted = uncosted || it == plan.predicted.engines.end();
+    if (it != plan.predicted.engines.end())  // the refusal's first clause: solve --engine all prints the rest
+      costed = it->error.empty() ? figure(it->tokens_per_second_per_gpu, it->iteration_s)
+                                 : "cannot run the layout: " + it->error.substr(0, it->error.find_first_of("(;"));
+    while (!costed.empty() && costed.back() == ' ') costed.pop_back();
+    others.push_back(fmt::format("{} (engine {}: {})", t->name, e, costed));
+  }
+  if (others.empty()) return "";
+  return fmt::format(
+      "engine: the plan's prediction ({}) is {}'s; the other exports run the layout on their own engines, with their "
+      "own kernels, overlaps and memory: {}{}",
+      figure(plan.predicted.tokens_per_second_per_gpu, plan.predicted.iteration_s), plan.engine,
+      fmt::join(others, ", "),
+      !uncosted ? " (solve --engine all, stored in the plan)"
+                : "; solve with --engine all (or --engine NAME) for their figures (docs/cost_model.md, \"Engines\")");
+}
+
 // In writing order; owned: path prefixes relative to the launch directory (a target's .refused file included).
 const std::vector<ExportTarget>& Exports() {
   static const std::vector<ExportTarget> kExports = {
       {"mpirun",
        {"run.sh"},
-       [](const ExportInput& in, Files* f, Notes*) { AddRunScript(in.model, in.launch, in.options, f); }},
+       [](const ExportInput& in, Files* f, Notes*) { AddRunScript(in.model, in.launch, in.options, f); },
+       {}},
       {"slurm",
        {"slurm.sbatch"},
-       [](const ExportInput& in, Files* f, Notes* n) { AddSlurmScript(in.model, in.launch, in.options, f, n); }},
+       [](const ExportInput& in, Files* f, Notes* n) { AddSlurmScript(in.model, in.launch, in.options, f, n); },
+       {}},
       {"megatron",
        {"megatron."},
-       [](const ExportInput& in, Files* f, Notes* n) { AddMegatronArgs(in.plan, in.model, in.launch, f, n); }},
+       [](const ExportInput& in, Files* f, Notes* n) { AddMegatronArgs(in.plan, in.model, in.launch, f, n); },
+       {"megatron-core"}},
       {"deepspeed",
        {"deepspeed/"},
-       [](const ExportInput& in, Files* f, Notes* n) { AddDeepSpeedFiles(in.plan, in.model, in.launch, f, n); }},
+       [](const ExportInput& in, Files* f, Notes* n) { AddDeepSpeedFiles(in.plan, in.model, in.launch, f, n); },
+       {"deepspeed"}},
       {"torchtitan",
        {"torchtitan"},
-       [](const ExportInput& in, Files* f, Notes* n) {
-         AddTorchtitan(in.plan, in.model, in.launch, in.options, f, n);
-       }},
+       [](const ExportInput& in, Files* f, Notes* n) { AddTorchtitan(in.plan, in.model, in.launch, in.options, f, n); },
+       {"torchtitan", "torchtitan-compile"}},
       {"torch-pipelining",
        {"torch_pipelining."},
-       [](const ExportInput& in, Files* f, Notes* n) { AddTorchPipelining(in.plan, in.model, in.launch, f, n); }},
+       [](const ExportInput& in, Files* f, Notes* n) { AddTorchPipelining(in.plan, in.model, in.launch, f, n); },
+       // eager PyTorch modules and SDPA, no FSDP2 or compile: the torchtitan engine file's kernels and overlaps
+       {"torchtitan"}},
   };
   return kExports;
 }

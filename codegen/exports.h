@@ -31,6 +31,9 @@ struct ExportTarget {
   const char* name;                // its --export name
   std::vector<std::string> owned;  // launch-directory paths it owns: each a prefix of a relative path
   void (*write)(const ExportInput& in, Files* files, Notes* notes);  // appends its files or its refusal
+  // The built-in engines (configs/engines) whose costs describe how the target runs the plan; empty: the
+  // planner's own runtime (mpirun, Slurm). A plan costed on another built-in engine gets EngineNote's note.
+  std::vector<std::string> engines;
 };
 // The table, in writing order (export_table.cc).
 const std::vector<ExportTarget>& Exports();
@@ -44,6 +47,13 @@ const std::vector<ExportTarget>& Exports();
 // no placeholder uses, is a bug in the writer: reported on stderr, then abort().
 using TemplateValues = std::vector<std::pair<std::string, std::string>>;  // (placeholder name without PLAN_, value)
 std::string FillTemplate(std::string_view text, const TemplateValues& values);
+
+// codegen's note when the plan was costed on a built-in engine other than the ones that run the targets written
+// (`written`: their rows of Exports()): the prediction is not theirs; each target with the figure `solve --engine
+// all` stored in the plan (predicted.engines) for its first engine, or the command that prices it. "" when every
+// target written runs on the plan's engine, or when the plan's engine is no built-in (a user's file: nothing says
+// which target it describes) or the plan has no kernel-level costs (the flat model is no engine's).
+std::string EngineNote(const Plan& plan, const std::vector<const ExportTarget*>& written);
 
 // The note of a target that keeps fp32 master weights and Adam moments (12 B per parameter) where the plan keeps
 // less (plan.optimizer_state), "" where the plan keeps fp32 (export_table.cc).

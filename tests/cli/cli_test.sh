@@ -214,6 +214,18 @@ sed -e 's/^name: megatron-core/name: nemo-apex/' -e 's/^  bf16-moments: \[1\].*$
 expect "optimizer state bf16 solved" 0 "optimizer state bf16 (4 B/param)" -- $PLANNER solve --gpus 8 --model $M/llama3-8b.yaml --cluster $C/dgx-h100.yaml --global-batch 64 --tp 1 --pp 1 --cp 1 --engine ./nemo-apex.yaml --optimizer-state bf16 -o osb16.plan.yaml
 expect "optimizer state bf16 codegen note" 0 "the plan's bf16 optimizer state (4 B per parameter, no master) runs as bf16-moments, 2 B per parameter more" -- $PLANNER codegen osb16.plan.yaml -o osb16L --export megatron
 check "optimizer state bf16: megatron.args with bf16 moments" bash -c 'grep -qx -- "--exp-avg-dtype bf16" osb16L/megatron.args'
+# A plan costed on one engine and exported to another's files says whose prediction it is: with `--engine all` the other
+# engines' figures (the same as solve printed), else the command that prices them; none for an export on the plan's
+# own engine, for the planner's own launch scripts, or for a user's engine file (nothing says which export it describes).
+$PLANNER solve --gpus 64 --model $M/llama3-8b.yaml --cluster $C/dgx-h100.yaml --tp 2 --pp 2 --zero 1 --engine all -o eng.plan.yaml > eng.txt 2>&1
+ds=$(sed -n 's/^note:   engine deepspeed  *iteration \([0-9.]*\) s | tokens\/s\/GPU \([0-9.]*\) .*/\2 tokens\/s\/GPU, \1 s per iteration/p' eng.txt)
+mc=$(sed -n 's/^figures: .*tokens\/s\/GPU \([0-9.]*\) .*/\1/p' eng.txt)
+expect "engine note: the other engines' figures from --engine all" 0 "planner: engine: the plan's prediction ($mc tokens/s/GPU, " -- $PLANNER codegen eng.plan.yaml -o engL
+check "engine note: deepspeed's figure is solve's, torchtitan's refusal named" bash -c "[ -n '$ds' ] && grep -qF 'deepspeed (engine deepspeed: $ds)' err.txt && grep -qF 'torchtitan (engine torchtitan: cannot run the layout: --zero 1: engine torchtitan does not run ZeRO-1)' err.txt && grep -qF '(solve --engine all, stored in the plan)' err.txt"
+expect "engine note: not costed" 0 "is megatron-core's; the other exports run the layout on their own engines, with their own kernels, overlaps and memory: torchtitan (engine torchtitan: not costed); solve with --engine all" -- $PLANNER codegen os.plan.yaml -o engL2 --export megatron,torchtitan
+check "engine note: none for Megatron-LM's export of a megatron-core plan" bash -c "$PLANNER codegen os.plan.yaml -o engL3 --export megatron,mpirun,slurm 2>&1 | grep -c 'engine:' | grep -qx 0"
+check "engine note: none for torchtitan's export of a torchtitan-compile plan" bash -c "$PLANNER -q solve --gpus 64 --model $M/llama3-8b.yaml --cluster $C/dgx-h100.yaml --tp 2 --pp 1 --zero 3 --engine torchtitan-compile -o engtc.plan.yaml >/dev/null 2>&1 && $PLANNER codegen engtc.plan.yaml -o engL4 --export torchtitan 2>&1 | grep -c 'engine:' | grep -qx 0"
+check "engine note: none for a user's engine file" bash -c "$PLANNER codegen osb16.plan.yaml -o engL5 2>&1 | grep -c 'engine:' | grep -qx 0"
 # The communication table's figures on a pipelined plan whose stages differ (embedding and head stages).
 $PLANNER solve --gpus 64 --model $M/gpt2-small.yaml --cluster $C/dgx-a100.yaml --tp 1 --pp 4 --zero 1 --json > commpp.json 2>/dev/null
 check "communication figures, pp 4" python3 $SRC/tests/cli/check_comm.py commpp.json
