@@ -304,17 +304,28 @@ Status ApplyEngine(const SolveArgs& a, const CostSource& src, SearchOptions* o) 
   return Status::OK();
 }
 
-// One engine's line of --engine all.
-std::string EngineLine(const std::string& engine, const PlanPredicted& p) {
-  return fmt::format("  engine {:<18} iteration {:.3f} s | tokens/s/GPU {:.1f} | MFU {:.1f}% | peak memory {:.2f} GiB",
-                     engine, p.iteration_s, p.tokens_per_second_per_gpu, 100 * p.mfu, p.peak_memory_bytes / kGiB);
+// An engine's calibration band for `precision` (its file's `band`), none when it has no band for it.
+std::optional<PlanBand> EngineBandOf(const EngineSpec& e, const std::string& precision) {
+  const EngineBand* b = e.BandFor(precision);
+  if (b == nullptr) return std::nullopt;
+  return PlanBand{fmt::format("{} {}", e.name, precision), b->low, b->high, b->runs, b->checks};
+}
+
+// One engine's line of --engine all, its band's tokens/s/GPU range beside the figure.
+std::string EngineLine(const std::string& engine, const PlanPredicted& p, const std::optional<PlanBand>& band) {
+  const std::string range = band ? fmt::format(" (band {:.1f}..{:.1f}, {})", band->RateLow(p.tokens_per_second_per_gpu),
+                                               band->RateHigh(p.tokens_per_second_per_gpu), band->basis)
+                                 : " (no band)";
+  return fmt::format(
+      "  engine {:<18} iteration {:.3f} s | tokens/s/GPU {:.1f}{} | MFU {:.1f}% | peak memory {:.2f} GiB", engine,
+      p.iteration_s, p.tokens_per_second_per_gpu, range, 100 * p.mfu, p.peak_memory_bytes / kGiB);
 }
 
 // One engine's figures of --engine all: its note line and its plan.yaml record (predicted.engines).
-void AddEngine(const std::string& engine, const PlanPredicted& x, Plan* plan) {
-  plan->notes.push_back(EngineLine(engine, x));
+void AddEngine(const std::string& engine, const PlanPredicted& x, const std::optional<PlanBand>& band, Plan* plan) {
+  plan->notes.push_back(EngineLine(engine, x, band));
   plan->predicted.engines.push_back(
-      PlanEngine{engine, x.iteration_s, x.tokens_per_second_per_gpu, x.mfu, x.peak_memory_bytes, ""});
+      PlanEngine{engine, x.iteration_s, x.tokens_per_second_per_gpu, x.mfu, x.peak_memory_bytes, "", band});
 }
 
 // Options that cost exactly layout `l` (sizes, microbatch, schedule, recompute, SP, ZeRO) and keep one plan.
@@ -349,13 +360,10 @@ void SetBand(const SolveInputs& in, const CostSource& src, Plan* plan) {
   if (!KernelLevel(src)) return;
   const EngineSpec& e = *src.engine;
   const std::string precision = DTypeName(in.model.dtype);
-  const EngineBand* b = e.BandFor(precision);
-  if (b == nullptr) {
+  plan->predicted.band = EngineBandOf(e, precision);
+  if (!plan->predicted.band)
     plan->notes.push_back(fmt::format(
         "no band: engine {} has no calibration band for {} (docs/cost_model.md \"Bands\")", e.name, precision));
-    return;
-  }
-  plan->predicted.band = PlanBand{fmt::format("{} {}", e.name, precision), b->low, b->high, b->runs, b->checks};
 }
 
 // The winner's lead over the runner-up with every overlap off (DP buckets, parameter gathers, TP, CP,
@@ -404,8 +412,9 @@ void CompareEngines(const SolveArgs& a, const SolveInputs& in, const CostSource&
                                     KernelLevel(src) ? "kernel-level costs, docs/cost_model.md \"Engines\""
                                                      : "no kernel table: the engines differ only in what they run"));
   for (const EngineSpec& e : in.engines) {
-    if (&e == src.engine) {                      // the plan's own engine: its figures are the plan's
-      AddEngine(e.name, plan->predicted, plan);  // x aliases plan->predicted: read before the push
+    if (&e == src.engine) {  // the plan's own engine: its figures and band are the plan's
+      const std::optional<PlanBand> band = plan->predicted.band;
+      AddEngine(e.name, plan->predicted, band, plan);  // x aliases plan->predicted: read before the push
       continue;
     }
     CostSource s = src;
@@ -421,10 +430,13 @@ void CompareEngines(const SolveArgs& a, const SolveInputs& in, const CostSource&
     if (st.ok()) st = SolveAuto(s, f, &p, &stats);
     if (!st.ok()) {
       plan->notes.push_back(fmt::format("  engine {:<18} cannot run it: {}", e.name, st.message()));
-      plan->predicted.engines.push_back(PlanEngine{e.name, 0, 0, 0, 0, std::string(st.message())});
+      plan->predicted.engines.push_back(PlanEngine{e.name, 0, 0, 0, 0, std::string(st.message()), std::nullopt});
       continue;
     }
-    AddEngine(e.name, p.predicted, plan);
+    // The engine's own band (the plan's calibration file, if any, is for the plan's engine; flat costs have none).
+    AddEngine(e.name, p.predicted,
+              KernelLevel(s) && src.profile == nullptr ? EngineBandOf(e, DTypeName(in.model.dtype)) : std::nullopt,
+              plan);
   }
 }
 
@@ -476,13 +488,13 @@ Status SolveSize(const SolveArgs& a, const SolveInputs& in, Plan* plan) {
     PLANNER_RETURN_IF_ERROR(ApplyEngine(a, src, &o));
     SearchStats stats;
     PLANNER_RETURN_IF_ERROR(SolveAuto(src, o, plan, &stats));
+    SetBand(in, src, plan);  // before CompareEngines: the plan's own engine's line shows it
     CompareEngines(a, in, src, o, plan);
     if (!a.pipeline_layout.empty())
       plan->notes.push_back(fmt::format(
           "stages as --pipeline-model-parallel-layout {} places the layers (Megatron's chunk order: chunk q on "
           "pipeline rank q % pp)",
           a.pipeline_layout));
-    SetBand(in, src, plan);
     CostLead(src, o, plan);
     plan->notes.push_back(SearchNote(stats));
     const bool gpt = src.model != nullptr && src.model->is_gpt;

@@ -172,6 +172,24 @@ void AddLayout(
   if (l.dp_replicate > 1) t->Add("dp_replicate", Tree::Int(l.dp_replicate));
 }
 
+// predicted.band (and predicted.engines.NAME.band): the band's basis and errors, with the ranges they give the
+// figures (written for the reader; a reading recomputes them).
+Tree BandTree(const PlanBand& b, double iteration_s, double tokens_per_second_per_gpu, double mfu) {
+  Tree bt;
+  bt.Add("basis", Tree::Str(b.basis));
+  bt.Add("runs", Tree::Int(b.runs));
+  if (b.checks > 0) bt.Add("checks", Tree::Int(b.checks));
+  bt.Add("error_low", Tree::Num(b.error_low));
+  bt.Add("error_high", Tree::Num(b.error_high));
+  bt.Add("iteration_seconds_low", Tree::Num(b.IterationLow(iteration_s)));
+  bt.Add("iteration_seconds_high", Tree::Num(b.IterationHigh(iteration_s)));
+  bt.Add("tokens_per_second_per_gpu_low", Tree::Num(b.RateLow(tokens_per_second_per_gpu)));
+  bt.Add("tokens_per_second_per_gpu_high", Tree::Num(b.RateHigh(tokens_per_second_per_gpu)));
+  bt.Add("mfu_low", Tree::Num(b.RateLow(mfu)));
+  bt.Add("mfu_high", Tree::Num(b.RateHigh(mfu)));
+  return bt;
+}
+
 Tree SummaryTree(const PlanSummary& s) {
   Tree t;
   AddLayout(s, &t);
@@ -292,22 +310,9 @@ Tree PlanTree(const Plan& p) {
       k.Add("exposed_seconds", Tree::Num(c.exposed_s));
     }
   }
-  if (p.predicted.band) {
-    const PlanBand& b = *p.predicted.band;
-    const PlanPredicted& x = p.predicted;
-    Tree& bt = pr.Add("band", Tree());
-    bt.Add("basis", Tree::Str(b.basis));
-    bt.Add("runs", Tree::Int(b.runs));
-    if (b.checks > 0) bt.Add("checks", Tree::Int(b.checks));
-    bt.Add("error_low", Tree::Num(b.error_low));
-    bt.Add("error_high", Tree::Num(b.error_high));
-    bt.Add("iteration_seconds_low", Tree::Num(b.IterationLow(x.iteration_s)));
-    bt.Add("iteration_seconds_high", Tree::Num(b.IterationHigh(x.iteration_s)));
-    bt.Add("tokens_per_second_per_gpu_low", Tree::Num(b.RateLow(x.tokens_per_second_per_gpu)));
-    bt.Add("tokens_per_second_per_gpu_high", Tree::Num(b.RateHigh(x.tokens_per_second_per_gpu)));
-    bt.Add("mfu_low", Tree::Num(b.RateLow(x.mfu)));
-    bt.Add("mfu_high", Tree::Num(b.RateHigh(x.mfu)));
-  }
+  if (p.predicted.band)
+    pr.Add("band", BandTree(*p.predicted.band, p.predicted.iteration_s, p.predicted.tokens_per_second_per_gpu,
+                            p.predicted.mfu));
   if (p.predicted.lead) {
     const PlanLead& l = *p.predicted.lead;
     Tree& lt = pr.Add("lead", Tree());
@@ -329,6 +334,7 @@ Tree PlanTree(const Plan& p) {
       one.Add("tokens_per_second_per_gpu", Tree::Num(e.tokens_per_second_per_gpu));
       one.Add("mfu", Tree::Num(e.mfu));
       one.Add("peak_memory_GiB", Tree::Num(e.peak_memory_bytes / kGiB));
+      if (e.band) one.Add("band", BandTree(*e.band, e.iteration_s, e.tokens_per_second_per_gpu, e.mfu));
     }
   }
   Tree ru = Tree::List();
@@ -723,6 +729,24 @@ Status ReadStages(const YamlReader& r, const YAML::Node& root, Plan* p) {
 
 // predicted.communication, predicted.band and predicted.lead (optional): the stored figures; the derived ranges are written for
 // readers of the file and recomputed from the errors here.
+// A band written by BandTree at `f` (absent: *out unchanged).
+Status ReadBand(const YamlReader& r, const YAML::Node& b, const std::string& f, std::optional<PlanBand>* out) {
+  if (!b.IsDefined()) return Status::OK();
+  PLANNER_RETURN_IF_ERROR(r.CheckKeys(
+      b, f,
+      {"basis", "runs", "checks", "error_low", "error_high", "iteration_seconds_low", "iteration_seconds_high",
+       "tokens_per_second_per_gpu_low", "tokens_per_second_per_gpu_high", "mfu_low", "mfu_high"}));
+  PlanBand band;
+  PLANNER_RETURN_IF_ERROR(r.GetString(b, "basis", f + ".basis", &band.basis, true));
+  PLANNER_RETURN_IF_ERROR(r.GetInt(b, "runs", f + ".runs", &band.runs, true, 0));
+  PLANNER_RETURN_IF_ERROR(r.GetInt(b, "checks", f + ".checks", &band.checks, false, 0));
+  PLANNER_RETURN_IF_ERROR(r.GetDouble(b, "error_low", f + ".error_low", &band.error_low, true, -1, true));
+  PLANNER_RETURN_IF_ERROR(
+      r.GetDouble(b, "error_high", f + ".error_high", &band.error_high, true, band.error_low, false));
+  *out = band;
+  return Status::OK();
+}
+
 Status ReadPredictedSections(const YamlReader& r, const YAML::Node& pr, PlanPredicted* out) {
   const YAML::Node& cm = pr["communication"];
   if (cm.IsDefined()) {
@@ -741,21 +765,7 @@ Status ReadPredictedSections(const YamlReader& r, const YAML::Node& pr, PlanPred
       out->communication.push_back(c);
     }
   }
-  const YAML::Node& b = pr["band"];
-  if (b.IsDefined()) {
-    PLANNER_RETURN_IF_ERROR(r.CheckKeys(
-        b, "predicted.band",
-        {"basis", "runs", "checks", "error_low", "error_high", "iteration_seconds_low", "iteration_seconds_high",
-         "tokens_per_second_per_gpu_low", "tokens_per_second_per_gpu_high", "mfu_low", "mfu_high"}));
-    PlanBand band;
-    PLANNER_RETURN_IF_ERROR(r.GetString(b, "basis", "predicted.band.basis", &band.basis, true));
-    PLANNER_RETURN_IF_ERROR(r.GetInt(b, "runs", "predicted.band.runs", &band.runs, true, 0));
-    PLANNER_RETURN_IF_ERROR(r.GetInt(b, "checks", "predicted.band.checks", &band.checks, false, 0));
-    PLANNER_RETURN_IF_ERROR(r.GetDouble(b, "error_low", "predicted.band.error_low", &band.error_low, true, -1, true));
-    PLANNER_RETURN_IF_ERROR(
-        r.GetDouble(b, "error_high", "predicted.band.error_high", &band.error_high, true, band.error_low, false));
-    out->band = band;
-  }
+  PLANNER_RETURN_IF_ERROR(ReadBand(r, pr["band"], "predicted.band", &out->band));
   const YAML::Node& l = pr["lead"];
   if (l.IsDefined()) {
     PLANNER_RETURN_IF_ERROR(r.CheckKeys(l, "predicted.lead",
@@ -780,7 +790,7 @@ Status ReadPredictedSections(const YamlReader& r, const YAML::Node& pr, PlanPred
       const std::string f = "predicted.engines." + e.engine;
       PLANNER_RETURN_IF_ERROR(r.RequireMap(kv.second, f));
       PLANNER_RETURN_IF_ERROR(r.CheckKeys(
-          kv.second, f, {"error", "iteration_seconds", "tokens_per_second_per_gpu", "mfu", "peak_memory_GiB"}));
+          kv.second, f, {"error", "iteration_seconds", "tokens_per_second_per_gpu", "mfu", "peak_memory_GiB", "band"}));
       PLANNER_RETURN_IF_ERROR(r.GetString(kv.second, "error", f + ".error", &e.error, false));
       const bool runs = e.error.empty();
       PLANNER_RETURN_IF_ERROR(
@@ -791,6 +801,7 @@ Status ReadPredictedSections(const YamlReader& r, const YAML::Node& pr, PlanPred
       PLANNER_RETURN_IF_ERROR(
           r.GetDouble(kv.second, "peak_memory_GiB", f + ".peak_memory_GiB", &e.peak_memory_bytes, false, 0, false));
       e.peak_memory_bytes *= kGiB;
+      PLANNER_RETURN_IF_ERROR(ReadBand(r, kv.second["band"], f + ".band", &e.band));
       out->engines.push_back(std::move(e));
     }
   }

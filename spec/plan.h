@@ -80,7 +80,8 @@ struct PlanLead {
 struct PlanEngine {
   std::string engine;
   double iteration_s = 0, tokens_per_second_per_gpu = 0, mfu = 0, peak_memory_bytes = 0;
-  std::string error;  // non-empty: the engine cannot run the layout (the figures are 0)
+  std::string error;             // non-empty: the engine cannot run the layout (the figures are 0)
+  std::optional<PlanBand> band;  // the engine's calibration band for the precision (none: not calibrated)
 };
 
 // One kind of communication per iteration on the busiest device: all of it, and what the overlaps leave

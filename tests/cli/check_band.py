@@ -1,9 +1,10 @@
 #!/usr/bin/env python3
 """Checks a solve's --json output against its engine file's band (docs/cost_model.md section 2, "Bands").
 
-  check_band.py PLAN.json ENGINE.yaml PRECISION
+  check_band.py PLAN.json ENGINE.yaml PRECISION [NAME]
 
-The band is the engine file's for the precision; every derived range equals the closed form (tokens/s and MFU
+With NAME, the band of predicted.engines.NAME (solve --engine all: that engine's line) against ENGINE.yaml, the
+engine NAME's file, and no lead. The band is the engine file's for the precision; every derived range equals the closed form (tokens/s and MFU
 divided by 1 + error, the iteration multiplied by it); the lead's costs with every overlap off are no faster
 than with them; the runners-up counted within the band are those whose iteration is at most t (1 + high) / (1 + low).
 Exit 1 naming the first figure that differs.
@@ -27,8 +28,11 @@ def main():
         sys.exit(f"check_band: {sys.argv[2]} has no band for {precision}")
     low, high, runs, nchecks = float(m.group(1)), float(m.group(2)), int(m.group(3)), int(m.group(4) or 0)
     p = plan["predicted"]
-    b = p["band"]
     engine = plan["inputs"]["engine"]
+    if len(sys.argv) > 4:  # one engine of --engine all: its own figures and band
+        engine = sys.argv[4]
+        p = p["engines"][engine]
+    b = p["band"]
     checks = [
         ("basis", b["basis"] == f"{engine} {precision}"),
         ("runs", b["runs"] == runs),
@@ -43,7 +47,7 @@ def main():
         ("mfu_high", close(b["mfu_high"], p["mfu"] / (1 + low))),
     ]
     lead = p.get("lead")
-    if plan.get("runners_up"):
+    if plan.get("runners_up") and len(sys.argv) <= 4:
         t = p["iteration_seconds"]
         ru = plan["runners_up"][0]["iteration_seconds"]
         within = sum(1 for r in plan["runners_up"] if r["iteration_seconds"] * (1 + low) <= t * (1 + high))

@@ -166,6 +166,14 @@ check "band figures, deepspeed fp8" python3 $SRC/tests/cli/check_band.py band8.j
 expect "band with check runs" 0 "calibration runs and 4 published check runs, errors" -- $PLANNER solve --gpus 8 --model $M/llama3-8b.yaml --cluster $C/dgx-h100.yaml --engine deepspeed --pp 1
 $PLANNER solve --gpus 8 --model $M/llama3-8b.yaml --cluster $C/dgx-h100.yaml --engine deepspeed --pp 1 --json > bandds.json 2>/dev/null
 check "band figures, deepspeed bf16 (checks)" python3 $SRC/tests/cli/check_band.py bandds.json $SRC/configs/engines/deepspeed.yaml bf16
+# --engine all: every engine's line carries its own band (the plan's engine's is the plan's), in plan.yaml too.
+$PLANNER solve --gpus 64 --model $M/llama3-8b.yaml --cluster $C/dgx-h100.yaml --tp 2 --pp 1 --zero 3 --engine all --json > bandall.json 2>/dev/null
+for e in megatron-core torchtitan torchtitan-compile deepspeed; do
+  check "band figures of --engine all, $e" python3 $SRC/tests/cli/check_band.py bandall.json $SRC/configs/engines/$e.yaml bf16 $e
+done
+expect "band on --engine all's lines" 0 "(band " -- $PLANNER solve --gpus 64 --model $M/llama3-8b.yaml --cluster $C/dgx-h100.yaml --tp 2 --pp 1 --zero 3 --engine all
+check "band on --engine all's lines, named by engine and precision" grep -qE "^note:   engine deepspeed +iteration [0-9.]+ s \| tokens/s/GPU [0-9.]+ \(band [0-9.]+\.\.[0-9.]+, deepspeed bf16\) \|" out.txt
+check "--engine all's bands read back" bash -c "$PLANNER solve --gpus 64 --model $M/llama3-8b.yaml --cluster $C/dgx-h100.yaml --tp 2 --pp 1 --zero 3 --engine all -o bandall.plan.yaml >/dev/null 2>&1 && $PLANNER inspect bandall.plan.yaml >/dev/null"
 check "flat model: no band" sh -c '! grep -q "^  band:" flat.plan.yaml'
 # DeepSpeed's PipelineEngine reduces gradients after the last microbatch (overlap.grad_reduce_with_pp false): with
 # pp > 1 the all-reduce is all exposed, with pp 1 its buckets hide behind the backward.
