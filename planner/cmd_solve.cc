@@ -449,19 +449,28 @@ double ReservedBytes(double allocated_bytes, double fragmentation, double gpu_me
   return gpu_memory_GiB > 0 ? std::min(reserved, gpu_memory_GiB * kGiB) : reserved;
 }
 
-// The plan's reserved estimate, with a note saying what it is and that memory is checked on the allocated peak.
-void NoteReserved(double fragmentation, double gpu_memory_GiB, Plan* plan) {
+// The plan's reserved estimate, with a note saying what it is and that memory is checked on the allocated peak; and
+// when the estimate passes the usable memory, that the plan runs at the allocator's edge.
+void NoteReserved(double fragmentation, double gpu_memory_GiB, double usable_GiB, Plan* plan) {
   const double allocated = plan->predicted.peak_memory_bytes;
   plan->predicted.peak_reserved_bytes = ReservedBytes(allocated, fragmentation, gpu_memory_GiB);
   if (!(plan->predicted.peak_reserved_bytes > 0)) return;
   const bool capped = plan->predicted.peak_reserved_bytes < allocated / (1 - fragmentation);
+  const bool edge = usable_GiB > 0 && allocated / (1 - fragmentation) > usable_GiB * kGiB;
   plan->notes.push_back(fmt::format(
       "memory: peak {:.2f} GiB allocated; PyTorch's caching allocator reserves about {:.2f} GiB at {:.0f}% "
       "fragmentation{} (the engine's allocator_fragmentation; what nvidia-smi and torchtitan's log show); the fit is "
-      "checked on the allocated peak against the usable memory",
+      "checked on the allocated peak against the usable memory{}",
       plan->predicted.peak_memory_bytes / kGiB, plan->predicted.peak_reserved_bytes / kGiB, 100 * fragmentation,
       capped ? fmt::format(", at most the GPU's {:g} GiB (it frees its cache before it fails)", gpu_memory_GiB)
-             : std::string()));
+             : std::string(),
+      edge
+          ? fmt::format("; at the allocator's edge: its estimate passes the usable {:g} GiB, so near the peak it frees "
+                        "its cache and retries (slower steps: num_alloc_retries in torch.cuda.memory_stats), and a "
+                        "run more fragmented than the engine's figure fails (an assumption: GMLake's average); "
+                        "a smaller microbatch or recompute keeps a margin",
+                        usable_GiB)
+          : std::string()));
 }
 
 // One size: the search (or PipeDream's optimizer), then the plan's provenance and figures.
@@ -548,7 +557,8 @@ Status SolveSize(const SolveArgs& a, const SolveInputs& in, Plan* plan) {
     plan->kernels = !in.kernel_level                            ? ""
                     : in.kernels.path.rfind("builtin:", 0) == 0 ? in.kernels.name
                                                                 : in.kernels.path;
-    NoteReserved(in.kernel_level ? in.engines.front().allocator_fragmentation : 0, in.cluster.memory_GiB, plan);
+    NoteReserved(in.kernel_level ? in.engines.front().allocator_fragmentation : 0, in.cluster.memory_GiB,
+                 in.cluster.usable_memory_GiB, plan);
   }
   return Status::OK();
 }

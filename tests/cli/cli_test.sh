@@ -166,6 +166,12 @@ check "band figures, deepspeed fp8" python3 $SRC/tests/cli/check_band.py band8.j
 expect "band with check runs" 0 "calibration runs and 4 published check runs, errors" -- $PLANNER solve --gpus 8 --model $M/llama3-8b.yaml --cluster $C/dgx-h100.yaml --engine deepspeed --pp 1
 $PLANNER solve --gpus 8 --model $M/llama3-8b.yaml --cluster $C/dgx-h100.yaml --engine deepspeed --pp 1 --json > bandds.json 2>/dev/null
 check "band figures, deepspeed bf16 (checks)" python3 $SRC/tests/cli/check_band.py bandds.json $SRC/configs/engines/deepspeed.yaml bf16
+# A plan whose reserved estimate (allocated / (1 - fragmentation)) passes the usable memory fits on its allocated
+# peak but is said to run at the allocator's edge (torchtitan's 70B on 256 H100 96 GB: 80.69 / 0.85 = 94.9 > 91 GiB);
+# one with room is not.
+expect "allocator's edge named" 0 "at the allocator's edge: its estimate passes the usable 91 GiB" -- $PLANNER solve --gpus 256 --model $M/llama3-70b.yaml --cluster $C/h100-96gb-500w.yaml --global-batch 512 --seq 8192 --precision fp8 --engine torchtitan-compile --tp 2 --pp 1 --cp 1 --zero 3 --microbatch 1 --recompute none
+expect "allocator's edge: none with room" 0 "the fit is checked on the allocated peak against the usable memory" -- $PLANNER solve --gpus 256 --model $M/llama3-70b.yaml --cluster $C/h100-96gb-500w.yaml --global-batch 512 --seq 8192 --precision fp8 --engine torchtitan-compile --tp 8 --pp 1 --cp 1 --zero 3 --microbatch 16 --recompute full
+check "allocator's edge: none with room (no edge sentence)" sh -c '! grep -q "allocator.s edge" out.txt'
 # --engine all: every engine's line carries its own band (the plan's engine's is the plan's), in plan.yaml too.
 $PLANNER solve --gpus 64 --model $M/llama3-8b.yaml --cluster $C/dgx-h100.yaml --tp 2 --pp 1 --zero 3 --engine all --json > bandall.json 2>/dev/null
 for e in megatron-core torchtitan torchtitan-compile deepspeed; do
