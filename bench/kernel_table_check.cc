@@ -2,11 +2,20 @@
 // bench/kernel_rates_peer.py printed on a GPU and prints, per GEMM and attention measurement, the rate the table
 // predicts for that kernel (a burst: peak x GemmFraction for a GEMM, AttentionTflops for attention; no engine
 // sustained share) beside the measured one, then the mean |error| per class, and the host lines as they are.
-//   kernel_table_check CLUSTER RATES [--kernels NAME_OR_FILE]
+//   kernel_table_check CLUSTER RATES [--kernels NAME_OR_FILE] [--write MEASURED.yaml]
 // CLUSTER gives the peaks (gpu.peak_tflops) and, without --kernels, the built-in table for its GPU. Exit 2 on a
-// file that cannot be read or a line that does not parse (naming the line).
+// file that cannot be read or a line that does not parse (naming the line). --write writes the measured table:
+// the compared table with its GEMM figures fitted to the measured GEMMs (per precision: the ceiling and k_half of
+// KernelTable::GemmFraction, least squares on relative error) and its attention curves replaced by the measured
+// ones (a kernel, pass, mask and head dim measured at every point of the table's sequence grid); what was not
+// measured (other curves, FP8 recipes, power clocks, memory efficiency) is the compared table's, and the file
+// says which is which. `planner solve --kernels MEASURED.yaml` then costs with it (docs/gpu.md step 8).
+#include <algorithm>
+#include <array>
 #include <cmath>
 #include <cstdio>
+#include <ctime>
+#include <tuple>
 #include <fstream>
 #include <map>
 #include <sstream>
@@ -57,11 +66,187 @@ struct Tally {
   }
 };
 
+// What --write keeps of the measured lines.
+struct Measured {
+  std::string device;                                              // the "device" line
+  std::map<std::string, std::vector<std::array<double, 4>>> gemm;  // precision -> (m, n, k, tflops)
+  std::map<std::tuple<std::string, std::string, bool, int64_t>, std::map<double, double>> attention;  // seq -> TF/s
+};
+
+// The GEMM figures of one precision fitted to measured (m, n, k, tflops): for each k_half on a grid, the ceiling
+// minimising the squared relative error in closed form (c = sum r / sum r^2, r = predicted at ceiling 1 /
+// measured); the best pair. With fewer than two distinct K the K effect cannot be told apart: k_half stays
+// `fixed_k_half` and only the ceiling is fitted. *rms: the fit's root-mean-square relative error.
+GemmEfficiency FitGemm(const KernelTable& table, double peak_tflops, const std::vector<std::array<double, 4>>& pts,
+                       double fixed_k_half, double* rms) {
+  std::vector<double> ks;
+  for (const auto& p : pts) ks.push_back(p[2]);
+  std::sort(ks.begin(), ks.end());
+  const bool k_known = std::unique(ks.begin(), ks.end()) - ks.begin() >= 2;
+  GemmEfficiency best{0, fixed_k_half};
+  double best_err = INFINITY;
+  for (int step = 0; step <= (k_known ? 512 : 0); ++step) {
+    const double kh = k_known ? 16.0 * step : fixed_k_half;  // 0 .. 8192 tokens of K in steps of 16
+    double sr = 0, sr2 = 0;
+    std::vector<double> r;
+    for (const auto& p : pts) {
+      r.push_back(peak_tflops * table.GemmFraction(GemmEfficiency{1, kh}, p[0], p[1], p[2]) / p[3]);
+      sr += r.back();
+      sr2 += r.back() * r.back();
+    }
+    const double c = sr / sr2;
+    double err = 0;
+    for (double x : r) err += (c * x - 1) * (c * x - 1);
+    if (err < best_err) best_err = err, best = GemmEfficiency{c, kh};
+  }
+  *rms = std::sqrt(best_err / static_cast<double>(pts.size()));
+  return best;
+}
+
+std::string Join(const std::vector<double>& v, const char* fmt) {
+  std::string s;
+  char buf[32];
+  for (size_t i = 0; i < v.size(); ++i) {
+    std::snprintf(buf, sizeof buf, fmt, v[i]);
+    s += (i ? ", " : "") + std::string(buf);
+  }
+  return s;
+}
+
+// The GEMM section of the measured table: each measured precision fitted, the others the compared table's.
+std::string GemmYaml(const KernelTable& table, const ClusterSpec& cluster, const Measured& m) {
+  std::string o = "gemm:\n  tiles: [";
+  for (size_t i = 0; i < table.tiles.size(); ++i)
+    o += (i ? ", [" : "[") + std::to_string(table.tiles[i].first) + ", " + std::to_string(table.tiles[i].second) + "]";
+  o += "]\n";
+  char buf[512];
+  for (const auto& [name, g] : table.gemm) {
+    auto it = m.gemm.find(name);
+    std::string from = "measured GEMMs";
+    if (it == m.gemm.end() && (name == "fp16" || name == "bf16")) {  // the same tensor-core rate stands in
+      it = m.gemm.find(name == "fp16" ? "bf16" : "fp16");
+      from = std::string("measured GEMMs in ") + (name == "fp16" ? "bf16" : "fp16") + " (the same tensor-core rate)";
+    }
+    if (it == m.gemm.end()) {
+      std::snprintf(buf, sizeof buf, "  %s: {ceiling: %.4f, k_half: %.0f}   # the compared table's (not measured)\n",
+                    name.c_str(), g.ceiling, g.k_half);
+    } else {
+      DType dt;
+      ParseDType(name, &dt);
+      double rms = 0;
+      const GemmEfficiency f = FitGemm(table, cluster.PeakFlops(dt) / 1e12, it->second, g.k_half, &rms);
+      std::snprintf(buf, sizeof buf,
+                    "  %s: {ceiling: %.4f, k_half: %.0f}   # fitted to %zu %s, rms relative error %.1f%%; "
+                    "the compared table's {ceiling: %.4f, k_half: %.0f}\n",
+                    name.c_str(), f.ceiling, f.k_half, it->second.size(), from.c_str(), 100 * rms, g.ceiling, g.k_half);
+    }
+    o += buf;
+  }
+  return o;
+}
+
+// The attention section: the table's sequence grid; a curve measured at every grid point replaces (or adds to) the
+// table's, the others are kept as the table has them.
+std::string AttentionYaml(const KernelTable& table, const Measured& m) {
+  std::string o = "attention:\n  seq: [" + Join(table.attention_seq, "%.0f") + "]\n  curves:\n";
+  auto line = [](const std::string& k, const std::string& pass, bool causal, int64_t d, const std::vector<double>& t,
+                 const char* why) {
+    return "    - {kernel: " + k + ", pass: " + pass + ", causal: " + (causal ? "true" : "false") +
+           ", head_dim: " + std::to_string(d) + ", tflops: [" + Join(t, "%.1f") + "]}   # " + why + "\n";
+  };
+  std::vector<std::tuple<std::string, std::string, bool, int64_t>> written;
+  for (const auto& [key, by_seq] : m.attention) {
+    std::vector<double> t;
+    for (double s : table.attention_seq) {
+      auto it = by_seq.find(s);
+      if (it == by_seq.end()) break;
+      t.push_back(it->second);
+    }
+    if (t.size() != table.attention_seq.size() || t.empty()) continue;  // not measured at every grid point
+    o += line(std::get<0>(key), std::get<1>(key), std::get<2>(key), std::get<3>(key), t, "measured");
+    written.push_back(key);
+  }
+  for (const AttentionCurve& c : table.curves) {
+    if (std::find(written.begin(), written.end(), std::make_tuple(c.kernel, c.pass, c.causal, c.head_dim)) ==
+        written.end())
+      o += line(c.kernel, c.pass, c.causal, c.head_dim, c.tflops, "the compared table's (not measured)");
+  }
+  return o;
+}
+
+// The measured table (see the header): a kernel-table file `planner solve --kernels` reads.
+std::string MeasuredTableYaml(const KernelTable& table, const ClusterSpec& cluster, const Measured& m,
+                              const std::string& rates) {
+  char date[32];
+  const std::time_t now = std::time(nullptr);
+  std::strftime(date, sizeof date, "%Y-%m-%d %H:%M UTC", std::gmtime(&now));
+  std::string o = "# Kernel table measured by bench/kernel_rates_peer.py (" + rates + ", " + date +
+                  ") on: " + (m.device.empty() ? "an unnamed device" : m.device) +
+                  "\n# Written by bench/kernel_table_check --write " + "from the table " + table.path +
+                  "; lines marked 'not measured' are that table's.\n";
+  o += "format_version: 1\nname: " + table.name + "-measured\ngpus: [";
+  for (size_t i = 0; i < table.gpus.size(); ++i) o += (i ? ", " : "") + table.gpus[i];
+  o += "]\nsms: " + std::to_string(table.sms) + "\n";
+  char buf[128];
+  std::snprintf(buf, sizeof buf, "memory_efficiency: %.4f   # the compared table's (not measured)\n",
+                table.memory_efficiency);
+  o += buf;
+  if (!table.power_watts.empty())
+    o += "power_clock: {watts: [" + Join(table.power_watts, "%.0f") + "], clock: [" + Join(table.power_clock, "%.4f") +
+         "]}   # the compared table's (not measured)\n";
+  o += GemmYaml(table, cluster, m);
+  if (!table.fp8_recipes.empty()) {
+    o += "fp8_recipes:   # the compared table's (not measured)\n";
+    for (const auto& [name, r] : table.fp8_recipes) {
+      std::snprintf(buf, sizeof buf, "  %s: {gemm: %.4f, amax_passes: %d}\n", name.c_str(), r.gemm, r.amax_passes);
+      o += buf;
+    }
+  }
+  return o + AttentionYaml(table, m);
+}
+
+// --write: the measured table into `path`, read back as a kernel table before it is kept (a file this tool did not
+// write is not replaced). 0, or 2 with the reason.
+int WriteMeasured(const std::string& path, const KernelTable& table, const ClusterSpec& cluster, const Measured& m,
+                  const std::string& rates) {
+  const std::string text = MeasuredTableYaml(table, cluster, m, rates);
+  KernelTable back;
+  Status s = ParseKernelTable(path, text, &back);
+  if (!s.ok()) {
+    std::fprintf(stderr, "kernel_table_check: the measured table does not read back: %s\n", s.message().c_str());
+    return 2;
+  }
+  if (std::ifstream old(path); old) {
+    std::string first;
+    std::getline(old, first);
+    if (first.rfind("# Kernel table measured by bench/kernel_rates_peer.py", 0) != 0) {
+      std::fprintf(stderr, "kernel_table_check: %s exists and was not written by --write; choose another path\n",
+                   path.c_str());
+      return 2;
+    }
+  }
+  std::ofstream out(path, std::ios::trunc);
+  out << text;
+  if (!out.flush()) {
+    std::fprintf(stderr, "kernel_table_check: cannot write %s\n", path.c_str());
+    return 2;
+  }
+  std::printf("wrote %s: the measured table (planner solve --kernels %s)\n", path.c_str(), path.c_str());
+  return 0;
+}
+
 }  // namespace
 
 int main(int argc, char** argv) {
-  if (argc != 3 && !(argc == 5 && std::string(argv[3]) == "--kernels")) {
-    std::fprintf(stderr, "usage: kernel_table_check CLUSTER RATES [--kernels NAME_OR_FILE]\n");
+  std::string kernels, write;
+  bool usage = argc < 3;
+  for (int i = 3; i < argc && !usage; i += 2) {
+    const std::string flag = argv[i];
+    if (i + 1 >= argc || (flag != "--kernels" && flag != "--write")) usage = true;
+    else (flag == "--kernels" ? kernels : write) = argv[i + 1];
+  }
+  if (usage) {
+    std::fprintf(stderr, "usage: kernel_table_check CLUSTER RATES [--kernels NAME_OR_FILE] [--write MEASURED.yaml]\n");
     return 2;
   }
   ClusterSpec cluster;
@@ -71,7 +256,7 @@ int main(int argc, char** argv) {
     return 2;
   }
   KernelTable table;
-  if (argc == 5) s = LoadKernelTable(argv[4], &table);
+  if (!kernels.empty()) s = LoadKernelTable(kernels, &table);
   else if (!BuiltinKernelTableFor(cluster.gpu_name, &table))
     s = Status::InvalidArgument("no built-in kernel table for GPU '" + cluster.gpu_name + "'; pass --kernels");
   if (!s.ok()) {
@@ -86,6 +271,7 @@ int main(int argc, char** argv) {
   std::printf("kernel table %s against %s (peaks of %s)\n", table.path.c_str(), argv[2], cluster.gpu_name.c_str());
   std::printf("%-58s %14s %14s %8s\n", "kernel", "measured TF/s", "table TF/s", "error");
   std::map<std::string, Tally> tally;
+  Measured measured_lines;
   std::string text;
   int number = 0;
   while (std::getline(in, text)) {
@@ -95,6 +281,7 @@ int main(int argc, char** argv) {
     const std::string& kind = l.words[0];
     if (kind == "device" || kind == "launch" || kind == "experts") {
       std::printf("%s\n", text.c_str());
+      if (kind == "device") measured_lines.device = text.substr(text.find(' ') + 1);
       continue;
     }
     double measured = 0, predicted = 0;
@@ -110,6 +297,7 @@ int main(int argc, char** argv) {
       }
       const GemmEfficiency* g = table.Gemm(dt);
       if (g == nullptr) continue;  // no figures for this precision in the table
+      if (measured > 0) measured_lines.gemm[l.words[1]].push_back({m, n, k, measured});
       predicted = cluster.PeakFlops(dt) / 1e12 * table.GemmFraction(*g, m, n, k);
       cls = "gemm " + l.words[1];
       if (auto acc = l.fields.find("accum"); acc != l.fields.end()) cls += " accum=" + acc->second;
@@ -121,6 +309,8 @@ int main(int argc, char** argv) {
                      argv[2], number);
         return 2;
       }
+      if (measured > 0 && (l.words[2] == "fwd" || l.words[2] == "bwd"))
+        measured_lines.attention[{l.words[1], l.words[2], causal > 0, static_cast<int64_t>(d)}][seq] = measured;
       predicted = table.AttentionTflops(l.words[1], l.words[2], causal > 0, d, seq);
       if (predicted <= 0) continue;  // the table has no curve of this kernel
       cls = "attention " + l.words[1] + " " + l.words[2];
@@ -161,5 +351,5 @@ int main(int argc, char** argv) {
     std::printf("%s: %d kernels, mean |error| %.1f%%, signed %+.1f%% (table over measured)\n", cls.c_str(), t.n,
                 100 * t.abs_sum / t.n, 100 * t.signed_sum / t.n);
   }
-  return 0;
+  return write.empty() ? 0 : WriteMeasured(write, table, cluster, measured_lines, argv[2]);
 }

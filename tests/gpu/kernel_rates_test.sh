@@ -3,9 +3,11 @@
 # a table of ceiling 0.5 and no K or wave loss predicts half the cluster's peak; rows, summaries and the host
 # lines printed; a line that does not parse exits 2 naming its line. Then bench/kernel_rates_peer.py (the GPU
 # step's measuring side) on the CPU with tiny shapes piped into it, when a python with torch is there
-# (the exports venv, tests/exports/setup_venv.sh).
+# (the exports venv, tests/exports/setup_venv.sh). And --write: a measured table fitted to rates made from a known
+# ceiling and k_half recovers them, replaces the measured attention curve, keeps the rest, and planner solve costs
+# with it.
 set -u
-check=$1 src=$2
+check=$1 src=$2 planner=${3:-}
 tmp=$(mktemp -d)
 trap 'rm -rf "$tmp"' EXIT
 cat > "$tmp/half.yaml" <<'T'
@@ -54,6 +56,46 @@ grep -q 'bad.txt:1: a gemm line needs PRECISION m= n= k= tflops=' <<< "$err" || 
 printf 'device cpu\ngemm bf16 m=1 n=1 k=1 tflops=0\n' > "$tmp/zero.txt"
 if err=$("$check" "$src/configs/clusters/dgx-h100.yaml" "$tmp/zero.txt" 2>&1); then echo "FAIL: tflops 0 accepted"; exit 1; fi
 grep -q 'zero.txt:2: tflops must be above 0' <<< "$err" || { echo "FAIL: $err"; exit 1; }
+# --write: GEMM rates made on the built-in h100 table's own formula (its tiles and 132 SMs) with ceiling 0.70 and
+# k_half 320 at the peer's shapes; a cuDNN forward causal d 128 curve at every grid point; one point of another.
+python3 - "$tmp/fit.txt" <<'PY'
+import math, sys
+tiles, sms, peak = [(128, 256), (256, 128), (128, 128)], 132, 989.4
+def fill(m, n):
+    return max((lambda c: c / (math.ceil(c / sms) * sms))(math.ceil(m / a) * math.ceil(n / b)) for a, b in tiles)
+shapes = [(4096, 4096, k) for k in (512, 1024, 2048, 4096, 8192, 16384)] + [(8192, 14336, 4096), (512, 3072, 4096)]
+with open(sys.argv[1], "w") as f:
+    f.write("device NVIDIA H100 80GB HBM3 cc=9.0\n")
+    for m, n, k in shapes:
+        f.write(f"gemm bf16 m={m} n={n} k={k} tflops={peak * 0.70 * k / (k + 320) * fill(m, n):.6f}\n")
+    for s, t in zip((512, 1024, 2048, 4096, 8192, 16384), (101, 202, 303, 404, 505, 606)):
+        f.write(f"attention cudnn fwd causal=1 d=128 seq={s} tflops={t}\n")
+    f.write("attention fa2 fwd causal=0 d=64 seq=4096 tflops=250\n")
+PY
+wout=$("$check" "$src/configs/clusters/dgx-h100.yaml" "$tmp/fit.txt" --write "$tmp/measured.yaml") || { echo "$wout"; exit 1; }
+grep -q "^wrote $tmp/measured.yaml: the measured table" <<< "$wout" || { echo "FAIL: --write's line: $wout"; exit 1; }
+grep -q '^  bf16: {ceiling: 0.7000, k_half: 320}   # fitted to 8 measured GEMMs, rms relative error 0.0%' "$tmp/measured.yaml" ||
+  { echo "FAIL: the fit"; grep bf16 "$tmp/measured.yaml"; exit 1; }
+grep -q '^  fp8: {ceiling: 0.7700, k_half: 512}   # the compared table.s (not measured)' "$tmp/measured.yaml" || { echo "FAIL: fp8 kept"; exit 1; }
+grep -q '^  fp16: {ceiling: 0.7000, k_half: 320}   # fitted to 8 measured GEMMs in bf16 (the same tensor-core rate)' "$tmp/measured.yaml" || { echo "FAIL: fp16 from bf16"; exit 1; }
+grep -q '^    - {kernel: cudnn, pass: fwd, causal: true, head_dim: 128, tflops: \[101.0, 202.0, 303.0, 404.0, 505.0, 606.0\]}   # measured$' "$tmp/measured.yaml" ||
+  { echo "FAIL: measured curve"; exit 1; }
+[ "$(grep -c 'kernel: cudnn, pass: fwd, causal: true, head_dim: 128' "$tmp/measured.yaml")" = 1 ] || { echo "FAIL: the published cuDNN curve kept beside the measured one"; exit 1; }
+grep -q '^    - {kernel: fa2, pass: fwd, causal: false, head_dim: 64, tflops: \[282.0, .*not measured' "$tmp/measured.yaml" ||
+  { echo "FAIL: a curve measured at one point replaced the table's"; exit 1; }
+"$check" "$src/configs/clusters/dgx-h100.yaml" "$tmp/fit.txt" --write "$tmp/measured.yaml" > /dev/null || { echo "FAIL: rewriting its own file"; exit 1; }
+echo "a user's file" > "$tmp/mine.yaml"
+if err=$("$check" "$src/configs/clusters/dgx-h100.yaml" "$tmp/fit.txt" --write "$tmp/mine.yaml" 2>&1); then echo "FAIL: a user's file replaced"; exit 1; fi
+grep -q "mine.yaml exists and was not written by --write; choose another path" <<< "$err" && grep -qx "a user's file" "$tmp/mine.yaml" ||
+  { echo "FAIL: $err"; exit 1; }
+if [ -n "$planner" ]; then
+  # The measured table costs the solve: GEMMs at 0.70 / 0.84 of the published rate make the step slower.
+  sv="--gpus 8 --model $src/configs/models/llama3-8b.yaml --cluster $src/configs/clusters/dgx-h100.yaml --tp 1 --pp 1 --cp 1 --zero 1 --global-batch 64 --recompute full --json"
+  pub=$("$planner" solve $sv | python3 -c 'import json,sys; print(json.load(sys.stdin)["predicted"]["iteration_seconds"])') &&
+  mea=$("$planner" solve $sv --kernels "$tmp/measured.yaml" | python3 -c 'import json,sys; p=json.load(sys.stdin); assert p["inputs"]["kernels"].endswith("measured.yaml"), p["inputs"]; print(p["predicted"]["iteration_seconds"])') ||
+    { echo "FAIL: solve --kernels the measured table"; exit 1; }
+  python3 -c "import sys; a, b = $pub, $mea; sys.exit(0 if b > 1.1 * a else 1)" || { echo "FAIL: measured $mea s not slower than published $pub s"; exit 1; }
+fi
 py=""
 for c in "$HOME/.cache/planner/exports-venv/bin/python" python3; do
   if command -v "$c" > /dev/null 2>&1 && "$c" -c 'import torch' > /dev/null 2>&1; then py=$c; break; fi
