@@ -35,19 +35,20 @@ echo "LD_LIBRARY_PATH=$LD_LIBRARY_PATH" > "$OUT/env.txt"
 ldd "$P" "$B/libplanner_cuda.so" > "$OUT/ldd.txt" 2>&1
 grep -q 'not found' "$OUT/ldd.txt" && log "MISSING LIBRARIES: $(grep 'not found' "$OUT/ldd.txt" | tr -s ' ' | tr '\n' ';')"
 
+# 8 (run first after the machine's facts: about a minute, and PyTorch's alone, so a hung build step before it
+#    cannot take its time). Issue 27's kernel rates: GEMMs in bf16 and FP8 (cuBLASLt through torch), attention by
+#    kernel (SDPA's cuDNN and flash backends), the host's launch cost; compared here afterwards with
+#    build/bench/kernel_table_check configs/clusters/dgx-h100.yaml kernel-rates.txt (docs/gpu.md step 8).
+STEP_S=240 step kernel-rates python3 bench/kernel_rates_peer.py --device cuda
+grep -v '^#' "$OUT/kernel-rates.log" | grep '^gemm\|^attention\|^ring\|^launch\|^experts\|^device' > "$OUT/kernel-rates.txt"
+figure "kernel rates: $(grep -c '^gemm' "$OUT/kernel-rates.txt") GEMMs, $(grep -c '^attention' "$OUT/kernel-rates.txt") attention points, $(grep -c '^ring' "$OUT/kernel-rates.txt") ring-step points; $(grep '^launch' "$OUT/kernel-rates.txt")"
+
 # 2. CUDA kernels against the CPU ones, each GEMM precision (fp32 = TF32, bf16, fp16, fp8), and NCCL on one rank.
 for p in fp32 bf16 fp16 fp8; do
   step "kernels-gpu-$p" $B/kernels_gpu_test --precision $p
   figure "kernels_gpu_test $p: $(grep -c '^FAIL\|FAIL$' "$OUT/kernels-gpu-$p.log") failures, worst relative L2 $(grep -o 'difference [0-9.e+-]*' "$OUT/kernels-gpu-$p.log" | awk '{print $2}' | sort -g | tail -1)"
 done
 step nccl-one-rank $B/nccl_test
-
-# 8 (run early: about a minute). Issue 27's kernel rates: GEMMs in bf16 and FP8 (cuBLASLt through torch), attention by
-#    kernel (SDPA's cuDNN and flash backends), the host's launch cost; compared here afterwards with
-#    build/bench/kernel_table_check configs/clusters/dgx-h100.yaml kernel-rates.txt (docs/gpu.md step 8).
-STEP_S=240 step kernel-rates python3 bench/kernel_rates_peer.py --device cuda
-grep -v '^#' "$OUT/kernel-rates.log" | grep '^gemm\|^attention\|^ring\|^launch\|^experts\|^device' > "$OUT/kernel-rates.txt"
-figure "kernel rates: $(grep -c '^gemm' "$OUT/kernel-rates.txt") GEMMs, $(grep -c '^attention' "$OUT/kernel-rates.txt") attention points, $(grep -c '^ring' "$OUT/kernel-rates.txt") ring-step points; $(grep '^launch' "$OUT/kernel-rates.txt")"
 
 # 3. The models: GPT-2 small in bf16 with its vocabulary padded to 50304 (Megatron's padding: 50257 divides by no TP
 #    degree) and Llama 3 8B's layers (h 4096, 32 / 8 heads, SwiGLU 14336, vocabulary 128256) with 2 layers and 2048-token
