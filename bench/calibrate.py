@@ -279,6 +279,8 @@ def run_moe_h100(cluster):
         pred = plan["predicted"]["tokens_per_second_per_gpu"] if plan else None
         name = (f"{src} {model[:-5]} n{n} tp{t} pp{p} vp{v} ep{ep} B{B} b{b} "
                 + ("flex" if "flex" in extra else "alltoall") + (" overlap" if "--moe-overlap" in extra else ""))
+        if pred is not None:
+            MOE_ROWS.append(("megatron-core", "bf16", (pred - B * seq / n / step_s) / (B * seq / n / step_s), False))
         rows.append((name, B * seq / n / step_s, pred, layout(plan) if plan else "REFUSED: " + err))
     return rows
 
@@ -315,6 +317,8 @@ def run_moe_long(cluster):
     for seq, cp, pub in MOE_LONG_H100:
         plan, err = moe_long_solve(cluster, seq, cp)
         pred = plan["predicted"]["tokens_per_second_per_gpu"] if plan else None
+        if pred is not None:
+            MOE_ROWS.append(("megatron-core", "bf16", (pred - pub) / pub, False))
         rows.append((f"qwen3-235b-a22b seq {seq} cp {cp}", pub, pred, layout(plan) if plan else "REFUSED: " + err))
     return rows
 
@@ -468,6 +472,7 @@ MEGATRON_SCHEDULES = ["--schedule", "1f1b,interleaved"]
 
 BAND_ROWS = []  # (engine, precision, signed error) of every row in the summaries
 CHECK_ROWS = []  # (engine, precision, signed error) of check rows on the engines other than megatron-core
+MOE_ROWS = []  # (engine, precision, signed error, calibration run?) of every MoE row (balanced routing): band_moe
 FREE = []  # free-search rows: (run, tp-pp-dp, cp, plan, MFU %, published layout's time / free time, modelled reason)
 
 
@@ -783,6 +788,8 @@ def run_megatron_bridge(tmp, cluster):
         flags += ["--engine", current] if recipe == "cs" else []
         plan, err = solve(os.path.join(ROOT, "configs", "models", model), cluster, n, flags + extra)
         pred = plan["predicted"]["tokens_per_second_per_gpu"] if plan else None
+        if pred is not None and ep > 1:
+            MOE_ROWS.append(("megatron-core", "fp8", (pred - pub) / pub, False))
         rows.append((f"{src} {model[:-5]} n{n} tp{t} pp{p} cp{cp} vp{v} ep{ep} B{B} b{b} seq{seq} fp8-{recipe}", pub, pred,
                      layout(plan) if plan else "REFUSED: " + err))
     return rows
@@ -836,14 +843,16 @@ BAND_PRECISIONS = ("bf16", "fp16", "fp8")
 
 
 def bands():
-    """{engine: [(precision, low, high, runs, checks)]} for every engine file, by the rule in the module docstring."""
+    """{engine: ([(precision, low, high, runs, checks)], [the same for band_moe])} for every engine file, by the rule
+    in the module docstring; band_moe where the engine has MoE rows at a precision: their spread joined with the
+    dense band's (runs, checks: the MoE calibration and check rows)."""
     every = [e for _, _, e in BAND_ROWS]
     out = {}
     for f in sorted(os.listdir(ENGINES_DIR)):
         if not f.endswith(".yaml"):
             continue
         engine = f[:-5]
-        rows = []
+        rows, moe = [], []
         for p in BAND_PRECISIONS:
             group = ("bf16", "fp16") if p in ("bf16", "fp16") else (p,)
             errs = [e for eng, pr, e in BAND_ROWS if eng == engine and pr in group]
@@ -851,23 +860,33 @@ def bands():
             pool = errs + checks + [0.0] + (every if len(errs) + len(checks) < 3 else [])
             rows.append((p, math.floor(1000 * min(pool)) / 1000, math.ceil(1000 * max(pool)) / 1000, len(errs),
                          len(checks)))
-        out[engine] = rows
+            mrows = [(e, cal) for eng, pr, e, cal in MOE_ROWS if eng == engine and pr in group]
+            if mrows:
+                mpool = pool + [e for e, _ in mrows]
+                moe.append((p, math.floor(1000 * min(mpool)) / 1000, math.ceil(1000 * max(mpool)) / 1000,
+                            sum(1 for _, c in mrows if c), sum(1 for _, c in mrows if not c)))
+        out[engine] = (rows, moe)
     return out
 
 
-def band_block(rows):
-    lines = ["band:  # bench/calibrate.py --write-bands: signed error of predicted tokens/s on the calibration runs "
-             "(docs/cost_model.md \"Bands\")"]
+def band_block(rows, key="band"):
+    lines = [f"{key}:  # bench/calibrate.py --write-bands: signed error of predicted tokens/s on the calibration runs "
+             "(docs/cost_model.md \"Bands\")" + ("; MoE models: the MoE runs joined with `band`" if key == "band_moe" else "")]
     lines += [f"  {p}: {{low: {lo:.3f}, high: {hi:.3f}, runs: {n}" + (f", checks: {c}" if c else "") + "}"
               for p, lo, hi, n, c in rows]
     return "\n".join(lines) + "\n"
 
 
-def engine_file_band(text):
-    """The `band:` block of an engine file as [(precision, low, high, runs, checks)] (the format band_block writes)."""
+def engine_file_band(text, key="band"):
+    """The `band:` (or `band_moe:`) block of an engine file as [(precision, low, high, runs, checks)] (the format
+    band_block writes)."""
     rows = []
+    block = text.split(f"\n{key}:", 1)
+    if len(block) < 2:
+        return rows
+    body = re.split(r"\n[a-z_]+:", "\n" + block[1].split("\n", 1)[1] if "\n" in block[1] else "", maxsplit=1)[0]
     for m in re.finditer(r"^  (bf16|fp16|fp8): \{low: (-?[0-9.]+), high: (-?[0-9.]+), runs: ([0-9]+)"
-                         r"(?:, checks: ([0-9]+))?\}", text, re.M):
+                         r"(?:, checks: ([0-9]+))?\}", body, re.M):
         rows.append((m.group(1), float(m.group(2)), float(m.group(3)), int(m.group(4)), int(m.group(5) or 0)))
     return rows
 
@@ -875,26 +894,27 @@ def engine_file_band(text):
 def handle_bands(args):
     computed = bands()
     status = 0
-    for engine, rows in computed.items():
+    for engine, (rows, moe) in computed.items():
         path = os.path.join(ENGINES_DIR, engine + ".yaml")
         text = open(path).read()
+        block = band_block(rows) + (band_block(moe, "band_moe") if moe else "")
         if args.bands:
-            print(f"\n# {engine}\n" + band_block(rows), end="")
+            print(f"\n# {engine}\n" + block, end="")
         if args.write_bands:
             head = text.split("\nband:")[0].rstrip("\n") + "\n"
-            open(path, "w").write(head + band_block(rows))
+            open(path, "w").write(head + block)
         if args.check_bands:
-            have = engine_file_band(text)
-            ok = len(have) == len(rows) and all(
+            same = lambda have, want: len(have) == len(want) and all(
                 a[0] == b[0] and a[3] == b[3] and a[4] == b[4] and abs(a[1] - b[1]) < 0.0015 and abs(a[2] - b[2]) < 0.0015
-                for a, b in zip(have, rows))
-            if not ok:
+                for a, b in zip(have, want))
+            have, have_moe = engine_file_band(text), engine_file_band(text, "band_moe")
+            if not same(have, rows) or not same(have_moe, moe):
                 status = 1
-                print(f"calibrate.py: {path}: band {have} differs from this run's {rows}; "
+                print(f"calibrate.py: {path}: band {have} / band_moe {have_moe} differ from this run's {rows} / {moe}; "
                       "run python3 bench/calibrate.py --write-bands", file=sys.stderr)
     if args.check_bands and status == 0:
-        print(f"bands: {len(computed)} engine files agree with {len(BAND_ROWS)} calibration rows and "
-              f"{len(CHECK_ROWS)} check rows")
+        print(f"bands: {len(computed)} engine files agree with {len(BAND_ROWS)} calibration rows, "
+              f"{len(CHECK_ROWS)} check rows and {len(MOE_ROWS)} MoE rows")
     return status
 
 
@@ -979,6 +999,7 @@ def main():
             print(f"checks: NeMo 24.07 H100 fp8: signed mean {100 * sum(nemo) / len(nemo):+.2f}%")
         BAND_ROWS.extend([("megatron-core", "fp16", e) for e in a100] + [("megatron-core", "bf16", e) for e in h100]
                          + [("megatron-core", "fp8", e) for e in h800])
+        MOE_ROWS.extend([("megatron-core", "fp8", e, True) for e in h800])  # DeepSeek-V3: MoE calibration runs
         if args.bands or args.write_bands or args.check_bands:
             status = handle_bands(args)
             if status:

@@ -304,11 +304,15 @@ Status ApplyEngine(const SolveArgs& a, const CostSource& src, SearchOptions* o) 
   return Status::OK();
 }
 
-// An engine's calibration band for `precision` (its file's `band`), none when it has no band for it.
-std::optional<PlanBand> EngineBandOf(const EngineSpec& e, const std::string& precision) {
-  const EngineBand* b = e.BandFor(precision);
+// An engine's calibration band for `precision` (its file's `band`; for a model with routed experts its `band_moe`
+// where it has one), none when it has no band for it.
+std::optional<PlanBand> EngineBandOf(const EngineSpec& e, const std::string& precision, bool moe) {
+  const EngineBand* b = e.BandFor(precision, moe);
   if (b == nullptr) return std::nullopt;
-  return PlanBand{fmt::format("{} {}", e.name, precision), b->low, b->high, b->runs, b->checks};
+  const bool moe_band =
+      moe && std::any_of(e.moe_bands.begin(), e.moe_bands.end(), [&](const EngineBand& m) { return &m == b; });
+  return PlanBand{fmt::format("{} {}{}", e.name, precision, moe_band ? " MoE" : ""), b->low, b->high, b->runs,
+                  b->checks};
 }
 
 // One engine's line of --engine all, its band's tokens/s/GPU range beside the figure.
@@ -360,7 +364,7 @@ void SetBand(const SolveInputs& in, const CostSource& src, Plan* plan) {
   if (!KernelLevel(src)) return;
   const EngineSpec& e = *src.engine;
   const std::string precision = DTypeName(in.model.dtype);
-  plan->predicted.band = EngineBandOf(e, precision);
+  plan->predicted.band = EngineBandOf(e, precision, ModelExperts(&in.model) > 0);
   if (!plan->predicted.band)
     plan->notes.push_back(fmt::format(
         "no band: engine {} has no calibration band for {} (docs/cost_model.md \"Bands\")", e.name, precision));
@@ -435,7 +439,9 @@ void CompareEngines(const SolveArgs& a, const SolveInputs& in, const CostSource&
     }
     // The engine's own band (the plan's calibration file, if any, is for the plan's engine; flat costs have none).
     AddEngine(e.name, p.predicted,
-              KernelLevel(s) && src.profile == nullptr ? EngineBandOf(e, DTypeName(in.model.dtype)) : std::nullopt,
+              KernelLevel(s) && src.profile == nullptr
+                  ? EngineBandOf(e, DTypeName(in.model.dtype), ModelExperts(&in.model) > 0)
+                  : std::nullopt,
               plan);
   }
 }

@@ -30,15 +30,15 @@ Status Fraction(const YamlReader& r, const YAML::Node& map, const std::string& k
   return Status::OK();
 }
 
-// `band: {bf16: {low, high, runs[, checks]}, ...}`: -1 < low <= 0 <= high, runs >= 0, checks >= 0
-// (bench/calibrate.py --bands writes it).
-Status ParseBands(const YamlReader& r, const YAML::Node& b, std::vector<EngineBand>* out) {
+// `band: {bf16: {low, high, runs[, checks]}, ...}` (and `band_moe`, the same for MoE models): -1 < low <= 0 <= high,
+// runs >= 0, checks >= 0 (bench/calibrate.py --write-bands writes them).
+Status ParseBands(const YamlReader& r, const YAML::Node& b, const std::string& key, std::vector<EngineBand>* out) {
   if (!b.IsDefined()) return Status::OK();
-  PLANNER_RETURN_IF_ERROR(r.CheckKeys(b, "band", {"bf16", "fp16", "fp8"}));
+  PLANNER_RETURN_IF_ERROR(r.CheckKeys(b, key, {"bf16", "fp16", "fp8"}));
   for (const char* p : {"bf16", "fp16", "fp8"}) {
     const YAML::Node& n = b[p];
     if (!n.IsDefined()) continue;
-    const std::string f = std::string("band.") + p;
+    const std::string f = key + "." + p;
     PLANNER_RETURN_IF_ERROR(r.CheckKeys(n, f, {"low", "high", "runs", "checks"}));
     EngineBand e;
     e.precision = p;
@@ -121,6 +121,7 @@ Status ParseUnguarded(const std::string& path, const std::string& text, EngineSp
                                        "schedules",
                                        "recompute_modules",
                                        "band",
+                                       "band_moe",
                                        "cp_comm_types",
                                        "cp_comm_reason",
                                        "moe_dispatchers",
@@ -260,14 +261,20 @@ Status ParseUnguarded(const std::string& path, const std::string& text, EngineSp
     }
   }
   PLANNER_RETURN_IF_ERROR(ParseOptimizerStates(r, root, &e));
-  PLANNER_RETURN_IF_ERROR(ParseBands(r, root["band"], &e.bands));
+  PLANNER_RETURN_IF_ERROR(ParseBands(r, root["band"], "band", &e.bands));
+  PLANNER_RETURN_IF_ERROR(ParseBands(r, root["band_moe"], "band_moe", &e.moe_bands));
   *out = std::move(e);
   return Status::OK();
 }
 
 }  // namespace
 
-const EngineBand* EngineSpec::BandFor(const std::string& precision) const {
+const EngineBand* EngineSpec::BandFor(const std::string& precision, bool moe) const {
+  if (moe) {
+    for (const auto& b : moe_bands) {
+      if (b.precision == precision) return &b;
+    }
+  }
   for (const auto& b : bands) {
     if (b.precision == precision) return &b;
   }

@@ -101,8 +101,12 @@ struct EngineSpec {
   // The selective-recompute modules it runs: its own list, else every Megatron module (op_sac excluded).
   uint32_t RunsRecomputeModules() const;
   std::vector<EngineBand> bands;  // per precision (file key `band`); empty: not calibrated
-  // The band of `precision` ("bf16"), nullptr when the file has none.
-  const EngineBand* BandFor(const std::string& precision) const;
+  // Per precision, for models with routed experts (file key `band_moe`): the MoE runs' spread joined with `band`'s
+  // (runs / checks: the MoE calibration and check runs); absent for a precision: `band` serves.
+  std::vector<EngineBand> moe_bands;
+  // The band of `precision` ("bf16"): with `moe` (a model with routed experts) its `band_moe` where the file has
+  // one, else its `band`; nullptr when the file has none.
+  const EngineBand* BandFor(const std::string& precision, bool moe = false) const;
 };
 
 // The built-in engines' names (configs/engines/*.yaml), in the order `--engine all` prints them.

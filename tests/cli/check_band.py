@@ -3,6 +3,7 @@
 
   check_band.py PLAN.json ENGINE.yaml PRECISION [NAME]
 
+A plan whose basis ends in " MoE" (a model with routed experts) is checked against the file's band_moe.
 With NAME, the band of predicted.engines.NAME (solve --engine all: that engine's line) against ENGINE.yaml, the
 engine NAME's file, and no lead. The band is the engine file's for the precision; every derived range equals the closed form (tokens/s and MFU
 divided by 1 + error, the iteration multiplied by it); the lead's costs with every overlap off are no faster
@@ -22,8 +23,14 @@ def main():
     plan = json.load(open(sys.argv[1]))
     text = open(sys.argv[2]).read()
     precision = sys.argv[3]
+    p = plan["predicted"]
+    if len(sys.argv) > 4:
+        p = p["engines"][sys.argv[4]]
+    moe = p["band"]["basis"].endswith(" MoE")  # a model with routed experts on an engine with band_moe
+    key = "\nband_moe:" if moe else "\nband:"
+    block = text.split(key, 1)[1].split("\nband_moe:")[0] if key in text else ""
     m = re.search(r"^  %s: \{low: (-?[0-9.]+), high: (-?[0-9.]+), runs: ([0-9]+)(?:, checks: ([0-9]+))?\}" % precision,
-                  text, re.M)
+                  block, re.M)
     if not m:
         sys.exit(f"check_band: {sys.argv[2]} has no band for {precision}")
     low, high, runs, nchecks = float(m.group(1)), float(m.group(2)), int(m.group(3)), int(m.group(4) or 0)
@@ -34,7 +41,7 @@ def main():
         p = p["engines"][engine]
     b = p["band"]
     checks = [
-        ("basis", b["basis"] == f"{engine} {precision}"),
+        ("basis", b["basis"] == f"{engine} {precision}" + (" MoE" if moe else "")),
         ("runs", b["runs"] == runs),
         ("checks", b.get("checks", 0) == nchecks),
         ("error_low", close(b["error_low"], low)),
@@ -57,7 +64,7 @@ def main():
             ("lead.chosen_no_overlap_seconds >= iteration_seconds", lead["chosen_no_overlap_seconds"] >= t * (1 - 1e-9)),
             ("lead.runner_up_no_overlap_seconds >= runner-up's", lead["runner_up_no_overlap_seconds"] >= ru * (1 - 1e-9)),
             ("lead.runners_up_within_band", lead["runners_up_within_band"] == within),
-            ("lead.overlap_share", close(lead["overlap_share"], share, 1e-5)),
+            ("lead.overlap_share", abs(lead["overlap_share"] - share) <= 1e-5 * max(1.0, abs(share))),
         ]
     for name, ok in checks:
         if not ok:

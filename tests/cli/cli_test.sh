@@ -172,6 +172,12 @@ check "band figures, deepspeed bf16 (checks)" python3 $SRC/tests/cli/check_band.
 expect "allocator's edge named" 0 "at the allocator's edge: its estimate passes the usable 91 GiB" -- $PLANNER solve --gpus 256 --model $M/llama3-70b.yaml --cluster $C/h100-96gb-500w.yaml --global-batch 512 --seq 8192 --precision fp8 --engine torchtitan-compile --tp 2 --pp 1 --cp 1 --zero 3 --microbatch 1 --recompute none
 expect "allocator's edge: none with room" 0 "the fit is checked on the allocated peak against the usable memory" -- $PLANNER solve --gpus 256 --model $M/llama3-70b.yaml --cluster $C/h100-96gb-500w.yaml --global-batch 512 --seq 8192 --precision fp8 --engine torchtitan-compile --tp 8 --pp 1 --cp 1 --zero 3 --microbatch 16 --recompute full
 check "allocator's edge: none with room (no edge sentence)" sh -c '! grep -q "allocator.s edge" out.txt'
+# A model with routed experts takes its engine's band_moe (the MoE runs' spread joined with the dense band), and an
+# engine without one its dense band; both in closed form against the files.
+$PLANNER solve --gpus 16 --model $M/qwen3-30b-a3b.yaml --cluster $C/dgx-h100.yaml --tp 1 --pp 1 --cp 1 --ep 16 --etp 1 --global-batch 1024 --seq 4096 --engine all --json > bandmoe.json 2>/dev/null
+check "MoE band figures, megatron-core bf16 MoE" python3 $SRC/tests/cli/check_band.py bandmoe.json $SRC/configs/engines/megatron-core.yaml bf16
+check "MoE band figures, --engine all's deepspeed (no band_moe: its dense band)" python3 $SRC/tests/cli/check_band.py bandmoe.json $SRC/configs/engines/deepspeed.yaml bf16 deepspeed
+check "MoE band: basis and wording" bash -c "python3 -c \"import json; b = json.load(open('bandmoe.json'))['predicted']['band']; assert b['basis'] == 'megatron-core bf16 MoE' and b['checks'] >= 3 and b['error_high'] > 0.3, b\" && $PLANNER solve --gpus 16 --model $M/qwen3-30b-a3b.yaml --cluster $C/dgx-h100.yaml --tp 1 --pp 1 --cp 1 --ep 16 --etp 1 --global-batch 1024 --seq 4096 2>&1 | grep -q '(megatron-core bf16 MoE: 0 calibration runs and [0-9]* published check runs, errors .*; the MoE runs. spread joined with the dense runs. band)'"
 # --engine all: every engine's line carries its own band (the plan's engine's is the plan's), in plan.yaml too.
 $PLANNER solve --gpus 64 --model $M/llama3-8b.yaml --cluster $C/dgx-h100.yaml --tp 2 --pp 1 --zero 3 --engine all --json > bandall.json 2>/dev/null
 for e in megatron-core torchtitan torchtitan-compile deepspeed; do
