@@ -212,8 +212,10 @@ TORCHTITAN_2412 = [
 # CommOverlapConfig(tp_comm_overlap=False); DeepSeek-V3's recipe default), no recompute unless named, the MoE
 # all-to-all overlapped where moe_a2a_overlap is set, experts force-balanced (dropless). Dispatchers: Qwen3-235B
 # alltoall (the recipe's moe_token_dispatcher_type), Qwen3-30B-A3B flex + HybridEP, DeepSeek-V3 25.09 flex + DeepEP
-# (run_script.py enable_deepep on H100, overlap_grad_reduce False). Left out: Qwen3-30B-A3B at 25.11 (5275
-# tokens/s/GPU, half of 25.09's 10494 for the same layout) and GPT-OSS-120B (no model file).
+# (run_script.py enable_deepep on H100, overlap_grad_reduce False). Qwen3-30B-A3B on 16 H100 in FP8: EP 16 at 26.04.01
+# (8826 / 8901 / 8960 tokens/s/GPU at 26.06 / 26.04 / 26.04.01: stable) and PP 2 VP 12 EP 8 at 26.02.01 (9058; the
+# same layout at 26.02: 5113). Left out: Qwen3-30B-A3B at 25.11 (5275 tokens/s/GPU, half of 25.09's 10494 for the
+# same layout) and at 26.02, and GPT-OSS-120B (no model file).
 MEGATRON_BRIDGE = [
     ("MB 25.11", "llama3-70b.yaml", 64, 128, 1, 8192, 4, 8, 1, 5, 1, "cs", [], 1602),
     ("MB 25.11", "llama3.1-405b.yaml", 1024, 512, 1, 8192, 8, 8, 2, 8, 1, "cs", [], 292),
@@ -224,6 +226,7 @@ MEGATRON_BRIDGE = [
     ("Megatron-LM core_r0.12", "llama3.1-405b.yaml", 1024, 512, 1, 8192, 8, 8, 2, 8, 1, "ds", [], 315),
     ("NeMo 25.02", "gpt3-175b.yaml", 512, 2048, 2, 2048, 4, 8, 1, 6, 1, "ds", [], 866),
     ("MB 26.04.01", "qwen3-30b-a3b.yaml", 16, 1024, 1, 4096, 1, 1, 1, 1, 16, "cs", ["--moe-dispatcher", "flex"], 8960),
+    ("MB 26.02.01", "qwen3-30b-a3b.yaml", 16, 1024, 1, 4096, 1, 2, 1, 12, 8, "cs", ["--moe-dispatcher", "flex"], 9058),
     ("MB 25.11", "qwen3-235b-a22b.yaml", 256, 2048, 1, 4096, 2, 8, 1, 4, 32, "cs",
      ["--moe-overlap", "on", "--tp-comm-overlap", "off"], 1575),
     ("MB 26.04.01", "qwen3-235b-a22b.yaml", 256, 8192, 1, 4096, 2, 8, 1, 4, 32, "cs",
