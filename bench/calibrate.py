@@ -904,7 +904,8 @@ def handle_bands(args):
         if args.bands:
             print(f"\n# {engine}\n" + block, end="")
         if args.write_bands:
-            head = text.split("\nband:")[0].rstrip("\n") + "\n"
+            cut = min(i for i in (text.find("\nband:"), text.find("\nband_moe:"), len(text)) if i >= 0)
+            head = text[:cut].rstrip("\n") + "\n"
             open(path, "w").write(head + block)
         if args.check_bands:
             same = lambda have, want: len(have) == len(want) and all(

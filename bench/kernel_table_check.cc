@@ -32,12 +32,14 @@ namespace {
 
 // key=value fields of one line ("m=8192" -> fields["m"] = "8192"); the bare words in order.
 struct Line {
+  std::string text;
   std::vector<std::string> words;
   std::map<std::string, std::string> fields;
 };
 
 Line Split(const std::string& text) {
   Line l;
+  l.text = text;
   std::istringstream in(text);
   std::string w;
   while (in >> w) {
@@ -69,15 +71,15 @@ struct Tally {
 // What --write keeps of the measured lines.
 struct Measured {
   std::string device;                                              // the "device" line
-  std::map<std::string, std::vector<std::array<double, 4>>> gemm;  // precision -> (m, n, k, tflops)
+  std::map<std::string, std::vector<std::array<double, 5>>> gemm;  // precision -> (m, n, k, tflops, weight)
   std::map<std::tuple<std::string, std::string, bool, int64_t>, std::map<double, double>> attention;  // seq -> TF/s
 };
 
-// The GEMM figures of one precision fitted to measured (m, n, k, tflops): for each k_half on a grid, the ceiling
-// minimising the squared relative error in closed form (c = sum r / sum r^2, r = predicted at ceiling 1 /
-// measured); the best pair. With fewer than two distinct K the K effect cannot be told apart: k_half stays
+// The GEMM figures of one precision fitted to measured (m, n, k, tflops, weight): for each k_half on a grid, the
+// ceiling minimising the weighted squared relative error in closed form (c = sum w r / sum w r^2, r = predicted at
+// ceiling 1 / measured); the best pair. With fewer than two distinct K the K effect cannot be told apart: k_half stays
 // `fixed_k_half` and only the ceiling is fitted. *rms: the fit's root-mean-square relative error.
-GemmEfficiency FitGemm(const KernelTable& table, double peak_tflops, const std::vector<std::array<double, 4>>& pts,
+GemmEfficiency FitGemm(const KernelTable& table, double peak_tflops, const std::vector<std::array<double, 5>>& pts,
                        double fixed_k_half, double* rms) {
   std::vector<double> ks;
   for (const auto& p : pts) ks.push_back(p[2]);
@@ -87,19 +89,19 @@ GemmEfficiency FitGemm(const KernelTable& table, double peak_tflops, const std::
   double best_err = INFINITY;
   for (int step = 0; step <= (k_known ? 512 : 0); ++step) {
     const double kh = k_known ? 16.0 * step : fixed_k_half;  // 0 .. 8192 tokens of K in steps of 16
-    double sr = 0, sr2 = 0;
+    double sr = 0, sr2 = 0, sw = 0;
     std::vector<double> r;
     for (const auto& p : pts) {
       r.push_back(peak_tflops * table.GemmFraction(GemmEfficiency{1, kh}, p[0], p[1], p[2]) / p[3]);
-      sr += r.back();
-      sr2 += r.back() * r.back();
+      sr += p[4] * r.back();
+      sr2 += p[4] * r.back() * r.back();
+      sw += p[4];
     }
     const double c = sr / sr2;
     double err = 0;
-    for (double x : r) err += (c * x - 1) * (c * x - 1);
-    if (err < best_err) best_err = err, best = GemmEfficiency{c, kh};
+    for (size_t i = 0; i < r.size(); ++i) err += pts[i][4] * (c * r[i] - 1) * (c * r[i] - 1);
+    if (err < best_err) best_err = err, best = GemmEfficiency{c, kh}, *rms = std::sqrt(err / sw);
   }
-  *rms = std::sqrt(best_err / static_cast<double>(pts.size()));
   return best;
 }
 
@@ -113,8 +115,18 @@ std::string Join(const std::vector<double>& v, const char* fmt) {
   return s;
 }
 
-// The GEMM section of the measured table: each measured precision fitted, the others the compared table's.
-std::string GemmYaml(const KernelTable& table, const ClusterSpec& cluster, const Measured& m) {
+std::string CeilingError(const std::string& precision, double ceiling, double peak_tflops) {
+  char buf[256];
+  std::snprintf(buf, sizeof buf,
+                "the measured %s GEMMs fit a ceiling of %.3f, above the cluster's peak of %.1f TFLOP/s: is the cluster "
+                "file this GPU's?",
+                precision.c_str(), ceiling, peak_tflops);
+  return buf;
+}
+
+// The GEMM section of the measured table: each measured precision fitted, the others the compared table's. A fitted
+// ceiling above 1 (rates above the cluster's peak: the wrong cluster file) sets *error instead.
+std::string GemmYaml(const KernelTable& table, const ClusterSpec& cluster, const Measured& m, std::string* error) {
   std::string o = "gemm:\n  tiles: [";
   for (size_t i = 0; i < table.tiles.size(); ++i)
     o += (i ? ", [" : "[") + std::to_string(table.tiles[i].first) + ", " + std::to_string(table.tiles[i].second) + "]";
@@ -131,10 +143,18 @@ std::string GemmYaml(const KernelTable& table, const ClusterSpec& cluster, const
       std::snprintf(buf, sizeof buf, "  %s: {ceiling: %.4f, k_half: %.0f}   # the compared table's (not measured)\n",
                     name.c_str(), g.ceiling, g.k_half);
     } else {
-      DType dt;
-      ParseDType(name, &dt);
+      DType dt = DType::kBf16;
+      if (!ParseDType(name, &dt)) continue;  // a table key the parser knows (bf16, fp16, fp8)
       double rms = 0;
-      const GemmEfficiency f = FitGemm(table, cluster.PeakFlops(dt) / 1e12, it->second, g.k_half, &rms);
+      const double peak = cluster.PeakFlops(dt) / 1e12;
+      const GemmEfficiency f = FitGemm(table, peak, it->second, g.k_half, &rms);
+      if (f.ceiling > 1) {
+        *error = CeilingError(name, f.ceiling, peak);
+        return "";
+      }
+      const bool fp8_split = name == "fp8" && std::any_of(it->second.begin(), it->second.end(),
+                                                          [](const std::array<double, 5>& p) { return p[4] == 2; });
+      if (fp8_split) from += " (TE's forward fast accumulation x1, its two backward GEMMs' split x2)";
       std::snprintf(buf, sizeof buf,
                     "  %s: {ceiling: %.4f, k_half: %.0f}   # fitted to %zu %s, rms relative error %.1f%%; "
                     "the compared table's {ceiling: %.4f, k_half: %.0f}\n",
@@ -146,7 +166,8 @@ std::string GemmYaml(const KernelTable& table, const ClusterSpec& cluster, const
 }
 
 // The attention section: the table's sequence grid; a curve measured at every grid point replaces (or adds to) the
-// table's, the others are kept as the table has them.
+// table's, the others are kept as the table has them. A kernel a table cannot name (not fa2, fa3 or cudnn: the CPU
+// smoke's math backend) is left out, said on stdout.
 std::string AttentionYaml(const KernelTable& table, const Measured& m) {
   std::string o = "attention:\n  seq: [" + Join(table.attention_seq, "%.0f") + "]\n  curves:\n";
   auto line = [](const std::string& k, const std::string& pass, bool causal, int64_t d, const std::vector<double>& t,
@@ -163,6 +184,11 @@ std::string AttentionYaml(const KernelTable& table, const Measured& m) {
       t.push_back(it->second);
     }
     if (t.size() != table.attention_seq.size() || t.empty()) continue;  // not measured at every grid point
+    const std::string& kernel = std::get<0>(key);
+    if (kernel != "fa2" && kernel != "fa3" && kernel != "cudnn") {
+      std::printf("--write: attention kernel '%s' left out (a kernel table names fa2, fa3 or cudnn)\n", kernel.c_str());
+      continue;
+    }
     o += line(std::get<0>(key), std::get<1>(key), std::get<2>(key), std::get<3>(key), t, "measured");
     written.push_back(key);
   }
@@ -194,7 +220,9 @@ std::string MeasuredTableYaml(const KernelTable& table, const ClusterSpec& clust
   if (!table.power_watts.empty())
     o += "power_clock: {watts: [" + Join(table.power_watts, "%.0f") + "], clock: [" + Join(table.power_clock, "%.4f") +
          "]}   # the compared table's (not measured)\n";
-  o += GemmYaml(table, cluster, m);
+  std::string error;
+  o += GemmYaml(table, cluster, m, &error);
+  if (!error.empty()) return "error: " + error;
   if (!table.fp8_recipes.empty()) {
     o += "fp8_recipes:   # the compared table's (not measured)\n";
     for (const auto& [name, r] : table.fp8_recipes) {
@@ -209,7 +237,16 @@ std::string MeasuredTableYaml(const KernelTable& table, const ClusterSpec& clust
 // write is not replaced). 0, or 2 with the reason.
 int WriteMeasured(const std::string& path, const KernelTable& table, const ClusterSpec& cluster, const Measured& m,
                   const std::string& rates) {
+  if (m.gemm.empty() && m.attention.empty()) {
+    std::fprintf(stderr, "kernel_table_check: %s has no gemm or attention line: nothing measured to write\n",
+                 rates.c_str());
+    return 2;
+  }
   const std::string text = MeasuredTableYaml(table, cluster, m, rates);
+  if (text.rfind("error: ", 0) == 0) {
+    std::fprintf(stderr, "kernel_table_check: %s\n", text.substr(7).c_str());
+    return 2;
+  }
   KernelTable back;
   Status s = ParseKernelTable(path, text, &back);
   if (!s.ok()) {
@@ -235,34 +272,94 @@ int WriteMeasured(const std::string& path, const KernelTable& table, const Clust
   return 0;
 }
 
-}  // namespace
+// One measured line compared: its measured and predicted rate and its class; what --write keeps goes to *m.
+struct Row {
+  double measured = 0, predicted = 0;
+  std::string cls;
+};
+enum class Parsed { kRow, kSkip, kError };
 
-int main(int argc, char** argv) {
-  std::string kernels, write;
+// A gemm, attention or ring line against the table (a line the table has no figure for: kSkip; a malformed one:
+// kError, reported naming file:line).
+Parsed CompareLine(const Line& l, const KernelTable& table, const ClusterSpec& cluster, const char* file, int number,
+                   Row* row, Measured* m, std::map<std::string, Tally>* tally) {
+  const std::string& kind = l.words[0];
+  const auto fail = [&](const char* what) {
+    std::fprintf(stderr, "kernel_table_check: %s:%d: %s\n", file, number, what);
+    return Parsed::kError;
+  };
+  if (kind == "gemm" && l.words.size() == 2) {
+    double mm = 0, n = 0, k = 0;
+    DType dt;
+    if (!ParseDType(l.words[1], &dt) || !Number(l, "m", &mm) || !Number(l, "n", &n) || !Number(l, "k", &k) ||
+        !Number(l, "tflops", &row->measured))
+      return fail("a gemm line needs PRECISION m= n= k= tflops=");
+    const GemmEfficiency* g = table.Gemm(dt);
+    if (g == nullptr) return Parsed::kSkip;  // no figures for this precision in the table
+    auto acc = l.fields.find("accum");
+    // TE runs FP8's forward GEMM with fast accumulation, its two backward GEMMs with split: weighted 1 and 2.
+    const double weight = acc != l.fields.end() && acc->second == "split" ? 2 : 1;
+    if (row->measured > 0) m->gemm[l.words[1]].push_back({mm, n, k, row->measured, weight});
+    row->predicted = cluster.PeakFlops(dt) / 1e12 * table.GemmFraction(*g, mm, n, k);
+    row->cls = "gemm " + l.words[1] + (acc != l.fields.end() ? " accum=" + acc->second : "");
+  } else if (kind == "attention" && l.words.size() == 3) {
+    double causal = 0, d = 0, seq = 0;
+    if (!Number(l, "causal", &causal) || !Number(l, "d", &d) || !Number(l, "seq", &seq) ||
+        !Number(l, "tflops", &row->measured))
+      return fail("an attention line needs KERNEL PASS causal= d= seq= tflops=");
+    if (row->measured > 0 && (l.words[2] == "fwd" || l.words[2] == "bwd"))
+      m->attention[{l.words[1], l.words[2], causal > 0, static_cast<int64_t>(d)}][seq] = row->measured;
+    row->predicted = table.AttentionTflops(l.words[1], l.words[2], causal > 0, d, seq);
+    if (row->predicted <= 0) return Parsed::kSkip;  // the table has no curve of this kernel
+    row->cls = "attention " + l.words[1] + " " + l.words[2];
+  } else if (kind == "ring" && l.words.size() == 3) {
+    // One rank's ring-attention steps (kernel_rates_peer.py ring_lines): the planner's step blend on the table
+    // (KernelTable::RingStepTflops, as AttentionRates prices them; no wave fill, no engine share), against the
+    // steps alone and against the steps with their merges run serially after each.
+    double cp = 0, d = 0, seq = 0, with_merges = 0;
+    if (!Number(l, "cp", &cp) || !Number(l, "d", &d) || !Number(l, "seq", &seq) ||
+        !Number(l, "tflops", &row->measured) || !Number(l, "with_merges_tflops", &with_merges) || !(cp >= 2))
+      return fail("a ring line needs KERNEL PASS cp= (2 or more) d= seq= tflops= with_merges_tflops=");
+    row->predicted = table.RingStepTflops(l.words[1], l.words[2], d, seq / cp, cp);
+    if (row->predicted <= 0) return Parsed::kSkip;  // the table has no curve of this kernel
+    row->cls = "ring " + l.words[1] + " " + l.words[2];
+    if (with_merges > 0) (*tally)[row->cls + " with merges"].Add((row->predicted - with_merges) / with_merges);
+  } else {
+    std::fprintf(stderr, "kernel_table_check: %s:%d: unknown line '%s'\n", file, number, l.text.c_str());
+    return Parsed::kError;
+  }
+  if (!(row->measured > 0)) return fail("tflops must be above 0");
+  return Parsed::kRow;
+}
+
+// The command line, the cluster and the table; false (after the message) when one of them is wrong.
+bool Setup(int argc, char** argv, ClusterSpec* cluster, KernelTable* table, std::string* write) {
+  std::string kernels;
   bool usage = argc < 3;
   for (int i = 3; i < argc && !usage; i += 2) {
     const std::string flag = argv[i];
     if (i + 1 >= argc || (flag != "--kernels" && flag != "--write")) usage = true;
-    else (flag == "--kernels" ? kernels : write) = argv[i + 1];
+    else (flag == "--kernels" ? kernels : *write) = argv[i + 1];
   }
   if (usage) {
     std::fprintf(stderr, "usage: kernel_table_check CLUSTER RATES [--kernels NAME_OR_FILE] [--write MEASURED.yaml]\n");
-    return 2;
+    return false;
   }
+  Status s = LoadClusterSpec(argv[1], cluster);
+  if (s.ok() && !kernels.empty()) s = LoadKernelTable(kernels, table);
+  else if (s.ok() && !BuiltinKernelTableFor(cluster->gpu_name, table))
+    s = Status::InvalidArgument("no built-in kernel table for GPU '" + cluster->gpu_name + "'; pass --kernels");
+  if (!s.ok()) std::fprintf(stderr, "kernel_table_check: %s\n", s.message().c_str());
+  return s.ok();
+}
+
+}  // namespace
+
+int main(int argc, char** argv) {
   ClusterSpec cluster;
-  Status s = LoadClusterSpec(argv[1], &cluster);
-  if (!s.ok()) {
-    std::fprintf(stderr, "kernel_table_check: %s\n", s.message().c_str());
-    return 2;
-  }
   KernelTable table;
-  if (!kernels.empty()) s = LoadKernelTable(kernels, &table);
-  else if (!BuiltinKernelTableFor(cluster.gpu_name, &table))
-    s = Status::InvalidArgument("no built-in kernel table for GPU '" + cluster.gpu_name + "'; pass --kernels");
-  if (!s.ok()) {
-    std::fprintf(stderr, "kernel_table_check: %s\n", s.message().c_str());
-    return 2;
-  }
+  std::string write;
+  if (!Setup(argc, argv, &cluster, &table, &write)) return 2;
   std::ifstream in(argv[2]);
   if (!in) {
     std::fprintf(stderr, "kernel_table_check: cannot read %s\n", argv[2]);
@@ -271,85 +368,30 @@ int main(int argc, char** argv) {
   std::printf("kernel table %s against %s (peaks of %s)\n", table.path.c_str(), argv[2], cluster.gpu_name.c_str());
   std::printf("%-58s %14s %14s %8s\n", "kernel", "measured TF/s", "table TF/s", "error");
   std::map<std::string, Tally> tally;
-  Measured measured_lines;
+  Measured measured;
   std::string text;
   int number = 0;
   while (std::getline(in, text)) {
     ++number;
     const Line l = Split(text);
     if (l.words.empty() || l.words[0][0] == '#') continue;
-    const std::string& kind = l.words[0];
-    if (kind == "device" || kind == "launch" || kind == "experts") {
+    if (l.words[0] == "device" || l.words[0] == "launch" || l.words[0] == "experts") {
       std::printf("%s\n", text.c_str());
-      if (kind == "device") measured_lines.device = text.substr(text.find(' ') + 1);
+      if (l.words[0] == "device") measured.device = text.substr(text.find(' ') + 1);
       continue;
     }
-    double measured = 0, predicted = 0;
-    std::string cls;
-    if (kind == "gemm" && l.words.size() == 2) {
-      double m = 0, n = 0, k = 0;
-      DType dt;
-      if (!ParseDType(l.words[1], &dt) || !Number(l, "m", &m) || !Number(l, "n", &n) || !Number(l, "k", &k) ||
-          !Number(l, "tflops", &measured)) {
-        std::fprintf(stderr, "kernel_table_check: %s:%d: a gemm line needs PRECISION m= n= k= tflops=\n", argv[2],
-                     number);
-        return 2;
-      }
-      const GemmEfficiency* g = table.Gemm(dt);
-      if (g == nullptr) continue;  // no figures for this precision in the table
-      if (measured > 0) measured_lines.gemm[l.words[1]].push_back({m, n, k, measured});
-      predicted = cluster.PeakFlops(dt) / 1e12 * table.GemmFraction(*g, m, n, k);
-      cls = "gemm " + l.words[1];
-      if (auto acc = l.fields.find("accum"); acc != l.fields.end()) cls += " accum=" + acc->second;
-    } else if (kind == "attention" && l.words.size() == 3) {
-      double causal = 0, d = 0, seq = 0;
-      if (!Number(l, "causal", &causal) || !Number(l, "d", &d) || !Number(l, "seq", &seq) ||
-          !Number(l, "tflops", &measured)) {
-        std::fprintf(stderr, "kernel_table_check: %s:%d: an attention line needs KERNEL PASS causal= d= seq= tflops=\n",
-                     argv[2], number);
-        return 2;
-      }
-      if (measured > 0 && (l.words[2] == "fwd" || l.words[2] == "bwd"))
-        measured_lines.attention[{l.words[1], l.words[2], causal > 0, static_cast<int64_t>(d)}][seq] = measured;
-      predicted = table.AttentionTflops(l.words[1], l.words[2], causal > 0, d, seq);
-      if (predicted <= 0) continue;  // the table has no curve of this kernel
-      cls = "attention " + l.words[1] + " " + l.words[2];
-    } else if (kind == "ring" && l.words.size() == 3) {
-      // One rank's ring-attention steps (kernel_rates_peer.py ring_lines): the planner's step blend on the table
-      // (KernelTable::RingStepTflops, as AttentionRates prices them; no wave fill, no engine share), against the
-      // steps alone and against the steps with their merges run serially after each.
-      double cp = 0, d = 0, seq = 0, with_merges = 0;
-      if (!Number(l, "cp", &cp) || !Number(l, "d", &d) || !Number(l, "seq", &seq) || !Number(l, "tflops", &measured) ||
-          !Number(l, "with_merges_tflops", &with_merges) || !(cp >= 2)) {
-        std::fprintf(stderr,
-                     "kernel_table_check: %s:%d: a ring line needs KERNEL PASS cp= (2 or more) d= seq= tflops= "
-                     "with_merges_tflops=\n",
-                     argv[2], number);
-        return 2;
-      }
-      predicted = table.RingStepTflops(l.words[1], l.words[2], d, seq / cp, cp);
-      if (predicted <= 0) continue;  // the table has no curve of this kernel
-      cls = "ring " + l.words[1] + " " + l.words[2];
-      if (with_merges > 0) {
-        const double err = (predicted - with_merges) / with_merges;
-        tally[cls + " with merges"].Add(err);
-      }
-    } else {
-      std::fprintf(stderr, "kernel_table_check: %s:%d: unknown line '%s'\n", argv[2], number, text.c_str());
-      return 2;
-    }
-    if (!(measured > 0)) {
-      std::fprintf(stderr, "kernel_table_check: %s:%d: tflops must be above 0\n", argv[2], number);
-      return 2;
-    }
-    const double err = (predicted - measured) / measured;
-    tally[cls].Add(err);
-    std::string name = text.substr(0, text.find(" tflops="));
-    std::printf("%-58s %14.1f %14.1f %+7.1f%%\n", name.c_str(), measured, predicted, 100 * err);
+    Row row;
+    const Parsed p = CompareLine(l, table, cluster, argv[2], number, &row, &measured, &tally);
+    if (p == Parsed::kError) return 2;
+    if (p == Parsed::kSkip) continue;
+    const double err = (row.predicted - row.measured) / row.measured;
+    tally[row.cls].Add(err);
+    const std::string name = text.substr(0, text.find(" tflops="));
+    std::printf("%-58s %14.1f %14.1f %+7.1f%%\n", name.c_str(), row.measured, row.predicted, 100 * err);
   }
   for (const auto& [cls, t] : tally) {
     std::printf("%s: %d kernels, mean |error| %.1f%%, signed %+.1f%% (table over measured)\n", cls.c_str(), t.n,
                 100 * t.abs_sum / t.n, 100 * t.signed_sum / t.n);
   }
-  return write.empty() ? 0 : WriteMeasured(write, table, cluster, measured_lines, argv[2]);
+  return write.empty() ? 0 : WriteMeasured(write, table, cluster, measured, argv[2]);
 }

@@ -28,7 +28,7 @@ std::string EngineNote(const Plan& plan, const std::vector<const ExportTarget*>&
   const auto has = [](const std::vector<std::string>& v, const std::string& x) {
     return std::find(v.begin(), v.end(), x) != v.end();
   };
-  if (plan.kernels.empty() || !has(builtin, plan.engine)) return "";
+  if (plan.kernels.empty() || !plan.engine_file.empty() || !has(builtin, plan.engine)) return "";
   const auto figure = [](double tokens_per_s, double iteration_s) {  // tokens: 0 for a model without a sequence
     return (tokens_per_s > 0 ? fmt::format("{:.1f} tokens/s/GPU, ", tokens_per_s) : "") +
            fmt::format("{:.3f} s per iteration", iteration_s);
@@ -55,7 +55,8 @@ std::string EngineNote(const Plan& plan, const std::vector<const ExportTarget*>&
       figure(plan.predicted.tokens_per_second_per_gpu, plan.predicted.iteration_s), plan.engine,
       fmt::join(others, ", "),
       !uncosted ? " (solve --engine all, stored in the plan)"
-                : "; solve with --engine all (or --engine NAME) for their figures (docs/cost_model.md, \"Engines\")");
+                : "; solve with --engine all (the layout on every engine) for their figures (docs/cost_model.md, "
+                  "\"Engines\")");
 }
 
 // In writing order; owned: path prefixes relative to the launch directory (a target's .refused file included).

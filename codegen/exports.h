@@ -51,8 +51,8 @@ std::string FillTemplate(std::string_view text, const TemplateValues& values);
 // codegen's note when the plan was costed on a built-in engine other than the ones that run the targets written
 // (`written`: their rows of Exports()): the prediction is not theirs; each target with the figure `solve --engine
 // all` stored in the plan (predicted.engines) for its first engine, or the command that prices it. "" when every
-// target written runs on the plan's engine, or when the plan's engine is no built-in (a user's file: nothing says
-// which target it describes) or the plan has no kernel-level costs (the flat model is no engine's).
+// target written runs on the plan's engine, or when the plan's engine is no built-in (a user's file, plan.engine_file,
+// even one named like a built-in: nothing says which target it describes) or the plan has no kernel-level costs.
 std::string EngineNote(const Plan& plan, const std::vector<const ExportTarget*>& written);
 
 // The note of a target that keeps fp32 master weights and Adam moments (12 B per parameter) where the plan keeps

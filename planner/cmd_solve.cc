@@ -364,7 +364,13 @@ void SetBand(const SolveInputs& in, const CostSource& src, Plan* plan) {
   if (!KernelLevel(src)) return;
   const EngineSpec& e = *src.engine;
   const std::string precision = DTypeName(in.model.dtype);
-  plan->predicted.band = EngineBandOf(e, precision, ModelExperts(&in.model) > 0);
+  const bool moe = ModelExperts(&in.model) > 0;
+  plan->predicted.band = EngineBandOf(e, precision, moe);
+  if (moe && plan->predicted.band && e.BandFor(precision, true) == e.BandFor(precision, false))
+    plan->notes.push_back(fmt::format(
+        "band: no MoE run on engine {} at {} backs it (no band_moe): its dense runs' band, though MoE runs fell "
+        "further on megatron-core (docs/performance.md, \"MoE runs by experts per GPU\")",
+        e.name, precision));
   if (!plan->predicted.band)
     plan->notes.push_back(fmt::format(
         "no band: engine {} has no calibration band for {} (docs/cost_model.md \"Bands\")", e.name, precision));
@@ -439,9 +445,7 @@ void CompareEngines(const SolveArgs& a, const SolveInputs& in, const CostSource&
     }
     // The engine's own band (the plan's calibration file, if any, is for the plan's engine; flat costs have none).
     AddEngine(e.name, p.predicted,
-              KernelLevel(s) && src.profile == nullptr
-                  ? EngineBandOf(e, DTypeName(in.model.dtype), ModelExperts(&in.model) > 0)
-                  : std::nullopt,
+              KernelLevel(s) ? EngineBandOf(e, DTypeName(in.model.dtype), ModelExperts(&in.model) > 0) : std::nullopt,
               plan);
   }
 }
@@ -554,6 +558,7 @@ Status SolveSize(const SolveArgs& a, const SolveInputs& in, Plan* plan) {
   plan->calibration = in.calibration.path;
   if (a.mode != PlanMode::kPipeDream && in.profile_path.empty()) {
     plan->engine = in.engines.front().name;
+    plan->engine_file = in.engines.front().path.rfind("builtin:", 0) == 0 ? "" : in.engines.front().path;
     if (plan->cp > 1) ParseCpCommType(a.cp_comm_type, &plan->cp_comm_type);
     // Recorded where it was costed: kernel-level costs, an engine that hides a share, TP with sequence parallelism.
     plan->tp_comm_overlap = in.kernel_level && a.tp_comm_overlap == "on" &&
@@ -839,7 +844,7 @@ Status PlanPredictor::Init(const std::string& plan_path, const Plan& plan) {
   a.gpu_list = {plan.gpus};
   a.model = BesidePlan(plan_path, plan.model_path);
   a.cluster = BesidePlan(plan_path, plan.cluster_path);
-  a.engine = plan.engine;
+  a.engine = plan.engine_file.empty() ? plan.engine : BesidePlan(plan_path, plan.engine_file);
   a.cp_comm_type = CpCommTypeName(plan.cp_comm_type);
   a.moe_dispatcher = MoeDispatcherName(plan.moe_dispatcher);
   a.moe_overlap = plan.moe_overlap ? "on" : "off";  // an older plan's note read as the input (ParsePlan)

@@ -22,10 +22,10 @@ std::string RenderBandAndLead(const Plan& p) {
         b.runs == 1 ? "" : "s",
         b.checks > 0 ? fmt::format(" and {} published check run{}", b.checks, b.checks == 1 ? "" : "s") : "",
         100 * b.error_low, 100 * b.error_high,
-        b.runs + b.checks < 3 ? "; fewer than 3: joined with every engine's spread"
-        : b.basis.size() > 4 && b.basis.compare(b.basis.size() - 4, 4, " MoE") == 0
+        b.basis.size() > 4 && b.basis.compare(b.basis.size() - 4, 4, " MoE") == 0
             ? "; the MoE runs' spread joined with the dense runs' band"
-            : "");
+        : b.runs + b.checks < 3 ? "; fewer than 3: joined with every engine's spread"
+                                : "");
   }
   if (x.lead) {
     const PlanLead& l = *x.lead;

@@ -216,6 +216,7 @@ Tree PlanTree(const Plan& p) {
   in.Add("profile_digest", Tree::Str(p.profile_digest));
   in.Add("cost_source", Tree::Str(CostSourceKindName(p.cost_source)));
   if (!p.engine.empty()) in.Add("engine", Tree::Str(p.engine));
+  if (!p.engine_file.empty()) in.Add("engine_file", Tree::Str(p.engine_file));
   if (!p.kernels.empty()) in.Add("kernels", Tree::Str(p.kernels));
   if (!p.calibration.empty()) in.Add("calibration", Tree::Str(p.calibration));
   if (p.cp_comm_type != CpCommType::kP2P) in.Add("cp_comm_type", Tree::Str(CpCommTypeName(p.cp_comm_type)));
@@ -504,10 +505,10 @@ const std::vector<std::string> kTopKeys = {"format_version",
                                            "runners_up",
                                            "notes"};
 const std::vector<std::string> kInputKeys = {
-    "model",          "model_path",        "model_digest",  "cluster",        "cluster_path", "cluster_digest",
-    "profile_path",   "profile_digest",    "cost_source",   "dtype",          "seq",          "gpus",
-    "global_batch",   "usable_memory_GiB", "engine",        "kernels",        "calibration",  "cp_comm_type",
-    "moe_dispatcher", "moe_overlap",       "moe_imbalance", "tp_comm_overlap"};
+    "model",          "model_path",        "model_digest",  "cluster",         "cluster_path", "cluster_digest",
+    "profile_path",   "profile_digest",    "cost_source",   "dtype",           "seq",          "gpus",
+    "global_batch",   "usable_memory_GiB", "engine",        "kernels",         "calibration",  "cp_comm_type",
+    "moe_dispatcher", "moe_overlap",       "moe_imbalance", "tp_comm_overlap", "engine_file"};
 const std::vector<std::string> kStageKeys = {"first_layer",
                                              "last_layer",
                                              "first_layer_name",
@@ -584,6 +585,7 @@ Status ReadInputs(const YamlReader& r, const YAML::Node& root, Plan* p) {
   PLANNER_RETURN_IF_ERROR(r.GetString(in, "profile_path", "inputs.profile_path", &p->profile_path, false));
   PLANNER_RETURN_IF_ERROR(r.GetString(in, "profile_digest", "inputs.profile_digest", &p->profile_digest, false));
   PLANNER_RETURN_IF_ERROR(r.GetString(in, "engine", "inputs.engine", &p->engine, false));
+  PLANNER_RETURN_IF_ERROR(r.GetString(in, "engine_file", "inputs.engine_file", &p->engine_file, false));
   PLANNER_RETURN_IF_ERROR(r.GetString(in, "kernels", "inputs.kernels", &p->kernels, false));
   PLANNER_RETURN_IF_ERROR(r.GetString(in, "calibration", "inputs.calibration", &p->calibration, false));
   std::string cp_comm = "p2p";
@@ -727,9 +729,8 @@ Status ReadStages(const YamlReader& r, const YAML::Node& root, Plan* p) {
   return Status::OK();
 }
 
-// predicted.communication, predicted.band and predicted.lead (optional): the stored figures; the derived ranges are written for
-// readers of the file and recomputed from the errors here.
-// A band written by BandTree at `f` (absent: *out unchanged).
+// A band written by BandTree at `f` (absent: *out unchanged); the derived ranges are written for readers of the file
+// and recomputed from the errors here.
 Status ReadBand(const YamlReader& r, const YAML::Node& b, const std::string& f, std::optional<PlanBand>* out) {
   if (!b.IsDefined()) return Status::OK();
   PLANNER_RETURN_IF_ERROR(r.CheckKeys(
@@ -747,6 +748,7 @@ Status ReadBand(const YamlReader& r, const YAML::Node& b, const std::string& f, 
   return Status::OK();
 }
 
+// predicted.communication, predicted.band and predicted.lead (optional): the stored figures.
 Status ReadPredictedSections(const YamlReader& r, const YAML::Node& pr, PlanPredicted* out) {
   const YAML::Node& cm = pr["communication"];
   if (cm.IsDefined()) {

@@ -135,6 +135,9 @@ struct Plan : ParallelLayout {
   // Kernel-level analytic costs (docs/cost_model.md section 2, "Engines"): the engine the prediction is
   // for and the kernel table it used; kernels empty: the cluster's flat efficiency.
   std::string engine, kernels;
+  // The engine file the plan was costed with when it is not a built-in (`engine` is then that file's name, which may
+  // be a built-in's): a re-costing reads it (beside the plan if moved), codegen's engine note skips it. "": built-in.
+  std::string engine_file;
   std::string calibration;  // solve --calibration: the calibration file the engine's rates were scaled by ("": none)
   CpCommType cp_comm_type = CpCommType::kP2P;  // context parallelism's KV exchange (written when not p2p)
   // MoE token dispatch (written when not alltoall): alltoall (one copy per routed expert, NCCL) or flex

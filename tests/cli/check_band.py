@@ -26,6 +26,8 @@ def main():
     p = plan["predicted"]
     if len(sys.argv) > 4:
         p = p["engines"][sys.argv[4]]
+    if "band" not in p:
+        sys.exit(f"check_band: {sys.argv[1]} has no band" + (f" for engine {sys.argv[4]}" if len(sys.argv) > 4 else ""))
     moe = p["band"]["basis"].endswith(" MoE")  # a model with routed experts on an engine with band_moe
     key = "\nband_moe:" if moe else "\nband:"
     block = text.split(key, 1)[1].split("\nband_moe:")[0] if key in text else ""

@@ -243,9 +243,20 @@ mc=$(sed -n 's/^figures: .*tokens\/s\/GPU \([0-9.]*\) .*/\1/p' eng.txt)
 expect "engine note: the other engines' figures from --engine all" 0 "planner: engine: the plan's prediction ($mc tokens/s/GPU, " -- $PLANNER codegen eng.plan.yaml -o engL
 check "engine note: deepspeed's figure is solve's, torchtitan's refusal named" bash -c "[ -n '$ds' ] && grep -qF 'deepspeed (engine deepspeed: $ds)' err.txt && grep -qF 'torchtitan (engine torchtitan: cannot run the layout: --zero 1: engine torchtitan does not run ZeRO-1)' err.txt && grep -qF '(solve --engine all, stored in the plan)' err.txt"
 expect "engine note: not costed" 0 "is megatron-core's; the other exports run the layout on their own engines, with their own kernels, overlaps and memory: torchtitan (engine torchtitan: not costed); solve with --engine all" -- $PLANNER codegen os.plan.yaml -o engL2 --export megatron,torchtitan
-check "engine note: none for Megatron-LM's export of a megatron-core plan" bash -c "$PLANNER codegen os.plan.yaml -o engL3 --export megatron,mpirun,slurm 2>&1 | grep -c 'engine:' | grep -qx 0"
-check "engine note: none for torchtitan's export of a torchtitan-compile plan" bash -c "$PLANNER -q solve --gpus 64 --model $M/llama3-8b.yaml --cluster $C/dgx-h100.yaml --tp 2 --pp 1 --zero 3 --engine torchtitan-compile -o engtc.plan.yaml >/dev/null 2>&1 && $PLANNER codegen engtc.plan.yaml -o engL4 --export torchtitan 2>&1 | grep -c 'engine:' | grep -qx 0"
-check "engine note: none for a user's engine file" bash -c "$PLANNER codegen osb16.plan.yaml -o engL5 2>&1 | grep -c 'engine:' | grep -qx 0"
+expect "engine note: none for Megatron-LM's export of a megatron-core plan (codegen)" 0 "wrote engL3/" -- $PLANNER codegen os.plan.yaml -o engL3 --export megatron,mpirun,slurm
+check "engine note: none for Megatron-LM's export of a megatron-core plan" sh -c '! grep -q "engine:" err.txt out.txt && test -f engL3/megatron.args'
+$PLANNER -q solve --gpus 64 --model $M/llama3-8b.yaml --cluster $C/dgx-h100.yaml --tp 2 --pp 1 --zero 3 --engine torchtitan-compile -o engtc.plan.yaml >/dev/null 2>&1
+expect "engine note: none for torchtitan's export of a torchtitan-compile plan (codegen)" 0 "wrote engL4/" -- $PLANNER codegen engtc.plan.yaml -o engL4 --export torchtitan
+check "engine note: none for torchtitan's export of a torchtitan-compile plan" sh -c '! grep -q "engine:" err.txt out.txt && test -f engL4/torchtitan.toml'
+expect "engine note: none for a user's engine file (codegen)" 0 "wrote engL5/" -- $PLANNER codegen osb16.plan.yaml -o engL5
+check "engine note: none for a user's engine file" sh -c '! grep -q "engine:" err.txt out.txt && test -f engL5/megatron.args'
+# A user's copy of a built-in engine file keeps the built-in's name: the plan records the file (inputs.engine_file),
+# codegen does not take it for the built-in, and a re-costing (planner calibrate's predictor) reads the file.
+cp $SRC/configs/engines/deepspeed.yaml ds-copy.yaml
+expect "engine file named like a built-in" 0 "configuration:" -- $PLANNER solve --gpus 8 --model $M/llama3-8b.yaml --cluster $C/dgx-h100.yaml --engine ./ds-copy.yaml --pp 1 -o dscopy.plan.yaml
+check "engine file named like a built-in: recorded" sh -c 'grep -qx "  engine: \"deepspeed\"" dscopy.plan.yaml && grep -qx "  engine_file: \"./ds-copy.yaml\"" dscopy.plan.yaml'
+expect "engine file named like a built-in (codegen)" 0 "wrote engL6/" -- $PLANNER codegen dscopy.plan.yaml -o engL6
+check "engine file named like a built-in: no engine note" sh -c '! grep -q "engine:" err.txt out.txt'
 # The communication table's figures on a pipelined plan whose stages differ (embedding and head stages).
 $PLANNER solve --gpus 64 --model $M/gpt2-small.yaml --cluster $C/dgx-a100.yaml --tp 1 --pp 4 --zero 1 --json > commpp.json 2>/dev/null
 check "communication figures, pp 4" python3 $SRC/tests/cli/check_comm.py commpp.json

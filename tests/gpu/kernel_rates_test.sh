@@ -88,6 +88,36 @@ echo "a user's file" > "$tmp/mine.yaml"
 if err=$("$check" "$src/configs/clusters/dgx-h100.yaml" "$tmp/fit.txt" --write "$tmp/mine.yaml" 2>&1); then echo "FAIL: a user's file replaced"; exit 1; fi
 grep -q "mine.yaml exists and was not written by --write; choose another path" <<< "$err" && grep -qx "a user's file" "$tmp/mine.yaml" ||
   { echo "FAIL: $err"; exit 1; }
+# FP8 measured both ways (kernel_rates_peer.py prints accum=fast and accum=split): one fit, split weighted 2 (TE's two
+# backward GEMMs) to fast's 1: rates at ceilings 0.80 (fast) and 0.70 (split), k_half 512, give a ceiling between.
+python3 - "$tmp/fp8.txt" <<'PY'
+import math, sys
+tiles, sms, peak = [(128, 256), (256, 128), (128, 128)], 132, 1978.9
+def fill(m, n):
+    return max((lambda c: c / (math.ceil(c / sms) * sms))(math.ceil(m / a) * math.ceil(n / b)) for a, b in tiles)
+with open(sys.argv[1], "w") as f:
+    for m, n, k in [(4096, 4096, k) for k in (512, 2048, 8192)]:
+        for acc, c in (("fast", 0.80), ("split", 0.70)):
+            f.write(f"gemm fp8 m={m} n={n} k={k} accum={acc} tflops={peak * c * k / (k + 512) * fill(m, n):.6f}\n")
+PY
+"$check" "$src/configs/clusters/dgx-h100.yaml" "$tmp/fp8.txt" --write "$tmp/m8.yaml" > /dev/null || { echo "FAIL: fp8 write"; exit 1; }
+python3 - "$tmp/m8.yaml" <<'PY' || { echo "FAIL: fp8 weighted fit"; grep fp8 "$tmp/m8.yaml"; exit 1; }
+import re, sys
+t = open(sys.argv[1]).read()
+m = re.search(r"^  fp8: \{ceiling: ([0-9.]+), k_half: ([0-9]+)\}   # fitted to 6 measured GEMMs \(TE's forward fast accumulation x1, its two backward GEMMs' split x2\)", t, re.M)
+assert m and 0.72 < float(m.group(1)) < 0.75 and int(m.group(2)) == 512, m and m.groups()
+PY
+# Rates above the cluster's peak (the wrong cluster file), nothing measured, a kernel no table names.
+printf 'gemm bf16 m=4096 n=4096 k=4096 tflops=5000\n' > "$tmp/high.txt"
+if err=$("$check" "$src/configs/clusters/dgx-h100.yaml" "$tmp/high.txt" --write "$tmp/high.yaml" 2>&1); then echo "FAIL: a ceiling above 1 written"; exit 1; fi
+grep -q "the measured bf16 GEMMs fit a ceiling of .*, above the cluster's peak of 989.4 TFLOP/s: is the cluster file this GPU's?" <<< "$err" && [ ! -e "$tmp/high.yaml" ] ||
+  { echo "FAIL: $err"; exit 1; }
+printf 'device cpu\n' > "$tmp/none.txt"
+if err=$("$check" "$src/configs/clusters/dgx-h100.yaml" "$tmp/none.txt" --write "$tmp/none.yaml" 2>&1); then echo "FAIL: an empty table written"; exit 1; fi
+grep -q "none.txt has no gemm or attention line: nothing measured to write" <<< "$err" || { echo "FAIL: $err"; exit 1; }
+for s in 512 1024 2048 4096 8192 16384; do echo "attention math fwd causal=1 d=128 seq=$s tflops=1"; done > "$tmp/math.txt"
+out=$("$check" "$src/configs/clusters/dgx-h100.yaml" "$tmp/math.txt" --write "$tmp/math.yaml") || { echo "FAIL: math curve: $out"; exit 1; }
+grep -q "^--write: attention kernel 'math' left out (a kernel table names fa2, fa3 or cudnn)" <<< "$out" || { echo "FAIL: math note"; exit 1; }
 if [ -n "$planner" ]; then
   # The measured table costs the solve: GEMMs at 0.70 / 0.84 of the published rate make the step slower.
   sv="--gpus 8 --model $src/configs/models/llama3-8b.yaml --cluster $src/configs/clusters/dgx-h100.yaml --tp 1 --pp 1 --cp 1 --zero 1 --global-batch 64 --recompute full --json"
