@@ -418,32 +418,36 @@ def run_moe_layer(tmp, cluster):
 
 
 # Checks, not calibration: Megatron-DeepSpeed's largest published runs, on DeepSpeed's PipelineEngine (1F1B, no
-# interleaving). (name, model file text, GPUs, global batch, microbatch, tp, pp, flags, published step seconds).
+# interleaving). (name, model file text, GPUs, global batch, microbatch, tp, pp, flags, published step seconds, cluster
+# file where not the A100 default).
 # Megatron-Turing NLG 530B (Smith et al. 2022, arXiv 2201.11990 section 2.4 and its Figure/Table of system throughput:
 # 105 layers, h 20480, 128 heads, seq 2048, GBS 1920 on 280 / 350 / 420 DGX A100 80 GB, TP 8, PP 35; 60.1 / 50.2 /
 # 44.4 s per iteration = 126 / 121 / 113 TFLOP/s per GPU in Megatron's eq. 3), full activation checkpointing.
 # BLOOM-176B (bigscience-workshop/bigscience README.md at 39ed8110, "Important checkpoints": iteration 85376, "elapsed
 # time per iteration (s): 104.70 ... TFLOPs: 149.77"; train/tr11-176B-ml/tr11-176B-ml.slurm at dc8d99ff: TP 4, PP 12,
 # DP 8 on 384 A100 80 GB, MBS 2, GBS 2048, 70 layers, h 14336, 112 heads, vocab 250880, bf16, full checkpointing,
-# DeepSpeed's bf16 optimizer sharding its states as ZeRO-1 does).
+# DeepSpeed's bf16 optimizer sharding its states as ZeRO-1 does), on Jean Zay's network (4 Omni-Path 100 Gb/s links
+# per 8-GPU node: configs/clusters/jean-zay-a100.yaml); MT-NLG on Selene (dgx-a100). Not costed, BLOOM: the job's
+# CUDA_LAUNCH_BLOCKING=1 (tr11-176B-ml.slurm; the chronicles measured -6% at 80 GPUs, 0 at 160) and BF16_Optimizer's
+# fp32 accumulation of every microbatch's gradients (+5% measured when it arrived: chronicles-prequel.md).
 MTNLG = gpt("mt-nlg-530b", 105, 20480, 128, batch=1920)
 BLOOM = gpt("bloom-176b", 70, 14336, 112, vocab=250880, batch=2048).replace("precision: fp16", "precision: bf16")
 DEEPSPEED_A100 = [
-    ("BLOOM 176B", BLOOM, 384, 2048, 2, 4, 12, ["--precision", "bf16"], 104.70),
-    ("MT-NLG 530B", MTNLG, 2240, 1920, 1, 8, 35, [], 60.1),
-    ("MT-NLG 530B", MTNLG, 2800, 1920, 1, 8, 35, [], 50.2),
-    ("MT-NLG 530B", MTNLG, 3360, 1920, 1, 8, 35, [], 44.4),
+    ("BLOOM 176B", BLOOM, 384, 2048, 2, 4, 12, ["--precision", "bf16"], 104.70, "jean-zay-a100.yaml"),
+    ("MT-NLG 530B", MTNLG, 2240, 1920, 1, 8, 35, [], 60.1, None),
+    ("MT-NLG 530B", MTNLG, 2800, 1920, 1, 8, 35, [], 50.2, None),
+    ("MT-NLG 530B", MTNLG, 3360, 1920, 1, 8, 35, [], 44.4, None),
 ]
 
 
 def run_deepspeed_a100(tmp, cluster):
     rows = []
-    for name, text, n, B, b, t, p, extra, step_s in DEEPSPEED_A100:
+    for name, text, n, B, b, t, p, extra, step_s, own in DEEPSPEED_A100:
         path = os.path.join(tmp, f"ds-{name.split()[0]}.yaml")
         open(path, "w").write(text)
         flags = ["--engine", "deepspeed", "--tp", str(t), "--pp", str(p), "--cp", "1", "--sp", "off", "--recompute",
                  "full", "--microbatch", str(b), "--global-batch", str(B), "--schedule", "1f1b", "--zero", "0,1"] + extra
-        plan, err = solve(path, cluster, n, flags)
+        plan, err = solve(path, os.path.join(ROOT, "configs", "clusters", own) if own else cluster, n, flags)
         pred = plan["predicted"]["tokens_per_second_per_gpu"] if plan else None
         if pred is not None:
             prec = extra[extra.index("--precision") + 1] if "--precision" in extra else "fp16"
