@@ -384,6 +384,7 @@ struct RowRates {
   double weight_cast_bytes = 0;  // HBM bytes per weight element cast per microbatch (engines without a cached FP8 copy)
   double gemm_in_bytes = 2;      // bytes per operand element of the model precision's GEMMs (FP8: 1)
   double wgrad_out_bytes = 2;    // HBM bytes per weight-gradient element its GEMM moves (fused accumulation: 2 x grad)
+  double grad_accum_bytes = 0;   // HBM bytes per parameter of the engine's separate accumulation pass per microbatch
   double attention_share = 1;    // the engine's sustained share of the attention tables
   double cp_ring_fwd = 1, cp_ring_bwd = 1;  // the engine's ring-attention step rates (cp > 1; EngineSpec)
   double cp_slowdown = 0;  // compute lost per second of the ring's hidden exchange (0 where cp_ring carries it)
@@ -745,6 +746,9 @@ LayerCostRow AnalyticRow(const ClusterSpec& c, const Layer& l, const RowRates& q
   r.stash_bytes = StashBytes(l, q, tp_shard);
   r.out_bytes = q.bd * l.out_bytes / q.cpd;
   AddMoeCosts(c, l, q, tp_shard, shard, &r);
+  // The engine's separate accumulation of this microbatch's gradients (DeepSpeed's BF16_Optimizer update_hp_grads):
+  // memory-bound over the layer's parameters on this GPU, once per microbatch, after its backward.
+  if (q.grad_accum_bytes > 0 && q.hbm_raw > 0) r.backward_weight_s += r.params * q.grad_accum_bytes / q.hbm_raw;
   return r;
 }
 
@@ -785,6 +789,8 @@ void KernelRates(const CostSource& src, const ModelSpec& m, const CostOptions& o
   if (e.wgrad_accumulation_fused)
     q->wgrad_out_bytes = 2.0 * DTypeBytes(o.grad_dtype.value_or(DefaultGradDType(m.dtype)));
   q->hbm = q->hbm_raw / e.elementwise_traffic;
+  if (auto it = e.grad_accumulation_bytes.find(DTypeName(m.dtype)); it != e.grad_accumulation_bytes.end())
+    q->grad_accum_bytes = it->second;
   q->attention_share = e.sustained_attention * clock;
   q->cp_ring_fwd = e.cp_ring_fwd;
   q->cp_ring_bwd = e.cp_ring_bwd;

@@ -126,7 +126,8 @@ Status ParseUnguarded(const std::string& path, const std::string& text, EngineSp
                                        "cp_comm_reason",
                                        "moe_dispatchers",
                                        "moe_flex_hops",
-                                       "wgrad_accumulation"}));
+                                       "wgrad_accumulation",
+                                       "grad_accumulation_bytes"}));
   EngineSpec e;
   e.path = path;
   PLANNER_RETURN_IF_ERROR(r.CheckFormatVersion(root, false));
@@ -242,6 +243,15 @@ Status ParseUnguarded(const std::string& path, const std::string& text, EngineSp
   PLANNER_RETURN_IF_ERROR(
       r.GetEnum(root, "wgrad_accumulation", "wgrad_accumulation", {"fused", "separate"}, &wgrad, false));
   e.wgrad_accumulation_fused = wgrad == "fused";
+  if (const YAML::Node& ga = root["grad_accumulation_bytes"]; ga.IsDefined()) {
+    PLANNER_RETURN_IF_ERROR(r.CheckKeys(ga, "grad_accumulation_bytes", {"bf16", "fp16", "fp8"}));
+    for (const char* p : {"bf16", "fp16", "fp8"}) {
+      if (!ga[p].IsDefined()) continue;
+      double bytes = 0;
+      PLANNER_RETURN_IF_ERROR(Fraction(r, ga, p, std::string("grad_accumulation_bytes.") + p, &bytes, 32));
+      e.grad_accumulation_bytes[p] = bytes;
+    }
+  }
   const YAML::Node& m = root["memory"];
   if (m.IsDefined()) {
     PLANNER_RETURN_IF_ERROR(r.CheckKeys(m, "memory", {"fp8_weight_bytes", "allocator_fragmentation"}));
