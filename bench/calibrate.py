@@ -427,9 +427,10 @@ def run_moe_layer(tmp, cluster):
 # time per iteration (s): 104.70 ... TFLOPs: 149.77"; train/tr11-176B-ml/tr11-176B-ml.slurm at dc8d99ff: TP 4, PP 12,
 # DP 8 on 384 A100 80 GB, MBS 2, GBS 2048, 70 layers, h 14336, 112 heads, vocab 250880, bf16, full checkpointing,
 # DeepSpeed's bf16 optimizer sharding its states as ZeRO-1 does), on Jean Zay's network (4 Omni-Path 100 Gb/s links
-# per 8-GPU node: configs/clusters/jean-zay-a100.yaml); MT-NLG on Selene (dgx-a100). Not costed, BLOOM: the job's
-# CUDA_LAUNCH_BLOCKING=1 (tr11-176B-ml.slurm; the chronicles measured -6% at 80 GPUs, 0 at 160) and BF16_Optimizer's
-# fp32 accumulation of every microbatch's gradients (+5% measured when it arrived: chronicles-prequel.md).
+# per 8-GPU node: configs/clusters/jean-zay-a100.yaml); MT-NLG on Selene (dgx-a100). BF16_Optimizer's fp32
+# accumulation of every microbatch's gradients is the deepspeed engine's grad_accumulation_bytes (+5% measured when it
+# arrived: chronicles-prequel.md). Not costed, BLOOM: the job's CUDA_LAUNCH_BLOCKING=1 (tr11-176B-ml.slurm; the
+# chronicles measured -6% at 80 GPUs, 0 at 160).
 MTNLG = gpt("mt-nlg-530b", 105, 20480, 128, batch=1920)
 BLOOM = gpt("bloom-176b", 70, 14336, 112, vocab=250880, batch=2048).replace("precision: fp16", "precision: bf16")
 DEEPSPEED_A100 = [

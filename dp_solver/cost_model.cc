@@ -789,7 +789,9 @@ void KernelRates(const CostSource& src, const ModelSpec& m, const CostOptions& o
   if (e.wgrad_accumulation_fused)
     q->wgrad_out_bytes = 2.0 * DTypeBytes(o.grad_dtype.value_or(DefaultGradDType(m.dtype)));
   q->hbm = q->hbm_raw / e.elementwise_traffic;
-  if (auto it = e.grad_accumulation_bytes.find(DTypeName(m.dtype)); it != e.grad_accumulation_bytes.end())
+  // The engine's accumulation pass, by the dtype the gradients accumulate in (the plan's gradient dtype).
+  const std::string accum = DTypeName(o.grad_dtype.value_or(DefaultGradDType(m.dtype)));
+  if (auto it = e.grad_accumulation_bytes.find(accum); it != e.grad_accumulation_bytes.end())
     q->grad_accum_bytes = it->second;
   q->attention_share = e.sustained_attention * clock;
   q->cp_ring_fwd = e.cp_ring_fwd;

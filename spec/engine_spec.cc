@@ -244,8 +244,8 @@ Status ParseUnguarded(const std::string& path, const std::string& text, EngineSp
       r.GetEnum(root, "wgrad_accumulation", "wgrad_accumulation", {"fused", "separate"}, &wgrad, false));
   e.wgrad_accumulation_fused = wgrad == "fused";
   if (const YAML::Node& ga = root["grad_accumulation_bytes"]; ga.IsDefined()) {
-    PLANNER_RETURN_IF_ERROR(r.CheckKeys(ga, "grad_accumulation_bytes", {"bf16", "fp16", "fp8"}));
-    for (const char* p : {"bf16", "fp16", "fp8"}) {
+    PLANNER_RETURN_IF_ERROR(r.CheckKeys(ga, "grad_accumulation_bytes", {"fp32", "bf16", "fp16"}));
+    for (const char* p : {"fp32", "bf16", "fp16"}) {
       if (!ga[p].IsDefined()) continue;
       double bytes = 0;
       PLANNER_RETURN_IF_ERROR(Fraction(r, ga, p, std::string("grad_accumulation_bytes.") + p, &bytes, 32));

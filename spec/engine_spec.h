@@ -82,9 +82,9 @@ struct EngineSpec {
   // written in the model's dtype as a new tensor (autograd's; a later add, with gradient accumulation, not costed).
   bool wgrad_accumulation_fused = false;
   // HBM bytes per parameter a separate gradient-accumulation pass moves after every microbatch's backward, by the
-  // model's precision (file key `grad_accumulation_bytes: {bf16: B, fp16: B}`; absent: not costed): DeepSpeed's
-  // BF16_Optimizer adds each bf16 gradient into its fp32 copy (2 read + 4 read + 4 written), its fp16 engine lets
-  // autograd add into the fp16 .grad (2 + 2 + 2).
+  // dtype gradients accumulate in (file key `grad_accumulation_bytes: {fp32: B, bf16: B, fp16: B}`; absent: not
+  // costed): DeepSpeed's BF16_Optimizer casts each bf16 gradient to an fp32 temporary and adds it into its fp32 copy
+  // (2 read + 4 written, 4 + 4 read + 4 written = 18); 16-bit accumulation is autograd's add into .grad (2 + 2 + 2).
   std::map<std::string, double> grad_accumulation_bytes;
   double fp8_weight_bytes = 0;  // bytes per parameter of cached FP8 weight copies
   // Share of the caching allocator's reserved memory not held by live tensors at the peak (file key

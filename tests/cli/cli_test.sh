@@ -178,17 +178,23 @@ $PLANNER solve --gpus 16 --model $M/qwen3-30b-a3b.yaml --cluster $C/dgx-h100.yam
 check "MoE band figures, megatron-core bf16 MoE" python3 $SRC/tests/cli/check_band.py bandmoe.json $SRC/configs/engines/megatron-core.yaml bf16
 check "MoE band figures, --engine all's deepspeed (no band_moe: its dense band)" python3 $SRC/tests/cli/check_band.py bandmoe.json $SRC/configs/engines/deepspeed.yaml bf16 deepspeed
 check "MoE band: basis and wording" bash -c "python3 -c \"import json; b = json.load(open('bandmoe.json'))['predicted']['band']; assert b['basis'] == 'megatron-core bf16 MoE' and b['checks'] >= 3 and b['error_high'] > 0.3, b\" && $PLANNER solve --gpus 16 --model $M/qwen3-30b-a3b.yaml --cluster $C/dgx-h100.yaml --tp 1 --pp 1 --cp 1 --ep 16 --etp 1 --global-batch 1024 --seq 4096 2>&1 | grep -q '(megatron-core bf16 MoE: 0 calibration runs and [0-9]* published check runs, errors .*; the MoE runs. spread joined with the dense runs. band)'"
-# DeepSpeed's separate gradient accumulation (grad_accumulation_bytes, BF16_Optimizer's fp32 add): each microbatch's
-# backward grows by the GPU's parameters x 10 B / (HBM 3350 GB/s x the h100 table's memory efficiency 0.82), exactly.
+# DeepSpeed's separate gradient accumulation (grad_accumulation_bytes, BF16_Optimizer's fp32 add for fp32 gradients):
+# each microbatch's backward grows by the GPU's parameters x 18 B / (HBM 3350 GB/s x the h100 table's memory efficiency
+# 0.82), exactly; with bf16 gradients (--grad-dtype bf16) by 6 B.
 sed -e 's/^name: deepspeed/name: ds-noacc/' -e '/^grad_accumulation_bytes:/,/^  fp16:/d' $SRC/configs/engines/deepspeed.yaml > ds-noacc.yaml
 for e in deepspeed ./ds-noacc.yaml; do
   $PLANNER solve --gpus 8 --model $M/llama3-8b.yaml --cluster $C/dgx-h100.yaml --engine $e --tp 1 --pp 1 --cp 1 --zero 1 --global-batch 64 --microbatch 1 --recompute full --json > "acc-$(basename $e .yaml).json" 2>/dev/null
 done
-check "grad accumulation pass: params x 10 B / HBM per microbatch" python3 -c "
-import json; a, b = (json.load(open(f)) for f in ('acc-deepspeed.json', 'acc-ds-noacc.json'))
-d = a['stages'][0]['backward_weight_seconds'] - b['stages'][0]['backward_weight_seconds']
-want = a['model_parameters'] * 10 / (3350e9 * 0.82)
-assert abs(d - want) < 1e-6 * want, (d, want)"
+for e in deepspeed ./ds-noacc.yaml; do
+  $PLANNER solve --gpus 8 --model $M/llama3-8b.yaml --cluster $C/dgx-h100.yaml --engine $e --tp 1 --pp 1 --cp 1 --zero 1 --global-batch 64 --microbatch 1 --recompute full --grad-dtype bf16 --json > "acc16-$(basename $e .yaml).json" 2>/dev/null
+done
+check "grad accumulation pass: params x 18 B (fp32 gradients) / 6 B (bf16) over HBM per microbatch" python3 -c "
+import json
+for tag, nbytes in (('acc', 18), ('acc16', 6)):
+    a, b = (json.load(open(f'{tag}-{e}.json')) for e in ('deepspeed', 'ds-noacc'))
+    d = a['stages'][0]['backward_weight_seconds'] - b['stages'][0]['backward_weight_seconds']
+    want = a['model_parameters'] * nbytes / (3350e9 * 0.82)
+    assert abs(d - want) < 1e-6 * want, (tag, d, want)"
 # --engine all: every engine's line carries its own band (the plan's engine's is the plan's), in plan.yaml too.
 $PLANNER solve --gpus 64 --model $M/llama3-8b.yaml --cluster $C/dgx-h100.yaml --tp 2 --pp 1 --zero 3 --engine all --json > bandall.json 2>/dev/null
 for e in megatron-core torchtitan torchtitan-compile deepspeed; do
