@@ -786,12 +786,11 @@ void KernelRates(const CostSource& src, const ModelSpec& m, const CostOptions& o
   q->peak_other = q->peak_high * q->gemm_high->ceiling;
   q->hbm_raw = c.hbm_bandwidth_GBps * 1e9 * kt.memory_efficiency * e.sustained_memory;
   // Fused gradient accumulation: the weight-gradient GEMM reads and writes the gradient buffer (beta 1).
-  if (e.wgrad_accumulation_fused)
-    q->wgrad_out_bytes = 2.0 * DTypeBytes(o.grad_dtype.value_or(DefaultGradDType(m.dtype)));
+  const DType grad_dtype = o.grad_dtype.value_or(DefaultGradDType(m.dtype));  // the gradients accumulate in it
+  if (e.wgrad_accumulation_fused) q->wgrad_out_bytes = 2.0 * DTypeBytes(grad_dtype);
   q->hbm = q->hbm_raw / e.elementwise_traffic;
-  // The engine's accumulation pass, by the dtype the gradients accumulate in (the plan's gradient dtype).
-  const std::string accum = DTypeName(o.grad_dtype.value_or(DefaultGradDType(m.dtype)));
-  if (auto it = e.grad_accumulation_bytes.find(accum); it != e.grad_accumulation_bytes.end())
+  // The engine's separate accumulation pass, by the gradients' dtype.
+  if (auto it = e.grad_accumulation_bytes.find(DTypeName(grad_dtype)); it != e.grad_accumulation_bytes.end())
     q->grad_accum_bytes = it->second;
   q->attention_share = e.sustained_attention * clock;
   q->cp_ring_fwd = e.cp_ring_fwd;

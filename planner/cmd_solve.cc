@@ -309,8 +309,7 @@ Status ApplyEngine(const SolveArgs& a, const CostSource& src, SearchOptions* o) 
 std::optional<PlanBand> EngineBandOf(const EngineSpec& e, const std::string& precision, bool moe) {
   const EngineBand* b = e.BandFor(precision, moe);
   if (b == nullptr) return std::nullopt;
-  const bool moe_band =
-      moe && std::any_of(e.moe_bands.begin(), e.moe_bands.end(), [&](const EngineBand& m) { return &m == b; });
+  const bool moe_band = b != e.BandFor(precision, false);  // band_moe served it
   return PlanBand{fmt::format("{} {}{}", e.name, precision, moe_band ? " MoE" : ""), b->low, b->high, b->runs,
                   b->checks};
 }
