@@ -230,20 +230,119 @@ def host_lines(device, timer, smoke):
     return out
 
 
+def split_ms(device, fn, reps):
+    """Median (host, gpu, wall) milliseconds of fn(): host = the time to enqueue it; wall = CUDA events around it as
+    it runs; gpu = CUDA events around it enqueued behind a ~10 ms spin kernel (torch.cuda._sleep), so that every
+    kernel is queued before the first starts and the events time the kernels back to back without the host."""
+    host, gpu, wall = [], [], []
+    for _ in range(reps):
+        torch.cuda.synchronize()
+        a, b = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
+        t = time.perf_counter()
+        a.record()
+        fn()
+        b.record()
+        host.append(1e3 * (time.perf_counter() - t))
+        b.synchronize()
+        wall.append(a.elapsed_time(b))
+        torch.cuda._sleep(20_000_000)
+        a.record()
+        fn()
+        b.record()
+        b.synchronize()
+        gpu.append(a.elapsed_time(b))
+    return statistics.median(host), statistics.median(gpu), statistics.median(wall)
+
+
+def moe_loop_lines(device, smoke):
+    """Per-expert GEMM loops as Transformer Engine runs its grouped GEMM on Hopper (one cuBLASLt call per local
+    expert), at the checks' expert shapes (Qwen3-30B-A3B's fc1 2048 -> 2 x 768 and fc2 768 -> 2048; moe_perf's
+    4096 -> 3072) and tokens per expert 128 to 2048: bf16 (1 kernel per expert) and FP8 with current scaling's
+    input quantization per expert (abs, amax, scale, multiply, cast, GEMM: 6 kernels). Host against GPU time is what
+    the MoE block's host-bound model needs (docs/performance.md "MoE runs by experts per GPU")."""
+    if device.type != "cuda" or smoke:
+        return []
+    out = []
+    for n, k in ((1536, 2048), (2048, 768), (3072, 4096)):
+        for m in (128, 512, 2048):
+            for e in (4, 8, 16, 32):
+                xs = [torch.randn(m, k, device=device, dtype=torch.bfloat16) for _ in range(e)]
+                ws = [torch.randn(n, k, device=device, dtype=torch.bfloat16) for _ in range(e)]
+                wts = [w.t() for w in ws]
+                w8s = [w.to(torch.float8_e4m3fn).t() for w in ws]
+                one = torch.ones((), device=device, dtype=torch.float32)
+
+                def bf16():
+                    return [torch.matmul(x, w) for x, w in zip(xs, wts)]
+
+                def fp8():
+                    outs = []
+                    for x, w8 in zip(xs, w8s):
+                        amax = x.abs().amax().float()
+                        scale = 448.0 / amax
+                        x8 = (x * scale).to(torch.float8_e4m3fn)
+                        outs.append(torch._scaled_mm(x8, w8, scale_a=scale.reciprocal(), scale_b=one,
+                                                     out_dtype=torch.bfloat16))
+                    return outs
+
+                for prec, fn, kernels in (("bf16", bf16, 1), ("fp8", fp8, 7)):
+                    if prec == "fp8" and not fp8_ok(device):
+                        continue
+                    for _ in range(3):
+                        fn()
+                    h, g, w = split_ms(device, fn, 7)
+                    out.append(f"moe_loop {prec} e={e} m={m} n={n} k={k} kernels_per_expert={kernels} "
+                               f"host_ms={h:.4g} gpu_ms={g:.4g} wall_ms={w:.4g} "
+                               f"gpu_tflops={2.0 * e * m * n * k / (g * 1e-3) / 1e12:.4g}")
+    return out
+
+
+def memory_lines(device, timer, smoke):
+    """Memory-bound work's HBM rate: a device-to-device copy, the FP8 cast with its amax (current scaling), an
+    RMSNorm-like row op, and the fused Adam step (fp32 params, grads, two moments: 28 bytes moved per parameter)."""
+    if device.type != "cuda" or smoke:
+        return []
+    out = []
+    n = 1 << 28  # 256 Mi elements: 512 MiB in bf16, 1 GiB in fp32, far past the 50-60 MB L2
+    x = torch.randn(n, device=device, dtype=torch.bfloat16)
+    y = torch.empty_like(x)
+    ms = timer.ms(lambda: y.copy_(x))
+    out.append(f"memory copy bf16 bytes={4 * n} gbps={4 * n / (ms * 1e-3) / 1e9:.5g}")
+
+    def cast():
+        amax = x.abs().amax().float()
+        return (x * (448.0 / amax)).to(torch.float8_e4m3fn)
+
+    ms = timer.ms(cast)
+    out.append(f"memory fp8_cast_with_amax bytes_min={3 * n} gbps_min_bytes={3 * n / (ms * 1e-3) / 1e9:.5g} "
+               f"ms={ms:.4g}")
+    rows = x.view(-1, 4096)
+    wn = torch.ones(4096, device=device, dtype=torch.bfloat16)
+    ms = timer.ms(lambda: F.rms_norm(rows, (4096,), wn))
+    out.append(f"memory rms_norm bf16 h=4096 bytes={4 * n} gbps={4 * n / (ms * 1e-3) / 1e9:.5g}")
+    p = 1 << 26  # 64 Mi parameters
+    params = [torch.zeros(p, device=device, dtype=torch.float32, requires_grad=True)]
+    params[0].grad = torch.randn(p, device=device, dtype=torch.float32)
+    opt = torch.optim.Adam(params, lr=1e-4, fused=True)
+    ms = timer.ms(opt.step)
+    out.append(f"memory adam_fused fp32 params={p} bytes={28 * p} gbps={28 * p / (ms * 1e-3) / 1e9:.5g}")
+    return out
+
+
 def main():
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--device", default="cuda", choices=["cuda", "cpu"])
     ap.add_argument("--smoke", action="store_true", help="tiny shapes, bf16 only, 2 repetitions (a test of the script)")
     ap.add_argument("--warmup", type=int, default=3)
     ap.add_argument("--reps", type=int, default=20)
-    ap.add_argument("--skip", default="", help="comma list of parts to leave out: gemm, attention, ring, host")
+    ap.add_argument("--skip", default="", help="comma list of parts to leave out: gemm, attention, ring, host, memory")
     args = ap.parse_args()
     if args.device == "cuda" and not torch.cuda.is_available():
         sys.exit("kernel_rates_peer.py: no CUDA device; use --device cpu --smoke")
     device = torch.device(args.device)
     skip = set(filter(None, args.skip.split(",")))
-    if not skip <= {"gemm", "attention", "ring", "host"}:
-        sys.exit(f"kernel_rates_peer.py: --skip takes gemm, attention, ring, host; got {args.skip}")
+    if not skip <= {"gemm", "attention", "ring", "host", "memory"}:
+        sys.exit(f"kernel_rates_peer.py: --skip takes gemm, attention, ring, host, memory; got {args.skip}")
     timer = Timer(device, 1 if args.smoke else args.warmup, 2 if args.smoke else args.reps)
     if device.type == "cuda":
         cc = torch.cuda.get_device_capability(device)
@@ -263,6 +362,15 @@ def main():
     if "host" not in skip:
         for line in host_lines(device, timer, args.smoke):
             print(line, flush=True)
+    for part, lines in (("host", lambda: moe_loop_lines(device, args.smoke)),
+                        ("memory", lambda: memory_lines(device, timer, args.smoke))):
+        if part in skip:
+            continue
+        try:  # printed whole or not at all; a failure here leaves the lines above standing
+            for line in lines():
+                print(line, flush=True)
+        except (RuntimeError, AttributeError, TypeError) as e:
+            print(f"# {part}: {type(e).__name__}: {str(e).splitlines()[0] if str(e) else ''}", flush=True)
 
 
 if __name__ == "__main__":
