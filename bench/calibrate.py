@@ -509,8 +509,13 @@ def eq7(l, h, s, v, batch):
     return 72 * batch * s * l * h * h * (1 + s / (6 * h) + v / (12 * l * h))
 
 
+KERNELS = None  # --kernels FILE: a measured Hopper table in place of the built-in one on the Hopper clusters' runs
+
+
 def solve(model_path, cluster, gpus, flags):
     cmd = [PLANNER, "solve", "--gpus", str(gpus), "--model", model_path, "--cluster", cluster, "--top", "1", "--json"] + flags
+    if KERNELS and "--kernels" not in flags and not any(a in os.path.basename(cluster) for a in ("a100", "jean-zay")):
+        cmd += ["--kernels", KERNELS]
     r = subprocess.run(cmd, capture_output=True, text=True)
     if r.returncode != 0:
         return None, (r.stderr.strip().splitlines() or ["exit %d" % r.returncode])[-1]
@@ -928,7 +933,7 @@ def handle_bands(args):
 
 
 def main():
-    global PLANNER
+    global PLANNER, KERNELS
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--a100", default=os.path.join(ROOT, "configs", "clusters", "dgx-a100.yaml"))
     ap.add_argument("--h100", default=os.path.join(ROOT, "configs", "clusters", "dgx-h100.yaml"))
@@ -940,8 +945,13 @@ def main():
     ap.add_argument("--bands", action="store_true", help="print each engine's band per precision")
     ap.add_argument("--write-bands", action="store_true", help="rewrite configs/engines/*.yaml's band blocks")
     ap.add_argument("--check-bands", action="store_true", help="exit 1 when an engine file's band differs")
+    ap.add_argument("--kernels", help="cost the H100 / H800 runs with this kernel table (e.g. the measured "
+                    "configs/kernels/h200-measured.yaml) instead of the built-in published one; not with the band options")
     args = ap.parse_args()
     PLANNER = args.planner
+    if args.kernels and (args.write_bands or args.check_bands):
+        sys.exit("calibrate.py: --kernels compares tables; the bands are the built-in table's (drop --kernels)")
+    KERNELS = args.kernels
     if not os.path.exists(PLANNER):
         sys.exit("calibrate.py: build the planner first (make build)")
     with tempfile.TemporaryDirectory() as tmp:

@@ -34,6 +34,7 @@ import torch.nn.functional as F
 # 8192 tokens, and the MoE expert GEMMs of the checks (Megatron-LM moe_perf's Mixtral and DeepSeek proxies, Qwen3-235B
 # at tp 4 ep 8: 512 tokens per expert).
 GEMMS = [(4096, 4096, k) for k in (512, 1024, 2048, 4096, 8192, 16384)] + [
+    (m, 4096, 4096) for m in (128, 256, 1024)] + [
     (8192, 6144, 4096), (8192, 4096, 4096), (8192, 28672, 4096), (8192, 4096, 14336),
     (8192, 14336, 4096), (8192, 2048, 7168), (8192, 7168, 2048),
     (512, 3072, 4096), (512, 4096, 1536), (2048, 3072, 4096)]
@@ -45,14 +46,18 @@ class Timer:
     def __init__(self, device, warmup, reps):
         self.cuda, self.warmup, self.reps = device.type == "cuda", warmup, reps
 
-    def ms(self, fn):
-        """Median milliseconds of fn() over reps runs, after warmup."""
+    def ms(self, fn, spin=False):
+        """Median milliseconds of fn() over reps runs, after warmup. spin: each run is queued behind a ~10 ms spin
+        kernel (torch.cuda._sleep), so the events time the GPU's work alone, not the host's launch of it (a 30 us
+        GEMM timed without it reads up to half its rate: PyTorch takes ~20 us to launch a matmul)."""
         for _ in range(self.warmup):
             fn()
         times = []
         for _ in range(self.reps):
             if self.cuda:
                 a, b = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
+                if spin:
+                    torch.cuda._sleep(20_000_000)
                 a.record()
                 fn()
                 b.record()
@@ -83,11 +88,11 @@ def gemm_lines(device, timer, shapes, precisions):
                 one = torch.ones((), device=device, dtype=torch.float32)
                 for fast in (False, True):  # TE: fast accumulation in the forward GEMM, split in dgrad / wgrad
                     ms = timer.ms(lambda: torch._scaled_mm(a8, b8, scale_a=one, scale_b=one, out_dtype=torch.bfloat16,
-                                                           use_fast_accum=fast))
+                                                           use_fast_accum=fast), spin=True)
                     out.append(f"gemm {p} m={m} n={n} k={k} accum={'fast' if fast else 'split'} "
                                f"tflops={2.0 * m * n * k / (ms * 1e-3) / 1e12:.4g}")
                 continue
-            ms = timer.ms(fn)
+            ms = timer.ms(fn, spin=True)
             out.append(f"gemm {p} m={m} n={n} k={k} tflops={2.0 * m * n * k / (ms * 1e-3) / 1e12:.4g}")
     return out
 

@@ -620,9 +620,13 @@ constexpr size_t kLtWorkspaceBytes = size_t{32} << 20;
 
 // The cuBLASLt FP8 product of quantised copies qa [m, k] and qb [n, k] (both K-major: Hopper's FP8 kernels
 // take only the "TN" layout). Column-major, D^T [n, m] = (Lt's A = qb, stored k x n, transposed) (Lt's B = qa,
-// stored k x m) scaled by the two per-tensor scales (device pointers), fp32 accumulation, fp32 C = D.
-Status LtFp8Matmul(const GemmArgs& g, const void* qa, const void* qb, const float* scales, float beta, float* c,
-                   int64_t ldc, void* ws) {
+// stored k x m) scaled by the two per-tensor scales (device pointers), fp32 accumulation, fp32 D = alpha A B.
+// Out of place, beta 0: cuBLASLt 13.1 refuses every FP8 algorithm (status 15) when C and D are one buffer
+// (H200, 2026-11-30: tools/gpu/fp8_probe.cu, CUBLASLT_LOG_LEVEL=5 shows outOfPlace=0; PyTorch's _scaled_mm
+// passes a distinct C with beta 0 and runs). C is not read at beta 0; like PyTorch, an operand stands in for it.
+Status LtFp8Matmul(const GemmArgs& g, const void* qa, const void* qb, const float* scales, float* out, int64_t ldc,
+                   void* ws) {
+  const float beta = 0.0f;
   LtDescriptors d;
   const cublasOperation_t tn[2] = {CUBLAS_OP_T, CUBLAS_OP_N};
   const size_t ws_bytes = kLtWorkspaceBytes;
@@ -650,18 +654,29 @@ Status LtFp8Matmul(const GemmArgs& g, const void* qa, const void* qb, const floa
       CublasStatus(cublasLtMatmulPreferenceSetAttribute(d.pref, CUBLASLT_MATMUL_PREF_MAX_WORKSPACE_BYTES, &ws_bytes,
                                                         sizeof ws_bytes),
                    "FP8 workspace preference"));
-  cublasLtMatmulHeuristicResult_t heuristic{};
+  // The heuristic ranks algorithms without seeing the pointers; one can still refuse at run time (status 15,
+  // NOT_SUPPORTED), so each offered algorithm is tried in rank order before the product is refused.
+  constexpr int kAlgorithms = 8;
+  cublasLtMatmulHeuristicResult_t heuristic[kAlgorithms] = {};
   int found = 0;
-  PLANNER_RETURN_IF_ERROR(
-      CublasStatus(cublasLtMatmulAlgoGetHeuristic(LtHandle(), d.op, d.a, d.b, d.c, d.c, d.pref, 1, &heuristic, &found),
-                   "cublasLtMatmulAlgoGetHeuristic"));
+  PLANNER_RETURN_IF_ERROR(CublasStatus(
+      cublasLtMatmulAlgoGetHeuristic(LtHandle(), d.op, d.a, d.b, d.c, d.c, d.pref, kAlgorithms, heuristic, &found),
+      "cublasLtMatmulAlgoGetHeuristic"));
   if (found == 0) {
     return Status::Unavailable("cuBLASLt offers no FP8 algorithm for m " + std::to_string(g.m) + ", n " +
                                std::to_string(g.n) + ", k " + std::to_string(g.k));
   }
-  return CublasStatus(cublasLtMatmul(LtHandle(), d.op, &g.alpha, qb, d.a, qa, d.b, &beta, c, d.c, c, d.c,
-                                     &heuristic.algo, ws, ws_bytes, 0),
-                      "cublasLtMatmul (FP8)");
+  std::string statuses;
+  for (int i = 0; i < found; ++i) {
+    if (heuristic[i].state != CUBLAS_STATUS_SUCCESS || heuristic[i].workspaceSize > ws_bytes) continue;
+    const cublasStatus_t s = cublasLtMatmul(LtHandle(), d.op, &g.alpha, qb, d.a, qa, d.b, &beta, qa, d.c, out, d.c,
+                                            &heuristic[i].algo, ws, ws_bytes, 0);
+    if (s == CUBLAS_STATUS_SUCCESS) return Status::OK();
+    statuses += (statuses.empty() ? "" : ", ") + std::to_string(static_cast<int>(s));
+  }
+  return Status::Internal("cublasLtMatmul (FP8): cuBLAS refused all " + std::to_string(found) +
+                          " offered algorithms (statuses " + statuses + ") for m " + std::to_string(g.m) + ", n " +
+                          std::to_string(g.n) + ", k " + std::to_string(g.k));
 }
 
 // FP8: both operands quantised per tensor on the device (amax, scale, e4m3 copy), then cuBLASLt.
@@ -673,9 +688,10 @@ Status GemmFp8(const GemmArgs& g, const float* a, const float* b, float* c) {
     return Status::Unavailable("FP8 GEMMs need compute capability 8.9 or newer (Ada, Hopper); this device is " +
                                std::to_string(cc / 10) + "." + std::to_string(cc % 10) + "; use precision bf16");
   }
-  // cuBLASLt's FP8 kernels need C and D 16-byte aligned with 16-byte row strides; otherwise the product
-  // goes to a dense scratch D and is combined into C here (the same C = alpha D' + beta C).
-  const bool direct = g.ldc % 4 == 0 && reinterpret_cast<uintptr_t>(c) % 16 == 0;
+  // cuBLASLt's FP8 kernels need D 16-byte aligned with 16-byte row strides and write out of place at beta 0
+  // (LtFp8Matmul); otherwise the product goes to a dense scratch D and is combined into C here
+  // (the same C = alpha A B + beta C).
+  const bool direct = g.beta == 0.0f && g.ldc % 4 == 0 && reinterpret_cast<uintptr_t>(c) % 16 == 0;
   std::vector<char*>
       r;  // qa [m, k], qb [n, k] (e4m3 bytes), amax bits of A and B then their scales, the Lt workspace, D
   PLANNER_RETURN_IF_ERROR(
@@ -693,9 +709,9 @@ Status GemmFp8(const GemmArgs& g, const float* a, const float* b, float* c) {
   QuantiseE4m3<<<ConvertBlocks(g.m * g.k), kConvertThreads>>>(a, g.lda, g.ta ? 1 : 0, g.m, g.k, scales, qa);
   QuantiseE4m3<<<ConvertBlocks(g.n * g.k), kConvertThreads>>>(b, g.ldb, g.tb ? 0 : 1, g.n, g.k, scales + 1, qb);
   PLANNER_RETURN_IF_ERROR(CudaStatus("FP8 quantisation"));
-  if (direct) return LtFp8Matmul(g, qa, qb, scales, g.beta, c, g.ldc, r[3]);
+  if (direct) return LtFp8Matmul(g, qa, qb, scales, c, g.ldc, r[3]);
   auto* d = reinterpret_cast<float*>(r[4]);
-  PLANNER_RETURN_IF_ERROR(LtFp8Matmul(g, qa, qb, scales, 0.0f, d, g.n, r[3]));
+  PLANNER_RETURN_IF_ERROR(LtFp8Matmul(g, qa, qb, scales, d, g.n, r[3]));
   CombineStrided<<<ConvertBlocks(g.m * g.n), kConvertThreads>>>(d, c, g.m, g.n, g.ldc, g.beta);
   return CudaStatus("FP8 product into C");
 }

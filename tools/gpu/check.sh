@@ -7,14 +7,22 @@
 # "FIGURE", ready for docs/performance.md. Each step is independent: a failing step is logged and the
 # next one still runs. CHECK_QUICK=1 shrinks the profiles to b = 1,2 (a rerun short of device time).
 set -u
-OUT=${OUT:-gpu-out}; mkdir -p "$OUT"
+# The device call brings back at most 8 files from $OUT: the logs go to a work folder, and after every step
+# $OUT gets summary.txt, kernel-rates.txt and all.tgz (the whole work folder), so a run cut off at the call's
+# limit still returns everything up to its last step.
+FINAL=${OUT:-gpu-out}; mkdir -p "$FINAL"
+OUT=${CHECK_WORK:-/tmp/gpu-check}; rm -rf "$OUT"; mkdir -p "$OUT"
 B=.gpu/bin; P=$B/planner; S=$OUT/summary.txt
 : > "$S"
 log() { echo "== $*" | tee -a "$S"; }
 figure() { echo "FIGURE $*" | tee -a "$S"; }
-step() { local name=$1; shift; local t0; t0=$(date +%s.%N)
+publish() { cp "$S" "$FINAL/"; [ -f "$OUT/kernel-rates.txt" ] && cp "$OUT/kernel-rates.txt" "$FINAL/"
+  tar czf "$FINAL/all.tgz.part" --exclude='*.bin' -C "$(dirname "$OUT")" "$(basename "$OUT")" 2>/dev/null &&
+    mv "$FINAL/all.tgz.part" "$FINAL/all.tgz"; }
+step() { local name=$1; shift; local t0; t0=$(date +%s%N)
   timeout "${STEP_S:-150}" "$@" > "$OUT/$name.log" 2>&1; local rc=$?
-  printf '%-30s rc=%-4s %6.1f s\n' "$name" "$rc" "$(echo "$(date +%s.%N) - $t0" | bc)" | tee -a "$S"; return $rc; }
+  local ms=$(( ($(date +%s%N) - t0) / 1000000 ))
+  printf '%-30s rc=%-4s %4d.%d s\n' "$name" "$rc" $((ms / 1000)) $((ms % 1000 / 100)) | tee -a "$S"; publish; return $rc; }
 
 # 1. The machine, and the libraries: the Python wheels' (cuDNN, NCCL, cuBLAS, runtime), then CUDA's own.
 log "commit $(tr '\n' ' ' < .gpu/commit 2>/dev/null) date $(date -u +%Y-%m-%dT%H:%M:%SZ)"
@@ -48,6 +56,10 @@ for p in fp32 bf16 fp16 fp8; do
   step "kernels-gpu-$p" $B/kernels_gpu_test --precision $p
   figure "kernels_gpu_test $p: $(grep -c '^FAIL\|FAIL$' "$OUT/kernels-gpu-$p.log") failures, worst relative L2 $(grep -o 'difference [0-9.e+-]*' "$OUT/kernels-gpu-$p.log" | awk '{print $2}' | sort -g | tail -1)"
 done
+# Which cuBLASLt FP8 configurations run (in place against out of place, fp32 / bf16 C and D): the diagnosis that found
+# cuBLASLt 13.1 refusing in-place FP8 products (docs/gpu.md "First run").
+step fp8-probe $B/fp8_probe
+figure "fp8_probe: $(grep 'ran correctly' "$OUT/fp8-probe.log")"
 step nccl-one-rank $B/nccl_test
 
 # 3. The models: GPT-2 small in bf16 with its vocabulary padded to 50304 (Megatron's padding: 50257 divides by no TP
@@ -79,7 +91,10 @@ if [ -s "$OUT/gpt2-small.bf16.cuda.profile.yaml" ]; then
   fi
 fi
 
-# 6. The Llama block in bf16 (slower to set up: a 0.5B-parameter vocabulary table per point), then its peer.
+# 6. The Llama block in bf16 (slower to set up: a 0.5B-parameter vocabulary table per point, about 5 s a point on an
+#    H200: b = 1, 2, 4, 8 at four TP degrees ran past 300 s on 2026-11-30), so b = 1, 2 here; then its peer.
+bs=1,2
+prof=(--device cuda --precision bf16 --microbatch-sizes $bs --rounds 1 --min-repetitions 10 --warmup 2 --budget-seconds 0.5)
 STEP_S=300 step profile-llama3-8b-2l-bf16 $P profile "$OUT/models/llama3-8b-2l.yaml" "${prof[@]}" --tp 1,2,4,8 -o "$OUT/llama3-8b-2l.bf16.cuda.profile.yaml"
 m=llama3-8b-2l-bf16
 sed -n '/^GEMM-bound layers/,$p' "$OUT/profile-$m.log" | grep -v '^planner:' | sed "s/^/FIGURE $m /" | tee -a "$S"
@@ -94,3 +109,4 @@ python3 tools/gpu/figures.py block "$OUT/profile-llama3-8b-2l-bf16.log" "$OUT/to
 
 tail -n 40 "$OUT"/run-1gpu.log > "$OUT/run-tail.txt" 2>/dev/null
 log "done; paste the FIGURE lines into docs/performance.md with the machine, date and commit above"
+publish
