@@ -369,7 +369,10 @@ struct RowRates {
   double moe_imbalance = 1;
   bool moe_overlap = false;
   bool moe_dedup = false, moe_flex_serial = true;
-  double moe_hidden = 1;          // share of the all-to-all run beside compute with moe_overlap (the engine's; flat: 1)
+  double moe_hidden = 1;  // share of the all-to-all run beside compute with moe_overlap (the engine's; flat: 1)
+  // Host seconds per local routed expert per layer-microbatch, forward and backward (the engine's moe_host; 0: the
+  // expert block's host launches not modelled).
+  double moe_host_fwd = 0, moe_host_bwd = 0;
   bool cp_overlap = true;         // ring attention's exchange hidden behind its steps (CostOptions::cp_overlap)
   bool cp_allgather = false;      // --cp-comm-type allgather (CostOptions::cp_comm)
   std::vector<int64_t> cp_group;  // the CP group's spread (ranks t apart; set for cp_allgather)
@@ -466,12 +469,13 @@ double GemmSeconds(const RowRates& q, bool high, double m, double n, double k, d
 // seconds, *flops_per_sample their FLOPs per sample (whole layer), *cast_s the FP8 casts of their
 // inputs (forward: the input; input gradient: the output gradient, which the weight gradient reuses).
 double ListedGemmSeconds(const Layer& l, const RowRates& q, double shard, int pass, double* flops_per_sample,
-                         double* cast_s) {
+                         double* cast_s, bool experts_only = false) {
   double seconds = 0;
   *flops_per_sample = 0;
   *cast_s = 0;
   const bool tp = l.tp_shardable && q.t > 1;
   for (const GemmShape& g : l.gemms) {
+    if (experts_only && !g.expert) continue;
     *flops_per_sample += g.Flops();
     double m = q.bd * g.rows / q.cpd, n = g.n, k = g.k, count = 1;
     if (g.expert) {  // E/ep experts, each on its share of the EP group's token copies, n or k over ETP
@@ -619,6 +623,32 @@ void AddMoeModuleRecompute(const Layer& l, const RowRates& q, const MoeLayerCost
   r->tp_total_s += m.etp_pass_s;
 }
 
+// The routed experts' GEMMs of one pass on one GPU, balanced: at their shapes' rates on a kernel table, else at the
+// precision's GEMM rate.
+double ExpertGemmSeconds(const Layer& l, const RowRates& q, double shard, int pass) {
+  if (q.kt == nullptr || q.gemm_model == nullptr) {
+    const double flops =
+        pass == 0 ? l.expert_fwd_flops : (pass == 1 ? l.expert_bwd_input_flops : l.expert_bwd_weight_flops);
+    return PassSeconds(q, shard, flops, 0, 0);
+  }
+  double flops = 0, cast = 0;
+  const double s = ListedGemmSeconds(l, q, shard, pass, &flops, &cast, true);
+  return s + cast;
+}
+
+// The routed-expert block waiting for the host (docs/cost_model.md "The MoE expert block's host time"): the engine
+// launches each local expert's GEMMs (and FP8 quantization) one by one. Forward: the dispatcher syncs the host once per
+// layer, so the launches after it are covered only by the GPU work they start (the all-to-alls, the regroup and the
+// expert GEMMs); backward has no sync, so the host may run ahead by the layer's whole backward. Returns the waits
+// {forward, backward} in seconds (0 where the GPU's work is longer).
+std::array<double, 2> MoeHostWait(const Layer& l, const RowRates& q, double shard, double forward_window,
+                                  double backward_s) {
+  if (!(q.moe_host_fwd > 0 || q.moe_host_bwd > 0)) return {0, 0};
+  const double local = static_cast<double>(l.experts) / static_cast<double>(std::max<int64_t>(1, q.ep));
+  const double gpu_f = ExpertGemmSeconds(l, q, shard, 0) + forward_window;
+  return {std::max(0.0, local * q.moe_host_fwd - gpu_f), std::max(0.0, local * q.moe_host_bwd - backward_s)};
+}
+
 // An MoE layer's expert parallelism on top of its row costed as a layer of its totals (which hold the
 // balanced expert FLOPs / (t cp) and stash): the busiest EP rank's extra tokens (imbalance), the
 // dispatch and combine all-to-alls of each pass (exposed, or less what the pass's compute hides with
@@ -643,6 +673,14 @@ void AddMoeCosts(const ClusterSpec& c, const Layer& l, const RowRates& q, double
   r->forward_s += f_extra + a2a_f + m.etp_pass_s;
   r->backward_input_s += bi_extra + regroup + a2a_b + m.etp_pass_s;
   r->backward_weight_s += bw_extra;
+  // The forward's window after the host sync: the dispatch all-to-all whole (half the pass's: the host launches the
+  // experts while it runs, hidden or not; the combine is launched after them), the regroup and the busiest rank's
+  // extra tokens, the expert TP collectives.
+  const std::array<double, 2> wait =
+      MoeHostWait(l, q, shard, f_extra + 0.5 * m.a2a_pass_s + m.etp_pass_s, r->backward_input_s + r->backward_weight_s);
+  r->forward_s += wait[0];
+  r->backward_input_s += wait[1] + (q.rc == Recompute::kFull ? wait[0] : 0);  // the re-run forward syncs again
+  r->moe_host_wait_s = wait[0] + wait[1] + (q.rc == Recompute::kFull ? wait[0] : 0);
   r->ep_comm_s = a2a_f + a2a_b;
   r->ep_total_s = 2 * m.a2a_pass_s;
   r->tp_comm_s += 2 * m.etp_pass_s;
@@ -830,6 +868,9 @@ void AnalyticRows(const CostSource& src, const TableShape& shape, const CostOpti
   if (src.engine != nullptr) {  // flat or kernel-level: the engine's EP overlap share and flex hops
     q.moe_hidden = src.engine->moe_a2a_hidden;
     q.moe_flex_serial = src.engine->moe_flex_serial;
+    const std::array<double, 2> host = src.engine->MoeHostSecondsPerExpert(m.dtype);
+    q.moe_host_fwd = host[0];
+    q.moe_host_bwd = host[1];
   }
   q.cp_overlap = o.cp_overlap;
   q.cp_allgather = o.cp_comm == CpCommType::kAllGather && q.cp > 1;

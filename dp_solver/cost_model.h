@@ -62,9 +62,10 @@ struct LayerCostRow {
   double forward_s = 0;
   double backward_input_s = 0;  // includes recompute work and the backward TP all-reduces
   double backward_weight_s = 0;
-  double tp_comm_s = 0;  // exposed TP all-reduce time inside forward + backward
-  double cp_comm_s = 0;  // exposed ring-attention KV exchange inside forward + backward
-  double ep_comm_s = 0;  // exposed expert-parallel all-to-all (dispatch + combine) inside forward + backward
+  double tp_comm_s = 0;        // exposed TP all-reduce time inside forward + backward
+  double cp_comm_s = 0;        // exposed ring-attention KV exchange inside forward + backward
+  double ep_comm_s = 0;        // exposed expert-parallel all-to-all (dispatch + combine) inside forward + backward
+  double moe_host_wait_s = 0;  // the routed-expert block waiting for the host's launches, inside forward + backward
   // The same communication whole, hidden or not (the plan's hidden / exposed split per kind).
   double tp_total_s = 0, cp_total_s = 0, ep_total_s = 0;
   double params = 0;         // parameters held on this GPU (tied weights included)

@@ -1,6 +1,7 @@
 // planner solve --gpus N[,N...] [--model M | --profile P] [--cluster C] [--mode auto|pipedream] [-o plan.yaml] [--json]
 // One size prints the best plan; a list prints a scaling table, one row per size (docs/formats.md).
 #include <algorithm>
+#include <array>
 #include <cstdio>
 #include <filesystem>
 #include <functional>
@@ -373,6 +374,14 @@ void SetBand(const SolveInputs& in, const CostSource& src, Plan* plan) {
   if (!plan->predicted.band)
     plan->notes.push_back(fmt::format(
         "no band: engine {} has no calibration band for {} (docs/cost_model.md \"Bands\")", e.name, precision));
+  const std::array<double, 2> host = e.MoeHostSecondsPerExpert(in.model.dtype);
+  if (moe && host[0] + host[1] > 0)
+    plan->notes.push_back(fmt::format(
+        "MoE expert block: the host's launches ({:.3g} / {:.3g} us per local expert per layer-microbatch, forward / "
+        "backward) wait where the GPU's work is shorter; {:.3g} us per launch is an eager PyTorch op measured on an "
+        "H200's host, Transformer Engine's C++ launches assumed to cost as much (docs/cost_model.md \"The MoE expert "
+        "block's host time\")",
+        host[0] * 1e6, host[1] * 1e6, e.moe_host_launch_s * 1e6));
 }
 
 // The winner's lead over the runner-up with every overlap off (DP buckets, parameter gathers, TP, CP,

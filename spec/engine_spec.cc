@@ -96,6 +96,38 @@ Status ParseOptimizerStates(const YamlReader& r, const YAML::Node& root, EngineS
   return Status::OK();
 }
 
+// `moe_host: {launch_us: U, launches: {bf16: [F, B], fp8_delayed: [F, B], fp8_current: [F, B]}}`: host microseconds
+// per launch (0 < U <= 1000) and launches per local routed expert per layer-microbatch, forward and backward (0..1000).
+Status ParseMoeHost(const YamlReader& r, const YAML::Node& n, EngineSpec* e) {
+  if (!n.IsDefined()) return Status::OK();
+  PLANNER_RETURN_IF_ERROR(r.RequireMap(n, "moe_host"));
+  PLANNER_RETURN_IF_ERROR(r.CheckKeys(n, "moe_host", {"launch_us", "launches"}));
+  double us = 0;
+  PLANNER_RETURN_IF_ERROR(r.GetDouble(n, "launch_us", "moe_host.launch_us", &us, true, 0.0, true));
+  if (us > 1000)
+    return r.FieldError(n["launch_us"], "moe_host.launch_us",
+                        fmt::format("is microseconds per launch; at most 1000, got {}", us));
+  e->moe_host_launch_s = us * 1e-6;
+  const YAML::Node& l = n["launches"];
+  if (!l.IsDefined()) return r.FieldError(n, "moe_host.launches", "missing; add launches: {bf16: [forward, backward]}");
+  PLANNER_RETURN_IF_ERROR(r.RequireMap(l, "moe_host.launches"));
+  PLANNER_RETURN_IF_ERROR(r.CheckKeys(l, "moe_host.launches", {"bf16", "fp8_delayed", "fp8_current"}));
+  for (const char* p : {"bf16", "fp8_delayed", "fp8_current"}) {
+    const YAML::Node& v = l[p];
+    if (!v.IsDefined()) continue;
+    const std::string field = std::string("moe_host.launches.") + p;
+    if (!v.IsSequence() || v.size() != 2)
+      return r.FieldError(v, field, "give [forward, backward]: launches per local expert per layer-microbatch");
+    std::array<double, 2> fb{};
+    for (size_t i = 0; i < 2; ++i) {
+      PLANNER_RETURN_IF_ERROR(r.AsDouble(v[i], field, &fb[i], 0.0, false));
+      if (fb[i] > 1000) return r.FieldError(v[i], field, fmt::format("at most 1000 launches, got {}", fb[i]));
+    }
+    e->moe_host_launches[p] = fb;
+  }
+  return Status::OK();
+}
+
 Status ParseUnguarded(const std::string& path, const std::string& text, EngineSpec* out) {
   YAML::Node root;
   PLANNER_RETURN_IF_ERROR(ParseYamlText(path, text, &root));
@@ -127,7 +159,8 @@ Status ParseUnguarded(const std::string& path, const std::string& text, EngineSp
                                        "moe_dispatchers",
                                        "moe_flex_hops",
                                        "wgrad_accumulation",
-                                       "grad_accumulation_bytes"}));
+                                       "grad_accumulation_bytes",
+                                       "moe_host"}));
   EngineSpec e;
   e.path = path;
   PLANNER_RETURN_IF_ERROR(r.CheckFormatVersion(root, false));
@@ -252,6 +285,7 @@ Status ParseUnguarded(const std::string& path, const std::string& text, EngineSp
       e.grad_accumulation_bytes[p] = bytes;
     }
   }
+  PLANNER_RETURN_IF_ERROR(ParseMoeHost(r, root["moe_host"], &e));
   const YAML::Node& m = root["memory"];
   if (m.IsDefined()) {
     PLANNER_RETURN_IF_ERROR(r.CheckKeys(m, "memory", {"fp8_weight_bytes", "allocator_fragmentation"}));
@@ -297,6 +331,14 @@ const std::vector<int64_t>* EngineSpec::OptimizerStateZero(OptimizerState s) con
     if (state == s) return &stages;
   }
   return nullptr;
+}
+
+std::array<double, 2> EngineSpec::MoeHostSecondsPerExpert(DType dtype) const {
+  if (dtype != DType::kFp8 && dtype != DType::kBf16 && dtype != DType::kFp16) return {0, 0};
+  const char* key = dtype == DType::kFp8 ? (fp8_recipe == "delayed" ? "fp8_delayed" : "fp8_current") : "bf16";
+  auto it = moe_host_launches.find(key);
+  if (!(moe_host_launch_s > 0) || it == moe_host_launches.end()) return {0, 0};
+  return {it->second[0] * moe_host_launch_s, it->second[1] * moe_host_launch_s};
 }
 
 uint32_t EngineSpec::RunsRecomputeModules() const {

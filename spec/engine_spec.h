@@ -5,6 +5,7 @@
 // behaviour. Plain value type.
 #pragma once
 
+#include <array>
 #include <cstdint>
 #include <map>
 #include <string>
@@ -86,6 +87,15 @@ struct EngineSpec {
   // costed): DeepSpeed's BF16_Optimizer casts each bf16 gradient to an fp32 temporary and adds it into its fp32 copy
   // (2 read + 4 written, 4 + 4 read + 4 written = 18); 16-bit accumulation is autograd's add into .grad (2 + 2 + 2).
   std::map<std::string, double> grad_accumulation_bytes;
+  // The routed-expert block's host launches (file key `moe_host`; absent: not modelled): seconds of host time per
+  // launch, and launches per local expert per layer-microbatch, forward and backward, by precision (bf16 also
+  // serves fp16; fp8_delayed for the delayed recipe, fp8_current for every other FP8 recipe). The block waits for
+  // the host where its launches take longer than the GPU's work (docs/cost_model.md "The MoE expert block's host time").
+  double moe_host_launch_s = 0;
+  std::map<std::string, std::array<double, 2>> moe_host_launches;
+  // Host seconds per local routed expert per layer-microbatch {forward, backward} at `dtype` and `fp8_recipe`;
+  // {0, 0} where not modelled.
+  std::array<double, 2> MoeHostSecondsPerExpert(DType dtype) const;
   double fp8_weight_bytes = 0;  // bytes per parameter of cached FP8 weight copies
   // Share of the caching allocator's reserved memory not held by live tensors at the peak (file key
   // memory.allocator_fragmentation): reserved = allocated / (1 - it). 0: not estimated.

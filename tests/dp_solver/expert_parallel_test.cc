@@ -11,6 +11,7 @@
 #include "dp_solver/evaluate.h"
 #include "dp_solver/moe_cost.h"
 #include "dp_solver/search.h"
+#include "spec/engine_spec.h"
 #include "tests/dp_solver/moe_model.h"
 #include "tests/test_util.h"
 
@@ -271,6 +272,63 @@ TEST_CASE(
   // EP ranks sit etp apart: ep 4 at etp 2 spans 8 consecutive GPUs.
   CHECK(etp.rows[row].ep_comm_s ==
         doctest::Approx(4 * AllToAllSeconds(c, per_rank, GroupSpread(c, 4, 2), {2, 0})).epsilon(1e-12));
+}
+
+TEST_CASE("the expert block waits for the host: launches x host seconds past the GPU work that covers them") {
+  const ModelSpec m = MoeModel(4, 16, 2, 1408, 1);
+  const ClusterSpec c = Cluster("dgx-h100.yaml");
+  const size_t row = FirstMoeRow(m);
+  const Layer& l = m.layers[row];
+  EngineSpec none;
+  REQUIRE_OK(LoadEngineSpec("megatron-core", &none));
+  none.moe_host_launch_s = 0;  // not modelled: the rows as before
+  EngineSpec slow = none;
+  slow.moe_host_launch_s = 1e-3;  // a host far slower than the GPU: the whole launch time shows
+  slow.moe_host_launches["bf16"] = {2, 4};
+  auto table = [&](const EngineSpec& e, int64_t ep, Recompute rc) {
+    CostSource src;
+    src.model = &m;
+    src.cluster = &c;
+    src.engine = &e;  // no kernel table: the flat rates, the engine's MoE figures
+    CostTable t;
+    REQUIRE_OK(BuildCostTable(src, {2, 1, 1, false, rc, ep, 1}, CostOptions{}, &t));
+    return t;
+  };
+  const double rate = c.PeakFlops(DType::kBf16) * c.Efficiency(DType::kBf16);
+  double last_wait = 1e30;
+  for (int64_t ep : {2, 4, 8}) {
+    const CostTable base = table(none, ep, Recompute::kNone), host = table(slow, ep, Recompute::kNone);
+    const double local = 16.0 / static_cast<double>(ep);
+    CHECK(base.rows[row].moe_host_wait_s == 0);
+    // Forward: the local experts' 2 launches each, less the GPU work after the host sync (the expert GEMMs, the
+    // dispatch all-to-all, the regroup): between the launches less the whole forward and the launches less the GEMMs.
+    const double wait_f = host.rows[row].forward_s - base.rows[row].forward_s;
+    const double gemm_f = 2 * l.expert_fwd_flops / rate;
+    CHECK(wait_f > 0);
+    CHECK(wait_f <= local * 2e-3 - gemm_f + 1e-12);
+    CHECK(wait_f >= local * 2e-3 - base.rows[row].forward_s - 1e-12);
+    // Backward: no host sync, the whole backward of the layer covers its 4 launches per expert.
+    const double wait_b = host.rows[row].backward_input_s - base.rows[row].backward_input_s;
+    CHECK(wait_b == doctest::Approx(local * 4e-3 - base.rows[row].backward_input_s - base.rows[row].backward_weight_s));
+    CHECK(host.rows[row].backward_weight_s == base.rows[row].backward_weight_s);
+    CHECK(host.rows[row].moe_host_wait_s == doctest::Approx(wait_f + wait_b));
+    CHECK(host.rows[0].forward_s == base.rows[0].forward_s);  // the embedding has no experts
+    // Fewer experts per GPU (more EP): less to launch, less waiting.
+    CHECK(wait_f + wait_b < last_wait);
+    last_wait = wait_f + wait_b;
+    // Full recompute re-runs the forward: its sync, its wait, again in backward.
+    const CostTable full_base = table(none, ep, Recompute::kFull), full = table(slow, ep, Recompute::kFull);
+    const double full_wait_f = full.rows[row].forward_s - full_base.rows[row].forward_s;
+    CHECK(full_wait_f == doctest::Approx(wait_f));
+    CHECK(full.rows[row].moe_host_wait_s > host.rows[row].moe_host_wait_s);
+  }
+  // A fast host: the GPU's work covers every launch, nothing changes.
+  EngineSpec fast = slow;
+  fast.moe_host_launch_s = 1e-9;
+  const CostTable base = table(none, 4, Recompute::kNone), quick = table(fast, 4, Recompute::kNone);
+  CHECK(quick.rows[row].forward_s == base.rows[row].forward_s);
+  CHECK(quick.rows[row].backward_input_s == base.rows[row].backward_input_s);
+  CHECK(quick.rows[row].moe_host_wait_s == 0);
 }
 
 TEST_CASE("memory of an MoE stage: dense states sharded over dp x cp, expert states over edp = t cp dp / (ep etp)") {

@@ -1,6 +1,7 @@
 // Kernel-level costs (docs/cost_model.md section 2, "Kernel-level compute" and "Engines"): the kernel
 // tables' lookups against the published figures they hold, the engines' files, and what the cost
 // model does with them: closed forms where there are some, orderings where the physics gives one.
+#include <array>
 #include <cmath>
 #include <string>
 
@@ -83,6 +84,22 @@ TEST_CASE("built-in engines parse and say what they run") {
   CHECK(m.moe_a2a_hidden == doctest::Approx(0.37));
   CHECK(t.moe_dispatchers == std::vector<std::string>{"alltoall"});
   CHECK(t.moe_a2a_hidden == 0);  // unset: the engine has no EP overlap (--moe-overlap on is refused on it)
+  // The expert block's host launches: Megatron-Core's per local expert, 8.8 us each (the H200 check's host); torchtitan
+  // names none (not modelled).
+  CHECK(m.moe_host_launch_s == doctest::Approx(8.8e-6));
+  const std::array<double, 2> bf16 = m.MoeHostSecondsPerExpert(DType::kBf16);
+  CHECK(bf16[0] == doctest::Approx(2 * 8.8e-6));
+  CHECK(bf16[1] == doctest::Approx(4 * 8.8e-6));
+  CHECK(m.MoeHostSecondsPerExpert(DType::kFp16)[1] == doctest::Approx(4 * 8.8e-6));  // fp16: bf16's launches
+  CHECK(m.fp8_recipe == "delayed");
+  CHECK(m.MoeHostSecondsPerExpert(DType::kFp8)[0] ==
+        doctest::Approx(4 * 8.8e-6));  // delayed: cast-transpose per expert
+  EngineSpec current = m;
+  current.fp8_recipe = "current";
+  CHECK(current.MoeHostSecondsPerExpert(DType::kFp8)[0] == doctest::Approx(10 * 8.8e-6));
+  CHECK(current.MoeHostSecondsPerExpert(DType::kFp8)[1] == doctest::Approx(12 * 8.8e-6));
+  CHECK(m.MoeHostSecondsPerExpert(DType::kFp32)[0] == 0);
+  CHECK(t.MoeHostSecondsPerExpert(DType::kBf16)[0] == 0);
 }
 
 TEST_CASE("compute slowdown: the hidden part of a bucketed collective costs its share") {
