@@ -42,27 +42,36 @@ SMOKE_GEMMS = [(64, 64, 32), (32, 48, 64)]
 ATTN_SEQ = [512, 1024, 2048, 4096, 8192, 16384]
 
 
+def events_ms(fn, spin=False):
+    """One run of fn() on the GPU: (CUDA-event milliseconds around it, host milliseconds to enqueue it). spin: queued
+    behind a ~10 ms spin kernel (torch.cuda._sleep), so that every kernel is queued before the first starts and the
+    events time the GPU's work alone, not the host's launch of it."""
+    a, b = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
+    if spin:
+        torch.cuda._sleep(20_000_000)
+    t = time.perf_counter()
+    a.record()
+    fn()
+    b.record()
+    host = 1e3 * (time.perf_counter() - t)
+    b.synchronize()
+    return a.elapsed_time(b), host
+
+
 class Timer:
     def __init__(self, device, warmup, reps):
         self.cuda, self.warmup, self.reps = device.type == "cuda", warmup, reps
 
     def ms(self, fn, spin=False):
-        """Median milliseconds of fn() over reps runs, after warmup. spin: each run is queued behind a ~10 ms spin
-        kernel (torch.cuda._sleep), so the events time the GPU's work alone, not the host's launch of it (a 30 us
-        GEMM timed without it reads up to half its rate: PyTorch takes ~20 us to launch a matmul)."""
+        """Median milliseconds of fn() over reps runs, after warmup. spin (events_ms): the GPU's work alone, not the
+        host's launch of it (a 30 us GEMM timed without it reads up to half its rate: PyTorch takes ~20 us to launch
+        a matmul)."""
         for _ in range(self.warmup):
             fn()
         times = []
         for _ in range(self.reps):
             if self.cuda:
-                a, b = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
-                if spin:
-                    torch.cuda._sleep(20_000_000)
-                a.record()
-                fn()
-                b.record()
-                b.synchronize()
-                times.append(a.elapsed_time(b))
+                times.append(events_ms(fn, spin)[0])
             else:
                 t = time.perf_counter()
                 fn()
@@ -242,20 +251,10 @@ def split_ms(device, fn, reps):
     host, gpu, wall = [], [], []
     for _ in range(reps):
         torch.cuda.synchronize()
-        a, b = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
-        t = time.perf_counter()
-        a.record()
-        fn()
-        b.record()
-        host.append(1e3 * (time.perf_counter() - t))
-        b.synchronize()
-        wall.append(a.elapsed_time(b))
-        torch.cuda._sleep(20_000_000)
-        a.record()
-        fn()
-        b.record()
-        b.synchronize()
-        gpu.append(a.elapsed_time(b))
+        w, h = events_ms(fn)
+        wall.append(w)
+        host.append(h)
+        gpu.append(events_ms(fn, spin=True)[0])
     return statistics.median(host), statistics.median(gpu), statistics.median(wall)
 
 
