@@ -657,6 +657,9 @@ std::array<double, 2> MoeHostWait(const Layer& l, const RowRates& q, double shar
 void AddMoeCosts(const ClusterSpec& c, const Layer& l, const RowRates& q, double tp_shard, double shard,
                  LayerCostRow* r) {
   if (l.experts <= 0) return;
+  // Full recompute's re-run forward, already in the row's backward (its own host sync: no cover for the backward's
+  // launches).
+  const double rerun_forward = q.rc == Recompute::kFull ? r->forward_s : 0;
   const MoeLayerCost m = MoeLayerCosts(
       c, l, MoeShape{q.bd, q.td, q.cpd, q.ep, q.etp, q.moe_imbalance, q.moe_overlap, q.moe_dedup, q.moe_flex_serial});
   const double extra = m.token_factor - 1, core = l.attention_core_fwd_flops;
@@ -674,13 +677,18 @@ void AddMoeCosts(const ClusterSpec& c, const Layer& l, const RowRates& q, double
   r->backward_input_s += bi_extra + regroup + a2a_b + m.etp_pass_s;
   r->backward_weight_s += bw_extra;
   // The forward's window after the host sync: the dispatch all-to-all whole (half the pass's: the host launches the
-  // experts while it runs, hidden or not; the combine is launched after them), the regroup and the busiest rank's
-  // extra tokens, the expert TP collectives.
-  const std::array<double, 2> wait =
-      MoeHostWait(l, q, shard, f_extra + 0.5 * m.a2a_pass_s + m.etp_pass_s, r->backward_input_s + r->backward_weight_s);
+  // experts while it runs, hidden or not; the combine is launched after them; assumed for flex too, whose counts
+  // DeepEP / HybridEP read from host lists), the regroup and the busiest rank's extra tokens, the expert TP
+  // all-gather (its reduce-scatter is launched after the experts). The backward's: the layer's backward less full
+  // recompute's re-run forward.
+  const std::array<double, 2> wait = MoeHostWait(l, q, shard, f_extra + 0.5 * m.a2a_pass_s + 0.5 * m.etp_pass_s,
+                                                 r->backward_input_s + r->backward_weight_s - rerun_forward);
+  // A re-run forward (full recompute, or selective recompute's moe module) syncs and launches again.
+  const bool rerun = q.rc == Recompute::kFull ||
+                     (q.rc == Recompute::kSelective && HasRecomputeModule(q.modules, RecomputeModule::kMoe));
   r->forward_s += wait[0];
-  r->backward_input_s += wait[1] + (q.rc == Recompute::kFull ? wait[0] : 0);  // the re-run forward syncs again
-  r->moe_host_wait_s = wait[0] + wait[1] + (q.rc == Recompute::kFull ? wait[0] : 0);
+  r->backward_input_s += wait[1] + (rerun ? wait[0] : 0);
+  r->moe_host_wait_s = wait[0] + wait[1] + (rerun ? wait[0] : 0);
   r->ep_comm_s = a2a_f + a2a_b;
   r->ep_total_s = 2 * m.a2a_pass_s;
   r->tp_comm_s += 2 * m.etp_pass_s;

@@ -374,14 +374,23 @@ void SetBand(const SolveInputs& in, const CostSource& src, Plan* plan) {
   if (!plan->predicted.band)
     plan->notes.push_back(fmt::format(
         "no band: engine {} has no calibration band for {} (docs/cost_model.md \"Bands\")", e.name, precision));
+}
+
+// The assumption an MoE plan's expert block rests on: the engine's host launches (its moe_host), wherever they cost.
+void MoeHostNote(const SolveInputs& in, const CostSource& src, Plan* plan) {
+  if (src.profile != nullptr || src.engine == nullptr || ModelExperts(&in.model) <= 0) return;
+  const EngineSpec& e = *src.engine;
   const std::array<double, 2> host = e.MoeHostSecondsPerExpert(in.model.dtype);
-  if (moe && host[0] + host[1] > 0)
-    plan->notes.push_back(fmt::format(
-        "MoE expert block: the host's launches ({:.3g} / {:.3g} us per local expert per layer-microbatch, forward / "
-        "backward) wait where the GPU's work is shorter; {:.3g} us per launch is an eager PyTorch op measured on an "
-        "H200's host, Transformer Engine's C++ launches assumed to cost as much (docs/cost_model.md \"The MoE expert "
-        "block's host time\")",
-        host[0] * 1e6, host[1] * 1e6, e.moe_host_launch_s * 1e6));
+  if (!(host[0] + host[1] > 0)) return;
+  plan->notes.push_back(fmt::format(
+      "MoE expert block: the host's launches ({:.3g} / {:.3g} us per local expert per layer-microbatch, forward / "
+      "backward, at {:.3g} us each: engine {}'s moe_host) wait where the GPU's work is shorter{} (docs/cost_model.md "
+      "\"The MoE expert block's host time\")",
+      host[0] * 1e6, host[1] * 1e6, e.moe_host_launch_s * 1e6, e.name,
+      e.name == "megatron-core"
+          ? "; 8.8 us is an eager PyTorch op measured on an H200's host, Transformer Engine's C++ "
+            "launches assumed to cost as much"
+          : ""));
 }
 
 // The winner's lead over the runner-up with every overlap off (DP buckets, parameter gathers, TP, CP,
@@ -516,6 +525,7 @@ Status SolveSize(const SolveArgs& a, const SolveInputs& in, Plan* plan) {
     SearchStats stats;
     PLANNER_RETURN_IF_ERROR(SolveAuto(src, o, plan, &stats));
     SetBand(in, src, plan);  // before CompareEngines: the plan's own engine's line shows it
+    MoeHostNote(in, src, plan);
     CompareEngines(a, in, src, o, plan);
     if (!a.pipeline_layout.empty())
       plan->notes.push_back(fmt::format(

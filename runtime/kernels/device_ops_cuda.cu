@@ -654,6 +654,22 @@ Status LtFp8Matmul(const GemmArgs& g, const void* qa, const void* qb, const floa
       CublasStatus(cublasLtMatmulPreferenceSetAttribute(d.pref, CUBLASLT_MATMUL_PREF_MAX_WORKSPACE_BYTES, &ws_bytes,
                                                         sizeof ws_bytes),
                    "FP8 workspace preference"));
+  // The heuristic assumes 256-byte-aligned operands unless told: tell it each pointer's alignment, so that it offers
+  // only algorithms that accept them (D may be the caller's C, 16-byte aligned).
+  auto alignment = [](const void* p) {
+    uint32_t a = 256;
+    while (a > 1 && reinterpret_cast<uintptr_t>(p) % a != 0) a /= 2;
+    return a;
+  };
+  const uint32_t aligned[4] = {alignment(qb), alignment(qa), alignment(qa), alignment(out)};
+  const cublasLtMatmulPreferenceAttributes_t align_keys[4] = {
+      CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_A_BYTES, CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_B_BYTES,
+      CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_C_BYTES, CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_D_BYTES};
+  for (int i = 0; i < 4; ++i) {
+    PLANNER_RETURN_IF_ERROR(
+        CublasStatus(cublasLtMatmulPreferenceSetAttribute(d.pref, align_keys[i], &aligned[i], sizeof aligned[i]),
+                     "FP8 alignment preference"));
+  }
   // The heuristic ranks algorithms without seeing the pointers; one can still refuse at run time (status 15,
   // NOT_SUPPORTED), so each offered algorithm is tried in rank order before the product is refused.
   constexpr int kAlgorithms = 8;

@@ -285,16 +285,19 @@ TEST_CASE("the expert block waits for the host: launches x host seconds past the
   EngineSpec slow = none;
   slow.moe_host_launch_s = 1e-3;  // a host far slower than the GPU: the whole launch time shows
   slow.moe_host_launches["bf16"] = {2, 4};
-  auto table = [&](const EngineSpec& e, int64_t ep, Recompute rc) {
+  auto table = [&](const EngineSpec& e, int64_t ep, Recompute rc, uint32_t modules = kDefaultRecomputeModules) {
     CostSource src;
     src.model = &m;
     src.cluster = &c;
     src.engine = &e;  // no kernel table: the flat rates, the engine's MoE figures
     CostTable t;
-    REQUIRE_OK(BuildCostTable(src, {2, 1, 1, false, rc, ep, 1}, CostOptions{}, &t));
+    TableShape shape{2, 1, 1, false, rc, ep, 1};
+    shape.recompute_modules = modules;
+    REQUIRE_OK(BuildCostTable(src, shape, CostOptions{}, &t));
     return t;
   };
   const double rate = c.PeakFlops(DType::kBf16) * c.Efficiency(DType::kBf16);
+  const double hbm = c.hbm_bandwidth_GBps * 1e9 * c.hbm_efficiency;
   double last_wait = 1e30;
   for (int64_t ep : {2, 4, 8}) {
     const CostTable base = table(none, ep, Recompute::kNone), host = table(slow, ep, Recompute::kNone);
@@ -307,6 +310,12 @@ TEST_CASE("the expert block waits for the host: launches x host seconds past the
     CHECK(wait_f > 0);
     CHECK(wait_f <= local * 2e-3 - gemm_f + 1e-12);
     CHECK(wait_f >= local * 2e-3 - base.rows[row].forward_s - 1e-12);
+    // Its closed form: the expert GEMMs, the regroup, the dispatch (half the pass's all-to-all) and the expert TP
+    // all-gather (half its pass; none at etp 1) are the GPU work the launches after the sync start.
+    const MoeLayerCost moe = MoeLayerCosts(c, l, MoeShape{2, 1, 1, ep, 1, 1, false, false, true});
+    CHECK(wait_f == doctest::Approx(local * 2e-3 -
+                                    (gemm_f + moe.regroup_bytes / hbm + 0.5 * moe.a2a_pass_s + 0.5 * moe.etp_pass_s))
+                        .epsilon(1e-9));
     // Backward: no host sync, the whole backward of the layer covers its 4 launches per expert.
     const double wait_b = host.rows[row].backward_input_s - base.rows[row].backward_input_s;
     CHECK(wait_b == doctest::Approx(local * 4e-3 - base.rows[row].backward_input_s - base.rows[row].backward_weight_s));
@@ -316,11 +325,26 @@ TEST_CASE("the expert block waits for the host: launches x host seconds past the
     // Fewer experts per GPU (more EP): less to launch, less waiting.
     CHECK(wait_f + wait_b < last_wait);
     last_wait = wait_f + wait_b;
-    // Full recompute re-runs the forward: its sync, its wait, again in backward.
+    // Full recompute re-runs the forward: its sync, its wait, again in backward; the re-run forward covers none of
+    // the backward's launches (the backward waits as without recompute).
     const CostTable full_base = table(none, ep, Recompute::kFull), full = table(slow, ep, Recompute::kFull);
     const double full_wait_f = full.rows[row].forward_s - full_base.rows[row].forward_s;
     CHECK(full_wait_f == doctest::Approx(wait_f));
-    CHECK(full.rows[row].moe_host_wait_s > host.rows[row].moe_host_wait_s);
+    CHECK(full.rows[row].backward_input_s - full_base.rows[row].backward_input_s ==
+          doctest::Approx(wait_f + wait_b).epsilon(1e-9));
+    CHECK(full.rows[row].moe_host_wait_s == doctest::Approx(2 * wait_f + wait_b));
+    // Selective recompute of the moe module re-runs the dispatcher: its forward wait again; without it, none.
+    const uint32_t moe_module = kDefaultRecomputeModules | RecomputeBit(RecomputeModule::kMoe);
+    const CostTable sel_base = table(none, ep, Recompute::kSelective, moe_module),
+                    sel = table(slow, ep, Recompute::kSelective, moe_module);
+    CHECK(sel.rows[row].forward_s - sel_base.rows[row].forward_s == doctest::Approx(wait_f));
+    const double sel_b = sel.rows[row].backward_input_s - sel_base.rows[row].backward_input_s;
+    CHECK(sel.rows[row].moe_host_wait_s == doctest::Approx(wait_f + sel_b));
+    const CostTable attn_base = table(none, ep, Recompute::kSelective), attn = table(slow, ep, Recompute::kSelective);
+    const double attn_b = attn.rows[row].backward_input_s - attn_base.rows[row].backward_input_s;
+    CHECK(attn.rows[row].moe_host_wait_s == doctest::Approx(wait_f + attn_b));
+    // The moe module's re-run adds a forward's wait (milliseconds here) against microseconds of re-run GPU work.
+    CHECK(sel_b > attn_b + 0.5 * wait_f);
   }
   // A fast host: the GPU's work covers every launch, nothing changes.
   EngineSpec fast = slow;

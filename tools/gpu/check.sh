@@ -11,7 +11,9 @@ set -u
 # $OUT gets summary.txt, kernel-rates.txt and all.tgz (the whole work folder), so a run cut off at the call's
 # limit still returns everything up to its last step.
 FINAL=${OUT:-gpu-out}; mkdir -p "$FINAL"
-OUT=${CHECK_WORK:-/tmp/gpu-check}; rm -rf "$OUT"; mkdir -p "$OUT"
+OUT=${CHECK_WORK:-/tmp/gpu-check}
+[ "$(realpath -m "$OUT")" = "$(realpath -m "$FINAL")" ] && { echo "check.sh: CHECK_WORK must not be \$OUT ($FINAL)" >&2; exit 2; }
+rm -rf "$OUT"; mkdir -p "$OUT"
 B=.gpu/bin; P=$B/planner; S=$OUT/summary.txt
 : > "$S"
 log() { echo "== $*" | tee -a "$S"; }

@@ -4,12 +4,19 @@
 # the GEMM rates timed as GPU work alone (behind a spin kernel), and the Llama block's profile at b = 1, 2 and TP 1, 2
 # (the four points whose PyTorch peer figures check.sh already has). Logs and FIGURE lines as check.sh writes them.
 set -u
-OUT=${OUT:-gpu-out}; mkdir -p "$OUT"
+# As check.sh: logs in a work folder, $OUT gets summary.txt and all.tgz (the work folder) after every step.
+FINAL=${OUT:-gpu-out}; mkdir -p "$FINAL"
+OUT=${CHECK_WORK:-/tmp/gpu-recheck}
+[ "$(realpath -m "$OUT")" = "$(realpath -m "$FINAL")" ] && { echo "recheck.sh: CHECK_WORK must not be \$OUT ($FINAL)" >&2; exit 2; }
+rm -rf "$OUT"; mkdir -p "$OUT"
 B=.gpu/bin; P=$B/planner; S=$OUT/summary.txt
 : > "$S"
+publish() { cp "$S" "$FINAL/"
+  tar czf "$FINAL/all.tgz.part" --exclude='*.bin' -C "$(dirname "$OUT")" "$(basename "$OUT")" 2>/dev/null &&
+    mv "$FINAL/all.tgz.part" "$FINAL/all.tgz"; }
 step() { local name=$1; shift; local t0; t0=$(date +%s)
   timeout "${STEP_S:-150}" "$@" > "$OUT/$name.log" 2>&1; local rc=$?
-  printf '%-30s rc=%-4s %6s s\n' "$name" "$rc" "$(( $(date +%s) - t0 ))" | tee -a "$S"; return $rc; }
+  printf '%-30s rc=%-4s %6s s\n' "$name" "$rc" "$(( $(date +%s) - t0 ))" | tee -a "$S"; publish; return $rc; }
 echo "== commit $(tr '\n' ' ' < .gpu/commit) date $(date -u +%Y-%m-%dT%H:%M:%SZ)" | tee -a "$S"
 wheel_libs=$(python3 -c "
 import os, site
@@ -33,3 +40,4 @@ STEP_S=${PROFILE_S:-140} step profile-llama3-8b-2l-bf16 $P profile "$OUT/models/
   -o "$OUT/llama3-8b-2l.bf16.cuda.profile.yaml"
 sed -n '/^GEMM-bound layers/,$p' "$OUT/profile-llama3-8b-2l-bf16.log" | grep -v '^planner:' | sed "s/^/FIGURE llama /" | tee -a "$S"
 echo "== done" | tee -a "$S"
+publish
