@@ -35,7 +35,7 @@ for b in .gpu/bin/*; do ldd "$b"; done | awk '/=> \//{print $3}' | sort -u | \
 # The FP8 diagnosis (check.sh's fp8-probe step): cuBLASLt alone, no project code.
 gencode=(); for a in $(echo "${GPU_ARCH:-9.0}" | tr ';' ' '); do a=${a/./}; gencode+=(-gencode "arch=compute_$a,code=sm_$a"); done
 nvcc -O2 "${gencode[@]}" "$here/fp8_probe.cu" -lcublasLt -o .gpu/bin/fp8_probe
-cp "$here/check.sh" "$here/recheck.sh" .gpu/
+cp "$here/lib.sh" "$here/check.sh" "$here/recheck.sh" .gpu/
 git rev-parse HEAD > .gpu/commit
 git status --porcelain --untracked-files=no | grep -q . && echo "dirty" >> .gpu/commit
 strip --strip-unneeded .gpu/bin/* 2>/dev/null || true

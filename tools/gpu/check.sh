@@ -7,39 +7,14 @@
 # "FIGURE", ready for docs/performance.md. Each step is independent: a failing step is logged and the
 # next one still runs. CHECK_QUICK=1 shrinks the profiles to b = 1,2 (a rerun short of device time).
 set -u
-# The device call brings back at most 8 files from $OUT: the logs go to a work folder, and after every step
-# $OUT gets summary.txt, kernel-rates.txt and all.tgz (the whole work folder), so a run cut off at the call's
-# limit still returns everything up to its last step.
-FINAL=${OUT:-gpu-out}; mkdir -p "$FINAL"
-OUT=${CHECK_WORK:-/tmp/gpu-check}
-[ "$(realpath -m "$OUT")" = "$(realpath -m "$FINAL")" ] && { echo "check.sh: CHECK_WORK must not be \$OUT ($FINAL)" >&2; exit 2; }
-rm -rf "$OUT"; mkdir -p "$OUT"
-B=.gpu/bin; P=$B/planner; S=$OUT/summary.txt
-: > "$S"
-log() { echo "== $*" | tee -a "$S"; }
-figure() { echo "FIGURE $*" | tee -a "$S"; }
-publish() { cp "$S" "$FINAL/"; [ -f "$OUT/kernel-rates.txt" ] && cp "$OUT/kernel-rates.txt" "$FINAL/"
-  tar czf "$FINAL/all.tgz.part" --exclude='*.bin' -C "$(dirname "$OUT")" "$(basename "$OUT")" 2>/dev/null &&
-    mv "$FINAL/all.tgz.part" "$FINAL/all.tgz"; }
-step() { local name=$1; shift; local t0; t0=$(date +%s%N)
-  timeout "${STEP_S:-150}" "$@" > "$OUT/$name.log" 2>&1; local rc=$?
-  local ms=$(( ($(date +%s%N) - t0) / 1000000 ))
-  printf '%-30s rc=%-4s %4d.%d s\n' "$name" "$rc" $((ms / 1000)) $((ms % 1000 / 100)) | tee -a "$S"; publish; return $rc; }
+. "$(dirname "$0")/lib.sh"
+gpu_check_start check.sh /tmp/gpu-check
 
 # 1. The machine, and the libraries: the Python wheels' (cuDNN, NCCL, cuBLAS, runtime), then CUDA's own.
 log "commit $(tr '\n' ' ' < .gpu/commit 2>/dev/null) date $(date -u +%Y-%m-%dT%H:%M:%SZ)"
 nvidia-smi --query-gpu=name,memory.total,driver_version,clocks.max.sm,compute_cap --format=csv > "$OUT/nvidia-smi.txt" 2>&1
 cat "$OUT/nvidia-smi.txt" >> "$S"
-wheel_libs=$(python3 - <<'PY' 2>/dev/null
-import os, site
-dirs = set()
-for sp in site.getsitepackages():
-    for d, _, files in os.walk(os.path.join(sp, 'nvidia')):
-        if any(f.startswith(('libcudnn', 'libnccl', 'libcublas', 'libcudart')) for f in files): dirs.add(d)
-print(':'.join(sorted(dirs)))
-PY
-)
-export LD_LIBRARY_PATH="$PWD/.gpu/lib:${wheel_libs}:/usr/local/cuda/lib64:/usr/local/cuda/lib:${LD_LIBRARY_PATH:-}"
+gpu_libraries
 echo "LD_LIBRARY_PATH=$LD_LIBRARY_PATH" > "$OUT/env.txt"
 # The CUDA libraries are the module's (libplanner_cuda.so next to the planner), not the planner's.
 ldd "$P" "$B/libplanner_cuda.so" > "$OUT/ldd.txt" 2>&1
@@ -69,7 +44,7 @@ step nccl-one-rank $B/nccl_test
 #    sequences, so that its profile takes a minute, not an hour.
 mkdir -p "$OUT/models"
 sed -e 's/^dtype: fp16/dtype: bf16/' -e 's/vocab: 50257/vocab: 50304/' configs/models/gpt2-small.yaml > "$OUT/models/gpt2-small-bf16.yaml"
-sed -e 's/^name: llama3-8b/name: llama3-8b-2l/' -e 's/^  layers: 32/  layers: 2/' -e 's/^  seq: 8192/  seq: 2048/' configs/models/llama3-8b.yaml > "$OUT/models/llama3-8b-2l.yaml"
+llama_2l_model
 bs=1,2,4,8; [ "${CHECK_QUICK:-0}" = 1 ] && bs=1,2
 prof=(--device cuda --precision bf16 --microbatch-sizes $bs --rounds 1 --min-repetitions 10 --warmup 2 --budget-seconds 0.5)
 
