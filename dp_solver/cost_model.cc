@@ -623,16 +623,12 @@ void AddMoeModuleRecompute(const Layer& l, const RowRates& q, const MoeLayerCost
   r->tp_total_s += m.etp_pass_s;
 }
 
-// The routed experts' GEMMs of one pass on one GPU, balanced: at their shapes' rates on a kernel table, else at the
-// precision's GEMM rate.
-double ExpertGemmSeconds(const Layer& l, const RowRates& q, double shard, int pass) {
-  if (q.kt == nullptr || q.gemm_model == nullptr) {
-    const double flops =
-        pass == 0 ? l.expert_fwd_flops : (pass == 1 ? l.expert_bwd_input_flops : l.expert_bwd_weight_flops);
-    return PassSeconds(q, shard, flops, 0, 0);
-  }
+// The routed experts' forward GEMMs on one GPU, balanced: at their shapes' rates with their input casts on a kernel
+// table, else at the precision's GEMM rate.
+double ExpertForwardSeconds(const Layer& l, const RowRates& q, double shard) {
+  if (q.kt == nullptr || q.gemm_model == nullptr) return PassSeconds(q, shard, l.expert_fwd_flops, 0, 0);
   double flops = 0, cast = 0;
-  const double s = ListedGemmSeconds(l, q, shard, pass, &flops, &cast, true);
+  const double s = ListedGemmSeconds(l, q, shard, 0, &flops, &cast, true);
   return s + cast;
 }
 
@@ -645,7 +641,7 @@ std::array<double, 2> MoeHostWait(const Layer& l, const RowRates& q, double shar
                                   double backward_s) {
   if (!(q.moe_host_fwd > 0 || q.moe_host_bwd > 0)) return {0, 0};
   const double local = static_cast<double>(l.experts) / static_cast<double>(std::max<int64_t>(1, q.ep));
-  const double gpu_f = ExpertGemmSeconds(l, q, shard, 0) + forward_window;
+  const double gpu_f = ExpertForwardSeconds(l, q, shard) + forward_window;
   return {std::max(0.0, local * q.moe_host_fwd - gpu_f), std::max(0.0, local * q.moe_host_bwd - backward_s)};
 }
 
@@ -686,9 +682,10 @@ void AddMoeCosts(const ClusterSpec& c, const Layer& l, const RowRates& q, double
   // A re-run forward (full recompute, or selective recompute's moe module) syncs and launches again.
   const bool rerun = q.rc == Recompute::kFull ||
                      (q.rc == Recompute::kSelective && HasRecomputeModule(q.modules, RecomputeModule::kMoe));
+  const double rerun_wait = rerun ? wait[0] : 0;
   r->forward_s += wait[0];
-  r->backward_input_s += wait[1] + (rerun ? wait[0] : 0);
-  r->moe_host_wait_s = wait[0] + wait[1] + (rerun ? wait[0] : 0);
+  r->backward_input_s += wait[1] + rerun_wait;
+  r->moe_host_wait_s = wait[0] + wait[1] + rerun_wait;
   r->ep_comm_s = a2a_f + a2a_b;
   r->ep_total_s = 2 * m.a2a_pass_s;
   r->tp_comm_s += 2 * m.etp_pass_s;
