@@ -7,7 +7,11 @@ gpu_check_start() {
   FINAL=${OUT:-gpu-out}; mkdir -p "$FINAL"
   OUT=${CHECK_WORK:-$2}
   [ "$(realpath -m "$OUT")" = "$(realpath -m "$FINAL")" ] && { echo "$1: CHECK_WORK must not be \$OUT ($FINAL)" >&2; exit 2; }
-  rm -rf "$OUT"; mkdir -p "$OUT"
+  # Emptied only if a check made it (its marker is there): a folder of anyone else's is refused, never removed.
+  if [ -d "$OUT" ] && [ -n "$(ls -A "$OUT")" ] && [ ! -f "$OUT/.gpu-check-work" ]; then
+    echo "$1: $OUT is not empty and was not made by a GPU check; name another CHECK_WORK" >&2; exit 2
+  fi
+  rm -rf "$OUT"; mkdir -p "$OUT"; : > "$OUT/.gpu-check-work"
   B=.gpu/bin; P=$B/planner; S=$OUT/summary.txt
   : > "$S"
 }
