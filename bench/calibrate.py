@@ -808,6 +808,45 @@ def run_megatron_bridge(tmp, cluster):
     return rows
 
 
+# Checks, not calibration: Megatron-Core on Blackwell (DGX B200, GB200 NVL72), FP8, the layouts the tables publish.
+# NVIDIA-NeMo/Megatron-Bridge docs/performance-summary-archive.md at 067f987d (last changed in 4ab94dfa): releases
+# 25.11 (FP8-CS with FP8-MX in parentheses: Transformer Engine's current scaling and MXFP8, "32x32 granularity" on
+# Blackwell) and 26.04.01 (GB200 MXFP8 rows). (source, model file, cluster file, GPUs, global batch, microbatch, seq,
+# tp, pp, cp, vp, FP8 recipe: cs | mx, extra flags, tokens/s/GPU). FSDP 64 is Megatron FSDP (--zero 3); recompute is
+# not stated and left to the planner (the memory decides); TP communication overlap where tp > 1, as the recipes run.
+# Not here: the MoE rows (GPT-OSS has no model file; Qwen3-30B-A3B's 25.09 rows drop tokens) and NVFP4 (no table figure).
+BLACKWELL = [
+    ("MB 25.11", "llama3-8b.yaml", "b200.yaml", 8, 128, 2, 8192, 1, 1, 1, 1, "cs", [], 30624),
+    ("MB 25.11", "llama3-8b.yaml", "b200.yaml", 8, 128, 2, 8192, 1, 1, 1, 1, "mx", [], 29521),
+    ("MB 25.11", "llama3.1-405b.yaml", "b200.yaml", 128, 64, 1, 8192, 4, 8, 2, 8, "cs", [], 661),
+    ("MB 25.11", "llama3.1-405b.yaml", "b200.yaml", 128, 64, 1, 8192, 4, 8, 2, 8, "mx", [], 624),
+    ("MB 25.11", "llama3-8b.yaml", "gb200-nvl72.yaml", 8, 128, 2, 8192, 1, 1, 1, 1, "cs", [], 31508),
+    ("MB 25.11", "llama3-8b.yaml", "gb200-nvl72.yaml", 8, 128, 2, 8192, 1, 1, 1, 1, "mx", [], 29789),
+    ("MB 25.11", "llama3-70b.yaml", "gb200-nvl72.yaml", 64, 256, 2, 8192, 1, 1, 1, 1, "cs", ["--zero", "3"], 4312),
+    ("MB 25.11", "llama3.1-405b.yaml", "gb200-nvl72.yaml", 256, 1536, 1, 8192, 4, 16, 1, 4, "cs", [], 813),
+    ("MB 26.04.01", "llama3-70b.yaml", "gb200-nvl72.yaml", 64, 256, 1, 8192, 2, 4, 1, 5, "mx", [], 3712),
+    ("MB 26.04.01", "llama3.1-405b.yaml", "gb200-nvl72.yaml", 256, 1536, 1, 8192, 4, 16, 1, 8, "mx", [], 800),
+]
+
+
+def run_blackwell(tmp):
+    engines = {"cs": megatron_core_variant(tmp, "megatron-core-fp8-current", r"^fp8_recipe: delayed", "fp8_recipe: current"),
+               "mx": megatron_core_variant(tmp, "megatron-core-mxfp8", r"^fp8_recipe: delayed", "fp8_recipe: mxfp8")}
+    rows = []
+    for src, model, cluster, n, B, b, seq, t, p, cp, v, recipe, extra, pub in BLACKWELL:
+        flags = ["--tp", str(t), "--pp", str(p), "--cp", str(cp), "--global-batch", str(B), "--microbatch", str(b),
+                 "--seq", str(seq), "--precision", "fp8", "--grad-dtype", "bf16", "--engine", engines[recipe]]
+        flags += [] if "--zero" in extra else ["--zero", "1"]
+        flags += schedule_flags(v) + (["--sp", "on", "--tp-comm-overlap", "on"] if t > 1 else [])
+        plan, err = solve(os.path.join(ROOT, "configs", "models", model), os.path.join(ROOT, "configs", "clusters", cluster),
+                          n, flags + extra)
+        pred = plan["predicted"]["tokens_per_second_per_gpu"] if plan else None
+        gpu = "GB200" if cluster.startswith("gb200") else "B200"
+        rows.append((f"{src} {model[:-5]} {gpu} n{n} tp{t} pp{p} cp{cp} vp{v} B{B} b{b} seq{seq} fp8-{recipe}", pub, pred,
+                     layout(plan) if plan else "REFUSED: " + err))
+    return rows
+
+
 def table_mem(title, unit, rows):
     """table() with the published and predicted peak memory (GiB) beside the figure."""
     print(f"\n### {title}\n\n| run | published {unit} | predicted | error | published GiB | predicted GiB (reserved) | plan |\n"
@@ -969,6 +1008,8 @@ def main():
                           run_torchtitan_2412(args.h100_96gb))
         bridge = table("Checks, not calibration: Megatron-Core's 2025-26 recipes (Megatron-Bridge, Megatron-LM, NeMo 25.02; "
                        "H100, FP8)", "tokens/s/GPU", run_megatron_bridge(tmp, args.h100))
+        blackwell = table("Checks, not calibration: Megatron-Core on Blackwell (Megatron-Bridge 25.11 and 26.04.01; DGX B200, "
+                          "GB200 NVL72; FP8 current scaling and MXFP8)", "tokens/s/GPU", run_blackwell(tmp))
         moe = table("Checks, not calibration: Megatron-Core MoE runs (Megatron-Bridge, Megatron-MoE-ModelZoo; H100, bf16)",
                     "tokens/s/GPU", run_moe_h100(args.h100))
         moe_long = table("Checks, not calibration: Qwen3-235B-A22B long context (Megatron-MoE-ModelZoo; 256 H100, TP 4, "
@@ -996,6 +1037,9 @@ def main():
         summary("checks: NeMo 24.07 H100 fp8", nemo, len(NEMO_2407))
         summary("checks: torchtitan Dec 2024 H100", titan, len(TORCHTITAN_2412) - 1)
         summary("checks: Megatron-Core 2025-26 recipes H100 fp8", bridge, len(MEGATRON_BRIDGE))
+        summary("checks: Megatron-Core Blackwell B200 / GB200 fp8", blackwell, len(BLACKWELL))
+        if blackwell:
+            print(f"checks: Megatron-Core Blackwell B200 / GB200 fp8: signed mean {100 * sum(blackwell) / len(blackwell):+.2f}%")
         summary("checks: Megatron-Core MoE H100 bf16", moe, len(MOE_H100))
         if moe:
             print(f"checks: Megatron-Core MoE H100 bf16: signed mean {100 * sum(moe) / len(moe):+.2f}%")

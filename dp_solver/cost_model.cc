@@ -6,6 +6,7 @@
 #include <cmath>
 
 #include <fmt/format.h>
+#include <fmt/ranges.h>
 
 #include "common/units.h"
 #include "dp_solver/moe_cost.h"
@@ -347,6 +348,18 @@ Status CheckCostSource(const CostSource& src) {
           "cluster's flat efficiency)",
           kt.path, kt.name, dtype, kt.Gemm(DType::kBf16) == nullptr ? " (nor bf16, which FP8 models use too)" : "",
           kt.Gemm(src.model->dtype) == nullptr ? dtype : "bf16"));
+    }
+    // A table that lists FP8 recipes and not the engine's (Hopper has no MXFP8 tensor cores): refused, not costed as
+    // per-tensor scaling. A table listing none (a measured one) costs every recipe as per-tensor (Fp8Recipe{}).
+    const std::string& recipe = src.engine != nullptr ? src.engine->fp8_recipe : std::string();
+    if (src.model->dtype == DType::kFp8 && !recipe.empty() && !kt.fp8_recipes.empty() &&
+        kt.fp8_recipes.count(recipe) == 0) {
+      std::vector<std::string> has;
+      for (const auto& kv : kt.fp8_recipes) has.push_back(kv.first);
+      return Status::InvalidArgument(fmt::format(
+          "{}: kernel table '{}' has no FP8 recipe '{}' (the fp8_recipe of engine '{}'); it has {}: use an engine "
+          "file with one of them, a kernel table with fp8_recipes.{} (--kernels), or --precision bf16",
+          kt.path, kt.name, recipe, src.engine->name, fmt::join(has, ", "), recipe));
     }
   }
   return Status::OK();

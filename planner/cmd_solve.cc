@@ -1005,9 +1005,10 @@ Runner RegisterSolve(CLI::App& app) {
   cmd->add_option("--engine", a->engine,
                   "the engine the plan is costed for: megatron-core (default), torchtitan, torchtitan-compile, "
                   "deepspeed, an engine file, or all (the chosen layout on every engine side by side)");
-  cmd->add_option("--kernels", a->kernels,
-                  "kernel table (per-operation-class rates): a built-in name (h100, a100), a file, or none (the "
-                  "cluster's flat efficiency); default: the cluster GPU's built-in table");
+  cmd->add_option(
+      "--kernels", a->kernels,
+      "kernel table (per-operation-class rates): a built-in name (h100, a100, b200, gb200), a file, or none (the "
+      "cluster's flat efficiency); default: the cluster GPU's built-in table");
   cmd->add_option("--tp-comm-overlap", a->tp_comm_overlap,
                   "on: TP collectives overlapped with the GEMMs as the engine does it (Megatron --tp-comm-overlap, "
                   "torchtitan async TP), off (default)");

@@ -176,8 +176,8 @@ Status ParseUnguarded(const std::string& path, const std::string& text, EngineSp
     }
   }
   PLANNER_RETURN_IF_ERROR(r.GetEnum(root, "fp8_recipe", "fp8_recipe",
-                                    {"delayed", "current", "tensorwise", "rowwise", "blockwise"}, &e.fp8_recipe,
-                                    false));
+                                    {"delayed", "current", "tensorwise", "rowwise", "blockwise", "mxfp8"},
+                                    &e.fp8_recipe, false));
   const YAML::Node& s = root["sustained"];
   if (s.IsDefined()) {
     PLANNER_RETURN_IF_ERROR(r.CheckKeys(s, "sustained", {"gemm", "gemm_fp8", "attention", "memory"}));
@@ -335,7 +335,9 @@ const std::vector<int64_t>* EngineSpec::OptimizerStateZero(OptimizerState s) con
 
 std::array<double, 2> EngineSpec::MoeHostSecondsPerExpert(DType dtype) const {
   if (dtype != DType::kFp8 && dtype != DType::kBf16 && dtype != DType::kFp16) return {0, 0};
-  const char* key = dtype == DType::kFp8 ? (fp8_recipe == "delayed" ? "fp8_delayed" : "fp8_current") : "bf16";
+  // MXFP8 finds each block's scale inside its one cast kernel (no amax / scale launches): delayed scaling's count.
+  const bool fused_cast = fp8_recipe == "delayed" || fp8_recipe == "mxfp8";
+  const char* key = dtype == DType::kFp8 ? (fused_cast ? "fp8_delayed" : "fp8_current") : "bf16";
   auto it = moe_host_launches.find(key);
   if (!(moe_host_launch_s > 0) || it == moe_host_launches.end()) return {0, 0};
   return {it->second[0] * moe_host_launch_s, it->second[1] * moe_host_launch_s};

@@ -16,7 +16,11 @@ struct Builtin {
   const char* name;
   std::string_view text;
 };
-const Builtin kBuiltinKernels[] = {{"a100", spec_tables::kA100}, {"h100", spec_tables::kH100}};
+// Searched in this order by BuiltinKernelTableFor: gb200 before b200 (a GB200 name holds "B200" too).
+const Builtin kBuiltinKernels[] = {{"a100", spec_tables::kA100},
+                                   {"h100", spec_tables::kH100},
+                                   {"gb200", spec_tables::kGb200},
+                                   {"b200", spec_tables::kB200}};
 
 // Linear interpolation of y over x at `at` in log space of x, clamped at the ends.
 double LogInterp(const std::vector<double>& x, const std::vector<double>& y, double at) {

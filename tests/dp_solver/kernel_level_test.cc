@@ -65,6 +65,44 @@ TEST_CASE("the GEMM model reproduces DeepGEMM's published efficiencies it was no
   CHECK(h.Gemm(DType::kFp16) != nullptr);
 }
 
+TEST_CASE("Blackwell tables: a GB200 name takes gb200, a B200 name b200, and they return the published figures") {
+  KernelTable t;
+  REQUIRE(BuiltinKernelTableFor("B200-GB200-186GB", &t));  // configs/clusters/gb200-nvl72.yaml: holds "B200" too
+  CHECK(t.name == "gb200");
+  REQUIRE(BuiltinKernelTableFor("B200-SXM-180GB", &t));  // configs/clusters/b200.yaml
+  CHECK(t.name == "b200");
+  REQUIRE(BuiltinKernelTableFor("NVIDIA B200", &t));
+  CHECK(t.name == "b200");
+  REQUIRE(BuiltinKernelTableFor("H100-SXM5-80GB", &t));
+  CHECK(t.name == "h100");
+  const KernelTable b = Table("b200"), g = Table("gb200");
+  // cudnn-frontend's B200 (cuDNN 9.13.1) and GB200 (cuDNN 9.17) CSVs, causal, head dim 128.
+  CHECK(b.AttentionTflops("cudnn", "fwd", true, 128, 8192) == doctest::Approx(1384.2));
+  CHECK(b.AttentionTflops("cudnn", "bwd", true, 128, 131072) == doctest::Approx(1127.7));
+  CHECK(g.AttentionTflops("cudnn", "fwd", true, 128, 8192) == doctest::Approx(1584));
+  CHECK(b.AttentionTflops("fa2", "fwd", true, 128, 32768) == doctest::Approx(435.8));
+  CHECK_FALSE(b.HasKernel("fa3"));  // FlashAttention-3 is Hopper only
+  // The GEMM model against the benchmarks it was set from and one it was not: MAMF's maximum is not exceeded by
+  // more than 3% at any K (its K factor -> 1), and XLA's K sweep (K 2048 -> 4096 at M = N = 4096: 1277.8 -> 1416.9
+  // TFLOP/s bf16) is reproduced as a ratio within 3%.
+  const GemmEfficiency& bf16 = *b.Gemm(DType::kBf16);
+  CHECK(b.GemmFraction(bf16, 16384, 16384, 1 << 20) <= 1745.0 / 2250 * 1.03);
+  CHECK(b.GemmFraction(bf16, 16384, 16384, 1 << 20) >= 1745.0 / 2250 * 0.97);
+  CHECK(b.GemmFraction(bf16, 4096, 4096, 4096) / b.GemmFraction(bf16, 4096, 4096, 2048) ==
+        doctest::Approx(1416.9 / 1277.8).epsilon(0.03));
+  const GemmEfficiency& fp8 = *b.Gemm(DType::kFp8);
+  CHECK(b.GemmFraction(fp8, 16384, 16384, 1 << 20) <= 3432.5 / 4500 * 1.03);
+  CHECK(g.GemmFraction(*g.Gemm(DType::kBf16), 16384, 16384, 1 << 20) <= 1822.0 / 2500 * 1.03);
+  CHECK(g.GemmFraction(*g.Gemm(DType::kFp8), 16384, 16384, 1 << 20) <= 3615.6 / 5000 * 1.03);
+  // GB200: a larger peak, a smaller share of it (MAMF 0.729 against B200's 0.776); still faster in TFLOP/s.
+  CHECK(2500 * g.GemmFraction(*g.Gemm(DType::kBf16), 8192, 8192, 8192) > 2250 * b.GemmFraction(bf16, 8192, 8192, 8192));
+  CHECK(g.GemmFraction(*g.Gemm(DType::kBf16), 8192, 8192, 8192) < b.GemmFraction(bf16, 8192, 8192, 8192));
+  // MXFP8 is a Blackwell recipe: the tensor cores scale its 1 x 32 blocks (no amax pass); Hopper's table has none.
+  REQUIRE(b.fp8_recipes.count("mxfp8") == 1);
+  CHECK(b.fp8_recipes.at("mxfp8").amax_passes == 0);
+  CHECK(Table("h100").fp8_recipes.count("mxfp8") == 0);
+}
+
 TEST_CASE("built-in engines parse and say what they run") {
   CHECK(BuiltinEngines() == std::vector<std::string>{"megatron-core", "torchtitan", "torchtitan-compile", "deepspeed"});
   CHECK(std::string(DefaultEngineName()) == "megatron-core");
