@@ -828,6 +828,16 @@ BLACKWELL = [
     ("MB 26.04.01", "llama3.1-405b.yaml", "gb200-nvl72.yaml", 256, 1536, 1, 8192, 4, 16, 1, 8, "mx", [], 800),
 ]
 
+# The same archive's MoE rows on Blackwell, 26.04.01, MXFP8, TP 1, force-balanced and dropless (the archive's note).
+# (source, model file, cluster file, GPUs, global batch, microbatch, seq, pp, vp, ep, tokens/s/GPU). The dispatcher
+# and the EP overlap are not stated: costed with the alltoall dispatcher, nothing overlapped.
+BLACKWELL_MOE = [
+    ("MB 26.04.01", "qwen3-30b-a3b.yaml", "b200.yaml", 8, 512, 4, 4096, 1, 1, 8, 27136),
+    ("MB 26.04.01", "qwen3-30b-a3b.yaml", "gb200-nvl72.yaml", 8, 512, 4, 4096, 1, 1, 8, 26112),
+    ("MB 26.04.01", "qwen3-235b-a22b.yaml", "b200.yaml", 256, 8192, 1, 4096, 8, 1, 8, 3776),
+    ("MB 26.04.01", "qwen3-235b-a22b.yaml", "gb200-nvl72.yaml", 256, 8192, 1, 4096, 8, 3, 32, 5680),
+]
+
 
 def run_blackwell(tmp):
     engines = {"cs": megatron_core_variant(tmp, "megatron-core-fp8-current", r"^fp8_recipe: delayed", "fp8_recipe: current"),
@@ -843,6 +853,24 @@ def run_blackwell(tmp):
         pred = plan["predicted"]["tokens_per_second_per_gpu"] if plan else None
         gpu = "GB200" if cluster.startswith("gb200") else "B200"
         rows.append((f"{src} {model[:-5]} {gpu} n{n} tp{t} pp{p} cp{cp} vp{v} B{B} b{b} seq{seq} fp8-{recipe}", pub, pred,
+                     layout(plan) if plan else "REFUSED: " + err))
+    return rows
+
+
+def run_blackwell_moe(tmp):
+    engine = megatron_core_variant(tmp, "megatron-core-mxfp8", r"^fp8_recipe: delayed", "fp8_recipe: mxfp8")
+    rows = []
+    for src, model, cluster, n, B, b, seq, p, v, ep, pub in BLACKWELL_MOE:
+        flags = ["--tp", "1", "--pp", str(p), "--cp", "1", "--global-batch", str(B), "--microbatch", str(b), "--seq",
+                 str(seq), "--precision", "fp8", "--grad-dtype", "bf16", "--engine", engine, "--zero", "1", "--ep",
+                 str(ep), "--etp", "1"] + schedule_flags(v)
+        plan, err = solve(os.path.join(ROOT, "configs", "models", model), os.path.join(ROOT, "configs", "clusters", cluster),
+                          n, flags)
+        pred = plan["predicted"]["tokens_per_second_per_gpu"] if plan else None
+        if pred is not None:
+            MOE_ROWS.append(("megatron-core", "fp8", (pred - pub) / pub, False))
+        gpu = "GB200" if cluster.startswith("gb200") else "B200"
+        rows.append((f"{src} {model[:-5]} {gpu} n{n} tp1 pp{p} vp{v} ep{ep} B{B} b{b} seq{seq} fp8-mx", pub, pred,
                      layout(plan) if plan else "REFUSED: " + err))
     return rows
 
@@ -1010,6 +1038,8 @@ def main():
                        "H100, FP8)", "tokens/s/GPU", run_megatron_bridge(tmp, args.h100))
         blackwell = table("Checks, not calibration: Megatron-Core on Blackwell (Megatron-Bridge 25.11 and 26.04.01; DGX B200, "
                           "GB200 NVL72; FP8 current scaling and MXFP8)", "tokens/s/GPU", run_blackwell(tmp))
+        blackwell_moe = table("Checks, not calibration: Megatron-Core MoE on Blackwell (Megatron-Bridge 26.04.01; MXFP8, "
+                              "force-balanced)", "tokens/s/GPU", run_blackwell_moe(tmp))
         moe = table("Checks, not calibration: Megatron-Core MoE runs (Megatron-Bridge, Megatron-MoE-ModelZoo; H100, bf16)",
                     "tokens/s/GPU", run_moe_h100(args.h100))
         moe_long = table("Checks, not calibration: Qwen3-235B-A22B long context (Megatron-MoE-ModelZoo; 256 H100, TP 4, "
@@ -1040,6 +1070,7 @@ def main():
         summary("checks: Megatron-Core Blackwell B200 / GB200 fp8", blackwell, len(BLACKWELL))
         if blackwell:
             print(f"checks: Megatron-Core Blackwell B200 / GB200 fp8: signed mean {100 * sum(blackwell) / len(blackwell):+.2f}%")
+        summary("checks: Megatron-Core MoE Blackwell fp8 (MXFP8)", blackwell_moe, len(BLACKWELL_MOE))
         summary("checks: Megatron-Core MoE H100 bf16", moe, len(MOE_H100))
         if moe:
             print(f"checks: Megatron-Core MoE H100 bf16: signed mean {100 * sum(moe) / len(moe):+.2f}%")
