@@ -477,6 +477,33 @@ bool MegatronBlockwiseFp8(const Plan& plan, const ModelSpec& model) {
          (plan.recompute_modules & fp8_refused) != 0;
 }
 
+// The FP8 recipe the plan was costed with (inputs.fp8_recipe), as Megatron-LM names it (--fp8-recipe: delayed,
+// tensorwise = Transformer Engine's current scaling, blockwise, mxfp8); blockwise where Megatron-Core refuses the
+// delayed recipe beside moe_act / layernorm recompute (noted: costed delayed). torchao's rowwise has no Megatron
+// equivalent: tensorwise, noted. A plan without a recipe (flat efficiency, a profile, an older plan): delayed, the
+// default, unless blockwise is needed.
+std::string MegatronFp8RecipeArgs(const Plan& plan, const ModelSpec& model, std::vector<std::string>* notes) {
+  if (model.dtype != DType::kFp8) return "";
+  const std::string costed = plan.fp8_recipe.empty() ? "delayed" : plan.fp8_recipe;
+  if (MegatronBlockwiseFp8(plan, model)) {
+    if (costed != "blockwise")
+      notes->push_back(fmt::format(
+          "megatron.args: --fp8-recipe blockwise, as Megatron-Core requires beside moe_act / layernorm recompute; the "
+          "plan was costed with the {} recipe (solve with --fp8-recipe blockwise to cost what it runs)",
+          costed));
+    return "--fp8-recipe blockwise\n";
+  }
+  if (costed == "rowwise") {
+    notes->push_back(
+        "megatron.args: the plan was costed with torchao's rowwise FP8 recipe, which Megatron-LM does not run: "
+        "written as --fp8-recipe tensorwise (per-tensor current scaling)");
+    return "--fp8-recipe tensorwise\n";
+  }
+  if (plan.fp8_recipe.empty()) return "";  // Megatron's default, delayed
+  const bool current = costed == "current" || costed == "tensorwise";
+  return fmt::format("--fp8-recipe {}\n", current ? "tensorwise" : costed);
+}
+
 // The optimizer state (plan.optimizer_state): Transformer Engine's FusedAdam through --use-precision-aware-optimizer,
 // which keeps the fp32 master as int16 remainders beside bf16 weights (OptimizerConfig store_param_remainders,
 // default true) and the moments in --exp-avg-dtype / --exp-avg-sq-dtype. Megatron-Core keeps a master always: the
@@ -543,7 +570,7 @@ std::string MegatronFlags(const Plan& plan, const ModelSpec& model, const Launch
   if ((model.dtype == DType::kBf16 || model.dtype == DType::kFp8) && grad == DType::kBf16)
     mg += "--grad-reduce-in-bf16\n";
   mg += MegatronOptimizerStateArgs(plan, model, notes);
-  if (MegatronBlockwiseFp8(plan, model)) mg += "--fp8-recipe blockwise\n";
+  mg += MegatronFp8RecipeArgs(plan, model, notes);
   return mg;
 }
 

@@ -94,6 +94,7 @@ Status LoadEngines(const SolveArgs& a, const ClusterSpec& cluster, SolveInputs* 
   for (const auto& n : names) {
     EngineSpec e;
     PLANNER_RETURN_IF_ERROR(LoadEngineSpec(n, &e));
+    if (!a.fp8_recipe.empty()) e.fp8_recipe = a.fp8_recipe;  // the recipe the FP8 GEMMs and casts are costed with
     in->engines.push_back(std::move(e));
   }
   if (a.tp_comm_overlap != "on" && a.tp_comm_overlap != "off") {
@@ -579,6 +580,8 @@ Status SolveSize(const SolveArgs& a, const SolveInputs& in, Plan* plan) {
     plan->engine_file = in.engines.front().path.rfind("builtin:", 0) == 0 ? "" : in.engines.front().path;
     if (plan->cp > 1) ParseCpCommType(a.cp_comm_type, &plan->cp_comm_type);
     // Recorded where it was costed: kernel-level costs, an engine that hides a share, TP with sequence parallelism.
+    // The FP8 recipe the kernel-level costs assumed (the engine's, or --fp8-recipe): codegen's exports run it.
+    if (in.kernel_level && in.model.dtype == DType::kFp8) plan->fp8_recipe = in.engines.front().fp8_recipe;
     plan->tp_comm_overlap = in.kernel_level && a.tp_comm_overlap == "on" &&
                             in.engines.front().tp_comm_overlap_hidden > 0 && plan->sequence_parallel && plan->tp > 1;
     // A built-in table by its name; a file (--kernels FILE, a calibration's measured table) by its path, so that
@@ -741,6 +744,12 @@ Status LoadSolveInputs(const SolveArgs& a, SolveInputs* in) {
         model.name, eff.precision, profile_path, DTypeName(model.dtype), DTypeName(model.dtype)));
   }
   PLANNER_RETURN_IF_ERROR(ApplyModelOverrides(eff, &in->model, &in->notes));
+  if (!a.fp8_recipe.empty() && in->model.dtype != DType::kFp8) {
+    return Status::InvalidArgument(fmt::format(
+        "--fp8-recipe {}: model {} is planned in {}, and a recipe scales FP8 GEMMs only; add --precision fp8 or drop "
+        "--fp8-recipe",
+        a.fp8_recipe, in->model.name, DTypeName(in->model.dtype)));
+  }
   if (in->kernel_level && a.kernels.empty() && !a.model.empty() && in->kernels.Gemm(model.dtype) == nullptr) {
     in->kernel_level = false;  // the GPU's built-in table has no figures for this precision: the flat model
     in->notes.push_back(fmt::format("kernel table {} has no {} GEMM figures: costed at the cluster's flat efficiency",
@@ -868,6 +877,7 @@ Status PlanPredictor::Init(const std::string& plan_path, const Plan& plan) {
   a.moe_overlap = plan.moe_overlap ? "on" : "off";  // an older plan's note read as the input (ParsePlan)
   a.moe_imbalance = plan.moe_imbalance;
   a.tp_comm_overlap = plan.tp_comm_overlap ? "on" : "off";
+  a.fp8_recipe = plan.fp8_recipe;
   const std::vector<std::string> builtin = BuiltinKernelTables();
   a.kernels = plan.kernels.empty() ? "none"
               : std::find(builtin.begin(), builtin.end(), plan.kernels) != builtin.end()
@@ -1009,6 +1019,10 @@ Runner RegisterSolve(CLI::App& app) {
       "--kernels", a->kernels,
       "kernel table (per-operation-class rates): a built-in name (h100, a100, b200, gb200), a file, or none (the "
       "cluster's flat efficiency); default: the cluster GPU's built-in table");
+  cmd->add_option("--fp8-recipe", a->fp8_recipe,
+                  "FP8 plans: the scaling recipe, replacing the engine's (delayed, current, tensorwise, rowwise, "
+                  "blockwise, mxfp8; Megatron --fp8-recipe: current runs as tensorwise); the kernel table must list it")
+      ->check(CLI::IsMember({"delayed", "current", "tensorwise", "rowwise", "blockwise", "mxfp8"}));
   cmd->add_option("--tp-comm-overlap", a->tp_comm_overlap,
                   "on: TP collectives overlapped with the GEMMs as the engine does it (Megatron --tp-comm-overlap, "
                   "torchtitan async TP), off (default)");

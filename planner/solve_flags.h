@@ -39,6 +39,7 @@ struct SolveArgs {
   // Kernel-level costs (docs/cost_model.md section 2, "Engines"): --engine NAME|FILE|all, --kernels
   // NAME|FILE|none (empty: the cluster's GPU's built-in table), --tp-comm-overlap on|off.
   std::string engine, kernels, tp_comm_overlap = "off";  // engine empty: megatron-core, not named
+  std::string fp8_recipe;                                // --fp8-recipe: replaces the engines' fp8_recipe ("": theirs)
   std::string cp_comm_type = "p2p";                      // --cp-comm-type p2p|allgather
   std::string replication, sp, precision, train_tokens_text;
   std::string pipeline_layout;

@@ -138,6 +138,9 @@ struct Plan : ParallelLayout {
   // The engine file the plan was costed with when it is not a built-in (`engine` is then that file's name, which may
   // be a built-in's): a re-costing reads it (beside the plan if moved), codegen's engine note skips it. "": built-in.
   std::string engine_file;
+  // The FP8 recipe kernel-level costs assumed (inputs.fp8_recipe: the engine's fp8_recipe or solve --fp8-recipe;
+  // "": not an FP8 plan, or costed on a profile or the flat efficiency). Codegen's exports run it.
+  std::string fp8_recipe;
   std::string calibration;  // solve --calibration: the calibration file the engine's rates were scaled by ("": none)
   CpCommType cp_comm_type = CpCommType::kP2P;  // context parallelism's KV exchange (written when not p2p)
   // MoE token dispatch (written when not alltoall): alltoall (one copy per routed expert, NCCL) or flex
