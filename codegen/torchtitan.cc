@@ -310,6 +310,13 @@ void AddTorchtitan(const Plan& plan, const ModelSpec& model, const LaunchPlan& L
   t += fmt::format("[job]\ndump_folder = \"./outputs\"\ndescription = \"planner plan {}\"\n\n", model.name);
   t += fmt::format("[model]\nname = \"llama3\"\nflavor = \"{}\"\n", flavor);
   if (model.dtype == DType::kFp8) t += "converters = [\"float8\"]\n";
+  // torchao's float8 converter runs per-tensor current scaling (its tensorwise default) as written here.
+  if (model.dtype == DType::kFp8 && !plan.fp8_recipe.empty() && plan.fp8_recipe != "tensorwise" &&
+      plan.fp8_recipe != "current")
+    notes->push_back(fmt::format(
+        "torchtitan.toml: converters [\"float8\"] runs torchao's tensorwise recipe; the plan was costed with the {} "
+        "recipe (torchtitan's [float8] recipe_name or its mx converter would run another; not written)",
+        plan.fp8_recipe));
   t += fmt::format(
       "\n[training]\nlocal_batch_size = {}\nglobal_batch_size = {}\nseq_len = {}\nsteps = {}\nmixed_precision_param = "
       "\"{}\"\n\n",
