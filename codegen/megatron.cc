@@ -468,40 +468,42 @@ void MegatronShardingArgs(const Plan& plan, const LaunchPlan& L, std::string* mg
   }
 }
 
-// Whether the export runs --fp8-recipe blockwise: moe_act / layernorm recompute under FP8, where Megatron-Core refuses
-// its default delayed-scaling recipe (transformer_config.py); blockwise is DeepSeek-V3's fine-grained (1 x 128,
-// 128 x 128) quantization.
-bool MegatronBlockwiseFp8(const Plan& plan, const ModelSpec& model) {
+// Whether Megatron-Core refuses the delayed-scaling recipe for the plan: moe_act / layernorm recompute under FP8
+// (transformer_config.py: "Delayed scaling does not support moe_act and layernorm recompute for fp8").
+bool MegatronDelayedRefused(const Plan& plan, const ModelSpec& model) {
   const uint32_t fp8_refused = RecomputeBit(RecomputeModule::kMoeAct) | RecomputeBit(RecomputeModule::kLayernorm);
   return model.dtype == DType::kFp8 && plan.recompute == Recompute::kSelective &&
          (plan.recompute_modules & fp8_refused) != 0;
 }
 
-// The FP8 recipe the plan was costed with (inputs.fp8_recipe), as Megatron-LM names it (--fp8-recipe: delayed,
-// tensorwise = Transformer Engine's current scaling, blockwise, mxfp8); blockwise where Megatron-Core refuses the
-// delayed recipe beside moe_act / layernorm recompute (noted: costed delayed). torchao's rowwise has no Megatron
-// equivalent: tensorwise, noted. A plan without a recipe (flat efficiency, a profile, an older plan): delayed, the
-// default, unless blockwise is needed.
-std::string MegatronFp8RecipeArgs(const Plan& plan, const ModelSpec& model, std::vector<std::string>* notes) {
+// The --fp8-recipe Megatron-LM runs (its names: delayed, tensorwise = Transformer Engine's current scaling, blockwise,
+// mxfp8): the costed recipe (inputs.fp8_recipe), delayed where none is recorded (flat efficiency, a profile, an older
+// plan), blockwise (DeepSeek-V3's 1 x 128 / 128 x 128) where delayed is refused, tensorwise for torchao's rowwise.
+// "" for a model that is not FP8.
+std::string MegatronFp8Recipe(const Plan& plan, const ModelSpec& model) {
   if (model.dtype != DType::kFp8) return "";
-  const std::string costed = plan.fp8_recipe.empty() ? "delayed" : plan.fp8_recipe;
-  if (MegatronBlockwiseFp8(plan, model)) {
-    if (costed != "blockwise")
-      notes->push_back(fmt::format(
-          "megatron.args: --fp8-recipe blockwise, as Megatron-Core requires beside moe_act / layernorm recompute; the "
-          "plan was costed with the {} recipe (solve with --fp8-recipe blockwise to cost what it runs)",
-          costed));
-    return "--fp8-recipe blockwise\n";
-  }
-  if (costed == "rowwise") {
+  const std::string& r = plan.fp8_recipe;
+  if (r.empty() || r == "delayed") return MegatronDelayedRefused(plan, model) ? "blockwise" : "delayed";
+  if (r == "current" || r == "tensorwise" || r == "rowwise") return "tensorwise";
+  return r;  // blockwise, mxfp8
+}
+
+// --fp8-recipe as MegatronFp8Recipe says (nothing for delayed, Megatron's default), with a note where it is not the
+// costed recipe.
+std::string MegatronFp8RecipeArgs(const Plan& plan, const ModelSpec& model, std::vector<std::string>* notes) {
+  const std::string runs = MegatronFp8Recipe(plan, model);
+  if (runs.empty() || runs == "delayed") return "";
+  if (runs == "blockwise" && plan.fp8_recipe != "blockwise")
+    notes->push_back(fmt::format(
+        "megatron.args: --fp8-recipe blockwise, as Megatron-Core requires beside moe_act / layernorm recompute in "
+        "place of delayed scaling; {} (solve with --fp8-recipe blockwise on Hopper, or tensorwise / mxfp8, to cost "
+        "what runs)",
+        plan.fp8_recipe.empty() ? "the plan records no FP8 recipe" : "the plan was costed with delayed scaling"));
+  if (plan.fp8_recipe == "rowwise")
     notes->push_back(
         "megatron.args: the plan was costed with torchao's rowwise FP8 recipe, which Megatron-LM does not run: "
         "written as --fp8-recipe tensorwise (per-tensor current scaling)");
-    return "--fp8-recipe tensorwise\n";
-  }
-  if (plan.fp8_recipe.empty()) return "";  // Megatron's default, delayed
-  const bool current = costed == "current" || costed == "tensorwise";
-  return fmt::format("--fp8-recipe {}\n", current ? "tensorwise" : costed);
+  return fmt::format("--fp8-recipe {}\n", runs);
 }
 
 // The optimizer state (plan.optimizer_state): Transformer Engine's FusedAdam through --use-precision-aware-optimizer,
@@ -520,10 +522,12 @@ std::string MegatronOptimizerStateArgs(const Plan& plan, const ModelSpec& model,
         "megatron.args: Megatron-Core keeps a master copy of the weights (TE FusedAdam's int16 remainders): the "
         "plan's bf16 optimizer state (4 B per parameter, no master) runs as bf16-moments, 2 B per parameter more; "
         "solve with --optimizer-state bf16-moments to plan what it runs");
-  if (MegatronBlockwiseFp8(plan, model))
-    notes->push_back(
-        "megatron.args: under --fp8-recipe blockwise Megatron-Core keeps the master weights itself in fp32, not as "
-        "TE's remainders: 2 B per parameter more than the plan's optimizer state");
+  const std::string recipe = MegatronFp8Recipe(plan, model);
+  if (!recipe.empty() && recipe != "delayed")
+    notes->push_back(fmt::format(
+        "megatron.args: under --fp8-recipe {} Megatron-Core keeps the master weights itself in fp32, not as TE's "
+        "remainders: 2 B per parameter more than the plan's optimizer state",
+        recipe));
   return mg;
 }
 

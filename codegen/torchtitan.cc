@@ -192,6 +192,18 @@ std::string TitanConfigModule(const ModelSpec& model, const LaunchPlan& L, const
                        {"ac", ac_value}});
 }
 
+// torchao's float8 converter runs per-tensor current scaling (its tensorwise default) as the export writes it: a plan
+// costed with another recipe says so.
+void TorchtitanFp8Note(const Plan& plan, const ModelSpec& model, std::vector<std::string>* notes) {
+  if (model.dtype != DType::kFp8 || plan.fp8_recipe.empty() || plan.fp8_recipe == "tensorwise" ||
+      plan.fp8_recipe == "current")
+    return;
+  notes->push_back(fmt::format(
+      "torchtitan.toml: converters [\"float8\"] runs torchao's tensorwise recipe; the plan was costed with the {} "
+      "recipe (torchtitan's [float8] recipe_name or its mx converter would run another; not written)",
+      plan.fp8_recipe));
+}
+
 }  // namespace
 
 void AddTorchtitan(const Plan& plan, const ModelSpec& model, const LaunchPlan& L, const CodegenOptions& o, Files* files,
@@ -310,13 +322,7 @@ void AddTorchtitan(const Plan& plan, const ModelSpec& model, const LaunchPlan& L
   t += fmt::format("[job]\ndump_folder = \"./outputs\"\ndescription = \"planner plan {}\"\n\n", model.name);
   t += fmt::format("[model]\nname = \"llama3\"\nflavor = \"{}\"\n", flavor);
   if (model.dtype == DType::kFp8) t += "converters = [\"float8\"]\n";
-  // torchao's float8 converter runs per-tensor current scaling (its tensorwise default) as written here.
-  if (model.dtype == DType::kFp8 && !plan.fp8_recipe.empty() && plan.fp8_recipe != "tensorwise" &&
-      plan.fp8_recipe != "current")
-    notes->push_back(fmt::format(
-        "torchtitan.toml: converters [\"float8\"] runs torchao's tensorwise recipe; the plan was costed with the {} "
-        "recipe (torchtitan's [float8] recipe_name or its mx converter would run another; not written)",
-        plan.fp8_recipe));
+  TorchtitanFp8Note(plan, model, notes);
   t += fmt::format(
       "\n[training]\nlocal_batch_size = {}\nglobal_batch_size = {}\nseq_len = {}\nsteps = {}\nmixed_precision_param = "
       "\"{}\"\n\n",

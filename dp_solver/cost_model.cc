@@ -357,7 +357,8 @@ Status CheckCostSource(const CostSource& src) {
       std::vector<std::string> has;
       for (const auto& kv : kt.fp8_recipes) has.push_back(kv.first);
       return Status::InvalidArgument(fmt::format(
-          "{}: kernel table '{}' has no FP8 recipe '{}' (the fp8_recipe of engine '{}'); it has {}: use one of them "
+          "{}: kernel table '{}' has no FP8 recipe '{}' (the recipe of engine '{}': its fp8_recipe or --fp8-recipe); "
+          "it has {}: use one of them "
           "(--fp8-recipe, or an engine file's fp8_recipe), a kernel table with fp8_recipes.{} (--kernels), or "
           "--precision bf16",
           kt.path, kt.name, recipe, src.engine->name, fmt::join(has, ", "), recipe));

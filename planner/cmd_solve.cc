@@ -510,6 +510,25 @@ std::string SearchNote(const SearchStats& s) {
   return fmt::format("searched {} candidates, simulated {}", s.considered, s.simulated);
 }
 
+// What an analytic prediction rests on beyond the layout (engine, kernel table, the options it was costed with),
+// recorded so that a re-costing (planner calibrate) and codegen follow it.
+void RecordCostInputs(const SolveArgs& a, const SolveInputs& in, Plan* plan) {
+  plan->engine = in.engines.front().name;
+  plan->engine_file = in.engines.front().path.rfind("builtin:", 0) == 0 ? "" : in.engines.front().path;
+  if (plan->cp > 1) ParseCpCommType(a.cp_comm_type, &plan->cp_comm_type);
+  // The FP8 recipe kernel-level costs assumed (the engine's, or --fp8-recipe); on the flat efficiency, the one asked
+  // for (not costed: the exports still run it).
+  if (in.model.dtype == DType::kFp8) plan->fp8_recipe = in.kernel_level ? in.engines.front().fp8_recipe : a.fp8_recipe;
+  // Recorded where it was costed: kernel-level costs, an engine that hides a share, TP with sequence parallelism.
+  plan->tp_comm_overlap = in.kernel_level && a.tp_comm_overlap == "on" &&
+                          in.engines.front().tp_comm_overlap_hidden > 0 && plan->sequence_parallel && plan->tp > 1;
+  // A built-in table by its name; a file (--kernels FILE, a calibration's measured table) by its path, so that
+  // the plan can be costed again (planner calibrate's PlanPredictor).
+  plan->kernels = !in.kernel_level ? "" : in.kernels.path.rfind("builtin:", 0) == 0 ? in.kernels.name : in.kernels.path;
+  NoteReserved(in.kernel_level ? in.engines.front().allocator_fragmentation : 0, in.cluster.memory_GiB,
+               in.cluster.usable_memory_GiB, plan);
+}
+
 Status SolveSize(const SolveArgs& a, const SolveInputs& in, Plan* plan) {
   if (a.mode == PlanMode::kPipeDream) {
     PLANNER_RETURN_IF_ERROR(BuildPipeDreamPlan(in.profile, in.cluster, a.gpus, PipeDreamOptionsOf(a), plan));
@@ -575,23 +594,7 @@ Status SolveSize(const SolveArgs& a, const SolveInputs& in, Plan* plan) {
   plan->profile_digest = in.profile_path.empty() ? "" : in.profile.digest;
   plan->cost_source = in.profile_path.empty() ? CostSourceKind::kAnalytic : CostSourceKind::kProfile;
   plan->calibration = in.calibration.path;
-  if (a.mode != PlanMode::kPipeDream && in.profile_path.empty()) {
-    plan->engine = in.engines.front().name;
-    plan->engine_file = in.engines.front().path.rfind("builtin:", 0) == 0 ? "" : in.engines.front().path;
-    if (plan->cp > 1) ParseCpCommType(a.cp_comm_type, &plan->cp_comm_type);
-    // Recorded where it was costed: kernel-level costs, an engine that hides a share, TP with sequence parallelism.
-    // The FP8 recipe the kernel-level costs assumed (the engine's, or --fp8-recipe): codegen's exports run it.
-    if (in.kernel_level && in.model.dtype == DType::kFp8) plan->fp8_recipe = in.engines.front().fp8_recipe;
-    plan->tp_comm_overlap = in.kernel_level && a.tp_comm_overlap == "on" &&
-                            in.engines.front().tp_comm_overlap_hidden > 0 && plan->sequence_parallel && plan->tp > 1;
-    // A built-in table by its name; a file (--kernels FILE, a calibration's measured table) by its path, so that
-    // the plan can be costed again (planner calibrate's PlanPredictor).
-    plan->kernels = !in.kernel_level                            ? ""
-                    : in.kernels.path.rfind("builtin:", 0) == 0 ? in.kernels.name
-                                                                : in.kernels.path;
-    NoteReserved(in.kernel_level ? in.engines.front().allocator_fragmentation : 0, in.cluster.memory_GiB,
-                 in.cluster.usable_memory_GiB, plan);
-  }
+  if (a.mode != PlanMode::kPipeDream && in.profile_path.empty()) RecordCostInputs(a, in, plan);
   return Status::OK();
 }
 
@@ -712,6 +715,15 @@ Status ApplyCalibrations(const SolveArgs& a, SolveInputs* in) {
   return Status::OK();
 }
 
+// --fp8-recipe scales FP8 GEMMs: refused for a model planned in another precision.
+Status CheckFp8Recipe(const SolveArgs& a, const ModelSpec& model) {
+  if (a.fp8_recipe.empty() || model.dtype == DType::kFp8) return Status::OK();
+  return Status::InvalidArgument(
+      fmt::format("--fp8-recipe {}: model {} is planned in {}, and a recipe scales FP8 GEMMs only; add --precision fp8 "
+                  "or drop --fp8-recipe",
+                  a.fp8_recipe, model.name, DTypeName(model.dtype)));
+}
+
 Status LoadSolveInputs(const SolveArgs& a, SolveInputs* in) {
   in->profile_path = a.profile;
   if (a.model.empty() && in->profile_path.empty()) {
@@ -744,12 +756,7 @@ Status LoadSolveInputs(const SolveArgs& a, SolveInputs* in) {
         model.name, eff.precision, profile_path, DTypeName(model.dtype), DTypeName(model.dtype)));
   }
   PLANNER_RETURN_IF_ERROR(ApplyModelOverrides(eff, &in->model, &in->notes));
-  if (!a.fp8_recipe.empty() && in->model.dtype != DType::kFp8) {
-    return Status::InvalidArgument(fmt::format(
-        "--fp8-recipe {}: model {} is planned in {}, and a recipe scales FP8 GEMMs only; add --precision fp8 or drop "
-        "--fp8-recipe",
-        a.fp8_recipe, in->model.name, DTypeName(in->model.dtype)));
-  }
+  PLANNER_RETURN_IF_ERROR(CheckFp8Recipe(a, in->model));
   if (in->kernel_level && a.kernels.empty() && !a.model.empty() && in->kernels.Gemm(model.dtype) == nullptr) {
     in->kernel_level = false;  // the GPU's built-in table has no figures for this precision: the flat model
     in->notes.push_back(fmt::format("kernel table {} has no {} GEMM figures: costed at the cluster's flat efficiency",

@@ -89,7 +89,8 @@ struct EngineSpec {
   std::map<std::string, double> grad_accumulation_bytes;
   // The routed-expert block's host launches (file key `moe_host`; absent: not modelled): seconds of host time per
   // launch, and launches per local expert per layer-microbatch, forward and backward, by precision (bf16 also
-  // serves fp16; fp8_delayed for the delayed recipe, fp8_current for every other FP8 recipe). The block waits for
+  // serves fp16; fp8_delayed for the delayed and mxfp8 recipes, fp8_current for every other FP8 recipe; mxfp8's
+  // one fused quantize per tensor is an assumption, not read from Transformer Engine's code). The block waits for
   // the host where its launches take longer than the GPU's work (docs/cost_model.md "The MoE expert block's host time").
   double moe_host_launch_s = 0;
   std::map<std::string, std::array<double, 2>> moe_host_launches;

@@ -73,7 +73,8 @@ struct KernelTable {
                         double cp) const;
 };
 
-// The built-in tables' names (configs/kernels/*.yaml): "a100", "h100".
+// The built-in tables' names (configs/kernels/*.yaml), in the order BuiltinKernelTableFor searches them: "a100",
+// "h100", "gb200", "b200".
 std::vector<std::string> BuiltinKernelTables();
 // Reads a table: a built-in name, or a path to a file in the same format. InvalidArgument naming
 // the file, line, field and the fix; NotFound for an unknown name that is no file.

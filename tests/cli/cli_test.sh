@@ -63,6 +63,10 @@ awk -v a="$mx_s" -v b="$cs_s" 'BEGIN { exit !(a > 0 && a < b) }' && pass=$((pass
 expect "fp8 recipe codegen" 0 "" -- $PLANNER codegen mx.plan.yaml -o mxL
 expect "fp8 recipe codegen current" 0 "" -- $PLANNER codegen cs.plan.yaml -o csL
 grep -qx -- "--fp8-recipe mxfp8" mxL/megatron.args && grep -qx -- "--fp8-recipe tensorwise" csL/megatron.args && pass=$((pass+1)) || { echo "FAIL megatron.args --fp8-recipe"; grep fp8 mxL/megatron.args csL/megatron.args; fail=$((fail+1)); }
+# Megatron-Core refuses only delayed scaling beside layernorm recompute: a plan costed with current scaling keeps it.
+expect "fp8 current layernorm recompute" 0 "recompute selective:core_attn+layernorm" -- $PLANNER solve --gpus 8 --model $M/gpt2-small.yaml --cluster $C/h800.yaml --precision fp8 --fp8-recipe current --recompute selective --recompute-modules core_attn,layernorm -o rmc.plan.yaml
+expect "fp8 current layernorm recompute codegen" 0 "" -- $PLANNER codegen rmc.plan.yaml -o rmcL
+grep -qx -- "--fp8-recipe tensorwise" rmcL/megatron.args && ! grep -qF -- "blockwise" rmcL/megatron.args && pass=$((pass+1)) || { echo "FAIL megatron.args keeps the costed current recipe beside layernorm recompute"; grep fp8 rmcL/megatron.args; fail=$((fail+1)); }
 # Engines (docs/cost_model.md section 2, "Engines"): the plan records the engine and kernel table;
 # --engine all costs the chosen layout on every engine, eager torchtitan slowest, Megatron-Core fastest.
 expect "engine recorded" 0 "configuration: tp-pp-dp 1-1-8" -- $PLANNER solve --gpus 8 --model $M/llama3-8b.yaml --cluster $C/dgx-h100.yaml --engine torchtitan --tp 1 --pp 1 --zero 3 -o tt.plan.yaml

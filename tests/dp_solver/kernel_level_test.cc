@@ -136,6 +136,10 @@ TEST_CASE("built-in engines parse and say what they run") {
   current.fp8_recipe = "current";
   CHECK(current.MoeHostSecondsPerExpert(DType::kFp8)[0] == doctest::Approx(10 * 8.8e-6));
   CHECK(current.MoeHostSecondsPerExpert(DType::kFp8)[1] == doctest::Approx(12 * 8.8e-6));
+  EngineSpec mx = m;  // MXFP8: one fused quantize per tensor, delayed scaling's launches (an assumption)
+  mx.fp8_recipe = "mxfp8";
+  CHECK(mx.MoeHostSecondsPerExpert(DType::kFp8)[0] == doctest::Approx(4 * 8.8e-6));
+  CHECK(mx.MoeHostSecondsPerExpert(DType::kFp8)[1] == doctest::Approx(6 * 8.8e-6));
   CHECK(m.MoeHostSecondsPerExpert(DType::kFp32)[0] == 0);
   CHECK(t.MoeHostSecondsPerExpert(DType::kBf16)[0] == 0);
 }
