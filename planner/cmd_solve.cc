@@ -23,6 +23,7 @@
 #include "spec/cluster_spec.h"
 #include "spec/engine_spec.h"
 #include "spec/kernel_table.h"
+#include "spec/kinds.h"
 #include "spec/model_spec.h"
 #include "spec/profile.h"
 
@@ -1029,7 +1030,7 @@ Runner RegisterSolve(CLI::App& app) {
   cmd->add_option("--fp8-recipe", a->fp8_recipe,
                   "FP8 plans: the scaling recipe, replacing the engine's (delayed, current, tensorwise, rowwise, "
                   "blockwise, mxfp8; Megatron --fp8-recipe: current runs as tensorwise); the kernel table must list it")
-      ->check(CLI::IsMember({"delayed", "current", "tensorwise", "rowwise", "blockwise", "mxfp8"}));
+      ->check(CLI::IsMember(Fp8RecipeNames()));
   cmd->add_option("--tp-comm-overlap", a->tp_comm_overlap,
                   "on: TP collectives overlapped with the GEMMs as the engine does it (Megatron --tp-comm-overlap, "
                   "torchtitan async TP), off (default)");

@@ -175,9 +175,7 @@ Status ParseUnguarded(const std::string& path, const std::string& text, EngineSp
       e.attention_fallback.push_back(name);
     }
   }
-  PLANNER_RETURN_IF_ERROR(r.GetEnum(root, "fp8_recipe", "fp8_recipe",
-                                    {"delayed", "current", "tensorwise", "rowwise", "blockwise", "mxfp8"},
-                                    &e.fp8_recipe, false));
+  PLANNER_RETURN_IF_ERROR(r.GetEnum(root, "fp8_recipe", "fp8_recipe", Fp8RecipeNames(), &e.fp8_recipe, false));
   const YAML::Node& s = root["sustained"];
   if (s.IsDefined()) {
     PLANNER_RETURN_IF_ERROR(r.CheckKeys(s, "sustained", {"gemm", "gemm_fp8", "attention", "memory"}));

@@ -61,6 +61,10 @@ bool ParseRecompute(std::string_view t, Recompute* out) {
   return false;
 }
 
+std::vector<std::string> Fp8RecipeNames() {
+  return {"delayed", "current", "tensorwise", "rowwise", "blockwise", "mxfp8"};
+}
+
 std::vector<std::string> RecomputeNames() {
   std::vector<std::string> v;
   for (Recompute r : kAllRecomputes) v.emplace_back(RecomputeName(r));

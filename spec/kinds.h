@@ -31,6 +31,11 @@ int64_t StagePosition(Schedule s, int64_t q, int64_t p);
 // The virtual stage of chunk c on position r (inverse of StagePosition).
 int64_t ChunkStage(Schedule s, int64_t c, int64_t r, int64_t p);
 
+// FP8 scaling recipes, Transformer Engine's and torchao's names (engine files' fp8_recipe, kernel tables'
+// fp8_recipes, solve --fp8-recipe, plan.yaml inputs.fp8_recipe; docs/formats.md): delayed | current | tensorwise |
+// rowwise | blockwise | mxfp8. Strings past the readers (the kernel tables key their figures by them).
+std::vector<std::string> Fp8RecipeNames();
+
 enum class Recompute { kNone, kSelective, kFull };
 inline constexpr Recompute kAllRecomputes[] = {Recompute::kNone, Recompute::kSelective, Recompute::kFull};
 const char* RecomputeName(Recompute r);  // none | selective | full
