@@ -785,8 +785,12 @@ def run_torchtitan_2412(cluster):
     return rows
 
 
-def run_megatron_bridge(tmp, cluster):
-    current = megatron_core_variant(tmp, "megatron-core-fp8-current", r"^fp8_recipe: delayed", "fp8_recipe: current")
+# The published recipes' FP8 scaling as solve --fp8-recipe costs it: ds delayed (Megatron-Core's default), cs current
+# scaling (Megatron --fp8-recipe tensorwise), mx MXFP8.
+RECIPE_FLAGS = {"ds": [], "cs": ["--fp8-recipe", "current"], "mx": ["--fp8-recipe", "mxfp8"]}
+
+
+def run_megatron_bridge(cluster):
     rows = []
     for src, model, n, B, b, seq, t, p, cp, v, ep, recipe, extra, pub in MEGATRON_BRIDGE:
         flags = ["--tp", str(t), "--pp", str(p), "--cp", str(cp), "--global-batch", str(B), "--microbatch", str(b),
@@ -798,7 +802,7 @@ def run_megatron_bridge(tmp, cluster):
         flags += ["--sp", "on"] if t > 1 else []
         flags += ["--tp-comm-overlap", "on"] if t > 1 and "--tp-comm-overlap" not in extra else []
         flags += ["--ep", str(ep), "--etp", "1"] if ep > 1 else []
-        flags += ["--engine", current] if recipe == "cs" else []
+        flags += RECIPE_FLAGS[recipe]
         plan, err = solve(os.path.join(ROOT, "configs", "models", model), cluster, n, flags + extra)
         pred = plan["predicted"]["tokens_per_second_per_gpu"] if plan else None
         if pred is not None and ep > 1:
@@ -839,13 +843,11 @@ BLACKWELL_MOE = [
 ]
 
 
-def run_blackwell(tmp):
-    engines = {"cs": megatron_core_variant(tmp, "megatron-core-fp8-current", r"^fp8_recipe: delayed", "fp8_recipe: current"),
-               "mx": megatron_core_variant(tmp, "megatron-core-mxfp8", r"^fp8_recipe: delayed", "fp8_recipe: mxfp8")}
+def run_blackwell():
     rows = []
     for src, model, cluster, n, B, b, seq, t, p, cp, v, recipe, extra, pub in BLACKWELL:
         flags = ["--tp", str(t), "--pp", str(p), "--cp", str(cp), "--global-batch", str(B), "--microbatch", str(b),
-                 "--seq", str(seq), "--precision", "fp8", "--grad-dtype", "bf16", "--engine", engines[recipe]]
+                 "--seq", str(seq), "--precision", "fp8", "--grad-dtype", "bf16"] + RECIPE_FLAGS[recipe]
         flags += [] if "--zero" in extra else ["--zero", "1"]
         flags += schedule_flags(v) + (["--sp", "on", "--tp-comm-overlap", "on"] if t > 1 else [])
         plan, err = solve(os.path.join(ROOT, "configs", "models", model), os.path.join(ROOT, "configs", "clusters", cluster),
@@ -857,12 +859,11 @@ def run_blackwell(tmp):
     return rows
 
 
-def run_blackwell_moe(tmp):
-    engine = megatron_core_variant(tmp, "megatron-core-mxfp8", r"^fp8_recipe: delayed", "fp8_recipe: mxfp8")
+def run_blackwell_moe():
     rows = []
     for src, model, cluster, n, B, b, seq, p, v, ep, pub in BLACKWELL_MOE:
         flags = ["--tp", "1", "--pp", str(p), "--cp", "1", "--global-batch", str(B), "--microbatch", str(b), "--seq",
-                 str(seq), "--precision", "fp8", "--grad-dtype", "bf16", "--engine", engine, "--zero", "1", "--ep",
+                 str(seq), "--precision", "fp8", "--grad-dtype", "bf16", "--fp8-recipe", "mxfp8", "--zero", "1", "--ep",
                  str(ep), "--etp", "1"] + schedule_flags(v)
         plan, err = solve(os.path.join(ROOT, "configs", "models", model), os.path.join(ROOT, "configs", "clusters", cluster),
                           n, flags)
@@ -1035,11 +1036,11 @@ def main():
         titan = table_mem("Checks, not calibration: torchtitan's Dec 2024 benchmarks (H100 96 GB, 500 W)", "TPS/GPU",
                           run_torchtitan_2412(args.h100_96gb))
         bridge = table("Checks, not calibration: Megatron-Core's 2025-26 recipes (Megatron-Bridge, Megatron-LM, NeMo 25.02; "
-                       "H100, FP8)", "tokens/s/GPU", run_megatron_bridge(tmp, args.h100))
+                       "H100, FP8)", "tokens/s/GPU", run_megatron_bridge(args.h100))
         blackwell = table("Checks, not calibration: Megatron-Core on Blackwell (Megatron-Bridge 25.11 and 26.04.01; DGX B200, "
-                          "GB200 NVL72; FP8 current scaling and MXFP8)", "tokens/s/GPU", run_blackwell(tmp))
+                          "GB200 NVL72; FP8 current scaling and MXFP8)", "tokens/s/GPU", run_blackwell())
         blackwell_moe = table("Checks, not calibration: Megatron-Core MoE on Blackwell (Megatron-Bridge 26.04.01; MXFP8, "
-                              "force-balanced)", "tokens/s/GPU", run_blackwell_moe(tmp))
+                              "force-balanced)", "tokens/s/GPU", run_blackwell_moe())
         moe = table("Checks, not calibration: Megatron-Core MoE runs (Megatron-Bridge, Megatron-MoE-ModelZoo; H100, bf16)",
                     "tokens/s/GPU", run_moe_h100(args.h100))
         moe_long = table("Checks, not calibration: Qwen3-235B-A22B long context (Megatron-MoE-ModelZoo; 256 H100, TP 4, "
