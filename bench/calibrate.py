@@ -816,63 +816,51 @@ def run_megatron_bridge(cluster):
 # NVIDIA-NeMo/Megatron-Bridge docs/performance-summary-archive.md at 067f987d (last changed in 4ab94dfa): releases
 # 25.11 (FP8-CS with FP8-MX in parentheses: Transformer Engine's current scaling and MXFP8, "32x32 granularity" on
 # Blackwell) and 26.04.01 (GB200 MXFP8 rows). (source, model file, cluster file, GPUs, global batch, microbatch, seq,
-# tp, pp, cp, vp, FP8 recipe: cs | mx, extra flags, tokens/s/GPU). FSDP 64 is Megatron FSDP (--zero 3); recompute is
+# tp, pp, cp, vp, ep, FP8 recipe: cs | mx, extra flags, tokens/s/GPU). FSDP 64 is Megatron FSDP (--zero 3); recompute is
 # not stated and left to the planner (the memory decides); TP communication overlap where tp > 1, as the recipes run.
-# Not here: the MoE rows (GPT-OSS has no model file; Qwen3-30B-A3B's 25.09 rows drop tokens) and NVFP4 (no table figure).
+# The MoE rows are BLACKWELL_MOE; not here: GPT-OSS (no model file), Qwen3-30B-A3B's 25.09 rows (they drop tokens) and
+# NVFP4 (no table figure).
 BLACKWELL = [
-    ("MB 25.11", "llama3-8b.yaml", "b200.yaml", 8, 128, 2, 8192, 1, 1, 1, 1, "cs", [], 30624),
-    ("MB 25.11", "llama3-8b.yaml", "b200.yaml", 8, 128, 2, 8192, 1, 1, 1, 1, "mx", [], 29521),
-    ("MB 25.11", "llama3.1-405b.yaml", "b200.yaml", 128, 64, 1, 8192, 4, 8, 2, 8, "cs", [], 661),
-    ("MB 25.11", "llama3.1-405b.yaml", "b200.yaml", 128, 64, 1, 8192, 4, 8, 2, 8, "mx", [], 624),
-    ("MB 25.11", "llama3-8b.yaml", "gb200-nvl72.yaml", 8, 128, 2, 8192, 1, 1, 1, 1, "cs", [], 31508),
-    ("MB 25.11", "llama3-8b.yaml", "gb200-nvl72.yaml", 8, 128, 2, 8192, 1, 1, 1, 1, "mx", [], 29789),
-    ("MB 25.11", "llama3-70b.yaml", "gb200-nvl72.yaml", 64, 256, 2, 8192, 1, 1, 1, 1, "cs", ["--zero", "3"], 4312),
-    ("MB 25.11", "llama3.1-405b.yaml", "gb200-nvl72.yaml", 256, 1536, 1, 8192, 4, 16, 1, 4, "cs", [], 813),
-    ("MB 26.04.01", "llama3-70b.yaml", "gb200-nvl72.yaml", 64, 256, 1, 8192, 2, 4, 1, 5, "mx", [], 3712),
-    ("MB 26.04.01", "llama3.1-405b.yaml", "gb200-nvl72.yaml", 256, 1536, 1, 8192, 4, 16, 1, 8, "mx", [], 800),
+    ("MB 25.11", "llama3-8b.yaml", "b200.yaml", 8, 128, 2, 8192, 1, 1, 1, 1, 1, "cs", [], 30624),
+    ("MB 25.11", "llama3-8b.yaml", "b200.yaml", 8, 128, 2, 8192, 1, 1, 1, 1, 1, "mx", [], 29521),
+    ("MB 25.11", "llama3.1-405b.yaml", "b200.yaml", 128, 64, 1, 8192, 4, 8, 2, 8, 1, "cs", [], 661),
+    ("MB 25.11", "llama3.1-405b.yaml", "b200.yaml", 128, 64, 1, 8192, 4, 8, 2, 8, 1, "mx", [], 624),
+    ("MB 25.11", "llama3-8b.yaml", "gb200-nvl72.yaml", 8, 128, 2, 8192, 1, 1, 1, 1, 1, "cs", [], 31508),
+    ("MB 25.11", "llama3-8b.yaml", "gb200-nvl72.yaml", 8, 128, 2, 8192, 1, 1, 1, 1, 1, "mx", [], 29789),
+    ("MB 25.11", "llama3-70b.yaml", "gb200-nvl72.yaml", 64, 256, 2, 8192, 1, 1, 1, 1, 1, "cs", ["--zero", "3"], 4312),
+    ("MB 25.11", "llama3.1-405b.yaml", "gb200-nvl72.yaml", 256, 1536, 1, 8192, 4, 16, 1, 4, 1, "cs", [], 813),
+    ("MB 26.04.01", "llama3-70b.yaml", "gb200-nvl72.yaml", 64, 256, 1, 8192, 2, 4, 1, 5, 1, "mx", [], 3712),
+    ("MB 26.04.01", "llama3.1-405b.yaml", "gb200-nvl72.yaml", 256, 1536, 1, 8192, 4, 16, 1, 8, 1, "mx", [], 800),
 ]
 
 # The same archive's MoE rows on Blackwell, 26.04.01, MXFP8, TP 1, force-balanced and dropless (the archive's note).
-# (source, model file, cluster file, GPUs, global batch, microbatch, seq, pp, vp, ep, tokens/s/GPU). The dispatcher
-# and the EP overlap are not stated: costed with the alltoall dispatcher, nothing overlapped.
+# BLACKWELL's columns. The dispatcher and the EP overlap are not stated: costed with the alltoall dispatcher, nothing
+# overlapped.
 BLACKWELL_MOE = [
-    ("MB 26.04.01", "qwen3-30b-a3b.yaml", "b200.yaml", 8, 512, 4, 4096, 1, 1, 8, 27136),
-    ("MB 26.04.01", "qwen3-30b-a3b.yaml", "gb200-nvl72.yaml", 8, 512, 4, 4096, 1, 1, 8, 26112),
-    ("MB 26.04.01", "qwen3-235b-a22b.yaml", "b200.yaml", 256, 8192, 1, 4096, 8, 1, 8, 3776),
-    ("MB 26.04.01", "qwen3-235b-a22b.yaml", "gb200-nvl72.yaml", 256, 8192, 1, 4096, 8, 3, 32, 5680),
+    ("MB 26.04.01", "qwen3-30b-a3b.yaml", "b200.yaml", 8, 512, 4, 4096, 1, 1, 1, 1, 8, "mx", [], 27136),
+    ("MB 26.04.01", "qwen3-30b-a3b.yaml", "gb200-nvl72.yaml", 8, 512, 4, 4096, 1, 1, 1, 1, 8, "mx", [], 26112),
+    ("MB 26.04.01", "qwen3-235b-a22b.yaml", "b200.yaml", 256, 8192, 1, 4096, 1, 8, 1, 1, 8, "mx", [], 3776),
+    ("MB 26.04.01", "qwen3-235b-a22b.yaml", "gb200-nvl72.yaml", 256, 8192, 1, 4096, 1, 8, 1, 3, 32, "mx", [], 5680),
 ]
 
 
-def run_blackwell():
+def run_blackwell(table):
+    """The rows of BLACKWELL or BLACKWELL_MOE; rows with routed experts (ep > 1) join MOE_ROWS (band_moe)."""
     rows = []
-    for src, model, cluster, n, B, b, seq, t, p, cp, v, recipe, extra, pub in BLACKWELL:
+    for src, model, cluster, n, B, b, seq, t, p, cp, v, ep, recipe, extra, pub in table:
         flags = ["--tp", str(t), "--pp", str(p), "--cp", str(cp), "--global-batch", str(B), "--microbatch", str(b),
                  "--seq", str(seq), "--precision", "fp8", "--grad-dtype", "bf16"] + RECIPE_FLAGS[recipe]
         flags += [] if "--zero" in extra else ["--zero", "1"]
         flags += schedule_flags(v) + (["--sp", "on", "--tp-comm-overlap", "on"] if t > 1 else [])
+        flags += ["--ep", str(ep), "--etp", "1"] if ep > 1 else []
         plan, err = solve(os.path.join(ROOT, "configs", "models", model), os.path.join(ROOT, "configs", "clusters", cluster),
                           n, flags + extra)
         pred = plan["predicted"]["tokens_per_second_per_gpu"] if plan else None
-        gpu = "GB200" if cluster.startswith("gb200") else "B200"
-        rows.append((f"{src} {model[:-5]} {gpu} n{n} tp{t} pp{p} cp{cp} vp{v} B{B} b{b} seq{seq} fp8-{recipe}", pub, pred,
-                     layout(plan) if plan else "REFUSED: " + err))
-    return rows
-
-
-def run_blackwell_moe():
-    rows = []
-    for src, model, cluster, n, B, b, seq, p, v, ep, pub in BLACKWELL_MOE:
-        flags = ["--tp", "1", "--pp", str(p), "--cp", "1", "--global-batch", str(B), "--microbatch", str(b), "--seq",
-                 str(seq), "--precision", "fp8", "--grad-dtype", "bf16", "--fp8-recipe", "mxfp8", "--zero", "1", "--ep",
-                 str(ep), "--etp", "1"] + schedule_flags(v)
-        plan, err = solve(os.path.join(ROOT, "configs", "models", model), os.path.join(ROOT, "configs", "clusters", cluster),
-                          n, flags)
-        pred = plan["predicted"]["tokens_per_second_per_gpu"] if plan else None
-        if pred is not None:
+        if pred is not None and ep > 1:
             MOE_ROWS.append(("megatron-core", "fp8", (pred - pub) / pub, False))
         gpu = "GB200" if cluster.startswith("gb200") else "B200"
-        rows.append((f"{src} {model[:-5]} {gpu} n{n} tp1 pp{p} vp{v} ep{ep} B{B} b{b} seq{seq} fp8-mx", pub, pred,
-                     layout(plan) if plan else "REFUSED: " + err))
+        rows.append((f"{src} {model[:-5]} {gpu} n{n} tp{t} pp{p} cp{cp} vp{v}{f' ep{ep}' if ep > 1 else ''} B{B} b{b} "
+                     f"seq{seq} fp8-{recipe}", pub, pred, layout(plan) if plan else "REFUSED: " + err))
     return rows
 
 
@@ -1038,9 +1026,9 @@ def main():
         bridge = table("Checks, not calibration: Megatron-Core's 2025-26 recipes (Megatron-Bridge, Megatron-LM, NeMo 25.02; "
                        "H100, FP8)", "tokens/s/GPU", run_megatron_bridge(args.h100))
         blackwell = table("Checks, not calibration: Megatron-Core on Blackwell (Megatron-Bridge 25.11 and 26.04.01; DGX B200, "
-                          "GB200 NVL72; FP8 current scaling and MXFP8)", "tokens/s/GPU", run_blackwell())
+                          "GB200 NVL72; FP8 current scaling and MXFP8)", "tokens/s/GPU", run_blackwell(BLACKWELL))
         blackwell_moe = table("Checks, not calibration: Megatron-Core MoE on Blackwell (Megatron-Bridge 26.04.01; MXFP8, "
-                              "force-balanced)", "tokens/s/GPU", run_blackwell_moe())
+                              "force-balanced)", "tokens/s/GPU", run_blackwell(BLACKWELL_MOE))
         moe = table("Checks, not calibration: Megatron-Core MoE runs (Megatron-Bridge, Megatron-MoE-ModelZoo; H100, bf16)",
                     "tokens/s/GPU", run_moe_h100(args.h100))
         moe_long = table("Checks, not calibration: Qwen3-235B-A22B long context (Megatron-MoE-ModelZoo; 256 H100, TP 4, "
