@@ -15,10 +15,10 @@ scale and the error, then the mean absolute error per GPU type and precision.
 
 Bands (docs/cost_model.md section 2, "Bands"): per engine and precision, the signed errors
 (predicted - published) / published of the rows run on that engine at that precision (fp16 and bf16
-together: the same tensor-core rate and kernels), widened to include 0; an engine and precision with fewer
-than 3 rows takes the published check rows run on it too (torchtitan's Dec 2024 benchmarks, Megatron-DeepSpeed's
-runs: `checks` in the band), and with fewer than 3 of both joins them with the whole set's spread (every engine,
-every precision). Rounded outwards to 0.001.
+together: the same tensor-core rate and kernels), joined with the published check rows of dense models run on it
+(`checks` in the band: NeMo's long-sequence and 24.07 tables, Megatron-Core's 2025-26 recipes on H100 and Blackwell,
+torchtitan's Dec 2024 benchmarks, Megatron-DeepSpeed's runs; not fitted, their spread only), widened to include 0;
+with fewer than 3 of both it joins the whole set's spread (every engine, every precision). Rounded outwards to 0.001.
 
 Published figures are compared on their own definitions:
   megatron-sc21   TFLOP/s per GPU with Megatron eq. (3) FLOPs (full recompute counted), i.e.
@@ -479,7 +479,7 @@ MEGATRON_SCHEDULES = ["--schedule", "1f1b,interleaved"]
 
 
 BAND_ROWS = []  # (engine, precision, signed error) of every row in the summaries
-CHECK_ROWS = []  # (engine, precision, signed error) of check rows on the engines other than megatron-core
+CHECK_ROWS = []  # (engine, precision, signed error) of the published check rows of dense models, every engine
 MOE_ROWS = []  # (engine, precision, signed error, calibration run?) of every MoE row (balanced routing): band_moe
 FREE = []  # free-search rows: (run, tp-pp-dp, cp, plan, MFU %, published layout's time / free time, modelled reason)
 
@@ -739,6 +739,8 @@ def run_nemo_long(tmp, cluster):
         plan, err = solve(model, cluster, n, ["--tp", str(t), "--pp", str(p), "--cp", str(cp), "--global-batch", str(B),
                                               "--seq", str(s), "--precision", "fp8"] + NEMO_2403 + eng)
         pred = plan["predicted"]["tokens_per_second_per_gpu"] * nemo_llama2_flops_per_token(s) / 1e12 if plan else None
+        if pred is not None:
+            CHECK_ROWS.append(("megatron-core", "fp8", (pred - pub) / pub))
         rows.append((f"Llama 2 7B {k}K n{n} tp{t} pp{p} cp{cp} dp{d} B{B} fp8", pub, pred,
                      layout(plan) if plan else "REFUSED: " + err))
     return rows
@@ -760,6 +762,8 @@ def run_nemo_2407(tmp, cluster):
         flags += ["--optimizer-state", NEMO_2407_OPTIM.get(name, "fp32-remainders")]
         plan, err = solve(path, cluster, n, flags + engine_args(tmp, "nemo-24")[0])
         pred = plan["predicted"]["tokens_per_second_per_gpu"] if plan else None
+        if pred is not None:
+            CHECK_ROWS.append(("megatron-core", "fp8", (pred - pub) / pub))
         rows.append((f"{name} n{n} tp{t} pp{p} cp{cp} vp{v} B{B} b{b} seq{seq} fp8", pub, pred,
                      layout(plan) if plan else "REFUSED: " + err))
     return rows
@@ -805,8 +809,9 @@ def run_megatron_bridge(cluster):
         flags += RECIPE_FLAGS[recipe]
         plan, err = solve(os.path.join(ROOT, "configs", "models", model), cluster, n, flags + extra)
         pred = plan["predicted"]["tokens_per_second_per_gpu"] if plan else None
-        if pred is not None and ep > 1:
-            MOE_ROWS.append(("megatron-core", "fp8", (pred - pub) / pub, False))
+        if pred is not None:
+            (MOE_ROWS.append(("megatron-core", "fp8", (pred - pub) / pub, False)) if ep > 1 else
+             CHECK_ROWS.append(("megatron-core", "fp8", (pred - pub) / pub)))
         rows.append((f"{src} {model[:-5]} n{n} tp{t} pp{p} cp{cp} vp{v} ep{ep} B{B} b{b} seq{seq} fp8-{recipe}", pub, pred,
                      layout(plan) if plan else "REFUSED: " + err))
     return rows
@@ -833,14 +838,27 @@ BLACKWELL = [
     ("MB 26.04.01", "llama3.1-405b.yaml", "gb200-nvl72.yaml", 256, 1536, 1, 8192, 4, 16, 1, 8, 1, "mx", [], 800),
 ]
 
-# The same archive's MoE rows on Blackwell, 26.04.01, MXFP8, TP 1, force-balanced and dropless (the archive's note).
-# BLACKWELL's columns. The dispatcher and the EP overlap are not stated: costed with the alltoall dispatcher, nothing
-# overlapped.
+FLEX = ["--moe-dispatcher", "flex"]
+FLEX_OVERLAP = FLEX + ["--moe-overlap", "on"]
+
+# The same archive's MoE rows on Blackwell, 26.04.01, MXFP8, TP 1, force-balanced and dropless (the archive's note),
+# and the 26.06 release's GB200 rows of the same models (docs/performance-summary.md at tag v0.5.0). BLACKWELL's
+# columns. Dispatcher, EP overlap and CUDA graphs as the release's recipes set them (scripts/performance/configs/qwen/
+# qwen3_workload_base_configs.py at tags v0.4.1, 2026-05-06, and v0.5.0, 2026-06-16): 26.04.01 runs HybridEP (flex)
+# on both Qwen3-30B-A3B rows and Qwen3-235B on GB200, alltoall on Qwen3-235B on B200, the EP all-to-all not
+# overlapped (moe_a2a_overlap False), Transformer Engine CUDA graphs of the router and preprocess (and attention, except
+# Qwen3-30B MXFP8 on GB200) only; 26.06 adds the EP overlap (moe_a2a_overlap), whole-iteration CUDA graphs
+# (cuda_graph_impl full_iteration), CuTeDSL's fused expert MLP and FP8 attention (fp8_dot_product_attention), of
+# which the planner costs the overlap; the graphs make the launches free, which the model already finds hidden
+# behind the GPU's work at these shapes; the fused MLP and FP8 attention are not costed.
 BLACKWELL_MOE = [
-    ("MB 26.04.01", "qwen3-30b-a3b.yaml", "b200.yaml", 8, 512, 4, 4096, 1, 1, 1, 1, 8, "mx", [], 27136),
-    ("MB 26.04.01", "qwen3-30b-a3b.yaml", "gb200-nvl72.yaml", 8, 512, 4, 4096, 1, 1, 1, 1, 8, "mx", [], 26112),
+    ("MB 26.04.01", "qwen3-30b-a3b.yaml", "b200.yaml", 8, 512, 4, 4096, 1, 1, 1, 1, 8, "mx", FLEX, 27136),
+    ("MB 26.04.01", "qwen3-30b-a3b.yaml", "gb200-nvl72.yaml", 8, 512, 4, 4096, 1, 1, 1, 1, 8, "mx", FLEX, 26112),
     ("MB 26.04.01", "qwen3-235b-a22b.yaml", "b200.yaml", 256, 8192, 1, 4096, 1, 8, 1, 1, 8, "mx", [], 3776),
-    ("MB 26.04.01", "qwen3-235b-a22b.yaml", "gb200-nvl72.yaml", 256, 8192, 1, 4096, 1, 8, 1, 3, 32, "mx", [], 5680),
+    ("MB 26.04.01", "qwen3-235b-a22b.yaml", "gb200-nvl72.yaml", 256, 8192, 1, 4096, 1, 8, 1, 3, 32, "mx", FLEX, 5680),
+    ("MB 26.06", "qwen3-30b-a3b.yaml", "gb200-nvl72.yaml", 8, 512, 4, 4096, 1, 1, 1, 1, 8, "mx", FLEX_OVERLAP, 40706),
+    ("MB 26.06", "qwen3-235b-a22b.yaml", "gb200-nvl72.yaml", 256, 8192, 1, 4096, 1, 8, 1, 3, 32, "mx", FLEX_OVERLAP,
+     7376),
 ]
 
 
@@ -856,8 +874,9 @@ def run_blackwell(table):
         plan, err = solve(os.path.join(ROOT, "configs", "models", model), os.path.join(ROOT, "configs", "clusters", cluster),
                           n, flags + extra)
         pred = plan["predicted"]["tokens_per_second_per_gpu"] if plan else None
-        if pred is not None and ep > 1:
-            MOE_ROWS.append(("megatron-core", "fp8", (pred - pub) / pub, False))
+        if pred is not None:
+            (MOE_ROWS.append(("megatron-core", "fp8", (pred - pub) / pub, False)) if ep > 1 else
+             CHECK_ROWS.append(("megatron-core", "fp8", (pred - pub) / pub)))
         gpu = "GB200" if cluster.startswith("gb200") else "B200"
         rows.append((f"{src} {model[:-5]} {gpu} n{n} tp{t} pp{p} cp{cp} vp{v}{f' ep{ep}' if ep > 1 else ''} B{B} b{b} "
                      f"seq{seq} fp8-{recipe}", pub, pred, layout(plan) if plan else "REFUSED: " + err))
@@ -925,7 +944,7 @@ def bands():
         for p in BAND_PRECISIONS:
             group = ("bf16", "fp16") if p in ("bf16", "fp16") else (p,)
             errs = [e for eng, pr, e in BAND_ROWS if eng == engine and pr in group]
-            checks = [e for eng, pr, e in CHECK_ROWS if eng == engine and pr in group] if len(errs) < 3 else []
+            checks = [e for eng, pr, e in CHECK_ROWS if eng == engine and pr in group]
             pool = errs + checks + [0.0] + (every if len(errs) + len(checks) < 3 else [])
             rows.append((p, math.floor(1000 * min(pool)) / 1000, math.ceil(1000 * max(pool)) / 1000, len(errs),
                          len(checks)))
@@ -1027,7 +1046,7 @@ def main():
                        "H100, FP8)", "tokens/s/GPU", run_megatron_bridge(args.h100))
         blackwell = table("Checks, not calibration: Megatron-Core on Blackwell (Megatron-Bridge 25.11 and 26.04.01; DGX B200, "
                           "GB200 NVL72; FP8 current scaling and MXFP8)", "tokens/s/GPU", run_blackwell(BLACKWELL))
-        blackwell_moe = table("Checks, not calibration: Megatron-Core MoE on Blackwell (Megatron-Bridge 26.04.01; MXFP8, "
+        blackwell_moe = table("Checks, not calibration: Megatron-Core MoE on Blackwell (Megatron-Bridge 26.04.01 and 26.06; MXFP8, "
                               "force-balanced)", "tokens/s/GPU", run_blackwell(BLACKWELL_MOE))
         moe = table("Checks, not calibration: Megatron-Core MoE runs (Megatron-Bridge, Megatron-MoE-ModelZoo; H100, bf16)",
                     "tokens/s/GPU", run_moe_h100(args.h100))

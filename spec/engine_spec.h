@@ -20,15 +20,15 @@ namespace planner {
 
 // The calibration band of one precision on an engine (docs/cost_model.md section 2, "Bands"): the signed
 // errors of predicted throughput, (predicted - published) / published, that bench/calibrate.py's runs span
-// (widened to include 0; fewer than 3 runs: joined with the check runs made on the engine, and with fewer than 3 of
-// both with the whole set's spread). Measured throughput is
+// joined with the published check runs of dense models made on the engine (widened to include 0; with fewer than 3
+// of both, with the whole set's spread). Measured throughput is
 // expected between predicted / (1 + high) and predicted / (1 + low).
 struct EngineBand {
   std::string precision;  // "bf16", "fp16", "fp8"
   double low = 0, high = 0;
   int64_t runs = 0;  // the engine's calibration runs at this precision
-  // Published runs checked on this engine and precision that joined the band because it has fewer than 3
-  // calibration runs (file key `checks`; absent: 0).
+  // Published check runs of dense models on this engine and precision joined with the calibration runs
+  // (file key `checks`; absent: 0).
   int64_t checks = 0;
 };
 

@@ -48,7 +48,7 @@ struct PlanBand {
   std::string basis;  // "megatron-core bf16": the engine and precision whose runs gave it
   double error_low = 0, error_high = 0;
   int64_t runs = 0;    // calibration runs of that engine and precision
-  int64_t checks = 0;  // check runs of that engine and precision joined with fewer than 3 calibration runs
+  int64_t checks = 0;  // published check runs of that engine and precision joined with the calibration runs
                        // (runs + checks < 3: joined with the whole set's spread too)
   // Iteration seconds within the band: t (1 + low) .. t (1 + high).
   double IterationLow(double t) const { return t * (1 + error_low); }
