@@ -53,13 +53,14 @@ expect "deepseek modules on an MLA MoE model" 0 "recompute selective:core_attn+l
 expect "fp8 layernorm recompute" 0 "recompute selective:core_attn+layernorm" -- $PLANNER solve --gpus 8 --model $M/gpt2-small.yaml --cluster $C/h800.yaml --precision fp8 --recompute selective --recompute-modules core_attn,layernorm -o rm8.plan.yaml
 expect "fp8 layernorm recompute codegen" 0 "" -- $PLANNER codegen rm8.plan.yaml -o rm8L
 grep -qF -- "--fp8-recipe blockwise" rm8L/megatron.args && ! grep -qF -- "--fp8-recipe" rmL/megatron.args && pass=$((pass+1)) || { echo "FAIL megatron.args fp8 recipe for layernorm recompute"; grep fp8 rm8L/megatron.args; fail=$((fail+1)); }
-# --fp8-recipe (docs/cost_model.md "Blackwell"): recorded as inputs.fp8_recipe, costed (MXFP8 has no amax pass: faster
-# than current scaling's on the same layout), written to megatron.args as Megatron names it (current -> tensorwise).
+# --fp8-recipe (docs/cost_model.md "Blackwell"): recorded as inputs.fp8_recipe, costed (MXFP8 has no amax pass but its
+# GEMMs run at 0.95 of per-tensor FP8's: slower than current scaling on the same layout, as Megatron-Bridge's 25.11
+# B200 Llama 3 8B rows are, -3.6%), written to megatron.args as Megatron names it (current -> tensorwise).
 expect "fp8 recipe mxfp8" 0 "mxfp8 scaling" -- $PLANNER solve --gpus 8 --model $M/llama3-8b.yaml --cluster $C/b200.yaml --precision fp8 --tp 1 --pp 1 --microbatch 2 --recompute none --zero 1 --fp8-recipe mxfp8 -o mx.plan.yaml
 grep -qx '  fp8_recipe: "mxfp8"' mx.plan.yaml && pass=$((pass+1)) || { echo "FAIL plan inputs.fp8_recipe"; grep fp8 mx.plan.yaml; fail=$((fail+1)); }
 expect "fp8 recipe current" 0 "current scaling" -- $PLANNER solve --gpus 8 --model $M/llama3-8b.yaml --cluster $C/b200.yaml --precision fp8 --tp 1 --pp 1 --microbatch 2 --recompute none --zero 1 --fp8-recipe current -o cs.plan.yaml
 mx_s=$(grep -m1 'iteration_seconds:' mx.plan.yaml | awk '{print $2}'); cs_s=$(grep -m1 'iteration_seconds:' cs.plan.yaml | awk '{print $2}')
-awk -v a="$mx_s" -v b="$cs_s" 'BEGIN { exit !(a > 0 && a < b) }' && pass=$((pass+1)) || { echo "FAIL mxfp8 ($mx_s s) not faster than current scaling ($cs_s s)"; fail=$((fail+1)); }
+awk -v a="$mx_s" -v b="$cs_s" 'BEGIN { exit !(b > 0 && a > b && a < 1.05 * b) }' && pass=$((pass+1)) || { echo "FAIL mxfp8 ($mx_s s) not 0-5% slower than current scaling ($cs_s s)"; fail=$((fail+1)); }
 expect "fp8 recipe codegen" 0 "" -- $PLANNER codegen mx.plan.yaml -o mxL
 expect "fp8 recipe codegen current" 0 "" -- $PLANNER codegen cs.plan.yaml -o csL
 grep -qx -- "--fp8-recipe mxfp8" mxL/megatron.args && grep -qx -- "--fp8-recipe tensorwise" csL/megatron.args && pass=$((pass+1)) || { echo "FAIL megatron.args --fp8-recipe"; grep fp8 mxL/megatron.args csL/megatron.args; fail=$((fail+1)); }

@@ -100,6 +100,10 @@ TEST_CASE("Blackwell tables: a GB200 name takes gb200, a B200 name b200, and the
   // MXFP8 is a Blackwell recipe: the tensor cores scale its 1 x 32 blocks (no amax pass); Hopper's table has none.
   REQUIRE(b.fp8_recipes.count("mxfp8") == 1);
   CHECK(b.fp8_recipes.at("mxfp8").amax_passes == 0);
+  // Its GEMMs at 0.95 of per-tensor FP8's (TransformerEngine's pre-quantized GEMM profile: 6.812 / 7.161 ms).
+  CHECK(b.fp8_recipes.at("mxfp8").gemm == doctest::Approx(0.95));
+  CHECK(g.fp8_recipes.at("mxfp8").gemm == doctest::Approx(0.95));
+  CHECK(b.fp8_recipes.at("current").gemm == doctest::Approx(1.0));
   CHECK(Table("h100").fp8_recipes.count("mxfp8") == 0);
 }
 
