@@ -138,9 +138,25 @@ std::string TitanRefusal(const ModelSpec& model, const LaunchPlan& L, std::strin
 
 namespace {
 
+// The torchao recipe an FP8 plan's scaling runs as in torchtitan (torchtitan 0.2.2 registers the converters
+// "quantize.linear.float8" and "quantize.linear.mx", torchtitan/components/quantization/float8.py and mx.py; 0.3 the
+// same converters' Config classes): current scaling as torchao's tensorwise default, rowwise as recipe "rowwise",
+// MXFP8 as the mx converter's "mxfp8_cublas" (Blackwell). Delayed and blockwise scaling have no torchao training
+// recipe: tensorwise is written, with a note. The output layer stays in bf16 (filter_fqns), as the plan costs it.
+struct TitanFp8 {
+  bool mx = false;     // the mx converter (MXFP8) instead of float8
+  std::string recipe;  // float8's recipe_name ("" = torchao's tensorwise default) or mx's
+};
+
+TitanFp8 TitanFp8Recipe(const Plan& plan) {
+  if (plan.fp8_recipe == "mxfp8") return {true, "mxfp8_cublas"};
+  if (plan.fp8_recipe == "rowwise") return {false, "rowwise"};
+  return {};
+}
+
 // The same settings as torchtitan 0.3's Python config module (0.3 reads no TOML): a function of
 // torchtitan.models.llama3.config_registry edited field by field; the output layer is `lm_head` there.
-std::string TitanConfigModule(const ModelSpec& model, const LaunchPlan& L, const CodegenOptions& o,
+std::string TitanConfigModule(const Plan& plan, const ModelSpec& model, const LaunchPlan& L, const CodegenOptions& o,
                               const TorchtitanCheck& c, const std::string& flavor, const std::string& fsdp,
                               const std::string& ac, bool compile, bool async_tp) {
   std::string parts;
@@ -151,9 +167,15 @@ std::string TitanConfigModule(const ModelSpec& model, const LaunchPlan& L, const
   }
   const std::string flavor_fn = flavor == "8B" ? "llama3_8b" : flavor == "70B" ? "llama3_70b" : "llama3_405b";
   std::string pipeline_lines;
-  // Float8 linears only in an FP8 plan, the output layer kept in bf16 as the plan costs it (high precision).
-  const std::string converters =
-      model.dtype == DType::kFp8 ? "[Float8LinearConverter.Config(filter_fqns=[\"lm_head\"])]" : "[]";
+  // Float8 (or MXFP8) linears only in an FP8 plan, the output layer kept in bf16 as the plan costs it: float8's
+  // filter_fqns skips lm_head; MXFP8's fqns converts the linears under `layers` only. torchtitan 0.3's float8 has
+  // rowwise recipes only (TorchtitanFp8Note says when the plan was costed with another).
+  std::string converters = "[]";
+  if (model.dtype == DType::kFp8) {
+    const TitanFp8 r = TitanFp8Recipe(plan);
+    converters = r.mx ? "[MXFP8LinearConverter.Config(fqns=[\"layers\"])]"
+                      : "[Float8LinearConverter.Config(filter_fqns=[\"lm_head\"], recipe_name=\"rowwise\")]";
+  }
   if (L.pp > 1) {
     pipeline_lines = fmt::format(
         "    p.pipeline_parallel_schedule = \"{}\"\n"
@@ -192,16 +214,35 @@ std::string TitanConfigModule(const ModelSpec& model, const LaunchPlan& L, const
                        {"ac", ac_value}});
 }
 
-// torchao's float8 converter runs per-tensor current scaling (its tensorwise default) as the export writes it: a plan
-// costed with another recipe says so.
 void TorchtitanFp8Note(const Plan& plan, const ModelSpec& model, std::vector<std::string>* notes) {
-  if (model.dtype != DType::kFp8 || plan.fp8_recipe.empty() || plan.fp8_recipe == "tensorwise" ||
-      plan.fp8_recipe == "current")
+  if (model.dtype != DType::kFp8) return;
+  if (plan.fp8_recipe.empty()) {
+    notes->push_back(
+        "torchtitan.toml: the plan records no FP8 recipe (solved before inputs.fp8_recipe); written as torchao's "
+        "tensorwise float8");
     return;
-  notes->push_back(fmt::format(
-      "torchtitan.toml: converters [\"float8\"] runs torchao's tensorwise recipe; the plan was costed with the {} "
-      "recipe (torchtitan's [float8] recipe_name or its mx converter would run another; not written)",
-      plan.fp8_recipe));
+  }
+  if (!TitanFp8Recipe(plan).mx && plan.fp8_recipe != "rowwise")
+    notes->push_back(fmt::format(
+        "torchtitan_config.py: torchtitan 0.3's float8 converter has rowwise recipes only: the module runs rowwise "
+        "scaling where the plan was costed with {} (torchtitan.toml, for 0.2, runs tensorwise); solve with "
+        "--fp8-recipe rowwise to cost what 0.3 runs",
+        plan.fp8_recipe.empty() ? std::string("the engine's") : plan.fp8_recipe));
+  if (plan.fp8_recipe == "delayed" || plan.fp8_recipe == "blockwise")
+    notes->push_back(fmt::format(
+        "torchtitan.toml: the plan was costed with {} scaling, which torchao's float8 training has no recipe for: "
+        "written as its tensorwise (current) scaling; solve with --fp8-recipe current to cost what runs",
+        plan.fp8_recipe));
+}
+
+// The TOML's converter line and its [quantize.linear.*] table for an FP8 plan; empty strings otherwise.
+void TitanFp8Toml(const Plan& plan, const ModelSpec& model, std::string* converters, std::string* table) {
+  if (model.dtype != DType::kFp8) return;
+  const TitanFp8 r = TitanFp8Recipe(plan);
+  const char* name = r.mx ? "quantize.linear.mx" : "quantize.linear.float8";
+  *converters = fmt::format("converters = [\"{}\"]\n", name);
+  *table = fmt::format("\n[{}]\nfilter_fqns = [\"output\"]\n", name);
+  if (!r.recipe.empty()) *table += fmt::format("recipe_name = \"{}\"\n", r.recipe);
 }
 
 }  // namespace
@@ -321,7 +362,9 @@ void AddTorchtitan(const Plan& plan, const ModelSpec& model, const LaunchPlan& L
       c.world, L.tp, L.cp, L.pp, L.dp, ScheduleName(L.schedule));
   t += fmt::format("[job]\ndump_folder = \"./outputs\"\ndescription = \"planner plan {}\"\n\n", model.name);
   t += fmt::format("[model]\nname = \"llama3\"\nflavor = \"{}\"\n", flavor);
-  if (model.dtype == DType::kFp8) t += "converters = [\"float8\"]\n";
+  std::string fp8_converters, fp8_table;
+  TitanFp8Toml(plan, model, &fp8_converters, &fp8_table);
+  t += fp8_converters;
   TorchtitanFp8Note(plan, model, notes);
   t += fmt::format(
       "\n[training]\nlocal_batch_size = {}\nglobal_batch_size = {}\nseq_len = {}\nsteps = {}\nmixed_precision_param = "
@@ -351,8 +394,10 @@ void AddTorchtitan(const Plan& plan, const ModelSpec& model, const LaunchPlan& L
   if (compile) t += "\n[compile]\nenable = true\n";
   t += fmt::format("\n[activation_checkpoint]\nmode = \"{}\"\n", ac);
   if (ac == "selective") t += "selective_ac_option = \"op\"\n";
+  t += fp8_table;
   files->emplace_back("torchtitan.toml", t);
-  files->emplace_back("torchtitan_config.py", TitanConfigModule(model, L, o, c, flavor, fsdp, ac, compile, async_tp));
+  files->emplace_back("torchtitan_config.py",
+                      TitanConfigModule(plan, model, L, o, c, flavor, fsdp, ac, compile, async_tp));
 }
 
 }  // namespace codegen_internal

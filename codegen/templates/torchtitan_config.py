@@ -10,7 +10,7 @@ PLAN_seq, PLAN_steps = 8192, 10
 # torchtitan 0.3 config module of the plan (PLAN_world ranks, tp-cp-pp-dp PLAN_tp-PLAN_cp-PLAN_pp-PLAN_dp, PLAN_sched); the same settings as
 # torchtitan.toml (torchtitan 0.2). Written by planner codegen. Run from this directory:
 #   PYTHONPATH=. torchrun --nproc-per-node N -m torchtitan.train --module torchtitan_config --config plan
-from torchtitan.components.quantization import Float8LinearConverter
+from torchtitan.components.quantization import Float8LinearConverter, MXFP8LinearConverter
 from torchtitan.config import CompileConfig
 from torchtitan.distributed.activation_checkpoint import FullAC, SelectiveAC
 from torchtitan.models.llama3 import model_registry
@@ -41,5 +41,5 @@ def plan():
     c.activation_checkpoint = PLAN_ac
     return c
 # ---- planner template ends ----
-# The names PLAN_converters and PLAN_ac may use (codegen/torchtitan.cc): the float8 converter and the checkpoint classes.
-_USED_BY_PLACEHOLDERS = (Float8LinearConverter, FullAC, SelectiveAC)
+# The names PLAN_converters and PLAN_ac may use (codegen/torchtitan.cc): the float8 and MXFP8 converters and the checkpoint classes.
+_USED_BY_PLACEHOLDERS = (Float8LinearConverter, MXFP8LinearConverter, FullAC, SelectiveAC)

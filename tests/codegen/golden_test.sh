@@ -277,7 +277,7 @@ if [ ! -e "$G/vgg16-async/deepspeed/ds_config.json" ] && grep -qF "PipeDream's a
 # flavor, the degrees, the model parts by torchtitan's FQNs; models torchtitan does not register refused.
 check llama3-8b-64 "$G/llama3-8b-64/torchtitan.toml" 'flavor = "8B"' 'data_parallel_shard_degree = 8' 'tensor_parallel_degree = 4' 'pipeline_parallel_degree = 2' \
   'pipeline_parallel_schedule = "Interleaved1F1B"' 'local_batch_size = 64' 'global_batch_size = 512' 'seq_len = 8192'
-check llama3-8b-fp8-16 "$G/llama3-8b-fp8-16/torchtitan.toml" 'converters = ["float8"]' 'pipeline_parallel_degree = 1'
+check llama3-8b-fp8-16 "$G/llama3-8b-fp8-16/torchtitan.toml" 'converters = ["quantize.linear.float8"]' 'filter_fqns = ["output"]' 'pipeline_parallel_degree = 1'
 n=$(grep '^module_fqns_per_model_part' "$G/llama3-8b-64/torchtitan.toml" | grep -o '"layers\.[0-9]*"' | sort -u | wc -l)
 [ "$n" = 32 ] && pass=$((pass+1)) || { echo "FAIL llama3-8b-64: $n distinct layers in the model parts, not 32"; fail=$((fail+1)); }
 for name in gpt3-64 tiny-gpt-pp2 vgg16-async; do

@@ -4,7 +4,8 @@
   PYTHONPATH=TORCHTITAN_0_2_2_DIR python check_torchtitan.py LAUNCH_DIR...
 
 For every directory, in one process: torchtitan's ConfigManager parses the TOML (unknown sections or
-keys are errors there); ParallelDims(dp_replicate, dp_shard, cp, tp, pp, ...) validates the degrees at
+keys are errors there); every model.converters name is one torchtitan registered (the lookup its trainer
+makes at launch); ParallelDims(dp_replicate, dp_shard, cp, tp, pp, ...) validates the degrees at
 launch.yaml's world size; the trainer's batch rules (local_batch_size % pipeline_parallel_microbatch_size,
 global_batch_size % (local x dp)); get_schedule_class knows the schedule and the model parts fit it
 (single-stage: one part per rank; loop: parts % pp; V: two parts per rank, as pipeline_module_split
@@ -65,6 +66,12 @@ def check(d):
             return f"{cls.__name__} is single-stage: {n} parts for pp {pd.pp}"
         if cls in (ScheduleZBVZeroBubble, ScheduleDualPipeV) and n != 2 * pd.pp:
             return f"{cls.__name__} places 2 stages per rank (V): {n} parts for pp {pd.pp}"
+    # model.converters: each a converter torchtitan registered (build_model_converters looks the names up:
+    # "float8" alone is a KeyError at launch in 0.2.2, whose float8 converter is "quantize.linear.float8").
+    from torchtitan.protocols.model_converter import _registry_model_converter_cls as registry
+    for name in c.model.converters:
+        if name not in registry:
+            return f"converter {name!r} is not registered (torchtitan 0.2.2 knows {sorted(registry)})"
     spec = get_train_spec(c.model.name)
     args = spec.model_args[c.model.flavor]
     with torch.device("meta"):

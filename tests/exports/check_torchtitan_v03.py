@@ -9,10 +9,10 @@ validates the degrees at launch.yaml's world size; the schedule resolves (get_sc
 model parts fit it; the model, built on the meta device from the config's model_spec, holds every FQN of
 module_fqns_per_model_part, each top-level module once; and every setting equals the same directory's
 torchtitan.toml (degrees, batch, seq_len, schedule, parts with `output` named `lm_head`, activation
-checkpointing, precision, float8 linears counted in the built model, torch.compile, async TP as the TOML says), so the
+checkpointing, precision, float8 / MXFP8 linears counted in the built model (lm_head not one), torch.compile, async TP as the TOML says), so the
 two files are one plan. Prints "ok DIR" / "FAIL DIR: reason".
-torchtitan's float8 converter asks the GPU's compute capability when the config is built: without a GPU
-the checker answers sm_90 (H100, the clusters the FP8 plans are solved for) and says so.
+torchtitan's float8 and MXFP8 converters ask the GPU's compute capability when the config is built: without
+a GPU the checker answers sm_100 (B200: both run there) and says so.
 """
 import os
 import re
@@ -60,11 +60,15 @@ def check(d):
         return f"global batch {t.global_batch_size} not divisible by local {t.local_batch_size} x dp {dp}"
     with torch.device("meta"):
         model = c.model_spec.model.build()
-    # What changes training beyond the sizes: float8 linears (counted in the built model) and torch.compile.
-    want_fp8 = "float8" in toml.get("model", {}).get("converters", [])
-    n8 = sum(1 for m in model.modules() if "Float8" in type(m).__name__)
-    if want_fp8 != (n8 > 0):
-        return f"{n8} float8 linears in the model, torchtitan.toml converters {toml.get('model', {}).get('converters', [])}"
+    # What changes training beyond the sizes: float8 or MXFP8 linears (counted in the built model, the output
+    # layer not among them: the plan costs it in bf16) and torch.compile.
+    convs = toml.get("model", {}).get("converters", [])
+    for kind, conv in (("Float8", "quantize.linear.float8"), ("MXFP8", "quantize.linear.mx")):
+        n8 = sum(1 for m in model.modules() if kind in type(m).__name__)
+        if (conv in convs) != (n8 > 0):
+            return f"{n8} {kind} linears in the model, torchtitan.toml converters {convs}"
+        if kind in type(model.get_submodule("lm_head")).__name__:
+            return f"lm_head is {type(model.get_submodule('lm_head')).__name__}: the plan costs the output layer in bf16"
     want_compile = bool(toml.get("compile", {}).get("enable", False))
     if c.compile.enable != want_compile:
         return f"compile.enable {c.compile.enable}, torchtitan.toml {want_compile}"
@@ -95,8 +99,9 @@ def check(d):
 
 def main():
     import torchtitan.components.quantization.float8 as f8
-    f8.has_cuda_capability = lambda major, minor: (9, 0) >= (major, minor)
-    print("check_torchtitan_v03: no GPU here; torchtitan's float8 capability check answered sm_90 (H100)", flush=True)
+    import torchtitan.components.quantization.mx as mx
+    f8.has_cuda_capability = mx.has_cuda_capability = lambda major, minor: (10, 0) >= (major, minor)
+    print("check_torchtitan_v03: no GPU here; torchtitan's float8 / MXFP8 capability checks answered sm_100 (B200)", flush=True)
     bad = 0
     for d in sys.argv[1:]:
         try:

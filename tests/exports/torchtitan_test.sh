@@ -32,6 +32,18 @@ l70-dualpipev llama3-70b 128 --tp 8 --pp 4 --cp 1 --zero 1 --schedule dualpipev 
 l70-cp llama3-70b 128 --tp 8 --pp 4 --cp 2 --zero 1 --schedule 1f1b
 l8-asynctp llama3-8b 32 --tp 8 --pp 1 --cp 1 --zero 3 --engine torchtitan-compile --tp-comm-overlap on
 EOF
+# FP8 recipes as torchao runs them (codegen/torchtitan.cc TitanFp8Recipe): rowwise on H100, MXFP8 on B200 (the mx
+# converter, mxfp8_cublas; 0.3: MXFP8LinearConverter over the layers).
+for r in "rowwise dgx-h100" "mxfp8 b200"; do
+  set -- $r
+  if ! $PLANNER -q solve --gpus 16 --model "$C/models/llama3-8b.yaml" --cluster "$C/clusters/$2.yaml" --precision fp8 --fp8-recipe "$1" --tp 8 --pp 1 --zero 3 --engine torchtitan -o "$T/$1.plan.yaml" >/dev/null 2>"$T/$1.err" \
+    || ! $PLANNER -q codegen "$T/$1.plan.yaml" -o "$T/demo-fp8-$1" 2>>"$T/$1.err"; then
+    echo "FAIL demo fp8-$1: solve / codegen"; cat "$T/$1.err"; fail=1
+  fi
+done
+grep -qx 'recipe_name = "rowwise"' "$T/demo-fp8-rowwise/torchtitan.toml" && grep -qx 'converters = \["quantize.linear.mx"\]' "$T/demo-fp8-mxfp8/torchtitan.toml" \
+  && grep -q 'MXFP8LinearConverter.Config(fqns=\["layers"\])' "$T/demo-fp8-mxfp8/torchtitan_config.py" \
+  || { echo "FAIL demo fp8 recipes: rowwise / mx converter not written"; fail=1; }
 # Async TP as solved (--tp-comm-overlap on with torch.compile): written in the TOML and in the 0.3 module.
 grep -qx "enable_async_tensor_parallel = true" "$T/demo-l8-asynctp/torchtitan.toml" \
   && grep -q "enable_async_tensor_parallel=True" "$T/demo-l8-asynctp/torchtitan_config.py" \
@@ -48,6 +60,8 @@ neg lost-layer llama3-8b-64 's/"layers.9", //' torchtitan.toml "not each of the 
 neg single-stage llama3-8b-64 's/^pipeline_parallel_schedule = "Interleaved1F1B"$/pipeline_parallel_schedule = "1F1B"/' torchtitan.toml "is single-stage: 4 parts for pp 2"
 neg flavor llama3-8b-64 's/^  ffn: 14336$/  ffn: 14400/' model.yaml "flavor 8B's ffn is 14336, model.yaml's 14400"
 neg batch llama3-8b-64 's/^global_batch_size = 512$/global_batch_size = 500/' torchtitan.toml "global batch 500 not divisible"
+# The converter name torchtitan 0.2.2 does not register (exports before 2026-11-30 wrote it: a KeyError at launch).
+neg converter llama3-8b-fp8-16 's/^converters = \["quantize.linear.float8"\]$/converters = ["float8"]/' torchtitan.toml "converter 'float8' is not registered"
 dirs=$(for d in "$G"/* "$T"/demo-* "$T"/neg-*; do [ -f "$d/torchtitan.toml" ] && echo "$d"; done)
 PYTHONPATH="$TT" "$PY" "$SRC/tests/exports/check_torchtitan.py" $dirs > "$T/out" 2>"$T/err"
 expect_results "$T/out" "$T/expect" "$T/err" $dirs
@@ -57,14 +71,17 @@ pos=$(for d in "$G"/* "$T"/demo-*; do [ -f "$d/torchtitan_config.py" ] && echo "
 cp -r "$G/llama3-8b-64" "$T/neg03-tp"; sed -i 's/^    p.tensor_parallel_degree = 4$/    p.tensor_parallel_degree = 2/' "$T/neg03-tp/torchtitan_config.py"
 # The issue-32 defect: a bf16 plan whose module keeps a preset's float8 converter (405B's) trains FP8.
 cp -r "$G/llama3-8b-64" "$T/neg03-fp8"; sed -i 's/converters=\[\])/converters=[Float8LinearConverter.Config(filter_fqns=["lm_head"])])/' "$T/neg03-fp8/torchtitan_config.py"
-"$PY" "$SRC/tests/exports/check_torchtitan_v03.py" $pos "$T/neg03-tp" "$T/neg03-fp8" > "$T/out03" 2>"$T/err03"
+# An MXFP8 module converting the output layer too (fqns empty: every linear), which the plan costs in bf16.
+cp -r "$T/demo-fp8-mxfp8" "$T/neg03-lmhead"; sed -i 's/MXFP8LinearConverter.Config(fqns=\["layers"\])/MXFP8LinearConverter.Config(fqns=[])/' "$T/neg03-lmhead/torchtitan_config.py"
+"$PY" "$SRC/tests/exports/check_torchtitan_v03.py" $pos "$T/neg03-tp" "$T/neg03-fp8" "$T/neg03-lmhead" > "$T/out03" 2>"$T/err03"
 n03=0
 for d in $pos; do
   if grep -qxF "ok $d" "$T/out03"; then n03=$((n03+1)); else echo "FAIL torchtitan 0.3 $d: $(grep -F " $d" "$T/out03")"; tail -3 "$T/err03"; fail=1; fi
 done
 grep -F " $T/neg03-tp" "$T/out03" | grep -q "^FAIL.*ParallelDims\|^FAIL.*tensor_parallel_degree\|^FAIL.*Invalid parallel dims" && n03=$((n03+1)) || { echo "FAIL torchtitan 0.3: a module off its TOML not rejected: $(grep -F "neg03" "$T/out03")"; fail=1; }
-grep -F " $T/neg03-fp8" "$T/out03" | grep -q "^FAIL.*float8 linears in the model" && n03=$((n03+1)) || { echo "FAIL torchtitan 0.3: a bf16 plan's module with float8 linears not rejected: $(grep -F "neg03-fp8" "$T/out03")"; fail=1; }
-echo "torchtitan 0.3: $n03 of $(( $(echo "$pos" | wc -w) + 2 )) directories as expected (torchtitan $("$PY" -c 'import importlib.metadata as m; print(m.version("torchtitan"))' 2>/dev/null))"
+grep -F " $T/neg03-fp8" "$T/out03" | grep -q "^FAIL.*Float8 linears in the model" && n03=$((n03+1)) || { echo "FAIL torchtitan 0.3: a bf16 plan's module with float8 linears not rejected: $(grep -F "neg03-fp8" "$T/out03")"; fail=1; }
+grep -F " $T/neg03-lmhead" "$T/out03" | grep -q "^FAIL.*lm_head is MXFP8" && n03=$((n03+1)) || { echo "FAIL torchtitan 0.3: an MXFP8 output layer not rejected: $(grep -F "neg03-lmhead" "$T/out03")"; fail=1; }
+echo "torchtitan 0.3: $n03 of $(( $(echo "$pos" | wc -w) + 3 )) directories as expected (torchtitan $("$PY" -c 'import importlib.metadata as m; print(m.version("torchtitan"))' 2>/dev/null))"
 # Refused: models torchtitan does not register, PipeDream's schedule.
 for name in gpt3-64 tiny-gpt-pp2 vgg16-async; do
   [ -f "$G/$name/torchtitan.toml.refused" ] && [ ! -e "$G/$name/torchtitan.toml" ] || { echo "FAIL $name: torchtitan.toml written for a plan torchtitan cannot run"; fail=1; }

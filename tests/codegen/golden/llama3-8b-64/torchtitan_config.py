@@ -1,7 +1,7 @@
 # torchtitan 0.3 config module of the plan (64 ranks, tp-cp-pp-dp 4-1-2-8, interleaved); the same settings as
 # torchtitan.toml (torchtitan 0.2). Written by planner codegen. Run from this directory:
 #   PYTHONPATH=. torchrun --nproc-per-node N -m torchtitan.train --module torchtitan_config --config plan
-from torchtitan.components.quantization import Float8LinearConverter
+from torchtitan.components.quantization import Float8LinearConverter, MXFP8LinearConverter
 from torchtitan.config import CompileConfig
 from torchtitan.distributed.activation_checkpoint import FullAC, SelectiveAC
 from torchtitan.models.llama3 import model_registry

@@ -1,7 +1,7 @@
 # torchtitan 0.3 config module of the plan (16 ranks, tp-cp-pp-dp 8-1-1-2, 1f1b); the same settings as
 # torchtitan.toml (torchtitan 0.2). Written by planner codegen. Run from this directory:
 #   PYTHONPATH=. torchrun --nproc-per-node N -m torchtitan.train --module torchtitan_config --config plan
-from torchtitan.components.quantization import Float8LinearConverter
+from torchtitan.components.quantization import Float8LinearConverter, MXFP8LinearConverter
 from torchtitan.config import CompileConfig
 from torchtitan.distributed.activation_checkpoint import FullAC, SelectiveAC
 from torchtitan.models.llama3 import model_registry
@@ -12,7 +12,7 @@ def plan():
     c = llama3_8b()
     # The preset's model, compile and float8 settings replaced by the plan's (the 405B preset turns on
     # float8, torch.compile and async TP): the same as torchtitan.toml.
-    c.model_spec = model_registry("8B", converters=[Float8LinearConverter.Config(filter_fqns=["lm_head"])])
+    c.model_spec = model_registry("8B", converters=[Float8LinearConverter.Config(filter_fqns=["lm_head"], recipe_name="rowwise")])
     c.compile = CompileConfig(enable=False, enable_async_tensor_parallel=False)
     p = c.parallelism
     p.data_parallel_replicate_degree = 1
