@@ -214,25 +214,33 @@ std::string TitanConfigModule(const Plan& plan, const ModelSpec& model, const La
                        {"ac", ac_value}});
 }
 
-void TorchtitanFp8Note(const Plan& plan, const ModelSpec& model, std::vector<std::string>* notes) {
+void TorchtitanFp8Note(const Plan& plan, const ModelSpec& model, int64_t tp, std::vector<std::string>* notes) {
   if (model.dtype != DType::kFp8) return;
-  if (plan.fp8_recipe.empty()) {
+  const bool mx = TitanFp8Recipe(plan).mx;
+  if (plan.fp8_recipe.empty())
     notes->push_back(
         "torchtitan.toml: the plan records no FP8 recipe (solved before inputs.fp8_recipe); written as torchao's "
         "tensorwise float8");
-    return;
-  }
-  if (!TitanFp8Recipe(plan).mx && plan.fp8_recipe != "rowwise")
+  if (!mx && plan.fp8_recipe != "rowwise")
     notes->push_back(fmt::format(
         "torchtitan_config.py: torchtitan 0.3's float8 converter has rowwise recipes only: the module runs rowwise "
-        "scaling where the plan was costed with {} (torchtitan.toml, for 0.2, runs tensorwise); solve with "
-        "--fp8-recipe rowwise to cost what 0.3 runs",
-        plan.fp8_recipe.empty() ? std::string("the engine's") : plan.fp8_recipe));
+        "scaling where the plan was costed with {} (torchtitan.toml, for 0.2, runs tensorwise); to cost what 0.3 "
+        "runs, solve with --fp8-recipe rowwise where the kernel table lists it (Hopper's) or mxfp8 on Blackwell",
+        plan.fp8_recipe.empty() ? std::string("the engine's recipe") : plan.fp8_recipe));
   if (plan.fp8_recipe == "delayed" || plan.fp8_recipe == "blockwise")
     notes->push_back(fmt::format(
         "torchtitan.toml: the plan was costed with {} scaling, which torchao's float8 training has no recipe for: "
         "written as its tensorwise (current) scaling; solve with --fp8-recipe current to cost what runs",
         plan.fp8_recipe));
+  if (mx && plan.engine == "torchtitan-compile" && tp > 1)
+    notes->push_back(
+        "torchtitan.toml: torchtitan 0.2.2's MXFP8 converter asserts \"TP not yet supported with torch.compile for "
+        "mxfp8\" (components/quantization/mx.py): this TOML stops at launch under 0.2.2 (torchtitan_config.py, for "
+        "0.3, has no such limit); solve with --tp 1 or --engine torchtitan for a 0.2.2 run");
+  if (mx)
+    notes->push_back(
+        "torchtitan.toml: torchtitan 0.2.2's MXFP8 converter imports torchao.prototype.mx_formats.MXLinearConfig, "
+        "which torchao 0.18 (torchtitan 0.3's) no longer has: run it with the torchao of 0.2.2's time");
 }
 
 // The TOML's converter line and its [quantize.linear.*] table for an FP8 plan; empty strings otherwise.
@@ -365,7 +373,7 @@ void AddTorchtitan(const Plan& plan, const ModelSpec& model, const LaunchPlan& L
   std::string fp8_converters, fp8_table;
   TitanFp8Toml(plan, model, &fp8_converters, &fp8_table);
   t += fp8_converters;
-  TorchtitanFp8Note(plan, model, notes);
+  TorchtitanFp8Note(plan, model, L.tp, notes);
   t += fmt::format(
       "\n[training]\nlocal_batch_size = {}\nglobal_batch_size = {}\nseq_len = {}\nsteps = {}\nmixed_precision_param = "
       "\"{}\"\n\n",

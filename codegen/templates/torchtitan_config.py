@@ -20,7 +20,8 @@ from torchtitan.models.llama3.config_registry import PLAN_flavor_fn
 def plan():
     c = PLAN_flavor_fn()
     # The preset's model, compile and float8 settings replaced by the plan's (the 405B preset turns on
-    # float8, torch.compile and async TP): the same as torchtitan.toml.
+    # float8, torch.compile and async TP): the same as torchtitan.toml, but for float8's recipe where 0.3 has
+    # rowwise only (codegen notes it).
     c.model_spec = model_registry("PLAN_flavor", converters=PLAN_converters)
     c.compile = CompileConfig(enable=PLAN_compile, enable_async_tensor_parallel=PLAN_async_tp)
     p = c.parallelism

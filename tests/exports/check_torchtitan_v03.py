@@ -67,6 +67,10 @@ def check(d):
         n8 = sum(1 for m in model.modules() if kind in type(m).__name__)
         if (conv in convs) != (n8 > 0):
             return f"{n8} {kind} linears in the model, torchtitan.toml converters {convs}"
+        off = [n for n, m in model.named_modules() if n.startswith("layers.") and type(m).__name__.endswith("Linear")
+               and not any(True for _ in m.children()) and kind not in type(m).__name__]
+        if conv in convs and off:
+            return f"{len(off)} linears of the blocks are not {kind} (first {off[0]}), torchtitan.toml converters {convs}"
         if kind in type(model.get_submodule("lm_head")).__name__:
             return f"lm_head is {type(model.get_submodule('lm_head')).__name__}: the plan costs the output layer in bf16"
     want_compile = bool(toml.get("compile", {}).get("enable", False))

@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # torchtitan.toml exports checked by torchtitan 0.2.2's own code (tests/exports/check_torchtitan.py; the wheel
 # unpacked beside the exports venv by setup_venv.sh): every golden torchtitan.toml and the demo plans' exports
-# (llama3-8b 1F1B, interleaved, ZB-H1, no pipelining with FSDP; llama3-70b dualpipev, CP) in ONE process,
+# (llama3-8b 1F1B, interleaved, ZB-H1, no pipelining with FSDP, async TP, FP8 rowwise and MXFP8; llama3-70b
+# dualpipev, CP) in ONE process,
 # then defects it must reject. Without the venv: FAIL with the reason, never a skip.
 #   bash tests/exports/torchtitan_test.sh PLANNER SOURCE_DIR
 set -u
@@ -42,6 +43,7 @@ for r in "rowwise dgx-h100" "mxfp8 b200"; do
   fi
 done
 grep -qx 'recipe_name = "rowwise"' "$T/demo-fp8-rowwise/torchtitan.toml" && grep -qx 'converters = \["quantize.linear.mx"\]' "$T/demo-fp8-mxfp8/torchtitan.toml" \
+  && grep -qx 'recipe_name = "mxfp8_cublas"' "$T/demo-fp8-mxfp8/torchtitan.toml" && grep -qx 'filter_fqns = \["output"\]' "$T/demo-fp8-mxfp8/torchtitan.toml" \
   && grep -q 'MXFP8LinearConverter.Config(fqns=\["layers"\])' "$T/demo-fp8-mxfp8/torchtitan_config.py" \
   || { echo "FAIL demo fp8 recipes: rowwise / mx converter not written"; fail=1; }
 # Async TP as solved (--tp-comm-overlap on with torch.compile): written in the TOML and in the 0.3 module.

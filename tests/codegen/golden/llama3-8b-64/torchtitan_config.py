@@ -11,7 +11,8 @@ from torchtitan.models.llama3.config_registry import llama3_8b
 def plan():
     c = llama3_8b()
     # The preset's model, compile and float8 settings replaced by the plan's (the 405B preset turns on
-    # float8, torch.compile and async TP): the same as torchtitan.toml.
+    # float8, torch.compile and async TP): the same as torchtitan.toml, but for float8's recipe where 0.3 has
+    # rowwise only (codegen notes it).
     c.model_spec = model_registry("8B", converters=[])
     c.compile = CompileConfig(enable=False, enable_async_tensor_parallel=False)
     p = c.parallelism
