@@ -284,8 +284,7 @@ def run_moe_h100(cluster):
         pred = plan["predicted"]["tokens_per_second_per_gpu"] if plan else None
         name = (f"{src} {model[:-5]} n{n} tp{t} pp{p} vp{v} ep{ep} B{B} b{b} "
                 + ("flex" if "flex" in extra else "alltoall") + (" overlap" if "--moe-overlap" in extra else ""))
-        if pred is not None:
-            MOE_ROWS.append(("megatron-core", "bf16", (pred - B * seq / n / step_s) / (B * seq / n / step_s), False))
+        add_check("megatron-core", "bf16", pred, B * seq / n / step_s, moe=True)
         rows.append((name, B * seq / n / step_s, pred, layout(plan) if plan else "REFUSED: " + err))
     return rows
 
@@ -322,8 +321,7 @@ def run_moe_long(cluster):
     for seq, cp, pub in MOE_LONG_H100:
         plan, err = moe_long_solve(cluster, seq, cp)
         pred = plan["predicted"]["tokens_per_second_per_gpu"] if plan else None
-        if pred is not None:
-            MOE_ROWS.append(("megatron-core", "bf16", (pred - pub) / pub, False))
+        add_check("megatron-core", "bf16", pred, pub, moe=True)
         rows.append((f"qwen3-235b-a22b seq {seq} cp {cp}", pub, pred, layout(plan) if plan else "REFUSED: " + err))
     return rows
 
@@ -452,9 +450,8 @@ def run_deepspeed_a100(tmp, cluster):
                  "full", "--microbatch", str(b), "--global-batch", str(B), "--schedule", "1f1b", "--zero", "0,1"] + extra
         plan, err = solve(path, os.path.join(ROOT, "configs", "clusters", own) if own else cluster, n, flags)
         pred = plan["predicted"]["tokens_per_second_per_gpu"] if plan else None
-        if pred is not None:
-            prec = extra[extra.index("--precision") + 1] if "--precision" in extra else "fp16"
-            CHECK_ROWS.append(("deepspeed", prec, (pred - B * 2048 / n / step_s) / (B * 2048 / n / step_s)))
+        prec = extra[extra.index("--precision") + 1] if "--precision" in extra else "fp16"
+        add_check("deepspeed", prec, pred, B * 2048 / n / step_s)
         rows.append((f"{name} t{t} p{p} n{n} B{B} b{b}", B * 2048 / n / step_s, pred,
                      layout(plan) if plan else "REFUSED: " + err))
     return rows
@@ -483,6 +480,19 @@ MEGATRON_SCHEDULES = ["--schedule", "1f1b,interleaved"]
 BAND_ROWS = []  # (engine, precision, signed error) of every row in the summaries
 CHECK_ROWS = []  # (engine, precision, signed error) of the published check rows of dense models, every engine
 MOE_ROWS = []  # (engine, precision, signed error, calibration run?) of every MoE row (balanced routing): band_moe
+
+
+def add_check(engine, precision, pred, pub, moe=False):
+    """A published check row's signed error into its band's pool: band_moe's (MOE_ROWS, routed experts) or band's
+    (CHECK_ROWS); nothing for a refused row (pred None)."""
+    if pred is None:
+        return
+    if moe:
+        MOE_ROWS.append((engine, precision, (pred - pub) / pub, False))
+    else:
+        CHECK_ROWS.append((engine, precision, (pred - pub) / pub))
+
+
 FREE = []  # free-search rows: (run, tp-pp-dp, cp, plan, MFU %, published layout's time / free time, modelled reason)
 
 
@@ -741,8 +751,8 @@ def run_nemo_long(tmp, cluster):
         plan, err = solve(model, cluster, n, ["--tp", str(t), "--pp", str(p), "--cp", str(cp), "--global-batch", str(B),
                                               "--seq", str(s), "--precision", "fp8"] + NEMO_2403 + eng)
         pred = plan["predicted"]["tokens_per_second_per_gpu"] * nemo_llama2_flops_per_token(s) / 1e12 if plan else None
-        if pred is not None and (k, n) not in NEMO_LONG_CALIBRATION:
-            CHECK_ROWS.append(("megatron-core", "fp8", (pred - pub) / pub))
+        if (k, n) not in NEMO_LONG_CALIBRATION:
+            add_check("megatron-core", "fp8", pred, pub)
         rows.append((f"Llama 2 7B {k}K n{n} tp{t} pp{p} cp{cp} dp{d} B{B} fp8", pub, pred,
                      layout(plan) if plan else "REFUSED: " + err))
     return rows
@@ -764,8 +774,7 @@ def run_nemo_2407(tmp, cluster):
         flags += ["--optimizer-state", NEMO_2407_OPTIM.get(name, "fp32-remainders")]
         plan, err = solve(path, cluster, n, flags + engine_args(tmp, "nemo-24")[0])
         pred = plan["predicted"]["tokens_per_second_per_gpu"] if plan else None
-        if pred is not None:
-            CHECK_ROWS.append(("megatron-core", "fp8", (pred - pub) / pub))
+        add_check("megatron-core", "fp8", pred, pub)
         rows.append((f"{name} n{n} tp{t} pp{p} cp{cp} vp{v} B{B} b{b} seq{seq} fp8", pub, pred,
                      layout(plan) if plan else "REFUSED: " + err))
     return rows
@@ -785,8 +794,8 @@ def run_torchtitan_2412(cluster):
         pred = plan["predicted"]["tokens_per_second_per_gpu"] if plan else None
         got = plan["predicted"].get("peak_reserved_GiB", plan["predicted"]["peak_memory_GiB"]) if plan else None
         lay = (layout(plan) if plan else "REFUSED: " + err) + f" engine={eng}"
-        if pred is not None and "sets the" not in name:
-            CHECK_ROWS.append((eng, prec, (pred - pub) / pub))
+        if "sets the" not in name:
+            add_check(eng, prec, pred, pub)
         rows.append((f"{tab} {name}", pub, pred, mem, got, lay + (" (not in the summary)" if "sets the" in name else "")))
     return rows
 
@@ -811,10 +820,7 @@ def run_megatron_bridge(cluster):
         flags += RECIPE_FLAGS[recipe]
         plan, err = solve(os.path.join(ROOT, "configs", "models", model), cluster, n, flags + extra)
         pred = plan["predicted"]["tokens_per_second_per_gpu"] if plan else None
-        if pred is not None and ep > 1:
-            MOE_ROWS.append(("megatron-core", "fp8", (pred - pub) / pub, False))
-        elif pred is not None:
-            CHECK_ROWS.append(("megatron-core", "fp8", (pred - pub) / pub))
+        add_check("megatron-core", "fp8", pred, pub, moe=ep > 1)
         rows.append((f"{src} {model[:-5]} n{n} tp{t} pp{p} cp{cp} vp{v} ep{ep} B{B} b{b} seq{seq} fp8-{recipe}", pub, pred,
                      layout(plan) if plan else "REFUSED: " + err))
     return rows
@@ -877,10 +883,7 @@ def run_blackwell(table):
         plan, err = solve(os.path.join(ROOT, "configs", "models", model), os.path.join(ROOT, "configs", "clusters", cluster),
                           n, flags + extra)
         pred = plan["predicted"]["tokens_per_second_per_gpu"] if plan else None
-        if pred is not None and ep > 1:
-            MOE_ROWS.append(("megatron-core", "fp8", (pred - pub) / pub, False))
-        elif pred is not None:
-            CHECK_ROWS.append(("megatron-core", "fp8", (pred - pub) / pub))
+        add_check("megatron-core", "fp8", pred, pub, moe=ep > 1)
         gpu = "GB200" if cluster.startswith("gb200") else "B200"
         rows.append((f"{src} {model[:-5]} {gpu} n{n} tp{t} pp{p} cp{cp} vp{v}{f' ep{ep}' if ep > 1 else ''} B{B} b{b} "
                      f"seq{seq} fp8-{recipe}", pub, pred, layout(plan) if plan else "REFUSED: " + err))
