@@ -849,6 +849,10 @@ BLACKWELL = [
 
 FLEX = ["--moe-dispatcher", "flex"]
 FLEX_OVERLAP = FLEX + ["--moe-overlap", "on"]
+# Whole-iteration CUDA graphs (Megatron-Bridge 26.06's cuda_graph_impl full_iteration): the GPU replays the step's
+# launches, so the expert block's host launches cost nothing: run_blackwell costs these rows on a megatron-core
+# variant whose moe_host launches are 0 (the planner has no CUDA-graph option).
+GRAPHS = ["GRAPHS"]
 
 # The same archive's MoE rows on Blackwell, 26.04.01, MXFP8, TP 1, force-balanced and dropless (the archive's note),
 # and the 26.06 release's GB200 rows of the same models (docs/performance-summary.md at tag v0.5.0). BLACKWELL's
@@ -865,16 +869,21 @@ BLACKWELL_MOE = [
     ("MB 26.04.01", "qwen3-30b-a3b.yaml", "gb200-nvl72.yaml", 8, 512, 4, 4096, 1, 1, 1, 1, 8, "mx", FLEX, 26112),
     ("MB 26.04.01", "qwen3-235b-a22b.yaml", "b200.yaml", 256, 8192, 1, 4096, 1, 8, 1, 1, 8, "mx", [], 3776),
     ("MB 26.04.01", "qwen3-235b-a22b.yaml", "gb200-nvl72.yaml", 256, 8192, 1, 4096, 1, 8, 1, 3, 32, "mx", FLEX, 5680),
-    ("MB 26.06", "qwen3-30b-a3b.yaml", "gb200-nvl72.yaml", 8, 512, 4, 4096, 1, 1, 1, 1, 8, "mx", FLEX_OVERLAP, 40706),
-    ("MB 26.06", "qwen3-235b-a22b.yaml", "gb200-nvl72.yaml", 256, 8192, 1, 4096, 1, 8, 1, 3, 32, "mx", FLEX_OVERLAP,
-     7376),
+    ("MB 26.06", "qwen3-30b-a3b.yaml", "gb200-nvl72.yaml", 8, 512, 4, 4096, 1, 1, 1, 1, 8, "mx",
+     FLEX_OVERLAP + GRAPHS, 40706),
+    ("MB 26.06", "qwen3-235b-a22b.yaml", "gb200-nvl72.yaml", 256, 8192, 1, 4096, 1, 8, 1, 3, 32, "mx",
+     FLEX_OVERLAP + GRAPHS, 7376),
 ]
 
 
-def run_blackwell(table):
+def run_blackwell(tmp, table):
     """The rows of BLACKWELL or BLACKWELL_MOE; rows with routed experts (ep > 1) join MOE_ROWS (band_moe)."""
     rows = []
+    graphs = megatron_core_variant(tmp, "megatron-core-graphs", r"^    fp8_delayed: \[4, 6\]", "    fp8_delayed: [0, 0]")
     for src, model, cluster, n, B, b, seq, t, p, cp, v, ep, recipe, extra, pub in table:
+        graphed = "GRAPHS" in extra
+        if graphed:
+            extra = [x for x in extra if x != "GRAPHS"] + ["--engine", graphs]
         flags = ["--tp", str(t), "--pp", str(p), "--cp", str(cp), "--global-batch", str(B), "--microbatch", str(b),
                  "--seq", str(seq), "--precision", "fp8", "--grad-dtype", "bf16"] + RECIPE_FLAGS[recipe]
         flags += [] if "--zero" in extra else ["--zero", "1"]
@@ -886,7 +895,8 @@ def run_blackwell(table):
         add_check("megatron-core", "fp8", pred, pub, moe=ep > 1)
         gpu = "GB200" if cluster.startswith("gb200") else "B200"
         rows.append((f"{src} {model[:-5]} {gpu} n{n} tp{t} pp{p} cp{cp} vp{v}{f' ep{ep}' if ep > 1 else ''} B{B} b{b} "
-                     f"seq{seq} fp8-{recipe}", pub, pred, layout(plan) if plan else "REFUSED: " + err))
+                     f"seq{seq} fp8-{recipe}{' graphs' if graphed else ''}", pub, pred,
+                     layout(plan) if plan else "REFUSED: " + err))
     return rows
 
 
@@ -1052,9 +1062,9 @@ def main():
         bridge = table("Checks, not calibration: Megatron-Core's 2025-26 recipes (Megatron-Bridge, Megatron-LM, NeMo 25.02; "
                        "H100, FP8)", "tokens/s/GPU", run_megatron_bridge(args.h100))
         blackwell = table("Checks, not calibration: Megatron-Core on Blackwell (Megatron-Bridge 25.11 and 26.04.01; DGX B200, "
-                          "GB200 NVL72; FP8 current scaling and MXFP8)", "tokens/s/GPU", run_blackwell(BLACKWELL))
+                          "GB200 NVL72; FP8 current scaling and MXFP8)", "tokens/s/GPU", run_blackwell(tmp, BLACKWELL))
         blackwell_moe = table("Checks, not calibration: Megatron-Core MoE on Blackwell (Megatron-Bridge 26.04.01 and 26.06; MXFP8, "
-                              "force-balanced)", "tokens/s/GPU", run_blackwell(BLACKWELL_MOE))
+                              "force-balanced)", "tokens/s/GPU", run_blackwell(tmp, BLACKWELL_MOE))
         moe = table("Checks, not calibration: Megatron-Core MoE runs (Megatron-Bridge, Megatron-MoE-ModelZoo; H100, bf16)",
                     "tokens/s/GPU", run_moe_h100(args.h100))
         moe_long = table("Checks, not calibration: Qwen3-235B-A22B long context (Megatron-MoE-ModelZoo; 256 H100, TP 4, "

@@ -255,10 +255,10 @@ void TitanFp8Toml(const Plan& plan, const ModelSpec& model, std::string* convert
 
 }  // namespace
 
-void AddTorchtitan(const Plan& plan, const ModelSpec& model, const LaunchPlan& L, const CodegenOptions& o, Files* files,
-                   std::vector<std::string>* notes) {
-  std::string flavor;
-  std::string refused = TitanRefusal(model, L, &flavor);
+namespace {
+
+// The plan as torchtitan's parallel dimensions, batch and model parts; *refused says why torchtitan cannot run it.
+TorchtitanCheck TitanCheckOf(const Plan& plan, const ModelSpec& model, const LaunchPlan& L, std::string* refused) {
   TorchtitanCheck c;
   c.world = static_cast<int64_t>(L.ranks.size());
   c.pp = L.pp;
@@ -269,8 +269,8 @@ void AddTorchtitan(const Plan& plan, const ModelSpec& model, const LaunchPlan& L
   const int64_t hsdp = ddp ? 1 : plan.dp_replicate;
   c.dp_replicate = ddp ? L.dp : hsdp;
   c.dp_shard = ddp ? 1 : L.dp / std::max<int64_t>(1, hsdp);
-  if (refused.empty() && L.dp % std::max<int64_t>(1, hsdp) != 0)
-    refused = fmt::format(
+  if (refused->empty() && L.dp % std::max<int64_t>(1, hsdp) != 0)
+    *refused = fmt::format(
         "HSDP {} x {}: torchtitan replicates whole data-parallel groups (data_parallel_replicate_degree divides dp "
         "{}); "
         "solve with --dp-replicate dividing {}",
@@ -294,12 +294,12 @@ void AddTorchtitan(const Plan& plan, const ModelSpec& model, const LaunchPlan& L
     }
     c.parts.push_back(part);
   }
-  if (refused.empty()) refused = TorchtitanRuleViolation(c);
-  if (!refused.empty()) {
-    notes->push_back("torchtitan.toml: not written: " + refused);
-    files->emplace_back("torchtitan.toml.refused", refused + "\n");
-    return;
-  }
+  if (refused->empty()) *refused = TorchtitanRuleViolation(c);
+  return c;
+}
+
+// fsdp_reshard_after_forward for the plan's ZeRO stage (with its note where torchtitan's traffic differs).
+std::string TitanFsdpMode(const Plan& plan, const LaunchPlan& L, std::vector<std::string>* notes) {
   std::string fsdp = "default";
   // ZeRO-3 under pipelining is torchtitan's default there (no reshard after forward), as the plan costs it.
   if (plan.zero_stage == ZeroStage::kParameters && L.pp == 1) fsdp = "always";
@@ -313,6 +313,11 @@ void AddTorchtitan(const Plan& plan, const ModelSpec& model, const LaunchPlan& L
         "costed ZeRO-{}'s)",
         plan.zero_stage == ZeroStage::kOptimizer ? 1 : 2, L.dp, plan.zero_stage == ZeroStage::kOptimizer ? 1 : 2));
   }
+  return fsdp;
+}
+
+// activation_checkpoint.mode for the plan's recompute (with its notes where torchtitan's policy differs).
+std::string TitanAcMode(const Plan& plan, std::vector<std::string>* notes) {
   std::string ac = "none";
   if (plan.recompute == Recompute::kFull) ac = "full";
   if (plan.recompute == Recompute::kSelective) {
@@ -330,6 +335,13 @@ void AddTorchtitan(const Plan& plan, const ModelSpec& model, const LaunchPlan& L
                     "recompute (slower than predicted)",
                     plan.recompute_num_layers));
   }
+  return ac;
+}
+
+// The notes on what torchtitan runs differently from what the plan costed (TP, CP, schedule, precision, gradients,
+// optimizer, data-parallel architecture).
+void TitanDifferenceNotes(const Plan& plan, const ModelSpec& model, const LaunchPlan& L,
+                          std::vector<std::string>* notes) {
   if (L.tp > 1 && !L.sequence_parallel)
     notes->push_back(
         "torchtitan.toml: torchtitan's TP always runs sequence parallelism; the plan costed TP without it");
@@ -357,6 +369,12 @@ void AddTorchtitan(const Plan& plan, const ModelSpec& model, const LaunchPlan& L
         fmt::format("torchtitan.toml: dp_comm {} has no torchtitan equivalent: its data parallelism all-reduces / "
                     "reduce-scatters over NCCL",
                     DpCommName(plan.dp_comm)));
+}
+
+// torchtitan 0.2's TOML of the plan.
+std::string TitanToml(const Plan& plan, const ModelSpec& model, const LaunchPlan& L, const CodegenOptions& o,
+                      const TorchtitanCheck& c, const std::string& flavor, const std::string& fsdp,
+                      const std::string& ac, bool compile, bool async_tp) {
   std::string quoted;
   for (const auto& p : c.parts) {
     std::vector<std::string> q;
@@ -373,7 +391,6 @@ void AddTorchtitan(const Plan& plan, const ModelSpec& model, const LaunchPlan& L
   std::string fp8_converters, fp8_table;
   TitanFp8Toml(plan, model, &fp8_converters, &fp8_table);
   t += fp8_converters;
-  TorchtitanFp8Note(plan, model, L.tp, notes);
   t += fmt::format(
       "\n[training]\nlocal_batch_size = {}\nglobal_batch_size = {}\nseq_len = {}\nsteps = {}\nmixed_precision_param = "
       "\"{}\"\n\n",
@@ -389,21 +406,40 @@ void AddTorchtitan(const Plan& plan, const ModelSpec& model, const LaunchPlan& L
         "[{}]\n",
         TitanSchedule(L.schedule), L.microbatch_size, quoted);
   }
+  if (async_tp) t += "enable_async_tensor_parallel = true\n";
+  if (compile) t += "\n[compile]\nenable = true\n";
+  t += fmt::format("\n[activation_checkpoint]\nmode = \"{}\"\n", ac);
+  if (ac == "selective") t += "selective_ac_option = \"op\"\n";
+  t += fp8_table;
+  return t;
+}
+
+}  // namespace
+
+void AddTorchtitan(const Plan& plan, const ModelSpec& model, const LaunchPlan& L, const CodegenOptions& o, Files* files,
+                   std::vector<std::string>* notes) {
+  std::string flavor;
+  std::string refused = TitanRefusal(model, L, &flavor);
+  const TorchtitanCheck c = TitanCheckOf(plan, model, L, &refused);
+  if (!refused.empty()) {
+    notes->push_back("torchtitan.toml: not written: " + refused);
+    files->emplace_back("torchtitan.toml.refused", refused + "\n");
+    return;
+  }
+  const std::string fsdp = TitanFsdpMode(plan, L, notes);
+  const std::string ac = TitanAcMode(plan, notes);
+  TitanDifferenceNotes(plan, model, L, notes);
+  TorchtitanFp8Note(plan, model, L.tp, notes);
   // torch.compile when the plan was costed for it (engine torchtitan-compile), else eager as its engine
   // runs; async TP where the plan was costed with TP communication overlapped (inputs.tp_comm_overlap), which
   // torchtitan runs compiled only.
   const bool compile = plan.engine == "torchtitan-compile";
   const bool async_tp = plan.tp_comm_overlap && L.tp > 1 && compile;
-  if (async_tp) t += "enable_async_tensor_parallel = true\n";
   if (plan.tp_comm_overlap && L.tp > 1 && !compile)
     notes->push_back(
         "torchtitan.toml: the plan was costed with TP communication overlapped, which torchtitan runs (async TP) only "
         "with torch.compile: written without it (slower than predicted); solve with --engine torchtitan-compile");
-  if (compile) t += "\n[compile]\nenable = true\n";
-  t += fmt::format("\n[activation_checkpoint]\nmode = \"{}\"\n", ac);
-  if (ac == "selective") t += "selective_ac_option = \"op\"\n";
-  t += fp8_table;
-  files->emplace_back("torchtitan.toml", t);
+  files->emplace_back("torchtitan.toml", TitanToml(plan, model, L, o, c, flavor, fsdp, ac, compile, async_tp));
   files->emplace_back("torchtitan_config.py",
                       TitanConfigModule(plan, model, L, o, c, flavor, fsdp, ac, compile, async_tp));
 }

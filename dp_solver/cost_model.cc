@@ -889,8 +889,8 @@ void AnalyticRows(const CostSource& src, const TableShape& shape, const CostOpti
     q.moe_hidden = src.engine->moe_a2a_hidden;
     q.moe_flex_serial = src.engine->moe_flex_serial;
     const std::array<double, 2> host = src.engine->MoeHostSecondsPerExpert(m.dtype);
-    q.moe_host_fwd = host[0];
-    q.moe_host_bwd = host[1];
+    q.moe_host_fwd = host[0] * c.host_op_scale;  // the engine's launches timed on an x86 host, scaled to this one
+    q.moe_host_bwd = host[1] * c.host_op_scale;
   }
   q.cp_overlap = o.cp_overlap;
   q.cp_allgather = o.cp_comm == CpCommType::kAllGather && q.cp > 1;

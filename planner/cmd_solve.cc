@@ -384,11 +384,13 @@ void MoeHostNote(const SolveInputs& in, const CostSource& src, Plan* plan) {
   const EngineSpec& e = *src.engine;
   const std::array<double, 2> host = e.MoeHostSecondsPerExpert(in.model.dtype);
   if (!(host[0] + host[1] > 0)) return;
+  const double scale = in.cluster.host_op_scale;
   plan->notes.push_back(fmt::format(
       "MoE expert block: the host's launches ({:.3g} / {:.3g} us per local expert per layer-microbatch, forward / "
-      "backward, at {:.3g} us each: engine {}'s moe_host) wait where the GPU's work is shorter{} (docs/cost_model.md "
+      "backward, at {:.3g} us each: engine {}'s moe_host{}) wait where the GPU's work is shorter{} (docs/cost_model.md "
       "\"The MoE expert block's host time\")",
-      host[0] * 1e6, host[1] * 1e6, e.moe_host_launch_s * 1e6, e.name,
+      scale * host[0] * 1e6, scale * host[1] * 1e6, scale * e.moe_host_launch_s * 1e6, e.name,
+      scale != 1 ? fmt::format(" x cluster {}'s host_op_scale {:.3g}", in.cluster.name, scale) : std::string(),
       e.name == "megatron-core"
           ? "; 8.8 us is an eager PyTorch op measured on an H200's host, Transformer Engine's C++ "
             "launches assumed to cost as much"

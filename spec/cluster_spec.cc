@@ -137,7 +137,8 @@ Status ParseClusterSpecUnguarded(const std::string& path, const std::string& tex
   PLANNER_RETURN_IF_ERROR(ParseYamlText(path, text, &root));
   YamlReader r(path);
   PLANNER_RETURN_IF_ERROR(r.CheckKeys(
-      root, "", {"format_version", "name", "gpu", "efficiency", "hbm_efficiency", "topology", "cpu_machines"}));
+      root, "",
+      {"format_version", "name", "gpu", "efficiency", "hbm_efficiency", "host_op_scale", "topology", "cpu_machines"}));
   ClusterSpec c;
   c.path = path;
   c.digest = DigestHex(text);
@@ -147,6 +148,10 @@ Status ParseClusterSpecUnguarded(const std::string& path, const std::string& tex
   PLANNER_RETURN_IF_ERROR(r.GetDouble(root, "hbm_efficiency", "hbm_efficiency", &c.hbm_efficiency, false, 0.0, true));
   if (c.hbm_efficiency > 1)
     return r.FieldError(root["hbm_efficiency"], "hbm_efficiency", "is a fraction of peak; must be at most 1");
+  PLANNER_RETURN_IF_ERROR(r.GetDouble(root, "host_op_scale", "host_op_scale", &c.host_op_scale, false, 0.0, true));
+  if (c.host_op_scale > 100)
+    return r.FieldError(root["host_op_scale"], "host_op_scale",
+                        "is a host's time per op over an x86 DGX host's (Grace: 2.75); must be at most 100");
 
   if (!root["gpu"].IsDefined())
     return r.FieldError(root, "gpu", "missing required field; add 'gpu:' with name, peak_tflops, memory_GiB");

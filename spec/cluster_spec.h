@@ -70,6 +70,9 @@ struct ClusterSpec {
   std::map<std::string, double>
       efficiency_by_dtype;      // `efficiency: {bf16: x, fp8: y}`: per precision, else `efficiency`
   double hbm_efficiency = 0.8;  // sustained fraction of HBM bandwidth for memory-bound work
+  // host_op_scale: the nodes' host CPU seconds per eager framework op over an x86 DGX host's (the reference the
+  // engines' host figures were measured on, e.g. megatron-core's moe_host.launch_us); 1: such a host. Grace: 2.75.
+  double host_op_scale = 1;
   std::vector<TopologyLevel> levels;
   CpuMachines cpu_machines;
   // The node (topology[0]'s unit): its intra-node topology, for pcie the bandwidth of one PCIe

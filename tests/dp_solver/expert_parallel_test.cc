@@ -355,6 +355,39 @@ TEST_CASE("the expert block waits for the host: launches x host seconds past the
   CHECK(quick.rows[row].moe_host_wait_s == 0);
 }
 
+TEST_CASE("a cluster's host_op_scale times the engine's host launches: a Grace host waits as a slower launch would") {
+  const ModelSpec m = MoeModel(4, 16, 2, 1408, 1);
+  const ClusterSpec x86 = Cluster("dgx-h100.yaml");
+  CHECK(x86.host_op_scale == 1);  // absent: an x86 DGX host, the engines' reference
+  ClusterSpec grace = x86;
+  grace.host_op_scale = 2.75;
+  const size_t row = FirstMoeRow(m);
+  EngineSpec e;
+  REQUIRE_OK(LoadEngineSpec("megatron-core", &e));
+  e.moe_host_launch_s = 0.4e-3;  // slow enough that the launches show on both hosts
+  e.moe_host_launches["bf16"] = {2, 4};
+  EngineSpec scaled = e;
+  scaled.moe_host_launch_s = 2.75 * 0.4e-3;
+  auto table = [&](const ClusterSpec& c, const EngineSpec& eng) {
+    CostSource src;
+    src.model = &m;
+    src.cluster = &c;
+    src.engine = &eng;
+    CostTable t;
+    REQUIRE_OK(BuildCostTable(src, TableShape{2, 1, 1, false, Recompute::kNone, 4, 1}, CostOptions{}, &t));
+    return t;
+  };
+  const CostTable on_x86 = table(x86, e), on_grace = table(grace, e), slower = table(x86, scaled);
+  CHECK(on_x86.rows[row].moe_host_wait_s > 0);
+  CHECK(on_grace.rows[row].moe_host_wait_s > on_x86.rows[row].moe_host_wait_s);
+  CHECK(on_grace.rows[row].moe_host_wait_s == doctest::Approx(slower.rows[row].moe_host_wait_s).epsilon(1e-12));
+  CHECK(on_grace.rows[row].forward_s == doctest::Approx(slower.rows[row].forward_s).epsilon(1e-12));
+  CHECK(on_grace.rows[0].forward_s == on_x86.rows[0].forward_s);  // nothing but the expert block's launches moves
+  // The built-in GB200 NVL72 file carries Grace's figure (TransformerEngine #2053: 37.08 / 13.48 us).
+  CHECK(Cluster("gb200-nvl72.yaml").host_op_scale == doctest::Approx(2.75));
+  CHECK(Cluster("b200.yaml").host_op_scale == 1);
+}
+
 TEST_CASE("memory of an MoE stage: dense states sharded over dp x cp, expert states over edp = t cp dp / (ep etp)") {
   const ModelSpec m = MoeModel(4, 16, 2, 1408, 1, 64);
   const ClusterSpec c = Cluster("dgx-h100.yaml");

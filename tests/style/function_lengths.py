@@ -1,6 +1,6 @@
 #!/usr/bin/env python3
-"""Function length check (issue "Foundation": no function over about 80 lines in runtime/
-and dp_solver/).
+"""Function length check (issue "Foundation": no function over about 80 lines in runtime/,
+dp_solver/ and codegen/).
 
 usage: function_lengths.py MAX_LINES FILE_OR_DIR...
 Prints every function body longer than MAX_LINES (lines from the line of its opening brace to
