@@ -876,6 +876,21 @@ BLACKWELL_MOE = [
 ]
 
 
+# GPT-OSS 120B at Megatron-Bridge 26.04.01 (docs/performance-summary-archive.md; the recipe at tag v0.4.2, where the
+# release's two dispatcher cherry-picks landed: scripts/performance/configs/gpt_oss/gpt_oss_workload_base_configs.py,
+# V2, GBS 1280, and utils/overrides.py): bf16 (fp32-free gradient reduce: grad_reduce_in_fp32 False), TP 1, the
+# alltoall dispatcher, selective recompute of layernorm and moe_act, no CUDA graphs, no virtual pipeline and no
+# embedding / loss accounting, forced balance (moe_router_force_load_balancing); GB200 adds the EP all-to-all overlap
+# (moe_a2a_overlap). BLACKWELL's columns, recipe "bf16".
+SEL_NORM_ACT = ["--recompute", "selective", "--recompute-modules", "layernorm,moe_act"]
+GPT_OSS = [
+    ("MB 26.04.01", "gpt-oss-120b.yaml", "dgx-h100.yaml", 64, 1280, 1, 4096, 1, 4, 1, 1, 8, "bf16", SEL_NORM_ACT, 5824),
+    ("MB 26.04.01", "gpt-oss-120b.yaml", "b200.yaml", 64, 1280, 4, 4096, 1, 1, 1, 1, 8, "bf16", SEL_NORM_ACT, 13568),
+    ("MB 26.04.01", "gpt-oss-120b.yaml", "gb200-nvl72.yaml", 64, 1280, 4, 4096, 1, 1, 1, 1, 64, "bf16",
+     SEL_NORM_ACT + ["--moe-overlap", "on"], 16640),
+]
+
+
 def run_blackwell(tmp, table):
     """The rows of BLACKWELL or BLACKWELL_MOE; rows with routed experts (ep > 1) join MOE_ROWS (band_moe)."""
     rows = []
@@ -884,18 +899,20 @@ def run_blackwell(tmp, table):
         graphed = "GRAPHS" in extra
         if graphed:
             extra = [x for x in extra if x != "GRAPHS"] + ["--engine", graphs]
+        precision = "bf16" if recipe == "bf16" else "fp8"
         flags = ["--tp", str(t), "--pp", str(p), "--cp", str(cp), "--global-batch", str(B), "--microbatch", str(b),
-                 "--seq", str(seq), "--precision", "fp8", "--grad-dtype", "bf16"] + RECIPE_FLAGS[recipe]
+                 "--seq", str(seq), "--precision", precision, "--grad-dtype", "bf16"] + RECIPE_FLAGS.get(recipe, [])
         flags += [] if "--zero" in extra else ["--zero", "1"]
         flags += schedule_flags(v) + (["--sp", "on", "--tp-comm-overlap", "on"] if t > 1 else [])
         flags += ["--ep", str(ep), "--etp", "1"] if ep > 1 else []
         plan, err = solve(os.path.join(ROOT, "configs", "models", model), os.path.join(ROOT, "configs", "clusters", cluster),
                           n, flags + extra)
         pred = plan["predicted"]["tokens_per_second_per_gpu"] if plan else None
-        add_check("megatron-core", "fp8", pred, pub, moe=ep > 1)
-        gpu = "GB200" if cluster.startswith("gb200") else "B200"
+        add_check("megatron-core", precision, pred, pub, moe=ep > 1)
+        gpu = "GB200" if cluster.startswith("gb200") else "H100" if cluster.startswith("dgx-h100") else "B200"
         rows.append((f"{src} {model[:-5]} {gpu} n{n} tp{t} pp{p} cp{cp} vp{v}{f' ep{ep}' if ep > 1 else ''} B{B} b{b} "
-                     f"seq{seq} fp8-{recipe}{' graphs' if graphed else ''}", pub, pred,
+                     f"seq{seq} {'bf16' if recipe == 'bf16' else 'fp8-' + recipe}{' graphs' if graphed else ''}", pub,
+                     pred,
                      layout(plan) if plan else "REFUSED: " + err))
     return rows
 
@@ -1065,6 +1082,9 @@ def main():
                           "GB200 NVL72; FP8 current scaling and MXFP8)", "tokens/s/GPU", run_blackwell(tmp, BLACKWELL))
         blackwell_moe = table("Checks, not calibration: Megatron-Core MoE on Blackwell (Megatron-Bridge 26.04.01 and 26.06; MXFP8, "
                               "force-balanced)", "tokens/s/GPU", run_blackwell(tmp, BLACKWELL_MOE))
+        gpt_oss = table("Checks, not calibration: GPT-OSS 120B (Megatron-Bridge 26.04.01; H100, B200, GB200; bf16, "
+                        "sliding-window attention on every other block, force-balanced)", "tokens/s/GPU",
+                        run_blackwell(tmp, GPT_OSS))
         moe = table("Checks, not calibration: Megatron-Core MoE runs (Megatron-Bridge, Megatron-MoE-ModelZoo; H100, bf16)",
                     "tokens/s/GPU", run_moe_h100(args.h100))
         moe_long = table("Checks, not calibration: Qwen3-235B-A22B long context (Megatron-MoE-ModelZoo; 256 H100, TP 4, "
@@ -1096,6 +1116,7 @@ def main():
         if blackwell:
             print(f"checks: Megatron-Core Blackwell B200 / GB200 fp8: signed mean {100 * sum(blackwell) / len(blackwell):+.2f}%")
         summary("checks: Megatron-Core MoE Blackwell fp8 (MXFP8)", blackwell_moe, len(BLACKWELL_MOE))
+        summary("checks: GPT-OSS 120B bf16 (H100, B200, GB200)", gpt_oss, len(GPT_OSS))
         summary("checks: Megatron-Core MoE H100 bf16", moe, len(MOE_H100))
         if moe:
             print(f"checks: Megatron-Core MoE H100 bf16: signed mean {100 * sum(moe) / len(moe):+.2f}%")

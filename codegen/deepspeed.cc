@@ -24,6 +24,12 @@ std::vector<std::string> DeepSpeedModelRequirements(const ModelSpec& model) {
   if (!g.bias) req.push_back("no biases in linear layers");
   if (!g.tie_embeddings) req.push_back("untied input embedding and output layer");
   if (g.attention != "unfused") req.push_back("flash attention");
+  if (SlidingWindowLayer(model) != nullptr)
+    req.push_back(g.full_attention_every > 0
+                      ? fmt::format("sliding-window attention over {} keys, layers {}, {}, ... (1-based) over the "
+                                    "whole sequence",
+                                    g.sliding_window, g.full_attention_every, 2 * g.full_attention_every)
+                      : fmt::format("sliding-window attention over {} keys in every layer", g.sliding_window));
   return req;
 }
 

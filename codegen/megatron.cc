@@ -36,6 +36,13 @@ std::string MegatronModelArgs(const ModelSpec& model, std::vector<std::string>* 
   if (g.position == "rope") mg += fmt::format("--position-embedding-type rope\n--rotary-base {}\n", g.rope_theta);
   if (!g.bias) mg += "--disable-bias-linear\n";
   if (!g.tie_embeddings) mg += "--untie-embeddings-and-output-weights\n";
+  // Sliding-window attention: Megatron's window (left, right) = (W, 0), every N-th layer (1-based) full
+  // (TransformerConfig window_size / window_attn_skip_freq; megatron/core/transformer/utils.py
+  // is_layer_window_attention).
+  if (g.sliding_window > 0) {
+    mg += fmt::format("--window-size {},0\n", g.sliding_window);
+    if (g.full_attention_every > 0) mg += fmt::format("--window-attn-skip-freq {}\n", g.full_attention_every);
+  }
   // --attention-backend flash makes Transformer Engine use flash-attn alone (NVTE_FLASH_ATTN=1, the others 0:
   // language_module.py), which has no fp32 kernel: an fp32 model runs TE's unfused attention instead.
   const bool fp32_flash = g.attention != "unfused" && model.dtype == DType::kFp32;
@@ -48,6 +55,13 @@ std::string MegatronModelArgs(const ModelSpec& model, std::vector<std::string>* 
         "plan's flash attention");
   }
   return mg;
+}
+
+const Layer* SlidingWindowLayer(const ModelSpec& model) {
+  for (const auto& l : model.layers) {
+    if (l.attention_window > 0) return &l;
+  }
+  return nullptr;
 }
 
 // The first layer of the model carrying multi-head latent attention (kv_lora_rank > 0); nullptr: none.
@@ -291,6 +305,13 @@ std::string MegatronInexpressible(const Plan& plan, const ModelSpec& model, cons
 // Why Megatron-LM cannot run the plan ("" when it can): ZeRO-2/3 (Megatron-FSDP) with
 // pipelining, torchtitan's op-level selective recompute, or an MTP placement its layout refuses.
 std::string MegatronRefusal(const Plan& plan, const ModelSpec& model, const LaunchPlan& L) {
+  if (L.cp > 1 && plan.cp_comm_type != CpCommType::kAllGather && SlidingWindowLayer(model) != nullptr) {
+    return fmt::format(
+        "sliding-window attention with context parallelism over {} (cp {}): Transformer Engine asserts \"Context "
+        "parallelism does not support sliding window attention with cp_comm_type=...\" for all but all_gather and "
+        "a2a (attention/dot_product_attention/context_parallel.py); solve with --cp-comm-type allgather",
+        CpCommTypeName(plan.cp_comm_type), L.cp);
+  }
   const bool zero23 = plan.zero_stage == ZeroStage::kGradients || plan.zero_stage == ZeroStage::kParameters;
   if (zero23 && L.pp > 1) {
     return fmt::format(

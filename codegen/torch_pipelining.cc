@@ -31,6 +31,11 @@ std::string TorchPipeliningUnsupported(const ModelSpec& model, const LaunchPlan&
     if (l.kind == LayerKind::kMtp) return "multi-token-prediction modules (the reference model has none)";
     if (l.attrs.ints.count("kv_lora_rank") != 0 && l.attrs.ints.at("kv_lora_rank") > 0)
       return "multi-head latent attention (the reference model has none)";
+    if (l.attention_window > 0)
+      return fmt::format(
+          "sliding-window attention ({} keys, {}): the reference model attends causally over the whole "
+          "sequence",
+          l.attention_window, l.name);
   }
   return "";
 }

@@ -34,6 +34,11 @@ std::string TitanFlavorOf(const ModelSpec& model, std::string* flavor) {
     return fmt::format(
         "model {} is not a GPT (gpt: template) model: torchtitan trains its registered transformer models", model.name);
   const GptConfig& g = model.gpt;
+  if (SlidingWindowLayer(model) != nullptr)
+    return fmt::format(
+        "model {} attends through a sliding window of {} keys: torchtitan's llama3 attends causally over the whole "
+        "sequence",
+        model.name, g.sliding_window);
   if (g.moe.experts > 0 || g.mla.kv_lora_rank > 0 || g.mtp > 0) {
     return fmt::format(
         "model {} has MoE / MLA / MTP layers: the export maps dense Llama 3 models only (torchtitan's deepseek_v3 and "

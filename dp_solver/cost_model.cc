@@ -447,6 +447,12 @@ CoreRates AttentionRates(const Layer& l, const RowRates& q, double tp_shard) {
   }
   const double s = l.attention_seq / q.cpd, d = l.attention_head_dim;
   auto rate = [&](const char* pass) {
+    // A sliding window of w keys: each query block runs over about w keys before it, the work of a causal kernel
+    // over 2 w tokens (its queries' mean w), wherever the sequence was split (context parallelism gathers the keys:
+    // Transformer Engine runs windows under CP with all-gather or all-to-all only). An assumption: no published
+    // benchmark of the windowed kernels.
+    if (l.attention_window > 0)
+      return kt.AttentionTflops(q.attention_kernel, pass, true, d, std::min(l.attention_seq, 2 * l.attention_window));
     const double causal = kt.AttentionTflops(q.attention_kernel, pass, true, d, s);
     if (q.cp <= 1) return causal;
     if (q.cp_allgather) {

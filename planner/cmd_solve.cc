@@ -228,6 +228,26 @@ Status ApplyOptimizerState(const EngineSpec& e, SearchOptions* o) {
   return Status::OK();
 }
 
+// Sliding-window attention under context parallelism: Transformer Engine runs it with the all-gather (or all-to-all)
+// exchange only (attention/dot_product_attention/context_parallel.py asserts "Context parallelism does not support
+// sliding window attention with cp_comm_type=..."): with p2p the search keeps cp 1, and a forced cp > 1 is an error.
+Status ApplySlidingWindowCp(const SolveArgs& a, const CostSource& src, SearchOptions* o) {
+  if (o->cost.cp_comm == CpCommType::kAllGather || src.model == nullptr) return Status::OK();
+  const auto& layers = src.model->layers;
+  const auto w = std::find_if(layers.begin(), layers.end(), [](const Layer& l) { return l.attention_window > 0; });
+  if (w == layers.end()) return Status::OK();
+  if (o->cp.empty()) o->cp = {1};
+  for (int64_t c : o->cp) {
+    if (c > 1)
+      return Status::InvalidArgument(fmt::format(
+          "--cp {}: layer {} attends through a sliding window of {} keys, which Transformer Engine runs under context "
+          "parallelism with the all-gather exchange only, not --cp-comm-type {}; add --cp-comm-type allgather or "
+          "--cp 1",
+          c, w->name, w->attention_window, a.cp_comm_type));
+  }
+  return Status::OK();
+}
+
 // What the engine changes in the search: the ZeRO stages and schedules it runs (a forced one it does not
 // run is an input error naming the reason), and with a kernel table its overlap behaviour and memory.
 Status ApplyEngine(const SolveArgs& a, const CostSource& src, SearchOptions* o) {
@@ -269,6 +289,7 @@ Status ApplyEngine(const SolveArgs& a, const CostSource& src, SearchOptions* o) 
         fmt::format("--cp-comm-type {}: engine {} does not run it ({}); choose --cp-comm-type {} or another --engine",
                     a.cp_comm_type, e.name, e.cp_comm_reason.empty() ? "its file's cp_comm_types" : e.cp_comm_reason,
                     fmt::join(e.cp_comm_types, ",")));
+  PLANNER_RETURN_IF_ERROR(ApplySlidingWindowCp(a, src, o));
   PLANNER_RETURN_IF_ERROR(ApplyMoeDispatcher(a, src, restrict, o));
   // EP overlap: an engine whose file gives no share of the all-to-all it hides has none (under --engine all it is
   // listed as unable to run the winner's layout with the option on).

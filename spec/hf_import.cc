@@ -291,16 +291,64 @@ Status ChooseRun(const Fields& f, Family fam, int64_t max_positions, const HfImp
   return Status::OK();
 }
 
-void OtherNotes(const Fields& f, HfImport* out) {
-  if (f.Has("sliding_window")) {
-    bool used = true;
-    (void)f.OptBool("use_sliding_window", &used);
-    int64_t window = 0;
-    if (used && f.r.AsInt(f.root["sliding_window"], "sliding_window", &window, 1).ok() && window < out->gpt.seq) {
-      out->notes.push_back(fmt::format("sliding_window {} is shorter than seq {}: costed as full causal attention",
-                                       window, out->gpt.seq));
-    }
+// The full-attention period of a layer_types list ("sliding_attention" / "full_attention" per layer): 0 when every
+// layer slides, N when exactly layers N, 2N, ... (1-based) are full, -1 when the pattern is neither.
+int64_t FullAttentionPeriod(const YAML::Node& types) {
+  std::vector<int64_t> full;
+  for (size_t i = 0; i < types.size(); ++i) {
+    if (!types[i].IsScalar()) return -1;
+    const std::string t = types[i].Scalar();
+    if (t == "full_attention") full.push_back(static_cast<int64_t>(i) + 1);
+    else if (t != "sliding_attention") return -1;
   }
+  if (full.empty()) return 0;
+  const int64_t n = full[0];
+  if (n < 2) return -1;
+  for (size_t k = 0; k < full.size(); ++k) {
+    if (full[k] != n * static_cast<int64_t>(k + 1)) return -1;
+  }
+  return static_cast<int64_t>(types.size()) / n == static_cast<int64_t>(full.size()) ? n : -1;
+}
+
+// Sliding-window attention: Hugging Face's sliding_window W (the query and the W - 1 keys before it) as the
+// template's window of W - 1 keys before each query (Megatron --window-size W-1,0, as Megatron-Bridge maps GPT-OSS),
+// on every layer, or on the layers layer_types marks sliding when they are Megatron's pattern (every N-th full).
+// Qwen2 / Qwen3's max_window_layers (the layers from it up slide) and other patterns are costed as full attention.
+void ImportSlidingWindow(const Fields& f, HfImport* out) {
+  if (!f.Has("sliding_window")) return;
+  bool used = true;
+  (void)f.OptBool("use_sliding_window", &used);
+  int64_t window = 0;
+  if (!used || !f.r.AsInt(f.root["sliding_window"], "sliding_window", &window, 1).ok() || window >= out->gpt.seq)
+    return;
+  int64_t period = 0;
+  if (f.Has("layer_types") && f.root["layer_types"].IsSequence()) {
+    period = FullAttentionPeriod(f.root["layer_types"]);
+  } else if (f.Has("max_window_layers")) {  // Qwen2 / Qwen3: the first max_window_layers layers attend fully
+    int64_t from = 0;
+    if (!f.r.AsInt(f.root["max_window_layers"], "max_window_layers", &from, 0).ok()) return;
+    if (from >= out->gpt.layers) return;  // no layer slides
+    if (from > 0) period = -1;
+  }
+  if (period < 0 || window < 2) {
+    out->notes.push_back(fmt::format(
+        "sliding_window {}: its layers' pattern is not Megatron's (every N-th layer full): costed as full causal "
+        "attention",
+        window));
+    return;
+  }
+  out->gpt.sliding_window = window - 1;
+  out->gpt.full_attention_every = period;
+  out->notes.push_back(
+      period > 0
+          ? fmt::format("sliding_window {}: layers attend to the {} keys before each query, layers {}, {}, ... "
+                        "(1-based) to the whole sequence",
+                        window, window - 1, period, 2 * period)
+          : fmt::format("sliding_window {}: every layer attends to the {} keys before each query", window, window - 1));
+}
+
+void OtherNotes(const Fields& f, HfImport* out) {
+  ImportSlidingWindow(f, out);
   if (f.Has("rope_scaling")) out->notes.push_back("rope_scaling changes the RoPE frequencies, not the costs");
   if (out->gpt.vocab % 128 != 0) {
     out->notes.push_back(
@@ -519,6 +567,8 @@ std::string HfModelYaml(const HfImport& m, const std::string& source_path) {
                    g.attention, g.dropout);
   o += fmt::format("  seq: {}\n  vocab: {}\n", g.seq, g.vocab);
   if (g.head_dim > 0) o += fmt::format("  head_dim: {}\n", g.head_dim);
+  if (g.sliding_window > 0) o += fmt::format("  sliding_window: {}\n", g.sliding_window);
+  if (g.full_attention_every > 0) o += fmt::format("  full_attention_every: {}\n", g.full_attention_every);
   const MoeConfig& moe = g.moe;
   if (moe.experts > 0) {
     o += fmt::format(

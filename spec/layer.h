@@ -138,6 +138,9 @@ struct Layer {
   // The attention core's shape (0: no attention): the sequence, the head dim its FLOPs count
   // ((dqk + dv) / 2), its query heads.
   double attention_seq = 0, attention_head_dim = 0, attention_heads = 0;
+  // Sliding-window attention: the keys before each query it attends to (Megatron --window-size W,0), when shorter
+  // than the sequence; 0: causal over the whole sequence.
+  double attention_window = 0;
 
   double bwd_flops() const { return bwd_input_flops + bwd_weight_flops; }
 };

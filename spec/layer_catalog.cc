@@ -28,8 +28,8 @@ std::vector<std::string> Join(std::initializer_list<std::vector<std::string>> pa
 const std::vector<std::string> kMlaKeys = {"q_lora_rank", "kv_lora_rank", "qk_rope_head_dim", "qk_nope_head_dim",
                                            "v_head_dim"};
 const std::vector<std::string> kMoeKeys = {
-    "heads",      "kv_heads",   "head_dim",     "experts",           "top_k",
-    "expert_ffn", "shared_ffn", "route_groups", "route_group_limit", "rope_theta"};
+    "heads",      "kv_heads",     "head_dim",          "experts",    "top_k", "expert_ffn",
+    "shared_ffn", "route_groups", "route_group_limit", "rope_theta", "window"};
 const std::vector<std::string> kMoeZeroOk = {"q_lora_rank", "shared_ffn", "route_groups", "route_group_limit"};
 }  // namespace
 
@@ -50,7 +50,7 @@ const std::vector<LayerTypeInfo>& LayerTypes() {
       {LayerKind::kRmsnorm, {}, {}, {}},
       {LayerKind::kEmbedding, {"vocab", "hidden", "positions"}, {"dropout"}, {"vocab", "hidden"}},
       {LayerKind::kAttention,
-       Join({{"heads", "kv_heads", "rope_theta", "head_dim"}, kMlaKeys}),
+       Join({{"heads", "kv_heads", "rope_theta", "head_dim", "window"}, kMlaKeys}),
        {"bias", "dropout"},
        {"heads"},
        false,
@@ -59,7 +59,7 @@ const std::vector<LayerTypeInfo>& LayerTypes() {
        {"q_lora_rank"}},
       {LayerKind::kMlp, {"ffn"}, {"bias", "dropout"}, {}, false, {kActKey}},
       {LayerKind::kTransformerBlock,
-       Join({{"heads", "kv_heads", "ffn", "rope_theta", "head_dim"}, kMlaKeys}),
+       Join({{"heads", "kv_heads", "ffn", "rope_theta", "head_dim", "window"}, kMlaKeys}),
        {"bias", "dropout"},
        {"heads"},
        false,
@@ -178,7 +178,10 @@ struct Transformer {
   std::string act, norm, position, attention;
   bool bias = true;
   bool dropout = true;  // Megatron GPT's hidden and attention dropout (1-byte masks kept for backward); false: none
+  double window = 0;    // sliding-window attention: keys before each query (0: the whole causal sequence)
   bool flash() const { return attention == "flash"; }
+  // A window shorter than the sequence (a longer one attends to everything before, as causal attention does).
+  bool windowed() const { return window > 0 && window < s; }
 };
 
 // The projections of one attention layer, per token: GEMM weights (2 s FLOPs each per pass),
@@ -273,22 +276,27 @@ void AttentionCosts(const Transformer& t, double dt, double gi, Layer* l) {
   l->tp_replicated_fwd_flops += 2 * s * geo.replicated_weights;
   const double gemm = 2 * s * geo.weights;                  // QKV (MLA: down and up) and output projections
   const double core_full = 2 * s * s * a * (t.dqk + t.dv);  // Q K^T (2 s^2 a dqk) and scores x V (2 s^2 a dv)
-  // Flash: the causal kernel skips the masked blocks (half of s^2); its backward
+  // The query-key pairs computed: causal, s^2 / 2; a sliding window of w keys, w s - w^2 / 2 (the first w queries
+  // see fewer). Per pair 2 a (dqk + dv) FLOPs.
+  const double pairs = t.windowed() ? t.window * s - t.window * t.window / 2 : s * s / 2;
+  const double core_useful = 2 * pairs * a * (t.dqk + t.dv);
+  // Flash: the causal (or windowed) kernel skips the masked blocks; its backward
   // re-runs Q K^T and adds dV, dP, dQ, dK: 5 s^2 GEMMs against forward's 2.
-  // Unfused: the whole s^2 forward, two GEMMs per forward one in backward.
-  const double core_fwd = t.flash() ? core_full / 2 : core_full;
+  // Unfused: the whole s^2 forward (the mask skips nothing), two GEMMs per forward one in backward.
+  const double core_fwd = t.flash() ? core_useful : core_full;
   const double core_bwd = t.flash() ? 2.5 * core_fwd : 2 * core_full;
   l->fwd_flops += gemm + core_fwd;
   AddAttentionGemms(t, l);
   l->attention_seq = s;
+  l->attention_window = t.windowed() ? t.window : 0;
   l->attention_head_dim = (t.dqk + t.dv) / 2;
   l->attention_heads = a;
   l->bwd_weight_flops += gemm;
   l->bwd_input_flops += gemm + core_bwd;
   // Model FLOPs: 3 x forward with the causal half of the s^2 core, as Megatron-LM's
   // num_floating_point_operations counts since its 2025 causal-mask change (every model here is a
-  // decoder); Korthikanti eq. (7) counts the full 4 s^2 h.
-  l->model_flops += 3 * (gemm + core_full / 2);
+  // decoder; a sliding window: its pairs); Korthikanti eq. (7) counts the full 4 s^2 h.
+  l->model_flops += 3 * (gemm + core_useful);
   l->attention_core_fwd_flops += core_fwd;
   l->cp_kv_bytes += dt * s * geo.kv;
   const double mask = t.dropout ? s * h : 0;  // the output dropout's 1-byte mask
@@ -694,6 +702,11 @@ Status ResolveTransformer(LayerKind kind, const LayerAttrs& attrs, const std::ve
                       head_dim));
     }
     if (theta < 1) return ShapeError("rope_theta must be at least 1");
+    if (attrs.ints.count("window") > 0) {
+      if (t->mla) return ShapeError("sliding-window attention (window) with MLA is not modelled; drop window");
+      t->window = static_cast<double>(attrs.Int("window", 0));
+      l->attrs.ints["window"] = attrs.Int("window", 0);
+    }
     l->attrs.ints["kv_heads"] = kv;
     l->attrs.ints["rope_theta"] = theta;
     if (has_head_dim) l->attrs.ints["head_dim"] = head_dim;

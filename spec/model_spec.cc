@@ -81,10 +81,27 @@ namespace {
 
 const std::vector<std::string> kTopKeys = {"format_version", "name",  "dtype", "precision",
                                            "global_batch",   "input", "gpt",   "layers"};
-const std::vector<std::string> kGptKeys = {
-    "layers",   "hidden",   "heads", "seq",      "vocab",      "ffn",  "tie_embeddings",
-    "kv_heads", "ffn_act",  "norm",  "position", "rope_theta", "bias", "attention",
-    "dropout",  "head_dim", "moe",   "mla",      "mtp"};
+const std::vector<std::string> kGptKeys = {"layers",
+                                           "hidden",
+                                           "heads",
+                                           "seq",
+                                           "vocab",
+                                           "ffn",
+                                           "tie_embeddings",
+                                           "kv_heads",
+                                           "ffn_act",
+                                           "norm",
+                                           "position",
+                                           "rope_theta",
+                                           "bias",
+                                           "attention",
+                                           "dropout",
+                                           "head_dim",
+                                           "moe",
+                                           "mla",
+                                           "mtp",
+                                           "sliding_window",
+                                           "full_attention_every"};
 const std::vector<std::string> kMoeKeys = {"experts",         "top_k",        "expert_ffn",       "shared_experts",
                                            "shared_ffn",      "dense_layers", "router",           "aux_loss",
                                            "capacity_factor", "route_groups", "route_group_limit"};
@@ -300,7 +317,9 @@ Status BuildGptModel(const GptConfig& g, DType dtype, ModelSpec* out) {
   for (int64_t i = 0; i < g.layers; ++i) {
     const bool is_moe = moe.experts > 0 && i >= moe.dense_layers;
     const LayerKind kind = is_moe ? LayerKind::kMoeBlock : LayerKind::kTransformerBlock;
-    PLANNER_RETURN_IF_ERROR(add(kind, is_moe ? moe_blk : blk, fmt::format("block{}", i)));
+    LayerAttrs attrs = is_moe ? moe_blk : blk;
+    if (g.Windowed(i)) attrs.ints["window"] = g.sliding_window;
+    PLANNER_RETURN_IF_ERROR(add(kind, attrs, fmt::format("block{}", i)));
   }
   LayerAttrs mtp = moe.experts > 0 ? moe_blk : blk;  // DeepSeek-V3's MTP block is an MoE block
   mtp.ints["vocab"] = g.vocab;
@@ -437,6 +456,22 @@ Status ParseGptMla(const YamlReader& r, const YAML::Node& g, GptConfig* c) {
   return Status::OK();
 }
 
+// Sliding-window attention: sliding_window (keys before each query) and full_attention_every (every N-th block
+// attends to the whole sequence; needs a window, N at least 2).
+Status ParseGptWindow(const YamlReader& r, const YAML::Node& g, GptConfig* c) {
+  PLANNER_RETURN_IF_ERROR(r.GetInt(g, "sliding_window", "gpt.sliding_window", &c->sliding_window, false, 1));
+  PLANNER_RETURN_IF_ERROR(
+      r.GetInt(g, "full_attention_every", "gpt.full_attention_every", &c->full_attention_every, false, 2));
+  if (c->full_attention_every > 0 && c->sliding_window == 0)
+    return r.FieldError(g["full_attention_every"], "gpt.full_attention_every",
+                        "spaces full-attention blocks among sliding-window ones; add gpt.sliding_window (GPT-OSS: "
+                        "127) or remove it");
+  if (c->sliding_window > 0 && c->mla.kv_lora_rank > 0)
+    return r.FieldError(g["sliding_window"], "gpt.sliding_window",
+                        "sliding-window attention with MLA (gpt.mla) is not modelled; remove one of them");
+  return CheckAtMost(r, g, "sliding_window", "gpt.sliding_window", c->sliding_window, kMaxModelSize);
+}
+
 // Every size of the template at most kMaxModelSize (the products the builder forms cannot overflow).
 Status CheckGptSizes(const YamlReader& r, const YAML::Node& g, const GptConfig& c) {
   const std::pair<const char*, int64_t> sizes[] = {
@@ -515,6 +550,7 @@ Status ParseModelSpecUnguarded(const std::string& path, const std::string& text,
       return r.FieldError(g["mtp"], "gpt.mtp", fmt::format("{} modules; set mtp: 16 or fewer (DeepSeek-V3: 1)", c.mtp));
     PLANNER_RETURN_IF_ERROR(ParseGptMoe(r, g, &c));
     PLANNER_RETURN_IF_ERROR(ParseGptMla(r, g, &c));
+    PLANNER_RETURN_IF_ERROR(ParseGptWindow(r, g, &c));
     if (c.layers > kMaxLayers)
       return r.FieldError(g["layers"], "gpt.layers", fmt::format("must be at most {}", kMaxLayers));
     PLANNER_RETURN_IF_ERROR(CheckGptSizes(r, g, c));

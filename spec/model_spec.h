@@ -43,6 +43,15 @@ struct GptConfig {
   double dropout = 0.1;             // hidden and attention dropout probability (Megatron GPT: 0.1; Llama-class: 0)
   std::string attention = "flash";  // flash | unfused (a cost-model choice)
   int64_t head_dim = 0;             // 0: hidden / heads (Qwen3: 128 whatever hidden / heads is)
+  // Sliding-window attention (Mistral, Gemma 2, GPT-OSS): each query attends to the `sliding_window` keys before it
+  // (0: the whole causal sequence); every `full_attention_every`-th block (1-based: N, 2N, ...) attends to the whole
+  // sequence instead (0: none; GPT-OSS: 2), as Megatron's --window-size W,0 --window-attn-skip-freq N.
+  int64_t sliding_window = 0;
+  int64_t full_attention_every = 0;
+  // Whether block i (0-based) attends through the window.
+  bool Windowed(int64_t i) const {
+    return sliding_window > 0 && (full_attention_every <= 0 || (i + 1) % full_attention_every != 0);
+  }
   MoeConfig moe;
   MlaConfig mla;
   int64_t mtp = 0;  // multi-token-prediction modules (DeepSeek-V3: 1)

@@ -72,6 +72,8 @@ FLAGS = {
     "--moe-ffn-hidden-size": [("tc", "moe_ffn_hidden_size", INT)],
     "--moe-shared-expert-intermediate-size": [("tc", "moe_shared_expert_intermediate_size", INT)],
     "--moe-layer-freq": [("tc", "moe_layer_freq", "moe_freq")],
+    "--window-size": [("tc", "window_size", "int_tuple")],
+    "--window-attn-skip-freq": [("tc", "window_attn_skip_freq", "moe_freq")],
     "--moe-token-dispatcher-type": [("tc", "moe_token_dispatcher_type", STR)],
     "--moe-flex-dispatcher-backend": [("tc", "moe_flex_dispatcher_backend", STR)],
     "--moe-grouped-gemm": [("tc", "moe_grouped_gemm", SWITCH)],
@@ -192,6 +194,8 @@ def convert(kind, vals, flag):
         from megatron.core.transformer.enums import AttnBackend
 
         return AttnBackend[v]
+    if kind == "int_tuple":  # Megatron-LM's tuple_type: "128,0" -> (128, 0)
+        return tuple(int(x) for x in v.split(","))
     if kind == "moe_freq":  # Megatron-LM's moe_freq_type: an int, or a Python list expression
         return int(v) if v.isdigit() else list(eval(compile(ast.parse(v, mode="eval"), "<moe-layer-freq>", "eval"), {"__builtins__": {}}))
     raise AssertionError(kind)

@@ -62,6 +62,7 @@ struct Shape {
   std::vector<int64_t> replicas = {};  // per stage; empty: dp each
   int64_t first_layer = 0;
   DpComm dp_comm = DpComm::kRingAllReduce;
+  CpCommType cp_comm = CpCommType::kP2P;
 };
 
 struct Export {
@@ -83,6 +84,7 @@ Export Run(const ModelSpec& m, const Shape& s) {
   plan.global_batch = s.global_batch;
   plan.config = "test";
   plan.zero_stage = s.zero;
+  plan.cp_comm_type = s.cp_comm;
   LaunchPlan L;
   L.schedule = s.schedule;
   L.tp = s.tp;
@@ -242,6 +244,38 @@ TEST_CASE("rule: sequence length a multiple of 2 x cp with cp > 1 (validate_args
   const Export e = Run(Gpt(8), Shape{.cp = 3, .last_layers = {11}});
   CheckRefused(e, "sequence length 2048 is not a multiple of 2 x cp = 6 (validate_args)");
   CHECK(Run(Gpt(8), Shape{.cp = 2, .last_layers = {11}}).refused.empty());
+}
+
+TEST_CASE("sliding-window attention: --window-size W,0 and the full-layer period; p2p context parallelism refused") {
+  ModelSpec m = Gpt(8);
+  m.gpt.sliding_window = 511;
+  m.gpt.full_attention_every = 4;
+  REQUIRE_OK(BuildGptModel(m.gpt, DType::kBf16, &m));
+  const Export e = Run(m, Shape{.last_layers = {11}});
+  CHECK(e.refused.empty());
+  CHECK(Has(e.args, "--window-size 511,0\n"));
+  CHECK(Has(e.args, "--window-attn-skip-freq 4\n"));
+  // Every layer windowed: no period written.
+  m.gpt.full_attention_every = 0;
+  REQUIRE_OK(BuildGptModel(m.gpt, DType::kBf16, &m));
+  const Export all = Run(m, Shape{.last_layers = {11}});
+  CHECK(Has(all.args, "--window-size 511,0\n"));
+  CHECK_FALSE(Has(all.args, "--window-attn-skip-freq"));
+  CHECK_FALSE(Has(Run(Gpt(8), Shape{.last_layers = {11}}).args, "--window-size"));
+  // Transformer Engine runs windows under context parallelism with the all-gather exchange only.
+  CheckRefused(Run(m, Shape{.cp = 2, .last_layers = {11}}),
+               "sliding-window attention with context parallelism over p2p (cp 2): Transformer Engine asserts");
+  const Export ag = Run(m, Shape{.cp = 2, .last_layers = {11}, .cp_comm = CpCommType::kAllGather});
+  CHECK(ag.refused.empty());
+  CHECK(Has(ag.args, "--cp-comm-type allgather\n"));
+  // The other exports: torchtitan's llama3 and the torch pipelining reference model attend over the whole sequence.
+  bool titan = false, pipelining = false;
+  for (const auto& n : e.notes) {
+    titan = titan || Has(n, "torchtitan.toml: not written: model small attends through a sliding window of 511 keys");
+    pipelining = pipelining || Has(n, "torch_pipelining.py: not written: sliding-window attention (511 keys");
+  }
+  CHECK(titan);
+  CHECK(pipelining);
 }
 
 TEST_CASE("rule: sequence parallelism needs tp > 1 (validate_args turns it off)") {

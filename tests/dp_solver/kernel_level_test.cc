@@ -349,6 +349,35 @@ TEST_CASE("ring attention's steps: full off-diagonal blocks at long chunks, shor
   CHECK(ring < four / 0.781);
 }
 
+TEST_CASE("sliding-window attention: its pairs at the causal kernel's rate over 2 w tokens") {
+  // Llama 3 8B at 8k with every block windowed: the block's time less the full block's is the attention core's
+  // alone; with the same wave fill and share for every window, the ratio of two such differences is the kernels'.
+  const KernelFixture full(8192);
+  auto windowed = [&](int64_t w) {
+    KernelFixture f(8192);
+    f.model.gpt.sliding_window = w;
+    REQUIRE_OK(BuildGptModel(f.model.gpt, DType::kBf16, &f.model));
+    return f;
+  };
+  const KernelFixture w2k = windowed(2048), w1k = windowed(1024), w8k = windowed(8192);
+  const double t_full = full.BlockSeconds(full.engine);
+  CHECK(w8k.BlockSeconds(w8k.engine) == t_full);  // a window as long as the sequence: the causal block
+  const double t2 = w2k.BlockSeconds(w2k.engine), t1 = w1k.BlockSeconds(w1k.engine);
+  CHECK(t1 < t2);
+  CHECK(t2 < t_full);
+  const KernelTable& k = full.kernels;
+  const double s = 8192, flops_per_pair = 4 * 4096;  // 2 a (dqk + dv), a d = 4096
+  // Core seconds per FLOP-rate unit: forward pairs at the forward curve, backward 2.5x at the backward curve.
+  auto core = [&](double pairs, double seq) {
+    const double f = flops_per_pair * pairs;
+    return f / k.AttentionTflops("cudnn", "fwd", true, 128, seq) +
+           2.5 * f / k.AttentionTflops("cudnn", "bwd", true, 128, seq);
+  };
+  const double x_full = core(s * s / 2, s), x2 = core(2048 * s - 2048.0 * 2048 / 2, 4096),
+               x1 = core(1024 * s - 1024.0 * 1024 / 2, 2048);
+  CHECK((t_full - t2) / (t_full - t1) == doctest::Approx((x_full - x2) / (x_full - x1)).epsilon(1e-9));
+}
+
 TEST_CASE("the ring's hidden exchange pays compute_slowdown unless the engine's cp_ring shares carry it") {
   // 64k over cp 4 with a 0.19 slowdown: the exposed exchange is the part not hidden plus 0.19 of the hidden part;
   // an engine whose ring shares were measured with the exchange beside them (cp_ring.with_exchange) pays only

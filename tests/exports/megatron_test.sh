@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # megatron.args checked by Megatron-Core's own code (tools/check_megatron_core.py, PyPI megatron-core
 # in the exports venv): every golden megatron.args and the demo plans' exports (solved and generated
-# here: tiny-gpt, llama3-8b, gpt3-175b, mixtral-8x7b (MoE, ep), deepseek-v3 (MoE, MLA, MTP, layout)), all in
+# here: tiny-gpt, llama3-8b, gpt3-175b, mixtral-8x7b (MoE, ep), deepseek-v3 (MoE, MLA, MTP, layout), gpt-oss-120b
+# (MoE, sliding-window attention on every other layer)), all in
 # ONE python process; then the issue's defects, which the checker must reject. With MEGATRON_LM_DIR
 # (a Megatron-LM checkout, e.g. tag core_v0.16.1) also tools/check_megatron_args.py (Megatron-LM's
 # parse_args + validate_args) on each. Without the venv: FAIL with the reason, never a skip.
@@ -27,7 +28,10 @@ llama3-8b 64 dgx-h100
 gpt3-175b 64 dgx-h100
 mixtral-8x7b 64 dgx-h100
 deepseek-v3 256 h800
+gpt-oss-120b 64 dgx-h100
 EOF
+grep -qx -- "--window-size 127,0" "$T/demo-gpt-oss-120b/megatron.args" && grep -qx -- "--window-attn-skip-freq 2" "$T/demo-gpt-oss-120b/megatron.args" \
+  || { echo "FAIL demo gpt-oss-120b: no sliding window (--window-size 127,0, --window-attn-skip-freq 2) in megatron.args"; fail=1; }
 # ZeRO-3 without pipelining: Megatron-FSDP (the golden fp8 plan at zero_stage 3).
 cp "$SRC/tests/codegen/plans/llama3-8b-fp8.model.yaml" "$T/"
 sed 's/^zero_stage: 1$/zero_stage: 3/' "$SRC/tests/codegen/plans/llama3-8b-fp8-16.plan.yaml" > "$T/llama3-8b-fp8-zero3.plan.yaml"

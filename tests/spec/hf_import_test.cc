@@ -1,6 +1,7 @@
 // planner import hf: each fixture (tests/data/hf/, the published config.json
 // fields) imported, written, read back as a model file, and its parameter
 // count checked against the published one; the field mapping; the errors.
+#include <algorithm>
 #include <cmath>
 
 #include "spec/hf_import.h"
@@ -205,6 +206,57 @@ std::string Edited(const std::string& fixture, const std::string& from, const st
   size_t at = text.find(from);
   REQUIRE(at != std::string::npos);
   return text.replace(at, from.size(), to);
+}
+
+TEST_CASE("sliding windows: Mistral's on every layer, layer_types in Megatron's pattern, Qwen's max_window_layers") {
+  // Mistral 7B: sliding_window 4096 (the query and 4095 keys before it) on every layer, shorter than seq 8192.
+  HfImportOptions o;
+  o.seq = 8192;
+  HfImport imp;
+  ModelSpec mis = RoundTrip("mistral-7b.json", o, &imp);
+  CHECK(mis.gpt.sliding_window == 4095);
+  CHECK(mis.gpt.full_attention_every == 0);
+  for (const Layer& l : mis.layers) {
+    if (l.kind == LayerKind::kTransformerBlock) CHECK(l.attention_window == 4095);
+  }
+  // At the default seq 4096 the window covers the sequence: nothing to cost.
+  CHECK(RoundTrip("mistral-7b.json", HfImportOptions{}).gpt.sliding_window == 0);
+  auto import = [&](const std::string& text) {
+    HfImport m;
+    REQUIRE_OK(ImportHfConfig("c.json", text, o, &m));
+    return m;
+  };
+  auto notes_say = [](const HfImport& m, const std::string& what) {
+    return std::any_of(m.notes.begin(), m.notes.end(),
+                       [&](const std::string& n) { return n.find(what) != std::string::npos; });
+  };
+  // layer_types with every other layer full (GPT-OSS's pattern): Megatron's window_attn_skip_freq 2.
+  std::string types = "\"layer_types\": [";
+  for (int i = 0; i < 32; ++i)
+    types += std::string(i ? ", " : "") + (i % 2 ? "\"full_attention\"" : "\"sliding_attention\"");
+  types += "],\n  \"sliding_window\": 128,";
+  const HfImport alt = import(Edited("mistral-7b.json", "\"sliding_window\": 4096,", types));
+  CHECK(alt.gpt.sliding_window == 127);
+  CHECK(alt.gpt.full_attention_every == 2);
+  // A pattern Megatron cannot write (full first, then sliding): costed as full attention, said in a note.
+  std::string odd = "\"layer_types\": [\"full_attention\"";
+  for (int i = 1; i < 32; ++i) odd += ", \"sliding_attention\"";
+  odd += "],\n  \"sliding_window\": 128,";
+  const HfImport first_full = import(Edited("mistral-7b.json", "\"sliding_window\": 4096,", odd));
+  CHECK(first_full.gpt.sliding_window == 0);
+  CHECK(notes_say(first_full, "costed as full causal attention"));
+  // Qwen2's max_window_layers: the first layers attend fully, the rest slide: not Megatron's pattern; 0: all slide;
+  // at least the layer count: none slides.
+  const std::string qwen = "\"sliding_window\": 1024,\n  \"use_sliding_window\": true,\n  \"max_window_layers\": ";
+  CHECK(import(Edited("mistral-7b.json", "\"sliding_window\": 4096,", qwen + "16,")).gpt.sliding_window == 0);
+  CHECK(import(Edited("mistral-7b.json", "\"sliding_window\": 4096,", qwen + "0,")).gpt.sliding_window == 1023);
+  const HfImport none = import(Edited("mistral-7b.json", "\"sliding_window\": 4096,", qwen + "32,"));
+  CHECK(none.gpt.sliding_window == 0);
+  CHECK_FALSE(notes_say(none, "sliding_window"));
+  // use_sliding_window false turns it off.
+  CHECK(import(Edited("mistral-7b.json", "\"sliding_window\": 4096,",
+                      "\"sliding_window\": 1024,\n  \"use_sliding_window\": false,"))
+            .gpt.sliding_window == 0);
 }
 
 TEST_CASE("bad configs: one message naming the file, the field and the fix") {

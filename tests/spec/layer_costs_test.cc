@@ -142,6 +142,75 @@ TEST_CASE("SwiGLU and relu2 MLP FLOPs; model FLOPs of Llama 3 70B equal Megatron
   }
 }
 
+TEST_CASE("sliding-window attention: w s - w^2 / 2 query-key pairs under flash; unfused and w >= s as before") {
+  const double s = 1024, h = 512, w = 128;
+  LayerAttrs attrs = Attrs(8, 2, 1024, "swiglu", "rmsnorm", "rope", false, "flash");
+  const Layer full = Block(1024, 512, attrs, DType::kBf16, "attention");
+  attrs.ints["window"] = 128;
+  const Layer win = Block(1024, 512, attrs, DType::kBf16, "attention");
+  // Per pair 2 a (dqk + dv) = 4 h FLOPs: the causal s^2 / 2 pairs give full's 2 s^2 h.
+  const double pairs = w * s - w * w / 2;
+  CHECK(full.attention_core_fwd_flops == 2 * s * s * h);
+  CHECK(win.attention_core_fwd_flops == 4 * h * pairs);
+  CHECK(win.fwd_flops - full.fwd_flops == doctest::Approx(4 * h * pairs - 2 * s * s * h));
+  CHECK(win.bwd_input_flops - full.bwd_input_flops == doctest::Approx(2.5 * (4 * h * pairs - 2 * s * s * h)));
+  CHECK(win.bwd_weight_flops == full.bwd_weight_flops);
+  CHECK(win.model_flops - full.model_flops == doctest::Approx(3 * (4 * h * pairs - 2 * s * s * h)));
+  CHECK(win.attention_window == 128);
+  CHECK(full.attention_window == 0);
+  CHECK(win.stash_bytes == full.stash_bytes);  // flash keeps no s^2 tensor either way
+  CHECK(win.cp_kv_bytes == full.cp_kv_bytes);  // context parallelism gathers every key (TE's all-gather)
+  CHECK(win.signature != full.signature);      // a windowed block is not costed as a full one
+  // A window as long as the sequence attends to everything before: the causal block.
+  attrs.ints["window"] = 1024;
+  const Layer wide = Block(1024, 512, attrs, DType::kBf16, "attention");
+  CHECK(wide.attention_core_fwd_flops == full.attention_core_fwd_flops);
+  CHECK(wide.attention_window == 0);
+  // Unfused attention computes the whole s^2 and masks it: the same forward FLOPs, the window's model FLOPs.
+  attrs.ints["window"] = 128;
+  attrs.strings["attention"] = "unfused";
+  const Layer unf = Block(1024, 512, attrs, DType::kBf16, "attention");
+  CHECK(unf.attention_core_fwd_flops == 4 * s * s * h);
+  CHECK(unf.model_flops == win.model_flops);
+  // Windows and MLA are not modelled together.
+  Layer mla;
+  LayerAttrs m = attrs;
+  m.strings["attention"] = "flash";
+  m.ints["kv_lora_rank"] = 64;
+  m.ints["q_lora_rank"] = 0;
+  m.ints["qk_rope_head_dim"] = 16;
+  m.ints["qk_nope_head_dim"] = 32;
+  m.ints["v_head_dim"] = 32;
+  const Status st = InferLayer("attention", m, {1024, 512}, DType::kBf16, &mla);
+  CHECK_FALSE(st.ok());
+  CHECK(st.message().find("MLA") != std::string::npos);
+}
+
+TEST_CASE("the gpt template's sliding_window and full_attention_every: Megatron's pattern, GPT-OSS's counts") {
+  const ModelSpec m = Load("gpt-oss-120b.yaml");
+  // 36 blocks, 1-based 2, 4, ... over the whole sequence (window_attn_skip_freq 2), the odd ones through 127 keys.
+  int64_t windowed = 0;
+  for (const Layer& l : m.layers) {
+    if (l.kind != LayerKind::kMoeBlock) continue;
+    const int64_t i = std::stoll(l.name.substr(5));
+    CHECK(l.attention_window == ((i + 1) % 2 != 0 ? 127 : 0));
+    windowed += l.attention_window > 0;
+  }
+  CHECK(windowed == 18);
+  // GPT-OSS 120B's published 116.8B parameters (OpenAI's model card: 116.83B).
+  CHECK(m.TotalParams() == doctest::Approx(116.83e9).epsilon(0.002));
+  GptConfig g = m.gpt;
+  CHECK(g.Windowed(0));
+  CHECK_FALSE(g.Windowed(1));
+  g.full_attention_every = 0;  // every block windowed (Mistral)
+  CHECK(g.Windowed(1));
+  g.full_attention_every = 6;  // Gemma 3's 5 local : 1 global
+  CHECK(g.Windowed(4));
+  CHECK_FALSE(g.Windowed(5));
+  g.sliding_window = 0;
+  CHECK_FALSE(g.Windowed(0));
+}
+
 TEST_CASE("flash attention stash: no s^2 term, Q K V O and the log-sum-exp kept; unfused keeps Korthikanti's") {
   const double s = 1024, h = 512, a = 8, g = 2, d = h / a, f = 1536, dt = 2;
   Layer fl = Block(1024, 512, Attrs(8, 2, 1536, "swiglu", "rmsnorm", "rope", false, "flash"));
