@@ -180,7 +180,13 @@ Status BuildKernel(const Layer& l, const KernelOptions& o, DeviceOps* ops, std::
     case LayerKind::kMlp:
     case LayerKind::kTransformerBlock:
     case LayerKind::kMoeBlock:
-    case LayerKind::kMoe: return BuildTransformerKernel(l, o, ops, out);
+    case LayerKind::kMoe:
+      if (l.attention_window > 0)  // its kernels attend causally over the whole sequence: it would train another model
+        return Status::NotSupported(
+            fmt::format("layer '{}': sliding-window attention ({} keys) is costed, not trained, by the runtime, whose "
+                        "attention is causal over the whole sequence; remove gpt.sliding_window to run it",
+                        l.name, l.attention_window));
+      return BuildTransformerKernel(l, o, ops, out);
     case LayerKind::kLmHead: {
       const int64_t vocab = a.Int("vocab", 0);
       PLANNER_RETURN_IF_ERROR(divides(vocab, "vocab"));

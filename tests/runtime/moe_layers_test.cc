@@ -514,8 +514,8 @@ TEST_CASE("moe_block with MLA: ep 2 and tp 2 x ep 2 equal one process") {
 }
 
 TEST_CASE(
-    "moe: capacity_factor > 0, ep not dividing the experts, top_k > experts, an mtp layer and a head_dim other than h "
-    "/ heads are refused") {
+    "moe: capacity_factor > 0, ep not dividing the experts, top_k > experts, an mtp layer, a head_dim other than h "
+    "/ heads and a sliding window are refused") {
   MoeRef c{4, 2, 6, 0, 0, 0, false, 0};
   std::unique_ptr<LayerKernel> k;
   Layer l = LayerOf(c, 4, 8, "moe_block");
@@ -539,6 +539,12 @@ TEST_CASE(
   Layer wide = LayerOf(c, 4, 8, "moe_block");  // head_dim 8 x 2 heads != hidden 8
   wide.attrs.ints["head_dim"] = 8;
   CHECK(MakeKernel(wide, {}, &k).code() == StatusCode::kInvalidArgument);
+  Layer windowed = LayerOf(c, 4, 8, "moe_block");  // a sliding window shorter than the 4 tokens: costed, not trained
+  windowed.name = "block1";
+  windowed.attention_window = 2;
+  st = MakeKernel(windowed, {}, &k);
+  CHECK(st.code() == StatusCode::kNotSupported);
+  CHECK(st.message().find("layer 'block1': sliding-window attention (2 keys)") != std::string::npos);
 }
 
 }  // namespace
