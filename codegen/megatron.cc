@@ -39,7 +39,7 @@ std::string MegatronModelArgs(const ModelSpec& model, std::vector<std::string>* 
   // Sliding-window attention: Megatron's window (left, right) = (W, 0), every N-th layer (1-based) full
   // (TransformerConfig window_size / window_attn_skip_freq; megatron/core/transformer/utils.py
   // is_layer_window_attention).
-  if (g.sliding_window > 0) {
+  if (SlidingWindowLayer(model) != nullptr) {  // a window covering the sequence is causal attention: no flag
     mg += fmt::format("--window-size {},0\n", g.sliding_window);
     if (g.full_attention_every > 0) mg += fmt::format("--window-attn-skip-freq {}\n", g.full_attention_every);
   }

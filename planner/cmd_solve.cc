@@ -237,13 +237,17 @@ Status ApplySlidingWindowCp(const SolveArgs& a, const CostSource& src, SearchOpt
   const auto w = std::find_if(layers.begin(), layers.end(), [](const Layer& l) { return l.attention_window > 0; });
   if (w == layers.end()) return Status::OK();
   if (o->cp.empty()) o->cp = {1};
+  const auto& runs = src.engine->cp_comm_types;
+  const bool allgather = std::find(runs.begin(), runs.end(), "allgather") != runs.end();
   for (int64_t c : o->cp) {
     if (c > 1)
       return Status::InvalidArgument(fmt::format(
           "--cp {}: layer {} attends through a sliding window of {} keys, which Transformer Engine runs under context "
-          "parallelism with the all-gather exchange only, not --cp-comm-type {}; add --cp-comm-type allgather or "
-          "--cp 1",
-          c, w->name, w->attention_window, a.cp_comm_type));
+          "parallelism with the all-gather exchange only, not --cp-comm-type {}; {}",
+          c, w->name, w->attention_window, a.cp_comm_type,
+          allgather ? "add --cp-comm-type allgather or use --cp 1"
+                    : fmt::format("engine {} has no all-gather exchange: use --cp 1 or --engine megatron-core",
+                                  src.engine->name)));
   }
   return Status::OK();
 }

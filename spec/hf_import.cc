@@ -291,9 +291,12 @@ Status ChooseRun(const Fields& f, Family fam, int64_t max_positions, const HfImp
   return Status::OK();
 }
 
-// The full-attention period of a layer_types list ("sliding_attention" / "full_attention" per layer): 0 when every
-// layer slides, N when exactly layers N, 2N, ... (1-based) are full, -1 when the pattern is neither.
-int64_t FullAttentionPeriod(const YAML::Node& types) {
+// The full-attention period of a layer_types list ("sliding_attention" / "full_attention" per layer, one per layer):
+// 0 when every layer slides, N when exactly layers N, 2N, ... (1-based) are full, kNoneSlides when every layer is
+// full, -1 when the pattern is none of them.
+constexpr int64_t kNoneSlides = -2;
+int64_t FullAttentionPeriod(const YAML::Node& types, int64_t layers) {
+  if (static_cast<int64_t>(types.size()) != layers) return -1;
   std::vector<int64_t> full;
   for (size_t i = 0; i < types.size(); ++i) {
     if (!types[i].IsScalar()) return -1;
@@ -302,6 +305,7 @@ int64_t FullAttentionPeriod(const YAML::Node& types) {
     else if (t != "sliding_attention") return -1;
   }
   if (full.empty()) return 0;
+  if (static_cast<int64_t>(full.size()) == layers) return kNoneSlides;
   const int64_t n = full[0];
   if (n < 2) return -1;
   for (size_t k = 0; k < full.size(); ++k) {
@@ -314,23 +318,30 @@ int64_t FullAttentionPeriod(const YAML::Node& types) {
 // template's window of W - 1 keys before each query (Megatron --window-size W-1,0, as Megatron-Bridge maps GPT-OSS),
 // on every layer, or on the layers layer_types marks sliding when they are Megatron's pattern (every N-th full).
 // Qwen2 / Qwen3's max_window_layers (the layers from it up slide) and other patterns are costed as full attention.
+// Written whatever seq is: a window covering the sequence costs as causal attention, and a later solve --seq
+// longer than it costs the window.
 void ImportSlidingWindow(const Fields& f, HfImport* out) {
   if (!f.Has("sliding_window")) return;
   bool used = true;
   (void)f.OptBool("use_sliding_window", &used);
   int64_t window = 0;
-  if (!used || !f.r.AsInt(f.root["sliding_window"], "sliding_window", &window, 1).ok() || window >= out->gpt.seq)
-    return;
+  if (!used || !f.r.AsInt(f.root["sliding_window"], "sliding_window", &window, 1).ok()) return;
   int64_t period = 0;
   if (f.Has("layer_types") && f.root["layer_types"].IsSequence()) {
-    period = FullAttentionPeriod(f.root["layer_types"]);
+    period = FullAttentionPeriod(f.root["layer_types"], out->gpt.layers);
   } else if (f.Has("max_window_layers")) {  // Qwen2 / Qwen3: the first max_window_layers layers attend fully
     int64_t from = 0;
     if (!f.r.AsInt(f.root["max_window_layers"], "max_window_layers", &from, 0).ok()) return;
     if (from >= out->gpt.layers) return;  // no layer slides
     if (from > 0) period = -1;
   }
-  if (period < 0 || window < 2) {
+  if (period == kNoneSlides) return;
+  if (window < 2) {
+    out->notes.push_back(fmt::format(
+        "sliding_window {}: each query would attend to itself alone; costed as full causal attention", window));
+    return;
+  }
+  if (period < 0) {
     out->notes.push_back(fmt::format(
         "sliding_window {}: its layers' pattern is not Megatron's (every N-th layer full): costed as full causal "
         "attention",

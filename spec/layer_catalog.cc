@@ -180,8 +180,9 @@ struct Transformer {
   bool dropout = true;  // Megatron GPT's hidden and attention dropout (1-byte masks kept for backward); false: none
   double window = 0;    // sliding-window attention: keys before each query (0: the whole causal sequence)
   bool flash() const { return attention == "flash"; }
-  // A window shorter than the sequence (a longer one attends to everything before, as causal attention does).
-  bool windowed() const { return window > 0 && window < s; }
+  // A window that leaves keys out (one of s - 1 keys or more before each query attends to everything before it, as
+  // causal attention does).
+  bool windowed() const { return window > 0 && window < s - 1; }
 };
 
 // The projections of one attention layer, per token: GEMM weights (2 s FLOPs each per pass),

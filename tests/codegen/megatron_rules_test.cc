@@ -262,6 +262,14 @@ TEST_CASE("sliding-window attention: --window-size W,0 and the full-layer period
   CHECK(Has(all.args, "--window-size 511,0\n"));
   CHECK_FALSE(Has(all.args, "--window-attn-skip-freq"));
   CHECK_FALSE(Has(Run(Gpt(8), Shape{.last_layers = {11}}).args, "--window-size"));
+  // A window covering the sequence (2047 keys before each of 2048 queries) is causal attention: no window flag, so
+  // Transformer Engine runs p2p context parallelism with it.
+  ModelSpec covering = Gpt(8);
+  covering.gpt.sliding_window = 2047;
+  REQUIRE_OK(BuildGptModel(covering.gpt, DType::kBf16, &covering));
+  const Export cov = Run(covering, Shape{.cp = 2, .last_layers = {11}});
+  CHECK(cov.refused.empty());
+  CHECK_FALSE(Has(cov.args, "--window-size"));
   // Transformer Engine runs windows under context parallelism with the all-gather exchange only.
   CheckRefused(Run(m, Shape{.cp = 2, .last_layers = {11}}),
                "sliding-window attention with context parallelism over p2p (cp 2): Transformer Engine asserts");

@@ -219,8 +219,14 @@ TEST_CASE("sliding windows: Mistral's on every layer, layer_types in Megatron's 
   for (const Layer& l : mis.layers) {
     if (l.kind == LayerKind::kTransformerBlock) CHECK(l.attention_window == 4095);
   }
-  // At the default seq 4096 the window covers the sequence: nothing to cost.
-  CHECK(RoundTrip("mistral-7b.json", HfImportOptions{}).gpt.sliding_window == 0);
+  // At the default seq 4096 the window covers the sequence: written (a longer solve --seq costs it), causal here.
+  ModelSpec short_seq = RoundTrip("mistral-7b.json", HfImportOptions{});
+  CHECK(short_seq.gpt.sliding_window == 4095);
+  for (const Layer& l : short_seq.layers) CHECK(l.attention_window == 0);
+  GptConfig longer = short_seq.gpt;
+  longer.seq = 32768;
+  REQUIRE_OK(BuildGptModel(longer, DType::kBf16, &short_seq));
+  CHECK(short_seq.layers[1].attention_window == 4095);
   auto import = [&](const std::string& text) {
     HfImport m;
     REQUIRE_OK(ImportHfConfig("c.json", text, o, &m));
@@ -245,6 +251,18 @@ TEST_CASE("sliding windows: Mistral's on every layer, layer_types in Megatron's 
   const HfImport first_full = import(Edited("mistral-7b.json", "\"sliding_window\": 4096,", odd));
   CHECK(first_full.gpt.sliding_window == 0);
   CHECK(notes_say(first_full, "costed as full causal attention"));
+  // Every layer full: nothing slides, nothing said; a list of another length than the layers: not read.
+  std::string all_full = "\"layer_types\": [\"full_attention\"";
+  for (int i = 1; i < 32; ++i) all_full += ", \"full_attention\"";
+  all_full += "],\n  \"sliding_window\": 128,";
+  const HfImport none_slides = import(Edited("mistral-7b.json", "\"sliding_window\": 4096,", all_full));
+  CHECK(none_slides.gpt.sliding_window == 0);
+  CHECK_FALSE(notes_say(none_slides, "sliding_window"));
+  const HfImport short_list = import(Edited("mistral-7b.json", "\"sliding_window\": 4096,",
+                                            "\"layer_types\": [\"sliding_attention\", \"full_attention\"],\n  "
+                                            "\"sliding_window\": 128,"));
+  CHECK(short_list.gpt.sliding_window == 0);
+  CHECK(notes_say(short_list, "costed as full causal attention"));
   // Qwen2's max_window_layers: the first layers attend fully, the rest slide: not Megatron's pattern; 0: all slide;
   // at least the layer count: none slides.
   const std::string qwen = "\"sliding_window\": 1024,\n  \"use_sliding_window\": true,\n  \"max_window_layers\": ";
