@@ -12,7 +12,19 @@ namespace planner {
 
 namespace {
 
-enum class Family { kLlama, kMistral, kQwen2, kQwen3, kGpt2, kNeoX, kNemotron, kMixtral, kQwen3Moe, kDeepSeekV3 };
+enum class Family {
+  kLlama,
+  kMistral,
+  kQwen2,
+  kQwen3,
+  kGpt2,
+  kNeoX,
+  kNemotron,
+  kMixtral,
+  kQwen3Moe,
+  kDeepSeekV3,
+  kGptOss
+};
 
 struct Arch {
   const char* name;
@@ -26,9 +38,12 @@ const Arch kArchs[] = {
     {"GPT2LMHeadModel", Family::kGpt2, true},          {"GPTNeoXForCausalLM", Family::kNeoX, false},
     {"NemotronForCausalLM", Family::kNemotron, false}, {"MixtralForCausalLM", Family::kMixtral, false},
     {"Qwen3MoeForCausalLM", Family::kQwen3Moe, false}, {"DeepseekV3ForCausalLM", Family::kDeepSeekV3, false},
+    {"GptOssForCausalLM", Family::kGptOss, false},
 };
 
-bool IsMoe(Family fam) { return fam == Family::kMixtral || fam == Family::kQwen3Moe || fam == Family::kDeepSeekV3; }
+bool IsMoe(Family fam) {
+  return fam == Family::kMixtral || fam == Family::kQwen3Moe || fam == Family::kDeepSeekV3 || fam == Family::kGptOss;
+}
 
 constexpr int64_t kDefaultSeqCap = 4096;
 constexpr double kDefaultBatchTokens = 4194304;  // 2^22 tokens: Llama 2's and Llama 3's 4M-token batch
@@ -127,6 +142,13 @@ Status ReadShape(const Fields& f, Family fam, GptConfig* g, int64_t* max_positio
   PLANNER_RETURN_IF_ERROR(f.Int("max_position_embeddings", max_positions));
   g->kv_heads = g->heads;  // transformers' default (None: multi-head attention)
   if (fam != Family::kNeoX) PLANNER_RETURN_IF_ERROR(f.OptInt("num_key_value_heads", &g->kv_heads));
+  if (fam == Family::kGptOss) {  // attention heads x head_dim wide (64 x 64 = 4096 at h 2880), not h
+    PLANNER_RETURN_IF_ERROR(f.Int("head_dim", &g->head_dim));
+    if (g->heads % g->kv_heads != 0)
+      return f.Error("num_key_value_heads",
+                     fmt::format("{} does not divide num_attention_heads {}", g->kv_heads, g->heads));
+    return Status::OK();
+  }
   if (g->hidden % g->heads != 0) {
     return f.Error("num_attention_heads", fmt::format("{} does not divide hidden_size {}", g->heads, g->hidden));
   }
@@ -195,6 +217,11 @@ Status ReadLayerChoices(const Fields& f, Family fam, GptConfig* g, std::vector<s
   g->rope_theta = std::max<int64_t>(1, std::llround(theta));
   if (fam == Family::kGpt2 || fam == Family::kNeoX) {
     g->bias = true;
+  } else if (fam == Family::kGptOss) {  // biases on the attention linears (attention_bias) and every expert's
+    PLANNER_RETURN_IF_ERROR(f.OptBool("attention_bias", &g->bias));
+    notes->push_back(
+        "GPT-OSS's attention sinks (a learned logit per head), the router's bias and the clamped SwiGLU (swiglu_limit) "
+        "are costed as plain attention, router and SwiGLU");
   } else {
     bool attention_bias = false, mlp_bias = false;
     PLANNER_RETURN_IF_ERROR(f.OptBool("attention_bias", &attention_bias));
@@ -454,9 +481,9 @@ Status ReadDeepSeek(const Fields& f, HfImport* imp) {
 Status ReadMoe(const Fields& f, Family fam, HfImport* imp) {
   MoeConfig& m = imp->gpt.moe;
   if (fam == Family::kDeepSeekV3) PLANNER_RETURN_IF_ERROR(ReadDeepSeek(f, imp));
-  if (fam == Family::kMixtral) {
+  if (fam == Family::kMixtral || fam == Family::kGptOss) {
     PLANNER_RETURN_IF_ERROR(f.Int("num_local_experts", &m.experts));
-    m.expert_ffn = imp->gpt.ffn;  // Mixtral's intermediate_size is one expert's
+    m.expert_ffn = imp->gpt.ffn;  // Mixtral's and GPT-OSS's intermediate_size is one expert's
   }
   if (fam == Family::kQwen3Moe) {
     PLANNER_RETURN_IF_ERROR(f.Int("num_experts", &m.experts));
@@ -465,8 +492,9 @@ Status ReadMoe(const Fields& f, Family fam, HfImport* imp) {
   }
   PLANNER_RETURN_IF_ERROR(f.Int("num_experts_per_tok", &m.top_k));
   if (fam != Family::kDeepSeekV3) PLANNER_RETURN_IF_ERROR(f.OptProbability("router_aux_loss_coef", &m.aux_loss));
-  const std::string experts_key =
-      fam == Family::kMixtral ? "num_local_experts" : (fam == Family::kQwen3Moe ? "num_experts" : "n_routed_experts");
+  const std::string experts_key = fam == Family::kMixtral || fam == Family::kGptOss
+                                      ? "num_local_experts"
+                                      : (fam == Family::kQwen3Moe ? "num_experts" : "n_routed_experts");
   if (m.experts < 2)
     return f.Error(experts_key,
                    fmt::format("{} expert: a dense model; import it as its dense architecture", m.experts));

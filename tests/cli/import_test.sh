@@ -51,7 +51,7 @@ grep -q "^mtp_parameters" gpt2.plan.yaml && { echo "FAIL: mtp_parameters written
 expect "seq over limit" 2 "planner: error: --seq 16384: above max_position_embeddings 8192 of $HF/llama3-8b.json:11; the model has no positions past it: use --seq 8192 or less" -- \
   $PLANNER import hf $HF/llama3-8b.json -o x.yaml --seq 16384
 sed 's/LlamaForCausalLM/PhiForCausalLM/' $HF/llama3-8b.json > phi.json
-expect "unknown architecture" 2 "planner: error: phi.json:2: field 'architectures': 'PhiForCausalLM' is not supported; planner import hf reads LlamaForCausalLM, MistralForCausalLM, Qwen2ForCausalLM, Qwen3ForCausalLM, GPT2LMHeadModel, GPTNeoXForCausalLM, NemotronForCausalLM, MixtralForCausalLM, Qwen3MoeForCausalLM, DeepseekV3ForCausalLM" -- \
+expect "unknown architecture" 2 "planner: error: phi.json:2: field 'architectures': 'PhiForCausalLM' is not supported; planner import hf reads LlamaForCausalLM, MistralForCausalLM, Qwen2ForCausalLM, Qwen3ForCausalLM, GPT2LMHeadModel, GPTNeoXForCausalLM, NemotronForCausalLM, MixtralForCausalLM, Qwen3MoeForCausalLM, DeepseekV3ForCausalLM, GptOssForCausalLM" -- \
   $PLANNER import hf phi.json -o x.yaml
 # MoE architectures: the imported file is the shipped one (comments, attention: flash and seq / batch aside).
 for m in mixtral-8x7b qwen3-30b-a3b qwen3-235b-a22b deepseek-v3; do

@@ -7,6 +7,7 @@
 #include "spec/hf_import.h"
 #include "spec/model_spec.h"
 #include "spec/yaml_reader.h"
+#include "tests/spec/bundled_models.h"
 #include "tests/test_util.h"
 
 namespace planner {
@@ -55,6 +56,8 @@ TEST_CASE("every fixture round-trips to its published parameter count") {
       {"qwen3-30b-a3b.json", 4096, 30.5e9, 30532110336.0},
       {"qwen3-235b-a22b.json", 4096, 235e9, 235093610496.0},
       {"deepseek-v3.json", 4096, 671e9, 671026404352.0},
+      // GPT-OSS 120B (OpenAI's model card: 116.83B): its 36 x 64 attention sinks and 36 x 128 router biases left out.
+      {"gpt-oss-120b.json", 4096, 116.83e9, 116829149760.0},
   };
   for (const auto& r : rows) {
     INFO(r.fixture);
@@ -208,6 +211,30 @@ std::string Edited(const std::string& fixture, const std::string& from, const st
   return text.replace(at, from.size(), to);
 }
 
+TEST_CASE(
+    "GPT-OSS imports as the shipped model file: head_dim 64 at h 2880, biases, 128 experts, every other layer "
+    "windowed") {
+  HfImportOptions o;
+  o.seq = 4096;
+  o.global_batch = 1280;
+  o.name = "gpt-oss-120b";
+  HfImport imp;
+  const ModelSpec m = RoundTrip("gpt-oss-120b.json", o, &imp);
+  const ModelSpec shipped = testing::LoadBundledModel("gpt-oss-120b.yaml");
+  CHECK(m.TotalParams() == shipped.TotalParams());
+  CHECK(m.gpt.head_dim == 64);
+  CHECK(m.gpt.bias);
+  CHECK(m.gpt.moe.experts == 128);
+  CHECK(m.gpt.moe.top_k == 4);
+  CHECK(m.gpt.moe.expert_ffn == 2880);
+  CHECK(m.gpt.sliding_window == shipped.gpt.sliding_window);
+  CHECK(m.gpt.full_attention_every == shipped.gpt.full_attention_every);
+  CHECK(m.ModelFlops(1280) == doctest::Approx(shipped.ModelFlops(1280)).epsilon(1e-3));  // the router's aux loss aside
+  bool sinks = false;
+  for (const auto& n : imp.notes) sinks = sinks || n.find("attention sinks") != std::string::npos;
+  CHECK(sinks);
+}
+
 TEST_CASE("sliding windows: Mistral's on every layer, layer_types in Megatron's pattern, Qwen's max_window_layers") {
   // Mistral 7B: sliding_window 4096 (the query and 4095 keys before it) on every layer, shorter than seq 8192.
   HfImportOptions o;
@@ -288,7 +315,7 @@ TEST_CASE("bad configs: one message naming the file, the field and the fix") {
        "c.json:2: field 'architectures': 'PhiForCausalLM' is not supported; planner import hf reads LlamaForCausalLM, "
        "MistralForCausalLM, Qwen2ForCausalLM, Qwen3ForCausalLM, GPT2LMHeadModel, GPTNeoXForCausalLM, "
        "NemotronForCausalLM, "
-       "MixtralForCausalLM, Qwen3MoeForCausalLM, DeepseekV3ForCausalLM"},
+       "MixtralForCausalLM, Qwen3MoeForCausalLM, DeepseekV3ForCausalLM, GptOssForCausalLM"},
       {Edited("qwen3-30b-a3b.json", "\"decoder_sparse_step\": 1", "\"decoder_sparse_step\": 2"), 0,
        "c.json:6: field 'decoder_sparse_step': 2: every 2th block is MoE, the others dense; the planner's template has "
        "dense "
