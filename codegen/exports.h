@@ -88,8 +88,6 @@ void AddSlurmScript(const ModelSpec& model, const LaunchPlan& L, const CodegenOp
 
 // megatron.cc
 const Layer* MlaLayer(const ModelSpec& model);
-// The first layer attending through a sliding window shorter than the sequence; nullptr: none.
-const Layer* SlidingWindowLayer(const ModelSpec& model);
 // What Megatron-LM's rules are checked against: the launch's world size (worker ranks), the plan's
 // dp, its chunks per pipeline rank and its decoder blocks per chunk (model order).
 struct MegatronCheck {

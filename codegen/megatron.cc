@@ -39,7 +39,7 @@ std::string MegatronModelArgs(const ModelSpec& model, std::vector<std::string>* 
   // Sliding-window attention: Megatron's window (left, right) = (W, 0), every N-th layer (1-based) full
   // (TransformerConfig window_size / window_attn_skip_freq; megatron/core/transformer/utils.py
   // is_layer_window_attention).
-  if (SlidingWindowLayer(model) != nullptr) {  // a window covering the sequence is causal attention: no flag
+  if (model.FirstWindowedLayer() != nullptr) {  // a window covering the sequence is causal attention: no flag
     mg += fmt::format("--window-size {},0\n", g.sliding_window);
     if (g.full_attention_every > 0) mg += fmt::format("--window-attn-skip-freq {}\n", g.full_attention_every);
   }
@@ -55,13 +55,6 @@ std::string MegatronModelArgs(const ModelSpec& model, std::vector<std::string>* 
         "plan's flash attention");
   }
   return mg;
-}
-
-const Layer* SlidingWindowLayer(const ModelSpec& model) {
-  for (const auto& l : model.layers) {
-    if (l.attention_window > 0) return &l;
-  }
-  return nullptr;
 }
 
 // The first layer of the model carrying multi-head latent attention (kv_lora_rank > 0); nullptr: none.
@@ -305,7 +298,7 @@ std::string MegatronInexpressible(const Plan& plan, const ModelSpec& model, cons
 // Why Megatron-LM cannot run the plan ("" when it can): ZeRO-2/3 (Megatron-FSDP) with
 // pipelining, torchtitan's op-level selective recompute, or an MTP placement its layout refuses.
 std::string MegatronRefusal(const Plan& plan, const ModelSpec& model, const LaunchPlan& L) {
-  if (L.cp > 1 && plan.cp_comm_type != CpCommType::kAllGather && SlidingWindowLayer(model) != nullptr) {
+  if (L.cp > 1 && plan.cp_comm_type != CpCommType::kAllGather && model.FirstWindowedLayer() != nullptr) {
     return fmt::format(
         "sliding-window attention with context parallelism over {} (cp {}): Transformer Engine asserts \"Context "
         "parallelism does not support sliding window attention with cp_comm_type=...\" for all but all_gather and "

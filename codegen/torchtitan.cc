@@ -34,7 +34,7 @@ std::string TitanFlavorOf(const ModelSpec& model, std::string* flavor) {
     return fmt::format(
         "model {} is not a GPT (gpt: template) model: torchtitan trains its registered transformer models", model.name);
   const GptConfig& g = model.gpt;
-  if (SlidingWindowLayer(model) != nullptr)
+  if (model.FirstWindowedLayer() != nullptr)
     return fmt::format(
         "model {} attends through a sliding window of {} keys: torchtitan's llama3 attends causally over the whole "
         "sequence",

@@ -233,9 +233,8 @@ Status ApplyOptimizerState(const EngineSpec& e, SearchOptions* o) {
 // sliding window attention with cp_comm_type=..."): with p2p the search keeps cp 1, and a forced cp > 1 is an error.
 Status ApplySlidingWindowCp(const SolveArgs& a, const CostSource& src, SearchOptions* o) {
   if (o->cost.cp_comm == CpCommType::kAllGather || src.model == nullptr) return Status::OK();
-  const auto& layers = src.model->layers;
-  const auto w = std::find_if(layers.begin(), layers.end(), [](const Layer& l) { return l.attention_window > 0; });
-  if (w == layers.end()) return Status::OK();
+  const Layer* w = src.model->FirstWindowedLayer();
+  if (w == nullptr) return Status::OK();
   if (o->cp.empty()) o->cp = {1};
   const auto& runs = src.engine->cp_comm_types;
   const bool allgather = std::find(runs.begin(), runs.end(), "allgather") != runs.end();

@@ -591,6 +591,13 @@ Status ParseModelSpecUnguarded(const std::string& path, const std::string& text,
 }
 }  // namespace
 
+const Layer* ModelSpec::FirstWindowedLayer() const {
+  for (const Layer& l : layers) {
+    if (l.attention_window > 0) return &l;
+  }
+  return nullptr;
+}
+
 Status ParseModelSpec(const std::string& path, const std::string& text, ModelSpec* out) {
   return CatchYamlErrors(path, [&] { return ParseModelSpecUnguarded(path, text, out); });
 }

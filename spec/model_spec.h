@@ -81,6 +81,9 @@ struct ModelSpec {
   // Model FLOPs of one iteration (the MFU numerator): each layer's model_flops
   // (forward + backward, no recompute), or fwd + bwd where a layer sets none.
   double ModelFlops(double batch) const;
+  // The first layer attending through a sliding window that leaves keys out (Layer::attention_window); nullptr:
+  // none.
+  const Layer* FirstWindowedLayer() const;
 };
 
 // Reads and validates a model file. InvalidArgument / NotFound with

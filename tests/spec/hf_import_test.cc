@@ -263,26 +263,23 @@ TEST_CASE("sliding windows: Mistral's on every layer, layer_types in Megatron's 
     return std::any_of(m.notes.begin(), m.notes.end(),
                        [&](const std::string& n) { return n.find(what) != std::string::npos; });
   };
+  // Mistral's config with sliding_window 128 and a layer_types list of Mistral's 32 layers, full where full(i).
+  auto with_types = [&](auto full) {
+    std::string types = "\"layer_types\": [";
+    for (int i = 0; i < 32; ++i)
+      types += std::string(i ? ", " : "") + (full(i) ? "\"full_attention\"" : "\"sliding_attention\"");
+    return import(Edited("mistral-7b.json", "\"sliding_window\": 4096,", types + "],\n  \"sliding_window\": 128,"));
+  };
   // layer_types with every other layer full (GPT-OSS's pattern): Megatron's window_attn_skip_freq 2.
-  std::string types = "\"layer_types\": [";
-  for (int i = 0; i < 32; ++i)
-    types += std::string(i ? ", " : "") + (i % 2 ? "\"full_attention\"" : "\"sliding_attention\"");
-  types += "],\n  \"sliding_window\": 128,";
-  const HfImport alt = import(Edited("mistral-7b.json", "\"sliding_window\": 4096,", types));
+  const HfImport alt = with_types([](int i) { return i % 2 == 1; });
   CHECK(alt.gpt.sliding_window == 127);
   CHECK(alt.gpt.full_attention_every == 2);
   // A pattern Megatron cannot write (full first, then sliding): costed as full attention, said in a note.
-  std::string odd = "\"layer_types\": [\"full_attention\"";
-  for (int i = 1; i < 32; ++i) odd += ", \"sliding_attention\"";
-  odd += "],\n  \"sliding_window\": 128,";
-  const HfImport first_full = import(Edited("mistral-7b.json", "\"sliding_window\": 4096,", odd));
+  const HfImport first_full = with_types([](int i) { return i == 0; });
   CHECK(first_full.gpt.sliding_window == 0);
   CHECK(notes_say(first_full, "costed as full causal attention"));
   // Every layer full: nothing slides, nothing said; a list of another length than the layers: not read.
-  std::string all_full = "\"layer_types\": [\"full_attention\"";
-  for (int i = 1; i < 32; ++i) all_full += ", \"full_attention\"";
-  all_full += "],\n  \"sliding_window\": 128,";
-  const HfImport none_slides = import(Edited("mistral-7b.json", "\"sliding_window\": 4096,", all_full));
+  const HfImport none_slides = with_types([](int) { return true; });
   CHECK(none_slides.gpt.sliding_window == 0);
   CHECK_FALSE(notes_say(none_slides, "sliding_window"));
   const HfImport short_list = import(Edited("mistral-7b.json", "\"sliding_window\": 4096,",
