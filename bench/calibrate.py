@@ -179,6 +179,70 @@ NEMO_MODELS = {
     "nemotron-22b": f"layers: 40, hidden: 6144, heads: 48, kv_heads: 48, ffn: 24576, {NEMOTRON_BLOCK}, seq: 4096, vocab: 256000",
 }
 
+# Checks, not calibration: fine-tuning on packed samples, SFT (every weight) and LoRA (gpt.lora: the base frozen,
+# rank-r adapters trained). NeMo 24.07's performance summary (NVIDIA/NeMo docs/source/performance/performance_summary.md
+# at 9c5c5e9709, DGX-H100, FP8, "SQuAD-v1.1, inputs packed to 4096 tokens", GBS 32, MBS 1; NeMo 1.0's LoRA default:
+# rank 32 on attention_qkv, megatron_gpt_finetuning_config.yaml, an assumption for these rows) and Megatron-Bridge
+# 26.06's (docs/performance-summary.md at tag v0.5.0; Llama 3 70B, seq 4096, GBS 32, MBS 1; its recipes,
+# scripts/performance/configs/llama/llama3_llm_finetune.py: rank 16 on linear_qkv, packed SQuAD, FP8 current scaling,
+# the distributed optimizer, TP communication overlap where tp > 1, no recompute on H100; GB200's TE CUDA graphs of
+# the MLP are not costed). The packed rows' length-weighted mean sample is Megatron-Bridge's own SQuAD statistic
+# (training/utils/flop_utils.py, PR #2416: sum s_i^2 = 842,603 per 4096-token row): 206 tokens.
+# (source, task, model file or NEMO_MODELS key, cluster, GPUs, tp, pp, vp, lora (rank, targets) or None, recipe,
+# engine, tokens/s/GPU).
+SQUAD_PACKED_LENGTH = 206
+FINETUNE = [
+    ("NeMo 24.07", "SFT", "llama2-7b.yaml", "dgx-h100.yaml", 8, 1, 1, 1, None, "ds", "nemo-24", 16891),
+    ("NeMo 24.07", "SFT", "llama2-13b", "dgx-h100.yaml", 8, 1, 4, 1, None, "ds", "nemo-24", 10176),
+    ("NeMo 24.07", "SFT", "llama2-70b", "dgx-h100.yaml", 16, 4, 4, 1, None, "ds", "nemo-24", 1816),
+    ("NeMo 24.07", "LoRA", "llama2-7b.yaml", "dgx-h100.yaml", 8, 1, 1, 1, (32, "qkv"), "ds", "nemo-24", 24824),
+    ("NeMo 24.07", "LoRA", "llama2-13b", "dgx-h100.yaml", 8, 1, 1, 1, (32, "qkv"), "ds", "nemo-24", 14629),
+    ("NeMo 24.07", "LoRA", "llama2-70b", "dgx-h100.yaml", 8, 2, 4, 1, (32, "qkv"), "ds", "nemo-24", 2621),
+    ("MB 26.06", "SFT", "llama3-70b.yaml", "dgx-h100.yaml", 32, 4, 4, 5, None, "cs", "megatron-core", 1638),
+    ("MB 26.06", "SFT", "llama3-70b.yaml", "gb200-nvl72.yaml", 32, 1, 8, 10, None, "cs", "megatron-core", 3864),
+    ("MB 26.06", "SFT", "llama3-70b.yaml", "gb200-nvl72.yaml", 32, 1, 8, 10, None, "mx", "megatron-core", 3593),
+    ("MB 26.06", "LoRA", "llama3-70b.yaml", "dgx-h100.yaml", 8, 2, 4, 20, (16, "qkv"), "cs", "megatron-core", 2643),
+    ("MB 26.06", "LoRA", "llama3-70b.yaml", "gb200-nvl72.yaml", 8, 1, 2, 20, (16, "qkv"), "cs", "megatron-core", 6206),
+    ("MB 26.06", "LoRA", "llama3-70b.yaml", "gb200-nvl72.yaml", 8, 1, 4, 20, (16, "qkv"), "mx", "megatron-core", 5958),
+]
+
+
+def finetune_model(tmp, model, lora):
+    """A model file for a FINETUNE row: the bundled file (or NEMO_MODELS key) with its samples packed and, for LoRA,
+    the adapters (gpt.lora)."""
+    if model in NEMO_MODELS:
+        text = (f"format_version: 1\nname: {model}\nprecision: bf16\nglobal_batch: 32\n"
+                f"gpt: {{{NEMO_MODELS[model]}}}\n")
+        text = text.replace("}\n", f", packed_length: {SQUAD_PACKED_LENGTH}" +
+                            (f", lora: {{rank: {lora[0]}, targets: [{lora[1]}]}}" if lora else "") + "}\n")
+    else:
+        extra = f"  packed_length: {SQUAD_PACKED_LENGTH}\n" + (
+            f"  lora: {{rank: {lora[0]}, targets: [{lora[1]}]}}\n" if lora else "")
+        text = open(os.path.join(ROOT, "configs", "models", model)).read().replace("\ngpt:\n", "\ngpt:\n" + extra, 1)
+    path = os.path.join(tmp, f"ft-{model.replace('.yaml', '')}-{'lora' if lora else 'sft'}.yaml")
+    open(path, "w").write(text)
+    return path
+
+
+def run_finetune(tmp):
+    rows = []
+    for src, task, model, cluster, n, t, p, v, lora, recipe, engine, pub in FINETUNE:
+        flags = ["--tp", str(t), "--pp", str(p), "--cp", "1", "--global-batch", "32", "--microbatch", "1", "--seq",
+                 "4096", "--precision", "fp8", "--zero", "0,1", "--recompute", "none", "--grad-dtype", "bf16"]
+        flags += RECIPE_FLAGS.get(recipe, []) + schedule_flags(v)
+        flags += ["--sp", "on", "--tp-comm-overlap", "on"] if t > 1 else []
+        flags += ["--optimizer-state", "fp32-remainders"] if engine == "nemo-24" else []
+        plan, err = solve(finetune_model(tmp, model, lora), os.path.join(ROOT, "configs", "clusters", cluster), n,
+                          flags + engine_args(tmp, engine)[0])
+        pred = plan["predicted"]["tokens_per_second_per_gpu"] if plan else None
+        add_check("megatron-core", "fp8", pred, pub)
+        gpu = "GB200" if cluster.startswith("gb200") else "H100"
+        name = model.replace(".yaml", "")
+        rows.append((f"{src} {task} {name} {gpu} n{n} tp{t} pp{p} vp{v}{f' r{lora[0]} {lora[1]}' if lora else ''} "
+                     f"fp8-{recipe}", pub, pred, layout(plan) if plan else "REFUSED: " + err))
+    return rows
+
+
 # Checks, not calibration: torchtitan's Dec 2024 benchmarks (pytorch/torchtitan benchmarks/llama3_h100_202412_torchtitan.md;
 # Grand Teton H100 96 GB HBM2e at 500 W, h100-96gb-500w.yaml; TPS/GPU and GiB as published) beside the two calibration
 # rows: (table, run, model, GPUs, tp, pp, cp, v, local batch, microbatch, seq, precision, recompute, engine, async TP,
@@ -1074,6 +1138,8 @@ def main():
               "in NeMo's full-attention formula)", "TFLOP/s/GPU", run_nemo_long(tmp, args.h100))
         nemo = table("Checks, not calibration: NeMo 24.07 performance summary (H100, FP8; the recipes' layouts)",
                      "tokens/s/GPU", run_nemo_2407(tmp, args.h100))
+        finetune = table("Checks, not calibration: fine-tuning on packed SQuAD, SFT and LoRA (NeMo 24.07, Megatron-Bridge "
+                         "26.06; H100, GB200; FP8)", "tokens/s/GPU", run_finetune(tmp))
         titan = table_mem("Checks, not calibration: torchtitan's Dec 2024 benchmarks (H100 96 GB, 500 W)", "TPS/GPU",
                           run_torchtitan_2412(args.h100_96gb))
         bridge = table("Checks, not calibration: Megatron-Core's 2025-26 recipes (Megatron-Bridge, Megatron-LM, NeMo 25.02; "
@@ -1110,6 +1176,7 @@ def main():
         summary("H800 fp8 (h800)", h800, len(DEEPSEEK))
         summary("issue27 H100 bf16/fp8 (h100-96gb-500w, dgx-h100)", issue27, len(ISSUE27))
         summary("checks: NeMo 24.07 H100 fp8", nemo, len(NEMO_2407))
+        summary("checks: fine-tuning SFT / LoRA fp8", finetune, len(FINETUNE))
         summary("checks: torchtitan Dec 2024 H100", titan, len(TORCHTITAN_2412) - 1)
         summary("checks: Megatron-Core 2025-26 recipes H100 fp8", bridge, len(MEGATRON_BRIDGE))
         summary("checks: Megatron-Core Blackwell B200 / GB200 fp8", blackwell, len(BLACKWELL))

@@ -453,6 +453,10 @@ CoreRates AttentionRates(const Layer& l, const RowRates& q, double tp_shard) {
     // benchmark of the windowed kernels.
     if (l.attention_window > 0)
       return kt.AttentionTflops(q.attention_kernel, pass, true, d, std::min(l.attention_seq, 2 * l.attention_window));
+    // Packed samples: the varlen kernel's blocks run over one sample each, a causal kernel at the samples' mean
+    // length (an assumption, as the window's; the tables start at 512 tokens, so shorter samples are costed there).
+    if (l.attention_packed > 0)
+      return kt.AttentionTflops(q.attention_kernel, pass, true, d, std::min(s, l.attention_packed));
     const double causal = kt.AttentionTflops(q.attention_kernel, pass, true, d, s);
     if (q.cp <= 1) return causal;
     if (q.cp_allgather) {
@@ -497,6 +501,7 @@ double ListedGemmSeconds(const Layer& l, const RowRates& q, double shard, int pa
   const bool tp = l.tp_shardable && q.t > 1;
   for (const GemmShape& g : l.gemms) {
     if (experts_only && !g.expert) continue;
+    if (pass == 2 && g.frozen) continue;  // a frozen weight (LoRA's base) takes no gradient
     *flops_per_sample += g.Flops();
     double m = q.bd * g.rows / q.cpd, n = g.n, k = g.k, count = 1;
     if (g.expert) {  // E/ep experts, each on its share of the EP group's token copies, n or k over ETP
@@ -783,15 +788,22 @@ LayerCostRow AnalyticRow(const ClusterSpec& c, const Layer& l, const RowRates& q
   const double n_fwd = l.tp_allreduces_fwd;
   const double cp_fwd = CpExposed(c, l, q, tp_shard, 1, 1, rates.fwd);
   const double cp_bwd = CpExposed(c, l, q, tp_shard, 2, core_ratio, rates.bwd);
-  r.forward_s += n_fwd * ar + cp_fwd;
-  r.backward_input_s += n_fwd * ar + cp_bwd;
-  r.tp_comm_s = 2 * n_fwd * ar;
+  // LoRA's adapters under SP: their own gathers / scatters of the layer's activation, exposed.
+  double sp_f = 0, sp_b = 0;
+  if (q.t > 1 && q.sp && l.tp_shardable && l.sp_extra_collectives_fwd + l.sp_extra_collectives_bwd > 0) {
+    const double one = AllGatherSeconds(c, q.bd * l.tp_allreduce_bytes / q.cpd, q.tp_group);
+    sp_f = l.sp_extra_collectives_fwd * one;
+    sp_b = l.sp_extra_collectives_bwd * one;
+  }
+  r.forward_s += n_fwd * ar + cp_fwd + sp_f;
+  r.backward_input_s += n_fwd * ar + cp_bwd + sp_b;
+  r.tp_comm_s = 2 * n_fwd * ar + sp_f + sp_b;
   r.cp_comm_s = cp_fwd + cp_bwd;
   const double cp_whole_fwd = CpTotal(c, l, q, tp_shard, 1);
   r.cp_total_s = cp_whole_fwd + CpTotal(c, l, q, tp_shard, 2);
   if (q.rc == Recompute::kFull && RecomputedInFull(l.kind)) {
-    r.backward_input_s += forward_compute + n_fwd * ar + cp_fwd;
-    r.tp_comm_s += n_fwd * ar;
+    r.backward_input_s += forward_compute + n_fwd * ar + cp_fwd + sp_f;
+    r.tp_comm_s += n_fwd * ar + sp_f;
     r.cp_comm_s += cp_fwd;
     r.cp_total_s += cp_whole_fwd;
   } else if (q.rc == Recompute::kSelective) {
@@ -805,14 +817,16 @@ LayerCostRow AnalyticRow(const ClusterSpec& c, const Layer& l, const RowRates& q
   }
   // Every TP collective above was scaled by the same hidden share: the whole is the exposed over it.
   const double tp_factor = (1 - q.tp_hidden) + q.tp_hidden * q.slowdown;
-  r.tp_total_s = tp_factor > 0 ? r.tp_comm_s / tp_factor : r.tp_comm_s;
+  const double sp_extra = sp_f + sp_b + (q.rc == Recompute::kFull && RecomputedInFull(l.kind) ? sp_f : 0);
+  r.tp_total_s = (tp_factor > 0 ? (r.tp_comm_s - sp_extra) / tp_factor : r.tp_comm_s - sp_extra) + sp_extra;
   r.params = l.params / tp_shard;
   r.stash_bytes = StashBytes(l, q, tp_shard);
   r.out_bytes = q.bd * l.out_bytes / q.cpd;
   AddMoeCosts(c, l, q, tp_shard, shard, &r);
   // The engine's separate accumulation of this microbatch's gradients (DeepSpeed's BF16_Optimizer update_hp_grads):
   // memory-bound over the layer's parameters on this GPU, once per microbatch, after its backward.
-  if (q.grad_accum_bytes > 0 && q.hbm_raw > 0) r.backward_weight_s += r.params * q.grad_accum_bytes / q.hbm_raw;
+  if (q.grad_accum_bytes > 0 && q.hbm_raw > 0)
+    r.backward_weight_s += std::max(0.0, r.params - l.frozen_params / tp_shard) * q.grad_accum_bytes / q.hbm_raw;
   return r;
 }
 

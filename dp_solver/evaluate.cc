@@ -331,7 +331,8 @@ double Evaluator::StatesBytes(const Candidate& k, int64_t z, size_t r, const Eva
   if (FsdpUnderPp(z, k.pp, o_.cost.fsdp_with_pp)) {
     // Whole: the 16-bit parameters and the gradients accumulated in their dtype; sharded: the fp32
     // parameters and optimizer state, and the fp32 gradient the reduce-scatter leaves.
-    const double whole = 2 * sb_.weight + sb_.fp8_weight_copy, sharded = sb_.optimizer + 4;
+    const double whole = sb_.weight * (1 + sb_.trainable) + sb_.fp8_weight_copy,
+                 sharded = sb_.optimizer + 4 * sb_.trainable;
     return dense * (whole + sharded / static_cast<double>(shard)) +
            expert * (whole + sharded / static_cast<double>(k.Edp()));
   }
@@ -494,7 +495,8 @@ double Evaluator::DeviceDpSeconds(const Candidate& k, const Evaluation& x, int64
   const double expert = x.expert_params[r];
   // Calls: Megatron's buckets of BucketParams(g), or FSDP's one unit per layer (ZeRO-3, per microbatch and pass).
   const bool per_layer = z == 3 && !FsdpUnderPp(z, k.pp, o_.cost.fsdp_with_pp);
-  const double calls = per_layer ? x.param_layers[r] : std::ceil(x.params[r] / BucketParams(g));
+  // LoRA: the buckets hold the trainable parameters alone; ZeRO-1/2 gather those after the step, ZeRO-3 every weight.
+  const double calls = per_layer ? x.param_layers[r] : std::ceil(x.params[r] * sb_.trainable / BucketParams(g));
   const auto dense_a = MemoCollectives(x.params[r] - expert, shard, k.tp, d, k.pp, expert > 0 ? calls / 2 : calls);
   const auto expert_a = MemoCollectives(expert, k.Edp(), k.ep * k.etp, d, k.pp, std::max(1.0, calls / 2));
   const DpCollectives dense_c{dense_a[0], dense_a[1], dense_a[2]}, expert_c{expert_a[0], expert_a[1], expert_a[2]};
@@ -504,7 +506,8 @@ double Evaluator::DeviceDpSeconds(const Candidate& k, const Evaluation& x, int64
                            : std::array<double, 3>{0, 0, 0};
   const DpCollectives cross{cross_a[0], cross_a[1], cross_a[2]};
   const double ar = dense_c.ar + expert_c.ar + cross.ar, rs = dense_c.rs + expert_c.rs + cross.ar,
-               ag = dense_c.ag + expert_c.ag;
+               ag = (dense_c.ag + expert_c.ag) *
+                    (per_layer || FsdpUnderPp(z, k.pp, o_.cost.fsdp_with_pp) ? 1.0 : sb_.trainable);
   if (!(ar > 0)) return 0;
   const double bucket = BucketParams(g) / x.params[r], m = static_cast<double>(k.num_microbatches);
   const bool og = (o_.cost.overlap_grad_reduce || o_.cost.dp_overlap) && (k.pp == 1 || o_.cost.overlap_grad_reduce_pp),
@@ -540,7 +543,8 @@ void Evaluator::DataParallelTimes(const Candidate& k, int64_t z, Evaluation* x) 
                expert_shard = z >= 1 ? static_cast<double>(k.Edp()) : 1.0;
   for (int64_t r = 0; r < k.pp; ++r) {
     const size_t ru = Z(r);
-    const double stepped = (x->params[ru] - x->expert_params[ru]) / shard + x->expert_params[ru] / expert_shard;
+    const double stepped =
+        sb_.trainable * ((x->params[ru] - x->expert_params[ru]) / shard + x->expert_params[ru] / expert_shard);
     x->optimizer_s = std::max(x->optimizer_s, stepped * o_.cost.OptimizerStepBytesPerParam() /
                                                   (c.hbm_bandwidth_GBps * 1e9 * c.hbm_efficiency));
   }

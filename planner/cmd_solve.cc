@@ -402,6 +402,26 @@ void SetBand(const SolveInputs& in, const CostSource& src, Plan* plan) {
         "no band: engine {} has no calibration band for {} (docs/cost_model.md \"Bands\")", e.name, precision));
 }
 
+// What a fine-tuning model's plan costs beyond pretraining: LoRA's frozen base and adapters (gpt.lora), samples packed
+// into each sequence (gpt.packed_length).
+void FineTuningNotes(const ModelSpec& m, Plan* plan) {
+  if (!m.is_gpt) return;
+  const GptConfig& g = m.gpt;
+  if (g.lora.rank > 0) {
+    const double all = m.TotalParams(), trained = m.TrainableParams();
+    plan->notes.push_back(fmt::format(
+        "LoRA rank {}: {:.4g}M of {:.4g}B parameters train ({:.3f}%); the base weights are frozen: no weight-gradient "
+        "GEMMs, gradients or optimizer state for them, the adapters' GEMMs in bf16 (docs/cost_model.md \"LoRA\"); "
+        "codegen refuses the plan: no export here runs LoRA",
+        g.lora.rank, trained / 1e6, all / 1e9, 100 * trained / all));
+  }
+  if (g.packed_length > 0 && g.packed_length < g.seq)
+    plan->notes.push_back(fmt::format(
+        "packed samples: attention within samples of {} tokens (length-weighted mean) in each {}-token sequence, "
+        "at the attention kernel's rate at that length (an assumption; docs/cost_model.md \"Packed samples\")",
+        g.packed_length, g.seq));
+}
+
 // The assumption an MoE plan's expert block rests on: the engine's host launches (its moe_host), wherever they cost.
 void MoeHostNote(const SolveInputs& in, const CostSource& src, Plan* plan) {
   if (src.profile != nullptr || src.engine == nullptr || ModelExperts(&in.model) <= 0) return;
@@ -573,6 +593,7 @@ Status SolveSize(const SolveArgs& a, const SolveInputs& in, Plan* plan) {
     PLANNER_RETURN_IF_ERROR(SolveAuto(src, o, plan, &stats));
     SetBand(in, src, plan);  // before CompareEngines: the plan's own engine's line shows it
     MoeHostNote(in, src, plan);
+    if (src.model != nullptr) FineTuningNotes(in.model, plan);
     CompareEngines(a, in, src, o, plan);
     if (!a.pipeline_layout.empty())
       plan->notes.push_back(fmt::format(

@@ -66,6 +66,10 @@ enum class GemmSplit : uint8_t {
   kReplicated,  // whole on every TP rank (the MoE router, MLA's down projections)
 };
 
+// What a GEMM is in its layer: the linears LoRA adapts (Megatron-Core's linear_qkv, linear_proj, linear_fc1,
+// linear_fc2; MLA's up projections count as qkv), or anything else.
+enum class GemmRole : uint8_t { kOther, kQkv, kProj, kFc1, kFc2 };
+
 // One GEMM of a layer, per sample: [rows x k] x [k x n] in forward; dX is [rows x n] x [n x k] and dW
 // [k x rows] x [rows x n], the same FLOPs (docs/cost_model.md section 2, "Kernel-level compute").
 struct GemmShape {
@@ -75,6 +79,8 @@ struct GemmShape {
   bool expert = false;          // a routed expert's: `count` experts split over EP, n or k over ETP
   double count = 1;             // experts sharing `rows` (1 for a dense GEMM)
   bool high_precision = false;  // runs in bf16 in an FP8 model (the router, the lm_head: outside fp8_autocast)
+  GemmRole role = GemmRole::kOther;
+  bool frozen = false;  // its weight takes no gradient (LoRA's base weights): no weight-gradient GEMM
   double Flops() const { return 2 * rows * n * k; }
 };
 
@@ -88,7 +94,8 @@ struct Layer {
   LayerAttrs attrs;                     // resolved attributes (the kernels are built from them)
 
   // Per-sample analytic costs.
-  double params = 0;                         // trainable parameters owned by this layer
+  double params = 0;                         // parameters owned by this layer (held on its GPUs)
+  double frozen_params = 0;                  // of them, the ones without gradients or optimizer state (LoRA's base)
   bool params_tied = false;                  // shares its weights with another layer (tied lm_head): not in totals
   double fwd_flops = 0;                      // matrix (tensor-core) FLOPs of the forward pass
   double bwd_input_flops = 0;                // backward, gradient w.r.t. the input ("B")
@@ -109,10 +116,13 @@ struct Layer {
       0;  // K and V of the whole sequence (2 s kv_heads d, dtype bytes): what ring attention passes round the CP group
 
   // Tensor parallelism (Megatron-style sharding of this layer across t GPUs).
-  bool tp_shardable = false;             // FLOPs, params and the sharded stash divide by t
-  int64_t tp_divisor = 0;                // t must divide this (heads, vocab); 0: any t
-  int tp_allreduces_fwd = 0;             // all-reduces of tp_allreduce_bytes in forward (same in backward)
-  double tp_allreduce_bytes = 0;         // bytes of one such all-reduce
+  bool tp_shardable = false;      // FLOPs, params and the sharded stash divide by t
+  int64_t tp_divisor = 0;         // t must divide this (heads, vocab); 0: any t
+  int tp_allreduces_fwd = 0;      // all-reduces of tp_allreduce_bytes in forward (same in backward)
+  double tp_allreduce_bytes = 0;  // bytes of one such all-reduce
+  // With sequence parallelism, all-gathers (or reduce-scatters) of tp_allreduce_bytes this layer adds outside
+  // Megatron's fused TP regions, forward and backward (LoRA's adapters gather their input or scatter their output).
+  double sp_extra_collectives_fwd = 0, sp_extra_collectives_bwd = 0;
   double stash_bytes_tp_replicated = 0;  // part of stash_bytes that is not divided by t
   // Parts of params and of the forward FLOPs that every TP rank holds and runs whole (MLA's q and kv
   // down-projections and their norms, the MoE router: replicated in Megatron-Core). Included in params
@@ -141,6 +151,9 @@ struct Layer {
   // Sliding-window attention: the keys before each query it attends to (Megatron --window-size W,0), when shorter
   // than the sequence; 0: causal over the whole sequence.
   double attention_window = 0;
+  // Packed samples (gpt.packed_length; THD, cu_seqlens): the length-weighted mean sample length its attention runs
+  // over, when shorter than the sequence; 0: one sample per sequence.
+  double attention_packed = 0;
 
   double bwd_flops() const { return bwd_input_flops + bwd_weight_flops; }
 };

@@ -28,8 +28,8 @@ std::vector<std::string> Join(std::initializer_list<std::vector<std::string>> pa
 const std::vector<std::string> kMlaKeys = {"q_lora_rank", "kv_lora_rank", "qk_rope_head_dim", "qk_nope_head_dim",
                                            "v_head_dim"};
 const std::vector<std::string> kMoeKeys = {
-    "heads",      "kv_heads",     "head_dim",          "experts",    "top_k", "expert_ffn",
-    "shared_ffn", "route_groups", "route_group_limit", "rope_theta", "window"};
+    "heads",      "kv_heads",     "head_dim",          "experts",    "top_k",  "expert_ffn",
+    "shared_ffn", "route_groups", "route_group_limit", "rope_theta", "window", "packed"};
 const std::vector<std::string> kMoeZeroOk = {"q_lora_rank", "shared_ffn", "route_groups", "route_group_limit"};
 }  // namespace
 
@@ -50,7 +50,7 @@ const std::vector<LayerTypeInfo>& LayerTypes() {
       {LayerKind::kRmsnorm, {}, {}, {}},
       {LayerKind::kEmbedding, {"vocab", "hidden", "positions"}, {"dropout"}, {"vocab", "hidden"}},
       {LayerKind::kAttention,
-       Join({{"heads", "kv_heads", "rope_theta", "head_dim", "window"}, kMlaKeys}),
+       Join({{"heads", "kv_heads", "rope_theta", "head_dim", "window", "packed"}, kMlaKeys}),
        {"bias", "dropout"},
        {"heads"},
        false,
@@ -59,7 +59,7 @@ const std::vector<LayerTypeInfo>& LayerTypes() {
        {"q_lora_rank"}},
       {LayerKind::kMlp, {"ffn"}, {"bias", "dropout"}, {}, false, {kActKey}},
       {LayerKind::kTransformerBlock,
-       Join({{"heads", "kv_heads", "ffn", "rope_theta", "head_dim", "window"}, kMlaKeys}),
+       Join({{"heads", "kv_heads", "ffn", "rope_theta", "head_dim", "window", "packed"}, kMlaKeys}),
        {"bias", "dropout"},
        {"heads"},
        false,
@@ -179,6 +179,10 @@ struct Transformer {
   bool bias = true;
   bool dropout = true;  // Megatron GPT's hidden and attention dropout (1-byte masks kept for backward); false: none
   double window = 0;    // sliding-window attention: keys before each query (0: the whole causal sequence)
+  // Packed samples (THD, cu_seqlens): attention runs within each sample, whose length-weighted mean (sum s_i^2 /
+  // sum s_i) this is; 0, or s and more: one sample per sequence.
+  double packed = 0;
+  bool is_packed() const { return packed > 0 && packed < s; }
   bool flash() const { return attention == "flash"; }
   // A window that leaves keys out (one of s - 1 keys or more before each query attends to everything before it, as
   // causal attention does).
@@ -237,22 +241,28 @@ AttnGeom Geometry(const Transformer& t) {
 // MLASelfAttention (the down projections replicated, the up projections column-parallel, the output row).
 void AddAttentionGemms(const Transformer& t, Layer* l) {
   const double s = t.s, h = t.h, a = t.a;
+  auto add = [l](double rows, double n, double k, GemmSplit split, GemmRole role) {
+    l->gemms.push_back({rows, n, k, split});
+    l->gemms.back().role = role;
+  };
   if (!t.mla) {
     const double q = a * t.d, kv = t.g * t.d;
-    l->gemms.push_back({s, q + 2 * kv, h, GemmSplit::kColumn});
-    l->gemms.push_back({s, h, q, GemmSplit::kRow});
+    add(s, q + 2 * kv, h, GemmSplit::kColumn, GemmRole::kQkv);
+    add(s, h, q, GemmSplit::kRow, GemmRole::kProj);
     return;
   }
-  l->gemms.push_back({s, t.q_lora + t.kv_lora + t.rope_dim, h, GemmSplit::kReplicated});
-  l->gemms.push_back({s, a * t.dqk, t.q_lora > 0 ? t.q_lora : h, GemmSplit::kColumn});
-  l->gemms.push_back({s, a * (t.nope_dim + t.dv), t.kv_lora, GemmSplit::kColumn});
-  l->gemms.push_back({s, h, a * t.dv, GemmSplit::kRow});
+  add(s, t.q_lora + t.kv_lora + t.rope_dim, h, GemmSplit::kReplicated, GemmRole::kOther);
+  add(s, a * t.dqk, t.q_lora > 0 ? t.q_lora : h, GemmSplit::kColumn, GemmRole::kQkv);
+  add(s, a * (t.nope_dim + t.dv), t.kv_lora, GemmSplit::kColumn, GemmRole::kQkv);
+  add(s, h, a * t.dv, GemmSplit::kRow, GemmRole::kProj);
 }
 
 // An MLP's fc1 (column-parallel) and fc2 (row-parallel); a routed expert's when `experts` > 0.
 void AddMlpGemms(const std::string& act, double h, double f, double tokens, double experts, Layer* l) {
   const double fc1_cols = act == "swiglu" ? 2 * f : f;
   GemmShape fc1{tokens, fc1_cols, h, GemmSplit::kColumn}, fc2{tokens, h, f, GemmSplit::kRow};
+  fc1.role = GemmRole::kFc1;
+  fc2.role = GemmRole::kFc2;
   if (experts > 0) {
     fc1.expert = fc2.expert = true;
     fc1.count = fc2.count = experts;
@@ -279,7 +289,9 @@ void AttentionCosts(const Transformer& t, double dt, double gi, Layer* l) {
   const double core_full = 2 * s * s * a * (t.dqk + t.dv);  // Q K^T (2 s^2 a dqk) and scores x V (2 s^2 a dv)
   // The query-key pairs computed: causal, s^2 / 2; a sliding window of w keys, w s - w^2 / 2 (the first w queries
   // see fewer). Per pair 2 a (dqk + dv) FLOPs.
-  const double pairs = t.windowed() ? t.window * s - t.window * t.window / 2 : s * s / 2;
+  // Packed samples of lengths s_i: sum s_i (s_i + 1) / 2 pairs, s (packed + 1) / 2 (within the window, if narrower).
+  double pairs = t.windowed() ? t.window * s - t.window * t.window / 2 : s * s / 2;
+  if (t.is_packed()) pairs = std::min(pairs, s * (t.packed + 1) / 2);
   const double core_useful = 2 * pairs * a * (t.dqk + t.dv);
   // Flash: the causal (or windowed) kernel skips the masked blocks; its backward
   // re-runs Q K^T and adds dV, dP, dQ, dK: 5 s^2 GEMMs against forward's 2.
@@ -290,6 +302,7 @@ void AttentionCosts(const Transformer& t, double dt, double gi, Layer* l) {
   AddAttentionGemms(t, l);
   l->attention_seq = s;
   l->attention_window = t.windowed() ? t.window : 0;
+  l->attention_packed = t.is_packed() ? t.packed : 0;
   l->attention_head_dim = (t.dqk + t.dv) / 2;
   l->attention_heads = a;
   l->bwd_weight_flops += gemm;
@@ -708,6 +721,10 @@ Status ResolveTransformer(LayerKind kind, const LayerAttrs& attrs, const std::ve
       t->window = static_cast<double>(attrs.Int("window", 0));
       l->attrs.ints["window"] = attrs.Int("window", 0);
     }
+    if (attrs.ints.count("packed") > 0) {
+      t->packed = static_cast<double>(attrs.Int("packed", 0));
+      l->attrs.ints["packed"] = attrs.Int("packed", 0);
+    }
     l->attrs.ints["kv_heads"] = kv;
     l->attrs.ints["rope_theta"] = theta;
     if (has_head_dim) l->attrs.ints["head_dim"] = head_dim;
@@ -1014,6 +1031,52 @@ Status InferLayer(LayerKind kind, const LayerAttrs& attrs, const std::vector<int
   l.signature = LayerKindName(kind) + ShapeString(in) + attr_sig;
   *out = std::move(l);
   return Status::OK();
+}
+
+void ApplyLora(int64_t rank, uint32_t targets, DType dtype, Layer* l) {
+  const double r = static_cast<double>(rank), dt = DTypeBytes(dtype);
+  l->frozen_params = l->params;
+  double base_gemm = 0;
+  for (GemmShape& g : l->gemms) {
+    g.frozen = true;
+    base_gemm += g.Flops();
+  }
+  l->bwd_weight_flops = std::max(0.0, l->bwd_weight_flops - base_gemm);
+  l->model_flops = std::max(0.0, l->model_flops - base_gemm);  // no weight gradient of the base
+  l->expert_bwd_weight_flops = 0;
+  if (l->kind == LayerKind::kEmbedding) l->bwd_mem_bytes = 0;  // its backward only makes the table's gradient
+  std::vector<GemmShape> adapters;
+  for (const GemmShape& g : l->gemms) {
+    if (g.expert || (targets & LoraTargetBit(g.role)) == 0) continue;
+    const bool column = g.split == GemmSplit::kColumn, row = g.split == GemmSplit::kRow;
+    GemmShape a{g.rows, r, g.k, column ? GemmSplit::kReplicated : g.split};
+    GemmShape b{g.rows, g.n, r, row ? GemmSplit::kReplicated : g.split};
+    a.high_precision = b.high_precision = true;
+    const double flops = a.Flops() + b.Flops();
+    l->params += r * (g.k + g.n);
+    if (column) l->tp_replicated_params += r * g.k, l->tp_replicated_fwd_flops += a.Flops();
+    if (row) l->tp_replicated_params += r * g.n, l->tp_replicated_fwd_flops += b.Flops();
+    l->fwd_flops += flops;
+    l->bwd_input_flops += flops;
+    l->bwd_weight_flops += flops;
+    l->model_flops += 3 * flops;
+    // Scaled (alpha / r) and added to the base output: 5 passes over it forward; backward the scale's gradient and
+    // the adapter's input gradient added to the base's (2 over the output, 3 over the input). A's output is kept for
+    // B's weight gradient; the input A's gradient needs is the base's own stash.
+    l->fwd_mem_bytes += dt * g.rows * 5 * g.n;
+    l->bwd_mem_bytes += dt * g.rows * (2 * g.n + 3 * g.k);
+    l->stash_bytes += dt * g.rows * r;
+    l->stash_bytes_selective += dt * g.rows * r;
+    // Under sequence parallelism the adapter gathers a column-parallel base's input itself (forward all-gather,
+    // backward reduce-scatter) and scatters a row-parallel base's output (its backward an all-gather): Megatron-Bridge
+    // ParallelLinearAdapter, not inside TE's overlapped regions.
+    l->sp_extra_collectives_fwd += column ? 1 : 0;
+    l->sp_extra_collectives_bwd += 1;
+    adapters.push_back(a);
+    adapters.push_back(b);
+  }
+  l->gemms.insert(l->gemms.end(), adapters.begin(), adapters.end());
+  l->signature += fmt::format(",lora={}:{}", rank, targets);
 }
 
 Status InferLayer(const std::string& type, const LayerAttrs& attrs, const std::vector<int64_t>& in, DType dtype,

@@ -71,4 +71,14 @@ Status InferLayer(const std::string& type, const LayerAttrs& attrs, const std::v
 
 std::string ShapeString(const std::vector<int64_t>& shape);
 
+// A GemmRole as a bit of ApplyLora's `targets` mask.
+constexpr uint32_t LoraTargetBit(GemmRole r) { return 1u << static_cast<unsigned>(r); }
+// LoRA fine-tuning of `l` (a gpt model's gpt.lora; docs/cost_model.md section 1, "LoRA"): its own weights frozen (no
+// weight-gradient GEMMs, no gradients or optimizer state: frozen_params; the embedding's backward, which only makes
+// its table's gradient, dropped) and, on each dense GEMM whose role is in `targets` (LoraTargetBit), a rank-`rank`
+// adapter trained beside it as NeMo / Megatron-Bridge run one: A [k, r] then B [r, n] in bf16, scaled and added to the
+// base output; under TP a column-parallel base's A replicated and B split, a row-parallel base's A split and B
+// replicated. The signature gains the adapters, so no measured profile of the full model stands in for it.
+void ApplyLora(int64_t rank, uint32_t targets, DType dtype, Layer* l);
+
 }  // namespace planner

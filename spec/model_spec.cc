@@ -30,6 +30,14 @@ double ModelSpec::ActiveParams() const {
   return total;
 }
 
+double ModelSpec::TrainableParams() const {
+  double total = 0;
+  for (const auto& l : layers) {
+    if (!l.params_tied && l.kind != LayerKind::kMtp) total += l.params - l.frozen_params;
+  }
+  return total;
+}
+
 double ModelSpec::MtpParams() const {
   double total = 0;
   for (const auto& l : layers) {
@@ -101,7 +109,9 @@ const std::vector<std::string> kGptKeys = {"layers",
                                            "mla",
                                            "mtp",
                                            "sliding_window",
-                                           "full_attention_every"};
+                                           "full_attention_every",
+                                           "packed_length",
+                                           "lora"};
 const std::vector<std::string> kMoeKeys = {"experts",         "top_k",        "expert_ffn",       "shared_experts",
                                            "shared_ffn",      "dense_layers", "router",           "aux_loss",
                                            "capacity_factor", "route_groups", "route_group_limit"};
@@ -319,6 +329,7 @@ Status BuildGptModel(const GptConfig& g, DType dtype, ModelSpec* out) {
     const LayerKind kind = is_moe ? LayerKind::kMoeBlock : LayerKind::kTransformerBlock;
     LayerAttrs attrs = is_moe ? moe_blk : blk;
     if (g.Windowed(i)) attrs.ints["window"] = g.sliding_window;
+    if (g.packed_length > 0) attrs.ints["packed"] = g.packed_length;
     PLANNER_RETURN_IF_ERROR(add(kind, attrs, fmt::format("block{}", i)));
   }
   LayerAttrs mtp = moe.experts > 0 ? moe_blk : blk;  // DeepSeek-V3's MTP block is an MoE block
@@ -334,6 +345,9 @@ Status BuildGptModel(const GptConfig& g, DType dtype, ModelSpec* out) {
   head.bools = {{"tied", g.tie_embeddings}};
   PLANNER_RETURN_IF_ERROR(add(LayerKind::kLmHead, head, "lm_head"));
   PLANNER_RETURN_IF_ERROR(add(LayerKind::kLoss, LayerAttrs{}, "loss"));
+  if (g.lora.rank > 0) {
+    for (Layer& l : out->layers) ApplyLora(g.lora.rank, g.lora.targets, dtype, &l);
+  }
   return Status::OK();
 }
 
@@ -469,7 +483,47 @@ Status ParseGptWindow(const YamlReader& r, const YAML::Node& g, GptConfig* c) {
   if (c->sliding_window > 0 && c->mla.kv_lora_rank > 0)
     return r.FieldError(g["sliding_window"], "gpt.sliding_window",
                         "sliding-window attention with MLA (gpt.mla) is not modelled; remove one of them");
+  PLANNER_RETURN_IF_ERROR(r.GetInt(g, "packed_length", "gpt.packed_length", &c->packed_length, false, 1));
+  PLANNER_RETURN_IF_ERROR(CheckAtMost(r, g, "packed_length", "gpt.packed_length", c->packed_length, kMaxModelSize));
   return CheckAtMost(r, g, "sliding_window", "gpt.sliding_window", c->sliding_window, kMaxModelSize);
+}
+
+// gpt.lora: LoRA fine-tuning's rank and the linears it adapts (default all four, NeMo's and Megatron-Bridge's
+// target_modules).
+const std::vector<std::string> kLoraKeys = {"rank", "targets"};
+const std::vector<std::pair<std::string, GemmRole>> kLoraTargets = {
+    {"qkv", GemmRole::kQkv}, {"proj", GemmRole::kProj}, {"fc1", GemmRole::kFc1}, {"fc2", GemmRole::kFc2}};
+Status ParseGptLora(const YamlReader& r, const YAML::Node& g, GptConfig* c) {
+  const YAML::Node& n = g["lora"];
+  if (!n.IsDefined() || n.IsNull()) return Status::OK();
+  PLANNER_RETURN_IF_ERROR(r.CheckKeys(n, "gpt.lora", kLoraKeys));
+  LoraConfig& lo = c->lora;
+  PLANNER_RETURN_IF_ERROR(r.GetInt(n, "rank", "gpt.lora.rank", &lo.rank, true, 1));
+  if (lo.rank > c->hidden)
+    return r.FieldError(
+        n["rank"], "gpt.lora.rank",
+        fmt::format("{} is above hidden ({}): an adapter that wide is no low-rank adapter; set rank: 16 "
+                    "or 32 (NeMo's default), or drop lora: to train every weight",
+                    lo.rank, c->hidden));
+  std::vector<std::string> names;
+  for (const auto& t : kLoraTargets) names.push_back(t.first);
+  const YAML::Node& t = n["targets"];
+  if (!t.IsDefined()) {
+    for (const auto& kv : kLoraTargets) lo.targets |= LoraTargetBit(kv.second);
+    return Status::OK();
+  }
+  if (!t.IsSequence() || t.size() == 0)
+    return r.FieldError(t, "gpt.lora.targets",
+                        fmt::format("must be a non-empty list of {}; e.g. targets: [qkv, proj]", ChoiceList(names)));
+  for (size_t i = 0; i < t.size(); ++i) {
+    const std::string v = t[i].IsScalar() ? t[i].Scalar() : "";
+    auto it = std::find_if(kLoraTargets.begin(), kLoraTargets.end(), [&](const auto& kv) { return kv.first == v; });
+    if (it == kLoraTargets.end())
+      return r.FieldError(t[i], fmt::format("gpt.lora.targets[{}]", i),
+                          fmt::format("unknown linear '{}'{}; use {}", v, DidYouMean(v, names), ChoiceList(names)));
+    lo.targets |= LoraTargetBit(it->second);
+  }
+  return Status::OK();
 }
 
 // Every size of the template at most kMaxModelSize (the products the builder forms cannot overflow).
@@ -551,6 +605,7 @@ Status ParseModelSpecUnguarded(const std::string& path, const std::string& text,
     PLANNER_RETURN_IF_ERROR(ParseGptMoe(r, g, &c));
     PLANNER_RETURN_IF_ERROR(ParseGptMla(r, g, &c));
     PLANNER_RETURN_IF_ERROR(ParseGptWindow(r, g, &c));
+    PLANNER_RETURN_IF_ERROR(ParseGptLora(r, g, &c));
     if (c.layers > kMaxLayers)
       return r.FieldError(g["layers"], "gpt.layers", fmt::format("must be at most {}", kMaxLayers));
     PLANNER_RETURN_IF_ERROR(CheckGptSizes(r, g, c));

@@ -31,6 +31,13 @@ struct MlaConfig {
 // The `gpt:` template (docs/formats.md). Defaults are Megatron-LM GPT's (GPT-3);
 // a Llama-class model sets kv_heads, ffn_act swiglu, norm rmsnorm, position
 // rope, bias false and tie_embeddings false.
+// The gpt template's `lora:` block: LoRA fine-tuning (rank 0: none, every weight trained). targets: a mask of
+// LoraTargetBit(GemmRole) (spec/layer_catalog.h); the file names them qkv, proj, fc1, fc2.
+struct LoraConfig {
+  int64_t rank = 0;
+  uint32_t targets = 0;
+};
+
 struct GptConfig {
   int64_t layers = 0, hidden = 0, heads = 0, seq = 0, vocab = 0, ffn = 0;  // ffn 0: 4 hidden
   int64_t kv_heads = 0;              // 0: heads (multi-head attention); 1: MQA; else GQA
@@ -48,6 +55,10 @@ struct GptConfig {
   // sequence instead (0: none; GPT-OSS: 2), as Megatron's --window-size W,0 --window-attn-skip-freq N.
   int64_t sliding_window = 0;
   int64_t full_attention_every = 0;
+  // Samples packed into each sequence (SFT / LoRA on packed datasets: NeMo's and Megatron-Bridge's packed_sequence,
+  // THD with cu_seqlens): the length-weighted mean sample length, sum s_i^2 / sum s_i tokens; attention runs within
+  // each sample (0: one sample per sequence).
+  int64_t packed_length = 0;
   // Whether block i (0-based) attends through the window.
   bool Windowed(int64_t i) const {
     return sliding_window > 0 && (full_attention_every <= 0 || (i + 1) % full_attention_every != 0);
@@ -55,6 +66,7 @@ struct GptConfig {
   MoeConfig moe;
   MlaConfig mla;
   int64_t mtp = 0;  // multi-token-prediction modules (DeepSeek-V3: 1)
+  LoraConfig lora;  // LoRA fine-tuning: every weight frozen, adapters trained (ApplyLora)
 };
 
 struct ModelSpec {
@@ -72,6 +84,8 @@ struct ModelSpec {
   double TotalParams() const;
   // The parameters one token uses: TotalParams with each MoE layer's routed experts counted top_k of E.
   double ActiveParams() const;
+  // TotalParams less the frozen ones (LoRA's base weights): those with gradients and optimizer state.
+  double TrainableParams() const;
   // Parameters of the multi-token-prediction modules (mtp layers; the shared embedding and head excluded).
   double MtpParams() const;
   // FLOPs of one training iteration of `batch` samples: forward + backward,

@@ -1,5 +1,7 @@
 #include "spec/model_state.h"
 
+#include <algorithm>
+
 #include "spec/model_spec.h"
 
 namespace planner {
@@ -70,6 +72,17 @@ StateBytes ModelStateBytes(const ModelSpec* model, std::optional<DType> grad_dty
   sb.grad_comm = model ? sb.grad : 4.0;
   // An explicit --bytes-per-param is the whole model state as the user counts it: no transient added.
   if (model != nullptr && mixed && grad_dtype != DType::kFp32 && !(bytes_per_param > 0)) sb.step_grad_copy = 4;
+  // LoRA (gpt.lora): gradients and optimizer state for the adapters alone, spread evenly over every parameter (the
+  // adapters sit in every block; the embedding and head stages hold a little less than this says).
+  const double all = model ? model->TotalParams() : 0;
+  if (all > 0 && !(bytes_per_param > 0) && model->TrainableParams() < all) {
+    sb.trainable = std::max(0.0, model->TrainableParams()) / all;
+    sb.grad *= sb.trainable;
+    sb.optimizer *= sb.trainable;
+    sb.total = sb.weight + sb.grad + sb.optimizer;
+    sb.grad_comm *= sb.trainable;
+    sb.step_grad_copy *= sb.trainable;
+  }
   return sb;
 }
 

@@ -56,6 +56,10 @@ struct StateBytes {
   double fp8_weight_copy = 0;  // fp8: Transformer Engine's FP8 weight and its transpose, kept beside the bf16 weight
   double grad_comm = 2;        // bytes per gradient element reduced over data parallelism: the gradient buffer's
                                // (grad: 4 for bf16 / fp8 / fp32, 2 for fp16 by default; --grad-dtype)
+  // The share of the parameters that train (LoRA: the adapters'; ModelSpec::TrainableParams / TotalParams). grad,
+  // optimizer, total, grad_comm and step_grad_copy above are per parameter of the whole model, this share included:
+  // a frozen weight holds `weight` (and its FP8 copy) alone.
+  double trainable = 1;
   double usable = 0;
 };
 // The model state of `model` (nullptr: a profile alone, the 18-byte default) with the gradient buffer

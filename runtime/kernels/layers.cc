@@ -143,6 +143,27 @@ Status BuildTransformerKernel(const Layer& l, const KernelOptions& o, DeviceOps*
   return Status::OK();
 }
 
+// A transformer layer the runtime would train as another model than the plan's: refused, naming the key to remove
+// (sliding windows and packed samples: its attention is causal over the whole sequence; LoRA: it trains every weight).
+Status CheckTrainable(const Layer& l) {
+  if (l.attention_window > 0)
+    return Status::NotSupported(
+        fmt::format("layer '{}': sliding-window attention ({} keys) is costed, not trained, by the runtime, whose "
+                    "attention is causal over the whole sequence; remove gpt.sliding_window to run it",
+                    l.name, l.attention_window));
+  if (l.attention_packed > 0)
+    return Status::NotSupported(
+        fmt::format("layer '{}': packed samples (gpt.packed_length {}) are costed, not trained, by the runtime, whose "
+                    "attention is causal over the whole sequence; remove gpt.packed_length to run it",
+                    l.name, l.attention_packed));
+  if (l.frozen_params > 0)
+    return Status::NotSupported(
+        fmt::format("layer '{}': LoRA fine-tuning (gpt.lora) is costed, not trained, by the runtime, which trains "
+                    "every weight; remove gpt.lora to run it",
+                    l.name));
+  return Status::OK();
+}
+
 // The kernel of one layer type on ops' device (the TP degree already checked to be valid).
 Status BuildKernel(const Layer& l, const KernelOptions& o, DeviceOps* ops, std::unique_ptr<LayerKernel>* out) {
   const auto& in = l.in_shape;
@@ -180,13 +201,7 @@ Status BuildKernel(const Layer& l, const KernelOptions& o, DeviceOps* ops, std::
     case LayerKind::kMlp:
     case LayerKind::kTransformerBlock:
     case LayerKind::kMoeBlock:
-    case LayerKind::kMoe:
-      if (l.attention_window > 0)  // its kernels attend causally over the whole sequence: it would train another model
-        return Status::NotSupported(
-            fmt::format("layer '{}': sliding-window attention ({} keys) is costed, not trained, by the runtime, whose "
-                        "attention is causal over the whole sequence; remove gpt.sliding_window to run it",
-                        l.name, l.attention_window));
-      return BuildTransformerKernel(l, o, ops, out);
+    case LayerKind::kMoe: PLANNER_RETURN_IF_ERROR(CheckTrainable(l)); return BuildTransformerKernel(l, o, ops, out);
     case LayerKind::kLmHead: {
       const int64_t vocab = a.Int("vocab", 0);
       PLANNER_RETURN_IF_ERROR(divides(vocab, "vocab"));

@@ -16,6 +16,7 @@
 #include "runtime/comm/communicator.h"
 #include "runtime/kernels/kernel.h"
 #include "runtime/rank_comms.h"
+#include "spec/layer_catalog.h"
 #include "tests/test_util.h"
 #include "tests/runtime/layer_test_util.h"
 
@@ -545,6 +546,22 @@ TEST_CASE(
   st = MakeKernel(windowed, {}, &k);
   CHECK(st.code() == StatusCode::kNotSupported);
   CHECK(st.message().find("layer 'block1': sliding-window attention (2 keys)") != std::string::npos);
+  Layer packed = LayerOf(c, 4, 8, "moe_block");  // packed samples: its attention would cross them
+  packed.name = "block2";
+  packed.attention_packed = 2;
+  st = MakeKernel(packed, {}, &k);
+  CHECK(st.code() == StatusCode::kNotSupported);
+  CHECK(st.message().find("layer 'block2': packed samples (gpt.packed_length 2)") != std::string::npos);
+  Layer lora;  // LoRA: the runtime would train the frozen base too
+  LayerAttrs la;
+  la.ints = {{"heads", 2}};
+  la.strings = {{"act", "swiglu"}, {"norm", "rmsnorm"}};
+  REQUIRE_OK(InferLayer("transformer_block", la, {4, 8}, DType::kFp32, &lora));
+  lora.name = "block0";
+  ApplyLora(2, LoraTargetBit(GemmRole::kQkv), DType::kFp32, &lora);
+  st = MakeKernel(lora, {}, &k);
+  CHECK(st.code() == StatusCode::kNotSupported);
+  CHECK(st.message().find("layer 'block0': LoRA fine-tuning (gpt.lora)") != std::string::npos);
 }
 
 }  // namespace

@@ -211,6 +211,97 @@ TEST_CASE("the gpt template's sliding_window and full_attention_every: Megatron'
   CHECK_FALSE(g.Windowed(0));
 }
 
+TEST_CASE("packed samples: s (L + 1) / 2 query-key pairs within samples of L tokens; L >= s is the causal block") {
+  const double s = 4096, h = 512, L = 206;
+  LayerAttrs attrs = Attrs(8, 2, 1024, "swiglu", "rmsnorm", "rope", false, "flash");
+  const Layer full = Block(4096, 512, attrs, DType::kBf16, "transformer_block");
+  attrs.ints["packed"] = 206;
+  const Layer packed = Block(4096, 512, attrs, DType::kBf16, "transformer_block");
+  // Per pair 4 h FLOPs (2 a (dqk + dv), dqk = dv = h / a): the samples' sum s_i (s_i + 1) / 2 pairs.
+  CHECK(packed.attention_core_fwd_flops == doctest::Approx(4 * h * s * (L + 1) / 2).epsilon(1e-12));
+  CHECK(full.attention_core_fwd_flops == doctest::Approx(2 * s * s * h).epsilon(1e-12));
+  CHECK(packed.bwd_input_flops - full.bwd_input_flops ==
+        doctest::Approx(2.5 * (packed.attention_core_fwd_flops - full.attention_core_fwd_flops)));
+  CHECK(packed.bwd_weight_flops == full.bwd_weight_flops);  // the GEMMs see every token either way
+  CHECK(packed.attention_packed == 206);
+  CHECK(full.attention_packed == 0);
+  CHECK(packed.signature != full.signature);
+  attrs.ints["packed"] = 4096;  // one sample as long as the sequence: causal attention
+  const Layer one = Block(4096, 512, attrs, DType::kBf16, "transformer_block");
+  CHECK(one.attention_core_fwd_flops == full.attention_core_fwd_flops);
+  CHECK(one.attention_packed == 0);
+}
+
+TEST_CASE("LoRA: the base frozen (no weight-gradient GEMMs or trainable parameters), rank-r adapters on the targets") {
+  const double s = 1024, h = 512, a = 8, g = 2, d = h / a, f = 1536, r = 16, dt = 2;
+  const Layer base = Block(1024, 512, Attrs(8, 2, 1536, "swiglu", "rmsnorm", "rope", false, "flash"));
+  Layer qkv = base, all = base;
+  ApplyLora(16, LoraTargetBit(GemmRole::kQkv), DType::kBf16, &qkv);
+  ApplyLora(16,
+            LoraTargetBit(GemmRole::kQkv) | LoraTargetBit(GemmRole::kProj) | LoraTargetBit(GemmRole::kFc1) |
+                LoraTargetBit(GemmRole::kFc2),
+            DType::kBf16, &all);
+  // Adapter A [in, r], B [r, out] per target: qkv h -> a d + 2 g d; proj a d -> h; fc1 h -> 2 f; fc2 f -> h.
+  const double qkv_io = h + (a * d + 2 * g * d), all_io = qkv_io + (a * d + h) + (h + 2 * f) + (f + h);
+  CHECK(qkv.params - base.params == r * qkv_io);
+  CHECK(qkv.frozen_params == base.params);
+  CHECK(all.params - base.params == r * all_io);
+  // Forward and input gradient: the base's and the adapters' 2 s r (in + out); weight gradient: the adapters' alone.
+  CHECK(qkv.fwd_flops - base.fwd_flops == doctest::Approx(2 * s * r * qkv_io));
+  CHECK(qkv.bwd_input_flops - base.bwd_input_flops == doctest::Approx(2 * s * r * qkv_io));
+  CHECK(qkv.bwd_weight_flops == doctest::Approx(2 * s * r * qkv_io));
+  CHECK(all.bwd_weight_flops == doctest::Approx(2 * s * r * all_io));
+  CHECK(qkv.model_flops == doctest::Approx(base.model_flops - base.bwd_weight_flops + 3 * 2 * s * r * qkv_io));
+  // The base GEMMs frozen, two bf16 adapter GEMMs per target appended.
+  size_t frozen = 0, adapters = 0;
+  for (const GemmShape& gm : all.gemms) {
+    frozen += gm.frozen;
+    adapters += gm.high_precision && !gm.frozen;
+  }
+  CHECK(frozen == base.gemms.size());
+  CHECK(adapters == 8);
+  // Scale and add over each target's output forward; backward the scale's gradient and the input gradient's add.
+  CHECK(qkv.fwd_mem_bytes - base.fwd_mem_bytes == doctest::Approx(dt * s * 5 * (a * d + 2 * g * d)));
+  CHECK(qkv.bwd_mem_bytes - base.bwd_mem_bytes == doctest::Approx(dt * s * (2 * (a * d + 2 * g * d) + 3 * h)));
+  CHECK(qkv.stash_bytes - base.stash_bytes == doctest::Approx(dt * s * r));  // A's output, for B's weight gradient
+  CHECK(qkv.signature != base.signature);
+}
+
+TEST_CASE("gpt.lora: every layer frozen, adapters in every block; the trainable count; packed_length on every block") {
+  ModelSpec m;
+  REQUIRE_OK(ParseModelSpec("m.yaml",
+                            "name: x\nglobal_batch: 8\ngpt: {layers: 4, hidden: 256, heads: 4, kv_heads: 2, ffn: 512, "
+                            "ffn_act: swiglu, norm: rmsnorm, position: rope, bias: false, tie_embeddings: false, "
+                            "seq: 512, vocab: 1000, packed_length: 100, lora: {rank: 8, targets: [qkv, fc2]}}\n",
+                            &m));
+  ModelSpec base;
+  REQUIRE_OK(ParseModelSpec("b.yaml",
+                            "name: x\nglobal_batch: 8\ngpt: {layers: 4, hidden: 256, heads: 4, kv_heads: 2, ffn: 512, "
+                            "ffn_act: swiglu, norm: rmsnorm, position: rope, bias: false, tie_embeddings: false, "
+                            "seq: 512, vocab: 1000}\n",
+                            &base));
+  // Per block: qkv 256 -> 256 + 2 x 128, fc2 512 -> 256, rank 8.
+  const double per_block = 8.0 * ((256 + 512) + (512 + 256));
+  CHECK(m.TrainableParams() == 4 * per_block);
+  CHECK(m.TotalParams() == base.TotalParams() + 4 * per_block);
+  CHECK(base.TrainableParams() == base.TotalParams());
+  for (const Layer& l : m.layers) {
+    CHECK(l.frozen_params == doctest::Approx(l.params - (IsBlock(l.kind) ? per_block : 0.0)));
+    if (IsBlock(l.kind)) CHECK(l.attention_packed == 100);
+    if (l.kind == LayerKind::kEmbedding) CHECK(l.bwd_mem_bytes == 0);  // a frozen table takes no gradient
+    if (l.kind == LayerKind::kLmHead) CHECK(l.bwd_weight_flops == 0);
+  }
+  CHECK(m.gpt.lora.rank == 8);
+  CHECK(m.gpt.lora.targets == (LoraTargetBit(GemmRole::kQkv) | LoraTargetBit(GemmRole::kFc2)));
+  ModelSpec dflt;  // no targets: NeMo's four
+  REQUIRE_OK(ParseModelSpec("d.yaml",
+                            "name: x\nglobal_batch: 8\ngpt: {layers: 1, hidden: 64, heads: 4, seq: 32, vocab: 100, "
+                            "lora: {rank: 4}}\n",
+                            &dflt));
+  CHECK(dflt.gpt.lora.targets == (LoraTargetBit(GemmRole::kQkv) | LoraTargetBit(GemmRole::kProj) |
+                                  LoraTargetBit(GemmRole::kFc1) | LoraTargetBit(GemmRole::kFc2)));
+}
+
 TEST_CASE("flash attention stash: no s^2 term, Q K V O and the log-sum-exp kept; unfused keeps Korthikanti's") {
   const double s = 1024, h = 512, a = 8, g = 2, d = h / a, f = 1536, dt = 2;
   Layer fl = Block(1024, 512, Attrs(8, 2, 1536, "swiglu", "rmsnorm", "rope", false, "flash"));

@@ -1,0 +1,128 @@
+// Fine-tuning costs (docs/cost_model.md "LoRA" and "Packed samples"): a LoRA model against the same model trained
+// whole at one forced layout: the same forward, a backward without the base's weight-gradient GEMMs, gradients,
+// optimizer state and data-parallel traffic for the adapters alone (closed forms on the model state), a solve that
+// fits where training every weight does not; packed samples shorten the attention core and nothing else.
+#include <string>
+
+#include "dp_solver/cost_model.h"
+#include "dp_solver/search.h"
+#include "spec/model_state.h"
+#include "tests/test_util.h"
+
+namespace planner {
+namespace {
+
+const char* kBase =
+    "name: x\nglobal_batch: 64\nprecision: bf16\ngpt: {layers: 8, hidden: 1024, heads: 16, kv_heads: 4, ffn: 4096, "
+    "ffn_act: swiglu, norm: rmsnorm, position: rope, bias: false, tie_embeddings: false, dropout: 0, seq: 2048, "
+    "vocab: 32000";
+
+ModelSpec Model(const std::string& extra) {
+  ModelSpec m;
+  REQUIRE_OK(ParseModelSpec("m.yaml", std::string(kBase) + extra + "}\n", &m));
+  return m;
+}
+
+ClusterSpec H100() {
+  ClusterSpec c;
+  REQUIRE_OK(LoadClusterSpec(testing::SourcePath("configs/clusters/dgx-h100.yaml"), &c));
+  return c;
+}
+
+SearchOptions Forced(int64_t gpus, int64_t tp, int64_t pp, int64_t zero) {
+  SearchOptions o;
+  o.gpus = gpus;
+  o.top_k = 1;
+  o.tp = {tp};
+  o.pp = {pp};
+  o.cp = {1};
+  o.microbatch = {1};
+  o.schedules = {Schedule::k1F1B};
+  o.recompute = {Recompute::kNone};
+  o.zero = {zero};
+  return o;
+}
+
+Plan Solve(const ModelSpec& m, const ClusterSpec& c, const SearchOptions& o) {
+  CostSource src;
+  src.model = &m;
+  src.cluster = &c;
+  Plan plan;
+  REQUIRE_OK(SolveAuto(src, o, &plan));
+  return plan;
+}
+
+TEST_CASE("LoRA's model state: gradients and optimizer state for the trainable share alone, the weights whole") {
+  const ModelSpec full = Model(""), lora = Model(", lora: {rank: 16}");
+  const double f = lora.TrainableParams() / lora.TotalParams();
+  CHECK(f > 0);
+  CHECK(f < 0.05);
+  const StateBytes a = ModelStateBytes(&full, std::nullopt, 0), b = ModelStateBytes(&lora, std::nullopt, 0);
+  CHECK(a.trainable == 1);
+  CHECK(b.trainable == doctest::Approx(f).epsilon(1e-12));
+  CHECK(b.weight == a.weight);  // every weight held in bf16
+  CHECK(b.grad == doctest::Approx(a.grad * f));
+  CHECK(b.optimizer == doctest::Approx(a.optimizer * f));
+  CHECK(b.grad_comm == doctest::Approx(a.grad_comm * f));
+  CHECK(b.total == doctest::Approx(a.weight + f * (a.grad + a.optimizer)));
+  // The distributed optimizer (ZeRO-1) over 8: weights + gradients + optimizer / 8, of which the adapters' only.
+  CHECK(StateBytesPerParam(b, 1, 8) == doctest::Approx(a.weight + f * a.grad + f * a.optimizer / 8));
+}
+
+TEST_CASE("LoRA against training every weight, one layout: forward equal, backward less, DP traffic the adapters'") {
+  const ClusterSpec c = H100();
+  // The recipes' LoRA (rank 16 on linear_qkv alone: Megatron-Bridge's and NeMo's performance recipes).
+  const ModelSpec full = Model(""), lora = Model(", lora: {rank: 16, targets: [qkv]}");
+  const SearchOptions o = Forced(8, 1, 1, 1);
+  const Plan pf = Solve(full, c, o), pl = Solve(lora, c, o);
+  const PlanStage &sf = pf.stages[0], &sl = pl.stages[0];
+  // The adapter's GEMMs are small (rank 16 of a 1024-wide input), its scale and add pass over the QKV output five
+  // times: a few percent of this small layer's forward.
+  CHECK(sl.forward_s > sf.forward_s);
+  CHECK(sl.forward_s < 1.08 * sf.forward_s);
+  // The base's weight gradients gone: the backward loses most of the weight pass (what is left of it: the adapters'
+  // weight gradients and half the backward's memory-bound work, which the flat model splits evenly between B and W).
+  const double bwd_full = sf.backward_input_s + sf.backward_weight_s,
+               bwd_lora = sl.backward_input_s + sl.backward_weight_s;
+  CHECK(bwd_full - bwd_lora > 0.5 * sf.backward_weight_s);
+  CHECK(sl.backward_weight_s < 0.5 * sf.backward_weight_s);
+  CHECK(pl.predicted.iteration_s < pf.predicted.iteration_s);
+  // Gradients reduce-scattered and parameters gathered for the trainable share: far less data-parallel time.
+  CHECK(sl.dp_allreduce_s < 0.2 * sf.dp_allreduce_s);
+  CHECK(sl.optimizer_bytes < 0.05 * sf.optimizer_bytes);
+  CHECK(sl.weights_bytes == doctest::Approx(sf.weights_bytes).epsilon(0.05));  // the weights, adapters included
+}
+
+TEST_CASE("LoRA fits where training every weight does not: 8 GPUs, ZeRO-0, a model whose Adam state is 16 B/param") {
+  const ClusterSpec c = H100();
+  // 48 layers of hidden 4096: ~10B parameters, 160 GB of weights, gradients and Adam state on one GPU of each TP 8
+  // group... at TP 1 and DP 8 with ZeRO-0 every GPU holds it all.
+  const std::string big =
+      "name: x\nglobal_batch: 64\nprecision: bf16\ngpt: {layers: 48, hidden: 4096, heads: 32, "
+      "kv_heads: 8, ffn: 14336, ffn_act: swiglu, norm: rmsnorm, position: rope, bias: false, "
+      "tie_embeddings: false, dropout: 0, seq: 2048, vocab: 32000";
+  ModelSpec full, lora;
+  REQUIRE_OK(ParseModelSpec("f.yaml", big + "}\n", &full));
+  REQUIRE_OK(ParseModelSpec("l.yaml", big + ", lora: {rank: 16, targets: [qkv]}}\n", &lora));
+  CostSource src;
+  src.cluster = &c;
+  src.model = &full;
+  Plan plan;
+  const Status st = SolveAuto(src, Forced(8, 1, 1, 0), &plan);
+  CHECK(st.code() == StatusCode::kInfeasible);
+  const Plan pl = Solve(lora, c, Forced(8, 1, 1, 0));
+  CHECK(pl.predicted.peak_memory_bytes < c.UsableMemoryBytes());
+}
+
+TEST_CASE("packed samples: the attention core shrinks with the samples' length, the GEMMs do not") {
+  const ClusterSpec c = H100();
+  const ModelSpec whole = Model(""), packed = Model(", packed_length: 128");
+  const SearchOptions o = Forced(8, 1, 1, 1);
+  const Plan pw = Solve(whole, c, o), pp = Solve(packed, c, o);
+  CHECK(pp.stages[0].forward_s < pw.stages[0].forward_s);
+  CHECK(pp.stages[0].backward_weight_s == doctest::Approx(pw.stages[0].backward_weight_s));  // no attention there
+  CHECK(pp.predicted.model_flops_per_iteration < pw.predicted.model_flops_per_iteration);
+}
+
+}  // namespace
+}  // namespace planner
