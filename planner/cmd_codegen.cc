@@ -182,7 +182,6 @@ Runner RegisterCodegen(CLI::App& app, const std::string& self) {
       return Status::InvalidArgument(fmt::format("{} changed since {} was solved (digest {} vs {}); solve again",
                                                  model_path, a->plan, model.digest, plan.model_digest));
     }
-    PLANNER_RETURN_IF_ERROR(ApplyPlanOverrides(a->plan, plan, &model, &model_text));
     // LoRA is costed, not exported: every target this writes (Megatron-LM's pretrain_gpt.py, torchtitan, DeepSpeed,
     // torch pipelining, the planner's runtime) trains every weight, which would be another run than the plan's.
     if (model.is_gpt && model.gpt.lora.rank > 0)
@@ -192,6 +191,7 @@ Runner RegisterCodegen(CLI::App& app, const std::string& self) {
           "layout (tp {}, pp {}, vp {}, microbatch {}, global batch {}) with NeMo or Megatron-Bridge's peft=lora, or "
           "remove gpt.lora and solve again",
           model_path, model.gpt.lora.rank, plan.tp, plan.pp, plan.interleave, plan.microbatch_size, plan.global_batch));
+    PLANNER_RETURN_IF_ERROR(ApplyPlanOverrides(a->plan, plan, &model, &model_text));
     // The stages against the model they index (the plan reader checked them against each other).
     std::vector<std::pair<int64_t, int64_t>> ranges;
     for (const auto& s : plan.stages) ranges.emplace_back(s.first_layer, s.last_layer);
