@@ -451,12 +451,15 @@ CoreRates AttentionRates(const Layer& l, const RowRates& q, double tp_shard) {
     // over 2 w tokens (its queries' mean w), wherever the sequence was split (context parallelism gathers the keys:
     // Transformer Engine runs windows under CP with all-gather or all-to-all only). An assumption: no published
     // benchmark of the windowed kernels.
-    if (l.attention_window > 0)
-      return kt.AttentionTflops(q.attention_kernel, pass, true, d, std::min(l.attention_seq, 2 * l.attention_window));
     // Packed samples: the varlen kernel's blocks run over one sample each, a causal kernel at the samples' mean
     // length (an assumption, as the window's; the tables start at 512 tokens, so shorter samples are costed there).
-    if (l.attention_packed > 0)
-      return kt.AttentionTflops(q.attention_kernel, pass, true, d, std::min(s, l.attention_packed));
+    // Both: the shorter.
+    if (l.attention_window > 0 || l.attention_packed > 0) {
+      double span = l.attention_seq;
+      if (l.attention_window > 0) span = std::min(span, 2 * l.attention_window);
+      if (l.attention_packed > 0) span = std::min(span, l.attention_packed);
+      return kt.AttentionTflops(q.attention_kernel, pass, true, d, span);
+    }
     const double causal = kt.AttentionTflops(q.attention_kernel, pass, true, d, s);
     if (q.cp <= 1) return causal;
     if (q.cp_allgather) {
@@ -627,7 +630,9 @@ double StashBytes(const Layer& l, const RowRates& q, double tp_shard) {
   // The loss is not recomputed either: its fp32 logits stay split over the TP ranks as without
   // recompute (vocab-parallel cross-entropy, 4sbV/t; Korthikanti 4.3).
   const double replicated = std::min(stash, tp_replicated);
-  return q.bd * (replicated / seq_shard + (stash - replicated) / (tp_shard * q.cpd));
+  // Kept whole under SP (LoRA's gathered adapter inputs); without SP they are the base's kept input, counted above.
+  const double whole = q.sp && q.t > 1 && rc != Recompute::kFull ? l.stash_bytes_sp_whole / q.cpd : 0;
+  return q.bd * (replicated / seq_shard + (stash - replicated) / (tp_shard * q.cpd) + whole);
 }
 
 // Selective recompute's MoE modules beyond the balanced FLOPs AnalyticRow costs: the busiest EP
@@ -750,6 +755,23 @@ double ModuleRecomputeSeconds(const Layer& l, const RowRates& q, double shard, d
   return seconds;
 }
 
+// LoRA's adapters' own TP collectives {forward, backward} (docs/cost_model.md "LoRA"): under sequence parallelism
+// all-gathers and reduce-scatters (each an all-gather's time), without it forward all-gathers and backward
+// all-reduces; 0 at tp 1.
+std::array<double, 2> AdapterCollectiveSeconds(const ClusterSpec& c, const Layer& l, const RowRates& q) {
+  std::array<double, 2> s{0, 0};
+  if (q.t <= 1 || !l.tp_shardable) return s;
+  const double k = q.bd / q.cpd;
+  if (q.sp) {
+    if (l.adapter_sp_fwd_bytes > 0) s[0] = AllGatherSeconds(c, k * l.adapter_sp_fwd_bytes, q.tp_group);
+    if (l.adapter_sp_bwd_bytes > 0) s[1] = AllGatherSeconds(c, k * l.adapter_sp_bwd_bytes, q.tp_group);
+  } else {
+    if (l.adapter_fwd_bytes > 0) s[0] = AllGatherSeconds(c, k * l.adapter_fwd_bytes, q.tp_group);
+    if (l.adapter_bwd_allreduce_bytes > 0) s[1] = AllReduceSeconds(c, k * l.adapter_bwd_allreduce_bytes, q.tp_group);
+  }
+  return s;
+}
+
 // One analytic row (docs/cost_model.md section 2).
 LayerCostRow AnalyticRow(const ClusterSpec& c, const Layer& l, const RowRates& q) {
   LayerCostRow r;
@@ -788,13 +810,9 @@ LayerCostRow AnalyticRow(const ClusterSpec& c, const Layer& l, const RowRates& q
   const double n_fwd = l.tp_allreduces_fwd;
   const double cp_fwd = CpExposed(c, l, q, tp_shard, 1, 1, rates.fwd);
   const double cp_bwd = CpExposed(c, l, q, tp_shard, 2, core_ratio, rates.bwd);
-  // LoRA's adapters under SP: their own gathers / scatters of the layer's activation, exposed.
-  double sp_f = 0, sp_b = 0;
-  if (q.t > 1 && q.sp && l.tp_shardable && l.sp_extra_collectives_fwd + l.sp_extra_collectives_bwd > 0) {
-    const double one = AllGatherSeconds(c, q.bd * l.tp_allreduce_bytes / q.cpd, q.tp_group);
-    sp_f = l.sp_extra_collectives_fwd * one;
-    sp_b = l.sp_extra_collectives_bwd * one;
-  }
+  // LoRA's adapters: their own TP collectives (docs/cost_model.md "LoRA"), exposed.
+  const std::array<double, 2> adapter = AdapterCollectiveSeconds(c, l, q);
+  const double sp_f = adapter[0], sp_b = adapter[1];
   r.forward_s += n_fwd * ar + cp_fwd + sp_f;
   r.backward_input_s += n_fwd * ar + cp_bwd + sp_b;
   r.tp_comm_s = 2 * n_fwd * ar + sp_f + sp_b;

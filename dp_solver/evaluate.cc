@@ -509,7 +509,9 @@ double Evaluator::DeviceDpSeconds(const Candidate& k, const Evaluation& x, int64
                ag = (dense_c.ag + expert_c.ag) *
                     (per_layer || FsdpUnderPp(z, k.pp, o_.cost.fsdp_with_pp) ? 1.0 : sb_.trainable);
   if (!(ar > 0)) return 0;
-  const double bucket = BucketParams(g) / x.params[r], m = static_cast<double>(k.num_microbatches);
+  // The share of the synced parameters the last bucket holds (LoRA: the adapters fit in one, exposed whole).
+  const double synced = per_layer ? x.params[r] : x.params[r] * sb_.trainable;
+  const double bucket = BucketParams(g) / synced, m = static_cast<double>(k.num_microbatches);
   const bool og = (o_.cost.overlap_grad_reduce || o_.cost.dp_overlap) && (k.pp == 1 || o_.cost.overlap_grad_reduce_pp),
              opg = o_.cost.ParamGatherOverlapped(z);
   const double fwd = x.forward_s[r], bwd = x.backward_s[r], sd = o_.cost.compute_slowdown;
@@ -831,7 +833,8 @@ ReplicatedOptions Evaluator::ReplicatedOptionsFor(const CostTable& table) const 
   ro.usable_bytes = sb_.usable;
   ro.p2p_overlap = true;
   ro.scatter_gather = o_.cost.scatter_gather;
-  ro.optimizer_bytes_per_param = o_.cost.OptimizerStepBytesPerParam();
+  ro.optimizer_bytes_per_param = o_.cost.OptimizerStepBytesPerParam() * sb_.trainable;  // LoRA: the adapters step
+  ro.trainable = sb_.trainable;
   ro.vertical_sync = o_.vertical_sync;
   ro.servers = servers_;
   ro.ps_colocated = o_.ps_colocated;
@@ -863,7 +866,8 @@ PlanStage ReplicatedStagePlan(const CostTable& table, const StateBytes& sb, cons
   ps.dp_allreduce_s = st.allreduce_s * static_cast<double>(m) / static_cast<double>(st.replicas);
   ps.in_flight = st.in_flight;
   double params = table.Params(st.first, st.end);
-  ps.weights_bytes = params * sb.weight * static_cast<double>(st.weight_versions);
+  // Weight versions of the trainable parameters alone (a frozen weight never changes: one copy).
+  ps.weights_bytes = params * sb.weight * (1 + sb.trainable * static_cast<double>(st.weight_versions - 1));
   ps.optimizer_bytes = params * (sb.total - sb.weight);
   ps.activations_bytes = static_cast<double>(st.in_flight) * table.Stash(st.first, st.end);
   ps.peak_memory_bytes = st.peak_memory_bytes;

@@ -98,7 +98,8 @@ bool ReplicatedCoster::Cost(int64_t a, int64_t e, int64_t offset, int64_t r, Rep
   const double working = 2 * MaxOutBytes(a, e) / static_cast<double>(o_.tp);
   s.peak_memory_bytes = params * (o_.state_bytes_per_param + o_.step_copy_bytes_per_param) +
                         static_cast<double>(s.in_flight) * t.Stash(a, e) +
-                        static_cast<double>(s.weight_versions - 1) * params * o_.weight_bytes_per_param + working;
+                        static_cast<double>(s.weight_versions - 1) * params * o_.trainable * o_.weight_bytes_per_param +
+                        working;
   if (out) *out = s;
   return o_.usable_bytes <= 0 || s.peak_memory_bytes <= o_.usable_bytes;
 }

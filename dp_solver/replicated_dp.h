@@ -33,6 +33,7 @@ struct ReplicatedOptions {
   bool p2p_overlap = true;                // PipeDream: boundaries are their own pipeline resource
   bool scatter_gather = true;             // boundary bytes / tp when tp > 1
   double optimizer_bytes_per_param = 30;  // HBM traffic of one optimizer step (after every microbatch)
+  double trainable = 1;                   // share of the parameters that train (LoRA): the ones held in versions
   std::vector<int64_t> forced;  // non-empty: exactly these replicas per stage (workers); the DP picks boundaries only
   bool vertical_sync = false;   // weight versions of vertical sync (spec/weight_versions.h), not of stashing alone
   // How a stage's replicas synchronise gradients (dp_solver/dp_comm_cost.h); PipeDream's all-reduce is hier.

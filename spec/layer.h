@@ -120,9 +120,13 @@ struct Layer {
   int64_t tp_divisor = 0;         // t must divide this (heads, vocab); 0: any t
   int tp_allreduces_fwd = 0;      // all-reduces of tp_allreduce_bytes in forward (same in backward)
   double tp_allreduce_bytes = 0;  // bytes of one such all-reduce
-  // With sequence parallelism, all-gathers (or reduce-scatters) of tp_allreduce_bytes this layer adds outside
-  // Megatron's fused TP regions, forward and backward (LoRA's adapters gather their input or scatter their output).
-  double sp_extra_collectives_fwd = 0, sp_extra_collectives_bwd = 0;
+  // LoRA's adapters' own TP collectives, bytes per sample of the tensor each gathers (Megatron-Bridge
+  // ParallelLinearAdapter, outside Transformer Engine's overlapped regions): with sequence parallelism, forward
+  // all-gathers and backward reduce-scatters / all-gathers; without it, forward all-gathers and backward all-reduces.
+  double adapter_sp_fwd_bytes = 0, adapter_sp_bwd_bytes = 0, adapter_fwd_bytes = 0, adapter_bwd_allreduce_bytes = 0;
+  // Activations kept whole on every TP rank even under sequence parallelism (LoRA's gathered adapter inputs): 0
+  // without SP, where they are the base's own kept input.
+  double stash_bytes_sp_whole = 0;
   double stash_bytes_tp_replicated = 0;  // part of stash_bytes that is not divided by t
   // Parts of params and of the forward FLOPs that every TP rank holds and runs whole (MLA's q and kv
   // down-projections and their norms, the MoE router: replicated in Megatron-Core). Included in params

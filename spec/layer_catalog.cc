@@ -1048,30 +1048,41 @@ void ApplyLora(int64_t rank, uint32_t targets, DType dtype, Layer* l) {
   std::vector<GemmShape> adapters;
   for (const GemmShape& g : l->gemms) {
     if (g.expert || (targets & LoraTargetBit(g.role)) == 0) continue;
+    // Both adapter GEMMs split over TP as Megatron's parallel linears: a column-parallel base's A column-parallel
+    // over r (its output gathered: s r, not costed) and B column-parallel as the base; a row-parallel base's A
+    // row-parallel (its s r output all-reduced, not costed) and B column-parallel, its s x out output gathered.
     const bool column = g.split == GemmSplit::kColumn, row = g.split == GemmSplit::kRow;
-    GemmShape a{g.rows, r, g.k, column ? GemmSplit::kReplicated : g.split};
-    GemmShape b{g.rows, g.n, r, row ? GemmSplit::kReplicated : g.split};
+    GemmShape a{g.rows, r, g.k, row ? GemmSplit::kRow : g.split};
+    GemmShape b{g.rows, g.n, r, column || row ? GemmSplit::kColumn : g.split};
     a.high_precision = b.high_precision = true;
     const double flops = a.Flops() + b.Flops();
     l->params += r * (g.k + g.n);
-    if (column) l->tp_replicated_params += r * g.k, l->tp_replicated_fwd_flops += a.Flops();
-    if (row) l->tp_replicated_params += r * g.n, l->tp_replicated_fwd_flops += b.Flops();
     l->fwd_flops += flops;
     l->bwd_input_flops += flops;
     l->bwd_weight_flops += flops;
     l->model_flops += 3 * flops;
     // Scaled (alpha / r) and added to the base output: 5 passes over it forward; backward the scale's gradient and
     // the adapter's input gradient added to the base's (2 over the output, 3 over the input). A's output is kept for
-    // B's weight gradient; the input A's gradient needs is the base's own stash.
+    // B's weight gradient.
     l->fwd_mem_bytes += dt * g.rows * 5 * g.n;
     l->bwd_mem_bytes += dt * g.rows * (2 * g.n + 3 * g.k);
     l->stash_bytes += dt * g.rows * r;
     l->stash_bytes_selective += dt * g.rows * r;
-    // Under sequence parallelism the adapter gathers a column-parallel base's input itself (forward all-gather,
-    // backward reduce-scatter) and scatters a row-parallel base's output (its backward an all-gather): Megatron-Bridge
-    // ParallelLinearAdapter, not inside TE's overlapped regions.
-    l->sp_extra_collectives_fwd += column ? 1 : 0;
-    l->sp_extra_collectives_bwd += 1;
+    if (column) {  // its input gathered by the adapter under SP (and kept so, whole); else its backward all-reduce
+      l->adapter_sp_fwd_bytes += dt * g.rows * g.k;
+      l->adapter_sp_bwd_bytes += dt * g.rows * g.k;
+      l->adapter_bwd_allreduce_bytes += dt * g.rows * g.k;
+      l->stash_bytes_sp_whole += dt * g.rows * g.k;
+    } else if (row) {  // B's output gathered whole; under SP scattered back, whose backward gathers
+      l->adapter_sp_fwd_bytes += dt * g.rows * g.n;
+      l->adapter_sp_bwd_bytes += dt * g.rows * g.n;
+      l->adapter_fwd_bytes += dt * g.rows * g.n;
+    }
+    if (g.role == GemmRole::kFc1 || g.role == GemmRole::kFc2) {  // selective recompute's mlp re-runs the adapter too
+      RecomputeModuleCost& mlp = Module(l, RecomputeModule::kMlp);
+      mlp.gemm_flops += flops;
+      mlp.mem_bytes += dt * g.rows * 5 * g.n;
+    }
     adapters.push_back(a);
     adapters.push_back(b);
   }

@@ -498,6 +498,12 @@ Status ParseGptLora(const YamlReader& r, const YAML::Node& g, GptConfig* c) {
   if (!n.IsDefined() || n.IsNull()) return Status::OK();
   PLANNER_RETURN_IF_ERROR(r.CheckKeys(n, "gpt.lora", kLoraKeys));
   LoraConfig& lo = c->lora;
+  if (c->moe.experts > 0 || c->mtp > 0)
+    return r.FieldError(
+        n, "gpt.lora",
+        fmt::format("LoRA on a model with {} is not modelled (Megatron-Bridge adapts every routed "
+                    "expert's linears and the MTP modules' too); remove gpt.lora or gpt.{}",
+                    c->moe.experts > 0 ? "routed experts" : "MTP modules", c->moe.experts > 0 ? "moe" : "mtp"));
   PLANNER_RETURN_IF_ERROR(r.GetInt(n, "rank", "gpt.lora.rank", &lo.rank, true, 1));
   if (lo.rank > c->hidden)
     return r.FieldError(

@@ -74,14 +74,17 @@ StateBytes ModelStateBytes(const ModelSpec* model, std::optional<DType> grad_dty
   if (model != nullptr && mixed && grad_dtype != DType::kFp32 && !(bytes_per_param > 0)) sb.step_grad_copy = 4;
   // LoRA (gpt.lora): gradients and optimizer state for the adapters alone, spread evenly over every parameter (the
   // adapters sit in every block; the embedding and head stages hold a little less than this says).
+  // The gradient traffic and the optimizer step follow the share whatever --bytes-per-param says of memory.
   const double all = model ? model->TotalParams() : 0;
-  if (all > 0 && !(bytes_per_param > 0) && model->TrainableParams() < all) {
+  if (all > 0 && model->TrainableParams() < all) {
     sb.trainable = std::max(0.0, model->TrainableParams()) / all;
-    sb.grad *= sb.trainable;
-    sb.optimizer *= sb.trainable;
-    sb.total = sb.weight + sb.grad + sb.optimizer;
     sb.grad_comm *= sb.trainable;
-    sb.step_grad_copy *= sb.trainable;
+    if (!(bytes_per_param > 0)) {
+      sb.grad *= sb.trainable;
+      sb.optimizer *= sb.trainable;
+      sb.total = sb.weight + sb.grad + sb.optimizer;
+      sb.step_grad_copy *= sb.trainable;
+    }
   }
   return sb;
 }

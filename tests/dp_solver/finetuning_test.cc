@@ -67,6 +67,11 @@ TEST_CASE("LoRA's model state: gradients and optimizer state for the trainable s
   CHECK(b.total == doctest::Approx(a.weight + f * (a.grad + a.optimizer)));
   // The distributed optimizer (ZeRO-1) over 8: weights + gradients + optimizer / 8, of which the adapters' only.
   CHECK(StateBytesPerParam(b, 1, 8) == doctest::Approx(a.weight + f * a.grad + f * a.optimizer / 8));
+  // --bytes-per-param is the memory as the user counts it; the gradients reduced are still the adapters'.
+  const StateBytes u = ModelStateBytes(&lora, std::nullopt, 14);
+  CHECK(u.total == 14);
+  CHECK(u.trainable == doctest::Approx(f).epsilon(1e-12));
+  CHECK(u.grad_comm == doctest::Approx(a.grad_comm * f));
 }
 
 TEST_CASE("LoRA against training every weight, one layout: forward equal, backward less, DP traffic the adapters'") {
@@ -112,6 +117,43 @@ TEST_CASE("LoRA fits where training every weight does not: 8 GPUs, ZeRO-0, a mod
   CHECK(st.code() == StatusCode::kInfeasible);
   const Plan pl = Solve(lora, c, Forced(8, 1, 1, 0));
   CHECK(pl.predicted.peak_memory_bytes < c.UsableMemoryBytes());
+}
+
+// One block's row (the second layer: block0) at tp 2, with or without SP.
+LayerCostRow BlockRow(const ModelSpec& m, const ClusterSpec& c, bool sp) {
+  CostSource src;
+  src.model = &m;
+  src.cluster = &c;
+  TableShape shape;
+  shape.tp = 2;
+  shape.sp = sp;
+  CostTable t;
+  REQUIRE_OK(BuildCostTable(src, shape, CostOptions{}, &t));
+  REQUIRE(t.names[1] == "block0");
+  return t.rows[1];
+}
+
+TEST_CASE("LoRA's adapters under TP: their own collectives and, with SP, their gathered input kept whole") {
+  const ClusterSpec c = H100();
+  const double s = 2048, h = 1024, dt = 2, r = 16;
+  const std::vector<int64_t> tp2 = GroupSpread(c, 2, 1);
+  const ModelSpec full = Model(""), qkv = Model(", lora: {rank: 16, targets: [qkv]}"),
+                  proj = Model(", lora: {rank: 16, targets: [proj]}");
+  // A column-parallel target (qkv): under SP the adapter gathers its input (s h) forward and reduce-scatters its
+  // gradient backward; without SP its input gradient is all-reduced.
+  const LayerCostRow f_sp = BlockRow(full, c, true), q_sp = BlockRow(qkv, c, true);
+  CHECK(q_sp.tp_comm_s - f_sp.tp_comm_s == doctest::Approx(2 * AllGatherSeconds(c, dt * s * h, tp2)).epsilon(1e-9));
+  const LayerCostRow f_no = BlockRow(full, c, false), q_no = BlockRow(qkv, c, false);
+  CHECK(q_no.tp_comm_s - f_no.tp_comm_s == doctest::Approx(AllReduceSeconds(c, dt * s * h, tp2)).epsilon(1e-9));
+  // A row-parallel target (proj): B's output gathered whole forward, with or without SP; under SP scattered back,
+  // whose backward gathers.
+  const LayerCostRow p_sp = BlockRow(proj, c, true), p_no = BlockRow(proj, c, false);
+  CHECK(p_sp.tp_comm_s - f_sp.tp_comm_s == doctest::Approx(2 * AllGatherSeconds(c, dt * s * h, tp2)).epsilon(1e-9));
+  CHECK(p_no.tp_comm_s - f_no.tp_comm_s == doctest::Approx(AllGatherSeconds(c, dt * s * h, tp2)).epsilon(1e-9));
+  CHECK(q_sp.tp_total_s - f_sp.tp_total_s == doctest::Approx(q_sp.tp_comm_s - f_sp.tp_comm_s).epsilon(1e-9));
+  // Stash: A's output (s r, split over TP with its r) and, under SP, the adapter's gathered input s h whole.
+  CHECK(q_sp.stash_bytes - f_sp.stash_bytes == doctest::Approx(dt * s * r / 2 + dt * s * h).epsilon(1e-9));
+  CHECK(q_no.stash_bytes - f_no.stash_bytes == doctest::Approx(dt * s * r / 2).epsilon(1e-9));
 }
 
 TEST_CASE("packed samples: the attention core shrinks with the samples' length, the GEMMs do not") {
