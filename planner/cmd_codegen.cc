@@ -186,11 +186,12 @@ Runner RegisterCodegen(CLI::App& app, const std::string& self) {
     // torch pipelining, the planner's runtime) trains every weight, which would be another run than the plan's.
     if (model.is_gpt && model.gpt.lora.rank > 0)
       return Status::NotSupported(fmt::format(
-          "{}: field 'gpt.lora': the plan is LoRA fine-tuning (rank {}), which no export here runs (Megatron-LM's "
+          "{}:{}: field 'gpt.lora': the plan is LoRA fine-tuning (rank {}), which no export here runs (Megatron-LM's "
           "pretrain_gpt.py, torchtitan, DeepSpeed, torch pipelining and planner run train every weight); run its "
           "layout (tp {}, pp {}, vp {}, microbatch {}, global batch {}) with NeMo or Megatron-Bridge's peft=lora, or "
           "remove gpt.lora and solve again",
-          model_path, model.gpt.lora.rank, plan.tp, plan.pp, plan.interleave, plan.microbatch_size, plan.global_batch));
+          model_path, model.gpt.lora.line, model.gpt.lora.rank, plan.tp, plan.pp, plan.interleave, plan.microbatch_size,
+          plan.global_batch));
     PLANNER_RETURN_IF_ERROR(ApplyPlanOverrides(a->plan, plan, &model, &model_text));
     // The stages against the model they index (the plan reader checked them against each other).
     std::vector<std::pair<int64_t, int64_t>> ranges;

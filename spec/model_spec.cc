@@ -498,6 +498,7 @@ Status ParseGptLora(const YamlReader& r, const YAML::Node& g, GptConfig* c) {
   if (!n.IsDefined() || n.IsNull()) return Status::OK();
   PLANNER_RETURN_IF_ERROR(r.CheckKeys(n, "gpt.lora", kLoraKeys));
   LoraConfig& lo = c->lora;
+  lo.line = n.Mark().line + 1;
   if (c->moe.experts > 0 || c->mtp > 0)
     return r.FieldError(
         n, "gpt.lora",

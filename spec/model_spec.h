@@ -36,6 +36,7 @@ struct MlaConfig {
 struct LoraConfig {
   int64_t rank = 0;
   uint32_t targets = 0;
+  int line = 0;  // 1-based line of `lora:` in the model file (0: built in code), for messages about it
 };
 
 struct GptConfig {

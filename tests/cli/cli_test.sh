@@ -598,7 +598,7 @@ expect "--threads 0" 2 "--threads: Value 0 not in range 1 to 256" -- $PLANNER so
 expect "lora note" 0 "note: LoRA rank 16: 23.59M of 70.58B parameters train (0.033%)" -- $PLANNER solve --gpus 8 --model $M/llama3-70b-lora.yaml --cluster $C/dgx-h100.yaml --precision fp8 --tp 2 --pp 4 --vp 20 --sp on -o lora.plan.yaml
 check "lora packed note" grep -qF "note: packed samples: attention within samples of 206 tokens" out.txt
 expect "lora full weights refused" 3 "no plan fits in memory" -- $PLANNER solve --gpus 8 --model $M/llama3-70b.yaml --cluster $C/dgx-h100.yaml --precision fp8 --seq 4096 --global-batch 32 --tp 2 --pp 4 --vp 20 --sp on
-expect "lora codegen refused" 2 "field 'gpt.lora': the plan is LoRA fine-tuning (rank 16)" -- $PLANNER codegen lora.plan.yaml -o lora-launch
+expect "lora codegen refused" 2 "llama3-70b-lora.yaml:28: field 'gpt.lora': the plan is LoRA fine-tuning (rank 16)" -- $PLANNER codegen lora.plan.yaml -o lora-launch
 check "lora codegen wrote nothing" test ! -e lora-launch
 echo "cli: $pass passed, $fail failed"
 [ "$fail" = 0 ]
