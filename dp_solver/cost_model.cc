@@ -811,17 +811,19 @@ LayerCostRow AnalyticRow(const ClusterSpec& c, const Layer& l, const RowRates& q
   const double cp_fwd = CpExposed(c, l, q, tp_shard, 1, 1, rates.fwd);
   const double cp_bwd = CpExposed(c, l, q, tp_shard, 2, core_ratio, rates.bwd);
   // LoRA's adapters: their own TP collectives (docs/cost_model.md "LoRA"), exposed.
+  // Not overlapped: kept apart from the hidden share below.
   const std::array<double, 2> adapter = AdapterCollectiveSeconds(c, l, q);
-  const double sp_f = adapter[0], sp_b = adapter[1];
-  r.forward_s += n_fwd * ar + cp_fwd + sp_f;
-  r.backward_input_s += n_fwd * ar + cp_bwd + sp_b;
-  r.tp_comm_s = 2 * n_fwd * ar + sp_f + sp_b;
+  double adapter_s = adapter[0] + adapter[1];
+  r.forward_s += n_fwd * ar + cp_fwd + adapter[0];
+  r.backward_input_s += n_fwd * ar + cp_bwd + adapter[1];
+  r.tp_comm_s = 2 * n_fwd * ar + adapter_s;
   r.cp_comm_s = cp_fwd + cp_bwd;
   const double cp_whole_fwd = CpTotal(c, l, q, tp_shard, 1);
   r.cp_total_s = cp_whole_fwd + CpTotal(c, l, q, tp_shard, 2);
   if (q.rc == Recompute::kFull && RecomputedInFull(l.kind)) {
-    r.backward_input_s += forward_compute + n_fwd * ar + cp_fwd + sp_f;
-    r.tp_comm_s += n_fwd * ar + sp_f;
+    r.backward_input_s += forward_compute + n_fwd * ar + cp_fwd + adapter[0];
+    r.tp_comm_s += n_fwd * ar + adapter[0];
+    adapter_s += adapter[0];
     r.cp_comm_s += cp_fwd;
     r.cp_total_s += cp_whole_fwd;
   } else if (q.rc == Recompute::kSelective) {
@@ -833,10 +835,10 @@ LayerCostRow AnalyticRow(const ClusterSpec& c, const Layer& l, const RowRates& q
       r.cp_total_s += cp_whole_fwd;
     }
   }
-  // Every TP collective above was scaled by the same hidden share: the whole is the exposed over it.
+  // Every TP collective above but the adapters' was scaled by the same hidden share: the whole is the exposed over it.
   const double tp_factor = (1 - q.tp_hidden) + q.tp_hidden * q.slowdown;
-  const double sp_extra = sp_f + sp_b + (q.rc == Recompute::kFull && RecomputedInFull(l.kind) ? sp_f : 0);
-  r.tp_total_s = (tp_factor > 0 ? (r.tp_comm_s - sp_extra) / tp_factor : r.tp_comm_s - sp_extra) + sp_extra;
+  const double scaled = r.tp_comm_s - adapter_s;
+  r.tp_total_s = (tp_factor > 0 ? scaled / tp_factor : scaled) + adapter_s;
   r.params = l.params / tp_shard;
   r.stash_bytes = StashBytes(l, q, tp_shard);
   r.out_bytes = q.bd * l.out_bytes / q.cpd;

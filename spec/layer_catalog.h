@@ -77,8 +77,9 @@ constexpr uint32_t LoraTargetBit(GemmRole r) { return 1u << static_cast<unsigned
 // weight-gradient GEMMs, no gradients or optimizer state: frozen_params; the embedding's backward, which only makes
 // its table's gradient, dropped) and, on each dense GEMM whose role is in `targets` (LoraTargetBit), a rank-`rank`
 // adapter trained beside it as NeMo / Megatron-Bridge run one: A [k, r] then B [r, n] in bf16, scaled and added to the
-// base output; under TP a column-parallel base's A replicated and B split, a row-parallel base's A split and B
-// replicated. The signature gains the adapters, so no measured profile of the full model stands in for it.
+// base output; under TP both split as Megatron's parallel linears, with the adapter's own collectives
+// (Layer::adapter_*_bytes, stash_bytes_sp_whole). The signature gains the adapters, so no measured profile of the full
+// model stands in for it.
 void ApplyLora(int64_t rank, uint32_t targets, DType dtype, Layer* l);
 
 }  // namespace planner
