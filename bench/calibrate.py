@@ -229,9 +229,11 @@ def run_finetune(tmp):
     for src, task, model, cluster, n, t, p, v, lora, recipe, engine, pub in FINETUNE:
         flags = ["--tp", str(t), "--pp", str(p), "--cp", "1", "--global-batch", "32", "--microbatch", "1", "--seq",
                  "4096", "--precision", "fp8", "--zero", "0,1", "--recompute", "none", "--grad-dtype", "bf16"]
-        flags += RECIPE_FLAGS.get(recipe, []) + schedule_flags(v)
+        flags += RECIPE_FLAGS.get(recipe, []) + FP8_PARAMS.get(recipe, []) + schedule_flags(v)
         flags += ["--sp", "on", "--tp-comm-overlap", "on"] if t > 1 else []
-        flags += ["--optimizer-state", "fp32-remainders"] if engine == "nemo-24" else []
+        # NeMo 1.x's Apex optimizer keeps remainders beside bf16 weights, and an fp32 master with fp8_params
+        # (megatron_base_model.py v2.0.0 L803-810: store_params): FP8 parameters keep the fp32 state.
+        flags += ["--optimizer-state", "fp32-remainders"] if engine == "nemo-24" and "--fp8-param-gather" not in flags else []
         plan, err = solve(finetune_model(tmp, model, lora), os.path.join(ROOT, "configs", "clusters", cluster), n,
                           flags + engine_args(tmp, engine)[0])
         pred = plan["predicted"]["tokens_per_second_per_gpu"] if plan else None
@@ -867,6 +869,11 @@ def run_torchtitan_2412(cluster):
 # The published recipes' FP8 scaling as solve --fp8-recipe costs it: ds delayed (Megatron-Core's default), cs current
 # scaling (Megatron --fp8-recipe tensorwise), mx MXFP8.
 RECIPE_FLAGS = {"ds": [], "cs": ["--fp8-recipe", "current"], "mx": ["--fp8-recipe", "mxfp8"]}
+# FP8 parameters as Megatron-Bridge's and NeMo 2's FP8 presets keep them (megatron/bridge/training/mixed_precision.py,
+# v0.6.0, and nemo/collections/llm/recipes/precision/mixed_precision.py: fp8_param_gather True for delayed, current
+# scaling and MXFP8; False for blockwise; scripts/performance/utils/precision.py picks them for fp8_cs / fp8_mx). NeMo
+# 24.07's fine-tuning rows are assumed to run them too (fp8_params; its overrides were not found).
+FP8_PARAMS = {"ds": ["--fp8-param-gather"], "cs": ["--fp8-param-gather"], "mx": ["--fp8-param-gather"]}
 
 
 def run_megatron_bridge(cluster):
@@ -881,7 +888,7 @@ def run_megatron_bridge(cluster):
         flags += ["--sp", "on"] if t > 1 else []
         flags += ["--tp-comm-overlap", "on"] if t > 1 and "--tp-comm-overlap" not in extra else []
         flags += ["--ep", str(ep), "--etp", "1"] if ep > 1 else []
-        flags += RECIPE_FLAGS[recipe]
+        flags += RECIPE_FLAGS[recipe] + FP8_PARAMS[recipe]
         plan, err = solve(os.path.join(ROOT, "configs", "models", model), cluster, n, flags + extra)
         pred = plan["predicted"]["tokens_per_second_per_gpu"] if plan else None
         add_check("megatron-core", "fp8", pred, pub, moe=ep > 1)
@@ -966,6 +973,7 @@ def run_blackwell(tmp, table):
         precision = "bf16" if recipe == "bf16" else "fp8"
         flags = ["--tp", str(t), "--pp", str(p), "--cp", str(cp), "--global-batch", str(B), "--microbatch", str(b),
                  "--seq", str(seq), "--precision", precision, "--grad-dtype", "bf16"] + RECIPE_FLAGS.get(recipe, [])
+        flags += FP8_PARAMS.get(recipe, [])
         flags += [] if "--zero" in extra else ["--zero", "1"]
         flags += schedule_flags(v) + (["--sp", "on", "--tp-comm-overlap", "on"] if t > 1 else [])
         flags += ["--ep", str(ep), "--etp", "1"] if ep > 1 else []

@@ -226,7 +226,9 @@ std::string MeasuredTableYaml(const KernelTable& table, const ClusterSpec& clust
   if (!table.fp8_recipes.empty()) {
     o += "fp8_recipes:   # the compared table's (not measured)\n";
     for (const auto& [name, r] : table.fp8_recipes) {
-      std::snprintf(buf, sizeof buf, "  %s: {gemm: %.4f, amax_passes: %d}\n", name.c_str(), r.gemm, r.amax_passes);
+      std::snprintf(buf, sizeof buf,
+                    "  %s: {gemm: %.4f, amax_passes: %d, weight_bytes: %.4f, param_gather_bytes: %.4f}\n", name.c_str(),
+                    r.gemm, r.amax_passes, r.weight_bytes, r.param_gather_bytes);
       o += buf;
     }
   }

@@ -267,6 +267,7 @@ void AddDeepSpeedFiles(const Plan& plan, const ModelSpec& model, const LaunchPla
   }
   DeepSpeedNotes(plan, model, L, c, notes);
   if (const std::string n = Fp32OptimizerNote(plan, "deepspeed"); !n.empty()) notes->push_back(n);
+  if (const std::string n = Bf16WeightsNote(plan, "deepspeed"); !n.empty()) notes->push_back(n);
   files->emplace_back("deepspeed/ds_config.json", DeepSpeedConfigJson(plan, c));
   const std::vector<std::string> req = DeepSpeedModelRequirements(model);
   std::string req_json, names;

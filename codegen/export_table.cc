@@ -23,6 +23,15 @@ std::string Fp32OptimizerNote(const Plan& plan, const std::string& target) {
       OptimizerStateBytes(OptimizerState::kFp32) - OptimizerStateBytes(plan.optimizer_state));
 }
 
+std::string Bf16WeightsNote(const Plan& plan, const std::string& target) {
+  if (!plan.fp8_param_gather) return "";
+  return fmt::format(
+      "{}: keeps bf16 weights and casts them to FP8 per use, not the plan's FP8 parameters (Megatron "
+      "--fp8-param-gather): more weight memory per GPU than planned and parameter gathers in bf16; solve without "
+      "--fp8-param-gather to plan what it runs",
+      target);
+}
+
 std::string EngineNote(const Plan& plan, const std::vector<const ExportTarget*>& written) {
   const std::vector<std::string> builtin = BuiltinEngines();
   const auto has = [](const std::vector<std::string>& v, const std::string& x) {

@@ -58,6 +58,9 @@ std::string EngineNote(const Plan& plan, const std::vector<const ExportTarget*>&
 // The note of a target that keeps fp32 master weights and Adam moments (12 B per parameter) where the plan keeps
 // less (plan.optimizer_state), "" where the plan keeps fp32 (export_table.cc).
 std::string Fp32OptimizerNote(const Plan& plan, const std::string& target);
+// The note a target that keeps bf16 weights writes for a plan with FP8 parameters (plan.fp8_param_gather), "" for
+// one without (export_table.cc).
+std::string Bf16WeightsNote(const Plan& plan, const std::string& target);
 
 inline std::string Join(const std::vector<int64_t>& v, const char* sep) {
   std::string s;

@@ -428,6 +428,9 @@ std::string MegatronRuleViolation(const std::string& args, const MegatronCheck& 
     return "--use-precision-aware-optimizer without the distributed optimizer (ZeRO-1): Megatron-Core refuses it "
            "(OptimizerConfig: \"only supported with distributed optimizer\"); solve with --zero 1 or "
            "--optimizer-state fp32";
+  if (f.count("--fp8-param-gather") && !f.count("--use-distributed-optimizer") && !f.count("--use-megatron-fsdp"))
+    return "--fp8-param-gather without the distributed optimizer or FSDP: Megatron-LM refuses it (validate_args); "
+           "solve with --zero 1 or 3, or without --fp8-param-gather";
   if (ep > 1 && num("--num-experts", 0) % ep != 0)
     return fmt::format("{} experts are not divisible by ep {} (validate_args)", num("--num-experts", 0), ep);
   const int64_t mbs = num("--micro-batch-size", 1), gbs = num("--global-batch-size", 0);
@@ -465,10 +468,11 @@ std::string MegatronRuleViolation(const std::string& args, const MegatronCheck& 
 // Megatron-FSDP's sharding strategies (pipelining refused above).
 void MegatronShardingArgs(const Plan& plan, const LaunchPlan& L, std::string* mg) {
   const bool zero23 = plan.zero_stage == ZeroStage::kGradients || plan.zero_stage == ZeroStage::kParameters;
-  // The precision-aware optimizer (plan.optimizer_state) runs under the distributed optimizer only: over one rank
-  // (dp x cp 1) that is ZeRO-0, which the plan then says.
+  // The precision-aware optimizer (plan.optimizer_state) and FP8 parameters (plan.fp8_param_gather) run under the
+  // distributed optimizer only: over one rank (dp x cp 1) that is ZeRO-0, which the plan then says.
   const bool one_rank = L.dp * std::max<int64_t>(1, L.cp) == 1;
-  if (plan.zero_stage == ZeroStage::kOptimizer || (one_rank && plan.optimizer_state != OptimizerState::kFp32))
+  if (plan.zero_stage == ZeroStage::kOptimizer ||
+      (one_rank && (plan.optimizer_state != OptimizerState::kFp32 || plan.fp8_param_gather)))
     *mg += "--use-distributed-optimizer\n";
   if (plan.zero_stage == ZeroStage::kOptimizer && plan.dp_replicate > 1)
     *mg += fmt::format("--num-distributed-optimizer-instances {}\n", plan.dp_replicate);
@@ -589,6 +593,8 @@ std::string MegatronFlags(const Plan& plan, const ModelSpec& model, const Launch
     mg += "--grad-reduce-in-bf16\n";
   mg += MegatronOptimizerStateArgs(plan, model, notes);
   mg += MegatronFp8RecipeArgs(plan, model, notes);
+  if (plan.fp8_param_gather)
+    mg += "--fp8-param-gather\n";  // FP8 weights alone (the sharding args below hold the master)
   return mg;
 }
 

@@ -369,6 +369,7 @@ void TitanDifferenceNotes(const Plan& plan, const ModelSpec& model, const Launch
                     DTypeName(grad)));
   }
   if (const std::string n = Fp32OptimizerNote(plan, "torchtitan.toml"); !n.empty()) notes->push_back(n);
+  if (const std::string n = Bf16WeightsNote(plan, "torchtitan.toml"); !n.empty()) notes->push_back(n);
   if (DpCommUsesServers(plan.dp_comm))
     notes->push_back(
         fmt::format("torchtitan.toml: dp_comm {} has no torchtitan equivalent: its data parallelism all-reduces / "

@@ -878,7 +878,7 @@ void KernelRates(const CostSource& src, const ModelSpec& m, const CostOptions& o
     // in each microbatch's forward, it and its transpose, from its bf16 copy: no producer to fuse into.
     // Transformer Engine casts once per iteration into its cached copy: amortised over the microbatches, not
     // costed.
-    if (!(e.fp8_weight_bytes > 0)) q->weight_cast_bytes = 2.0 * (1 + recipe.amax_passes) + 2.0;
+    if (!e.CachesFp8Weights()) q->weight_cast_bytes = 2.0 * (1 + recipe.amax_passes) + 2.0;
   }
   q->peak_gemm = q->peak_model * q->recipe_gemm * q->gemm_model->ceiling;
   q->peak_other = q->peak_high * q->gemm_high->ceiling;

@@ -50,7 +50,7 @@ DpCollectives Collectives(const ClusterSpec& c, const StateBytes& sb, double par
   x.ar = DpSyncSeconds(c, d, params * sb.grad_comm, group, servers, siblings) + extra;
   if (DpCommIsAllReduce(d)) {
     x.rs = 0.5 * x.ar;
-    x.ag = 0.5 * (DpSyncSeconds(c, d, params * sb.weight, group, servers, siblings) + extra);
+    x.ag = 0.5 * (DpSyncSeconds(c, d, params * sb.param_gather, group, servers, siblings) + extra);
   }
   return x;
 }
@@ -60,7 +60,18 @@ DpCollectives Collectives(const ClusterSpec& c, const StateBytes& sb, double par
 StateBytes MakeStateBytes(const CostSource& src, const SearchOptions& o) {
   StateBytes sb = ModelStateBytes(src.model, o.cost.grad_dtype, o.cost.bytes_per_param, o.cost.optimizer_state);
   sb.usable = src.cluster->UsableMemoryBytes();
-  if (sb.fp8_weight_copy > 0 && o.cost.fp8_weight_bytes >= 0 && o.cost.bytes_per_param <= 0)
+  if (!(sb.fp8_weight_copy > 0)) return sb;  // not an FP8 model
+  // The recipe's FP8 weight as this GPU's GEMMs read it (kernel-level costs; else a per-tensor copy with its transpose).
+  Fp8Recipe recipe;
+  if (KernelLevel(src)) {
+    if (auto it = src.kernels->fp8_recipes.find(src.engine->fp8_recipe); it != src.kernels->fp8_recipes.end())
+      recipe = it->second;
+  }
+  const bool user_total = o.cost.bytes_per_param > 0;
+  if (o.cost.fp8_params) KeepFp8Params(recipe.weight_bytes, recipe.param_gather_bytes, user_total, &sb);
+  else if (!user_total && KernelLevel(src) && src.engine->fp8_weight_from_recipe)
+    sb.fp8_weight_copy = recipe.weight_bytes;  // the engine caches one copy as the recipe keeps it
+  else if (!user_total && o.cost.fp8_weight_bytes >= 0)
     sb.fp8_weight_copy = o.cost.fp8_weight_bytes;  // the engine's cached FP8 weight copies
   return sb;
 }
@@ -331,7 +342,9 @@ double Evaluator::StatesBytes(const Candidate& k, int64_t z, size_t r, const Eva
   if (FsdpUnderPp(z, k.pp, o_.cost.fsdp_with_pp)) {
     // Whole: the 16-bit parameters and the gradients accumulated in their dtype; sharded: the fp32
     // parameters and optimizer state, and the fp32 gradient the reduce-scatter leaves.
-    const double whole = sb_.weight * (1 + sb_.trainable) + sb_.fp8_weight_copy,
+    // 16-bit gradients: the weight's dtype (FP8 parameters' gradients are bf16 / fp32 as the step needs, 2 B here).
+    const double grad16 = sb_.fp8_params ? 2.0 : sb_.weight;
+    const double whole = sb_.weight + grad16 * sb_.trainable + sb_.fp8_weight_copy,
                  sharded = sb_.optimizer + 4 * sb_.trainable;
     return dense * (whole + sharded / static_cast<double>(shard)) +
            expert * (whole + sharded / static_cast<double>(k.Edp()));
@@ -453,10 +466,11 @@ void Evaluator::SettleMemory(const Candidate& k, Evaluation* x) const {
   double best = INFINITY;
   int64_t last_tried = -1;
   int64_t best_replicate = 1;
-  // ZeRO-1 over one rank is ZeRO-0: where the optimizer state restricts the stages to ZeRO-1 (Megatron-Core's
-  // precision-aware optimizer, which runs under the distributed optimizer at dp 1 too), a layout without data
-  // parallelism keeps it at ZeRO-0's cost rather than being dropped.
-  const bool one_rank_zero1 = k.dp * k.cp <= 1 && ZeroAllowed(1) && o_.cost.optimizer_state != OptimizerState::kFp32;
+  // ZeRO-1 over one rank is ZeRO-0: where the optimizer state or FP8 parameters restrict the stages to ZeRO-1 / 3
+  // (Megatron-Core's precision-aware optimizer and --fp8-param-gather, which run under the distributed optimizer at
+  // dp 1 too), a layout without data parallelism keeps it at ZeRO-0's cost rather than being dropped.
+  const bool one_rank_zero1 =
+      k.dp * k.cp <= 1 && ZeroAllowed(1) && (o_.cost.optimizer_state != OptimizerState::kFp32 || o_.cost.fp8_params);
   for (int64_t z = 0; z <= x->zero_max; ++z) {
     if (!ZeroAllowed(z) && !(z == 0 && one_rank_zero1)) continue;
     if (k.pp > 1 && (z == 1 || z == 2) && o_.cost.fsdp_with_pp) continue;  // FSDP under PP: ZeRO-3 only
@@ -762,6 +776,7 @@ Plan Evaluator::UniformPlan(const Candidate& k, const Evaluation& x, const SimRe
   pl.p2p_overlap = o_.cost.p2p_overlap;
   pl.grad_dtype = sb_.grad_dtype;
   pl.optimizer_state = sb_.optimizer_state;
+  pl.fp8_param_gather = sb_.fp8_params;
   pl.usable_memory_bytes = sb_.usable;
   for (int64_t q = 0; q < k.pp * k.interleave; ++q) pl.stages.push_back(UniformStage(k, x, q));
   for (int64_t q = 0; q < k.pp; ++q) {
@@ -934,6 +949,7 @@ Plan Evaluator::ReplicatedPlan(const CostTable& table, const ReplicatedOptions& 
   pl.p2p_overlap = true;
   pl.grad_dtype = sb_.grad_dtype;
   pl.optimizer_state = sb_.optimizer_state;
+  pl.fp8_param_gather = sb_.fp8_params;
   pl.usable_memory_bytes = sb_.usable;
   pl.dp_comm = ro.dp_comm;
   pl.dp_servers = DpCommUsesServers(ro.dp_comm) ? DpServersFor(ro.dp_comm, ro.servers, ro.ps_colocated) : 0;

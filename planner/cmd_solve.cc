@@ -228,6 +228,33 @@ Status ApplyOptimizerState(const EngineSpec& e, SearchOptions* o) {
   return Status::OK();
 }
 
+// --fp8-param-gather against the engine: one that keeps no FP8 parameters is an input error; the ZeRO stages it
+// keeps them at narrow the search (Megatron-Core: the distributed optimizer or FSDP), the forced ones included.
+Status ApplyFp8ParamGather(const EngineSpec& e, SearchOptions* o) {
+  if (!o->cost.fp8_params) return Status::OK();
+  const std::vector<int64_t>& stages = e.fp8_param_gather;
+  if (stages.empty())
+    return Status::InvalidArgument(
+        fmt::format("--fp8-param-gather: engine {} does not keep FP8 parameters ({}); drop the flag or use {}", e.name,
+                    e.fp8_param_gather_reason.empty() ? "its file has no fp8_param_gather" : e.fp8_param_gather_reason,
+                    EnginesThat([](const EngineSpec& x) { return !x.fp8_param_gather.empty(); })));
+  if (o->zero.empty()) {
+    o->zero = stages;
+    return Status::OK();
+  }
+  std::vector<int64_t> both;
+  for (int64_t z : o->zero) {
+    if (std::find(stages.begin(), stages.end(), z) != stages.end()) both.push_back(z);
+  }
+  if (both.empty())
+    return Status::InvalidArgument(fmt::format(
+        "--fp8-param-gather with --zero {}: engine {} keeps FP8 parameters at ZeRO-{} only (the distributed optimizer "
+        "or FSDP hold the fp32 master); choose --zero {} or drop --fp8-param-gather",
+        fmt::join(o->zero, ","), e.name, fmt::join(stages, "/"), fmt::join(stages, ",")));
+  o->zero = both;
+  return Status::OK();
+}
+
 // Sliding-window attention under context parallelism: Transformer Engine runs it with the all-gather (or all-to-all)
 // exchange only (attention/dot_product_attention/context_parallel.py asserts "Context parallelism does not support
 // sliding window attention with cp_comm_type=..."): with p2p the search keeps cp 1, and a forced cp > 1 is an error.
@@ -269,6 +296,7 @@ Status ApplyEngine(const SolveArgs& a, const CostSource& src, SearchOptions* o) 
     }
   }
   PLANNER_RETURN_IF_ERROR(ApplyOptimizerState(e, o));
+  PLANNER_RETURN_IF_ERROR(ApplyFp8ParamGather(e, o));
   if (restrict && !e.schedules.empty()) {
     std::vector<Schedule> runs;
     for (const auto& name : e.schedules) {
@@ -326,7 +354,7 @@ Status ApplyEngine(const SolveArgs& a, const CostSource& src, SearchOptions* o) 
   o->cost.overlap_param_prefetch = o->cost.overlap_param_prefetch && e.param_prefetch_overlap;
   o->cost.overlap_param_gather = o->cost.overlap_param_gather && e.param_gather_overlap;
   o->cost.compute_slowdown = e.compute_slowdown;
-  o->cost.fp8_weight_bytes = e.fp8_weight_bytes;
+  o->cost.fp8_weight_bytes = e.fp8_weight_bytes;  // e.fp8_weight_from_recipe: MakeStateBytes reads the recipe's
   o->cost.tp_comm_overlap = a.tp_comm_overlap == "on";
   return Status::OK();
 }
@@ -943,6 +971,7 @@ Status PlanPredictor::Init(const std::string& plan_path, const Plan& plan) {
   a.global_batch = plan.global_batch;
   if (plan.grad_dtype) a.grad_dtype = DTypeName(*plan.grad_dtype);
   if (plan.optimizer_state != OptimizerState::kFp32) a.optimizer_state = OptimizerStateName(plan.optimizer_state);
+  a.fp8_param_gather = plan.fp8_param_gather;
   a.p2p_overlap = plan.p2p_overlap;
   a.dp_comm = {DpCommName(plan.dp_comm)};
   PLANNER_RETURN_IF_ERROR(LoadSolveInputs(a, &m.in).WithContext(fmt::format("the inputs of {}", plan_path)));
@@ -1154,6 +1183,11 @@ Runner RegisterSolve(CLI::App& app) {
                   "--use-precision-aware-optimizer, NeMo's distributed_fused_adam), bf16-moments (6 B: plus "
                   "--exp-avg-dtype/--exp-avg-sq-dtype bf16) or bf16 (4 B: bf16 moments, no master; NeMo optim.dtype "
                   "bf16); the engine's file lists what it runs");
+  cmd->add_flag(
+      "--fp8-param-gather", a->fp8_param_gather,
+      "FP8 models: keep the weights in FP8 alone (no bf16 copy; the fp32 master in the sharded optimizer) and "
+      "all-gather them in FP8 (Megatron --fp8-param-gather, Megatron-Bridge and NeMo 2's FP8 presets); "
+      "searches ZeRO-1 / 3 only");
   cmd->add_option("--pd-machines", a->pd_machines, "pipedream mode: machines per level, innermost first (-n)")
       ->delimiter(',');
   cmd->add_option("--pd-bandwidths", a->pd_bandwidths, "pipedream mode: bytes/s per level (-b)")->delimiter(',');

@@ -52,6 +52,7 @@ std::string Card(const Plan& p, const std::string& sfx) {
   if (p.optimizer_state != OptimizerState::kFp32)
     row("optimizer state", XmlText(fmt::format("{} ({:g} B/param)", OptimizerStateName(p.optimizer_state),
                                                OptimizerStateBytes(p.optimizer_state))));
+  if (p.fp8_param_gather) row("weights", XmlText("FP8 parameters (Megatron --fp8-param-gather)"));
   if (p.cp > 1) row("cp exchange", XmlText(CpCommTypeName(p.cp_comm_type)));
   if (p.ep > 1) row("moe dispatch", XmlText(MoeDispatcherName(p.moe_dispatcher)));
   if (!p.calibration.empty()) row("calibrated with", XmlText(p.calibration));

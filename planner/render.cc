@@ -54,6 +54,7 @@ std::string RenderPlanSummary(const Plan& p) {
   if (p.optimizer_state != OptimizerState::kFp32)
     state += fmt::format(" | optimizer state {} ({:g} B/param)", OptimizerStateName(p.optimizer_state),
                          OptimizerStateBytes(p.optimizer_state));
+  if (p.fp8_param_gather) state += " | FP8 parameters";
   o += "configuration: " + p.Label(state) +
        (p.calibration.empty() ? std::string() : " | calibrated: " + Printable(p.calibration)) + "\n";
   const auto& x = p.predicted;

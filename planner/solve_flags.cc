@@ -296,6 +296,30 @@ Status OptimizerStateFlag(const SolveArgs& a, const ModelSpec& model, SearchOpti
   return Status::OK();
 }
 
+// --fp8-param-gather: the weights kept in FP8 alone (an FP8 model's); the engine's ZeRO stages for it come in
+// ApplyEngine.
+Status Fp8ParamGatherFlag(const SolveArgs& a, const ModelSpec& model, SearchOptions* o) {
+  if (!a.fp8_param_gather) return Status::OK();
+  if (a.model.empty())
+    return Status::InvalidArgument(
+        "--fp8-param-gather: FP8 parameters are costed from a model's precision; pass --model or drop "
+        "--fp8-param-gather");
+  if (model.dtype != DType::kFp8)
+    return Status::InvalidArgument(fmt::format(
+        "--fp8-param-gather: model {} trains in {}, and FP8 parameters are an FP8 model's weights; add --precision "
+        "fp8 or drop --fp8-param-gather",
+        model.name, DTypeName(model.dtype)));
+  // The smaller optimizer states keep the master's low half beside a bf16 weight (or no master at all): FP8 parameters
+  // have neither, and Megatron-Core keeps their master in fp32 (NeMo 1.x's Apex optimizer too: store_params).
+  if (o->cost.optimizer_state != OptimizerState::kFp32)
+    return Status::InvalidArgument(fmt::format(
+        "--fp8-param-gather with --optimizer-state {}: FP8 parameters keep an fp32 master (there is no bf16 weight "
+        "for remainders to complete); use --optimizer-state fp32 or drop --fp8-param-gather",
+        OptimizerStateName(o->cost.optimizer_state)));
+  o->cost.fp8_params = true;
+  return Status::OK();
+}
+
 // --dp-comm and --ps-servers (docs/cost_model.md, "Data-parallel communication architectures"); the
 // search checks them against the cluster's CPU machines.
 Status DpCommFlags(const SolveArgs& a, SearchOptions* o) {
@@ -345,6 +369,11 @@ Status ValidateSolveArgs(SolveArgs* a, bool memory_bytes_given) {
   if (a->mode == PlanMode::kPipeDream && !a->optimizer_state.empty()) {
     return Status::InvalidArgument(
         "--optimizer-state: pipedream mode costs PipeDream's fixed bytes per parameter from the profile; "
+        "drop it or use --mode auto --model M");
+  }
+  if (a->mode == PlanMode::kPipeDream && a->fp8_param_gather) {
+    return Status::InvalidArgument(
+        "--fp8-param-gather: pipedream mode costs PipeDream's fixed bytes per parameter from the profile; "
         "drop it or use --mode auto --model M");
   }
   if (a->mode == PlanMode::kPipeDream && !a->grad_dtype.empty()) {
@@ -550,6 +579,7 @@ Status BuildSearchOptions(const SolveArgs& a, const ModelSpec& model, const Prof
     o->cost.grad_dtype = g;
   }
   PLANNER_RETURN_IF_ERROR(OptimizerStateFlag(a, model, o));
+  PLANNER_RETURN_IF_ERROR(Fp8ParamGatherFlag(a, model, o));
   if (a.model.empty() && o->tp.empty()) o->tp = {1};
   o->vertical_sync = a.vertical_sync;
   return PipelineLayoutFlag(a, model, o);

@@ -48,6 +48,7 @@ struct SolveArgs {
   std::string overlap_grad_reduce = "on", overlap_param_gather = "on";
   std::string grad_dtype;
   std::string optimizer_state;            // --optimizer-state fp32|fp32-remainders|bf16-moments|bf16 (empty: fp32)
+  bool fp8_param_gather = false;          // --fp8-param-gather: FP8 weights alone (Megatron --fp8-param-gather)
   std::vector<std::string> calibrations;  // --calibration FILE...: planner calibrate's files (the matching one applies)
   int64_t seq = 0;
   double train_tokens = 0;

@@ -96,6 +96,26 @@ Status ParseOptimizerStates(const YamlReader& r, const YAML::Node& root, EngineS
   return Status::OK();
 }
 
+// fp8_param_gather: [ZeRO stages] (absent: none), each >= 1 (Megatron-LM asserts --fp8-param-gather runs under the
+// distributed optimizer or FSDP) and one the file's `zero` runs; and its reason.
+Status ParseFp8ParamGather(const YamlReader& r, const YAML::Node& root, EngineSpec* e) {
+  PLANNER_RETURN_IF_ERROR(
+      r.GetString(root, "fp8_param_gather_reason", "fp8_param_gather_reason", &e->fp8_param_gather_reason, false));
+  if (!root["fp8_param_gather"].IsDefined()) return Status::OK();
+  PLANNER_RETURN_IF_ERROR(r.GetIntList(root, "fp8_param_gather", "fp8_param_gather", &e->fp8_param_gather, true, 1));
+  if (e->fp8_param_gather.empty())
+    return r.FieldError(root["fp8_param_gather"], "fp8_param_gather",
+                        "name the ZeRO stages it keeps FP8 parameters at (1 to 3), or drop the key");
+  for (int64_t z : e->fp8_param_gather) {
+    if (z > 3 || (!e->zero.empty() && std::find(e->zero.begin(), e->zero.end(), z) == e->zero.end()))
+      return r.FieldError(
+          root["fp8_param_gather"], "fp8_param_gather",
+          fmt::format("ZeRO-{} is not one of the stages the file's zero runs ({})", z,
+                      e->zero.empty() ? std::string("0, 1, 2, 3") : fmt::format("{}", fmt::join(e->zero, ", "))));
+  }
+  return Status::OK();
+}
+
 // `moe_host: {launch_us: U, launches: {bf16: [F, B], fp8_delayed: [F, B], fp8_current: [F, B]}}`: host microseconds
 // per launch (0 < U <= 1000) and launches per local routed expert per layer-microbatch, forward and backward (0..1000).
 Status ParseMoeHost(const YamlReader& r, const YAML::Node& n, EngineSpec* e) {
@@ -148,6 +168,8 @@ Status ParseUnguarded(const std::string& path, const std::string& text, EngineSp
                                        "zero_reason",
                                        "optimizer_states",
                                        "optimizer_states_reason",
+                                       "fp8_param_gather",
+                                       "fp8_param_gather_reason",
                                        "hsdp",
                                        "fsdp_with_pp",
                                        "schedules",
@@ -287,7 +309,15 @@ Status ParseUnguarded(const std::string& path, const std::string& text, EngineSp
   const YAML::Node& m = root["memory"];
   if (m.IsDefined()) {
     PLANNER_RETURN_IF_ERROR(r.CheckKeys(m, "memory", {"fp8_weight_bytes", "allocator_fragmentation"}));
-    PLANNER_RETURN_IF_ERROR(Fraction(r, m, "fp8_weight_bytes", "memory.fp8_weight_bytes", &e.fp8_weight_bytes, 4));
+    const YAML::Node& w = m["fp8_weight_bytes"];
+    double number = 0;
+    if (w.IsDefined() && w.IsScalar() && w.Scalar() == "recipe")
+      e.fp8_weight_from_recipe = true;  // the kernel table's Fp8Recipe::weight_bytes
+    else if (w.IsDefined() && w.IsScalar() && !YAML::convert<double>::decode(w, number))
+      return r.FieldError(
+          w, "memory.fp8_weight_bytes",
+          fmt::format("is bytes per parameter (0 to 4) or recipe (the kernel table's), got '{}'", w.Scalar()));
+    else PLANNER_RETURN_IF_ERROR(Fraction(r, m, "fp8_weight_bytes", "memory.fp8_weight_bytes", &e.fp8_weight_bytes, 4));
     PLANNER_RETURN_IF_ERROR(
         Fraction(r, m, "allocator_fragmentation", "memory.allocator_fragmentation", &e.allocator_fragmentation, 0.9));
   }
@@ -303,6 +333,7 @@ Status ParseUnguarded(const std::string& path, const std::string& text, EngineSp
     }
   }
   PLANNER_RETURN_IF_ERROR(ParseOptimizerStates(r, root, &e));
+  PLANNER_RETURN_IF_ERROR(ParseFp8ParamGather(r, root, &e));
   PLANNER_RETURN_IF_ERROR(ParseBands(r, root["band"], "band", &e.bands));
   PLANNER_RETURN_IF_ERROR(ParseBands(r, root["band_moe"], "band_moe", &e.moe_bands));
   *out = std::move(e);

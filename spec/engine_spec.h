@@ -98,6 +98,16 @@ struct EngineSpec {
   // {0, 0} where not modelled.
   std::array<double, 2> MoeHostSecondsPerExpert(DType dtype) const;
   double fp8_weight_bytes = 0;  // bytes per parameter of cached FP8 weight copies
+  // memory.fp8_weight_bytes `recipe`: one cached copy as the kernel table's recipe keeps it (Fp8Recipe::weight_bytes;
+  // Transformer Engine's per-module FP8 weight workspace); fp8_weight_bytes is then unused.
+  bool fp8_weight_from_recipe = false;
+  // Whether it casts FP8 weights once per iteration into a cached copy (a figure or `recipe`), not per use.
+  bool CachesFp8Weights() const { return fp8_weight_from_recipe || fp8_weight_bytes > 0; }
+  // The ZeRO stages it keeps FP8 parameters at (file key `fp8_param_gather`; solve --fp8-param-gather: the weights
+  // held in FP8 alone, the fp32 master in the sharded optimizer; Megatron-Core's distributed optimizer and FSDP);
+  // empty: it does not, for `fp8_param_gather_reason`.
+  std::vector<int64_t> fp8_param_gather;
+  std::string fp8_param_gather_reason;
   // Share of the caching allocator's reserved memory not held by live tensors at the peak (file key
   // memory.allocator_fragmentation): reserved = allocated / (1 - it). 0: not estimated.
   double allocator_fragmentation = 0;

@@ -69,12 +69,25 @@ Status ParseRecipes(const YamlReader& r, const YAML::Node& n, KernelTable* t) {
   PLANNER_RETURN_IF_ERROR(r.RequireMap(n, "fp8_recipes"));
   for (const auto& kv : n) {
     const std::string name = kv.first.as<std::string>(), field = "fp8_recipes." + name;
-    PLANNER_RETURN_IF_ERROR(r.CheckKeys(kv.second, field, {"gemm", "amax_passes"}));
+    PLANNER_RETURN_IF_ERROR(
+        r.CheckKeys(kv.second, field, {"gemm", "amax_passes", "weight_bytes", "param_gather_bytes"}));
     Fp8Recipe rec;
     PLANNER_RETURN_IF_ERROR(r.GetDouble(kv.second, "gemm", field + ".gemm", &rec.gemm, true, 0.0, true));
     int64_t passes = 0;
     PLANNER_RETURN_IF_ERROR(r.GetInt(kv.second, "amax_passes", field + ".amax_passes", &passes, false, 0));
     rec.amax_passes = static_cast<int>(std::min<int64_t>(passes, 4));
+    // One byte per element at least (the FP8 data), two orientations and their scales at most (4); a gather
+    // moves the FP8 data (1) up to the bf16 values (2).
+    PLANNER_RETURN_IF_ERROR(
+        r.GetDouble(kv.second, "weight_bytes", field + ".weight_bytes", &rec.weight_bytes, false, 1.0, false));
+    if (rec.weight_bytes > 4)
+      return r.FieldError(kv.second["weight_bytes"], field + ".weight_bytes",
+                          "is bytes per weight element of the FP8 copy (1 to 4: data, transpose, scales)");
+    PLANNER_RETURN_IF_ERROR(r.GetDouble(kv.second, "param_gather_bytes", field + ".param_gather_bytes",
+                                        &rec.param_gather_bytes, false, 1.0, false));
+    if (rec.param_gather_bytes > 2)
+      return r.FieldError(kv.second["param_gather_bytes"], field + ".param_gather_bytes",
+                          "is bytes per element an FP8 parameter's all-gather moves (1: FP8 data, 2: bf16)");
     t->fp8_recipes[name] = rec;
   }
   return Status::OK();

@@ -23,6 +23,14 @@ struct GemmEfficiency {
 struct Fp8Recipe {
   double gemm = 1;      // GEMM rate relative to per-tensor scaling
   int amax_passes = 0;  // extra reads of a GEMM input before its cast (current scaling: 1)
+  // Bytes per element of one quantized weight as this GPU's FP8 GEMMs read it, forward and backward (file key
+  // weight_bytes; absent: 2): the data, its transpose where the GEMM takes TN operands only (Hopper), both
+  // orientations and their scales for block-scaled recipes (MXFP8: 2 x (1 + 1/32)). Transformer Engine's cached
+  // copy of a bf16 weight, or the weight itself under FP8 parameters (solve --fp8-param-gather).
+  double weight_bytes = 2;
+  // Bytes per element an FP8 parameter's all-gather moves (file key param_gather_bytes; absent: 1): the FP8 data,
+  // or 2 where Megatron-Core gathers the bf16 values and quantizes after (MXFP8).
+  double param_gather_bytes = 1;
 };
 
 struct AttentionCurve {

@@ -70,6 +70,7 @@ StateBytes ModelStateBytes(const ModelSpec* model, std::optional<DType> grad_dty
   sb.total = bytes_per_param > 0 ? bytes_per_param : sb.weight + sb.grad + sb.optimizer;
   if (model != nullptr && model->dtype == DType::kFp8) sb.fp8_weight_copy = 2;  // TE's FP8 weight + transpose
   sb.grad_comm = model ? sb.grad : 4.0;
+  sb.param_gather = sb.weight;
   // An explicit --bytes-per-param is the whole model state as the user counts it: no transient added.
   if (model != nullptr && mixed && grad_dtype != DType::kFp32 && !(bytes_per_param > 0)) sb.step_grad_copy = 4;
   // LoRA (gpt.lora): gradients and optimizer state for the adapters alone, spread evenly over every parameter (the
@@ -87,6 +88,15 @@ StateBytes ModelStateBytes(const ModelSpec* model, std::optional<DType> grad_dty
     }
   }
   return sb;
+}
+
+void KeepFp8Params(double weight_bytes, double gather_bytes, bool user_total, StateBytes* sb) {
+  sb->fp8_params = true;
+  sb->fp8_weight_copy = 0;
+  sb->param_gather = gather_bytes;
+  if (user_total) return;
+  sb->weight = weight_bytes;
+  sb->total = sb->weight + sb->grad + sb->optimizer;
 }
 
 double StateBytesPerParam(const StateBytes& sb, int64_t z, int64_t d) {

@@ -54,8 +54,11 @@ struct StateBytes {
   // 4 bytes per parameter of the (sharded) optimizer state, while the activations are freed.
   double step_grad_copy = 0;
   double fp8_weight_copy = 0;  // fp8: Transformer Engine's FP8 weight and its transpose, kept beside the bf16 weight
-  double grad_comm = 2;        // bytes per gradient element reduced over data parallelism: the gradient buffer's
-                               // (grad: 4 for bf16 / fp8 / fp32, 2 for fp16 by default; --grad-dtype)
+  // FP8 parameters (--fp8-param-gather, KeepFp8Params): `weight` is the FP8 weight as the GEMMs read it, no copy.
+  bool fp8_params = false;
+  double param_gather = 2;  // bytes per parameter a parameter all-gather moves (the weight's; FP8 parameters' data)
+  double grad_comm = 2;     // bytes per gradient element reduced over data parallelism: the gradient buffer's
+                            // (grad: 4 for bf16 / fp8 / fp32, 2 for fp16 by default; --grad-dtype)
   // The share of the parameters that train (LoRA: the adapters'; ModelSpec::TrainableParams / TotalParams). grad,
   // optimizer, total, grad_comm and step_grad_copy above are per parameter of the whole model, this share included:
   // a frozen weight holds `weight` (and its FP8 copy) alone.
@@ -68,6 +71,12 @@ struct StateBytes {
 // it (--bytes-per-param: no step copy added). `usable` is left 0 for the caller.
 StateBytes ModelStateBytes(const ModelSpec* model, std::optional<DType> grad_dtype, double bytes_per_param,
                            OptimizerState optimizer_state = OptimizerState::kFp32);
+// FP8 parameters (Megatron --fp8-param-gather; docs/cost_model.md section 5): an FP8 model's weights held as
+// `weight_bytes` per parameter (the FP8 data, and its transpose or block scales where the GPU's GEMMs need them:
+// the kernel table's recipe) with no bf16 copy beside them and no cached FP8 copy, gathered as `gather_bytes`.
+// The fp32 master stays in the optimizer state. With a total the user counts (--bytes-per-param) only the gather
+// and the copy change.
+void KeepFp8Params(double weight_bytes, double gather_bytes, bool user_total, StateBytes* sb);
 // Per parameter on one GPU at ZeRO stage z sharded over d ranks (ZeRO section 3; Megatron's
 // distributed-optimizer table for z = 1: 6 + 12/d with bf16 params and fp32 gradients).
 double StateBytesPerParam(const StateBytes& sb, int64_t zero, int64_t d);

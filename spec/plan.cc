@@ -251,6 +251,7 @@ Tree PlanTree(const Plan& p) {
   if (p.grad_dtype) t.Add("grad_dtype", Tree::Str(DTypeName(*p.grad_dtype)));
   if (p.optimizer_state != OptimizerState::kFp32)
     t.Add("optimizer_state", Tree::Str(OptimizerStateName(p.optimizer_state)));
+  if (p.fp8_param_gather) t.Add("fp8_param_gather", Tree::Bool(true));
   t.Add("dp_comm", Tree::Str(DpCommName(p.dp_comm)));
   if (p.dp_servers > 0) t.Add("dp_servers", Tree::Int(p.dp_servers));
   if (p.ps_colocated) t.Add("ps_placement", Tree::Str("colocated"));
@@ -358,6 +359,29 @@ Status GetOptimizerState(const YamlReader& r, const YAML::Node& root, Plan* p) {
   if (const std::string why = p->dtype ? OptimizerStateRefusal(*p->dtype, p->optimizer_state) : ""; !why.empty())
     return r.FieldError(root["optimizer_state"], "optimizer_state",
                         fmt::format("{} with inputs.dtype {}: {}", text, DTypeName(*p->dtype), why));
+  return Status::OK();
+}
+
+// fp8_param_gather (absent: false): an FP8 plan's, sharded (the fp32 master lives in the distributed optimizer or
+// FSDP; Megatron-LM asserts one of them).
+Status GetFp8ParamGather(const YamlReader& r, const YAML::Node& root, Plan* p) {
+  PLANNER_RETURN_IF_ERROR(r.GetBool(root, "fp8_param_gather", "fp8_param_gather", &p->fp8_param_gather, false));
+  if (!p->fp8_param_gather) return Status::OK();
+  if (p->dtype && *p->dtype != DType::kFp8)
+    return r.FieldError(root["fp8_param_gather"], "fp8_param_gather",
+                        fmt::format("FP8 parameters with inputs.dtype {}: an FP8 plan's only; set it false or plan in "
+                                    "fp8",
+                                    DTypeName(*p->dtype)));
+  if (p->optimizer_state != OptimizerState::kFp32)
+    return r.FieldError(root["fp8_param_gather"], "fp8_param_gather",
+                        fmt::format("FP8 parameters with optimizer_state {}: they keep an fp32 master (no bf16 "
+                                    "weight for remainders to complete); set it false or optimizer_state fp32",
+                                    OptimizerStateName(p->optimizer_state)));
+  // Over one data-parallel rank the distributed optimizer shards nothing, and the plan says ZeRO-0.
+  if (p->zero_stage == ZeroStage::kNone && p->dp * std::max<int64_t>(1, p->cp) > 1)
+    return r.FieldError(root["fp8_param_gather"], "fp8_param_gather",
+                        "FP8 parameters with zero_stage 0: the fp32 master weights live in the distributed optimizer "
+                        "or FSDP (zero_stage 1 or 3); set it false or shard the optimizer");
   return Status::OK();
 }
 
@@ -497,6 +521,7 @@ const std::vector<std::string> kTopKeys = {"format_version",
                                            "p2p_overlap",
                                            "grad_dtype",
                                            "optimizer_state",
+                                           "fp8_param_gather",
                                            "dp_comm",
                                            "dp_servers",
                                            "ps_placement",
@@ -653,6 +678,7 @@ Status ReadLayout(const YamlReader& r, const YAML::Node& root, Plan* p) {
                     grad_text, DTypeName(*p->dtype), GradDTypeChoices(*p->dtype)));
   }
   PLANNER_RETURN_IF_ERROR(GetOptimizerState(r, root, p));
+  PLANNER_RETURN_IF_ERROR(GetFp8ParamGather(r, root, p));
   PLANNER_RETURN_IF_ERROR(GetDpComm(r, root, p));
   std::string parallel;
   PLANNER_RETURN_IF_ERROR(r.GetString(root, "parallel", "parallel", &parallel, false));

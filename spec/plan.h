@@ -172,6 +172,9 @@ struct Plan : ParallelLayout {
   std::optional<DType> grad_dtype;
   // How the optimizer keeps its state (plan.yaml `optimizer_state`, written when not fp32; solve --optimizer-state).
   OptimizerState optimizer_state = OptimizerState::kFp32;
+  // FP8 parameters (plan.yaml `fp8_param_gather: true`, written when on; solve --fp8-param-gather): an FP8 plan's
+  // weights held in FP8 alone, the fp32 master in the sharded optimizer (ZeRO >= 1); Megatron --fp8-param-gather.
+  bool fp8_param_gather = false;
   // How data-parallel replicas synchronise gradients (plan.yaml `dp_comm`, `solve --dp-comm`).
   DpComm dp_comm = DpComm::kHierAllReduce;
   // Summation servers of `ps` and `byteps` (CPU machines of the cluster file; `ps` needs >= 1,

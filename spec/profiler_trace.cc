@@ -530,7 +530,8 @@ std::string KernelTableToYaml(const KernelTable& t, const std::string& header_co
   if (!t.fp8_recipes.empty()) {
     o += "fp8_recipes:\n";
     for (const auto& [name, r] : t.fp8_recipes)
-      o += fmt::format("  {}: {{gemm: {:.6g}, amax_passes: {}}}\n", name, r.gemm, r.amax_passes);
+      o += fmt::format("  {}: {{gemm: {:.6g}, amax_passes: {}, weight_bytes: {:.6g}, param_gather_bytes: {:.6g}}}\n",
+                       name, r.gemm, r.amax_passes, r.weight_bytes, r.param_gather_bytes);
   }
   o += "attention:\n  seq: [";
   for (size_t i = 0; i < t.attention_seq.size(); ++i) o += fmt::format("{}{:.0f}", i ? ", " : "", t.attention_seq[i]);

@@ -120,6 +120,8 @@ FLAGS = {
     "--bf16": [("tc", "bf16", SWITCH), ("opt", "bf16", SWITCH)],
     "--fp8-format": [("tc", "fp8", STR)],
     "--fp8-recipe": [("tc", "fp8_recipe", STR), ("opt", "fp8_recipe", STR)],
+    # Megatron-LM's arguments.py: kw_args['fp8_param'] = args.fp8_param_gather, and DistributedDataParallelConfig's own
+    "--fp8-param-gather": [("tc", "fp8_param", SWITCH), ("ddp", "fp8_param_gather", SWITCH)],
     # megatron.sh's smoke-test flags
     "--mock-data": [("train", "mock_data", SWITCH)],
     "--tokenizer-type": [("train", "tokenizer_type", ("NullTokenizer",))],

@@ -266,6 +266,24 @@ expect "optimizer state engine all" 0 "engine deepspeed          cannot run it: 
 expect "optimizer state dp 1 solved" 0 "ZeRO 0 | gradients fp32 | optimizer state bf16-moments (6 B/param)" -- $PLANNER solve --gpus 8 --model $M/llama3-8b.yaml --cluster $C/dgx-h100.yaml --global-batch 16 --tp 8 --pp 1 --cp 1 --optimizer-state bf16-moments -o osdp1.plan.yaml
 expect "optimizer state dp 1 codegen" 0 "" -- $PLANNER codegen osdp1.plan.yaml -o osdp1L --export megatron
 check "optimizer state dp 1: megatron.args under the distributed optimizer" bash -c 'grep -qx -- "--use-distributed-optimizer" osdp1L/megatron.args && grep -qx -- "--use-precision-aware-optimizer" osdp1L/megatron.args'
+# --fp8-param-gather: the same forced FP8 layout (ZeRO-1 over dp 8, H100, bf16 gradients) without and with FP8 parameters: the peak
+# falls by exactly 2 B per parameter (the bf16 weight and TE's cached FP8 copy with its transpose, 2 + 2, against the
+# FP8 weight and its transpose, 2); the plan records it, Megatron's export runs it under the distributed optimizer (dp 1
+# too), the engines without FP8 parameters refuse it.
+for f in off on; do
+  $PLANNER solve --gpus 8 --model $M/llama3-8b.yaml --cluster $C/dgx-h100.yaml --global-batch 64 --tp 1 --pp 1 --cp 1 --microbatch 1 --recompute full --zero 1 --grad-dtype bf16 --precision fp8 $([ $f = on ] && echo --fp8-param-gather) --json > "fp8p-$f.json" 2>/dev/null
+done
+check "fp8 params: peak memory falls by 2 B per parameter" python3 -c "
+import json; a, b = (json.load(open(f'fp8p-{f}.json')) for f in ('off', 'on')); pa, pb = a['predicted'], b['predicted']
+assert abs((pa['peak_memory_GiB'] - pb['peak_memory_GiB']) * 2**30 - 2 * a['model_parameters']) < 1e-6 * a['model_parameters'], (pa, pb)
+assert b['fp8_param_gather'] is True and 'fp8_param_gather' not in a"
+expect "fp8 params solved" 0 "ZeRO 1 | gradients fp32 | FP8 parameters" -- $PLANNER solve --gpus 8 --model $M/llama3-8b.yaml --cluster $C/dgx-h100.yaml --global-batch 64 --tp 1 --pp 1 --cp 1 --zero 1 --precision fp8 --fp8-param-gather -o fp8p.plan.yaml
+expect "fp8 params codegen" 0 "torchtitan.toml: keeps bf16 weights and casts them to FP8 per use, not the plan's FP8 parameters" -- $PLANNER codegen fp8p.plan.yaml -o fp8pL
+check "fp8 params: megatron.args gathers FP8 parameters under the distributed optimizer" bash -c 'grep -qx -- "--fp8-param-gather" fp8pL/megatron.args && grep -qx -- "--use-distributed-optimizer" fp8pL/megatron.args'
+expect "fp8 params dp 1 solved" 0 "ZeRO 0 | gradients fp32 | FP8 parameters" -- $PLANNER solve --gpus 8 --model $M/llama3-8b.yaml --cluster $C/dgx-h100.yaml --global-batch 16 --tp 8 --pp 1 --cp 1 --precision fp8 --fp8-param-gather -o fp8pdp1.plan.yaml
+expect "fp8 params dp 1 codegen" 0 "" -- $PLANNER codegen fp8pdp1.plan.yaml -o fp8pdp1L --export megatron
+check "fp8 params dp 1: megatron.args under the distributed optimizer" bash -c 'grep -qx -- "--use-distributed-optimizer" fp8pdp1L/megatron.args && grep -qx -- "--fp8-param-gather" fp8pdp1L/megatron.args'
+expect "fp8 params engine all" 0 "engine deepspeed          cannot run it: --fp8-param-gather: engine deepspeed does not keep FP8 parameters" -- $PLANNER solve --gpus 8 --model $M/llama3-8b.yaml --cluster $C/dgx-h100.yaml --global-batch 64 --tp 1 --pp 1 --cp 1 --zero 1 --precision fp8 --fp8-param-gather --engine all
 # NeMo 1.x's bf16 state (no master) in an engine file that keeps it: Megatron's export runs it as bf16-moments, noted.
 sed -e 's/^name: megatron-core/name: nemo-apex/' -e 's/^  bf16-moments: \[1\].*$/  bf16-moments: [1]\n  bf16: [1]/' $SRC/configs/engines/megatron-core.yaml > nemo-apex.yaml
 expect "optimizer state bf16 solved" 0 "optimizer state bf16 (4 B/param)" -- $PLANNER solve --gpus 8 --model $M/llama3-8b.yaml --cluster $C/dgx-h100.yaml --global-batch 64 --tp 1 --pp 1 --cp 1 --engine ./nemo-apex.yaml --optimizer-state bf16 -o osb16.plan.yaml

@@ -37,22 +37,28 @@ cp "$SRC/tests/codegen/plans/llama3-8b-fp8.model.yaml" "$T/"
 sed 's/^zero_stage: 1$/zero_stage: 3/' "$SRC/tests/codegen/plans/llama3-8b-fp8-16.plan.yaml" > "$T/llama3-8b-fp8-zero3.plan.yaml"
 $PLANNER -q codegen "$T/llama3-8b-fp8-zero3.plan.yaml" -o "$T/demo-llama3-8b-fp8-zero3" 2>/dev/null && grep -qx -- --use-megatron-fsdp "$T/demo-llama3-8b-fp8-zero3/megatron.args" \
   || { echo "FAIL demo zero3: no Megatron-FSDP megatron.args"; fail=1; }
+# FP8 parameters (plan fp8_param_gather: the golden fp8 plan, ZeRO-1 over dp 2): --fp8-param-gather under the
+# distributed optimizer, which Megatron-LM's validate_args requires.
+sed 's/^p2p_overlap: \(.*\)$/p2p_overlap: \1\nfp8_param_gather: true/' "$SRC/tests/codegen/plans/llama3-8b-fp8-16.plan.yaml" > "$T/llama3-8b-fp8-params.plan.yaml"
+$PLANNER -q codegen "$T/llama3-8b-fp8-params.plan.yaml" -o "$T/demo-llama3-8b-fp8-params" 2>/dev/null \
+  && grep -qx -- --fp8-param-gather "$T/demo-llama3-8b-fp8-params/megatron.args" && grep -qx -- --use-distributed-optimizer "$T/demo-llama3-8b-fp8-params/megatron.args" \
+  || { echo "FAIL demo fp8 params: no --fp8-param-gather under the distributed optimizer in megatron.args"; fail=1; }
 # All-gather context parallelism (solve --cp-comm-type allgather): the export names it.
-$PLANNER -q solve --gpus 64 --model "$C/models/llama2-7b.yaml" --cluster "$C/clusters/dgx-h100.yaml" --tp 4 --pp 1 --cp 2 --global-batch 64 --seq 65536 --cp-comm-type allgather -o "$T/cpag.plan.yaml" >/dev/null 2>&1 \
-  && $PLANNER -q codegen "$T/cpag.plan.yaml" -o "$T/demo-cp-allgather" 2>/dev/null && grep -qx -- "--cp-comm-type allgather" "$T/demo-cp-allgather/megatron.args" \
+$PLANNER -q solve --gpus 64 --model "$C/models/llama2-7b.yaml" --cluster "$C/clusters/dgx-h100.yaml" --tp 4 --pp 1 --cp 2 --global-batch 64 --seq 65536 --cp-comm-type allgather -o "$T/cp-allgather.plan.yaml" >/dev/null 2>&1 \
+  && $PLANNER -q codegen "$T/cp-allgather.plan.yaml" -o "$T/demo-cp-allgather" 2>/dev/null && grep -qx -- "--cp-comm-type allgather" "$T/demo-cp-allgather/megatron.args" \
   || { echo "FAIL demo cp allgather: no --cp-comm-type allgather in megatron.args"; fail=1; }
 # The flex dispatcher (DeepEP) with the EP all-to-all overlap under the interleaved schedule: both written, and the
 # file passes Megatron-Core's TransformerConfig checks below with the others.
-$PLANNER -q solve --gpus 64 --model "$C/models/mixtral-8x7b.yaml" --cluster "$C/clusters/dgx-h100.yaml" --tp 2 --pp 4 --ep 8 --etp 1 --schedule interleaved --interleave 2 --recompute selective --moe-dispatcher flex --moe-overlap on -o "$T/flex.plan.yaml" >/dev/null 2>&1 \
-  && $PLANNER -q codegen "$T/flex.plan.yaml" -o "$T/demo-moe-flex" 2>/dev/null \
+$PLANNER -q solve --gpus 64 --model "$C/models/mixtral-8x7b.yaml" --cluster "$C/clusters/dgx-h100.yaml" --tp 2 --pp 4 --ep 8 --etp 1 --schedule interleaved --interleave 2 --recompute selective --moe-dispatcher flex --moe-overlap on -o "$T/moe-flex.plan.yaml" >/dev/null 2>&1 \
+  && $PLANNER -q codegen "$T/moe-flex.plan.yaml" -o "$T/demo-moe-flex" 2>/dev/null \
   && grep -qx -- "--moe-token-dispatcher-type flex" "$T/demo-moe-flex/megatron.args" \
   && grep -qx -- "--moe-flex-dispatcher-backend deepep" "$T/demo-moe-flex/megatron.args" \
   && grep -qx -- "--overlap-moe-expert-parallel-comm" "$T/demo-moe-flex/megatron.args" \
   || { echo "FAIL demo moe flex: no flex dispatcher or EP overlap in megatron.args"; fail=1; }
 # TP communication overlap as solved (--tp-comm-overlap on, sequence parallelism with TP): written, and the file passes
 # Megatron-Core's TransformerConfig checks below with the others.
-$PLANNER -q solve --gpus 64 --model "$C/models/llama3-8b.yaml" --cluster "$C/clusters/dgx-h100.yaml" --tp 4 --pp 1 --tp-comm-overlap on -o "$T/tpo.plan.yaml" >/dev/null 2>&1 \
-  && $PLANNER -q codegen "$T/tpo.plan.yaml" -o "$T/demo-tp-comm-overlap" 2>/dev/null \
+$PLANNER -q solve --gpus 64 --model "$C/models/llama3-8b.yaml" --cluster "$C/clusters/dgx-h100.yaml" --tp 4 --pp 1 --tp-comm-overlap on -o "$T/tp-comm-overlap.plan.yaml" >/dev/null 2>&1 \
+  && $PLANNER -q codegen "$T/tp-comm-overlap.plan.yaml" -o "$T/demo-tp-comm-overlap" 2>/dev/null \
   && grep -qx -- "--tp-comm-overlap" "$T/demo-tp-comm-overlap/megatron.args" \
   || { echo "FAIL demo tp comm overlap: no --tp-comm-overlap in megatron.args"; fail=1; }
 # The precision-aware optimizer (solve --optimizer-state bf16-moments: TE FusedAdam, bf16 moments, fp32 remainders under

@@ -1,0 +1,163 @@
+// FP8 weights in memory (docs/cost_model.md section 5, "FP8 weight copies and FP8 parameters"): Transformer
+// Engine's cached FP8 copy beside the bf16 weight, sized by the kernel table's recipe (Hopper: data + transpose,
+// Blackwell per-tensor: data, MXFP8: both orientations and their scales), and FP8 parameters (solve
+// --fp8-param-gather) holding that copy alone with gathers in FP8; closed forms on the model state, then one forced
+// layout solved both ways.
+#include <string>
+
+#include "dp_solver/cost_model.h"
+#include "dp_solver/evaluate.h"
+#include "dp_solver/search.h"
+#include "spec/engine_spec.h"
+#include "spec/kernel_table.h"
+#include "spec/model_state.h"
+#include "tests/test_util.h"
+
+namespace planner {
+namespace {
+
+const char* kFp8 =
+    "name: x\nglobal_batch: 64\nprecision: fp8\ngpt: {layers: 8, hidden: 1024, heads: 16, kv_heads: 4, ffn: 4096, "
+    "ffn_act: swiglu, norm: rmsnorm, position: rope, bias: false, tie_embeddings: false, dropout: 0, seq: 2048, "
+    "vocab: 32000}\n";
+
+struct Sources {
+  ModelSpec model;
+  ClusterSpec cluster;
+  KernelTable kernels;
+  EngineSpec engine;
+  Sources(const char* table, const char* engine_name, const char* cluster_file = "dgx-h100.yaml") {
+    REQUIRE_OK(ParseModelSpec("m.yaml", kFp8, &model));
+    REQUIRE_OK(LoadClusterSpec(testing::SourcePath(std::string("configs/clusters/") + cluster_file), &cluster));
+    REQUIRE_OK(LoadKernelTable(table, &kernels));
+    REQUIRE_OK(LoadEngineSpec(engine_name, &engine));
+  }
+  CostSource Source() const {
+    CostSource s;
+    s.model = &model;
+    s.cluster = &cluster;
+    s.kernels = &kernels;
+    s.engine = &engine;
+    return s;
+  }
+  StateBytes State(bool fp8_params, double bytes_per_param = 0) const {
+    SearchOptions o;
+    o.cost.fp8_params = fp8_params;
+    o.cost.fp8_weight_bytes = engine.fp8_weight_bytes;  // as solve sets it from the engine
+    o.cost.bytes_per_param = bytes_per_param;
+    return MakeStateBytes(Source(), o);
+  }
+};
+
+// One layout on 8 GPUs at ZeRO-1 (tp x pp, the rest data parallel), the engine's copy as solve sets it.
+SearchOptions Forced(const Sources& src, int64_t tp, int64_t pp) {
+  SearchOptions o;
+  o.gpus = 8;
+  o.top_k = 1;
+  o.tp = {tp};
+  o.pp = {pp};
+  o.cp = {1};
+  o.microbatch = {1};
+  o.schedules = {Schedule::k1F1B};
+  o.recompute = {Recompute::kNone};
+  o.zero = {1};
+  o.cost.fp8_weight_bytes = src.engine.fp8_weight_bytes;
+  return o;
+}
+
+TEST_CASE("KeepFp8Params: the FP8 weight alone, no copy, gathers in FP8; a user's total keeps its bytes") {
+  ModelSpec m;
+  REQUIRE_OK(ParseModelSpec("m.yaml", kFp8, &m));
+  const StateBytes base = ModelStateBytes(&m, std::nullopt, 0);
+  CHECK(base.weight == 2);  // the bf16 weight
+  CHECK(base.fp8_weight_copy == 2);
+  CHECK(base.param_gather == 2);
+  CHECK(base.total == 2 + 4 + 12);
+  StateBytes p = base;
+  KeepFp8Params(2, 1, false, &p);
+  CHECK(p.fp8_params);
+  CHECK(p.weight == 2);
+  CHECK(p.fp8_weight_copy == 0);
+  CHECK(p.param_gather == 1);
+  CHECK(p.total == 2 + 4 + 12);
+  // ZeRO-1 over 8: 4 B of bf16 weight and FP8 copy become the 2 B FP8 weight (data + transpose on Hopper).
+  CHECK(StateBytesPerParam(base, 1, 8) - StateBytesPerParam(p, 1, 8) == doctest::Approx(2));
+  StateBytes q = base;
+  KeepFp8Params(1, 1, false, &q);  // Blackwell per-tensor: no transpose
+  CHECK(StateBytesPerParam(q, 1, 8) == doctest::Approx(1 + 4 + 12.0 / 8));
+  StateBytes u = ModelStateBytes(&m, std::nullopt, 16);
+  KeepFp8Params(2.0625, 2, true, &u);
+  CHECK(u.total == 16);
+  CHECK(u.weight == 2);
+  CHECK(u.fp8_weight_copy == 0);
+  CHECK(u.param_gather == 2);
+}
+
+TEST_CASE("the cached FP8 copy and FP8 parameters follow the kernel table's recipe per GPU") {
+  // Hopper: data + transpose (TN-only FP8 GEMMs); delayed scaling is Megatron-Core's default recipe.
+  Sources h("h100", "megatron-core");
+  REQUIRE(h.engine.fp8_weight_from_recipe);
+  CHECK(h.State(false).fp8_weight_copy == 2);
+  CHECK(h.State(false).weight == 2);
+  const StateBytes hp = h.State(true);
+  CHECK(hp.weight == 2);
+  CHECK(hp.fp8_weight_copy == 0);
+  CHECK(hp.param_gather == 1);
+  // Blackwell per-tensor: the data alone.
+  Sources b("b200", "megatron-core", "b200.yaml");
+  CHECK(b.State(false).fp8_weight_copy == 1);
+  CHECK(b.State(true).weight == 1);
+  CHECK(b.State(true).param_gather == 1);
+  // MXFP8: both orientations and a scale per 32 elements each; gathered as bf16.
+  b.engine.fp8_recipe = "mxfp8";
+  CHECK(b.State(false).fp8_weight_copy == doctest::Approx(2.0625));
+  CHECK(b.State(true).weight == doctest::Approx(2.0625));
+  CHECK(b.State(true).param_gather == 2);
+  // An engine that casts per use keeps no copy (torchao float8: memory.fp8_weight_bytes 0).
+  Sources t("h100", "torchtitan");
+  CHECK_FALSE(t.engine.CachesFp8Weights());
+  CHECK(t.State(false).fp8_weight_copy == 0);
+  CHECK(t.engine.fp8_param_gather.empty());
+  // A bf16 model has no FP8 weights to keep either way.
+  Sources bf("h100", "megatron-core");
+  REQUIRE_OK(BuildGptModel(bf.model.gpt, DType::kBf16, &bf.model));
+  CHECK(bf.State(false).fp8_weight_copy == 0);
+  CHECK_FALSE(bf.State(true).fp8_params);
+}
+
+TEST_CASE("FP8 parameters on one forced layout: 2 B per parameter less on Hopper, gathers halved, compute equal") {
+  const Sources h("h100", "megatron-core");
+  SearchOptions o = Forced(h, 1, 1);
+  o.cost.overlap_param_gather = false;  // the gather exposed, to compare it whole
+  Plan a, b;
+  REQUIRE_OK(SolveAuto(h.Source(), o, &a));
+  o.cost.fp8_params = true;
+  REQUIRE_OK(SolveAuto(h.Source(), o, &b));
+  CHECK_FALSE(a.fp8_param_gather);
+  CHECK(b.fp8_param_gather);
+  const PlanStage &sa = a.stages[0], &sb = b.stages[0];
+  const double params = h.model.TotalParams();
+  // weights_bytes: bf16 weight + its FP8 copy (2 + 2) against the FP8 weight alone (2).
+  CHECK(sa.weights_bytes == doctest::Approx(4 * params).epsilon(1e-9));
+  CHECK(sb.weights_bytes == doctest::Approx(2 * params).epsilon(1e-9));
+  CHECK(a.predicted.peak_memory_bytes - b.predicted.peak_memory_bytes == doctest::Approx(2 * params).epsilon(1e-6));
+  CHECK(sa.forward_s == sb.forward_s);
+  CHECK(sa.backward_input_s + sa.backward_weight_s == sb.backward_input_s + sb.backward_weight_s);
+  // The parameter all-gather moves 1 B per parameter instead of 2: less data-parallel time, the gradients' equal.
+  CHECK(sb.dp_allreduce_s < sa.dp_allreduce_s);
+  CHECK(b.predicted.iteration_s < a.predicted.iteration_s);
+}
+
+TEST_CASE(
+    "FP8 parameters over one data-parallel rank run at ZeRO-0's cost (the distributed optimizer shards nothing)") {
+  const Sources h("h100", "megatron-core");
+  SearchOptions o = Forced(h, 4, 2);
+  o.cost.fp8_params = true;
+  Plan p;
+  REQUIRE_OK(SolveAuto(h.Source(), o, &p));
+  CHECK(p.zero_stage == ZeroStage::kNone);
+  CHECK(p.fp8_param_gather);
+}
+
+}  // namespace
+}  // namespace planner
