@@ -48,6 +48,7 @@ LaunchPlan LaunchHeader(const Plan& plan, const std::string& model_digest, const
   L.device = o.device;
   L.grad_dtype = plan.grad_dtype;
   L.optimizer_state = plan.optimizer_state;
+  L.fp8_param_gather = plan.fp8_param_gather;
   L.vertical_sync =
       plan.vertical_sync;  // PipeDream's vertical sync (the plan reader allows it with schedule pipedream only)
   L.interleave = std::max<int64_t>(1, plan.interleave);

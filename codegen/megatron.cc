@@ -428,6 +428,11 @@ std::string MegatronRuleViolation(const std::string& args, const MegatronCheck& 
     return "--use-precision-aware-optimizer without the distributed optimizer (ZeRO-1): Megatron-Core refuses it "
            "(OptimizerConfig: \"only supported with distributed optimizer\"); solve with --zero 1 or "
            "--optimizer-state fp32";
+  if (f.count("--fp8-param-gather") && f.count("--fp8-recipe") && f.at("--fp8-recipe") == "mxfp8" &&
+      f.count("--use-distributed-optimizer") && !f.count("--reuse-grad-buf-for-mxfp8-param-ag"))
+    return "--fp8-param-gather with --fp8-recipe mxfp8 under the distributed optimizer without "
+           "--reuse-grad-buf-for-mxfp8-param-ag: Transformer Engine's MXFP8Tensor refuses the buffer's storage swap "
+           "at start-up (replace_raw_data); add the flag";
   if (f.count("--fp8-param-gather") && !f.count("--use-distributed-optimizer") && !f.count("--use-megatron-fsdp"))
     return "--fp8-param-gather without the distributed optimizer or FSDP: Megatron-LM refuses it (validate_args); "
            "solve with --zero 1 or 3, or without --fp8-param-gather";
@@ -595,6 +600,11 @@ std::string MegatronFlags(const Plan& plan, const ModelSpec& model, const Launch
   mg += MegatronFp8RecipeArgs(plan, model, notes);
   if (plan.fp8_param_gather)
     mg += "--fp8-param-gather\n";  // FP8 weights alone (the sharding args below hold the master)
+  // MXFP8 parameters are gathered as bf16 into the gradient buffer: without it Megatron-Core's buffer re-points each
+  // parameter's storage, which Transformer Engine's MXFP8Tensor refuses at start-up (replace_raw_data: "not supported
+  // yet"); Megatron-Bridge's mxfp8 presets set it and its config refuses the combination without it.
+  if (plan.fp8_param_gather && plan.zero_stage != ZeroStage::kParameters && MegatronFp8Recipe(plan, model) == "mxfp8")
+    mg += "--reuse-grad-buf-for-mxfp8-param-ag\n";
   return mg;
 }
 

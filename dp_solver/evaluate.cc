@@ -67,11 +67,11 @@ StateBytes MakeStateBytes(const CostSource& src, const SearchOptions& o) {
     if (auto it = src.kernels->fp8_recipes.find(src.engine->fp8_recipe); it != src.kernels->fp8_recipes.end())
       recipe = it->second;
   }
-  const bool user_total = o.cost.bytes_per_param > 0;
-  if (o.cost.fp8_params) KeepFp8Params(recipe.weight_bytes, recipe.param_gather_bytes, user_total, &sb);
-  else if (!user_total && KernelLevel(src) && src.engine->fp8_weight_from_recipe)
+  // The copy is the engine's whatever --bytes-per-param counts (it sits beside the model state).
+  if (o.cost.fp8_params) KeepFp8Params(recipe.weight_bytes, recipe.param_gather_bytes, o.cost.bytes_per_param > 0, &sb);
+  else if (KernelLevel(src) && src.engine->fp8_weight_from_recipe)
     sb.fp8_weight_copy = recipe.weight_bytes;  // the engine caches one copy as the recipe keeps it
-  else if (!user_total && o.cost.fp8_weight_bytes >= 0)
+  else if (o.cost.fp8_weight_bytes >= 0)
     sb.fp8_weight_copy = o.cost.fp8_weight_bytes;  // the engine's cached FP8 weight copies
   return sb;
 }
@@ -519,9 +519,11 @@ double Evaluator::DeviceDpSeconds(const Candidate& k, const Evaluation& x, int64
                            ? MemoCollectives((x.params[r] - expert) / shard, x.replicate, k.tp * shard, d, k.pp, 1)
                            : std::array<double, 3>{0, 0, 0};
   const DpCollectives cross{cross_a[0], cross_a[1], cross_a[2]};
+  // ZeRO-1/2 gather what the step updated: LoRA's adapters alone, kept in bf16 under FP8 parameters too.
+  const double adapters = sb_.trainable * (sb_.fp8_params && sb_.trainable < 1 ? 2.0 / sb_.param_gather : 1.0);
   const double ar = dense_c.ar + expert_c.ar + cross.ar, rs = dense_c.rs + expert_c.rs + cross.ar,
                ag = (dense_c.ag + expert_c.ag) *
-                    (per_layer || FsdpUnderPp(z, k.pp, o_.cost.fsdp_with_pp) ? 1.0 : sb_.trainable);
+                    (per_layer || FsdpUnderPp(z, k.pp, o_.cost.fsdp_with_pp) ? 1.0 : adapters);
   if (!(ar > 0)) return 0;
   // The share of the synced parameters the last bucket holds (LoRA: the adapters fit in one, exposed whole).
   const double synced = per_layer ? x.params[r] : x.params[r] * sb_.trainable;
@@ -949,7 +951,6 @@ Plan Evaluator::ReplicatedPlan(const CostTable& table, const ReplicatedOptions& 
   pl.p2p_overlap = true;
   pl.grad_dtype = sb_.grad_dtype;
   pl.optimizer_state = sb_.optimizer_state;
-  pl.fp8_param_gather = sb_.fp8_params;
   pl.usable_memory_bytes = sb_.usable;
   pl.dp_comm = ro.dp_comm;
   pl.dp_servers = DpCommUsesServers(ro.dp_comm) ? DpServersFor(ro.dp_comm, ro.servers, ro.ps_colocated) : 0;

@@ -232,6 +232,16 @@ Status ApplyOptimizerState(const EngineSpec& e, SearchOptions* o) {
 // keeps them at narrow the search (Megatron-Core: the distributed optimizer or FSDP), the forced ones included.
 Status ApplyFp8ParamGather(const EngineSpec& e, SearchOptions* o) {
   if (!o->cost.fp8_params) return Status::OK();
+  // PipeDream's per-stage replication keeps a whole optimizer per replica (ZeRO-0): no sharded master to hold.
+  const bool pipedream_only =
+      !o->replication.empty() || o->vertical_sync ||
+      (!o->schedules.empty() &&
+       std::all_of(o->schedules.begin(), o->schedules.end(), [](Schedule s) { return s == Schedule::kPipeDream; }));
+  if (pipedream_only)
+    return Status::InvalidArgument(
+        "--fp8-param-gather with the pipedream schedule (--replication, --vertical-sync): per-stage replication "
+        "keeps every replica's optimizer whole (ZeRO-0), and FP8 parameters need the fp32 master sharded; drop one "
+        "of them");
   const std::vector<int64_t>& stages = e.fp8_param_gather;
   if (stages.empty())
     return Status::InvalidArgument(

@@ -31,6 +31,7 @@
 #include "runtime/sequence_parallel.h"
 #include "runtime/stage.h"
 #include "runtime/transfers.h"
+#include "spec/kernel_table.h"
 #include "spec/model_state.h"
 
 namespace planner {
@@ -521,8 +522,15 @@ ModelState MeasureModelState(const std::vector<Param*>& params, const Optimizer*
 
 // The plan's model-state bytes per parameter for the model's precision at ZeRO-0 (the runtime keeps
 // every replica's whole optimizer state): the cost model's own figure (spec/model_state.h).
-double PlanStateBytesPerParam(const ModelSpec& model, DType grad_dtype, OptimizerState optimizer_state) {
-  return StateBytesPerParam(ModelStateBytes(&model, grad_dtype, 0, optimizer_state), 0, 1);
+// FP8 parameters at the default recipe's bytes (an FP8 weight and its transpose, 2 B: the launch carries no kernel table).
+double PlanStateBytesPerParam(const ModelSpec& model, DType grad_dtype, OptimizerState optimizer_state,
+                              bool fp8_params) {
+  StateBytes sb = ModelStateBytes(&model, grad_dtype, 0, optimizer_state);
+  if (fp8_params && sb.fp8_weight_copy > 0) {
+    const Fp8Recipe recipe;
+    KeepFp8Params(recipe.weight_bytes, recipe.param_gather_bytes, false, &sb);
+  }
+  return StateBytesPerParam(sb, 0, 1);
 }
 
 // The report's precision, the plan's model-state figure and what this runtime keeps apart from it: fp32
@@ -531,7 +539,7 @@ void PlanStateNotes(const ModelSpec& model, const LaunchPlan& L, ReportInputs* r
   rep->precision = DTypeName(model.dtype);
   const DType plan_grad = EffectiveGradDType(model.dtype, L.grad_dtype);
   const OptimizerState plan_os = L.optimizer_state;  // checked against the precision (CheckRunPrecision)
-  rep->plan_bytes_per_param = PlanStateBytesPerParam(model, plan_grad, plan_os);
+  rep->plan_bytes_per_param = PlanStateBytesPerParam(model, plan_grad, plan_os, L.fp8_param_gather);
   if (plan_grad != DType::kFp32) {
     rep->state_note = fmt::format(
         "The plan keeps gradients in {} ({} bytes per parameter; Megatron's default for fp16, --grad-reduce-in-bf16 "
@@ -545,6 +553,12 @@ void PlanStateNotes(const ModelSpec& model, const LaunchPlan& L, ReportInputs* r
         "weights and moments, {:g} bytes per parameter more.",
         rep->state_note.empty() ? "" : " ", OptimizerStateName(plan_os), OptimizerStateBytes(plan_os),
         OptimizerStateBytes(OptimizerState::kFp32) - OptimizerStateBytes(plan_os));
+  }
+  if (L.fp8_param_gather) {
+    rep->state_note += fmt::format(
+        "{}The plan keeps FP8 parameters (the weights in FP8 alone, Megatron --fp8-param-gather); this runtime keeps "
+        "bf16 weights and casts them to FP8 per use: its weight bytes and parameter gathers are not the plan's.",
+        rep->state_note.empty() ? "" : " ");
   }
 }
 
@@ -655,6 +669,12 @@ Status CheckRunPrecision(const LaunchPlan& L, const ModelSpec& model) {
         fmt::format("{}: field 'grad_dtype': {} gradients do not go with the model's {}; set grad_dtype: {} "
                     "(or codegen the plan again)",
                     L.path, DTypeName(*L.grad_dtype), DTypeName(model.dtype), GradDTypeChoices(model.dtype)));
+  }
+  if (L.fp8_param_gather && model.dtype != DType::kFp8) {
+    return Status::InvalidArgument(fmt::format(
+        "{}: field 'fp8_param_gather': FP8 parameters with the model's {}: an FP8 model's only; set it false (or "
+        "codegen the plan again)",
+        L.path, DTypeName(model.dtype)));
   }
   if (const std::string why = OptimizerStateRefusal(model.dtype, L.optimizer_state); !why.empty()) {
     return Status::InvalidArgument(

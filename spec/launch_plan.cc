@@ -394,6 +394,7 @@ std::string LaunchPlanToYaml(const LaunchPlan& p) {
   if (p.grad_dtype) o += fmt::format("grad_dtype: {}\n", DTypeName(*p.grad_dtype));
   if (p.optimizer_state != OptimizerState::kFp32)
     o += fmt::format("optimizer_state: {}\n", OptimizerStateName(p.optimizer_state));
+  if (p.fp8_param_gather) o += "fp8_param_gather: true\n";
   o += fmt::format("config: \"{}\"\n", p.config);
   o += fmt::format("microbatch_size: {}\nnum_microbatches: {}\nglobal_batch: {}\ngpus_per_node: {}\n",
                    p.microbatch_size, p.num_microbatches, p.global_batch, p.gpus_per_node);
@@ -470,6 +471,7 @@ Status ParseLaunchPlan(const std::string& path, const std::string& text, LaunchP
                                        "vertical_sync",
                                        "grad_dtype",
                                        "optimizer_state",
+                                       "fp8_param_gather",
                                        "config",
                                        "microbatch_size",
                                        "num_microbatches",
@@ -530,6 +532,7 @@ Status ParseLaunchPlan(const std::string& path, const std::string& text, LaunchP
   PLANNER_RETURN_IF_ERROR(
       r.GetEnum(root, "optimizer_state", "optimizer_state", OptimizerStateNameList(), &optimizer_state, false));
   if (!optimizer_state.empty()) ParseOptimizerState(optimizer_state, &p.optimizer_state);
+  PLANNER_RETURN_IF_ERROR(r.GetBool(root, "fp8_param_gather", "fp8_param_gather", &p.fp8_param_gather, false));
   if (p.vertical_sync && p.schedule != Schedule::kPipeDream) {
     return r.FieldError(
         root["vertical_sync"], "vertical_sync",

@@ -95,6 +95,9 @@ struct LaunchPlan : ParallelLayout {
   // The plan's optimizer state (launch.yaml optimizer_state, written when not fp32). The runtime keeps fp32
   // master weights and moments whatever it says; the run report prices the plan's model state with it.
   OptimizerState optimizer_state = OptimizerState::kFp32;
+  // The plan's FP8 parameters (launch.yaml fp8_param_gather, written when true). The runtime keeps bf16 weights and
+  // casts per use whatever it says; the run report says so beside the plan's model state.
+  bool fp8_param_gather = false;
   LaunchRun run;
   double predicted_iteration_s = 0, predicted_bubble_fraction = 0;
   // One program per distinct (pipeline position, replica) (dp_solver/programs.h):

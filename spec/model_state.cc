@@ -94,9 +94,8 @@ void KeepFp8Params(double weight_bytes, double gather_bytes, bool user_total, St
   sb->fp8_params = true;
   sb->fp8_weight_copy = 0;
   sb->param_gather = gather_bytes;
-  if (user_total) return;
   sb->weight = weight_bytes;
-  sb->total = sb->weight + sb->grad + sb->optimizer;
+  if (!user_total) sb->total = sb->weight + sb->grad + sb->optimizer;
 }
 
 double StateBytesPerParam(const StateBytes& sb, int64_t z, int64_t d) {

@@ -74,8 +74,8 @@ StateBytes ModelStateBytes(const ModelSpec* model, std::optional<DType> grad_dty
 // FP8 parameters (Megatron --fp8-param-gather; docs/cost_model.md section 5): an FP8 model's weights held as
 // `weight_bytes` per parameter (the FP8 data, and its transpose or block scales where the GPU's GEMMs need them:
 // the kernel table's recipe) with no bf16 copy beside them and no cached FP8 copy, gathered as `gather_bytes`.
-// The fp32 master stays in the optimizer state. With a total the user counts (--bytes-per-param) only the gather
-// and the copy change.
+// The fp32 master stays in the optimizer state. With a total the user counts (--bytes-per-param) the total stays:
+// the FP8 weight is part of it, what is left of it the gradients' and the optimizer's.
 void KeepFp8Params(double weight_bytes, double gather_bytes, bool user_total, StateBytes* sb);
 // Per parameter on one GPU at ZeRO stage z sharded over d ranks (ZeRO section 3; Megatron's
 // distributed-optimizer table for z = 1: 6 + 12/d with bf16 params and fp32 gradients).

@@ -122,6 +122,7 @@ FLAGS = {
     "--fp8-recipe": [("tc", "fp8_recipe", STR), ("opt", "fp8_recipe", STR)],
     # Megatron-LM's arguments.py: kw_args['fp8_param'] = args.fp8_param_gather, and DistributedDataParallelConfig's own
     "--fp8-param-gather": [("tc", "fp8_param", SWITCH), ("ddp", "fp8_param_gather", SWITCH)],
+    "--reuse-grad-buf-for-mxfp8-param-ag": [("ddp", "reuse_grad_buf_for_mxfp8_param_ag", SWITCH)],
     # megatron.sh's smoke-test flags
     "--mock-data": [("train", "mock_data", SWITCH)],
     "--tokenizer-type": [("train", "tokenizer_type", ("NullTokenizer",))],

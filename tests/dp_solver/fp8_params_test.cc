@@ -74,35 +74,47 @@ TEST_CASE("KeepFp8Params: the FP8 weight alone, no copy, gathers in FP8; a user'
   CHECK(base.param_gather == 2);
   CHECK(base.total == 2 + 4 + 12);
   StateBytes p = base;
-  KeepFp8Params(2, 1, false, &p);
+  KeepFp8Params(1.5, 1, false, &p);  // a made-up recipe's bytes: the weight and the total follow them
   CHECK(p.fp8_params);
-  CHECK(p.weight == 2);
+  CHECK(p.weight == 1.5);
   CHECK(p.fp8_weight_copy == 0);
   CHECK(p.param_gather == 1);
-  CHECK(p.total == 2 + 4 + 12);
+  CHECK(p.total == 1.5 + 4 + 12);
+  p = base;
+  KeepFp8Params(2, 1, false, &p);
   // ZeRO-1 over 8: 4 B of bf16 weight and FP8 copy become the 2 B FP8 weight (data + transpose on Hopper).
   CHECK(StateBytesPerParam(base, 1, 8) - StateBytesPerParam(p, 1, 8) == doctest::Approx(2));
   StateBytes q = base;
   KeepFp8Params(1, 1, false, &q);  // Blackwell per-tensor: no transpose
   CHECK(StateBytesPerParam(q, 1, 8) == doctest::Approx(1 + 4 + 12.0 / 8));
+  // --bytes-per-param 16: the total stays, the FP8 weight part of it (the gradients and optimizer what is left).
   StateBytes u = ModelStateBytes(&m, std::nullopt, 16);
   KeepFp8Params(2.0625, 2, true, &u);
   CHECK(u.total == 16);
-  CHECK(u.weight == 2);
+  CHECK(u.weight == 2.0625);
   CHECK(u.fp8_weight_copy == 0);
   CHECK(u.param_gather == 2);
+  CHECK(StateBytesPerParam(u, 0, 1) == 16);
 }
 
 TEST_CASE("the cached FP8 copy and FP8 parameters follow the kernel table's recipe per GPU") {
   // Hopper: data + transpose (TN-only FP8 GEMMs); delayed scaling is Megatron-Core's default recipe.
   Sources h("h100", "megatron-core");
   REQUIRE(h.engine.fp8_weight_from_recipe);
+  REQUIRE(h.kernels.fp8_recipes.at(h.engine.fp8_recipe).weight_bytes == 2);  // the table's figure, not the default
   CHECK(h.State(false).fp8_weight_copy == 2);
   CHECK(h.State(false).weight == 2);
   const StateBytes hp = h.State(true);
   CHECK(hp.weight == 2);
   CHECK(hp.fp8_weight_copy == 0);
   CHECK(hp.param_gather == 1);
+  // The lookup reads the table: another figure in it moves both (and --bytes-per-param keeps the engine's copy).
+  h.kernels.fp8_recipes[h.engine.fp8_recipe].weight_bytes = 3;
+  h.kernels.fp8_recipes[h.engine.fp8_recipe].param_gather_bytes = 2;
+  CHECK(h.State(false).fp8_weight_copy == 3);
+  CHECK(h.State(false, 18).fp8_weight_copy == 3);
+  CHECK(h.State(true).weight == 3);
+  CHECK(h.State(true).param_gather == 2);
   // Blackwell per-tensor: the data alone.
   Sources b("b200", "megatron-core", "b200.yaml");
   CHECK(b.State(false).fp8_weight_copy == 1);
@@ -146,6 +158,31 @@ TEST_CASE("FP8 parameters on one forced layout: 2 B per parameter less on Hopper
   // The parameter all-gather moves 1 B per parameter instead of 2: less data-parallel time, the gradients' equal.
   CHECK(sb.dp_allreduce_s < sa.dp_allreduce_s);
   CHECK(b.predicted.iteration_s < a.predicted.iteration_s);
+}
+
+TEST_CASE("LoRA under FP8 parameters: the frozen base in FP8, the bf16 adapters gathered at 2 B as without them") {
+  Sources h("h100", "megatron-core");
+  // Llama 3 70B's widths over 8 layers: 19M adapter parameters, 38 MB a gather (bytes, not latency, decide it).
+  const std::string text =
+      "name: x\nglobal_batch: 64\nprecision: fp8\ngpt: {layers: 8, hidden: 8192, heads: 64, kv_heads: 8, ffn: 28672, "
+      "ffn_act: swiglu, norm: rmsnorm, position: rope, bias: false, tie_embeddings: false, dropout: 0, seq: 2048, "
+      "vocab: 32000, lora: {rank: 16}}\n";
+  REQUIRE_OK(ParseModelSpec("m.yaml", text, &h.model));
+  REQUIRE(h.model.TrainableParams() < 0.05 * h.model.TotalParams());
+  SearchOptions o = Forced(h, 1, 1);
+  o.cost.overlap_param_gather = false;
+  o.cost.overlap_grad_reduce = false;
+  Plan a, b;
+  REQUIRE_OK(SolveAuto(h.Source(), o, &a));
+  o.cost.fp8_params = true;
+  REQUIRE_OK(SolveAuto(h.Source(), o, &b));
+  // ZeRO-1 gathers what the step updated, the adapters, in bf16 either way; the reduce-scatter is theirs too (the
+  // gather's per-call latency scales with the bytes' share as LoRA's does: within 1%; at 1 B it would be ~1/6 less).
+  CHECK(b.stages[0].dp_allreduce_s / a.stages[0].dp_allreduce_s == doctest::Approx(1).epsilon(0.01));
+  CHECK(b.stages[0].dp_allreduce_s > 1e-4);  // bytes-bound: 38 MB at NVLink's rate
+  // The frozen weights: bf16 + the FP8 copy (4 B) against the FP8 weight (2 B).
+  CHECK(a.predicted.peak_memory_bytes - b.predicted.peak_memory_bytes ==
+        doctest::Approx(2 * h.model.TotalParams()).epsilon(1e-6));
 }
 
 TEST_CASE(

@@ -43,6 +43,12 @@ sed 's/^p2p_overlap: \(.*\)$/p2p_overlap: \1\nfp8_param_gather: true/' "$SRC/tes
 $PLANNER -q codegen "$T/llama3-8b-fp8-params.plan.yaml" -o "$T/demo-llama3-8b-fp8-params" 2>/dev/null \
   && grep -qx -- --fp8-param-gather "$T/demo-llama3-8b-fp8-params/megatron.args" && grep -qx -- --use-distributed-optimizer "$T/demo-llama3-8b-fp8-params/megatron.args" \
   || { echo "FAIL demo fp8 params: no --fp8-param-gather under the distributed optimizer in megatron.args"; fail=1; }
+# The same with MXFP8 (Blackwell): its parameters gathered as bf16 into the gradient buffer, which Transformer Engine's
+# MXFP8Tensor needs (--reuse-grad-buf-for-mxfp8-param-ag; without it the run fails at start-up).
+sed -e 's/^p2p_overlap: \(.*\)$/p2p_overlap: \1\nfp8_param_gather: true/' -e 's/^  dtype: "fp8"$/  dtype: "fp8"\n  fp8_recipe: "mxfp8"/' "$SRC/tests/codegen/plans/llama3-8b-fp8-16.plan.yaml" > "$T/llama3-8b-mxfp8-params.plan.yaml"
+$PLANNER -q codegen "$T/llama3-8b-mxfp8-params.plan.yaml" -o "$T/demo-llama3-8b-mxfp8-params" 2>/dev/null \
+  && grep -qx -- "--fp8-recipe mxfp8" "$T/demo-llama3-8b-mxfp8-params/megatron.args" && grep -qx -- --reuse-grad-buf-for-mxfp8-param-ag "$T/demo-llama3-8b-mxfp8-params/megatron.args" \
+  || { echo "FAIL demo mxfp8 params: no --reuse-grad-buf-for-mxfp8-param-ag beside --fp8-recipe mxfp8 in megatron.args"; fail=1; }
 # All-gather context parallelism (solve --cp-comm-type allgather): the export names it.
 $PLANNER -q solve --gpus 64 --model "$C/models/llama2-7b.yaml" --cluster "$C/clusters/dgx-h100.yaml" --tp 4 --pp 1 --cp 2 --global-batch 64 --seq 65536 --cp-comm-type allgather -o "$T/cp-allgather.plan.yaml" >/dev/null 2>&1 \
   && $PLANNER -q codegen "$T/cp-allgather.plan.yaml" -o "$T/demo-cp-allgather" 2>/dev/null && grep -qx -- "--cp-comm-type allgather" "$T/demo-cp-allgather/megatron.args" \

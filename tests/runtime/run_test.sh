@@ -538,6 +538,24 @@ assert "quantised to FP8 e4m3 with per-tensor scaling (emulated)" in rep, rep
 print(f"fp8 losses within {worst:.3%} of bf16's; 18.00 bytes per parameter against the plan's 20.00")
 PY
 
+# The same fp8 plan with FP8 parameters (fp8_param_gather: the weights in FP8 alone, 18 B per parameter planned, 2 B
+# less): this runtime keeps bf16 weights and casts per use whatever the plan says, so it trains exactly as fp8run did;
+# the report prices the plan's 18 B and says what the runtime keeps instead.
+sed 's/^grad_dtype: "fp32"/grad_dtype: "fp32"\nfp8_param_gather: true/' fp8-pp2.plan.yaml > fp8p-pp2.plan.yaml \
+  && grep -q '^fp8_param_gather: true' fp8p-pp2.plan.yaml && $PLANNER -q codegen fp8p-pp2.plan.yaml -o fp8prun --iterations 8 \
+  && grep -qx 'fp8_param_gather: true' fp8prun/launch.yaml \
+  && $PLANNER -q run fp8prun --reference --run-id r >/dev/null 2>fp8prun.err \
+  && python3 - fp8prun/runs/r fp8run/runs/r <<'PY' && ok || { bad "fp8 params run"; tail -3 fp8prun.err; }
+import csv, re, sys
+p, e = ([float(r["loss"]) for r in csv.DictReader(open(d + "/metrics.csv"))] for d in sys.argv[1:3])
+assert p == e, (p, e)
+rep = open(sys.argv[1] + "/report.md").read()
+rows = re.findall(r"^\| 0 \| (\d+) \| [\d.]+ MiB \| ([\d.]+) \| ([\d.]+) \|$", rep, re.M)
+assert rows and rows[0][1] == "18.00" and rows[0][2] == "18.00", rows
+assert "The plan keeps FP8 parameters (the weights in FP8 alone, Megatron --fp8-param-gather); this runtime keeps bf16 weights" in rep, rep
+print("fp8 parameters: the fp8 run's 8 losses exactly; the plan's 18.00 bytes per parameter, the difference said")
+PY
+
 # bf16 checkpoints hold the fp32 masters: 3 iterations, checkpoint, resume to 6: the same 6 losses as one
 # uninterrupted run (the rounded 16-bit weights alone would not give them).
 $PLANNER -q codegen bf16-pp2.plan.yaml -o bf16ck --iterations 6 \
