@@ -231,13 +231,14 @@ TEST_CASE("a measured all-to-all curve times its level at the size with the same
   ClusterSpec c = TwoLevels(4);
   // Measured on 2 ranks of a node: 1 MB sent in all (0.5 MB crossing) in 10 us, 4 MB in 30 us.
   c.levels[0].measured_alltoall = {{{1e6, 10e-6}, {4e6, 30e-6}}, 2};
-  CHECK(AllToAllSeconds(c, 1e6, {2, 1}) == doctest::Approx(10e-6));
+  CHECK(AllToAllSeconds(c, 1e6, {2, 1}) == doctest::Approx(10e-6).scale(0));
   // 4 ranks sending 4/3 MB cross 1 MB: the 2-rank curve's 2 MB point, log-log between 1 and 4 MB.
   CHECK(AllToAllSeconds(c, 4e6 / 3, {4, 1}) == doctest::Approx(std::sqrt(10e-6 * 30e-6)).epsilon(1e-9));
   // The network level without a curve keeps the alpha-beta line: 16 ranks, 4 nodes.
   const double net = 8e6 * 12 / 16 / 50e9 + 3 * 5e-6;
   CHECK(AllToAllSeconds(c, 8e6, {4, 4}) ==
-        doctest::Approx(std::max(net, MeasuredSeconds(c.levels[0].measured_alltoall.points, 8e6 * 15 / 16 * 2))));
+        doctest::Approx(std::max(net, MeasuredSeconds(c.levels[0].measured_alltoall.points, 8e6 * 15 / 16 * 2)))
+            .scale(0));
 }
 
 TEST_CASE("an all-to-all curve in a comm profile reaches the cost model for its level") {
@@ -261,7 +262,7 @@ TEST_CASE("an all-to-all curve in a comm profile reaches the cost model for its 
         "level 'cluster': 50 GB/s, 5 us from the cluster file (not measured); all-to-all measured (comm.profile.yaml, "
         "nccl 4 ranks)");
   // One rank per node on the 4 nodes: 4 MB sent, 3 MB crossing: the 4 MB point.
-  CHECK(AllToAllSeconds(c, 4e6, {1, 4}) == doctest::Approx(80e-6));
+  CHECK(AllToAllSeconds(c, 4e6, {1, 4}) == doctest::Approx(80e-6).scale(0));
 }
 
 TEST_CASE("all_to_all curves round-trip through the profile format; an unknown collective is refused") {

