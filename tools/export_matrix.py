@@ -37,6 +37,8 @@ FEATURES = [
     ("full recompute", *L8, 32, "--tp 8 --pp 2 --cp 1 --sp on --zero 1 --schedule 1f1b --recompute full"),
     ("selective recompute", *L8, 32, "--tp 8 --pp 2 --cp 1 --sp on --zero 1 --schedule 1f1b --recompute selective"),
     ("FP8", *L8, 32, "--tp 8 --pp 2 --cp 1 --sp on --zero 1 --schedule 1f1b --precision fp8"),
+    ("FP8 parameters (--fp8-param-gather)", *L8, 32,
+     "--tp 8 --pp 2 --cp 1 --sp on --zero 1 --schedule 1f1b --precision fp8 --fp8-param-gather"),
     ("MoE, expert parallelism (EP 8)", "configs/models/mixtral-8x7b.yaml", "configs/clusters/dgx-h100.yaml", 64,
      "--tp 1 --pp 4 --cp 1 --ep 8 --zero 1 --schedule 1f1b"),
     ("MLA + MTP (DeepSeek-V3)", "configs/models/deepseek-v3.yaml", "configs/clusters/h800.yaml", 2048,
