@@ -670,7 +670,13 @@ std::string Fp8Note(const CostSource& src) {
 
 // The engine settings a uniform plan stands for.
 void PlanNotes(const Candidate& k, int64_t zero, const CostOptions& o, std::vector<std::string>* notes) {
-  notes->push_back(ZeroEngineSetting(zero));
+  // Over one data-parallel rank the precision-aware optimizer and FP8 parameters still run under Megatron's
+  // distributed optimizer (it shards nothing there: ZeRO-0's cost), which the export writes.
+  if (zero == 0 && k.dp * k.cp <= 1 && (o.optimizer_state != OptimizerState::kFp32 || o.fp8_params))
+    notes->push_back(
+        "ZeRO-0 over one data-parallel rank: Megatron --use-distributed-optimizer all the same (the precision-aware "
+        "optimizer and --fp8-param-gather run under it; it shards nothing here)");
+  else notes->push_back(ZeroEngineSetting(zero));
   if (k.sequence_parallel && k.tp > 1)
     notes->push_back(
         "Megatron --sequence-parallel: TP all-reduces as reduce-scatter + all-gather, norm and dropout activations / "

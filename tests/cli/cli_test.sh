@@ -281,6 +281,7 @@ expect "fp8 params solved" 0 "ZeRO 1 | gradients fp32 | FP8 parameters" -- $PLAN
 expect "fp8 params codegen" 0 "torchtitan.toml: keeps bf16 weights and casts them to FP8 per use, not the plan's FP8 parameters" -- $PLANNER codegen fp8p.plan.yaml -o fp8pL
 check "fp8 params: megatron.args gathers FP8 parameters under the distributed optimizer" bash -c 'grep -qx -- "--fp8-param-gather" fp8pL/megatron.args && grep -qx -- "--use-distributed-optimizer" fp8pL/megatron.args'
 expect "fp8 params dp 1 solved" 0 "ZeRO 0 | gradients fp32 | FP8 parameters" -- $PLANNER solve --gpus 8 --model $M/llama3-8b.yaml --cluster $C/dgx-h100.yaml --global-batch 16 --tp 8 --pp 1 --cp 1 --precision fp8 --fp8-param-gather -o fp8pdp1.plan.yaml
+check "fp8 params dp 1: the plan's note names the distributed optimizer the export writes" grep -q "ZeRO-0 over one data-parallel rank: Megatron --use-distributed-optimizer all the same" fp8pdp1.plan.yaml
 expect "fp8 params dp 1 codegen" 0 "" -- $PLANNER codegen fp8pdp1.plan.yaml -o fp8pdp1L --export megatron
 check "fp8 params dp 1: megatron.args under the distributed optimizer" bash -c 'grep -qx -- "--use-distributed-optimizer" fp8pdp1L/megatron.args && grep -qx -- "--fp8-param-gather" fp8pdp1L/megatron.args'
 expect "fp8 params engine all" 0 "engine deepspeed          cannot run it: --fp8-param-gather: engine deepspeed does not keep FP8 parameters" -- $PLANNER solve --gpus 8 --model $M/llama3-8b.yaml --cluster $C/dgx-h100.yaml --global-batch 64 --tp 1 --pp 1 --cp 1 --zero 1 --precision fp8 --fp8-param-gather --engine all
