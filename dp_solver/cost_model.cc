@@ -867,8 +867,7 @@ void KernelRates(const CostSource& src, const ModelSpec& m, const CostOptions& o
   q->peak_model = c.PeakFlops(m.dtype) * e.SustainedGemm(m.dtype) * clock;
   q->peak_high = c.PeakFlops(DType::kBf16) * e.sustained_gemm * clock;
   if (m.dtype == DType::kFp8) {
-    auto it = kt.fp8_recipes.find(e.fp8_recipe);
-    const Fp8Recipe recipe = it == kt.fp8_recipes.end() ? Fp8Recipe{} : it->second;
+    const Fp8Recipe recipe = kt.Recipe(e.fp8_recipe);
     q->recipe_gemm = recipe.gemm;
     q->gemm_in_bytes = 1;
     // Read the bf16 input (again per amax pass), write its FP8 copy and the transposed copy the other

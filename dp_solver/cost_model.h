@@ -54,7 +54,6 @@ struct CostOptions {
   bool tp_comm_overlap = false;  // TP collectives overlapped with the GEMMs (Megatron --tp-comm-overlap, async TP)
   double compute_slowdown = 0;   // compute seconds lost per second of communication hidden behind it (the engine's)
   bool fsdp_with_pp = false;     // ZeRO-3 under pipelining as torchtitan runs FSDP2 there (the engine's fsdp_with_pp)
-  double fp8_weight_bytes = -1;  // cached FP8 weight copies per parameter (the engine's); < 0: ModelStateBytes' 2
   // FP8 parameters (solve --fp8-param-gather): an FP8 model's weights held in FP8 alone, as the kernel table's recipe
   // keeps them (Fp8Recipe::weight_bytes), gathered in its param_gather_bytes; no bf16 copy (spec/model_state.h).
   bool fp8_params = false;

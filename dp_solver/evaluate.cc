@@ -61,18 +61,13 @@ StateBytes MakeStateBytes(const CostSource& src, const SearchOptions& o) {
   StateBytes sb = ModelStateBytes(src.model, o.cost.grad_dtype, o.cost.bytes_per_param, o.cost.optimizer_state);
   sb.usable = src.cluster->UsableMemoryBytes();
   if (!(sb.fp8_weight_copy > 0)) return sb;  // not an FP8 model
-  // The recipe's FP8 weight as this GPU's GEMMs read it (kernel-level costs; else a per-tensor copy with its transpose).
-  Fp8Recipe recipe;
-  if (KernelLevel(src)) {
-    if (auto it = src.kernels->fp8_recipes.find(src.engine->fp8_recipe); it != src.kernels->fp8_recipes.end())
-      recipe = it->second;
-  }
+  // The recipe's FP8 weight as this GPU's GEMMs read it (kernel-level costs; else a per-tensor copy with its transpose,
+  // ModelStateBytes' 2).
+  const Fp8Recipe recipe = KernelLevel(src) ? src.kernels->Recipe(src.engine->fp8_recipe) : Fp8Recipe{};
   // The copy is the engine's whatever --bytes-per-param counts (it sits beside the model state).
   if (o.cost.fp8_params) KeepFp8Params(recipe.weight_bytes, recipe.param_gather_bytes, o.cost.bytes_per_param > 0, &sb);
-  else if (KernelLevel(src) && src.engine->fp8_weight_from_recipe)
-    sb.fp8_weight_copy = recipe.weight_bytes;  // the engine caches one copy as the recipe keeps it
-  else if (o.cost.fp8_weight_bytes >= 0)
-    sb.fp8_weight_copy = o.cost.fp8_weight_bytes;  // the engine's cached FP8 weight copies
+  else if (KernelLevel(src))
+    sb.fp8_weight_copy = src.engine->fp8_weight_from_recipe ? recipe.weight_bytes : src.engine->fp8_weight_bytes;
   return sb;
 }
 

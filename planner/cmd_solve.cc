@@ -193,6 +193,22 @@ Status ApplyMoeDispatcher(const SolveArgs& a, const CostSource& src, bool restri
   return Status::OK();
 }
 
+// The ZeRO stages searched narrowed to `stages` (an option the engine runs at those only): all of them when none was
+// forced, else the forced ones among them. False, leaving o->zero as it was for the caller's error, when none is.
+bool NarrowZero(const std::vector<int64_t>& stages, SearchOptions* o) {
+  if (o->zero.empty()) {
+    o->zero = stages;
+    return true;
+  }
+  std::vector<int64_t> both;
+  for (int64_t z : o->zero) {
+    if (std::find(stages.begin(), stages.end(), z) != stages.end()) both.push_back(z);
+  }
+  if (both.empty()) return false;
+  o->zero = both;
+  return true;
+}
+
 // --optimizer-state against the engine, whatever the cost level (the default engine's file too): a state it does
 // not keep is an input error; one it keeps at fewer ZeRO stages (Megatron-Core's precision-aware optimizer runs under
 // the distributed optimizer only) narrows the stages searched, the forced ones included (an empty intersection is
@@ -211,20 +227,11 @@ Status ApplyOptimizerState(const EngineSpec& e, SearchOptions* o) {
                     keeps.empty() ? "fp32" : fmt::format("{}", fmt::join(keeps, "|")),
                     EnginesThat([s](const EngineSpec& x) { return x.OptimizerStateZero(s) != nullptr; })));
   }
-  if (o->zero.empty()) {
-    o->zero = *stages;
-    return Status::OK();
-  }
-  std::vector<int64_t> both;
-  for (int64_t z : o->zero) {
-    if (std::find(stages->begin(), stages->end(), z) != stages->end()) both.push_back(z);
-  }
-  if (both.empty())
+  if (!NarrowZero(*stages, o))
     return Status::InvalidArgument(fmt::format(
         "--optimizer-state {} with --zero {}: engine {} keeps it at ZeRO-{} only; choose --zero {} or "
         "--optimizer-state fp32",
         OptimizerStateName(s), fmt::join(o->zero, ","), e.name, fmt::join(*stages, "/"), fmt::join(*stages, ",")));
-  o->zero = both;
   return Status::OK();
 }
 
@@ -248,20 +255,11 @@ Status ApplyFp8ParamGather(const EngineSpec& e, SearchOptions* o) {
         fmt::format("--fp8-param-gather: engine {} does not keep FP8 parameters ({}); drop the flag or use {}", e.name,
                     e.fp8_param_gather_reason.empty() ? "its file has no fp8_param_gather" : e.fp8_param_gather_reason,
                     EnginesThat([](const EngineSpec& x) { return !x.fp8_param_gather.empty(); })));
-  if (o->zero.empty()) {
-    o->zero = stages;
-    return Status::OK();
-  }
-  std::vector<int64_t> both;
-  for (int64_t z : o->zero) {
-    if (std::find(stages.begin(), stages.end(), z) != stages.end()) both.push_back(z);
-  }
-  if (both.empty())
+  if (!NarrowZero(stages, o))
     return Status::InvalidArgument(fmt::format(
         "--fp8-param-gather with --zero {}: engine {} keeps FP8 parameters at ZeRO-{} only (the distributed optimizer "
         "or FSDP hold the fp32 master); choose --zero {} or drop --fp8-param-gather",
         fmt::join(o->zero, ","), e.name, fmt::join(stages, "/"), fmt::join(stages, ",")));
-  o->zero = both;
   return Status::OK();
 }
 
@@ -364,7 +362,6 @@ Status ApplyEngine(const SolveArgs& a, const CostSource& src, SearchOptions* o) 
   o->cost.overlap_param_prefetch = o->cost.overlap_param_prefetch && e.param_prefetch_overlap;
   o->cost.overlap_param_gather = o->cost.overlap_param_gather && e.param_gather_overlap;
   o->cost.compute_slowdown = e.compute_slowdown;
-  o->cost.fp8_weight_bytes = e.fp8_weight_bytes;  // e.fp8_weight_from_recipe: MakeStateBytes reads the recipe's
   o->cost.tp_comm_overlap = a.tp_comm_overlap == "on";
   return Status::OK();
 }

@@ -57,6 +57,17 @@ Status ParseBands(const YamlReader& r, const YAML::Node& b, const std::string& k
   return Status::OK();
 }
 
+// The first of `stages` the file's `zero` does not run (empty `zero`: stages 0 to 3), as the error's words; "" when
+// it runs them all.
+std::string StageNotRun(const std::vector<int64_t>& stages, const std::vector<int64_t>& zero) {
+  for (int64_t z : stages) {
+    if (zero.empty() ? z > 3 : std::find(zero.begin(), zero.end(), z) == zero.end())
+      return fmt::format("ZeRO-{} is not one of the stages the file's zero runs ({})", z,
+                         zero.empty() ? std::string("0, 1, 2, 3") : fmt::format("{}", fmt::join(zero, ", ")));
+  }
+  return "";
+}
+
 // optimizer_states: {NAME: [ZeRO stages], ...} (absent: fp32 only, at the file's `zero`), and its reason.
 Status ParseOptimizerStates(const YamlReader& r, const YAML::Node& root, EngineSpec* e) {
   PLANNER_RETURN_IF_ERROR(
@@ -84,12 +95,8 @@ Status ParseOptimizerStates(const YamlReader& r, const YAML::Node& root, EngineS
   // Each state's stages are stages the engine runs; fp32's are all of them (the search runs `zero` for it).
   for (const auto& [state, stages] : e->optimizer_states) {
     const std::string field = std::string("optimizer_states.") + OptimizerStateName(state);
-    for (int64_t z : stages) {
-      if (!e->zero.empty() && std::find(e->zero.begin(), e->zero.end(), z) == e->zero.end())
-        return r.FieldError(
-            n[OptimizerStateName(state)], field,
-            fmt::format("ZeRO-{} is not one of the stages the file's zero runs ({})", z, fmt::join(e->zero, ", ")));
-    }
+    if (const std::string why = StageNotRun(stages, e->zero); !why.empty())
+      return r.FieldError(n[OptimizerStateName(state)], field, why);
     if (state == OptimizerState::kFp32 && !e->zero.empty() && stages != e->zero)
       return r.FieldError(n["fp32"], field, fmt::format("list the file's zero stages ({})", fmt::join(e->zero, ", ")));
   }
@@ -106,13 +113,8 @@ Status ParseFp8ParamGather(const YamlReader& r, const YAML::Node& root, EngineSp
   if (e->fp8_param_gather.empty())
     return r.FieldError(root["fp8_param_gather"], "fp8_param_gather",
                         "name the ZeRO stages it keeps FP8 parameters at (1 to 3), or drop the key");
-  for (int64_t z : e->fp8_param_gather) {
-    if (z > 3 || (!e->zero.empty() && std::find(e->zero.begin(), e->zero.end(), z) == e->zero.end()))
-      return r.FieldError(
-          root["fp8_param_gather"], "fp8_param_gather",
-          fmt::format("ZeRO-{} is not one of the stages the file's zero runs ({})", z,
-                      e->zero.empty() ? std::string("0, 1, 2, 3") : fmt::format("{}", fmt::join(e->zero, ", "))));
-  }
+  if (const std::string why = StageNotRun(e->fp8_param_gather, e->zero); !why.empty())
+    return r.FieldError(root["fp8_param_gather"], "fp8_param_gather", why);
   return Status::OK();
 }
 

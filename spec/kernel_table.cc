@@ -197,6 +197,11 @@ const GemmEfficiency* KernelTable::Gemm(DType dtype) const {
   return it == gemm.end() ? nullptr : &it->second;
 }
 
+Fp8Recipe KernelTable::Recipe(const std::string& recipe) const {
+  auto it = fp8_recipes.find(recipe);
+  return it == fp8_recipes.end() ? Fp8Recipe{} : it->second;
+}
+
 double KernelTable::GemmFraction(const GemmEfficiency& g, double m, double n, double k) const {
   if (!(m > 0 && n > 0 && k > 0)) return g.ceiling;
   double fill = 0;

@@ -59,6 +59,8 @@ struct KernelTable {
 
   // The precision's GEMM figures; nullptr when the table has none (fp16 and bf16 stand in for each other).
   const GemmEfficiency* Gemm(DType dtype) const;
+  // FP8 recipe `name`'s figures; per-tensor scaling's (Fp8Recipe{}) where the table lists none of that name.
+  Fp8Recipe Recipe(const std::string& name) const;
   // Fraction of peak one GEMM of M x K by K x N sustains: ceiling x K / (K + k_half) x the best
   // tile's wave fill, fill = tiles / (ceil(tiles / sms) sms), tiles = ceil(M / tm) ceil(N / tn).
   double GemmFraction(const GemmEfficiency& g, double m, double n, double k) const;

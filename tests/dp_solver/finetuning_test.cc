@@ -6,6 +6,7 @@
 
 #include "dp_solver/cost_model.h"
 #include "dp_solver/search.h"
+#include "tests/dp_solver/forced_layout.h"
 #include "spec/model_state.h"
 #include "tests/test_util.h"
 
@@ -27,20 +28,6 @@ ClusterSpec H100() {
   ClusterSpec c;
   REQUIRE_OK(LoadClusterSpec(testing::SourcePath("configs/clusters/dgx-h100.yaml"), &c));
   return c;
-}
-
-SearchOptions Forced(int64_t gpus, int64_t tp, int64_t pp, int64_t zero) {
-  SearchOptions o;
-  o.gpus = gpus;
-  o.top_k = 1;
-  o.tp = {tp};
-  o.pp = {pp};
-  o.cp = {1};
-  o.microbatch = {1};
-  o.schedules = {Schedule::k1F1B};
-  o.recompute = {Recompute::kNone};
-  o.zero = {zero};
-  return o;
 }
 
 Plan Solve(const ModelSpec& m, const ClusterSpec& c, const SearchOptions& o) {
@@ -78,7 +65,7 @@ TEST_CASE("LoRA against training every weight, one layout: forward equal, backwa
   const ClusterSpec c = H100();
   // The recipes' LoRA (rank 16 on linear_qkv alone: Megatron-Bridge's and NeMo's performance recipes).
   const ModelSpec full = Model(""), lora = Model(", lora: {rank: 16, targets: [qkv]}");
-  const SearchOptions o = Forced(8, 1, 1, 1);
+  const SearchOptions o = testing::ForcedLayout(8, 1, 1, 1);
   const Plan pf = Solve(full, c, o), pl = Solve(lora, c, o);
   const PlanStage &sf = pf.stages[0], &sl = pl.stages[0];
   // The adapter's GEMMs are small (rank 16 of a 1024-wide input), its scale and add pass over the QKV output five
@@ -113,9 +100,9 @@ TEST_CASE("LoRA fits where training every weight does not: 8 GPUs, ZeRO-0, a mod
   src.cluster = &c;
   src.model = &full;
   Plan plan;
-  const Status st = SolveAuto(src, Forced(8, 1, 1, 0), &plan);
+  const Status st = SolveAuto(src, testing::ForcedLayout(8, 1, 1, 0), &plan);
   CHECK(st.code() == StatusCode::kInfeasible);
-  const Plan pl = Solve(lora, c, Forced(8, 1, 1, 0));
+  const Plan pl = Solve(lora, c, testing::ForcedLayout(8, 1, 1, 0));
   CHECK(pl.predicted.peak_memory_bytes < c.UsableMemoryBytes());
 }
 
@@ -159,7 +146,7 @@ TEST_CASE("LoRA's adapters under TP: their own collectives and, with SP, their g
 TEST_CASE("packed samples: the attention core shrinks with the samples' length, the GEMMs do not") {
   const ClusterSpec c = H100();
   const ModelSpec whole = Model(""), packed = Model(", packed_length: 128");
-  const SearchOptions o = Forced(8, 1, 1, 1);
+  const SearchOptions o = testing::ForcedLayout(8, 1, 1, 1);
   const Plan pw = Solve(whole, c, o), pp = Solve(packed, c, o);
   CHECK(pp.stages[0].forward_s < pw.stages[0].forward_s);
   CHECK(pp.stages[0].backward_weight_s == doctest::Approx(pw.stages[0].backward_weight_s));  // no attention there

@@ -8,6 +8,7 @@
 #include "dp_solver/cost_model.h"
 #include "dp_solver/evaluate.h"
 #include "dp_solver/search.h"
+#include "tests/dp_solver/forced_layout.h"
 #include "spec/engine_spec.h"
 #include "spec/kernel_table.h"
 #include "spec/model_state.h"
@@ -43,27 +44,10 @@ struct Sources {
   StateBytes State(bool fp8_params, double bytes_per_param = 0) const {
     SearchOptions o;
     o.cost.fp8_params = fp8_params;
-    o.cost.fp8_weight_bytes = engine.fp8_weight_bytes;  // as solve sets it from the engine
     o.cost.bytes_per_param = bytes_per_param;
     return MakeStateBytes(Source(), o);
   }
 };
-
-// One layout on 8 GPUs at ZeRO-1 (tp x pp, the rest data parallel), the engine's copy as solve sets it.
-SearchOptions Forced(const Sources& src, int64_t tp, int64_t pp) {
-  SearchOptions o;
-  o.gpus = 8;
-  o.top_k = 1;
-  o.tp = {tp};
-  o.pp = {pp};
-  o.cp = {1};
-  o.microbatch = {1};
-  o.schedules = {Schedule::k1F1B};
-  o.recompute = {Recompute::kNone};
-  o.zero = {1};
-  o.cost.fp8_weight_bytes = src.engine.fp8_weight_bytes;
-  return o;
-}
 
 TEST_CASE("KeepFp8Params: the FP8 weight alone, no copy, gathers in FP8; a user's total keeps its bytes") {
   ModelSpec m;
@@ -139,7 +123,7 @@ TEST_CASE("the cached FP8 copy and FP8 parameters follow the kernel table's reci
 
 TEST_CASE("FP8 parameters on one forced layout: 2 B per parameter less on Hopper, gathers halved, compute equal") {
   const Sources h("h100", "megatron-core");
-  SearchOptions o = Forced(h, 1, 1);
+  SearchOptions o = testing::ForcedLayout(8, 1, 1, 1);
   o.cost.overlap_param_gather = false;  // the gather exposed, to compare it whole
   Plan a, b;
   REQUIRE_OK(SolveAuto(h.Source(), o, &a));
@@ -169,7 +153,7 @@ TEST_CASE("LoRA under FP8 parameters: the frozen base in FP8, the bf16 adapters 
       "vocab: 32000, lora: {rank: 16}}\n";
   REQUIRE_OK(ParseModelSpec("m.yaml", text, &h.model));
   REQUIRE(h.model.TrainableParams() < 0.05 * h.model.TotalParams());
-  SearchOptions o = Forced(h, 1, 1);
+  SearchOptions o = testing::ForcedLayout(8, 1, 1, 1);
   o.cost.overlap_param_gather = false;
   o.cost.overlap_grad_reduce = false;
   Plan a, b;
@@ -188,7 +172,7 @@ TEST_CASE("LoRA under FP8 parameters: the frozen base in FP8, the bf16 adapters 
 TEST_CASE(
     "FP8 parameters over one data-parallel rank run at ZeRO-0's cost (the distributed optimizer shards nothing)") {
   const Sources h("h100", "megatron-core");
-  SearchOptions o = Forced(h, 4, 2);
+  SearchOptions o = testing::ForcedLayout(8, 4, 2, 1);
   o.cost.fp8_params = true;
   Plan p;
   REQUIRE_OK(SolveAuto(h.Source(), o, &p));
