@@ -41,11 +41,13 @@ demo: build
 # PyPI, pinned in tests/exports/requirements.txt; reused while the pins are unchanged).
 exports-venv:
 	bash tests/exports/setup_venv.sh
+	bash tests/exports/setup_bridge_venv.sh; rc=$$?; [ $$rc = 0 ] || [ $$rc = 77 ]
 
 # A venv that cannot be installed does not stop the other tests: the export tests then fail, each
 # naming the reason (tests/exports/venv_python.sh).
 test: build
 	-bash tests/exports/setup_venv.sh
+	-bash tests/exports/setup_bridge_venv.sh
 	meson test -C $(BUILD) --print-errorlogs --no-suite bench
 
 # The unit tests, the bad-input corpus and the fuzz corpus replay again in a build with AddressSanitizer

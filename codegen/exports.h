@@ -103,6 +103,19 @@ struct MegatronCheck {
 std::string MegatronRuleViolation(const std::string& args, const MegatronCheck& c);
 void AddMegatronArgs(const Plan& plan, const ModelSpec& model, const LaunchPlan& L, Files* files,
                      std::vector<std::string>* notes);
+// What the megatron export decides, shared with the Megatron-Bridge export (megatron_bridge.cc), which translates
+// megatron.args: why Megatron cannot express or run the plan ("" when it can), the flags, and what the rules check.
+std::string MegatronInexpressible(const Plan& plan, const ModelSpec& model, const LaunchPlan& L);
+std::string MegatronRefusal(const Plan& plan, const ModelSpec& model, const LaunchPlan& L);
+std::string MegatronFlags(const Plan& plan, const ModelSpec& model, const LaunchPlan& L,
+                          std::vector<std::string>* notes);
+MegatronCheck MegatronCheckOf(const ModelSpec& model, const LaunchPlan& L);
+// How Megatron-Core runs a schedule it has no flag for ("" for the ones it has).
+std::string MegatronScheduleNote(const LaunchPlan& L);
+
+// megatron_bridge.cc
+void AddMegatronBridge(const Plan& plan, const ModelSpec& model, const LaunchPlan& L, Files* files,
+                       std::vector<std::string>* notes);
 
 // deepspeed.cc
 // What DeepSpeed is given: the topology, the batch settings, ZeRO, precision, the stage boundaries.

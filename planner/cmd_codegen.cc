@@ -1,4 +1,5 @@
 // planner codegen PLAN -o DIR: launch.yaml, run.sh, slurm.sbatch, megatron.args, deepspeed/, torch_pipelining.py
+#include <algorithm>
 #include <filesystem>
 #include <regex>
 
@@ -182,16 +183,14 @@ Runner RegisterCodegen(CLI::App& app, const std::string& self) {
       return Status::InvalidArgument(fmt::format("{} changed since {} was solved (digest {} vs {}); solve again",
                                                  model_path, a->plan, model.digest, plan.model_digest));
     }
-    // LoRA is costed, not exported: every target this writes (Megatron-LM's pretrain_gpt.py, torchtitan, DeepSpeed,
-    // torch pipelining, the planner's runtime) trains every weight, which would be another run than the plan's.
-    if (model.is_gpt && model.gpt.lora.rank > 0)
+    // LoRA: only Megatron-Bridge's export trains adapters; every other target (Megatron-LM's pretrain_gpt.py,
+    // torchtitan, DeepSpeed, torch pipelining, planner run) trains every weight, which would be another run.
+    if (model.is_gpt && model.gpt.lora.rank > 0 && o.exports != std::vector<std::string>{"megatron-bridge"})
       return Status::NotSupported(fmt::format(
-          "{}:{}: field 'gpt.lora': the plan is LoRA fine-tuning (rank {}), which no export here runs (Megatron-LM's "
-          "pretrain_gpt.py, torchtitan, DeepSpeed, torch pipelining and planner run train every weight); run its "
-          "layout (tp {}, pp {}, vp {}, microbatch {}, global batch {}) with NeMo or Megatron-Bridge's peft=lora, or "
-          "remove gpt.lora and solve again",
-          model_path, model.gpt.lora.line, model.gpt.lora.rank, plan.tp, plan.pp, plan.interleave, plan.microbatch_size,
-          plan.global_batch));
+          "{}:{}: field 'gpt.lora': the plan is LoRA fine-tuning (rank {}), which only the megatron-bridge export "
+          "runs (Megatron-LM's pretrain_gpt.py, torchtitan, DeepSpeed, torch pipelining and planner run train every "
+          "weight); write it with --export megatron-bridge, or remove gpt.lora and solve again",
+          model_path, model.gpt.lora.line, model.gpt.lora.rank));
     PLANNER_RETURN_IF_ERROR(ApplyPlanOverrides(a->plan, plan, &model, &model_text));
     // The stages against the model they index (the plan reader checked them against each other).
     std::vector<std::pair<int64_t, int64_t>> ranges;
@@ -225,9 +224,10 @@ Runner RegisterCodegen(CLI::App& app, const std::string& self) {
     files.emplace_back("model.yaml", model_text);
     PLANNER_RETURN_IF_ERROR(WriteOwnedFiles(a->output, files, o.exports, a->force, &notes));
     for (const auto& n : notes) LogNote(n);
-    LogNote(fmt::format(
-        "wrote {}/: {} ranks ({} per node), {} programs (checked deadlock-free), {} files; run it with: bash {}/run.sh",
-        a->output, L.ranks.size(), L.gpus_per_node, L.programs.size(), files.size(), a->output));
+    const bool run_sh = std::any_of(files.begin(), files.end(), [](const auto& f) { return f.first == "run.sh"; });
+    LogNote(fmt::format("wrote {}/: {} ranks ({} per node), {} programs (checked deadlock-free), {} files{}", a->output,
+                        L.ranks.size(), L.gpus_per_node, L.programs.size(), files.size(),
+                        run_sh ? fmt::format("; run it with: bash {}/run.sh", a->output) : std::string()));
     return Status::OK();
   };
 }

@@ -67,6 +67,12 @@ Status CheckLaunchDir(const RunArgs& a, const std::string& lpath, const std::str
   for (const auto& s : L.stages) ranges.emplace_back(s.first_layer, s.last_layer);
   Status cover = CheckLayerCover(lpath, ranges, static_cast<int64_t>(model.layers.size()), mpath);
   if (!cover.ok()) return Status::InvalidArgument(cover.message() + " (or run planner codegen again)");
+  // LoRA trains adapters beside frozen weights; the runtime trains every weight: another run than the plan's.
+  if (model.is_gpt && model.gpt.lora.rank > 0)
+    return Status::NotSupported(fmt::format(
+        "{}:{}: field 'gpt.lora': planner run trains every weight, not the plan's LoRA adapters (rank {}); run the "
+        "plan with megatron_bridge.py (planner codegen --export megatron-bridge), or remove gpt.lora and solve again",
+        mpath, model.gpt.lora.line, model.gpt.lora.rank));
   LaunchLayout layout;
   PLANNER_RETURN_IF_ERROR(LayoutOf(L, &layout));
   PLANNER_RETURN_IF_ERROR(CheckRunPrecision(L, model));

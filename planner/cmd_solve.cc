@@ -447,13 +447,14 @@ void FineTuningNotes(const ModelSpec& m, Plan* plan) {
     plan->notes.push_back(fmt::format(
         "LoRA rank {}: {:.4g}M of {:.4g}B parameters train ({:.3f}%); the base weights are frozen: no weight-gradient "
         "GEMMs, gradients or optimizer state for them, the adapters' GEMMs in bf16 (docs/cost_model.md \"LoRA\"); "
-        "codegen refuses the plan: no export here runs LoRA",
+        "the Megatron-Bridge export runs it (codegen --export megatron-bridge; no other export trains adapters)",
         g.lora.rank, trained / 1e6, all / 1e9, 100 * trained / all));
   }
   if (g.packed_length > 0 && g.packed_length < g.seq)
     plan->notes.push_back(fmt::format(
         "packed samples: attention within samples of {} tokens (length-weighted mean) in each {}-token sequence, "
-        "at the attention kernel's rate at that length (an assumption; docs/cost_model.md \"Packed samples\")",
+        "at the attention kernel's rate at that length (an assumption; docs/cost_model.md \"Packed samples\"); "
+        "micro-batch 1 unless --microbatch says otherwise (NeMo and Megatron-Bridge train packed data so)",
         g.packed_length, g.seq));
 }
 

@@ -490,6 +490,9 @@ Status BuildSearchOptions(const SolveArgs& a, const ModelSpec& model, const Prof
   o->ep = a.ep;
   o->etp = a.etp;
   o->microbatch = a.microbatch;
+  // Packed samples train one packed sequence per microbatch in the engines that pack (NeMo, Megatron-Bridge:
+  // ConfigContainer.validate refuses more): the search's default, --microbatch searches others.
+  if (o->microbatch.empty() && !a.model.empty() && model.is_gpt && model.gpt.packed_length > 0) o->microbatch = {1};
   o->interleave = a.interleave;
   for (int64_t v : a.vp) {
     if (std::find(o->interleave.begin(), o->interleave.end(), v) == o->interleave.end()) o->interleave.push_back(v);

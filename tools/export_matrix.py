@@ -47,12 +47,17 @@ FEATURES = [
      "--pp 2 --tp 1 --zero 0 --schedule 1f1b"),
     ("per-stage replication 2-1-1, PipeDream's asynchronous schedule", "configs/models/vgg16.yaml", "configs/clusters/dgx-a100.yaml", 4,
      "--schedule pipedream --replication 2-1-1"),
+    # LoRA: codegen writes the megatron-bridge export alone (every other target trains every weight: codegen's
+    # error, shown as their refusal).
+    ("LoRA rank 16 on packed samples (Llama 3 70B)", "configs/models/llama3-70b-lora.yaml",
+     "configs/clusters/dgx-h100.yaml", 8, "--precision fp8 --tp 2 --pp 4 --vp 20 --sp on"),
     ("parameter-server gradient sync (dp_comm ps)", "configs/models/tiny-gpt.yaml", "configs/clusters/byteps.yaml", 16,
      "--pp 1 --tp 1 --zero 0 --schedule 1f1b --dp-comm ps --ps-servers 4"),
 ]
 # target: (its main file, its refusal file, the prefix of its notes)
 TARGETS = [
-    ("Megatron-LM", "megatron.args", "megatron.args.refused", "megatron"),
+    ("Megatron-LM", "megatron.args", "megatron.args.refused", "megatron.args"),
+    ("Megatron-Bridge", "megatron_bridge.py", "megatron_bridge.py.refused", "megatron_bridge.py"),
     ("DeepSpeed", "deepspeed/ds_config.json", "deepspeed/refused.txt", "deepspeed"),
     ("torchtitan", "torchtitan.toml", "torchtitan.toml.refused", "torchtitan"),
     ("torch.distributed.pipelining", "torch_pipelining.py", "torch_pipelining.py.refused", "torch_pipelining"),
@@ -86,12 +91,18 @@ def matrix(planner, src):
                 open(plan, "w").write(edited)
             out = os.path.join(tmp, f"f{i}")
             r = run([planner, "codegen", plan, "-o", out], tmp)
+            lora = ""  # codegen's refusal of every target but megatron-bridge (a LoRA plan)
+            if r.returncode != 0 and "field 'gpt.lora': " in r.stderr:
+                lora = r.stderr.strip().split("field 'gpt.lora': ", 1)[1]
+                r = run([planner, "codegen", plan, "-o", out, "--export", "megatron-bridge"], tmp)
             if r.returncode != 0:
                 raise SystemExit(f"export_matrix: codegen for '{feature}' failed: {r.stderr.strip()}")
             lines = [l[len("planner: "):] for l in r.stderr.splitlines() if l.startswith("planner: ")]
             cells = []
             for _, main, refused, prefix in TARGETS:
-                if os.path.exists(os.path.join(out, refused)):
+                if lora and prefix != "megatron_bridge.py":
+                    cells.append(f"refused {ref(lora)}")
+                elif os.path.exists(os.path.join(out, refused)):
                     cells.append(f"refused {ref(open(os.path.join(out, refused)).read().strip())}")
                 elif os.path.exists(os.path.join(out, main)):
                     mine = [l for l in lines if l.startswith(prefix)]

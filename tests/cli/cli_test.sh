@@ -436,7 +436,7 @@ expect "codegen into a file" 2 "planner: error: afile: exists and is not a direc
 expect "codegen scripts are executable" 0 "wrote L/" -- $PLANNER codegen p.yaml -o L
 [ -x L/run.sh ] && pass=$((pass+1)) || { echo "FAIL L/run.sh is not executable"; fail=$((fail+1)); }
 # --export chooses the targets; an unknown or repeated one is exit 2 naming the choices.
-expect "codegen --export unknown" 2 "planner: error: --export: unknown target 'megatron-lm' (did you mean 'megatron'?); choose from mpirun, slurm, megatron, deepspeed, torchtitan, torch-pipelining (comma-separated) or all" -- $PLANNER codegen p.yaml -o LX --export megatron-lm
+expect "codegen --export unknown" 2 "planner: error: --export: unknown target 'megatron-lm' (did you mean 'megatron'?); choose from mpirun, slurm, megatron, megatron-bridge, deepspeed, torchtitan, torch-pipelining (comma-separated) or all" -- $PLANNER codegen p.yaml -o LX --export megatron-lm
 expect "codegen --export twice" 2 "planner: error: --export: 'slurm' listed twice; name each target once" -- $PLANNER codegen p.yaml -o LX --export slurm,slurm
 expect "codegen --export megatron" 0 "wrote LM/" -- $PLANNER codegen p.yaml -o LM --export megatron
 if [ "$(cd LM && find . -type f | sort | tr '\n' ' ')" = "./codegen.manifest ./launch.yaml ./megatron.args ./megatron.sh ./model.yaml " ]; then pass=$((pass+1)); else echo "FAIL --export megatron wrote: $(cd LM && find . -type f | sort | tr '\n' ' ')"; fail=$((fail+1)); fi
@@ -613,11 +613,20 @@ $PLANNER solve --gpus 8 --model $M/gpt3-175b.yaml --cluster $C/dgx-a100.yaml --t
 check "--threads 2: the same binding constraint" cmp th1.txt th2.txt
 expect "--threads 0" 2 "--threads: Value 0 not in range 1 to 256" -- $PLANNER solve --gpus 8 --model $M/gpt3-175b.yaml --cluster $C/dgx-a100.yaml --threads 0
 # LoRA on packed samples (configs/models/llama3-70b-lora.yaml, Megatron-Bridge's recipe layout): the notes say what is
-# frozen and assumed; the plan fits 8 H100 where training every weight of 70B does not; codegen refuses it.
+# frozen and assumed; the plan fits 8 H100 where training every weight of 70B does not; codegen writes it for
+# Megatron-Bridge alone (the other targets train every weight), planner run refuses it.
 expect "lora note" 0 "note: LoRA rank 16: 23.59M of 70.58B parameters train (0.033%)" -- $PLANNER solve --gpus 8 --model $M/llama3-70b-lora.yaml --cluster $C/dgx-h100.yaml --precision fp8 --tp 2 --pp 4 --vp 20 --sp on -o lora.plan.yaml
 check "lora packed note" grep -qF "note: packed samples: attention within samples of 206 tokens" out.txt
+check "lora packed: micro-batch 1 searched" grep -qF "microbatch 1 x 32" out.txt
 expect "lora full weights refused" 3 "no plan fits in memory" -- $PLANNER solve --gpus 8 --model $M/llama3-70b.yaml --cluster $C/dgx-h100.yaml --precision fp8 --seq 4096 --global-batch 32 --tp 2 --pp 4 --vp 20 --sp on
-expect "lora codegen refused" 2 "llama3-70b-lora.yaml:28: field 'gpt.lora': the plan is LoRA fine-tuning (rank 16)" -- $PLANNER codegen lora.plan.yaml -o lora-launch
+expect "lora codegen refused" 2 "llama3-70b-lora.yaml:28: field 'gpt.lora': the plan is LoRA fine-tuning (rank 16), which only the megatron-bridge export runs" -- $PLANNER codegen lora.plan.yaml -o lora-launch
 check "lora codegen wrote nothing" test ! -e lora-launch
+expect "lora codegen megatron-bridge" 0 "wrote lora-launch/: 8 ranks (8 per node), 4 programs (checked deadlock-free), 3 files" -- $PLANNER codegen lora.plan.yaml -o lora-launch --export megatron-bridge
+check "lora megatron_bridge.py: LoRA on qkv at rank 16" grep -qx 'LORA = dict(target_modules=\["linear_qkv"\], dim=16)' lora-launch/megatron_bridge.py
+check "lora megatron_bridge.py: fine-tuning on packed data" grep -q "^PACKED = True " lora-launch/megatron_bridge.py
+check "lora: only megatron_bridge.py beside launch.yaml" test ! -e lora-launch/megatron.args -a ! -e lora-launch/run.sh
+expect "lora planner run refused" 2 "field 'gpt.lora': planner run trains every weight, not the plan's LoRA adapters (rank 16)" -- $PLANNER run lora-launch
+$PLANNER -q solve --gpus 8 --model $M/llama3-70b-lora.yaml --cluster $C/dgx-h100.yaml --precision fp8 --tp 2 --pp 4 --vp 20 --sp on --microbatch 2 -o lora2.plan.yaml > /dev/null 2>&1
+expect "lora packed microbatch 2 refused by the bridge export" 0 "megatron_bridge.py: not written: packed sequences with micro-batch 2" -- $PLANNER codegen lora2.plan.yaml -o lora2-launch --export megatron-bridge
 echo "cli: $pass passed, $fail failed"
 [ "$fail" = 0 ]

@@ -41,6 +41,15 @@ PY
       pass=$((pass+1)); else echo "FAIL $name: torch_pipelining.py after its constants is not the template's text"; fail=$((fail+1)); fi
     sed -i "/$steps/q" "$f"
   fi
+  # megatron_bridge.py likewise: the golden keeps the plan's dicts (through the LORA line), the rest is the template's.
+  f=$T/$name/megatron_bridge.py
+  BT=$SRC/codegen/templates/megatron_bridge.py
+  if [ -f "$f" ]; then
+    lora='^LORA = '
+    if diff <(sed -n "/$lora/,\$p" "$f" | sed 1d) <(sed -n "/$lora/,/^# ---- planner template ends ----\$/p" "$BT" | sed '1d;$d') >/dev/null; then
+      pass=$((pass+1)); else echo "FAIL $name: megatron_bridge.py after its dicts is not the template's text"; fail=$((fail+1)); fi
+    sed -i "/$lora/q" "$f"
+  fi
   if [ "${UPDATE_GOLDEN:-0}" = 1 ]; then rm -rf "$G/$name"; mkdir -p "$G"; cp -r "$T/$name" "$G/$name"; fi
   if diff -r "$G/$name" "$T/$name" > "$T/$name.diff"; then pass=$((pass+1)); else echo "FAIL $name: differs from golden"; head -20 "$T/$name.diff"; fail=$((fail+1)); fi
 done

@@ -1,0 +1,321 @@
+// megatron_bridge.py: the plan as a Megatron-Bridge recipe (a ConfigContainer built in Python and handed to
+// Bridge's pretrain or finetune), or megatron_bridge.py.refused with the reason. docs/exports.md, "Megatron-Bridge".
+//
+// The recipe is megatron.args translated: the same flags, built and checked against Megatron-LM's rules by the
+// megatron export (megatron.cc), each mapped to the Bridge field that carries it (kFields); a flag without a field
+// here refuses the export rather than dropping it. What Bridge adds over Megatron-LM's pretrain_gpt.py: LoRA
+// (peft=LoRA), offline packed sequences for fine-tuning, and its own checks (ConfigContainer.validate).
+#include <algorithm>
+#include <map>
+#include <string>
+#include <vector>
+
+#include <fmt/format.h>
+#include <fmt/ranges.h>
+
+#include "codegen/embedded_templates.h"
+#include "codegen/exports.h"
+#include "spec/layer_catalog.h"
+
+namespace planner {
+namespace codegen_internal {
+
+namespace {
+
+// The sections of the recipe a flag's field belongs to (the Python dicts of megatron_bridge.py).
+enum class Section { kModel, kTrain, kDdp, kOptimizer, kMixed, kCheckpoint, kCommOverlap };
+
+// How a flag's value is written: an int or a float as it stands, a quoted string, True (a switch), a Python list of
+// the flag's space-separated words (quoted), the flag's value as a Python expression (--moe-layer-freq's list form),
+// a torch dtype (bf16 / fp32), or a (W, 0) window.
+enum class Value { kNumber, kString, kTrue, kFalse, kStringList, kExpression, kDtype, kWindow };
+
+struct Field {
+  const char* flag;
+  Section section;
+  const char* field;
+  Value value;
+};
+
+// Megatron-LM flags (megatron.args) and the Bridge fields that carry them (megatron-bridge 0.6: GPTModelProvider, a
+// TransformerConfig; TrainingConfig; DistributedDataParallelConfig; OptimizerConfig; MixedPrecisionConfig;
+// CheckpointConfig; CommOverlapConfig). Flags handled by hand (TranslateFlags) are not listed.
+const std::vector<Field>& Fields() {
+  static const std::vector<Field> kFields = {
+      {"--tensor-model-parallel-size", Section::kModel, "tensor_model_parallel_size", Value::kNumber},
+      {"--pipeline-model-parallel-size", Section::kModel, "pipeline_model_parallel_size", Value::kNumber},
+      {"--context-parallel-size", Section::kModel, "context_parallel_size", Value::kNumber},
+      {"--cp-comm-type", Section::kModel, "cp_comm_type", Value::kString},
+      {"--sequence-parallel", Section::kModel, "sequence_parallel", Value::kTrue},
+      {"--num-layers", Section::kModel, "num_layers", Value::kNumber},
+      {"--hidden-size", Section::kModel, "hidden_size", Value::kNumber},
+      {"--num-attention-heads", Section::kModel, "num_attention_heads", Value::kNumber},
+      {"--seq-length", Section::kModel, "seq_length", Value::kNumber},
+      {"--num-query-groups", Section::kModel, "num_query_groups", Value::kNumber},
+      {"--kv-channels", Section::kModel, "kv_channels", Value::kNumber},
+      {"--ffn-hidden-size", Section::kModel, "ffn_hidden_size", Value::kNumber},
+      {"--normalization", Section::kModel, "normalization", Value::kString},
+      {"--position-embedding-type", Section::kModel, "position_embedding_type", Value::kString},
+      {"--rotary-base", Section::kModel, "rotary_base", Value::kNumber},
+      {"--disable-bias-linear", Section::kModel, "add_bias_linear", Value::kFalse},
+      {"--untie-embeddings-and-output-weights", Section::kModel, "share_embeddings_and_output_weights", Value::kFalse},
+      {"--window-size", Section::kModel, "window_size", Value::kWindow},
+      {"--window-attn-skip-freq", Section::kModel, "window_attn_skip_freq", Value::kNumber},
+      {"--num-experts", Section::kModel, "num_moe_experts", Value::kNumber},
+      {"--moe-router-topk", Section::kModel, "moe_router_topk", Value::kNumber},
+      {"--moe-ffn-hidden-size", Section::kModel, "moe_ffn_hidden_size", Value::kNumber},
+      {"--moe-shared-expert-intermediate-size", Section::kModel, "moe_shared_expert_intermediate_size", Value::kNumber},
+      {"--moe-layer-freq", Section::kModel, "moe_layer_freq", Value::kExpression},
+      {"--expert-model-parallel-size", Section::kModel, "expert_model_parallel_size", Value::kNumber},
+      {"--expert-tensor-parallel-size", Section::kModel, "expert_tensor_parallel_size", Value::kNumber},
+      {"--moe-token-dispatcher-type", Section::kModel, "moe_token_dispatcher_type", Value::kString},
+      {"--moe-flex-dispatcher-backend", Section::kModel, "moe_flex_dispatcher_backend", Value::kString},
+      {"--moe-grouped-gemm", Section::kModel, "moe_grouped_gemm", Value::kTrue},
+      {"--moe-router-score-function", Section::kModel, "moe_router_score_function", Value::kString},
+      {"--moe-router-load-balancing-type", Section::kModel, "moe_router_load_balancing_type", Value::kString},
+      {"--moe-aux-loss-coeff", Section::kModel, "moe_aux_loss_coeff", Value::kNumber},
+      {"--moe-router-enable-expert-bias", Section::kModel, "moe_router_enable_expert_bias", Value::kTrue},
+      {"--moe-router-num-groups", Section::kModel, "moe_router_num_groups", Value::kNumber},
+      {"--moe-router-group-topk", Section::kModel, "moe_router_group_topk", Value::kNumber},
+      {"--moe-expert-capacity-factor", Section::kModel, "moe_expert_capacity_factor", Value::kNumber},
+      {"--moe-pad-expert-input-to-capacity", Section::kModel, "moe_pad_expert_input_to_capacity", Value::kTrue},
+      {"--overlap-moe-expert-parallel-comm", Section::kModel, "overlap_moe_expert_parallel_comm", Value::kTrue},
+      {"--delay-wgrad-compute", Section::kModel, "delay_wgrad_compute", Value::kTrue},
+      {"--mtp-num-layers", Section::kModel, "mtp_num_layers", Value::kNumber},
+      {"--pipeline-model-parallel-layout", Section::kModel, "pipeline_model_parallel_layout", Value::kString},
+      {"--microbatch-group-size-per-virtual-pipeline-stage", Section::kModel, "microbatch_group_size_per_vp_stage",
+       Value::kNumber},
+      {"--recompute-granularity", Section::kModel, "recompute_granularity", Value::kString},
+      {"--recompute-method", Section::kModel, "recompute_method", Value::kString},
+      {"--recompute-num-layers", Section::kModel, "recompute_num_layers", Value::kNumber},
+      {"--recompute-modules", Section::kModel, "recompute_modules", Value::kStringList},
+      {"--micro-batch-size", Section::kTrain, "micro_batch_size", Value::kNumber},
+      {"--global-batch-size", Section::kTrain, "global_batch_size", Value::kNumber},
+      {"--use-distributed-optimizer", Section::kDdp, "use_distributed_optimizer", Value::kTrue},
+      {"--num-distributed-optimizer-instances", Section::kDdp, "num_distributed_optimizer_instances", Value::kNumber},
+      {"--data-parallel-sharding-strategy", Section::kDdp, "data_parallel_sharding_strategy", Value::kString},
+      {"--overlap-grad-reduce", Section::kDdp, "overlap_grad_reduce", Value::kTrue},
+      {"--overlap-param-gather", Section::kDdp, "overlap_param_gather", Value::kTrue},
+      {"--use-precision-aware-optimizer", Section::kOptimizer, "use_precision_aware_optimizer", Value::kTrue},
+      {"--exp-avg-dtype", Section::kOptimizer, "exp_avg_dtype", Value::kDtype},
+      {"--exp-avg-sq-dtype", Section::kOptimizer, "exp_avg_sq_dtype", Value::kDtype},
+      {"--fp8-recipe", Section::kMixed, "fp8_recipe", Value::kString},
+      {"--fp8-param-gather", Section::kMixed, "fp8_param_gather", Value::kTrue},
+      {"--reuse-grad-buf-for-mxfp8-param-ag", Section::kMixed, "reuse_grad_buf_for_mxfp8_param_ag", Value::kTrue},
+      {"--ckpt-format", Section::kCheckpoint, "ckpt_format", Value::kString},
+      {"--tp-comm-overlap", Section::kCommOverlap, "tp_comm_overlap", Value::kTrue},
+  };
+  return kFields;
+}
+
+// One megatron.args line's value as Python.
+std::string PythonValue(Value kind, const std::string& v) {
+  switch (kind) {
+    case Value::kNumber:
+    case Value::kExpression: return v;
+    case Value::kString: return fmt::format("\"{}\"", v);
+    case Value::kTrue: return "True";
+    case Value::kFalse: return "False";
+    case Value::kDtype: return v == "bf16" ? "torch.bfloat16" : v == "fp16" ? "torch.float16" : "torch.float32";
+    case Value::kWindow: return fmt::format("({})", v);
+    case Value::kStringList: {
+      std::vector<std::string> words;
+      size_t at = 0;
+      while (at < v.size()) {
+        size_t end = v.find(' ', at);
+        if (end == std::string::npos) end = v.size();
+        if (end > at) words.push_back(fmt::format("\"{}\"", v.substr(at, end - at)));
+        at = end + 1;
+      }
+      return fmt::format("[{}]", fmt::join(words, ", "));
+    }
+  }
+  return v;
+}
+
+// The recipe's sections as (field, Python value) lists, in megatron.args order.
+using Entries = std::vector<std::pair<std::string, std::string>>;
+struct Recipe {
+  std::map<Section, Entries> sections;
+  bool fp8 = false, bf16 = false, fp16 = false, grad_fp32 = true;
+  std::string fp8_format;
+};
+
+// megatron.args into the recipe's sections; "" or the first flag Bridge has no field for here.
+std::string TranslateFlags(const std::string& args, const Plan& plan, const ModelSpec& model, const LaunchPlan& L,
+                           Recipe* r) {
+  size_t at = 0;
+  while (at < args.size()) {
+    size_t end = args.find('\n', at);
+    if (end == std::string::npos) end = args.size();
+    const std::string line = args.substr(at, end - at);
+    at = end + 1;
+    if (line.empty()) continue;
+    const size_t sp = line.find(' ');
+    const std::string flag = line.substr(0, sp), value = sp == std::string::npos ? "" : line.substr(sp + 1);
+    Entries& m = r->sections[Section::kModel];
+    if (flag == "--swiglu") {
+      m.emplace_back("gated_linear_unit", "True");
+      m.emplace_back("activation_func", "\"silu\"");  // the template's ACTIVATIONS
+    } else if (flag == "--squared-relu") {
+      m.emplace_back("activation_func", "\"squared_relu\"");
+    } else if (flag == "--attention-backend") {
+      m.emplace_back("attention_backend", fmt::format("\"{}\"", value));  // AttnBackend[name]
+    } else if (flag == "--num-layers-per-virtual-pipeline-stage") {
+      m.emplace_back("virtual_pipeline_model_parallel_size", std::to_string(L.interleave));
+    } else if (flag == "--use-megatron-fsdp") {
+      // Bridge turns the distributed optimizer on under Megatron-FSDP itself (with a message): written as it runs.
+      r->sections[Section::kDdp].emplace_back("use_megatron_fsdp", "True");
+      r->sections[Section::kDdp].emplace_back("use_distributed_optimizer", "True");
+    } else if (flag == "--bf16") {
+      r->bf16 = true;
+    } else if (flag == "--fp16") {
+      r->fp16 = true;
+    } else if (flag == "--fp8-format") {
+      r->fp8 = true;
+      r->fp8_format = value;
+    } else if (flag == "--grad-reduce-in-bf16") {
+      r->grad_fp32 = false;
+    } else if (flag == "--accumulate-allreduce-grads-in-fp32") {
+      r->grad_fp32 = true;
+    } else if (flag == "--max-position-embeddings" || flag == "--group-query-attention") {
+      // the provider has no position-table length (rope, or the sequence length) and reads GQA from the groups
+    } else {
+      const auto& fields = Fields();
+      const auto it = std::find_if(fields.begin(), fields.end(), [&](const Field& f) { return flag == f.flag; });
+      if (it == fields.end())
+        return fmt::format("megatron.args's {} has no Megatron-Bridge field in this export (docs/exports.md)", flag);
+      r->sections[it->section].emplace_back(it->field, PythonValue(it->value, value));
+    }
+  }
+  if (model.dtype == DType::kFp16) r->grad_fp32 = EffectiveGradDType(model.dtype, plan.grad_dtype) == DType::kFp32;
+  // Megatron-LM interleaves from --num-layers-per-virtual-pipeline-stage or the layout; Bridge's provider wants the
+  // chunk count as well when a layout is given (it checks the two agree).
+  const bool has_vp = std::any_of(r->sections[Section::kModel].begin(), r->sections[Section::kModel].end(),
+                                  [](const auto& e) { return e.first == "virtual_pipeline_model_parallel_size"; });
+  if (L.interleave > 1 && !has_vp)
+    r->sections[Section::kModel].emplace_back("virtual_pipeline_model_parallel_size", std::to_string(L.interleave));
+  return "";
+}
+
+// Why Bridge cannot run what megatron.args can ("" when it can).
+std::string BridgeRefusal(const ModelSpec& model, const LaunchPlan& L) {
+  if (MlaLayer(model) != nullptr)
+    return "multi-head latent attention: Megatron-Bridge builds MLA models with its own providers (DeepSeek's), "
+           "not the GPTModelProvider this export writes; use the megatron export (megatron.args)";
+  if (model.gpt.packed_length > 0 && L.microbatch_size > 1)
+    return fmt::format(
+        "packed sequences with micro-batch {}: Megatron-Bridge trains offline-packed data at micro-batch 1 only "
+        "(ConfigContainer.validate: \"Micro batch size should be 1 when training with packed sequence\"); solve with "
+        "--microbatch 1 (each sequence of {} tokens already holds several samples)",
+        L.microbatch_size, model.gpt.seq);
+  return "";
+}
+
+// A dict's keyword lines (the template's whole-line placeholder: each line indented as it is).
+std::string DictLines(const Entries& e) {
+  std::string s;
+  for (const auto& [k, v] : e) s += fmt::format("    {}={},\n", k, v);
+  return s;
+}
+
+// The LoRA targets as Megatron-Core's module names (linear_qkv, ...), in the model file's order.
+std::string LoraTargets(const LoraConfig& lora) {
+  std::vector<std::string> t;
+  const std::pair<GemmRole, const char*> names[] = {{GemmRole::kQkv, "linear_qkv"},
+                                                    {GemmRole::kProj, "linear_proj"},
+                                                    {GemmRole::kFc1, "linear_fc1"},
+                                                    {GemmRole::kFc2, "linear_fc2"}};
+  for (const auto& [role, name] : names)
+    if ((lora.targets & LoraTargetBit(role)) != 0) t.push_back(fmt::format("\"{}\"", name));
+  return fmt::format("[{}]", fmt::join(t, ", "));
+}
+
+std::string MixedEntries(const Recipe& r) {
+  Entries e;
+  const char* dtype = r.fp16 ? "torch.float16" : r.bf16 || r.fp8 ? "torch.bfloat16" : "torch.float32";
+  if (r.fp16) e.emplace_back("fp16", "True");
+  else if (r.bf16 || r.fp8) e.emplace_back("bf16", "True");
+  else e.emplace_back("fp32", "True");
+  e.emplace_back("params_dtype", dtype);
+  e.emplace_back("pipeline_dtype", dtype);
+  e.emplace_back("grad_reduce_in_fp32", r.grad_fp32 ? "True" : "False");
+  if (r.fp8) {
+    // Bridge's presets: hybrid (E4M3 forward, E5M2 gradients), e4m3 for MXFP8; delayed scaling is TE's default
+    // recipe when megatron.args names none.
+    const auto& mixed = r.sections.count(Section::kMixed) ? r.sections.at(Section::kMixed) : Entries{};
+    const auto recipe = std::find_if(mixed.begin(), mixed.end(), [](const auto& x) { return x.first == "fp8_recipe"; });
+    const bool mx = recipe != mixed.end() && recipe->second == "\"mxfp8\"";
+    e.emplace_back("fp8", mx ? "\"e4m3\"" : fmt::format("\"{}\"", r.fp8_format));
+    if (recipe == mixed.end()) e.emplace_back("fp8_recipe", "\"delayed\"");
+  }
+  if (r.sections.count(Section::kMixed))
+    e.insert(e.end(), r.sections.at(Section::kMixed).begin(), r.sections.at(Section::kMixed).end());
+  return DictLines(e);
+}
+
+std::string BridgeScript(const ModelSpec& model, const LaunchPlan& L, Recipe& r) {
+  const GptConfig& g = model.gpt;
+  Entries& m = r.sections[Section::kModel];
+  // The model file's dropout (megatron.args leaves Megatron's 0.1; the cost model does not depend on it).
+  std::string dropout = fmt::format("{}", g.dropout);
+  if (dropout.find_first_of(".e") == std::string::npos) dropout += ".0";  // a Python float
+  m.emplace_back("hidden_dropout", dropout);
+  m.emplace_back("attention_dropout", dropout);
+  const bool finetune = g.lora.rank > 0 || g.packed_length > 0;
+  std::string lora = "None";
+  if (g.lora.rank > 0)  // alpha: Bridge's default (32), which the cost does not depend on
+    lora = fmt::format("dict(target_modules={}, dim={})", LoraTargets(g.lora), g.lora.rank);
+  auto lines = [&](Section s) { return r.sections.count(s) ? DictLines(r.sections.at(s)) : std::string(); };
+  return FillTemplate(codegen_templates::kMegatronBridge, {{"name", model.name},
+                                                           {"world", std::to_string(L.ranks.size())},
+                                                           {"tp", std::to_string(L.tp)},
+                                                           {"pp", std::to_string(L.pp)},
+                                                           {"cp", std::to_string(L.cp)},
+                                                           {"dp", std::to_string(L.dp)},
+                                                           {"vocab", std::to_string(g.vocab)},
+                                                           {"finetune", finetune ? "True" : "False"},
+                                                           {"packed", g.packed_length > 0 ? "True" : "False"},
+                                                           {"model", lines(Section::kModel)},
+                                                           {"train", lines(Section::kTrain)},
+                                                           {"ddp", lines(Section::kDdp)},
+                                                           {"optimizer", lines(Section::kOptimizer)},
+                                                           {"mixed", MixedEntries(r)},
+                                                           {"checkpoint", lines(Section::kCheckpoint)},
+                                                           {"comm_overlap", lines(Section::kCommOverlap)},
+                                                           {"lora", lora}});
+}
+
+}  // namespace
+
+void AddMegatronBridge(const Plan& plan, const ModelSpec& model, const LaunchPlan& L, Files* files, Notes* notes) {
+  std::string refused = MegatronInexpressible(plan, model, L);
+  if (refused.empty()) refused = MegatronRefusal(plan, model, L);
+  if (refused.empty()) refused = BridgeRefusal(model, L);
+  std::vector<std::string> flag_notes;
+  std::string mg;
+  Recipe r;
+  if (refused.empty()) {
+    mg = MegatronFlags(plan, model, L, &flag_notes);
+    refused = MegatronRuleViolation(mg, MegatronCheckOf(model, L));
+  }
+  if (refused.empty()) refused = TranslateFlags(mg, plan, model, L, &r);
+  if (!refused.empty()) {
+    notes->push_back("megatron_bridge.py: not written: " + refused);
+    files->emplace_back("megatron_bridge.py.refused", refused + "\n");
+    return;
+  }
+  for (const std::string& n : flag_notes)  // the flags are megatron.args's: so are their notes
+    notes->push_back(n.rfind("megatron.args: ", 0) == 0 ? "megatron_bridge.py: " + n.substr(15) : n);
+  // Bridge trains with Megatron-Core's schedules and its NCCL data parallelism: what megatron.args notes, it notes.
+  if (const std::string n = MegatronScheduleNote(L); !n.empty()) notes->push_back("megatron_bridge.py: " + n);
+  if (DpCommUsesServers(L.dp_comm))
+    notes->push_back(fmt::format(
+        "megatron_bridge.py: dp_comm {} has no Megatron-Bridge equivalent: it all-reduces the gradients over NCCL in "
+        "its data-parallel groups, without the plan's {} summation server(s)",
+        DpCommName(L.dp_comm), L.servers.size()));
+  files->emplace_back("megatron_bridge.py", BridgeScript(model, L, r));
+}
+
+}  // namespace codegen_internal
+}  // namespace planner
