@@ -16,7 +16,7 @@ import tempfile
 import traceback
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-import bridge_stubs  # noqa: E402,F401  (before any megatron import)
+import bridge_stubs  # noqa: E402  (before any megatron import)
 from megatron.bridge.models import GPTModelProvider  # noqa: E402
 from megatron.bridge.peft.lora import LoRA  # noqa: E402
 from megatron.bridge.training.comm_overlap import CommOverlapConfig  # noqa: E402
@@ -30,6 +30,7 @@ from megatron.bridge.training.config import (  # noqa: E402
 from megatron.bridge.training.mixed_precision import MixedPrecisionConfig  # noqa: E402
 
 # Megatron-Core must run as without Transformer Engine: the stubs only serve Bridge's unguarded imports.
+assert "transformer_engine" not in bridge_stubs.STUBBED
 for name in [n for n in sys.modules if n == "transformer_engine" or n.startswith("transformer_engine.")]:
     del sys.modules[name]
 
