@@ -15,7 +15,6 @@ torchtitan's float8 and MXFP8 converters ask the GPU's compute capability when t
 a GPU the checker answers sm_100 (B200: both run there) and says so.
 """
 import os
-import re
 import sys
 import tomllib
 
