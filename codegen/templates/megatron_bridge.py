@@ -121,6 +121,7 @@ def config(train_iters=10, pretrained_checkpoint=None, tokenizer=None, lr=1.0e-4
         lr_warmup_iters=max(1, min(50, train_iters // 10)), lr_decay_iters=train_iters, max_lr=lr, min_lr=0.0
     )
     optimizer.use_distributed_optimizer = DDP.get("use_distributed_optimizer", False)
+    optimizer.overlap_param_gather = DDP.get("overlap_param_gather", False)  # Bridge keeps the two in sync
     for key, value in OPTIMIZER.items():
         setattr(optimizer, key, value)
     ddp = DistributedDataParallelConfig(check_for_nan_in_grad=True, **DDP)

@@ -75,6 +75,19 @@ def check(d):
     for key, value in got.items():
         if key in L and int(L[key]) != int(value):
             return f"Bridge runs {key} {value}, the plan {L[key]}"
+    # What the file sets is what Bridge runs: no field changed by its finalization (mixed precision, the
+    # communication-overlap setup, FSDP's defaults), the mapped ones (activation, attention backend) by name.
+    finals = [("MODEL", cfg.model), ("TRAIN", cfg.train), ("DDP", cfg.ddp), ("OPTIMIZER", cfg.optimizer),
+              ("MIXED_PRECISION", cfg.mixed_precision), ("CHECKPOINT", cfg.checkpoint)]
+    for name, obj in finals:
+        for key, want in getattr(mod, name).items():
+            have = getattr(obj, key)
+            if key in ("activation_func", "attention_backend"):
+                have = getattr(have, "__name__", getattr(have, "name", have))
+            if key == "pipeline_model_parallel_layout":  # parsed into Megatron-Core's layout object
+                have = str(have)
+            if have != want:
+                return f"Bridge runs {name} {key}={have!r}, the file sets {want!r}"
     if mod.FINETUNE and cfg.peft is None and mod.LORA is not None:
         return "the plan's LoRA is not in the config"
     return ""

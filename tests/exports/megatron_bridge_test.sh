@@ -54,6 +54,7 @@ neg "$T/golden-llama3-8b-64" world 's/^    tensor_model_parallel_size=4,$/    te
 neg "$T/golden-llama3-8b-64" batch 's/^    global_batch_size=512,$/    global_batch_size=1024,/' "Bridge runs global_batch 1024, the plan 512"
 neg "$T/golden-llama3-8b-64" layout 's/^    virtual_pipeline_model_parallel_size=2,$/    virtual_pipeline_model_parallel_size=4,/' "virtual"
 neg "$T/demo-lora" packed-microbatch 's/^    micro_batch_size=1,$/    micro_batch_size=2,/' "Micro batch size should be 1 when training with packed sequence"
+neg "$T/demo-fsdp" fsdp-no-distopt 's/^    use_distributed_optimizer=True,$/    use_distributed_optimizer=False,/' "Bridge runs DDP use_distributed_optimizer=True, the file sets False"
 neg "$T/demo-cp" cp-seq 's/^    seq_length=8192,$/    seq_length=8190,/' "Sequence length must be divisible by 2 * context parallel size"
 dirs=$(for d in "$T"/golden-* "$T"/demo-* "$T"/neg-*; do [ -f "$d/megatron_bridge.py" ] && echo "$d"; done)
 "$PY" "$SRC/tests/exports/check_megatron_bridge.py" $dirs > "$T/out" 2>"$T/err"
