@@ -318,9 +318,10 @@ TEST_CASE("the expert block waits for the host: launches x host seconds past the
                         .epsilon(1e-9));
     // Backward: no host sync, the whole backward of the layer covers its 4 launches per expert.
     const double wait_b = host.rows[row].backward_input_s - base.rows[row].backward_input_s;
-    CHECK(wait_b == doctest::Approx(local * 4e-3 - base.rows[row].backward_input_s - base.rows[row].backward_weight_s));
+    CHECK(wait_b ==
+          doctest::Approx(local * 4e-3 - base.rows[row].backward_input_s - base.rows[row].backward_weight_s).scale(0));
     CHECK(host.rows[row].backward_weight_s == base.rows[row].backward_weight_s);
-    CHECK(host.rows[row].moe_host_wait_s == doctest::Approx(wait_f + wait_b));
+    CHECK(host.rows[row].moe_host_wait_s == doctest::Approx(wait_f + wait_b).scale(0));
     CHECK(host.rows[0].forward_s == base.rows[0].forward_s);  // the embedding has no experts
     // Fewer experts per GPU (more EP): less to launch, less waiting.
     CHECK(wait_f + wait_b < last_wait);
@@ -329,20 +330,20 @@ TEST_CASE("the expert block waits for the host: launches x host seconds past the
     // the backward's launches (the backward waits as without recompute).
     const CostTable full_base = table(none, ep, Recompute::kFull), full = table(slow, ep, Recompute::kFull);
     const double full_wait_f = full.rows[row].forward_s - full_base.rows[row].forward_s;
-    CHECK(full_wait_f == doctest::Approx(wait_f));
+    CHECK(full_wait_f == doctest::Approx(wait_f).scale(0));
     CHECK(full.rows[row].backward_input_s - full_base.rows[row].backward_input_s ==
-          doctest::Approx(wait_f + wait_b).epsilon(1e-9));
-    CHECK(full.rows[row].moe_host_wait_s == doctest::Approx(2 * wait_f + wait_b));
+          doctest::Approx(wait_f + wait_b).scale(0).epsilon(1e-9));
+    CHECK(full.rows[row].moe_host_wait_s == doctest::Approx(2 * wait_f + wait_b).scale(0));
     // Selective recompute of the moe module re-runs the dispatcher: its forward wait again; without it, none.
     const uint32_t moe_module = kDefaultRecomputeModules | RecomputeBit(RecomputeModule::kMoe);
     const CostTable sel_base = table(none, ep, Recompute::kSelective, moe_module),
                     sel = table(slow, ep, Recompute::kSelective, moe_module);
-    CHECK(sel.rows[row].forward_s - sel_base.rows[row].forward_s == doctest::Approx(wait_f));
+    CHECK(sel.rows[row].forward_s - sel_base.rows[row].forward_s == doctest::Approx(wait_f).scale(0));
     const double sel_b = sel.rows[row].backward_input_s - sel_base.rows[row].backward_input_s;
-    CHECK(sel.rows[row].moe_host_wait_s == doctest::Approx(wait_f + sel_b));
+    CHECK(sel.rows[row].moe_host_wait_s == doctest::Approx(wait_f + sel_b).scale(0));
     const CostTable attn_base = table(none, ep, Recompute::kSelective), attn = table(slow, ep, Recompute::kSelective);
     const double attn_b = attn.rows[row].backward_input_s - attn_base.rows[row].backward_input_s;
-    CHECK(attn.rows[row].moe_host_wait_s == doctest::Approx(wait_f + attn_b));
+    CHECK(attn.rows[row].moe_host_wait_s == doctest::Approx(wait_f + attn_b).scale(0));
     // The moe module's re-run adds a forward's wait (milliseconds here) against microseconds of re-run GPU work.
     CHECK(sel_b > attn_b + 0.5 * wait_f);
   }
