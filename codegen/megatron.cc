@@ -389,6 +389,24 @@ std::string MegatronSplit(const std::map<std::string, std::string>& f, int64_t p
   return "";
 }
 
+// Context parallelism's rules: the sequence splits into 2 cp chunks (validate_args), the exchange is one Transformer
+// Engine dispatches on (context_parallel.py raises "Unsupported communication type" at the first attention forward on
+// any other name; Megatron-LM passes the string through).
+std::string ContextParallelRule(const std::map<std::string, std::string>& f, int64_t cp) {
+  if (f.count("--cp-comm-type")) {
+    const std::string& t = f.at("--cp-comm-type");
+    if (t != "p2p" && t != "all_gather" && t != "a2a" && t != "a2a+p2p")
+      return fmt::format(
+          "--cp-comm-type {}: Transformer Engine runs p2p, all_gather, a2a or a2a+p2p and raises \"Unsupported "
+          "communication type\" on anything else at the first attention forward (context_parallel.py)",
+          t);
+  }
+  const int64_t seq = f.count("--seq-length") ? std::stoll(f.at("--seq-length")) : 0;
+  if (cp > 1 && seq % (2 * cp) != 0)
+    return fmt::format("sequence length {} is not a multiple of 2 x cp = {} (validate_args)", seq, 2 * cp);
+  return "";
+}
+
 }  // namespace
 
 // The first of Megatron-LM's rules (validate_args, TransformerConfig, the microbatch calculator)
@@ -418,10 +436,7 @@ std::string MegatronRuleViolation(const std::string& args, const MegatronCheck& 
     return fmt::format("hidden size {} is not divisible by {} heads and no --kv-channels (validate_args)",
                        num("--hidden-size", 0), heads);
   }
-  if (cp > 1 && num("--seq-length", 0) % (2 * cp) != 0) {
-    return fmt::format("sequence length {} is not a multiple of 2 x cp = {} (validate_args)", num("--seq-length", 0),
-                       2 * cp);
-  }
+  if (std::string e = ContextParallelRule(f, cp); !e.empty()) return e;
   if (f.count("--sequence-parallel") && tp == 1)
     return "sequence parallelism with tp 1: Megatron-LM turns --sequence-parallel off (validate_args)";
   if (f.count("--use-precision-aware-optimizer") && !f.count("--use-distributed-optimizer"))
@@ -560,7 +575,11 @@ std::string MegatronFlags(const Plan& plan, const ModelSpec& model, const Launch
   std::string mg;
   mg += fmt::format("--tensor-model-parallel-size {}\n--pipeline-model-parallel-size {}\n", L.tp, L.pp);
   if (L.cp > 1)  // the exchange the plan was costed with (planner run executes the ring either way)
-    mg += fmt::format("--context-parallel-size {}\n--cp-comm-type {}\n", L.cp, CpCommTypeName(plan.cp_comm_type));
+    // Transformer Engine's spelling (context_parallel.py dispatches on p2p, all_gather, a2a, a2a+p2p and raises
+    // "Unsupported communication type" at the first attention forward on anything else; Megatron-LM passes the
+    // string through and its help text's "allgather" is not one of them).
+    mg += fmt::format("--context-parallel-size {}\n--cp-comm-type {}\n", L.cp,
+                      plan.cp_comm_type == CpCommType::kAllGather ? "all_gather" : "p2p");
   if (L.sequence_parallel) mg += "--sequence-parallel\n";
   // TP communication overlap as costed (inputs.tp_comm_overlap): Transformer Engine's userbuffers, which Megatron
   // runs only with sequence parallelism (validate_args).

@@ -116,7 +116,8 @@ std::string PythonValue(Value kind, const std::string& v) {
     case Value::kString: return fmt::format("\"{}\"", v);
     case Value::kTrue: return "True";
     case Value::kFalse: return "False";
-    case Value::kDtype: return v == "bf16" ? "torch.bfloat16" : v == "fp16" ? "torch.float16" : "torch.float32";
+    case Value::kDtype:  // "": a dtype this export does not write (TranslateFlags refuses it)
+      return v == "bf16" ? "torch.bfloat16" : v == "fp16" ? "torch.float16" : v == "fp32" ? "torch.float32" : "";
     case Value::kWindow: return fmt::format("({})", v);
     case Value::kStringList: {
       std::vector<std::string> words;
@@ -140,6 +141,17 @@ struct Recipe {
   bool fp8 = false, bf16 = false, fp16 = false, grad_fp32 = true;
   std::string fp8_format;
 };
+
+// Sets `key` once: "" when added or already there with that value, else the conflict (two flags setting one field
+// two ways, which would be a Python SyntaxError or a silent override in the written dict).
+std::string Put(Entries* e, const std::string& key, const std::string& value) {
+  for (const auto& [k, v] : *e) {
+    if (k != key) continue;
+    return v == value ? "" : fmt::format("two flags set Bridge's {} to {} and {}", key, v, value);
+  }
+  e->emplace_back(key, value);
+  return "";
+}
 
 // megatron.args into the recipe's sections; "" or the first flag Bridge has no field for here.
 std::string TranslateFlags(const std::string& args, const Plan& plan, const ModelSpec& model, const LaunchPlan& L,
@@ -166,7 +178,7 @@ std::string TranslateFlags(const std::string& args, const Plan& plan, const Mode
     } else if (flag == "--use-megatron-fsdp") {
       // Bridge turns the distributed optimizer on under Megatron-FSDP itself (with a message): written as it runs.
       r->sections[Section::kDdp].emplace_back("use_megatron_fsdp", "True");
-      r->sections[Section::kDdp].emplace_back("use_distributed_optimizer", "True");
+      if (std::string e = Put(&r->sections[Section::kDdp], "use_distributed_optimizer", "True"); !e.empty()) return e;
     } else if (flag == "--bf16") {
       r->bf16 = true;
     } else if (flag == "--fp16") {
@@ -185,7 +197,9 @@ std::string TranslateFlags(const std::string& args, const Plan& plan, const Mode
       const auto it = std::find_if(fields.begin(), fields.end(), [&](const Field& f) { return flag == f.flag; });
       if (it == fields.end())
         return fmt::format("megatron.args's {} has no Megatron-Bridge field in this export (docs/exports.md)", flag);
-      r->sections[it->section].emplace_back(it->field, PythonValue(it->value, value));
+      const std::string py = PythonValue(it->value, value);
+      if (py.empty()) return fmt::format("megatron.args's {} {}: no Bridge value for it in this export", flag, value);
+      if (std::string e = Put(&r->sections[it->section], it->field, py); !e.empty()) return e;
     }
   }
   if (model.dtype == DType::kFp16) r->grad_fp32 = EffectiveGradDType(model.dtype, plan.grad_dtype) == DType::kFp32;
@@ -198,11 +212,60 @@ std::string TranslateFlags(const std::string& args, const Plan& plan, const Mode
   return "";
 }
 
+// What Megatron-LM decides without a flag where Bridge's dataclasses default otherwise (megatron/training/
+// arguments.py and argument_utils.py, megatron-core 0.19.2, against GPTModelProvider, TransformerConfig and
+// DistributedDataParallelConfig): written, so that Bridge trains the model megatron.args trains, at its cost.
+void MegatronLmDefaults(const ModelSpec& model, const LaunchPlan& L, Recipe* r) {
+  const GptConfig& g = model.gpt;
+  const bool vp = L.interleave > 1;
+  const auto py = [](bool b) { return std::string(b ? "True" : "False"); };
+  Entries& m = r->sections[Section::kModel];
+  Put(&m, "add_qkv_bias", py(g.bias));  // validate_args: add_bias_linear turns add_qkv_bias on (the provider: off)
+  // bias_swiglu_fusion (on) or bias_gelu_fusion (on, off without biases); the provider's default: off.
+  Put(&m, "bias_activation_fusion", py(g.ffn_act == "swiglu" || (g.ffn_act == "gelu" && g.bias)));
+  Put(&m, "bias_dropout_fusion", "True");
+  Put(&m, "apply_rope_fusion", py(g.position == "rope"));  // on, off without RoPE (validate_args)
+  Put(&m, "cross_entropy_loss_fusion", "False");           // Megatron-LM's flag is off; the provider's default: on
+  // Interleaved 1F1B overlaps its p2p and does not batch it (without the overlap Megatron-LM refuses pp 2: a batch of
+  // sends both ways to one peer); off without interleaving.
+  Put(&m, "overlap_p2p_comm", py(vp));
+  Put(&m, "batch_p2p_comm", py(!vp));
+  Entries& d = r->sections[Section::kDdp];
+  for (const char* k : {"overlap_grad_reduce", "overlap_param_gather"})
+    if (std::none_of(d.begin(), d.end(), [&](const auto& e) { return e.first == k; })) d.emplace_back(k, "False");
+  Put(&d, "align_param_gather", py(vp));  // --no-align-param-gather's default, off without interleaving
+}
+
+// CommOverlapConfig (TP communication overlap) sets its own defaults on the model and DDP configs (comm_overlap.py:
+// the MoE overlaps off, the DP overlaps on, 128 Mi-element buckets when dp > 1) unless given: given as the plan has
+// them, the bucket as Megatron-LM sizes it (max(4e7, 1e6 x dp x cp) elements).
+void CommOverlapEntries(const LaunchPlan& L, Recipe* r) {
+  Entries& c = r->sections[Section::kCommOverlap];
+  if (c.empty()) return;
+  const auto value = [&](Section s, const char* key, const char* dflt) {
+    const Entries& e = r->sections[s];
+    const auto it = std::find_if(e.begin(), e.end(), [&](const auto& x) { return x.first == key; });
+    return it == e.end() ? std::string(dflt) : it->second;
+  };
+  for (const char* k : {"overlap_grad_reduce", "overlap_param_gather", "align_param_gather"})
+    Put(&c, k, value(Section::kDdp, k, "False"));
+  for (const char* k :
+       {"overlap_p2p_comm", "batch_p2p_comm", "overlap_moe_expert_parallel_comm", "delay_wgrad_compute"})
+    Put(&c, k, value(Section::kModel, k, "False"));
+  Put(&c, "bucket_size", std::to_string(std::max<int64_t>(40000000, 1000000 * L.dp * std::max<int64_t>(1, L.cp))));
+}
+
 // Why Bridge cannot run what megatron.args can ("" when it can).
 std::string BridgeRefusal(const ModelSpec& model, const LaunchPlan& L) {
   if (MlaLayer(model) != nullptr)
     return "multi-head latent attention: Megatron-Bridge builds MLA models with its own providers (DeepSeek's), "
            "not the GPTModelProvider this export writes; use the megatron export (megatron.args)";
+  if (model.gpt.vocab % std::max<int64_t>(1, L.tp) != 0)
+    return fmt::format(
+        "vocabulary {} not divisible by tp {}: this export keeps the model's vocabulary exactly (a fine-tuned "
+        "checkpoint's), and Megatron-Core splits the embedding rows evenly over tp; pad the model file's vocab to a "
+        "multiple of tp (Megatron-LM pads to 128 x tp itself: the megatron export)",
+        model.gpt.vocab, L.tp);
   if (model.gpt.packed_length > 0 && L.microbatch_size > 1)
     return fmt::format(
         "packed sequences with micro-batch {}: Megatron-Bridge trains offline-packed data at micro-batch 1 only "
@@ -241,12 +304,11 @@ std::string MixedEntries(const Recipe& r) {
   e.emplace_back("pipeline_dtype", dtype);
   e.emplace_back("grad_reduce_in_fp32", r.grad_fp32 ? "True" : "False");
   if (r.fp8) {
-    // Bridge's presets: hybrid (E4M3 forward, E5M2 gradients), e4m3 for MXFP8; delayed scaling is TE's default
-    // recipe when megatron.args names none.
+    // megatron.args's format, hybrid (E4M3 forward, E5M2 gradients; Bridge's MXFP8 preset writes e4m3, this writes
+    // the run megatron.args is); delayed scaling is TE's default recipe when megatron.args names none.
     const auto& mixed = r.sections.count(Section::kMixed) ? r.sections.at(Section::kMixed) : Entries{};
     const auto recipe = std::find_if(mixed.begin(), mixed.end(), [](const auto& x) { return x.first == "fp8_recipe"; });
-    const bool mx = recipe != mixed.end() && recipe->second == "\"mxfp8\"";
-    e.emplace_back("fp8", mx ? "\"e4m3\"" : fmt::format("\"{}\"", r.fp8_format));
+    e.emplace_back("fp8", fmt::format("\"{}\"", r.fp8_format));  // megatron.args's format (MXFP8 too)
     if (recipe == mixed.end()) e.emplace_back("fp8_recipe", "\"delayed\"");
   }
   if (r.sections.count(Section::kMixed))
@@ -300,6 +362,10 @@ void AddMegatronBridge(const Plan& plan, const ModelSpec& model, const LaunchPla
     refused = MegatronRuleViolation(mg, MegatronCheckOf(model, L));
   }
   if (refused.empty()) refused = TranslateFlags(mg, plan, model, L, &r);
+  if (refused.empty()) {
+    MegatronLmDefaults(model, L, &r);
+    CommOverlapEntries(L, &r);
+  }
   if (!refused.empty()) {
     notes->push_back("megatron_bridge.py: not written: " + refused);
     files->emplace_back("megatron_bridge.py.refused", refused + "\n");

@@ -123,7 +123,7 @@ check "communication figures" python3 $SRC/tests/cli/check_comm.py comm.json 0.3
 expect "cp allgather" 0 "--cp-comm-type allgather: K and V all-gathered" -- $PLANNER solve --gpus 64 --model $M/llama2-7b.yaml --cluster $C/dgx-h100.yaml --tp 4 --pp 1 --cp 2 --global-batch 64 --seq 65536 --cp-comm-type allgather -o cpag.plan.yaml
 check "cp allgather in plan.yaml" grep -qx '  cp_comm_type: "allgather"' cpag.plan.yaml
 expect "cp allgather codegen" 0 "" -- $PLANNER codegen cpag.plan.yaml -o cpagL --export megatron
-check "cp allgather megatron.args" grep -qx -- "--cp-comm-type allgather" cpagL/megatron.args
+check "cp allgather megatron.args (Transformer Engine's spelling)" grep -qx -- "--cp-comm-type all_gather" cpagL/megatron.args
 expect "cp allgather to torchtitan: noted" 0 "context parallelism as torch's" -- sh -c "$PLANNER solve --gpus 64 --model $M/llama3-8b.yaml --cluster $C/dgx-h100.yaml --tp 4 --pp 1 --cp 2 --global-batch 64 --seq 65536 --zero 3 --cp-comm-type allgather -o cpag8.plan.yaml && $PLANNER codegen cpag8.plan.yaml -o cpag8L --export torchtitan"
 expect "cp allgather with cp 1 on torchtitan: not refused" 0 "configuration:" -- $PLANNER solve --gpus 16 --model $M/llama3-8b.yaml --cluster $C/dgx-h100.yaml --cp 1 --engine torchtitan --cp-comm-type allgather
 expect "cp ring" 0 "ring attention" -- $PLANNER solve --gpus 64 --model $M/llama2-7b.yaml --cluster $C/dgx-h100.yaml --tp 4 --pp 1 --cp 2 --global-batch 64 --seq 65536 -o cpring.plan.yaml

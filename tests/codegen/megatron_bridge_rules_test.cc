@@ -75,9 +75,44 @@ TEST_CASE("megatron_bridge.py: the plan's layout and model as Bridge's fields, p
         "    ffn_hidden_size=256,\n", "    gated_linear_unit=True,\n", "    activation_func=\"silu\",\n",
         "    normalization=\"RMSNorm\",\n", "    position_embedding_type=\"rope\",\n", "    micro_batch_size=2,\n",
         "    global_batch_size=16,\n", "    bf16=True,\n", "    params_dtype=torch.bfloat16,\n"})
-    CHECK_MESSAGE(Has(py, line), line);
+    CHECK_MESSAGE(Has(py, line), std::string(line));
   CHECK_FALSE(Has(py, "PLAN_"));  // every placeholder filled
   CHECK_FALSE(Has(py, "    fp8="));
+}
+
+TEST_CASE("megatron_bridge.py: what Megatron-LM decides without a flag is written (Bridge defaults otherwise)") {
+  auto [files, notes] = Export(Tiny(), Launch(2, 1, 2, 2));  // dp 1: no gradient reduce to overlap
+  const std::string& py = files[0].second;
+  for (const char* line :
+       {"    add_qkv_bias=True,\n", "    bias_activation_fusion=True,\n", "    bias_dropout_fusion=True,\n",
+        "    apply_rope_fusion=True,\n", "    cross_entropy_loss_fusion=False,\n", "    overlap_p2p_comm=False,\n",
+        "    batch_p2p_comm=True,\n", "    overlap_grad_reduce=False,\n", "    align_param_gather=False,\n"})
+    CHECK_MESSAGE(Has(py, line), std::string(line));
+  // Interleaved: the p2p overlap on, unbatched (Megatron-LM refuses pp 2 without it), parameter gathers aligned.
+  LaunchPlan v = Launch(2, 1, 1, 1);
+  v.interleave = 2;
+  v.stages.clear();
+  for (int64_t q = 0; q < 4; ++q) {
+    LaunchStage st;
+    st.first_layer = q * 2;
+    st.last_layer = q * 2 + 1;
+    st.replicas = 1;
+    st.chunk = q / 2;
+    v.stages.push_back(st);
+  }
+  auto [vf, vn] = Export(Tiny(), v);
+  REQUIRE(vf.size() == 1);
+  REQUIRE(vf[0].first == "megatron_bridge.py");
+  for (const char* line : {"    overlap_p2p_comm=True,\n", "    batch_p2p_comm=False,\n",
+                           "    align_param_gather=True,\n", "    virtual_pipeline_model_parallel_size=2,\n"})
+    CHECK_MESSAGE(Has(vf[0].second, line), std::string(line));
+}
+
+TEST_CASE("megatron_bridge.py: a vocabulary tp does not divide is refused (the export keeps it exactly)") {
+  auto [files, notes] = Export(Tiny(), Launch(2, 1, 3, 1));
+  REQUIRE(files.size() == 1);
+  CHECK(files[0].first == "megatron_bridge.py.refused");
+  CHECK(Has(files[0].second, "vocabulary 512 not divisible by tp 3"));
 }
 
 TEST_CASE("megatron_bridge.py: LoRA at the model's rank and targets, fine-tuning") {
@@ -103,7 +138,7 @@ TEST_CASE("megatron_bridge.py: packed samples fine-tune at micro-batch 1, refuse
   CHECK(why[0].rfind("megatron_bridge.py: not written: packed sequences", 0) == 0);
 }
 
-TEST_CASE("megatron_bridge.py: precision as MixedPrecisionConfig (fp16 reduces in fp16, FP8 hybrid, MXFP8 e4m3)") {
+TEST_CASE("megatron_bridge.py: precision as MixedPrecisionConfig (fp16 reduces in fp16, FP8 and MXFP8 hybrid)") {
   auto [fp16, n16] = Export(Tiny(DType::kFp16), Launch(2, 1, 1, 1));
   CHECK(Has(fp16[0].second,
             "    fp16=True,\n    params_dtype=torch.float16,\n    pipeline_dtype=torch.float16,\n"
@@ -113,7 +148,7 @@ TEST_CASE("megatron_bridge.py: precision as MixedPrecisionConfig (fp16 reduces i
   Plan mx;
   mx.fp8_recipe = "mxfp8";
   auto [mxfp8, nmx] = Export(Tiny(DType::kFp8), Launch(2, 1, 1, 1), mx);
-  CHECK(Has(mxfp8[0].second, "    fp8=\"e4m3\",\n    fp8_recipe=\"mxfp8\",\n"));
+  CHECK(Has(mxfp8[0].second, "    fp8=\"hybrid\",\n    fp8_recipe=\"mxfp8\",\n"));  // megatron.args's format
 }
 
 TEST_CASE("megatron_bridge.py: what megatron.args refuses is refused; its notes carry the Bridge file's name") {

@@ -188,6 +188,14 @@ TEST_CASE(
   CHECK(!ps.args.empty());
 }
 
+TEST_CASE("rule: --cp-comm-type is one Transformer Engine dispatches on (allgather is not: TE raises)") {
+  for (const char* t : {"p2p", "all_gather", "a2a", "a2a+p2p"})
+    CHECK(MegatronRuleViolation(ValidArgs() + "--cp-comm-type " + t + "\n", ValidCheck()).empty());
+  CHECK(MegatronRuleViolation(ValidArgs() + "--cp-comm-type allgather\n", ValidCheck()) ==
+        "--cp-comm-type allgather: Transformer Engine runs p2p, all_gather, a2a or a2a+p2p and raises \"Unsupported "
+        "communication type\" on anything else at the first attention forward (context_parallel.py)");
+}
+
 TEST_CASE("rule: a model other than a GPT (VGG-16's layer list) is refused") {
   ModelSpec vgg;
   REQUIRE_OK(LoadModelSpec(testing::SourcePath("configs/models/vgg16.yaml"), &vgg));
@@ -275,7 +283,7 @@ TEST_CASE("sliding-window attention: --window-size W,0 and the full-layer period
                "sliding-window attention with context parallelism over p2p (cp 2): Transformer Engine asserts");
   const Export ag = Run(m, Shape{.cp = 2, .last_layers = {11}, .cp_comm = CpCommType::kAllGather});
   CHECK(ag.refused.empty());
-  CHECK(Has(ag.args, "--cp-comm-type allgather\n"));
+  CHECK(Has(ag.args, "--cp-comm-type all_gather\n"));  // Transformer Engine's spelling
   // The other exports: torchtitan's llama3 and the torch pipelining reference model attend over the whole sequence.
   bool titan = false, pipelining = false;
   for (const auto& n : e.notes) {

@@ -16,6 +16,7 @@ import types
 
 STUBBED = {"modelopt", "mistral_common", "datasets", "diffusers", "wandb", "qwen_vl_utils", "fla", "timm",
            "open_clip", "mlflow", "comet_ml", "flashinfer", "fast_hadamard_transform"}
+TE_VERSION = "2.14.0"
 TE_IMPORTERS = ("megatron/bridge/peft/", "megatron/bridge/models/gpt_full_te_layer_autocast_spec.py")
 
 
@@ -61,7 +62,9 @@ class _Finder(importlib.abc.MetaPathFinder, importlib.abc.Loader):
 
     def create_module(self, spec):
         module = _Module(spec.name)
-        module.__version__ = "0.0.0"
+        # The version Bridge's TE checks read (is_te_min_version): the TE of the container Bridge's 26.04 release ran
+        # (Megatron-Bridge v0.4.2 docs/releases/software-versions.md: TE 2.14), as a GPU run would have it.
+        module.__version__ = TE_VERSION
         return module
 
     def exec_module(self, module):

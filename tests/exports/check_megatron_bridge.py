@@ -5,8 +5,10 @@ name), config() builds the ConfigContainer, and Bridge's runtime_config_update (
 data-parallel size derived from WORLD_SIZE, the communication overlap set up, ConfigContainer.validate with the
 model's TransformerConfig checks) accepts it; the result must be the plan's layout (launch.yaml beside it).
 Usage: python check_megatron_bridge.py DIR... (each a codegen launch directory holding megatron_bridge.py).
-No GPU: Transformer Engine is stubbed for the two Bridge modules that import it unguarded (bridge_stubs.py),
-Megatron-Core itself runs without it. Prints "ok DIR" or "FAIL DIR: reason" per directory; exit 1 on any failure."""
+No GPU: Transformer Engine is stubbed for the Bridge modules that import it unguarded (bridge_stubs.py; the Bridge
+modules imported after them see the stub too, and only test for it), Megatron-Core's TE layer runs without it, and
+TE's fused RoPE is stood in for by a name (TransformerConfig asks for it under apply_rope_fusion). So the check does
+not cover what needs TE itself: TE's version rules, the precision-aware optimizer's FusedAdam, model construction. Prints "ok DIR" or "FAIL DIR: reason" per directory; exit 1 on any failure."""
 import dataclasses
 import importlib.util
 import os
@@ -28,11 +30,27 @@ from megatron.bridge.training.config import (  # noqa: E402
     runtime_config_update,
 )
 from megatron.bridge.training.mixed_precision import MixedPrecisionConfig  # noqa: E402
+from megatron.core.models.gpt.gpt_layer_specs import get_gpt_decoder_block_spec  # noqa: E402
+import megatron.core.extensions.transformer_engine as core_te  # noqa: E402
 
-# Megatron-Core must run as without Transformer Engine: the stubs only serve Bridge's unguarded imports.
-assert "transformer_engine" not in bridge_stubs.STUBBED
+# Megatron-Core's TE layer (imported before Bridge's PEFT) saw Transformer Engine absent, as on a machine without it;
+# Bridge modules imported after its PEFT layers saw the stub (they only test for it). Later imports see it absent.
+assert "transformer_engine" not in bridge_stubs.STUBBED and not core_te.HAVE_TE
 for name in [n for n in sys.modules if n == "transformer_engine" or n.startswith("transformer_engine.")]:
     del sys.modules[name]
+
+# Transformer Engine's fused RoPE, which TransformerConfig requires for apply_rope_fusion (Megatron-LM's default, as
+# the export writes it): absent without TE, present on any GPU machine with it. Stood in for by a name, so the rest
+# of the config's checks run; whether the run's TE has it is not checked here.
+from megatron.core.models.common.embeddings import rope_utils  # noqa: E402
+import megatron.core.utils as megatron_core_utils  # noqa: E402
+from packaging.version import Version as PkgVersion  # noqa: E402
+
+if rope_utils.fused_apply_rotary_pos_emb is None:
+    rope_utils.fused_apply_rotary_pos_emb = lambda *args, **kwargs: None
+# Bridge's TE version rules (is_te_min_version, e.g. TE >= 2.7 for delay_wgrad_compute with overlap_grad_reduce) read
+# Megatron-Core's cached TE version: the stubs' (the 26.04 container's TE 2.14), as a GPU run with it would.
+megatron_core_utils._te_version = PkgVersion(bridge_stubs.TE_VERSION)
 
 SECTIONS = [("MODEL", GPTModelProvider), ("TRAIN", TrainingConfig), ("DDP", DistributedDataParallelConfig),
             ("OPTIMIZER", OptimizerConfig), ("MIXED_PRECISION", MixedPrecisionConfig),
@@ -88,6 +106,23 @@ def check(d):
                 have = str(have)
             if have != want:
                 return f"Bridge runs {name} {key}={have!r}, the file sets {want!r}"
+    # Megatron-LM's rule Bridge does not check: interleaving at pp 2 needs the p2p overlap (without it one batch holds
+    # sends both ways to the same peer; training/arguments.py validate_args).
+    if (m.virtual_pipeline_model_parallel_size or 1) > 1 and m.pipeline_model_parallel_size <= 2 and not m.overlap_p2p_comm:
+        return "interleaved schedule at pp 2 without overlap_p2p_comm (Megatron-LM refuses it: batched p2p both ways)"
+    # CommOverlapConfig's fields land on the model and DDP configs.
+    for key, want in mod.COMM_OVERLAP.items():
+        obj = cfg.model if hasattr(cfg.model, key) else cfg.ddp
+        if getattr(obj, key) != want:
+            return f"Bridge runs COMM_OVERLAP {key}={getattr(obj, key)!r}, the file sets {want!r}"
+    # Transformer Engine dispatches context parallelism on these names and raises on others at the first attention
+    # forward (attention/dot_product_attention/context_parallel.py), after this check would have passed.
+    if m.context_parallel_size > 1 and m.cp_comm_type not in ("p2p", "all_gather", "a2a", "a2a+p2p"):
+        return f"cp_comm_type {m.cp_comm_type!r} is none of Transformer Engine's p2p, all_gather, a2a, a2a+p2p"
+    # An MoE model's layers built one by one (moe_layer_freq), not one layer's spec copied to every layer.
+    spec = getattr(m, "transformer_layer_spec", None)
+    if m.num_moe_experts and getattr(spec, "func", None) is not get_gpt_decoder_block_spec:
+        return f"MoE model with transformer_layer_spec {spec!r}: moe_layer_freq would be ignored"
     if mod.FINETUNE and cfg.peft is None and mod.LORA is not None:
         return "the plan's LoRA is not in the config"
     return ""
@@ -95,7 +130,10 @@ def check(d):
 
 def main(dirs):
     failed = 0
+    environ = dict(os.environ)
     for d in dirs:
+        os.environ.clear()  # each file as a fresh run sees it: Bridge applies a config's env_vars to the process
+        os.environ.update(environ)
         try:
             why = check(d)
         except Exception as e:  # Bridge's own refusals are assertions and ValueErrors

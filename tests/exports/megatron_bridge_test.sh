@@ -38,6 +38,8 @@ cp llama3-70b 128 dgx-h100 --tp 8 --pp 4 --cp 2 --zero 1 --schedule 1f1b
 fsdp llama3-8b 16 dgx-h100 --tp 1 --pp 1 --zero 3 --recompute full
 moe mixtral-8x7b 64 dgx-h100 --tp 2 --pp 4 --ep 8 --zero 1
 tp-overlap llama3-8b 32 dgx-h100 --tp 8 --pp 2 --sp on --tp-comm-overlap on --zero 1
+moe-overlap mixtral-8x7b 16 dgx-h100 --tp 2 --pp 1 --ep 8 --sp on --moe-overlap on --tp-comm-overlap on --zero 1
+cp-allgather llama2-7b 64 dgx-h100 --tp 4 --pp 1 --cp 2 --global-batch 64 --seq 65536 --cp-comm-type allgather
 EOF2
 grep -q "^LORA = dict(target_modules=" "$T/demo-lora/megatron_bridge.py" && grep -q "^PACKED = True " "$T/demo-lora/megatron_bridge.py" \
   || { echo "FAIL demo lora: no LoRA or packing in megatron_bridge.py"; fail=1; }
@@ -55,6 +57,10 @@ neg "$T/golden-llama3-8b-64" batch 's/^    global_batch_size=512,$/    global_ba
 neg "$T/golden-llama3-8b-64" layout 's/^    virtual_pipeline_model_parallel_size=2,$/    virtual_pipeline_model_parallel_size=4,/' "virtual"
 neg "$T/demo-lora" packed-microbatch 's/^    micro_batch_size=1,$/    micro_batch_size=2,/' "Micro batch size should be 1 when training with packed sequence"
 neg "$T/demo-fsdp" fsdp-no-distopt 's/^    use_distributed_optimizer=True,$/    use_distributed_optimizer=False,/' "Bridge runs DDP use_distributed_optimizer=True, the file sets False"
+neg "$T/demo-cp-allgather" cp-comm-name 's/^    cp_comm_type="all_gather",$/    cp_comm_type="allgather",/' "cp_comm_type 'allgather' is none of Transformer Engine's"
+# CommOverlapConfig without the plan's MoE overlap (exports before 2026-12-01): Bridge turns it off on the model.
+neg "$T/demo-moe-overlap" moe-overlap-lost '/^COMM_OVERLAP = dict($/,/^)$/{/overlap_moe_expert_parallel_comm\|delay_wgrad_compute/d}' "Bridge runs MODEL overlap_moe_expert_parallel_comm=False, the file sets True"
+neg "$T/golden-llama3-8b-64" p2p '/^    overlap_p2p_comm=True,$/d; /^    batch_p2p_comm=False,$/d' "interleaved schedule at pp 2 without overlap_p2p_comm"
 neg "$T/demo-cp" cp-seq 's/^    seq_length=8192,$/    seq_length=8190,/' "Sequence length must be divisible by 2 * context parallel size"
 dirs=$(for d in "$T"/golden-* "$T"/demo-* "$T"/neg-*; do [ -f "$d/megatron_bridge.py" ] && echo "$d"; done)
 "$PY" "$SRC/tests/exports/check_megatron_bridge.py" $dirs > "$T/out" 2>"$T/err"

@@ -51,8 +51,8 @@ $PLANNER -q codegen "$T/llama3-8b-mxfp8-params.plan.yaml" -o "$T/demo-llama3-8b-
   || { echo "FAIL demo mxfp8 params: no --reuse-grad-buf-for-mxfp8-param-ag beside --fp8-recipe mxfp8 in megatron.args"; fail=1; }
 # All-gather context parallelism (solve --cp-comm-type allgather): the export names it.
 $PLANNER -q solve --gpus 64 --model "$C/models/llama2-7b.yaml" --cluster "$C/clusters/dgx-h100.yaml" --tp 4 --pp 1 --cp 2 --global-batch 64 --seq 65536 --cp-comm-type allgather -o "$T/cp-allgather.plan.yaml" >/dev/null 2>&1 \
-  && $PLANNER -q codegen "$T/cp-allgather.plan.yaml" -o "$T/demo-cp-allgather" 2>/dev/null && grep -qx -- "--cp-comm-type allgather" "$T/demo-cp-allgather/megatron.args" \
-  || { echo "FAIL demo cp allgather: no --cp-comm-type allgather in megatron.args"; fail=1; }
+  && $PLANNER -q codegen "$T/cp-allgather.plan.yaml" -o "$T/demo-cp-allgather" 2>/dev/null && grep -qx -- "--cp-comm-type all_gather" "$T/demo-cp-allgather/megatron.args" \
+  || { echo "FAIL demo cp allgather: no --cp-comm-type all_gather (Transformer Engine's spelling) in megatron.args"; fail=1; }
 # The flex dispatcher (DeepEP) with the EP all-to-all overlap under the interleaved schedule: both written, and the
 # file passes Megatron-Core's TransformerConfig checks below with the others.
 $PLANNER -q solve --gpus 64 --model "$C/models/mixtral-8x7b.yaml" --cluster "$C/clusters/dgx-h100.yaml" --tp 2 --pp 4 --ep 8 --etp 1 --schedule interleaved --interleave 2 --recompute selective --moe-dispatcher flex --moe-overlap on -o "$T/moe-flex.plan.yaml" >/dev/null 2>&1 \
