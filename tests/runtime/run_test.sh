@@ -302,19 +302,24 @@ fi
 
 # Warm curves and cold ones after two compute gaps in one profile (--cache warm,cold --gap-ms 0,5):
 # all three written, each marked; the solver times the gradient all-reduce on the 5 ms one and
-# tensor-parallel all-reduces on the warm one (its note says so).
-if timeout 60 mpirun --oversubscribe -np 2 $PLANNER -q profile --comm --cache warm,cold --gap-ms 0,5 --collectives all_reduce \
-    --min-bytes 64K --max-bytes 2M --iterations 10 -o gap.yaml >/dev/null 2>gap.err; then
-  if [ "$(grep -c 'collective: all_reduce' gap.yaml)" = 3 ] && [ "$(grep -c 'cache: cold, gap_s: 0.005,' gap.yaml)" = 1 ] \
-    && [ "$(grep -c 'cache: warm,' gap.yaml)" = 1 ] \
-    && $PLANNER solve --gpus 2 --pp 1 --model $M/tiny-gpt.yaml --cluster $C/local-cpu.yaml --comm-profile gap.yaml -o gap.plan.yaml 2>&1 \
-      | grep -qE "gradient all-reduces from [0-9.]+ [KM]iB on the curve \(cold caches, 5 ms of compute before each\); tensor-parallel all-reduces on the warm curve"; then ok
-  # (Once in CI, under a load of 11 on 2 cores, this note did not match; the failure now prints the note it got.)
-  else bad "gap curves: $(grep -c "collective: " gap.yaml) curves, $(grep -c "gap_s: 0.005," gap.yaml) with a 5 ms gap; $($PLANNER solve --gpus 2 --pp 1 \
-    --model $M/tiny-gpt.yaml --cluster $C/local-cpu.yaml --comm-profile gap.yaml -o gap.plan.yaml 2>&1 | grep "level 'host'")"; fi
-else
-  bad "gap profile"; tail -3 gap.err
-fi
+# tensor-parallel all-reduces on the warm one (its note says so). The curves are timed: on a loaded machine a fit can
+# come out without a bandwidth (the solver then says "not measured"), so the profile is taken up to three times; the
+# failure prints every level's note of the last try. (Failed once in CI under a load of 11 on 2 cores, and once
+# beside a second test run: both single tries.)
+gap_ok=0
+for try in 1 2 3; do
+  if timeout 60 mpirun --oversubscribe -np 2 $PLANNER -q profile --comm --cache warm,cold --gap-ms 0,5 --collectives all_reduce \
+      --min-bytes 64K --max-bytes 2M --iterations 10 -o gap.yaml >/dev/null 2>gap.err \
+    && [ "$(grep -c 'collective: all_reduce' gap.yaml)" = 3 ] && [ "$(grep -c 'cache: cold, gap_s: 0.005,' gap.yaml)" = 1 ] \
+    && [ "$(grep -c 'cache: warm,' gap.yaml)" = 1 ]; then
+    $PLANNER solve --gpus 2 --pp 1 --model $M/tiny-gpt.yaml --cluster $C/local-cpu.yaml --comm-profile gap.yaml -o gap.plan.yaml > gap.notes 2>&1
+    if grep -qE "gradient all-reduces from [0-9.]+ [KM]iB on the curve \(cold caches, 5 ms of compute before each\); tensor-parallel all-reduces on the warm curve" gap.notes; then
+      gap_ok=1; break
+    fi
+  fi
+done
+if [ $gap_ok = 1 ]; then ok
+else bad "gap curves (3 tries): $(grep -c "collective: " gap.yaml 2>/dev/null) curves, $(grep -c "gap_s: 0.005," gap.yaml 2>/dev/null) with a 5 ms gap; $(grep "level '" gap.notes 2>/dev/null | tr '\n' ' ') $(tail -2 gap.err)"; fi
 
 # All-to-all curves through the CLI (--collectives all_to_all, 3 ranks: groups of 2 and 3, every
 # result checked by the profiler, #wrong 0), read back by solve, whose note says the level's
