@@ -273,8 +273,16 @@ void ApplyCommCurves(const Profile& comm, const std::string& path, ClusterSpec* 
                                                                              path, a2a->backend, a2a->group_size)
                                                                : std::string();
     if (ar == nullptr || !(ar->busbw_GBps > 0)) {
-      notes->push_back(fmt::format("level '{}': {} GB/s, {} us from the cluster file (not measured){}", lv.name,
-                                   lv.bandwidth_GBps, lv.latency_us, a2a_note));
+      // A curve whose fit has no bandwidth (times that do not grow with the size: a loaded machine's noise) is said
+      // so, not passed off as unmeasured.
+      const std::string why =
+          ar == nullptr ? "not measured"
+                        : fmt::format(
+                              "the all-reduce curve in {} has no usable bandwidth: its times do not grow with "
+                              "the size; profile again on an idle machine",
+                              path);
+      notes->push_back(fmt::format("level '{}': {} GB/s, {} us from the cluster file ({}){}", lv.name,
+                                   lv.bandwidth_GBps, lv.latency_us, why, a2a_note));
       continue;
     }
     lv.bandwidth_GBps = ar->busbw_GBps;

@@ -265,6 +265,27 @@ TEST_CASE("an all-to-all curve in a comm profile reaches the cost model for its 
   CHECK(AllToAllSeconds(c, 4e6, {1, 4}) == doctest::Approx(80e-6).scale(0));
 }
 
+TEST_CASE("an all-reduce curve without a usable bandwidth keeps the cluster file's figures and says why") {
+  ClusterSpec c = TwoLevels(4);
+  Profile comm;
+  CommCurve ar;
+  ar.collective = "all_reduce";
+  ar.level = "cluster";
+  ar.group_size = 4;
+  ar.backend = "mpi";
+  ar.points = {{1e6, 90e-6}, {4e6, 80e-6}};  // a loaded machine's times: the larger message faster
+  ar.busbw_GBps = 0;                         // the fit's: no bandwidth
+  comm.comm = {ar};
+  std::vector<std::string> notes;
+  ApplyCommCurves(comm, "gap.yaml", &c, &notes);
+  CHECK(c.levels[1].bandwidth_GBps == 50);
+  CHECK_FALSE(c.levels[1].measured_allreduce.usable());
+  REQUIRE(notes.size() == 2);
+  CHECK(notes[1] ==
+        "level 'cluster': 50 GB/s, 5 us from the cluster file (the all-reduce curve in gap.yaml has no usable "
+        "bandwidth: its times do not grow with the size; profile again on an idle machine)");
+}
+
 TEST_CASE("all_to_all curves round-trip through the profile format; an unknown collective is refused") {
   Profile p;
   CommCurve a2a;
