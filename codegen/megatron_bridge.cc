@@ -142,13 +142,17 @@ struct Recipe {
   std::string fp8_format;
 };
 
+// The value `key` has in `e`, nullptr when unset.
+const std::string* Find(const Entries& e, const std::string& key) {
+  const auto it = std::find_if(e.begin(), e.end(), [&](const auto& x) { return x.first == key; });
+  return it == e.end() ? nullptr : &it->second;
+}
+
 // Sets `key` once: "" when added or already there with that value, else the conflict (two flags setting one field
 // two ways, which would be a Python SyntaxError or a silent override in the written dict).
 std::string Put(Entries* e, const std::string& key, const std::string& value) {
-  for (const auto& [k, v] : *e) {
-    if (k != key) continue;
-    return v == value ? "" : fmt::format("two flags set Bridge's {} to {} and {}", key, v, value);
-  }
+  if (const std::string* v = Find(*e, key))
+    return *v == value ? "" : fmt::format("two flags set Bridge's {} to {} and {}", key, *v, value);
   e->emplace_back(key, value);
   return "";
 }
@@ -205,9 +209,7 @@ std::string TranslateFlags(const std::string& args, const Plan& plan, const Mode
   if (model.dtype == DType::kFp16) r->grad_fp32 = EffectiveGradDType(model.dtype, plan.grad_dtype) == DType::kFp32;
   // Megatron-LM interleaves from --num-layers-per-virtual-pipeline-stage or the layout; Bridge's provider wants the
   // chunk count as well when a layout is given (it checks the two agree).
-  const bool has_vp = std::any_of(r->sections[Section::kModel].begin(), r->sections[Section::kModel].end(),
-                                  [](const auto& e) { return e.first == "virtual_pipeline_model_parallel_size"; });
-  if (L.interleave > 1 && !has_vp)
+  if (L.interleave > 1 && !Find(r->sections[Section::kModel], "virtual_pipeline_model_parallel_size"))
     r->sections[Section::kModel].emplace_back("virtual_pipeline_model_parallel_size", std::to_string(L.interleave));
   return "";
 }
@@ -232,7 +234,7 @@ void MegatronLmDefaults(const ModelSpec& model, const LaunchPlan& L, Recipe* r) 
   Put(&m, "batch_p2p_comm", py(!vp));
   Entries& d = r->sections[Section::kDdp];
   for (const char* k : {"overlap_grad_reduce", "overlap_param_gather"})
-    if (std::none_of(d.begin(), d.end(), [&](const auto& e) { return e.first == k; })) d.emplace_back(k, "False");
+    if (!Find(d, k)) d.emplace_back(k, "False");
   Put(&d, "align_param_gather", py(vp));  // --no-align-param-gather's default, off without interleaving
 }
 
@@ -243,9 +245,8 @@ void CommOverlapEntries(const LaunchPlan& L, Recipe* r) {
   Entries& c = r->sections[Section::kCommOverlap];
   if (c.empty()) return;
   const auto value = [&](Section s, const char* key, const char* dflt) {
-    const Entries& e = r->sections[s];
-    const auto it = std::find_if(e.begin(), e.end(), [&](const auto& x) { return x.first == key; });
-    return it == e.end() ? std::string(dflt) : it->second;
+    const std::string* v = Find(r->sections[s], key);
+    return v == nullptr ? std::string(dflt) : *v;
   };
   for (const char* k : {"overlap_grad_reduce", "overlap_param_gather", "align_param_gather"})
     Put(&c, k, value(Section::kDdp, k, "False"));
@@ -306,10 +307,9 @@ std::string MixedEntries(const Recipe& r) {
   if (r.fp8) {
     // megatron.args's format, hybrid (E4M3 forward, E5M2 gradients; Bridge's MXFP8 preset writes e4m3, this writes
     // the run megatron.args is); delayed scaling is TE's default recipe when megatron.args names none.
-    const auto& mixed = r.sections.count(Section::kMixed) ? r.sections.at(Section::kMixed) : Entries{};
-    const auto recipe = std::find_if(mixed.begin(), mixed.end(), [](const auto& x) { return x.first == "fp8_recipe"; });
+    const bool recipe = r.sections.count(Section::kMixed) && Find(r.sections.at(Section::kMixed), "fp8_recipe");
     e.emplace_back("fp8", fmt::format("\"{}\"", r.fp8_format));  // megatron.args's format (MXFP8 too)
-    if (recipe == mixed.end()) e.emplace_back("fp8_recipe", "\"delayed\"");
+    if (!recipe) e.emplace_back("fp8_recipe", "\"delayed\"");
   }
   if (r.sections.count(Section::kMixed))
     e.insert(e.end(), r.sections.at(Section::kMixed).begin(), r.sections.at(Section::kMixed).end());
