@@ -186,15 +186,17 @@ NEMO_MODELS = {
 # 26.06's (docs/performance-summary.md at tag v0.5.0; Llama 3 70B, seq 4096, GBS 32, MBS 1; its recipes,
 # scripts/performance/configs/llama/llama3_llm_finetune.py: rank 16 on linear_qkv, packed SQuAD, FP8 current scaling,
 # the distributed optimizer, TP communication overlap where tp > 1, no recompute on H100; GB200's TE CUDA graphs of
-# the MLP are not costed). The packed rows' length-weighted mean sample is Megatron-Bridge's own SQuAD statistic
+# the MLP are not costed). NeMo 24.07's rows as NeMo-Framework-Launcher tag 24.07's examples/peft/llama/h100/*.sh ran
+# them (the same GPUs, batches, tp and pp; fp8 with fp8_params; the 13B SFT interleaved vp 10, the 70B SFT vp 20 with
+# SP and TP overlap; LoRA on fused_adam). The packed rows' length-weighted mean sample is Megatron-Bridge's own SQuAD statistic
 # (training/utils/flop_utils.py, PR #2416: sum s_i^2 = 842,603 per 4096-token row): 206 tokens.
 # (source, task, model file or NEMO_MODELS key, cluster, GPUs, tp, pp, vp, lora (rank, targets) or None, recipe,
 # engine, tokens/s/GPU).
 SQUAD_PACKED_LENGTH = 206
 FINETUNE = [
     ("NeMo 24.07", "SFT", "llama2-7b.yaml", "dgx-h100.yaml", 8, 1, 1, 1, None, "ds", "nemo-24", 16891),
-    ("NeMo 24.07", "SFT", "llama2-13b", "dgx-h100.yaml", 8, 1, 4, 1, None, "ds", "nemo-24", 10176),
-    ("NeMo 24.07", "SFT", "llama2-70b", "dgx-h100.yaml", 16, 4, 4, 1, None, "ds", "nemo-24", 1816),
+    ("NeMo 24.07", "SFT", "llama2-13b", "dgx-h100.yaml", 8, 1, 4, 10, None, "ds", "nemo-24", 10176),
+    ("NeMo 24.07", "SFT", "llama2-70b", "dgx-h100.yaml", 16, 4, 4, 20, None, "ds", "nemo-24", 1816),
     ("NeMo 24.07", "LoRA", "llama2-7b.yaml", "dgx-h100.yaml", 8, 1, 1, 1, (32, "qkv"), "ds", "nemo-24", 24824),
     ("NeMo 24.07", "LoRA", "llama2-13b", "dgx-h100.yaml", 8, 1, 1, 1, (32, "qkv"), "ds", "nemo-24", 14629),
     ("NeMo 24.07", "LoRA", "llama2-70b", "dgx-h100.yaml", 8, 2, 4, 1, (32, "qkv"), "ds", "nemo-24", 2621),
@@ -231,9 +233,10 @@ def run_finetune(tmp):
                  "4096", "--precision", "fp8", "--zero", "0,1", "--recompute", "none", "--grad-dtype", "bf16"]
         flags += RECIPE_FLAGS.get(recipe, []) + FP8_PARAMS.get(recipe, []) + schedule_flags(v)
         flags += ["--sp", "on", "--tp-comm-overlap", "on"] if t > 1 else []
-        # NeMo 1.x's Apex optimizer keeps remainders beside bf16 weights, and an fp32 master with fp8_params
-        # (megatron_base_model.py v2.0.0 L803-810: store_params): FP8 parameters keep the fp32 state.
-        flags += ["--optimizer-state", "fp32-remainders"] if engine == "nemo-24" and "--fp8-param-gather" not in flags else []
+        # NeMo 24.07's SFT (launcher conf/peft/llama/sft.yaml: distributed_fused_adam, dtype bf16) with fp8_params:
+        # NeMo r2.0.0rc1 megatron_base_model.py L784-806 forces Apex's store_params, a bf16 master shard beside the
+        # bf16 moments (bf16-master, 6 B). Its LoRA scripts run fused_adam with fp32 masters (O2) on the adapters.
+        flags += ["--optimizer-state", "bf16-master"] if engine == "nemo-24" and task == "SFT" else []
         plan, err = solve(finetune_model(tmp, model, lora), os.path.join(ROOT, "configs", "clusters", cluster), n,
                           flags + engine_args(tmp, engine)[0])
         pred = plan["predicted"]["tokens_per_second_per_gpu"] if plan else None
@@ -711,7 +714,8 @@ def nemo_engine(tmp):
                                  "attention: fa2  # NVTE_FUSED_ATTN=0: TE's flash-attn backend (FlashAttention-2)",
                                  (r"^  bf16-moments: \[1\].*$",
                                   "  bf16-moments: [1]\n  bf16: [1]  # optim.dtype bf16: Apex DistributedFusedAdam, bf16 "
-                                  "moments, no master (store_params false)"))
+                                  "moments, no master (store_params false)\n  bf16-master: [1]  # ... with fp8_params: "
+                                  "NeMo forces store_params, a bf16 master shard"))
 
 
 def engine_args(tmp, engine):

@@ -549,7 +549,7 @@ std::string MegatronFp8RecipeArgs(const Plan& plan, const ModelSpec& model, std:
 // default true) and the moments in --exp-avg-dtype / --exp-avg-sq-dtype. Megatron-Core keeps a master always: the
 // plan's bf16 (none) is written as bf16-moments, with a note; under FP8 recipes other than delayed scaling
 // Megatron-Core keeps the master itself in fp32 (use_precision_aware_optimizer_no_fp8_or_ds_fp8), not as
-// remainders: noted.
+// remainders: noted. bf16-master (FP8 parameters' bf16 master, NeMo 1.x) runs with an fp32 master: noted.
 std::string MegatronOptimizerStateArgs(const Plan& plan, const ModelSpec& model, std::vector<std::string>* notes) {
   const OptimizerState s = plan.optimizer_state;
   if (s == OptimizerState::kFp32) return "";
@@ -560,6 +560,16 @@ std::string MegatronOptimizerStateArgs(const Plan& plan, const ModelSpec& model,
         "megatron.args: Megatron-Core keeps a master copy of the weights (TE FusedAdam's int16 remainders): the "
         "plan's bf16 optimizer state (4 B per parameter, no master) runs as bf16-moments, 2 B per parameter more; "
         "solve with --optimizer-state bf16-moments to plan what it runs");
+  // NeMo 1.x's Apex kept FP8 parameters' master in bf16; Megatron-Core keeps it in fp32 (TE FusedAdam's master under
+  // delayed scaling, its own under the other recipes): the plan's 6 B run as 8.
+  if (s == OptimizerState::kBf16Master) {
+    notes->push_back(
+        "megatron.args: Megatron-Core keeps the FP8 parameters' master weights in fp32 (--main-params-dtype takes "
+        "fp32 or fp16), not the plan's bf16-master (NeMo 1.x's Apex optimizer with optim.dtype bf16): written as the "
+        "precision-aware optimizer with bf16 moments, 8 B per parameter of optimizer state, 2 B more than planned; "
+        "solve with --optimizer-state fp32 for a figure it does not exceed");
+    return mg;
+  }
   const std::string recipe = MegatronFp8Recipe(plan, model);
   if (!recipe.empty() && recipe != "delayed")
     notes->push_back(fmt::format(

@@ -1189,8 +1189,9 @@ Runner RegisterSolve(CLI::App& app) {
                   "how the optimizer keeps Adam's state beside 16-bit weights: fp32 (default; fp32 master and moments, "
                   "12 B/param), fp32-remainders (10 B: the master's low 16 bits beside the bf16 weight; Megatron "
                   "--use-precision-aware-optimizer, NeMo's distributed_fused_adam), bf16-moments (6 B: plus "
-                  "--exp-avg-dtype/--exp-avg-sq-dtype bf16) or bf16 (4 B: bf16 moments, no master; NeMo optim.dtype "
-                  "bf16); the engine's file lists what it runs");
+                  "--exp-avg-dtype/--exp-avg-sq-dtype bf16), bf16 (4 B: bf16 moments, no master; NeMo optim.dtype "
+                  "bf16) or bf16-master (6 B: a bf16 master and moments beside FP8 parameters; NeMo optim.dtype bf16 "
+                  "with fp8_params); the engine's file lists what it runs");
   cmd->add_flag(
       "--fp8-param-gather", a->fp8_param_gather,
       "FP8 models: keep the weights in FP8 alone (no bf16 copy; the fp32 master in the sharded optimizer) and "

@@ -299,7 +299,14 @@ Status OptimizerStateFlag(const SolveArgs& a, const ModelSpec& model, SearchOpti
 // --fp8-param-gather: the weights kept in FP8 alone (an FP8 model's); the engine's ZeRO stages for it come in
 // ApplyEngine.
 Status Fp8ParamGatherFlag(const SolveArgs& a, const ModelSpec& model, SearchOptions* o) {
-  if (!a.fp8_param_gather) return Status::OK();
+  if (!a.fp8_param_gather) {
+    if (const std::string why = OptimizerStateFp8ParamsRefusal(o->cost.optimizer_state, false); !why.empty())
+      return Status::InvalidArgument(
+          fmt::format("--optimizer-state {} without --fp8-param-gather: {}; add --fp8-param-gather or use "
+                      "--optimizer-state bf16",
+                      OptimizerStateName(o->cost.optimizer_state), why));
+    return Status::OK();
+  }
   if (a.model.empty())
     return Status::InvalidArgument(
         "--fp8-param-gather: FP8 parameters are costed from a model's precision; pass --model or drop "
@@ -309,13 +316,13 @@ Status Fp8ParamGatherFlag(const SolveArgs& a, const ModelSpec& model, SearchOpti
         "--fp8-param-gather: model {} trains in {}, and FP8 parameters are an FP8 model's weights; add --precision "
         "fp8 or drop --fp8-param-gather",
         model.name, DTypeName(model.dtype)));
-  // The smaller optimizer states keep the master's low half beside a bf16 weight (or no master at all): FP8 parameters
-  // have neither, and Megatron-Core keeps their master in fp32 (NeMo 1.x's Apex optimizer too: store_params).
-  if (o->cost.optimizer_state != OptimizerState::kFp32)
-    return Status::InvalidArgument(fmt::format(
-        "--fp8-param-gather with --optimizer-state {}: FP8 parameters keep an fp32 master (there is no bf16 weight "
-        "for remainders to complete); use --optimizer-state fp32 or drop --fp8-param-gather",
-        OptimizerStateName(o->cost.optimizer_state)));
+  // The remainder states keep the master's low half beside a bf16 weight, bf16 none at all: FP8 parameters have
+  // neither, and keep a master apart (Megatron-Core fp32; NeMo 1.x's Apex optimizer store_params, in its dtype).
+  if (const std::string why = OptimizerStateFp8ParamsRefusal(o->cost.optimizer_state, true); !why.empty())
+    return Status::InvalidArgument(
+        fmt::format("--fp8-param-gather with --optimizer-state {}: {}; use --optimizer-state fp32 or bf16-master, or "
+                    "drop --fp8-param-gather",
+                    OptimizerStateName(o->cost.optimizer_state), why));
   o->cost.fp8_params = true;
   return Status::OK();
 }

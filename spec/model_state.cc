@@ -7,7 +7,7 @@
 namespace planner {
 
 const std::vector<std::string>& OptimizerStateNameList() {
-  static const std::vector<std::string> kNames = {"fp32", "fp32-remainders", "bf16-moments", "bf16"};
+  static const std::vector<std::string> kNames = {"fp32", "fp32-remainders", "bf16-moments", "bf16", "bf16-master"};
   return kNames;
 }
 
@@ -37,12 +37,15 @@ double OptimizerStateBytes(OptimizerState s) {
     case OptimizerState::kFp32Remainders: return 10;  // int16 remainder 2 + 4 + 4
     case OptimizerState::kBf16Moments: return 6;      // int16 remainder 2 + 2 + 2
     case OptimizerState::kBf16: return 4;             // 2 + 2, no master
+    case OptimizerState::kBf16Master: return 6;       // bf16 master 2 + 2 + 2 (Apex store_params, state dtype bf16)
   }
   return 12;
 }
 
 double OptimizerStepTrafficPerParam(OptimizerState s) {
-  const double weight_read = s == OptimizerState::kFp32 ? 0 : 2;  // the bf16 weight is the master's high half
+  // The bf16 weight is the master's high half (remainders) or the master (bf16); bf16-master reads its own master,
+  // counted in the state.
+  const double weight_read = s == OptimizerState::kFp32 || s == OptimizerState::kBf16Master ? 0 : 2;
   return 4 + 2 * OptimizerStateBytes(s) + 2 + weight_read;
 }
 
@@ -53,6 +56,17 @@ std::string OptimizerStateRefusal(DType model, OptimizerState s) {
     return "it updates bf16 weights (remainders are the low half of an fp32 whose high half is the bf16 weight); an "
            "fp16 model keeps fp32; use fp32";
   return "";
+}
+
+std::string OptimizerStateFp8ParamsRefusal(OptimizerState s, bool fp8_params) {
+  if (fp8_params)
+    return s == OptimizerState::kFp32 || s == OptimizerState::kBf16Master
+               ? ""
+               : "FP8 parameters keep a master apart from the weights (no bf16 weight for remainders to complete or "
+                 "to update in place)";
+  return s == OptimizerState::kBf16Master
+             ? "it is the bf16 master Apex keeps beside FP8 weights; bf16 weights are their own master"
+             : "";
 }
 
 StateBytes ModelStateBytes(const ModelSpec* model, std::optional<DType> grad_dtype_opt, double bytes_per_param,

@@ -23,23 +23,32 @@ struct ModelSpec;
 //                    Apex DistributedFusedAdam as NeMo 1.x runs it with bf16 weights;
 //   kBf16Moments     remainders and bf16 moments, 6 B (Megatron --exp-avg-dtype bf16 --exp-avg-sq-dtype bf16);
 //   kBf16            bf16 moments and no master copy (the bf16 weights updated in place), 4 B: NeMo 1.x
-//                    `optim.dtype: bf16` (Apex DistributedFusedAdam with store_params false).
-enum class OptimizerState { kFp32, kFp32Remainders, kBf16Moments, kBf16 };
+//                    `optim.dtype: bf16` (Apex DistributedFusedAdam with store_params false);
+//   kBf16Master      a bf16 master copy and bf16 moments, 6 B, beside FP8 parameters only: NeMo 1.x `optim.dtype:
+//                    bf16` with `fp8_params` (NeMo megatron_base_model.py forces Apex's store_params there: FP8
+//                    weights cannot be updated in place, so the master is kept in the state's dtype).
+enum class OptimizerState { kFp32, kFp32Remainders, kBf16Moments, kBf16, kBf16Master };
 const char* OptimizerStateName(OptimizerState s);
 bool ParseOptimizerState(const std::string& text, OptimizerState* out);
 // Every name, in OptimizerState order (the readers' enum choices).
 const std::vector<std::string>& OptimizerStateNameList();
 // "fp32, fp32-remainders, bf16-moments or bf16": every name, as messages list them.
 std::string OptimizerStateNames();
-// Optimizer-state bytes per parameter of a mixed-precision model (12, 10, 6, 4).
+// Optimizer-state bytes per parameter of a mixed-precision model (12, 10, 6, 4, 6).
 double OptimizerStateBytes(OptimizerState s);
 // HBM bytes the optimizer step moves per parameter: the fp32 gradient read, the state read and written, the
-// 16-bit weight written and, without an fp32 master, read too (30, 28, 20, 16).
+// 16-bit weight written and, where the weight is the master's high half or the master itself, read too (30, 28, 20,
+// 16, 18: bf16-master reads its own master).
 double OptimizerStepTrafficPerParam(OptimizerState s);
 // Why a model trained in `model` cannot keep state `s` (empty: it can). Every state but fp32 keeps 16-bit weights
 // updated through bf16: remainders are the low half of an fp32 whose high half is the bf16 weight, so fp16
 // weights (and fp32 models, which keep no master) take fp32 only.
 std::string OptimizerStateRefusal(DType model, OptimizerState s);
+// Why FP8 parameters (on: --fp8-param-gather / plan fp8_param_gather) cannot go with state `s` (empty: they can).
+// FP8 parameters keep a master apart from the weights: fp32 (Megatron-Core, Apex with fp32 state) or bf16-master
+// (Apex with bf16 state); the remainder states complete a bf16 weight they do not have, and bf16 has no master.
+// bf16-master is FP8 parameters' only: with bf16 weights Apex's bf16 state keeps none (bf16).
+std::string OptimizerStateFp8ParamsRefusal(OptimizerState s, bool fp8_params);
 
 // Model-state bytes per parameter (weights w, optimizer states os, all of
 // them beta; gradients beta - w - os) and the memory budget per GPU.

@@ -366,17 +366,24 @@ Status GetOptimizerState(const YamlReader& r, const YAML::Node& root, Plan* p) {
 // FSDP; Megatron-LM asserts one of them).
 Status GetFp8ParamGather(const YamlReader& r, const YAML::Node& root, Plan* p) {
   PLANNER_RETURN_IF_ERROR(r.GetBool(root, "fp8_param_gather", "fp8_param_gather", &p->fp8_param_gather, false));
-  if (!p->fp8_param_gather) return Status::OK();
+  if (!p->fp8_param_gather) {
+    if (const std::string why = OptimizerStateFp8ParamsRefusal(p->optimizer_state, false); !why.empty())
+      return r.FieldError(root["optimizer_state"], "optimizer_state",
+                          fmt::format("{} without fp8_param_gather: {}; set fp8_param_gather true or optimizer_state "
+                                      "bf16",
+                                      OptimizerStateName(p->optimizer_state), why));
+    return Status::OK();
+  }
   if (p->dtype && *p->dtype != DType::kFp8)
     return r.FieldError(root["fp8_param_gather"], "fp8_param_gather",
                         fmt::format("FP8 parameters with inputs.dtype {}: an FP8 plan's only; set it false or plan in "
                                     "fp8",
                                     DTypeName(*p->dtype)));
-  if (p->optimizer_state != OptimizerState::kFp32)
+  if (const std::string why = OptimizerStateFp8ParamsRefusal(p->optimizer_state, true); !why.empty())
     return r.FieldError(root["fp8_param_gather"], "fp8_param_gather",
-                        fmt::format("FP8 parameters with optimizer_state {}: they keep an fp32 master (no bf16 "
-                                    "weight for remainders to complete); set it false or optimizer_state fp32",
-                                    OptimizerStateName(p->optimizer_state)));
+                        fmt::format("FP8 parameters with optimizer_state {}: {}; set it false or optimizer_state fp32 "
+                                    "or bf16-master",
+                                    OptimizerStateName(p->optimizer_state), why));
   // Over one data-parallel rank the distributed optimizer shards nothing, and the plan says ZeRO-0.
   if (p->zero_stage == ZeroStage::kNone && p->dp * std::max<int64_t>(1, p->cp) > 1)
     return r.FieldError(root["fp8_param_gather"], "fp8_param_gather",

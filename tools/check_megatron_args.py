@@ -169,7 +169,9 @@ def optimizer_state_bytes(args):
     # TE keeps the master (as remainders) only without an FP8 recipe or with delayed scaling
     # (OptimizerConfig.use_precision_aware_optimizer_no_fp8_or_ds_fp8); else Megatron-Core keeps it in main_params_dtype.
     te_master = not args.fp8 or args.fp8_recipe == "delayed"
-    master = 2 if (te_master and remainders and args.bf16 and args.main_params_dtype == torch.float32) else size(args.main_params_dtype)
+    # FP8 parameters (--fp8-param-gather) have no bf16 weight for remainders: TE FusedAdam keeps a whole fp32 master.
+    bf16_weights = args.bf16 and not getattr(args, "fp8_param_gather", False)
+    master = 2 if (te_master and remainders and bf16_weights and args.main_params_dtype == torch.float32) else size(args.main_params_dtype)
     return master + size(args.exp_avg_dtype) + size(args.exp_avg_sq_dtype)
 
 

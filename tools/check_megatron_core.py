@@ -264,17 +264,18 @@ def optimizer_state_mismatch(keeps, state, mixed, own_master):
     """'' when Megatron keeping `keeps` B of optimizer state per parameter runs the plan's `state` (None: fp32), else
     the difference in words. An fp32 model's weights are the master (8 B of moments); under FP8 recipes other than
     delayed scaling (`own_master`) Megatron-Core keeps its own fp32 master, 2 B beyond the remainders (codegen's
-    note); it keeps a master always, so the plan's bf16 (none) runs as bf16-moments (codegen's note). Shared with
-    tools/check_megatron_args.py."""
-    want = {"fp32": 12, "fp32-remainders": 10, "bf16-moments": 6, "bf16": 4}[state or "fp32"] - (0 if mixed else 4)
+    note); it keeps a master always, so the plan's bf16 (none) runs as bf16-moments, and FP8 parameters' master in
+    fp32, so the plan's bf16-master (NeMo 1.x's bf16 master) runs as an fp32 master and bf16 moments (codegen's notes).
+    Shared with tools/check_megatron_args.py."""
+    want = {"fp32": 12, "fp32-remainders": 10, "bf16-moments": 6, "bf16": 4, "bf16-master": 6}[state or "fp32"] - (0 if mixed else 4)
     if own_master and state in ("fp32-remainders", "bf16-moments"):
         want += 2
-    if keeps == want or (state == "bf16" and keeps == 6):
+    if keeps == want or (state == "bf16" and keeps == 6) or (state == "bf16-master" and keeps == 8):
         return ""
     return f"optimizer keeps {keeps} B per parameter, the plan {want}"
 
 
-def optimizer_state_bytes(opt):
+def optimizer_state_bytes(opt, fp8_params=False):
     """Adam's state per parameter as Megatron-Core keeps it (megatron/core/optimizer): the master copy (fp32; with the
     precision-aware optimizer TE FusedAdam's int16 remainders beside bf16 weights where store_param_remainders holds,
     else main_params_dtype) and the moments (exp_avg_dtype, exp_avg_sq_dtype); Megatron-Core refuses the precision-aware
@@ -289,7 +290,9 @@ def optimizer_state_bytes(opt):
     # TE keeps the master (as remainders) only where use_precision_aware_optimizer_no_fp8_or_ds_fp8 holds (no FP8
     # recipe, or delayed scaling); under the other recipes Megatron-Core keeps it itself in main_params_dtype.
     te_master = opt.use_precision_aware_optimizer_no_fp8_or_ds_fp8
-    master = 2 if (te_master and opt.store_param_remainders and opt.bf16 and opt.main_params_dtype == torch.float32) else size(opt.main_params_dtype)
+    # FP8 parameters (TransformerConfig fp8_param) have no bf16 weight for remainders: TE keeps a whole fp32 master.
+    bf16_weights = opt.bf16 and not fp8_params
+    master = 2 if (te_master and opt.store_param_remainders and bf16_weights and opt.main_params_dtype == torch.float32) else size(opt.main_params_dtype)
     return master + size(opt.exp_avg_dtype) + size(opt.exp_avg_sq_dtype)
 
 
@@ -446,7 +449,8 @@ def check_file(path, classes):
         if mine != want:
             raise ValueError(f"Megatron's split {mine} differs from the plan's {want}")
         step = "optimizer_state"
-        why = optimizer_state_mismatch(optimizer_state_bytes(opt), launch.get("optimizer_state"), opt.bf16 or opt.fp16,
+        why = optimizer_state_mismatch(optimizer_state_bytes(opt, bool(getattr(config, "fp8_param", False))),
+                                       launch.get("optimizer_state"), opt.bf16 or opt.fp16,
                                        opt.fp8_recipe not in (None, "delayed"))
         if why:
             raise ValueError("Megatron-Core's " + why)

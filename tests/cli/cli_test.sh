@@ -290,6 +290,21 @@ sed -e 's/^name: megatron-core/name: nemo-apex/' -e 's/^  bf16-moments: \[1\].*$
 expect "optimizer state bf16 solved" 0 "optimizer state bf16 (4 B/param)" -- $PLANNER solve --gpus 8 --model $M/llama3-8b.yaml --cluster $C/dgx-h100.yaml --global-batch 64 --tp 1 --pp 1 --cp 1 --engine ./nemo-apex.yaml --optimizer-state bf16 -o osb16.plan.yaml
 expect "optimizer state bf16 codegen note" 0 "the plan's bf16 optimizer state (4 B per parameter, no master) runs as bf16-moments, 2 B per parameter more" -- $PLANNER codegen osb16.plan.yaml -o osb16L --export megatron
 check "optimizer state bf16: megatron.args with bf16 moments" bash -c 'grep -qx -- "--exp-avg-dtype bf16" osb16L/megatron.args'
+# NeMo 1.x's bf16 state beside FP8 parameters (Apex store_params: a bf16 master, 6 B): the same forced FP8 layout with
+# FP8 parameters and fp32 state against bf16-master: the peak falls by exactly (12 - 6) / 8 B per parameter (ZeRO-1
+# over dp 8), the optimizer step by its traffic (18 of 30 B per parameter); Megatron's export keeps an fp32 master
+# (8 B), noted; the plan and the launch record it.
+sed -i 's/^  bf16: \[1\]$/  bf16: [1]\n  bf16-master: [1]/' nemo-apex.yaml
+for s in fp32 bf16-master; do
+  $PLANNER solve --gpus 8 --model $M/llama3-8b.yaml --cluster $C/dgx-h100.yaml --global-batch 64 --tp 1 --pp 1 --cp 1 --microbatch 1 --recompute full --zero 1 --grad-dtype bf16 --precision fp8 --fp8-param-gather --engine ./nemo-apex.yaml --optimizer-state $s --json > "osm-$s.json" 2>/dev/null
+done
+check "bf16-master: peak memory falls by 6/8 B per parameter, the step by 18/30" python3 -c "
+import json; a, b = (json.load(open(f'osm-{s}.json')) for s in ('fp32', 'bf16-master')); pa, pb = a['predicted'], b['predicted']
+assert abs((pa['peak_memory_GiB'] - pb['peak_memory_GiB']) * 2**30 - 6 / 8 * a['model_parameters']) < 1e-6 * a['model_parameters'], (pa, pb)
+assert abs(pb['optimizer_seconds'] / pa['optimizer_seconds'] - 18 / 30) < 1e-6 and b['optimizer_state'] == 'bf16-master' and b['fp8_param_gather'] is True"
+expect "bf16-master solved" 0 "optimizer state bf16-master (6 B/param)" -- $PLANNER solve --gpus 8 --model $M/llama3-8b.yaml --cluster $C/dgx-h100.yaml --global-batch 64 --tp 1 --pp 1 --cp 1 --zero 1 --precision fp8 --fp8-param-gather --engine ./nemo-apex.yaml --optimizer-state bf16-master -o osbm.plan.yaml
+expect "bf16-master codegen note" 0 "Megatron-Core keeps the FP8 parameters' master weights in fp32 (--main-params-dtype takes fp32 or fp16), not the plan's bf16-master" -- $PLANNER codegen osbm.plan.yaml -o osbmL --export megatron
+check "bf16-master: megatron.args with FP8 parameters and bf16 moments, the launch records the state" bash -c 'grep -qx -- "--fp8-param-gather" osbmL/megatron.args && grep -qx -- "--exp-avg-dtype bf16" osbmL/megatron.args && grep -qx -- "--use-precision-aware-optimizer" osbmL/megatron.args && grep -qx "optimizer_state: bf16-master" osbmL/launch.yaml'
 # A plan costed on one engine and exported to another's files says whose prediction it is: with `--engine all` the other
 # engines' figures (the same as solve printed), else the command that prices them; none for an export on the plan's
 # own engine, for the planner's own launch scripts, or for a user's engine file (nothing says which export it describes).

@@ -79,6 +79,16 @@ TEST_CASE("KeepFp8Params: the FP8 weight alone, no copy, gathers in FP8; a user'
   CHECK(u.fp8_weight_copy == 0);
   CHECK(u.param_gather == 2);
   CHECK(StateBytesPerParam(u, 0, 1) == 16);
+  // NeMo 1.x's SFT as its launcher 24.07 ran it: FP8 parameters, bf16 gradients, Apex's bf16 master and moments:
+  // 2 + 2 + 6 = 10 B per parameter where the fp32 state holds 16, 4 + 6 / d at ZeRO-1.
+  StateBytes n = ModelStateBytes(&m, DType::kBf16, 0, OptimizerState::kBf16Master);
+  KeepFp8Params(2, 1, false, &n);
+  CHECK(n.total == 2 + 2 + 6);
+  CHECK(StateBytesPerParam(n, 0, 1) == 10);
+  CHECK(StateBytesPerParam(n, 1, 4) == doctest::Approx(4 + 6.0 / 4));
+  StateBytes n32 = ModelStateBytes(&m, DType::kBf16, 0, OptimizerState::kFp32);
+  KeepFp8Params(2, 1, false, &n32);
+  CHECK(StateBytesPerParam(n32, 0, 1) - StateBytesPerParam(n, 0, 1) == 6);
 }
 
 TEST_CASE("the cached FP8 copy and FP8 parameters follow the kernel table's recipe per GPU") {

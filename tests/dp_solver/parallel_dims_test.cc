@@ -288,13 +288,14 @@ TEST_CASE("ZeRO-2 and ZeRO-3 pay their collectives per microbatch, ZeRO-0/1 per 
   CHECK(StateBytesPerParam(sb, 3, 8) == doctest::Approx(18.0 / 8));
 }
 
-TEST_CASE("optimizer states: 12 / 10 / 6 / 4 B per parameter, sharded at ZeRO-1, the step's traffic with them") {
+TEST_CASE("optimizer states: 12 / 10 / 6 / 4 / 6 B per parameter, sharded at ZeRO-1, the step's traffic with them") {
   ParFixture f("gpt2-small.yaml", "dgx-a100.yaml");
   f.model.dtype = DType::kBf16;
   const OptimizerState states[] = {OptimizerState::kFp32, OptimizerState::kFp32Remainders, OptimizerState::kBf16Moments,
-                                   OptimizerState::kBf16};
-  const double bytes[] = {12, 10, 6, 4}, traffic[] = {30, 28, 20, 16};
-  for (int i = 0; i < 4; ++i) {
+                                   OptimizerState::kBf16, OptimizerState::kBf16Master};
+  // bf16-master reads its own master (in the state) and no weight: 4 + 2 x 6 + 2.
+  const double bytes[] = {12, 10, 6, 4, 6}, traffic[] = {30, 28, 20, 16, 18};
+  for (int i = 0; i < 5; ++i) {
     const StateBytes sb = ModelStateBytes(&f.model, std::nullopt, 0, states[i]);
     CHECK(sb.optimizer == bytes[i]);
     CHECK(sb.total == doctest::Approx(2 + 4 + bytes[i]));  // bf16 weights, fp32 gradients
@@ -311,6 +312,13 @@ TEST_CASE("optimizer states: 12 / 10 / 6 / 4 B per parameter, sharded at ZeRO-1,
   CHECK(!OptimizerStateRefusal(DType::kFp16, OptimizerState::kFp32Remainders).empty());
   CHECK(OptimizerStateRefusal(DType::kFp8, OptimizerState::kFp32Remainders).empty());
   CHECK(OptimizerStateRefusal(DType::kFp16, OptimizerState::kFp32).empty());
+  // FP8 parameters keep a master apart from the weights: fp32 or bf16-master (NeMo 1.x's Apex), and bf16-master is
+  // theirs alone.
+  for (const OptimizerState s : states) {
+    const bool apart = s == OptimizerState::kFp32 || s == OptimizerState::kBf16Master;
+    CHECK(OptimizerStateFp8ParamsRefusal(s, true).empty() == apart);
+    CHECK(OptimizerStateFp8ParamsRefusal(s, false).empty() == (s != OptimizerState::kBf16Master));
+  }
   // The search's memory: ZeRO-1 forced, the peak falls by (12 - 6) / dp bytes per parameter of the stage.
   f.model.dtype = DType::kBf16;
   SearchOptions o;
