@@ -448,6 +448,14 @@ std::string MegatronRuleViolation(const std::string& args, const MegatronCheck& 
     return "--fp8-param-gather with --fp8-recipe mxfp8 under the distributed optimizer without "
            "--reuse-grad-buf-for-mxfp8-param-ag: Transformer Engine's MXFP8Tensor refuses the buffer's storage swap "
            "at start-up (replace_raw_data); add the flag";
+  // Under delayed scaling Transformer Engine's FusedAdam holds the master; it stores int16 remainders for every
+  // parameter whose dtype reads bf16, FP8 parameters (Float8Tensor, nominally bf16) included, and its FP8 Adam kernel
+  // takes an fp32 master only (fused_adam.py; Megatron-Core's OptimizerConfig keeps store_param_remainders on).
+  if (f.count("--fp8-param-gather") && f.count("--use-precision-aware-optimizer") &&
+      (!f.count("--fp8-recipe") || f.at("--fp8-recipe") == "delayed"))
+    return "--fp8-param-gather with --use-precision-aware-optimizer under delayed scaling: Transformer Engine's "
+           "FusedAdam stores int16 remainders for the FP8 parameters (nominally bf16) and its FP8 Adam kernel needs an "
+           "fp32 master; solve with --optimizer-state fp32, or another --fp8-recipe";
   if (f.count("--fp8-param-gather") && !f.count("--use-distributed-optimizer") && !f.count("--use-megatron-fsdp"))
     return "--fp8-param-gather without the distributed optimizer or FSDP: Megatron-LM refuses it (validate_args); "
            "solve with --zero 1 or 3, or without --fp8-param-gather";
@@ -560,17 +568,24 @@ std::string MegatronOptimizerStateArgs(const Plan& plan, const ModelSpec& model,
         "megatron.args: Megatron-Core keeps a master copy of the weights (TE FusedAdam's int16 remainders): the "
         "plan's bf16 optimizer state (4 B per parameter, no master) runs as bf16-moments, 2 B per parameter more; "
         "solve with --optimizer-state bf16-moments to plan what it runs");
-  // NeMo 1.x's Apex kept FP8 parameters' master in bf16; Megatron-Core keeps it in fp32 (TE FusedAdam's master under
-  // delayed scaling, its own under the other recipes): the plan's 6 B run as 8.
-  if (s == OptimizerState::kBf16Master) {
-    notes->push_back(
-        "megatron.args: Megatron-Core keeps the FP8 parameters' master weights in fp32 (--main-params-dtype takes "
-        "fp32 or fp16), not the plan's bf16-master (NeMo 1.x's Apex optimizer with optim.dtype bf16): written as the "
-        "precision-aware optimizer with bf16 moments, 8 B per parameter of optimizer state, 2 B more than planned; "
-        "solve with --optimizer-state fp32 for a figure it does not exceed");
-    return mg;
-  }
+  // NeMo 1.x's Apex kept FP8 parameters' master in bf16; Megatron-Core keeps it in fp32. Under delayed scaling the
+  // precision-aware optimizer would hand FP8 parameters to TE FusedAdam, which stores remainders for them and then
+  // needs an fp32 master (the export rule refuses it): the default optimizer, 12 B. Under the other recipes
+  // Megatron-Core keeps the fp32 master itself beside TE's bf16 moments: 8 B.
   const std::string recipe = MegatronFp8Recipe(plan, model);
+  if (s == OptimizerState::kBf16Master) {
+    const bool delayed = recipe.empty() || recipe == "delayed";
+    notes->push_back(fmt::format(
+        "megatron.args: Megatron-Core keeps the FP8 parameters' master weights in fp32 (--main-params-dtype takes "
+        "fp32 or fp16), not the plan's bf16-master (NeMo 1.x's Apex optimizer with optim.dtype bf16): written as {}, "
+        "{} B per parameter of optimizer state, {} B more than planned; solve with --optimizer-state fp32 for a "
+        "figure it does not exceed",
+        delayed ? "the default optimizer (under delayed scaling Transformer Engine's FusedAdam cannot step FP8 "
+                  "parameters with bf16 moments: it stores remainders for them)"
+                : "the precision-aware optimizer with bf16 moments",
+        delayed ? 12 : 8, delayed ? 6 : 2));
+    return delayed ? "" : mg;
+  }
   if (!recipe.empty() && recipe != "delayed")
     notes->push_back(fmt::format(
         "megatron.args: under --fp8-recipe {} Megatron-Core keeps the master weights itself in fp32, not as TE's "

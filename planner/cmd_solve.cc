@@ -218,8 +218,10 @@ Status ApplyOptimizerState(const EngineSpec& e, SearchOptions* o) {
   if (s == OptimizerState::kFp32) return Status::OK();
   const std::vector<int64_t>* stages = e.OptimizerStateZero(s);
   if (stages == nullptr) {
-    std::vector<std::string> keeps;
-    for (const auto& kv : e.optimizer_states) keeps.emplace_back(OptimizerStateName(kv.first));
+    std::vector<std::string> keeps;  // those the plan's FP8 parameters (or their absence) allow
+    for (const auto& kv : e.optimizer_states)
+      if (OptimizerStateFp8ParamsRefusal(kv.first, o->cost.fp8_params).empty())
+        keeps.emplace_back(OptimizerStateName(kv.first));
     return Status::InvalidArgument(
         fmt::format("--optimizer-state {}: engine {} does not keep it ({}); choose --optimizer-state {} or {}",
                     OptimizerStateName(s), e.name,

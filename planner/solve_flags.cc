@@ -301,10 +301,10 @@ Status OptimizerStateFlag(const SolveArgs& a, const ModelSpec& model, SearchOpti
 Status Fp8ParamGatherFlag(const SolveArgs& a, const ModelSpec& model, SearchOptions* o) {
   if (!a.fp8_param_gather) {
     if (const std::string why = OptimizerStateFp8ParamsRefusal(o->cost.optimizer_state, false); !why.empty())
-      return Status::InvalidArgument(
-          fmt::format("--optimizer-state {} without --fp8-param-gather: {}; add --fp8-param-gather or use "
-                      "--optimizer-state bf16",
-                      OptimizerStateName(o->cost.optimizer_state), why));
+      return Status::InvalidArgument(fmt::format(
+          "--optimizer-state {} without --fp8-param-gather: {}; add {}--fp8-param-gather or use "
+          "--optimizer-state bf16",
+          OptimizerStateName(o->cost.optimizer_state), why, model.dtype == DType::kFp8 ? "" : "--precision fp8 "));
     return Status::OK();
   }
   if (a.model.empty())

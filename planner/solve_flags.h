@@ -47,8 +47,8 @@ struct SolveArgs {
       dp_replicate;  // --dp-replicate (HSDP); empty: the search's defaults  // Megatron's --pipeline-model-parallel-layout (spec/pipeline_layout.h); empty: none
   std::string overlap_grad_reduce = "on", overlap_param_gather = "on";
   std::string grad_dtype;
-  std::string optimizer_state;            // --optimizer-state fp32|fp32-remainders|bf16-moments|bf16 (empty: fp32)
-  bool fp8_param_gather = false;          // --fp8-param-gather: FP8 weights alone (Megatron --fp8-param-gather)
+  std::string optimizer_state;    // --optimizer-state fp32|fp32-remainders|bf16-moments|bf16|bf16-master (empty: fp32)
+  bool fp8_param_gather = false;  // --fp8-param-gather: FP8 weights alone (Megatron --fp8-param-gather)
   std::vector<std::string> calibrations;  // --calibration FILE...: planner calibrate's files (the matching one applies)
   int64_t seq = 0;
   double train_tokens = 0;

@@ -681,11 +681,6 @@ Status CheckRunPrecision(const LaunchPlan& L, const ModelSpec& model) {
         fmt::format("{}: field 'optimizer_state': {} with the model's {}: {} (or codegen the plan again)", L.path,
                     OptimizerStateName(L.optimizer_state), DTypeName(model.dtype), why));
   }
-  if (const std::string why = OptimizerStateFp8ParamsRefusal(L.optimizer_state, L.fp8_param_gather); !why.empty()) {
-    return Status::InvalidArgument(
-        fmt::format("{}: field 'optimizer_state': {} with fp8_param_gather {}: {} (or codegen the plan again)", L.path,
-                    OptimizerStateName(L.optimizer_state), L.fp8_param_gather ? "true" : "false", why));
-  }
   return Status::OK();
 }
 

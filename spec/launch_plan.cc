@@ -533,6 +533,14 @@ Status ParseLaunchPlan(const std::string& path, const std::string& text, LaunchP
       r.GetEnum(root, "optimizer_state", "optimizer_state", OptimizerStateNameList(), &optimizer_state, false));
   if (!optimizer_state.empty()) ParseOptimizerState(optimizer_state, &p.optimizer_state);
   PLANNER_RETURN_IF_ERROR(r.GetBool(root, "fp8_param_gather", "fp8_param_gather", &p.fp8_param_gather, false));
+  // FP8 parameters keep a master apart (fp32 or bf16-master), and bf16-master is theirs alone (spec/model_state.h).
+  if (const std::string why = OptimizerStateFp8ParamsRefusal(p.optimizer_state, p.fp8_param_gather); !why.empty()) {
+    return r.FieldError(root["optimizer_state"], "optimizer_state",
+                        fmt::format("{} with fp8_param_gather {}: {}; set {} (or codegen the plan again)",
+                                    optimizer_state, p.fp8_param_gather ? "true" : "false", why,
+                                    p.fp8_param_gather ? "optimizer_state: fp32 or bf16-master"
+                                                       : "optimizer_state: bf16 or fp8_param_gather: true"));
+  }
   if (p.vertical_sync && p.schedule != Schedule::kPipeDream) {
     return r.FieldError(
         root["vertical_sync"], "vertical_sync",

@@ -32,13 +32,13 @@ const char* OptimizerStateName(OptimizerState s);
 bool ParseOptimizerState(const std::string& text, OptimizerState* out);
 // Every name, in OptimizerState order (the readers' enum choices).
 const std::vector<std::string>& OptimizerStateNameList();
-// "fp32, fp32-remainders, bf16-moments or bf16": every name, as messages list them.
+// "fp32, fp32-remainders, bf16-moments, bf16 or bf16-master": every name, as messages list them.
 std::string OptimizerStateNames();
 // Optimizer-state bytes per parameter of a mixed-precision model (12, 10, 6, 4, 6).
 double OptimizerStateBytes(OptimizerState s);
 // HBM bytes the optimizer step moves per parameter: the fp32 gradient read, the state read and written, the
 // 16-bit weight written and, where the weight is the master's high half or the master itself, read too (30, 28, 20,
-// 16, 18: bf16-master reads its own master).
+// 16, 18: bf16-master reads its own master; Apex runs it as two passes of about 17 B).
 double OptimizerStepTrafficPerParam(OptimizerState s);
 // Why a model trained in `model` cannot keep state `s` (empty: it can). Every state but fp32 keeps 16-bit weights
 // updated through bf16: remainders are the low half of an fp32 whose high half is the bf16 weight, so fp16

@@ -169,9 +169,13 @@ def optimizer_state_bytes(args):
     # TE keeps the master (as remainders) only without an FP8 recipe or with delayed scaling
     # (OptimizerConfig.use_precision_aware_optimizer_no_fp8_or_ds_fp8); else Megatron-Core keeps it in main_params_dtype.
     te_master = not args.fp8 or args.fp8_recipe == "delayed"
-    # FP8 parameters (--fp8-param-gather) have no bf16 weight for remainders: TE FusedAdam keeps a whole fp32 master.
-    bf16_weights = args.bf16 and not getattr(args, "fp8_param_gather", False)
-    master = 2 if (te_master and remainders and bf16_weights and args.main_params_dtype == torch.float32) else size(args.main_params_dtype)
+    # FP8 parameters under TE's master: FusedAdam stores remainders for them too (nominally bf16) and its FP8 Adam
+    # kernel takes an fp32 master only: it cannot step them (tools/check_megatron_core.py says the same).
+    if te_master and remainders and getattr(args, "fp8_param_gather", False):
+        raise RuntimeError("TE FusedAdam would store int16 remainders for the FP8 parameters (nominally bf16) and its "
+                           "FP8 Adam kernel needs an fp32 master (--fp8-param-gather with the precision-aware "
+                           "optimizer under delayed scaling)")
+    master = 2 if (te_master and remainders and args.bf16 and args.main_params_dtype == torch.float32) else size(args.main_params_dtype)
     return master + size(args.exp_avg_dtype) + size(args.exp_avg_sq_dtype)
 
 

@@ -265,12 +265,15 @@ def optimizer_state_mismatch(keeps, state, mixed, own_master):
     the difference in words. An fp32 model's weights are the master (8 B of moments); under FP8 recipes other than
     delayed scaling (`own_master`) Megatron-Core keeps its own fp32 master, 2 B beyond the remainders (codegen's
     note); it keeps a master always, so the plan's bf16 (none) runs as bf16-moments, and FP8 parameters' master in
-    fp32, so the plan's bf16-master (NeMo 1.x's bf16 master) runs as an fp32 master and bf16 moments (codegen's notes).
-    Shared with tools/check_megatron_args.py."""
+    fp32, so the plan's bf16-master (NeMo 1.x's bf16 master) runs as the default 12 B under delayed scaling and as an
+    fp32 master with bf16 moments, 8 B, under the other recipes (codegen's notes). Shared with
+    tools/check_megatron_args.py."""
     want = {"fp32": 12, "fp32-remainders": 10, "bf16-moments": 6, "bf16": 4, "bf16-master": 6}[state or "fp32"] - (0 if mixed else 4)
     if own_master and state in ("fp32-remainders", "bf16-moments"):
         want += 2
-    if keeps == want or (state == "bf16" and keeps == 6) or (state == "bf16-master" and keeps == 8):
+    if state == "bf16-master":
+        want = 8 if own_master else 12
+    if keeps == want or (state == "bf16" and keeps == 6):
         return ""
     return f"optimizer keeps {keeps} B per parameter, the plan {want}"
 
@@ -290,9 +293,14 @@ def optimizer_state_bytes(opt, fp8_params=False):
     # TE keeps the master (as remainders) only where use_precision_aware_optimizer_no_fp8_or_ds_fp8 holds (no FP8
     # recipe, or delayed scaling); under the other recipes Megatron-Core keeps it itself in main_params_dtype.
     te_master = opt.use_precision_aware_optimizer_no_fp8_or_ds_fp8
-    # FP8 parameters (TransformerConfig fp8_param) have no bf16 weight for remainders: TE keeps a whole fp32 master.
-    bf16_weights = opt.bf16 and not fp8_params
-    master = 2 if (te_master and opt.store_param_remainders and bf16_weights and opt.main_params_dtype == torch.float32) else size(opt.main_params_dtype)
+    # FP8 parameters (TransformerConfig fp8_param) under TE's master: FusedAdam stores remainders for every parameter
+    # whose dtype reads bf16, Float8Tensor included, and its FP8 Adam kernel takes an fp32 master only
+    # (transformer_engine/pytorch/optimizers/fused_adam.py): it cannot step them.
+    if te_master and fp8_params and opt.store_param_remainders:
+        raise ValueError("TE FusedAdam would store int16 remainders for the FP8 parameters (nominally bf16) and its FP8 "
+                         "Adam kernel needs an fp32 master (--fp8-param-gather with the precision-aware optimizer "
+                         "under delayed scaling)")
+    master = 2 if (te_master and opt.store_param_remainders and opt.bf16 and opt.main_params_dtype == torch.float32) else size(opt.main_params_dtype)
     return master + size(opt.exp_avg_dtype) + size(opt.exp_avg_sq_dtype)
 
 

@@ -196,6 +196,20 @@ TEST_CASE("rule: --cp-comm-type is one Transformer Engine dispatches on (allgath
         "communication type\" on anything else at the first attention forward (context_parallel.py)");
 }
 
+TEST_CASE(
+    "rule: FP8 parameters with the precision-aware optimizer only under a recipe other than delayed (TE FusedAdam "
+    "would store remainders for them)") {
+  const std::string pa = "--use-distributed-optimizer\n--fp8-param-gather\n--use-precision-aware-optimizer\n";
+  const std::string refusal =
+      "--fp8-param-gather with --use-precision-aware-optimizer under delayed scaling: Transformer Engine's FusedAdam "
+      "stores int16 remainders for the FP8 parameters (nominally bf16) and its FP8 Adam kernel needs an fp32 master; "
+      "solve with --optimizer-state fp32, or another --fp8-recipe";
+  CHECK(MegatronRuleViolation(ValidArgs() + pa, ValidCheck()) == refusal);
+  CHECK(MegatronRuleViolation(ValidArgs() + pa + "--fp8-recipe delayed\n", ValidCheck()) == refusal);
+  CHECK(MegatronRuleViolation(ValidArgs() + pa + "--fp8-recipe tensorwise\n", ValidCheck()).empty());
+  CHECK(MegatronRuleViolation(ValidArgs() + "--use-distributed-optimizer\n--fp8-param-gather\n", ValidCheck()).empty());
+}
+
 TEST_CASE("rule: a model other than a GPT (VGG-16's layer list) is refused") {
   ModelSpec vgg;
   REQUIRE_OK(LoadModelSpec(testing::SourcePath("configs/models/vgg16.yaml"), &vgg));

@@ -89,6 +89,10 @@ TEST_CASE("KeepFp8Params: the FP8 weight alone, no copy, gathers in FP8; a user'
   StateBytes n32 = ModelStateBytes(&m, DType::kBf16, 0, OptimizerState::kFp32);
   KeepFp8Params(2, 1, false, &n32);
   CHECK(StateBytesPerParam(n32, 0, 1) - StateBytesPerParam(n, 0, 1) == 6);
+  // Apex's bf16 states step on the bf16 gradient shard as it is; Megatron's fp32 path casts it to fp32 first.
+  CHECK(n.step_grad_copy == 0);
+  CHECK(ModelStateBytes(&m, DType::kBf16, 0, OptimizerState::kBf16).step_grad_copy == 0);
+  CHECK(n32.step_grad_copy == 4);
 }
 
 TEST_CASE("the cached FP8 copy and FP8 parameters follow the kernel table's recipe per GPU") {

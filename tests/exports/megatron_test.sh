@@ -80,15 +80,20 @@ $PLANNER -q solve --gpus 8 --model "$C/models/llama3-8b.yaml" --cluster "$C/clus
   && $PLANNER -q codegen "$T/optimizer-state-blockwise.plan.yaml" -o "$T/demo-optimizer-state-blockwise" 2>/dev/null \
   && grep -qx -- "--fp8-recipe blockwise" "$T/demo-optimizer-state-blockwise/megatron.args" \
   || { echo "FAIL demo optimizer state blockwise: no blockwise recipe in megatron.args"; fail=1; }
-# NeMo 1.x's bf16 master beside FP8 parameters (solve --optimizer-state bf16-master, in an engine file that keeps it):
-# Megatron-Core keeps FP8 parameters' master in fp32 (TE FusedAdam stores remainders for bf16 weights only), 8 B, the
-# plan's 6 + codegen's noted 2, which the checker expects.
+# NeMo 1.x's bf16 master beside FP8 parameters (solve --optimizer-state bf16-master, in an engine file that keeps it).
+# Megatron-Core keeps FP8 parameters' master in fp32: under delayed scaling the default optimizer (12 B; TE FusedAdam
+# would store remainders for FP8 parameters), under current scaling its own fp32 master beside TE's bf16 moments (8 B):
+# the plan's 6 + codegen's noted 6 or 2, which the checker expects.
 sed -e 's/^name: megatron-core/name: nemo-apex/' -e 's/^  bf16-moments: \[1\].*$/  bf16-moments: [1]\n  bf16-master: [1]/' "$C/engines/megatron-core.yaml" > "$T/nemo-apex.yaml"
-$PLANNER -q solve --gpus 8 --model "$C/models/llama3-8b.yaml" --cluster "$C/clusters/dgx-h100.yaml" --tp 1 --pp 1 --cp 1 --global-batch 64 --precision fp8 --fp8-param-gather --engine "$T/nemo-apex.yaml" --optimizer-state bf16-master -o "$T/optimizer-state-bf16-master.plan.yaml" >/dev/null 2>&1 \
-  && $PLANNER -q codegen "$T/optimizer-state-bf16-master.plan.yaml" -o "$T/demo-optimizer-state-bf16-master" --export megatron 2>/dev/null \
-  && grep -qx -- "--fp8-param-gather" "$T/demo-optimizer-state-bf16-master/megatron.args" \
-  && grep -qx -- "--exp-avg-dtype bf16" "$T/demo-optimizer-state-bf16-master/megatron.args" \
-  || { echo "FAIL demo optimizer state bf16-master: no FP8 parameters or bf16 moments in megatron.args"; fail=1; }
+for recipe in delayed current; do
+  $PLANNER -q solve --gpus 8 --model "$C/models/llama3-8b.yaml" --cluster "$C/clusters/dgx-h100.yaml" --tp 1 --pp 1 --cp 1 --global-batch 64 --precision fp8 --fp8-recipe $recipe --fp8-param-gather --engine "$T/nemo-apex.yaml" --optimizer-state bf16-master -o "$T/optimizer-state-bf16-master-$recipe.plan.yaml" >/dev/null 2>&1 \
+    && $PLANNER -q codegen "$T/optimizer-state-bf16-master-$recipe.plan.yaml" -o "$T/demo-optimizer-state-bf16-master-$recipe" --export megatron 2>/dev/null \
+    && grep -qx -- "--fp8-param-gather" "$T/demo-optimizer-state-bf16-master-$recipe/megatron.args" \
+    || { echo "FAIL demo optimizer state bf16-master $recipe: no FP8 parameters in megatron.args"; fail=1; }
+done
+grep -qx -- "--exp-avg-dtype bf16" "$T/demo-optimizer-state-bf16-master-current/megatron.args" \
+  && ! grep -q -- "--use-precision-aware-optimizer" "$T/demo-optimizer-state-bf16-master-delayed/megatron.args" \
+  || { echo "FAIL demo optimizer state bf16-master: bf16 moments under current scaling, the default optimizer under delayed"; fail=1; }
 # The issue's defects, each in a copy of a golden launch directory: the checker must FAIL them with the reason.
 G=$SRC/tests/codegen/golden
 neg() {  # neg NAME GOLDEN SED-SCRIPT EXPECTED-TEXT
@@ -108,9 +113,12 @@ echo "vgg16|no --num-layers" >> "$T/expect"
 # A plan that keeps fp32 state run with the bf16 moments (launch.yaml's optimizer_state dropped): 6 B against 12.
 cp -r "$T/demo-optimizer-state" "$T/neg-optimizer-state" && sed -i '/^optimizer_state:/d' "$T/neg-optimizer-state/launch.yaml"
 echo "optimizer-state|keeps 6 B per parameter, the plan 12" >> "$T/expect"
-# The bf16-master plan run with fp32 moments (the moment dtypes dropped): Megatron keeps 12 B, the plan 6.
-cp -r "$T/demo-optimizer-state-bf16-master" "$T/neg-bf16-master" && sed -i '/^--exp-avg/d' "$T/neg-bf16-master/megatron.args"
-echo "bf16-master|keeps 12 B per parameter, the plan 6" >> "$T/expect"
+# The current-scaling bf16-master plan run with fp32 moments (the moment dtypes dropped): 12 B, the plan's 8.
+cp -r "$T/demo-optimizer-state-bf16-master-current" "$T/neg-bf16-master" && sed -i '/^--exp-avg/d' "$T/neg-bf16-master/megatron.args"
+echo "bf16-master|keeps 12 B per parameter, the plan 8" >> "$T/expect"
+# The delayed-scaling one given the precision-aware optimizer: TE FusedAdam cannot step FP8 parameters so.
+cp -r "$T/demo-optimizer-state-bf16-master-delayed" "$T/neg-bf16-master-delayed" && printf -- '--use-precision-aware-optimizer\n--exp-avg-dtype bf16\n--exp-avg-sq-dtype bf16\n' >> "$T/neg-bf16-master-delayed/megatron.args"
+echo "bf16-master-delayed|would store int16 remainders for the FP8 parameters" >> "$T/expect"
 # megatron.sh's whole command line (megatron.args + the smoke test's mock-data flags), as torchrun
 # receives it: each golden's script run with a fake torchrun that records its argv.
 mkdir -p "$T/bin"
