@@ -58,6 +58,15 @@ const std::vector<Field>& Fields() {
       {"--position-embedding-type", Section::kModel, "position_embedding_type", Value::kString},
       {"--rotary-base", Section::kModel, "rotary_base", Value::kNumber},
       {"--disable-bias-linear", Section::kModel, "add_bias_linear", Value::kFalse},
+      // Multi-head latent attention: MLAModelProvider's fields (megatron/bridge/models/mla_provider.py, an
+      // MLATransformerConfig).
+      {"--multi-latent-attention", Section::kModel, "multi_latent_attention", Value::kTrue},
+      {"--q-lora-rank", Section::kModel, "q_lora_rank", Value::kNumber},
+      {"--kv-lora-rank", Section::kModel, "kv_lora_rank", Value::kNumber},
+      {"--qk-head-dim", Section::kModel, "qk_head_dim", Value::kNumber},
+      {"--qk-pos-emb-head-dim", Section::kModel, "qk_pos_emb_head_dim", Value::kNumber},
+      {"--v-head-dim", Section::kModel, "v_head_dim", Value::kNumber},
+      {"--qk-layernorm", Section::kModel, "qk_layernorm", Value::kTrue},
       {"--untie-embeddings-and-output-weights", Section::kModel, "share_embeddings_and_output_weights", Value::kFalse},
       {"--window-size", Section::kModel, "window_size", Value::kWindow},
       {"--window-attn-skip-freq", Section::kModel, "window_attn_skip_freq", Value::kNumber},
@@ -232,6 +241,18 @@ void MegatronLmDefaults(const ModelSpec& model, const LaunchPlan& L, Recipe* r) 
   // sends both ways to one peer); off without interleaving.
   Put(&m, "overlap_p2p_comm", py(vp));
   Put(&m, "batch_p2p_comm", py(!vp));
+  if (MlaLayer(model) != nullptr) {
+    // MLAModelProvider's defaults that are not Megatron-LM's (a review of Bridge 0.6 against core_v0.16.1): the
+    // query's LoRA rank (the config's 512; Megatron-LM's None without --q-lora-rank), the rotary scaling factor (the
+    // config's 40; --rotary-scaling-factor 1.0), and multi_latent_attention / normalization, which Bridge's
+    // TransformerConfig base re-defaults over MLATransformerConfig's. YaRN at factor 1 is RoPE.
+    if (!Find(m, "q_lora_rank")) Put(&m, "q_lora_rank", "None");
+    Put(&m, "rotary_scaling_factor", "1.0");
+    Put(&m, "rope_type", "\"yarn\"");  // MLA's default under Megatron-LM (--rope-type unset); rope fusion needs it
+    Put(&m, "mscale", "1.0");
+    Put(&m, "mscale_all_dim", "0.0");
+    if (!Find(m, "normalization")) Put(&m, "normalization", "\"LayerNorm\"");
+  }
   Entries& d = r->sections[Section::kDdp];
   for (const char* k : {"overlap_grad_reduce", "overlap_param_gather"})
     if (!Find(d, k)) d.emplace_back(k, "False");
@@ -258,9 +279,6 @@ void CommOverlapEntries(const LaunchPlan& L, Recipe* r) {
 
 // Why Bridge cannot run what megatron.args can ("" when it can).
 std::string BridgeRefusal(const ModelSpec& model, const LaunchPlan& L) {
-  if (MlaLayer(model) != nullptr)
-    return "multi-head latent attention: Megatron-Bridge builds MLA models with its own providers (DeepSeek's), "
-           "not the GPTModelProvider this export writes; use the megatron export (megatron.args)";
   if (model.gpt.vocab % std::max<int64_t>(1, L.tp) != 0)
     return fmt::format(
         "vocabulary {} not divisible by tp {}: this export keeps the model's vocabulary exactly (a fine-tuned "

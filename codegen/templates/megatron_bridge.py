@@ -25,6 +25,7 @@ from megatron.core.models.gpt.gpt_layer_specs import get_gpt_decoder_block_spec
 from megatron.core.transformer.enums import AttnBackend
 
 from megatron.bridge.models import GPTModelProvider
+from megatron.bridge.models.mla_provider import MLAModelProvider
 from megatron.bridge.peft.lora import LoRA
 from megatron.bridge.recipes.utils.dataset_utils import default_squad_config
 from megatron.bridge.recipes.utils.optimizer_utils import distributed_fused_adam_with_cosine_annealing
@@ -90,14 +91,15 @@ def model_provider():
         fields["attention_backend"] = AttnBackend[fields["attention_backend"]]
     fields["vocab_size"] = VOCAB
     fields["should_pad_vocab"] = False  # the planned vocabulary exactly
-    if "num_moe_experts" in fields:
+    if "num_moe_experts" in fields or fields.get("multi_latent_attention"):
         # One spec per layer, dense or MoE as moe_layer_freq says (the provider's default spec is one layer's, copied
-        # to every layer: moe_layer_freq would be ignored).
+        # to every layer: moe_layer_freq would be ignored); the block spec builds MLA's attention too.
         fields["transformer_layer_spec"] = partial(get_gpt_decoder_block_spec, use_transformer_engine=True)
     if FINETUNE and MODEL.get("context_parallel_size", 1) > 1:
         # Bridge's rule for fine-tuning under context parallelism (ConfigContainer.validate): loss per token.
         fields["calculate_per_token_loss"] = True
-    return GPTModelProvider(**fields)
+    # Multi-head latent attention: MLAModelProvider (GPTModelProvider and MLATransformerConfig's fields).
+    return (MLAModelProvider if fields.get("multi_latent_attention") else GPTModelProvider)(**fields)
 
 
 def dataset(seq_length, cp):

@@ -108,6 +108,34 @@ TEST_CASE("megatron_bridge.py: what Megatron-LM decides without a flag is writte
     CHECK_MESSAGE(Has(vf[0].second, line), std::string(line));
 }
 
+TEST_CASE("megatron_bridge.py: multi-head latent attention by MLAModelProvider's fields, Megatron-LM's defaults") {
+  GptConfig g = Tiny().gpt;
+  g.mla.kv_lora_rank = 32;
+  g.mla.qk_rope_head_dim = 16;
+  g.mla.qk_nope_head_dim = 32;
+  g.mla.v_head_dim = 32;
+  ModelSpec m;
+  REQUIRE_OK(BuildGptModel(g, DType::kBf16, &m));
+  auto [files, notes] = Export(m, Launch(2, 1, 2, 1));
+  REQUIRE(files.size() == 1);
+  REQUIRE(files[0].first == "megatron_bridge.py");
+  const std::string& py = files[0].second;
+  // Without q_lora_rank Megatron-LM projects the query directly (None), where the MLA config's default is 512; its
+  // rotary scaling 40 where Megatron-LM's is 1.0.
+  for (const char* line : {"    multi_latent_attention=True,\n", "    kv_lora_rank=32,\n", "    qk_head_dim=32,\n",
+                           "    qk_pos_emb_head_dim=16,\n", "    v_head_dim=32,\n", "    qk_layernorm=True,\n",
+                           "    q_lora_rank=None,\n", "    rotary_scaling_factor=1.0,\n", "    rope_type=\"yarn\",\n",
+                           "    mscale=1.0,\n", "    mscale_all_dim=0.0,\n", "    normalization=\"RMSNorm\",\n"})
+    CHECK_MESSAGE(Has(py, line), std::string(line));
+  g.mla.q_lora_rank = 48;
+  REQUIRE_OK(BuildGptModel(g, DType::kBf16, &m));
+  const std::string with_q = Export(m, Launch(2, 1, 2, 1)).first[0].second;
+  CHECK(Has(with_q, "    q_lora_rank=48,\n"));
+  CHECK_FALSE(Has(with_q, "    q_lora_rank=None,\n"));
+  // A model without MLA gets none of them.
+  CHECK_FALSE(Has(Export(Tiny(), Launch(2, 1, 2, 1)).first[0].second, "rotary_scaling_factor"));
+}
+
 TEST_CASE("megatron_bridge.py: a vocabulary tp does not divide is refused (the export keeps it exactly)") {
   auto [files, notes] = Export(Tiny(), Launch(2, 1, 3, 1));
   REQUIRE(files.size() == 1);

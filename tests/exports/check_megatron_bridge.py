@@ -20,6 +20,7 @@ import traceback
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 import bridge_stubs  # noqa: E402  (before any megatron import)
 from megatron.bridge.models import GPTModelProvider  # noqa: E402
+from megatron.bridge.models.mla_provider import MLAModelProvider  # noqa: E402
 from megatron.bridge.peft.lora import LoRA  # noqa: E402
 from megatron.bridge.training.comm_overlap import CommOverlapConfig  # noqa: E402
 from megatron.bridge.training.config import (  # noqa: E402
@@ -72,6 +73,8 @@ def check(d):
     mod = importlib.util.module_from_spec(spec)
     spec.loader.exec_module(mod)
     for name, cls in SECTIONS:
+        if name == "MODEL" and mod.MODEL.get("multi_latent_attention"):
+            cls = MLAModelProvider  # the template's provider for MLA models
         known = {f.name for f in dataclasses.fields(cls)}
         unknown = sorted(set(getattr(mod, name)) - known)
         if unknown:
@@ -119,8 +122,15 @@ def check(d):
     # forward (attention/dot_product_attention/context_parallel.py), after this check would have passed.
     if m.context_parallel_size > 1 and m.cp_comm_type not in ("p2p", "all_gather", "a2a", "a2a+p2p"):
         return f"cp_comm_type {m.cp_comm_type!r} is none of Transformer Engine's p2p, all_gather, a2a, a2a+p2p"
-    # An MoE model's layers built one by one (moe_layer_freq), not one layer's spec copied to every layer.
+    # MLA as Megatron-LM builds it: YaRN at factor 1 (Megatron-LM's --rotary-scaling-factor default; the MLA config's
+    # is 40).
+    if "kv_lora_rank" in mod.MODEL:  # (without multi_latent_attention the template's GPTModelProvider refuses them)
+        if m.rotary_scaling_factor != 1.0:
+            return f"MLA rotary_scaling_factor {m.rotary_scaling_factor!r}: Megatron-LM runs 1.0 (--rotary-scaling-factor)"
+    # An MoE or MLA model's layers built one by one (moe_layer_freq; MLA's attention), not one layer's spec copied.
     spec = getattr(m, "transformer_layer_spec", None)
+    if getattr(m, "multi_latent_attention", False) and getattr(spec, "func", None) is not get_gpt_decoder_block_spec:
+        return f"MLA model with transformer_layer_spec {spec!r}: not the block spec that builds MLA"
     if m.num_moe_experts and getattr(spec, "func", None) is not get_gpt_decoder_block_spec:
         return f"MoE model with transformer_layer_spec {spec!r}: moe_layer_freq would be ignored"
     if mod.FINETUNE and cfg.peft is None and mod.LORA is not None:

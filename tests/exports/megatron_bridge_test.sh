@@ -2,7 +2,8 @@
 # megatron_bridge.py exports checked by Megatron-Bridge's own code (tests/exports/check_megatron_bridge.py in the venv
 # of tests/exports/setup_bridge_venv.sh: megatron-bridge 0.6.2 on megatron-core 0.19.2, Python 3.12): the golden
 # plans' megatron_bridge.py and the demo plans' (LoRA on packed samples, FP8 and MXFP8 parameters, context parallelism,
-# Megatron-FSDP, MoE with expert parallelism, TP communication overlap) in ONE process, then defects it must reject.
+# Megatron-FSDP, MoE with expert parallelism, TP communication overlap, MLA: a small MoE model and DeepSeek-V3) in ONE
+# process, then defects it must reject.
 # No Python 3.12 on the machine: skipped (exit 77) saying so; Python 3.12 without the venv: FAIL with the reason.
 #   bash tests/exports/megatron_bridge_test.sh PLANNER SOURCE_DIR
 set -u
@@ -40,6 +41,8 @@ moe mixtral-8x7b 64 dgx-h100 --tp 2 --pp 4 --ep 8 --zero 1
 tp-overlap llama3-8b 32 dgx-h100 --tp 8 --pp 2 --sp on --tp-comm-overlap on --zero 1
 moe-overlap mixtral-8x7b 16 dgx-h100 --tp 2 --pp 1 --ep 8 --sp on --moe-overlap on --tp-comm-overlap on --zero 1
 cp-allgather llama2-7b 64 dgx-h100 --tp 4 --pp 1 --cp 2 --global-batch 64 --seq 65536 --cp-comm-type allgather
+mla tiny-moe-mla 8 dgx-h100 --tp 2 --pp 1 --ep 4 --zero 1
+deepseek-v3 deepseek-v3 2048 h800 --pp 16 --ep 64 --tp 1 --cp 1 --zero 1 --schedule 1f1b
 EOF2
 grep -q "^LORA = dict(target_modules=" "$T/demo-lora/megatron_bridge.py" && grep -q "^PACKED = True " "$T/demo-lora/megatron_bridge.py" \
   || { echo "FAIL demo lora: no LoRA or packing in megatron_bridge.py"; fail=1; }
@@ -61,6 +64,8 @@ neg "$T/demo-cp-allgather" cp-comm-name 's/^    cp_comm_type="all_gather",$/    
 # CommOverlapConfig without the plan's MoE overlap (exports before 2026-12-01): Bridge turns it off on the model.
 neg "$T/demo-moe-overlap" moe-overlap-lost '/^COMM_OVERLAP = dict($/,/^)$/{/overlap_moe_expert_parallel_comm\|delay_wgrad_compute/d}' "Bridge runs MODEL overlap_moe_expert_parallel_comm=False, the file sets True"
 neg "$T/golden-llama3-8b-64" p2p '/^    overlap_p2p_comm=True,$/d; /^    batch_p2p_comm=False,$/d' "interleaved schedule at pp 2 without overlap_p2p_comm"
+neg "$T/demo-mla" mla-rotary 's/^    rotary_scaling_factor=1.0,$/    rotary_scaling_factor=40.0,/' "MLA rotary_scaling_factor 40.0: Megatron-LM runs 1.0"
+neg "$T/demo-mla" mla-off '/^    multi_latent_attention=True,$/d' "'qk_head_dim', 'qk_pos_emb_head_dim', 'rope_type', 'v_head_dim'] are not fields of GPTModelProvider"
 neg "$T/demo-cp" cp-seq 's/^    seq_length=8192,$/    seq_length=8190,/' "Sequence length must be divisible by 2 * context parallel size"
 dirs=$(for d in "$T"/golden-* "$T"/demo-* "$T"/neg-*; do [ -f "$d/megatron_bridge.py" ] && echo "$d"; done)
 "$PY" "$SRC/tests/exports/check_megatron_bridge.py" $dirs > "$T/out" 2>"$T/err"
