@@ -224,8 +224,9 @@ std::string TranslateFlags(const std::string& args, const Plan& plan, const Mode
 }
 
 // What Megatron-LM decides without a flag where Bridge's dataclasses default otherwise (megatron/training/
-// arguments.py and argument_utils.py, megatron-core 0.19.2, against GPTModelProvider, TransformerConfig and
-// DistributedDataParallelConfig): written, so that Bridge trains the model megatron.args trains, at its cost.
+// arguments.py and argument_utils.py, megatron-core 0.19.2, against GPTModelProvider (MLAModelProvider for MLA),
+// TransformerConfig and DistributedDataParallelConfig): written, so that Bridge trains the model megatron.args trains,
+// at its cost.
 void MegatronLmDefaults(const ModelSpec& model, const LaunchPlan& L, Recipe* r) {
   const GptConfig& g = model.gpt;
   const bool vp = L.interleave > 1;
@@ -252,6 +253,12 @@ void MegatronLmDefaults(const ModelSpec& model, const LaunchPlan& L, Recipe* r) 
     Put(&m, "mscale", "1.0");
     Put(&m, "mscale_all_dim", "0.0");
     if (!Find(m, "normalization")) Put(&m, "normalization", "\"LayerNorm\"");
+    // ... and four of GPTModelProvider's that MLAModelProvider's base order puts back to Megatron-Core's (Megatron-LM's
+    // values: pipeline outputs deallocated, the masked-softmax fusion on, softmax in the input dtype); the gradient
+    // accumulation fusion the template sets as GPTModelProvider would (where Transformer Engine has it).
+    Put(&m, "deallocate_pipeline_outputs", "True");
+    Put(&m, "masked_softmax_fusion", "True");
+    Put(&m, "attention_softmax_in_fp32", "False");
   }
   Entries& d = r->sections[Section::kDdp];
   for (const char* k : {"overlap_grad_reduce", "overlap_param_gather"})

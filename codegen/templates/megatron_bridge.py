@@ -43,6 +43,7 @@ from megatron.bridge.training.config import (
     ValidationConfig,
 )
 from megatron.bridge.training.mixed_precision import MixedPrecisionConfig
+from megatron.bridge.utils import fusions
 
 WORLD_SIZE = PLAN_world  # ranks the plan was solved for
 VOCAB = PLAN_vocab  # the model file's vocabulary (the checkpoint's, when fine-tuning)
@@ -98,7 +99,10 @@ def model_provider():
     if FINETUNE and MODEL.get("context_parallel_size", 1) > 1:
         # Bridge's rule for fine-tuning under context parallelism (ConfigContainer.validate): loss per token.
         fields["calculate_per_token_loss"] = True
-    # Multi-head latent attention: MLAModelProvider (GPTModelProvider and MLATransformerConfig's fields).
+    # Multi-head latent attention: MLAModelProvider (GPTModelProvider and MLATransformerConfig's fields), whose base
+    # order leaves the gradient accumulation fusion off: on where Transformer Engine has it, as GPTModelProvider sets it.
+    if fields.get("multi_latent_attention"):
+        fields.setdefault("gradient_accumulation_fusion", fusions.can_enable_gradient_accumulation_fusion())
     return (MLAModelProvider if fields.get("multi_latent_attention") else GPTModelProvider)(**fields)
 
 

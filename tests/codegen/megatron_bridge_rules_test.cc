@@ -122,10 +122,12 @@ TEST_CASE("megatron_bridge.py: multi-head latent attention by MLAModelProvider's
   const std::string& py = files[0].second;
   // Without q_lora_rank Megatron-LM projects the query directly (None), where the MLA config's default is 512; its
   // rotary scaling 40 where Megatron-LM's is 1.0.
-  for (const char* line : {"    multi_latent_attention=True,\n", "    kv_lora_rank=32,\n", "    qk_head_dim=32,\n",
-                           "    qk_pos_emb_head_dim=16,\n", "    v_head_dim=32,\n", "    qk_layernorm=True,\n",
-                           "    q_lora_rank=None,\n", "    rotary_scaling_factor=1.0,\n", "    rope_type=\"yarn\",\n",
-                           "    mscale=1.0,\n", "    mscale_all_dim=0.0,\n", "    normalization=\"RMSNorm\",\n"})
+  for (const char* line :
+       {"    multi_latent_attention=True,\n", "    kv_lora_rank=32,\n", "    qk_head_dim=32,\n",
+        "    qk_pos_emb_head_dim=16,\n", "    v_head_dim=32,\n", "    qk_layernorm=True,\n", "    q_lora_rank=None,\n",
+        "    rotary_scaling_factor=1.0,\n", "    rope_type=\"yarn\",\n", "    mscale=1.0,\n",
+        "    mscale_all_dim=0.0,\n", "    normalization=\"RMSNorm\",\n", "    deallocate_pipeline_outputs=True,\n",
+        "    masked_softmax_fusion=True,\n", "    attention_softmax_in_fp32=False,\n"})
     CHECK_MESSAGE(Has(py, line), std::string(line));
   g.mla.q_lora_rank = 48;
   REQUIRE_OK(BuildGptModel(g, DType::kBf16, &m));

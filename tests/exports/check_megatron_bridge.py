@@ -127,6 +127,18 @@ def check(d):
     if "kv_lora_rank" in mod.MODEL:  # (without multi_latent_attention the template's GPTModelProvider refuses them)
         if m.rotary_scaling_factor != 1.0:
             return f"MLA rotary_scaling_factor {m.rotary_scaling_factor!r}: Megatron-LM runs 1.0 (--rotary-scaling-factor)"
+        if "q_lora_rank" not in mod.MODEL:  # Megatron-LM: None without --q-lora-rank (the query projected directly)
+            return f"MLA model runs q_lora_rank={m.q_lora_rank!r} (the MLA config's default) where Megatron-LM runs None"
+        # MLAModelProvider's base order puts some of GPTModelProvider's defaults (the Megatron-LM-like ones every other
+        # export runs on) back to Megatron-Core's: each such field the file does not set must run GPTModelProvider's.
+        for f in dataclasses.fields(GPTModelProvider):
+            if f.name in mod.MODEL or f.name == "rotary_scaling_factor":
+                continue
+            gpt = f.default_factory() if f.default_factory is not dataclasses.MISSING else f.default
+            mla = next(x for x in dataclasses.fields(MLAModelProvider) if x.name == f.name)
+            mla = mla.default_factory() if mla.default_factory is not dataclasses.MISSING else mla.default
+            if repr(gpt) != repr(mla) and getattr(m, f.name) != gpt:
+                return f"MLA model runs {f.name}={getattr(m, f.name)!r} where GPTModelProvider runs {gpt!r}"
     # An MoE or MLA model's layers built one by one (moe_layer_freq; MLA's attention), not one layer's spec copied.
     spec = getattr(m, "transformer_layer_spec", None)
     if getattr(m, "multi_latent_attention", False) and getattr(spec, "func", None) is not get_gpt_decoder_block_spec:

@@ -24,9 +24,15 @@ for plan in "$SRC"/tests/codegen/plans/*.plan.yaml; do
   name=$(basename "$plan" .plan.yaml)
   $PLANNER -q codegen "$plan" -o "$T/golden-$name" --export megatron-bridge 2>"$T/$name.err" || { echo "FAIL golden $name: codegen"; cat "$T/$name.err"; fail=1; }
 done
-# The demo plans: NAME MODEL GPUS CLUSTER FLAGS
+# A dense MLA model without a query LoRA rank, LayerNorm (Megatron-LM's default normalization): the MLA defaults the
+# MoE demos do not reach.
+mkdir -p "$T/models"
+sed -e '/^  moe:/,/route_group_limit/d' -e 's/q_lora_rank: 24, //' -e 's/norm: rmsnorm/norm: layernorm/' -e 's/^name: .*/name: tiny-mla-dense/' \
+  "$C/models/tiny-moe-mla.yaml" > "$T/models/tiny-mla-dense.yaml"
+# The demo plans: NAME MODEL GPUS CLUSTER FLAGS (MODEL: configs/models/MODEL.yaml, or a path)
 while read -r name model gpus cluster flags; do
-  if ! $PLANNER -q solve --gpus "$gpus" --model "$C/models/$model.yaml" --cluster "$C/clusters/$cluster.yaml" $flags -o "$T/$name.plan.yaml" >/dev/null 2>"$T/$name.err" \
+  mfile="$C/models/$model.yaml"; [[ "$model" == /* ]] && mfile=$model
+  if ! $PLANNER -q solve --gpus "$gpus" --model "$mfile" --cluster "$C/clusters/$cluster.yaml" $flags -o "$T/$name.plan.yaml" >/dev/null 2>"$T/$name.err" \
     || ! $PLANNER -q codegen "$T/$name.plan.yaml" -o "$T/demo-$name" --export megatron-bridge 2>>"$T/$name.err"; then
     echo "FAIL demo $name: solve / codegen"; cat "$T/$name.err"; fail=1; continue
   fi
@@ -42,6 +48,7 @@ tp-overlap llama3-8b 32 dgx-h100 --tp 8 --pp 2 --sp on --tp-comm-overlap on --ze
 moe-overlap mixtral-8x7b 16 dgx-h100 --tp 2 --pp 1 --ep 8 --sp on --moe-overlap on --tp-comm-overlap on --zero 1
 cp-allgather llama2-7b 64 dgx-h100 --tp 4 --pp 1 --cp 2 --global-batch 64 --seq 65536 --cp-comm-type allgather
 mla tiny-moe-mla 8 dgx-h100 --tp 2 --pp 1 --ep 4 --zero 1
+mla-dense $T/models/tiny-mla-dense.yaml 8 dgx-h100 --tp 2 --pp 2 --zero 1 --schedule 1f1b
 deepseek-v3 deepseek-v3 2048 h800 --pp 16 --ep 64 --tp 1 --cp 1 --zero 1 --schedule 1f1b
 EOF2
 grep -q "^LORA = dict(target_modules=" "$T/demo-lora/megatron_bridge.py" && grep -q "^PACKED = True " "$T/demo-lora/megatron_bridge.py" \
@@ -65,6 +72,9 @@ neg "$T/demo-cp-allgather" cp-comm-name 's/^    cp_comm_type="all_gather",$/    
 neg "$T/demo-moe-overlap" moe-overlap-lost '/^COMM_OVERLAP = dict($/,/^)$/{/overlap_moe_expert_parallel_comm\|delay_wgrad_compute/d}' "Bridge runs MODEL overlap_moe_expert_parallel_comm=False, the file sets True"
 neg "$T/golden-llama3-8b-64" p2p '/^    overlap_p2p_comm=True,$/d; /^    batch_p2p_comm=False,$/d' "interleaved schedule at pp 2 without overlap_p2p_comm"
 neg "$T/demo-mla" mla-rotary 's/^    rotary_scaling_factor=1.0,$/    rotary_scaling_factor=40.0,/' "MLA rotary_scaling_factor 40.0: Megatron-LM runs 1.0"
+neg "$T/demo-mla" mla-deallocate '/^    deallocate_pipeline_outputs=True,$/d' "MLA model runs deallocate_pipeline_outputs=False where GPTModelProvider runs True"
+neg "$T/demo-mla-dense" mla-q-lora '/^    q_lora_rank=None,$/d' "MLA model runs q_lora_rank=512"
+neg "$T/demo-mla-dense" mla-spec 's/^    if "num_moe_experts" in fields or fields.get("multi_latent_attention"):$/    if "num_moe_experts" in fields:/' "MLA model with transformer_layer_spec"
 neg "$T/demo-mla" mla-off '/^    multi_latent_attention=True,$/d' "'qk_head_dim', 'qk_pos_emb_head_dim', 'rope_type', 'v_head_dim'] are not fields of GPTModelProvider"
 neg "$T/demo-cp" cp-seq 's/^    seq_length=8192,$/    seq_length=8190,/' "Sequence length must be divisible by 2 * context parallel size"
 dirs=$(for d in "$T"/golden-* "$T"/demo-* "$T"/neg-*; do [ -f "$d/megatron_bridge.py" ] && echo "$d"; done)

@@ -33,6 +33,7 @@ from megatron.bridge.training.config import (
     ValidationConfig,
 )
 from megatron.bridge.training.mixed_precision import MixedPrecisionConfig
+from megatron.bridge.utils import fusions
 
 WORLD_SIZE = 64  # ranks the plan was solved for
 VOCAB = 51200  # the model file's vocabulary (the checkpoint's, when fine-tuning)
