@@ -8,6 +8,8 @@
 #include <fmt/ranges.h>
 
 #include "dp_solver/programs.h"
+#include "spec/engine_spec.h"
+#include "spec/kernel_table.h"
 #include "spec/layer_catalog.h"
 #include "spec/pipeline_layout.h"
 
@@ -16,7 +18,34 @@ namespace codegen_internal {
 
 // The model's architecture as Megatron-LM flags (megatron/training/arguments.py and the
 // TransformerConfig fields it turns into flags; versions checked in docs/formats.md).
-std::string MegatronModelArgs(const ModelSpec& model, std::vector<std::string>* notes) {
+// The attention kernel the plan was costed with: its engine's `attention` (the plan's engine file, else the built-in
+// engine of that name, else Megatron-Core's cudnn), or the first of the engine's fallbacks the plan's kernel table has
+// where it lacks that one (dp_solver's AttentionKernel).
+std::string CostedAttentionKernel(const Plan& plan) {
+  EngineSpec e;
+  if (!(!plan.engine_file.empty() && LoadEngineSpec(plan.engine_file, &e).ok()) &&
+      !(!plan.engine.empty() && LoadEngineSpec(plan.engine, &e).ok()))
+    return "cudnn";
+  KernelTable kt;
+  if (plan.kernels.empty() || !LoadKernelTable(plan.kernels, &kt).ok() || kt.HasKernel(e.attention)) return e.attention;
+  for (const std::string& k : e.attention_fallback)
+    if (kt.HasKernel(k)) return k;
+  return e.attention;
+}
+
+// --attention-backend for the costed kernel: cuDNN fused attention as `auto` (Megatron-LM's default: Transformer
+// Engine prefers FusedAttention on Hopper and later where both it and flash-attn run the layer, and falls back to
+// flash-attn where cuDNN does not: the engine's fallback order; TE 2.9 attention/dot_product_attention/utils.py
+// "give FusedAttention preference on Hopper+"), flash-attn 2 / 3 as `flash` (NVTE_FLASH_ATTN alone: the NeMo 24.x
+// backend). `flash` for a cuDNN-costed plan would run flash-attn where cuDNN was costed, and with MLA's unequal head
+// dims only flash-attn 3 runs at all (TE turns flash-attn 2 off for MLA).
+std::string MegatronAttentionBackend(const Plan& plan) {
+  const std::string k = CostedAttentionKernel(plan);
+  return k == "fa2" || k == "fa3" ? "flash" : "auto";
+}
+
+std::string MegatronModelArgs(const ModelSpec& model, const std::string& attention_backend,
+                              std::vector<std::string>* notes) {
   const GptConfig& g = model.gpt;
   std::string mg = fmt::format(
       "--num-layers {}\n--hidden-size {}\n--num-attention-heads {}\n--seq-length {}\n--max-position-embeddings {}\n",
@@ -43,16 +72,15 @@ std::string MegatronModelArgs(const ModelSpec& model, std::vector<std::string>* 
     mg += fmt::format("--window-size {},0\n", g.sliding_window);
     if (g.full_attention_every > 0) mg += fmt::format("--window-attn-skip-freq {}\n", g.full_attention_every);
   }
-  // --attention-backend flash makes Transformer Engine use flash-attn alone (NVTE_FLASH_ATTN=1, the others 0:
-  // language_module.py), which has no fp32 kernel: an fp32 model runs TE's unfused attention instead.
+  // Neither flash-attn nor cuDNN's fused attention has an fp32 kernel: an fp32 model runs TE's unfused attention
+  // (`auto` would pick it too; written so, with a note).
   const bool fp32_flash = g.attention != "unfused" && model.dtype == DType::kFp32;
-  mg += fmt::format("--attention-backend {}\n", g.attention == "unfused" || fp32_flash ? "unfused" : "flash");
+  mg += fmt::format("--attention-backend {}\n", g.attention == "unfused" || fp32_flash ? "unfused" : attention_backend);
   if (fp32_flash) {
     notes->push_back(
-        "megatron.args: flash attention has no fp32 kernel (Transformer Engine's flash-attn backend, which "
-        "--attention-backend flash "
-        "forces, takes fp16/bf16 only): this fp32 model is exported with --attention-backend unfused, slower than the "
-        "plan's flash attention");
+        "megatron.args: flash attention has no fp32 kernel (Transformer Engine's flash-attn and cuDNN fused attention "
+        "take fp16/bf16 only): this fp32 model is exported with --attention-backend unfused, slower than the plan's "
+        "flash attention");
   }
   return mg;
 }
@@ -613,7 +641,7 @@ std::string MegatronFlags(const Plan& plan, const ModelSpec& model, const Launch
     notes->push_back(
         "megatron.args: the plan was costed with TP communication overlapped (--tp-comm-overlap on), which Megatron "
         "runs only with sequence parallelism: written without --tp-comm-overlap (slower than predicted)");
-  mg += MegatronModelArgs(model, notes);
+  mg += MegatronModelArgs(model, MegatronAttentionBackend(plan), notes);
   mg += MegatronMoeArgs(model, plan, L, notes);
   mg += fmt::format("--micro-batch-size {}\n--global-batch-size {}\n", L.microbatch_size, L.global_batch);
   mg += MegatronSplitArgs(plan, model, L);

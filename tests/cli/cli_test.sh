@@ -285,6 +285,14 @@ check "fp8 params dp 1: the plan's note names the distributed optimizer the expo
 expect "fp8 params dp 1 codegen" 0 "" -- $PLANNER codegen fp8pdp1.plan.yaml -o fp8pdp1L --export megatron
 check "fp8 params dp 1: megatron.args under the distributed optimizer" bash -c 'grep -qx -- "--use-distributed-optimizer" fp8pdp1L/megatron.args && grep -qx -- "--fp8-param-gather" fp8pdp1L/megatron.args'
 expect "fp8 params engine all" 0 "engine deepspeed          cannot run it: --fp8-param-gather: engine deepspeed does not keep FP8 parameters" -- $PLANNER solve --gpus 8 --model $M/llama3-8b.yaml --cluster $C/dgx-h100.yaml --global-batch 64 --tp 1 --pp 1 --cp 1 --zero 1 --precision fp8 --fp8-param-gather --engine all
+# --attention-backend follows the costed attention kernel: cuDNN fused attention (Megatron-Core's engine) as auto
+# (Transformer Engine prefers it on Hopper), flash-attn (an engine file costing FlashAttention-2, NeMo 24's backend) as
+# flash; both parsed by Megatron-LM's own rules in tests/exports/megatron_test.sh.
+check "attention backend: cuDNN costed, auto written" bash -c 'grep -qx -- "--attention-backend auto" fp8pL/megatron.args'
+sed -e 's/^name: megatron-core/name: te-flash/' -e 's/^attention: cudnn .*$/attention: fa2/' $SRC/configs/engines/megatron-core.yaml > te-flash.yaml
+check "attention backend fa2 solved" $PLANNER -q solve --gpus 8 --model $M/llama3-8b.yaml --cluster $C/dgx-h100.yaml --global-batch 64 --tp 1 --pp 1 --cp 1 --zero 1 --engine ./te-flash.yaml -o fa2.plan.yaml
+check "attention backend fa2 codegen" $PLANNER -q codegen fa2.plan.yaml -o fa2L --export megatron
+check "attention backend: FlashAttention-2 costed, flash written" bash -c 'grep -qx -- "--attention-backend flash" fa2L/megatron.args'
 # NeMo 1.x's bf16 state (no master) in an engine file that keeps it: Megatron's export runs it as bf16-moments, noted.
 sed -e 's/^name: megatron-core/name: nemo-apex/' -e 's/^  bf16-moments: \[1\].*$/  bf16-moments: [1]\n  bf16: [1]/' $SRC/configs/engines/megatron-core.yaml > nemo-apex.yaml
 expect "optimizer state bf16 solved" 0 "optimizer state bf16 (4 B/param)" -- $PLANNER solve --gpus 8 --model $M/llama3-8b.yaml --cluster $C/dgx-h100.yaml --global-batch 64 --tp 1 --pp 1 --cp 1 --engine ./nemo-apex.yaml --optimizer-state bf16 -o osb16.plan.yaml

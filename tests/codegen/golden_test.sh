@@ -68,7 +68,7 @@ check() {  # check NAME FILE FLAG...
 }
 check llama3-8b-64 "$G/llama3-8b-64/megatron.args" "--group-query-attention" "--num-query-groups 8" "--ffn-hidden-size 14336" "--swiglu" "--sequence-parallel" \
   "--normalization RMSNorm" "--position-embedding-type rope" "--rotary-base 500000" "--disable-bias-linear" \
-  "--untie-embeddings-and-output-weights" "--attention-backend flash" "--use-distributed-optimizer" "--overlap-grad-reduce" \
+  "--untie-embeddings-and-output-weights" "--attention-backend auto" "--use-distributed-optimizer" "--overlap-grad-reduce" \
   "--overlap-param-gather" "--bf16"
 check llama3-8b-fp8-16 "$G/llama3-8b-fp8-16/megatron.args" "--bf16" "--fp8-format hybrid"
 check tiny-gpt-pp2 "$G/tiny-gpt-pp2/megatron.args" "--attention-backend unfused"  # fp32: flash-attn has no fp32 kernel

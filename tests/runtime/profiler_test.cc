@@ -33,7 +33,11 @@ TEST_CASE("profiling tiny-gpt times each signature once and fills every layer") 
     CHECK(l.params_bytes == doctest::Approx(4 * m.layers[i].params));
     for (const auto& t : l.timings) {
       CHECK(t.forward_s > 0);
-      CHECK(t.backward_s == doctest::Approx(t.backward_input_s + t.backward_weight_s).epsilon(0.25).scale(0));
+      // backward_s is the median of each sample's input + weight pass: never below the sum of the two passes' minima
+      // (an order-statistics bound, not a timing: the median-of-sums against the sum of medians was a 25% check
+      // that a loaded machine broke, CI 2026-12-01).
+      CHECK(t.backward_input_s > 0);
+      CHECK(t.backward_input_min_s + t.backward_weight_min_s <= t.backward_s * (1 + 1e-12));
       CHECK(t.forward_min_s <= t.forward_s);
       CHECK(t.repetitions >= 3);
     }
