@@ -7,6 +7,7 @@
 #include <fmt/format.h>
 #include <fmt/ranges.h>
 
+#include "dp_solver/cost_model.h"
 #include "dp_solver/programs.h"
 #include "spec/engine_spec.h"
 #include "spec/kernel_table.h"
@@ -16,34 +17,57 @@
 namespace planner {
 namespace codegen_internal {
 
-// The model's architecture as Megatron-LM flags (megatron/training/arguments.py and the
-// TransformerConfig fields it turns into flags; versions checked in docs/formats.md).
-// The attention kernel the plan was costed with: its engine's `attention` (the plan's engine file, else the built-in
-// engine of that name, else Megatron-Core's cudnn), or the first of the engine's fallbacks the plan's kernel table has
-// where it lacks that one (dp_solver's AttentionKernel).
-std::string CostedAttentionKernel(const Plan& plan) {
+// The attention kernel Megatron-Core runs the plan with as the planner costs it: the plan's engine's (its file, else
+// the built-in of that name), Megatron-Core's where that engine is another built-in (torchtitan, DeepSpeed: this
+// target runs Megatron-Core's kernels, as the engine note says) or cannot be read from here (with a note), then
+// dp_solver's AttentionKernel on the plan's kernel table (the engine's fallback where the table lacks its kernel).
+std::string CostedAttentionKernel(const Plan& plan, std::vector<std::string>* notes) {
   EngineSpec e;
-  if (!(!plan.engine_file.empty() && LoadEngineSpec(plan.engine_file, &e).ok()) &&
-      !(!plan.engine.empty() && LoadEngineSpec(plan.engine, &e).ok()))
-    return "cudnn";
+  const bool file = !plan.engine_file.empty() && LoadEngineSpec(plan.engine_file, &e).ok();
+  if (!plan.engine_file.empty() && !file)
+    notes->push_back(fmt::format(
+        "megatron.args: the plan's engine file {} is not readable from here: --attention-backend chosen as "
+        "Megatron-Core's engine costs attention (codegen from the directory the plan was solved in to follow the "
+        "file)",
+        plan.engine_file));
+  const std::vector<std::string> builtin = BuiltinEngines();
+  const bool other_builtin = !file && std::find(builtin.begin(), builtin.end(), plan.engine) != builtin.end() &&
+                             plan.engine != "megatron-core";
+  if (!file && (other_builtin || plan.engine.empty() || !LoadEngineSpec(plan.engine, &e).ok()))
+    if (!LoadEngineSpec("megatron-core", &e).ok()) return "cudnn";
   KernelTable kt;
-  if (plan.kernels.empty() || !LoadKernelTable(plan.kernels, &kt).ok() || kt.HasKernel(e.attention)) return e.attention;
-  for (const std::string& k : e.attention_fallback)
-    if (kt.HasKernel(k)) return k;
-  return e.attention;
+  if (plan.kernels.empty() || !LoadKernelTable(plan.kernels, &kt).ok()) return e.attention;
+  const std::string k = AttentionKernel(kt, e);
+  return k.empty() ? e.attention : k;
 }
 
 // --attention-backend for the costed kernel: cuDNN fused attention as `auto` (Megatron-LM's default: Transformer
 // Engine prefers FusedAttention on Hopper and later where both it and flash-attn run the layer, and falls back to
 // flash-attn where cuDNN does not: the engine's fallback order; TE 2.9 attention/dot_product_attention/utils.py
 // "give FusedAttention preference on Hopper+"), flash-attn 2 / 3 as `flash` (NVTE_FLASH_ATTN alone: the NeMo 24.x
-// backend). `flash` for a cuDNN-costed plan would run flash-attn where cuDNN was costed, and with MLA's unequal head
-// dims only flash-attn 3 runs at all (TE turns flash-attn 2 off for MLA).
-std::string MegatronAttentionBackend(const Plan& plan) {
-  const std::string k = CostedAttentionKernel(plan);
-  return k == "fa2" || k == "fa3" ? "flash" : "auto";
+// backend; Megatron-Core's engine on the A100 table, which has FlashAttention-2 only). MLA with unequal query / key
+// and value head dims (DeepSeek: 192 / 128) has no flash-attn 2 kernel (TE turns it off) and flash-attn 3 is
+// Hopper's: `auto` there, with a note, as `flash` would leave no backend.
+std::string MegatronAttentionBackend(const Plan& plan, const ModelSpec& model, std::vector<std::string>* notes) {
+  const std::string k = CostedAttentionKernel(plan, notes);
+  if (k != "fa2" && k != "fa3") return "auto";
+  if (const Layer* mla = MlaLayer(model)) {
+    const LayerAttrs& a = mla->attrs;
+    if (a.Int("qk_nope_head_dim", 0) + a.Int("qk_rope_head_dim", 0) != a.Int("v_head_dim", 0)) {
+      notes->push_back(fmt::format(
+          "megatron.args: the plan costs {} attention, which has no kernel for MLA's query / key head dim {} beside "
+          "value head dim {} (Transformer Engine turns flash-attn 2 off for it; flash-attn 3 is Hopper's): "
+          "--attention-backend auto, whichever kernel Transformer Engine finds (unfused on A100: slower than "
+          "planned)",
+          k, a.Int("qk_nope_head_dim", 0) + a.Int("qk_rope_head_dim", 0), a.Int("v_head_dim", 0)));
+      return "auto";
+    }
+  }
+  return "flash";
 }
 
+// The model's architecture as Megatron-LM flags (megatron/training/arguments.py and the
+// TransformerConfig fields it turns into flags; versions checked in docs/formats.md).
 std::string MegatronModelArgs(const ModelSpec& model, const std::string& attention_backend,
                               std::vector<std::string>* notes) {
   const GptConfig& g = model.gpt;
@@ -641,7 +665,7 @@ std::string MegatronFlags(const Plan& plan, const ModelSpec& model, const Launch
     notes->push_back(
         "megatron.args: the plan was costed with TP communication overlapped (--tp-comm-overlap on), which Megatron "
         "runs only with sequence parallelism: written without --tp-comm-overlap (slower than predicted)");
-  mg += MegatronModelArgs(model, MegatronAttentionBackend(plan), notes);
+  mg += MegatronModelArgs(model, MegatronAttentionBackend(plan, model, notes), notes);
   mg += MegatronMoeArgs(model, plan, L, notes);
   mg += fmt::format("--micro-batch-size {}\n--global-batch-size {}\n", L.microbatch_size, L.global_batch);
   mg += MegatronSplitArgs(plan, model, L);

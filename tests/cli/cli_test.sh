@@ -287,12 +287,31 @@ check "fp8 params dp 1: megatron.args under the distributed optimizer" bash -c '
 expect "fp8 params engine all" 0 "engine deepspeed          cannot run it: --fp8-param-gather: engine deepspeed does not keep FP8 parameters" -- $PLANNER solve --gpus 8 --model $M/llama3-8b.yaml --cluster $C/dgx-h100.yaml --global-batch 64 --tp 1 --pp 1 --cp 1 --zero 1 --precision fp8 --fp8-param-gather --engine all
 # --attention-backend follows the costed attention kernel: cuDNN fused attention (Megatron-Core's engine) as auto
 # (Transformer Engine prefers it on Hopper), flash-attn (an engine file costing FlashAttention-2, NeMo 24's backend) as
-# flash; both parsed by Megatron-LM's own rules in tests/exports/megatron_test.sh.
+# flash; both accepted by Megatron-LM's own parser (tests/exports/megatron_test.sh's demos: auto, and flash on A100).
 check "attention backend: cuDNN costed, auto written" bash -c 'grep -qx -- "--attention-backend auto" fp8pL/megatron.args'
 sed -e 's/^name: megatron-core/name: te-flash/' -e 's/^attention: cudnn .*$/attention: fa2/' $SRC/configs/engines/megatron-core.yaml > te-flash.yaml
 check "attention backend fa2 solved" $PLANNER -q solve --gpus 8 --model $M/llama3-8b.yaml --cluster $C/dgx-h100.yaml --global-batch 64 --tp 1 --pp 1 --cp 1 --zero 1 --engine ./te-flash.yaml -o fa2.plan.yaml
 check "attention backend fa2 codegen" $PLANNER -q codegen fa2.plan.yaml -o fa2L --export megatron
 check "attention backend: FlashAttention-2 costed, flash written" bash -c 'grep -qx -- "--attention-backend flash" fa2L/megatron.args'
+# The engine file not readable where codegen runs: Megatron-Core's kernel (auto), with a note naming the file.
+mkdir -p elsewhere
+expect "attention backend engine file elsewhere" 0 "the plan's engine file ./te-flash.yaml is not readable from here" -- bash -c "cd elsewhere && $PLANNER codegen ../fa2.plan.yaml -o fa2E --export megatron"
+check "attention backend: engine file elsewhere, auto" bash -c 'grep -qx -- "--attention-backend auto" elsewhere/fa2E/megatron.args'
+# A plan costed on torchtitan exported to Megatron-LM: Megatron-Core's kernels (cuDNN on H100: auto), not torchtitan's FA-2.
+check "attention backend torchtitan solved" $PLANNER -q solve --gpus 8 --model $M/llama3-8b.yaml --cluster $C/dgx-h100.yaml --global-batch 64 --tp 1 --pp 1 --cp 1 --zero 3 --engine torchtitan -o tt.plan.yaml
+check "attention backend torchtitan codegen" $PLANNER -q codegen tt.plan.yaml -o ttL --export megatron
+check "attention backend: torchtitan-costed plan, Megatron-Core's auto" bash -c 'grep -qx -- "--attention-backend auto" ttL/megatron.args'
+# MLA costed with FlashAttention-2 (Megatron-Core's engine on the A100 table, bf16): equal head dims (tiny-moe-mla's
+# 8 + 8 and 16) run flash-attn 2; unequal ones (values 24, as DeepSeek's 192 / 128) have no flash-attn 2 kernel:
+# auto and a note.
+sed -e 's/^dtype: fp32/dtype: bf16/' $M/tiny-moe-mla.yaml > mla-eq.yaml
+sed -e 's/v_head_dim: 16/v_head_dim: 24/' mla-eq.yaml > mla-uneq.yaml
+check "attention backend MLA a100 equal dims solved" $PLANNER -q solve --gpus 8 --model mla-eq.yaml --cluster $C/dgx-a100.yaml --tp 2 --pp 1 --ep 4 --zero 1 -o mlaeq.plan.yaml
+check "attention backend MLA a100 equal dims codegen" $PLANNER -q codegen mlaeq.plan.yaml -o mlaeqL --export megatron
+check "attention backend: MLA with equal head dims on A100, flash" bash -c 'grep -qx -- "--attention-backend flash" mlaeqL/megatron.args'
+check "attention backend MLA a100 solved" $PLANNER -q solve --gpus 8 --model mla-uneq.yaml --cluster $C/dgx-a100.yaml --tp 2 --pp 1 --ep 4 --zero 1 -o mla100.plan.yaml
+expect "attention backend MLA a100 codegen" 0 "has no kernel for MLA's query / key head dim 16 beside value head dim 24" -- $PLANNER codegen mla100.plan.yaml -o mla100L --export megatron
+check "attention backend: MLA on A100, auto" bash -c 'grep -qx -- "--attention-backend auto" mla100L/megatron.args'
 # NeMo 1.x's bf16 state (no master) in an engine file that keeps it: Megatron's export runs it as bf16-moments, noted.
 sed -e 's/^name: megatron-core/name: nemo-apex/' -e 's/^  bf16-moments: \[1\].*$/  bf16-moments: [1]\n  bf16: [1]/' $SRC/configs/engines/megatron-core.yaml > nemo-apex.yaml
 expect "optimizer state bf16 solved" 0 "optimizer state bf16 (4 B/param)" -- $PLANNER solve --gpus 8 --model $M/llama3-8b.yaml --cluster $C/dgx-h100.yaml --global-batch 64 --tp 1 --pp 1 --cp 1 --engine ./nemo-apex.yaml --optimizer-state bf16 -o osb16.plan.yaml
