@@ -17,11 +17,17 @@
 namespace planner {
 namespace codegen_internal {
 
-// The attention kernel Megatron-Core runs the plan with as the planner costs it: the plan's engine's (its file, else
-// the built-in of that name), Megatron-Core's where that engine is another built-in (torchtitan, DeepSpeed: this
-// target runs Megatron-Core's kernels, as the engine note says) or cannot be read from here (with a note), then
-// dp_solver's AttentionKernel on the plan's kernel table (the engine's fallback where the table lacks its kernel).
+// The attention kernel Megatron-Core runs the plan with as the planner costs it: the one the plan recorded
+// (inputs.attention_kernel) where its engine is Megatron-Core or a file; Megatron-Core's where that engine is another
+// built-in (torchtitan, DeepSpeed: this target runs Megatron-Core's kernels, as the engine note says). A plan written
+// before the kernel was recorded (2026-12-01) derives it: the plan's engine's (its file, else the built-in of that
+// name; Megatron-Core's where the file cannot be read from here, with a note), then dp_solver's AttentionKernel on
+// the plan's kernel table (the engine's fallback where the table lacks its kernel).
 std::string CostedAttentionKernel(const Plan& plan, std::vector<std::string>* notes) {
+  const std::vector<std::string> builtin = BuiltinEngines();
+  const bool named_builtin =
+      std::find(builtin.begin(), builtin.end(), plan.engine) != builtin.end() && plan.engine != "megatron-core";
+  if (!plan.attention_kernel.empty() && !(plan.engine_file.empty() && named_builtin)) return plan.attention_kernel;
   EngineSpec e;
   const bool file = !plan.engine_file.empty() && LoadEngineSpec(plan.engine_file, &e).ok();
   if (!plan.engine_file.empty() && !file)
@@ -30,9 +36,7 @@ std::string CostedAttentionKernel(const Plan& plan, std::vector<std::string>* no
         "Megatron-Core's engine costs attention (codegen from the directory the plan was solved in to follow the "
         "file)",
         plan.engine_file));
-  const std::vector<std::string> builtin = BuiltinEngines();
-  const bool other_builtin = !file && std::find(builtin.begin(), builtin.end(), plan.engine) != builtin.end() &&
-                             plan.engine != "megatron-core";
+  const bool other_builtin = !file && named_builtin;
   if (!file && (other_builtin || plan.engine.empty() || !LoadEngineSpec(plan.engine, &e).ok()))
     if (!LoadEngineSpec("megatron-core", &e).ok()) return "cudnn";
   KernelTable kt;
@@ -50,6 +54,14 @@ std::string CostedAttentionKernel(const Plan& plan, std::vector<std::string>* no
 // Hopper's: `auto` there, with a note, as `flash` would leave no backend.
 std::string MegatronAttentionBackend(const Plan& plan, const ModelSpec& model, std::vector<std::string>* notes) {
   const std::string k = CostedAttentionKernel(plan, notes);
+  // Transformer Engine 2.9 (attention/dot_product_attention/utils.py, the dropout and sliding-window filters) turns
+  // flash-attn 3 off for dropout and cuDNN fused attention off for a window with dropout: flash-attn 2 runs instead.
+  const double dropout = model.gpt.dropout;
+  if (dropout > 0 && (k == "fa3" || (k == "cudnn" && model.FirstWindowedLayer() != nullptr)))
+    notes->push_back(fmt::format(
+        "megatron.args: the plan costs {} attention, which Transformer Engine turns off for {} with dropout {}: "
+        "flash-attn 2 runs it (slower than planned; a model file with dropout 0 keeps the costed kernel)",
+        k == "fa3" ? "flash-attn 3" : "cuDNN fused", k == "fa3" ? "attention" : "sliding-window attention", dropout));
   if (k != "fa2" && k != "fa3") return "auto";
   if (const Layer* mla = MlaLayer(model)) {
     const LayerAttrs& a = mla->attrs;
@@ -96,6 +108,11 @@ std::string MegatronModelArgs(const ModelSpec& model, const std::string& attenti
     mg += fmt::format("--window-size {},0\n", g.sliding_window);
     if (g.full_attention_every > 0) mg += fmt::format("--window-attn-skip-freq {}\n", g.full_attention_every);
   }
+  // The model file's dropout, written always (Megatron-LM's default is GPT's 0.1; Llama-class files say 0): the cost
+  // model keeps its masks and traffic only where it is above 0, and Transformer Engine picks its kernel by it.
+  std::string p = fmt::format("{}", g.dropout);
+  if (p.find_first_of(".e") == std::string::npos) p += ".0";
+  mg += fmt::format("--attention-dropout {}\n--hidden-dropout {}\n", p, p);
   // Neither flash-attn nor cuDNN's fused attention has an fp32 kernel: an fp32 model runs TE's unfused attention
   // (`auto` would pick it too; written so, with a note).
   const bool fp32_flash = g.attention != "unfused" && model.dtype == DType::kFp32;
@@ -625,8 +642,10 @@ std::string MegatronOptimizerStateArgs(const Plan& plan, const ModelSpec& model,
   // needs an fp32 master (the export rule refuses it): the default optimizer, 12 B. Under the other recipes
   // Megatron-Core keeps the fp32 master itself beside TE's bf16 moments: 8 B.
   const std::string recipe = MegatronFp8Recipe(plan, model);
+  // No FP8 or delayed scaling: TE FusedAdam's path (remainders, or its FP8 kernel); the other recipes: Megatron-Core's
+  // own fp32 master.
+  const bool delayed = recipe.empty() || recipe == "delayed";
   if (s == OptimizerState::kBf16Master) {
-    const bool delayed = recipe.empty() || recipe == "delayed";
     notes->push_back(fmt::format(
         "megatron.args: Megatron-Core keeps the FP8 parameters' master weights in fp32 (--main-params-dtype takes "
         "fp32 or fp16), not the plan's bf16-master (NeMo 1.x's Apex optimizer with optim.dtype bf16): written as {}, "
@@ -638,7 +657,7 @@ std::string MegatronOptimizerStateArgs(const Plan& plan, const ModelSpec& model,
         delayed ? 12 : 8, delayed ? 6 : 2));
     return delayed ? "" : mg;
   }
-  if (!recipe.empty() && recipe != "delayed")
+  if (!delayed)
     notes->push_back(fmt::format(
         "megatron.args: under --fp8-recipe {} Megatron-Core keeps the master weights itself in fp32, not as TE's "
         "remainders: 2 B per parameter more than the plan's optimizer state",

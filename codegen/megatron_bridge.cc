@@ -6,6 +6,7 @@
 // here refuses the export rather than dropping it. What Bridge adds over Megatron-LM's pretrain_gpt.py: LoRA
 // (peft=LoRA), offline packed sequences for fine-tuning, and its own checks (ConfigContainer.validate).
 #include <algorithm>
+#include <cctype>
 #include <map>
 #include <string>
 #include <vector>
@@ -70,6 +71,8 @@ const std::vector<Field>& Fields() {
       {"--untie-embeddings-and-output-weights", Section::kModel, "share_embeddings_and_output_weights", Value::kFalse},
       {"--window-size", Section::kModel, "window_size", Value::kWindow},
       {"--window-attn-skip-freq", Section::kModel, "window_attn_skip_freq", Value::kNumber},
+      {"--attention-dropout", Section::kModel, "attention_dropout", Value::kNumber},
+      {"--hidden-dropout", Section::kModel, "hidden_dropout", Value::kNumber},
       {"--num-experts", Section::kModel, "num_moe_experts", Value::kNumber},
       {"--moe-router-topk", Section::kModel, "moe_router_topk", Value::kNumber},
       {"--moe-ffn-hidden-size", Section::kModel, "moe_ffn_hidden_size", Value::kNumber},
@@ -343,12 +346,6 @@ std::string MixedEntries(const Recipe& r) {
 
 std::string BridgeScript(const ModelSpec& model, const LaunchPlan& L, Recipe& r) {
   const GptConfig& g = model.gpt;
-  Entries& m = r.sections[Section::kModel];
-  // The model file's dropout (megatron.args leaves Megatron's 0.1; the cost model does not depend on it).
-  std::string dropout = fmt::format("{}", g.dropout);
-  if (dropout.find_first_of(".e") == std::string::npos) dropout += ".0";  // a Python float
-  m.emplace_back("hidden_dropout", dropout);
-  m.emplace_back("attention_dropout", dropout);
   const bool finetune = g.lora.rank > 0 || g.packed_length > 0;
   std::string lora = "None";
   if (g.lora.rank > 0)  // alpha: Bridge's default (32), which the cost does not depend on
@@ -371,6 +368,36 @@ std::string BridgeScript(const ModelSpec& model, const LaunchPlan& L, Recipe& r)
                                                            {"checkpoint", lines(Section::kCheckpoint)},
                                                            {"comm_overlap", lines(Section::kCommOverlap)},
                                                            {"lora", lora}});
+}
+
+// A megatron.args note as Bridge's: the Megatron-LM flags it names (not the planner's own, after "solve with" up to
+// the clause's end) followed by the Bridge fields that carry them, so that the user edits the script's fields.
+std::string BridgeNote(const std::string& note) {
+  static const std::map<std::string, std::string> kNoteOnly = {
+      {"--moe-router-topk-scaling-factor", "moe_router_topk_scaling_factor"},
+      {"--attention-backend", "attention_backend"},
+      {"--main-params-dtype", "main_params_dtype"},
+  };
+  std::string n = note.rfind("megatron.args: ", 0) == 0 ? "megatron_bridge.py: " + note.substr(15) : note;
+  std::vector<std::string> fields;
+  bool planner = false;  // inside "solve with ...": the planner's flags
+  for (size_t i = 0; i < n.size(); ++i) {
+    if (n.compare(i, 10, "solve with") == 0) planner = true;
+    if (n[i] == ')' || n[i] == ';') planner = false;
+    if (planner || n.compare(i, 2, "--") != 0 || (i > 0 && n[i - 1] != ' ' && n[i - 1] != '(')) continue;
+    size_t j = i + 2;
+    while (j < n.size() && (std::islower(static_cast<unsigned char>(n[j])) ||
+                            std::isdigit(static_cast<unsigned char>(n[j])) || n[j] == '-'))
+      ++j;
+    const std::string flag = n.substr(i, j - i);
+    std::string field;
+    for (const Field& f : Fields())
+      if (flag == f.flag) field = f.field;
+    if (field.empty() && kNoteOnly.count(flag)) field = kNoteOnly.at(flag);
+    if (!field.empty() && std::find(fields.begin(), fields.end(), field) == fields.end()) fields.push_back(field);
+  }
+  if (fields.empty()) return n;
+  return fmt::format("{} (Bridge's field{}: {})", n, fields.size() > 1 ? "s" : "", fmt::join(fields, ", "));
 }
 
 }  // namespace
@@ -397,7 +424,7 @@ void AddMegatronBridge(const Plan& plan, const ModelSpec& model, const LaunchPla
     return;
   }
   for (const std::string& n : flag_notes)  // the flags are megatron.args's: so are their notes
-    notes->push_back(n.rfind("megatron.args: ", 0) == 0 ? "megatron_bridge.py: " + n.substr(15) : n);
+    notes->push_back(BridgeNote(n));
   // Bridge trains with Megatron-Core's schedules and its NCCL data parallelism: what megatron.args notes, it notes.
   if (const std::string n = MegatronScheduleNote(L); !n.empty()) notes->push_back("megatron_bridge.py: " + n);
   if (DpCommUsesServers(L.dp_comm))

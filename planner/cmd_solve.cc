@@ -610,6 +610,7 @@ void RecordCostInputs(const SolveArgs& a, const SolveInputs& in, Plan* plan) {
   // A built-in table by its name; a file (--kernels FILE, a calibration's measured table) by its path, so that
   // the plan can be costed again (planner calibrate's PlanPredictor).
   plan->kernels = !in.kernel_level ? "" : in.kernels.path.rfind("builtin:", 0) == 0 ? in.kernels.name : in.kernels.path;
+  plan->attention_kernel = in.kernel_level ? AttentionKernel(in.kernels, in.engines.front()) : "";
   NoteReserved(in.kernel_level ? in.engines.front().allocator_fragmentation : 0, in.cluster.memory_GiB,
                in.cluster.usable_memory_GiB, plan);
 }

@@ -226,6 +226,7 @@ Tree PlanTree(const Plan& p) {
   if (p.moe_imbalance != 1) in.Add("moe_imbalance", Tree::Num(p.moe_imbalance));
   if (p.tp_comm_overlap) in.Add("tp_comm_overlap", Tree::Bool(true));
   if (!p.fp8_recipe.empty()) in.Add("fp8_recipe", Tree::Str(p.fp8_recipe));
+  if (!p.attention_kernel.empty()) in.Add("attention_kernel", Tree::Str(p.attention_kernel));
   in.Add("dtype", Tree::Str(p.dtype ? DTypeName(*p.dtype) : ""));
   if (p.seq > 0) in.Add("seq", Tree::Int(p.seq));
   in.Add("gpus", Tree::Int(p.gpus));
@@ -538,10 +539,11 @@ const std::vector<std::string> kTopKeys = {"format_version",
                                            "runners_up",
                                            "notes"};
 const std::vector<std::string> kInputKeys = {
-    "model",          "model_path",        "model_digest",  "cluster",         "cluster_path", "cluster_digest",
-    "profile_path",   "profile_digest",    "cost_source",   "dtype",           "seq",          "gpus",
-    "global_batch",   "usable_memory_GiB", "engine",        "kernels",         "calibration",  "cp_comm_type",
-    "moe_dispatcher", "moe_overlap",       "moe_imbalance", "tp_comm_overlap", "engine_file",  "fp8_recipe"};
+    "model",           "model_path",        "model_digest",  "cluster",         "cluster_path", "cluster_digest",
+    "profile_path",    "profile_digest",    "cost_source",   "dtype",           "seq",          "gpus",
+    "global_batch",    "usable_memory_GiB", "engine",        "kernels",         "calibration",  "cp_comm_type",
+    "moe_dispatcher",  "moe_overlap",       "moe_imbalance", "tp_comm_overlap", "engine_file",  "fp8_recipe",
+    "attention_kernel"};
 const std::vector<std::string> kStageKeys = {"first_layer",
                                              "last_layer",
                                              "first_layer_name",
@@ -632,6 +634,7 @@ Status ReadInputs(const YamlReader& r, const YAML::Node& root, Plan* p) {
   PLANNER_RETURN_IF_ERROR(r.GetDouble(in, "moe_imbalance", "inputs.moe_imbalance", &p->moe_imbalance, false, 1, false));
   PLANNER_RETURN_IF_ERROR(r.GetBool(in, "tp_comm_overlap", "inputs.tp_comm_overlap", &p->tp_comm_overlap, false));
   PLANNER_RETURN_IF_ERROR(r.GetEnum(in, "fp8_recipe", "inputs.fp8_recipe", Fp8RecipeNames(), &p->fp8_recipe, false));
+  PLANNER_RETURN_IF_ERROR(r.GetString(in, "attention_kernel", "inputs.attention_kernel", &p->attention_kernel, false));
   std::string cost_source = "analytic";
   PLANNER_RETURN_IF_ERROR(
       r.GetEnum(in, "cost_source", "inputs.cost_source", {"analytic", "profile"}, &cost_source, false));

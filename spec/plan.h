@@ -141,6 +141,10 @@ struct Plan : ParallelLayout {
   // The FP8 recipe kernel-level costs assumed (inputs.fp8_recipe: the engine's fp8_recipe or solve --fp8-recipe;
   // "": not an FP8 plan, or costed on a profile or the flat efficiency). Codegen's exports run it.
   std::string fp8_recipe;
+  // The attention kernel kernel-level costs assumed (inputs.attention_kernel: the engine's `attention`, else its
+  // fallback on the kernel table; "": costed on a profile or the flat efficiency). Megatron's exports pick their
+  // --attention-backend by it.
+  std::string attention_kernel;
   std::string calibration;  // solve --calibration: the calibration file the engine's rates were scaled by ("": none)
   CpCommType cp_comm_type = CpCommType::kP2P;  // context parallelism's KV exchange (written when not p2p)
   // MoE token dispatch (written when not alltoall): alltoall (one copy per routed expert, NCCL) or flex

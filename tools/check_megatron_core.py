@@ -74,6 +74,8 @@ FLAGS = {
     "--moe-layer-freq": [("tc", "moe_layer_freq", "moe_freq")],
     "--window-size": [("tc", "window_size", "int_tuple")],
     "--window-attn-skip-freq": [("tc", "window_attn_skip_freq", "moe_freq")],
+    "--attention-dropout": [("tc", "attention_dropout", FLOAT)],
+    "--hidden-dropout": [("tc", "hidden_dropout", FLOAT)],
     "--moe-token-dispatcher-type": [("tc", "moe_token_dispatcher_type", STR)],
     "--moe-flex-dispatcher-backend": [("tc", "moe_flex_dispatcher_backend", STR)],
     "--moe-grouped-gemm": [("tc", "moe_grouped_gemm", SWITCH)],

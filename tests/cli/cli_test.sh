@@ -293,10 +293,16 @@ sed -e 's/^name: megatron-core/name: te-flash/' -e 's/^attention: cudnn .*$/atte
 check "attention backend fa2 solved" $PLANNER -q solve --gpus 8 --model $M/llama3-8b.yaml --cluster $C/dgx-h100.yaml --global-batch 64 --tp 1 --pp 1 --cp 1 --zero 1 --engine ./te-flash.yaml -o fa2.plan.yaml
 check "attention backend fa2 codegen" $PLANNER -q codegen fa2.plan.yaml -o fa2L --export megatron
 check "attention backend: FlashAttention-2 costed, flash written" bash -c 'grep -qx -- "--attention-backend flash" fa2L/megatron.args'
-# The engine file not readable where codegen runs: Megatron-Core's kernel (auto), with a note naming the file.
+# The plan records the kernel it was costed with (inputs.attention_kernel): codegen follows it from any directory. A
+# plan written before that (no such line) with its engine file not readable where codegen runs: Megatron-Core's kernel
+# (auto), with a note naming the file.
+check "attention backend: the plan records fa2" grep -qx "  attention_kernel: .fa2." fa2.plan.yaml
 mkdir -p elsewhere
-expect "attention backend engine file elsewhere" 0 "the plan's engine file ./te-flash.yaml is not readable from here" -- bash -c "cd elsewhere && $PLANNER codegen ../fa2.plan.yaml -o fa2E --export megatron"
-check "attention backend: engine file elsewhere, auto" bash -c 'grep -qx -- "--attention-backend auto" elsewhere/fa2E/megatron.args'
+sed '/^  attention_kernel: /d' fa2.plan.yaml > fa2-old.plan.yaml
+check "attention backend engine file elsewhere, recorded kernel" bash -c "cd elsewhere && $PLANNER -q codegen ../fa2.plan.yaml -o fa2R --export megatron"
+check "attention backend: engine file elsewhere, the recorded kernel's flash" bash -c 'grep -qx -- "--attention-backend flash" elsewhere/fa2R/megatron.args'
+expect "attention backend engine file elsewhere, older plan" 0 "the plan's engine file ./te-flash.yaml is not readable from here" -- bash -c "cd elsewhere && $PLANNER codegen ../fa2-old.plan.yaml -o fa2E --export megatron"
+check "attention backend: engine file elsewhere, older plan, auto" bash -c 'grep -qx -- "--attention-backend auto" elsewhere/fa2E/megatron.args'
 # A plan costed on torchtitan exported to Megatron-LM: Megatron-Core's kernels (cuDNN on H100: auto), not torchtitan's FA-2.
 check "attention backend torchtitan solved" $PLANNER -q solve --gpus 8 --model $M/llama3-8b.yaml --cluster $C/dgx-h100.yaml --global-batch 64 --tp 1 --pp 1 --cp 1 --zero 3 --engine torchtitan -o tt.plan.yaml
 check "attention backend torchtitan codegen" $PLANNER -q codegen tt.plan.yaml -o ttL --export megatron
@@ -312,6 +318,23 @@ check "attention backend: MLA with equal head dims on A100, flash" bash -c 'grep
 check "attention backend MLA a100 solved" $PLANNER -q solve --gpus 8 --model mla-uneq.yaml --cluster $C/dgx-a100.yaml --tp 2 --pp 1 --ep 4 --zero 1 -o mla100.plan.yaml
 expect "attention backend MLA a100 codegen" 0 "has no kernel for MLA's query / key head dim 16 beside value head dim 24" -- $PLANNER codegen mla100.plan.yaml -o mla100L --export megatron
 check "attention backend: MLA on A100, auto" bash -c 'grep -qx -- "--attention-backend auto" mla100L/megatron.args'
+# The model file's dropout written (Megatron-LM's default is 0.1): Llama 3 8B's 0, tiny-llama's default 0.1. With a
+# sliding window, dropout turns Transformer Engine's cuDNN fused attention off: noted (flash-attn 2 runs it).
+check "dropout: a Llama file's 0 written" bash -c 'grep -qx -- "--attention-dropout 0.0" fp8pL/megatron.args && grep -qx -- "--hidden-dropout 0.0" fp8pL/megatron.args'
+check "dropout: Bridge's fields follow megatron.args" bash -c 'grep -q "^    attention_dropout=0.0,$" fp8pL/megatron_bridge.py && grep -q "^    hidden_dropout=0.0,$" fp8pL/megatron_bridge.py'
+sed -e 's/^dtype: fp32/dtype: bf16/' -e 's/^  seq: 32$/  seq: 32\n  sliding_window: 8/' $M/tiny-llama.yaml > swa-dropout.yaml
+sed -e 's/^  seq: 32$/  seq: 32\n  dropout: 0/' swa-dropout.yaml > swa.yaml
+for f in swa-dropout swa; do
+  check "dropout $f solved" $PLANNER -q solve --gpus 2 --model $f.yaml --cluster $C/dgx-h100.yaml --tp 1 --pp 1 -o $f.plan.yaml
+done
+expect "dropout with a window: cuDNN turned off, noted" 0 "the plan costs cuDNN fused attention, which Transformer Engine turns off for sliding-window attention with dropout 0.1" -- $PLANNER codegen swa-dropout.plan.yaml -o swadL --export megatron
+check "dropout with a window: 0.1 written" bash -c 'grep -qx -- "--attention-dropout 0.1" swadL/megatron.args && grep -qx -- "--hidden-dropout 0.1" swadL/megatron.args'
+check "window without dropout: no note" bash -c "$PLANNER codegen swa.plan.yaml -o swaL --export megatron 2>&1 | grep -c 'turns off for sliding-window' | grep -qx 0"
+# Bridge's notes name the fields its script carries beside megatron.args's flags (a sigmoid router: expert bias and the
+# routed scaling factor); a planner flag after "solve with" is not translated.
+check "bridge note fields codegen" $PLANNER -q codegen mlaeq.plan.yaml -o mlaeqB --export megatron-bridge
+check "bridge note: Bridge's field for the routed scaling factor" bash -c "$PLANNER codegen mlaeq.plan.yaml -o mlaeqB2 --export megatron-bridge 2>&1 | grep -q 'add --moe-router-topk-scaling-factor 2.5 for it (Bridge.s field: moe_router_topk_scaling_factor)'"
+check "bridge note: expert bias field" bash -c "$PLANNER codegen mlaeq.plan.yaml -o mlaeqB3 --export megatron-bridge 2>&1 | grep -q 'drop the flag for plain sigmoid routing (Bridge.s field: moe_router_enable_expert_bias)'"
 # NeMo 1.x's bf16 state (no master) in an engine file that keeps it: Megatron's export runs it as bf16-moments, noted.
 sed -e 's/^name: megatron-core/name: nemo-apex/' -e 's/^  bf16-moments: \[1\].*$/  bf16-moments: [1]\n  bf16: [1]/' $SRC/configs/engines/megatron-core.yaml > nemo-apex.yaml
 expect "optimizer state bf16 solved" 0 "optimizer state bf16 (4 B/param)" -- $PLANNER solve --gpus 8 --model $M/llama3-8b.yaml --cluster $C/dgx-h100.yaml --global-batch 64 --tp 1 --pp 1 --cp 1 --engine ./nemo-apex.yaml --optimizer-state bf16 -o osb16.plan.yaml

@@ -49,6 +49,8 @@ MODEL = dict(
     hidden_size=12288,
     num_attention_heads=96,
     seq_length=2048,
+    attention_dropout=0.1,
+    hidden_dropout=0.1,
     attention_backend="auto",
     virtual_pipeline_model_parallel_size=4,
     recompute_granularity="full",
@@ -61,8 +63,6 @@ MODEL = dict(
     cross_entropy_loss_fusion=False,
     overlap_p2p_comm=True,
     batch_p2p_comm=False,
-    hidden_dropout=0.1,
-    attention_dropout=0.1,
 )
 # TrainingConfig
 TRAIN = dict(

@@ -59,6 +59,8 @@ MODEL = dict(
     rotary_base=500000,
     add_bias_linear=False,
     share_embeddings_and_output_weights=False,
+    attention_dropout=0.0,
+    hidden_dropout=0.0,
     attention_backend="auto",
     pipeline_model_parallel_layout="Etttttttt|ttttttttt|ttttttttt|ttttttL",
     virtual_pipeline_model_parallel_size=2,
@@ -69,8 +71,6 @@ MODEL = dict(
     cross_entropy_loss_fusion=False,
     overlap_p2p_comm=True,
     batch_p2p_comm=False,
-    hidden_dropout=0.0,
-    attention_dropout=0.0,
 )
 # TrainingConfig
 TRAIN = dict(

@@ -59,6 +59,8 @@ MODEL = dict(
     rotary_base=500000,
     add_bias_linear=False,
     share_embeddings_and_output_weights=False,
+    attention_dropout=0.1,
+    hidden_dropout=0.1,
     attention_backend="auto",
     add_qkv_bias=False,
     bias_activation_fusion=True,
@@ -67,8 +69,6 @@ MODEL = dict(
     cross_entropy_loss_fusion=False,
     overlap_p2p_comm=False,
     batch_p2p_comm=True,
-    hidden_dropout=0.1,
-    attention_dropout=0.1,
 )
 # TrainingConfig
 TRAIN = dict(

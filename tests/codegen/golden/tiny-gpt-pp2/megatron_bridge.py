@@ -49,6 +49,8 @@ MODEL = dict(
     hidden_size=128,
     num_attention_heads=4,
     seq_length=64,
+    attention_dropout=0.1,
+    hidden_dropout=0.1,
     attention_backend="unfused",
     add_qkv_bias=True,
     bias_activation_fusion=True,
@@ -57,8 +59,6 @@ MODEL = dict(
     cross_entropy_loss_fusion=False,
     overlap_p2p_comm=False,
     batch_p2p_comm=True,
-    hidden_dropout=0.1,
-    attention_dropout=0.1,
 )
 # TrainingConfig
 TRAIN = dict(
