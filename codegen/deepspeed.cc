@@ -24,6 +24,7 @@ std::vector<std::string> DeepSpeedModelRequirements(const ModelSpec& model) {
   if (!g.bias) req.push_back("no biases in linear layers");
   if (!g.tie_embeddings) req.push_back("untied input embedding and output layer");
   if (g.attention != "unfused") req.push_back("flash attention");
+  if (!(g.dropout > 0)) req.push_back("no dropout (hidden and attention dropout 0)");
   if (model.FirstWindowedLayer() != nullptr)
     req.push_back(g.full_attention_every > 0
                       ? fmt::format("sliding-window attention over {} keys, layers {}, {}, ... (1-based) over the "

@@ -330,6 +330,13 @@ done
 expect "dropout with a window: cuDNN turned off, noted" 0 "the plan costs cuDNN fused attention, which Transformer Engine turns off for sliding-window attention with dropout 0.1" -- $PLANNER codegen swa-dropout.plan.yaml -o swadL --export megatron
 check "dropout with a window: 0.1 written" bash -c 'grep -qx -- "--attention-dropout 0.1" swadL/megatron.args && grep -qx -- "--hidden-dropout 0.1" swadL/megatron.args'
 check "window without dropout: no note" bash -c "$PLANNER codegen swa.plan.yaml -o swaL --export megatron 2>&1 | grep -c 'turns off for sliding-window' | grep -qx 0"
+# torchtitan's Llama 3 has no dropout: a Llama 3 8B file with 0.1 is exported with a note; DeepSpeed's model code is
+# told to run none where the file has none.
+sed -e 's/^  dropout: 0$/  dropout: 0.1/' $M/llama3-8b.yaml > llama3-8b-dropout.yaml
+check "dropout torchtitan solved" $PLANNER -q solve --gpus 8 --model llama3-8b-dropout.yaml --cluster $C/dgx-h100.yaml --global-batch 64 --tp 1 --pp 1 --cp 1 --zero 3 --engine torchtitan -o ttdrop.plan.yaml
+expect "dropout torchtitan: noted" 0 "torchtitan.toml: torchtitan's Llama 3 has no dropout: the model file's 0.1 does not run" -- $PLANNER codegen ttdrop.plan.yaml -o ttdropL --export torchtitan
+check "dropout torchtitan: no note without dropout" bash -c "$PLANNER codegen tt.plan.yaml -o ttL2 --export torchtitan 2>&1 | grep -c 'has no dropout' | grep -qx 0"
+check "dropout deepspeed: the model code runs none" grep -q '"no dropout (hidden and attention dropout 0)"' fp8pL/deepspeed/partition.json
 # Bridge's notes name the fields its script carries beside megatron.args's flags (a sigmoid router: expert bias and the
 # routed scaling factor); a planner flag after "solve with" is not translated.
 check "bridge note fields codegen" $PLANNER -q codegen mlaeq.plan.yaml -o mlaeqB --export megatron-bridge
