@@ -49,33 +49,39 @@ std::string CostedAttentionKernel(const Plan& plan, std::vector<std::string>* no
 // Engine prefers FusedAttention on Hopper and later where both it and flash-attn run the layer, and falls back to
 // flash-attn where cuDNN does not: the engine's fallback order; TE 2.9 attention/dot_product_attention/utils.py
 // "give FusedAttention preference on Hopper+"), flash-attn 2 / 3 as `flash` (NVTE_FLASH_ATTN alone: the NeMo 24.x
-// backend; Megatron-Core's engine on the A100 table, which has FlashAttention-2 only). MLA with unequal query / key
-// and value head dims (DeepSeek: 192 / 128) has no flash-attn 2 kernel (TE turns it off) and flash-attn 3 is
-// Hopper's: `auto` there, with a note, as `flash` would leave no backend.
+// backend; Megatron-Core's engine on the A100 table, which has FlashAttention-2 only). Where TE turns the costed
+// kernel off for the model (the same utils.py filters), `auto` with a note, as `flash` could leave no backend:
+// flash-attn 2 for MLA with unequal query / key and value head dims (DeepSeek: 192 / 128), flash-attn 3 for head
+// dims outside its _is_fa3_supported and for dropout, cuDNN for a sliding window with dropout. An fp32 or unfused
+// model is written `unfused` by MegatronModelArgs: nothing here applies.
 std::string MegatronAttentionBackend(const Plan& plan, const ModelSpec& model, std::vector<std::string>* notes) {
   const std::string k = CostedAttentionKernel(plan, notes);
-  // Transformer Engine 2.9 (attention/dot_product_attention/utils.py, the dropout and sliding-window filters) turns
-  // flash-attn 3 off for dropout and cuDNN fused attention off for a window with dropout: flash-attn 2 runs instead.
-  const double dropout = model.gpt.dropout;
-  if (dropout > 0 && (k == "fa3" || (k == "cudnn" && model.FirstWindowedLayer() != nullptr)))
-    notes->push_back(fmt::format(
-        "megatron.args: the plan costs {} attention, which Transformer Engine turns off for {} with dropout {}: "
-        "flash-attn 2 runs it (slower than planned; a model file with dropout 0 keeps the costed kernel)",
-        k == "fa3" ? "flash-attn 3" : "cuDNN fused", k == "fa3" ? "attention" : "sliding-window attention", dropout));
-  if (k != "fa2" && k != "fa3") return "auto";
+  const GptConfig& g = model.gpt;
+  if (g.attention == "unfused" || model.dtype == DType::kFp32) return "auto";
+  int64_t qk = 0, v = 0;  // MLA's head dims where they differ
   if (const Layer* mla = MlaLayer(model)) {
     const LayerAttrs& a = mla->attrs;
-    if (a.Int("qk_nope_head_dim", 0) + a.Int("qk_rope_head_dim", 0) != a.Int("v_head_dim", 0)) {
-      notes->push_back(fmt::format(
-          "megatron.args: the plan costs {} attention, which has no kernel for MLA's query / key head dim {} beside "
-          "value head dim {} (Transformer Engine turns flash-attn 2 off for it; flash-attn 3 is Hopper's): "
-          "--attention-backend auto, whichever kernel Transformer Engine finds (unfused on A100: slower than "
-          "planned)",
-          k, a.Int("qk_nope_head_dim", 0) + a.Int("qk_rope_head_dim", 0), a.Int("v_head_dim", 0)));
-      return "auto";
-    }
+    qk = a.Int("qk_nope_head_dim", 0) + a.Int("qk_rope_head_dim", 0), v = a.Int("v_head_dim", 0);
+    if (qk == v) qk = v = 0;
   }
-  return "flash";
+  std::string off;  // why TE turns the costed kernel off ("": it runs)
+  if (k == "fa2" && qk > 0)
+    off = fmt::format("MLA's query / key head dim {} beside value head dim {} (flash-attn 2 does not support MLA)", qk,
+                      v);
+  if (k == "fa3" && qk > 0 && !((128 < qk && qk <= 192 && 96 < v && v <= 128) || (qk <= 64 && v <= 512)))
+    off = fmt::format("MLA's query / key head dim {} beside value head dim {} (outside flash-attn 3's supported dims)",
+                      qk, v);
+  if (off.empty() && g.dropout > 0 && k == "fa3") off = fmt::format("dropout {}", g.dropout);
+  if (off.empty() && g.dropout > 0 && k == "cudnn" && model.FirstWindowedLayer() != nullptr)
+    off = fmt::format("sliding-window attention with dropout {}", g.dropout);
+  const std::string name = k == "cudnn" ? "cuDNN fused" : k == "fa2" ? "flash-attn 2" : k == "fa3" ? "flash-attn 3" : k;
+  if (!off.empty() && !plan.kernels.empty())  // on the flat efficiency no kernel was costed: nothing to note
+    notes->push_back(fmt::format(
+        "megatron.args: the plan costs {} attention, which Transformer Engine turns off for {}: --attention-backend "
+        "auto, whichever kernel it finds for those layers (cuDNN fused attention or flash-attn 2 where they run the "
+        "layer, unfused otherwise): not the costed one{}",
+        name, off, g.dropout > 0 && off.rfind("MLA", 0) != 0 ? "; a model file with dropout 0 keeps it" : ""));
+  return (k == "fa2" || k == "fa3") && off.empty() ? "flash" : "auto";
 }
 
 // The model's architecture as Megatron-LM flags (megatron/training/arguments.py and the

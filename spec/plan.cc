@@ -634,7 +634,8 @@ Status ReadInputs(const YamlReader& r, const YAML::Node& root, Plan* p) {
   PLANNER_RETURN_IF_ERROR(r.GetDouble(in, "moe_imbalance", "inputs.moe_imbalance", &p->moe_imbalance, false, 1, false));
   PLANNER_RETURN_IF_ERROR(r.GetBool(in, "tp_comm_overlap", "inputs.tp_comm_overlap", &p->tp_comm_overlap, false));
   PLANNER_RETURN_IF_ERROR(r.GetEnum(in, "fp8_recipe", "inputs.fp8_recipe", Fp8RecipeNames(), &p->fp8_recipe, false));
-  PLANNER_RETURN_IF_ERROR(r.GetString(in, "attention_kernel", "inputs.attention_kernel", &p->attention_kernel, false));
+  PLANNER_RETURN_IF_ERROR(r.GetEnum(in, "attention_kernel", "inputs.attention_kernel", {"fa2", "fa3", "cudnn"},
+                                    &p->attention_kernel, false));
   std::string cost_source = "analytic";
   PLANNER_RETURN_IF_ERROR(
       r.GetEnum(in, "cost_source", "inputs.cost_source", {"analytic", "profile"}, &cost_source, false));

@@ -143,7 +143,7 @@ struct Plan : ParallelLayout {
   std::string fp8_recipe;
   // The attention kernel kernel-level costs assumed (inputs.attention_kernel: the engine's `attention`, else its
   // fallback on the kernel table; "": costed on a profile or the flat efficiency). Megatron's exports pick their
-  // --attention-backend by it.
+  // --attention-backend by it (Megatron-Core's kernel where the engine is the torchtitan or DeepSpeed built-in).
   std::string attention_kernel;
   std::string calibration;  // solve --calibration: the calibration file the engine's rates were scaled by ("": none)
   CpCommType cp_comm_type = CpCommType::kP2P;  // context parallelism's KV exchange (written when not p2p)

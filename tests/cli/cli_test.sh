@@ -316,7 +316,7 @@ check "attention backend MLA a100 equal dims solved" $PLANNER -q solve --gpus 8 
 check "attention backend MLA a100 equal dims codegen" $PLANNER -q codegen mlaeq.plan.yaml -o mlaeqL --export megatron
 check "attention backend: MLA with equal head dims on A100, flash" bash -c 'grep -qx -- "--attention-backend flash" mlaeqL/megatron.args'
 check "attention backend MLA a100 solved" $PLANNER -q solve --gpus 8 --model mla-uneq.yaml --cluster $C/dgx-a100.yaml --tp 2 --pp 1 --ep 4 --zero 1 -o mla100.plan.yaml
-expect "attention backend MLA a100 codegen" 0 "has no kernel for MLA's query / key head dim 16 beside value head dim 24" -- $PLANNER codegen mla100.plan.yaml -o mla100L --export megatron
+expect "attention backend MLA a100 codegen" 0 "the plan costs flash-attn 2 attention, which Transformer Engine turns off for MLA's query / key head dim 16 beside value head dim 24" -- $PLANNER codegen mla100.plan.yaml -o mla100L --export megatron
 check "attention backend: MLA on A100, auto" bash -c 'grep -qx -- "--attention-backend auto" mla100L/megatron.args'
 # The model file's dropout written (Megatron-LM's default is 0.1): Llama 3 8B's 0, tiny-llama's default 0.1. With a
 # sliding window, dropout turns Transformer Engine's cuDNN fused attention off: noted (flash-attn 2 runs it).
@@ -329,7 +329,21 @@ for f in swa-dropout swa; do
 done
 expect "dropout with a window: cuDNN turned off, noted" 0 "the plan costs cuDNN fused attention, which Transformer Engine turns off for sliding-window attention with dropout 0.1" -- $PLANNER codegen swa-dropout.plan.yaml -o swadL --export megatron
 check "dropout with a window: 0.1 written" bash -c 'grep -qx -- "--attention-dropout 0.1" swadL/megatron.args && grep -qx -- "--hidden-dropout 0.1" swadL/megatron.args'
-check "window without dropout: no note" bash -c "$PLANNER codegen swa.plan.yaml -o swaL --export megatron 2>&1 | grep -c 'turns off for sliding-window' | grep -qx 0"
+check "window without dropout: no note" bash -c "out=\$($PLANNER codegen swa.plan.yaml -o swaL --export megatron 2>&1) && ! grep -q 'turns off for' <<< \"\$out\""
+# An fp32 model runs TE's unfused attention (written so): no note about the kernel dropout turns off.
+sed -e 's/^dtype: bf16/dtype: fp32/' swa-dropout.yaml > swa-fp32.yaml
+check "dropout fp32 window solved" $PLANNER -q solve --gpus 2 --model swa-fp32.yaml --cluster $C/dgx-h100.yaml --tp 1 --pp 1 -o swa32.plan.yaml
+check "dropout fp32 window: unfused, no dropout note" bash -c "out=\$($PLANNER codegen swa32.plan.yaml -o swa32L --export megatron 2>&1) && ! grep -q 'turns off for' <<< \"\$out\" && grep -qx -- '--attention-backend unfused' swa32L/megatron.args"
+# flash-attn 3 costed (an engine file): MLA's 16 / 24 head dims are in its supported set (flash written); dropout turns
+# it off (auto, noted).
+sed -e 's/^name: megatron-core/name: te-fa3/' -e 's/^attention: cudnn .*$/attention: fa3/' $SRC/configs/engines/megatron-core.yaml > te-fa3.yaml
+sed -e 's/^  dropout: 0$/  dropout: 0.1/' mla-uneq.yaml > mla-uneq-dropout.yaml
+for f in mla-uneq mla-uneq-dropout; do
+  check "fa3 $f solved" $PLANNER -q solve --gpus 8 --model $f.yaml --cluster $C/dgx-h100.yaml --tp 2 --pp 1 --ep 4 --zero 1 --engine ./te-fa3.yaml -o fa3-$f.plan.yaml
+done
+check "fa3 MLA 16 / 24: flash, no note" bash -c "out=\$($PLANNER codegen fa3-mla-uneq.plan.yaml -o fa3mL --export megatron 2>&1) && ! grep -q 'turns off for' <<< \"\$out\" && grep -qx -- '--attention-backend flash' fa3mL/megatron.args"
+expect "fa3 MLA with dropout: noted" 0 "the plan costs flash-attn 3 attention, which Transformer Engine turns off for dropout 0.1: --attention-backend auto" -- $PLANNER codegen fa3-mla-uneq-dropout.plan.yaml -o fa3mdL --export megatron
+check "fa3 MLA with dropout: auto" grep -qx -- "--attention-backend auto" fa3mdL/megatron.args
 # torchtitan's Llama 3 has no dropout: a Llama 3 8B file with 0.1 is exported with a note; DeepSpeed's model code is
 # told to run none where the file has none.
 sed -e 's/^  dropout: 0$/  dropout: 0.1/' $M/llama3-8b.yaml > llama3-8b-dropout.yaml
