@@ -16,8 +16,10 @@ With no files, every tests/badinput/*.cases is run. A case (docs/hardening.md):
     exit 2
     first planner: error: PREFIX          # the first stderr line starting "planner: error:" starts so
     first~ REGEX                          # or: it matches REGEX (re.search)
+    limit S                   # optional: this case's hang limit, above the 20 s (a large input's parse)
 
-Every case runs in a fresh directory with a 20 s limit (PLANNER_CORPUS_LIMIT_S). Besides its exit code and first line,
+Every case runs in a fresh directory with a 20 s limit (PLANNER_CORPUS_LIMIT_S; a case's `limit` scaled by the same
+factor). Besides its exit code and first line,
 a case fails on a timeout, a signal, more than one error line, "internal error", or sanitizer output.
 """
 import glob
@@ -48,7 +50,7 @@ def parse(path):
             continue
         if s.startswith("## case "):
             cur = {"name": s[8:].strip(), "where": f"{os.path.basename(path)}:{n}", "files": [], "setup": [], "run": None,
-                   "exit": None, "first": None, "regex": False}
+                   "exit": None, "first": None, "regex": False, "limit": 0.0}
             cases.append(cur)
             continue
         if cur is None:
@@ -63,10 +65,12 @@ def parse(path):
             cur["run"] = rest
         elif key == "exit":
             cur["exit"] = int(rest)
+        elif key == "limit":
+            cur["limit"] = float(rest)
         elif key in ("first", "first~"):
             cur["first"], cur["regex"] = rest.strip(), key == "first~"
         else:
-            sys.exit(f"{path}:{n}: unknown key '{key}' (file, end, setup, run, exit, first, first~)")
+            sys.exit(f"{path}:{n}: unknown key '{key}' (file, end, setup, run, exit, first, first~, limit)")
     for c in cases:
         if c["run"] is None or c["exit"] is None or (c["exit"] != 0 and c["first"] is None):
             sys.exit(f"{c['where']}: case {c['name']} needs run, exit and (unless exit 0) first")
@@ -91,10 +95,11 @@ def run_case(planner, src, c):
             if r.returncode != 0:
                 return f"setup failed: {cmd}: {r.stderr.strip()[:200]}"
         argv = [planner] + [expand(w) for w in shlex.split(c["run"])]
+        limit_s = max(LIMIT_S, c["limit"] * LIMIT_S / 20)
         try:
-            r = subprocess.run(argv, cwd=d, stdin=subprocess.DEVNULL, capture_output=True, timeout=LIMIT_S)
+            r = subprocess.run(argv, cwd=d, stdin=subprocess.DEVNULL, capture_output=True, timeout=limit_s)
         except subprocess.TimeoutExpired:
-            return f"no answer in {LIMIT_S} s (a hang)"
+            return f"no answer in {limit_s} s (a hang)"
         err = r.stderr.decode("utf-8", "replace")
         errors = [l for l in err.splitlines() if l.startswith("planner: error:")]
         problems = []
