@@ -411,8 +411,10 @@ struct RowRates {
   double gemm_in_bytes = 2;      // bytes per operand element of the model precision's GEMMs (FP8: 1)
   double wgrad_out_bytes = 2;    // HBM bytes per weight-gradient element its GEMM moves (fused accumulation: 2 x grad)
   double grad_accum_bytes = 0;   // HBM bytes per parameter of the engine's separate accumulation pass per microbatch
-  double attention_share = 1;    // the engine's sustained share of the attention tables
-  double cp_ring_fwd = 1, cp_ring_bwd = 1;  // the engine's ring-attention step rates (cp > 1; EngineSpec)
+  std::array<double, 2> loss_logit_bytes = {0,
+                                            0};  // the engine's bytes per logit element at the loss's peak {tp 1, tp}
+  double attention_share = 1;                    // the engine's sustained share of the attention tables
+  double cp_ring_fwd = 1, cp_ring_bwd = 1;       // the engine's ring-attention step rates (cp > 1; EngineSpec)
   double cp_slowdown = 0;  // compute lost per second of the ring's hidden exchange (0 where cp_ring carries it)
   double tp_hidden = 0, slowdown = 0;  // TP collectives hidden; compute lost per hidden second
   double hbm_raw = 0;                  // HBM bytes/s of one fused kernel (GEMM operands, no elementwise factor)
@@ -850,6 +852,10 @@ LayerCostRow AnalyticRow(const ClusterSpec& c, const Layer& l, const RowRates& q
   r.params = l.params / tp_shard;
   r.stash_bytes = StashBytes(l, q, tp_shard);
   r.out_bytes = q.bd * l.out_bytes / q.cpd;
+  // The loss's stash is its fp32 softmax, 4 bytes per logit element on this GPU: the rest of the engine's figure is
+  // live beside it at the loss's peak (the bf16 logits, an fp32 copy, the gradients).
+  const double loss_bytes = q.loss_logit_bytes[q.t > 1 ? 1 : 0];
+  if (l.kind == LayerKind::kLoss && loss_bytes > 4) r.work_bytes = (loss_bytes / 4 - 1) * r.stash_bytes;
   AddMoeCosts(c, l, q, tp_shard, shard, &r);
   // The engine's separate accumulation of this microbatch's gradients (DeepSpeed's BF16_Optimizer update_hp_grads):
   // memory-bound over the layer's parameters on this GPU, once per microbatch, after its backward.
@@ -897,6 +903,7 @@ void KernelRates(const CostSource& src, const ModelSpec& m, const CostOptions& o
   // The engine's separate accumulation pass, by the gradients' dtype.
   if (auto it = e.grad_accumulation_bytes.find(DTypeName(grad_dtype)); it != e.grad_accumulation_bytes.end())
     q->grad_accum_bytes = it->second;
+  q->loss_logit_bytes = e.loss_logit_bytes;
   q->attention_share = e.sustained_attention * clock;
   q->cp_ring_fwd = e.cp_ring_fwd;
   q->cp_ring_bwd = e.cp_ring_bwd;

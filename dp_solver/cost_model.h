@@ -75,6 +75,9 @@ struct LayerCostRow {
   int64_t tied_to = -1;      // the row whose weights these are (a tied lm_head: its embedding); -1: none
   double stash_bytes = 0;    // activations kept for backward on this GPU
   double out_bytes = 0;      // output activation of the whole microbatch (before TP split)
+  // Working memory while the layer runs on this GPU beyond its stash, where the engine states it (the loss's logits at
+  // its peak: EngineSpec::loss_logit_bytes); 0: twice out_bytes / tp, as for every layer.
+  double work_bytes = 0;
 };
 
 struct CostTable {

@@ -301,7 +301,7 @@ void Evaluator::DeviceLoads(const Candidate& k, Evaluation* x) const {
       x->largest_layer_params[r] = std::max(x->largest_layer_params[r], table.rows[Z(i)].params);
       if (table.rows[Z(i)].params > 0) x->param_layers[r] += 1;
       double ob = table.rows[Z(i)].out_bytes / static_cast<double>(t);
-      x->work[r] = std::max(x->work[r], 2 * ob);
+      x->work[r] = std::max({x->work[r], 2 * ob, table.rows[Z(i)].work_bytes});
     }
   }
   std::vector<double> chunk_stash(Z(k.interleave));
@@ -335,11 +335,11 @@ double Evaluator::StatesBytes(const Candidate& k, int64_t z, size_t r, const Eva
   const double expert = x.expert_params[r], dense = x.params[r] - expert;
   const int64_t shard = k.dp * k.cp / x.replicate;  // HSDP: the dense state's shard group
   if (FsdpUnderPp(z, k.pp, o_.cost.fsdp_with_pp)) {
-    // Whole: the 16-bit parameters and the gradients accumulated in their dtype; sharded: the fp32
-    // parameters and optimizer state, and the fp32 gradient the reduce-scatter leaves.
-    // 16-bit gradients: the weight's dtype (FP8 parameters' gradients are bf16 / fp32 as the step needs, 2 B here).
-    const double grad16 = sb_.fp8_params ? 2.0 : sb_.weight;
-    const double whole = sb_.weight + grad16 * sb_.trainable + sb_.fp8_weight_copy,
+    // Whole: the 16-bit parameters and the gradients accumulated across the microbatches in the gradient buffer's
+    // dtype (FSDP2 turns gradient sync off for all but the last microbatch and upcasts each unsharded gradient to its
+    // reduce dtype to accumulate it: FSDPParam.to_accumulated_grad_if_needed; torchtitan reduces in fp32, 4 B);
+    // sharded: the fp32 parameters and optimizer state, and the fp32 gradient the reduce-scatter leaves.
+    const double whole = sb_.weight + sb_.grad * sb_.trainable + sb_.fp8_weight_copy,
                  sharded = sb_.optimizer + 4 * sb_.trainable;
     return dense * (whole + sharded / static_cast<double>(shard)) +
            expert * (whole + sharded / static_cast<double>(k.Edp()));

@@ -54,7 +54,9 @@ void ReplicatedCoster::PrecomputeCommunication(const ClusterSpec& cluster) {
 void ReplicatedCoster::BuildMaxOutTable() {
   const size_t n = table_.rows.size();
   max_out_.emplace_back(n);
-  for (size_t i = 0; i < n; ++i) max_out_[0][i] = table_.rows[i].out_bytes;
+  // A row's stated working memory (on this GPU) as the output bytes that give it: working = 2 x them / tp.
+  for (size_t i = 0; i < n; ++i)
+    max_out_[0][i] = std::max(table_.rows[i].out_bytes, table_.rows[i].work_bytes * static_cast<double>(o_.tp) / 2);
   for (size_t lg = 1; (size_t{1} << lg) <= n; ++lg) {
     const size_t half = size_t{1} << (lg - 1);
     max_out_.emplace_back(n - (size_t{1} << lg) + 1);

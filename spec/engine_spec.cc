@@ -310,7 +310,17 @@ Status ParseUnguarded(const std::string& path, const std::string& text, EngineSp
   PLANNER_RETURN_IF_ERROR(ParseMoeHost(r, root["moe_host"], &e));
   const YAML::Node& m = root["memory"];
   if (m.IsDefined()) {
-    PLANNER_RETURN_IF_ERROR(r.CheckKeys(m, "memory", {"fp8_weight_bytes", "allocator_fragmentation"}));
+    PLANNER_RETURN_IF_ERROR(
+        r.CheckKeys(m, "memory", {"fp8_weight_bytes", "allocator_fragmentation", "loss_logit_bytes"}));
+    if (const YAML::Node& l = m["loss_logit_bytes"]; l.IsDefined()) {
+      if (!l.IsMap())
+        return r.FieldError(l, "memory.loss_logit_bytes",
+                            "is a map {tp1: B, tp: B}: bytes per logit element at the loss's peak, without and with "
+                            "tensor parallelism");
+      PLANNER_RETURN_IF_ERROR(r.CheckKeys(l, "memory.loss_logit_bytes", {"tp1", "tp"}));
+      PLANNER_RETURN_IF_ERROR(Fraction(r, l, "tp1", "memory.loss_logit_bytes.tp1", &e.loss_logit_bytes[0], 64));
+      PLANNER_RETURN_IF_ERROR(Fraction(r, l, "tp", "memory.loss_logit_bytes.tp", &e.loss_logit_bytes[1], 64));
+    }
     const YAML::Node& w = m["fp8_weight_bytes"];
     double number = 0;
     if (w.IsDefined() && w.IsScalar() && w.Scalar() == "recipe")

@@ -111,6 +111,12 @@ struct EngineSpec {
   // Share of the caching allocator's reserved memory not held by live tensors at the peak (file key
   // memory.allocator_fragmentation): reserved = allocated / (1 - it). 0: not estimated.
   double allocator_fragmentation = 0;
+  // Bytes per logit element (the microbatch's tokens on this GPU x its vocabulary share) live at the loss's peak, the
+  // fp32 softmax kept for backward included (file key `memory.loss_logit_bytes: {tp1: B, tp: B}`; tp: under tensor
+  // parallelism, the vocabulary split): Megatron-Core's vocab-parallel cross-entropy casts the bf16 logits to fp32 and
+  // works in place (2 + 4 = 6); eager PyTorch's cross_entropy on .float() logits holds more (torchtitan: 12, 16 under
+  // loss_parallel). {0, 0}: not stated (the working buffer every layer gets, twice its bf16 output, alone).
+  std::array<double, 2> loss_logit_bytes = {0, 0};
   std::vector<int64_t> hsdp;  // ZeRO stages it shards hierarchically (HSDP: replicate x shard); empty: none
   bool fsdp_with_pp = false;  // runs FSDP (ZeRO-3) under pipelining, unsharded through the step (torchtitan)
   std::vector<int64_t> zero;  // ZeRO stages it runs (empty: any)

@@ -134,7 +134,9 @@ TEST_CASE(
   }
 }
 
-TEST_CASE("FSDP under pipelining (torchtitan's fsdp_with_pp): ZeRO-3 with pp, whole 16-bit weights and gradients") {
+TEST_CASE(
+    "FSDP under pipelining (torchtitan's fsdp_with_pp): ZeRO-3 with pp, whole weights, gradients accumulated whole in "
+    "their dtype") {
   MemFixture f("gpt3-175b.yaml", "dgx-a100.yaml");
   SearchOptions o;
   o.gpus = 256;
@@ -154,16 +156,24 @@ TEST_CASE("FSDP under pipelining (torchtitan's fsdp_with_pp): ZeRO-3 with pp, wh
   REQUIRE_OK(SolveAuto(f.Source(), o, &p));
   CHECK(p.pp == 2);
   CHECK(ZeroStageNumber(p.zero_stage) == 3);
-  // Model state per device: whole 2-byte weights and 2-byte gradients, then the fp32 weights, Adam's
+  // Model state per device: whole 2-byte weights and the gradients FSDP2 accumulates whole across the microbatches in
+  // the reduce dtype (fp32 here: 4 bytes; FSDPParam.to_accumulated_grad_if_needed), then the fp32 weights, Adam's
   // moments and the fp32 gradient shard (4 + 8 + 4 bytes) over dp; ZeRO-1 keeps 2 + 4 whole and 12 / dp.
+  // bf16 gradients accumulate in bf16: 2 bytes whole.
+  o.cost.grad_dtype = DType::kBf16;
+  Plan p16;
+  REQUIRE_OK(SolveAuto(f.Source(), o, &p16));
+  o.cost.grad_dtype = DType::kFp32;
   o.zero = {1};
   o.cost.fsdp_with_pp = false;
   Plan z1;
   REQUIRE_OK(SolveAuto(f.Source(), o, &z1));
   const double dp = static_cast<double>(p.dp);
+  REQUIRE(p16.stages.size() == p.stages.size());
   for (size_t i = 0; i < p.stages.size(); ++i) {
     const double params = p.stages[i].weights_bytes / 2;  // 2-byte weights
-    CHECK(p.stages[i].weights_bytes + p.stages[i].optimizer_bytes == doctest::Approx(params * (4 + 16 / dp)));
+    CHECK(p.stages[i].weights_bytes + p.stages[i].optimizer_bytes == doctest::Approx(params * (6 + 16 / dp)));
+    CHECK(p16.stages[i].weights_bytes + p16.stages[i].optimizer_bytes == doctest::Approx(params * (4 + 16 / dp)));
     CHECK(z1.stages[i].weights_bytes + z1.stages[i].optimizer_bytes == doctest::Approx(params * (6 + 12 / dp)));
     // The same traffic as ZeRO-1 (one gather, one reduce-scatter per iteration).
     CHECK(p.stages[i].dp_allreduce_s == doctest::Approx(z1.stages[i].dp_allreduce_s));
