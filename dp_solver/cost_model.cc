@@ -903,7 +903,6 @@ void KernelRates(const CostSource& src, const ModelSpec& m, const CostOptions& o
   // The engine's separate accumulation pass, by the gradients' dtype.
   if (auto it = e.grad_accumulation_bytes.find(DTypeName(grad_dtype)); it != e.grad_accumulation_bytes.end())
     q->grad_accum_bytes = it->second;
-  q->loss_logit_bytes = e.loss_logit_bytes;
   q->attention_share = e.sustained_attention * clock;
   q->cp_ring_fwd = e.cp_ring_fwd;
   q->cp_ring_bwd = e.cp_ring_bwd;
@@ -950,6 +949,8 @@ void AnalyticRows(const CostSource& src, const TableShape& shape, const CostOpti
   q.cp_allgather = o.cp_comm == CpCommType::kAllGather && q.cp > 1;
   if (q.cp_allgather) q.cp_group = GroupSpread(c, q.cp, q.t);
   if (KernelLevel(src)) KernelRates(src, m, o, &q);
+  // The engine's memory, with its kernel table or without (the flat efficiency).
+  if (src.engine != nullptr) q.loss_logit_bytes = src.engine->loss_logit_bytes;
   int64_t embedding = -1;  // the last embedding row: the one a tied lm_head after it shares
   // Equal layers cost the same at one (b, t, recompute, ...) point: a row is computed once per layer
   // signature (with the figures it is costed from, so a layer edited without its signature is not merged).

@@ -338,9 +338,10 @@ double Evaluator::StatesBytes(const Candidate& k, int64_t z, size_t r, const Eva
     // Whole: the 16-bit parameters and the gradients accumulated across the microbatches in the gradient buffer's
     // dtype (FSDP2 turns gradient sync off for all but the last microbatch and upcasts each unsharded gradient to its
     // reduce dtype to accumulate it: FSDPParam.to_accumulated_grad_if_needed; torchtitan reduces in fp32, 4 B);
-    // sharded: the fp32 parameters and optimizer state, and the fp32 gradient the reduce-scatter leaves.
-    const double whole = sb_.weight + sb_.grad * sb_.trainable + sb_.fp8_weight_copy,
-                 sharded = sb_.optimizer + 4 * sb_.trainable;
+    // sharded: the fp32 parameters and optimizer state, and the fp32 gradient the reduce-scatter leaves. Per parameter
+    // of the model, LoRA's trainable share in it (sb_.grad carries it already, but not under --bytes-per-param).
+    const double grad = (sb_.grad_dtype ? DTypeBytes(*sb_.grad_dtype) : 4.0) * sb_.trainable;
+    const double whole = sb_.weight + grad + sb_.fp8_weight_copy, sharded = sb_.optimizer + 4 * sb_.trainable;
     return dense * (whole + sharded / static_cast<double>(shard)) +
            expert * (whole + sharded / static_cast<double>(k.Edp()));
   }

@@ -318,6 +318,9 @@ Status ParseUnguarded(const std::string& path, const std::string& text, EngineSp
                             "is a map {tp1: B, tp: B}: bytes per logit element at the loss's peak, without and with "
                             "tensor parallelism");
       PLANNER_RETURN_IF_ERROR(r.CheckKeys(l, "memory.loss_logit_bytes", {"tp1", "tp"}));
+      if (!l["tp1"].IsDefined() || !l["tp"].IsDefined())
+        return r.FieldError(l, "memory.loss_logit_bytes",
+                            "give both tp1 (without tensor parallelism) and tp (with it): {tp1: B, tp: B}");
       PLANNER_RETURN_IF_ERROR(Fraction(r, l, "tp1", "memory.loss_logit_bytes.tp1", &e.loss_logit_bytes[0], 64));
       PLANNER_RETURN_IF_ERROR(Fraction(r, l, "tp", "memory.loss_logit_bytes.tp", &e.loss_logit_bytes[1], 64));
     }

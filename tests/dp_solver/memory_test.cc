@@ -159,8 +159,8 @@ TEST_CASE(
   // Model state per device: whole 2-byte weights and the gradients FSDP2 accumulates whole across the microbatches in
   // the reduce dtype (fp32 here: 4 bytes; FSDPParam.to_accumulated_grad_if_needed), then the fp32 weights, Adam's
   // moments and the fp32 gradient shard (4 + 8 + 4 bytes) over dp; ZeRO-1 keeps 2 + 4 whole and 12 / dp.
-  // bf16 gradients accumulate in bf16: 2 bytes whole.
-  o.cost.grad_dtype = DType::kBf16;
+  // 16-bit gradients (this fp16 model's own) accumulate in fp16: 2 bytes whole.
+  o.cost.grad_dtype = DType::kFp16;
   Plan p16;
   REQUIRE_OK(SolveAuto(f.Source(), o, &p16));
   o.cost.grad_dtype = DType::kFp32;
@@ -177,6 +177,34 @@ TEST_CASE(
     CHECK(z1.stages[i].weights_bytes + z1.stages[i].optimizer_bytes == doctest::Approx(params * (6 + 12 / dp)));
     // The same traffic as ZeRO-1 (one gather, one reduce-scatter per iteration).
     CHECK(p.stages[i].dp_allreduce_s == doctest::Approx(z1.stages[i].dp_allreduce_s));
+  }
+}
+
+TEST_CASE("FSDP under pipelining with LoRA: whole gradients and sharded state for the adapters' share alone") {
+  MemFixture f("llama3-70b-lora.yaml", "dgx-h100.yaml");
+  const double share = f.model.TrainableParams() / f.model.TotalParams();
+  REQUIRE(share > 0);
+  REQUIRE(share < 0.01);
+  SearchOptions o;
+  o.gpus = 64;
+  o.pp = {4};
+  o.tp = {8};
+  o.microbatch = {1};
+  o.schedules = {Schedule::k1F1B};
+  o.recompute = {Recompute::kFull};
+  o.cost.grad_dtype = DType::kFp32;
+  o.cost.fsdp_with_pp = true;
+  o.zero = {3};
+  o.top_k = 1;
+  Plan p;
+  REQUIRE_OK(SolveAuto(f.Source(), o, &p));
+  REQUIRE(p.pp == 4);
+  const double dp = static_cast<double>(p.dp);
+  // Per parameter of the model: the 2-byte weight, the adapters' fp32 gradient whole (4 x share), their fp32
+  // weights, moments and gradient shard over dp ((12 + 4) x share / dp).
+  for (const auto& s : p.stages) {
+    const double params = s.weights_bytes / 2;
+    CHECK(s.weights_bytes + s.optimizer_bytes == doctest::Approx(params * (2 + 4 * share + 16 * share / dp)));
   }
 }
 
