@@ -411,6 +411,7 @@ struct RowRates {
   double gemm_in_bytes = 2;      // bytes per operand element of the model precision's GEMMs (FP8: 1)
   double wgrad_out_bytes = 2;    // HBM bytes per weight-gradient element its GEMM moves (fused accumulation: 2 x grad)
   double grad_accum_bytes = 0;   // HBM bytes per parameter of the engine's separate accumulation pass per microbatch
+  bool sac_saves_unread = true;  // the engine's selective checkpointing keeps outputs its backward never reads
   std::array<double, 2> loss_logit_bytes = {0,
                                             0};  // the engine's bytes per logit element at the loss's peak {tp 1, tp}
   double attention_share = 1;                    // the engine's sustained share of the attention tables
@@ -632,6 +633,12 @@ double StashBytes(const Layer& l, const RowRates& q, double tp_shard) {
     const std::array<double, 3> drop = ModuleStashDrop(l, q.modules);
     stash -= drop[0];
     tp_replicated -= drop[1];
+    // A compiled graph's partitioner drops the saved outputs no backward reads (op_sac's w2 output).
+    if (!q.sac_saves_unread && HasRecomputeModule(q.modules, RecomputeModule::kOpSac)) {
+      const double unread = l.recompute_modules[static_cast<size_t>(RecomputeModule::kOpSac)].unread_bytes;
+      stash -= unread;
+      tp_replicated -= unread;
+    }
   }
   // Full recompute keeps each layer's input whole on every TP rank (Korthikanti Table 2: 2sbh,
   // /t with SP); the lm_head is not recomputed and keeps its input, replicated without SP.
@@ -950,7 +957,10 @@ void AnalyticRows(const CostSource& src, const TableShape& shape, const CostOpti
   if (q.cp_allgather) q.cp_group = GroupSpread(c, q.cp, q.t);
   if (KernelLevel(src)) KernelRates(src, m, o, &q);
   // The engine's memory, with its kernel table or without (the flat efficiency).
-  if (src.engine != nullptr) q.loss_logit_bytes = src.engine->loss_logit_bytes;
+  if (src.engine != nullptr) {
+    q.loss_logit_bytes = src.engine->loss_logit_bytes;
+    q.sac_saves_unread = src.engine->sac_saves_unread;
+  }
   int64_t embedding = -1;  // the last embedding row: the one a tied lm_head after it shares
   // Equal layers cost the same at one (b, t, recompute, ...) point: a row is computed once per layer
   // signature (with the figures it is costed from, so a layer edited without its signature is not merged).

@@ -183,6 +183,7 @@ Status ParseUnguarded(const std::string& path, const std::string& text, EngineSp
                                        "moe_dispatchers",
                                        "moe_flex_hops",
                                        "wgrad_accumulation",
+                                       "sac_saves",
                                        "grad_accumulation_bytes",
                                        "moe_host"}));
   EngineSpec e;
@@ -298,6 +299,9 @@ Status ParseUnguarded(const std::string& path, const std::string& text, EngineSp
   PLANNER_RETURN_IF_ERROR(
       r.GetEnum(root, "wgrad_accumulation", "wgrad_accumulation", {"fused", "separate"}, &wgrad, false));
   e.wgrad_accumulation_fused = wgrad == "fused";
+  std::string sac_saves = "all";
+  PLANNER_RETURN_IF_ERROR(r.GetEnum(root, "sac_saves", "sac_saves", {"all", "read"}, &sac_saves, false));
+  e.sac_saves_unread = sac_saves == "all";
   if (const YAML::Node& ga = root["grad_accumulation_bytes"]; ga.IsDefined()) {
     PLANNER_RETURN_IF_ERROR(r.CheckKeys(ga, "grad_accumulation_bytes", {"fp32", "bf16", "fp16"}));
     for (const char* p : {"fp32", "bf16", "fp16"}) {

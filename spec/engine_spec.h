@@ -82,6 +82,10 @@ struct EngineSpec {
   // the gradient buffer (beta 1: read and write in its dtype; Megatron --gradient-accumulation-fusion), or separate,
   // written in the model's dtype as a new tensor (autograd's; a later add, with gradient accumulation, not costed).
   bool wgrad_accumulation_fused = false;
+  // What selective activation checkpointing keeps of the outputs its policy saves (file key `sac_saves`): all (eager
+  // PyTorch's checkpoint keeps every MUST_SAVE output) or read (torch.compile's partitioner saves a MUST_SAVE output only
+  // where the backward reads it: torch/_functorch/partitioners.py). op_sac's w2 output is the one that differs.
+  bool sac_saves_unread = true;
   // HBM bytes per parameter a separate gradient-accumulation pass moves after every microbatch's backward, by the
   // dtype gradients accumulate in (file key `grad_accumulation_bytes: {fp32: B, bf16: B, fp16: B}`; absent: not
   // costed): DeepSpeed's BF16_Optimizer casts each bf16 gradient to an fp32 temporary and adds it into its fp32 copy

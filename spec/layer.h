@@ -49,13 +49,16 @@ struct LayerAttrs {
 struct RecomputeModuleCost {
   double stash_bytes = 0;          // activations the module no longer keeps
   double stash_tp_replicated = 0;  // the part of them in stash_bytes_tp_replicated
-  double expert_stash_bytes = 0;   // the part of them in expert_stash_bytes
-  double gemm_flops = 0;           // GEMM FLOPs re-run in backward (the GEMM rate)
-  double expert_gemm_flops = 0;    // the part of them on the routed experts (scaled by the imbalance)
-  double core_flops = 0;           // attention-core FLOPs re-run (the attention-core rate)
-  double mem_bytes = 0;            // memory-bound HBM traffic re-run
-  int tp_collectives = 0;          // forward TP all-reduces re-run (the recomputed region's output)
-  bool alltoall = false;           // the dispatch and combine all-to-alls re-run (moe)
+  // Outputs the module saves that its backward never reads (op_sac: w2's output, which feeds the residual add alone),
+  // TP-replicated: eager SAC keeps them, a compiled graph's partitioner does not (EngineSpec::sac_saves_unread).
+  double unread_bytes = 0;
+  double expert_stash_bytes = 0;  // the part of them in expert_stash_bytes
+  double gemm_flops = 0;          // GEMM FLOPs re-run in backward (the GEMM rate)
+  double expert_gemm_flops = 0;   // the part of them on the routed experts (scaled by the imbalance)
+  double core_flops = 0;          // attention-core FLOPs re-run (the attention-core rate)
+  double mem_bytes = 0;           // memory-bound HBM traffic re-run
+  int tp_collectives = 0;         // forward TP all-reduces re-run (the recomputed region's output)
+  bool alltoall = false;          // the dispatch and combine all-to-alls re-run (moe)
 };
 
 // How tensor parallelism splits one GEMM's weight (Megatron-Core's parallel linears).

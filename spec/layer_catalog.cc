@@ -548,6 +548,9 @@ void OpSacCosts(const Transformer& t, double dt, Layer* l) {
   }
   kept += t.a * t.dv;  // the attention output
   RecomputeModuleCost& op = Module(l, RecomputeModule::kOpSac);
+  // The last matmul, w2 (row-parallel), feeds the residual add alone: saved when odd-numbered (SwiGLU's seventh), read
+  // by no backward (an add's gradient needs no inputs).
+  if ((mms.size() - 1) % 2 == 0 && mms.back().row_parallel) op.unread_bytes = dt * s * mms.back().n;
   const double lse = t.flash() ? 4 * t.a * s : 0;
   op.stash_bytes = std::max(0.0, l->stash_bytes - dt * s * kept - lse);
   op.stash_tp_replicated = std::max(0.0, l->stash_bytes_tp_replicated - dt * s * kept_replicated);

@@ -349,6 +349,10 @@ TEST_CASE("op_sac (torchtitan's op-level SAC): keeps the input, wq, wv, w1, w2, 
   const RecomputeModuleCost& gop = gl.recompute_modules[static_cast<size_t>(RecomputeModule::kOpSac)];
   CHECK(gop.gemm_flops == doctest::Approx(2 * s * (h * g * d + a * d * h + f * h)));
   CHECK(gop.stash_bytes == doctest::Approx(gl.stash_bytes - dt * s * (h + a * d + g * d + f + a * d) - 4 * a * s));
+  // Kept but read by no backward (a compiled graph drops it): SwiGLU's w2 output, which feeds the residual add alone;
+  // GeLU's w2 is re-run, nothing unread.
+  CHECK(op.unread_bytes == dt * s * h);
+  CHECK(gop.unread_bytes == 0);
 }
 
 TEST_CASE("fp8 transformer_block: the GEMM-only inputs (QKV, fc1, fc2; unfused: the projection) kept at 1 byte") {
