@@ -54,10 +54,16 @@ std::string CostedAttentionKernel(const Plan& plan, std::vector<std::string>* no
 // flash-attn 2 for MLA with unequal query / key and value head dims (DeepSeek: 192 / 128), flash-attn 3 for head
 // dims outside its _is_fa3_supported and for dropout, cuDNN for a sliding window with dropout. An fp32 or unfused
 // model is written `unfused` by MegatronModelArgs: nothing here applies.
+// Whether Megatron-LM runs the model's attention unfused (MegatronModelArgs writes `--attention-backend unfused`): an
+// unfused model, or an fp32 one (neither flash-attn nor cuDNN's fused attention has an fp32 kernel).
+bool MegatronAttentionUnfused(const ModelSpec& model) {
+  return model.gpt.attention == "unfused" || model.dtype == DType::kFp32;
+}
+
 std::string MegatronAttentionBackend(const Plan& plan, const ModelSpec& model, std::vector<std::string>* notes) {
   const std::string k = CostedAttentionKernel(plan, notes);
   const GptConfig& g = model.gpt;
-  if (g.attention == "unfused" || model.dtype == DType::kFp32) return "auto";
+  if (MegatronAttentionUnfused(model)) return "auto";
   int64_t qk = 0, v = 0;  // MLA's head dims where they differ
   if (const Layer* mla = MlaLayer(model)) {
     const LayerAttrs& a = mla->attrs;
@@ -122,7 +128,7 @@ std::string MegatronModelArgs(const ModelSpec& model, const std::string& attenti
   // Neither flash-attn nor cuDNN's fused attention has an fp32 kernel: an fp32 model runs TE's unfused attention
   // (`auto` would pick it too; written so, with a note).
   const bool fp32_flash = g.attention != "unfused" && model.dtype == DType::kFp32;
-  mg += fmt::format("--attention-backend {}\n", g.attention == "unfused" || fp32_flash ? "unfused" : attention_backend);
+  mg += fmt::format("--attention-backend {}\n", MegatronAttentionUnfused(model) ? "unfused" : attention_backend);
   if (fp32_flash) {
     notes->push_back(
         "megatron.args: flash attention has no fp32 kernel (Transformer Engine's flash-attn and cuDNN fused attention "
